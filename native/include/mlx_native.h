@@ -1,0 +1,177 @@
+/*
+ * mlx_native.h: the C ABI shared by every mlx-native backend
+ * (metal: Swift over Metal; cuda: C++ over the CUDA driver API and NVRTC;
+ * emu: Metal kernels executed on the CPU).
+ *
+ * This header is the only contract between the TypeScript layer (bun:ffi) and
+ * a backend library. Rules that keep it usable from bun:ffi:
+ *   - opaque handles only, passed as pointers;
+ *   - plain C scalar types and pointers; no struct is passed by value;
+ *   - every fallible call returns an mlxn_status and writes a NUL-terminated
+ *     message (truncated to msg_cap bytes) into the caller's msg buffer;
+ *     msg may be NULL when msg_cap is 0;
+ *   - sizes and offsets are uint64_t.
+ *
+ * Threading: a device and the objects made from it may be used from one host
+ * thread at a time. Command execution (after commit) runs asynchronously.
+ */
+#ifndef MLX_NATIVE_H
+#define MLX_NATIVE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped on every incompatible change; the loader refuses a mismatch. */
+#define MLXN_ABI_VERSION 1u
+
+/* ---- status codes (kinds mirror the Rust crate's MlxError) ---- */
+typedef int32_t mlxn_status;
+#define MLXN_OK                          0
+#define MLXN_ERR_INVALID_ARGUMENT        1
+#define MLXN_ERR_SHADER_COMPILATION      2
+#define MLXN_ERR_KERNEL_NOT_FOUND        3
+#define MLXN_ERR_DEVICE_NOT_FOUND        4
+#define MLXN_ERR_COMMAND_BUFFER          5
+#define MLXN_ERR_BUFFER_ALLOCATION       6
+#define MLXN_ERR_UNSUPPORTED_DTYPE       7
+#define MLXN_ERR_INTERNAL                8
+
+/* ---- opaque handles ---- */
+typedef struct mlxn_device   mlxn_device;
+typedef struct mlxn_buffer   mlxn_buffer;
+typedef struct mlxn_library  mlxn_library;
+typedef struct mlxn_pipeline mlxn_pipeline;
+typedef struct mlxn_encoder  mlxn_encoder;
+
+/* ---- backend ---- */
+uint32_t    mlxn_abi_version(void);
+/* "metal", "cuda" or "emu"; a static string. */
+const char* mlxn_backend_name(void);
+/* Number of devices this backend can open (0 when none is present). */
+uint32_t    mlxn_device_count(void);
+
+/* ---- device ---- */
+mlxn_status mlxn_device_open(uint32_t ordinal, mlxn_device** out,
+                             char* msg, uint64_t msg_cap);
+void        mlxn_device_close(mlxn_device* device);
+/* Writes the NUL-terminated device name; returns its full length in bytes. */
+uint64_t    mlxn_device_name(mlxn_device* device, char* out, uint64_t cap);
+
+#define MLXN_LIMIT_MAX_THREADS_PER_THREADGROUP 0u
+#define MLXN_LIMIT_MAX_THREADGROUP_MEMORY      1u  /* bytes */
+#define MLXN_LIMIT_SIMD_WIDTH                  2u
+#define MLXN_LIMIT_MAX_BUFFER_LENGTH           3u  /* bytes */
+#define MLXN_LIMIT_SHARED_MEMORY               4u  /* 1: buffers are host-visible (host_ptr non-null) */
+/* Returns the limit, or 0 for an unknown key. */
+uint64_t    mlxn_device_limit(mlxn_device* device, uint32_t key);
+
+/* Backend options set at run time, as key/value strings. The emulator knows
+ * "schedule" ("sequential" | "random") and "seed" (decimal). An unknown key or
+ * a bad value is MLXN_ERR_INVALID_ARGUMENT. */
+mlxn_status mlxn_device_set_option(mlxn_device* device, const char* key,
+                                   const char* value, char* msg, uint64_t msg_cap);
+
+/* ---- buffers ----
+ * Zero-filled on allocation. host_ptr is non-null where the memory is shared
+ * with the CPU (metal, emu) and NULL where it is not (cuda). Releasing a buffer
+ * that a committed, unfinished encoder uses is the caller's error. */
+mlxn_status mlxn_buffer_alloc(mlxn_device* device, uint64_t length, mlxn_buffer** out,
+                              char* msg, uint64_t msg_cap);
+void        mlxn_buffer_release(mlxn_buffer* buffer);
+uint64_t    mlxn_buffer_length(mlxn_buffer* buffer);
+void*       mlxn_buffer_host_ptr(mlxn_buffer* buffer);
+mlxn_status mlxn_buffer_write(mlxn_buffer* buffer, uint64_t offset, const void* src,
+                              uint64_t length, char* msg, uint64_t msg_cap);
+mlxn_status mlxn_buffer_read(mlxn_buffer* buffer, uint64_t offset, void* dst,
+                             uint64_t length, char* msg, uint64_t msg_cap);
+
+/* ---- libraries (compiled from source at run time) ----
+ * source: Metal Shading Language for metal and emu, CUDA C++ for cuda.
+ * name: the file name that compile errors cite (e.g. "rms_norm.metal").
+ * constants: function-constant values, a packed array of constants_count
+ *   12-byte records { uint32 index; uint32 type (MLXN_CONST_*); uint32 bits },
+ *   bits holding the value in its own type's bit pattern (bool: 0 or 1).
+ *   Metal binds them to [[function_constant(index)]]; cuda defines
+ *   MLXN_FC_<index> as the value before compiling.
+ * A compile error is MLXN_ERR_SHADER_COMPILATION with the compiler's text,
+ * citing the source's own file name and line. */
+#define MLXN_CONST_BOOL 1u
+#define MLXN_CONST_I32  2u
+#define MLXN_CONST_U32  3u
+#define MLXN_CONST_F32  4u
+#define MLXN_CONST_F16  5u
+#define MLXN_CONST_I16  6u
+#define MLXN_CONST_U16  7u
+mlxn_status mlxn_library_compile(mlxn_device* device, const char* source, uint64_t source_len,
+                                 const char* name, const void* constants, uint32_t constants_count,
+                                 mlxn_library** out, char* msg, uint64_t msg_cap);
+void        mlxn_library_release(mlxn_library* library);
+/* Writes the kernel entry names, '\n'-separated and NUL-terminated; returns
+ * the full length in bytes. */
+uint64_t    mlxn_library_kernel_names(mlxn_library* library, char* out, uint64_t cap);
+
+/* ---- pipelines ----
+ * A kernel name absent from the library is MLXN_ERR_KERNEL_NOT_FOUND. */
+mlxn_status mlxn_pipeline_create(mlxn_library* library, const char* kernel_name,
+                                 mlxn_pipeline** out, char* msg, uint64_t msg_cap);
+void        mlxn_pipeline_release(mlxn_pipeline* pipeline);
+uint32_t    mlxn_pipeline_max_threads(mlxn_pipeline* pipeline);
+/* Threadgroup memory the kernel declares statically, in bytes. */
+uint64_t    mlxn_pipeline_static_threadgroup_memory(mlxn_pipeline* pipeline);
+
+/* ---- encoders ----
+ * An encoder records dispatches and barriers, then commit submits them
+ * (non-blocking); wait blocks until done; status polls. After completion the
+ * encoder records afresh. Dispatches of one encoder run in order; a barrier
+ * makes the writes of earlier dispatches visible to later ones. */
+#define MLXN_ENCODER_RECORDING 0
+#define MLXN_ENCODER_PENDING   1
+#define MLXN_ENCODER_COMPLETED 2
+#define MLXN_ENCODER_ERROR     3
+mlxn_status mlxn_encoder_create(mlxn_device* device, mlxn_encoder** out,
+                                char* msg, uint64_t msg_cap);
+void        mlxn_encoder_release(mlxn_encoder* encoder);
+
+/* One dispatch = one packed block, all little-endian:
+ *   header (48 bytes):
+ *     u64 pipeline handle
+ *     u32 threadgroups per grid x, y, z
+ *     u32 threads per threadgroup x, y, z
+ *     u32 binding count (n)
+ *     u32 payload bytes (p)
+ *     u64 reserved (0)
+ *   n binding records (24 bytes each):
+ *     u32 kind (MLXN_BIND_*), u32 index, u64 a, u64 b
+ *       BUFFER:            a = buffer handle, b = byte offset into it
+ *       BYTES:             a = byte offset of the data in the payload, b = length
+ *       THREADGROUP_MEMORY: a = length in bytes, b = 0
+ *   payload (p bytes): inline data of BYTES bindings, copied at dispatch.
+ * block_len must equal 48 + 24 n + p. Bad handles, indices >= 31, offsets
+ * past the buffer, or a grid/threadgroup with a zero or over-limit size are
+ * MLXN_ERR_INVALID_ARGUMENT and nothing is recorded. */
+#define MLXN_BIND_BUFFER             1u
+#define MLXN_BIND_BYTES              2u
+#define MLXN_BIND_THREADGROUP_MEMORY 3u
+#define MLXN_DISPATCH_HEADER_BYTES   48u
+#define MLXN_DISPATCH_BINDING_BYTES  24u
+#define MLXN_MAX_BINDINGS            31u
+mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void* block, uint64_t block_len,
+                                  char* msg, uint64_t msg_cap);
+mlxn_status mlxn_encoder_barrier(mlxn_encoder* encoder, char* msg, uint64_t msg_cap);
+mlxn_status mlxn_encoder_commit(mlxn_encoder* encoder, char* msg, uint64_t msg_cap);
+/* Blocks until the committed work ends; an execution error (bad access, a
+ * barrier not reached by every thread, a device fault) is
+ * MLXN_ERR_COMMAND_BUFFER with its text. Waiting with nothing committed is OK. */
+mlxn_status mlxn_encoder_wait(mlxn_encoder* encoder, char* msg, uint64_t msg_cap);
+/* MLXN_ENCODER_*; never blocks. */
+int32_t     mlxn_encoder_status(mlxn_encoder* encoder);
+/* Device time of the last completed commit, in nanoseconds (0 if none). */
+uint64_t    mlxn_encoder_gpu_time_ns(mlxn_encoder* encoder);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MLX_NATIVE_H */
