@@ -1,0 +1,596 @@
+#include "executor.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "fiber.h"
+#include "util.h"
+
+namespace mlxn::emu {
+
+namespace {
+
+// ---------------------------------------------------------------- errors --
+
+// The error a dispatch reports: the one of the lowest (threadgroup, thread),
+// so that the text does not depend on which OS thread got there first.
+struct ErrorSlot {
+  std::mutex mu;
+  bool set = false;
+  uint64_t group = 0;
+  uint32_t thread = 0;
+  std::string text;
+
+  void offer(uint64_t g, uint32_t t, const std::string& msg) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!set || g < group || (g == group && t < thread)) {
+      set = true;
+      group = g;
+      thread = t;
+      text = msg;
+    }
+  }
+};
+
+std::string site_str(const mlxn_emu_site& s) {
+  std::string out = s.file ? s.file : "<unknown>";
+  out += ":" + std::to_string(s.line) + ":" + std::to_string(s.column);
+  return out;
+}
+
+bool same_site(const mlxn_emu_site& a, const mlxn_emu_site& b) {
+  if (a.line != b.line || a.column != b.column) return false;
+  if (a.file == b.file) return true;
+  if (!a.file || !b.file) return false;
+  return std::strcmp(a.file, b.file) == 0;
+}
+
+// Source order of sites: among lanes of a simdgroup parked at different simd
+// collectives, the one earliest in the source runs first, which is where
+// structured control flow reconverges last (the branch body before the code
+// after the branch).
+bool site_before(const mlxn_emu_site& a, const mlxn_emu_site& b) {
+  int c = std::strcmp(a.file ? a.file : "", b.file ? b.file : "");
+  if (c != 0) return c < 0;
+  if (a.line != b.line) return a.line < b.line;
+  return a.column < b.column;
+}
+
+std::string xyz(const uint32_t v[3]) {
+  return "(" + std::to_string(v[0]) + "," + std::to_string(v[1]) + "," + std::to_string(v[2]) + ")";
+}
+
+const char* space_name(uint32_t space) {
+  switch (space) {
+    case MLXN_EMU_SPACE_DEVICE: return "device";
+    case MLXN_EMU_SPACE_CONSTANT: return "constant";
+    case MLXN_EMU_SPACE_THREADGROUP: return "threadgroup";
+    default: return "unknown";
+  }
+}
+
+// ------------------------------------------------------------------ rng --
+
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed) {}
+  uint64_t next() {  // splitmix64
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  uint32_t below(uint32_t n) { return uint32_t(next() % n); }
+};
+
+// ------------------------------------------------------------------ job --
+
+struct Job {
+  const Launch* launch = nullptr;
+  uint64_t total = 0;                 // threadgroups
+  std::atomic<uint64_t> next{0};      // next threadgroup to claim
+  std::atomic<bool> failed{false};    // stop starting threadgroups
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t finished = 0;              // under mu
+  ErrorSlot error;
+};
+
+enum class State : uint8_t { Runnable, TgBarrier, SimdBarrier, Exchange, Exited, Failed };
+
+struct Worker;
+
+struct Fiber {
+  mlxn_emu_thread t;
+  Context ctx;
+  Worker* worker = nullptr;
+  State state = State::Runnable;
+  mlxn_emu_site site = {};
+  const void* mine = nullptr;
+  void* all = nullptr;
+  uint32_t size = 0;
+  uint32_t mask = 0;
+  std::vector<uint8_t> scratch;  // returned for out-of-bounds accesses
+};
+
+struct StaticVar {
+  uint32_t id;
+  uint64_t offset;
+  uint64_t size;
+};
+
+const mlxn_emu_hooks* hooks_table();
+
+// One OS thread of the pool. It owns the fiber stacks and the threadgroup
+// memory of the threadgroup it runs.
+struct Worker {
+  Context sched;
+  std::vector<std::unique_ptr<Stack>> stacks;
+  std::vector<Fiber> fibers;
+  // Threadgroup memory: dynamic bindings first, then static variables.
+  alignas(64) uint8_t tg_memory[kMaxThreadgroupMemory + 64 * kMaxBindings];
+  mlxn_emu_binding tg_bindings[kMaxBindings];
+  uint64_t dynamic_bytes = 0;
+  uint64_t static_bytes = 0;
+  std::vector<StaticVar> statics;
+
+  Job* job = nullptr;
+  const Launch* launch = nullptr;
+  uint64_t group_linear = 0;
+  uint32_t group[3] = {0, 0, 0};
+  uint32_t nthreads = 0;
+  bool group_failed = false;
+  Rng rng{0};
+
+  bool ensure_stacks(uint32_t n);
+  void run_group(Job* j, uint64_t linear);
+  void schedule();
+  void resume(Fiber* f);
+  bool release_simd();
+  void fail_group(uint32_t thread, const std::string& msg);
+  std::string where(const Fiber* f) const;
+};
+
+void fiber_main(void* arg) {
+  Fiber* f = static_cast<Fiber*>(arg);
+  f->worker->launch->kernel->fn(&f->t);
+  f->state = State::Exited;
+  context_switch(&f->ctx, &f->worker->sched);
+  // Never resumed.
+}
+
+bool Worker::ensure_stacks(uint32_t n) {
+  while (stacks.size() < n) {
+    auto s = std::make_unique<Stack>();
+    if (!s->allocate(kFiberStackBytes)) return false;
+    stacks.push_back(std::move(s));
+  }
+  if (fibers.size() < n) fibers.resize(n);
+  return true;
+}
+
+std::string Worker::where(const Fiber* f) const {
+  return "thread " + xyz(f->t.thread_position_in_threadgroup) + " of threadgroup " + xyz(group);
+}
+
+void Worker::fail_group(uint32_t thread, const std::string& msg) {
+  group_failed = true;
+  job->error.offer(group_linear, thread, msg);
+  job->failed.store(true, std::memory_order_relaxed);
+}
+
+void Worker::resume(Fiber* f) { context_switch(&sched, &f->ctx); }
+
+void Worker::run_group(Job* j, uint64_t linear) {
+  job = j;
+  launch = j->launch;
+  const Launch& l = *launch;
+  group_linear = linear;
+  group[0] = uint32_t(linear % l.grid[0]);
+  group[1] = uint32_t((linear / l.grid[0]) % l.grid[1]);
+  group[2] = uint32_t(linear / (uint64_t(l.grid[0]) * l.grid[1]));
+  nthreads = l.threads[0] * l.threads[1] * l.threads[2];
+  group_failed = false;
+  if (!ensure_stacks(nthreads)) {
+    fail_group(0, "kernel '" + l.kernel->name + "': cannot map fiber stacks (out of memory)");
+    return;
+  }
+
+  // Dynamic threadgroup memory: 16-byte aligned slices, filled with 0xFF so
+  // that a read before any write gives NaN for floats instead of a lucky 0.
+  uint64_t off = 0;
+  for (uint32_t i = 0; i < kMaxBindings; ++i) {
+    if (l.threadgroup_set & (1u << i)) {
+      tg_bindings[i].ptr = tg_memory + off;
+      tg_bindings[i].length = l.threadgroup_length[i];
+      std::memset(tg_memory + off, 0xFF, l.threadgroup_length[i]);
+      off += (l.threadgroup_length[i] + 15) & ~uint64_t(15);
+    } else {
+      tg_bindings[i].ptr = nullptr;
+      tg_bindings[i].length = 0;
+    }
+  }
+  dynamic_bytes = off;
+  static_bytes = 0;
+  statics.clear();
+
+  if (l.schedule.random) rng = Rng(l.schedule.seed ^ (linear * 0xd1342543de82ef95ull));
+
+  const uint32_t tx = l.threads[0], ty = l.threads[1];
+  const uint32_t simdgroups = (nthreads + kSimdWidth - 1) / kSimdWidth;
+  for (uint32_t i = 0; i < nthreads; ++i) {
+    Fiber& f = fibers[i];
+    f.worker = this;
+    f.state = State::Runnable;
+    mlxn_emu_thread& t = f.t;
+    t.hooks = hooks_table();
+    t.buffers = l.buffers;
+    t.threadgroup = tg_bindings;
+    t.kernel_name = l.kernel->name.c_str();
+    t.thread_position_in_threadgroup[0] = i % tx;
+    t.thread_position_in_threadgroup[1] = (i / tx) % ty;
+    t.thread_position_in_threadgroup[2] = i / (tx * ty);
+    for (int d = 0; d < 3; ++d) {
+      t.threadgroup_position_in_grid[d] = group[d];
+      t.threads_per_threadgroup[d] = l.threads[d];
+      t.threadgroups_per_grid[d] = l.grid[d];
+      t.threads_per_grid[d] = l.grid[d] * l.threads[d];
+      t.thread_position_in_grid[d] = group[d] * l.threads[d] + t.thread_position_in_threadgroup[d];
+    }
+    t.thread_index_in_threadgroup = i;
+    t.thread_index_in_simdgroup = i % kSimdWidth;
+    t.simdgroup_index_in_threadgroup = i / kSimdWidth;
+    t.simdgroups_per_threadgroup = simdgroups;
+    t.threads_per_simdgroup = kSimdWidth;
+    t.random_schedule = l.schedule.random ? 1u : 0u;
+    t.preempt_countdown = l.schedule.random ? 1 + rng.below(8) : UINT32_MAX;
+    t.runtime = &f;
+    context_init(&f.ctx, stacks[i].get(), fiber_main, &f);
+  }
+
+  schedule();
+
+  uint64_t used = static_bytes;
+  uint64_t seen = l.kernel->static_threadgroup_bytes.load(std::memory_order_relaxed);
+  while (used > seen &&
+         !l.kernel->static_threadgroup_bytes.compare_exchange_weak(seen, used, std::memory_order_relaxed)) {
+  }
+}
+
+// Runs the threadgroup's fibers until all have exited or the group failed.
+// Fibers run until they park (barrier, simd collective), exit, or (random
+// schedule) are preempted. When none is runnable: release one simd
+// collective per simdgroup where lanes wait at one, else the threadgroup
+// barrier if every live thread waits at the same one, else fail naming two
+// different sites.
+void Worker::schedule() {
+  const bool random = launch->schedule.random;
+  std::vector<uint32_t> runnable;
+  runnable.reserve(nthreads);
+  for (;;) {
+    if (!random) {
+      for (uint32_t i = 0; i < nthreads && !group_failed; ++i) {
+        Fiber& f = fibers[i];
+        while (f.state == State::Runnable && !group_failed) resume(&f);
+      }
+    } else {
+      runnable.clear();
+      for (uint32_t i = 0; i < nthreads; ++i)
+        if (fibers[i].state == State::Runnable) runnable.push_back(i);
+      while (!runnable.empty() && !group_failed) {
+        uint32_t k = rng.below(uint32_t(runnable.size()));
+        Fiber& f = fibers[runnable[k]];
+        resume(&f);
+        if (f.state != State::Runnable) {
+          runnable[k] = runnable.back();
+          runnable.pop_back();
+        }
+      }
+    }
+    if (group_failed) return;  // fibers are abandoned; their stacks are reused
+
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < nthreads; ++i)
+      if (fibers[i].state != State::Exited) ++live;
+    if (live == 0) return;
+
+    if (release_simd()) continue;
+
+    // Every live thread waits at a threadgroup barrier.
+    const Fiber* first = nullptr;
+    for (uint32_t i = 0; i < nthreads; ++i) {
+      const Fiber& f = fibers[i];
+      if (f.state != State::TgBarrier) continue;
+      if (!first) {
+        first = &f;
+      } else if (!same_site(f.site, first->site)) {
+        fail_group(0, "kernel '" + launch->kernel->name + "': threadgroup_barrier divergence: " +
+                          where(first) + " waits at " + site_str(first->site) + " while " +
+                          where(&f) + " waits at " + site_str(f.site) +
+                          " (every live thread of a threadgroup must reach the same barrier)");
+        return;
+      }
+    }
+    for (uint32_t i = 0; i < nthreads; ++i)
+      if (fibers[i].state == State::TgBarrier) fibers[i].state = State::Runnable;
+  }
+}
+
+// In each simdgroup whose lanes are parked at simd collectives, releases the
+// lanes parked at the earliest such site (in source order) together, handing
+// them the gathered values. Returns whether any lane was released.
+bool Worker::release_simd() {
+  bool any = false;
+  for (uint32_t base = 0; base < nthreads; base += kSimdWidth) {
+    const uint32_t end = std::min(nthreads, base + kSimdWidth);
+    const Fiber* pick = nullptr;
+    for (uint32_t i = base; i < end; ++i) {
+      const Fiber& f = fibers[i];
+      if (f.state != State::SimdBarrier && f.state != State::Exchange) continue;
+      if (!pick || site_before(f.site, pick->site)) pick = &f;
+    }
+    if (!pick) continue;
+    const State kind = pick->state;
+    const mlxn_emu_site site = pick->site;
+    uint32_t mask = 0;
+    for (uint32_t i = base; i < end; ++i) {
+      const Fiber& f = fibers[i];
+      if (f.state == kind && same_site(f.site, site)) mask |= 1u << (i - base);
+    }
+    if (kind == State::Exchange) {
+      const uint32_t size = pick->size;
+      for (uint32_t i = base; i < end; ++i) {
+        if (!(mask & (1u << (i - base)))) continue;
+        if (fibers[i].size != size) {
+          fail_group(i, "kernel '" + launch->kernel->name + "': simd collective at " +
+                            site_str(site) + " exchanged different sizes across lanes");
+          return true;
+        }
+      }
+      for (uint32_t i = base; i < end; ++i) {
+        if (!(mask & (1u << (i - base)))) continue;
+        uint8_t* all = static_cast<uint8_t*>(fibers[i].all);
+        std::memset(all, 0, size_t(size) * kSimdWidth);
+        for (uint32_t k = base; k < end; ++k)
+          if (mask & (1u << (k - base)))
+            std::memcpy(all + size_t(k - base) * size, fibers[k].mine, size);
+      }
+    }
+    for (uint32_t i = base; i < end; ++i) {
+      if (!(mask & (1u << (i - base)))) continue;
+      fibers[i].mask = mask;
+      fibers[i].state = State::Runnable;
+    }
+    any = true;
+  }
+  return any;
+}
+
+// ---------------------------------------------------------------- hooks --
+
+inline Fiber* fiber_of(mlxn_emu_thread* t) { return static_cast<Fiber*>(t->runtime); }
+
+inline void park(Fiber* f) { context_switch(&f->ctx, &f->worker->sched); }
+
+void hook_threadgroup_barrier(mlxn_emu_thread* t, mlxn_emu_site site, uint32_t) {
+  Fiber* f = fiber_of(t);
+  f->state = State::TgBarrier;
+  f->site = site;
+  park(f);
+}
+
+void hook_simdgroup_barrier(mlxn_emu_thread* t, mlxn_emu_site site, uint32_t) {
+  Fiber* f = fiber_of(t);
+  f->state = State::SimdBarrier;
+  f->site = site;
+  park(f);
+}
+
+uint32_t hook_simd_exchange(mlxn_emu_thread* t, mlxn_emu_site site, const void* mine, void* all,
+                            uint32_t size) {
+  Fiber* f = fiber_of(t);
+  f->state = State::Exchange;
+  f->site = site;
+  f->mine = mine;
+  f->all = all;
+  f->size = size;
+  park(f);
+  return f->mask;
+}
+
+[[noreturn]] void hook_fail(mlxn_emu_thread* t, const char* message, mlxn_emu_site site) {
+  Fiber* f = fiber_of(t);
+  Worker* w = f->worker;
+  w->fail_group(t->thread_index_in_threadgroup,
+                "kernel '" + w->launch->kernel->name + "': " + (message ? message : "failure") +
+                    " at " + site_str(site) + " (" + w->where(f) + ")");
+  f->state = State::Failed;
+  park(f);
+  __builtin_trap();  // a failed fiber is never resumed
+}
+
+void* hook_out_of_bounds(mlxn_emu_thread* t, uint32_t space, uint32_t binding, int64_t offset,
+                         uint64_t size, uint64_t length, mlxn_emu_site site) {
+  Fiber* f = fiber_of(t);
+  Worker* w = f->worker;
+  std::string what;
+  if (space == MLXN_EMU_SPACE_THREADGROUP && binding >= kMaxBindings)
+    what = "threadgroup variable";
+  else if (space == MLXN_EMU_SPACE_THREADGROUP)
+    what = "threadgroup memory [[threadgroup(" + std::to_string(binding) + ")]]";
+  else
+    what = std::string(space_name(space)) + " buffer [[buffer(" + std::to_string(binding) + ")]]";
+  w->job->error.offer(w->group_linear, t->thread_index_in_threadgroup,
+                      "kernel '" + w->launch->kernel->name + "': out-of-bounds access to " + what +
+                          " at byte offset " + std::to_string(offset) + " (access of " +
+                          std::to_string(size) + " bytes, binding length " + std::to_string(length) +
+                          ") at " + site_str(site) + " (" + w->where(f) + ")");
+  if (f->scratch.size() < size) f->scratch.assign(std::max<uint64_t>(size, 256), 0);
+  return f->scratch.data();
+}
+
+void hook_preempt(mlxn_emu_thread* t) {
+  Fiber* f = fiber_of(t);
+  if (!t->random_schedule) {
+    t->preempt_countdown = UINT32_MAX;
+    return;
+  }
+  t->preempt_countdown = 1 + f->worker->rng.below(8);
+  park(f);  // still Runnable: the scheduler picks any runnable thread next
+}
+
+void* hook_threadgroup_static(mlxn_emu_thread* t, uint32_t id, uint64_t size, uint64_t align) {
+  Fiber* f = fiber_of(t);
+  Worker* w = f->worker;
+  for (const StaticVar& v : w->statics)
+    if (v.id == id) return w->tg_memory + v.offset;
+  if (align == 0 || (align & (align - 1)) != 0) align = 16;
+  uint64_t off = (w->dynamic_bytes + w->static_bytes + align - 1) & ~(align - 1);
+  uint64_t new_static = off + size - w->dynamic_bytes;
+  if (off + size > kMaxThreadgroupMemory) {
+    w->fail_group(t->thread_index_in_threadgroup,
+                  "kernel '" + w->launch->kernel->name +
+                      "': threadgroup memory over the limit: " + std::to_string(w->dynamic_bytes) +
+                      " bytes dynamic + " + std::to_string(new_static) + " bytes static > " +
+                      std::to_string(kMaxThreadgroupMemory));
+    f->state = State::Failed;
+    park(f);
+    __builtin_trap();
+  }
+  std::memset(w->tg_memory + off, 0, size);
+  w->statics.push_back({id, off, size});
+  w->static_bytes = new_static;
+  return w->tg_memory + off;
+}
+
+const mlxn_emu_hooks kHooks = {
+    hook_threadgroup_barrier, hook_simdgroup_barrier, hook_simd_exchange, hook_out_of_bounds,
+    hook_preempt,             hook_threadgroup_static, hook_fail,
+};
+
+const mlxn_emu_hooks* hooks_table() { return &kHooks; }
+
+// ----------------------------------------------------------------- pool --
+
+class Pool {
+ public:
+  static Pool& get() {
+    // Never destroyed: its threads may outlive static destruction order.
+    static Pool* pool = new Pool();
+    return *pool;
+  }
+
+  uint32_t size() const { return uint32_t(threads_.size()); }
+
+  std::string run(const Launch& l) {
+    auto job = std::make_shared<Job>();
+    job->launch = &l;
+    job->total = uint64_t(l.grid[0]) * l.grid[1] * l.grid[2];
+    if (job->total == 0) return std::string();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(job);
+    }
+    cv_.notify_all();
+    std::unique_lock<std::mutex> lock(job->mu);
+    job->cv.wait(lock, [&] { return job->finished == job->total; });
+    return job->error.set ? job->error.text : std::string();
+  }
+
+ private:
+  Pool() {
+    uint32_t n = std::max(1u, std::thread::hardware_concurrency());
+    if (const char* e = std::getenv("MLX_NATIVE_EMU_THREADS")) {
+      long v = std::strtol(e, nullptr, 10);
+      if (v > 0 && v <= 4096) n = uint32_t(v);
+    }
+    for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this] { loop(); });
+    for (auto& t : threads_) t.detach();
+  }
+
+  void loop() {
+    auto worker = std::make_unique<Worker>();
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !queue_.empty(); });
+        job = queue_.front();
+      }
+      uint64_t done = 0;
+      for (;;) {
+        uint64_t i = job->next.fetch_add(1, std::memory_order_relaxed);
+        if (i >= job->total) break;
+        if (!job->failed.load(std::memory_order_relaxed)) worker->run_group(job.get(), i);
+        ++done;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!queue_.empty() && queue_.front() == job) queue_.pop_front();
+      }
+      if (done) {
+        std::lock_guard<std::mutex> lock(job->mu);
+        job->finished += done;
+        if (job->finished == job->total) job->cv.notify_all();
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace
+
+uint32_t worker_count() { return Pool::get().size(); }
+
+uint64_t dynamic_threadgroup_bytes(const Launch& l) {
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < kMaxBindings; ++i)
+    if (l.threadgroup_set & (1u << i)) total += (l.threadgroup_length[i] + 15) & ~uint64_t(15);
+  return total;
+}
+
+std::string check_launch(const Launch& l) {
+  const Kernel& k = *l.kernel;
+  const std::string who = "kernel '" + k.name + "': ";
+  for (int d = 0; d < 3; ++d) {
+    if (l.grid[d] == 0) return who + "threadgroups per grid must be positive (got " + xyz(l.grid) + ")";
+    if (l.threads[d] == 0)
+      return who + "threads per threadgroup must be positive (got " + xyz(l.threads) + ")";
+    if (uint64_t(l.grid[d]) * l.threads[d] > UINT32_MAX)
+      return who + "grid of " + xyz(l.grid) + " threadgroups of " + xyz(l.threads) +
+             " threads exceeds 2^32-1 threads in a dimension";
+  }
+  const uint64_t n = uint64_t(l.threads[0]) * l.threads[1] * l.threads[2];
+  if (n > kMaxThreadsPerThreadgroup)
+    return who + "threads per threadgroup " + xyz(l.threads) + " = " + std::to_string(n) +
+           " exceeds the device limit of " + std::to_string(kMaxThreadsPerThreadgroup);
+  if (n > k.max_threads)
+    return who + "threads per threadgroup " + xyz(l.threads) + " = " + std::to_string(n) +
+           " exceeds the pipeline's maximum of " + std::to_string(k.max_threads);
+  const uint64_t dyn = dynamic_threadgroup_bytes(l);
+  const uint64_t stat = k.static_threadgroup_bytes.load(std::memory_order_relaxed);
+  if (dyn + stat > kMaxThreadgroupMemory)
+    return who + "threadgroup memory " + std::to_string(dyn) + " bytes dynamic + " +
+           std::to_string(stat) + " bytes static exceeds the device limit of " +
+           std::to_string(kMaxThreadgroupMemory) + " bytes";
+  for (uint32_t idx : k.buffer_indices)
+    if (idx >= kMaxBindings || !(l.buffer_set & (1u << idx)))
+      return who + "[[buffer(" + std::to_string(idx) + ")]] is not bound";
+  for (uint32_t idx : k.threadgroup_indices)
+    if (idx >= kMaxBindings || !(l.threadgroup_set & (1u << idx)))
+      return who + "[[threadgroup(" + std::to_string(idx) + ")]] has no threadgroup memory length";
+  return std::string();
+}
+
+std::string execute(const Launch& l) { return Pool::get().run(l); }
+
+}  // namespace mlxn::emu

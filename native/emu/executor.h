@@ -1,0 +1,74 @@
+// Execution of one dispatch on the CPU: threadgroups spread over a pool of OS
+// threads; inside a threadgroup, one fiber per GPU thread, scheduled
+// cooperatively, with barriers and simd collectives matched by call site.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../include/mlx_native.h"
+#include "shim/mlxn_emu_kernel_abi.h"
+
+namespace mlxn::emu {
+
+// Apple GPU limits, enforced so that a kernel that runs here fits on Metal.
+constexpr uint32_t kMaxThreadsPerThreadgroup = 1024;
+constexpr uint64_t kMaxThreadgroupMemory = 32768;
+constexpr uint32_t kSimdWidth = MLXN_EMU_SIMD_WIDTH;
+constexpr uint32_t kMaxBindings = MLXN_EMU_MAX_BINDINGS;
+// Usable stack of each fiber (one per GPU thread).
+constexpr size_t kFiberStackBytes = 256 * 1024;
+
+using KernelFn = void (*)(mlxn_emu_thread*);
+
+// A kernel entry point ready to run: what a pipeline holds.
+struct Kernel {
+  std::string name;
+  KernelFn fn = nullptr;
+  std::vector<uint32_t> buffer_indices;       // [[buffer(n)]] the kernel declares
+  std::vector<uint32_t> threadgroup_indices;  // [[threadgroup(n)]] the kernel declares
+  uint32_t max_threads = kMaxThreadsPerThreadgroup;
+  // Largest static threadgroup memory (bytes) seen in a run so far: the
+  // kernel's `threadgroup` variables are allocated when first reached.
+  std::atomic<uint64_t> static_threadgroup_bytes{0};
+};
+
+struct Schedule {
+  bool random = false;
+  uint64_t seed = 0x5eed;
+};
+
+// One dispatch, validated (check_launch) before it is executed.
+struct Launch {
+  Kernel* kernel = nullptr;
+  uint32_t grid[3] = {1, 1, 1};     // threadgroups per grid
+  uint32_t threads[3] = {1, 1, 1};  // threads per threadgroup
+  mlxn_emu_binding buffers[kMaxBindings] = {};
+  // Dynamic threadgroup memory: length per index (ptr unused here); a length of
+  // 0 with `threadgroup_set` false means unbound.
+  uint64_t threadgroup_length[kMaxBindings] = {};
+  uint32_t threadgroup_set = 0;  // bit i: [[threadgroup(i)]] has a length
+  uint32_t buffer_set = 0;       // bit i: [[buffer(i)]] is bound
+  Schedule schedule;
+};
+
+// Dynamic threadgroup memory a launch uses, each binding rounded up to 16
+// bytes as Metal requires.
+uint64_t dynamic_threadgroup_bytes(const Launch& l);
+
+// Checks limits and bindings (threads, threadgroup memory, every declared
+// binding present). Returns "" when the launch may run, else the reason.
+std::string check_launch(const Launch& l);
+
+// Runs the launch to completion on the worker pool; returns "" on success or
+// the first execution error (out-of-bounds access, barrier divergence,
+// threadgroup memory over the limit, a kernel-reported failure).
+std::string execute(const Launch& l);
+
+// Number of OS threads that execute threadgroups (MLX_NATIVE_EMU_THREADS,
+// default the number of cores).
+uint32_t worker_count();
+
+}  // namespace mlxn::emu
