@@ -1,0 +1,188 @@
+// Devices: the entry point. A Device owns its buffers, libraries, pipelines
+// and encoders; closing it frees them all.
+
+import type { Pointer } from 'bun:ffi';
+import { Buffer } from './buffer.ts';
+import { DTYPES, dtypeSize, isDType, type DType } from './dtype.ts';
+import { Encoder } from './encoder.ts';
+import { MlxError } from './errors.ts';
+import { DeviceState, releasedError, trackDevice, untrackDevice } from './handles.ts';
+import { Library, packConstants, type FunctionConstants } from './library.ts';
+import {
+  BACKENDS,
+  LIMIT,
+  check,
+  chooseBackend,
+  isBackendName,
+  loadBackend,
+  msgBuf,
+  msgCap,
+  outSlot,
+  readString,
+  takeHandle,
+  type BackendName,
+} from './native.ts';
+import { KernelRegistry } from './registry.ts';
+
+export interface DeviceLimits {
+  readonly maxThreadsPerThreadgroup: number;
+  /** Bytes. */
+  readonly maxThreadgroupMemory: number;
+  readonly simdWidth: number;
+  /** Bytes. */
+  readonly maxBufferLength: number;
+  /** True where buffers are host-visible (Buffer.view() is non-null). */
+  readonly sharedMemory: boolean;
+}
+
+export interface OpenOptions {
+  /** Default: MLX_NATIVE_BACKEND, else the best present (metal, then cuda, then emu). */
+  backend?: BackendName;
+  /** Which device of the backend; default 0. */
+  ordinal?: number;
+}
+
+export interface CompileOptions {
+  /** The file name that compile errors cite; default "source.metal" or "source.cu". */
+  name?: string;
+  constants?: FunctionConstants;
+}
+
+const encoder = new TextEncoder();
+
+export class Device {
+  readonly backend: BackendName;
+  readonly name: string;
+  readonly limits: DeviceLimits;
+  /** The library file this device's backend was loaded from. */
+  readonly libraryPath: string;
+  private readonly state: DeviceState;
+  private registry: KernelRegistry | null = null;
+
+  private constructor(state: DeviceState) {
+    this.state = state;
+    this.backend = state.lib.backend;
+    this.libraryPath = state.lib.path;
+    const sym = state.sym;
+    const h = state.handle;
+    this.name = readString((out, cap) => Number(sym.mlxn_device_name(h, out, cap)));
+    const limit = (key: number): number => Number(sym.mlxn_device_limit(h, key));
+    this.limits = Object.freeze({
+      maxThreadsPerThreadgroup: limit(LIMIT.maxThreadsPerThreadgroup),
+      maxThreadgroupMemory: limit(LIMIT.maxThreadgroupMemory),
+      simdWidth: limit(LIMIT.simdWidth),
+      maxBufferLength: limit(LIMIT.maxBufferLength),
+      sharedMemory: limit(LIMIT.sharedMemory) === 1,
+    });
+    trackDevice(this, state);
+  }
+
+  /** Opens a device; MlxError('DeviceNotFound') says what was tried and how to fix it. */
+  static open(opts: OpenOptions = {}): Device {
+    const backend = opts.backend ?? chooseBackend();
+    if (!isBackendName(backend)) {
+      throw new MlxError('InvalidArgument', `Device.open: backend must be one of ${BACKENDS.join(', ')} (got ${String(backend)})`);
+    }
+    const ordinal = opts.ordinal ?? 0;
+    if (!Number.isInteger(ordinal) || ordinal < 0) {
+      throw new MlxError('InvalidArgument', `Device.open: ordinal must be an integer >= 0 (got ${ordinal})`);
+    }
+    const lib = loadBackend(backend);
+    const count = lib.sym.mlxn_device_count();
+    if (ordinal >= count) {
+      throw new MlxError(
+        'DeviceNotFound',
+        `Device.open: ${backend} has ${count} device(s), so ordinal must be below ${count} (got ${ordinal}); library ${lib.path}`,
+      );
+    }
+    check(lib.sym.mlxn_device_open(ordinal, outSlot, msgBuf, msgCap), `Device.open(${backend} #${ordinal})`);
+    return new Device(new DeviceState(lib, takeHandle()));
+  }
+
+  private handle(): Pointer {
+    if (this.state.closed) throw releasedError(`device ${this.name}`);
+    return this.state.handle;
+  }
+
+  get closed(): boolean {
+    return this.state.closed;
+  }
+
+  /** A zero-filled buffer of the dtype and shape ([] is a scalar). */
+  alloc(dtype: DType, shape: readonly number[]): Buffer {
+    const h = this.handle();
+    if (!isDType(dtype)) {
+      throw new MlxError('UnsupportedDtype', `Device.alloc: dtype must be one of ${DTYPES.join(', ')} (got ${String(dtype)})`);
+    }
+    let count = 1;
+    for (let i = 0; i < shape.length; i++) {
+      const d = shape[i]!;
+      if (!Number.isInteger(d) || d <= 0) {
+        throw new MlxError('InvalidArgument', `Device.alloc: shape[${i}] must be a positive integer (got ${d}) in shape [${shape.join(', ')}]`);
+      }
+      count *= d;
+      if (!Number.isSafeInteger(count * dtypeSize(dtype))) {
+        throw new MlxError('InvalidArgument', `Device.alloc: the byte length of shape [${shape.join(', ')}] must be below 2^53 (it overflows)`);
+      }
+    }
+    const bytes = count * dtypeSize(dtype);
+    check(
+      this.state.sym.mlxn_buffer_alloc(h, bytes, outSlot, msgBuf, msgCap),
+      `Device.alloc(${dtype} [${shape.join(', ')}], ${bytes} bytes)`,
+    );
+    return new Buffer(this, this.state, dtype, shape, count, takeHandle());
+  }
+
+  /** A buffer holding `data`, converted to dtype (f16/bf16 rounded to nearest even). */
+  upload(dtype: DType, shape: readonly number[], data: ArrayLike<number>): Buffer {
+    const buf = this.alloc(dtype, shape);
+    try {
+      buf.writeNumbers(data);
+    } catch (e) {
+      buf.release();
+      throw e;
+    }
+    return buf;
+  }
+
+  /** Compiles kernel source for this backend (MSL for metal and emu, CUDA C++ for cuda). */
+  compile(source: string, opts: CompileOptions = {}): Library {
+    const h = this.handle();
+    const name = opts.name ?? (this.backend === 'cuda' ? 'source.cu' : 'source.metal');
+    const constants = packConstants(opts.constants);
+    const src = encoder.encode(source);
+    check(
+      this.state.sym.mlxn_library_compile(h, src, src.length, name, constants, constants.length / 3, outSlot, msgBuf, msgCap),
+      `compile ${name}`,
+    );
+    return new Library(this, this.state, name, takeHandle());
+  }
+
+  encoder(): Encoder {
+    this.handle();
+    return new Encoder(this, this.state);
+  }
+
+  /** The device's kernel registry (one per device). */
+  get kernels(): KernelRegistry {
+    this.handle();
+    if (this.registry === null) this.registry = new KernelRegistry(this);
+    return this.registry;
+  }
+
+  /** Sets a backend option; the emulator knows "schedule" (sequential | random) and "seed". */
+  setOption(key: string, value: string): void {
+    check(this.state.sym.mlxn_device_set_option(this.handle(), key, value, msgBuf, msgCap), `Device.setOption(${key}=${value})`);
+  }
+
+  /** Frees every buffer, library, pipeline and encoder of the device, then the device. */
+  close(): void {
+    if (this.state.closed) return;
+    untrackDevice(this);
+    this.state.close();
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+}

@@ -1,0 +1,23 @@
+// mlx-native: GPU kernels for LLM inference from Bun. The public core API.
+
+export { Buffer } from './buffer.ts';
+export { Device, type CompileOptions, type DeviceLimits, type OpenOptions } from './device.ts';
+export {
+  bf16BitsToF32,
+  dtypeSize,
+  f16BitsToF32,
+  f32ToBf16Bits,
+  f32ToF16Bits,
+  fromBf16,
+  fromF16,
+  toBf16,
+  toF16,
+  type DType,
+  type TypedArray,
+} from './dtype.ts';
+export { Encoder, type Dim3, type DispatchBindings } from './encoder.ts';
+export { MlxError, type MlxErrorKind } from './errors.ts';
+export { Library, Pipeline, type FunctionConstantType, type FunctionConstants } from './library.ts';
+export type { BackendName } from './native.ts';
+export { KernelRegistry, type FamilySources } from './registry.ts';
+export * from './validate.ts';

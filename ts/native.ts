@@ -1,0 +1,256 @@
+// The bun:ffi binding of native/include/mlx_native.h, and the loader that
+// finds a backend library.
+//
+// SYMBOLS is the one table of every function in the header
+// (tests/contract-ts.test.ts holds it against the header). Type mapping:
+// handles and other pointers -> 'ptr'; const char* arguments -> 'cstring'
+// (bun passes a JS string as NUL-terminated UTF-8); uint64_t -> 'u64', or
+// 'u64_fast' for returned sizes so they come back as numbers; mlxn_status and
+// int32_t -> 'i32'.
+
+import { dlopen, FFIType as T, type Library, type Pointer } from 'bun:ffi';
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join, resolve } from 'node:path';
+import { MlxError, statusKind } from './errors.ts';
+
+export const ABI_VERSION = 1;
+
+export const SYMBOLS = {
+  mlxn_abi_version: { args: [], returns: T.u32 },
+  mlxn_backend_name: { args: [], returns: T.cstring },
+  mlxn_device_count: { args: [], returns: T.u32 },
+
+  mlxn_device_open: { args: [T.u32, T.ptr, T.ptr, T.u64], returns: T.i32 },
+  mlxn_device_close: { args: [T.ptr], returns: T.void },
+  mlxn_device_name: { args: [T.ptr, T.ptr, T.u64], returns: T.u64_fast },
+  mlxn_device_limit: { args: [T.ptr, T.u32], returns: T.u64_fast },
+  mlxn_device_set_option: { args: [T.ptr, T.cstring, T.cstring, T.ptr, T.u64], returns: T.i32 },
+
+  mlxn_buffer_alloc: { args: [T.ptr, T.u64, T.ptr, T.ptr, T.u64], returns: T.i32 },
+  mlxn_buffer_release: { args: [T.ptr], returns: T.void },
+  mlxn_buffer_length: { args: [T.ptr], returns: T.u64_fast },
+  mlxn_buffer_host_ptr: { args: [T.ptr], returns: T.ptr },
+  mlxn_buffer_write: { args: [T.ptr, T.u64, T.ptr, T.u64, T.ptr, T.u64], returns: T.i32 },
+  mlxn_buffer_read: { args: [T.ptr, T.u64, T.ptr, T.u64, T.ptr, T.u64], returns: T.i32 },
+
+  mlxn_library_compile: {
+    args: [T.ptr, T.ptr, T.u64, T.cstring, T.ptr, T.u32, T.ptr, T.ptr, T.u64],
+    returns: T.i32,
+  },
+  mlxn_library_release: { args: [T.ptr], returns: T.void },
+  mlxn_library_kernel_names: { args: [T.ptr, T.ptr, T.u64], returns: T.u64_fast },
+
+  mlxn_pipeline_create: { args: [T.ptr, T.cstring, T.ptr, T.ptr, T.u64], returns: T.i32 },
+  mlxn_pipeline_release: { args: [T.ptr], returns: T.void },
+  mlxn_pipeline_max_threads: { args: [T.ptr], returns: T.u32 },
+  mlxn_pipeline_static_threadgroup_memory: { args: [T.ptr], returns: T.u64_fast },
+
+  mlxn_encoder_create: { args: [T.ptr, T.ptr, T.ptr, T.u64], returns: T.i32 },
+  mlxn_encoder_release: { args: [T.ptr], returns: T.void },
+  mlxn_encoder_dispatch: { args: [T.ptr, T.ptr, T.u64, T.ptr, T.u64], returns: T.i32 },
+  mlxn_encoder_barrier: { args: [T.ptr, T.ptr, T.u64], returns: T.i32 },
+  mlxn_encoder_commit: { args: [T.ptr, T.ptr, T.u64], returns: T.i32 },
+  mlxn_encoder_wait: { args: [T.ptr, T.ptr, T.u64], returns: T.i32 },
+  mlxn_encoder_status: { args: [T.ptr], returns: T.i32 },
+  mlxn_encoder_gpu_time_ns: { args: [T.ptr], returns: T.u64_fast },
+} as const;
+
+export type Symbols = Library<typeof SYMBOLS>['symbols'];
+
+// Constants of the header that the TypeScript side uses.
+export const MLXN_OK = 0;
+export const LIMIT = {
+  maxThreadsPerThreadgroup: 0,
+  maxThreadgroupMemory: 1,
+  simdWidth: 2,
+  maxBufferLength: 3,
+  sharedMemory: 4,
+} as const;
+export const CONST_TYPE = { bool: 1, i32: 2, u32: 3, f32: 4, f16: 5, i16: 6, u16: 7 } as const;
+export const ENCODER_STATE = { recording: 0, pending: 1, completed: 2, error: 3 } as const;
+export const BIND = { buffer: 1, bytes: 2, threadgroupMemory: 3 } as const;
+export const DISPATCH_HEADER_BYTES = 48;
+export const DISPATCH_BINDING_BYTES = 24;
+export const MAX_BINDINGS = 31;
+
+export type BackendName = 'metal' | 'cuda' | 'emu';
+export const BACKENDS: readonly BackendName[] = ['metal', 'cuda', 'emu'];
+
+export function isBackendName(x: unknown): x is BackendName {
+  return x === 'metal' || x === 'cuda' || x === 'emu';
+}
+
+/** A loaded backend library. */
+export interface NativeLib {
+  readonly backend: BackendName;
+  readonly path: string;
+  readonly sym: Symbols;
+}
+
+// ---- messages and out-slots shared by every call (one host thread) ----
+
+const MSG_CAP = 16384;
+/** The message buffer handed to every fallible call. */
+export const msgBuf = new Uint8Array(MSG_CAP);
+export const msgCap = MSG_CAP;
+/** The out-parameter of calls that create a handle. */
+export const outSlot = new BigUint64Array(1);
+
+const decoder = new TextDecoder();
+
+export function cString(bytes: Uint8Array): string {
+  const end = bytes.indexOf(0);
+  return decoder.decode(end < 0 ? bytes : bytes.subarray(0, end));
+}
+
+/** The handle written to outSlot by the last create call. */
+export function takeHandle(): Pointer {
+  const h = Number(outSlot[0]);
+  outSlot[0] = 0n;
+  return h as Pointer;
+}
+
+/** Throws the MlxError of a non-zero status, with the native message after `context`. */
+export function check(status: number, context: string): void {
+  if (status !== MLXN_OK) throw statusError(status, context);
+}
+
+export function statusError(status: number, context: string): MlxError {
+  const text = cString(msgBuf);
+  msgBuf[0] = 0;
+  return new MlxError(statusKind(status), text.length > 0 ? `${context}: ${text}` : `${context}: status ${status}`);
+}
+
+/** Reads a string through a `(out, cap) -> full length` function, growing the buffer as needed. */
+export function readString(fill: (out: Uint8Array, cap: number) => number): string {
+  let buf = new Uint8Array(256);
+  for (;;) {
+    const full = fill(buf, buf.length);
+    if (full < buf.length) return cString(buf.subarray(0, full + 1));
+    buf = new Uint8Array(full + 1);
+  }
+}
+
+// ---- loader ----
+
+const PACKAGE_ROOT = resolve(import.meta.dir, '..');
+
+export function libraryFileName(backend: BackendName, platform: string = process.platform): string {
+  if (backend === 'metal') return 'libMlxNative.dylib';
+  return `libmlx_native_${backend}.${platform === 'darwin' ? 'dylib' : 'so'}`;
+}
+
+const BUILD_HINT: Record<BackendName, string> = {
+  emu: 'run `bash scripts/build-emu.sh` (needs clang++-19)',
+  cuda: 'run `bash scripts/build-cuda.sh` on a Linux machine with an NVIDIA GPU and the CUDA toolkit',
+  metal: 'run `bash scripts/build-metal.sh` on macOS, or `bun add @mlx-native/darwin-arm64`',
+};
+
+/** Where a backend's library is looked for, in order (MLX_NATIVE_LIB is handled by loadBackend). */
+export function candidatePaths(backend: BackendName): string[] {
+  const file = libraryFileName(backend);
+  const paths: string[] = [];
+  const pkg = `@mlx-native/${process.platform}-${process.arch}`;
+  try {
+    const req = createRequire(join(PACKAGE_ROOT, 'package.json'));
+    const dir = dirname(req.resolve(`${pkg}/package.json`));
+    paths.push(join(dir, file), join(dir, 'lib', file));
+  } catch {
+    // The platform package is optional: absent on every platform it is not built for.
+  }
+  paths.push(join(PACKAGE_ROOT, 'build', backend, file));
+  return paths;
+}
+
+const loaded = new Map<BackendName, NativeLib>();
+const failures = new Map<BackendName, MlxError>();
+
+function open(path: string): { lib: NativeLib } | { error: string } {
+  let sym: Symbols;
+  try {
+    sym = dlopen(path, SYMBOLS).symbols;
+  } catch (e) {
+    return { error: e instanceof Error ? e.message : String(e) };
+  }
+  const abi = sym.mlxn_abi_version();
+  if (abi !== ABI_VERSION) {
+    return { error: `ABI version ${abi}, this package needs ${ABI_VERSION}: rebuild the library from this checkout` };
+  }
+  const name = String(sym.mlxn_backend_name());
+  if (!isBackendName(name)) return { error: `backend name "${name}" is not one of ${BACKENDS.join(', ')}` };
+  return { lib: { backend: name, path, sym } };
+}
+
+/**
+ * Loads (once) the library of a backend: the file named by MLX_NATIVE_LIB when
+ * that names a library of this backend, else the platform package, else
+ * build/<backend>/. Throws MlxError('DeviceNotFound') listing every path tried.
+ */
+export function loadBackend(backend: BackendName): NativeLib {
+  const done = loaded.get(backend);
+  if (done) return done;
+  const failed = failures.get(backend);
+  if (failed) throw failed;
+
+  const tried: string[] = [];
+  const override = process.env.MLX_NATIVE_LIB;
+  if (override) {
+    const r = existsSync(override) ? open(override) : { error: 'no such file' };
+    if ('lib' in r && r.lib.backend === backend) {
+      loaded.set(backend, r.lib);
+      return r.lib;
+    }
+    tried.push(`${override} (MLX_NATIVE_LIB): ${'lib' in r ? `a ${r.lib.backend} library, not ${backend}` : r.error}`);
+  }
+  for (const path of candidatePaths(backend)) {
+    if (!existsSync(path)) {
+      tried.push(`${path}: not found`);
+      continue;
+    }
+    const r = open(path);
+    if ('lib' in r && r.lib.backend === backend) {
+      loaded.set(backend, r.lib);
+      return r.lib;
+    }
+    tried.push(`${path}: ${'lib' in r ? `a ${r.lib.backend} library, not ${backend}` : r.error}`);
+  }
+  const err = new MlxError(
+    'DeviceNotFound',
+    `no ${backend} backend library could be loaded. Tried:\n  ${tried.join('\n  ')}\nTo fix: ${BUILD_HINT[backend]}, or set MLX_NATIVE_LIB to the library's path.`,
+  );
+  failures.set(backend, err);
+  throw err;
+}
+
+/**
+ * The backend to use when none is asked for: MLX_NATIVE_BACKEND, else metal on
+ * macOS, then cuda where its library loads and sees a device, else emu.
+ */
+export function chooseBackend(): BackendName {
+  const env = process.env.MLX_NATIVE_BACKEND;
+  if (env) {
+    if (!isBackendName(env)) {
+      throw new MlxError('InvalidArgument', `MLX_NATIVE_BACKEND must be one of ${BACKENDS.join(', ')} (got ${env})`);
+    }
+    return env;
+  }
+  const override = process.env.MLX_NATIVE_LIB;
+  if (override && existsSync(override)) {
+    const r = open(override);
+    if ('lib' in r) {
+      if (!loaded.has(r.lib.backend)) loaded.set(r.lib.backend, r.lib);
+      return r.lib.backend;
+    }
+  }
+  const order: BackendName[] = process.platform === 'darwin' ? ['metal', 'cuda'] : ['cuda'];
+  for (const b of order) {
+    try {
+      const lib = loadBackend(b);
+      if (lib.sym.mlxn_device_count() > 0) return b;
+    } catch {
+      // Not present here: fall through to the next candidate.
+    }
+  }
+  return 'emu';
+}

@@ -1,0 +1,11 @@
+// Kernel sources are imported as text:
+//   import src from '../../shaders/rms_norm.metal' with { type: 'text' };
+declare module '*.metal' {
+  const source: string;
+  export default source;
+}
+
+declare module '*.cu' {
+  const source: string;
+  export default source;
+}

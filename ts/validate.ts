@@ -1,0 +1,57 @@
+// Argument checks shared by the ops. Every message names the op, the
+// argument, what was expected and what was given:
+//   "<op>: <arg> must be <expected> (got <actual>)"
+
+import type { Buffer } from './buffer.ts';
+import type { DType } from './dtype.ts';
+import { MlxError } from './errors.ts';
+
+function show(actual: unknown): string {
+  if (Array.isArray(actual)) return `[${actual.map(show).join(', ')}]`;
+  if (typeof actual === 'string') return JSON.stringify(actual);
+  return String(actual);
+}
+
+export function invalid(op: string, arg: string, expected: string, actual: unknown): MlxError {
+  return new MlxError('InvalidArgument', `${op}: ${arg} must be ${expected} (got ${show(actual)})`);
+}
+
+/** value is an integer > 0. */
+export function checkPositive(op: string, arg: string, value: number): void {
+  if (!Number.isSafeInteger(value) || value <= 0) throw invalid(op, arg, 'a positive integer', value);
+}
+
+/** value is a multiple of `of` (named ofName in the message when given). */
+export function checkMultiple(op: string, arg: string, value: number, of: number, ofName?: string): void {
+  if (value % of !== 0) throw invalid(op, arg, `a multiple of ${ofName === undefined ? of : `${ofName} (${of})`}`, value);
+}
+
+/** value <= max (named maxName in the message when given). */
+export function checkAtMost(op: string, arg: string, value: number, max: number, maxName?: string): void {
+  if (!(value <= max)) throw invalid(op, arg, `at most ${maxName === undefined ? max : `${maxName} (${max})`}`, value);
+}
+
+/** The buffer's dtype is `dtype`, or one of them. */
+export function checkDtype(op: string, arg: string, buf: Buffer, dtype: DType | readonly DType[]): void {
+  const ok = typeof dtype === 'string' ? buf.dtype === dtype : dtype.includes(buf.dtype);
+  if (!ok) throw invalid(op, `${arg}.dtype`, typeof dtype === 'string' ? dtype : `one of ${dtype.join(', ')}`, buf.dtype);
+}
+
+/** The buffer holds exactly `expected` elements. */
+export function checkElements(op: string, arg: string, buf: Buffer, expected: number): void {
+  if (buf.elementCount !== expected) {
+    throw invalid(op, `${arg}.elementCount`, `${expected}`, `${buf.elementCount}, shape [${buf.shape.join(', ')}]`);
+  }
+}
+
+/** The product of the factors, checked to stay an exact integer (at most 2^53 - 1). */
+export function checkedProduct(op: string, arg: string, ...factors: number[]): number {
+  let p = 1;
+  for (const f of factors) {
+    p *= f;
+    if (!Number.isSafeInteger(p)) {
+      throw invalid(op, arg, 'a product of integers at most 2^53 - 1', `${factors.join(' * ')}`);
+    }
+  }
+  return p;
+}
