@@ -1,0 +1,304 @@
+// Fused RMS norm + residual ops (Gemma 4 sub-layer boundaries).
+// Kernels: shaders/fused_norm.metal. One threadgroup per row.
+
+import src from '../../shaders/fused_norm.metal' with { type: 'text' };
+import type { Buffer } from '../buffer.ts';
+import type { DType } from '../dtype.ts';
+import type { Encoder } from '../encoder.ts';
+import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
+
+export const FUSED_NORM_FAMILY = 'fused_norm';
+export const FUSED_NORM_KERNELS = [
+  'fused_norm_add_f32',
+  'fused_norm_add_bf16',
+  'fused_residual_norm_f32',
+  'fused_residual_norm_bf16',
+  'fused_residual_norm_scalar_f32',
+  'fused_norm_add_scalar_f32',
+] as const;
+
+/** Kernels index rows * dim elements with 32-bit unsigned integers. */
+export const MAX_ELEMENTS_U32 = 0xffff_ffff;
+/** Threads per threadgroup the ops use at most (one row per threadgroup). */
+export const FUSED_NORM_MAX_THREADS = 256;
+
+export type ParamType = 'u32' | 'f32';
+/** One field of a kernel's parameter struct, as the .metal file declares it. */
+export interface ParamField {
+  readonly name: string;
+  readonly type: ParamType;
+  readonly offset: number;
+}
+/** One scalar argument bound by itself at a buffer index. */
+export interface ScalarArg {
+  readonly name: string;
+  readonly type: ParamType;
+  readonly binding: number;
+}
+
+/** The (dim, rows, eps) scalars of fused_norm_add_{f32,bf16}, bound at 4, 5, 6. */
+export const FUSED_NORM_ADD_ARGS: readonly ScalarArg[] = [
+  { name: 'dim', type: 'u32', binding: 4 },
+  { name: 'rows', type: 'u32', binding: 5 },
+  { name: 'eps', type: 'f32', binding: 6 },
+];
+/** struct FusedResidualNormParams (fused_residual_norm_{f32,bf16}, buffer 5). */
+export const FUSED_RESIDUAL_NORM_PARAMS_LAYOUT: readonly ParamField[] = [
+  { name: 'dim', type: 'u32', offset: 0 },
+  { name: 'rows', type: 'u32', offset: 4 },
+  { name: 'eps', type: 'f32', offset: 8 },
+  { name: 'write_sum', type: 'u32', offset: 12 },
+];
+/** struct FusedResidualNormScalarF32Params (fused_residual_norm_scalar_f32, buffer 5). */
+export const FUSED_RESIDUAL_NORM_SCALAR_PARAMS_LAYOUT: readonly ParamField[] = [
+  { name: 'dim', type: 'u32', offset: 0 },
+  { name: 'rows', type: 'u32', offset: 4 },
+  { name: 'eps', type: 'f32', offset: 8 },
+  { name: 'scalar_is_vector', type: 'u32', offset: 12 },
+];
+/** struct FusedNormAddScalarF32Params (fused_norm_add_scalar_f32, buffer 5). */
+export const FUSED_NORM_ADD_SCALAR_PARAMS_LAYOUT: readonly ParamField[] = [
+  { name: 'dim', type: 'u32', offset: 0 },
+  { name: 'rows', type: 'u32', offset: 4 },
+  { name: 'eps', type: 'f32', offset: 8 },
+  { name: 'scalar_is_vector', type: 'u32', offset: 12 },
+];
+
+/** Packs values into a struct of the given layout (little-endian, 4-byte fields). */
+export function packFields(layout: readonly ParamField[], values: Readonly<Record<string, number>>): Uint8Array {
+  const size = layout.reduce((end, f) => Math.max(end, f.offset + 4), 0);
+  const bytes = new Uint8Array(size);
+  const view = new DataView(bytes.buffer);
+  for (const f of layout) {
+    const v = values[f.name];
+    if (v === undefined) throw new Error(`packFields: no value for field ${f.name}`);
+    if (f.type === 'u32') view.setUint32(f.offset, v, true);
+    else view.setFloat32(f.offset, v, true);
+  }
+  return bytes;
+}
+
+/** Shape and epsilon shared by every fused norm op. */
+export interface FusedNormParams {
+  /** Rows, each normalized independently. */
+  rows: number;
+  /** Elements per row. */
+  dim: number;
+  /** Added to mean(x^2) under the square root. */
+  eps: number;
+}
+
+export interface FusedNormAddBuffers {
+  residual: Buffer;
+  input: Buffer;
+  weight: Buffer;
+  output: Buffer;
+}
+export interface FusedResidualNormBuffers {
+  residual: Buffer;
+  input: Buffer;
+  weight: Buffer;
+  normedOutput: Buffer;
+  /** When given, residual + input is also stored here. */
+  sumOutput?: Buffer;
+}
+export interface FusedNormScalarBuffers {
+  residual: Buffer;
+  input: Buffer;
+  weight: Buffer;
+  output: Buffer;
+  /** One element (applied to all) or dim elements (per column). */
+  scalar: Buffer;
+}
+
+export function packFusedNormAddArgs(p: FusedNormParams): Record<number, Uint8Array> {
+  const u = (v: number) => new Uint8Array(new Uint32Array([v]).buffer);
+  const f = (v: number) => new Uint8Array(new Float32Array([v]).buffer);
+  return { 4: u(p.dim), 5: u(p.rows), 6: f(p.eps) };
+}
+export function packFusedResidualNormParams(p: FusedNormParams & { writeSum: boolean }): Uint8Array {
+  return packFields(FUSED_RESIDUAL_NORM_PARAMS_LAYOUT, {
+    dim: p.dim, rows: p.rows, eps: p.eps, write_sum: p.writeSum ? 1 : 0,
+  });
+}
+export function packFusedResidualNormScalarParams(p: FusedNormParams & { scalarIsVector: boolean }): Uint8Array {
+  return packFields(FUSED_RESIDUAL_NORM_SCALAR_PARAMS_LAYOUT, {
+    dim: p.dim, rows: p.rows, eps: p.eps, scalar_is_vector: p.scalarIsVector ? 1 : 0,
+  });
+}
+export function packFusedNormAddScalarParams(p: FusedNormParams & { scalarIsVector: boolean }): Uint8Array {
+  return packFields(FUSED_NORM_ADD_SCALAR_PARAMS_LAYOUT, {
+    dim: p.dim, rows: p.rows, eps: p.eps, scalar_is_vector: p.scalarIsVector ? 1 : 0,
+  });
+}
+
+/** Rules shared by every fused norm op; returns rows * dim. */
+function validateShape(op: string, p: FusedNormParams): number {
+  checkPositive(op, 'rows', p.rows);
+  checkPositive(op, 'dim', p.dim);
+  if (!Number.isFinite(p.eps) || p.eps < 0) throw invalid(op, 'eps', 'a finite number >= 0', p.eps);
+  const n = checkedProduct(op, 'rows * dim', p.rows, p.dim);
+  checkAtMost(op, 'rows * dim', n, MAX_ELEMENTS_U32, 'the 32-bit index limit');
+  return n;
+}
+
+/** Dtype of the activations (input's), checked against the allowed ones. */
+function activationDtype(op: string, input: Buffer, allowed: readonly DType[]): DType {
+  checkDtype(op, 'input', input, allowed);
+  return input.dtype;
+}
+
+export function validateFusedNormAdd(p: FusedNormParams, b: FusedNormAddBuffers): DType {
+  const op = 'fused_norm_add';
+  const n = validateShape(op, p);
+  const dt = activationDtype(op, b.input, ['f32', 'bf16']);
+  checkDtype(op, 'residual', b.residual, dt);
+  checkDtype(op, 'weight', b.weight, dt);
+  checkDtype(op, 'output', b.output, dt);
+  checkElements(op, 'residual', b.residual, n);
+  checkElements(op, 'input', b.input, n);
+  checkElements(op, 'weight', b.weight, p.dim);
+  checkElements(op, 'output', b.output, n);
+  return dt;
+}
+
+export function validateFusedResidualNorm(p: FusedNormParams, b: FusedResidualNormBuffers): DType {
+  const op = 'fused_residual_norm';
+  const n = validateShape(op, p);
+  const dt = activationDtype(op, b.input, ['f32', 'bf16']);
+  checkDtype(op, 'residual', b.residual, dt);
+  checkDtype(op, 'weight', b.weight, dt);
+  checkDtype(op, 'normedOutput', b.normedOutput, dt);
+  if (b.sumOutput !== undefined) checkDtype(op, 'sumOutput', b.sumOutput, dt);
+  checkElements(op, 'residual', b.residual, n);
+  checkElements(op, 'input', b.input, n);
+  checkElements(op, 'weight', b.weight, p.dim);
+  checkElements(op, 'normedOutput', b.normedOutput, n);
+  if (b.sumOutput !== undefined) checkElements(op, 'sumOutput', b.sumOutput, n);
+  return dt;
+}
+
+/** Validates a scalar op; returns whether scalar is per column (dim elements, dim > 1). */
+function validateScalarOp(op: string, p: FusedNormParams, b: FusedNormScalarBuffers): boolean {
+  const n = validateShape(op, p);
+  activationDtype(op, b.input, ['f32']);
+  checkDtype(op, 'residual', b.residual, 'f32');
+  checkDtype(op, 'weight', b.weight, 'f32');
+  checkDtype(op, 'output', b.output, 'f32');
+  checkDtype(op, 'scalar', b.scalar, 'f32');
+  checkElements(op, 'residual', b.residual, n);
+  checkElements(op, 'input', b.input, n);
+  checkElements(op, 'weight', b.weight, p.dim);
+  checkElements(op, 'output', b.output, n);
+  const sc = b.scalar.elementCount;
+  if (sc !== 1 && sc !== p.dim) {
+    throw invalid(op, 'scalar', `1 or dim (${p.dim}) elements`, `${sc} elements`);
+  }
+  return sc !== 1;
+}
+
+export function validateFusedResidualNormScalar(p: FusedNormParams, b: FusedNormScalarBuffers): boolean {
+  return validateScalarOp('fused_residual_norm_scalar', p, b);
+}
+export function validateFusedNormAddScalar(p: FusedNormParams, b: FusedNormScalarBuffers): boolean {
+  return validateScalarOp('fused_norm_add_scalar', p, b);
+}
+
+function nextPow2(n: number): number {
+  let p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+/** Threads per row and the threadgroup(0) bytes (one float per simdgroup, 16-byte multiple). */
+export function fusedNormThreadgroup(dim: number): { threads: number; sharedBytes: number } {
+  const threads = Math.min(FUSED_NORM_MAX_THREADS, nextPow2(dim));
+  const simdgroups = Math.ceil(threads / 32);
+  return { threads, sharedBytes: Math.ceil((simdgroups * 4) / 16) * 16 };
+}
+
+function pipeline(enc: Encoder, kernel: (typeof FUSED_NORM_KERNELS)[number]) {
+  const registry = enc.device.kernels;
+  registry.register(FUSED_NORM_FAMILY, { metal: src }, FUSED_NORM_KERNELS);
+  return registry.pipeline(kernel);
+}
+
+function dispatchRows(
+  enc: Encoder, kernel: (typeof FUSED_NORM_KERNELS)[number], p: FusedNormParams,
+  buffers: Record<number, Buffer>, bytes: Record<number, Uint8Array>,
+): void {
+  const { threads, sharedBytes } = fusedNormThreadgroup(p.dim);
+  enc.dispatch(pipeline(enc, kernel), { buffers, bytes, threadgroupMemory: { 0: sharedBytes } },
+    [p.rows, 1, 1], [threads, 1, 1]);
+}
+
+/**
+ * fused_norm_add: output = residual + input * rmsInv(input) * weight, per row,
+ * rmsInv(x) = 1 / sqrt(mean(x^2) + eps) (Gemma 4's post-attention / post-FFN order).
+ *
+ * Layouts: residual, input, output [rows, dim]; weight [dim]. All f32
+ * (fused_norm_add_f32) or all bf16 (fused_norm_add_bf16, f32 arithmetic);
+ * the kernel is chosen by input's dtype.
+ * Bindings: 0 residual, 1 input, 2 weight, 3 output, 4 dim (u32), 5 rows (u32),
+ * 6 eps (f32); threadgroup(0) one float per simdgroup.
+ * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
+ */
+export function fusedNormAdd(enc: Encoder, args: FusedNormAddBuffers & FusedNormParams): void {
+  const dt = validateFusedNormAdd(args, args);
+  dispatchRows(enc, dt === 'bf16' ? 'fused_norm_add_bf16' : 'fused_norm_add_f32', args,
+    { 0: args.residual, 1: args.input, 2: args.weight, 3: args.output }, packFusedNormAddArgs(args));
+}
+
+/**
+ * fused_residual_norm: sum = residual + input; normedOutput = sum * rmsInv(sum) * weight,
+ * per row; sum also stored to sumOutput when given (the next layer's residual).
+ *
+ * Layouts: residual, input, normedOutput, sumOutput [rows, dim]; weight [dim].
+ * All f32 (fused_residual_norm_f32) or all bf16 (fused_residual_norm_bf16: the
+ * sum is kept in f32 for the norm and rounded to bf16 only when stored).
+ * Bindings: 0 residual, 1 input, 2 weight, 3 normedOutput, 4 sumOutput
+ * (normedOutput stands in when absent; write_sum = 0 keeps it unwritten),
+ * 5 FusedResidualNormParams; threadgroup(0) one float per simdgroup.
+ * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
+ */
+export function fusedResidualNorm(enc: Encoder, args: FusedResidualNormBuffers & FusedNormParams): void {
+  const dt = validateFusedResidualNorm(args, args);
+  const writeSum = args.sumOutput !== undefined;
+  dispatchRows(enc, dt === 'bf16' ? 'fused_residual_norm_bf16' : 'fused_residual_norm_f32', args,
+    { 0: args.residual, 1: args.input, 2: args.weight, 3: args.normedOutput, 4: args.sumOutput ?? args.normedOutput },
+    { 5: packFusedResidualNormParams({ ...args, writeSum }) });
+}
+
+/**
+ * fused_residual_norm_scalar: sum = residual + input;
+ * output = sum * rmsInv(sum) * weight * scalar, per row.
+ *
+ * Layouts (f32): residual, input, output [rows, dim]; weight [dim]; scalar [1]
+ * (applied to every element) or [dim] (per column).
+ * Bindings: 0 residual, 1 input, 2 weight, 3 output, 4 scalar,
+ * 5 FusedResidualNormScalarF32Params; threadgroup(0) one float per simdgroup.
+ * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
+ */
+export function fusedResidualNormScalar(enc: Encoder, args: FusedNormScalarBuffers & FusedNormParams): void {
+  const scalarIsVector = validateFusedResidualNormScalar(args, args);
+  dispatchRows(enc, 'fused_residual_norm_scalar_f32', args,
+    { 0: args.residual, 1: args.input, 2: args.weight, 3: args.output, 4: args.scalar },
+    { 5: packFusedResidualNormScalarParams({ ...args, scalarIsVector }) });
+}
+
+/**
+ * fused_norm_add_scalar: output = (residual + input * rmsInv(input) * weight) * scalar,
+ * per row: Gemma 4's end of layer, the norm over input alone.
+ *
+ * Layouts (f32): residual, input, output [rows, dim]; weight [dim]; scalar [1]
+ * (applied to every element) or [dim] (per column).
+ * Bindings: 0 residual, 1 input, 2 weight, 3 output, 4 scalar,
+ * 5 FusedNormAddScalarF32Params; threadgroup(0) one float per simdgroup.
+ * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
+ */
+export function fusedNormAddScalar(enc: Encoder, args: FusedNormScalarBuffers & FusedNormParams): void {
+  const scalarIsVector = validateFusedNormAddScalar(args, args);
+  dispatchRows(enc, 'fused_norm_add_scalar_f32', args,
+    { 0: args.residual, 1: args.input, 2: args.weight, 3: args.output, 4: args.scalar },
+    { 5: packFusedNormAddScalarParams({ ...args, scalarIsVector }) });
+}

@@ -1,0 +1,134 @@
+// Fused MoE routing (softmax + top-k + renormalize + per-expert scale).
+// Kernels: shaders/moe_routing.metal. One threadgroup per token.
+
+import src from '../../shaders/moe_routing.metal' with { type: 'text' };
+import type { Buffer } from '../buffer.ts';
+import type { Encoder } from '../encoder.ts';
+import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct } from '../validate.ts';
+import { packFields, type ParamField } from './fused_norm.ts';
+
+export const MOE_ROUTING_FAMILY = 'moe_routing';
+export const MOE_ROUTING_KERNELS = ['fused_moe_routing_f32', 'fused_moe_routing_batch_f32'] as const;
+
+/** Threadgroup memory every backend offers (Apple's limit), in bytes. */
+export const THREADGROUP_MEMORY_LIMIT = 32768;
+/** Static threadgroup arrays of the kernels: 32 floats + 32 uints of arg-max partials. */
+export const MOE_ROUTING_STATIC_TG_BYTES = 256;
+/** The kernels keep one float per expert in threadgroup(0). */
+export const MOE_ROUTING_MAX_EXPERTS = (THREADGROUP_MEMORY_LIMIT - MOE_ROUTING_STATIC_TG_BYTES) / 4;
+export const MOE_ROUTING_MAX_THREADS = 256;
+const MAX_ELEMENTS_U32 = 0xffff_ffff;
+
+/** struct FusedMoeRoutingParams (buffer 4). */
+export const FUSED_MOE_ROUTING_PARAMS_LAYOUT: readonly ParamField[] = [
+  { name: 'num_experts', type: 'u32', offset: 0 },
+  { name: 'top_k', type: 'u32', offset: 4 },
+];
+
+export interface MoeRoutingParams {
+  numExperts: number;
+  /** Experts selected per token, 1..numExperts. */
+  topK: number;
+}
+export interface MoeRoutingBatchParams extends MoeRoutingParams {
+  nTokens: number;
+}
+export interface MoeRoutingBuffers {
+  /** f32 [nTokens, numExperts] */
+  logits: Buffer;
+  /** u32 [nTokens, topK], output */
+  expertIds: Buffer;
+  /** f32 [nTokens, topK], output */
+  routingWeights: Buffer;
+  /** f32 [numExperts] */
+  perExpertScale: Buffer;
+}
+
+export function packFusedMoeRoutingParams(p: MoeRoutingParams): Uint8Array {
+  return packFields(FUSED_MOE_ROUTING_PARAMS_LAYOUT, { num_experts: p.numExperts, top_k: p.topK });
+}
+
+function validate(op: string, p: MoeRoutingBatchParams, b: MoeRoutingBuffers): void {
+  checkPositive(op, 'nTokens', p.nTokens);
+  checkPositive(op, 'numExperts', p.numExperts);
+  checkPositive(op, 'topK', p.topK);
+  checkAtMost(op, 'topK', p.topK, p.numExperts, 'numExperts');
+  checkAtMost(op, 'numExperts', p.numExperts, MOE_ROUTING_MAX_EXPERTS,
+    `${MOE_ROUTING_MAX_EXPERTS} (one f32 per expert in ${THREADGROUP_MEMORY_LIMIT} bytes of threadgroup memory, ` +
+    `${MOE_ROUTING_STATIC_TG_BYTES} of them static)`);
+  const nLogits = checkedProduct(op, 'nTokens * numExperts', p.nTokens, p.numExperts);
+  checkAtMost(op, 'nTokens * numExperts', nLogits, MAX_ELEMENTS_U32, 'the 32-bit index limit');
+  const nOut = checkedProduct(op, 'nTokens * topK', p.nTokens, p.topK);
+  checkDtype(op, 'logits', b.logits, 'f32');
+  checkDtype(op, 'expertIds', b.expertIds, 'u32');
+  checkDtype(op, 'routingWeights', b.routingWeights, 'f32');
+  checkDtype(op, 'perExpertScale', b.perExpertScale, 'f32');
+  checkElements(op, 'logits', b.logits, nLogits);
+  checkElements(op, 'expertIds', b.expertIds, nOut);
+  checkElements(op, 'routingWeights', b.routingWeights, nOut);
+  checkElements(op, 'perExpertScale', b.perExpertScale, p.numExperts);
+}
+
+export function validateFusedMoeRouting(p: MoeRoutingParams, b: MoeRoutingBuffers): void {
+  validate('fused_moe_routing', { ...p, nTokens: 1 }, b);
+}
+export function validateFusedMoeRoutingBatch(p: MoeRoutingBatchParams, b: MoeRoutingBuffers): void {
+  validate('fused_moe_routing_batch', p, b);
+}
+
+function nextPow2(n: number): number {
+  let p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+/** Threads per token and the threadgroup(0) bytes (numExperts floats, 16-byte multiple). */
+export function moeRoutingThreadgroup(numExperts: number): { threads: number; sharedBytes: number } {
+  return {
+    threads: Math.min(MOE_ROUTING_MAX_THREADS, nextPow2(numExperts)),
+    sharedBytes: Math.ceil((numExperts * 4) / 16) * 16,
+  };
+}
+
+function dispatch(enc: Encoder, kernel: (typeof MOE_ROUTING_KERNELS)[number], p: MoeRoutingBatchParams,
+  b: MoeRoutingBuffers): void {
+  const registry = enc.device.kernels;
+  registry.register(MOE_ROUTING_FAMILY, { metal: src }, MOE_ROUTING_KERNELS);
+  const { threads, sharedBytes } = moeRoutingThreadgroup(p.numExperts);
+  enc.dispatch(registry.pipeline(kernel), {
+    buffers: { 0: b.logits, 1: b.expertIds, 2: b.routingWeights, 3: b.perExpertScale },
+    bytes: { 4: packFusedMoeRoutingParams(p) },
+    threadgroupMemory: { 0: sharedBytes },
+  }, [p.nTokens, 1, 1], [threads, 1, 1]);
+}
+
+/**
+ * fused_moe_routing (one token):
+ *   p = softmax(logits); ids = the topK experts by p, largest first, equal p in
+ *   increasing expert index; routingWeights[k] = p[ids[k]] / sum_j p[ids[j]]
+ *   * perExpertScale[ids[k]]; all zeros when that sum is not positive (every
+ *   logit -inf).
+ *
+ * Layouts: logits f32 [numExperts]; expertIds u32 [topK]; routingWeights f32
+ * [topK]; perExpertScale f32 [numExperts].
+ * Bindings: 0 logits, 1 expertIds, 2 routingWeights, 3 perExpertScale,
+ * 4 FusedMoeRoutingParams; threadgroup(0) numExperts floats.
+ * Grid: (1, 1, 1) threadgroup of min(256, nextPow2(numExperts)) threads.
+ */
+export function fusedMoeRouting(enc: Encoder, args: MoeRoutingBuffers & MoeRoutingParams): void {
+  validateFusedMoeRouting(args, args);
+  dispatch(enc, 'fused_moe_routing_f32', { ...args, nTokens: 1 }, args);
+}
+
+/**
+ * fused_moe_routing_batch: fused_moe_routing for nTokens tokens (prefill).
+ *
+ * Layouts: logits f32 [nTokens, numExperts]; expertIds u32 [nTokens, topK];
+ * routingWeights f32 [nTokens, topK]; perExpertScale f32 [numExperts].
+ * Bindings: as fused_moe_routing.
+ * Grid: (nTokens, 1, 1) threadgroups of min(256, nextPow2(numExperts)) threads.
+ */
+export function fusedMoeRoutingBatch(enc: Encoder, args: MoeRoutingBuffers & MoeRoutingBatchParams): void {
+  validateFusedMoeRoutingBatch(args, args);
+  dispatch(enc, 'fused_moe_routing_batch_f32', args, args);
+}

@@ -1,0 +1,98 @@
+// Per-head RMS norm times SiLU gate (gated delta net output stage).
+// Kernel: shaders/ssm_norm_gate.metal. One threadgroup per head vector.
+
+import src from '../../shaders/ssm_norm_gate.metal' with { type: 'text' };
+import type { Buffer } from '../buffer.ts';
+import type { Encoder } from '../encoder.ts';
+import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { packFields, type ParamField } from './fused_norm.ts';
+
+export const SSM_NORM_GATE_FAMILY = 'ssm_norm_gate';
+export const SSM_NORM_GATE_KERNELS = ['ssm_norm_gate_f32'] as const;
+/** d_v travels as an f32, exact up to 2^24. */
+export const SSM_NORM_GATE_MAX_DV = 1 << 24;
+export const SSM_NORM_GATE_MAX_THREADS = 256;
+const MAX_ELEMENTS_U32 = 0xffff_ffff;
+
+/** struct SsmNormGateParams (buffer 4): four floats. */
+export const SSM_NORM_GATE_PARAMS_LAYOUT: readonly ParamField[] = [
+  { name: 'eps', type: 'f32', offset: 0 },
+  { name: 'd_v', type: 'f32', offset: 4 },
+  { name: 'unused0', type: 'f32', offset: 8 },
+  { name: 'unused1', type: 'f32', offset: 12 },
+];
+
+export interface SsmNormGateParams {
+  /** Head vectors: tokens * value heads. */
+  rows: number;
+  /** Elements per head vector. */
+  dV: number;
+  eps: number;
+}
+export interface SsmNormGateBuffers {
+  /** f32 [rows, dV] */
+  attnOut: Buffer;
+  /** f32 [dV] */
+  weight: Buffer;
+  /** f32 [rows, dV] */
+  z: Buffer;
+  /** f32 [rows, dV], output */
+  output: Buffer;
+}
+
+export function packSsmNormGateParams(p: SsmNormGateParams): Uint8Array {
+  return packFields(SSM_NORM_GATE_PARAMS_LAYOUT, { eps: p.eps, d_v: p.dV, unused0: 0, unused1: 0 });
+}
+
+export function validateSsmNormGate(p: SsmNormGateParams, b: SsmNormGateBuffers): void {
+  const op = 'ssm_norm_gate';
+  checkPositive(op, 'rows', p.rows);
+  checkPositive(op, 'dV', p.dV);
+  checkAtMost(op, 'dV', p.dV, SSM_NORM_GATE_MAX_DV, '2^24 (d_v is passed as an f32)');
+  if (!Number.isFinite(p.eps) || p.eps < 0) throw invalid(op, 'eps', 'a finite number >= 0', p.eps);
+  const n = checkedProduct(op, 'rows * dV', p.rows, p.dV);
+  checkAtMost(op, 'rows * dV', n, MAX_ELEMENTS_U32, 'the 32-bit index limit');
+  checkDtype(op, 'attnOut', b.attnOut, 'f32');
+  checkDtype(op, 'weight', b.weight, 'f32');
+  checkDtype(op, 'z', b.z, 'f32');
+  checkDtype(op, 'output', b.output, 'f32');
+  checkElements(op, 'attnOut', b.attnOut, n);
+  checkElements(op, 'weight', b.weight, p.dV);
+  checkElements(op, 'z', b.z, n);
+  checkElements(op, 'output', b.output, n);
+}
+
+function nextPow2(n: number): number {
+  let p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+/** Threads per row and the threadgroup(0) bytes (one float per simdgroup, 16-byte multiple). */
+export function ssmNormGateThreadgroup(dV: number): { threads: number; sharedBytes: number } {
+  const threads = Math.min(SSM_NORM_GATE_MAX_THREADS, nextPow2(dV));
+  return { threads, sharedBytes: Math.ceil((Math.ceil(threads / 32) * 4) / 16) * 16 };
+}
+
+
+/**
+ * ssm_norm_gate: output[r, d] = attnOut[r, d] * rmsInv(attnOut[r, :]) * weight[d] * silu(z[r, d]),
+ * rmsInv(x) = 1 / sqrt(mean(x^2) + eps), silu(x) = x / (1 + exp(-x)).
+ *
+ * Layouts (f32): attnOut, z, output [rows, dV] (a row is one token's value
+ * head); weight [dV].
+ * Bindings: 0 attnOut, 1 weight, 2 z, 3 output, 4 SsmNormGateParams
+ * [eps, dV as f32, 0, 0]; threadgroup(0) one float per simdgroup.
+ * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dV)) threads.
+ */
+export function ssmNormGate(enc: Encoder, args: SsmNormGateBuffers & SsmNormGateParams): void {
+  validateSsmNormGate(args, args);
+  const registry = enc.device.kernels;
+  registry.register(SSM_NORM_GATE_FAMILY, { metal: src }, SSM_NORM_GATE_KERNELS);
+  const { threads, sharedBytes } = ssmNormGateThreadgroup(args.dV);
+  enc.dispatch(registry.pipeline('ssm_norm_gate_f32'), {
+    buffers: { 0: args.attnOut, 1: args.weight, 2: args.z, 3: args.output },
+    bytes: { 4: packSsmNormGateParams(args) },
+    threadgroupMemory: { 0: sharedBytes },
+  }, [args.rows, 1, 1], [threads, 1, 1]);
+}
