@@ -1,0 +1,181 @@
+// Shared test helpers: the backends present on this machine, seeded random
+// inputs, and error measures with tolerances by dtype.
+
+import { afterAll, describe, test } from 'bun:test';
+import { Device, MlxError, type BackendName } from '../ts/index.ts';
+
+export interface BackendCase {
+  label: string;
+  backend: BackendName;
+  options?: Record<string, string>;
+}
+
+/** The seed of the emu-random schedule: fixed, so a failure replays. */
+export const EMU_RANDOM_SEED = '20240611';
+
+const CASES: readonly BackendCase[] = [
+  { label: 'emu', backend: 'emu' },
+  { label: 'emu-random', backend: 'emu', options: { schedule: 'random', seed: EMU_RANDOM_SEED } },
+  { label: 'cuda', backend: 'cuda' },
+  { label: 'metal', backend: 'metal' },
+];
+
+const absence = new Map<BackendName, string | null>();
+
+/** Why the backend cannot open a device here, or null when it can (probed once). */
+export function backendAbsence(backend: BackendName): string | null {
+  let why = absence.get(backend);
+  if (why === undefined) {
+    try {
+      Device.open({ backend }).close();
+      why = null;
+    } catch (e) {
+      why = e instanceof MlxError || e instanceof Error ? e.message : String(e);
+    }
+    absence.set(backend, why);
+  }
+  return why;
+}
+
+/** Every backend case present: 'emu' and 'emu-random' where the emulator builds, 'cuda' / 'metal' where they open. */
+export function backends(): BackendCase[] {
+  return CASES.filter((c) => backendAbsence(c.backend) === null);
+}
+
+/** Opens a device of the case with its options set. */
+export function openDevice(c: BackendCase): Device {
+  const device = Device.open({ backend: c.backend });
+  for (const [k, v] of Object.entries(c.options ?? {})) device.setOption(k, v);
+  return device;
+}
+
+/**
+ * One describe block per backend case, named "<name> [<label>]": run where
+ * the backend is present, listed as skipped where it is not. The device is
+ * opened on first use and closed after the block. Under CI an absent
+ * emulator is a failure, since every kernel must run there.
+ */
+export function describeBackends(name: string, fn: (ctx: { device: () => Device; label: string }) => void): void {
+  for (const c of CASES) {
+    describe.if(backendAbsence(c.backend) === null)(`${name} [${c.label}]`, () => {
+      let dev: Device | null = null;
+      const device = (): Device => {
+        if (dev === null) dev = openDevice(c);
+        return dev;
+      };
+      afterAll(() => {
+        dev?.close();
+        dev = null;
+      });
+      fn({ device, label: c.label });
+    });
+  }
+  const emuMissing = backendAbsence('emu');
+  if (process.env.CI && emuMissing !== null) {
+    describe(name, () => {
+      test('the emu backend is present under CI', () => {
+        throw new Error(emuMissing);
+      });
+    });
+  }
+}
+
+export interface Rng {
+  /** Uniform in [0, 1). */
+  next(): number;
+  uniform(lo: number, hi: number): number;
+  /** Standard normal. */
+  normal(): number;
+}
+
+/** A seeded generator (sfc32 seeded by splitmix32): the same seed gives the same sequence everywhere. */
+export function rng(seed: number): Rng {
+  let s = seed >>> 0;
+  const splitmix = (): number => {
+    s = (s + 0x9e3779b9) >>> 0;
+    let z = s;
+    z = Math.imul(z ^ (z >>> 16), 0x85ebca6b) >>> 0;
+    z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35) >>> 0;
+    return (z ^ (z >>> 16)) >>> 0;
+  };
+  let a = splitmix();
+  let b = splitmix();
+  let c = splitmix();
+  let d = splitmix();
+  const next = (): number => {
+    const t = (((a + b) >>> 0) + d) >>> 0;
+    d = (d + 1) >>> 0;
+    a = b ^ (b >>> 9);
+    b = (c + (c << 3)) >>> 0;
+    c = ((c << 21) | (c >>> 11)) >>> 0;
+    c = (c + t) >>> 0;
+    return t / 0x1_0000_0000;
+  };
+  return {
+    next,
+    uniform: (lo, hi) => lo + (hi - lo) * next(),
+    normal: () => {
+      // Box-Muller; 1 - next() is in (0, 1], so the log is finite.
+      const u = 1 - next();
+      const v = next();
+      return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * v);
+    },
+  };
+}
+
+/** n uniform values in [lo, hi) (default [-1, 1)). */
+export function randomArray(r: Rng, n: number, lo = -1, hi = 1): Float64Array {
+  const out = new Float64Array(n);
+  for (let i = 0; i < n; i++) out[i] = r.uniform(lo, hi);
+  return out;
+}
+
+function checkLengths(got: ArrayLike<number>, want: ArrayLike<number>): void {
+  if (got.length !== want.length) throw new Error(`length mismatch: got ${got.length}, want ${want.length}`);
+}
+
+/**
+ * max_i |got_i - want_i| / max(|want_i|, floor). The default floor is 1e-3 of
+ * the largest |want|, so elements near zero are measured against the data's
+ * scale. A NaN where a number is wanted, or a mismatched infinity, is
+ * Infinity (poisoned outputs that were never written fail); NaN where NaN is
+ * wanted matches.
+ */
+export function maxRelErr(got: ArrayLike<number>, want: ArrayLike<number>, floor?: number): number {
+  checkLengths(got, want);
+  let scale = 0;
+  for (let i = 0; i < want.length; i++) {
+    const w = Math.abs(want[i]!);
+    if (w > scale && Number.isFinite(w)) scale = w;
+  }
+  const f = floor ?? Math.max(scale * 1e-3, Number.MIN_VALUE);
+  let worst = 0;
+  for (let i = 0; i < got.length; i++) {
+    const g = got[i]!;
+    const w = want[i]!;
+    if (Number.isNaN(w) && Number.isNaN(g)) continue;
+    if (g === w) continue;
+    if (!Number.isFinite(g) || !Number.isFinite(w)) return Infinity;
+    const e = Math.abs(g - w) / Math.max(Math.abs(w), f);
+    if (e > worst) worst = e;
+  }
+  return worst;
+}
+
+/** Normalized mean squared error: sum (got - want)^2 / sum want^2; Infinity if got has a non-finite value. */
+export function nmse(got: ArrayLike<number>, want: ArrayLike<number>): number {
+  checkLengths(got, want);
+  let num = 0;
+  let den = 0;
+  for (let i = 0; i < got.length; i++) {
+    const g = got[i]!;
+    const w = want[i]!;
+    if (!Number.isFinite(g)) return Infinity;
+    num += (g - w) * (g - w);
+    den += w * w;
+  }
+  return den === 0 ? num : num / den;
+}
+
+/** Relative tolerances by dtype; an op that needs more says why next to its test. */
+export const TOL = { f32: 1e-5, f16: 1e-3, bf16: 1e-2 } as const;
