@@ -1,0 +1,224 @@
+// flash_attn_vec: split-KV decode attention (one query token per row).
+
+import metalSource from '../../shaders/flash_attn_vec.metal' with { type: 'text' };
+import type { Buffer } from '../buffer.ts';
+import type { Encoder } from '../encoder.ts';
+import { checkAtMost, checkDtype, checkElements, checkMultiple, checkPositive, checkedProduct, invalid } from '../validate.ts';
+
+const OP = 'flash_attn_vec';
+const FAMILY = 'flash_attn_vec';
+export const FLASH_ATTN_VEC_KERNELS = [
+  'flash_attn_vec_dk256',
+  'flash_attn_vec_dk512',
+  'flash_attn_vec_f16kv_dk256',
+  'flash_attn_vec_f16kv_dk512',
+  'flash_attn_vec_reduce_dk256',
+  'flash_attn_vec_reduce_dk512',
+] as const;
+
+/** Lanes of the one simdgroup of a main-kernel threadgroup. */
+const SIMD = 32;
+/** The most workgroups per row: the reduce kernel gives each one a lane. */
+export const FLASH_ATTN_VEC_MAX_NWG = 32;
+/** Threadgroup memory of the main kernel: a 32 x 33 f32 transpose scratch and 32 f32 weights. */
+export const FLASH_ATTN_VEC_THREADGROUP_BYTES = (SIMD * (SIMD + 1) + SIMD) * 4;
+const U32_MAX = 0xffff_ffff;
+
+export type FlashAttnVecMask = 'none' | 'causal' | 'slidingWindow';
+const MASK_CODE: Record<FlashAttnVecMask, number> = { none: 0, causal: 1, slidingWindow: 2 };
+
+export interface FlashAttnVecParams {
+  /** Rows of queries: B. */
+  batch: number;
+  nHeads: number;
+  /** KV heads; nHeads is a multiple of it (GQA). */
+  nKvHeads: number;
+  /** Head dimension of Q, K and V: 256 or 512. */
+  headDim: number;
+  /** Valid KV positions; the query sits at position kvSeqLen - 1. */
+  kvSeqLen: number;
+  /** Allocated KV positions per head (the stride between KV heads). */
+  kvCapacity: number;
+  /** Multiplies q . k. */
+  scale: number;
+  mask: FlashAttnVecMask;
+  /** Visible keys under 'slidingWindow' (positive there); ignored otherwise. */
+  slidingWindow?: number;
+  /** Logit softcap: s = softcap * tanh(s / softcap) after scaling; 0 or absent disables. */
+  softcap?: number;
+  /** Workgroups splitting each row's KV positions, 1..32. */
+  nwg: number;
+}
+
+export interface FlashAttnVecBuffers {
+  /** [batch, nHeads, headDim] f32 */
+  q: Buffer;
+  /** [batch, nKvHeads, kvCapacity, headDim] f32 or f16 */
+  k: Buffer;
+  /** [batch, nKvHeads, kvCapacity, headDim], the dtype of k */
+  v: Buffer;
+  /** [batch, nHeads, headDim] f32 */
+  out: Buffer;
+  /** f32 of flashAttnVecTmpElements(params) elements; required when nwg > 1, unused when nwg == 1. */
+  tmp?: Buffer;
+}
+
+export interface StructField {
+  readonly name: string;
+  readonly type: 'uint' | 'float';
+  readonly offset: number;
+}
+
+/** struct FlashAttnVecParams of shaders/flash_attn_vec.metal. */
+export const FLASH_ATTN_VEC_PARAMS_LAYOUT: readonly StructField[] = [
+  { name: 'n_heads', type: 'uint', offset: 0 },
+  { name: 'n_kv_heads', type: 'uint', offset: 4 },
+  { name: 'head_dim', type: 'uint', offset: 8 },
+  { name: 'kv_seq_len', type: 'uint', offset: 12 },
+  { name: 'kv_capacity', type: 'uint', offset: 16 },
+  { name: 'scale', type: 'float', offset: 20 },
+  { name: 'mask_type', type: 'uint', offset: 24 },
+  { name: 'sliding_window', type: 'uint', offset: 28 },
+  { name: 'softcap', type: 'float', offset: 32 },
+  { name: 'nwg', type: 'uint', offset: 36 },
+];
+export const FLASH_ATTN_VEC_PARAMS_BYTES = 40;
+
+/** struct FlashAttnVecReduceParams of shaders/flash_attn_vec.metal. */
+export const FLASH_ATTN_VEC_REDUCE_PARAMS_LAYOUT: readonly StructField[] = [{ name: 'nrows', type: 'uint', offset: 0 }];
+export const FLASH_ATTN_VEC_REDUCE_PARAMS_BYTES = 4;
+
+function packStruct(layout: readonly StructField[], bytes: number, values: Record<string, number>): Uint8Array {
+  const out = new Uint8Array(bytes);
+  const dv = new DataView(out.buffer);
+  for (const f of layout) {
+    const x = values[f.name];
+    if (x === undefined) throw new Error(`packStruct: no value for field ${f.name}`);
+    if (f.type === 'uint') dv.setUint32(f.offset, x, true);
+    else dv.setFloat32(f.offset, x, true);
+  }
+  return out;
+}
+
+/** The main kernel's FlashAttnVecParams, little-endian. */
+export function packFlashAttnVecParams(p: FlashAttnVecParams): Uint8Array {
+  return packStruct(FLASH_ATTN_VEC_PARAMS_LAYOUT, FLASH_ATTN_VEC_PARAMS_BYTES, {
+    n_heads: p.nHeads,
+    n_kv_heads: p.nKvHeads,
+    head_dim: p.headDim,
+    kv_seq_len: p.kvSeqLen,
+    kv_capacity: p.kvCapacity,
+    scale: p.scale,
+    mask_type: MASK_CODE[p.mask],
+    sliding_window: p.mask === 'slidingWindow' ? (p.slidingWindow ?? 0) : 0,
+    softcap: p.softcap ?? 0,
+    nwg: p.nwg,
+  });
+}
+
+/** The reduce kernel's FlashAttnVecReduceParams: nrows = batch * nHeads. */
+export function packFlashAttnVecReduceParams(p: Pick<FlashAttnVecParams, 'batch' | 'nHeads'>): Uint8Array {
+  return packStruct(FLASH_ATTN_VEC_REDUCE_PARAMS_LAYOUT, FLASH_ATTN_VEC_REDUCE_PARAMS_BYTES, { nrows: p.batch * p.nHeads });
+}
+
+/**
+ * f32 elements of the tmp buffer: per row (batch * nHeads rows) nwg partial
+ * outputs of headDim floats, then nwg (S, M) pairs. 0 when nwg == 1.
+ */
+export function flashAttnVecTmpElements(p: Pick<FlashAttnVecParams, 'batch' | 'nHeads' | 'headDim' | 'nwg'>): number {
+  if (p.nwg === 1) return 0;
+  return checkedProduct(OP, 'tmp elements', p.batch, p.nHeads, p.headDim + 2, p.nwg);
+}
+
+function checkU32(arg: string, value: number): void {
+  checkAtMost(OP, arg, value, U32_MAX, '2^32 - 1');
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit the kernels. */
+export function validateFlashAttnVec(p: FlashAttnVecParams, bufs: FlashAttnVecBuffers): void {
+  for (const [arg, value] of [
+    ['batch', p.batch], ['nHeads', p.nHeads], ['nKvHeads', p.nKvHeads], ['headDim', p.headDim],
+    ['kvSeqLen', p.kvSeqLen], ['kvCapacity', p.kvCapacity], ['nwg', p.nwg],
+  ] as const) {
+    checkPositive(OP, arg, value);
+    checkU32(arg, value);
+  }
+  if (p.headDim !== 256 && p.headDim !== 512) throw invalid(OP, 'headDim', '256 or 512', p.headDim);
+  checkMultiple(OP, 'nHeads', p.nHeads, p.nKvHeads, 'nKvHeads');
+  checkAtMost(OP, 'kvSeqLen', p.kvSeqLen, p.kvCapacity, 'kvCapacity');
+  checkAtMost(OP, 'nwg', p.nwg, FLASH_ATTN_VEC_MAX_NWG);
+  checkU32('batch * nwg', checkedProduct(OP, 'batch * nwg', p.batch, p.nwg));
+  if (!Object.hasOwn(MASK_CODE, p.mask)) throw invalid(OP, 'mask', `one of ${Object.keys(MASK_CODE).join(', ')}`, p.mask);
+  if (p.mask === 'slidingWindow') {
+    checkPositive(OP, 'slidingWindow', p.slidingWindow ?? 0);
+    checkU32('slidingWindow', p.slidingWindow ?? 0);
+  }
+  if (!Number.isFinite(p.scale)) throw invalid(OP, 'scale', 'a finite number', p.scale);
+  const softcap = p.softcap ?? 0;
+  if (!Number.isFinite(softcap) || softcap < 0) throw invalid(OP, 'softcap', 'a finite number >= 0 (0 disables)', softcap);
+
+  const qElems = checkedProduct(OP, 'q elements', p.batch, p.nHeads, p.headDim);
+  const kvElems = checkedProduct(OP, 'k elements', p.batch, p.nKvHeads, p.kvCapacity, p.headDim);
+  checkDtype(OP, 'q', bufs.q, 'f32');
+  checkElements(OP, 'q', bufs.q, qElems);
+  checkDtype(OP, 'k', bufs.k, ['f32', 'f16']);
+  checkElements(OP, 'k', bufs.k, kvElems);
+  checkDtype(OP, 'v', bufs.v, bufs.k.dtype);
+  checkElements(OP, 'v', bufs.v, kvElems);
+  checkDtype(OP, 'out', bufs.out, 'f32');
+  checkElements(OP, 'out', bufs.out, qElems);
+  if (p.nwg > 1) {
+    if (bufs.tmp === undefined) throw invalid(OP, 'tmp', `a f32 buffer of flashAttnVecTmpElements = ${flashAttnVecTmpElements(p)} elements when nwg > 1`, 'none');
+    checkDtype(OP, 'tmp', bufs.tmp, 'f32');
+    checkElements(OP, 'tmp', bufs.tmp, flashAttnVecTmpElements(p));
+  }
+}
+
+/**
+ * out[b, h, :] = softmax_j(s_j) . V[b, kh, j, :] over the visible j < kvSeqLen,
+ * s_j = scale * Q[b, h, :] . K[b, kh, j, :], capped as softcap * tanh(s_j / softcap)
+ * when softcap > 0, kh = h / (nHeads / nKvHeads). The query sits at position
+ * kvSeqLen - 1, so 'causal' sees every j < kvSeqLen (as 'none' does) and
+ * 'slidingWindow' sees j >= kvSeqLen - slidingWindow.
+ *
+ * Layouts: q [B, nHeads, D] f32; k, v [B, nKvHeads, kvCapacity, D] f32 or f16;
+ * out [B, nHeads, D] f32. D = headDim.
+ *
+ * Dispatches flash_attn_vec[_f16kv]_dk<D> with bindings 0 params
+ * (FlashAttnVecParams), 1 q, 2 k, 3 v, 4 dst, threadgroup(0) 4352 bytes, grid
+ * (1, nHeads, B * nwg), 32 threads. With nwg == 1 dst is out. With nwg > 1 dst
+ * is tmp (partials [B * nHeads, D / 4, nwg] float4, then (S, M) pairs
+ * [B * nHeads, nwg, 2]), and flash_attn_vec_reduce_dk<D> follows after a
+ * barrier: bindings 0 FlashAttnVecReduceParams, 1 tmp, 2 out, 3 nwg (u32),
+ * grid (B * nHeads, 1, 1), 32 * nwg threads.
+ */
+export function flashAttnVec(enc: Encoder, args: FlashAttnVecParams & FlashAttnVecBuffers): void {
+  validateFlashAttnVec(args, args);
+  const kernels = enc.device.kernels;
+  kernels.register(FAMILY, { metal: metalSource }, FLASH_ATTN_VEC_KERNELS);
+  const d = args.headDim;
+  const main = kernels.pipeline(args.k.dtype === 'f16' ? `flash_attn_vec_f16kv_dk${d}` : `flash_attn_vec_dk${d}`);
+  const dst = args.nwg === 1 ? args.out : args.tmp!;
+  enc.dispatch(
+    main,
+    {
+      buffers: { 1: args.q, 2: args.k, 3: args.v, 4: dst },
+      bytes: { 0: packFlashAttnVecParams(args) },
+      threadgroupMemory: { 0: FLASH_ATTN_VEC_THREADGROUP_BYTES },
+    },
+    [1, args.nHeads, args.batch * args.nwg],
+    [SIMD, 1, 1],
+  );
+  if (args.nwg === 1) return;
+  enc.barrier();
+  const reduce = kernels.pipeline(`flash_attn_vec_reduce_dk${d}`);
+  enc.dispatch(
+    reduce,
+    {
+      buffers: { 1: args.tmp!, 2: args.out },
+      bytes: { 0: packFlashAttnVecReduceParams(args), 3: new Uint32Array([args.nwg]) },
+    },
+    [args.batch * args.nHeads, 1, 1],
+    [SIMD * args.nwg, 1, 1],
+  );
+}
