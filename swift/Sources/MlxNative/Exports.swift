@@ -1,0 +1,246 @@
+// The C ABI of native/include/mlx_native.h: one @_cdecl function per header
+// function, same name, same parameters, in the header's order. Each one only
+// converts between C and Swift; the work is in Device.swift, Library.swift and
+// Encoder.swift. tests/contract-swift.test.ts holds this file to the header.
+//
+// Handles are OpaquePointer (pointers to the header's incomplete structs);
+// null handles give 0 / null / MLXN_ERR_INVALID_ARGUMENT, and a dangling or
+// forged handle is the caller's error.
+import CMlxNative
+import Foundation
+
+/// "metal", NUL-terminated, alive for the life of the process.
+private let backendName: UnsafePointer<CChar> = UnsafePointer(strdup("metal")!)
+
+func outIsNull(_ op: String) -> MlxnError { MlxnError.invalid("\(op): out is null") }
+
+func cString(_ text: UnsafePointer<CChar>?, _ op: String, _ what: String) throws -> String {
+    guard let text else { throw MlxnError.invalid("\(op): \(what) is null") }
+    return String(cString: text)
+}
+
+// ---- backend ----
+
+@_cdecl("mlxn_abi_version")
+public func mlxnAbiVersion() -> UInt32 {
+    MLXN_ABI_VERSION
+}
+
+@_cdecl("mlxn_backend_name")
+public func mlxnBackendName() -> UnsafePointer<CChar>? {
+    backendName
+}
+
+@_cdecl("mlxn_device_count")
+public func mlxnDeviceCount() -> UInt32 {
+    MetalDevice.count
+}
+
+// ---- device ----
+
+@_cdecl("mlxn_device_open")
+public func mlxnDeviceOpen(_ ordinal: UInt32, _ out: UnsafeMutablePointer<OpaquePointer?>?,
+                           _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        guard let out else { throw outIsNull("device_open") }
+        out.pointee = nil
+        let device = try MetalDevice(ordinal: ordinal)
+        out.pointee = makeHandle(device)
+    }
+}
+
+@_cdecl("mlxn_device_close")
+public func mlxnDeviceClose(_ device: OpaquePointer?) {
+    releaseHandle(device)
+}
+
+@_cdecl("mlxn_device_name")
+public func mlxnDeviceName(_ device: OpaquePointer?, _ out: UnsafeMutablePointer<CChar>?, _ cap: UInt64) -> UInt64 {
+    guard let device = object(device, as: MetalDevice.self) else { return 0 }
+    return writeCString(device.name, to: out, cap: cap)
+}
+
+@_cdecl("mlxn_device_limit")
+public func mlxnDeviceLimit(_ device: OpaquePointer?, _ key: UInt32) -> UInt64 {
+    object(device, as: MetalDevice.self)?.limit(key) ?? 0
+}
+
+@_cdecl("mlxn_device_set_option")
+public func mlxnDeviceSetOption(_ device: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ value: UnsafePointer<CChar>?,
+                                _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        guard let device = object(device, as: MetalDevice.self) else { throw MlxnError.invalid("device_set_option: device is null") }
+        let keyText = try cString(key, "device_set_option", "key")
+        let valueText = try cString(value, "device_set_option", "value")
+        try device.setOption(key: keyText, value: valueText)
+    }
+}
+
+// ---- buffers ----
+
+@_cdecl("mlxn_buffer_alloc")
+public func mlxnBufferAlloc(_ device: OpaquePointer?, _ length: UInt64, _ out: UnsafeMutablePointer<OpaquePointer?>?,
+                            _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        guard let out else { throw outIsNull("buffer_alloc") }
+        out.pointee = nil
+        guard let device = object(device, as: MetalDevice.self) else { throw MlxnError.invalid("buffer_alloc: device is null") }
+        let buffer = try device.alloc(length: length)
+        out.pointee = makeHandle(buffer)
+    }
+}
+
+@_cdecl("mlxn_buffer_release")
+public func mlxnBufferRelease(_ buffer: OpaquePointer?) {
+    releaseHandle(buffer)
+}
+
+@_cdecl("mlxn_buffer_length")
+public func mlxnBufferLength(_ buffer: OpaquePointer?) -> UInt64 {
+    object(buffer, as: MetalBuffer.self)?.length ?? 0
+}
+
+@_cdecl("mlxn_buffer_host_ptr")
+public func mlxnBufferHostPtr(_ buffer: OpaquePointer?) -> UnsafeMutableRawPointer? {
+    object(buffer, as: MetalBuffer.self)?.hostPointer
+}
+
+@_cdecl("mlxn_buffer_write")
+public func mlxnBufferWrite(_ buffer: OpaquePointer?, _ offset: UInt64, _ src: UnsafeRawPointer?, _ length: UInt64,
+                            _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        guard let buffer = object(buffer, as: MetalBuffer.self) else { throw MlxnError.invalid("buffer_write: buffer is null") }
+        try buffer.write(offset: offset, from: src, count: length)
+    }
+}
+
+@_cdecl("mlxn_buffer_read")
+public func mlxnBufferRead(_ buffer: OpaquePointer?, _ offset: UInt64, _ dst: UnsafeMutableRawPointer?, _ length: UInt64,
+                           _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        guard let buffer = object(buffer, as: MetalBuffer.self) else { throw MlxnError.invalid("buffer_read: buffer is null") }
+        try buffer.read(offset: offset, into: dst, count: length)
+    }
+}
+
+// ---- libraries ----
+
+@_cdecl("mlxn_library_compile")
+public func mlxnLibraryCompile(_ device: OpaquePointer?, _ source: UnsafePointer<CChar>?, _ sourceLen: UInt64,
+                               _ name: UnsafePointer<CChar>?, _ constants: UnsafeRawPointer?, _ constantsCount: UInt32,
+                               _ out: UnsafeMutablePointer<OpaquePointer?>?,
+                               _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        guard let out else { throw outIsNull("library_compile") }
+        out.pointee = nil
+        guard let device = object(device, as: MetalDevice.self) else { throw MlxnError.invalid("library_compile: device is null") }
+        guard let source else { throw MlxnError.invalid("library_compile: source is null") }
+        let text = String(decoding: UnsafeRawBufferPointer(start: source, count: Int(sourceLen)), as: UTF8.self)
+        let file = name.map { String(cString: $0) } ?? "program_source"
+        let records = try FunctionConstant.parse(constants, count: constantsCount)
+        let library = try MetalLibrary(device: device, source: text, name: file, constants: records)
+        out.pointee = makeHandle(library)
+    }
+}
+
+@_cdecl("mlxn_library_release")
+public func mlxnLibraryRelease(_ library: OpaquePointer?) {
+    releaseHandle(library)
+}
+
+@_cdecl("mlxn_library_kernel_names")
+public func mlxnLibraryKernelNames(_ library: OpaquePointer?, _ out: UnsafeMutablePointer<CChar>?, _ cap: UInt64) -> UInt64 {
+    guard let library = object(library, as: MetalLibrary.self) else { return 0 }
+    return writeCString(library.kernelNames.joined(separator: "\n"), to: out, cap: cap)
+}
+
+// ---- pipelines ----
+
+@_cdecl("mlxn_pipeline_create")
+public func mlxnPipelineCreate(_ library: OpaquePointer?, _ kernelName: UnsafePointer<CChar>?,
+                               _ out: UnsafeMutablePointer<OpaquePointer?>?,
+                               _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        guard let out else { throw outIsNull("pipeline_create") }
+        out.pointee = nil
+        guard let library = object(library, as: MetalLibrary.self) else { throw MlxnError.invalid("pipeline_create: library is null") }
+        let pipeline = try library.pipeline(try cString(kernelName, "pipeline_create", "kernel_name"))
+        out.pointee = makeHandle(pipeline)
+    }
+}
+
+@_cdecl("mlxn_pipeline_release")
+public func mlxnPipelineRelease(_ pipeline: OpaquePointer?) {
+    releaseHandle(pipeline)
+}
+
+@_cdecl("mlxn_pipeline_max_threads")
+public func mlxnPipelineMaxThreads(_ pipeline: OpaquePointer?) -> UInt32 {
+    object(pipeline, as: MetalPipeline.self)?.maxThreads ?? 0
+}
+
+@_cdecl("mlxn_pipeline_static_threadgroup_memory")
+public func mlxnPipelineStaticThreadgroupMemory(_ pipeline: OpaquePointer?) -> UInt64 {
+    object(pipeline, as: MetalPipeline.self)?.staticThreadgroupMemory ?? 0
+}
+
+// ---- encoders ----
+
+@_cdecl("mlxn_encoder_create")
+public func mlxnEncoderCreate(_ device: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?,
+                              _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        guard let out else { throw outIsNull("encoder_create") }
+        out.pointee = nil
+        guard let device = object(device, as: MetalDevice.self) else { throw MlxnError.invalid("encoder_create: device is null") }
+        out.pointee = makeHandle(MetalEncoder(device: device))
+    }
+}
+
+@_cdecl("mlxn_encoder_release")
+public func mlxnEncoderRelease(_ encoder: OpaquePointer?) {
+    releaseHandle(encoder)
+}
+
+@_cdecl("mlxn_encoder_dispatch")
+public func mlxnEncoderDispatch(_ encoder: OpaquePointer?, _ block: UnsafeRawPointer?, _ blockLen: UInt64,
+                                _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        guard let encoder = object(encoder, as: MetalEncoder.self) else { throw MlxnError.invalid("dispatch: encoder is null") }
+        try encoder.dispatch(block, length: blockLen)
+    }
+}
+
+@_cdecl("mlxn_encoder_barrier")
+public func mlxnEncoderBarrier(_ encoder: OpaquePointer?, _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        guard let encoder = object(encoder, as: MetalEncoder.self) else { throw MlxnError.invalid("barrier: encoder is null") }
+        try encoder.barrier()
+    }
+}
+
+@_cdecl("mlxn_encoder_commit")
+public func mlxnEncoderCommit(_ encoder: OpaquePointer?, _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        guard let encoder = object(encoder, as: MetalEncoder.self) else { throw MlxnError.invalid("commit: encoder is null") }
+        try encoder.commit()
+    }
+}
+
+@_cdecl("mlxn_encoder_wait")
+public func mlxnEncoderWait(_ encoder: OpaquePointer?, _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        guard let encoder = object(encoder, as: MetalEncoder.self) else { throw MlxnError.invalid("wait: encoder is null") }
+        try encoder.wait()
+    }
+}
+
+@_cdecl("mlxn_encoder_status")
+public func mlxnEncoderStatus(_ encoder: OpaquePointer?) -> Int32 {
+    object(encoder, as: MetalEncoder.self)?.status ?? MLXN_ENCODER_ERROR
+}
+
+@_cdecl("mlxn_encoder_gpu_time_ns")
+public func mlxnEncoderGpuTimeNs(_ encoder: OpaquePointer?) -> UInt64 {
+    object(encoder, as: MetalEncoder.self)?.gpuTimeNs ?? 0
+}
