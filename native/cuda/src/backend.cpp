@@ -1,0 +1,1051 @@
+// backend.cpp: the mlx_native.h C ABI over the CUDA driver API and NVRTC.
+//
+// Binding convention (kernels in shaders/cuda/*.cu are written against it):
+//   - a kernel is an `extern "C" __global__` function named like its Metal
+//     counterpart;
+//   - its parameters are, in order, one pointer per bound buffer/bytes index,
+//     in ascending index order (buffer and bytes bindings share one index
+//     space, as in Metal's buffer argument table):
+//       BUFFER  -> the buffer's device address + the binding's byte offset;
+//       BYTES   -> a device pointer to this dispatch's copy of the bytes (all
+//                  inline bytes of a commit live in one device staging buffer,
+//                  each copy 16-byte aligned, uploaded before the first launch);
+//   - THREADGROUP_MEMORY bindings (their own index space) add no parameter:
+//     their lengths, summed, are the launch's dynamic shared memory, laid out
+//     in ascending threadgroup index order, each at the sum of the lengths
+//     before it; the kernel reads it through `extern __shared__`;
+//   - grid = threadgroups per grid, block = threads per threadgroup.
+// Dispatches of one encoder go to one CUDA stream, so each one sees the writes
+// of those before it: a barrier needs no GPU work.
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "../../include/mlx_native.h"
+#include "cuda_api.h"
+#include "util.h"
+
+#define MLXN_EXPORT extern "C" __attribute__((visibility("default")))
+
+using namespace mlxn_cuda;
+
+namespace {
+
+// ---- messages ----
+
+mlxn_status fail(mlxn_status code, char* msg, uint64_t cap, const std::string& text) {
+  if (msg && cap > 0) {
+    const size_t n = std::min<uint64_t>(text.size(), cap - 1);
+    std::memcpy(msg, text.data(), n);
+    msg[n] = '\0';
+  }
+  return code;
+}
+
+mlxn_status ok(char* msg, uint64_t cap) {
+  if (msg && cap > 0) msg[0] = '\0';
+  return MLXN_OK;
+}
+
+uint64_t write_string(const std::string& s, char* out, uint64_t cap) {
+  if (out && cap > 0) {
+    const size_t n = std::min<uint64_t>(s.size(), cap - 1);
+    std::memcpy(out, s.data(), n);
+    out[n] = '\0';
+  }
+  return s.size();
+}
+
+// ---- objects ----
+// Objects are reference counted so that a handle the caller releases stays
+// alive while something still needs it: buffers and pipelines while recorded
+// or in-flight dispatches use them, a library's module while its pipelines
+// live, a device's context while any object made from it lives.
+
+struct Device {
+  std::atomic<int> refs{1};
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  CUstream xfer = nullptr;  // write/read/zero-fill, each synchronised before returning
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  uint64_t max_threads = 0, smem_optin = 0, smem_default = 0, warp = 32, total_mem = 0;
+  uint64_t max_block[3] = {0, 0, 0}, max_grid[3] = {0, 0, 0};
+};
+
+struct Buffer {
+  std::atomic<int> refs{1};
+  Device* dev;
+  CUdeviceptr ptr = 0;
+  uint64_t len = 0;
+};
+
+struct Library {
+  std::atomic<int> refs{1};
+  Device* dev;
+  CUmodule module = nullptr;
+  std::string name;
+  std::vector<std::string> kernels;
+};
+
+struct Pipeline {
+  std::atomic<int> refs{1};
+  Library* lib;
+  CUfunction fn = nullptr;
+  std::string name;
+  uint32_t max_threads = 0;
+  uint64_t static_smem = 0;
+  uint64_t max_dynamic_smem = 0;           // the function's current limit (raised on demand)
+  long param_count = -1;                   // -1: the driver cannot tell
+  std::vector<size_t> param_sizes;
+};
+
+// One recorded kernel launch. Pointer arguments are final except those of
+// BYTES bindings, which hold an offset into the commit's staging buffer until
+// commit knows its address.
+struct Arg {
+  CUdeviceptr value;
+  bool staged;
+};
+struct Launch {
+  Pipeline* pipe;
+  unsigned grid[3], block[3];
+  unsigned smem;
+  std::vector<Arg> args;
+  std::vector<Buffer*> buffers;  // one reference each
+};
+
+struct Encoder {
+  Device* dev;
+  CUstream stream = nullptr;
+  CUevent start = nullptr, stop = nullptr;
+  int32_t state = MLXN_ENCODER_RECORDING;
+  std::vector<Launch> recorded;
+  std::vector<uint8_t> staging;           // inline bytes of the recorded dispatches
+  std::vector<Launch> inflight;           // the committed launches, until completion
+  std::vector<uint8_t> inflight_staging;  // kept until completion
+  CUdeviceptr staging_dev = 0;
+  uint64_t staging_cap = 0;
+  uint64_t gpu_ns = 0;
+  std::string error;                      // MLXN_ENCODER_ERROR's text
+};
+
+std::mutex g_handles_mu;
+std::unordered_set<const void*> g_buffers, g_pipelines;
+
+bool live_buffer(const void* h) {
+  std::lock_guard<std::mutex> lock(g_handles_mu);
+  return g_buffers.count(h) != 0;
+}
+bool live_pipeline(const void* h) {
+  std::lock_guard<std::mutex> lock(g_handles_mu);
+  return g_pipelines.count(h) != 0;
+}
+
+void device_unref(Device* d) {
+  if (d->refs.fetch_sub(1) != 1) return;
+  const Driver* cu = driver();
+  cu->cuCtxSetCurrent(d->ctx);
+  if (d->xfer) cu->cuStreamDestroy(d->xfer);
+  cu->cuCtxSetCurrent(nullptr);
+  cu->cuDevicePrimaryCtxRelease(d->dev);
+  delete d;
+}
+
+void buffer_unref(Buffer* b) {
+  if (b->refs.fetch_sub(1) != 1) return;
+  Device* d = b->dev;
+  if (b->ptr) {
+    driver()->cuCtxSetCurrent(d->ctx);
+    driver()->cuMemFree(b->ptr);
+  }
+  delete b;
+  device_unref(d);
+}
+
+void library_unref(Library* l) {
+  if (l->refs.fetch_sub(1) != 1) return;
+  Device* d = l->dev;
+  driver()->cuCtxSetCurrent(d->ctx);
+  if (l->module) driver()->cuModuleUnload(l->module);
+  delete l;
+  device_unref(d);
+}
+
+void pipeline_unref(Pipeline* p) {
+  if (p->refs.fetch_sub(1) != 1) return;
+  Library* l = p->lib;
+  delete p;
+  library_unref(l);
+}
+
+void drop_launches(std::vector<Launch>& launches) {
+  for (Launch& l : launches) {
+    for (Buffer* b : l.buffers) buffer_unref(b);
+    pipeline_unref(l.pipe);
+  }
+  launches.clear();
+}
+
+// Makes the device's context current on the calling thread (handles may be
+// used from any one thread at a time, not always the same one).
+const Driver* use(Device* d) {
+  const Driver* cu = driver();
+  cu->cuCtxSetCurrent(d->ctx);
+  return cu;
+}
+
+std::string cu_call_error(const char* what, CUresult r) {
+  return std::string(what) + " failed: " + cu_error_text(r);
+}
+
+// ---- compile ----
+
+std::vector<std::string> find_include_dirs(const Nvrtc* rt) {
+  std::vector<std::string> dirs, seen;
+  auto add = [&](const std::string& dir, bool need_fp16) {
+    if (dir.empty()) return;
+    char real[4096];
+    if (!realpath(dir.c_str(), real)) return;
+    if (need_fp16) {
+      struct stat st;
+      if (stat((std::string(real) + "/cuda_fp16.h").c_str(), &st) != 0) return;
+    }
+    if (std::find(seen.begin(), seen.end(), real) != seen.end()) return;
+    seen.push_back(real);
+    dirs.push_back(real);
+  };
+  if (const char* env = std::getenv("MLX_NATIVE_CUDA_INCLUDE")) {
+    std::string s = env;
+    size_t pos = 0;
+    while (pos <= s.size()) {
+      size_t end = s.find(':', pos);
+      if (end == std::string::npos) end = s.size();
+      add(s.substr(pos, end - pos), false);
+      pos = end + 1;
+    }
+  }
+  // The CUDA headers (cuda_fp16.h, cuda_bf16.h, ...) of the toolkit that NVRTC
+  // came with; the first folder found that holds cuda_fp16.h.
+  std::vector<std::string> candidates;
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char* v = std::getenv(var)) candidates.push_back(std::string(v) + "/include");
+  if (!rt->path.empty()) {
+    char real[4096];
+    if (realpath(rt->path.c_str(), real)) {
+      std::string dir = real;
+      dir = dir.substr(0, dir.rfind('/'));
+      candidates.push_back(dir + "/../include");
+      candidates.push_back(dir + "/../../include");
+    }
+  }
+  candidates.push_back("/usr/local/cuda/include");
+  const size_t before = dirs.size();
+  for (const std::string& c : candidates) {
+    add(c, true);
+    if (dirs.size() > before) break;
+  }
+  return dirs;
+}
+
+struct CompileResult {
+  mlxn_status status = MLXN_OK;
+  std::string text;   // error text
+  std::string image;  // CUBIN or PTX
+  bool is_ptx = false;
+};
+
+// Compiles with NVRTC for the device, or loads the image from the disk cache.
+CompileResult compile_image(Device* d, const std::string& source, const std::string& name,
+                            const std::vector<std::string>& defines) {
+  CompileResult res;
+  std::string why;
+  const Nvrtc* rt = nvrtc(&why);
+  if (!rt) {
+    res.status = MLXN_ERR_SHADER_COMPILATION;
+    res.text = name + ": " + why;
+    return res;
+  }
+  static std::once_flag inc_once;
+  static std::vector<std::string> inc_dirs;
+  std::call_once(inc_once, [&] { inc_dirs = find_include_dirs(rt); });
+
+  // Targets: the device's own architecture as machine code (the
+  // architecture-specific `a` variant first from sm_90 on, so that kernels can
+  // use wgmma and the like), else PTX for the newest architecture NVRTC knows,
+  // which the driver compiles for a device newer than NVRTC.
+  int narch = 0;
+  std::vector<int> archs;
+  if (rt->nvrtcGetNumSupportedArchs(&narch) == NVRTC_SUCCESS && narch > 0) {
+    archs.resize(narch);
+    if (rt->nvrtcGetSupportedArchs(archs.data()) != NVRTC_SUCCESS) archs.clear();
+  }
+  const int cc = d->cc_major * 10 + d->cc_minor;
+  std::vector<std::pair<std::string, bool>> targets;  // (option, is_ptx)
+  if (archs.empty() || std::find(archs.begin(), archs.end(), cc) != archs.end()) {
+    if (cc >= 90) targets.push_back({"--gpu-architecture=sm_" + std::to_string(cc) + "a", false});
+    targets.push_back({"--gpu-architecture=sm_" + std::to_string(cc), false});
+  } else {
+    int best = 0;
+    for (int a : archs)
+      if (a <= cc) best = std::max(best, a);
+    if (best == 0) {
+      res.status = MLXN_ERR_SHADER_COMPILATION;
+      res.text = name + ": NVRTC " + std::to_string(rt->major) + "." + std::to_string(rt->minor) +
+                 " cannot compile for compute capability " + std::to_string(d->cc_major) + "." +
+                 std::to_string(d->cc_minor);
+      return res;
+    }
+    targets.push_back({"--gpu-architecture=compute_" + std::to_string(best), true});
+  }
+
+  const std::string cache = cache_dir();
+  for (size_t t = 0; t < targets.size(); ++t) {
+    std::vector<std::string> opts = {targets[t].first, "-std=c++17", "-default-device",
+                                     "-lineinfo"};
+    for (const std::string& def : defines) opts.push_back(def);
+    for (const std::string& dir : inc_dirs) opts.push_back("-I" + dir);
+
+    std::string key = "nvrtc " + std::to_string(rt->major) + "." + std::to_string(rt->minor) +
+                      "\narch " + std::to_string(d->cc_major) + "." + std::to_string(d->cc_minor) +
+                      "\n";
+    for (const std::string& o : opts) key += o + "\n";
+    key += "name " + name + "\n";
+    key.push_back('\0');
+    key += source;
+    res.is_ptx = targets[t].second;
+    if (cache_load(cache, key, &res.image)) return res;
+
+    nvrtcProgram prog = nullptr;
+    nvrtcResult r = rt->nvrtcCreateProgram(&prog, source.c_str(), name.c_str(), 0, nullptr, nullptr);
+    if (r != NVRTC_SUCCESS) {
+      res.status = MLXN_ERR_SHADER_COMPILATION;
+      res.text = name + ": nvrtcCreateProgram failed: " + rt->nvrtcGetErrorString(r);
+      return res;
+    }
+    std::vector<const char*> argv;
+    for (const std::string& o : opts) argv.push_back(o.c_str());
+    r = rt->nvrtcCompileProgram(prog, static_cast<int>(argv.size()), argv.data());
+    if (r == NVRTC_ERROR_INVALID_OPTION && t + 1 < targets.size()) {
+      rt->nvrtcDestroyProgram(&prog);
+      continue;  // this NVRTC does not know the `a` target
+    }
+    if (r != NVRTC_SUCCESS) {
+      size_t log_size = 0;
+      std::string log;
+      if (rt->nvrtcGetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS && log_size > 1) {
+        log.resize(log_size);
+        rt->nvrtcGetProgramLog(prog, &log[0]);
+        log.resize(strnlen(log.data(), log.size()));
+      }
+      rt->nvrtcDestroyProgram(&prog);
+      res.status = MLXN_ERR_SHADER_COMPILATION;
+      res.text = name + ": CUDA compilation failed (" + rt->nvrtcGetErrorString(r) + ")";
+      if (!log.empty()) res.text += ":\n" + log;
+      return res;
+    }
+    size_t size = 0;
+    if (res.is_ptx) {
+      r = rt->nvrtcGetPTXSize(prog, &size);
+      if (r == NVRTC_SUCCESS) {
+        res.image.resize(size);
+        r = rt->nvrtcGetPTX(prog, &res.image[0]);
+      }
+    } else {
+      r = rt->nvrtcGetCUBINSize(prog, &size);
+      if (r == NVRTC_SUCCESS) {
+        res.image.resize(size);
+        r = rt->nvrtcGetCUBIN(prog, &res.image[0]);
+      }
+    }
+    rt->nvrtcDestroyProgram(&prog);
+    if (r != NVRTC_SUCCESS) {
+      res.status = MLXN_ERR_SHADER_COMPILATION;
+      res.text = name + ": reading the compiled image failed: " + rt->nvrtcGetErrorString(r);
+      return res;
+    }
+    cache_store(cache, key, res.image);
+    return res;
+  }
+  res.status = MLXN_ERR_SHADER_COMPILATION;
+  res.text = name + ": no target architecture accepted by NVRTC";
+  return res;
+}
+
+// ---- encoders ----
+
+std::string kernel_list(const std::vector<Launch>& launches) {
+  std::vector<std::string> names;
+  for (const Launch& l : launches)
+    if (std::find(names.begin(), names.end(), l.pipe->name) == names.end())
+      names.push_back(l.pipe->name);
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s.empty() ? std::string("no kernels") : s;
+}
+
+void finish_commit(Encoder* e) {
+  float ms = 0.0f;
+  if (driver()->cuEventElapsedTime(&ms, e->start, e->stop) == CUDA_SUCCESS && ms > 0.0f)
+    e->gpu_ns = static_cast<uint64_t>(static_cast<double>(ms) * 1e6 + 0.5);
+  else
+    e->gpu_ns = 0;
+  drop_launches(e->inflight);
+  e->inflight_staging.clear();
+  e->state = MLXN_ENCODER_COMPLETED;
+}
+
+void fail_commit(Encoder* e, CUresult r) {
+  e->error = "CUDA error while executing a commit of " + std::to_string(e->inflight.size()) +
+             " dispatch(es) (kernels: " + kernel_list(e->inflight) + "): " + cu_error_text(r);
+  drop_launches(e->inflight);
+  e->inflight_staging.clear();
+  e->state = MLXN_ENCODER_ERROR;
+}
+
+// Observes completion without blocking; returns the state.
+int32_t poll(Encoder* e) {
+  if (e->state != MLXN_ENCODER_PENDING) return e->state;
+  const Driver* cu = use(e->dev);
+  const CUresult r = cu->cuEventQuery(e->stop);
+  if (r == CUDA_SUCCESS) finish_commit(e);
+  else if (r != CUDA_ERROR_NOT_READY) fail_commit(e, r);
+  return e->state;
+}
+
+// Before recording: a finished commit leaves the encoder recording afresh.
+mlxn_status begin_recording(Encoder* e, const char* what, char* msg, uint64_t cap) {
+  if (poll(e) == MLXN_ENCODER_PENDING)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, cap,
+                std::string(what) + ": the encoder's last commit is still running; wait for it first");
+  if (e->state != MLXN_ENCODER_RECORDING) {
+    e->state = MLXN_ENCODER_RECORDING;
+    e->error.clear();
+  }
+  return MLXN_OK;
+}
+
+template <typename T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+// ======================= the C ABI =======================
+
+MLXN_EXPORT uint32_t mlxn_abi_version(void) { return MLXN_ABI_VERSION; }
+
+MLXN_EXPORT const char* mlxn_backend_name(void) { return "cuda"; }
+
+MLXN_EXPORT uint32_t mlxn_device_count(void) {
+  const Driver* cu = driver();
+  if (!cu) return 0;
+  int n = 0;
+  if (cu->cuDeviceGetCount(&n) != CUDA_SUCCESS || n < 0) return 0;
+  return static_cast<uint32_t>(n);
+}
+
+MLXN_EXPORT mlxn_status mlxn_device_open(uint32_t ordinal, mlxn_device** out, char* msg,
+                                         uint64_t msg_cap) {
+  if (!out) return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, "mlxn_device_open: out is NULL");
+  *out = nullptr;
+  const Driver* cu = driver();
+  if (!cu)
+    return fail(MLXN_ERR_DEVICE_NOT_FOUND, msg, msg_cap,
+                "cuda: no CUDA driver (libcuda.so.1 could not be loaded or initialised)");
+  const uint32_t count = mlxn_device_count();
+  if (ordinal >= count)
+    return fail(MLXN_ERR_DEVICE_NOT_FOUND, msg, msg_cap,
+                "cuda: device ordinal " + std::to_string(ordinal) + " is out of range (" +
+                    std::to_string(count) + " CUDA device(s) present)");
+  std::unique_ptr<Device> d(new Device);
+  CUresult r = cu->cuDeviceGet(&d->dev, static_cast<int>(ordinal));
+  if (r != CUDA_SUCCESS)
+    return fail(MLXN_ERR_DEVICE_NOT_FOUND, msg, msg_cap, cu_call_error("cuDeviceGet", r));
+  r = cu->cuDevicePrimaryCtxRetain(&d->ctx, d->dev);
+  if (r != CUDA_SUCCESS)
+    return fail(MLXN_ERR_DEVICE_NOT_FOUND, msg, msg_cap,
+                cu_call_error("cuDevicePrimaryCtxRetain", r));
+  cu->cuCtxSetCurrent(d->ctx);
+  char name[256] = {0};
+  if (cu->cuDeviceGetName(name, sizeof name - 1, d->dev) == CUDA_SUCCESS) d->name = name;
+  auto attr = [&](int a) -> uint64_t {
+    int v = 0;
+    return cu->cuDeviceGetAttribute(&v, a, d->dev) == CUDA_SUCCESS && v > 0 ? v : 0;
+  };
+  d->max_threads = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+  d->max_block[0] = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
+  d->max_block[1] = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
+  d->max_block[2] = attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
+  d->max_grid[0] = attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
+  d->max_grid[1] = attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y);
+  d->max_grid[2] = attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
+  d->smem_default = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+  d->smem_optin = std::max(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+                           d->smem_default);
+  d->warp = attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+  d->cc_major = static_cast<int>(attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR));
+  d->cc_minor = static_cast<int>(attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
+  size_t total = 0;
+  if (cu->cuDeviceTotalMem(&total, d->dev) == CUDA_SUCCESS) d->total_mem = total;
+  r = cu->cuStreamCreate(&d->xfer, CU_STREAM_NON_BLOCKING);
+  if (r != CUDA_SUCCESS) {
+    cu->cuDevicePrimaryCtxRelease(d->dev);
+    return fail(MLXN_ERR_DEVICE_NOT_FOUND, msg, msg_cap, cu_call_error("cuStreamCreate", r));
+  }
+  *out = reinterpret_cast<mlxn_device*>(d.release());
+  return ok(msg, msg_cap);
+}
+
+MLXN_EXPORT void mlxn_device_close(mlxn_device* device) {
+  if (device) device_unref(reinterpret_cast<Device*>(device));
+}
+
+MLXN_EXPORT uint64_t mlxn_device_name(mlxn_device* device, char* out, uint64_t cap) {
+  if (!device) return write_string("", out, cap);
+  return write_string(reinterpret_cast<Device*>(device)->name, out, cap);
+}
+
+MLXN_EXPORT uint64_t mlxn_device_limit(mlxn_device* device, uint32_t key) {
+  if (!device) return 0;
+  const Device* d = reinterpret_cast<Device*>(device);
+  switch (key) {
+    case MLXN_LIMIT_MAX_THREADS_PER_THREADGROUP: return d->max_threads;
+    case MLXN_LIMIT_MAX_THREADGROUP_MEMORY: return d->smem_optin;
+    case MLXN_LIMIT_SIMD_WIDTH: return d->warp;
+    case MLXN_LIMIT_MAX_BUFFER_LENGTH: return d->total_mem;
+    case MLXN_LIMIT_SHARED_MEMORY: return 0;
+    default: return 0;
+  }
+}
+
+MLXN_EXPORT mlxn_status mlxn_device_set_option(mlxn_device* device, const char* key,
+                                               const char* value, char* msg, uint64_t msg_cap) {
+  (void)value;
+  if (!device || !key)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                "mlxn_device_set_option: device and key must be non-NULL");
+  return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+              std::string("cuda: unknown option '") + key + "' (the cuda backend has no options)");
+}
+
+// ---- buffers ----
+
+MLXN_EXPORT mlxn_status mlxn_buffer_alloc(mlxn_device* device, uint64_t length, mlxn_buffer** out,
+                                          char* msg, uint64_t msg_cap) {
+  if (!device || !out)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                "mlxn_buffer_alloc: device and out must be non-NULL");
+  *out = nullptr;
+  Device* d = reinterpret_cast<Device*>(device);
+  const Driver* cu = use(d);
+  std::unique_ptr<Buffer> b(new Buffer);
+  b->dev = d;
+  b->len = length;
+  if (length > 0) {  // a zero-length buffer owns no device memory
+    CUresult r = cu->cuMemAlloc(&b->ptr, length);
+    if (r != CUDA_SUCCESS)
+      return fail(MLXN_ERR_BUFFER_ALLOCATION, msg, msg_cap,
+                  "cuda: cannot allocate " + std::to_string(length) + " bytes: " + cu_error_text(r));
+    r = cu->cuMemsetD8Async(b->ptr, 0, length, d->xfer);
+    if (r == CUDA_SUCCESS) r = cu->cuStreamSynchronize(d->xfer);
+    if (r != CUDA_SUCCESS) {
+      cu->cuMemFree(b->ptr);
+      return fail(MLXN_ERR_BUFFER_ALLOCATION, msg, msg_cap,
+                  cu_call_error("zero-filling a new buffer (cuMemsetD8Async)", r));
+    }
+  }
+  d->refs.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(g_handles_mu);
+    g_buffers.insert(b.get());
+  }
+  *out = reinterpret_cast<mlxn_buffer*>(b.release());
+  return ok(msg, msg_cap);
+}
+
+MLXN_EXPORT void mlxn_buffer_release(mlxn_buffer* buffer) {
+  if (!buffer) return;
+  {
+    std::lock_guard<std::mutex> lock(g_handles_mu);
+    if (!g_buffers.erase(buffer)) return;  // not a live buffer handle
+  }
+  buffer_unref(reinterpret_cast<Buffer*>(buffer));
+}
+
+MLXN_EXPORT uint64_t mlxn_buffer_length(mlxn_buffer* buffer) {
+  return buffer ? reinterpret_cast<Buffer*>(buffer)->len : 0;
+}
+
+MLXN_EXPORT void* mlxn_buffer_host_ptr(mlxn_buffer* buffer) {
+  (void)buffer;
+  return nullptr;  // device memory is not host-visible
+}
+
+static mlxn_status buffer_copy(mlxn_buffer* buffer, uint64_t offset, void* host, uint64_t length,
+                               bool to_device, char* msg, uint64_t msg_cap) {
+  const char* fn = to_device ? "mlxn_buffer_write" : "mlxn_buffer_read";
+  if (!buffer || (!host && length > 0))
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                std::string(fn) + ": buffer and data pointer must be non-NULL");
+  Buffer* b = reinterpret_cast<Buffer*>(buffer);
+  if (offset > b->len || length > b->len - offset)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                std::string(fn) + ": range [" + std::to_string(offset) + ", " +
+                    std::to_string(offset) + "+" + std::to_string(length) +
+                    ") is past the buffer's " + std::to_string(b->len) + " bytes");
+  if (length == 0) return ok(msg, msg_cap);
+  const Driver* cu = use(b->dev);
+  // Through the device's own stream, synchronised: the copy has fully landed
+  // when this returns, so any later dispatch on any stream sees it.
+  CUresult r = to_device ? cu->cuMemcpyHtoDAsync(b->ptr + offset, host, length, b->dev->xfer)
+                         : cu->cuMemcpyDtoHAsync(host, b->ptr + offset, length, b->dev->xfer);
+  if (r == CUDA_SUCCESS) r = cu->cuStreamSynchronize(b->dev->xfer);
+  if (r != CUDA_SUCCESS)
+    return fail(MLXN_ERR_COMMAND_BUFFER, msg, msg_cap, cu_call_error(fn, r));
+  return ok(msg, msg_cap);
+}
+
+MLXN_EXPORT mlxn_status mlxn_buffer_write(mlxn_buffer* buffer, uint64_t offset, const void* src,
+                                          uint64_t length, char* msg, uint64_t msg_cap) {
+  return buffer_copy(buffer, offset, const_cast<void*>(src), length, true, msg, msg_cap);
+}
+
+MLXN_EXPORT mlxn_status mlxn_buffer_read(mlxn_buffer* buffer, uint64_t offset, void* dst,
+                                         uint64_t length, char* msg, uint64_t msg_cap) {
+  return buffer_copy(buffer, offset, dst, length, false, msg, msg_cap);
+}
+
+// ---- libraries ----
+
+MLXN_EXPORT mlxn_status mlxn_library_compile(mlxn_device* device, const char* source,
+                                             uint64_t source_len, const char* name,
+                                             const void* constants, uint32_t constants_count,
+                                             mlxn_library** out, char* msg, uint64_t msg_cap) {
+  if (!device || !out || (!source && source_len > 0) || (!constants && constants_count > 0))
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                "mlxn_library_compile: device, out, source and constants must be non-NULL");
+  *out = nullptr;
+  Device* d = reinterpret_cast<Device*>(device);
+  const std::string src = source ? std::string(source, source_len) : std::string();
+  if (src.find('\0') != std::string::npos)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                "mlxn_library_compile: source contains a NUL byte");
+  const std::string file = name && *name ? name : "source.cu";
+
+  std::vector<std::string> defines;
+  std::vector<uint32_t> seen;
+  const uint8_t* rec = static_cast<const uint8_t*>(constants);
+  for (uint32_t i = 0; i < constants_count; ++i, rec += 12) {
+    const uint32_t index = load<uint32_t>(rec), type = load<uint32_t>(rec + 4),
+                   bits = load<uint32_t>(rec + 8);
+    if (std::find(seen.begin(), seen.end(), index) != seen.end())
+      return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                  file + ": function constant " + std::to_string(index) + " is given twice");
+    seen.push_back(index);
+    std::string def, err;
+    if (!constant_define(index, type, bits, &def, &err))
+      return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, file + ": " + err);
+    defines.push_back(def);
+  }
+
+  const Driver* cu = use(d);
+  CompileResult c = compile_image(d, src, file, defines);
+  if (c.status != MLXN_OK) return fail(c.status, msg, msg_cap, c.text);
+
+  char log[8192] = {0};
+  int opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* vals[] = {log, reinterpret_cast<void*>(static_cast<uintptr_t>(sizeof log - 1))};
+  CUmodule module = nullptr;
+  const CUresult r = cu->cuModuleLoadDataEx(&module, c.image.data(), 2, opts, vals);
+  if (r != CUDA_SUCCESS)
+    return fail(MLXN_ERR_SHADER_COMPILATION, msg, msg_cap,
+                file + ": loading the compiled module failed: " + cu_error_text(r) +
+                    (log[0] ? std::string(":\n") + log : std::string()));
+  Library* l = new Library;
+  l->dev = d;
+  l->module = module;
+  l->name = file;
+  l->kernels = kernel_names_of_image(c.image, c.is_ptx);
+  d->refs.fetch_add(1);
+  *out = reinterpret_cast<mlxn_library*>(l);
+  return ok(msg, msg_cap);
+}
+
+MLXN_EXPORT void mlxn_library_release(mlxn_library* library) {
+  if (library) library_unref(reinterpret_cast<Library*>(library));
+}
+
+MLXN_EXPORT uint64_t mlxn_library_kernel_names(mlxn_library* library, char* out, uint64_t cap) {
+  std::string s;
+  if (library)
+    for (const std::string& n : reinterpret_cast<Library*>(library)->kernels)
+      s += (s.empty() ? "" : "\n") + n;
+  return write_string(s, out, cap);
+}
+
+// ---- pipelines ----
+
+MLXN_EXPORT mlxn_status mlxn_pipeline_create(mlxn_library* library, const char* kernel_name,
+                                             mlxn_pipeline** out, char* msg, uint64_t msg_cap) {
+  if (!library || !kernel_name || !out)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                "mlxn_pipeline_create: library, kernel_name and out must be non-NULL");
+  *out = nullptr;
+  Library* l = reinterpret_cast<Library*>(library);
+  const Driver* cu = use(l->dev);
+  CUfunction fn = nullptr;
+  CUresult r = cu->cuModuleGetFunction(&fn, l->module, kernel_name);
+  if (r != CUDA_SUCCESS) {
+    std::string names;
+    for (const std::string& n : l->kernels) names += (names.empty() ? "" : ", ") + n;
+    return fail(MLXN_ERR_KERNEL_NOT_FOUND, msg, msg_cap,
+                std::string("kernel '") + kernel_name + "' not found in " + l->name +
+                    " (kernels: " + (names.empty() ? "none" : names) +
+                    "; entry points must be extern \"C\" __global__)");
+  }
+  std::unique_ptr<Pipeline> p(new Pipeline);
+  p->lib = l;
+  p->fn = fn;
+  p->name = kernel_name;
+  int v = 0;
+  r = cu->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn);
+  if (r != CUDA_SUCCESS)
+    return fail(MLXN_ERR_INTERNAL, msg, msg_cap, cu_call_error("cuFuncGetAttribute", r));
+  p->max_threads = static_cast<uint32_t>(v);
+  v = 0;
+  cu->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn);
+  p->static_smem = static_cast<uint64_t>(v);
+  v = 0;
+  cu->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fn);
+  p->max_dynamic_smem = static_cast<uint64_t>(v);
+  if (cu->cuFuncGetParamInfo) {
+    size_t off = 0, size = 0;
+    p->param_count = 0;
+    while (p->param_count < 4096 &&
+           cu->cuFuncGetParamInfo(fn, static_cast<size_t>(p->param_count), &off, &size) ==
+               CUDA_SUCCESS) {
+      p->param_sizes.push_back(size);
+      ++p->param_count;
+    }
+  }
+  l->refs.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(g_handles_mu);
+    g_pipelines.insert(p.get());
+  }
+  *out = reinterpret_cast<mlxn_pipeline*>(p.release());
+  return ok(msg, msg_cap);
+}
+
+MLXN_EXPORT void mlxn_pipeline_release(mlxn_pipeline* pipeline) {
+  if (!pipeline) return;
+  {
+    std::lock_guard<std::mutex> lock(g_handles_mu);
+    if (!g_pipelines.erase(pipeline)) return;
+  }
+  pipeline_unref(reinterpret_cast<Pipeline*>(pipeline));
+}
+
+MLXN_EXPORT uint32_t mlxn_pipeline_max_threads(mlxn_pipeline* pipeline) {
+  return pipeline ? reinterpret_cast<Pipeline*>(pipeline)->max_threads : 0;
+}
+
+MLXN_EXPORT uint64_t mlxn_pipeline_static_threadgroup_memory(mlxn_pipeline* pipeline) {
+  return pipeline ? reinterpret_cast<Pipeline*>(pipeline)->static_smem : 0;
+}
+
+// ---- encoders ----
+
+MLXN_EXPORT mlxn_status mlxn_encoder_create(mlxn_device* device, mlxn_encoder** out, char* msg,
+                                            uint64_t msg_cap) {
+  if (!device || !out)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                "mlxn_encoder_create: device and out must be non-NULL");
+  *out = nullptr;
+  Device* d = reinterpret_cast<Device*>(device);
+  const Driver* cu = use(d);
+  std::unique_ptr<Encoder> e(new Encoder);
+  e->dev = d;
+  CUresult r = cu->cuStreamCreate(&e->stream, CU_STREAM_NON_BLOCKING);
+  if (r == CUDA_SUCCESS) r = cu->cuEventCreate(&e->start, CU_EVENT_DEFAULT);
+  if (r == CUDA_SUCCESS) r = cu->cuEventCreate(&e->stop, CU_EVENT_DEFAULT);
+  if (r != CUDA_SUCCESS) {
+    if (e->start) cu->cuEventDestroy(e->start);
+    if (e->stream) cu->cuStreamDestroy(e->stream);
+    return fail(MLXN_ERR_COMMAND_BUFFER, msg, msg_cap, cu_call_error("creating an encoder", r));
+  }
+  d->refs.fetch_add(1);
+  *out = reinterpret_cast<mlxn_encoder*>(e.release());
+  return ok(msg, msg_cap);
+}
+
+MLXN_EXPORT void mlxn_encoder_release(mlxn_encoder* encoder) {
+  if (!encoder) return;
+  Encoder* e = reinterpret_cast<Encoder*>(encoder);
+  const Driver* cu = use(e->dev);
+  if (e->state == MLXN_ENCODER_PENDING) {
+    cu->cuStreamSynchronize(e->stream);  // the in-flight work still uses its buffers
+    drop_launches(e->inflight);
+  }
+  drop_launches(e->recorded);
+  if (e->staging_dev) cu->cuMemFree(e->staging_dev);
+  cu->cuEventDestroy(e->start);
+  cu->cuEventDestroy(e->stop);
+  cu->cuStreamDestroy(e->stream);
+  Device* d = e->dev;
+  delete e;
+  device_unref(d);
+}
+
+MLXN_EXPORT mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void* block,
+                                              uint64_t block_len, char* msg, uint64_t msg_cap) {
+  auto bad = [&](const std::string& text) {
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, "dispatch: " + text);
+  };
+  if (!encoder || !block) return bad("encoder and block must be non-NULL");
+  Encoder* e = reinterpret_cast<Encoder*>(encoder);
+  Device* d = e->dev;
+  const uint8_t* p = static_cast<const uint8_t*>(block);
+  if (block_len < MLXN_DISPATCH_HEADER_BYTES)
+    return bad("block_len must be at least 48 (got " + std::to_string(block_len) + ")");
+  const uint64_t handle = load<uint64_t>(p);
+  const uint32_t grid[3] = {load<uint32_t>(p + 8), load<uint32_t>(p + 12), load<uint32_t>(p + 16)};
+  const uint32_t threads[3] = {load<uint32_t>(p + 20), load<uint32_t>(p + 24),
+                               load<uint32_t>(p + 28)};
+  const uint32_t n = load<uint32_t>(p + 32), payload = load<uint32_t>(p + 36);
+  if (load<uint64_t>(p + 40) != 0) return bad("header reserved field must be 0");
+  if (n > MLXN_MAX_BINDINGS)
+    return bad("binding count must be at most 31 (got " + std::to_string(n) + ")");
+  const uint64_t want = MLXN_DISPATCH_HEADER_BYTES +
+                        static_cast<uint64_t>(MLXN_DISPATCH_BINDING_BYTES) * n + payload;
+  if (block_len != want)
+    return bad("block_len must be 48 + 24 * " + std::to_string(n) + " + " +
+               std::to_string(payload) + " = " + std::to_string(want) + " (got " +
+               std::to_string(block_len) + ")");
+  Pipeline* pipe = reinterpret_cast<Pipeline*>(static_cast<uintptr_t>(handle));
+  if (!live_pipeline(pipe)) return bad("pipeline handle is not a live pipeline");
+  if (pipe->lib->dev != d) return bad("pipeline " + pipe->name + " belongs to another device");
+  const std::string k = pipe->name;
+  static const char* axis = "xyz";
+  uint64_t total_threads = 1;
+  for (int i = 0; i < 3; ++i) {
+    if (grid[i] == 0 || grid[i] > d->max_grid[i])
+      return bad(k + ": threadgroups per grid " + axis[i] + " must be in 1.." +
+                 std::to_string(d->max_grid[i]) + " (got " + std::to_string(grid[i]) + ")");
+    if (threads[i] == 0 || threads[i] > d->max_block[i])
+      return bad(k + ": threads per threadgroup " + axis[i] + " must be in 1.." +
+                 std::to_string(d->max_block[i]) + " (got " + std::to_string(threads[i]) + ")");
+    total_threads *= threads[i];
+  }
+  if (total_threads > pipe->max_threads)
+    return bad(k + ": threads per threadgroup must be at most " +
+               std::to_string(pipe->max_threads) + " for this kernel (got " +
+               std::to_string(total_threads) + ")");
+
+  struct Bind {
+    uint32_t kind, index;
+    uint64_t a, b;
+  };
+  std::vector<Bind> params;  // BUFFER and BYTES, sorted by index below
+  std::vector<uint32_t> tg_indices;
+  uint64_t dyn_smem = 0;
+  const uint8_t* payload_base = p + MLXN_DISPATCH_HEADER_BYTES + MLXN_DISPATCH_BINDING_BYTES * n;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint8_t* rp = p + MLXN_DISPATCH_HEADER_BYTES + MLXN_DISPATCH_BINDING_BYTES * i;
+    Bind bd{load<uint32_t>(rp), load<uint32_t>(rp + 4), load<uint64_t>(rp + 8),
+            load<uint64_t>(rp + 16)};
+    const std::string where = k + ": binding " + std::to_string(i) + " (index " +
+                              std::to_string(bd.index) + ")";
+    if (bd.index >= MLXN_MAX_BINDINGS)
+      return bad(where + ": index must be below 31");
+    switch (bd.kind) {
+      case MLXN_BIND_BUFFER: {
+        Buffer* b = reinterpret_cast<Buffer*>(static_cast<uintptr_t>(bd.a));
+        if (!live_buffer(b)) return bad(where + ": buffer handle is not a live buffer");
+        if (b->dev != d) return bad(where + ": buffer belongs to another device");
+        if (bd.b > b->len)
+          return bad(where + ": offset " + std::to_string(bd.b) + " is past the buffer's " +
+                     std::to_string(b->len) + " bytes");
+        break;
+      }
+      case MLXN_BIND_BYTES:
+        if (bd.a > payload || bd.b > payload - bd.a)
+          return bad(where + ": bytes [" + std::to_string(bd.a) + ", +" + std::to_string(bd.b) +
+                     ") lie outside the " + std::to_string(payload) + "-byte payload");
+        break;
+      case MLXN_BIND_THREADGROUP_MEMORY:
+        if (bd.b != 0) return bad(where + ": threadgroup memory record's b must be 0");
+        if (std::find(tg_indices.begin(), tg_indices.end(), bd.index) != tg_indices.end())
+          return bad(where + ": threadgroup memory index bound twice");
+        tg_indices.push_back(bd.index);
+        // Saturates just past the limit, so that no sum of lengths wraps.
+        dyn_smem = bd.a > d->smem_optin ? d->smem_optin + 1
+                                        : std::min(dyn_smem + bd.a, d->smem_optin + 1);
+        continue;
+      default:
+        return bad(where + ": unknown binding kind " + std::to_string(bd.kind));
+    }
+    for (const Bind& o : params)
+      if (o.index == bd.index) return bad(where + ": buffer index bound twice");
+    params.push_back(bd);
+  }
+  if (pipe->static_smem + dyn_smem > d->smem_optin)
+    return bad(k + ": threadgroup memory " + std::to_string(dyn_smem) + " bytes + static " +
+               std::to_string(pipe->static_smem) + " bytes exceeds the device's " +
+               std::to_string(d->smem_optin) + " bytes per threadgroup");
+  if (pipe->param_count >= 0) {
+    if (static_cast<size_t>(pipe->param_count) != params.size())
+      return bad(k + ": the kernel takes " + std::to_string(pipe->param_count) +
+                 " parameter(s) but the dispatch binds " + std::to_string(params.size()) +
+                 " buffer/bytes index(es) (one pointer parameter per bound index)");
+    for (size_t i = 0; i < pipe->param_sizes.size(); ++i)
+      if (pipe->param_sizes[i] != sizeof(CUdeviceptr))
+        return bad(k + ": parameter " + std::to_string(i) + " is " +
+                   std::to_string(pipe->param_sizes[i]) +
+                   " bytes; the binding convention passes only 8-byte pointers");
+  }
+  const Driver* cu = use(d);
+  if (dyn_smem > pipe->max_dynamic_smem) {
+    const CUresult r = cu->cuFuncSetAttribute(pipe->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                              static_cast<int>(dyn_smem));
+    if (r != CUDA_SUCCESS)
+      return bad(k + ": raising the dynamic shared memory limit to " + std::to_string(dyn_smem) +
+                 " bytes failed: " + cu_error_text(r));
+    pipe->max_dynamic_smem = dyn_smem;
+  }
+  const mlxn_status st = begin_recording(e, "dispatch", msg, msg_cap);
+  if (st != MLXN_OK) return st;
+
+  // Everything checked: record.
+  std::sort(params.begin(), params.end(),
+            [](const Bind& x, const Bind& y) { return x.index < y.index; });
+  Launch l;
+  l.pipe = pipe;
+  for (int i = 0; i < 3; ++i) {
+    l.grid[i] = grid[i];
+    l.block[i] = threads[i];
+  }
+  l.smem = static_cast<unsigned>(dyn_smem);
+  for (const Bind& bd : params) {
+    if (bd.kind == MLXN_BIND_BUFFER) {
+      Buffer* b = reinterpret_cast<Buffer*>(static_cast<uintptr_t>(bd.a));
+      b->refs.fetch_add(1);
+      l.buffers.push_back(b);
+      l.args.push_back({b->ptr + bd.b, false});
+    } else {
+      const size_t off = (e->staging.size() + 15) & ~static_cast<size_t>(15);
+      e->staging.resize(off + std::max<uint64_t>(bd.b, 1), 0);
+      if (bd.b) std::memcpy(e->staging.data() + off, payload_base + bd.a, bd.b);
+      l.args.push_back({static_cast<CUdeviceptr>(off), true});
+    }
+  }
+  pipe->refs.fetch_add(1);
+  e->recorded.push_back(std::move(l));
+  return ok(msg, msg_cap);
+}
+
+MLXN_EXPORT mlxn_status mlxn_encoder_barrier(mlxn_encoder* encoder, char* msg, uint64_t msg_cap) {
+  if (!encoder)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, "mlxn_encoder_barrier: encoder is NULL");
+  // Stream order already makes each dispatch see the writes of earlier ones.
+  const mlxn_status st = begin_recording(reinterpret_cast<Encoder*>(encoder), "barrier", msg, msg_cap);
+  return st != MLXN_OK ? st : ok(msg, msg_cap);
+}
+
+MLXN_EXPORT mlxn_status mlxn_encoder_commit(mlxn_encoder* encoder, char* msg, uint64_t msg_cap) {
+  if (!encoder)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, "mlxn_encoder_commit: encoder is NULL");
+  Encoder* e = reinterpret_cast<Encoder*>(encoder);
+  mlxn_status st = begin_recording(e, "commit", msg, msg_cap);
+  if (st != MLXN_OK) return st;
+  const Driver* cu = use(e->dev);
+  e->inflight = std::move(e->recorded);
+  e->recorded.clear();
+  e->inflight_staging = std::move(e->staging);
+  e->staging.clear();
+  e->gpu_ns = 0;
+  e->state = MLXN_ENCODER_PENDING;
+
+  auto abort_commit = [&](const std::string& what, CUresult r) {
+    cu->cuStreamSynchronize(e->stream);  // launches already queued still use the buffers
+    e->error = what + ": " + cu_error_text(r);
+    drop_launches(e->inflight);
+    e->inflight_staging.clear();
+    e->state = MLXN_ENCODER_ERROR;
+    return fail(MLXN_ERR_COMMAND_BUFFER, msg, msg_cap, e->error);
+  };
+
+  const uint64_t staged = e->inflight_staging.size();
+  if (staged > 0) {
+    if (staged > e->staging_cap) {
+      // The previous commit has completed, so its staging buffer is free.
+      if (e->staging_dev) cu->cuMemFree(e->staging_dev);
+      e->staging_dev = 0;
+      e->staging_cap = 0;
+      uint64_t cap = 4096;
+      while (cap < staged) cap *= 2;
+      const CUresult r = cu->cuMemAlloc(&e->staging_dev, cap);
+      if (r != CUDA_SUCCESS) return abort_commit("allocating the inline-bytes staging buffer", r);
+      e->staging_cap = cap;
+    }
+    const CUresult r =
+        cu->cuMemcpyHtoDAsync(e->staging_dev, e->inflight_staging.data(), staged, e->stream);
+    if (r != CUDA_SUCCESS) return abort_commit("uploading inline bytes", r);
+  }
+  CUresult r = cu->cuEventRecord(e->start, e->stream);
+  if (r != CUDA_SUCCESS) return abort_commit("cuEventRecord", r);
+  std::vector<CUdeviceptr> values;
+  std::vector<void*> ptrs;
+  for (Launch& l : e->inflight) {
+    values.clear();
+    for (const Arg& a : l.args) values.push_back(a.staged ? e->staging_dev + a.value : a.value);
+    ptrs.clear();
+    for (CUdeviceptr& v : values) ptrs.push_back(&v);
+    r = cu->cuLaunchKernel(l.pipe->fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
+                           l.block[2], l.smem, e->stream, ptrs.empty() ? nullptr : ptrs.data(),
+                           nullptr);
+    if (r != CUDA_SUCCESS) return abort_commit("launching kernel " + l.pipe->name, r);
+  }
+  r = cu->cuEventRecord(e->stop, e->stream);
+  if (r != CUDA_SUCCESS) return abort_commit("cuEventRecord", r);
+  return ok(msg, msg_cap);
+}
+
+MLXN_EXPORT mlxn_status mlxn_encoder_wait(mlxn_encoder* encoder, char* msg, uint64_t msg_cap) {
+  if (!encoder)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, "mlxn_encoder_wait: encoder is NULL");
+  Encoder* e = reinterpret_cast<Encoder*>(encoder);
+  if (e->state == MLXN_ENCODER_PENDING) {
+    const Driver* cu = use(e->dev);
+    const CUresult r = cu->cuEventSynchronize(e->stop);
+    if (r == CUDA_SUCCESS) finish_commit(e);
+    else fail_commit(e, r);
+  }
+  if (e->state == MLXN_ENCODER_ERROR) return fail(MLXN_ERR_COMMAND_BUFFER, msg, msg_cap, e->error);
+  return ok(msg, msg_cap);
+}
+
+MLXN_EXPORT int32_t mlxn_encoder_status(mlxn_encoder* encoder) {
+  if (!encoder) return MLXN_ENCODER_ERROR;
+  return poll(reinterpret_cast<Encoder*>(encoder));
+}
+
+MLXN_EXPORT uint64_t mlxn_encoder_gpu_time_ns(mlxn_encoder* encoder) {
+  return encoder ? reinterpret_cast<Encoder*>(encoder)->gpu_ns : 0;
+}

@@ -1,0 +1,39 @@
+// check_cuda_h.cpp: compile-time check of the values that cuda_api.h declares
+// against cuda.h, built when the build finds cuda.h (MLXN_CHECK_CUDA_H). It is
+// a translation unit of its own because cuda.h #defines many driver function
+// names (cuMemAlloc -> cuMemAlloc_v2, ...), which would rename the members of
+// mlxn_cuda::Driver elsewhere; here cuda_api.h comes first, so they are not.
+#include "cuda_api.h"
+
+#ifdef MLXN_CHECK_CUDA_H
+#include <cuda.h>
+#define MLXN_SAME(name) static_assert(static_cast<long long>(mlxn_cuda::name) == \
+                                      static_cast<long long>(::name), #name)
+MLXN_SAME(CUDA_SUCCESS);
+MLXN_SAME(CUDA_ERROR_NO_DEVICE);
+MLXN_SAME(CUDA_ERROR_NOT_READY);
+MLXN_SAME(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+MLXN_SAME(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
+MLXN_SAME(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
+MLXN_SAME(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
+MLXN_SAME(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
+MLXN_SAME(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y);
+MLXN_SAME(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
+MLXN_SAME(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+MLXN_SAME(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+MLXN_SAME(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+MLXN_SAME(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+MLXN_SAME(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+MLXN_SAME(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+MLXN_SAME(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES);
+MLXN_SAME(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES);
+MLXN_SAME(CU_STREAM_NON_BLOCKING);
+MLXN_SAME(CU_EVENT_DEFAULT);
+MLXN_SAME(CU_JIT_INFO_LOG_BUFFER);
+MLXN_SAME(CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES);
+MLXN_SAME(CU_JIT_ERROR_LOG_BUFFER);
+MLXN_SAME(CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES);
+static_assert(sizeof(mlxn_cuda::CUdeviceptr) == sizeof(::CUdeviceptr), "CUdeviceptr");
+static_assert(sizeof(mlxn_cuda::CUdevice) == sizeof(::CUdevice), "CUdevice");
+#undef MLXN_SAME
+#endif

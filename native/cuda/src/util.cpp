@@ -1,0 +1,218 @@
+// util.cpp: see util.h.
+#include "util.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "../../include/mlx_native.h"
+
+namespace mlxn_cuda {
+
+std::string fnv1a128_hex(const std::string& data) {
+  using u128 = unsigned __int128;
+  const u128 prime = (static_cast<u128>(1) << 88) | 0x13B;
+  u128 h = (static_cast<u128>(0x6c62272e07bb0142ULL) << 64) | 0x62b821756295c58dULL;
+  for (unsigned char c : data) {
+    h ^= c;
+    h *= prime;
+  }
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(h >> 64),
+                static_cast<unsigned long long>(h));
+  return buf;
+}
+
+namespace {
+
+template <typename T>
+bool get(const std::string& s, uint64_t off, T* out) {
+  if (off > s.size() || s.size() - off < sizeof(T)) return false;
+  std::memcpy(out, s.data() + off, sizeof(T));
+  return true;
+}
+
+std::vector<std::string> names_of_elf(const std::string& img) {
+  std::vector<std::string> names;
+  if (img.size() < 64 || std::memcmp(img.data(), "\x7f" "ELF", 4) != 0 || img[4] != 2)
+    return names;  // not a 64-bit ELF file
+  uint64_t shoff;
+  uint16_t shentsize, shnum;
+  if (!get(img, 0x28, &shoff) || !get(img, 0x3A, &shentsize) || !get(img, 0x3C, &shnum))
+    return names;
+  if (shentsize < 64) return names;
+  for (uint16_t i = 0; i < shnum; ++i) {
+    uint64_t sh = shoff + static_cast<uint64_t>(i) * shentsize;
+    uint32_t type, link;
+    uint64_t off, size, entsize;
+    if (!get(img, sh + 4, &type) || !get(img, sh + 24, &off) || !get(img, sh + 32, &size) ||
+        !get(img, sh + 40, &link) || !get(img, sh + 56, &entsize))
+      return names;
+    if (type != 2 /* SHT_SYMTAB */ || entsize < 24) continue;
+    uint64_t strsh = shoff + static_cast<uint64_t>(link) * shentsize;
+    uint64_t stroff, strsize;
+    if (link >= shnum || !get(img, strsh + 24, &stroff) || !get(img, strsh + 32, &strsize))
+      return names;
+    if (stroff > img.size() || img.size() - stroff < strsize) return names;
+    for (uint64_t s = 0; s + entsize <= size; s += entsize) {
+      uint32_t name;
+      uint8_t info, other;
+      if (!get(img, off + s, &name) || !get(img, off + s + 4, &info) ||
+          !get(img, off + s + 5, &other))
+        return names;
+      const bool func = (info & 0xF) == 2;          // STT_FUNC
+      const bool global = (info >> 4) != 0;         // not STB_LOCAL
+      const bool entry = (other & 0x10) != 0;       // STO_CUDA_ENTRY
+      if (!func || !global || !entry || name >= strsize) continue;
+      const char* p = img.data() + stroff + name;
+      names.emplace_back(p, strnlen(p, strsize - name));
+    }
+  }
+  return names;
+}
+
+std::vector<std::string> names_of_ptx(const std::string& ptx) {
+  std::vector<std::string> names;
+  size_t pos = 0;
+  while ((pos = ptx.find(".entry", pos)) != std::string::npos) {
+    pos += 6;
+    if (pos >= ptx.size() || (ptx[pos] != ' ' && ptx[pos] != '\t')) continue;
+    while (pos < ptx.size() && (ptx[pos] == ' ' || ptx[pos] == '\t')) ++pos;
+    size_t end = pos;
+    while (end < ptx.size() && ptx[end] != '(' && ptx[end] != ' ' && ptx[end] != '\t' &&
+           ptx[end] != '\n' && ptx[end] != '\r')
+      ++end;
+    if (end > pos) names.push_back(ptx.substr(pos, end - pos));
+    pos = end;
+  }
+  return names;
+}
+
+std::string float_literal(double v) {
+  if (std::isnan(v)) return "(__builtin_nanf(\"\"))";
+  if (std::isinf(v)) return v > 0 ? "(__builtin_huge_valf())" : "(-__builtin_huge_valf())";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "(%af)", v);
+  return buf;
+}
+
+double half_to_double(uint16_t h) {
+  const int sign = h >> 15, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
+  double v;
+  if (exp == 0) v = std::ldexp(static_cast<double>(man), -24);
+  else if (exp == 31) v = man ? NAN : INFINITY;
+  else v = std::ldexp(static_cast<double>(man | 0x400), exp - 25);
+  return sign ? -v : v;
+}
+
+bool make_dirs(const std::string& path) {
+  std::string cur;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    cur = path.substr(0, pos);
+    if (cur.empty()) continue;
+    if (mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return false;
+  }
+  return true;
+}
+
+const char kMagic[] = "mlx-native cuda cache 1\n";
+
+}  // namespace
+
+std::vector<std::string> kernel_names_of_image(const std::string& image, bool is_ptx) {
+  std::vector<std::string> n = is_ptx ? names_of_ptx(image) : names_of_elf(image);
+  std::sort(n.begin(), n.end());
+  n.erase(std::unique(n.begin(), n.end()), n.end());
+  return n;
+}
+
+bool constant_define(uint32_t index, uint32_t type, uint32_t bits, std::string* out,
+                     std::string* err) {
+  std::string v;
+  switch (type) {
+    case MLXN_CONST_BOOL:
+      if (bits > 1) {
+        *err = "function constant " + std::to_string(index) + ": bool bits must be 0 or 1 (got " +
+               std::to_string(bits) + ")";
+        return false;
+      }
+      v = bits ? "1" : "0";
+      break;
+    case MLXN_CONST_I32: {
+      int32_t x;
+      std::memcpy(&x, &bits, 4);
+      v = x == INT32_MIN ? "(-2147483647-1)" : "(" + std::to_string(x) + ")";
+      break;
+    }
+    case MLXN_CONST_U32: v = std::to_string(bits) + "u"; break;
+    case MLXN_CONST_F32: {
+      float f;
+      std::memcpy(&f, &bits, 4);
+      v = float_literal(f);
+      break;
+    }
+    case MLXN_CONST_F16: v = float_literal(half_to_double(static_cast<uint16_t>(bits))); break;
+    case MLXN_CONST_I16: v = "(" + std::to_string(static_cast<int16_t>(bits & 0xFFFF)) + ")"; break;
+    case MLXN_CONST_U16: v = std::to_string(bits & 0xFFFF) + "u"; break;
+    default:
+      *err = "function constant " + std::to_string(index) + ": unknown type " +
+             std::to_string(type) + " (expected MLXN_CONST_BOOL..MLXN_CONST_U16, 1..7)";
+      return false;
+  }
+  *out = "-DMLXN_FC_" + std::to_string(index) + "=" + v;
+  return true;
+}
+
+std::string cache_dir() {
+  const char* env = std::getenv("MLX_NATIVE_CUDA_CACHE");
+  if (env && *env) return std::strcmp(env, "off") == 0 ? std::string() : std::string(env);
+  const char* home = std::getenv("HOME");
+  if (!home || !*home) return std::string();
+  return std::string(home) + "/.cache/mlx-native/cuda";
+}
+
+bool cache_load(const std::string& dir, const std::string& key, std::string* image) {
+  if (dir.empty()) return false;
+  const std::string path = dir + "/" + fnv1a128_hex(key) + ".bin";
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  std::string data;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) data.append(buf, n);
+  std::fclose(f);
+  const size_t m = sizeof kMagic - 1;
+  uint64_t klen, ilen;
+  if (data.size() < m + 8 || data.compare(0, m, kMagic) != 0) return false;
+  std::memcpy(&klen, data.data() + m, 8);
+  if (klen != key.size() || data.size() - m - 8 < klen + 8) return false;
+  if (data.compare(m + 8, klen, key) != 0) return false;
+  std::memcpy(&ilen, data.data() + m + 8 + klen, 8);
+  if (data.size() - m - 16 - klen != ilen) return false;
+  image->assign(data, m + 16 + klen, ilen);
+  return true;
+}
+
+void cache_store(const std::string& dir, const std::string& key, const std::string& image) {
+  if (dir.empty() || !make_dirs(dir)) return;
+  const std::string path = dir + "/" + fnv1a128_hex(key) + ".bin";
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return;
+  const uint64_t klen = key.size(), ilen = image.size();
+  bool ok = std::fwrite(kMagic, 1, sizeof kMagic - 1, f) == sizeof kMagic - 1 &&
+            std::fwrite(&klen, 8, 1, f) == 1 && std::fwrite(key.data(), 1, klen, f) == klen &&
+            std::fwrite(&ilen, 8, 1, f) == 1 && std::fwrite(image.data(), 1, ilen, f) == ilen;
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) std::remove(tmp.c_str());
+}
+
+}  // namespace mlxn_cuda

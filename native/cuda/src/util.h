@@ -1,0 +1,40 @@
+// util.h: the parts of the CUDA backend that need no GPU: hashing, the
+// on-disk cache of compiled images, kernel entry names read from an image,
+// and function-constant records turned into -D options.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlxn_cuda {
+
+// 128-bit FNV-1a of a byte string, as 32 lowercase hex digits.
+std::string fnv1a128_hex(const std::string& data);
+
+// Kernel entry names of a compiled image, sorted: for a CUBIN (an ELF file)
+// the global function symbols marked STO_CUDA_ENTRY; for PTX the `.entry`
+// directives. Empty when the image cannot be parsed.
+std::vector<std::string> kernel_names_of_image(const std::string& image, bool is_ptx);
+
+// One function-constant record as the NVRTC option "-DMLXN_FC_<index>=<value>".
+// bool: 0 or 1; i32/i16: signed decimal; u32/u16: decimal with a `u` suffix;
+// f32/f16: a parenthesised float literal (hex-float, exact), infinities and
+// NaN through __builtin_huge_valf/__builtin_nanf. An unknown type, or a bool
+// whose bits are neither 0 nor 1, returns false with *err set.
+bool constant_define(uint32_t index, uint32_t type, uint32_t bits, std::string* out,
+                     std::string* err);
+
+// The cache folder: MLX_NATIVE_CUDA_CACHE, else $HOME/.cache/mlx-native/cuda;
+// "" when caching is off (MLX_NATIVE_CUDA_CACHE=off, or no HOME).
+std::string cache_dir();
+
+// Cache entries are files <dir>/<fnv1a128(key)>.bin holding a magic line, the
+// full key and the image; a load checks the whole key, so a hash collision or
+// a torn file reads as a miss. Stores write a temporary file and rename it, so
+// concurrent processes never see a partial entry. Failures are silent: the
+// cache only saves compile time.
+bool cache_load(const std::string& dir, const std::string& key, std::string* image);
+void cache_store(const std::string& dir, const std::string& key, const std::string& image);
+
+}  // namespace mlxn_cuda
