@@ -163,8 +163,8 @@ export function packDispatch<B extends BindableBuffer>(
       const h = buf._h;
       if (h === 0) throw releasedError(`buffer bound at index ${index}`);
       if (buf._state !== owner) throw bindErr(`buffer at index ${index}`, "a buffer of the encoder's device", 'a buffer of another device');
-      if (!(offset >= 0 && offset < buf.byteLength && Number.isInteger(offset))) {
-        throw bindErr(`offset of buffer ${index}`, `an integer in [0, ${buf.byteLength})`, offset);
+      if (!(offset >= 0 && offset <= buf.byteLength && Number.isInteger(offset))) {
+        throw bindErr(`offset of buffer ${index}`, `an integer in [0, ${buf.byteLength}]`, offset);
       }
       used |= 1 << index;
       w[r] = BIND.buffer;
@@ -184,7 +184,9 @@ export function packDispatch<B extends BindableBuffer>(
       const data = bytes[index]!;
       const len = data.byteLength;
       if (len === 0) throw bindErr(`bytes at index ${index}`, 'non-empty', '0 bytes');
-      p = Math.ceil(p / PAYLOAD_ALIGN) * PAYLOAD_ALIGN;
+      const aligned = Math.ceil(p / PAYLOAD_ALIGN) * PAYLOAD_ALIGN;
+      if (aligned !== p) u8.fill(0, payloadStart + p, payloadStart + aligned); // no stale bytes in the padding
+      p = aligned;
       u8.set(
         data instanceof Uint8Array ? data : new Uint8Array(data.buffer, data.byteOffset, len),
         payloadStart + p,

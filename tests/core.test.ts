@@ -1,0 +1,541 @@
+// The TypeScript core: pure parts (dispatch packing, constants, validation,
+// errors, loader messages) everywhere, and Device / Buffer / Encoder /
+// compile / registry end to end on every backend present.
+
+import { describe, expect, test } from 'bun:test';
+import { spawnSync } from 'node:child_process';
+import {
+  checkAtMost,
+  checkDtype,
+  checkedProduct,
+  checkElements,
+  checkMultiple,
+  checkPositive,
+  invalid,
+  MlxError,
+  type Device,
+  type MlxErrorKind,
+} from '../ts/index.ts';
+import { statusKind } from '../ts/errors.ts';
+import { DispatchBlock, packDispatch, type BindableBuffer } from '../ts/encoder.ts';
+import { constantsKey, packConstants } from '../ts/library.ts';
+import { candidatePaths, libraryFileName, loadBackend } from '../ts/native.ts';
+import { describeBackends, rng, randomArray } from './helpers.ts';
+
+/** Runs fn and returns the MlxError it throws (failing the test if it throws none or another error). */
+function mlxError(fn: () => unknown): MlxError {
+  try {
+    fn();
+  } catch (e) {
+    if (e instanceof MlxError) return e;
+    throw e;
+  }
+  throw new Error('expected an MlxError, but nothing was thrown');
+}
+
+function expectKind(fn: () => unknown, kind: MlxErrorKind, text?: string): void {
+  const e = mlxError(fn);
+  expect(e.kind).toBe(kind);
+  if (text !== undefined) expect(e.message).toContain(text);
+}
+
+// ---------------------------------------------------------------- pure TS
+
+describe('dispatch packing', () => {
+  const owner = {};
+  const bufA: BindableBuffer = { _h: 0x7f12_3456_7890, _state: owner, byteLength: 1024 };
+  const bufB: BindableBuffer = { _h: 0x0000_5555_aaaa_0008, _state: owner, byteLength: 64 };
+  const bufC: BindableBuffer = { _h: 0x10, _state: owner, byteLength: 4 };
+  const pipeline = 0x7fff_0000_1234;
+
+  test('matches the header layout byte for byte', () => {
+    const block = new DispatchBlock();
+    block.bytes.fill(0xee); // stale bytes must not leak into the block
+    const len = packDispatch(
+      block,
+      owner,
+      pipeline,
+      {
+        buffers: { 0: bufA, 1: [bufB, 16], 3: bufC },
+        bytes: { 2: new Float32Array([1.5]), 4: new Uint8Array([1, 2, 3]) },
+        threadgroupMemory: { 0: 256 },
+      },
+      [7, 2, 1],
+      [64, 1, 1],
+    );
+    // Expected, written independently with DataView and 64-bit writes.
+    const n = 6;
+    const payload = 16 + 3; // bytes 2 at payload 0 (4 bytes), bytes 4 at payload 16 (3 bytes)
+    const want = new ArrayBuffer(48 + 24 * n + payload);
+    const dv = new DataView(want);
+    dv.setBigUint64(0, BigInt(pipeline), true);
+    [7, 2, 1, 64, 1, 1].forEach((v, i) => dv.setUint32(8 + 4 * i, v, true));
+    dv.setUint32(32, n, true);
+    dv.setUint32(36, payload, true);
+    dv.setBigUint64(40, 0n, true);
+    const recs: [number, number, bigint, bigint][] = [
+      [1, 0, BigInt(bufA._h), 0n],
+      [1, 1, BigInt(bufB._h), 16n],
+      [1, 3, BigInt(bufC._h), 0n],
+      [2, 2, 0n, 4n],
+      [2, 4, 16n, 3n],
+      [3, 0, 256n, 0n],
+    ];
+    recs.forEach(([kind, index, a, b], i) => {
+      const o = 48 + 24 * i;
+      dv.setUint32(o, kind, true);
+      dv.setUint32(o + 4, index, true);
+      dv.setBigUint64(o + 8, a, true);
+      dv.setBigUint64(o + 16, b, true);
+    });
+    const p0 = 48 + 24 * n;
+    dv.setFloat32(p0, 1.5, true);
+    [1, 2, 3].forEach((v, i) => dv.setUint8(p0 + 16 + i, v));
+    expect(len).toBe(want.byteLength);
+    expect([...block.bytes.subarray(0, len)]).toEqual([...new Uint8Array(want)]);
+  });
+
+  test('a dispatch with no bindings is the bare header', () => {
+    const block = new DispatchBlock();
+    const len = packDispatch(block, owner, 8, {}, [1, 1, 1], [1, 1, 1]);
+    expect(len).toBe(48);
+    expect([...block.words.subarray(0, 12)]).toEqual([8, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0]);
+  });
+
+  test('the block grows for a large payload', () => {
+    const block = new DispatchBlock(64);
+    const big = new Uint8Array(10000).map((_, i) => i & 0xff);
+    const len = packDispatch(block, owner, 8, { bytes: { 0: big } }, [1, 1, 1], [1, 1, 1]);
+    expect(len).toBe(48 + 24 + 10000);
+    expect(block.bytes.length).toBeGreaterThanOrEqual(len);
+    expect([...block.bytes.subarray(72, 72 + 10000)]).toEqual([...big]);
+  });
+
+  test('bad bindings are InvalidArgument with the argument named', () => {
+    const block = new DispatchBlock();
+    const pack = (b: Parameters<typeof packDispatch<BindableBuffer>>[3], grid: [number, number, number] = [1, 1, 1], threads: [number, number, number] = [1, 1, 1]) =>
+      packDispatch(block, owner, 8, b, grid, threads);
+    expectKind(() => pack({ buffers: { 31: bufA } }), 'InvalidArgument', 'buffer binding index must be an integer in [0, 30] (got 31)');
+    expectKind(() => pack({ buffers: { 0: { ...bufA, _h: 0 } } }), 'InvalidArgument', 'used after release');
+    expectKind(() => pack({ buffers: { 0: { ...bufA, _state: {} } } }), 'InvalidArgument', 'another device');
+    expectKind(() => pack({ buffers: { 0: [bufC, 5] } }), 'InvalidArgument', 'offset of buffer 0 must be an integer in [0, 4] (got 5)');
+    expectKind(() => pack({ buffers: { 0: [bufC, 1.5] } }), 'InvalidArgument', 'offset of buffer 0');
+    expectKind(() => pack({ buffers: { 2: bufA }, bytes: { 2: new Uint8Array(4) } }), 'InvalidArgument', 'bytes index 2');
+    expectKind(() => pack({ bytes: { 0: new Uint8Array(0) } }), 'InvalidArgument', 'bytes at index 0 must be non-empty');
+    expectKind(() => pack({ threadgroupMemory: { 0: -1 } }), 'InvalidArgument', 'threadgroupMemory[0]');
+    expectKind(() => pack({}, [0, 1, 1]), 'InvalidArgument', 'grid[0] must be a positive 32-bit integer (got 0)');
+    expectKind(() => pack({}, [1, 1, 1], [1, 2.5, 1]), 'InvalidArgument', 'threads[1]');
+    expectKind(() => pack({}, [2 ** 32, 1, 1]), 'InvalidArgument', 'grid[0]');
+  });
+});
+
+describe('function constants', () => {
+  test('packed as sorted 12-byte records of index, type, bits', () => {
+    const recs = packConstants({
+      3: { type: 'u32', value: 7 },
+      0: true,
+      1: { type: 'f32', value: 1.5 },
+      2: { type: 'i16', value: -1 },
+      4: { type: 'f16', value: 1 },
+      5: false,
+      6: { type: 'i32', value: -2 },
+      7: { type: 'u16', value: 65535 },
+    });
+    expect([...recs]).toEqual([
+      0, 1, 1,
+      1, 4, 0x3fc00000,
+      2, 6, 0xffff,
+      3, 3, 7,
+      4, 5, 0x3c00,
+      5, 1, 0,
+      6, 2, 0xfffffffe,
+      7, 7, 0xffff,
+    ]);
+    expect(packConstants(undefined).length).toBe(0);
+  });
+
+  test('values out of their type range are InvalidArgument', () => {
+    expectKind(() => packConstants({ 0: { type: 'u16', value: 65536 } }), 'InvalidArgument', 'function constant 0');
+    expectKind(() => packConstants({ 1: { type: 'i32', value: 0.5 } }), 'InvalidArgument', 'function constant 1');
+    expectKind(() => packConstants({ 2: { type: 'u32', value: -1 } }), 'InvalidArgument', 'function constant 2');
+  });
+
+  test('the cache key ignores insertion order and tells values apart', () => {
+    expect(constantsKey({ 1: true, 0: { type: 'u32', value: 3 } })).toBe(constantsKey({ 0: { type: 'u32', value: 3 }, 1: true }));
+    expect(constantsKey({ 0: true })).not.toBe(constantsKey({ 0: false }));
+    expect(constantsKey({ 0: { type: 'u32', value: 1 } })).not.toBe(constantsKey({ 0: { type: 'i32', value: 1 } }));
+    expect(constantsKey(undefined)).toBe('');
+  });
+});
+
+describe('validation helpers', () => {
+  test('messages name op, argument, expected and actual', () => {
+    expect(invalid('rms_norm', 'dim', 'a multiple of 4', 6).message).toBe('rms_norm: dim must be a multiple of 4 (got 6)');
+    expect(invalid('op', 'shape', 'rank 2', [1, 2, 3]).message).toBe('op: shape must be rank 2 (got [1, 2, 3])');
+    expectKind(() => checkPositive('op', 'n', 0), 'InvalidArgument', 'op: n must be a positive integer (got 0)');
+    expectKind(() => checkPositive('op', 'n', 1.5), 'InvalidArgument', '(got 1.5)');
+    expectKind(() => checkPositive('op', 'n', NaN), 'InvalidArgument', '(got NaN)');
+    checkPositive('op', 'n', 1);
+    expectKind(() => checkMultiple('op', 'dim', 10, 4), 'InvalidArgument', 'op: dim must be a multiple of 4 (got 10)');
+    expectKind(() => checkMultiple('op', 'heads', 10, 4, 'kvHeads'), 'InvalidArgument', 'op: heads must be a multiple of kvHeads (4) (got 10)');
+    checkMultiple('op', 'dim', 12, 4);
+    expectKind(() => checkAtMost('op', 'dim', 1025, 1024, 'maxThreads'), 'InvalidArgument', 'op: dim must be at most maxThreads (1024) (got 1025)');
+    expectKind(() => checkAtMost('op', 'dim', NaN, 1024), 'InvalidArgument', 'at most 1024');
+    checkAtMost('op', 'dim', 1024, 1024);
+    expect(checkedProduct('op', 'n', 3, 5, 7)).toBe(105);
+    expectKind(() => checkedProduct('op', 'elements', 2 ** 30, 2 ** 30, 2 ** 30), 'InvalidArgument', 'op: elements must be a product');
+  });
+});
+
+describe('errors', () => {
+  test('status codes map to kinds', () => {
+    const kinds = [1, 2, 3, 4, 5, 6, 7, 8, 99].map(statusKind);
+    expect(kinds).toEqual([
+      'InvalidArgument',
+      'ShaderCompilationError',
+      'KernelNotFound',
+      'DeviceNotFound',
+      'CommandBufferError',
+      'BufferAllocationError',
+      'UnsupportedDtype',
+      'Internal',
+      'Internal',
+    ]);
+    const e = new MlxError('KernelNotFound', 'x');
+    expect(e).toBeInstanceOf(Error);
+    expect(e.name).toBe('MlxError');
+  });
+});
+
+describe('loader', () => {
+  test('library file names', () => {
+    expect(libraryFileName('emu', 'linux')).toBe('libmlx_native_emu.so');
+    expect(libraryFileName('emu', 'darwin')).toBe('libmlx_native_emu.dylib');
+    expect(libraryFileName('cuda', 'linux')).toBe('libmlx_native_cuda.so');
+    expect(libraryFileName('metal', 'darwin')).toBe('libMlxNative.dylib');
+    expect(candidatePaths('emu').at(-1)).toEndWith(`build/emu/${libraryFileName('emu')}`);
+  });
+
+  test.if(process.platform !== 'darwin')('a missing backend is DeviceNotFound listing the paths tried and the fix', () => {
+    const e = mlxError(() => loadBackend('metal'));
+    expect(e.kind).toBe('DeviceNotFound');
+    expect(e.message).toContain('build/metal/libMlxNative.dylib: not found');
+    expect(e.message).toContain('scripts/build-metal.sh');
+  });
+
+  // The environment is read when a backend is first loaded: run in a fresh process.
+  function loadIn(env: Record<string, string>, backend: string): string {
+    const code = `import { Device } from './ts/index.ts'; try { const d = Device.open(${backend === '' ? '' : `{ backend: '${backend}' }`}); console.log('opened ' + d.backend); } catch (e) { console.log(e.kind + ': ' + e.message); }`;
+    const r = spawnSync(process.execPath, ['-e', code], { cwd: `${import.meta.dir}/..`, env: { ...process.env, ...env }, encoding: 'utf8' });
+    return r.stdout + r.stderr;
+  }
+
+  test.if(process.platform !== 'darwin')('MLX_NATIVE_LIB that is not there is listed first', () => {
+    const out = loadIn({ MLX_NATIVE_LIB: '/nonexistent/libx.so' }, 'metal');
+    expect(out).toContain('DeviceNotFound: no metal backend library could be loaded');
+    expect(out).toContain('/nonexistent/libx.so (MLX_NATIVE_LIB): no such file');
+  });
+
+  test('MLX_NATIVE_BACKEND must name a backend', () => {
+    const out = loadIn({ MLX_NATIVE_BACKEND: 'vulkan' }, '');
+    expect(out).toContain('InvalidArgument: MLX_NATIVE_BACKEND must be one of metal, cuda, emu (got vulkan)');
+  });
+});
+
+// ---------------------------------------------------------------- end to end
+
+const SRC = `
+#include <metal_stdlib>
+using namespace metal;
+
+kernel void add(device const float* a [[buffer(0)]], device float* o [[buffer(1)]],
+                constant float& s [[buffer(2)]], constant uint& n [[buffer(3)]],
+                uint i [[thread_position_in_grid]]) {
+  if (i < n) o[i] = a[i] + s;
+}
+
+// Writes one element past the end of o: the emulator must report it.
+kernel void oob(device float* o [[buffer(0)]], constant uint& n [[buffer(1)]],
+                uint i [[thread_position_in_grid]]) {
+  o[i + n] = 1.0f;
+}
+
+// Burns time so that commit() has to poll.
+kernel void spin(device float* o [[buffer(0)]], constant uint& iters [[buffer(1)]],
+                 uint i [[thread_position_in_grid]]) {
+  float x = float(i);
+  for (uint k = 0; k < iters; ++k) x = x * 0.999f + 1.0f;
+  o[i] = x;
+}
+`;
+
+const FC_SRC = `
+#include <metal_stdlib>
+using namespace metal;
+constant bool has_scale [[function_constant(0)]];
+constant uint scale [[function_constant(1)]];
+
+kernel void scale_or_copy(device const float* a [[buffer(0)]], device float* o [[buffer(1)]],
+                          uint i [[thread_position_in_grid]]) {
+  o[i] = has_scale ? a[i] * float(scale) : a[i];
+}
+`;
+
+function u32(v: number): Uint32Array {
+  return Uint32Array.of(v);
+}
+
+describeBackends('core', ({ device, label }) => {
+  const r = rng(label.length * 7919 + 1);
+
+  test('device identity and limits', () => {
+    const d = device();
+    expect(d.name.length).toBeGreaterThan(0);
+    expect(d.limits.maxThreadsPerThreadgroup).toBeGreaterThanOrEqual(256);
+    expect(d.limits.maxThreadgroupMemory).toBeGreaterThanOrEqual(16384);
+    expect([32, 64]).toContain(d.limits.simdWidth);
+    expect(d.limits.maxBufferLength).toBeGreaterThan(2 ** 20);
+    expect(d.limits.sharedMemory).toBe(d.backend !== 'cuda');
+  });
+
+  test('buffers: zero-filled, numbers by dtype, raw bytes, fill, view', () => {
+    const d = device();
+    using z = d.alloc('f32', [3, 5]);
+    expect(z.elementCount).toBe(15);
+    expect(z.byteLength).toBe(60);
+    expect(z.shape).toEqual([3, 5]);
+    expect([...z.readNumbers()]).toEqual(new Array(15).fill(0));
+
+    const vals = [0.5, -1.25, 3, 1024, -0.0625, 7];
+    for (const dt of ['f32', 'f16', 'bf16'] as const) {
+      using b = d.upload(dt, [6], vals);
+      expect([...b.readNumbers()]).toEqual(vals);
+    }
+    using h = d.upload('f16', [2], [0.1, 65520]);
+    expect([...h.read()]).toEqual([0x2e66, 0x7c00]);
+    for (const [dt, v] of [['u8', [0, 255]], ['u16', [1, 65535]], ['u32', [0, 4294967295]], ['i32', [-5, 2147483647]]] as const) {
+      using b = d.upload(dt, [2], v);
+      expect([...b.readNumbers()]).toEqual([...v]);
+    }
+
+    using raw = d.alloc('u8', [8]);
+    raw.write(new Uint8Array([9, 8, 7]), 2);
+    expect([...raw.read()]).toEqual([0, 0, 9, 8, 7, 0, 0, 0]);
+    raw.write(new Uint16Array([0x0201]), 6);
+    expect([...raw.read()]).toEqual([0, 0, 9, 8, 7, 0, 1, 2]);
+    expectKind(() => raw.write(new Uint8Array(4), 6), 'InvalidArgument', 'at most 8');
+
+    using poisoned = d.alloc('f32', [4]);
+    poisoned.fill(NaN);
+    expect([...poisoned.readNumbers()].every(Number.isNaN)).toBe(true);
+
+    const v = z.view();
+    if (d.limits.sharedMemory) {
+      expect(v).toBeInstanceOf(Float32Array);
+      v![4] = 42; // writes through to the device memory
+      expect(z.readNumbers()[4]).toBe(42);
+    } else {
+      expect(v).toBeNull();
+    }
+
+    expectKind(() => d.alloc('f32', [2, 0]), 'InvalidArgument', 'shape[1] must be a positive integer (got 0)');
+    expectKind(() => d.alloc('f64' as 'f32', [2]), 'UnsupportedDtype', 'Device.alloc: dtype');
+    expectKind(() => d.upload('f32', [3], [1, 2]), 'InvalidArgument', 'data.length must be 3 (got 2)');
+    expectKind(() => d.upload('u8', [1], [300]), 'InvalidArgument', 'integer in [0, 255]');
+  });
+
+  test('a buffer used after release throws, release twice is harmless', () => {
+    const d = device();
+    const b = d.alloc('f32', [4]);
+    b.release();
+    b.release();
+    expect(b.released).toBe(true);
+    expectKind(() => b.read(), 'InvalidArgument', 'used after release');
+    expectKind(() => b.writeNumbers([1, 2, 3, 4]), 'InvalidArgument', 'used after release');
+    expectKind(() => b.view(), 'InvalidArgument', 'used after release');
+    let inner: import('../ts/index.ts').Buffer;
+    {
+      using s = d.alloc('u32', [1]);
+      inner = s;
+    }
+    expect(inner.released).toBe(true);
+  });
+
+  test('compile: kernel names, pipelines, missing kernel, compile error with file and line', () => {
+    const d = device();
+    using lib = d.compile(SRC, { name: 'core_test.metal' });
+    expect(lib.kernelNames.sort()).toEqual(['add', 'oob', 'spin']);
+    const p = lib.pipeline('add');
+    expect(p.name).toBe('add');
+    expect(p.maxThreads).toBeGreaterThanOrEqual(256);
+    expect(p.staticThreadgroupMemory).toBe(0);
+    expect(lib.pipeline('add')).toBe(p);
+    expectKind(() => lib.pipeline('nope'), 'KernelNotFound', 'nope');
+
+    const bad = 'kernel void k(device float* o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n  o[i] = undefined_name;\n}\n';
+    const e = mlxError(() => d.compile(bad, { name: 'broken.metal' }));
+    expect(e.kind).toBe('ShaderCompilationError');
+    expect(e.message).toContain('broken.metal:2');
+  });
+
+  test('dispatch: o = a + s over a grid that overhangs n', async () => {
+    const d = device();
+    const n = 1000;
+    const a = randomArray(r, n);
+    using ab = d.upload('f32', [n], a);
+    using ob = d.alloc('f32', [n]);
+    ob.fill(NaN);
+    const lib = d.compile(SRC, { name: 'core_test.metal' });
+    using enc = d.encoder();
+    enc.dispatch(lib.pipeline('add'), { buffers: { 0: ab, 1: ob }, bytes: { 2: Float32Array.of(2.5), 3: u32(n) } }, [Math.ceil(n / 64), 1, 1], [64, 1, 1]);
+    await enc.commit();
+    const got = ob.readNumbers();
+    for (let i = 0; i < n; i++) if (got[i] !== Math.fround(Math.fround(a[i]!) + 2.5)) throw new Error(`o[${i}] = ${got[i]}`);
+    expect(enc.gpuTimeNs).toBeGreaterThan(0);
+    lib.release();
+  });
+
+  test('barrier orders dependent dispatches; offsets bind sub-ranges; encoders record again after a commit', () => {
+    const d = device();
+    const lib = d.compile(SRC, { name: 'core_test.metal' });
+    const add = lib.pipeline('add');
+    const n = 33;
+    const a = randomArray(r, n);
+    using ab = d.upload('f32', [n], a);
+    using mid = d.alloc('f32', [n]);
+    using out = d.alloc('f32', [n + 8]);
+    out.fill(NaN);
+    using enc = d.encoder();
+    const grid: [number, number, number] = [2, 1, 1];
+    const tg: [number, number, number] = [32, 1, 1];
+    enc.dispatch(add, { buffers: { 0: ab, 1: mid }, bytes: { 2: Float32Array.of(1), 3: u32(n) } }, grid, tg);
+    enc.barrier();
+    enc.dispatch(add, { buffers: { 0: mid, 1: [out, 32] }, bytes: { 2: Float32Array.of(-3), 3: u32(n) } }, grid, tg);
+    enc.commitAndWait();
+    const got = out.readNumbers();
+    for (let i = 0; i < 8; i++) expect(got[i]).toBeNaN();
+    for (let i = 0; i < n; i++) {
+      const want = Math.fround(Math.fround(Math.fround(a[i]!) + 1) - 3);
+      if (got[i + 8] !== want) throw new Error(`out[${i + 8}] = ${got[i + 8]}, want ${want}`);
+    }
+    // The same encoder records and commits again.
+    enc.dispatch(add, { buffers: { 0: ab, 1: mid }, bytes: { 2: Float32Array.of(10), 3: u32(n) } }, grid, tg);
+    enc.commitAndWait();
+    expect(mid.readNumbers()[0]).toBe(Math.fround(Math.fround(a[0]!) + 10));
+    lib.release();
+  });
+
+  test('commit() polls without blocking the event loop', async () => {
+    const d = device();
+    const lib = d.compile(SRC, { name: 'core_test.metal' });
+    using o = d.alloc('f32', [256]);
+    using enc = d.encoder();
+    let ticks = 0;
+    const timer = setInterval(() => ticks++, 1);
+    // Sized to take tens of milliseconds on every backend.
+    const iters = d.backend === 'emu' ? 200_000 : 50_000_000;
+    enc.dispatch(lib.pipeline('spin'), { buffers: { 0: o }, bytes: { 1: u32(iters) } }, [4, 1, 1], [64, 1, 1]);
+    const t0 = performance.now();
+    await enc.commit();
+    const ms = performance.now() - t0;
+    clearInterval(timer);
+    expect(ms).toBeGreaterThan(20);
+    expect(ticks).toBeGreaterThan(2);
+    lib.release();
+  });
+
+  test('errors: recording during a commit, bad launches, out-of-bounds access, released pipeline', async () => {
+    const d = device();
+    const lib = d.compile(SRC, { name: 'core_test.metal' });
+    const add = lib.pipeline('add');
+    using a = d.alloc('f32', [64]);
+    using o = d.alloc('f32', [64]);
+    using enc = d.encoder();
+    const binds = { buffers: { 0: a, 1: o }, bytes: { 2: Float32Array.of(1), 3: u32(64) } };
+
+    expectKind(() => enc.dispatch(add, binds, [1, 1, 1], [d.limits.maxThreadsPerThreadgroup + 1, 1, 1]), 'InvalidArgument', 'dispatch add');
+
+    enc.dispatch(add, binds, [1, 1, 1], [64, 1, 1]);
+    const pending = enc.commit();
+    expectKind(() => enc.dispatch(add, binds, [1, 1, 1], [64, 1, 1]), 'InvalidArgument', 'commit in flight');
+    await pending;
+
+    if (d.backend === 'emu') {
+      enc.dispatch(lib.pipeline('oob'), { buffers: { 0: o }, bytes: { 1: u32(64) } }, [1, 1, 1], [1, 1, 1]);
+      expectKind(() => enc.commitAndWait(), 'CommandBufferError');
+      // The encoder records again after an error.
+      enc.dispatch(add, binds, [1, 1, 1], [64, 1, 1]);
+      enc.commitAndWait();
+    }
+
+    lib.release();
+    expectKind(() => enc.dispatch(add, binds, [1, 1, 1], [64, 1, 1]), 'InvalidArgument', 'pipeline add was used after release');
+    expectKind(() => d.setOption('no_such_option', '1'), 'InvalidArgument', 'Device.setOption(no_such_option=1)');
+  });
+
+  test('registry: lazy compile, caches by kernel and constants, errors', () => {
+    const d = device();
+    const reg = d.kernels;
+    expect(d.kernels).toBe(reg);
+    reg.register('core_test', { metal: SRC }, ['add', 'oob', 'spin']);
+    reg.register('core_test', { metal: SRC }, ['add', 'oob', 'spin']); // same again: no-op
+    expectKind(() => reg.register('core_test', { metal: SRC + ' ' }, ['add', 'oob', 'spin']), 'InvalidArgument', 'already registered');
+    expectKind(() => reg.register('other', { metal: SRC }, ['add']), 'InvalidArgument', 'kernel add of family other is already registered by family core_test');
+    expectKind(() => reg.pipeline('unknown_kernel'), 'KernelNotFound', 'unknown_kernel is not registered');
+
+    const p = reg.pipeline('add');
+    expect(reg.pipeline('add')).toBe(p);
+    expect(reg.pipeline('spin').library).toBe(p.library); // one library per family
+
+    reg.register('core_fc', { metal: FC_SRC }, ['scale_or_copy']);
+    const scaled = reg.pipeline('scale_or_copy', { 0: true, 1: { type: 'u32', value: 3 } });
+    const copy = reg.pipeline('scale_or_copy', { 0: false, 1: { type: 'u32', value: 3 } });
+    expect(reg.pipeline('scale_or_copy', { 1: { type: 'u32', value: 3 }, 0: true })).toBe(scaled);
+    expect(copy).not.toBe(scaled);
+
+    const a = [1, 2, 3, 4];
+    using ab = d.upload('f32', [4], a);
+    using o1 = d.alloc('f32', [4]);
+    using o2 = d.alloc('f32', [4]);
+    using enc = d.encoder();
+    enc.dispatch(scaled, { buffers: { 0: ab, 1: o1 } }, [1, 1, 1], [4, 1, 1]);
+    enc.dispatch(copy, { buffers: { 0: ab, 1: o2 } }, [1, 1, 1], [4, 1, 1]);
+    enc.commitAndWait();
+    expect([...o1.readNumbers()]).toEqual([3, 6, 9, 12]);
+    expect([...o2.readNumbers()]).toEqual(a);
+  });
+
+  test('validation helpers on buffers', () => {
+    const d = device();
+    using b = d.alloc('f16', [2, 3]);
+    checkDtype('op', 'x', b, 'f16');
+    checkDtype('op', 'x', b, ['f32', 'f16']);
+    expectKind(() => checkDtype('op', 'x', b, 'f32'), 'InvalidArgument', 'op: x.dtype must be f32 (got f16)');
+    expectKind(() => checkDtype('op', 'x', b, ['f32', 'bf16']), 'InvalidArgument', 'op: x.dtype must be one of f32, bf16 (got f16)');
+    checkElements('op', 'x', b, 6);
+    expectKind(() => checkElements('op', 'x', b, 8), 'InvalidArgument', 'op: x.elementCount must be 8 (got 6, shape [2, 3])');
+  });
+});
+
+describeBackends('device close', ({ label }) => {
+  test('closing frees every child; using them afterwards throws', async () => {
+    const { openDevice, backends } = await import('./helpers.ts');
+    const c = backends().find((b) => b.label === label)!;
+    const d: Device = openDevice(c);
+    const b = d.alloc('f32', [4]);
+    const lib = d.compile(SRC, { name: 'core_test.metal' });
+    const p = lib.pipeline('add');
+    const enc = d.encoder();
+    d.close();
+    d.close();
+    expect(d.closed).toBe(true);
+    expectKind(() => b.read(), 'InvalidArgument', 'used after release');
+    expectKind(() => lib.kernelNames, 'InvalidArgument', 'used after release');
+    expectKind(() => enc.dispatch(p, { buffers: { 0: b } }, [1, 1, 1], [1, 1, 1]), 'InvalidArgument', 'used after release');
+    expectKind(() => d.alloc('f32', [1]), 'InvalidArgument', 'used after release');
+    // Releasing children after the device is harmless.
+    b.release();
+    lib.release();
+    enc.release();
+  });
+});
