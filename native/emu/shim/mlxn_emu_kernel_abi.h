@@ -46,6 +46,10 @@ typedef struct mlxn_emu_binding {
 #define MLXN_EMU_SPACE_CONSTANT    2u
 #define MLXN_EMU_SPACE_THREADGROUP 3u
 
+/* The binding number that an out_of_bounds report carries for a threadgroup
+ * variable declared in a kernel body: this bit | its threadgroup_static id. */
+#define MLXN_EMU_BINDING_STATIC 0x80000000u
+
 typedef struct mlxn_emu_thread mlxn_emu_thread;
 
 typedef struct mlxn_emu_hooks {

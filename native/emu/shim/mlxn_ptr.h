@@ -1,0 +1,267 @@
+// Checked pointers into device, constant and threadgroup memory, the storage
+// of threadgroup variables declared in kernel bodies, and the construction of
+// a kernel's arguments from the runtime's bindings.
+//
+// The translator turns every `device T*`, `constant T*` and `threadgroup T*`
+// into mlxn::dptr<T, space>. A dptr carries the range it may touch (the
+// binding or the threadgroup allocation it was derived from): every
+// dereference is checked against it, and an access outside is reported
+// through hooks->out_of_bounds (kernel, space, binding, byte offset) and
+// redirected to the scratch memory the runtime returns. Pointer arithmetic
+// and casts keep the range; only a dereference is checked, so forming an
+// out-of-range pointer is fine, as in C.
+//
+// A dptr made from a raw pointer (`&shared[i]` yields a plain T&, so its
+// address is a T*) has no range and is not checked.
+#ifndef MLXN_PTR_H
+#define MLXN_PTR_H
+
+#include "mlxn_core.h"
+
+#ifndef MLXN_SOURCE_NAME
+#define MLXN_SOURCE_NAME "<kernel>"
+#endif
+
+namespace mlxn {
+
+// An index with the source position of the subscript expression that made
+// it (operator[] cannot take a defaulted std::source_location itself).
+struct idx {
+  int64_t v;
+  srcloc loc;
+  template <class I> requires(std::is_integral_v<I> || std::is_enum_v<I>)
+  idx(I i, srcloc l = srcloc::current()) : v(int64_t(i)), loc(l) {}
+};
+
+inline void tick_threadgroup_access() {
+  mlxn_emu_thread* t = cur();
+  if (t->random_schedule) [[unlikely]] {
+    if (--t->preempt_countdown == 0) {
+      t->hooks->preempt(t);
+      current_thread = t;
+    }
+  }
+}
+
+template <class T> struct row_of {
+  using type = void;
+};
+template <class E, size_t B> struct row_of<E[B]> {
+  using type = E;
+};
+
+template <class T, unsigned S> struct dptr {
+  T* p;
+  uint8_t* base;  // start of the checked range; null with len ~0 when unchecked
+  uint64_t len;
+  uint32_t binding;
+
+  dptr() = default;
+  dptr(std::nullptr_t) : p(nullptr), base(nullptr), len(0), binding(0) {}
+  dptr(T* p_, uint8_t* b, uint64_t l, uint32_t bi) : p(p_), base(b), len(l), binding(bi) {}
+  // From a raw pointer: no known range, unchecked.
+  dptr(T* raw) : p(raw), base(nullptr), len(~uint64_t(0)), binding(0) {}
+  // Adding const (or volatile) is implicit.
+  template <class U> requires(!std::is_same_v<U, T> && std::is_convertible_v<U*, T*>)
+  dptr(const dptr<U, S>& o) : p(o.p), base(o.base), len(o.len), binding(o.binding) {}
+  // Any other pointee type: an explicit cast ((device float4*)p).
+  template <class U> requires(!std::is_convertible_v<U*, T*>)
+  explicit dptr(const dptr<U, S>& o)
+      : p((T*)(const_cast<std::remove_cv_t<U>*>(o.p))), base(o.base), len(o.len), binding(o.binding) {}
+
+  explicit operator bool() const { return p != nullptr; }
+  explicit operator T*() const { return p; }
+  T* raw() const { return p; }
+
+  // The checked address of element q (q derived from p).
+  T* at(T* q, const srcloc* where = nullptr) const {
+    uint64_t off = uint64_t((uintptr_t)q - (uintptr_t)base);
+    if (off > len || sizeof(T) > len - off) [[unlikely]] {
+      if (base != nullptr || len != ~uint64_t(0)) return (T*)report(int64_t(off), sizeof(T), where);
+    }
+    if constexpr (S == MLXN_EMU_SPACE_THREADGROUP) tick_threadgroup_access();
+    return q;
+  }
+  void* report(int64_t off, uint64_t size, const srcloc* where) const {
+    mlxn_emu_thread* t = cur();
+    mlxn_emu_site site;
+    if (where) {
+      site = to_site(*where);
+    } else {
+      site.file = MLXN_SOURCE_NAME;
+      site.line = 0;
+      site.column = 0;
+    }
+    void* r = t->hooks->out_of_bounds(t, S, binding, off, size, len, site);
+    current_thread = t;
+    return r;
+  }
+
+  decltype(auto) operator[](idx i) const {
+    if constexpr (std::is_array_v<T>) {
+      using E = typename row_of<std::remove_cv_t<T>>::type;
+      using EC = std::conditional_t<std::is_const_v<T>, const E, E>;
+      return dptr<EC, S>((EC*)(p + i.v), base, len, binding);
+    } else {
+      return static_cast<T&>(*at(p + i.v, &i.loc));
+    }
+  }
+  T& operator*() const { return *at(p); }
+  T* operator->() const { return at(p); }
+
+  template <class I> requires std::is_integral_v<I>
+  dptr operator+(I i) const { return dptr(p + int64_t(i), base, len, binding); }
+  template <class I> requires std::is_integral_v<I>
+  friend dptr operator+(I i, const dptr& d) { return d + i; }
+  template <class I> requires std::is_integral_v<I>
+  dptr operator-(I i) const { return dptr(p - int64_t(i), base, len, binding); }
+  template <class U>
+  ptrdiff_t operator-(const dptr<U, S>& o) const { return p - o.p; }
+  template <class I> requires std::is_integral_v<I>
+  dptr& operator+=(I i) { p += int64_t(i); return *this; }
+  template <class I> requires std::is_integral_v<I>
+  dptr& operator-=(I i) { p -= int64_t(i); return *this; }
+  dptr& operator++() { ++p; return *this; }
+  dptr& operator--() { --p; return *this; }
+  dptr operator++(int) { dptr o = *this; ++p; return o; }
+  dptr operator--(int) { dptr o = *this; --p; return o; }
+
+  template <class U> bool operator==(const dptr<U, S>& o) const { return (const void*)p == (const void*)o.p; }
+  template <class U> bool operator!=(const dptr<U, S>& o) const { return (const void*)p != (const void*)o.p; }
+  template <class U> bool operator<(const dptr<U, S>& o) const { return (const void*)p < (const void*)o.p; }
+  template <class U> bool operator>(const dptr<U, S>& o) const { return (const void*)p > (const void*)o.p; }
+  template <class U> bool operator<=(const dptr<U, S>& o) const { return (const void*)p <= (const void*)o.p; }
+  template <class U> bool operator>=(const dptr<U, S>& o) const { return (const void*)p >= (const void*)o.p; }
+  bool operator==(std::nullptr_t) const { return p == nullptr; }
+  bool operator!=(std::nullptr_t) const { return p != nullptr; }
+};
+
+// static_cast / reinterpret_cast to a checked pointer type.
+template <class To, class From> inline To ptr_cast(const From& f) { return To(f); }
+
+// The checked address a shim function (atomics, simdgroup_load) works on.
+template <class T, unsigned S> inline T* access(const dptr<T, S>& d, const srcloc* where = nullptr) {
+  return d.at(d.p, where);
+}
+template <class T> inline T* access(T* p, const srcloc* = nullptr) { return p; }
+template <class T, unsigned S> inline T* access_at(const dptr<T, S>& d, int64_t i, const srcloc* where) {
+  return d.at(d.p + i, where);
+}
+template <class T> inline T* access_at(T* p, int64_t i, const srcloc*) { return p + i; }
+
+// Threadgroup variables declared in a kernel body. The binding number that
+// out-of-bounds reports carry for them is MLXN_EMU_BINDING_STATIC | id.
+template <class A> inline auto tg_array(uint32_t id) {
+  using E = std::remove_extent_t<A>;
+  mlxn_emu_thread* t = cur();
+  void* m = t->hooks->threadgroup_static(t, id, sizeof(A), alignof(A));
+  current_thread = t;
+  return dptr<E, MLXN_EMU_SPACE_THREADGROUP>((E*)m, (uint8_t*)m, sizeof(A), MLXN_EMU_BINDING_STATIC | id);
+}
+template <class T> inline T& tg_scalar(uint32_t id) {
+  mlxn_emu_thread* t = cur();
+  void* m = t->hooks->threadgroup_static(t, id, sizeof(T), alignof(T));
+  current_thread = t;
+  return *(T*)m;
+}
+
+// ---- kernel arguments ----
+template <class T> struct is_dptr : std::false_type {};
+template <class T, unsigned S> struct is_dptr<dptr<T, S>> : std::true_type {
+  using elem = T;
+  static constexpr unsigned space = S;
+};
+
+// [[buffer(N)]]: a checked pointer over the binding, or a reference to its
+// start (constant T&), checked to hold sizeof(T) bytes.
+template <uint32_t N> struct arg_buffer {
+  template <class A> static A make(mlxn_emu_thread* t) {
+    const mlxn_emu_binding& b = t->buffers[N];
+    using D = std::remove_cvref_t<A>;
+    if constexpr (is_dptr<D>::value) {
+      using E = typename is_dptr<D>::elem;
+      return D((E*)b.ptr, b.ptr, b.ptr ? b.length : 0, N);
+    } else {
+      static_assert(std::is_reference_v<A>, "a [[buffer(n)]] parameter is a pointer or a reference");
+      using R = std::remove_reference_t<A>;
+      if (b.ptr == nullptr || b.length < sizeof(R)) {
+        mlxn_emu_site site = {MLXN_SOURCE_NAME, 0, 0};
+        void* s = t->hooks->out_of_bounds(t, MLXN_EMU_SPACE_CONSTANT, N, 0, sizeof(R), b.ptr ? b.length : 0, site);
+        current_thread = t;
+        return *(R*)s;
+      }
+      return *(R*)b.ptr;
+    }
+  }
+};
+
+// [[threadgroup(N)]]: a checked pointer over the dynamic threadgroup memory.
+template <uint32_t N> struct arg_threadgroup {
+  template <class A> static A make(mlxn_emu_thread* t) {
+    const mlxn_emu_binding& b = t->threadgroup[N];
+    using D = std::remove_cvref_t<A>;
+    static_assert(is_dptr<D>::value, "a [[threadgroup(n)]] parameter is a threadgroup pointer");
+    using E = typename is_dptr<D>::elem;
+    return D((E*)b.ptr, b.ptr, b.ptr ? b.length : 0, N);
+  }
+};
+
+enum builtin_id : uint32_t {
+  bi_thread_position_in_grid,
+  bi_threadgroup_position_in_grid,
+  bi_thread_position_in_threadgroup,
+  bi_threads_per_threadgroup,
+  bi_threadgroups_per_grid,
+  bi_threads_per_grid,
+  bi_thread_index_in_threadgroup,
+  bi_thread_index_in_simdgroup,
+  bi_simdgroup_index_in_threadgroup,
+  bi_simdgroups_per_threadgroup,
+  bi_threads_per_simdgroup,
+  bi_dispatch_simdgroups_per_threadgroup,
+};
+
+template <class A> inline A builtin_value(const uint32_t* v) {
+  using D = std::remove_cvref_t<A>;
+  if constexpr (std::is_arithmetic_v<D>) {
+    return D(v[0]);
+  } else {
+    D r;
+    for (int i = 0; i < D::size; ++i) r.data[i] = typename D::value_type(v[i]);
+    return r;
+  }
+}
+
+template <builtin_id B> struct arg_builtin {
+  template <class A> static A make(mlxn_emu_thread* t) {
+    switch (B) {
+      case bi_thread_position_in_grid: return builtin_value<A>(t->thread_position_in_grid);
+      case bi_threadgroup_position_in_grid: return builtin_value<A>(t->threadgroup_position_in_grid);
+      case bi_thread_position_in_threadgroup: return builtin_value<A>(t->thread_position_in_threadgroup);
+      case bi_threads_per_threadgroup: return builtin_value<A>(t->threads_per_threadgroup);
+      case bi_threadgroups_per_grid: return builtin_value<A>(t->threadgroups_per_grid);
+      case bi_threads_per_grid: return builtin_value<A>(t->threads_per_grid);
+      case bi_thread_index_in_threadgroup: return builtin_value<A>(&t->thread_index_in_threadgroup);
+      case bi_thread_index_in_simdgroup: return builtin_value<A>(&t->thread_index_in_simdgroup);
+      case bi_simdgroup_index_in_threadgroup: return builtin_value<A>(&t->simdgroup_index_in_threadgroup);
+      case bi_simdgroups_per_threadgroup:
+      case bi_dispatch_simdgroups_per_threadgroup: return builtin_value<A>(&t->simdgroups_per_threadgroup);
+      case bi_threads_per_simdgroup: return builtin_value<A>(&t->threads_per_simdgroup);
+    }
+    return builtin_value<A>(&t->threads_per_simdgroup);
+  }
+};
+
+template <class... Specs> struct specs {};
+
+// Calls a kernel function with its arguments built from the bindings.
+template <class... Specs, class... Args>
+inline void run_kernel(mlxn_emu_thread* t, void (*f)(Args...), specs<Specs...>) {
+  static_assert(sizeof...(Specs) == sizeof...(Args), "kernel parameter list mismatch");
+  current_thread = t;
+  f(Specs::template make<Args>(t)...);
+}
+
+}  // namespace mlxn
+
+#endif

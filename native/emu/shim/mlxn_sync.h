@@ -1,0 +1,540 @@
+// Barriers, SIMD-group functions, atomics and simdgroup matrices.
+//
+// Every collective goes through one hook call at the caller's source position
+// (a defaulted std::source_location argument), so the runtime can match the
+// lanes or threads that reach it and report the ones that do not.
+//
+// SIMD functions follow MSL: the active lanes are those that call the
+// function at the same site. A lane reading from a lane that is not active
+// (simd_shuffle*, simd_broadcast, quad_*) gets a zero value: the runtime
+// zeroes the slots of inactive lanes. simd_shuffle_up/down keep the lane's own
+// value when the source lane is outside the SIMD-group, as MSL specifies;
+// lane indices are taken modulo 32.
+#ifndef MLXN_SYNC_H
+#define MLXN_SYNC_H
+
+#include "mlxn_math.h"
+#include "mlxn_ptr.h"
+
+namespace metal {
+
+enum class mem_flags : uint32_t {
+  mem_none = 0,
+  mem_device = 1,
+  mem_threadgroup = 2,
+  mem_texture = 4,
+  mem_threadgroup_imageblock = 8,
+  mem_object_data = 16,
+};
+inline constexpr mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(uint32_t(a) | uint32_t(b)); }
+inline constexpr mem_flags operator&(mem_flags a, mem_flags b) { return mem_flags(uint32_t(a) & uint32_t(b)); }
+
+inline void threadgroup_barrier(mem_flags f = mem_flags::mem_none, mlxn::srcloc l = mlxn::srcloc::current()) {
+  mlxn_emu_thread* t = mlxn::cur();
+  t->hooks->threadgroup_barrier(t, mlxn::to_site(l), uint32_t(f));
+  mlxn::current_thread = t;
+}
+inline void simdgroup_barrier(mem_flags f = mem_flags::mem_none, mlxn::srcloc l = mlxn::srcloc::current()) {
+  mlxn_emu_thread* t = mlxn::cur();
+  t->hooks->simdgroup_barrier(t, mlxn::to_site(l), uint32_t(f));
+  mlxn::current_thread = t;
+}
+
+// ---- SIMD-group functions ----
+namespace simd_detail {
+constexpr uint32_t W = MLXN_EMU_SIMD_WIDTH;
+// All active lanes' values of x; returns the active-lane mask.
+template <class T> inline uint32_t gather(const T& x, T* all, const mlxn::srcloc& l) {
+  static_assert(sizeof(T) <= 256, "simd value larger than 256 bytes");
+  mlxn_emu_thread* t = mlxn::cur();
+  uint32_t m = t->hooks->simd_exchange(t, mlxn::to_site(l), (const void*)&x, (void*)all, sizeof(T));
+  mlxn::current_thread = t;
+  return m;
+}
+inline uint32_t lane() { return mlxn::cur()->thread_index_in_simdgroup; }
+
+template <class X, class Op> inline val_t<X> reduce(const X& xx, Op op, const mlxn::srcloc& l) {
+  using T = val_t<X>;
+  T x = xx;
+  T all[W];
+  uint32_t m = gather(x, all, l);
+  bool first = true;
+  T acc = x;
+  for (uint32_t i = 0; i < W; ++i) {
+    if (!(m >> i & 1u)) continue;
+    acc = first ? all[i] : T(op(acc, all[i]));
+    first = false;
+  }
+  return acc;
+}
+template <class X, class Op> inline val_t<X> scan(const X& xx, Op op, val_t<X> identity, bool inclusive,
+                                                  const mlxn::srcloc& l) {
+  using T = val_t<X>;
+  T x = xx;
+  T all[W];
+  uint32_t m = gather(x, all, l);
+  uint32_t me = lane();
+  T acc = identity;
+  for (uint32_t i = 0; i < W; ++i) {
+    if (!(m >> i & 1u)) continue;
+    if (i > me || (i == me && !inclusive)) break;
+    acc = T(op(acc, all[i]));
+  }
+  return acc;
+}
+template <class X> inline val_t<X> from_lane(const X& xx, uint32_t src, const mlxn::srcloc& l) {
+  using T = val_t<X>;
+  T x = xx;
+  T all[W];
+  gather(x, all, l);
+  return all[src % W];
+}
+struct add_op { template <class A, class B> auto operator()(const A& a, const B& b) const { return a + b; } };
+struct mul_op { template <class A, class B> auto operator()(const A& a, const B& b) const { return a * b; } };
+struct min_op { template <class A, class B> auto operator()(const A& a, const B& b) const { return metal::min(a, b); } };
+struct max_op { template <class A, class B> auto operator()(const A& a, const B& b) const { return metal::max(a, b); } };
+struct and_op { template <class A, class B> auto operator()(const A& a, const B& b) const { return a & b; } };
+struct or_op { template <class A, class B> auto operator()(const A& a, const B& b) const { return a | b; } };
+struct xor_op { template <class A, class B> auto operator()(const A& a, const B& b) const { return a ^ b; } };
+}  // namespace simd_detail
+
+#define MLXN_SIMD_REDUCE(name, op)                                                   \
+  template <class X> requires operand<X>                                             \
+  inline val_t<X> name(const X& x, mlxn::srcloc l = mlxn::srcloc::current()) {       \
+    return simd_detail::reduce(x, simd_detail::op{}, l);                             \
+  }
+MLXN_SIMD_REDUCE(simd_sum, add_op)
+MLXN_SIMD_REDUCE(simd_product, mul_op)
+MLXN_SIMD_REDUCE(simd_min, min_op)
+MLXN_SIMD_REDUCE(simd_max, max_op)
+MLXN_SIMD_REDUCE(simd_and, and_op)
+MLXN_SIMD_REDUCE(simd_or, or_op)
+MLXN_SIMD_REDUCE(simd_xor, xor_op)
+#undef MLXN_SIMD_REDUCE
+
+template <class X> requires operand<X>
+inline val_t<X> simd_prefix_inclusive_sum(const X& x, mlxn::srcloc l = mlxn::srcloc::current()) {
+  return simd_detail::scan(x, simd_detail::add_op{}, val_t<X>(0), true, l);
+}
+template <class X> requires operand<X>
+inline val_t<X> simd_prefix_exclusive_sum(const X& x, mlxn::srcloc l = mlxn::srcloc::current()) {
+  return simd_detail::scan(x, simd_detail::add_op{}, val_t<X>(0), false, l);
+}
+template <class X> requires operand<X>
+inline val_t<X> simd_prefix_inclusive_product(const X& x, mlxn::srcloc l = mlxn::srcloc::current()) {
+  return simd_detail::scan(x, simd_detail::mul_op{}, val_t<X>(1), true, l);
+}
+template <class X> requires operand<X>
+inline val_t<X> simd_prefix_exclusive_product(const X& x, mlxn::srcloc l = mlxn::srcloc::current()) {
+  return simd_detail::scan(x, simd_detail::mul_op{}, val_t<X>(1), false, l);
+}
+
+template <class X> requires operand<X>
+inline val_t<X> simd_shuffle(const X& x, uint32_t src, mlxn::srcloc l = mlxn::srcloc::current()) {
+  return simd_detail::from_lane(x, src, l);
+}
+template <class X> requires operand<X>
+inline val_t<X> simd_broadcast(const X& x, uint32_t src, mlxn::srcloc l = mlxn::srcloc::current()) {
+  return simd_detail::from_lane(x, src, l);
+}
+template <class X> requires operand<X>
+inline val_t<X> simd_shuffle_xor(const X& x, uint32_t mask, mlxn::srcloc l = mlxn::srcloc::current()) {
+  return simd_detail::from_lane(x, simd_detail::lane() ^ (mask % simd_detail::W), l);
+}
+template <class X> requires operand<X>
+inline val_t<X> simd_shuffle_up(const X& x, uint32_t delta, mlxn::srcloc l = mlxn::srcloc::current()) {
+  using T = val_t<X>;
+  T v = x;
+  T all[simd_detail::W];
+  simd_detail::gather(v, all, l);
+  uint32_t me = simd_detail::lane();
+  return delta <= me ? all[me - delta] : v;
+}
+template <class X> requires operand<X>
+inline val_t<X> simd_shuffle_down(const X& x, uint32_t delta, mlxn::srcloc l = mlxn::srcloc::current()) {
+  using T = val_t<X>;
+  T v = x;
+  T all[simd_detail::W];
+  simd_detail::gather(v, all, l);
+  uint32_t me = simd_detail::lane();
+  return me + delta < simd_detail::W ? all[me + delta] : v;
+}
+template <class X> requires operand<X>
+inline val_t<X> simd_shuffle_rotate_up(const X& x, uint32_t delta, mlxn::srcloc l = mlxn::srcloc::current()) {
+  return simd_detail::from_lane(x, (simd_detail::lane() + simd_detail::W - delta % simd_detail::W), l);
+}
+template <class X> requires operand<X>
+inline val_t<X> simd_shuffle_rotate_down(const X& x, uint32_t delta, mlxn::srcloc l = mlxn::srcloc::current()) {
+  return simd_detail::from_lane(x, simd_detail::lane() + delta, l);
+}
+template <class X> requires operand<X>
+inline val_t<X> simd_broadcast_first(const X& x, mlxn::srcloc l = mlxn::srcloc::current()) {
+  using T = val_t<X>;
+  T v = x;
+  T all[simd_detail::W];
+  uint32_t m = simd_detail::gather(v, all, l);
+  return all[__builtin_ctz(m)];
+}
+
+// simd_vote: the active-lane bits of a ballot (vote_t is 64 bits wide in MSL).
+struct simd_vote {
+  typedef uint64_t vote_t;
+  vote_t v;
+  constexpr simd_vote(vote_t x = 0) : v(x) {}
+  constexpr operator vote_t() const { return v; }
+  bool all() const { return v == 0xffffffffull; }
+  bool any() const { return v != 0; }
+};
+inline simd_vote simd_ballot(bool b, mlxn::srcloc l = mlxn::srcloc::current()) {
+  uint8_t x = b, all[simd_detail::W];
+  uint32_t m = simd_detail::gather(x, all, l);
+  uint64_t r = 0;
+  for (uint32_t i = 0; i < simd_detail::W; ++i)
+    if ((m >> i & 1u) && all[i]) r |= uint64_t(1) << i;
+  return simd_vote(r);
+}
+inline simd_vote simd_active_threads_mask(mlxn::srcloc l = mlxn::srcloc::current()) {
+  uint8_t x = 1, all[simd_detail::W];
+  return simd_vote(simd_detail::gather(x, all, l));
+}
+inline bool simd_all(bool b, mlxn::srcloc l = mlxn::srcloc::current()) {
+  uint8_t x = b, all[simd_detail::W];
+  uint32_t m = simd_detail::gather(x, all, l);
+  for (uint32_t i = 0; i < simd_detail::W; ++i)
+    if ((m >> i & 1u) && !all[i]) return false;
+  return true;
+}
+inline bool simd_any(bool b, mlxn::srcloc l = mlxn::srcloc::current()) {
+  uint8_t x = b, all[simd_detail::W];
+  uint32_t m = simd_detail::gather(x, all, l);
+  for (uint32_t i = 0; i < simd_detail::W; ++i)
+    if ((m >> i & 1u) && all[i]) return true;
+  return false;
+}
+inline bool simd_is_first(mlxn::srcloc l = mlxn::srcloc::current()) {
+  uint8_t x = 1, all[simd_detail::W];
+  uint32_t m = simd_detail::gather(x, all, l);
+  return uint32_t(__builtin_ctz(m)) == simd_detail::lane();
+}
+
+// quad_*: the same over groups of four lanes (lanes 4q .. 4q+3).
+namespace simd_detail {
+template <class X, class Op> inline val_t<X> quad_reduce(const X& xx, Op op, const mlxn::srcloc& l) {
+  using T = val_t<X>;
+  T x = xx;
+  T all[W];
+  uint32_t m = gather(x, all, l);
+  uint32_t q = lane() & ~3u;
+  bool first = true;
+  T acc = x;
+  for (uint32_t i = q; i < q + 4; ++i) {
+    if (!(m >> i & 1u)) continue;
+    acc = first ? all[i] : T(op(acc, all[i]));
+    first = false;
+  }
+  return acc;
+}
+}  // namespace simd_detail
+#define MLXN_QUAD_REDUCE(name, op)                                                   \
+  template <class X> requires operand<X>                                             \
+  inline val_t<X> name(const X& x, mlxn::srcloc l = mlxn::srcloc::current()) {       \
+    return simd_detail::quad_reduce(x, simd_detail::op{}, l);                        \
+  }
+MLXN_QUAD_REDUCE(quad_sum, add_op)
+MLXN_QUAD_REDUCE(quad_product, mul_op)
+MLXN_QUAD_REDUCE(quad_min, min_op)
+MLXN_QUAD_REDUCE(quad_max, max_op)
+MLXN_QUAD_REDUCE(quad_and, and_op)
+MLXN_QUAD_REDUCE(quad_or, or_op)
+MLXN_QUAD_REDUCE(quad_xor, xor_op)
+#undef MLXN_QUAD_REDUCE
+template <class X> requires operand<X>
+inline val_t<X> quad_shuffle(const X& x, uint32_t src, mlxn::srcloc l = mlxn::srcloc::current()) {
+  return simd_detail::from_lane(x, (simd_detail::lane() & ~3u) | (src & 3u), l);
+}
+template <class X> requires operand<X>
+inline val_t<X> quad_broadcast(const X& x, uint32_t src, mlxn::srcloc l = mlxn::srcloc::current()) {
+  return simd_detail::from_lane(x, (simd_detail::lane() & ~3u) | (src & 3u), l);
+}
+template <class X> requires operand<X>
+inline val_t<X> quad_shuffle_xor(const X& x, uint32_t mask, mlxn::srcloc l = mlxn::srcloc::current()) {
+  return simd_detail::from_lane(x, simd_detail::lane() ^ (mask & 3u), l);
+}
+template <class X> requires operand<X>
+inline val_t<X> quad_shuffle_up(const X& x, uint32_t delta, mlxn::srcloc l = mlxn::srcloc::current()) {
+  using T = val_t<X>;
+  T v = x;
+  T all[simd_detail::W];
+  simd_detail::gather(v, all, l);
+  uint32_t me = simd_detail::lane();
+  return delta <= (me & 3u) ? all[me - delta] : v;
+}
+template <class X> requires operand<X>
+inline val_t<X> quad_shuffle_down(const X& x, uint32_t delta, mlxn::srcloc l = mlxn::srcloc::current()) {
+  using T = val_t<X>;
+  T v = x;
+  T all[simd_detail::W];
+  simd_detail::gather(v, all, l);
+  uint32_t me = simd_detail::lane();
+  return (me & 3u) + delta < 4u ? all[me + delta] : v;
+}
+inline bool quad_all(bool b, mlxn::srcloc l = mlxn::srcloc::current()) {
+  return simd_detail::quad_reduce(uint32_t(b), simd_detail::and_op{}, l) != 0;
+}
+inline bool quad_any(bool b, mlxn::srcloc l = mlxn::srcloc::current()) {
+  return simd_detail::quad_reduce(uint32_t(b), simd_detail::or_op{}, l) != 0;
+}
+
+// ---- atomics ----
+// Threadgroups run concurrently on several OS threads, so every operation is
+// a real atomic (sequentially consistent, which is at least as strong as the
+// memory_order_relaxed that MSL offers).
+enum memory_order { memory_order_relaxed, memory_order_acquire, memory_order_release, memory_order_acq_rel, memory_order_seq_cst };
+enum class thread_scope { thread_scope_thread, thread_scope_simdgroup, thread_scope_threadgroup, thread_scope_device };
+
+template <class T> struct atomic {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "atomic of a 32- or 64-bit type");
+  T v;
+};
+typedef atomic<int> atomic_int;
+typedef atomic<uint> atomic_uint;
+typedef atomic<float> atomic_float;
+typedef atomic<bool> atomic_bool_unused;
+typedef atomic<ulong> atomic_ulong;
+typedef atomic<long> atomic_long;
+
+namespace atomic_detail {
+template <class P> inline auto* obj(const P& p, const mlxn::srcloc& l) {
+  auto* a = mlxn::access(p, &l);
+  using A = std::remove_cv_t<std::remove_pointer_t<decltype(a)>>;
+  return const_cast<A*>(a);
+}
+template <class T> using bits_t = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+template <class T> inline bits_t<T> to_bits(T x) { bits_t<T> b; __builtin_memcpy(&b, &x, sizeof(T)); return b; }
+template <class T> inline T from_bits(bits_t<T> b) { T x; __builtin_memcpy(&x, &b, sizeof(T)); return x; }
+// Read-modify-write by compare-and-swap (floating types, and ops without a builtin).
+template <class T, class F> inline T cas_loop(T* p, F f) {
+  bits_t<T>* q = (bits_t<T>*)p;
+  bits_t<T> old = __atomic_load_n(q, __ATOMIC_SEQ_CST);
+  for (;;) {
+    bits_t<T> nw = to_bits<T>(f(from_bits<T>(old)));
+    if (__atomic_compare_exchange_n(q, &old, nw, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return from_bits<T>(old);
+  }
+}
+}  // namespace atomic_detail
+
+#define MLXN_ATOMIC_ELEM(P) typename std::remove_cv_t<std::remove_pointer_t<decltype(atomic_detail::obj(p, l))>>
+template <class P, class U>
+inline void atomic_store_explicit(P p, U val, memory_order = memory_order_relaxed, mlxn::srcloc l = mlxn::srcloc::current()) {
+  auto* a = atomic_detail::obj(p, l);
+  using T = decltype(a->v);
+  T x = T(val);
+  __atomic_store((atomic_detail::bits_t<T>*)&a->v, (atomic_detail::bits_t<T>*)&x, __ATOMIC_SEQ_CST);
+}
+template <class P>
+inline auto atomic_load_explicit(P p, memory_order = memory_order_relaxed, mlxn::srcloc l = mlxn::srcloc::current()) {
+  auto* a = atomic_detail::obj(p, l);
+  using T = decltype(a->v);
+  return atomic_detail::from_bits<T>(__atomic_load_n((atomic_detail::bits_t<T>*)&a->v, __ATOMIC_SEQ_CST));
+}
+template <class P, class U>
+inline auto atomic_exchange_explicit(P p, U val, memory_order = memory_order_relaxed, mlxn::srcloc l = mlxn::srcloc::current()) {
+  auto* a = atomic_detail::obj(p, l);
+  using T = decltype(a->v);
+  return atomic_detail::from_bits<T>(__atomic_exchange_n((atomic_detail::bits_t<T>*)&a->v,
+                                                         atomic_detail::to_bits<T>(T(val)), __ATOMIC_SEQ_CST));
+}
+template <class P, class E, class U>
+inline bool atomic_compare_exchange_weak_explicit(P p, E* expected, U desired, memory_order = memory_order_relaxed,
+                                                  memory_order = memory_order_relaxed,
+                                                  mlxn::srcloc l = mlxn::srcloc::current()) {
+  auto* a = atomic_detail::obj(p, l);
+  using T = decltype(a->v);
+  auto want = atomic_detail::to_bits<T>(T(*expected));
+  auto seen = want;
+  bool ok = __atomic_compare_exchange_n((atomic_detail::bits_t<T>*)&a->v, &seen, atomic_detail::to_bits<T>(T(desired)),
+                                        false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  if (!ok) *expected = E(atomic_detail::from_bits<T>(seen));
+  return ok;
+}
+template <class P, class E, class U>
+inline bool atomic_compare_exchange_strong_explicit(P p, E* expected, U desired, memory_order s = memory_order_relaxed,
+                                                    memory_order f = memory_order_relaxed,
+                                                    mlxn::srcloc l = mlxn::srcloc::current()) {
+  return atomic_compare_exchange_weak_explicit(p, expected, desired, s, f, l);
+}
+
+#define MLXN_ATOMIC_RMW(name, intop, fexpr)                                          \
+  template <class P, class U>                                                        \
+  inline auto name(P p, U val, memory_order = memory_order_relaxed,                  \
+                   mlxn::srcloc l = mlxn::srcloc::current()) {                       \
+    auto* a = atomic_detail::obj(p, l);                                              \
+    using T = decltype(a->v);                                                        \
+    T y = T(val);                                                                    \
+    if constexpr (std::is_integral_v<T>) {                                           \
+      return intop(&a->v, y, __ATOMIC_SEQ_CST);                                      \
+    } else {                                                                         \
+      return atomic_detail::cas_loop(&a->v, [&](T x) { return T(fexpr); });          \
+    }                                                                                \
+  }
+MLXN_ATOMIC_RMW(atomic_fetch_add_explicit, __atomic_fetch_add, x + y)
+MLXN_ATOMIC_RMW(atomic_fetch_sub_explicit, __atomic_fetch_sub, x - y)
+MLXN_ATOMIC_RMW(atomic_fetch_min_explicit, __atomic_fetch_min, __builtin_fminf(x, y))
+MLXN_ATOMIC_RMW(atomic_fetch_max_explicit, __atomic_fetch_max, __builtin_fmaxf(x, y))
+#undef MLXN_ATOMIC_RMW
+#define MLXN_ATOMIC_BITS(name, intop)                                                \
+  template <class P, class U>                                                        \
+  inline auto name(P p, U val, memory_order = memory_order_relaxed,                  \
+                   mlxn::srcloc l = mlxn::srcloc::current()) {                       \
+    auto* a = atomic_detail::obj(p, l);                                              \
+    using T = decltype(a->v);                                                        \
+    static_assert(std::is_integral_v<T>, #name " needs an integer atomic");          \
+    return intop(&a->v, T(val), __ATOMIC_SEQ_CST);                                   \
+  }
+MLXN_ATOMIC_BITS(atomic_fetch_and_explicit, __atomic_fetch_and)
+MLXN_ATOMIC_BITS(atomic_fetch_or_explicit, __atomic_fetch_or)
+MLXN_ATOMIC_BITS(atomic_fetch_xor_explicit, __atomic_fetch_xor)
+#undef MLXN_ATOMIC_BITS
+#undef MLXN_ATOMIC_ELEM
+
+inline void atomic_thread_fence(mem_flags = mem_flags::mem_none, memory_order = memory_order_seq_cst,
+                                thread_scope = thread_scope::thread_scope_device) {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+// ---- simdgroup matrices ----
+// An 8x8 matrix spread over the 32 lanes of a SIMD-group, two elements per
+// lane, with Apple's layout (the one MLX's steel MMA fragments rely on):
+// lane l, q = l / 4, holds row (q & 4) + (l / 2) % 4, columns
+// (q & 2) * 2 + (l % 2) * 2 and the one after. Lanes 0-7 cover rows 0-3 x
+// columns 0-3, lanes 8-15 rows 0-3 x columns 4-7, lanes 16-23 rows 4-7 x
+// columns 0-3, lanes 24-31 rows 4-7 x columns 4-7: 64 distinct elements.
+template <class T, int Cols, int Rows> struct simdgroup_matrix {
+  static_assert(Cols == 8 && Rows == 8, "the emulator implements 8x8 simdgroup matrices");
+  vec<T, 2> e;
+  simdgroup_matrix() = default;
+  // A diagonal matrix with dval on the diagonal.
+  explicit simdgroup_matrix(T dval);
+  vec<T, 2>& thread_elements() { return e; }
+  const vec<T, 2>& thread_elements() const { return e; }
+};
+typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
+typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+typedef simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
+
+namespace sgm_detail {
+inline int row_of(uint32_t l) { return int(((l / 4) & 4) + (l / 2) % 4); }
+inline int col_of(uint32_t l) { return int(((l / 4) & 2) * 2 + (l % 2) * 2); }
+// A collective without data: makes the lanes meet at the caller's site.
+inline void meet(const mlxn::srcloc& l) {
+  uint8_t x = 0, all[simd_detail::W];
+  simd_detail::gather(x, all, l);
+}
+template <class O> inline void origin_xy(const O& o, int64_t& x, int64_t& y) {
+  if constexpr (vecish<O>) {
+    x = int64_t(o.get(0));
+    y = int64_t(o.get(1));
+  } else {
+    x = int64_t(o);
+    y = 0;
+  }
+}
+}  // namespace sgm_detail
+
+template <class T, int C, int R>
+simdgroup_matrix<T, C, R>::simdgroup_matrix(T dval) {
+  uint32_t l = simd_detail::lane();
+  int r = sgm_detail::row_of(l), c = sgm_detail::col_of(l);
+  e.data[0] = r == c ? dval : T(0);
+  e.data[1] = r == c + 1 ? dval : T(0);
+}
+
+template <class T, int C, int R>
+inline simdgroup_matrix<T, C, R> make_filled_simdgroup_matrix(T value) {
+  simdgroup_matrix<T, C, R> m;
+  m.e = vec<T, 2>(value);
+  return m;
+}
+
+// Element (r, c) of the loaded matrix is src[(origin.y + r) * stride + origin.x + c],
+// or with transpose src[(origin.y + c) * stride + origin.x + r].
+template <class T, int C, int R, class P, class O = ulong2>
+inline void simdgroup_load(simdgroup_matrix<T, C, R>& d, P src, ulong elements_per_row = 8,
+                           O matrix_origin = ulong2(0, 0), bool transpose_matrix = false,
+                           mlxn::srcloc l = mlxn::srcloc::current()) {
+  sgm_detail::meet(l);
+  int64_t ox, oy;
+  sgm_detail::origin_xy(matrix_origin, ox, oy);
+  uint32_t ln = simd_detail::lane();
+  int r = sgm_detail::row_of(ln), c0 = sgm_detail::col_of(ln);
+  int64_t s = int64_t(elements_per_row);
+  for (int k = 0; k < 2; ++k) {
+    int c = c0 + k;
+    int64_t i = transpose_matrix ? (oy + c) * s + ox + r : (oy + r) * s + ox + c;
+    d.e.data[k] = T(*mlxn::access_at(src, i, &l));
+  }
+}
+template <class T, int C, int R, class P, class O = ulong2>
+inline void simdgroup_store(const simdgroup_matrix<T, C, R>& a, P dst, ulong elements_per_row = 8,
+                            O matrix_origin = ulong2(0, 0), bool transpose_matrix = false,
+                            mlxn::srcloc l = mlxn::srcloc::current()) {
+  sgm_detail::meet(l);
+  int64_t ox, oy;
+  sgm_detail::origin_xy(matrix_origin, ox, oy);
+  uint32_t ln = simd_detail::lane();
+  int r = sgm_detail::row_of(ln), c0 = sgm_detail::col_of(ln);
+  int64_t s = int64_t(elements_per_row);
+  for (int k = 0; k < 2; ++k) {
+    int c = c0 + k;
+    int64_t i = transpose_matrix ? (oy + c) * s + ox + r : (oy + r) * s + ox + c;
+    auto* q = mlxn::access_at(dst, i, &l);
+    *q = std::remove_cvref_t<decltype(*q)>(a.e.data[k]);
+  }
+}
+
+namespace sgm_detail {
+// D = A * B (+ Cm): one exchange brings every lane's elements of A and B; each
+// lane computes its own two elements, accumulating in float, and rounds once.
+template <class TD, class TA, class TB, class TC>
+inline void mma(simdgroup_matrix<TD, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
+                const simdgroup_matrix<TB, 8, 8>& b, const simdgroup_matrix<TC, 8, 8>* cm,
+                const mlxn::srcloc& l) {
+  struct pack { float a0, a1, b0, b1; };
+  pack mine = {float(a.e.data[0]), float(a.e.data[1]), float(b.e.data[0]), float(b.e.data[1])};
+  pack all[simd_detail::W];
+  simd_detail::gather(mine, all, l);
+  float A[8][8], B[8][8];
+  for (uint32_t ln = 0; ln < simd_detail::W; ++ln) {
+    int r = row_of(ln), c = col_of(ln);
+    A[r][c] = all[ln].a0;
+    A[r][c + 1] = all[ln].a1;
+    B[r][c] = all[ln].b0;
+    B[r][c + 1] = all[ln].b1;
+  }
+  uint32_t me = simd_detail::lane();
+  int r = row_of(me), c0 = col_of(me);
+  vec<TD, 2> out;
+  for (int k = 0; k < 2; ++k) {
+    float s = cm ? float(cm->e.data[k]) : 0.0f;
+    for (int j = 0; j < 8; ++j) s += A[r][j] * B[j][c0 + k];
+    out.data[k] = TD(s);
+  }
+  d.e = out;
+}
+}  // namespace sgm_detail
+
+template <class TD, class TA, class TB>
+inline void simdgroup_multiply(simdgroup_matrix<TD, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
+                               const simdgroup_matrix<TB, 8, 8>& b, mlxn::srcloc l = mlxn::srcloc::current()) {
+  sgm_detail::mma<TD, TA, TB, TD>(d, a, b, nullptr, l);
+}
+template <class TD, class TA, class TB, class TC>
+inline void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
+                                          const simdgroup_matrix<TB, 8, 8>& b, const simdgroup_matrix<TC, 8, 8>& c,
+                                          mlxn::srcloc l = mlxn::srcloc::current()) {
+  sgm_detail::mma(d, a, b, &c, l);
+}
+
+}  // namespace metal
+
+#endif
