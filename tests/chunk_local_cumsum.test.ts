@@ -1,0 +1,151 @@
+// chunk_local_cumsum: validation rules, the param packer against the .metal
+// struct, the reference against hand-computed values, and parity on every backend.
+
+import { afterAll, describe, expect, test } from 'bun:test';
+import src from '../shaders/chunk_local_cumsum.metal' with { type: 'text' };
+import { MlxError, type Buffer, type Device, type DType, type Encoder } from '../ts/index.ts';
+import {
+  CHUNK_LOCAL_CUMSUM_PARAMS_LAYOUT,
+  chunkLocalCumsum,
+  numChunks,
+  packChunkLocalCumsumParams,
+} from '../ts/ops/chunk_local_cumsum.ts';
+import type { ParamField } from '../ts/ops/fused_norm.ts';
+import { chunkLocalCumsumRef } from '../ts/reference/chunk_local_cumsum.ts';
+import { backends, describeBackends, maxRelErr, openDevice, randomArray, rng, TOL } from './helpers.ts';
+
+// ---- .metal source parsing ----
+
+const SCALAR_TYPES: Record<string, ParamField['type']> = { uint: 'u32', float: 'f32' };
+
+/** Fields of `struct name { ... };` in the source: 4-byte scalars laid out in order. */
+function metalStruct(source: string, name: string): ParamField[] {
+  const m = new RegExp(`struct\\s+${name}\\s*\\{([^}]*)\\}`).exec(source);
+  if (!m) throw new Error(`struct ${name} not found`);
+  const fields: ParamField[] = [];
+  for (const decl of m[1]!.replace(/\/\/[^\n]*/g, '').split(';')) {
+    if (decl.trim() === '') continue;
+    const f = /^\s*(\w+)\s+(\w+)\s*$/.exec(decl);
+    const type = f ? SCALAR_TYPES[f[1]!] : undefined;
+    if (!f || !type) throw new Error(`struct ${name}: "${decl.trim()}" is not a 4-byte scalar field`);
+    fields.push({ name: f[2]!, type, offset: fields.length * 4 });
+  }
+  return fields;
+}
+
+/** The declaration bound at [[buffer(index)]] of `kernel void name(...)`. */
+function bufferParam(source: string, kernel: string, index: number): string {
+  const at = source.indexOf(`kernel void ${kernel}(`);
+  if (at < 0) throw new Error(`kernel ${kernel} not found`);
+  const list = source.slice(source.indexOf('(', at) + 1, source.indexOf('{', at));
+  const decl = list.split(/,(?![^[]*\]\])/).map((s) => s.replace(/\s+/g, ' ').trim())
+    .find((p) => p.includes(`[[buffer(${index})]]`));
+  if (decl === undefined) throw new Error(`${kernel}: nothing at buffer(${index})`);
+  return decl;
+}
+
+describe('chunk_local_cumsum param packer matches the .metal declaration', () => {
+  test('ChunkLocalCumsumParams: [B, T, H, BT, NT] as uints, bound at buffer(2)', () => {
+    expect(CHUNK_LOCAL_CUMSUM_PARAMS_LAYOUT).toEqual(metalStruct(src, 'ChunkLocalCumsumParams'));
+    expect(bufferParam(src, 'chunk_local_cumsum_g_f32', 2)).toMatch(/^constant ChunkLocalCumsumParams& params /);
+    const p = { b: 2, t: 130, h: 3, bt: 64 };
+    const bytes = packChunkLocalCumsumParams(p);
+    const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    expect(bytes.byteLength).toBe(20);
+    expect(CHUNK_LOCAL_CUMSUM_PARAMS_LAYOUT.map((f) => v.getUint32(f.offset, true))).toEqual([2, 130, 3, 64, 3]);
+    expect(numChunks(p)).toBe(3);
+  });
+});
+
+describe('chunk_local_cumsum reference against hand-computed values', () => {
+  test('T 5, BT 2, two heads', () => {
+    // g[t, h] for h = 0: 1..5; h = 1: 10, 20, ...
+    const g = [1, 10, 2, 20, 3, 30, 4, 40, 5, 50];
+    expect([...chunkLocalCumsumRef(g, 1, 5, 2, 2)]).toEqual([1, 10, 3, 30, 3, 30, 7, 70, 5, 50]);
+  });
+});
+
+// ---- validation ----
+
+function expectInvalid(fn: () => void, op: string, arg: string, expected: string, actual: string): void {
+  let err: unknown = null;
+  try {
+    fn();
+  } catch (e) {
+    err = e;
+  }
+  expect(err).toBeInstanceOf(MlxError);
+  const e = err as MlxError;
+  expect(e.kind).toBe('InvalidArgument');
+  expect(e.message).toStartWith(`${op}: ${arg} must be `);
+  expect(e.message).toContain(expected);
+  expect(e.message).toContain(`(got ${actual}`);
+}
+
+const present = backends();
+describe.if(present.length > 0)('chunk_local_cumsum validation', () => {
+  let device: Device | null = null;
+  const d = (): Device => (device ??= openDevice(present[0]!));
+  afterAll(() => device?.close());
+  const buf = (dtype: DType, n: number): Buffer => d().alloc(dtype, [n]);
+  // Validation throws before anything is recorded, so one encoder serves every case.
+  let encoder: Encoder | null = null;
+  const enc = (): Encoder => (encoder ??= d().encoder());
+
+  test('every rule', () => {
+    const n = 2 * 10 * 3;
+    const base = () => ({ gIn: buf('f32', n), gCumsum: buf('f32', n), b: 2, t: 10, h: 3, bt: 4 });
+    const cases: [Record<string, unknown>, string, string, string][] = [
+      [{ b: 0 }, 'b', 'a positive integer', '0'],
+      [{ t: -2 }, 't', 'a positive integer', '-2'],
+      [{ h: 0.5 }, 'h', 'a positive integer', '0.5'],
+      [{ bt: 0 }, 'bt', 'a positive integer', '0'],
+      [{ bt: 2048 }, 'bt', 'at most the threads per threadgroup limit (1024)', '2048'],
+      [{ b: 2 ** 12, t: 2 ** 12, h: 2 ** 9 }, 'b * t * h', 'at most the 32-bit index limit (4294967295)', `${2 ** 33}`],
+      [{ b: 2 ** 30, t: 2 ** 30, h: 2 }, 'b * t * h', 'a product of integers at most 2^53 - 1', `${2 ** 30} * ${2 ** 30} * 2`],
+      [{ gIn: buf('bf16', n) }, 'gIn.dtype', 'f32', '"bf16"'],
+      [{ gCumsum: buf('f16', n) }, 'gCumsum.dtype', 'f32', '"f16"'],
+      [{ gIn: buf('f32', n - 3) }, 'gIn.elementCount', `${n}`, `${n - 3}`],
+      [{ gCumsum: buf('f32', n + 1) }, 'gCumsum.elementCount', `${n}`, `${n + 1}`],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => chunkLocalCumsum(enc(), { ...base(), ...m }), 'chunk_local_cumsum', arg, expected, actual);
+    }
+  });
+});
+
+// ---- parity ----
+
+describeBackends('chunk_local_cumsum parity', ({ device }) => {
+  // [B, T, H, BT]: one chunk, T a multiple of BT, tail chunks, BT not a power of 2,
+  // BT below and above a simdgroup, a single timestep.
+  const SHAPES: readonly [b: number, t: number, h: number, bt: number][] = [
+    [1, 1, 1, 64], [1, 64, 2, 64], [2, 100, 3, 64], [1, 130, 4, 64], [2, 17, 5, 16],
+    [1, 50, 2, 48], [1, 37, 3, 7], [1, 300, 1, 256], [1, 1024, 2, 1024], [3, 65, 2, 32],
+  ];
+  for (const [what, lo, hi] of [['negative log-decay', -2, -0.01], ['mixed-sign', -1, 1]] as const) {
+    test(`f32 ${what} inputs`, () => {
+      const dev = device();
+      const over: string[] = [];
+      let worst = 0;
+      for (const [b, t, h, bt] of SHAPES) {
+        const r = rng(b * 1009 + t * 31 + h * 7 + bt);
+        const gIn = dev.upload('f32', [b, t, h], randomArray(r, b * t * h, lo, hi));
+        const gCumsum = dev.alloc('f32', [b, t, h]);
+        gCumsum.fill(Number.NaN);
+        const enc = dev.encoder();
+        chunkLocalCumsum(enc, { gIn, gCumsum, b, t, h, bt });
+        enc.commitAndWait();
+        const want = chunkLocalCumsumRef(gIn.readNumbers(), b, t, h, bt);
+        // Mixed-sign prefix sums cancel: their error is measured against the data's scale
+        // (a floor of the largest |partial sum| times 0.1), the f32 rounding being of the terms.
+        const scale = want.reduce((m, v) => Math.max(m, Math.abs(v)), 0);
+        const err = maxRelErr(gCumsum.readNumbers(), want, lo < 0 && hi > 0 ? 0.1 * scale : undefined);
+        worst = Math.max(worst, err);
+        if (!(err < TOL.f32)) over.push(`[${b}, ${t}, ${h}] bt ${bt}: ${err}`);
+      }
+      if (process.env.MLXN_PRINT_ERRORS) console.log(`chunk_local_cumsum ${what}: largest error ${worst}`);
+      expect(over).toEqual([]);
+    });
+  }
+});

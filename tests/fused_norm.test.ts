@@ -1,0 +1,374 @@
+// fused_norm: validation rules, the param packers against the .metal structs,
+// the reference against hand-computed values, and parity on every backend.
+
+import { afterAll, describe, expect, test } from 'bun:test';
+import src from '../shaders/fused_norm.metal' with { type: 'text' };
+import { MlxError, type Buffer, type Device, type DType, type Encoder } from '../ts/index.ts';
+import {
+  FUSED_NORM_ADD_ARGS,
+  FUSED_NORM_ADD_SCALAR_PARAMS_LAYOUT,
+  FUSED_RESIDUAL_NORM_PARAMS_LAYOUT,
+  FUSED_RESIDUAL_NORM_SCALAR_PARAMS_LAYOUT,
+  fusedNormAdd,
+  fusedNormAddScalar,
+  fusedNormThreadgroup,
+  fusedResidualNorm,
+  fusedResidualNormScalar,
+  packFusedNormAddArgs,
+  packFusedNormAddScalarParams,
+  packFusedResidualNormParams,
+  packFusedResidualNormScalarParams,
+  type ParamField,
+} from '../ts/ops/fused_norm.ts';
+import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
+import { backends, describeBackends, maxRelErr, openDevice, randomArray, rng, TOL } from './helpers.ts';
+
+// ---- .metal source parsing (struct layouts, kernel parameters) ----
+
+const SCALAR_TYPES: Record<string, ParamField['type']> = { uint: 'u32', float: 'f32' };
+
+/** Fields of `struct name { ... };` in the source: 4-byte scalars laid out in order. */
+function metalStruct(source: string, name: string): ParamField[] {
+  const m = new RegExp(`struct\\s+${name}\\s*\\{([^}]*)\\}`).exec(source);
+  if (!m) throw new Error(`struct ${name} not found`);
+  const body = m[1]!.replace(/\/\/[^\n]*/g, '');
+  const fields: ParamField[] = [];
+  for (const decl of body.split(';')) {
+    const f = /^\s*(\w+)\s+(\w+)\s*$/.exec(decl);
+    if (!f) {
+      if (decl.trim() !== '') throw new Error(`struct ${name}: cannot parse field "${decl.trim()}"`);
+      continue;
+    }
+    const type = SCALAR_TYPES[f[1]!];
+    if (!type) throw new Error(`struct ${name}: field type ${f[1]} is not a 4-byte scalar`);
+    fields.push({ name: f[2]!, type, offset: fields.length * 4 });
+  }
+  return fields;
+}
+
+/** The parameter list of `kernel void name(...)`, one declaration per entry. */
+function kernelParams(source: string, name: string): string[] {
+  const at = source.indexOf(`kernel void ${name}(`);
+  if (at < 0) throw new Error(`kernel ${name} not found`);
+  const open = source.indexOf('(', at);
+  const body = source.indexOf('{', open);
+  const list = source.slice(open + 1, source.lastIndexOf(')', body));
+  return list.split(/,(?![^[]*\]\])/).map((s) => s.replace(/\s+/g, ' ').trim());
+}
+
+/** The declaration bound at [[buffer(index)]] of the kernel. */
+function bufferParam(source: string, kernel: string, index: number): string {
+  const decl = kernelParams(source, kernel).find((p) => p.includes(`[[buffer(${index})]]`));
+  if (decl === undefined) throw new Error(`${kernel}: nothing at buffer(${index})`);
+  return decl;
+}
+
+function readField(bytes: Uint8Array, f: ParamField): number {
+  const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  return f.type === 'u32' ? v.getUint32(f.offset, true) : v.getFloat32(f.offset, true);
+}
+
+describe('fused_norm param packers match the .metal declarations', () => {
+  const structs: [string, readonly ParamField[], string[]][] = [
+    ['FusedResidualNormParams', FUSED_RESIDUAL_NORM_PARAMS_LAYOUT, ['fused_residual_norm_f32', 'fused_residual_norm_bf16']],
+    ['FusedResidualNormScalarF32Params', FUSED_RESIDUAL_NORM_SCALAR_PARAMS_LAYOUT, ['fused_residual_norm_scalar_f32']],
+    ['FusedNormAddScalarF32Params', FUSED_NORM_ADD_SCALAR_PARAMS_LAYOUT, ['fused_norm_add_scalar_f32']],
+  ];
+  for (const [name, layout, kernels] of structs) {
+    test(`${name}: fields, order, offsets; bound at buffer(5)`, () => {
+      expect(layout).toEqual(metalStruct(src, name));
+      for (const k of kernels) expect(bufferParam(src, k, 5)).toMatch(new RegExp(`^constant ${name}& params `));
+    });
+  }
+
+  const p = { dim: 4099, rows: 7, eps: 1e-6 };
+  test('packFusedResidualNormParams writes each field at its offset', () => {
+    for (const writeSum of [false, true]) {
+      const bytes = packFusedResidualNormParams({ ...p, writeSum });
+      expect(bytes.byteLength).toBe(16);
+      const f = FUSED_RESIDUAL_NORM_PARAMS_LAYOUT;
+      expect(f.map((x) => readField(bytes, x))).toEqual([4099, 7, Math.fround(1e-6), writeSum ? 1 : 0]);
+    }
+  });
+  test('packFusedResidualNormScalarParams and packFusedNormAddScalarParams write each field at its offset', () => {
+    for (const scalarIsVector of [false, true]) {
+      const a = packFusedResidualNormScalarParams({ ...p, scalarIsVector });
+      const b = packFusedNormAddScalarParams({ ...p, scalarIsVector });
+      const want = [4099, 7, Math.fround(1e-6), scalarIsVector ? 1 : 0];
+      expect(FUSED_RESIDUAL_NORM_SCALAR_PARAMS_LAYOUT.map((x) => readField(a, x))).toEqual(want);
+      expect(FUSED_NORM_ADD_SCALAR_PARAMS_LAYOUT.map((x) => readField(b, x))).toEqual(want);
+    }
+  });
+  test('fused_norm_add_{f32,bf16}: dim, rows, eps bound one by one as declared', () => {
+    const bytes = packFusedNormAddArgs(p);
+    for (const k of ['fused_norm_add_f32', 'fused_norm_add_bf16']) {
+      for (const a of FUSED_NORM_ADD_ARGS) {
+        const ctype = a.type === 'u32' ? 'uint' : 'float';
+        expect(bufferParam(src, k, a.binding)).toMatch(new RegExp(`^constant ${ctype}& ${a.name} `));
+        const b = bytes[a.binding]!;
+        expect(b.byteLength).toBe(4);
+        expect(readField(b, { name: a.name, type: a.type, offset: 0 })).toBe(a.name === 'eps' ? Math.fround(1e-6) : a.name === 'dim' ? 4099 : 7);
+      }
+    }
+  });
+  test('threadgroup size and memory: min(256, nextPow2(dim)) threads, one float per simdgroup in 16-byte units', () => {
+    expect(fusedNormThreadgroup(1)).toEqual({ threads: 1, sharedBytes: 16 });
+    expect(fusedNormThreadgroup(33)).toEqual({ threads: 64, sharedBytes: 16 });
+    expect(fusedNormThreadgroup(257)).toEqual({ threads: 256, sharedBytes: 32 });
+    expect(fusedNormThreadgroup(100000)).toEqual({ threads: 256, sharedBytes: 32 });
+  });
+});
+
+describe('fused_norm reference against hand-computed values', () => {
+  test('row [3, 4], weight [1, 2], eps 0: rmsInv = 1/sqrt(12.5)', () => {
+    const inv = 1 / Math.sqrt(12.5);
+    const out = fusedNormAddRef([10, 20], [3, 4], [1, 2], 1, 2, 0);
+    expect(out[0]).toBeCloseTo(10 + 3 * inv, 14);
+    expect(out[1]).toBeCloseTo(20 + 8 * inv, 14);
+    const scaled = fusedNormAddRef([10, 20], [3, 4], [1, 2], 1, 2, 0, [0.5, 2]);
+    expect(scaled[1]).toBeCloseTo((20 + 8 * inv) * 2, 14);
+    // residual + input = [4, 4, 1, 1] per row (two rows of 2), each row normalized alone.
+    const { normed, sum } = fusedResidualNormRef([1, 2, 0, 0], [3, 2, 1, 1], [1, 1], 2, 2, 0, [3]);
+    expect([...sum]).toEqual([4, 4, 1, 1]);
+    for (const v of normed) expect(v).toBeCloseTo(3, 14);
+  });
+});
+
+// ---- validation ----
+
+function expectInvalid(fn: () => void, op: string, arg: string, expected: string, actual: string): void {
+  let err: unknown = null;
+  try {
+    fn();
+  } catch (e) {
+    err = e;
+  }
+  expect(err).toBeInstanceOf(MlxError);
+  const e = err as MlxError;
+  expect(e.kind).toBe('InvalidArgument');
+  expect(e.message).toStartWith(`${op}: ${arg} must be `);
+  expect(e.message).toContain(expected);
+  expect(e.message).toContain(`(got ${actual}`);
+}
+
+const present = backends();
+describe.if(present.length > 0)('fused_norm validation', () => {
+  let device: Device | null = null;
+  const d = (): Device => (device ??= openDevice(present[0]!));
+  afterAll(() => device?.close());
+  const buf = (dtype: DType, n: number): Buffer => d().alloc(dtype, [n]);
+
+  const rows = 2;
+  const dim = 8;
+  const n = rows * dim;
+  // Validation throws before anything is recorded, so one encoder serves every case.
+  let encoder: Encoder | null = null;
+  const enc = (): Encoder => (encoder ??= d().encoder());
+
+  type Case = [mutate: Record<string, unknown>, arg: string, expected: string, actual: string];
+  const shapeCases = (): Case[] => [
+    [{ rows: 0 }, 'rows', 'a positive integer', '0'],
+    [{ dim: 1.5 }, 'dim', 'a positive integer', '1.5'],
+    [{ dim: -3 }, 'dim', 'a positive integer', '-3'],
+    [{ eps: Number.NaN }, 'eps', 'a finite number >= 0', 'NaN'],
+    [{ eps: -1e-6 }, 'eps', 'a finite number >= 0', '-0.000001'],
+    [{ rows: 65537, dim: 65536 }, 'rows * dim', 'at most the 32-bit index limit (4294967295)', '4295032832'],
+    [{ rows: 2 ** 40, dim: 2 ** 20 }, 'rows * dim', 'a product of integers at most 2^53 - 1', `${2 ** 40} * ${2 ** 20}`],
+  ];
+
+  test('fused_norm_add: every rule', () => {
+    const base = () => ({ residual: buf('f32', n), input: buf('f32', n), weight: buf('f32', dim), output: buf('f32', n), rows, dim, eps: 1e-6 });
+    const cases: Case[] = [
+      ...shapeCases(),
+      [{ input: buf('f16', n) }, 'input.dtype', 'one of f32, bf16', '"f16"'],
+      [{ residual: buf('bf16', n) }, 'residual.dtype', 'f32', '"bf16"'],
+      [{ weight: buf('bf16', dim) }, 'weight.dtype', 'f32', '"bf16"'],
+      [{ output: buf('bf16', n) }, 'output.dtype', 'f32', '"bf16"'],
+      [{ residual: buf('f32', n + 1) }, 'residual.elementCount', '16', '17'],
+      [{ input: buf('f32', n - 1) }, 'input.elementCount', '16', '15'],
+      [{ weight: buf('f32', n) }, 'weight.elementCount', '8', '16'],
+      [{ output: buf('f32', 1) }, 'output.elementCount', '16', '1'],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => fusedNormAdd(enc(), { ...base(), ...m }), 'fused_norm_add', arg, expected, actual);
+    }
+    // bf16 activations with an f32 weight are refused: the weight follows the activations.
+    expectInvalid(() => fusedNormAdd(enc(), {
+      ...base(), residual: buf('bf16', n), input: buf('bf16', n), output: buf('bf16', n),
+    }), 'fused_norm_add', 'weight.dtype', 'bf16', '"f32"');
+  });
+
+  test('fused_residual_norm: every rule', () => {
+    const base = () => ({ residual: buf('f32', n), input: buf('f32', n), weight: buf('f32', dim), normedOutput: buf('f32', n), sumOutput: buf('f32', n), rows, dim, eps: 1e-6 });
+    const cases: Case[] = [
+      ...shapeCases(),
+      [{ input: buf('u32', n) }, 'input.dtype', 'one of f32, bf16', '"u32"'],
+      [{ residual: buf('bf16', n) }, 'residual.dtype', 'f32', '"bf16"'],
+      [{ weight: buf('f16', dim) }, 'weight.dtype', 'f32', '"f16"'],
+      [{ normedOutput: buf('bf16', n) }, 'normedOutput.dtype', 'f32', '"bf16"'],
+      [{ sumOutput: buf('bf16', n) }, 'sumOutput.dtype', 'f32', '"bf16"'],
+      [{ residual: buf('f32', 3) }, 'residual.elementCount', '16', '3'],
+      [{ input: buf('f32', 3) }, 'input.elementCount', '16', '3'],
+      [{ weight: buf('f32', 9) }, 'weight.elementCount', '8', '9'],
+      [{ normedOutput: buf('f32', 32) }, 'normedOutput.elementCount', '16', '32'],
+      [{ sumOutput: buf('f32', 15) }, 'sumOutput.elementCount', '16', '15'],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => fusedResidualNorm(enc(), { ...base(), ...m }), 'fused_residual_norm', arg, expected, actual);
+    }
+  });
+
+  for (const [name, fn] of [
+    ['fused_residual_norm_scalar', fusedResidualNormScalar],
+    ['fused_norm_add_scalar', fusedNormAddScalar],
+  ] as const) {
+    test(`${name}: every rule`, () => {
+      const base = () => ({ residual: buf('f32', n), input: buf('f32', n), weight: buf('f32', dim), output: buf('f32', n), scalar: buf('f32', 1), rows, dim, eps: 1e-6 });
+      const cases: Case[] = [
+        ...shapeCases(),
+        [{ input: buf('bf16', n) }, 'input.dtype', 'one of f32', '"bf16"'],
+        [{ residual: buf('bf16', n) }, 'residual.dtype', 'f32', '"bf16"'],
+        [{ weight: buf('bf16', dim) }, 'weight.dtype', 'f32', '"bf16"'],
+        [{ output: buf('bf16', n) }, 'output.dtype', 'f32', '"bf16"'],
+        [{ scalar: buf('bf16', 1) }, 'scalar.dtype', 'f32', '"bf16"'],
+        [{ residual: buf('f32', 3) }, 'residual.elementCount', '16', '3'],
+        [{ input: buf('f32', 3) }, 'input.elementCount', '16', '3'],
+        [{ weight: buf('f32', 1) }, 'weight.elementCount', '8', '1'],
+        [{ output: buf('f32', 17) }, 'output.elementCount', '16', '17'],
+        [{ scalar: buf('f32', 2) }, 'scalar', '1 or dim (8) elements', '2 elements'],
+      ];
+      for (const [m, arg, expected, actual] of cases) {
+        expectInvalid(() => fn(enc(), { ...base(), ...m }), name, arg, expected, actual);
+      }
+    });
+  }
+});
+
+// ---- parity ----
+
+/** Row shapes: dims below, at and past the 256-thread group, odd, not multiples of 4 or 32. */
+const SHAPES: readonly [rows: number, dim: number][] = [
+  [1, 1], [5, 3], [3, 31], [67, 33], [2, 255], [2, 257], [3, 1000], [1, 4099], [1, 8192],
+];
+
+/**
+ * Error of fused_norm_add outputs. They are residual + normed, terms of the
+ * data's scale that may cancel; the kernel's f32 rounding is of the terms, so
+ * the error is measured against max(|want|, 0.1 * max |want|).
+ */
+function sumErr(got: ArrayLike<number>, want: ArrayLike<number>): number {
+  let scale = 0;
+  for (let i = 0; i < want.length; i++) scale = Math.max(scale, Math.abs(want[i]!));
+  return maxRelErr(got, want, 0.1 * scale);
+}
+
+/**
+ * Errors per case: check() fails listing every case over its tolerance;
+ * MLXN_PRINT_ERRORS=1 prints the largest error of each test.
+ */
+class ErrorLog {
+  private readonly over: string[] = [];
+  private worst = 0;
+  constructor(private readonly name: string) {}
+  record(what: string, err: number, tol: number): void {
+    if (!(err < tol)) this.over.push(`${what}: ${err} (tolerance ${tol})`);
+    if (err > this.worst) this.worst = err;
+  }
+  check(): void {
+    if (process.env.MLXN_PRINT_ERRORS) console.log(`${this.name}: largest error ${this.worst}`);
+    expect(this.over).toEqual([]);
+  }
+}
+
+describeBackends('fused_norm parity', ({ device }) => {
+  const inputs = (seed: number, rows: number, dim: number) => {
+    const r = rng(seed);
+    return {
+      residual: randomArray(r, rows * dim, -1, 1),
+      input: randomArray(r, rows * dim, -2, 2),
+      weight: randomArray(r, dim, 0.5, 1.5),
+      scalarVec: randomArray(r, dim, -2, 2),
+      scalarOne: randomArray(r, 1, 0.25, 2),
+    };
+  };
+  const eps = 1e-6;
+
+  for (const dtype of ['f32', 'bf16'] as const) {
+    const tol = TOL[dtype];
+    test(`fused_norm_add ${dtype}`, () => {
+      const dev = device();
+      const errs = new ErrorLog(`fused_norm_add ${dtype}`);
+      for (const [rows, dim] of SHAPES) {
+        const x = inputs(rows * 7919 + dim, rows, dim);
+        const residual = dev.upload(dtype, [rows, dim], x.residual);
+        const input = dev.upload(dtype, [rows, dim], x.input);
+        const weight = dev.upload(dtype, [dim], x.weight);
+        const output = dev.alloc(dtype, [rows, dim]);
+        output.fill(Number.NaN);
+        const enc = dev.encoder();
+        fusedNormAdd(enc, { residual, input, weight, output, rows, dim, eps });
+        enc.commitAndWait();
+        const want = fusedNormAddRef(residual.readNumbers(), input.readNumbers(), weight.readNumbers(), rows, dim, eps);
+        errs.record(`[${rows}, ${dim}]`, sumErr(output.readNumbers(), want), tol);
+      }
+      errs.check();
+    });
+
+    test(`fused_residual_norm ${dtype}, with and without the sum output`, () => {
+      const dev = device();
+      const errs = new ErrorLog(`fused_residual_norm ${dtype}`);
+      for (const [rows, dim] of SHAPES) {
+        const x = inputs(rows * 104729 + dim, rows, dim);
+        const residual = dev.upload(dtype, [rows, dim], x.residual);
+        const input = dev.upload(dtype, [rows, dim], x.input);
+        const weight = dev.upload(dtype, [dim], x.weight);
+        const normedOutput = dev.alloc(dtype, [rows, dim]);
+        const sumOutput = dev.alloc(dtype, [rows, dim]);
+        const want = fusedResidualNormRef(residual.readNumbers(), input.readNumbers(), weight.readNumbers(), rows, dim, eps);
+        for (const withSum of [true, false]) {
+          normedOutput.fill(Number.NaN);
+          sumOutput.fill(Number.NaN);
+          const enc = dev.encoder();
+          fusedResidualNorm(enc, { residual, input, weight, normedOutput, ...(withSum ? { sumOutput } : {}), rows, dim, eps });
+          enc.commitAndWait();
+          errs.record(`normed [${rows}, ${dim}] sum ${withSum}`, maxRelErr(normedOutput.readNumbers(), want.normed), tol);
+          const sum = sumOutput.readNumbers();
+          if (withSum) errs.record(`sum [${rows}, ${dim}]`, maxRelErr(sum, want.sum), tol);
+          else expect(sum.every(Number.isNaN)).toBe(true);
+        }
+      }
+      errs.check();
+    });
+  }
+
+  for (const [name, fn] of [
+    ['fused_residual_norm_scalar', fusedResidualNormScalar],
+    ['fused_norm_add_scalar', fusedNormAddScalar],
+  ] as const) {
+    test(`${name} f32, broadcast and per-column scalar`, () => {
+      const dev = device();
+      const errs = new ErrorLog(`${name} f32`);
+      for (const [rows, dim] of SHAPES) {
+        const x = inputs(rows * 31337 + dim, rows, dim);
+        const residual = dev.upload('f32', [rows, dim], x.residual);
+        const input = dev.upload('f32', [rows, dim], x.input);
+        const weight = dev.upload('f32', [dim], x.weight);
+        const output = dev.alloc('f32', [rows, dim]);
+        for (const sc of [x.scalarOne, x.scalarVec]) {
+          const scalar = dev.upload('f32', [sc.length], sc);
+          output.fill(Number.NaN);
+          const enc = dev.encoder();
+          fn(enc, { residual, input, weight, output, scalar, rows, dim, eps });
+          enc.commitAndWait();
+          const args = [residual.readNumbers(), input.readNumbers(), weight.readNumbers(), rows, dim, eps, scalar.readNumbers()] as const;
+          const got = output.readNumbers();
+          const err = name === 'fused_norm_add_scalar'
+            ? sumErr(got, fusedNormAddRef(...args))
+            : maxRelErr(got, fusedResidualNormRef(...args).normed);
+          errs.record(`[${rows}, ${dim}] scalar [${sc.length}]`, err, TOL.f32);
+        }
+      }
+      errs.check();
+    });
+  }
+});

@@ -1,0 +1,224 @@
+// moe_routing: validation rules, the param packer against the .metal struct,
+// the reference against hand-computed values, and parity on every backend.
+
+import { afterAll, describe, expect, test } from 'bun:test';
+import src from '../shaders/moe_routing.metal' with { type: 'text' };
+import { MlxError, type Buffer, type Device, type DType, type Encoder } from '../ts/index.ts';
+import {
+  FUSED_MOE_ROUTING_PARAMS_LAYOUT,
+  MOE_ROUTING_MAX_EXPERTS,
+  fusedMoeRouting,
+  fusedMoeRoutingBatch,
+  moeRoutingThreadgroup,
+  packFusedMoeRoutingParams,
+} from '../ts/ops/moe_routing.ts';
+import type { ParamField } from '../ts/ops/fused_norm.ts';
+import { moeRoutingRef } from '../ts/reference/moe_routing.ts';
+import { backends, describeBackends, maxRelErr, openDevice, randomArray, rng, TOL } from './helpers.ts';
+
+// ---- .metal source parsing ----
+
+const SCALAR_TYPES: Record<string, ParamField['type']> = { uint: 'u32', float: 'f32' };
+
+/** Fields of `struct name { ... };` in the source: 4-byte scalars laid out in order. */
+function metalStruct(source: string, name: string): ParamField[] {
+  const m = new RegExp(`struct\\s+${name}\\s*\\{([^}]*)\\}`).exec(source);
+  if (!m) throw new Error(`struct ${name} not found`);
+  const fields: ParamField[] = [];
+  for (const decl of m[1]!.replace(/\/\/[^\n]*/g, '').split(';')) {
+    if (decl.trim() === '') continue;
+    const f = /^\s*(\w+)\s+(\w+)\s*$/.exec(decl);
+    const type = f ? SCALAR_TYPES[f[1]!] : undefined;
+    if (!f || !type) throw new Error(`struct ${name}: "${decl.trim()}" is not a 4-byte scalar field`);
+    fields.push({ name: f[2]!, type, offset: fields.length * 4 });
+  }
+  return fields;
+}
+
+/** The declaration bound at [[buffer(index)]] of `kernel void name(...)`. */
+function bufferParam(source: string, kernel: string, index: number): string {
+  const at = source.indexOf(`kernel void ${kernel}(`);
+  if (at < 0) throw new Error(`kernel ${kernel} not found`);
+  const list = source.slice(source.indexOf('(', at) + 1, source.indexOf('{', at));
+  const decl = list.split(/,(?![^[]*\]\])/).map((s) => s.replace(/\s+/g, ' ').trim())
+    .find((p) => p.includes(`[[buffer(${index})]]`));
+  if (decl === undefined) throw new Error(`${kernel}: nothing at buffer(${index})`);
+  return decl;
+}
+
+describe('moe_routing param packer matches the .metal declaration', () => {
+  test('FusedMoeRoutingParams: fields, order, offsets; bound at buffer(4) by both kernels', () => {
+    expect(FUSED_MOE_ROUTING_PARAMS_LAYOUT).toEqual(metalStruct(src, 'FusedMoeRoutingParams'));
+    for (const k of ['fused_moe_routing_f32', 'fused_moe_routing_batch_f32']) {
+      expect(bufferParam(src, k, 4)).toMatch(/^constant FusedMoeRoutingParams& params /);
+    }
+    const bytes = packFusedMoeRoutingParams({ numExperts: 128, topK: 8 });
+    const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    expect(bytes.byteLength).toBe(8);
+    expect(FUSED_MOE_ROUTING_PARAMS_LAYOUT.map((f) => v.getUint32(f.offset, true))).toEqual([128, 8]);
+  });
+  test('threadgroup: min(256, nextPow2(numExperts)) threads, numExperts floats in 16-byte units', () => {
+    expect(moeRoutingThreadgroup(1)).toEqual({ threads: 1, sharedBytes: 16 });
+    expect(moeRoutingThreadgroup(5)).toEqual({ threads: 8, sharedBytes: 32 });
+    expect(moeRoutingThreadgroup(128)).toEqual({ threads: 128, sharedBytes: 512 });
+    expect(moeRoutingThreadgroup(513)).toEqual({ threads: 256, sharedBytes: 2064 });
+  });
+});
+
+describe('moe_routing reference against hand-computed values', () => {
+  test('softmax, top-2, renormalize, scale; ties to the lowest index; -inf logits', () => {
+    // logits [0, ln 3, ln 2, ln 3]: p ∝ [1, 3, 2, 3]; top-2 = experts 1, 3 (tie, lower first).
+    const r = moeRoutingRef([0, Math.log(3), Math.log(2), Math.log(3)], [1, 2, 1, 0.5], 1, 4, 2);
+    expect([...r.expertIds]).toEqual([1, 3]);
+    expect(r.weights[0]).toBeCloseTo(0.5 * 2, 14);
+    expect(r.weights[1]).toBeCloseTo(0.5 * 0.5, 14);
+    // top-3 adds expert 2: weights 3/8, 3/8, 2/8 before scale.
+    const r3 = moeRoutingRef([0, Math.log(3), Math.log(2), Math.log(3)], [1, 1, 1, 1], 1, 4, 3);
+    expect([...r3.expertIds]).toEqual([1, 3, 2]);
+    expect(r3.weights[2]).toBeCloseTo(0.25, 14);
+    // Every logit -inf: zero weights, experts in index order.
+    const z = moeRoutingRef([-Infinity, -Infinity, -Infinity], [1, 1, 1], 1, 3, 2);
+    expect([...z.expertIds]).toEqual([0, 1]);
+    expect([...z.weights]).toEqual([0, 0]);
+    // Masked experts (-inf) rank last and weigh 0.
+    const m = moeRoutingRef([-Infinity, 1, -Infinity], [1, 1, 1], 1, 3, 2);
+    expect([...m.expertIds]).toEqual([1, 0]);
+    expect([...m.weights]).toEqual([1, 0]);
+  });
+});
+
+// ---- validation ----
+
+function expectInvalid(fn: () => void, op: string, arg: string, expected: string, actual: string): void {
+  let err: unknown = null;
+  try {
+    fn();
+  } catch (e) {
+    err = e;
+  }
+  expect(err).toBeInstanceOf(MlxError);
+  const e = err as MlxError;
+  expect(e.kind).toBe('InvalidArgument');
+  expect(e.message).toStartWith(`${op}: ${arg} must be `);
+  expect(e.message).toContain(expected);
+  expect(e.message).toContain(`(got ${actual}`);
+}
+
+const present = backends();
+describe.if(present.length > 0)('moe_routing validation', () => {
+  let device: Device | null = null;
+  const d = (): Device => (device ??= openDevice(present[0]!));
+  afterAll(() => device?.close());
+  const buf = (dtype: DType, n: number): Buffer => d().alloc(dtype, [n]);
+  // Validation throws before anything is recorded, so one encoder serves every case.
+  let encoder: Encoder | null = null;
+  const enc = (): Encoder => (encoder ??= d().encoder());
+
+  type Case = [mutate: Record<string, unknown>, arg: string, expected: string, actual: string];
+  const E = 16;
+  const K = 4;
+  const commonCases = (tokens: number): Case[] => [
+    [{ numExperts: 0 }, 'numExperts', 'a positive integer', '0'],
+    [{ topK: 0 }, 'topK', 'a positive integer', '0'],
+    [{ topK: 2.5 }, 'topK', 'a positive integer', '2.5'],
+    [{ topK: E + 1 }, 'topK', 'at most numExperts (16)', '17'],
+    [{ numExperts: MOE_ROUTING_MAX_EXPERTS + 1, topK: 1 }, 'numExperts',
+      `at most ${MOE_ROUTING_MAX_EXPERTS} (one f32 per expert in 32768 bytes of threadgroup memory`, `${MOE_ROUTING_MAX_EXPERTS + 1}`],
+    [{ logits: buf('bf16', tokens * E) }, 'logits.dtype', 'f32', '"bf16"'],
+    [{ expertIds: buf('i32', tokens * K) }, 'expertIds.dtype', 'u32', '"i32"'],
+    [{ routingWeights: buf('f16', tokens * K) }, 'routingWeights.dtype', 'f32', '"f16"'],
+    [{ perExpertScale: buf('bf16', E) }, 'perExpertScale.dtype', 'f32', '"bf16"'],
+    [{ logits: buf('f32', tokens * E + 1) }, 'logits.elementCount', `${tokens * E}`, `${tokens * E + 1}`],
+    [{ expertIds: buf('u32', tokens * K + 1) }, 'expertIds.elementCount', `${tokens * K}`, `${tokens * K + 1}`],
+    [{ routingWeights: buf('f32', 1) }, 'routingWeights.elementCount', `${tokens * K}`, '1'],
+    [{ perExpertScale: buf('f32', E - 1) }, 'perExpertScale.elementCount', `${E}`, `${E - 1}`],
+  ];
+
+  test('fused_moe_routing: every rule', () => {
+    const base = () => ({ logits: buf('f32', E), expertIds: buf('u32', K), routingWeights: buf('f32', K), perExpertScale: buf('f32', E), numExperts: E, topK: K });
+    for (const [m, arg, expected, actual] of commonCases(1)) {
+      expectInvalid(() => fusedMoeRouting(enc(), { ...base(), ...m }), 'fused_moe_routing', arg, expected, actual);
+    }
+  });
+
+  test('fused_moe_routing_batch: every rule', () => {
+    const T = 3;
+    const base = () => ({ logits: buf('f32', T * E), expertIds: buf('u32', T * K), routingWeights: buf('f32', T * K), perExpertScale: buf('f32', E), numExperts: E, topK: K, nTokens: T });
+    const cases: Case[] = [
+      ...commonCases(T),
+      [{ nTokens: 0 }, 'nTokens', 'a positive integer', '0'],
+      [{ nTokens: 2 ** 30, numExperts: 8, topK: 1 }, 'nTokens * numExperts', 'at most the 32-bit index limit (4294967295)', '8589934592'],
+      [{ nTokens: 2 ** 50, numExperts: 16 }, 'nTokens * numExperts', 'a product of integers at most 2^53 - 1', `${2 ** 50} * 16`],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => fusedMoeRoutingBatch(enc(), { ...base(), ...m }), 'fused_moe_routing_batch', arg, expected, actual);
+    }
+  });
+});
+
+// ---- parity ----
+
+describeBackends('moe_routing parity', ({ device }) => {
+  /** Runs the single-token kernel (nTokens 1) or the batch kernel and checks ids exactly, weights within f32 tolerance. */
+  function check(logits: ArrayLike<number>, scale: ArrayLike<number>, nTokens: number, numExperts: number, topK: number, batch: boolean): void {
+    const dev = device();
+    const lg = dev.upload('f32', [nTokens, numExperts], logits);
+    const sc = dev.upload('f32', [numExperts], scale);
+    const ids = dev.alloc('u32', [nTokens, topK]);
+    ids.write(new Uint32Array(nTokens * topK).fill(0xffff_ffff));
+    const w = dev.alloc('f32', [nTokens, topK]);
+    w.fill(Number.NaN);
+    const enc = dev.encoder();
+    const args = { logits: lg, expertIds: ids, routingWeights: w, perExpertScale: sc, numExperts, topK };
+    if (batch) fusedMoeRoutingBatch(enc, { ...args, nTokens });
+    else fusedMoeRouting(enc, args);
+    enc.commitAndWait();
+    const want = moeRoutingRef(lg.readNumbers(), sc.readNumbers(), nTokens, numExperts, topK);
+    const label = `${batch ? 'batch' : 'single'} tokens ${nTokens} experts ${numExperts} topK ${topK}`;
+    expect({ label, ids: [...(ids.read() as Uint32Array)] }).toEqual({ label, ids: [...want.expertIds] });
+    const err = maxRelErr(w.readNumbers(), want.weights);
+    expect({ label, ok: err < TOL.f32, err }).toEqual({ label, ok: true, err });
+  }
+
+  const CASES: readonly [experts: number, topK: number][] = [
+    [1, 1], [2, 1], [3, 3], [8, 2], [31, 4], [33, 33], [64, 8], [128, 8], [256, 8], [257, 5], [300, 300], [1000, 10],
+  ];
+
+  test('single token: random logits, many expert counts, top_k up to num_experts', () => {
+    for (const [e, k] of CASES) {
+      const r = rng(e * 131 + k);
+      check(randomArray(r, e, -4, 4), randomArray(r, e, 0.5, 2), 1, e, k, false);
+    }
+  });
+
+  test('batch: random logits over tokens', () => {
+    for (const [t, e, k] of [[1, 8, 2], [5, 33, 4], [17, 128, 8], [3, 257, 257]] as const) {
+      const r = rng(t * 7 + e * 131 + k);
+      check(randomArray(r, t * e, -4, 4), randomArray(r, e, 0.5, 2), t, e, k, true);
+    }
+  });
+
+  test('ties go to the lowest index; all-equal logits; underflowed experts', () => {
+    for (const batch of [false, true]) {
+      const r = rng(99);
+      // All equal: experts 0..k-1, weights 1/k * scale.
+      check(new Float64Array(40).fill(0.75), randomArray(r, 40, 0.5, 2), 1, 40, 7, batch);
+      // Repeated values: a few distinct levels over many experts, so ties cross threads and simdgroups.
+      const levels = Float64Array.from({ length: 300 }, (_, i) => [1.5, -0.5, 1.5, 0.25][(i * 7) % 4]!);
+      check(levels, randomArray(r, 300, 0.5, 2), 1, 300, 200, batch);
+      // One dominant expert; the rest underflow to exactly 0 and tie among themselves.
+      const dominant = Float64Array.from({ length: 50 }, (_, i) => (i === 37 ? 0 : -1000));
+      check(dominant, randomArray(r, 50, 0.5, 2), 1, 50, 4, batch);
+    }
+  });
+
+  test('masked (-inf) experts rank last; every logit -inf gives zero weights', () => {
+    for (const batch of [false, true]) {
+      const r = rng(7);
+      const masked = randomArray(r, 64, -3, 3);
+      for (let i = 0; i < 64; i += 3) masked[i] = -Infinity;
+      check(masked, randomArray(r, 64, 0.5, 2), 1, 64, 50, batch);
+      check(new Float64Array(20).fill(-Infinity), randomArray(r, 20, 0.5, 2), 1, 20, 3, batch);
+    }
+  });
+});

@@ -1,0 +1,157 @@
+// ssm_norm_gate: validation rules, the param packer against the .metal
+// struct, the reference against hand-computed values, and parity on every backend.
+
+import { afterAll, describe, expect, test } from 'bun:test';
+import src from '../shaders/ssm_norm_gate.metal' with { type: 'text' };
+import { MlxError, type Buffer, type Device, type DType, type Encoder } from '../ts/index.ts';
+import type { ParamField } from '../ts/ops/fused_norm.ts';
+import {
+  SSM_NORM_GATE_PARAMS_LAYOUT,
+  packSsmNormGateParams,
+  ssmNormGate,
+  ssmNormGateThreadgroup,
+} from '../ts/ops/ssm_norm_gate.ts';
+import { ssmNormGateRef } from '../ts/reference/ssm_norm_gate.ts';
+import { backends, describeBackends, maxRelErr, openDevice, randomArray, rng, TOL } from './helpers.ts';
+
+// ---- .metal source parsing ----
+
+const SCALAR_TYPES: Record<string, ParamField['type']> = { uint: 'u32', float: 'f32' };
+
+/** Fields of `struct name { ... };` in the source: 4-byte scalars laid out in order. */
+function metalStruct(source: string, name: string): ParamField[] {
+  const m = new RegExp(`struct\\s+${name}\\s*\\{([^}]*)\\}`).exec(source);
+  if (!m) throw new Error(`struct ${name} not found`);
+  const fields: ParamField[] = [];
+  for (const decl of m[1]!.replace(/\/\/[^\n]*/g, '').split(';')) {
+    if (decl.trim() === '') continue;
+    const f = /^\s*(\w+)\s+(\w+)\s*$/.exec(decl);
+    const type = f ? SCALAR_TYPES[f[1]!] : undefined;
+    if (!f || !type) throw new Error(`struct ${name}: "${decl.trim()}" is not a 4-byte scalar field`);
+    fields.push({ name: f[2]!, type, offset: fields.length * 4 });
+  }
+  return fields;
+}
+
+/** The declaration bound at [[buffer(index)]] of `kernel void name(...)`. */
+function bufferParam(source: string, kernel: string, index: number): string {
+  const at = source.indexOf(`kernel void ${kernel}(`);
+  if (at < 0) throw new Error(`kernel ${kernel} not found`);
+  const list = source.slice(source.indexOf('(', at) + 1, source.indexOf('{', at));
+  const decl = list.split(/,(?![^[]*\]\])/).map((s) => s.replace(/\s+/g, ' ').trim())
+    .find((p) => p.includes(`[[buffer(${index})]]`));
+  if (decl === undefined) throw new Error(`${kernel}: nothing at buffer(${index})`);
+  return decl;
+}
+
+describe('ssm_norm_gate param packer matches the .metal declaration', () => {
+  test('SsmNormGateParams: [eps, d_v, 0, 0] as floats, bound at buffer(4)', () => {
+    expect(SSM_NORM_GATE_PARAMS_LAYOUT).toEqual(metalStruct(src, 'SsmNormGateParams'));
+    expect(bufferParam(src, 'ssm_norm_gate_f32', 4)).toMatch(/^constant SsmNormGateParams& params /);
+    const bytes = packSsmNormGateParams({ rows: 3, dV: 128, eps: 1e-6 });
+    const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    expect(bytes.byteLength).toBe(16);
+    expect(SSM_NORM_GATE_PARAMS_LAYOUT.map((f) => v.getFloat32(f.offset, true))).toEqual([Math.fround(1e-6), 128, 0, 0]);
+  });
+  test('threadgroup: min(256, nextPow2(dV)) threads, one float per simdgroup in 16-byte units', () => {
+    expect(ssmNormGateThreadgroup(1)).toEqual({ threads: 1, sharedBytes: 16 });
+    expect(ssmNormGateThreadgroup(128)).toEqual({ threads: 128, sharedBytes: 16 });
+    expect(ssmNormGateThreadgroup(1000)).toEqual({ threads: 256, sharedBytes: 32 });
+  });
+});
+
+describe('ssm_norm_gate reference against hand-computed values', () => {
+  test('row [3, 4], weight [1, 2], z [0, 2], eps 0', () => {
+    const inv = 1 / Math.sqrt(12.5);
+    const out = ssmNormGateRef([3, 4], [1, 2], [0, 2], 1, 2, 0);
+    expect(out[0]).toBe(0); // silu(0) = 0
+    expect(out[1]).toBeCloseTo(4 * inv * 2 * (2 / (1 + Math.exp(-2))), 14);
+  });
+});
+
+// ---- validation ----
+
+function expectInvalid(fn: () => void, op: string, arg: string, expected: string, actual: string): void {
+  let err: unknown = null;
+  try {
+    fn();
+  } catch (e) {
+    err = e;
+  }
+  expect(err).toBeInstanceOf(MlxError);
+  const e = err as MlxError;
+  expect(e.kind).toBe('InvalidArgument');
+  expect(e.message).toStartWith(`${op}: ${arg} must be `);
+  expect(e.message).toContain(expected);
+  expect(e.message).toContain(`(got ${actual}`);
+}
+
+const present = backends();
+describe.if(present.length > 0)('ssm_norm_gate validation', () => {
+  let device: Device | null = null;
+  const d = (): Device => (device ??= openDevice(present[0]!));
+  afterAll(() => device?.close());
+  const buf = (dtype: DType, n: number): Buffer => d().alloc(dtype, [n]);
+  // Validation throws before anything is recorded, so one encoder serves every case.
+  let encoder: Encoder | null = null;
+  const enc = (): Encoder => (encoder ??= d().encoder());
+
+  test('every rule', () => {
+    const rows = 3;
+    const dV = 8;
+    const n = rows * dV;
+    const base = () => ({ attnOut: buf('f32', n), weight: buf('f32', dV), z: buf('f32', n), output: buf('f32', n), rows, dV, eps: 1e-6 });
+    const cases: [Record<string, unknown>, string, string, string][] = [
+      [{ rows: 0 }, 'rows', 'a positive integer', '0'],
+      [{ dV: -1 }, 'dV', 'a positive integer', '-1'],
+      [{ dV: 2 ** 24 + 1, rows: 1 }, 'dV', 'at most 2^24 (d_v is passed as an f32) (16777216)', '16777217'],
+      [{ eps: Infinity }, 'eps', 'a finite number >= 0', 'Infinity'],
+      [{ eps: -1 }, 'eps', 'a finite number >= 0', '-1'],
+      [{ rows: 2 ** 20, dV: 2 ** 13 }, 'rows * dV', 'at most the 32-bit index limit (4294967295)', `${2 ** 33}`],
+      [{ rows: 2 ** 45, dV: 2 ** 10 }, 'rows * dV', 'a product of integers at most 2^53 - 1', `${2 ** 45} * ${2 ** 10}`],
+      [{ attnOut: buf('bf16', n) }, 'attnOut.dtype', 'f32', '"bf16"'],
+      [{ weight: buf('f16', dV) }, 'weight.dtype', 'f32', '"f16"'],
+      [{ z: buf('bf16', n) }, 'z.dtype', 'f32', '"bf16"'],
+      [{ output: buf('u32', n) }, 'output.dtype', 'f32', '"u32"'],
+      [{ attnOut: buf('f32', n - 1) }, 'attnOut.elementCount', `${n}`, `${n - 1}`],
+      [{ weight: buf('f32', n) }, 'weight.elementCount', `${dV}`, `${n}`],
+      [{ z: buf('f32', 1) }, 'z.elementCount', `${n}`, '1'],
+      [{ output: buf('f32', n + 8) }, 'output.elementCount', `${n}`, `${n + 8}`],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => ssmNormGate(enc(), { ...base(), ...m }), 'ssm_norm_gate', arg, expected, actual);
+    }
+  });
+});
+
+// ---- parity ----
+
+describeBackends('ssm_norm_gate parity', ({ device }) => {
+  // Row shapes: dV below, at and past the 256-thread group, odd, not multiples of 4 or 32.
+  const SHAPES: readonly [rows: number, dV: number][] = [
+    [1, 1], [4, 3], [3, 31], [2, 33], [32, 128], [2, 255], [2, 257], [3, 1000], [1, 4099],
+  ];
+  test('f32 against the float64 reference', () => {
+    const dev = device();
+    const over: string[] = [];
+    let worst = 0;
+    for (const [rows, dV] of SHAPES) {
+      const r = rng(rows * 613 + dV);
+      const attnOut = dev.upload('f32', [rows, dV], randomArray(r, rows * dV, -2, 2));
+      const weight = dev.upload('f32', [dV], randomArray(r, dV, 0.5, 1.5));
+      const z = dev.upload('f32', [rows, dV], randomArray(r, rows * dV, -6, 6));
+      const output = dev.alloc('f32', [rows, dV]);
+      output.fill(Number.NaN);
+      const eps = 1e-6;
+      const enc = dev.encoder();
+      ssmNormGate(enc, { attnOut, weight, z, output, rows, dV, eps });
+      enc.commitAndWait();
+      const want = ssmNormGateRef(attnOut.readNumbers(), weight.readNumbers(), z.readNumbers(), rows, dV, eps);
+      const err = maxRelErr(output.readNumbers(), want);
+      worst = Math.max(worst, err);
+      if (!(err < TOL.f32)) over.push(`[${rows}, ${dV}]: ${err}`);
+    }
+    if (process.env.MLXN_PRINT_ERRORS) console.log(`ssm_norm_gate f32: largest error ${worst}`);
+    expect(over).toEqual([]);
+  });
+});
