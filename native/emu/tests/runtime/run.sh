@@ -15,6 +15,16 @@ emu="$root/native/emu"
 "$cxx" -std=c++20 -O1 -g -pthread -Wall -Wextra -o "$out/scheduler_test" \
   "$emu/tests/runtime/scheduler_test.cpp" "$emu/executor.cpp" "$emu/fiber.cpp"
 for threads in 1 2 4; do
-  echo "== MLX_NATIVE_EMU_THREADS=$threads"
+  echo "== scheduler_test, MLX_NATIVE_EMU_THREADS=$threads"
   MLX_NATIVE_EMU_THREADS=$threads "$out/scheduler_test"
 done
+
+# The C ABI over the whole runtime, with a stand-in translator whose "Metal"
+# is C++ written against mlxn_emu_kernel_abi.h.
+bash "$root/scripts/build-emu.sh" --shim-only
+"$cxx" -std=c++20 -O1 -g -pthread -Wall -Wextra -Wno-unused-parameter -I"$emu/tests/runtime/fake" \
+  -o "$out/api_test" "$emu/tests/runtime/api_test.cpp" "$emu/api.cpp" "$emu/compiler.cpp" \
+  "$emu/executor.cpp" "$emu/fiber.cpp" "$emu/tests/runtime/fake/fake_translate.cpp" \
+  "$root/build/emu/gen/shim_files.cpp" -I"$emu" -ldl
+echo "== api_test"
+"$out/api_test"

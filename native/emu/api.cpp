@@ -1,0 +1,537 @@
+// The C ABI of native/include/mlx_native.h for the emulator backend.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "../include/mlx_native.h"
+#include "compiler.h"
+#include "executor.h"
+#include "util.h"
+
+using namespace mlxn::emu;
+
+// Objects made from a device hold a reference to it, so that closing the
+// device before releasing them leaves them usable until they are released.
+struct mlxn_device {
+  std::atomic<int64_t> refs{1};
+  std::string name;
+  Schedule schedule;
+  uint64_t max_buffer_length = 0;
+  // Live handles, to reject stale or foreign ones in dispatch blocks.
+  std::unordered_set<const void*> buffers;
+  std::unordered_set<const void*> pipelines;
+};
+
+struct mlxn_buffer {
+  mlxn_device* device;
+  uint8_t* data;
+  uint64_t length;
+  uint64_t mapped;  // bytes mmap'd, 0 when from aligned_alloc
+};
+
+struct mlxn_library {
+  mlxn_device* device;
+  std::string name;
+  std::shared_ptr<Code> code;
+};
+
+struct mlxn_pipeline {
+  mlxn_device* device;
+  std::shared_ptr<Code> code;
+  Kernel* kernel;
+};
+
+struct mlxn_encoder {
+  mlxn_device* device;
+  std::vector<Launch> commands;
+  // Per command, bit i: buffers[i] is inline bytes whose ptr field holds the
+  // offset into `payload` until commit resolves it (payload may grow).
+  std::vector<uint32_t> bytes_masks;
+  std::vector<uint8_t> payload;
+  std::thread runner;
+  std::atomic<int32_t> state{MLXN_ENCODER_RECORDING};
+  std::string error;
+  std::atomic<uint64_t> gpu_time_ns{0};
+};
+
+namespace {
+
+void device_unref(mlxn_device* d) {
+  if (d && d->refs.fetch_sub(1) == 1) delete d;
+}
+
+bool parse_u64(const char* s, uint64_t* out) {
+  if (!s || !*s) return false;
+  for (const char* p = s; *p; ++p)
+    if (*p < '0' || *p > '9') return false;
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(s, &end, 10);
+  if (errno != 0 || *end) return false;
+  *out = v;
+  return true;
+}
+
+mlxn_status apply_option(Schedule* s, const std::string& key, const char* value, std::string* err) {
+  const std::string v = value ? value : "";
+  if (key == "schedule") {
+    if (v == "sequential") s->random = false;
+    else if (v == "random") s->random = true;
+    else {
+      *err = "emu option 'schedule' must be \"sequential\" or \"random\" (got \"" + v + "\")";
+      return MLXN_ERR_INVALID_ARGUMENT;
+    }
+    return MLXN_OK;
+  }
+  if (key == "seed") {
+    uint64_t seed;
+    if (!parse_u64(value, &seed)) {
+      *err = "emu option 'seed' must be a decimal unsigned integer (got \"" + v + "\")";
+      return MLXN_ERR_INVALID_ARGUMENT;
+    }
+    s->seed = seed;
+    return MLXN_OK;
+  }
+  *err = "unknown emu option '" + key + "' (known: schedule, seed)";
+  return MLXN_ERR_INVALID_ARGUMENT;
+}
+
+template <typename T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+void join_runner(mlxn_encoder* e) {
+  if (e->runner.joinable()) e->runner.join();
+}
+
+// An encoder whose commit finished records afresh.
+void start_recording(mlxn_encoder* e) {
+  int32_t s = e->state.load();
+  if (s == MLXN_ENCODER_COMPLETED || s == MLXN_ENCODER_ERROR) {
+    join_runner(e);
+    e->commands.clear();
+    e->bytes_masks.clear();
+    e->payload.clear();
+    e->error.clear();
+    e->state.store(MLXN_ENCODER_RECORDING);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+uint32_t mlxn_abi_version(void) { return MLXN_ABI_VERSION; }
+
+const char* mlxn_backend_name(void) { return "emu"; }
+
+uint32_t mlxn_device_count(void) { return 1; }
+
+mlxn_status mlxn_device_open(uint32_t ordinal, mlxn_device** out, char* msg, uint64_t msg_cap) {
+  if (!out) return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_device_open: out is null");
+  *out = nullptr;
+  if (ordinal != 0)
+    return set_msg(msg, msg_cap, MLXN_ERR_DEVICE_NOT_FOUND,
+                   "emu has one device, ordinal 0 (got " + std::to_string(ordinal) + ")");
+  Schedule sched;
+  std::string err;
+  if (const char* s = std::getenv("MLX_NATIVE_EMU_SCHEDULE"); s && *s)
+    if (apply_option(&sched, "schedule", s, &err) != MLXN_OK)
+      return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "MLX_NATIVE_EMU_SCHEDULE: " + err);
+  if (const char* s = std::getenv("MLX_NATIVE_EMU_SEED"); s && *s)
+    if (apply_option(&sched, "seed", s, &err) != MLXN_OK)
+      return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "MLX_NATIVE_EMU_SEED: " + err);
+  auto* d = new mlxn_device();
+  d->schedule = sched;
+  d->name = "CPU emulator (" + std::to_string(worker_count()) + " threads)";
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  d->max_buffer_length = (pages > 0 && page > 0) ? uint64_t(pages) * uint64_t(page) / 2 : (uint64_t(1) << 32);
+  *out = d;
+  return ok_msg(msg, msg_cap);
+}
+
+void mlxn_device_close(mlxn_device* device) { device_unref(device); }
+
+uint64_t mlxn_device_name(mlxn_device* device, char* out, uint64_t cap) {
+  if (!device) return copy_out("", out, cap);
+  return copy_out(device->name, out, cap);
+}
+
+uint64_t mlxn_device_limit(mlxn_device* device, uint32_t key) {
+  if (!device) return 0;
+  switch (key) {
+    case MLXN_LIMIT_MAX_THREADS_PER_THREADGROUP: return kMaxThreadsPerThreadgroup;
+    case MLXN_LIMIT_MAX_THREADGROUP_MEMORY: return kMaxThreadgroupMemory;
+    case MLXN_LIMIT_SIMD_WIDTH: return kSimdWidth;
+    case MLXN_LIMIT_MAX_BUFFER_LENGTH: return device->max_buffer_length;
+    case MLXN_LIMIT_SHARED_MEMORY: return 1;
+    default: return 0;
+  }
+}
+
+mlxn_status mlxn_device_set_option(mlxn_device* device, const char* key, const char* value, char* msg,
+                                   uint64_t msg_cap) {
+  if (!device || !key)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_device_set_option: null device or key");
+  std::string err;
+  mlxn_status st = apply_option(&device->schedule, key, value, &err);
+  if (st != MLXN_OK) return set_msg(msg, msg_cap, st, err);
+  return ok_msg(msg, msg_cap);
+}
+
+// ---- buffers ----
+
+mlxn_status mlxn_buffer_alloc(mlxn_device* device, uint64_t length, mlxn_buffer** out, char* msg,
+                              uint64_t msg_cap) {
+  if (!device || !out)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_buffer_alloc: null device or out");
+  *out = nullptr;
+  if (length > device->max_buffer_length)
+    return set_msg(msg, msg_cap, MLXN_ERR_BUFFER_ALLOCATION,
+                   "buffer of " + std::to_string(length) + " bytes exceeds the emu limit of " +
+                       std::to_string(device->max_buffer_length) + " bytes");
+  uint8_t* data = nullptr;
+  uint64_t mapped = 0;
+  if (length >= (uint64_t(1) << 20)) {
+    // Large buffers: anonymous pages are zero and only touched pages cost memory.
+    void* m = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m != MAP_FAILED) {
+      data = static_cast<uint8_t*>(m);
+      mapped = length;
+    }
+  } else {
+    const uint64_t rounded = (std::max<uint64_t>(length, 1) + 63) & ~uint64_t(63);
+    data = static_cast<uint8_t*>(std::aligned_alloc(64, rounded));
+    if (data) std::memset(data, 0, rounded);
+  }
+  if (!data)
+    return set_msg(msg, msg_cap, MLXN_ERR_BUFFER_ALLOCATION,
+                   "cannot allocate a buffer of " + std::to_string(length) + " bytes");
+  auto* b = new mlxn_buffer{device, data, length, mapped};
+  device->refs.fetch_add(1);
+  device->buffers.insert(b);
+  *out = b;
+  return ok_msg(msg, msg_cap);
+}
+
+void mlxn_buffer_release(mlxn_buffer* buffer) {
+  if (!buffer) return;
+  if (buffer->mapped)
+    munmap(buffer->data, buffer->mapped);
+  else
+    std::free(buffer->data);
+  mlxn_device* d = buffer->device;
+  d->buffers.erase(buffer);
+  delete buffer;
+  device_unref(d);
+}
+
+uint64_t mlxn_buffer_length(mlxn_buffer* buffer) { return buffer ? buffer->length : 0; }
+
+void* mlxn_buffer_host_ptr(mlxn_buffer* buffer) { return buffer ? buffer->data : nullptr; }
+
+static mlxn_status check_range(const char* fn, mlxn_buffer* buffer, uint64_t offset, const void* p,
+                               uint64_t length, char* msg, uint64_t msg_cap) {
+  if (!buffer) return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, std::string(fn) + ": null buffer");
+  if (!p && length > 0)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, std::string(fn) + ": null data pointer");
+  if (offset > buffer->length || length > buffer->length - offset)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   std::string(fn) + ": range [" + std::to_string(offset) + ", " + std::to_string(offset) +
+                       " + " + std::to_string(length) + ") is outside the buffer of " +
+                       std::to_string(buffer->length) + " bytes");
+  return MLXN_OK;
+}
+
+mlxn_status mlxn_buffer_write(mlxn_buffer* buffer, uint64_t offset, const void* src, uint64_t length,
+                              char* msg, uint64_t msg_cap) {
+  if (mlxn_status st = check_range("mlxn_buffer_write", buffer, offset, src, length, msg, msg_cap)) return st;
+  if (length) std::memcpy(buffer->data + offset, src, length);
+  return ok_msg(msg, msg_cap);
+}
+
+mlxn_status mlxn_buffer_read(mlxn_buffer* buffer, uint64_t offset, void* dst, uint64_t length, char* msg,
+                             uint64_t msg_cap) {
+  if (mlxn_status st = check_range("mlxn_buffer_read", buffer, offset, dst, length, msg, msg_cap)) return st;
+  if (length) std::memcpy(dst, buffer->data + offset, length);
+  return ok_msg(msg, msg_cap);
+}
+
+// ---- libraries ----
+
+mlxn_status mlxn_library_compile(mlxn_device* device, const char* source, uint64_t source_len,
+                                 const char* name, const void* constants, uint32_t constants_count,
+                                 mlxn_library** out, char* msg, uint64_t msg_cap) {
+  if (!device || !out || (!source && source_len > 0))
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "mlxn_library_compile: null device, source or out");
+  *out = nullptr;
+  if (!constants && constants_count > 0)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "mlxn_library_compile: constants is null but constants_count is " +
+                       std::to_string(constants_count));
+  std::vector<ConstantValue> cs(constants_count);
+  const uint8_t* cp = static_cast<const uint8_t*>(constants);
+  for (uint32_t i = 0; i < constants_count; ++i) {
+    cs[i].index = load<uint32_t>(cp + 12 * i);
+    cs[i].type = load<uint32_t>(cp + 12 * i + 4);
+    cs[i].bits = load<uint32_t>(cp + 12 * i + 8);
+    if (cs[i].type < MLXN_CONST_BOOL || cs[i].type > MLXN_CONST_U16)
+      return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                     "function constant " + std::to_string(cs[i].index) + ": unknown type " +
+                         std::to_string(cs[i].type));
+  }
+  const std::string file = (name && *name) ? name : "source.metal";
+  std::shared_ptr<Code> code;
+  std::string err;
+  mlxn_status st = compile_metal(std::string(source ? source : "", source_len), file, cs, &code, &err);
+  if (st != MLXN_OK) return set_msg(msg, msg_cap, st, err);
+  auto* lib = new mlxn_library{device, file, std::move(code)};
+  device->refs.fetch_add(1);
+  *out = lib;
+  return ok_msg(msg, msg_cap);
+}
+
+void mlxn_library_release(mlxn_library* library) {
+  if (!library) return;
+  mlxn_device* d = library->device;
+  delete library;
+  device_unref(d);
+}
+
+uint64_t mlxn_library_kernel_names(mlxn_library* library, char* out, uint64_t cap) {
+  std::string names;
+  if (library)
+    for (const auto& k : library->code->kernels) {
+      if (!names.empty()) names += '\n';
+      names += k->name;
+    }
+  return copy_out(names, out, cap);
+}
+
+// ---- pipelines ----
+
+mlxn_status mlxn_pipeline_create(mlxn_library* library, const char* kernel_name, mlxn_pipeline** out,
+                                 char* msg, uint64_t msg_cap) {
+  if (!library || !kernel_name || !out)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "mlxn_pipeline_create: null library, kernel name or out");
+  *out = nullptr;
+  Kernel* k = library->code->find(kernel_name);
+  if (!k) {
+    std::string have;
+    for (const auto& kk : library->code->kernels) have += (have.empty() ? "" : ", ") + kk->name;
+    return set_msg(msg, msg_cap, MLXN_ERR_KERNEL_NOT_FOUND,
+                   "kernel '" + std::string(kernel_name) + "' not found in " + library->name +
+                       " (kernels: " + (have.empty() ? "none" : have) + ")");
+  }
+  auto* p = new mlxn_pipeline{library->device, library->code, k};
+  library->device->refs.fetch_add(1);
+  library->device->pipelines.insert(p);
+  *out = p;
+  return ok_msg(msg, msg_cap);
+}
+
+void mlxn_pipeline_release(mlxn_pipeline* pipeline) {
+  if (!pipeline) return;
+  mlxn_device* d = pipeline->device;
+  d->pipelines.erase(pipeline);
+  delete pipeline;
+  device_unref(d);
+}
+
+uint32_t mlxn_pipeline_max_threads(mlxn_pipeline* pipeline) {
+  return pipeline ? pipeline->kernel->max_threads : 0;
+}
+
+uint64_t mlxn_pipeline_static_threadgroup_memory(mlxn_pipeline* pipeline) {
+  return pipeline ? pipeline->kernel->static_threadgroup_bytes.load() : 0;
+}
+
+// ---- encoders ----
+
+mlxn_status mlxn_encoder_create(mlxn_device* device, mlxn_encoder** out, char* msg, uint64_t msg_cap) {
+  if (!device || !out)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_encoder_create: null device or out");
+  auto* e = new mlxn_encoder();
+  e->device = device;
+  device->refs.fetch_add(1);
+  *out = e;
+  return ok_msg(msg, msg_cap);
+}
+
+void mlxn_encoder_release(mlxn_encoder* encoder) {
+  if (!encoder) return;
+  join_runner(encoder);
+  mlxn_device* d = encoder->device;
+  delete encoder;
+  device_unref(d);
+}
+
+mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t block_len, char* msg,
+                                  uint64_t msg_cap) {
+  auto bad = [&](const std::string& text) {
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "dispatch: " + text);
+  };
+  if (!e || !block) return bad("null encoder or block");
+  if (e->state.load() == MLXN_ENCODER_PENDING) return bad("the encoder's committed work is still running; wait first");
+  start_recording(e);
+  if (block_len < MLXN_DISPATCH_HEADER_BYTES)
+    return bad("block of " + std::to_string(block_len) + " bytes is shorter than the 48-byte header");
+  const uint8_t* p = static_cast<const uint8_t*>(block);
+  auto* pipeline = reinterpret_cast<mlxn_pipeline*>(load<uint64_t>(p));
+  const uint32_t n = load<uint32_t>(p + 32);
+  const uint32_t payload_len = load<uint32_t>(p + 36);
+  const uint64_t expect = MLXN_DISPATCH_HEADER_BYTES + uint64_t(MLXN_DISPATCH_BINDING_BYTES) * n + payload_len;
+  if (block_len != expect)
+    return bad("block length " + std::to_string(block_len) + " != 48 + 24 * " + std::to_string(n) + " + " +
+               std::to_string(payload_len) + " = " + std::to_string(expect));
+  if (load<uint64_t>(p + 40) != 0) return bad("reserved header field must be 0");
+  if (!e->device->pipelines.count(pipeline)) return bad("unknown pipeline handle");
+  Kernel* kernel = pipeline->kernel;
+
+  Launch l;
+  l.kernel = kernel;
+  for (int d = 0; d < 3; ++d) {
+    l.grid[d] = load<uint32_t>(p + 8 + 4 * d);
+    l.threads[d] = load<uint32_t>(p + 20 + 4 * d);
+  }
+  l.schedule = e->device->schedule;
+
+  const uint8_t* recs = p + MLXN_DISPATCH_HEADER_BYTES;
+  const uint8_t* payload = recs + uint64_t(MLXN_DISPATCH_BINDING_BYTES) * n;
+  const size_t payload_base = e->payload.size();
+  size_t payload_used = 0;
+  uint32_t bytes_mask = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint8_t* r = recs + uint64_t(MLXN_DISPATCH_BINDING_BYTES) * i;
+    const uint32_t kind = load<uint32_t>(r), index = load<uint32_t>(r + 4);
+    const uint64_t a = load<uint64_t>(r + 8), b = load<uint64_t>(r + 16);
+    const std::string where = "kernel '" + kernel->name + "': binding " + std::to_string(i);
+    if (index >= MLXN_MAX_BINDINGS)
+      return bad(where + ": index " + std::to_string(index) + " must be < " + std::to_string(MLXN_MAX_BINDINGS));
+    const uint32_t bit = 1u << index;
+    if (kind == MLXN_BIND_BUFFER || kind == MLXN_BIND_BYTES) {
+      if (l.buffer_set & bit) return bad(where + ": [[buffer(" + std::to_string(index) + ")]] bound twice");
+      l.buffer_set |= bit;
+      if (kind == MLXN_BIND_BUFFER) {
+        auto* buf = reinterpret_cast<mlxn_buffer*>(a);
+        if (!e->device->buffers.count(buf))
+          return bad(where + ": [[buffer(" + std::to_string(index) + ")]] unknown buffer handle");
+        if (b > buf->length)
+          return bad(where + ": [[buffer(" + std::to_string(index) + ")]] offset " + std::to_string(b) +
+                     " is past the buffer of " + std::to_string(buf->length) + " bytes");
+        l.buffers[index].ptr = buf->data + b;
+        l.buffers[index].length = buf->length - b;
+      } else {
+        if (a > payload_len || b > payload_len - a)
+          return bad(where + ": [[buffer(" + std::to_string(index) + ")]] bytes [" + std::to_string(a) + ", +" +
+                     std::to_string(b) + ") outside the payload of " + std::to_string(payload_len) + " bytes");
+        // Each inline block starts 16-byte aligned, as constant data does on the GPU.
+        payload_used = (payload_used + 15) & ~size_t(15);
+        l.buffers[index].ptr = reinterpret_cast<uint8_t*>(uintptr_t(payload_base + payload_used));
+        l.buffers[index].length = b;
+        bytes_mask |= bit;
+        payload_used += b;
+      }
+    } else if (kind == MLXN_BIND_THREADGROUP_MEMORY) {
+      if (l.threadgroup_set & bit)
+        return bad(where + ": [[threadgroup(" + std::to_string(index) + ")]] given twice");
+      if (b != 0) return bad(where + ": threadgroup memory record must have b = 0");
+      if (a > kMaxThreadgroupMemory)
+        return bad(where + ": [[threadgroup(" + std::to_string(index) + ")]] length " + std::to_string(a) +
+                   " exceeds the device limit of " + std::to_string(kMaxThreadgroupMemory) + " bytes");
+      l.threadgroup_set |= bit;
+      l.threadgroup_length[index] = a;
+    } else {
+      return bad(where + ": unknown binding kind " + std::to_string(kind));
+    }
+  }
+  std::string err = check_launch(l);
+  if (!err.empty()) return bad(err);
+
+  if (bytes_mask) {
+    e->payload.resize(payload_base + ((payload_used + 15) & ~size_t(15)));
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint8_t* r = recs + uint64_t(MLXN_DISPATCH_BINDING_BYTES) * i;
+      if (load<uint32_t>(r) != MLXN_BIND_BYTES) continue;
+      const uint32_t index = load<uint32_t>(r + 4);
+      const uint64_t a = load<uint64_t>(r + 8), b = load<uint64_t>(r + 16);
+      if (b) std::memcpy(e->payload.data() + uintptr_t(l.buffers[index].ptr), payload + a, b);
+    }
+  }
+  e->commands.push_back(l);
+  e->bytes_masks.push_back(bytes_mask);
+  return ok_msg(msg, msg_cap);
+}
+
+mlxn_status mlxn_encoder_barrier(mlxn_encoder* e, char* msg, uint64_t msg_cap) {
+  if (!e) return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_encoder_barrier: null encoder");
+  if (e->state.load() == MLXN_ENCODER_PENDING)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "barrier: the encoder's committed work is still running; wait first");
+  // Dispatches run one after another to completion, so every barrier holds
+  // already; recording it only restarts a finished encoder.
+  start_recording(e);
+  return ok_msg(msg, msg_cap);
+}
+
+mlxn_status mlxn_encoder_commit(mlxn_encoder* e, char* msg, uint64_t msg_cap) {
+  if (!e) return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_encoder_commit: null encoder");
+  const int32_t s = e->state.load();
+  if (s == MLXN_ENCODER_PENDING)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "commit: the encoder is already committed; wait first");
+  if (s != MLXN_ENCODER_RECORDING) start_recording(e);  // nothing new recorded: an empty commit
+  for (size_t c = 0; c < e->commands.size(); ++c) {
+    const uint32_t mask = e->bytes_masks[c];
+    if (!mask) continue;
+    for (uint32_t i = 0; i < kMaxBindings; ++i)
+      if (mask & (1u << i))
+        e->commands[c].buffers[i].ptr = e->payload.data() + uintptr_t(e->commands[c].buffers[i].ptr);
+    e->bytes_masks[c] = 0;
+  }
+  e->state.store(MLXN_ENCODER_PENDING);
+  e->runner = std::thread([e] {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string err;
+    for (const Launch& l : e->commands) {
+      err = execute(l);
+      if (!err.empty()) break;
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    e->gpu_time_ns.store(uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
+    e->error = err;
+    e->state.store(err.empty() ? MLXN_ENCODER_COMPLETED : MLXN_ENCODER_ERROR);
+  });
+  return ok_msg(msg, msg_cap);
+}
+
+mlxn_status mlxn_encoder_wait(mlxn_encoder* e, char* msg, uint64_t msg_cap) {
+  if (!e) return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_encoder_wait: null encoder");
+  join_runner(e);
+  if (e->state.load() == MLXN_ENCODER_ERROR) return set_msg(msg, msg_cap, MLXN_ERR_COMMAND_BUFFER, e->error);
+  return ok_msg(msg, msg_cap);
+}
+
+int32_t mlxn_encoder_status(mlxn_encoder* e) { return e ? e->state.load() : MLXN_ENCODER_ERROR; }
+
+uint64_t mlxn_encoder_gpu_time_ns(mlxn_encoder* e) {
+  if (!e) return 0;
+  return e->gpu_time_ns.load();
+}
+
+}  // extern "C"
