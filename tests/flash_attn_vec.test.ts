@@ -1,0 +1,307 @@
+import { describe, expect, test } from 'bun:test';
+import metalSource from '../shaders/flash_attn_vec.metal' with { type: 'text' };
+import { MlxError, f16BitsToF32, f32ToF16Bits, type Buffer, type DType, type Device } from '../ts/index.ts';
+import {
+  FLASH_ATTN_VEC_PARAMS_BYTES,
+  FLASH_ATTN_VEC_PARAMS_LAYOUT,
+  FLASH_ATTN_VEC_REDUCE_PARAMS_BYTES,
+  FLASH_ATTN_VEC_REDUCE_PARAMS_LAYOUT,
+  flashAttnVec,
+  flashAttnVecTmpElements,
+  packFlashAttnVecParams,
+  packFlashAttnVecReduceParams,
+  validateFlashAttnVec,
+  type FlashAttnVecBuffers,
+  type FlashAttnVecMask,
+  type FlashAttnVecParams,
+  type StructField,
+} from '../ts/ops/flash_attn_vec.ts';
+import { flashAttnVecRef, type FlashAttnVecRefShape } from '../ts/reference/flash_attn_vec.ts';
+import { TOL, describeBackends, maxRelErr, randomArray, rng } from './helpers.ts';
+
+const f16 = (x: number): number => f16BitsToF32(f32ToF16Bits(x));
+
+function refShape(p: FlashAttnVecParams): FlashAttnVecRefShape {
+  return { ...p, slidingWindow: p.slidingWindow ?? 0, softcap: p.softcap ?? 0 };
+}
+
+/**
+ * Attention written a second way, to check the reference: K and V heads
+ * repeated to nHeads first, a mask row of 0 / -Infinity, then softmax.
+ */
+function attentionExpanded(s: FlashAttnVecRefShape, q: ArrayLike<number>, k: ArrayLike<number>, v: ArrayLike<number>): Float64Array {
+  const D = s.headDim;
+  const rep = (x: ArrayLike<number>): Float64Array => {
+    const out = new Float64Array(s.batch * s.nHeads * s.kvSeqLen * D);
+    for (let b = 0; b < s.batch; b++) {
+      for (let h = 0; h < s.nHeads; h++) {
+        const src = (b * s.nKvHeads + Math.floor((h * s.nKvHeads) / s.nHeads)) * s.kvCapacity * D;
+        const dst = (b * s.nHeads + h) * s.kvSeqLen * D;
+        for (let i = 0; i < s.kvSeqLen * D; i++) out[dst + i] = x[src + i]!;
+      }
+    }
+    return out;
+  };
+  const ke = rep(k);
+  const ve = rep(v);
+  const mask = new Float64Array(s.kvSeqLen).map((_, j) =>
+    s.mask === 'slidingWindow' && s.slidingWindow > 0 && s.kvSeqLen - 1 - j >= s.slidingWindow ? -Infinity : 0,
+  );
+  const out = new Float64Array(s.batch * s.nHeads * D);
+  for (let r = 0; r < s.batch * s.nHeads; r++) {
+    const logits = new Float64Array(s.kvSeqLen).map((_, j) => {
+      let dot = 0;
+      for (let d = 0; d < D; d++) dot += q[r * D + d]! * ke[(r * s.kvSeqLen + j) * D + d]!;
+      const x = dot * s.scale;
+      return (s.softcap > 0 ? Math.tanh(x / s.softcap) * s.softcap : x) + mask[j]!;
+    });
+    const m = Math.max(...logits);
+    const e = logits.map((x) => Math.exp(x - m));
+    const z = e.reduce((a, x) => a + x, 0);
+    for (let d = 0; d < D; d++) {
+      let acc = 0;
+      for (let j = 0; j < s.kvSeqLen; j++) acc += (e[j]! / z) * ve[(r * s.kvSeqLen + j) * D + d]!;
+      out[r * D + d] = acc;
+    }
+  }
+  return out;
+}
+
+interface Case {
+  name: string;
+  p: FlashAttnVecParams;
+  kv: 'f32' | 'f16';
+}
+
+const base: FlashAttnVecParams = {
+  batch: 1, nHeads: 2, nKvHeads: 2, headDim: 256, kvSeqLen: 1, kvCapacity: 1, scale: 1 / 16, mask: 'none', nwg: 1,
+};
+const mk = (o: Partial<FlashAttnVecParams>): FlashAttnVecParams => ({ ...base, ...o });
+
+const CASES: Case[] = [
+  { name: 'D256 f32, GQA 1, kv 1, nwg 1', kv: 'f32', p: mk({}) },
+  { name: 'D256 f32, GQA 2, kv 31, nwg 3, causal', kv: 'f32', p: mk({ nHeads: 4, nKvHeads: 2, kvSeqLen: 31, kvCapacity: 31, nwg: 3, mask: 'causal' }) },
+  { name: 'D256 f16, GQA 8, kv 33 of capacity 40, nwg 32', kv: 'f16', p: mk({ nHeads: 8, nKvHeads: 1, kvSeqLen: 33, kvCapacity: 40, nwg: 32 }) },
+  { name: 'D512 f32, GQA 2, kv 100, nwg 3, window 40', kv: 'f32', p: mk({ headDim: 512, nHeads: 4, nKvHeads: 2, kvSeqLen: 100, kvCapacity: 100, nwg: 3, mask: 'slidingWindow', slidingWindow: 40, scale: 1 / 22 }) },
+  { name: 'D512 f16, GQA 1, kv 1000, nwg 3, causal, softcap 5', kv: 'f16', p: mk({ headDim: 512, nHeads: 1, nKvHeads: 1, kvSeqLen: 1000, kvCapacity: 1000, nwg: 3, mask: 'causal', scale: 1, softcap: 5 }) },
+  { name: 'D256 f32, batch 2, GQA 2, kv 100 of 128, nwg 3, window 64, softcap 5', kv: 'f32', p: mk({ batch: 2, nHeads: 4, nKvHeads: 2, kvSeqLen: 100, kvCapacity: 128, nwg: 3, mask: 'slidingWindow', slidingWindow: 64, scale: 0.5, softcap: 5 }) },
+  { name: 'D256 f16, GQA 2, kv 1000 of 1024, nwg 1, window 300', kv: 'f16', p: mk({ nHeads: 2, nKvHeads: 1, kvSeqLen: 1000, kvCapacity: 1024, nwg: 1, mask: 'slidingWindow', slidingWindow: 300 }) },
+  { name: 'D512 f32, GQA 2, kv 33, nwg 32, window 1', kv: 'f32', p: mk({ headDim: 512, nHeads: 2, nKvHeads: 1, kvSeqLen: 33, kvCapacity: 33, nwg: 32, mask: 'slidingWindow', slidingWindow: 1 }) },
+  { name: 'D256 f32, batch 2, GQA 1, kv 1000, nwg 32, window past the start', kv: 'f32', p: mk({ batch: 2, nHeads: 1, nKvHeads: 1, kvSeqLen: 1000, kvCapacity: 1000, nwg: 32, mask: 'slidingWindow', slidingWindow: 4096 }) },
+  { name: 'D512 f32, GQA 8, kv 1, nwg 3', kv: 'f32', p: mk({ headDim: 512, nHeads: 8, nKvHeads: 1, nwg: 3 }) },
+];
+
+/**
+ * Seeded inputs in [-1, 1), rounded to the dtypes of their buffers. K and V rows the op must not use (positions at or
+ * past kvSeqLen, and before a sliding window) are NaN, so any use of them
+ * shows in the output (unless poison is false).
+ */
+function makeInputs(c: Case, seed: number, poison = true): { q: Float64Array; k: Float64Array; v: Float64Array } {
+  const p = c.p;
+  const r = rng(seed);
+  const D = p.headDim;
+  const q = randomArray(r, p.batch * p.nHeads * D);
+  const k = randomArray(r, p.batch * p.nKvHeads * p.kvCapacity * D);
+  const v = randomArray(r, k.length);
+  const lo = p.mask === 'slidingWindow' ? Math.max(0, p.kvSeqLen - (p.slidingWindow ?? 0)) : 0;
+  for (let hk = 0; hk < p.batch * p.nKvHeads; hk++) {
+    for (let j = 0; j < p.kvCapacity; j++) {
+      if (!poison || (j >= lo && j < p.kvSeqLen)) continue;
+      const off = (hk * p.kvCapacity + j) * D;
+      k.fill(NaN, off, off + D);
+      v.fill(NaN, off, off + D);
+    }
+  }
+  // The values as the buffers store them.
+  const round = c.kv === 'f16' ? f16 : Math.fround;
+  for (const a of [k, v]) for (let i = 0; i < a.length; i++) a[i] = round(a[i]!);
+  return { q: q.map(Math.fround), k, v };
+}
+
+function parseStruct(name: string): { type: string; name: string; offset: number }[] {
+  const body = new RegExp(`struct\\s+${name}\\s*\\{([^}]*)\\}`).exec(metalSource);
+  if (body === null) throw new Error(`struct ${name} not found in flash_attn_vec.metal`);
+  // Every field is a 4-byte uint or float, so offsets are 4 * index.
+  return [...body[1]!.matchAll(/^\s*(\w+)\s+(\w+)\s*;/gm)].map((m, i) => ({ type: m[1]!, name: m[2]!, offset: 4 * i }));
+}
+
+function layoutOf(l: readonly StructField[]): { type: string; name: string; offset: number }[] {
+  return l.map((f) => ({ type: f.type, name: f.name, offset: f.offset }));
+}
+
+describe('flash_attn_vec reference', () => {
+  test('matches attention written with expanded heads and an additive mask', () => {
+    for (const c of CASES.filter((x) => x.p.kvSeqLen <= 100)) {
+      const { q, k, v } = makeInputs(c, 5, false);
+      const s = refShape(c.p);
+      expect(maxRelErr(flashAttnVecRef(s, q, k, v), attentionExpanded(s, q, k, v))).toBeLessThan(1e-12);
+    }
+  });
+
+  test('causal equals none for the decode query; a window past the start equals none; softcap changes the result', () => {
+    const c = CASES[5]!;
+    const { q, k, v } = makeInputs({ ...c, p: { ...c.p, mask: 'none', kvCapacity: c.p.kvSeqLen } }, 6);
+    const s = refShape({ ...c.p, kvCapacity: c.p.kvSeqLen, mask: 'none' });
+    const none = flashAttnVecRef(s, q, k, v);
+    expect(flashAttnVecRef({ ...s, mask: 'causal' }, q, k, v)).toEqual(none);
+    expect(flashAttnVecRef({ ...s, mask: 'slidingWindow', slidingWindow: s.kvSeqLen }, q, k, v)).toEqual(none);
+    expect(maxRelErr(flashAttnVecRef({ ...s, softcap: 0 }, q, k, v), none)).toBeGreaterThan(1e-2);
+  });
+});
+
+describe('flash_attn_vec params', () => {
+  test('FlashAttnVecParams packer matches the struct of the .metal source', () => {
+    const fields = parseStruct('FlashAttnVecParams');
+    expect(layoutOf(FLASH_ATTN_VEC_PARAMS_LAYOUT)).toEqual(fields);
+    expect(FLASH_ATTN_VEC_PARAMS_BYTES).toBe(4 * fields.length);
+    const p: FlashAttnVecParams = {
+      batch: 3, nHeads: 16, nKvHeads: 4, headDim: 512, kvSeqLen: 777, kvCapacity: 1024, scale: 0.125,
+      mask: 'slidingWindow', slidingWindow: 321, softcap: 30, nwg: 7,
+    };
+    const want: Record<string, number> = {
+      n_heads: 16, n_kv_heads: 4, head_dim: 512, kv_seq_len: 777, kv_capacity: 1024, scale: 0.125,
+      mask_type: 2, sliding_window: 321, softcap: 30, nwg: 7,
+    };
+    const bytes = packFlashAttnVecParams(p);
+    const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    for (const f of fields) {
+      const got = f.type === 'float' ? dv.getFloat32(f.offset, true) : dv.getUint32(f.offset, true);
+      expect([f.name, got]).toEqual([f.name, want[f.name]!]);
+    }
+    const masks: [FlashAttnVecMask, number][] = [['none', 0], ['causal', 1], ['slidingWindow', 2]];
+    for (const [mask, code] of masks) {
+      expect(new DataView(packFlashAttnVecParams({ ...p, mask }).buffer).getUint32(24, true)).toBe(code);
+    }
+  });
+
+  test('FlashAttnVecReduceParams packer matches the struct of the .metal source', () => {
+    const fields = parseStruct('FlashAttnVecReduceParams');
+    expect(layoutOf(FLASH_ATTN_VEC_REDUCE_PARAMS_LAYOUT)).toEqual(fields);
+    expect(FLASH_ATTN_VEC_REDUCE_PARAMS_BYTES).toBe(4 * fields.length);
+    const bytes = packFlashAttnVecReduceParams({ batch: 3, nHeads: 5 });
+    expect(new DataView(bytes.buffer).getUint32(0, true)).toBe(15);
+  });
+
+  test('tmp size: nwg partial rows of headDim plus nwg (S, M) pairs per row; none for nwg 1', () => {
+    expect(flashAttnVecTmpElements({ batch: 2, nHeads: 3, headDim: 256, nwg: 4 })).toBe(2 * 3 * 4 * (256 + 2));
+    expect(flashAttnVecTmpElements({ batch: 2, nHeads: 3, headDim: 256, nwg: 1 })).toBe(0);
+  });
+});
+
+function expectInvalid(f: () => void, ...parts: string[]): void {
+  let err: unknown = null;
+  try {
+    f();
+  } catch (e) {
+    err = e;
+  }
+  expect(err).toBeInstanceOf(MlxError);
+  const e = err as MlxError;
+  expect(e.kind).toBe('InvalidArgument');
+  expect(e.message).toStartWith('flash_attn_vec: ');
+  for (const part of parts) expect(e.message).toContain(part);
+}
+
+function allocFor(dev: Device, p: FlashAttnVecParams, kv: DType): FlashAttnVecBuffers {
+  const qn = p.batch * p.nHeads * p.headDim;
+  const kvn = p.batch * p.nKvHeads * p.kvCapacity * p.headDim;
+  const bufs: FlashAttnVecBuffers = {
+    q: dev.alloc('f32', [qn]), k: dev.alloc(kv, [kvn]), v: dev.alloc(kv, [kvn]), out: dev.alloc('f32', [qn]),
+  };
+  if (p.nwg > 1) bufs.tmp = dev.alloc('f32', [flashAttnVecTmpElements(p)]);
+  return bufs;
+}
+
+function releaseAll(b: FlashAttnVecBuffers): void {
+  for (const x of [b.q, b.k, b.v, b.out, b.tmp]) x?.release();
+}
+
+describeBackends('flash_attn_vec', ({ device }) => {
+  test('validation: every rule on the params', () => {
+    const dev = device();
+    const ok = mk({ nHeads: 4, nKvHeads: 2, kvSeqLen: 40, kvCapacity: 64, nwg: 2 });
+    const bufs = allocFor(dev, ok, 'f32');
+    validateFlashAttnVec(ok, bufs);
+    for (const arg of ['batch', 'nHeads', 'nKvHeads', 'headDim', 'kvSeqLen', 'kvCapacity', 'nwg'] as const) {
+      expectInvalid(() => validateFlashAttnVec({ ...ok, [arg]: 0 }, bufs), `${arg} must be a positive integer`, '(got 0)');
+    }
+    expectInvalid(() => validateFlashAttnVec({ ...ok, nKvHeads: 2 ** 32 }, bufs), 'nKvHeads must be at most 2^32 - 1');
+    expectInvalid(() => validateFlashAttnVec({ ...ok, headDim: 128 }, bufs), 'headDim must be 256 or 512', '(got 128)');
+    expectInvalid(() => validateFlashAttnVec({ ...ok, nKvHeads: 3 }, bufs), 'nHeads must be a multiple of nKvHeads (3)', '(got 4)');
+    expectInvalid(() => validateFlashAttnVec({ ...ok, kvSeqLen: 65 }, bufs), 'kvSeqLen must be at most kvCapacity (64)', '(got 65)');
+    expectInvalid(() => validateFlashAttnVec({ ...ok, nwg: 33 }, bufs), 'nwg must be at most 32', '(got 33)');
+    expectInvalid(() => validateFlashAttnVec({ ...ok, mask: 'upper' as FlashAttnVecMask }, bufs), 'mask must be one of none, causal, slidingWindow', '(got "upper")');
+    expectInvalid(() => validateFlashAttnVec({ ...ok, mask: 'slidingWindow' }, bufs), 'slidingWindow must be a positive integer', '(got 0)');
+    expectInvalid(() => validateFlashAttnVec({ ...ok, mask: 'slidingWindow', slidingWindow: 2.5 }, bufs), 'slidingWindow must be a positive integer', '(got 2.5)');
+    expectInvalid(() => validateFlashAttnVec({ ...ok, scale: NaN }, bufs), 'scale must be a finite number', '(got NaN)');
+    expectInvalid(() => validateFlashAttnVec({ ...ok, softcap: -1 }, bufs), 'softcap must be a finite number >= 0', '(got -1)');
+    expectInvalid(() => validateFlashAttnVec({ ...ok, softcap: Infinity }, bufs), 'softcap must be a finite number >= 0', '(got Infinity)');
+    releaseAll(bufs);
+  });
+
+  test('validation: dtype and element count of every buffer, tmp when nwg > 1', () => {
+    const dev = device();
+    const ok = mk({ nHeads: 4, nKvHeads: 2, kvSeqLen: 40, kvCapacity: 64, nwg: 2 });
+    const bufs = allocFor(dev, ok, 'f16');
+    validateFlashAttnVec(ok, bufs);
+    const qn = bufs.q.elementCount;
+    const kvn = bufs.k.elementCount;
+    const tmpn = flashAttnVecTmpElements(ok);
+    const swaps: [keyof FlashAttnVecBuffers, DType, number, string[]][] = [
+      ['q', 'f16', qn, ['q.dtype must be f32', '(got f16)']],
+      ['q', 'f32', qn + 1, ['q.elementCount must be ' + qn]],
+      ['k', 'bf16', kvn, ['k.dtype must be one of f32, f16', '(got bf16)']],
+      ['k', 'f16', kvn - 1, ['k.elementCount must be ' + kvn]],
+      ['v', 'f32', kvn, ['v.dtype must be f16', '(got f32)']],
+      ['v', 'f16', kvn * 2, ['v.elementCount must be ' + kvn]],
+      ['out', 'f16', qn, ['out.dtype must be f32', '(got f16)']],
+      ['out', 'f32', qn - 4, ['out.elementCount must be ' + qn]],
+      ['tmp', 'f16', tmpn, ['tmp.dtype must be f32', '(got f16)']],
+      ['tmp', 'f32', tmpn - 2, ['tmp.elementCount must be ' + tmpn]],
+    ];
+    for (const [key, dtype, n, parts] of swaps) {
+      const wrong = dev.alloc(dtype, [n]);
+      expectInvalid(() => validateFlashAttnVec(ok, { ...bufs, [key]: wrong }), ...parts);
+      wrong.release();
+    }
+    const { tmp, ...noTmp } = bufs;
+    expectInvalid(() => validateFlashAttnVec(ok, noTmp), 'tmp must be a f32 buffer of flashAttnVecTmpElements = ' + tmpn);
+    validateFlashAttnVec({ ...ok, nwg: 1 }, noTmp);
+    const enc = dev.encoder();
+    expectInvalid(() => flashAttnVec(enc, { ...ok, ...bufs, headDim: 128 }), 'headDim must be 256 or 512');
+    enc.release();
+    tmp?.release();
+    releaseAll(noTmp);
+  });
+
+  // f32 tolerance: the kernel computes in f32 from the values as stored (f16
+  // K/V are decoded exactly for the reference), so f32 rounding of the dot
+  // products, exp and sums is the only difference.
+  for (const c of CASES) {
+    test(`parity: ${c.name}`, () => {
+      const dev = device();
+      const p = c.p;
+      const { q, k, v } = makeInputs(c, 100 + CASES.indexOf(c));
+      const D = p.headDim;
+      const qb = dev.upload('f32', [p.batch, p.nHeads, D], q);
+      const kb = dev.upload(c.kv, [p.batch, p.nKvHeads, p.kvCapacity, D], k);
+      const vb = dev.upload(c.kv, [p.batch, p.nKvHeads, p.kvCapacity, D], v);
+      const out = dev.alloc('f32', [p.batch, p.nHeads, D]);
+      out.fill(NaN);
+      const bufs: FlashAttnVecBuffers = { q: qb, k: kb, v: vb, out };
+      if (p.nwg > 1) {
+        bufs.tmp = dev.alloc('f32', [flashAttnVecTmpElements(p)]);
+        bufs.tmp.fill(NaN);
+      }
+      const enc = dev.encoder();
+      flashAttnVec(enc, { ...p, ...bufs });
+      enc.commitAndWait();
+      enc.release();
+      const want = flashAttnVecRef(refShape(p), q, k, v);
+      const err = maxRelErr(out.readNumbers(), want);
+      console.log(`flash_attn_vec ${c.name}: max rel err ${err.toExponential(2)}`);
+      expect(err).toBeLessThan(TOL.f32);
+      releaseAll(bufs);
+    });
+  }
+});
