@@ -36,6 +36,7 @@ let package = Package(
             name: "MlxNativeTool",
             dependencies: [
                 "MlxNative",
+                "CMlxNative",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

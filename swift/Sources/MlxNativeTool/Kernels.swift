@@ -1,0 +1,18 @@
+// `mlx-native kernels`: the kernel entry points of every shader file.
+import ArgumentParser
+
+struct Kernels: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List the kernel entry points of every .metal file (kernel void NAME, [[host_name(\"NAME\")]]).")
+
+    @Argument(help: "The shaders directory.")
+    var shaders: String = "shaders"
+
+    func run() throws {
+        for file in try metalFiles(in: shaders) {
+            for name in kernelEntries(try readSource(file)) {
+                print("\(file.lastPathComponent)\t\(name)")
+            }
+        }
+    }
+}
