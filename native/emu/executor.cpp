@@ -419,8 +419,9 @@ void* hook_out_of_bounds(mlxn_emu_thread* t, uint32_t space, uint32_t binding, i
   Fiber* f = fiber_of(t);
   Worker* w = f->worker;
   std::string what;
-  if (space == MLXN_EMU_SPACE_THREADGROUP && binding >= kMaxBindings)
-    what = "threadgroup variable";
+  if (space == MLXN_EMU_SPACE_THREADGROUP && (binding & MLXN_EMU_BINDING_STATIC))
+    what = "threadgroup variable #" + std::to_string(binding & ~MLXN_EMU_BINDING_STATIC) +
+           " (declared in the kernel body)";
   else if (space == MLXN_EMU_SPACE_THREADGROUP)
     what = "threadgroup memory [[threadgroup(" + std::to_string(binding) + ")]]";
   else
