@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <vector>
 
 
 namespace mlxn_cuda {
@@ -86,11 +87,21 @@ void load_nvrtc() {
     lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
     tried = env;
   } else {
-    for (const char* n : names) {
-      lib = dlopen(n, RTLD_NOW | RTLD_LOCAL);
+    // The loader's search path first, then the toolkit's own folders, which
+    // are often not on it.
+    std::vector<std::string> dirs = {""};
+    for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
+      if (const char* v = std::getenv(var)) dirs.push_back(std::string(v) + "/lib64/");
+    dirs.push_back("/usr/local/cuda/lib64/");
+    for (const std::string& dir : dirs) {
+      for (const char* n : names) {
+        const std::string p = dir + n;
+        lib = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (lib) break;
+        if (!tried.empty()) tried += ", ";
+        tried += p;
+      }
       if (lib) break;
-      if (!tried.empty()) tried += ", ";
-      tried += n;
     }
   }
   if (!lib) {

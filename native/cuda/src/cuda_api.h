@@ -128,8 +128,10 @@ struct Nvrtc {
   std::string path;       // the file dlopen found (from dladdr), for messages and include lookup
 };
 
-// NVRTC, loaded once per process (MLX_NATIVE_NVRTC, then libnvrtc.so.13,
-// libnvrtc.so.12, libnvrtc.so); null when none loads, with *why set.
+// NVRTC, loaded once per process: MLX_NATIVE_NVRTC (a path) when set, else
+// libnvrtc.so.13, libnvrtc.so.12, libnvrtc.so through the loader's search path,
+// then in $CUDA_HOME/lib64, $CUDA_PATH/lib64 and /usr/local/cuda/lib64; null
+// when none loads, with *why set.
 const Nvrtc* nvrtc(std::string* why);
 
 }  // namespace mlxn_cuda

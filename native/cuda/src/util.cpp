@@ -94,11 +94,18 @@ std::vector<std::string> names_of_ptx(const std::string& ptx) {
   return names;
 }
 
-std::string float_literal(double v) {
-  if (std::isnan(v)) return "(__builtin_nanf(\"\"))";
-  if (std::isinf(v)) return v > 0 ? "(__builtin_huge_valf())" : "(-__builtin_huge_valf())";
+// Finite values as exact hex-float literals (constant expressions); infinities
+// and NaN, which have no literal, through the __int_as_float intrinsic with the
+// value's own f32 bits (NaN payloads kept), usable in device code.
+std::string float_literal(float v) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "(%af)", v);
+  if (std::isnan(v) || std::isinf(v)) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    std::snprintf(buf, sizeof buf, "(__int_as_float(0x%08xu))", bits);
+    return buf;
+  }
+  std::snprintf(buf, sizeof buf, "(%af)", static_cast<double>(v));
   return buf;
 }
 
@@ -106,7 +113,7 @@ double half_to_double(uint16_t h) {
   const int sign = h >> 15, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
   double v;
   if (exp == 0) v = std::ldexp(static_cast<double>(man), -24);
-  else if (exp == 31) v = man ? NAN : INFINITY;
+  else if (exp == 31) v = man ? std::nan("") : INFINITY;
   else v = std::ldexp(static_cast<double>(man | 0x400), exp - 25);
   return sign ? -v : v;
 }
@@ -159,7 +166,7 @@ bool constant_define(uint32_t index, uint32_t type, uint32_t bits, std::string* 
       v = float_literal(f);
       break;
     }
-    case MLXN_CONST_F16: v = float_literal(half_to_double(static_cast<uint16_t>(bits))); break;
+    case MLXN_CONST_F16: v = float_literal(static_cast<float>(half_to_double(static_cast<uint16_t>(bits)))); break;
     case MLXN_CONST_I16: v = "(" + std::to_string(static_cast<int16_t>(bits & 0xFFFF)) + ")"; break;
     case MLXN_CONST_U16: v = std::to_string(bits & 0xFFFF) + "u"; break;
     default:

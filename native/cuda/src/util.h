@@ -19,8 +19,8 @@ std::vector<std::string> kernel_names_of_image(const std::string& image, bool is
 
 // One function-constant record as the NVRTC option "-DMLXN_FC_<index>=<value>".
 // bool: 0 or 1; i32/i16: signed decimal; u32/u16: decimal with a `u` suffix;
-// f32/f16: a parenthesised float literal (hex-float, exact), infinities and
-// NaN through __builtin_huge_valf/__builtin_nanf. An unknown type, or a bool
+// f32/f16: a parenthesised float literal (hex-float, exact); infinities and
+// NaN as __int_as_float(<bits>) (device code only: they have no literal). An unknown type, or a bool
 // whose bits are neither 0 nor 1, returns false with *err set.
 bool constant_define(uint32_t index, uint32_t type, uint32_t bits, std::string* out,
                      std::string* err);

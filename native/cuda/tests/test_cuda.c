@@ -1,0 +1,622 @@
+/*
+ * test_cuda.c: end-to-end test of libmlx_native_cuda.so through its C ABI.
+ *
+ * dlopen's the library (argv[1], default build/cuda/libmlx_native_cuda.so),
+ * compiles CUDA source at run time, and checks buffers, dispatch with buffer +
+ * inline bytes + threadgroup memory bindings, function constants, the disk
+ * cache, commit/status/wait, GPU time, and the error paths (compile error,
+ * unknown kernel, malformed dispatch blocks, a faulting kernel).
+ * With no CUDA device it checks what needs none and reports the rest skipped.
+ * Exit status: 0 when every check passed.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../include/mlx_native.h"
+
+#define SYMBOLS(X)                                                                              \
+  X(mlxn_abi_version) X(mlxn_backend_name) X(mlxn_device_count) X(mlxn_device_open)            \
+  X(mlxn_device_close) X(mlxn_device_name) X(mlxn_device_limit) X(mlxn_device_set_option)      \
+  X(mlxn_buffer_alloc) X(mlxn_buffer_release) X(mlxn_buffer_length) X(mlxn_buffer_host_ptr)    \
+  X(mlxn_buffer_write) X(mlxn_buffer_read) X(mlxn_library_compile) X(mlxn_library_release)     \
+  X(mlxn_library_kernel_names) X(mlxn_pipeline_create) X(mlxn_pipeline_release)                \
+  X(mlxn_pipeline_max_threads) X(mlxn_pipeline_static_threadgroup_memory)                      \
+  X(mlxn_encoder_create) X(mlxn_encoder_release) X(mlxn_encoder_dispatch)                      \
+  X(mlxn_encoder_barrier) X(mlxn_encoder_commit) X(mlxn_encoder_wait) X(mlxn_encoder_status)   \
+  X(mlxn_encoder_gpu_time_ns)
+
+#define DECLARE(name) static __typeof__(&name) f_##name;
+SYMBOLS(DECLARE)
+
+static int failures = 0, checks = 0;
+static char msg[16384];
+#define CAP ((uint64_t)sizeof msg)
+
+#define CHECK(cond, ...)                                       \
+  do {                                                         \
+    ++checks;                                                  \
+    if (!(cond)) {                                             \
+      ++failures;                                              \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);              \
+      printf(__VA_ARGS__);                                     \
+      printf("\n");                                            \
+    }                                                          \
+  } while (0)
+/* A call that must succeed; on failure prints the backend's message. */
+#define OK(call) CHECK((call) == MLXN_OK, "%s -> %s", #call, msg)
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* ---- dispatch block builder ---- */
+typedef struct {
+  uint8_t data[4096];
+  uint32_t n, payload;
+  uint8_t pay[1024];
+} Block;
+
+static void blk_begin(Block* b, mlxn_pipeline* p, uint32_t gx, uint32_t gy, uint32_t gz,
+                      uint32_t tx, uint32_t ty, uint32_t tz) {
+  memset(b, 0, sizeof *b);
+  uint64_t h = (uint64_t)(uintptr_t)p;
+  uint32_t dims[6] = {gx, gy, gz, tx, ty, tz};
+  memcpy(b->data, &h, 8);
+  memcpy(b->data + 8, dims, 24);
+}
+static void blk_bind(Block* b, uint32_t kind, uint32_t index, uint64_t a, uint64_t bb) {
+  uint8_t* r = b->data + 48 + 24 * b->n;
+  memcpy(r, &kind, 4);
+  memcpy(r + 4, &index, 4);
+  memcpy(r + 8, &a, 8);
+  memcpy(r + 16, &bb, 8);
+  b->n++;
+}
+static void blk_buffer(Block* b, uint32_t index, mlxn_buffer* buf, uint64_t offset) {
+  blk_bind(b, MLXN_BIND_BUFFER, index, (uint64_t)(uintptr_t)buf, offset);
+}
+static void blk_bytes(Block* b, uint32_t index, const void* data, uint32_t len) {
+  blk_bind(b, MLXN_BIND_BYTES, index, b->payload, len);
+  memcpy(b->pay + b->payload, data, len);
+  b->payload += len;
+}
+static void blk_tg(Block* b, uint32_t index, uint64_t len) {
+  blk_bind(b, MLXN_BIND_THREADGROUP_MEMORY, index, len, 0);
+}
+/* Finishes the block (header counts, payload appended); returns its length. */
+static uint64_t blk_end(Block* b) {
+  memcpy(b->data + 32, &b->n, 4);
+  memcpy(b->data + 36, &b->payload, 4);
+  memcpy(b->data + 48 + 24 * b->n, b->pay, b->payload);
+  return 48 + 24 * (uint64_t)b->n + b->payload;
+}
+
+static int count_cache_files(const char* dir) {
+  DIR* d = opendir(dir);
+  if (!d) return 0;
+  int n = 0;
+  struct dirent* e;
+  while ((e = readdir(d)))
+    if (strstr(e->d_name, ".bin") && !strstr(e->d_name, ".tmp")) ++n;
+  closedir(d);
+  return n;
+}
+
+/* ---- kernels ---- */
+static const char* kSource =
+    "#include <cuda_fp16.h>\n" /* needs the CUDA include path */
+    "struct Params { float scale; float bias; unsigned n; };\n"
+    "// y[i] = x[block-reversed i] * scale + bias + MLXN_FC_0, through dynamic shared memory\n"
+    "extern \"C\" __global__ void scale_rev(const float* x, const Params* p, float* y) {\n"
+    "  extern __shared__ float tile[];\n"
+    "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  tile[threadIdx.x] = i < p->n ? x[i] : 0.0f;\n"
+    "  __syncthreads();\n"
+    "  unsigned j = blockDim.x - 1 - threadIdx.x;\n"
+    "  if (i < p->n) y[i] = tile[j] * p->scale + p->bias + (float)MLXN_FC_0;\n"
+    "}\n"
+    "// z[i] = y[i] + 1, through 1 KiB of static shared memory\n"
+    "extern \"C\" __global__ void add_one(const float* y, float* z, const unsigned* n) {\n"
+    "  __shared__ float pad[256];\n"
+    "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  pad[threadIdx.x % 256] = i < *n ? y[i] : 0.0f;\n"
+    "  __syncthreads();\n"
+    "  if (i < *n) z[i] = pad[threadIdx.x % 256] + 1.0f;\n"
+    "}\n"
+    "// Fills two threadgroup bindings (dynamic shared memory, summed) and reads them back.\n"
+    "extern \"C\" __global__ void big_smem(unsigned* out, const unsigned* words) {\n"
+    "  extern __shared__ unsigned sm[];\n"
+    "  unsigned w = *words;\n"
+    "  for (unsigned k = threadIdx.x; k < w; k += blockDim.x) sm[k] = k * 2654435761u + blockIdx.x;\n"
+    "  __syncthreads();\n"
+    "  unsigned s = 0;\n"
+    "  for (unsigned k = blockDim.x - 1 - threadIdx.x; k < w; k += blockDim.x) s += sm[k];\n"
+    "  out[blockIdx.x * blockDim.x + threadIdx.x] = s;\n"
+    "}\n"
+    "// Writes every function constant's value (as bits) so the host can check them.\n"
+    "extern \"C\" __global__ void fc_probe(unsigned* u) {\n"
+    "  u[0] = (unsigned)(MLXN_FC_1);\n"
+    "  u[1] = (unsigned)(int)(MLXN_FC_2);\n"
+    "  u[2] = MLXN_FC_3;\n"
+    "  u[3] = __float_as_uint(MLXN_FC_4);\n"
+    "  u[4] = __float_as_uint(MLXN_FC_5);\n"
+    "  u[5] = (unsigned)(int)(MLXN_FC_6);\n"
+    "  u[6] = MLXN_FC_7;\n"
+    "  u[7] = __float_as_uint(MLXN_FC_8);\n"
+    "  u[8] = (MLXN_FC_9 != MLXN_FC_9) ? 1u : 0u;\n"
+    "  u[9] = (unsigned)(MLXN_FC_10);\n"
+    "#if MLXN_FC_1 && MLXN_FC_3 == 4000000000u && MLXN_FC_2 == -7\n"
+    "  u[10] = 77u;\n"
+    "#else\n"
+    "  u[10] = 0u;\n"
+    "#endif\n"
+    "  __half h = __float2half(MLXN_FC_5);\n"
+    "  u[11] = (unsigned)__half_as_ushort(h);\n"
+    "}\n"
+    "// Spins for *cycles clock cycles: keeps a commit pending long enough to observe it.\n"
+    "extern \"C\" __global__ void spin(const unsigned long long* cycles, unsigned* out) {\n"
+    "  long long t0 = clock64();\n"
+    "  while ((unsigned long long)(clock64() - t0) < *cycles) {}\n"
+    "  out[0] = 1u;\n"
+    "}\n"
+    "// Stores to an unmapped address: an execution error.\n"
+    "extern \"C\" __global__ void fault(float* p) {\n"
+    "  *(volatile float*)((unsigned long long)(p != 0) * 16ull) = 1.0f;\n"
+    "}\n";
+
+typedef struct { uint32_t index, type, bits; } Const;
+
+static uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+int main(int argc, char** argv) {
+  const char* path = argc > 1 ? argv[1] : "build/cuda/libmlx_native_cuda.so";
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    printf("FAIL cannot dlopen %s: %s\n", path, dlerror());
+    return 1;
+  }
+#define LOAD(name)                                                    \
+  f_##name = (__typeof__(&name))dlsym(lib, #name);                    \
+  if (!f_##name) {                                                    \
+    printf("FAIL %s does not export %s\n", path, #name);              \
+    return 1;                                                         \
+  }
+  SYMBOLS(LOAD)
+
+  CHECK(f_mlxn_abi_version() == MLXN_ABI_VERSION, "abi version %u", f_mlxn_abi_version());
+  CHECK(strcmp(f_mlxn_backend_name(), "cuda") == 0, "backend name %s", f_mlxn_backend_name());
+  const uint32_t ndev = f_mlxn_device_count();
+  printf("devices: %u\n", ndev);
+  if (ndev == 0) {
+    mlxn_device* d = NULL;
+    CHECK(f_mlxn_device_open(0, &d, msg, CAP) == MLXN_ERR_DEVICE_NOT_FOUND && d == NULL,
+          "device_open with no device: %s", msg);
+    printf("SKIP: no CUDA device; only the device-free checks ran\n");
+    printf("%s: %d checks, %d failed\n", failures ? "FAILED" : "PASSED", checks, failures);
+    return failures ? 1 : 0;
+  }
+
+  /* The disk cache goes to a fresh folder, so hits and misses are known. */
+  char cache_dir[] = "/tmp/mlxn-cuda-cache-XXXXXX";
+  CHECK(mkdtemp(cache_dir) != NULL, "mkdtemp");
+  setenv("MLX_NATIVE_CUDA_CACHE", cache_dir, 1);
+
+  mlxn_device* dev = NULL;
+  CHECK(f_mlxn_device_open(ndev, &dev, msg, CAP) == MLXN_ERR_DEVICE_NOT_FOUND, "ordinal past count");
+  OK(f_mlxn_device_open(0, &dev, msg, CAP));
+  if (!dev) return 1;
+  char name[256];
+  uint64_t nlen = f_mlxn_device_name(dev, name, sizeof name);
+  CHECK(nlen > 0 && nlen == strlen(name), "device name '%s' len %llu", name, (unsigned long long)nlen);
+  const uint64_t max_threads = f_mlxn_device_limit(dev, MLXN_LIMIT_MAX_THREADS_PER_THREADGROUP);
+  const uint64_t max_tg_mem = f_mlxn_device_limit(dev, MLXN_LIMIT_MAX_THREADGROUP_MEMORY);
+  printf("device: %s; max threads %llu, threadgroup memory %llu, simd %llu, buffer %llu, shared %llu\n",
+         name, (unsigned long long)max_threads, (unsigned long long)max_tg_mem,
+         (unsigned long long)f_mlxn_device_limit(dev, MLXN_LIMIT_SIMD_WIDTH),
+         (unsigned long long)f_mlxn_device_limit(dev, MLXN_LIMIT_MAX_BUFFER_LENGTH),
+         (unsigned long long)f_mlxn_device_limit(dev, MLXN_LIMIT_SHARED_MEMORY));
+  CHECK(max_threads >= 1024, "max threads %llu", (unsigned long long)max_threads);
+  CHECK(max_tg_mem > 48 * 1024, "max threadgroup memory %llu", (unsigned long long)max_tg_mem);
+  CHECK(f_mlxn_device_limit(dev, MLXN_LIMIT_SIMD_WIDTH) == 32, "simd width");
+  CHECK(f_mlxn_device_limit(dev, MLXN_LIMIT_MAX_BUFFER_LENGTH) > (1ull << 30), "buffer length");
+  CHECK(f_mlxn_device_limit(dev, MLXN_LIMIT_SHARED_MEMORY) == 0, "shared memory flag");
+  CHECK(f_mlxn_device_limit(dev, 99) == 0, "unknown limit key");
+  CHECK(f_mlxn_device_set_option(dev, "schedule", "random", msg, CAP) == MLXN_ERR_INVALID_ARGUMENT,
+        "set_option must refuse unknown keys");
+
+  /* ---- buffers ---- */
+  enum { N = 4096, TG = 128, XOFF = 16 };
+  mlxn_buffer *x = NULL, *y = NULL, *y2 = NULL, *z = NULL, *probe = NULL, *big = NULL,
+              *flag = NULL, *zero = NULL;
+  OK(f_mlxn_buffer_alloc(dev, (N + XOFF) * 4, &x, msg, CAP));
+  OK(f_mlxn_buffer_alloc(dev, N * 4, &y, msg, CAP));
+  OK(f_mlxn_buffer_alloc(dev, N * 4, &y2, msg, CAP));
+  OK(f_mlxn_buffer_alloc(dev, N * 4, &z, msg, CAP));
+  OK(f_mlxn_buffer_alloc(dev, 64 * 4, &probe, msg, CAP));
+  OK(f_mlxn_buffer_alloc(dev, 8 * 1024 * 4, &big, msg, CAP));
+  OK(f_mlxn_buffer_alloc(dev, 4, &flag, msg, CAP));
+  OK(f_mlxn_buffer_alloc(dev, 0, &zero, msg, CAP));
+  CHECK(f_mlxn_buffer_length(x) == (N + XOFF) * 4, "buffer length");
+  CHECK(f_mlxn_buffer_host_ptr(x) == NULL, "host_ptr must be NULL on cuda");
+  {
+    static float r[N + XOFF];
+    for (int i = 0; i < N + XOFF; ++i) r[i] = -1.0f;
+    OK(f_mlxn_buffer_read(x, 0, r, sizeof r, msg, CAP));
+    int nonzero = 0;
+    for (int i = 0; i < N + XOFF; ++i) nonzero += r[i] != 0.0f;
+    CHECK(nonzero == 0, "new buffer not zero-filled (%d nonzero)", nonzero);
+    CHECK(f_mlxn_buffer_write(x, 8, r, sizeof r, msg, CAP) == MLXN_ERR_INVALID_ARGUMENT,
+          "write past the end");
+    CHECK(f_mlxn_buffer_read(x, (N + XOFF) * 4 + 1, r, 0, msg, CAP) == MLXN_ERR_INVALID_ARGUMENT,
+          "read offset past the end");
+  }
+  static float hx[N];
+  for (int i = 0; i < N; ++i) hx[i] = (float)((i * 37) % 101) * 0.25f - 3.0f;
+  OK(f_mlxn_buffer_write(x, XOFF * 4, hx, sizeof hx, msg, CAP));
+  {
+    static float back[N];
+    OK(f_mlxn_buffer_read(x, XOFF * 4, back, sizeof back, msg, CAP));
+    CHECK(memcmp(back, hx, sizeof hx) == 0, "write/read round trip");
+  }
+
+  /* ---- compile, with function constants of every type; the disk cache ---- */
+  const Const consts[] = {
+      {0, MLXN_CONST_I32, 3u},
+      {1, MLXN_CONST_BOOL, 1u},
+      {2, MLXN_CONST_I32, (uint32_t)-7},
+      {3, MLXN_CONST_U32, 4000000000u},
+      {4, MLXN_CONST_F32, f32_bits(-2.5f)},
+      {5, MLXN_CONST_F16, 0x3E00u}, /* 1.5 */
+      {6, MLXN_CONST_I16, 0xFFFDu}, /* -3 */
+      {7, MLXN_CONST_U16, 0xFFFFu},
+      {8, MLXN_CONST_F32, 0x7F800000u}, /* +inf */
+      {9, MLXN_CONST_F32, 0x7FC00000u}, /* NaN */
+      {10, MLXN_CONST_I32, 0x80000000u},
+  };
+  const uint32_t nconst = sizeof consts / sizeof consts[0];
+  mlxn_library *library = NULL, *library2 = NULL, *library3 = NULL;
+  double t0 = now_ms();
+  OK(f_mlxn_library_compile(dev, kSource, strlen(kSource), "test_kernels.cu", consts, nconst,
+                            &library, msg, CAP));
+  const double t_first = now_ms() - t0;
+  if (!library) {
+    printf("cannot continue without the test library\n%s\n", msg);
+    return 1;
+  }
+  CHECK(count_cache_files(cache_dir) == 1, "cache files after one compile: %d",
+        count_cache_files(cache_dir));
+  t0 = now_ms();
+  OK(f_mlxn_library_compile(dev, kSource, strlen(kSource), "test_kernels.cu", consts, nconst,
+                            &library2, msg, CAP));
+  const double t_cached = now_ms() - t0;
+  CHECK(count_cache_files(cache_dir) == 1, "a cache hit must not add a file");
+  Const other[sizeof consts / sizeof consts[0]];
+  memcpy(other, consts, sizeof consts);
+  other[0].bits = 5; /* MLXN_FC_0 = 5 */
+  OK(f_mlxn_library_compile(dev, kSource, strlen(kSource), "test_kernels.cu", other, nconst,
+                            &library3, msg, CAP));
+  CHECK(count_cache_files(cache_dir) == 2, "other constants must be another cache entry");
+  printf("compile: %.1f ms; same source from the disk cache: %.1f ms\n", t_first, t_cached);
+  CHECK(t_cached < t_first, "cached compile (%.1f ms) not faster than the first (%.1f ms)",
+        t_cached, t_first);
+
+  {
+    char names[512];
+    uint64_t len = f_mlxn_library_kernel_names(library, names, sizeof names);
+    CHECK(strcmp(names, "add_one\nbig_smem\nfault\nfc_probe\nscale_rev\nspin") == 0,
+          "kernel names: '%s'", names);
+    CHECK(len == strlen(names), "kernel names length");
+    char tiny[4];
+    CHECK(f_mlxn_library_kernel_names(library, tiny, sizeof tiny) == len && strlen(tiny) == 3,
+          "kernel names truncation");
+  }
+
+  /* ---- error paths of compile and pipeline creation ---- */
+  {
+    const char* bad = "extern \"C\" __global__ void broken(float* x) {\n  x[0] = undefined_thing;\n}\n";
+    mlxn_library* l = NULL;
+    int st = f_mlxn_library_compile(dev, bad, strlen(bad), "broken.cu", NULL, 0, &l, msg, CAP);
+    CHECK(st == MLXN_ERR_SHADER_COMPILATION && l == NULL, "compile error status %d", st);
+    CHECK(strstr(msg, "broken.cu") && strstr(msg, "undefined_thing") && strstr(msg, "(2)"),
+          "compile error text must cite file, line and identifier: %s", msg);
+    printf("compile error text: %s\n", msg);
+    const Const bad_type = {0, 42, 0};
+    st = f_mlxn_library_compile(dev, kSource, strlen(kSource), "t.cu", &bad_type, 1, &l, msg, CAP);
+    CHECK(st == MLXN_ERR_INVALID_ARGUMENT, "unknown constant type: %d", st);
+    const Const dup[2] = {{1, MLXN_CONST_BOOL, 1}, {1, MLXN_CONST_BOOL, 0}};
+    st = f_mlxn_library_compile(dev, kSource, strlen(kSource), "t.cu", dup, 2, &l, msg, CAP);
+    CHECK(st == MLXN_ERR_INVALID_ARGUMENT, "duplicate constant index: %d", st);
+    mlxn_pipeline* p = NULL;
+    st = f_mlxn_pipeline_create(library, "no_such_kernel", &p, msg, CAP);
+    CHECK(st == MLXN_ERR_KERNEL_NOT_FOUND && p == NULL, "unknown kernel: %d %s", st, msg);
+    printf("unknown kernel text: %s\n", msg);
+  }
+
+  mlxn_pipeline *p_scale = NULL, *p_add = NULL, *p_big = NULL, *p_probe = NULL, *p_spin = NULL,
+                *p_fault = NULL, *p_scale3 = NULL;
+  OK(f_mlxn_pipeline_create(library, "scale_rev", &p_scale, msg, CAP));
+  OK(f_mlxn_pipeline_create(library, "add_one", &p_add, msg, CAP));
+  OK(f_mlxn_pipeline_create(library, "big_smem", &p_big, msg, CAP));
+  OK(f_mlxn_pipeline_create(library2, "fc_probe", &p_probe, msg, CAP));
+  OK(f_mlxn_pipeline_create(library, "spin", &p_spin, msg, CAP));
+  OK(f_mlxn_pipeline_create(library, "fault", &p_fault, msg, CAP));
+  OK(f_mlxn_pipeline_create(library3, "scale_rev", &p_scale3, msg, CAP));
+  CHECK(f_mlxn_pipeline_max_threads(p_scale) >= 256, "pipeline max threads %u",
+        f_mlxn_pipeline_max_threads(p_scale));
+  CHECK(f_mlxn_pipeline_static_threadgroup_memory(p_add) == 1024, "static smem of add_one: %llu",
+        (unsigned long long)f_mlxn_pipeline_static_threadgroup_memory(p_add));
+  CHECK(f_mlxn_pipeline_static_threadgroup_memory(p_scale) == 0, "static smem of scale_rev");
+
+  mlxn_encoder* enc = NULL;
+  OK(f_mlxn_encoder_create(dev, &enc, msg, CAP));
+  CHECK(f_mlxn_encoder_status(enc) == MLXN_ENCODER_RECORDING, "fresh encoder status");
+  OK(f_mlxn_encoder_wait(enc, msg, CAP)); /* nothing committed: OK */
+  CHECK(f_mlxn_encoder_gpu_time_ns(enc) == 0, "gpu time before any commit");
+
+  /* ---- main dispatch: two scale_rev (bytes copied at dispatch), barrier, add_one ---- */
+  struct { float scale, bias; uint32_t n; } params = {2.0f, 0.5f, N};
+  Block b;
+  uint64_t len;
+  blk_begin(&b, p_scale, N / TG, 1, 1, TG, 1, 1);
+  blk_buffer(&b, 2, y, 0); /* bindings in any order: parameters follow index order */
+  blk_tg(&b, 0, TG * 4);   /* threadgroup index space is separate from buffer indices */
+  blk_bytes(&b, 1, &params, sizeof params);
+  blk_buffer(&b, 0, x, XOFF * 4);
+  len = blk_end(&b);
+  OK(f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP));
+  /* The same block with other bytes: the first dispatch keeps its own copy. */
+  params.scale = -1.0f;
+  params.bias = 4.0f;
+  blk_begin(&b, p_scale, N / TG, 1, 1, TG, 1, 1);
+  blk_buffer(&b, 0, x, XOFF * 4);
+  blk_bytes(&b, 1, &params, sizeof params);
+  blk_buffer(&b, 2, y2, 0);
+  blk_tg(&b, 0, TG * 4);
+  len = blk_end(&b);
+  OK(f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP));
+  OK(f_mlxn_encoder_barrier(enc, msg, CAP));
+  const uint32_t n = N;
+  blk_begin(&b, p_add, N / TG, 1, 1, TG, 1, 1);
+  blk_buffer(&b, 0, y, 0);
+  blk_buffer(&b, 1, z, 0);
+  blk_bytes(&b, 2, &n, 4);
+  len = blk_end(&b);
+  OK(f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP));
+  CHECK(f_mlxn_encoder_status(enc) == MLXN_ENCODER_RECORDING, "status while recording");
+  OK(f_mlxn_encoder_commit(enc, msg, CAP));
+  int polls = 0, st;
+  while ((st = f_mlxn_encoder_status(enc)) == MLXN_ENCODER_PENDING) {
+    ++polls;
+    usleep(100);
+  }
+  CHECK(st == MLXN_ENCODER_COMPLETED, "status after completion: %d", st);
+  OK(f_mlxn_encoder_wait(enc, msg, CAP));
+  const uint64_t gpu_ns = f_mlxn_encoder_gpu_time_ns(enc);
+  printf("main commit: %d pending polls, gpu time %llu ns\n", polls, (unsigned long long)gpu_ns);
+  CHECK(gpu_ns > 0, "gpu time of a completed commit");
+  {
+    static float hy[N], hy2[N], hz[N];
+    OK(f_mlxn_buffer_read(y, 0, hy, sizeof hy, msg, CAP));
+    OK(f_mlxn_buffer_read(y2, 0, hy2, sizeof hy2, msg, CAP));
+    OK(f_mlxn_buffer_read(z, 0, hz, sizeof hz, msg, CAP));
+    int bad_y = 0, bad_y2 = 0, bad_z = 0;
+    for (int i = 0; i < N; ++i) {
+      const int blk = i / TG, t = i % TG;
+      const float src = hx[blk * TG + (TG - 1 - t)];
+      const float ey = src * 2.0f + 0.5f + 3.0f, ey2 = src * -1.0f + 4.0f + 3.0f;
+      bad_y += hy[i] != ey;
+      bad_y2 += hy2[i] != ey2;
+      bad_z += hz[i] != ey + 1.0f;
+    }
+    CHECK(bad_y == 0, "scale_rev (buffer+offset, bytes, threadgroup memory): %d wrong", bad_y);
+    CHECK(bad_y2 == 0, "second dispatch's own inline bytes: %d wrong", bad_y2);
+    CHECK(bad_z == 0, "add_one after the barrier: %d wrong", bad_z);
+  }
+
+  /* ---- a pipeline from another library (MLXN_FC_0 = 5), the encoder recording afresh ---- */
+  params.scale = 1.0f;
+  params.bias = 0.0f;
+  blk_begin(&b, p_scale3, N / TG, 1, 1, TG, 1, 1);
+  blk_buffer(&b, 0, x, XOFF * 4);
+  blk_bytes(&b, 1, &params, sizeof params);
+  blk_buffer(&b, 2, y, 0);
+  blk_tg(&b, 0, TG * 4);
+  len = blk_end(&b);
+  OK(f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP));
+  /* fc_probe, from the library the cache answered */
+  blk_begin(&b, p_probe, 1, 1, 1, 1, 1, 1);
+  blk_buffer(&b, 0, probe, 0);
+  len = blk_end(&b);
+  OK(f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP));
+  /* big_smem: two threadgroup bindings summing past 48 KiB */
+  const uint32_t tg0 = 64 * 1024, tg1 = 36 * 1024, words = (tg0 + tg1) / 4, BT = 256, BG = 8;
+  blk_begin(&b, p_big, BG, 1, 1, BT, 1, 1);
+  blk_tg(&b, 3, tg1);
+  blk_tg(&b, 0, tg0);
+  blk_buffer(&b, 0, big, 0);
+  blk_bytes(&b, 1, &words, 4);
+  len = blk_end(&b);
+  OK(f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP));
+  OK(f_mlxn_encoder_commit(enc, msg, CAP));
+  OK(f_mlxn_encoder_wait(enc, msg, CAP));
+  CHECK(f_mlxn_encoder_status(enc) == MLXN_ENCODER_COMPLETED, "status after wait");
+  {
+    static float hy[N];
+    OK(f_mlxn_buffer_read(y, 0, hy, sizeof hy, msg, CAP));
+    int bad = 0;
+    for (int i = 0; i < N; ++i) bad += hy[i] != hx[(i / TG) * TG + (TG - 1 - i % TG)] + 5.0f;
+    CHECK(bad == 0, "MLXN_FC_0 = 5 from the other library: %d wrong", bad);
+    uint32_t u[12];
+    OK(f_mlxn_buffer_read(probe, 0, u, sizeof u, msg, CAP));
+    CHECK(u[0] == 1, "bool constant: %u", u[0]);
+    CHECK(u[1] == (uint32_t)-7, "i32 constant: %u", u[1]);
+    CHECK(u[2] == 4000000000u, "u32 constant: %u", u[2]);
+    CHECK(u[3] == f32_bits(-2.5f), "f32 constant: %08x", u[3]);
+    CHECK(u[4] == f32_bits(1.5f), "f16 constant: %08x", u[4]);
+    CHECK(u[5] == (uint32_t)-3, "i16 constant: %u", u[5]);
+    CHECK(u[6] == 65535u, "u16 constant: %u", u[6]);
+    CHECK(u[7] == 0x7F800000u, "f32 infinity constant: %08x", u[7]);
+    CHECK(u[8] == 1, "f32 NaN constant");
+    CHECK(u[9] == 0x80000000u, "i32 minimum constant: %08x", u[9]);
+    CHECK(u[10] == 77, "constants in #if");
+    CHECK(u[11] == 0x3E00u, "cuda_fp16.h available: %04x", u[11]);
+    static uint32_t hb[8 * 256];
+    OK(f_mlxn_buffer_read(big, 0, hb, sizeof(uint32_t) * BG * BT, msg, CAP));
+    int badb = 0;
+    for (uint32_t g = 0; g < BG; ++g)
+      for (uint32_t t = 0; t < BT; ++t) {
+        uint32_t s = 0;
+        for (uint32_t k = BT - 1 - t; k < words; k += BT) s += k * 2654435761u + g;
+        badb += hb[g * BT + t] != s;
+      }
+    CHECK(badb == 0, "big_smem (100 KiB of threadgroup memory): %d wrong", badb);
+  }
+
+  /* ---- malformed blocks: each refused, nothing recorded ---- */
+  {
+    struct {
+      const char* what;
+      int kind;
+    } cases[] = {{"block_len mismatch", 0}, {"index 31", 1}, {"bad pipeline handle", 2},
+                 {"offset past the buffer", 3}, {"zero grid", 4}, {"too many threads", 5},
+                 {"reserved not zero", 6}, {"unknown kind", 7}, {"duplicate index", 8},
+                 {"parameter count", 9}, {"threadgroup memory over the limit", 10},
+                 {"bytes outside the payload", 11}, {"bad buffer handle", 12},
+                 {"grid over the limit", 13}, {"too short", 14}, {"threadgroup b not 0", 15}};
+    for (unsigned c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+      const int k = cases[c].kind;
+      blk_begin(&b, k == 2 ? (mlxn_pipeline*)(uintptr_t)0x1234 : p_add, k == 4 ? 0 : 1,
+                k == 13 ? 70000 : 1, 1, k == 5 ? 2048 : 128, 1, 1);
+      blk_buffer(&b, k == 1 ? 31 : 0, k == 12 ? (mlxn_buffer*)(uintptr_t)0x5678 : y,
+                 k == 3 ? N * 4 + 4 : 0);
+      if (k != 9) blk_buffer(&b, k == 8 ? 0 : 1, z, 0);
+      if (k == 7) blk_bind(&b, 9, 2, 0, 0);
+      else blk_bytes(&b, 2, &n, 4);
+      if (k == 10) blk_tg(&b, 0, max_tg_mem + 1);
+      if (k == 15) blk_bind(&b, MLXN_BIND_THREADGROUP_MEMORY, 0, 16, 1);
+      len = blk_end(&b);
+      if (k == 6) b.data[40] = 1;
+      if (k == 11) { /* point the BYTES record one byte past the payload */
+        uint64_t off = 1;
+        memcpy(b.data + 48 + 24 * 2 + 8, &off, 8);
+      }
+      const uint64_t pass_len = k == 0 ? len + 1 : k == 14 ? 40 : len;
+      st = f_mlxn_encoder_dispatch(enc, b.data, pass_len, msg, CAP);
+      CHECK(st == MLXN_ERR_INVALID_ARGUMENT, "%s: status %d (%s)", cases[c].what, st, msg);
+      printf("refused (%s): %s\n", cases[c].what, msg);
+    }
+    OK(f_mlxn_encoder_commit(enc, msg, CAP)); /* empty: nothing was recorded */
+    OK(f_mlxn_encoder_wait(enc, msg, CAP));
+  }
+
+  /* ---- status never blocks: a commit kept pending by a spinning kernel ---- */
+  {
+    const unsigned long long cycles = 200ull * 1000 * 1000; /* ~0.1 s at 2 GHz */
+    blk_begin(&b, p_spin, 1, 1, 1, 1, 1, 1);
+    blk_bytes(&b, 0, &cycles, 8);
+    blk_buffer(&b, 1, flag, 0);
+    len = blk_end(&b);
+    OK(f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP));
+    OK(f_mlxn_encoder_commit(enc, msg, CAP));
+    double tq = now_ms();
+    st = f_mlxn_encoder_status(enc);
+    tq = now_ms() - tq;
+    CHECK(st == MLXN_ENCODER_PENDING, "status right after commit of a long kernel: %d", st);
+    CHECK(tq < 20.0, "status took %.2f ms", tq);
+    st = f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP);
+    CHECK(st == MLXN_ERR_INVALID_ARGUMENT, "dispatch while pending: %d", st);
+    CHECK(f_mlxn_encoder_commit(enc, msg, CAP) == MLXN_ERR_INVALID_ARGUMENT, "commit while pending");
+    polls = 0;
+    while ((st = f_mlxn_encoder_status(enc)) == MLXN_ENCODER_PENDING) {
+      ++polls;
+      usleep(1000);
+    }
+    CHECK(st == MLXN_ENCODER_COMPLETED, "spin completes: %d", st);
+    OK(f_mlxn_encoder_wait(enc, msg, CAP));
+    uint32_t fl = 0;
+    OK(f_mlxn_buffer_read(flag, 0, &fl, 4, msg, CAP));
+    CHECK(fl == 1, "spin wrote its flag");
+    printf("spin: %d pending polls, gpu time %.3f ms\n", polls,
+           f_mlxn_encoder_gpu_time_ns(enc) / 1e6);
+    CHECK(f_mlxn_encoder_gpu_time_ns(enc) > 10 * 1000 * 1000ull, "spin gpu time");
+  }
+
+  /* A buffer released while recorded stays valid until the commit completes. */
+  {
+    mlxn_buffer* tmp = NULL;
+    OK(f_mlxn_buffer_alloc(dev, 4, &tmp, msg, CAP));
+    const unsigned long long cycles = 1000;
+    blk_begin(&b, p_spin, 1, 1, 1, 1, 1, 1);
+    blk_bytes(&b, 0, &cycles, 8);
+    blk_buffer(&b, 1, tmp, 0);
+    len = blk_end(&b);
+    OK(f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP));
+    f_mlxn_buffer_release(tmp);
+    OK(f_mlxn_encoder_commit(enc, msg, CAP));
+    OK(f_mlxn_encoder_wait(enc, msg, CAP));
+    st = f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP);
+    CHECK(st == MLXN_ERR_INVALID_ARGUMENT, "a released buffer handle must be refused: %d", st);
+  }
+
+  /* ---- an execution error: wait reports it, naming the kernel (run last: it breaks the context) ---- */
+  {
+    blk_begin(&b, p_fault, 1, 1, 1, 1, 1, 1);
+    blk_buffer(&b, 0, y, 0);
+    len = blk_end(&b);
+    OK(f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP));
+    OK(f_mlxn_encoder_commit(enc, msg, CAP));
+    while ((st = f_mlxn_encoder_status(enc)) == MLXN_ENCODER_PENDING) usleep(100);
+    CHECK(st == MLXN_ENCODER_ERROR, "status of a faulting commit: %d", st);
+    st = f_mlxn_encoder_wait(enc, msg, CAP);
+    CHECK(st == MLXN_ERR_COMMAND_BUFFER && strstr(msg, "fault"), "wait after a fault: %d %s", st, msg);
+    printf("fault text: %s\n", msg);
+  }
+
+  f_mlxn_encoder_release(enc);
+  f_mlxn_pipeline_release(p_scale);
+  f_mlxn_pipeline_release(p_add);
+  f_mlxn_pipeline_release(p_big);
+  f_mlxn_pipeline_release(p_probe);
+  f_mlxn_pipeline_release(p_spin);
+  f_mlxn_pipeline_release(p_fault);
+  f_mlxn_pipeline_release(p_scale3);
+  f_mlxn_library_release(library);
+  f_mlxn_library_release(library2);
+  f_mlxn_library_release(library3);
+  mlxn_buffer* all[] = {x, y, y2, z, probe, big, flag, zero};
+  for (unsigned i = 0; i < sizeof all / sizeof all[0]; ++i) f_mlxn_buffer_release(all[i]);
+  f_mlxn_device_close(dev);
+
+  /* With every object released, the next open starts a fresh context. */
+  {
+    mlxn_device* d2 = NULL;
+    OK(f_mlxn_device_open(0, &d2, msg, CAP));
+    mlxn_buffer* bb = NULL;
+    if (d2) OK(f_mlxn_buffer_alloc(d2, 16, &bb, msg, CAP));
+    uint32_t v[4] = {1, 2, 3, 4}, w[4] = {0};
+    if (bb) {
+      OK(f_mlxn_buffer_write(bb, 0, v, 16, msg, CAP));
+      OK(f_mlxn_buffer_read(bb, 0, w, 16, msg, CAP));
+      CHECK(memcmp(v, w, 16) == 0, "device usable after a fault, reopened");
+      f_mlxn_buffer_release(bb);
+    }
+    if (d2) f_mlxn_device_close(d2);
+  }
+
+  printf("%s: %d checks, %d failed\n", failures ? "FAILED" : "PASSED", checks, failures);
+  return failures ? 1 : 0;
+}
