@@ -421,25 +421,26 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t b
     const uint8_t* r = recs + uint64_t(MLXN_DISPATCH_BINDING_BYTES) * i;
     const uint32_t kind = load<uint32_t>(r), index = load<uint32_t>(r + 4);
     const uint64_t a = load<uint64_t>(r + 8), b = load<uint64_t>(r + 16);
-    const std::string where = "kernel '" + kernel->name + "': binding " + std::to_string(i);
+    // Built only on the error paths: the success path allocates nothing here.
+    auto where = [&] { return "kernel '" + kernel->name + "': binding " + std::to_string(i); };
     if (index >= MLXN_MAX_BINDINGS)
-      return bad(where + ": index " + std::to_string(index) + " must be < " + std::to_string(MLXN_MAX_BINDINGS));
+      return bad(where() + ": index " + std::to_string(index) + " must be < " + std::to_string(MLXN_MAX_BINDINGS));
     const uint32_t bit = 1u << index;
     if (kind == MLXN_BIND_BUFFER || kind == MLXN_BIND_BYTES) {
-      if (l.buffer_set & bit) return bad(where + ": [[buffer(" + std::to_string(index) + ")]] bound twice");
+      if (l.buffer_set & bit) return bad(where() + ": [[buffer(" + std::to_string(index) + ")]] bound twice");
       l.buffer_set |= bit;
       if (kind == MLXN_BIND_BUFFER) {
         auto* buf = reinterpret_cast<mlxn_buffer*>(a);
         if (!e->device->buffers.count(buf))
-          return bad(where + ": [[buffer(" + std::to_string(index) + ")]] unknown buffer handle");
+          return bad(where() + ": [[buffer(" + std::to_string(index) + ")]] unknown buffer handle");
         if (b > buf->length)
-          return bad(where + ": [[buffer(" + std::to_string(index) + ")]] offset " + std::to_string(b) +
+          return bad(where() + ": [[buffer(" + std::to_string(index) + ")]] offset " + std::to_string(b) +
                      " is past the buffer of " + std::to_string(buf->length) + " bytes");
         l.buffers[index].ptr = buf->data + b;
         l.buffers[index].length = buf->length - b;
       } else {
         if (a > payload_len || b > payload_len - a)
-          return bad(where + ": [[buffer(" + std::to_string(index) + ")]] bytes [" + std::to_string(a) + ", +" +
+          return bad(where() + ": [[buffer(" + std::to_string(index) + ")]] bytes [" + std::to_string(a) + ", +" +
                      std::to_string(b) + ") outside the payload of " + std::to_string(payload_len) + " bytes");
         // Each inline block starts 16-byte aligned, as constant data does on the GPU.
         payload_used = (payload_used + 15) & ~size_t(15);
@@ -450,15 +451,15 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t b
       }
     } else if (kind == MLXN_BIND_THREADGROUP_MEMORY) {
       if (l.threadgroup_set & bit)
-        return bad(where + ": [[threadgroup(" + std::to_string(index) + ")]] given twice");
-      if (b != 0) return bad(where + ": threadgroup memory record must have b = 0");
+        return bad(where() + ": [[threadgroup(" + std::to_string(index) + ")]] given twice");
+      if (b != 0) return bad(where() + ": threadgroup memory record must have b = 0");
       if (a > kMaxThreadgroupMemory)
-        return bad(where + ": [[threadgroup(" + std::to_string(index) + ")]] length " + std::to_string(a) +
+        return bad(where() + ": [[threadgroup(" + std::to_string(index) + ")]] length " + std::to_string(a) +
                    " exceeds the device limit of " + std::to_string(kMaxThreadgroupMemory) + " bytes");
       l.threadgroup_set |= bit;
       l.threadgroup_length[index] = a;
     } else {
-      return bad(where + ": unknown binding kind " + std::to_string(kind));
+      return bad(where() + ": unknown binding kind " + std::to_string(kind));
     }
   }
   std::string err = check_launch(l);

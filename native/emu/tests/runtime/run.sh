@@ -22,7 +22,7 @@ done
 # The C ABI over the whole runtime, with a stand-in translator whose "Metal"
 # is C++ written against mlxn_emu_kernel_abi.h.
 bash "$root/scripts/build-emu.sh" --shim-only
-"$cxx" -std=c++20 -O1 -g -pthread -Wall -Wextra -Wno-unused-parameter -I"$emu/tests/runtime/fake" \
+"$cxx" -std=c++20 -O1 -g -pthread -Wall -Wextra -Wno-unused-parameter \
   -o "$out/api_test" "$emu/tests/runtime/api_test.cpp" "$emu/api.cpp" "$emu/compiler.cpp" \
   "$emu/executor.cpp" "$emu/fiber.cpp" "$emu/tests/runtime/fake/fake_translate.cpp" \
   "$root/build/emu/gen/shim_files.cpp" -I"$emu" -ldl

@@ -4,7 +4,7 @@
 // Function constants become `#define MLXN_FC_<index> <bits>` lines.
 #include <sstream>
 
-#include "translate.h"
+#include "../../../translate.h"
 
 namespace mlxn::emu {
 
