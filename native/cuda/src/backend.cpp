@@ -237,11 +237,10 @@ std::vector<std::string> find_include_dirs(const Nvrtc* rt) {
       pos = end + 1;
     }
   }
-  // The CUDA headers (cuda_fp16.h, cuda_bf16.h, ...) of the toolkit that NVRTC
-  // came with; the first folder found that holds cuda_fp16.h.
+  // The CUDA headers (cuda_fp16.h, cuda_bf16.h, ...): the first folder that
+  // holds cuda_fp16.h, looked for beside NVRTC first (headers of its own
+  // version), then under $CUDA_HOME, $CUDA_PATH and /usr/local/cuda.
   std::vector<std::string> candidates;
-  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
-    if (const char* v = std::getenv(var)) candidates.push_back(std::string(v) + "/include");
   if (!rt->path.empty()) {
     char real[4096];
     if (realpath(rt->path.c_str(), real)) {
@@ -251,6 +250,8 @@ std::vector<std::string> find_include_dirs(const Nvrtc* rt) {
       candidates.push_back(dir + "/../../include");
     }
   }
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char* v = std::getenv(var)) candidates.push_back(std::string(v) + "/include");
   candidates.push_back("/usr/local/cuda/include");
   const size_t before = dirs.size();
   for (const std::string& c : candidates) {

@@ -572,6 +572,27 @@ int main(int argc, char** argv) {
     CHECK(st == MLXN_ERR_INVALID_ARGUMENT, "a released buffer handle must be refused: %d", st);
   }
 
+  /* ---- overhead, for information: many small dispatches in one commit ---- */
+  {
+    enum { DISPATCHES = 2000 };
+    blk_begin(&b, p_add, N / TG, 1, 1, TG, 1, 1);
+    blk_buffer(&b, 0, y, 0);
+    blk_buffer(&b, 1, z, 0);
+    blk_bytes(&b, 2, &n, 4);
+    len = blk_end(&b);
+    double tr = now_ms();
+    for (int i = 0; i < DISPATCHES; ++i) OK(f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP));
+    tr = now_ms() - tr;
+    double tc = now_ms();
+    OK(f_mlxn_encoder_commit(enc, msg, CAP));
+    tc = now_ms() - tc;
+    OK(f_mlxn_encoder_wait(enc, msg, CAP));
+    printf("%d dispatches of add_one (4096 floats): record %.2f us each, commit %.2f ms, gpu %.3f ms "
+           "(%.2f us per kernel)\n",
+           DISPATCHES, tr * 1e3 / DISPATCHES, tc, f_mlxn_encoder_gpu_time_ns(enc) / 1e6,
+           f_mlxn_encoder_gpu_time_ns(enc) / 1e3 / DISPATCHES);
+  }
+
   /* ---- an execution error: wait reports it, naming the kernel (run last: it breaks the context) ---- */
   {
     blk_begin(&b, p_fault, 1, 1, 1, 1, 1, 1);
