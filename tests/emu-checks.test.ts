@@ -298,7 +298,3 @@ kernel void broken(device float* out [[buffer(0)]], uint gid [[thread_position_i
     }
   });
 });
-
-describe.if(absent !== null)('emu checks (emulator not built)', () => {
-  test.skip(`skipped: ${absent}`, () => {});
-});

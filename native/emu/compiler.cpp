@@ -318,8 +318,8 @@ mlxn_status compile_metal(const std::string& source, const std::string& name,
         if (rc < 0) {
           *error = "emu: cannot run " + cxx + ": " + std::strerror(errno);
         } else {
-          *error = "emu: " + name + " failed to compile (" + cxx + ", exit " + std::to_string(rc) +
-                   "):\n" + text;
+          while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+          *error = name + " failed to compile (" + cxx + ", exit " + std::to_string(rc) + "):\n" + text;
         }
         return MLXN_ERR_SHADER_COMPILATION;
       }
