@@ -281,6 +281,36 @@ kernel void scale_or_copy(device const float* a [[buffer(0)]], device float* o [
 }
 `;
 
+// The same kernels for the cuda backend: one pointer parameter per bound
+// index in ascending order, inline bytes arriving as device pointers.
+const CU_SRC = `
+extern "C" __global__ void add(const float* a, float* o, const float* s, const unsigned* n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < *n) o[i] = a[i] + *s;
+}
+extern "C" __global__ void oob(float* o, const unsigned* n) {
+  o[threadIdx.x + *n] = 1.0f;
+}
+extern "C" __global__ void spin(float* o, const unsigned* iters) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  float x = float(i);
+  for (unsigned k = 0; k < *iters; ++k) x = x * 0.999f + 1.0f;
+  o[i] = x;
+}
+`;
+
+const CU_FC_SRC = `
+extern "C" __global__ void scale_or_copy(const float* a, float* o) {
+  unsigned i = threadIdx.x;
+  o[i] = MLXN_FC_0 ? a[i] * float(MLXN_FC_1) : a[i];
+}
+`;
+
+/** The test library of the device's backend. */
+function coreLib(d: Device): ReturnType<Device['compile']> {
+  return d.backend === 'cuda' ? d.compile(CU_SRC, { name: 'core_test.cu' }) : d.compile(SRC, { name: 'core_test.metal' });
+}
+
 function u32(v: number): Uint32Array {
   return Uint32Array.of(v);
 }
@@ -363,7 +393,7 @@ describeBackends('core', ({ device, label }) => {
 
   test('compile: kernel names, pipelines, missing kernel, compile error with file and line', () => {
     const d = device();
-    using lib = d.compile(SRC, { name: 'core_test.metal' });
+    using lib = coreLib(d);
     expect(lib.kernelNames.sort()).toEqual(['add', 'oob', 'spin']);
     const p = lib.pipeline('add');
     expect(p.name).toBe('add');
@@ -372,10 +402,14 @@ describeBackends('core', ({ device, label }) => {
     expect(lib.pipeline('add')).toBe(p);
     expectKind(() => lib.pipeline('nope'), 'KernelNotFound', 'nope');
 
-    const bad = 'kernel void k(device float* o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n  o[i] = undefined_name;\n}\n';
-    const e = mlxError(() => d.compile(bad, { name: 'broken.metal' }));
+    const cuda = d.backend === 'cuda';
+    const bad = cuda
+      ? 'extern "C" __global__ void k(float* o) {\n  o[0] = undefined_name;\n}\n'
+      : 'kernel void k(device float* o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n  o[i] = undefined_name;\n}\n';
+    const file = cuda ? 'broken.cu' : 'broken.metal';
+    const e = mlxError(() => d.compile(bad, { name: file }));
     expect(e.kind).toBe('ShaderCompilationError');
-    expect(e.message).toContain('broken.metal:2');
+    expect(e.message).toMatch(new RegExp(`${file.replace('.', '\\.')}[:(]2\\b`));
   });
 
   test('dispatch: o = a + s over a grid that overhangs n', async () => {
@@ -385,7 +419,7 @@ describeBackends('core', ({ device, label }) => {
     using ab = d.upload('f32', [n], a);
     using ob = d.alloc('f32', [n]);
     ob.fill(NaN);
-    const lib = d.compile(SRC, { name: 'core_test.metal' });
+    const lib = coreLib(d);
     using enc = d.encoder();
     enc.dispatch(lib.pipeline('add'), { buffers: { 0: ab, 1: ob }, bytes: { 2: Float32Array.of(2.5), 3: u32(n) } }, [Math.ceil(n / 64), 1, 1], [64, 1, 1]);
     await enc.commit();
@@ -397,7 +431,7 @@ describeBackends('core', ({ device, label }) => {
 
   test('barrier orders dependent dispatches; offsets bind sub-ranges; encoders record again after a commit', () => {
     const d = device();
-    const lib = d.compile(SRC, { name: 'core_test.metal' });
+    const lib = coreLib(d);
     const add = lib.pipeline('add');
     const n = 33;
     const a = randomArray(r, n);
@@ -427,7 +461,7 @@ describeBackends('core', ({ device, label }) => {
 
   test('commit() polls without blocking the event loop', async () => {
     const d = device();
-    const lib = d.compile(SRC, { name: 'core_test.metal' });
+    const lib = coreLib(d);
     using o = d.alloc('f32', [256]);
     using enc = d.encoder();
     let ticks = 0;
@@ -446,7 +480,7 @@ describeBackends('core', ({ device, label }) => {
 
   test('errors: recording during a commit, bad launches, out-of-bounds access, released pipeline', async () => {
     const d = device();
-    const lib = d.compile(SRC, { name: 'core_test.metal' });
+    const lib = coreLib(d);
     const add = lib.pipeline('add');
     using a = d.alloc('f32', [64]);
     using o = d.alloc('f32', [64]);
@@ -477,8 +511,8 @@ describeBackends('core', ({ device, label }) => {
     const d = device();
     const reg = d.kernels;
     expect(d.kernels).toBe(reg);
-    reg.register('core_test', { metal: SRC }, ['add', 'oob', 'spin']);
-    reg.register('core_test', { metal: SRC }, ['add', 'oob', 'spin']); // same again: no-op
+    reg.register('core_test', { metal: SRC, cuda: CU_SRC }, ['add', 'oob', 'spin']);
+    reg.register('core_test', { metal: SRC, cuda: CU_SRC }, ['add', 'oob', 'spin']); // same again: no-op
     expectKind(() => reg.register('core_test', { metal: SRC + ' ' }, ['add', 'oob', 'spin']), 'InvalidArgument', 'already registered');
     expectKind(() => reg.register('other', { metal: SRC }, ['add']), 'InvalidArgument', 'kernel add of family other is already registered by family core_test');
     expectKind(() => reg.pipeline('unknown_kernel'), 'KernelNotFound', 'unknown_kernel is not registered');
@@ -487,7 +521,7 @@ describeBackends('core', ({ device, label }) => {
     expect(reg.pipeline('add')).toBe(p);
     expect(reg.pipeline('spin').library).toBe(p.library); // one library per family
 
-    reg.register('core_fc', { metal: FC_SRC }, ['scale_or_copy']);
+    reg.register('core_fc', { metal: FC_SRC, cuda: CU_FC_SRC }, ['scale_or_copy']);
     const scaled = reg.pipeline('scale_or_copy', { 0: true, 1: { type: 'u32', value: 3 } });
     const copy = reg.pipeline('scale_or_copy', { 0: false, 1: { type: 'u32', value: 3 } });
     expect(reg.pipeline('scale_or_copy', { 1: { type: 'u32', value: 3 }, 0: true })).toBe(scaled);
@@ -523,7 +557,7 @@ describeBackends('device close', ({ label }) => {
     const c = backends().find((b) => b.label === label)!;
     const d: Device = openDevice(c);
     const b = d.alloc('f32', [4]);
-    const lib = d.compile(SRC, { name: 'core_test.metal' });
+    const lib = coreLib(d);
     const p = lib.pipeline('add');
     const enc = d.encoder();
     d.close();

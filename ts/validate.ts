@@ -8,7 +8,6 @@ import { MlxError } from './errors.ts';
 
 function show(actual: unknown): string {
   if (Array.isArray(actual)) return `[${actual.map(show).join(', ')}]`;
-  if (typeof actual === 'string') return JSON.stringify(actual);
   return String(actual);
 }
 
