@@ -218,9 +218,14 @@ enum builtin_id : uint32_t {
   bi_simdgroup_index_in_threadgroup,
   bi_simdgroups_per_threadgroup,
   bi_threads_per_simdgroup,
-  bi_dispatch_simdgroups_per_threadgroup,
+  bi_thread_execution_width,
+  bi_thread_index_in_quadgroup,
+  bi_quadgroup_index_in_threadgroup,
+  bi_quadgroups_per_threadgroup,
 };
 
+// A builtin as the parameter's declared type: a scalar takes the x
+// component, a vector the first N.
 template <class A> inline A builtin_value(const uint32_t* v) {
   using D = std::remove_cvref_t<A>;
   if constexpr (std::is_arithmetic_v<D>) {
@@ -234,21 +239,24 @@ template <class A> inline A builtin_value(const uint32_t* v) {
 
 template <builtin_id B> struct arg_builtin {
   template <class A> static A make(mlxn_emu_thread* t) {
-    switch (B) {
-      case bi_thread_position_in_grid: return builtin_value<A>(t->thread_position_in_grid);
-      case bi_threadgroup_position_in_grid: return builtin_value<A>(t->threadgroup_position_in_grid);
-      case bi_thread_position_in_threadgroup: return builtin_value<A>(t->thread_position_in_threadgroup);
-      case bi_threads_per_threadgroup: return builtin_value<A>(t->threads_per_threadgroup);
-      case bi_threadgroups_per_grid: return builtin_value<A>(t->threadgroups_per_grid);
-      case bi_threads_per_grid: return builtin_value<A>(t->threads_per_grid);
-      case bi_thread_index_in_threadgroup: return builtin_value<A>(&t->thread_index_in_threadgroup);
-      case bi_thread_index_in_simdgroup: return builtin_value<A>(&t->thread_index_in_simdgroup);
-      case bi_simdgroup_index_in_threadgroup: return builtin_value<A>(&t->simdgroup_index_in_threadgroup);
-      case bi_simdgroups_per_threadgroup:
-      case bi_dispatch_simdgroups_per_threadgroup: return builtin_value<A>(&t->simdgroups_per_threadgroup);
-      case bi_threads_per_simdgroup: return builtin_value<A>(&t->threads_per_simdgroup);
-    }
-    return builtin_value<A>(&t->threads_per_simdgroup);
+    uint32_t one[3] = {0, 0, 0};
+    const uint32_t* v = one;
+    if constexpr (B == bi_thread_position_in_grid) v = t->thread_position_in_grid;
+    else if constexpr (B == bi_threadgroup_position_in_grid) v = t->threadgroup_position_in_grid;
+    else if constexpr (B == bi_thread_position_in_threadgroup) v = t->thread_position_in_threadgroup;
+    else if constexpr (B == bi_threads_per_threadgroup) v = t->threads_per_threadgroup;
+    else if constexpr (B == bi_threadgroups_per_grid) v = t->threadgroups_per_grid;
+    else if constexpr (B == bi_threads_per_grid) v = t->threads_per_grid;
+    else if constexpr (B == bi_thread_index_in_threadgroup) one[0] = t->thread_index_in_threadgroup;
+    else if constexpr (B == bi_thread_index_in_simdgroup) one[0] = t->thread_index_in_simdgroup;
+    else if constexpr (B == bi_simdgroup_index_in_threadgroup) one[0] = t->simdgroup_index_in_threadgroup;
+    else if constexpr (B == bi_simdgroups_per_threadgroup) one[0] = t->simdgroups_per_threadgroup;
+    else if constexpr (B == bi_threads_per_simdgroup || B == bi_thread_execution_width) one[0] = t->threads_per_simdgroup;
+    else if constexpr (B == bi_thread_index_in_quadgroup) one[0] = t->thread_index_in_simdgroup % 4u;
+    else if constexpr (B == bi_quadgroup_index_in_threadgroup) one[0] = t->thread_index_in_threadgroup / 4u;
+    else if constexpr (B == bi_quadgroups_per_threadgroup)
+      one[0] = (t->threads_per_threadgroup[0] * t->threads_per_threadgroup[1] * t->threads_per_threadgroup[2] + 3u) / 4u;
+    return builtin_value<A>(v);
   }
 };
 
