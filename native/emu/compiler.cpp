@@ -225,6 +225,33 @@ int run_process(const std::vector<std::string>& argv, const std::string& log_pat
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
+// Link flags for the kernel library. Clang lowers some conversions (float to
+// bfloat on x86-64) to compiler-rt builtins such as __truncsfbf2 that older
+// libgcc lacks; the kernel library is loaded RTLD_LOCAL and must not depend on
+// the host process for them, so link clang's builtins statically when that
+// compiler has them.
+std::vector<std::string> link_flags(const std::string& cxx, const std::string& dir) {
+  static std::mutex mu;
+  static std::string probed_for;
+  static std::vector<std::string> flags;
+  std::lock_guard<std::mutex> lock(mu);
+  if (probed_for == cxx) return flags;
+  flags.clear();
+  if (make_dirs(dir)) {
+    const std::string log = dir + "/rtlib" + tmp_suffix() + ".log";
+    if (run_process({cxx, "--rtlib=compiler-rt", "-print-libgcc-file-name"}, log) == 0) {
+      std::string path;
+      read_file(log, &path);
+      while (!path.empty() && (path.back() == '\n' || path.back() == '\r')) path.pop_back();
+      struct stat st;
+      if (!path.empty() && stat(path.c_str(), &st) == 0) flags.push_back("--rtlib=compiler-rt");
+    }
+    unlink(log.c_str());
+  }
+  probed_for = cxx;
+  return flags;
+}
+
 // Serializes compiles within the process: the machine's cores go to one
 // clang at a time, and concurrent compiles of one key do not race.
 std::mutex g_compile_mu;
@@ -279,6 +306,7 @@ mlxn_status compile_metal(const std::string& source, const std::string& name,
   std::vector<std::string> flags = {"-std=c++20", "-O1", "-fPIC", "-shared"};
   for (const char* const* f = kCompileFlags; *f; ++f) flags.push_back(*f);
   flags.push_back("-I" + sh.dir);
+  for (const std::string& f : link_flags(cxx, cache_dir())) flags.push_back(f);
 
   Hasher h;
   h.add(tr.cpp);
