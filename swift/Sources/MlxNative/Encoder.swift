@@ -7,7 +7,7 @@ import Metal
 /// One validated binding of a dispatch block.
 enum Binding {
     case buffer(index: Int, MTLBuffer, offset: Int)
-    case bytes(index: Int, UnsafeRawPointer, length: Int)
+    case bytes(index: Int, UnsafeRawPointer?, length: Int)
     /// Inline data over the 4 KiB that setBytes takes, copied into a buffer.
     case copiedBytes(index: Int, MTLBuffer)
     case threadgroupMemory(index: Int, length: Int)
@@ -15,6 +15,10 @@ enum Binding {
 
 /// setBytes is for data of at most 4 KiB (Metal's documented limit).
 let maxInlineBytes = 4096
+
+/// What a zero-length BYTES binding binds: 16 zero bytes (setBytes needs a
+/// positive length; the kernel may not read the binding anyway).
+private let zeroBytes = [UInt8](repeating: 0, count: 16)
 
 public final class MetalEncoder {
     public let device: MetalDevice
@@ -50,9 +54,9 @@ public final class MetalEncoder {
         }
     }
 
-    /// Device time of the last completed commit, in nanoseconds (0 if none).
+    /// Device time of the last finished commit, in nanoseconds (0 if none).
     public var gpuTimeNs: UInt64 {
-        if let committed, committed.status == .completed { return MetalEncoder.gpuTime(committed) }
+        if let committed, !isPending { return MetalEncoder.gpuTime(committed) }
         return lastGpuTimeNs
     }
 
@@ -70,7 +74,7 @@ public final class MetalEncoder {
             throw MlxnError.invalid("\(op): the encoder's committed work is still running; wait for it (or poll its status) first")
         }
         if let done = committed {
-            if done.status == .completed { lastGpuTimeNs = MetalEncoder.gpuTime(done) }
+            lastGpuTimeNs = MetalEncoder.gpuTime(done)
             committed = nil
         }
         guard let buffer = device.queue.makeCommandBuffer() else {
@@ -137,12 +141,23 @@ public final class MetalEncoder {
 
         let payloadStart = Int(headerBytes + bindingBytes * UInt64(count))
         var bindings: [Binding] = []
+        var boundBuffers = Set<UInt32>()
+        var boundThreadgroup = Set<UInt32>()
         var threadgroupMemory = UInt64(pipeline.staticThreadgroupMemory)
         for i in 0..<Int(count) {
             let at = Int(headerBytes) + i * Int(bindingBytes)
             let kind = u32(at), index = u32(at + 4), a = u64(at + 8), b = u64(at + 16)
             guard index < MLXN_MAX_BINDINGS else {
                 throw MlxnError.invalid("dispatch \(kernel): binding \(i) index must be below \(MLXN_MAX_BINDINGS) (got \(index))")
+            }
+            if kind == MLXN_BIND_BUFFER || kind == MLXN_BIND_BYTES {
+                guard boundBuffers.insert(index).inserted else {
+                    throw MlxnError.invalid("dispatch \(kernel): binding \(i): [[buffer(\(index))]] bound twice")
+                }
+            } else if kind == MLXN_BIND_THREADGROUP_MEMORY {
+                guard boundThreadgroup.insert(index).inserted else {
+                    throw MlxnError.invalid("dispatch \(kernel): binding \(i): [[threadgroup(\(index))]] given twice")
+                }
             }
             switch kind {
             case MLXN_BIND_BUFFER:
@@ -158,15 +173,14 @@ public final class MetalEncoder {
                 }
                 bindings.append(.buffer(index: Int(index), buffer.buffer, offset: Int(b)))
             case MLXN_BIND_BYTES:
-                guard b > 0 else {
-                    throw MlxnError.invalid("dispatch \(kernel): binding \(i) (bytes \(index)): length must be positive")
-                }
                 guard let end = checkedAdd(a, b), end <= UInt64(payloadBytes) else {
                     throw MlxnError.invalid(
                         "dispatch \(kernel): binding \(i) (bytes \(index)): payload range \(a)+\(b) is past the payload (\(payloadBytes) bytes)")
                 }
                 let data = block + payloadStart + Int(a)
-                if b <= UInt64(maxInlineBytes) {
+                if b == 0 {
+                    bindings.append(.bytes(index: Int(index), nil, length: 0))
+                } else if b <= UInt64(maxInlineBytes) {
                     bindings.append(.bytes(index: Int(index), data, length: Int(b)))
                 } else {
                     guard let copy = device.device.makeBuffer(bytes: data, length: Int(b), options: .storageModeShared) else {
@@ -175,6 +189,9 @@ public final class MetalEncoder {
                     bindings.append(.copiedBytes(index: Int(index), copy))
                 }
             case MLXN_BIND_THREADGROUP_MEMORY:
+                guard b == 0 else {
+                    throw MlxnError.invalid("dispatch \(kernel): binding \(i) (threadgroup \(index)): b must be 0 (got \(b))")
+                }
                 // Metal takes threadgroup memory lengths in multiples of 16 bytes;
                 // the limit applies to what is actually reserved.
                 guard a <= UInt64(device.limit(MLXN_LIMIT_MAX_THREADGROUP_MEMORY)) else {
@@ -189,6 +206,12 @@ public final class MetalEncoder {
                     "dispatch \(kernel): binding \(i) has unknown kind \(kind) (expected 1 buffer, 2 bytes, 3 threadgroup memory)")
             }
         }
+        for index in pipeline.bufferIndices where !boundBuffers.contains(UInt32(index)) {
+            throw MlxnError.invalid("dispatch \(kernel): [[buffer(\(index))]] is not bound")
+        }
+        for index in pipeline.threadgroupIndices where !boundThreadgroup.contains(UInt32(index)) {
+            throw MlxnError.invalid("dispatch \(kernel): [[threadgroup(\(index))]] has no threadgroup memory length")
+        }
         let maxThreadgroupMemory = device.limit(MLXN_LIMIT_MAX_THREADGROUP_MEMORY)
         guard threadgroupMemory <= maxThreadgroupMemory else {
             throw MlxnError.invalid(
@@ -199,13 +222,15 @@ public final class MetalEncoder {
         encoder.setComputePipelineState(pipeline.state)
         for binding in bindings {
             switch binding {
-            case let .buffer(index, buffer, offset):
+            case .buffer(let index, let buffer, let offset):
                 encoder.setBuffer(buffer, offset: offset, index: index)
-            case let .bytes(index, data, length):
+            case .bytes(let index, .some(let data), let length):
                 encoder.setBytes(data, length: length, index: index)
-            case let .copiedBytes(index, buffer):
+            case .bytes(let index, .none, _):
+                zeroBytes.withUnsafeBytes { encoder.setBytes($0.baseAddress!, length: $0.count, index: index) }
+            case .copiedBytes(let index, let buffer):
                 encoder.setBuffer(buffer, offset: 0, index: index)
-            case let .threadgroupMemory(index, length):
+            case .threadgroupMemory(let index, let length):
                 encoder.setThreadgroupMemoryLength(length, index: index)
             }
         }

@@ -134,9 +134,12 @@ public func mlxnLibraryCompile(_ device: OpaquePointer?, _ source: UnsafePointer
         guard let out else { throw outIsNull("library_compile") }
         out.pointee = nil
         guard let device = object(device, as: MetalDevice.self) else { throw MlxnError.invalid("library_compile: device is null") }
-        guard let source else { throw MlxnError.invalid("library_compile: source is null") }
-        let text = String(decoding: UnsafeRawBufferPointer(start: source, count: Int(sourceLen)), as: UTF8.self)
-        let file = name.map { String(cString: $0) } ?? "program_source"
+        guard source != nil || sourceLen == 0 else {
+            throw MlxnError.invalid("library_compile: source is null but source_len is \(sourceLen)")
+        }
+        let text = source.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: Int(sourceLen)), as: UTF8.self) } ?? ""
+        let given = name.map { String(cString: $0) } ?? ""
+        let file = given.isEmpty ? "source.metal" : given
         let records = try FunctionConstant.parse(constants, count: constantsCount)
         let library = try MetalLibrary(device: device, source: text, name: file, constants: records)
         out.pointee = makeHandle(library)

@@ -146,8 +146,16 @@ public final class MetalLibrary {
                             "metal: specializing kernel '\(kernel)' of \(name) failed: \((error as NSError).localizedDescription)")
         }
         do {
-            let state = try device.device.makeComputePipelineState(function: function)
-            return MetalPipeline(library: self, name: kernel, state: state)
+            // The reflection lists the kernel's [[buffer(n)]] and
+            // [[threadgroup(n)]] arguments, which every dispatch must bind.
+            var reflection: MTLAutoreleasedComputePipelineReflection?
+            let state = try device.device.makeComputePipelineState(
+                function: function, options: .bindingInfo, reflection: &reflection)
+            let bindings = reflection?.bindings ?? []
+            return MetalPipeline(
+                library: self, name: kernel, state: state,
+                bufferIndices: bindings.filter { $0.type == .buffer }.map { $0.index }.sorted(),
+                threadgroupIndices: bindings.filter { $0.type == .threadgroupMemory }.map { $0.index }.sorted())
         } catch {
             throw MlxnError(MLXN_ERR_SHADER_COMPILATION,
                             "metal: making the pipeline of kernel '\(kernel)' of \(name) failed: \((error as NSError).localizedDescription)")
@@ -159,11 +167,18 @@ public final class MetalPipeline {
     public let library: MetalLibrary
     public let name: String
     public let state: MTLComputePipelineState
+    /// The [[buffer(n)]] indices the kernel declares.
+    public let bufferIndices: [Int]
+    /// The [[threadgroup(n)]] indices the kernel declares.
+    public let threadgroupIndices: [Int]
 
-    init(library: MetalLibrary, name: String, state: MTLComputePipelineState) {
+    init(library: MetalLibrary, name: String, state: MTLComputePipelineState,
+         bufferIndices: [Int], threadgroupIndices: [Int]) {
         self.library = library
         self.name = name
         self.state = state
+        self.bufferIndices = bufferIndices
+        self.threadgroupIndices = threadgroupIndices
     }
 
     public var device: MetalDevice { library.device }

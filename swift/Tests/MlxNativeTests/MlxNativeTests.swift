@@ -2,6 +2,7 @@
 // functions, with packed dispatch blocks and caller-owned message buffers.
 import CMlxNative
 import Foundation
+import Metal
 import MlxNative
 import XCTest
 
@@ -144,11 +145,13 @@ final class MlxNativeTests: XCTestCase {
         var small = [CChar](repeating: 1, count: 4)
         XCTAssertEqual(mlxnDeviceName(device, &small, 4), full)
         XCTAssertEqual(small[3], 0, "truncated to cap - 1 bytes and NUL-terminated")
-        XCTAssertEqual(mlxnDeviceLimit(device, MLXN_LIMIT_MAX_THREADS_PER_THREADGROUP), 1024)
-        XCTAssertEqual(mlxnDeviceLimit(device, MLXN_LIMIT_MAX_THREADGROUP_MEMORY), 32768)
+        let mtl = MTLCreateSystemDefaultDevice()!
+        XCTAssertEqual(String(cString: small), String(mtl.name.utf8.prefix(3))!)
+        XCTAssertEqual(mlxnDeviceLimit(device, MLXN_LIMIT_MAX_THREADS_PER_THREADGROUP), UInt64(mtl.maxThreadsPerThreadgroup.width))
+        XCTAssertEqual(mlxnDeviceLimit(device, MLXN_LIMIT_MAX_THREADGROUP_MEMORY), UInt64(mtl.maxThreadgroupMemoryLength))
         XCTAssertEqual(mlxnDeviceLimit(device, MLXN_LIMIT_SIMD_WIDTH), 32)
         XCTAssertEqual(mlxnDeviceLimit(device, MLXN_LIMIT_SHARED_MEMORY), 1)
-        XCTAssertGreaterThan(mlxnDeviceLimit(device, MLXN_LIMIT_MAX_BUFFER_LENGTH), 1 << 30)
+        XCTAssertEqual(mlxnDeviceLimit(device, MLXN_LIMIT_MAX_BUFFER_LENGTH), UInt64(mtl.maxBufferLength))
         XCTAssertEqual(mlxnDeviceLimit(device, 99), 0)
         XCTAssertEqual(mlxnDeviceSetOption(device, "schedule", "random", &msg, UInt64(msg.count)), MLXN_ERR_INVALID_ARGUMENT)
         XCTAssertTrue(message.contains("schedule"), message)
@@ -284,6 +287,17 @@ final class MlxNativeTests: XCTestCase {
         tooMuchShared.buffer(0, x)
         tooMuchShared.threadgroupMemory(0, 32768 + 16)
         XCTAssertEqual(dispatch(enc, tooMuchShared.encode(pipeline: tgPipe, grid: [1, 1, 1], threads: [16, 1, 1])), invalid)
+
+        var unbound = Block()
+        unbound.buffer(0, x)
+        XCTAssertEqual(dispatch(enc, unbound.encode(pipeline: pipe, grid: [1, 1, 1], threads: [16, 1, 1])), invalid)
+        XCTAssertTrue(message.contains("[[buffer(1)]] is not bound"), message)
+
+        var twice = Block()
+        twice.buffer(0, x)
+        twice.buffer(0, x)
+        twice.bytes(1, le(16))
+        XCTAssertEqual(dispatch(enc, twice.encode(pipeline: pipe, grid: [1, 1, 1], threads: [16, 1, 1])), invalid)
 
         var badKind = Block()
         badKind.bindings.append((9, 0, 0, 0))
