@@ -622,19 +622,15 @@ int main(int argc, char** argv) {
   for (unsigned i = 0; i < sizeof all / sizeof all[0]; ++i) f_mlxn_buffer_release(all[i]);
   f_mlxn_device_close(dev);
 
-  /* With every object released, the next open starts a fresh context. */
+  /* CUDA keeps an execution error for the rest of the process (it must be
+   * restarted), so opening the device again is refused with that error's
+   * text, cleanly. */
   {
     mlxn_device* d2 = NULL;
-    OK(f_mlxn_device_open(0, &d2, msg, CAP));
-    mlxn_buffer* bb = NULL;
-    if (d2) OK(f_mlxn_buffer_alloc(d2, 16, &bb, msg, CAP));
-    uint32_t v[4] = {1, 2, 3, 4}, w[4] = {0};
-    if (bb) {
-      OK(f_mlxn_buffer_write(bb, 0, v, 16, msg, CAP));
-      OK(f_mlxn_buffer_read(bb, 0, w, 16, msg, CAP));
-      CHECK(memcmp(v, w, 16) == 0, "device usable after a fault, reopened");
-      f_mlxn_buffer_release(bb);
-    }
+    st = f_mlxn_device_open(0, &d2, msg, CAP);
+    CHECK(st == MLXN_ERR_DEVICE_NOT_FOUND && d2 == NULL && strstr(msg, "ILLEGAL_ADDRESS"),
+          "open after a fault: %d %s", st, msg);
+    printf("open after a fault: %s\n", msg);
     if (d2) f_mlxn_device_close(d2);
   }
 
