@@ -27,6 +27,31 @@ typedef unsigned long ulong;
 typedef _Float16 half;
 typedef __bf16 bfloat;
 
+// Conversions to bfloat compile to calls of these compiler-runtime functions,
+// which the host's libgcc may lack (it has them only from GCC 13). Defined
+// here (weak, hidden, kept even when unreferenced in the IR: the backend
+// emits the calls), so each kernel library carries its own: round to
+// nearest even, NaN stays a quiet NaN.
+extern "C" {
+__attribute__((weak, used, visibility("hidden"))) __bf16 __truncsfbf2(float f) {
+  uint32_t u = __builtin_bit_cast(uint32_t, f);
+  uint16_t h;
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    h = uint16_t((u >> 16) | 0x40u);
+  } else {
+    u += 0x7fffu + ((u >> 16) & 1u);
+    h = uint16_t(u >> 16);
+  }
+  return __builtin_bit_cast(__bf16, h);
+}
+// From double through float: the double is first rounded to float, so a
+// value within half a float ulp of a bfloat tie can round differently from
+// a direct conversion (kernels convert from float, which is exact here).
+__attribute__((weak, used, visibility("hidden"))) __bf16 __truncdfbf2(double d) {
+  return __truncsfbf2(float(d));
+}
+}
+
 namespace mlxn {
 
 // The GPU thread that runs on this OS thread right now. The entry wrapper
