@@ -103,8 +103,8 @@ describe.if(present.length > 0)('chunk_local_cumsum validation', () => {
       [{ bt: 2048 }, 'bt', 'at most the threads per threadgroup limit (1024)', '2048'],
       [{ b: 2 ** 12, t: 2 ** 12, h: 2 ** 9 }, 'b * t * h', 'at most the 32-bit index limit (4294967295)', `${2 ** 33}`],
       [{ b: 2 ** 30, t: 2 ** 30, h: 2 }, 'b * t * h', 'a product of integers at most 2^53 - 1', `${2 ** 30} * ${2 ** 30} * 2`],
-      [{ gIn: buf('bf16', n) }, 'gIn.dtype', 'f32', '"bf16"'],
-      [{ gCumsum: buf('f16', n) }, 'gCumsum.dtype', 'f32', '"f16"'],
+      [{ gIn: buf('bf16', n) }, 'gIn.dtype', 'f32', 'bf16'],
+      [{ gCumsum: buf('f16', n) }, 'gCumsum.dtype', 'f32', 'f16'],
       [{ gIn: buf('f32', n - 3) }, 'gIn.elementCount', `${n}`, `${n - 3}`],
       [{ gCumsum: buf('f32', n + 1) }, 'gCumsum.elementCount', `${n}`, `${n + 1}`],
     ];

@@ -180,10 +180,10 @@ describe.if(present.length > 0)('fused_norm validation', () => {
     const base = () => ({ residual: buf('f32', n), input: buf('f32', n), weight: buf('f32', dim), output: buf('f32', n), rows, dim, eps: 1e-6 });
     const cases: Case[] = [
       ...shapeCases(),
-      [{ input: buf('f16', n) }, 'input.dtype', 'one of f32, bf16', '"f16"'],
-      [{ residual: buf('bf16', n) }, 'residual.dtype', 'f32', '"bf16"'],
-      [{ weight: buf('bf16', dim) }, 'weight.dtype', 'f32', '"bf16"'],
-      [{ output: buf('bf16', n) }, 'output.dtype', 'f32', '"bf16"'],
+      [{ input: buf('f16', n) }, 'input.dtype', 'one of f32, bf16', 'f16'],
+      [{ residual: buf('bf16', n) }, 'residual.dtype', 'f32', 'bf16'],
+      [{ weight: buf('bf16', dim) }, 'weight.dtype', 'f32', 'bf16'],
+      [{ output: buf('bf16', n) }, 'output.dtype', 'f32', 'bf16'],
       [{ residual: buf('f32', n + 1) }, 'residual.elementCount', '16', '17'],
       [{ input: buf('f32', n - 1) }, 'input.elementCount', '16', '15'],
       [{ weight: buf('f32', n) }, 'weight.elementCount', '8', '16'],
@@ -195,18 +195,18 @@ describe.if(present.length > 0)('fused_norm validation', () => {
     // bf16 activations with an f32 weight are refused: the weight follows the activations.
     expectInvalid(() => fusedNormAdd(enc(), {
       ...base(), residual: buf('bf16', n), input: buf('bf16', n), output: buf('bf16', n),
-    }), 'fused_norm_add', 'weight.dtype', 'bf16', '"f32"');
+    }), 'fused_norm_add', 'weight.dtype', 'bf16', 'f32');
   });
 
   test('fused_residual_norm: every rule', () => {
     const base = () => ({ residual: buf('f32', n), input: buf('f32', n), weight: buf('f32', dim), normedOutput: buf('f32', n), sumOutput: buf('f32', n), rows, dim, eps: 1e-6 });
     const cases: Case[] = [
       ...shapeCases(),
-      [{ input: buf('u32', n) }, 'input.dtype', 'one of f32, bf16', '"u32"'],
-      [{ residual: buf('bf16', n) }, 'residual.dtype', 'f32', '"bf16"'],
-      [{ weight: buf('f16', dim) }, 'weight.dtype', 'f32', '"f16"'],
-      [{ normedOutput: buf('bf16', n) }, 'normedOutput.dtype', 'f32', '"bf16"'],
-      [{ sumOutput: buf('bf16', n) }, 'sumOutput.dtype', 'f32', '"bf16"'],
+      [{ input: buf('u32', n) }, 'input.dtype', 'one of f32, bf16', 'u32'],
+      [{ residual: buf('bf16', n) }, 'residual.dtype', 'f32', 'bf16'],
+      [{ weight: buf('f16', dim) }, 'weight.dtype', 'f32', 'f16'],
+      [{ normedOutput: buf('bf16', n) }, 'normedOutput.dtype', 'f32', 'bf16'],
+      [{ sumOutput: buf('bf16', n) }, 'sumOutput.dtype', 'f32', 'bf16'],
       [{ residual: buf('f32', 3) }, 'residual.elementCount', '16', '3'],
       [{ input: buf('f32', 3) }, 'input.elementCount', '16', '3'],
       [{ weight: buf('f32', 9) }, 'weight.elementCount', '8', '9'],
@@ -226,11 +226,11 @@ describe.if(present.length > 0)('fused_norm validation', () => {
       const base = () => ({ residual: buf('f32', n), input: buf('f32', n), weight: buf('f32', dim), output: buf('f32', n), scalar: buf('f32', 1), rows, dim, eps: 1e-6 });
       const cases: Case[] = [
         ...shapeCases(),
-        [{ input: buf('bf16', n) }, 'input.dtype', 'one of f32', '"bf16"'],
-        [{ residual: buf('bf16', n) }, 'residual.dtype', 'f32', '"bf16"'],
-        [{ weight: buf('bf16', dim) }, 'weight.dtype', 'f32', '"bf16"'],
-        [{ output: buf('bf16', n) }, 'output.dtype', 'f32', '"bf16"'],
-        [{ scalar: buf('bf16', 1) }, 'scalar.dtype', 'f32', '"bf16"'],
+        [{ input: buf('bf16', n) }, 'input.dtype', 'one of f32', 'bf16'],
+        [{ residual: buf('bf16', n) }, 'residual.dtype', 'f32', 'bf16'],
+        [{ weight: buf('bf16', dim) }, 'weight.dtype', 'f32', 'bf16'],
+        [{ output: buf('bf16', n) }, 'output.dtype', 'f32', 'bf16'],
+        [{ scalar: buf('bf16', 1) }, 'scalar.dtype', 'f32', 'bf16'],
         [{ residual: buf('f32', 3) }, 'residual.elementCount', '16', '3'],
         [{ input: buf('f32', 3) }, 'input.elementCount', '16', '3'],
         [{ weight: buf('f32', 1) }, 'weight.elementCount', '8', '1'],
