@@ -56,8 +56,8 @@ public func mlxnDeviceClose(_ device: OpaquePointer?) {
 
 @_cdecl("mlxn_device_name")
 public func mlxnDeviceName(_ device: OpaquePointer?, _ out: UnsafeMutablePointer<CChar>?, _ cap: UInt64) -> UInt64 {
-    guard let device = object(device, as: MetalDevice.self) else { return 0 }
-    return writeCString(device.name, to: out, cap: cap)
+    let name = object(device, as: MetalDevice.self)?.name ?? ""
+    return writeCString(name, to: out, cap: cap)
 }
 
 @_cdecl("mlxn_device_limit")
@@ -153,8 +153,8 @@ public func mlxnLibraryRelease(_ library: OpaquePointer?) {
 
 @_cdecl("mlxn_library_kernel_names")
 public func mlxnLibraryKernelNames(_ library: OpaquePointer?, _ out: UnsafeMutablePointer<CChar>?, _ cap: UInt64) -> UInt64 {
-    guard let library = object(library, as: MetalLibrary.self) else { return 0 }
-    return writeCString(library.kernelNames.joined(separator: "\n"), to: out, cap: cap)
+    let names = object(library, as: MetalLibrary.self)?.kernelNames ?? []
+    return writeCString(names.joined(separator: "\n"), to: out, cap: cap)
 }
 
 // ---- pipelines ----

@@ -2,7 +2,7 @@
 import ArgumentParser
 
 @main
-struct MlxNativeTool: ParsableCommand {
+struct MlxNativeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "mlx-native",
         abstract: "Inspect the Metal device and check the shaders of mlx-native.",
