@@ -43,6 +43,8 @@ struct FusedNormAddScalarF32Params {
 // Sum of v over the threadgroup, returned to every thread. Every thread of the
 // threadgroup must call it. partials holds one float per simdgroup; each
 // kernel below calls this once, so partials is never rewritten after the read.
+// Each thread adds the partials itself, in one order: a last, partial
+// simdgroup may have fewer lanes than there are partials.
 static inline float threadgroup_sum(float v, threadgroup float* partials,
                                     uint sg, uint lane, uint n_sg) {
     const float s = simd_sum(v);
@@ -50,8 +52,11 @@ static inline float threadgroup_sum(float v, threadgroup float* partials,
         partials[sg] = s;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    const float p = lane < n_sg ? partials[lane] : 0.0f;
-    return simd_sum(p);
+    float total = 0.0f;
+    for (uint i = 0; i < n_sg; ++i) {
+        total += partials[i];
+    }
+    return total;
 }
 
 // rms_inv of x[0..dim).

@@ -36,26 +36,36 @@ static inline bool ranks_before(float va, uint ia, float vb, uint ib) {
     return va > vb || (va == vb && ia < ib);
 }
 
+// The threadgroup reductions below publish one partial per simdgroup, then
+// every thread scans all partials itself (a last, partial simdgroup may have
+// fewer lanes than there are partials). The trailing barrier lets the next
+// call overwrite the partials only after every thread has read them.
+
 // Arg-max over the threadgroup in the order above; every thread gets the
-// winner. Threads with no candidate pass (-INFINITY, NO_INDEX). The trailing
-// barrier lets the next call reuse the partial arrays.
+// winner. Threads with no candidate pass (-INFINITY, NO_INDEX).
 static inline void threadgroup_argmax(thread float& value, thread uint& index,
                                       threadgroup float* part_value, threadgroup uint* part_index,
                                       uint sg, uint lane, uint n_sg) {
-    float m = simd_max(value);
-    uint i = simd_min(value == m ? index : NO_INDEX);
+    const float m = simd_max(value);
+    const uint i = simd_min(value == m ? index : NO_INDEX);
     if (lane == 0) {
         part_value[sg] = m;
         part_index[sg] = i;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    const float pv = lane < n_sg ? part_value[lane] : -INFINITY;
-    const uint pi = lane < n_sg ? part_index[lane] : NO_INDEX;
-    m = simd_max(pv);
-    i = simd_min(pv == m ? pi : NO_INDEX);
+    float best_value = -INFINITY;
+    uint best_index = NO_INDEX;
+    for (uint s = 0; s < n_sg; ++s) {
+        const float v = part_value[s];
+        const uint j = part_index[s];
+        if (ranks_before(v, j, best_value, best_index)) {
+            best_value = v;
+            best_index = j;
+        }
+    }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    value = m;
-    index = i;
+    value = best_value;
+    index = best_index;
 }
 
 static inline float threadgroup_max(float v, threadgroup float* partials,
@@ -65,8 +75,10 @@ static inline float threadgroup_max(float v, threadgroup float* partials,
         partials[sg] = m;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    const float p = lane < n_sg ? partials[lane] : -INFINITY;
-    const float r = simd_max(p);
+    float r = -INFINITY;
+    for (uint s = 0; s < n_sg; ++s) {
+        r = max(r, partials[s]);
+    }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     return r;
 }

@@ -46,13 +46,17 @@ kernel void ssm_norm_gate_f32(
         sq += v * v;
     }
     // Threadgroup sum: one partial per simdgroup, written once, read after
-    // the barrier, never rewritten.
+    // the barrier, never rewritten. Each thread adds the partials itself: a
+    // last, partial simdgroup may have fewer lanes than there are partials.
     const float s = simd_sum(sq);
     if (lane == 0) {
         partials[sg] = s;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    const float total = simd_sum(lane < n_sg ? partials[lane] : 0.0f);
+    float total = 0.0f;
+    for (uint i = 0; i < n_sg; ++i) {
+        total += partials[i];
+    }
     const float r = rsqrt(total / float(d_v) + params.eps);
 
     for (uint i = tid; i < d_v; i += tg_size) {

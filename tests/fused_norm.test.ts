@@ -6,6 +6,8 @@ import src from '../shaders/fused_norm.metal' with { type: 'text' };
 import { MlxError, type Buffer, type Device, type DType, type Encoder } from '../ts/index.ts';
 import {
   FUSED_NORM_ADD_ARGS,
+  FUSED_NORM_FAMILY,
+  FUSED_NORM_KERNELS,
   FUSED_NORM_ADD_SCALAR_PARAMS_LAYOUT,
   FUSED_RESIDUAL_NORM_PARAMS_LAYOUT,
   FUSED_RESIDUAL_NORM_SCALAR_PARAMS_LAYOUT,
@@ -340,6 +342,37 @@ describeBackends('fused_norm parity', ({ device }) => {
       errs.check();
     });
   }
+
+  test('any threadgroup size: 1, 40, 96, 1000 threads, tg floats of threadgroup memory as the Rust host binds', () => {
+    const dev = device();
+    dev.kernels.register(FUSED_NORM_FAMILY, { metal: src }, FUSED_NORM_KERNELS);
+    const pipe = dev.kernels.pipeline('fused_residual_norm_f32');
+    const errs = new ErrorLog('fused_residual_norm_f32 odd threadgroups');
+    for (const threads of [1, 40, 96, 1000]) {
+      for (const dim of [7, 1000, 1537]) {
+        const rows = 2;
+        const x = inputs(threads * 17 + dim, rows, dim);
+        const residual = dev.upload('f32', [rows, dim], x.residual);
+        const input = dev.upload('f32', [rows, dim], x.input);
+        const weight = dev.upload('f32', [dim], x.weight);
+        const normedOutput = dev.alloc('f32', [rows, dim]);
+        const sumOutput = dev.alloc('f32', [rows, dim]);
+        normedOutput.fill(Number.NaN);
+        sumOutput.fill(Number.NaN);
+        const enc = dev.encoder();
+        enc.dispatch(pipe, {
+          buffers: { 0: residual, 1: input, 2: weight, 3: normedOutput, 4: sumOutput },
+          bytes: { 5: packFusedResidualNormParams({ rows, dim, eps, writeSum: true }) },
+          threadgroupMemory: { 0: Math.ceil((threads * 4) / 16) * 16 },
+        }, [rows, 1, 1], [threads, 1, 1]);
+        enc.commitAndWait();
+        const want = fusedResidualNormRef(residual.readNumbers(), input.readNumbers(), weight.readNumbers(), rows, dim, eps);
+        errs.record(`tg ${threads} dim ${dim} normed`, maxRelErr(normedOutput.readNumbers(), want.normed), TOL.f32);
+        errs.record(`tg ${threads} dim ${dim} sum`, maxRelErr(sumOutput.readNumbers(), want.sum), TOL.f32);
+      }
+    }
+    errs.check();
+  });
 
   for (const [name, fn] of [
     ['fused_residual_norm_scalar', fusedResidualNormScalar],

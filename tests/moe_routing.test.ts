@@ -6,6 +6,8 @@ import src from '../shaders/moe_routing.metal' with { type: 'text' };
 import { MlxError, type Buffer, type Device, type DType, type Encoder } from '../ts/index.ts';
 import {
   FUSED_MOE_ROUTING_PARAMS_LAYOUT,
+  MOE_ROUTING_FAMILY,
+  MOE_ROUTING_KERNELS,
   MOE_ROUTING_MAX_EXPERTS,
   fusedMoeRouting,
   fusedMoeRoutingBatch,
@@ -210,6 +212,63 @@ describeBackends('moe_routing parity', ({ device }) => {
       const dominant = Float64Array.from({ length: 50 }, (_, i) => (i === 37 ? 0 : -1000));
       check(dominant, randomArray(r, 50, 0.5, 2), 1, 50, 4, batch);
     }
+  });
+
+  test('any threadgroup size: 1, 48, 1000 threads, (2 * numExperts + tg) floats of threadgroup memory as the Rust host binds', () => {
+    const dev = device();
+    dev.kernels.register(MOE_ROUTING_FAMILY, { metal: src }, MOE_ROUTING_KERNELS);
+    const pipe = dev.kernels.pipeline('fused_moe_routing_batch_f32');
+    for (const threads of [1, 48, 1000]) {
+      for (const [t, e, k] of [[2, 300, 20], [3, 33, 33]] as const) {
+        const r = rng(threads + e);
+        const lg = dev.upload('f32', [t, e], randomArray(r, t * e, -4, 4));
+        const sc = dev.upload('f32', [e], randomArray(r, e, 0.5, 2));
+        const ids = dev.alloc('u32', [t, k]);
+        ids.write(new Uint32Array(t * k).fill(0xffff_ffff));
+        const w = dev.alloc('f32', [t, k]);
+        w.fill(Number.NaN);
+        const enc = dev.encoder();
+        enc.dispatch(pipe, {
+          buffers: { 0: lg, 1: ids, 2: w, 3: sc },
+          bytes: { 4: packFusedMoeRoutingParams({ numExperts: e, topK: k }) },
+          threadgroupMemory: { 0: Math.ceil(((2 * e + threads) * 4) / 16) * 16 },
+        }, [t, 1, 1], [threads, 1, 1]);
+        enc.commitAndWait();
+        const want = moeRoutingRef(lg.readNumbers(), sc.readNumbers(), t, e, k);
+        const label = `tg ${threads} tokens ${t} experts ${e} topK ${k}`;
+        expect({ label, ids: [...(ids.read() as Uint32Array)] }).toEqual({ label, ids: [...want.expertIds] });
+        const err = maxRelErr(w.readNumbers(), want.weights);
+        expect({ label, ok: err < TOL.f32, err }).toEqual({ label, ok: true, err });
+      }
+    }
+  });
+
+  test('a last simdgroup of 8 lanes under 32 partials (tg 1000): experts it owns are scaled by the true max', () => {
+    const dev = device();
+    dev.kernels.register(MOE_ROUTING_FAMILY, { metal: src }, MOE_ROUTING_KERNELS);
+    const pipe = dev.kernels.pipeline('fused_moe_routing_f32');
+    const e = 1000;
+    const k = 3;
+    const r = rng(1000);
+    const logits = randomArray(r, e, -4, 4);
+    logits[991] = 6; // owned by a full simdgroup
+    logits[995] = 5.9; // owned by the last simdgroup (threads 992..999)
+    const lg = dev.upload('f32', [e], logits);
+    const sc = dev.upload('f32', [e], randomArray(r, e, 0.5, 2));
+    const ids = dev.alloc('u32', [k]);
+    ids.write(new Uint32Array(k).fill(0xffff_ffff));
+    const w = dev.alloc('f32', [k]);
+    w.fill(Number.NaN);
+    const enc = dev.encoder();
+    enc.dispatch(pipe, {
+      buffers: { 0: lg, 1: ids, 2: w, 3: sc },
+      bytes: { 4: packFusedMoeRoutingParams({ numExperts: e, topK: k }) },
+      threadgroupMemory: { 0: e * 4 },
+    }, [1, 1, 1], [1000, 1, 1]);
+    enc.commitAndWait();
+    const want = moeRoutingRef(lg.readNumbers(), sc.readNumbers(), 1, e, k);
+    expect([...(ids.read() as Uint32Array)]).toEqual([...want.expertIds]);
+    expect(maxRelErr(w.readNumbers(), want.weights)).toBeLessThan(TOL.f32);
   });
 
   test('masked (-inf) experts rank last; every logit -inf gives zero weights', () => {

@@ -6,6 +6,8 @@ import src from '../shaders/ssm_norm_gate.metal' with { type: 'text' };
 import { MlxError, type Buffer, type Device, type DType, type Encoder } from '../ts/index.ts';
 import type { ParamField } from '../ts/ops/fused_norm.ts';
 import {
+  SSM_NORM_GATE_FAMILY,
+  SSM_NORM_GATE_KERNELS,
   SSM_NORM_GATE_PARAMS_LAYOUT,
   packSsmNormGateParams,
   ssmNormGate,
@@ -152,6 +154,35 @@ describeBackends('ssm_norm_gate parity', ({ device }) => {
       if (!(err < TOL.f32)) over.push(`[${rows}, ${dV}]: ${err}`);
     }
     if (process.env.MLXN_PRINT_ERRORS) console.log(`ssm_norm_gate f32: largest error ${worst}`);
+    expect(over).toEqual([]);
+  });
+
+  test('any threadgroup size: 1, 100, 1000 threads, tg floats of threadgroup memory as the Rust host binds', () => {
+    const dev = device();
+    dev.kernels.register(SSM_NORM_GATE_FAMILY, { metal: src }, SSM_NORM_GATE_KERNELS);
+    const pipe = dev.kernels.pipeline('ssm_norm_gate_f32');
+    const over: string[] = [];
+    for (const threads of [1, 100, 1000]) {
+      for (const dV of [5, 257, 1100]) {
+        const rows = 2;
+        const r = rng(threads * 3 + dV);
+        const attnOut = dev.upload('f32', [rows, dV], randomArray(r, rows * dV, -2, 2));
+        const weight = dev.upload('f32', [dV], randomArray(r, dV, 0.5, 1.5));
+        const z = dev.upload('f32', [rows, dV], randomArray(r, rows * dV, -6, 6));
+        const output = dev.alloc('f32', [rows, dV]);
+        output.fill(Number.NaN);
+        const enc = dev.encoder();
+        enc.dispatch(pipe, {
+          buffers: { 0: attnOut, 1: weight, 2: z, 3: output },
+          bytes: { 4: packSsmNormGateParams({ rows, dV, eps: 1e-6 }) },
+          threadgroupMemory: { 0: Math.ceil((threads * 4) / 16) * 16 },
+        }, [rows, 1, 1], [threads, 1, 1]);
+        enc.commitAndWait();
+        const want = ssmNormGateRef(attnOut.readNumbers(), weight.readNumbers(), z.readNumbers(), rows, dV, 1e-6);
+        const err = maxRelErr(output.readNumbers(), want);
+        if (!(err < TOL.f32)) over.push(`tg ${threads} dV ${dV}: ${err}`);
+      }
+    }
     expect(over).toEqual([]);
   });
 });
