@@ -234,7 +234,7 @@ describeBackends('gated_delta_net_chunk', ({ device }) => {
       k: one('bf16'), w: one('bf16'), u: one('bf16'), g: one('f32'),
       h0: one('f32'), hOut: one('bf16'), vNew: one('bf16'), finalState: one('f32'),
     };
-    expectInvalid(() => validateGatedDeltaNetChunk(shape({ t: 128, hg: 2, h: 4, k: 256, v: 128 }), bufs), '256', 'MAX_K = 128', 'exactly');
+    expectInvalid(() => validateGatedDeltaNetChunk(shape({ t: 128, hg: 2, h: 4, k: 256, v: 128 }), bufs), '256', 'MAX_K = 128', 'exactly', 'hard-coded');
     release(bufs);
   });
 

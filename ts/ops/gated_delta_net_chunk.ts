@@ -13,7 +13,7 @@ const FAMILY = 'gated_delta_net_chunk';
 const KERNEL = 'gated_delta_net_chunk_inter_state_bf16';
 export const GATED_DELTA_NET_CHUNK_KERNELS = [KERNEL] as const;
 
-/** K the kernel is specialized to: its K-tile loops run over 16 tiles of 8. */
+/** K the kernel is specialized to: its K-tile loops are hard-coded to 16 tiles of 8. */
 export const GDN_CHUNK_MAX_K = 128;
 /** The largest V: 8 slices of BV. */
 export const GDN_CHUNK_MAX_V = 256;
@@ -108,7 +108,7 @@ export function validateGatedDeltaNetChunk(p: GatedDeltaNetChunkParams, bufs: Ga
   }
   checkMultiple(OP, 'h', p.h, p.hg, 'hg');
   if (p.k !== GDN_CHUNK_MAX_K) {
-    throw invalid(OP, 'K', `equal to MAX_K = ${GDN_CHUNK_MAX_K} exactly: the kernel's K-tile loops are fixed at ${GDN_CHUNK_MAX_K / 8} tiles of 8`, p.k);
+    throw invalid(OP, 'K', `equal to MAX_K = ${GDN_CHUNK_MAX_K} exactly: the kernel's K-tile loops are hard-coded to ${GDN_CHUNK_MAX_K / 8} tiles of 8`, p.k);
   }
   checkAtMost(OP, 'v', p.v, GDN_CHUNK_MAX_V, 'MAX_V');
   const tgBytes = gatedDeltaNetChunkThreadgroupBytes(p);
