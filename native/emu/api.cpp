@@ -52,13 +52,29 @@ struct mlxn_pipeline {
   Kernel* kernel;
 };
 
+// A recorded dispatch, kept compact (a few cache lines) so that recording
+// stays cheap; the runner expands it into a Launch just before executing it.
+struct Bound {
+  uint32_t kind;   // MLXN_BIND_*
+  uint32_t index;
+  uint64_t a;      // BUFFER: address; BYTES: offset into the payload; TG: length
+  uint64_t b;      // BUFFER, BYTES: length
+};
+
+struct Command {
+  Kernel* kernel;
+  uint32_t grid[3];
+  uint32_t threads[3];
+  uint32_t first;  // into mlxn_encoder::bound
+  uint32_t count;
+  Schedule schedule;
+};
+
 struct mlxn_encoder {
   mlxn_device* device;
-  std::vector<Launch> commands;
-  // Per command, bit i: buffers[i] is inline bytes whose ptr field holds the
-  // offset into `payload` until commit resolves it (payload may grow).
-  std::vector<uint32_t> bytes_masks;
-  std::vector<uint8_t> payload;
+  std::vector<Command> commands;
+  std::vector<Bound> bound;
+  std::vector<uint8_t> payload;  // inline bytes, each block 16-byte aligned
   std::thread runner;
   std::atomic<int32_t> state{MLXN_ENCODER_RECORDING};
   std::string error;
@@ -124,7 +140,7 @@ void start_recording(mlxn_encoder* e) {
   if (s == MLXN_ENCODER_COMPLETED || s == MLXN_ENCODER_ERROR) {
     join_runner(e);
     e->commands.clear();
-    e->bytes_masks.clear();
+    e->bound.clear();
     e->payload.clear();
     e->error.clear();
     e->state.store(MLXN_ENCODER_RECORDING);
@@ -388,7 +404,8 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t b
     return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "dispatch: " + text);
   };
   if (!e || !block) return bad("null encoder or block");
-  if (e->state.load() == MLXN_ENCODER_PENDING) return bad("the encoder's committed work is still running; wait first");
+  if (e->state.load(std::memory_order_acquire) == MLXN_ENCODER_PENDING)
+    return bad("the encoder's committed work is still running; wait first");
   start_recording(e);
   if (block_len < MLXN_DISPATCH_HEADER_BYTES)
     return bad("block of " + std::to_string(block_len) + " bytes is shorter than the 48-byte header");
@@ -404,19 +421,34 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t b
   if (!e->device->pipelines.count(pipeline)) return bad("unknown pipeline handle");
   Kernel* kernel = pipeline->kernel;
 
-  Launch l;
-  l.kernel = kernel;
+  Command c;
+  c.kernel = kernel;
   for (int d = 0; d < 3; ++d) {
-    l.grid[d] = load<uint32_t>(p + 8 + 4 * d);
-    l.threads[d] = load<uint32_t>(p + 20 + 4 * d);
+    c.grid[d] = load<uint32_t>(p + 8 + 4 * d);
+    c.threads[d] = load<uint32_t>(p + 20 + 4 * d);
   }
-  l.schedule = e->device->schedule;
+  c.first = uint32_t(e->bound.size());
+  c.count = n;
+  c.schedule = e->device->schedule;
+
+  // Records are appended as they are checked and dropped again if the block
+  // is rejected, so that nothing of a rejected dispatch stays recorded.
+  const size_t payload_base = e->payload.size();
+  struct Rollback {
+    mlxn_encoder* e;
+    size_t bound, payload;
+    bool keep = false;
+    ~Rollback() {
+      if (keep) return;
+      e->bound.resize(bound);
+      e->payload.resize(payload);
+    }
+  } rollback{e, e->bound.size(), payload_base};
 
   const uint8_t* recs = p + MLXN_DISPATCH_HEADER_BYTES;
   const uint8_t* payload = recs + uint64_t(MLXN_DISPATCH_BINDING_BYTES) * n;
-  const size_t payload_base = e->payload.size();
-  size_t payload_used = 0;
-  uint32_t bytes_mask = 0;
+  uint32_t buffer_set = 0, threadgroup_set = 0;
+  uint64_t dynamic_bytes = 0;
   for (uint32_t i = 0; i < n; ++i) {
     const uint8_t* r = recs + uint64_t(MLXN_DISPATCH_BINDING_BYTES) * i;
     const uint32_t kind = load<uint32_t>(r), index = load<uint32_t>(r + 4);
@@ -427,8 +459,8 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t b
       return bad(where() + ": index " + std::to_string(index) + " must be < " + std::to_string(MLXN_MAX_BINDINGS));
     const uint32_t bit = 1u << index;
     if (kind == MLXN_BIND_BUFFER || kind == MLXN_BIND_BYTES) {
-      if (l.buffer_set & bit) return bad(where() + ": [[buffer(" + std::to_string(index) + ")]] bound twice");
-      l.buffer_set |= bit;
+      if (buffer_set & bit) return bad(where() + ": [[buffer(" + std::to_string(index) + ")]] bound twice");
+      buffer_set |= bit;
       if (kind == MLXN_BIND_BUFFER) {
         auto* buf = reinterpret_cast<mlxn_buffer*>(a);
         if (!e->device->buffers.count(buf))
@@ -436,53 +468,42 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t b
         if (b > buf->length)
           return bad(where() + ": [[buffer(" + std::to_string(index) + ")]] offset " + std::to_string(b) +
                      " is past the buffer of " + std::to_string(buf->length) + " bytes");
-        l.buffers[index].ptr = buf->data + b;
-        l.buffers[index].length = buf->length - b;
+        e->bound.push_back({kind, index, uint64_t(uintptr_t(buf->data + b)), buf->length - b});
       } else {
         if (a > payload_len || b > payload_len - a)
-          return bad(where() + ": [[buffer(" + std::to_string(index) + ")]] bytes [" + std::to_string(a) + ", +" +
-                     std::to_string(b) + ") outside the payload of " + std::to_string(payload_len) + " bytes");
+          return bad(where() + ": [[buffer(" + std::to_string(index) + ")]] bytes [" + std::to_string(a) +
+                     ", +" + std::to_string(b) + ") outside the payload of " + std::to_string(payload_len) +
+                     " bytes");
         // Each inline block starts 16-byte aligned, as constant data does on the GPU.
-        payload_used = (payload_used + 15) & ~size_t(15);
-        l.buffers[index].ptr = reinterpret_cast<uint8_t*>(uintptr_t(payload_base + payload_used));
-        l.buffers[index].length = b;
-        bytes_mask |= bit;
-        payload_used += b;
+        const size_t at = (e->payload.size() + 15) & ~size_t(15);
+        e->payload.resize(at + b);
+        if (b) std::memcpy(e->payload.data() + at, payload + a, b);
+        e->bound.push_back({kind, index, at, b});
       }
     } else if (kind == MLXN_BIND_THREADGROUP_MEMORY) {
-      if (l.threadgroup_set & bit)
+      if (threadgroup_set & bit)
         return bad(where() + ": [[threadgroup(" + std::to_string(index) + ")]] given twice");
       if (b != 0) return bad(where() + ": threadgroup memory record must have b = 0");
       if (a > kMaxThreadgroupMemory)
         return bad(where() + ": [[threadgroup(" + std::to_string(index) + ")]] length " + std::to_string(a) +
                    " exceeds the device limit of " + std::to_string(kMaxThreadgroupMemory) + " bytes");
-      l.threadgroup_set |= bit;
-      l.threadgroup_length[index] = a;
+      threadgroup_set |= bit;
+      dynamic_bytes += (a + 15) & ~uint64_t(15);
+      e->bound.push_back({kind, index, a, 0});
     } else {
       return bad(where() + ": unknown binding kind " + std::to_string(kind));
     }
   }
-  std::string err = check_launch(l);
+  std::string err = check_launch(*kernel, c.grid, c.threads, buffer_set, threadgroup_set, dynamic_bytes);
   if (!err.empty()) return bad(err);
-
-  if (bytes_mask) {
-    e->payload.resize(payload_base + ((payload_used + 15) & ~size_t(15)));
-    for (uint32_t i = 0; i < n; ++i) {
-      const uint8_t* r = recs + uint64_t(MLXN_DISPATCH_BINDING_BYTES) * i;
-      if (load<uint32_t>(r) != MLXN_BIND_BYTES) continue;
-      const uint32_t index = load<uint32_t>(r + 4);
-      const uint64_t a = load<uint64_t>(r + 8), b = load<uint64_t>(r + 16);
-      if (b) std::memcpy(e->payload.data() + uintptr_t(l.buffers[index].ptr), payload + a, b);
-    }
-  }
-  e->commands.push_back(l);
-  e->bytes_masks.push_back(bytes_mask);
+  e->commands.push_back(c);
+  rollback.keep = true;
   return ok_msg(msg, msg_cap);
 }
 
 mlxn_status mlxn_encoder_barrier(mlxn_encoder* e, char* msg, uint64_t msg_cap) {
   if (!e) return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_encoder_barrier: null encoder");
-  if (e->state.load() == MLXN_ENCODER_PENDING)
+  if (e->state.load(std::memory_order_acquire) == MLXN_ENCODER_PENDING)
     return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
                    "barrier: the encoder's committed work is still running; wait first");
   // Dispatches run one after another to completion, so every barrier holds
@@ -491,33 +512,46 @@ mlxn_status mlxn_encoder_barrier(mlxn_encoder* e, char* msg, uint64_t msg_cap) {
   return ok_msg(msg, msg_cap);
 }
 
+static void run_commands(mlxn_encoder* e) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string err;
+  for (const Command& c : e->commands) {
+    Launch l;
+    l.kernel = c.kernel;
+    for (int d = 0; d < 3; ++d) {
+      l.grid[d] = c.grid[d];
+      l.threads[d] = c.threads[d];
+    }
+    l.schedule = c.schedule;
+    for (uint32_t i = 0; i < c.count; ++i) {
+      const Bound& b = e->bound[c.first + i];
+      if (b.kind == MLXN_BIND_THREADGROUP_MEMORY) {
+        l.threadgroup_set |= 1u << b.index;
+        l.threadgroup_length[b.index] = b.a;
+      } else {
+        l.buffer_set |= 1u << b.index;
+        l.buffers[b.index].ptr = b.kind == MLXN_BIND_BUFFER ? reinterpret_cast<uint8_t*>(uintptr_t(b.a))
+                                                            : e->payload.data() + b.a;
+        l.buffers[b.index].length = b.b;
+      }
+    }
+    err = execute(l);
+    if (!err.empty()) break;
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  e->gpu_time_ns.store(uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
+  e->error = err;
+  e->state.store(err.empty() ? MLXN_ENCODER_COMPLETED : MLXN_ENCODER_ERROR, std::memory_order_release);
+}
+
 mlxn_status mlxn_encoder_commit(mlxn_encoder* e, char* msg, uint64_t msg_cap) {
   if (!e) return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_encoder_commit: null encoder");
-  const int32_t s = e->state.load();
+  const int32_t s = e->state.load(std::memory_order_acquire);
   if (s == MLXN_ENCODER_PENDING)
     return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "commit: the encoder is already committed; wait first");
   if (s != MLXN_ENCODER_RECORDING) start_recording(e);  // nothing new recorded: an empty commit
-  for (size_t c = 0; c < e->commands.size(); ++c) {
-    const uint32_t mask = e->bytes_masks[c];
-    if (!mask) continue;
-    for (uint32_t i = 0; i < kMaxBindings; ++i)
-      if (mask & (1u << i))
-        e->commands[c].buffers[i].ptr = e->payload.data() + uintptr_t(e->commands[c].buffers[i].ptr);
-    e->bytes_masks[c] = 0;
-  }
-  e->state.store(MLXN_ENCODER_PENDING);
-  e->runner = std::thread([e] {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::string err;
-    for (const Launch& l : e->commands) {
-      err = execute(l);
-      if (!err.empty()) break;
-    }
-    const auto t1 = std::chrono::steady_clock::now();
-    e->gpu_time_ns.store(uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
-    e->error = err;
-    e->state.store(err.empty() ? MLXN_ENCODER_COMPLETED : MLXN_ENCODER_ERROR);
-  });
+  e->state.store(MLXN_ENCODER_PENDING, std::memory_order_release);
+  e->runner = std::thread(run_commands, e);
   return ok_msg(msg, msg_cap);
 }
 

@@ -560,35 +560,39 @@ uint64_t dynamic_threadgroup_bytes(const Launch& l) {
 }
 
 std::string check_launch(const Launch& l) {
-  const Kernel& k = *l.kernel;
+  return check_launch(*l.kernel, l.grid, l.threads, l.buffer_set, l.threadgroup_set,
+                      dynamic_threadgroup_bytes(l));
+}
+
+std::string check_launch(const Kernel& k, const uint32_t grid[3], const uint32_t threads[3],
+                         uint32_t buffer_set, uint32_t threadgroup_set, uint64_t dyn) {
   // A function, not a string: the success path allocates nothing.
   auto who = [&] { return "kernel '" + k.name + "': "; };
   for (int d = 0; d < 3; ++d) {
-    if (l.grid[d] == 0) return who() + "threadgroups per grid must be positive (got " + xyz(l.grid) + ")";
-    if (l.threads[d] == 0)
-      return who() + "threads per threadgroup must be positive (got " + xyz(l.threads) + ")";
-    if (uint64_t(l.grid[d]) * l.threads[d] > UINT32_MAX)
-      return who() + "grid of " + xyz(l.grid) + " threadgroups of " + xyz(l.threads) +
+    if (grid[d] == 0) return who() + "threadgroups per grid must be positive (got " + xyz(grid) + ")";
+    if (threads[d] == 0)
+      return who() + "threads per threadgroup must be positive (got " + xyz(threads) + ")";
+    if (uint64_t(grid[d]) * threads[d] > UINT32_MAX)
+      return who() + "grid of " + xyz(grid) + " threadgroups of " + xyz(threads) +
              " threads exceeds 2^32-1 threads in a dimension";
   }
-  const uint64_t n = uint64_t(l.threads[0]) * l.threads[1] * l.threads[2];
+  const uint64_t n = uint64_t(threads[0]) * threads[1] * threads[2];
   if (n > kMaxThreadsPerThreadgroup)
-    return who() + "threads per threadgroup " + xyz(l.threads) + " = " + std::to_string(n) +
+    return who() + "threads per threadgroup " + xyz(threads) + " = " + std::to_string(n) +
            " exceeds the device limit of " + std::to_string(kMaxThreadsPerThreadgroup);
   if (n > k.max_threads)
-    return who() + "threads per threadgroup " + xyz(l.threads) + " = " + std::to_string(n) +
+    return who() + "threads per threadgroup " + xyz(threads) + " = " + std::to_string(n) +
            " exceeds the pipeline's maximum of " + std::to_string(k.max_threads);
-  const uint64_t dyn = dynamic_threadgroup_bytes(l);
   const uint64_t stat = k.static_threadgroup_bytes.load(std::memory_order_relaxed);
   if (dyn + stat > kMaxThreadgroupMemory)
     return who() + "threadgroup memory " + std::to_string(dyn) + " bytes dynamic + " +
            std::to_string(stat) + " bytes static exceeds the device limit of " +
            std::to_string(kMaxThreadgroupMemory) + " bytes";
   for (uint32_t idx : k.buffer_indices)
-    if (idx >= kMaxBindings || !(l.buffer_set & (1u << idx)))
+    if (idx >= kMaxBindings || !(buffer_set & (1u << idx)))
       return who() + "[[buffer(" + std::to_string(idx) + ")]] is not bound";
   for (uint32_t idx : k.threadgroup_indices)
-    if (idx >= kMaxBindings || !(l.threadgroup_set & (1u << idx)))
+    if (idx >= kMaxBindings || !(threadgroup_set & (1u << idx)))
       return who() + "[[threadgroup(" + std::to_string(idx) + ")]] has no threadgroup memory length";
   return std::string();
 }

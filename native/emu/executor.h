@@ -60,6 +60,8 @@ uint64_t dynamic_threadgroup_bytes(const Launch& l);
 
 // Checks limits and bindings (threads, threadgroup memory, every declared
 // binding present). Returns "" when the launch may run, else the reason.
+std::string check_launch(const Kernel& k, const uint32_t grid[3], const uint32_t threads[3],
+                         uint32_t buffer_set, uint32_t threadgroup_set, uint64_t dynamic_bytes);
 std::string check_launch(const Launch& l);
 
 // Runs the launch to completion on the worker pool; returns "" on success or
