@@ -226,6 +226,9 @@ describeBackends('flash_attn_vec', ({ device }) => {
       expectInvalid(() => validateFlashAttnVec({ ...ok, [arg]: 0 }, bufs), `${arg} must be a positive integer`, '(got 0)');
     }
     expectInvalid(() => validateFlashAttnVec({ ...ok, nKvHeads: 2 ** 32 }, bufs), 'nKvHeads must be at most 2^32 - 1');
+    expectInvalid(() => validateFlashAttnVec({ ...ok, batch: 2 ** 31, nwg: 2 }, bufs), 'batch * nwg must be at most 2^32 - 1', '(got 4294967296)');
+    expectInvalid(() => validateFlashAttnVec({ ...ok, mask: 'slidingWindow', slidingWindow: 2 ** 32 }, bufs), 'slidingWindow must be at most 2^32 - 1');
+    expectInvalid(() => validateFlashAttnVec({ ...ok, batch: 2 ** 20, kvCapacity: 2 ** 25 }, bufs), 'k elements must be a product of integers at most 2^53 - 1');
     expectInvalid(() => validateFlashAttnVec({ ...ok, headDim: 128 }, bufs), 'headDim must be 256 or 512', '(got 128)');
     expectInvalid(() => validateFlashAttnVec({ ...ok, nKvHeads: 3 }, bufs), 'nHeads must be a multiple of nKvHeads (3)', '(got 4)');
     expectInvalid(() => validateFlashAttnVec({ ...ok, kvSeqLen: 65 }, bufs), 'kvSeqLen must be at most kvCapacity (64)', '(got 65)');

@@ -217,6 +217,8 @@ describeBackends('gated_delta_net_chunk', ({ device }) => {
     for (const arg of ['b', 't', 'hg', 'h', 'k', 'v', 'bt'] as const) {
       expectInvalid(() => validateGatedDeltaNetChunk({ ...ok, [arg]: 0 }, bufs), `${arg} must be a positive integer`, '(got 0)');
     }
+    expectInvalid(() => validateGatedDeltaNetChunk({ ...ok, t: 2 ** 32 }, bufs), 't must be at most 2^32 - 1', '(got 4294967296)');
+    expectInvalid(() => validateGatedDeltaNetChunk({ ...ok, b: 2 ** 20, t: 2 ** 26 }, bufs), 'k elements must be a product of integers at most 2^53 - 1');
     expectInvalid(() => validateGatedDeltaNetChunk({ ...ok, h: 3 }, bufs), 'h must be a multiple of hg (2)', '(got 3)');
     expectInvalid(() => validateGatedDeltaNetChunk({ ...ok, k: 64 }, bufs), 'K must be equal to MAX_K = 128', '(got 64)');
     expectInvalid(() => validateGatedDeltaNetChunk({ ...ok, v: 288 }, bufs), 'v must be at most MAX_V (256)', '(got 288)');
