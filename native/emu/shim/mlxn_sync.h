@@ -426,6 +426,11 @@ namespace sgm_detail {
 inline int row_of(uint32_t l) { return int(((l / 4) & 4) + (l / 2) % 4); }
 inline int col_of(uint32_t l) { return int(((l / 4) & 2) * 2 + (l % 2) * 2); }
 // A collective without data: makes the lanes meet at the caller's site.
+// simdgroup_load and simdgroup_store meet before and after their memory
+// accesses, as one SIMD instruction would act: every lane's earlier
+// instructions are done before any lane accesses memory, and every lane's
+// accesses are done before any lane goes on (a load from threadgroup memory
+// followed by an overwrite of it needs no barrier between them on a GPU).
 inline void meet(const mlxn::srcloc& l) {
   uint8_t x = 0, all[simd_detail::W];
   simd_detail::gather(x, all, l);
@@ -473,6 +478,7 @@ inline void simdgroup_load(simdgroup_matrix<T, C, R>& d, P src, ulong elements_p
     int64_t i = transpose_matrix ? (oy + c) * s + ox + r : (oy + r) * s + ox + c;
     d.e.data[k] = T(*mlxn::access_at(src, i, &l));
   }
+  sgm_detail::meet(l);
 }
 template <class T, int C, int R, class P, class O = ulong2>
 inline void simdgroup_store(const simdgroup_matrix<T, C, R>& a, P dst, ulong elements_per_row = 8,
@@ -490,6 +496,7 @@ inline void simdgroup_store(const simdgroup_matrix<T, C, R>& a, P dst, ulong ele
     auto* q = mlxn::access_at(dst, i, &l);
     *q = std::remove_cvref_t<decltype(*q)>(a.e.data[k]);
   }
+  sgm_detail::meet(l);
 }
 
 namespace sgm_detail {
