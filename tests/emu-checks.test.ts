@@ -6,6 +6,8 @@
 // .metal file and line.
 
 import { describe, expect, test } from 'bun:test';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
 import { Device, MlxError, type Buffer, type Pipeline } from '../ts/index.ts';
 import { backendAbsence } from './helpers.ts';
 
@@ -297,4 +299,16 @@ kernel void broken(device float* out [[buffer(0)]], uint gid [[thread_position_i
       device.close();
     }
   });
+});
+
+// The runtime's own C++ tests (scheduler, C ABI) build two executables, which
+// takes a while on a small machine: they run under CI, or when asked for.
+const runtimeTests = process.env.CI !== undefined || process.env.MLX_NATIVE_EMU_RUNTIME_TESTS === '1';
+describe.if(runtimeTests)('emu runtime C++ tests', () => {
+  test('native/emu/tests/runtime/run.sh', () => {
+    const script = join(import.meta.dir, '..', 'native', 'emu', 'tests', 'runtime', 'run.sh');
+    const r = spawnSync('bash', [script], { encoding: 'utf8' });
+    if (r.status !== 0) throw new Error(`run.sh exited with ${r.status}:\n${r.stdout}\n${r.stderr}`);
+    expect(r.stdout).toContain('0 failures');
+  }, 600_000);
 });
