@@ -2,9 +2,7 @@ import { describe, expect, test } from 'bun:test';
 import metalSource from '../shaders/flash_attn_vec.metal' with { type: 'text' };
 import { MlxError, f16BitsToF32, f32ToF16Bits, type Buffer, type DType, type Device } from '../ts/index.ts';
 import {
-  FLASH_ATTN_VEC_PARAMS_BYTES,
   FLASH_ATTN_VEC_PARAMS_LAYOUT,
-  FLASH_ATTN_VEC_REDUCE_PARAMS_BYTES,
   FLASH_ATTN_VEC_REDUCE_PARAMS_LAYOUT,
   flashAttnVec,
   flashAttnVecTmpElements,
@@ -14,8 +12,8 @@ import {
   type FlashAttnVecBuffers,
   type FlashAttnVecMask,
   type FlashAttnVecParams,
-  type StructField,
 } from '../ts/ops/flash_attn_vec.ts';
+import type { ParamField } from '../ts/ops/fused_norm.ts';
 import { flashAttnVecRef, type FlashAttnVecRefShape } from '../ts/reference/flash_attn_vec.ts';
 import { TOL, describeBackends, maxRelErr, randomArray, rng } from './helpers.ts';
 
@@ -121,11 +119,13 @@ function makeInputs(c: Case, seed: number, poison = true): { q: Float64Array; k:
 function parseStruct(name: string): { type: string; name: string; offset: number }[] {
   const body = new RegExp(`struct\\s+${name}\\s*\\{([^}]*)\\}`).exec(metalSource);
   if (body === null) throw new Error(`struct ${name} not found in flash_attn_vec.metal`);
-  // Every field is a 4-byte uint or float, so offsets are 4 * index.
-  return [...body[1]!.matchAll(/^\s*(\w+)\s+(\w+)\s*;/gm)].map((m, i) => ({ type: m[1]!, name: m[2]!, offset: 4 * i }));
+  // Every field is a 4-byte uint or float, so offsets are 4 * index; the
+  // layout tables name those types u32 and f32.
+  const names: Record<string, string> = { uint: 'u32', float: 'f32' };
+  return [...body[1]!.matchAll(/^\s*(\w+)\s+(\w+)\s*;/gm)].map((m, i) => ({ type: names[m[1]!] ?? m[1]!, name: m[2]!, offset: 4 * i }));
 }
 
-function layoutOf(l: readonly StructField[]): { type: string; name: string; offset: number }[] {
+function layoutOf(l: readonly ParamField[]): { type: string; name: string; offset: number }[] {
   return l.map((f) => ({ type: f.type, name: f.name, offset: f.offset }));
 }
 
@@ -153,7 +153,6 @@ describe('flash_attn_vec params', () => {
   test('FlashAttnVecParams packer matches the struct of the .metal source', () => {
     const fields = parseStruct('FlashAttnVecParams');
     expect(layoutOf(FLASH_ATTN_VEC_PARAMS_LAYOUT)).toEqual(fields);
-    expect(FLASH_ATTN_VEC_PARAMS_BYTES).toBe(4 * fields.length);
     const p: FlashAttnVecParams = {
       batch: 3, nHeads: 16, nKvHeads: 4, headDim: 512, kvSeqLen: 777, kvCapacity: 1024, scale: 0.125,
       mask: 'slidingWindow', slidingWindow: 321, softcap: 30, nwg: 7,
@@ -163,9 +162,10 @@ describe('flash_attn_vec params', () => {
       mask_type: 2, sliding_window: 321, softcap: 30, nwg: 7,
     };
     const bytes = packFlashAttnVecParams(p);
+    expect(bytes.byteLength).toBe(4 * fields.length);
     const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     for (const f of fields) {
-      const got = f.type === 'float' ? dv.getFloat32(f.offset, true) : dv.getUint32(f.offset, true);
+      const got = f.type === 'f32' ? dv.getFloat32(f.offset, true) : dv.getUint32(f.offset, true);
       expect([f.name, got]).toEqual([f.name, want[f.name]!]);
     }
     const masks: [FlashAttnVecMask, number][] = [['none', 0], ['causal', 1], ['slidingWindow', 2]];
@@ -177,8 +177,8 @@ describe('flash_attn_vec params', () => {
   test('FlashAttnVecReduceParams packer matches the struct of the .metal source', () => {
     const fields = parseStruct('FlashAttnVecReduceParams');
     expect(layoutOf(FLASH_ATTN_VEC_REDUCE_PARAMS_LAYOUT)).toEqual(fields);
-    expect(FLASH_ATTN_VEC_REDUCE_PARAMS_BYTES).toBe(4 * fields.length);
     const bytes = packFlashAttnVecReduceParams({ batch: 3, nHeads: 5 });
+    expect(bytes.byteLength).toBe(4 * fields.length);
     expect(new DataView(bytes.buffer).getUint32(0, true)).toBe(15);
   });
 

@@ -160,7 +160,9 @@ describe('gated_delta_net_chunk params', () => {
     expect(body).not.toBeNull();
     const fields = [...body![1]!.matchAll(/^\s*(\w+)\s+(\w+)\s*;/gm)].map((m, i) => ({ type: m[1]!, name: m[2]!, offset: 4 * i }));
     expect(fields.every((f) => f.type === 'uint')).toBe(true);
-    const layout: { type: string; name: string; offset: number }[] = GATED_DELTA_NET_CHUNK_PARAMS_LAYOUT.map((f) => ({ type: f.type, name: f.name, offset: f.offset }));
+    const layout: { type: string; name: string; offset: number }[] = GATED_DELTA_NET_CHUNK_PARAMS_LAYOUT.map((f) => ({
+      type: f.type === 'u32' ? 'uint' : f.type, name: f.name, offset: f.offset,
+    }));
     expect(layout).toEqual(fields);
     const p = shape({ b: 3, t: 320, hg: 2, h: 6, v: 96 });
     const want: Record<string, number> = { b: 3, t: 320, hg: 2, h: 6, k: 128, v: 96, bt: 64, nt: 5 };

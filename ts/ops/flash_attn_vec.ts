@@ -4,6 +4,7 @@ import metalSource from '../../shaders/flash_attn_vec.metal' with { type: 'text'
 import type { Buffer } from '../buffer.ts';
 import type { Encoder } from '../encoder.ts';
 import { checkAtMost, checkDtype, checkElements, checkMultiple, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { packFields, type ParamField } from './fused_norm.ts';
 
 const OP = 'flash_attn_vec';
 const FAMILY = 'flash_attn_vec';
@@ -63,46 +64,26 @@ export interface FlashAttnVecBuffers {
   tmp?: Buffer;
 }
 
-export interface StructField {
-  readonly name: string;
-  readonly type: 'uint' | 'float';
-  readonly offset: number;
-}
-
 /** struct FlashAttnVecParams of shaders/flash_attn_vec.metal. */
-export const FLASH_ATTN_VEC_PARAMS_LAYOUT: readonly StructField[] = [
-  { name: 'n_heads', type: 'uint', offset: 0 },
-  { name: 'n_kv_heads', type: 'uint', offset: 4 },
-  { name: 'head_dim', type: 'uint', offset: 8 },
-  { name: 'kv_seq_len', type: 'uint', offset: 12 },
-  { name: 'kv_capacity', type: 'uint', offset: 16 },
-  { name: 'scale', type: 'float', offset: 20 },
-  { name: 'mask_type', type: 'uint', offset: 24 },
-  { name: 'sliding_window', type: 'uint', offset: 28 },
-  { name: 'softcap', type: 'float', offset: 32 },
-  { name: 'nwg', type: 'uint', offset: 36 },
+export const FLASH_ATTN_VEC_PARAMS_LAYOUT: readonly ParamField[] = [
+  { name: 'n_heads', type: 'u32', offset: 0 },
+  { name: 'n_kv_heads', type: 'u32', offset: 4 },
+  { name: 'head_dim', type: 'u32', offset: 8 },
+  { name: 'kv_seq_len', type: 'u32', offset: 12 },
+  { name: 'kv_capacity', type: 'u32', offset: 16 },
+  { name: 'scale', type: 'f32', offset: 20 },
+  { name: 'mask_type', type: 'u32', offset: 24 },
+  { name: 'sliding_window', type: 'u32', offset: 28 },
+  { name: 'softcap', type: 'f32', offset: 32 },
+  { name: 'nwg', type: 'u32', offset: 36 },
 ];
-export const FLASH_ATTN_VEC_PARAMS_BYTES = 40;
 
 /** struct FlashAttnVecReduceParams of shaders/flash_attn_vec.metal. */
-export const FLASH_ATTN_VEC_REDUCE_PARAMS_LAYOUT: readonly StructField[] = [{ name: 'nrows', type: 'uint', offset: 0 }];
-export const FLASH_ATTN_VEC_REDUCE_PARAMS_BYTES = 4;
-
-function packStruct(layout: readonly StructField[], bytes: number, values: Record<string, number>): Uint8Array {
-  const out = new Uint8Array(bytes);
-  const dv = new DataView(out.buffer);
-  for (const f of layout) {
-    const x = values[f.name];
-    if (x === undefined) throw new Error(`packStruct: no value for field ${f.name}`);
-    if (f.type === 'uint') dv.setUint32(f.offset, x, true);
-    else dv.setFloat32(f.offset, x, true);
-  }
-  return out;
-}
+export const FLASH_ATTN_VEC_REDUCE_PARAMS_LAYOUT: readonly ParamField[] = [{ name: 'nrows', type: 'u32', offset: 0 }];
 
 /** The main kernel's FlashAttnVecParams, little-endian. */
 export function packFlashAttnVecParams(p: FlashAttnVecParams): Uint8Array {
-  return packStruct(FLASH_ATTN_VEC_PARAMS_LAYOUT, FLASH_ATTN_VEC_PARAMS_BYTES, {
+  return packFields(FLASH_ATTN_VEC_PARAMS_LAYOUT, {
     n_heads: p.nHeads,
     n_kv_heads: p.nKvHeads,
     head_dim: p.headDim,
@@ -118,7 +99,7 @@ export function packFlashAttnVecParams(p: FlashAttnVecParams): Uint8Array {
 
 /** The reduce kernel's FlashAttnVecReduceParams: nrows = batch * nHeads. */
 export function packFlashAttnVecReduceParams(p: Pick<FlashAttnVecParams, 'batch' | 'nHeads'>): Uint8Array {
-  return packStruct(FLASH_ATTN_VEC_REDUCE_PARAMS_LAYOUT, FLASH_ATTN_VEC_REDUCE_PARAMS_BYTES, { nrows: p.batch * p.nHeads });
+  return packFields(FLASH_ATTN_VEC_REDUCE_PARAMS_LAYOUT, { nrows: p.batch * p.nHeads });
 }
 
 /**

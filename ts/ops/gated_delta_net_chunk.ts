@@ -7,6 +7,7 @@ import type { Buffer } from '../buffer.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { checkAtMost, checkDtype, checkElements, checkMultiple, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import type { ParamField } from './fused_norm.ts';
 
 const OP = 'gated_delta_net_chunk';
 const FAMILY = 'gated_delta_net_chunk';
@@ -77,22 +78,16 @@ export function gatedDeltaNetChunkThreadgroupBytes(p: Pick<GatedDeltaNetChunkPar
   return GDN_CHUNK_BV * p.k * 4 + GDN_CHUNK_BV * p.bt * 2;
 }
 
-export interface StructField {
-  readonly name: string;
-  readonly type: 'uint';
-  readonly offset: number;
-}
-
 /** struct GatedDeltaNetChunkParams of shaders/gated_delta_net_chunk.metal: u32 [B, T, Hg, H, K, V, BT, NT]. */
-export const GATED_DELTA_NET_CHUNK_PARAMS_LAYOUT: readonly StructField[] = [
-  { name: 'b', type: 'uint', offset: 0 },
-  { name: 't', type: 'uint', offset: 4 },
-  { name: 'hg', type: 'uint', offset: 8 },
-  { name: 'h', type: 'uint', offset: 12 },
-  { name: 'k', type: 'uint', offset: 16 },
-  { name: 'v', type: 'uint', offset: 20 },
-  { name: 'bt', type: 'uint', offset: 24 },
-  { name: 'nt', type: 'uint', offset: 28 },
+export const GATED_DELTA_NET_CHUNK_PARAMS_LAYOUT: readonly ParamField[] = [
+  { name: 'b', type: 'u32', offset: 0 },
+  { name: 't', type: 'u32', offset: 4 },
+  { name: 'hg', type: 'u32', offset: 8 },
+  { name: 'h', type: 'u32', offset: 12 },
+  { name: 'k', type: 'u32', offset: 16 },
+  { name: 'v', type: 'u32', offset: 20 },
+  { name: 'bt', type: 'u32', offset: 24 },
+  { name: 'nt', type: 'u32', offset: 28 },
 ];
 
 /** The kernel's params: u32 [B, T, Hg, H, K, V, BT, NT]. */
