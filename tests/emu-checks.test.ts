@@ -68,6 +68,16 @@ kernel void divergent_barrier(device float* out [[buffer(0)]],
   out[i] = 1.0f;
 }
 
+// Defect: an unchecked pointer (taken with &) far outside any memory.
+kernel void wild_pointer(device float* out [[buffer(0)]],
+                         threadgroup float* tg [[threadgroup(0)]],
+                         uint i [[thread_index_in_threadgroup]]) {
+  tg[i] = 1.0f;
+  threadgroup float* raw = &tg[0];
+  if (i == 5) raw[0x4000000000000ul] = 2.0f;
+  out[i] = tg[i];
+}
+
 kernel void copy2(device const float* a [[buffer(0)]],
                   device float* b [[buffer(1)]],
                   threadgroup float* tg [[threadgroup(0)]],
@@ -208,6 +218,25 @@ describe.if(absent === null)('emu checks', () => {
       } finally {
         device.close();
       }
+    }
+  });
+
+  test('a fault through an unchecked pointer fails the commit, not the process', () => {
+    const { device, pipeline } = setup();
+    try {
+      const out = device.alloc('f32', [32]);
+      const enc = device.encoder();
+      enc.dispatch(pipeline('wild_pointer'), { buffers: { 0: out }, threadgroupMemory: { 0: 128 } },
+        [1, 1, 1], [32, 1, 1]);
+      const e = errorOf(() => enc.commitAndWait());
+      expect(e.kind).toBe('CommandBufferError');
+      expect(e.message).toContain("kernel 'wild_pointer': invalid memory access");
+      expect(e.message).toContain('thread (5,0,0) of threadgroup (0,0,0)');
+      // The device still works.
+      enc.dispatch(pipeline('write_past_end'), { buffers: { 0: out } }, [1, 1, 1], [32, 1, 1]);
+      enc.commitAndWait();
+    } finally {
+      device.close();
     }
   });
 

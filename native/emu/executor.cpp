@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
+
+#include <signal.h>
+#include <sys/mman.h>
 
 #include "fiber.h"
 #include "util.h"
@@ -101,7 +105,7 @@ struct Job {
   ErrorSlot error;
 };
 
-enum class State : uint8_t { Runnable, TgBarrier, SimdBarrier, Exchange, Exited, Failed };
+enum class State : uint8_t { Runnable, TgBarrier, SimdBarrier, Exchange, Exited, Failed, Faulted };
 
 struct Worker;
 
@@ -116,6 +120,9 @@ struct Fiber {
   uint32_t size = 0;
   uint32_t mask = 0;
   std::vector<uint8_t> scratch;  // returned for out-of-bounds accesses
+  int fault_signal = 0;          // State::Faulted: the signal and address
+  void* fault_address = nullptr;
+  uint32_t index = 0;            // in the threadgroup
 };
 
 struct StaticVar {
@@ -184,7 +191,80 @@ void Worker::fail_group(uint32_t thread, const std::string& msg) {
   job->failed.store(true, std::memory_order_relaxed);
 }
 
-void Worker::resume(Fiber* f) { context_switch(&sched, &f->ctx); }
+// The fiber running on this OS thread, for the fault handler.
+thread_local Fiber* tl_running = nullptr;
+
+void Worker::resume(Fiber* f) {
+  tl_running = f;
+  context_switch(&sched, &f->ctx);
+  tl_running = nullptr;
+  if (f->state == State::Faulted) {
+    const uint8_t* addr = static_cast<const uint8_t*>(f->fault_address);
+    const uint8_t* stack = static_cast<const uint8_t*>(stacks[f->index]->base());
+    const bool overflow = addr < stack && addr >= stack - 65536;
+    char where_addr[32];
+    std::snprintf(where_addr, sizeof where_addr, "%p", f->fault_address);
+    fail_group(f->index, "kernel '" + launch->kernel->name + "': " +
+                             (overflow ? "stack overflow (each GPU thread has " +
+                                             std::to_string(kFiberStackBytes / 1024) + " KiB of stack)"
+                                       : std::string(f->fault_signal == SIGBUS ? "bus error" : "invalid memory access") +
+                                             " at address " + where_addr +
+                                             " (an unchecked pointer, e.g. one taken with & from threadgroup memory?)") +
+                             " in " + where(f));
+  }
+}
+
+// SIGSEGV / SIGBUS in kernel code (an unchecked raw pointer, a stack
+// overflow into a fiber's guard page) fails the dispatch instead of the
+// process: the handler, on the worker's alternate signal stack, marks the
+// fiber Faulted and switches to the scheduler, never returning into the
+// kernel. Faults anywhere else go to the handler that was installed before.
+struct sigaction g_prev_segv, g_prev_bus;
+
+void fault_handler(int sig, siginfo_t* info, void* uc) {
+  Fiber* f = tl_running;
+  if (f) {
+    tl_running = nullptr;
+    f->state = State::Faulted;
+    f->fault_signal = sig;
+    f->fault_address = info ? info->si_addr : nullptr;
+    // SA_NODEFER keeps the signal unblocked although this handler never returns.
+    context_switch(&f->ctx, &f->worker->sched);
+  }
+  const struct sigaction& prev = sig == SIGBUS ? g_prev_bus : g_prev_segv;
+  if (prev.sa_flags & SA_SIGINFO) {
+    if (prev.sa_sigaction) return prev.sa_sigaction(sig, info, uc);
+  } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN && prev.sa_handler) {
+    return prev.sa_handler(sig);
+  }
+  // No handler before ours: restore the default action; returning re-executes
+  // the faulting instruction, which then terminates as it would have.
+  signal(sig, SIG_DFL);
+}
+
+void install_fault_handler() {
+  if (const char* e = std::getenv("MLX_NATIVE_EMU_NO_SIGNALS"); e && *e == '1') return;
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = fault_handler;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, &g_prev_segv);
+  sigaction(SIGBUS, &sa, &g_prev_bus);
+}
+
+// Each worker handles faults on its own alternate stack: a fiber that
+// overflowed its stack has none left to run the handler on.
+void install_alt_stack() {
+  const size_t size = 64 * 1024;
+  void* m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return;
+  stack_t ss;
+  ss.ss_sp = m;
+  ss.ss_size = size;
+  ss.ss_flags = 0;
+  sigaltstack(&ss, nullptr);
+}
 
 void Worker::run_group(Job* j, uint64_t linear) {
   job = j;
@@ -227,6 +307,7 @@ void Worker::run_group(Job* j, uint64_t linear) {
     Fiber& f = fibers[i];
     f.worker = this;
     f.state = State::Runnable;
+    f.index = i;
     mlxn_emu_thread& t = f.t;
     t.hooks = hooks_table();
     t.buffers = l.buffers;
@@ -510,11 +591,14 @@ class Pool {
       long v = std::strtol(e, nullptr, 10);
       if (v > 0 && v <= 4096) n = uint32_t(v);
     }
+    install_fault_handler();
     for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this] { loop(); });
     for (auto& t : threads_) t.detach();
   }
 
   void loop() {
+    install_alt_stack();
+    tl_running = nullptr;  // allocates this thread's TLS block outside any signal handler
     auto worker = std::make_unique<Worker>();
     for (;;) {
       std::shared_ptr<Job> job;

@@ -413,6 +413,51 @@ static void test_big_grid() {
   CHECK(ok, "2-D grid positions wrong");
 }
 
+// --- faults in kernel code fail the dispatch, not the process ---------------
+
+static void k_null_write(mlxn_emu_thread* t) {
+  if (t->thread_index_in_threadgroup == 3) {
+    volatile float* p = reinterpret_cast<float*>(uintptr_t(t->buffers[0].length) * 0 + 16);
+    *p = 1.0f;
+  }
+  t->hooks->threadgroup_barrier(t, kSiteA, 0);
+}
+
+static uint32_t deep(volatile uint32_t depth) {
+  volatile uint8_t frame[512];
+  frame[0] = uint8_t(depth);
+  return depth == 0 ? frame[0] : deep(depth + 1) + frame[0];
+}
+
+static void k_stack_overflow(mlxn_emu_thread* t) {
+  if (t->thread_index_in_threadgroup == 1) reinterpret_cast<uint32_t*>(t->buffers[0].ptr)[0] = deep(1);
+}
+
+static void test_faults() {
+  Kernel k;
+  k.name = "null_write";
+  k.fn = k_null_write;
+  uint32_t x = 0;
+  Launch l = make_launch(&k, 2, 32);
+  bind(l, 0, &x, 4);
+  std::string err = execute(l);
+  CHECK(contains(err, "null_write") && contains(err, "invalid memory access") &&
+            contains(err, "thread (3,0,0) of threadgroup (0,0,0)"),
+        "got: %s", err.c_str());
+  Kernel so;
+  so.name = "overflow";
+  so.fn = k_stack_overflow;
+  Launch lo = make_launch(&so, 1, 4);
+  bind(lo, 0, &x, 4);
+  err = execute(lo);
+  CHECK(contains(err, "overflow") && contains(err, "stack overflow") && contains(err, "thread (1,0,0)"),
+        "got: %s", err.c_str());
+  // The workers go on working.
+  test_barrier_release(false);
+  err = execute(l);
+  CHECK(contains(err, "invalid memory access"), "second fault: %s", err.c_str());
+}
+
 int main() {
   std::printf("workers: %u\n", worker_count());
   test_barrier_release(false);
@@ -428,6 +473,7 @@ int main() {
   test_fail();
   test_check_launch();
   test_big_grid();
+  test_faults();
   std::printf("%d checks, %d failures\n", g_checks, g_failures);
   return g_failures == 0 ? 0 : 1;
 }
