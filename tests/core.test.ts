@@ -95,6 +95,22 @@ describe('dispatch packing', () => {
     expect([...block.bytes.subarray(0, len)]).toEqual([...new Uint8Array(want)]);
   });
 
+  test('arrays, dense records, sparse records and undefined entries pack the same', () => {
+    const pack = (b: Parameters<typeof packDispatch<BindableBuffer>>[3]): number[] => {
+      const block = new DispatchBlock();
+      const len = packDispatch(block, owner, pipeline, b, [3, 1, 1], [32, 1, 1]);
+      return [...block.bytes.subarray(0, len)];
+    };
+    const bytes4 = new Uint8Array([9, 9, 9, 9]);
+    const want = pack({ buffers: { 0: bufA, 1: bufB, 3: bufC }, bytes: { 2: bytes4 }, threadgroupMemory: { 1: 64 } });
+    expect(pack({ buffers: [bufA, bufB, undefined, bufC], bytes: [, , bytes4], threadgroupMemory: [, 64] })).toEqual(want);
+    expect(pack({ buffers: { 0: bufA, 1: bufB, 2: undefined, 3: bufC }, bytes: { 2: bytes4 }, threadgroupMemory: { 1: 64 } })).toEqual(want);
+    expect(pack({ buffers: { 3: bufC, 1: bufB, 0: bufA }, bytes: { 2: bytes4, 5: undefined }, threadgroupMemory: { 1: 64 } })).toEqual(want);
+    // A dense record and its array.
+    expect(pack({ buffers: { 0: bufA, 1: bufB, 2: bufC } })).toEqual(pack({ buffers: [bufA, bufB, bufC] }));
+    expect(pack({ buffers: { 0: bufA, 1: bufB, 2: bufC } }).length).toBe(48 + 3 * 24);
+  });
+
   test('a dispatch with no bindings is the bare header', () => {
     const block = new DispatchBlock();
     const len = packDispatch(block, owner, 8, {}, [1, 1, 1], [1, 1, 1]);
@@ -116,6 +132,8 @@ describe('dispatch packing', () => {
     const pack = (b: Parameters<typeof packDispatch<BindableBuffer>>[3], grid: [number, number, number] = [1, 1, 1], threads: [number, number, number] = [1, 1, 1]) =>
       packDispatch(block, owner, 8, b, grid, threads);
     expectKind(() => pack({ buffers: { 31: bufA } }), 'InvalidArgument', 'buffer binding index must be an integer in [0, 30] (got 31)');
+    expectKind(() => pack({ buffers: { 0: bufA, 1: bufB, ['x' as unknown as number]: bufC } }), 'InvalidArgument', 'buffer binding index must be an integer in [0, 30] (got x)');
+    expectKind(() => pack({ buffers: new Array<BindableBuffer>(32).fill(bufA) }), 'InvalidArgument', 'buffers (an array) must be at most 31 long (got 32)');
     expectKind(() => pack({ buffers: { 0: { ...bufA, _h: 0 } } }), 'InvalidArgument', 'used after release');
     expectKind(() => pack({ buffers: { 0: { ...bufA, _state: {} } } }), 'InvalidArgument', 'another device');
     expectKind(() => pack({ buffers: { 0: [bufC, 5] } }), 'InvalidArgument', 'offset of buffer 0 must be an integer in [0, 4] (got 5)');

@@ -34,13 +34,19 @@ export interface BindableBuffer {
   readonly byteLength: number;
 }
 
+/**
+ * Bindings of one dispatch, by binding index. Arrays are accepted wherever a
+ * record is (`buffers: [q, k, v, out]`, holes as undefined) and are the
+ * faster form: enumerating the integer keys of a plain object costs the
+ * engine several hundred nanoseconds, reading an array does not.
+ */
 export interface DispatchBindings<B extends BindableBuffer = Buffer> {
   /** Buffers by binding index; [buffer, byteOffset] binds from an offset. */
-  buffers?: Record<number, B | readonly [B, number]>;
+  buffers?: Record<number, B | readonly [B, number] | undefined>;
   /** Inline constant data by binding index (copied at dispatch). */
-  bytes?: Record<number, ArrayBufferView>;
+  bytes?: Record<number, ArrayBufferView | undefined>;
   /** Threadgroup memory byte lengths by threadgroup binding index. */
-  threadgroupMemory?: Record<number, number>;
+  threadgroupMemory?: Record<number, number | undefined>;
 }
 
 export type Dim3 = readonly [number, number, number];
@@ -73,7 +79,8 @@ function bindErr(arg: string, expected: string, actual: unknown): MlxError {
   return new MlxError('InvalidArgument', `Encoder.dispatch: ${arg} must be ${expected} (got ${String(actual)})`);
 }
 
-function checkIndex(kind: string, k: string): number {
+/** The binding index of a for-in key ("0".."30"), or throws. */
+function keyIndex(kind: string, k: string): number {
   const index = +k;
   if (!(index >= 0 && index < MAX_BINDINGS && (index | 0) === index)) {
     throw bindErr(`${kind} binding index`, `an integer in [0, ${MAX_BINDINGS - 1}]`, k);
@@ -85,13 +92,48 @@ function checkDim(arg: string, v: number): void {
   if (!((v >>> 0) === v && v > 0)) throw bindErr(arg, 'a positive 32-bit integer', v);
 }
 
-function checkDims(grid: Dim3, threads: Dim3): void {
-  checkDim('grid[0]', grid[0]);
-  checkDim('grid[1]', grid[1]);
-  checkDim('grid[2]', grid[2]);
-  checkDim('threads[0]', threads[0]);
-  checkDim('threads[1]', threads[1]);
-  checkDim('threads[2]', threads[2]);
+type BufferBinding = BindableBuffer | readonly [BindableBuffer, number] | undefined;
+
+// Bindings given as records are copied here by index first, so that one loop
+// over an array serves both forms.
+const recBuffers: BufferBinding[] = new Array<BufferBinding>(MAX_BINDINGS).fill(undefined);
+const recBytes: (ArrayBufferView | undefined)[] = new Array<ArrayBufferView | undefined>(MAX_BINDINGS).fill(undefined);
+const recTgm: (number | undefined)[] = new Array<number | undefined>(MAX_BINDINGS).fill(undefined);
+
+/**
+ * Copies a record's entries into `out` by index; returns 1 + the highest
+ * index. Engines enumerate integer keys slowly (for-in or Object.keys: a few
+ * hundred nanoseconds), and reading a missing index is slow too. A record
+ * dense from index 0 (the common `buffers: { 0: a, 1: b }`) is counted with
+ * Object.values and read upward; any other record is enumerated with
+ * Object.keys.
+ */
+function fromRecord<T>(kind: string, rec: Record<number, T | undefined>, out: (T | undefined)[]): number {
+  const first = rec[0];
+  if (first !== undefined) {
+    const count = Object.values(rec).length;
+    out[0] = first;
+    let i = 1;
+    for (; i < count; i++) {
+      const v = rec[i];
+      if (v === undefined) break;
+      out[i] = v;
+    }
+    if (i === count) return count;
+  }
+  out.fill(undefined);
+  const keys = Object.keys(rec);
+  let len = 0;
+  for (let j = 0; j < keys.length; j++) {
+    const i = keyIndex(kind, keys[j]!);
+    out[i] = rec[i];
+    if (i >= len) len = i + 1;
+  }
+  return len;
+}
+
+function arrayTooLong(kind: string, length: number): MlxError {
+  return bindErr(`${kind} (an array)`, `at most ${MAX_BINDINGS} long`, length);
 }
 
 /**
@@ -108,117 +150,153 @@ export function packDispatch<B extends BindableBuffer>(
   grid: Dim3,
   threads: Dim3,
 ): number {
-  checkDims(grid, threads);
-  const buffers = b.buffers;
-  const bytes = b.bytes;
-  const tgm = b.threadgroupMemory;
+  const g0 = grid[0], g1 = grid[1], g2 = grid[2];
+  const t0 = threads[0], t1 = threads[1], t2 = threads[2];
+  if (!((g0 >>> 0) === g0 && g0 > 0)) checkDim('grid[0]', g0);
+  if (!((g1 >>> 0) === g1 && g1 > 0)) checkDim('grid[1]', g1);
+  if (!((g2 >>> 0) === g2 && g2 > 0)) checkDim('grid[2]', g2);
+  if (!((t0 >>> 0) === t0 && t0 > 0)) checkDim('threads[0]', t0);
+  if (!((t1 >>> 0) === t1 && t1 > 0)) checkDim('threads[1]', t1);
+  if (!((t2 >>> 0) === t2 && t2 > 0)) checkDim('threads[2]', t2);
 
-  // Pass 1: count bindings and payload so that the payload's place is known.
-  let n = 0;
-  let payload = 0;
-  if (buffers) for (const _ in buffers) n++;
-  if (bytes) {
-    for (const k in bytes) {
-      n++;
-      payload = Math.ceil(payload / PAYLOAD_ALIGN) * PAYLOAD_ALIGN + bytes[+k]!.byteLength;
+  // Each binding kind as an array by index (records are copied into scratch).
+  const buffers = b.buffers;
+  let bufArr: readonly BufferBinding[] = recBuffers;
+  let bufLen = 0;
+  if (buffers !== undefined) {
+    if (Array.isArray(buffers)) {
+      bufArr = buffers;
+      bufLen = buffers.length;
+      if (bufLen > MAX_BINDINGS) throw arrayTooLong('buffers', bufLen);
+    } else {
+      bufLen = fromRecord('buffer', buffers, recBuffers);
     }
   }
-  if (tgm) for (const _ in tgm) n++;
-  if (n > 3 * MAX_BINDINGS) throw bindErr('the number of bindings', `at most ${3 * MAX_BINDINGS}`, n);
-  const payloadStart = DISPATCH_HEADER_BYTES + DISPATCH_BINDING_BYTES * n;
-  const total = payloadStart + payload;
-  block.reserve(total);
+  const bytes = b.bytes;
+  let bytesArr: readonly (ArrayBufferView | undefined)[] = recBytes;
+  let bytesLen = 0;
+  if (bytes !== undefined) {
+    if (Array.isArray(bytes)) {
+      bytesArr = bytes;
+      bytesLen = bytes.length;
+      if (bytesLen > MAX_BINDINGS) throw arrayTooLong('bytes', bytesLen);
+    } else {
+      bytesLen = fromRecord('bytes', bytes, recBytes);
+    }
+  }
+  const tgm = b.threadgroupMemory;
+  let tgmArr: readonly (number | undefined)[] = recTgm;
+  let tgmLen = 0;
+  if (tgm !== undefined) {
+    if (Array.isArray(tgm)) {
+      tgmArr = tgm;
+      tgmLen = tgm.length;
+      if (tgmLen > MAX_BINDINGS) throw arrayTooLong('threadgroupMemory', tgmLen);
+    } else {
+      tgmLen = fromRecord('threadgroupMemory', tgm, recTgm);
+    }
+  }
+
+  // The binding count and payload size place the payload right after the records.
+  let count = 0;
+  let payload = 0;
+  for (let i = 0; i < bufLen; i++) if (bufArr[i] !== undefined) count++;
+  for (let i = 0; i < bytesLen; i++) {
+    const d = bytesArr[i];
+    if (d !== undefined) {
+      count++;
+      payload = ((payload + PAYLOAD_ALIGN - 1) & ~(PAYLOAD_ALIGN - 1)) + d.byteLength;
+    }
+  }
+  for (let i = 0; i < tgmLen; i++) if (tgmArr[i] !== undefined) count++;
+  const payloadStart = DISPATCH_HEADER_BYTES + DISPATCH_BINDING_BYTES * count;
+  block.reserve(payloadStart + payload);
   const w = block.words;
   const u8 = block.bytes;
 
-  w[0] = pipeline % TWO_32;
-  w[1] = Math.floor(pipeline / TWO_32);
-  w[2] = grid[0];
-  w[3] = grid[1];
-  w[4] = grid[2];
-  w[5] = threads[0];
-  w[6] = threads[1];
-  w[7] = threads[2];
-  w[8] = n;
+  let r = DISPATCH_HEADER_BYTES / 4; // word index of the next binding record
+  let used = 0; // bit i: buffer argument index i taken (buffers and bytes share it)
+  for (let i = 0; i < bufLen; i++) {
+    const v = bufArr[i];
+    if (v === undefined) continue;
+    let buf: BindableBuffer;
+    let offset = 0;
+    if (Array.isArray(v)) {
+      buf = v[0];
+      offset = v[1];
+      if (!(offset >= 0 && offset <= buf.byteLength && Number.isInteger(offset))) {
+        throw bindErr(`offset of buffer ${i}`, `an integer in [0, ${buf.byteLength}]`, offset);
+      }
+    } else {
+      buf = v as BindableBuffer;
+    }
+    const h = buf._h;
+    if (h === 0) throw releasedError(`buffer bound at index ${i}`);
+    if (buf._state !== owner) throw bindErr(`buffer at index ${i}`, "a buffer of the encoder's device", 'a buffer of another device');
+    used |= 1 << i;
+    // A Uint32Array store takes its value modulo 2^32: the low word, and the
+    // high word from the quotient (handles and offsets are below 2^53).
+    w[r] = BIND.buffer;
+    w[r + 1] = i;
+    w[r + 2] = h;
+    w[r + 3] = h / TWO_32;
+    w[r + 4] = offset;
+    w[r + 5] = offset / TWO_32;
+    r += 6;
+  }
+
+  let p = 0; // payload bytes written
+  for (let i = 0; i < bytesLen; i++) {
+    const data = bytesArr[i];
+    if (data === undefined) continue;
+    if ((used & (1 << i)) !== 0) throw bindErr(`bytes index ${i}`, 'an index no buffer uses', i);
+    used |= 1 << i;
+    const n = data.byteLength;
+    if (n === 0) throw bindErr(`bytes at index ${i}`, 'non-empty', '0 bytes');
+    const at = payloadStart + p;
+    const aligned = (p + PAYLOAD_ALIGN - 1) & ~(PAYLOAD_ALIGN - 1);
+    for (let j = at; j < payloadStart + aligned; j++) u8[j] = 0; // no stale bytes in the padding
+    p = aligned;
+    const src = data instanceof Uint8Array ? data : new Uint8Array(data.buffer, data.byteOffset, n);
+    const dst = payloadStart + p;
+    if (n <= 64) for (let j = 0; j < n; j++) u8[dst + j] = src[j]!;
+    else u8.set(src, dst);
+    w[r] = BIND.bytes;
+    w[r + 1] = i;
+    w[r + 2] = p;
+    w[r + 3] = 0;
+    w[r + 4] = n;
+    w[r + 5] = 0;
+    r += 6;
+    p += n;
+  }
+
+  for (let i = 0; i < tgmLen; i++) {
+    const n = tgmArr[i];
+    if (n === undefined) continue;
+    if (!((n >>> 0) === n)) throw bindErr(`threadgroupMemory[${i}]`, 'a byte length, an integer >= 0', n);
+    w[r] = BIND.threadgroupMemory;
+    w[r + 1] = i;
+    w[r + 2] = n;
+    w[r + 3] = 0;
+    w[r + 4] = 0;
+    w[r + 5] = 0;
+    r += 6;
+  }
+
+  w[0] = pipeline;
+  w[1] = pipeline / TWO_32;
+  w[2] = g0;
+  w[3] = g1;
+  w[4] = g2;
+  w[5] = t0;
+  w[6] = t1;
+  w[7] = t2;
+  w[8] = count;
   w[9] = payload;
   w[10] = 0;
   w[11] = 0;
-
-  // Pass 2: binding records (word index r) and payload (byte offset p).
-  let r = DISPATCH_HEADER_BYTES / 4;
-  let p = 0;
-  let used = 0; // bit i: buffer argument index i taken (buffers and bytes share the table)
-  if (buffers) {
-    for (const k in buffers) {
-      const index = checkIndex('buffer', k);
-      const v = buffers[index]!;
-      let buf: B;
-      let offset = 0;
-      if (Array.isArray(v)) {
-        buf = v[0];
-        offset = v[1];
-      } else {
-        buf = v as B;
-      }
-      const h = buf._h;
-      if (h === 0) throw releasedError(`buffer bound at index ${index}`);
-      if (buf._state !== owner) throw bindErr(`buffer at index ${index}`, "a buffer of the encoder's device", 'a buffer of another device');
-      if (!(offset >= 0 && offset <= buf.byteLength && Number.isInteger(offset))) {
-        throw bindErr(`offset of buffer ${index}`, `an integer in [0, ${buf.byteLength}]`, offset);
-      }
-      used |= 1 << index;
-      w[r] = BIND.buffer;
-      w[r + 1] = index;
-      w[r + 2] = h % TWO_32;
-      w[r + 3] = Math.floor(h / TWO_32);
-      w[r + 4] = offset % TWO_32;
-      w[r + 5] = Math.floor(offset / TWO_32);
-      r += 6;
-    }
-  }
-  if (bytes) {
-    for (const k in bytes) {
-      const index = checkIndex('bytes', k);
-      if ((used & (1 << index)) !== 0) throw bindErr(`bytes index ${index}`, 'an index no buffer uses', index);
-      used |= 1 << index;
-      const data = bytes[index]!;
-      const len = data.byteLength;
-      if (len === 0) throw bindErr(`bytes at index ${index}`, 'non-empty', '0 bytes');
-      const aligned = Math.ceil(p / PAYLOAD_ALIGN) * PAYLOAD_ALIGN;
-      if (aligned !== p) u8.fill(0, payloadStart + p, payloadStart + aligned); // no stale bytes in the padding
-      p = aligned;
-      u8.set(
-        data instanceof Uint8Array ? data : new Uint8Array(data.buffer, data.byteOffset, len),
-        payloadStart + p,
-      );
-      w[r] = BIND.bytes;
-      w[r + 1] = index;
-      w[r + 2] = p;
-      w[r + 3] = 0;
-      w[r + 4] = len;
-      w[r + 5] = 0;
-      r += 6;
-      p += len;
-    }
-  }
-  if (tgm) {
-    let tgUsed = 0;
-    for (const k in tgm) {
-      const index = checkIndex('threadgroupMemory', k);
-      if ((tgUsed & (1 << index)) !== 0) throw bindErr(`threadgroupMemory index ${index}`, 'unique', index);
-      tgUsed |= 1 << index;
-      const len = tgm[index]!;
-      if (!((len >>> 0) === len)) throw bindErr(`threadgroupMemory[${index}]`, 'a byte length, an integer >= 0', len);
-      w[r] = BIND.threadgroupMemory;
-      w[r + 1] = index;
-      w[r + 2] = len;
-      w[r + 3] = 0;
-      w[r + 4] = 0;
-      w[r + 5] = 0;
-      r += 6;
-    }
-  }
-  return total;
+  return payloadStart + payload;
 }
 
 const block = new DispatchBlock();
