@@ -343,13 +343,15 @@ export class Encoder {
 
   /** Records one dispatch: `grid` counts threadgroups, `threads` is the threadgroup size. */
   dispatch(p: Pipeline, b: DispatchBindings, grid: Dim3, threads: Dim3): void {
-    const h = this.handle('dispatch');
-    if (p._h === 0) throw releasedError(`pipeline ${p.name}`);
-    if (p.library._state !== this._state) {
+    const state = this._state;
+    if (this._h === 0 || state.closed || this.inFlight) this.handle('dispatch'); // throws the reason
+    const ph = p._h;
+    if (ph === 0) throw releasedError(`pipeline ${p.name}`);
+    if (p.library._state !== state) {
       throw new MlxError('InvalidArgument', `Encoder.dispatch: pipeline ${p.name} belongs to another device`);
     }
-    const len = packDispatch(block, this._state, p._h, b, grid, threads);
-    const status = this._state.sym.mlxn_encoder_dispatch(h, block.bytes, len, msgBuf, msgCap);
+    const len = packDispatch(block, state, ph, b, grid, threads);
+    const status = state.sym.mlxn_encoder_dispatch(this._h as Pointer, block.bytes, len, msgBuf, msgCap);
     if (status !== 0) throw statusError(status, `dispatch ${p.name}`);
   }
 
