@@ -475,7 +475,7 @@ for (const [label, options] of Object.entries(SCHEDULES)) {
         for (let l = 0; l < 32; l++) {
           const prefix = (k: number, incl: boolean) => x.slice(0, incl ? k + 1 : k).reduce((s, v) => s + v, 0);
           const pprod = (k: number, incl: boolean) =>
-            Array.from({ length: incl ? k + 1 : k }, (_, j) => (j % 4 === 1 ? 2 : 1)).reduce((p, v) => p * v, 1);
+            Array.from({ length: incl ? k + 1 : k }, (_, j) => (j % 4 === 1 ? 2 : 1)).reduce((p: number, v: number) => p * v, 1);
           const q = l & ~3;
           const active = x.slice(8);
           const want = [

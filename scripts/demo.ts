@@ -1,0 +1,268 @@
+// The demo: every kernel family on the best backend present, at model shapes,
+// each checked against its CPU reference, printed as one table.
+//
+//   bun run demo                      # best backend present
+//   MLX_NATIVE_BACKEND=emu bun run demo
+//
+// Shapes (stated per row in the table's "model" column):
+//   Qwen3.6 linear-attention layer: H = 32 value heads, Hg = 16 key heads,
+//     K = V = 128, chunk 64 (gated delta net, its cumsum, ssm_norm_gate);
+//   Qwen3.6-style MoE router: 512 experts, top-8;
+//   Gemma 4 decode attention: head dim 256 (sliding layers) and 512 (global
+//     layers), 16 query / 2 KV heads; Gemma 4 sublayer norms at hidden 4096.
+// On the emulator the sequence lengths are shortened (it runs one fiber per
+// GPU thread), and the table says so.
+//
+// Error: max |got - want| / max |want| over each output, against the float64
+// reference; the tolerance is the dtype's (f32 1e-5, bf16 1e-2), except the gated
+// delta net's f32 final state (1e-3), which accumulates bf16 products over
+// the whole sequence. Time: device time of the commit (wall time on the
+// emulator), after the kernel was compiled.
+
+import { Device, type Buffer, type DType } from '../ts/index.ts';
+import { chunkLocalCumsum } from '../ts/ops/chunk_local_cumsum.ts';
+import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecParams } from '../ts/ops/flash_attn_vec.ts';
+import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
+import { gatedDeltaNetChunk, numChunks, type GatedDeltaNetChunkParams } from '../ts/ops/gated_delta_net_chunk.ts';
+import { fusedMoeRouting, fusedMoeRoutingBatch } from '../ts/ops/moe_routing.ts';
+import { ssmNormGate } from '../ts/ops/ssm_norm_gate.ts';
+import { chunkLocalCumsumRef } from '../ts/reference/chunk_local_cumsum.ts';
+import { flashAttnVecRef } from '../ts/reference/flash_attn_vec.ts';
+import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
+import { gatedDeltaNetChunkRef } from '../ts/reference/gated_delta_net_chunk.ts';
+import { moeRoutingRef } from '../ts/reference/moe_routing.ts';
+import { ssmNormGateRef } from '../ts/reference/ssm_norm_gate.ts';
+
+interface Row {
+  kernel: string;
+  model: string;
+  shape: string;
+  err: number;
+  tol: number;
+  ms: number;
+}
+
+/** Seeded generator (mulberry32) so every run checks the same inputs. */
+function makeRng(seed: number): { uniform(lo: number, hi: number): number; normal(): number } {
+  let s = seed >>> 0;
+  const next = (): number => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  return {
+    uniform: (lo, hi) => lo + (hi - lo) * next(),
+    normal: () => Math.sqrt(-2 * Math.log(1 - next())) * Math.cos(2 * Math.PI * next()),
+  };
+}
+
+const rng = makeRng(20261122);
+const randn = (n: number, scale = 1): Float64Array => new Float64Array(n).map(() => scale * rng.normal());
+const uniform = (n: number, lo: number, hi: number): Float64Array => new Float64Array(n).map(() => rng.uniform(lo, hi));
+
+/** The values a buffer of this dtype holds for these numbers (f16/bf16 rounded). */
+function stored(device: Device, dtype: DType, data: ArrayLike<number>): { buf: Buffer; values: Float64Array } {
+  const buf = device.upload(dtype, [data.length], data);
+  return { buf, values: buf.readNumbers() };
+}
+
+function poisoned(device: Device, dtype: DType, n: number): Buffer {
+  const buf = device.alloc(dtype, [n]);
+  if (dtype === 'f32' || dtype === 'f16' || dtype === 'bf16') buf.fill(Number.NaN);
+  else buf.fill(0xffffffff);
+  return buf;
+}
+
+/** max |got - want| / max |want|; NaN anywhere in got counts as infinite error. */
+function scaledErr(got: ArrayLike<number>, want: ArrayLike<number>): number {
+  let scale = 0;
+  let worst = 0;
+  for (let i = 0; i < want.length; i++) scale = Math.max(scale, Math.abs(want[i]!));
+  for (let i = 0; i < want.length; i++) {
+    const d = Math.abs(got[i]! - want[i]!);
+    if (!(d <= worst)) worst = Number.isNaN(d) ? Infinity : d;
+  }
+  return scale === 0 ? worst : worst / scale;
+}
+
+function timed(device: Device, record: (enc: ReturnType<Device['encoder']>) => void): number {
+  using enc = device.encoder();
+  record(enc);
+  enc.commitAndWait();
+  return enc.gpuTimeNs / 1e6;
+}
+
+function main(): number {
+  using device = Device.open();
+  const emu = device.backend === 'emu';
+  const rows: Row[] = [];
+  const note = emu ? ' (shortened for the emulator)' : '';
+
+  // --- Gemma 4 sublayer norms, hidden 4096 ---
+  {
+    const tokens = 16;
+    const dim = 4096;
+    const n = tokens * dim;
+    const res = stored(device, 'f32', randn(n));
+    const inp = stored(device, 'f32', randn(n, 3));
+    const w = stored(device, 'f32', uniform(dim, 0.5, 1.5));
+    const out = poisoned(device, 'f32', n);
+    const ms = timed(device, (enc) =>
+      fusedNormAdd(enc, { residual: res.buf, input: inp.buf, weight: w.buf, output: out, rows: tokens, dim, eps: 1e-6 }));
+    const want = fusedNormAddRef(res.values, inp.values, w.values, tokens, dim, 1e-6);
+    rows.push({ kernel: 'fused_norm_add_f32', model: 'Gemma 4 norm', shape: `${tokens} x ${dim}`, err: scaledErr(out.readNumbers(), want), tol: 1e-5, ms });
+    for (const b of [res.buf, inp.buf, w.buf, out]) b.release();
+  }
+  {
+    const tokens = 16;
+    const dim = 4096;
+    const n = tokens * dim;
+    const res = stored(device, 'bf16', randn(n));
+    const inp = stored(device, 'bf16', randn(n, 3));
+    const w = stored(device, 'bf16', uniform(dim, 0.5, 1.5));
+    const normed = poisoned(device, 'bf16', n);
+    const sum = poisoned(device, 'bf16', n);
+    const ms = timed(device, (enc) =>
+      fusedResidualNorm(enc, {
+        residual: res.buf, input: inp.buf, weight: w.buf, normedOutput: normed, sumOutput: sum,
+        rows: tokens, dim, eps: 1e-6,
+      }));
+    const want = fusedResidualNormRef(res.values, inp.values, w.values, tokens, dim, 1e-6);
+    const err = Math.max(scaledErr(normed.readNumbers(), want.normed), scaledErr(sum.readNumbers(), want.sum));
+    rows.push({ kernel: 'fused_residual_norm_bf16', model: 'Gemma 4 norm', shape: `${tokens} x ${dim}`, err, tol: 1e-2, ms });
+    for (const b of [res.buf, inp.buf, w.buf, normed, sum]) b.release();
+  }
+
+  // --- MoE router, 512 experts, top-8 ---
+  for (const tokens of [1, emu ? 64 : 8192]) {
+    const experts = 512;
+    const topK = 8;
+    const logits = stored(device, 'f32', randn(tokens * experts, 2));
+    const scale = stored(device, 'f32', uniform(experts, 0.5, 2));
+    const ids = poisoned(device, 'u32', tokens * topK);
+    const weights = poisoned(device, 'f32', tokens * topK);
+    const args = { logits: logits.buf, expertIds: ids, routingWeights: weights, perExpertScale: scale.buf, numExperts: experts, topK };
+    const ms = timed(device, (enc) =>
+      tokens === 1 ? fusedMoeRouting(enc, args) : fusedMoeRoutingBatch(enc, { ...args, nTokens: tokens }));
+    const want = moeRoutingRef(logits.values, scale.values, tokens, experts, topK);
+    const gotIds = ids.read();
+    let idMismatch = 0;
+    for (let i = 0; i < gotIds.length; i++) if (gotIds[i] !== want.expertIds[i]) idMismatch++;
+    const err = idMismatch > 0 ? Infinity : scaledErr(weights.readNumbers(), want.weights);
+    rows.push({
+      kernel: tokens === 1 ? 'fused_moe_routing_f32' : 'fused_moe_routing_batch_f32', model: 'Qwen3.6 MoE router',
+      shape: `${tokens} tok x ${experts} experts, top-${topK}${tokens > 1 ? note : ''}`, err, tol: 1e-5, ms,
+    });
+    for (const b of [logits.buf, scale.buf, ids, weights]) b.release();
+  }
+
+  // --- Qwen3.6 linear attention: ssm_norm_gate, cumsum, inter-state recurrence ---
+  const H = 32;
+  const HG = 16;
+  const KD = 128;
+  const VD = 128;
+  const T = emu ? 256 : 4096;
+  {
+    const rowsN = T * H;
+    const a = stored(device, 'f32', randn(rowsN * VD));
+    const z = stored(device, 'f32', randn(rowsN * VD));
+    const w = stored(device, 'f32', uniform(VD, 0.5, 1.5));
+    const out = poisoned(device, 'f32', rowsN * VD);
+    const ms = timed(device, (enc) =>
+      ssmNormGate(enc, { attnOut: a.buf, weight: w.buf, z: z.buf, output: out, rows: rowsN, dV: VD, eps: 1e-6 }));
+    const want = ssmNormGateRef(a.values, w.values, z.values, rowsN, VD, 1e-6);
+    rows.push({ kernel: 'ssm_norm_gate_f32', model: 'Qwen3.6 GDN', shape: `${T} tok x ${H} heads x ${VD}${note}`, err: scaledErr(out.readNumbers(), want), tol: 1e-5, ms });
+    for (const b of [a.buf, z.buf, w.buf, out]) b.release();
+  }
+  {
+    const BT = 64;
+    const g = stored(device, 'f32', uniform(T * H, -0.1, -0.005));
+    const out = poisoned(device, 'f32', T * H);
+    const ms = timed(device, (enc) => chunkLocalCumsum(enc, { gIn: g.buf, gCumsum: out, b: 1, t: T, h: H, bt: BT }));
+    const want = chunkLocalCumsumRef(g.values, 1, T, H, BT);
+    rows.push({ kernel: 'chunk_local_cumsum_g_f32', model: 'Qwen3.6 GDN', shape: `B=1 T=${T} H=${H} BT=${BT}${note}`, err: scaledErr(out.readNumbers(), want), tol: 1e-5, ms });
+    for (const b of [g.buf, out]) b.release();
+  }
+  {
+    const p: GatedDeltaNetChunkParams = { b: 1, t: T, hg: HG, h: H, k: KD, v: VD, bt: 64 };
+    const NT = numChunks(p);
+    // Magnitudes as the chunked pipeline produces them: k L2-normalized,
+    // beta in (0.1, 0.9), g cumsummed within chunks, w ~ beta exp(g) k, u ~ beta v.
+    const k = randn(T * HG * KD);
+    for (let r = 0; r < T * HG; r++) {
+      let n2 = 0;
+      for (let i = 0; i < KD; i++) n2 += k[r * KD + i]! ** 2;
+      for (let i = 0; i < KD; i++) k[r * KD + i] = k[r * KD + i]! / Math.sqrt(n2);
+    }
+    const gc = chunkLocalCumsumRef(uniform(T * H, -0.1, -0.005), 1, T, H, 64);
+    const beta = uniform(T * H, 0.1, 0.9);
+    const w = new Float64Array(T * H * KD);
+    const u = randn(T * H * VD);
+    for (let t = 0; t < T; t++) {
+      for (let h = 0; h < H; h++) {
+        const bg = beta[t * H + h]! * Math.exp(gc[t * H + h]!);
+        const kh = Math.floor(h / (H / HG));
+        for (let i = 0; i < KD; i++) w[(t * H + h) * KD + i] = bg * k[(t * HG + kh) * KD + i]!;
+        for (let i = 0; i < VD; i++) u[(t * H + h) * VD + i] = beta[t * H + h]! * u[(t * H + h) * VD + i]!;
+      }
+    }
+    const kb = stored(device, 'bf16', k);
+    const wb = stored(device, 'bf16', w);
+    const ub = stored(device, 'bf16', u);
+    const gb = stored(device, 'f32', gc);
+    const h0 = stored(device, 'f32', randn(H * VD * KD, 0.1));
+    const hOut = poisoned(device, 'bf16', NT * H * VD * KD);
+    const vNew = poisoned(device, 'bf16', T * H * VD);
+    const fin = poisoned(device, 'f32', H * VD * KD);
+    const ms = timed(device, (enc) =>
+      gatedDeltaNetChunk(enc, { k: kb.buf, w: wb.buf, u: ub.buf, g: gb.buf, h0: h0.buf, hOut, vNew, finalState: fin, params: p }));
+    const want = gatedDeltaNetChunkRef(p, { k: kb.values, w: wb.values, u: ub.values, g: gb.values, h0: h0.values }, { mirrorBf16: true });
+    const shape = `B=1 T=${T} H=${H} Hg=${HG} K=V=${KD}${note}`;
+    rows.push({ kernel: 'gated_delta_net_chunk_inter_state_bf16 (v_new, h_out)', model: 'Qwen3.6 GDN', shape,
+      err: Math.max(scaledErr(vNew.readNumbers(), want.vNew), scaledErr(hOut.readNumbers(), want.hOut)), tol: 1e-2, ms });
+    rows.push({ kernel: 'gated_delta_net_chunk_inter_state_bf16 (final state)', model: 'Qwen3.6 GDN', shape,
+      err: scaledErr(fin.readNumbers(), want.finalState), tol: 1e-3, ms });
+    for (const b of [kb.buf, wb.buf, ub.buf, gb.buf, h0.buf, hOut, vNew, fin]) b.release();
+  }
+
+  // --- Gemma 4 decode attention, 16 query / 2 KV heads ---
+  for (const c of [
+    { headDim: 256, kv: 'f16' as const, kvSeqLen: emu ? 2048 : 32768, nwg: 16, mask: 'slidingWindow' as const, window: 1024 },
+    { headDim: 512, kv: 'f32' as const, kvSeqLen: emu ? 1000 : 8192, nwg: 8, mask: 'causal' as const, window: 0 },
+  ]) {
+    const p: FlashAttnVecParams = {
+      batch: 1, nHeads: 16, nKvHeads: 2, headDim: c.headDim, kvSeqLen: c.kvSeqLen, kvCapacity: c.kvSeqLen,
+      scale: 1 / Math.sqrt(c.headDim), mask: c.mask, slidingWindow: c.window, softcap: 0, nwg: c.nwg,
+    };
+    const q = stored(device, 'f32', randn(16 * c.headDim));
+    const k = stored(device, c.kv, randn(2 * c.kvSeqLen * c.headDim));
+    const v = stored(device, c.kv, randn(2 * c.kvSeqLen * c.headDim));
+    const out = poisoned(device, 'f32', 16 * c.headDim);
+    const tmp = poisoned(device, 'f32', flashAttnVecTmpElements(p));
+    const ms = timed(device, (enc) => flashAttnVec(enc, { ...p, q: q.buf, k: k.buf, v: v.buf, out, tmp }));
+    const want = flashAttnVecRef({ ...p, slidingWindow: c.window, softcap: 0 }, q.values, k.values, v.values);
+    const name = `flash_attn_vec_${c.kv === 'f16' ? 'f16kv_' : ''}dk${c.headDim} + reduce`;
+    rows.push({ kernel: name, model: `Gemma 4 ${c.headDim === 256 ? 'sliding' : 'global'} attn`,
+      shape: `kv ${c.kvSeqLen}, 16q/2kv heads, NWG ${c.nwg}, ${c.mask}${note}`, err: scaledErr(out.readNumbers(), want), tol: 1e-5, ms });
+    for (const b of [q.buf, k.buf, v.buf, out, tmp]) b.release();
+  }
+
+  const header = ['kernel', 'model', 'shape', 'backend', 'max err', 'tol', 'time ms', ''];
+  const table = rows.map((r) => [
+    r.kernel, r.model, r.shape, device.backend, r.err.toExponential(2), r.tol.toExponential(0), r.ms.toFixed(3),
+    r.err <= r.tol ? 'ok' : 'FAIL',
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...table.map((row) => row[i]!.length)));
+  const line = (cells: string[]): string => cells.map((c, i) => c.padEnd(widths[i]!)).join('  ');
+  console.log(`mlx-native demo on ${device.backend}: ${device.name}`);
+  console.log(line(header));
+  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
+  for (const row of table) console.log(line(row));
+  const failed = rows.filter((r) => !(r.err <= r.tol)).length;
+  console.log(failed === 0 ? `all ${rows.length} checks within tolerance` : `${failed} of ${rows.length} checks FAILED`);
+  return failed === 0 ? 0 : 1;
+}
+
+process.exit(main());
