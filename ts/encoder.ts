@@ -103,23 +103,28 @@ const recTgm: (number | undefined)[] = new Array<number | undefined>(MAX_BINDING
 /**
  * Copies a record's entries into `out` by index; returns 1 + the highest
  * index. Engines enumerate integer keys slowly (for-in or Object.keys: a few
- * hundred nanoseconds), and reading a missing index is slow too. A record
- * dense from index 0 (the common `buffers: { 0: a, 1: b }`) is counted with
- * Object.values and read upward; any other record is enumerated with
- * Object.keys.
+ * hundred nanoseconds), and reading an index the record lacks is slow too.
+ * So a record whose entries run contiguously from `start` (buffers from 0,
+ * then bytes from the index after the last buffer: the usual layout) is
+ * counted with Object.values and read upward from there; any other record is
+ * enumerated with Object.keys.
  */
-function fromRecord<T>(kind: string, rec: Record<number, T | undefined>, out: (T | undefined)[]): number {
-  const first = rec[0];
+function fromRecord<T>(kind: string, rec: Record<number, T | undefined>, out: (T | undefined)[], start: number): number {
+  const first = start < MAX_BINDINGS ? rec[start] : undefined;
   if (first !== undefined) {
     const count = Object.values(rec).length;
-    out[0] = first;
-    let i = 1;
-    for (; i < count; i++) {
+    const end = start + count;
+    let i = start + 1;
+    for (; i < end; i++) {
       const v = rec[i];
       if (v === undefined) break;
       out[i] = v;
     }
-    if (i === count) return count;
+    if (i === end && end <= MAX_BINDINGS) {
+      for (let j = 0; j < start; j++) out[j] = undefined;
+      out[start] = first;
+      return end;
+    }
   }
   out.fill(undefined);
   const keys = Object.keys(rec);
@@ -169,7 +174,7 @@ export function packDispatch<B extends BindableBuffer>(
       bufLen = buffers.length;
       if (bufLen > MAX_BINDINGS) throw arrayTooLong('buffers', bufLen);
     } else {
-      bufLen = fromRecord('buffer', buffers, recBuffers);
+      bufLen = fromRecord('buffer', buffers, recBuffers, 0);
     }
   }
   const bytes = b.bytes;
@@ -181,7 +186,7 @@ export function packDispatch<B extends BindableBuffer>(
       bytesLen = bytes.length;
       if (bytesLen > MAX_BINDINGS) throw arrayTooLong('bytes', bytesLen);
     } else {
-      bytesLen = fromRecord('bytes', bytes, recBytes);
+      bytesLen = fromRecord('bytes', bytes, recBytes, bufLen);
     }
   }
   const tgm = b.threadgroupMemory;
@@ -193,7 +198,7 @@ export function packDispatch<B extends BindableBuffer>(
       tgmLen = tgm.length;
       if (tgmLen > MAX_BINDINGS) throw arrayTooLong('threadgroupMemory', tgmLen);
     } else {
-      tgmLen = fromRecord('threadgroupMemory', tgm, recTgm);
+      tgmLen = fromRecord('threadgroupMemory', tgm, recTgm, 0);
     }
   }
 
