@@ -9,7 +9,7 @@
 // --save writes the report to bench/results/overhead-<date>.md.
 
 import { spawnSync } from 'node:child_process';
-import { cpus, release, totalmem } from 'node:os';
+import { cpus, loadavg, release, totalmem } from 'node:os';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Device, type DispatchBindings, type Dim3 } from '../../ts/index.ts';
@@ -28,6 +28,7 @@ const batches = opt('--batches', 40);
 const rounds = opt('--rounds', 5);
 const save = args.includes('--save');
 
+const loadAtStart = loadavg()[0]!;
 const kernelPath = join(import.meta.dir, 'kernel.metal');
 const source = readFileSync(kernelPath, 'utf8');
 
@@ -126,7 +127,7 @@ the same ABI (\`bench/overhead/overhead.c\`, \`dlopen\`). Encoding only: each ba
 of ${perBatch} dispatches is committed and waited for outside the timed region.
 ${batches} batches per sample, ${rounds} samples per row, C and TS alternating.
 
-Machine: ${cpu}, ${cpus().length} logical cores (shared with other work), ${Math.round(totalmem() / 2 ** 30)} GiB,
+Machine: ${cpu}, ${cpus().length} logical cores (1-minute load average ${loadAtStart.toFixed(2)} at start), ${Math.round(totalmem() / 2 ** 30)} GiB,
 Linux ${release()}; Bun ${Bun.version}; ${clangVersion}; library ${device.libraryPath.replace(root + '/', '')}.
 
 Command: \`bun bench/overhead/run.ts${args.length ? ' ' + args.join(' ') : ''}\`
