@@ -1,0 +1,264 @@
+// gated_delta_net_chunk_inter_state_bf16 (CUDA): the inter-chunk state
+// recurrence of the chunked gated delta rule; entry, bindings and grid as
+// shaders/gated_delta_net_chunk.metal.
+//
+// For each (b, head), state h [V, K] f32 starting at h0, chunks of BT = 64
+// tokens (g cumsummed within each chunk), kh = head / (H / Hg):
+//   h_out[b, c, head] = bf16(h)                               chunk-start state
+//   vn[t, v]  = u[t, v] - sum_k w[t, k] * bf16(h)[v, k]        bf16 products, f32 sums
+//   v_new[t, v] = bf16(vn)
+//   vg[t, v]  = bf16(vn[t, v] * exp(g[last] - g[t]))
+//   h         = h * exp(g[last]) + sum_t vg[t, v] * k[t, kh, :]
+//   final_state[b, head] = h
+// Layouts: k [B, T, Hg, K] bf16; w [B, T, H, K] bf16; u, v_new [B, T, H, V]
+// bf16; g [B, T, H] f32; h0, final_state [B, H, V, K] f32; h_out
+// [B, NT, H, V, K] bf16. Bindings 0..8: k, w, u, g, h0, h_out, v_new,
+// final_state, params. K = 128 and BT = 64 (the op validates both).
+//
+// Grid (V / 32, H, B), 128 threads = 4 warps; a block owns a 32-wide slice of
+// V and walks the chunks in order. The f32 state slice [32 v][128 k] lives in
+// registers as mma.sync m16n8k16 accumulators: warp w holds k columns
+// [32w, 32w + 32) for all 32 v (2 m-tiles x 4 n-tiles x 4 floats per lane).
+// Per chunk:
+//   1. hb = bf16(h) into shared memory (and from there to h_out with 16-byte
+//      stores); the chunk's k rows [64 t][128 k] and g values into shared
+//      memory; the accumulators scaled by exp(g[last]).
+//   2. x[t, v] = w @ hb^T on tensor cores: warp w takes t rows [16w, 16w+16);
+//      A (w) fragments come straight from global memory, B (hb) by ldmatrix.
+//   3. vn = u - x, stored to v_new; vg = bf16(vn * exp(g[last] - g[t]))
+//      transposed into stage [32 v][64 t] in shared memory.
+//   4. h += stage @ k_chunk on tensor cores, A by ldmatrix from stage, B by
+//      ldmatrix.trans from the k rows, accumulating into the state registers.
+// Shared rows are padded by 16 bytes so ldmatrix's 8 row addresses fall in
+// distinct banks. The dynamic region the op binds (20480 bytes) holds hb,
+// stage and g; the k rows are a static array (17408 bytes).
+
+#include <cuda_bf16.h>
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+struct GatedDeltaNetChunkParams {
+    u32 b;
+    u32 t;
+    u32 hg;
+    u32 h;
+    u32 k;
+    u32 v;
+    u32 bt;
+    u32 nt;
+};
+
+namespace {
+
+constexpr u32 KD = 128;          // K
+constexpr u32 BT = 64;           // tokens per chunk
+constexpr u32 BV = 32;           // V slice per block
+constexpr u32 NTH = 128;         // threads
+constexpr u32 LDH = KD + 8;      // hb row stride (bf16)
+constexpr u32 LDS = BT + 8;      // stage row stride (bf16)
+constexpr u32 LDK = KD + 8;      // k-rows stride (bf16)
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+// d += a (16x16 bf16, row) * b (16x8 bf16, col), f32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const u32*>(&h);
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(128)
+gated_delta_net_chunk_inter_state_bf16(const __nv_bfloat16* __restrict__ k_in, const __nv_bfloat16* __restrict__ w_in,
+                                       const __nv_bfloat16* __restrict__ u_in, const float* __restrict__ g_in,
+                                       const float* __restrict__ h0, __nv_bfloat16* __restrict__ h_out,
+                                       __nv_bfloat16* __restrict__ v_new, float* __restrict__ final_state,
+                                       const GatedDeltaNetChunkParams* __restrict__ pp) {
+    extern __shared__ __align__(16) unsigned char dyn[];
+    __nv_bfloat16* hb = reinterpret_cast<__nv_bfloat16*>(dyn);                    // [BV][LDH]
+    __nv_bfloat16* stage = hb + BV * LDH;                                          // [BV][LDS]
+    float* gs = reinterpret_cast<float*>(stage + BV * LDS);                        // [BT]
+    __shared__ __align__(16) __nv_bfloat16 kt[BT * LDK];                           // [BT][LDK]
+
+    const GatedDeltaNetChunkParams p = *pp;
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const u32 gq = lane >> 2, tq = lane & 3u;      // mma fragment row group and column pair
+    const u32 v0 = blockIdx.x * BV, head = blockIdx.y, b = blockIdx.z;
+    const u32 H = p.h, V = p.v, T = p.t, Hg = p.hg, NT = p.nt;
+    const u32 kh = head / (H / Hg);
+
+    // State accumulators: st[mi][ni] covers v rows [16mi, 16mi+16), k cols
+    // [32warp + 8ni, +8): [0],[1] at (v = 16mi + gq, k = .. + 2tq, +1), [2],[3] at v + 8.
+    float st[2][4][4];
+    const u64 state0 = ((u64(b) * H + head) * V + v0) * KD;
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const u32 kc = 32u * warp + 8u * ni + 2u * tq;
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const u32 vr = 16u * mi + gq + 8u * hr;
+                const float2 x = *reinterpret_cast<const float2*>(h0 + state0 + u64(vr) * KD + kc);
+                st[mi][ni][2 * hr] = x.x;
+                st[mi][ni][2 * hr + 1] = x.y;
+            }
+        }
+    }
+
+    for (u32 c = 0; c < NT; ++c) {
+        const u64 tok0 = u64(b) * T + u64(c) * BT;   // first token, flat over (b, t)
+        __syncthreads();                             // the previous chunk is done with hb, stage, kt, gs
+
+        // 1. bf16 snapshot, chunk k rows and g, decay of the state.
+        const float g_last = g_in[(tok0 + BT - 1) * H + head];
+        const float decay = expf(g_last);
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                const u32 kc = 32u * warp + 8u * ni + 2u * tq;
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) {
+                    const u32 vr = 16u * mi + gq + 8u * hr;
+                    *reinterpret_cast<u32*>(hb + vr * LDH + kc) = pack_bf16(st[mi][ni][2 * hr], st[mi][ni][2 * hr + 1]);
+                    st[mi][ni][2 * hr] *= decay;
+                    st[mi][ni][2 * hr + 1] *= decay;
+                }
+            }
+        }
+        if (tid < BT) gs[tid] = g_in[(tok0 + tid) * H + head];
+        {
+            const __nv_bfloat16* kp = k_in + (tok0 * Hg + kh) * KD;
+#pragma unroll
+            for (u32 r = 0; r < BT * KD / 8 / NTH; ++r) {   // 8 uint4 per thread
+                const u32 e = tid + r * NTH;
+                const u32 t = e / (KD / 8), q = e % (KD / 8);
+                *reinterpret_cast<uint4*>(kt + t * LDK + q * 8) =
+                    __ldg(reinterpret_cast<const uint4*>(kp + u64(t) * Hg * KD + q * 8));
+            }
+        }
+        __syncthreads();
+        {
+            __nv_bfloat16* hsnap = h_out + ((u64(b) * NT + c) * H + head) * V * KD + u64(v0) * KD;
+#pragma unroll
+            for (u32 r = 0; r < BV * KD / 8 / NTH; ++r) {   // 4 uint4 per thread
+                const u32 e = tid + r * NTH;
+                const u32 vr = e / (KD / 8), q = e % (KD / 8);
+                *reinterpret_cast<uint4*>(hsnap + u64(vr) * KD + q * 8) =
+                    *reinterpret_cast<const uint4*>(hb + vr * LDH + q * 8);
+            }
+        }
+
+        // 2. x[t, v] for t in [16 warp, 16 warp + 16), v in [0, 32): 4 n-tiles of 8 v.
+        float xa[4][4];
+#pragma unroll
+        for (int nj = 0; nj < 4; ++nj) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) xa[nj][i] = 0.0f;
+        }
+        {
+            const u32 t_lo = 16u * warp + gq;
+            const __nv_bfloat16* w_lo = w_in + ((tok0 + t_lo) * H + head) * KD;
+            const __nv_bfloat16* w_hi = w_in + ((tok0 + t_lo + 8) * H + head) * KD;
+#pragma unroll
+            for (u32 k0 = 0; k0 < KD; k0 += 16) {
+                const u32 a0 = __ldg(reinterpret_cast<const unsigned int*>(w_lo + k0 + 2 * tq));
+                const u32 a1 = __ldg(reinterpret_cast<const unsigned int*>(w_hi + k0 + 2 * tq));
+                const u32 a2 = __ldg(reinterpret_cast<const unsigned int*>(w_lo + k0 + 8 + 2 * tq));
+                const u32 a3 = __ldg(reinterpret_cast<const unsigned int*>(w_hi + k0 + 8 + 2 * tq));
+#pragma unroll
+                for (int nj = 0; nj < 4; nj += 2) {
+                    // matrices: (n-tile nj, k0), (nj, k0+8), (nj+1, k0), (nj+1, k0+8)
+                    const u32 m = lane >> 3, rr = lane & 7u;
+                    const u32 vrow = 8u * (nj + (m >> 1)) + rr;
+                    u32 b0, b1, b2, b3;
+                    ldsm_x4(smem_addr(hb + vrow * LDH + k0 + 8u * (m & 1u)), b0, b1, b2, b3);
+                    mma_bf16(xa[nj], a0, a1, a2, a3, b0, b1);
+                    mma_bf16(xa[nj + 1], a0, a1, a2, a3, b2, b3);
+                }
+            }
+        }
+
+        // 3. vn = u - x -> v_new; vg = bf16(vn * exp(g_last - g[t])) -> stage[v][t].
+#pragma unroll
+        for (int nj = 0; nj < 4; ++nj) {
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const u32 tl = 16u * warp + gq + 8u * hr;
+                const u32 vl = 8u * nj + 2u * tq;
+                const u64 uv = ((tok0 + tl) * H + head) * V + v0 + vl;
+                const __nv_bfloat162 uu = *reinterpret_cast<const __nv_bfloat162*>(u_in + uv);
+                const float2 uf = __bfloat1622float2(uu);
+                const float vn0 = uf.x - xa[nj][2 * hr];
+                const float vn1 = uf.y - xa[nj][2 * hr + 1];
+                *reinterpret_cast<u32*>(v_new + uv) = pack_bf16(vn0, vn1);
+                const float gate = expf(g_last - gs[tl]);
+                stage[vl * LDS + tl] = __float2bfloat16_rn(vn0 * gate);
+                stage[(vl + 1) * LDS + tl] = __float2bfloat16_rn(vn1 * gate);
+            }
+        }
+        __syncthreads();
+
+        // 4. h[v, k] += sum_t stage[v, t] * kt[t, k]; warp w: k cols [32w, 32w + 32).
+#pragma unroll
+        for (u32 t0 = 0; t0 < BT; t0 += 16) {
+            u32 a[2][4];
+            {
+                const u32 m = lane >> 3, rr = lane & 7u;
+#pragma unroll
+                for (int mi = 0; mi < 2; ++mi) {
+                    // matrices: (rows 0-7, t0), (rows 8-15, t0), (rows 0-7, t0+8), (rows 8-15, t0+8)
+                    const u32 vrow = 16u * mi + rr + 8u * (m & 1u);
+                    ldsm_x4(smem_addr(stage + vrow * LDS + t0 + 8u * (m >> 1)), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
+                }
+            }
+#pragma unroll
+            for (int ni = 0; ni < 4; ni += 2) {
+                const u32 m = lane >> 3, rr = lane & 7u;
+                // matrices: (t0.., n-tile ni), (t0+8.., ni), (t0.., ni+1), (t0+8.., ni+1)
+                const u32 trow = t0 + rr + 8u * (m & 1u);
+                const u32 kcol = 32u * warp + 8u * (ni + (m >> 1));
+                u32 b0, b1, b2, b3;
+                ldsm_x4_trans(smem_addr(kt + trow * LDK + kcol), b0, b1, b2, b3);
+#pragma unroll
+                for (int mi = 0; mi < 2; ++mi) {
+                    mma_bf16(st[mi][ni], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b0, b1);
+                    mma_bf16(st[mi][ni + 1], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b2, b3);
+                }
+            }
+        }
+    }
+
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const u32 kc = 32u * warp + 8u * ni + 2u * tq;
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const u32 vr = 16u * mi + gq + 8u * hr;
+                *reinterpret_cast<float2*>(final_state + state0 + u64(vr) * KD + kc) =
+                    make_float2(st[mi][ni][2 * hr], st[mi][ni][2 * hr + 1]);
+            }
+        }
+    }
+}
