@@ -409,6 +409,20 @@ describeBackends('core', ({ device, label }) => {
     expect(inner.released).toBe(true);
   });
 
+  test('handles of collected, unreleased objects are freed by the finalizer', async () => {
+    const d = device();
+    const before = d.liveHandles;
+    (() => {
+      for (let i = 0; i < 64; i++) d.alloc('f32', [16]);
+    })();
+    expect(d.liveHandles).toBe(before + 64);
+    for (let i = 0; i < 50 && d.liveHandles > before; i++) {
+      Bun.gc(true);
+      await new Promise((res) => setTimeout(res, 10));
+    }
+    expect(d.liveHandles).toBe(before);
+  });
+
   test('compile: kernel names, pipelines, missing kernel, compile error with file and line', () => {
     const d = device();
     using lib = coreLib(d);

@@ -108,6 +108,11 @@ export class Device {
     return this.state.closed;
   }
 
+  /** Native handles (buffers, libraries, pipelines, encoders) of this device not yet freed: for leak checks. */
+  get liveHandles(): number {
+    return this.state.live.size;
+  }
+
   /** A zero-filled buffer of the dtype and shape ([] is a scalar). */
   alloc(dtype: DType, shape: readonly number[]): Buffer {
     const h = this.handle();

@@ -141,10 +141,11 @@ export function libraryFileName(backend: BackendName, platform: string = process
   return `libmlx_native_${backend}.${platform === 'darwin' ? 'dylib' : 'so'}`;
 }
 
+const script = (name: string): string => join(PACKAGE_ROOT, 'scripts', name);
 const BUILD_HINT: Record<BackendName, string> = {
-  emu: 'run `bash scripts/build-emu.sh` (needs clang++-19)',
-  cuda: 'run `bash scripts/build-cuda.sh` on a Linux machine with an NVIDIA GPU and the CUDA toolkit',
-  metal: 'run `bash scripts/build-metal.sh` on macOS, or `bun add @mlx-native/darwin-arm64`',
+  emu: `run \`bash ${script('build-emu.sh')}\` (needs clang++-19: apt-get install clang-19 libclang-rt-19-dev)`,
+  cuda: `run \`bash ${script('build-cuda.sh')}\` on a Linux machine with an NVIDIA GPU and its driver`,
+  metal: `run \`bash ${script('build-metal.sh')}\` on macOS, or \`bun add @mlx-native/darwin-arm64\``,
 };
 
 /** Where a backend's library is looked for, in order (MLX_NATIVE_LIB is handled by loadBackend). */
