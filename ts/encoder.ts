@@ -4,8 +4,10 @@
 // binding go into one reusable block laid out as mlx_native.h describes
 // (48-byte header, 24-byte binding records, then the inline payload). The
 // block is shared by all encoders of the process: JavaScript runs on one
-// thread and the native side copies the block before the call returns. On
-// the success path dispatch allocates nothing.
+// thread and the native side copies the block before the call returns. With
+// bindings given as arrays and inline data as Uint8Arrays, dispatch allocates
+// nothing; a record costs one Object.values (or Object.keys) array, and other
+// typed arrays one Uint8Array view.
 
 import type { Pointer } from 'bun:ffi';
 import type { Buffer } from './buffer.ts';
@@ -79,7 +81,7 @@ function bindErr(arg: string, expected: string, actual: unknown): MlxError {
   return new MlxError('InvalidArgument', `Encoder.dispatch: ${arg} must be ${expected} (got ${String(actual)})`);
 }
 
-/** The binding index of a for-in key ("0".."30"), or throws. */
+/** The binding index of a record key ("0".."30"), or throws. */
 function keyIndex(kind: string, k: string): number {
   const index = +k;
   if (!(index >= 0 && index < MAX_BINDINGS && (index | 0) === index)) {
