@@ -1,0 +1,100 @@
+// compute_g_beta: the log decay g and write strength beta of Qwen3.5/3.6
+// linear attention from the projections a and b. Kernels:
+// shaders/compute_g_beta.metal, one thread per element.
+
+import src from '../../shaders/compute_g_beta.metal' with { type: 'text' };
+import type { Buffer } from '../buffer.ts';
+import type { Encoder } from '../encoder.ts';
+import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct } from '../validate.ts';
+import { packFields, type ParamField } from './fused_norm.ts';
+
+export const COMPUTE_G_BETA_FAMILY = 'compute_g_beta';
+export const COMPUTE_G_BETA_KERNELS = ['compute_g_beta_f32', 'compute_g_beta_bf16'] as const;
+/** Threads per threadgroup. */
+export const COMPUTE_G_BETA_THREADS = 256;
+/** Elements are indexed with 32-bit unsigned integers. */
+const MAX_ELEMENTS_U32 = 0xffff_ffff;
+/** softplus(x) = x above this, as PyTorch's default threshold. */
+export const SOFTPLUS_THRESHOLD = 20;
+
+/** struct ComputeGBetaParams (buffer 6). */
+export const COMPUTE_G_BETA_PARAMS_LAYOUT: readonly ParamField[] = [
+  { name: 'n', type: 'u32', offset: 0 },
+  { name: 'h', type: 'u32', offset: 4 },
+];
+
+export interface ComputeGBetaParams {
+  b: number;
+  t: number;
+  /** Value heads H. */
+  h: number;
+}
+export interface ComputeGBetaBuffers {
+  /** [B, T, H], f32 or bf16 (b shares its dtype) */
+  a: Buffer;
+  /** [B, T, H], the beta logits */
+  b: Buffer;
+  /** [H] f32 */
+  aLog: Buffer;
+  /** [H] f32 */
+  dtBias: Buffer;
+  /** [B, T, H] f32, output */
+  g: Buffer;
+  /** [B, T, H] f32, output */
+  beta: Buffer;
+}
+
+export function packComputeGBetaParams(p: ComputeGBetaParams): Uint8Array {
+  return packFields(COMPUTE_G_BETA_PARAMS_LAYOUT, { n: p.b * p.t * p.h, h: p.h });
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit; returns b * t * h. */
+export function validateComputeGBeta(p: ComputeGBetaParams, buf: ComputeGBetaBuffers): number {
+  const op = 'compute_g_beta';
+  checkPositive(op, 'b', p.b);
+  checkPositive(op, 't', p.t);
+  checkPositive(op, 'h', p.h);
+  const n = checkedProduct(op, 'b * t * h', p.b, p.t, p.h);
+  checkAtMost(op, 'b * t * h', n, MAX_ELEMENTS_U32, 'the 32-bit index limit');
+  checkDtype(op, 'a', buf.a, ['f32', 'bf16']);
+  checkDtype(op, 'b', buf.b, buf.a.dtype);
+  checkDtype(op, 'aLog', buf.aLog, 'f32');
+  checkDtype(op, 'dtBias', buf.dtBias, 'f32');
+  checkDtype(op, 'g', buf.g, 'f32');
+  checkDtype(op, 'beta', buf.beta, 'f32');
+  checkElements(op, 'a', buf.a, n);
+  checkElements(op, 'b', buf.b, n);
+  checkElements(op, 'aLog', buf.aLog, p.h);
+  checkElements(op, 'dtBias', buf.dtBias, p.h);
+  checkElements(op, 'g', buf.g, n);
+  checkElements(op, 'beta', buf.beta, n);
+  return n;
+}
+
+/**
+ * compute_g_beta, elementwise over [B, T, H]:
+ *   g    = -exp(aLog[h]) * softplus(a + dtBias[h])   softplus(x) = x for x > 20, else log(1 + exp(x))
+ *   beta = sigmoid(b)
+ * in f32. The buffer `b` is the beta logits (the model's in_proj_b output),
+ * not the batch size, which is `params.b`.
+ *
+ * Layouts: a, b [B, T, H] (both f32: compute_g_beta_f32, or both bf16:
+ * compute_g_beta_bf16); aLog, dtBias [H] f32; g, beta [B, T, H] f32.
+ * Bindings: 0 a, 1 b, 2 aLog, 3 dtBias, 4 g, 5 beta, 6 ComputeGBetaParams [n, h].
+ * Grid: (ceil(n / 256), 1, 1) threadgroups of 256 threads, n = B * T * H.
+ */
+export function computeGBeta(enc: Encoder, args: ComputeGBetaBuffers & { params: ComputeGBetaParams }): void {
+  const p = args.params;
+  const n = validateComputeGBeta(p, args);
+  const registry = enc.device.kernels;
+  registry.register(COMPUTE_G_BETA_FAMILY, { metal: src }, COMPUTE_G_BETA_KERNELS);
+  enc.dispatch(
+    registry.pipeline(args.a.dtype === 'bf16' ? 'compute_g_beta_bf16' : 'compute_g_beta_f32'),
+    {
+      buffers: { 0: args.a, 1: args.b, 2: args.aLog, 3: args.dtBias, 4: args.g, 5: args.beta },
+      bytes: { 6: packComputeGBetaParams(p) },
+    },
+    [Math.ceil(n / COMPUTE_G_BETA_THREADS), 1, 1],
+    [COMPUTE_G_BETA_THREADS, 1, 1],
+  );
+}

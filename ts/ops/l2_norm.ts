@@ -1,0 +1,94 @@
+// l2_norm: per-row L2 normalization (FLA's l2norm), applied to the gated
+// delta net's q and k per head. Kernels: shaders/l2_norm.metal, one
+// threadgroup per row.
+
+import src from '../../shaders/l2_norm.metal' with { type: 'text' };
+import type { Buffer } from '../buffer.ts';
+import type { DType } from '../dtype.ts';
+import type { Encoder } from '../encoder.ts';
+import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { packFields, type ParamField } from './fused_norm.ts';
+
+export const L2_NORM_FAMILY = 'l2_norm';
+export const L2_NORM_KERNELS = ['l2_norm_f32', 'l2_norm_f16', 'l2_norm_bf16'] as const;
+/** Threads per row the op uses at most. */
+export const L2_NORM_MAX_THREADS = 256;
+/** FLA's default epsilon. */
+export const L2_NORM_DEFAULT_EPS = 1e-6;
+const U32_MAX = 0xffff_ffff;
+
+/** struct L2NormParams (buffer 2). */
+export const L2_NORM_PARAMS_LAYOUT: readonly ParamField[] = [
+  { name: 'rows', type: 'u32', offset: 0 },
+  { name: 'dim', type: 'u32', offset: 4 },
+  { name: 'eps', type: 'f32', offset: 8 },
+];
+
+export interface L2NormParams {
+  /** Rows, each normalized alone (B * T * heads for q or k). */
+  rows: number;
+  /** Elements per row (the head dimension). */
+  dim: number;
+  /** Added to sum(x^2) under the square root; 1e-6 when absent. */
+  eps?: number;
+}
+export interface L2NormBuffers {
+  /** [rows, dim], f32, f16 or bf16 */
+  x: Buffer;
+  /** [rows, dim] in x's dtype, output; may be x (in place) */
+  y: Buffer;
+}
+
+export function packL2NormParams(p: L2NormParams): Uint8Array {
+  return packFields(L2_NORM_PARAMS_LAYOUT, { rows: p.rows, dim: p.dim, eps: p.eps ?? L2_NORM_DEFAULT_EPS });
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit; returns the dtype. */
+export function validateL2Norm(p: L2NormParams, b: L2NormBuffers): DType {
+  const op = 'l2_norm';
+  checkPositive(op, 'rows', p.rows);
+  checkPositive(op, 'dim', p.dim);
+  checkAtMost(op, 'rows', p.rows, U32_MAX, '2^32 - 1');
+  checkAtMost(op, 'dim', p.dim, U32_MAX, '2^32 - 1');
+  if (p.eps !== undefined && (!Number.isFinite(p.eps) || p.eps < 0)) throw invalid(op, 'eps', 'a finite number >= 0', p.eps);
+  const n = checkedProduct(op, 'rows * dim', p.rows, p.dim);
+  checkDtype(op, 'x', b.x, ['f32', 'f16', 'bf16']);
+  checkDtype(op, 'y', b.y, b.x.dtype);
+  checkElements(op, 'x', b.x, n);
+  checkElements(op, 'y', b.y, n);
+  return b.x.dtype;
+}
+
+function nextPow2(n: number): number {
+  let p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+/** Threads per row and the threadgroup(0) bytes (one float per simdgroup, in 16-byte units). */
+export function l2NormThreadgroup(dim: number): { threads: number; sharedBytes: number } {
+  const threads = Math.min(L2_NORM_MAX_THREADS, nextPow2(dim));
+  return { threads, sharedBytes: Math.ceil((Math.ceil(threads / 32) * 4) / 16) * 16 };
+}
+
+/**
+ * l2_norm: y[r, i] = x[r, i] / sqrt(sum_j x[r, j]^2 + eps), eps inside the
+ * square root as FLA's l2norm (default 1e-6); sums in f32.
+ *
+ * Layouts: x, y [rows, dim], one dtype: f32, f16 or bf16 (l2_norm_<dtype>).
+ * y may be x's buffer.
+ * Bindings: 0 x, 1 y, 2 L2NormParams; threadgroup(0) one float per simdgroup.
+ * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
+ */
+export function l2Norm(enc: Encoder, args: L2NormBuffers & L2NormParams): void {
+  const dt = validateL2Norm(args, args);
+  const registry = enc.device.kernels;
+  registry.register(L2_NORM_FAMILY, { metal: src }, L2_NORM_KERNELS);
+  const { threads, sharedBytes } = l2NormThreadgroup(args.dim);
+  enc.dispatch(
+    registry.pipeline(`l2_norm_${dt}`),
+    { buffers: { 0: args.x, 1: args.y }, bytes: { 2: packL2NormParams(args) }, threadgroupMemory: { 0: sharedBytes } },
+    [args.rows, 1, 1],
+    [threads, 1, 1],
+  );
+}

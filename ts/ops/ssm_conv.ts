@@ -1,0 +1,169 @@
+// ssm_conv: causal depthwise conv1d over the last KS tokens with a rolling
+// state (Qwen3.5/3.6 linear attention's short conv), prefill and decode.
+// Kernels: shaders/ssm_conv.metal.
+
+import src from '../../shaders/ssm_conv.metal' with { type: 'text' };
+import type { Buffer } from '../buffer.ts';
+import type { DType } from '../dtype.ts';
+import type { Encoder } from '../encoder.ts';
+import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { packFields, type ParamField } from './fused_norm.ts';
+
+export const SSM_CONV_FAMILY = 'ssm_conv';
+export const SSM_CONV_KERNELS = ['ssm_conv_f32', 'ssm_conv_bf16', 'ssm_conv_bf16_wf32'] as const;
+type Kernel = (typeof SSM_CONV_KERNELS)[number];
+
+/** Kernel sizes the kernels hold in registers: 2 ..= 8. */
+export const SSM_CONV_MIN_KS = 2;
+export const SSM_CONV_MAX_KS = 8;
+/** Threads per threadgroup, one channel each. */
+export const SSM_CONV_THREADS = 128;
+/** Tokens per thread: at least MAX_KS - 1, so only token block 0 reads the state. */
+export const SSM_CONV_TOKENS_PER_THREAD = 16;
+const U32_MAX = 0xffff_ffff;
+/** The kernel indexes the history with int: KS - 1 + T must stay below 2^31. */
+const MAX_T = 0x7fff_ffff - SSM_CONV_MAX_KS;
+
+/** struct SsmConvParams (buffer 4). */
+export const SSM_CONV_PARAMS_LAYOUT: readonly ParamField[] = [
+  { name: 'b', type: 'u32', offset: 0 },
+  { name: 't', type: 'u32', offset: 4 },
+  { name: 'c', type: 'u32', offset: 8 },
+  { name: 'ks', type: 'u32', offset: 12 },
+  { name: 'tb', type: 'u32', offset: 16 },
+  { name: 'read_state', type: 'u32', offset: 20 },
+  { name: 'write_state', type: 'u32', offset: 24 },
+  { name: 'apply_silu', type: 'u32', offset: 28 },
+];
+
+export interface SsmConvParams {
+  /** Sequences B. */
+  b: number;
+  /** Tokens T per sequence (1 for decode). */
+  t: number;
+  /** Channels C (the conv dim). */
+  c: number;
+  /** Kernel size KS, 2 ..= 8 (4 in Qwen3.5/3.6). */
+  ks: number;
+  /** Apply SiLU to the output (the model does). */
+  silu: boolean;
+  /**
+   * With a state: true treats the history before token 0 as zeros (a fresh
+   * sequence) and only writes the state; false (default) reads it first.
+   */
+  freshState?: boolean;
+}
+
+export interface SsmConvBuffers {
+  /** [B, T, C], f32 or bf16 */
+  x: Buffer;
+  /** [C, KS]: f32 with f32 x; bf16 or f32 with bf16 x */
+  weight: Buffer;
+  /**
+   * [B, C, KS-1] in x's dtype, oldest token first: the inputs before token 0,
+   * replaced in place by the last KS-1 inputs. Absent: zero history, nothing kept.
+   */
+  state?: Buffer;
+  /** [B, T, C] in x's dtype, output; not x's buffer */
+  y: Buffer;
+}
+
+export function packSsmConvParams(p: SsmConvParams & { readState: boolean; writeState: boolean }): Uint8Array {
+  return packFields(SSM_CONV_PARAMS_LAYOUT, {
+    b: p.b, t: p.t, c: p.c, ks: p.ks, tb: SSM_CONV_TOKENS_PER_THREAD,
+    read_state: p.readState ? 1 : 0, write_state: p.writeState ? 1 : 0, apply_silu: p.silu ? 1 : 0,
+  });
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit; returns the kernel. */
+export function validateSsmConv(p: SsmConvParams, buf: SsmConvBuffers, op = 'ssm_conv'): Kernel {
+  for (const [arg, value] of [['b', p.b], ['t', p.t], ['c', p.c], ['ks', p.ks]] as const) {
+    checkPositive(op, arg, value);
+    checkAtMost(op, arg, value, U32_MAX, '2^32 - 1');
+  }
+  checkAtMost(op, 't', p.t, MAX_T, '2^31 - 9 (the history is indexed with int)');
+  if (p.ks < SSM_CONV_MIN_KS || p.ks > SSM_CONV_MAX_KS) {
+    throw invalid(op, 'ks', `in [${SSM_CONV_MIN_KS}, ${SSM_CONV_MAX_KS}]`, p.ks);
+  }
+  const n = checkedProduct(op, 'x elements', p.b, p.t, p.c);
+  const w = checkedProduct(op, 'weight elements', p.c, p.ks);
+  const st = checkedProduct(op, 'state elements', p.b, p.c, p.ks - 1);
+  checkDtype(op, 'x', buf.x, ['f32', 'bf16']);
+  const dt: DType = buf.x.dtype;
+  checkDtype(op, 'weight', buf.weight, dt === 'bf16' ? ['bf16', 'f32'] : ['f32']);
+  checkDtype(op, 'y', buf.y, dt);
+  if (buf.state !== undefined) checkDtype(op, 'state', buf.state, dt);
+  checkElements(op, 'x', buf.x, n);
+  checkElements(op, 'weight', buf.weight, w);
+  checkElements(op, 'y', buf.y, n);
+  if (buf.state !== undefined) checkElements(op, 'state', buf.state, st);
+  if (buf.y === buf.x) throw invalid(op, 'y', "a buffer other than x (other threads still read x's tokens)", 'x');
+  if (p.freshState === true && buf.state === undefined) {
+    throw invalid(op, 'freshState', 'false or absent when no state is given', true);
+  }
+  if (dt === 'f32') return 'ssm_conv_f32';
+  return buf.weight.dtype === 'f32' ? 'ssm_conv_bf16_wf32' : 'ssm_conv_bf16';
+}
+
+/** Grid: (ceil(C / 128), ceil(T / 16), B) threadgroups of 128 threads. */
+export function ssmConvGrid(p: Pick<SsmConvParams, 'b' | 't' | 'c'>): [number, number, number] {
+  return [Math.ceil(p.c / SSM_CONV_THREADS), Math.ceil(p.t / SSM_CONV_TOKENS_PER_THREAD), p.b];
+}
+
+function dispatch(enc: Encoder, kernel: Kernel, p: SsmConvParams, buf: SsmConvBuffers): void {
+  const registry = enc.device.kernels;
+  registry.register(SSM_CONV_FAMILY, { metal: src }, SSM_CONV_KERNELS);
+  const hasState = buf.state !== undefined;
+  enc.dispatch(
+    registry.pipeline(kernel),
+    {
+      buffers: { 0: buf.x, 1: buf.weight, 2: buf.state ?? buf.y, 3: buf.y },
+      bytes: { 4: packSsmConvParams({ ...p, readState: hasState && p.freshState !== true, writeState: hasState }) },
+    },
+    ssmConvGrid(p),
+    [SSM_CONV_THREADS, 1, 1],
+  );
+}
+
+/**
+ * ssm_conv: causal depthwise conv1d. Per (b, c), with the history
+ * xx = state[b, c, :] ++ x[b, :, c] (zeros for the state when it is absent or
+ * freshState):
+ *   y[b, t, c] = act(sum_{j < KS} weight[c, j] * xx[t + j]),  act = SiLU when silu
+ * and, when a state is given, state[b, c, i] = xx[T + i] for i < KS - 1
+ * (in place). Sums and SiLU in f32.
+ *
+ * Layouts: x, y [B, T, C]; weight [C, KS]; state [B, C, KS-1]. dtypes: all
+ * f32 (ssm_conv_f32); bf16 x, y, state with a bf16 weight (ssm_conv_bf16) or
+ * an f32 weight (ssm_conv_bf16_wf32). The state is in x's dtype because it
+ * holds x's values: no rounding is added.
+ *
+ * Bindings: 0 x, 1 weight, 2 state (y stands in when absent; read_state =
+ * write_state = 0 keep it untouched), 3 y, 4 SsmConvParams.
+ * Grid (ceil(C / 128), ceil(T / 16), B) threadgroups of 128 threads.
+ */
+export function ssmConv(enc: Encoder, args: SsmConvBuffers & SsmConvParams): void {
+  dispatch(enc, validateSsmConv(args, args), args, args);
+}
+
+export interface SsmConvDecodeBuffers {
+  /** [B, C] (one token per sequence), f32 or bf16 */
+  x: Buffer;
+  /** [C, KS] */
+  weight: Buffer;
+  /** [B, C, KS-1] in x's dtype, read and updated in place */
+  state: Buffer;
+  /** [B, C] in x's dtype, output */
+  y: Buffer;
+}
+
+/**
+ * ssm_conv_decode: one token per sequence, the state read and shifted in
+ * place: y[b, c] = act(sum_{j < KS-1} weight[c, j] * state[b, c, j] + weight[c, KS-1] * x[b, c]);
+ * state[b, c] = state[b, c, 1 ..] ++ x[b, c]. The same kernels as ssm_conv
+ * with T = 1, so n decode steps equal ssm_conv over those n tokens.
+ */
+export function ssmConvDecode(enc: Encoder, args: SsmConvDecodeBuffers & Omit<SsmConvParams, 't' | 'freshState'>): void {
+  const p: SsmConvParams = { b: args.b, t: 1, c: args.c, ks: args.ks, silu: args.silu };
+  dispatch(enc, validateSsmConv(p, args, 'ssm_conv_decode'), p, args);
+}
