@@ -1,0 +1,436 @@
+// gated_delta_net: the reference against hand-computed values, the param
+// packers against the .metal structs, every validation rule, parity of the
+// recurrent and decode kernels on every backend, and decode steps against
+// the recurrent kernel.
+
+import { afterAll, describe, expect, test } from 'bun:test';
+import src from '../shaders/gated_delta_net.metal' with { type: 'text' };
+import { MlxError, bf16BitsToF32, f32ToBf16Bits, type Buffer, type DType, type Device, type Encoder } from '../ts/index.ts';
+import type { ParamField } from '../ts/ops/fused_norm.ts';
+import {
+  GATED_DELTA_NET_DECODE_PARAMS_LAYOUT,
+  GATED_DELTA_NET_PARAMS_LAYOUT,
+  gatedDeltaNet,
+  gatedDeltaNetDecode,
+  gatedDeltaNetGrid,
+  gatedDeltaNetScale,
+  packGatedDeltaNetDecodeParams,
+  packGatedDeltaNetParams,
+  type GatedDeltaNetBuffers,
+  type GatedDeltaNetDecodeBuffers,
+  type GatedDeltaNetParams,
+} from '../ts/ops/gated_delta_net.ts';
+import { gatedDeltaNetRef, type GatedDeltaNetRefInputs } from '../ts/reference/gated_delta_net.ts';
+import { backends, describeBackends, maxRelErr, openDevice, rng, TOL, type Rng } from './helpers.ts';
+
+// ---- .metal struct parsing ----
+
+const SCALAR_TYPES: Record<string, ParamField['type']> = { uint: 'u32', float: 'f32' };
+
+/** Fields of `struct name { ... };` in the source: 4-byte scalars laid out in order. */
+function metalStruct(source: string, name: string): ParamField[] {
+  const m = new RegExp(`struct\\s+${name}\\s*\\{([^}]*)\\}`).exec(source);
+  if (!m) throw new Error(`struct ${name} not found`);
+  const fields: ParamField[] = [];
+  for (const decl of m[1]!.replace(/\/\/[^\n]*/g, '').split(';')) {
+    if (decl.trim() === '') continue;
+    const f = /^\s*(\w+)\s+(\w+)\s*$/.exec(decl);
+    const type = f ? SCALAR_TYPES[f[1]!] : undefined;
+    if (!f || !type) throw new Error(`struct ${name}: cannot parse field "${decl.trim()}"`);
+    fields.push({ name: f[2]!, type, offset: fields.length * 4 });
+  }
+  return fields;
+}
+
+/** The declaration at [[buffer(index)]] of `kernel void name(...)`, whitespace collapsed. */
+function bufferParam(source: string, kernel: string, index: number): string {
+  const at = source.indexOf(`kernel void ${kernel}(`);
+  if (at < 0) throw new Error(`kernel ${kernel} not found`);
+  const list = source.slice(at, source.indexOf('{', at));
+  const decl = list.split(/,(?![^[]*\]\])/).find((p) => p.includes(`[[buffer(${index})]]`));
+  if (decl === undefined) throw new Error(`${kernel}: nothing at buffer(${index})`);
+  return decl.replace(/\s+/g, ' ').trim();
+}
+
+function readFields(bytes: Uint8Array, layout: readonly ParamField[]): number[] {
+  const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  return layout.map((f) => (f.type === 'u32' ? v.getUint32(f.offset, true) : v.getFloat32(f.offset, true)));
+}
+
+describe('gated_delta_net param packers match the .metal declarations', () => {
+  test('GatedDeltaNetParams: fields, offsets, bound at buffer(8); packed values', () => {
+    expect(GATED_DELTA_NET_PARAMS_LAYOUT).toEqual(metalStruct(src, 'GatedDeltaNetParams'));
+    for (const k of ['gated_delta_net_f32', 'gated_delta_net_bf16']) {
+      expect(bufferParam(src, k, 8)).toMatch(/^constant GatedDeltaNetParams& params /);
+    }
+    const p = { b: 3, t: 70000, hg: 2, h: 6, k: 128, v: 96 };
+    const bytes = packGatedDeltaNetParams({ ...p, hasInitialState: true });
+    expect(bytes.byteLength).toBe(32);
+    expect(readFields(bytes, GATED_DELTA_NET_PARAMS_LAYOUT)).toEqual([3, 70000, 2, 6, 128, 96, Math.fround(1 / Math.sqrt(128)), 1]);
+    const scaled = packGatedDeltaNetParams({ ...p, scale: 0.25, hasInitialState: false });
+    expect(readFields(scaled, GATED_DELTA_NET_PARAMS_LAYOUT).slice(6)).toEqual([0.25, 0]);
+  });
+  test('GatedDeltaNetDecodeParams: fields, offsets, bound at buffer(7); packed values', () => {
+    expect(GATED_DELTA_NET_DECODE_PARAMS_LAYOUT).toEqual(metalStruct(src, 'GatedDeltaNetDecodeParams'));
+    for (const k of ['gated_delta_net_decode_f32', 'gated_delta_net_decode_bf16']) {
+      expect(bufferParam(src, k, 7)).toMatch(/^constant GatedDeltaNetDecodeParams& params /);
+    }
+    const bytes = packGatedDeltaNetDecodeParams({ b: 5, hg: 4, h: 16, k: 256, v: 64, scale: -1.5 });
+    expect(bytes.byteLength).toBe(24);
+    expect(readFields(bytes, GATED_DELTA_NET_DECODE_PARAMS_LAYOUT)).toEqual([5, 4, 16, 256, 64, -1.5]);
+  });
+  test('scale default K^-1/2, grid (ceil(V / 16), H, B)', () => {
+    expect(gatedDeltaNetScale({ k: 64 })).toBe(0.125);
+    expect(gatedDeltaNetScale({ k: 64, scale: 2 })).toBe(2);
+    expect(gatedDeltaNetGrid({ b: 2, h: 3, v: 40 })).toEqual([3, 3, 2]);
+  });
+});
+
+describe('gated_delta_net reference against hand-computed values', () => {
+  test('two tokens, K = 2, V = 1', () => {
+    // t0: S = 0; delta = 3; S = [3, 0]; o = S q = 3.
+    // t1: S = 0.5 S = [1.5, 0]; kv = S [0, 1] = 0; delta = (1 - 0) * 0.5; S = [1.5, 0.5]; o = S [1, 1] = 2.
+    const ref = gatedDeltaNetRef(
+      { b: 1, t: 2, hg: 1, h: 1, k: 2, v: 1, scale: 1 },
+      { q: [1, 0, 1, 1], k: [1, 0, 0, 1], v: [3, 1], g: [0, Math.log(0.5)], beta: [1, 0.5] },
+    );
+    expect([...ref.output]).toEqual([3, 2]);
+    expect([...ref.finalState]).toEqual([1.5, 0.5]);
+    // An initial state decays first: S0 = [2, 0], g = log 0.5 -> S = [1, 0]; k = [1, 0], v = 1, beta = 1 -> delta = 0.
+    const withState = gatedDeltaNetRef(
+      { b: 1, t: 1, hg: 1, h: 1, k: 2, v: 1, scale: 0.5 },
+      { q: [1, 0], k: [1, 0], v: [1], g: [Math.log(0.5)], beta: [1], initialState: [2, 0] },
+    );
+    expect([...withState.output]).toEqual([0.5]);
+    expect([...withState.finalState]).toEqual([1, 0]);
+  });
+});
+
+// ---- validation ----
+
+function expectInvalid(fn: () => void, op: string, arg: string, expected: string, actual: string): void {
+  let err: unknown = null;
+  try {
+    fn();
+  } catch (e) {
+    err = e;
+  }
+  expect(err).toBeInstanceOf(MlxError);
+  const e = err as MlxError;
+  expect(e.kind).toBe('InvalidArgument');
+  expect(e.message).toStartWith(`${op}: ${arg} must be `);
+  expect(e.message).toContain(expected);
+  expect(e.message).toContain(`(got ${actual}`);
+}
+
+const present = backends();
+describe.if(present.length > 0)('gated_delta_net validation', () => {
+  let device: Device | null = null;
+  const d = (): Device => (device ??= openDevice(present[0]!));
+  afterAll(() => device?.close());
+  let encoder: Encoder | null = null;
+  const enc = (): Encoder => (encoder ??= d().encoder());
+  const buf = (dtype: DType, n: number): Buffer => d().alloc(dtype, [n]);
+
+  const P: GatedDeltaNetParams = { b: 2, t: 3, hg: 1, h: 2, k: 64, v: 16 };
+  const QK = 2 * 3 * 1 * 64;
+  const VO = 2 * 3 * 2 * 16;
+  const GB = 2 * 3 * 2;
+  const ST = 2 * 2 * 16 * 64;
+  type Case = [params: Partial<GatedDeltaNetParams>, bufs: Record<string, Buffer>, arg: string, expected: string, actual: string];
+
+  const dimCases = (dims: readonly string[]): Case[] => [
+    ...dims.map((a): Case => [{ [a]: 0 }, {}, a, 'a positive integer', '0']),
+    [{ hg: 1.5 }, {}, 'hg', 'a positive integer', '1.5'],
+    [{ v: 2 ** 32 }, {}, 'v', 'at most 2^32 - 1 (4294967295)', '4294967296'],
+    [{ h: 3, hg: 2 }, {}, 'h', 'a multiple of hg (2)', '3'],
+    [{ k: 48 }, {}, 'k', 'a multiple of the simdgroup width (32)', '48'],
+    [{ k: 288 }, {}, 'k', 'at most MAX_K (256)', '288'],
+    [{ scale: Number.NaN }, {}, 'scale', 'a finite number', 'NaN'],
+    [{ scale: Infinity }, {}, 'scale', 'a finite number', 'Infinity'],
+  ];
+  const bufCases = (): Case[] => [
+    [{}, { q: buf('f16', QK) }, 'q.dtype', 'one of f32, bf16', 'f16'],
+    [{}, { k: buf('bf16', QK) }, 'k.dtype', 'f32', 'bf16'],
+    [{}, { v: buf('bf16', VO) }, 'v.dtype', 'f32', 'bf16'],
+    [{}, { output: buf('bf16', VO) }, 'output.dtype', 'f32', 'bf16'],
+    [{}, { q: buf('f32', QK + 1) }, 'q.elementCount', `${QK}`, `${QK + 1}`],
+    [{}, { k: buf('f32', QK - 1) }, 'k.elementCount', `${QK}`, `${QK - 1}`],
+    [{}, { v: buf('f32', VO * 2) }, 'v.elementCount', `${VO}`, `${VO * 2}`],
+    [{}, { output: buf('f32', 1) }, 'output.elementCount', `${VO}`, '1'],
+    [{}, { g: buf('bf16', GB) }, 'g.dtype', 'f32', 'bf16'],
+    [{}, { g: buf('f32', GB + 2) }, 'g.elementCount', `${GB}`, `${GB + 2}`],
+    [{}, { beta: buf('f16', GB) }, 'beta.dtype', 'f32', 'f16'],
+    [{}, { beta: buf('f32', 1) }, 'beta.elementCount', `${GB}`, '1'],
+  ];
+
+  test('gated_delta_net: every rule', () => {
+    const op = 'gated_delta_net';
+    const base = (): GatedDeltaNetBuffers => ({
+      q: buf('f32', QK), k: buf('f32', QK), v: buf('f32', VO), g: buf('f32', GB), beta: buf('f32', GB),
+      initialState: buf('f32', ST), output: buf('f32', VO), finalState: buf('f32', ST),
+    });
+    const cases: Case[] = [
+      ...dimCases(['b', 't', 'hg', 'h', 'k', 'v']),
+      [{ b: 2 ** 20, t: 2 ** 20, hg: 2 ** 14, h: 2 ** 14 }, {}, 'q elements', 'a product of integers at most 2^53 - 1', `${2 ** 20} * ${2 ** 20} * ${2 ** 14} * 64`],
+      ...bufCases(),
+      [{}, { initialState: buf('bf16', ST) }, 'initialState.dtype', 'f32', 'bf16'],
+      [{}, { initialState: buf('f32', ST - 1) }, 'initialState.elementCount', `${ST}`, `${ST - 1}`],
+      [{}, { finalState: buf('f16', ST) }, 'finalState.dtype', 'f32', 'f16'],
+      [{}, { finalState: buf('f32', ST + 64) }, 'finalState.elementCount', `${ST}`, `${ST + 64}`],
+    ];
+    for (const [pm, bm, arg, expected, actual] of cases) {
+      expectInvalid(() => gatedDeltaNet(enc(), { ...base(), ...bm, params: { ...P, ...pm } }), op, arg, expected, actual);
+    }
+    // bf16 activations take bf16 k, v and output too.
+    expectInvalid(() => gatedDeltaNet(enc(), { ...base(), q: buf('bf16', QK), params: P }), op, 'k.dtype', 'bf16', 'f32');
+  });
+
+  test('gated_delta_net_decode: every rule', () => {
+    const op = 'gated_delta_net_decode';
+    const D = { b: 2, hg: 1, h: 2, k: 64, v: 16 };
+    const qk = 2 * 64;
+    const vo = 2 * 2 * 16;
+    const gb = 2 * 2;
+    const base = (): GatedDeltaNetDecodeBuffers => ({
+      q: buf('f32', qk), k: buf('f32', qk), v: buf('f32', vo), g: buf('f32', gb), beta: buf('f32', gb),
+      state: buf('f32', ST), output: buf('f32', vo),
+    });
+    const cases: Case[] = [
+      ...dimCases(['b', 'hg', 'h', 'k', 'v']),
+      [{ b: 2 ** 30, hg: 2 ** 30, h: 2 ** 30 }, {}, 'q elements', 'a product of integers at most 2^53 - 1', `${2 ** 30} * ${2 ** 30} * 64`],
+      [{}, { q: buf('u32', qk) }, 'q.dtype', 'one of f32, bf16', 'u32'],
+      [{}, { k: buf('bf16', qk) }, 'k.dtype', 'f32', 'bf16'],
+      [{}, { v: buf('bf16', vo) }, 'v.dtype', 'f32', 'bf16'],
+      [{}, { output: buf('bf16', vo) }, 'output.dtype', 'f32', 'bf16'],
+      [{}, { q: buf('f32', QK) }, 'q.elementCount', `${qk}`, `${QK}`],
+      [{}, { k: buf('f32', qk + 1) }, 'k.elementCount', `${qk}`, `${qk + 1}`],
+      [{}, { v: buf('f32', VO) }, 'v.elementCount', `${vo}`, `${VO}`],
+      [{}, { output: buf('f32', vo - 1) }, 'output.elementCount', `${vo}`, `${vo - 1}`],
+      [{}, { g: buf('bf16', gb) }, 'g.dtype', 'f32', 'bf16'],
+      [{}, { g: buf('f32', GB) }, 'g.elementCount', `${gb}`, `${GB}`],
+      [{}, { beta: buf('bf16', gb) }, 'beta.dtype', 'f32', 'bf16'],
+      [{}, { beta: buf('f32', gb + 1) }, 'beta.elementCount', `${gb}`, `${gb + 1}`],
+      [{}, { state: buf('bf16', ST) }, 'state.dtype', 'f32', 'bf16'],
+      [{}, { state: buf('f32', ST / 2) }, 'state.elementCount', `${ST}`, `${ST / 2}`],
+    ];
+    for (const [pm, bm, arg, expected, actual] of cases) {
+      expectInvalid(() => gatedDeltaNetDecode(enc(), { ...base(), ...bm, params: { ...D, ...pm } }), op, arg, expected, actual);
+    }
+  });
+});
+
+// ---- parity ----
+
+const bf16 = (x: number): number => bf16BitsToF32(f32ToBf16Bits(x));
+
+interface Inputs {
+  q: Float64Array;
+  k: Float64Array;
+  v: Float64Array;
+  g: Float64Array;
+  beta: Float64Array;
+  h0: Float64Array;
+}
+
+/** Rows of n normal values, each scaled to unit L2 norm (as l2_norm leaves q and k). */
+function unitRows(r: Rng, rows: number, n: number): Float64Array {
+  const out = new Float64Array(rows * n);
+  for (let row = 0; row < rows; row++) {
+    let s = 0;
+    for (let i = 0; i < n; i++) {
+      const x = r.normal();
+      out[row * n + i] = x;
+      s += x * x;
+    }
+    const inv = 1 / Math.sqrt(s);
+    for (let i = 0; i < n; i++) out[row * n + i] = out[row * n + i]! * inv;
+  }
+  return out;
+}
+
+type Gates = 'model' | 'adversarial';
+
+/**
+ * Inputs as the model makes them: q, k unit rows, v normal, g in (-5, 0)
+ * (decays in (e^-5, 1)), beta in (0, 1), a normal initial state. Adversarial
+ * gates mix g near 0 (no decay: the state keeps everything) with g = -30
+ * (the state all but erased) and beta near 1 (full overwrite).
+ */
+function makeInputs(seed: number, p: GatedDeltaNetParams, gates: Gates): Inputs {
+  const r = rng(seed);
+  const { b: B, t: T, hg: Hg, h: H, k: K, v: V } = p;
+  const q = unitRows(r, B * T * Hg, K);
+  const k = unitRows(r, B * T * Hg, K);
+  const v = new Float64Array(B * T * H * V).map(() => r.normal());
+  const n = B * T * H;
+  const g = new Float64Array(n);
+  const beta = new Float64Array(n);
+  for (let i = 0; i < n; i++) {
+    if (gates === 'model') {
+      g[i] = r.uniform(-5, 0);
+      beta[i] = r.uniform(0, 1);
+    } else {
+      const u = r.next();
+      g[i] = u < 0.45 ? -r.uniform(0, 1e-6) : u < 0.9 ? -r.uniform(1e-4, 1e-2) : -30;
+      beta[i] = r.uniform(0.999, 1);
+    }
+  }
+  const h0 = new Float64Array(B * H * V * K).map(() => 0.5 * r.normal());
+  return { q, k, v, g, beta, h0 };
+}
+
+/** max |got - want| / max |want|. */
+function scaledErr(got: ArrayLike<number>, want: ArrayLike<number>): number {
+  let scale = 0;
+  for (let i = 0; i < want.length; i++) scale = Math.max(scale, Math.abs(want[i]!));
+  return maxRelErr(got, want, scale);
+}
+
+// Error measure: every output element and every state update is a sum over
+// K of products of the data's scale (unit q and k against state rows), which
+// may cancel to a value far below its terms; the kernel's f32 error is of the
+// terms' size. So errors are max |got - want| / max |want| (scaledErr), under
+// TOL.f32 for f32 values; bf16 outputs are compared with the reference
+// rounded to bf16, under TOL.bf16 (one bf16 rounding, 2^-8 relative).
+describeBackends('gated_delta_net parity', ({ device }) => {
+  const shapes: { name: string; p: GatedDeltaNetParams }[] = [
+    { name: 'T = 1, K = V = 64, H = Hg = 1', p: { b: 1, t: 1, hg: 1, h: 1, k: 64, v: 64 } },
+    { name: 'B = 2, T = 6, K = 128, V = 32, H/Hg = 2', p: { b: 2, t: 6, hg: 2, h: 4, k: 128, v: 32 } },
+    { name: 'T = 5, K = 256, V = 40 (partial row groups), H/Hg = 4', p: { b: 1, t: 5, hg: 1, h: 4, k: 256, v: 40 } },
+    { name: 'T = 4, K = 64, V = 256, H = Hg = 2', p: { b: 1, t: 4, hg: 2, h: 2, k: 64, v: 256 } },
+    { name: 'T = 8, K = 128, V = 128, H/Hg = 2', p: { b: 1, t: 8, hg: 1, h: 2, k: 128, v: 128 } },
+  ];
+
+  const upload = (dev: Device, dtype: DType, data: Float64Array): Buffer => dev.upload(dtype, [data.length], data);
+
+  for (const dtype of ['f32', 'bf16'] as const) {
+    for (const gates of ['model', 'adversarial'] as const) {
+      test(`gated_delta_net ${dtype}, ${gates} gates, with and without an initial state`, () => {
+        const dev = device();
+        const over: string[] = [];
+        let worst = 0;
+        let worstBf16 = 0;
+        for (const [si, { name, p }] of shapes.entries()) {
+          const x = makeInputs(100 + si * 7 + (gates === 'model' ? 0 : 1000), p, gates);
+          const q = upload(dev, dtype, x.q);
+          const k = upload(dev, dtype, x.k);
+          const v = upload(dev, dtype, x.v);
+          const g = upload(dev, 'f32', x.g);
+          const beta = upload(dev, 'f32', x.beta);
+          const h0 = upload(dev, 'f32', x.h0);
+          const output = dev.alloc(dtype, [p.b * p.t * p.h * p.v]);
+          const finalState = dev.alloc('f32', [x.h0.length]);
+          const stored: GatedDeltaNetRefInputs = {
+            q: q.readNumbers(), k: k.readNumbers(), v: v.readNumbers(), g: g.readNumbers(), beta: beta.readNumbers(),
+          };
+          for (const withState of [true, false]) {
+            output.fill(Number.NaN);
+            finalState.fill(Number.NaN);
+            const enc = dev.encoder();
+            gatedDeltaNet(enc, { q, k, v, g, beta, ...(withState ? { initialState: h0 } : {}), output, finalState, params: p });
+            enc.commitAndWait();
+            enc.release();
+            const ref = gatedDeltaNetRef({ ...p, scale: gatedDeltaNetScale(p) }, { ...stored, ...(withState ? { initialState: h0.readNumbers() } : {}) });
+            const wantOut = dtype === 'bf16' ? ref.output.map(bf16) : ref.output;
+            const eo = scaledErr(output.readNumbers(), wantOut);
+            const es = scaledErr(finalState.readNumbers(), ref.finalState);
+            const tolOut = dtype === 'bf16' ? TOL.bf16 : TOL.f32;
+            if (!(eo < tolOut)) over.push(`${name} state ${withState}: output ${eo}`);
+            if (!(es < TOL.f32)) over.push(`${name} state ${withState}: finalState ${es}`);
+            worst = Math.max(worst, es, dtype === 'f32' ? eo : 0);
+            if (dtype === 'bf16') worstBf16 = Math.max(worstBf16, eo);
+          }
+          for (const b of [q, k, v, g, beta, h0, output, finalState]) b.release();
+        }
+        if (process.env.MLXN_PRINT_ERRORS) console.log(`gated_delta_net ${dtype} ${gates}: largest f32 error ${worst}, bf16 output error ${worstBf16}`);
+        expect(over).toEqual([]);
+      });
+    }
+  }
+
+  test('initialState may be finalState (in place): same result as separate buffers', () => {
+    const dev = device();
+    const p: GatedDeltaNetParams = { b: 2, t: 3, hg: 1, h: 2, k: 64, v: 24 };
+    const x = makeInputs(77, p, 'model');
+    const ins = { q: upload(dev, 'f32', x.q), k: upload(dev, 'f32', x.k), v: upload(dev, 'f32', x.v), g: upload(dev, 'f32', x.g), beta: upload(dev, 'f32', x.beta) };
+    const h0 = upload(dev, 'f32', x.h0);
+    const state = upload(dev, 'f32', x.h0);
+    const out1 = dev.alloc('f32', [p.b * p.t * p.h * p.v]);
+    const out2 = dev.alloc('f32', [p.b * p.t * p.h * p.v]);
+    const fin = dev.alloc('f32', [x.h0.length]);
+    out1.fill(Number.NaN);
+    out2.fill(Number.NaN);
+    fin.fill(Number.NaN);
+    const enc = dev.encoder();
+    gatedDeltaNet(enc, { ...ins, initialState: h0, output: out1, finalState: fin, params: p });
+    gatedDeltaNet(enc, { ...ins, initialState: state, output: out2, finalState: state, params: p });
+    enc.commitAndWait();
+    enc.release();
+    expect(Array.from(out2.read())).toEqual(Array.from(out1.read()));
+    expect(Array.from(state.read())).toEqual(Array.from(fin.read()));
+    const ref = gatedDeltaNetRef({ ...p, scale: gatedDeltaNetScale(p) }, { ...x, initialState: x.h0 });
+    expect(scaledErr(state.readNumbers(), ref.finalState)).toBeLessThan(TOL.f32);
+  });
+
+  for (const dtype of ['f32', 'bf16'] as const) {
+    test(`decode ${dtype}: n steps one at a time equal the recurrent kernel over the n tokens, bit for bit`, () => {
+      const dev = device();
+      const cases: { p: GatedDeltaNetParams; scale?: number }[] = [
+        { p: { b: 2, t: 4, hg: 1, h: 2, k: 128, v: 40 } },
+        { p: { b: 1, t: 3, hg: 2, h: 8, k: 64, v: 16 }, scale: 0.3 },
+        { p: { b: 2, t: 2, hg: 1, h: 1, k: 256, v: 64 } },
+      ];
+      for (const [ci, { p: p0, scale }] of cases.entries()) {
+        const p = { ...p0, ...(scale === undefined ? {} : { scale }) };
+        const { b: B, t: T, hg: Hg, h: H, k: K, v: V } = p;
+        const x = makeInputs(500 + ci, p, ci === 1 ? 'adversarial' : 'model');
+        const q = upload(dev, dtype, x.q);
+        const k = upload(dev, dtype, x.k);
+        const v = upload(dev, dtype, x.v);
+        const g = upload(dev, 'f32', x.g);
+        const beta = upload(dev, 'f32', x.beta);
+        const h0 = upload(dev, 'f32', x.h0);
+        const output = dev.alloc(dtype, [B * T * H * V]);
+        const finalState = dev.alloc('f32', [x.h0.length]);
+        output.fill(Number.NaN);
+        finalState.fill(Number.NaN);
+        const enc = dev.encoder();
+        gatedDeltaNet(enc, { q, k, v, g, beta, initialState: h0, output, finalState, params: p });
+        enc.commitAndWait();
+        enc.release();
+
+        // Token t of every sequence, gathered from [B, T, ...] into [B, ...].
+        const at = (src: Float64Array, t: number, inner: number): Float64Array => {
+          const out = new Float64Array(B * inner);
+          for (let b = 0; b < B; b++) out.set(src.subarray((b * T + t) * inner, (b * T + t + 1) * inner), b * inner);
+          return out;
+        };
+        const qs = q.readNumbers();
+        const ks = k.readNumbers();
+        const vs = v.readNumbers();
+        const state = upload(dev, 'f32', x.h0);
+        const step = dev.alloc(dtype, [B * H * V]);
+        const want = output.readNumbers();
+        const decodeParams = { b: B, hg: Hg, h: H, k: K, v: V, ...(scale === undefined ? {} : { scale }) };
+        for (let t = 0; t < T; t++) {
+          step.fill(Number.NaN);
+          const e = dev.encoder();
+          gatedDeltaNetDecode(e, {
+            q: upload(dev, dtype, at(qs, t, Hg * K)), k: upload(dev, dtype, at(ks, t, Hg * K)), v: upload(dev, dtype, at(vs, t, H * V)),
+            g: upload(dev, 'f32', at(x.g, t, H)), beta: upload(dev, 'f32', at(x.beta, t, H)),
+            state, output: step, params: decodeParams,
+          });
+          e.commitAndWait();
+          e.release();
+          expect(Array.from(step.readNumbers())).toEqual(Array.from(at(want, t, H * V)));
+        }
+        expect(Array.from(state.read())).toEqual(Array.from(finalState.read()));
+        const ref = gatedDeltaNetRef({ ...p, scale: gatedDeltaNetScale(p) }, {
+          q: qs, k: ks, v: vs, g: g.readNumbers(), beta: beta.readNumbers(), initialState: h0.readNumbers(),
+        });
+        expect(scaledErr(state.readNumbers(), ref.finalState)).toBeLessThan(TOL.f32);
+      }
+    });
+  }
+});
