@@ -15,9 +15,8 @@
 // iwg takes KV blocks of 32 positions iwg, iwg + NWG, ... Each lane owns
 // D / (32 * VEC) 16-byte slices of a row (VEC = 8 f16 or 4 f32 elements), so
 // one warp-wide load covers 512 contiguous bytes of a K or V row. Per block,
-// K and V rows are loaded in groups of G = 32 / CH positions (32 loads of
-// 16 bytes per lane in flight; the first V group is issued before the
-// reduce and softmax, which it does not depend on), each lane's partial dot products for the 32 positions are
+// K rows are loaded in groups of G positions (16 loads of 16 bytes per lane
+// in flight), each lane's partial dot products for the 32 positions are
 // reduced across lanes by a shuffle transpose-reduce (31 shuffles; lane c
 // ends with position c's score), the online softmax runs one position per
 // lane, and V rows are accumulated in the same groups with each weight
@@ -97,22 +96,6 @@ __device__ __forceinline__ void tr_step(float (&part)[32], u32 lane) {
     }
 }
 
-// Rows [base + g0, base + g0 + G) of a K or V block, this lane's 16-byte
-// slices; rows outside the visible slots [beg, end) read as zeros, unloaded.
-template <int D, int VEC, int CH, int G, typename KV>
-__device__ __forceinline__ void load_rows(uint4 (&r)[G][CH], const KV* kv, u32 base, u32 g0, u32 beg, u32 end,
-                                          u32 lane) {
-#pragma unroll
-    for (int gi = 0; gi < G; ++gi) {
-        const u32 c_pos = g0 + gi;
-        const bool vis = c_pos >= beg && c_pos < end;
-#pragma unroll
-        for (int c = 0; c < CH; ++c) {
-            r[gi][c] = vis ? load16(kv + u64(base + c_pos) * D + (c * 32 + lane) * VEC) : make_uint4(0u, 0u, 0u, 0u);
-        }
-    }
-}
-
 template <int D, typename KV>
 __device__ __forceinline__ void attn_main(const FlashAttnVecParams* __restrict__ pp, const float* __restrict__ q,
                                           const KV* __restrict__ k, const KV* __restrict__ v, float* dst) {
@@ -167,7 +150,16 @@ __device__ __forceinline__ void attn_main(const FlashAttnVecParams* __restrict__
 #pragma unroll
         for (int g0 = 0; g0 < W; g0 += G) {
             uint4 kr[G][CH];
-            load_rows<D, VEC, CH, G>(kr, kb, base, g0, beg, end, lane);
+#pragma unroll
+            for (int gi = 0; gi < G; ++gi) {
+                const u32 c_pos = g0 + gi;
+                const bool vis = c_pos >= beg && c_pos < end;
+#pragma unroll
+                for (int c = 0; c < CH; ++c) {
+                    kr[gi][c] = vis ? load16(kb + u64(base + c_pos) * D + (c * W + lane) * VEC)
+                                     : make_uint4(0u, 0u, 0u, 0u);
+                }
+            }
 #pragma unroll
             for (int gi = 0; gi < G; ++gi) {
                 float acc = 0.0f;
@@ -181,9 +173,6 @@ __device__ __forceinline__ void attn_main(const FlashAttnVecParams* __restrict__
                 part[g0 + gi] = acc;
             }
         }
-        // The first V group does not depend on the scores: its loads fly during the reduce and softmax.
-        uint4 vr[G][CH];
-        load_rows<D, VEC, CH, G>(vr, vb, base, 0, beg, end, lane);
         tr_step<16>(part, lane);
         tr_step<8>(part, lane);
         tr_step<4>(part, lane);
@@ -204,7 +193,17 @@ __device__ __forceinline__ void attn_main(const FlashAttnVecParams* __restrict__
         }
 #pragma unroll
         for (int g0 = 0; g0 < W; g0 += G) {
-            if (g0 > 0) load_rows<D, VEC, CH, G>(vr, vb, base, g0, beg, end, lane);
+            uint4 vr[G][CH];
+#pragma unroll
+            for (int gi = 0; gi < G; ++gi) {
+                const u32 c_pos = g0 + gi;
+                const bool vis = c_pos >= beg && c_pos < end;
+#pragma unroll
+                for (int c = 0; c < CH; ++c) {
+                    vr[gi][c] = vis ? load16(vb + u64(base + c_pos) * D + (c * W + lane) * VEC)
+                                     : make_uint4(0u, 0u, 0u, 0u);
+                }
+            }
 #pragma unroll
             for (int gi = 0; gi < G; ++gi) {
                 const float ec = __shfl_sync(FULL, e, g0 + gi);
