@@ -2,6 +2,7 @@
 // Kernel: shaders/chunk_local_cumsum.metal. One threadgroup per (chunk, head, batch).
 
 import src from '../../shaders/chunk_local_cumsum.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/chunk_local_cumsum.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Encoder } from '../encoder.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct } from '../validate.ts';
@@ -76,7 +77,7 @@ export function validateChunkLocalCumsum(p: ChunkLocalCumsumParams, buf: ChunkLo
 export function chunkLocalCumsum(enc: Encoder, args: ChunkLocalCumsumBuffers & ChunkLocalCumsumParams): void {
   validateChunkLocalCumsum(args, args);
   const registry = enc.device.kernels;
-  registry.register(CHUNK_LOCAL_CUMSUM_FAMILY, { metal: src }, CHUNK_LOCAL_CUMSUM_KERNELS);
+  registry.register(CHUNK_LOCAL_CUMSUM_FAMILY, { metal: src, cuda: cudaSrc }, CHUNK_LOCAL_CUMSUM_KERNELS);
   enc.dispatch(registry.pipeline('chunk_local_cumsum_g_f32'), {
     buffers: { 0: args.gIn, 1: args.gCumsum },
     bytes: { 2: packChunkLocalCumsumParams(args) },

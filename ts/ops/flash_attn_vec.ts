@@ -1,6 +1,7 @@
 // flash_attn_vec: split-KV decode attention (one query token per row).
 
 import metalSource from '../../shaders/flash_attn_vec.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/flash_attn_vec.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Encoder } from '../encoder.ts';
 import { checkAtMost, checkDtype, checkElements, checkMultiple, checkPositive, checkedProduct, invalid } from '../validate.ts';
@@ -176,7 +177,7 @@ export function validateFlashAttnVec(p: FlashAttnVecParams, bufs: FlashAttnVecBu
 export function flashAttnVec(enc: Encoder, args: FlashAttnVecParams & FlashAttnVecBuffers): void {
   validateFlashAttnVec(args, args);
   const kernels = enc.device.kernels;
-  kernels.register(FAMILY, { metal: metalSource }, FLASH_ATTN_VEC_KERNELS);
+  kernels.register(FAMILY, { metal: metalSource, cuda: cudaSrc }, FLASH_ATTN_VEC_KERNELS);
   const d = args.headDim;
   const main = kernels.pipeline(args.k.dtype === 'f16' ? `flash_attn_vec_f16kv_dk${d}` : `flash_attn_vec_dk${d}`);
   const dst = args.nwg === 1 ? args.out : args.tmp!;

@@ -2,6 +2,7 @@
 // Kernels: shaders/fused_norm.metal. One threadgroup per row.
 
 import src from '../../shaders/fused_norm.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/fused_norm.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
@@ -219,7 +220,7 @@ export function fusedNormThreadgroup(dim: number): { threads: number; sharedByte
 
 function pipeline(enc: Encoder, kernel: (typeof FUSED_NORM_KERNELS)[number]) {
   const registry = enc.device.kernels;
-  registry.register(FUSED_NORM_FAMILY, { metal: src }, FUSED_NORM_KERNELS);
+  registry.register(FUSED_NORM_FAMILY, { metal: src, cuda: cudaSrc }, FUSED_NORM_KERNELS);
   return registry.pipeline(kernel);
 }
 

@@ -3,6 +3,7 @@
 // gated_delta_net_chunk_inter_state_bf16.
 
 import metalSource from '../../shaders/gated_delta_net_chunk.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/gated_delta_net_chunk.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
@@ -158,7 +159,7 @@ export function gatedDeltaNetChunk(enc: Encoder, args: GatedDeltaNetChunkArgs): 
   const p = args.params;
   validateGatedDeltaNetChunk(p, args);
   const kernels = enc.device.kernels;
-  kernels.register(FAMILY, { metal: metalSource }, GATED_DELTA_NET_CHUNK_KERNELS);
+  kernels.register(FAMILY, { metal: metalSource, cuda: cudaSrc }, GATED_DELTA_NET_CHUNK_KERNELS);
   enc.dispatch(
     kernels.pipeline(KERNEL),
     {

@@ -2,6 +2,7 @@
 // Kernels: shaders/moe_routing.metal. One threadgroup per token.
 
 import src from '../../shaders/moe_routing.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/moe_routing.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Encoder } from '../encoder.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct } from '../validate.ts';
@@ -93,7 +94,7 @@ export function moeRoutingThreadgroup(numExperts: number): { threads: number; sh
 function dispatch(enc: Encoder, kernel: (typeof MOE_ROUTING_KERNELS)[number], p: MoeRoutingBatchParams,
   b: MoeRoutingBuffers): void {
   const registry = enc.device.kernels;
-  registry.register(MOE_ROUTING_FAMILY, { metal: src }, MOE_ROUTING_KERNELS);
+  registry.register(MOE_ROUTING_FAMILY, { metal: src, cuda: cudaSrc }, MOE_ROUTING_KERNELS);
   const { threads, sharedBytes } = moeRoutingThreadgroup(p.numExperts);
   enc.dispatch(registry.pipeline(kernel), {
     buffers: { 0: b.logits, 1: b.expertIds, 2: b.routingWeights, 3: b.perExpertScale },

@@ -2,6 +2,7 @@
 // Kernel: shaders/ssm_norm_gate.metal. One threadgroup per head vector.
 
 import src from '../../shaders/ssm_norm_gate.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/ssm_norm_gate.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Encoder } from '../encoder.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
@@ -88,7 +89,7 @@ export function ssmNormGateThreadgroup(dV: number): { threads: number; sharedByt
 export function ssmNormGate(enc: Encoder, args: SsmNormGateBuffers & SsmNormGateParams): void {
   validateSsmNormGate(args, args);
   const registry = enc.device.kernels;
-  registry.register(SSM_NORM_GATE_FAMILY, { metal: src }, SSM_NORM_GATE_KERNELS);
+  registry.register(SSM_NORM_GATE_FAMILY, { metal: src, cuda: cudaSrc }, SSM_NORM_GATE_KERNELS);
   const { threads, sharedBytes } = ssmNormGateThreadgroup(args.dV);
   enc.dispatch(registry.pipeline('ssm_norm_gate_f32'), {
     buffers: { 0: args.attnOut, 1: args.weight, 2: args.z, 3: args.output },
