@@ -1,0 +1,199 @@
+// compute_g_beta: the reference against hand-computed values, the param
+// packer against the .metal struct, every validation rule, and parity on
+// every backend with model-like and adversarial inputs.
+
+import { afterAll, describe, expect, test } from 'bun:test';
+import src from '../shaders/compute_g_beta.metal' with { type: 'text' };
+import { MlxError, type Buffer, type DType, type Device, type Encoder } from '../ts/index.ts';
+import type { ParamField } from '../ts/ops/fused_norm.ts';
+import {
+  COMPUTE_G_BETA_KERNELS,
+  COMPUTE_G_BETA_PARAMS_LAYOUT,
+  SOFTPLUS_THRESHOLD,
+  computeGBeta,
+  packComputeGBetaParams,
+  type ComputeGBetaParams,
+} from '../ts/ops/compute_g_beta.ts';
+import { computeGBetaRef, softplusRef } from '../ts/reference/compute_g_beta.ts';
+import { backends, describeBackends, maxRelErr, openDevice, rng, TOL, type Rng } from './helpers.ts';
+
+const SCALAR_TYPES: Record<string, ParamField['type']> = { uint: 'u32', float: 'f32' };
+
+/** Fields of `struct name { ... };` in the source: 4-byte scalars laid out in order. */
+function metalStruct(source: string, name: string): ParamField[] {
+  const m = new RegExp(`struct\\s+${name}\\s*\\{([^}]*)\\}`).exec(source);
+  if (!m) throw new Error(`struct ${name} not found`);
+  const fields: ParamField[] = [];
+  for (const decl of m[1]!.replace(/\/\/[^\n]*/g, '').split(';')) {
+    if (decl.trim() === '') continue;
+    const f = /^\s*(\w+)\s+(\w+)\s*$/.exec(decl);
+    const type = f ? SCALAR_TYPES[f[1]!] : undefined;
+    if (!f || !type) throw new Error(`struct ${name}: cannot parse field "${decl.trim()}"`);
+    fields.push({ name: f[2]!, type, offset: fields.length * 4 });
+  }
+  return fields;
+}
+
+describe('compute_g_beta param packer matches the .metal declaration', () => {
+  test('ComputeGBetaParams: fields, offsets, bound at buffer(6) by every kernel; packed values', () => {
+    expect(COMPUTE_G_BETA_PARAMS_LAYOUT).toEqual(metalStruct(src, 'ComputeGBetaParams'));
+    for (const k of COMPUTE_G_BETA_KERNELS) {
+      expect(src).toMatch(new RegExp(`kernel void ${k}\\([^{]*constant ComputeGBetaParams&\\s+params\\s+\\[\\[buffer\\(6\\)\\]\\]`));
+    }
+    const bytes = packComputeGBetaParams({ b: 3, t: 1000, h: 48 });
+    const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    expect(bytes.byteLength).toBe(8);
+    expect([v.getUint32(0, true), v.getUint32(4, true)]).toEqual([144000, 48]);
+  });
+  test('the kernel uses the softplus threshold the op documents', () => {
+    expect(src).toContain(`x > ${SOFTPLUS_THRESHOLD}.0f ? x :`);
+  });
+});
+
+describe('compute_g_beta reference against hand-computed values', () => {
+  test('softplus(0) = ln 2, threshold 20, sigmoid(0) = 1/2', () => {
+    expect(softplusRef(0)).toBe(Math.LN2);
+    expect(softplusRef(20.5)).toBe(20.5);
+    expect(softplusRef(19.5)).toBeCloseTo(19.5 + Math.exp(-19.5), 14);
+    // h = 2: g[i] = -exp(aLog[i % 2]) * softplus(a[i] + dtBias[i % 2]).
+    const r = computeGBetaRef(2, [0, 1, -1, 30], [0, 2, -3, 100], [0, Math.log(2)], [0, -1]);
+    expect([...r.g]).toEqual([-Math.LN2, -2 * Math.LN2, -Math.log1p(Math.exp(-1)), -2 * 29]);
+    expect(r.beta[0]).toBe(0.5);
+    expect(r.beta[1]).toBeCloseTo(1 / (1 + Math.exp(-2)), 15);
+    expect(r.beta[3]).toBe(1);
+  });
+});
+
+function expectInvalid(fn: () => void, arg: string, expected: string, actual: string): void {
+  let err: unknown = null;
+  try {
+    fn();
+  } catch (e) {
+    err = e;
+  }
+  expect(err).toBeInstanceOf(MlxError);
+  const e = err as MlxError;
+  expect(e.kind).toBe('InvalidArgument');
+  expect(e.message).toStartWith(`compute_g_beta: ${arg} must be `);
+  expect(e.message).toContain(expected);
+  expect(e.message).toContain(`(got ${actual}`);
+}
+
+const present = backends();
+describe.if(present.length > 0)('compute_g_beta validation', () => {
+  let device: Device | null = null;
+  const d = (): Device => (device ??= openDevice(present[0]!));
+  afterAll(() => device?.close());
+  let encoder: Encoder | null = null;
+  const enc = (): Encoder => (encoder ??= d().encoder());
+  const buf = (dtype: DType, n: number): Buffer => d().alloc(dtype, [n]);
+
+  test('every rule', () => {
+    const P: ComputeGBetaParams = { b: 2, t: 3, h: 5 };
+    const n = 30;
+    const base = () => ({
+      a: buf('f32', n), b: buf('f32', n), aLog: buf('f32', 5), dtBias: buf('f32', 5), g: buf('f32', n), beta: buf('f32', n),
+    });
+    type Case = [params: Partial<ComputeGBetaParams>, bufs: Record<string, Buffer>, arg: string, expected: string, actual: string];
+    const cases: Case[] = [
+      [{ b: 0 }, {}, 'b', 'a positive integer', '0'],
+      [{ t: -1 }, {}, 't', 'a positive integer', '-1'],
+      [{ h: 0.5 }, {}, 'h', 'a positive integer', '0.5'],
+      [{ b: 2 ** 16, t: 2 ** 16, h: 2 }, {}, 'b * t * h', 'at most the 32-bit index limit (4294967295)', `${2 ** 33}`],
+      [{ b: 2 ** 30, t: 2 ** 30, h: 2 ** 10 }, {}, 'b * t * h', 'a product of integers at most 2^53 - 1', `${2 ** 30} * ${2 ** 30} * ${2 ** 10}`],
+      [{}, { a: buf('f16', n) }, 'a.dtype', 'one of f32, bf16', 'f16'],
+      [{}, { b: buf('bf16', n) }, 'b.dtype', 'f32', 'bf16'],
+      [{}, { aLog: buf('bf16', 5) }, 'aLog.dtype', 'f32', 'bf16'],
+      [{}, { dtBias: buf('bf16', 5) }, 'dtBias.dtype', 'f32', 'bf16'],
+      [{}, { g: buf('bf16', n) }, 'g.dtype', 'f32', 'bf16'],
+      [{}, { beta: buf('f16', n) }, 'beta.dtype', 'f32', 'f16'],
+      [{}, { a: buf('f32', n + 1) }, 'a.elementCount', `${n}`, `${n + 1}`],
+      [{}, { b: buf('f32', n - 1) }, 'b.elementCount', `${n}`, `${n - 1}`],
+      [{}, { aLog: buf('f32', n) }, 'aLog.elementCount', '5', `${n}`],
+      [{}, { dtBias: buf('f32', 1) }, 'dtBias.elementCount', '5', '1'],
+      [{}, { g: buf('f32', 5) }, 'g.elementCount', `${n}`, '5'],
+      [{}, { beta: buf('f32', 2 * n) }, 'beta.elementCount', `${n}`, `${2 * n}`],
+    ];
+    for (const [pm, bm, arg, expected, actual] of cases) {
+      expectInvalid(() => computeGBeta(enc(), { ...base(), ...bm, params: { ...P, ...pm } }), arg, expected, actual);
+    }
+    // bf16 a takes a bf16 b.
+    expectInvalid(() => computeGBeta(enc(), { ...base(), a: buf('bf16', n), params: P }), 'b.dtype', 'bf16', 'f32');
+  });
+});
+
+type Mode = 'model' | 'adversarial';
+
+/**
+ * Model-like: a, b normal, A_log = log(uniform(1, 16)), dt_bias in (-2, 2).
+ * Adversarial: a + dt_bias at the softplus threshold (19.9 .. 20.1) and far
+ * beyond it (60), very negative (-80, where softplus is exp(x), a value that
+ * log(1 + exp(x)) would lose entirely in f32), and b at ±80, where sigmoid is
+ * 1 or 1.8e-35.
+ */
+function makeInputs(r: Rng, p: ComputeGBetaParams, mode: Mode) {
+  const n = p.b * p.t * p.h;
+  const aLog = new Float64Array(p.h).map(() => Math.log(r.uniform(1, 16)));
+  const dtBias = new Float64Array(p.h).map(() => r.uniform(-2, 2));
+  const a = new Float64Array(n);
+  const b = new Float64Array(n);
+  const spots = [19.9, 19.999, 20, 20.001, 20.1, 60, -20, -40, -80];
+  for (let i = 0; i < n; i++) {
+    if (mode === 'model') {
+      a[i] = 2 * r.normal();
+      b[i] = 2 * r.normal();
+    } else {
+      a[i] = spots[i % spots.length]! + r.uniform(-0.01, 0.01) - dtBias[i % p.h]!;
+      b[i] = [80, -80, 15, -15, 0.001][i % 5]! * r.uniform(0.9, 1);
+    }
+  }
+  return { a, b, aLog, dtBias };
+}
+
+// Every output is a product, exp, log and division of f32 values with no
+// cancellation, so errors are elementwise relative (floor 1e-30), under
+// TOL.f32. The largest comes from the f32 sum x = a + dt_bias: its rounding,
+// up to |x| 2^-24 absolute, becomes the relative error of exp(x) where
+// softplus(x) = exp(x) (about 2e-6 at x = -80).
+describeBackends('compute_g_beta parity', ({ device }) => {
+  const shapes: readonly ComputeGBetaParams[] = [
+    { b: 1, t: 1, h: 1 },
+    { b: 2, t: 7, h: 3 },
+    { b: 1, t: 33, h: 32 },
+    { b: 2, t: 5, h: 48 },
+  ];
+  for (const dtype of ['f32', 'bf16'] as const) {
+    for (const mode of ['model', 'adversarial'] as const) {
+      test(`${dtype} a and b, ${mode} inputs`, () => {
+        const dev = device();
+        let worst = 0;
+        const over: string[] = [];
+        for (const [si, p] of shapes.entries()) {
+          const x = makeInputs(rng(300 + si + (mode === 'model' ? 0 : 50)), p, mode);
+          const n = p.b * p.t * p.h;
+          const a = dev.upload(dtype, [n], x.a);
+          const b = dev.upload(dtype, [n], x.b);
+          const aLog = dev.upload('f32', [p.h], x.aLog);
+          const dtBias = dev.upload('f32', [p.h], x.dtBias);
+          const g = dev.alloc('f32', [n]);
+          const beta = dev.alloc('f32', [n]);
+          g.fill(Number.NaN);
+          beta.fill(Number.NaN);
+          const enc = dev.encoder();
+          computeGBeta(enc, { a, b, aLog, dtBias, g, beta, params: p });
+          enc.commitAndWait();
+          enc.release();
+          const ref = computeGBetaRef(p.h, a.readNumbers(), b.readNumbers(), aLog.readNumbers(), dtBias.readNumbers());
+          const eg = maxRelErr(g.readNumbers(), ref.g, 1e-30);
+          const eb = maxRelErr(beta.readNumbers(), ref.beta, 1e-30);
+          if (!(eg < TOL.f32)) over.push(`[${p.b}, ${p.t}, ${p.h}] g ${eg}`);
+          if (!(eb < TOL.f32)) over.push(`[${p.b}, ${p.t}, ${p.h}] beta ${eb}`);
+          worst = Math.max(worst, eg, eb);
+          for (const buf of [a, b, aLog, dtBias, g, beta]) buf.release();
+        }
+        if (process.env.MLXN_PRINT_ERRORS) console.log(`compute_g_beta ${dtype} ${mode}: largest error ${worst}`);
+        expect(over).toEqual([]);
+      });
+    }
+  }
+});

@@ -1,0 +1,201 @@
+// l2_norm: the reference against hand-computed values, the param packer
+// against the .metal struct, every validation rule, and parity on every
+// backend for f32, f16 and bf16 rows of many lengths, in place, and at odd
+// threadgroup sizes.
+
+import { afterAll, describe, expect, test } from 'bun:test';
+import src from '../shaders/l2_norm.metal' with { type: 'text' };
+import { MlxError, type Buffer, type DType, type Device, type Encoder } from '../ts/index.ts';
+import type { ParamField } from '../ts/ops/fused_norm.ts';
+import {
+  L2_NORM_DEFAULT_EPS,
+  L2_NORM_FAMILY,
+  L2_NORM_KERNELS,
+  L2_NORM_PARAMS_LAYOUT,
+  l2Norm,
+  l2NormThreadgroup,
+  packL2NormParams,
+} from '../ts/ops/l2_norm.ts';
+import { l2NormRef } from '../ts/reference/l2_norm.ts';
+import { backends, describeBackends, maxRelErr, openDevice, randomArray, rng, TOL } from './helpers.ts';
+
+const SCALAR_TYPES: Record<string, ParamField['type']> = { uint: 'u32', float: 'f32' };
+
+/** Fields of `struct name { ... };` in the source: 4-byte scalars laid out in order. */
+function metalStruct(source: string, name: string): ParamField[] {
+  const m = new RegExp(`struct\\s+${name}\\s*\\{([^}]*)\\}`).exec(source);
+  if (!m) throw new Error(`struct ${name} not found`);
+  const fields: ParamField[] = [];
+  for (const decl of m[1]!.replace(/\/\/[^\n]*/g, '').split(';')) {
+    if (decl.trim() === '') continue;
+    const f = /^\s*(\w+)\s+(\w+)\s*$/.exec(decl);
+    const type = f ? SCALAR_TYPES[f[1]!] : undefined;
+    if (!f || !type) throw new Error(`struct ${name}: cannot parse field "${decl.trim()}"`);
+    fields.push({ name: f[2]!, type, offset: fields.length * 4 });
+  }
+  return fields;
+}
+
+describe('l2_norm param packer matches the .metal declaration', () => {
+  test('L2NormParams: fields, offsets, bound at buffer(2) by every kernel; packed values', () => {
+    expect(L2_NORM_PARAMS_LAYOUT).toEqual(metalStruct(src, 'L2NormParams'));
+    for (const k of L2_NORM_KERNELS) {
+      expect(src).toMatch(new RegExp(`kernel void ${k}\\([^{]*constant L2NormParams&\\s+params\\s+\\[\\[buffer\\(2\\)\\]\\]`));
+    }
+    const bytes = packL2NormParams({ rows: 7, dim: 4099 });
+    const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    expect(bytes.byteLength).toBe(12);
+    expect([v.getUint32(0, true), v.getUint32(4, true), v.getFloat32(8, true)]).toEqual([7, 4099, Math.fround(L2_NORM_DEFAULT_EPS)]);
+    expect(new DataView(packL2NormParams({ rows: 1, dim: 1, eps: 0.5 }).buffer).getFloat32(8, true)).toBe(0.5);
+  });
+  test('threadgroup: min(256, nextPow2(dim)) threads, one float per simdgroup in 16-byte units', () => {
+    expect(l2NormThreadgroup(1)).toEqual({ threads: 1, sharedBytes: 16 });
+    expect(l2NormThreadgroup(100)).toEqual({ threads: 128, sharedBytes: 16 });
+    expect(l2NormThreadgroup(5000)).toEqual({ threads: 256, sharedBytes: 32 });
+  });
+});
+
+describe('l2_norm reference against hand-computed values', () => {
+  test('[3, 4] -> [0.6, 0.8]; eps inside the square root', () => {
+    const unit = l2NormRef([3, 4, 0, 0], 2, 2, 0);
+    expect(unit[0]).toBeCloseTo(0.6, 15);
+    expect(unit[1]).toBeCloseTo(0.8, 15);
+    const y = l2NormRef([3, 4], 1, 2, 11);
+    expect(y[0]).toBeCloseTo(3 / 6, 15);
+    expect(y[1]).toBeCloseTo(4 / 6, 15);
+    expect([...l2NormRef([0, 0], 1, 2, 1e-6)]).toEqual([0, 0]);
+  });
+});
+
+function expectInvalid(fn: () => void, arg: string, expected: string, actual: string): void {
+  let err: unknown = null;
+  try {
+    fn();
+  } catch (e) {
+    err = e;
+  }
+  expect(err).toBeInstanceOf(MlxError);
+  const e = err as MlxError;
+  expect(e.kind).toBe('InvalidArgument');
+  expect(e.message).toStartWith(`l2_norm: ${arg} must be `);
+  expect(e.message).toContain(expected);
+  expect(e.message).toContain(`(got ${actual}`);
+}
+
+const present = backends();
+describe.if(present.length > 0)('l2_norm validation', () => {
+  let device: Device | null = null;
+  const d = (): Device => (device ??= openDevice(present[0]!));
+  afterAll(() => device?.close());
+  let encoder: Encoder | null = null;
+  const enc = (): Encoder => (encoder ??= d().encoder());
+  const buf = (dtype: DType, n: number): Buffer => d().alloc(dtype, [n]);
+
+  test('every rule', () => {
+    const base = () => ({ rows: 3, dim: 10, x: buf('f32', 30), y: buf('f32', 30) });
+    type Case = [mutate: Record<string, unknown>, arg: string, expected: string, actual: string];
+    const cases: Case[] = [
+      [{ rows: 0 }, 'rows', 'a positive integer', '0'],
+      [{ dim: 2.5 }, 'dim', 'a positive integer', '2.5'],
+      [{ rows: 2 ** 32 }, 'rows', 'at most 2^32 - 1 (4294967295)', '4294967296'],
+      [{ dim: 2 ** 33 }, 'dim', 'at most 2^32 - 1 (4294967295)', `${2 ** 33}`],
+      [{ eps: -1 }, 'eps', 'a finite number >= 0', '-1'],
+      [{ eps: Number.NaN }, 'eps', 'a finite number >= 0', 'NaN'],
+      [{ rows: 2 ** 30, dim: 2 ** 30 }, 'rows * dim', 'a product of integers at most 2^53 - 1', `${2 ** 30} * ${2 ** 30}`],
+      [{ x: buf('u16', 30) }, 'x.dtype', 'one of f32, f16, bf16', 'u16'],
+      [{ y: buf('f16', 30) }, 'y.dtype', 'f32', 'f16'],
+      [{ x: buf('f32', 31) }, 'x.elementCount', '30', '31'],
+      [{ y: buf('f32', 10) }, 'y.elementCount', '30', '10'],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => l2Norm(enc(), { ...base(), ...m }), arg, expected, actual);
+    }
+  });
+});
+
+// Outputs are x times one f32 factor: no cancellation, so errors are
+// elementwise relative, under the output dtype's tolerance. The floor is 1e-3
+// of the largest |value|, and for f16 at least 2^-14, its smallest normal:
+// below it f16 spacing is absolute (2^-24), and long rows (4099 elements)
+// put outputs there.
+const F16_MIN_NORMAL = 2 ** -14;
+function l2Err(dtype: 'f32' | 'f16' | 'bf16', got: ArrayLike<number>, want: ArrayLike<number>): number {
+  let scale = 0;
+  for (let i = 0; i < want.length; i++) scale = Math.max(scale, Math.abs(want[i]!));
+  const floor = Math.max(1e-3 * scale, dtype === 'f16' ? F16_MIN_NORMAL : 0, Number.MIN_VALUE);
+  return maxRelErr(got, want, floor);
+}
+
+describeBackends('l2_norm parity', ({ device }) => {
+  /** Rows: one element, under, at and past a simdgroup and the 256-thread group, head sizes 64 / 128 / 256. */
+  const SHAPES: readonly [rows: number, dim: number][] = [
+    [1, 1], [4, 31], [6, 64], [3, 128], [2, 255], [2, 256], [3, 257], [2, 1000], [1, 4099],
+  ];
+  for (const dtype of ['f32', 'f16', 'bf16'] as const) {
+    test(`${dtype}, eps 1e-6 and 0.5, a zero row`, () => {
+      const dev = device();
+      const over: string[] = [];
+      let worst = 0;
+      for (const [rows, dim] of SHAPES) {
+        const data = randomArray(rng(rows * 1009 + dim), rows * dim, -3, 3);
+        // The last row of a multi-row case is zero: eps keeps it finite (zero).
+        if (rows > 1) data.fill(0, (rows - 1) * dim);
+        const x = dev.upload(dtype, [rows, dim], data);
+        const y = dev.alloc(dtype, [rows, dim]);
+        for (const eps of [1e-6, 0.5]) {
+          y.fill(Number.NaN);
+          const enc = dev.encoder();
+          l2Norm(enc, { x, y, rows, dim, eps });
+          enc.commitAndWait();
+          enc.release();
+          const e = l2Err(dtype, y.readNumbers(), l2NormRef(x.readNumbers(), rows, dim, eps));
+          if (!(e < TOL[dtype])) over.push(`[${rows}, ${dim}] eps ${eps}: ${e}`);
+          worst = Math.max(worst, e);
+        }
+        x.release();
+        y.release();
+      }
+      if (process.env.MLXN_PRINT_ERRORS) console.log(`l2_norm ${dtype}: largest error ${worst}`);
+      expect(over).toEqual([]);
+    });
+  }
+
+  test('in place (y is x) and the default eps', () => {
+    const dev = device();
+    const [rows, dim] = [5, 300];
+    const data = randomArray(rng(11), rows * dim, -1, 1);
+    const x = dev.upload('bf16', [rows, dim], data);
+    const want = l2NormRef(x.readNumbers(), rows, dim, L2_NORM_DEFAULT_EPS);
+    const enc = dev.encoder();
+    l2Norm(enc, { x, y: x, rows, dim });
+    enc.commitAndWait();
+    enc.release();
+    expect(maxRelErr(x.readNumbers(), want)).toBeLessThan(TOL.bf16);
+  });
+
+  test('any threadgroup size: 1, 40, 96, 1000 threads', () => {
+    const dev = device();
+    dev.kernels.register(L2_NORM_FAMILY, { metal: src }, L2_NORM_KERNELS);
+    const pipe = dev.kernels.pipeline('l2_norm_f32');
+    const over: string[] = [];
+    for (const threads of [1, 40, 96, 1000]) {
+      for (const dim of [7, 128, 1537]) {
+        const rows = 2;
+        const x = dev.upload('f32', [rows, dim], randomArray(rng(threads + dim), rows * dim, -2, 2));
+        const y = dev.alloc('f32', [rows, dim]);
+        y.fill(Number.NaN);
+        const enc = dev.encoder();
+        enc.dispatch(pipe, {
+          buffers: { 0: x, 1: y },
+          bytes: { 2: packL2NormParams({ rows, dim, eps: 1e-6 }) },
+          threadgroupMemory: { 0: Math.ceil((Math.ceil(threads / 32) * 4) / 16) * 16 },
+        }, [rows, 1, 1], [threads, 1, 1]);
+        enc.commitAndWait();
+        enc.release();
+        const e = maxRelErr(y.readNumbers(), l2NormRef(x.readNumbers(), rows, dim, 1e-6));
+        if (!(e < TOL.f32)) over.push(`tg ${threads} dim ${dim}: ${e}`);
+      }
+    }
+    expect(over).toEqual([]);
+  });
+});
