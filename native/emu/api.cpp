@@ -119,7 +119,16 @@ mlxn_status apply_option(Schedule* s, const std::string& key, const char* value,
     s->seed = seed;
     return MLXN_OK;
   }
-  *err = "unknown emu option '" + key + "' (known: schedule, seed)";
+  if (key == "timeout_ms") {
+    uint64_t ms;
+    if (!parse_u64(value, &ms)) {
+      *err = "emu option 'timeout_ms' must be a decimal unsigned integer, 0 for no limit (got \"" + v + "\")";
+      return MLXN_ERR_INVALID_ARGUMENT;
+    }
+    s->timeout_ms = ms;
+    return MLXN_OK;
+  }
+  *err = "unknown emu option '" + key + "' (known: schedule, seed, timeout_ms)";
   return MLXN_ERR_INVALID_ARGUMENT;
 }
 
@@ -171,6 +180,9 @@ mlxn_status mlxn_device_open(uint32_t ordinal, mlxn_device** out, char* msg, uin
   if (const char* s = std::getenv("MLX_NATIVE_EMU_SEED"); s && *s)
     if (apply_option(&sched, "seed", s, &err) != MLXN_OK)
       return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "MLX_NATIVE_EMU_SEED: " + err);
+  if (const char* s = std::getenv("MLX_NATIVE_EMU_TIMEOUT_MS"); s && *s)
+    if (apply_option(&sched, "timeout_ms", s, &err) != MLXN_OK)
+      return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "MLX_NATIVE_EMU_TIMEOUT_MS: " + err);
   auto* d = new mlxn_device();
   d->schedule = sched;
   d->name = "CPU emulator (" + std::to_string(worker_count()) + " threads)";

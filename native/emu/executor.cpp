@@ -1,6 +1,7 @@
 #include "executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -8,6 +9,9 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+
+#include <pthread.h>
+#include <unistd.h>
 
 #include <signal.h>
 #include <sys/mman.h>
@@ -95,6 +99,7 @@ struct Rng {
 // ------------------------------------------------------------------ job --
 
 struct Job {
+  Launch launch_copy;
   const Launch* launch = nullptr;
   uint64_t total = 0;                 // threadgroups
   std::atomic<uint64_t> next{0};      // next threadgroup to claim
@@ -103,9 +108,14 @@ struct Job {
   std::condition_variable cv;
   uint64_t finished = 0;              // under mu
   ErrorSlot error;
+  // The watchdog: set when the dispatch ran past its time limit; the workers
+  // then abandon the threadgroups they run and the dispatch fails with
+  // timeout_text.
+  std::atomic<bool> timed_out{false};
+  std::string timeout_text;  // written before timed_out is set
 };
 
-enum class State : uint8_t { Runnable, TgBarrier, SimdBarrier, Exchange, Exited, Failed, Faulted };
+enum class State : uint8_t { Runnable, TgBarrier, SimdBarrier, Exchange, Exited, Failed, Faulted, TimedOut };
 
 struct Worker;
 
@@ -116,9 +126,12 @@ struct Fiber {
   State state = State::Runnable;
   mlxn_emu_site site = {};
   const void* mine = nullptr;
-  void* all = nullptr;
+  const void* all = nullptr;  // the gathered bytes of the last exchange
   uint32_t size = 0;
   uint32_t mask = 0;
+  // Set while the fiber runs runtime code (a hook): the watchdog's signal
+  // never abandons a fiber there (it may hold a lock, e.g. malloc's).
+  volatile sig_atomic_t in_hook = 0;
   std::vector<uint8_t> scratch;  // returned for out-of-bounds accesses
   int fault_signal = 0;          // State::Faulted: the signal and address
   void* fault_address = nullptr;
@@ -133,12 +146,29 @@ struct StaticVar {
 
 const mlxn_emu_hooks* hooks_table();
 
+// Scheduler bookkeeping of one simdgroup, kept up to date as its lanes park
+// and are released, so that releasing a simd collective costs O(lanes) and
+// needs no scan of the threadgroup.
+struct SimdGroup {
+  uint32_t base = 0, lanes = 0;  // fibers [base, base + lanes)
+  uint32_t runnable = 0;         // lanes in State::Runnable
+  uint32_t parked = 0;           // bits: lanes parked at simd collectives
+  bool mixed = false;            // parked lanes wait at more than one site or kind
+  State kind = State::Exchange;  // of the first parked lane
+  mlxn_emu_site site = {};       // of the first parked lane
+  // The gathered bytes of the last exchange released in this simdgroup; its
+  // lanes read them until their next hook call, and the next release happens
+  // only when no lane of the simdgroup is runnable, so none is still reading.
+  alignas(64) uint8_t gathered[kSimdWidth * 256];
+};
+
 // One OS thread of the pool. It owns the fiber stacks and the threadgroup
 // memory of the threadgroup it runs.
 struct Worker {
   Context sched;
   std::vector<std::unique_ptr<Stack>> stacks;
   std::vector<Fiber> fibers;
+  std::vector<std::unique_ptr<SimdGroup>> sgs;
   // Threadgroup memory: dynamic bindings first, then static variables.
   alignas(64) uint8_t tg_memory[kMaxThreadgroupMemory + 64 * kMaxBindings];
   mlxn_emu_binding tg_bindings[kMaxBindings];
@@ -151,16 +181,38 @@ struct Worker {
   uint64_t group_linear = 0;
   uint32_t group[3] = {0, 0, 0};
   uint32_t nthreads = 0;
+  uint32_t nsimd = 0;
   bool group_failed = false;
   Rng rng{0};
+
+  // Threadgroup-wide counts (see SimdGroup).
+  uint32_t live = 0;          // threads not exited
+  uint32_t at_barrier = 0;    // threads parked at threadgroup barriers
+  const Fiber* barrier_first = nullptr;   // the first of them
+  const Fiber* barrier_other = nullptr;   // one waiting at another site
+  // Random schedule: runnable fibers, with each one's position in the list.
+  std::vector<uint32_t> runnable;
+  std::vector<uint32_t> runnable_pos;
+  // Random schedule, per phase (from one barrier release to the next): in
+  // priority mode the simdgroups run in the order of `priority`, one at a
+  // time, so one simdgroup runs far ahead of the others.
+  bool priority_mode = false;
+  std::vector<uint32_t> priority;
 
   bool ensure_stacks(uint32_t n);
   void run_group(Job* j, uint64_t linear);
   void schedule();
   void resume(Fiber* f);
+  void after_resume(Fiber* f);
   bool release_simd();
+  bool release_simdgroup(SimdGroup& g);
+  void release_barrier();
+  void new_phase();
+  uint32_t pick_random();
+  void make_runnable(uint32_t i);
   void fail_group(uint32_t thread, const std::string& msg);
   std::string where(const Fiber* f) const;
+  uint32_t countdown();
 };
 
 void fiber_main(void* arg) {
@@ -178,6 +230,7 @@ bool Worker::ensure_stacks(uint32_t n) {
     stacks.push_back(std::move(s));
   }
   if (fibers.size() < n) fibers.resize(n);
+  while (sgs.size() * kSimdWidth < n) sgs.push_back(std::make_unique<SimdGroup>());
   return true;
 }
 
@@ -198,6 +251,10 @@ void Worker::resume(Fiber* f) {
   tl_running = f;
   context_switch(&sched, &f->ctx);
   tl_running = nullptr;
+  if (f->state == State::TimedOut) {
+    fail_group(f->index, job->timeout_text + "; " + where(f) + " was running kernel code");
+    return;
+  }
   if (f->state == State::Faulted) {
     const uint8_t* addr = static_cast<const uint8_t*>(f->fault_address);
     const uint8_t* stack = static_cast<const uint8_t*>(stacks[f->index]->base());
@@ -266,6 +323,52 @@ void install_alt_stack() {
   sigaltstack(&ss, nullptr);
 }
 
+// The watchdog: a kernel that never reaches a hook (an infinite loop) keeps
+// its worker in kernel code, so the dispatch's waiter, once the time limit is
+// over, sends this signal to the workers that run the dispatch. On a fiber in
+// kernel code the handler marks it TimedOut and switches to the scheduler,
+// never returning into the kernel (as the fault handler does); elsewhere (the
+// scheduler, a hook) it does nothing and the waiter sends it again, while the
+// scheduler checks Job::timed_out between fibers.
+int g_watchdog_signal = 0;
+struct sigaction g_prev_watchdog;
+
+void watchdog_handler(int sig, siginfo_t* info, void* uc) {
+  Fiber* f = tl_running;
+  if (f && !f->in_hook && f->worker->job && f->worker->job->timed_out.load(std::memory_order_acquire)) {
+    tl_running = nullptr;
+    f->state = State::TimedOut;
+    context_switch(&f->ctx, &f->worker->sched);
+  }
+  const bool ours = info && info->si_code == SI_TKILL && info->si_pid == getpid();
+  if (ours) return;
+  if (g_prev_watchdog.sa_flags & SA_SIGINFO) {
+    if (g_prev_watchdog.sa_sigaction) g_prev_watchdog.sa_sigaction(sig, info, uc);
+  } else if (g_prev_watchdog.sa_handler != SIG_DFL && g_prev_watchdog.sa_handler != SIG_IGN &&
+             g_prev_watchdog.sa_handler) {
+    g_prev_watchdog.sa_handler(sig);
+  }
+}
+
+// Takes a real-time signal that nothing in the process handles yet.
+void install_watchdog_handler() {
+  if (const char* e = std::getenv("MLX_NATIVE_EMU_NO_SIGNALS"); e && *e == '1') return;
+  for (int sig = SIGRTMAX - 2; sig >= SIGRTMIN + 2; --sig) {
+    struct sigaction cur;
+    if (sigaction(sig, nullptr, &cur) != 0) continue;
+    if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler != SIG_DFL) continue;
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = watchdog_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(sig, &sa, &g_prev_watchdog) == 0) {
+      g_watchdog_signal = sig;
+      return;
+    }
+  }
+}
+
 void Worker::run_group(Job* j, uint64_t linear) {
   job = j;
   launch = j->launch;
@@ -302,12 +405,24 @@ void Worker::run_group(Job* j, uint64_t linear) {
   if (l.schedule.random) rng = Rng(l.schedule.seed ^ (linear * 0xd1342543de82ef95ull));
 
   const uint32_t tx = l.threads[0], ty = l.threads[1];
-  const uint32_t simdgroups = (nthreads + kSimdWidth - 1) / kSimdWidth;
+  nsimd = (nthreads + kSimdWidth - 1) / kSimdWidth;
+  for (uint32_t s = 0; s < nsimd; ++s) {
+    SimdGroup& g = *sgs[s];
+    g.base = s * kSimdWidth;
+    g.lanes = std::min(kSimdWidth, nthreads - g.base);
+    g.runnable = g.lanes;
+    g.parked = 0;
+    g.mixed = false;
+  }
+  live = nthreads;
+  at_barrier = 0;
+  barrier_first = barrier_other = nullptr;
   for (uint32_t i = 0; i < nthreads; ++i) {
     Fiber& f = fibers[i];
     f.worker = this;
     f.state = State::Runnable;
     f.index = i;
+    f.in_hook = 0;
     mlxn_emu_thread& t = f.t;
     t.hooks = hooks_table();
     t.buffers = l.buffers;
@@ -326,10 +441,10 @@ void Worker::run_group(Job* j, uint64_t linear) {
     t.thread_index_in_threadgroup = i;
     t.thread_index_in_simdgroup = i % kSimdWidth;
     t.simdgroup_index_in_threadgroup = i / kSimdWidth;
-    t.simdgroups_per_threadgroup = simdgroups;
+    t.simdgroups_per_threadgroup = nsimd;
     t.threads_per_simdgroup = kSimdWidth;
     t.random_schedule = l.schedule.random ? 1u : 0u;
-    t.preempt_countdown = l.schedule.random ? 1 + rng.below(8) : UINT32_MAX;
+    t.preempt_countdown = l.schedule.random ? countdown() : UINT32_MAX;
     t.runtime = &f;
     context_init(&f.ctx, stacks[i].get(), fiber_main, &f);
   }
@@ -343,113 +458,230 @@ void Worker::run_group(Job* j, uint64_t linear) {
   }
 }
 
+// Random schedule: how many device/threadgroup accesses a thread makes before
+// its next preemption point. Mostly short runs (1-8 accesses), so threads
+// interleave finely; one in four runs is long (up to 256), so that a thread
+// also gets far ahead of the others between two barriers.
+uint32_t Worker::countdown() {
+  const uint64_t r = rng.next();
+  return (r & 3) == 0 ? 1 + uint32_t((r >> 8) % 256) : 1 + uint32_t((r >> 8) % 8);
+}
+
+void Worker::make_runnable(uint32_t i) {
+  Fiber& f = fibers[i];
+  f.state = State::Runnable;
+  ++sgs[i / kSimdWidth]->runnable;
+  if (launch->schedule.random) {
+    runnable_pos[i] = uint32_t(runnable.size());
+    runnable.push_back(i);
+  }
+}
+
+// Random schedule: a new phase starts with the threadgroup and after each
+// threadgroup barrier. Half the phases pick any runnable thread at each step
+// (fine interleavings, within and across simdgroups); the other half run the
+// simdgroups one after the other in a random order (a simdgroup runs ahead
+// of the others through collectives and accesses until it blocks), with an
+// occasional step of another simdgroup.
+void Worker::new_phase() {
+  priority_mode = nsimd > 1 && (rng.next() & 1);
+  if (!priority_mode) return;
+  priority.resize(nsimd);
+  for (uint32_t s = 0; s < nsimd; ++s) priority[s] = s;
+  for (uint32_t s = nsimd - 1; s > 0; --s) std::swap(priority[s], priority[rng.below(s + 1)]);
+}
+
+uint32_t Worker::pick_random() {
+  if (priority_mode && rng.below(16) != 0) {
+    for (uint32_t s : priority) {
+      const SimdGroup& g = *sgs[s];
+      if (g.runnable == 0) continue;
+      uint32_t k = rng.below(g.runnable);
+      for (uint32_t i = g.base; i < g.base + g.lanes; ++i)
+        if (fibers[i].state == State::Runnable && k-- == 0) return i;
+    }
+  }
+  return runnable[rng.below(uint32_t(runnable.size()))];
+}
+
+// Updates the counts after fiber f ran and stopped (parked, exited or was
+// preempted). Random schedule: a simd collective whose simdgroup has no
+// runnable lane left is released at once, so that simdgroup goes on while
+// the others may still be behind.
+void Worker::after_resume(Fiber* f) {
+  if (f->state == State::Runnable || group_failed) return;
+  SimdGroup& g = *sgs[f->index / kSimdWidth];
+  --g.runnable;
+  const bool random = launch->schedule.random;
+  if (random) {
+    uint32_t pos = runnable_pos[f->index];
+    uint32_t last = runnable.back();
+    runnable[pos] = last;
+    runnable_pos[last] = pos;
+    runnable.pop_back();
+  }
+  switch (f->state) {
+    case State::Exited:
+      --live;
+      break;
+    case State::TgBarrier:
+      ++at_barrier;
+      if (!barrier_first) barrier_first = f;
+      else if (!barrier_other && !same_site(f->site, barrier_first->site)) barrier_other = f;
+      break;
+    case State::SimdBarrier:
+    case State::Exchange:
+      if (g.parked == 0) {
+        g.kind = f->state;
+        g.site = f->site;
+        g.mixed = false;
+      } else if (f->state != g.kind || !same_site(f->site, g.site)) {
+        g.mixed = true;
+      }
+      g.parked |= 1u << (f->index - g.base);
+      break;
+    default:
+      break;
+  }
+  if (random && g.runnable == 0 && g.parked != 0) release_simdgroup(g);
+}
+
 // Runs the threadgroup's fibers until all have exited or the group failed.
 // Fibers run until they park (barrier, simd collective), exit, or (random
-// schedule) are preempted. When none is runnable: release one simd
-// collective per simdgroup where lanes wait at one, else the threadgroup
-// barrier if every live thread waits at the same one, else fail naming two
-// different sites.
+// schedule) are preempted. Sequential: fibers run in index order, each until
+// it parks; when none is runnable, one simd collective per simdgroup whose
+// lanes wait at one is released, else the threadgroup barrier if every live
+// thread waits at the same one, else the dispatch fails naming two different
+// sites. Random: see new_phase and after_resume.
 void Worker::schedule() {
   const bool random = launch->schedule.random;
-  std::vector<uint32_t> runnable;
-  runnable.reserve(nthreads);
+  if (random) {
+    runnable.clear();
+    runnable_pos.resize(nthreads);
+    for (uint32_t i = 0; i < nthreads; ++i) {
+      runnable_pos[i] = i;
+      runnable.push_back(i);
+    }
+    new_phase();
+  }
   for (;;) {
     if (!random) {
       for (uint32_t i = 0; i < nthreads && !group_failed; ++i) {
         Fiber& f = fibers[i];
-        while (f.state == State::Runnable && !group_failed) resume(&f);
-      }
-    } else {
-      runnable.clear();
-      for (uint32_t i = 0; i < nthreads; ++i)
-        if (fibers[i].state == State::Runnable) runnable.push_back(i);
-      while (!runnable.empty() && !group_failed) {
-        uint32_t k = rng.below(uint32_t(runnable.size()));
-        Fiber& f = fibers[runnable[k]];
-        resume(&f);
-        if (f.state != State::Runnable) {
-          runnable[k] = runnable.back();
-          runnable.pop_back();
+        while (f.state == State::Runnable && !group_failed) {
+          resume(&f);
+          after_resume(&f);
         }
       }
+    } else {
+      while (!runnable.empty() && !group_failed) {
+        Fiber& f = fibers[pick_random()];
+        resume(&f);
+        after_resume(&f);
+      }
     }
+    if (!group_failed && job->timed_out.load(std::memory_order_relaxed))
+      fail_group(0, job->timeout_text + "; the threads of threadgroup " + xyz(group) +
+                        " kept reaching barriers or simd collectives");
     if (group_failed) return;  // fibers are abandoned; their stacks are reused
-
-    uint32_t live = 0;
-    for (uint32_t i = 0; i < nthreads; ++i)
-      if (fibers[i].state != State::Exited) ++live;
     if (live == 0) return;
-
     if (release_simd()) continue;
 
     // Every live thread waits at a threadgroup barrier.
-    const Fiber* first = nullptr;
-    for (uint32_t i = 0; i < nthreads; ++i) {
-      const Fiber& f = fibers[i];
-      if (f.state != State::TgBarrier) continue;
-      if (!first) {
-        first = &f;
-      } else if (!same_site(f.site, first->site)) {
-        fail_group(0, "kernel '" + launch->kernel->name + "': threadgroup_barrier divergence: " +
-                          where(first) + " waits at " + site_str(first->site) + " while " +
-                          where(&f) + " waits at " + site_str(f.site) +
-                          " (every live thread of a threadgroup must reach the same barrier)");
-        return;
-      }
+    if (barrier_other) {
+      const Fiber* first = barrier_first;
+      const Fiber* other = barrier_other;
+      if (other->index < first->index) std::swap(first, other);
+      fail_group(0, "kernel '" + launch->kernel->name + "': threadgroup_barrier divergence: " +
+                        where(first) + " waits at " + site_str(first->site) + " while " +
+                        where(other) + " waits at " + site_str(other->site) +
+                        " (every live thread of a threadgroup must reach the same barrier)");
+      return;
     }
-    for (uint32_t i = 0; i < nthreads; ++i)
-      if (fibers[i].state == State::TgBarrier) fibers[i].state = State::Runnable;
+    release_barrier();
   }
 }
 
+void Worker::release_barrier() {
+  at_barrier = 0;
+  barrier_first = barrier_other = nullptr;
+  for (uint32_t i = 0; i < nthreads; ++i)
+    if (fibers[i].state == State::TgBarrier) make_runnable(i);
+  if (launch->schedule.random) new_phase();
+}
+
 // In each simdgroup whose lanes are parked at simd collectives, releases the
-// lanes parked at the earliest such site (in source order) together, handing
-// them the gathered values. Returns whether any lane was released.
+// lanes parked at the earliest such site (in source order) together.
+// Returns whether any lane was released.
 bool Worker::release_simd() {
   bool any = false;
-  for (uint32_t base = 0; base < nthreads; base += kSimdWidth) {
-    const uint32_t end = std::min(nthreads, base + kSimdWidth);
+  for (uint32_t s = 0; s < nsimd && !group_failed; ++s)
+    if (sgs[s]->parked != 0) any |= release_simdgroup(*sgs[s]);
+  return any;
+}
+
+// Releases the lanes of g parked at the earliest site (all of them when they
+// wait at one site: the common case, with no scan), handing an exchange's
+// lanes the gathered values.
+bool Worker::release_simdgroup(SimdGroup& g) {
+  uint32_t mask = g.parked;
+  State kind = g.kind;
+  mlxn_emu_site site = g.site;
+  if (g.mixed) {
     const Fiber* pick = nullptr;
-    for (uint32_t i = base; i < end; ++i) {
-      const Fiber& f = fibers[i];
-      if (f.state != State::SimdBarrier && f.state != State::Exchange) continue;
+    for (uint32_t m = g.parked; m; m &= m - 1) {
+      const Fiber& f = fibers[g.base + __builtin_ctz(m)];
       if (!pick || site_before(f.site, pick->site)) pick = &f;
     }
-    if (!pick) continue;
-    const State kind = pick->state;
-    const mlxn_emu_site site = pick->site;
-    uint32_t mask = 0;
-    for (uint32_t i = base; i < end; ++i) {
-      const Fiber& f = fibers[i];
-      if (f.state == kind && same_site(f.site, site)) mask |= 1u << (i - base);
+    kind = pick->state;
+    site = pick->site;
+    mask = 0;
+    for (uint32_t m = g.parked; m; m &= m - 1) {
+      const uint32_t lane = __builtin_ctz(m);
+      const Fiber& f = fibers[g.base + lane];
+      if (f.state == kind && same_site(f.site, site)) mask |= 1u << lane;
     }
-    if (kind == State::Exchange) {
-      const uint32_t size = pick->size;
-      for (uint32_t i = base; i < end; ++i) {
-        if (!(mask & (1u << (i - base)))) continue;
-        if (fibers[i].size != size) {
-          fail_group(i, "kernel '" + launch->kernel->name + "': simd collective at " +
-                            site_str(site) + " exchanged different sizes across lanes");
-          return true;
-        }
-      }
-      for (uint32_t i = base; i < end; ++i) {
-        if (!(mask & (1u << (i - base)))) continue;
-        uint8_t* all = static_cast<uint8_t*>(fibers[i].all);
-        std::memset(all, 0, size_t(size) * kSimdWidth);
-        for (uint32_t k = base; k < end; ++k)
-          if (mask & (1u << (k - base)))
-            std::memcpy(all + size_t(k - base) * size, fibers[k].mine, size);
-      }
-    }
-    for (uint32_t i = base; i < end; ++i) {
-      if (!(mask & (1u << (i - base)))) continue;
-      fibers[i].mask = mask;
-      fibers[i].state = State::Runnable;
-    }
-    any = true;
   }
-  return any;
+  if (kind == State::Exchange) {
+    const uint32_t size = fibers[g.base + __builtin_ctz(mask)].size;
+    for (uint32_t m = mask; m; m &= m - 1) {
+      const uint32_t lane = __builtin_ctz(m);
+      const Fiber& f = fibers[g.base + lane];
+      if (f.size != size) {
+        fail_group(g.base + lane, "kernel '" + launch->kernel->name + "': simd collective at " +
+                                      site_str(site) + " exchanged different sizes across lanes");
+        return true;
+      }
+    }
+    if (mask != ~0u) std::memset(g.gathered, 0, size_t(size) * kSimdWidth);
+    for (uint32_t m = mask; m; m &= m - 1) {
+      const uint32_t lane = __builtin_ctz(m);
+      std::memcpy(g.gathered + size_t(lane) * size, fibers[g.base + lane].mine, size);
+    }
+  }
+  for (uint32_t m = mask; m; m &= m - 1) {
+    const uint32_t i = g.base + __builtin_ctz(m);
+    fibers[i].mask = mask;
+    fibers[i].all = g.gathered;
+    make_runnable(i);
+  }
+  g.parked &= ~mask;
+  if (g.parked != 0) {
+    // Recompute the first site and `mixed` among the lanes still parked.
+    g.mixed = false;
+    const Fiber* first = nullptr;
+    for (uint32_t m = g.parked; m; m &= m - 1) {
+      const Fiber& f = fibers[g.base + __builtin_ctz(m)];
+      if (!first) {
+        first = &f;
+        g.kind = f.state;
+        g.site = f.site;
+      } else if (f.state != g.kind || !same_site(f.site, g.site)) {
+        g.mixed = true;
+      }
+    }
+  }
+  return true;
 }
 
 // ---------------------------------------------------------------- hooks --
@@ -458,8 +690,16 @@ inline Fiber* fiber_of(mlxn_emu_thread* t) { return static_cast<Fiber*>(t->runti
 
 inline void park(Fiber* f) { context_switch(&f->ctx, &f->worker->sched); }
 
+// Marks the fiber as running runtime code for the duration of a hook.
+struct InHook {
+  Fiber* f;
+  explicit InHook(Fiber* fb) : f(fb) { f->in_hook = 1; std::atomic_signal_fence(std::memory_order_seq_cst); }
+  ~InHook() { std::atomic_signal_fence(std::memory_order_seq_cst); f->in_hook = 0; }
+};
+
 void hook_threadgroup_barrier(mlxn_emu_thread* t, mlxn_emu_site site, uint32_t) {
   Fiber* f = fiber_of(t);
+  InHook h(f);
   f->state = State::TgBarrier;
   f->site = site;
   park(f);
@@ -467,25 +707,28 @@ void hook_threadgroup_barrier(mlxn_emu_thread* t, mlxn_emu_site site, uint32_t) 
 
 void hook_simdgroup_barrier(mlxn_emu_thread* t, mlxn_emu_site site, uint32_t) {
   Fiber* f = fiber_of(t);
+  InHook h(f);
   f->state = State::SimdBarrier;
   f->site = site;
   park(f);
 }
 
-uint32_t hook_simd_exchange(mlxn_emu_thread* t, mlxn_emu_site site, const void* mine, void* all,
-                            uint32_t size) {
+const void* hook_simd_exchange(mlxn_emu_thread* t, mlxn_emu_site site, const void* mine, uint32_t size,
+                               uint32_t* mask) {
   Fiber* f = fiber_of(t);
+  InHook h(f);
   f->state = State::Exchange;
   f->site = site;
   f->mine = mine;
-  f->all = all;
   f->size = size;
   park(f);
-  return f->mask;
+  *mask = f->mask;
+  return f->all;
 }
 
 [[noreturn]] void hook_fail(mlxn_emu_thread* t, const char* message, mlxn_emu_site site) {
   Fiber* f = fiber_of(t);
+  f->in_hook = 1;
   Worker* w = f->worker;
   w->fail_group(t->thread_index_in_threadgroup,
                 "kernel '" + w->launch->kernel->name + "': " + (message ? message : "failure") +
@@ -518,16 +761,18 @@ void* hook_out_of_bounds(mlxn_emu_thread* t, uint32_t space, uint32_t binding, i
 
 void hook_preempt(mlxn_emu_thread* t) {
   Fiber* f = fiber_of(t);
+  InHook h(f);
   if (!t->random_schedule) {
     t->preempt_countdown = UINT32_MAX;
     return;
   }
-  t->preempt_countdown = 1 + f->worker->rng.below(8);
+  t->preempt_countdown = f->worker->countdown();
   park(f);  // still Runnable: the scheduler picks any runnable thread next
 }
 
 void* hook_threadgroup_static(mlxn_emu_thread* t, uint32_t id, uint64_t size, uint64_t align) {
   Fiber* f = fiber_of(t);
+  InHook h(f);
   Worker* w = f->worker;
   for (const StaticVar& v : w->statics)
     if (v.id == id) return w->tg_memory + v.offset;
@@ -571,7 +816,10 @@ class Pool {
 
   std::string run(const Launch& l) {
     auto job = std::make_shared<Job>();
-    job->launch = &l;
+    // The job owns a copy: after a time-out without signals, workers may
+    // still run the kernel when this returns.
+    job->launch_copy = l;
+    job->launch = &job->launch_copy;
     job->total = uint64_t(l.grid[0]) * l.grid[1] * l.grid[2];
     if (job->total == 0) return std::string();
     {
@@ -580,7 +828,32 @@ class Pool {
     }
     cv_.notify_all();
     std::unique_lock<std::mutex> lock(job->mu);
-    job->cv.wait(lock, [&] { return job->finished == job->total; });
+    auto done = [&] { return job->finished == job->total; };
+    const uint64_t ms = l.schedule.timeout_ms;
+    if (ms == 0) {
+      job->cv.wait(lock, done);
+    } else if (!job->cv.wait_for(lock, std::chrono::milliseconds(ms), done)) {
+      job->timeout_text = "kernel '" + l.kernel->name + "': the dispatch did not finish within " +
+                          std::to_string(ms) + " ms (MLX_NATIVE_EMU_TIMEOUT_MS, option timeout_ms)";
+      job->failed.store(true, std::memory_order_relaxed);
+      job->timed_out.store(true, std::memory_order_release);
+      // Signal the workers that run it until they have abandoned it. Without
+      // the signal handler (MLX_NATIVE_EMU_NO_SIGNALS=1) a worker stuck in
+      // kernel code cannot be stopped: give up after a grace period and leave
+      // it running (it holds the job, so its launch stays valid).
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      while (!done()) {
+        lock.unlock();
+        signal_workers(job.get());
+        lock.lock();
+        job->cv.wait_for(lock, std::chrono::milliseconds(10), done);
+        if (!g_watchdog_signal && std::chrono::steady_clock::now() > give_up) {
+          return job->timeout_text + "; kernel code is still running on a worker thread, which is lost to the pool";
+        }
+      }
+      if (job->error.set && job->error.text.rfind(job->timeout_text, 0) == 0) return job->error.text;
+      return job->timeout_text;
+    }
     return job->error.set ? job->error.text : std::string();
   }
 
@@ -592,11 +865,28 @@ class Pool {
       if (v > 0 && v <= 4096) n = uint32_t(v);
     }
     install_fault_handler();
-    for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this] { loop(); });
-    for (auto& t : threads_) t.detach();
+    install_watchdog_handler();
+    slots_ = std::vector<Slot>(n);
+    for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this, i] { loop(&slots_[i]); });
+    for (uint32_t i = 0; i < n; ++i) {
+      slots_[i].handle = threads_[i].native_handle();
+      threads_[i].detach();
+    }
   }
 
-  void loop() {
+  // A worker thread and the job it runs now.
+  struct Slot {
+    pthread_t handle{};
+    std::atomic<Job*> job{nullptr};
+  };
+
+  void signal_workers(Job* job) {
+    if (!g_watchdog_signal) return;
+    for (Slot& s : slots_)
+      if (s.job.load() == job) pthread_kill(s.handle, g_watchdog_signal);
+  }
+
+  void loop(Slot* slot) {
     install_alt_stack();
     tl_running = nullptr;  // allocates this thread's TLS block outside any signal handler
     auto worker = std::make_unique<Worker>();
@@ -608,12 +898,14 @@ class Pool {
         job = queue_.front();
       }
       uint64_t done = 0;
+      slot->job.store(job.get());
       for (;;) {
         uint64_t i = job->next.fetch_add(1, std::memory_order_relaxed);
         if (i >= job->total) break;
         if (!job->failed.load(std::memory_order_relaxed)) worker->run_group(job.get(), i);
         ++done;
       }
+      slot->job.store(nullptr);
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (!queue_.empty() && queue_.front() == job) queue_.pop_front();
@@ -630,6 +922,7 @@ class Pool {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::vector<std::thread> threads_;
+  std::vector<Slot> slots_;
 };
 
 }  // namespace

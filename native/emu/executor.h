@@ -35,9 +35,13 @@ struct Kernel {
   std::atomic<uint64_t> static_threadgroup_bytes{0};
 };
 
+// How a dispatch runs: the interleaving of its threads and its time limit.
 struct Schedule {
   bool random = false;
   uint64_t seed = 0x5eed;
+  // Wall-clock limit of one dispatch in ms (0: none). Past it the dispatch
+  // fails; threads stuck in kernel code are abandoned (see execute).
+  uint64_t timeout_ms = 120000;
 };
 
 // One dispatch, validated (check_launch) before it is executed.
@@ -66,7 +70,11 @@ std::string check_launch(const Launch& l);
 
 // Runs the launch to completion on the worker pool; returns "" on success or
 // the first execution error (out-of-bounds access, barrier divergence,
-// threadgroup memory over the limit, a kernel-reported failure).
+// threadgroup memory over the limit, a kernel-reported failure, the time
+// limit l.schedule.timeout_ms). Past the time limit the workers abandon the
+// launch's fibers: a fiber in kernel code is interrupted by a signal, so
+// the pool stays whole; with MLX_NATIVE_EMU_NO_SIGNALS=1 a worker stuck in
+// kernel code stays stuck and is lost to the pool.
 std::string execute(const Launch& l);
 
 // Number of OS threads that execute threadgroups (MLX_NATIVE_EMU_THREADS,

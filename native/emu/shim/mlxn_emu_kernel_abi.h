@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define MLXN_EMU_KERNEL_ABI 1u
+#define MLXN_EMU_KERNEL_ABI 2u
 #define MLXN_EMU_MAX_BINDINGS 31u
 #define MLXN_EMU_SIMD_WIDTH 32u
 
@@ -60,12 +60,13 @@ typedef struct mlxn_emu_hooks {
   /* Same, over the live threads of the simdgroup. */
   void (*simdgroup_barrier)(mlxn_emu_thread* t, mlxn_emu_site site, uint32_t mem_flags);
   /* A simd collective. Lanes of the simdgroup that call it at the same site
-   * are the active lanes; each gives `size` bytes (mine); once every live lane
-   * of the simdgroup is parked, each active lane gets all active lanes' bytes
-   * in all[lane * size] (inactive lanes' slots are zero) and the mask of the
-   * active lanes is returned. size <= 256. */
-  uint32_t (*simd_exchange)(mlxn_emu_thread* t, mlxn_emu_site site,
-                            const void* mine, void* all, uint32_t size);
+   * are the active lanes; each gives `size` bytes (mine); once the lanes are
+   * released, each active lane gets a pointer to all active lanes' bytes,
+   * lane l's at [l * size] (inactive lanes' slots are zero), and *mask holds
+   * the active lanes. The gathered bytes are shared by the simdgroup's lanes
+   * and stay valid until the calling lane's next hook call. size <= 256. */
+  const void* (*simd_exchange)(mlxn_emu_thread* t, mlxn_emu_site site,
+                               const void* mine, uint32_t size, uint32_t* mask);
   /* An access outside its binding or outside threadgroup memory. The runtime
    * records the first such error of the dispatch (kernel, space, binding,
    * byte offset, access size, binding length, site) and returns scratch
@@ -74,8 +75,8 @@ typedef struct mlxn_emu_hooks {
                          int64_t offset, uint64_t size, uint64_t length,
                          mlxn_emu_site site);
   /* Random schedule: the shim calls this when t->preempt_countdown reaches 0
-   * at a threadgroup-memory access; the runtime may switch to another thread
-   * and re-arms the countdown. */
+   * at a device- or threadgroup-memory access; the runtime may switch to
+   * another thread and re-arms the countdown. */
   void (*preempt)(mlxn_emu_thread* t);
   /* Storage of a `threadgroup` variable declared in a kernel body: the same
    * zero-initialized memory for every thread of the threadgroup, keyed by id.
@@ -102,8 +103,9 @@ struct mlxn_emu_thread {
   uint32_t simdgroup_index_in_threadgroup;
   uint32_t simdgroups_per_threadgroup;
   uint32_t threads_per_simdgroup;
-  /* Random schedule: decremented by the shim at each threadgroup-memory
-   * access; UINT32_MAX and never decremented in the sequential schedule. */
+  /* Random schedule: decremented by the shim at each device- and
+   * threadgroup-memory access; UINT32_MAX and never decremented in the
+   * sequential schedule. */
   uint32_t preempt_countdown;
   uint32_t random_schedule;
   void* runtime; /* opaque to kernel code */

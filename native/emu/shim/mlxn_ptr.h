@@ -11,8 +11,11 @@
 // and casts keep the range; only a dereference is checked, so forming an
 // out-of-range pointer is fine, as in C.
 //
-// A dptr made from a raw pointer (`&shared[i]` yields a plain T&, so its
-// address is a T*) has no range and is not checked.
+// `&p[i]` on a checked pointer is rewritten by the translator into
+// mlxn::elem_addr(p, i), which is p + i: the address keeps the range. A dptr
+// made from a raw pointer (the address of a `thread` variable, or of a
+// threadgroup scalar declared in a kernel body) has no range and is not
+// checked.
 #ifndef MLXN_PTR_H
 #define MLXN_PTR_H
 
@@ -33,13 +36,20 @@ struct idx {
   idx(I i, srcloc l = srcloc::current()) : v(int64_t(i)), loc(l) {}
 };
 
-inline void tick_threadgroup_access() {
+// The bit of dptr::binding that marks a pointer whose accesses count towards
+// the random schedule's preemption (device and threadgroup memory, random
+// schedule only): testing it needs no thread-local lookup, so the sequential
+// schedule pays one predictable branch per access.
+constexpr uint32_t kTickBit = 0x40000000u;
+inline uint32_t tick_bit(const mlxn_emu_thread* t, unsigned space) {
+  return t->random_schedule && space != MLXN_EMU_SPACE_CONSTANT ? kTickBit : 0u;
+}
+
+inline void tick_access() {
   mlxn_emu_thread* t = cur();
-  if (t->random_schedule) [[unlikely]] {
-    if (--t->preempt_countdown == 0) {
-      t->hooks->preempt(t);
-      current_thread = t;
-    }
+  if (--t->preempt_countdown == 0) {
+    t->hooks->preempt(t);
+    current_thread = t;
   }
 }
 
@@ -79,7 +89,7 @@ template <class T, unsigned S> struct dptr {
     if (off > len || sizeof(T) > len - off) [[unlikely]] {
       if (base != nullptr || len != ~uint64_t(0)) return (T*)report(int64_t(off), sizeof(T), where);
     }
-    if constexpr (S == MLXN_EMU_SPACE_THREADGROUP) tick_threadgroup_access();
+    if (binding & kTickBit) [[unlikely]] tick_access();
     return q;
   }
   void* report(int64_t off, uint64_t size, const srcloc* where) const {
@@ -92,7 +102,7 @@ template <class T, unsigned S> struct dptr {
       site.line = 0;
       site.column = 0;
     }
-    void* r = t->hooks->out_of_bounds(t, S, binding, off, size, len, site);
+    void* r = t->hooks->out_of_bounds(t, S, binding & ~kTickBit, off, size, len, site);
     current_thread = t;
     return r;
   }
@@ -136,8 +146,26 @@ template <class T, unsigned S> struct dptr {
   bool operator!=(std::nullptr_t) const { return p != nullptr; }
 };
 
+template <class T> struct is_dptr : std::false_type {};
+template <class T, unsigned S> struct is_dptr<dptr<T, S>> : std::true_type {
+  using elem = T;
+  static constexpr unsigned space = S;
+};
+
 // static_cast / reinterpret_cast to a checked pointer type.
 template <class To, class From> inline To ptr_cast(const From& f) { return To(f); }
+
+// `&x[i]` (the translator's rewrite): on a checked pointer, the checked
+// pointer x + i (for a pointer to rows, the row's address, as &x[i] is);
+// on anything else (a thread-space array or pointer, a vector), &x[i].
+template <class T, unsigned S, class I> requires(std::is_integral_v<I> || std::is_enum_v<I>)
+inline dptr<T, S> elem_addr(const dptr<T, S>& d, I i) {
+  return d + int64_t(i);
+}
+template <class X, class I> requires(!is_dptr<std::remove_cvref_t<X>>::value)
+inline auto elem_addr(X&& x, I&& i) -> decltype(&x[i]) {
+  return &x[i];
+}
 
 // The checked address a shim function (atomics, simdgroup_load) works on.
 template <class T, unsigned S> inline T* access(const dptr<T, S>& d, const srcloc* where = nullptr) {
@@ -156,7 +184,8 @@ template <class A> inline auto tg_array(uint32_t id) {
   mlxn_emu_thread* t = cur();
   void* m = t->hooks->threadgroup_static(t, id, sizeof(A), alignof(A));
   current_thread = t;
-  return dptr<E, MLXN_EMU_SPACE_THREADGROUP>((E*)m, (uint8_t*)m, sizeof(A), MLXN_EMU_BINDING_STATIC | id);
+  return dptr<E, MLXN_EMU_SPACE_THREADGROUP>((E*)m, (uint8_t*)m, sizeof(A),
+                                            MLXN_EMU_BINDING_STATIC | id | tick_bit(t, MLXN_EMU_SPACE_THREADGROUP));
 }
 template <class T> inline T& tg_scalar(uint32_t id) {
   mlxn_emu_thread* t = cur();
@@ -166,11 +195,6 @@ template <class T> inline T& tg_scalar(uint32_t id) {
 }
 
 // ---- kernel arguments ----
-template <class T> struct is_dptr : std::false_type {};
-template <class T, unsigned S> struct is_dptr<dptr<T, S>> : std::true_type {
-  using elem = T;
-  static constexpr unsigned space = S;
-};
 
 // [[buffer(N)]]: a checked pointer over the binding, or a reference to its
 // start (constant T&), checked to hold sizeof(T) bytes.
@@ -180,7 +204,7 @@ template <uint32_t N> struct arg_buffer {
     using D = std::remove_cvref_t<A>;
     if constexpr (is_dptr<D>::value) {
       using E = typename is_dptr<D>::elem;
-      return D((E*)b.ptr, b.ptr, b.ptr ? b.length : 0, N);
+      return D((E*)b.ptr, b.ptr, b.ptr ? b.length : 0, N | tick_bit(t, is_dptr<D>::space));
     } else {
       static_assert(std::is_reference_v<A>, "a [[buffer(n)]] parameter is a pointer or a reference");
       using R = std::remove_reference_t<A>;
@@ -202,7 +226,7 @@ template <uint32_t N> struct arg_threadgroup {
     using D = std::remove_cvref_t<A>;
     static_assert(is_dptr<D>::value, "a [[threadgroup(n)]] parameter is a threadgroup pointer");
     using E = typename is_dptr<D>::elem;
-    return D((E*)b.ptr, b.ptr, b.ptr ? b.length : 0, N);
+    return D((E*)b.ptr, b.ptr, b.ptr ? b.length : 0, N | tick_bit(t, MLXN_EMU_SPACE_THREADGROUP));
   }
 };
 

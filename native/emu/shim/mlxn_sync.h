@@ -43,21 +43,23 @@ inline void simdgroup_barrier(mem_flags f = mem_flags::mem_none, mlxn::srcloc l 
 // ---- SIMD-group functions ----
 namespace simd_detail {
 constexpr uint32_t W = MLXN_EMU_SIMD_WIDTH;
-// All active lanes' values of x; returns the active-lane mask.
-template <class T> inline uint32_t gather(const T& x, T* all, const mlxn::srcloc& l) {
+// All active lanes' values of x (inactive lanes' slots are zero), in the
+// simdgroup's shared gather buffer: valid until this lane's next hook call.
+// *m: the active-lane mask.
+template <class T> inline const T* gather(const T& x, uint32_t* m, const mlxn::srcloc& l) {
   static_assert(sizeof(T) <= 256, "simd value larger than 256 bytes");
   mlxn_emu_thread* t = mlxn::cur();
-  uint32_t m = t->hooks->simd_exchange(t, mlxn::to_site(l), (const void*)&x, (void*)all, sizeof(T));
+  const void* all = t->hooks->simd_exchange(t, mlxn::to_site(l), (const void*)&x, sizeof(T), m);
   mlxn::current_thread = t;
-  return m;
+  return static_cast<const T*>(all);
 }
 inline uint32_t lane() { return mlxn::cur()->thread_index_in_simdgroup; }
 
 template <class X, class Op> inline val_t<X> reduce(const X& xx, Op op, const mlxn::srcloc& l) {
   using T = val_t<X>;
   T x = xx;
-  T all[W];
-  uint32_t m = gather(x, all, l);
+  uint32_t m;
+  const T* all = gather(x, &m, l);
   bool first = true;
   T acc = x;
   for (uint32_t i = 0; i < W; ++i) {
@@ -71,8 +73,8 @@ template <class X, class Op> inline val_t<X> scan(const X& xx, Op op, val_t<X> i
                                                   const mlxn::srcloc& l) {
   using T = val_t<X>;
   T x = xx;
-  T all[W];
-  uint32_t m = gather(x, all, l);
+  uint32_t m;
+  const T* all = gather(x, &m, l);
   uint32_t me = lane();
   T acc = identity;
   for (uint32_t i = 0; i < W; ++i) {
@@ -85,8 +87,8 @@ template <class X, class Op> inline val_t<X> scan(const X& xx, Op op, val_t<X> i
 template <class X> inline val_t<X> from_lane(const X& xx, uint32_t src, const mlxn::srcloc& l) {
   using T = val_t<X>;
   T x = xx;
-  T all[W];
-  gather(x, all, l);
+  uint32_t m;
+  const T* all = gather(x, &m, l);
   return all[src % W];
 }
 struct add_op { template <class A, class B> auto operator()(const A& a, const B& b) const { return a + b; } };
@@ -145,8 +147,8 @@ template <class X> requires operand<X>
 inline val_t<X> simd_shuffle_up(const X& x, uint32_t delta, mlxn::srcloc l = mlxn::srcloc::current()) {
   using T = val_t<X>;
   T v = x;
-  T all[simd_detail::W];
-  simd_detail::gather(v, all, l);
+  uint32_t m;
+  const T* all = simd_detail::gather(v, &m, l);
   uint32_t me = simd_detail::lane();
   return delta <= me ? all[me - delta] : v;
 }
@@ -154,8 +156,8 @@ template <class X> requires operand<X>
 inline val_t<X> simd_shuffle_down(const X& x, uint32_t delta, mlxn::srcloc l = mlxn::srcloc::current()) {
   using T = val_t<X>;
   T v = x;
-  T all[simd_detail::W];
-  simd_detail::gather(v, all, l);
+  uint32_t m;
+  const T* all = simd_detail::gather(v, &m, l);
   uint32_t me = simd_detail::lane();
   return me + delta < simd_detail::W ? all[me + delta] : v;
 }
@@ -171,8 +173,8 @@ template <class X> requires operand<X>
 inline val_t<X> simd_broadcast_first(const X& x, mlxn::srcloc l = mlxn::srcloc::current()) {
   using T = val_t<X>;
   T v = x;
-  T all[simd_detail::W];
-  uint32_t m = simd_detail::gather(v, all, l);
+  uint32_t m;
+  const T* all = simd_detail::gather(v, &m, l);
   return all[__builtin_ctz(m)];
 }
 
@@ -186,34 +188,40 @@ struct simd_vote {
   bool any() const { return v != 0; }
 };
 inline simd_vote simd_ballot(bool b, mlxn::srcloc l = mlxn::srcloc::current()) {
-  uint8_t x = b, all[simd_detail::W];
-  uint32_t m = simd_detail::gather(x, all, l);
+  uint8_t x = b;
+  uint32_t m;
+  const uint8_t* all = simd_detail::gather(x, &m, l);
   uint64_t r = 0;
   for (uint32_t i = 0; i < simd_detail::W; ++i)
     if ((m >> i & 1u) && all[i]) r |= uint64_t(1) << i;
   return simd_vote(r);
 }
 inline simd_vote simd_active_threads_mask(mlxn::srcloc l = mlxn::srcloc::current()) {
-  uint8_t x = 1, all[simd_detail::W];
-  return simd_vote(simd_detail::gather(x, all, l));
+  uint8_t x = 1;
+  uint32_t m;
+  simd_detail::gather(x, &m, l);
+  return simd_vote(m);
 }
 inline bool simd_all(bool b, mlxn::srcloc l = mlxn::srcloc::current()) {
-  uint8_t x = b, all[simd_detail::W];
-  uint32_t m = simd_detail::gather(x, all, l);
+  uint8_t x = b;
+  uint32_t m;
+  const uint8_t* all = simd_detail::gather(x, &m, l);
   for (uint32_t i = 0; i < simd_detail::W; ++i)
     if ((m >> i & 1u) && !all[i]) return false;
   return true;
 }
 inline bool simd_any(bool b, mlxn::srcloc l = mlxn::srcloc::current()) {
-  uint8_t x = b, all[simd_detail::W];
-  uint32_t m = simd_detail::gather(x, all, l);
+  uint8_t x = b;
+  uint32_t m;
+  const uint8_t* all = simd_detail::gather(x, &m, l);
   for (uint32_t i = 0; i < simd_detail::W; ++i)
     if ((m >> i & 1u) && all[i]) return true;
   return false;
 }
 inline bool simd_is_first(mlxn::srcloc l = mlxn::srcloc::current()) {
-  uint8_t x = 1, all[simd_detail::W];
-  uint32_t m = simd_detail::gather(x, all, l);
+  uint8_t x = 1;
+  uint32_t m;
+  simd_detail::gather(x, &m, l);
   return uint32_t(__builtin_ctz(m)) == simd_detail::lane();
 }
 
@@ -222,8 +230,8 @@ namespace simd_detail {
 template <class X, class Op> inline val_t<X> quad_reduce(const X& xx, Op op, const mlxn::srcloc& l) {
   using T = val_t<X>;
   T x = xx;
-  T all[W];
-  uint32_t m = gather(x, all, l);
+  uint32_t m;
+  const T* all = gather(x, &m, l);
   uint32_t q = lane() & ~3u;
   bool first = true;
   T acc = x;
@@ -264,8 +272,8 @@ template <class X> requires operand<X>
 inline val_t<X> quad_shuffle_up(const X& x, uint32_t delta, mlxn::srcloc l = mlxn::srcloc::current()) {
   using T = val_t<X>;
   T v = x;
-  T all[simd_detail::W];
-  simd_detail::gather(v, all, l);
+  uint32_t m;
+  const T* all = simd_detail::gather(v, &m, l);
   uint32_t me = simd_detail::lane();
   return delta <= (me & 3u) ? all[me - delta] : v;
 }
@@ -273,8 +281,8 @@ template <class X> requires operand<X>
 inline val_t<X> quad_shuffle_down(const X& x, uint32_t delta, mlxn::srcloc l = mlxn::srcloc::current()) {
   using T = val_t<X>;
   T v = x;
-  T all[simd_detail::W];
-  simd_detail::gather(v, all, l);
+  uint32_t m;
+  const T* all = simd_detail::gather(v, &m, l);
   uint32_t me = simd_detail::lane();
   return (me & 3u) + delta < 4u ? all[me + delta] : v;
 }
@@ -432,8 +440,9 @@ inline int col_of(uint32_t l) { return int(((l / 4) & 2) * 2 + (l % 2) * 2); }
 // accesses are done before any lane goes on (a load from threadgroup memory
 // followed by an overwrite of it needs no barrier between them on a GPU).
 inline void meet(const mlxn::srcloc& l) {
-  uint8_t x = 0, all[simd_detail::W];
-  simd_detail::gather(x, all, l);
+  uint8_t x = 0;
+  uint32_t m;
+  simd_detail::gather(x, &m, l);
 }
 template <class O> inline void origin_xy(const O& o, int64_t& x, int64_t& y) {
   if constexpr (vecish<O>) {
@@ -500,30 +509,49 @@ inline void simdgroup_store(const simdgroup_matrix<T, C, R>& a, P dst, ulong ele
 }
 
 namespace sgm_detail {
+// Where element (r, c) of a matrix lives: lane and element (0 or 1) of it.
+struct elem_pos {
+  uint8_t lane, k;
+};
+struct pos_table {
+  elem_pos at[8][8];
+};
+constexpr pos_table make_pos_table() {
+  pos_table t{};
+  for (uint32_t ln = 0; ln < 32; ++ln) {
+    int r = int(((ln / 4) & 4) + (ln / 2) % 4), c = int(((ln / 4) & 2) * 2 + (ln % 2) * 2);
+    t.at[r][c] = {uint8_t(ln), 0};
+    t.at[r][c + 1] = {uint8_t(ln), 1};
+  }
+  return t;
+}
+inline constexpr pos_table kPos = make_pos_table();
+
 // D = A * B (+ Cm): one exchange brings every lane's elements of A and B; each
-// lane computes its own two elements, accumulating in float, and rounds once.
+// lane computes its own two elements from row r of A and its two columns of
+// B, accumulating in float in the order j = 0..7, and rounds once.
 template <class TD, class TA, class TB, class TC>
 inline void mma(simdgroup_matrix<TD, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
                 const simdgroup_matrix<TB, 8, 8>& b, const simdgroup_matrix<TC, 8, 8>* cm,
                 const mlxn::srcloc& l) {
-  struct pack { float a0, a1, b0, b1; };
-  pack mine = {float(a.e.data[0]), float(a.e.data[1]), float(b.e.data[0]), float(b.e.data[1])};
-  pack all[simd_detail::W];
-  simd_detail::gather(mine, all, l);
-  float A[8][8], B[8][8];
-  for (uint32_t ln = 0; ln < simd_detail::W; ++ln) {
-    int r = row_of(ln), c = col_of(ln);
-    A[r][c] = all[ln].a0;
-    A[r][c + 1] = all[ln].a1;
-    B[r][c] = all[ln].b0;
-    B[r][c + 1] = all[ln].b1;
-  }
+  struct pack { float ab[4]; };  // a0, a1, b0, b1
+  pack mine = {{float(a.e.data[0]), float(a.e.data[1]), float(b.e.data[0]), float(b.e.data[1])}};
+  uint32_t m;
+  const pack* all = simd_detail::gather(mine, &m, l);
   uint32_t me = simd_detail::lane();
   int r = row_of(me), c0 = col_of(me);
+  float arow[8];
+  for (int j = 0; j < 8; ++j) {
+    const elem_pos p = kPos.at[r][j];
+    arow[j] = all[p.lane].ab[p.k];
+  }
   vec<TD, 2> out;
   for (int k = 0; k < 2; ++k) {
     float s = cm ? float(cm->e.data[k]) : 0.0f;
-    for (int j = 0; j < 8; ++j) s += A[r][j] * B[j][c0 + k];
+    for (int j = 0; j < 8; ++j) {
+      const elem_pos p = kPos.at[j][c0 + k];
+      s += arow[j] * all[p.lane].ab[2 + p.k];
+    }
     out.data[k] = TD(s);
   }
   d.e = out;

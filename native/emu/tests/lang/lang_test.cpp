@@ -68,10 +68,12 @@ static std::string g_oob;
 static char g_scratch[4096];
 static std::vector<std::vector<char>> g_static;
 static void h_barrier(mlxn_emu_thread*, mlxn_emu_site, uint32_t) {}
-static uint32_t h_exchange(mlxn_emu_thread* t, mlxn_emu_site, const void* mine, void* all, uint32_t size) {
-  memset(all, 0, size_t(size) * MLXN_EMU_SIMD_WIDTH);
-  memcpy((char*)all + size_t(t->thread_index_in_simdgroup) * size, mine, size);
-  return 1u << t->thread_index_in_simdgroup;
+static char g_gathered[256 * MLXN_EMU_SIMD_WIDTH];
+static const void* h_exchange(mlxn_emu_thread* t, mlxn_emu_site, const void* mine, uint32_t size, uint32_t* mask) {
+  memset(g_gathered, 0, size_t(size) * MLXN_EMU_SIMD_WIDTH);
+  memcpy(g_gathered + size_t(t->thread_index_in_simdgroup) * size, mine, size);
+  *mask = 1u << t->thread_index_in_simdgroup;
+  return g_gathered;
 }
 static void* h_oob(mlxn_emu_thread* t, uint32_t space, uint32_t binding, int64_t off, uint64_t size, uint64_t len,
                    mlxn_emu_site site) {

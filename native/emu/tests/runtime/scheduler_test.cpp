@@ -151,8 +151,7 @@ static void test_divergent_barrier(bool random) {
 // --- simd exchange: active sets by site -----------------------------------
 
 static uint32_t simd_sum(mlxn_emu_thread* t, mlxn_emu_site site, uint32_t v, uint32_t* mask) {
-  uint32_t all[32];
-  *mask = t->hooks->simd_exchange(t, site, &v, all, 4);
+  const uint32_t* all = static_cast<const uint32_t*>(t->hooks->simd_exchange(t, site, &v, 4, mask));
   uint32_t s = 0;
   for (uint32_t l = 0; l < 32; ++l) s += all[l];
   return s;
