@@ -1,0 +1,609 @@
+import { describe, expect, test } from 'bun:test';
+import metalSource from '../shaders/chunk_gated_delta_rule.metal' with { type: 'text' };
+import { MlxError, bf16BitsToF32, f32ToBf16Bits, type Buffer, type DType, type Device } from '../ts/index.ts';
+import {
+  CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT,
+  GDR_SCRATCH_SHAPES,
+  chunkGatedDeltaRule,
+  chunkGatedDeltaRuleLayout,
+  chunkGatedDeltaRuleScratch,
+  chunkLocalCumsumVarlen,
+  chunkTriSolveInvert,
+  gatedDeltaNetChunkInterStateVarlen,
+  gatedDeltaNetChunkO,
+  gatedDeltaNetKkt,
+  gatedDeltaNetRecomputeWu,
+  packChunkGatedDeltaRuleParams,
+  validateChunkGatedDeltaRule,
+  validateChunkTriSolveInvert,
+  validateGatedDeltaNetChunkInterStateVarlen,
+  type ChunkGatedDeltaRuleArgs,
+  type ChunkGatedDeltaRuleParams,
+  type GdrStepParams,
+} from '../ts/ops/chunk_gated_delta_rule.ts';
+import {
+  chunkGatedDeltaRuleChunkedRef,
+  chunkLocalCumsumVarlenRef,
+  chunkORef,
+  gatedDeltaRuleRecurrentRef,
+  interStateRef,
+  kktRef,
+  recomputeWuRef,
+  refChunks,
+  triSolveInvertRef,
+  type GdrRecurrentInputs,
+  type GdrRefShape,
+} from '../ts/reference/chunk_gated_delta_rule.ts';
+import { TOL, describeBackends, maxRelErr, nmse, rng, type Rng } from './helpers.ts';
+
+const bf16 = (x: number): number => bf16BitsToF32(f32ToBf16Bits(x));
+
+interface Shape {
+  hg: number;
+  h: number;
+  k: number;
+  v: number;
+  /** Cumulative sequence offsets. */
+  cu: number[];
+}
+
+/** b sequences of t tokens as offsets. */
+const even = (b: number, t: number): number[] => Array.from({ length: b + 1 }, (_, i) => i * t);
+const refShape = (s: Shape): GdrRefShape => ({ hg: s.hg, h: s.h, k: s.k, v: s.v, cuSeqlens: s.cu });
+const nTokOf = (s: Shape): number => s.cu[s.cu.length - 1]!;
+const nSeqOf = (s: Shape): number => s.cu.length - 1;
+
+interface GdrData extends GdrRecurrentInputs {
+  q: Float64Array;
+  k: Float64Array;
+  v: Float64Array;
+  g: Float64Array;
+  beta: Float64Array;
+  h0?: Float64Array;
+}
+
+interface DataOpts {
+  /** Range of the raw log decay per token. */
+  g?: [number, number];
+  /** Range of beta. */
+  beta?: [number, number];
+  betaBf16?: boolean;
+  h0?: boolean;
+}
+
+/**
+ * Inputs as a model makes them, already rounded to their storage dtypes (so
+ * the references see exactly what the kernels read): q and k L2-normalized per
+ * token and K head (bf16), v normal (bf16), g uniform per token (f32), beta
+ * uniform (f32, or bf16), an initial state of scale 0.5 (f32).
+ */
+function makeData(r: Rng, s: Shape, o: DataOpts = {}): GdrData {
+  const nTok = nTokOf(s);
+  const unit = (): Float64Array => {
+    const x = new Float64Array(nTok * s.hg * s.k);
+    for (let row = 0; row < nTok * s.hg; row++) {
+      let n2 = 0;
+      for (let i = 0; i < s.k; i++) {
+        const y = r.normal();
+        x[row * s.k + i] = y;
+        n2 += y * y;
+      }
+      for (let i = 0; i < s.k; i++) x[row * s.k + i] = bf16(x[row * s.k + i]! / Math.sqrt(n2));
+    }
+    return x;
+  };
+  const [glo, ghi] = o.g ?? [-0.5, -0.01];
+  const [blo, bhi] = o.beta ?? [0.05, 0.95];
+  const d: GdrData = {
+    q: unit(),
+    k: unit(),
+    v: new Float64Array(nTok * s.h * s.v).map(() => bf16(r.normal())),
+    g: new Float64Array(nTok * s.h).map(() => Math.fround(r.uniform(glo, ghi))),
+    beta: new Float64Array(nTok * s.h).map(() => (o.betaBf16 ? bf16 : Math.fround)(r.uniform(blo, bhi))),
+  };
+  if (o.h0) d.h0 = new Float64Array(nSeqOf(s) * s.h * s.v * s.k).map(() => Math.fround(0.5 * r.normal()));
+  return d;
+}
+
+const maxAbs = (x: ArrayLike<number>): number => {
+  let m = 0;
+  for (let i = 0; i < x.length; i++) m = Math.max(m, Math.abs(x[i]!));
+  return m;
+};
+
+function expectInvalid(f: () => void, ...parts: string[]): void {
+  let err: unknown = null;
+  try {
+    f();
+  } catch (e) {
+    err = e;
+  }
+  expect(err).toBeInstanceOf(MlxError);
+  const e = err as MlxError;
+  expect(e.kind).toBe('InvalidArgument');
+  expect(e.message).toStartWith('chunk_gated_delta_rule: ');
+  for (const part of parts) expect(e.message).toContain(part);
+}
+
+describe('chunk_gated_delta_rule reference', () => {
+  test('the chunked steps in float64 equal the token-by-token recurrence', () => {
+    const shapes: Shape[] = [
+      { hg: 1, h: 2, k: 16, v: 8, cu: even(1, 130) },
+      { hg: 2, h: 4, k: 8, v: 8, cu: even(2, 65) },
+      { hg: 1, h: 1, k: 8, v: 16, cu: [0, 1, 71, 135] },
+    ];
+    for (const s of shapes) {
+      const d = makeData(rng(3 + s.h), s, { h0: s.h !== 4 });
+      const rec = gatedDeltaRuleRecurrentRef(refShape(s), d, 0.3);
+      const ch = chunkGatedDeltaRuleChunkedRef(refShape(s), d, 0.3);
+      expect(maxRelErr(ch.o, rec.o)).toBeLessThan(1e-9);
+      expect(maxRelErr(ch.finalState, rec.finalState)).toBeLessThan(1e-9);
+    }
+  });
+
+  test('refChunks and the op layout: chunks never straddle sequences', () => {
+    expect(refChunks([0, 1, 71, 135]).map((c) => [c.t0, c.len, c.seq])).toEqual([[0, 1, 0], [1, 64, 1], [65, 6, 1], [71, 64, 2]]);
+    const l = chunkGatedDeltaRuleLayout(1, 135, [0, 1, 71, 135]);
+    expect([l.nTok, l.nSeq, l.nt]).toEqual([135, 3, 4]);
+    expect([...l.chunks]).toEqual([0, 1, 1, 64, 65, 6, 71, 64]);
+    expect([...l.seqs]).toEqual([0, 0, 1, 1, 71, 3, 135, 4]);
+    const e = chunkGatedDeltaRuleLayout(2, 65);
+    expect([...e.chunks]).toEqual([0, 64, 64, 1, 65, 64, 129, 1]);
+    expect([...e.seqs]).toEqual([0, 0, 65, 2, 130, 4]);
+  });
+
+  test('the packer matches struct ChunkGatedDeltaRuleParams of the .metal source', () => {
+    const body = /struct\s+ChunkGatedDeltaRuleParams\s*\{([^}]*)\}/.exec(metalSource);
+    expect(body).not.toBeNull();
+    const fields = [...body![1]!.matchAll(/^\s*(\w+)\s+(\w+)\s*;/gm)].map((m, i) => ({ type: m[1]!, name: m[2]!, offset: 4 * i }));
+    const layout = CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT.map((f) => ({ type: f.type === 'u32' ? 'uint' : 'float', name: f.name, offset: f.offset }));
+    expect(layout).toEqual(fields);
+    const packed = packChunkGatedDeltaRuleParams({ nTok: 135, nt: 4, nSeq: 3, hg: 2, h: 6, k: 128, v: 64, scale: 0.25 });
+    const dv = new DataView(packed.buffer, packed.byteOffset, packed.byteLength);
+    expect(packed.byteLength).toBe(32);
+    expect([0, 4, 8, 12, 16, 20, 24].map((o) => dv.getUint32(o, true))).toEqual([135, 4, 3, 2, 6, 128, 64]);
+    expect(dv.getFloat32(28, true)).toBe(0.25);
+    const dflt = packChunkGatedDeltaRuleParams({ nTok: 1, nt: 1, nSeq: 1, hg: 1, h: 1, k: 64, v: 64 });
+    expect(new DataView(dflt.buffer).getFloat32(28, true)).toBe(Math.fround(1 / 8));
+  });
+});
+
+interface Bufs {
+  q: Buffer;
+  k: Buffer;
+  v: Buffer;
+  g: Buffer;
+  beta: Buffer;
+  h0?: Buffer;
+  o: Buffer;
+  finalState: Buffer;
+}
+
+function upload(dev: Device, s: Shape, d: GdrData, betaDtype: DType = 'f32'): Bufs {
+  const nTok = nTokOf(s);
+  const state = nSeqOf(s) * s.h * s.v * s.k;
+  const b: Bufs = {
+    q: dev.upload('bf16', [nTok, s.hg, s.k], d.q),
+    k: dev.upload('bf16', [nTok, s.hg, s.k], d.k),
+    v: dev.upload('bf16', [nTok, s.h, s.v], d.v),
+    g: dev.upload('f32', [nTok, s.h], d.g),
+    beta: dev.upload(betaDtype, [nTok, s.h], d.beta),
+    o: dev.alloc('bf16', [nTok, s.h, s.v]),
+    finalState: dev.alloc('f32', [state]),
+  };
+  if (d.h0 !== undefined) b.h0 = dev.upload('f32', [state], d.h0);
+  b.o.fill(NaN);
+  b.finalState.fill(NaN);
+  return b;
+}
+
+function releaseAll(b: Bufs): void {
+  for (const x of Object.values(b)) (x as Buffer | undefined)?.release();
+}
+
+function pipelineParams(s: Shape, scale: number, varlen: boolean): ChunkGatedDeltaRuleParams {
+  const nTok = nTokOf(s);
+  const p: ChunkGatedDeltaRuleParams = varlen
+    ? { b: 1, t: nTok, hg: s.hg, h: s.h, k: s.k, v: s.v, scale, cuSeqlens: s.cu }
+    : { b: nSeqOf(s), t: s.cu[1]!, hg: s.hg, h: s.h, k: s.k, v: s.v, scale };
+  return p;
+}
+
+function run(dev: Device, b: Bufs, p: ChunkGatedDeltaRuleParams): { o: Float64Array; state: Float64Array } {
+  const enc = dev.encoder();
+  const args: ChunkGatedDeltaRuleArgs = { q: b.q, k: b.k, v: b.v, g: b.g, beta: b.beta, o: b.o, finalState: b.finalState, params: p };
+  if (b.h0 !== undefined) args.initialState = b.h0;
+  chunkGatedDeltaRule(enc, args);
+  enc.commitAndWait();
+  enc.release();
+  return { o: b.o.readNumbers(), state: b.finalState.readNumbers() };
+}
+
+const stepOf = (s: Shape, scale?: number): GdrStepParams => {
+  const l = chunkGatedDeltaRuleLayout(1, nTokOf(s), s.cu);
+  const p: GdrStepParams = { nTok: l.nTok, nt: l.nt, nSeq: l.nSeq, hg: s.hg, h: s.h, k: s.k, v: s.v };
+  if (scale !== undefined) p.scale = scale;
+  return p;
+};
+
+describeBackends('chunk_gated_delta_rule', ({ device }) => {
+  // ---- validation ----
+
+  const okShape: Shape = { hg: 2, h: 4, k: 64, v: 64, cu: even(2, 65) };
+  const okParams = (): ChunkGatedDeltaRuleParams => pipelineParams(okShape, 0.125, false);
+  const allocArgs = (dev: Device, over: Partial<Record<keyof Bufs, [DType, number]>> = {}): ChunkGatedDeltaRuleArgs => {
+    const s = okShape;
+    const n = nTokOf(s);
+    const state = nSeqOf(s) * s.h * s.v * s.k;
+    const spec: Record<keyof Bufs, [DType, number]> = {
+      q: ['bf16', n * s.hg * s.k], k: ['bf16', n * s.hg * s.k], v: ['bf16', n * s.h * s.v], g: ['f32', n * s.h],
+      beta: ['f32', n * s.h], h0: ['f32', state], o: ['bf16', n * s.h * s.v], finalState: ['f32', state], ...over,
+    };
+    const a = (key: keyof Bufs): Buffer => dev.alloc(spec[key][0], [spec[key][1]]);
+    return {
+      q: a('q'), k: a('k'), v: a('v'), g: a('g'), beta: a('beta'), initialState: a('h0'), o: a('o'), finalState: a('finalState'),
+      params: okParams(),
+    };
+  };
+  const releaseArgs = (a: ChunkGatedDeltaRuleArgs): void => {
+    for (const b of [a.q, a.k, a.v, a.g, a.beta, a.initialState, a.o, a.finalState]) b?.release();
+  };
+
+  test('validation: dims, K, V, GQA, scale, the 32-bit token limit', () => {
+    const dev = device();
+    const a = allocArgs(dev);
+    validateChunkGatedDeltaRule(a);
+    const withP = (o: Partial<ChunkGatedDeltaRuleParams>): ChunkGatedDeltaRuleArgs => ({ ...a, params: { ...a.params, ...o } });
+    for (const arg of ['b', 't', 'hg', 'h', 'k', 'v'] as const) {
+      expectInvalid(() => validateChunkGatedDeltaRule(withP({ [arg]: 0 })), `${arg} must be a positive integer`, '(got 0)');
+      expectInvalid(() => validateChunkGatedDeltaRule(withP({ [arg]: 1.5 })), `${arg} must be a positive integer`, '(got 1.5)');
+    }
+    expectInvalid(() => validateChunkGatedDeltaRule(withP({ h: 2 ** 32 })), 'h must be at most 2^32 - 1');
+    expectInvalid(() => validateChunkGatedDeltaRule(withP({ b: 2 ** 16, t: 2 ** 16 })), 'b * t must be at most 2^32 - 1', '(got 4294967296)');
+    expectInvalid(() => validateChunkGatedDeltaRule(withP({ h: 6 })), 'h must be a multiple of hg (2)', '(got 6)');
+    expectInvalid(() => validateChunkGatedDeltaRule(withP({ k: 96 })), 'k must be one of 64, 128, 256', '(got 96)');
+    expectInvalid(() => validateChunkGatedDeltaRule(withP({ k: 512 })), 'k must be one of 64, 128, 256', '(got 512)');
+    expectInvalid(() => validateChunkGatedDeltaRule(withP({ v: 96 })), 'v must be a multiple of 64 at most 256', '(got 96)');
+    expectInvalid(() => validateChunkGatedDeltaRule(withP({ v: 320 })), 'v must be a multiple of 64 at most 256', '(got 320)');
+    expectInvalid(() => validateChunkGatedDeltaRule(withP({ scale: NaN })), 'scale must be a finite number', '(got NaN)');
+    releaseArgs(a);
+  });
+
+  test('validation: cuSeqlens', () => {
+    const dev = device();
+    const a = allocArgs(dev);
+    const cu = (c: number[], b = 1, t = 130): ChunkGatedDeltaRuleArgs => ({ ...a, params: { ...a.params, b, t, cuSeqlens: c } });
+    validateChunkGatedDeltaRule(cu([0, 1, 71, 130]));
+    expectInvalid(() => validateChunkGatedDeltaRule(cu([0, 65, 130], 2, 65)), 'b must be 1 when cuSeqlens is given', '(got 2)');
+    expectInvalid(() => validateChunkGatedDeltaRule(cu([0])), 'cuSeqlens.length must be at least 2', '(got 1)');
+    expectInvalid(() => validateChunkGatedDeltaRule(cu([1, 130])), 'cuSeqlens[0] must be 0', '(got 1)');
+    expectInvalid(() => validateChunkGatedDeltaRule(cu([0, 70, 70, 130])), 'cuSeqlens[2] must be an integer above cuSeqlens[1] = 70', '(got 70)');
+    expectInvalid(() => validateChunkGatedDeltaRule(cu([0, 70.5, 130])), 'cuSeqlens[1] must be an integer above cuSeqlens[0] = 0', '(got 70.5)');
+    expectInvalid(() => validateChunkGatedDeltaRule(cu([0, 70, 129])), 'cuSeqlens[2] must be t = 130', '(got 129)');
+    // Three sequences: the states hold 3 of them.
+    expectInvalid(() => validateChunkGatedDeltaRule(cu([0, 1, 71, 130])), 'finalState.elementCount must be 49152');
+    releaseArgs(a);
+  });
+
+  test('validation: dtype and element count of every buffer; beta f32 or bf16', () => {
+    const dev = device();
+    const keys: (keyof Bufs)[] = ['q', 'k', 'v', 'g', 'beta', 'h0', 'o', 'finalState'];
+    const names: Record<keyof Bufs, string> = {
+      q: 'q', k: 'k', v: 'v', g: 'g', beta: 'beta', h0: 'initialState', o: 'o', finalState: 'finalState',
+    };
+    const good = allocArgs(dev);
+    const bf = allocArgs(dev, { beta: ['bf16', good.beta.elementCount] });
+    validateChunkGatedDeltaRule(bf);
+    const noH0 = { ...good };
+    delete noH0.initialState;
+    validateChunkGatedDeltaRule(noH0);
+    releaseArgs(bf);
+    for (const key of keys) {
+      const right: Buffer = key === 'h0' ? good.initialState! : good[key];
+      const wrong: DType = right.dtype === 'f32' ? (key === 'beta' ? 'f16' : 'bf16') : 'f32';
+      const expectDtype = key === 'beta' ? 'one of f32, bf16' : right.dtype;
+      const bad1 = allocArgs(dev, { [key]: [wrong, right.elementCount] });
+      expectInvalid(() => validateChunkGatedDeltaRule(bad1), `${names[key]}.dtype must be ${expectDtype}`, `(got ${wrong})`);
+      releaseArgs(bad1);
+      const bad2 = allocArgs(dev, { [key]: [right.dtype, right.elementCount + 1] });
+      expectInvalid(() => validateChunkGatedDeltaRule(bad2), `${names[key]}.elementCount must be ${right.elementCount}`);
+      releaseArgs(bad2);
+    }
+    const enc = dev.encoder();
+    expectInvalid(() => chunkGatedDeltaRule(enc, { ...good, params: { ...good.params, k: 32 } }), 'k must be one of 64, 128, 256');
+    enc.release();
+    releaseArgs(good);
+  });
+
+  test('validation: step ops (nt and nSeq ranges, tables, buffers)', () => {
+    const dev = device();
+    const p = stepOf(okShape);
+    const n = p.nTok * p.h * 64;
+    const a = dev.alloc('f32', [n]);
+    const chunks = dev.alloc('u32', [p.nt, 2]);
+    validateChunkTriSolveInvert({ a, ai: a, chunks, params: p });
+    expectInvalid(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nt: 2 } }), 'nt must be between ceil(nTok / 64) and nTok = 130', '(got 2)');
+    expectInvalid(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nt: 131 } }), 'nt must be between');
+    expectInvalid(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nSeq: 5 } }), 'nSeq must be at most nt = 4', '(got 5)');
+    expectInvalid(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nTok: 0 } }), 'nTok must be a positive integer');
+    expectInvalid(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nTok: 2 ** 40, nt: 2 ** 34 } }), 'nTok must be at most 2^32 - 1');
+    expectInvalid(() => validateChunkTriSolveInvert({ a, ai: a, chunks: a, params: p }), 'chunks.dtype must be u32', '(got f32)');
+    const short = dev.alloc('u32', [p.nt]);
+    expectInvalid(() => validateChunkTriSolveInvert({ a, ai: a, chunks: short, params: p }), `chunks.elementCount must be ${2 * p.nt}`);
+    const bfA = dev.alloc('bf16', [n]);
+    expectInvalid(() => validateChunkTriSolveInvert({ a: bfA, ai: a, chunks, params: p }), 'a.dtype must be f32', '(got bf16)');
+    // The inter-state step checks its sequence table.
+    const s = (d: DType, c: number): Buffer => dev.alloc(d, [c]);
+    const st = p.nSeq * p.h * p.v * p.k;
+    const args = {
+      k: s('bf16', p.nTok * p.hg * p.k), w: s('bf16', p.nTok * p.h * p.k), u: s('bf16', p.nTok * p.h * p.v), g: s('f32', p.nTok * p.h),
+      h0: s('f32', st), hOut: s('bf16', p.nt * p.h * p.v * p.k), vNew: s('bf16', p.nTok * p.h * p.v), finalState: s('f32', st),
+      seqs: s('u32', 2 * (p.nSeq + 1)), params: p,
+    };
+    validateGatedDeltaNetChunkInterStateVarlen(args);
+    expectInvalid(() => validateGatedDeltaNetChunkInterStateVarlen({ ...args, seqs: chunks }), `seqs.elementCount must be ${2 * (p.nSeq + 1)}`);
+    expectInvalid(() => validateGatedDeltaNetChunkInterStateVarlen({ ...args, hOut: args.vNew }), `hOut.elementCount must be ${p.nt * p.h * p.v * p.k}`);
+    for (const b of [a, chunks, short, bfA, ...Object.values(args).filter((x): x is Buffer => typeof x === 'object' && 'release' in x)]) b.release();
+  });
+
+  // ---- steps ----
+  // Each step runs on inputs as stored (bf16 / f32) and is compared with its
+  // float64 reference on those same inputs.
+
+  test('step: varlen cumsum (f32, exact sums of up to 64 terms)', () => {
+    const dev = device();
+    const s: Shape = { hg: 1, h: 3, k: 64, v: 64, cu: [0, 1, 71, 135] };
+    const d = makeData(rng(11), s);
+    const p = stepOf(s);
+    const l = chunkGatedDeltaRuleLayout(1, p.nTok, s.cu);
+    const gIn = dev.upload('f32', [p.nTok, p.h], d.g);
+    const gCum = dev.alloc('f32', [p.nTok, p.h]);
+    gCum.fill(NaN);
+    const chunks = dev.upload('u32', [p.nt, 2], l.chunks);
+    const enc = dev.encoder();
+    chunkLocalCumsumVarlen(enc, { gIn, gCum, chunks, params: p });
+    enc.commitAndWait();
+    enc.release();
+    const want = chunkLocalCumsumVarlenRef(s.cu, s.h, d.g);
+    const err = maxRelErr(gCum.readNumbers(), want);
+    console.log(`cumsum varlen: max rel err ${err.toExponential(2)}`);
+    // f32 sums of at most 64 terms of one sign: under 64 f32 ulps relative.
+    expect(err).toBeLessThan(64 * 2 ** -24);
+    for (const b of [gIn, gCum, chunks]) b.release();
+  });
+
+  // kkt, tri-solve and w/u together on one tail-heavy varlen layout: each step
+  // is fed the stored output of the one before and compared to its reference
+  // on that input.
+  for (const { name, s, betaDtype } of [
+    { name: 'K = 64, H = 4, Hg = 2, varlen [1, 70, 64]', s: { hg: 2, h: 4, k: 64, v: 64, cu: [0, 1, 71, 135] }, betaDtype: 'f32' as DType },
+    { name: 'K = 256, V = 128, H = Hg = 1, T = 65, beta bf16', s: { hg: 1, h: 1, k: 256, v: 128, cu: even(1, 65) }, betaDtype: 'bf16' as DType },
+  ]) {
+    test(`steps kkt, tri-solve, w/u: ${name}`, () => {
+      const dev = device();
+      const d = makeData(rng(21 + s.k), s, { betaBf16: betaDtype === 'bf16' });
+      const p = stepOf(s);
+      const l = chunkGatedDeltaRuleLayout(1, p.nTok, s.cu);
+      const gc = chunkLocalCumsumVarlenRef(s.cu, s.h, d.g).map(Math.fround);
+      const k = dev.upload('bf16', [p.nTok, p.hg, p.k], d.k);
+      const v = dev.upload('bf16', [p.nTok, p.h, p.v], d.v);
+      const g = dev.upload('f32', [p.nTok, p.h], gc);
+      const beta = dev.upload(betaDtype, [p.nTok, p.h], d.beta);
+      const chunks = dev.upload('u32', [p.nt, 2], l.chunks);
+      const a = dev.alloc('f32', [p.nTok, p.h, 64]);
+      const ai = dev.alloc('f32', [p.nTok, p.h, 64]);
+      const w = dev.alloc('bf16', [p.nTok, p.h, p.k]);
+      const u = dev.alloc('bf16', [p.nTok, p.h, p.v]);
+      for (const b of [a, ai, w, u]) b.fill(NaN);
+      const rs = refShape(s);
+
+      let enc = dev.encoder();
+      gatedDeltaNetKkt(enc, { k, g, beta, a, chunks, params: p });
+      enc.commitAndWait();
+      enc.release();
+      const aGot = a.readNumbers();
+      const aWant = kktRef(rs, d.k, gc, d.beta);
+      // f32 dot products of bf16 values (exact products, f32 sums) and an f32 exp:
+      // a few f32 ulps of the row's scale.
+      const errA = maxRelErr(aGot, aWant);
+      expect(errA).toBeLessThan(1e-5);
+
+      enc = dev.encoder();
+      chunkTriSolveInvert(enc, { a, ai, chunks, params: p });
+      enc.commitAndWait();
+      enc.release();
+      const aiGot = ai.readNumbers();
+      const aiWant = triSolveInvertRef(s.cu, s.h, aGot);
+      // Forward substitution in f32 over up to 63 terms: the inverse's entries
+      // reach ~10 here, so errors are measured against its scale.
+      const errAi = maxRelErr(aiGot, aiWant);
+      expect(errAi).toBeLessThan(1e-5);
+
+      enc = dev.encoder();
+      gatedDeltaNetRecomputeWu(enc, { k, v, beta, g, ai, w, u, chunks, params: p });
+      enc.commitAndWait();
+      enc.release();
+      const wu = recomputeWuRef(rs, d.k, d.v, d.beta, gc, aiGot);
+      // f32 products, one bf16 rounding at the store: a boundary flip from f32
+      // summation order is one bf16 ulp, 2^-7 relative at most.
+      const errW = maxRelErr(w.readNumbers(), wu.w);
+      const errU = maxRelErr(u.readNumbers(), wu.u);
+      console.log(`steps ${name}: A ${errA.toExponential(2)}, Ai ${errAi.toExponential(2)}, w ${errW.toExponential(2)}, u ${errU.toExponential(2)}`);
+      expect(errW).toBeLessThan(TOL.bf16);
+      expect(errU).toBeLessThan(TOL.bf16);
+      // The in-place form (a and ai one buffer) gives the same inverse.
+      enc = dev.encoder();
+      chunkTriSolveInvert(enc, { a, ai: a, chunks, params: p });
+      enc.commitAndWait();
+      enc.release();
+      expect([...a.readNumbers()]).toEqual([...aiGot]);
+      for (const b of [k, v, g, beta, chunks, a, ai, w, u]) b.release();
+    });
+  }
+
+  for (const { name, s } of [
+    { name: 'K = 64, V = 64, varlen [1, 70, 64], H = 2, Hg = 1', s: { hg: 1, h: 2, k: 64, v: 64, cu: [0, 1, 71, 135] } },
+    { name: 'K = 128, V = 128, T = 130 (tail of 2)', s: { hg: 1, h: 1, k: 128, v: 128, cu: even(1, 130) } },
+    { name: 'K = 256, V = 64, two sequences of 63', s: { hg: 1, h: 1, k: 256, v: 64, cu: even(2, 63) } },
+  ]) {
+    test(`steps inter-state and chunk_o: ${name}`, () => {
+      const dev = device();
+      const r = rng(31 + s.k + s.v);
+      const d = makeData(r, s, { h0: true });
+      const p = stepOf(s, 0.2);
+      const l = chunkGatedDeltaRuleLayout(1, p.nTok, s.cu);
+      const rs = refShape(s);
+      const gc = chunkLocalCumsumVarlenRef(s.cu, s.h, d.g).map(Math.fround);
+      // w and u of the scale the WY step makes: bf16, magnitudes like beta k and beta v.
+      const wIn = new Float64Array(p.nTok * p.h * p.k).map(() => bf16(0.1 * r.normal()));
+      const uIn = new Float64Array(p.nTok * p.h * p.v).map(() => bf16(0.5 * r.normal()));
+      const k = dev.upload('bf16', [p.nTok, p.hg, p.k], d.k);
+      const q = dev.upload('bf16', [p.nTok, p.hg, p.k], d.q);
+      const w = dev.upload('bf16', [p.nTok, p.h, p.k], wIn);
+      const u = dev.upload('bf16', [p.nTok, p.h, p.v], uIn);
+      const g = dev.upload('f32', [p.nTok, p.h], gc);
+      const h0 = dev.upload('f32', [p.nSeq, p.h, p.v, p.k], d.h0!);
+      const seqs = dev.upload('u32', [p.nSeq + 1, 2], l.seqs);
+      const chunks = dev.upload('u32', [p.nt, 2], l.chunks);
+      const hOut = dev.alloc('bf16', [p.nt, p.h, p.v, p.k]);
+      const vNew = dev.alloc('bf16', [p.nTok, p.h, p.v]);
+      const fin = dev.alloc('f32', [p.nSeq, p.h, p.v, p.k]);
+      const o = dev.alloc('bf16', [p.nTok, p.h, p.v]);
+      for (const b of [hOut, vNew, fin, o]) b.fill(NaN);
+      const enc = dev.encoder();
+      gatedDeltaNetChunkInterStateVarlen(enc, { k, w, u, g, h0, hOut, vNew, finalState: fin, seqs, params: p });
+      enc.barrier();
+      gatedDeltaNetChunkO(enc, { q, k, vNew, h: hOut, g, o, chunks, params: p });
+      enc.commitAndWait();
+      enc.release();
+
+      const ref = interStateRef(rs, { k: d.k, w: wIn, u: uIn, g: gc, h0: d.h0! }, { mirrorBf16: true });
+      const errH = maxRelErr(hOut.readNumbers(), ref.hOut);
+      const errV = maxRelErr(vNew.readNumbers(), ref.vNew);
+      const st = fin.readNumbers();
+      const errS = maxRelErr(st, ref.finalState, maxAbs(ref.finalState));
+      // chunk_o on the kernel's own v_new and states (bf16 as stored).
+      const oWant = chunkORef(rs, { q: d.q, k: d.k, vNew: vNew.readNumbers(), h: hOut.readNumbers(), g: gc }, 0.2, { mirrorBf16: true });
+      const oGot = o.readNumbers();
+      const errO = maxRelErr(oGot, oWant);
+      console.log(
+        `inter-state + chunk_o ${name}: h ${errH.toExponential(2)}, v_new ${errV.toExponential(2)}, ` +
+          `final_state ${errS.toExponential(2)} (of max), o ${errO.toExponential(2)}, o nmse ${nmse(oGot, oWant).toExponential(2)}`,
+      );
+      // h and v_new are bf16, rounded at the same points as the mirroring
+      // reference: one bf16 ulp where f32 summation order crosses a rounding
+      // boundary. final_state is f32 over such bf16 terms: measured against its
+      // largest value (a flip is an absolute error of one term's ulp).
+      expect(errH).toBeLessThan(TOL.bf16);
+      expect(errV).toBeLessThan(TOL.bf16);
+      expect(errS).toBeLessThan(1e-3);
+      // o: bf16 store of a sum whose gated scores are bf16 in both; a score
+      // that rounds the other way moves o by one score ulp times v_new.
+      expect(errO).toBeLessThan(TOL.bf16);
+      for (const b of [k, q, w, u, g, h0, seqs, chunks, hOut, vNew, fin, o]) b.release();
+    });
+  }
+
+  // ---- the whole forward against the token-by-token recurrence ----
+  // Error budget: the pipeline stores w, u, v_new, the chunk-start states and
+  // the gated scores in bf16 (relative 2^-9 each) and o in bf16; the reference
+  // is exact float64 on the same stored inputs. Measured: o within ~1e-2 of
+  // its scale elementwise (max |error| / max |o|), NMSE ~1e-5; the f32 final
+  // state within ~5e-3 of its scale. Bounds: o 2e-2 and NMSE 1e-4, state 1e-2
+  // and NMSE 1e-4; a wrong mask, gate or chunk boundary gives errors of order 1.
+
+  interface Case {
+    name: string;
+    s: Shape;
+    varlen?: boolean;
+    data?: DataOpts;
+    betaDtype?: DType;
+  }
+  const cases: Case[] = [
+    { name: 'T = 1, K = V = 64', s: { hg: 1, h: 1, k: 64, v: 64, cu: even(1, 1) }, data: { h0: true } },
+    { name: 'T = 63, K = 64, V = 128, H = 2, Hg = 1', s: { hg: 1, h: 2, k: 64, v: 128, cu: even(1, 63) } },
+    { name: 'T = 64, K = V = 128 (the K = 128 inter-state kernel), B = 2, initial state', s: { hg: 1, h: 1, k: 128, v: 128, cu: even(2, 64) }, data: { h0: true } },
+    { name: 'T = 65, K = 128, V = 64, H = 4, Hg = 1', s: { hg: 1, h: 4, k: 128, v: 64, cu: even(1, 65) }, data: { h0: true } },
+    { name: 'T = 130, K = 64, V = 256, H = Hg = 2', s: { hg: 2, h: 2, k: 64, v: 256, cu: even(1, 130) } },
+    { name: 'T = 130, K = 256, V = 128, initial state, beta bf16', s: { hg: 1, h: 1, k: 256, v: 128, cu: even(1, 130) }, data: { h0: true, betaBf16: true }, betaDtype: 'bf16' },
+    { name: 'T = 192, K = 128, V = 64, H = 4, Hg = 2 (K = 128 kernel, 3 chunks)', s: { hg: 2, h: 4, k: 128, v: 64, cu: even(1, 192) }, data: { h0: true } },
+    { name: 'varlen [1, 70, 64], K = 128, V = 64, H = 2, Hg = 1, initial state', s: { hg: 1, h: 2, k: 128, v: 64, cu: [0, 1, 71, 135] }, varlen: true, data: { h0: true } },
+    { name: 'varlen [1, 70, 64], K = 64, V = 128, no initial state', s: { hg: 1, h: 1, k: 64, v: 128, cu: [0, 1, 71, 135] }, varlen: true },
+    { name: 'adversarial: g near 0, beta near 1', s: { hg: 1, h: 2, k: 64, v: 64, cu: even(1, 130) }, data: { g: [-1e-4, 0], beta: [0.98, 1], h0: true } },
+    { name: 'adversarial: g near -20 (state forgotten every token)', s: { hg: 1, h: 1, k: 64, v: 64, cu: even(1, 70) }, data: { g: [-20, -19], h0: true } },
+    { name: 'adversarial: mixed g in (-20, 0), beta in (0, 1)', s: { hg: 1, h: 2, k: 128, v: 64, cu: [0, 5, 69, 130] }, varlen: true, data: { g: [-20, 0], beta: [0, 1] } },
+  ];
+  for (const c of cases) {
+    test(`pipeline vs recurrence: ${c.name}`, () => {
+      const dev = device();
+      const d = makeData(rng(101 + c.s.k + c.s.v + nTokOf(c.s)), c.s, c.data);
+      const scale = 1 / Math.sqrt(c.s.k);
+      const b = upload(dev, c.s, d, c.betaDtype);
+      const got = run(dev, b, pipelineParams(c.s, scale, c.varlen ?? false));
+      const want = gatedDeltaRuleRecurrentRef(refShape(c.s), d, scale);
+      const errO = maxRelErr(got.o, want.o, maxAbs(want.o));
+      const nO = nmse(got.o, want.o);
+      const errS = maxRelErr(got.state, want.finalState, maxAbs(want.finalState));
+      const nS = nmse(got.state, want.finalState);
+      console.log(
+        `pipeline ${c.name}: o max err / max |o| ${errO.toExponential(2)}, nmse ${nO.toExponential(2)}; ` +
+          `state ${errS.toExponential(2)}, nmse ${nS.toExponential(2)}`,
+      );
+      expect(errO).toBeLessThan(2e-2);
+      expect(nO).toBeLessThan(1e-4);
+      expect(errS).toBeLessThan(1e-2);
+      expect(nS).toBeLessThan(1e-4);
+      releaseAll(b);
+    });
+  }
+
+  test('prefill then decode: the final state continues the recurrence', () => {
+    const dev = device();
+    const s: Shape = { hg: 1, h: 2, k: 64, v: 64, cu: even(1, 72) };
+    const d = makeData(rng(5), s, { h0: true });
+    const scale = 0.125;
+    const whole = gatedDeltaRuleRecurrentRef(refShape(s), d, scale);
+    // Prefill tokens 0..69, then two one-token steps from the state each leaves.
+    const part = (t0: number, t1: number): GdrData => {
+      const sl = (x: Float64Array, w: number): Float64Array => x.slice(t0 * w, t1 * w);
+      return { q: sl(d.q, s.hg * s.k), k: sl(d.k, s.hg * s.k), v: sl(d.v, s.h * s.v), g: sl(d.g, s.h), beta: sl(d.beta, s.h) };
+    };
+    let state = d.h0!;
+    const o: number[] = [];
+    for (const [t0, t1] of [[0, 70], [70, 71], [71, 72]] as const) {
+      const ps: Shape = { ...s, cu: even(1, t1 - t0) };
+      const b = upload(dev, ps, { ...part(t0, t1), h0: Float64Array.from(state) });
+      const got = run(dev, b, pipelineParams(ps, scale, false));
+      o.push(...got.o);
+      state = got.state;
+      releaseAll(b);
+    }
+    const errO = maxRelErr(o, whole.o, maxAbs(whole.o));
+    const errS = maxRelErr(state, whole.finalState, maxAbs(whole.finalState));
+    console.log(`prefill + 2 decode steps: o ${errO.toExponential(2)}, state ${errS.toExponential(2)}`);
+    expect(errO).toBeLessThan(2e-2);
+    expect(errS).toBeLessThan(1e-2);
+  });
+
+  test('scratch: kept per shape (least recently used released past the limit), dispose releases it', () => {
+    const dev = device();
+    const scratch = chunkGatedDeltaRuleScratch(dev);
+    scratch.dispose();
+    expect(scratch.shapes).toBe(0);
+    const s: Shape = { hg: 1, h: 1, k: 64, v: 64, cu: even(1, 3) };
+    for (let t = 1; t <= GDR_SCRATCH_SHAPES + 2; t++) {
+      const ps: Shape = { ...s, cu: even(1, t) };
+      const b = upload(dev, ps, makeData(rng(t), ps));
+      run(dev, b, pipelineParams(ps, 0.125, false));
+      // The same shape again reuses its entry.
+      run(dev, b, pipelineParams(ps, 0.125, false));
+      releaseAll(b);
+      expect(scratch.shapes).toBe(Math.min(t, GDR_SCRATCH_SHAPES));
+    }
+    expect(scratch.byteLength).toBeGreaterThan(0);
+    expect(chunkGatedDeltaRuleScratch(dev)).toBe(scratch);
+    scratch.dispose();
+    expect(scratch.shapes).toBe(0);
+    expect(scratch.byteLength).toBe(0);
+  });
+});

@@ -1,0 +1,672 @@
+// chunk_gated_delta_rule: the chunked forward of the gated delta rule
+// (Qwen3.5/3.6 linear attention; arXiv 2412.06464 section 4, FLA's
+// chunk_gated_delta_rule) from q, k, v, g, beta to o and the final state, as
+// one op (chunkGatedDeltaRule) over its steps, each also an op of its own.
+//
+// Chunks are 64 tokens from each sequence's start; a sequence's last chunk
+// may be short (masked, never refused), and chunks never straddle sequences.
+// Tokens are flat over all sequences: B sequences of T tokens, or, with
+// cuSeqlens, one batch of variable-length sequences (as FLA's varlen).
+// chunkGatedDeltaRuleLayout builds the two u32 tables that the step kernels
+// read: chunks [nt] (first token, length) and seqs [nSeq + 1] (first token,
+// first chunk, then the totals).
+
+import metalSource from '../../shaders/chunk_gated_delta_rule.metal' with { type: 'text' };
+import type { Buffer } from '../buffer.ts';
+import type { Device } from '../device.ts';
+import type { DType } from '../dtype.ts';
+import type { Encoder } from '../encoder.ts';
+import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { chunkLocalCumsum } from './chunk_local_cumsum.ts';
+import { packFields, type ParamField } from './fused_norm.ts';
+import { gatedDeltaNetChunk } from './gated_delta_net_chunk.ts';
+
+const OP = 'chunk_gated_delta_rule';
+const FAMILY = 'chunk_gated_delta_rule';
+const CUMSUM = 'chunk_local_cumsum_varlen_g_f32';
+const KKT = 'gated_delta_net_kkt_bf16';
+const KKT_BETA_BF16 = 'gated_delta_net_kkt_bf16_beta_bf16';
+const SOLVE = 'chunk_tri_solve_invert_f32';
+const WU = 'gated_delta_net_recompute_wu_bf16';
+const WU_BETA_BF16 = 'gated_delta_net_recompute_wu_bf16_beta_bf16';
+const INTER_K64 = 'gated_delta_net_chunk_inter_state_k64_bf16';
+const INTER_K128 = 'gated_delta_net_chunk_inter_state_k128_bf16';
+const INTER_K256 = 'gated_delta_net_chunk_inter_state_k256_bf16';
+const CHUNK_O = 'gated_delta_net_chunk_o_bf16';
+export const CHUNK_GATED_DELTA_RULE_KERNELS = [
+  CUMSUM, KKT, KKT_BETA_BF16, SOLVE, WU, WU_BETA_BF16, INTER_K64, INTER_K128, INTER_K256, CHUNK_O,
+] as const;
+
+/** Tokens per chunk, fixed in every kernel. */
+export const GDR_BT = 64;
+/** Head dimensions of q and k that the inter-state kernels are instantiated for. */
+export const GDR_K_VALUES: readonly number[] = [64, 128, 256];
+/** V is tiled by 64 in chunk_o. */
+export const GDR_V_MULTIPLE = 64;
+export const GDR_MAX_V = 256;
+/** V rows of the state per inter-state threadgroup, by K: 32 x K f32 must leave room for staging in 32 KiB. */
+export function interStateBv(k: number): number {
+  return k === 256 ? 16 : 32;
+}
+const U32_MAX = 0xffff_ffff;
+
+/** struct ChunkGatedDeltaRuleParams of shaders/chunk_gated_delta_rule.metal, bound last by every kernel there. */
+export const CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT: readonly ParamField[] = [
+  { name: 'n_tok', type: 'u32', offset: 0 },
+  { name: 'nt', type: 'u32', offset: 4 },
+  { name: 'n_seq', type: 'u32', offset: 8 },
+  { name: 'hg', type: 'u32', offset: 12 },
+  { name: 'h', type: 'u32', offset: 16 },
+  { name: 'k', type: 'u32', offset: 20 },
+  { name: 'v', type: 'u32', offset: 24 },
+  { name: 'scale', type: 'f32', offset: 28 },
+];
+
+/** Shape of the step ops: tokens and chunks over all sequences, heads and head dimensions. */
+export interface GdrStepParams {
+  /** Tokens over all sequences. */
+  nTok: number;
+  /** Chunks over all sequences. */
+  nt: number;
+  /** Sequences. */
+  nSeq: number;
+  /** K heads (of q and k). */
+  hg: number;
+  /** V heads, a multiple of hg. */
+  h: number;
+  /** Head dimension of q and k: 64, 128 or 256. */
+  k: number;
+  /** Head dimension of v: a multiple of 64, at most 256. */
+  v: number;
+  /** Scale of q . k (chunk_o only; default 1 / sqrt(k)). */
+  scale?: number;
+}
+
+export function packChunkGatedDeltaRuleParams(p: GdrStepParams): Uint8Array {
+  return packFields(CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT, {
+    n_tok: p.nTok, nt: p.nt, n_seq: p.nSeq, hg: p.hg, h: p.h, k: p.k, v: p.v, scale: p.scale ?? 1 / Math.sqrt(p.k),
+  });
+}
+
+/** The chunk tables of one call. */
+export interface GdrChunkLayout {
+  nTok: number;
+  nSeq: number;
+  nt: number;
+  /** [nt, 2]: first token, length (1..64) of each chunk. */
+  chunks: Uint32Array;
+  /** [nSeq + 1, 2]: first token, first chunk of each sequence, then (nTok, nt). */
+  seqs: Uint32Array;
+}
+
+/**
+ * The chunk tables of b sequences of t tokens, or, with cuSeqlens (b = 1),
+ * of the sequences between consecutive offsets (0 = cuSeqlens[0] < ... <
+ * cuSeqlens[n] = t, so every sequence has at least one token).
+ */
+export function chunkGatedDeltaRuleLayout(b: number, t: number, cuSeqlens?: ArrayLike<number>): GdrChunkLayout {
+  checkPositive(OP, 'b', b);
+  checkPositive(OP, 't', t);
+  let offsets: number[];
+  if (cuSeqlens === undefined) {
+    offsets = Array.from({ length: b + 1 }, (_, i) => i * t);
+  } else {
+    if (b !== 1) throw invalid(OP, 'b', '1 when cuSeqlens is given (the sequences are concatenated along t)', b);
+    offsets = Array.from(cuSeqlens);
+    if (offsets.length < 2) throw invalid(OP, 'cuSeqlens.length', 'at least 2 (0, then the end of each sequence)', offsets.length);
+    if (offsets[0] !== 0) throw invalid(OP, 'cuSeqlens[0]', '0', offsets[0]);
+    for (let i = 1; i < offsets.length; i++) {
+      const x = offsets[i]!;
+      if (!Number.isSafeInteger(x) || x <= offsets[i - 1]!) {
+        throw invalid(OP, `cuSeqlens[${i}]`, `an integer above cuSeqlens[${i - 1}] = ${offsets[i - 1]} (sequences are not empty)`, x);
+      }
+    }
+    if (offsets[offsets.length - 1] !== t) throw invalid(OP, `cuSeqlens[${offsets.length - 1}]`, `t = ${t}`, offsets[offsets.length - 1]);
+  }
+  const nTok = checkedProduct(OP, 'b * t', b, t);
+  checkAtMost(OP, 'b * t', nTok, U32_MAX, '2^32 - 1');
+  const nSeq = offsets.length - 1;
+  let nt = 0;
+  for (let s = 0; s < nSeq; s++) nt += Math.ceil((offsets[s + 1]! - offsets[s]!) / GDR_BT);
+  const chunks = new Uint32Array(2 * nt);
+  const seqs = new Uint32Array(2 * (nSeq + 1));
+  let c = 0;
+  for (let s = 0; s < nSeq; s++) {
+    seqs[2 * s] = offsets[s]!;
+    seqs[2 * s + 1] = c;
+    for (let t0 = offsets[s]!; t0 < offsets[s + 1]!; t0 += GDR_BT) {
+      chunks[2 * c] = t0;
+      chunks[2 * c + 1] = Math.min(GDR_BT, offsets[s + 1]! - t0);
+      c++;
+    }
+  }
+  seqs[2 * nSeq] = nTok;
+  seqs[2 * nSeq + 1] = nt;
+  return { nTok, nSeq, nt, chunks, seqs };
+}
+
+/** Checks the shape that every step shares. */
+export function validateGdrStepParams(p: GdrStepParams): void {
+  for (const [arg, value] of [['nTok', p.nTok], ['nt', p.nt], ['nSeq', p.nSeq], ['hg', p.hg], ['h', p.h], ['k', p.k], ['v', p.v]] as const) {
+    checkPositive(OP, arg, value);
+    checkAtMost(OP, arg, value, U32_MAX, '2^32 - 1');
+  }
+  if (p.h % p.hg !== 0) throw invalid(OP, 'h', `a multiple of hg (${p.hg})`, p.h);
+  if (!GDR_K_VALUES.includes(p.k)) throw invalid(OP, 'k', `one of ${GDR_K_VALUES.join(', ')}`, p.k);
+  if (p.v % GDR_V_MULTIPLE !== 0 || p.v > GDR_MAX_V) throw invalid(OP, 'v', `a multiple of ${GDR_V_MULTIPLE} at most ${GDR_MAX_V}`, p.v);
+  if (p.nt < Math.ceil(p.nTok / GDR_BT) || p.nt > p.nTok) throw invalid(OP, 'nt', `between ceil(nTok / 64) and nTok = ${p.nTok}`, p.nt);
+  if (p.nSeq > p.nt) throw invalid(OP, 'nSeq', `at most nt = ${p.nt}`, p.nSeq);
+  if (p.scale !== undefined && !Number.isFinite(p.scale)) throw invalid(OP, 'scale', 'a finite number', p.scale);
+  checkedProduct(OP, 'nTok * h * max(k, v, 64)', p.nTok, p.h, Math.max(p.k, p.v, GDR_BT));
+  checkedProduct(OP, 'nt * h * v * k', p.nt, p.h, p.v, p.k);
+}
+
+type Expect = readonly [name: string, buf: Buffer, dtype: DType | readonly DType[], count: number];
+function checkBuffers(list: readonly Expect[]): void {
+  for (const [name, buf, dtype, count] of list) {
+    checkDtype(OP, name, buf, dtype);
+    checkElements(OP, name, buf, count);
+  }
+}
+
+const chunksExpect = (p: GdrStepParams, b: Buffer): Expect => ['chunks', b, 'u32', 2 * p.nt];
+const seqsExpect = (p: GdrStepParams, b: Buffer): Expect => ['seqs', b, 'u32', 2 * (p.nSeq + 1)];
+
+function registry(enc: Encoder): Encoder['device']['kernels'] {
+  const kernels = enc.device.kernels;
+  kernels.register(FAMILY, { metal: metalSource }, CHUNK_GATED_DELTA_RULE_KERNELS);
+  return kernels;
+}
+
+// ---- steps ----
+
+export interface GdrCumsumArgs {
+  /** [nTok, H] f32 raw log decay */
+  gIn: Buffer;
+  /** [nTok, H] f32 (output) */
+  gCum: Buffer;
+  /** u32 [nt, 2] (chunkGatedDeltaRuleLayout) */
+  chunks: Buffer;
+  params: GdrStepParams;
+}
+
+export function validateChunkLocalCumsumVarlen(a: GdrCumsumArgs): void {
+  const p = a.params;
+  validateGdrStepParams(p);
+  const n = p.nTok * p.h;
+  checkBuffers([['gIn', a.gIn, 'f32', n], ['gCum', a.gCum, 'f32', n], chunksExpect(p, a.chunks)]);
+}
+
+/**
+ * gCum[t, h] = sum of gIn[s, h] for s from the first token of t's chunk
+ * through t. Bindings: 0 gIn, 1 gCum, 2 chunks, 3 params. Grid (nt, H), 64 threads.
+ */
+export function chunkLocalCumsumVarlen(enc: Encoder, a: GdrCumsumArgs): void {
+  validateChunkLocalCumsumVarlen(a);
+  dispatchCumsum(enc, a);
+}
+function dispatchCumsum(enc: Encoder, a: GdrCumsumArgs): void {
+  const p = a.params;
+  enc.dispatch(registry(enc).pipeline(CUMSUM), {
+    buffers: [a.gIn, a.gCum, a.chunks], bytes: { 3: packChunkGatedDeltaRuleParams(p) },
+  }, [p.nt, p.h, 1], [GDR_BT, 1, 1]);
+}
+
+export interface GdrKktArgs {
+  /** [nTok, Hg, K] bf16 */
+  k: Buffer;
+  /** [nTok, H] f32, cumsummed within chunks */
+  g: Buffer;
+  /** [nTok, H] f32 or bf16 */
+  beta: Buffer;
+  /** [nTok, H, 64] f32 (output) */
+  a: Buffer;
+  chunks: Buffer;
+  params: GdrStepParams;
+}
+
+export function validateGatedDeltaNetKkt(a: GdrKktArgs): void {
+  const p = a.params;
+  validateGdrStepParams(p);
+  checkBuffers([
+    ['k', a.k, 'bf16', p.nTok * p.hg * p.k], ['g', a.g, 'f32', p.nTok * p.h], ['beta', a.beta, ['f32', 'bf16'], p.nTok * p.h],
+    ['a', a.a, 'f32', p.nTok * p.h * GDR_BT], chunksExpect(p, a.chunks),
+  ]);
+}
+
+/**
+ * a[t0 + i, h, j] = beta_i exp(g_i - g_j) k_i . k_j for j < i, 0 for the other
+ * j in 0..63 (rows i < len of each chunk; kh = h / (H / Hg)).
+ * Bindings: 0 k, 1 g, 2 beta, 3 a, 4 chunks, 5 params. Grid (nt, H), 256 threads.
+ */
+export function gatedDeltaNetKkt(enc: Encoder, a: GdrKktArgs): void {
+  validateGatedDeltaNetKkt(a);
+  dispatchKkt(enc, a);
+}
+function dispatchKkt(enc: Encoder, a: GdrKktArgs): void {
+  const p = a.params;
+  const name = a.beta.dtype === 'bf16' ? KKT_BETA_BF16 : KKT;
+  enc.dispatch(registry(enc).pipeline(name), {
+    buffers: [a.k, a.g, a.beta, a.a, a.chunks], bytes: { 5: packChunkGatedDeltaRuleParams(p) },
+  }, [p.nt, p.h, 1], [256, 1, 1]);
+}
+
+export interface GdrSolveArgs {
+  /** [nTok, H, 64] f32, strictly lower triangular per chunk */
+  a: Buffer;
+  /** [nTok, H, 64] f32 (output); may be the same buffer as a */
+  ai: Buffer;
+  chunks: Buffer;
+  params: GdrStepParams;
+}
+
+export function validateChunkTriSolveInvert(a: GdrSolveArgs): void {
+  const p = a.params;
+  validateGdrStepParams(p);
+  const n = p.nTok * p.h * GDR_BT;
+  checkBuffers([['a', a.a, 'f32', n], ['ai', a.ai, 'f32', n], chunksExpect(p, a.chunks)]);
+}
+
+/**
+ * ai = (I + a)^-1 per chunk and head, unit lower triangular (rows i < len;
+ * columns past len are 0). a and ai may be one buffer: each threadgroup reads
+ * its chunk whole before writing. Bindings: 0 a, 1 ai, 2 chunks, 3 params.
+ * Grid (nt, H), 64 threads (one per column).
+ */
+export function chunkTriSolveInvert(enc: Encoder, a: GdrSolveArgs): void {
+  validateChunkTriSolveInvert(a);
+  dispatchSolve(enc, a);
+}
+function dispatchSolve(enc: Encoder, a: GdrSolveArgs): void {
+  const p = a.params;
+  enc.dispatch(registry(enc).pipeline(SOLVE), {
+    buffers: [a.a, a.ai, a.chunks], bytes: { 3: packChunkGatedDeltaRuleParams(p) },
+  }, [p.nt, p.h, 1], [GDR_BT, 1, 1]);
+}
+
+export interface GdrWuArgs {
+  /** [nTok, Hg, K] bf16 */
+  k: Buffer;
+  /** [nTok, H, V] bf16 */
+  v: Buffer;
+  /** [nTok, H] f32 or bf16 */
+  beta: Buffer;
+  /** [nTok, H] f32, cumsummed */
+  g: Buffer;
+  /** [nTok, H, 64] f32 */
+  ai: Buffer;
+  /** [nTok, H, K] bf16 (output) */
+  w: Buffer;
+  /** [nTok, H, V] bf16 (output) */
+  u: Buffer;
+  chunks: Buffer;
+  params: GdrStepParams;
+}
+
+export function validateGatedDeltaNetRecomputeWu(a: GdrWuArgs): void {
+  const p = a.params;
+  validateGdrStepParams(p);
+  checkBuffers([
+    ['k', a.k, 'bf16', p.nTok * p.hg * p.k], ['v', a.v, 'bf16', p.nTok * p.h * p.v],
+    ['beta', a.beta, ['f32', 'bf16'], p.nTok * p.h], ['g', a.g, 'f32', p.nTok * p.h],
+    ['ai', a.ai, 'f32', p.nTok * p.h * GDR_BT], ['w', a.w, 'bf16', p.nTok * p.h * p.k],
+    ['u', a.u, 'bf16', p.nTok * p.h * p.v], chunksExpect(p, a.chunks),
+  ]);
+}
+
+/**
+ * w[i] = bf16(sum_j ai[i, j] beta_j exp(g_j) k_j), u[i] = bf16(sum_j ai[i, j] beta_j v_j)
+ * per chunk, f32 products. Bindings: 0 k, 1 v, 2 beta, 3 g, 4 ai, 5 w, 6 u,
+ * 7 chunks, 8 params. Grid (nt, H), 256 threads.
+ */
+export function gatedDeltaNetRecomputeWu(enc: Encoder, a: GdrWuArgs): void {
+  validateGatedDeltaNetRecomputeWu(a);
+  dispatchWu(enc, a);
+}
+function dispatchWu(enc: Encoder, a: GdrWuArgs): void {
+  const p = a.params;
+  const name = a.beta.dtype === 'bf16' ? WU_BETA_BF16 : WU;
+  enc.dispatch(registry(enc).pipeline(name), {
+    buffers: [a.k, a.v, a.beta, a.g, a.ai, a.w, a.u, a.chunks], bytes: { 8: packChunkGatedDeltaRuleParams(p) },
+  }, [p.nt, p.h, 1], [256, 1, 1]);
+}
+
+export interface GdrInterStateArgs {
+  /** [nTok, Hg, K] bf16 */
+  k: Buffer;
+  /** [nTok, H, K] bf16 */
+  w: Buffer;
+  /** [nTok, H, V] bf16 */
+  u: Buffer;
+  /** [nTok, H] f32, cumsummed */
+  g: Buffer;
+  /** [nSeq, H, V, K] f32 */
+  h0: Buffer;
+  /** [nt, H, V, K] bf16 chunk-start states (output) */
+  hOut: Buffer;
+  /** [nTok, H, V] bf16 (output) */
+  vNew: Buffer;
+  /** [nSeq, H, V, K] f32 (output) */
+  finalState: Buffer;
+  /** u32 [nSeq + 1, 2] (chunkGatedDeltaRuleLayout) */
+  seqs: Buffer;
+  params: GdrStepParams;
+}
+
+export function validateGatedDeltaNetChunkInterStateVarlen(a: GdrInterStateArgs): void {
+  const p = a.params;
+  validateGdrStepParams(p);
+  const state = p.nSeq * p.h * p.v * p.k;
+  checkBuffers([
+    ['k', a.k, 'bf16', p.nTok * p.hg * p.k], ['w', a.w, 'bf16', p.nTok * p.h * p.k], ['u', a.u, 'bf16', p.nTok * p.h * p.v],
+    ['g', a.g, 'f32', p.nTok * p.h], ['h0', a.h0, 'f32', state], ['hOut', a.hOut, 'bf16', p.nt * p.h * p.v * p.k],
+    ['vNew', a.vNew, 'bf16', p.nTok * p.h * p.v], ['finalState', a.finalState, 'f32', state], seqsExpect(p, a.seqs),
+  ]);
+}
+
+/**
+ * The inter-chunk state recurrence, per sequence and head (the math of
+ * gatedDeltaNetChunk, for any chunk lengths, sequences and K of 64, 128, 256).
+ * Bindings: 0 k, 1 w, 2 u, 3 g, 4 h0, 5 hOut, 6 vNew, 7 finalState, 8 seqs,
+ * 9 params. Grid (V / BV, H, nSeq), 128 threads, BV = interStateBv(k).
+ */
+export function gatedDeltaNetChunkInterStateVarlen(enc: Encoder, a: GdrInterStateArgs): void {
+  validateGatedDeltaNetChunkInterStateVarlen(a);
+  dispatchInterState(enc, a);
+}
+function dispatchInterState(enc: Encoder, a: GdrInterStateArgs): void {
+  const p = a.params;
+  const name = p.k === 64 ? INTER_K64 : p.k === 128 ? INTER_K128 : INTER_K256;
+  enc.dispatch(registry(enc).pipeline(name), {
+    buffers: [a.k, a.w, a.u, a.g, a.h0, a.hOut, a.vNew, a.finalState, a.seqs], bytes: { 9: packChunkGatedDeltaRuleParams(p) },
+  }, [p.v / interStateBv(p.k), p.h, p.nSeq], [128, 1, 1]);
+}
+
+export interface GdrChunkOArgs {
+  /** [nTok, Hg, K] bf16 */
+  q: Buffer;
+  /** [nTok, Hg, K] bf16 */
+  k: Buffer;
+  /** [nTok, H, V] bf16 */
+  vNew: Buffer;
+  /** [nt, H, V, K] bf16 chunk-start states */
+  h: Buffer;
+  /** [nTok, H] f32, cumsummed */
+  g: Buffer;
+  /** [nTok, H, V] bf16 (output) */
+  o: Buffer;
+  chunks: Buffer;
+  params: GdrStepParams;
+}
+
+export function validateGatedDeltaNetChunkO(a: GdrChunkOArgs): void {
+  const p = a.params;
+  validateGdrStepParams(p);
+  checkBuffers([
+    ['q', a.q, 'bf16', p.nTok * p.hg * p.k], ['k', a.k, 'bf16', p.nTok * p.hg * p.k], ['vNew', a.vNew, 'bf16', p.nTok * p.h * p.v],
+    ['h', a.h, 'bf16', p.nt * p.h * p.v * p.k], ['g', a.g, 'f32', p.nTok * p.h], ['o', a.o, 'bf16', p.nTok * p.h * p.v],
+    chunksExpect(p, a.chunks),
+  ]);
+}
+
+/**
+ * o[i, v] = bf16(scale (exp(g_i) q_i . h[v] + sum_{j <= i} bf16(exp(g_i - g_j) q_i . k_j) vNew[j, v]))
+ * per chunk, h its chunk-start state. Bindings: 0 q, 1 k, 2 vNew, 3 h, 4 g,
+ * 5 o, 6 chunks, 7 params. Grid (V / 64, nt, H), 256 threads.
+ */
+export function gatedDeltaNetChunkO(enc: Encoder, a: GdrChunkOArgs): void {
+  validateGatedDeltaNetChunkO(a);
+  dispatchChunkO(enc, a);
+}
+function dispatchChunkO(enc: Encoder, a: GdrChunkOArgs): void {
+  const p = a.params;
+  enc.dispatch(registry(enc).pipeline(CHUNK_O), {
+    buffers: [a.q, a.k, a.vNew, a.h, a.g, a.o, a.chunks], bytes: { 7: packChunkGatedDeltaRuleParams(p) },
+  }, [p.v / GDR_V_MULTIPLE, p.nt, p.h], [256, 1, 1]);
+}
+
+// ---- scratch ----
+
+interface ScratchEntry {
+  key: string;
+  gCum: Buffer;
+  /** A, then Ai in place. */
+  a: Buffer;
+  w: Buffer;
+  u: Buffer;
+  hSnap: Buffer;
+  vNew: Buffer;
+  chunks: Buffer;
+  seqs: Buffer;
+  /** Zero initial state, allocated on the first call without one. */
+  zeros: Buffer | null;
+}
+
+/** How many shapes a device keeps scratch for; the least recently used beyond it is released. */
+export const GDR_SCRATCH_SHAPES = 4;
+
+/**
+ * The scratch buffers of chunkGatedDeltaRule on one device: per shape
+ * (H, K, V and the sequence offsets, which fix nTok, nt, nSeq), g cumsummed [nTok, H] f32, A / Ai [nTok, H, 64]
+ * f32, w [nTok, H, K], u and vNew [nTok, H, V], the chunk-start states
+ * [nt, H, V, K] (bf16), the two chunk tables, and zeros [nSeq, H, V, K] f32 for
+ * calls without an initial state. The GDR_SCRATCH_SHAPES most recently used
+ * shapes are kept; dispose() releases them all (the next call allocates again).
+ * Closing the device releases them too.
+ */
+export class ChunkGatedDeltaRuleScratch {
+  private entries: ScratchEntry[] = [];
+  readonly device: Device;
+
+  constructor(device: Device) {
+    this.device = device;
+  }
+
+  /** Shapes held. */
+  get shapes(): number {
+    return this.entries.length;
+  }
+
+  /** Bytes held. */
+  get byteLength(): number {
+    let n = 0;
+    for (const e of this.entries) {
+      for (const b of [e.gCum, e.a, e.w, e.u, e.hSnap, e.vNew, e.chunks, e.seqs, e.zeros]) n += b?.byteLength ?? 0;
+    }
+    return n;
+  }
+
+  /**
+   * @internal the entry of a shape and chunk layout, most recently used first.
+   * The layout is part of the key and its tables are written only when the
+   * entry is made, so calls encoded before one commit never see each other's
+   * tables.
+   */
+  entry(p: GdrStepParams, layout: GdrChunkLayout): ScratchEntry {
+    const key = `${p.h},${p.k},${p.v}:${layout.seqs.join(',')}`;
+    const at = this.entries.findIndex((e) => e.key === key);
+    if (at >= 0) {
+      const [e] = this.entries.splice(at, 1);
+      this.entries.unshift(e!);
+      return e!;
+    }
+    const d = this.device;
+    const e: ScratchEntry = {
+      key,
+      gCum: d.alloc('f32', [p.nTok, p.h]),
+      a: d.alloc('f32', [p.nTok, p.h, GDR_BT]),
+      w: d.alloc('bf16', [p.nTok, p.h, p.k]),
+      u: d.alloc('bf16', [p.nTok, p.h, p.v]),
+      hSnap: d.alloc('bf16', [p.nt, p.h, p.v, p.k]),
+      vNew: d.alloc('bf16', [p.nTok, p.h, p.v]),
+      chunks: d.alloc('u32', [p.nt, 2]),
+      seqs: d.alloc('u32', [p.nSeq + 1, 2]),
+      zeros: null,
+    };
+    e.chunks.write(layout.chunks);
+    e.seqs.write(layout.seqs);
+    this.entries.unshift(e);
+    while (this.entries.length > GDR_SCRATCH_SHAPES) release(this.entries.pop()!);
+    return e;
+  }
+
+  dispose(): void {
+    for (const e of this.entries) release(e);
+    this.entries = [];
+  }
+
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}
+
+function release(e: ScratchEntry): void {
+  for (const b of [e.gCum, e.a, e.w, e.u, e.hSnap, e.vNew, e.chunks, e.seqs, e.zeros]) {
+    if (b !== null && !b.device.closed) b.release();
+  }
+}
+
+const scratchByDevice = new WeakMap<Device, ChunkGatedDeltaRuleScratch>();
+
+/** The scratch of chunkGatedDeltaRule on this device (made on first use). */
+export function chunkGatedDeltaRuleScratch(device: Device): ChunkGatedDeltaRuleScratch {
+  let s = scratchByDevice.get(device);
+  if (s === undefined) {
+    s = new ChunkGatedDeltaRuleScratch(device);
+    scratchByDevice.set(device, s);
+  }
+  return s;
+}
+
+// ---- the whole forward ----
+
+export interface ChunkGatedDeltaRuleParams {
+  /** Sequences of t tokens; 1 with cuSeqlens. */
+  b: number;
+  /** Tokens per sequence, or in all sequences with cuSeqlens. */
+  t: number;
+  /** K heads. */
+  hg: number;
+  /** V heads, a multiple of hg (GQA: V head h reads K head h / (H / Hg)). */
+  h: number;
+  /** Head dimension of q and k: 64, 128 or 256. */
+  k: number;
+  /** Head dimension of v: 64, 128, 192 or 256. */
+  v: number;
+  /** Multiplies q . k and q . h; default 1 / sqrt(k). */
+  scale?: number;
+  /** Cumulative offsets of variable-length sequences [0, ..., t] (b = 1). */
+  cuSeqlens?: ArrayLike<number>;
+}
+
+export interface ChunkGatedDeltaRuleArgs {
+  /** [B, T, Hg, K] bf16 */
+  q: Buffer;
+  /** [B, T, Hg, K] bf16 */
+  k: Buffer;
+  /** [B, T, H, V] bf16 */
+  v: Buffer;
+  /** [B, T, H] f32, raw log decay (cumsummed inside) */
+  g: Buffer;
+  /** [B, T, H] f32 or bf16 */
+  beta: Buffer;
+  /** [N, H, V, K] f32, N = b or the number of sequences; zeros when absent */
+  initialState?: Buffer;
+  /** [B, T, H, V] bf16 (output) */
+  o: Buffer;
+  /** [N, H, V, K] f32 (output) */
+  finalState: Buffer;
+  params: ChunkGatedDeltaRuleParams;
+}
+
+/** The step shape of a call (validating its params and cuSeqlens). */
+export function chunkGatedDeltaRuleStepParams(p: ChunkGatedDeltaRuleParams, layout: GdrChunkLayout): GdrStepParams {
+  const s: GdrStepParams = { nTok: layout.nTok, nt: layout.nt, nSeq: layout.nSeq, hg: p.hg, h: p.h, k: p.k, v: p.v };
+  if (p.scale !== undefined) s.scale = p.scale;
+  validateGdrStepParams(s);
+  return s;
+}
+
+export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs): { step: GdrStepParams; layout: GdrChunkLayout } {
+  const p = a.params;
+  for (const [arg, value] of [['b', p.b], ['t', p.t], ['hg', p.hg], ['h', p.h], ['k', p.k], ['v', p.v]] as const) {
+    checkPositive(OP, arg, value);
+    checkAtMost(OP, arg, value, U32_MAX, '2^32 - 1');
+  }
+  const layout = chunkGatedDeltaRuleLayout(p.b, p.t, p.cuSeqlens);
+  const step = chunkGatedDeltaRuleStepParams(p, layout);
+  const state = checkedProduct(OP, 'state elements', layout.nSeq, p.h, p.v, p.k);
+  const list: Expect[] = [
+    ['q', a.q, 'bf16', layout.nTok * p.hg * p.k], ['k', a.k, 'bf16', layout.nTok * p.hg * p.k],
+    ['v', a.v, 'bf16', layout.nTok * p.h * p.v], ['g', a.g, 'f32', layout.nTok * p.h],
+    ['beta', a.beta, ['f32', 'bf16'], layout.nTok * p.h], ['o', a.o, 'bf16', layout.nTok * p.h * p.v],
+    ['finalState', a.finalState, 'f32', state],
+  ];
+  if (a.initialState !== undefined) list.push(['initialState', a.initialState, 'f32', state]);
+  checkBuffers(list);
+  return { step, layout };
+}
+
+/**
+ * The chunked gated delta rule forward. Per sequence and V head (kh = head / (H / Hg)),
+ * it equals the recurrence from S = initialState (or 0), S [V, K]:
+ *   S = S exp(g_t);  delta = beta_t (v_t - S k_t);  S += delta k_t^T;  o_t = scale S q_t
+ * with finalState = S after the sequence's last token, so a decode step that
+ * continues from finalState continues the recurrence.
+ *
+ * Steps, each a dispatch separated by barriers (chunks of 64 tokens):
+ *   1. g cumsummed within chunks: chunkLocalCumsum (chunk_local_cumsum_g_f32)
+ *      for b sequences of t tokens, chunk_local_cumsum_varlen_g_f32 with cuSeqlens
+ *   2. A = gated_delta_net_kkt_bf16 (beta_i exp(g_i - g_j) k_i . k_j, j < i)
+ *   3. Ai = (I + A)^-1 in place: chunk_tri_solve_invert_f32
+ *   4. w, u = gated_delta_net_recompute_wu_bf16
+ *   5. chunk-start states h, v_new, finalState: gatedDeltaNetChunk
+ *      (gated_delta_net_chunk_inter_state_bf16) when k = 128, t is a multiple
+ *      of 64 and there is no cuSeqlens; gated_delta_net_chunk_inter_state_k{K}_bf16
+ *      otherwise
+ *   6. o = gated_delta_net_chunk_o_bf16
+ * Stored in bf16: w, u, v_new, the chunk-start states and o; A, Ai, g and the
+ * running state are f32.
+ *
+ * Layouts: q, k [B, T, Hg, K] bf16; v, o [B, T, H, V] bf16; g, beta [B, T, H]
+ * (beta f32 or bf16); initialState, finalState [N, H, V, K] f32 (K innermost,
+ * the layout of the recurrent kernels). With cuSeqlens, B = 1 and T is the
+ * total of the sequences. Scratch comes from chunkGatedDeltaRuleScratch(device)
+ * (kept per shape; dispose() releases it).
+ */
+export function chunkGatedDeltaRule(enc: Encoder, a: ChunkGatedDeltaRuleArgs): void {
+  const { step, layout } = validateChunkGatedDeltaRule(a);
+  const p = a.params;
+  const device = enc.device;
+  const s = chunkGatedDeltaRuleScratch(device).entry(step, layout);
+  let h0 = a.initialState;
+  if (h0 === undefined) {
+    s.zeros ??= device.alloc('f32', [step.nSeq, step.h, step.v, step.k]);
+    h0 = s.zeros;
+  }
+
+  if (p.cuSeqlens === undefined) {
+    chunkLocalCumsum(enc, { gIn: a.g, gCumsum: s.gCum, b: p.b, t: p.t, h: p.h, bt: GDR_BT });
+  } else {
+    dispatchCumsum(enc, { gIn: a.g, gCum: s.gCum, chunks: s.chunks, params: step });
+  }
+  enc.barrier();
+  dispatchKkt(enc, { k: a.k, g: s.gCum, beta: a.beta, a: s.a, chunks: s.chunks, params: step });
+  enc.barrier();
+  dispatchSolve(enc, { a: s.a, ai: s.a, chunks: s.chunks, params: step });
+  enc.barrier();
+  dispatchWu(enc, { k: a.k, v: a.v, beta: a.beta, g: s.gCum, ai: s.a, w: s.w, u: s.u, chunks: s.chunks, params: step });
+  enc.barrier();
+  if (p.cuSeqlens === undefined && p.k === 128 && p.t % GDR_BT === 0) {
+    gatedDeltaNetChunk(enc, {
+      k: a.k, w: s.w, u: s.u, g: s.gCum, h0, hOut: s.hSnap, vNew: s.vNew, finalState: a.finalState,
+      params: { b: p.b, t: p.t, hg: p.hg, h: p.h, k: p.k, v: p.v, bt: GDR_BT },
+    });
+  } else {
+    dispatchInterState(enc, {
+      k: a.k, w: s.w, u: s.u, g: s.gCum, h0, hOut: s.hSnap, vNew: s.vNew, finalState: a.finalState, seqs: s.seqs, params: step,
+    });
+  }
+  enc.barrier();
+  dispatchChunkO(enc, { q: a.q, k: a.k, vNew: s.vNew, h: s.hSnap, g: s.gCum, o: a.o, chunks: s.chunks, params: step });
+}
