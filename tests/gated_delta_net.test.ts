@@ -1,7 +1,7 @@
 // gated_delta_net: the reference against hand-computed values, the param
 // packers against the .metal structs, every validation rule, parity of the
-// recurrent and decode kernels on every backend, and decode steps against
-// the recurrent kernel.
+// recurrent and decode kernels on every backend, decode steps against the
+// recurrent kernel, and the chunked kernel's final state continued by decode.
 
 import { afterAll, describe, expect, test } from 'bun:test';
 import src from '../shaders/gated_delta_net.metal' with { type: 'text' };
@@ -20,8 +20,9 @@ import {
   type GatedDeltaNetDecodeBuffers,
   type GatedDeltaNetParams,
 } from '../ts/ops/gated_delta_net.ts';
+import { gatedDeltaNetChunk } from '../ts/ops/gated_delta_net_chunk.ts';
 import { gatedDeltaNetRef, type GatedDeltaNetRefInputs } from '../ts/reference/gated_delta_net.ts';
-import { backends, describeBackends, maxRelErr, openDevice, rng, TOL, type Rng } from './helpers.ts';
+import { backends, describeBackends, maxRelErr, nmse, openDevice, rng, TOL, type Rng } from './helpers.ts';
 
 // ---- .metal struct parsing ----
 
@@ -433,4 +434,86 @@ describeBackends('gated_delta_net parity', ({ device }) => {
       }
     });
   }
+
+  test('state handover: the chunked kernel\'s final state, continued by decode, matches the recurrent kernel', () => {
+    // One sequence, one head, one chunk of 64 tokens (the chunk kernel's
+    // shape: K = 128, BT = 64), then one decode token. k and v are bf16 values
+    // so both kernels see the same inputs; the chunk kernel's bf16 operands
+    // (w, u, state snapshots) give it bf16-level error, so agreement is NMSE
+    // below 1e-4; a transposed state layout would give NMSE of order 1.
+    const dev = device();
+    const [T, K, V] = [64, 128, 32];
+    const r = rng(9001);
+    const kx = unitRows(r, T + 1, K).map(bf16);
+    const vx = new Float64Array((T + 1) * V).map(() => bf16(r.normal()));
+    const beta = new Float64Array(T + 1).map(() => Math.fround(r.uniform(0.1, 0.9)));
+    const gRaw = new Float64Array(T + 1).map(() => Math.fround(r.uniform(-0.1, -0.005)));
+    const qx = unitRows(r, T + 1, K).map(bf16);
+    const h0 = new Float64Array(V * K).map(() => Math.fround(0.5 * r.normal()));
+
+    // WY form of the chunk, float64: G = cumsum g; L[i, j] = beta_i e^(G_i - G_j) k_i.k_j (j < i);
+    // (I + L) u = beta v; (I + L) w = beta e^G k.
+    const G = new Float64Array(T);
+    for (let t = 0, acc = 0; t < T; t++) G[t] = acc += gRaw[t]!;
+    const u = new Float64Array(T * V);
+    const w = new Float64Array(T * K);
+    for (let i = 0; i < T; i++) {
+      for (let d = 0; d < V; d++) u[i * V + d] = beta[i]! * vx[i * V + d]!;
+      for (let d = 0; d < K; d++) w[i * K + d] = beta[i]! * Math.exp(G[i]!) * kx[i * K + d]!;
+      for (let j = 0; j < i; j++) {
+        let kk = 0;
+        for (let d = 0; d < K; d++) kk += kx[i * K + d]! * kx[j * K + d]!;
+        const l = beta[i]! * Math.exp(G[i]! - G[j]!) * kk;
+        for (let d = 0; d < V; d++) u[i * V + d] = u[i * V + d]! - l * u[j * V + d]!;
+        for (let d = 0; d < K; d++) w[i * K + d] = w[i * K + d]! - l * w[j * K + d]!;
+      }
+    }
+    const chunkState = dev.alloc('f32', [V * K]);
+    chunkState.fill(Number.NaN);
+    const enc = dev.encoder();
+    gatedDeltaNetChunk(enc, {
+      k: dev.upload('bf16', [T * K], kx.subarray(0, T * K)), w: dev.upload('bf16', [T * K], w), u: dev.upload('bf16', [T * V], u),
+      g: dev.upload('f32', [T], G), h0: dev.upload('f32', [V * K], h0),
+      hOut: dev.alloc('bf16', [V * K]), vNew: dev.alloc('bf16', [T * V]), finalState: chunkState,
+      params: { b: 1, t: T, hg: 1, h: 1, k: K, v: V, bt: 64 },
+    });
+    // The recurrent kernel over the same 64 tokens and the decode token after them.
+    const p: GatedDeltaNetParams = { b: 1, t: T + 1, hg: 1, h: 1, k: K, v: V };
+    const output = dev.alloc('f32', [(T + 1) * V]);
+    const finalState = dev.alloc('f32', [V * K]);
+    output.fill(Number.NaN);
+    gatedDeltaNet(enc, {
+      q: dev.upload('f32', [qx.length], qx), k: dev.upload('f32', [kx.length], kx), v: dev.upload('f32', [vx.length], vx),
+      g: dev.upload('f32', [T + 1], gRaw), beta: dev.upload('f32', [T + 1], beta),
+      initialState: dev.upload('f32', [V * K], h0), output, finalState, params: p,
+    });
+    enc.commitAndWait();
+    enc.release();
+    const tokenState = gatedDeltaNetRef({ ...p, t: T, scale: gatedDeltaNetScale(p) }, {
+      q: qx, k: kx, v: vx, g: gRaw, beta, initialState: h0,
+    }).finalState;
+    expect(nmse(chunkState.readNumbers(), tokenState)).toBeLessThan(1e-4);
+
+    const step = dev.alloc('f32', [V]);
+    step.fill(Number.NaN);
+    const e = dev.encoder();
+    gatedDeltaNetDecode(e, {
+      q: dev.upload('f32', [K], qx.subarray(T * K)), k: dev.upload('f32', [K], kx.subarray(T * K)), v: dev.upload('f32', [V], vx.subarray(T * V)),
+      g: dev.upload('f32', [1], [gRaw[T]!]), beta: dev.upload('f32', [1], [beta[T]!]),
+      state: chunkState, output: step, params: { b: 1, hg: 1, h: 1, k: K, v: V },
+    });
+    e.commitAndWait();
+    e.release();
+    const errs = [
+      nmse(step.readNumbers(), output.readNumbers().subarray(T * V)),
+      nmse(chunkState.readNumbers(), finalState.readNumbers()),
+    ];
+    // The same comparison with the state read as [K, V] (transposed) must fail.
+    const s = chunkState.readNumbers();
+    const transposed = new Float64Array(V * K).map((_, i) => s[(i % K) * V + Math.floor(i / K)]!);
+    if (process.env.MLXN_PRINT_ERRORS) console.log(`handover nmse: decode output ${errs[0]}, state ${errs[1]}, transposed ${nmse(transposed, finalState.readNumbers())}`);
+    expect(errs[0]).toBeLessThan(1e-4);
+    expect(errs[1]).toBeLessThan(1e-4);
+    expect(nmse(transposed, finalState.readNumbers())).toBeGreaterThan(0.1);
+  });
 });
