@@ -8,6 +8,7 @@ import {
   FUSED_NORM_ADD_ARGS,
   FUSED_NORM_FAMILY,
   FUSED_NORM_KERNELS,
+  FUSED_NORM_SOURCES,
   FUSED_NORM_ADD_SCALAR_PARAMS_LAYOUT,
   FUSED_RESIDUAL_NORM_PARAMS_LAYOUT,
   FUSED_RESIDUAL_NORM_SCALAR_PARAMS_LAYOUT,
@@ -345,7 +346,7 @@ describeBackends('fused_norm parity', ({ device }) => {
 
   test('any threadgroup size: 1, 40, 96, 1000 threads, tg floats of threadgroup memory as the Rust host binds', () => {
     const dev = device();
-    dev.kernels.register(FUSED_NORM_FAMILY, { metal: src }, FUSED_NORM_KERNELS);
+    dev.kernels.register(FUSED_NORM_FAMILY, FUSED_NORM_SOURCES, FUSED_NORM_KERNELS);
     const pipe = dev.kernels.pipeline('fused_residual_norm_f32');
     const errs = new ErrorLog('fused_residual_norm_f32 odd threadgroups');
     for (const threads of [1, 40, 96, 1000]) {

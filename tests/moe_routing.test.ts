@@ -8,6 +8,7 @@ import {
   FUSED_MOE_ROUTING_PARAMS_LAYOUT,
   MOE_ROUTING_FAMILY,
   MOE_ROUTING_KERNELS,
+  MOE_ROUTING_SOURCES,
   MOE_ROUTING_MAX_EXPERTS,
   fusedMoeRouting,
   fusedMoeRoutingBatch,
@@ -216,7 +217,7 @@ describeBackends('moe_routing parity', ({ device }) => {
 
   test('any threadgroup size: 1, 48, 1000 threads, (2 * numExperts + tg) floats of threadgroup memory as the Rust host binds', () => {
     const dev = device();
-    dev.kernels.register(MOE_ROUTING_FAMILY, { metal: src }, MOE_ROUTING_KERNELS);
+    dev.kernels.register(MOE_ROUTING_FAMILY, MOE_ROUTING_SOURCES, MOE_ROUTING_KERNELS);
     const pipe = dev.kernels.pipeline('fused_moe_routing_batch_f32');
     for (const threads of [1, 48, 1000]) {
       for (const [t, e, k] of [[2, 300, 20], [3, 33, 33]] as const) {
@@ -245,7 +246,7 @@ describeBackends('moe_routing parity', ({ device }) => {
 
   test('a last simdgroup of 8 lanes under 32 partials (tg 1000): experts it owns are scaled by the true max', () => {
     const dev = device();
-    dev.kernels.register(MOE_ROUTING_FAMILY, { metal: src }, MOE_ROUTING_KERNELS);
+    dev.kernels.register(MOE_ROUTING_FAMILY, MOE_ROUTING_SOURCES, MOE_ROUTING_KERNELS);
     const pipe = dev.kernels.pipeline('fused_moe_routing_f32');
     const e = 1000;
     const k = 3;

@@ -8,6 +8,7 @@ import type { ParamField } from '../ts/ops/fused_norm.ts';
 import {
   SSM_NORM_GATE_FAMILY,
   SSM_NORM_GATE_KERNELS,
+  SSM_NORM_GATE_SOURCES,
   SSM_NORM_GATE_PARAMS_LAYOUT,
   packSsmNormGateParams,
   ssmNormGate,
@@ -159,7 +160,7 @@ describeBackends('ssm_norm_gate parity', ({ device }) => {
 
   test('any threadgroup size: 1, 100, 1000 threads, tg floats of threadgroup memory as the Rust host binds', () => {
     const dev = device();
-    dev.kernels.register(SSM_NORM_GATE_FAMILY, { metal: src }, SSM_NORM_GATE_KERNELS);
+    dev.kernels.register(SSM_NORM_GATE_FAMILY, SSM_NORM_GATE_SOURCES, SSM_NORM_GATE_KERNELS);
     const pipe = dev.kernels.pipeline('ssm_norm_gate_f32');
     const over: string[] = [];
     for (const threads of [1, 100, 1000]) {

@@ -9,6 +9,8 @@ import type { Encoder } from '../encoder.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
 
 export const FUSED_NORM_FAMILY = 'fused_norm';
+/** The family's kernel sources by backend, as registered by every dispatch. */
+export const FUSED_NORM_SOURCES = { metal: src, cuda: cudaSrc } as const;
 export const FUSED_NORM_KERNELS = [
   'fused_norm_add_f32',
   'fused_norm_add_bf16',
@@ -220,7 +222,7 @@ export function fusedNormThreadgroup(dim: number): { threads: number; sharedByte
 
 function pipeline(enc: Encoder, kernel: (typeof FUSED_NORM_KERNELS)[number]) {
   const registry = enc.device.kernels;
-  registry.register(FUSED_NORM_FAMILY, { metal: src, cuda: cudaSrc }, FUSED_NORM_KERNELS);
+  registry.register(FUSED_NORM_FAMILY, FUSED_NORM_SOURCES, FUSED_NORM_KERNELS);
   return registry.pipeline(kernel);
 }
 

@@ -9,6 +9,8 @@ import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct }
 import { packFields, type ParamField } from './fused_norm.ts';
 
 export const MOE_ROUTING_FAMILY = 'moe_routing';
+/** The family's kernel sources by backend, as registered by every dispatch. */
+export const MOE_ROUTING_SOURCES = { metal: src, cuda: cudaSrc } as const;
 export const MOE_ROUTING_KERNELS = ['fused_moe_routing_f32', 'fused_moe_routing_batch_f32'] as const;
 
 /** Threadgroup memory every backend offers (Apple's limit), in bytes. */
@@ -94,7 +96,7 @@ export function moeRoutingThreadgroup(numExperts: number): { threads: number; sh
 function dispatch(enc: Encoder, kernel: (typeof MOE_ROUTING_KERNELS)[number], p: MoeRoutingBatchParams,
   b: MoeRoutingBuffers): void {
   const registry = enc.device.kernels;
-  registry.register(MOE_ROUTING_FAMILY, { metal: src, cuda: cudaSrc }, MOE_ROUTING_KERNELS);
+  registry.register(MOE_ROUTING_FAMILY, MOE_ROUTING_SOURCES, MOE_ROUTING_KERNELS);
   const { threads, sharedBytes } = moeRoutingThreadgroup(p.numExperts);
   enc.dispatch(registry.pipeline(kernel), {
     buffers: { 0: b.logits, 1: b.expertIds, 2: b.routingWeights, 3: b.perExpertScale },

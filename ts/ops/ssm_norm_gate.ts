@@ -9,6 +9,8 @@ import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, 
 import { packFields, type ParamField } from './fused_norm.ts';
 
 export const SSM_NORM_GATE_FAMILY = 'ssm_norm_gate';
+/** The family's kernel sources by backend, as registered by every dispatch. */
+export const SSM_NORM_GATE_SOURCES = { metal: src, cuda: cudaSrc } as const;
 export const SSM_NORM_GATE_KERNELS = ['ssm_norm_gate_f32'] as const;
 /** d_v travels as an f32, exact up to 2^24. */
 export const SSM_NORM_GATE_MAX_DV = 1 << 24;
@@ -89,7 +91,7 @@ export function ssmNormGateThreadgroup(dV: number): { threads: number; sharedByt
 export function ssmNormGate(enc: Encoder, args: SsmNormGateBuffers & SsmNormGateParams): void {
   validateSsmNormGate(args, args);
   const registry = enc.device.kernels;
-  registry.register(SSM_NORM_GATE_FAMILY, { metal: src, cuda: cudaSrc }, SSM_NORM_GATE_KERNELS);
+  registry.register(SSM_NORM_GATE_FAMILY, SSM_NORM_GATE_SOURCES, SSM_NORM_GATE_KERNELS);
   const { threads, sharedBytes } = ssmNormGateThreadgroup(args.dV);
   enc.dispatch(registry.pipeline('ssm_norm_gate_f32'), {
     buffers: { 0: args.attnOut, 1: args.weight, 2: args.z, 3: args.output },
