@@ -260,7 +260,7 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     }
     expectInvalid(() => validateChunkGatedDeltaRule(withP({ h: 2 ** 32 })), 'h must be at most 2^32 - 1');
     expectInvalid(() => validateChunkGatedDeltaRule(withP({ b: 2 ** 16, t: 2 ** 16 })), 'b * t must be at most 2^32 - 1', '(got 4294967296)');
-    expectInvalid(() => validateChunkGatedDeltaRule(withP({ h: 6 })), 'h must be a multiple of hg (2)', '(got 6)');
+    expectInvalid(() => validateChunkGatedDeltaRule(withP({ h: 3 })), 'h must be a multiple of hg (2)', '(got 3)');
     expectInvalid(() => validateChunkGatedDeltaRule(withP({ k: 96 })), 'k must be one of 64, 128, 256', '(got 96)');
     expectInvalid(() => validateChunkGatedDeltaRule(withP({ k: 512 })), 'k must be one of 64, 128, 256', '(got 512)');
     expectInvalid(() => validateChunkGatedDeltaRule(withP({ v: 96 })), 'v must be a multiple of 64 at most 256', '(got 96)');
@@ -273,7 +273,7 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     const dev = device();
     const a = allocArgs(dev);
     const cu = (c: number[], b = 1, t = 130): ChunkGatedDeltaRuleArgs => ({ ...a, params: { ...a.params, b, t, cuSeqlens: c } });
-    validateChunkGatedDeltaRule(cu([0, 1, 71, 130]));
+    validateChunkGatedDeltaRule(cu([0, 70, 130]));
     expectInvalid(() => validateChunkGatedDeltaRule(cu([0, 65, 130], 2, 65)), 'b must be 1 when cuSeqlens is given', '(got 2)');
     expectInvalid(() => validateChunkGatedDeltaRule(cu([0])), 'cuSeqlens.length must be at least 2', '(got 1)');
     expectInvalid(() => validateChunkGatedDeltaRule(cu([1, 130])), 'cuSeqlens[0] must be 0', '(got 1)');
@@ -403,9 +403,9 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
       enc.release();
       const aGot = a.readNumbers();
       const aWant = kktRef(rs, d.k, gc, d.beta);
-      // f32 dot products of bf16 values (exact products, f32 sums) and an f32 exp:
-      // a few f32 ulps of the row's scale.
-      const errA = maxRelErr(aGot, aWant);
+      // f32 dot products of bf16 values (exact products, f32 sums of up to 256
+      // terms) and an f32 exp: a few f32 ulps of A's scale (max |A|).
+      const errA = maxRelErr(aGot, aWant, maxAbs(aWant));
       expect(errA).toBeLessThan(1e-5);
 
       enc = dev.encoder();
@@ -414,9 +414,9 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
       enc.release();
       const aiGot = ai.readNumbers();
       const aiWant = triSolveInvertRef(s.cu, s.h, aGot);
-      // Forward substitution in f32 over up to 63 terms: the inverse's entries
-      // reach ~10 here, so errors are measured against its scale.
-      const errAi = maxRelErr(aiGot, aiWant);
+      // Forward substitution in f32 over up to 63 terms, measured against the
+      // inverse's scale (max |Ai|).
+      const errAi = maxRelErr(aiGot, aiWant, maxAbs(aiWant));
       expect(errAi).toBeLessThan(1e-5);
 
       enc = dev.encoder();
@@ -507,10 +507,12 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
   // ---- the whole forward against the token-by-token recurrence ----
   // Error budget: the pipeline stores w, u, v_new, the chunk-start states and
   // the gated scores in bf16 (relative 2^-9 each) and o in bf16; the reference
-  // is exact float64 on the same stored inputs. Measured: o within ~1e-2 of
-  // its scale elementwise (max |error| / max |o|), NMSE ~1e-5; the f32 final
-  // state within ~5e-3 of its scale. Bounds: o 2e-2 and NMSE 1e-4, state 1e-2
-  // and NMSE 1e-4; a wrong mask, gate or chunk boundary gives errors of order 1.
+  // is exact float64 on the same stored inputs. Measured on these cases: o
+  // within 6.4e-3 of its scale elementwise (max |error| / max |o|), NMSE at
+  // most 1.8e-5; the f32 final state within 4.3e-3 of its scale, NMSE at most
+  // 1.7e-5. Bounds: 2e-2 and NMSE 1e-4 for o, 1e-2 and NMSE 1e-4 for the
+  // state. Dropping the diagonal of the causal mask gives an o NMSE of 3e-3 at
+  // T = 1 and 0.2 at T = 64; a chunk length off by one gives state errors of 1.
 
   interface Case {
     name: string;
