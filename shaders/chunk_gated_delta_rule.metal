@@ -172,11 +172,14 @@ template [[host_name("gated_delta_net_kkt_bf16_beta_bf16")]] kernel gated_delta_
 // chunk_tri_solve_invert_f32: Ai = (I + A)^-1 per chunk, A strictly lower
 // triangular, so Ai is unit lower triangular. Grid (nt, H), 64 threads:
 // thread c solves column c by forward substitution,
-//   X[i, c] = [i == c] - sum_{c <= j < i} A[i, j] X[j, c],
-// touching only its own column of X, so the solve needs no barrier. Rows
-// past len are neither read nor written; their columns are 0 in A and Ai.
-// The whole chunk of A is read into threadgroup memory before any row of Ai
-// is written, so a and ai may be the same buffer.
+//   X[i, c] = -A[i, c] - sum_{c < j < i} A[i, j] X[j, c]   (i > c; X[c, c] = 1),
+// One threadgroup array of 64 rows of 65 floats holds both: A in the strict
+// lower triangle, X transposed in the strict upper one (X[i, c] at row c,
+// column i). Thread c writes only row c above the diagonal and reads A and
+// its own row, so the solve needs no barrier; the row stride of 65 keeps the
+// 64 threads' accesses to their own rows in distinct banks. Rows past len are
+// neither read nor written; their columns are 0 in Ai. The whole chunk of A
+// is read before any row of Ai is written, so a and ai may be one buffer.
 // Bindings: 0 a, 1 ai, 2 chunks, 3 params.
 kernel void chunk_tri_solve_invert_f32(
     device const float               *a      [[buffer(0)]],
@@ -186,26 +189,26 @@ kernel void chunk_tri_solve_invert_f32(
     uint3 tgpig [[threadgroup_position_in_grid]],
     uint  c     [[thread_index_in_threadgroup]])
 {
-    threadgroup float as[BT * BT];
-    threadgroup float xs[BT * BT];
+    constexpr uint LD = BT + 1;
+    threadgroup float s[BT * LD];
     const uint2 ch = chunks[tgpig.x];
     const uint t0 = ch.x, len = ch.y;
     const uint head = tgpig.y;
 
-    for (uint i = 0; i < len; ++i) {
-        as[i * BT + c] = a[(ulong(t0 + i) * p.h + head) * BT + c];
+    for (uint i = c + 1; i < len; ++i) {
+        s[i * LD + c] = a[(ulong(t0 + i) * p.h + head) * BT + c];
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
-    for (uint i = 0; i < len; ++i) {
-        float x = i == c ? 1.0f : 0.0f;
-        for (uint j = c; j < i; ++j) {
-            x -= as[i * BT + j] * xs[j * BT + c];
+    for (uint i = c + 1; i < len; ++i) {
+        float x = -s[i * LD + c];
+        for (uint j = c + 1; j < i; ++j) {
+            x -= s[i * LD + j] * s[c * LD + j];
         }
-        xs[i * BT + c] = x;
+        s[c * LD + i] = x;
     }
     for (uint i = 0; i < len; ++i) {
-        ai[(ulong(t0 + i) * p.h + head) * BT + c] = xs[i * BT + c];
+        ai[(ulong(t0 + i) * p.h + head) * BT + c] = i == c ? 1.0f : (i > c ? s[c * LD + i] : 0.0f);
     }
 }
 

@@ -587,6 +587,30 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     expect(errS).toBeLessThan(1e-2);
   });
 
+  test('two calls of one shape in one encoder share the scratch and both match', () => {
+    const dev = device();
+    const s: Shape = { hg: 1, h: 2, k: 64, v: 64, cu: [0, 1, 71, 135] };
+    const d1 = makeData(rng(41), s);
+    const d2 = makeData(rng(42), s, { h0: true });
+    const b1 = upload(dev, s, d1);
+    const b2 = upload(dev, s, d2);
+    const p = pipelineParams(s, 0.125, true);
+    const enc = dev.encoder();
+    chunkGatedDeltaRule(enc, { q: b1.q, k: b1.k, v: b1.v, g: b1.g, beta: b1.beta, o: b1.o, finalState: b1.finalState, params: p });
+    chunkGatedDeltaRule(enc, {
+      q: b2.q, k: b2.k, v: b2.v, g: b2.g, beta: b2.beta, initialState: b2.h0!, o: b2.o, finalState: b2.finalState, params: p,
+    });
+    enc.commitAndWait();
+    enc.release();
+    for (const [b, d] of [[b1, d1], [b2, d2]] as const) {
+      const want = gatedDeltaRuleRecurrentRef(refShape(s), d, 0.125);
+      expect(nmse(b.o.readNumbers(), want.o)).toBeLessThan(1e-4);
+      expect(nmse(b.finalState.readNumbers(), want.finalState)).toBeLessThan(1e-4);
+    }
+    releaseAll(b1);
+    releaseAll(b2);
+  });
+
   test('scratch: kept per shape (least recently used released past the limit), dispose releases it', () => {
     const dev = device();
     const scratch = chunkGatedDeltaRuleScratch(dev);

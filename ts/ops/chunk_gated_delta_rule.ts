@@ -614,7 +614,8 @@ export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs): { step:
  * with finalState = S after the sequence's last token, so a decode step that
  * continues from finalState continues the recurrence.
  *
- * Steps, each a dispatch separated by barriers (chunks of 64 tokens):
+ * Steps, each a dispatch after a barrier (chunks of 64 tokens); the caller
+ * puts a barrier between this op and one that reads o or finalState:
  *   1. g cumsummed within chunks: chunkLocalCumsum (chunk_local_cumsum_g_f32)
  *      for b sequences of t tokens, chunk_local_cumsum_varlen_g_f32 with cuSeqlens
  *   2. A = gated_delta_net_kkt_bf16 (beta_i exp(g_i - g_j) k_i . k_j, j < i)
@@ -645,6 +646,8 @@ export function chunkGatedDeltaRule(enc: Encoder, a: ChunkGatedDeltaRuleArgs): v
     h0 = s.zeros;
   }
 
+  // A call of the same shape encoded just before may still be reading this scratch.
+  enc.barrier();
   if (p.cuSeqlens === undefined) {
     chunkLocalCumsum(enc, { gIn: a.g, gCumsum: s.gCum, b: p.b, t: p.t, h: p.h, bt: GDR_BT });
   } else {
