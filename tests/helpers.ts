@@ -22,9 +22,24 @@ const CASES: readonly BackendCase[] = [
 
 const absence = new Map<BackendName, string | null>();
 
+/**
+ * MLX_NATIVE_TEST_BACKENDS (comma-separated backend names) limits the backends
+ * tested, e.g. `cuda` on a GPU machine without clang, where the emulator's
+ * library opens but cannot compile kernels. Unset: every backend present.
+ */
+function selected(backend: BackendName): boolean {
+  const list = process.env.MLX_NATIVE_TEST_BACKENDS;
+  if (list === undefined || list.trim() === '') return true;
+  return list.split(',').map((s) => s.trim()).includes(backend);
+}
+
 /** Why the backend cannot open a device here, or null when it can (probed once). */
 export function backendAbsence(backend: BackendName): string | null {
   let why = absence.get(backend);
+  if (why === undefined && !selected(backend)) {
+    why = `not selected by MLX_NATIVE_TEST_BACKENDS=${process.env.MLX_NATIVE_TEST_BACKENDS}`;
+    absence.set(backend, why);
+  }
   if (why === undefined) {
     try {
       Device.open({ backend }).close();
