@@ -1,0 +1,185 @@
+// Per-row L2 normalization (CUDA), entry names and bindings as
+// shaders/l2_norm.metal (FLA's l2norm, eps inside the square root):
+//   y[r, i] = x[r, i] / sqrt(sum_j x[r, j]^2 + eps)
+//
+// One block per row: grid (rows, 1, 1), any blockDim.x in [1, 1024] (the op
+// uses min(256, nextPow2(dim))); dynamic shared memory holds one float per
+// warp (the reduction partials). Squares accumulate in f32; f16 and bf16
+// values are rounded (nearest even) only when stored.
+//
+// When dim is a multiple of the 16-byte vector width (4 f32, 8 f16/bf16) and
+// both row pointers are 16-byte aligned, threads move 16-byte vectors and keep
+// the first CACHE vectors of the row in registers between the sum pass and the
+// output pass, so a row is read from memory once when dim <= 32 * blockDim.x;
+// longer rows re-read the rest. Otherwise a scalar path strides over the row.
+// Either way each thread writes only the elements it read itself, after the
+// block's sum, so y may be x's buffer (in place).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+struct L2NormParams {
+    u32   rows;
+    u32   dim;
+    float eps;
+};
+
+namespace {
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+template <typename T> struct VecOf { static constexpr int N = 16 / sizeof(T); };
+
+__device__ __forceinline__ void load_vec(const float* p, float (&v)[4]) {
+    const float4 t = *reinterpret_cast<const float4*>(p);
+    v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+}
+__device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float (&v)[8]) {
+    const uint4 t = *reinterpret_cast<const uint4*>(p);
+    const u32 w[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        v[2 * i]     = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void load_vec(const __half* p, float (&v)[8]) {
+    const uint4 t = *reinterpret_cast<const uint4*>(p);
+    const u32 w[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+        v[2 * i] = f.x;
+        v[2 * i + 1] = f.y;
+    }
+}
+__device__ __forceinline__ void store_vec(float* p, const float (&v)[4]) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void store_vec(__nv_bfloat16* p, const float (&v)[8]) {
+    u32 w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+        w[i] = *reinterpret_cast<const u32*>(&h);
+    }
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+__device__ __forceinline__ void store_vec(__half* p, const float (&v)[8]) {
+    u32 w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+        w[i] = *reinterpret_cast<const u32*>(&h);
+    }
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+__device__ __forceinline__ bool aligned16(const void* p) {
+    return (reinterpret_cast<u64>(p) & 15u) == 0;
+}
+
+// Sum over the block, returned to every thread; partials holds one float per
+// warp and is written once per kernel. A last, partial warp reduces only its
+// existing lanes.
+__device__ __forceinline__ float block_sum(float v, float* partials) {
+    const u32 tid = threadIdx.x, bs = blockDim.x;
+    const u32 lane = tid & 31u, warp = tid >> 5;
+    const u32 n = min(32u, bs - (warp << 5));
+    const u32 mask = n == 32u ? 0xffffffffu : ((1u << n) - 1u);
+#pragma unroll
+    for (u32 o = 16; o > 0; o >>= 1) {
+        const float other = __shfl_down_sync(mask, v, o);
+        if (lane + o < n) v += other;
+    }
+    if (lane == 0) partials[warp] = v;
+    __syncthreads();
+    const u32 nw = (bs + 31u) >> 5;
+    float total = 0.0f;
+    for (u32 i = 0; i < nw; ++i) total += partials[i];
+    return total;
+}
+
+template <typename T>
+__device__ __forceinline__ void l2_norm_row(const T* x, T* y, const L2NormParams* p) {
+    extern __shared__ float partials[];
+    const u32 row = blockIdx.x;
+    const u32 dim = p->dim;
+    if (row >= p->rows) return;
+    const u64 base = u64(row) * dim;
+    const T* xr = x + base;
+    T* yr = y + base;
+    const u32 tid = threadIdx.x, bs = blockDim.x;
+    constexpr int VEC = VecOf<T>::N;
+    constexpr int CACHE = 32 / VEC;
+
+    float sq = 0.0f;
+    if (dim % VEC == 0 && aligned16(xr) && aligned16(yr)) {
+        const u32 nv = dim / VEC;
+        float xc[CACHE][VEC];
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c) {
+            const u32 vi = tid + u32(c) * bs;
+            if (vi < nv) {
+                load_vec(xr + u64(vi) * VEC, xc[c]);
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) sq += xc[c][j] * xc[c][j];
+            }
+        }
+        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
+            float v[VEC];
+            load_vec(xr + u64(vi) * VEC, v);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) sq += v[j] * v[j];
+        }
+        const float inv = 1.0f / sqrtf(block_sum(sq, partials) + p->eps);
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c) {
+            const u32 vi = tid + u32(c) * bs;
+            if (vi < nv) {
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) xc[c][j] *= inv;
+                store_vec(yr + u64(vi) * VEC, xc[c]);
+            }
+        }
+        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
+            float v[VEC];
+            load_vec(xr + u64(vi) * VEC, v);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) v[j] *= inv;
+            store_vec(yr + u64(vi) * VEC, v);
+        }
+    } else {
+        for (u32 i = tid; i < dim; i += bs) {
+            const float v = to_f(xr[i]);
+            sq += v * v;
+        }
+        const float inv = 1.0f / sqrtf(block_sum(sq, partials) + p->eps);
+        for (u32 i = tid; i < dim; i += bs) yr[i] = from_f<T>(to_f(xr[i]) * inv);
+    }
+}
+
+}  // namespace
+
+// buffer(0) x [rows, dim], (1) y [rows, dim] (may be x), (2) L2NormParams;
+// threadgroup(0) one float per warp.
+extern "C" __global__ void l2_norm_f32(const float* x, float* y, const L2NormParams* p) {
+    l2_norm_row<float>(x, y, p);
+}
+
+extern "C" __global__ void l2_norm_f16(const __half* x, __half* y, const L2NormParams* p) {
+    l2_norm_row<__half>(x, y, p);
+}
+
+extern "C" __global__ void l2_norm_bf16(const __nv_bfloat16* x, __nv_bfloat16* y, const L2NormParams* p) {
+    l2_norm_row<__nv_bfloat16>(x, y, p);
+}
