@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The cuda backend's verification on a Linux machine with an NVIDIA GPU:
+#   bash scripts/gpu-check.sh [tests|sanitize|all]      (default: all)
+# 1. tests:    builds build/cuda/libmlx_native_cuda.so and runs `bun test` on
+#              the cuda backend alone (MLX_NATIVE_TEST_BACKENDS=cuda), every test
+#              file but the emulator's own (emu-*.test.ts need clang, which a
+#              GPU machine may lack; the emulator is covered in CI).
+# 2. sanitize: compute-sanitizer memcheck, then racecheck, over each kernel
+#              family's test file on the cuda backend (small parity shapes).
+# Logs go to $OUT when set (the device machine), else build/gpu-check/.
+# Exit status: non-zero when any step failed.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+out="${OUT:-$root/build/gpu-check}"
+mkdir -p "$out"
+what="${1:-all}"
+status=0
+
+command -v bun > /dev/null || { echo "gpu-check: bun is not on PATH" >&2; exit 2; }
+bash scripts/build-cuda.sh > "$out/build.log" 2>&1 || { cat "$out/build.log"; exit 2; }
+export MLX_NATIVE_BACKEND=cuda MLX_NATIVE_TEST_BACKENDS=cuda
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/device.txt" 2>&1 || true
+echo "device: $(cat "$out/device.txt")"
+
+families=()
+for f in shaders/cuda/*.cu; do families+=("$(basename "$f" .cu)"); done
+
+if [[ "$what" == tests || "$what" == all ]]; then
+  mapfile -t files < <(ls tests/*.test.ts | grep -v '/emu-')
+  echo "== bun test (cuda): ${#files[@]} files"
+  bun test "${files[@]}" > "$out/tests.log" 2>&1 || status=1
+  grep -E "^\(fail\)" "$out/tests.log" | head -40
+  tail -6 "$out/tests.log"
+fi
+
+if [[ "$what" == sanitize || "$what" == all ]]; then
+  sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  if [[ ! -x "$sanitizer" ]]; then
+    echo "gpu-check: compute-sanitizer not found" >&2
+    status=1
+  else
+    for tool in memcheck racecheck; do
+      : > "$out/sanitize-$tool.log"
+      for fam in "${families[@]}"; do
+        [[ -f "tests/$fam.test.ts" ]] || continue
+        printf '%s %s: ' "$tool" "$fam"
+        "$sanitizer" --tool "$tool" --error-exitcode 86 --print-limit 20 \
+          bun test "tests/$fam.test.ts" >> "$out/sanitize-$tool.log" 2>&1
+        rc=$?
+        if [[ $rc -eq 0 ]]; then echo clean
+        elif [[ $rc -eq 86 ]]; then echo "ERRORS"; status=1
+        else echo "test failure (exit $rc)"; status=1
+        fi
+      done
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitize-$tool.log" | sort | uniq -c
+    done
+  fi
+fi
+exit $status
