@@ -68,14 +68,54 @@ kernel void divergent_barrier(device float* out [[buffer(0)]],
   out[i] = 1.0f;
 }
 
-// Defect: an unchecked pointer (taken with &) far outside any memory.
+// Defect: an unchecked pointer (the address of a threadgroup scalar) far
+// outside any memory.
 kernel void wild_pointer(device float* out [[buffer(0)]],
                          threadgroup float* tg [[threadgroup(0)]],
                          uint i [[thread_index_in_threadgroup]]) {
+  threadgroup float scalar;
+  threadgroup float* raw = &scalar;
   tg[i] = 1.0f;
-  threadgroup float* raw = &tg[0];
   if (i == 5) raw[0x4000000000000ul] = 2.0f;
   out[i] = tg[i];
+}
+
+// Defect: the last thread writes past threadgroup memory through an element
+// address taken with &.
+kernel void tg_addr_past_end(device float* out [[buffer(0)]],
+                             threadgroup float* tg [[threadgroup(0)]],
+                             uint i [[thread_index_in_threadgroup]]) {
+  threadgroup float* slot = &tg[i + 1]; // MARK:tg-addr-oob
+  *slot = float(i);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  device float* dst = &out[i];
+  *dst = tg[i];
+}
+
+// Threadgroup variables: 40 + 4 + 48 bytes, each rounded up to 16 (48 + 16 + 48).
+static void publish(threadgroup float4* extra, uint i) {
+  extra[i % 3] = float4(float(i));
+}
+kernel void static_tg(device float* out [[buffer(0)]],
+                      uint i [[thread_index_in_threadgroup]]) {
+  threadgroup float part[10];
+  threadgroup uint count;
+  threadgroup float4 extra[3];
+  if (i < 10) part[i] = float(i);
+  if (i == 0) count = 1u;
+  publish(extra, i);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[i] = part[i % 10] + float(count) + extra[0].x;
+}
+
+// 24 KiB of threadgroup variables, more with the dynamic memory bound below.
+kernel void big_static_tg(device float* out [[buffer(0)]],
+                          threadgroup float* dyn [[threadgroup(0)]],
+                          uint i [[thread_index_in_threadgroup]]) {
+  threadgroup float big[6144];
+  big[i] = 1.0f;
+  dyn[i] = 1.0f;
+  out[i] = big[i] + dyn[i];
 }
 
 kernel void copy2(device const float* a [[buffer(0)]],
@@ -235,6 +275,49 @@ describe.if(absent === null)('emu checks', () => {
       // The device still works.
       enc.dispatch(pipeline('write_past_end'), { buffers: { 0: out } }, [1, 1, 1], [32, 1, 1]);
       enc.commitAndWait();
+    } finally {
+      device.close();
+    }
+  });
+
+  test('a write past threadgroup memory through &tg[i] names kernel, binding, offset and line', () => {
+    const { device, pipeline } = setup();
+    try {
+      const out = device.alloc('f32', [64]);
+      const enc = device.encoder();
+      enc.dispatch(pipeline('tg_addr_past_end'), { buffers: { 0: out }, threadgroupMemory: { 0: 64 * 4 } },
+        [1, 1, 1], [64, 1, 1]);
+      const e = errorOf(() => enc.commitAndWait());
+      expect(e.kind).toBe('CommandBufferError');
+      expect(e.message).toContain("kernel 'tg_addr_past_end': out-of-bounds access");
+      expect(e.message).toContain('[[threadgroup(0)]]');
+      expect(e.message).toContain('byte offset 256');
+      expect(e.message).toContain(`${FILE}:${lineOf(SOURCE, 'MARK:tg-addr-oob')}:`);
+    } finally {
+      device.close();
+    }
+  });
+
+  test('static threadgroup memory is known before the first dispatch and counts towards the limit', () => {
+    const { device, pipeline } = setup();
+    try {
+      expect(pipeline('static_tg').staticThreadgroupMemory).toBe(48 + 16 + 48);
+      expect(pipeline('copy2').staticThreadgroupMemory).toBe(0);
+      const big = pipeline('big_static_tg');
+      expect(big.staticThreadgroupMemory).toBe(6144 * 4);
+      const out = device.alloc('f32', [64]);
+      const enc = device.encoder();
+      // 24 KiB static + 9 KiB dynamic: refused at dispatch, before any run.
+      const e = errorOf(() => enc.dispatch(big, { buffers: { 0: out }, threadgroupMemory: { 0: 9 * 1024 } },
+        [1, 1, 1], [64, 1, 1]));
+      expect(e.kind).toBe('InvalidArgument');
+      expect(e.message).toContain("kernel 'big_static_tg'");
+      expect(e.message).toContain('24576 bytes static');
+      // 24 KiB + 8 KiB fits.
+      enc.dispatch(big, { buffers: { 0: out }, threadgroupMemory: { 0: 8 * 1024 } }, [1, 1, 1], [64, 1, 1]);
+      enc.commitAndWait();
+      expect((out.read() as Float32Array)[63]).toBe(2);
+      expect(big.staticThreadgroupMemory).toBe(6144 * 4);
     } finally {
       device.close();
     }

@@ -380,6 +380,12 @@ mlxn_status compile_metal(const std::string& source, const std::string& name,
       *error = "emu: compiled kernels lack the entry " + ki.symbol + " of kernel '" + ki.host_name + "'";
       return MLXN_ERR_INTERNAL;
     }
+    // The static threadgroup memory, known before the first run; a library
+    // without the function (the runtime tests' hand-written kernels) has the
+    // size learned from runs.
+    auto static_fn = reinterpret_cast<uint64_t (*)()>(
+        dlsym(code->handle, ("mlxn_emu_kernel_static_threadgroup_" + ki.host_name).c_str()));
+    if (static_fn) k->static_threadgroup_bytes.store(static_fn());
     k->buffer_indices = ki.buffer_indices;
     k->threadgroup_indices = ki.threadgroup_indices;
     k->max_threads = kMaxThreadsPerThreadgroup;

@@ -776,10 +776,14 @@ void* hook_threadgroup_static(mlxn_emu_thread* t, uint32_t id, uint64_t size, ui
   Worker* w = f->worker;
   for (const StaticVar& v : w->statics)
     if (v.id == id) return w->tg_memory + v.offset;
-  if (align == 0 || (align & (align - 1)) != 0) align = 16;
+  // Each variable starts 16-byte aligned and takes its size rounded up to 16,
+  // so that the total does not depend on the order the threads reach the
+  // declarations in, and equals what the kernel library computes before the
+  // first run (mlxn::static_threadgroup_bytes).
+  if (align == 0 || (align & (align - 1)) != 0 || align < 16) align = 16;
   uint64_t off = (w->dynamic_bytes + w->static_bytes + align - 1) & ~(align - 1);
-  uint64_t new_static = off + size - w->dynamic_bytes;
-  if (off + size > kMaxThreadgroupMemory) {
+  uint64_t new_static = off + ((size + 15) & ~uint64_t(15)) - w->dynamic_bytes;
+  if (w->dynamic_bytes + new_static > kMaxThreadgroupMemory) {
     w->fail_group(t->thread_index_in_threadgroup,
                   "kernel '" + w->launch->kernel->name +
                       "': threadgroup memory over the limit: " + std::to_string(w->dynamic_bytes) +

@@ -30,8 +30,10 @@ struct Kernel {
   std::vector<uint32_t> buffer_indices;       // [[buffer(n)]] the kernel declares
   std::vector<uint32_t> threadgroup_indices;  // [[threadgroup(n)]] the kernel declares
   uint32_t max_threads = kMaxThreadsPerThreadgroup;
-  // Largest static threadgroup memory (bytes) seen in a run so far: the
-  // kernel's `threadgroup` variables are allocated when first reached.
+  // Static threadgroup memory (bytes): what the kernel library computes when
+  // loaded (mlxn_emu_kernel_static_threadgroup_<name>), raised to the largest
+  // a run used if that is more (declarations in #define bodies are counted
+  // only from runs).
   std::atomic<uint64_t> static_threadgroup_bytes{0};
 };
 

@@ -242,6 +242,7 @@ struct KernelDef {
   std::vector<uint32_t> buffers, threadgroups;
   uint32_t max_threads = 0;
   int line = 0, col = 0;
+  size_t body = 0;  // token index of the body's '{'
 };
 
 class Translator {
@@ -261,6 +262,8 @@ class Translator {
   std::vector<Inst> insts_;
   std::set<std::string> defined_fc_, undefined_fc_;
   uint32_t next_tg_id_ = 0;
+  // Threadgroup variable declarations: token index and id.
+  std::vector<std::pair<size_t, uint32_t>> tg_decls_;
 
   size_t size() const { return t_.size(); }
   // Next/previous token index that is not a directive; size() / npos at the ends.
@@ -478,6 +481,7 @@ class Translator {
       kernel_attrs(body, b, &k);
       if (!is(b, "{")) continue;  // a declaration only
       if (kernel_by_name_.count(k.name) && !is_template) fail(nm, "kernel '" + k.name + "' defined twice");
+      k.body = b;
       kernel_by_name_[k.name] = kernels_.size();
       kernels_.push_back(std::move(k));
       i = pv(b);  // continue at the body's '{' so depth counts it
@@ -717,14 +721,151 @@ class Translator {
       if (d == 0) type = cv + join(a, name);
       std::string dims = join(br, b);
       uint32_t id = next_tg_id_++;
+      tg_decls_.push_back({kw, id});
       if (!dims.empty()) {
-        rep += "auto " + t_[name].text + " = ::mlxn::tg_array<" + type + " " + dims + ">(" + std::to_string(id) + "u); ";
+        rep += "auto " + t_[name].text + " = ::mlxn::tg_array<" + type + " " + dims + ", " + std::to_string(id) + "u>(); ";
       } else {
-        rep += type + "& " + t_[name].text + " = ::mlxn::tg_scalar<" + type + ">(" + std::to_string(id) + "u); ";
+        rep += type + "& " + t_[name].text + " = ::mlxn::tg_scalar<" + type + ", " + std::to_string(id) + "u>(); ";
       }
     }
     blank(first, semi);
     t_[first].out = rep;
+  }
+
+  // ---- threadgroup variables per kernel ----
+  // A function body: the '{' of `NAME ( ... ) [qualifiers] {`, NAME not a
+  // control keyword (lambdas, `]( ... ) {`, are part of the enclosing body).
+  struct FnBody {
+    std::string name;
+    size_t open, close;
+  };
+  std::vector<FnBody> fn_bodies() const {
+    static const std::set<std::string> control = {"if", "for", "while", "switch", "catch", "return", "sizeof",
+                                                   "alignof", "decltype", "static_assert"};
+    std::vector<FnBody> out;
+    for (size_t i = 0; i < size(); i = nx(i)) {
+      if (!is(i, "{")) continue;
+      size_t p = pv(i);
+      // Skip qualifiers between ')' and '{'.
+      while (p != std::string::npos && t_[p].kind == K::Ident &&
+             (is(p, "const") || is(p, "noexcept") || is(p, "override") || is(p, "final") || is(p, "mutable")))
+        p = pv(p);
+      if (p == std::string::npos || !is(p, ")")) continue;
+      // Walk back to the matching '('.
+      int d = 0;
+      size_t q = p;
+      for (; q != std::string::npos; q = pv(q)) {
+        if (is(q, ")")) ++d;
+        else if (is(q, "(") && --d == 0) break;
+      }
+      if (q == std::string::npos) continue;
+      size_t nm = pv(q);
+      if (nm == std::string::npos || t_[nm].kind != K::Ident || control.count(t_[nm].text)) continue;
+      size_t close;
+      try {
+        close = match(i);
+      } catch (const Fail&) {
+        continue;
+      }
+      out.push_back({t_[nm].text, i, close});
+    }
+    return out;
+  }
+
+  // Ids of the threadgroup variables that kernel k's body declares, and the
+  // functions it calls (by name, every overload, transitively) declare.
+  // Declarations inside #define bodies are not counted.
+  std::vector<uint32_t> kernel_tg_ids(const KernelDef& k, const std::vector<FnBody>& fns) const {
+    std::set<uint32_t> ids;
+    std::set<std::string> seen;
+    std::vector<std::pair<size_t, size_t>> todo;
+    size_t kclose;
+    try {
+      kclose = match(k.body);
+    } catch (const Fail&) {
+      return {};
+    }
+    todo.push_back({k.body, kclose});
+    seen.insert(k.name);
+    while (!todo.empty()) {
+      auto [a, b] = todo.back();
+      todo.pop_back();
+      for (const auto& d : tg_decls_)
+        if (d.first > a && d.first < b) ids.insert(d.second);
+      for (size_t j = a; j < b; j = nx(j)) {
+        if (t_[j].kind != K::Ident) continue;
+        size_t n = nx(j);
+        if (is(n, "<")) {  // f<...>(
+          size_t e = n;
+          int depth = 0;
+          for (; e < b; e = nx(e)) {
+            if (is(e, "<")) ++depth;
+            else if (is(e, ">")) --depth;
+            else if (is(e, ">>")) depth -= 2;
+            else if (is(e, ";") || is(e, "{") || is(e, "}")) break;
+            if (depth <= 0) break;
+          }
+          if (e < b && depth <= 0 && (is(e, ">") || is(e, ">>"))) n = nx(e);
+        }
+        if (!is(n, "(")) continue;
+        const std::string& name = t_[j].text;
+        if (!seen.insert(name).second) continue;
+        for (const FnBody& f : fns)
+          if (f.name == name) todo.push_back({f.open, f.close});
+      }
+    }
+    return std::vector<uint32_t>(ids.begin(), ids.end());
+  }
+
+  // ---- element addresses ----
+  // Unary `&X[i]` (X a name with member accesses, calls and subscripts, the
+  // last postfix operation the subscript) -> ::mlxn::elem_addr(X, i), so
+  // that the address of an element of a checked pointer is checked too.
+  void pass_elem_addr() {
+    for (size_t i = 0; i < size(); i = nx(i)) {
+      if (!is(i, "&") || t_[i].kind != K::Punct || t_[i].done) continue;
+      size_t p = pv(i);
+      bool unary = p == std::string::npos;
+      if (!unary) {
+        const Tok& x = t_[p];
+        if (x.kind == K::Punct)
+          unary = !(x.text == ")" || x.text == "]" || x.text == ">" || x.text == ">>" || x.text == "++" ||
+                    x.text == "--");
+        else
+          unary = x.kind == K::Ident && x.text == "return";
+      }
+      if (!unary) continue;
+      size_t j = nx(i);
+      if (j >= size() || !(t_[j].kind == K::Ident || is(j, "(") || is(j, "::"))) continue;
+      size_t last_open = std::string::npos, last_close = std::string::npos;
+      bool last_is_subscript = false;
+      while (j < size()) {
+        if (t_[j].kind == K::Ident) {
+          last_is_subscript = false;
+          j = nx(j);
+        } else if (is(j, "::") || is(j, ".") || is(j, "->")) {
+          last_is_subscript = false;
+          j = nx(j);
+          if (j >= size() || t_[j].kind != K::Ident) break;
+        } else if (is(j, "(")) {
+          last_is_subscript = false;
+          j = nx(match(j));
+        } else if (is(j, "[")) {
+          if (is(nx(j), "[")) break;  // an attribute
+          last_open = j;
+          last_close = match(j);
+          last_is_subscript = true;
+          j = nx(last_close);
+        } else {
+          break;
+        }
+      }
+      if (!last_is_subscript || last_open == nx(i) || t_[last_open].done || t_[last_close].done) continue;
+      t_[i].out = "::mlxn::elem_addr(";
+      t_[last_open].out = ",";
+      t_[last_close].out = ")";
+      t_[i].done = t_[last_open].done = t_[last_close].done = true;
+    }
   }
 
   // ---- literals ----
@@ -813,6 +954,7 @@ class Translator {
         sub.pass_unroll_pragmas();
         sub.pass_address_spaces();
         sub.pass_literals();
+        sub.pass_elem_addr();
       } catch (const Fail&) {
         continue;
       }
@@ -844,6 +986,7 @@ bool translate(const std::string& source, const std::string& name, const std::ve
     tr.pass_instantiations();
     tr.pass_address_spaces();
     tr.pass_literals();
+    tr.pass_elem_addr();
     tr.pass_macros();
   } catch (const Fail& fl) {
     return report(fl);
@@ -860,6 +1003,7 @@ bool translate(const std::string& source, const std::string& name, const std::ve
   cpp += "\n#line 1 " + quote(name + " (emulator entry points)") + "\n";
 
   std::set<std::string> hosts;
+  const auto fns = tr.fn_bodies();
   auto emit = [&](const KernelDef& k, const std::string& host, const std::string& call, int line, int col) {
     if (!is_identifier(host)) {
       report(Fail{line, col, "kernel host name '" + host + "' is not an identifier"});
@@ -879,6 +1023,12 @@ bool translate(const std::string& source, const std::string& name, const std::ve
     for (size_t i = 0; i < k.specs.size(); ++i) specs += (i ? ", " : "") + k.specs[i];
     cpp += "extern \"C\" __attribute__((visibility(\"default\"))) void " + info.symbol +
            "(mlxn_emu_thread* t) {\n  ::mlxn::run_kernel(t, &" + call + ", ::mlxn::specs<" + specs + ">{});\n}\n";
+    std::string ids;
+    const std::vector<uint32_t> tg_ids = tr.kernel_tg_ids(k, fns);
+    for (uint32_t id : tg_ids) ids += std::to_string(id) + "u, ";
+    cpp += "extern \"C\" __attribute__((visibility(\"default\"))) uint64_t mlxn_emu_kernel_static_threadgroup_" +
+           host + "(void) {\n  static const uint32_t ids[] = {" + ids + "0u};\n  return ::mlxn::static_threadgroup_bytes(ids, " +
+           std::to_string(tg_ids.size()) + "u);\n}\n";
     res.kernels.push_back(std::move(info));
     return true;
   };

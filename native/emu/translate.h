@@ -14,7 +14,12 @@
 //     (`constant T&` becomes `const T&`); static_cast/reinterpret_cast to such
 //     pointers -> mlxn::ptr_cast;
 //   - `threadgroup T x[N]...;` in function bodies -> storage from the runtime
-//     (hooks->threadgroup_static), one id per declaration;
+//     (hooks->threadgroup_static), one id per declaration; per kernel an
+//     exported mlxn_emu_kernel_static_threadgroup_<host_name>() sums the
+//     sizes of the declarations in its body and in the functions it calls
+//     (found by name, transitively; those in #define bodies are not counted);
+//   - `&x[i]` -> mlxn::elem_addr(x, i): on a checked pointer, the checked
+//     pointer x + i;
 //   - `constant T x [[function_constant(i)]];` -> a constexpr with the value
 //     from `constants` (zero when not given);
 //     is_function_constant_defined(x) -> true/false;

@@ -8,6 +8,10 @@
  *     extern "C" void mlxn_emu_kernel_<host_name>(mlxn_emu_thread* t);
  * and checks the library with
  *     extern "C" uint32_t mlxn_emu_kernel_abi(void);   // == MLXN_EMU_KERNEL_ABI
+ * Per kernel, the bytes of threadgroup memory its `threadgroup` variables
+ * (declared in its body and in the functions it calls) take, each rounded up
+ * to 16, as hooks->threadgroup_static allocates them:
+ *     extern "C" uint64_t mlxn_emu_kernel_static_threadgroup_<host_name>(void);
  * The kernel code reaches the runtime only through t->hooks, so the kernel
  * library needs no symbol of the runtime's.
  *

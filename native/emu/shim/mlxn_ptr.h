@@ -65,19 +65,24 @@ template <class T, unsigned S> struct dptr {
   uint8_t* base;  // start of the checked range; null with len ~0 when unchecked
   uint64_t len;
   uint32_t binding;
+  // Where an element address made this pointer (elem_addr): the site that
+  // a dereference without its own site (*p, p->m) reports.
+  srcloc origin;
 
   dptr() = default;
   dptr(std::nullptr_t) : p(nullptr), base(nullptr), len(0), binding(0) {}
-  dptr(T* p_, uint8_t* b, uint64_t l, uint32_t bi) : p(p_), base(b), len(l), binding(bi) {}
+  dptr(T* p_, uint8_t* b, uint64_t l, uint32_t bi, srcloc o = srcloc())
+      : p(p_), base(b), len(l), binding(bi), origin(o) {}
   // From a raw pointer: no known range, unchecked.
   dptr(T* raw) : p(raw), base(nullptr), len(~uint64_t(0)), binding(0) {}
   // Adding const (or volatile) is implicit.
   template <class U> requires(!std::is_same_v<U, T> && std::is_convertible_v<U*, T*>)
-  dptr(const dptr<U, S>& o) : p(o.p), base(o.base), len(o.len), binding(o.binding) {}
+  dptr(const dptr<U, S>& o) : p(o.p), base(o.base), len(o.len), binding(o.binding), origin(o.origin) {}
   // Any other pointee type: an explicit cast ((device float4*)p).
   template <class U> requires(!std::is_convertible_v<U*, T*>)
   explicit dptr(const dptr<U, S>& o)
-      : p((T*)(const_cast<std::remove_cv_t<U>*>(o.p))), base(o.base), len(o.len), binding(o.binding) {}
+      : p((T*)(const_cast<std::remove_cv_t<U>*>(o.p))), base(o.base), len(o.len), binding(o.binding),
+        origin(o.origin) {}
 
   explicit operator bool() const { return p != nullptr; }
   explicit operator T*() const { return p; }
@@ -97,6 +102,8 @@ template <class T, unsigned S> struct dptr {
     mlxn_emu_site site;
     if (where) {
       site = to_site(*where);
+    } else if (origin.line() != 0) {
+      site = to_site(origin);
     } else {
       site.file = MLXN_SOURCE_NAME;
       site.line = 0;
@@ -111,7 +118,7 @@ template <class T, unsigned S> struct dptr {
     if constexpr (std::is_array_v<T>) {
       using E = typename row_of<std::remove_cv_t<T>>::type;
       using EC = std::conditional_t<std::is_const_v<T>, const E, E>;
-      return dptr<EC, S>((EC*)(p + i.v), base, len, binding);
+      return dptr<EC, S>((EC*)(p + i.v), base, len, binding, origin);
     } else {
       return static_cast<T&>(*at(p + i.v, &i.loc));
     }
@@ -120,11 +127,11 @@ template <class T, unsigned S> struct dptr {
   T* operator->() const { return at(p); }
 
   template <class I> requires std::is_integral_v<I>
-  dptr operator+(I i) const { return dptr(p + int64_t(i), base, len, binding); }
+  dptr operator+(I i) const { return dptr(p + int64_t(i), base, len, binding, origin); }
   template <class I> requires std::is_integral_v<I>
   friend dptr operator+(I i, const dptr& d) { return d + i; }
   template <class I> requires std::is_integral_v<I>
-  dptr operator-(I i) const { return dptr(p - int64_t(i), base, len, binding); }
+  dptr operator-(I i) const { return dptr(p - int64_t(i), base, len, binding, origin); }
   template <class U>
   ptrdiff_t operator-(const dptr<U, S>& o) const { return p - o.p; }
   template <class I> requires std::is_integral_v<I>
@@ -159,8 +166,8 @@ template <class To, class From> inline To ptr_cast(const From& f) { return To(f)
 // pointer x + i (for a pointer to rows, the row's address, as &x[i] is);
 // on anything else (a thread-space array or pointer, a vector), &x[i].
 template <class T, unsigned S, class I> requires(std::is_integral_v<I> || std::is_enum_v<I>)
-inline dptr<T, S> elem_addr(const dptr<T, S>& d, I i) {
-  return d + int64_t(i);
+inline dptr<T, S> elem_addr(const dptr<T, S>& d, I i, srcloc l = srcloc::current()) {
+  return dptr<T, S>(d.p + int64_t(i), d.base, d.len, d.binding, l);
 }
 template <class X, class I> requires(!is_dptr<std::remove_cvref_t<X>>::value)
 inline auto elem_addr(X&& x, I&& i) -> decltype(&x[i]) {
@@ -177,19 +184,50 @@ template <class T, unsigned S> inline T* access_at(const dptr<T, S>& d, int64_t 
 }
 template <class T> inline T* access_at(T* p, int64_t i, const srcloc*) { return p + i; }
 
-// Threadgroup variables declared in a kernel body. The binding number that
-// out-of-bounds reports carry for them is MLXN_EMU_BINDING_STATIC | id.
-template <class A> inline auto tg_array(uint32_t id) {
+// Threadgroup variables declared in a kernel body (or a function it calls),
+// one id per declaration (the translator numbers them). The binding number
+// that out-of-bounds reports carry for them is MLXN_EMU_BINDING_STATIC | id.
+//
+// Each instantiation of tg_array / tg_scalar records its variable's size in
+// static_decls when the kernel library is loaded (a static data member that
+// the call odr-uses), before anything runs: the translator's per-kernel
+// mlxn_emu_kernel_static_threadgroup_<name> sums the sizes of the ids that
+// the kernel's body and the functions it calls declare. A declaration
+// instantiated with several sizes (in a template) records the largest.
+constexpr uint32_t kMaxStaticIds = 4096;
+struct static_decl {
+  uint64_t size;
+};
+inline static_decl static_decls[kMaxStaticIds];
+inline bool record_static(uint32_t id, uint64_t size) {
+  if (static_decls[id].size < size) static_decls[id].size = size;
+  return true;
+}
+template <class A, uint32_t Id> struct static_registration {
+  static inline const bool done = record_static(Id, sizeof(A));
+};
+// Bytes the runtime sets aside for these declarations: each rounded up to 16
+// (as hooks->threadgroup_static allocates them).
+inline uint64_t static_threadgroup_bytes(const uint32_t* ids, uint32_t n) {
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < n; ++i)
+    if (ids[i] < kMaxStaticIds) total += (static_decls[ids[i]].size + 15) & ~uint64_t(15);
+  return total;
+}
+
+template <class A, uint32_t Id> inline auto tg_array() {
+  if constexpr (Id < kMaxStaticIds) (void)static_registration<A, Id>::done;
   using E = std::remove_extent_t<A>;
   mlxn_emu_thread* t = cur();
-  void* m = t->hooks->threadgroup_static(t, id, sizeof(A), alignof(A));
+  void* m = t->hooks->threadgroup_static(t, Id, sizeof(A), alignof(A));
   current_thread = t;
   return dptr<E, MLXN_EMU_SPACE_THREADGROUP>((E*)m, (uint8_t*)m, sizeof(A),
-                                            MLXN_EMU_BINDING_STATIC | id | tick_bit(t, MLXN_EMU_SPACE_THREADGROUP));
+                                            MLXN_EMU_BINDING_STATIC | Id | tick_bit(t, MLXN_EMU_SPACE_THREADGROUP));
 }
-template <class T> inline T& tg_scalar(uint32_t id) {
+template <class T, uint32_t Id> inline T& tg_scalar() {
+  if constexpr (Id < kMaxStaticIds) (void)static_registration<T, Id>::done;
   mlxn_emu_thread* t = cur();
-  void* m = t->hooks->threadgroup_static(t, id, sizeof(T), alignof(T));
+  void* m = t->hooks->threadgroup_static(t, Id, sizeof(T), alignof(T));
   current_thread = t;
   return *(T*)m;
 }

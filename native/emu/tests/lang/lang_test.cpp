@@ -164,7 +164,7 @@ static void test_translation() {
   CHECK(contains(nospace(c), nospace("::mlxn::dptr<const float, 1u> a")));
   CHECK(contains(nospace(c), nospace("const uint& n")));
   CHECK(contains(nospace(c), nospace("::mlxn::dptr<half, 3u> s")));
-  CHECK(contains(nospace(c), nospace("::mlxn::tg_array<float [N][8]>(0u)")));
+  CHECK(contains(nospace(c), nospace("::mlxn::tg_array<float [N][8], 0u>()")));
   CHECK(contains(nospace(c), nospace("((half)0.5f) + 1.0f + ((bfloat)2.0f) + (false ?")));
   CHECK(contains(c, "&k2<float>"));
   CHECK(!contains(c, "host_name"));
@@ -298,6 +298,52 @@ static void test_seeds(const std::string& dir) {
   }
 }
 
+// Static threadgroup memory per kernel, known before any run; `&x[i]` on a
+// checked pointer stays checked.
+static void test_static_threadgroup_and_elem_addr() {
+  const char* src =
+      "#include <metal_stdlib>\n"
+      "using namespace metal;\n"
+      "constant constexpr uint N = 4;\n"
+      "static void helper(threadgroup float* p) { threadgroup float4 extra[3]; extra[0] = float4(1.0f); p[0] = extra[0].x; }\n"
+      "template <typename T> void tpl() { threadgroup T big[N * 2]; big[0] = T(0); }\n"
+      "static void unused() { threadgroup float never[1000]; never[0] = 0.0f; }\n"
+      "kernel void ks(device float* o [[buffer(0)]], uint i [[thread_index_in_threadgroup]]) {\n"
+      "  constexpr uint M = 10;\n"
+      "  threadgroup float a[M];\n"
+      "  threadgroup uint one;\n"
+      "  helper(a);\n"
+      "  tpl<half>();\n"
+      "  one = 1u;\n"
+      "  float local[2] = {0.0f, 0.0f};\n"
+      "  thread float* l = &local[1];\n"
+      "  device float* q = &o[i + 5];\n"
+      "  q[0] = a[0] + l[0] + float(one);\n"
+      "}\n"
+      "kernel void kn(device float* o [[buffer(0)]]) { o[0] = 0.0f; }\n";
+  Translation tr;
+  std::string err;
+  void* h = build(src, "st.metal", {}, &tr, &err);
+  CHECK(h != nullptr);
+  if (!h) {
+    fprintf(stderr, "%s\n", err.c_str());
+    return;
+  }
+  CHECK(contains(nospace(tr.cpp), nospace("::mlxn::elem_addr(o, i + 5)")));
+  CHECK(contains(nospace(tr.cpp), nospace("::mlxn::elem_addr(local, 1)")));
+  auto ks = (uint64_t(*)())dlsym(h, "mlxn_emu_kernel_static_threadgroup_ks");
+  auto kn = (uint64_t(*)())dlsym(h, "mlxn_emu_kernel_static_threadgroup_kn");
+  CHECK(ks != nullptr && kn != nullptr);
+  // a: 40 -> 48, one: 4 -> 16, extra: 48, big (half[8]): 16; `never` is not reached.
+  if (ks) CHECK(ks() == 48 + 16 + 48 + 16);
+  if (kn) CHECK(kn() == 0);
+  // The write through &o[i + 5] is checked: binding 0, byte offset 20.
+  float o[4] = {0, 0, 0, 0};
+  g_oob.clear();
+  run1(h, "mlxn_emu_kernel_ks", "ks", 1, {{(uint8_t*)o, sizeof o}});
+  CHECK(contains(g_oob, "ks space 1 binding 0 offset 20 size 4 length 16 at st.metal:17"));
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: lang_test <shim dir> <work dir> [seed dir]\n");
@@ -308,6 +354,7 @@ int main(int argc, char** argv) {
   std::string seeds = argc > 3 ? argv[3] : "/work/shared/seeds";
   test_translation();
   test_compile_error_line();
+  test_static_threadgroup_and_elem_addr();
   test_seeds(seeds);
   if (failures) {
     fprintf(stderr, "lang_test: %d check(s) failed\n", failures);

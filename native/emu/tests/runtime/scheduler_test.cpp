@@ -314,7 +314,7 @@ static void test_threadgroup_static() {
   bool ok = true;
   for (uint32_t v : out) ok &= v == 64 * 65 / 2;
   CHECK(ok, "static threadgroup variable not shared");
-  CHECK(k.static_threadgroup_bytes.load() == 64 * 4 + 8, "static bytes %llu",
+  CHECK(k.static_threadgroup_bytes.load() == 64 * 4 + 16, "static bytes %llu",
         (unsigned long long)k.static_threadgroup_bytes.load());
 
   Kernel big;
