@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 
 #include "translate.h"
@@ -252,6 +253,47 @@ std::vector<std::string> link_flags(const std::string& cxx, const std::string& d
   return flags;
 }
 
+// The compiler's identity: its own --version text (the same path may hold
+// another compiler after an upgrade). Probed once per compiler path.
+std::string compiler_identity(const std::string& cxx, const std::string& dir) {
+  static std::mutex mu;
+  static std::string probed_for;
+  static std::string identity;
+  std::lock_guard<std::mutex> lock(mu);
+  if (probed_for == cxx) return identity;
+  identity = "unknown";
+  if (make_dirs(dir)) {
+    const std::string log = dir + "/version" + tmp_suffix() + ".log";
+    if (run_process({cxx, "--version"}, log) == 0) read_file(log, &identity);
+    unlink(log.c_str());
+  }
+  probed_for = cxx;
+  return identity;
+}
+
+// The emulator build: a hash of the file this code was loaded from (the
+// runtime library), so that kernels compiled by one build are never loaded
+// by another (the kernel ABI number need not change with every change of
+// the runtime, nor of the translator that is part of it).
+const std::string& emulator_build_id() {
+  static std::once_flag once;
+  static std::string id;
+  std::call_once(once, [] {
+    Dl_info info;
+    std::string data;
+    if (dladdr(reinterpret_cast<void*>(&emulator_build_id), &info) && info.dli_fname &&
+        read_file(info.dli_fname, &data)) {
+      Hasher h;
+      h.add(data);
+      id = h.hex();
+    } else {
+      // Not readable: a key that no other process shares, so nothing cached is reused.
+      id = "unreadable-" + std::to_string(getpid()) + "-" + std::to_string(time(nullptr));
+    }
+  });
+  return id;
+}
+
 // Serializes compiles within the process: the machine's cores go to one
 // clang at a time, and concurrent compiles of one key do not race.
 std::mutex g_compile_mu;
@@ -308,13 +350,18 @@ mlxn_status compile_metal(const std::string& source, const std::string& name,
   flags.push_back("-I" + sh.dir);
   for (const std::string& f : link_flags(cxx, cache_dir())) flags.push_back(f);
 
+  // The cache key covers everything the .so depends on: the translated
+  // source, the shim headers' names and contents, the compiler (path and
+  // --version), the flags, the kernel ABI and the emulator build.
   Hasher h;
   h.add(tr.cpp);
   h.add(sh.hash);
   h.add(cxx);
+  h.add(compiler_identity(cxx, cache_dir()));
   for (const std::string& f : flags) h.add(f);
   const uint32_t abi = MLXN_EMU_KERNEL_ABI;
   h.add(&abi, sizeof abi);
+  h.add(emulator_build_id());
   const std::string key = h.hex();
 
   const std::string dir = cache_dir();
