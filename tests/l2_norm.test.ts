@@ -12,6 +12,7 @@ import {
   L2_NORM_FAMILY,
   L2_NORM_KERNELS,
   L2_NORM_PARAMS_LAYOUT,
+  L2_NORM_SOURCES,
   l2Norm,
   l2NormThreadgroup,
   packL2NormParams,
@@ -175,7 +176,7 @@ describeBackends('l2_norm parity', ({ device }) => {
 
   test('any threadgroup size: 1, 40, 96, 1000 threads', () => {
     const dev = device();
-    dev.kernels.register(L2_NORM_FAMILY, { metal: src }, L2_NORM_KERNELS);
+    dev.kernels.register(L2_NORM_FAMILY, L2_NORM_SOURCES, L2_NORM_KERNELS);
     const pipe = dev.kernels.pipeline('l2_norm_f32');
     const over: string[] = [];
     for (const threads of [1, 40, 96, 1000]) {

@@ -1,14 +1,18 @@
 // compute_g_beta: the log decay g and write strength beta of Qwen3.5/3.6
 // linear attention from the projections a and b. Kernels:
-// shaders/compute_g_beta.metal, one thread per element.
+// shaders/compute_g_beta.metal and shaders/cuda/compute_g_beta.cu, one thread
+// per element.
 
 import src from '../../shaders/compute_g_beta.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/compute_g_beta.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Encoder } from '../encoder.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct } from '../validate.ts';
 import { packFields, type ParamField } from './fused_norm.ts';
 
 export const COMPUTE_G_BETA_FAMILY = 'compute_g_beta';
+/** The family's kernel sources by backend, as registered by every dispatch. */
+export const COMPUTE_G_BETA_SOURCES = { metal: src, cuda: cudaSrc } as const;
 export const COMPUTE_G_BETA_KERNELS = ['compute_g_beta_f32', 'compute_g_beta_bf16'] as const;
 /** Threads per threadgroup. */
 export const COMPUTE_G_BETA_THREADS = 256;
@@ -87,7 +91,7 @@ export function computeGBeta(enc: Encoder, args: ComputeGBetaBuffers & { params:
   const p = args.params;
   const n = validateComputeGBeta(p, args);
   const registry = enc.device.kernels;
-  registry.register(COMPUTE_G_BETA_FAMILY, { metal: src }, COMPUTE_G_BETA_KERNELS);
+  registry.register(COMPUTE_G_BETA_FAMILY, COMPUTE_G_BETA_SOURCES, COMPUTE_G_BETA_KERNELS);
   enc.dispatch(
     registry.pipeline(args.a.dtype === 'bf16' ? 'compute_g_beta_bf16' : 'compute_g_beta_f32'),
     {

@@ -1,8 +1,9 @@
 // gated_delta_net: the gated delta rule token by token (prefill reference
 // semantics) and its one-token decode step with the state updated in place.
-// Kernels: shaders/gated_delta_net.metal.
+// Kernels: shaders/gated_delta_net.metal and shaders/cuda/gated_delta_net.cu.
 
 import src from '../../shaders/gated_delta_net.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/gated_delta_net.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
@@ -10,6 +11,8 @@ import { checkAtMost, checkDtype, checkElements, checkMultiple, checkPositive, c
 import { packFields, type ParamField } from './fused_norm.ts';
 
 export const GATED_DELTA_NET_FAMILY = 'gated_delta_net';
+/** The family's kernel sources by backend, as registered by every dispatch. */
+export const GATED_DELTA_NET_SOURCES = { metal: src, cuda: cudaSrc } as const;
 export const GATED_DELTA_NET_KERNELS = [
   'gated_delta_net_f32',
   'gated_delta_net_bf16',
@@ -196,7 +199,7 @@ export function gatedDeltaNetGrid(p: Pick<GatedDeltaNetDecodeParams, 'b' | 'h' |
 
 function pipeline(enc: Encoder, kernel: Kernel) {
   const registry = enc.device.kernels;
-  registry.register(GATED_DELTA_NET_FAMILY, { metal: src }, GATED_DELTA_NET_KERNELS);
+  registry.register(GATED_DELTA_NET_FAMILY, GATED_DELTA_NET_SOURCES, GATED_DELTA_NET_KERNELS);
   return registry.pipeline(kernel);
 }
 

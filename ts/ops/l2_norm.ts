@@ -1,8 +1,9 @@
 // l2_norm: per-row L2 normalization (FLA's l2norm), applied to the gated
-// delta net's q and k per head. Kernels: shaders/l2_norm.metal, one
-// threadgroup per row.
+// delta net's q and k per head. Kernels: shaders/l2_norm.metal and
+// shaders/cuda/l2_norm.cu, one threadgroup per row.
 
 import src from '../../shaders/l2_norm.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/l2_norm.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
@@ -10,6 +11,8 @@ import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, 
 import { packFields, type ParamField } from './fused_norm.ts';
 
 export const L2_NORM_FAMILY = 'l2_norm';
+/** The family's kernel sources by backend, as registered by every dispatch. */
+export const L2_NORM_SOURCES = { metal: src, cuda: cudaSrc } as const;
 export const L2_NORM_KERNELS = ['l2_norm_f32', 'l2_norm_f16', 'l2_norm_bf16'] as const;
 /** Threads per row the op uses at most. */
 export const L2_NORM_MAX_THREADS = 256;
@@ -83,7 +86,7 @@ export function l2NormThreadgroup(dim: number): { threads: number; sharedBytes: 
 export function l2Norm(enc: Encoder, args: L2NormBuffers & L2NormParams): void {
   const dt = validateL2Norm(args, args);
   const registry = enc.device.kernels;
-  registry.register(L2_NORM_FAMILY, { metal: src }, L2_NORM_KERNELS);
+  registry.register(L2_NORM_FAMILY, L2_NORM_SOURCES, L2_NORM_KERNELS);
   const { threads, sharedBytes } = l2NormThreadgroup(args.dim);
   enc.dispatch(
     registry.pipeline(`l2_norm_${dt}`),

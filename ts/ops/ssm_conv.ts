@@ -1,8 +1,9 @@
 // ssm_conv: causal depthwise conv1d over the last KS tokens with a rolling
 // state (Qwen3.5/3.6 linear attention's short conv), prefill and decode.
-// Kernels: shaders/ssm_conv.metal.
+// Kernels: shaders/ssm_conv.metal and shaders/cuda/ssm_conv.cu.
 
 import src from '../../shaders/ssm_conv.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/ssm_conv.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
@@ -10,6 +11,8 @@ import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, 
 import { packFields, type ParamField } from './fused_norm.ts';
 
 export const SSM_CONV_FAMILY = 'ssm_conv';
+/** The family's kernel sources by backend, as registered by every dispatch. */
+export const SSM_CONV_SOURCES = { metal: src, cuda: cudaSrc } as const;
 export const SSM_CONV_KERNELS = ['ssm_conv_f32', 'ssm_conv_bf16', 'ssm_conv_bf16_wf32'] as const;
 type Kernel = (typeof SSM_CONV_KERNELS)[number];
 
@@ -112,7 +115,7 @@ export function ssmConvGrid(p: Pick<SsmConvParams, 'b' | 't' | 'c'>): [number, n
 
 function dispatch(enc: Encoder, kernel: Kernel, p: SsmConvParams, buf: SsmConvBuffers): void {
   const registry = enc.device.kernels;
-  registry.register(SSM_CONV_FAMILY, { metal: src }, SSM_CONV_KERNELS);
+  registry.register(SSM_CONV_FAMILY, SSM_CONV_SOURCES, SSM_CONV_KERNELS);
   const hasState = buf.state !== undefined;
   enc.dispatch(
     registry.pipeline(kernel),

@@ -360,7 +360,20 @@ static void test_moe(Rng& rng) {
   struct Case { uint32_t tokens, e, k; int kind; };  // kind 0 continuous, 1 ties, 2 with -inf rows
   vector<Case> cases = {{1, 1, 1, 0}, {5, 8, 2, 0}, {7, 60, 4, 1}, {3, 64, 8, 2}, {1, 128, 1, 0}, {64, 512, 8, 1},
                         {3, 257, 16, 0}, {2, 1000, 40, 1}, {2, 5, 5, 1}, {3, 33, 33, 2}, {2, 8128, 8, 0}, {2, 300, 300, 1},
-                        {4, 512, 8, 2}};
+                        {4, 512, 8, 2}, {9, 1024, 32, 0}, {5, 1025, 8, 0}, {3, 100, 32, 1}, {11, 512, 8, 0},
+                        {1, 2, 2, 0}, {13, 40, 20, 1}, {6, 1024, 8, 2}, {3, 512, 33, 0}, {17, 256, 8, 1}};
+  // the op's cuda geometry (ts/ops/moe_routing.ts): one warp per token when
+  // experts <= 1024 and top_k <= 32, else one block per token
+  auto launch = [&](bool single, uint32_t T, uint32_t E, uint32_t K, Buf& bl, Buf& ids, Buf& wts, Buf& bs) {
+    uint32_t p[3] = {E, K, T};
+    const bool warp = E <= 1024 && K <= 32;
+    const uint32_t wpb = single ? 1 : 8;
+    Dispatch d(pipe(F, single ? "fused_moe_routing_f32" : "fused_moe_routing_batch_f32", g_dir),
+               warp ? (T + wpb - 1) / wpb : T, 1, 1, warp ? 32 * wpb : std::min(256u, next_pow2(E)));
+    d.buf(0, bl).buf(1, ids).buf(2, wts).buf(3, bs).bytes(4, p, 12);
+    if (!warp) d.tg(0, (E * 4 + 15) / 16 * 16);
+    d.record();
+  };
   for (const Case& c : cases) {
     for (int single = 0; single < 2; ++single) {
       if (single && c.tokens != 1 && !(c.e == 8 && c.k == 2)) continue;
@@ -374,10 +387,8 @@ static void test_moe(Rng& rng) {
       for (auto& x : sc) x = float(rng.uni(0.5, 2));
       Buf bl = upload(lg), bs = upload(sc), ids(T * c.k * 4), wts(T * c.k * 4);
       ids.poison(); wts.poison();
-      uint32_t threads = std::min(256u, next_pow2(c.e));
-      uint32_t p[2] = {c.e, c.k};
-      Dispatch d(pipe(F, single ? "fused_moe_routing_f32" : "fused_moe_routing_batch_f32", g_dir), T, 1, 1, threads);
-      d.buf(0, bl).buf(1, ids).buf(2, wts).buf(3, bs).bytes(4, p, 8).tg(0, (c.e * 4 + 15) / 16 * 16).record();
+      const uint32_t threads = c.e <= 1024 && c.k <= 32 ? (single ? 32 : 256) : std::min(256u, next_pow2(c.e));
+      launch(single, T, c.e, c.k, bl, ids, wts, bs);
       commit_wait();
       auto gi = ids.read<uint32_t>(T * c.k);
       auto gw = wts.read<float>(T * c.k);
@@ -412,11 +423,15 @@ static void test_moe(Rng& rng) {
     vector<float> lg(T * E), sc(E, 1.0f);
     for (auto& x : lg) x = float(rng.normal());
     Buf bl = upload(lg), bs = upload(sc), ids(T * K * 4), wts(T * K * 4);
-    uint32_t p[2] = {E, K};
-    auto fn = [&] { Dispatch d(pipe(F, "fused_moe_routing_batch_f32", g_dir), T, 1, 1, 256); d.buf(0, bl).buf(1, ids).buf(2, wts).buf(3, bs).bytes(4, p, 8).tg(0, E * 4).record(); };
+    auto fn = [&] { launch(false, T, E, K, bl, ids, wts, bs); };
     double t = time_ns(fn, 20);
     char line[200];
     snprintf(line, sizeof line, "fused_moe_routing_batch_f32 8192 tokens x 512 experts top-8: %.2f us (%.0f GB/s of logits)", t / 1e3, 4.0 * T * E / t);
+    perf(line);
+    Buf l1 = upload(vector<float>(lg.begin(), lg.begin() + E)), i1(K * 4), w1(K * 4);
+    auto f1 = [&] { launch(true, 1, E, K, l1, i1, w1, bs); };
+    t = time_ns(f1, 200);
+    snprintf(line, sizeof line, "fused_moe_routing_f32 1 token x 512 experts top-8: %.2f us per dispatch (200 in one commit)", t / 1e3);
     perf(line);
   }
 }
@@ -490,12 +505,23 @@ static void test_cumsum(Rng& rng) {
 // ---------------------------------------------------------------- flash_attn_vec
 struct FavP { uint32_t n_heads, n_kv_heads, head_dim, kv_seq_len, kv_capacity; float scale; uint32_t mask_type, sliding_window; float softcap; uint32_t nwg; };
 
+// The op's cuda grid x (ts/ops/flash_attn_vec.ts flashAttnVecCudaHeadBlocks).
+static uint32_t fav_head_blocks(uint32_t batch, uint32_t nh, uint32_t nkv, uint32_t D, uint32_t kv_bytes, uint32_t nwg) {
+  const uint32_t group = nh / nkv, slices = D * kv_bytes / 512;
+  uint32_t hpb = std::min(group, 8 / slices);
+  while (hpb > 1 && (group + hpb - 1) / hpb * nkv * batch * nwg < 128) hpb = (hpb + 1) / 2;
+  return (group + hpb - 1) / hpb;
+}
+static const uint32_t FAV_CUDA_THREADS = 128, FAV_CUDA_TG = 4 * 32 * 768;
+
 static void test_fav(Rng& rng) {
   const char* F = "flash_attn_vec";
   struct Case { uint32_t batch, nh, nkv, n, cap, mask, win; float softcap; uint32_t nwg; };
   vector<Case> cases = {{1, 4, 1, 1, 4, 0, 0, 0, 1}, {2, 8, 2, 100, 128, 1, 0, 0, 1}, {1, 8, 4, 1000, 1024, 2, 300, 30, 8},
                         {2, 4, 4, 33, 40, 0, 0, 0, 32}, {1, 16, 2, 4097, 4100, 1, 0, 0, 16}, {1, 2, 1, 64, 64, 2, 1, 0, 3},
-                        {3, 6, 3, 257, 300, 2, 500, 50, 5}, {1, 2, 2, 31, 31, 0, 0, 10, 2}};
+                        {3, 6, 3, 257, 300, 2, 500, 50, 5}, {1, 2, 2, 31, 31, 0, 0, 10, 2},
+                        {1, 16, 2, 2049, 2100, 1, 0, 0, 32}, {2, 16, 1, 700, 700, 2, 130, 0, 4}, {1, 6, 2, 77, 80, 0, 0, 20, 1},
+                        {1, 5, 1, 3000, 3001, 1, 0, 0, 7}, {2, 16, 2, 1, 2, 0, 0, 0, 32}};
   for (int f16 = 0; f16 < 2; ++f16)
     for (uint32_t D : {256u, 512u})
       for (const Case& c : cases) {
@@ -526,8 +552,8 @@ static void test_fav(Rng& rng) {
         const float scale = float(1.0 / std::sqrt(double(D)));
         FavP p{c.nh, c.nkv, D, c.n, c.cap, scale, c.mask, c.mask == 2 ? c.win : 0, c.softcap, c.nwg};
         string kn = string(f16 ? "flash_attn_vec_f16kv_dk" : "flash_attn_vec_dk") + std::to_string(D);
-        Dispatch d(pipe(F, kn, g_dir), 1, c.nh, c.batch * c.nwg, 32);
-        d.val(0, p).buf(1, bq).buf(2, bk).buf(3, bv).buf(4, c.nwg == 1 ? out : tmp).tg(0, (32 * 33 + 32) * 4).record();
+        Dispatch d(pipe(F, kn, g_dir), fav_head_blocks(c.batch, c.nh, c.nkv, D, f16 ? 2 : 4, c.nwg), c.nkv, c.batch * c.nwg, FAV_CUDA_THREADS);
+        d.val(0, p).buf(1, bq).buf(2, bk).buf(3, bv).buf(4, c.nwg == 1 ? out : tmp).tg(0, FAV_CUDA_TG).record();
         if (c.nwg > 1) {
           barrier();
           uint32_t nrows = rows, nwg = c.nwg;
@@ -559,24 +585,31 @@ static void test_fav(Rng& rng) {
         snprintf(tag, sizeof tag, "%s batch=%u heads=%u/%u n=%u cap=%u mask=%u win=%u softcap=%g nwg=%u", kn.c_str(), c.batch, c.nh, c.nkv, c.n, c.cap, c.mask, c.win, c.softcap, c.nwg);
         check(tag, max_rel(to_d(out.read<float>(rows * D)), want, 0.05 * scale_of(want)), 5e-5);
       }
-  // decode performance, f16 KV, D = 256: 16 heads over 8 kv heads, 8192 positions
-  for (uint32_t nwg : {1u, 8u, 16u, 32u}) {
-    const uint32_t B = 1, NH = 16, NKV = 8, D = 256, N = 8192;
+  // decode performance, f16 KV, D = 256: 16 query heads over 2 KV heads, 32768 positions,
+  // batch 1 and 8; GB/s count each K and V byte once. hb: grid x (0: the op's choice).
+  struct PerfCase { uint32_t B, nwg, hb; };
+  for (PerfCase pc : {PerfCase{1, 32, 0}, PerfCase{1, 32, 1}, PerfCase{1, 16, 0}, PerfCase{1, 1, 0}, PerfCase{8, 32, 0},
+                      PerfCase{8, 8, 0}, PerfCase{8, 32, 2}}) {
+    const uint32_t B = pc.B, NH = 16, NKV = 2, D = 256, N = 32768, nwg = pc.nwg;
+    const uint32_t hb = pc.hb ? pc.hb : fav_head_blocks(B, NH, NKV, D, 2, nwg);
     const size_t kvn = size_t(B) * NKV * N * D;
     vector<uint16_t> hk(kvn);
-    for (auto& x : hk) x = f_to_f16(float(rng.normal()));
-    vector<float> q(B * NH * D, 0.1f);
+    std::mt19937 g32(uint32_t(rng.g()));
+    for (auto& x : hk) x = uint16_t((g32() & 0x83ffu) | 0x3800u);   // +-[0.5, 1)
+    vector<float> q(B * NH * D);
+    for (auto& x : q) x = float(rng.normal());
     Buf bk = upload(hk), bv = upload(hk), bq = upload(q), out(B * NH * D * 4), tmp(size_t(B) * NH * (D + 2) * nwg * 4);
     FavP p{NH, NKV, D, N, N, 0.0625f, 1, 0, 0, nwg};
     uint32_t nrows = B * NH;
     auto fn = [&] {
-      Dispatch d(pipe(F, "flash_attn_vec_f16kv_dk256", g_dir), 1, NH, B * nwg, 32);
-      d.val(0, p).buf(1, bq).buf(2, bk).buf(3, bv).buf(4, nwg == 1 ? out : tmp).tg(0, 4352).record();
+      Dispatch d(pipe(F, "flash_attn_vec_f16kv_dk256", g_dir), hb, NKV, B * nwg, FAV_CUDA_THREADS);
+      d.val(0, p).buf(1, bq).buf(2, bk).buf(3, bv).buf(4, nwg == 1 ? out : tmp).tg(0, FAV_CUDA_TG).record();
       if (nwg > 1) { barrier(); Dispatch r(pipe(F, "flash_attn_vec_reduce_dk256", g_dir), nrows, 1, 1, 32 * nwg); r.val(0, nrows).buf(1, tmp).buf(2, out).val(3, nwg).record(); }
     };
-    double t = time_ns(fn, 20);
-    char line[200];
-    snprintf(line, sizeof line, "flash_attn_vec_f16kv_dk256 B=1 heads=16/8 kv=8192 nwg=%u: %.2f us, %.0f GB/s of K+V (%.0f%% of copy)", nwg, t / 1e3, 2.0 * kvn * 2 / t, 100 * 2.0 * kvn * 2 / t / g_copy_gbs);
+    double t = time_ns(fn, B == 1 ? 20 : 5);
+    char line[220];
+    snprintf(line, sizeof line, "flash_attn_vec_f16kv_dk256 B=%u heads=16/2 kv=32768 nwg=%u grid.x=%u: %.2f us, %.0f GB/s of K+V (%.0f%% of copy)",
+             B, nwg, hb, t / 1e3, 2.0 * kvn * 2 / t, 100 * 2.0 * kvn * 2 / t / g_copy_gbs);
     perf(line);
   }
 }
@@ -695,6 +728,8 @@ static void test_gdn(Rng& rng) {
   }
 }
 
+#include "kernels_test_linear_attn.inc"
+
 // ---------------------------------------------------------------- copy ceiling
 static void measure_copy() {
   const char* src =
@@ -738,8 +773,11 @@ int main(int argc, char** argv) {
   if (s) die("encoder", s);
   std::map<string, std::function<void(Rng&)>> fams = {
       {"fused_norm", test_fused_norm}, {"moe_routing", test_moe}, {"ssm_norm_gate", test_ssm},
-      {"chunk_local_cumsum", test_cumsum}, {"flash_attn_vec", test_fav}, {"gated_delta_net_chunk", test_gdn}};
-  vector<string> order = {"chunk_local_cumsum", "ssm_norm_gate", "fused_norm", "moe_routing", "flash_attn_vec", "gated_delta_net_chunk"};
+      {"chunk_local_cumsum", test_cumsum}, {"flash_attn_vec", test_fav}, {"gated_delta_net_chunk", test_gdn},
+      {"l2_norm", test_l2_norm}, {"compute_g_beta", test_compute_g_beta}, {"ssm_conv", test_ssm_conv},
+      {"gated_delta_net", test_gated_delta_net}};
+  vector<string> order = {"chunk_local_cumsum", "ssm_norm_gate", "fused_norm", "moe_routing", "flash_attn_vec", "gated_delta_net_chunk",
+                         "l2_norm", "compute_g_beta", "ssm_conv", "gated_delta_net"};
   if (argc > 3) order.assign(argv + 3, argv + argc);
   measure_copy();
   uint64_t seed = 1234;
