@@ -96,154 +96,263 @@ __device__ __forceinline__ void tr_step(float (&part)[32], u32 lane) {
     }
 }
 
-template <int D, typename KV>
-__device__ __forceinline__ void attn_main(const FlashAttnVecParams* __restrict__ pp, const float* __restrict__ q,
-                                          const KV* __restrict__ k, const KV* __restrict__ v, float* dst) {
+constexpr int NW = 4;                 // warps per block
+constexpr int RING_LANE_BYTES = 768;  // cp.async ring per lane: NW * 32 * 768 = 98304 bytes per block
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+
+__device__ __forceinline__ void cp_async16(uint4* smem_dst, const void* src, bool fill) {
+    const u32 d = static_cast<u32>(__cvta_generic_to_shared(smem_dst));
+    const int n = fill ? 16 : 0;   // 0: no bytes read, 16 zero bytes written
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// Transpose-reduce of part[0 .. 2*OFF) down to part[0]: afterwards lane l
+// holds index l & (2*OFF - 1), summed over the lanes that agree with l in
+// bits below 2*OFF.
+template <int OFF>
+__device__ __forceinline__ void tr_all(float (&part)[32], u32 lane) {
+    tr_step<OFF>(part, lane);
+    if constexpr (OFF > 1) tr_all<OFF / 2>(part, lane);
+}
+
+// One block: KV head blockIdx.y of batch b, HG query heads of its GQA group
+// (the hpb heads from blockIdx.x * hpb), KV split iwg. The split's tiles of TK
+// positions go to the NW warps in turn; each warp streams its K and V rows
+// through a per-lane cp.async ring (a lane reads back only the 16-byte slices
+// it copied, so no warp barrier is needed), computes the HG * TK partial dots
+// from each K row once, transpose-reduces them (lane l: head (l % P) / TK,
+// position l % TK), runs the online softmax in the log2 domain for all HG
+// heads at once, and accumulates V with each weight broadcast by a shuffle.
+// The warps' (M, S, O) merge through shared memory at the end.
+template <int D, typename KV, int HG>
+__device__ __forceinline__ void attn_group(const FlashAttnVecParams* __restrict__ pp, const float* __restrict__ q,
+                                           const KV* __restrict__ k, const KV* __restrict__ v, float* dst,
+                                           uint4* smem) {
     constexpr int W = 32;
-    constexpr int VEC = 16 / int(sizeof(KV));   // elements per 16-byte load
-    constexpr int CH = D / (W * VEC);           // 16-byte slices per lane per row
-    constexpr int G = 16 / CH;                  // positions per load group
+    constexpr int VEC = 16 / int(sizeof(KV));   // elements per 16-byte slice
+    constexpr int CH = D / (W * VEC);           // slices per lane per row
+    constexpr int TK = (32 / HG) < (8 / CH) ? (32 / HG) : (8 / CH);   // positions per tile
+    constexpr int P = HG * TK;                  // partial dots per lane per tile
+    constexpr int TB = TK * CH * 2;             // 16-byte ring slots per lane per tile (K rows, then V rows)
+    constexpr int STAGES = RING_LANE_BYTES / (TB * 16);
     constexpr int D4 = D / 4;
-    static_assert(CH >= 1 && W % G == 0, "shape");
+    static_assert(CH >= 1 && P <= 32 && (32 % P) == 0 && STAGES >= 2, "shape");
 
     const FlashAttnVecParams p = *pp;
-    const u32 lane = threadIdx.x & 31u;
+    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     const u32 nwg = p.nwg;
-    const u32 head = blockIdx.y;
-    const u32 b = blockIdx.z / nwg;
-    const u32 iwg = blockIdx.z % nwg;
+    const u32 kvh = blockIdx.y;
+    const u32 b = blockIdx.z / nwg, iwg = blockIdx.z % nwg;
     const u32 batch = gridDim.z / nwg;
-    const u32 kvh = head / (p.n_heads / p.n_kv_heads);
-    const u64 row = u64(b) * p.n_heads + head;
+    const u32 group = p.n_heads / p.n_kv_heads;
+    const u32 hpb = (group + gridDim.x - 1) / gridDim.x;
+    const u32 h0 = blockIdx.x * hpb;
+    if (h0 >= group) return;
+    const u32 hcount = min(hpb, group - h0);
+    const u32 head0 = kvh * group + h0;
+    const u64 row0 = u64(b) * p.n_heads + head0;
     const u64 kv0 = (u64(b) * p.n_kv_heads + kvh) * p.kv_capacity * D;
     const KV* kb = k + kv0;
     const KV* vb = v + kv0;
 
-    float qr[CH][VEC], o[CH][VEC];
+    float qr[HG][CH][VEC], o[HG][CH][VEC];
 #pragma unroll
-    for (int c = 0; c < CH; ++c) {
-        const float* qp = q + row * D + (c * W + lane) * VEC;
+    for (int h = 0; h < HG; ++h) {
 #pragma unroll
-        for (int j = 0; j < VEC; j += 4) {
-            const float4 t = __ldg(reinterpret_cast<const float4*>(qp + j));
-            qr[c][j] = t.x; qr[c][j + 1] = t.y; qr[c][j + 2] = t.z; qr[c][j + 3] = t.w;
+        for (int c = 0; c < CH; ++c) {
+            const float* qp = q + (row0 + h) * D + (c * W + lane) * VEC;
+#pragma unroll
+            for (int j = 0; j < VEC; j += 4) {
+                const float4 t = u32(h) < hcount ? __ldg(reinterpret_cast<const float4*>(qp + j))
+                                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+                qr[h][c][j] = t.x; qr[h][c][j + 1] = t.y; qr[h][c][j + 2] = t.z; qr[h][c][j + 3] = t.w;
+            }
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) o[h][c][j] = 0.0f;
         }
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) o[c][j] = 0.0f;
     }
 
     const u32 n = p.kv_seq_len;
     u32 lo = 0;
     if (p.mask_type == 2u && p.sliding_window > 0u && n > p.sliding_window) lo = n - p.sliding_window;
     const bool capped = p.softcap > 0.0f;
+    const float scale2 = capped ? p.scale : p.scale * LOG2E;
 
-    float M = -FLT_MAX_F / 2;   // running max of the visible scores
-    float S = 0.0f;             // running sum of exp(s - M)
-    const u32 nblk = (n + W - 1) / W;
-    for (u32 blk = iwg; blk < nblk; blk += nwg) {
-        const u32 base = blk * W;
-        if (base + W <= lo) continue;          // the whole block lies before the window
-        const u32 beg = max(base, lo) - base;  // visible slots [beg, end)
-        const u32 end = min(base + W, n) - base;
+    // Tiles [t_beg, t_end) hold the visible positions; split iwg takes a contiguous share.
+    const u32 t_beg = lo / TK, t_end = (n + TK - 1) / TK;
+    const u32 ntiles = t_end - t_beg;
+    const u32 per = (ntiles + nwg - 1) / nwg;
+    const u32 s_beg = t_beg + min(ntiles, iwg * per);
+    const u32 s_end = t_beg + min(ntiles, (iwg + 1) * per);
+    const u32 my_n = s_beg + warp < s_end ? (s_end - s_beg - warp + NW - 1) / NW : 0u;
+
+    uint4* ring = smem + u32(warp) * STAGES * TB * 32 + lane;
+    auto issue = [&](u32 i) {
+        if (i < my_n) {
+            uint4* sp = ring + (i % STAGES) * TB * 32;
+            const u32 t = s_beg + warp + i * NW;
+#pragma unroll
+            for (int j = 0; j < TK; ++j) {
+                const u32 key = t * TK + j;
+                const bool vis = key >= lo && key < n;
+                const u64 roff = u64(vis ? key : lo) * D;
+#pragma unroll
+                for (int c = 0; c < CH; ++c) {
+                    const u64 off = roff + (c * W + lane) * VEC;
+                    cp_async16(sp + (j * CH + c) * 32, kb + off, vis);
+                    cp_async16(sp + (TK * CH + j * CH + c) * 32, vb + off, vis);
+                }
+            }
+        }
+        cp_async_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) issue(u32(s));
+
+    const u32 idx = lane % P;       // this lane's (head, position) after the transpose-reduce
+    const u32 jj = idx % TK;
+    float M = -FLT_MAX_F / 2;       // running max (log2 domain) of this lane's head
+    float S = 0.0f;                 // running sum of exp2(s - M)
+    for (u32 i = 0; i < my_n; ++i) {
+        cp_async_wait<STAGES - 2>();   // this lane's copies of tile i have landed
+        issue(i + STAGES - 1);         // into the slot of tile i - 1, already consumed
+        const uint4* tp = ring + (i % STAGES) * TB * 32;
+        const u32 t = s_beg + warp + i * NW;
 
         float part[32];
 #pragma unroll
-        for (int g0 = 0; g0 < W; g0 += G) {
-            uint4 kr[G][CH];
+        for (int x = 0; x < P; ++x) part[x] = 0.0f;
 #pragma unroll
-            for (int gi = 0; gi < G; ++gi) {
-                const u32 c_pos = g0 + gi;
-                const bool vis = c_pos >= beg && c_pos < end;
+        for (int j = 0; j < TK; ++j) {
 #pragma unroll
-                for (int c = 0; c < CH; ++c) {
-                    kr[gi][c] = vis ? load16(kb + u64(base + c_pos) * D + (c * W + lane) * VEC)
-                                     : make_uint4(0u, 0u, 0u, 0u);
+            for (int c = 0; c < CH; ++c) {
+                float kf[VEC];
+                unpack(tp[(j * CH + c) * 32], kf, k);
+#pragma unroll
+                for (int h = 0; h < HG; ++h) {
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) part[h * TK + j] = fmaf(kf[e], qr[h][c][e], part[h * TK + j]);
                 }
-            }
-#pragma unroll
-            for (int gi = 0; gi < G; ++gi) {
-                float acc = 0.0f;
-#pragma unroll
-                for (int c = 0; c < CH; ++c) {
-                    float kf[VEC];
-                    unpack(kr[gi][c], kf, k);
-#pragma unroll
-                    for (int j = 0; j < VEC; ++j) acc = fmaf(kf[j], qr[c][j], acc);
-                }
-                part[g0 + gi] = acc;
             }
         }
-        tr_step<16>(part, lane);
-        tr_step<8>(part, lane);
-        tr_step<4>(part, lane);
-        tr_step<2>(part, lane);
-        tr_step<1>(part, lane);
-        float s = part[0] * p.scale;           // lane c: score of slot c
-        if (capped) s = p.softcap * tanhf(s / p.softcap);
-        const bool visible = lane >= beg && lane < end;
-        const float m_new = fmaxf(M, warp_max(visible ? s : -FLT_MAX_F));
-        const float alpha = expf(M - m_new);
-        const float e = visible ? expf(s - m_new) : 0.0f;
-        S = S * alpha + warp_sum(e);
+        if constexpr (P > 1) tr_all<P / 2>(part, lane);
+        float sc = part[0];
+#pragma unroll
+        for (int off = P; off < 32; off <<= 1) sc += __shfl_xor_sync(FULL, sc, off);
+        const u32 key = t * TK + jj;
+        const bool vis = key >= lo && key < n;
+        float s2 = sc * scale2;
+        if (capped) s2 = p.softcap * tanhf(s2 / p.softcap) * LOG2E;
+        s2 = vis ? s2 : -FLT_MAX_F;
+        float mt = s2;
+#pragma unroll
+        for (int off = 1; off < TK; off <<= 1) mt = fmaxf(mt, __shfl_xor_sync(FULL, mt, off));
+        const float m_new = fmaxf(M, mt);
+        const float alpha = exp2f(M - m_new);
+        const float e = vis ? exp2f(s2 - m_new) : 0.0f;
+        float es = e;
+#pragma unroll
+        for (int off = 1; off < TK; off <<= 1) es += __shfl_xor_sync(FULL, es, off);
+        S = S * alpha + es;
         M = m_new;
 #pragma unroll
-        for (int c = 0; c < CH; ++c) {
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) o[c][j] *= alpha;
-        }
-#pragma unroll
-        for (int g0 = 0; g0 < W; g0 += G) {
-            uint4 vr[G][CH];
-#pragma unroll
-            for (int gi = 0; gi < G; ++gi) {
-                const u32 c_pos = g0 + gi;
-                const bool vis = c_pos >= beg && c_pos < end;
+        for (int h = 0; h < HG; ++h) {
+            const float a = __shfl_sync(FULL, alpha, h * TK);
+            if (a != 1.0f) {   // the same for every lane
 #pragma unroll
                 for (int c = 0; c < CH; ++c) {
-                    vr[gi][c] = vis ? load16(vb + u64(base + c_pos) * D + (c * W + lane) * VEC)
-                                     : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+                    for (int x = 0; x < VEC; ++x) o[h][c][x] *= a;
                 }
             }
+        }
 #pragma unroll
-            for (int gi = 0; gi < G; ++gi) {
-                const float ec = __shfl_sync(FULL, e, g0 + gi);
+        for (int j = 0; j < TK; ++j) {
+            float w[HG];
 #pragma unroll
-                for (int c = 0; c < CH; ++c) {
-                    float vf[VEC];
-                    unpack(vr[gi][c], vf, v);
+            for (int h = 0; h < HG; ++h) w[h] = __shfl_sync(FULL, e, h * TK + j);
 #pragma unroll
-                    for (int j = 0; j < VEC; ++j) o[c][j] = fmaf(ec, vf[j], o[c][j]);
+            for (int c = 0; c < CH; ++c) {
+                float vf[VEC];
+                unpack(tp[(TK * CH + j * CH + c) * 32], vf, v);
+#pragma unroll
+                for (int h = 0; h < HG; ++h) {
+#pragma unroll
+                    for (int x = 0; x < VEC; ++x) o[h][c][x] = fmaf(w[h], vf[x], o[h][c][x]);
                 }
             }
         }
     }
+    cp_async_wait<0>();
+    __syncthreads();   // every warp is done with its ring: the shared memory becomes the merge area
 
-    if (nwg == 1) {
-        const float inv = (S == 0.0f) ? 0.0f : 1.0f / S;
+    float* ms = reinterpret_cast<float*>(smem);   // [NW][HG] (M, S)
+    float* ov = ms + NW * HG * 2;                 // [NW][HG][D]
+    if (lane < u32(P) && jj == 0) {
+        const u32 h = idx / TK;
+        ms[(warp * HG + h) * 2] = M;
+        ms[(warp * HG + h) * 2 + 1] = S;
+    }
+#pragma unroll
+    for (int h = 0; h < HG; ++h) {
 #pragma unroll
         for (int c = 0; c < CH; ++c) {
-            float* op = dst + row * D + (c * W + lane) * VEC;
+            float* op = ov + (warp * HG + h) * D + (c * W + lane) * VEC;
 #pragma unroll
-            for (int j = 0; j < VEC; j += 4) {
-                *reinterpret_cast<float4*>(op + j) =
-                    make_float4(o[c][j] * inv, o[c][j + 1] * inv, o[c][j + 2] * inv, o[c][j + 3] * inv);
+            for (int x = 0; x < VEC; x += 4)
+                *reinterpret_cast<float4*>(op + x) = make_float4(o[h][c][x], o[h][c][x + 1], o[h][c][x + 2], o[h][c][x + 3]);
+        }
+    }
+    __syncthreads();
+
+    const u64 nrows = u64(batch) * p.n_heads;
+    for (u32 x = threadIdx.x; x < hcount * D4; x += NW * 32) {
+        const u32 h = x / D4, f = x % D4;
+        float m = -FLT_MAX_F;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) m = fmaxf(m, ms[(w * HG + h) * 2]);
+        float st = 0.0f;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+            const float g = exp2f(ms[(w * HG + h) * 2] - m);
+            st += ms[(w * HG + h) * 2 + 1] * g;
+            const float4 y = *reinterpret_cast<const float4*>(ov + (w * HG + h) * D + f * 4);
+            acc.x += y.x * g; acc.y += y.y * g; acc.z += y.z * g; acc.w += y.w * g;
+        }
+        const u64 row = row0 + h;
+        if (nwg == 1) {
+            const float inv = (st == 0.0f) ? 0.0f : 1.0f / st;
+            reinterpret_cast<float4*>(dst)[row * D4 + f] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+        } else {
+            reinterpret_cast<float4*>(dst)[(row * D4 + f) * nwg + iwg] = acc;
+            if (f == 0) {
+                float* sm = dst + nrows * D * nwg + row * 2 * nwg + 2 * iwg;
+                sm[0] = st;
+                sm[1] = m * LN2;
             }
         }
-    } else {
-        float4* t4 = reinterpret_cast<float4*>(dst) + row * D4 * nwg;
-#pragma unroll
-        for (int c = 0; c < CH; ++c) {
-#pragma unroll
-            for (int j = 0; j < VEC; j += 4) {
-                const u64 f = ((c * W + lane) * VEC + j) / 4;
-                t4[f * nwg + iwg] = make_float4(o[c][j], o[c][j + 1], o[c][j + 2], o[c][j + 3]);
-            }
-        }
-        if (lane == 0) {
-            const u64 nrows = u64(batch) * p.n_heads;
-            float* sm = dst + nrows * D * nwg + row * 2 * nwg + 2 * iwg;
-            sm[0] = S;
-            sm[1] = M;
+    }
+}
+
+template <int D, typename KV>
+__device__ __forceinline__ void attn_main(const FlashAttnVecParams* p, const float* q, const KV* k, const KV* v,
+                                          float* dst) {
+    extern __shared__ uint4 smem[];
+    constexpr int CH = D * int(sizeof(KV)) / (32 * 16);
+    constexpr int HMAX = 8 / CH;
+    const u32 group = p->n_heads / p->n_kv_heads;
+    const u32 hpb = (group + gridDim.x - 1) / gridDim.x;
+    if (hpb <= 1u) attn_group<D, KV, 1>(p, q, k, v, dst, smem);
+    else if (hpb <= 2u) attn_group<D, KV, 2>(p, q, k, v, dst, smem);
+    else if constexpr (HMAX >= 4) {
+        if (hpb <= 4u) attn_group<D, KV, 4>(p, q, k, v, dst, smem);
+        else if constexpr (HMAX >= 8) {
+            if (hpb <= 8u) attn_group<D, KV, 8>(p, q, k, v, dst, smem);
         }
     }
 }
@@ -280,20 +389,20 @@ __device__ __forceinline__ void attn_combine(const FlashAttnVecReduceParams* p, 
 }  // namespace
 
 // buffer(0) params, (1) q, (2) k, (3) v, (4) dst; threadgroup(0) 4352 bytes (unused).
-extern "C" __global__ void __launch_bounds__(32) flash_attn_vec_dk256(const FlashAttnVecParams* p, const float* q,
+extern "C" __global__ void __launch_bounds__(128, 2) flash_attn_vec_dk256(const FlashAttnVecParams* p, const float* q,
                                                                       const float* k, const float* v, float* dst) {
     attn_main<256, float>(p, q, k, v, dst);
 }
-extern "C" __global__ void __launch_bounds__(32) flash_attn_vec_dk512(const FlashAttnVecParams* p, const float* q,
+extern "C" __global__ void __launch_bounds__(128, 2) flash_attn_vec_dk512(const FlashAttnVecParams* p, const float* q,
                                                                       const float* k, const float* v, float* dst) {
     attn_main<512, float>(p, q, k, v, dst);
 }
-extern "C" __global__ void __launch_bounds__(32) flash_attn_vec_f16kv_dk256(const FlashAttnVecParams* p,
+extern "C" __global__ void __launch_bounds__(128, 2) flash_attn_vec_f16kv_dk256(const FlashAttnVecParams* p,
                                                                             const float* q, const __half* k,
                                                                             const __half* v, float* dst) {
     attn_main<256, __half>(p, q, k, v, dst);
 }
-extern "C" __global__ void __launch_bounds__(32) flash_attn_vec_f16kv_dk512(const FlashAttnVecParams* p,
+extern "C" __global__ void __launch_bounds__(128, 2) flash_attn_vec_f16kv_dk512(const FlashAttnVecParams* p,
                                                                             const float* q, const __half* k,
                                                                             const __half* v, float* dst) {
     attn_main<512, __half>(p, q, k, v, dst);

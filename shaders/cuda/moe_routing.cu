@@ -2,28 +2,43 @@
 //   u[e]      = exp(logit[e] - max)          (all 0 when every logit is -inf)
 //   ids       = the top_k experts by u, largest first; equal values in
 //               increasing expert index
-//   weight[k] = u[ids[k]] / (sum_j u[ids[j]]) * per_expert_scale[ids[k]],
-//               the sum taken in slot order; 0 when that sum is not positive
+//   weight[k] = u[ids[k]] / (sum_j u[ids[j]]) * per_expert_scale[ids[k]];
+//               0 when that sum is not positive
 // (u ranks and renormalizes as the softmax does: the full-softmax division
-// cancels.)
+// cancels.) The params carry n_tokens after the Metal fields (the op packs
+// 12 bytes for cuda).
 //
-// One block per token (grid (n_tokens, 1, 1)), any blockDim.x in [1, 1024]
-// (the op uses min(256, nextPow2(num_experts))); dynamic shared memory holds
-// num_experts floats (u). Thread tid owns experts tid, tid + blockDim.x, ...
+// Two paths, chosen from the params alone (warp_path), so ts/ops picks the
+// matching grid:
 //
-// Top-k in two levels when warps * top_k <= MAX_CAND: each warp finds the
-// top_k of its own experts by top_k rounds of a warp arg-max (no block
-// barriers), then warp 0 takes the top_k of those candidates the same way.
+// Warp path (num_experts <= 1024, top_k <= 32): one warp per token, the batch
+// kernel with blocks of up to 8 warps (the op: 256 threads, grid
+// ceil(n_tokens / 8)), the single-token kernel with one warp. Lane l holds u of
+// experts l, l + 32, ... in registers. T = the top_k-th largest of the 32 lane
+// maxima bounds the top_k-th largest u from below (the top_k lanes with the
+// largest maxima give top_k distinct experts >= T), so every winner has
+// u >= T. The candidates (u >= T, usually top_k to ~2 top_k of them) go to
+// shared memory; when there are at most 32, lane i takes candidate i, counts
+// the candidates ranked before it (value descending, index ascending) and
+// writes slot `rank` if rank < top_k. More than 32 candidates (heavy ties, an
+// all -inf row) take top_k rounds of a warp arg-max over the candidates.
+//
+// Block path (the rest): one block per token (grid (n_tokens, 1, 1)), any
+// blockDim.x in [1, 1024] (the op uses min(256, nextPow2(num_experts)));
+// dynamic shared memory holds num_experts floats (u). Thread tid owns experts
+// tid, tid + blockDim.x, ... Top-k in two levels when warps * top_k <=
+// MAX_CAND: each warp finds the top_k of its own experts by top_k rounds of a
+// warp arg-max, then warp 0 takes the top_k of those candidates the same way.
 // A round takes the best element strictly after the previous winner in the
-// total order (value descending, index ascending), so nothing is marked and
-// the winners are distinct. Every global top-k expert is in its warp's top-k,
-// so the result is exact. Larger top_k use top_k rounds of a block arg-max.
+// total order, so nothing is marked and the winners are distinct. Larger top_k
+// use top_k rounds of a block arg-max.
 
 typedef unsigned int u32;
 
 struct FusedMoeRoutingParams {
     u32 num_experts;
     u32 top_k;
+    u32 n_tokens;   // read by the batch kernel's warp path
 };
 
 namespace {
@@ -212,21 +227,190 @@ __device__ void route_token(const float* logits, u32* expert_ids, float* routing
     }
 }
 
+// ---- warp path
+
+constexpr u32 WARP_MAX_EXPERTS = 1024;
+constexpr u32 WARP_MAX_TOP_K = 32;
+constexpr u32 WARPS_PER_BLOCK_MAX = 8;
+constexpr u32 FULL = 0xffffffffu;
+
+__device__ __forceinline__ bool warp_path(u32 num_experts, u32 top_k) {
+    return num_experts <= WARP_MAX_EXPERTS && top_k <= WARP_MAX_TOP_K;
+}
+
+__device__ __forceinline__ float warp_max_all(float v) {
+#pragma unroll
+    for (u32 o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
+    return v;
+}
+__device__ __forceinline__ float warp_sum_all(float v) {
+#pragma unroll
+    for (u32 o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+    return v;
+}
+
+// Lane l holds u of experts j * 32 + l (j < PER); absent experts hold -1,
+// below every u. cand: this warp's 32 shared-memory slots.
+template <int PER>
+__device__ __forceinline__ void route_warp(const float* __restrict__ logits, u32* __restrict__ expert_ids,
+                                           float* __restrict__ routing_weights,
+                                           const float* __restrict__ per_expert_scale, u32 num_experts, u32 top_k,
+                                           u32 lane, float2* cand) {
+    float v[PER];
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+        const u32 e = u32(j) * 32u + lane;
+        v[j] = e < num_experts ? __ldg(logits + e) : NEG_INF;
+    }
+    float mx = v[0];
+#pragma unroll
+    for (int j = 1; j < PER; ++j) mx = fmaxf(mx, v[j]);
+    mx = warp_max_all(mx);
+    const bool all_masked = mx == NEG_INF;
+    float lane_max = -1.0f;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+        const u32 e = u32(j) * 32u + lane;
+        const float u = e < num_experts ? (all_masked ? 0.0f : expf(v[j] - mx)) : -1.0f;
+        v[j] = u;
+        lane_max = fmaxf(lane_max, u);
+    }
+
+    // Bitonic sort of the lane maxima, descending across lanes.
+    float t = lane_max;
+#pragma unroll
+    for (u32 k = 2; k <= 32; k <<= 1) {
+#pragma unroll
+        for (u32 j = k >> 1; j > 0; j >>= 1) {
+            const float o = __shfl_xor_sync(FULL, t, j);
+            const bool descending = (lane & k) == 0;
+            const bool lower = (lane & j) == 0;
+            t = (lower == descending) ? fmaxf(t, o) : fminf(t, o);
+        }
+    }
+    const float thr = __shfl_sync(FULL, t, top_k - 1u);   // >= 0: min(num_experts, 32) >= top_k lanes hold an expert
+
+    u32 c = 0;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) c += v[j] >= thr ? 1u : 0u;
+    u32 incl = c;
+#pragma unroll
+    for (u32 o = 1; o < 32; o <<= 1) {
+        const u32 x = __shfl_up_sync(FULL, incl, o);
+        if (lane >= o) incl += x;
+    }
+    const u32 total = __shfl_sync(FULL, incl, 31);
+
+    if (total <= 32u) {
+        u32 pos = incl - c;
+#pragma unroll
+        for (int j = 0; j < PER; ++j) {
+            if (v[j] >= thr) {
+                cand[pos] = make_float2(v[j], __uint_as_float(u32(j) * 32u + lane));
+                ++pos;
+            }
+        }
+        __syncwarp();
+        float cv = -1.0f;
+        u32 ci = NO_INDEX;
+        if (lane < total) {
+            const float2 x = cand[lane];
+            cv = x.x;
+            ci = __float_as_uint(x.y);
+        }
+        u32 rank = 0;
+        for (u32 i = 0; i < total; ++i) {
+            const float2 x = cand[i];
+            rank += ranks_before(x.x, __float_as_uint(x.y), cv, ci) ? 1u : 0u;
+        }
+        __syncwarp();   // cand is free for the warp's next token
+        const bool sel = lane < total && rank < top_k;
+        const float sum = warp_sum_all(sel ? cv : 0.0f);
+        if (sel) {
+            expert_ids[rank] = ci;
+            routing_weights[rank] = sum > 0.0f ? cv / sum * per_expert_scale[ci] : 0.0f;
+        }
+        return;
+    }
+
+    // Many candidates: top_k rounds of a warp arg-max over them; lane r keeps slot r.
+    float prev_v = POS_INF;
+    u32 prev_i = NO_INDEX;
+    float mine_v = 0.0f;
+    u32 mine_i = NO_INDEX;
+    for (u32 r = 0; r < top_k; ++r) {
+        float bv = -2.0f;
+        u32 bi = NO_INDEX;
+#pragma unroll
+        for (int j = 0; j < PER; ++j) {
+            const u32 e = u32(j) * 32u + lane;
+            if (v[j] >= thr && ranks_before(prev_v, prev_i, v[j], e) && ranks_before(v[j], e, bv, bi)) {
+                bv = v[j];
+                bi = e;
+            }
+        }
+#pragma unroll
+        for (u32 o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(FULL, bv, o);
+            const u32 oi = __shfl_xor_sync(FULL, bi, o);
+            if (ranks_before(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+        }
+        if (lane == r) { mine_v = bv; mine_i = bi; }
+        prev_v = bv;
+        prev_i = bi;
+    }
+    const float sum = warp_sum_all(lane < top_k ? mine_v : 0.0f);
+    if (lane < top_k) {
+        expert_ids[lane] = mine_i;
+        routing_weights[lane] = sum > 0.0f ? mine_v / sum * per_expert_scale[mine_i] : 0.0f;
+    }
+}
+
+__device__ __forceinline__ void route_warp_any(const float* logits, u32* expert_ids, float* routing_weights,
+                                               const float* per_expert_scale, u32 num_experts, u32 top_k, u32 lane,
+                                               float2* cand) {
+    if (num_experts <= 32u) route_warp<1>(logits, expert_ids, routing_weights, per_expert_scale, num_experts, top_k, lane, cand);
+    else if (num_experts <= 64u) route_warp<2>(logits, expert_ids, routing_weights, per_expert_scale, num_experts, top_k, lane, cand);
+    else if (num_experts <= 128u) route_warp<4>(logits, expert_ids, routing_weights, per_expert_scale, num_experts, top_k, lane, cand);
+    else if (num_experts <= 256u) route_warp<8>(logits, expert_ids, routing_weights, per_expert_scale, num_experts, top_k, lane, cand);
+    else if (num_experts <= 512u) route_warp<16>(logits, expert_ids, routing_weights, per_expert_scale, num_experts, top_k, lane, cand);
+    else route_warp<32>(logits, expert_ids, routing_weights, per_expert_scale, num_experts, top_k, lane, cand);
+}
+
 }  // namespace
 
 // Single token. buffer(0) logits [num_experts], (1) expert_ids u32 [top_k],
 // (2) routing_weights [top_k], (3) per_expert_scale [num_experts], (4) params.
+// Warp path: warp 0 routes (the op launches one warp); block path: the block.
 extern "C" __global__ void fused_moe_routing_f32(const float* logits, u32* expert_ids, float* routing_weights,
                                                  const float* per_expert_scale, const FusedMoeRoutingParams* p) {
-    route_token(logits, expert_ids, routing_weights, per_expert_scale, p->num_experts, p->top_k);
+    __shared__ float2 cand[32];
+    const u32 e = p->num_experts, k = p->top_k;
+    if (warp_path(e, k)) {
+        if (threadIdx.x >= 32u) return;
+        route_warp_any(logits, expert_ids, routing_weights, per_expert_scale, e, k, threadIdx.x, cand);
+        return;
+    }
+    route_token(logits, expert_ids, routing_weights, per_expert_scale, e, k);
 }
 
-// n_tokens tokens, one block each: logits [n_tokens, num_experts], expert_ids and
+// n_tokens tokens: logits [n_tokens, num_experts], expert_ids and
 // routing_weights [n_tokens, top_k], per_expert_scale [num_experts], params.
-extern "C" __global__ void fused_moe_routing_batch_f32(const float* logits, u32* expert_ids,
+// Warp path: token blockIdx.x * (blockDim.x / 32) + warp, blockDim.x <= 256;
+// block path: token blockIdx.x.
+extern "C" __global__ void __launch_bounds__(256, 3) fused_moe_routing_batch_f32(const float* logits, u32* expert_ids,
                                                        float* routing_weights, const float* per_expert_scale,
                                                        const FusedMoeRoutingParams* p) {
+    __shared__ float2 cand[WARPS_PER_BLOCK_MAX][32];
     const u32 e = p->num_experts, k = p->top_k;
+    if (warp_path(e, k)) {
+        const u32 warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+        const unsigned long long token = (unsigned long long)blockIdx.x * (blockDim.x >> 5) + warp;
+        if (warp >= WARPS_PER_BLOCK_MAX || token >= p->n_tokens) return;
+        route_warp_any(logits + token * e, expert_ids + token * k, routing_weights + token * k, per_expert_scale, e,
+                       k, lane, cand[warp]);
+        return;
+    }
     const unsigned long long token = blockIdx.x;
     route_token(logits + token * e, expert_ids + token * k, routing_weights + token * k, per_expert_scale, e, k);
 }

@@ -25,6 +25,25 @@ export const FLASH_ATTN_VEC_MAX_NWG = 32;
 /** Threadgroup memory of the main kernel: a 32 x 33 f32 transpose scratch and 32 f32 weights. */
 export const FLASH_ATTN_VEC_THREADGROUP_BYTES = (SIMD * (SIMD + 1) + SIMD) * 4;
 const U32_MAX = 0xffff_ffff;
+/** CUDA main kernel: warps per block and the dynamic shared memory (a cp.async ring of 768 bytes per lane). */
+const CUDA_WARPS = 4;
+export const FLASH_ATTN_VEC_CUDA_THREADGROUP_BYTES = CUDA_WARPS * SIMD * 768;
+/** CUDA: fewer blocks than this split a GQA group's query heads over more blocks. */
+const CUDA_MIN_BLOCKS = 128;
+
+/**
+ * CUDA grid x: blocks per GQA group, each taking ceil(group / x) query heads
+ * (at most 8 / (headDim * bytes / 512) of them, the registers' limit), halving
+ * the heads per block while the grid has fewer than CUDA_MIN_BLOCKS blocks.
+ */
+export function flashAttnVecCudaHeadBlocks(p: Pick<FlashAttnVecParams, 'batch' | 'nHeads' | 'nKvHeads' | 'headDim' | 'nwg'>,
+  kvBytes: number): number {
+  const group = p.nHeads / p.nKvHeads;
+  const slices = (p.headDim * kvBytes) / (SIMD * 16);
+  let hpb = Math.min(group, 8 / slices);
+  while (hpb > 1 && Math.ceil(group / hpb) * p.nKvHeads * p.batch * p.nwg < CUDA_MIN_BLOCKS) hpb = Math.ceil(hpb / 2);
+  return Math.ceil(group / hpb);
+}
 
 export type FlashAttnVecMask = 'none' | 'causal' | 'slidingWindow';
 const MASK_CODE: Record<FlashAttnVecMask, number> = { none: 0, causal: 1, slidingWindow: 2 };
@@ -173,6 +192,9 @@ export function validateFlashAttnVec(p: FlashAttnVecParams, bufs: FlashAttnVecBu
  * [B * nHeads, nwg, 2]), and flash_attn_vec_reduce_dk<D> follows after a
  * barrier: bindings 0 FlashAttnVecReduceParams, 1 tmp, 2 out, 3 nwg (u32),
  * grid (B * nHeads, 1, 1), 32 * nwg threads.
+ * On cuda the main kernel reads each K/V row once per block of GQA query
+ * heads: grid (flashAttnVecCudaHeadBlocks, nKvHeads, B * nwg), 128 threads,
+ * threadgroup(0) FLASH_ATTN_VEC_CUDA_THREADGROUP_BYTES; tmp and the reduce as above.
  */
 export function flashAttnVec(enc: Encoder, args: FlashAttnVecParams & FlashAttnVecBuffers): void {
   validateFlashAttnVec(args, args);
@@ -181,15 +203,18 @@ export function flashAttnVec(enc: Encoder, args: FlashAttnVecParams & FlashAttnV
   const d = args.headDim;
   const main = kernels.pipeline(args.k.dtype === 'f16' ? `flash_attn_vec_f16kv_dk${d}` : `flash_attn_vec_dk${d}`);
   const dst = args.nwg === 1 ? args.out : args.tmp!;
+  const cuda = enc.device.backend === 'cuda';
   enc.dispatch(
     main,
     {
       buffers: { 1: args.q, 2: args.k, 3: args.v, 4: dst },
       bytes: { 0: packFlashAttnVecParams(args) },
-      threadgroupMemory: { 0: FLASH_ATTN_VEC_THREADGROUP_BYTES },
+      threadgroupMemory: { 0: cuda ? FLASH_ATTN_VEC_CUDA_THREADGROUP_BYTES : FLASH_ATTN_VEC_THREADGROUP_BYTES },
     },
-    [1, args.nHeads, args.batch * args.nwg],
-    [SIMD, 1, 1],
+    cuda
+      ? [flashAttnVecCudaHeadBlocks(args, args.k.dtype === 'f16' ? 2 : 4), args.nKvHeads, args.batch * args.nwg]
+      : [1, args.nHeads, args.batch * args.nwg],
+    [cuda ? CUDA_WARPS * SIMD : SIMD, 1, 1],
   );
   if (args.nwg === 1) return;
   enc.barrier();
