@@ -184,6 +184,9 @@ struct Worker {
   uint32_t nsimd = 0;
   bool group_failed = false;
   Rng rng{0};
+  // The fiber that last gave control back to the scheduler (not the one the
+  // scheduler resumed when that one handed over to the next: see leave).
+  Fiber* last = nullptr;
 
   // Threadgroup-wide counts (see SimdGroup).
   uint32_t live = 0;          // threads not exited
@@ -203,6 +206,7 @@ struct Worker {
   void run_group(Job* j, uint64_t linear);
   void schedule();
   void resume(Fiber* f);
+  void leave(Fiber* f);
   void after_resume(Fiber* f);
   bool release_simd();
   bool release_simdgroup(SimdGroup& g);
@@ -219,7 +223,7 @@ void fiber_main(void* arg) {
   Fiber* f = static_cast<Fiber*>(arg);
   f->worker->launch->kernel->fn(&f->t);
   f->state = State::Exited;
-  context_switch(&f->ctx, &f->worker->sched);
+  f->worker->leave(f);
   // Never resumed.
 }
 
@@ -247,10 +251,32 @@ void Worker::fail_group(uint32_t thread, const std::string& msg) {
 // The fiber running on this OS thread, for the fault handler.
 thread_local Fiber* tl_running = nullptr;
 
+// A fiber that stops running (parked, exited, preempted) calls this. In the
+// sequential schedule, when it is no longer runnable and the next fiber in
+// index order is, it switches to that one directly: the scheduler's loop
+// would resume exactly that fiber next, and going through the scheduler
+// would cost a second context switch. Otherwise it switches to the scheduler.
+void Worker::leave(Fiber* f) {
+  if (!launch->schedule.random && f->state != State::Runnable && f->index + 1 < nthreads) {
+    Fiber* g = &fibers[f->index + 1];
+    if (g->state == State::Runnable && !group_failed && !job->timed_out.load(std::memory_order_relaxed)) {
+      after_resume(f);
+      tl_running = g;
+      context_switch(&f->ctx, &g->ctx);
+      return;  // resumed by whoever switched back to f, which set tl_running
+    }
+  }
+  last = f;
+  context_switch(&f->ctx, &sched);
+}
+
+// Runs fiber f until control comes back to the scheduler: then `last` is the
+// fiber that gave it back (f, or a later one f handed over to).
 void Worker::resume(Fiber* f) {
   tl_running = f;
   context_switch(&sched, &f->ctx);
   tl_running = nullptr;
+  f = last;
   if (f->state == State::TimedOut) {
     fail_group(f->index, job->timeout_text + "; " + where(f) + " was running kernel code");
     return;
@@ -285,6 +311,7 @@ void fault_handler(int sig, siginfo_t* info, void* uc) {
     f->state = State::Faulted;
     f->fault_signal = sig;
     f->fault_address = info ? info->si_addr : nullptr;
+    f->worker->last = f;
     // SA_NODEFER keeps the signal unblocked although this handler never returns.
     context_switch(&f->ctx, &f->worker->sched);
   }
@@ -338,6 +365,7 @@ void watchdog_handler(int sig, siginfo_t* info, void* uc) {
   if (f && !f->in_hook && f->worker->job && f->worker->job->timed_out.load(std::memory_order_acquire)) {
     tl_running = nullptr;
     f->state = State::TimedOut;
+    f->worker->last = f;
     context_switch(&f->ctx, &f->worker->sched);
   }
   const bool ours = info && info->si_code == SI_TKILL && info->si_pid == getpid();
@@ -570,14 +598,14 @@ void Worker::schedule() {
         Fiber& f = fibers[i];
         while (f.state == State::Runnable && !group_failed) {
           resume(&f);
-          after_resume(&f);
+          after_resume(last);
         }
       }
     } else {
       while (!runnable.empty() && !group_failed) {
         Fiber& f = fibers[pick_random()];
         resume(&f);
-        after_resume(&f);
+        after_resume(last);
       }
     }
     if (!group_failed && job->timed_out.load(std::memory_order_relaxed))
@@ -688,7 +716,7 @@ bool Worker::release_simdgroup(SimdGroup& g) {
 
 inline Fiber* fiber_of(mlxn_emu_thread* t) { return static_cast<Fiber*>(t->runtime); }
 
-inline void park(Fiber* f) { context_switch(&f->ctx, &f->worker->sched); }
+inline void park(Fiber* f) { f->worker->leave(f); }
 
 // Marks the fiber as running runtime code for the duration of a hook.
 struct InHook {
