@@ -12,6 +12,7 @@
 // first chunk, then the totals).
 
 import metalSource from '../../shaders/chunk_gated_delta_rule.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/chunk_gated_delta_rule.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { DType } from '../dtype.ts';
@@ -36,6 +37,8 @@ const CHUNK_O = 'gated_delta_net_chunk_o_bf16';
 export const CHUNK_GATED_DELTA_RULE_KERNELS = [
   CUMSUM, KKT, KKT_BETA_BF16, SOLVE, WU, WU_BETA_BF16, INTER_K64, INTER_K128, INTER_K256, CHUNK_O,
 ] as const;
+/** The family's sources by backend (the cuda file has the same entry points, bindings and grids). */
+export const CHUNK_GATED_DELTA_RULE_SOURCES = { metal: metalSource, cuda: cudaSrc } as const;
 
 /** Tokens per chunk, fixed in every kernel. */
 export const GDR_BT = 64;
@@ -174,7 +177,7 @@ const seqsExpect = (p: GdrStepParams, b: Buffer): Expect => ['seqs', b, 'u32', 2
 
 function registry(enc: Encoder): Encoder['device']['kernels'] {
   const kernels = enc.device.kernels;
-  kernels.register(FAMILY, { metal: metalSource }, CHUNK_GATED_DELTA_RULE_KERNELS);
+  kernels.register(FAMILY, CHUNK_GATED_DELTA_RULE_SOURCES, CHUNK_GATED_DELTA_RULE_KERNELS);
   return kernels;
 }
 

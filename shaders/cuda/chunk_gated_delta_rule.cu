@@ -1,0 +1,734 @@
+// chunk_gated_delta_rule (CUDA): the steps of the chunked gated delta rule
+// forward; entry points, bindings, grids, threads and semantics as
+// shaders/chunk_gated_delta_rule.metal (read its header for the math, the
+// chunk tables and the layouts). Chunks of BT = 64 tokens; the chunk tables
+// are u32 pairs: chunks [nt] (first token, length 1..64), seqs [n_seq + 1]
+// (first token, first chunk; then n_tok, nt). Token-indexed operands are
+// staged in shared memory with the rows past the chunk's length zeroed, so a
+// short chunk never reads past its sequence and every product runs on full
+// tiles. The op binds no threadgroup memory: every kernel uses static shared
+// memory (at most 48 KiB).
+//
+// Tensor cores: mma.sync m16n8k16 bf16 x bf16 -> f32, fragments by ldmatrix
+// from shared rows padded by 16 bytes (8 row addresses of one ldmatrix fall in
+// distinct banks). Fragment names: lane = 4 gq + tq; an m16n8 accumulator
+// holds (row gq, cols 2tq, 2tq+1) in [0], [1] and row gq + 8 in [2], [3].
+//   kkt        k k^T, bf16 operands as the Metal kernel
+//   recompute_wu  Ai (beta exp(g) k) and Ai (beta v) have f32 operands in the
+//              Metal kernel; here each operand is split into bf16 hi + lo and
+//              the product is hi hi + hi lo + lo hi (relative error ~1e-5,
+//              far under the bf16 rounding of w and u)
+//   inter_state  w bf16(h)^T and vg k, as gated_delta_net_chunk.cu
+//   chunk_o    q k^T, q h^T and P v_new; P stays in registers (the C layout of
+//              two m16n8 tiles is the A layout of one m16k16 tile)
+// The tri-solve is f32 forward substitution, one column per thread.
+
+#include <cuda_bf16.h>
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef __nv_bfloat16 bf16;
+
+struct ChunkGatedDeltaRuleParams {
+    u32 n_tok;
+    u32 nt;
+    u32 n_seq;
+    u32 hg;
+    u32 h;
+    u32 k;
+    u32 v;
+    float scale;
+};
+typedef ChunkGatedDeltaRuleParams Params;
+
+namespace {
+
+constexpr u32 BT = 64;   // tokens per chunk
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldsm_x4(const void* p, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(const void* p, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_addr(p)));
+}
+// d += a (16x16 bf16, row) * b (16x8 bf16, col), f32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const u32*>(&h);
+}
+
+// A fragment (16 rows x 16 cols) of a row-major bf16 array at (r0, c0).
+__device__ __forceinline__ void frag_a(u32 (&a)[4], const bf16* base, u32 ld, u32 r0, u32 c0, u32 lane) {
+    ldsm_x4(base + (r0 + (lane & 15u)) * ld + c0 + 8u * (lane >> 4), a[0], a[1], a[2], a[3]);
+}
+// B fragments of two n-tiles (n0, n0 + 8) x 16 k from an array stored [n][k] (k contiguous):
+// b[0], b[1] for n-tile n0, b[2], b[3] for n0 + 8.
+__device__ __forceinline__ void frag_b_nk(u32 (&b)[4], const bf16* base, u32 ld, u32 n0, u32 k0, u32 lane) {
+    const u32 m = lane >> 3, rr = lane & 7u;
+    ldsm_x4(base + (n0 + 8u * (m >> 1) + rr) * ld + k0 + 8u * (m & 1u), b[0], b[1], b[2], b[3]);
+}
+// The same from an array stored [k][n] (n contiguous), by ldmatrix.trans.
+__device__ __forceinline__ void frag_b_kn(u32 (&b)[4], const bf16* base, u32 ld, u32 n0, u32 k0, u32 lane) {
+    const u32 m = lane >> 3, rr = lane & 7u;
+    ldsm_x4_trans(base + (k0 + rr + 8u * (m & 1u)) * ld + n0 + 8u * (m >> 1), b[0], b[1], b[2], b[3]);
+}
+
+// dst[r * ld + c] = src[r * stride + c] for r < len, 0 for r in [len, 64); c < ncols
+// (a multiple of 8, 16-byte aligned rows), 16-byte copies.
+__device__ __forceinline__ void stage_rows(bf16* dst, u32 ld, const bf16* src, u64 stride, u32 ncols, u32 len,
+                                           u32 tid, u32 nth) {
+    const u32 q8 = ncols / 8u;
+    for (u32 e = tid; e < BT * q8; e += nth) {
+        const u32 r = e / q8, q = e % q8;
+        uint4 x = make_uint4(0u, 0u, 0u, 0u);
+        if (r < len) x = __ldg(reinterpret_cast<const uint4*>(src + u64(r) * stride + q * 8u));
+        *reinterpret_cast<uint4*>(dst + r * ld + q * 8u) = x;
+    }
+}
+
+__device__ __forceinline__ float load_beta(const float* b, u64 i) { return b[i]; }
+__device__ __forceinline__ float load_beta(const bf16* b, u64 i) { return __bfloat162float(b[i]); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// chunk_local_cumsum_varlen_g_f32: g_cum[t, h] = sum of g_in[s, h] for s from
+// the chunk's first token through t. Grid (nt, H), 64 threads (one per token):
+// a warp scan by shuffles, then warp 1 adds warp 0's total.
+// Bindings: 0 g_in, 1 g_cum, 2 chunks, 3 params.
+extern "C" __global__ void __launch_bounds__(64)
+chunk_local_cumsum_varlen_g_f32(const float* __restrict__ g_in, float* __restrict__ g_cum,
+                                const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
+    __shared__ float warp_total[2];
+    const uint2 ch = chunks[blockIdx.x];
+    const u32 head = blockIdx.y, i = threadIdx.x, lane = i & 31u, warp = i >> 5;
+    const bool live = i < ch.y;
+    const u64 at = u64(ch.x + i) * pp->h + head;
+    float x = live ? g_in[at] : 0.0f;
+#pragma unroll
+    for (u32 d = 1; d < 32; d <<= 1) {
+        const float y = __shfl_up_sync(0xffffffffu, x, d);
+        if (lane >= d) x += y;
+    }
+    if (lane == 31u) warp_total[warp] = x;
+    __syncthreads();
+    if (warp == 1u) x += warp_total[0];
+    if (live) g_cum[at] = x;
+}
+
+// ---------------------------------------------------------------------------
+// gated_delta_net_kkt_bf16: A[i, j] = beta_i exp(g_i - g_j) k_i . k_j for
+// j < i < len, 0 for the other columns of the chunk's rows (rows past len are
+// not written). Grid (nt, H), 256 threads = 8 warps: warp w owns rows
+// [16 (w / 2), +16) and columns [32 (w % 2), +32) of k k^T; a warp whose
+// columns all lie right of its rows only writes zeros. The chunk's k rows
+// [64][K] are staged whole (K <= 256: 33 KiB).
+// Bindings: 0 k, 1 g (cumsummed), 2 beta, 3 a, 4 chunks, 5 params.
+template <typename BetaT>
+__device__ __forceinline__ void kkt_body(const bf16* __restrict__ k_in, const float* __restrict__ g,
+                                         const BetaT* __restrict__ beta, float* __restrict__ a_out,
+                                         const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
+    constexpr u32 LDK = 256 + 8;
+    __shared__ __align__(16) bf16 ks[BT * LDK];
+    __shared__ float gs[BT], bs[BT];
+    const Params p = *pp;
+    const uint2 ch = chunks[blockIdx.x];
+    const u32 t0 = ch.x, len = ch.y, head = blockIdx.y, K = p.k;
+    const u32 kh = head / (p.h / p.hg);
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
+
+    stage_rows(ks, LDK, k_in + (u64(t0) * p.hg + kh) * K, u64(p.hg) * K, K, len, tid, 256u);
+    if (tid < BT) {
+        const bool live = tid < len;
+        const u64 at = u64(t0 + tid) * p.h + head;
+        gs[tid] = live ? g[at] : 0.0f;
+        bs[tid] = live ? load_beta(beta, at) : 0.0f;
+    }
+    __syncthreads();
+
+    const u32 mt = warp >> 1, c0 = 32u * (warp & 1u), r0 = 16u * mt;
+    float acc[4][4];
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[ni][e] = 0.0f;
+    if (c0 < r0 + 16u) {
+        for (u32 k0 = 0; k0 < K; k0 += 16) {
+            u32 a[4];
+            frag_a(a, ks, LDK, r0, k0, lane);
+#pragma unroll
+            for (int ni = 0; ni < 4; ni += 2) {
+                u32 b[4];
+                frag_b_nk(b, ks, LDK, c0 + 8u * ni, k0, lane);
+                mma_bf16(acc[ni], a, b[0], b[1]);
+                mma_bf16(acc[ni + 1], a, b[2], b[3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const u32 i = r0 + gq + 8u * hr;
+        if (i >= len) continue;
+        const float gi = gs[i], bi = bs[i];
+        float* row = a_out + (u64(t0 + i) * p.h + head) * BT;
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const u32 j = c0 + 8u * ni + 2u * tq;
+            const float x0 = j < i ? bi * expf(gi - gs[j]) * acc[ni][2 * hr] : 0.0f;
+            const float x1 = j + 1u < i ? bi * expf(gi - gs[j + 1]) * acc[ni][2 * hr + 1] : 0.0f;
+            *reinterpret_cast<float2*>(row + j) = make_float2(x0, x1);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+gated_delta_net_kkt_bf16(const bf16* __restrict__ k_in, const float* __restrict__ g, const float* __restrict__ beta,
+                         float* __restrict__ a_out, const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
+    kkt_body<float>(k_in, g, beta, a_out, chunks, pp);
+}
+extern "C" __global__ void __launch_bounds__(256)
+gated_delta_net_kkt_bf16_beta_bf16(const bf16* __restrict__ k_in, const float* __restrict__ g,
+                                   const bf16* __restrict__ beta, float* __restrict__ a_out,
+                                   const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
+    kkt_body<bf16>(k_in, g, beta, a_out, chunks, pp);
+}
+
+// ---------------------------------------------------------------------------
+// chunk_tri_solve_invert_f32: Ai = (I + A)^-1 per chunk, A strictly lower
+// triangular (only j < i < len is read; the rest counts as 0). Grid (nt, H),
+// 64 threads: thread c computes column c of X = Ai in registers, row by row,
+//   X[r, c] = [r == c] - sum_{j < r} A[r, j] X[j, c],
+// which gives X[r, c] = 0 for r < c and 1 at r = c exactly, so every thread
+// runs the same unrolled code. Rows go in blocks of 16: the part of the sum
+// over earlier blocks accumulates 16 rows at once (A read as float4
+// broadcasts), then the block's own triangle. Warp 1's columns (c >= 32) are
+// zero in rows < 32, so it skips those terms. The sums run in ascending j,
+// the order of the Metal kernel. The chunk of A is read whole before any row
+// of Ai is written, so a and ai may be one buffer.
+// Bindings: 0 a, 1 ai, 2 chunks, 3 params.
+extern "C" __global__ void __launch_bounds__(64)
+chunk_tri_solve_invert_f32(const float* a, float* ai, const uint2* __restrict__ chunks,
+                           const Params* __restrict__ pp) {
+    __shared__ __align__(16) float s[BT * BT];
+    const uint2 ch = chunks[blockIdx.x];
+    const u32 t0 = ch.x, len = ch.y, head = blockIdx.y, H = pp->h;
+    const u32 c = threadIdx.x, warp = c >> 5;
+
+    for (u32 e = c; e < BT * BT / 4; e += BT) {
+        const u32 i = e / 16u, j = 4u * (e % 16u);
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i < len && j < i) {
+            x = *reinterpret_cast<const float4*>(a + (u64(t0 + i) * H + head) * BT + j);
+            if (j + 1u >= i) x.y = 0.0f;
+            if (j + 2u >= i) x.z = 0.0f;
+            if (j + 3u >= i) x.w = 0.0f;
+        }
+        *reinterpret_cast<float4*>(s + e * 4u) = x;
+    }
+    __syncthreads();
+
+    float x[BT];
+#pragma unroll
+    for (int I = 0; I < 4; ++I) {
+        if (16u * I + 16u <= 32u * warp) {
+#pragma unroll
+            for (int r = 0; r < 16; ++r) x[16 * I + r] = 0.0f;
+            continue;
+        }
+        float acc[16];
+#pragma unroll
+        for (int r = 0; r < 16; ++r) acc[r] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 16 * I; j += 4) {
+            if (u32(j) + 4u > 32u * warp) {
+#pragma unroll
+                for (int r = 0; r < 16; ++r) {
+                    const float4 av = *reinterpret_cast<const float4*>(s + (16 * I + r) * BT + j);
+                    acc[r] = fmaf(av.x, x[j], acc[r]);
+                    acc[r] = fmaf(av.y, x[j + 1], acc[r]);
+                    acc[r] = fmaf(av.z, x[j + 2], acc[r]);
+                    acc[r] = fmaf(av.w, x[j + 3], acc[r]);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 16; ++r) {
+            const int row = 16 * I + r;
+            float sum = acc[r];
+#pragma unroll
+            for (int jj = 0; jj < r; ++jj) sum = fmaf(s[row * BT + 16 * I + jj], x[16 * I + jj], sum);
+            x[row] = (u32(row) == c ? 1.0f : 0.0f) - sum;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < int(BT); ++i) {
+        if (u32(i) < len) ai[(u64(t0 + i) * H + head) * BT + c] = x[i];
+    }
+}
+
+// ---------------------------------------------------------------------------
+// gated_delta_net_recompute_wu_bf16: per chunk,
+//   w[i] = bf16(sum_j Ai[i, j] beta_j exp(g_j) k_j),  u[i] = bf16(sum_j Ai[i, j] beta_j v_j).
+// Ai is read where j / 8 <= i / 8 (the 8x8 tiles the Metal kernel sums), the
+// scaled rows are formed in f32; both are split into bf16 hi + lo for three
+// tensor-core products. Grid (nt, H), 256 threads = 8 warps: per 64-column
+// slice (K / 64 slices of w, then V / 64 of u) warp w owns rows
+// [16 (w / 2), +16) and columns [32 (w % 2), +32), summing j tiles 0..w / 2.
+// Bindings: 0 k, 1 v, 2 beta, 3 g (cumsummed), 4 ai, 5 w, 6 u, 7 chunks, 8 params.
+template <typename BetaT>
+__device__ __forceinline__ void wu_body(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
+                                        const BetaT* __restrict__ beta, const float* __restrict__ g,
+                                        const float* __restrict__ ai, bf16* __restrict__ w_out,
+                                        bf16* __restrict__ u_out, const uint2* __restrict__ chunks,
+                                        const Params* __restrict__ pp) {
+    constexpr u32 LD = BT + 8;   // 72 bf16 per row
+    __shared__ __align__(16) bf16 ah[BT * LD], al[BT * LD], xh[BT * LD], xl[BT * LD];
+    __shared__ float coef[2 * BT];   // beta exp(g), beta per row
+    const Params p = *pp;
+    const uint2 ch = chunks[blockIdx.x];
+    const u32 t0 = ch.x, len = ch.y, head = blockIdx.y;
+    const u32 H = p.h, K = p.k, V = p.v, kh = head / (H / p.hg);
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
+
+    for (u32 e = tid; e < BT * BT / 4; e += 256u) {
+        const u32 i = e / 16u, j = 4u * (e % 16u);
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i < len && j / 8u <= i / 8u) x = *reinterpret_cast<const float4*>(ai + (u64(t0 + i) * H + head) * BT + j);
+        const float f[4] = {x.x, x.y, x.z, x.w};
+        u32 hp[2], lp[2];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            const __nv_bfloat162 hi = __floats2bfloat162_rn(f[2 * q], f[2 * q + 1]);
+            const float2 hf = __bfloat1622float2(hi);
+            hp[q] = *reinterpret_cast<const u32*>(&hi);
+            lp[q] = pack_bf16(f[2 * q] - hf.x, f[2 * q + 1] - hf.y);
+        }
+        *reinterpret_cast<uint2*>(ah + i * LD + j) = make_uint2(hp[0], hp[1]);
+        *reinterpret_cast<uint2*>(al + i * LD + j) = make_uint2(lp[0], lp[1]);
+    }
+    if (tid < BT) {
+        const bool live = tid < len;
+        const u64 at = u64(t0 + tid) * H + head;
+        const float b = live ? load_beta(beta, at) : 0.0f;
+        coef[tid] = live ? b * expf(g[at]) : 0.0f;
+        coef[BT + tid] = b;
+    }
+
+    const u32 mt = warp >> 1, r0 = 16u * mt, c0 = 32u * (warp & 1u);
+    const u32 nk = K / 64u;
+    for (u32 sl = 0; sl < nk + V / 64u; ++sl) {
+        const bool is_w = sl < nk;
+        const u32 col0 = (is_w ? sl : sl - nk) * 64u;
+        const bf16* src = is_w ? k_in + (u64(t0) * p.hg + kh) * K + col0 : v_in + (u64(t0) * H + head) * V + col0;
+        const u64 src_row = is_w ? u64(p.hg) * K : u64(H) * V;
+        const float* cf = is_w ? coef : coef + BT;
+
+        __syncthreads();   // coef and Ai staged; the previous slice's products are done with xh, xl
+        for (u32 e = tid; e < BT * 8u; e += 256u) {
+            const u32 r = e / 8u, q = e % 8u;
+            uint4 raw = make_uint4(0u, 0u, 0u, 0u);
+            if (r < len) raw = __ldg(reinterpret_cast<const uint4*>(src + u64(r) * src_row + 8u * q));
+            const float c = cf[r];
+            const u32 wd[4] = {raw.x, raw.y, raw.z, raw.w};
+            u32 hp[4], lp[4];
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+                const float2 xf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wd[m]));
+                const float x0 = c * xf.x, x1 = c * xf.y;
+                const __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
+                const float2 hf = __bfloat1622float2(hi);
+                hp[m] = *reinterpret_cast<const u32*>(&hi);
+                lp[m] = pack_bf16(x0 - hf.x, x1 - hf.y);
+            }
+            *reinterpret_cast<uint4*>(xh + r * LD + 8u * q) = make_uint4(hp[0], hp[1], hp[2], hp[3]);
+            *reinterpret_cast<uint4*>(xl + r * LD + 8u * q) = make_uint4(lp[0], lp[1], lp[2], lp[3]);
+        }
+        __syncthreads();
+
+        float acc[4][4];
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[ni][e] = 0.0f;
+        for (u32 jt = 0; jt <= mt; ++jt) {
+            u32 a_h[4], a_l[4];
+            frag_a(a_h, ah, LD, r0, 16u * jt, lane);
+            frag_a(a_l, al, LD, r0, 16u * jt, lane);
+#pragma unroll
+            for (int ni = 0; ni < 4; ni += 2) {
+                u32 b_h[4], b_l[4];
+                frag_b_kn(b_h, xh, LD, c0 + 8u * ni, 16u * jt, lane);
+                frag_b_kn(b_l, xl, LD, c0 + 8u * ni, 16u * jt, lane);
+                mma_bf16(acc[ni], a_l, b_h[0], b_h[1]);
+                mma_bf16(acc[ni + 1], a_l, b_h[2], b_h[3]);
+                mma_bf16(acc[ni], a_h, b_l[0], b_l[1]);
+                mma_bf16(acc[ni + 1], a_h, b_l[2], b_l[3]);
+                mma_bf16(acc[ni], a_h, b_h[0], b_h[1]);
+                mma_bf16(acc[ni + 1], a_h, b_h[2], b_h[3]);
+            }
+        }
+
+        bf16* dst = is_w ? w_out + (u64(t0) * H + head) * K + col0 : u_out + (u64(t0) * H + head) * V + col0;
+        const u64 dst_row = is_w ? u64(H) * K : u64(H) * V;
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            const u32 i = r0 + gq + 8u * hr;
+            if (i >= len) continue;
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                const u32 j = c0 + 8u * ni + 2u * tq;
+                *reinterpret_cast<u32*>(dst + u64(i) * dst_row + j) = pack_bf16(acc[ni][2 * hr], acc[ni][2 * hr + 1]);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+gated_delta_net_recompute_wu_bf16(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
+                                  const float* __restrict__ beta, const float* __restrict__ g,
+                                  const float* __restrict__ ai, bf16* __restrict__ w_out, bf16* __restrict__ u_out,
+                                  const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
+    wu_body<float>(k_in, v_in, beta, g, ai, w_out, u_out, chunks, pp);
+}
+extern "C" __global__ void __launch_bounds__(256)
+gated_delta_net_recompute_wu_bf16_beta_bf16(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
+                                            const bf16* __restrict__ beta, const float* __restrict__ g,
+                                            const float* __restrict__ ai, bf16* __restrict__ w_out,
+                                            bf16* __restrict__ u_out, const uint2* __restrict__ chunks,
+                                            const Params* __restrict__ pp) {
+    wu_body<bf16>(k_in, v_in, beta, g, ai, w_out, u_out, chunks, pp);
+}
+
+// ---------------------------------------------------------------------------
+// gated_delta_net_chunk_inter_state_k{KD}_bf16: for each (sequence, head) the
+// state h [V, K] f32 starts at h0 and walks the sequence's chunks; per chunk
+// of len tokens, last = its last token:
+//   h_out[c, head] = bf16(h)
+//   vn[t, v] = u[t, v] - sum_k w[t, k] bf16(h)[v, k];       v_new[t, v] = bf16(vn)
+//   h = h exp(g[last]) + sum_{t < len} bf16(vn[t, v] exp(g[last] - g[t])) k[t, kh, k]
+// and final_state[seq, head] = h.
+// Grid (V / BV, H, n_seq), 128 threads = 4 warps; BV = 32 (KD <= 128) or 16.
+// The f32 state slice [BV][KD] lives in registers as mma accumulators: warp w
+// holds k columns [w KD / 4, +KD / 4) for all BV rows. Per chunk:
+//   1. hb = bf16(h) into shared memory (then to h_out, 16-byte stores); the
+//      chunk's k rows (zeroed past len) and g into shared memory; the
+//      accumulators scaled by exp(g[last]).
+//   2. x[t, v] = w hb^T: warp w takes t rows [16 w, +16) (w fragments from
+//      global memory, 0 past len; a warp wholly past len skips the product).
+//   3. vn = u - x to v_new (t < len); vg transposed into stage [BV v][64 t],
+//      0 past len.
+//   4. h += stage k_rows, t in 16-row steps up to len.
+// Shared memory: k rows 64 x (KD + 8), hb BV x (KD + 8), stage BV x 72 bf16:
+// 44 KiB at KD = 256, 31 KiB at 128, 17 KiB at 64.
+// Bindings: 0 k, 1 w, 2 u, 3 g (cumsummed), 4 h0, 5 h_out, 6 v_new,
+// 7 final_state, 8 seqs, 9 params.
+template <u32 KD, u32 BV>
+__device__ __forceinline__ void inter_state_body(const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
+                                                 const bf16* __restrict__ u_in, const float* __restrict__ g_in,
+                                                 const float* __restrict__ h0, bf16* __restrict__ h_out,
+                                                 bf16* __restrict__ v_new, float* __restrict__ final_state,
+                                                 const uint2* __restrict__ seqs, const Params* __restrict__ pp) {
+    constexpr u32 NTH = 128;
+    constexpr u32 LDH = KD + 8, LDS = BT + 8, LDK = KD + 8;
+    constexpr u32 MI = BV / 16;       // 16-row tiles of the state slice
+    constexpr u32 NI = KD / 32;       // 8-column tiles per warp
+    constexpr u32 KW = KD / 4;        // columns per warp
+    __shared__ __align__(16) bf16 kt[BT * LDK];
+    __shared__ __align__(16) bf16 hb[BV * LDH];
+    __shared__ __align__(16) bf16 stage[BV * LDS];
+    __shared__ float gs[BT];
+
+    const Params p = *pp;
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
+    const u32 v0 = blockIdx.x * BV, head = blockIdx.y, seq = blockIdx.z;
+    const u32 H = p.h, V = p.v, Hg = p.hg, kh = head / (H / Hg);
+    const uint2 first = seqs[seq], next = seqs[seq + 1];
+    const u32 bos = first.x, eos = next.x;
+
+    float st[MI][NI][4];
+    const u64 state0 = ((u64(seq) * H + head) * V + v0) * KD;
+#pragma unroll
+    for (u32 mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (u32 ni = 0; ni < NI; ++ni) {
+            const u32 kc = KW * warp + 8u * ni + 2u * tq;
+#pragma unroll
+            for (u32 hr = 0; hr < 2; ++hr) {
+                const u32 vr = 16u * mi + gq + 8u * hr;
+                const float2 x = *reinterpret_cast<const float2*>(h0 + state0 + u64(vr) * KD + kc);
+                st[mi][ni][2 * hr] = x.x;
+                st[mi][ni][2 * hr + 1] = x.y;
+            }
+        }
+
+    for (u32 c = first.y; c < next.y; ++c) {
+        const u32 t0 = bos + (c - first.y) * BT;
+        const u32 len = min(BT, eos - t0);
+        __syncthreads();   // the previous chunk is done with kt, hb, stage, gs
+
+        // 1.
+        const float g_last = g_in[u64(t0 + len - 1) * H + head];
+        const float decay = expf(g_last);
+#pragma unroll
+        for (u32 mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (u32 ni = 0; ni < NI; ++ni) {
+                const u32 kc = KW * warp + 8u * ni + 2u * tq;
+#pragma unroll
+                for (u32 hr = 0; hr < 2; ++hr) {
+                    const u32 vr = 16u * mi + gq + 8u * hr;
+                    *reinterpret_cast<u32*>(hb + vr * LDH + kc) = pack_bf16(st[mi][ni][2 * hr], st[mi][ni][2 * hr + 1]);
+                    st[mi][ni][2 * hr] *= decay;
+                    st[mi][ni][2 * hr + 1] *= decay;
+                }
+            }
+        if (tid < BT) gs[tid] = tid < len ? g_in[u64(t0 + tid) * H + head] : 0.0f;
+        stage_rows(kt, LDK, k_in + (u64(t0) * Hg + kh) * KD, u64(Hg) * KD, KD, len, tid, NTH);
+        __syncthreads();
+        {
+            bf16* hsnap = h_out + ((u64(c) * H + head) * V + v0) * KD;
+#pragma unroll
+            for (u32 r = 0; r < BV * KD / 8 / NTH; ++r) {
+                const u32 e = tid + r * NTH;
+                const u32 vr = e / (KD / 8), q = e % (KD / 8);
+                *reinterpret_cast<uint4*>(hsnap + u64(vr) * KD + q * 8) =
+                    *reinterpret_cast<const uint4*>(hb + vr * LDH + q * 8);
+            }
+        }
+
+        // 2.
+        float xa[BV / 8][4];
+#pragma unroll
+        for (u32 nj = 0; nj < BV / 8; ++nj)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) xa[nj][e] = 0.0f;
+        const u32 t_lo = 16u * warp + gq, t_hi = t_lo + 8u;
+        if (16u * warp < len) {
+            const bf16* w_lo = w_in + (u64(t0 + t_lo) * H + head) * KD;
+            const bf16* w_hi = w_in + (u64(t0 + t_hi) * H + head) * KD;
+            const bool lo_live = t_lo < len, hi_live = t_hi < len;
+#pragma unroll 4
+            for (u32 k0 = 0; k0 < KD; k0 += 16) {
+                u32 a[4];
+                a[0] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + k0 + 2 * tq)) : 0u;
+                a[1] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + k0 + 2 * tq)) : 0u;
+                a[2] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + k0 + 8 + 2 * tq)) : 0u;
+                a[3] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + k0 + 8 + 2 * tq)) : 0u;
+#pragma unroll
+                for (u32 nj = 0; nj < BV / 8; nj += 2) {
+                    u32 b[4];
+                    frag_b_nk(b, hb, LDH, 8u * nj, k0, lane);
+                    mma_bf16(xa[nj], a, b[0], b[1]);
+                    mma_bf16(xa[nj + 1], a, b[2], b[3]);
+                }
+            }
+        }
+
+        // 3.
+#pragma unroll
+        for (u32 nj = 0; nj < BV / 8; ++nj)
+#pragma unroll
+            for (u32 hr = 0; hr < 2; ++hr) {
+                const u32 tl = t_lo + 8u * hr;
+                const u32 vl = 8u * nj + 2u * tq;
+                bf16 g0 = __float2bfloat16_rn(0.0f), g1 = g0;
+                if (tl < len) {
+                    const u64 uv = (u64(t0 + tl) * H + head) * V + v0 + vl;
+                    const float2 uf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(u_in + uv));
+                    const float vn0 = uf.x - xa[nj][2 * hr];
+                    const float vn1 = uf.y - xa[nj][2 * hr + 1];
+                    *reinterpret_cast<u32*>(v_new + uv) = pack_bf16(vn0, vn1);
+                    const float gate = expf(g_last - gs[tl]);
+                    g0 = __float2bfloat16_rn(vn0 * gate);
+                    g1 = __float2bfloat16_rn(vn1 * gate);
+                }
+                stage[vl * LDS + tl] = g0;
+                stage[(vl + 1) * LDS + tl] = g1;
+            }
+        __syncthreads();
+
+        // 4.
+        for (u32 tt = 0; tt < len; tt += 16) {
+            u32 a[MI][4];
+#pragma unroll
+            for (u32 mi = 0; mi < MI; ++mi) frag_a(a[mi], stage, LDS, 16u * mi, tt, lane);
+#pragma unroll
+            for (u32 ni = 0; ni < NI; ni += 2) {
+                u32 b[4];
+                frag_b_kn(b, kt, LDK, KW * warp + 8u * ni, tt, lane);
+#pragma unroll
+                for (u32 mi = 0; mi < MI; ++mi) {
+                    mma_bf16(st[mi][ni], a[mi], b[0], b[1]);
+                    mma_bf16(st[mi][ni + 1], a[mi], b[2], b[3]);
+                }
+            }
+        }
+    }
+
+#pragma unroll
+    for (u32 mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (u32 ni = 0; ni < NI; ++ni) {
+            const u32 kc = KW * warp + 8u * ni + 2u * tq;
+#pragma unroll
+            for (u32 hr = 0; hr < 2; ++hr) {
+                const u32 vr = 16u * mi + gq + 8u * hr;
+                *reinterpret_cast<float2*>(final_state + state0 + u64(vr) * KD + kc) =
+                    make_float2(st[mi][ni][2 * hr], st[mi][ni][2 * hr + 1]);
+            }
+        }
+}
+
+#define GDR_INTER_STATE(KD, BV)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(128) gated_delta_net_chunk_inter_state_k##KD##_bf16(            \
+        const bf16* __restrict__ k_in, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,             \
+        const float* __restrict__ g_in, const float* __restrict__ h0, bf16* __restrict__ h_out,                  \
+        bf16* __restrict__ v_new, float* __restrict__ final_state, const uint2* __restrict__ seqs,               \
+        const Params* __restrict__ pp) {                                                                         \
+        inter_state_body<KD, BV>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, seqs, pp);               \
+    }
+GDR_INTER_STATE(64, 32)
+GDR_INTER_STATE(128, 32)
+GDR_INTER_STATE(256, 16)
+#undef GDR_INTER_STATE
+
+// ---------------------------------------------------------------------------
+// gated_delta_net_chunk_o_bf16: per chunk, V columns [v0, v0 + 64),
+//   S[i, j] = q_i . k_j                                      (bf16 operands, f32 sums)
+//   P[i, j] = bf16(S[i, j] exp(g_i - g_j)) for j <= i < len, 0 elsewhere
+//   o[i, v] = bf16(scale (exp(g_i) sum_k q_i[k] h[v, k] + sum_j P[i, j] v_new[j, v]))
+// with h the chunk-start state (bf16 [V, K]) and q, k of K head kh.
+// Grid (V / 64, nt, H), 256 threads = 8 warps: warp w owns rows
+// [16 (w / 2), +16) and o columns [32 (w % 2), +32); it computes S for its
+// rows and the key tiles on or left of them (the two warps of a row block
+// both do), turns S into P in registers and multiplies by the staged v_new.
+// q, k and h go through shared memory in 64-wide K slices. Shared memory:
+// four 64 x 72 bf16 arrays (q, k, h slices; v_new), 36 KiB.
+// Bindings: 0 q, 1 k, 2 v_new, 3 h, 4 g (cumsummed), 5 o, 6 chunks, 7 params.
+extern "C" __global__ void __launch_bounds__(256)
+gated_delta_net_chunk_o_bf16(const bf16* __restrict__ q_in, const bf16* __restrict__ k_in,
+                             const bf16* __restrict__ vn_in, const bf16* __restrict__ h_in,
+                             const float* __restrict__ g_in, bf16* __restrict__ o_out,
+                             const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
+    constexpr u32 LD = 64 + 8;
+    __shared__ __align__(16) bf16 qs[BT * LD], ks[BT * LD], hs[BT * LD], vs[BT * LD];
+    __shared__ float gs[BT];
+    const Params p = *pp;
+    const u32 v0 = blockIdx.x * 64u, cidx = blockIdx.y, head = blockIdx.z;
+    const uint2 ch = chunks[cidx];
+    const u32 t0 = ch.x, len = ch.y;
+    const u32 H = p.h, K = p.k, V = p.v, kh = head / (H / p.hg);
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
+    const u32 mt = warp >> 1, r0 = 16u * mt, c0 = 32u * (warp & 1u);
+
+    stage_rows(vs, LD, vn_in + (u64(t0) * H + head) * V + v0, u64(H) * V, 64u, len, tid, 256u);
+    if (tid < BT) gs[tid] = tid < len ? g_in[u64(t0 + tid) * H + head] : 0.0f;
+
+    float accs[8][4], acco[4][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) accs[n][e] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acco[n][e] = 0.0f;
+
+    const bf16* qrow = q_in + (u64(t0) * p.hg + kh) * K;
+    const bf16* krow = k_in + (u64(t0) * p.hg + kh) * K;
+    const bf16* hp = h_in + ((u64(cidx) * H + head) * V + v0) * K;
+    for (u32 k0 = 0; k0 < K; k0 += 64) {
+        __syncthreads();
+        stage_rows(qs, LD, qrow + k0, u64(p.hg) * K, 64u, len, tid, 256u);
+        stage_rows(ks, LD, krow + k0, u64(p.hg) * K, 64u, len, tid, 256u);
+        stage_rows(hs, LD, hp + k0, u64(K), 64u, BT, tid, 256u);
+        __syncthreads();
+#pragma unroll
+        for (u32 kk = 0; kk < 64; kk += 16) {
+            u32 a[4];
+            frag_a(a, qs, LD, r0, kk, lane);
+#pragma unroll
+            for (u32 nj = 0; nj < 8; nj += 2) {
+                if (nj < 2u * (mt + 1u)) {
+                    u32 b[4];
+                    frag_b_nk(b, ks, LD, 8u * nj, kk, lane);
+                    mma_bf16(accs[nj], a, b[0], b[1]);
+                    mma_bf16(accs[nj + 1], a, b[2], b[3]);
+                }
+            }
+#pragma unroll
+            for (u32 ni = 0; ni < 4; ni += 2) {
+                u32 b[4];
+                frag_b_nk(b, hs, LD, c0 + 8u * ni, kk, lane);
+                mma_bf16(acco[ni], a, b[0], b[1]);
+                mma_bf16(acco[ni + 1], a, b[2], b[3]);
+            }
+        }
+    }
+
+    // acco *= exp(g_i) (0 past len); P = bf16(S exp(g_i - g_j)) masked, as A fragments.
+    float gi[2], di[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const u32 i = r0 + gq + 8u * hr;
+        gi[hr] = gs[i];
+        di[hr] = i < len ? expf(gi[hr]) : 0.0f;
+    }
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+        acco[n][0] *= di[0];
+        acco[n][1] *= di[0];
+        acco[n][2] *= di[1];
+        acco[n][3] *= di[1];
+    }
+#pragma unroll
+    for (u32 jt = 0; jt < 4; ++jt) {
+        if (jt > mt) break;
+        u32 a[4];
+#pragma unroll
+        for (u32 half = 0; half < 2; ++half) {
+            const u32 nj = 2u * jt + half;
+            const u32 j = 8u * nj + 2u * tq;
+            const float gj0 = gs[j], gj1 = gs[j + 1];
+#pragma unroll
+            for (u32 hr = 0; hr < 2; ++hr) {
+                const u32 i = r0 + gq + 8u * hr;
+                const bool live = i < len;
+                const float p0 = (live && j <= i) ? accs[nj][2 * hr] * expf(gi[hr] - gj0) : 0.0f;
+                const float p1 = (live && j + 1u <= i) ? accs[nj][2 * hr + 1] * expf(gi[hr] - gj1) : 0.0f;
+                a[2 * half + hr] = pack_bf16(p0, p1);
+            }
+        }
+#pragma unroll
+        for (u32 ni = 0; ni < 4; ni += 2) {
+            u32 b[4];
+            frag_b_kn(b, vs, LD, c0 + 8u * ni, 16u * jt, lane);
+            mma_bf16(acco[ni], a, b[0], b[1]);
+            mma_bf16(acco[ni + 1], a, b[2], b[3]);
+        }
+    }
+
+    const float scale = p.scale;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const u32 i = r0 + gq + 8u * hr;
+        if (i >= len) continue;
+        bf16* orow = o_out + (u64(t0 + i) * H + head) * V + v0;
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const u32 j = c0 + 8u * ni + 2u * tq;
+            *reinterpret_cast<u32*>(orow + j) = pack_bf16(scale * acco[ni][2 * hr], scale * acco[ni][2 * hr + 1]);
+        }
+    }
+}
