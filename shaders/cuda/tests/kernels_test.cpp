@@ -730,6 +730,9 @@ static void test_gdn(Rng& rng) {
 
 #include "kernels_test_linear_attn.inc"
 
+// ---------------------------------------------------------------- chunk_gated_delta_rule
+#include "chunk_gated_delta_rule_test.inc"
+
 // ---------------------------------------------------------------- copy ceiling
 static void measure_copy() {
   const char* src =
@@ -775,9 +778,10 @@ int main(int argc, char** argv) {
       {"fused_norm", test_fused_norm}, {"moe_routing", test_moe}, {"ssm_norm_gate", test_ssm},
       {"chunk_local_cumsum", test_cumsum}, {"flash_attn_vec", test_fav}, {"gated_delta_net_chunk", test_gdn},
       {"l2_norm", test_l2_norm}, {"compute_g_beta", test_compute_g_beta}, {"ssm_conv", test_ssm_conv},
-      {"gated_delta_net", test_gated_delta_net}};
+      {"gated_delta_net", test_gated_delta_net}, {"chunk_gated_delta_rule", test_cgdr}};
   vector<string> order = {"chunk_local_cumsum", "ssm_norm_gate", "fused_norm", "moe_routing", "flash_attn_vec", "gated_delta_net_chunk",
-                         "l2_norm", "compute_g_beta", "ssm_conv", "gated_delta_net"};
+                         "l2_norm", "compute_g_beta", "ssm_conv", "gated_delta_net",
+                         "chunk_gated_delta_rule"};
   if (argc > 3) order.assign(argv + 3, argv + argc);
   measure_copy();
   uint64_t seed = 1234;
