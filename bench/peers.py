@@ -177,7 +177,7 @@ def peers_fwd_h(case, quick, fla):
     kk = rand((b, t, hg, k), bf, -1 / 16, 1 / 16)
     w = rand((b, t, h, k), bf, -1 / 16, 1 / 16)
     u = rand((b, t, h, v), bf, -0.25, 0.25)
-    g = rand((b, t, h), lo=-1, hi=0)
+    g = rand((b, t, h), lo=-1, hi=0) / math.log(2)      # fwd_h decays with exp2: g in base 2, as FLA's pipeline passes it
     h0 = rand((b, h, v, k), lo=-0.1, hi=0.1)
     return {'FLA chunk_gated_delta_rule_fwd_h (state_v_first)': lambda: fla['fwd_h'](
         kk, w, u, g=g, initial_state=h0, output_final_state=True, chunk_size=64, state_v_first=True)}
