@@ -175,7 +175,7 @@ export class Device {
     return this.registry;
   }
 
-  /** Sets a backend option; the emulator knows "schedule" (sequential | random) and "seed". */
+  /** Sets a backend option; the emulator knows "schedule" (sequential | random), "seed" and "timeout_ms". */
   setOption(key: string, value: string): void {
     check(this.state.sym.mlxn_device_set_option(this.handle(), key, value, msgBuf, msgCap), `Device.setOption(${key}=${value})`);
   }

@@ -69,8 +69,9 @@ uint64_t    mlxn_device_name(mlxn_device* device, char* out, uint64_t cap);
 uint64_t    mlxn_device_limit(mlxn_device* device, uint32_t key);
 
 /* Backend options set at run time, as key/value strings. The emulator knows
- * "schedule" ("sequential" | "random") and "seed" (decimal). An unknown key or
- * a bad value is MLXN_ERR_INVALID_ARGUMENT. */
+ * "schedule" ("sequential" | "random"), "seed" (decimal) and "timeout_ms"
+ * (decimal; a dispatch running longer fails; 0 for none). An unknown key or a
+ * bad value is MLXN_ERR_INVALID_ARGUMENT. */
 mlxn_status mlxn_device_set_option(mlxn_device* device, const char* key,
                                    const char* value, char* msg, uint64_t msg_cap);
 
