@@ -24,7 +24,11 @@
 //      stores); the chunk's k rows [64 t][128 k] and g values into shared
 //      memory; the accumulators scaled by exp(g[last]).
 //   2. x[t, v] = w @ hb^T on tensor cores: warp w takes t rows [16w, 16w+16);
-//      A (w) fragments come straight from global memory, B (hb) by ldmatrix.
+//      A (w) fragments in registers, B (hb) by ldmatrix.
+// The chunk's k rows, w fragments, u pairs and g values are loaded from
+// global memory into registers one chunk ahead (issued right after the
+// previous chunk's copies are taken), so the serial walk waits on no global
+// load inside a chunk; ~255 registers, no spills, one block per SM anyway.
 //   3. vn = u - x, stored to v_new; vg = bf16(vn * exp(g[last] - g[t]))
 //      transposed into stage [32 v][64 t] in shared memory.
 //   4. h += stage @ k_chunk on tensor cores, A by ldmatrix from stage, B by
@@ -124,12 +128,68 @@ gated_delta_net_chunk_inter_state_bf16(const __nv_bfloat16* __restrict__ k_in, c
         }
     }
 
+    // Next chunk's operands, loaded into registers one chunk ahead so their
+    // global latency overlaps the current chunk's products: kr the k rows
+    // (8 x 16 bytes per thread), wr this warp's w A fragments (t rows
+    // [16 warp, +16), all of K), ur the u pairs step 3 reads, gr g[tid] and
+    // glr g[last].
+    uint4 kr[BT * KD / 8 / NTH];
+    u32 wr[KD / 16][4];
+    u32 ur[4][2];
+    float gr = 0.0f, glr;
+    const u32 t_lo = 16u * warp + gq;
+    const u32 kh_off = kh * KD;
+    auto prefetch = [&](u32 c) {
+        const u64 tok0 = u64(b) * T + u64(c) * BT;
+        glr = __ldg(g_in + (tok0 + BT - 1) * H + head);
+        if (tid < BT) gr = __ldg(g_in + (tok0 + tid) * H + head);
+        const __nv_bfloat16* kp = k_in + tok0 * Hg * KD + kh_off;
+#pragma unroll
+        for (u32 r = 0; r < BT * KD / 8 / NTH; ++r) {
+            const u32 e = tid + r * NTH;
+            const u32 t = e / (KD / 8), q = e % (KD / 8);
+            kr[r] = __ldg(reinterpret_cast<const uint4*>(kp + u64(t) * Hg * KD + q * 8));
+        }
+        const __nv_bfloat16* w_lo = w_in + ((tok0 + t_lo) * H + head) * KD;
+        const __nv_bfloat16* w_hi = w_in + ((tok0 + t_lo + 8) * H + head) * KD;
+#pragma unroll
+        for (u32 kk = 0; kk < KD / 16; ++kk) {
+            wr[kk][0] = __ldg(reinterpret_cast<const unsigned int*>(w_lo + 16 * kk + 2 * tq));
+            wr[kk][1] = __ldg(reinterpret_cast<const unsigned int*>(w_hi + 16 * kk + 2 * tq));
+            wr[kk][2] = __ldg(reinterpret_cast<const unsigned int*>(w_lo + 16 * kk + 8 + 2 * tq));
+            wr[kk][3] = __ldg(reinterpret_cast<const unsigned int*>(w_hi + 16 * kk + 8 + 2 * tq));
+        }
+#pragma unroll
+        for (int nj = 0; nj < 4; ++nj)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const u64 uv = ((tok0 + t_lo + 8u * hr) * H + head) * V + v0 + 8u * nj + 2u * tq;
+                ur[nj][hr] = __ldg(reinterpret_cast<const unsigned int*>(u_in + uv));
+            }
+    };
+    prefetch(0);
+
     for (u32 c = 0; c < NT; ++c) {
         const u64 tok0 = u64(b) * T + u64(c) * BT;   // first token, flat over (b, t)
+        // This chunk's operands out of the prefetch registers, then the next chunk's loads.
+        uint4 kc_[BT * KD / 8 / NTH];
+        u32 wc[KD / 16][4];
+        u32 uc[4][2];
+#pragma unroll
+        for (u32 r = 0; r < BT * KD / 8 / NTH; ++r) kc_[r] = kr[r];
+#pragma unroll
+        for (u32 kk = 0; kk < KD / 16; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) wc[kk][i] = wr[kk][i];
+#pragma unroll
+        for (int nj = 0; nj < 4; ++nj)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) uc[nj][hr] = ur[nj][hr];
+        const float g_last = glr, g_tid = gr;
+        if (c + 1 < NT) prefetch(c + 1);
         __syncthreads();                             // the previous chunk is done with hb, stage, kt, gs
 
         // 1. bf16 snapshot, chunk k rows and g, decay of the state.
-        const float g_last = g_in[(tok0 + BT - 1) * H + head];
         const float decay = expf(g_last);
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi) {
@@ -145,16 +205,12 @@ gated_delta_net_chunk_inter_state_bf16(const __nv_bfloat16* __restrict__ k_in, c
                 }
             }
         }
-        if (tid < BT) gs[tid] = g_in[(tok0 + tid) * H + head];
-        {
-            const __nv_bfloat16* kp = k_in + (tok0 * Hg + kh) * KD;
+        if (tid < BT) gs[tid] = g_tid;
 #pragma unroll
-            for (u32 r = 0; r < BT * KD / 8 / NTH; ++r) {   // 8 uint4 per thread
-                const u32 e = tid + r * NTH;
-                const u32 t = e / (KD / 8), q = e % (KD / 8);
-                *reinterpret_cast<uint4*>(kt + t * LDK + q * 8) =
-                    __ldg(reinterpret_cast<const uint4*>(kp + u64(t) * Hg * KD + q * 8));
-            }
+        for (u32 r = 0; r < BT * KD / 8 / NTH; ++r) {
+            const u32 e = tid + r * NTH;
+            const u32 t = e / (KD / 8), q = e % (KD / 8);
+            *reinterpret_cast<uint4*>(kt + t * LDK + q * 8) = kc_[r];
         }
         __syncthreads();
         {
@@ -175,26 +231,18 @@ gated_delta_net_chunk_inter_state_bf16(const __nv_bfloat16* __restrict__ k_in, c
 #pragma unroll
             for (int i = 0; i < 4; ++i) xa[nj][i] = 0.0f;
         }
-        {
-            const u32 t_lo = 16u * warp + gq;
-            const __nv_bfloat16* w_lo = w_in + ((tok0 + t_lo) * H + head) * KD;
-            const __nv_bfloat16* w_hi = w_in + ((tok0 + t_lo + 8) * H + head) * KD;
 #pragma unroll
-            for (u32 k0 = 0; k0 < KD; k0 += 16) {
-                const u32 a0 = __ldg(reinterpret_cast<const unsigned int*>(w_lo + k0 + 2 * tq));
-                const u32 a1 = __ldg(reinterpret_cast<const unsigned int*>(w_hi + k0 + 2 * tq));
-                const u32 a2 = __ldg(reinterpret_cast<const unsigned int*>(w_lo + k0 + 8 + 2 * tq));
-                const u32 a3 = __ldg(reinterpret_cast<const unsigned int*>(w_hi + k0 + 8 + 2 * tq));
+        for (u32 kk = 0; kk < KD / 16; ++kk) {
+            const u32 k0 = 16u * kk;
 #pragma unroll
-                for (int nj = 0; nj < 4; nj += 2) {
-                    // matrices: (n-tile nj, k0), (nj, k0+8), (nj+1, k0), (nj+1, k0+8)
-                    const u32 m = lane >> 3, rr = lane & 7u;
-                    const u32 vrow = 8u * (nj + (m >> 1)) + rr;
-                    u32 b0, b1, b2, b3;
-                    ldsm_x4(smem_addr(hb + vrow * LDH + k0 + 8u * (m & 1u)), b0, b1, b2, b3);
-                    mma_bf16(xa[nj], a0, a1, a2, a3, b0, b1);
-                    mma_bf16(xa[nj + 1], a0, a1, a2, a3, b2, b3);
-                }
+            for (int nj = 0; nj < 4; nj += 2) {
+                // matrices: (n-tile nj, k0), (nj, k0+8), (nj+1, k0), (nj+1, k0+8)
+                const u32 m = lane >> 3, rr = lane & 7u;
+                const u32 vrow = 8u * (nj + (m >> 1)) + rr;
+                u32 b0, b1, b2, b3;
+                ldsm_x4(smem_addr(hb + vrow * LDH + k0 + 8u * (m & 1u)), b0, b1, b2, b3);
+                mma_bf16(xa[nj], wc[kk][0], wc[kk][1], wc[kk][2], wc[kk][3], b0, b1);
+                mma_bf16(xa[nj + 1], wc[kk][0], wc[kk][1], wc[kk][2], wc[kk][3], b2, b3);
             }
         }
 
@@ -203,11 +251,10 @@ gated_delta_net_chunk_inter_state_bf16(const __nv_bfloat16* __restrict__ k_in, c
         for (int nj = 0; nj < 4; ++nj) {
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
-                const u32 tl = 16u * warp + gq + 8u * hr;
+                const u32 tl = t_lo + 8u * hr;
                 const u32 vl = 8u * nj + 2u * tq;
                 const u64 uv = ((tok0 + tl) * H + head) * V + v0 + vl;
-                const __nv_bfloat162 uu = *reinterpret_cast<const __nv_bfloat162*>(u_in + uv);
-                const float2 uf = __bfloat1622float2(uu);
+                const float2 uf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&uc[nj][hr]));
                 const float vn0 = uf.x - xa[nj][2 * hr];
                 const float vn1 = uf.y - xa[nj][2 * hr + 1];
                 *reinterpret_cast<u32*>(v_new + uv) = pack_bf16(vn0, vn1);
