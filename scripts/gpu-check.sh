@@ -8,6 +8,8 @@
 # 2. sanitize: compute-sanitizer memcheck, then racecheck, over each kernel
 #              family's test file on the cuda backend (small parity shapes).
 # Logs go to $OUT when set (the device machine), else build/gpu-check/.
+# GPU_CHECK_TIMEOUT (seconds, default 150) bounds each sanitizer run; one that
+# runs out is reported as such, never as clean.
 # Exit status: non-zero when any step failed.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -45,11 +47,12 @@ if [[ "$what" == sanitize || "$what" == all ]]; then
       for fam in "${families[@]}"; do
         [[ -f "tests/$fam.test.ts" ]] || continue
         printf '%s %s: ' "$tool" "$fam"
-        "$sanitizer" --tool "$tool" --error-exitcode 86 --print-limit 20 \
+        timeout "${GPU_CHECK_TIMEOUT:-150}" "$sanitizer" --tool "$tool" --error-exitcode 86 --print-limit 20 \
           bun test "tests/$fam.test.ts" >> "$out/sanitize-$tool.log" 2>&1
         rc=$?
         if [[ $rc -eq 0 ]]; then echo clean
         elif [[ $rc -eq 86 ]]; then echo "ERRORS"; status=1
+        elif [[ $rc -eq 124 ]]; then echo "timed out after ${GPU_CHECK_TIMEOUT:-150} s"; status=1
         else echo "test failure (exit $rc)"; status=1
         fi
       done
