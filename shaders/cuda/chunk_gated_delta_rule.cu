@@ -84,16 +84,27 @@ __device__ __forceinline__ void frag_b_kn(u32 (&b)[4], const bf16* base, u32 ld,
     ldsm_x4_trans(base + (k0 + rr + 8u * (m & 1u)) * ld + n0 + 8u * (m >> 1), b[0], b[1], b[2], b[3]);
 }
 
+// 16-byte global -> shared copy that does not hold the thread (cp.async, L2
+// only); live == false writes 16 zero bytes and reads nothing (src-size 0).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool live) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(live ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
+
 // dst[r * ld + c] = src[r * stride + c] for r < len, 0 for r in [len, 64); c < ncols
-// (a multiple of 8, 16-byte aligned rows), 16-byte copies.
+// (a multiple of 8, 16-byte aligned rows), 16-byte cp.async copies: every copy of
+// the thread is in flight at once. The caller commits and waits (cp_async_wait)
+// before the barrier that publishes dst.
 __device__ __forceinline__ void stage_rows(bf16* dst, u32 ld, const bf16* src, u64 stride, u32 ncols, u32 len,
                                            u32 tid, u32 nth) {
     const u32 q8 = ncols / 8u;
     for (u32 e = tid; e < BT * q8; e += nth) {
         const u32 r = e / q8, q = e % q8;
-        uint4 x = make_uint4(0u, 0u, 0u, 0u);
-        if (r < len) x = __ldg(reinterpret_cast<const uint4*>(src + u64(r) * stride + q * 8u));
-        *reinterpret_cast<uint4*>(dst + r * ld + q * 8u) = x;
+        const bool live = r < len;
+        cp_async16(dst + r * ld + q * 8u, src + (live ? u64(r) * stride + q * 8u : 0u), live);
     }
 }
 
@@ -149,12 +160,14 @@ __device__ __forceinline__ void kkt_body(const bf16* __restrict__ k_in, const fl
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
 
     stage_rows(ks, LDK, k_in + (u64(t0) * p.hg + kh) * K, u64(p.hg) * K, K, len, tid, 256u);
+    cp_async_commit();
     if (tid < BT) {
         const bool live = tid < len;
         const u64 at = u64(t0 + tid) * p.h + head;
         gs[tid] = live ? g[at] : 0.0f;
         bs[tid] = live ? load_beta(beta, at) : 0.0f;
     }
+    cp_async_wait<0>();
     __syncthreads();
 
     const u32 mt = warp >> 1, c0 = 32u * (warp & 1u), r0 = 16u * mt;
@@ -475,10 +488,39 @@ __device__ __forceinline__ void inter_state_body(const bf16* __restrict__ k_in, 
     for (u32 c = first.y; c < next.y; ++c) {
         const u32 t0 = bos + (c - first.y) * BT;
         const u32 len = min(BT, eos - t0);
+        // Every global load of the chunk is issued here, before the first wait:
+        // g, this warp's w A fragments (0 past len) and u pairs into registers,
+        // then (after the barrier frees kt) the k rows by cp.async.
+        const u32 t_lo = 16u * warp + gq, t_hi = t_lo + 8u;
+        const float g_last = __ldg(g_in + u64(t0 + len - 1) * H + head);
+        const float g_tid = (tid < len) ? __ldg(g_in + u64(t0 + tid) * H + head) : 0.0f;
+        u32 wr[KD / 16][4];
+        {
+            const bf16* w_lo = w_in + (u64(t0 + t_lo) * H + head) * KD;
+            const bf16* w_hi = w_in + (u64(t0 + t_hi) * H + head) * KD;
+            const bool lo_live = t_lo < len, hi_live = t_hi < len;
+#pragma unroll
+            for (u32 kk = 0; kk < KD / 16; ++kk) {
+                wr[kk][0] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + 16 * kk + 2 * tq)) : 0u;
+                wr[kk][1] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + 16 * kk + 2 * tq)) : 0u;
+                wr[kk][2] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + 16 * kk + 8 + 2 * tq)) : 0u;
+                wr[kk][3] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + 16 * kk + 8 + 2 * tq)) : 0u;
+            }
+        }
+        u32 ur[BV / 8][2];
+#pragma unroll
+        for (u32 nj = 0; nj < BV / 8; ++nj)
+#pragma unroll
+            for (u32 hr = 0; hr < 2; ++hr) {
+                const u32 tl = t_lo + 8u * hr;
+                const u64 uv = (u64(t0 + tl) * H + head) * V + v0 + 8u * nj + 2u * tq;
+                ur[nj][hr] = tl < len ? __ldg(reinterpret_cast<const unsigned int*>(u_in + uv)) : 0u;
+            }
         __syncthreads();   // the previous chunk is done with kt, hb, stage, gs
+        stage_rows(kt, LDK, k_in + (u64(t0) * Hg + kh) * KD, u64(Hg) * KD, KD, len, tid, NTH);
+        cp_async_commit();
 
         // 1.
-        const float g_last = g_in[u64(t0 + len - 1) * H + head];
         const float decay = expf(g_last);
 #pragma unroll
         for (u32 mi = 0; mi < MI; ++mi)
@@ -493,8 +535,8 @@ __device__ __forceinline__ void inter_state_body(const bf16* __restrict__ k_in, 
                     st[mi][ni][2 * hr + 1] *= decay;
                 }
             }
-        if (tid < BT) gs[tid] = tid < len ? g_in[u64(t0 + tid) * H + head] : 0.0f;
-        stage_rows(kt, LDK, k_in + (u64(t0) * Hg + kh) * KD, u64(Hg) * KD, KD, len, tid, NTH);
+        if (tid < BT) gs[tid] = g_tid;
+        cp_async_wait<0>();
         __syncthreads();
         {
             bf16* hsnap = h_out + ((u64(c) * H + head) * V + v0) * KD;
@@ -513,24 +555,15 @@ __device__ __forceinline__ void inter_state_body(const bf16* __restrict__ k_in, 
         for (u32 nj = 0; nj < BV / 8; ++nj)
 #pragma unroll
             for (int e = 0; e < 4; ++e) xa[nj][e] = 0.0f;
-        const u32 t_lo = 16u * warp + gq, t_hi = t_lo + 8u;
         if (16u * warp < len) {
-            const bf16* w_lo = w_in + (u64(t0 + t_lo) * H + head) * KD;
-            const bf16* w_hi = w_in + (u64(t0 + t_hi) * H + head) * KD;
-            const bool lo_live = t_lo < len, hi_live = t_hi < len;
-#pragma unroll 4
-            for (u32 k0 = 0; k0 < KD; k0 += 16) {
-                u32 a[4];
-                a[0] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + k0 + 2 * tq)) : 0u;
-                a[1] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + k0 + 2 * tq)) : 0u;
-                a[2] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + k0 + 8 + 2 * tq)) : 0u;
-                a[3] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + k0 + 8 + 2 * tq)) : 0u;
+#pragma unroll
+            for (u32 kk = 0; kk < KD / 16; ++kk) {
 #pragma unroll
                 for (u32 nj = 0; nj < BV / 8; nj += 2) {
                     u32 b[4];
-                    frag_b_nk(b, hb, LDH, 8u * nj, k0, lane);
-                    mma_bf16(xa[nj], a, b[0], b[1]);
-                    mma_bf16(xa[nj + 1], a, b[2], b[3]);
+                    frag_b_nk(b, hb, LDH, 8u * nj, 16u * kk, lane);
+                    mma_bf16(xa[nj], wr[kk], b[0], b[1]);
+                    mma_bf16(xa[nj + 1], wr[kk], b[2], b[3]);
                 }
             }
         }
@@ -545,7 +578,7 @@ __device__ __forceinline__ void inter_state_body(const bf16* __restrict__ k_in, 
                 bf16 g0 = __float2bfloat16_rn(0.0f), g1 = g0;
                 if (tl < len) {
                     const u64 uv = (u64(t0 + tl) * H + head) * V + v0 + vl;
-                    const float2 uf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(u_in + uv));
+                    const float2 uf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ur[nj][hr]));
                     const float vn0 = uf.x - xa[nj][2 * hr];
                     const float vn1 = uf.y - xa[nj][2 * hr + 1];
                     *reinterpret_cast<u32*>(v_new + uv) = pack_bf16(vn0, vn1);
@@ -613,16 +646,20 @@ GDR_INTER_STATE(256, 16)
 // [16 (w / 2), +16) and o columns [32 (w % 2), +32); it computes S for its
 // rows and the key tiles on or left of them (the two warps of a row block
 // both do), turns S into P in registers and multiplies by the staged v_new.
-// q, k and h go through shared memory in 64-wide K slices. Shared memory:
-// four 64 x 72 bf16 arrays (q, k, h slices; v_new), 36 KiB.
+// q, k and h go through shared memory in 32-wide K slices, two buffers deep:
+// slice s + 1's cp.async copies fly while slice s is multiplied; v_new comes
+// with slice 0 and is waited on only before P v_new. Shared memory: 2 x 3
+// arrays 64 x 40 bf16 (q, k, h slices) and v_new 64 x 72 bf16, 40 KiB.
 // Bindings: 0 q, 1 k, 2 v_new, 3 h, 4 g (cumsummed), 5 o, 6 chunks, 7 params.
 extern "C" __global__ void __launch_bounds__(256)
 gated_delta_net_chunk_o_bf16(const bf16* __restrict__ q_in, const bf16* __restrict__ k_in,
                              const bf16* __restrict__ vn_in, const bf16* __restrict__ h_in,
                              const float* __restrict__ g_in, bf16* __restrict__ o_out,
                              const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
-    constexpr u32 LD = 64 + 8;
-    __shared__ __align__(16) bf16 qs[BT * LD], ks[BT * LD], hs[BT * LD], vs[BT * LD];
+    constexpr u32 LD = 64 + 8;   // v_new rows
+    constexpr u32 KS = 32;       // K slice
+    constexpr u32 LQ = KS + 8;   // slice rows (80 bytes: 8 ldmatrix rows fall in distinct banks)
+    __shared__ __align__(16) bf16 qs[2][BT * LQ], ks[2][BT * LQ], hs[2][BT * LQ], vs[BT * LD];
     __shared__ float gs[BT];
     const Params p = *pp;
     const u32 v0 = blockIdx.x * 64u, cidx = blockIdx.y, head = blockIdx.z;
@@ -632,7 +669,22 @@ gated_delta_net_chunk_o_bf16(const bf16* __restrict__ q_in, const bf16* __restri
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
     const u32 mt = warp >> 1, r0 = 16u * mt, c0 = 32u * (warp & 1u);
 
+    const bf16* qrow = q_in + (u64(t0) * p.hg + kh) * K;
+    const bf16* krow = k_in + (u64(t0) * p.hg + kh) * K;
+    const bf16* hp = h_in + ((u64(cidx) * H + head) * V + v0) * K;
+    // One 16-byte copy of each of q, k, h per thread per slice (64 rows x 4).
+    auto issue_slice = [&](u32 k0, u32 buf) {
+        const u32 r = tid >> 2, q = tid & 3u;
+        const bool live = r < len;
+        const u64 qk = live ? u64(r) * p.hg * K + k0 + 8u * q : 0u;
+        cp_async16(qs[buf] + r * LQ + 8u * q, qrow + qk, live);
+        cp_async16(ks[buf] + r * LQ + 8u * q, krow + qk, live);
+        cp_async16(hs[buf] + r * LQ + 8u * q, hp + u64(r) * K + k0 + 8u * q, true);
+    };
+    issue_slice(0u, 0u);
+    cp_async_commit();
     stage_rows(vs, LD, vn_in + (u64(t0) * H + head) * V + v0, u64(H) * V, 64u, len, tid, 256u);
+    cp_async_commit();
     if (tid < BT) gs[tid] = tid < len ? g_in[u64(t0 + tid) * H + head] : 0.0f;
 
     float accs[8][4], acco[4][4];
@@ -645,24 +697,30 @@ gated_delta_net_chunk_o_bf16(const bf16* __restrict__ q_in, const bf16* __restri
 #pragma unroll
         for (int e = 0; e < 4; ++e) acco[n][e] = 0.0f;
 
-    const bf16* qrow = q_in + (u64(t0) * p.hg + kh) * K;
-    const bf16* krow = k_in + (u64(t0) * p.hg + kh) * K;
-    const bf16* hp = h_in + ((u64(cidx) * H + head) * V + v0) * K;
-    for (u32 k0 = 0; k0 < K; k0 += 64) {
-        __syncthreads();
-        stage_rows(qs, LD, qrow + k0, u64(p.hg) * K, 64u, len, tid, 256u);
-        stage_rows(ks, LD, krow + k0, u64(p.hg) * K, 64u, len, tid, 256u);
-        stage_rows(hs, LD, hp + k0, u64(K), 64u, BT, tid, 256u);
+    // Groups in flight: slice 0, v_new, then one per later slice. Before the
+    // products of slice s, everything up to slice s has landed: all but the
+    // newest group (slice s + 1) when one was issued, else all but v_new's
+    // at s = 0 with a single slice, else all.
+    const u32 ns = K / KS;
+    for (u32 sl = 0; sl < ns; ++sl) {
+        const u32 buf = sl & 1u;
+        if (sl + 1u < ns) {
+            issue_slice((sl + 1u) * KS, buf ^ 1u);
+            cp_async_commit();
+            if (sl == 0u) cp_async_wait<2>(); else cp_async_wait<1>();
+        } else {
+            if (sl == 0u) cp_async_wait<1>(); else cp_async_wait<0>();
+        }
         __syncthreads();
 #pragma unroll
-        for (u32 kk = 0; kk < 64; kk += 16) {
+        for (u32 kk = 0; kk < KS; kk += 16) {
             u32 a[4];
-            frag_a(a, qs, LD, r0, kk, lane);
+            frag_a(a, qs[buf], LQ, r0, kk, lane);
 #pragma unroll
             for (u32 nj = 0; nj < 8; nj += 2) {
                 if (nj < 2u * (mt + 1u)) {
                     u32 b[4];
-                    frag_b_nk(b, ks, LD, 8u * nj, kk, lane);
+                    frag_b_nk(b, ks[buf], LQ, 8u * nj, kk, lane);
                     mma_bf16(accs[nj], a, b[0], b[1]);
                     mma_bf16(accs[nj + 1], a, b[2], b[3]);
                 }
@@ -670,12 +728,15 @@ gated_delta_net_chunk_o_bf16(const bf16* __restrict__ q_in, const bf16* __restri
 #pragma unroll
             for (u32 ni = 0; ni < 4; ni += 2) {
                 u32 b[4];
-                frag_b_nk(b, hs, LD, c0 + 8u * ni, kk, lane);
+                frag_b_nk(b, hs[buf], LQ, c0 + 8u * ni, kk, lane);
                 mma_bf16(acco[ni], a, b[0], b[1]);
                 mma_bf16(acco[ni + 1], a, b[2], b[3]);
             }
         }
+        __syncthreads();   // slice s's buffer is free for slice s + 2
     }
+    cp_async_wait<0>();
+    __syncthreads();   // v_new landed for every thread
 
     // acco *= exp(g_i) (0 past len); P = bf16(S exp(g_i - g_j)) masked, as A fragments.
     float gi[2], di[2];
