@@ -169,6 +169,45 @@ def report(ours, peers, out):
     fig.tight_layout()
     fig.savefig(os.path.join(out, 'results.png'), dpi=120)
     print(f'report: plot written to {os.path.join(out, "results.png")}')
+    plot_prefill(rows, head[0], out, plt, bw)
+
+
+def plot_prefill(rows, title, out, plt, bw):
+    """results-prefill.png: gated delta rule prefill time against T, one line
+    per variant of ours and per peer (log-log), with the memory floor at the
+    measured copy bandwidth."""
+    pre = [r for r in rows if r['kernel'] == 'gated_delta_rule_prefill']
+    if not pre:
+        return
+    t_of = lambda r: int(dict(kv.split('=') for kv in r['shape'].split())['t'])
+    pre.sort(key=t_of)
+    lines = {}
+    for r in pre:
+        for a in r['ours_all']:
+            if a['us'] is not None:
+                lines.setdefault(f'ours: {a["variant"]}', []).append((t_of(r), a['us'] / 1e3))
+        for name, us in r['peers_us'].items():
+            if us is not None:
+                lines.setdefault(name, []).append((t_of(r), us / 1e3))
+    if not lines:
+        print('report: no prefill timings: no prefill plot')
+        return
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, pts in lines.items():
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker='o', label=name)
+    if bw:
+        floor_pts = [(t_of(r), r['floor_bytes'] / (bw * 1e9) * 1e3) for r in pre]
+        ax.plot([p[0] for p in floor_pts], [p[1] for p in floor_pts], 'k--', label='memory floor at measured copy bw')
+    ax.set_xscale('log', base=2)
+    ax.set_yscale('log')
+    ax.set_xlabel('T (tokens), B=1 H=32 Hg=16 K=V=128')
+    ax.set_ylabel('ms')
+    ax.set_title(title, fontsize=7)
+    ax.legend(fontsize=7)
+    ax.grid(True, which='both', alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, 'results-prefill.png'), dpi=120)
+    print(f'report: prefill plot written to {os.path.join(out, "results-prefill.png")}')
 
 
 def main():
