@@ -437,8 +437,9 @@ gated_delta_net_recompute_wu_bf16_beta_bf16(const bf16* __restrict__ k_in, const
 //   1. hb = bf16(h) into shared memory (then to h_out, 16-byte stores); the
 //      chunk's k rows (zeroed past len) and g into shared memory; the
 //      accumulators scaled by exp(g[last]).
-//   2. x[t, v] = w hb^T: warp w takes t rows [16 w, +16) (w fragments from
-//      global memory, 0 past len; a warp wholly past len skips the product).
+//   2. x[t, v] = w hb^T: warp w takes t rows [16 w, +16) (w fragments loaded
+//      into registers at the chunk's start with its u pairs and g, before the
+//      first barrier, 0 past len; a warp wholly past len skips the product).
 //   3. vn = u - x to v_new (t < len); vg transposed into stage [BV v][64 t],
 //      0 past len.
 //   4. h += stage k_rows, t in 16-row steps up to len.
