@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The cuda backend's verification on a Linux machine with an NVIDIA GPU:
-#   bash scripts/gpu-check.sh [tests|sanitize|all]      (default: all)
+#   bash scripts/gpu-check.sh [tests|sanitize|memcheck|racecheck|all]   (default: all)
 # 1. tests:    builds build/cuda/libmlx_native_cuda.so and runs `bun test` on
 #              the cuda backend alone (MLX_NATIVE_TEST_BACKENDS=cuda), every test
 #              file but the emulator's own (emu-*.test.ts need clang, which a
@@ -36,13 +36,18 @@ if [[ "$what" == tests || "$what" == all ]]; then
   tail -6 "$out/tests.log"
 fi
 
-if [[ "$what" == sanitize || "$what" == all ]]; then
+tools=()
+case "$what" in
+  sanitize|all) tools=(memcheck racecheck) ;;
+  memcheck|racecheck) tools=("$what") ;;
+esac
+if [[ ${#tools[@]} -gt 0 ]]; then
   sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
   if [[ ! -x "$sanitizer" ]]; then
     echo "gpu-check: compute-sanitizer not found" >&2
     status=1
   else
-    for tool in memcheck racecheck; do
+    for tool in "${tools[@]}"; do
       : > "$out/sanitize-$tool.log"
       for fam in "${families[@]}"; do
         [[ -f "tests/$fam.test.ts" ]] || continue
