@@ -5,8 +5,8 @@ import src from '../../shaders/chunk_local_cumsum.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/chunk_local_cumsum.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Encoder } from '../encoder.ts';
+import { packFields, type ParamField } from '../params.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct } from '../validate.ts';
-import { packFields, type ParamField } from './fused_norm.ts';
 
 export const CHUNK_LOCAL_CUMSUM_FAMILY = 'chunk_local_cumsum';
 export const CHUNK_LOCAL_CUMSUM_KERNELS = ['chunk_local_cumsum_g_f32'] as const;

@@ -7,8 +7,8 @@ import src from '../../shaders/compute_g_beta.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/compute_g_beta.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Encoder } from '../encoder.ts';
+import { packFields, type ParamField } from '../params.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct } from '../validate.ts';
-import { packFields, type ParamField } from './fused_norm.ts';
 
 export const COMPUTE_G_BETA_FAMILY = 'compute_g_beta';
 /** The family's kernel sources by backend, as registered by every dispatch. */

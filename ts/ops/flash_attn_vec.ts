@@ -4,8 +4,8 @@ import metalSource from '../../shaders/flash_attn_vec.metal' with { type: 'text'
 import cudaSrc from '../../shaders/cuda/flash_attn_vec.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Encoder } from '../encoder.ts';
+import { packFields, type ParamField } from '../params.ts';
 import { checkAtMost, checkDtype, checkElements, checkMultiple, checkPositive, checkedProduct, invalid } from '../validate.ts';
-import { packFields, type ParamField } from './fused_norm.ts';
 
 const OP = 'flash_attn_vec';
 const FAMILY = 'flash_attn_vec';

@@ -6,7 +6,12 @@ import cudaSrc from '../../shaders/cuda/fused_norm.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
+import { packFields, type ParamField, type ParamType } from '../params.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
+
+// Moved to ts/params.ts; re-exported for ts/ops/chunk_gated_delta_rule.ts and
+// ts/ops/gated_delta_net_chunk.ts, which still import them from here.
+export { packFields, type ParamField, type ParamType } from '../params.ts';
 
 export const FUSED_NORM_FAMILY = 'fused_norm';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -25,13 +30,6 @@ export const MAX_ELEMENTS_U32 = 0xffff_ffff;
 /** Threads per threadgroup the ops use at most (one row per threadgroup). */
 export const FUSED_NORM_MAX_THREADS = 256;
 
-export type ParamType = 'u32' | 'f32';
-/** One field of a kernel's parameter struct, as the .metal file declares it. */
-export interface ParamField {
-  readonly name: string;
-  readonly type: ParamType;
-  readonly offset: number;
-}
 /** One scalar argument bound by itself at a buffer index. */
 export interface ScalarArg {
   readonly name: string;
@@ -66,20 +64,6 @@ export const FUSED_NORM_ADD_SCALAR_PARAMS_LAYOUT: readonly ParamField[] = [
   { name: 'eps', type: 'f32', offset: 8 },
   { name: 'scalar_is_vector', type: 'u32', offset: 12 },
 ];
-
-/** Packs values into a struct of the given layout (little-endian, 4-byte fields). */
-export function packFields(layout: readonly ParamField[], values: Readonly<Record<string, number>>): Uint8Array {
-  const size = layout.reduce((end, f) => Math.max(end, f.offset + 4), 0);
-  const bytes = new Uint8Array(size);
-  const view = new DataView(bytes.buffer);
-  for (const f of layout) {
-    const v = values[f.name];
-    if (v === undefined) throw new Error(`packFields: no value for field ${f.name}`);
-    if (f.type === 'u32') view.setUint32(f.offset, v, true);
-    else view.setFloat32(f.offset, v, true);
-  }
-  return bytes;
-}
 
 /** Shape and epsilon shared by every fused norm op. */
 export interface FusedNormParams {

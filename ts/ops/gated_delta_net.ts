@@ -7,8 +7,8 @@ import cudaSrc from '../../shaders/cuda/gated_delta_net.cu' with { type: 'text' 
 import type { Buffer } from '../buffer.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
+import { packFields, type ParamField } from '../params.ts';
 import { checkAtMost, checkDtype, checkElements, checkMultiple, checkPositive, checkedProduct, invalid } from '../validate.ts';
-import { packFields, type ParamField } from './fused_norm.ts';
 
 export const GATED_DELTA_NET_FAMILY = 'gated_delta_net';
 /** The family's kernel sources by backend, as registered by every dispatch. */

@@ -5,8 +5,8 @@ import src from '../../shaders/moe_routing.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/moe_routing.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Encoder } from '../encoder.ts';
+import { packFields, type ParamField } from '../params.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct } from '../validate.ts';
-import { packFields, type ParamField } from './fused_norm.ts';
 
 export const MOE_ROUTING_FAMILY = 'moe_routing';
 /** The family's kernel sources by backend, as registered by every dispatch. */

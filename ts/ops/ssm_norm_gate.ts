@@ -5,8 +5,8 @@ import src from '../../shaders/ssm_norm_gate.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/ssm_norm_gate.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Encoder } from '../encoder.ts';
+import { packFields, type ParamField } from '../params.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
-import { packFields, type ParamField } from './fused_norm.ts';
 
 export const SSM_NORM_GATE_FAMILY = 'ssm_norm_gate';
 /** The family's kernel sources by backend, as registered by every dispatch. */
