@@ -1,8 +1,17 @@
 // Shared test helpers: the backends present on this machine, seeded random
 // inputs, and error measures with tolerances by dtype.
 
-import { afterAll, describe, test } from 'bun:test';
-import { Device, MlxError, type BackendName } from '../ts/index.ts';
+import { afterAll, describe, expect, test } from 'bun:test';
+import {
+  Device,
+  MlxError,
+  bf16BitsToF32,
+  f32ToBf16Bits,
+  type BackendName,
+  type Buffer,
+  type DType,
+  type Encoder,
+} from '../ts/index.ts';
 
 export interface BackendCase {
   label: string;
@@ -195,5 +204,80 @@ export function nmse(got: ArrayLike<number>, want: ArrayLike<number>): number {
   return den === 0 ? num : num / den;
 }
 
+/** max_i |x_i| (0 for no elements). */
+export function maxAbs(x: ArrayLike<number>): number {
+  let m = 0;
+  for (let i = 0; i < x.length; i++) m = Math.max(m, Math.abs(x[i]!));
+  return m;
+}
+
+/**
+ * max |got - want| / max |want|: for outputs that are sums of products which
+ * may cancel to values far below their terms, whose error is of the terms' size.
+ */
+export function scaledErr(got: ArrayLike<number>, want: ArrayLike<number>): number {
+  return maxRelErr(got, want, maxAbs(want));
+}
+
+/** x rounded to bf16 (round-to-nearest-even), as a number. */
+export const bf16 = (x: number): number => bf16BitsToF32(f32ToBf16Bits(x));
+
 /** Relative tolerances by dtype; an op that needs more says why next to its test. */
 export const TOL = { f32: 1e-5, f16: 1e-3, bf16: 1e-2 } as const;
+
+// ---- validation ----
+
+/** The MlxError that fn throws, expected to be of kind InvalidArgument. */
+function invalidArgumentOf(fn: () => void): MlxError {
+  let err: unknown = null;
+  try {
+    fn();
+  } catch (e) {
+    err = e;
+  }
+  expect(err).toBeInstanceOf(MlxError);
+  const e = err as MlxError;
+  expect(e.kind).toBe('InvalidArgument');
+  return e;
+}
+
+/**
+ * fn throws MlxError('InvalidArgument') with the message of ts/validate.ts:
+ * "<op>: <arg> must be <expected> (got <actual>)", where expected and actual
+ * may be the start of what the message says.
+ */
+export function expectInvalid(fn: () => void, op: string, arg: string, expected: string, actual: string): void {
+  const e = invalidArgumentOf(fn);
+  expect(e.message).toStartWith(`${op}: ${arg} must be `);
+  expect(e.message).toContain(expected);
+  expect(e.message).toContain(`(got ${actual}`);
+}
+
+/** fn throws MlxError('InvalidArgument') whose message starts "<op>: " and contains every part. */
+export function expectInvalidParts(fn: () => void, op: string, ...parts: string[]): void {
+  const e = invalidArgumentOf(fn);
+  expect(e.message).toStartWith(`${op}: `);
+  for (const part of parts) expect(e.message).toContain(part);
+}
+
+export interface ValidationContext {
+  /** A device of the first backend present, opened on first use and closed after the block. */
+  device: () => Device;
+  /** One encoder for every case: validation throws before anything is recorded. */
+  enc: () => Encoder;
+  /** A zero-filled buffer of n elements, shape [n]. */
+  buf: (dtype: DType, n: number) => Buffer;
+}
+
+/** A describe block of validation tests on the first backend present; skipped where none is. */
+export function describeValidation(name: string, fn: (ctx: ValidationContext) => void): void {
+  const present = backends();
+  describe.if(present.length > 0)(name, () => {
+    let dev: Device | null = null;
+    const device = (): Device => (dev ??= openDevice(present[0]!));
+    afterAll(() => dev?.close());
+    let encoder: Encoder | null = null;
+    const enc = (): Encoder => (encoder ??= device().encoder());
+    fn({ device, enc, buf: (dtype, n) => device().alloc(dtype, [n]) });
+  });
+}
