@@ -1,6 +1,6 @@
 import { describe, expect, test } from 'bun:test';
 import metalSource from '../shaders/chunk_gated_delta_rule.metal' with { type: 'text' };
-import { MlxError, bf16BitsToF32, f32ToBf16Bits, type Buffer, type DType, type Device } from '../ts/index.ts';
+import type { Buffer, DType, Device } from '../ts/index.ts';
 import {
   CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT,
   GDR_SCRATCH_SHAPES,
@@ -34,9 +34,8 @@ import {
   type GdrRecurrentInputs,
   type GdrRefShape,
 } from '../ts/reference/chunk_gated_delta_rule.ts';
-import { TOL, describeBackends, maxRelErr, nmse, rng, type Rng } from './helpers.ts';
-
-const bf16 = (x: number): number => bf16BitsToF32(f32ToBf16Bits(x));
+import { TOL, describeBackends, maxRelErr, nmse, rng, type Rng, expectInvalidParts, maxAbs, bf16 } from './helpers.ts';
+import { metalStruct } from './metal-source.ts';
 
 interface Shape {
   hg: number;
@@ -105,26 +104,6 @@ function makeData(r: Rng, s: Shape, o: DataOpts = {}): GdrData {
   return d;
 }
 
-const maxAbs = (x: ArrayLike<number>): number => {
-  let m = 0;
-  for (let i = 0; i < x.length; i++) m = Math.max(m, Math.abs(x[i]!));
-  return m;
-};
-
-function expectInvalid(f: () => void, ...parts: string[]): void {
-  let err: unknown = null;
-  try {
-    f();
-  } catch (e) {
-    err = e;
-  }
-  expect(err).toBeInstanceOf(MlxError);
-  const e = err as MlxError;
-  expect(e.kind).toBe('InvalidArgument');
-  expect(e.message).toStartWith('chunk_gated_delta_rule: ');
-  for (const part of parts) expect(e.message).toContain(part);
-}
-
 describe('chunk_gated_delta_rule reference', () => {
   test('the chunked steps in float64 equal the token-by-token recurrence', () => {
     const shapes: Shape[] = [
@@ -153,11 +132,7 @@ describe('chunk_gated_delta_rule reference', () => {
   });
 
   test('the packer matches struct ChunkGatedDeltaRuleParams of the .metal source', () => {
-    const body = /struct\s+ChunkGatedDeltaRuleParams\s*\{([^}]*)\}/.exec(metalSource);
-    expect(body).not.toBeNull();
-    const fields = [...body![1]!.matchAll(/^\s*(\w+)\s+(\w+)\s*;/gm)].map((m, i) => ({ type: m[1]!, name: m[2]!, offset: 4 * i }));
-    const layout = CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT.map((f) => ({ type: f.type === 'u32' ? 'uint' : 'float', name: f.name, offset: f.offset }));
-    expect(layout).toEqual(fields);
+    expect(CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT).toEqual(metalStruct(metalSource, 'ChunkGatedDeltaRuleParams'));
     const packed = packChunkGatedDeltaRuleParams({ nTok: 135, nt: 4, nSeq: 3, hg: 2, h: 6, k: 128, v: 64, scale: 0.25 });
     const dv = new DataView(packed.buffer, packed.byteOffset, packed.byteLength);
     expect(packed.byteLength).toBe(32);
@@ -255,17 +230,17 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     validateChunkGatedDeltaRule(a);
     const withP = (o: Partial<ChunkGatedDeltaRuleParams>): ChunkGatedDeltaRuleArgs => ({ ...a, params: { ...a.params, ...o } });
     for (const arg of ['b', 't', 'hg', 'h', 'k', 'v'] as const) {
-      expectInvalid(() => validateChunkGatedDeltaRule(withP({ [arg]: 0 })), `${arg} must be a positive integer`, '(got 0)');
-      expectInvalid(() => validateChunkGatedDeltaRule(withP({ [arg]: 1.5 })), `${arg} must be a positive integer`, '(got 1.5)');
+      expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ [arg]: 0 })), 'chunk_gated_delta_rule', `${arg} must be a positive integer`, '(got 0)');
+      expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ [arg]: 1.5 })), 'chunk_gated_delta_rule', `${arg} must be a positive integer`, '(got 1.5)');
     }
-    expectInvalid(() => validateChunkGatedDeltaRule(withP({ h: 2 ** 32 })), 'h must be at most 2^32 - 1');
-    expectInvalid(() => validateChunkGatedDeltaRule(withP({ b: 2 ** 16, t: 2 ** 16 })), 'b * t must be at most 2^32 - 1', '(got 4294967296)');
-    expectInvalid(() => validateChunkGatedDeltaRule(withP({ h: 3 })), 'h must be a multiple of hg (2)', '(got 3)');
-    expectInvalid(() => validateChunkGatedDeltaRule(withP({ k: 96 })), 'k must be one of 64, 128, 256', '(got 96)');
-    expectInvalid(() => validateChunkGatedDeltaRule(withP({ k: 512 })), 'k must be one of 64, 128, 256', '(got 512)');
-    expectInvalid(() => validateChunkGatedDeltaRule(withP({ v: 96 })), 'v must be a multiple of 64 at most 256', '(got 96)');
-    expectInvalid(() => validateChunkGatedDeltaRule(withP({ v: 320 })), 'v must be a multiple of 64 at most 256', '(got 320)');
-    expectInvalid(() => validateChunkGatedDeltaRule(withP({ scale: NaN })), 'scale must be a finite number', '(got NaN)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ h: 2 ** 32 })), 'chunk_gated_delta_rule', 'h must be at most 2^32 - 1');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ b: 2 ** 16, t: 2 ** 16 })), 'chunk_gated_delta_rule', 'b * t must be at most 2^32 - 1', '(got 4294967296)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ h: 3 })), 'chunk_gated_delta_rule', 'h must be a multiple of hg (2)', '(got 3)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ k: 96 })), 'chunk_gated_delta_rule', 'k must be one of 64, 128, 256', '(got 96)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ k: 512 })), 'chunk_gated_delta_rule', 'k must be one of 64, 128, 256', '(got 512)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ v: 96 })), 'chunk_gated_delta_rule', 'v must be a multiple of 64 at most 256', '(got 96)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ v: 320 })), 'chunk_gated_delta_rule', 'v must be a multiple of 64 at most 256', '(got 320)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ scale: NaN })), 'chunk_gated_delta_rule', 'scale must be a finite number', '(got NaN)');
     releaseArgs(a);
   });
 
@@ -274,14 +249,14 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     const a = allocArgs(dev);
     const cu = (c: number[], b = 1, t = 130): ChunkGatedDeltaRuleArgs => ({ ...a, params: { ...a.params, b, t, cuSeqlens: c } });
     validateChunkGatedDeltaRule(cu([0, 70, 130]));
-    expectInvalid(() => validateChunkGatedDeltaRule(cu([0, 65, 130], 2, 65)), 'b must be 1 when cuSeqlens is given', '(got 2)');
-    expectInvalid(() => validateChunkGatedDeltaRule(cu([0])), 'cuSeqlens.length must be at least 2', '(got 1)');
-    expectInvalid(() => validateChunkGatedDeltaRule(cu([1, 130])), 'cuSeqlens[0] must be 0', '(got 1)');
-    expectInvalid(() => validateChunkGatedDeltaRule(cu([0, 70, 70, 130])), 'cuSeqlens[2] must be an integer above cuSeqlens[1] = 70', '(got 70)');
-    expectInvalid(() => validateChunkGatedDeltaRule(cu([0, 70.5, 130])), 'cuSeqlens[1] must be an integer above cuSeqlens[0] = 0', '(got 70.5)');
-    expectInvalid(() => validateChunkGatedDeltaRule(cu([0, 70, 129])), 'cuSeqlens[2] must be t = 130', '(got 129)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 65, 130], 2, 65)), 'chunk_gated_delta_rule', 'b must be 1 when cuSeqlens is given', '(got 2)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0])), 'chunk_gated_delta_rule', 'cuSeqlens.length must be at least 2', '(got 1)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([1, 130])), 'chunk_gated_delta_rule', 'cuSeqlens[0] must be 0', '(got 1)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 70, 70, 130])), 'chunk_gated_delta_rule', 'cuSeqlens[2] must be an integer above cuSeqlens[1] = 70', '(got 70)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 70.5, 130])), 'chunk_gated_delta_rule', 'cuSeqlens[1] must be an integer above cuSeqlens[0] = 0', '(got 70.5)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 70, 129])), 'chunk_gated_delta_rule', 'cuSeqlens[2] must be t = 130', '(got 129)');
     // Three sequences: the states hold 3 of them.
-    expectInvalid(() => validateChunkGatedDeltaRule(cu([0, 1, 71, 130])), 'finalState.elementCount must be 49152');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 1, 71, 130])), 'chunk_gated_delta_rule', 'finalState.elementCount must be 49152');
     releaseArgs(a);
   });
 
@@ -303,14 +278,14 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
       const wrong: DType = right.dtype === 'f32' ? (key === 'beta' ? 'f16' : 'bf16') : 'f32';
       const expectDtype = key === 'beta' ? 'one of f32, bf16' : right.dtype;
       const bad1 = allocArgs(dev, { [key]: [wrong, right.elementCount] });
-      expectInvalid(() => validateChunkGatedDeltaRule(bad1), `${names[key]}.dtype must be ${expectDtype}`, `(got ${wrong})`);
+      expectInvalidParts(() => validateChunkGatedDeltaRule(bad1), 'chunk_gated_delta_rule', `${names[key]}.dtype must be ${expectDtype}`, `(got ${wrong})`);
       releaseArgs(bad1);
       const bad2 = allocArgs(dev, { [key]: [right.dtype, right.elementCount + 1] });
-      expectInvalid(() => validateChunkGatedDeltaRule(bad2), `${names[key]}.elementCount must be ${right.elementCount}`);
+      expectInvalidParts(() => validateChunkGatedDeltaRule(bad2), 'chunk_gated_delta_rule', `${names[key]}.elementCount must be ${right.elementCount}`);
       releaseArgs(bad2);
     }
     const enc = dev.encoder();
-    expectInvalid(() => chunkGatedDeltaRule(enc, { ...good, params: { ...good.params, k: 32 } }), 'k must be one of 64, 128, 256');
+    expectInvalidParts(() => chunkGatedDeltaRule(enc, { ...good, params: { ...good.params, k: 32 } }), 'chunk_gated_delta_rule', 'k must be one of 64, 128, 256');
     enc.release();
     releaseArgs(good);
   });
@@ -322,16 +297,16 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     const a = dev.alloc('f32', [n]);
     const chunks = dev.alloc('u32', [p.nt, 2]);
     validateChunkTriSolveInvert({ a, ai: a, chunks, params: p });
-    expectInvalid(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nt: 2 } }), 'nt must be between ceil(nTok / 64) and nTok = 130', '(got 2)');
-    expectInvalid(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nt: 131 } }), 'nt must be between');
-    expectInvalid(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nSeq: 5 } }), 'nSeq must be at most nt = 4', '(got 5)');
-    expectInvalid(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nTok: 0 } }), 'nTok must be a positive integer');
-    expectInvalid(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nTok: 2 ** 40, nt: 2 ** 34 } }), 'nTok must be at most 2^32 - 1');
-    expectInvalid(() => validateChunkTriSolveInvert({ a, ai: a, chunks: a, params: p }), 'chunks.dtype must be u32', '(got f32)');
+    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nt: 2 } }), 'chunk_gated_delta_rule', 'nt must be between ceil(nTok / 64) and nTok = 130', '(got 2)');
+    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nt: 131 } }), 'chunk_gated_delta_rule', 'nt must be between');
+    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nSeq: 5 } }), 'chunk_gated_delta_rule', 'nSeq must be at most nt = 4', '(got 5)');
+    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nTok: 0 } }), 'chunk_gated_delta_rule', 'nTok must be a positive integer');
+    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nTok: 2 ** 40, nt: 2 ** 34 } }), 'chunk_gated_delta_rule', 'nTok must be at most 2^32 - 1');
+    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks: a, params: p }), 'chunk_gated_delta_rule', 'chunks.dtype must be u32', '(got f32)');
     const short = dev.alloc('u32', [p.nt]);
-    expectInvalid(() => validateChunkTriSolveInvert({ a, ai: a, chunks: short, params: p }), `chunks.elementCount must be ${2 * p.nt}`);
+    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks: short, params: p }), 'chunk_gated_delta_rule', `chunks.elementCount must be ${2 * p.nt}`);
     const bfA = dev.alloc('bf16', [n]);
-    expectInvalid(() => validateChunkTriSolveInvert({ a: bfA, ai: a, chunks, params: p }), 'a.dtype must be f32', '(got bf16)');
+    expectInvalidParts(() => validateChunkTriSolveInvert({ a: bfA, ai: a, chunks, params: p }), 'chunk_gated_delta_rule', 'a.dtype must be f32', '(got bf16)');
     // The inter-state step checks its sequence table.
     const s = (d: DType, c: number): Buffer => dev.alloc(d, [c]);
     const st = p.nSeq * p.h * p.v * p.k;
@@ -341,8 +316,8 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
       seqs: s('u32', 2 * (p.nSeq + 1)), params: p,
     };
     validateGatedDeltaNetChunkInterStateVarlen(args);
-    expectInvalid(() => validateGatedDeltaNetChunkInterStateVarlen({ ...args, seqs: chunks }), `seqs.elementCount must be ${2 * (p.nSeq + 1)}`);
-    expectInvalid(() => validateGatedDeltaNetChunkInterStateVarlen({ ...args, hOut: args.vNew }), `hOut.elementCount must be ${p.nt * p.h * p.v * p.k}`);
+    expectInvalidParts(() => validateGatedDeltaNetChunkInterStateVarlen({ ...args, seqs: chunks }), 'chunk_gated_delta_rule', `seqs.elementCount must be ${2 * (p.nSeq + 1)}`);
+    expectInvalidParts(() => validateGatedDeltaNetChunkInterStateVarlen({ ...args, hOut: args.vNew }), 'chunk_gated_delta_rule', `hOut.elementCount must be ${p.nt * p.h * p.v * p.k}`);
     for (const b of [a, chunks, short, bfA, ...Object.values(args).filter((x): x is Buffer => typeof x === 'object' && 'release' in x)]) b.release();
   });
 

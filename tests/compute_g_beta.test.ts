@@ -2,10 +2,9 @@
 // packer against the .metal struct, every validation rule, and parity on
 // every backend with model-like and adversarial inputs.
 
-import { afterAll, describe, expect, test } from 'bun:test';
+import { describe, expect, test } from 'bun:test';
 import src from '../shaders/compute_g_beta.metal' with { type: 'text' };
-import { MlxError, type Buffer, type DType, type Device, type Encoder } from '../ts/index.ts';
-import type { ParamField } from '../ts/ops/fused_norm.ts';
+import type { Buffer } from '../ts/index.ts';
 import {
   COMPUTE_G_BETA_KERNELS,
   COMPUTE_G_BETA_PARAMS_LAYOUT,
@@ -15,24 +14,8 @@ import {
   type ComputeGBetaParams,
 } from '../ts/ops/compute_g_beta.ts';
 import { computeGBetaRef, softplusRef } from '../ts/reference/compute_g_beta.ts';
-import { backends, describeBackends, maxRelErr, openDevice, rng, TOL, type Rng } from './helpers.ts';
-
-const SCALAR_TYPES: Record<string, ParamField['type']> = { uint: 'u32', float: 'f32' };
-
-/** Fields of `struct name { ... };` in the source: 4-byte scalars laid out in order. */
-function metalStruct(source: string, name: string): ParamField[] {
-  const m = new RegExp(`struct\\s+${name}\\s*\\{([^}]*)\\}`).exec(source);
-  if (!m) throw new Error(`struct ${name} not found`);
-  const fields: ParamField[] = [];
-  for (const decl of m[1]!.replace(/\/\/[^\n]*/g, '').split(';')) {
-    if (decl.trim() === '') continue;
-    const f = /^\s*(\w+)\s+(\w+)\s*$/.exec(decl);
-    const type = f ? SCALAR_TYPES[f[1]!] : undefined;
-    if (!f || !type) throw new Error(`struct ${name}: cannot parse field "${decl.trim()}"`);
-    fields.push({ name: f[2]!, type, offset: fields.length * 4 });
-  }
-  return fields;
-}
+import { describeBackends, maxRelErr, rng, TOL, type Rng, expectInvalid, describeValidation } from './helpers.ts';
+import { metalStruct } from './metal-source.ts';
 
 describe('compute_g_beta param packer matches the .metal declaration', () => {
   test('ComputeGBetaParams: fields, offsets, bound at buffer(6) by every kernel; packed values', () => {
@@ -64,30 +47,7 @@ describe('compute_g_beta reference against hand-computed values', () => {
   });
 });
 
-function expectInvalid(fn: () => void, arg: string, expected: string, actual: string): void {
-  let err: unknown = null;
-  try {
-    fn();
-  } catch (e) {
-    err = e;
-  }
-  expect(err).toBeInstanceOf(MlxError);
-  const e = err as MlxError;
-  expect(e.kind).toBe('InvalidArgument');
-  expect(e.message).toStartWith(`compute_g_beta: ${arg} must be `);
-  expect(e.message).toContain(expected);
-  expect(e.message).toContain(`(got ${actual}`);
-}
-
-const present = backends();
-describe.if(present.length > 0)('compute_g_beta validation', () => {
-  let device: Device | null = null;
-  const d = (): Device => (device ??= openDevice(present[0]!));
-  afterAll(() => device?.close());
-  let encoder: Encoder | null = null;
-  const enc = (): Encoder => (encoder ??= d().encoder());
-  const buf = (dtype: DType, n: number): Buffer => d().alloc(dtype, [n]);
-
+describeValidation('compute_g_beta validation', ({ enc, buf }) => {
   test('every rule', () => {
     const P: ComputeGBetaParams = { b: 2, t: 3, h: 5 };
     const n = 30;
@@ -115,10 +75,10 @@ describe.if(present.length > 0)('compute_g_beta validation', () => {
       [{}, { beta: buf('f32', 2 * n) }, 'beta.elementCount', `${n}`, `${2 * n}`],
     ];
     for (const [pm, bm, arg, expected, actual] of cases) {
-      expectInvalid(() => computeGBeta(enc(), { ...base(), ...bm, params: { ...P, ...pm } }), arg, expected, actual);
+      expectInvalid(() => computeGBeta(enc(), { ...base(), ...bm, params: { ...P, ...pm } }), 'compute_g_beta', arg, expected, actual);
     }
     // bf16 a takes a bf16 b.
-    expectInvalid(() => computeGBeta(enc(), { ...base(), a: buf('bf16', n), params: P }), 'b.dtype', 'bf16', 'f32');
+    expectInvalid(() => computeGBeta(enc(), { ...base(), a: buf('bf16', n), params: P }), 'compute_g_beta', 'b.dtype', 'bf16', 'f32');
   });
 });
 

@@ -5,7 +5,6 @@
 import { describe, expect, test } from 'bun:test';
 import {
   Device,
-  bf16BitsToF32,
   f16BitsToF32,
   f32ToBf16Bits,
   f32ToF16Bits,
@@ -14,7 +13,7 @@ import {
   type FunctionConstants,
   type Library,
 } from '../ts/index.ts';
-import { EMU_RANDOM_SEED, backendAbsence } from './helpers.ts';
+import { EMU_RANDOM_SEED, backendAbsence, bf16 } from './helpers.ts';
 
 const FILE = 'emu_language.metal';
 
@@ -323,7 +322,6 @@ kernel void fc(device const float* a [[buffer(0)]],
 
 const absent = backendAbsence('emu');
 const f16 = (x: number): number => f16BitsToF32(f32ToF16Bits(x));
-const bf16 = (x: number): number => bf16BitsToF32(f32ToBf16Bits(x));
 const f32 = Math.fround;
 
 /** Deterministic values: integers and simple fractions, so most checks are exact. */

@@ -1,6 +1,6 @@
 import { describe, expect, test } from 'bun:test';
 import metalSource from '../shaders/flash_attn_vec.metal' with { type: 'text' };
-import { MlxError, f16BitsToF32, f32ToF16Bits, type Buffer, type DType, type Device } from '../ts/index.ts';
+import { f16BitsToF32, f32ToF16Bits, type DType, type Device } from '../ts/index.ts';
 import {
   FLASH_ATTN_VEC_PARAMS_LAYOUT,
   FLASH_ATTN_VEC_REDUCE_PARAMS_LAYOUT,
@@ -13,9 +13,9 @@ import {
   type FlashAttnVecMask,
   type FlashAttnVecParams,
 } from '../ts/ops/flash_attn_vec.ts';
-import type { ParamField } from '../ts/ops/fused_norm.ts';
 import { flashAttnVecRef, type FlashAttnVecRefShape } from '../ts/reference/flash_attn_vec.ts';
-import { TOL, describeBackends, maxRelErr, randomArray, rng } from './helpers.ts';
+import { TOL, describeBackends, maxRelErr, randomArray, rng, expectInvalidParts } from './helpers.ts';
+import { metalStruct, readField } from './metal-source.ts';
 
 const f16 = (x: number): number => f16BitsToF32(f32ToF16Bits(x));
 
@@ -116,19 +116,6 @@ function makeInputs(c: Case, seed: number, poison = true): { q: Float64Array; k:
   return { q: q.map(Math.fround), k, v };
 }
 
-function parseStruct(name: string): { type: string; name: string; offset: number }[] {
-  const body = new RegExp(`struct\\s+${name}\\s*\\{([^}]*)\\}`).exec(metalSource);
-  if (body === null) throw new Error(`struct ${name} not found in flash_attn_vec.metal`);
-  // Every field is a 4-byte uint or float, so offsets are 4 * index; the
-  // layout tables name those types u32 and f32.
-  const names: Record<string, string> = { uint: 'u32', float: 'f32' };
-  return [...body[1]!.matchAll(/^\s*(\w+)\s+(\w+)\s*;/gm)].map((m, i) => ({ type: names[m[1]!] ?? m[1]!, name: m[2]!, offset: 4 * i }));
-}
-
-function layoutOf(l: readonly ParamField[]): { type: string; name: string; offset: number }[] {
-  return l.map((f) => ({ type: f.type, name: f.name, offset: f.offset }));
-}
-
 describe('flash_attn_vec reference', () => {
   test('matches attention written with expanded heads and an additive mask', () => {
     for (const c of CASES.filter((x) => x.p.kvSeqLen <= 100)) {
@@ -151,8 +138,8 @@ describe('flash_attn_vec reference', () => {
 
 describe('flash_attn_vec params', () => {
   test('FlashAttnVecParams packer matches the struct of the .metal source', () => {
-    const fields = parseStruct('FlashAttnVecParams');
-    expect(layoutOf(FLASH_ATTN_VEC_PARAMS_LAYOUT)).toEqual(fields);
+    const fields = metalStruct(metalSource, 'FlashAttnVecParams');
+    expect(FLASH_ATTN_VEC_PARAMS_LAYOUT).toEqual(fields);
     const p: FlashAttnVecParams = {
       batch: 3, nHeads: 16, nKvHeads: 4, headDim: 512, kvSeqLen: 777, kvCapacity: 1024, scale: 0.125,
       mask: 'slidingWindow', slidingWindow: 321, softcap: 30, nwg: 7,
@@ -163,11 +150,7 @@ describe('flash_attn_vec params', () => {
     };
     const bytes = packFlashAttnVecParams(p);
     expect(bytes.byteLength).toBe(4 * fields.length);
-    const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    for (const f of fields) {
-      const got = f.type === 'f32' ? dv.getFloat32(f.offset, true) : dv.getUint32(f.offset, true);
-      expect([f.name, got]).toEqual([f.name, want[f.name]!]);
-    }
+    for (const f of fields) expect([f.name, readField(bytes, f)]).toEqual([f.name, want[f.name]!]);
     const masks: [FlashAttnVecMask, number][] = [['none', 0], ['causal', 1], ['slidingWindow', 2]];
     for (const [mask, code] of masks) {
       expect(new DataView(packFlashAttnVecParams({ ...p, mask }).buffer).getUint32(24, true)).toBe(code);
@@ -175,8 +158,8 @@ describe('flash_attn_vec params', () => {
   });
 
   test('FlashAttnVecReduceParams packer matches the struct of the .metal source', () => {
-    const fields = parseStruct('FlashAttnVecReduceParams');
-    expect(layoutOf(FLASH_ATTN_VEC_REDUCE_PARAMS_LAYOUT)).toEqual(fields);
+    const fields = metalStruct(metalSource, 'FlashAttnVecReduceParams');
+    expect(FLASH_ATTN_VEC_REDUCE_PARAMS_LAYOUT).toEqual(fields);
     const bytes = packFlashAttnVecReduceParams({ batch: 3, nHeads: 5 });
     expect(bytes.byteLength).toBe(4 * fields.length);
     expect(new DataView(bytes.buffer).getUint32(0, true)).toBe(15);
@@ -187,20 +170,6 @@ describe('flash_attn_vec params', () => {
     expect(flashAttnVecTmpElements({ batch: 2, nHeads: 3, headDim: 256, nwg: 1 })).toBe(0);
   });
 });
-
-function expectInvalid(f: () => void, ...parts: string[]): void {
-  let err: unknown = null;
-  try {
-    f();
-  } catch (e) {
-    err = e;
-  }
-  expect(err).toBeInstanceOf(MlxError);
-  const e = err as MlxError;
-  expect(e.kind).toBe('InvalidArgument');
-  expect(e.message).toStartWith('flash_attn_vec: ');
-  for (const part of parts) expect(e.message).toContain(part);
-}
 
 function allocFor(dev: Device, p: FlashAttnVecParams, kv: DType): FlashAttnVecBuffers {
   const qn = p.batch * p.nHeads * p.headDim;
@@ -223,22 +192,22 @@ describeBackends('flash_attn_vec', ({ device }) => {
     const bufs = allocFor(dev, ok, 'f32');
     validateFlashAttnVec(ok, bufs);
     for (const arg of ['batch', 'nHeads', 'nKvHeads', 'headDim', 'kvSeqLen', 'kvCapacity', 'nwg'] as const) {
-      expectInvalid(() => validateFlashAttnVec({ ...ok, [arg]: 0 }, bufs), `${arg} must be a positive integer`, '(got 0)');
+      expectInvalidParts(() => validateFlashAttnVec({ ...ok, [arg]: 0 }, bufs), 'flash_attn_vec', `${arg} must be a positive integer`, '(got 0)');
     }
-    expectInvalid(() => validateFlashAttnVec({ ...ok, nKvHeads: 2 ** 32 }, bufs), 'nKvHeads must be at most 2^32 - 1');
-    expectInvalid(() => validateFlashAttnVec({ ...ok, batch: 2 ** 31, nwg: 2 }, bufs), 'batch * nwg must be at most 2^32 - 1', '(got 4294967296)');
-    expectInvalid(() => validateFlashAttnVec({ ...ok, mask: 'slidingWindow', slidingWindow: 2 ** 32 }, bufs), 'slidingWindow must be at most 2^32 - 1');
-    expectInvalid(() => validateFlashAttnVec({ ...ok, batch: 2 ** 20, kvCapacity: 2 ** 25 }, bufs), 'k elements must be a product of integers at most 2^53 - 1');
-    expectInvalid(() => validateFlashAttnVec({ ...ok, headDim: 128 }, bufs), 'headDim must be 256 or 512', '(got 128)');
-    expectInvalid(() => validateFlashAttnVec({ ...ok, nKvHeads: 3 }, bufs), 'nHeads must be a multiple of nKvHeads (3)', '(got 4)');
-    expectInvalid(() => validateFlashAttnVec({ ...ok, kvSeqLen: 65 }, bufs), 'kvSeqLen must be at most kvCapacity (64)', '(got 65)');
-    expectInvalid(() => validateFlashAttnVec({ ...ok, nwg: 33 }, bufs), 'nwg must be at most 32', '(got 33)');
-    expectInvalid(() => validateFlashAttnVec({ ...ok, mask: 'upper' as FlashAttnVecMask }, bufs), 'mask must be one of none, causal, slidingWindow', '(got upper)');
-    expectInvalid(() => validateFlashAttnVec({ ...ok, mask: 'slidingWindow' }, bufs), 'slidingWindow must be a positive integer', '(got 0)');
-    expectInvalid(() => validateFlashAttnVec({ ...ok, mask: 'slidingWindow', slidingWindow: 2.5 }, bufs), 'slidingWindow must be a positive integer', '(got 2.5)');
-    expectInvalid(() => validateFlashAttnVec({ ...ok, scale: NaN }, bufs), 'scale must be a finite number', '(got NaN)');
-    expectInvalid(() => validateFlashAttnVec({ ...ok, softcap: -1 }, bufs), 'softcap must be a finite number >= 0', '(got -1)');
-    expectInvalid(() => validateFlashAttnVec({ ...ok, softcap: Infinity }, bufs), 'softcap must be a finite number >= 0', '(got Infinity)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, nKvHeads: 2 ** 32 }, bufs), 'flash_attn_vec', 'nKvHeads must be at most 2^32 - 1');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, batch: 2 ** 31, nwg: 2 }, bufs), 'flash_attn_vec', 'batch * nwg must be at most 2^32 - 1', '(got 4294967296)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, mask: 'slidingWindow', slidingWindow: 2 ** 32 }, bufs), 'flash_attn_vec', 'slidingWindow must be at most 2^32 - 1');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, batch: 2 ** 20, kvCapacity: 2 ** 25 }, bufs), 'flash_attn_vec', 'k elements must be a product of integers at most 2^53 - 1');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, headDim: 128 }, bufs), 'flash_attn_vec', 'headDim must be 256 or 512', '(got 128)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, nKvHeads: 3 }, bufs), 'flash_attn_vec', 'nHeads must be a multiple of nKvHeads (3)', '(got 4)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, kvSeqLen: 65 }, bufs), 'flash_attn_vec', 'kvSeqLen must be at most kvCapacity (64)', '(got 65)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, nwg: 33 }, bufs), 'flash_attn_vec', 'nwg must be at most 32', '(got 33)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, mask: 'upper' as FlashAttnVecMask }, bufs), 'flash_attn_vec', 'mask must be one of none, causal, slidingWindow', '(got upper)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, mask: 'slidingWindow' }, bufs), 'flash_attn_vec', 'slidingWindow must be a positive integer', '(got 0)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, mask: 'slidingWindow', slidingWindow: 2.5 }, bufs), 'flash_attn_vec', 'slidingWindow must be a positive integer', '(got 2.5)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, scale: NaN }, bufs), 'flash_attn_vec', 'scale must be a finite number', '(got NaN)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, softcap: -1 }, bufs), 'flash_attn_vec', 'softcap must be a finite number >= 0', '(got -1)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, softcap: Infinity }, bufs), 'flash_attn_vec', 'softcap must be a finite number >= 0', '(got Infinity)');
     releaseAll(bufs);
   });
 
@@ -264,14 +233,14 @@ describeBackends('flash_attn_vec', ({ device }) => {
     ];
     for (const [key, dtype, n, parts] of swaps) {
       const wrong = dev.alloc(dtype, [n]);
-      expectInvalid(() => validateFlashAttnVec(ok, { ...bufs, [key]: wrong }), ...parts);
+      expectInvalidParts(() => validateFlashAttnVec(ok, { ...bufs, [key]: wrong }), 'flash_attn_vec', ...parts);
       wrong.release();
     }
     const { tmp, ...noTmp } = bufs;
-    expectInvalid(() => validateFlashAttnVec(ok, noTmp), 'tmp must be a f32 buffer of flashAttnVecTmpElements = ' + tmpn);
+    expectInvalidParts(() => validateFlashAttnVec(ok, noTmp), 'flash_attn_vec', 'tmp must be a f32 buffer of flashAttnVecTmpElements = ' + tmpn);
     validateFlashAttnVec({ ...ok, nwg: 1 }, noTmp);
     const enc = dev.encoder();
-    expectInvalid(() => flashAttnVec(enc, { ...ok, ...bufs, headDim: 128 }), 'headDim must be 256 or 512');
+    expectInvalidParts(() => flashAttnVec(enc, { ...ok, ...bufs, headDim: 128 }), 'flash_attn_vec', 'headDim must be 256 or 512');
     enc.release();
     tmp?.release();
     releaseAll(noTmp);

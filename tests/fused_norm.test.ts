@@ -1,9 +1,8 @@
 // fused_norm: validation rules, the param packers against the .metal structs,
 // the reference against hand-computed values, and parity on every backend.
 
-import { afterAll, describe, expect, test } from 'bun:test';
+import { describe, expect, test } from 'bun:test';
 import src from '../shaders/fused_norm.metal' with { type: 'text' };
-import { MlxError, type Buffer, type Device, type DType, type Encoder } from '../ts/index.ts';
 import {
   FUSED_NORM_ADD_ARGS,
   FUSED_NORM_FAMILY,
@@ -21,55 +20,13 @@ import {
   packFusedNormAddScalarParams,
   packFusedResidualNormParams,
   packFusedResidualNormScalarParams,
-  type ParamField,
 } from '../ts/ops/fused_norm.ts';
+import type { ParamField } from '../ts/params.ts';
 import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
-import { backends, describeBackends, maxRelErr, openDevice, randomArray, rng, TOL } from './helpers.ts';
+import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
+import { metalStruct, bufferParam, readField } from './metal-source.ts';
 
-// ---- .metal source parsing (struct layouts, kernel parameters) ----
-
-const SCALAR_TYPES: Record<string, ParamField['type']> = { uint: 'u32', float: 'f32' };
-
-/** Fields of `struct name { ... };` in the source: 4-byte scalars laid out in order. */
-function metalStruct(source: string, name: string): ParamField[] {
-  const m = new RegExp(`struct\\s+${name}\\s*\\{([^}]*)\\}`).exec(source);
-  if (!m) throw new Error(`struct ${name} not found`);
-  const body = m[1]!.replace(/\/\/[^\n]*/g, '');
-  const fields: ParamField[] = [];
-  for (const decl of body.split(';')) {
-    const f = /^\s*(\w+)\s+(\w+)\s*$/.exec(decl);
-    if (!f) {
-      if (decl.trim() !== '') throw new Error(`struct ${name}: cannot parse field "${decl.trim()}"`);
-      continue;
-    }
-    const type = SCALAR_TYPES[f[1]!];
-    if (!type) throw new Error(`struct ${name}: field type ${f[1]} is not a 4-byte scalar`);
-    fields.push({ name: f[2]!, type, offset: fields.length * 4 });
-  }
-  return fields;
-}
-
-/** The parameter list of `kernel void name(...)`, one declaration per entry. */
-function kernelParams(source: string, name: string): string[] {
-  const at = source.indexOf(`kernel void ${name}(`);
-  if (at < 0) throw new Error(`kernel ${name} not found`);
-  const open = source.indexOf('(', at);
-  const body = source.indexOf('{', open);
-  const list = source.slice(open + 1, source.lastIndexOf(')', body));
-  return list.split(/,(?![^[]*\]\])/).map((s) => s.replace(/\s+/g, ' ').trim());
-}
-
-/** The declaration bound at [[buffer(index)]] of the kernel. */
-function bufferParam(source: string, kernel: string, index: number): string {
-  const decl = kernelParams(source, kernel).find((p) => p.includes(`[[buffer(${index})]]`));
-  if (decl === undefined) throw new Error(`${kernel}: nothing at buffer(${index})`);
-  return decl;
-}
-
-function readField(bytes: Uint8Array, f: ParamField): number {
-  const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  return f.type === 'u32' ? v.getUint32(f.offset, true) : v.getFloat32(f.offset, true);
-}
+// ---- the param structs against the .metal source ----
 
 describe('fused_norm param packers match the .metal declarations', () => {
   const structs: [string, readonly ParamField[], string[]][] = [
@@ -139,34 +96,10 @@ describe('fused_norm reference against hand-computed values', () => {
 
 // ---- validation ----
 
-function expectInvalid(fn: () => void, op: string, arg: string, expected: string, actual: string): void {
-  let err: unknown = null;
-  try {
-    fn();
-  } catch (e) {
-    err = e;
-  }
-  expect(err).toBeInstanceOf(MlxError);
-  const e = err as MlxError;
-  expect(e.kind).toBe('InvalidArgument');
-  expect(e.message).toStartWith(`${op}: ${arg} must be `);
-  expect(e.message).toContain(expected);
-  expect(e.message).toContain(`(got ${actual}`);
-}
-
-const present = backends();
-describe.if(present.length > 0)('fused_norm validation', () => {
-  let device: Device | null = null;
-  const d = (): Device => (device ??= openDevice(present[0]!));
-  afterAll(() => device?.close());
-  const buf = (dtype: DType, n: number): Buffer => d().alloc(dtype, [n]);
-
+describeValidation('fused_norm validation', ({ enc, buf }) => {
   const rows = 2;
   const dim = 8;
   const n = rows * dim;
-  // Validation throws before anything is recorded, so one encoder serves every case.
-  let encoder: Encoder | null = null;
-  const enc = (): Encoder => (encoder ??= d().encoder());
 
   type Case = [mutate: Record<string, unknown>, arg: string, expected: string, actual: string];
   const shapeCases = (): Case[] => [

@@ -3,10 +3,9 @@
 // recurrent and decode kernels on every backend, decode steps against the
 // recurrent kernel, and the chunked kernel's final state continued by decode.
 
-import { afterAll, describe, expect, test } from 'bun:test';
+import { describe, expect, test } from 'bun:test';
 import src from '../shaders/gated_delta_net.metal' with { type: 'text' };
-import { MlxError, bf16BitsToF32, f32ToBf16Bits, type Buffer, type DType, type Device, type Encoder } from '../ts/index.ts';
-import type { ParamField } from '../ts/ops/fused_norm.ts';
+import type { Buffer, DType, Device } from '../ts/index.ts';
 import {
   GATED_DELTA_NET_DECODE_PARAMS_LAYOUT,
   GATED_DELTA_NET_PARAMS_LAYOUT,
@@ -22,41 +21,20 @@ import {
 } from '../ts/ops/gated_delta_net.ts';
 import { gatedDeltaNetChunk } from '../ts/ops/gated_delta_net_chunk.ts';
 import { gatedDeltaNetRef, type GatedDeltaNetRefInputs } from '../ts/reference/gated_delta_net.ts';
-import { backends, describeBackends, maxRelErr, nmse, openDevice, rng, TOL, type Rng } from './helpers.ts';
+import {
+  describeBackends,
+  nmse,
+  rng,
+  TOL,
+  type Rng,
+  expectInvalid,
+  describeValidation,
+  scaledErr,
+  bf16,
+} from './helpers.ts';
+import { metalStruct, bufferParam, readFields } from './metal-source.ts';
 
-// ---- .metal struct parsing ----
-
-const SCALAR_TYPES: Record<string, ParamField['type']> = { uint: 'u32', float: 'f32' };
-
-/** Fields of `struct name { ... };` in the source: 4-byte scalars laid out in order. */
-function metalStruct(source: string, name: string): ParamField[] {
-  const m = new RegExp(`struct\\s+${name}\\s*\\{([^}]*)\\}`).exec(source);
-  if (!m) throw new Error(`struct ${name} not found`);
-  const fields: ParamField[] = [];
-  for (const decl of m[1]!.replace(/\/\/[^\n]*/g, '').split(';')) {
-    if (decl.trim() === '') continue;
-    const f = /^\s*(\w+)\s+(\w+)\s*$/.exec(decl);
-    const type = f ? SCALAR_TYPES[f[1]!] : undefined;
-    if (!f || !type) throw new Error(`struct ${name}: cannot parse field "${decl.trim()}"`);
-    fields.push({ name: f[2]!, type, offset: fields.length * 4 });
-  }
-  return fields;
-}
-
-/** The declaration at [[buffer(index)]] of `kernel void name(...)`, whitespace collapsed. */
-function bufferParam(source: string, kernel: string, index: number): string {
-  const at = source.indexOf(`kernel void ${kernel}(`);
-  if (at < 0) throw new Error(`kernel ${kernel} not found`);
-  const list = source.slice(at, source.indexOf('{', at));
-  const decl = list.split(/,(?![^[]*\]\])/).find((p) => p.includes(`[[buffer(${index})]]`));
-  if (decl === undefined) throw new Error(`${kernel}: nothing at buffer(${index})`);
-  return decl.replace(/\s+/g, ' ').trim();
-}
-
-function readFields(bytes: Uint8Array, layout: readonly ParamField[]): number[] {
-  const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  return layout.map((f) => (f.type === 'u32' ? v.getUint32(f.offset, true) : v.getFloat32(f.offset, true)));
-}
+// ---- the param structs against the .metal source ----
 
 describe('gated_delta_net param packers match the .metal declarations', () => {
   test('GatedDeltaNetParams: fields, offsets, bound at buffer(8); packed values', () => {
@@ -109,30 +87,7 @@ describe('gated_delta_net reference against hand-computed values', () => {
 
 // ---- validation ----
 
-function expectInvalid(fn: () => void, op: string, arg: string, expected: string, actual: string): void {
-  let err: unknown = null;
-  try {
-    fn();
-  } catch (e) {
-    err = e;
-  }
-  expect(err).toBeInstanceOf(MlxError);
-  const e = err as MlxError;
-  expect(e.kind).toBe('InvalidArgument');
-  expect(e.message).toStartWith(`${op}: ${arg} must be `);
-  expect(e.message).toContain(expected);
-  expect(e.message).toContain(`(got ${actual}`);
-}
-
-const present = backends();
-describe.if(present.length > 0)('gated_delta_net validation', () => {
-  let device: Device | null = null;
-  const d = (): Device => (device ??= openDevice(present[0]!));
-  afterAll(() => device?.close());
-  let encoder: Encoder | null = null;
-  const enc = (): Encoder => (encoder ??= d().encoder());
-  const buf = (dtype: DType, n: number): Buffer => d().alloc(dtype, [n]);
-
+describeValidation('gated_delta_net validation', ({ enc, buf }) => {
   const P: GatedDeltaNetParams = { b: 2, t: 3, hg: 1, h: 2, k: 64, v: 16 };
   const QK = 2 * 3 * 1 * 64;
   const VO = 2 * 3 * 2 * 16;
@@ -223,8 +178,6 @@ describe.if(present.length > 0)('gated_delta_net validation', () => {
 
 // ---- parity ----
 
-const bf16 = (x: number): number => bf16BitsToF32(f32ToBf16Bits(x));
-
 interface Inputs {
   q: Float64Array;
   k: Float64Array;
@@ -279,13 +232,6 @@ function makeInputs(seed: number, p: GatedDeltaNetParams, gates: Gates): Inputs 
   }
   const h0 = new Float64Array(B * H * V * K).map(() => 0.5 * r.normal());
   return { q, k, v, g, beta, h0 };
-}
-
-/** max |got - want| / max |want|. */
-function scaledErr(got: ArrayLike<number>, want: ArrayLike<number>): number {
-  let scale = 0;
-  for (let i = 0; i < want.length; i++) scale = Math.max(scale, Math.abs(want[i]!));
-  return maxRelErr(got, want, scale);
 }
 
 // Error measure: every output element and every state update is a sum over

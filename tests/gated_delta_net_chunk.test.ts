@@ -1,6 +1,6 @@
 import { describe, expect, test } from 'bun:test';
 import metalSource from '../shaders/gated_delta_net_chunk.metal' with { type: 'text' };
-import { MlxError, bf16BitsToF32, f32ToBf16Bits, type Buffer, type DType, type Device } from '../ts/index.ts';
+import type { Buffer, DType, Device } from '../ts/index.ts';
 import {
   GATED_DELTA_NET_CHUNK_PARAMS_LAYOUT,
   buildGatedDeltaNetChunkParams,
@@ -13,9 +13,8 @@ import {
   type GatedDeltaNetChunkParams,
 } from '../ts/ops/gated_delta_net_chunk.ts';
 import { gatedDeltaNetChunkRef, type GatedDeltaNetChunkRefInputs } from '../ts/reference/gated_delta_net_chunk.ts';
-import { TOL, describeBackends, maxRelErr, nmse, rng, type Rng } from './helpers.ts';
-
-const bf16 = (x: number): number => bf16BitsToF32(f32ToBf16Bits(x));
+import { TOL, describeBackends, maxRelErr, nmse, rng, type Rng, expectInvalidParts, bf16 } from './helpers.ts';
+import { metalStruct } from './metal-source.ts';
 
 interface GdnData extends GatedDeltaNetChunkRefInputs {
   k: Float64Array;
@@ -156,14 +155,9 @@ describe('gated_delta_net_chunk params', () => {
   });
 
   test('the packer matches struct GatedDeltaNetChunkParams of the .metal source', () => {
-    const body = /struct\s+GatedDeltaNetChunkParams\s*\{([^}]*)\}/.exec(metalSource);
-    expect(body).not.toBeNull();
-    const fields = [...body![1]!.matchAll(/^\s*(\w+)\s+(\w+)\s*;/gm)].map((m, i) => ({ type: m[1]!, name: m[2]!, offset: 4 * i }));
-    expect(fields.every((f) => f.type === 'uint')).toBe(true);
-    const layout: { type: string; name: string; offset: number }[] = GATED_DELTA_NET_CHUNK_PARAMS_LAYOUT.map((f) => ({
-      type: f.type === 'u32' ? 'uint' : f.type, name: f.name, offset: f.offset,
-    }));
-    expect(layout).toEqual(fields);
+    const fields = metalStruct(metalSource, 'GatedDeltaNetChunkParams');
+    expect(fields.every((f) => f.type === 'u32')).toBe(true);
+    expect(GATED_DELTA_NET_CHUNK_PARAMS_LAYOUT).toEqual(fields);
     const p = shape({ b: 3, t: 320, hg: 2, h: 6, v: 96 });
     const want: Record<string, number> = { b: 3, t: 320, hg: 2, h: 6, k: 128, v: 96, bt: 64, nt: 5 };
     const packed = buildGatedDeltaNetChunkParams(p);
@@ -196,20 +190,6 @@ function release(b: Bufs): void {
   for (const x of Object.values(b)) x.release();
 }
 
-function expectInvalid(f: () => void, ...parts: string[]): void {
-  let err: unknown = null;
-  try {
-    f();
-  } catch (e) {
-    err = e;
-  }
-  expect(err).toBeInstanceOf(MlxError);
-  const e = err as MlxError;
-  expect(e.kind).toBe('InvalidArgument');
-  expect(e.message).toStartWith('gated_delta_net_chunk: ');
-  for (const part of parts) expect(e.message).toContain(part);
-}
-
 describeBackends('gated_delta_net_chunk', ({ device }) => {
   test('validation: dims, K, V, threadgroup memory, chunking', () => {
     const dev = device();
@@ -217,17 +197,17 @@ describeBackends('gated_delta_net_chunk', ({ device }) => {
     const bufs = allocBuffers(dev, ok);
     validateGatedDeltaNetChunk(ok, bufs);
     for (const arg of ['b', 't', 'hg', 'h', 'k', 'v', 'bt'] as const) {
-      expectInvalid(() => validateGatedDeltaNetChunk({ ...ok, [arg]: 0 }, bufs), `${arg} must be a positive integer`, '(got 0)');
+      expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, [arg]: 0 }, bufs), 'gated_delta_net_chunk', `${arg} must be a positive integer`, '(got 0)');
     }
-    expectInvalid(() => validateGatedDeltaNetChunk({ ...ok, t: 2 ** 32 }, bufs), 't must be at most 2^32 - 1', '(got 4294967296)');
-    expectInvalid(() => validateGatedDeltaNetChunk({ ...ok, b: 2 ** 20, t: 2 ** 26 }, bufs), 'k elements must be a product of integers at most 2^53 - 1');
-    expectInvalid(() => validateGatedDeltaNetChunk({ ...ok, h: 3 }, bufs), 'h must be a multiple of hg (2)', '(got 3)');
-    expectInvalid(() => validateGatedDeltaNetChunk({ ...ok, k: 64 }, bufs), 'K must be equal to MAX_K = 128', '(got 64)');
-    expectInvalid(() => validateGatedDeltaNetChunk({ ...ok, v: 288 }, bufs), 'v must be at most MAX_V (256)', '(got 288)');
-    expectInvalid(() => validateGatedDeltaNetChunk({ ...ok, t: 512, bt: 512 }, bufs), 'threadgroup memory', 'at most 32768 bytes', '(got 49152)');
-    expectInvalid(() => validateGatedDeltaNetChunk({ ...ok, t: 100 }, bufs), 't must be a multiple of bt (64)', '(got 100)');
-    expectInvalid(() => validateGatedDeltaNetChunk({ ...ok, bt: 32 }, bufs), 'bt must be 64', '(got 32)');
-    expectInvalid(() => validateGatedDeltaNetChunk({ ...ok, v: 48 }, bufs), 'v must be a multiple of BV (32)', '(got 48)');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, t: 2 ** 32 }, bufs), 'gated_delta_net_chunk', 't must be at most 2^32 - 1', '(got 4294967296)');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, b: 2 ** 20, t: 2 ** 26 }, bufs), 'gated_delta_net_chunk', 'k elements must be a product of integers at most 2^53 - 1');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, h: 3 }, bufs), 'gated_delta_net_chunk', 'h must be a multiple of hg (2)', '(got 3)');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, k: 64 }, bufs), 'gated_delta_net_chunk', 'K must be equal to MAX_K = 128', '(got 64)');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, v: 288 }, bufs), 'gated_delta_net_chunk', 'v must be at most MAX_V (256)', '(got 288)');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, t: 512, bt: 512 }, bufs), 'gated_delta_net_chunk', 'threadgroup memory', 'at most 32768 bytes', '(got 49152)');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, t: 100 }, bufs), 'gated_delta_net_chunk', 't must be a multiple of bt (64)', '(got 100)');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, bt: 32 }, bufs), 'gated_delta_net_chunk', 'bt must be 64', '(got 32)');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, v: 48 }, bufs), 'gated_delta_net_chunk', 'v must be a multiple of BV (32)', '(got 48)');
     release(bufs);
   });
 
@@ -238,7 +218,7 @@ describeBackends('gated_delta_net_chunk', ({ device }) => {
       k: one('bf16'), w: one('bf16'), u: one('bf16'), g: one('f32'),
       h0: one('f32'), hOut: one('bf16'), vNew: one('bf16'), finalState: one('f32'),
     };
-    expectInvalid(() => validateGatedDeltaNetChunk(shape({ t: 128, hg: 2, h: 4, k: 256, v: 128 }), bufs), '256', 'MAX_K = 128', 'exactly', 'hard-coded');
+    expectInvalidParts(() => validateGatedDeltaNetChunk(shape({ t: 128, hg: 2, h: 4, k: 256, v: 128 }), bufs), 'gated_delta_net_chunk', '256', 'MAX_K = 128', 'exactly', 'hard-coded');
     release(bufs);
   });
 
@@ -253,14 +233,14 @@ describeBackends('gated_delta_net_chunk', ({ device }) => {
       const right = good[key];
       const wrongDtype: DType = right.dtype === 'bf16' ? 'f32' : 'bf16';
       const bad1 = allocBuffers(dev, ok, { [key]: [wrongDtype, right.elementCount] });
-      expectInvalid(() => validateGatedDeltaNetChunk(ok, bad1), `${names[key]}.dtype must be ${right.dtype}`, `(got ${wrongDtype})`);
+      expectInvalidParts(() => validateGatedDeltaNetChunk(ok, bad1), 'gated_delta_net_chunk', `${names[key]}.dtype must be ${right.dtype}`, `(got ${wrongDtype})`);
       release(bad1);
       const bad2 = allocBuffers(dev, ok, { [key]: [right.dtype, right.elementCount + 1] });
-      expectInvalid(() => validateGatedDeltaNetChunk(ok, bad2), `${names[key]}.elementCount must be ${right.elementCount}`);
+      expectInvalidParts(() => validateGatedDeltaNetChunk(ok, bad2), 'gated_delta_net_chunk', `${names[key]}.elementCount must be ${right.elementCount}`);
       release(bad2);
     }
     const enc = dev.encoder();
-    expectInvalid(() => gatedDeltaNetChunk(enc, { ...good, params: { ...ok, v: 48 } }), 'v must be a multiple of BV (32)');
+    expectInvalidParts(() => gatedDeltaNetChunk(enc, { ...good, params: { ...ok, v: 48 } }), 'gated_delta_net_chunk', 'v must be a multiple of BV (32)');
     enc.release();
     release(good);
   });

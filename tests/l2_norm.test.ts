@@ -3,10 +3,8 @@
 // backend for f32, f16 and bf16 rows of many lengths, in place, and at odd
 // threadgroup sizes.
 
-import { afterAll, describe, expect, test } from 'bun:test';
+import { describe, expect, test } from 'bun:test';
 import src from '../shaders/l2_norm.metal' with { type: 'text' };
-import { MlxError, type Buffer, type DType, type Device, type Encoder } from '../ts/index.ts';
-import type { ParamField } from '../ts/ops/fused_norm.ts';
 import {
   L2_NORM_DEFAULT_EPS,
   L2_NORM_FAMILY,
@@ -18,24 +16,8 @@ import {
   packL2NormParams,
 } from '../ts/ops/l2_norm.ts';
 import { l2NormRef } from '../ts/reference/l2_norm.ts';
-import { backends, describeBackends, maxRelErr, openDevice, randomArray, rng, TOL } from './helpers.ts';
-
-const SCALAR_TYPES: Record<string, ParamField['type']> = { uint: 'u32', float: 'f32' };
-
-/** Fields of `struct name { ... };` in the source: 4-byte scalars laid out in order. */
-function metalStruct(source: string, name: string): ParamField[] {
-  const m = new RegExp(`struct\\s+${name}\\s*\\{([^}]*)\\}`).exec(source);
-  if (!m) throw new Error(`struct ${name} not found`);
-  const fields: ParamField[] = [];
-  for (const decl of m[1]!.replace(/\/\/[^\n]*/g, '').split(';')) {
-    if (decl.trim() === '') continue;
-    const f = /^\s*(\w+)\s+(\w+)\s*$/.exec(decl);
-    const type = f ? SCALAR_TYPES[f[1]!] : undefined;
-    if (!f || !type) throw new Error(`struct ${name}: cannot parse field "${decl.trim()}"`);
-    fields.push({ name: f[2]!, type, offset: fields.length * 4 });
-  }
-  return fields;
-}
+import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
+import { metalStruct } from './metal-source.ts';
 
 describe('l2_norm param packer matches the .metal declaration', () => {
   test('L2NormParams: fields, offsets, bound at buffer(2) by every kernel; packed values', () => {
@@ -68,30 +50,7 @@ describe('l2_norm reference against hand-computed values', () => {
   });
 });
 
-function expectInvalid(fn: () => void, arg: string, expected: string, actual: string): void {
-  let err: unknown = null;
-  try {
-    fn();
-  } catch (e) {
-    err = e;
-  }
-  expect(err).toBeInstanceOf(MlxError);
-  const e = err as MlxError;
-  expect(e.kind).toBe('InvalidArgument');
-  expect(e.message).toStartWith(`l2_norm: ${arg} must be `);
-  expect(e.message).toContain(expected);
-  expect(e.message).toContain(`(got ${actual}`);
-}
-
-const present = backends();
-describe.if(present.length > 0)('l2_norm validation', () => {
-  let device: Device | null = null;
-  const d = (): Device => (device ??= openDevice(present[0]!));
-  afterAll(() => device?.close());
-  let encoder: Encoder | null = null;
-  const enc = (): Encoder => (encoder ??= d().encoder());
-  const buf = (dtype: DType, n: number): Buffer => d().alloc(dtype, [n]);
-
+describeValidation('l2_norm validation', ({ enc, buf }) => {
   test('every rule', () => {
     const base = () => ({ rows: 3, dim: 10, x: buf('f32', 30), y: buf('f32', 30) });
     type Case = [mutate: Record<string, unknown>, arg: string, expected: string, actual: string];
@@ -109,7 +68,7 @@ describe.if(present.length > 0)('l2_norm validation', () => {
       [{ y: buf('f32', 10) }, 'y.elementCount', '30', '10'],
     ];
     for (const [m, arg, expected, actual] of cases) {
-      expectInvalid(() => l2Norm(enc(), { ...base(), ...m }), arg, expected, actual);
+      expectInvalid(() => l2Norm(enc(), { ...base(), ...m }), 'l2_norm', arg, expected, actual);
     }
   });
 });

@@ -3,10 +3,9 @@
 // (with, without and with a fresh state; SiLU on and off; every dtype
 // combination), and decode steps against the prefill kernel.
 
-import { afterAll, describe, expect, test } from 'bun:test';
+import { describe, expect, test } from 'bun:test';
 import src from '../shaders/ssm_conv.metal' with { type: 'text' };
-import { MlxError, type Buffer, type DType, type Device, type Encoder } from '../ts/index.ts';
-import type { ParamField } from '../ts/ops/fused_norm.ts';
+import type { Buffer } from '../ts/index.ts';
 import {
   SSM_CONV_KERNELS,
   SSM_CONV_MAX_KS,
@@ -19,26 +18,10 @@ import {
   type SsmConvParams,
 } from '../ts/ops/ssm_conv.ts';
 import { ssmConvRef } from '../ts/reference/ssm_conv.ts';
-import { backends, describeBackends, maxRelErr, openDevice, randomArray, rng, TOL } from './helpers.ts';
+import { describeBackends, randomArray, rng, TOL, expectInvalid, describeValidation, scaledErr } from './helpers.ts';
+import { metalStruct } from './metal-source.ts';
 
-// ---- .metal struct parsing ----
-
-const SCALAR_TYPES: Record<string, ParamField['type']> = { uint: 'u32', float: 'f32' };
-
-/** Fields of `struct name { ... };` in the source: 4-byte scalars laid out in order. */
-function metalStruct(source: string, name: string): ParamField[] {
-  const m = new RegExp(`struct\\s+${name}\\s*\\{([^}]*)\\}`).exec(source);
-  if (!m) throw new Error(`struct ${name} not found`);
-  const fields: ParamField[] = [];
-  for (const decl of m[1]!.replace(/\/\/[^\n]*/g, '').split(';')) {
-    if (decl.trim() === '') continue;
-    const f = /^\s*(\w+)\s+(\w+)\s*$/.exec(decl);
-    const type = f ? SCALAR_TYPES[f[1]!] : undefined;
-    if (!f || !type) throw new Error(`struct ${name}: cannot parse field "${decl.trim()}"`);
-    fields.push({ name: f[2]!, type, offset: fields.length * 4 });
-  }
-  return fields;
-}
+// ---- the param structs against the .metal source ----
 
 describe('ssm_conv param packer matches the .metal declaration', () => {
   test('SsmConvParams: fields, offsets, bound at buffer(4) by every kernel; packed values', () => {
@@ -74,30 +57,7 @@ describe('ssm_conv reference against hand-computed values', () => {
 
 // ---- validation ----
 
-function expectInvalid(fn: () => void, op: string, arg: string, expected: string, actual: string): void {
-  let err: unknown = null;
-  try {
-    fn();
-  } catch (e) {
-    err = e;
-  }
-  expect(err).toBeInstanceOf(MlxError);
-  const e = err as MlxError;
-  expect(e.kind).toBe('InvalidArgument');
-  expect(e.message).toStartWith(`${op}: ${arg} must be `);
-  expect(e.message).toContain(expected);
-  expect(e.message).toContain(`(got ${actual}`);
-}
-
-const present = backends();
-describe.if(present.length > 0)('ssm_conv validation', () => {
-  let device: Device | null = null;
-  const d = (): Device => (device ??= openDevice(present[0]!));
-  afterAll(() => device?.close());
-  let encoder: Encoder | null = null;
-  const enc = (): Encoder => (encoder ??= d().encoder());
-  const buf = (dtype: DType, n: number): Buffer => d().alloc(dtype, [n]);
-
+describeValidation('ssm_conv validation', ({ enc, buf }) => {
   type Case = [params: Record<string, unknown>, bufs: Record<string, Buffer>, arg: string, expected: string, actual: string];
   const shapeCases = (dims: readonly string[]): Case[] => [
     ...dims.map((a): Case => [{ [a]: 0 }, {}, a, 'a positive integer', '0']),
@@ -168,12 +128,7 @@ describe.if(present.length > 0)('ssm_conv validation', () => {
 
 // ---- parity ----
 
-/** max |got - want| / max |want|: outputs are sums of KS products that may cancel. */
-function scaledErr(got: ArrayLike<number>, want: ArrayLike<number>): number {
-  let scale = 0;
-  for (let i = 0; i < want.length; i++) scale = Math.max(scale, Math.abs(want[i]!));
-  return maxRelErr(got, want, scale);
-}
+// Errors are scaledErr (max |got - want| / max |want|): outputs are sums of KS products that may cancel.
 
 type Combo = { x: 'f32' | 'bf16'; w: 'f32' | 'bf16' };
 const COMBOS: readonly Combo[] = [{ x: 'f32', w: 'f32' }, { x: 'bf16', w: 'bf16' }, { x: 'bf16', w: 'f32' }];

@@ -1,10 +1,8 @@
 // ssm_norm_gate: validation rules, the param packer against the .metal
 // struct, the reference against hand-computed values, and parity on every backend.
 
-import { afterAll, describe, expect, test } from 'bun:test';
+import { describe, expect, test } from 'bun:test';
 import src from '../shaders/ssm_norm_gate.metal' with { type: 'text' };
-import { MlxError, type Buffer, type Device, type DType, type Encoder } from '../ts/index.ts';
-import type { ParamField } from '../ts/ops/fused_norm.ts';
 import {
   SSM_NORM_GATE_FAMILY,
   SSM_NORM_GATE_KERNELS,
@@ -15,37 +13,10 @@ import {
   ssmNormGateThreadgroup,
 } from '../ts/ops/ssm_norm_gate.ts';
 import { ssmNormGateRef } from '../ts/reference/ssm_norm_gate.ts';
-import { backends, describeBackends, maxRelErr, openDevice, randomArray, rng, TOL } from './helpers.ts';
+import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
+import { metalStruct, bufferParam } from './metal-source.ts';
 
-// ---- .metal source parsing ----
-
-const SCALAR_TYPES: Record<string, ParamField['type']> = { uint: 'u32', float: 'f32' };
-
-/** Fields of `struct name { ... };` in the source: 4-byte scalars laid out in order. */
-function metalStruct(source: string, name: string): ParamField[] {
-  const m = new RegExp(`struct\\s+${name}\\s*\\{([^}]*)\\}`).exec(source);
-  if (!m) throw new Error(`struct ${name} not found`);
-  const fields: ParamField[] = [];
-  for (const decl of m[1]!.replace(/\/\/[^\n]*/g, '').split(';')) {
-    if (decl.trim() === '') continue;
-    const f = /^\s*(\w+)\s+(\w+)\s*$/.exec(decl);
-    const type = f ? SCALAR_TYPES[f[1]!] : undefined;
-    if (!f || !type) throw new Error(`struct ${name}: "${decl.trim()}" is not a 4-byte scalar field`);
-    fields.push({ name: f[2]!, type, offset: fields.length * 4 });
-  }
-  return fields;
-}
-
-/** The declaration bound at [[buffer(index)]] of `kernel void name(...)`. */
-function bufferParam(source: string, kernel: string, index: number): string {
-  const at = source.indexOf(`kernel void ${kernel}(`);
-  if (at < 0) throw new Error(`kernel ${kernel} not found`);
-  const list = source.slice(source.indexOf('(', at) + 1, source.indexOf('{', at));
-  const decl = list.split(/,(?![^[]*\]\])/).map((s) => s.replace(/\s+/g, ' ').trim())
-    .find((p) => p.includes(`[[buffer(${index})]]`));
-  if (decl === undefined) throw new Error(`${kernel}: nothing at buffer(${index})`);
-  return decl;
-}
+// ---- the param structs against the .metal source ----
 
 describe('ssm_norm_gate param packer matches the .metal declaration', () => {
   test('SsmNormGateParams: [eps, d_v, 0, 0] as floats, bound at buffer(4)', () => {
@@ -74,31 +45,7 @@ describe('ssm_norm_gate reference against hand-computed values', () => {
 
 // ---- validation ----
 
-function expectInvalid(fn: () => void, op: string, arg: string, expected: string, actual: string): void {
-  let err: unknown = null;
-  try {
-    fn();
-  } catch (e) {
-    err = e;
-  }
-  expect(err).toBeInstanceOf(MlxError);
-  const e = err as MlxError;
-  expect(e.kind).toBe('InvalidArgument');
-  expect(e.message).toStartWith(`${op}: ${arg} must be `);
-  expect(e.message).toContain(expected);
-  expect(e.message).toContain(`(got ${actual}`);
-}
-
-const present = backends();
-describe.if(present.length > 0)('ssm_norm_gate validation', () => {
-  let device: Device | null = null;
-  const d = (): Device => (device ??= openDevice(present[0]!));
-  afterAll(() => device?.close());
-  const buf = (dtype: DType, n: number): Buffer => d().alloc(dtype, [n]);
-  // Validation throws before anything is recorded, so one encoder serves every case.
-  let encoder: Encoder | null = null;
-  const enc = (): Encoder => (encoder ??= d().encoder());
-
+describeValidation('ssm_norm_gate validation', ({ enc, buf }) => {
   test('every rule', () => {
     const rows = 3;
     const dV = 8;
