@@ -21,3 +21,4 @@ export { Library, Pipeline, type FunctionConstantType, type FunctionConstants } 
 export type { BackendName } from './native.ts';
 export { KernelRegistry, type FamilySources } from './registry.ts';
 export * from './validate.ts';
+export { packFields, type ParamField, type ParamType } from './params.ts';

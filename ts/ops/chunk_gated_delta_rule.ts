@@ -19,7 +19,7 @@ import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
 import { chunkLocalCumsum } from './chunk_local_cumsum.ts';
-import { packFields, type ParamField } from './fused_norm.ts';
+import { packFields, type ParamField } from '../params.ts';
 import { gatedDeltaNetChunk } from './gated_delta_net_chunk.ts';
 
 const OP = 'chunk_gated_delta_rule';

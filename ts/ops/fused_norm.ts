@@ -9,10 +9,6 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField, type ParamType } from '../params.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
 
-// Moved to ts/params.ts; re-exported for ts/ops/chunk_gated_delta_rule.ts and
-// ts/ops/gated_delta_net_chunk.ts, which still import them from here.
-export { packFields, type ParamField, type ParamType } from '../params.ts';
-
 export const FUSED_NORM_FAMILY = 'fused_norm';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const FUSED_NORM_SOURCES = { metal: src, cuda: cudaSrc } as const;

@@ -8,7 +8,7 @@ import type { Buffer } from '../buffer.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { checkAtMost, checkDtype, checkElements, checkMultiple, checkPositive, checkedProduct, invalid } from '../validate.ts';
-import type { ParamField } from './fused_norm.ts';
+import type { ParamField } from '../params.ts';
 
 const OP = 'gated_delta_net_chunk';
 const FAMILY = 'gated_delta_net_chunk';
