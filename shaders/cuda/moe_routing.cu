@@ -1,44 +1,45 @@
-// Fused MoE routing (CUDA), entry names and bindings as shaders/moe_routing.metal:
+// Fused MoE routing (CUDA), entry names, bindings, params and grids as
+// shaders/moe_routing.metal:
 //   u[e]      = exp(logit[e] - max)          (all 0 when every logit is -inf)
 //   ids       = the top_k experts by u, largest first; equal values in
 //               increasing expert index
 //   weight[k] = u[ids[k]] / (sum_j u[ids[j]]) * per_expert_scale[ids[k]];
 //               0 when that sum is not positive
 // (u ranks and renormalizes as the softmax does: the full-softmax division
-// cancels.) The params carry n_tokens after the Metal fields (the op packs
-// 12 bytes for cuda).
+// cancels.) One block per token, grid (n_tokens, 1, 1), any blockDim.x in
+// [1, 1024] (__launch_bounds__(1024) keeps both kernels at <= 64 registers so
+// every block size launches; the 513..1024-expert warp instantiation spills
+// under that cap, the others do not).
 //
-// Two paths, chosen from the params alone (warp_path), so ts/ops picks the
-// matching grid:
+// Two paths, chosen from the launch shape and the params:
 //
-// Warp path (num_experts <= 1024, top_k <= 32): one warp per token, the batch
-// kernel with blocks of up to 8 warps (the op: 256 threads, grid
-// ceil(n_tokens / 8)), the single-token kernel with one warp. Lane l holds u of
-// experts l, l + 32, ... in registers. T = the top_k-th largest of the 32 lane
-// maxima bounds the top_k-th largest u from below (the top_k lanes with the
-// largest maxima give top_k distinct experts >= T), so every winner has
-// u >= T. The candidates (u >= T, usually top_k to ~2 top_k of them) go to
-// shared memory; when there are at most 32, lane i takes candidate i, counts
-// the candidates ranked before it (value descending, index ascending) and
-// writes slot `rank` if rank < top_k. More than 32 candidates (heavy ties, an
-// all -inf row) take top_k rounds of a warp arg-max over the candidates.
+// Warp path (blockDim.x == 32, num_experts <= 1024, top_k <= 32; the op's
+// cuda shape): the block's one warp routes its token and needs no dynamic
+// shared memory. Lane l holds u of experts l, l + 32, ... in registers.
+// T = the top_k-th largest of the 32 lane maxima bounds the top_k-th largest
+// u from below (the top_k lanes with the largest maxima give top_k distinct
+// experts >= T), so every winner has u >= T. The candidates (u >= T, usually
+// top_k to ~2 top_k of them) go to shared memory; when there are at most 32,
+// lane i takes candidate i, counts the candidates ranked before it (value
+// descending, index ascending) and writes slot `rank` if rank < top_k. More
+// than 32 candidates (heavy ties, an all -inf row) take top_k rounds of a
+// warp arg-max over the candidates.
 //
-// Block path (the rest): one block per token (grid (n_tokens, 1, 1)), any
-// blockDim.x in [1, 1024] (the op uses min(256, nextPow2(num_experts)));
-// dynamic shared memory holds num_experts floats (u). Thread tid owns experts
-// tid, tid + blockDim.x, ... Top-k in two levels when warps * top_k <=
-// MAX_CAND: each warp finds the top_k of its own experts by top_k rounds of a
-// warp arg-max, then warp 0 takes the top_k of those candidates the same way.
-// A round takes the best element strictly after the previous winner in the
-// total order, so nothing is marked and the winners are distinct. Larger top_k
-// use top_k rounds of a block arg-max.
+// Block path (every other launch): dynamic shared memory (threadgroup(0)) of
+// at least num_experts floats holds u; the op gives num_experts floats with
+// min(256, nextPow2(num_experts)) threads. Thread tid owns experts tid,
+// tid + blockDim.x, ... Top-k in two levels when warps * top_k <= MAX_CAND:
+// each warp finds the top_k of its own experts by top_k rounds of a warp
+// arg-max, then warp 0 takes the top_k of those candidates the same way. A
+// round takes the best element strictly after the previous winner in the
+// total order, so nothing is marked and the winners are distinct. Larger
+// top_k use top_k rounds of a block arg-max.
 
 typedef unsigned int u32;
 
 struct FusedMoeRoutingParams {
     u32 num_experts;
     u32 top_k;
-    u32 n_tokens;   // read by the batch kernel's warp path
 };
 
 namespace {
@@ -231,11 +232,11 @@ __device__ void route_token(const float* logits, u32* expert_ids, float* routing
 
 constexpr u32 WARP_MAX_EXPERTS = 1024;
 constexpr u32 WARP_MAX_TOP_K = 32;
-constexpr u32 WARPS_PER_BLOCK_MAX = 8;
 constexpr u32 FULL = 0xffffffffu;
 
+// The launch takes the warp path: one warp per block and a shape it covers.
 __device__ __forceinline__ bool warp_path(u32 num_experts, u32 top_k) {
-    return num_experts <= WARP_MAX_EXPERTS && top_k <= WARP_MAX_TOP_K;
+    return blockDim.x == 32u && num_experts <= WARP_MAX_EXPERTS && top_k <= WARP_MAX_TOP_K;
 }
 
 __device__ __forceinline__ float warp_max_all(float v) {
@@ -381,13 +382,14 @@ __device__ __forceinline__ void route_warp_any(const float* logits, u32* expert_
 
 // Single token. buffer(0) logits [num_experts], (1) expert_ids u32 [top_k],
 // (2) routing_weights [top_k], (3) per_expert_scale [num_experts], (4) params.
-// Warp path: warp 0 routes (the op launches one warp); block path: the block.
-extern "C" __global__ void fused_moe_routing_f32(const float* logits, u32* expert_ids, float* routing_weights,
-                                                 const float* per_expert_scale, const FusedMoeRoutingParams* p) {
+// Grid (1, 1, 1).
+extern "C" __global__ void __launch_bounds__(1024) fused_moe_routing_f32(const float* logits, u32* expert_ids,
+                                                                         float* routing_weights,
+                                                                         const float* per_expert_scale,
+                                                                         const FusedMoeRoutingParams* p) {
     __shared__ float2 cand[32];
     const u32 e = p->num_experts, k = p->top_k;
     if (warp_path(e, k)) {
-        if (threadIdx.x >= 32u) return;
         route_warp_any(logits, expert_ids, routing_weights, per_expert_scale, e, k, threadIdx.x, cand);
         return;
     }
@@ -396,21 +398,18 @@ extern "C" __global__ void fused_moe_routing_f32(const float* logits, u32* exper
 
 // n_tokens tokens: logits [n_tokens, num_experts], expert_ids and
 // routing_weights [n_tokens, top_k], per_expert_scale [num_experts], params.
-// Warp path: token blockIdx.x * (blockDim.x / 32) + warp, blockDim.x <= 256;
-// block path: token blockIdx.x.
-extern "C" __global__ void __launch_bounds__(256, 3) fused_moe_routing_batch_f32(const float* logits, u32* expert_ids,
-                                                       float* routing_weights, const float* per_expert_scale,
-                                                       const FusedMoeRoutingParams* p) {
-    __shared__ float2 cand[WARPS_PER_BLOCK_MAX][32];
+// Grid (n_tokens, 1, 1): token blockIdx.x.
+extern "C" __global__ void __launch_bounds__(1024) fused_moe_routing_batch_f32(const float* logits, u32* expert_ids,
+                                                                               float* routing_weights,
+                                                                               const float* per_expert_scale,
+                                                                               const FusedMoeRoutingParams* p) {
+    __shared__ float2 cand[32];
     const u32 e = p->num_experts, k = p->top_k;
+    const unsigned long long token = blockIdx.x;
     if (warp_path(e, k)) {
-        const u32 warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
-        const unsigned long long token = (unsigned long long)blockIdx.x * (blockDim.x >> 5) + warp;
-        if (warp >= WARPS_PER_BLOCK_MAX || token >= p->n_tokens) return;
         route_warp_any(logits + token * e, expert_ids + token * k, routing_weights + token * k, per_expert_scale, e,
-                       k, lane, cand[warp]);
+                       k, threadIdx.x, cand);
         return;
     }
-    const unsigned long long token = blockIdx.x;
     route_token(logits + token * e, expert_ids + token * k, routing_weights + token * k, per_expert_scale, e, k);
 }

@@ -93,19 +93,13 @@ export function moeRoutingThreadgroup(numExperts: number): { threads: number; sh
   };
 }
 
-/** CUDA: the warp path of shaders/cuda/moe_routing.cu (one warp per token) covers these shapes. */
+/**
+ * CUDA: shapes the warp path of shaders/cuda/moe_routing.cu covers. The kernel
+ * takes it when a block is one warp (32 threads), so on cuda the op launches
+ * those shapes with 32 threads per token and no threadgroup memory.
+ */
 export const MOE_ROUTING_CUDA_WARP_MAX_EXPERTS = 1024;
 export const MOE_ROUTING_CUDA_WARP_MAX_TOP_K = 32;
-/** CUDA warp path: tokens (warps) per block of the batch kernel. */
-const MOE_ROUTING_CUDA_WARPS_PER_BLOCK = 8;
-
-/** CUDA params: the Metal fields, then n_tokens (12 bytes). */
-function packCudaParams(p: MoeRoutingBatchParams): Uint8Array {
-  const out = new Uint8Array(12);
-  out.set(packFusedMoeRoutingParams(p), 0);
-  new DataView(out.buffer).setUint32(8, p.nTokens, true);
-  return out;
-}
 
 function dispatch(enc: Encoder, kernel: (typeof MOE_ROUTING_KERNELS)[number], p: MoeRoutingBatchParams,
   b: MoeRoutingBuffers): void {
@@ -113,21 +107,15 @@ function dispatch(enc: Encoder, kernel: (typeof MOE_ROUTING_KERNELS)[number], p:
   registry.register(MOE_ROUTING_FAMILY, { metal: src, cuda: cudaSrc }, MOE_ROUTING_KERNELS);
   const { threads, sharedBytes } = moeRoutingThreadgroup(p.numExperts);
   const buffers = { 0: b.logits, 1: b.expertIds, 2: b.routingWeights, 3: b.perExpertScale };
-  if (enc.device.backend === 'cuda') {
-    const bytes = { 4: packCudaParams(p) };
-    if (p.numExperts <= MOE_ROUTING_CUDA_WARP_MAX_EXPERTS && p.topK <= MOE_ROUTING_CUDA_WARP_MAX_TOP_K) {
-      const wpb = kernel === 'fused_moe_routing_f32' ? 1 : MOE_ROUTING_CUDA_WARPS_PER_BLOCK;
-      enc.dispatch(registry.pipeline(kernel), { buffers, bytes },
-        [Math.ceil(p.nTokens / wpb), 1, 1], [32 * wpb, 1, 1]);
-      return;
-    }
-    enc.dispatch(registry.pipeline(kernel), { buffers, bytes, threadgroupMemory: { 0: sharedBytes } },
-      [p.nTokens, 1, 1], [threads, 1, 1]);
+  const bytes = { 4: packFusedMoeRoutingParams(p) };
+  if (enc.device.backend === 'cuda' && p.numExperts <= MOE_ROUTING_CUDA_WARP_MAX_EXPERTS &&
+    p.topK <= MOE_ROUTING_CUDA_WARP_MAX_TOP_K) {
+    enc.dispatch(registry.pipeline(kernel), { buffers, bytes }, [p.nTokens, 1, 1], [32, 1, 1]);
     return;
   }
   enc.dispatch(registry.pipeline(kernel), {
     buffers,
-    bytes: { 4: packFusedMoeRoutingParams(p) },
+    bytes,
     threadgroupMemory: { 0: sharedBytes },
   }, [p.nTokens, 1, 1], [threads, 1, 1]);
 }
@@ -143,7 +131,9 @@ function dispatch(enc: Encoder, kernel: (typeof MOE_ROUTING_KERNELS)[number], p:
  * [topK]; perExpertScale f32 [numExperts].
  * Bindings: 0 logits, 1 expertIds, 2 routingWeights, 3 perExpertScale,
  * 4 FusedMoeRoutingParams; threadgroup(0) numExperts floats.
- * Grid: (1, 1, 1) threadgroup of min(256, nextPow2(numExperts)) threads.
+ * Grid: (1, 1, 1) threadgroup of min(256, nextPow2(numExperts)) threads;
+ * on cuda, numExperts <= 1024 and topK <= 32 take 32 threads and no
+ * threadgroup memory instead (the kernel's warp path).
  */
 export function fusedMoeRouting(enc: Encoder, args: MoeRoutingBuffers & MoeRoutingParams): void {
   validateFusedMoeRouting(args, args);
@@ -157,8 +147,8 @@ export function fusedMoeRouting(enc: Encoder, args: MoeRoutingBuffers & MoeRouti
  * routingWeights f32 [nTokens, topK]; perExpertScale f32 [numExperts].
  * Bindings: as fused_moe_routing.
  * Grid: (nTokens, 1, 1) threadgroups of min(256, nextPow2(numExperts)) threads;
- * on cuda, numExperts <= 1024 and topK <= 32 take one warp per token instead
- * (ceil(nTokens / 8) blocks of 256 threads) and the params carry nTokens.
+ * on cuda, numExperts <= 1024 and topK <= 32 take 32 threads per token and no
+ * threadgroup memory instead (the kernel's warp path).
  */
 export function fusedMoeRoutingBatch(enc: Encoder, args: MoeRoutingBuffers & MoeRoutingBatchParams): void {
   validateFusedMoeRoutingBatch(args, args);

@@ -362,18 +362,29 @@ static void test_moe(Rng& rng) {
                         {3, 257, 16, 0}, {2, 1000, 40, 1}, {2, 5, 5, 1}, {3, 33, 33, 2}, {2, 8128, 8, 0}, {2, 300, 300, 1},
                         {4, 512, 8, 2}, {9, 1024, 32, 0}, {5, 1025, 8, 0}, {3, 100, 32, 1}, {11, 512, 8, 0},
                         {1, 2, 2, 0}, {13, 40, 20, 1}, {6, 1024, 8, 2}, {3, 512, 33, 0}, {17, 256, 8, 1}};
-  // the op's cuda geometry (ts/ops/moe_routing.ts): one warp per token when
-  // experts <= 1024 and top_k <= 32, else one block per token
-  auto launch = [&](bool single, uint32_t T, uint32_t E, uint32_t K, Buf& bl, Buf& ids, Buf& wts, Buf& bs) {
-    uint32_t p[3] = {E, K, T};
-    const bool warp = E <= 1024 && K <= 32;
-    const uint32_t wpb = single ? 1 : 8;
-    Dispatch d(pipe(F, single ? "fused_moe_routing_f32" : "fused_moe_routing_batch_f32", g_dir),
-               warp ? (T + wpb - 1) / wpb : T, 1, 1, warp ? 32 * wpb : std::min(256u, next_pow2(E)));
-    d.buf(0, bl).buf(1, ids).buf(2, wts).buf(3, bs).bytes(4, p, 12);
-    if (!warp) d.tg(0, (E * 4 + 15) / 16 * 16);
+  // Params: the 8-byte FusedMoeRoutingParams {num_experts, top_k}; grid (T, 1, 1).
+  // threads 0: the op's cuda shape (ts/ops/moe_routing.ts): 32 threads and no
+  // threadgroup memory when experts <= 1024 and top_k <= 32 (the warp path),
+  // else min(256, nextPow2(E)) threads and E floats of threadgroup(0).
+  // threads > 0: a raw launch as the Rust host does, threadgroup(0) =
+  // (2 E + threads) floats.
+  auto launch = [&](bool single, uint32_t threads, uint32_t T, uint32_t E, uint32_t K, Buf& bl, Buf& ids, Buf& wts,
+                    Buf& bs) {
+    uint32_t p[2] = {E, K};
+    uint64_t tg_bytes;
+    if (threads == 0) {
+      const bool warp = E <= 1024 && K <= 32;
+      threads = warp ? 32 : std::min(256u, next_pow2(E));
+      tg_bytes = warp ? 0 : (E * 4 + 15) / 16 * 16;
+    } else {
+      tg_bytes = ((2ull * E + threads) * 4 + 15) / 16 * 16;
+    }
+    Dispatch d(pipe(F, single ? "fused_moe_routing_f32" : "fused_moe_routing_batch_f32", g_dir), T, 1, 1, threads);
+    d.buf(0, bl).buf(1, ids).buf(2, wts).buf(3, bs).bytes(4, p, 8);
+    if (tg_bytes) d.tg(0, tg_bytes);
     d.record();
   };
+  const uint32_t launches[] = {0, 1, 32, 48, 256, 1000};
   for (const Case& c : cases) {
     for (int single = 0; single < 2; ++single) {
       if (single && c.tokens != 1 && !(c.e == 8 && c.k == 2)) continue;
@@ -386,15 +397,9 @@ static void test_moe(Rng& rng) {
       }
       for (auto& x : sc) x = float(rng.uni(0.5, 2));
       Buf bl = upload(lg), bs = upload(sc), ids(T * c.k * 4), wts(T * c.k * 4);
-      ids.poison(); wts.poison();
-      const uint32_t threads = c.e <= 1024 && c.k <= 32 ? (single ? 32 : 256) : std::min(256u, next_pow2(c.e));
-      launch(single, T, c.e, c.k, bl, ids, wts, bs);
-      commit_wait();
-      auto gi = ids.read<uint32_t>(T * c.k);
-      auto gw = wts.read<float>(T * c.k);
       // reference: rank u = expf(l - max) in f32 (the kernel's ranking values), weights in double
+      vector<uint32_t> want_i(T * c.k);
       vector<double> want_w(T * c.k);
-      size_t id_bad = 0;
       for (uint32_t t = 0; t < T; ++t) {
         const float* l = &lg[t * c.e];
         float mx = -INFINITY;
@@ -407,15 +412,30 @@ static void test_moe(Rng& rng) {
         double tot = 0;
         for (uint32_t k = 0; k < c.k; ++k) tot += u[ord[k]];
         for (uint32_t k = 0; k < c.k; ++k) {
-          if (gi[t * c.k + k] != ord[k]) ++id_bad;
+          want_i[t * c.k + k] = ord[k];
           want_w[t * c.k + k] = tot > 0 ? u[ord[k]] / tot * sc[ord[k]] : 0;
         }
       }
-      char tag[160];
-      snprintf(tag, sizeof tag, "%s tokens=%u experts=%u top_k=%u threads=%u %s", single ? "fused_moe_routing_f32" : "fused_moe_routing_batch_f32",
-               T, c.e, c.k, threads, c.kind == 1 ? "ties" : c.kind == 2 ? "-inf" : "");
-      check(string(tag) + " ids", double(id_bad), 0);
-      check(string(tag) + " weights", max_rel(to_d(gw), want_w, 1e-3), 1e-5);
+      for (uint32_t threads : launches) {
+        ids.poison(); wts.poison();
+        launch(single, threads, T, c.e, c.k, bl, ids, wts, bs);
+        commit_wait();
+        auto gi = ids.read<uint32_t>(T * c.k);
+        auto gw = wts.read<float>(T * c.k);
+        size_t id_bad = 0;
+        for (size_t i = 0; i < gi.size(); ++i) id_bad += gi[i] != want_i[i];
+        char shape[48];
+        if (threads == 0) {
+          snprintf(shape, sizeof shape, "op shape (%u threads)", c.e <= 1024 && c.k <= 32 ? 32u : std::min(256u, next_pow2(c.e)));
+        } else {
+          snprintf(shape, sizeof shape, "raw %u threads", threads);
+        }
+        char tag[200];
+        snprintf(tag, sizeof tag, "%s tokens=%u experts=%u top_k=%u %s %s", single ? "fused_moe_routing_f32" : "fused_moe_routing_batch_f32",
+                 T, c.e, c.k, shape, c.kind == 1 ? "ties" : c.kind == 2 ? "-inf" : "");
+        check(string(tag) + " ids", double(id_bad), 0);
+        check(string(tag) + " weights", max_rel(to_d(gw), want_w, 1e-3), 1e-5);
+      }
     }
   }
   {
@@ -423,15 +443,19 @@ static void test_moe(Rng& rng) {
     vector<float> lg(T * E), sc(E, 1.0f);
     for (auto& x : lg) x = float(rng.normal());
     Buf bl = upload(lg), bs = upload(sc), ids(T * K * 4), wts(T * K * 4);
-    auto fn = [&] { launch(false, T, E, K, bl, ids, wts, bs); };
+    auto fn = [&] { launch(false, 0, T, E, K, bl, ids, wts, bs); };
     double t = time_ns(fn, 20);
     char line[200];
-    snprintf(line, sizeof line, "fused_moe_routing_batch_f32 8192 tokens x 512 experts top-8: %.2f us (%.0f GB/s of logits)", t / 1e3, 4.0 * T * E / t);
+    snprintf(line, sizeof line, "fused_moe_routing_batch_f32 8192 tokens x 512 experts top-8, op shape (32 threads): %.2f us (%.0f GB/s of logits)", t / 1e3, 4.0 * T * E / t);
+    perf(line);
+    auto fb = [&] { launch(false, 256, T, E, K, bl, ids, wts, bs); };
+    t = time_ns(fb, 20);
+    snprintf(line, sizeof line, "fused_moe_routing_batch_f32 8192 tokens x 512 experts top-8, raw 256 threads (block path): %.2f us", t / 1e3);
     perf(line);
     Buf l1 = upload(vector<float>(lg.begin(), lg.begin() + E)), i1(K * 4), w1(K * 4);
-    auto f1 = [&] { launch(true, 1, E, K, l1, i1, w1, bs); };
+    auto f1 = [&] { launch(true, 0, 1, E, K, l1, i1, w1, bs); };
     t = time_ns(f1, 200);
-    snprintf(line, sizeof line, "fused_moe_routing_f32 1 token x 512 experts top-8: %.2f us per dispatch (200 in one commit)", t / 1e3);
+    snprintf(line, sizeof line, "fused_moe_routing_f32 1 token x 512 experts top-8, op shape: %.2f us per dispatch (200 in one commit)", t / 1e3);
     perf(line);
   }
 }
