@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -98,6 +99,9 @@ struct Library {
   CUmodule module = nullptr;
   std::string name;
   std::vector<std::string> kernels;
+  // Parameter sizes of each kernel whose image says them (a CUBIN's
+  // .nv.info.<kernel> section); a PTX image says nothing, so has no entries.
+  std::map<std::string, std::vector<uint32_t>> param_sizes;
 };
 
 struct Pipeline {
@@ -108,8 +112,8 @@ struct Pipeline {
   uint32_t max_threads = 0;
   uint64_t static_smem = 0;
   uint64_t max_dynamic_smem = 0;           // the function's current limit (raised on demand)
-  long param_count = -1;                   // -1: the driver cannot tell
-  std::vector<size_t> param_sizes;
+  long param_count = -1;                   // -1: the image does not say
+  std::vector<uint32_t> param_sizes;
 };
 
 // One recorded kernel launch. Pointer arguments are final except those of
@@ -683,6 +687,10 @@ MLXN_EXPORT mlxn_status mlxn_library_compile(mlxn_device* device, const char* so
   l->module = module;
   l->name = file;
   l->kernels = kernel_names_of_image(c.image, c.is_ptx);
+  for (const std::string& k : l->kernels) {
+    std::vector<uint32_t> sizes;
+    if (kernel_param_sizes_of_image(c.image, c.is_ptx, k, &sizes)) l->param_sizes[k] = sizes;
+  }
   d->refs.fetch_add(1);
   *out = reinterpret_cast<mlxn_library*>(l);
   return ok(msg, msg_cap);
@@ -735,15 +743,14 @@ MLXN_EXPORT mlxn_status mlxn_pipeline_create(mlxn_library* library, const char* 
   v = 0;
   cu->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fn);
   p->max_dynamic_smem = static_cast<uint64_t>(v);
-  if (cu->cuFuncGetParamInfo) {
-    size_t off = 0, size = 0;
-    p->param_count = 0;
-    while (p->param_count < 4096 &&
-           cu->cuFuncGetParamInfo(fn, static_cast<size_t>(p->param_count), &off, &size) ==
-               CUDA_SUCCESS) {
-      p->param_sizes.push_back(size);
-      ++p->param_count;
-    }
+  // The parameter list comes from the image, not the driver: the driver API
+  // has no call that counts parameters without failing (cuFuncGetParamInfo
+  // errs past the last one, which compute-sanitizer reports). PTX images, which
+  // the driver compiles, leave the count unknown and dispatches unchecked.
+  const auto known = l->param_sizes.find(p->name);
+  if (known != l->param_sizes.end()) {
+    p->param_sizes = known->second;
+    p->param_count = static_cast<long>(known->second.size());
   }
   l->refs.fetch_add(1);
   {

@@ -55,7 +55,6 @@ void load_driver() {
   ok &= resolve(lib, d.cuModuleGetFunction, "cuModuleGetFunction");
   ok &= resolve(lib, d.cuFuncGetAttribute, "cuFuncGetAttribute");
   ok &= resolve(lib, d.cuFuncSetAttribute, "cuFuncSetAttribute");
-  resolve(lib, d.cuFuncGetParamInfo, "cuFuncGetParamInfo");  // optional
   ok &= resolve(lib, d.cuLaunchKernel, "cuLaunchKernel");
   ok &= resolve(lib, d.cuStreamCreate, "cuStreamCreate");
   ok &= resolve(lib, d.cuStreamDestroy, "cuStreamDestroy_v2");

@@ -78,8 +78,6 @@ struct Driver {
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
   CUresult (*cuFuncGetAttribute)(int*, int, CUfunction);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
-  // Optional (CUDA 12.4+ drivers): null when the driver lacks it.
-  CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t*, size_t*);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, unsigned, CUstream, void**, void**);
   CUresult (*cuStreamCreate)(CUstream*, unsigned);

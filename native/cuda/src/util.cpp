@@ -38,43 +38,151 @@ bool get(const std::string& s, uint64_t off, T* out) {
   return true;
 }
 
-std::vector<std::string> names_of_elf(const std::string& img) {
-  std::vector<std::string> names;
+struct Section {
+  uint32_t name, type, link;
+  uint64_t off, size, entsize;
+};
+
+// The section headers of a 64-bit ELF image and the index of its section-name
+// table; false when the image is not such a file or a header lies outside it.
+bool sections_of_elf(const std::string& img, std::vector<Section>* out, uint16_t* shstrndx) {
   if (img.size() < 64 || std::memcmp(img.data(), "\x7f" "ELF", 4) != 0 || img[4] != 2)
-    return names;  // not a 64-bit ELF file
+    return false;  // not a 64-bit ELF file
   uint64_t shoff;
   uint16_t shentsize, shnum;
-  if (!get(img, 0x28, &shoff) || !get(img, 0x3A, &shentsize) || !get(img, 0x3C, &shnum))
-    return names;
-  if (shentsize < 64) return names;
+  if (!get(img, 0x28, &shoff) || !get(img, 0x3A, &shentsize) || !get(img, 0x3C, &shnum) ||
+      !get(img, 0x3E, shstrndx))
+    return false;
+  if (shentsize < 64) return false;
+  out->clear();
   for (uint16_t i = 0; i < shnum; ++i) {
-    uint64_t sh = shoff + static_cast<uint64_t>(i) * shentsize;
-    uint32_t type, link;
-    uint64_t off, size, entsize;
-    if (!get(img, sh + 4, &type) || !get(img, sh + 24, &off) || !get(img, sh + 32, &size) ||
-        !get(img, sh + 40, &link) || !get(img, sh + 56, &entsize))
-      return names;
-    if (type != 2 /* SHT_SYMTAB */ || entsize < 24) continue;
-    uint64_t strsh = shoff + static_cast<uint64_t>(link) * shentsize;
-    uint64_t stroff, strsize;
-    if (link >= shnum || !get(img, strsh + 24, &stroff) || !get(img, strsh + 32, &strsize))
-      return names;
-    if (stroff > img.size() || img.size() - stroff < strsize) return names;
-    for (uint64_t s = 0; s + entsize <= size; s += entsize) {
+    const uint64_t sh = shoff + static_cast<uint64_t>(i) * shentsize;
+    Section s;
+    if (!get(img, sh, &s.name) || !get(img, sh + 4, &s.type) || !get(img, sh + 24, &s.off) ||
+        !get(img, sh + 32, &s.size) || !get(img, sh + 40, &s.link) ||
+        !get(img, sh + 56, &s.entsize))
+      return false;
+    out->push_back(s);
+  }
+  return true;
+}
+
+// Whether a section's bytes lie inside the image.
+bool inside(const std::string& img, const Section& s) {
+  return s.off <= img.size() && img.size() - s.off >= s.size;
+}
+
+std::vector<std::string> names_of_elf(const std::string& img) {
+  std::vector<std::string> names;
+  std::vector<Section> secs;
+  uint16_t shstrndx;
+  if (!sections_of_elf(img, &secs, &shstrndx)) return names;
+  for (const Section& sym : secs) {
+    if (sym.type != 2 /* SHT_SYMTAB */ || sym.entsize < 24) continue;
+    if (sym.link >= secs.size()) return names;
+    const Section& str = secs[sym.link];
+    if (!inside(img, str)) return names;
+    for (uint64_t s = 0; s + sym.entsize <= sym.size; s += sym.entsize) {
       uint32_t name;
       uint8_t info, other;
-      if (!get(img, off + s, &name) || !get(img, off + s + 4, &info) ||
-          !get(img, off + s + 5, &other))
+      if (!get(img, sym.off + s, &name) || !get(img, sym.off + s + 4, &info) ||
+          !get(img, sym.off + s + 5, &other))
         return names;
       const bool func = (info & 0xF) == 2;          // STT_FUNC
       const bool global = (info >> 4) != 0;         // not STB_LOCAL
       const bool entry = (other & 0x10) != 0;       // STO_CUDA_ENTRY
-      if (!func || !global || !entry || name >= strsize) continue;
-      const char* p = img.data() + stroff + name;
-      names.emplace_back(p, strnlen(p, strsize - name));
+      if (!func || !global || !entry || name >= str.size) continue;
+      const char* p = img.data() + str.off + name;
+      names.emplace_back(p, strnlen(p, str.size - name));
     }
   }
   return names;
+}
+
+// The records of a kernel's .nv.info.<kernel> section that say what its
+// parameters are. Each record is a format byte, an attribute byte and a u16:
+// format 0x04 (EIFMT_SVAL) is followed by a payload of that u16's size;
+// 0x01 (EIFMT_NVAL), 0x02 (EIFMT_BVAL) and 0x03 (EIFMT_HVAL) hold their value,
+// if any, in those 4 bytes. Parameters are described by
+//   EIATTR_KPARAM_INFO    (0x17) u32 index, u16 ordinal, u16 offset, u32 flags
+//                                 whose bits 18..31 are the size in bytes;
+//   EIATTR_KPARAM_INFO_V2 (0x45) the same but with the size in the u32's low
+//                                 16 bits (flags above), which nvcc 13.0 writes
+//                                 instead for all parameters of a kernel whose
+//                                 parameters take more than about 4 KiB;
+// one record per parameter, in any order. EIATTR_CBANK_PARAM_SIZE (0x19, HVAL)
+// is the bytes the parameters occupy: the end of the last one.
+bool param_sizes_of_elf(const std::string& img, const std::string& kernel,
+                        std::vector<uint32_t>* sizes) {
+  std::vector<Section> secs;
+  uint16_t shstrndx;
+  if (!sections_of_elf(img, &secs, &shstrndx) || shstrndx >= secs.size()) return false;
+  const Section& names = secs[shstrndx];
+  if (!inside(img, names)) return false;
+  const std::string want = ".nv.info." + kernel;
+  const Section* info = nullptr;
+  for (const Section& s : secs) {
+    if (s.name >= names.size || names.size - s.name < want.size() + 1) continue;
+    if (img.compare(names.off + s.name, want.size() + 1, want.c_str(), want.size() + 1) == 0) {
+      info = &s;
+      break;
+    }
+  }
+  if (!info || !inside(img, *info)) return false;
+
+  struct Param {
+    uint16_t ordinal, offset;
+    uint32_t size;
+  };
+  std::vector<Param> params;
+  bool have_total = false;
+  uint32_t total = 0;
+  const uint64_t end = info->off + info->size;
+  uint64_t o = info->off;
+  while (o < end) {
+    if (end - o < 4) return false;
+    const uint8_t fmt = static_cast<uint8_t>(img[o]), attr = static_cast<uint8_t>(img[o + 1]);
+    uint16_t v = 0;
+    get(img, o + 2, &v);
+    if (fmt == 0x04) {
+      if (end - o - 4 < v) return false;
+      if (attr == 0x17 || attr == 0x45) {
+        Param p{};
+        uint32_t word = 0;
+        if (v < 12) return false;
+        get(img, o + 8, &p.ordinal);
+        get(img, o + 10, &p.offset);
+        get(img, o + 12, &word);
+        p.size = attr == 0x17 ? word >> 18 : word & 0xFFFF;
+        params.push_back(p);
+      }
+      o += 4 + static_cast<uint64_t>(v);
+    } else if (fmt == 0x01 || fmt == 0x02 || fmt == 0x03) {
+      if (fmt == 0x03 && attr == 0x19) {
+        have_total = true;
+        total = v;
+      }
+      o += 4;
+    } else {
+      return false;  // a record format this parser does not know
+    }
+  }
+  // Ordinals must be 0..n-1, each once, and the last parameter must end where
+  // EIATTR_CBANK_PARAM_SIZE says (a kernel without parameters has no such
+  // record): anything else means records this parser does not read.
+  std::vector<uint32_t> by_ordinal(params.size(), 0);
+  std::vector<bool> seen(params.size(), false);
+  uint64_t last_end = 0;
+  for (const Param& p : params) {
+    if (p.ordinal >= params.size() || seen[p.ordinal]) return false;
+    seen[p.ordinal] = true;
+    by_ordinal[p.ordinal] = p.size;
+    last_end = std::max<uint64_t>(last_end, static_cast<uint64_t>(p.offset) + p.size);
+  }
+  if (params.empty() ? have_total && total != 0 : !have_total || total != last_end)
+    return false;
+  *sizes = by_ordinal;
+  return true;
 }
 
 std::vector<std::string> names_of_ptx(const std::string& ptx) {
@@ -139,6 +247,11 @@ std::vector<std::string> kernel_names_of_image(const std::string& image, bool is
   std::sort(n.begin(), n.end());
   n.erase(std::unique(n.begin(), n.end()), n.end());
   return n;
+}
+
+bool kernel_param_sizes_of_image(const std::string& image, bool is_ptx,
+                                 const std::string& kernel, std::vector<uint32_t>* sizes) {
+  return !is_ptx && param_sizes_of_elf(image, kernel, sizes);
 }
 
 bool constant_define(uint32_t index, uint32_t type, uint32_t bits, std::string* out,

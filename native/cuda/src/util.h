@@ -1,6 +1,6 @@
 // util.h: the parts of the CUDA backend that need no GPU: hashing, the
-// on-disk cache of compiled images, kernel entry names read from an image,
-// and function-constant records turned into -D options.
+// on-disk cache of compiled images, kernel entry names and parameter sizes read
+// from an image, and function-constant records turned into -D options.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,15 @@ std::string fnv1a128_hex(const std::string& data);
 // the global function symbols marked STO_CUDA_ENTRY; for PTX the `.entry`
 // directives. Empty when the image cannot be parsed.
 std::vector<std::string> kernel_names_of_image(const std::string& image, bool is_ptx);
+
+// The sizes in bytes of the parameters of the entry `kernel`, in declaration
+// order, read from a CUBIN's .nv.info.<kernel> section (the EIATTR_KPARAM_INFO
+// records nvcc and NVRTC write; see util.cpp). False, with *sizes untouched,
+// when the image does not say: PTX (the driver compiles it; the parameters are
+// not read from its text), no such section, or records this parser does not
+// read or that disagree with each other.
+bool kernel_param_sizes_of_image(const std::string& image, bool is_ptx,
+                                 const std::string& kernel, std::vector<uint32_t>* sizes);
 
 // One function-constant record as the NVRTC option "-DMLXN_FC_<index>=<value>".
 // bool: 0 or 1; i32/i16: signed decimal; u32/u16: decimal with a `u` suffix;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the cuda backend and its tests into build/cuda/ and, with --run, runs them:
-#   test_util   GPU-free checks of util.cpp (names from nvcc-made images when nvcc exists)
+#   test_util   GPU-free checks of util.cpp (kernel names and parameter sizes from
+#               nvcc-made images when nvcc exists)
 #   test_cuda   the C ABI end to end (skips what needs a device when none is present)
 # Usage: native/cuda/tests/build.sh [--run]
 set -euo pipefail
@@ -23,6 +24,11 @@ nvcc="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 if [[ -x "$nvcc" ]]; then
   "$nvcc" -cubin -arch=sm_90a -o "$out/fixture.cubin" "$tests/fixture.cu"
   "$nvcc" -ptx -arch=sm_90 -o "$out/fixture.ptx" "$tests/fixture.cu"
+  for arch in sm_80 sm_90a sm_100a; do  # sm_100a only where this nvcc knows it
+    rm -f "$out/params_$arch.cubin"
+    "$nvcc" -cubin -arch=$arch -o "$out/params_$arch.cubin" "$tests/params_fixture.cu" \
+      2>/dev/null || [[ $arch == sm_100a ]]
+  done
   fixtures="$out"
 fi
 echo "cuda tests: built $out/test_cuda and $out/test_util"

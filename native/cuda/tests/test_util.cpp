@@ -1,7 +1,8 @@
 // test_util.cpp: checks of the GPU-free parts of the cuda backend (util.cpp):
-// hashing, function constants as -D options, the disk cache, and kernel names
-// read from a CUBIN and from PTX. Runs anywhere; the image checks need the
-// fixtures that build.sh makes with nvcc, and are skipped without them.
+// hashing, function constants as -D options, the disk cache, kernel names read
+// from a CUBIN and from PTX, and kernel parameter sizes read from CUBINs. Runs
+// anywhere; the image checks need the fixtures that build.sh makes with nvcc,
+// and are skipped without them.
 // Usage: test_util [fixture-dir]
 #include <sys/stat.h>
 #include <unistd.h>
@@ -50,6 +51,120 @@ static std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const std::string& x : v) s += (s.empty() ? "" : ",") + x;
   return s;
+}
+
+static std::string sizes_text(const std::string& image, bool is_ptx, const std::string& kernel) {
+  std::vector<uint32_t> sizes;
+  if (!kernel_param_sizes_of_image(image, is_ptx, kernel, &sizes)) return "unknown";
+  std::string s = "(";
+  for (uint32_t v : sizes) s += (s.size() > 1 ? "," : "") + std::to_string(v);
+  return s + ")";
+}
+
+template <typename T>
+static T at(const std::string& img, uint64_t off) {
+  T v{};
+  if (off + sizeof(T) <= img.size()) std::memcpy(&v, img.data() + off, sizeof(T));
+  return v;
+}
+
+// Offset and size of the named section of a 64-bit ELF image, read
+// independently of util.cpp; false when absent.
+static bool find_section(const std::string& img, const std::string& name, uint64_t* off,
+                         uint64_t* size) {
+  const uint64_t shoff = at<uint64_t>(img, 0x28);
+  const uint16_t shentsize = at<uint16_t>(img, 0x3A), shnum = at<uint16_t>(img, 0x3C),
+                 shstrndx = at<uint16_t>(img, 0x3E);
+  const uint64_t names = at<uint64_t>(img, shoff + uint64_t(shstrndx) * shentsize + 24);
+  for (uint16_t i = 0; i < shnum; ++i) {
+    const uint64_t sh = shoff + uint64_t(i) * shentsize;
+    const uint64_t n = names + at<uint32_t>(img, sh);
+    if (n < img.size() && img.compare(n, name.size() + 1, name.c_str(), name.size() + 1) == 0) {
+      *off = at<uint64_t>(img, sh + 24);
+      *size = at<uint64_t>(img, sh + 32);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Offset of the first record with this format and attribute in a .nv.info
+// section (records: format u8, attribute u8, u16, then for format 4 a payload
+// of that u16's size), or 0 when there is none.
+static uint64_t find_record(const std::string& img, uint64_t off, uint64_t size, uint8_t fmt,
+                            uint8_t attr) {
+  for (uint64_t o = off; o + 4 <= off + size;) {
+    const uint8_t f = static_cast<uint8_t>(img[o]), a = static_cast<uint8_t>(img[o + 1]);
+    if (f == fmt && a == attr) return o;
+    o += 4 + (f == 4 ? at<uint16_t>(img, o + 2) : 0);
+  }
+  return 0;
+}
+
+// Parameter sizes read from CUBINs that nvcc made of params_fixture.cu for one
+// architecture, and refusals of .nv.info sections altered to read wrongly.
+static void check_param_sizes(const std::string& path, const std::string& arch) {
+  std::string img;
+  if (!read_file(path, &img)) {
+    std::printf("SKIP parameter sizes for %s: no %s (this nvcc cannot make it)\n", arch.c_str(),
+                path.c_str());
+    return;
+  }
+  const struct {
+    const char* kernel;
+    const char* want;
+  } cases[] = {
+      {"p0", "()"},
+      {"p1", "(8)"},
+      {"p5", "(8,8,8,8,8)"},
+      {"p9", "(8,8,8,8,8,8,8,8,8)"},
+      {"mixed", "(8,4,12,8,1,8)"},
+      {"big", "(8,20000)"},
+      {"missing", "unknown"},
+  };
+  for (const auto& c : cases) {
+    const std::string got = sizes_text(img, false, c.kernel);
+    CHECK(got == c.want, "%s %s: parameter sizes %s, want %s", arch.c_str(), c.kernel,
+          got.c_str(), c.want);
+  }
+  uint64_t off = 0, size = 0;
+  CHECK(find_section(img, ".nv.info.big", &off, &size) && find_record(img, off, size, 4, 0x45),
+        "%s big: described by EIATTR_KPARAM_INFO_V2 (0x45)", arch.c_str());
+  CHECK(find_section(img, ".nv.info.p5", &off, &size) && find_record(img, off, size, 4, 0x17),
+        "%s p5: described by EIATTR_KPARAM_INFO (0x17)", arch.c_str());
+
+  // Alterations of p5's section, each of which the parser must refuse.
+  const uint64_t kparam = find_record(img, off, size, 4, 0x17);
+  const uint64_t total = find_record(img, off, size, 3, 0x19);
+  CHECK(kparam != 0 && total != 0 && at<uint16_t>(img, total + 2) == 40,
+        "%s p5: EIATTR_CBANK_PARAM_SIZE is 40", arch.c_str());
+  if (kparam == 0 || total == 0) return;
+  std::string bad = img;
+  bad[total + 2] = 41;  // the parameters' end disagrees with the last parameter
+  CHECK(sizes_text(bad, false, "p5") == "unknown", "%s p5: wrong CBANK_PARAM_SIZE refused",
+        arch.c_str());
+  bad = img;
+  bad[kparam + 1] = 0x7f;  // one parameter's record becomes another attribute
+  CHECK(sizes_text(bad, false, "p5") == "unknown", "%s p5: a missing parameter refused",
+        arch.c_str());
+  bad = img;
+  const uint16_t ord = at<uint16_t>(img, kparam + 8);
+  const uint16_t dup = ord == 0 ? 1 : 0;
+  std::memcpy(&bad[kparam + 8], &dup, 2);  // two parameters with one ordinal
+  CHECK(sizes_text(bad, false, "p5") == "unknown", "%s p5: a duplicate ordinal refused",
+        arch.c_str());
+  bad = img;
+  bad[total] = 0x09;  // a record format the parser does not know
+  CHECK(sizes_text(bad, false, "p5") == "unknown", "%s p5: an unknown record format refused",
+        arch.c_str());
+  bad = img;
+  bad[off + 2] = bad[off + 3] = '\xff';  // the first record claims a payload past the section
+  CHECK(img[off] == 4 && sizes_text(bad, false, "p5") == "unknown",
+        "%s p5: a record past the section refused", arch.c_str());
+  CHECK(sizes_text(img.substr(0, off + size / 2), false, "p5") == "unknown",
+        "%s p5: a cut image refused", arch.c_str());
+  CHECK(sizes_text(img, true, "p5") == "unknown", "%s: an image read as PTX says nothing",
+        arch.c_str());
 }
 
 int main(int argc, char** argv) {
@@ -123,9 +238,20 @@ int main(int argc, char** argv) {
     CHECK(join(kernel_names_of_image(ptx, true)) == want, "ptx names: %s",
           join(kernel_names_of_image(ptx, true)).c_str());
     CHECK(kernel_names_of_image(cubin.substr(0, 100), false).empty(), "a cut cubin has no names");
+    CHECK(sizes_text(cubin, false, "alpha") == "(8,8)", "alpha: %s",
+          sizes_text(cubin, false, "alpha").c_str());
+    CHECK(sizes_text(cubin, false, "beta") == "(8)", "beta: %s",
+          sizes_text(cubin, false, "beta").c_str());
+    CHECK(sizes_text(cubin, false, "_Z6templ1ILi3EEvPf") == "(8)", "templ1<3>: %s",
+          sizes_text(cubin, false, "_Z6templ1ILi3EEvPf").c_str());
+    CHECK(sizes_text(cubin, false, "twice") == "unknown", "a device function has no sizes");
+    CHECK(sizes_text(ptx, true, "alpha") == "unknown", "PTX says no sizes");
+    for (const char* arch : {"sm_80", "sm_90a", "sm_100a"})
+      check_param_sizes(fixtures + "/params_" + arch + ".cubin", arch);
   } else {
-    std::printf("SKIP kernel names from images: no fixtures (nvcc absent)\n");
+    std::printf("SKIP kernel names and parameter sizes from images: no fixtures (nvcc absent)\n");
   }
+  CHECK(sizes_text("not an image", false, "alpha") == "unknown", "garbage has no sizes");
 
   std::printf("%s: %d checks, %d failed\n", failures ? "FAILED" : "PASSED", checks, failures);
   return failures ? 1 : 0;
