@@ -28,7 +28,8 @@
 // Block path (every other launch): dynamic shared memory (threadgroup(0)) of
 // at least num_experts floats holds u; the op gives num_experts floats with
 // min(256, nextPow2(num_experts)) threads. Thread tid owns experts tid,
-// tid + blockDim.x, ... Top-k in two levels when warps * top_k <= MAX_CAND:
+// tid + blockDim.x, ... Top-k in two levels when the warps' candidates
+// (warps * top_k) fit warp 0's registers (MAX_CAND / 32 per lane of warp 0):
 // each warp finds the top_k of its own experts by top_k rounds of a warp
 // arg-max, then warp 0 takes the top_k of those candidates the same way. A
 // round takes the best element strictly after the previous winner in the
@@ -109,7 +110,9 @@ __device__ void route_token(const float* logits, u32* expert_ids, float* routing
     for (u32 e = tid; e < num_experts; e += bs) u[e] = all_masked ? 0.0f : expf(logits[e] - mx);
     __syncthreads();   // u complete; part_value free again
 
-    if (nw * top_k <= MAX_CAND) {
+    // Level 2 keeps the candidates in warp 0's registers, MAX_CAND / 32 per
+    // lane over min(32, bs) lanes; more candidates take the arg-max rounds below.
+    if (nw * top_k <= min(32u, bs) * (MAX_CAND / 32u)) {
         // Level 1: warp w's top_k among its experts, into cand[w * top_k + r].
         float prev_v = POS_INF;
         u32 prev_i = NO_INDEX;
@@ -147,8 +150,8 @@ __device__ void route_token(const float* logits, u32* expert_ids, float* routing
         u32 ci[MAX_CAND / 32];
 #pragma unroll
         for (u32 j = 0; j < MAX_CAND / 32; ++j) {
-            const u32 c = lane + j * 32u;
-            const bool have = c < nc && lane < n;
+            const u32 c = lane + j * n;   // warp 0 has n = min(32, bs) lanes
+            const bool have = c < nc;
             cv[j] = have ? cand_value[c] : NEG_INF;
             ci[j] = have ? cand_index[c] : NO_INDEX;
         }
