@@ -8,6 +8,10 @@
 //   Qwen3.6 linear-attention layer: H = 32 value heads, Hg = 16 key heads,
 //     K = V = 128, chunk 64 (gated delta net, its cumsum, ssm_norm_gate);
 //   Qwen3.6-style MoE router: 512 experts, top-8;
+//   a Qwen3.6 linear-attention layer end to end: the short conv (C = 2 Hg K +
+//     H V = 8192, kernel 4), l2 norm of q and k, g and beta, the chunked
+//     prefill, and one decode step continuing from the prefill's final state,
+//     checked against the token-by-token recurrence over all T + 1 tokens;
 //   Gemma 4 decode attention: head dim 256 (sliding layers) and 512 (global
 //     layers), 16 query / 2 KV heads; Gemma 4 sublayer norms at hidden 4096.
 // On the emulator the sequence lengths are shortened (it runs one fiber per
@@ -16,21 +20,31 @@
 // Error: max |got - want| / max |want| over each output, against the float64
 // reference; the tolerance is the dtype's (f32 1e-5, bf16 1e-2), except the gated
 // delta net's f32 final state (1e-3), which accumulates bf16 products over
-// the whole sequence. Time: device time of the commit (wall time on the
+// the whole sequence, and the chunked prefill against the exact recurrence
+// (o 2e-2, state 1e-2), whose intermediates are stored in bf16. Time: device time of the commit (wall time on the
 // emulator), after the kernel was compiled.
 
 import { Device, type Buffer, type DType } from '../ts/index.ts';
+import { chunkGatedDeltaRule } from '../ts/ops/chunk_gated_delta_rule.ts';
 import { chunkLocalCumsum } from '../ts/ops/chunk_local_cumsum.ts';
+import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
 import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecParams } from '../ts/ops/flash_attn_vec.ts';
 import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
+import { gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
 import { gatedDeltaNetChunk, numChunks, type GatedDeltaNetChunkParams } from '../ts/ops/gated_delta_net_chunk.ts';
+import { l2Norm } from '../ts/ops/l2_norm.ts';
 import { fusedMoeRouting, fusedMoeRoutingBatch } from '../ts/ops/moe_routing.ts';
+import { ssmConv } from '../ts/ops/ssm_conv.ts';
 import { ssmNormGate } from '../ts/ops/ssm_norm_gate.ts';
+import { gatedDeltaRuleRecurrentRef } from '../ts/reference/chunk_gated_delta_rule.ts';
 import { chunkLocalCumsumRef } from '../ts/reference/chunk_local_cumsum.ts';
+import { computeGBetaRef } from '../ts/reference/compute_g_beta.ts';
 import { flashAttnVecRef } from '../ts/reference/flash_attn_vec.ts';
 import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
 import { gatedDeltaNetChunkRef } from '../ts/reference/gated_delta_net_chunk.ts';
+import { l2NormRef } from '../ts/reference/l2_norm.ts';
 import { moeRoutingRef } from '../ts/reference/moe_routing.ts';
+import { ssmConvRef } from '../ts/reference/ssm_conv.ts';
 import { ssmNormGateRef } from '../ts/reference/ssm_norm_gate.ts';
 
 interface Row {
@@ -247,6 +261,91 @@ function main(): number {
     rows.push({ kernel: name, model: `Gemma 4 ${c.headDim === 256 ? 'sliding' : 'global'} attn`,
       shape: `kv ${c.kvSeqLen}, 16q/2kv heads, NWG ${c.nwg}, ${c.mask}${note}`, err: scaledErr(out.readNumbers(), want), tol: 1e-5, ms });
     for (const b of [q.buf, k.buf, v.buf, out, tmp]) b.release();
+  }
+
+  // --- Qwen3.6 linear-attention layer, end to end: conv, l2 norm, g/beta,
+  // chunked prefill of T tokens, then one decode step from its final state ---
+  {
+    const TL = emu ? 128 : 1024;
+    const C = 2 * HG * KD + H * VD;
+    const shape = `T=${TL} H=${H} Hg=${HG} K=V=${KD}${note}`;
+
+    const x = stored(device, 'f32', randn(TL * C));
+    const cw = stored(device, 'f32', randn(C * 4, 0.5));
+    const cy = poisoned(device, 'f32', TL * C);
+    const cs = poisoned(device, 'f32', C * 3);
+    let ms = timed(device, (enc) =>
+      ssmConv(enc, { x: x.buf, weight: cw.buf, state: cs, y: cy, b: 1, t: TL, c: C, ks: 4, silu: true, freshState: true }));
+    const conv = ssmConvRef({ b: 1, t: TL, c: C, ks: 4, silu: true }, x.values, cw.values);
+    rows.push({ kernel: 'ssm_conv_f32 (y, state)', model: 'Qwen3.6 GDN conv', shape: `T=${TL} C=${C} KS=4 SiLU${note}`,
+      err: Math.max(scaledErr(cy.readNumbers(), conv.y), scaledErr(cs.readNumbers(), conv.newState)), tol: 1e-5, ms });
+    for (const b of [x.buf, cw.buf, cy, cs]) b.release();
+
+    // T + 1 tokens of q, k (L2-normalized on the device), v, a, b; the last one is the decode token.
+    const n = TL + 1;
+    const qk = stored(device, 'bf16', randn(2 * n * HG * KD));
+    const qkN = poisoned(device, 'bf16', 2 * n * HG * KD);
+    ms = timed(device, (enc) => l2Norm(enc, { x: qk.buf, y: qkN, rows: 2 * n * HG, dim: KD, eps: 1e-6 }));
+    const qkNorm = qkN.readNumbers();
+    rows.push({ kernel: 'l2_norm_bf16', model: 'Qwen3.6 GDN q, k', shape: `${2 * n * HG} rows x ${KD}${note}`,
+      err: scaledErr(qkNorm, l2NormRef(qk.values, 2 * n * HG, KD, 1e-6)), tol: 1e-2, ms });
+
+    const a = stored(device, 'f32', randn(n * H));
+    const bIn = stored(device, 'f32', randn(n * H));
+    const aLog = stored(device, 'f32', uniform(H, -1, 0.5));
+    const dtBias = stored(device, 'f32', uniform(H, -1, 1));
+    const g = poisoned(device, 'f32', n * H);
+    const beta = poisoned(device, 'f32', n * H);
+    ms = timed(device, (enc) =>
+      computeGBeta(enc, { a: a.buf, b: bIn.buf, aLog: aLog.buf, dtBias: dtBias.buf, g, beta, params: { b: 1, t: n, h: H } }));
+    const gb = computeGBetaRef(H, a.values, bIn.values, aLog.values, dtBias.values);
+    const gVals = g.readNumbers();
+    const betaVals = beta.readNumbers();
+    rows.push({ kernel: 'compute_g_beta_f32', model: 'Qwen3.6 GDN gates', shape: `T=${n} H=${H}${note}`,
+      err: Math.max(scaledErr(gVals, gb.g), scaledErr(betaVals, gb.beta)), tol: 1e-5, ms });
+
+    // q and k as [T, Hg, K] each, from the normalized rows; v random.
+    const qAll = qkNorm.subarray(0, n * HG * KD);
+    const kAll = qkNorm.subarray(n * HG * KD);
+    const vAll = stored(device, 'bf16', randn(n * H * VD)).values;
+    const part = (arr: Float64Array, t0: number, t1: number, row: number): Float64Array => arr.slice(t0 * row, t1 * row);
+    const q = device.upload('bf16', [TL * HG * KD], part(qAll, 0, TL, HG * KD));
+    const k = device.upload('bf16', [TL * HG * KD], part(kAll, 0, TL, HG * KD));
+    const v = device.upload('bf16', [TL * H * VD], part(vAll, 0, TL, H * VD));
+    const gP = device.upload('f32', [TL * H], part(gVals, 0, TL, H));
+    const betaP = device.upload('f32', [TL * H], part(betaVals, 0, TL, H));
+    const o = poisoned(device, 'bf16', TL * H * VD);
+    const state = poisoned(device, 'f32', H * VD * KD);
+    const scale = 1 / Math.sqrt(KD);
+    ms = timed(device, (enc) => chunkGatedDeltaRule(enc, {
+      q, k, v, g: gP, beta: betaP, o, finalState: state, params: { b: 1, t: TL, hg: HG, h: H, k: KD, v: VD, scale },
+    }));
+    const shapeRef = { hg: HG, h: H, k: KD, v: VD };
+    const prefill = gatedDeltaRuleRecurrentRef({ ...shapeRef, cuSeqlens: [0, TL] },
+      { q: qAll, k: kAll, v: vAll, g: gVals, beta: betaVals }, scale);
+    // o and the state pass through bf16 storage of w, u, v_new, the chunk-start states and o.
+    rows.push({ kernel: 'chunk_gated_delta_rule (o)', model: 'Qwen3.6 GDN prefill', shape,
+      err: scaledErr(o.readNumbers(), prefill.o), tol: 2e-2, ms });
+    rows.push({ kernel: 'chunk_gated_delta_rule (final state)', model: 'Qwen3.6 GDN prefill', shape,
+      err: scaledErr(state.readNumbers(), prefill.finalState), tol: 1e-2, ms });
+
+    // Decode token T from the prefill's state, in place; against the recurrence over all T + 1 tokens.
+    const tok = (arr: Float64Array, row: number): Float64Array => arr.slice(TL * row, n * row);
+    const dq = device.upload('bf16', [HG * KD], tok(qAll, HG * KD));
+    const dk = device.upload('bf16', [HG * KD], tok(kAll, HG * KD));
+    const dv = device.upload('bf16', [H * VD], tok(vAll, H * VD));
+    const dg = device.upload('f32', [H], tok(gVals, H));
+    const dbeta = device.upload('f32', [H], tok(betaVals, H));
+    const dout = poisoned(device, 'bf16', H * VD);
+    ms = timed(device, (enc) => gatedDeltaNetDecode(enc, {
+      q: dq, k: dk, v: dv, g: dg, beta: dbeta, state, output: dout, params: { b: 1, hg: HG, h: H, k: KD, v: VD, scale },
+    }));
+    const whole = gatedDeltaRuleRecurrentRef({ ...shapeRef, cuSeqlens: [0, n] },
+      { q: qAll, k: kAll, v: vAll, g: gVals, beta: betaVals }, scale);
+    rows.push({ kernel: 'gated_delta_net_decode_bf16 after prefill', model: 'Qwen3.6 GDN decode', shape: `token ${TL} of ${n}`,
+      err: Math.max(scaledErr(dout.readNumbers(), whole.o.subarray(TL * H * VD)), scaledErr(state.readNumbers(), whole.finalState)),
+      tol: 2e-2, ms });
+    for (const b of [qk.buf, qkN, a.buf, bIn.buf, aLog.buf, dtBias.buf, g, beta, q, k, v, gP, betaP, o, state, dq, dk, dv, dg, dbeta, dout]) b.release();
   }
 
   const header = ['kernel', 'model', 'shape', 'backend', 'max err', 'tol', 'time ms', ''];
