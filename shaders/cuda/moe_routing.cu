@@ -15,15 +15,17 @@
 //
 // Warp path (blockDim.x == 32, num_experts <= 1024, top_k <= 32; the op's
 // cuda shape): the block's one warp routes its token and needs no dynamic
-// shared memory. Lane l holds u of experts l, l + 32, ... in registers.
-// T = the top_k-th largest of the 32 lane maxima bounds the top_k-th largest
-// u from below (the top_k lanes with the largest maxima give top_k distinct
-// experts >= T), so every winner has u >= T. The candidates (u >= T, usually
-// top_k to ~2 top_k of them) go to shared memory; when there are at most 32,
-// lane i takes candidate i, counts the candidates ranked before it (value
-// descending, index ascending) and writes slot `rank` if rank < top_k. More
-// than 32 candidates (heavy ties, an all -inf row) take top_k rounds of a
-// warp arg-max over the candidates.
+// shared memory. Lane l holds its experts' logits in registers (16-byte
+// loads of 4 consecutive experts when num_experts > 64 is a multiple of 4).
+// The cut-off is taken on logits (see route_warp): T = the top_k-th largest
+// of the 32 lane maxima, and the candidates are the experts with logit
+// >= T - m, a margin that keeps every expert whose u could tie or beat the
+// top_k-th after rounding (usually top_k to ~2 top_k of them). They go to
+// shared memory, where each is exponentiated once; when there are at most
+// 32, lane i takes candidate i, counts the candidates ranked before it
+// (u descending, index ascending) and writes slot `rank` if rank < top_k.
+// More than 32 candidates (heavy ties, -inf rows) take top_k rounds of a warp
+// arg-max over the candidates.
 //
 // Block path (every other launch): dynamic shared memory (threadgroup(0)) of
 // at least num_experts floats holds u; the op gives num_experts floats with
@@ -253,32 +255,49 @@ __device__ __forceinline__ float warp_sum_all(float v) {
     return v;
 }
 
-// Lane l holds u of experts j * 32 + l (j < PER); absent experts hold -1,
-// below every u. cand: this warp's 32 shared-memory slots.
+// Expert of lane `lane`'s slot s: with PER >= 4, four consecutive experts per
+// 128-expert group (one 16-byte load), else one per 32-expert group.
+template <int PER>
+__device__ __forceinline__ u32 slot_expert(int s, u32 lane) {
+    return PER >= 4 ? 128u * u32(s >> 2) + 4u * lane + u32(s & 3) : 32u * u32(s) + lane;
+}
+
+// Lane l holds the logits of its PER slots (absent experts: NaN). The top-k
+// cut-off is taken on logits: T = the top_k-th largest of the 32 lane maxima
+// (top_k distinct experts have logit >= T). u = expf(l - max) is monotone in
+// l up to rounding, so an expert with l < T - m (m >= 1e-3) has u strictly
+// below those top_k experts' u whenever fl(T - max) >= -80 (their u are then
+// normal and at least 0.99e-3 apart in the exponent, beyond expf's 2-ulp
+// error) and cannot win; otherwise (and for all -inf rows) every present
+// expert is a candidate. Only the candidates are exponentiated, with the
+// same expf(l - max) as the reference ranking. cand: this warp's 32 slots.
 template <int PER>
 __device__ __forceinline__ void route_warp(const float* __restrict__ logits, u32* __restrict__ expert_ids,
                                            float* __restrict__ routing_weights,
                                            const float* __restrict__ per_expert_scale, u32 num_experts, u32 top_k,
                                            u32 lane, float2* cand) {
+    const float NAN_F = __int_as_float(0x7fffffff);
     float v[PER];
+    if (PER >= 4 && (num_experts & 3u) == 0u && (reinterpret_cast<unsigned long long>(logits) & 15u) == 0u) {
 #pragma unroll
-    for (int j = 0; j < PER; ++j) {
-        const u32 e = u32(j) * 32u + lane;
-        v[j] = e < num_experts ? __ldg(logits + e) : NEG_INF;
+        for (int g = 0; g < PER / 4; ++g) {
+            const u32 e = slot_expert<PER>(4 * g, lane);
+            float4 t = make_float4(NAN_F, NAN_F, NAN_F, NAN_F);
+            if (e < num_experts) t = __ldcs(reinterpret_cast<const float4*>(logits + e));
+            v[4 * g] = t.x; v[4 * g + 1] = t.y; v[4 * g + 2] = t.z; v[4 * g + 3] = t.w;
+        }
+    } else {
+#pragma unroll
+        for (int s = 0; s < PER; ++s) {
+            const u32 e = slot_expert<PER>(s, lane);
+            v[s] = e < num_experts ? __ldg(logits + e) : NAN_F;
+        }
     }
-    float mx = v[0];
+    float lane_max = NEG_INF;   // fmaxf skips the NaN of absent experts
 #pragma unroll
-    for (int j = 1; j < PER; ++j) mx = fmaxf(mx, v[j]);
-    mx = warp_max_all(mx);
-    const bool all_masked = mx == NEG_INF;
-    float lane_max = -1.0f;
-#pragma unroll
-    for (int j = 0; j < PER; ++j) {
-        const u32 e = u32(j) * 32u + lane;
-        const float u = e < num_experts ? (all_masked ? 0.0f : expf(v[j] - mx)) : -1.0f;
-        v[j] = u;
-        lane_max = fmaxf(lane_max, u);
-    }
+    for (int s = 0; s < PER; ++s) lane_max = fmaxf(lane_max, v[s]);
+    const float mx = warp_max_all(lane_max);
+    const float mxs = mx == NEG_INF ? 0.0f : mx;   // all -inf: u = expf(-inf) = 0 for every expert
 
     // Bitonic sort of the lane maxima, descending across lanes.
     float t = lane_max;
@@ -292,11 +311,12 @@ __device__ __forceinline__ void route_warp(const float* __restrict__ logits, u32
             t = (lower == descending) ? fmaxf(t, o) : fminf(t, o);
         }
     }
-    const float thr = __shfl_sync(FULL, t, top_k - 1u);   // >= 0: min(num_experts, 32) >= top_k lanes hold an expert
+    const float thr = __shfl_sync(FULL, t, top_k - 1u);
+    const float lo = thr - mxs >= -80.0f ? thr - (1e-3f + fabsf(thr) * 1e-6f) : NEG_INF;
 
     u32 c = 0;
 #pragma unroll
-    for (int j = 0; j < PER; ++j) c += v[j] >= thr ? 1u : 0u;
+    for (int s = 0; s < PER; ++s) c += v[s] >= lo ? 1u : 0u;
     u32 incl = c;
 #pragma unroll
     for (u32 o = 1; o < 32; o <<= 1) {
@@ -308,20 +328,23 @@ __device__ __forceinline__ void route_warp(const float* __restrict__ logits, u32
     if (total <= 32u) {
         u32 pos = incl - c;
 #pragma unroll
-        for (int j = 0; j < PER; ++j) {
-            if (v[j] >= thr) {
-                cand[pos] = make_float2(v[j], __uint_as_float(u32(j) * 32u + lane));
+        for (int s = 0; s < PER; ++s) {
+            if (v[s] >= lo) {
+                cand[pos] = make_float2(v[s], __uint_as_float(slot_expert<PER>(s, lane)));
                 ++pos;
             }
         }
         __syncwarp();
-        float cv = -1.0f;
+        float cv = -1.0f;   // below every u
         u32 ci = NO_INDEX;
         if (lane < total) {
             const float2 x = cand[lane];
-            cv = x.x;
+            cv = expf(x.x - mxs);
             ci = __float_as_uint(x.y);
         }
+        __syncwarp();
+        if (lane < total) cand[lane].x = cv;
+        __syncwarp();
         u32 rank = 0;
         for (u32 i = 0; i < total; ++i) {
             const float2 x = cand[i];
@@ -337,7 +360,10 @@ __device__ __forceinline__ void route_warp(const float* __restrict__ logits, u32
         return;
     }
 
-    // Many candidates: top_k rounds of a warp arg-max over them; lane r keeps slot r.
+    // Many candidates: their u in place (others -1), then top_k rounds of a
+    // warp arg-max over them; lane r keeps slot r.
+#pragma unroll
+    for (int s = 0; s < PER; ++s) v[s] = v[s] >= lo ? expf(v[s] - mxs) : -1.0f;
     float prev_v = POS_INF;
     u32 prev_i = NO_INDEX;
     float mine_v = 0.0f;
@@ -346,10 +372,10 @@ __device__ __forceinline__ void route_warp(const float* __restrict__ logits, u32
         float bv = -2.0f;
         u32 bi = NO_INDEX;
 #pragma unroll
-        for (int j = 0; j < PER; ++j) {
-            const u32 e = u32(j) * 32u + lane;
-            if (v[j] >= thr && ranks_before(prev_v, prev_i, v[j], e) && ranks_before(v[j], e, bv, bi)) {
-                bv = v[j];
+        for (int s = 0; s < PER; ++s) {
+            const u32 e = slot_expert<PER>(s, lane);
+            if (v[s] >= 0.0f && ranks_before(prev_v, prev_i, v[s], e) && ranks_before(v[s], e, bv, bi)) {
+                bv = v[s];
                 bi = e;
             }
         }
@@ -366,7 +392,7 @@ __device__ __forceinline__ void route_warp(const float* __restrict__ logits, u32
     const float sum = warp_sum_all(lane < top_k ? mine_v : 0.0f);
     if (lane < top_k) {
         expert_ids[lane] = mine_i;
-        routing_weights[lane] = sum > 0.0f ? mine_v / sum * per_expert_scale[mine_i] : 0.0f;
+        routing_weights[lane] = sum > 0.0f && mine_i < num_experts ? mine_v / sum * per_expert_scale[mine_i] : 0.0f;
     }
 }
 

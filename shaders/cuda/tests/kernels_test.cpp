@@ -234,7 +234,8 @@ static void test_fused_norm(Rng& rng) {
   vector<Case> cases = {{1, 1, 0, 0}, {3, 3, 0, 0}, {2, 7, 0, 0}, {5, 31, 0, 0}, {4, 32, 0, 0}, {3, 33, 0, 0},
                         {7, 100, 0, 0}, {2, 128, 0, 0}, {3, 1000, 0, 0}, {4, 4096, 0, 0}, {2, 5376, 0, 0},
                         {2, 8196, 0, 0}, {2, 12288, 0, 0}, {3, 4096, 96, 0}, {2, 1000, 1, 0}, {2, 4100, 1024, 0},
-                        {3, 4096, 0, 4}, {2, 2048, 33, 0}};
+                        {3, 4096, 0, 4}, {2, 2048, 33, 0},
+                        {8200, 4096, 0, 0}};  // 134 MB (f32) / 67 MB (bf16) per tensor: the evict-first path
   for (const Case& c : cases) {
     for (int bf = 0; bf < 2; ++bf) {
       const uint32_t n = c.rows * c.dim;
@@ -357,11 +358,14 @@ static void test_fused_norm(Rng& rng) {
 // ---------------------------------------------------------------- moe_routing
 static void test_moe(Rng& rng) {
   const char* F = "moe_routing";
-  struct Case { uint32_t tokens, e, k; int kind; };  // kind 0 continuous, 1 ties, 2 with -inf rows
+  // kind 0 continuous, 1 ties, 2 with -inf rows, 3 logits within 0.1 (near ties
+  // around the cut-off's margin), 4 within 0.02 (more candidates than a warp)
+  struct Case { uint32_t tokens, e, k; int kind; };
   vector<Case> cases = {{1, 1, 1, 0}, {5, 8, 2, 0}, {7, 60, 4, 1}, {3, 64, 8, 2}, {1, 128, 1, 0}, {64, 512, 8, 1},
                         {3, 257, 16, 0}, {2, 1000, 40, 1}, {2, 5, 5, 1}, {3, 33, 33, 2}, {2, 8128, 8, 0}, {2, 300, 300, 1},
                         {4, 512, 8, 2}, {9, 1024, 32, 0}, {5, 1025, 8, 0}, {3, 100, 32, 1}, {11, 512, 8, 0},
-                        {1, 2, 2, 0}, {13, 40, 20, 1}, {6, 1024, 8, 2}, {3, 512, 33, 0}, {17, 256, 8, 1}};
+                        {1, 2, 2, 0}, {13, 40, 20, 1}, {6, 1024, 8, 2}, {3, 512, 33, 0}, {17, 256, 8, 1},
+                        {16, 512, 8, 3}, {16, 1024, 8, 3}, {8, 512, 8, 4}, {4, 1024, 8, 4}, {8, 100, 8, 3}, {5, 1022, 8, 3}};
   // Params: the 8-byte FusedMoeRoutingParams {num_experts, top_k}; grid (T, 1, 1).
   // threads 0: the op's cuda shape (ts/ops/moe_routing.ts): 32 threads and no
   // threadgroup memory when experts <= 1024 and top_k <= 32 (the warp path),
@@ -390,7 +394,10 @@ static void test_moe(Rng& rng) {
       if (single && c.tokens != 1 && !(c.e == 8 && c.k == 2)) continue;
       const uint32_t T = single ? 1 : c.tokens;
       vector<float> lg(T * c.e), sc(c.e);
-      for (auto& x : lg) x = c.kind == 1 ? float(std::round(rng.uni(-3, 3) * 2) / 2) : float(rng.uni(-4, 4));
+      for (auto& x : lg) {
+        x = c.kind == 1 ? float(std::round(rng.uni(-3, 3) * 2) / 2)
+            : c.kind == 3 ? float(rng.uni(-0.05, 0.05)) : c.kind == 4 ? float(rng.uni(0, 0.02)) : float(rng.uni(-4, 4));
+      }
       if (c.kind == 2) {
         for (uint32_t e = 0; e < c.e; ++e) lg[e] = -INFINITY;       // token 0: every logit -inf
         if (T > 1) for (uint32_t e = 0; e < c.e; e += 3) lg[c.e + e] = -INFINITY;
@@ -432,7 +439,7 @@ static void test_moe(Rng& rng) {
         }
         char tag[200];
         snprintf(tag, sizeof tag, "%s tokens=%u experts=%u top_k=%u %s %s", single ? "fused_moe_routing_f32" : "fused_moe_routing_batch_f32",
-                 T, c.e, c.k, shape, c.kind == 1 ? "ties" : c.kind == 2 ? "-inf" : "");
+                 T, c.e, c.k, shape, c.kind == 1 ? "ties" : c.kind == 2 ? "-inf" : c.kind == 3 ? "near" : c.kind == 4 ? "dense" : "");
         check(string(tag) + " ids", double(id_bad), 0);
         check(string(tag) + " weights", max_rel(to_d(gw), want_w, 1e-3), 1e-5);
       }
