@@ -94,10 +94,10 @@ export interface FusedNormScalarBuffers {
   scalar: Buffer;
 }
 
-export function packFusedNormAddArgs(p: FusedNormParams): Record<number, Uint8Array> {
+export function packFusedNormAddArgs(p: FusedNormParams): (Uint8Array | undefined)[] {
   const u = (v: number) => new Uint8Array(new Uint32Array([v]).buffer);
   const f = (v: number) => new Uint8Array(new Float32Array([v]).buffer);
-  return { 4: u(p.dim), 5: u(p.rows), 6: f(p.eps) };
+  return [, , , , u(p.dim), u(p.rows), f(p.eps)];
 }
 export function packFusedResidualNormParams(p: FusedNormParams & { writeSum: boolean }): Uint8Array {
   return packFields(FUSED_RESIDUAL_NORM_PARAMS_LAYOUT, {
@@ -208,10 +208,10 @@ function pipeline(enc: Encoder, kernel: (typeof FUSED_NORM_KERNELS)[number]) {
 
 function dispatchRows(
   enc: Encoder, kernel: (typeof FUSED_NORM_KERNELS)[number], p: FusedNormParams,
-  buffers: Record<number, Buffer>, bytes: Record<number, Uint8Array>,
+  buffers: Buffer[], bytes: (Uint8Array | undefined)[],
 ): void {
   const { threads, sharedBytes } = fusedNormThreadgroup(p.dim);
-  enc.dispatch(pipeline(enc, kernel), { buffers, bytes, threadgroupMemory: { 0: sharedBytes } },
+  enc.dispatch(pipeline(enc, kernel), { buffers, bytes, threadgroupMemory: [sharedBytes] },
     [p.rows, 1, 1], [threads, 1, 1]);
 }
 
@@ -229,7 +229,7 @@ function dispatchRows(
 export function fusedNormAdd(enc: Encoder, args: FusedNormAddBuffers & FusedNormParams): void {
   const dt = validateFusedNormAdd(args, args);
   dispatchRows(enc, dt === 'bf16' ? 'fused_norm_add_bf16' : 'fused_norm_add_f32', args,
-    { 0: args.residual, 1: args.input, 2: args.weight, 3: args.output }, packFusedNormAddArgs(args));
+    [args.residual, args.input, args.weight, args.output], packFusedNormAddArgs(args));
 }
 
 /**
@@ -248,8 +248,8 @@ export function fusedResidualNorm(enc: Encoder, args: FusedResidualNormBuffers &
   const dt = validateFusedResidualNorm(args, args);
   const writeSum = args.sumOutput !== undefined;
   dispatchRows(enc, dt === 'bf16' ? 'fused_residual_norm_bf16' : 'fused_residual_norm_f32', args,
-    { 0: args.residual, 1: args.input, 2: args.weight, 3: args.normedOutput, 4: args.sumOutput ?? args.normedOutput },
-    { 5: packFusedResidualNormParams({ ...args, writeSum }) });
+    [args.residual, args.input, args.weight, args.normedOutput, args.sumOutput ?? args.normedOutput],
+    [, , , , , packFusedResidualNormParams({ ...args, writeSum })]);
 }
 
 /**
@@ -265,8 +265,8 @@ export function fusedResidualNorm(enc: Encoder, args: FusedResidualNormBuffers &
 export function fusedResidualNormScalar(enc: Encoder, args: FusedNormScalarBuffers & FusedNormParams): void {
   const scalarIsVector = validateFusedResidualNormScalar(args, args);
   dispatchRows(enc, 'fused_residual_norm_scalar_f32', args,
-    { 0: args.residual, 1: args.input, 2: args.weight, 3: args.output, 4: args.scalar },
-    { 5: packFusedResidualNormScalarParams({ ...args, scalarIsVector }) });
+    [args.residual, args.input, args.weight, args.output, args.scalar],
+    [, , , , , packFusedResidualNormScalarParams({ ...args, scalarIsVector })]);
 }
 
 /**
@@ -282,6 +282,6 @@ export function fusedResidualNormScalar(enc: Encoder, args: FusedNormScalarBuffe
 export function fusedNormAddScalar(enc: Encoder, args: FusedNormScalarBuffers & FusedNormParams): void {
   const scalarIsVector = validateFusedNormAddScalar(args, args);
   dispatchRows(enc, 'fused_norm_add_scalar_f32', args,
-    { 0: args.residual, 1: args.input, 2: args.weight, 3: args.output, 4: args.scalar },
-    { 5: packFusedNormAddScalarParams({ ...args, scalarIsVector }) });
+    [args.residual, args.input, args.weight, args.output, args.scalar],
+    [, , , , , packFusedNormAddScalarParams({ ...args, scalarIsVector })]);
 }

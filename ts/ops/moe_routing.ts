@@ -106,8 +106,8 @@ function dispatch(enc: Encoder, kernel: (typeof MOE_ROUTING_KERNELS)[number], p:
   const registry = enc.device.kernels;
   registry.register(MOE_ROUTING_FAMILY, { metal: src, cuda: cudaSrc }, MOE_ROUTING_KERNELS);
   const { threads, sharedBytes } = moeRoutingThreadgroup(p.numExperts);
-  const buffers = { 0: b.logits, 1: b.expertIds, 2: b.routingWeights, 3: b.perExpertScale };
-  const bytes = { 4: packFusedMoeRoutingParams(p) };
+  const buffers = [b.logits, b.expertIds, b.routingWeights, b.perExpertScale];
+  const bytes = [, , , , packFusedMoeRoutingParams(p)];
   if (enc.device.backend === 'cuda' && p.numExperts <= MOE_ROUTING_CUDA_WARP_MAX_EXPERTS &&
     p.topK <= MOE_ROUTING_CUDA_WARP_MAX_TOP_K) {
     enc.dispatch(registry.pipeline(kernel), { buffers, bytes }, [p.nTokens, 1, 1], [32, 1, 1]);
@@ -116,7 +116,7 @@ function dispatch(enc: Encoder, kernel: (typeof MOE_ROUTING_KERNELS)[number], p:
   enc.dispatch(registry.pipeline(kernel), {
     buffers,
     bytes,
-    threadgroupMemory: { 0: sharedBytes },
+    threadgroupMemory: [sharedBytes],
   }, [p.nTokens, 1, 1], [threads, 1, 1]);
 }
 
