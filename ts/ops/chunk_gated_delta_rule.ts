@@ -211,7 +211,7 @@ export function chunkLocalCumsumVarlen(enc: Encoder, a: GdrCumsumArgs): void {
 function dispatchCumsum(enc: Encoder, a: GdrCumsumArgs): void {
   const p = a.params;
   enc.dispatch(registry(enc).pipeline(CUMSUM), {
-    buffers: [a.gIn, a.gCum, a.chunks], bytes: { 3: packChunkGatedDeltaRuleParams(p) },
+    buffers: [a.gIn, a.gCum, a.chunks], bytes: [, , , packChunkGatedDeltaRuleParams(p)],
   }, [p.nt, p.h, 1], [GDR_BT, 1, 1]);
 }
 
@@ -250,7 +250,7 @@ function dispatchKkt(enc: Encoder, a: GdrKktArgs): void {
   const p = a.params;
   const name = a.beta.dtype === 'bf16' ? KKT_BETA_BF16 : KKT;
   enc.dispatch(registry(enc).pipeline(name), {
-    buffers: [a.k, a.g, a.beta, a.a, a.chunks], bytes: { 5: packChunkGatedDeltaRuleParams(p) },
+    buffers: [a.k, a.g, a.beta, a.a, a.chunks], bytes: [, , , , , packChunkGatedDeltaRuleParams(p)],
   }, [p.nt, p.h, 1], [256, 1, 1]);
 }
 
@@ -283,7 +283,7 @@ export function chunkTriSolveInvert(enc: Encoder, a: GdrSolveArgs): void {
 function dispatchSolve(enc: Encoder, a: GdrSolveArgs): void {
   const p = a.params;
   enc.dispatch(registry(enc).pipeline(SOLVE), {
-    buffers: [a.a, a.ai, a.chunks], bytes: { 3: packChunkGatedDeltaRuleParams(p) },
+    buffers: [a.a, a.ai, a.chunks], bytes: [, , , packChunkGatedDeltaRuleParams(p)],
   }, [p.nt, p.h, 1], [GDR_BT, 1, 1]);
 }
 
@@ -330,7 +330,7 @@ function dispatchWu(enc: Encoder, a: GdrWuArgs): void {
   const p = a.params;
   const name = a.beta.dtype === 'bf16' ? WU_BETA_BF16 : WU;
   enc.dispatch(registry(enc).pipeline(name), {
-    buffers: [a.k, a.v, a.beta, a.g, a.ai, a.w, a.u, a.chunks], bytes: { 8: packChunkGatedDeltaRuleParams(p) },
+    buffers: [a.k, a.v, a.beta, a.g, a.ai, a.w, a.u, a.chunks], bytes: [, , , , , , , , packChunkGatedDeltaRuleParams(p)],
   }, [p.nt, p.h, 1], [256, 1, 1]);
 }
 
@@ -381,7 +381,7 @@ function dispatchInterState(enc: Encoder, a: GdrInterStateArgs): void {
   const p = a.params;
   const name = p.k === 64 ? INTER_K64 : p.k === 128 ? INTER_K128 : INTER_K256;
   enc.dispatch(registry(enc).pipeline(name), {
-    buffers: [a.k, a.w, a.u, a.g, a.h0, a.hOut, a.vNew, a.finalState, a.seqs], bytes: { 9: packChunkGatedDeltaRuleParams(p) },
+    buffers: [a.k, a.w, a.u, a.g, a.h0, a.hOut, a.vNew, a.finalState, a.seqs], bytes: [, , , , , , , , , packChunkGatedDeltaRuleParams(p)],
   }, [p.v / interStateBv(p.k), p.h, p.nSeq], [128, 1, 1]);
 }
 
@@ -424,7 +424,7 @@ export function gatedDeltaNetChunkO(enc: Encoder, a: GdrChunkOArgs): void {
 function dispatchChunkO(enc: Encoder, a: GdrChunkOArgs): void {
   const p = a.params;
   enc.dispatch(registry(enc).pipeline(CHUNK_O), {
-    buffers: [a.q, a.k, a.vNew, a.h, a.g, a.o, a.chunks], bytes: { 7: packChunkGatedDeltaRuleParams(p) },
+    buffers: [a.q, a.k, a.vNew, a.h, a.g, a.o, a.chunks], bytes: [, , , , , , , packChunkGatedDeltaRuleParams(p)],
   }, [p.v / GDR_V_MULTIPLE, p.nt, p.h], [256, 1, 1]);
 }
 

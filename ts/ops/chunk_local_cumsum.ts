@@ -79,7 +79,7 @@ export function chunkLocalCumsum(enc: Encoder, args: ChunkLocalCumsumBuffers & C
   const registry = enc.device.kernels;
   registry.register(CHUNK_LOCAL_CUMSUM_FAMILY, { metal: src, cuda: cudaSrc }, CHUNK_LOCAL_CUMSUM_KERNELS);
   enc.dispatch(registry.pipeline('chunk_local_cumsum_g_f32'), {
-    buffers: { 0: args.gIn, 1: args.gCumsum },
-    bytes: { 2: packChunkLocalCumsumParams(args) },
+    buffers: [args.gIn, args.gCumsum],
+    bytes: [, , packChunkLocalCumsumParams(args)],
   }, [1, args.h, args.b * numChunks(args)], [args.bt, 1, 1]);
 }

@@ -95,8 +95,8 @@ export function computeGBeta(enc: Encoder, args: ComputeGBetaBuffers & { params:
   enc.dispatch(
     registry.pipeline(args.a.dtype === 'bf16' ? 'compute_g_beta_bf16' : 'compute_g_beta_f32'),
     {
-      buffers: { 0: args.a, 1: args.b, 2: args.aLog, 3: args.dtBias, 4: args.g, 5: args.beta },
-      bytes: { 6: packComputeGBetaParams(p) },
+      buffers: [args.a, args.b, args.aLog, args.dtBias, args.g, args.beta],
+      bytes: [, , , , , , packComputeGBetaParams(p)],
     },
     [Math.ceil(n / COMPUTE_G_BETA_THREADS), 1, 1],
     [COMPUTE_G_BETA_THREADS, 1, 1],

@@ -207,9 +207,9 @@ export function flashAttnVec(enc: Encoder, args: FlashAttnVecParams & FlashAttnV
   enc.dispatch(
     main,
     {
-      buffers: { 1: args.q, 2: args.k, 3: args.v, 4: dst },
-      bytes: { 0: packFlashAttnVecParams(args) },
-      threadgroupMemory: { 0: cuda ? FLASH_ATTN_VEC_CUDA_THREADGROUP_BYTES : FLASH_ATTN_VEC_THREADGROUP_BYTES },
+      buffers: [, args.q, args.k, args.v, dst],
+      bytes: [packFlashAttnVecParams(args)],
+      threadgroupMemory: [cuda ? FLASH_ATTN_VEC_CUDA_THREADGROUP_BYTES : FLASH_ATTN_VEC_THREADGROUP_BYTES],
     },
     cuda
       ? [flashAttnVecCudaHeadBlocks(args, args.k.dtype === 'f16' ? 2 : 4), args.nKvHeads, args.batch * args.nwg]
@@ -222,8 +222,8 @@ export function flashAttnVec(enc: Encoder, args: FlashAttnVecParams & FlashAttnV
   enc.dispatch(
     reduce,
     {
-      buffers: { 1: args.tmp!, 2: args.out },
-      bytes: { 0: packFlashAttnVecReduceParams(args), 3: new Uint32Array([args.nwg]) },
+      buffers: [, args.tmp!, args.out],
+      bytes: [packFlashAttnVecReduceParams(args), , , new Uint32Array([args.nwg])],
     },
     [args.batch * args.nHeads, 1, 1],
     [SIMD * args.nwg, 1, 1],

@@ -237,11 +237,11 @@ export function gatedDeltaNet(enc: Encoder, args: GatedDeltaNetArgs): void {
   enc.dispatch(
     pipeline(enc, dt === 'bf16' ? 'gated_delta_net_bf16' : 'gated_delta_net_f32'),
     {
-      buffers: {
-        0: args.q, 1: args.k, 2: args.v, 3: args.g, 4: args.beta,
-        5: args.initialState ?? args.finalState, 6: args.output, 7: args.finalState,
-      },
-      bytes: { 8: packGatedDeltaNetParams({ ...p, hasInitialState }) },
+      buffers: [
+        args.q, args.k, args.v, args.g, args.beta,
+        args.initialState ?? args.finalState, args.output, args.finalState,
+      ],
+      bytes: [, , , , , , , , packGatedDeltaNetParams({ ...p, hasInitialState })],
     },
     gatedDeltaNetGrid(p),
     [GDN_THREADS, 1, 1],
@@ -267,8 +267,8 @@ export function gatedDeltaNetDecode(enc: Encoder, args: GatedDeltaNetDecodeArgs)
   enc.dispatch(
     pipeline(enc, dt === 'bf16' ? 'gated_delta_net_decode_bf16' : 'gated_delta_net_decode_f32'),
     {
-      buffers: { 0: args.q, 1: args.k, 2: args.v, 3: args.g, 4: args.beta, 5: args.state, 6: args.output },
-      bytes: { 7: packGatedDeltaNetDecodeParams(p) },
+      buffers: [args.q, args.k, args.v, args.g, args.beta, args.state, args.output],
+      bytes: [, , , , , , , packGatedDeltaNetDecodeParams(p)],
     },
     gatedDeltaNetGrid(p),
     [GDN_THREADS, 1, 1],

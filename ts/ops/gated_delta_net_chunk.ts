@@ -163,9 +163,9 @@ export function gatedDeltaNetChunk(enc: Encoder, args: GatedDeltaNetChunkArgs): 
   enc.dispatch(
     kernels.pipeline(KERNEL),
     {
-      buffers: { 0: args.k, 1: args.w, 2: args.u, 3: args.g, 4: args.h0, 5: args.hOut, 6: args.vNew, 7: args.finalState },
-      bytes: { 8: buildGatedDeltaNetChunkParams(p) },
-      threadgroupMemory: { 0: gatedDeltaNetChunkThreadgroupBytes(p) },
+      buffers: [args.k, args.w, args.u, args.g, args.h0, args.hOut, args.vNew, args.finalState],
+      bytes: [, , , , , , , , buildGatedDeltaNetChunkParams(p)],
+      threadgroupMemory: [gatedDeltaNetChunkThreadgroupBytes(p)],
     },
     [p.v / GDN_CHUNK_BV, p.h, p.b],
     [THREADS, 1, 1],

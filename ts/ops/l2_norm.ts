@@ -90,7 +90,7 @@ export function l2Norm(enc: Encoder, args: L2NormBuffers & L2NormParams): void {
   const { threads, sharedBytes } = l2NormThreadgroup(args.dim);
   enc.dispatch(
     registry.pipeline(`l2_norm_${dt}`),
-    { buffers: { 0: args.x, 1: args.y }, bytes: { 2: packL2NormParams(args) }, threadgroupMemory: { 0: sharedBytes } },
+    { buffers: [args.x, args.y], bytes: [, , packL2NormParams(args)], threadgroupMemory: [sharedBytes] },
     [args.rows, 1, 1],
     [threads, 1, 1],
   );

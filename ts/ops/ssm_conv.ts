@@ -120,8 +120,8 @@ function dispatch(enc: Encoder, kernel: Kernel, p: SsmConvParams, buf: SsmConvBu
   enc.dispatch(
     registry.pipeline(kernel),
     {
-      buffers: { 0: buf.x, 1: buf.weight, 2: buf.state ?? buf.y, 3: buf.y },
-      bytes: { 4: packSsmConvParams({ ...p, readState: hasState && p.freshState !== true, writeState: hasState }) },
+      buffers: [buf.x, buf.weight, buf.state ?? buf.y, buf.y],
+      bytes: [, , , , packSsmConvParams({ ...p, readState: hasState && p.freshState !== true, writeState: hasState })],
     },
     ssmConvGrid(p),
     [SSM_CONV_THREADS, 1, 1],

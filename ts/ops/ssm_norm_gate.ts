@@ -94,8 +94,8 @@ export function ssmNormGate(enc: Encoder, args: SsmNormGateBuffers & SsmNormGate
   registry.register(SSM_NORM_GATE_FAMILY, SSM_NORM_GATE_SOURCES, SSM_NORM_GATE_KERNELS);
   const { threads, sharedBytes } = ssmNormGateThreadgroup(args.dV);
   enc.dispatch(registry.pipeline('ssm_norm_gate_f32'), {
-    buffers: { 0: args.attnOut, 1: args.weight, 2: args.z, 3: args.output },
-    bytes: { 4: packSsmNormGateParams(args) },
-    threadgroupMemory: { 0: sharedBytes },
+    buffers: [args.attnOut, args.weight, args.z, args.output],
+    bytes: [, , , , packSsmNormGateParams(args)],
+    threadgroupMemory: [sharedBytes],
   }, [args.rows, 1, 1], [threads, 1, 1]);
 }
