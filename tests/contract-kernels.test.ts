@@ -31,35 +31,9 @@ import { afterAll, describe, expect, test } from 'bun:test';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, relative, resolve } from 'node:path';
+import { stripComments } from './source-text.ts';
 
 const ROOT = resolve(import.meta.dir, '..');
-
-/** Removes comments, keeping string and template literals and newlines. */
-function stripComments(text: string): string {
-  let out = '';
-  let i = 0;
-  while (i < text.length) {
-    const c = text[i]!;
-    const n = text[i + 1];
-    if (c === '/' && n === '/') {
-      while (i < text.length && text[i] !== '\n') i++;
-    } else if (c === '/' && n === '*') {
-      const end = text.indexOf('*/', i + 2);
-      const stop = end < 0 ? text.length : end + 2;
-      out += text.slice(i, stop).replace(/[^\n]/g, ' ');
-      i = stop;
-    } else if (c === '"' || c === "'" || c === '`') {
-      let j = i + 1;
-      while (j < text.length && text[j] !== c) j += text[j] === '\\' ? 2 : 1;
-      out += text.slice(i, j + 1);
-      i = j + 1;
-    } else {
-      out += c;
-      i++;
-    }
-  }
-  return out;
-}
 
 /** Kernel entry points of a Metal source. */
 export function metalEntries(source: string): Set<string> {

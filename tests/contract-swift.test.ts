@@ -26,6 +26,7 @@
 import { describe, expect, test } from 'bun:test';
 import { existsSync, lstatSync, readdirSync, readFileSync, realpathSync } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
+import { stripComments } from './source-text.ts';
 
 const ROOT = resolve(import.meta.dir, '..');
 const HEADER = join(ROOT, 'native/include/mlx_native.h');
@@ -36,38 +37,6 @@ export interface CFunction {
   name: string;
   returns: string;
   params: string[]; // C types, normalized: "const char*", "mlxn_device**", "uint64_t"
-}
-
-/** Removes /* *\/ and // comments from C or Swift text, keeping string literals and newlines. */
-function stripComments(text: string): string {
-  let out = '';
-  let i = 0;
-  while (i < text.length) {
-    const c = text[i]!;
-    const n = text[i + 1];
-    if (c === '/' && n === '/') {
-      while (i < text.length && text[i] !== '\n') i++;
-    } else if (c === '/' && n === '*') {
-      const end = text.indexOf('*/', i + 2);
-      const stop = end < 0 ? text.length : end + 2;
-      out += text.slice(i, stop).replace(/[^\n]/g, ' ');
-      i = stop;
-    } else if (text.startsWith('"""', i)) {
-      const end = text.indexOf('"""', i + 3);
-      const stop = end < 0 ? text.length : end + 3;
-      out += text.slice(i, stop);
-      i = stop;
-    } else if (c === '"') {
-      let j = i + 1;
-      while (j < text.length && text[j] !== '"' && text[j] !== '\n') j += text[j] === '\\' ? 2 : 1;
-      out += text.slice(i, j + 1);
-      i = j + 1;
-    } else {
-      out += c;
-      i++;
-    }
-  }
-  return out;
 }
 
 function normalizeCType(t: string): string {
