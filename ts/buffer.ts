@@ -11,6 +11,15 @@ function asBytes(data: ArrayBufferView): Uint8Array {
   return data instanceof Uint8Array ? data : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
 }
 
+/** The view's ArrayBuffer keeps its Buffer alive: memory under a live view is never freed by collection. */
+const OWNER = Symbol('mlx-native buffer');
+
+function describe(v: unknown): string {
+  if (v === null) return 'null';
+  if (typeof v !== 'object') return typeof v === 'string' ? `a string` : String(v);
+  return `a ${(v as object).constructor?.name ?? 'object'}`;
+}
+
 export class Buffer {
   readonly device: Device;
   readonly dtype: DType;
@@ -23,6 +32,8 @@ export class Buffer {
   _h: number;
   private readonly hostPtr: number;
   private hostView: TypedArray | null = null;
+  /** @internal bindings of commits in flight that bind this buffer (ts/encoder.ts). */
+  _pending = 0;
 
   /** @internal made by Device.alloc. */
   constructor(device: Device, state: DeviceState, dtype: DType, shape: readonly number[], elementCount: number, handle: number) {
@@ -46,9 +57,25 @@ export class Buffer {
     return this._h as Pointer;
   }
 
-  /** Writes raw bytes at byteOffset. */
-  write(data: ArrayBufferView, byteOffset = 0): void {
+  /** The handle for host access, which work in flight on the buffer forbids. */
+  private hostHandle(what: string): Pointer {
     const h = this.handle();
+    if (this._pending > 0) {
+      throw new MlxError(
+        'InvalidArgument',
+        `Buffer.${what}: the buffer (${this.dtype} [${this.shape.join(', ')}]) must not be bound to a commit still running (got ${this._pending} binding(s) in flight); await the commit first`,
+      );
+    }
+    return h;
+  }
+
+  /** Writes raw bytes (a typed array, DataView or ArrayBuffer) at byteOffset. */
+  write(data: ArrayBufferView | ArrayBuffer, byteOffset = 0): void {
+    const h = this.hostHandle('write');
+    if (data instanceof ArrayBuffer) data = new Uint8Array(data);
+    else if (!ArrayBuffer.isView(data)) {
+      throw new MlxError('InvalidArgument', `Buffer.write: data must be a typed array, DataView or ArrayBuffer (got ${describe(data)})`);
+    }
     if (!Number.isInteger(byteOffset) || byteOffset < 0 || byteOffset + data.byteLength > this.byteLength) {
       throw new MlxError(
         'InvalidArgument',
@@ -61,7 +88,7 @@ export class Buffer {
 
   /** The raw contents, typed by dtype (f16/bf16 as their bit patterns in a Uint16Array). */
   read(): TypedArray {
-    const h = this.handle();
+    const h = this.hostHandle('read');
     const out = newTypedArray(this.dtype, this.elementCount);
     check(this._state.sym.mlxn_buffer_read(h, 0, asBytes(out), this.byteLength, msgBuf, msgCap), 'Buffer.read');
     return out;
@@ -74,6 +101,10 @@ export class Buffer {
 
   /** Writes numbers converted to the dtype (f16/bf16 rounded to nearest even); length must be elementCount. */
   writeNumbers(data: ArrayLike<number>): void {
+    this.hostHandle('writeNumbers');
+    if (data === null || typeof data !== 'object' || typeof data.length !== 'number') {
+      throw new MlxError('InvalidArgument', `Buffer.writeNumbers: data must be an array-like of numbers (got ${describe(data)})`);
+    }
     if (data.length !== this.elementCount) {
       throw new MlxError('InvalidArgument', `Buffer.writeNumbers: data.length must be ${this.elementCount} (got ${data.length})`);
     }
@@ -82,6 +113,7 @@ export class Buffer {
 
   /** Sets every element to value (e.g. NaN to poison an output). */
   fill(value: number): void {
+    this.hostHandle('fill');
     const one = encodeNumbers(this.dtype, [value], 'Buffer.fill');
     const all = newTypedArray(this.dtype, this.elementCount);
     all.fill(one[0]!);
@@ -90,15 +122,20 @@ export class Buffer {
 
   /**
    * A typed array over the buffer's own memory where the device shares memory
-   * with the host (metal, emu); null where it does not (cuda). It is valid
-   * until the buffer is released, and must not be touched while a committed
-   * encoder that uses the buffer runs.
+   * with the host (metal, emu); null where it does not (cuda). The view keeps
+   * the buffer alive; when the buffer is released or its device closed, the
+   * view is detached (its length becomes 0), never left over freed memory.
+   * Taking it while a commit that binds the buffer runs throws, and a view
+   * must not be touched while such a commit runs.
    */
   view(): TypedArray | null {
-    this.handle();
+    this.hostHandle('view');
     if (this.hostPtr === 0) return null;
     if (this.hostView === null) {
-      this.hostView = viewAs(this.dtype, toArrayBuffer(this.hostPtr as Pointer, 0, this.byteLength), 0, this.elementCount);
+      const ab = toArrayBuffer(this.hostPtr as Pointer, 0, this.byteLength);
+      Object.defineProperty(ab, OWNER, { value: this });
+      this._state.views.set(this._h, new WeakRef(ab));
+      this.hostView = viewAs(this.dtype, ab, 0, this.elementCount);
     }
     return this.hostView;
   }
@@ -106,7 +143,7 @@ export class Buffer {
   release(): void {
     if (this._h === 0) return;
     untrack(this);
-    this._state.releaseHandle(this._h, 'buffer');
+    this._state.releaseHandle(this._h, 'buffer'); // detaches the view
     this._h = 0;
     this.hostView = null;
   }

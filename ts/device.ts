@@ -119,6 +119,9 @@ export class Device {
     if (!isDType(dtype)) {
       throw new MlxError('UnsupportedDtype', `Device.alloc: dtype must be one of ${DTYPES.join(', ')} (got ${String(dtype)})`);
     }
+    if (!Array.isArray(shape)) {
+      throw new MlxError('InvalidArgument', `Device.alloc: shape must be an array of positive integers (got ${typeof shape === 'object' ? String(shape) : `${typeof shape} ${String(shape)}`})`);
+    }
     let count = 1;
     for (let i = 0; i < shape.length; i++) {
       const d = shape[i]!;
@@ -153,7 +156,13 @@ export class Device {
   /** Compiles kernel source for this backend (MSL for metal and emu, CUDA C++ for cuda). */
   compile(source: string, opts: CompileOptions = {}): Library {
     const h = this.handle();
+    if (typeof source !== 'string') {
+      throw new MlxError('InvalidArgument', `Device.compile: source must be a string (got ${source === null ? 'null' : typeof source})`);
+    }
     const name = opts.name ?? (this.backend === 'cuda' ? 'source.cu' : 'source.metal');
+    if (typeof name !== 'string' || name.includes('\0')) {
+      throw new MlxError('InvalidArgument', `Device.compile: opts.name must be a string without NUL characters (got ${JSON.stringify(name)})`);
+    }
     const constants = packConstants(opts.constants);
     const src = encoder.encode(source);
     check(

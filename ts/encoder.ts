@@ -34,6 +34,8 @@ export interface BindableBuffer {
   readonly _h: number;
   readonly _state: object;
   readonly byteLength: number;
+  /** @internal bindings of commits in flight (Buffer counts them; others may omit it). */
+  _pending?: number;
 }
 
 /**
@@ -147,7 +149,8 @@ function arrayTooLong(kind: string, length: number): MlxError {
  * Writes one dispatch into `block` and returns its length in bytes
  * (48 + 24 n + payload). Buffers must be live (`_h` non-zero) and belong to
  * `owner` (their device's state). Binding records are written in the order
- * buffers, bytes, threadgroup memory, each by ascending index.
+ * buffers, bytes, threadgroup memory, each by ascending index. Each bound
+ * buffer is appended to `hold` when given.
  */
 export function packDispatch<B extends BindableBuffer>(
   block: DispatchBlock,
@@ -156,6 +159,7 @@ export function packDispatch<B extends BindableBuffer>(
   b: DispatchBindings<B>,
   grid: Dim3,
   threads: Dim3,
+  hold?: object[],
 ): number {
   const g0 = grid[0], g1 = grid[1], g2 = grid[2];
   const t0 = threads[0], t1 = threads[1], t2 = threads[2];
@@ -241,6 +245,7 @@ export function packDispatch<B extends BindableBuffer>(
     if (h === 0) throw releasedError(`buffer bound at index ${i}`);
     if (buf._state !== owner) throw bindErr(`buffer at index ${i}`, "a buffer of the encoder's device", 'a buffer of another device');
     used |= 1 << i;
+    if (hold !== undefined) hold.push(buf);
     // A Uint32Array store takes its value modulo 2^32: the low word, and the
     // high word from the quotient (handles and offsets are below 2^53).
     w[r] = BIND.buffer;
@@ -322,6 +327,26 @@ function sleep(ms: number): Promise<void> {
 const IMMEDIATE_POLLS = 32;
 const MAX_POLL_MS = 8;
 
+/** A dispatch or barrier of an atomic section, recorded when the section ends. */
+interface Staged {
+  /** The packed block (a copy); null for a barrier. */
+  block: Uint8Array | null;
+  pipeline: Pipeline | null;
+  /** Index into `held` where this dispatch's objects end. */
+  heldEnd: number;
+}
+
+/**
+ * Records dispatches into one command buffer of the device.
+ *
+ * Lifetimes: from the moment a dispatch is recorded until the work of its
+ * commit has ended (or the encoder is released without committing), the
+ * encoder holds the Buffer and Pipeline objects it binds, so collection cannot
+ * free them; release() of one of them meanwhile frees its handle for the
+ * caller (using it again throws) while the backend keeps the memory until the
+ * work is done. Host access (read, write, fill, view) to a buffer bound to a
+ * commit still running throws MlxError.
+ */
 export class Encoder {
   readonly device: Device;
   /** @internal */
@@ -330,6 +355,16 @@ export class Encoder {
   _h: number;
   private inFlight = false;
   private lastGpuTimeNs = 0;
+  /** Buffers and pipelines of the dispatches recorded since the last commit. */
+  private held: (BindableBuffer | Pipeline)[] = [];
+  /** Those of the commit in flight; each buffer's _pending counts it once per binding. */
+  private heldInFlight: (BindableBuffer | Pipeline)[] = [];
+  /** Non-null inside atomic(): dispatches and barriers wait there. */
+  private staged: Staged[] | null = null;
+  /** Set when a backend refused part of an atomic section after the rest was recorded. */
+  private broken: string | null = null;
+  /** @internal counts recordings: advanced when a commit's work ends or the encoder is released. */
+  _epoch = 0;
 
   /** @internal made by Device.encoder. */
   constructor(device: Device, state: DeviceState) {
@@ -357,26 +392,126 @@ export class Encoder {
     if (p.library._state !== state) {
       throw new MlxError('InvalidArgument', `Encoder.dispatch: pipeline ${p.name} belongs to another device`);
     }
-    const len = packDispatch(block, state, ph, b, grid, threads);
+    const t = threads[0] * threads[1] * threads[2];
+    if (t > p.maxThreads) {
+      throw new MlxError('InvalidArgument', `Encoder.dispatch ${p.name}: threads per threadgroup must be at most ${p.maxThreads} for this pipeline (got ${threads[0]}x${threads[1]}x${threads[2]} = ${t})`);
+    }
+    const held = this.held;
+    const mark = held.length;
+    let len: number;
+    try {
+      len = packDispatch(block, state, ph, b, grid, threads, held);
+    } catch (e) {
+      held.length = mark;
+      throw e;
+    }
+    held.push(p);
+    const staged = this.staged;
+    if (staged !== null) {
+      staged.push({ block: block.bytes.slice(0, len), pipeline: p, heldEnd: held.length });
+      return;
+    }
     const status = state.sym.mlxn_encoder_dispatch(this._h as Pointer, block.bytes, len, msgBuf, msgCap);
-    if (status !== 0) throw statusError(status, `dispatch ${p.name}`);
+    if (status !== 0) {
+      held.length = mark;
+      throw statusError(status, `dispatch ${p.name}`);
+    }
   }
 
   /** Makes the writes of earlier dispatches visible to later ones. */
   barrier(): void {
-    check(this._state.sym.mlxn_encoder_barrier(this.handle('barrier'), msgBuf, msgCap), 'Encoder.barrier');
+    const h = this.handle('barrier');
+    if (this.staged !== null) {
+      this.staged.push({ block: null, pipeline: null, heldEnd: this.held.length });
+      return;
+    }
+    check(this._state.sym.mlxn_encoder_barrier(h, msgBuf, msgCap), 'Encoder.barrier');
+  }
+
+  /**
+   * Runs `fn` and records the dispatches and barriers it makes only if it
+   * returns: when it throws, the encoder is as it was before. Ops that record
+   * more than one dispatch run inside it, so a refusal halfway records
+   * nothing. Sections nest (an inner one is part of the outer).
+   */
+  atomic<T>(fn: () => T): T {
+    if (this.staged !== null) return fn();
+    this.handle('atomic');
+    const staged: Staged[] = [];
+    const mark = this.held.length;
+    this.staged = staged;
+    let result: T;
+    try {
+      result = fn();
+    } catch (e) {
+      this.held.length = mark;
+      throw e;
+    } finally {
+      this.staged = null;
+    }
+    const sym = this._state.sym;
+    const h = this._h as Pointer;
+    for (let i = 0; i < staged.length; i++) {
+      const s = staged[i]!;
+      const status = s.block === null
+        ? sym.mlxn_encoder_barrier(h, msgBuf, msgCap)
+        : sym.mlxn_encoder_dispatch(h, s.block, s.block.length, msgBuf, msgCap);
+      if (status !== 0) {
+        // The backend refused what every check here accepted: a disagreement
+        // between this layer and the backend, not the caller's input. The
+        // first i steps are recorded and cannot be taken back (Metal encodes
+        // at dispatch), so the encoder refuses to commit them.
+        const err = statusError(status, s.pipeline === null ? 'Encoder.barrier' : `dispatch ${s.pipeline.name}`);
+        if (i > 0) {
+          this.broken = `step ${i + 1} of ${staged.length} of an atomic section was refused after the first ${i} were recorded (${err.message}); release this encoder`;
+          this.held.length = staged[i - 1]!.heldEnd;
+        } else {
+          this.held.length = mark;
+        }
+        throw err;
+      }
+    }
+    return result;
   }
 
   private submit(): Pointer {
     const h = this.handle('commit');
+    if (this.broken !== null) throw new MlxError('Internal', `Encoder.commit: ${this.broken}`);
     check(this._state.sym.mlxn_encoder_commit(h, msgBuf, msgCap), 'Encoder.commit');
     this.inFlight = true;
+    const held = this.held;
+    for (let i = 0; i < held.length; i++) {
+      const o = held[i]!;
+      if ((o as BindableBuffer)._pending !== undefined) (o as BindableBuffer)._pending!++;
+    }
+    this.heldInFlight = held;
+    this.held = [];
     return h;
   }
 
-  private finish(h: Pointer): void {
+  /** Lets go of what the finished (or abandoned) commit held. */
+  private settle(): void {
+    const held = this.heldInFlight;
+    for (let i = 0; i < held.length; i++) {
+      const o = held[i]!;
+      if ((o as BindableBuffer)._pending !== undefined) (o as BindableBuffer)._pending!--;
+    }
+    this.heldInFlight = [];
     this.inFlight = false;
+    this._epoch++;
+  }
+
+  /**
+   * @internal true while the recording of `epoch` is not over: recorded and
+   * not yet committed, or committed and still running.
+   */
+  _recordingEpoch(epoch: number): boolean {
+    return this._h !== 0 && !this._state.closed && this._epoch === epoch;
+  }
+
+  private finish(h: Pointer): void {
     const status = this._state.sym.mlxn_encoder_wait(h, msgBuf, msgCap);
+    this.settle();
     if (status !== 0) throw statusError(status, 'command buffer');
     this.lastGpuTimeNs = Number(this._state.sym.mlxn_encoder_gpu_time_ns(h));
   }
@@ -386,13 +521,18 @@ export class Encoder {
     this.finish(this.submit());
   }
 
-  /** Submits the recorded work; resolves when it ends, polling without blocking the event loop. */
+  /**
+   * Submits the recorded work; resolves when it ends, polling without
+   * blocking the event loop. Releasing the encoder or closing its device
+   * meanwhile waits for the work, then rejects this promise.
+   */
   async commit(): Promise<void> {
     const h = this.submit();
-    const sym = this._state.sym;
+    const state = this._state;
+    const sym = state.sym;
     let polls = 0;
     let delay = 1;
-    while (this._h !== 0 && sym.mlxn_encoder_status(h) === ENCODER_STATE.pending) {
+    while (this._h !== 0 && !state.closed && sym.mlxn_encoder_status(h) === ENCODER_STATE.pending) {
       if (polls++ < IMMEDIATE_POLLS) {
         await nextTick();
       } else {
@@ -400,7 +540,8 @@ export class Encoder {
         delay = Math.min(delay * 2, MAX_POLL_MS);
       }
     }
-    if (this._h === 0 || this._state.closed) throw releasedError('encoder (released while its commit was in flight)');
+    if (state.closed) throw releasedError('encoder (its device was closed while its commit was in flight)');
+    if (this._h === 0) throw releasedError('encoder (released while its commit was in flight)');
     this.finish(h);
   }
 
@@ -409,12 +550,15 @@ export class Encoder {
     return this.lastGpuTimeNs;
   }
 
+  /** Waits for work in flight, then frees the encoder; recorded work is dropped. */
   release(): void {
     if (this._h === 0) return;
     untrack(this);
-    this._state.releaseHandle(this._h, 'encoder');
+    this._state.releaseHandle(this._h, 'encoder'); // waits for work in flight
     this._h = 0;
-    this.inFlight = false;
+    this.settle();
+    this.held = [];
+    this.staged = null;
   }
 
   [Symbol.dispose](): void {

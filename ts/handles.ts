@@ -6,6 +6,12 @@
 // its handle once; closing the device frees every handle still live, children
 // first. The finalizer's held values reference the DeviceState, never the
 // objects themselves, so registration does not keep an object alive.
+//
+// Work in flight: an encoder holds the objects its recorded dispatches bind
+// (ts/encoder.ts), so none is collected before its work ends; a handle freed
+// here while work still uses it (release(), Device.close()) stays valid in the
+// backend until that work ends, because every backend counts the references
+// of its dispatches. Closing a device waits for its encoders' work first.
 
 import type { Pointer } from 'bun:ffi';
 import { MlxError } from './errors.ts';
@@ -22,6 +28,8 @@ export class DeviceState {
   readonly handle: Pointer;
   closed = false;
   readonly live = new Map<number, HandleKind>();
+  /** Host views of buffers (Buffer.view()), detached when their buffer is freed. */
+  readonly views = new Map<number, WeakRef<ArrayBuffer>>();
 
   constructor(lib: NativeLib, handle: Pointer) {
     this.lib = lib;
@@ -33,12 +41,27 @@ export class DeviceState {
   releaseHandle(handle: number, kind: HandleKind): void {
     if (this.closed || this.live.get(handle) !== kind) return;
     this.live.delete(handle);
+    if (kind === 'buffer') this.detachView(handle);
     freeHandle(this.sym, handle as Pointer, kind);
+  }
+
+  /**
+   * Detaches the host view of a buffer whose memory goes away, so that a
+   * typed array the caller kept reads as empty instead of touching freed
+   * memory (transfer(0) detaches without copying).
+   */
+  detachView(handle: number): void {
+    const ref = this.views.get(handle);
+    if (ref === undefined) return;
+    this.views.delete(handle);
+    const ab = ref.deref();
+    if (ab !== undefined && !ab.detached) ab.transfer(0);
   }
 
   /** Frees every live child handle, then the device. */
   close(): void {
     if (this.closed) return;
+    for (const h of [...this.views.keys()]) this.detachView(h);
     for (const kind of RELEASE_ORDER) {
       for (const [h, k] of this.live) if (k === kind) freeHandle(this.sym, h as Pointer, k);
     }

@@ -21,8 +21,13 @@
 
 using namespace mlxn::emu;
 
-// Objects made from a device hold a reference to it, so that closing the
-// device before releasing them leaves them usable until they are released.
+// Objects are reference counted. Objects made from a device hold a reference
+// to it, so that closing the device before releasing them leaves them usable
+// until they are released. Buffers and pipelines are also held by every
+// recorded or running dispatch that binds them: releasing one removes its
+// handle at once (later dispatches refuse it) but frees it only when the last
+// dispatch holding it has run or been dropped, as Metal's retained references
+// and the cuda backend do.
 struct mlxn_device {
   std::atomic<int64_t> refs{1};
   std::string name;
@@ -34,6 +39,7 @@ struct mlxn_device {
 };
 
 struct mlxn_buffer {
+  std::atomic<int64_t> refs{1};
   mlxn_device* device;
   uint8_t* data;
   uint64_t length;
@@ -47,6 +53,7 @@ struct mlxn_library {
 };
 
 struct mlxn_pipeline {
+  std::atomic<int64_t> refs{1};
   mlxn_device* device;
   std::shared_ptr<Code> code;
   Kernel* kernel;
@@ -75,6 +82,10 @@ struct mlxn_encoder {
   std::vector<Command> commands;
   std::vector<Bound> bound;
   std::vector<uint8_t> payload;  // inline bytes, each block 16-byte aligned
+  // One reference per binding of a recorded dispatch (and per dispatch for its
+  // pipeline), dropped when the commit's work ends or the recording is dropped.
+  std::vector<mlxn_buffer*> held_buffers;
+  std::vector<mlxn_pipeline*> held_pipelines;
   std::thread runner;
   std::atomic<int32_t> state{MLXN_ENCODER_RECORDING};
   std::string error;
@@ -85,6 +96,33 @@ namespace {
 
 void device_unref(mlxn_device* d) {
   if (d && d->refs.fetch_sub(1) == 1) delete d;
+}
+
+// May run on an encoder's runner thread; touches nothing but the buffer and
+// the device's reference count (the device's handle sets are the host's).
+void buffer_unref(mlxn_buffer* b) {
+  if (b->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (b->mapped)
+    munmap(b->data, b->mapped);
+  else
+    std::free(b->data);
+  mlxn_device* d = b->device;
+  delete b;
+  device_unref(d);
+}
+
+void pipeline_unref(mlxn_pipeline* p) {
+  if (p->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  mlxn_device* d = p->device;
+  delete p;
+  device_unref(d);
+}
+
+void drop_held(mlxn_encoder* e) {
+  for (mlxn_buffer* b : e->held_buffers) buffer_unref(b);
+  for (mlxn_pipeline* p : e->held_pipelines) pipeline_unref(p);
+  e->held_buffers.clear();
+  e->held_pipelines.clear();
 }
 
 bool parse_u64(const char* s, uint64_t* out) {
@@ -148,6 +186,7 @@ void start_recording(mlxn_encoder* e) {
   int32_t s = e->state.load();
   if (s == MLXN_ENCODER_COMPLETED || s == MLXN_ENCODER_ERROR) {
     join_runner(e);
+    drop_held(e);  // already dropped by the runner; kept for clarity of the invariant
     e->commands.clear();
     e->bound.clear();
     e->payload.clear();
@@ -249,7 +288,7 @@ mlxn_status mlxn_buffer_alloc(mlxn_device* device, uint64_t length, mlxn_buffer*
   if (!data)
     return set_msg(msg, msg_cap, MLXN_ERR_BUFFER_ALLOCATION,
                    "cannot allocate a buffer of " + std::to_string(length) + " bytes");
-  auto* b = new mlxn_buffer{device, data, length, mapped};
+  auto* b = new mlxn_buffer{{1}, device, data, length, mapped};
   device->refs.fetch_add(1);
   device->buffers.insert(b);
   *out = b;
@@ -258,14 +297,9 @@ mlxn_status mlxn_buffer_alloc(mlxn_device* device, uint64_t length, mlxn_buffer*
 
 void mlxn_buffer_release(mlxn_buffer* buffer) {
   if (!buffer) return;
-  if (buffer->mapped)
-    munmap(buffer->data, buffer->mapped);
-  else
-    std::free(buffer->data);
-  mlxn_device* d = buffer->device;
-  d->buffers.erase(buffer);
-  delete buffer;
-  device_unref(d);
+  // A handle that is not live (released twice) is ignored.
+  if (!buffer->device->buffers.erase(buffer)) return;
+  buffer_unref(buffer);
 }
 
 uint64_t mlxn_buffer_length(mlxn_buffer* buffer) { return buffer ? buffer->length : 0; }
@@ -367,7 +401,7 @@ mlxn_status mlxn_pipeline_create(mlxn_library* library, const char* kernel_name,
                    "kernel '" + std::string(kernel_name) + "' not found in " + library->name +
                        " (kernels: " + (have.empty() ? "none" : have) + ")");
   }
-  auto* p = new mlxn_pipeline{library->device, library->code, k};
+  auto* p = new mlxn_pipeline{{1}, library->device, library->code, k};
   library->device->refs.fetch_add(1);
   library->device->pipelines.insert(p);
   *out = p;
@@ -376,10 +410,8 @@ mlxn_status mlxn_pipeline_create(mlxn_library* library, const char* kernel_name,
 
 void mlxn_pipeline_release(mlxn_pipeline* pipeline) {
   if (!pipeline) return;
-  mlxn_device* d = pipeline->device;
-  d->pipelines.erase(pipeline);
-  delete pipeline;
-  device_unref(d);
+  if (!pipeline->device->pipelines.erase(pipeline)) return;
+  pipeline_unref(pipeline);
 }
 
 uint32_t mlxn_pipeline_max_threads(mlxn_pipeline* pipeline) {
@@ -405,6 +437,7 @@ mlxn_status mlxn_encoder_create(mlxn_device* device, mlxn_encoder** out, char* m
 void mlxn_encoder_release(mlxn_encoder* encoder) {
   if (!encoder) return;
   join_runner(encoder);
+  drop_held(encoder);  // a recording never committed still holds its bindings
   mlxn_device* d = encoder->device;
   delete encoder;
   device_unref(d);
@@ -460,6 +493,8 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t b
   const uint8_t* recs = p + MLXN_DISPATCH_HEADER_BYTES;
   const uint8_t* payload = recs + uint64_t(MLXN_DISPATCH_BINDING_BYTES) * n;
   uint32_t buffer_set = 0, threadgroup_set = 0;
+  mlxn_buffer* bufs[MLXN_MAX_BINDINGS];
+  uint32_t nbufs = 0;
   uint64_t dynamic_bytes = 0;
   for (uint32_t i = 0; i < n; ++i) {
     const uint8_t* r = recs + uint64_t(MLXN_DISPATCH_BINDING_BYTES) * i;
@@ -481,6 +516,7 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t b
           return bad(where() + ": [[buffer(" + std::to_string(index) + ")]] offset " + std::to_string(b) +
                      " is past the buffer of " + std::to_string(buf->length) + " bytes");
         e->bound.push_back({kind, index, uint64_t(uintptr_t(buf->data + b)), buf->length - b});
+        bufs[nbufs++] = buf;  // at most 31: each index is bound once
       } else {
         if (a > payload_len || b > payload_len - a)
           return bad(where() + ": [[buffer(" + std::to_string(index) + ")]] bytes [" + std::to_string(a) +
@@ -510,6 +546,13 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t b
   if (!err.empty()) return bad(err);
   e->commands.push_back(c);
   rollback.keep = true;
+  // Everything checked: the dispatch holds what it binds until its work ends.
+  for (uint32_t i = 0; i < nbufs; ++i) {
+    bufs[i]->refs.fetch_add(1, std::memory_order_relaxed);
+    e->held_buffers.push_back(bufs[i]);
+  }
+  pipeline->refs.fetch_add(1, std::memory_order_relaxed);
+  e->held_pipelines.push_back(pipeline);
   return ok_msg(msg, msg_cap);
 }
 
@@ -553,6 +596,9 @@ static void run_commands(mlxn_encoder* e) {
   const auto t1 = std::chrono::steady_clock::now();
   e->gpu_time_ns.store(uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
   e->error = err;
+  // The work is over: what it held may go (the host cannot touch the held
+  // lists until it sees the state change below).
+  drop_held(e);
   e->state.store(err.empty() ? MLXN_ENCODER_COMPLETED : MLXN_ENCODER_ERROR, std::memory_order_release);
 }
 

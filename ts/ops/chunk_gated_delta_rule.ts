@@ -443,6 +443,9 @@ interface ScratchEntry {
   seqs: Buffer;
   /** Zero initial state, allocated on the first call without one. */
   zeros: Buffer | null;
+  /** The encoder that last recorded a call on this entry, and its recording epoch then. */
+  user: WeakRef<Encoder> | null;
+  userEpoch: number;
 }
 
 /** How many shapes a device keeps scratch for; the least recently used beyond it is released. */
@@ -483,14 +486,19 @@ export class ChunkGatedDeltaRuleScratch {
    * @internal the entry of a shape and chunk layout, most recently used first.
    * The layout is part of the key and its tables are written only when the
    * entry is made, so calls encoded before one commit never see each other's
-   * tables.
+   * tables. An entry that another encoder has recorded into and not yet
+   * finished with (recorded, or committed and running) is not shared: the
+   * two commits could run at once, so this encoder gets an entry of its own.
+   * Entries released here (beyond GDR_SCRATCH_SHAPES) stay alive in the
+   * backend for the work that still uses them.
    */
-  entry(p: GdrStepParams, layout: GdrChunkLayout): ScratchEntry {
+  entry(p: GdrStepParams, layout: GdrChunkLayout, enc: Encoder): ScratchEntry {
     const key = `${p.h},${p.k},${p.v}:${layout.seqs.join(',')}`;
-    const at = this.entries.findIndex((e) => e.key === key);
+    const at = this.entries.findIndex((e) => e.key === key && !busyFor(e, enc));
     if (at >= 0) {
       const [e] = this.entries.splice(at, 1);
       this.entries.unshift(e!);
+      claim(e!, enc);
       return e!;
     }
     const d = this.device;
@@ -505,7 +513,10 @@ export class ChunkGatedDeltaRuleScratch {
       chunks: d.alloc('u32', [p.nt, 2]),
       seqs: d.alloc('u32', [p.nSeq + 1, 2]),
       zeros: null,
+      user: null,
+      userEpoch: 0,
     };
+    claim(e, enc);
     e.chunks.write(layout.chunks);
     e.seqs.write(layout.seqs);
     this.entries.unshift(e);
@@ -521,6 +532,16 @@ export class ChunkGatedDeltaRuleScratch {
   [Symbol.dispose](): void {
     this.dispose();
   }
+}
+
+function busyFor(e: ScratchEntry, enc: Encoder): boolean {
+  const u = e.user?.deref();
+  return u !== undefined && u !== enc && u._recordingEpoch(e.userEpoch);
+}
+
+function claim(e: ScratchEntry, enc: Encoder): void {
+  if (e.user?.deref() !== enc) e.user = new WeakRef(enc);
+  e.userEpoch = enc._epoch;
 }
 
 function release(e: ScratchEntry): void {
@@ -640,9 +661,14 @@ export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs): { step:
  */
 export function chunkGatedDeltaRule(enc: Encoder, a: ChunkGatedDeltaRuleArgs): void {
   const { step, layout } = validateChunkGatedDeltaRule(a);
+  // Atomic: a refusal of any of its dispatches records none of them.
+  enc.atomic(() => record(enc, a, step, layout));
+}
+
+function record(enc: Encoder, a: ChunkGatedDeltaRuleArgs, step: GdrStepParams, layout: GdrChunkLayout): void {
   const p = a.params;
   const device = enc.device;
-  const s = chunkGatedDeltaRuleScratch(device).entry(step, layout);
+  const s = chunkGatedDeltaRuleScratch(device).entry(step, layout, enc);
   let h0 = a.initialState;
   if (h0 === undefined) {
     s.zeros ??= device.alloc('f32', [step.nSeq, step.h, step.v, step.k]);

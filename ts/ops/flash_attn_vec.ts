@@ -4,6 +4,7 @@ import metalSource from '../../shaders/flash_attn_vec.metal' with { type: 'text'
 import cudaSrc from '../../shaders/cuda/flash_attn_vec.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Encoder } from '../encoder.ts';
+import type { Pipeline } from '../library.ts';
 import { packFields, type ParamField } from '../params.ts';
 import { checkAtMost, checkDtype, checkElements, checkMultiple, checkPositive, checkedProduct, invalid } from '../validate.ts';
 
@@ -204,6 +205,28 @@ export function flashAttnVec(enc: Encoder, args: FlashAttnVecParams & FlashAttnV
   const main = kernels.pipeline(args.k.dtype === 'f16' ? `flash_attn_vec_f16kv_dk${d}` : `flash_attn_vec_dk${d}`);
   const dst = args.nwg === 1 ? args.out : args.tmp!;
   const cuda = enc.device.backend === 'cuda';
+  if (args.nwg === 1) {
+    dispatchMain(enc, main, dst, cuda, args);
+    return;
+  }
+  // Two dispatches, recorded atomically: a refusal of the second records neither.
+  enc.atomic(() => {
+    dispatchMain(enc, main, dst, cuda, args);
+    enc.barrier();
+    const reduce = kernels.pipeline(`flash_attn_vec_reduce_dk${d}`);
+    enc.dispatch(
+      reduce,
+      {
+        buffers: [, args.tmp!, args.out],
+        bytes: [packFlashAttnVecReduceParams(args), , , new Uint32Array([args.nwg])],
+      },
+      [args.batch * args.nHeads, 1, 1],
+      [SIMD * args.nwg, 1, 1],
+    );
+  });
+}
+
+function dispatchMain(enc: Encoder, main: Pipeline, dst: Buffer, cuda: boolean, args: FlashAttnVecParams & FlashAttnVecBuffers): void {
   enc.dispatch(
     main,
     {
@@ -215,17 +238,5 @@ export function flashAttnVec(enc: Encoder, args: FlashAttnVecParams & FlashAttnV
       ? [flashAttnVecCudaHeadBlocks(args, args.k.dtype === 'f16' ? 2 : 4), args.nKvHeads, args.batch * args.nwg]
       : [1, args.nHeads, args.batch * args.nwg],
     [cuda ? CUDA_WARPS * SIMD : SIMD, 1, 1],
-  );
-  if (args.nwg === 1) return;
-  enc.barrier();
-  const reduce = kernels.pipeline(`flash_attn_vec_reduce_dk${d}`);
-  enc.dispatch(
-    reduce,
-    {
-      buffers: [, args.tmp!, args.out],
-      bytes: [packFlashAttnVecReduceParams(args), , , new Uint32Array([args.nwg])],
-    },
-    [args.batch * args.nHeads, 1, 1],
-    [SIMD * args.nwg, 1, 1],
   );
 }

@@ -27,6 +27,12 @@ public final class MetalEncoder {
     /// The last committed command buffer, until recording starts afresh.
     private var committed: MTLCommandBuffer?
     private var lastGpuTimeNs: UInt64 = 0
+    /// The pipelines and buffers the recorded dispatches bind, then those of
+    /// the committed work until it has ended: a handle released meanwhile
+    /// stays valid for the work that uses it (the C ABI's promise, kept here
+    /// rather than left to the command buffer's retained references alone).
+    private var held: [AnyObject] = []
+    private var heldInFlight: [AnyObject] = []
 
     public init(device: MetalDevice) {
         self.device = device
@@ -76,6 +82,7 @@ public final class MetalEncoder {
         if let done = committed {
             lastGpuTimeNs = MetalEncoder.gpuTime(done)
             committed = nil
+            heldInFlight = []
         }
         guard let buffer = device.queue.makeCommandBuffer() else {
             throw MlxnError(MLXN_ERR_INTERNAL, "metal: makeCommandBuffer returned nil")
@@ -220,9 +227,11 @@ public final class MetalEncoder {
 
         let encoder = try recorder("dispatch")
         encoder.setComputePipelineState(pipeline.state)
+        held.append(pipeline)
         for binding in bindings {
             switch binding {
             case .buffer(let index, let buffer, let offset):
+                held.append(buffer)
                 encoder.setBuffer(buffer, offset: offset, index: index)
             case .bytes(let index, .some(let data), let length):
                 encoder.setBytes(data, length: length, index: index)
@@ -252,6 +261,8 @@ public final class MetalEncoder {
         committed = commandBuffer
         commandBuffer = nil
         computeEncoder = nil
+        heldInFlight = held
+        held = []
     }
 
     /// Blocks until the committed work ends; OK when nothing was committed.
