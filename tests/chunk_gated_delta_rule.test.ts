@@ -586,6 +586,79 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     releaseAll(b2);
   });
 
+  // Issue 9: the scratch of a sixth shape evicted (released) the entries that
+  // the first calls, recorded in the same encoder, still used.
+  test('more shapes than the scratch keeps, in one encoder: every call matches', async () => {
+    const dev = device();
+    chunkGatedDeltaRuleScratch(dev).dispose();
+    const calls = Array.from({ length: GDR_SCRATCH_SHAPES + 2 }, (_, i) => {
+      const s: Shape = { hg: 1, h: 2, k: 64, v: 64, cu: even(1, 20 + 13 * i) };
+      const d = makeData(rng(300 + i), s);
+      return { s, d, b: upload(dev, s, d) };
+    });
+    using enc = dev.encoder();
+    for (const { s, b } of calls) {
+      chunkGatedDeltaRule(enc, { q: b.q, k: b.k, v: b.v, g: b.g, beta: b.beta, o: b.o, finalState: b.finalState, params: pipelineParams(s, 0.125, false) });
+    }
+    Bun.gc(true);
+    // Memory freed by the eviction would be handed out again here.
+    const churn = Array.from({ length: 16 }, () => dev.upload('f32', [4096], new Float64Array(4096).fill(1e30)));
+    await enc.commit();
+    for (const c of churn) c.release();
+    for (const { s, d, b } of calls) {
+      const want = gatedDeltaRuleRecurrentRef(refShape(s), d, 0.125);
+      expect(nmse(b.o.readNumbers(), want.o)).toBeLessThan(1e-4);
+      expect(nmse(b.finalState.readNumbers(), want.finalState)).toBeLessThan(1e-4);
+      releaseAll(b);
+    }
+  });
+
+  // Two encoders recording the same shape before either commits: their
+  // commits may run at once, so they must not share scratch.
+  test('two encoders, one shape, both recorded before either commits: both match', async () => {
+    const dev = device();
+    const s: Shape = { hg: 1, h: 2, k: 64, v: 64, cu: even(1, 70) };
+    const runs = [0, 1].map((i) => {
+      const d = makeData(rng(400 + i), s);
+      return { d, b: upload(dev, s, d), enc: dev.encoder() };
+    });
+    for (const { b, enc } of runs) {
+      chunkGatedDeltaRule(enc, { q: b.q, k: b.k, v: b.v, g: b.g, beta: b.beta, o: b.o, finalState: b.finalState, params: pipelineParams(s, 0.125, false) });
+    }
+    await Promise.all(runs.map((r) => r.enc.commit()));
+    for (const { d, b, enc } of runs) {
+      const want = gatedDeltaRuleRecurrentRef(refShape(s), d, 0.125);
+      expect(nmse(b.o.readNumbers(), want.o)).toBeLessThan(1e-4);
+      expect(nmse(b.finalState.readNumbers(), want.finalState)).toBeLessThan(1e-4);
+      releaseAll(b);
+      enc.release();
+    }
+  });
+
+  // Issue 9: an op that throws halfway left its first dispatches recorded.
+  test('a call refused at its last dispatch records nothing', () => {
+    const dev = device();
+    const s: Shape = { hg: 1, h: 1, k: 64, v: 64, cu: even(1, 70) };
+    const b = upload(dev, s, makeData(rng(500), s));
+    b.o.fill(Number.NaN);
+    b.finalState.fill(Number.NaN);
+    using enc = dev.encoder();
+    // A pipeline of chunk_o that a backend-side limit refuses would do the
+    // same; a dispatch refused on the TypeScript side is enough to show it.
+    const real = enc.dispatch.bind(enc);
+    let n = 0;
+    enc.dispatch = (p, bindings, grid, threads) => {
+      if (++n === 6) throw new Error('refused at the sixth dispatch');
+      real(p, bindings, grid, threads);
+    };
+    expect(() => chunkGatedDeltaRule(enc, { q: b.q, k: b.k, v: b.v, g: b.g, beta: b.beta, o: b.o, finalState: b.finalState, params: pipelineParams(s, 0.125, false) })).toThrow('sixth');
+    expect(n).toBe(6);
+    enc.commitAndWait();
+    expect(b.o.readNumbers().every(Number.isNaN)).toBe(true);
+    expect(b.finalState.readNumbers().every(Number.isNaN)).toBe(true);
+    releaseAll(b);
+  });
+
   test('scratch: kept per shape (least recently used released past the limit), dispose releases it', () => {
     const dev = device();
     const scratch = chunkGatedDeltaRuleScratch(dev);

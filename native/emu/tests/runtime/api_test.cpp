@@ -342,6 +342,40 @@ int main() {
   CHECK(mlxn_encoder_commit(enc, msg, sizeof msg) == MLXN_OK, "%s", msg);
   CHECK(mlxn_encoder_wait(enc, msg, sizeof msg) == MLXN_OK, "rejected dispatches were recorded: %s", msg);
 
+  // A buffer, pipeline and library released after a dispatch that binds them
+  // was recorded stay alive until its work ends: the 8 MiB buffer is mapped
+  // on its own, so writing it after an early free would fault, and the
+  // kernel's code would be unloaded with its library.
+  {
+    mlxn_library* lib3 = nullptr;
+    mlxn_pipeline* add3 = nullptr;
+    mlxn_buffer* big3 = nullptr;
+    const uint32_t n3 = 2u << 20;
+    CHECK(mlxn_library_compile(dev, kSource, std::strlen(kSource), "kernels.metal", nullptr, 0, &lib3, msg,
+                               sizeof msg) == MLXN_OK, "%s", msg);
+    CHECK(mlxn_pipeline_create(lib3, "add_delta", &add3, msg, sizeof msg) == MLXN_OK, "%s", msg);
+    CHECK(mlxn_buffer_alloc(dev, uint64_t(n3) * 4, &big3, msg, sizeof msg) == MLXN_OK, "%s", msg);
+    mlxn_encoder* enc3 = nullptr;
+    CHECK(mlxn_encoder_create(dev, &enc3, msg, sizeof msg) == MLXN_OK, "%s", msg);
+    std::vector<uint8_t> b3 = add_delta_block(add3, big3, n3, 1.f, 256);
+    CHECK(mlxn_encoder_dispatch(enc3, b3.data(), b3.size(), msg, sizeof msg) == MLXN_OK, "%s", msg);
+    mlxn_buffer_release(big3);
+    mlxn_pipeline_release(add3);
+    mlxn_library_release(lib3);
+    // The released handles are refused by later dispatches.
+    CHECK(mlxn_encoder_dispatch(enc3, b3.data(), b3.size(), msg, sizeof msg) == MLXN_ERR_INVALID_ARGUMENT &&
+              has("unknown pipeline handle"), "%s", msg);
+    CHECK(mlxn_encoder_commit(enc3, msg, sizeof msg) == MLXN_OK, "%s", msg);
+    CHECK(mlxn_encoder_wait(enc3, msg, sizeof msg) == MLXN_OK, "work on released objects: %s", msg);
+    // A recording never committed lets go of what it holds on release.
+    mlxn_buffer* small3 = nullptr;
+    CHECK(mlxn_buffer_alloc(dev, 256, &small3, msg, sizeof msg) == MLXN_OK, "%s", msg);
+    b3 = add_delta_block(add, small3, 64, 1.f);
+    CHECK(mlxn_encoder_dispatch(enc3, b3.data(), b3.size(), msg, sizeof msg) == MLXN_OK, "%s", msg);
+    mlxn_buffer_release(small3);
+    mlxn_encoder_release(enc3);
+  }
+
   // Releasing the device first keeps the objects made from it usable.
   mlxn_device_close(dev);
   b = add_delta_block(add, buf, n, 1.f);
