@@ -77,8 +77,11 @@ mlxn_status mlxn_device_set_option(mlxn_device* device, const char* key,
 
 /* ---- buffers ----
  * Zero-filled on allocation. host_ptr is non-null where the memory is shared
- * with the CPU (metal, emu) and NULL where it is not (cuda). Releasing a buffer
- * that a committed, unfinished encoder uses is the caller's error. */
+ * with the CPU (metal, emu) and NULL where it is not (cuda). Releasing a
+ * buffer (or a pipeline, or a library) that a recorded or running dispatch
+ * binds invalidates its handle at once and frees it when the last such
+ * dispatch has run, or has been dropped with its encoder: every backend
+ * counts the references of its dispatches. */
 mlxn_status mlxn_buffer_alloc(mlxn_device* device, uint64_t length, mlxn_buffer** out,
                               char* msg, uint64_t msg_cap);
 void        mlxn_buffer_release(mlxn_buffer* buffer);
