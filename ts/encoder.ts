@@ -92,6 +92,10 @@ function keyIndex(kind: string, k: string): number {
   return index;
 }
 
+function isBindable(v: unknown): v is BindableBuffer {
+  return typeof v === 'object' && v !== null && typeof (v as BindableBuffer)._h === 'number';
+}
+
 function checkDim(arg: string, v: number): void {
   if (!((v >>> 0) === v && v > 0)) throw bindErr(arg, 'a positive 32-bit integer', v);
 }
@@ -161,6 +165,9 @@ export function packDispatch<B extends BindableBuffer>(
   threads: Dim3,
   hold?: object[],
 ): number {
+  if (!Array.isArray(grid) || grid.length !== 3) throw bindErr('grid', 'an array of 3 threadgroup counts', grid);
+  if (!Array.isArray(threads) || threads.length !== 3) throw bindErr('threads', 'an array of 3 thread counts', threads);
+  if (b === null || typeof b !== 'object') throw bindErr('bindings', 'an object { buffers, bytes, threadgroupMemory }', b);
   const g0 = grid[0], g1 = grid[1], g2 = grid[2];
   const t0 = threads[0], t1 = threads[1], t2 = threads[2];
   if (!((g0 >>> 0) === g0 && g0 > 0)) checkDim('grid[0]', g0);
@@ -235,11 +242,13 @@ export function packDispatch<B extends BindableBuffer>(
     if (Array.isArray(v)) {
       buf = v[0];
       offset = v[1];
+      if (!isBindable(buf)) throw bindErr(`buffer at index ${i}`, 'a Buffer in [buffer, byteOffset]', buf);
       if (!(offset >= 0 && offset <= buf.byteLength && Number.isInteger(offset))) {
         throw bindErr(`offset of buffer ${i}`, `an integer in [0, ${buf.byteLength}]`, offset);
       }
     } else {
       buf = v as BindableBuffer;
+      if (!isBindable(buf)) throw bindErr(`buffer at index ${i}`, 'a Buffer or [buffer, byteOffset]', buf);
     }
     const h = buf._h;
     if (h === 0) throw releasedError(`buffer bound at index ${i}`);
@@ -263,6 +272,7 @@ export function packDispatch<B extends BindableBuffer>(
     if (data === undefined) continue;
     if ((used & (1 << i)) !== 0) throw bindErr(`bytes index ${i}`, 'an index no buffer uses', i);
     used |= 1 << i;
+    if (!ArrayBuffer.isView(data)) throw bindErr(`bytes at index ${i}`, 'a typed array or DataView', data);
     const n = data.byteLength;
     if (n === 0) throw bindErr(`bytes at index ${i}`, 'non-empty', '0 bytes');
     const at = payloadStart + p;
@@ -387,14 +397,11 @@ export class Encoder {
   dispatch(p: Pipeline, b: DispatchBindings, grid: Dim3, threads: Dim3): void {
     const state = this._state;
     if (this._h === 0 || state.closed || this.inFlight) this.handle('dispatch'); // throws the reason
+    if (typeof p !== 'object' || p === null || typeof p._h !== 'number') throw bindErr('pipeline', 'a Pipeline', p);
     const ph = p._h;
     if (ph === 0) throw releasedError(`pipeline ${p.name}`);
     if (p.library._state !== state) {
       throw new MlxError('InvalidArgument', `Encoder.dispatch: pipeline ${p.name} belongs to another device`);
-    }
-    const t = threads[0] * threads[1] * threads[2];
-    if (t > p.maxThreads) {
-      throw new MlxError('InvalidArgument', `Encoder.dispatch ${p.name}: threads per threadgroup must be at most ${p.maxThreads} for this pipeline (got ${threads[0]}x${threads[1]}x${threads[2]} = ${t})`);
     }
     const held = this.held;
     const mark = held.length;
@@ -404,6 +411,13 @@ export class Encoder {
     } catch (e) {
       held.length = mark;
       throw e;
+    }
+    // Checked here too (the backends check it) so that an atomic section
+    // refuses it before recording anything.
+    const t = threads[0] * threads[1] * threads[2];
+    if (t > p.maxThreads) {
+      held.length = mark;
+      throw new MlxError('InvalidArgument', `Encoder.dispatch ${p.name}: threads per threadgroup must be at most ${p.maxThreads} for this pipeline (got ${threads[0]}x${threads[1]}x${threads[2]} = ${t})`);
     }
     held.push(p);
     const staged = this.staged;
