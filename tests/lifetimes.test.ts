@@ -243,5 +243,15 @@ describeBackends('lifetimes', ({ device }) => {
     expectMlxError(() => b.writeNumbers(null as unknown as number[]), 'Buffer.writeNumbers: data must be');
     expectMlxError(() => dev.alloc('f32', 5 as unknown as number[]), 'Device.alloc: shape must be');
     expectMlxError(() => dev.compile(null as unknown as string), 'Device.compile: source must be');
+    using enc = dev.encoder();
+    const pipe = compileAdd(dev).pipeline('add_one');
+    const bad = (x: unknown) => x as never;
+    expectMlxError(() => enc.dispatch(bad(null), { buffers: [b] }, [1, 1, 1], [1, 1, 1]), 'pipeline must be a Pipeline');
+    expectMlxError(() => enc.dispatch(pipe, { buffers: [bad(null), b] }, [1, 1, 1], [1, 1, 1]), 'buffer at index 0 must be');
+    expectMlxError(() => enc.dispatch(pipe, { buffers: [bad([null, 0]), b] }, [1, 1, 1], [1, 1, 1]), 'buffer at index 0 must be');
+    expectMlxError(() => enc.dispatch(pipe, { buffers: [b, b], bytes: [, , bad([1])] }, [1, 1, 1], [1, 1, 1]), 'bytes at index 2 must be');
+    expectMlxError(() => enc.dispatch(pipe, bad(null), [1, 1, 1], [1, 1, 1]), 'bindings must be');
+    expectMlxError(() => enc.dispatch(pipe, { buffers: [b, b] }, bad(null), [1, 1, 1]), 'grid must be');
+    expectMlxError(() => enc.dispatch(pipe, { buffers: [b, b] }, [1, 1, 1], bad(5)), 'threads must be');
   });
 });
