@@ -34,6 +34,8 @@ export class Buffer {
   private hostView: TypedArray | null = null;
   /** @internal bindings of commits in flight that bind this buffer (ts/encoder.ts). */
   _pending = 0;
+  /** @internal the recording stamp under which an encoder last held it (ts/encoder.ts). */
+  _holdMark = 0;
 
   /** @internal made by Device.alloc. */
   constructor(device: Device, state: DeviceState, dtype: DType, shape: readonly number[], elementCount: number, handle: number) {

@@ -36,6 +36,8 @@ export interface BindableBuffer {
   readonly byteLength: number;
   /** @internal bindings of commits in flight (Buffer counts them; others may omit it). */
   _pending?: number;
+  /** @internal the recording stamp under which an encoder last held it. */
+  _holdMark?: number;
 }
 
 /**
@@ -153,8 +155,8 @@ function arrayTooLong(kind: string, length: number): MlxError {
  * Writes one dispatch into `block` and returns its length in bytes
  * (48 + 24 n + payload). Buffers must be live (`_h` non-zero) and belong to
  * `owner` (their device's state). Binding records are written in the order
- * buffers, bytes, threadgroup memory, each by ascending index. Each bound
- * buffer is appended to `hold` when given.
+ * buffers, bytes, threadgroup memory, each by ascending index. When `hold`
+ * is given, the bound buffers are left in it (count, then slots).
  */
 export function packDispatch<B extends BindableBuffer>(
   block: DispatchBlock,
@@ -163,11 +165,12 @@ export function packDispatch<B extends BindableBuffer>(
   b: DispatchBindings<B>,
   grid: Dim3,
   threads: Dim3,
-  hold?: object[],
+  hold?: PackedBuffers,
 ): number {
   if (!Array.isArray(grid) || grid.length !== 3) throw bindErr('grid', 'an array of 3 threadgroup counts', grid);
   if (!Array.isArray(threads) || threads.length !== 3) throw bindErr('threads', 'an array of 3 thread counts', threads);
   if (b === null || typeof b !== 'object') throw bindErr('bindings', 'an object { buffers, bytes, threadgroupMemory }', b);
+  if (hold !== undefined) hold.count = 0;
   const g0 = grid[0], g1 = grid[1], g2 = grid[2];
   const t0 = threads[0], t1 = threads[1], t2 = threads[2];
   if (!((g0 >>> 0) === g0 && g0 > 0)) checkDim('grid[0]', g0);
@@ -248,13 +251,17 @@ export function packDispatch<B extends BindableBuffer>(
       }
     } else {
       buf = v as BindableBuffer;
+    }
+    // Anything but a Buffer of this device fails the owner check (null too,
+    // through ?.), whose error path then says which it is.
+    if (buf?._state !== owner) {
       if (!isBindable(buf)) throw bindErr(`buffer at index ${i}`, 'a Buffer or [buffer, byteOffset]', buf);
+      throw bindErr(`buffer at index ${i}`, "a buffer of the encoder's device", 'a buffer of another device');
     }
     const h = buf._h;
     if (h === 0) throw releasedError(`buffer bound at index ${i}`);
-    if (buf._state !== owner) throw bindErr(`buffer at index ${i}`, "a buffer of the encoder's device", 'a buffer of another device');
     used |= 1 << i;
-    if (hold !== undefined) hold.push(buf);
+    if (hold !== undefined) hold.slots[hold.count++] = buf;
     // A Uint32Array store takes its value modulo 2^32: the low word, and the
     // high word from the quotient (handles and offsets are below 2^53).
     w[r] = BIND.buffer;
@@ -323,6 +330,13 @@ export function packDispatch<B extends BindableBuffer>(
 
 const block = new DispatchBlock();
 
+/** The buffers of the block packDispatch wrote last (a fixed scratch: nothing is allocated per dispatch). */
+export interface PackedBuffers {
+  count: number;
+  slots: (BindableBuffer | undefined)[];
+}
+const packedBuffers: PackedBuffers = { count: 0, slots: new Array<BindableBuffer | undefined>(MAX_BINDINGS).fill(undefined) };
+
 function nextTick(): Promise<void> {
   return new Promise((res) => setImmediate(res));
 }
@@ -336,6 +350,8 @@ function sleep(ms: number): Promise<void> {
 // doubling from 1 ms to 8 ms.
 const IMMEDIATE_POLLS = 32;
 const MAX_POLL_MS = 8;
+
+let nextStamp = 1;
 
 /** A dispatch or barrier of an atomic section, recorded when the section ends. */
 interface Staged {
@@ -373,6 +389,8 @@ export class Encoder {
   private staged: Staged[] | null = null;
   /** Set when a backend refused part of an atomic section after the rest was recorded. */
   private broken: string | null = null;
+  /** Unique per recording of any encoder: marks the objects `held` already has. */
+  private stamp = nextStamp++;
   /** @internal counts recordings: advanced when a commit's work ends or the encoder is released. */
   _epoch = 0;
 
@@ -403,23 +421,31 @@ export class Encoder {
     if (p.library._state !== state) {
       throw new MlxError('InvalidArgument', `Encoder.dispatch: pipeline ${p.name} belongs to another device`);
     }
-    const held = this.held;
-    const mark = held.length;
-    let len: number;
-    try {
-      len = packDispatch(block, state, ph, b, grid, threads, held);
-    } catch (e) {
-      held.length = mark;
-      throw e;
-    }
+    const len = packDispatch(block, state, ph, b, grid, threads, packedBuffers);
     // Checked here too (the backends check it) so that an atomic section
     // refuses it before recording anything.
     const t = threads[0] * threads[1] * threads[2];
     if (t > p.maxThreads) {
-      held.length = mark;
       throw new MlxError('InvalidArgument', `Encoder.dispatch ${p.name}: threads per threadgroup must be at most ${p.maxThreads} for this pipeline (got ${threads[0]}x${threads[1]}x${threads[2]} = ${t})`);
     }
-    held.push(p);
+    const held = this.held;
+    const mark = held.length;
+    const n = packedBuffers.count;
+    const slots = packedBuffers.slots;
+    // Each object is held once per recording (the mark says it already is).
+    const stamp = this.stamp;
+    for (let i = 0; i < n; i++) {
+      const o = slots[i]!;
+      slots[i] = undefined;
+      if (o._holdMark !== stamp) {
+        o._holdMark = stamp;
+        held.push(o);
+      }
+    }
+    if (p._holdMark !== stamp) {
+      p._holdMark = stamp;
+      held.push(p);
+    }
     const staged = this.staged;
     if (staged !== null) {
       staged.push({ block: block.bytes.slice(0, len), pipeline: p, heldEnd: held.length });
@@ -427,7 +453,7 @@ export class Encoder {
     }
     const status = state.sym.mlxn_encoder_dispatch(this._h as Pointer, block.bytes, len, msgBuf, msgCap);
     if (status !== 0) {
-      held.length = mark;
+      this.dropHeld(mark);
       throw statusError(status, `dispatch ${p.name}`);
     }
   }
@@ -458,7 +484,7 @@ export class Encoder {
     try {
       result = fn();
     } catch (e) {
-      this.held.length = mark;
+      this.dropHeld(mark);
       throw e;
     } finally {
       this.staged = null;
@@ -478,9 +504,9 @@ export class Encoder {
         const err = statusError(status, s.pipeline === null ? 'Encoder.barrier' : `dispatch ${s.pipeline.name}`);
         if (i > 0) {
           this.broken = `step ${i + 1} of ${staged.length} of an atomic section was refused after the first ${i} were recorded (${err.message}); release this encoder`;
-          this.held.length = staged[i - 1]!.heldEnd;
+          this.dropHeld(staged[i - 1]!.heldEnd);
         } else {
-          this.held.length = mark;
+          this.dropHeld(mark);
         }
         throw err;
       }
@@ -500,7 +526,15 @@ export class Encoder {
     }
     this.heldInFlight = held;
     this.held = [];
+    this.stamp = nextStamp++;
     return h;
+  }
+
+  /** Lets go of the objects held from index `mark` on (dispatches not recorded after all). */
+  private dropHeld(mark: number): void {
+    const held = this.held;
+    for (let i = mark; i < held.length; i++) held[i]!._holdMark = 0;
+    held.length = mark;
   }
 
   /** Lets go of what the finished (or abandoned) commit held. */

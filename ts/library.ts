@@ -83,6 +83,8 @@ export class Pipeline {
   readonly staticThreadgroupMemory: number;
   /** @internal native handle; 0 once released. */
   _h: number;
+  /** @internal the recording stamp under which an encoder last held it (ts/encoder.ts). */
+  _holdMark = 0;
 
   /** @internal made by Library.pipeline. */
   constructor(library: Library, name: string, handle: number) {

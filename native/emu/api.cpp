@@ -40,6 +40,7 @@ struct mlxn_device {
 
 struct mlxn_buffer {
   std::atomic<int64_t> refs{1};
+  uint64_t hold_stamp = 0;  // the recording that holds a reference already (host thread only)
   mlxn_device* device;
   uint8_t* data;
   uint64_t length;
@@ -54,6 +55,7 @@ struct mlxn_library {
 
 struct mlxn_pipeline {
   std::atomic<int64_t> refs{1};
+  uint64_t hold_stamp = 0;
   mlxn_device* device;
   std::shared_ptr<Code> code;
   Kernel* kernel;
@@ -86,6 +88,7 @@ struct mlxn_encoder {
   // pipeline), dropped when the commit's work ends or the recording is dropped.
   std::vector<mlxn_buffer*> held_buffers;
   std::vector<mlxn_pipeline*> held_pipelines;
+  uint64_t stamp = 0;  // this recording's number, unique in the process
   std::thread runner;
   std::atomic<int32_t> state{MLXN_ENCODER_RECORDING};
   std::string error;
@@ -118,6 +121,10 @@ void pipeline_unref(mlxn_pipeline* p) {
   device_unref(d);
 }
 
+std::atomic<uint64_t> g_next_stamp{1};
+
+// Objects already held by the current recording are not held twice (the
+// stamps say which): a model step binds its weights many times.
 void drop_held(mlxn_encoder* e) {
   for (mlxn_buffer* b : e->held_buffers) buffer_unref(b);
   for (mlxn_pipeline* p : e->held_pipelines) pipeline_unref(p);
@@ -288,7 +295,7 @@ mlxn_status mlxn_buffer_alloc(mlxn_device* device, uint64_t length, mlxn_buffer*
   if (!data)
     return set_msg(msg, msg_cap, MLXN_ERR_BUFFER_ALLOCATION,
                    "cannot allocate a buffer of " + std::to_string(length) + " bytes");
-  auto* b = new mlxn_buffer{{1}, device, data, length, mapped};
+  auto* b = new mlxn_buffer{{1}, 0, device, data, length, mapped};
   device->refs.fetch_add(1);
   device->buffers.insert(b);
   *out = b;
@@ -401,7 +408,7 @@ mlxn_status mlxn_pipeline_create(mlxn_library* library, const char* kernel_name,
                    "kernel '" + std::string(kernel_name) + "' not found in " + library->name +
                        " (kernels: " + (have.empty() ? "none" : have) + ")");
   }
-  auto* p = new mlxn_pipeline{{1}, library->device, library->code, k};
+  auto* p = new mlxn_pipeline{{1}, 0, library->device, library->code, k};
   library->device->refs.fetch_add(1);
   library->device->pipelines.insert(p);
   *out = p;
@@ -429,6 +436,7 @@ mlxn_status mlxn_encoder_create(mlxn_device* device, mlxn_encoder** out, char* m
     return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_encoder_create: null device or out");
   auto* e = new mlxn_encoder();
   e->device = device;
+  e->stamp = g_next_stamp.fetch_add(1);
   device->refs.fetch_add(1);
   *out = e;
   return ok_msg(msg, msg_cap);
@@ -548,11 +556,16 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t b
   rollback.keep = true;
   // Everything checked: the dispatch holds what it binds until its work ends.
   for (uint32_t i = 0; i < nbufs; ++i) {
+    if (bufs[i]->hold_stamp == e->stamp) continue;
+    bufs[i]->hold_stamp = e->stamp;
     bufs[i]->refs.fetch_add(1, std::memory_order_relaxed);
     e->held_buffers.push_back(bufs[i]);
   }
-  pipeline->refs.fetch_add(1, std::memory_order_relaxed);
-  e->held_pipelines.push_back(pipeline);
+  if (pipeline->hold_stamp != e->stamp) {
+    pipeline->hold_stamp = e->stamp;
+    pipeline->refs.fetch_add(1, std::memory_order_relaxed);
+    e->held_pipelines.push_back(pipeline);
+  }
   return ok_msg(msg, msg_cap);
 }
 
@@ -608,6 +621,7 @@ mlxn_status mlxn_encoder_commit(mlxn_encoder* e, char* msg, uint64_t msg_cap) {
   if (s == MLXN_ENCODER_PENDING)
     return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "commit: the encoder is already committed; wait first");
   if (s != MLXN_ENCODER_RECORDING) start_recording(e);  // nothing new recorded: an empty commit
+  e->stamp = g_next_stamp.fetch_add(1);  // what is recorded next is a new recording
   e->state.store(MLXN_ENCODER_PENDING, std::memory_order_release);
   e->runner = std::thread(run_commands, e);
   return ok_msg(msg, msg_cap);
