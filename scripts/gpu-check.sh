@@ -6,7 +6,8 @@
 #              file but the emulator's own (emu-*.test.ts need clang, which a
 #              GPU machine may lack; the emulator is covered in CI).
 # 2. sanitize: compute-sanitizer memcheck, then racecheck, over each kernel
-#              family's test file on the cuda backend (small parity shapes).
+#              family's test file on the cuda backend (small parity shapes),
+#              and over tests/lifetimes.test.ts and tests/core.test.ts.
 # Logs go to $OUT when set (the device machine), else build/gpu-check/.
 # GPU_CHECK_TIMEOUT (seconds, default 150) bounds each sanitizer run; one that
 # runs out is reported as such, never as clean.
@@ -27,6 +28,8 @@ echo "device: $(cat "$out/device.txt")"
 
 families=()
 for f in shaders/cuda/*.cu; do families+=("$(basename "$f" .cu)"); done
+# Besides each family's tests: the lifetimes of work in flight and the core API.
+families+=(lifetimes core)
 
 if [[ "$what" == tests || "$what" == all ]]; then
   mapfile -t files < <(ls tests/*.test.ts | grep -v '/emu-')
