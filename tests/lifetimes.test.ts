@@ -187,11 +187,13 @@ describeBackends('lifetimes', ({ device }) => {
 
   test('Device.close() during a commit waits for the work, then the commit rejects; nothing is read after free', async () => {
     const own = Device.open({ backend: device().backend });
-    const x = randomArray(rng(14), 64 * 1024, -1, 1);
-    const xb = own.upload('f32', [64, 1024], x);
-    const y = own.alloc('f32', [64, 1024]);
+    // Enough work that it is still running when close() is called: a GPU
+    // runs the emulator's share in microseconds.
+    const { rows, dim, n } = own.backend === 'emu' ? { rows: 64, dim: 1024, n: 8 } : { rows: 4096, dim: 4096, n: 200 };
+    const xb = own.upload('f32', [rows, dim], randomArray(rng(14), rows * dim, -1, 1));
+    const y = own.alloc('f32', [rows, dim]);
     const enc = own.encoder();
-    for (let i = 0; i < 8; i++) l2Norm(enc, { x: xb, y, rows: 64, dim: 1024 });
+    for (let i = 0; i < n; i++) l2Norm(enc, { x: xb, y, rows, dim });
     const pending = enc.commit();
     own.close();
     let caught: unknown;

@@ -719,7 +719,11 @@ MLXN_EXPORT mlxn_status mlxn_pipeline_create(mlxn_library* library, const char* 
   Library* l = reinterpret_cast<Library*>(library);
   const Driver* cu = use(l->dev);
   CUfunction fn = nullptr;
-  CUresult r = cu->cuModuleGetFunction(&fn, l->module, kernel_name);
+  // A name the image does not list is refused without asking the driver, whose
+  // failing lookup compute-sanitizer reports as an API error.
+  const bool listed = l->kernels.empty() ||
+                      std::find(l->kernels.begin(), l->kernels.end(), kernel_name) != l->kernels.end();
+  CUresult r = listed ? cu->cuModuleGetFunction(&fn, l->module, kernel_name) : CUDA_ERROR_NOT_FOUND;
   if (r != CUDA_SUCCESS) {
     std::string names;
     for (const std::string& n : l->kernels) names += (names.empty() ? "" : ", ") + n;
