@@ -344,8 +344,10 @@ describe.if(absent === null)('emu checks', () => {
     test('1025 threads per threadgroup', () => {
       const e = dispatchError('copy2', (a, b) => ({ buffers: { 0: a, 1: b }, threadgroupMemory: { 0: 16 } }),
         [1025, 1, 1]);
+      // Refused by Encoder.dispatch from the pipeline's limit, before the
+      // emulator's own check (native/emu/tests/runtime covers that one).
       expect(e.kind).toBe('InvalidArgument');
-      expect(e.message).toContain("kernel 'copy2'");
+      expect(e.message).toContain('copy2');
       expect(e.message).toContain('1025');
       expect(e.message).toContain('1024');
     });

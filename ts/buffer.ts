@@ -36,6 +36,9 @@ export class Buffer {
   _pending = 0;
   /** @internal the recording stamp under which an encoder last held it (ts/encoder.ts). */
   _holdMark = 0;
+  /** @internal the barrier segments in which a dispatch last read / wrote it (ts/encoder.ts). */
+  _rSeg = 0;
+  _wSeg = 0;
 
   /** @internal made by Device.alloc. */
   constructor(device: Device, state: DeviceState, dtype: DType, shape: readonly number[], elementCount: number, handle: number) {

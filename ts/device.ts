@@ -4,7 +4,7 @@
 import type { Pointer } from 'bun:ffi';
 import { Buffer } from './buffer.ts';
 import { DTYPES, dtypeSize, isDType, type DType } from './dtype.ts';
-import { Encoder } from './encoder.ts';
+import { Encoder, type EncoderOptions } from './encoder.ts';
 import { MlxError } from './errors.ts';
 import { DeviceState, releasedError, trackDevice, untrackDevice } from './handles.ts';
 import { Library, packConstants, type FunctionConstants } from './library.ts';
@@ -169,12 +169,18 @@ export class Device {
       this.state.sym.mlxn_library_compile(h, src, src.length, name, constants, constants.length / 3, outSlot, msgBuf, msgCap),
       `compile ${name}`,
     );
-    return new Library(this, this.state, name, takeHandle());
+    return new Library(this, this.state, name, takeHandle(), this.backend === 'cuda' ? null : source);
   }
 
-  encoder(): Encoder {
+  /**
+   * A new encoder. With autoBarriers (the default) it places a barrier before
+   * each dispatch that touches a buffer an earlier dispatch since the last
+   * barrier writes, or writes one that an earlier dispatch reads; false leaves
+   * every barrier to enc.barrier().
+   */
+  encoder(opts: EncoderOptions = {}): Encoder {
     this.handle();
-    return new Encoder(this, this.state);
+    return new Encoder(this, this.state, opts.autoBarriers ?? true);
   }
 
   /** The device's kernel registry (one per device). */

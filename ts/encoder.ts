@@ -38,6 +38,14 @@ export interface BindableBuffer {
   _pending?: number;
   /** @internal the recording stamp under which an encoder last held it. */
   _holdMark?: number;
+  /** @internal the barrier segment in which a dispatch last read it / wrote it. */
+  _rSeg?: number;
+  _wSeg?: number;
+}
+
+export interface EncoderOptions {
+  /** Place barriers between dependent dispatches (default true); false leaves them to enc.barrier(). */
+  autoBarriers?: boolean;
 }
 
 /**
@@ -261,7 +269,10 @@ export function packDispatch<B extends BindableBuffer>(
     const h = buf._h;
     if (h === 0) throw releasedError(`buffer bound at index ${i}`);
     used |= 1 << i;
-    if (hold !== undefined) hold.slots[hold.count++] = buf;
+    if (hold !== undefined) {
+      hold.index[hold.count] = i;
+      hold.slots[hold.count++] = buf;
+    }
     // A Uint32Array store takes its value modulo 2^32: the low word, and the
     // high word from the quotient (handles and offsets are below 2^53).
     w[r] = BIND.buffer;
@@ -334,8 +345,14 @@ const block = new DispatchBlock();
 export interface PackedBuffers {
   count: number;
   slots: (BindableBuffer | undefined)[];
+  /** The binding index of each slot. */
+  index: Uint8Array;
 }
-const packedBuffers: PackedBuffers = { count: 0, slots: new Array<BindableBuffer | undefined>(MAX_BINDINGS).fill(undefined) };
+const packedBuffers: PackedBuffers = {
+  count: 0,
+  slots: new Array<BindableBuffer | undefined>(MAX_BINDINGS).fill(undefined),
+  index: new Uint8Array(MAX_BINDINGS),
+};
 
 function nextTick(): Promise<void> {
   return new Promise((res) => setImmediate(res));
@@ -391,12 +408,18 @@ export class Encoder {
   private broken: string | null = null;
   /** Unique per recording of any encoder: marks the objects `held` already has. */
   private stamp = nextStamp++;
+  /** Unique per stretch between barriers: marks what dispatches since the last barrier read and wrote. */
+  private segment = nextStamp++;
+  private barriers = 0;
+  private forceBarrier = false;
+  private readonly autoBarriers: boolean;
   /** @internal counts recordings: advanced when a commit's work ends or the encoder is released. */
   _epoch = 0;
 
   /** @internal made by Device.encoder. */
-  constructor(device: Device, state: DeviceState) {
+  constructor(device: Device, state: DeviceState, autoBarriers: boolean) {
     check(state.sym.mlxn_encoder_create(state.handle, outSlot, msgBuf, msgCap), 'Device.encoder');
+    this.autoBarriers = autoBarriers;
     this.device = device;
     this._state = state;
     this._h = takeHandle();
@@ -436,7 +459,6 @@ export class Encoder {
     const stamp = this.stamp;
     for (let i = 0; i < n; i++) {
       const o = slots[i]!;
-      slots[i] = undefined;
       if (o._holdMark !== stamp) {
         o._holdMark = stamp;
         held.push(o);
@@ -446,6 +468,8 @@ export class Encoder {
       p._holdMark = stamp;
       held.push(p);
     }
+    if (this.autoBarriers) this.orderAfterWrites(p._writes, n);
+    for (let i = 0; i < n; i++) slots[i] = undefined;
     const staged = this.staged;
     if (staged !== null) {
       staged.push({ block: block.bytes.slice(0, len), pipeline: p, heldEnd: held.length });
@@ -460,12 +484,62 @@ export class Encoder {
 
   /** Makes the writes of earlier dispatches visible to later ones. */
   barrier(): void {
-    const h = this.handle('barrier');
+    this.handle('barrier');
+    this.recordBarrier();
+  }
+
+  private recordBarrier(): void {
+    this.segment = nextStamp++;
+    this.barriers++;
     if (this.staged !== null) {
       this.staged.push({ block: null, pipeline: null, heldEnd: this.held.length });
       return;
     }
-    check(this._state.sym.mlxn_encoder_barrier(h, msgBuf, msgCap), 'Encoder.barrier');
+    check(this._state.sym.mlxn_encoder_barrier(this._h as Pointer, msgBuf, msgCap), 'Encoder.barrier');
+  }
+
+  /**
+   * Places a barrier before the dispatch being recorded when one of its n
+   * buffers (packedBuffers) was written by a dispatch since the last barrier,
+   * or when it writes one that such a dispatch read; then marks what it reads
+   * and writes. Whole buffers: any two bindings of one buffer overlap.
+   *
+   * Segment numbers grow across all encoders and a mark only ever rises, so a
+   * mark at or above this encoder's segment means "since my last barrier" (or
+   * another encoder's later work, which costs a barrier but never hides one of
+   * this encoder's own writes).
+   */
+  private orderAfterWrites(writes: number, n: number): void {
+    const slots = packedBuffers.slots;
+    const index = packedBuffers.index;
+    let seg = this.segment;
+    if (this.forceBarrier) {
+      this.forceBarrier = false;
+      this.recordBarrier();
+      seg = this.segment;
+    } else {
+      for (let i = 0; i < n; i++) {
+        const o = slots[i]!;
+        if (o._wSeg! >= seg || ((writes >>> index[i]!) & 1 && o._rSeg! >= seg)) {
+          this.recordBarrier();
+          seg = this.segment;
+          break;
+        }
+      }
+    }
+    for (let i = 0; i < n; i++) {
+      const o = slots[i]!;
+      if ((writes >>> index[i]!) & 1) {
+        if (o._wSeg! < seg) o._wSeg = seg;
+      } else if (o._rSeg! < seg) {
+        o._rSeg = seg;
+      }
+    }
+  }
+
+  /** Barriers recorded by this encoder since it was made, placed automatically or by barrier(). */
+  get barrierCount(): number {
+    return this.barriers;
   }
 
   /**
@@ -485,6 +559,10 @@ export class Encoder {
       result = fn();
     } catch (e) {
       this.dropHeld(mark);
+      // The section's marks are on the buffers although its dispatches were
+      // dropped, and its barriers with them: the next dispatch starts after a
+      // barrier, whatever the marks say.
+      this.forceBarrier = true;
       throw e;
     } finally {
       this.staged = null;
@@ -527,6 +605,7 @@ export class Encoder {
     this.heldInFlight = held;
     this.held = [];
     this.stamp = nextStamp++;
+    this.segment = nextStamp++; // commits of one encoder run in order
     return h;
   }
 

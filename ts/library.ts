@@ -5,6 +5,7 @@ import type { Device } from './device.ts';
 import { f32ToF16Bits } from './dtype.ts';
 import { MlxError } from './errors.ts';
 import { releasedError, track, untrack, type DeviceState } from './handles.ts';
+import { ALL_BUFFERS, kernelWrites } from './metal-source.ts';
 import { CONST_TYPE, check, msgBuf, msgCap, outSlot, readString, takeHandle } from './native.ts';
 
 export type FunctionConstantType = 'i32' | 'u32' | 'f32' | 'f16' | 'i16' | 'u16';
@@ -85,6 +86,12 @@ export class Pipeline {
   _h: number;
   /** @internal the recording stamp under which an encoder last held it (ts/encoder.ts). */
   _holdMark = 0;
+  /**
+   * @internal the [[buffer(n)]] bindings the kernel may write, as a bit mask,
+   * read from its Metal declaration (every binding where that is unknown):
+   * the encoder's barriers follow from it.
+   */
+  _writes: number;
 
   /** @internal made by Library.pipeline. */
   constructor(library: Library, name: string, handle: number) {
@@ -92,6 +99,7 @@ export class Pipeline {
     this.library = library;
     this.name = name;
     this._h = handle;
+    this._writes = library._metalSource === null ? ALL_BUFFERS : kernelWrites(library._metalSource, name);
     const sym = library._state.sym;
     this.maxThreads = sym.mlxn_pipeline_max_threads(handle as Pointer);
     this.staticThreadgroupMemory = Number(sym.mlxn_pipeline_static_threadgroup_memory(handle as Pointer));
@@ -114,10 +122,14 @@ export class Library {
   private names: string[] | null = null;
 
   /** @internal made by Device.compile. */
-  constructor(device: Device, state: DeviceState, name: string, handle: number) {
+  /** @internal the Metal source it was compiled from (null for CUDA source). */
+  readonly _metalSource: string | null;
+
+  constructor(device: Device, state: DeviceState, name: string, handle: number, metalSource: string | null) {
     this.device = device;
     this._state = state;
     this.name = name;
+    this._metalSource = metalSource;
     this._h = handle;
     track(state, this, handle, 'library');
   }

@@ -5,6 +5,7 @@
 import type { BackendName } from './native.ts';
 import type { Device } from './device.ts';
 import { MlxError } from './errors.ts';
+import { kernelWrites } from './metal-source.ts';
 import { constantsKey, type FunctionConstants, type Library, type Pipeline } from './library.ts';
 
 export interface FamilySources {
@@ -80,6 +81,8 @@ export class KernelRegistry {
       );
     }
     const p = this.library(family, constants, ckey).pipeline(kernel);
+    // A CUDA kernel has the bindings of its Metal twin: what it writes is read there.
+    if (this.device.backend === 'cuda') p._writes = kernelWrites(this.families.get(family)!.sources.metal, kernel);
     this.pipelines.set(key, p);
     return p;
   }

@@ -77,6 +77,7 @@ struct Command {
   uint32_t first;  // into mlxn_encoder::bound
   uint32_t count;
   Schedule schedule;
+  bool after_barrier;  // a barrier was recorded between the previous dispatch and this one
 };
 
 struct mlxn_encoder {
@@ -89,6 +90,8 @@ struct mlxn_encoder {
   std::vector<mlxn_buffer*> held_buffers;
   std::vector<mlxn_pipeline*> held_pipelines;
   uint64_t stamp = 0;  // this recording's number, unique in the process
+  bool barrier_pending = false;  // a barrier recorded since the last dispatch
+  uint64_t commits = 0;          // varies the random schedule's dispatch order between commits
   std::thread runner;
   std::atomic<int32_t> state{MLXN_ENCODER_RECORDING};
   std::string error;
@@ -483,6 +486,7 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t b
   c.first = uint32_t(e->bound.size());
   c.count = n;
   c.schedule = e->device->schedule;
+  c.after_barrier = e->barrier_pending;
 
   // Records are appended as they are checked and dropped again if the block
   // is rejected, so that nothing of a rejected dispatch stays recorded.
@@ -553,6 +557,7 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t b
   std::string err = check_launch(*kernel, c.grid, c.threads, buffer_set, threadgroup_set, dynamic_bytes);
   if (!err.empty()) return bad(err);
   e->commands.push_back(c);
+  e->barrier_pending = false;
   rollback.keep = true;
   // Everything checked: the dispatch holds what it binds until its work ends.
   for (uint32_t i = 0; i < nbufs; ++i) {
@@ -574,16 +579,53 @@ mlxn_status mlxn_encoder_barrier(mlxn_encoder* e, char* msg, uint64_t msg_cap) {
   if (e->state.load(std::memory_order_acquire) == MLXN_ENCODER_PENDING)
     return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
                    "barrier: the encoder's committed work is still running; wait first");
-  // Dispatches run one after another to completion, so every barrier holds
-  // already; recording it only restarts a finished encoder.
+  // Under the sequential schedule dispatches run one after another, so every
+  // barrier holds already. The random schedule runs the dispatches between
+  // two barriers in a shuffled order, so a barrier that is missing between
+  // dependent dispatches shows as wrong results there.
   start_recording(e);
+  e->barrier_pending = true;
   return ok_msg(msg, msg_cap);
+}
+
+// The order the commands run in: recorded order, except under the random
+// schedule, where each run of dispatches with no barrier between them is
+// shuffled (seeded by the schedule's seed and the commit's number), as a GPU
+// may overlap or reorder them.
+static std::vector<uint32_t> run_order(const mlxn_encoder* e) {
+  const std::vector<Command>& cs = e->commands;
+  std::vector<uint32_t> order(cs.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  uint64_t state = 0;
+  bool random = false;
+  for (const Command& c : cs)
+    if (c.schedule.random) {
+      random = true;
+      state = c.schedule.seed * 0x9e3779b97f4a7c15ull ^ (e->commits + 1) * 0xbf58476d1ce4e5b9ull;
+      break;
+    }
+  if (!random) return order;
+  auto next = [&state] {  // splitmix64
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  size_t begin = 0;
+  while (begin < cs.size()) {
+    size_t end = begin + 1;
+    while (end < cs.size() && !cs[end].after_barrier) ++end;
+    for (size_t i = end - 1; i > begin; --i) std::swap(order[i], order[begin + next() % (i - begin + 1)]);
+    begin = end;
+  }
+  return order;
 }
 
 static void run_commands(mlxn_encoder* e) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string err;
-  for (const Command& c : e->commands) {
+  for (uint32_t ci : run_order(e)) {
+    const Command& c = e->commands[ci];
     Launch l;
     l.kernel = c.kernel;
     for (int d = 0; d < 3; ++d) {
@@ -622,6 +664,8 @@ mlxn_status mlxn_encoder_commit(mlxn_encoder* e, char* msg, uint64_t msg_cap) {
     return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "commit: the encoder is already committed; wait first");
   if (s != MLXN_ENCODER_RECORDING) start_recording(e);  // nothing new recorded: an empty commit
   e->stamp = g_next_stamp.fetch_add(1);  // what is recorded next is a new recording
+  e->barrier_pending = false;
+  ++e->commits;
   e->state.store(MLXN_ENCODER_PENDING, std::memory_order_release);
   e->runner = std::thread(run_commands, e);
   return ok_msg(msg, msg_cap);
