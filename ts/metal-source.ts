@@ -74,7 +74,8 @@ export function kernelParams(source: string, name: string): string[] {
   name = name.replace(/[^\w]/g, (c) => `\\${c}`);
   let m = new RegExp(`\\bkernel\\s+void\\s+${name}\\s*\\(`).exec(code);
   if (!m) {
-    const inst = new RegExp(`host_name\\(\\s*"${name}"\\s*\\)\\s*\\]\\]\\s*kernel\\s+\\w+\\s+(\\w+)\\s*<`).exec(code);
+    // The template is the last template-id before the instantiation's ';'.
+    const inst = new RegExp(`host_name\\(\\s*"${name}"\\s*\\)\\s*\\]\\]\\s*kernel\\b[^;]*?(\\w+)\\s*<[^<>;]*>\\s*;`).exec(code);
     if (inst) m = new RegExp(`\\bkernel\\s+void\\s+${inst[1]}\\s*\\(`).exec(code);
   }
   if (!m) throw new Error(`kernel ${name} not found`);

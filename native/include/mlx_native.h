@@ -129,8 +129,10 @@ uint64_t    mlxn_pipeline_static_threadgroup_memory(mlxn_pipeline* pipeline);
 /* ---- encoders ----
  * An encoder records dispatches and barriers, then commit submits them
  * (non-blocking); wait blocks until done; status polls. After completion the
- * encoder records afresh. Dispatches of one encoder run in order; a barrier
- * makes the writes of earlier dispatches visible to later ones. */
+ * encoder records afresh. Dispatches of one encoder may overlap or run in any
+ * order unless a barrier separates them (metal: a concurrent compute encoder;
+ * the emulator's random schedule shuffles them); a barrier makes the writes of
+ * every earlier dispatch visible to every later one, and orders them. */
 #define MLXN_ENCODER_RECORDING 0
 #define MLXN_ENCODER_PENDING   1
 #define MLXN_ENCODER_COMPLETED 2

@@ -1,4 +1,4 @@
-// Encoders: a command buffer with one serial compute encoder, recording the
+// Encoders: a command buffer with one concurrent compute encoder, recording the
 // packed dispatch blocks of the C ABI.
 import CMlxNative
 import Foundation
@@ -87,9 +87,10 @@ public final class MetalEncoder {
         guard let buffer = device.queue.makeCommandBuffer() else {
             throw MlxnError(MLXN_ERR_INTERNAL, "metal: makeCommandBuffer returned nil")
         }
-        // The default dispatch type is serial: dispatches run one after the
-        // other, in order, as the ABI promises.
-        guard let encoder = buffer.makeComputeCommandEncoder() else {
+        // Concurrent: dispatches with no barrier between them may overlap, as
+        // the ABI allows; the TypeScript encoder places a barrier wherever a
+        // dispatch depends on an earlier one (memoryBarrier(scope: .buffers)).
+        guard let encoder = buffer.makeComputeCommandEncoder(dispatchType: .concurrent) else {
             throw MlxnError(MLXN_ERR_INTERNAL, "metal: makeComputeCommandEncoder returned nil")
         }
         commandBuffer = buffer
