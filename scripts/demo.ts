@@ -101,9 +101,13 @@ function scaledErr(got: ArrayLike<number>, want: ArrayLike<number>): number {
   return scale === 0 ? worst : worst / scale;
 }
 
+/** Barriers the encoders placed (automatically, from what each dispatch reads and writes). */
+let barriers = 0;
+
 function timed(device: Device, record: (enc: ReturnType<Device['encoder']>) => void): number {
   using enc = device.encoder();
   record(enc);
+  barriers += enc.barrierCount;
   enc.commitAndWait();
   return enc.gpuTimeNs / 1e6;
 }
@@ -361,6 +365,7 @@ function main(): number {
   for (const row of table) console.log(line(row));
   const failed = rows.filter((r) => !(r.err <= r.tol)).length;
   console.log(failed === 0 ? `all ${rows.length} checks within tolerance` : `${failed} of ${rows.length} checks FAILED`);
+  console.log(`barriers placed by the encoders: ${barriers}`);
   return failed === 0 ? 0 : 1;
 }
 

@@ -176,7 +176,8 @@ export class Device {
    * A new encoder. With autoBarriers (the default) it places a barrier before
    * each dispatch that touches a buffer an earlier dispatch since the last
    * barrier writes, or writes one that an earlier dispatch reads; false leaves
-   * every barrier to enc.barrier().
+   * the barriers between the dispatches and ops the caller records to
+   * enc.barrier() (an op of several dispatches still orders its own steps).
    */
   encoder(opts: EncoderOptions = {}): Encoder {
     this.handle();

@@ -468,7 +468,9 @@ export class Encoder {
       p._holdMark = stamp;
       held.push(p);
     }
-    if (this.autoBarriers) this.orderAfterWrites(p._writes, n);
+    // Inside an atomic section (an op of several dispatches) the dependencies
+    // are the op's own: ordered even when the caller places its barriers itself.
+    if (this.autoBarriers || this.staged !== null) this.orderAfterWrites(p._writes, n);
     for (let i = 0; i < n; i++) slots[i] = undefined;
     const staged = this.staged;
     if (staged !== null) {

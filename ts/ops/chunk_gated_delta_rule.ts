@@ -638,8 +638,8 @@ export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs): { step:
  * with finalState = S after the sequence's last token, so a decode step that
  * continues from finalState continues the recurrence.
  *
- * Steps, each a dispatch after a barrier (chunks of 64 tokens); the caller
- * puts a barrier between this op and one that reads o or finalState:
+ * Steps, each a dispatch, ordered by the barriers the encoder places from
+ * what each step reads and writes (chunks of 64 tokens):
  *   1. g cumsummed within chunks: chunkLocalCumsum (chunk_local_cumsum_g_f32)
  *      for b sequences of t tokens, chunk_local_cumsum_varlen_g_f32 with cuSeqlens
  *   2. A = gated_delta_net_kkt_bf16 (beta_i exp(g_i - g_j) k_i . k_j, j < i)
@@ -675,20 +675,17 @@ function record(enc: Encoder, a: ChunkGatedDeltaRuleArgs, step: GdrStepParams, l
     h0 = s.zeros;
   }
 
-  // A call of the same shape encoded just before may still be reading this scratch.
-  enc.barrier();
+  // No manual barriers: inside an op (an atomic section) the encoder orders
+  // each step after the writes it reads, and after a call encoded before this
+  // one that still reads the same scratch.
   if (p.cuSeqlens === undefined) {
     chunkLocalCumsum(enc, { gIn: a.g, gCumsum: s.gCum, b: p.b, t: p.t, h: p.h, bt: GDR_BT });
   } else {
     dispatchCumsum(enc, { gIn: a.g, gCum: s.gCum, chunks: s.chunks, params: step });
   }
-  enc.barrier();
   dispatchKkt(enc, { k: a.k, g: s.gCum, beta: a.beta, a: s.a, chunks: s.chunks, params: step });
-  enc.barrier();
   dispatchSolve(enc, { a: s.a, ai: s.a, chunks: s.chunks, params: step });
-  enc.barrier();
   dispatchWu(enc, { k: a.k, v: a.v, beta: a.beta, g: s.gCum, ai: s.a, w: s.w, u: s.u, chunks: s.chunks, params: step });
-  enc.barrier();
   if (p.cuSeqlens === undefined && p.k === 128 && p.t % GDR_BT === 0) {
     gatedDeltaNetChunk(enc, {
       k: a.k, w: s.w, u: s.u, g: s.gCum, h0, hOut: s.hSnap, vNew: s.vNew, finalState: a.finalState,
@@ -699,6 +696,5 @@ function record(enc: Encoder, a: ChunkGatedDeltaRuleArgs, step: GdrStepParams, l
       k: a.k, w: s.w, u: s.u, g: s.gCum, h0, hOut: s.hSnap, vNew: s.vNew, finalState: a.finalState, seqs: s.seqs, params: step,
     });
   }
-  enc.barrier();
   dispatchChunkO(enc, { q: a.q, k: a.k, vNew: s.vNew, h: s.hSnap, g: s.gCum, o: a.o, chunks: s.chunks, params: step });
 }

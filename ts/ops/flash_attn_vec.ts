@@ -191,7 +191,7 @@ export function validateFlashAttnVec(p: FlashAttnVecParams, bufs: FlashAttnVecBu
  * (1, nHeads, B * nwg), 32 threads. With nwg == 1 dst is out. With nwg > 1 dst
  * is tmp (partials [B * nHeads, D / 4, nwg] float4, then (S, M) pairs
  * [B * nHeads, nwg, 2]), and flash_attn_vec_reduce_dk<D> follows after a
- * barrier: bindings 0 FlashAttnVecReduceParams, 1 tmp, 2 out, 3 nwg (u32),
+ * barrier (the encoder's): bindings 0 FlashAttnVecReduceParams, 1 tmp, 2 out, 3 nwg (u32),
  * grid (B * nHeads, 1, 1), 32 * nwg threads.
  * On cuda the main kernel reads each K/V row once per block of GQA query
  * heads: grid (flashAttnVecCudaHeadBlocks, nKvHeads, B * nwg), 128 threads,
@@ -212,7 +212,7 @@ export function flashAttnVec(enc: Encoder, args: FlashAttnVecParams & FlashAttnV
   // Two dispatches, recorded atomically: a refusal of the second records neither.
   enc.atomic(() => {
     dispatchMain(enc, main, dst, cuda, args);
-    enc.barrier();
+    // The encoder puts the barrier here: the reduce reads tmp, which main writes.
     const reduce = kernels.pipeline(`flash_attn_vec_reduce_dk${d}`);
     enc.dispatch(
       reduce,
