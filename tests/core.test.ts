@@ -377,7 +377,7 @@ describeBackends('core', ({ device, label }) => {
     poisoned.fill(NaN);
     expect([...poisoned.readNumbers()].every(Number.isNaN)).toBe(true);
 
-    const v = z.view();
+    const v = z.hostView();
     if (d.limits.sharedMemory) {
       expect(v).toBeInstanceOf(Float32Array);
       v![4] = 42; // writes through to the device memory
@@ -400,7 +400,7 @@ describeBackends('core', ({ device, label }) => {
     expect(b.released).toBe(true);
     expectKind(() => b.read(), 'InvalidArgument', 'used after release');
     expectKind(() => b.writeNumbers([1, 2, 3, 4]), 'InvalidArgument', 'used after release');
-    expectKind(() => b.view(), 'InvalidArgument', 'used after release');
+    expectKind(() => b.hostView(), 'InvalidArgument', 'used after release');
     let inner: import('../ts/index.ts').Buffer;
     {
       using s = d.alloc('u32', [1]);

@@ -145,7 +145,7 @@ describeBackends('lifetimes', ({ device }) => {
     expectMlxError(() => y.write(new Float32Array(4)), 'Buffer.write');
     expectMlxError(() => y.fill(0), 'Buffer.fill');
     expectMlxError(() => xb.writeNumbers(x), 'Buffer.writeNumbers');
-    expectMlxError(() => y.view(), 'Buffer.view');
+    expectMlxError(() => y.hostView(), 'Buffer.hostView');
     other.read(); // not bound: fine
     await pending;
     expect(maxRelErr(y.readNumbers(), l2NormRef(x, ROWS, DIM, 1e-6))).toBeLessThan(TOL.f32);
@@ -163,22 +163,22 @@ describeBackends('lifetimes', ({ device }) => {
   test('a view keeps its buffer alive, and is detached (empty) when the buffer is released or its device closed', async () => {
     const dev = device();
     if (!dev.limits.sharedMemory) {
-      expect(dev.alloc('f32', [4]).view()).toBeNull();
+      expect(dev.alloc('f32', [4]).hostView()).toBeNull();
       return;
     }
-    const view = (() => dev.upload('f32', [1024], Array.from({ length: 1024 }, (_, i) => i)).view() as Float32Array)();
+    const view = (() => dev.upload('f32', [1024], Array.from({ length: 1024 }, (_, i) => i)).hostView() as Float32Array)();
     await collect();
     churn(dev);
     expect(view[1000]).toBe(1000);
     const b = dev.upload('f32', [16], Array.from({ length: 16 }, (_, i) => i));
-    const v = b.view() as Float32Array;
+    const v = b.hostView() as Float32Array;
     const alias = new Float32Array(v.buffer, 8, 2);
     b.release();
     expect(v.length).toBe(0);
     expect(alias.length).toBe(0);
     expect(v[3]).toBeUndefined();
     const own = Device.open({ backend: dev.backend });
-    const w = own.upload('f32', [8], [1, 2, 3, 4, 5, 6, 7, 8]).view() as Float32Array;
+    const w = own.upload('f32', [8], [1, 2, 3, 4, 5, 6, 7, 8]).hostView() as Float32Array;
     expect(w[7]).toBe(8);
     own.close();
     expect(w.length).toBe(0);

@@ -1,8 +1,9 @@
-// Device buffers: typed by dtype and shape, bytes on the device.
+// Device buffers: typed by dtype and shape, bytes on the device; and views of
+// them (a byte range of a buffer, with a dtype and shape of its own).
 
 import { toArrayBuffer, type Pointer } from 'bun:ffi';
 import type { Device } from './device.ts';
-import { decodeNumbers, dtypeSize, encodeNumbers, newTypedArray, viewAs, type DType, type TypedArray } from './dtype.ts';
+import { DTYPES, decodeNumbers, dtypeSize, encodeNumbers, isDType, newTypedArray, viewAs, type DType, type TypedArray } from './dtype.ts';
 import { MlxError } from './errors.ts';
 import { releasedError, track, untrack, type DeviceState } from './handles.ts';
 import { check, msgBuf, msgCap } from './native.ts';
@@ -20,19 +21,28 @@ function describe(v: unknown): string {
   return `a ${(v as object).constructor?.name ?? 'object'}`;
 }
 
+/** Views start at a multiple of this many bytes: kernels load up to 16-byte vectors. */
+export const VIEW_ALIGN = 16;
+
 export class Buffer {
   readonly device: Device;
   readonly dtype: DType;
   readonly shape: readonly number[];
   readonly elementCount: number;
   readonly byteLength: number;
+  /** Where this buffer's bytes start in the allocation it views (0 for an allocation). */
+  readonly byteOffset: number;
+  /** The allocation that holds the bytes: this buffer, or the one a view was made from. */
+  readonly root: Buffer;
   /** @internal */
   readonly _state: DeviceState;
-  /** @internal native handle; 0 once released. */
+  /** @internal native handle (of the root allocation); 0 once released. */
   _h: number;
+  /** @internal the root, as the encoder reads it (the object it holds and marks). */
+  readonly _root: Buffer;
   private readonly hostPtr: number;
-  private hostView: TypedArray | null = null;
-  /** @internal bindings of commits in flight that bind this buffer (ts/encoder.ts). */
+  private hostArray: TypedArray | null = null;
+  /** @internal bindings of commits in flight that bind this allocation (ts/encoder.ts; roots only). */
   _pending = 0;
   /** @internal the recording stamp under which an encoder last held it (ts/encoder.ts). */
   _holdMark = 0;
@@ -40,8 +50,17 @@ export class Buffer {
   _rSeg = 0;
   _wSeg = 0;
 
-  /** @internal made by Device.alloc. */
-  constructor(device: Device, state: DeviceState, dtype: DType, shape: readonly number[], elementCount: number, handle: number) {
+  /** @internal made by Device.alloc (root = null) and by view(). */
+  constructor(
+    device: Device,
+    state: DeviceState,
+    dtype: DType,
+    shape: readonly number[],
+    elementCount: number,
+    handle: number,
+    root: Buffer | null = null,
+    byteOffset = 0,
+  ) {
     this.device = device;
     this._state = state;
     this.dtype = dtype;
@@ -49,29 +68,97 @@ export class Buffer {
     this.elementCount = elementCount;
     this.byteLength = elementCount * dtypeSize(dtype);
     this._h = handle;
-    this.hostPtr = Number(state.sym.mlxn_buffer_host_ptr(handle as Pointer) ?? 0);
-    track(state, this, handle, 'buffer');
+    this.root = root ?? this;
+    this._root = this.root;
+    this.byteOffset = byteOffset;
+    if (root === null) {
+      this.hostPtr = Number(state.sym.mlxn_buffer_host_ptr(handle as Pointer) ?? 0);
+      track(state, this, handle, 'buffer');
+    } else {
+      this.hostPtr = 0; // a view's host array is a window of its root's
+    }
+  }
+
+  /** True for a view made by view() or slice(). */
+  get isView(): boolean {
+    return this.root !== this;
   }
 
   get released(): boolean {
-    return this._h === 0 || this._state.closed;
+    return this._h === 0 || this.root._h === 0 || this._state.closed;
+  }
+
+  private describe(): string {
+    return `${this.isView ? 'view' : 'buffer'} (${this.dtype} [${this.shape.join(', ')}]${this.isView ? ` at byte ${this.byteOffset}` : ''})`;
   }
 
   private handle(): Pointer {
-    if (this._h === 0 || this._state.closed) throw releasedError(`buffer (${this.dtype} [${this.shape.join(', ')}])`);
+    if (this._h === 0 || this.root._h === 0 || this._state.closed) throw releasedError(this.describe());
     return this._h as Pointer;
   }
 
-  /** The handle for host access, which work in flight on the buffer forbids. */
+  /** The handle for host access, which work in flight on the allocation forbids. */
   private hostHandle(what: string): Pointer {
     const h = this.handle();
-    if (this._pending > 0) {
+    const pending = this.root._pending;
+    if (pending > 0) {
       throw new MlxError(
         'InvalidArgument',
-        `Buffer.${what}: the buffer (${this.dtype} [${this.shape.join(', ')}]) must not be bound to a commit still running (got ${this._pending} binding(s) in flight); await the commit first`,
+        `Buffer.${what}: the ${this.describe()} must not be bound to a commit still running (got ${pending} binding(s) in flight); await the commit first`,
       );
     }
     return h;
+  }
+
+  /**
+   * A view of `shape` elements of `dtype` starting `byteOffset` bytes into
+   * this buffer: bound wherever an op takes a buffer, without copying. The
+   * start must be a multiple of 16 bytes in the allocation and the view must
+   * lie inside this buffer. A view keeps its allocation alive; releasing the
+   * allocation (or closing the device) makes its views unusable too.
+   */
+  view(dtype: DType, shape: readonly number[], byteOffset = 0): Buffer {
+    this.handle();
+    const op = 'Buffer.view';
+    if (!isDType(dtype)) throw new MlxError('UnsupportedDtype', `${op}: dtype must be one of ${DTYPES.join(', ')} (got ${String(dtype)})`);
+    if (!Array.isArray(shape)) throw new MlxError('InvalidArgument', `${op}: shape must be an array of positive integers (got ${describe(shape)})`);
+    let count = 1;
+    for (let i = 0; i < shape.length; i++) {
+      const d = shape[i];
+      if (!Number.isSafeInteger(d) || d! <= 0) {
+        throw new MlxError('InvalidArgument', `${op}: shape[${i}] must be a positive integer (got ${String(d)}) in shape [${shape.join(', ')}]`);
+      }
+      count *= d!;
+      if (count * dtypeSize(dtype) > this.byteLength) break; // refused below, before the product can grow further
+    }
+    const bytes = count * dtypeSize(dtype);
+    if (!Number.isSafeInteger(byteOffset) || byteOffset < 0) {
+      throw new MlxError('InvalidArgument', `${op}: byteOffset must be an integer >= 0 (got ${String(byteOffset)})`);
+    }
+    if (bytes > this.byteLength || byteOffset > this.byteLength - bytes) {
+      throw new MlxError(
+        'InvalidArgument',
+        `${op}: byteOffset + the view's bytes must be at most the ${this.byteLength} bytes of the ${this.describe()} (got ${byteOffset} + ${bytes}, ${dtype} [${shape.join(', ')}])`,
+      );
+    }
+    const at = this.byteOffset + byteOffset;
+    if (at % VIEW_ALIGN !== 0) {
+      throw new MlxError('InvalidArgument', `${op}: the view's start in its allocation must be a multiple of ${VIEW_ALIGN} bytes (got ${at})`);
+    }
+    const root = this.root;
+    return new Buffer(this.device, this._state, dtype, shape, count, root._h, root, at);
+  }
+
+  /** Rows [start, end) of the leading dimension, as a view of the same dtype. */
+  slice(start: number, end: number = this.shape[0] ?? 0): Buffer {
+    const op = 'Buffer.slice';
+    const rows = this.shape[0];
+    if (rows === undefined) throw new MlxError('InvalidArgument', `${op}: the buffer must have a leading dimension (got shape [])`);
+    if (!Number.isInteger(start) || !Number.isInteger(end) || start < 0 || end > rows || start >= end) {
+      throw new MlxError('InvalidArgument', `${op}: start and end must be integers with 0 <= start < end <= ${rows} (got ${String(start)}, ${String(end)})`);
+    }
+    const rowBytes = this.byteLength / rows;
+    return this.view(this.dtype, [end - start, ...this.shape.slice(1)], start * rowBytes);
   }
 
   /** Writes raw bytes (a typed array, DataView or ArrayBuffer) at byteOffset. */
@@ -88,14 +175,14 @@ export class Buffer {
       );
     }
     if (data.byteLength === 0) return;
-    check(this._state.sym.mlxn_buffer_write(h, byteOffset, asBytes(data), data.byteLength, msgBuf, msgCap), 'Buffer.write');
+    check(this._state.sym.mlxn_buffer_write(h, this.byteOffset + byteOffset, asBytes(data), data.byteLength, msgBuf, msgCap), 'Buffer.write');
   }
 
   /** The raw contents, typed by dtype (f16/bf16 as their bit patterns in a Uint16Array). */
   read(): TypedArray {
     const h = this.hostHandle('read');
     const out = newTypedArray(this.dtype, this.elementCount);
-    check(this._state.sym.mlxn_buffer_read(h, 0, asBytes(out), this.byteLength, msgBuf, msgCap), 'Buffer.read');
+    check(this._state.sym.mlxn_buffer_read(h, this.byteOffset, asBytes(out), this.byteLength, msgBuf, msgCap), 'Buffer.read');
     return out;
   }
 
@@ -127,30 +214,46 @@ export class Buffer {
 
   /**
    * A typed array over the buffer's own memory where the device shares memory
-   * with the host (metal, emu); null where it does not (cuda). The view keeps
-   * the buffer alive; when the buffer is released or its device closed, the
-   * view is detached (its length becomes 0), never left over freed memory.
-   * Taking it while a commit that binds the buffer runs throws, and a view
-   * must not be touched while such a commit runs.
+   * with the host (metal, emu); null where it does not (cuda). It keeps the
+   * allocation alive; when the allocation is released or its device closed,
+   * the array is detached (its length becomes 0), never left over freed
+   * memory. Taking it while a commit that binds the allocation runs throws,
+   * and it must not be touched while such a commit runs.
    */
-  view(): TypedArray | null {
-    this.hostHandle('view');
-    if (this.hostPtr === 0) return null;
-    if (this.hostView === null) {
-      const ab = toArrayBuffer(this.hostPtr as Pointer, 0, this.byteLength);
-      Object.defineProperty(ab, OWNER, { value: this });
-      this._state.views.set(this._h, new WeakRef(ab));
-      this.hostView = viewAs(this.dtype, ab, 0, this.elementCount);
+  hostView(): TypedArray | null {
+    this.hostHandle('hostView');
+    const root = this.root;
+    if (root.hostPtr === 0) return null;
+    if (this.hostArray === null) {
+      let ab = root.hostArray?.buffer as ArrayBuffer | undefined;
+      if (ab === undefined) {
+        ab = toArrayBuffer(root.hostPtr as Pointer, 0, root.byteLength);
+        Object.defineProperty(ab, OWNER, { value: root });
+        this._state.views.set(root._h, new WeakRef(ab));
+        root.hostArray = viewAs(root.dtype, ab, 0, root.elementCount);
+      }
+      // A view's array is a window of its root's, so detaching the root's detaches it.
+      if (this !== root) this.hostArray = viewAs(this.dtype, ab, this.byteOffset, this.elementCount);
     }
-    return this.hostView;
+    return this.hostArray;
   }
 
+  /**
+   * Frees the allocation (deferred while recorded or running work binds it);
+   * its views become unusable with it. Releasing a view only makes the view
+   * unusable.
+   */
   release(): void {
     if (this._h === 0) return;
+    if (this !== this.root) {
+      this._h = 0;
+      this.hostArray = null;
+      return;
+    }
     untrack(this);
-    this._state.releaseHandle(this._h, 'buffer'); // detaches the view
+    this._state.releaseHandle(this._h, 'buffer'); // detaches the host arrays, its views' too
     this._h = 0;
-    this.hostView = null;
+    this.hostArray = null;
   }
 
   [Symbol.dispose](): void {

@@ -31,7 +31,7 @@ export interface DeviceLimits {
   readonly simdWidth: number;
   /** Bytes. */
   readonly maxBufferLength: number;
-  /** True where buffers are host-visible (Buffer.view() is non-null). */
+  /** True where buffers are host-visible (Buffer.hostView() is non-null). */
   readonly sharedMemory: boolean;
 }
 

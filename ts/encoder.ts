@@ -41,6 +41,10 @@ export interface BindableBuffer {
   /** @internal the barrier segment in which a dispatch last read it / wrote it. */
   _rSeg?: number;
   _wSeg?: number;
+  /** Where a view starts in its allocation (absent or 0 for an allocation). */
+  readonly byteOffset?: number;
+  /** @internal the allocation of a view (absent or itself for an allocation). */
+  readonly _root?: BindableBuffer;
 }
 
 export interface EncoderOptions {
@@ -266,12 +270,16 @@ export function packDispatch<B extends BindableBuffer>(
       if (!isBindable(buf)) throw bindErr(`buffer at index ${i}`, 'a Buffer or [buffer, byteOffset]', buf);
       throw bindErr(`buffer at index ${i}`, "a buffer of the encoder's device", 'a buffer of another device');
     }
+    // A view binds its allocation's handle at its own offset; the allocation
+    // is what the encoder holds and marks.
+    const root = buf._root ?? buf;
     const h = buf._h;
-    if (h === 0) throw releasedError(`buffer bound at index ${i}`);
+    if (h === 0 || root._h === 0) throw releasedError(`buffer bound at index ${i}`);
+    offset += buf.byteOffset ?? 0;
     used |= 1 << i;
     if (hold !== undefined) {
       hold.index[hold.count] = i;
-      hold.slots[hold.count++] = buf;
+      hold.slots[hold.count++] = root;
     }
     // A Uint32Array store takes its value modulo 2^32: the low word, and the
     // high word from the quotient (handles and offsets are below 2^53).
@@ -661,6 +669,9 @@ export class Encoder {
     const sym = state.sym;
     let polls = 0;
     let delay = 1;
+    // The first poll comes after a tick, so the encoder is in flight until the
+    // promise settles, however quickly the work ends.
+    await nextTick();
     while (this._h !== 0 && !state.closed && sym.mlxn_encoder_status(h) === ENCODER_STATE.pending) {
       if (polls++ < IMMEDIATE_POLLS) {
         await nextTick();

@@ -28,7 +28,7 @@ export class DeviceState {
   readonly handle: Pointer;
   closed = false;
   readonly live = new Map<number, HandleKind>();
-  /** Host views of buffers (Buffer.view()), detached when their buffer is freed. */
+  /** Host views of buffers (Buffer.hostView()), detached when their buffer is freed. */
   readonly views = new Map<number, WeakRef<ArrayBuffer>>();
 
   constructor(lib: NativeLib, handle: Pointer) {
