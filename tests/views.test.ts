@@ -118,9 +118,12 @@ describeBackends('views', ({ device }) => {
     using enc = dev.encoder();
     l2Norm(enc, { x: v, y, rows, dim });
     const pending = enc.commit();
-    // Work in flight on the allocation forbids host access through any view of it.
-    mlxError(() => v.root.read(), 'must not be bound to a commit still running');
-    mlxError(() => v.read(), 'must not be bound to a commit still running');
+    // Work in flight on an allocation forbids writes through any view of it,
+    // and reads where the work writes it.
+    mlxError(() => v.root.fill(0), 'must not be bound to a commit still running');
+    mlxError(() => v.writeNumbers(x), 'must not be bound to a commit still running');
+    expect(v.read().length).toBe(rows * dim);
+    mlxError(() => y.read(), 'must not be written by a commit still running');
     await pending;
     expect(maxRelErr(y.readNumbers(), l2NormRef(x, rows, dim, 1e-6))).toBeLessThan(TOL.f32);
   });

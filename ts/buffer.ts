@@ -42,8 +42,11 @@ export class Buffer {
   readonly _root: Buffer;
   private readonly hostPtr: number;
   private hostArray: TypedArray | null = null;
-  /** @internal bindings of commits in flight that bind this allocation (ts/encoder.ts; roots only). */
+  /** @internal commits in flight that bind this allocation, and those that may write it (ts/encoder.ts; roots only). */
   _pending = 0;
+  _pendingWrites = 0;
+  /** @internal the recording stamp under which a dispatch last may write it (ts/encoder.ts). */
+  _writeMark = 0;
   /** @internal the recording stamp under which an encoder last held it (ts/encoder.ts). */
   _holdMark = 0;
   /** @internal the barrier segments in which a dispatch last read / wrote it (ts/encoder.ts). */
@@ -97,14 +100,19 @@ export class Buffer {
     return this._h as Pointer;
   }
 
-  /** The handle for host access, which work in flight on the allocation forbids. */
-  private hostHandle(what: string): Pointer {
+  /**
+   * The handle for host access. Work in flight on the allocation forbids
+   * writing it (the work may read what is overwritten) and reading it where
+   * that work may write it.
+   */
+  private hostHandle(what: string, reads = false): Pointer {
     const h = this.handle();
-    const pending = this.root._pending;
+    const root = this.root;
+    const pending = reads ? root._pendingWrites : root._pending;
     if (pending > 0) {
       throw new MlxError(
         'InvalidArgument',
-        `Buffer.${what}: the ${this.describe()} must not be bound to a commit still running (got ${pending} binding(s) in flight); await the commit first`,
+        `Buffer.${what}: the ${this.describe()} must not be ${reads ? 'written by' : 'bound to'} a commit still running (got ${pending} commit(s) in flight); await the commit first`,
       );
     }
     return h;
@@ -180,7 +188,7 @@ export class Buffer {
 
   /** The raw contents, typed by dtype (f16/bf16 as their bit patterns in a Uint16Array). */
   read(): TypedArray {
-    const h = this.hostHandle('read');
+    const h = this.hostHandle('read', true);
     const out = newTypedArray(this.dtype, this.elementCount);
     check(this._state.sym.mlxn_buffer_read(h, this.byteOffset, asBytes(out), this.byteLength, msgBuf, msgCap), 'Buffer.read');
     return out;

@@ -34,8 +34,12 @@ export interface BindableBuffer {
   readonly _h: number;
   readonly _state: object;
   readonly byteLength: number;
-  /** @internal bindings of commits in flight (Buffer counts them; others may omit it). */
+  /** @internal commits in flight that bind it (Buffer counts them; others may omit it). */
   _pending?: number;
+  /** @internal commits in flight whose dispatches may write it. */
+  _pendingWrites?: number;
+  /** @internal the recording stamp under which a dispatch last may write it. */
+  _writeMark?: number;
   /** @internal the recording stamp under which an encoder last held it. */
   _holdMark?: number;
   /** @internal the barrier segment in which a dispatch last read it / wrote it. */
@@ -395,8 +399,9 @@ interface Staged {
  * encoder holds the Buffer and Pipeline objects it binds, so collection cannot
  * free them; release() of one of them meanwhile frees its handle for the
  * caller (using it again throws) while the backend keeps the memory until the
- * work is done. Host access (read, write, fill, view) to a buffer bound to a
- * commit still running throws MlxError.
+ * work is done. Host access to a buffer that a commit still running binds
+ * throws MlxError: reading it when that work may write it, writing it (or
+ * taking its host array) in any case.
  */
 export class Encoder {
   readonly device: Device;
@@ -408,6 +413,8 @@ export class Encoder {
   private lastGpuTimeNs = 0;
   /** Buffers and pipelines of the dispatches recorded since the last commit. */
   private held: (BindableBuffer | Pipeline)[] = [];
+  /** The buffers among them that the commit's dispatches may write (each counts in its _pendingWrites). */
+  private writtenInFlight: BindableBuffer[] = [];
   /** Those of the commit in flight; each buffer's _pending counts it once per binding. */
   private heldInFlight: (BindableBuffer | Pipeline)[] = [];
   /** Non-null inside atomic(): dispatches and barriers wait there. */
@@ -465,8 +472,11 @@ export class Encoder {
     const slots = packedBuffers.slots;
     // Each object is held once per recording (the mark says it already is).
     const stamp = this.stamp;
+    const writes = p._writes;
+    const index = packedBuffers.index;
     for (let i = 0; i < n; i++) {
       const o = slots[i]!;
+      if ((writes >>> index[i]!) & 1) o._writeMark = stamp;
       if (o._holdMark !== stamp) {
         o._holdMark = stamp;
         held.push(o);
@@ -608,11 +618,19 @@ export class Encoder {
     check(this._state.sym.mlxn_encoder_commit(h, msgBuf, msgCap), 'Encoder.commit');
     this.inFlight = true;
     const held = this.held;
+    const written: BindableBuffer[] = [];
+    const stamp = this.stamp;
     for (let i = 0; i < held.length; i++) {
-      const o = held[i]!;
-      if ((o as BindableBuffer)._pending !== undefined) (o as BindableBuffer)._pending!++;
+      const o = held[i] as BindableBuffer;
+      if (o._pending === undefined) continue; // a pipeline
+      o._pending++;
+      if (o._writeMark === stamp) {
+        o._pendingWrites!++;
+        written.push(o);
+      }
     }
     this.heldInFlight = held;
+    this.writtenInFlight = written;
     this.held = [];
     this.stamp = nextStamp++;
     this.segment = nextStamp++; // commits of one encoder run in order
@@ -633,7 +651,10 @@ export class Encoder {
       const o = held[i]!;
       if ((o as BindableBuffer)._pending !== undefined) (o as BindableBuffer)._pending!--;
     }
+    const written = this.writtenInFlight;
+    for (let i = 0; i < written.length; i++) written[i]!._pendingWrites!--;
     this.heldInFlight = [];
+    this.writtenInFlight = [];
     this.inFlight = false;
     this._epoch++;
   }
