@@ -253,6 +253,19 @@ export function expectInvalid(fn: () => void, op: string, arg: string, expected:
   expect(e.message).toContain(`(got ${actual}`);
 }
 
+/** fn throws an MlxError (of any kind) whose message contains `text`; returns it. */
+export function expectMlxError(fn: () => unknown, text: string): MlxError {
+  let caught: unknown;
+  try {
+    fn();
+  } catch (e) {
+    caught = e;
+  }
+  expect(caught).toBeInstanceOf(MlxError);
+  expect((caught as MlxError).message).toContain(text);
+  return caught as MlxError;
+}
+
 /** fn throws MlxError('InvalidArgument') whose message starts "<op>: " and contains every part. */
 export function expectInvalidParts(fn: () => void, op: string, ...parts: string[]): void {
   const e = invalidArgumentOf(fn);

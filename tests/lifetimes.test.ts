@@ -11,7 +11,7 @@ import { expect, test } from 'bun:test';
 import { Device, MlxError, type Buffer, type Library } from '../ts/index.ts';
 import { flashAttnVec, flashAttnVecTmpElements, l2Norm } from '../ts/ops/index.ts';
 import { l2NormRef } from '../ts/reference/index.ts';
-import { describeBackends, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
+import { describeBackends, expectMlxError, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
 
 const ADD_SOURCE = {
   metal: `#include <metal_stdlib>
@@ -47,17 +47,6 @@ function churn(dev: Device, n = 24, elements = 1024): void {
   for (const b of held) b.release();
 }
 
-function expectMlxError(fn: () => unknown, text: string): MlxError {
-  let caught: unknown;
-  try {
-    fn();
-  } catch (e) {
-    caught = e;
-  }
-  expect(caught).toBeInstanceOf(MlxError);
-  expect((caught as MlxError).message).toContain(text);
-  return caught as MlxError;
-}
 
 const ROWS = 8;
 const DIM = 200;

@@ -54,6 +54,7 @@
 import { describe, expect, test } from 'bun:test';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { stripComments } from '../ts/source-text.ts';
 
 const ROOT = resolve(import.meta.dir, '..');
 const SHADERS = join(ROOT, 'shaders');
@@ -63,36 +64,6 @@ interface Finding {
   rule: string;
   line: number;
   text: string;
-}
-
-/** Comments replaced by spaces (newlines kept, so offsets keep their line). */
-function stripComments(text: string): string {
-  let out = '';
-  let i = 0;
-  while (i < text.length) {
-    const c = text[i]!;
-    const n = text[i + 1];
-    if (c === '/' && n === '/') {
-      while (i < text.length && text[i] !== '\n') {
-        out += ' ';
-        i++;
-      }
-    } else if (c === '/' && n === '*') {
-      const end = text.indexOf('*/', i + 2);
-      const stop = end < 0 ? text.length : end + 2;
-      out += text.slice(i, stop).replace(/[^\n]/g, ' ');
-      i = stop;
-    } else if (c === '"') {
-      let j = i + 1;
-      while (j < text.length && text[j] !== '"' && text[j] !== '\n') j += text[j] === '\\' ? 2 : 1;
-      out += text.slice(i, j + 1);
-      i = j + 1;
-    } else {
-      out += c;
-      i++;
-    }
-  }
-  return out;
 }
 
 /** `code` with string literals blanked, for rules that look for words. */

@@ -6,18 +6,8 @@ import { expect, test } from 'bun:test';
 import { Device, MlxError } from '../ts/index.ts';
 import { l2Norm } from '../ts/ops/index.ts';
 import { l2NormRef } from '../ts/reference/index.ts';
-import { describeBackends, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
+import { describeBackends, expectMlxError, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
 
-function mlxError(fn: () => unknown, text: string): void {
-  let caught: unknown;
-  try {
-    fn();
-  } catch (e) {
-    caught = e;
-  }
-  expect(caught).toBeInstanceOf(MlxError);
-  expect((caught as MlxError).message).toContain(text);
-}
 
 describeBackends('views', ({ device }) => {
   test('view and slice: ranges, shapes, host reads and writes at their offset', () => {
@@ -46,28 +36,28 @@ describeBackends('views', ({ device }) => {
   test('refusals: outside the buffer, misaligned, bad shapes and dtypes, after release', () => {
     const dev = device();
     const b = dev.alloc('f32', [10, 4]);
-    mlxError(() => b.view('f32', [41]), 'Buffer.view: byteOffset + the view');
-    mlxError(() => b.view('f32', [4], 160), 'Buffer.view: byteOffset + the view');
-    mlxError(() => b.view('f32', [2], 8), 'multiple of 16 bytes');
-    mlxError(() => b.view('f32', [2], -16), 'byteOffset must be an integer >= 0');
-    mlxError(() => b.view('f32', [0]), 'shape[0] must be a positive integer');
-    mlxError(() => b.view('f32', 3 as unknown as number[]), 'shape must be an array');
-    mlxError(() => b.view('f64' as never, [1]), 'dtype must be one of');
-    mlxError(() => b.slice(3, 3), '0 <= start < end <= 10');
-    mlxError(() => b.slice(0, 11), '0 <= start < end <= 10');
+    expectMlxError(() => b.view('f32', [41]), 'Buffer.view: byteOffset + the view');
+    expectMlxError(() => b.view('f32', [4], 160), 'Buffer.view: byteOffset + the view');
+    expectMlxError(() => b.view('f32', [2], 8), 'multiple of 16 bytes');
+    expectMlxError(() => b.view('f32', [2], -16), 'byteOffset must be an integer >= 0');
+    expectMlxError(() => b.view('f32', [0]), 'shape[0] must be a positive integer');
+    expectMlxError(() => b.view('f32', 3 as unknown as number[]), 'shape must be an array');
+    expectMlxError(() => b.view('f64' as never, [1]), 'dtype must be one of');
+    expectMlxError(() => b.slice(3, 3), '0 <= start < end <= 10');
+    expectMlxError(() => b.slice(0, 11), '0 <= start < end <= 10');
     // Rows of 12 bytes: row 1 starts at byte 12, not a multiple of 16.
     using odd = dev.alloc('f32', [4, 3]);
-    mlxError(() => odd.slice(1), 'multiple of 16 bytes');
+    expectMlxError(() => odd.slice(1), 'multiple of 16 bytes');
     // A huge shape is refused without computing past the buffer's size.
-    mlxError(() => b.view('f32', [2 ** 40, 2 ** 40, 2 ** 40]), 'Buffer.view: byteOffset + the view');
+    expectMlxError(() => b.view('f32', [2 ** 40, 2 ** 40, 2 ** 40]), 'Buffer.view: byteOffset + the view');
     const v = b.slice(4);
     b.release();
     expect(v.released).toBe(true);
-    mlxError(() => v.read(), 'after release');
-    mlxError(() => v.slice(1), 'after release');
+    expectMlxError(() => v.read(), 'after release');
+    expectMlxError(() => v.slice(1), 'after release');
     using enc = dev.encoder();
     using y = dev.alloc('f32', [6, 4]);
-    mlxError(() => l2Norm(enc, { x: v, y, rows: 6, dim: 4 }), 'after release');
+    expectMlxError(() => l2Norm(enc, { x: v, y, rows: 6, dim: 4 }), 'after release');
     // Releasing a view leaves its allocation usable.
     using c = dev.alloc('f32', [8]);
     const cv = c.view('f32', [4], 16);
@@ -120,10 +110,10 @@ describeBackends('views', ({ device }) => {
     const pending = enc.commit();
     // Work in flight on an allocation forbids writes through any view of it,
     // and reads where the work writes it.
-    mlxError(() => v.root.fill(0), 'must not be bound to a commit still running');
-    mlxError(() => v.writeNumbers(x), 'must not be bound to a commit still running');
+    expectMlxError(() => v.root.fill(0), 'must not be bound to a commit still running');
+    expectMlxError(() => v.writeNumbers(x), 'must not be bound to a commit still running');
     expect(v.read().length).toBe(rows * dim);
-    mlxError(() => y.read(), 'must not be written by a commit still running');
+    expectMlxError(() => y.read(), 'must not be written by a commit still running');
     await pending;
     expect(maxRelErr(y.readNumbers(), l2NormRef(x, rows, dim, 1e-6))).toBeLessThan(TOL.f32);
   });

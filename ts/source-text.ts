@@ -3,8 +3,8 @@
 // TypeScript sources.
 
 /**
- * Removes // and /* *\/ comments (a block comment becomes spaces, keeping its
- * newlines, so line numbers hold), leaving string literals untouched: Swift
+ * Replaces // and /* *\/ comments by spaces (keeping newlines, so lines,
+ * columns and offsets hold), leaving string literals untouched: Swift
  * triple-quoted strings, "..." and '...' up to the end of their line, and
  * TypeScript `...` templates across lines.
  */
@@ -15,7 +15,11 @@ export function stripComments(text: string): string {
     const c = text[i]!;
     const n = text[i + 1];
     if (c === '/' && n === '/') {
-      while (i < text.length && text[i] !== '\n') i++;
+      // Blanked like block comments, so columns and offsets hold too.
+      while (i < text.length && text[i] !== '\n') {
+        out += ' ';
+        i++;
+      }
     } else if (c === '/' && n === '*') {
       const end = text.indexOf('*/', i + 2);
       const stop = end < 0 ? text.length : end + 2;
