@@ -5,13 +5,28 @@
 import type { BackendName } from './native.ts';
 import type { Device } from './device.ts';
 import { MlxError } from './errors.ts';
+import cudaPrelude from '../shaders/cuda/common.cuh' with { type: 'text' };
 import { kernelWrites } from './metal-source.ts';
 import { constantsKey, type FunctionConstants, type Library, type Pipeline } from './library.ts';
+
+/** The helpers every CUDA family shares (shaders/cuda/common.cuh), compiled ahead of its source. */
+export const CUDA_PRELUDE: string = cudaPrelude;
+
+/**
+ * One program of a prelude and a family's source, with `#line` directives so
+ * that compile errors cite each file by its own name and line.
+ */
+export function withPrelude(prelude: string, preludeName: string, source: string, name: string): string {
+  return `#line 1 "${preludeName}"\n${prelude}\n#line 1 "${name}"\n${source}`;
+}
 
 export interface FamilySources {
   /** Metal Shading Language, used by the metal and emu backends. */
   metal: string;
-  /** CUDA C++ with the same entry names and binding order, used by the cuda backend. */
+  /**
+   * CUDA C++ with the same entry names and binding order, used by the cuda
+   * backend; compiled after CUDA_PRELUDE, whose helpers it uses.
+   */
   cuda?: string;
 }
 
@@ -99,8 +114,8 @@ export class KernelRegistry {
       if (sources.cuda === undefined) {
         throw new MlxError('KernelNotFound', `KernelRegistry: family ${family} has no CUDA source, so it cannot run on the cuda backend`);
       }
-      source = sources.cuda;
       name = `${family}.cu`;
+      source = withPrelude(CUDA_PRELUDE, 'common.cuh', sources.cuda, name);
     } else {
       source = sources.metal;
       name = `${family}.metal`;

@@ -9,3 +9,8 @@ declare module '*.cu' {
   const source: string;
   export default source;
 }
+
+declare module '*.cuh' {
+  const source: string;
+  export default source;
+}

@@ -23,12 +23,6 @@
 //              two m16n8 tiles is the A layout of one m16k16 tile)
 // The tri-solve is f32 forward substitution, one column per thread.
 
-#include <cuda_bf16.h>
-
-typedef unsigned int u32;
-typedef unsigned long long u64;
-typedef __nv_bfloat16 bf16;
-
 struct ChunkGatedDeltaRuleParams {
     u32 n_tok;
     u32 nt;
@@ -45,29 +39,6 @@ namespace {
 
 constexpr u32 BT = 64;   // tokens per chunk
 
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    return static_cast<u32>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void ldsm_x4(const void* p, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x4_trans(const void* p, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_addr(p)));
-}
-// d += a (16x16 bf16, row) * b (16x8 bf16, col), f32 accumulate.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const u32*>(&h);
-}
-
 // A fragment (16 rows x 16 cols) of a row-major bf16 array at (r0, c0).
 __device__ __forceinline__ void frag_a(u32 (&a)[4], const bf16* base, u32 ld, u32 r0, u32 c0, u32 lane) {
     ldsm_x4(base + (r0 + (lane & 15u)) * ld + c0 + 8u * (lane >> 4), a[0], a[1], a[2], a[3]);
@@ -83,16 +54,6 @@ __device__ __forceinline__ void frag_b_kn(u32 (&b)[4], const bf16* base, u32 ld,
     const u32 m = lane >> 3, rr = lane & 7u;
     ldsm_x4_trans(base + (k0 + rr + 8u * (m & 1u)) * ld + n0 + 8u * (m >> 1), b[0], b[1], b[2], b[3]);
 }
-
-// 16-byte global -> shared copy that does not hold the thread (cp.async, L2
-// only); live == false writes 16 zero bytes and reads nothing (src-size 0).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool live) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(live ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
 
 // dst[r * ld + c] = src[r * stride + c] for r < len, 0 for r in [len, 64); c < ncols
 // (a multiple of 8, 16-byte aligned rows), 16-byte cp.async copies: every copy of

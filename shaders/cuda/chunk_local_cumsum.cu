@@ -8,9 +8,6 @@
 // inclusive scan by shuffles, then each thread adds the totals of the warps
 // before its own (static shared memory, one float per warp).
 
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
 struct ChunkLocalCumsumParams {
     u32 b;
     u32 t;

@@ -12,19 +12,12 @@
 // (tokens times heads), so the launch, not the bandwidth, sets its time.
 // All arithmetic is f32 with the accurate expf / log1pf.
 
-#include <cuda_bf16.h>
-
-typedef unsigned int u32;
-
 struct ComputeGBetaParams {
     u32 n;   // B * T * H
     u32 h;
 };
 
 namespace {
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 __device__ __forceinline__ float softplus_f32(float x) {
     return x > 20.0f ? x : log1pf(expf(x));

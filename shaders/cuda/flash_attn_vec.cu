@@ -25,11 +25,6 @@
 // Reduce kernel: grid (rows, 1, 1), 32 * NWG threads; lane w of each warp
 // stands for workgroup w; warp s combines float4 columns s, s + NWG, ...
 
-#include <cuda_fp16.h>
-
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
 struct FlashAttnVecParams {
     u32   n_heads;
     u32   n_kv_heads;
@@ -71,17 +66,6 @@ __device__ __forceinline__ void unpack(uint4 t, float (&v)[8], const __half*) {
     }
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (u32 o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (u32 o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
-    return v;
-}
-
 // One step of the transpose-reduce: lanes with bit OFF set keep the upper
 // half of part[0 .. 2*OFF), the others the lower half; each adds its partner's
 // copy of the half it keeps.
@@ -100,15 +84,6 @@ constexpr int NW = 4;                 // warps per block
 constexpr int RING_LANE_BYTES = 768;  // cp.async ring per lane: NW * 32 * 768 = 98304 bytes per block
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
-
-__device__ __forceinline__ void cp_async16(uint4* smem_dst, const void* src, bool fill) {
-    const u32 d = static_cast<u32>(__cvta_generic_to_shared(smem_dst));
-    const int n = fill ? 16 : 0;   // 0: no bytes read, 16 zero bytes written
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 // Transpose-reduce of part[0 .. 2*OFF) down to part[0]: afterwards lane l
 // holds index l & (2*OFF - 1), summed over the lanes that agree with l in

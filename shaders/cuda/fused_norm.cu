@@ -24,11 +24,6 @@
 // keeps every kernel at <= 64 registers, so every block size launches.
 // Otherwise a scalar path strides over the row.
 
-#include <cuda_bf16.h>
-
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
 struct FusedResidualNormParams {
     u32   dim;
     u32   rows;
@@ -49,29 +44,7 @@ constexpr u64 STREAM_BYTES = ~0ull;
 
 enum Mode { NORM_ADD = 0, RESIDUAL_NORM = 1, RESIDUAL_NORM_SCALAR = 2, NORM_ADD_SCALAR = 3 };
 
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-template <typename T> struct VecOf;
-template <> struct VecOf<float> { static constexpr int N = 4; };
-template <> struct VecOf<__nv_bfloat16> { static constexpr int N = 8; };
-
-__device__ __forceinline__ void load_vec(const float* p, float (&v)[4]) {
-    const float4 t = *reinterpret_cast<const float4*>(p);
-    v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
-}
-__device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float (&v)[8]) {
-    const uint4 t = *reinterpret_cast<const uint4*>(p);
-    const u32 w[4] = {t.x, t.y, t.z, t.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        v[2 * i]     = __uint_as_float(w[i] << 16);
-        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
-}
 // 16 bytes as raw words: load_stream for data read once (evict-first),
 // load_raw for data other rows read again (the weight).
 __device__ __forceinline__ uint4 load_stream(const void* p, bool stream) {
@@ -107,31 +80,6 @@ __device__ __forceinline__ void store_vec(__nv_bfloat16* p, const float (&v)[8],
         w[i] = *reinterpret_cast<const u32*>(&h);
     }
     store_words(p, make_uint4(w[0], w[1], w[2], w[3]), stream);
-}
-
-__device__ __forceinline__ bool aligned16(const void* p) {
-    return (reinterpret_cast<u64>(p) & 15u) == 0;
-}
-
-// Sum over the block, returned to every thread; partials holds one float per
-// warp and is written once per kernel. A last, partial warp reduces only its
-// existing lanes.
-__device__ __forceinline__ float block_sum(float v, float* partials) {
-    const u32 tid = threadIdx.x, bs = blockDim.x;
-    const u32 lane = tid & 31u, warp = tid >> 5;
-    const u32 n = min(32u, bs - (warp << 5));
-    const u32 mask = n == 32u ? 0xffffffffu : ((1u << n) - 1u);
-#pragma unroll
-    for (u32 o = 16; o > 0; o >>= 1) {
-        const float other = __shfl_down_sync(mask, v, o);
-        if (lane + o < n) v += other;
-    }
-    if (lane == 0) partials[warp] = v;
-    __syncthreads();
-    const u32 nw = (bs + 31u) >> 5;
-    float total = 0.0f;
-    for (u32 i = 0; i < nw; ++i) total += partials[i];
-    return total;
 }
 
 // Output of one element given x (the normalized value: input, or residual + input).

@@ -31,11 +31,6 @@
 // All arithmetic is f32; bf16 q, k, v and o are converted on load and rounded
 // (nearest even) on store.
 
-#include <cuda_bf16.h>
-
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
 struct GatedDeltaNetParams {
     u32   b;
     u32   t;
@@ -63,12 +58,6 @@ constexpr u32 GDN_ROWS = 4;        // rows v per warp
 constexpr u32 GDN_WARPS = 4;
 constexpr u32 GDN_BV = GDN_ROWS * GDN_WARPS;
 constexpr u32 FULL = 0xffffffffu;
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 __device__ __forceinline__ bool aligned_to(const void* p, u32 bytes) {
     return (reinterpret_cast<u64>(p) & u64(bytes - 1u)) == 0;

@@ -37,11 +37,6 @@
 // distinct banks. The dynamic region the op binds (20480 bytes) holds hb,
 // stage and g; the k rows are a static array (17408 bytes).
 
-#include <cuda_bf16.h>
-
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
 struct GatedDeltaNetChunkParams {
     u32 b;
     u32 t;
@@ -62,31 +57,6 @@ constexpr u32 NTH = 128;         // threads
 constexpr u32 LDH = KD + 8;      // hb row stride (bf16)
 constexpr u32 LDS = BT + 8;      // stage row stride (bf16)
 constexpr u32 LDK = KD + 8;      // k-rows stride (bf16)
-
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    return static_cast<u32>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_trans(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
-}
-// d += a (16x16 bf16, row) * b (16x8 bf16, col), f32 accumulate.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const u32*>(&h);
-}
 
 }  // namespace
 
@@ -240,9 +210,9 @@ gated_delta_net_chunk_inter_state_bf16(const __nv_bfloat16* __restrict__ k_in, c
                 const u32 m = lane >> 3, rr = lane & 7u;
                 const u32 vrow = 8u * (nj + (m >> 1)) + rr;
                 u32 b0, b1, b2, b3;
-                ldsm_x4(smem_addr(hb + vrow * LDH + k0 + 8u * (m & 1u)), b0, b1, b2, b3);
-                mma_bf16(xa[nj], wc[kk][0], wc[kk][1], wc[kk][2], wc[kk][3], b0, b1);
-                mma_bf16(xa[nj + 1], wc[kk][0], wc[kk][1], wc[kk][2], wc[kk][3], b2, b3);
+                ldsm_x4(hb + vrow * LDH + k0 + 8u * (m & 1u), b0, b1, b2, b3);
+                mma_bf16(xa[nj], wc[kk], b0, b1);
+                mma_bf16(xa[nj + 1], wc[kk], b2, b3);
             }
         }
 
@@ -275,7 +245,7 @@ gated_delta_net_chunk_inter_state_bf16(const __nv_bfloat16* __restrict__ k_in, c
                 for (int mi = 0; mi < 2; ++mi) {
                     // matrices: (rows 0-7, t0), (rows 8-15, t0), (rows 0-7, t0+8), (rows 8-15, t0+8)
                     const u32 vrow = 16u * mi + rr + 8u * (m & 1u);
-                    ldsm_x4(smem_addr(stage + vrow * LDS + t0 + 8u * (m >> 1)), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
+                    ldsm_x4(stage + vrow * LDS + t0 + 8u * (m >> 1), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
                 }
             }
 #pragma unroll
@@ -285,11 +255,11 @@ gated_delta_net_chunk_inter_state_bf16(const __nv_bfloat16* __restrict__ k_in, c
                 const u32 trow = t0 + rr + 8u * (m & 1u);
                 const u32 kcol = 32u * warp + 8u * (ni + (m >> 1));
                 u32 b0, b1, b2, b3;
-                ldsm_x4_trans(smem_addr(kt + trow * LDK + kcol), b0, b1, b2, b3);
+                ldsm_x4_trans(kt + trow * LDK + kcol, b0, b1, b2, b3);
 #pragma unroll
                 for (int mi = 0; mi < 2; ++mi) {
-                    mma_bf16(st[mi][ni], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b0, b1);
-                    mma_bf16(st[mi][ni + 1], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b2, b3);
+                    mma_bf16(st[mi][ni], a[mi], b0, b1);
+                    mma_bf16(st[mi][ni + 1], a[mi], b2, b3);
                 }
             }
         }

@@ -38,8 +38,6 @@
 // total order, so nothing is marked and the winners are distinct. Larger
 // top_k use top_k rounds of a block arg-max.
 
-typedef unsigned int u32;
-
 struct FusedMoeRoutingParams {
     u32 num_experts;
     u32 top_k;
@@ -78,7 +76,8 @@ __device__ __forceinline__ void warp_argmax(float& v, u32& i, u32 lane, u32 n, u
     }
 }
 
-__device__ __forceinline__ float warp_max(float v, u32 lane, u32 n, u32 mask) {
+// The max over the first n lanes of a warp (mask: those lanes), returned to every lane.
+__device__ __forceinline__ float partial_warp_max(float v, u32 lane, u32 n, u32 mask) {
 #pragma unroll
     for (u32 o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_down_sync(mask, v, o);
@@ -103,7 +102,7 @@ __device__ void route_token(const float* logits, u32* expert_ids, float* routing
 
     float local_max = NEG_INF;
     for (u32 e = tid; e < num_experts; e += bs) local_max = fmaxf(local_max, logits[e]);
-    local_max = warp_max(local_max, lane, n, mask);
+    local_max = partial_warp_max(local_max, lane, n, mask);
     if (lane == 0) part_value[warp] = local_max;
     __syncthreads();
     float mx = NEG_INF;
@@ -244,17 +243,6 @@ __device__ __forceinline__ bool warp_path(u32 num_experts, u32 top_k) {
     return blockDim.x == 32u && num_experts <= WARP_MAX_EXPERTS && top_k <= WARP_MAX_TOP_K;
 }
 
-__device__ __forceinline__ float warp_max_all(float v) {
-#pragma unroll
-    for (u32 o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
-    return v;
-}
-__device__ __forceinline__ float warp_sum_all(float v) {
-#pragma unroll
-    for (u32 o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
-    return v;
-}
-
 // Expert of lane `lane`'s slot s: with PER >= 4, four consecutive experts per
 // 128-expert group (one 16-byte load), else one per 32-expert group.
 template <int PER>
@@ -296,7 +284,7 @@ __device__ __forceinline__ void route_warp(const float* __restrict__ logits, u32
     float lane_max = NEG_INF;   // fmaxf skips the NaN of absent experts
 #pragma unroll
     for (int s = 0; s < PER; ++s) lane_max = fmaxf(lane_max, v[s]);
-    const float mx = warp_max_all(lane_max);
+    const float mx = warp_max(lane_max);
     const float mxs = mx == NEG_INF ? 0.0f : mx;   // all -inf: u = expf(-inf) = 0 for every expert
 
     // Bitonic sort of the lane maxima, descending across lanes.
@@ -352,7 +340,7 @@ __device__ __forceinline__ void route_warp(const float* __restrict__ logits, u32
         }
         __syncwarp();   // cand is free for the warp's next token
         const bool sel = lane < total && rank < top_k;
-        const float sum = warp_sum_all(sel ? cv : 0.0f);
+        const float sum = warp_sum(sel ? cv : 0.0f);
         if (sel) {
             expert_ids[rank] = ci;
             routing_weights[rank] = sum > 0.0f ? cv / sum * per_expert_scale[ci] : 0.0f;
@@ -389,7 +377,7 @@ __device__ __forceinline__ void route_warp(const float* __restrict__ logits, u32
         prev_v = bv;
         prev_i = bi;
     }
-    const float sum = warp_sum_all(lane < top_k ? mine_v : 0.0f);
+    const float sum = warp_sum(lane < top_k ? mine_v : 0.0f);
     if (lane < top_k) {
         expert_ids[lane] = mine_i;
         routing_weights[lane] = sum > 0.0f && mine_i < num_experts ? mine_v / sum * per_expert_scale[mine_i] : 0.0f;

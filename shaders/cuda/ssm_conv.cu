@@ -21,11 +21,6 @@
 // state in registers from the start and writes the new state after its
 // outputs, so the state is updated in place with no race.
 
-#include <cuda_bf16.h>
-
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
 struct SsmConvParams {
     u32 b;
     u32 t;
@@ -40,12 +35,6 @@ struct SsmConvParams {
 namespace {
 
 constexpr u32 SSM_CONV_THREADS = 128;
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 template <typename T, typename W, int KS>
 __device__ __forceinline__ void ssm_conv_ks(const T* __restrict__ x, const W* __restrict__ weight, T* state,

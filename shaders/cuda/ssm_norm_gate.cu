@@ -12,9 +12,6 @@
 // and keep up to 8 of them of attn_out in registers between the two passes;
 // otherwise a scalar path strides over the row.
 
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
 struct SsmNormGateParams {
     float eps;
     float d_v;
@@ -23,24 +20,6 @@ struct SsmNormGateParams {
 };
 
 namespace {
-
-__device__ __forceinline__ float block_sum(float v, float* partials) {
-    const u32 tid = threadIdx.x, bs = blockDim.x;
-    const u32 lane = tid & 31u, warp = tid >> 5;
-    const u32 n = min(32u, bs - (warp << 5));
-    const u32 mask = n == 32u ? 0xffffffffu : ((1u << n) - 1u);
-#pragma unroll
-    for (u32 o = 16; o > 0; o >>= 1) {
-        const float other = __shfl_down_sync(mask, v, o);
-        if (lane + o < n) v += other;
-    }
-    if (lane == 0) partials[warp] = v;
-    __syncthreads();
-    const u32 nw = (bs + 31u) >> 5;
-    float total = 0.0f;
-    for (u32 i = 0; i < nw; ++i) total += partials[i];
-    return total;
-}
 
 __device__ __forceinline__ float gated(float x, float r, float w, float zv) {
     return x * r * w * (zv / (1.0f + expf(-zv)));

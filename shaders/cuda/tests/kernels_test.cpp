@@ -84,13 +84,17 @@ static mlxn_pipeline* pipe(const string& family, const string& kernel, const str
   auto it = g_pipes.find(kernel);
   if (it != g_pipes.end()) return it->second;
   if (!g_libs.count(family)) {
+    // As the kernel registry (ts/registry.ts) compiles it: the prelude, then the family.
+    std::ifstream pf(dir + "/common.cuh");
+    std::stringstream ps;
+    ps << pf.rdbuf();
     std::ifstream f(dir + "/" + family + ".cu");
     std::stringstream ss;
     ss << f.rdbuf();
-    string src = ss.str();
-    if (src.empty()) { fprintf(stderr, "FATAL: cannot read %s/%s.cu\n", dir.c_str(), family.c_str()); exit(2); }
+    if (ps.str().empty() || ss.str().empty()) { fprintf(stderr, "FATAL: cannot read %s/common.cuh or %s.cu\n", dir.c_str(), family.c_str()); exit(2); }
     mlxn_library* lib;
     string name = family + ".cu";
+    string src = "#line 1 \"common.cuh\"\n" + ps.str() + "\n#line 1 \"" + name + "\"\n" + ss.str();
     mlxn_status s = p_mlxn_library_compile(g_dev, src.data(), src.size(), name.c_str(), nullptr, 0, &lib, g_msg, sizeof g_msg);
     if (s) die(("compile " + name).c_str(), s);
     g_libs[family] = lib;

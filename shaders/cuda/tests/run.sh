@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the cuda backend and the kernel checks, then runs them:
 #   shaders/cuda/tests/run.sh [families...]
-# Each kernel source is also compiled by nvcc (when present) for the resource
+# Each kernel source is also compiled by nvcc (when present, with the prelude
+# common.cuh included first, as the registry compiles it) for the resource
 # report (registers, spills, shared memory). Logs go to $OUT when set, else
 # build/cuda/kernel-tests/. Exit status: the checks' (0 when all pass).
 set -uo pipefail
@@ -14,7 +15,7 @@ bash "$root/scripts/build-cuda.sh" > "$out/build.log" 2>&1 || { cat "$out/build.
 nvcc="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 if [[ -x "$nvcc" ]]; then
   for f in "$root"/shaders/cuda/*.cu; do
-    "$nvcc" -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cubin -Xptxas -v -o "$root/build/cuda/$(basename "$f" .cu).cubin" "$f" 2>&1 \
+    "$nvcc" -std=c++17 -include "$root/shaders/cuda/common.cuh" -gencode=arch=compute_90a,code=sm_90a -cubin -Xptxas -v -o "$root/build/cuda/$(basename "$f" .cu).cubin" "$f" 2>&1 \
       | grep -E "error|warning|Compiling|registers|spill" >> "$out/resources.log"
   done
 fi

@@ -1,0 +1,125 @@
+// The prelude of every CUDA family: the kernel registry compiles it ahead of
+// shaders/cuda/<family>.cu (one program, `#line` marking where each file
+// starts), so the helpers that several families use are written once, here.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef __nv_bfloat16 bf16;
+
+// ---- conversions ----
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// Two floats rounded to bf16, packed low then high (the layout of __nv_bfloat162).
+__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const u32*>(&h);
+}
+
+__device__ __forceinline__ bool aligned16(const void* p) {
+    return (reinterpret_cast<u64>(p) & 15u) == 0;
+}
+
+// ---- 16-byte vectors ----
+
+// Elements of T in one 16-byte vector.
+template <typename T> struct VecOf { static constexpr int N = 16 / sizeof(T); };
+
+// 16 aligned bytes at p, widened to floats.
+__device__ __forceinline__ void load_vec(const float* p, float (&v)[4]) {
+    const float4 t = *reinterpret_cast<const float4*>(p);
+    v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+}
+__device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float (&v)[8]) {
+    const uint4 t = *reinterpret_cast<const uint4*>(p);
+    const u32 w[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        v[2 * i]     = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void load_vec(const __half* p, float (&v)[8]) {
+    const uint4 t = *reinterpret_cast<const uint4*>(p);
+    const u32 w[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+        v[2 * i] = f.x;
+        v[2 * i + 1] = f.y;
+    }
+}
+
+// ---- reductions ----
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (u32 o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (u32 o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block, returned to every thread; partials holds one float per
+// warp and is written once per call. A last, partial warp reduces only its
+// existing lanes.
+__device__ __forceinline__ float block_sum(float v, float* partials) {
+    const u32 tid = threadIdx.x, bs = blockDim.x;
+    const u32 lane = tid & 31u, warp = tid >> 5;
+    const u32 n = min(32u, bs - (warp << 5));
+    const u32 mask = n == 32u ? 0xffffffffu : ((1u << n) - 1u);
+#pragma unroll
+    for (u32 o = 16; o > 0; o >>= 1) {
+        const float other = __shfl_down_sync(mask, v, o);
+        if (lane + o < n) v += other;
+    }
+    if (lane == 0) partials[warp] = v;
+    __syncthreads();
+    const u32 nw = (bs + 31u) >> 5;
+    float total = 0.0f;
+    for (u32 i = 0; i < nw; ++i) total += partials[i];
+    return total;
+}
+
+// ---- tensor cores and asynchronous copies (sm_80 and later) ----
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+// Four 8x8 b16 matrices from shared memory, as an mma operand (lane l gives the row address).
+__device__ __forceinline__ void ldsm_x4(const void* p, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(const void* p, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_addr(p)));
+}
+// d += a (16x16 bf16, row) * b (16x8 bf16, col), f32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 16-byte global -> shared copy that does not hold the thread (cp.async, L2
+// only); live == false writes 16 zero bytes and reads nothing (src-size 0).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool live) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(live ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
