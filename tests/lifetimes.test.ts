@@ -244,7 +244,7 @@ describeBackends('lifetimes', ({ device }) => {
     expectMlxError(() => enc.dispatch(pipe, { buffers: [bad([null, 0]), b] }, [1, 1, 1], [1, 1, 1]), 'buffer at index 0 must be');
     expectMlxError(() => enc.dispatch(pipe, { buffers: [b, b], bytes: [, , bad([1])] }, [1, 1, 1], [1, 1, 1]), 'bytes at index 2 must be');
     expectMlxError(() => enc.dispatch(pipe, bad(null), [1, 1, 1], [1, 1, 1]), 'bindings must be');
-    expectMlxError(() => enc.dispatch(pipe, { buffers: [b, b] }, bad(null), [1, 1, 1]), 'grid must be');
-    expectMlxError(() => enc.dispatch(pipe, { buffers: [b, b] }, [1, 1, 1], bad(5)), 'threads must be');
+    expectMlxError(() => enc.dispatch(pipe, { buffers: [b, b] }, bad(null), [1, 1, 1]), 'grid[0] must be');
+    expectMlxError(() => enc.dispatch(pipe, { buffers: [b, b] }, [1, 1, 1], bad(5)), 'threads[0] must be');
   });
 });

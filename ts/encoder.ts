@@ -183,12 +183,12 @@ export function packDispatch<B extends BindableBuffer>(
   threads: Dim3,
   hold?: PackedBuffers,
 ): number {
-  if (!Array.isArray(grid) || grid.length !== 3) throw bindErr('grid', 'an array of 3 threadgroup counts', grid);
-  if (!Array.isArray(threads) || threads.length !== 3) throw bindErr('threads', 'an array of 3 thread counts', threads);
   if (b === null || typeof b !== 'object') throw bindErr('bindings', 'an object { buffers, bytes, threadgroupMemory }', b);
   if (hold !== undefined) hold.count = 0;
-  const g0 = grid[0], g1 = grid[1], g2 = grid[2];
-  const t0 = threads[0], t1 = threads[1], t2 = threads[2];
+  // Optional chaining: a grid or threads that is null or not an array of 3
+  // fails the checks below as MlxError, with no extra test on the way.
+  const g0 = grid?.[0], g1 = grid?.[1], g2 = grid?.[2];
+  const t0 = threads?.[0], t1 = threads?.[1], t2 = threads?.[2];
   if (!((g0 >>> 0) === g0 && g0 > 0)) checkDim('grid[0]', g0);
   if (!((g1 >>> 0) === g1 && g1 > 0)) checkDim('grid[1]', g1);
   if (!((g2 >>> 0) === g2 && g2 > 0)) checkDim('grid[2]', g2);
@@ -470,26 +470,33 @@ export class Encoder {
     const mark = held.length;
     const n = packedBuffers.count;
     const slots = packedBuffers.slots;
-    // Each object is held once per recording (the mark says it already is).
+    // One pass over the bound allocations: hold each once per recording (the
+    // mark says it already is), note what may be written, and look for a
+    // hazard with what dispatches since the last barrier read and wrote
+    // (inside an atomic section, an op of several dispatches, the op's own
+    // dependencies are ordered even when the caller places its barriers).
     const stamp = this.stamp;
     const writes = p._writes;
     const index = packedBuffers.index;
+    const ordered = this.autoBarriers || this.staged !== null;
+    const seg = this.segment;
+    let hazard = this.forceBarrier;
     for (let i = 0; i < n; i++) {
       const o = slots[i]!;
-      if ((writes >>> index[i]!) & 1) o._writeMark = stamp;
+      const w = (writes >>> index[i]!) & 1;
+      if (w !== 0) o._writeMark = stamp;
       if (o._holdMark !== stamp) {
         o._holdMark = stamp;
         held.push(o);
       }
+      if (o._wSeg! >= seg || (w !== 0 && o._rSeg! >= seg)) hazard = true;
     }
     if (p._holdMark !== stamp) {
       p._holdMark = stamp;
       held.push(p);
     }
-    // Inside an atomic section (an op of several dispatches) the dependencies
-    // are the op's own: ordered even when the caller places its barriers itself.
-    if (this.autoBarriers || this.staged !== null) this.orderAfterWrites(p._writes, n);
-    for (let i = 0; i < n; i++) slots[i] = undefined;
+    if (ordered) this.orderAfterWrites(writes, n, hazard);
+    else for (let i = 0; i < n; i++) slots[i] = undefined;
     const staged = this.staged;
     if (staged !== null) {
       staged.push({ block: block.bytes.slice(0, len), pipeline: p, heldEnd: held.length });
@@ -519,36 +526,28 @@ export class Encoder {
   }
 
   /**
-   * Places a barrier before the dispatch being recorded when one of its n
-   * buffers (packedBuffers) was written by a dispatch since the last barrier,
-   * or when it writes one that such a dispatch read; then marks what it reads
-   * and writes. Whole buffers: any two bindings of one buffer overlap.
+   * Places a barrier before the dispatch being recorded when `hazard` says one
+   * of its n buffers (packedBuffers) was written by a dispatch since the last
+   * barrier, or that it writes one such a dispatch read; then marks what it
+   * reads and writes, and clears the slots. Whole allocations: any two
+   * bindings of one allocation overlap.
    *
    * Segment numbers grow across all encoders and a mark only ever rises, so a
    * mark at or above this encoder's segment means "since my last barrier" (or
    * another encoder's later work, which costs a barrier but never hides one of
    * this encoder's own writes).
    */
-  private orderAfterWrites(writes: number, n: number): void {
-    const slots = packedBuffers.slots;
-    const index = packedBuffers.index;
-    let seg = this.segment;
-    if (this.forceBarrier) {
+  private orderAfterWrites(writes: number, n: number, hazard: boolean): void {
+    if (hazard) {
       this.forceBarrier = false;
       this.recordBarrier();
-      seg = this.segment;
-    } else {
-      for (let i = 0; i < n; i++) {
-        const o = slots[i]!;
-        if (o._wSeg! >= seg || ((writes >>> index[i]!) & 1 && o._rSeg! >= seg)) {
-          this.recordBarrier();
-          seg = this.segment;
-          break;
-        }
-      }
     }
+    const seg = this.segment;
+    const slots = packedBuffers.slots;
+    const index = packedBuffers.index;
     for (let i = 0; i < n; i++) {
       const o = slots[i]!;
+      slots[i] = undefined;
       if ((writes >>> index[i]!) & 1) {
         if (o._wSeg! < seg) o._wSeg = seg;
       } else if (o._rSeg! < seg) {
