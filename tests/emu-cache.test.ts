@@ -43,7 +43,7 @@ device.close();
     });
     if (r.status !== 0) throw new Error(`compile step failed (${r.status}):\n${r.stdout}\n${r.stderr}`);
     expect(r.stdout.trim()).toBe('[2,4,6,8]');
-    return readdirSync(cache).filter((f) => f.endsWith('.so')).sort();
+    return readdirSync(cache).filter((f) => f.endsWith('.kernels')).sort();
   }
 
   test('the same build, shim, compiler and flags reuse the .so; any change compiles a new one', () => {

@@ -160,8 +160,9 @@ export class Device {
       throw new MlxError('InvalidArgument', `Device.compile: source must be a string (got ${source === null ? 'null' : typeof source})`);
     }
     const name = opts.name ?? (this.backend === 'cuda' ? 'source.cu' : 'source.metal');
-    if (typeof name !== 'string' || name.includes('\0')) {
-      throw new MlxError('InvalidArgument', `Device.compile: opts.name must be a string without NUL characters (got ${JSON.stringify(name)})`);
+    // The name ends up in generated source (#line directives): no control characters.
+    if (typeof name !== 'string' || name.length === 0 || /[\x00-\x1f\x7f]/.test(name)) {
+      throw new MlxError('InvalidArgument', `Device.compile: opts.name must be a non-empty file name without control characters (got ${JSON.stringify(name)})`);
     }
     const constants = packConstants(opts.constants);
     const src = encoder.encode(source);

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <ctime>
 #include <mutex>
 
+#include "../common/private_cache.h"
 #include "translate.h"
 #include "util.h"
 
@@ -25,19 +27,6 @@ extern char** environ;
 namespace mlxn::emu {
 
 namespace {
-
-bool make_dirs(const std::string& path) {
-  std::string cur;
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = path.find('/', pos + 1);
-    cur = path.substr(0, pos);
-    if (cur.empty()) continue;
-    if (mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return false;
-  }
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 bool read_file(const std::string& path, std::string* out) {
   FILE* f = std::fopen(path.c_str(), "rb");
@@ -50,38 +39,38 @@ bool read_file(const std::string& path, std::string* out) {
   return true;
 }
 
-std::atomic<uint64_t> g_tmp_counter{0};
+using cache::create_temp;
+using cache::remove_tree;
+using cache::write_all;
 
-std::string tmp_suffix() {
-  return ".tmp." + std::to_string(getpid()) + "." + std::to_string(g_tmp_counter.fetch_add(1));
-}
-
-bool write_file(const std::string& path, const char* data, size_t size) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return false;
-  bool ok = std::fwrite(data, 1, size, f) == size;
-  ok = (std::fclose(f) == 0) && ok;
+// Writes a file that does not exist yet (O_CREAT | O_EXCL | O_NOFOLLOW).
+bool write_new_file(const std::string& path, const char* data, size_t size) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  bool ok = write_all(fd, std::string(data, size));
+  ok = close(fd) == 0 && ok;
   return ok;
 }
 
-// Writes through a temporary file and a rename, so that a concurrent reader
-// (another process sharing the cache) never sees a partial file.
-bool write_file_atomic(const std::string& path, const std::string& data) {
-  std::string tmp = path + tmp_suffix();
-  if (!write_file(tmp, data.data(), data.size())) {
-    unlink(tmp.c_str());
-    return false;
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    unlink(tmp.c_str());
-    return false;
+// mkdir -p below an existing private directory, 0700.
+bool make_subdirs(const std::string& base, const std::string& rel) {
+  size_t pos = 0;
+  while ((pos = rel.find('/', pos)) != std::string::npos) {
+    const std::string cur = base + "/" + rel.substr(0, pos);
+    if (mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST) return false;
+    ++pos;
   }
   return true;
 }
 
-int remove_entry(const char* p, const struct stat*, int, struct FTW*) { return remove(p); }
-
-void remove_tree(const std::string& path) { nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+// A private scratch directory (mkdtemp: random name, 0700, made exclusively)
+// inside the cache directory, for the files of one compile.
+std::string scratch_dir(const std::string& dir) {
+  std::string templ = dir + "/work.XXXXXX";
+  std::vector<char> b(templ.begin(), templ.end());
+  b.push_back('\0');
+  return mkdtemp(b.data()) ? std::string(b.data()) : std::string();
+}
 
 // Regular files under dir, as paths relative to it, sorted.
 void list_files(const std::string& dir, const std::string& rel, std::vector<std::string>* out) {
@@ -165,26 +154,29 @@ Shim load_shim() {
   const std::string base = cache_dir();
   const std::string dir = base + "/shim-" + s.hash;
   struct stat st;
-  if (stat((dir + "/.complete").c_str(), &st) == 0) {
+  if (lstat((dir + "/.complete").c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
     s.dir = dir;
     return s;
   }
-  // Write into a private directory, then rename it into place.
-  const std::string tmp = dir + tmp_suffix();
+  // Written into a scratch directory of this process, then renamed into place.
+  const std::string tmp = scratch_dir(base);
+  if (tmp.empty()) {
+    s.error = "cannot create a directory in " + base + ": " + std::strerror(errno);
+    return s;
+  }
   for (unsigned long i = 0; i < kShimFileCount; ++i) {
-    std::string path = tmp + "/" + kShimFiles[i].path;
-    if (!make_dirs(path.substr(0, path.rfind('/'))) ||
-        !write_file(path, kShimFiles[i].data, kShimFiles[i].size)) {
+    const std::string rel = kShimFiles[i].path;
+    if (!make_subdirs(tmp, rel) || !write_new_file(tmp + "/" + rel, kShimFiles[i].data, kShimFiles[i].size)) {
       s.error = "cannot write the shim headers into " + tmp + ": " + std::strerror(errno);
       remove_tree(tmp);
       return s;
     }
   }
-  write_file(tmp + "/.complete", "", 0);
+  write_new_file(tmp + "/.complete", "", 0);
   if (rename(tmp.c_str(), dir.c_str()) != 0) {
     // Another process got there first: its copy is identical.
     remove_tree(tmp);
-    if (stat((dir + "/.complete").c_str(), &st) != 0) {
+    if (lstat((dir + "/.complete").c_str(), &st) != 0) {
       s.error = "cannot install the shim headers into " + dir;
       return s;
     }
@@ -200,15 +192,16 @@ const Shim& shim() {
   return s;
 }
 
-// Runs argv with stdout and stderr into log_path; returns the exit status,
-// or -1 when the process could not be started.
+// Runs argv with stdout and stderr into log_path (an existing file, made by
+// create_temp; a link there is not followed); returns the exit status, or -1
+// when the process could not be started.
 int run_process(const std::vector<std::string>& argv, const std::string& log_path) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_TRUNC | O_NOFOLLOW, 0600);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   posix_spawn_file_actions_addclose(&fa, 0);
   pid_t pid;
@@ -238,8 +231,9 @@ std::vector<std::string> link_flags(const std::string& cxx, const std::string& d
   std::lock_guard<std::mutex> lock(mu);
   if (probed_for == cxx) return flags;
   flags.clear();
-  if (make_dirs(dir)) {
-    const std::string log = dir + "/rtlib" + tmp_suffix() + ".log";
+  std::string log;
+  if (const int fd = create_temp(dir, "rtlib", &log); fd >= 0) {
+    close(fd);
     if (run_process({cxx, "--rtlib=compiler-rt", "-print-libgcc-file-name"}, log) == 0) {
       std::string path;
       read_file(log, &path);
@@ -262,8 +256,9 @@ std::string compiler_identity(const std::string& cxx, const std::string& dir) {
   std::lock_guard<std::mutex> lock(mu);
   if (probed_for == cxx) return identity;
   identity = "unknown";
-  if (make_dirs(dir)) {
-    const std::string log = dir + "/version" + tmp_suffix() + ".log";
+  std::string log;
+  if (const int fd = create_temp(dir, "version", &log); fd >= 0) {
+    close(fd);
     if (run_process({cxx, "--version"}, log) == 0) read_file(log, &identity);
     unlink(log.c_str());
   }
@@ -294,22 +289,78 @@ const std::string& emulator_build_id() {
   return id;
 }
 
+// Loads a shared object from the bytes that were verified, never from a path
+// that could change after the check: on Linux through an anonymous memory file
+// (kept open as long as the library, so that no two loaded libraries share a
+// /proc/self/fd name, which dlopen would take for the same library);
+// elsewhere through an exclusive scratch file in the private cache directory.
+bool load_verified(const std::string& bytes, const std::string& dir, Code* code, std::string* err) {
+#ifdef __linux__
+  (void)dir;
+  const int fd = memfd_create("mlx-native-kernels", MFD_CLOEXEC);
+  if (fd < 0) {
+    *err = std::string("memfd_create: ") + std::strerror(errno);
+    return false;
+  }
+  if (!write_all(fd, bytes)) {
+    *err = std::string("writing the memory file: ") + std::strerror(errno);
+    close(fd);
+    return false;
+  }
+  code->handle = dlopen(("/proc/self/fd/" + std::to_string(fd)).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!code->handle) {
+    const char* e = dlerror();
+    *err = e ? e : "dlopen failed";
+    close(fd);
+    return false;
+  }
+  code->memfd = fd;
+  return true;
+#else
+  std::string path;
+  const int fd = create_temp(dir, "load", &path);
+  if (fd < 0) {
+    *err = "cannot create a file in " + dir + ": " + std::strerror(errno);
+    return false;
+  }
+  const bool ok = write_all(fd, bytes);
+  close(fd);
+  if (ok) code->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  const char* e = ok && !code->handle ? dlerror() : nullptr;
+  unlink(path.c_str());
+  if (!code->handle) *err = e ? e : "cannot write the library";
+  return code->handle != nullptr;
+#endif
+}
+
 // Serializes compiles within the process: the machine's cores go to one
 // clang at a time, and concurrent compiles of one key do not race.
 std::mutex g_compile_mu;
 
 }  // namespace
 
+// The kernel cache: MLX_NATIVE_EMU_CACHE, else <user cache>/mlx-native/emu,
+// when it is (or can be made) private (native/common/private_cache.h); else a
+// directory of this process's own, removed at exit (nothing is reused then).
+// Chosen once per process.
 std::string cache_dir() {
-  if (const char* e = std::getenv("MLX_NATIVE_EMU_CACHE"); e && *e) return e;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/mlx-native/emu";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/mlx-native/emu";
-  return "/tmp/mlx-native-emu-" + std::to_string(getuid());
+  static std::once_flag once;
+  static std::string dir;
+  std::call_once(once, [] {
+    std::string want;
+    if (const char* e = std::getenv("MLX_NATIVE_EMU_CACHE"); e && *e) want = e;
+    else if (std::string base = cache::user_cache_base(); !base.empty()) want = base + "/mlx-native/emu";
+    std::string why;
+    if (!want.empty()) dir = cache::private_dir(want, &why);
+    if (dir.empty()) dir = cache::process_dir("emu", &why);
+  });
+  return dir;
 }
 
 Code::~Code() {
   kernels.clear();
   if (handle) dlclose(handle);
+  if (memfd >= 0) close(memfd);
 }
 
 Kernel* Code::find(const std::string& name) const {
@@ -364,32 +415,39 @@ mlxn_status compile_metal(const std::string& source, const std::string& name,
   h.add(emulator_build_id());
   const std::string key = h.hex();
 
+  // The entry holds the key and the SHA-256 of the shared object, both checked
+  // before the bytes are used; an entry that fails (truncated, altered,
+  // another key) is compiled again and replaced.
   const std::string dir = cache_dir();
-  const std::string so = dir + "/" + key + ".so";
+  const std::string entry = key + ".kernels";
+  std::string so_bytes;
   {
     std::lock_guard<std::mutex> lock(g_compile_mu);
-    struct stat st;
-    if (stat(so.c_str(), &st) != 0) {
-      if (!make_dirs(dir)) {
-        *error = "emu: cannot create the kernel cache directory " + dir + ": " + std::strerror(errno);
+    if (dir.empty() || !cache::load_entry(dir, entry, key, &so_bytes)) {
+      const std::string work = dir.empty() ? std::string() : scratch_dir(dir);
+      if (work.empty()) {
+        *error = "emu: cannot create a private directory for compiling in " + dir + ": " + std::strerror(errno);
         return MLXN_ERR_INTERNAL;
       }
-      const std::string cpp = dir + "/" + key + ".cpp";
-      if (!write_file_atomic(cpp, tr.cpp)) {
+      const std::string cpp = work + "/kernels.cpp", so = work + "/kernels.so";
+      std::string log;
+      const int lfd = create_temp(work, "compile", &log);
+      if (lfd < 0 || !write_new_file(cpp, tr.cpp.data(), tr.cpp.size())) {
         *error = "emu: cannot write " + cpp + ": " + std::strerror(errno);
+        if (lfd >= 0) close(lfd);
+        remove_tree(work);
         return MLXN_ERR_INTERNAL;
       }
-      const std::string tmp_so = so + tmp_suffix();
-      const std::string log = dir + "/" + key + tmp_suffix() + ".log";
+      close(lfd);
       std::vector<std::string> argv = {cxx};
       argv.insert(argv.end(), flags.begin(), flags.end());
-      argv.insert(argv.end(), {"-o", tmp_so, cpp});
+      argv.insert(argv.end(), {"-o", so, cpp});
       int rc = run_process(argv, log);
       std::string text;
       read_file(log, &text);
-      unlink(log.c_str());
+      const bool read_ok = rc == 0 && cache::read_private_file(so, &so_bytes);
+      remove_tree(work);
       if (rc != 0) {
-        unlink(tmp_so.c_str());
         if (rc < 0) {
           *error = "emu: cannot run " + cxx + ": " + std::strerror(errno);
         } else {
@@ -398,25 +456,23 @@ mlxn_status compile_metal(const std::string& source, const std::string& name,
         }
         return MLXN_ERR_SHADER_COMPILATION;
       }
-      if (rename(tmp_so.c_str(), so.c_str()) != 0) {
-        unlink(tmp_so.c_str());
-        *error = "emu: cannot move the compiled kernels into " + so + ": " + std::strerror(errno);
+      if (!read_ok) {
+        *error = "emu: cannot read the compiled kernels back from " + so;
         return MLXN_ERR_INTERNAL;
       }
+      cache::store_entry(dir, entry, key, so_bytes);  // a failure only costs a compile next time
     }
   }
 
   auto code = std::make_shared<Code>();
-  code->handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!code->handle) {
-    const char* e = dlerror();
-    *error = "emu: cannot load compiled kernels " + so + ": " + (e ? e : "dlopen failed") +
-             " (delete the file to rebuild it)";
+  std::string load_err;
+  if (!load_verified(so_bytes, dir, code.get(), &load_err)) {
+    *error = "emu: cannot load the compiled kernels of " + name + ": " + load_err;
     return MLXN_ERR_INTERNAL;
   }
   auto abi_fn = reinterpret_cast<uint32_t (*)()>(dlsym(code->handle, "mlxn_emu_kernel_abi"));
   if (!abi_fn || abi_fn() != MLXN_EMU_KERNEL_ABI) {
-    *error = "emu: " + so + " does not export mlxn_emu_kernel_abi() == " + std::to_string(MLXN_EMU_KERNEL_ABI);
+    *error = "emu: the kernels of " + name + " do not export mlxn_emu_kernel_abi() == " + std::to_string(MLXN_EMU_KERNEL_ABI);
     return MLXN_ERR_INTERNAL;
   }
   for (const KernelInfo& ki : tr.kernels) {

@@ -25,6 +25,7 @@ extern const unsigned long kShimFileCount;
 // Loaded kernel code: the dlopen handle and one Kernel per entry point.
 struct Code {
   void* handle = nullptr;
+  int memfd = -1;  // the memory file the library was loaded from (Linux)
   std::vector<std::unique_ptr<Kernel>> kernels;
   ~Code();
   Kernel* find(const std::string& name) const;

@@ -1,6 +1,8 @@
 // util.cpp: see util.h.
 #include "util.h"
 
+#include "../../common/private_cache.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,24 +12,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "../../include/mlx_native.h"
 
 namespace mlxn_cuda {
-
-std::string fnv1a128_hex(const std::string& data) {
-  using u128 = unsigned __int128;
-  const u128 prime = (static_cast<u128>(1) << 88) | 0x13B;
-  u128 h = (static_cast<u128>(0x6c62272e07bb0142ULL) << 64) | 0x62b821756295c58dULL;
-  for (unsigned char c : data) {
-    h ^= c;
-    h *= prime;
-  }
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(h >> 64),
-                static_cast<unsigned long long>(h));
-  return buf;
-}
 
 namespace {
 
@@ -226,19 +215,6 @@ double half_to_double(uint16_t h) {
   return sign ? -v : v;
 }
 
-bool make_dirs(const std::string& path) {
-  std::string cur;
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = path.find('/', pos + 1);
-    cur = path.substr(0, pos);
-    if (cur.empty()) continue;
-    if (mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return false;
-  }
-  return true;
-}
-
-const char kMagic[] = "mlx-native cuda cache 1\n";
 
 }  // namespace
 
@@ -292,47 +268,31 @@ bool constant_define(uint32_t index, uint32_t type, uint32_t bits, std::string* 
 }
 
 std::string cache_dir() {
+  std::string want;
   const char* env = std::getenv("MLX_NATIVE_CUDA_CACHE");
-  if (env && *env) return std::strcmp(env, "off") == 0 ? std::string() : std::string(env);
-  const char* home = std::getenv("HOME");
-  if (!home || !*home) return std::string();
-  return std::string(home) + "/.cache/mlx-native/cuda";
+  if (env && *env) {
+    if (std::strcmp(env, "off") == 0) return std::string();
+    want = env;
+  } else if (std::string base = mlxn::cache::user_cache_base(); !base.empty()) {
+    want = base + "/mlx-native/cuda";
+  }
+  std::string why;
+  // A folder that is not private is not used: compiles are not cached then.
+  return want.empty() ? std::string() : mlxn::cache::private_dir(want, &why);
 }
 
+namespace {
+std::string entry_name(const std::string& key) {
+  return mlxn::cache::Sha256::hex(mlxn::cache::sha256(key)) + ".bin";
+}
+}  // namespace
+
 bool cache_load(const std::string& dir, const std::string& key, std::string* image) {
-  if (dir.empty()) return false;
-  const std::string path = dir + "/" + fnv1a128_hex(key) + ".bin";
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return false;
-  std::string data;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) data.append(buf, n);
-  std::fclose(f);
-  const size_t m = sizeof kMagic - 1;
-  uint64_t klen, ilen;
-  if (data.size() < m + 8 || data.compare(0, m, kMagic) != 0) return false;
-  std::memcpy(&klen, data.data() + m, 8);
-  if (klen != key.size() || data.size() - m - 8 < klen + 8) return false;
-  if (data.compare(m + 8, klen, key) != 0) return false;
-  std::memcpy(&ilen, data.data() + m + 8 + klen, 8);
-  if (data.size() - m - 16 - klen != ilen) return false;
-  image->assign(data, m + 16 + klen, ilen);
-  return true;
+  return mlxn::cache::load_entry(dir, entry_name(key), key, image);
 }
 
 void cache_store(const std::string& dir, const std::string& key, const std::string& image) {
-  if (dir.empty() || !make_dirs(dir)) return;
-  const std::string path = dir + "/" + fnv1a128_hex(key) + ".bin";
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return;
-  const uint64_t klen = key.size(), ilen = image.size();
-  bool ok = std::fwrite(kMagic, 1, sizeof kMagic - 1, f) == sizeof kMagic - 1 &&
-            std::fwrite(&klen, 8, 1, f) == 1 && std::fwrite(key.data(), 1, klen, f) == klen &&
-            std::fwrite(&ilen, 8, 1, f) == 1 && std::fwrite(image.data(), 1, ilen, f) == ilen;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) std::remove(tmp.c_str());
+  mlxn::cache::store_entry(dir, entry_name(key), key, image);
 }
 
 }  // namespace mlxn_cuda

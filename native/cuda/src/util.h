@@ -9,8 +9,6 @@
 
 namespace mlxn_cuda {
 
-// 128-bit FNV-1a of a byte string, as 32 lowercase hex digits.
-std::string fnv1a128_hex(const std::string& data);
 
 // Kernel entry names of a compiled image, sorted: for a CUBIN (an ELF file)
 // the global function symbols marked STO_CUDA_ENTRY; for PTX the `.entry`
@@ -34,15 +32,18 @@ bool kernel_param_sizes_of_image(const std::string& image, bool is_ptx,
 bool constant_define(uint32_t index, uint32_t type, uint32_t bits, std::string* out,
                      std::string* err);
 
-// The cache folder: MLX_NATIVE_CUDA_CACHE, else $HOME/.cache/mlx-native/cuda;
-// "" when caching is off (MLX_NATIVE_CUDA_CACHE=off, or no HOME).
+// The cache folder: MLX_NATIVE_CUDA_CACHE, else <user cache>/mlx-native/cuda
+// ($XDG_CACHE_HOME, $HOME/.cache or the user database's home), used only when
+// it is private (native/common/private_cache.h); "" when caching is off
+// (MLX_NATIVE_CUDA_CACHE=off), no folder is known, or it is not private.
 std::string cache_dir();
 
-// Cache entries are files <dir>/<fnv1a128(key)>.bin holding a magic line, the
-// full key and the image; a load checks the whole key, so a hash collision or
-// a torn file reads as a miss. Stores write a temporary file and rename it, so
-// concurrent processes never see a partial entry. Failures are silent: the
-// cache only saves compile time.
+// Cache entries are files <dir>/<sha256(key)>.bin in the format of
+// native/common/private_cache.h: the full key and the SHA-256 of the image,
+// both checked on load, so a collision, a torn or an altered file reads as a
+// miss (and is replaced by the next store). Stores write an exclusive
+// temporary file and rename it. Failures are silent: the cache only saves
+// compile time.
 bool cache_load(const std::string& dir, const std::string& key, std::string* image);
 void cache_store(const std::string& dir, const std::string& key, const std::string& image);
 

@@ -17,6 +17,7 @@
 
 #include "../../include/mlx_native.h"
 #include "../src/util.h"
+#include "../../common/private_cache.h"
 
 using namespace mlxn_cuda;
 
@@ -168,11 +169,15 @@ static void check_param_sizes(const std::string& path, const std::string& arch) 
 }
 
 int main(int argc, char** argv) {
-  // FNV-1a 128: the empty string hashes to the offset basis.
-  CHECK(fnv1a128_hex("") == "6c62272e07bb014262b821756295c58d", "fnv of empty: %s",
-        fnv1a128_hex("").c_str());
-  CHECK(fnv1a128_hex("a") != fnv1a128_hex("b"), "fnv distinguishes inputs");
-  CHECK(fnv1a128_hex("a").size() == 32, "fnv hex length");
+  // SHA-256 (native/common/private_cache.h), FIPS 180-4 test vectors.
+  using mlxn::cache::Sha256;
+  using mlxn::cache::sha256;
+  CHECK(Sha256::hex(sha256("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", "sha256 of empty");
+  CHECK(Sha256::hex(sha256("abc")) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", "sha256 of abc");
+  CHECK(Sha256::hex(sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")) ==
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1", "sha256 of the two-block vector");
+  CHECK(Sha256::hex(sha256(std::string(1000000, 'a'))) ==
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0", "sha256 of a million a");
 
   struct {
     uint32_t index, type, bits;
@@ -202,27 +207,62 @@ int main(int argc, char** argv) {
   CHECK(define(0, 0, 0).rfind("ERROR", 0) == 0, "type 0 refused");
   CHECK(define(0, 8, 0).rfind("ERROR", 0) == 0, "type 8 refused");
 
-  // The disk cache: round trip, whole-key check, torn files read as misses.
+  // The disk cache: a private folder, round trip, whole-key and content
+  // checks, torn, altered and linked entries read as misses.
   char dir[] = "/tmp/mlxn-cache-test-XXXXXX";
   CHECK(mkdtemp(dir) != nullptr, "mkdtemp");
-  const std::string sub = std::string(dir) + "/a/b";  // made on first store
+  const std::string sub = std::string(dir) + "/a/b";  // made by cache_dir, 0700
+  setenv("MLX_NATIVE_CUDA_CACHE", sub.c_str(), 1);
+  const std::string cdir = cache_dir();
+  CHECK(!cdir.empty(), "a private cache folder is made: %s", sub.c_str());
+  struct stat st;
+  CHECK(stat(sub.c_str(), &st) == 0 && (st.st_mode & 0777) == 0700, "made 0700");
   std::string key("options\nsource with a NUL\0inside", 31), image("\x7f" "ELF....", 8), got;
-  CHECK(!cache_load(sub, key, &got), "miss before store");
-  cache_store(sub, key, image);
-  CHECK(cache_load(sub, key, &got) && got == image, "hit after store");
-  CHECK(!cache_load(sub, key + "x", &got), "another key misses");
-  const std::string file = sub + "/" + fnv1a128_hex(key) + ".bin";
+  CHECK(!cache_load(cdir, key, &got), "miss before store");
+  cache_store(cdir, key, image);
+  CHECK(cache_load(cdir, key, &got) && got == image, "hit after store");
+  CHECK(!cache_load(cdir, key + "x", &got), "another key misses");
+  const std::string file = cdir + "/" + Sha256::hex(sha256(key)) + ".bin";
+  CHECK(stat(file.c_str(), &st) == 0 && (st.st_mode & 0777) == 0600, "entry 0600");
+  {
+    std::string data;
+    CHECK(read_file(file, &data), "read entry");
+    data.back() ^= 1;  // one payload bit: same length, other content
+    FILE* f = std::fopen(file.c_str(), "wb");
+    std::fwrite(data.data(), 1, data.size(), f);
+    std::fclose(f);
+    CHECK(!cache_load(cdir, key, &got), "an altered entry misses");
+    cache_store(cdir, key, image);
+    CHECK(cache_load(cdir, key, &got) && got == image, "a store replaces it");
+  }
   CHECK(truncate(file.c_str(), 20) == 0, "truncate");
-  CHECK(!cache_load(sub, key, &got), "a torn entry misses");
+  CHECK(!cache_load(cdir, key, &got), "a torn entry misses");
+  {
+    const std::string victim = std::string(dir) + "/victim";
+    FILE* f = std::fopen(victim.c_str(), "wb");
+    std::fputs("untouched", f);
+    std::fclose(f);
+    unlink(file.c_str());
+    CHECK(symlink(victim.c_str(), file.c_str()) == 0, "plant a link");
+    CHECK(!cache_load(cdir, key, &got), "a linked entry is not followed");
+    cache_store(cdir, key, image);
+    std::string v;
+    CHECK(read_file(victim, &v) && v == "untouched", "the link's target is untouched");
+    CHECK(cache_load(cdir, key, &got) && got == image, "the store replaced the link");
+  }
   CHECK(!cache_load("", key, &got), "caching off");
+  CHECK(chmod(sub.c_str(), 0777) == 0, "chmod 0777");
+  CHECK(cache_dir().empty(), "a folder others can write is not used");
+  CHECK(chmod(sub.c_str(), 0755) == 0 && cache_dir() == cdir, "one others can only read is made private");
+  CHECK(stat(sub.c_str(), &st) == 0 && (st.st_mode & 0777) == 0700, "tightened to 0700");
+  setenv("MLX_NATIVE_CUDA_CACHE", "relative/dir", 1);
+  CHECK(cache_dir().empty(), "a relative folder is not used");
   setenv("MLX_NATIVE_CUDA_CACHE", "off", 1);
   CHECK(cache_dir().empty(), "MLX_NATIVE_CUDA_CACHE=off");
-  setenv("MLX_NATIVE_CUDA_CACHE", "/x/y", 1);
-  CHECK(cache_dir() == "/x/y", "MLX_NATIVE_CUDA_CACHE=/x/y");
   unsetenv("MLX_NATIVE_CUDA_CACHE");
-  setenv("HOME", "/home/someone", 1);
-  CHECK(cache_dir() == "/home/someone/.cache/mlx-native/cuda", "default cache dir: %s",
-        cache_dir().c_str());
+  setenv("HOME", dir, 1);
+  unsetenv("XDG_CACHE_HOME");
+  CHECK(cache_dir() == std::string(dir) + "/.cache/mlx-native/cuda", "default cache dir: %s", cache_dir().c_str());
   std::string cmd = std::string("rm -rf ") + dir;
   CHECK(std::system(cmd.c_str()) == 0, "cleanup");
 

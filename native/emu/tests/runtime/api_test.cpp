@@ -170,6 +170,12 @@ int main() {
             has("broken.metal:3:") && has("undefined_name"),
         "%s", msg);
 
+  // A name with a control character would reach the generated C++ (#line).
+  CHECK(mlxn_library_compile(dev, kSource, std::strlen(kSource), "x.metal\n#error injected", nullptr, 0, &lib, msg,
+                             sizeof msg) == MLXN_ERR_INVALID_ARGUMENT &&
+            has("without control characters"),
+        "%s", msg);
+
   auto t0 = std::chrono::steady_clock::now();
   CHECK(mlxn_library_compile(dev, kSource, std::strlen(kSource), "kernels.metal", nullptr, 0, &lib, msg,
                              sizeof msg) == MLXN_OK,
