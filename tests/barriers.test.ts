@@ -12,7 +12,7 @@ import type { Device, Library } from '../ts/index.ts';
 import { kernelWrites, ALL_BUFFERS } from '../ts/metal-source.ts';
 import { l2Norm } from '../ts/ops/index.ts';
 import { l2NormRef } from '../ts/reference/index.ts';
-import { describeBackends, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
+import { describeBackends, expectMlxError, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
 
 const METAL = `#include <metal_stdlib>
 using namespace metal;
@@ -94,10 +94,12 @@ describeBackends('automatic barriers', ({ device, label }) => {
     using xb = dev.upload('f32', [N], x);
     const outs = Array.from({ length: 4 }, () => dev.alloc('f32', [N]));
     using enc = dev.encoder();
-    for (const o of outs) enc.dispatch(l.pipeline('inc'), { buffers: [xb, o], bytes: [, , n32] }, [N / 256, 1, 1], [256, 1, 1]);
+    // What each writes is declared, since a CUDA source compiled directly says
+    // nothing the encoder reads (undeclared, every binding counts as written).
+    for (const o of outs) enc.dispatch(l.pipeline('inc'), { buffers: [xb, o], bytes: [, , n32], writes: [1] }, [N / 256, 1, 1], [256, 1, 1]);
     expect(enc.barrierCount).toBe(0);
     // x is written now: it must wait for the four readers (write after read).
-    enc.dispatch(l.pipeline('twice'), { buffers: [xb], bytes: [, n32] }, [N / 256, 1, 1], [256, 1, 1]);
+    enc.dispatch(l.pipeline('twice'), { buffers: [xb], bytes: [, n32], writes: [0] }, [N / 256, 1, 1], [256, 1, 1]);
     expect(enc.barrierCount).toBe(1);
     await enc.commit();
     for (const o of outs) expect(maxRelErr(o.readNumbers(), Array.from(x, (v) => v + 1), 1)).toBeLessThan(TOL.f32);
@@ -123,6 +125,20 @@ describeBackends('automatic barriers', ({ device, label }) => {
     const once = l2NormRef(x, rows, dim, 1);
     const want = l2NormRef(l2NormRef(once, rows, dim, 1), rows, dim, 1);
     expect(maxRelErr(z.readNumbers(), want)).toBeLessThan(TOL.f32);
+  });
+
+  test('undeclared writes of a kernel whose declaration is unknown count as writes of every binding', () => {
+    const dev = device();
+    const inc = lib(dev).pipeline('inc');
+    using x = dev.alloc('f32', [N]);
+    using a = dev.alloc('f32', [N]);
+    using b = dev.alloc('f32', [N]);
+    using enc = dev.encoder();
+    enc.dispatch(inc, { buffers: [x, a], bytes: [, , n32] }, [N / 256, 1, 1], [256, 1, 1]);
+    enc.dispatch(inc, { buffers: [x, b], bytes: [, , n32] }, [N / 256, 1, 1], [256, 1, 1]);
+    // Metal source: x is read-only, no barrier. CUDA source: x may be written, one barrier.
+    expect(enc.barrierCount).toBe(dev.backend === 'cuda' ? 1 : 0);
+    expectMlxError(() => enc.dispatch(inc, { buffers: [x, b], bytes: [, , n32], writes: [31] }, [1, 1, 1], [1, 1, 1]), 'writes[] must be a buffer index in [0, 30]');
   });
 
   test('a manual barrier starts a new stretch: no second barrier is added after it', () => {

@@ -8,7 +8,7 @@
 // process). A planted shared object writes a marker file from its constructor:
 // the marker must never appear.
 
-import { afterAll, describe, expect, test } from 'bun:test';
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test';
 import { spawnSync } from 'node:child_process';
 import {
   chmodSync,
@@ -66,16 +66,19 @@ device.close();
     return { out: r.stdout.trim(), status: r.status };
   }
 
-  // A shared object whose constructor writes the marker.
+  // A shared object whose constructor writes the marker (built before the tests run).
   const evil = join(dir, 'evil.so');
-  const cxx = spawnSync('bash', ['-c', 'command -v clang++-19 || command -v clang++'], { encoding: 'utf8' }).stdout.trim();
-  writeFileSync(join(dir, 'evil.cpp'), `#include <cstdio>
+  let evilBytes = Buffer.alloc(0);
+  beforeAll(() => {
+    const cxx = spawnSync('bash', ['-c', 'command -v clang++-19 || command -v clang++'], { encoding: 'utf8' }).stdout.trim();
+    writeFileSync(join(dir, 'evil.cpp'), `#include <cstdio>
 __attribute__((constructor)) static void planted() { if (FILE* f = std::fopen(${JSON.stringify(marker)}, "w")) std::fclose(f); }
 extern "C" unsigned mlxn_emu_kernel_abi(void) { return 0; }
 `);
-  const built = spawnSync(cxx, ['-shared', '-fPIC', '-o', evil, join(dir, 'evil.cpp')], { encoding: 'utf8' });
-  if (built.status !== 0) throw new Error(`building the planted library failed: ${built.stderr}`);
-  const evilBytes = readFileSync(evil);
+    const built = spawnSync(cxx, ['-shared', '-fPIC', '-o', evil, join(dir, 'evil.cpp')], { encoding: 'utf8' });
+    if (built.status !== 0) throw new Error(`building the planted library failed: ${built.stderr}`);
+    evilBytes = readFileSync(evil);
+  });
 
   /** An entry of the cache's format holding `payload` under `key`, with a correct digest. */
   function entry(key: Buffer, payload: Buffer, digest: Uint8Array = new Bun.CryptoHasher('sha256').update(payload).digest()): Buffer {

@@ -69,6 +69,13 @@ export interface DispatchBindings<B extends BindableBuffer = Buffer> {
   bytes?: Record<number, ArrayBufferView | undefined>;
   /** Threadgroup memory byte lengths by threadgroup binding index. */
   threadgroupMemory?: Record<number, number | undefined>;
+  /**
+   * The buffer indices this dispatch may write, for the encoder's barriers.
+   * Absent: those its kernel declares writable (a Metal `device` binding
+   * not declared const), or every binding where that is unknown (CUDA
+   * source compiled directly), which only costs barriers.
+   */
+  writes?: readonly number[];
 }
 
 export type Dim3 = readonly [number, number, number];
@@ -108,6 +115,17 @@ function keyIndex(kind: string, k: string): number {
     throw bindErr(`${kind} binding index`, `an integer in [0, ${MAX_BINDINGS - 1}]`, k);
   }
   return index;
+}
+
+/** The bit mask of a dispatch's declared writes. */
+function writesMask(writes: readonly number[]): number {
+  if (!Array.isArray(writes)) throw bindErr('writes', 'an array of buffer indices', writes);
+  let mask = 0;
+  for (const i of writes) {
+    if (!(Number.isInteger(i) && i >= 0 && i < MAX_BINDINGS)) throw bindErr('writes[]', `a buffer index in [0, ${MAX_BINDINGS - 1}]`, i);
+    mask |= 1 << i;
+  }
+  return mask;
 }
 
 function isBindable(v: unknown): v is BindableBuffer {
@@ -476,7 +494,7 @@ export class Encoder {
     // (inside an atomic section, an op of several dispatches, the op's own
     // dependencies are ordered even when the caller places its barriers).
     const stamp = this.stamp;
-    const writes = p._writes;
+    const writes = b.writes === undefined ? p._writes : writesMask(b.writes);
     const index = packedBuffers.index;
     const ordered = this.autoBarriers || this.staged !== null;
     const seg = this.segment;
