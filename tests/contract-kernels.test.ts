@@ -31,21 +31,10 @@ import { afterAll, describe, expect, test } from 'bun:test';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, relative, resolve } from 'node:path';
+import { metalEntries } from '../ts/metal-source.ts';
 import { stripComments } from './source-text.ts';
 
 const ROOT = resolve(import.meta.dir, '..');
-
-/** Kernel entry points of a Metal source. */
-export function metalEntries(source: string): Set<string> {
-  const code = stripComments(source);
-  const names = new Set<string>();
-  for (const m of code.matchAll(/\[\[\s*host_name\s*\(\s*"([^"]+)"\s*\)\s*\]\]/g)) names.add(m[1]!);
-  for (const m of code.matchAll(/(?:\bkernel|\[\[\s*kernel\s*\]\])\s+void\s+([A-Za-z_]\w*)\s*\(/g)) {
-    const before = code.slice(0, m.index);
-    if (!/template\s*<[^;{}]*>\s*$/.test(before)) names.add(m[1]!);
-  }
-  return names;
-}
 
 /** The text of each argument of the call whose '(' is at `open`. */
 function callArguments(code: string, open: number): string[] {

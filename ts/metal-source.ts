@@ -93,6 +93,22 @@ export function bufferParam(source: string, kernel: string, index: number): stri
   return decl;
 }
 
+/**
+ * Kernel entry points of a Metal source: every `[[host_name("NAME")]]`, and
+ * every `kernel void NAME(` that is not a template definition (a template is
+ * an entry only through its host_name instantiations).
+ */
+export function metalEntries(source: string): Set<string> {
+  const code = stripComments(source);
+  const names = new Set<string>();
+  for (const m of code.matchAll(/\[\[\s*host_name\s*\(\s*"([^"]+)"\s*\)\s*\]\]/g)) names.add(m[1]!);
+  for (const m of code.matchAll(/(?:\bkernel|\[\[\s*kernel\s*\]\])\s+void\s+([A-Za-z_]\w*)\s*\(/g)) {
+    const before = code.slice(0, m.index);
+    if (!/template\s*<[^;{}]*>\s*$/.test(before)) names.add(m[1]!);
+  }
+  return names;
+}
+
 /** Every buffer binding index, as a bit mask. */
 export const ALL_BUFFERS = 0x7fff_ffff;
 

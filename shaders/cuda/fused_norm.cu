@@ -31,7 +31,14 @@ struct FusedResidualNormParams {
     u32   write_sum;
 };
 
-struct FusedScalarParams {  // FusedResidualNormScalarF32Params and FusedNormAddScalarF32Params
+struct FusedResidualNormScalarF32Params {
+    u32   dim;
+    u32   rows;
+    float eps;
+    u32   scalar_is_vector;
+};
+
+struct FusedNormAddScalarF32Params {
     u32   dim;
     u32   rows;
     float eps;
@@ -261,14 +268,14 @@ extern "C" __global__ void __launch_bounds__(1024) fused_residual_norm_bf16(cons
 // buffer(0) residual, (1) input, (2) weight, (3) output, (4) scalar [1] or [dim], (5) params.
 extern "C" __global__ void __launch_bounds__(1024) fused_residual_norm_scalar_f32(const float* residual, const float* input,
                                                           const float* weight, float* output,
-                                                          const float* scalar, const FusedScalarParams* p) {
+                                                          const float* scalar, const FusedResidualNormScalarF32Params* p) {
     norm_row<float, RESIDUAL_NORM_SCALAR>(residual, input, weight, output, output, false, scalar,
                                           p->scalar_is_vector != 0u, p->dim, p->rows, p->eps);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) fused_norm_add_scalar_f32(const float* residual, const float* input,
                                                      const float* weight, float* output,
-                                                     const float* scalar, const FusedScalarParams* p) {
+                                                     const float* scalar, const FusedNormAddScalarF32Params* p) {
     norm_row<float, NORM_ADD_SCALAR>(residual, input, weight, output, output, false, scalar,
                                      p->scalar_is_vector != 0u, p->dim, p->rows, p->eps);
 }

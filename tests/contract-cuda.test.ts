@@ -1,0 +1,157 @@
+// Contract: each shaders/cuda/<family>.cu has the entries of shaders/<family>.metal,
+// with the Metal bindings in the same order, and the param structs they share
+// laid out alike. Runs on Linux without a GPU: the .cu file is preprocessed by
+// clang (macro-made entries expanded; no CUDA headers needed, since the
+// prelude shaders/cuda/common.cuh holds every include), then read as text.
+//
+// For every Metal kernel entry of the family (ts/metal-source.ts finds its
+// declaration), the CUDA entry `extern "C" __global__ void NAME(...)` takes one
+// pointer per [[buffer(n)]] binding, in ascending n:
+//   - the same number of parameters;
+//   - a param struct at the same position, of the same name (a typedef of it
+//     counts), e.g. `constant L2NormParams&` and `const L2NormParams*`;
+//   - a CUDA pointer not declared const only where the Metal binding may be
+//     written: the encoder places barriers from the Metal declaration, so a
+//     CUDA kernel writing a binding that Metal declares read-only would race.
+// Every struct that both files define has the same fields (names and byte
+// offsets, Metal uint / CUDA u32 and the like counting as one type).
+
+import { describe, expect, test } from 'bun:test';
+import { spawnSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { kernelParams, metalEntries, metalStructFields } from '../ts/metal-source.ts';
+import { stripComments } from '../ts/source-text.ts';
+
+const ROOT = join(import.meta.dir, '..');
+const CXX = ['clang++-19', 'clang++', 'g++'].find((c) => spawnSync('bash', ['-c', `command -v ${c}`]).status === 0);
+
+interface CudaParam {
+  type: string;
+  isConst: boolean;
+  isPointer: boolean;
+}
+
+function preprocess(file: string): string {
+  const r = spawnSync(CXX!, ['-E', '-P', '-x', 'c++', file], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`preprocessing ${file} failed:\n${r.stderr}`);
+  return stripComments(r.stdout);
+}
+
+/** The parameters of every `extern "C" __global__` entry, by name. */
+export function cudaEntries(code: string): Map<string, CudaParam[]> {
+  const out = new Map<string, CudaParam[]>();
+  const re = /extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\(([^)]*)\)/g;
+  for (const m of code.matchAll(re)) {
+    const params = m[2]!.trim() === '' ? [] : m[2]!.split(',').map((p) => {
+      const decl = p.replace(/__restrict__/g, ' ').replace(/\s+/g, ' ').trim();
+      const isPointer = decl.includes('*');
+      const isConst = /\bconst\b/.test(decl.split('*')[0]!);
+      const type = decl.split('*')[0]!.replace(/\bconst\b/g, '').trim();
+      return { type, isConst, isPointer };
+    });
+    out.set(m[1]!, params);
+  }
+  return out;
+}
+
+/** typedef A B; as B -> A. */
+function typedefs(code: string): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const m of code.matchAll(/\btypedef\s+(?:struct\s+)?([A-Za-z_]\w*)\s+([A-Za-z_]\w*)\s*;/g)) out.set(m[2]!, m[1]!);
+  return out;
+}
+
+const SIZES: Record<string, number> = {
+  uint: 4, u32: 4, unsigned: 4, 'unsigned int': 4, int: 4, int32_t: 4, uint32_t: 4, float: 4,
+  ushort: 2, u16: 2, 'unsigned short': 2, short: 2, half: 2, __half: 2, bfloat: 2, bf16: 2, __nv_bfloat16: 2,
+  uchar: 1, u8: 1, 'unsigned char': 1, char: 1, bool: 1, ulong: 8, u64: 8, 'unsigned long long': 8, long: 8,
+};
+
+/** Fields of `struct name { ... };` in CUDA code: name, size, offset under natural alignment. */
+function cudaStructFields(code: string, name: string): { name: string; size: number; offset: number }[] | null {
+  const m = new RegExp(`\\bstruct\\s+${name}\\s*\\{([^}]*)\\}`).exec(code);
+  if (!m) return null;
+  const fields: { name: string; size: number; offset: number }[] = [];
+  let end = 0;
+  for (const decl of m[1]!.split(';')) {
+    const d = decl.replace(/\s+/g, ' ').trim();
+    if (d === '') continue;
+    const f = /^(.*\S)\s+([A-Za-z_]\w*)$/.exec(d);
+    const size = f ? SIZES[f[1]!] : undefined;
+    if (!f || size === undefined) throw new Error(`struct ${name}: "${d}" is not a scalar field`);
+    const offset = Math.ceil(end / size) * size;
+    fields.push({ name: f[2]!, size, offset });
+    end = offset + size;
+  }
+  return fields;
+}
+
+const families = readdirSync(join(ROOT, 'shaders', 'cuda')).filter((f) => f.endsWith('.cu')).map((f) => f.slice(0, -3)).sort();
+
+describe.if(CXX !== undefined)('CUDA sources match their Metal twins', () => {
+  test('the checker finds a mismatch in a broken pair', () => {
+    const metal = `struct P { uint n; float e; };
+kernel void k(device const float* x [[buffer(0)]], device float* y [[buffer(1)]], constant P& p [[buffer(2)]]) {}`;
+    const cuda = cudaEntries(`struct P { u32 n; float e; };
+extern "C" __global__ void k(float* x, float* y, const P* p) {}`);
+    expect(mismatches(metal, cuda, typedefs(''), '')).toContain('k: parameter 0 (x) is written in CUDA but read-only in Metal');
+    expect(mismatches(metal, cudaEntries(`extern "C" __global__ void k(const float* x, float* y) {}`), new Map(), '')).toContain(
+      'k: CUDA takes 2 parameters, Metal binds 3 buffers',
+    );
+  });
+
+  for (const family of families) {
+    test(family, () => {
+      const metal = readFileSync(join(ROOT, 'shaders', `${family}.metal`), 'utf8');
+      const cudaCode = preprocess(join(ROOT, 'shaders', 'cuda', `${family}.cu`));
+      const problems = mismatches(metal, cudaEntries(cudaCode), typedefs(cudaCode), cudaCode);
+      expect(problems.join("\n")).toBe("");
+    });
+  }
+});
+
+/** Every way the CUDA entries and structs differ from the Metal source's. */
+function mismatches(metal: string, cuda: Map<string, CudaParam[]>, aliases: Map<string, string>, cudaCode: string): string[] {
+  const problems: string[] = [];
+  const structsUsed = new Set<string>();
+  for (const name of metalEntries(metal)) {
+    const params = cuda.get(name);
+    if (params === undefined) {
+      problems.push(`${name}: no extern "C" __global__ entry in the CUDA source`);
+      continue;
+    }
+    const bindings = kernelParams(metal, name)
+      .map((p) => ({ p, m: /\[\[\s*buffer\s*\(\s*(\d+)\s*\)\s*\]\]/.exec(p) }))
+      .filter((x) => x.m !== null)
+      .map((x) => ({ decl: x.p.slice(0, x.m!.index).trim(), index: Number(x.m![1]) }))
+      .sort((a, b) => a.index - b.index);
+    if (params.length !== bindings.length) {
+      problems.push(`${name}: CUDA takes ${params.length} parameters, Metal binds ${bindings.length} buffers`);
+      continue;
+    }
+    bindings.forEach((b, i) => {
+      const cp = params[i]!;
+      const argName = /([A-Za-z_]\w*)\s*$/.exec(b.decl)?.[1] ?? '?';
+      const readOnly = /\bconstant\b/.test(b.decl) || /\bconst\s+device\b|\bdevice\s+const\b/.test(b.decl);
+      if (!cp.isPointer) problems.push(`${name}: parameter ${i} (${argName}) is not a pointer in CUDA`);
+      if (cp.isPointer && !cp.isConst && readOnly) problems.push(`${name}: parameter ${i} (${argName}) is written in CUDA but read-only in Metal`);
+      const metalType = /(?:constant|device)\s+(?:const\s+)?([A-Za-z_]\w*)\s*[&*]/.exec(b.decl)?.[1];
+      const cudaType = aliases.get(cp.type) ?? cp.type;
+      if (metalType !== undefined && /Params$/.test(metalType)) {
+        structsUsed.add(metalType);
+        if (cudaType !== metalType) problems.push(`${name}: parameter ${i} is ${metalType} in Metal, ${cp.type} in CUDA`);
+      }
+    });
+  }
+  for (const s of structsUsed) {
+    const c = cudaStructFields(cudaCode, s);
+    if (c === null) {
+      if (cudaCode !== '') problems.push(`struct ${s}: not defined in the CUDA source`);
+      continue;
+    }
+    const m = metalStructFields(metal, s).map((f) => ({ name: f.name, size: f.size, offset: f.offset }));
+    if (JSON.stringify(m) !== JSON.stringify(c)) problems.push(`struct ${s}: Metal ${JSON.stringify(m)} vs CUDA ${JSON.stringify(c)}`);
+  }
+  return problems;
+}
