@@ -8,6 +8,7 @@ import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField, type ParamType } from '../params.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { rowThreadgroup } from './launch.ts';
 
 export const FUSED_NORM_FAMILY = 'fused_norm';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -187,17 +188,9 @@ export function validateFusedNormAddScalar(p: FusedNormParams, b: FusedNormScala
   return validateScalarOp('fused_norm_add_scalar', p, b);
 }
 
-function nextPow2(n: number): number {
-  let p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
 /** Threads per row and the threadgroup(0) bytes (one float per simdgroup, 16-byte multiple). */
 export function fusedNormThreadgroup(dim: number): { threads: number; sharedBytes: number } {
-  const threads = Math.min(FUSED_NORM_MAX_THREADS, nextPow2(dim));
-  const simdgroups = Math.ceil(threads / 32);
-  return { threads, sharedBytes: Math.ceil((simdgroups * 4) / 16) * 16 };
+  return rowThreadgroup(dim, FUSED_NORM_MAX_THREADS);
 }
 
 function pipeline(enc: Encoder, kernel: (typeof FUSED_NORM_KERNELS)[number]) {

@@ -9,6 +9,7 @@ import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField } from '../params.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { rowThreadgroup } from './launch.ts';
 
 export const L2_NORM_FAMILY = 'l2_norm';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -62,16 +63,9 @@ export function validateL2Norm(p: L2NormParams, b: L2NormBuffers): DType {
   return b.x.dtype;
 }
 
-function nextPow2(n: number): number {
-  let p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
 /** Threads per row and the threadgroup(0) bytes (one float per simdgroup, in 16-byte units). */
 export function l2NormThreadgroup(dim: number): { threads: number; sharedBytes: number } {
-  const threads = Math.min(L2_NORM_MAX_THREADS, nextPow2(dim));
-  return { threads, sharedBytes: Math.ceil((Math.ceil(threads / 32) * 4) / 16) * 16 };
+  return rowThreadgroup(dim, L2_NORM_MAX_THREADS);
 }
 
 /**

@@ -7,6 +7,7 @@ import type { Buffer } from '../buffer.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField } from '../params.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct } from '../validate.ts';
+import { nextPow2, roundUp16 } from './launch.ts';
 
 export const MOE_ROUTING_FAMILY = 'moe_routing';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -79,18 +80,9 @@ export function validateFusedMoeRoutingBatch(p: MoeRoutingBatchParams, b: MoeRou
   validate('fused_moe_routing_batch', p, b);
 }
 
-function nextPow2(n: number): number {
-  let p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
 /** Threads per token and the threadgroup(0) bytes (numExperts floats, 16-byte multiple). */
 export function moeRoutingThreadgroup(numExperts: number): { threads: number; sharedBytes: number } {
-  return {
-    threads: Math.min(MOE_ROUTING_MAX_THREADS, nextPow2(numExperts)),
-    sharedBytes: Math.ceil((numExperts * 4) / 16) * 16,
-  };
+  return { threads: Math.min(MOE_ROUTING_MAX_THREADS, nextPow2(numExperts)), sharedBytes: roundUp16(numExperts * 4) };
 }
 
 /**

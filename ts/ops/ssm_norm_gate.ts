@@ -7,6 +7,7 @@ import type { Buffer } from '../buffer.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField } from '../params.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { rowThreadgroup } from './launch.ts';
 
 export const SSM_NORM_GATE_FAMILY = 'ssm_norm_gate';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -65,16 +66,9 @@ export function validateSsmNormGate(p: SsmNormGateParams, b: SsmNormGateBuffers)
   checkElements(op, 'output', b.output, n);
 }
 
-function nextPow2(n: number): number {
-  let p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
 /** Threads per row and the threadgroup(0) bytes (one float per simdgroup, 16-byte multiple). */
 export function ssmNormGateThreadgroup(dV: number): { threads: number; sharedBytes: number } {
-  const threads = Math.min(SSM_NORM_GATE_MAX_THREADS, nextPow2(dV));
-  return { threads, sharedBytes: Math.ceil((Math.ceil(threads / 32) * 4) / 16) * 16 };
+  return rowThreadgroup(dV, SSM_NORM_GATE_MAX_THREADS);
 }
 
 
