@@ -8,7 +8,7 @@ import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField, type ParamType } from '../params.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
-import { rowThreadgroup } from './launch.ts';
+import { rowThreadgroup } from '../launch.ts';
 
 export const FUSED_NORM_FAMILY = 'fused_norm';
 /** The family's kernel sources by backend, as registered by every dispatch. */

@@ -9,7 +9,7 @@ import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField } from '../params.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
-import { rowThreadgroup } from './launch.ts';
+import { rowThreadgroup } from '../launch.ts';
 
 export const L2_NORM_FAMILY = 'l2_norm';
 /** The family's kernel sources by backend, as registered by every dispatch. */

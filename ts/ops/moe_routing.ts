@@ -7,7 +7,7 @@ import type { Buffer } from '../buffer.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField } from '../params.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct } from '../validate.ts';
-import { nextPow2, roundUp16 } from './launch.ts';
+import { nextPow2, roundUp16 } from '../launch.ts';
 
 export const MOE_ROUTING_FAMILY = 'moe_routing';
 /** The family's kernel sources by backend, as registered by every dispatch. */

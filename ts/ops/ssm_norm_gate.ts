@@ -7,7 +7,7 @@ import type { Buffer } from '../buffer.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField } from '../params.ts';
 import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
-import { rowThreadgroup } from './launch.ts';
+import { rowThreadgroup } from '../launch.ts';
 
 export const SSM_NORM_GATE_FAMILY = 'ssm_norm_gate';
 /** The family's kernel sources by backend, as registered by every dispatch. */
