@@ -120,6 +120,21 @@ function splitTopLevel(text: string): string[] {
   return parts;
 }
 
+/** Uses of the named functions other than a call or their own declaration, as "file:line: name used as a value". */
+export function cdeclValueUses(files: { file: string; text: string }[], names: string[]): string[] {
+  const out: string[] = [];
+  for (const { file, text } of files) {
+    const code = stripComments(text);
+    for (const name of names) {
+      for (const m of code.matchAll(new RegExp(`(?<![\\w.])${name}\\b(?!\\s*\\()`, 'g'))) {
+        const line = code.slice(0, m.index).split('\n').length;
+        out.push(`${file}:${line}: ${name} used as a value`);
+      }
+    }
+  }
+  return out;
+}
+
 /** Every @_cdecl function of one Swift file. */
 export function parseSwiftCdecls(file: string, text: string): SwiftCdecl[] {
   const code = stripComments(text);
@@ -232,6 +247,19 @@ describe('swift metal backend vs mlx_native.h', () => {
     const files = swiftFilesUnder(SWIFT_SOURCES);
     expect(files.length).toBeGreaterThan(0);
     expect(checkSwiftAgainstHeader(header, files)).toEqual([]);
+  });
+
+  // A C function pointer taken to a @_cdecl function (`let f: @convention(c)
+  // ... = mlxnAbiVersion`) makes the compiler emit the export a second time in
+  // a debug build: a duplicate symbol at link time. Only calls are allowed.
+  test('no Swift code takes a @_cdecl function as a value (only calls)', () => {
+    const files = swiftFilesUnder(join(ROOT, 'swift'));
+    const cdecls = files.flatMap((f) => parseSwiftCdecls(f.file, f.text)).map((c) => c.func);
+    expect(cdecls.length).toBeGreaterThan(20);
+    expect(cdeclValueUses(files, cdecls)).toEqual([]);
+    // The checker finds the use this rule exists for.
+    expect(cdeclValueUses([{ file: 'x.swift', text: 'let a: @convention(c) () -> UInt32 = mlxnAbiVersion\nlet b = mlxnAbiVersion()' }], ['mlxnAbiVersion']))
+      .toEqual(['x.swift:1: mlxnAbiVersion used as a value']);
   });
 
   test('the checker catches a missing, a duplicate, an extra, a mistyped and a non-public export', () => {

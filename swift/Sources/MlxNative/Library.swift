@@ -72,10 +72,11 @@ func constantValues(_ constants: [FunctionConstant]) throws -> MTLFunctionConsta
 /// scripts/build-metal.sh puts `<family>.metallib` there together with the
 /// `<family>.metal` it was built from.
 let metallibDirectory: URL? = {
-    let anchor: @convention(c) () -> UInt32 = mlxnAbiVersion
+    // #dsohandle is the handle of the image this code is in, so dladdr names
+    // its file. (A C function pointer to one of the @_cdecl exports would make
+    // the compiler emit that export a second time in a debug build.)
     var info = Dl_info()
-    guard dladdr(unsafeBitCast(anchor, to: UnsafeRawPointer.self), &info) != 0,
-          let file = info.dli_fname else { return nil }
+    guard dladdr(#dsohandle, &info) != 0, let file = info.dli_fname else { return nil }
     return URL(fileURLWithPath: String(cString: file))
         .deletingLastPathComponent()
         .appendingPathComponent("metallib", isDirectory: true)
