@@ -47,6 +47,18 @@ typedef simdgroup_matrix<float, 8, 8>  mat_f32;
 typedef simdgroup_matrix<bfloat, 8, 8> mat_bf16;
 
 constant constexpr uint BT = 64;   // tokens per chunk
+
+// The chunk and sequence tables come from the caller's buffers: an entry that
+// does not lie inside the tokens (or the chunks) is skipped, so a table written
+// wrong reads and writes nothing out of bounds. The whole threadgroup reads
+// the same entry, so it returns as one, before any barrier.
+inline bool chunk_ok(uint2 ch, uint n_tok) {
+    return ch.y >= 1 && ch.y <= BT && ch.x < n_tok && ch.y <= n_tok - ch.x;
+}
+inline bool seq_ok(uint2 first, uint2 next, uint n_tok, uint nt) {
+    return first.x <= next.x && next.x <= n_tok && first.y <= next.y && next.y <= nt &&
+           next.y - first.y == (next.x - first.x + BT - 1) / BT;
+}
 constant constexpr uint KS = 64;   // K (or V) columns staged at a time
 
 // rows[r][c] = src[(t0 + r) * row_stride + c] for r < len, 0 for r >= len;
@@ -76,6 +88,7 @@ kernel void chunk_local_cumsum_varlen_g_f32(
 {
     threadgroup float sg_total[BT / 32];
     const uint2 ch = chunks[tgpig.x];
+    if (!chunk_ok(ch, p.n_tok)) return;
     const uint head = tgpig.y;
     const bool live = i < ch.y;
     const ulong at = ulong(ch.x + i) * p.h + head;
@@ -118,6 +131,7 @@ kernel void gated_delta_net_kkt(
     threadgroup float  kk_t[BT * BT];
 
     const uint2 ch = chunks[tgpig.x];
+    if (!chunk_ok(ch, p.n_tok)) return;
     const uint t0 = ch.x, len = ch.y;
     const uint head = tgpig.y;
     const uint kh = head / (p.h / p.hg);
@@ -192,6 +206,7 @@ kernel void chunk_tri_solve_invert_f32(
     constexpr uint LD = BT + 1;
     threadgroup float s[BT * LD];
     const uint2 ch = chunks[tgpig.x];
+    if (!chunk_ok(ch, p.n_tok)) return;
     const uint t0 = ch.x, len = ch.y;
     const uint head = tgpig.y;
 
@@ -243,6 +258,7 @@ kernel void gated_delta_net_recompute_wu(
     threadgroup float coef[2 * BT];    // beta exp(g), beta per row
 
     const uint2 ch = chunks[tgpig.x];
+    if (!chunk_ok(ch, p.n_tok)) return;
     const uint t0 = ch.x, len = ch.y;
     const uint head = tgpig.y;
     const uint kh = head / (p.h / p.hg);
@@ -367,6 +383,7 @@ kernel void gated_delta_net_chunk_inter_state(
     const uint2 first = seqs[seq];
     const uint2 next = seqs[seq + 1];
     const uint bos = first.x, eos = next.x;
+    if (!seq_ok(first, next, p.n_tok, p.nt)) return;
 
     const ulong state0 = ((ulong(seq) * H + head) * V + v0) * KD;
     for (uint e = tid; e < TILE; e += NTH) {
@@ -508,6 +525,7 @@ kernel void gated_delta_net_chunk_o_bf16(
 
     const uint v0 = tgpig.x * BVO;
     const uint2 ch = chunks[tgpig.y];
+    if (!chunk_ok(ch, p.n_tok)) return;
     const uint t0 = ch.x, len = ch.y;
     const uint head = tgpig.z;
     const uint H = p.h, K = p.k, V = p.v;

@@ -290,6 +290,37 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     releaseArgs(good);
   });
 
+  // Issue 9: the step ops trusted their tables (chunks = [1e6, 64] was read
+  // and written out of bounds). The kernels now skip entries outside the
+  // tokens: every step runs on malformed tables without a fault, and the
+  // outputs of skipped chunks keep their poison.
+  test('malformed chunk and sequence tables are skipped by the kernels, never read or written out of bounds', async () => {
+    const dev = device();
+    const p = stepOf({ hg: 1, h: 1, k: 64, v: 64, cu: [0, 100, 200] });
+    const s = (d: DType, c: number, fill = 0.1): Buffer => dev.upload(d, [c], new Float64Array(c).fill(fill));
+    // Past the tokens, longer than a chunk, overhanging the last token, empty.
+    const chunks = dev.upload('u32', [p.nt, 2], [1e6, 64, 0, 65, 190, 64, 0, 0]);
+    // A sequence ending past the tokens, then one starting after it ends.
+    const seqs = dev.upload('u32', [p.nSeq + 1, 2], [0, 0, 1e6, 1, 200, 4]);
+    const T = p.nTok, H = p.h, K = p.k, V = p.v;
+    const gIn = s('f32', T * H, -0.1), gCum = s('f32', T * H), a = s('f32', T * H * 64), beta = s('f32', T * H, 0.5);
+    const k = s('bf16', T * H * K), v = s('bf16', T * H * V), w = s('bf16', T * H * K), u = s('bf16', T * H * V);
+    const h0 = s('f32', p.nSeq * H * V * K), hOut = s('bf16', p.nt * H * V * K), vNew = s('bf16', T * H * V);
+    const fin = s('f32', p.nSeq * H * V * K), q = s('bf16', T * H * K), o = s('bf16', T * H * V);
+    for (const b of [gCum, a, w, u, hOut, vNew, fin, o]) b.fill(Number.NaN);
+    using enc = dev.encoder();
+    chunkLocalCumsumVarlen(enc, { gIn, gCum, chunks, params: p });
+    gatedDeltaNetKkt(enc, { k, g: gCum, beta, a, chunks, params: p });
+    chunkTriSolveInvert(enc, { a, ai: a, chunks, params: p });
+    gatedDeltaNetRecomputeWu(enc, { k, v, beta, g: gCum, ai: a, w, u, chunks, params: p });
+    gatedDeltaNetChunkInterStateVarlen(enc, { k, w, u, g: gCum, h0, hOut, vNew, finalState: fin, seqs, params: p });
+    gatedDeltaNetChunkO(enc, { q, k, vNew, h: hOut, g: gCum, o, chunks, params: p });
+    await enc.commit(); // the emulator reports any access out of bounds as a command error
+    // Every entry was malformed: nothing was written.
+    for (const b of [gCum, o, fin]) expect(b.readNumbers().every(Number.isNaN)).toBe(true);
+    for (const b of [chunks, seqs, gIn, gCum, a, beta, k, v, w, u, h0, hOut, vNew, fin, q, o]) b.release();
+  });
+
   test('validation: step ops (nt and nSeq ranges, tables, buffers)', () => {
     const dev = device();
     const p = stepOf(okShape);

@@ -39,6 +39,18 @@ namespace {
 
 constexpr u32 BT = 64;   // tokens per chunk
 
+// The chunk and sequence tables come from the caller's buffers: an entry that
+// does not lie inside the tokens (or the chunks) is skipped, so a table written
+// wrong reads and writes nothing out of bounds. The whole block reads the same
+// entry, so it returns as one, before any barrier.
+__device__ __forceinline__ bool chunk_ok(uint2 ch, u32 n_tok) {
+    return ch.y >= 1 && ch.y <= BT && ch.x < n_tok && ch.y <= n_tok - ch.x;
+}
+__device__ __forceinline__ bool seq_ok(uint2 first, uint2 next, u32 n_tok, u32 nt) {
+    return first.x <= next.x && next.x <= n_tok && first.y <= next.y && next.y <= nt &&
+           next.y - first.y == (next.x - first.x + BT - 1) / BT;
+}
+
 // A fragment (16 rows x 16 cols) of a row-major bf16 array at (r0, c0).
 __device__ __forceinline__ void frag_a(u32 (&a)[4], const bf16* base, u32 ld, u32 r0, u32 c0, u32 lane) {
     ldsm_x4(base + (r0 + (lane & 15u)) * ld + c0 + 8u * (lane >> 4), a[0], a[1], a[2], a[3]);
@@ -84,6 +96,7 @@ chunk_local_cumsum_varlen_g_f32(const float* __restrict__ g_in, float* __restric
                                 const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
     __shared__ float warp_total[2];
     const uint2 ch = chunks[blockIdx.x];
+    if (!chunk_ok(ch, pp->n_tok)) return;
     const u32 head = blockIdx.y, i = threadIdx.x, lane = i & 31u, warp = i >> 5;
     const bool live = i < ch.y;
     const u64 at = u64(ch.x + i) * pp->h + head;
@@ -116,6 +129,7 @@ __device__ __forceinline__ void kkt_body(const bf16* __restrict__ k_in, const fl
     __shared__ float gs[BT], bs[BT];
     const Params p = *pp;
     const uint2 ch = chunks[blockIdx.x];
+    if (!chunk_ok(ch, pp->n_tok)) return;
     const u32 t0 = ch.x, len = ch.y, head = blockIdx.y, K = p.k;
     const u32 kh = head / (p.h / p.hg);
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
@@ -196,6 +210,7 @@ chunk_tri_solve_invert_f32(const float* a, float* ai, const uint2* __restrict__ 
                            const Params* __restrict__ pp) {
     __shared__ __align__(16) float s[BT * BT];
     const uint2 ch = chunks[blockIdx.x];
+    if (!chunk_ok(ch, pp->n_tok)) return;
     const u32 t0 = ch.x, len = ch.y, head = blockIdx.y, H = pp->h;
     const u32 c = threadIdx.x, warp = c >> 5;
 
@@ -271,6 +286,7 @@ __device__ __forceinline__ void wu_body(const bf16* __restrict__ k_in, const bf1
     __shared__ float coef[2 * BT];   // beta exp(g), beta per row
     const Params p = *pp;
     const uint2 ch = chunks[blockIdx.x];
+    if (!chunk_ok(ch, pp->n_tok)) return;
     const u32 t0 = ch.x, len = ch.y, head = blockIdx.y;
     const u32 H = p.h, K = p.k, V = p.v, kh = head / (H / p.hg);
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
@@ -429,6 +445,7 @@ __device__ __forceinline__ void inter_state_body(const bf16* __restrict__ k_in, 
     const u32 v0 = blockIdx.x * BV, head = blockIdx.y, seq = blockIdx.z;
     const u32 H = p.h, V = p.v, Hg = p.hg, kh = head / (H / Hg);
     const uint2 first = seqs[seq], next = seqs[seq + 1];
+    if (!seq_ok(first, next, pp->n_tok, pp->nt)) return;
     const u32 bos = first.x, eos = next.x;
 
     float st[MI][NI][4];
@@ -626,6 +643,7 @@ gated_delta_net_chunk_o_bf16(const bf16* __restrict__ q_in, const bf16* __restri
     const Params p = *pp;
     const u32 v0 = blockIdx.x * 64u, cidx = blockIdx.y, head = blockIdx.z;
     const uint2 ch = chunks[cidx];
+    if (!chunk_ok(ch, pp->n_tok)) return;
     const u32 t0 = ch.x, len = ch.y;
     const u32 H = p.h, K = p.k, V = p.v, kh = head / (H / p.hg);
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
