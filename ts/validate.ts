@@ -2,7 +2,7 @@
 // argument, what was expected and what was given:
 //   "<op>: <arg> must be <expected> (got <actual>)"
 
-import type { Buffer } from './buffer.ts';
+import { Buffer } from './buffer.ts';
 import type { DType } from './dtype.ts';
 import { MlxError } from './errors.ts';
 
@@ -30,14 +30,25 @@ export function checkAtMost(op: string, arg: string, value: number, max: number,
   if (!(value <= max)) throw invalid(op, arg, `at most ${maxName === undefined ? max : `${maxName} (${max})`}`, value);
 }
 
+/** value is a Buffer (or a view) that is not released: what every op binds. */
+export function checkBuffer(op: string, arg: string, value: unknown): asserts value is Buffer {
+  if (!(value instanceof Buffer)) {
+    const got = value === null || value === undefined ? String(value) : typeof value === 'object' ? `a ${(value as object).constructor?.name ?? 'object'}` : `${typeof value} ${String(value)}`;
+    throw invalid(op, arg, 'a Buffer', got);
+  }
+  if (value.released) throw invalid(op, arg, 'a live buffer', 'a released buffer (or one of a closed device)');
+}
+
 /** The buffer's dtype is `dtype`, or one of them. */
 export function checkDtype(op: string, arg: string, buf: Buffer, dtype: DType | readonly DType[]): void {
+  checkBuffer(op, arg, buf);
   const ok = typeof dtype === 'string' ? buf.dtype === dtype : dtype.includes(buf.dtype);
   if (!ok) throw invalid(op, `${arg}.dtype`, typeof dtype === 'string' ? dtype : `one of ${dtype.join(', ')}`, buf.dtype);
 }
 
 /** The buffer holds exactly `expected` elements. */
 export function checkElements(op: string, arg: string, buf: Buffer, expected: number): void {
+  checkBuffer(op, arg, buf);
   if (buf.elementCount !== expected) {
     throw invalid(op, `${arg}.elementCount`, `${expected}`, `${buf.elementCount}, shape [${buf.shape.join(', ')}]`);
   }
