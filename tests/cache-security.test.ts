@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test';
 import { spawnSync } from 'node:child_process';
 import {
   chmodSync,
+  chownSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
@@ -56,14 +57,14 @@ kernel void thrice(device float* x [[buffer(0)]], uint i [[thread_position_in_gr
 device.close();
 `);
 
-  /** Runs the compile step; returns its output line and exit status. */
-  function run(env: Record<string, string | undefined>): { out: string; status: number | null } {
+  /** Runs the compile step; returns its output line, stderr and exit status. */
+  function run(env: Record<string, string | undefined>): { out: string; err: string; status: number | null } {
     const full: Record<string, string> = {};
     for (const [k, v] of Object.entries({ ...process.env, MLX_NATIVE_BACKEND: 'emu', TMPDIR: dir, ...env })) {
       if (v !== undefined) full[k] = v;
     }
     const r = spawnSync('bun', [script], { encoding: 'utf8', env: full });
-    return { out: r.stdout.trim(), status: r.status };
+    return { out: r.stdout.trim(), err: r.stderr, status: r.status };
   }
 
   // A shared object whose constructor writes the marker (built before the tests run).
@@ -140,8 +141,68 @@ extern "C" unsigned mlxn_emu_kernel_abi(void) { return 0; }
     chmodSync(d, 0o777);
     plant(d, file);
     rmSync(marker, { force: true });
-    expect(run({ MLX_NATIVE_EMU_CACHE: d }).out).toBe(GOOD);
+    const r = run({ MLX_NATIVE_EMU_CACHE: d });
+    expect(r.out).toBe(GOOD);
     expect(existsSync(marker)).toBe(false);
+    expect(r.err).toContain('not using the kernel cache');
+    // Control: the same planted entry in a private folder is taken (only this
+    // user could have written it), so the folder check alone kept it out.
+    if (file.endsWith('.kernels')) {
+      chmodSync(d, 0o700);
+      run({ MLX_NATIVE_EMU_CACHE: d });
+      expect(existsSync(marker)).toBe(true);
+      rmSync(marker, { force: true });
+    }
+  });
+
+  test.if(process.getuid?.() === 0)('a cache folder owned by another user is not used', () => {
+    const { dir: d, file } = primed('other-owner');
+    plant(d, file);
+    chownSync(d, 65534, 65534);
+    rmSync(marker, { force: true });
+    const r = run({ MLX_NATIVE_EMU_CACHE: d });
+    expect(r.out).toBe(GOOD);
+    expect(existsSync(marker)).toBe(false);
+    expect(r.err).toContain('belongs to another user');
+  });
+
+  test('a cache folder that is a symbolic link is not used, nor written through', () => {
+    const { dir: d, file } = primed('link-target');
+    plant(d, file);
+    const planted = readFileSync(join(d, file));
+    const link = join(dir, 'link-cache');
+    symlinkSync(d, link);
+    rmSync(marker, { force: true });
+    const r = run({ MLX_NATIVE_EMU_CACHE: link });
+    expect(r.out).toBe(GOOD);
+    expect(existsSync(marker)).toBe(false);
+    expect(entriesOf(d)).toEqual([file]);
+    expect(readFileSync(join(d, file)).equals(planted)).toBe(true);
+  });
+
+  test('a HOME that does not exist and cannot be made: compiles still work', () => {
+    const file = join(dir, 'a-file');
+    writeFileSync(file, '');
+    const r = run({ HOME: join(file, 'home'), XDG_CACHE_HOME: undefined, MLX_NATIVE_EMU_CACHE: undefined });
+    expect(r.status).toBe(0);
+    expect(r.out).toBe(GOOD);
+  });
+
+  test('links planted at the temporary names the cache used to write through are not followed', () => {
+    // The cache used to write "<key>.cpp.tmp.<pid>.<n>" and "<key>.so.tmp.<pid>.<n>"
+    // with O_TRUNC: the shell plants links there for its own pid, then execs
+    // bun (the same pid). The victim keeps its contents.
+    const { dir: d, file } = primed('tmp-links');
+    const key = file.replace(/\.(kernels|so)$/, '');
+    rmSync(join(d, file));
+    const victim = join(dir, 'tmp-victim');
+    writeFileSync(victim, 'victim\n');
+    const plantLinks = `for n in 0 1 2 3 4 5 6 7 8 9; do for s in cpp so kernels; do ln -s ${JSON.stringify(victim)} ${JSON.stringify(d)}/${key}.$s.tmp.$$.$n; done; done; exec bun ${JSON.stringify(script)}`;
+    const env: Record<string, string> = {};
+    for (const [k, v] of Object.entries({ ...process.env, MLX_NATIVE_BACKEND: 'emu', MLX_NATIVE_EMU_CACHE: d })) if (v !== undefined) env[k] = v;
+    const r = spawnSync('bash', ['-c', plantLinks], { encoding: 'utf8', env });
+    expect(r.stdout.trim()).toBe(GOOD);
+    expect(readFileSync(victim, 'utf8')).toBe('victim\n');
   });
 
   test('an entry whose contents do not match its digest is rebuilt, not loaded', () => {

@@ -250,7 +250,7 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     const cu = (c: number[], b = 1, t = 130): ChunkGatedDeltaRuleArgs => ({ ...a, params: { ...a.params, b, t, cuSeqlens: c } });
     validateChunkGatedDeltaRule(cu([0, 70, 130]));
     expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 65, 130], 2, 65)), 'chunk_gated_delta_rule', 'b must be 1 when cuSeqlens is given', '(got 2)');
-    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0])), 'chunk_gated_delta_rule', 'cuSeqlens.length must be at least 2', '(got 1)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0])), 'chunk_gated_delta_rule', 'cuSeqlens.length must be between 2 and t + 1', '(got 1)');
     expectInvalidParts(() => validateChunkGatedDeltaRule(cu([1, 130])), 'chunk_gated_delta_rule', 'cuSeqlens[0] must be 0', '(got 1)');
     expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 70, 70, 130])), 'chunk_gated_delta_rule', 'cuSeqlens[2] must be an integer above cuSeqlens[1] = 70', '(got 70)');
     expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 70.5, 130])), 'chunk_gated_delta_rule', 'cuSeqlens[1] must be an integer above cuSeqlens[0] = 0', '(got 70.5)');

@@ -65,3 +65,23 @@ export function checkedProduct(op: string, arg: string, ...factors: number[]): n
   }
   return p;
 }
+
+/** The two buffers share bytes: the same allocation, with overlapping ranges. */
+export function overlaps(a: Buffer, b: Buffer): boolean {
+  return a.root === b.root && a.byteOffset < b.byteOffset + b.byteLength && b.byteOffset < a.byteOffset + a.byteLength;
+}
+
+/**
+ * Each output shares no memory with the inputs or the other outputs listed:
+ * a kernel that reads one place while another thread writes an overlapping
+ * one gives wrong results. Pairs a kernel supports (in place) are left out by
+ * the caller. Names are the arguments'.
+ */
+export function checkNoOverlap(op: string, outputs: readonly (readonly [string, Buffer])[], inputs: readonly (readonly [string, Buffer | undefined])[]): void {
+  for (let i = 0; i < outputs.length; i++) {
+    const [name, out] = outputs[i]!;
+    for (const [other, buf] of [...inputs, ...outputs.slice(i + 1)]) {
+      if (buf !== undefined && overlaps(out, buf)) throw invalid(op, name, `a buffer that shares no memory with ${other}`, `one that does`);
+    }
+  }
+}

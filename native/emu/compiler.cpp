@@ -352,6 +352,9 @@ std::string cache_dir() {
     else if (std::string base = cache::user_cache_base(); !base.empty()) want = base + "/mlx-native/emu";
     std::string why;
     if (!want.empty()) dir = cache::private_dir(want, &why);
+    if (dir.empty() && !want.empty())
+      std::fprintf(stderr, "mlx-native emu: not using the kernel cache %s: %s; compiling into a private folder of this process\n",
+                   want.c_str(), why.c_str());
     if (dir.empty()) dir = cache::process_dir("emu", &why);
   });
   return dir;

@@ -17,7 +17,7 @@ import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
-import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { checkAtMost, checkDtype, checkElements, checkNoOverlap, checkPositive, checkedProduct, invalid } from '../validate.ts';
 import { chunkLocalCumsum } from './chunk_local_cumsum.ts';
 import { packFields, type ParamField } from '../params.ts';
 import { gatedDeltaNetChunk } from './gated_delta_net_chunk.ts';
@@ -103,6 +103,24 @@ export interface GdrChunkLayout {
 }
 
 /**
+ * cuSeqlens: 0 = cuSeqlens[0] < ... < cuSeqlens[n] = t, integers (every
+ * sequence has at least one token); O(its length) and nothing else.
+ */
+function checkCuSeqlens(cu: ArrayLike<number>, t: number): void {
+  if (cu === null || typeof cu !== 'object' || typeof cu.length !== 'number') throw invalid(OP, 'cuSeqlens', 'an array of sequence offsets', cu);
+  const n = cu.length;
+  if (!(n >= 2 && n - 1 <= t)) throw invalid(OP, 'cuSeqlens.length', `between 2 and t + 1 = ${t + 1} (0, then the end of each non-empty sequence)`, n);
+  if (cu[0] !== 0) throw invalid(OP, 'cuSeqlens[0]', '0', cu[0]);
+  for (let i = 1; i < n; i++) {
+    const x = cu[i]!;
+    if (!Number.isSafeInteger(x) || x <= cu[i - 1]!) {
+      throw invalid(OP, `cuSeqlens[${i}]`, `an integer above cuSeqlens[${i - 1}] = ${cu[i - 1]} (sequences are not empty)`, x);
+    }
+  }
+  if (cu[n - 1] !== t) throw invalid(OP, `cuSeqlens[${n - 1}]`, `t = ${t}`, cu[n - 1]);
+}
+
+/**
  * The chunk tables of b sequences of t tokens, or, with cuSeqlens (b = 1),
  * of the sequences between consecutive offsets (0 = cuSeqlens[0] < ... <
  * cuSeqlens[n] = t, so every sequence has at least one token).
@@ -115,16 +133,8 @@ export function chunkGatedDeltaRuleLayout(b: number, t: number, cuSeqlens?: Arra
     offsets = Array.from({ length: b + 1 }, (_, i) => i * t);
   } else {
     if (b !== 1) throw invalid(OP, 'b', '1 when cuSeqlens is given (the sequences are concatenated along t)', b);
+    checkCuSeqlens(cuSeqlens, t);
     offsets = Array.from(cuSeqlens);
-    if (offsets.length < 2) throw invalid(OP, 'cuSeqlens.length', 'at least 2 (0, then the end of each sequence)', offsets.length);
-    if (offsets[0] !== 0) throw invalid(OP, 'cuSeqlens[0]', '0', offsets[0]);
-    for (let i = 1; i < offsets.length; i++) {
-      const x = offsets[i]!;
-      if (!Number.isSafeInteger(x) || x <= offsets[i - 1]!) {
-        throw invalid(OP, `cuSeqlens[${i}]`, `an integer above cuSeqlens[${i - 1}] = ${offsets[i - 1]} (sequences are not empty)`, x);
-      }
-    }
-    if (offsets[offsets.length - 1] !== t) throw invalid(OP, `cuSeqlens[${offsets.length - 1}]`, `t = ${t}`, offsets[offsets.length - 1]);
   }
   const nTok = checkedProduct(OP, 'b * t', b, t);
   checkAtMost(OP, 'b * t', nTok, U32_MAX, '2^32 - 1');
@@ -365,6 +375,10 @@ export function validateGatedDeltaNetChunkInterStateVarlen(a: GdrInterStateArgs)
     ['g', a.g, 'f32', p.nTok * p.h], ['h0', a.h0, 'f32', state], ['hOut', a.hOut, 'bf16', p.nt * p.h * p.v * p.k],
     ['vNew', a.vNew, 'bf16', p.nTok * p.h * p.v], ['finalState', a.finalState, 'f32', state], seqsExpect(p, a.seqs),
   ]);
+  // finalState may be h0 (each block reads its slice of h0 before it writes the same slice).
+  checkNoOverlap(OP, [['hOut', a.hOut], ['vNew', a.vNew], ['finalState', a.finalState]],
+    [['k', a.k], ['w', a.w], ['u', a.u], ['g', a.g], ['seqs', a.seqs]]);
+  checkNoOverlap(OP, [['hOut', a.hOut], ['vNew', a.vNew]], [['h0', a.h0]]);
 }
 
 /**
@@ -612,22 +626,37 @@ export function chunkGatedDeltaRuleStepParams(p: ChunkGatedDeltaRuleParams, layo
 }
 
 export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs): { step: GdrStepParams; layout: GdrChunkLayout } {
-  const p = a.params;
+  const p = a?.params;
+  if (p === null || typeof p !== 'object') throw invalid(OP, 'params', 'an object { b, t, hg, h, k, v, scale?, cuSeqlens? }', p);
   for (const [arg, value] of [['b', p.b], ['t', p.t], ['hg', p.hg], ['h', p.h], ['k', p.k], ['v', p.v]] as const) {
     checkPositive(OP, arg, value);
     checkAtMost(OP, arg, value, U32_MAX, '2^32 - 1');
   }
-  const layout = chunkGatedDeltaRuleLayout(p.b, p.t, p.cuSeqlens);
-  const step = chunkGatedDeltaRuleStepParams(p, layout);
-  const state = checkedProduct(OP, 'state elements', layout.nSeq, p.h, p.v, p.k);
+  if (p.h % p.hg !== 0) throw invalid(OP, 'h', `a multiple of hg (${p.hg})`, p.h);
+  if (!GDR_K_VALUES.includes(p.k)) throw invalid(OP, 'k', `one of ${GDR_K_VALUES.join(', ')}`, p.k);
+  if (p.v % GDR_V_MULTIPLE !== 0 || p.v > GDR_MAX_V) throw invalid(OP, 'v', `a multiple of ${GDR_V_MULTIPLE} at most ${GDR_MAX_V}`, p.v);
+  // The buffers first, from sizes known in O(1): only then is the chunk
+  // layout built, whose work and memory grow with b and t, which the buffers
+  // have now shown to be real.
+  const nTok = checkedProduct(OP, 'b * t', p.b, p.t);
+  checkAtMost(OP, 'b * t', nTok, U32_MAX, '2^32 - 1');
+  let nSeq = p.b;
+  if (p.cuSeqlens !== undefined) {
+    if (p.b !== 1) throw invalid(OP, 'b', '1 when cuSeqlens is given (the sequences are concatenated along t)', p.b);
+    checkCuSeqlens(p.cuSeqlens, p.t); // O(its length): the caller's own array
+    nSeq = p.cuSeqlens.length - 1;
+  }
+  const state = checkedProduct(OP, 'state elements', nSeq, p.h, p.v, p.k);
   const list: Expect[] = [
-    ['q', a.q, 'bf16', layout.nTok * p.hg * p.k], ['k', a.k, 'bf16', layout.nTok * p.hg * p.k],
-    ['v', a.v, 'bf16', layout.nTok * p.h * p.v], ['g', a.g, 'f32', layout.nTok * p.h],
-    ['beta', a.beta, ['f32', 'bf16'], layout.nTok * p.h], ['o', a.o, 'bf16', layout.nTok * p.h * p.v],
+    ['q', a.q, 'bf16', checkedProduct(OP, 'q elements', nTok, p.hg, p.k)], ['k', a.k, 'bf16', nTok * p.hg * p.k],
+    ['v', a.v, 'bf16', checkedProduct(OP, 'v elements', nTok, p.h, p.v)], ['g', a.g, 'f32', nTok * p.h],
+    ['beta', a.beta, ['f32', 'bf16'], nTok * p.h], ['o', a.o, 'bf16', nTok * p.h * p.v],
     ['finalState', a.finalState, 'f32', state],
   ];
   if (a.initialState !== undefined) list.push(['initialState', a.initialState, 'f32', state]);
   checkBuffers(list);
+  const layout = chunkGatedDeltaRuleLayout(p.b, p.t, p.cuSeqlens);
+  const step = chunkGatedDeltaRuleStepParams(p, layout);
   return { step, layout };
 }
 

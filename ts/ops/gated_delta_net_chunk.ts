@@ -7,7 +7,7 @@ import cudaSrc from '../../shaders/cuda/gated_delta_net_chunk.cu' with { type: '
 import type { Buffer } from '../buffer.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
-import { checkAtMost, checkDtype, checkElements, checkMultiple, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { checkAtMost, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoOverlap, checkPositive, invalid } from '../validate.ts';
 import type { ParamField } from '../params.ts';
 
 const OP = 'gated_delta_net_chunk';
@@ -133,6 +133,10 @@ export function validateGatedDeltaNetChunk(p: GatedDeltaNetChunkParams, bufs: Ga
     checkDtype(OP, name, bufs[key], dtype);
     checkElements(OP, name, bufs[key], count);
   }
+  // final_state may be h0 (each block reads its slice of h0 before it writes the same slice).
+  checkNoOverlap(OP, [['h_out', bufs.hOut], ['v_new', bufs.vNew], ['final_state', bufs.finalState]],
+    [['k', bufs.k], ['w', bufs.w], ['u', bufs.u], ['g', bufs.g]]);
+  checkNoOverlap(OP, [['h_out', bufs.hOut], ['v_new', bufs.vNew]], [['h0', bufs.h0]]);
 }
 
 /** The buffers, and the shape under `params` (its k and v are dimensions, the buffers' k is the keys). */

@@ -8,7 +8,7 @@ import type { Buffer } from '../buffer.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField } from '../params.ts';
-import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { checkAtMost, checkBuffer, checkDtype, checkedProduct, checkElements, checkPositive, invalid } from '../validate.ts';
 
 export const SSM_CONV_FAMILY = 'ssm_conv';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -168,5 +168,7 @@ export interface SsmConvDecodeBuffers {
  */
 export function ssmConvDecode(enc: Encoder, args: SsmConvDecodeBuffers & Omit<SsmConvParams, 't' | 'freshState'>): void {
   const p: SsmConvParams = { b: args.b, t: 1, c: args.c, ks: args.ks, silu: args.silu };
+  // Decode reads and shifts the state: it is not optional here.
+  checkBuffer('ssm_conv_decode', 'state', args.state);
   dispatch(enc, validateSsmConv(p, args, 'ssm_conv_decode'), p, args);
 }
