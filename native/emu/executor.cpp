@@ -1,6 +1,7 @@
 #include "executor.h"
 
 #include <algorithm>
+#include <cfenv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -193,11 +194,14 @@ struct Worker {
 
   Job* job = nullptr;
   const Launch* launch = nullptr;
-  // The OS thread's signal mask outside any handler: restored after a fiber
-  // left a signal handler by switching to the scheduler (abort() may raise
-  // SIGABRT with other signals blocked, and a handler that never returns
-  // never restores the mask it ran with).
+  // The OS thread's signal mask and floating-point environment outside any
+  // handler: restored after a fiber left a signal handler by switching to the
+  // scheduler. A handler that never returns never restores what it ran with:
+  // abort() may raise SIGABRT with other signals blocked, and Linux runs a
+  // handler with the default FP environment, the interrupted one being saved
+  // in the signal frame that only a return from the handler restores.
   sigset_t signal_mask;
+  fenv_t fp_env;
   uint64_t group_linear = 0;
   uint32_t group[3] = {0, 0, 0};
   uint32_t nthreads = 0;
@@ -324,11 +328,13 @@ void Worker::resume(Fiber* f) {
   f = last;
   if (f->state == State::TimedOut) {
     pthread_sigmask(SIG_SETMASK, &signal_mask, nullptr);
+    fesetenv(&fp_env);
     fail_group(f->index, job->timeout_text + "; " + where(f) + " was running kernel code");
     return;
   }
   if (f->state == State::Faulted) {
     pthread_sigmask(SIG_SETMASK, &signal_mask, nullptr);
+    fesetenv(&fp_env);
     const int sig = f->fault_signal;
     char addr_text[32];
     std::snprintf(addr_text, sizeof addr_text, "%p", f->fault_address);
@@ -1040,10 +1046,12 @@ class Pool {
       job->failed.store(true, std::memory_order_relaxed);
       job->timed_out.store(true, std::memory_order_release);
       // Signal the workers that run it until they have left it. Past twice
-      // the limit, give up and leave a worker that is still in kernel code
+      // the limit, give up and leave a worker that is still in the dispatch
       // running (it holds the job, so its launch stays valid): that happens
       // without the signal handler (MLX_NATIVE_EMU_NO_SIGNALS=1), where
-      // nothing stops a kernel that never reaches a hook.
+      // nothing stops a kernel that never reaches a hook, and with it only
+      // when a worker got no CPU time or a kernel spends nearly all its time
+      // outside its own code (in libc, say) for the whole grace period.
       const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
       while (!done()) {
         lock.unlock();
@@ -1051,7 +1059,8 @@ class Pool {
         lock.lock();
         job->cv.wait_for(lock, std::chrono::milliseconds(2), done);
         if (!done() && std::chrono::steady_clock::now() >= give_up)
-          return job->timeout_text + "; kernel code is still running on a worker thread, which is lost to the pool";
+          return job->timeout_text + "; a worker thread was still running the kernel at twice the limit and "
+                 "is left running (lost to the pool if nothing stops it: MLX_NATIVE_EMU_NO_SIGNALS=1)";
       }
       if (job->error.set && job->error.text.rfind(job->timeout_text, 0) == 0) return job->error.text;
       return job->timeout_text;
@@ -1093,6 +1102,7 @@ class Pool {
     tl_running = nullptr;  // allocates this thread's TLS block outside any signal handler
     auto worker = std::make_unique<Worker>();
     pthread_sigmask(SIG_SETMASK, nullptr, &worker->signal_mask);
+    fegetenv(&worker->fp_env);
     for (;;) {
       std::shared_ptr<Job> job;
       {
