@@ -62,6 +62,17 @@ kernel void oob_forever(device uint* out [[buffer(0)]],
   for (uint i = 0; stop[0] == 0u; ++i) out[gid + 4096u + (i & 1023u)] = i;
 }
 
+// Loops until stop[0] is nonzero (it never is), spending most of its time in
+// libm: the watchdog abandons a thread only at an instruction of the kernel's
+// own library, so it must catch this one in the few instructions between calls.
+kernel void libm_forever(device float* out [[buffer(0)]],
+                         device const uint* stop [[buffer(1)]],
+                         uint gid [[thread_position_in_grid]]) {
+  float x = float(gid);
+  while (stop[0] == 0u) x = precise::sin(x) + precise::cos(x * 1.0001f) + precise::exp(-x);
+  out[gid] = x;
+}
+
 kernel void mark_first(device uint* out [[buffer(0)]],
                        uint gid [[thread_position_in_grid]]) {
   if (gid == 0u) out[0] = 7u;
@@ -249,6 +260,30 @@ for (const [schedule, options] of Object.entries(SCHEDULES)) {
         device.close();
       }
     }, 4000);
+
+    test('an endless loop that spends its time in libm ends at the time limit (100 ms, within 200 ms), 5 times', () => {
+      const { device, lib } = open('100');
+      try {
+        const enc = device.encoder();
+        const out = device.alloc('f32', [N]);
+        const stop = device.alloc('u32', [1]);
+        for (let run = 0; run < 5; run++) {
+          enc.dispatch(lib.pipeline('libm_forever'), { buffers: [out, stop] }, [2, 1, 1], [32, 1, 1]);
+          const t0 = performance.now();
+          const e = errorOf(() => enc.commitAndWait());
+          const ms = Math.round(performance.now() - t0);
+          expect(e.kind).toBe('CommandBufferError');
+          expect(e.message).toContain("kernel 'libm_forever': the dispatch did not finish within 100 ms");
+          expect(e.message).toContain('was running kernel code');
+          expect({ run, ms, within: ms < 200 }).toEqual({ run, ms, within: true });
+        }
+        out.release();
+        stop.release();
+        expectStillWorks(device, lib, enc);
+      } finally {
+        device.close();
+      }
+    });
 
     test('a grid of 2^32 threadgroups ends at the time limit (500 ms, within 1 s)', async () => {
       const { device, lib } = open('500');

@@ -451,9 +451,10 @@ void install_alt_stack() {
 // over, sends this signal to the workers that run the dispatch, again every
 // 2 ms until they have all left it. On a fiber interrupted at an instruction
 // of the kernel's own library the handler marks it TimedOut and switches to
-// the scheduler, never returning into the kernel (as the fault handler does).
+// the scheduler, never returning into the kernel (as the fault handler does);
+// also in libm, which kernels call for their math and which takes no locks.
 // Anywhere else it returns and waits for the next signal: the scheduler, a
-// hook or code a kernel calls (libc, libm, the dynamic loader resolving a
+// hook or other code a kernel calls (libc, the dynamic loader resolving a
 // thread-local on its first use) may hold a lock that an abandoned fiber
 // would hold forever. Those places end the dispatch themselves: the
 // scheduler checks Job::timed_out between fibers, every hook on its way back
@@ -473,10 +474,13 @@ uintptr_t interrupted_pc(const void* uc) {
 #endif
 }
 
+// libm's executable segments (Pool() looks them up; empty when not found).
+uintptr_t g_libm_lo = UINTPTR_MAX, g_libm_hi = UINTPTR_MAX;
+
 bool in_kernel_code(const Job* job, const void* uc) {
   if (job->code_lo == UINTPTR_MAX) return true;  // the kernel's code range is unknown
   const uintptr_t pc = interrupted_pc(uc);
-  return pc == 0 || (pc >= job->code_lo && pc < job->code_hi);
+  return pc == 0 || (pc >= job->code_lo && pc < job->code_hi) || (pc >= g_libm_lo && pc < g_libm_hi);
 }
 
 void watchdog_handler(int sig, siginfo_t* info, void* uc) {
@@ -970,28 +974,36 @@ const mlxn_emu_hooks* hooks_table() { return &kHooks; }
 
 // ----------------------------------------------------------------- pool --
 
-// The executable segments of the loaded object that contains `addr`: from the
+// The executable segments of the loaded object that contains `addr` (when
+// not null) or whose file name starts with `name` (when not null): from the
 // lowest to the highest address of any of them. Unchanged when not found.
-void code_range(const void* addr, uintptr_t* lo, uintptr_t* hi) {
+void code_range(const void* addr, const char* name, uintptr_t* lo, uintptr_t* hi) {
 #if defined(__linux__)
   struct Search {
-    uintptr_t addr, lo, hi;
+    uintptr_t addr;
+    const char* name;
+    uintptr_t lo, hi;
     bool found;
-  } s{reinterpret_cast<uintptr_t>(addr), UINTPTR_MAX, 0, false};
+  } s{reinterpret_cast<uintptr_t>(addr), name, UINTPTR_MAX, 0, false};
   dl_iterate_phdr(
       [](dl_phdr_info* info, size_t, void* p) -> int {
         auto* s = static_cast<Search*>(p);
         uintptr_t lo = UINTPTR_MAX, hi = 0;
         bool has = false;
+        if (s->name && info->dlpi_name) {
+          const char* slash = std::strrchr(info->dlpi_name, '/');
+          const char* base = slash ? slash + 1 : info->dlpi_name;
+          has = std::strncmp(base, s->name, std::strlen(s->name)) == 0;
+        }
         for (int i = 0; i < info->dlpi_phnum; ++i) {
           const auto& ph = info->dlpi_phdr[i];
           if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
           const uintptr_t b = info->dlpi_addr + ph.p_vaddr, e = b + ph.p_memsz;
-          has |= s->addr >= b && s->addr < e;
+          has |= s->addr != 0 && s->addr >= b && s->addr < e;
           lo = std::min(lo, b);
           hi = std::max(hi, e);
         }
-        if (!has) return 0;
+        if (!has || hi == 0) return 0;
         s->lo = lo;
         s->hi = hi;
         s->found = true;
@@ -1004,6 +1016,7 @@ void code_range(const void* addr, uintptr_t* lo, uintptr_t* hi) {
   }
 #else
   (void)addr;
+  (void)name;
   (void)lo;
   (void)hi;
 #endif
@@ -1076,6 +1089,7 @@ class Pool {
       if (v > 0 && v <= 4096) n = uint32_t(v);
     }
     install_fault_handler();
+    code_range(nullptr, "libm.so", &g_libm_lo, &g_libm_hi);
     install_watchdog_handler();
     slots_ = std::vector<Slot>(n);
     for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this, i] { loop(&slots_[i]); });
@@ -1137,7 +1151,7 @@ class Pool {
     if (hi == 0) {
       uintptr_t lo = UINTPTR_MAX;
       hi = UINTPTR_MAX;
-      code_range(reinterpret_cast<const void*>(k->fn), &lo, &hi);
+      code_range(reinterpret_cast<const void*>(k->fn), nullptr, &lo, &hi);
       k->code_lo.store(lo, std::memory_order_relaxed);
       k->code_hi.store(hi, std::memory_order_release);
     }
