@@ -305,6 +305,39 @@ for (const [schedule, options] of Object.entries(SCHEDULES)) {
       }
     }, 3000);
 
+    // B's time runs from its commit, also while it waits for the workers
+    // that A holds: B must end at its own limit, not when A ends.
+    test('a dispatch queued behind another ends at its own time limit (150 ms, within 300 ms)', async () => {
+      const { device, lib } = open('600');
+      try {
+        const p = lib.pipeline('oob_forever');
+        const outA = device.alloc('u32', [N]);
+        const outB = device.alloc('u32', [N]);
+        const stop = device.alloc('u32', [1]);
+        const encA = device.encoder();
+        encA.dispatch(p, { buffers: [outA, stop] }, [64, 1, 1], [32, 1, 1]);
+        device.setOption('timeout_ms', '150');
+        const encB = device.encoder();
+        encB.dispatch(p, { buffers: [outB, stop] }, [4, 1, 1], [32, 1, 1]);
+        const t0 = performance.now();
+        const a = asyncErrorOf(encA.commit()).then((e) => ({ e, ms: performance.now() - t0 }));
+        await Bun.sleep(50); // A holds every worker by now
+        const t1 = performance.now();
+        const b = asyncErrorOf(encB.commit()).then((e) => ({ e, ms: performance.now() - t1 }));
+        const [ra, rb] = await Promise.all([a, b]);
+        expect(rb.e.message).toContain("kernel 'oob_forever': the dispatch did not finish within 150 ms");
+        expect(rb.ms).toBeLessThan(300);
+        expect(ra.e.message).toContain("kernel 'oob_forever': the dispatch did not finish within 600 ms");
+        expect(ra.ms).toBeGreaterThanOrEqual(590);
+        expect(ra.ms).toBeLessThan(1200);
+        for (const b of [outA, outB, stop]) b.release();
+        expectStillWorks(device, lib, encA);
+        expectStillWorks(device, lib, encB);
+      } finally {
+        device.close();
+      }
+    }, 4000);
+
     test('a grid of [2^31, 2^31, 4] threadgroups (2^64) is refused at dispatch', () => {
       const { device, lib } = open();
       try {

@@ -117,9 +117,9 @@ struct Job {
   std::mutex mu;
   std::condition_variable cv;
   // Under mu. Workers join a job only while it is in the pool's queue, and
-  // the first worker to leave it takes it out of the queue before setting
-  // `left`: so once `left` is set and `active` is 0, no worker runs the job
-  // or ever will.
+  // the first worker to leave it (or the waiter at the time limit) takes it
+  // out of the queue before setting `left`: so once `left` is set and
+  // `active` is 0, no worker runs the job or ever will.
   uint32_t active = 0;                // workers in the job's claim loop
   bool left = false;
   ErrorSlot error;
@@ -144,8 +144,9 @@ struct Fiber {
   const void* all = nullptr;  // the gathered bytes of the last exchange
   uint32_t size = 0;
   uint32_t mask = 0;
-  // Set while the fiber runs runtime code (a hook): the watchdog's signal
-  // never abandons a fiber there (it may hold a lock, e.g. malloc's).
+  // Set while the fiber runs runtime code (a hook): neither the watchdog's
+  // signal nor a fault abandons a fiber there (it may hold a lock, e.g.
+  // malloc's or the error slot's).
   volatile sig_atomic_t in_hook = 0;
   std::vector<uint8_t> scratch;  // returned for out-of-bounds accesses
   int fault_signal = 0;          // State::Faulted: the signal, its si_code and address
@@ -1055,9 +1056,19 @@ class Pool {
       job->timeout_text = "kernel '" + l.kernel->name + "': the dispatch did not finish within " +
                           std::to_string(ms) + " ms (MLX_NATIVE_EMU_TIMEOUT_MS, option timeout_ms)";
       // No worker starts another threadgroup; those running end at their
-      // next hook, scheduler step or watchdog signal.
+      // next hook, scheduler step or watchdog signal. A job still queued
+      // (behind another encoder's) leaves the queue: no worker joins it now.
       job->failed.store(true, std::memory_order_relaxed);
       job->timed_out.store(true, std::memory_order_release);
+      lock.unlock();
+      {
+        std::lock_guard<std::mutex> ql(mu_);
+        auto it = std::find(queue_.begin(), queue_.end(), job);
+        if (it != queue_.end()) queue_.erase(it);
+        std::lock_guard<std::mutex> jl(job->mu);
+        job->left = true;
+      }
+      lock.lock();
       // Signal the workers that run it until they have left it. Past twice
       // the limit, give up and leave a worker that is still in the dispatch
       // running (it holds the job, so its launch stays valid): that happens
