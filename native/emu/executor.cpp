@@ -450,7 +450,7 @@ void install_alt_stack() {
 // The watchdog: a kernel that never reaches a hook (an infinite loop) keeps
 // its worker in kernel code, so the dispatch's waiter, once the time limit is
 // over, sends this signal to the workers that run the dispatch, again every
-// 2 ms until they have all left it. On a fiber interrupted at an instruction
+// 2 ms (at most one on its way to each worker) until they have all left it. On a fiber interrupted at an instruction
 // of the kernel's own library the handler marks it TimedOut and switches to
 // the scheduler, never returning into the kernel (as the fault handler does);
 // also in libm, which kernels call for their math and which takes no locks.
@@ -484,7 +484,15 @@ bool in_kernel_code(const Job* job, const void* uc) {
   return pc == 0 || (pc >= job->code_lo && pc < job->code_hi) || (pc >= g_libm_lo && pc < g_libm_hi);
 }
 
+// The worker's Slot::signaled: set by the waiter when it sends the signal,
+// cleared by the handler, so that at most one signal is on its way to a
+// worker. Real-time signals queue: a worker that got no CPU time for a while
+// would otherwise take every signal sent meanwhile at once, each handler
+// frame on top of the last, and overflow its alternate signal stack.
+thread_local std::atomic<bool>* tl_watchdog_pending = nullptr;
+
 void watchdog_handler(int sig, siginfo_t* info, void* uc) {
+  if (std::atomic<bool>* pending = tl_watchdog_pending) pending->store(false, std::memory_order_relaxed);
   Fiber* f = tl_running;
   if (f && !f->in_hook && f->worker->job && f->worker->job->timed_out.load(std::memory_order_acquire) &&
       in_kernel_code(f->worker->job, uc)) {
@@ -513,7 +521,10 @@ void install_watchdog_handler() {
     struct sigaction sa;
     std::memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = watchdog_handler;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER | SA_RESTART;
+    // Blocked while the handler runs (no SA_NODEFER): a handler that
+    // abandons its fiber leaves it blocked until the scheduler restores the
+    // worker's mask (Worker::signal_mask).
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
     sigemptyset(&sa.sa_mask);
     if (sigaction(sig, &sa, &g_prev_watchdog) == 0) {
       g_watchdog_signal = sig;
@@ -1082,9 +1093,15 @@ class Pool {
         signal_workers(job.get());
         lock.lock();
         job->cv.wait_for(lock, std::chrono::milliseconds(2), done);
-        if (!done() && std::chrono::steady_clock::now() >= give_up)
-          return job->timeout_text + "; a worker thread was still running the kernel at twice the limit and "
-                 "is left running (lost to the pool if nothing stops it: MLX_NATIVE_EMU_NO_SIGNALS=1)";
+        if (!done() && std::chrono::steady_clock::now() >= give_up) {
+          if (!g_watchdog_signal)
+            return job->timeout_text + "; a worker thread was still running the kernel at twice the limit and "
+                   "nothing can stop it (MLX_NATIVE_EMU_NO_SIGNALS=1): it is lost to the pool";
+          // Someone must go on signalling the worker, or it would be lost.
+          std::thread([this, job] { signal_until_left(job); }).detach();
+          return job->timeout_text + "; a worker thread was still running the kernel at twice the limit: "
+                 "it leaves the dispatch when it next takes the watchdog signal in kernel code";
+        }
       }
       if (job->error.set && job->error.text.rfind(job->timeout_text, 0) == 0) return job->error.text;
       return job->timeout_text;
@@ -1110,21 +1127,35 @@ class Pool {
     }
   }
 
+  // Signals the workers of a timed-out job every 2 ms until none runs it.
+  void signal_until_left(const std::shared_ptr<Job>& job) {
+    std::unique_lock<std::mutex> lock(job->mu);
+    auto done = [&] { return job->left && job->active == 0; };
+    while (!done()) {
+      lock.unlock();
+      signal_workers(job.get());
+      lock.lock();
+      job->cv.wait_for(lock, std::chrono::milliseconds(2), done);
+    }
+  }
+
   // A worker thread and the job it runs now.
   struct Slot {
     pthread_t handle{};
     std::atomic<Job*> job{nullptr};
+    std::atomic<bool> signaled{false};  // a watchdog signal is on its way (tl_watchdog_pending)
   };
 
   void signal_workers(Job* job) {
     if (!g_watchdog_signal) return;
     for (Slot& s : slots_)
-      if (s.job.load() == job) pthread_kill(s.handle, g_watchdog_signal);
+      if (s.job.load() == job && !s.signaled.exchange(true)) pthread_kill(s.handle, g_watchdog_signal);
   }
 
   void loop(Slot* slot) {
     install_alt_stack();
     tl_running = nullptr;  // allocates this thread's TLS block outside any signal handler
+    tl_watchdog_pending = &slot->signaled;
     auto worker = std::make_unique<Worker>();
     pthread_sigmask(SIG_SETMASK, nullptr, &worker->signal_mask);
     fegetenv(&worker->fp_env);

@@ -2,6 +2,7 @@
 // kernels that call the hooks the way translated Metal kernels do.
 // Run: native/emu/tests/runtime/run.sh
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +10,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <pthread.h>
+#include <signal.h>
 
 #include "../../executor.h"
 
@@ -593,6 +597,44 @@ static void test_timeout_queued() {
   test_barrier_release(false);
 }
 
+// Blocks every signal for 300 ms, then loops forever in kernel code.
+static void k_deaf_then_forever(mlxn_emu_thread*) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  for (volatile int i = 0;; i = i + 1) {
+  }
+}
+
+// The waiter signals a late worker every 2 ms. Real-time signals queue: were
+// all those signals delivered at once, their handler frames would overflow
+// the worker's alternate signal stack and kill the process. At most one is
+// on its way to a worker, so the worker is abandoned once it unblocks them.
+static void test_watchdog_signals_do_not_pile_up() {
+  Kernel k;
+  k.name = "deaf";
+  k.fn = k_deaf_then_forever;
+  Launch l = make_launch(&k, 1, 1);
+  l.schedule.timeout_ms = 100;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string err = execute(l);
+  const double ms = ms_since(t0);
+  // Past twice the limit the dispatch gives up on the worker, still deaf.
+  CHECK(contains(err, "kernel 'deaf': the dispatch did not finish within 100 ms") &&
+            contains(err, "still running the kernel at twice the limit"),
+        "got: %s", err.c_str());
+  CHECK(ms < 250, "took %.1f ms", ms);
+  // Once it hears the signal again, the worker leaves the kernel and is back
+  // in the pool.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  test_barrier_release(false);
+  test_barrier_release(true);
+}
+
 static void k_mark_first(mlxn_emu_thread* t) {
   if (t->thread_position_in_grid[0] == 0 && t->thread_position_in_grid[1] == 0)
     *reinterpret_cast<uint32_t*>(t->buffers[0].ptr) = 7;
@@ -667,6 +709,7 @@ int main() {
   test_timeout_through_hooks(false);
   test_timeout_through_hooks(true);
   test_timeout_queued();
+  test_watchdog_signals_do_not_pile_up();
   test_timeout_huge_grid();
   test_grid_limits();
   std::printf("%d checks, %d failures\n", g_checks, g_failures);
