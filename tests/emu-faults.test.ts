@@ -6,7 +6,8 @@
 //   CommandBufferError naming the signal, the kernel and the thread.
 // - The time limit (option timeout_ms) ends a dispatch within twice its
 //   value, whatever the kernel does: an endless loop that keeps calling the
-//   out-of-bounds hook, a grid of 2^32 threadgroups.
+//   out-of-bounds hook or spends its time in libm, a grid of 2^32
+//   threadgroups, a dispatch waiting behind another for the workers.
 // - Grids too large to index are refused at dispatch.
 //
 // After each failure a good dispatch on the same device and encoder must give
