@@ -1,6 +1,7 @@
 #include "executor.h"
 
 #include <algorithm>
+#include <cfenv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -15,6 +16,10 @@
 
 #include <signal.h>
 #include <sys/mman.h>
+#if defined(__linux__)
+#include <link.h>
+#include <ucontext.h>
+#endif
 
 #include "fiber.h"
 #include "util.h"
@@ -103,10 +108,20 @@ struct Job {
   const Launch* launch = nullptr;
   uint64_t total = 0;                 // threadgroups
   std::atomic<uint64_t> next{0};      // next threadgroup to claim
-  std::atomic<bool> failed{false};    // stop starting threadgroups
+  // Set on the first error and at the time limit: workers check it before
+  // claiming each threadgroup and stop, so a failed dispatch of billions of
+  // threadgroups ends as soon as the ones running end.
+  std::atomic<bool> failed{false};
+  // The kernel's code (Kernel::code_lo/hi), for the watchdog handler.
+  uintptr_t code_lo = UINTPTR_MAX, code_hi = UINTPTR_MAX;
   std::mutex mu;
   std::condition_variable cv;
-  uint64_t finished = 0;              // under mu
+  // Under mu. Workers join a job only while it is in the pool's queue, and
+  // the first worker to leave it (or the waiter at the time limit) takes it
+  // out of the queue before setting `left`: so once `left` is set and
+  // `active` is 0, no worker runs the job or ever will.
+  uint32_t active = 0;                // workers in the job's claim loop
+  bool left = false;
   ErrorSlot error;
   // The watchdog: set when the dispatch ran past its time limit; the workers
   // then abandon the threadgroups they run and the dispatch fails with
@@ -129,11 +144,13 @@ struct Fiber {
   const void* all = nullptr;  // the gathered bytes of the last exchange
   uint32_t size = 0;
   uint32_t mask = 0;
-  // Set while the fiber runs runtime code (a hook): the watchdog's signal
-  // never abandons a fiber there (it may hold a lock, e.g. malloc's).
+  // Set while the fiber runs runtime code (a hook): neither the watchdog's
+  // signal nor a fault abandons a fiber there (it may hold a lock, e.g.
+  // malloc's or the error slot's).
   volatile sig_atomic_t in_hook = 0;
   std::vector<uint8_t> scratch;  // returned for out-of-bounds accesses
-  int fault_signal = 0;          // State::Faulted: the signal and address
+  int fault_signal = 0;          // State::Faulted: the signal, its si_code and address
+  int fault_code = 0;
   void* fault_address = nullptr;
   uint32_t index = 0;            // in the threadgroup
 };
@@ -178,6 +195,14 @@ struct Worker {
 
   Job* job = nullptr;
   const Launch* launch = nullptr;
+  // The OS thread's signal mask and floating-point environment outside any
+  // handler: restored after a fiber left a signal handler by switching to the
+  // scheduler. A handler that never returns never restores what it ran with:
+  // abort() may raise SIGABRT with other signals blocked, and Linux runs a
+  // handler with the default FP environment, the interrupted one being saved
+  // in the signal frame that only a return from the handler restores.
+  sigset_t signal_mask;
+  fenv_t fp_env;
   uint64_t group_linear = 0;
   uint32_t group[3] = {0, 0, 0};
   uint32_t nthreads = 0;
@@ -270,6 +295,31 @@ void Worker::leave(Fiber* f) {
   context_switch(&f->ctx, &sched);
 }
 
+// What a synchronous signal raised by kernel code means, for the dispatch's
+// error.
+std::string signal_text(int sig, int code) {
+  switch (sig) {
+    case SIGFPE:
+      switch (code) {
+        // x86-64 raises the same divide error for a zero divisor and for
+        // INT_MIN / -1 (the quotient overflows).
+        case FPE_INTDIV: return "integer division by zero or overflow (SIGFPE)";
+        case FPE_INTOVF: return "integer overflow (SIGFPE)";
+        case FPE_FLTDIV: return "floating-point division by zero (SIGFPE, a trapping FP exception)";
+        case FPE_FLTOVF: return "floating-point overflow (SIGFPE, a trapping FP exception)";
+        case FPE_FLTUND: return "floating-point underflow (SIGFPE, a trapping FP exception)";
+        case FPE_FLTRES: return "inexact floating-point result (SIGFPE, a trapping FP exception)";
+        case FPE_FLTINV: return "invalid floating-point operation (SIGFPE, a trapping FP exception)";
+        default: return "arithmetic exception (SIGFPE, si_code " + std::to_string(code) + ")";
+      }
+    case SIGILL: return "illegal instruction (SIGILL: __builtin_trap, or code the CPU does not support)";
+    case SIGTRAP: return "trap (SIGTRAP: a breakpoint such as __builtin_debugtrap, or __builtin_trap on aarch64)";
+    case SIGABRT: return "abort (SIGABRT: abort() or a failed assert)";
+    case SIGBUS: return "bus error (SIGBUS)";
+    default: return "invalid memory access (SIGSEGV)";
+  }
+}
+
 // Runs fiber f until control comes back to the scheduler: then `last` is the
 // fiber that gave it back (f, or a later one f handed over to).
 void Worker::resume(Fiber* f) {
@@ -278,52 +328,100 @@ void Worker::resume(Fiber* f) {
   tl_running = nullptr;
   f = last;
   if (f->state == State::TimedOut) {
+    pthread_sigmask(SIG_SETMASK, &signal_mask, nullptr);
+    fesetenv(&fp_env);
     fail_group(f->index, job->timeout_text + "; " + where(f) + " was running kernel code");
     return;
   }
   if (f->state == State::Faulted) {
-    const uint8_t* addr = static_cast<const uint8_t*>(f->fault_address);
-    const uint8_t* stack = static_cast<const uint8_t*>(stacks[f->index]->base());
-    const bool overflow = addr < stack && addr >= stack - 65536;
-    char where_addr[32];
-    std::snprintf(where_addr, sizeof where_addr, "%p", f->fault_address);
-    fail_group(f->index, "kernel '" + launch->kernel->name + "': " +
-                             (overflow ? "stack overflow (each GPU thread has " +
-                                             std::to_string(kFiberStackBytes / 1024) + " KiB of stack)"
-                                       : std::string(f->fault_signal == SIGBUS ? "bus error" : "invalid memory access") +
-                                             " at address " + where_addr +
-                                             " (an unchecked pointer, e.g. one taken with & from threadgroup memory?)") +
-                             " in " + where(f));
+    pthread_sigmask(SIG_SETMASK, &signal_mask, nullptr);
+    fesetenv(&fp_env);
+    const int sig = f->fault_signal;
+    char addr_text[32];
+    std::snprintf(addr_text, sizeof addr_text, "%p", f->fault_address);
+    std::string what;
+    if (sig == SIGSEGV || sig == SIGBUS) {
+      const uint8_t* addr = static_cast<const uint8_t*>(f->fault_address);
+      const uint8_t* stack = static_cast<const uint8_t*>(stacks[f->index]->base());
+      if (addr < stack && addr >= stack - 65536)
+        what = "stack overflow (each GPU thread has " + std::to_string(kFiberStackBytes / 1024) + " KiB of stack)";
+      else
+        what = std::string(sig == SIGBUS ? "bus error" : "invalid memory access") + " at address " + addr_text +
+               " (an unchecked pointer, e.g. one taken with & from threadgroup memory?)";
+    } else {
+      // si_addr is the faulting instruction (0 for an x86-64 breakpoint).
+      what = signal_text(sig, f->fault_code);
+      if (f->fault_address && sig != SIGABRT) what += std::string(" at instruction ") + addr_text;
+    }
+    fail_group(f->index, "kernel '" + launch->kernel->name + "': " + what + " in " + where(f));
   }
 }
 
-// SIGSEGV / SIGBUS in kernel code (an unchecked raw pointer, a stack
-// overflow into a fiber's guard page) fails the dispatch instead of the
-// process: the handler, on the worker's alternate signal stack, marks the
-// fiber Faulted and switches to the scheduler, never returning into the
-// kernel. Faults anywhere else go to the handler that was installed before.
-struct sigaction g_prev_segv, g_prev_bus;
+// Synchronous signals raised by kernel code fail the dispatch instead of the
+// process: SIGSEGV / SIGBUS (an unchecked raw pointer, a stack overflow into
+// a fiber's guard page), SIGFPE (integer division by zero or INT_MIN / -1 on
+// x86-64), SIGILL (__builtin_trap on x86-64), SIGTRAP (a breakpoint),
+// SIGABRT (abort(), a failed assert). The handler, on the worker's alternate
+// signal stack, marks the fiber Faulted and switches to the scheduler, never
+// returning into the kernel. It does so only for a signal that the fiber's
+// own code raised (see synchronous) while the fiber runs kernel code, not a
+// hook: a hook may hold a lock (malloc's, the error slot's), and a fault
+// there is the runtime's own bug. Everything else goes to the handler that
+// was installed before (Bun's crash handler, say), as if ours were not there.
+//
+// abort() and assert are safe to leave this way with glibc: abort releases
+// its lock before it raises SIGABRT and holds none while the handler runs;
+// __assert_fail has finished printing (and released stderr's lock) before it
+// calls abort. The signal mask the handler ran with is replaced by the
+// worker's own when the scheduler gets control back (Worker::signal_mask).
+constexpr int kFaultSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT};
+constexpr int kFaultSignalCount = int(sizeof kFaultSignals / sizeof kFaultSignals[0]);
+struct sigaction g_prev_fault[kFaultSignalCount];
+
+const struct sigaction* prev_fault_action(int sig) {
+  for (int i = 0; i < kFaultSignalCount; ++i)
+    if (kFaultSignals[i] == sig) return &g_prev_fault[i];
+  return nullptr;
+}
+
+// Whether the signal comes from the instruction the thread executed (the
+// kernel sets si_code > 0: a fault, a trap) or from the thread raising it at
+// itself (raise, abort: tgkill from this process), not from kill(2) or
+// another process.
+bool synchronous(const siginfo_t* info) {
+#if defined(__linux__)
+  return info && (info->si_code > 0 || (info->si_code == SI_TKILL && info->si_pid == getpid()));
+#else
+  return info != nullptr;
+#endif
+}
 
 void fault_handler(int sig, siginfo_t* info, void* uc) {
   Fiber* f = tl_running;
-  if (f) {
+  if (f && !f->in_hook && synchronous(info)) {
     tl_running = nullptr;
     f->state = State::Faulted;
     f->fault_signal = sig;
-    f->fault_address = info ? info->si_addr : nullptr;
+    f->fault_code = info->si_code;
+    f->fault_address = info->si_addr;
     f->worker->last = f;
     // SA_NODEFER keeps the signal unblocked although this handler never returns.
     context_switch(&f->ctx, &f->worker->sched);
   }
-  const struct sigaction& prev = sig == SIGBUS ? g_prev_bus : g_prev_segv;
-  if (prev.sa_flags & SA_SIGINFO) {
-    if (prev.sa_sigaction) return prev.sa_sigaction(sig, info, uc);
-  } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN && prev.sa_handler) {
-    return prev.sa_handler(sig);
+  const struct sigaction* prev = prev_fault_action(sig);
+  if (prev && (prev->sa_flags & SA_SIGINFO)) {
+    if (prev->sa_sigaction) return prev->sa_sigaction(sig, info, uc);
+  } else if (prev && prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN && prev->sa_handler) {
+    return prev->sa_handler(sig);
   }
-  // No handler before ours: restore the default action; returning re-executes
-  // the faulting instruction, which then terminates as it would have.
-  signal(sig, SIG_DFL);
+  // No handler before ours: put the previous disposition back. A fault
+  // returns to the faulting instruction, which raises the signal again and
+  // terminates as it would have without us; a breakpoint (the instruction
+  // after it would run) or a raised signal is raised again.
+  if (prev) sigaction(sig, prev, nullptr);
+  else signal(sig, SIG_DFL);
+  const bool refaults = info && info->si_code > 0 && sig != SIGTRAP;
+  if (!refaults) raise(sig);
 }
 
 void install_fault_handler() {
@@ -333,8 +431,7 @@ void install_fault_handler() {
   sa.sa_sigaction = fault_handler;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGSEGV, &sa, &g_prev_segv);
-  sigaction(SIGBUS, &sa, &g_prev_bus);
+  for (int i = 0; i < kFaultSignalCount; ++i) sigaction(kFaultSignals[i], &sa, &g_prev_fault[i]);
 }
 
 // Each worker handles faults on its own alternate stack: a fiber that
@@ -352,17 +449,53 @@ void install_alt_stack() {
 
 // The watchdog: a kernel that never reaches a hook (an infinite loop) keeps
 // its worker in kernel code, so the dispatch's waiter, once the time limit is
-// over, sends this signal to the workers that run the dispatch. On a fiber in
-// kernel code the handler marks it TimedOut and switches to the scheduler,
-// never returning into the kernel (as the fault handler does); elsewhere (the
-// scheduler, a hook) it does nothing and the waiter sends it again, while the
-// scheduler checks Job::timed_out between fibers.
+// over, sends this signal to the workers that run the dispatch, again every
+// 2 ms (at most one on its way to each worker) until they have all left it. On a fiber interrupted at an instruction
+// of the kernel's own library the handler marks it TimedOut and switches to
+// the scheduler, never returning into the kernel (as the fault handler does);
+// also in libm, which kernels call for their math and which takes no locks.
+// Anywhere else it returns and waits for the next signal: the scheduler, a
+// hook or other code a kernel calls (libc, the dynamic loader resolving a
+// thread-local on its first use) may hold a lock that an abandoned fiber
+// would hold forever. Those places end the dispatch themselves: the
+// scheduler checks Job::timed_out between fibers, every hook on its way back
+// into kernel code (InHook), and the workers before each threadgroup.
 int g_watchdog_signal = 0;
 struct sigaction g_prev_watchdog;
 
+// The instruction the signal interrupted, or 0 where unknown.
+uintptr_t interrupted_pc(const void* uc) {
+#if defined(__linux__) && defined(__x86_64__)
+  return uintptr_t(static_cast<const ucontext_t*>(uc)->uc_mcontext.gregs[REG_RIP]);
+#elif defined(__linux__) && defined(__aarch64__)
+  return uintptr_t(static_cast<const ucontext_t*>(uc)->uc_mcontext.pc);
+#else
+  (void)uc;
+  return 0;
+#endif
+}
+
+// libm's executable segments (Pool() looks them up; empty when not found).
+uintptr_t g_libm_lo = UINTPTR_MAX, g_libm_hi = UINTPTR_MAX;
+
+bool in_kernel_code(const Job* job, const void* uc) {
+  if (job->code_lo == UINTPTR_MAX) return true;  // the kernel's code range is unknown
+  const uintptr_t pc = interrupted_pc(uc);
+  return pc == 0 || (pc >= job->code_lo && pc < job->code_hi) || (pc >= g_libm_lo && pc < g_libm_hi);
+}
+
+// The worker's Slot::signaled: set by the waiter when it sends the signal,
+// cleared by the handler, so that at most one signal is on its way to a
+// worker. Real-time signals queue: a worker that got no CPU time for a while
+// would otherwise take every signal sent meanwhile at once, each handler
+// frame on top of the last, and overflow its alternate signal stack.
+thread_local std::atomic<bool>* tl_watchdog_pending = nullptr;
+
 void watchdog_handler(int sig, siginfo_t* info, void* uc) {
+  if (std::atomic<bool>* pending = tl_watchdog_pending) pending->store(false, std::memory_order_relaxed);
   Fiber* f = tl_running;
-  if (f && !f->in_hook && f->worker->job && f->worker->job->timed_out.load(std::memory_order_acquire)) {
+  if (f && !f->in_hook && f->worker->job && f->worker->job->timed_out.load(std::memory_order_acquire) &&
+      in_kernel_code(f->worker->job, uc)) {
     tl_running = nullptr;
     f->state = State::TimedOut;
     f->worker->last = f;
@@ -388,7 +521,10 @@ void install_watchdog_handler() {
     struct sigaction sa;
     std::memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = watchdog_handler;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER | SA_RESTART;
+    // Blocked while the handler runs (no SA_NODEFER): a handler that
+    // abandons its fiber leaves it blocked until the scheduler restores the
+    // worker's mask (Worker::signal_mask).
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
     sigemptyset(&sa.sa_mask);
     if (sigaction(sig, &sa, &g_prev_watchdog) == 0) {
       g_watchdog_signal = sig;
@@ -718,11 +854,24 @@ inline Fiber* fiber_of(mlxn_emu_thread* t) { return static_cast<Fiber*>(t->runti
 
 inline void park(Fiber* f) { f->worker->leave(f); }
 
-// Marks the fiber as running runtime code for the duration of a hook.
+// Marks the fiber as running runtime code for the duration of a hook (the
+// fault and watchdog handlers leave such a fiber alone). Every hook declares
+// it first, so that it is destroyed last, when the hook's locks and
+// allocations are released: if the dispatch is past its time limit by then,
+// the fiber ends there instead of going back into kernel code. A kernel that
+// loops forever through a hook (out-of-bounds accesses, preemption points)
+// thus ends even when the watchdog's signals always land in the hook.
 struct InHook {
   Fiber* f;
   explicit InHook(Fiber* fb) : f(fb) { f->in_hook = 1; std::atomic_signal_fence(std::memory_order_seq_cst); }
-  ~InHook() { std::atomic_signal_fence(std::memory_order_seq_cst); f->in_hook = 0; }
+  ~InHook() {
+    if (f->worker->job->timed_out.load(std::memory_order_relaxed)) [[unlikely]] {
+      f->state = State::TimedOut;
+      park(f);  // never resumed: the scheduler fails the threadgroup
+    }
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    f->in_hook = 0;
+  }
 };
 
 void hook_threadgroup_barrier(mlxn_emu_thread* t, mlxn_emu_site site, uint32_t) {
@@ -769,6 +918,7 @@ const void* hook_simd_exchange(mlxn_emu_thread* t, mlxn_emu_site site, const voi
 void* hook_out_of_bounds(mlxn_emu_thread* t, uint32_t space, uint32_t binding, int64_t offset,
                          uint64_t size, uint64_t length, mlxn_emu_site site) {
   Fiber* f = fiber_of(t);
+  InHook h(f);
   Worker* w = f->worker;
   std::string what;
   if (space == MLXN_EMU_SPACE_THREADGROUP && (binding & MLXN_EMU_BINDING_STATIC))
@@ -836,6 +986,54 @@ const mlxn_emu_hooks* hooks_table() { return &kHooks; }
 
 // ----------------------------------------------------------------- pool --
 
+// The executable segments of the loaded object that contains `addr` (when
+// not null) or whose file name starts with `name` (when not null): from the
+// lowest to the highest address of any of them. Unchanged when not found.
+void code_range(const void* addr, const char* name, uintptr_t* lo, uintptr_t* hi) {
+#if defined(__linux__)
+  struct Search {
+    uintptr_t addr;
+    const char* name;
+    uintptr_t lo, hi;
+    bool found;
+  } s{reinterpret_cast<uintptr_t>(addr), name, UINTPTR_MAX, 0, false};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* p) -> int {
+        auto* s = static_cast<Search*>(p);
+        uintptr_t lo = UINTPTR_MAX, hi = 0;
+        bool has = false;
+        if (s->name && info->dlpi_name) {
+          const char* slash = std::strrchr(info->dlpi_name, '/');
+          const char* base = slash ? slash + 1 : info->dlpi_name;
+          has = std::strncmp(base, s->name, std::strlen(s->name)) == 0;
+        }
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const auto& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+          const uintptr_t b = info->dlpi_addr + ph.p_vaddr, e = b + ph.p_memsz;
+          has |= s->addr != 0 && s->addr >= b && s->addr < e;
+          lo = std::min(lo, b);
+          hi = std::max(hi, e);
+        }
+        if (!has || hi == 0) return 0;
+        s->lo = lo;
+        s->hi = hi;
+        s->found = true;
+        return 1;
+      },
+      &s);
+  if (s.found) {
+    *lo = s.lo;
+    *hi = s.hi;
+  }
+#else
+  (void)addr;
+  (void)name;
+  (void)lo;
+  (void)hi;
+#endif
+}
+
 class Pool {
  public:
   static Pool& get() {
@@ -848,39 +1046,61 @@ class Pool {
 
   std::string run(const Launch& l) {
     auto job = std::make_shared<Job>();
-    // The job owns a copy: after a time-out without signals, workers may
-    // still run the kernel when this returns.
+    // The job owns a copy: after a time-out that cannot stop a worker, the
+    // worker may still run the kernel when this returns.
     job->launch_copy = l;
     job->launch = &job->launch_copy;
-    job->total = uint64_t(l.grid[0]) * l.grid[1] * l.grid[2];
+    job->total = uint64_t(l.grid[0]) * l.grid[1] * l.grid[2];  // check_launch: no overflow
     if (job->total == 0) return std::string();
+    lookup_code_range(l.kernel, job.get());
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back(job);
     }
     cv_.notify_all();
     std::unique_lock<std::mutex> lock(job->mu);
-    auto done = [&] { return job->finished == job->total; };
+    auto done = [&] { return job->left && job->active == 0; };
     const uint64_t ms = l.schedule.timeout_ms;
     if (ms == 0) {
       job->cv.wait(lock, done);
     } else if (!job->cv.wait_for(lock, std::chrono::milliseconds(ms), done)) {
       job->timeout_text = "kernel '" + l.kernel->name + "': the dispatch did not finish within " +
                           std::to_string(ms) + " ms (MLX_NATIVE_EMU_TIMEOUT_MS, option timeout_ms)";
+      // No worker starts another threadgroup; those running end at their
+      // next hook, scheduler step or watchdog signal. A job still queued
+      // (behind another encoder's) leaves the queue: no worker joins it now.
       job->failed.store(true, std::memory_order_relaxed);
       job->timed_out.store(true, std::memory_order_release);
-      // Signal the workers that run it until they have abandoned it. Without
-      // the signal handler (MLX_NATIVE_EMU_NO_SIGNALS=1) a worker stuck in
-      // kernel code cannot be stopped: give up after a grace period and leave
-      // it running (it holds the job, so its launch stays valid).
-      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      lock.unlock();
+      {
+        std::lock_guard<std::mutex> ql(mu_);
+        auto it = std::find(queue_.begin(), queue_.end(), job);
+        if (it != queue_.end()) queue_.erase(it);
+        std::lock_guard<std::mutex> jl(job->mu);
+        job->left = true;
+      }
+      lock.lock();
+      // Signal the workers that run it until they have left it. Past twice
+      // the limit, give up and leave a worker that is still in the dispatch
+      // running (it holds the job, so its launch stays valid): that happens
+      // without the signal handler (MLX_NATIVE_EMU_NO_SIGNALS=1), where
+      // nothing stops a kernel that never reaches a hook, and with it only
+      // when a worker got no CPU time or a kernel spends nearly all its time
+      // outside its own code (in libc, say) for the whole grace period.
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
       while (!done()) {
         lock.unlock();
         signal_workers(job.get());
         lock.lock();
-        job->cv.wait_for(lock, std::chrono::milliseconds(10), done);
-        if (!g_watchdog_signal && std::chrono::steady_clock::now() > give_up) {
-          return job->timeout_text + "; kernel code is still running on a worker thread, which is lost to the pool";
+        job->cv.wait_for(lock, std::chrono::milliseconds(2), done);
+        if (!done() && std::chrono::steady_clock::now() >= give_up) {
+          if (!g_watchdog_signal)
+            return job->timeout_text + "; a worker thread was still running the kernel at twice the limit and "
+                   "nothing can stop it (MLX_NATIVE_EMU_NO_SIGNALS=1): it is lost to the pool";
+          // Someone must go on signalling the worker, or it would be lost.
+          std::thread([this, job] { signal_until_left(job); }).detach();
+          return job->timeout_text + "; a worker thread was still running the kernel at twice the limit: "
+                 "it leaves the dispatch when it next takes the watchdog signal in kernel code";
         }
       }
       if (job->error.set && job->error.text.rfind(job->timeout_text, 0) == 0) return job->error.text;
@@ -897,6 +1117,7 @@ class Pool {
       if (v > 0 && v <= 4096) n = uint32_t(v);
     }
     install_fault_handler();
+    code_range(nullptr, "libm.so", &g_libm_lo, &g_libm_hi);
     install_watchdog_handler();
     slots_ = std::vector<Slot>(n);
     for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this, i] { loop(&slots_[i]); });
@@ -906,48 +1127,78 @@ class Pool {
     }
   }
 
+  // Signals the workers of a timed-out job every 2 ms until none runs it.
+  void signal_until_left(const std::shared_ptr<Job>& job) {
+    std::unique_lock<std::mutex> lock(job->mu);
+    auto done = [&] { return job->left && job->active == 0; };
+    while (!done()) {
+      lock.unlock();
+      signal_workers(job.get());
+      lock.lock();
+      job->cv.wait_for(lock, std::chrono::milliseconds(2), done);
+    }
+  }
+
   // A worker thread and the job it runs now.
   struct Slot {
     pthread_t handle{};
     std::atomic<Job*> job{nullptr};
+    std::atomic<bool> signaled{false};  // a watchdog signal is on its way (tl_watchdog_pending)
   };
 
   void signal_workers(Job* job) {
     if (!g_watchdog_signal) return;
     for (Slot& s : slots_)
-      if (s.job.load() == job) pthread_kill(s.handle, g_watchdog_signal);
+      if (s.job.load() == job && !s.signaled.exchange(true)) pthread_kill(s.handle, g_watchdog_signal);
   }
 
   void loop(Slot* slot) {
     install_alt_stack();
     tl_running = nullptr;  // allocates this thread's TLS block outside any signal handler
+    tl_watchdog_pending = &slot->signaled;
     auto worker = std::make_unique<Worker>();
+    pthread_sigmask(SIG_SETMASK, nullptr, &worker->signal_mask);
+    fegetenv(&worker->fp_env);
     for (;;) {
       std::shared_ptr<Job> job;
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return !queue_.empty(); });
         job = queue_.front();
+        std::lock_guard<std::mutex> jl(job->mu);
+        ++job->active;
       }
-      uint64_t done = 0;
       slot->job.store(job.get());
-      for (;;) {
-        uint64_t i = job->next.fetch_add(1, std::memory_order_relaxed);
+      // Stops at the end of the grid, or at the first error or the time
+      // limit: a relaxed load per threadgroup.
+      while (!job->failed.load(std::memory_order_relaxed)) {
+        const uint64_t i = job->next.fetch_add(1, std::memory_order_relaxed);
         if (i >= job->total) break;
-        if (!job->failed.load(std::memory_order_relaxed)) worker->run_group(job.get(), i);
-        ++done;
+        worker->run_group(job.get(), i);
       }
       slot->job.store(nullptr);
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (!queue_.empty() && queue_.front() == job) queue_.pop_front();
       }
-      if (done) {
-        std::lock_guard<std::mutex> lock(job->mu);
-        job->finished += done;
-        if (job->finished == job->total) job->cv.notify_all();
-      }
+      std::lock_guard<std::mutex> lock(job->mu);
+      job->left = true;
+      if (--job->active == 0) job->cv.notify_all();
     }
+  }
+
+  // The kernel's code range, looked up once per kernel (Kernel::code_lo/hi).
+  static void lookup_code_range(Kernel* k, Job* job) {
+    uintptr_t hi = k->code_hi.load(std::memory_order_acquire);
+    if (hi == 0) {
+      uintptr_t lo = UINTPTR_MAX;
+      hi = UINTPTR_MAX;
+      code_range(reinterpret_cast<const void*>(k->fn), nullptr, &lo, &hi);
+      k->code_lo.store(lo, std::memory_order_relaxed);
+      k->code_hi.store(hi, std::memory_order_release);
+    }
+    job->code_lo = k->code_lo.load(std::memory_order_relaxed);
+    job->code_hi = hi;
   }
 
   std::mutex mu_;
@@ -981,9 +1232,12 @@ std::string check_launch(const Kernel& k, const uint32_t grid[3], const uint32_t
     if (grid[d] == 0) return who() + "threadgroups per grid must be positive (got " + xyz(grid) + ")";
     if (threads[d] == 0)
       return who() + "threads per threadgroup must be positive (got " + xyz(threads) + ")";
+    // thread_position_in_grid and threads_per_grid are uint3: as on Metal,
+    // the threads per grid on each axis must fit in 32 bits.
     if (uint64_t(grid[d]) * threads[d] > UINT32_MAX)
-      return who() + "grid of " + xyz(grid) + " threadgroups of " + xyz(threads) +
-             " threads exceeds 2^32-1 threads in a dimension";
+      return who() + "grid of " + xyz(grid) + " threadgroups of " + xyz(threads) + " threads has " +
+             std::to_string(uint64_t(grid[d]) * threads[d]) + " threads on axis " + "xyz"[d] +
+             ", more than the limit of 2^32-1 (thread_position_in_grid is a uint)";
   }
   const uint64_t n = uint64_t(threads[0]) * threads[1] * threads[2];
   if (n > kMaxThreadsPerThreadgroup)
@@ -992,6 +1246,18 @@ std::string check_launch(const Kernel& k, const uint32_t grid[3], const uint32_t
   if (n > k.max_threads)
     return who() + "threads per threadgroup " + xyz(threads) + " = " + std::to_string(n) +
            " exceeds the pipeline's maximum of " + std::to_string(k.max_threads);
+  // The executor numbers threadgroups with a uint64_t (kMaxThreadgroupsPerGrid)
+  // and nothing may count the grid's threads past 64 bits.
+  uint64_t groups = 0, grid_threads = 0;
+  const bool groups_overflow = __builtin_mul_overflow(uint64_t(grid[0]), uint64_t(grid[1]), &groups) ||
+                               __builtin_mul_overflow(groups, uint64_t(grid[2]), &groups);
+  if (groups_overflow || groups > kMaxThreadgroupsPerGrid)
+    return who() + "grid of " + xyz(grid) + " threadgroups = " +
+           (groups_overflow ? std::string("2^64 or more") : std::to_string(groups)) +
+           " threadgroups exceeds the emulator's limit of 2^63";
+  if (__builtin_mul_overflow(groups, n, &grid_threads))
+    return who() + "grid of " + xyz(grid) + " threadgroups of " + xyz(threads) +
+           " threads = 2^64 or more threads exceeds the emulator's limit of 2^64-1";
   const uint64_t stat = k.static_threadgroup_bytes.load(std::memory_order_relaxed);
   if (dyn + stat > kMaxThreadgroupMemory)
     return who() + "threadgroup memory " + std::to_string(dyn) + " bytes dynamic + " +

@@ -35,6 +35,12 @@ struct Kernel {
   // a run used if that is more (declarations in #define bodies are counted
   // only from runs).
   std::atomic<uint64_t> static_threadgroup_bytes{0};
+  // The executable segments of the shared object that holds `fn`, found on
+  // the first run: the watchdog abandons a fiber only at an instruction in
+  // this range (kernel code takes no locks; libc, the dynamic loader and the
+  // runtime may). code_hi == 0: not looked up yet; code_lo == code_hi ==
+  // UINTPTR_MAX: unknown (no check).
+  std::atomic<uintptr_t> code_lo{0}, code_hi{0};
 };
 
 // How a dispatch runs: the interleaving of its threads and its time limit.
@@ -42,7 +48,8 @@ struct Schedule {
   bool random = false;
   uint64_t seed = 0x5eed;
   // Wall-clock limit of one dispatch in ms (0: none). Past it the dispatch
-  // fails; threads stuck in kernel code are abandoned (see execute).
+  // fails, within twice the limit: no further threadgroup starts, and threads
+  // in kernel code are abandoned (see execute).
   uint64_t timeout_ms = 120000;
 };
 
@@ -64,8 +71,15 @@ struct Launch {
 // bytes as Metal requires.
 uint64_t dynamic_threadgroup_bytes(const Launch& l);
 
-// Checks limits and bindings (threads, threadgroup memory, every declared
-// binding present). Returns "" when the launch may run, else the reason.
+// The most threadgroups a grid may have: the linear threadgroup index is a
+// uint64_t that the workers claim with fetch_add, which may go a few past
+// the total, so the total keeps the top bit clear.
+constexpr uint64_t kMaxThreadgroupsPerGrid = uint64_t(1) << 63;
+
+// Checks limits and bindings (threads per threadgroup, threads per grid on
+// each axis within 32 bits as on Metal, total threadgroups and threads within
+// what the executor indexes, threadgroup memory, every declared binding
+// present). Returns "" when the launch may run, else the reason.
 std::string check_launch(const Kernel& k, const uint32_t grid[3], const uint32_t threads[3],
                          uint32_t buffer_set, uint32_t threadgroup_set, uint64_t dynamic_bytes);
 std::string check_launch(const Launch& l);
@@ -73,10 +87,13 @@ std::string check_launch(const Launch& l);
 // Runs the launch to completion on the worker pool; returns "" on success or
 // the first execution error (out-of-bounds access, barrier divergence,
 // threadgroup memory over the limit, a kernel-reported failure, the time
-// limit l.schedule.timeout_ms). Past the time limit the workers abandon the
-// launch's fibers: a fiber in kernel code is interrupted by a signal, so
-// the pool stays whole; with MLX_NATIVE_EMU_NO_SIGNALS=1 a worker stuck in
-// kernel code stays stuck and is lost to the pool.
+// limit l.schedule.timeout_ms, a synchronous signal raised by kernel code:
+// SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT). Past the time limit no
+// worker starts another threadgroup of the launch and the workers abandon its
+// fibers: a fiber in kernel code is interrupted by a signal, one in a hook
+// ends itself when the hook returns, so the pool stays whole; with
+// MLX_NATIVE_EMU_NO_SIGNALS=1 a worker stuck in kernel code stays stuck and is
+// lost to the pool, and kernel faults end the process.
 std::string execute(const Launch& l);
 
 // Number of OS threads that execute threadgroups (MLX_NATIVE_EMU_THREADS,

@@ -1,10 +1,18 @@
 // Tests of the emulator's scheduler and runtime hooks with hand-written C++
 // kernels that call the hooks the way translated Metal kernels do.
 // Run: native/emu/tests/runtime/run.sh
+#include <chrono>
+#include <csignal>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <pthread.h>
+#include <signal.h>
 
 #include "../../executor.h"
 
@@ -457,6 +465,230 @@ static void test_faults() {
   CHECK(contains(err, "invalid memory access"), "second fault: %s", err.c_str());
 }
 
+// --- other synchronous signals raised by kernel code -------------------------
+
+// buffers[0] holds {which thread faults, dividend, divisor}: read at run time,
+// so the division is real.
+static const int32_t* fault_args(mlxn_emu_thread* t) { return reinterpret_cast<const int32_t*>(t->buffers[0].ptr); }
+static bool faulting_thread(mlxn_emu_thread* t) {
+  return int32_t(t->thread_position_in_grid[0]) == fault_args(t)[0];
+}
+
+static void k_divide(mlxn_emu_thread* t) {
+  volatile int32_t a = fault_args(t)[1], b = fault_args(t)[2];
+  if (faulting_thread(t)) a = a / b;
+  t->hooks->threadgroup_barrier(t, kSiteA, 0);
+}
+
+static void k_trap(mlxn_emu_thread* t) {
+  if (faulting_thread(t)) __builtin_trap();
+}
+
+static void k_debugtrap(mlxn_emu_thread* t) {
+  if (faulting_thread(t)) __builtin_debugtrap();
+}
+
+static void k_abort(mlxn_emu_thread* t) {
+  if (faulting_thread(t)) std::abort();
+}
+
+static std::string run_fault(const char* name, void (*fn)(mlxn_emu_thread*), int32_t which, int32_t a = 0,
+                             int32_t b = 0) {
+  Kernel k;
+  k.name = name;
+  k.fn = fn;
+  int32_t args[3] = {which, a, b};
+  Launch l = make_launch(&k, 3, 32);
+  bind(l, 0, args, sizeof args);
+  return execute(l);
+}
+
+static void test_signal_faults() {
+  std::string err;
+#if defined(__x86_64__)
+  err = run_fault("divide", k_divide, 37, 7, 0);
+  CHECK(contains(err, "kernel 'divide': integer division by zero or overflow (SIGFPE)") &&
+            contains(err, "thread (5,0,0) of threadgroup (1,0,0)"),
+        "got: %s", err.c_str());
+  err = run_fault("divide", k_divide, 70, INT32_MIN, -1);
+  CHECK(contains(err, "integer division by zero or overflow (SIGFPE)") &&
+            contains(err, "thread (6,0,0) of threadgroup (2,0,0)"),
+        "INT_MIN / -1: %s", err.c_str());
+  err = run_fault("trap", k_trap, 2);
+  CHECK(contains(err, "kernel 'trap': illegal instruction (SIGILL") && contains(err, "thread (2,0,0)"), "got: %s",
+        err.c_str());
+#endif
+  err = run_fault("debugtrap", k_debugtrap, 33);
+  CHECK(contains(err, "kernel 'debugtrap': trap (SIGTRAP") && contains(err, "thread (1,0,0) of threadgroup (1,0,0)"),
+        "got: %s", err.c_str());
+  for (int32_t which : {95, 0, 95}) {
+    err = run_fault("aborting", k_abort, which);
+    CHECK(contains(err, "kernel 'aborting': abort (SIGABRT") &&
+              contains(err, "thread (" + std::to_string(which % 32) + ",0,0) of threadgroup (" +
+                                std::to_string(which / 32) + ",0,0)"),
+          "got: %s", err.c_str());
+  }
+  // The workers go on working, and no kernel faults when none is asked to.
+  test_barrier_release(false);
+  test_barrier_release(true);
+  err = run_fault("aborting", k_abort, -1);
+  CHECK(err.empty(), "no thread aborts: %s", err.c_str());
+}
+
+// --- the time limit ends every dispatch within twice its value ------------------
+
+// Loops forever through the out-of-bounds hook, as a translated kernel does
+// on every access past its binding.
+static void k_oob_forever(mlxn_emu_thread* t) {
+  for (;;) {
+    uint32_t* p = static_cast<uint32_t*>(
+        t->hooks->out_of_bounds(t, MLXN_EMU_SPACE_DEVICE, 0, 4096, 4, t->buffers[0].length, kSiteB));
+    *p = 1;
+    if (t->random_schedule && --t->preempt_countdown == 0) t->hooks->preempt(t);
+  }
+}
+
+static double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+static void test_timeout_through_hooks(bool random) {
+  Kernel k;
+  k.name = "oob_forever";
+  k.fn = k_oob_forever;
+  uint32_t x = 0;
+  for (int run = 0; run < 8; ++run) {
+    Launch l = make_launch(&k, 4, 32);
+    bind(l, 0, &x, 4);
+    l.schedule.random = random;
+    l.schedule.timeout_ms = 100;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string err = execute(l);
+    const double ms = ms_since(t0);
+    CHECK(contains(err, "kernel 'oob_forever': the dispatch did not finish within 100 ms"), "run %d: %s", run,
+          err.c_str());
+    CHECK(ms < 200, "run %d (random=%d) took %.1f ms, more than twice the limit of 100 ms", run, int(random), ms);
+  }
+  test_barrier_release(random);
+}
+
+// A dispatch queued behind another that holds every worker ends at its own
+// limit, counted from its start, not when the other one ends.
+static void test_timeout_queued() {
+  Kernel k;
+  k.name = "oob_forever";
+  k.fn = k_oob_forever;
+  uint32_t x = 0;
+  Launch first = make_launch(&k, 4 * worker_count(), 32);
+  bind(first, 0, &x, 4);
+  first.schedule.timeout_ms = 400;
+  std::string first_err;
+  std::thread runner([&] { first_err = execute(first); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  Launch second = first;
+  second.schedule.timeout_ms = 100;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string err = execute(second);
+  const double ms = ms_since(t0);
+  runner.join();
+  CHECK(contains(err, "did not finish within 100 ms"), "got: %s", err.c_str());
+  CHECK(ms < 200, "the queued dispatch took %.1f ms under a 100 ms limit", ms);
+  CHECK(contains(first_err, "did not finish within 400 ms"), "got: %s", first_err.c_str());
+  test_barrier_release(false);
+}
+
+// Blocks every signal for 300 ms, then loops forever in kernel code.
+static void k_deaf_then_forever(mlxn_emu_thread*) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  for (volatile int i = 0;; i = i + 1) {
+  }
+}
+
+// The waiter signals a late worker every 2 ms. Real-time signals queue: were
+// all those signals delivered at once, their handler frames would overflow
+// the worker's alternate signal stack and kill the process. At most one is
+// on its way to a worker, so the worker is abandoned once it unblocks them.
+static void test_watchdog_signals_do_not_pile_up() {
+  Kernel k;
+  k.name = "deaf";
+  k.fn = k_deaf_then_forever;
+  Launch l = make_launch(&k, 1, 1);
+  l.schedule.timeout_ms = 100;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string err = execute(l);
+  const double ms = ms_since(t0);
+  // Past twice the limit the dispatch gives up on the worker, still deaf.
+  CHECK(contains(err, "kernel 'deaf': the dispatch did not finish within 100 ms") &&
+            contains(err, "still running the kernel at twice the limit"),
+        "got: %s", err.c_str());
+  CHECK(ms < 250, "took %.1f ms", ms);
+  // Once it hears the signal again, the worker leaves the kernel and is back
+  // in the pool.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  test_barrier_release(false);
+  test_barrier_release(true);
+}
+
+static void k_mark_first(mlxn_emu_thread* t) {
+  if (t->thread_position_in_grid[0] == 0 && t->thread_position_in_grid[1] == 0)
+    *reinterpret_cast<uint32_t*>(t->buffers[0].ptr) = 7;
+}
+
+static void test_timeout_huge_grid() {
+  Kernel k;
+  k.name = "mark_first";
+  k.fn = k_mark_first;
+  uint32_t x = 0;
+  Launch l;
+  l.kernel = &k;
+  l.grid[0] = 65536;
+  l.grid[1] = 65536;  // 2^32 threadgroups
+  bind(l, 0, &x, 4);
+  l.schedule.timeout_ms = 200;
+  CHECK(check_launch(l).empty(), "%s", check_launch(l).c_str());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string err = execute(l);
+  const double ms = ms_since(t0);
+  CHECK(contains(err, "kernel 'mark_first': the dispatch did not finish within 200 ms"), "got: %s", err.c_str());
+  CHECK(ms >= 195 && ms < 400, "2^32 threadgroups under a 200 ms limit took %.1f ms", ms);
+  CHECK(x == 7, "threadgroup (0,0,0) did not run");
+  test_barrier_release(false);
+}
+
+static void test_grid_limits() {
+  Kernel k;
+  k.name = "nop";
+  k.fn = k_nop;
+  Launch l;
+  l.kernel = &k;
+  l.grid[0] = 1u << 31;
+  l.grid[1] = 1u << 31;
+  l.grid[2] = 4;  // 2^64 threadgroups: a 64-bit product would wrap to 0
+  std::string err = check_launch(l);
+  CHECK(contains(err, "kernel 'nop': grid of (2147483648,2147483648,4) threadgroups = 2^64 or more") &&
+            contains(err, "limit of 2^63"),
+        "got: %s", err.c_str());
+  l.grid[2] = 2;  // 2^63 threadgroups: the most there may be
+  CHECK(check_launch(l).empty(), "%s", check_launch(l).c_str());
+  l.threads[2] = 2;  // 2^64 threads
+  err = check_launch(l);
+  CHECK(contains(err, "= 2^64 or more threads") && contains(err, "2^64-1"), "got: %s", err.c_str());
+  l.grid[0] = l.grid[1] = l.grid[2] = 1;
+  l.threads[2] = 1;
+  l.grid[1] = 1u << 30;
+  l.threads[1] = 4;  // 2^32 threads on axis y: thread_position_in_grid.y would wrap
+  err = check_launch(l);
+  CHECK(contains(err, "has 4294967296 threads on axis y") && contains(err, "2^32-1"), "got: %s", err.c_str());
+  l.threads[1] = 3;
+  CHECK(check_launch(l).empty(), "%s", check_launch(l).c_str());
+}
+
 int main() {
   std::printf("workers: %u\n", worker_count());
   test_barrier_release(false);
@@ -473,6 +705,13 @@ int main() {
   test_check_launch();
   test_big_grid();
   test_faults();
+  test_signal_faults();
+  test_timeout_through_hooks(false);
+  test_timeout_through_hooks(true);
+  test_timeout_queued();
+  test_watchdog_signals_do_not_pile_up();
+  test_timeout_huge_grid();
+  test_grid_limits();
   std::printf("%d checks, %d failures\n", g_checks, g_failures);
   return g_failures == 0 ? 0 : 1;
 }
