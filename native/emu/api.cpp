@@ -630,6 +630,7 @@ static std::vector<uint32_t> run_order(const mlxn_encoder* e) {
 static void run_commands(mlxn_encoder* e) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string err;
+  bool left_running = false;
   for (uint32_t ci : run_order(e)) {
     const Command& c = e->commands[ci];
     Launch l;
@@ -651,14 +652,22 @@ static void run_commands(mlxn_encoder* e) {
         l.buffers[b.index].length = b.b;
       }
     }
-    err = execute(l);
+    err = execute(l, &left_running);
     if (!err.empty()) break;
   }
   const auto t1 = std::chrono::steady_clock::now();
   e->gpu_time_ns.store(uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
   e->error = err;
   // The work is over: what it held may go (the host cannot touch the held
-  // lists until it sees the state change below).
+  // lists until it sees the state change below). Unless a dispatch gave up
+  // with a worker still inside its kernel: then its buffers and code are kept
+  // for good (a leak, rare, rather than a write into freed memory).
+  if (left_running) {
+    e->held_buffers.clear();
+    e->held_pipelines.clear();
+    new std::vector<uint8_t>(std::move(e->payload));  // the kernel's inline bytes, kept as well
+    e->payload.clear();
+  }
   drop_held(e);
   e->state.store(err.empty() ? MLXN_ENCODER_COMPLETED : MLXN_ENCODER_ERROR, std::memory_order_release);
 }

@@ -1044,7 +1044,7 @@ class Pool {
 
   uint32_t size() const { return uint32_t(threads_.size()); }
 
-  std::string run(const Launch& l) {
+  std::string run(const Launch& l, bool* left_running) {
     auto job = std::make_shared<Job>();
     // The job owns a copy: after a time-out that cannot stop a worker, the
     // worker may still run the kernel when this returns.
@@ -1094,6 +1094,7 @@ class Pool {
         lock.lock();
         job->cv.wait_for(lock, std::chrono::milliseconds(2), done);
         if (!done() && std::chrono::steady_clock::now() >= give_up) {
+          if (left_running) *left_running = true;
           if (!g_watchdog_signal)
             return job->timeout_text + "; a worker thread was still running the kernel at twice the limit and "
                    "nothing can stop it (MLX_NATIVE_EMU_NO_SIGNALS=1): it is lost to the pool";
@@ -1272,6 +1273,6 @@ std::string check_launch(const Kernel& k, const uint32_t grid[3], const uint32_t
   return std::string();
 }
 
-std::string execute(const Launch& l) { return Pool::get().run(l); }
+std::string execute(const Launch& l, bool* left_running) { return Pool::get().run(l, left_running); }
 
 }  // namespace mlxn::emu

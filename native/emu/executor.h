@@ -94,7 +94,10 @@ std::string check_launch(const Launch& l);
 // ends itself when the hook returns, so the pool stays whole; with
 // MLX_NATIVE_EMU_NO_SIGNALS=1 a worker stuck in kernel code stays stuck and is
 // lost to the pool, and kernel faults end the process.
-std::string execute(const Launch& l);
+// *left_running (when given) is set when the dispatch gave up at twice its
+// time limit with a worker still inside the kernel: the launch's memory must
+// then outlive the call.
+std::string execute(const Launch& l, bool* left_running = nullptr);
 
 // Number of OS threads that execute threadgroups (MLX_NATIVE_EMU_THREADS,
 // default the number of cores).
