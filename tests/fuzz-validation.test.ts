@@ -1,0 +1,817 @@
+// Fuzz of every op's argument validation (ts/ops), on the emulator.
+//
+// Every function that ts/ops exports and whose first parameter is `enc` is an
+// op; each has one or more argument generators below (a valid argument set
+// at a small shape, and what each argument is), and the test fails for an op
+// without one. From the valid sets, seeded mutations (a key dropped or set to
+// null, undefined, NaN, -1, 0, 1.5, 2^31, 2^53, a huge number, a string, a
+// buffer of another dtype, shape or device, a released buffer, another
+// argument's buffer, random table contents; one to three keys at once) are
+// applied until the time budget is spent, and each set is given to the op on
+// a fresh encoder. Every call either throws an MlxError of kind
+// InvalidArgument or UnsupportedDtype whose message starts with the op's name
+// and names one of its arguments, or returns; a set that breaks what the
+// argument's kind allows (a required buffer that is not a live buffer of the
+// device, a dtype no binding takes, a count that differs while no size
+// changed, a non-integer size, a non-finite scale, ...) must be refused. A
+// bounded sample of the accepted mutated sets is committed, and must run
+// without a command error (the emulator checks every access's bounds).
+//
+// Aliasing: for every op, every output bound as another argument of the same
+// dtype and count is either refused or gives bit for bit what separate
+// buffers with the same contents give.
+
+import { afterAll, describe, expect, test } from 'bun:test';
+import { Device, MlxError, type Buffer, type DType, type Encoder } from '../ts/index.ts';
+import { DTYPES } from '../ts/dtype.ts';
+import * as ops from '../ts/ops/index.ts';
+import { backendAbsence, rng, type Rng } from './helpers.ts';
+
+/** Wall time of the mutation loop over all ops (the accepted sets' runs come on top, bounded by count). */
+const BUDGET_MS = Number(process.env.MLX_NATIVE_FUZZ_MS ?? 8000);
+/** Accepted mutated sets committed per generator. */
+const RUNS_PER_CASE = 4;
+const SEED = 0x5eed_0009;
+
+type Kind =
+  | 'buf' // a live buffer of the device (required)
+  | 'buf?' // absent, or as buf
+  | 'int' // a safe integer > 0
+  | 'num' // a finite number
+  | 'num?'
+  | 'nonneg' // a finite number >= 0
+  | 'nonneg?'
+  | 'bool'
+  | 'bool?'
+  | 'enum' // one of `values`
+  | 'obj' // the params record
+  | 'offsets?' // cuSeqlens: absent or an array of offsets
+  | 'free'; // anything (ignored by the op in this set)
+
+interface KeySpec {
+  kind: Kind;
+  /** Buffers: every dtype the argument takes in some valid set. */
+  dtypes?: readonly DType[];
+  /** Buffers: the element count may differ with no size changed (e.g. a scalar of 1 or dim elements). */
+  freeCount?: boolean;
+  /** Buffers: a table whose contents index memory (random contents are a mutation). */
+  table?: boolean;
+  /** Buffers: written by the op. */
+  output?: boolean;
+  values?: readonly unknown[];
+}
+
+interface Case {
+  /** The exported function. */
+  fn: string;
+  /** The first word of its messages. */
+  op: string;
+  /** Argument paths ('x' or 'params.x') and what they are. */
+  keys: Record<string, KeySpec>;
+  /** Pairs of arguments that may be one buffer (in place, documented). */
+  inPlace?: readonly (readonly [string, string])[];
+  /** A valid argument set at a small shape on device d. */
+  make(d: Device): Record<string, unknown>;
+  /** Valid contents of the tables and other inputs that must hold particular values. */
+  fill?(args: Record<string, unknown>): void;
+}
+
+const F = ['f32'] as const;
+const BF = ['bf16'] as const;
+const U32 = ['u32'] as const;
+const buf = (dtypes: readonly DType[], extra: Partial<KeySpec> = {}): KeySpec => ({ kind: 'buf', dtypes, ...extra });
+const out = (dtypes: readonly DType[], extra: Partial<KeySpec> = {}): KeySpec => ({ kind: 'buf', dtypes, output: true, ...extra });
+const int: KeySpec = { kind: 'int' };
+
+const a = (d: Device, dtype: DType, n: number): Buffer => d.alloc(dtype, [n]);
+
+// ---- the generators: one per op and variant ----
+
+// The chunked steps at nTok = 3 tokens in one chunk of one sequence, H = Hg = 1, K = V = 64.
+const STEP = { nTok: 3, nt: 1, nSeq: 1, hg: 1, h: 1, k: 64, v: 64 };
+const stepParams: Record<string, KeySpec> = {
+  params: { kind: 'obj' },
+  'params.nTok': int, 'params.nt': int, 'params.nSeq': int, 'params.hg': int, 'params.h': int,
+  'params.k': int, 'params.v': int, 'params.scale': { kind: 'num?' },
+};
+const chunksOf = (d: Device): Buffer => d.upload('u32', [1, 2], [0, 3]);
+const seqsOf = (d: Device): Buffer => d.upload('u32', [2, 2], [0, 0, 3, 1]);
+const tableFill = (args: Record<string, unknown>): void => {
+  if (args.chunks !== undefined) (args.chunks as Buffer).writeNumbers([0, 3]);
+  if (args.seqs !== undefined) (args.seqs as Buffer).writeNumbers([0, 0, 3, 1]);
+};
+
+const CASES: Case[] = [
+  {
+    fn: 'chunkLocalCumsum', op: 'chunk_local_cumsum',
+    keys: { gIn: buf(F), gCumsum: out(F), b: int, t: int, h: int, bt: int },
+    make: (d) => ({ gIn: a(d, 'f32', 30), gCumsum: a(d, 'f32', 30), b: 2, t: 5, h: 3, bt: 4 }),
+  },
+  {
+    fn: 'computeGBeta', op: 'compute_g_beta',
+    keys: {
+      a: buf(['f32', 'bf16']), b: buf(['f32', 'bf16']), aLog: buf(F), dtBias: buf(F), g: out(F), beta: out(F),
+      params: { kind: 'obj' }, 'params.b': int, 'params.t': int, 'params.h': int,
+    },
+    make: (d) => ({
+      a: a(d, 'f32', 24), b: a(d, 'f32', 24), aLog: a(d, 'f32', 4), dtBias: a(d, 'f32', 4), g: a(d, 'f32', 24),
+      beta: a(d, 'f32', 24), params: { b: 2, t: 3, h: 4 },
+    }),
+  },
+  {
+    fn: 'flashAttnVec', op: 'flash_attn_vec',
+    keys: {
+      q: buf(F), k: buf(['f32', 'f16']), v: buf(['f32', 'f16']), out: out(F), tmp: { kind: 'buf?', dtypes: F, output: true },
+      batch: int, nHeads: int, nKvHeads: int, headDim: int, kvSeqLen: int, kvCapacity: int, nwg: int,
+      scale: { kind: 'num' }, mask: { kind: 'enum', values: ['none', 'causal', 'slidingWindow'] },
+      slidingWindow: { kind: 'free' }, softcap: { kind: 'nonneg?' },
+    },
+    make: (d) => ({
+      q: a(d, 'f32', 512), k: a(d, 'f32', 1024), v: a(d, 'f32', 1024), out: a(d, 'f32', 512), tmp: a(d, 'f32', 2 * 258 * 2),
+      batch: 1, nHeads: 2, nKvHeads: 1, headDim: 256, kvSeqLen: 3, kvCapacity: 4, nwg: 2, scale: 0.0625, mask: 'causal',
+    }),
+  },
+  {
+    fn: 'flashAttnVec', op: 'flash_attn_vec',
+    keys: {
+      q: buf(F), k: buf(['f32', 'f16']), v: buf(['f32', 'f16']), out: out(F), tmp: { kind: 'buf?', dtypes: F, output: true },
+      batch: int, nHeads: int, nKvHeads: int, headDim: int, kvSeqLen: int, kvCapacity: int, nwg: int,
+      scale: { kind: 'num' }, mask: { kind: 'enum', values: ['none', 'causal', 'slidingWindow'] },
+      slidingWindow: { kind: 'int' }, softcap: { kind: 'nonneg?' },
+    },
+    make: (d) => ({
+      q: a(d, 'f32', 256), k: a(d, 'f16', 512), v: a(d, 'f16', 512), out: a(d, 'f32', 256),
+      batch: 1, nHeads: 1, nKvHeads: 1, headDim: 256, kvSeqLen: 2, kvCapacity: 2, nwg: 1, scale: 0.0625,
+      mask: 'slidingWindow', slidingWindow: 1, softcap: 30,
+    }),
+  },
+  ...(['fusedNormAdd', 'fusedResidualNorm', 'fusedResidualNormScalar', 'fusedNormAddScalar'] as const).map((fn): Case => {
+    const op = { fusedNormAdd: 'fused_norm_add', fusedResidualNorm: 'fused_residual_norm',
+      fusedResidualNormScalar: 'fused_residual_norm_scalar', fusedNormAddScalar: 'fused_norm_add_scalar' }[fn];
+    const scalar = fn.endsWith('Scalar');
+    const act = scalar ? F : (['f32', 'bf16'] as const);
+    const keys: Record<string, KeySpec> = {
+      residual: buf(act), input: buf(act), weight: buf(act), rows: int, dim: int, eps: { kind: 'nonneg' },
+    };
+    if (fn === 'fusedResidualNorm') {
+      keys.normedOutput = out(act);
+      keys.sumOutput = { kind: 'buf?', dtypes: act, output: true };
+    } else {
+      keys.output = out(act);
+    }
+    if (scalar) keys.scalar = buf(F, { freeCount: true });
+    return {
+      fn, op, keys,
+      make: (d) => {
+        const args: Record<string, unknown> = {
+          residual: a(d, 'f32', 16), input: a(d, 'f32', 16), weight: a(d, 'f32', 8), rows: 2, dim: 8, eps: 1e-6,
+        };
+        if (fn === 'fusedResidualNorm') {
+          args.normedOutput = a(d, 'f32', 16);
+          args.sumOutput = a(d, 'f32', 16);
+        } else {
+          args.output = a(d, 'f32', 16);
+        }
+        if (scalar) args.scalar = a(d, 'f32', 8);
+        return args;
+      },
+    };
+  }),
+  {
+    fn: 'gatedDeltaNet', op: 'gated_delta_net',
+    keys: {
+      q: buf(['f32', 'bf16']), k: buf(['f32', 'bf16']), v: buf(['f32', 'bf16']), g: buf(F), beta: buf(F),
+      initialState: { kind: 'buf?', dtypes: F }, output: out(['f32', 'bf16']), finalState: out(F),
+      params: { kind: 'obj' }, 'params.b': int, 'params.t': int, 'params.hg': int, 'params.h': int, 'params.k': int,
+      'params.v': int, 'params.scale': { kind: 'num?' },
+    },
+    inPlace: [['initialState', 'finalState']],
+    make: (d) => ({
+      q: a(d, 'f32', 64), k: a(d, 'f32', 64), v: a(d, 'f32', 64), g: a(d, 'f32', 4), beta: a(d, 'f32', 4),
+      initialState: a(d, 'f32', 1024), output: a(d, 'f32', 64), finalState: a(d, 'f32', 1024),
+      params: { b: 1, t: 2, hg: 1, h: 2, k: 32, v: 16 },
+    }),
+  },
+  {
+    fn: 'gatedDeltaNetDecode', op: 'gated_delta_net_decode',
+    keys: {
+      q: buf(['f32', 'bf16']), k: buf(['f32', 'bf16']), v: buf(['f32', 'bf16']), g: buf(F), beta: buf(F),
+      state: out(F), output: out(['f32', 'bf16']),
+      params: { kind: 'obj' }, 'params.b': int, 'params.hg': int, 'params.h': int, 'params.k': int, 'params.v': int,
+      'params.scale': { kind: 'num?' },
+    },
+    make: (d) => ({
+      q: a(d, 'bf16', 32), k: a(d, 'bf16', 32), v: a(d, 'bf16', 32), g: a(d, 'f32', 2), beta: a(d, 'f32', 2),
+      state: a(d, 'f32', 1024), output: a(d, 'bf16', 32), params: { b: 1, hg: 1, h: 2, k: 32, v: 16, scale: 0.5 },
+    }),
+  },
+  {
+    fn: 'gatedDeltaNetChunk', op: 'gated_delta_net_chunk',
+    keys: {
+      k: buf(BF), w: buf(BF), u: buf(BF), g: buf(F), h0: buf(F), hOut: out(BF), vNew: out(BF), finalState: out(F),
+      params: { kind: 'obj' }, 'params.b': int, 'params.t': int, 'params.hg': int, 'params.h': int, 'params.k': int,
+      'params.v': int, 'params.bt': int,
+    },
+    make: (d) => ({
+      k: a(d, 'bf16', 64 * 128), w: a(d, 'bf16', 64 * 128), u: a(d, 'bf16', 64 * 32), g: a(d, 'f32', 64),
+      h0: a(d, 'f32', 32 * 128), hOut: a(d, 'bf16', 32 * 128), vNew: a(d, 'bf16', 64 * 32), finalState: a(d, 'f32', 32 * 128),
+      params: { b: 1, t: 64, hg: 1, h: 1, k: 128, v: 32, bt: 64 },
+    }),
+  },
+  {
+    fn: 'l2Norm', op: 'l2_norm',
+    keys: { x: buf(['f32', 'f16', 'bf16']), y: out(['f32', 'f16', 'bf16']), rows: int, dim: int, eps: { kind: 'nonneg?' } },
+    inPlace: [['x', 'y']],
+    make: (d) => ({ x: a(d, 'f16', 24), y: a(d, 'f16', 24), rows: 3, dim: 8 }),
+  },
+  {
+    fn: 'fusedMoeRouting', op: 'fused_moe_routing',
+    keys: { logits: buf(F), expertIds: out(U32), routingWeights: out(F), perExpertScale: buf(F), numExperts: int, topK: int },
+    make: (d) => ({
+      logits: a(d, 'f32', 8), expertIds: a(d, 'u32', 2), routingWeights: a(d, 'f32', 2), perExpertScale: a(d, 'f32', 8),
+      numExperts: 8, topK: 2,
+    }),
+  },
+  {
+    fn: 'fusedMoeRoutingBatch', op: 'fused_moe_routing_batch',
+    keys: {
+      logits: buf(F), expertIds: out(U32), routingWeights: out(F), perExpertScale: buf(F), numExperts: int, topK: int, nTokens: int,
+    },
+    make: (d) => ({
+      logits: a(d, 'f32', 16), expertIds: a(d, 'u32', 4), routingWeights: a(d, 'f32', 4), perExpertScale: a(d, 'f32', 8),
+      numExperts: 8, topK: 2, nTokens: 2,
+    }),
+  },
+  {
+    fn: 'ssmConv', op: 'ssm_conv',
+    keys: {
+      x: buf(['f32', 'bf16']), weight: buf(['f32', 'bf16']), state: { kind: 'buf?', dtypes: ['f32', 'bf16'], output: true },
+      y: out(['f32', 'bf16']), b: int, t: int, c: int, ks: int, silu: { kind: 'bool' }, freshState: { kind: 'bool?' },
+    },
+    make: (d) => ({
+      x: a(d, 'f32', 12), weight: a(d, 'f32', 16), state: a(d, 'f32', 12), y: a(d, 'f32', 12), b: 1, t: 3, c: 4, ks: 4, silu: true,
+    }),
+  },
+  {
+    fn: 'ssmConvDecode', op: 'ssm_conv_decode',
+    keys: {
+      x: buf(['f32', 'bf16']), weight: buf(['f32', 'bf16']), state: out(['f32', 'bf16']), y: out(['f32', 'bf16']),
+      b: int, c: int, ks: int, silu: { kind: 'bool' },
+    },
+    make: (d) => ({
+      x: a(d, 'bf16', 8), weight: a(d, 'f32', 12), state: a(d, 'bf16', 16), y: a(d, 'bf16', 8), b: 2, c: 4, ks: 3, silu: false,
+    }),
+  },
+  {
+    fn: 'ssmNormGate', op: 'ssm_norm_gate',
+    keys: { attnOut: buf(F), weight: buf(F), z: buf(F), output: out(F), rows: int, dV: int, eps: { kind: 'nonneg' } },
+    make: (d) => ({ attnOut: a(d, 'f32', 16), weight: a(d, 'f32', 8), z: a(d, 'f32', 16), output: a(d, 'f32', 16), rows: 2, dV: 8, eps: 1e-6 }),
+  },
+  // ---- chunk_gated_delta_rule: the steps (their tables are device buffers) and the whole forward ----
+  {
+    fn: 'chunkLocalCumsumVarlen', op: 'chunk_gated_delta_rule',
+    keys: { gIn: buf(F), gCum: out(F), chunks: buf(U32, { table: true }), ...stepParams },
+    make: (d) => ({ gIn: a(d, 'f32', 3), gCum: a(d, 'f32', 3), chunks: chunksOf(d), params: { ...STEP } }),
+    fill: tableFill,
+  },
+  {
+    fn: 'gatedDeltaNetKkt', op: 'chunk_gated_delta_rule',
+    keys: { k: buf(BF), g: buf(F), beta: buf(['f32', 'bf16']), a: out(F), chunks: buf(U32, { table: true }), ...stepParams },
+    make: (d) => ({
+      k: a(d, 'bf16', 192), g: a(d, 'f32', 3), beta: a(d, 'bf16', 3), a: a(d, 'f32', 192), chunks: chunksOf(d), params: { ...STEP },
+    }),
+    fill: tableFill,
+  },
+  {
+    fn: 'chunkTriSolveInvert', op: 'chunk_gated_delta_rule',
+    keys: { a: buf(F), ai: out(F), chunks: buf(U32, { table: true }), ...stepParams },
+    inPlace: [['a', 'ai']],
+    make: (d) => ({ a: a(d, 'f32', 192), ai: a(d, 'f32', 192), chunks: chunksOf(d), params: { ...STEP } }),
+    fill: tableFill,
+  },
+  {
+    fn: 'gatedDeltaNetRecomputeWu', op: 'chunk_gated_delta_rule',
+    keys: {
+      k: buf(BF), v: buf(BF), beta: buf(['f32', 'bf16']), g: buf(F), ai: buf(F), w: out(BF), u: out(BF),
+      chunks: buf(U32, { table: true }), ...stepParams,
+    },
+    make: (d) => ({
+      k: a(d, 'bf16', 192), v: a(d, 'bf16', 192), beta: a(d, 'f32', 3), g: a(d, 'f32', 3), ai: a(d, 'f32', 192),
+      w: a(d, 'bf16', 192), u: a(d, 'bf16', 192), chunks: chunksOf(d), params: { ...STEP },
+    }),
+    fill: tableFill,
+  },
+  {
+    fn: 'gatedDeltaNetChunkInterStateVarlen', op: 'chunk_gated_delta_rule',
+    keys: {
+      k: buf(BF), w: buf(BF), u: buf(BF), g: buf(F), h0: buf(F), hOut: out(BF), vNew: out(BF), finalState: out(F),
+      seqs: buf(U32, { table: true }), ...stepParams,
+    },
+    make: (d) => ({
+      k: a(d, 'bf16', 192), w: a(d, 'bf16', 192), u: a(d, 'bf16', 192), g: a(d, 'f32', 3), h0: a(d, 'f32', 4096),
+      hOut: a(d, 'bf16', 4096), vNew: a(d, 'bf16', 192), finalState: a(d, 'f32', 4096), seqs: seqsOf(d), params: { ...STEP },
+    }),
+    fill: tableFill,
+  },
+  {
+    fn: 'gatedDeltaNetChunkO', op: 'chunk_gated_delta_rule',
+    keys: {
+      q: buf(BF), k: buf(BF), vNew: buf(BF), h: buf(BF), g: buf(F), o: out(BF), chunks: buf(U32, { table: true }), ...stepParams,
+    },
+    make: (d) => ({
+      q: a(d, 'bf16', 192), k: a(d, 'bf16', 192), vNew: a(d, 'bf16', 192), h: a(d, 'bf16', 4096), g: a(d, 'f32', 3),
+      o: a(d, 'bf16', 192), chunks: chunksOf(d), params: { ...STEP, scale: 0.125 },
+    }),
+    fill: tableFill,
+  },
+  ...[undefined, [0, 1, 3]].map((cu): Case => ({
+    fn: 'chunkGatedDeltaRule', op: 'chunk_gated_delta_rule',
+    keys: {
+      q: buf(BF), k: buf(BF), v: buf(BF), g: buf(F), beta: buf(['f32', 'bf16']), initialState: { kind: 'buf?', dtypes: F },
+      o: out(BF), finalState: out(F),
+      params: { kind: 'obj' }, 'params.b': int, 'params.t': int, 'params.hg': int, 'params.h': int, 'params.k': int,
+      'params.v': int, 'params.scale': { kind: 'num?' }, 'params.cuSeqlens': { kind: 'offsets?' },
+    },
+    make: (d) => {
+      const nSeq = cu === undefined ? 1 : cu.length - 1;
+      const params: Record<string, unknown> = { b: 1, t: 3, hg: 1, h: 1, k: 64, v: 64 };
+      if (cu !== undefined) params.cuSeqlens = [...cu];
+      return {
+        q: a(d, 'bf16', 192), k: a(d, 'bf16', 192), v: a(d, 'bf16', 192), g: a(d, 'f32', 3), beta: a(d, 'f32', 3),
+        initialState: a(d, 'f32', nSeq * 4096), o: a(d, 'bf16', 192), finalState: a(d, 'f32', nSeq * 4096), params,
+      };
+    },
+  })),
+];
+
+// ---- the ops of ts/ops ----
+
+/** Exported functions of ts/ops whose first parameter is the encoder. */
+function exportedOps(): string[] {
+  return Object.entries(ops)
+    .filter(([, v]) => typeof v === 'function' && /^function\s*[\w$]*\s*\(\s*enc\s*[,)]/.test(String(v)))
+    .map(([k]) => k)
+    .sort();
+}
+
+// ---- argument sets ----
+
+type Args = Record<string, unknown>;
+
+function getPath(args: Args, path: string): unknown {
+  if (!path.startsWith('params.')) return args[path];
+  const p = args.params;
+  return typeof p === 'object' && p !== null ? (p as Args)[path.slice(7)] : undefined;
+}
+function hasPath(args: Args, path: string): boolean {
+  if (!path.startsWith('params.')) return Object.hasOwn(args, path);
+  const p = args.params;
+  return typeof p === 'object' && p !== null && Object.hasOwn(p, path.slice(7));
+}
+/** A copy with the params record copied too, so mutations never touch the base. */
+function copyArgs(args: Args): Args {
+  const c: Args = { ...args };
+  if (typeof args.params === 'object' && args.params !== null && !Array.isArray(args.params)) c.params = { ...(args.params as Args) };
+  return c;
+}
+function setPath(args: Args, path: string, value: unknown, drop: boolean): void {
+  let target: Args = args;
+  let key = path;
+  if (path.startsWith('params.')) {
+    if (typeof args.params !== 'object' || args.params === null) return; // params itself mutated away
+    target = args.params as Args;
+    key = path.slice(7);
+  }
+  if (drop) delete target[key];
+  else target[key] = value;
+}
+
+function isLiveBuffer(v: unknown, d: Device): v is Buffer {
+  return typeof v === 'object' && v !== null && 'released' in v && 'dtype' in v && !(v as Buffer).released && (v as Buffer).device === d;
+}
+
+/**
+ * Whether the set breaks what an argument's kind allows, so the op must
+ * refuse it (an independent statement of the ops' documented argument types,
+ * not their validation code). Relations between arguments (element counts
+ * against sizes, GQA divisibility, ...) are left to the commit of accepted sets.
+ */
+function mustRefuse(c: Case, base: Args, args: Args, d: Device): string | null {
+  let sizeChanged = false;
+  for (const [path, spec] of Object.entries(c.keys)) {
+    if (spec.kind === 'buf' || spec.kind === 'buf?' || spec.kind === 'obj') continue;
+    if (!Object.is(getPath(args, path), getPath(base, path)) || hasPath(args, path) !== hasPath(base, path)) sizeChanged = true;
+  }
+  for (const [path, spec] of Object.entries(c.keys)) {
+    const v = getPath(args, path);
+    const present = hasPath(args, path) && v !== undefined;
+    const why = (what: string): string => `${path} ${what}`;
+    switch (spec.kind) {
+      case 'obj':
+        if (typeof v !== 'object' || v === null) return why('is not an object');
+        break;
+      case 'buf':
+      case 'buf?': {
+        if (spec.kind === 'buf?' && !present) break;
+        if (path.startsWith('params.') && typeof args.params !== 'object') break;
+        if (!isLiveBuffer(v, d)) return why('is not a live buffer of the device');
+        if (spec.dtypes !== undefined && !spec.dtypes.includes(v.dtype)) return why(`has dtype ${v.dtype}`);
+        const b0 = getPath(base, path) as Buffer | undefined;
+        if (!sizeChanged && !spec.freeCount && b0 !== undefined && v.elementCount !== b0.elementCount) {
+          return why(`has ${v.elementCount} elements, not ${b0.elementCount}`);
+        }
+        break;
+      }
+      case 'int':
+        if (typeof args.params !== 'object' && path.startsWith('params.')) break;
+        if (!Number.isSafeInteger(v) || (v as number) <= 0) return why('is not a positive integer');
+        break;
+      case 'num':
+      case 'num?':
+        if (spec.kind === 'num?' && !present) break;
+        if (typeof v !== 'number' || !Number.isFinite(v)) return why('is not a finite number');
+        break;
+      case 'nonneg':
+      case 'nonneg?':
+        if (spec.kind === 'nonneg?' && !present) break;
+        if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) return why('is not a finite number >= 0');
+        break;
+      case 'bool':
+      case 'bool?':
+        if (spec.kind === 'bool?' && !present) break;
+        if (typeof v !== 'boolean') return why('is not a boolean');
+        break;
+      case 'enum':
+        if (!spec.values!.includes(v)) return why('is not one of its values');
+        break;
+      case 'offsets?':
+        if (typeof args.params !== 'object') break;
+        if (present && (typeof v !== 'object' || v === null)) return why('is not an array');
+        break;
+      case 'free':
+        break;
+    }
+  }
+  return null;
+}
+
+/** The argument a refusal names: the text between "<op>: " and " must be ". */
+function namedArgument(c: Case, message: string): string | null {
+  const head = `${c.op}: `;
+  if (!message.startsWith(head)) return null;
+  const end = message.indexOf(' must be ', head.length);
+  return end < 0 ? null : message.slice(head.length, end);
+}
+/** Names of the case's arguments (the last part of each path). */
+function argumentNames(c: Case): Set<string> {
+  return new Set(Object.keys(c.keys).map((p) => p.replace(/^params\./, '')));
+}
+
+// ---- mutations ----
+
+interface Pools {
+  /** Per buffer path: buffers of every other dtype (same shape). */
+  wrongDtype: Map<string, Buffer[]>;
+  /** Per buffer path: same dtype, other element counts. */
+  otherShape: Map<string, Buffer[]>;
+  /** Per buffer path: the same dtype and shape on another device. */
+  foreign: Map<string, Buffer>;
+  released: Buffer;
+}
+
+const SCALARS: readonly unknown[] = [
+  null, undefined, NaN, -1, 0, 1, 1.5, 2, 3, 64, 2 ** 31, 2 ** 32, 2 ** 53, 1e300, Infinity, -Infinity, 'abc', '4', true, false, {}, [],
+];
+
+interface Mutation {
+  path: string;
+  value: unknown;
+  drop: boolean;
+  what: string;
+}
+
+function pick<T>(r: Rng, xs: readonly T[]): T {
+  return xs[Math.floor(r.next() * xs.length)]!;
+}
+
+function mutation(r: Rng, c: Case, base: Args, pools: Pools, d: Device): Mutation {
+  const paths = Object.keys(c.keys);
+  const path = pick(r, paths);
+  const spec = c.keys[path]!;
+  const cur = getPath(base, path);
+  const x = r.next();
+  if (x < 0.08) return { path, value: undefined, drop: true, what: 'dropped' };
+  if ((spec.kind === 'buf' || spec.kind === 'buf?') && pools.foreign.has(path)) {
+    const y = r.next();
+    if (y < 0.2) return { path, value: pick(r, pools.wrongDtype.get(path)!), drop: false, what: 'wrong dtype' };
+    if (y < 0.4) return { path, value: pick(r, pools.otherShape.get(path)!), drop: false, what: 'other shape' };
+    if (y < 0.5) return { path, value: pools.foreign.get(path)!, drop: false, what: 'another device' };
+    if (y < 0.58) return { path, value: pools.released, drop: false, what: 'released' };
+    if (y < 0.78) {
+      const others = paths.filter((p) => p !== path && c.keys[p]!.dtypes !== undefined && getPath(base, p) !== undefined);
+      const o = pick(r, others);
+      return { path, value: getPath(base, o), drop: false, what: `aliased to ${o}` };
+    }
+    if (spec.table === true && y < 0.9) {
+      const b0 = cur as Buffer;
+      const t = d.alloc('u32', b0.shape);
+      const vals = Array.from({ length: b0.elementCount }, () =>
+        pick(r, [0, 1, 2, 3, 63, 64, 65, 1e6, 0xffff_ffff, 0xffff_fffe, Math.floor(r.next() * 200)]));
+      t.writeNumbers(vals);
+      return { path, value: t, drop: false, what: `table [${vals.join(', ')}]` };
+    }
+    return { path, value: pick(r, SCALARS), drop: false, what: 'scalar' };
+  }
+  if (spec.kind === 'offsets?') {
+    const base0 = (Array.isArray(cur) ? cur : [0, 3]) as number[];
+    const y = r.next();
+    let v: unknown;
+    if (y < 0.4) {
+      const arr = [...base0];
+      arr[Math.floor(r.next() * arr.length)] = pick(r, [-1, 0, 1, 2, 3, 4, 1.5, NaN, 2 ** 32, 2 ** 53]);
+      v = arr;
+    } else if (y < 0.5) v = [...base0, 4];
+    else if (y < 0.6) v = base0.slice(0, 1);
+    else if (y < 0.7) v = { length: 2 ** 31 };
+    else if (y < 0.8) v = new Uint32Array(base0);
+    else v = pick(r, SCALARS);
+    return { path, value: v, drop: false, what: 'offsets' };
+  }
+  if (typeof cur === 'number' && r.next() < 0.4) {
+    const v = pick(r, [cur + 1, cur - 1, cur * 2, Math.floor(cur / 2), -cur]);
+    return { path, value: v, drop: false, what: `number ${v}` };
+  }
+  if (spec.kind === 'enum' && r.next() < 0.5) return { path, value: pick(r, spec.values!), drop: false, what: 'enum value' };
+  return { path, value: pick(r, SCALARS), drop: false, what: 'scalar' };
+}
+
+function describeValue(v: unknown): string {
+  if (typeof v === 'object' && v !== null && 'dtype' in v) {
+    const b = v as Buffer;
+    return `${b.released ? 'released ' : ''}${b.dtype} [${b.shape.join(', ')}]`;
+  }
+  if (typeof v === 'object' && v !== null && 'length' in v && (v as ArrayLike<unknown>).length > 8) return `{ length: ${(v as ArrayLike<unknown>).length} }`;
+  try {
+    return JSON.stringify(v) ?? String(v);
+  } catch {
+    return String(v);
+  }
+}
+
+// ---- running a set ----
+
+function fillInputs(c: Case, args: Args, r: Rng): void {
+  for (const [path, spec] of Object.entries(c.keys)) {
+    if (spec.kind !== 'buf' && spec.kind !== 'buf?') continue;
+    const b = getPath(args, path) as Buffer | undefined;
+    if (b === undefined) continue;
+    if (b.dtype === 'u32') b.writeNumbers(Array.from({ length: b.elementCount }, () => 0));
+    else b.writeNumbers(Array.from({ length: b.elementCount }, () => r.uniform(-1, 1)));
+  }
+  c.fill?.(args);
+}
+
+function call(fnName: string, enc: Encoder, args: Args): void {
+  (ops as unknown as Record<string, (e: Encoder, a: Args) => void>)[fnName]!(enc, args);
+}
+
+/** Runs the op on the set: commits and waits; throws what the commit throws. */
+function run(d: Device, c: Case, args: Args): void {
+  const enc = d.encoder();
+  try {
+    call(c.fn, enc, args);
+    enc.commitAndWait();
+  } finally {
+    enc.release();
+  }
+}
+
+const emuAbsent = backendAbsence('emu');
+
+describe.if(emuAbsent === null)('fuzz-validation [emu]', () => {
+  let dev: Device | null = null;
+  let other: Device | null = null;
+  const device = (): Device => (dev ??= Device.open({ backend: 'emu' }));
+  const otherDevice = (): Device => (other ??= Device.open({ backend: 'emu' }));
+  afterAll(() => {
+    dev?.close();
+    other?.close();
+  });
+
+  test('every op of ts/ops has an argument generator', () => {
+    const names = exportedOps();
+    expect(names.length).toBeGreaterThanOrEqual(20);
+    const covered = new Set(CASES.map((c) => c.fn));
+    expect(names.filter((n) => !covered.has(n))).toEqual([]);
+    // and every generator is of an exported op
+    expect([...covered].filter((n) => !names.includes(n))).toEqual([]);
+  });
+
+  test('every generator gives a valid set that runs', () => {
+    const d = device();
+    const r = rng(SEED);
+    for (const c of CASES) {
+      const args = c.make(d);
+      fillInputs(c, args, r);
+      try {
+        run(d, c, args);
+      } catch (e) {
+        throw new Error(`${c.fn}: the generator's set fails: ${(e as Error).message}`);
+      }
+    }
+  });
+
+  test('every buffer argument refuses null, undefined, a non-buffer, a released buffer and a foreign one', () => {
+    const d = device();
+    const d2 = otherDevice();
+    const released = d.alloc('f32', [1]);
+    released.release();
+    const failures: string[] = [];
+    for (const c of CASES) {
+      const base = c.make(d);
+      for (const [path, spec] of Object.entries(c.keys)) {
+        if (spec.kind !== 'buf' && spec.kind !== 'buf?') continue;
+        const b0 = getPath(base, path) as Buffer | undefined;
+        if (b0 === undefined) continue;
+        const foreign = d2.alloc(b0.dtype, b0.shape);
+        const values: [string, unknown][] = [['null', null], ['a number', 7], ['an object', {}], ['released', released], ['foreign', foreign]];
+        if (spec.kind === 'buf') values.push(['undefined', undefined]);
+        for (const [what, value] of values) {
+          const args = copyArgs(base);
+          setPath(args, path, value, false);
+          const enc = d.encoder();
+          try {
+            call(c.fn, enc, args);
+            failures.push(`${c.fn} ${path} = ${what}: accepted`);
+          } catch (e) {
+            const arg = e instanceof MlxError ? namedArgument(c, e.message) : null;
+            if (!(e instanceof MlxError) || e.kind !== 'InvalidArgument' || arg === null || !arg.split(/[^\w]/).includes(path.replace(/^params\./, ''))) {
+              failures.push(`${c.fn} ${path} = ${what}: ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)}`);
+            }
+          } finally {
+            enc.release();
+          }
+        }
+        foreign.release();
+      }
+    }
+    expect(failures).toEqual([]);
+  });
+
+  test('mutated argument sets: refused with an MlxError naming op and argument, or accepted and run', () => {
+    const d = device();
+    const d2 = otherDevice();
+    const r = rng(SEED + 1);
+    const t0 = performance.now();
+    let tried = 0;
+    let accepted = 0;
+    let refused = 0;
+    let ran = 0;
+    const failures: string[] = [];
+    const perCase = BUDGET_MS / CASES.length;
+    for (const c of CASES) {
+      const base = c.make(d);
+      fillInputs(c, base, r);
+      const names = argumentNames(c);
+      const pools: Pools = { wrongDtype: new Map(), otherShape: new Map(), foreign: new Map(), released: d.alloc('f32', [1]) };
+      pools.released.release();
+      const made: Buffer[] = [];
+      for (const [path, spec] of Object.entries(c.keys)) {
+        if (spec.kind !== 'buf' && spec.kind !== 'buf?') continue;
+        const b0 = getPath(base, path) as Buffer | undefined;
+        if (b0 === undefined) continue;
+        pools.wrongDtype.set(path, DTYPES.filter((t) => t !== b0.dtype).map((t) => d.alloc(t, b0.shape)));
+        const n = b0.elementCount;
+        pools.otherShape.set(path, [n + 1, 2 * n, Math.max(1, n - 1), 1].filter((m) => m !== n).map((m) => d.alloc(b0.dtype, [m])));
+        pools.foreign.set(path, d2.alloc(b0.dtype, b0.shape));
+        made.push(...pools.wrongDtype.get(path)!, ...pools.otherShape.get(path)!, pools.foreign.get(path)!);
+      }
+      let runs = 0;
+      const end = performance.now() + perCase;
+      while (performance.now() < end) {
+        const args = copyArgs(base);
+        const count = 1 + Math.floor(r.next() * r.next() * 3);
+        const ms: Mutation[] = [];
+        for (let i = 0; i < count; i++) {
+          const m = mutation(r, c, base, pools, d);
+          if (m.path === 'params' && !m.drop) m.value = typeof m.value === 'object' && m.value !== null ? { ...(m.value as Args) } : m.value;
+          setPath(args, m.path, m.value, m.drop);
+          ms.push(m);
+        }
+        tried++;
+        const label = (): string => `${c.fn} with ${ms.map((m) => `${m.path} ${m.drop ? 'dropped' : `= ${describeValue(m.value)} (${m.what})`}`).join(', ')}`;
+        const must = mustRefuse(c, base, args, d);
+        const enc = d.encoder();
+        let threw: unknown = null;
+        try {
+          call(c.fn, enc, args);
+        } catch (e) {
+          threw = e;
+        }
+        if (threw === null) {
+          accepted++;
+          if (must !== null) failures.push(`${label()}: accepted, but ${must}`);
+          else if (runs < RUNS_PER_CASE) {
+            runs++;
+            ran++;
+            try {
+              enc.commitAndWait();
+            } catch (e) {
+              failures.push(`${label()}: accepted, then the commit failed: ${(e as Error).message}`);
+            }
+          }
+        } else {
+          refused++;
+          const e = threw;
+          const arg = e instanceof MlxError ? namedArgument(c, e.message) : null;
+          if (!(e instanceof MlxError)) failures.push(`${label()}: threw ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)}`);
+          else if (e.kind !== 'InvalidArgument' && e.kind !== 'UnsupportedDtype') failures.push(`${label()}: MlxError ${e.kind}: ${e.message}`);
+          else if (arg === null) failures.push(`${label()}: the message does not start "${c.op}: <arg> must be": ${e.message}`);
+          else if (!(arg.match(/[A-Za-z_]\w*/g) ?? []).some((w) => names.has(w))) failures.push(`${label()}: the message names no argument: ${e.message}`);
+        }
+        enc.release();
+        for (const m of ms) {
+          const v = m.value as Buffer;
+          if (m.what.startsWith('table')) v.release();
+        }
+        if (failures.length > 50) break;
+      }
+      for (const b of made) b.release();
+      for (const p of Object.keys(c.keys)) {
+        const b = getPath(base, p);
+        if (isLiveBuffer(b, d)) b.release();
+      }
+    }
+    const ms = performance.now() - t0;
+    console.log(`fuzz-validation: ${tried} sets over ${CASES.length} generators (${exportedOps().length} ops) in ${ms.toFixed(0)} ms: ` +
+      `${accepted} accepted (${ran} committed), ${refused} refused, ${failures.length} failures`);
+    expect(failures.slice(0, 30)).toEqual([]);
+    expect(tried).toBeGreaterThan(1000);
+  }, 120_000);
+
+  test('aliasing: an output bound as another argument is refused, or gives what separate buffers give', () => {
+    const d = device();
+    const failures: string[] = [];
+    let pairs = 0;
+    let refusedPairs = 0;
+    for (const c of CASES) {
+      const probe = c.make(d);
+      const bufferPaths = Object.keys(c.keys).filter((p) => getPath(probe, p) instanceof Object && 'dtype' in (getPath(probe, p) as object));
+      for (const outPath of bufferPaths.filter((p) => c.keys[p]!.output === true)) {
+        const ob = getPath(probe, outPath) as Buffer;
+        for (const inPath of bufferPaths) {
+          if (inPath === outPath) continue;
+          const ib = getPath(probe, inPath) as Buffer;
+          if (ib.dtype !== ob.dtype || ib.elementCount !== ob.elementCount) continue;
+          pairs++;
+          // Separate buffers, the output starting with the other's contents.
+          const sep = c.make(d);
+          fillInputs(c, sep, rng(SEED + pairs));
+          (getPath(sep, outPath) as Buffer).write((getPath(sep, inPath) as Buffer).read());
+          const al = c.make(d);
+          fillInputs(c, al, rng(SEED + pairs));
+          const replaced = getPath(al, outPath) as Buffer;
+          setPath(al, outPath, getPath(al, inPath), false);
+          const documented = (c.inPlace ?? []).some(([x, y]) => (x === outPath && y === inPath) || (x === inPath && y === outPath));
+          let refusedWith: unknown = null;
+          try {
+            run(d, c, al);
+          } catch (e) {
+            refusedWith = e;
+          }
+          if (refusedWith !== null) {
+            refusedPairs++;
+            const e = refusedWith;
+            const arg = e instanceof MlxError ? namedArgument(c, e.message) : null;
+            if (documented) failures.push(`${c.fn}: ${outPath} = ${inPath} is documented in place but refused: ${String(e)}`);
+            else if (!(e instanceof MlxError) || e.kind !== 'InvalidArgument' || arg === null) failures.push(`${c.fn}: ${outPath} = ${inPath}: ${String(e)}`);
+          } else {
+            if (process.env.MLX_NATIVE_FUZZ_VERBOSE) console.log(`aliasing accepted: ${c.fn} ${outPath} = ${inPath}`);
+            run(d, c, sep);
+            for (const p of bufferPaths.filter((q) => c.keys[q]!.output === true)) {
+              const got = (getPath(al, p) as Buffer).read();
+              const want = (getPath(sep, p) as Buffer).read();
+              const same = got.length === want.length && Buffer_equal(got, want);
+              if (!same) failures.push(`${c.fn}: ${outPath} = ${inPath} is accepted, and ${p} differs from separate buffers`);
+            }
+          }
+          replaced.release();
+          for (const args of [sep, al]) {
+            for (const p of bufferPaths) {
+              const b = getPath(args, p) as Buffer | undefined;
+              if (b !== undefined && !b.released) b.release();
+            }
+          }
+        }
+      }
+      for (const p of bufferPaths) (getPath(probe, p) as Buffer).release();
+    }
+    console.log(`fuzz-validation aliasing: ${pairs} output/argument pairs of one dtype and count, ${refusedPairs} refused, ${failures.length} failures`);
+    expect(failures).toEqual([]);
+  }, 120_000);
+});
+
+function Buffer_equal(x: ArrayLike<number>, y: ArrayLike<number>): boolean {
+  for (let i = 0; i < x.length; i++) if (!Object.is(x[i], y[i])) return false;
+  return true;
+}
