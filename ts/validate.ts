@@ -2,12 +2,20 @@
 // argument, what was expected and what was given:
 //   "<op>: <arg> must be <expected> (got <actual>)"
 
-import type { Buffer } from './buffer.ts';
+import { Buffer } from './buffer.ts';
+import type { Device } from './device.ts';
 import type { DType } from './dtype.ts';
 import { MlxError } from './errors.ts';
 
+/** The value as a message shows it: O(1) in its size (long arrays and strings are cut). */
 function show(actual: unknown): string {
-  if (Array.isArray(actual)) return `[${actual.map(show).join(', ')}]`;
+  if (Array.isArray(actual)) {
+    const head = actual.slice(0, 8).map(show).join(', ');
+    return actual.length > 8 ? `[${head}, ... (${actual.length} items)]` : `[${head}]`;
+  }
+  if (actual instanceof Buffer) return `a ${actual.dtype} buffer [${actual.shape.join(', ')}]`;
+  if (typeof actual === 'string') return actual.length > 200 ? `${actual.slice(0, 200)}...` : actual;
+  if (typeof actual === 'object' && actual !== null) return `a ${actual.constructor?.name ?? 'null-prototype'} object`;
   return String(actual);
 }
 
@@ -30,14 +38,60 @@ export function checkAtMost(op: string, arg: string, value: number, max: number,
   if (!(value <= max)) throw invalid(op, arg, `at most ${maxName === undefined ? max : `${maxName} (${max})`}`, value);
 }
 
-/** The buffer's dtype is `dtype`, or one of them. */
+/**
+ * value is a live Buffer: not null, not another kind of value, not released,
+ * its device open, and of `device` when one is given (an encoder records only
+ * its own device's buffers).
+ */
+export function checkBuffer(op: string, arg: string, value: unknown, device?: Device): asserts value is Buffer {
+  if (!(value instanceof Buffer)) throw invalid(op, arg, 'a Buffer', value === undefined ? 'none' : value);
+  if (value.released) throw invalid(op, arg, 'a live Buffer', 'a released buffer (or one of a closed device)');
+  if (device !== undefined && value.device !== device) {
+    throw invalid(op, arg, `a buffer of the encoder's device (${device.name})`, `a buffer of another device (${value.device.name})`);
+  }
+}
+
+/** value is an object (the params record of an op), not null. */
+export function checkObject(op: string, arg: string, value: unknown): asserts value is object {
+  if (typeof value !== 'object' || value === null) throw invalid(op, arg, 'an object', value === undefined ? 'none' : value);
+}
+
+/** value is true or false (undefined too when optional). */
+export function checkBoolean(op: string, arg: string, value: unknown, optional = false): void {
+  if (typeof value === 'boolean' || (optional && value === undefined)) return;
+  throw invalid(op, arg, optional ? 'true, false or absent' : 'true or false', value);
+}
+
+/**
+ * No buffer that the op writes (named in `outputs`) is also bound as another
+ * of its arguments, except the pairs in `allowed` (in-place forms the kernels
+ * support). `bindings` lists every buffer argument by name, absent ones as
+ * undefined. O(bindings^2), a handful.
+ */
+export function checkNoAliasing(
+  op: string, bindings: readonly (readonly [string, Buffer | undefined])[], outputs: readonly string[],
+  why: string, allowed: readonly (readonly [string, string])[] = [],
+): void {
+  for (const [out, buf] of bindings) {
+    if (buf === undefined || !outputs.includes(out)) continue;
+    for (const [other, otherBuf] of bindings) {
+      if (other === out || otherBuf !== buf) continue;
+      if (allowed.some(([x, y]) => (x === out && y === other) || (x === other && y === out))) continue;
+      throw invalid(op, out, `a buffer other than ${other} (${why})`, `the buffer of ${other}`);
+    }
+  }
+}
+
+/** The buffer's dtype is `dtype`, or one of them (a non-Buffer value is refused by checkBuffer's rule). */
 export function checkDtype(op: string, arg: string, buf: Buffer, dtype: DType | readonly DType[]): void {
+  checkBuffer(op, arg, buf);
   const ok = typeof dtype === 'string' ? buf.dtype === dtype : dtype.includes(buf.dtype);
   if (!ok) throw invalid(op, `${arg}.dtype`, typeof dtype === 'string' ? dtype : `one of ${dtype.join(', ')}`, buf.dtype);
 }
 
 /** The buffer holds exactly `expected` elements. */
 export function checkElements(op: string, arg: string, buf: Buffer, expected: number): void {
+  checkBuffer(op, arg, buf);
   if (buf.elementCount !== expected) {
     throw invalid(op, `${arg}.elementCount`, `${expected}`, `${buf.elementCount}, shape [${buf.shape.join(', ')}]`);
   }
