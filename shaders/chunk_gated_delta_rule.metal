@@ -60,6 +60,23 @@ static inline void stage_rows_bf16(threadgroup bfloat *rows, device const bfloat
     }
 }
 
+// The tables are device buffers that the host validates only by size, so
+// every kernel checks the entry it reads before indexing by it: a chunk lies
+// within n_tok with a length of 1..BT; a sequence's tokens lie within n_tok
+// and its chunks within nt, ceil(tokens / BT) of them. A threadgroup whose
+// entry fails returns at once (every thread reads the same entry, so all of
+// them do, before any barrier) and writes nothing.
+static inline bool chunk_in_bounds(uint2 ch, uint n_tok) {
+    return ch.y >= 1u && ch.y <= BT && ch.x < n_tok && ch.y <= n_tok - ch.x;
+}
+static inline bool seq_in_bounds(uint2 first, uint2 next, uint n_tok, uint nt) {
+    if (!(first.x < next.x && next.x <= n_tok && first.y < next.y && next.y <= nt)) {
+        return false;
+    }
+    const uint tokens = next.x - first.x;
+    return next.y - first.y == tokens / BT + (tokens % BT != 0u ? 1u : 0u);
+}
+
 // ---------------------------------------------------------------------------
 // chunk_local_cumsum_varlen_g_f32: g_cum[t, h] = sum of g_in[s, h] for s from
 // the chunk's first token through t. Grid (nt, H), 64 threads (one per token).
@@ -76,6 +93,9 @@ kernel void chunk_local_cumsum_varlen_g_f32(
 {
     threadgroup float sg_total[BT / 32];
     const uint2 ch = chunks[tgpig.x];
+    if (!chunk_in_bounds(ch, p.n_tok)) {
+        return;
+    }
     const uint head = tgpig.y;
     const bool live = i < ch.y;
     const ulong at = ulong(ch.x + i) * p.h + head;
@@ -118,6 +138,9 @@ kernel void gated_delta_net_kkt(
     threadgroup float  kk_t[BT * BT];
 
     const uint2 ch = chunks[tgpig.x];
+    if (!chunk_in_bounds(ch, p.n_tok)) {
+        return;
+    }
     const uint t0 = ch.x, len = ch.y;
     const uint head = tgpig.y;
     const uint kh = head / (p.h / p.hg);
@@ -192,6 +215,9 @@ kernel void chunk_tri_solve_invert_f32(
     constexpr uint LD = BT + 1;
     threadgroup float s[BT * LD];
     const uint2 ch = chunks[tgpig.x];
+    if (!chunk_in_bounds(ch, p.n_tok)) {
+        return;
+    }
     const uint t0 = ch.x, len = ch.y;
     const uint head = tgpig.y;
 
@@ -243,6 +269,9 @@ kernel void gated_delta_net_recompute_wu(
     threadgroup float coef[2 * BT];    // beta exp(g), beta per row
 
     const uint2 ch = chunks[tgpig.x];
+    if (!chunk_in_bounds(ch, p.n_tok)) {
+        return;
+    }
     const uint t0 = ch.x, len = ch.y;
     const uint head = tgpig.y;
     const uint kh = head / (p.h / p.hg);
@@ -366,6 +395,9 @@ kernel void gated_delta_net_chunk_inter_state(
     const uint kh = head / (H / p.hg);
     const uint2 first = seqs[seq];
     const uint2 next = seqs[seq + 1];
+    if (!seq_in_bounds(first, next, p.n_tok, p.nt)) {
+        return;
+    }
     const uint bos = first.x, eos = next.x;
 
     const ulong state0 = ((ulong(seq) * H + head) * V + v0) * KD;
@@ -508,6 +540,9 @@ kernel void gated_delta_net_chunk_o_bf16(
 
     const uint v0 = tgpig.x * BVO;
     const uint2 ch = chunks[tgpig.y];
+    if (!chunk_in_bounds(ch, p.n_tok)) {
+        return;
+    }
     const uint t0 = ch.x, len = ch.y;
     const uint head = tgpig.z;
     const uint H = p.h, K = p.k, V = p.v;

@@ -111,6 +111,21 @@ __device__ __forceinline__ void stage_rows(bf16* dst, u32 ld, const bf16* src, u
 __device__ __forceinline__ float load_beta(const float* b, u64 i) { return b[i]; }
 __device__ __forceinline__ float load_beta(const bf16* b, u64 i) { return __bfloat162float(b[i]); }
 
+// The tables are device buffers that the host validates only by size, so
+// every kernel checks the entry it reads before indexing by it: a chunk lies
+// within n_tok with a length of 1..BT; a sequence's tokens lie within n_tok
+// and its chunks within nt, ceil(tokens / BT) of them. A block whose entry
+// fails returns at once (every thread reads the same entry, so all of them
+// do, before any __syncthreads) and writes nothing. As the Metal kernels.
+__device__ __forceinline__ bool chunk_in_bounds(uint2 ch, u32 n_tok) {
+    return ch.y >= 1u && ch.y <= BT && ch.x < n_tok && ch.y <= n_tok - ch.x;
+}
+__device__ __forceinline__ bool seq_in_bounds(uint2 first, uint2 next, u32 n_tok, u32 nt) {
+    if (!(first.x < next.x && next.x <= n_tok && first.y < next.y && next.y <= nt)) return false;
+    const u32 tokens = next.x - first.x;
+    return next.y - first.y == tokens / BT + (tokens % BT != 0u ? 1u : 0u);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -123,6 +138,7 @@ chunk_local_cumsum_varlen_g_f32(const float* __restrict__ g_in, float* __restric
                                 const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
     __shared__ float warp_total[2];
     const uint2 ch = chunks[blockIdx.x];
+    if (!chunk_in_bounds(ch, pp->n_tok)) return;
     const u32 head = blockIdx.y, i = threadIdx.x, lane = i & 31u, warp = i >> 5;
     const bool live = i < ch.y;
     const u64 at = u64(ch.x + i) * pp->h + head;
@@ -155,6 +171,7 @@ __device__ __forceinline__ void kkt_body(const bf16* __restrict__ k_in, const fl
     __shared__ float gs[BT], bs[BT];
     const Params p = *pp;
     const uint2 ch = chunks[blockIdx.x];
+    if (!chunk_in_bounds(ch, p.n_tok)) return;
     const u32 t0 = ch.x, len = ch.y, head = blockIdx.y, K = p.k;
     const u32 kh = head / (p.h / p.hg);
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
@@ -235,6 +252,7 @@ chunk_tri_solve_invert_f32(const float* a, float* ai, const uint2* __restrict__ 
                            const Params* __restrict__ pp) {
     __shared__ __align__(16) float s[BT * BT];
     const uint2 ch = chunks[blockIdx.x];
+    if (!chunk_in_bounds(ch, pp->n_tok)) return;
     const u32 t0 = ch.x, len = ch.y, head = blockIdx.y, H = pp->h;
     const u32 c = threadIdx.x, warp = c >> 5;
 
@@ -310,6 +328,7 @@ __device__ __forceinline__ void wu_body(const bf16* __restrict__ k_in, const bf1
     __shared__ float coef[2 * BT];   // beta exp(g), beta per row
     const Params p = *pp;
     const uint2 ch = chunks[blockIdx.x];
+    if (!chunk_in_bounds(ch, p.n_tok)) return;
     const u32 t0 = ch.x, len = ch.y, head = blockIdx.y;
     const u32 H = p.h, K = p.k, V = p.v, kh = head / (H / p.hg);
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
@@ -468,6 +487,7 @@ __device__ __forceinline__ void inter_state_body(const bf16* __restrict__ k_in, 
     const u32 v0 = blockIdx.x * BV, head = blockIdx.y, seq = blockIdx.z;
     const u32 H = p.h, V = p.v, Hg = p.hg, kh = head / (H / Hg);
     const uint2 first = seqs[seq], next = seqs[seq + 1];
+    if (!seq_in_bounds(first, next, p.n_tok, p.nt)) return;
     const u32 bos = first.x, eos = next.x;
 
     float st[MI][NI][4];
@@ -665,6 +685,7 @@ gated_delta_net_chunk_o_bf16(const bf16* __restrict__ q_in, const bf16* __restri
     const Params p = *pp;
     const u32 v0 = blockIdx.x * 64u, cidx = blockIdx.y, head = blockIdx.z;
     const uint2 ch = chunks[cidx];
+    if (!chunk_in_bounds(ch, p.n_tok)) return;
     const u32 t0 = ch.x, len = ch.y;
     const u32 H = p.h, K = p.k, V = p.v, kh = head / (H / p.hg);
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
