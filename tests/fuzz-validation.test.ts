@@ -29,8 +29,9 @@ import { backendAbsence, rng, type Rng } from './helpers.ts';
 
 /** Wall time of the mutation loop over all ops (the accepted sets' runs come on top, bounded by count). */
 const BUDGET_MS = Number(process.env.MLX_NATIVE_FUZZ_MS ?? 8000);
-/** Accepted mutated sets committed per generator. */
+/** Accepted mutated sets committed per generator, and more of those with random table contents. */
 const RUNS_PER_CASE = 4;
+const TABLE_RUNS_PER_CASE = 8;
 const SEED = 0x5eed_0009;
 
 type Kind =
@@ -59,6 +60,8 @@ interface KeySpec {
   /** Buffers: written by the op. */
   output?: boolean;
   values?: readonly unknown[];
+  /** When the op reads the argument (default: always); otherwise a buffer must only be live if given, and a scalar is free. */
+  readWhen?: (args: Args) => boolean;
 }
 
 interface Case {
@@ -75,6 +78,8 @@ interface Case {
   /** Valid contents of the tables and other inputs that must hold particular values. */
   fill?(args: Record<string, unknown>): void;
 }
+
+type Args = Record<string, unknown>;
 
 const F = ['f32'] as const;
 const BF = ['bf16'] as const;
@@ -121,10 +126,10 @@ const CASES: Case[] = [
   {
     fn: 'flashAttnVec', op: 'flash_attn_vec',
     keys: {
-      q: buf(F), k: buf(['f32', 'f16']), v: buf(['f32', 'f16']), out: out(F), tmp: { kind: 'buf?', dtypes: F, output: true },
+      q: buf(F), k: buf(['f32', 'f16']), v: buf(['f32', 'f16']), out: out(F), tmp: { kind: 'buf?', dtypes: F, output: true, readWhen: (x) => x.nwg !== 1 },
       batch: int, nHeads: int, nKvHeads: int, headDim: int, kvSeqLen: int, kvCapacity: int, nwg: int,
       scale: { kind: 'num' }, mask: { kind: 'enum', values: ['none', 'causal', 'slidingWindow'] },
-      slidingWindow: { kind: 'free' }, softcap: { kind: 'nonneg?' },
+      slidingWindow: { kind: 'int', readWhen: (x) => x.mask === 'slidingWindow' }, softcap: { kind: 'nonneg?' },
     },
     make: (d) => ({
       q: a(d, 'f32', 512), k: a(d, 'f32', 1024), v: a(d, 'f32', 1024), out: a(d, 'f32', 512), tmp: a(d, 'f32', 2 * 258 * 2),
@@ -134,10 +139,10 @@ const CASES: Case[] = [
   {
     fn: 'flashAttnVec', op: 'flash_attn_vec',
     keys: {
-      q: buf(F), k: buf(['f32', 'f16']), v: buf(['f32', 'f16']), out: out(F), tmp: { kind: 'buf?', dtypes: F, output: true },
+      q: buf(F), k: buf(['f32', 'f16']), v: buf(['f32', 'f16']), out: out(F), tmp: { kind: 'buf?', dtypes: F, output: true, readWhen: (x) => x.nwg !== 1 },
       batch: int, nHeads: int, nKvHeads: int, headDim: int, kvSeqLen: int, kvCapacity: int, nwg: int,
       scale: { kind: 'num' }, mask: { kind: 'enum', values: ['none', 'causal', 'slidingWindow'] },
-      slidingWindow: { kind: 'int' }, softcap: { kind: 'nonneg?' },
+      slidingWindow: { kind: 'int', readWhen: (x) => x.mask === 'slidingWindow' }, softcap: { kind: 'nonneg?' },
     },
     make: (d) => ({
       q: a(d, 'f32', 256), k: a(d, 'f16', 512), v: a(d, 'f16', 512), out: a(d, 'f32', 256),
@@ -356,8 +361,6 @@ function exportedOps(): string[] {
 
 // ---- argument sets ----
 
-type Args = Record<string, unknown>;
-
 function getPath(args: Args, path: string): unknown {
   if (!path.startsWith('params.')) return args[path];
   const p = args.params;
@@ -406,6 +409,10 @@ function mustRefuse(c: Case, base: Args, args: Args, d: Device): string | null {
     const v = getPath(args, path);
     const present = hasPath(args, path) && v !== undefined;
     const why = (what: string): string => `${path} ${what}`;
+    if (spec.readWhen !== undefined && !spec.readWhen(args)) {
+      if ((spec.kind === 'buf' || spec.kind === 'buf?') && present && !isLiveBuffer(v, d)) return why('is not a live buffer of the device');
+      continue;
+    }
     switch (spec.kind) {
       case 'obj':
         if (typeof v !== 'object' || v === null) return why('is not an object');
@@ -687,6 +694,7 @@ describe.if(emuAbsent === null)('fuzz-validation [emu]', () => {
         made.push(...pools.wrongDtype.get(path)!, ...pools.otherShape.get(path)!, pools.foreign.get(path)!);
       }
       let runs = 0;
+      let tableRuns = 0;
       const end = performance.now() + perCase;
       while (performance.now() < end) {
         const args = copyArgs(base);
@@ -710,9 +718,11 @@ describe.if(emuAbsent === null)('fuzz-validation [emu]', () => {
         }
         if (threw === null) {
           accepted++;
+          const table = ms.some((m) => m.what.startsWith('table'));
           if (must !== null) failures.push(`${label()}: accepted, but ${must}`);
-          else if (runs < RUNS_PER_CASE) {
-            runs++;
+          else if (table ? tableRuns < TABLE_RUNS_PER_CASE : runs < RUNS_PER_CASE) {
+            if (table) tableRuns++;
+            else runs++;
             ran++;
             try {
               enc.commitAndWait();
