@@ -1,6 +1,6 @@
 import { describe, expect, test } from 'bun:test';
 import metalSource from '../shaders/chunk_gated_delta_rule.metal' with { type: 'text' };
-import type { Buffer, DType, Device } from '../ts/index.ts';
+import { Device, type Buffer, type DType } from '../ts/index.ts';
 import {
   CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT,
   GDR_SCRATCH_SHAPES,
@@ -34,7 +34,9 @@ import {
   type GdrRecurrentInputs,
   type GdrRefShape,
 } from '../ts/reference/chunk_gated_delta_rule.ts';
-import { TOL, describeBackends, maxRelErr, nmse, rng, type Rng, expectInvalidParts, maxAbs, bf16 } from './helpers.ts';
+import {
+  TOL, describeBackends, describeValidation, maxRelErr, nmse, rng, type Rng, expectInvalidParts, maxAbs, bf16, randomArray,
+} from './helpers.ts';
 import { metalStruct } from './metal-source.ts';
 
 interface Shape {
@@ -250,9 +252,11 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     const cu = (c: number[], b = 1, t = 130): ChunkGatedDeltaRuleArgs => ({ ...a, params: { ...a.params, b, t, cuSeqlens: c } });
     validateChunkGatedDeltaRule(cu([0, 70, 130]));
     expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 65, 130], 2, 65)), 'chunk_gated_delta_rule', 'b must be 1 when cuSeqlens is given', '(got 2)');
-    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0])), 'chunk_gated_delta_rule', 'cuSeqlens.length must be between 2 and t + 1', '(got 1)');
-    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([1, 130])), 'chunk_gated_delta_rule', 'cuSeqlens[0] must be 0', '(got 1)');
-    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 70, 70, 130])), 'chunk_gated_delta_rule', 'cuSeqlens[2] must be an integer above cuSeqlens[1] = 70', '(got 70)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0])), 'chunk_gated_delta_rule', 'cuSeqlens.length must be at least 2', '(got 1)');
+    // The buffers are checked before the offsets (the sequence count, and so the
+    // state size, is the length of cuSeqlens): these tables have two sequences.
+    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([1, 70, 130])), 'chunk_gated_delta_rule', 'cuSeqlens[0] must be 0', '(got 1)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 130, 130])), 'chunk_gated_delta_rule', 'cuSeqlens[2] must be an integer above cuSeqlens[1] = 130', '(got 130)');
     expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 70.5, 130])), 'chunk_gated_delta_rule', 'cuSeqlens[1] must be an integer above cuSeqlens[0] = 0', '(got 70.5)');
     expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 70, 129])), 'chunk_gated_delta_rule', 'cuSeqlens[2] must be t = 130', '(got 129)');
     // Three sequences: the states hold 3 of them.
@@ -288,37 +292,6 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     expectInvalidParts(() => chunkGatedDeltaRule(enc, { ...good, params: { ...good.params, k: 32 } }), 'chunk_gated_delta_rule', 'k must be one of 64, 128, 256');
     enc.release();
     releaseArgs(good);
-  });
-
-  // Issue 9: the step ops trusted their tables (chunks = [1e6, 64] was read
-  // and written out of bounds). The kernels now skip entries outside the
-  // tokens: every step runs on malformed tables without a fault, and the
-  // outputs of skipped chunks keep their poison.
-  test('malformed chunk and sequence tables are skipped by the kernels, never read or written out of bounds', async () => {
-    const dev = device();
-    const p = stepOf({ hg: 1, h: 1, k: 64, v: 64, cu: [0, 100, 200] });
-    const s = (d: DType, c: number, fill = 0.1): Buffer => dev.upload(d, [c], new Float64Array(c).fill(fill));
-    // Past the tokens, longer than a chunk, overhanging the last token, empty.
-    const chunks = dev.upload('u32', [p.nt, 2], [1e6, 64, 0, 65, 190, 64, 0, 0]);
-    // A sequence ending past the tokens, then one starting after it ends.
-    const seqs = dev.upload('u32', [p.nSeq + 1, 2], [0, 0, 1e6, 1, 200, 4]);
-    const T = p.nTok, H = p.h, K = p.k, V = p.v;
-    const gIn = s('f32', T * H, -0.1), gCum = s('f32', T * H), a = s('f32', T * H * 64), beta = s('f32', T * H, 0.5);
-    const k = s('bf16', T * H * K), v = s('bf16', T * H * V), w = s('bf16', T * H * K), u = s('bf16', T * H * V);
-    const h0 = s('f32', p.nSeq * H * V * K), hOut = s('bf16', p.nt * H * V * K), vNew = s('bf16', T * H * V);
-    const fin = s('f32', p.nSeq * H * V * K), q = s('bf16', T * H * K), o = s('bf16', T * H * V);
-    for (const b of [gCum, a, w, u, hOut, vNew, fin, o]) b.fill(Number.NaN);
-    using enc = dev.encoder();
-    chunkLocalCumsumVarlen(enc, { gIn, gCum, chunks, params: p });
-    gatedDeltaNetKkt(enc, { k, g: gCum, beta, a, chunks, params: p });
-    chunkTriSolveInvert(enc, { a, ai: a, chunks, params: p });
-    gatedDeltaNetRecomputeWu(enc, { k, v, beta, g: gCum, ai: a, w, u, chunks, params: p });
-    gatedDeltaNetChunkInterStateVarlen(enc, { k, w, u, g: gCum, h0, hOut, vNew, finalState: fin, seqs, params: p });
-    gatedDeltaNetChunkO(enc, { q, k, vNew, h: hOut, g: gCum, o, chunks, params: p });
-    await enc.commit(); // the emulator reports any access out of bounds as a command error
-    // Every entry was malformed: nothing was written.
-    for (const b of [gCum, o, fin]) expect(b.readNumbers().every(Number.isNaN)).toBe(true);
-    for (const b of [chunks, seqs, gIn, gCum, a, beta, k, v, w, u, h0, hOut, vNew, fin, q, o]) b.release();
   });
 
   test('validation: step ops (nt and nSeq ranges, tables, buffers)', () => {
@@ -710,5 +683,200 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     scratch.dispose();
     expect(scratch.shapes).toBe(0);
     expect(scratch.byteLength).toBe(0);
+  });
+});
+
+// ---- refusals cost O(1) in what they refuse; tables that index memory are bounded ----
+
+describeValidation('chunk_gated_delta_rule: refusal costs', ({ enc, buf }) => {
+  const small = (b: number, t: number, cuSeqlens?: ArrayLike<number>): ChunkGatedDeltaRuleArgs => {
+    const params: ChunkGatedDeltaRuleParams = { b, t, hg: 1, h: 1, k: 64, v: 64 };
+    if (cuSeqlens !== undefined) params.cuSeqlens = cuSeqlens;
+    return {
+      q: buf('bf16', 64), k: buf('bf16', 64), v: buf('bf16', 64), g: buf('f32', 1), beta: buf('f32', 1),
+      o: buf('bf16', 64), finalState: buf('f32', 4096), params,
+    };
+  };
+  /** Runs fn (expected to throw), returning its wall time and the growth of the resident set. */
+  const cost = (fn: () => void): { ms: number; bytes: number } => {
+    Bun.gc(true);
+    const rss0 = process.memoryUsage().rss;
+    const t0 = performance.now();
+    expectInvalidParts(fn, 'chunk_gated_delta_rule', 'q.elementCount must be');
+    const ms = performance.now() - t0;
+    return { ms, bytes: process.memoryUsage().rss - rss0 };
+  };
+
+  test('b = 2^24 and b = 2^31 with one token of buffers refuse in under 50 ms, without memory proportional to b', () => {
+    for (const b of [2 ** 24, 2 ** 31]) {
+      const c = cost(() => chunkGatedDeltaRule(enc(), small(b, 1)));
+      expect(c.ms).toBeLessThan(50);
+      expect(c.bytes).toBeLessThan(32 * 2 ** 20);
+    }
+    // t tokens in one sequence: the chunk tables would be t / 64 entries.
+    const c = cost(() => chunkGatedDeltaRule(enc(), small(1, 2 ** 32 - 1)));
+    expect(c.ms).toBeLessThan(50);
+  });
+
+  test('cuSeqlens longer than t + 1 is refused by its length alone, before its contents', () => {
+    const huge = { length: 2 ** 31 } as ArrayLike<number>;
+    const t0 = performance.now();
+    expectInvalidParts(() => chunkGatedDeltaRule(enc(), small(1, 64, huge)), 'chunk_gated_delta_rule',
+      'cuSeqlens.length must be at most t + 1 = 65', `(got ${2 ** 31})`);
+    expect(performance.now() - t0).toBeLessThan(50);
+    expectInvalidParts(() => chunkGatedDeltaRule(enc(), small(1, 64, null as unknown as number[])), 'chunk_gated_delta_rule',
+      'cuSeqlens must be an array of offsets', '(got null)');
+  });
+});
+
+describeValidation('chunk_gated_delta_rule: buffers and aliasing', ({ device, enc, buf }) => {
+  const p: GdrStepParams = { nTok: 64, nt: 1, nSeq: 1, hg: 1, h: 1, k: 64, v: 64 };
+  const interArgs = () => ({
+    k: buf('bf16', 4096), w: buf('bf16', 4096), u: buf('bf16', 4096), g: buf('f32', 64), h0: buf('f32', 4096),
+    hOut: buf('bf16', 4096), vNew: buf('bf16', 4096), finalState: buf('f32', 4096), seqs: buf('u32', 4), params: p,
+  });
+
+  test('an output bound as an input the kernel reads elsewhere is refused (vNew as w, o as q, finalState as initialState)', () => {
+    const a = interArgs();
+    gatedDeltaNetChunkInterStateVarlen(enc(), a);
+    expectInvalidParts(() => gatedDeltaNetChunkInterStateVarlen(enc(), { ...a, vNew: a.w }), 'chunk_gated_delta_rule',
+      'vNew must be a buffer other than w', '(got the buffer of w)');
+    expectInvalidParts(() => gatedDeltaNetChunkInterStateVarlen(enc(), { ...a, finalState: a.h0 }), 'chunk_gated_delta_rule',
+      'finalState must be a buffer other than h0');
+    expectInvalidParts(() => gatedDeltaNetChunkInterStateVarlen(enc(), { ...a, hOut: a.k }), 'chunk_gated_delta_rule',
+      'hOut must be a buffer other than k');
+    const chunks = buf('u32', 2);
+    const w = { k: a.k, v: a.u, beta: a.g, g: buf('f32', 64), ai: buf('f32', 4096), w: a.w, u: a.vNew, chunks, params: p };
+    expectInvalidParts(() => gatedDeltaNetRecomputeWu(enc(), { ...w, w: w.k }), 'chunk_gated_delta_rule', 'w must be a buffer other than k');
+    expectInvalidParts(() => gatedDeltaNetRecomputeWu(enc(), { ...w, u: w.w }), 'chunk_gated_delta_rule', 'w must be a buffer other than u');
+    const o = { q: a.k, k: a.w, vNew: a.u, h: a.hOut, g: a.g, o: a.vNew, chunks, params: p };
+    gatedDeltaNetChunkO(enc(), o);
+    expectInvalidParts(() => gatedDeltaNetChunkO(enc(), { ...o, o: o.vNew }), 'chunk_gated_delta_rule', 'o must be a buffer other than vNew');
+    // The whole forward: o is written last, after v is read, so o may be v; q, k and the states may not.
+    const f: ChunkGatedDeltaRuleArgs = {
+      q: a.k, k: a.w, v: a.u, g: a.g, beta: buf('f32', 64), o: a.vNew, initialState: a.h0, finalState: a.finalState,
+      params: { b: 1, t: 64, hg: 1, h: 1, k: 64, v: 64 },
+    };
+    validateChunkGatedDeltaRule({ ...f, o: f.v }, device());
+    expectInvalidParts(() => validateChunkGatedDeltaRule({ ...f, o: f.q }), 'chunk_gated_delta_rule', 'o must be a buffer other than q');
+    expectInvalidParts(() => validateChunkGatedDeltaRule({ ...f, finalState: f.initialState! }), 'chunk_gated_delta_rule',
+      'finalState must be a buffer other than initialState');
+  });
+
+  test('null, missing, released and foreign buffers and a missing params record are MlxErrors naming the argument', () => {
+    const a = interArgs();
+    const nul = null as unknown as Buffer;
+    expectInvalidParts(() => gatedDeltaNetChunkInterStateVarlen(enc(), { ...a, vNew: nul }), 'chunk_gated_delta_rule', 'vNew must be a Buffer', '(got null)');
+    expectInvalidParts(() => gatedDeltaNetChunkInterStateVarlen(enc(), { ...a, seqs: undefined as unknown as Buffer }), 'chunk_gated_delta_rule',
+      'seqs must be a Buffer', '(got none)');
+    const gone = buf('u32', 4);
+    gone.release();
+    expectInvalidParts(() => gatedDeltaNetChunkInterStateVarlen(enc(), { ...a, seqs: gone }), 'chunk_gated_delta_rule', 'seqs must be a live Buffer');
+    const other = Device.open({ backend: device().backend });
+    try {
+      const foreign = other.alloc('bf16', [4096]);
+      expectInvalidParts(() => gatedDeltaNetChunkInterStateVarlen(enc(), { ...a, k: foreign }), 'chunk_gated_delta_rule',
+        "k must be a buffer of the encoder's device", 'a buffer of another device');
+    } finally {
+      other.close();
+    }
+    expectInvalidParts(() => gatedDeltaNetChunkInterStateVarlen(enc(), { ...a, params: undefined as unknown as GdrStepParams }),
+      'chunk_gated_delta_rule', 'params must be an object', '(got none)');
+    const f = { q: a.k, k: a.w, v: a.u, g: a.g, beta: buf('f32', 64), o: a.vNew, finalState: a.finalState, params: { b: 1, t: 64, hg: 1, h: 1, k: 64, v: 64 } };
+    expectInvalidParts(() => chunkGatedDeltaRule(enc(), { ...f, beta: nul }), 'chunk_gated_delta_rule', 'beta must be a Buffer', '(got null)');
+    expectInvalidParts(() => chunkGatedDeltaRule(enc(), { ...f, initialState: nul }), 'chunk_gated_delta_rule', 'initialState must be a Buffer', '(got null)');
+  });
+});
+
+describeBackends('chunk_gated_delta_rule tables', ({ device }) => {
+  // Tables are device buffers: the step kernels bound every entry they read.
+  // 128 tokens; chunk 0 is (0, 64), every other entry is out of bounds.
+  const p: GdrStepParams = { nTok: 128, nt: 6, nSeq: 1, hg: 1, h: 1, k: 64, v: 64 };
+  const BAD_CHUNKS = [0, 64, 1e6, 64, 100, 0, 64, 65, 0xffff_ffff, 2, 127, 2];
+  const rows = (b: Buffer, width: number): { head: number[]; tail: number[] } => {
+    const x = Array.from(b.readNumbers());
+    return { head: x.slice(0, 64 * width), tail: x.slice(64 * width) };
+  };
+  const expectChunk0Only = (b: Buffer, width: number): void => {
+    const { head, tail } = rows(b, width);
+    expect(head.every(Number.isFinite)).toBe(true);
+    expect(tail.every(Number.isNaN)).toBe(true);
+  };
+
+  test('chunks entries outside nTok or of length 0 or > 64 are skipped: no access past a buffer, nothing written', () => {
+    const dev = device();
+    const r = rng(9);
+    const up = (dtype: DType, n: number, lo = -1, hi = 1): Buffer => dev.upload(dtype, [n], randomArray(r, n, lo, hi));
+    const nan = (dtype: DType, n: number): Buffer => {
+      const b = dev.alloc(dtype, [n]);
+      b.fill(NaN);
+      return b;
+    };
+    const chunks = dev.upload('u32', [p.nt, 2], BAD_CHUNKS);
+    const k = up('bf16', 128 * 64, -0.2, 0.2);
+    const v = up('bf16', 128 * 64);
+    const q = up('bf16', 128 * 64);
+    const g = up('f32', 128, -0.1, 0);
+    const beta = up('f32', 128, 0, 1);
+    const h = up('bf16', p.nt * 64 * 64, -0.1, 0.1);
+    const gCum = nan('f32', 128);
+    const a = nan('f32', 128 * 64);
+    const ai = nan('f32', 128 * 64);
+    const w = nan('bf16', 128 * 64);
+    const u = nan('bf16', 128 * 64);
+    const o = nan('bf16', 128 * 64);
+    const enc = dev.encoder();
+    chunkLocalCumsumVarlen(enc, { gIn: g, gCum, chunks, params: p });
+    gatedDeltaNetKkt(enc, { k, g, beta, a, chunks, params: p });
+    enc.barrier();
+    chunkTriSolveInvert(enc, { a, ai, chunks, params: p });
+    enc.barrier();
+    gatedDeltaNetRecomputeWu(enc, { k, v, beta, g, ai, w, u, chunks, params: p });
+    gatedDeltaNetChunkO(enc, { q, k, vNew: v, h, g, o, chunks, params: p });
+    enc.commitAndWait();
+    enc.release();
+    expectChunk0Only(gCum, 1);
+    expectChunk0Only(a, 64);
+    expectChunk0Only(ai, 64);
+    expectChunk0Only(w, 64);
+    expectChunk0Only(u, 64);
+    expectChunk0Only(o, 64);
+    for (const b of [chunks, k, v, q, g, beta, h, gCum, a, ai, w, u, o]) b.release();
+  });
+
+  test('seqs entries that are not increasing within (nTok, nt) with ceil(tokens / 64) chunks are skipped', () => {
+    const dev = device();
+    const r = rng(10);
+    const up = (dtype: DType, n: number): Buffer => dev.upload(dtype, [n], randomArray(r, n, -0.1, 0.1));
+    const sp: GdrStepParams = { ...p, nt: 3 };
+    const ins = {
+      k: up('bf16', 128 * 64), w: up('bf16', 128 * 64), u: up('bf16', 128 * 64), g: up('f32', 128), h0: up('f32', 4096),
+    };
+    const outs = { hOut: dev.alloc('bf16', [3 * 4096]), vNew: dev.alloc('bf16', [128 * 64]), finalState: dev.alloc('f32', [4096]) };
+    for (const seqs of [
+      [0, 0, 1e6, 3], // tokens past nTok
+      [0, 0, 128, 1e6], // chunks past nt
+      [0, 0, 128, 3], // 3 chunks for 128 tokens
+      [5000, 0, 128, 2], // first token after the end
+      [0, 2, 128, 0], // chunks decreasing
+    ]) {
+      for (const b of Object.values(outs)) b.fill(NaN);
+      const table = dev.upload('u32', [2, 2], seqs);
+      const enc = dev.encoder();
+      gatedDeltaNetChunkInterStateVarlen(enc, { ...ins, ...outs, seqs: table, params: sp });
+      enc.commitAndWait();
+      enc.release();
+      table.release();
+      for (const b of Object.values(outs)) expect(Array.from(b.readNumbers()).every(Number.isNaN)).toBe(true);
+    }
+    // The valid table of the same shape still runs.
+    const table = dev.upload('u32', [2, 2], [0, 0, 128, 2]);
+    const hOut = dev.alloc('bf16', [2 * 4096]);
+    const enc = dev.encoder();
+    gatedDeltaNetChunkInterStateVarlen(enc, { ...ins, ...outs, hOut, seqs: table, params: { ...sp, nt: 2 } });
+    enc.commitAndWait();
+    enc.release();
+    expect(Array.from(outs.finalState.readNumbers()).every(Number.isFinite)).toBe(true);
+    for (const b of [table, hOut, ...Object.values(ins), ...Object.values(outs)]) b.release();
   });
 });

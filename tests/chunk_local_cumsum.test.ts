@@ -12,6 +12,8 @@ import {
 import { chunkLocalCumsumRef } from '../ts/reference/chunk_local_cumsum.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
 import { metalStruct, bufferParam } from './metal-source.ts';
+import * as cumsumOps from '../ts/ops/chunk_local_cumsum.ts';
+import * as mlx from '../ts/index.ts';
 
 // ---- the param structs against the .metal source ----
 
@@ -95,4 +97,22 @@ describeBackends('chunk_local_cumsum parity', ({ device }) => {
       expect(over).toEqual([]);
     });
   }
+});
+
+// ---- buffers that are not live buffers of the device ----
+
+describeValidation('chunk_local_cumsum: buffers', ({ device, enc, buf }) => {
+  test('null and foreign buffers are MlxErrors naming the argument; in place stays allowed', () => {
+    const g = buf('f32', 30);
+    const shape = { b: 2, t: 5, h: 3, bt: 4 };
+    cumsumOps.chunkLocalCumsum(enc(), { gIn: g, gCumsum: g, ...shape });
+    expectInvalid(() => cumsumOps.chunkLocalCumsum(enc(), { gIn: null as unknown as mlx.Buffer, gCumsum: g, ...shape }), 'chunk_local_cumsum', 'gIn', 'a Buffer', 'null');
+    const other = mlx.Device.open({ backend: device().backend });
+    try {
+      expectInvalid(() => cumsumOps.chunkLocalCumsum(enc(), { gIn: g, gCumsum: other.alloc('f32', [30]), ...shape }), 'chunk_local_cumsum', 'gCumsum',
+        "a buffer of the encoder's device", 'a buffer of another device');
+    } finally {
+      other.close();
+    }
+  });
 });

@@ -16,6 +16,8 @@ import {
 import { computeGBetaRef, softplusRef } from '../ts/reference/compute_g_beta.ts';
 import { describeBackends, maxRelErr, rng, TOL, type Rng, expectInvalid, describeValidation } from './helpers.ts';
 import { metalStruct } from './metal-source.ts';
+import * as gbOps from '../ts/ops/compute_g_beta.ts';
+import * as mlx from '../ts/index.ts';
 
 describe('compute_g_beta param packer matches the .metal declaration', () => {
   test('ComputeGBetaParams: fields, offsets, bound at buffer(6) by every kernel; packed values', () => {
@@ -156,4 +158,34 @@ describeBackends('compute_g_beta parity', ({ device }) => {
       });
     }
   }
+});
+
+// ---- buffers that are not live buffers of the device; params; aliasing ----
+
+describeValidation('compute_g_beta: buffers, params and aliasing', ({ device, enc, buf }) => {
+  const args = () => ({
+    a: buf('f32', 24), b: buf('f32', 24), aLog: buf('f32', 4), dtBias: buf('f32', 4), g: buf('f32', 24), beta: buf('f32', 24),
+    params: { b: 2, t: 3, h: 4 },
+  });
+
+  test('g or beta bound as another argument is refused (the Metal kernel writes g before it reads b)', () => {
+    const a = args();
+    gbOps.computeGBeta(enc(), a);
+    expectInvalid(() => gbOps.computeGBeta(enc(), { ...a, g: a.b }), 'compute_g_beta', 'g', 'a buffer other than b', 'the buffer of b');
+    expectInvalid(() => gbOps.computeGBeta(enc(), { ...a, beta: a.g }), 'compute_g_beta', 'g', 'a buffer other than beta', 'the buffer of beta');
+  });
+
+  test('null and foreign buffers and a missing params record are MlxErrors naming the argument', () => {
+    const a = args();
+    expectInvalid(() => gbOps.computeGBeta(enc(), { ...a, aLog: null as unknown as Buffer }), 'compute_g_beta', 'aLog', 'a Buffer', 'null');
+    expectInvalid(() => gbOps.computeGBeta(enc(), { ...a, params: undefined as unknown as { b: number; t: number; h: number } }),
+      'compute_g_beta', 'params', 'an object', 'none');
+    const other = mlx.Device.open({ backend: device().backend });
+    try {
+      expectInvalid(() => gbOps.computeGBeta(enc(), { ...a, dtBias: other.alloc('f32', [4]) }), 'compute_g_beta', 'dtBias',
+        "a buffer of the encoder's device", 'a buffer of another device');
+    } finally {
+      other.close();
+    }
+  });
 });

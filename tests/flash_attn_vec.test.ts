@@ -14,8 +14,10 @@ import {
   type FlashAttnVecParams,
 } from '../ts/ops/flash_attn_vec.ts';
 import { flashAttnVecRef, type FlashAttnVecRefShape } from '../ts/reference/flash_attn_vec.ts';
-import { TOL, describeBackends, maxRelErr, randomArray, rng, expectInvalidParts } from './helpers.ts';
+import { describeValidation, TOL, describeBackends, maxRelErr, randomArray, rng, expectInvalidParts } from './helpers.ts';
 import { metalStruct, readField } from './metal-source.ts';
+import * as faOps from '../ts/ops/flash_attn_vec.ts';
+import * as mlx from '../ts/index.ts';
 
 const f16 = (x: number): number => f16BitsToF32(f32ToF16Bits(x));
 
@@ -281,4 +283,41 @@ describeBackends('flash_attn_vec', ({ device }) => {
       releaseAll(bufs);
     });
   }
+});
+
+// ---- buffers that are not live buffers of the device; optional scalars; aliasing ----
+
+describeValidation('flash_attn_vec: buffers, optional arguments and aliasing', ({ device, enc, buf }) => {
+  // Two query heads over one KV head of capacity 2: q, k, v and out are all 512 f32.
+  const args = () => ({
+    q: buf('f32', 512), k: buf('f32', 512), v: buf('f32', 512), out: buf('f32', 512),
+    batch: 1, nHeads: 2, nKvHeads: 1, headDim: 256, kvSeqLen: 2, kvCapacity: 2, scale: 0.0625, mask: 'none' as const, nwg: 1,
+  });
+
+  test('a softcap of null, or a tmp that is not a buffer, is refused even where unused (nwg = 1)', () => {
+    const a = args();
+    faOps.flashAttnVec(enc(), a);
+    expectInvalidParts(() => faOps.flashAttnVec(enc(), { ...a, softcap: null as unknown as number }), 'flash_attn_vec',
+      'softcap must be a finite number >= 0 (0 disables) or absent', '(got null)');
+    expectInvalidParts(() => faOps.flashAttnVec(enc(), { ...a, tmp: 'scratch' as unknown as mlx.Buffer }), 'flash_attn_vec',
+      'tmp must be a Buffer', '(got scratch)');
+  });
+
+  test('out bound as k or v is refused (every threadgroup of a KV head reads them)', () => {
+    const a = args();
+    expectInvalidParts(() => faOps.flashAttnVec(enc(), { ...a, out: a.k }), 'flash_attn_vec', 'out must be a buffer other than k', '(got the buffer of k)');
+    expectInvalidParts(() => faOps.flashAttnVec(enc(), { ...a, out: a.v }), 'flash_attn_vec', 'out must be a buffer other than v');
+  });
+
+  test('null and foreign buffers are MlxErrors naming the argument', () => {
+    const a = args();
+    expectInvalidParts(() => faOps.flashAttnVec(enc(), { ...a, q: null as unknown as mlx.Buffer }), 'flash_attn_vec', 'q must be a Buffer', '(got null)');
+    const other = mlx.Device.open({ backend: device().backend });
+    try {
+      expectInvalidParts(() => faOps.flashAttnVec(enc(), { ...a, v: other.alloc('f32', [512]) }), 'flash_attn_vec',
+        "v must be a buffer of the encoder's device", 'a buffer of another device');
+    } finally {
+      other.close();
+    }
+  });
 });

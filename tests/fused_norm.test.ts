@@ -25,6 +25,8 @@ import type { ParamField } from '../ts/params.ts';
 import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
 import { metalStruct, bufferParam, readField } from './metal-source.ts';
+import * as normOps from '../ts/ops/fused_norm.ts';
+import * as mlx from '../ts/index.ts';
 
 // ---- the param structs against the .metal source ----
 
@@ -338,4 +340,42 @@ describeBackends('fused_norm parity', ({ device }) => {
       errs.check();
     });
   }
+});
+
+// ---- buffers that are not live buffers of the device; aliasing ----
+
+describeValidation('fused_norm: buffers and aliasing', ({ device, enc, buf }) => {
+  const shape = { rows: 2, dim: 8, eps: 1e-6 };
+
+  test('a residual updated in place is allowed; two outputs in one buffer, or an output as the weight, are refused', () => {
+    const residual = buf('f32', 16);
+    const input = buf('f32', 16);
+    const weight = buf('f32', 8);
+    normOps.fusedNormAdd(enc(), { residual, input, weight, output: residual, ...shape });
+    normOps.fusedResidualNorm(enc(), { residual, input, weight, normedOutput: buf('f32', 16), sumOutput: residual, ...shape });
+    const normed = buf('f32', 16);
+    expectInvalid(() => normOps.fusedResidualNorm(enc(), { residual, input, weight, normedOutput: normed, sumOutput: normed, ...shape }),
+      'fused_residual_norm', 'normedOutput', 'a buffer other than sumOutput', 'the buffer of sumOutput');
+    const one = { rows: 1, dim: 8, eps: 1e-6 };
+    const w = buf('f32', 8);
+    expectInvalid(() => normOps.fusedNormAdd(enc(), { residual: buf('f32', 8), input: buf('f32', 8), weight: w, output: w, ...one }),
+      'fused_norm_add', 'output', 'a buffer other than weight', 'the buffer of weight');
+  });
+
+  test('null, released and foreign buffers are MlxErrors naming the argument', () => {
+    const a = { residual: buf('f32', 16), input: buf('f32', 16), weight: buf('f32', 8), output: buf('f32', 16), scalar: buf('f32', 1), ...shape };
+    expectInvalid(() => normOps.fusedNormAddScalar(enc(), { ...a, scalar: null as unknown as mlx.Buffer }), 'fused_norm_add_scalar', 'scalar', 'a Buffer', 'null');
+    expectInvalid(() => normOps.fusedResidualNorm(enc(), { ...a, normedOutput: a.output, sumOutput: null as unknown as mlx.Buffer }),
+      'fused_residual_norm', 'sumOutput', 'a Buffer', 'null');
+    const gone = buf('f32', 8);
+    gone.release();
+    expectInvalid(() => normOps.fusedNormAdd(enc(), { ...a, weight: gone }), 'fused_norm_add', 'weight', 'a live Buffer', 'a released buffer');
+    const other = mlx.Device.open({ backend: device().backend });
+    try {
+      expectInvalid(() => normOps.fusedNormAdd(enc(), { ...a, input: other.alloc('f32', [16]) }), 'fused_norm_add', 'input',
+        "a buffer of the encoder's device", 'a buffer of another device');
+    } finally {
+      other.close();
+    }
+  });
 });

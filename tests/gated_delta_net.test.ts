@@ -33,6 +33,8 @@ import {
   bf16,
 } from './helpers.ts';
 import { metalStruct, bufferParam, readFields } from './metal-source.ts';
+import * as gdnOps from '../ts/ops/gated_delta_net.ts';
+import * as mlx from '../ts/index.ts';
 
 // ---- the param structs against the .metal source ----
 
@@ -461,5 +463,45 @@ describeBackends('gated_delta_net parity', ({ device }) => {
     expect(errs[0]).toBeLessThan(1e-4);
     expect(errs[1]).toBeLessThan(1e-4);
     expect(nmse(transposed, finalState.readNumbers())).toBeGreaterThan(0.1);
+  });
+});
+
+// ---- buffers that are not live buffers of the device; params; aliasing ----
+
+describeValidation('gated_delta_net: buffers, params and aliasing', ({ device, enc, buf }) => {
+  const p = { b: 1, t: 2, hg: 1, h: 2, k: 32, v: 16 };
+  const args = () => ({
+    q: buf('f32', 64), k: buf('f32', 64), v: buf('f32', 64), g: buf('f32', 4), beta: buf('f32', 4),
+    initialState: buf('f32', 1024), output: buf('f32', 64), finalState: buf('f32', 1024), params: p,
+  });
+  const decodeArgs = () => ({
+    q: buf('f32', 32), k: buf('f32', 32), v: buf('f32', 32), g: buf('f32', 2), beta: buf('f32', 2), state: buf('f32', 1024),
+    output: buf('f32', 32), params: { b: 1, hg: 1, h: 2, k: 32, v: 16 },
+  });
+
+  test('output bound as q or k is refused (read by other threadgroups); initialState as finalState stays allowed', () => {
+    const a = args();
+    gdnOps.gatedDeltaNet(enc(), { ...a, initialState: a.finalState });
+    expectInvalid(() => gdnOps.gatedDeltaNet(enc(), { ...a, output: a.q }), 'gated_delta_net', 'output', 'a buffer other than q', 'the buffer of q');
+    expectInvalid(() => gdnOps.gatedDeltaNet(enc(), { ...a, output: a.k }), 'gated_delta_net', 'output', 'a buffer other than k', 'the buffer of k');
+    const d = decodeArgs();
+    gdnOps.gatedDeltaNetDecode(enc(), d);
+    expectInvalid(() => gdnOps.gatedDeltaNetDecode(enc(), { ...d, output: d.k }), 'gated_delta_net_decode', 'output', 'a buffer other than k', 'the buffer of k');
+  });
+
+  test('null, missing and foreign buffers and a missing params record are MlxErrors naming the argument', () => {
+    const a = args();
+    expectInvalid(() => gdnOps.gatedDeltaNet(enc(), { ...a, initialState: null as unknown as Buffer }), 'gated_delta_net', 'initialState', 'a Buffer', 'null');
+    expectInvalid(() => gdnOps.gatedDeltaNet(enc(), { ...a, g: undefined as unknown as Buffer }), 'gated_delta_net', 'g', 'a Buffer', 'none');
+    expectInvalid(() => gdnOps.gatedDeltaNet(enc(), { ...a, params: null as unknown as typeof p }), 'gated_delta_net', 'params', 'an object', 'null');
+    const d = decodeArgs();
+    expectInvalid(() => gdnOps.gatedDeltaNetDecode(enc(), { ...d, state: null as unknown as Buffer }), 'gated_delta_net_decode', 'state', 'a Buffer', 'null');
+    const other = mlx.Device.open({ backend: device().backend });
+    try {
+      expectInvalid(() => gdnOps.gatedDeltaNetDecode(enc(), { ...d, beta: other.alloc('f32', [2]) }), 'gated_delta_net_decode', 'beta',
+        "a buffer of the encoder's device", 'a buffer of another device');
+    } finally {
+      other.close();
+    }
   });
 });

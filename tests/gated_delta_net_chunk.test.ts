@@ -13,8 +13,10 @@ import {
   type GatedDeltaNetChunkParams,
 } from '../ts/ops/gated_delta_net_chunk.ts';
 import { gatedDeltaNetChunkRef, type GatedDeltaNetChunkRefInputs } from '../ts/reference/gated_delta_net_chunk.ts';
-import { TOL, describeBackends, maxRelErr, nmse, rng, type Rng, expectInvalidParts, bf16 } from './helpers.ts';
+import { describeValidation, TOL, describeBackends, maxRelErr, nmse, rng, type Rng, expectInvalidParts, bf16 } from './helpers.ts';
 import { metalStruct } from './metal-source.ts';
+import * as chunkOps from '../ts/ops/gated_delta_net_chunk.ts';
+import * as mlx from '../ts/index.ts';
 
 interface GdnData extends GatedDeltaNetChunkRefInputs {
   k: Float64Array;
@@ -202,7 +204,7 @@ describeBackends('gated_delta_net_chunk', ({ device }) => {
     expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, t: 2 ** 32 }, bufs), 'gated_delta_net_chunk', 't must be at most 2^32 - 1', '(got 4294967296)');
     expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, b: 2 ** 20, t: 2 ** 26 }, bufs), 'gated_delta_net_chunk', 'k elements must be a product of integers at most 2^53 - 1');
     expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, h: 3 }, bufs), 'gated_delta_net_chunk', 'h must be a multiple of hg (2)', '(got 3)');
-    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, k: 64 }, bufs), 'gated_delta_net_chunk', 'K must be equal to MAX_K = 128', '(got 64)');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, k: 64 }, bufs), 'gated_delta_net_chunk', 'k must be equal to MAX_K = 128', '(got 64)');
     expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, v: 288 }, bufs), 'gated_delta_net_chunk', 'v must be at most MAX_V (256)', '(got 288)');
     expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, t: 512, bt: 512 }, bufs), 'gated_delta_net_chunk', 'threadgroup memory', 'at most 32768 bytes', '(got 49152)');
     expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, t: 100 }, bufs), 'gated_delta_net_chunk', 't must be a multiple of bt (64)', '(got 100)');
@@ -225,8 +227,9 @@ describeBackends('gated_delta_net_chunk', ({ device }) => {
   test('validation: dtype and element count of every buffer', () => {
     const dev = device();
     const ok = shape({ t: 128, hg: 1, h: 2, v: 32 });
+    // Messages name the arguments as the caller passes them (camelCase).
     const names: Record<keyof Bufs, string> = {
-      k: 'k', w: 'w', u: 'u', g: 'g', h0: 'h0', hOut: 'h_out', vNew: 'v_new', finalState: 'final_state',
+      k: 'k', w: 'w', u: 'u', g: 'g', h0: 'h0', hOut: 'hOut', vNew: 'vNew', finalState: 'finalState',
     };
     const good = allocBuffers(dev, ok);
     for (const key of Object.keys(names) as (keyof Bufs)[]) {
@@ -304,4 +307,38 @@ describeBackends('gated_delta_net_chunk', ({ device }) => {
       release(bufs);
     });
   }
+});
+
+// ---- buffers that are not live buffers of the device; params; aliasing ----
+
+describeValidation('gated_delta_net_chunk: buffers, params and aliasing', ({ device, enc, buf }) => {
+  const params = { b: 1, t: 64, hg: 1, h: 1, k: 128, v: 32, bt: 64 };
+  const args = () => ({
+    k: buf('bf16', 64 * 128), w: buf('bf16', 64 * 128), u: buf('bf16', 64 * 32), g: buf('f32', 64), h0: buf('f32', 32 * 128),
+    hOut: buf('bf16', 32 * 128), vNew: buf('bf16', 64 * 32), finalState: buf('f32', 32 * 128), params,
+  });
+
+  test('an output bound as another argument is refused (the CUDA kernel takes every binding as __restrict__)', () => {
+    const a = args();
+    chunkOps.gatedDeltaNetChunk(enc(), a);
+    expectInvalidParts(() => chunkOps.gatedDeltaNetChunk(enc(), { ...a, vNew: a.u }), 'gated_delta_net_chunk', 'vNew must be a buffer other than u', '(got the buffer of u)');
+    expectInvalidParts(() => chunkOps.gatedDeltaNetChunk(enc(), { ...a, finalState: a.h0 }), 'gated_delta_net_chunk', 'finalState must be a buffer other than h0');
+  });
+
+  test('null, released and foreign buffers and a missing params record are MlxErrors naming the argument', () => {
+    const a = args();
+    expectInvalidParts(() => chunkOps.gatedDeltaNetChunk(enc(), { ...a, hOut: null as unknown as mlx.Buffer }), 'gated_delta_net_chunk', 'hOut must be a Buffer', '(got null)');
+    const gone = buf('f32', 64);
+    gone.release();
+    expectInvalidParts(() => chunkOps.gatedDeltaNetChunk(enc(), { ...a, g: gone }), 'gated_delta_net_chunk', 'g must be a live Buffer');
+    expectInvalidParts(() => chunkOps.gatedDeltaNetChunk(enc(), { ...a, params: null as unknown as typeof params }), 'gated_delta_net_chunk',
+      'params must be an object', '(got null)');
+    const other = mlx.Device.open({ backend: device().backend });
+    try {
+      expectInvalidParts(() => chunkOps.gatedDeltaNetChunk(enc(), { ...a, w: other.alloc('bf16', [64 * 128]) }), 'gated_delta_net_chunk',
+        "w must be a buffer of the encoder's device", 'a buffer of another device');
+    } finally {
+      other.close();
+    }
+  });
 });

@@ -18,6 +18,8 @@ import {
 import { l2NormRef } from '../ts/reference/l2_norm.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
 import { metalStruct } from './metal-source.ts';
+import * as l2Ops from '../ts/ops/l2_norm.ts';
+import * as mlx from '../ts/index.ts';
 
 describe('l2_norm param packer matches the .metal declaration', () => {
   test('L2NormParams: fields, offsets, bound at buffer(2) by every kernel; packed values', () => {
@@ -157,5 +159,25 @@ describeBackends('l2_norm parity', ({ device }) => {
       }
     }
     expect(over).toEqual([]);
+  });
+});
+
+// ---- buffers that are not live buffers of the device ----
+
+describeValidation('l2_norm: buffers', ({ device, enc, buf }) => {
+  test('null, released and foreign buffers are MlxErrors naming the argument', () => {
+    const x = buf('f32', 24);
+    expectInvalid(() => l2Ops.l2Norm(enc(), { x, y: null as unknown as mlx.Buffer, rows: 3, dim: 8 }), 'l2_norm', 'y', 'a Buffer', 'null');
+    expectInvalid(() => l2Ops.l2Norm(enc(), { x: 'x' as unknown as mlx.Buffer, y: x, rows: 3, dim: 8 }), 'l2_norm', 'x', 'a Buffer', 'x');
+    const gone = buf('f32', 24);
+    gone.release();
+    expectInvalid(() => l2Ops.l2Norm(enc(), { x: gone, y: x, rows: 3, dim: 8 }), 'l2_norm', 'x', 'a live Buffer', 'a released buffer');
+    const other = mlx.Device.open({ backend: device().backend });
+    try {
+      expectInvalid(() => l2Ops.l2Norm(enc(), { x, y: other.alloc('f32', [24]), rows: 3, dim: 8 }), 'l2_norm', 'y',
+        "a buffer of the encoder's device", 'a buffer of another device');
+    } finally {
+      other.close();
+    }
   });
 });

@@ -17,6 +17,8 @@ import {
 import { moeRoutingRef } from '../ts/reference/moe_routing.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
 import { metalStruct, bufferParam } from './metal-source.ts';
+import * as moeOps from '../ts/ops/moe_routing.ts';
+import * as mlx from '../ts/index.ts';
 
 // ---- the param structs against the .metal source ----
 
@@ -227,5 +229,25 @@ describeBackends('moe_routing parity', ({ device }) => {
       check(masked, randomArray(r, 64, 0.5, 2), 1, 64, 50, batch);
       check(new Float64Array(20).fill(-Infinity), randomArray(r, 20, 0.5, 2), 1, 20, 3, batch);
     }
+  });
+});
+
+// ---- buffers that are not live buffers of the device; aliasing ----
+
+describeValidation('moe_routing: buffers and aliasing', ({ device, enc, buf }) => {
+  test('null and foreign buffers are MlxErrors naming the argument; routingWeights as logits is refused', () => {
+    const a = { logits: buf('f32', 8), expertIds: buf('u32', 2), routingWeights: buf('f32', 2), perExpertScale: buf('f32', 8), numExperts: 8, topK: 2 };
+    moeOps.fusedMoeRouting(enc(), a);
+    expectInvalid(() => moeOps.fusedMoeRouting(enc(), { ...a, logits: null as unknown as mlx.Buffer }), 'fused_moe_routing', 'logits', 'a Buffer', 'null');
+    const other = mlx.Device.open({ backend: device().backend });
+    try {
+      expectInvalid(() => moeOps.fusedMoeRoutingBatch(enc(), { ...a, nTokens: 1, perExpertScale: other.alloc('f32', [8]) }),
+        'fused_moe_routing_batch', 'perExpertScale', "a buffer of the encoder's device", 'a buffer of another device');
+    } finally {
+      other.close();
+    }
+    const all = { ...a, routingWeights: buf('f32', 8), expertIds: buf('u32', 8), topK: 8 };
+    expectInvalid(() => moeOps.fusedMoeRouting(enc(), { ...all, routingWeights: all.logits }), 'fused_moe_routing', 'routingWeights',
+      'a buffer other than logits', 'the buffer of logits');
   });
 });

@@ -20,6 +20,8 @@ import {
 import { ssmConvRef } from '../ts/reference/ssm_conv.ts';
 import { describeBackends, randomArray, rng, TOL, expectInvalid, describeValidation, scaledErr } from './helpers.ts';
 import { metalStruct } from './metal-source.ts';
+import * as ssmConvOps from '../ts/ops/ssm_conv.ts';
+import * as mlx from '../ts/index.ts';
 
 // ---- the param structs against the .metal source ----
 
@@ -225,4 +227,40 @@ describeBackends('ssm_conv parity', ({ device }) => {
       expect(Array.from(state.readNumbers())).toEqual(Array.from(statePrefill.readNumbers()));
     });
   }
+});
+
+// ---- buffers that are not live buffers of the device; the decode state; aliasing ----
+
+describeValidation('ssm_conv: buffers, state and aliasing', ({ device, enc, buf }) => {
+  const args = () => ({ x: buf('f32', 12), weight: buf('f32', 16), state: buf('f32', 12), y: buf('f32', 12), b: 1, t: 3, c: 4, ks: 4, silu: true });
+
+  test('ssmConvDecode refuses a missing state (it reads and shifts it)', () => {
+    const a = { x: buf('f32', 4), weight: buf('f32', 16), state: buf('f32', 12), y: buf('f32', 4), b: 1, c: 4, ks: 4, silu: false };
+    ssmConvOps.ssmConvDecode(enc(), a);
+    expectInvalid(() => ssmConvOps.ssmConvDecode(enc(), { ...a, state: undefined as unknown as Buffer }), 'ssm_conv_decode', 'state', 'a Buffer', 'none');
+  });
+
+  test('the state bound as x or y is refused; silu and freshState are booleans', () => {
+    const a = args();
+    ssmConvOps.ssmConv(enc(), a);
+    expectInvalid(() => ssmConvOps.ssmConv(enc(), { ...a, state: a.x }), 'ssm_conv', 'state', 'a buffer other than x', 'the buffer of x');
+    expectInvalid(() => ssmConvOps.ssmConv(enc(), { ...a, state: a.y }), 'ssm_conv', 'state', 'a buffer other than y', 'the buffer of y');
+    expectInvalid(() => ssmConvOps.ssmConv(enc(), { ...a, silu: 'yes' as unknown as boolean }), 'ssm_conv', 'silu', 'true or false', 'yes');
+    expectInvalid(() => ssmConvOps.ssmConv(enc(), { ...a, freshState: 1 as unknown as boolean }), 'ssm_conv', 'freshState', 'true, false or absent', '1');
+  });
+
+  test('null, released and foreign buffers are MlxErrors naming the argument', () => {
+    const a = args();
+    expectInvalid(() => ssmConvOps.ssmConv(enc(), { ...a, weight: null as unknown as Buffer }), 'ssm_conv', 'weight', 'a Buffer', 'null');
+    expectInvalid(() => ssmConvOps.ssmConv(enc(), { ...a, state: null as unknown as Buffer }), 'ssm_conv', 'state', 'a Buffer', 'null');
+    const gone = buf('f32', 12);
+    gone.release();
+    expectInvalid(() => ssmConvOps.ssmConv(enc(), { ...a, y: gone }), 'ssm_conv', 'y', 'a live Buffer', 'a released buffer');
+    const other = mlx.Device.open({ backend: device().backend });
+    try {
+      expectInvalid(() => ssmConvOps.ssmConv(enc(), { ...a, x: other.alloc('f32', [12]) }), 'ssm_conv', 'x', "a buffer of the encoder's device", 'a buffer of another device');
+    } finally {
+      other.close();
+    }
+  });
 });

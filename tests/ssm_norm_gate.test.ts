@@ -15,6 +15,8 @@ import {
 import { ssmNormGateRef } from '../ts/reference/ssm_norm_gate.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
 import { metalStruct, bufferParam } from './metal-source.ts';
+import * as sngOps from '../ts/ops/ssm_norm_gate.ts';
+import * as mlx from '../ts/index.ts';
 
 // ---- the param structs against the .metal source ----
 
@@ -132,5 +134,26 @@ describeBackends('ssm_norm_gate parity', ({ device }) => {
       }
     }
     expect(over).toEqual([]);
+  });
+});
+
+// ---- buffers that are not live buffers of the device; aliasing ----
+
+describeValidation('ssm_norm_gate: buffers and aliasing', ({ device, enc, buf }) => {
+  test('output in place of attnOut or z is allowed, as the weight refused; null and foreign buffers are MlxErrors', () => {
+    const a = { attnOut: buf('f32', 16), weight: buf('f32', 8), z: buf('f32', 16), output: buf('f32', 16), rows: 2, dV: 8, eps: 1e-6 };
+    sngOps.ssmNormGate(enc(), { ...a, output: a.attnOut });
+    sngOps.ssmNormGate(enc(), { ...a, output: a.z });
+    const w = buf('f32', 8);
+    expectInvalid(() => sngOps.ssmNormGate(enc(), { attnOut: buf('f32', 8), weight: w, z: buf('f32', 8), output: w, rows: 1, dV: 8, eps: 1e-6 }),
+      'ssm_norm_gate', 'output', 'a buffer other than weight', 'the buffer of weight');
+    expectInvalid(() => sngOps.ssmNormGate(enc(), { ...a, z: undefined as unknown as mlx.Buffer }), 'ssm_norm_gate', 'z', 'a Buffer', 'none');
+    const other = mlx.Device.open({ backend: device().backend });
+    try {
+      expectInvalid(() => sngOps.ssmNormGate(enc(), { ...a, weight: other.alloc('f32', [8]) }), 'ssm_norm_gate', 'weight',
+        "a buffer of the encoder's device", 'a buffer of another device');
+    } finally {
+      other.close();
+    }
   });
 });

@@ -3,11 +3,19 @@
 //   "<op>: <arg> must be <expected> (got <actual>)"
 
 import { Buffer } from './buffer.ts';
+import type { Device } from './device.ts';
 import type { DType } from './dtype.ts';
 import { MlxError } from './errors.ts';
 
+/** The value as a message shows it: O(1) in its size (long arrays and strings are cut). */
 function show(actual: unknown): string {
-  if (Array.isArray(actual)) return `[${actual.map(show).join(', ')}]`;
+  if (Array.isArray(actual)) {
+    const head = actual.slice(0, 8).map(show).join(', ');
+    return actual.length > 8 ? `[${head}, ... (${actual.length} items)]` : `[${head}]`;
+  }
+  if (actual instanceof Buffer) return `a ${actual.dtype} buffer [${actual.shape.join(', ')}]`;
+  if (typeof actual === 'string') return actual.length > 200 ? `${actual.slice(0, 200)}...` : actual;
+  if (typeof actual === 'object' && actual !== null) return `a ${actual.constructor?.name ?? 'null-prototype'} object`;
   return String(actual);
 }
 
@@ -30,16 +38,58 @@ export function checkAtMost(op: string, arg: string, value: number, max: number,
   if (!(value <= max)) throw invalid(op, arg, `at most ${maxName === undefined ? max : `${maxName} (${max})`}`, value);
 }
 
-/** value is a Buffer (or a view) that is not released: what every op binds. */
-export function checkBuffer(op: string, arg: string, value: unknown): asserts value is Buffer {
-  if (!(value instanceof Buffer)) {
-    const got = value === null || value === undefined ? String(value) : typeof value === 'object' ? `a ${(value as object).constructor?.name ?? 'object'}` : `${typeof value} ${String(value)}`;
-    throw invalid(op, arg, 'a Buffer', got);
+/**
+ * value is a live Buffer: not null, not another kind of value, not released,
+ * its device open, and of `device` when one is given (an encoder records only
+ * its own device's buffers).
+ */
+export function checkBuffer(op: string, arg: string, value: unknown, device?: Device): asserts value is Buffer {
+  if (!(value instanceof Buffer)) throw invalid(op, arg, 'a Buffer', value === undefined ? 'none' : value);
+  if (value.released) throw invalid(op, arg, 'a live Buffer', 'a released buffer (or one of a closed device)');
+  if (device !== undefined && value.device !== device) {
+    throw invalid(op, arg, `a buffer of the encoder's device (${device.name})`, `a buffer of another device (${value.device.name})`);
   }
-  if (value.released) throw invalid(op, arg, 'a live buffer', 'a released buffer (or one of a closed device)');
 }
 
-/** The buffer's dtype is `dtype`, or one of them. */
+/** value is an object (the params record of an op), not null. */
+export function checkObject(op: string, arg: string, value: unknown): asserts value is object {
+  if (typeof value !== 'object' || value === null) throw invalid(op, arg, 'an object', value === undefined ? 'none' : value);
+}
+
+/** value is true or false (undefined too when optional). */
+export function checkBoolean(op: string, arg: string, value: unknown, optional = false): void {
+  if (typeof value === 'boolean' || (optional && value === undefined)) return;
+  throw invalid(op, arg, optional ? 'true, false or absent' : 'true or false', value);
+}
+
+/** The two buffers share bytes: views of one allocation whose ranges overlap (or one buffer twice). */
+export function overlaps(a: Buffer, b: Buffer): boolean {
+  return a.root === b.root && a.byteOffset < b.byteOffset + b.byteLength && b.byteOffset < a.byteOffset + a.byteLength;
+}
+
+/**
+ * No buffer that the op writes (named in `outputs`) shares memory with
+ * another of its arguments (views of one allocation count when their ranges
+ * overlap), except the pairs in `allowed` (in-place forms the kernels
+ * support), and those only over exactly the same range. `bindings` lists every
+ * buffer argument by name, absent ones as undefined. O(bindings^2), a handful.
+ */
+export function checkNoAliasing(
+  op: string, bindings: readonly (readonly [string, Buffer | undefined])[], outputs: readonly string[],
+  why: string, allowed: readonly (readonly [string, string])[] = [],
+): void {
+  for (const [out, buf] of bindings) {
+    if (buf === undefined || !outputs.includes(out)) continue;
+    for (const [other, otherBuf] of bindings) {
+      if (other === out || otherBuf === undefined || !overlaps(buf, otherBuf)) continue;
+      const same = buf.root === otherBuf.root && buf.byteOffset === otherBuf.byteOffset && buf.byteLength === otherBuf.byteLength;
+      if (same && allowed.some(([x, y]) => (x === out && y === other) || (x === other && y === out))) continue;
+      throw invalid(op, out, `a buffer other than ${other} (${why})`, same ? `the buffer of ${other}` : `a view overlapping ${other}`);
+    }
+  }
+}
+
+/** The buffer's dtype is `dtype`, or one of them (a non-Buffer value is refused by checkBuffer's rule). */
 export function checkDtype(op: string, arg: string, buf: Buffer, dtype: DType | readonly DType[]): void {
   checkBuffer(op, arg, buf);
   const ok = typeof dtype === 'string' ? buf.dtype === dtype : dtype.includes(buf.dtype);
@@ -64,24 +114,4 @@ export function checkedProduct(op: string, arg: string, ...factors: number[]): n
     }
   }
   return p;
-}
-
-/** The two buffers share bytes: the same allocation, with overlapping ranges. */
-export function overlaps(a: Buffer, b: Buffer): boolean {
-  return a.root === b.root && a.byteOffset < b.byteOffset + b.byteLength && b.byteOffset < a.byteOffset + a.byteLength;
-}
-
-/**
- * Each output shares no memory with the inputs or the other outputs listed:
- * a kernel that reads one place while another thread writes an overlapping
- * one gives wrong results. Pairs a kernel supports (in place) are left out by
- * the caller. Names are the arguments'.
- */
-export function checkNoOverlap(op: string, outputs: readonly (readonly [string, Buffer])[], inputs: readonly (readonly [string, Buffer | undefined])[]): void {
-  for (let i = 0; i < outputs.length; i++) {
-    const [name, out] = outputs[i]!;
-    for (const [other, buf] of [...inputs, ...outputs.slice(i + 1)]) {
-      if (buf !== undefined && overlaps(out, buf)) throw invalid(op, name, `a buffer that shares no memory with ${other}`, `one that does`);
-    }
-  }
 }

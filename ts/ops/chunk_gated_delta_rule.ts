@@ -17,7 +17,9 @@ import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
-import { checkAtMost, checkDtype, checkElements, checkNoOverlap, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import {
+  checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkObject, checkPositive, checkedProduct, invalid,
+} from '../validate.ts';
 import { chunkLocalCumsum } from './chunk_local_cumsum.ts';
 import { packFields, type ParamField } from '../params.ts';
 import { gatedDeltaNetChunk } from './gated_delta_net_chunk.ts';
@@ -103,53 +105,48 @@ export interface GdrChunkLayout {
 }
 
 /**
- * cuSeqlens: 0 = cuSeqlens[0] < ... < cuSeqlens[n] = t, integers (every
- * sequence has at least one token); O(its length) and nothing else.
- */
-function checkCuSeqlens(cu: ArrayLike<number>, t: number): void {
-  if (cu === null || typeof cu !== 'object' || typeof cu.length !== 'number') throw invalid(OP, 'cuSeqlens', 'an array of sequence offsets', cu);
-  const n = cu.length;
-  if (!(n >= 2 && n - 1 <= t)) throw invalid(OP, 'cuSeqlens.length', `between 2 and t + 1 = ${t + 1} (0, then the end of each non-empty sequence)`, n);
-  if (cu[0] !== 0) throw invalid(OP, 'cuSeqlens[0]', '0', cu[0]);
-  for (let i = 1; i < n; i++) {
-    const x = cu[i]!;
-    if (!Number.isSafeInteger(x) || x <= cu[i - 1]!) {
-      throw invalid(OP, `cuSeqlens[${i}]`, `an integer above cuSeqlens[${i - 1}] = ${cu[i - 1]} (sequences are not empty)`, x);
-    }
-  }
-  if (cu[n - 1] !== t) throw invalid(OP, `cuSeqlens[${n - 1}]`, `t = ${t}`, cu[n - 1]);
-}
-
-/**
  * The chunk tables of b sequences of t tokens, or, with cuSeqlens (b = 1),
  * of the sequences between consecutive offsets (0 = cuSeqlens[0] < ... <
- * cuSeqlens[n] = t, so every sequence has at least one token).
+ * cuSeqlens[n] = t, so every sequence has at least one token). The checks
+ * before the tables are O(1); the tables take O(nSeq + nt) time and memory,
+ * nt <= b * t, which chunkGatedDeltaRule bounds first by its buffers.
  */
 export function chunkGatedDeltaRuleLayout(b: number, t: number, cuSeqlens?: ArrayLike<number>): GdrChunkLayout {
   checkPositive(OP, 'b', b);
   checkPositive(OP, 't', t);
-  let offsets: number[];
-  if (cuSeqlens === undefined) {
-    offsets = Array.from({ length: b + 1 }, (_, i) => i * t);
-  } else {
-    if (b !== 1) throw invalid(OP, 'b', '1 when cuSeqlens is given (the sequences are concatenated along t)', b);
-    checkCuSeqlens(cuSeqlens, t);
-    offsets = Array.from(cuSeqlens);
-  }
   const nTok = checkedProduct(OP, 'b * t', b, t);
   checkAtMost(OP, 'b * t', nTok, U32_MAX, '2^32 - 1');
-  const nSeq = offsets.length - 1;
+  let offset: (s: number) => number;
+  let nSeq: number;
+  if (cuSeqlens === undefined) {
+    nSeq = b;
+    offset = (s) => s * t;
+  } else {
+    nSeq = checkCuSeqlensLength(b, t, cuSeqlens);
+    const offsets = cuSeqlens;
+    if (offsets[0] !== 0) throw invalid(OP, 'cuSeqlens[0]', '0', offsets[0]);
+    for (let i = 1; i <= nSeq; i++) {
+      const x = offsets[i]!;
+      if (!Number.isSafeInteger(x) || x <= offsets[i - 1]!) {
+        throw invalid(OP, `cuSeqlens[${i}]`, `an integer above cuSeqlens[${i - 1}] = ${offsets[i - 1]} (sequences are not empty)`, x);
+      }
+    }
+    if (offsets[nSeq] !== t) throw invalid(OP, `cuSeqlens[${nSeq}]`, `t = ${t}`, offsets[nSeq]);
+    offset = (s) => offsets[s]!;
+  }
   let nt = 0;
-  for (let s = 0; s < nSeq; s++) nt += Math.ceil((offsets[s + 1]! - offsets[s]!) / GDR_BT);
+  for (let s = 0; s < nSeq; s++) nt += Math.ceil((offset(s + 1) - offset(s)) / GDR_BT);
   const chunks = new Uint32Array(2 * nt);
   const seqs = new Uint32Array(2 * (nSeq + 1));
   let c = 0;
   for (let s = 0; s < nSeq; s++) {
-    seqs[2 * s] = offsets[s]!;
+    const start = offset(s);
+    const end = offset(s + 1);
+    seqs[2 * s] = start;
     seqs[2 * s + 1] = c;
-    for (let t0 = offsets[s]!; t0 < offsets[s + 1]!; t0 += GDR_BT) {
+    for (let t0 = start; t0 < end; t0 += GDR_BT) {
       chunks[2 * c] = t0;
-      chunks[2 * c + 1] = Math.min(GDR_BT, offsets[s + 1]! - t0);
+      chunks[2 * c + 1] = Math.min(GDR_BT, end - t0);
       c++;
     }
   }
@@ -158,8 +155,25 @@ export function chunkGatedDeltaRuleLayout(b: number, t: number, cuSeqlens?: Arra
   return { nTok, nSeq, nt, chunks, seqs };
 }
 
+/**
+ * The sequences of cuSeqlens, checked in O(1): b = 1, an array-like of 2 to
+ * t + 1 offsets (at most t sequences, none empty). Its contents are checked
+ * by chunkGatedDeltaRuleLayout.
+ */
+function checkCuSeqlensLength(b: number, t: number, cuSeqlens: ArrayLike<number>): number {
+  if (b !== 1) throw invalid(OP, 'b', '1 when cuSeqlens is given (the sequences are concatenated along t)', b);
+  if (typeof cuSeqlens !== 'object' || cuSeqlens === null || !Number.isSafeInteger(cuSeqlens.length)) {
+    throw invalid(OP, 'cuSeqlens', 'an array of offsets', cuSeqlens);
+  }
+  const n = cuSeqlens.length;
+  if (n < 2) throw invalid(OP, 'cuSeqlens.length', 'at least 2 (0, then the end of each sequence)', n);
+  if (n > t + 1) throw invalid(OP, 'cuSeqlens.length', `at most t + 1 = ${t + 1} (sequences are not empty)`, n);
+  return n - 1;
+}
+
 /** Checks the shape that every step shares. */
 export function validateGdrStepParams(p: GdrStepParams): void {
+  checkObject(OP, 'params', p);
   for (const [arg, value] of [['nTok', p.nTok], ['nt', p.nt], ['nSeq', p.nSeq], ['hg', p.hg], ['h', p.h], ['k', p.k], ['v', p.v]] as const) {
     checkPositive(OP, arg, value);
     checkAtMost(OP, arg, value, U32_MAX, '2^32 - 1');
@@ -175,13 +189,15 @@ export function validateGdrStepParams(p: GdrStepParams): void {
 }
 
 type Expect = readonly [name: string, buf: Buffer, dtype: DType | readonly DType[], count: number];
-function checkBuffers(list: readonly Expect[]): void {
+function checkBuffers(list: readonly Expect[], device: Device | undefined): void {
   for (const [name, buf, dtype, count] of list) {
+    checkBuffer(OP, name, buf, device);
     checkDtype(OP, name, buf, dtype);
     checkElements(OP, name, buf, count);
   }
 }
 
+const RESTRICT = 'the kernel writes it while other threadgroups read the other, and the CUDA kernels take both as __restrict__';
 const chunksExpect = (p: GdrStepParams, b: Buffer): Expect => ['chunks', b, 'u32', 2 * p.nt];
 const seqsExpect = (p: GdrStepParams, b: Buffer): Expect => ['seqs', b, 'u32', 2 * (p.nSeq + 1)];
 
@@ -203,11 +219,17 @@ export interface GdrCumsumArgs {
   params: GdrStepParams;
 }
 
-export function validateChunkLocalCumsumVarlen(a: GdrCumsumArgs): void {
+/**
+ * The chunks table is a device buffer, so its contents are not read here: a
+ * kernel skips a chunk whose (first token, length) is not within nTok with a
+ * length of 1..64, so no table indexes past the buffers validated below.
+ */
+export function validateChunkLocalCumsumVarlen(a: GdrCumsumArgs, device?: Device): void {
   const p = a.params;
   validateGdrStepParams(p);
   const n = p.nTok * p.h;
-  checkBuffers([['gIn', a.gIn, 'f32', n], ['gCum', a.gCum, 'f32', n], chunksExpect(p, a.chunks)]);
+  checkBuffers([['gIn', a.gIn, 'f32', n], ['gCum', a.gCum, 'f32', n], chunksExpect(p, a.chunks)], device);
+  checkNoAliasing(OP, [['gIn', a.gIn], ['gCum', a.gCum], ['chunks', a.chunks]], ['gCum'], RESTRICT);
 }
 
 /**
@@ -215,7 +237,7 @@ export function validateChunkLocalCumsumVarlen(a: GdrCumsumArgs): void {
  * through t. Bindings: 0 gIn, 1 gCum, 2 chunks, 3 params. Grid (nt, H), 64 threads.
  */
 export function chunkLocalCumsumVarlen(enc: Encoder, a: GdrCumsumArgs): void {
-  validateChunkLocalCumsumVarlen(a);
+  validateChunkLocalCumsumVarlen(a, enc.device);
   dispatchCumsum(enc, a);
 }
 function dispatchCumsum(enc: Encoder, a: GdrCumsumArgs): void {
@@ -238,13 +260,14 @@ export interface GdrKktArgs {
   params: GdrStepParams;
 }
 
-export function validateGatedDeltaNetKkt(a: GdrKktArgs): void {
+export function validateGatedDeltaNetKkt(a: GdrKktArgs, device?: Device): void {
   const p = a.params;
   validateGdrStepParams(p);
   checkBuffers([
     ['k', a.k, 'bf16', p.nTok * p.hg * p.k], ['g', a.g, 'f32', p.nTok * p.h], ['beta', a.beta, ['f32', 'bf16'], p.nTok * p.h],
     ['a', a.a, 'f32', p.nTok * p.h * GDR_BT], chunksExpect(p, a.chunks),
-  ]);
+  ], device);
+  checkNoAliasing(OP, [['k', a.k], ['g', a.g], ['beta', a.beta], ['a', a.a], ['chunks', a.chunks]], ['a'], RESTRICT);
 }
 
 /**
@@ -253,7 +276,7 @@ export function validateGatedDeltaNetKkt(a: GdrKktArgs): void {
  * Bindings: 0 k, 1 g, 2 beta, 3 a, 4 chunks, 5 params. Grid (nt, H), 256 threads.
  */
 export function gatedDeltaNetKkt(enc: Encoder, a: GdrKktArgs): void {
-  validateGatedDeltaNetKkt(a);
+  validateGatedDeltaNetKkt(a, enc.device);
   dispatchKkt(enc, a);
 }
 function dispatchKkt(enc: Encoder, a: GdrKktArgs): void {
@@ -273,11 +296,11 @@ export interface GdrSolveArgs {
   params: GdrStepParams;
 }
 
-export function validateChunkTriSolveInvert(a: GdrSolveArgs): void {
+export function validateChunkTriSolveInvert(a: GdrSolveArgs, device?: Device): void {
   const p = a.params;
   validateGdrStepParams(p);
   const n = p.nTok * p.h * GDR_BT;
-  checkBuffers([['a', a.a, 'f32', n], ['ai', a.ai, 'f32', n], chunksExpect(p, a.chunks)]);
+  checkBuffers([['a', a.a, 'f32', n], ['ai', a.ai, 'f32', n], chunksExpect(p, a.chunks)], device);
 }
 
 /**
@@ -287,7 +310,7 @@ export function validateChunkTriSolveInvert(a: GdrSolveArgs): void {
  * Grid (nt, H), 64 threads (one per column).
  */
 export function chunkTriSolveInvert(enc: Encoder, a: GdrSolveArgs): void {
-  validateChunkTriSolveInvert(a);
+  validateChunkTriSolveInvert(a, enc.device);
   dispatchSolve(enc, a);
 }
 function dispatchSolve(enc: Encoder, a: GdrSolveArgs): void {
@@ -316,7 +339,7 @@ export interface GdrWuArgs {
   params: GdrStepParams;
 }
 
-export function validateGatedDeltaNetRecomputeWu(a: GdrWuArgs): void {
+export function validateGatedDeltaNetRecomputeWu(a: GdrWuArgs, device?: Device): void {
   const p = a.params;
   validateGdrStepParams(p);
   checkBuffers([
@@ -324,7 +347,10 @@ export function validateGatedDeltaNetRecomputeWu(a: GdrWuArgs): void {
     ['beta', a.beta, ['f32', 'bf16'], p.nTok * p.h], ['g', a.g, 'f32', p.nTok * p.h],
     ['ai', a.ai, 'f32', p.nTok * p.h * GDR_BT], ['w', a.w, 'bf16', p.nTok * p.h * p.k],
     ['u', a.u, 'bf16', p.nTok * p.h * p.v], chunksExpect(p, a.chunks),
-  ]);
+  ], device);
+  checkNoAliasing(OP, [
+    ['k', a.k], ['v', a.v], ['beta', a.beta], ['g', a.g], ['ai', a.ai], ['w', a.w], ['u', a.u], ['chunks', a.chunks],
+  ], ['w', 'u'], RESTRICT);
 }
 
 /**
@@ -333,7 +359,7 @@ export function validateGatedDeltaNetRecomputeWu(a: GdrWuArgs): void {
  * 7 chunks, 8 params. Grid (nt, H), 256 threads.
  */
 export function gatedDeltaNetRecomputeWu(enc: Encoder, a: GdrWuArgs): void {
-  validateGatedDeltaNetRecomputeWu(a);
+  validateGatedDeltaNetRecomputeWu(a, enc.device);
   dispatchWu(enc, a);
 }
 function dispatchWu(enc: Encoder, a: GdrWuArgs): void {
@@ -366,7 +392,13 @@ export interface GdrInterStateArgs {
   params: GdrStepParams;
 }
 
-export function validateGatedDeltaNetChunkInterStateVarlen(a: GdrInterStateArgs): void {
+/**
+ * The seqs table is a device buffer, so its contents are not read here: the
+ * kernel skips a sequence whose entries are not increasing within (nTok, nt)
+ * with ceil(tokens / 64) chunks, so no table indexes past the buffers
+ * validated below.
+ */
+export function validateGatedDeltaNetChunkInterStateVarlen(a: GdrInterStateArgs, device?: Device): void {
   const p = a.params;
   validateGdrStepParams(p);
   const state = p.nSeq * p.h * p.v * p.k;
@@ -374,11 +406,11 @@ export function validateGatedDeltaNetChunkInterStateVarlen(a: GdrInterStateArgs)
     ['k', a.k, 'bf16', p.nTok * p.hg * p.k], ['w', a.w, 'bf16', p.nTok * p.h * p.k], ['u', a.u, 'bf16', p.nTok * p.h * p.v],
     ['g', a.g, 'f32', p.nTok * p.h], ['h0', a.h0, 'f32', state], ['hOut', a.hOut, 'bf16', p.nt * p.h * p.v * p.k],
     ['vNew', a.vNew, 'bf16', p.nTok * p.h * p.v], ['finalState', a.finalState, 'f32', state], seqsExpect(p, a.seqs),
-  ]);
-  // finalState may be h0 (each block reads its slice of h0 before it writes the same slice).
-  checkNoOverlap(OP, [['hOut', a.hOut], ['vNew', a.vNew], ['finalState', a.finalState]],
-    [['k', a.k], ['w', a.w], ['u', a.u], ['g', a.g], ['seqs', a.seqs]]);
-  checkNoOverlap(OP, [['hOut', a.hOut], ['vNew', a.vNew]], [['h0', a.h0]]);
+  ], device);
+  checkNoAliasing(OP, [
+    ['k', a.k], ['w', a.w], ['u', a.u], ['g', a.g], ['h0', a.h0], ['hOut', a.hOut], ['vNew', a.vNew],
+    ['finalState', a.finalState], ['seqs', a.seqs],
+  ], ['hOut', 'vNew', 'finalState'], RESTRICT);
 }
 
 /**
@@ -388,7 +420,7 @@ export function validateGatedDeltaNetChunkInterStateVarlen(a: GdrInterStateArgs)
  * 9 params. Grid (V / BV, H, nSeq), 128 threads, BV = interStateBv(k).
  */
 export function gatedDeltaNetChunkInterStateVarlen(enc: Encoder, a: GdrInterStateArgs): void {
-  validateGatedDeltaNetChunkInterStateVarlen(a);
+  validateGatedDeltaNetChunkInterStateVarlen(a, enc.device);
   dispatchInterState(enc, a);
 }
 function dispatchInterState(enc: Encoder, a: GdrInterStateArgs): void {
@@ -416,14 +448,17 @@ export interface GdrChunkOArgs {
   params: GdrStepParams;
 }
 
-export function validateGatedDeltaNetChunkO(a: GdrChunkOArgs): void {
+export function validateGatedDeltaNetChunkO(a: GdrChunkOArgs, device?: Device): void {
   const p = a.params;
   validateGdrStepParams(p);
   checkBuffers([
     ['q', a.q, 'bf16', p.nTok * p.hg * p.k], ['k', a.k, 'bf16', p.nTok * p.hg * p.k], ['vNew', a.vNew, 'bf16', p.nTok * p.h * p.v],
     ['h', a.h, 'bf16', p.nt * p.h * p.v * p.k], ['g', a.g, 'f32', p.nTok * p.h], ['o', a.o, 'bf16', p.nTok * p.h * p.v],
     chunksExpect(p, a.chunks),
-  ]);
+  ], device);
+  checkNoAliasing(OP, [
+    ['q', a.q], ['k', a.k], ['vNew', a.vNew], ['h', a.h], ['g', a.g], ['o', a.o], ['chunks', a.chunks],
+  ], ['o'], RESTRICT);
 }
 
 /**
@@ -432,7 +467,7 @@ export function validateGatedDeltaNetChunkO(a: GdrChunkOArgs): void {
  * 5 o, 6 chunks, 7 params. Grid (V / 64, nt, H), 256 threads.
  */
 export function gatedDeltaNetChunkO(enc: Encoder, a: GdrChunkOArgs): void {
-  validateGatedDeltaNetChunkO(a);
+  validateGatedDeltaNetChunkO(a, enc.device);
   dispatchChunkO(enc, a);
 }
 function dispatchChunkO(enc: Encoder, a: GdrChunkOArgs): void {
@@ -625,36 +660,43 @@ export function chunkGatedDeltaRuleStepParams(p: ChunkGatedDeltaRuleParams, layo
   return s;
 }
 
-export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs): { step: GdrStepParams; layout: GdrChunkLayout } {
-  const p = a?.params;
-  if (p === null || typeof p !== 'object') throw invalid(OP, 'params', 'an object { b, t, hg, h, k, v, scale?, cuSeqlens? }', p);
+/**
+ * Checks the params and buffers, then builds the chunk tables. Everything
+ * before the tables is O(1) in b, t and the sequences: the scalars, the
+ * length of cuSeqlens, then the buffers, whose element counts prove that
+ * b * t tokens (and so the tables, O(nSeq + nt) with nSeq, nt <= b * t) fit
+ * memory already allocated.
+ */
+export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs, device?: Device): { step: GdrStepParams; layout: GdrChunkLayout } {
+  const p = a.params;
+  checkObject(OP, 'params', p);
   for (const [arg, value] of [['b', p.b], ['t', p.t], ['hg', p.hg], ['h', p.h], ['k', p.k], ['v', p.v]] as const) {
     checkPositive(OP, arg, value);
     checkAtMost(OP, arg, value, U32_MAX, '2^32 - 1');
   }
+  const nTok = checkedProduct(OP, 'b * t', p.b, p.t);
+  checkAtMost(OP, 'b * t', nTok, U32_MAX, '2^32 - 1');
   if (p.h % p.hg !== 0) throw invalid(OP, 'h', `a multiple of hg (${p.hg})`, p.h);
   if (!GDR_K_VALUES.includes(p.k)) throw invalid(OP, 'k', `one of ${GDR_K_VALUES.join(', ')}`, p.k);
   if (p.v % GDR_V_MULTIPLE !== 0 || p.v > GDR_MAX_V) throw invalid(OP, 'v', `a multiple of ${GDR_V_MULTIPLE} at most ${GDR_MAX_V}`, p.v);
-  // The buffers first, from sizes known in O(1): only then is the chunk
-  // layout built, whose work and memory grow with b and t, which the buffers
-  // have now shown to be real.
-  const nTok = checkedProduct(OP, 'b * t', p.b, p.t);
-  checkAtMost(OP, 'b * t', nTok, U32_MAX, '2^32 - 1');
-  let nSeq = p.b;
-  if (p.cuSeqlens !== undefined) {
-    if (p.b !== 1) throw invalid(OP, 'b', '1 when cuSeqlens is given (the sequences are concatenated along t)', p.b);
-    checkCuSeqlens(p.cuSeqlens, p.t); // O(its length): the caller's own array
-    nSeq = p.cuSeqlens.length - 1;
-  }
-  const state = checkedProduct(OP, 'state elements', nSeq, p.h, p.v, p.k);
+  if (p.scale !== undefined && !Number.isFinite(p.scale)) throw invalid(OP, 'scale', 'a finite number', p.scale);
+  const nSeq = p.cuSeqlens === undefined ? p.b : checkCuSeqlensLength(p.b, p.t, p.cuSeqlens);
+  const qk = checkedProduct(OP, 'b * t * hg * k', nTok, p.hg, p.k);
+  const vo = checkedProduct(OP, 'b * t * h * v', nTok, p.h, p.v);
+  const gb = checkedProduct(OP, 'b * t * h', nTok, p.h);
+  const state = checkedProduct(OP, 'sequences * h * v * k', nSeq, p.h, p.v, p.k);
   const list: Expect[] = [
-    ['q', a.q, 'bf16', checkedProduct(OP, 'q elements', nTok, p.hg, p.k)], ['k', a.k, 'bf16', nTok * p.hg * p.k],
-    ['v', a.v, 'bf16', checkedProduct(OP, 'v elements', nTok, p.h, p.v)], ['g', a.g, 'f32', nTok * p.h],
-    ['beta', a.beta, ['f32', 'bf16'], nTok * p.h], ['o', a.o, 'bf16', nTok * p.h * p.v],
-    ['finalState', a.finalState, 'f32', state],
+    ['q', a.q, 'bf16', qk], ['k', a.k, 'bf16', qk], ['v', a.v, 'bf16', vo], ['g', a.g, 'f32', gb],
+    ['beta', a.beta, ['f32', 'bf16'], gb], ['o', a.o, 'bf16', vo], ['finalState', a.finalState, 'f32', state],
   ];
   if (a.initialState !== undefined) list.push(['initialState', a.initialState, 'f32', state]);
-  checkBuffers(list);
+  checkBuffers(list, device);
+  // o is written by the last step (chunk_o), which reads q and k; v, g and
+  // beta are read only by earlier steps. finalState is written by the
+  // inter-state step, which reads the initial state (both __restrict__ on CUDA).
+  checkNoAliasing(OP, [['q', a.q], ['k', a.k], ['o', a.o]], ['o'], 'chunk_o writes o while other threadgroups read q and k');
+  checkNoAliasing(OP, [['initialState', a.initialState], ['finalState', a.finalState]], ['finalState'],
+    'the inter-state kernels take both as __restrict__');
   const layout = chunkGatedDeltaRuleLayout(p.b, p.t, p.cuSeqlens);
   const step = chunkGatedDeltaRuleStepParams(p, layout);
   return { step, layout };
@@ -689,7 +731,7 @@ export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs): { step:
  * (kept per shape; dispose() releases it).
  */
 export function chunkGatedDeltaRule(enc: Encoder, a: ChunkGatedDeltaRuleArgs): void {
-  const { step, layout } = validateChunkGatedDeltaRule(a);
+  const { step, layout } = validateChunkGatedDeltaRule(a, enc.device);
   // Atomic: a refusal of any of its dispatches records none of them.
   enc.atomic(() => record(enc, a, step, layout));
 }

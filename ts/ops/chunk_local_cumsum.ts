@@ -4,9 +4,10 @@
 import src from '../../shaders/chunk_local_cumsum.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/chunk_local_cumsum.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
+import type { Device } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField } from '../params.ts';
-import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct } from '../validate.ts';
+import { checkAtMost, checkBuffer, checkDtype, checkElements, checkPositive, checkedProduct } from '../validate.ts';
 
 export const CHUNK_LOCAL_CUMSUM_FAMILY = 'chunk_local_cumsum';
 export const CHUNK_LOCAL_CUMSUM_KERNELS = ['chunk_local_cumsum_g_f32'] as const;
@@ -49,7 +50,8 @@ export function packChunkLocalCumsumParams(p: ChunkLocalCumsumParams): Uint8Arra
   return packFields(CHUNK_LOCAL_CUMSUM_PARAMS_LAYOUT, { b: p.b, t: p.t, h: p.h, bt: p.bt, nt: numChunks(p) });
 }
 
-export function validateChunkLocalCumsum(p: ChunkLocalCumsumParams, buf: ChunkLocalCumsumBuffers): void {
+/** device: the encoder's, when the buffers must belong to it. gCumsum may be gIn (in place). */
+export function validateChunkLocalCumsum(p: ChunkLocalCumsumParams, buf: ChunkLocalCumsumBuffers, device?: Device): void {
   const op = 'chunk_local_cumsum';
   checkPositive(op, 'b', p.b);
   checkPositive(op, 't', p.t);
@@ -58,6 +60,8 @@ export function validateChunkLocalCumsum(p: ChunkLocalCumsumParams, buf: ChunkLo
   checkAtMost(op, 'bt', p.bt, CHUNK_LOCAL_CUMSUM_MAX_BT, 'the threads per threadgroup limit');
   const n = checkedProduct(op, 'b * t * h', p.b, p.t, p.h);
   checkAtMost(op, 'b * t * h', n, MAX_ELEMENTS_U32, 'the 32-bit index limit');
+  checkBuffer(op, 'gIn', buf.gIn, device);
+  checkBuffer(op, 'gCumsum', buf.gCumsum, device);
   checkDtype(op, 'gIn', buf.gIn, 'f32');
   checkDtype(op, 'gCumsum', buf.gCumsum, 'f32');
   checkElements(op, 'gIn', buf.gIn, n);
@@ -69,13 +73,14 @@ export function validateChunkLocalCumsum(p: ChunkLocalCumsumParams, buf: ChunkLo
  * chunk_local_cumsum: gCumsum[b, t, h] = sum of gIn[b, s, h] for s from
  * floor(t / bt) * bt through t (inclusive prefix sum restarted every bt steps).
  *
- * Layouts (f32): gIn, gCumsum [b, t, h], h innermost.
+ * Layouts (f32): gIn, gCumsum [b, t, h], h innermost. gCumsum may be gIn's
+ * buffer (each thread reads its element before the barrier and writes it after).
  * Bindings: 0 gIn, 1 gCumsum, 2 ChunkLocalCumsumParams [b, t, h, bt, nt].
  * Grid: (1, h, b * nt) threadgroups of (bt, 1, 1) threads, nt = ceil(t / bt);
  * threads past t in the last chunk are masked.
  */
 export function chunkLocalCumsum(enc: Encoder, args: ChunkLocalCumsumBuffers & ChunkLocalCumsumParams): void {
-  validateChunkLocalCumsum(args, args);
+  validateChunkLocalCumsum(args, args, enc.device);
   const registry = enc.device.kernels;
   registry.register(CHUNK_LOCAL_CUMSUM_FAMILY, { metal: src, cuda: cudaSrc }, CHUNK_LOCAL_CUMSUM_KERNELS);
   enc.dispatch(registry.pipeline('chunk_local_cumsum_g_f32'), {

@@ -6,9 +6,12 @@
 import src from '../../shaders/compute_g_beta.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/compute_g_beta.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
+import type { Device } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField } from '../params.ts';
-import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct } from '../validate.ts';
+import {
+  checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkObject, checkPositive, checkedProduct,
+} from '../validate.ts';
 
 export const COMPUTE_G_BETA_FAMILY = 'compute_g_beta';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -53,13 +56,17 @@ export function packComputeGBetaParams(p: ComputeGBetaParams): Uint8Array {
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit; returns b * t * h. */
-export function validateComputeGBeta(p: ComputeGBetaParams, buf: ComputeGBetaBuffers): number {
+export function validateComputeGBeta(p: ComputeGBetaParams, buf: ComputeGBetaBuffers, device?: Device): number {
   const op = 'compute_g_beta';
+  checkObject(op, 'params', p);
   checkPositive(op, 'b', p.b);
   checkPositive(op, 't', p.t);
   checkPositive(op, 'h', p.h);
   const n = checkedProduct(op, 'b * t * h', p.b, p.t, p.h);
   checkAtMost(op, 'b * t * h', n, MAX_ELEMENTS_U32, 'the 32-bit index limit');
+  for (const [arg, b] of [['a', buf.a], ['b', buf.b], ['aLog', buf.aLog], ['dtBias', buf.dtBias], ['g', buf.g], ['beta', buf.beta]] as const) {
+    checkBuffer(op, arg, b, device);
+  }
   checkDtype(op, 'a', buf.a, ['f32', 'bf16']);
   checkDtype(op, 'b', buf.b, buf.a.dtype);
   checkDtype(op, 'aLog', buf.aLog, 'f32');
@@ -72,6 +79,8 @@ export function validateComputeGBeta(p: ComputeGBetaParams, buf: ComputeGBetaBuf
   checkElements(op, 'dtBias', buf.dtBias, p.h);
   checkElements(op, 'g', buf.g, n);
   checkElements(op, 'beta', buf.beta, n);
+  checkNoAliasing(op, [['a', buf.a], ['b', buf.b], ['aLog', buf.aLog], ['dtBias', buf.dtBias], ['g', buf.g], ['beta', buf.beta]],
+    ['g', 'beta'], 'the CUDA kernel takes g and beta as __restrict__, and the Metal kernel writes g before it reads b');
   return n;
 }
 
@@ -89,7 +98,7 @@ export function validateComputeGBeta(p: ComputeGBetaParams, buf: ComputeGBetaBuf
  */
 export function computeGBeta(enc: Encoder, args: ComputeGBetaBuffers & { params: ComputeGBetaParams }): void {
   const p = args.params;
-  const n = validateComputeGBeta(p, args);
+  const n = validateComputeGBeta(p, args, enc.device);
   const registry = enc.device.kernels;
   registry.register(COMPUTE_G_BETA_FAMILY, COMPUTE_G_BETA_SOURCES, COMPUTE_G_BETA_KERNELS);
   enc.dispatch(

@@ -3,10 +3,13 @@
 import metalSource from '../../shaders/flash_attn_vec.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/flash_attn_vec.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
+import type { Device } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import type { Pipeline } from '../library.ts';
 import { packFields, type ParamField } from '../params.ts';
-import { checkAtMost, checkDtype, checkElements, checkMultiple, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import {
+  checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid,
+} from '../validate.ts';
 
 const OP = 'flash_attn_vec';
 const FAMILY = 'flash_attn_vec';
@@ -137,7 +140,7 @@ function checkU32(arg: string, value: number): void {
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit the kernels. */
-export function validateFlashAttnVec(p: FlashAttnVecParams, bufs: FlashAttnVecBuffers): void {
+export function validateFlashAttnVec(p: FlashAttnVecParams, bufs: FlashAttnVecBuffers, device?: Device): void {
   for (const [arg, value] of [
     ['batch', p.batch], ['nHeads', p.nHeads], ['nKvHeads', p.nKvHeads], ['headDim', p.headDim],
     ['kvSeqLen', p.kvSeqLen], ['kvCapacity', p.kvCapacity], ['nwg', p.nwg],
@@ -156,11 +159,15 @@ export function validateFlashAttnVec(p: FlashAttnVecParams, bufs: FlashAttnVecBu
     checkU32('slidingWindow', p.slidingWindow ?? 0);
   }
   if (!Number.isFinite(p.scale)) throw invalid(OP, 'scale', 'a finite number', p.scale);
-  const softcap = p.softcap ?? 0;
-  if (!Number.isFinite(softcap) || softcap < 0) throw invalid(OP, 'softcap', 'a finite number >= 0 (0 disables)', softcap);
+  if (p.softcap !== undefined && (typeof p.softcap !== 'number' || !Number.isFinite(p.softcap) || p.softcap < 0)) {
+    throw invalid(OP, 'softcap', 'a finite number >= 0 (0 disables) or absent', p.softcap);
+  }
 
   const qElems = checkedProduct(OP, 'q elements', p.batch, p.nHeads, p.headDim);
   const kvElems = checkedProduct(OP, 'k elements', p.batch, p.nKvHeads, p.kvCapacity, p.headDim);
+  for (const [arg, b] of [['q', bufs.q], ['k', bufs.k], ['v', bufs.v], ['out', bufs.out]] as const) checkBuffer(OP, arg, b, device);
+  // tmp is unused when nwg == 1, but a value given there must still be a buffer.
+  if (bufs.tmp !== undefined) checkBuffer(OP, 'tmp', bufs.tmp, device);
   checkDtype(OP, 'q', bufs.q, 'f32');
   checkElements(OP, 'q', bufs.q, qElems);
   checkDtype(OP, 'k', bufs.k, ['f32', 'f16']);
@@ -174,6 +181,8 @@ export function validateFlashAttnVec(p: FlashAttnVecParams, bufs: FlashAttnVecBu
     checkDtype(OP, 'tmp', bufs.tmp, 'f32');
     checkElements(OP, 'tmp', bufs.tmp, flashAttnVecTmpElements(p));
   }
+  checkNoAliasing(OP, [['q', bufs.q], ['k', bufs.k], ['v', bufs.v], ['out', bufs.out], ['tmp', p.nwg > 1 ? bufs.tmp : undefined]],
+    ['out', 'tmp'], 'the CUDA kernel takes q, k and v as __restrict__, and every threadgroup of a KV head reads all of k and v');
 }
 
 /**
@@ -198,7 +207,7 @@ export function validateFlashAttnVec(p: FlashAttnVecParams, bufs: FlashAttnVecBu
  * threadgroup(0) FLASH_ATTN_VEC_CUDA_THREADGROUP_BYTES; tmp and the reduce as above.
  */
 export function flashAttnVec(enc: Encoder, args: FlashAttnVecParams & FlashAttnVecBuffers): void {
-  validateFlashAttnVec(args, args);
+  validateFlashAttnVec(args, args, enc.device);
   const kernels = enc.device.kernels;
   kernels.register(FAMILY, { metal: metalSource, cuda: cudaSrc }, FLASH_ATTN_VEC_KERNELS);
   const d = args.headDim;

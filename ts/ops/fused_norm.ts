@@ -4,10 +4,13 @@
 import src from '../../shaders/fused_norm.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/fused_norm.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
+import type { Device } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField, type ParamType } from '../params.ts';
-import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import {
+  checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid,
+} from '../validate.ts';
 import { rowThreadgroup } from '../launch.ts';
 
 export const FUSED_NORM_FAMILY = 'fused_norm';
@@ -126,15 +129,32 @@ function validateShape(op: string, p: FusedNormParams): number {
   return n;
 }
 
+/**
+ * Every buffer argument is a live buffer (of device when given), and no
+ * output is bound as another argument except residual or input: each thread
+ * reads its elements of those before it writes its elements of the outputs
+ * (the sums of squares are taken first), so a residual stream can be updated
+ * in place. Two outputs are never one buffer, nor an output the weight or
+ * scalar, which every row reads.
+ */
+function checkBindings(op: string, bindings: readonly (readonly [string, Buffer | undefined])[], outputs: readonly string[],
+  device: Device | undefined): void {
+  for (const [arg, b] of bindings) if (b !== undefined || !optionalOutputs.includes(arg)) checkBuffer(op, arg, b, device);
+  const inPlace = outputs.flatMap((o) => [[o, 'residual'], [o, 'input']] as const);
+  checkNoAliasing(op, bindings, outputs, 'only residual or input may be updated in place', inPlace);
+}
+const optionalOutputs = ['sumOutput'];
+
 /** Dtype of the activations (input's), checked against the allowed ones. */
 function activationDtype(op: string, input: Buffer, allowed: readonly DType[]): DType {
   checkDtype(op, 'input', input, allowed);
   return input.dtype;
 }
 
-export function validateFusedNormAdd(p: FusedNormParams, b: FusedNormAddBuffers): DType {
+export function validateFusedNormAdd(p: FusedNormParams, b: FusedNormAddBuffers, device?: Device): DType {
   const op = 'fused_norm_add';
   const n = validateShape(op, p);
+  checkBindings(op, [['residual', b.residual], ['input', b.input], ['weight', b.weight], ['output', b.output]], ['output'], device);
   const dt = activationDtype(op, b.input, ['f32', 'bf16']);
   checkDtype(op, 'residual', b.residual, dt);
   checkDtype(op, 'weight', b.weight, dt);
@@ -146,9 +166,12 @@ export function validateFusedNormAdd(p: FusedNormParams, b: FusedNormAddBuffers)
   return dt;
 }
 
-export function validateFusedResidualNorm(p: FusedNormParams, b: FusedResidualNormBuffers): DType {
+export function validateFusedResidualNorm(p: FusedNormParams, b: FusedResidualNormBuffers, device?: Device): DType {
   const op = 'fused_residual_norm';
   const n = validateShape(op, p);
+  checkBindings(op, [
+    ['residual', b.residual], ['input', b.input], ['weight', b.weight], ['normedOutput', b.normedOutput], ['sumOutput', b.sumOutput],
+  ], ['normedOutput', 'sumOutput'], device);
   const dt = activationDtype(op, b.input, ['f32', 'bf16']);
   checkDtype(op, 'residual', b.residual, dt);
   checkDtype(op, 'weight', b.weight, dt);
@@ -163,8 +186,10 @@ export function validateFusedResidualNorm(p: FusedNormParams, b: FusedResidualNo
 }
 
 /** Validates a scalar op; returns whether scalar is per column (dim elements, dim > 1). */
-function validateScalarOp(op: string, p: FusedNormParams, b: FusedNormScalarBuffers): boolean {
+function validateScalarOp(op: string, p: FusedNormParams, b: FusedNormScalarBuffers, device: Device | undefined): boolean {
   const n = validateShape(op, p);
+  checkBindings(op, [['residual', b.residual], ['input', b.input], ['weight', b.weight], ['output', b.output], ['scalar', b.scalar]],
+    ['output'], device);
   activationDtype(op, b.input, ['f32']);
   checkDtype(op, 'residual', b.residual, 'f32');
   checkDtype(op, 'weight', b.weight, 'f32');
@@ -181,11 +206,11 @@ function validateScalarOp(op: string, p: FusedNormParams, b: FusedNormScalarBuff
   return sc !== 1;
 }
 
-export function validateFusedResidualNormScalar(p: FusedNormParams, b: FusedNormScalarBuffers): boolean {
-  return validateScalarOp('fused_residual_norm_scalar', p, b);
+export function validateFusedResidualNormScalar(p: FusedNormParams, b: FusedNormScalarBuffers, device?: Device): boolean {
+  return validateScalarOp('fused_residual_norm_scalar', p, b, device);
 }
-export function validateFusedNormAddScalar(p: FusedNormParams, b: FusedNormScalarBuffers): boolean {
-  return validateScalarOp('fused_norm_add_scalar', p, b);
+export function validateFusedNormAddScalar(p: FusedNormParams, b: FusedNormScalarBuffers, device?: Device): boolean {
+  return validateScalarOp('fused_norm_add_scalar', p, b, device);
 }
 
 /** Threads per row and the threadgroup(0) bytes (one float per simdgroup, 16-byte multiple). */
@@ -220,7 +245,7 @@ function dispatchRows(
  * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
  */
 export function fusedNormAdd(enc: Encoder, args: FusedNormAddBuffers & FusedNormParams): void {
-  const dt = validateFusedNormAdd(args, args);
+  const dt = validateFusedNormAdd(args, args, enc.device);
   dispatchRows(enc, dt === 'bf16' ? 'fused_norm_add_bf16' : 'fused_norm_add_f32', args,
     [args.residual, args.input, args.weight, args.output], packFusedNormAddArgs(args));
 }
@@ -238,7 +263,7 @@ export function fusedNormAdd(enc: Encoder, args: FusedNormAddBuffers & FusedNorm
  * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
  */
 export function fusedResidualNorm(enc: Encoder, args: FusedResidualNormBuffers & FusedNormParams): void {
-  const dt = validateFusedResidualNorm(args, args);
+  const dt = validateFusedResidualNorm(args, args, enc.device);
   const writeSum = args.sumOutput !== undefined;
   dispatchRows(enc, dt === 'bf16' ? 'fused_residual_norm_bf16' : 'fused_residual_norm_f32', args,
     [args.residual, args.input, args.weight, args.normedOutput, args.sumOutput ?? args.normedOutput],
@@ -256,7 +281,7 @@ export function fusedResidualNorm(enc: Encoder, args: FusedResidualNormBuffers &
  * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
  */
 export function fusedResidualNormScalar(enc: Encoder, args: FusedNormScalarBuffers & FusedNormParams): void {
-  const scalarIsVector = validateFusedResidualNormScalar(args, args);
+  const scalarIsVector = validateFusedResidualNormScalar(args, args, enc.device);
   dispatchRows(enc, 'fused_residual_norm_scalar_f32', args,
     [args.residual, args.input, args.weight, args.output, args.scalar],
     [, , , , , packFusedResidualNormScalarParams({ ...args, scalarIsVector })]);
@@ -273,7 +298,7 @@ export function fusedResidualNormScalar(enc: Encoder, args: FusedNormScalarBuffe
  * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
  */
 export function fusedNormAddScalar(enc: Encoder, args: FusedNormScalarBuffers & FusedNormParams): void {
-  const scalarIsVector = validateFusedNormAddScalar(args, args);
+  const scalarIsVector = validateFusedNormAddScalar(args, args, enc.device);
   dispatchRows(enc, 'fused_norm_add_scalar_f32', args,
     [args.residual, args.input, args.weight, args.output, args.scalar],
     [, , , , , packFusedNormAddScalarParams({ ...args, scalarIsVector })]);

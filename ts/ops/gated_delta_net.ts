@@ -5,10 +5,14 @@
 import src from '../../shaders/gated_delta_net.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/gated_delta_net.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
+import type { Device } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField } from '../params.ts';
-import { checkAtMost, checkDtype, checkElements, checkMultiple, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import {
+  checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkObject, checkPositive, checkedProduct,
+  invalid,
+} from '../validate.ts';
 
 export const GATED_DELTA_NET_FAMILY = 'gated_delta_net';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -145,14 +149,20 @@ function activationDtype(op: string, b: { q: Buffer; k: Buffer; v: Buffer; outpu
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit; returns the activation dtype. */
-export function validateGatedDeltaNet(p: GatedDeltaNetParams, b: GatedDeltaNetBuffers): DType {
+export function validateGatedDeltaNet(p: GatedDeltaNetParams, b: GatedDeltaNetBuffers, device?: Device): DType {
   const op = 'gated_delta_net';
+  checkObject(op, 'params', p);
   validateDims(op, [['b', p.b], ['t', p.t], ['hg', p.hg], ['h', p.h], ['k', p.k], ['v', p.v]], p);
+  const bindings = [
+    ['q', b.q], ['k', b.k], ['v', b.v], ['g', b.g], ['beta', b.beta], ['initialState', b.initialState], ['output', b.output],
+    ['finalState', b.finalState],
+  ] as const;
+  for (const [arg, x] of bindings) if (x !== undefined || arg !== 'initialState') checkBuffer(op, arg, x, device);
   const dt = activationDtype(op, b);
   const qk = checkedProduct(op, 'q elements', p.b, p.t, p.hg, p.k);
   const vo = checkedProduct(op, 'v elements', p.b, p.t, p.h, p.v);
   const gb = checkedProduct(op, 'g elements', p.b, p.t, p.h);
-  const st = checkedProduct(op, 'state elements', p.b, p.h, p.v, p.k);
+  const st = checkedProduct(op, 'b * h * v * k', p.b, p.h, p.v, p.k);
   checkElements(op, 'q', b.q, qk);
   checkElements(op, 'k', b.k, qk);
   checkElements(op, 'v', b.v, vo);
@@ -161,6 +171,9 @@ export function validateGatedDeltaNet(p: GatedDeltaNetParams, b: GatedDeltaNetBu
   checkElements(op, 'g', b.g, gb);
   checkDtype(op, 'beta', b.beta, 'f32');
   checkElements(op, 'beta', b.beta, gb);
+  checkNoAliasing(op, bindings, ['output', 'finalState'],
+    'the CUDA kernel takes q, k, v, g, beta and output as __restrict__; only finalState may be initialState',
+    [['initialState', 'finalState']]);
   if (b.initialState !== undefined) {
     checkDtype(op, 'initialState', b.initialState, 'f32');
     checkElements(op, 'initialState', b.initialState, st);
@@ -171,9 +184,14 @@ export function validateGatedDeltaNet(p: GatedDeltaNetParams, b: GatedDeltaNetBu
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit; returns the activation dtype. */
-export function validateGatedDeltaNetDecode(p: GatedDeltaNetDecodeParams, b: GatedDeltaNetDecodeBuffers): DType {
+export function validateGatedDeltaNetDecode(p: GatedDeltaNetDecodeParams, b: GatedDeltaNetDecodeBuffers, device?: Device): DType {
   const op = 'gated_delta_net_decode';
+  checkObject(op, 'params', p);
   validateDims(op, [['b', p.b], ['hg', p.hg], ['h', p.h], ['k', p.k], ['v', p.v]], p);
+  const bindings = [
+    ['q', b.q], ['k', b.k], ['v', b.v], ['g', b.g], ['beta', b.beta], ['state', b.state], ['output', b.output],
+  ] as const;
+  for (const [arg, x] of bindings) checkBuffer(op, arg, x, device);
   const dt = activationDtype(op, b);
   const qk = checkedProduct(op, 'q elements', p.b, p.hg, p.k);
   const vo = checkedProduct(op, 'v elements', p.b, p.h, p.v);
@@ -189,6 +207,7 @@ export function validateGatedDeltaNetDecode(p: GatedDeltaNetDecodeParams, b: Gat
   checkElements(op, 'beta', b.beta, gb);
   checkDtype(op, 'state', b.state, 'f32');
   checkElements(op, 'state', b.state, st);
+  checkNoAliasing(op, bindings, ['state', 'output'], 'the CUDA kernel takes q, k, v, g, beta and output as __restrict__');
   return dt;
 }
 
@@ -232,7 +251,7 @@ export interface GatedDeltaNetDecodeArgs extends GatedDeltaNetDecodeBuffers {
  */
 export function gatedDeltaNet(enc: Encoder, args: GatedDeltaNetArgs): void {
   const p = args.params;
-  const dt = validateGatedDeltaNet(p, args);
+  const dt = validateGatedDeltaNet(p, args, enc.device);
   const hasInitialState = args.initialState !== undefined;
   enc.dispatch(
     pipeline(enc, dt === 'bf16' ? 'gated_delta_net_bf16' : 'gated_delta_net_f32'),
@@ -263,7 +282,7 @@ export function gatedDeltaNet(enc: Encoder, args: GatedDeltaNetArgs): void {
  */
 export function gatedDeltaNetDecode(enc: Encoder, args: GatedDeltaNetDecodeArgs): void {
   const p = args.params;
-  const dt = validateGatedDeltaNetDecode(p, args);
+  const dt = validateGatedDeltaNetDecode(p, args, enc.device);
   enc.dispatch(
     pipeline(enc, dt === 'bf16' ? 'gated_delta_net_decode_bf16' : 'gated_delta_net_decode_f32'),
     {

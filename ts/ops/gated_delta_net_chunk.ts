@@ -5,9 +5,13 @@
 import metalSource from '../../shaders/gated_delta_net_chunk.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/gated_delta_net_chunk.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
+import type { Device } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
-import { checkAtMost, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoOverlap, checkPositive, invalid } from '../validate.ts';
+import {
+  checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkObject, checkPositive, checkedProduct,
+  invalid,
+} from '../validate.ts';
 import type { ParamField } from '../params.ts';
 
 const OP = 'gated_delta_net_chunk';
@@ -97,14 +101,15 @@ export function buildGatedDeltaNetChunkParams(p: GatedDeltaNetChunkParams): Uint
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit the kernel. */
-export function validateGatedDeltaNetChunk(p: GatedDeltaNetChunkParams, bufs: GatedDeltaNetChunkBuffers): void {
+export function validateGatedDeltaNetChunk(p: GatedDeltaNetChunkParams, bufs: GatedDeltaNetChunkBuffers, device?: Device): void {
+  checkObject(OP, 'params', p);
   for (const [arg, value] of [['b', p.b], ['t', p.t], ['hg', p.hg], ['h', p.h], ['k', p.k], ['v', p.v], ['bt', p.bt]] as const) {
     checkPositive(OP, arg, value);
     checkAtMost(OP, arg, value, U32_MAX, '2^32 - 1');
   }
   checkMultiple(OP, 'h', p.h, p.hg, 'hg');
   if (p.k !== GDN_CHUNK_MAX_K) {
-    throw invalid(OP, 'K', `equal to MAX_K = ${GDN_CHUNK_MAX_K} exactly: the kernel's K-tile loops are hard-coded to ${GDN_CHUNK_MAX_K / 8} tiles of 8`, p.k);
+    throw invalid(OP, 'k', `equal to MAX_K = ${GDN_CHUNK_MAX_K} exactly: the kernel's K-tile loops are hard-coded to ${GDN_CHUNK_MAX_K / 8} tiles of 8`, p.k);
   }
   checkAtMost(OP, 'v', p.v, GDN_CHUNK_MAX_V, 'MAX_V');
   const tgBytes = gatedDeltaNetChunkThreadgroupBytes(p);
@@ -119,24 +124,23 @@ export function validateGatedDeltaNetChunk(p: GatedDeltaNetChunkParams, bufs: Ga
   checkMultiple(OP, 'v', p.v, GDN_CHUNK_BV, 'BV');
 
   const nt = numChunks(p);
-  const expected: readonly [keyof GatedDeltaNetChunkBuffers, string, DType, number][] = [
-    ['k', 'k', 'bf16', checkedProduct(OP, 'k elements', p.b, p.t, p.hg, p.k)],
-    ['w', 'w', 'bf16', checkedProduct(OP, 'w elements', p.b, p.t, p.h, p.k)],
-    ['u', 'u', 'bf16', checkedProduct(OP, 'u elements', p.b, p.t, p.h, p.v)],
-    ['g', 'g', 'f32', checkedProduct(OP, 'g elements', p.b, p.t, p.h)],
-    ['h0', 'h0', 'f32', checkedProduct(OP, 'h0 elements', p.b, p.h, p.v, p.k)],
-    ['hOut', 'h_out', 'bf16', checkedProduct(OP, 'h_out elements', p.b, nt, p.h, p.v, p.k)],
-    ['vNew', 'v_new', 'bf16', checkedProduct(OP, 'v_new elements', p.b, p.t, p.h, p.v)],
-    ['finalState', 'final_state', 'f32', checkedProduct(OP, 'final_state elements', p.b, p.h, p.v, p.k)],
+  const expected: readonly [keyof GatedDeltaNetChunkBuffers, DType, number][] = [
+    ['k', 'bf16', checkedProduct(OP, 'k elements', p.b, p.t, p.hg, p.k)],
+    ['w', 'bf16', checkedProduct(OP, 'w elements', p.b, p.t, p.h, p.k)],
+    ['u', 'bf16', checkedProduct(OP, 'u elements', p.b, p.t, p.h, p.v)],
+    ['g', 'f32', checkedProduct(OP, 'g elements', p.b, p.t, p.h)],
+    ['h0', 'f32', checkedProduct(OP, 'h0 elements', p.b, p.h, p.v, p.k)],
+    ['hOut', 'bf16', checkedProduct(OP, 'hOut elements', p.b, nt, p.h, p.v, p.k)],
+    ['vNew', 'bf16', checkedProduct(OP, 'vNew elements', p.b, p.t, p.h, p.v)],
+    ['finalState', 'f32', checkedProduct(OP, 'finalState elements', p.b, p.h, p.v, p.k)],
   ];
-  for (const [key, name, dtype, count] of expected) {
-    checkDtype(OP, name, bufs[key], dtype);
-    checkElements(OP, name, bufs[key], count);
+  for (const [key, dtype, count] of expected) {
+    checkBuffer(OP, key, bufs[key], device);
+    checkDtype(OP, key, bufs[key], dtype);
+    checkElements(OP, key, bufs[key], count);
   }
-  // final_state may be h0 (each block reads its slice of h0 before it writes the same slice).
-  checkNoOverlap(OP, [['h_out', bufs.hOut], ['v_new', bufs.vNew], ['final_state', bufs.finalState]],
-    [['k', bufs.k], ['w', bufs.w], ['u', bufs.u], ['g', bufs.g]]);
-  checkNoOverlap(OP, [['h_out', bufs.hOut], ['v_new', bufs.vNew]], [['h0', bufs.h0]]);
+  checkNoAliasing(OP, expected.map(([key]) => [key, bufs[key]] as const), ['hOut', 'vNew', 'finalState'],
+    'the CUDA kernel takes every binding as __restrict__');
 }
 
 /** The buffers, and the shape under `params` (its k and v are dimensions, the buffers' k is the keys). */
@@ -161,7 +165,7 @@ export interface GatedDeltaNetChunkArgs extends GatedDeltaNetChunkBuffers {
  */
 export function gatedDeltaNetChunk(enc: Encoder, args: GatedDeltaNetChunkArgs): void {
   const p = args.params;
-  validateGatedDeltaNetChunk(p, args);
+  validateGatedDeltaNetChunk(p, args, enc.device);
   const kernels = enc.device.kernels;
   kernels.register(FAMILY, { metal: metalSource, cuda: cudaSrc }, GATED_DELTA_NET_CHUNK_KERNELS);
   enc.dispatch(

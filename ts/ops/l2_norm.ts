@@ -5,10 +5,11 @@
 import src from '../../shaders/l2_norm.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/l2_norm.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
+import type { Device } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField } from '../params.ts';
-import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
 import { rowThreadgroup } from '../launch.ts';
 
 export const L2_NORM_FAMILY = 'l2_norm';
@@ -48,7 +49,7 @@ export function packL2NormParams(p: L2NormParams): Uint8Array {
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit; returns the dtype. */
-export function validateL2Norm(p: L2NormParams, b: L2NormBuffers): DType {
+export function validateL2Norm(p: L2NormParams, b: L2NormBuffers, device?: Device): DType {
   const op = 'l2_norm';
   checkPositive(op, 'rows', p.rows);
   checkPositive(op, 'dim', p.dim);
@@ -56,10 +57,15 @@ export function validateL2Norm(p: L2NormParams, b: L2NormBuffers): DType {
   checkAtMost(op, 'dim', p.dim, U32_MAX, '2^32 - 1');
   if (p.eps !== undefined && (!Number.isFinite(p.eps) || p.eps < 0)) throw invalid(op, 'eps', 'a finite number >= 0', p.eps);
   const n = checkedProduct(op, 'rows * dim', p.rows, p.dim);
+  checkBuffer(op, 'x', b.x, device);
+  checkBuffer(op, 'y', b.y, device);
   checkDtype(op, 'x', b.x, ['f32', 'f16', 'bf16']);
   checkDtype(op, 'y', b.y, b.x.dtype);
   checkElements(op, 'x', b.x, n);
   checkElements(op, 'y', b.y, n);
+  // In place (y over exactly x) is safe: each row is read before it is
+  // written, by the one threadgroup that owns it. A partial overlap is not.
+  checkNoAliasing(op, [['x', b.x], ['y', b.y]], ['y'], 'a row of y over another row of x', [['y', 'x']]);
   return b.x.dtype;
 }
 
@@ -78,7 +84,7 @@ export function l2NormThreadgroup(dim: number): { threads: number; sharedBytes: 
  * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
  */
 export function l2Norm(enc: Encoder, args: L2NormBuffers & L2NormParams): void {
-  const dt = validateL2Norm(args, args);
+  const dt = validateL2Norm(args, args, enc.device);
   const registry = enc.device.kernels;
   registry.register(L2_NORM_FAMILY, L2_NORM_SOURCES, L2_NORM_KERNELS);
   const { threads, sharedBytes } = l2NormThreadgroup(args.dim);

@@ -4,9 +4,12 @@
 import src from '../../shaders/moe_routing.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/moe_routing.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
+import type { Device } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField } from '../params.ts';
-import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct } from '../validate.ts';
+import {
+  checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct,
+} from '../validate.ts';
 import { nextPow2, roundUp16 } from '../launch.ts';
 
 export const MOE_ROUTING_FAMILY = 'moe_routing';
@@ -52,7 +55,7 @@ export function packFusedMoeRoutingParams(p: MoeRoutingParams): Uint8Array {
   return packFields(FUSED_MOE_ROUTING_PARAMS_LAYOUT, { num_experts: p.numExperts, top_k: p.topK });
 }
 
-function validate(op: string, p: MoeRoutingBatchParams, b: MoeRoutingBuffers): void {
+function validate(op: string, p: MoeRoutingBatchParams, b: MoeRoutingBuffers, device: Device | undefined): void {
   checkPositive(op, 'nTokens', p.nTokens);
   checkPositive(op, 'numExperts', p.numExperts);
   checkPositive(op, 'topK', p.topK);
@@ -63,6 +66,10 @@ function validate(op: string, p: MoeRoutingBatchParams, b: MoeRoutingBuffers): v
   const nLogits = checkedProduct(op, 'nTokens * numExperts', p.nTokens, p.numExperts);
   checkAtMost(op, 'nTokens * numExperts', nLogits, MAX_ELEMENTS_U32, 'the 32-bit index limit');
   const nOut = checkedProduct(op, 'nTokens * topK', p.nTokens, p.topK);
+  const bindings = [
+    ['logits', b.logits], ['expertIds', b.expertIds], ['routingWeights', b.routingWeights], ['perExpertScale', b.perExpertScale],
+  ] as const;
+  for (const [arg, x] of bindings) checkBuffer(op, arg, x, device);
   checkDtype(op, 'logits', b.logits, 'f32');
   checkDtype(op, 'expertIds', b.expertIds, 'u32');
   checkDtype(op, 'routingWeights', b.routingWeights, 'f32');
@@ -71,13 +78,14 @@ function validate(op: string, p: MoeRoutingBatchParams, b: MoeRoutingBuffers): v
   checkElements(op, 'expertIds', b.expertIds, nOut);
   checkElements(op, 'routingWeights', b.routingWeights, nOut);
   checkElements(op, 'perExpertScale', b.perExpertScale, p.numExperts);
+  checkNoAliasing(op, bindings, ['expertIds', 'routingWeights'], 'the CUDA kernel takes every binding as __restrict__');
 }
 
-export function validateFusedMoeRouting(p: MoeRoutingParams, b: MoeRoutingBuffers): void {
-  validate('fused_moe_routing', { ...p, nTokens: 1 }, b);
+export function validateFusedMoeRouting(p: MoeRoutingParams, b: MoeRoutingBuffers, device?: Device): void {
+  validate('fused_moe_routing', { numExperts: p.numExperts, topK: p.topK, nTokens: 1 }, b, device);
 }
-export function validateFusedMoeRoutingBatch(p: MoeRoutingBatchParams, b: MoeRoutingBuffers): void {
-  validate('fused_moe_routing_batch', p, b);
+export function validateFusedMoeRoutingBatch(p: MoeRoutingBatchParams, b: MoeRoutingBuffers, device?: Device): void {
+  validate('fused_moe_routing_batch', p, b, device);
 }
 
 /** Threads per token and the threadgroup(0) bytes (numExperts floats, 16-byte multiple). */
@@ -128,7 +136,7 @@ function dispatch(enc: Encoder, kernel: (typeof MOE_ROUTING_KERNELS)[number], p:
  * threadgroup memory instead (the kernel's warp path).
  */
 export function fusedMoeRouting(enc: Encoder, args: MoeRoutingBuffers & MoeRoutingParams): void {
-  validateFusedMoeRouting(args, args);
+  validateFusedMoeRouting(args, args, enc.device);
   dispatch(enc, 'fused_moe_routing_f32', { ...args, nTokens: 1 }, args);
 }
 
@@ -143,6 +151,6 @@ export function fusedMoeRouting(enc: Encoder, args: MoeRoutingBuffers & MoeRouti
  * threadgroup memory instead (the kernel's warp path).
  */
 export function fusedMoeRoutingBatch(enc: Encoder, args: MoeRoutingBuffers & MoeRoutingBatchParams): void {
-  validateFusedMoeRoutingBatch(args, args);
+  validateFusedMoeRoutingBatch(args, args, enc.device);
   dispatch(enc, 'fused_moe_routing_batch_f32', args, args);
 }

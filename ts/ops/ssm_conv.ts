@@ -5,10 +5,13 @@
 import src from '../../shaders/ssm_conv.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/ssm_conv.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
+import type { Device } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField } from '../params.ts';
-import { checkAtMost, checkBuffer, checkDtype, checkedProduct, checkElements, checkPositive, invalid } from '../validate.ts';
+import {
+  checkAtMost, checkBoolean, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid,
+} from '../validate.ts';
 
 export const SSM_CONV_FAMILY = 'ssm_conv';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -79,7 +82,7 @@ export function packSsmConvParams(p: SsmConvParams & { readState: boolean; write
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit; returns the kernel. */
-export function validateSsmConv(p: SsmConvParams, buf: SsmConvBuffers, op = 'ssm_conv'): Kernel {
+export function validateSsmConv(p: SsmConvParams, buf: SsmConvBuffers, op = 'ssm_conv', device?: Device): Kernel {
   for (const [arg, value] of [['b', p.b], ['t', p.t], ['c', p.c], ['ks', p.ks]] as const) {
     checkPositive(op, arg, value);
     checkAtMost(op, arg, value, U32_MAX, '2^32 - 1');
@@ -88,9 +91,13 @@ export function validateSsmConv(p: SsmConvParams, buf: SsmConvBuffers, op = 'ssm
   if (p.ks < SSM_CONV_MIN_KS || p.ks > SSM_CONV_MAX_KS) {
     throw invalid(op, 'ks', `in [${SSM_CONV_MIN_KS}, ${SSM_CONV_MAX_KS}]`, p.ks);
   }
+  checkBoolean(op, 'silu', p.silu);
+  checkBoolean(op, 'freshState', p.freshState, true);
   const n = checkedProduct(op, 'x elements', p.b, p.t, p.c);
   const w = checkedProduct(op, 'weight elements', p.c, p.ks);
   const st = checkedProduct(op, 'state elements', p.b, p.c, p.ks - 1);
+  const bindings = [['x', buf.x], ['weight', buf.weight], ['state', buf.state], ['y', buf.y]] as const;
+  for (const [arg, b] of bindings) if (b !== undefined || arg !== 'state') checkBuffer(op, arg, b, device);
   checkDtype(op, 'x', buf.x, ['f32', 'bf16']);
   const dt: DType = buf.x.dtype;
   checkDtype(op, 'weight', buf.weight, dt === 'bf16' ? ['bf16', 'f32'] : ['f32']);
@@ -101,6 +108,7 @@ export function validateSsmConv(p: SsmConvParams, buf: SsmConvBuffers, op = 'ssm
   checkElements(op, 'y', buf.y, n);
   if (buf.state !== undefined) checkElements(op, 'state', buf.state, st);
   if (buf.y === buf.x) throw invalid(op, 'y', "a buffer other than x (other threads still read x's tokens)", 'x');
+  checkNoAliasing(op, bindings, ['state', 'y'], 'the CUDA kernel takes x, weight and y as __restrict__, and other threads still read them');
   if (p.freshState === true && buf.state === undefined) {
     throw invalid(op, 'freshState', 'false or absent when no state is given', true);
   }
@@ -146,7 +154,7 @@ function dispatch(enc: Encoder, kernel: Kernel, p: SsmConvParams, buf: SsmConvBu
  * Grid (ceil(C / 128), ceil(T / 16), B) threadgroups of 128 threads.
  */
 export function ssmConv(enc: Encoder, args: SsmConvBuffers & SsmConvParams): void {
-  dispatch(enc, validateSsmConv(args, args), args, args);
+  dispatch(enc, validateSsmConv(args, args, 'ssm_conv', enc.device), args, args);
 }
 
 export interface SsmConvDecodeBuffers {
@@ -167,8 +175,9 @@ export interface SsmConvDecodeBuffers {
  * with T = 1, so n decode steps equal ssm_conv over those n tokens.
  */
 export function ssmConvDecode(enc: Encoder, args: SsmConvDecodeBuffers & Omit<SsmConvParams, 't' | 'freshState'>): void {
+  const op = 'ssm_conv_decode';
+  // The decode step reads and shifts the state: without one it would be a conv over zeros that keeps nothing.
+  checkBuffer(op, 'state', args.state, enc.device);
   const p: SsmConvParams = { b: args.b, t: 1, c: args.c, ks: args.ks, silu: args.silu };
-  // Decode reads and shifts the state: it is not optional here.
-  checkBuffer('ssm_conv_decode', 'state', args.state);
-  dispatch(enc, validateSsmConv(p, args, 'ssm_conv_decode'), p, args);
+  dispatch(enc, validateSsmConv(p, args, op, enc.device), p, args);
 }

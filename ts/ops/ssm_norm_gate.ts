@@ -4,9 +4,12 @@
 import src from '../../shaders/ssm_norm_gate.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/ssm_norm_gate.cu' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
+import type { Device } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField } from '../params.ts';
-import { checkAtMost, checkDtype, checkElements, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import {
+  checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid,
+} from '../validate.ts';
 import { rowThreadgroup } from '../launch.ts';
 
 export const SSM_NORM_GATE_FAMILY = 'ssm_norm_gate';
@@ -48,7 +51,8 @@ export function packSsmNormGateParams(p: SsmNormGateParams): Uint8Array {
   return packFields(SSM_NORM_GATE_PARAMS_LAYOUT, { eps: p.eps, d_v: p.dV, unused0: 0, unused1: 0 });
 }
 
-export function validateSsmNormGate(p: SsmNormGateParams, b: SsmNormGateBuffers): void {
+/** output may be attnOut or z (in place); device: the encoder's, when the buffers must belong to it. */
+export function validateSsmNormGate(p: SsmNormGateParams, b: SsmNormGateBuffers, device?: Device): void {
   const op = 'ssm_norm_gate';
   checkPositive(op, 'rows', p.rows);
   checkPositive(op, 'dV', p.dV);
@@ -56,6 +60,9 @@ export function validateSsmNormGate(p: SsmNormGateParams, b: SsmNormGateBuffers)
   if (!Number.isFinite(p.eps) || p.eps < 0) throw invalid(op, 'eps', 'a finite number >= 0', p.eps);
   const n = checkedProduct(op, 'rows * dV', p.rows, p.dV);
   checkAtMost(op, 'rows * dV', n, MAX_ELEMENTS_U32, 'the 32-bit index limit');
+  for (const [arg, x] of [['attnOut', b.attnOut], ['weight', b.weight], ['z', b.z], ['output', b.output]] as const) {
+    checkBuffer(op, arg, x, device);
+  }
   checkDtype(op, 'attnOut', b.attnOut, 'f32');
   checkDtype(op, 'weight', b.weight, 'f32');
   checkDtype(op, 'z', b.z, 'f32');
@@ -64,6 +71,8 @@ export function validateSsmNormGate(p: SsmNormGateParams, b: SsmNormGateBuffers)
   checkElements(op, 'weight', b.weight, p.dV);
   checkElements(op, 'z', b.z, n);
   checkElements(op, 'output', b.output, n);
+  checkNoAliasing(op, [['attnOut', b.attnOut], ['weight', b.weight], ['z', b.z], ['output', b.output]], ['output'],
+    'every row reads the whole weight', [['output', 'attnOut'], ['output', 'z']]);
 }
 
 /** Threads per row and the threadgroup(0) bytes (one float per simdgroup, 16-byte multiple). */
@@ -77,13 +86,14 @@ export function ssmNormGateThreadgroup(dV: number): { threads: number; sharedByt
  * rmsInv(x) = 1 / sqrt(mean(x^2) + eps), silu(x) = x / (1 + exp(-x)).
  *
  * Layouts (f32): attnOut, z, output [rows, dV] (a row is one token's value
- * head); weight [dV].
+ * head); weight [dV]. output may be attnOut's or z's buffer (a thread reads
+ * its elements before it writes them, and the norm's sum is taken first).
  * Bindings: 0 attnOut, 1 weight, 2 z, 3 output, 4 SsmNormGateParams
  * [eps, dV as f32, 0, 0]; threadgroup(0) one float per simdgroup.
  * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dV)) threads.
  */
 export function ssmNormGate(enc: Encoder, args: SsmNormGateBuffers & SsmNormGateParams): void {
-  validateSsmNormGate(args, args);
+  validateSsmNormGate(args, args, enc.device);
   const registry = enc.device.kernels;
   registry.register(SSM_NORM_GATE_FAMILY, SSM_NORM_GATE_SOURCES, SSM_NORM_GATE_KERNELS);
   const { threads, sharedBytes } = ssmNormGateThreadgroup(args.dV);
