@@ -34,7 +34,7 @@ families+=(lifetimes core)
 if [[ "$what" == tests || "$what" == all ]]; then
   mapfile -t files < <(ls tests/*.test.ts | grep -v '/emu-')
   echo "== bun test (cuda): ${#files[@]} files"
-  bun test "${files[@]}" > "$out/tests.log" 2>&1 || status=1
+  bun test --timeout 120000 "${files[@]}" > "$out/tests.log" 2>&1 || status=1
   grep -E "^\(fail\)" "$out/tests.log" | head -40
   tail -6 "$out/tests.log"
 fi
@@ -56,7 +56,7 @@ if [[ ${#tools[@]} -gt 0 ]]; then
         [[ -f "tests/$fam.test.ts" ]] || continue
         printf '%s %s: ' "$tool" "$fam"
         timeout "${GPU_CHECK_TIMEOUT:-150}" "$sanitizer" --tool "$tool" --error-exitcode 86 --print-limit 20 \
-          bun test "tests/$fam.test.ts" >> "$out/sanitize-$tool.log" 2>&1
+          bun test --timeout 120000 "tests/$fam.test.ts" >> "$out/sanitize-$tool.log" 2>&1
         rc=$?
         if [[ $rc -eq 0 ]]; then echo clean
         elif [[ $rc -eq 86 ]]; then echo "ERRORS"; status=1
