@@ -1,0 +1,343 @@
+// The argument sets of every op of ts/ops: what each argument is, and a
+// valid set at a small shape. Used by the validation fuzz
+// (tests/fuzz-validation.test.ts) and the views test (tests/views.test.ts).
+
+import type { Buffer, Device, DType } from '../ts/index.ts';
+import type { Rng } from './helpers.ts';
+
+export type Kind =
+  | 'buf' // a live buffer of the device (required)
+  | 'buf?' // absent, or as buf
+  | 'int' // a safe integer > 0
+  | 'num' // a finite number
+  | 'num?'
+  | 'nonneg' // a finite number >= 0
+  | 'nonneg?'
+  | 'bool'
+  | 'bool?'
+  | 'enum' // one of `values`
+  | 'obj' // the params record
+  | 'offsets?' // cuSeqlens: absent or an array of offsets
+  | 'free'; // anything (ignored by the op in this set)
+
+export interface KeySpec {
+  kind: Kind;
+  /** Buffers: every dtype the argument takes in some valid set. */
+  dtypes?: readonly DType[];
+  /** Buffers: the element count may differ with no size changed (e.g. a scalar of 1 or dim elements). */
+  freeCount?: boolean;
+  /** Buffers: a table whose contents index memory (random contents are a mutation). */
+  table?: boolean;
+  /** Buffers: written by the op. */
+  output?: boolean;
+  values?: readonly unknown[];
+  /** When the op reads the argument (default: always); otherwise a buffer must only be live if given, and a scalar is free. */
+  readWhen?: (args: Args) => boolean;
+}
+
+export interface Case {
+  /** The exported function. */
+  fn: string;
+  /** The first word of its messages. */
+  op: string;
+  /** Argument paths ('x' or 'params.x') and what they are. */
+  keys: Record<string, KeySpec>;
+  /** Pairs of arguments that may be one buffer (in place, documented). */
+  inPlace?: readonly (readonly [string, string])[];
+  /** A valid argument set at a small shape on device d. */
+  make(d: Device): Record<string, unknown>;
+  /** Valid contents of the tables and other inputs that must hold particular values. */
+  fill?(args: Record<string, unknown>): void;
+}
+
+export type Args = Record<string, unknown>;
+
+const F = ['f32'] as const;
+const BF = ['bf16'] as const;
+const U32 = ['u32'] as const;
+const buf = (dtypes: readonly DType[], extra: Partial<KeySpec> = {}): KeySpec => ({ kind: 'buf', dtypes, ...extra });
+const out = (dtypes: readonly DType[], extra: Partial<KeySpec> = {}): KeySpec => ({ kind: 'buf', dtypes, output: true, ...extra });
+const int: KeySpec = { kind: 'int' };
+
+const a = (d: Device, dtype: DType, n: number): Buffer => d.alloc(dtype, [n]);
+
+// ---- the generators: one per op and variant ----
+
+// The chunked steps at nTok = 3 tokens in one chunk of one sequence, H = Hg = 1, K = V = 64.
+const STEP = { nTok: 3, nt: 1, nSeq: 1, hg: 1, h: 1, k: 64, v: 64 };
+const stepParams: Record<string, KeySpec> = {
+  params: { kind: 'obj' },
+  'params.nTok': int, 'params.nt': int, 'params.nSeq': int, 'params.hg': int, 'params.h': int,
+  'params.k': int, 'params.v': int, 'params.scale': { kind: 'num?' },
+};
+const chunksOf = (d: Device): Buffer => d.upload('u32', [1, 2], [0, 3]);
+const seqsOf = (d: Device): Buffer => d.upload('u32', [2, 2], [0, 0, 3, 1]);
+const tableFill = (args: Record<string, unknown>): void => {
+  if (args.chunks !== undefined) (args.chunks as Buffer).writeNumbers([0, 3]);
+  if (args.seqs !== undefined) (args.seqs as Buffer).writeNumbers([0, 0, 3, 1]);
+};
+
+export const CASES: Case[] = [
+  {
+    fn: 'chunkLocalCumsum', op: 'chunk_local_cumsum',
+    keys: { gIn: buf(F), gCumsum: out(F), b: int, t: int, h: int, bt: int },
+    make: (d) => ({ gIn: a(d, 'f32', 30), gCumsum: a(d, 'f32', 30), b: 2, t: 5, h: 3, bt: 4 }),
+  },
+  {
+    fn: 'computeGBeta', op: 'compute_g_beta',
+    keys: {
+      a: buf(['f32', 'bf16']), b: buf(['f32', 'bf16']), aLog: buf(F), dtBias: buf(F), g: out(F), beta: out(F),
+      params: { kind: 'obj' }, 'params.b': int, 'params.t': int, 'params.h': int,
+    },
+    make: (d) => ({
+      a: a(d, 'f32', 24), b: a(d, 'f32', 24), aLog: a(d, 'f32', 4), dtBias: a(d, 'f32', 4), g: a(d, 'f32', 24),
+      beta: a(d, 'f32', 24), params: { b: 2, t: 3, h: 4 },
+    }),
+  },
+  {
+    fn: 'flashAttnVec', op: 'flash_attn_vec',
+    keys: {
+      q: buf(F), k: buf(['f32', 'f16']), v: buf(['f32', 'f16']), out: out(F), tmp: { kind: 'buf?', dtypes: F, output: true, readWhen: (x) => x.nwg !== 1 },
+      batch: int, nHeads: int, nKvHeads: int, headDim: int, kvSeqLen: int, kvCapacity: int, nwg: int,
+      scale: { kind: 'num' }, mask: { kind: 'enum', values: ['none', 'causal', 'slidingWindow'] },
+      slidingWindow: { kind: 'int', readWhen: (x) => x.mask === 'slidingWindow' }, softcap: { kind: 'nonneg?' },
+    },
+    make: (d) => ({
+      q: a(d, 'f32', 512), k: a(d, 'f32', 1024), v: a(d, 'f32', 1024), out: a(d, 'f32', 512), tmp: a(d, 'f32', 2 * 258 * 2),
+      batch: 1, nHeads: 2, nKvHeads: 1, headDim: 256, kvSeqLen: 3, kvCapacity: 4, nwg: 2, scale: 0.0625, mask: 'causal',
+    }),
+  },
+  {
+    fn: 'flashAttnVec', op: 'flash_attn_vec',
+    keys: {
+      q: buf(F), k: buf(['f32', 'f16']), v: buf(['f32', 'f16']), out: out(F), tmp: { kind: 'buf?', dtypes: F, output: true, readWhen: (x) => x.nwg !== 1 },
+      batch: int, nHeads: int, nKvHeads: int, headDim: int, kvSeqLen: int, kvCapacity: int, nwg: int,
+      scale: { kind: 'num' }, mask: { kind: 'enum', values: ['none', 'causal', 'slidingWindow'] },
+      slidingWindow: { kind: 'int', readWhen: (x) => x.mask === 'slidingWindow' }, softcap: { kind: 'nonneg?' },
+    },
+    make: (d) => ({
+      q: a(d, 'f32', 256), k: a(d, 'f16', 512), v: a(d, 'f16', 512), out: a(d, 'f32', 256),
+      batch: 1, nHeads: 1, nKvHeads: 1, headDim: 256, kvSeqLen: 2, kvCapacity: 2, nwg: 1, scale: 0.0625,
+      mask: 'slidingWindow', slidingWindow: 1, softcap: 30,
+    }),
+  },
+  ...(['fusedNormAdd', 'fusedResidualNorm', 'fusedResidualNormScalar', 'fusedNormAddScalar'] as const).map((fn): Case => {
+    const op = { fusedNormAdd: 'fused_norm_add', fusedResidualNorm: 'fused_residual_norm',
+      fusedResidualNormScalar: 'fused_residual_norm_scalar', fusedNormAddScalar: 'fused_norm_add_scalar' }[fn];
+    const scalar = fn.endsWith('Scalar');
+    const act = scalar ? F : (['f32', 'bf16'] as const);
+    const keys: Record<string, KeySpec> = {
+      residual: buf(act), input: buf(act), weight: buf(act), rows: int, dim: int, eps: { kind: 'nonneg' },
+    };
+    if (fn === 'fusedResidualNorm') {
+      keys.normedOutput = out(act);
+      keys.sumOutput = { kind: 'buf?', dtypes: act, output: true };
+    } else {
+      keys.output = out(act);
+    }
+    if (scalar) keys.scalar = buf(F, { freeCount: true });
+    return {
+      fn, op, keys,
+      make: (d) => {
+        const args: Record<string, unknown> = {
+          residual: a(d, 'f32', 16), input: a(d, 'f32', 16), weight: a(d, 'f32', 8), rows: 2, dim: 8, eps: 1e-6,
+        };
+        if (fn === 'fusedResidualNorm') {
+          args.normedOutput = a(d, 'f32', 16);
+          args.sumOutput = a(d, 'f32', 16);
+        } else {
+          args.output = a(d, 'f32', 16);
+        }
+        if (scalar) args.scalar = a(d, 'f32', 8);
+        return args;
+      },
+    };
+  }),
+  {
+    fn: 'gatedDeltaNet', op: 'gated_delta_net',
+    keys: {
+      q: buf(['f32', 'bf16']), k: buf(['f32', 'bf16']), v: buf(['f32', 'bf16']), g: buf(F), beta: buf(F),
+      initialState: { kind: 'buf?', dtypes: F }, output: out(['f32', 'bf16']), finalState: out(F),
+      params: { kind: 'obj' }, 'params.b': int, 'params.t': int, 'params.hg': int, 'params.h': int, 'params.k': int,
+      'params.v': int, 'params.scale': { kind: 'num?' },
+    },
+    inPlace: [['initialState', 'finalState']],
+    make: (d) => ({
+      q: a(d, 'f32', 64), k: a(d, 'f32', 64), v: a(d, 'f32', 64), g: a(d, 'f32', 4), beta: a(d, 'f32', 4),
+      initialState: a(d, 'f32', 1024), output: a(d, 'f32', 64), finalState: a(d, 'f32', 1024),
+      params: { b: 1, t: 2, hg: 1, h: 2, k: 32, v: 16 },
+    }),
+  },
+  {
+    fn: 'gatedDeltaNetDecode', op: 'gated_delta_net_decode',
+    keys: {
+      q: buf(['f32', 'bf16']), k: buf(['f32', 'bf16']), v: buf(['f32', 'bf16']), g: buf(F), beta: buf(F),
+      state: out(F), output: out(['f32', 'bf16']),
+      params: { kind: 'obj' }, 'params.b': int, 'params.hg': int, 'params.h': int, 'params.k': int, 'params.v': int,
+      'params.scale': { kind: 'num?' },
+    },
+    make: (d) => ({
+      q: a(d, 'bf16', 32), k: a(d, 'bf16', 32), v: a(d, 'bf16', 32), g: a(d, 'f32', 2), beta: a(d, 'f32', 2),
+      state: a(d, 'f32', 1024), output: a(d, 'bf16', 32), params: { b: 1, hg: 1, h: 2, k: 32, v: 16, scale: 0.5 },
+    }),
+  },
+  {
+    fn: 'gatedDeltaNetChunk', op: 'gated_delta_net_chunk',
+    keys: {
+      k: buf(BF), w: buf(BF), u: buf(BF), g: buf(F), h0: buf(F), hOut: out(BF), vNew: out(BF), finalState: out(F),
+      params: { kind: 'obj' }, 'params.b': int, 'params.t': int, 'params.hg': int, 'params.h': int, 'params.k': int,
+      'params.v': int, 'params.bt': int,
+    },
+    make: (d) => ({
+      k: a(d, 'bf16', 64 * 128), w: a(d, 'bf16', 64 * 128), u: a(d, 'bf16', 64 * 32), g: a(d, 'f32', 64),
+      h0: a(d, 'f32', 32 * 128), hOut: a(d, 'bf16', 32 * 128), vNew: a(d, 'bf16', 64 * 32), finalState: a(d, 'f32', 32 * 128),
+      params: { b: 1, t: 64, hg: 1, h: 1, k: 128, v: 32, bt: 64 },
+    }),
+  },
+  {
+    fn: 'l2Norm', op: 'l2_norm',
+    keys: { x: buf(['f32', 'f16', 'bf16']), y: out(['f32', 'f16', 'bf16']), rows: int, dim: int, eps: { kind: 'nonneg?' } },
+    inPlace: [['x', 'y']],
+    make: (d) => ({ x: a(d, 'f16', 24), y: a(d, 'f16', 24), rows: 3, dim: 8 }),
+  },
+  {
+    fn: 'fusedMoeRouting', op: 'fused_moe_routing',
+    keys: { logits: buf(F), expertIds: out(U32), routingWeights: out(F), perExpertScale: buf(F), numExperts: int, topK: int },
+    make: (d) => ({
+      logits: a(d, 'f32', 8), expertIds: a(d, 'u32', 2), routingWeights: a(d, 'f32', 2), perExpertScale: a(d, 'f32', 8),
+      numExperts: 8, topK: 2,
+    }),
+  },
+  {
+    fn: 'fusedMoeRoutingBatch', op: 'fused_moe_routing_batch',
+    keys: {
+      logits: buf(F), expertIds: out(U32), routingWeights: out(F), perExpertScale: buf(F), numExperts: int, topK: int, nTokens: int,
+    },
+    make: (d) => ({
+      logits: a(d, 'f32', 16), expertIds: a(d, 'u32', 4), routingWeights: a(d, 'f32', 4), perExpertScale: a(d, 'f32', 8),
+      numExperts: 8, topK: 2, nTokens: 2,
+    }),
+  },
+  {
+    fn: 'ssmConv', op: 'ssm_conv',
+    keys: {
+      x: buf(['f32', 'bf16']), weight: buf(['f32', 'bf16']), state: { kind: 'buf?', dtypes: ['f32', 'bf16'], output: true },
+      y: out(['f32', 'bf16']), b: int, t: int, c: int, ks: int, silu: { kind: 'bool' }, freshState: { kind: 'bool?' },
+    },
+    make: (d) => ({
+      x: a(d, 'f32', 12), weight: a(d, 'f32', 16), state: a(d, 'f32', 12), y: a(d, 'f32', 12), b: 1, t: 3, c: 4, ks: 4, silu: true,
+    }),
+  },
+  {
+    fn: 'ssmConvDecode', op: 'ssm_conv_decode',
+    keys: {
+      x: buf(['f32', 'bf16']), weight: buf(['f32', 'bf16']), state: out(['f32', 'bf16']), y: out(['f32', 'bf16']),
+      b: int, c: int, ks: int, silu: { kind: 'bool' },
+    },
+    make: (d) => ({
+      x: a(d, 'bf16', 8), weight: a(d, 'f32', 12), state: a(d, 'bf16', 16), y: a(d, 'bf16', 8), b: 2, c: 4, ks: 3, silu: false,
+    }),
+  },
+  {
+    fn: 'ssmNormGate', op: 'ssm_norm_gate',
+    keys: { attnOut: buf(F), weight: buf(F), z: buf(F), output: out(F), rows: int, dV: int, eps: { kind: 'nonneg' } },
+    make: (d) => ({ attnOut: a(d, 'f32', 16), weight: a(d, 'f32', 8), z: a(d, 'f32', 16), output: a(d, 'f32', 16), rows: 2, dV: 8, eps: 1e-6 }),
+  },
+  // ---- chunk_gated_delta_rule: the steps (their tables are device buffers) and the whole forward ----
+  {
+    fn: 'chunkLocalCumsumVarlen', op: 'chunk_gated_delta_rule',
+    keys: { gIn: buf(F), gCum: out(F), chunks: buf(U32, { table: true }), ...stepParams },
+    make: (d) => ({ gIn: a(d, 'f32', 3), gCum: a(d, 'f32', 3), chunks: chunksOf(d), params: { ...STEP } }),
+    fill: tableFill,
+  },
+  {
+    fn: 'gatedDeltaNetKkt', op: 'chunk_gated_delta_rule',
+    keys: { k: buf(BF), g: buf(F), beta: buf(['f32', 'bf16']), a: out(F), chunks: buf(U32, { table: true }), ...stepParams },
+    make: (d) => ({
+      k: a(d, 'bf16', 192), g: a(d, 'f32', 3), beta: a(d, 'bf16', 3), a: a(d, 'f32', 192), chunks: chunksOf(d), params: { ...STEP },
+    }),
+    fill: tableFill,
+  },
+  {
+    fn: 'chunkTriSolveInvert', op: 'chunk_gated_delta_rule',
+    keys: { a: buf(F), ai: out(F), chunks: buf(U32, { table: true }), ...stepParams },
+    inPlace: [['a', 'ai']],
+    make: (d) => ({ a: a(d, 'f32', 192), ai: a(d, 'f32', 192), chunks: chunksOf(d), params: { ...STEP } }),
+    fill: tableFill,
+  },
+  {
+    fn: 'gatedDeltaNetRecomputeWu', op: 'chunk_gated_delta_rule',
+    keys: {
+      k: buf(BF), v: buf(BF), beta: buf(['f32', 'bf16']), g: buf(F), ai: buf(F), w: out(BF), u: out(BF),
+      chunks: buf(U32, { table: true }), ...stepParams,
+    },
+    make: (d) => ({
+      k: a(d, 'bf16', 192), v: a(d, 'bf16', 192), beta: a(d, 'f32', 3), g: a(d, 'f32', 3), ai: a(d, 'f32', 192),
+      w: a(d, 'bf16', 192), u: a(d, 'bf16', 192), chunks: chunksOf(d), params: { ...STEP },
+    }),
+    fill: tableFill,
+  },
+  {
+    fn: 'gatedDeltaNetChunkInterStateVarlen', op: 'chunk_gated_delta_rule',
+    keys: {
+      k: buf(BF), w: buf(BF), u: buf(BF), g: buf(F), h0: buf(F), hOut: out(BF), vNew: out(BF), finalState: out(F),
+      seqs: buf(U32, { table: true }), ...stepParams,
+    },
+    make: (d) => ({
+      k: a(d, 'bf16', 192), w: a(d, 'bf16', 192), u: a(d, 'bf16', 192), g: a(d, 'f32', 3), h0: a(d, 'f32', 4096),
+      hOut: a(d, 'bf16', 4096), vNew: a(d, 'bf16', 192), finalState: a(d, 'f32', 4096), seqs: seqsOf(d), params: { ...STEP },
+    }),
+    fill: tableFill,
+  },
+  {
+    fn: 'gatedDeltaNetChunkO', op: 'chunk_gated_delta_rule',
+    keys: {
+      q: buf(BF), k: buf(BF), vNew: buf(BF), h: buf(BF), g: buf(F), o: out(BF), chunks: buf(U32, { table: true }), ...stepParams,
+    },
+    make: (d) => ({
+      q: a(d, 'bf16', 192), k: a(d, 'bf16', 192), vNew: a(d, 'bf16', 192), h: a(d, 'bf16', 4096), g: a(d, 'f32', 3),
+      o: a(d, 'bf16', 192), chunks: chunksOf(d), params: { ...STEP, scale: 0.125 },
+    }),
+    fill: tableFill,
+  },
+  ...[undefined, [0, 1, 3]].map((cu): Case => ({
+    fn: 'chunkGatedDeltaRule', op: 'chunk_gated_delta_rule',
+    keys: {
+      q: buf(BF), k: buf(BF), v: buf(BF), g: buf(F), beta: buf(['f32', 'bf16']), initialState: { kind: 'buf?', dtypes: F },
+      o: out(BF), finalState: out(F),
+      params: { kind: 'obj' }, 'params.b': int, 'params.t': int, 'params.hg': int, 'params.h': int, 'params.k': int,
+      'params.v': int, 'params.scale': { kind: 'num?' }, 'params.cuSeqlens': { kind: 'offsets?' },
+    },
+    make: (d) => {
+      const nSeq = cu === undefined ? 1 : cu.length - 1;
+      const params: Record<string, unknown> = { b: 1, t: 3, hg: 1, h: 1, k: 64, v: 64 };
+      if (cu !== undefined) params.cuSeqlens = [...cu];
+      return {
+        q: a(d, 'bf16', 192), k: a(d, 'bf16', 192), v: a(d, 'bf16', 192), g: a(d, 'f32', 3), beta: a(d, 'f32', 3),
+        initialState: a(d, 'f32', nSeq * 4096), o: a(d, 'bf16', 192), finalState: a(d, 'f32', nSeq * 4096), params,
+      };
+    },
+  })),
+];
+
+
+// ---- argument sets ----
+
+/** The value at an argument path ("x" or "params.x"). */
+export function getPath(args: Args, path: string): unknown {
+  if (!path.startsWith('params.')) return args[path];
+  const p = args.params;
+  return typeof p === 'object' && p !== null ? (p as Args)[path.slice(7)] : undefined;
+}
+
+/** Seeded values in every input buffer of the set (u32 tables zeroed), then the case's own contents. */
+export function fillInputs(c: Case, args: Args, r: Rng): void {
+  for (const [path, spec] of Object.entries(c.keys)) {
+    if (spec.kind !== 'buf' && spec.kind !== 'buf?') continue;
+    const b = getPath(args, path) as Buffer | undefined;
+    if (b === undefined) continue;
+    if (b.dtype === 'u32') b.writeNumbers(Array.from({ length: b.elementCount }, () => 0));
+    else b.writeNumbers(Array.from({ length: b.elementCount }, () => r.uniform(-1, 1)));
+  }
+  c.fill?.(args);
+}
