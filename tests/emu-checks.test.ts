@@ -9,7 +9,7 @@ import { describe, expect, test } from 'bun:test';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { Device, MlxError, type Buffer, type Pipeline } from '../ts/index.ts';
-import { backendAbsence } from './helpers.ts';
+import { backendAbsence, errorOf } from './helpers.ts';
 
 const FILE = 'emu_checks.metal';
 
@@ -133,15 +133,6 @@ function lineOf(src: string, mark: string): number {
   return i + 1;
 }
 
-function errorOf(fn: () => void): MlxError {
-  try {
-    fn();
-  } catch (e) {
-    if (e instanceof MlxError) return e;
-    throw e;
-  }
-  throw new Error('expected an MlxError, none was thrown');
-}
 
 const absent = backendAbsence('emu');
 

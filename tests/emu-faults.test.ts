@@ -15,7 +15,7 @@
 
 import { describe, expect, test } from 'bun:test';
 import { Device, MlxError, type Encoder, type Library } from '../ts/index.ts';
-import { backendAbsence, EMU_RANDOM_SEED } from './helpers.ts';
+import { backendAbsence, EMU_RANDOM_SEED, errorOf } from './helpers.ts';
 
 const FILE = 'emu_faults.metal';
 
@@ -85,15 +85,6 @@ kernel void fill_index(device uint* out [[buffer(0)]],
 }
 `;
 
-function errorOf(fn: () => void): MlxError {
-  try {
-    fn();
-  } catch (e) {
-    if (e instanceof MlxError) return e;
-    throw e;
-  }
-  throw new Error('expected an MlxError, none was thrown');
-}
 
 async function asyncErrorOf(p: Promise<void>): Promise<MlxError> {
   try {

@@ -7,7 +7,7 @@ import moeSrc from '../shaders/moe_routing.metal' with { type: 'text' };
 import { Device, MlxError } from '../ts/index.ts';
 import { moeRoutingThreadgroup, packFusedMoeRoutingParams } from '../ts/ops/moe_routing.ts';
 import { moeRoutingRef } from '../ts/reference/moe_routing.ts';
-import { backendAbsence, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
+import { backendAbsence, maxRelErr, randomArray, rng, TOL, errorOf } from './helpers.ts';
 
 const FILE = 'emu_schedule.metal';
 
@@ -83,15 +83,6 @@ kernel void fill_ones(device uint* out [[buffer(1)]], uint gid [[thread_position
 }
 `;
 
-function errorOf(fn: () => void): MlxError {
-  try {
-    fn();
-  } catch (e) {
-    if (e instanceof MlxError) return e;
-    throw e;
-  }
-  throw new Error('expected an MlxError, none was thrown');
-}
 
 const absent = backendAbsence('emu');
 

@@ -253,6 +253,17 @@ export function expectInvalid(fn: () => void, op: string, arg: string, expected:
   expect(e.message).toContain(`(got ${actual}`);
 }
 
+/** The MlxError fn throws (anything else it throws is rethrown; throwing nothing fails). */
+export function errorOf(fn: () => unknown): MlxError {
+  try {
+    fn();
+  } catch (e) {
+    if (e instanceof MlxError) return e;
+    throw e;
+  }
+  throw new Error('expected an MlxError, none was thrown');
+}
+
 /** fn throws an MlxError (of any kind) whose message contains `text`; returns it. */
 export function expectMlxError(fn: () => unknown, text: string): MlxError {
   let caught: unknown;

@@ -47,8 +47,8 @@ __device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float (&v)[8]) 
         v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
     }
 }
-__device__ __forceinline__ void load_vec(const __half* p, float (&v)[8]) {
-    const uint4 t = *reinterpret_cast<const uint4*>(p);
+// Eight halves held in 16 raw bytes, widened to floats.
+__device__ __forceinline__ void unpack_f16x8(uint4 t, float (&v)[8]) {
     const u32 w[4] = {t.x, t.y, t.z, t.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -56,6 +56,9 @@ __device__ __forceinline__ void load_vec(const __half* p, float (&v)[8]) {
         v[2 * i] = f.x;
         v[2 * i + 1] = f.y;
     }
+}
+__device__ __forceinline__ void load_vec(const __half* p, float (&v)[8]) {
+    unpack_f16x8(*reinterpret_cast<const uint4*>(p), v);
 }
 
 // ---- reductions ----

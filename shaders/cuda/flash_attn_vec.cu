@@ -56,15 +56,7 @@ __device__ __forceinline__ void unpack(uint4 t, float (&v)[4], const float*) {
     v[0] = __uint_as_float(t.x); v[1] = __uint_as_float(t.y);
     v[2] = __uint_as_float(t.z); v[3] = __uint_as_float(t.w);
 }
-__device__ __forceinline__ void unpack(uint4 t, float (&v)[8], const __half*) {
-    const u32 w[4] = {t.x, t.y, t.z, t.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-        v[2 * i] = f.x;
-        v[2 * i + 1] = f.y;
-    }
-}
+__device__ __forceinline__ void unpack(uint4 t, float (&v)[8], const __half*) { unpack_f16x8(t, v); }
 
 // One step of the transpose-reduce: lanes with bit OFF set keep the upper
 // half of part[0 .. 2*OFF), the others the lower half; each adds its partner's
