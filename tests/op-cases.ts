@@ -77,6 +77,14 @@ const tableFill = (args: Record<string, unknown>): void => {
   if (args.seqs !== undefined) (args.seqs as Buffer).writeNumbers([0, 0, 3, 1]);
 };
 
+/** flashAttnVec's arguments, shared by its two sets (f32 KV split over workgroups, f16 KV in one). */
+const FLASH_ATTN_VEC_KEYS: Record<string, KeySpec> = {
+  q: buf(F), k: buf(['f32', 'f16']), v: buf(['f32', 'f16']), out: out(F), tmp: { kind: 'buf?', dtypes: F, output: true, readWhen: (x) => x.nwg !== 1 },
+  batch: int, nHeads: int, nKvHeads: int, headDim: int, kvSeqLen: int, kvCapacity: int, nwg: int,
+  scale: { kind: 'num' }, mask: { kind: 'enum', values: ['none', 'causal', 'slidingWindow'] },
+  slidingWindow: { kind: 'int', readWhen: (x) => x.mask === 'slidingWindow' }, softcap: { kind: 'nonneg?' },
+};
+
 export const CASES: Case[] = [
   {
     fn: 'chunkLocalCumsum', op: 'chunk_local_cumsum',
@@ -96,12 +104,7 @@ export const CASES: Case[] = [
   },
   {
     fn: 'flashAttnVec', op: 'flash_attn_vec',
-    keys: {
-      q: buf(F), k: buf(['f32', 'f16']), v: buf(['f32', 'f16']), out: out(F), tmp: { kind: 'buf?', dtypes: F, output: true, readWhen: (x) => x.nwg !== 1 },
-      batch: int, nHeads: int, nKvHeads: int, headDim: int, kvSeqLen: int, kvCapacity: int, nwg: int,
-      scale: { kind: 'num' }, mask: { kind: 'enum', values: ['none', 'causal', 'slidingWindow'] },
-      slidingWindow: { kind: 'int', readWhen: (x) => x.mask === 'slidingWindow' }, softcap: { kind: 'nonneg?' },
-    },
+    keys: FLASH_ATTN_VEC_KEYS,
     make: (d) => ({
       q: a(d, 'f32', 512), k: a(d, 'f32', 1024), v: a(d, 'f32', 1024), out: a(d, 'f32', 512), tmp: a(d, 'f32', 2 * 258 * 2),
       batch: 1, nHeads: 2, nKvHeads: 1, headDim: 256, kvSeqLen: 3, kvCapacity: 4, nwg: 2, scale: 0.0625, mask: 'causal',
@@ -109,12 +112,7 @@ export const CASES: Case[] = [
   },
   {
     fn: 'flashAttnVec', op: 'flash_attn_vec',
-    keys: {
-      q: buf(F), k: buf(['f32', 'f16']), v: buf(['f32', 'f16']), out: out(F), tmp: { kind: 'buf?', dtypes: F, output: true, readWhen: (x) => x.nwg !== 1 },
-      batch: int, nHeads: int, nKvHeads: int, headDim: int, kvSeqLen: int, kvCapacity: int, nwg: int,
-      scale: { kind: 'num' }, mask: { kind: 'enum', values: ['none', 'causal', 'slidingWindow'] },
-      slidingWindow: { kind: 'int', readWhen: (x) => x.mask === 'slidingWindow' }, softcap: { kind: 'nonneg?' },
-    },
+    keys: FLASH_ATTN_VEC_KEYS,
     make: (d) => ({
       q: a(d, 'f32', 256), k: a(d, 'f16', 512), v: a(d, 'f16', 512), out: a(d, 'f32', 256),
       batch: 1, nHeads: 1, nKvHeads: 1, headDim: 256, kvSeqLen: 2, kvCapacity: 2, nwg: 1, scale: 0.0625,
