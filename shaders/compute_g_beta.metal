@@ -11,14 +11,6 @@
 // Grid: (ceil(n / CGB_THREADS), 1, 1) threadgroups of CGB_THREADS threads,
 // one element each; threads past n return.
 
-#include <metal_stdlib>
-using namespace metal;
-
-struct ComputeGBetaParams {
-    uint n;   // B * T * H
-    uint h;
-};
-
 static inline float log1p_f32(float e) {
     const float u = 1.0f + e;
     return u == 1.0f ? e : log(u) * (e / (u - 1.0f));

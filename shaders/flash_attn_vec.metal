@@ -29,26 +29,6 @@
 //
 // KV rows are read only for visible positions below kv_seq_len.
 
-#include <metal_stdlib>
-using namespace metal;
-
-struct FlashAttnVecParams {
-    uint  n_heads;
-    uint  n_kv_heads;
-    uint  head_dim;
-    uint  kv_seq_len;
-    uint  kv_capacity;
-    float scale;
-    uint  mask_type;       // 0 none, 1 causal, 2 sliding window
-    uint  sliding_window;  // visible keys when mask_type == 2; 0 leaves all visible
-    float softcap;         // 0 disables
-    uint  nwg;             // workgroups per row, 1..32
-};
-
-struct FlashAttnVecReduceParams {
-    uint nrows;            // B * n_heads
-};
-
 template <uint D, typename KV>
 kernel void flash_attn_vec_main(
     constant FlashAttnVecParams &p       [[buffer(0)]],

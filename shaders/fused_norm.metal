@@ -16,49 +16,6 @@
 // checkpoints store norm weights in bf16, and the Rust crate's host code binds
 // them so); all arithmetic is f32.
 
-#include <metal_stdlib>
-using namespace metal;
-
-struct FusedResidualNormParams {
-    uint  dim;
-    uint  rows;
-    float eps;
-    uint  write_sum;         // nonzero: also store residual + input to sum_output
-};
-
-struct FusedResidualNormScalarF32Params {
-    uint  dim;
-    uint  rows;
-    float eps;
-    uint  scalar_is_vector;  // nonzero: scalar has dim elements; zero: scalar[0] for all
-};
-
-struct FusedNormAddScalarF32Params {
-    uint  dim;
-    uint  rows;
-    float eps;
-    uint  scalar_is_vector;  // nonzero: scalar has dim elements; zero: scalar[0] for all
-};
-
-// Sum of v over the threadgroup, returned to every thread. Every thread of the
-// threadgroup must call it. partials holds one float per simdgroup; each
-// kernel below calls this once, so partials is never rewritten after the read.
-// Each thread adds the partials itself, in one order: a last, partial
-// simdgroup may have fewer lanes than there are partials.
-static inline float threadgroup_sum(float v, threadgroup float* partials,
-                                    uint sg, uint lane, uint n_sg) {
-    const float s = simd_sum(v);
-    if (lane == 0) {
-        partials[sg] = s;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    float total = 0.0f;
-    for (uint i = 0; i < n_sg; ++i) {
-        total += partials[i];
-    }
-    return total;
-}
-
 // rms_inv of x[0..dim).
 template <typename T>
 static inline float rms_inv_of(device const T* x, uint dim, float eps,

@@ -25,29 +25,6 @@
 // K is a multiple of 32, at most 32 * GDN_MAX_KPL; V is any size.
 // All arithmetic is f32; bf16 q, k, v and o are converted on load and store.
 
-#include <metal_stdlib>
-using namespace metal;
-
-struct GatedDeltaNetParams {
-    uint  b;
-    uint  t;
-    uint  hg;
-    uint  h;
-    uint  k;
-    uint  v;
-    float scale;
-    uint  has_initial_state;   // zero: the state starts at zero and initial_state is not read
-};
-
-struct GatedDeltaNetDecodeParams {
-    uint  b;
-    uint  hg;
-    uint  h;
-    uint  k;
-    uint  v;
-    float scale;
-};
-
 constant constexpr uint GDN_LANES   = 32;
 constant constexpr uint GDN_MAX_KPL = 8;                      // K <= 256
 constant constexpr uint GDN_ROWS    = 4;                      // rows v per simdgroup

@@ -15,31 +15,6 @@
 // sum, so y may be x's buffer (in place).
 // f32, f16 and bf16 rows (x and y of one dtype); arithmetic in f32.
 
-#include <metal_stdlib>
-using namespace metal;
-
-struct L2NormParams {
-    uint  rows;
-    uint  dim;
-    float eps;
-};
-
-// Sum of v over the threadgroup, returned to every thread; called once per
-// kernel, so partials is never rewritten after it is read.
-static inline float l2_threadgroup_sum(float v, threadgroup float* partials,
-                                       uint sg, uint lane, uint n_sg) {
-    const float s = simd_sum(v);
-    if (lane == 0) {
-        partials[sg] = s;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    float total = 0.0f;
-    for (uint i = 0; i < n_sg; ++i) {
-        total += partials[i];
-    }
-    return total;
-}
-
 // buffer(0) x [rows, dim], (1) y [rows, dim], (2) params.
 template <typename T>
 static inline void l2_norm_impl(device const T* x, device T* y, constant L2NormParams& p,
@@ -55,7 +30,7 @@ static inline void l2_norm_impl(device const T* x, device T* y, constant L2NormP
         const float v = float(x[base + i]);
         sq += v * v;
     }
-    const float total = l2_threadgroup_sum(sq, partials, sg, lane, n_sg);
+    const float total = threadgroup_sum(sq, partials, sg, lane, n_sg);
     const float inv = 1.0f / sqrt(total + p.eps);
     for (uint i = tid; i < p.dim; i += tg_size) {
         y[base + i] = T(float(x[base + i]) * inv);

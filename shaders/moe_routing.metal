@@ -19,14 +19,6 @@
 // (value descending, index ascending), so nothing is written back to mark
 // the winners and the k winners are distinct.
 
-#include <metal_stdlib>
-using namespace metal;
-
-struct FusedMoeRoutingParams {
-    uint num_experts;
-    uint top_k;
-};
-
 constant constexpr uint NO_INDEX = 0xFFFFFFFFu;
 constant constexpr uint MAX_SIMDGROUPS = 32;
 
@@ -66,21 +58,6 @@ static inline void threadgroup_argmax(thread float& value, thread uint& index,
     threadgroup_barrier(mem_flags::mem_threadgroup);
     value = best_value;
     index = best_index;
-}
-
-static inline float threadgroup_max(float v, threadgroup float* partials,
-                                    uint sg, uint lane, uint n_sg) {
-    const float m = simd_max(v);
-    if (lane == 0) {
-        partials[sg] = m;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    float r = -INFINITY;
-    for (uint s = 0; s < n_sg; ++s) {
-        r = max(r, partials[s]);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    return r;
 }
 
 // One token: logits [num_experts] in, expert_ids and routing_weights [top_k] out.

@@ -20,20 +20,6 @@
 // tb >= KS - 1), and the same thread writes the new state after computing the
 // new values into registers, so the state is updated in place with no race.
 
-#include <metal_stdlib>
-using namespace metal;
-
-struct SsmConvParams {
-    uint b;
-    uint t;
-    uint c;
-    uint ks;
-    uint tb;           // tokens per thread, >= ks - 1
-    uint read_state;   // nonzero: the history before token 0 comes from state; zero: zeros
-    uint write_state;  // nonzero: state receives the last ks - 1 inputs
-    uint apply_silu;
-};
-
 constant constexpr uint SSM_CONV_MAX_KS = 8;
 constant constexpr uint SSM_CONV_THREADS = 128;
 

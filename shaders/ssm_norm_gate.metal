@@ -12,17 +12,6 @@
 // [1, 1024] (the op picks min(256, nextPow2(d_v))); threadgroup(0) holds one
 // float per simdgroup. Threads stride over the row, so any d_v works.
 
-#include <metal_stdlib>
-using namespace metal;
-
-// Bound at buffer(4): four floats, d_v stored as a float (exact below 2^24).
-struct SsmNormGateParams {
-    float eps;
-    float d_v;
-    float unused0;
-    float unused1;
-};
-
 kernel void ssm_norm_gate_f32(
     device const float*         attn_out [[buffer(0)]],
     device const float*         weight   [[buffer(1)]],
@@ -45,18 +34,7 @@ kernel void ssm_norm_gate_f32(
         const float v = attn_out[base + i];
         sq += v * v;
     }
-    // Threadgroup sum: one partial per simdgroup, written once, read after
-    // the barrier, never rewritten. Each thread adds the partials itself: a
-    // last, partial simdgroup may have fewer lanes than there are partials.
-    const float s = simd_sum(sq);
-    if (lane == 0) {
-        partials[sg] = s;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    float total = 0.0f;
-    for (uint i = 0; i < n_sg; ++i) {
-        total += partials[i];
-    }
+    const float total = threadgroup_sum(sq, partials, sg, lane, n_sg);
     const float r = rsqrt(total / float(d_v) + params.eps);
 
     for (uint i = tid; i < d_v; i += tg_size) {

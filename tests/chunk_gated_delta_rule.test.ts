@@ -37,7 +37,7 @@ import {
 import {
   TOL, describeBackends, describeValidation, maxRelErr, nmse, rng, type Rng, expectInvalidParts, maxAbs, bf16, randomArray,
 } from './helpers.ts';
-import { metalStruct } from './metal-source.ts';
+import { structLayout } from '../ts/params.ts';
 
 interface Shape {
   hg: number;
@@ -134,7 +134,7 @@ describe('chunk_gated_delta_rule reference', () => {
   });
 
   test('the packer matches struct ChunkGatedDeltaRuleParams of the .metal source', () => {
-    expect(CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT).toEqual(metalStruct(metalSource, 'ChunkGatedDeltaRuleParams'));
+    expect(CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT).toEqual(structLayout(metalSource, 'ChunkGatedDeltaRuleParams'));
     const packed = packChunkGatedDeltaRuleParams({ nTok: 135, nt: 4, nSeq: 3, hg: 2, h: 6, k: 128, v: 64, scale: 0.25 });
     const dv = new DataView(packed.buffer, packed.byteOffset, packed.byteLength);
     expect(packed.byteLength).toBe(32);

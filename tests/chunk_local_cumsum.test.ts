@@ -11,7 +11,8 @@ import {
 } from '../ts/ops/chunk_local_cumsum.ts';
 import { chunkLocalCumsumRef } from '../ts/reference/chunk_local_cumsum.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
-import { metalStruct, bufferParam } from './metal-source.ts';
+import { bufferParam } from './metal-source.ts';
+import { structLayout } from '../ts/params.ts';
 import * as cumsumOps from '../ts/ops/chunk_local_cumsum.ts';
 import * as mlx from '../ts/index.ts';
 
@@ -19,7 +20,7 @@ import * as mlx from '../ts/index.ts';
 
 describe('chunk_local_cumsum param packer matches the .metal declaration', () => {
   test('ChunkLocalCumsumParams: [B, T, H, BT, NT] as uints, bound at buffer(2)', () => {
-    expect(CHUNK_LOCAL_CUMSUM_PARAMS_LAYOUT).toEqual(metalStruct(src, 'ChunkLocalCumsumParams'));
+    expect(CHUNK_LOCAL_CUMSUM_PARAMS_LAYOUT).toEqual(structLayout(src, 'ChunkLocalCumsumParams'));
     expect(bufferParam(src, 'chunk_local_cumsum_g_f32', 2)).toMatch(/^constant ChunkLocalCumsumParams& params /);
     const p = { b: 2, t: 130, h: 3, bt: 64 };
     const bytes = packChunkLocalCumsumParams(p);

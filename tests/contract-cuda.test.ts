@@ -1,8 +1,9 @@
 // Contract: each shaders/cuda/<family>.cu has the entries of shaders/<family>.metal,
 // with the Metal bindings in the same order, and the param structs they share
-// laid out alike. Runs on Linux without a GPU: the .cu file is preprocessed by
-// clang (macro-made entries expanded; no CUDA headers needed, since the
-// prelude shaders/cuda/common.cuh holds every include), then read as text.
+// laid out alike. Runs on Linux without a GPU: the family header and the .cu
+// file are preprocessed by clang (macro-made entries expanded; no CUDA headers
+// needed, since the prelude shaders/cuda/common.cuh holds every include),
+// then read as text.
 //
 // For every Metal kernel entry of the family (ts/metal-source.ts finds its
 // declaration), the CUDA entry `extern "C" __global__ void NAME(...)` takes one
@@ -13,14 +14,18 @@
 //   - a CUDA pointer not declared const only where the Metal binding may be
 //     written: the encoder places barriers from the Metal declaration, so a
 //     CUDA kernel writing a binding that Metal declares read-only would race.
-// Every struct that both files define has the same fields (names and byte
-// offsets, Metal uint / CUDA u32 and the like counting as one type).
+// Every struct that both programs see has the same fields (names and byte
+// offsets, Metal uint / CUDA u32 and the like counting as one type): with the
+// structs in the family header that holds by construction, and
+// tests/contract-structs.test.ts checks that nothing defines them again.
 
 import { describe, expect, test } from 'bun:test';
 import { spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { kernelParams, metalEntries, metalStructFields } from '../ts/metal-source.ts';
+import { kernelParams, metalEntries } from '../ts/metal-source.ts';
+import { structLayout } from '../ts/params.ts';
 import { stripComments } from '../ts/source-text.ts';
 
 const ROOT = join(import.meta.dir, '..');
@@ -32,10 +37,23 @@ interface CudaParam {
   isPointer: boolean;
 }
 
-function preprocess(file: string): string {
-  const r = spawnSync(CXX!, ['-E', '-P', '-x', 'c++', file], { encoding: 'utf8' });
-  if (r.status !== 0) throw new Error(`preprocessing ${file} failed:\n${r.stderr}`);
-  return stripComments(r.stdout);
+function preprocess(text: string, name: string): string {
+  const dir = mkdtempSync(join(tmpdir(), 'mlxn-contract-cuda-'));
+  try {
+    const file = join(dir, name);
+    writeFileSync(file, text);
+    const r = spawnSync(CXX!, ['-E', '-P', '-x', 'c++', file], { encoding: 'utf8' });
+    if (r.status !== 0) throw new Error(`preprocessing ${name} failed:\n${r.stderr}`);
+    return stripComments(r.stdout);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** The family's header (shaders/<family>.h), compiled ahead of both sources; '' when it has none. */
+function header(family: string): string {
+  const file = join(ROOT, 'shaders', `${family}.h`);
+  return existsSync(file) ? readFileSync(file, 'utf8') : '';
 }
 
 /** The parameters of every `extern "C" __global__` entry, by name. */
@@ -103,8 +121,9 @@ extern "C" __global__ void k(float* x, float* y, const P* p) {}`);
 
   for (const family of families) {
     test(family, () => {
-      const metal = readFileSync(join(ROOT, 'shaders', `${family}.metal`), 'utf8');
-      const cudaCode = preprocess(join(ROOT, 'shaders', 'cuda', `${family}.cu`));
+      const h = header(family);
+      const metal = `${h}\n${readFileSync(join(ROOT, 'shaders', `${family}.metal`), 'utf8')}`;
+      const cudaCode = preprocess(`${h}\n${readFileSync(join(ROOT, 'shaders', 'cuda', `${family}.cu`), 'utf8')}`, `${family}.cu`);
       const problems = mismatches(metal, cudaEntries(cudaCode), typedefs(cudaCode), cudaCode);
       expect(problems.join("\n")).toBe("");
     });
@@ -150,7 +169,7 @@ function mismatches(metal: string, cuda: Map<string, CudaParam[]>, aliases: Map<
       if (cudaCode !== '') problems.push(`struct ${s}: not defined in the CUDA source`);
       continue;
     }
-    const m = metalStructFields(metal, s).map((f) => ({ name: f.name, size: f.size, offset: f.offset }));
+    const m = structLayout(metal, s).map((f) => ({ name: f.name, size: 4, offset: f.offset }));
     if (JSON.stringify(m) !== JSON.stringify(c)) problems.push(`struct ${s}: Metal ${JSON.stringify(m)} vs CUDA ${JSON.stringify(c)}`);
   }
   return problems;

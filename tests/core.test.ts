@@ -19,6 +19,7 @@ import {
 import { statusKind } from '../ts/errors.ts';
 import { DispatchBlock, packDispatch, type BindableBuffer } from '../ts/encoder.ts';
 import { constantsKey, packConstants } from '../ts/library.ts';
+import { familySources } from '../ts/registry.ts';
 import { candidatePaths, libraryFileName, loadBackend } from '../ts/native.ts';
 import { describeBackends, rng, randomArray } from './helpers.ts';
 
@@ -543,17 +544,18 @@ describeBackends('core', ({ device, label }) => {
     const d = device();
     const reg = d.kernels;
     expect(d.kernels).toBe(reg);
-    reg.register('core_test', { metal: SRC, cuda: CU_SRC }, ['add', 'oob', 'spin']);
-    reg.register('core_test', { metal: SRC, cuda: CU_SRC }, ['add', 'oob', 'spin']); // same again: no-op
-    expectKind(() => reg.register('core_test', { metal: SRC + ' ' }, ['add', 'oob', 'spin']), 'InvalidArgument', 'already registered');
-    expectKind(() => reg.register('other', { metal: SRC }, ['add']), 'InvalidArgument', 'kernel add of family other is already registered by family core_test');
+    reg.register('core_test', familySources('core_test', { metal: SRC, cuda: CU_SRC }), ['add', 'oob', 'spin']);
+    // The same files again (other objects of equal text): a no-op.
+    reg.register('core_test', familySources('core_test', { metal: SRC, cuda: CU_SRC }), ['add', 'oob', 'spin']);
+    expectKind(() => reg.register('core_test', familySources('core_test', { metal: SRC + ' ' }), ['add', 'oob', 'spin']), 'InvalidArgument', 'already registered');
+    expectKind(() => reg.register('other', familySources('other', { metal: SRC }), ['add']), 'InvalidArgument', 'kernel add of family other is already registered by family core_test');
     expectKind(() => reg.pipeline('unknown_kernel'), 'KernelNotFound', 'unknown_kernel is not registered');
 
     const p = reg.pipeline('add');
     expect(reg.pipeline('add')).toBe(p);
     expect(reg.pipeline('spin').library).toBe(p.library); // one library per family
 
-    reg.register('core_fc', { metal: FC_SRC, cuda: CU_FC_SRC }, ['scale_or_copy']);
+    reg.register('core_fc', familySources('core_fc', { metal: FC_SRC, cuda: CU_FC_SRC }), ['scale_or_copy']);
     const scaled = reg.pipeline('scale_or_copy', { 0: true, 1: { type: 'u32', value: 3 } });
     const copy = reg.pipeline('scale_or_copy', { 0: false, 1: { type: 'u32', value: 3 } });
     expect(reg.pipeline('scale_or_copy', { 1: { type: 'u32', value: 3 }, 0: true })).toBe(scaled);

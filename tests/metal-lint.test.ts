@@ -1,5 +1,7 @@
-// A lint of shaders/*.metal for code that the CPU emulator (clang++ compiling
-// the kernels as C++ against a metal_stdlib shim) would accept but Apple's
+// A lint of the Metal programs of shaders/ (each family's .metal after the
+// prelude common.metal and its header, as the registry joins them) for code
+// that the CPU emulator (clang++ compiling the kernels as C++ against a
+// metal_stdlib shim) would accept but Apple's
 // Metal compiler (MSL 3.1, run-time compile from source) would reject, or
 // that would behave differently on the GPU. It reads text with regular
 // expressions: it is a net for common mistakes, not a compiler. Comments are
@@ -54,6 +56,7 @@
 import { describe, expect, test } from 'bun:test';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { joinSources, METAL_PRELUDE } from '../ts/registry.ts';
 import { stripComments } from '../ts/source-text.ts';
 
 const ROOT = resolve(import.meta.dir, '..');
@@ -284,8 +287,32 @@ const BAD: Record<string, string> = {
   'half-types': '#include <metal_stdlib>\nkernel void k(device __fp16* x [[buffer(0)]]) {}',
 };
 
+/** The family sources: every .metal file of shaders/ but the prelude. */
 function metalFiles(): string[] {
-  return existsSync(SHADERS) ? readdirSync(SHADERS).filter((f) => f.endsWith('.metal')).sort() : [];
+  return existsSync(SHADERS) ? readdirSync(SHADERS).filter((f) => f.endsWith('.metal') && f !== METAL_PRELUDE.name).sort() : [];
+}
+
+/**
+ * A family's program as the registry compiles it (the prelude, the header
+ * when there is one, the kernels), and where each of its lines comes from.
+ */
+function familyProgram(file: string): { text: string; where: (line: number) => string } {
+  const header = file.replace(/\.metal$/, '.h');
+  const files = [METAL_PRELUDE];
+  if (existsSync(join(SHADERS, header))) files.push({ name: header, text: readFileSync(join(SHADERS, header), 'utf8') });
+  files.push({ name: file, text: readFileSync(join(SHADERS, file), 'utf8') });
+  const text = joinSources(files);
+  const lines = text.split('\n');
+  return {
+    text,
+    where(line: number): string {
+      for (let i = line - 1; i >= 0; i--) {
+        const m = /^#line 1 "([^"]+)"$/.exec(lines[i]!);
+        if (m) return `shaders/${m[1]}:${line - i - 1}`;
+      }
+      return `line ${line}`;
+    },
+  };
 }
 
 describe('metal lint of shaders/*.metal', () => {
@@ -307,8 +334,9 @@ describe('metal lint of shaders/*.metal', () => {
   const files = metalFiles();
   if (files.length === 0) test('shaders/ has no .metal file yet: nothing to lint', () => {});
   for (const f of files) {
-    test(`shaders/${f}`, () => {
-      const findings = lintMetal(readFileSync(join(SHADERS, f), 'utf8')).map((x) => `shaders/${f}:${x.line}: [${x.rule}] ${x.text}`);
+    test(`shaders/${f} (after the prelude and its header)`, () => {
+      const program = familyProgram(f);
+      const findings = lintMetal(program.text).map((x) => `${program.where(x.line)}: [${x.rule}] ${x.text}`);
       expect(findings).toEqual([]);
     });
   }

@@ -1,68 +1,10 @@
 // Reading declarations out of .metal sources: which buffers a kernel may write
 // (the encoder places barriers from it), and, for the tests that hold the
-// TypeScript side against the shaders, param struct layouts and binding
-// declarations; reading packed param structs back.
+// TypeScript side against the shaders, binding declarations; reading packed
+// param structs back. Param struct layouts are read by ts/params.ts.
 
-import type { ParamField, ParamType } from './params.ts';
+import type { ParamField } from './params.ts';
 import { stripComments } from './source-text.ts';
-
-/** A field of a Metal struct as declared: its Metal type, name, size and offset under natural alignment. */
-export interface MetalField {
-  readonly type: string;
-  readonly name: string;
-  readonly size: number;
-  readonly offset: number;
-}
-
-/** Byte sizes of the Metal scalar types a param struct may hold. */
-const METAL_SCALAR_SIZES: Readonly<Record<string, number>> = {
-  bool: 1, char: 1, uchar: 1, int8_t: 1, uint8_t: 1,
-  short: 2, ushort: 2, half: 2, bfloat: 2, int16_t: 2, uint16_t: 2,
-  int: 4, uint: 4, float: 4, int32_t: 4, uint32_t: 4,
-  long: 8, ulong: 8, int64_t: 8, uint64_t: 8,
-};
-
-/** The Metal types of the ParamTypes that the layout tables name. */
-const PARAM_TYPES: Readonly<Record<string, ParamType>> = { uint: 'u32', float: 'f32' };
-
-/** The source with its block and line comments blanked (newlines kept). */
-export const stripMetalComments = stripComments;
-
-/**
- * Fields of `struct name { ... };` in the source, in order, each a scalar
- * (uint, int, float, ushort, half, ...; comments allowed) at its offset
- * under natural alignment. Throws where the struct is missing or a
- * declaration is not one scalar field.
- */
-export function metalStructFields(source: string, name: string): MetalField[] {
-  const m = new RegExp(`\\bstruct\\s+${name}\\s*\\{([^}]*)\\}`).exec(stripMetalComments(source));
-  if (!m) throw new Error(`struct ${name} not found`);
-  const fields: MetalField[] = [];
-  let end = 0;
-  for (const decl of m[1]!.split(';')) {
-    if (decl.trim() === '') continue;
-    const f = /^\s*(\w+)\s+(\w+)\s*$/.exec(decl);
-    const size = f ? METAL_SCALAR_SIZES[f[1]!] : undefined;
-    if (!f || size === undefined) throw new Error(`struct ${name}: "${decl.trim()}" is not a scalar field`);
-    const offset = Math.ceil(end / size) * size;
-    fields.push({ type: f[1]!, name: f[2]!, size, offset });
-    end = offset + size;
-  }
-  return fields;
-}
-
-/**
- * Fields of `struct name { ... };` as a layout table: every field a uint
- * (u32) or float (f32), 4 bytes each, laid out in order. Throws on any
- * other field type.
- */
-export function metalStruct(source: string, name: string): ParamField[] {
-  return metalStructFields(source, name).map((f) => {
-    const type = PARAM_TYPES[f.type];
-    if (type === undefined) throw new Error(`struct ${name}: field ${f.name} is a ${f.type}, not a 4-byte uint or float`);
-    return { name: f.name, type, offset: f.offset };
-  });
-}
 
 /**
  * The parameter list of `kernel void name(...)`, one declaration per entry,
@@ -70,7 +12,7 @@ export function metalStruct(source: string, name: string): ParamField[] {
  * kernel T fn<...>;` resolves to the template `fn`.
  */
 export function kernelParams(source: string, name: string): string[] {
-  const code = stripMetalComments(source);
+  const code = stripComments(source);
   name = name.replace(/[^\w]/g, (c) => `\\${c}`);
   let m = new RegExp(`\\bkernel\\s+void\\s+${name}\\s*\\(`).exec(code);
   if (!m) {

@@ -5,34 +5,65 @@
 import type { BackendName } from './native.ts';
 import type { Device } from './device.ts';
 import { MlxError } from './errors.ts';
+import metalPrelude from '../shaders/common.metal' with { type: 'text' };
 import cudaPrelude from '../shaders/cuda/common.cuh' with { type: 'text' };
 import { kernelWrites } from './metal-source.ts';
 import { constantsKey, type FunctionConstants, type Library, type Pipeline } from './library.ts';
 
-/** The helpers every CUDA family shares (shaders/cuda/common.cuh), compiled ahead of its source. */
-export const CUDA_PRELUDE: string = cudaPrelude;
-
-/**
- * One program of a prelude and a family's source, with `#line` directives so
- * that compile errors cite each file by its own name and line.
- */
-export function withPrelude(prelude: string, preludeName: string, source: string, name: string): string {
-  return `#line 1 "${preludeName}"\n${prelude}\n#line 1 "${name}"\n${source}`;
+/** One file of a program: its name (relative to shaders/) and its text. */
+export interface SourceFile {
+  readonly name: string;
+  readonly text: string;
 }
 
+/** What every Metal family shares (shaders/common.metal): metal_stdlib and the helpers. */
+export const METAL_PRELUDE: SourceFile = { name: 'common.metal', text: metalPrelude };
+/** What every CUDA family shares (shaders/cuda/common.cuh): CUDA's headers and the helpers. */
+export const CUDA_PRELUDE: SourceFile = { name: 'cuda/common.cuh', text: cudaPrelude };
+
+/**
+ * One program of the files in order, each after a `#line 1 "name"` directive,
+ * so that compile errors cite each file by its own name and line. The Swift
+ * tool (swift/Sources/MlxNativeTool/ShaderFiles.swift) joins them the same
+ * way, byte for byte, for the metallibs it builds.
+ */
+export function joinSources(files: readonly SourceFile[]): string {
+  let out = '';
+  for (const f of files) out += `#line 1 "${f.name}"\n${f.text}\n`;
+  return out;
+}
+
+/**
+ * The sources of a family, in the order the registry compiles them: the
+ * prelude of the language, the family's header of param structs
+ * (shaders/<family>.h, read by MSL, CUDA and ts/params.ts alike), then its
+ * kernels (shaders/<family>.metal, shaders/cuda/<family>.cu).
+ */
 export interface FamilySources {
   /** Metal Shading Language, used by the metal and emu backends. */
-  metal: string;
-  /**
-   * CUDA C++ with the same entry names and binding order, used by the cuda
-   * backend; compiled after CUDA_PRELUDE, whose helpers it uses.
-   */
-  cuda?: string;
+  readonly metal: readonly SourceFile[];
+  /** CUDA C++ with the same entry names and binding order, used by the cuda backend. */
+  readonly cuda?: readonly SourceFile[];
+}
+
+/** A family's FamilySources from the texts of its files. */
+export function familySources(family: string, files: { header?: string; metal: string; cuda?: string }): FamilySources {
+  const header: SourceFile[] = files.header === undefined ? [] : [{ name: `${family}.h`, text: files.header }];
+  const metal = [METAL_PRELUDE, ...header, { name: `${family}.metal`, text: files.metal }];
+  if (files.cuda === undefined) return { metal };
+  return { metal, cuda: [CUDA_PRELUDE, ...header, { name: `cuda/${family}.cu`, text: files.cuda }] };
+}
+
+function sameFiles(a: readonly SourceFile[] | undefined, b: readonly SourceFile[] | undefined): boolean {
+  if (a === undefined || b === undefined) return a === b;
+  return a.length === b.length && a.every((f, i) => f.name === b[i]!.name && f.text === b[i]!.text);
 }
 
 interface Family {
   sources: FamilySources;
   kernels: readonly string[];
+  /** The joined Metal program: what metal and emu compile, and what a kernel's writes are read from. */
+  metal: string;
 }
 
 export class KernelRegistry {
@@ -54,10 +85,11 @@ export class KernelRegistry {
    */
   register(family: string, sources: FamilySources, kernels: readonly string[]): void {
     const known = this.families.get(family);
+    if (known !== undefined && known.sources === sources && known.kernels === kernels) return;
     if (known) {
       const same =
-        known.sources.metal === sources.metal &&
-        known.sources.cuda === sources.cuda &&
+        sameFiles(known.sources.metal, sources.metal) &&
+        sameFiles(known.sources.cuda, sources.cuda) &&
         known.kernels.length === kernels.length &&
         known.kernels.every((k, i) => k === kernels[i]);
       if (!same) {
@@ -72,7 +104,7 @@ export class KernelRegistry {
         throw new MlxError('InvalidArgument', `KernelRegistry.register: kernel ${k} of family ${family} is already registered by family ${other}`);
       }
     }
-    this.families.set(family, { sources: { ...sources }, kernels: [...kernels] });
+    this.families.set(family, { sources, kernels, metal: joinSources(sources.metal) });
     for (const k of kernels) this.kernelFamily.set(k, family);
   }
 
@@ -97,7 +129,7 @@ export class KernelRegistry {
     }
     const p = this.library(family, constants, ckey).pipeline(kernel);
     // A CUDA kernel has the bindings of its Metal twin: what it writes is read there.
-    if (this.device.backend === 'cuda') p._writes = kernelWrites(this.families.get(family)!.sources.metal, kernel);
+    if (this.device.backend === 'cuda') p._writes = kernelWrites(this.families.get(family)!.metal, kernel);
     this.pipelines.set(key, p);
     return p;
   }
@@ -106,7 +138,7 @@ export class KernelRegistry {
     const key = `${family}|${ckey}`;
     const hit = this.libraries.get(key);
     if (hit !== undefined && hit._h !== 0) return hit;
-    const { sources } = this.families.get(family)!;
+    const { sources, metal } = this.families.get(family)!;
     const backend: BackendName = this.device.backend;
     let source: string;
     let name: string;
@@ -115,9 +147,9 @@ export class KernelRegistry {
         throw new MlxError('KernelNotFound', `KernelRegistry: family ${family} has no CUDA source, so it cannot run on the cuda backend`);
       }
       name = `${family}.cu`;
-      source = withPrelude(CUDA_PRELUDE, 'common.cuh', sources.cuda, name);
+      source = joinSources(sources.cuda);
     } else {
-      source = sources.metal;
+      source = metal;
       name = `${family}.metal`;
     }
     const lib = this.device.compile(source, constants === undefined ? { name } : { name, constants });

@@ -1,4 +1,4 @@
-// Kernel sources are imported as text:
+// Kernel sources and the family headers are imported as text:
 //   import src from '../../shaders/rms_norm.metal' with { type: 'text' };
 declare module '*.metal' {
   const source: string;
@@ -11,6 +11,11 @@ declare module '*.cu' {
 }
 
 declare module '*.cuh' {
+  const source: string;
+  export default source;
+}
+
+declare module '*.h' {
   const source: string;
   export default source;
 }

@@ -1,10 +1,14 @@
 // The prelude of every CUDA family: the kernel registry compiles it ahead of
-// shaders/cuda/<family>.cu (one program, `#line` marking where each file
-// starts), so the helpers that several families use are written once, here.
+// the family's header (shaders/<family>.h, its param structs, shared with
+// Metal) and kernels (shaders/cuda/<family>.cu) as one program (`#line`
+// marking where each file starts), so the helpers that several families use
+// are written once, here.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 typedef unsigned int u32;
+// Metal's name, which the param structs of shaders/<family>.h use.
+typedef unsigned int uint;
 typedef unsigned long long u64;
 typedef __nv_bfloat16 bf16;
 

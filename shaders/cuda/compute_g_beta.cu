@@ -12,11 +12,6 @@
 // (tokens times heads), so the launch, not the bandwidth, sets its time.
 // All arithmetic is f32 with the accurate expf / log1pf.
 
-struct ComputeGBetaParams {
-    u32 n;   // B * T * H
-    u32 h;
-};
-
 namespace {
 
 __device__ __forceinline__ float softplus_f32(float x) {

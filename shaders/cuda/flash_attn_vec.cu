@@ -25,23 +25,6 @@
 // Reduce kernel: grid (rows, 1, 1), 32 * NWG threads; lane w of each warp
 // stands for workgroup w; warp s combines float4 columns s, s + NWG, ...
 
-struct FlashAttnVecParams {
-    u32   n_heads;
-    u32   n_kv_heads;
-    u32   head_dim;
-    u32   kv_seq_len;
-    u32   kv_capacity;
-    float scale;
-    u32   mask_type;       // 0 none, 1 causal, 2 sliding window
-    u32   sliding_window;  // visible keys when mask_type == 2; 0 leaves all visible
-    float softcap;         // 0 disables
-    u32   nwg;             // workgroups per row, 1..32
-};
-
-struct FlashAttnVecReduceParams {
-    u32 nrows;             // B * n_heads
-};
-
 namespace {
 
 constexpr float FLT_MAX_F = 3.402823466e+38f;

@@ -24,27 +24,6 @@
 // keeps every kernel at <= 64 registers, so every block size launches.
 // Otherwise a scalar path strides over the row.
 
-struct FusedResidualNormParams {
-    u32   dim;
-    u32   rows;
-    float eps;
-    u32   write_sum;
-};
-
-struct FusedResidualNormScalarF32Params {
-    u32   dim;
-    u32   rows;
-    float eps;
-    u32   scalar_is_vector;
-};
-
-struct FusedNormAddScalarF32Params {
-    u32   dim;
-    u32   rows;
-    float eps;
-    u32   scalar_is_vector;
-};
-
 namespace {
 
 constexpr u64 STREAM_BYTES = ~0ull;

@@ -31,26 +31,6 @@
 // All arithmetic is f32; bf16 q, k, v and o are converted on load and rounded
 // (nearest even) on store.
 
-struct GatedDeltaNetParams {
-    u32   b;
-    u32   t;
-    u32   hg;
-    u32   h;
-    u32   k;
-    u32   v;
-    float scale;
-    u32   has_initial_state;   // zero: the state starts at zero and initial_state is not read
-};
-
-struct GatedDeltaNetDecodeParams {
-    u32   b;
-    u32   hg;
-    u32   h;
-    u32   k;
-    u32   v;
-    float scale;
-};
-
 namespace {
 
 constexpr u32 GDN_LANES = 32;

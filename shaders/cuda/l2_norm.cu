@@ -15,12 +15,6 @@
 // Either way each thread writes only the elements it read itself, after the
 // block's sum, so y may be x's buffer (in place).
 
-struct L2NormParams {
-    u32   rows;
-    u32   dim;
-    float eps;
-};
-
 namespace {
 
 __device__ __forceinline__ void store_vec(float* p, const float (&v)[4]) {

@@ -38,11 +38,6 @@
 // total order, so nothing is marked and the winners are distinct. Larger
 // top_k use top_k rounds of a block arg-max.
 
-struct FusedMoeRoutingParams {
-    u32 num_experts;
-    u32 top_k;
-};
-
 namespace {
 
 constexpr u32 NO_INDEX = 0xffffffffu;

@@ -21,17 +21,6 @@
 // state in registers from the start and writes the new state after its
 // outputs, so the state is updated in place with no race.
 
-struct SsmConvParams {
-    u32 b;
-    u32 t;
-    u32 c;
-    u32 ks;
-    u32 tb;           // tokens per thread, >= ks - 1
-    u32 read_state;   // nonzero: the history before token 0 comes from state; zero: zeros
-    u32 write_state;  // nonzero: state receives the last ks - 1 inputs
-    u32 apply_silu;
-};
-
 namespace {
 
 constexpr u32 SSM_CONV_THREADS = 128;

@@ -12,13 +12,6 @@
 // and keep up to 8 of them of attn_out in registers between the two passes;
 // otherwise a scalar path strides over the row.
 
-struct SsmNormGateParams {
-    float eps;
-    float d_v;
-    float unused0;
-    float unused1;
-};
-
 namespace {
 
 __device__ __forceinline__ float gated(float x, float r, float w, float zv) {

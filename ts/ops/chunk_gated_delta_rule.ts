@@ -22,6 +22,7 @@ import {
 } from '../validate.ts';
 import { chunkLocalCumsum } from './chunk_local_cumsum.ts';
 import { packFields, type ParamField } from '../params.ts';
+import { familySources } from '../registry.ts';
 import { gatedDeltaNetChunk } from './gated_delta_net_chunk.ts';
 
 const OP = 'chunk_gated_delta_rule';
@@ -40,7 +41,7 @@ export const CHUNK_GATED_DELTA_RULE_KERNELS = [
   CUMSUM, KKT, KKT_BETA_BF16, SOLVE, WU, WU_BETA_BF16, INTER_K64, INTER_K128, INTER_K256, CHUNK_O,
 ] as const;
 /** The family's sources by backend (the cuda file has the same entry points, bindings and grids). */
-export const CHUNK_GATED_DELTA_RULE_SOURCES = { metal: metalSource, cuda: cudaSrc } as const;
+export const CHUNK_GATED_DELTA_RULE_SOURCES = familySources(FAMILY, { metal: metalSource, cuda: cudaSrc });
 
 /** Tokens per chunk, fixed in every kernel. */
 export const GDR_BT = 64;

@@ -7,9 +7,11 @@ import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, type ParamField } from '../params.ts';
+import { familySources } from '../registry.ts';
 import { checkAtMost, checkBuffer, checkDtype, checkElements, checkPositive, checkedProduct } from '../validate.ts';
 
 export const CHUNK_LOCAL_CUMSUM_FAMILY = 'chunk_local_cumsum';
+const SOURCES = familySources(CHUNK_LOCAL_CUMSUM_FAMILY, { metal: src, cuda: cudaSrc });
 export const CHUNK_LOCAL_CUMSUM_KERNELS = ['chunk_local_cumsum_g_f32'] as const;
 /** One thread per timestep of a chunk: Metal's threadgroup limit. */
 export const CHUNK_LOCAL_CUMSUM_MAX_BT = 1024;
@@ -82,7 +84,7 @@ export function validateChunkLocalCumsum(p: ChunkLocalCumsumParams, buf: ChunkLo
 export function chunkLocalCumsum(enc: Encoder, args: ChunkLocalCumsumBuffers & ChunkLocalCumsumParams): void {
   validateChunkLocalCumsum(args, args, enc.device);
   const registry = enc.device.kernels;
-  registry.register(CHUNK_LOCAL_CUMSUM_FAMILY, { metal: src, cuda: cudaSrc }, CHUNK_LOCAL_CUMSUM_KERNELS);
+  registry.register(CHUNK_LOCAL_CUMSUM_FAMILY, SOURCES, CHUNK_LOCAL_CUMSUM_KERNELS);
   enc.dispatch(registry.pipeline('chunk_local_cumsum_g_f32'), {
     buffers: [args.gIn, args.gCumsum],
     bytes: [, , packChunkLocalCumsumParams(args)],

@@ -5,17 +5,19 @@
 
 import src from '../../shaders/compute_g_beta.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/compute_g_beta.cu' with { type: 'text' };
+import header from '../../shaders/compute_g_beta.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
-import { packFields, type ParamField } from '../params.ts';
+import { packFields, structLayout, type ParamField } from '../params.ts';
+import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkObject, checkPositive, checkedProduct,
 } from '../validate.ts';
 
 export const COMPUTE_G_BETA_FAMILY = 'compute_g_beta';
 /** The family's kernel sources by backend, as registered by every dispatch. */
-export const COMPUTE_G_BETA_SOURCES = { metal: src, cuda: cudaSrc } as const;
+export const COMPUTE_G_BETA_SOURCES = familySources(COMPUTE_G_BETA_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const COMPUTE_G_BETA_KERNELS = ['compute_g_beta_f32', 'compute_g_beta_bf16'] as const;
 /** Threads per threadgroup. */
 export const COMPUTE_G_BETA_THREADS = 256;
@@ -25,10 +27,7 @@ const MAX_ELEMENTS_U32 = 0xffff_ffff;
 export const SOFTPLUS_THRESHOLD = 20;
 
 /** struct ComputeGBetaParams (buffer 6). */
-export const COMPUTE_G_BETA_PARAMS_LAYOUT: readonly ParamField[] = [
-  { name: 'n', type: 'u32', offset: 0 },
-  { name: 'h', type: 'u32', offset: 4 },
-];
+export const COMPUTE_G_BETA_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'ComputeGBetaParams');
 
 export interface ComputeGBetaParams {
   b: number;

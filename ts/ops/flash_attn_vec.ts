@@ -2,17 +2,21 @@
 
 import metalSource from '../../shaders/flash_attn_vec.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/flash_attn_vec.cu' with { type: 'text' };
+import header from '../../shaders/flash_attn_vec.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import type { Pipeline } from '../library.ts';
-import { packFields, type ParamField } from '../params.ts';
+import { packFields, structLayout, type ParamField } from '../params.ts';
+import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid,
 } from '../validate.ts';
 
 const OP = 'flash_attn_vec';
 const FAMILY = 'flash_attn_vec';
+/** The family's sources by backend, as registered by every dispatch. */
+export const FLASH_ATTN_VEC_SOURCES = familySources(FAMILY, { header, metal: metalSource, cuda: cudaSrc });
 export const FLASH_ATTN_VEC_KERNELS = [
   'flash_attn_vec_dk256',
   'flash_attn_vec_dk512',
@@ -89,21 +93,10 @@ export interface FlashAttnVecBuffers {
 }
 
 /** struct FlashAttnVecParams of shaders/flash_attn_vec.metal. */
-export const FLASH_ATTN_VEC_PARAMS_LAYOUT: readonly ParamField[] = [
-  { name: 'n_heads', type: 'u32', offset: 0 },
-  { name: 'n_kv_heads', type: 'u32', offset: 4 },
-  { name: 'head_dim', type: 'u32', offset: 8 },
-  { name: 'kv_seq_len', type: 'u32', offset: 12 },
-  { name: 'kv_capacity', type: 'u32', offset: 16 },
-  { name: 'scale', type: 'f32', offset: 20 },
-  { name: 'mask_type', type: 'u32', offset: 24 },
-  { name: 'sliding_window', type: 'u32', offset: 28 },
-  { name: 'softcap', type: 'f32', offset: 32 },
-  { name: 'nwg', type: 'u32', offset: 36 },
-];
+export const FLASH_ATTN_VEC_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FlashAttnVecParams');
 
 /** struct FlashAttnVecReduceParams of shaders/flash_attn_vec.metal. */
-export const FLASH_ATTN_VEC_REDUCE_PARAMS_LAYOUT: readonly ParamField[] = [{ name: 'nrows', type: 'u32', offset: 0 }];
+export const FLASH_ATTN_VEC_REDUCE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FlashAttnVecReduceParams');
 
 /** The main kernel's FlashAttnVecParams, little-endian. */
 export function packFlashAttnVecParams(p: FlashAttnVecParams): Uint8Array {
@@ -209,7 +202,7 @@ export function validateFlashAttnVec(p: FlashAttnVecParams, bufs: FlashAttnVecBu
 export function flashAttnVec(enc: Encoder, args: FlashAttnVecParams & FlashAttnVecBuffers): void {
   validateFlashAttnVec(args, args, enc.device);
   const kernels = enc.device.kernels;
-  kernels.register(FAMILY, { metal: metalSource, cuda: cudaSrc }, FLASH_ATTN_VEC_KERNELS);
+  kernels.register(FAMILY, FLASH_ATTN_VEC_SOURCES, FLASH_ATTN_VEC_KERNELS);
   const d = args.headDim;
   const main = kernels.pipeline(args.k.dtype === 'f16' ? `flash_attn_vec_f16kv_dk${d}` : `flash_attn_vec_dk${d}`);
   const dst = args.nwg === 1 ? args.out : args.tmp!;

@@ -3,11 +3,13 @@
 
 import src from '../../shaders/fused_norm.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/fused_norm.cu' with { type: 'text' };
+import header from '../../shaders/fused_norm.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
-import { packFields, type ParamField, type ParamType } from '../params.ts';
+import { packFields, structLayout, type ParamField, type ParamType } from '../params.ts';
+import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid,
 } from '../validate.ts';
@@ -15,7 +17,7 @@ import { rowThreadgroup } from '../launch.ts';
 
 export const FUSED_NORM_FAMILY = 'fused_norm';
 /** The family's kernel sources by backend, as registered by every dispatch. */
-export const FUSED_NORM_SOURCES = { metal: src, cuda: cudaSrc } as const;
+export const FUSED_NORM_SOURCES = familySources(FUSED_NORM_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const FUSED_NORM_KERNELS = [
   'fused_norm_add_f32',
   'fused_norm_add_bf16',
@@ -44,26 +46,11 @@ export const FUSED_NORM_ADD_ARGS: readonly ScalarArg[] = [
   { name: 'eps', type: 'f32', binding: 6 },
 ];
 /** struct FusedResidualNormParams (fused_residual_norm_{f32,bf16}, buffer 5). */
-export const FUSED_RESIDUAL_NORM_PARAMS_LAYOUT: readonly ParamField[] = [
-  { name: 'dim', type: 'u32', offset: 0 },
-  { name: 'rows', type: 'u32', offset: 4 },
-  { name: 'eps', type: 'f32', offset: 8 },
-  { name: 'write_sum', type: 'u32', offset: 12 },
-];
+export const FUSED_RESIDUAL_NORM_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FusedResidualNormParams');
 /** struct FusedResidualNormScalarF32Params (fused_residual_norm_scalar_f32, buffer 5). */
-export const FUSED_RESIDUAL_NORM_SCALAR_PARAMS_LAYOUT: readonly ParamField[] = [
-  { name: 'dim', type: 'u32', offset: 0 },
-  { name: 'rows', type: 'u32', offset: 4 },
-  { name: 'eps', type: 'f32', offset: 8 },
-  { name: 'scalar_is_vector', type: 'u32', offset: 12 },
-];
+export const FUSED_RESIDUAL_NORM_SCALAR_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FusedResidualNormScalarF32Params');
 /** struct FusedNormAddScalarF32Params (fused_norm_add_scalar_f32, buffer 5). */
-export const FUSED_NORM_ADD_SCALAR_PARAMS_LAYOUT: readonly ParamField[] = [
-  { name: 'dim', type: 'u32', offset: 0 },
-  { name: 'rows', type: 'u32', offset: 4 },
-  { name: 'eps', type: 'f32', offset: 8 },
-  { name: 'scalar_is_vector', type: 'u32', offset: 12 },
-];
+export const FUSED_NORM_ADD_SCALAR_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FusedNormAddScalarF32Params');
 
 /** Shape and epsilon shared by every fused norm op. */
 export interface FusedNormParams {

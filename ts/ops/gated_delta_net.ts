@@ -4,11 +4,13 @@
 
 import src from '../../shaders/gated_delta_net.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/gated_delta_net.cu' with { type: 'text' };
+import header from '../../shaders/gated_delta_net.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
-import { packFields, type ParamField } from '../params.ts';
+import { packFields, structLayout, type ParamField } from '../params.ts';
+import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkObject, checkPositive, checkedProduct,
   invalid,
@@ -16,7 +18,7 @@ import {
 
 export const GATED_DELTA_NET_FAMILY = 'gated_delta_net';
 /** The family's kernel sources by backend, as registered by every dispatch. */
-export const GATED_DELTA_NET_SOURCES = { metal: src, cuda: cudaSrc } as const;
+export const GATED_DELTA_NET_SOURCES = familySources(GATED_DELTA_NET_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const GATED_DELTA_NET_KERNELS = [
   'gated_delta_net_f32',
   'gated_delta_net_bf16',
@@ -36,25 +38,9 @@ export const GDN_THREADS = 128;
 const U32_MAX = 0xffff_ffff;
 
 /** struct GatedDeltaNetParams (gated_delta_net_{f32,bf16}, buffer 8). */
-export const GATED_DELTA_NET_PARAMS_LAYOUT: readonly ParamField[] = [
-  { name: 'b', type: 'u32', offset: 0 },
-  { name: 't', type: 'u32', offset: 4 },
-  { name: 'hg', type: 'u32', offset: 8 },
-  { name: 'h', type: 'u32', offset: 12 },
-  { name: 'k', type: 'u32', offset: 16 },
-  { name: 'v', type: 'u32', offset: 20 },
-  { name: 'scale', type: 'f32', offset: 24 },
-  { name: 'has_initial_state', type: 'u32', offset: 28 },
-];
+export const GATED_DELTA_NET_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GatedDeltaNetParams');
 /** struct GatedDeltaNetDecodeParams (gated_delta_net_decode_{f32,bf16}, buffer 7). */
-export const GATED_DELTA_NET_DECODE_PARAMS_LAYOUT: readonly ParamField[] = [
-  { name: 'b', type: 'u32', offset: 0 },
-  { name: 'hg', type: 'u32', offset: 4 },
-  { name: 'h', type: 'u32', offset: 8 },
-  { name: 'k', type: 'u32', offset: 12 },
-  { name: 'v', type: 'u32', offset: 16 },
-  { name: 'scale', type: 'f32', offset: 20 },
-];
+export const GATED_DELTA_NET_DECODE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GatedDeltaNetDecodeParams');
 
 export interface GatedDeltaNetDecodeParams {
   /** Sequences B. */

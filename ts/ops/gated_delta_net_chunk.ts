@@ -13,11 +13,13 @@ import {
   invalid,
 } from '../validate.ts';
 import type { ParamField } from '../params.ts';
+import { familySources } from '../registry.ts';
 
 const OP = 'gated_delta_net_chunk';
 const FAMILY = 'gated_delta_net_chunk';
 const KERNEL = 'gated_delta_net_chunk_inter_state_bf16';
 export const GATED_DELTA_NET_CHUNK_KERNELS = [KERNEL] as const;
+const SOURCES = familySources(FAMILY, { metal: metalSource, cuda: cudaSrc });
 
 /** K the kernel is specialized to: its K-tile loops are hard-coded to 16 tiles of 8. */
 export const GDN_CHUNK_MAX_K = 128;
@@ -167,7 +169,7 @@ export function gatedDeltaNetChunk(enc: Encoder, args: GatedDeltaNetChunkArgs): 
   const p = args.params;
   validateGatedDeltaNetChunk(p, args, enc.device);
   const kernels = enc.device.kernels;
-  kernels.register(FAMILY, { metal: metalSource, cuda: cudaSrc }, GATED_DELTA_NET_CHUNK_KERNELS);
+  kernels.register(FAMILY, SOURCES, GATED_DELTA_NET_CHUNK_KERNELS);
   enc.dispatch(
     kernels.pipeline(KERNEL),
     {

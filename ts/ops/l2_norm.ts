@@ -4,17 +4,19 @@
 
 import src from '../../shaders/l2_norm.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/l2_norm.cu' with { type: 'text' };
+import header from '../../shaders/l2_norm.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
-import { packFields, type ParamField } from '../params.ts';
+import { packFields, structLayout, type ParamField } from '../params.ts';
+import { familySources } from '../registry.ts';
 import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
 import { rowThreadgroup } from '../launch.ts';
 
 export const L2_NORM_FAMILY = 'l2_norm';
 /** The family's kernel sources by backend, as registered by every dispatch. */
-export const L2_NORM_SOURCES = { metal: src, cuda: cudaSrc } as const;
+export const L2_NORM_SOURCES = familySources(L2_NORM_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const L2_NORM_KERNELS = ['l2_norm_f32', 'l2_norm_f16', 'l2_norm_bf16'] as const;
 /** Threads per row the op uses at most. */
 export const L2_NORM_MAX_THREADS = 256;
@@ -23,11 +25,7 @@ export const L2_NORM_DEFAULT_EPS = 1e-6;
 const U32_MAX = 0xffff_ffff;
 
 /** struct L2NormParams (buffer 2). */
-export const L2_NORM_PARAMS_LAYOUT: readonly ParamField[] = [
-  { name: 'rows', type: 'u32', offset: 0 },
-  { name: 'dim', type: 'u32', offset: 4 },
-  { name: 'eps', type: 'f32', offset: 8 },
-];
+export const L2_NORM_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'L2NormParams');
 
 export interface L2NormParams {
   /** Rows, each normalized alone (B * T * heads for q or k). */

@@ -3,10 +3,12 @@
 
 import src from '../../shaders/moe_routing.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/moe_routing.cu' with { type: 'text' };
+import header from '../../shaders/moe_routing.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
-import { packFields, type ParamField } from '../params.ts';
+import { packFields, structLayout, type ParamField } from '../params.ts';
+import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct,
 } from '../validate.ts';
@@ -14,7 +16,7 @@ import { nextPow2, roundUp16 } from '../launch.ts';
 
 export const MOE_ROUTING_FAMILY = 'moe_routing';
 /** The family's kernel sources by backend, as registered by every dispatch. */
-export const MOE_ROUTING_SOURCES = { metal: src, cuda: cudaSrc } as const;
+export const MOE_ROUTING_SOURCES = familySources(MOE_ROUTING_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const MOE_ROUTING_KERNELS = ['fused_moe_routing_f32', 'fused_moe_routing_batch_f32'] as const;
 
 /** Threadgroup memory every backend offers (Apple's limit), in bytes. */
@@ -27,10 +29,7 @@ export const MOE_ROUTING_MAX_THREADS = 256;
 const MAX_ELEMENTS_U32 = 0xffff_ffff;
 
 /** struct FusedMoeRoutingParams (buffer 4). */
-export const FUSED_MOE_ROUTING_PARAMS_LAYOUT: readonly ParamField[] = [
-  { name: 'num_experts', type: 'u32', offset: 0 },
-  { name: 'top_k', type: 'u32', offset: 4 },
-];
+export const FUSED_MOE_ROUTING_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FusedMoeRoutingParams');
 
 export interface MoeRoutingParams {
   numExperts: number;
@@ -104,7 +103,7 @@ export const MOE_ROUTING_CUDA_WARP_MAX_TOP_K = 32;
 function dispatch(enc: Encoder, kernel: (typeof MOE_ROUTING_KERNELS)[number], p: MoeRoutingBatchParams,
   b: MoeRoutingBuffers): void {
   const registry = enc.device.kernels;
-  registry.register(MOE_ROUTING_FAMILY, { metal: src, cuda: cudaSrc }, MOE_ROUTING_KERNELS);
+  registry.register(MOE_ROUTING_FAMILY, MOE_ROUTING_SOURCES, MOE_ROUTING_KERNELS);
   const { threads, sharedBytes } = moeRoutingThreadgroup(p.numExperts);
   const buffers = [b.logits, b.expertIds, b.routingWeights, b.perExpertScale];
   const bytes = [, , , , packFusedMoeRoutingParams(p)];

@@ -4,18 +4,20 @@
 
 import src from '../../shaders/ssm_conv.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/ssm_conv.cu' with { type: 'text' };
+import header from '../../shaders/ssm_conv.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
-import { packFields, type ParamField } from '../params.ts';
+import { packFields, structLayout, type ParamField } from '../params.ts';
+import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBoolean, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid,
 } from '../validate.ts';
 
 export const SSM_CONV_FAMILY = 'ssm_conv';
 /** The family's kernel sources by backend, as registered by every dispatch. */
-export const SSM_CONV_SOURCES = { metal: src, cuda: cudaSrc } as const;
+export const SSM_CONV_SOURCES = familySources(SSM_CONV_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const SSM_CONV_KERNELS = ['ssm_conv_f32', 'ssm_conv_bf16', 'ssm_conv_bf16_wf32'] as const;
 type Kernel = (typeof SSM_CONV_KERNELS)[number];
 
@@ -31,16 +33,7 @@ const U32_MAX = 0xffff_ffff;
 const MAX_T = 0x7fff_ffff - SSM_CONV_MAX_KS;
 
 /** struct SsmConvParams (buffer 4). */
-export const SSM_CONV_PARAMS_LAYOUT: readonly ParamField[] = [
-  { name: 'b', type: 'u32', offset: 0 },
-  { name: 't', type: 'u32', offset: 4 },
-  { name: 'c', type: 'u32', offset: 8 },
-  { name: 'ks', type: 'u32', offset: 12 },
-  { name: 'tb', type: 'u32', offset: 16 },
-  { name: 'read_state', type: 'u32', offset: 20 },
-  { name: 'write_state', type: 'u32', offset: 24 },
-  { name: 'apply_silu', type: 'u32', offset: 28 },
-];
+export const SSM_CONV_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SsmConvParams');
 
 export interface SsmConvParams {
   /** Sequences B. */

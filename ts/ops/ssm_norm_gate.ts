@@ -3,10 +3,12 @@
 
 import src from '../../shaders/ssm_norm_gate.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/ssm_norm_gate.cu' with { type: 'text' };
+import header from '../../shaders/ssm_norm_gate.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
-import { packFields, type ParamField } from '../params.ts';
+import { packFields, structLayout, type ParamField } from '../params.ts';
+import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid,
 } from '../validate.ts';
@@ -14,7 +16,7 @@ import { rowThreadgroup } from '../launch.ts';
 
 export const SSM_NORM_GATE_FAMILY = 'ssm_norm_gate';
 /** The family's kernel sources by backend, as registered by every dispatch. */
-export const SSM_NORM_GATE_SOURCES = { metal: src, cuda: cudaSrc } as const;
+export const SSM_NORM_GATE_SOURCES = familySources(SSM_NORM_GATE_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const SSM_NORM_GATE_KERNELS = ['ssm_norm_gate_f32'] as const;
 /** d_v travels as an f32, exact up to 2^24. */
 export const SSM_NORM_GATE_MAX_DV = 1 << 24;
@@ -22,12 +24,7 @@ export const SSM_NORM_GATE_MAX_THREADS = 256;
 const MAX_ELEMENTS_U32 = 0xffff_ffff;
 
 /** struct SsmNormGateParams (buffer 4): four floats. */
-export const SSM_NORM_GATE_PARAMS_LAYOUT: readonly ParamField[] = [
-  { name: 'eps', type: 'f32', offset: 0 },
-  { name: 'd_v', type: 'f32', offset: 4 },
-  { name: 'unused0', type: 'f32', offset: 8 },
-  { name: 'unused1', type: 'f32', offset: 12 },
-];
+export const SSM_NORM_GATE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SsmNormGateParams');
 
 export interface SsmNormGateParams {
   /** Head vectors: tokens * value heads. */

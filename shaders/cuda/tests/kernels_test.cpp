@@ -25,6 +25,17 @@
 
 #include "../../../native/include/mlx_native.h"
 
+// The param structs, from the family headers the kernels compile with.
+typedef uint32_t uint;
+#include "../../fused_norm.h"
+#include "../../flash_attn_vec.h"
+#include "../../l2_norm.h"
+#include "../../ssm_conv.h"
+#include "../../gated_delta_net.h"
+#include "../../compute_g_beta.h"
+#include "../../moe_routing.h"
+#include "../../ssm_norm_gate.h"
+
 using std::string;
 using std::vector;
 
@@ -84,17 +95,21 @@ static mlxn_pipeline* pipe(const string& family, const string& kernel, const str
   auto it = g_pipes.find(kernel);
   if (it != g_pipes.end()) return it->second;
   if (!g_libs.count(family)) {
-    // As the kernel registry (ts/registry.ts) compiles it: the prelude, then the family.
-    std::ifstream pf(dir + "/common.cuh");
-    std::stringstream ps;
-    ps << pf.rdbuf();
-    std::ifstream f(dir + "/" + family + ".cu");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    if (ps.str().empty() || ss.str().empty()) { fprintf(stderr, "FATAL: cannot read %s/common.cuh or %s.cu\n", dir.c_str(), family.c_str()); exit(2); }
+    // As the kernel registry (ts/registry.ts joinSources) compiles it: the
+    // prelude, the family header (when the family has one), the kernels.
+    auto read = [](const string& path) {
+      std::ifstream f(path);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      return std::make_pair(bool(f), ss.str());
+    };
+    string name = family + ".cu", src;
+    auto prelude = read(dir + "/common.cuh"), header = read(dir + "/../" + family + ".h"), kernels = read(dir + "/" + name);
+    if (prelude.second.empty() || kernels.second.empty()) { fprintf(stderr, "FATAL: cannot read %s/common.cuh or %s\n", dir.c_str(), name.c_str()); exit(2); }
+    src = "#line 1 \"cuda/common.cuh\"\n" + prelude.second + "\n";
+    if (header.first) src += "#line 1 \"" + family + ".h\"\n" + header.second + "\n";
+    src += "#line 1 \"cuda/" + name + "\"\n" + kernels.second + "\n";
     mlxn_library* lib;
-    string name = family + ".cu";
-    string src = "#line 1 \"common.cuh\"\n" + ps.str() + "\n#line 1 \"" + name + "\"\n" + ss.str();
     mlxn_status s = p_mlxn_library_compile(g_dev, src.data(), src.size(), name.c_str(), nullptr, 0, &lib, g_msg, sizeof g_msg);
     if (s) die(("compile " + name).c_str(), s);
     g_libs[family] = lib;
@@ -230,7 +245,6 @@ static void perf(const string& line) { g_perf.push_back(line); fprintf(g_log, "P
 static double g_copy_gbs = 0;
 
 // ---------------------------------------------------------------- fused_norm
-struct NormP { uint32_t dim, rows; float eps; uint32_t flag; };
 
 static void test_fused_norm(Rng& rng) {
   const char* F = "fused_norm";
@@ -289,7 +303,7 @@ static void test_fused_norm(Rng& rng) {
       // fused_residual_norm, with and without sum
       for (int ws = 0; ws < 2; ++ws) {
         out.poison(); sum.poison();
-        NormP p{c.dim, c.rows, eps, uint32_t(ws)};
+        FusedResidualNormParams p{c.dim, c.rows, eps, uint32_t(ws)};
         Dispatch d(pipe(F, bf ? "fused_residual_norm_bf16" : "fused_residual_norm_f32", g_dir), c.rows, 1, 1, threads);
         d.buf(0, bres).buf(1, bin, c.in_off).buf(2, bw).buf(3, out).buf(4, ws ? sum : out).val(5, p).tg(0, tgb).record();
         commit_wait();
@@ -306,7 +320,8 @@ static void test_fused_norm(Rng& rng) {
         vector<float> scv(vecsc ? c.dim : 1);
         for (size_t i = 0; i < scv.size(); ++i) scv[i] = float(sc[i]);
         Buf bsc = upload(scv);
-        NormP p{c.dim, c.rows, eps, uint32_t(vecsc)};
+        // fused_residual_norm_scalar_f32's struct; fused_norm_add_scalar_f32's has the same fields.
+        FusedResidualNormScalarF32Params p{c.dim, c.rows, eps, uint32_t(vecsc)};
         auto scat = [&](uint32_t i) { return double(vecsc ? scv[i] : scv[0]); };
         for (int which = 0; which < 2; ++which) {
           out.poison();
@@ -335,7 +350,7 @@ static void test_fused_norm(Rng& rng) {
     Buf a = upload(h), b = upload(h), w = upload(vector<float>(dim, 1.0f)), o(n * 4), s(n * 4);
     const float eps = 1e-6f;
     auto na = [&] { Dispatch d(pipe(F, "fused_norm_add_f32", g_dir), rows, 1, 1, 256); d.buf(0, a).buf(1, b).buf(2, w).buf(3, o).val(4, dim).val(5, rows).val(6, eps).tg(0, 32).record(); };
-    NormP p{dim, rows, eps, 1};
+    FusedResidualNormParams p{dim, rows, eps, 1};
     auto rn = [&] { Dispatch d(pipe(F, "fused_residual_norm_f32", g_dir), rows, 1, 1, 256); d.buf(0, a).buf(1, b).buf(2, w).buf(3, o).buf(4, s).val(5, p).tg(0, 32).record(); };
     int reps = rows > 1 ? 20 : 200;
     double t1 = time_ns(na, reps), t2 = time_ns(rn, reps);
@@ -378,7 +393,7 @@ static void test_moe(Rng& rng) {
   // (2 E + threads) floats.
   auto launch = [&](bool single, uint32_t threads, uint32_t T, uint32_t E, uint32_t K, Buf& bl, Buf& ids, Buf& wts,
                     Buf& bs) {
-    uint32_t p[2] = {E, K};
+    FusedMoeRoutingParams p{E, K};
     uint64_t tg_bytes;
     if (threads == 0) {
       const bool warp = E <= 1024 && K <= 32;
@@ -388,7 +403,7 @@ static void test_moe(Rng& rng) {
       tg_bytes = ((2ull * E + threads) * 4 + 15) / 16 * 16;
     }
     Dispatch d(pipe(F, single ? "fused_moe_routing_f32" : "fused_moe_routing_batch_f32", g_dir), T, 1, 1, threads);
-    d.buf(0, bl).buf(1, ids).buf(2, wts).buf(3, bs).bytes(4, p, 8);
+    d.buf(0, bl).buf(1, ids).buf(2, wts).buf(3, bs).val(4, p);
     if (tg_bytes) d.tg(0, tg_bytes);
     d.record();
   };
@@ -487,9 +502,9 @@ static void test_ssm(Rng& rng) {
     bx.write(x.data(), n * 4, c.off);
     out.poison();
     uint32_t threads = c.threads ? c.threads : std::min(256u, next_pow2(c.dv));
-    float p[4] = {1e-6f, float(c.dv), 0, 0};
+    SsmNormGateParams p{1e-6f, float(c.dv), 0, 0};
     Dispatch d(pipe(F, "ssm_norm_gate_f32", g_dir), c.rows, 1, 1, threads);
-    d.buf(0, bx, c.off).buf(1, bw).buf(2, bz).buf(3, out).bytes(4, p, 16).tg(0, ((threads + 31) / 32 * 4 + 15) / 16 * 16).record();
+    d.buf(0, bx, c.off).buf(1, bw).buf(2, bz).buf(3, out).val(4, p).tg(0, ((threads + 31) / 32 * 4 + 15) / 16 * 16).record();
     commit_wait();
     vector<double> want(n);
     for (uint32_t r = 0; r < c.rows; ++r) {
@@ -538,7 +553,6 @@ static void test_cumsum(Rng& rng) {
 }
 
 // ---------------------------------------------------------------- flash_attn_vec
-struct FavP { uint32_t n_heads, n_kv_heads, head_dim, kv_seq_len, kv_capacity; float scale; uint32_t mask_type, sliding_window; float softcap; uint32_t nwg; };
 
 // The op's cuda grid x (ts/ops/flash_attn_vec.ts flashAttnVecCudaHeadBlocks).
 static uint32_t fav_head_blocks(uint32_t batch, uint32_t nh, uint32_t nkv, uint32_t D, uint32_t kv_bytes, uint32_t nwg) {
@@ -585,7 +599,7 @@ static void test_fav(Rng& rng) {
         Buf tmp(c.nwg > 1 ? size_t(rows) * (D + 2) * c.nwg * 4 : 16);
         out.poison(); tmp.poison();
         const float scale = float(1.0 / std::sqrt(double(D)));
-        FavP p{c.nh, c.nkv, D, c.n, c.cap, scale, c.mask, c.mask == 2 ? c.win : 0, c.softcap, c.nwg};
+        FlashAttnVecParams p{c.nh, c.nkv, D, c.n, c.cap, scale, c.mask, c.mask == 2 ? c.win : 0, c.softcap, c.nwg};
         string kn = string(f16 ? "flash_attn_vec_f16kv_dk" : "flash_attn_vec_dk") + std::to_string(D);
         Dispatch d(pipe(F, kn, g_dir), fav_head_blocks(c.batch, c.nh, c.nkv, D, f16 ? 2 : 4, c.nwg), c.nkv, c.batch * c.nwg, FAV_CUDA_THREADS);
         d.val(0, p).buf(1, bq).buf(2, bk).buf(3, bv).buf(4, c.nwg == 1 ? out : tmp).tg(0, FAV_CUDA_TG).record();
@@ -634,7 +648,7 @@ static void test_fav(Rng& rng) {
     vector<float> q(B * NH * D);
     for (auto& x : q) x = float(rng.normal());
     Buf bk = upload(hk), bv = upload(hk), bq = upload(q), out(B * NH * D * 4), tmp(size_t(B) * NH * (D + 2) * nwg * 4);
-    FavP p{NH, NKV, D, N, N, 0.0625f, 1, 0, 0, nwg};
+    FlashAttnVecParams p{NH, NKV, D, N, N, 0.0625f, 1, 0, 0, nwg};
     uint32_t nrows = B * NH;
     auto fn = [&] {
       Dispatch d(pipe(F, "flash_attn_vec_f16kv_dk256", g_dir), hb, NKV, B * nwg, FAV_CUDA_THREADS);

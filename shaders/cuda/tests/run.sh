@@ -15,7 +15,8 @@ bash "$root/scripts/build-cuda.sh" > "$out/build.log" 2>&1 || { cat "$out/build.
 nvcc="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 if [[ -x "$nvcc" ]]; then
   for f in "$root"/shaders/cuda/*.cu; do
-    "$nvcc" -std=c++17 -include "$root/shaders/cuda/common.cuh" -gencode=arch=compute_90a,code=sm_90a -cubin -Xptxas -v -o "$root/build/cuda/$(basename "$f" .cu).cubin" "$f" 2>&1 \
+    h="$root/shaders/$(basename "$f" .cu).h"; [[ -f "$h" ]] || h=/dev/null
+    "$nvcc" -std=c++17 -include "$root/shaders/cuda/common.cuh" -include "$h" -gencode=arch=compute_90a,code=sm_90a -cubin -Xptxas -v -o "$root/build/cuda/$(basename "$f" .cu).cubin" "$f" 2>&1 \
       | grep -E "error|warning|Compiling|registers|spill" >> "$out/resources.log"
   done
 fi

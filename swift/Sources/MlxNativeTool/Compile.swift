@@ -1,4 +1,4 @@
-// `mlx-native compile`: compiles every shader file through the library, as
+// `mlx-native compile`: compiles every family's program through the library, as
 // the TypeScript registry does at run time, and makes a pipeline of every
 // kernel that needs no function constant. Exits non-zero on any error.
 import ArgumentParser
@@ -20,14 +20,14 @@ struct Compile: ParsableCommand {
         } catch let error as MlxnError {
             throw ValidationError(error.message)
         }
-        let files = try metalFiles(in: shaders)
-        guard !files.isEmpty else { throw ValidationError("no .metal files in \(shaders)") }
+        let families = try metalFamilies(in: shaders)
+        guard !families.isEmpty else { throw ValidationError("no .metal files in \(shaders)") }
         var failures = 0
         var kernelCount = 0
-        for file in files {
-            // The file is named by its path, so errors read "shaders/x.metal:LINE:COL".
-            let name = shaders.hasSuffix("/") ? shaders + file.lastPathComponent : shaders + "/" + file.lastPathComponent
-            let source = try readSource(file)
+        for family in families {
+            // Errors cite each file of the program by the name of its `#line` directive.
+            let name = family.file.lastPathComponent
+            let source = family.source
             let start = Date()
             let library: MetalLibrary
             do {
@@ -61,7 +61,7 @@ struct Compile: ParsableCommand {
             let note = skipped.isEmpty ? "" : ", skipped (required function constants): \(skipped.joined(separator: " "))"
             print("\(name): compiled in \(ms(compiled)), \(built) pipelines in \(ms(total - compiled))\(note)")
         }
-        print("\(files.count) files, \(kernelCount) kernels, \(failures) errors")
+        print("\(families.count) families, \(kernelCount) kernels, \(failures) errors")
         if failures > 0 { throw ExitCode.failure }
     }
 }

@@ -1,6 +1,7 @@
-// `mlx-native metallib`: precompiles every shader file with the Metal
+// `mlx-native metallib`: precompiles every family's program with the Metal
 // toolchain (xcrun metal, xcrun metallib) into <out>/<family>.metallib, next to
-// a copy of the <family>.metal it was built from. The library loads such a
+// the program it was built from, as <family>.metal (the prelude, the family
+// header and the kernels, joined as the TypeScript registry joins them). The library loads such a
 // metallib (from the `metallib` folder next to it) only for a source that is
 // byte-for-byte that copy; any other source is compiled at run time.
 import ArgumentParser
@@ -29,21 +30,24 @@ struct Metallib: ParsableCommand {
         defer { try? fm.removeItem(at: scratch) }
 
         var failures = 0
-        for file in try metalFiles(in: shaders) {
-            let stem = file.deletingPathExtension().lastPathComponent
+        for family in try metalFamilies(in: shaders) {
+            let stem = family.name
+            // The program the library compiles (prelude, header, kernels), as one file.
+            let program = scratch.appendingPathComponent(stem + ".metal")
+            try Data(family.source.utf8).write(to: program)
             let air = scratch.appendingPathComponent(stem + ".air")
             let lib = outDir.appendingPathComponent(stem + ".metallib")
             // The same language version and math mode as the run-time compile.
             let ok = xcrun(["-sdk", "macosx", "metal", "-std=metal3.1", "-fno-fast-math",
-                            "-c", file.path, "-o", air.path]) == 0
+                            "-c", program.path, "-o", air.path]) == 0
                 && xcrun(["-sdk", "macosx", "metallib", air.path, "-o", lib.path]) == 0
             guard ok else {
                 failures += 1
                 continue
             }
-            let copy = outDir.appendingPathComponent(file.lastPathComponent)
+            let copy = outDir.appendingPathComponent(stem + ".metal")
             try? fm.removeItem(at: copy)
-            try fm.copyItem(at: file, to: copy)
+            try fm.copyItem(at: program, to: copy)
             print("\(lib.path)")
         }
         if failures > 0 {

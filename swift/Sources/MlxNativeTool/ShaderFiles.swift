@@ -1,9 +1,25 @@
-// Finding shader files and the kernel entry points they declare.
+// Finding the kernel families of a shaders directory, their programs, and the
+// kernel entry points they declare.
 import ArgumentParser
 import Foundation
 
-/// The `.metal` files directly inside `directory`, sorted by name.
-func metalFiles(in directory: String) throws -> [URL] {
+/// The prelude of every family's Metal program (shaders/common.metal).
+let metalPrelude = "common.metal"
+
+/// One kernel family of a shaders directory: `<name>.metal` and the program
+/// the library compiles for it.
+struct ShaderFamily {
+    let name: String
+    let file: URL
+    /// As the TypeScript registry joins it (ts/registry.ts, familySources and
+    /// joinSources), byte for byte: the prelude common.metal, the family
+    /// header <name>.h when there is one, then <name>.metal, each file after
+    /// a `#line 1 "<file>"` line and followed by a newline.
+    let source: String
+}
+
+/// The families of `directory` (every `.metal` file but the prelude), sorted by name.
+func metalFamilies(in directory: String) throws -> [ShaderFamily] {
     let dir = URL(fileURLWithPath: directory, isDirectory: true)
     let names: [String]
     do {
@@ -11,7 +27,18 @@ func metalFiles(in directory: String) throws -> [URL] {
     } catch {
         throw ValidationError("cannot list \(directory): \(error.localizedDescription)")
     }
-    return names.filter { $0.hasSuffix(".metal") }.sorted().map { dir.appendingPathComponent($0) }
+    let prelude = try readSource(dir.appendingPathComponent(metalPrelude))
+    return try names.filter { $0.hasSuffix(".metal") && $0 != metalPrelude }.sorted().map { fileName in
+        let family = String(fileName.dropLast(".metal".count))
+        var files = [(metalPrelude, prelude)]
+        if names.contains(family + ".h") {
+            files.append((family + ".h", try readSource(dir.appendingPathComponent(family + ".h"))))
+        }
+        let file = dir.appendingPathComponent(fileName)
+        files.append((fileName, try readSource(file)))
+        let source = files.map { "#line 1 \"\($0.0)\"\n\($0.1)\n" }.joined()
+        return ShaderFamily(name: family, file: file, source: source)
+    }
 }
 
 func readSource(_ file: URL) throws -> String {

@@ -1,0 +1,25 @@
+// The param structs of fused_norm, bound at buffer(5): by
+// fused_residual_norm_{f32,bf16}, fused_residual_norm_scalar_f32 and
+// fused_norm_add_scalar_f32, in that order.
+// Plain C, uint and float fields only: shaders/fused_norm.metal and
+// shaders/cuda/fused_norm.cu are compiled after this file, and ts/params.ts reads
+// the layouts from it (ts/ops/fused_norm.ts packs them).
+
+struct FusedResidualNormParams {
+    uint  dim;
+    uint  rows;
+    float eps;
+    uint  write_sum;         // nonzero: also store residual + input to sum_output
+};
+struct FusedResidualNormScalarF32Params {
+    uint  dim;
+    uint  rows;
+    float eps;
+    uint  scalar_is_vector;  // nonzero: scalar has dim elements; zero: scalar[0] for all
+};
+struct FusedNormAddScalarF32Params {
+    uint  dim;
+    uint  rows;
+    float eps;
+    uint  scalar_is_vector;  // nonzero: scalar has dim elements; zero: scalar[0] for all
+};

@@ -1,0 +1,141 @@
+// Contract: every kernel param struct is defined once, in its family header
+// (shaders/<family>.h), and TypeScript, MSL and CUDA agree on its layout.
+//
+// - Defined once: no other file of shaders/ (Metal and CUDA sources, the
+//   preludes, the CUDA harness) defines a struct of that name, and no op in
+//   ts/ops/ writes a layout table by hand (`{ name, type, offset }` entries):
+//   the ops take theirs from the header through structLayout (ts/params.ts).
+// - Agreement: MSL and CUDA compile the header's very text ahead of the
+//   family's kernels (the registry's familySources, checked here too), and
+//   the layout TypeScript reads from it equals the one a C compiler gives the
+//   same text (offsetof, sizeof, and the field types through _Generic).
+//   tests/contract-cuda.test.ts checks that each CUDA entry takes the struct
+//   at the binding where its Metal twin does.
+
+import { describe, expect, test } from 'bun:test';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
+import * as ops from '../ts/ops/index.ts';
+import { structLayout, structNames, type ParamField } from '../ts/params.ts';
+import type { FamilySources } from '../ts/registry.ts';
+import { stripComments } from '../ts/source-text.ts';
+
+const ROOT = join(import.meta.dir, '..');
+const SHADERS = join(ROOT, 'shaders');
+const CC = ['clang-19', 'clang', 'gcc'].find((c) => spawnSync('bash', ['-c', `command -v ${c}`]).status === 0);
+
+const headers = readdirSync(SHADERS).filter((f) => f.endsWith('.h')).sort();
+
+/** Every file below dir, recursively, relative to ROOT. */
+function filesBelow(dir: string): string[] {
+  const out: string[] = [];
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) out.push(...filesBelow(p));
+    else out.push(relative(ROOT, p));
+  }
+  return out;
+}
+
+/** The layout a C compiler gives each struct of the header: [struct, field, type, offset, size] rows. */
+function compiledLayouts(header: string, structs: Map<string, readonly ParamField[]>): string[][] {
+  let prog = '#include <stdio.h>\n#include <stddef.h>\ntypedef unsigned int uint;\n' + header + '\nint main(void) {\n';
+  for (const [s, fields] of structs) {
+    prog += `  printf("%s sizeof %zu\\n", "${s}", sizeof(struct ${s}));\n`;
+    for (const f of fields) {
+      prog +=
+        `  printf("%s %s %s %zu %zu\\n", "${s}", "${f.name}", ` +
+        `_Generic(((struct ${s}*)0)->${f.name}, unsigned int: "u32", float: "f32", default: "other"), ` +
+        `offsetof(struct ${s}, ${f.name}), sizeof(((struct ${s}*)0)->${f.name}));\n`;
+    }
+  }
+  prog += '  return 0;\n}\n';
+  const dir = mkdtempSync(join(tmpdir(), 'mlxn-structs-'));
+  try {
+    writeFileSync(join(dir, 'layout.c'), prog);
+    const cc = spawnSync(CC!, ['-std=c11', '-Wall', '-Werror', '-o', join(dir, 'layout'), join(dir, 'layout.c')], { encoding: 'utf8' });
+    if (cc.status !== 0) throw new Error(`compiling the layout program failed:\n${cc.stderr}`);
+    const run = spawnSync(join(dir, 'layout'), [], { encoding: 'utf8' });
+    if (run.status !== 0) throw new Error(`the layout program failed:\n${run.stderr}`);
+    return run.stdout.trim().split('\n').map((l) => l.split(' '));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+test('every family header defines structs, read by structLayout', () => {
+  // An empty list would make the tests below vacuous.
+  expect(headers.length).toBeGreaterThanOrEqual(8);
+  for (const h of headers) {
+    const text = readFileSync(join(SHADERS, h), 'utf8');
+    expect([h, structNames(text).length > 0]).toEqual([h, true]);
+    for (const s of structNames(text)) expect(structLayout(text, s).length).toBeGreaterThan(0);
+  }
+});
+
+describe.if(CC !== undefined)('the layout TypeScript reads is the one C compiles', () => {
+  for (const h of headers) {
+    test(h, () => {
+      const text = readFileSync(join(SHADERS, h), 'utf8');
+      const structs = new Map(structNames(text).map((s) => [s, structLayout(text, s)] as const));
+      const want: string[][] = [];
+      for (const [s, fields] of structs) {
+        want.push([s, 'sizeof', String(4 * fields.length)]);
+        for (const f of fields) want.push([s, f.name, f.type, String(f.offset), '4']);
+      }
+      expect(compiledLayouts(text, structs)).toEqual(want);
+    });
+  }
+
+  test('the check sees a wrong offset', () => {
+    const text = 'struct P { uint a; float b; };';
+    const wrong = new Map([['P', [{ name: 'a', type: 'u32', offset: 0 }, { name: 'b', type: 'u32', offset: 8 }] as ParamField[]]]);
+    expect(compiledLayouts(text, wrong)).toContainEqual(['P', 'b', 'f32', '4', '4']);
+  });
+});
+
+test('each param struct is defined once, in its family header', () => {
+  const owner = new Map<string, string>();
+  for (const h of headers) {
+    for (const s of structNames(readFileSync(join(SHADERS, h), 'utf8'))) {
+      expect([s, owner.get(s)]).toEqual([s, undefined]);
+      owner.set(s, `shaders/${h}`);
+    }
+  }
+  const problems: string[] = [];
+  const sources = filesBelow(SHADERS).filter((f) => /\.(metal|cu|cuh|h|cpp|inc)$/.test(f));
+  for (const file of sources) {
+    const code = stripComments(readFileSync(join(ROOT, file), 'utf8'));
+    for (const m of code.matchAll(/\bstruct\s+(\w+)\s*\{/g)) {
+      const home = owner.get(m[1]!);
+      if (home !== undefined && home !== file) problems.push(`${file} defines ${m[1]} again (its home is ${home})`);
+    }
+  }
+  // A hand-written layout table in an op would be a second definition.
+  for (const f of readdirSync(join(ROOT, 'ts', 'ops')).filter((f) => f.endsWith('.ts'))) {
+    const code = stripComments(readFileSync(join(ROOT, 'ts', 'ops', f), 'utf8'));
+    if (/\{\s*name:\s*'\w+',\s*type:\s*'(u32|f32)',\s*offset:/.test(code)) problems.push(`ts/ops/${f} writes a layout table by hand`);
+  }
+  expect(problems.join('\n')).toBe('');
+});
+
+test('every family with a header registers it ahead of its kernels, on both backends', () => {
+  const registered = Object.entries(ops).filter(([k]) => k.endsWith('_SOURCES')) as [string, FamilySources][];
+  expect(registered.length).toBeGreaterThanOrEqual(8);
+  const seen = new Set<string>();
+  for (const [name, sources] of registered) {
+    const metalNames = sources.metal.map((f) => f.name);
+    const family = metalNames[metalNames.length - 1]!.replace(/\.metal$/, '');
+    const h = `${family}.h`;
+    if (!headers.includes(h)) continue;
+    seen.add(h);
+    const text = readFileSync(join(SHADERS, h), 'utf8');
+    expect([name, metalNames]).toEqual([name, ['common.metal', h, `${family}.metal`]]);
+    expect(sources.metal[1]!.text).toBe(text);
+    expect([name, sources.cuda?.map((f) => f.name)]).toEqual([name, ['cuda/common.cuh', h, `cuda/${family}.cu`]]);
+    expect(sources.cuda![1]!.text).toBe(text);
+  }
+  expect([...seen].sort()).toEqual(headers);
+});
