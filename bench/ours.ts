@@ -214,7 +214,10 @@ const PREPARERS: Record<string, Preparer> = {
     const out: Prepared[] = [{
       variant: 'recurrent kernel (gated_delta_net), bf16',
       buffers: [q, k, v, g, beta, initialState, output, finalState],
-      record: (enc) => gatedDeltaNet(enc, { q, k, v, g, beta, initialState, output, finalState, params: p }),
+      record: (enc) => gatedDeltaNet(enc, {
+        q, k, v, g, beta, initialState, output, finalState,
+        batch: p.b, seqLen: p.t, nQkHeads: p.hg, nHeads: p.h, kDim: p.k, vDim: p.v,
+      }),
     }];
     const o = dev.alloc('bf16', [p.b, p.t, p.h, p.v]);
     const finalState2 = dev.alloc('f32', [p.b, p.h, p.v, p.k]);
@@ -236,7 +239,9 @@ const PREPARERS: Record<string, Preparer> = {
     const output = dev.alloc('bf16', [p.b, p.h, p.v]);
     return [{
       variant: 'bf16, state in place', buffers: [q, k, v, g, beta, state, output],
-      record: (enc) => gatedDeltaNetDecode(enc, { q, k, v, g, beta, state, output, params: p }),
+      record: (enc) => gatedDeltaNetDecode(enc, {
+        q, k, v, g, beta, state, output, batch: p.b, nQkHeads: p.hg, nHeads: p.h, kDim: p.k, vDim: p.v,
+      }),
     }];
   },
 };

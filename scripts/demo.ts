@@ -301,7 +301,7 @@ function main(): number {
     const g = poisoned(device, 'f32', n * H);
     const beta = poisoned(device, 'f32', n * H);
     ms = timed(device, (enc) =>
-      computeGBeta(enc, { a: a.buf, b: bIn.buf, aLog: aLog.buf, dtBias: dtBias.buf, g, beta, params: { b: 1, t: n, h: H } }));
+      computeGBeta(enc, { a: a.buf, b: bIn.buf, aLog: aLog.buf, dtBias: dtBias.buf, g, beta, batch: 1, seqLen: n, nHeads: H }));
     const gb = computeGBetaRef(H, a.values, bIn.values, aLog.values, dtBias.values);
     const gVals = g.readNumbers();
     const betaVals = beta.readNumbers();
@@ -342,7 +342,7 @@ function main(): number {
     const dbeta = device.upload('f32', [H], tok(betaVals, H));
     const dout = poisoned(device, 'bf16', H * VD);
     ms = timed(device, (enc) => gatedDeltaNetDecode(enc, {
-      q: dq, k: dk, v: dv, g: dg, beta: dbeta, state, output: dout, params: { b: 1, hg: HG, h: H, k: KD, v: VD, scale },
+      q: dq, k: dk, v: dv, g: dg, beta: dbeta, state, output: dout, batch: 1, nQkHeads: HG, nHeads: H, kDim: KD, vDim: VD, scale,
     }));
     const whole = gatedDeltaRuleRecurrentRef({ ...shapeRef, cuSeqlens: [0, n] },
       { q: qAll, k: kAll, v: vAll, g: gVals, beta: betaVals }, scale);

@@ -23,7 +23,7 @@ describe('compute_g_beta param packer matches the .metal declaration', () => {
     for (const k of COMPUTE_G_BETA_KERNELS) {
       expect(src).toMatch(new RegExp(`kernel void ${k}\\([^{]*constant ComputeGBetaParams&\\s+params\\s+\\[\\[buffer\\(6\\)\\]\\]`));
     }
-    const bytes = packComputeGBetaParams({ b: 3, t: 1000, h: 48 });
+    const bytes = packComputeGBetaParams({ batch: 3, seqLen: 1000, nHeads: 48 });
     const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     expect(bytes.byteLength).toBe(8);
     expect([v.getUint32(0, true), v.getUint32(4, true)]).toEqual([144000, 48]);
@@ -49,18 +49,19 @@ describe('compute_g_beta reference against hand-computed values', () => {
 
 describeValidation('compute_g_beta validation', ({ enc, buf }) => {
   test('every rule', () => {
-    const P: ComputeGBetaParams = { b: 2, t: 3, h: 5 };
+    const P: ComputeGBetaParams = { batch: 2, seqLen: 3, nHeads: 5 };
     const n = 30;
     const base = () => ({
       a: buf('f32', n), b: buf('f32', n), aLog: buf('f32', 5), dtBias: buf('f32', 5), g: buf('f32', n), beta: buf('f32', n),
     });
     type Case = [params: Partial<ComputeGBetaParams>, bufs: Record<string, Buffer>, arg: string, expected: string, actual: string];
     const cases: Case[] = [
-      [{ b: 0 }, {}, 'b', 'a positive integer', '0'],
-      [{ t: -1 }, {}, 't', 'a positive integer', '-1'],
-      [{ h: 0.5 }, {}, 'h', 'a positive integer', '0.5'],
-      [{ b: 2 ** 16, t: 2 ** 16, h: 2 }, {}, 'b * t * h', 'at most the 32-bit index limit (4294967295)', `${2 ** 33}`],
-      [{ b: 2 ** 30, t: 2 ** 30, h: 2 ** 10 }, {}, 'b * t * h', 'a product of integers at most 2^53 - 1', `${2 ** 30} * ${2 ** 30} * ${2 ** 10}`],
+      [{ batch: 0 }, {}, 'batch', 'a positive integer', '0'],
+      [{ seqLen: -1 }, {}, 'seqLen', 'a positive integer', '-1'],
+      [{ nHeads: 0.5 }, {}, 'nHeads', 'a positive integer', '0.5'],
+      [{ batch: 2 ** 16, seqLen: 2 ** 16, nHeads: 2 }, {}, 'batch * seqLen * nHeads', 'at most the 32-bit index limit (4294967295)', `${2 ** 33}`],
+      [{ batch: 2 ** 30, seqLen: 2 ** 30, nHeads: 2 ** 10 }, {}, 'batch * seqLen * nHeads', 'a product of integers at most 2^53 - 1',
+        `${2 ** 30} * ${2 ** 30} * ${2 ** 10}`],
       [{}, { a: buf('f16', n) }, 'a.dtype', 'one of f32, bf16', 'f16'],
       [{}, { b: buf('bf16', n) }, 'b.dtype', 'f32', 'bf16'],
       [{}, { aLog: buf('bf16', 5) }, 'aLog.dtype', 'f32', 'bf16'],
@@ -75,10 +76,10 @@ describeValidation('compute_g_beta validation', ({ enc, buf }) => {
       [{}, { beta: buf('f32', 2 * n) }, 'beta.elementCount', `${n}`, `${2 * n}`],
     ];
     for (const [pm, bm, arg, expected, actual] of cases) {
-      expectInvalid(() => computeGBeta(enc(), { ...base(), ...bm, params: { ...P, ...pm } }), 'compute_g_beta', arg, expected, actual);
+      expectInvalid(() => computeGBeta(enc(), { ...base(), ...bm, ...P, ...pm }), 'compute_g_beta', arg, expected, actual);
     }
     // bf16 a takes a bf16 b.
-    expectInvalid(() => computeGBeta(enc(), { ...base(), a: buf('bf16', n), params: P }), 'compute_g_beta', 'b.dtype', 'bf16', 'f32');
+    expectInvalid(() => computeGBeta(enc(), { ...base(), a: buf('bf16', n), ...P }), 'compute_g_beta', 'b.dtype', 'bf16', 'f32');
   });
 });
 
@@ -91,7 +92,10 @@ type Mode = 'model' | 'adversarial';
  * log(1 + exp(x)) would lose entirely in f32), and b at ±80, where sigmoid is
  * 1 or 1.8e-35.
  */
-function makeInputs(r: Rng, p: ComputeGBetaParams, mode: Mode) {
+/** A shape: B, T, H. */
+interface Shape { b: number; t: number; h: number }
+
+function makeInputs(r: Rng, p: Shape, mode: Mode) {
   const n = p.b * p.t * p.h;
   const aLog = new Float64Array(p.h).map(() => Math.log(r.uniform(1, 16)));
   const dtBias = new Float64Array(p.h).map(() => r.uniform(-2, 2));
@@ -116,7 +120,7 @@ function makeInputs(r: Rng, p: ComputeGBetaParams, mode: Mode) {
 // up to |x| 2^-24 absolute, becomes the relative error of exp(x) where
 // softplus(x) = exp(x) (about 2e-6 at x = -80).
 describeBackends('compute_g_beta parity', ({ device }) => {
-  const shapes: readonly ComputeGBetaParams[] = [
+  const shapes: readonly Shape[] = [
     { b: 1, t: 1, h: 1 },
     { b: 2, t: 7, h: 3 },
     { b: 1, t: 33, h: 32 },
@@ -140,7 +144,7 @@ describeBackends('compute_g_beta parity', ({ device }) => {
           g.fill(Number.NaN);
           beta.fill(Number.NaN);
           const enc = dev.encoder();
-          computeGBeta(enc, { a, b, aLog, dtBias, g, beta, params: p });
+          computeGBeta(enc, { a, b, aLog, dtBias, g, beta, batch: p.b, seqLen: p.t, nHeads: p.h });
           enc.commitAndWait();
           enc.release();
           const ref = computeGBetaRef(p.h, a.readNumbers(), b.readNumbers(), aLog.readNumbers(), dtBias.readNumbers());
@@ -163,7 +167,7 @@ describeBackends('compute_g_beta parity', ({ device }) => {
 describeValidation('compute_g_beta: buffers, params and aliasing', ({ device, enc, buf }) => {
   const args = () => ({
     a: buf('f32', 24), b: buf('f32', 24), aLog: buf('f32', 4), dtBias: buf('f32', 4), g: buf('f32', 24), beta: buf('f32', 24),
-    params: { b: 2, t: 3, h: 4 },
+    batch: 2, seqLen: 3, nHeads: 4,
   });
 
   test('g or beta bound as another argument is refused (the Metal kernel writes g before it reads b)', () => {
@@ -173,11 +177,11 @@ describeValidation('compute_g_beta: buffers, params and aliasing', ({ device, en
     expectInvalid(() => gbOps.computeGBeta(enc(), { ...a, beta: a.g }), 'compute_g_beta', 'g', 'a buffer other than beta', 'the buffer of beta');
   });
 
-  test('null and foreign buffers and a missing params record are MlxErrors naming the argument', () => {
+  test('null and foreign buffers and a missing dimension are MlxErrors naming the argument', () => {
     const a = args();
     expectInvalid(() => gbOps.computeGBeta(enc(), { ...a, aLog: null as unknown as Buffer }), 'compute_g_beta', 'aLog', 'a Buffer', 'null');
-    expectInvalid(() => gbOps.computeGBeta(enc(), { ...a, params: undefined as unknown as { b: number; t: number; h: number } }),
-      'compute_g_beta', 'params', 'an object', 'none');
+    expectInvalid(() => gbOps.computeGBeta(enc(), { ...a, seqLen: undefined as unknown as number }),
+      'compute_g_beta', 'seqLen', 'a positive integer', 'undefined');
     const other = mlx.Device.open({ backend: device().backend });
     try {
       expectInvalid(() => gbOps.computeGBeta(enc(), { ...a, dtBias: other.alloc('f32', [4]) }), 'compute_g_beta', 'dtBias',

@@ -3,14 +3,17 @@
 //
 // How kernel names are found in ts/ops/<family>.ts (comments removed):
 //   - registered: the third argument of every `.register(family, sources, KERNELS)`
-//     call: an array literal, or the name of a `const` array; array elements are
-//     string literals or names of `const` string literals. An argument this
-//     test cannot resolve is a failure (write the list so that it can).
-//   - dispatched: the first argument of every `.pipeline(...)` call: a string
+//     call and the value of every `kernels:` property (an op plan's): an array
+//     literal, or the name of a `const` array; array elements are string
+//     literals or names of `const` string literals. A list this test cannot
+//     resolve is a failure (write the list so that it can).
+//   - dispatched: the first argument of every `.pipeline(...)` call and the
+//     value of every `kernel:` property (a planned dispatch's): a string
 //     literal is a name; a template literal (`flash_attn_vec_dk${d}`) is a
 //     pattern in which each ${...} stands for one or more characters; the name
-//     of a `const` string literal is a name; any other expression is taken to
-//     be one of the registered names, which the registry enforces at run time.
+//     of a `const` string literal is a name; `c ? A : B` is each branch; any
+//     other expression is taken to be one of the registered names, which the
+//     registry enforces at run time.
 //   - the Metal source: the `.metal` files the op imports
 //     (`import src from '../../shaders/x.metal' with { type: 'text' }`), or
 //     shaders/<family>.metal when it imports none.
@@ -119,10 +122,15 @@ export function opKernels(file: string, text: string): OpKernels {
     resolve(dirname(file), m[2]!),
   );
 
+  // A property's value: the text up to the comma or bracket that ends it.
+  const propertyValue = (at: number): string => callArguments(`(${code.slice(at)}`, 0)[0] ?? '';
+  const lists = [
+    ...[...code.matchAll(/\.register\s*\(/g)].map((m) => callArguments(code, m.index! + m[0].length - 1)[2] ?? ''),
+    ...[...code.matchAll(/\bkernels\s*:\s*/g)].map((m) => propertyValue(m.index! + m[0].length)),
+  ];
   const registered: string[] = [];
-  for (const m of code.matchAll(/\.register\s*\(/g)) {
-    const args = callArguments(code, m.index! + m[0].length - 1);
-    const list = (args[2] ?? '').replace(/\s+as\s+const\s*$/, '').trim();
+  for (const expr of lists) {
+    const list = expr.replace(/\s+as\s+const\s*$/, '').trim();
     const inline = /^\[([\s\S]*)\]$/.exec(list);
     const body = inline ? inline[1]! : arrays.get(list);
     if (body === undefined) {
@@ -137,11 +145,16 @@ export function opKernels(file: string, text: string): OpKernels {
   }
 
   const dispatched: NameRef[] = [];
-  for (const m of code.matchAll(/\.pipeline\s*\(/g)) {
-    const args = callArguments(code, m.index! + m[0].length - 1);
-    if (args[0] === undefined) continue;
-    const ref = resolveNameExpr(args[0], strings);
-    const branches = conditionalBranches(args[0]);
+  const names = [
+    ...[...code.matchAll(/\.pipeline\s*\(/g)].map((m) => callArguments(code, m.index! + m[0].length - 1)[0]),
+    // A `kernel:` that annotates a parameter's type, or takes a call's result, names no kernel here.
+    ...[...code.matchAll(/\bkernel\s*:\s*/g)].map((m) => propertyValue(m.index! + m[0].length))
+      .filter((v) => !/^\(typeof\b|^[A-Z][\w$]*$|^[\w$.]+\s*\(/.test(v)),
+  ];
+  for (const expr of names) {
+    if (expr === undefined || expr === '') continue;
+    const ref = resolveNameExpr(expr, strings);
+    const branches = conditionalBranches(expr);
     if ('unresolved' in ref && branches !== null) {
       // `cond ? A : B` picks between names: check each branch.
       dispatched.push(...branches.map((br) => resolveNameExpr(br, strings)));

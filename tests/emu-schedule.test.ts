@@ -157,7 +157,7 @@ describe.if(absent === null)('emu random schedule', () => {
       const ids = device.alloc('u32', [nTokens, topK]);
       const w = device.alloc('f32', [nTokens, topK]);
       w.fill(Number.NaN);
-      const { threads, sharedBytes } = moeRoutingThreadgroup(numExperts);
+      const { threads, sharedBytes } = moeRoutingThreadgroup(numExperts, device.limits);
       const enc = device.encoder();
       enc.dispatch(lib.pipeline('fused_moe_routing_batch_f32'), {
         buffers: { 0: lg, 1: ids, 2: w, 3: sc },

@@ -409,7 +409,7 @@ describeBackends('fixtures', ({ device }) => {
         b: f.param('b'), t: f.param('t'), hg: f.param('hg'), h: f.param('h'),
         k: f.param('k'), v: f.param('v'), scale: f.param('scale'),
       };
-      const decodeParams = { b: params.b, hg: params.hg, h: params.h, k: params.k, v: params.v, scale: params.scale };
+      const decodeArgs = { batch: params.b, nQkHeads: params.hg, nHeads: params.h, kDim: params.k, vDim: params.v, scale: params.scale };
       const { b: B, t: T, hg: Hg, h: H, k: K, v: V } = params;
       const bh = B * H;
       const h0 = swapLast2(f.numbers('h0'), bh, K, V);
@@ -424,7 +424,7 @@ describeBackends('fixtures', ({ device }) => {
       const initialState = dev.upload('f32', [B, H, V, K], h0);
       const output = poisoned(dev, dt, [B, T, H, V]);
       const finalState = poisoned(dev, 'f32', [B, H, V, K]);
-      run(dev, (enc) => gatedDeltaNet(enc, { q, k, v, g, beta, initialState, output, finalState, params }));
+      run(dev, (enc) => gatedDeltaNet(enc, { q, k, v, g, beta, initialState, output, finalState, ...decodeArgs, seqLen: params.t }));
       const rows: [string, number, number][] = [
         [`gated_delta_net ${dt} o`, errAtScale(output.readNumbers(), wantO), bound],
         [`gated_delta_net ${dt} final`, errAtScale(swapLast2(finalState.readNumbers(), bh, V, K), wantS), bound],
@@ -449,7 +449,7 @@ describeBackends('fixtures', ({ device }) => {
           inputs.push(qt, kt, vt, gt, bt);
           outs.push(ot);
           if (t > 0) enc.barrier();
-          gatedDeltaNetDecode(enc, { q: qt, k: kt, v: vt, g: gt, beta: bt, state, output: ot, params: decodeParams });
+          gatedDeltaNetDecode(enc, { q: qt, k: kt, v: vt, g: gt, beta: bt, state, output: ot, ...decodeArgs });
         }
       });
       const gotO = new Float64Array(T * H * V);

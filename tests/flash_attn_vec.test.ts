@@ -190,24 +190,24 @@ describeBackends('flash_attn_vec', ({ device }) => {
     const dev = device();
     const ok = mk({ nHeads: 4, nKvHeads: 2, kvSeqLen: 40, kvCapacity: 64, nwg: 2 });
     const bufs = allocFor(dev, ok, 'f32');
-    validateFlashAttnVec(ok, bufs);
+    validateFlashAttnVec({ ...ok, ...bufs });
     for (const arg of ['batch', 'nHeads', 'nKvHeads', 'headDim', 'kvSeqLen', 'kvCapacity', 'nwg'] as const) {
-      expectInvalidParts(() => validateFlashAttnVec({ ...ok, [arg]: 0 }, bufs), 'flash_attn_vec', `${arg} must be a positive integer`, '(got 0)');
+      expectInvalidParts(() => validateFlashAttnVec({ ...ok, [arg]: 0, ...bufs }), 'flash_attn_vec', `${arg} must be a positive integer`, '(got 0)');
     }
-    expectInvalidParts(() => validateFlashAttnVec({ ...ok, nKvHeads: 2 ** 32 }, bufs), 'flash_attn_vec', 'nKvHeads must be at most 2^32 - 1');
-    expectInvalidParts(() => validateFlashAttnVec({ ...ok, batch: 2 ** 31, nwg: 2 }, bufs), 'flash_attn_vec', 'batch * nwg must be at most 2^32 - 1', '(got 4294967296)');
-    expectInvalidParts(() => validateFlashAttnVec({ ...ok, mask: 'slidingWindow', slidingWindow: 2 ** 32 }, bufs), 'flash_attn_vec', 'slidingWindow must be at most 2^32 - 1');
-    expectInvalidParts(() => validateFlashAttnVec({ ...ok, batch: 2 ** 20, kvCapacity: 2 ** 25 }, bufs), 'flash_attn_vec', 'k elements must be a product of integers at most 2^53 - 1');
-    expectInvalidParts(() => validateFlashAttnVec({ ...ok, headDim: 128 }, bufs), 'flash_attn_vec', 'headDim must be 256 or 512', '(got 128)');
-    expectInvalidParts(() => validateFlashAttnVec({ ...ok, nKvHeads: 3 }, bufs), 'flash_attn_vec', 'nHeads must be a multiple of nKvHeads (3)', '(got 4)');
-    expectInvalidParts(() => validateFlashAttnVec({ ...ok, kvSeqLen: 65 }, bufs), 'flash_attn_vec', 'kvSeqLen must be at most kvCapacity (64)', '(got 65)');
-    expectInvalidParts(() => validateFlashAttnVec({ ...ok, nwg: 33 }, bufs), 'flash_attn_vec', 'nwg must be at most 32', '(got 33)');
-    expectInvalidParts(() => validateFlashAttnVec({ ...ok, mask: 'upper' as FlashAttnVecMask }, bufs), 'flash_attn_vec', 'mask must be one of none, causal, slidingWindow', '(got upper)');
-    expectInvalidParts(() => validateFlashAttnVec({ ...ok, mask: 'slidingWindow' }, bufs), 'flash_attn_vec', 'slidingWindow must be a positive integer', '(got 0)');
-    expectInvalidParts(() => validateFlashAttnVec({ ...ok, mask: 'slidingWindow', slidingWindow: 2.5 }, bufs), 'flash_attn_vec', 'slidingWindow must be a positive integer', '(got 2.5)');
-    expectInvalidParts(() => validateFlashAttnVec({ ...ok, scale: NaN }, bufs), 'flash_attn_vec', 'scale must be a finite number', '(got NaN)');
-    expectInvalidParts(() => validateFlashAttnVec({ ...ok, softcap: -1 }, bufs), 'flash_attn_vec', 'softcap must be a finite number >= 0', '(got -1)');
-    expectInvalidParts(() => validateFlashAttnVec({ ...ok, softcap: Infinity }, bufs), 'flash_attn_vec', 'softcap must be a finite number >= 0', '(got Infinity)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, nKvHeads: 2 ** 32, ...bufs }), 'flash_attn_vec', 'nKvHeads must be at most 2^32 - 1');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, batch: 2 ** 31, nwg: 2, ...bufs }), 'flash_attn_vec', 'batch * nwg must be at most 2^32 - 1', '(got 4294967296)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, mask: 'slidingWindow', slidingWindow: 2 ** 32, ...bufs }), 'flash_attn_vec', 'slidingWindow must be at most 2^32 - 1');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, batch: 2 ** 20, kvCapacity: 2 ** 25, ...bufs }), 'flash_attn_vec', 'k elements must be a product of integers at most 2^53 - 1');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, headDim: 128, ...bufs }), 'flash_attn_vec', 'headDim must be 256 or 512', '(got 128)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, nKvHeads: 3, ...bufs }), 'flash_attn_vec', 'nHeads must be a multiple of nKvHeads (3)', '(got 4)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, kvSeqLen: 65, ...bufs }), 'flash_attn_vec', 'kvSeqLen must be at most kvCapacity (64)', '(got 65)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, nwg: 33, ...bufs }), 'flash_attn_vec', 'nwg must be at most 32', '(got 33)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, mask: 'upper' as FlashAttnVecMask, ...bufs }), 'flash_attn_vec', 'mask must be one of none, causal, slidingWindow', '(got upper)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, mask: 'slidingWindow', ...bufs }), 'flash_attn_vec', 'slidingWindow must be a positive integer', '(got 0)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, mask: 'slidingWindow', slidingWindow: 2.5, ...bufs }), 'flash_attn_vec', 'slidingWindow must be a positive integer', '(got 2.5)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, scale: NaN, ...bufs }), 'flash_attn_vec', 'scale must be a finite number', '(got NaN)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, softcap: -1, ...bufs }), 'flash_attn_vec', 'softcap must be a finite number >= 0', '(got -1)');
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, softcap: Infinity, ...bufs }), 'flash_attn_vec', 'softcap must be a finite number >= 0', '(got Infinity)');
     releaseAll(bufs);
   });
 
@@ -215,7 +215,7 @@ describeBackends('flash_attn_vec', ({ device }) => {
     const dev = device();
     const ok = mk({ nHeads: 4, nKvHeads: 2, kvSeqLen: 40, kvCapacity: 64, nwg: 2 });
     const bufs = allocFor(dev, ok, 'f16');
-    validateFlashAttnVec(ok, bufs);
+    validateFlashAttnVec({ ...ok, ...bufs });
     const qn = bufs.q.elementCount;
     const kvn = bufs.k.elementCount;
     const tmpn = flashAttnVecTmpElements(ok);
@@ -233,12 +233,12 @@ describeBackends('flash_attn_vec', ({ device }) => {
     ];
     for (const [key, dtype, n, parts] of swaps) {
       const wrong = dev.alloc(dtype, [n]);
-      expectInvalidParts(() => validateFlashAttnVec(ok, { ...bufs, [key]: wrong }), 'flash_attn_vec', ...parts);
+      expectInvalidParts(() => validateFlashAttnVec({ ...ok, ...{ ...bufs, [key]: wrong } }), 'flash_attn_vec', ...parts);
       wrong.release();
     }
     const { tmp, ...noTmp } = bufs;
-    expectInvalidParts(() => validateFlashAttnVec(ok, noTmp), 'flash_attn_vec', 'tmp must be a f32 buffer of flashAttnVecTmpElements = ' + tmpn);
-    validateFlashAttnVec({ ...ok, nwg: 1 }, noTmp);
+    expectInvalidParts(() => validateFlashAttnVec({ ...ok, ...noTmp }), 'flash_attn_vec', 'tmp must be a f32 buffer of flashAttnVecTmpElements = ' + tmpn);
+    validateFlashAttnVec({ ...ok, nwg: 1, ...noTmp });
     const enc = dev.encoder();
     expectInvalidParts(() => flashAttnVec(enc, { ...ok, ...bufs, headDim: 128 }), 'flash_attn_vec', 'headDim must be 256 or 512');
     enc.release();

@@ -23,7 +23,7 @@ import {
 } from '../ts/ops/fused_norm.ts';
 import type { ParamField } from '../ts/params.ts';
 import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
-import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
+import { describeBackends, maxRelErr, randomArray, rng, TOL, TARGET_LIMITS, expectInvalid, describeValidation } from './helpers.ts';
 import { bufferParam, readField } from './metal-source.ts';
 import * as normOps from '../ts/ops/fused_norm.ts';
 import * as mlx from '../ts/index.ts';
@@ -73,10 +73,10 @@ describe('fused_norm param packers match the .metal declarations', () => {
     }
   });
   test('threadgroup size and memory: min(256, nextPow2(dim)) threads, one float per simdgroup in 16-byte units', () => {
-    expect(fusedNormThreadgroup(1)).toEqual({ threads: 1, sharedBytes: 16 });
-    expect(fusedNormThreadgroup(33)).toEqual({ threads: 64, sharedBytes: 16 });
-    expect(fusedNormThreadgroup(257)).toEqual({ threads: 256, sharedBytes: 32 });
-    expect(fusedNormThreadgroup(100000)).toEqual({ threads: 256, sharedBytes: 32 });
+    expect(fusedNormThreadgroup(1, TARGET_LIMITS.metal)).toEqual({ threads: 1, sharedBytes: 16 });
+    expect(fusedNormThreadgroup(33, TARGET_LIMITS.metal)).toEqual({ threads: 64, sharedBytes: 16 });
+    expect(fusedNormThreadgroup(257, TARGET_LIMITS.metal)).toEqual({ threads: 256, sharedBytes: 32 });
+    expect(fusedNormThreadgroup(100000, TARGET_LIMITS.metal)).toEqual({ threads: 256, sharedBytes: 32 });
   });
 });
 

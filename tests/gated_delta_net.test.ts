@@ -17,6 +17,7 @@ import {
   packGatedDeltaNetParams,
   type GatedDeltaNetBuffers,
   type GatedDeltaNetDecodeBuffers,
+  type GatedDeltaNetDecodeParams,
   type GatedDeltaNetParams,
 } from '../ts/ops/gated_delta_net.ts';
 import { gatedDeltaNetChunk } from '../ts/ops/gated_delta_net_chunk.ts';
@@ -36,6 +37,14 @@ import { bufferParam, readFields } from './metal-source.ts';
 import * as gdnOps from '../ts/ops/gated_delta_net.ts';
 import * as mlx from '../ts/index.ts';
 
+/** A shape in the reference's short names (ts/reference/gated_delta_net.ts). */
+interface Shape { b: number; t: number; hg: number; h: number; k: number; v: number; scale?: number }
+/** The ops' flat arguments of a shape. */
+const gdnArgs = (p: Shape): GatedDeltaNetParams => ({ ...decodeArgsOf(p), seqLen: p.t });
+const decodeArgsOf = (p: Omit<Shape, 't'>): GatedDeltaNetDecodeParams => ({
+  batch: p.b, nQkHeads: p.hg, nHeads: p.h, kDim: p.k, vDim: p.v, ...(p.scale === undefined ? {} : { scale: p.scale }),
+});
+
 // ---- the param structs against the .metal source ----
 
 describe('gated_delta_net param packers match the .metal declarations', () => {
@@ -43,7 +52,7 @@ describe('gated_delta_net param packers match the .metal declarations', () => {
     for (const k of ['gated_delta_net_f32', 'gated_delta_net_bf16']) {
       expect(bufferParam(src, k, 8)).toMatch(/^constant GatedDeltaNetParams& params /);
     }
-    const p = { b: 3, t: 70000, hg: 2, h: 6, k: 128, v: 96 };
+    const p = { batch: 3, seqLen: 70000, nQkHeads: 2, nHeads: 6, kDim: 128, vDim: 96 };
     const bytes = packGatedDeltaNetParams({ ...p, hasInitialState: true });
     expect(bytes.byteLength).toBe(32);
     expect(readFields(bytes, GATED_DELTA_NET_PARAMS_LAYOUT)).toEqual([3, 70000, 2, 6, 128, 96, Math.fround(1 / Math.sqrt(128)), 1]);
@@ -54,14 +63,14 @@ describe('gated_delta_net param packers match the .metal declarations', () => {
     for (const k of ['gated_delta_net_decode_f32', 'gated_delta_net_decode_bf16']) {
       expect(bufferParam(src, k, 7)).toMatch(/^constant GatedDeltaNetDecodeParams& params /);
     }
-    const bytes = packGatedDeltaNetDecodeParams({ b: 5, hg: 4, h: 16, k: 256, v: 64, scale: -1.5 });
+    const bytes = packGatedDeltaNetDecodeParams({ batch: 5, nQkHeads: 4, nHeads: 16, kDim: 256, vDim: 64, scale: -1.5 });
     expect(bytes.byteLength).toBe(24);
     expect(readFields(bytes, GATED_DELTA_NET_DECODE_PARAMS_LAYOUT)).toEqual([5, 4, 16, 256, 64, -1.5]);
   });
   test('scale default K^-1/2, grid (ceil(V / 16), H, B)', () => {
-    expect(gatedDeltaNetScale({ k: 64 })).toBe(0.125);
-    expect(gatedDeltaNetScale({ k: 64, scale: 2 })).toBe(2);
-    expect(gatedDeltaNetGrid({ b: 2, h: 3, v: 40 })).toEqual([3, 3, 2]);
+    expect(gatedDeltaNetScale({ kDim: 64 })).toBe(0.125);
+    expect(gatedDeltaNetScale({ kDim: 64, scale: 2 })).toBe(2);
+    expect(gatedDeltaNetGrid({ batch: 2, nHeads: 3, vDim: 40 })).toEqual([3, 3, 2]);
   });
 });
 
@@ -88,7 +97,7 @@ describe('gated_delta_net reference against hand-computed values', () => {
 // ---- validation ----
 
 describeValidation('gated_delta_net validation', ({ enc, buf }) => {
-  const P: GatedDeltaNetParams = { b: 2, t: 3, hg: 1, h: 2, k: 64, v: 16 };
+  const P: GatedDeltaNetParams = { batch: 2, seqLen: 3, nQkHeads: 1, nHeads: 2, kDim: 64, vDim: 16 };
   const QK = 2 * 3 * 1 * 64;
   const VO = 2 * 3 * 2 * 16;
   const GB = 2 * 3 * 2;
@@ -97,11 +106,11 @@ describeValidation('gated_delta_net validation', ({ enc, buf }) => {
 
   const dimCases = (dims: readonly string[]): Case[] => [
     ...dims.map((a): Case => [{ [a]: 0 }, {}, a, 'a positive integer', '0']),
-    [{ hg: 1.5 }, {}, 'hg', 'a positive integer', '1.5'],
-    [{ v: 2 ** 32 }, {}, 'v', 'at most 2^32 - 1 (4294967295)', '4294967296'],
-    [{ h: 3, hg: 2 }, {}, 'h', 'a multiple of hg (2)', '3'],
-    [{ k: 48 }, {}, 'k', 'a multiple of the simdgroup width (32)', '48'],
-    [{ k: 288 }, {}, 'k', 'at most MAX_K (256)', '288'],
+    [{ nQkHeads: 1.5 }, {}, 'nQkHeads', 'a positive integer', '1.5'],
+    [{ vDim: 2 ** 32 }, {}, 'vDim', 'at most 2^32 - 1 (4294967295)', '4294967296'],
+    [{ nHeads: 3, nQkHeads: 2 }, {}, 'nHeads', 'a multiple of nQkHeads (2)', '3'],
+    [{ kDim: 48 }, {}, 'kDim', 'a multiple of the simdgroup width (32)', '48'],
+    [{ kDim: 288 }, {}, 'kDim', 'at most MAX_K (256)', '288'],
     [{ scale: Number.NaN }, {}, 'scale', 'a finite number', 'NaN'],
     [{ scale: Infinity }, {}, 'scale', 'a finite number', 'Infinity'],
   ];
@@ -127,8 +136,8 @@ describeValidation('gated_delta_net validation', ({ enc, buf }) => {
       initialState: buf('f32', ST), output: buf('f32', VO), finalState: buf('f32', ST),
     });
     const cases: Case[] = [
-      ...dimCases(['b', 't', 'hg', 'h', 'k', 'v']),
-      [{ b: 2 ** 20, t: 2 ** 20, hg: 2 ** 14, h: 2 ** 14 }, {}, 'q elements', 'a product of integers at most 2^53 - 1', `${2 ** 20} * ${2 ** 20} * ${2 ** 14} * 64`],
+      ...dimCases(['batch', 'seqLen', 'nQkHeads', 'nHeads', 'kDim', 'vDim']),
+      [{ batch: 2 ** 20, seqLen: 2 ** 20, nQkHeads: 2 ** 14, nHeads: 2 ** 14 }, {}, 'q elements', 'a product of integers at most 2^53 - 1', `${2 ** 20} * ${2 ** 20} * ${2 ** 14} * 64`],
       ...bufCases(),
       [{}, { initialState: buf('bf16', ST) }, 'initialState.dtype', 'f32', 'bf16'],
       [{}, { initialState: buf('f32', ST - 1) }, 'initialState.elementCount', `${ST}`, `${ST - 1}`],
@@ -136,15 +145,15 @@ describeValidation('gated_delta_net validation', ({ enc, buf }) => {
       [{}, { finalState: buf('f32', ST + 64) }, 'finalState.elementCount', `${ST}`, `${ST + 64}`],
     ];
     for (const [pm, bm, arg, expected, actual] of cases) {
-      expectInvalid(() => gatedDeltaNet(enc(), { ...base(), ...bm, params: { ...P, ...pm } }), op, arg, expected, actual);
+      expectInvalid(() => gatedDeltaNet(enc(), { ...base(), ...bm, ...P, ...pm }), op, arg, expected, actual);
     }
     // bf16 activations take bf16 k, v and output too.
-    expectInvalid(() => gatedDeltaNet(enc(), { ...base(), q: buf('bf16', QK), params: P }), op, 'k.dtype', 'bf16', 'f32');
+    expectInvalid(() => gatedDeltaNet(enc(), { ...base(), q: buf('bf16', QK), ...P }), op, 'k.dtype', 'bf16', 'f32');
   });
 
   test('gated_delta_net_decode: every rule', () => {
     const op = 'gated_delta_net_decode';
-    const D = { b: 2, hg: 1, h: 2, k: 64, v: 16 };
+    const D: GatedDeltaNetDecodeParams = { batch: 2, nQkHeads: 1, nHeads: 2, kDim: 64, vDim: 16 };
     const qk = 2 * 64;
     const vo = 2 * 2 * 16;
     const gb = 2 * 2;
@@ -153,8 +162,8 @@ describeValidation('gated_delta_net validation', ({ enc, buf }) => {
       state: buf('f32', ST), output: buf('f32', vo),
     });
     const cases: Case[] = [
-      ...dimCases(['b', 'hg', 'h', 'k', 'v']),
-      [{ b: 2 ** 30, hg: 2 ** 30, h: 2 ** 30 }, {}, 'q elements', 'a product of integers at most 2^53 - 1', `${2 ** 30} * ${2 ** 30} * 64`],
+      ...dimCases(['batch', 'nQkHeads', 'nHeads', 'kDim', 'vDim']),
+      [{ batch: 2 ** 30, nQkHeads: 2 ** 30, nHeads: 2 ** 30 }, {}, 'q elements', 'a product of integers at most 2^53 - 1', `${2 ** 30} * ${2 ** 30} * 64`],
       [{}, { q: buf('u32', qk) }, 'q.dtype', 'one of f32, bf16', 'u32'],
       [{}, { k: buf('bf16', qk) }, 'k.dtype', 'f32', 'bf16'],
       [{}, { v: buf('bf16', vo) }, 'v.dtype', 'f32', 'bf16'],
@@ -171,7 +180,7 @@ describeValidation('gated_delta_net validation', ({ enc, buf }) => {
       [{}, { state: buf('f32', ST / 2) }, 'state.elementCount', `${ST}`, `${ST / 2}`],
     ];
     for (const [pm, bm, arg, expected, actual] of cases) {
-      expectInvalid(() => gatedDeltaNetDecode(enc(), { ...base(), ...bm, params: { ...D, ...pm } }), op, arg, expected, actual);
+      expectInvalid(() => gatedDeltaNetDecode(enc(), { ...base(), ...bm, ...D, ...pm }), op, arg, expected, actual);
     }
   });
 });
@@ -211,7 +220,7 @@ type Gates = 'model' | 'adversarial';
  * gates mix g near 0 (no decay: the state keeps everything) with g = -30
  * (the state all but erased) and beta near 1 (full overwrite).
  */
-function makeInputs(seed: number, p: GatedDeltaNetParams, gates: Gates): Inputs {
+function makeInputs(seed: number, p: Shape, gates: Gates): Inputs {
   const r = rng(seed);
   const { b: B, t: T, hg: Hg, h: H, k: K, v: V } = p;
   const q = unitRows(r, B * T * Hg, K);
@@ -241,7 +250,7 @@ function makeInputs(seed: number, p: GatedDeltaNetParams, gates: Gates): Inputs 
 // TOL.f32 for f32 values; bf16 outputs are compared with the reference
 // rounded to bf16, under TOL.bf16 (one bf16 rounding, 2^-8 relative).
 describeBackends('gated_delta_net parity', ({ device }) => {
-  const shapes: { name: string; p: GatedDeltaNetParams }[] = [
+  const shapes: { name: string; p: Shape }[] = [
     { name: 'T = 1, K = V = 64, H = Hg = 1', p: { b: 1, t: 1, hg: 1, h: 1, k: 64, v: 64 } },
     { name: 'B = 2, T = 6, K = 128, V = 32, H/Hg = 2', p: { b: 2, t: 6, hg: 2, h: 4, k: 128, v: 32 } },
     { name: 'T = 5, K = 256, V = 40 (partial row groups), H/Hg = 4', p: { b: 1, t: 5, hg: 1, h: 4, k: 256, v: 40 } },
@@ -275,10 +284,10 @@ describeBackends('gated_delta_net parity', ({ device }) => {
             output.fill(Number.NaN);
             finalState.fill(Number.NaN);
             const enc = dev.encoder();
-            gatedDeltaNet(enc, { q, k, v, g, beta, ...(withState ? { initialState: h0 } : {}), output, finalState, params: p });
+            gatedDeltaNet(enc, { q, k, v, g, beta, ...(withState ? { initialState: h0 } : {}), output, finalState, ...gdnArgs(p) });
             enc.commitAndWait();
             enc.release();
-            const ref = gatedDeltaNetRef({ ...p, scale: gatedDeltaNetScale(p) }, { ...stored, ...(withState ? { initialState: h0.readNumbers() } : {}) });
+            const ref = gatedDeltaNetRef({ ...p, scale: gatedDeltaNetScale(decodeArgsOf(p)) }, { ...stored, ...(withState ? { initialState: h0.readNumbers() } : {}) });
             const wantOut = dtype === 'bf16' ? ref.output.map(bf16) : ref.output;
             const eo = scaledErr(output.readNumbers(), wantOut);
             const es = scaledErr(finalState.readNumbers(), ref.finalState);
@@ -298,7 +307,7 @@ describeBackends('gated_delta_net parity', ({ device }) => {
 
   test('initialState may be finalState (in place): same result as separate buffers', () => {
     const dev = device();
-    const p: GatedDeltaNetParams = { b: 2, t: 3, hg: 1, h: 2, k: 64, v: 24 };
+    const p: Shape = { b: 2, t: 3, hg: 1, h: 2, k: 64, v: 24 };
     const x = makeInputs(77, p, 'model');
     const ins = { q: upload(dev, 'f32', x.q), k: upload(dev, 'f32', x.k), v: upload(dev, 'f32', x.v), g: upload(dev, 'f32', x.g), beta: upload(dev, 'f32', x.beta) };
     const h0 = upload(dev, 'f32', x.h0);
@@ -310,20 +319,20 @@ describeBackends('gated_delta_net parity', ({ device }) => {
     out2.fill(Number.NaN);
     fin.fill(Number.NaN);
     const enc = dev.encoder();
-    gatedDeltaNet(enc, { ...ins, initialState: h0, output: out1, finalState: fin, params: p });
-    gatedDeltaNet(enc, { ...ins, initialState: state, output: out2, finalState: state, params: p });
+    gatedDeltaNet(enc, { ...ins, initialState: h0, output: out1, finalState: fin, ...gdnArgs(p) });
+    gatedDeltaNet(enc, { ...ins, initialState: state, output: out2, finalState: state, ...gdnArgs(p) });
     enc.commitAndWait();
     enc.release();
     expect(Array.from(out2.read())).toEqual(Array.from(out1.read()));
     expect(Array.from(state.read())).toEqual(Array.from(fin.read()));
-    const ref = gatedDeltaNetRef({ ...p, scale: gatedDeltaNetScale(p) }, { ...x, initialState: x.h0 });
+    const ref = gatedDeltaNetRef({ ...p, scale: gatedDeltaNetScale(decodeArgsOf(p)) }, { ...x, initialState: x.h0 });
     expect(scaledErr(state.readNumbers(), ref.finalState)).toBeLessThan(TOL.f32);
   });
 
   for (const dtype of ['f32', 'bf16'] as const) {
     test(`decode ${dtype}: n steps one at a time equal the recurrent kernel over the n tokens, bit for bit`, () => {
       const dev = device();
-      const cases: { p: GatedDeltaNetParams; scale?: number }[] = [
+      const cases: { p: Shape; scale?: number }[] = [
         { p: { b: 2, t: 4, hg: 1, h: 2, k: 128, v: 40 } },
         { p: { b: 1, t: 3, hg: 2, h: 8, k: 64, v: 16 }, scale: 0.3 },
         { p: { b: 2, t: 2, hg: 1, h: 1, k: 256, v: 64 } },
@@ -343,7 +352,7 @@ describeBackends('gated_delta_net parity', ({ device }) => {
         output.fill(Number.NaN);
         finalState.fill(Number.NaN);
         const enc = dev.encoder();
-        gatedDeltaNet(enc, { q, k, v, g, beta, initialState: h0, output, finalState, params: p });
+        gatedDeltaNet(enc, { q, k, v, g, beta, initialState: h0, output, finalState, ...gdnArgs(p) });
         enc.commitAndWait();
         enc.release();
 
@@ -366,14 +375,14 @@ describeBackends('gated_delta_net parity', ({ device }) => {
           gatedDeltaNetDecode(e, {
             q: upload(dev, dtype, at(qs, t, Hg * K)), k: upload(dev, dtype, at(ks, t, Hg * K)), v: upload(dev, dtype, at(vs, t, H * V)),
             g: upload(dev, 'f32', at(x.g, t, H)), beta: upload(dev, 'f32', at(x.beta, t, H)),
-            state, output: step, params: decodeParams,
+            state, output: step, ...decodeArgsOf(decodeParams),
           });
           e.commitAndWait();
           e.release();
           expect(Array.from(step.readNumbers())).toEqual(Array.from(at(want, t, H * V)));
         }
         expect(Array.from(state.read())).toEqual(Array.from(finalState.read()));
-        const ref = gatedDeltaNetRef({ ...p, scale: gatedDeltaNetScale(p) }, {
+        const ref = gatedDeltaNetRef({ ...p, scale: gatedDeltaNetScale(decodeArgsOf(p)) }, {
           q: qs, k: ks, v: vs, g: g.readNumbers(), beta: beta.readNumbers(), initialState: h0.readNumbers(),
         });
         expect(scaledErr(state.readNumbers(), ref.finalState)).toBeLessThan(TOL.f32);
@@ -424,18 +433,18 @@ describeBackends('gated_delta_net parity', ({ device }) => {
       params: { b: 1, t: T, hg: 1, h: 1, k: K, v: V, bt: 64 },
     });
     // The recurrent kernel over the same 64 tokens and the decode token after them.
-    const p: GatedDeltaNetParams = { b: 1, t: T + 1, hg: 1, h: 1, k: K, v: V };
+    const p: Shape = { b: 1, t: T + 1, hg: 1, h: 1, k: K, v: V };
     const output = dev.alloc('f32', [(T + 1) * V]);
     const finalState = dev.alloc('f32', [V * K]);
     output.fill(Number.NaN);
     gatedDeltaNet(enc, {
       q: dev.upload('f32', [qx.length], qx), k: dev.upload('f32', [kx.length], kx), v: dev.upload('f32', [vx.length], vx),
       g: dev.upload('f32', [T + 1], gRaw), beta: dev.upload('f32', [T + 1], beta),
-      initialState: dev.upload('f32', [V * K], h0), output, finalState, params: p,
+      initialState: dev.upload('f32', [V * K], h0), output, finalState, ...gdnArgs(p),
     });
     enc.commitAndWait();
     enc.release();
-    const tokenState = gatedDeltaNetRef({ ...p, t: T, scale: gatedDeltaNetScale(p) }, {
+    const tokenState = gatedDeltaNetRef({ ...p, t: T, scale: gatedDeltaNetScale(decodeArgsOf(p)) }, {
       q: qx, k: kx, v: vx, g: gRaw, beta, initialState: h0,
     }).finalState;
     expect(nmse(chunkState.readNumbers(), tokenState)).toBeLessThan(1e-4);
@@ -446,7 +455,7 @@ describeBackends('gated_delta_net parity', ({ device }) => {
     gatedDeltaNetDecode(e, {
       q: dev.upload('f32', [K], qx.subarray(T * K)), k: dev.upload('f32', [K], kx.subarray(T * K)), v: dev.upload('f32', [V], vx.subarray(T * V)),
       g: dev.upload('f32', [1], [gRaw[T]!]), beta: dev.upload('f32', [1], [beta[T]!]),
-      state: chunkState, output: step, params: { b: 1, hg: 1, h: 1, k: K, v: V },
+      state: chunkState, output: step, ...decodeArgsOf({ b: 1, hg: 1, h: 1, k: K, v: V }),
     });
     e.commitAndWait();
     e.release();
@@ -470,11 +479,11 @@ describeValidation('gated_delta_net: buffers, params and aliasing', ({ device, e
   const p = { b: 1, t: 2, hg: 1, h: 2, k: 32, v: 16 };
   const args = () => ({
     q: buf('f32', 64), k: buf('f32', 64), v: buf('f32', 64), g: buf('f32', 4), beta: buf('f32', 4),
-    initialState: buf('f32', 1024), output: buf('f32', 64), finalState: buf('f32', 1024), params: p,
+    initialState: buf('f32', 1024), output: buf('f32', 64), finalState: buf('f32', 1024), ...gdnArgs(p),
   });
   const decodeArgs = () => ({
     q: buf('f32', 32), k: buf('f32', 32), v: buf('f32', 32), g: buf('f32', 2), beta: buf('f32', 2), state: buf('f32', 1024),
-    output: buf('f32', 32), params: { b: 1, hg: 1, h: 2, k: 32, v: 16 },
+    output: buf('f32', 32), ...decodeArgsOf({ b: 1, hg: 1, h: 2, k: 32, v: 16 }),
   });
 
   test('output bound as q or k is refused (read by other threadgroups); initialState as finalState stays allowed', () => {
@@ -487,11 +496,11 @@ describeValidation('gated_delta_net: buffers, params and aliasing', ({ device, e
     expectInvalid(() => gdnOps.gatedDeltaNetDecode(enc(), { ...d, output: d.k }), 'gated_delta_net_decode', 'output', 'a buffer other than k', 'the buffer of k');
   });
 
-  test('null, missing and foreign buffers and a missing params record are MlxErrors naming the argument', () => {
+  test('null, missing and foreign buffers and a missing dimension are MlxErrors naming the argument', () => {
     const a = args();
     expectInvalid(() => gdnOps.gatedDeltaNet(enc(), { ...a, initialState: null as unknown as Buffer }), 'gated_delta_net', 'initialState', 'a Buffer', 'null');
     expectInvalid(() => gdnOps.gatedDeltaNet(enc(), { ...a, g: undefined as unknown as Buffer }), 'gated_delta_net', 'g', 'a Buffer', 'none');
-    expectInvalid(() => gdnOps.gatedDeltaNet(enc(), { ...a, params: null as unknown as typeof p }), 'gated_delta_net', 'params', 'an object', 'null');
+    expectInvalid(() => gdnOps.gatedDeltaNet(enc(), { ...a, nHeads: undefined as unknown as number }), 'gated_delta_net', 'nHeads', 'a positive integer', 'undefined');
     const d = decodeArgs();
     expectInvalid(() => gdnOps.gatedDeltaNetDecode(enc(), { ...d, state: null as unknown as Buffer }), 'gated_delta_net_decode', 'state', 'a Buffer', 'null');
     const other = mlx.Device.open({ backend: device().backend });

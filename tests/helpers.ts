@@ -10,6 +10,7 @@ import {
   type BackendName,
   type Buffer,
   type DType,
+  type DeviceLimits,
   type Encoder,
 } from '../ts/index.ts';
 
@@ -221,6 +222,16 @@ export function scaledErr(got: ArrayLike<number>, want: ArrayLike<number>): numb
 
 /** x rounded to bf16 (round-to-nearest-even), as a number. */
 export const bf16 = (x: number): number => bf16BitsToF32(f32ToBf16Bits(x));
+
+/**
+ * The limits of the devices plans are checked against without them: an Apple
+ * GPU (metal; the emulator reports the same) and an H100 (cuda: 227 KiB of
+ * shared memory per block after opt-in).
+ */
+export const TARGET_LIMITS = {
+  metal: { maxThreadsPerThreadgroup: 1024, maxThreadgroupMemory: 32768, simdWidth: 32, maxBufferLength: 2 ** 35, sharedMemory: true },
+  cuda: { maxThreadsPerThreadgroup: 1024, maxThreadgroupMemory: 232448, simdWidth: 32, maxBufferLength: 85 * 2 ** 30, sharedMemory: false },
+} as const satisfies Record<string, DeviceLimits>;
 
 /** Relative tolerances by dtype; an op that needs more says why next to its test. */
 export const TOL = { f32: 1e-5, f16: 1e-3, bf16: 1e-2 } as const;

@@ -16,7 +16,7 @@ import {
   packL2NormParams,
 } from '../ts/ops/l2_norm.ts';
 import { l2NormRef } from '../ts/reference/l2_norm.ts';
-import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
+import { describeBackends, maxRelErr, randomArray, rng, TOL, TARGET_LIMITS, expectInvalid, describeValidation } from './helpers.ts';
 import * as l2Ops from '../ts/ops/l2_norm.ts';
 import * as mlx from '../ts/index.ts';
 
@@ -32,9 +32,9 @@ describe('l2_norm param packer matches the .metal declaration', () => {
     expect(new DataView(packL2NormParams({ rows: 1, dim: 1, eps: 0.5 }).buffer).getFloat32(8, true)).toBe(0.5);
   });
   test('threadgroup: min(256, nextPow2(dim)) threads, one float per simdgroup in 16-byte units', () => {
-    expect(l2NormThreadgroup(1)).toEqual({ threads: 1, sharedBytes: 16 });
-    expect(l2NormThreadgroup(100)).toEqual({ threads: 128, sharedBytes: 16 });
-    expect(l2NormThreadgroup(5000)).toEqual({ threads: 256, sharedBytes: 32 });
+    expect(l2NormThreadgroup(1, TARGET_LIMITS.metal)).toEqual({ threads: 1, sharedBytes: 16 });
+    expect(l2NormThreadgroup(100, TARGET_LIMITS.metal)).toEqual({ threads: 128, sharedBytes: 16 });
+    expect(l2NormThreadgroup(5000, TARGET_LIMITS.metal)).toEqual({ threads: 256, sharedBytes: 32 });
   });
 });
 

@@ -8,14 +8,14 @@ import {
   MOE_ROUTING_FAMILY,
   MOE_ROUTING_KERNELS,
   MOE_ROUTING_SOURCES,
-  MOE_ROUTING_MAX_EXPERTS,
+  moeRoutingMaxExperts,
   fusedMoeRouting,
   fusedMoeRoutingBatch,
   moeRoutingThreadgroup,
   packFusedMoeRoutingParams,
 } from '../ts/ops/moe_routing.ts';
 import { moeRoutingRef } from '../ts/reference/moe_routing.ts';
-import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
+import { describeBackends, maxRelErr, randomArray, rng, TOL, TARGET_LIMITS, expectInvalid, describeValidation } from './helpers.ts';
 import { bufferParam } from './metal-source.ts';
 import * as moeOps from '../ts/ops/moe_routing.ts';
 import * as mlx from '../ts/index.ts';
@@ -33,10 +33,10 @@ describe('moe_routing param packer matches the .metal declaration', () => {
     expect(FUSED_MOE_ROUTING_PARAMS_LAYOUT.map((f) => v.getUint32(f.offset, true))).toEqual([128, 8]);
   });
   test('threadgroup: min(256, nextPow2(numExperts)) threads, numExperts floats in 16-byte units', () => {
-    expect(moeRoutingThreadgroup(1)).toEqual({ threads: 1, sharedBytes: 16 });
-    expect(moeRoutingThreadgroup(5)).toEqual({ threads: 8, sharedBytes: 32 });
-    expect(moeRoutingThreadgroup(128)).toEqual({ threads: 128, sharedBytes: 512 });
-    expect(moeRoutingThreadgroup(513)).toEqual({ threads: 256, sharedBytes: 2064 });
+    expect(moeRoutingThreadgroup(1, TARGET_LIMITS.metal)).toEqual({ threads: 1, sharedBytes: 16 });
+    expect(moeRoutingThreadgroup(5, TARGET_LIMITS.metal)).toEqual({ threads: 8, sharedBytes: 32 });
+    expect(moeRoutingThreadgroup(128, TARGET_LIMITS.metal)).toEqual({ threads: 128, sharedBytes: 512 });
+    expect(moeRoutingThreadgroup(513, TARGET_LIMITS.metal)).toEqual({ threads: 256, sharedBytes: 2064 });
   });
 });
 
@@ -68,13 +68,16 @@ describeValidation('moe_routing validation', ({ enc, buf }) => {
   type Case = [mutate: Record<string, unknown>, arg: string, expected: string, actual: string];
   const E = 16;
   const K = 4;
+  const maxExperts = (): number => moeRoutingMaxExperts(enc().device.limits);
   const commonCases = (tokens: number): Case[] => [
     [{ numExperts: 0 }, 'numExperts', 'a positive integer', '0'],
     [{ topK: 0 }, 'topK', 'a positive integer', '0'],
     [{ topK: 2.5 }, 'topK', 'a positive integer', '2.5'],
     [{ topK: E + 1 }, 'topK', 'at most numExperts (16)', '17'],
-    [{ numExperts: MOE_ROUTING_MAX_EXPERTS + 1, topK: 1 }, 'numExperts',
-      `at most ${MOE_ROUTING_MAX_EXPERTS} (one f32 per expert in 32768 bytes of threadgroup memory`, `${MOE_ROUTING_MAX_EXPERTS + 1}`],
+    // The limit is the device's: one f32 per expert in its threadgroup memory.
+    [{ numExperts: maxExperts() + 1, topK: 1 }, 'numExperts',
+      `at most ${maxExperts()} (one f32 per expert in the device's ${enc().device.limits.maxThreadgroupMemory} bytes of threadgroup memory`,
+      `${maxExperts() + 1}`],
     [{ logits: buf('bf16', tokens * E) }, 'logits.dtype', 'f32', 'bf16'],
     [{ expertIds: buf('i32', tokens * K) }, 'expertIds.dtype', 'u32', 'i32'],
     [{ routingWeights: buf('f16', tokens * K) }, 'routingWeights.dtype', 'f32', 'f16'],

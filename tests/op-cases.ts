@@ -95,11 +95,11 @@ export const CASES: Case[] = [
     fn: 'computeGBeta', op: 'compute_g_beta',
     keys: {
       a: buf(['f32', 'bf16']), b: buf(['f32', 'bf16']), aLog: buf(F), dtBias: buf(F), g: out(F), beta: out(F),
-      params: { kind: 'obj' }, 'params.b': int, 'params.t': int, 'params.h': int,
+      batch: int, seqLen: int, nHeads: int,
     },
     make: (d) => ({
       a: a(d, 'f32', 24), b: a(d, 'f32', 24), aLog: a(d, 'f32', 4), dtBias: a(d, 'f32', 4), g: a(d, 'f32', 24),
-      beta: a(d, 'f32', 24), params: { b: 2, t: 3, h: 4 },
+      beta: a(d, 'f32', 24), batch: 2, seqLen: 3, nHeads: 4,
     }),
   },
   {
@@ -156,14 +156,13 @@ export const CASES: Case[] = [
     keys: {
       q: buf(['f32', 'bf16']), k: buf(['f32', 'bf16']), v: buf(['f32', 'bf16']), g: buf(F), beta: buf(F),
       initialState: { kind: 'buf?', dtypes: F }, output: out(['f32', 'bf16']), finalState: out(F),
-      params: { kind: 'obj' }, 'params.b': int, 'params.t': int, 'params.hg': int, 'params.h': int, 'params.k': int,
-      'params.v': int, 'params.scale': { kind: 'num?' },
+      batch: int, seqLen: int, nQkHeads: int, nHeads: int, kDim: int, vDim: int, scale: { kind: 'num?' },
     },
     inPlace: [['initialState', 'finalState']],
     make: (d) => ({
       q: a(d, 'f32', 64), k: a(d, 'f32', 64), v: a(d, 'f32', 64), g: a(d, 'f32', 4), beta: a(d, 'f32', 4),
       initialState: a(d, 'f32', 1024), output: a(d, 'f32', 64), finalState: a(d, 'f32', 1024),
-      params: { b: 1, t: 2, hg: 1, h: 2, k: 32, v: 16 },
+      batch: 1, seqLen: 2, nQkHeads: 1, nHeads: 2, kDim: 32, vDim: 16,
     }),
   },
   {
@@ -171,12 +170,11 @@ export const CASES: Case[] = [
     keys: {
       q: buf(['f32', 'bf16']), k: buf(['f32', 'bf16']), v: buf(['f32', 'bf16']), g: buf(F), beta: buf(F),
       state: out(F), output: out(['f32', 'bf16']),
-      params: { kind: 'obj' }, 'params.b': int, 'params.hg': int, 'params.h': int, 'params.k': int, 'params.v': int,
-      'params.scale': { kind: 'num?' },
+      batch: int, nQkHeads: int, nHeads: int, kDim: int, vDim: int, scale: { kind: 'num?' },
     },
     make: (d) => ({
       q: a(d, 'bf16', 32), k: a(d, 'bf16', 32), v: a(d, 'bf16', 32), g: a(d, 'f32', 2), beta: a(d, 'f32', 2),
-      state: a(d, 'f32', 1024), output: a(d, 'bf16', 32), params: { b: 1, hg: 1, h: 2, k: 32, v: 16, scale: 0.5 },
+      state: a(d, 'f32', 1024), output: a(d, 'bf16', 32), batch: 1, nQkHeads: 1, nHeads: 2, kDim: 32, vDim: 16, scale: 0.5,
     }),
   },
   {

@@ -13,7 +13,7 @@ import {
   ssmNormGateThreadgroup,
 } from '../ts/ops/ssm_norm_gate.ts';
 import { ssmNormGateRef } from '../ts/reference/ssm_norm_gate.ts';
-import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
+import { describeBackends, maxRelErr, randomArray, rng, TOL, TARGET_LIMITS, expectInvalid, describeValidation } from './helpers.ts';
 import { bufferParam } from './metal-source.ts';
 import * as sngOps from '../ts/ops/ssm_norm_gate.ts';
 import * as mlx from '../ts/index.ts';
@@ -29,9 +29,9 @@ describe('ssm_norm_gate param packer matches the .metal declaration', () => {
     expect(SSM_NORM_GATE_PARAMS_LAYOUT.map((f) => v.getFloat32(f.offset, true))).toEqual([Math.fround(1e-6), 128, 0, 0]);
   });
   test('threadgroup: min(256, nextPow2(dV)) threads, one float per simdgroup in 16-byte units', () => {
-    expect(ssmNormGateThreadgroup(1)).toEqual({ threads: 1, sharedBytes: 16 });
-    expect(ssmNormGateThreadgroup(128)).toEqual({ threads: 128, sharedBytes: 16 });
-    expect(ssmNormGateThreadgroup(1000)).toEqual({ threads: 256, sharedBytes: 32 });
+    expect(ssmNormGateThreadgroup(1, TARGET_LIMITS.metal)).toEqual({ threads: 1, sharedBytes: 16 });
+    expect(ssmNormGateThreadgroup(128, TARGET_LIMITS.metal)).toEqual({ threads: 128, sharedBytes: 16 });
+    expect(ssmNormGateThreadgroup(1000, TARGET_LIMITS.metal)).toEqual({ threads: 256, sharedBytes: 32 });
   });
 });
 

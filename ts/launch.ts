@@ -1,5 +1,10 @@
 // Launch shapes shared by the ops.
 
+import type { DeviceLimits } from './device.ts';
+
+/** What a launch shape depends on of a device. */
+export type LaunchLimits = Pick<DeviceLimits, 'maxThreadsPerThreadgroup' | 'simdWidth'>;
+
 /** The smallest power of two >= n (1 for n <= 1). */
 export function nextPow2(n: number): number {
   let p = 1;
@@ -13,11 +18,12 @@ export function roundUp16(bytes: number): number {
 }
 
 /**
- * The threadgroup of a kernel that reduces one row of n elements: min(maxThreads,
- * nextPow2(n)) threads, and threadgroup(0) bytes holding one float per
- * 32-thread simdgroup (the reduction partials), rounded up to 16.
+ * The threadgroup of a kernel that reduces one row of n elements:
+ * min(maxThreads, the device's limit, nextPow2(n)) threads, and threadgroup(0)
+ * bytes holding one float per simdgroup of the device's width (the reduction
+ * partials), rounded up to 16.
  */
-export function rowThreadgroup(n: number, maxThreads: number): { threads: number; sharedBytes: number } {
-  const threads = Math.min(maxThreads, nextPow2(n));
-  return { threads, sharedBytes: roundUp16(Math.ceil(threads / 32) * 4) };
+export function rowThreadgroup(n: number, maxThreads: number, limits: LaunchLimits): { threads: number; sharedBytes: number } {
+  const threads = Math.min(maxThreads, limits.maxThreadsPerThreadgroup, nextPow2(n));
+  return { threads, sharedBytes: roundUp16(Math.ceil(threads / limits.simdWidth) * 4) };
 }

@@ -2,7 +2,6 @@
 // sources, compiled on first use for the device's backend, cached by
 // (family, constants) for libraries and (kernel, constants) for pipelines.
 
-import type { BackendName } from './native.ts';
 import type { Device } from './device.ts';
 import { MlxError } from './errors.ts';
 import metalPrelude from '../shaders/common.metal' with { type: 'text' };
@@ -108,6 +107,11 @@ export class KernelRegistry {
     for (const k of kernels) this.kernelFamily.set(k, family);
   }
 
+  /** The language this device compiles: cuda on the cuda backend, Metal on metal and emu. */
+  get language(): 'metal' | 'cuda' {
+    return this.device.backend === 'cuda' ? 'cuda' : 'metal';
+  }
+
   isRegistered(family: string): boolean {
     return this.families.has(family);
   }
@@ -129,7 +133,7 @@ export class KernelRegistry {
     }
     const p = this.library(family, constants, ckey).pipeline(kernel);
     // A CUDA kernel has the bindings of its Metal twin: what it writes is read there.
-    if (this.device.backend === 'cuda') p._writes = kernelWrites(this.families.get(family)!.metal, kernel);
+    if (this.language === 'cuda') p._writes = kernelWrites(this.families.get(family)!.metal, kernel);
     this.pipelines.set(key, p);
     return p;
   }
@@ -139,10 +143,9 @@ export class KernelRegistry {
     const hit = this.libraries.get(key);
     if (hit !== undefined && hit._h !== 0) return hit;
     const { sources, metal } = this.families.get(family)!;
-    const backend: BackendName = this.device.backend;
     let source: string;
     let name: string;
-    if (backend === 'cuda') {
+    if (this.language === 'cuda') {
       if (sources.cuda === undefined) {
         throw new MlxError('KernelNotFound', `KernelRegistry: family ${family} has no CUDA source, so it cannot run on the cuda backend`);
       }

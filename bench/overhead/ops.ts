@@ -37,7 +37,7 @@ const gate = { attnOut: f32(dim), weight: f32(dim), z: f32(dim), output: f32(dim
 const K = 32, V = 16;
 const gdn = {
   q: f32(K), k: f32(K), v: f32(V), g: f32(1), beta: f32(1), state: f32(V * K), output: f32(V),
-  params: { b: 1, hg: 1, h: 1, k: K, v: V },
+  batch: 1, nQkHeads: 1, nHeads: 1, kDim: K, vDim: V,
 };
 // flash_attn_vec: one row, one head, D = 256, one KV position, one workgroup.
 const D = 256;

@@ -7,13 +7,14 @@ import src from '../../shaders/compute_g_beta.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/compute_g_beta.cu' with { type: 'text' };
 import header from '../../shaders/compute_g_beta.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
-import type { Device } from '../device.ts';
+import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkObject, checkPositive, checkedProduct,
+  checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct,
 } from '../validate.ts';
+import { record, type OpPlan } from '../plan.ts';
 
 export const COMPUTE_G_BETA_FAMILY = 'compute_g_beta';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -30,10 +31,12 @@ export const SOFTPLUS_THRESHOLD = 20;
 export const COMPUTE_G_BETA_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'ComputeGBetaParams');
 
 export interface ComputeGBetaParams {
-  b: number;
-  t: number;
+  /** Sequences B. */
+  batch: number;
+  /** Tokens T per sequence. */
+  seqLen: number;
   /** Value heads H. */
-  h: number;
+  nHeads: number;
 }
 export interface ComputeGBetaBuffers {
   /** [B, T, H], f32 or bf16 (b shares its dtype) */
@@ -49,20 +52,21 @@ export interface ComputeGBetaBuffers {
   /** [B, T, H] f32, output */
   beta: Buffer;
 }
+export interface ComputeGBetaArgs extends ComputeGBetaBuffers, ComputeGBetaParams {}
 
 export function packComputeGBetaParams(p: ComputeGBetaParams): Uint8Array {
-  return packFields(COMPUTE_G_BETA_PARAMS_LAYOUT, { n: p.b * p.t * p.h, h: p.h });
+  return packFields(COMPUTE_G_BETA_PARAMS_LAYOUT, { n: p.batch * p.seqLen * p.nHeads, h: p.nHeads });
 }
 
-/** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit; returns b * t * h. */
-export function validateComputeGBeta(p: ComputeGBetaParams, buf: ComputeGBetaBuffers, device?: Device): number {
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateComputeGBeta(buf: ComputeGBetaArgs, device?: Device): void {
   const op = 'compute_g_beta';
-  checkObject(op, 'params', p);
-  checkPositive(op, 'b', p.b);
-  checkPositive(op, 't', p.t);
-  checkPositive(op, 'h', p.h);
-  const n = checkedProduct(op, 'b * t * h', p.b, p.t, p.h);
-  checkAtMost(op, 'b * t * h', n, MAX_ELEMENTS_U32, 'the 32-bit index limit');
+  const p = buf;
+  checkPositive(op, 'batch', p.batch);
+  checkPositive(op, 'seqLen', p.seqLen);
+  checkPositive(op, 'nHeads', p.nHeads);
+  const n = checkedProduct(op, 'batch * seqLen * nHeads', p.batch, p.seqLen, p.nHeads);
+  checkAtMost(op, 'batch * seqLen * nHeads', n, MAX_ELEMENTS_U32, 'the 32-bit index limit');
   for (const [arg, b] of [['a', buf.a], ['b', buf.b], ['aLog', buf.aLog], ['dtBias', buf.dtBias], ['g', buf.g], ['beta', buf.beta]] as const) {
     checkBuffer(op, arg, b, device);
   }
@@ -74,39 +78,41 @@ export function validateComputeGBeta(p: ComputeGBetaParams, buf: ComputeGBetaBuf
   checkDtype(op, 'beta', buf.beta, 'f32');
   checkElements(op, 'a', buf.a, n);
   checkElements(op, 'b', buf.b, n);
-  checkElements(op, 'aLog', buf.aLog, p.h);
-  checkElements(op, 'dtBias', buf.dtBias, p.h);
+  checkElements(op, 'aLog', buf.aLog, p.nHeads);
+  checkElements(op, 'dtBias', buf.dtBias, p.nHeads);
   checkElements(op, 'g', buf.g, n);
   checkElements(op, 'beta', buf.beta, n);
   checkNoAliasing(op, [['a', buf.a], ['b', buf.b], ['aLog', buf.aLog], ['dtBias', buf.dtBias], ['g', buf.g], ['beta', buf.beta]],
     ['g', 'beta'], 'the CUDA kernel takes g and beta as __restrict__, and the Metal kernel writes g before it reads b');
-  return n;
 }
 
 /**
  * compute_g_beta, elementwise over [B, T, H]:
  *   g    = -exp(aLog[h]) * softplus(a + dtBias[h])   softplus(x) = x for x > 20, else log(1 + exp(x))
  *   beta = sigmoid(b)
- * in f32. The buffer `b` is the beta logits (the model's in_proj_b output),
- * not the batch size, which is `params.b`.
+ * in f32. The buffer `b` is the beta logits (the model's in_proj_b output).
  *
  * Layouts: a, b [B, T, H] (both f32: compute_g_beta_f32, or both bf16:
  * compute_g_beta_bf16); aLog, dtBias [H] f32; g, beta [B, T, H] f32.
  * Bindings: 0 a, 1 b, 2 aLog, 3 dtBias, 4 g, 5 beta, 6 ComputeGBetaParams [n, h].
  * Grid: (ceil(n / 256), 1, 1) threadgroups of 256 threads, n = B * T * H.
  */
-export function computeGBeta(enc: Encoder, args: ComputeGBetaBuffers & { params: ComputeGBetaParams }): void {
-  const p = args.params;
-  const n = validateComputeGBeta(p, args, enc.device);
-  const registry = enc.device.kernels;
-  registry.register(COMPUTE_G_BETA_FAMILY, COMPUTE_G_BETA_SOURCES, COMPUTE_G_BETA_KERNELS);
-  enc.dispatch(
-    registry.pipeline(args.a.dtype === 'bf16' ? 'compute_g_beta_bf16' : 'compute_g_beta_f32'),
-    {
+export function computeGBeta(enc: Encoder, args: ComputeGBetaArgs): void {
+  record(enc, planComputeGBeta(args, enc.device.limits, enc.device));
+}
+export function planComputeGBeta(args: ComputeGBetaArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateComputeGBeta(args, device);
+  const n = args.batch * args.seqLen * args.nHeads;
+  return {
+    family: COMPUTE_G_BETA_FAMILY,
+    sources: COMPUTE_G_BETA_SOURCES,
+    kernels: COMPUTE_G_BETA_KERNELS,
+    dispatches: [{
+      kernel: args.a.dtype === 'bf16' ? 'compute_g_beta_bf16' : 'compute_g_beta_f32',
       buffers: [args.a, args.b, args.aLog, args.dtBias, args.g, args.beta],
-      bytes: [, , , , , , packComputeGBetaParams(p)],
-    },
-    [Math.ceil(n / COMPUTE_G_BETA_THREADS), 1, 1],
-    [COMPUTE_G_BETA_THREADS, 1, 1],
-  );
+      bytes: [, , , , , , packComputeGBetaParams(args)],
+      grid: [Math.ceil(n / COMPUTE_G_BETA_THREADS), 1, 1],
+      threads: [COMPUTE_G_BETA_THREADS, 1, 1],
+    }],
+  };
 }

@@ -4,9 +4,9 @@ import metalSource from '../../shaders/flash_attn_vec.metal' with { type: 'text'
 import cudaSrc from '../../shaders/cuda/flash_attn_vec.cu' with { type: 'text' };
 import header from '../../shaders/flash_attn_vec.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
-import type { Device } from '../device.ts';
+import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
-import type { Pipeline } from '../library.ts';
+import { record, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
@@ -91,6 +91,7 @@ export interface FlashAttnVecBuffers {
   /** f32 of flashAttnVecTmpElements(params) elements; required when nwg > 1, unused when nwg == 1. */
   tmp?: Buffer;
 }
+export interface FlashAttnVecArgs extends FlashAttnVecBuffers, FlashAttnVecParams {}
 
 /** struct FlashAttnVecParams of shaders/flash_attn_vec.metal. */
 export const FLASH_ATTN_VEC_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FlashAttnVecParams');
@@ -133,7 +134,8 @@ function checkU32(arg: string, value: number): void {
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit the kernels. */
-export function validateFlashAttnVec(p: FlashAttnVecParams, bufs: FlashAttnVecBuffers, device?: Device): void {
+export function validateFlashAttnVec(a: FlashAttnVecArgs, device?: Device): void {
+  const p = a, bufs = a;
   for (const [arg, value] of [
     ['batch', p.batch], ['nHeads', p.nHeads], ['nKvHeads', p.nKvHeads], ['headDim', p.headDim],
     ['kvSeqLen', p.kvSeqLen], ['kvCapacity', p.kvCapacity], ['nwg', p.nwg],
@@ -199,46 +201,37 @@ export function validateFlashAttnVec(p: FlashAttnVecParams, bufs: FlashAttnVecBu
  * heads: grid (flashAttnVecCudaHeadBlocks, nKvHeads, B * nwg), 128 threads,
  * threadgroup(0) FLASH_ATTN_VEC_CUDA_THREADGROUP_BYTES; tmp and the reduce as above.
  */
-export function flashAttnVec(enc: Encoder, args: FlashAttnVecParams & FlashAttnVecBuffers): void {
-  validateFlashAttnVec(args, args, enc.device);
-  const kernels = enc.device.kernels;
-  kernels.register(FAMILY, FLASH_ATTN_VEC_SOURCES, FLASH_ATTN_VEC_KERNELS);
-  const d = args.headDim;
-  const main = kernels.pipeline(args.k.dtype === 'f16' ? `flash_attn_vec_f16kv_dk${d}` : `flash_attn_vec_dk${d}`);
-  const dst = args.nwg === 1 ? args.out : args.tmp!;
-  const cuda = enc.device.backend === 'cuda';
-  if (args.nwg === 1) {
-    dispatchMain(enc, main, dst, cuda, args);
-    return;
-  }
-  // Two dispatches, recorded atomically: a refusal of the second records neither.
-  enc.atomic(() => {
-    dispatchMain(enc, main, dst, cuda, args);
-    // The encoder puts the barrier here: the reduce reads tmp, which main writes.
-    const reduce = kernels.pipeline(`flash_attn_vec_reduce_dk${d}`);
-    enc.dispatch(
-      reduce,
-      {
-        buffers: [, args.tmp!, args.out],
-        bytes: [packFlashAttnVecReduceParams(args), , , new Uint32Array([args.nwg])],
-      },
-      [args.batch * args.nHeads, 1, 1],
-      [SIMD * args.nwg, 1, 1],
-    );
-  });
+export function flashAttnVec(enc: Encoder, args: FlashAttnVecArgs): void {
+  record(enc, planFlashAttnVec(args, enc.device.limits, enc.device));
 }
 
-function dispatchMain(enc: Encoder, main: Pipeline, dst: Buffer, cuda: boolean, args: FlashAttnVecParams & FlashAttnVecBuffers): void {
-  enc.dispatch(
-    main,
-    {
-      buffers: [, args.q, args.k, args.v, dst],
-      bytes: [packFlashAttnVecParams(args)],
-      threadgroupMemory: [cuda ? FLASH_ATTN_VEC_CUDA_THREADGROUP_BYTES : FLASH_ATTN_VEC_THREADGROUP_BYTES],
+/** flashAttnVec's plan: the main kernel, then (nwg > 1) the reduce, which reads what main wrote to tmp. */
+export function planFlashAttnVec(args: FlashAttnVecArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateFlashAttnVec(args, device);
+  const d = args.headDim;
+  const f16 = args.k.dtype === 'f16';
+  const main: PlannedDispatch = {
+    kernel: f16 ? `flash_attn_vec_f16kv_dk${d}` : `flash_attn_vec_dk${d}`,
+    buffers: [, args.q, args.k, args.v, args.nwg === 1 ? args.out : args.tmp!],
+    bytes: [packFlashAttnVecParams(args)],
+    threadgroupMemory: [FLASH_ATTN_VEC_THREADGROUP_BYTES],
+    grid: [1, args.nHeads, args.batch * args.nwg],
+    threads: [SIMD, 1, 1],
+    cuda: {
+      threadgroupMemory: [FLASH_ATTN_VEC_CUDA_THREADGROUP_BYTES],
+      grid: [flashAttnVecCudaHeadBlocks(args, f16 ? 2 : 4), args.nKvHeads, args.batch * args.nwg],
+      threads: [CUDA_WARPS * SIMD, 1, 1],
     },
-    cuda
-      ? [flashAttnVecCudaHeadBlocks(args, args.k.dtype === 'f16' ? 2 : 4), args.nKvHeads, args.batch * args.nwg]
-      : [1, args.nHeads, args.batch * args.nwg],
-    [cuda ? CUDA_WARPS * SIMD : SIMD, 1, 1],
-  );
+  };
+  const dispatches: PlannedDispatch[] = [main];
+  if (args.nwg > 1) {
+    dispatches.push({
+      kernel: `flash_attn_vec_reduce_dk${d}`,
+      buffers: [, args.tmp!, args.out],
+      bytes: [packFlashAttnVecReduceParams(args), , , new Uint32Array([args.nwg])],
+      grid: [args.batch * args.nHeads, 1, 1],
+      threads: [SIMD * args.nwg, 1, 1],
+    });
+  }
+  return { family: FAMILY, sources: FLASH_ATTN_VEC_SOURCES, kernels: FLASH_ATTN_VEC_KERNELS, dispatches };
 }

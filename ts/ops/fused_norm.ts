@@ -5,15 +5,15 @@ import src from '../../shaders/fused_norm.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/fused_norm.cu' with { type: 'text' };
 import header from '../../shaders/fused_norm.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
-import type { Device } from '../device.ts';
-import type { DType } from '../dtype.ts';
+import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField, type ParamType } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid,
 } from '../validate.ts';
-import { rowThreadgroup } from '../launch.ts';
+import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
+import { record, type OpPlan } from '../plan.ts';
 
 export const FUSED_NORM_FAMILY = 'fused_norm';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -85,6 +85,10 @@ export interface FusedNormScalarBuffers {
   scalar: Buffer;
 }
 
+export interface FusedNormAddArgs extends FusedNormAddBuffers, FusedNormParams {}
+export interface FusedResidualNormArgs extends FusedResidualNormBuffers, FusedNormParams {}
+export interface FusedNormScalarArgs extends FusedNormScalarBuffers, FusedNormParams {}
+
 export function packFusedNormAddArgs(p: FusedNormParams): (Uint8Array | undefined)[] {
   const u = (v: number) => new Uint8Array(new Uint32Array([v]).buffer);
   const f = (v: number) => new Uint8Array(new Float32Array([v]).buffer);
@@ -132,52 +136,46 @@ function checkBindings(op: string, bindings: readonly (readonly [string, Buffer 
 }
 const optionalOutputs = ['sumOutput'];
 
-/** Dtype of the activations (input's), checked against the allowed ones. */
-function activationDtype(op: string, input: Buffer, allowed: readonly DType[]): DType {
-  checkDtype(op, 'input', input, allowed);
-  return input.dtype;
-}
-
-export function validateFusedNormAdd(p: FusedNormParams, b: FusedNormAddBuffers, device?: Device): DType {
+export function validateFusedNormAdd(b: FusedNormAddArgs, device?: Device): void {
   const op = 'fused_norm_add';
-  const n = validateShape(op, p);
+  const n = validateShape(op, b);
   checkBindings(op, [['residual', b.residual], ['input', b.input], ['weight', b.weight], ['output', b.output]], ['output'], device);
-  const dt = activationDtype(op, b.input, ['f32', 'bf16']);
+  checkDtype(op, 'input', b.input, ['f32', 'bf16']);
+  const dt = b.input.dtype;
   checkDtype(op, 'residual', b.residual, dt);
   checkDtype(op, 'weight', b.weight, dt);
   checkDtype(op, 'output', b.output, dt);
   checkElements(op, 'residual', b.residual, n);
   checkElements(op, 'input', b.input, n);
-  checkElements(op, 'weight', b.weight, p.dim);
+  checkElements(op, 'weight', b.weight, b.dim);
   checkElements(op, 'output', b.output, n);
-  return dt;
 }
 
-export function validateFusedResidualNorm(p: FusedNormParams, b: FusedResidualNormBuffers, device?: Device): DType {
+export function validateFusedResidualNorm(b: FusedResidualNormArgs, device?: Device): void {
   const op = 'fused_residual_norm';
-  const n = validateShape(op, p);
+  const n = validateShape(op, b);
   checkBindings(op, [
     ['residual', b.residual], ['input', b.input], ['weight', b.weight], ['normedOutput', b.normedOutput], ['sumOutput', b.sumOutput],
   ], ['normedOutput', 'sumOutput'], device);
-  const dt = activationDtype(op, b.input, ['f32', 'bf16']);
+  checkDtype(op, 'input', b.input, ['f32', 'bf16']);
+  const dt = b.input.dtype;
   checkDtype(op, 'residual', b.residual, dt);
   checkDtype(op, 'weight', b.weight, dt);
   checkDtype(op, 'normedOutput', b.normedOutput, dt);
   if (b.sumOutput !== undefined) checkDtype(op, 'sumOutput', b.sumOutput, dt);
   checkElements(op, 'residual', b.residual, n);
   checkElements(op, 'input', b.input, n);
-  checkElements(op, 'weight', b.weight, p.dim);
+  checkElements(op, 'weight', b.weight, b.dim);
   checkElements(op, 'normedOutput', b.normedOutput, n);
   if (b.sumOutput !== undefined) checkElements(op, 'sumOutput', b.sumOutput, n);
-  return dt;
 }
 
-/** Validates a scalar op; returns whether scalar is per column (dim elements, dim > 1). */
-function validateScalarOp(op: string, p: FusedNormParams, b: FusedNormScalarBuffers, device: Device | undefined): boolean {
+function validateScalarOp(op: string, b: FusedNormScalarArgs, device: Device | undefined): void {
+  const p = b;
   const n = validateShape(op, p);
   checkBindings(op, [['residual', b.residual], ['input', b.input], ['weight', b.weight], ['output', b.output], ['scalar', b.scalar]],
     ['output'], device);
-  activationDtype(op, b.input, ['f32']);
+  checkDtype(op, 'input', b.input, ['f32']);
   checkDtype(op, 'residual', b.residual, 'f32');
   checkDtype(op, 'weight', b.weight, 'f32');
   checkDtype(op, 'output', b.output, 'f32');
@@ -190,34 +188,32 @@ function validateScalarOp(op: string, p: FusedNormParams, b: FusedNormScalarBuff
   if (sc !== 1 && sc !== p.dim) {
     throw invalid(op, 'scalar', `1 or dim (${p.dim}) elements`, `${sc} elements`);
   }
-  return sc !== 1;
 }
 
-export function validateFusedResidualNormScalar(p: FusedNormParams, b: FusedNormScalarBuffers, device?: Device): boolean {
-  return validateScalarOp('fused_residual_norm_scalar', p, b, device);
+export function validateFusedResidualNormScalar(a: FusedNormScalarArgs, device?: Device): void {
+  validateScalarOp('fused_residual_norm_scalar', a, device);
 }
-export function validateFusedNormAddScalar(p: FusedNormParams, b: FusedNormScalarBuffers, device?: Device): boolean {
-  return validateScalarOp('fused_norm_add_scalar', p, b, device);
+export function validateFusedNormAddScalar(a: FusedNormScalarArgs, device?: Device): void {
+  validateScalarOp('fused_norm_add_scalar', a, device);
 }
 
 /** Threads per row and the threadgroup(0) bytes (one float per simdgroup, 16-byte multiple). */
-export function fusedNormThreadgroup(dim: number): { threads: number; sharedBytes: number } {
-  return rowThreadgroup(dim, FUSED_NORM_MAX_THREADS);
+export function fusedNormThreadgroup(dim: number, limits: LaunchLimits): { threads: number; sharedBytes: number } {
+  return rowThreadgroup(dim, FUSED_NORM_MAX_THREADS, limits);
 }
 
-function pipeline(enc: Encoder, kernel: (typeof FUSED_NORM_KERNELS)[number]) {
-  const registry = enc.device.kernels;
-  registry.register(FUSED_NORM_FAMILY, FUSED_NORM_SOURCES, FUSED_NORM_KERNELS);
-  return registry.pipeline(kernel);
-}
-
-function dispatchRows(
-  enc: Encoder, kernel: (typeof FUSED_NORM_KERNELS)[number], p: FusedNormParams,
+/** The plan of one row-per-threadgroup dispatch of a fused norm kernel. */
+function rowsPlan(
+  kernel: (typeof FUSED_NORM_KERNELS)[number], p: FusedNormParams, limits: LaunchLimits,
   buffers: Buffer[], bytes: (Uint8Array | undefined)[],
-): void {
-  const { threads, sharedBytes } = fusedNormThreadgroup(p.dim);
-  enc.dispatch(pipeline(enc, kernel), { buffers, bytes, threadgroupMemory: [sharedBytes] },
-    [p.rows, 1, 1], [threads, 1, 1]);
+): OpPlan {
+  const { threads, sharedBytes } = fusedNormThreadgroup(p.dim, limits);
+  return {
+    family: FUSED_NORM_FAMILY,
+    sources: FUSED_NORM_SOURCES,
+    kernels: FUSED_NORM_KERNELS,
+    dispatches: [{ kernel, buffers, bytes, threadgroupMemory: [sharedBytes], grid: [p.rows, 1, 1], threads: [threads, 1, 1] }],
+  };
 }
 
 /**
@@ -231,9 +227,12 @@ function dispatchRows(
  * 6 eps (f32); threadgroup(0) one float per simdgroup.
  * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
  */
-export function fusedNormAdd(enc: Encoder, args: FusedNormAddBuffers & FusedNormParams): void {
-  const dt = validateFusedNormAdd(args, args, enc.device);
-  dispatchRows(enc, dt === 'bf16' ? 'fused_norm_add_bf16' : 'fused_norm_add_f32', args,
+export function fusedNormAdd(enc: Encoder, args: FusedNormAddArgs): void {
+  record(enc, planFusedNormAdd(args, enc.device.limits, enc.device));
+}
+export function planFusedNormAdd(args: FusedNormAddArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateFusedNormAdd(args, device);
+  return rowsPlan(args.input.dtype === 'bf16' ? 'fused_norm_add_bf16' : 'fused_norm_add_f32', args, limits,
     [args.residual, args.input, args.weight, args.output], packFusedNormAddArgs(args));
 }
 
@@ -249,10 +248,13 @@ export function fusedNormAdd(enc: Encoder, args: FusedNormAddBuffers & FusedNorm
  * 5 FusedResidualNormParams; threadgroup(0) one float per simdgroup.
  * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
  */
-export function fusedResidualNorm(enc: Encoder, args: FusedResidualNormBuffers & FusedNormParams): void {
-  const dt = validateFusedResidualNorm(args, args, enc.device);
+export function fusedResidualNorm(enc: Encoder, args: FusedResidualNormArgs): void {
+  record(enc, planFusedResidualNorm(args, enc.device.limits, enc.device));
+}
+export function planFusedResidualNorm(args: FusedResidualNormArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateFusedResidualNorm(args, device);
   const writeSum = args.sumOutput !== undefined;
-  dispatchRows(enc, dt === 'bf16' ? 'fused_residual_norm_bf16' : 'fused_residual_norm_f32', args,
+  return rowsPlan(args.input.dtype === 'bf16' ? 'fused_residual_norm_bf16' : 'fused_residual_norm_f32', args, limits,
     [args.residual, args.input, args.weight, args.normedOutput, args.sumOutput ?? args.normedOutput],
     [, , , , , packFusedResidualNormParams({ ...args, writeSum })]);
 }
@@ -267,9 +269,13 @@ export function fusedResidualNorm(enc: Encoder, args: FusedResidualNormBuffers &
  * 5 FusedResidualNormScalarF32Params; threadgroup(0) one float per simdgroup.
  * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
  */
-export function fusedResidualNormScalar(enc: Encoder, args: FusedNormScalarBuffers & FusedNormParams): void {
-  const scalarIsVector = validateFusedResidualNormScalar(args, args, enc.device);
-  dispatchRows(enc, 'fused_residual_norm_scalar_f32', args,
+export function fusedResidualNormScalar(enc: Encoder, args: FusedNormScalarArgs): void {
+  record(enc, planFusedResidualNormScalar(args, enc.device.limits, enc.device));
+}
+export function planFusedResidualNormScalar(args: FusedNormScalarArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateFusedResidualNormScalar(args, device);
+  const scalarIsVector = args.scalar.elementCount !== 1;
+  return rowsPlan('fused_residual_norm_scalar_f32', args, limits,
     [args.residual, args.input, args.weight, args.output, args.scalar],
     [, , , , , packFusedResidualNormScalarParams({ ...args, scalarIsVector })]);
 }
@@ -284,9 +290,13 @@ export function fusedResidualNormScalar(enc: Encoder, args: FusedNormScalarBuffe
  * 5 FusedNormAddScalarF32Params; threadgroup(0) one float per simdgroup.
  * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
  */
-export function fusedNormAddScalar(enc: Encoder, args: FusedNormScalarBuffers & FusedNormParams): void {
-  const scalarIsVector = validateFusedNormAddScalar(args, args, enc.device);
-  dispatchRows(enc, 'fused_norm_add_scalar_f32', args,
+export function fusedNormAddScalar(enc: Encoder, args: FusedNormScalarArgs): void {
+  record(enc, planFusedNormAddScalar(args, enc.device.limits, enc.device));
+}
+export function planFusedNormAddScalar(args: FusedNormScalarArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateFusedNormAddScalar(args, device);
+  const scalarIsVector = args.scalar.elementCount !== 1;
+  return rowsPlan('fused_norm_add_scalar_f32', args, limits,
     [args.residual, args.input, args.weight, args.output, args.scalar],
     [, , , , , packFusedNormAddScalarParams({ ...args, scalarIsVector })]);
 }

@@ -6,15 +6,15 @@ import src from '../../shaders/gated_delta_net.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/gated_delta_net.cu' with { type: 'text' };
 import header from '../../shaders/gated_delta_net.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
-import type { Device } from '../device.ts';
-import type { DType } from '../dtype.ts';
+import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkObject, checkPositive, checkedProduct,
+  checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct,
   invalid,
 } from '../validate.ts';
+import { record, type OpPlan } from '../plan.ts';
 
 export const GATED_DELTA_NET_FAMILY = 'gated_delta_net';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -44,21 +44,21 @@ export const GATED_DELTA_NET_DECODE_PARAMS_LAYOUT: readonly ParamField[] = struc
 
 export interface GatedDeltaNetDecodeParams {
   /** Sequences B. */
-  b: number;
+  batch: number;
   /** q/k heads Hg. */
-  hg: number;
-  /** v heads H, a multiple of hg (head h reads q/k head h / (H / Hg)). */
-  h: number;
+  nQkHeads: number;
+  /** v heads H, a multiple of nQkHeads (head h reads q/k head h / (H / Hg)). */
+  nHeads: number;
   /** Head dimension K of q and k: a multiple of 32, at most 256. */
-  k: number;
-  /** Head dimension V of v and o. */
-  v: number;
+  kDim: number;
+  /** Head dimension V of v and output. */
+  vDim: number;
   /** Output scale; K^-1/2 when absent. */
   scale?: number;
 }
 export interface GatedDeltaNetParams extends GatedDeltaNetDecodeParams {
   /** Tokens T per sequence. */
-  t: number;
+  seqLen: number;
 }
 
 export interface GatedDeltaNetBuffers {
@@ -97,18 +97,19 @@ export interface GatedDeltaNetDecodeBuffers {
 }
 
 /** The scale the kernels use: p.scale, or K^-1/2. */
-export function gatedDeltaNetScale(p: Pick<GatedDeltaNetDecodeParams, 'k' | 'scale'>): number {
-  return p.scale ?? 1 / Math.sqrt(p.k);
+export function gatedDeltaNetScale(p: Pick<GatedDeltaNetDecodeParams, 'kDim' | 'scale'>): number {
+  return p.scale ?? 1 / Math.sqrt(p.kDim);
 }
 
 export function packGatedDeltaNetParams(p: GatedDeltaNetParams & { hasInitialState: boolean }): Uint8Array {
   return packFields(GATED_DELTA_NET_PARAMS_LAYOUT, {
-    b: p.b, t: p.t, hg: p.hg, h: p.h, k: p.k, v: p.v, scale: gatedDeltaNetScale(p), has_initial_state: p.hasInitialState ? 1 : 0,
+    b: p.batch, t: p.seqLen, hg: p.nQkHeads, h: p.nHeads, k: p.kDim, v: p.vDim, scale: gatedDeltaNetScale(p),
+    has_initial_state: p.hasInitialState ? 1 : 0,
   });
 }
 export function packGatedDeltaNetDecodeParams(p: GatedDeltaNetDecodeParams): Uint8Array {
   return packFields(GATED_DELTA_NET_DECODE_PARAMS_LAYOUT, {
-    b: p.b, hg: p.hg, h: p.h, k: p.k, v: p.v, scale: gatedDeltaNetScale(p),
+    b: p.batch, hg: p.nQkHeads, h: p.nHeads, k: p.kDim, v: p.vDim, scale: gatedDeltaNetScale(p),
   });
 }
 
@@ -118,37 +119,35 @@ function validateDims(op: string, dims: readonly (readonly [string, number])[], 
     checkPositive(op, arg, value);
     checkAtMost(op, arg, value, U32_MAX, '2^32 - 1');
   }
-  checkMultiple(op, 'h', p.h, p.hg, 'hg');
-  checkMultiple(op, 'k', p.k, GDN_LANES, 'the simdgroup width');
-  checkAtMost(op, 'k', p.k, GDN_MAX_K, 'MAX_K');
+  checkMultiple(op, 'nHeads', p.nHeads, p.nQkHeads, 'nQkHeads');
+  checkMultiple(op, 'kDim', p.kDim, GDN_LANES, 'the simdgroup width');
+  checkAtMost(op, 'kDim', p.kDim, GDN_MAX_K, 'MAX_K');
   if (p.scale !== undefined && !Number.isFinite(p.scale)) throw invalid(op, 'scale', 'a finite number', p.scale);
 }
 
-/** Activation dtype (q's); k, v and output must match it. */
-function activationDtype(op: string, b: { q: Buffer; k: Buffer; v: Buffer; output: Buffer }): DType {
+/** q is f32 or bf16; k, v and output have its dtype. */
+function checkActivations(op: string, b: { q: Buffer; k: Buffer; v: Buffer; output: Buffer }): void {
   checkDtype(op, 'q', b.q, ['f32', 'bf16']);
-  const dt = b.q.dtype;
-  checkDtype(op, 'k', b.k, dt);
-  checkDtype(op, 'v', b.v, dt);
-  checkDtype(op, 'output', b.output, dt);
-  return dt;
+  checkDtype(op, 'k', b.k, b.q.dtype);
+  checkDtype(op, 'v', b.v, b.q.dtype);
+  checkDtype(op, 'output', b.output, b.q.dtype);
 }
 
-/** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit; returns the activation dtype. */
-export function validateGatedDeltaNet(p: GatedDeltaNetParams, b: GatedDeltaNetBuffers, device?: Device): DType {
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateGatedDeltaNet(b: GatedDeltaNetArgs, device?: Device): void {
   const op = 'gated_delta_net';
-  checkObject(op, 'params', p);
-  validateDims(op, [['b', p.b], ['t', p.t], ['hg', p.hg], ['h', p.h], ['k', p.k], ['v', p.v]], p);
+  const p = b;
+  validateDims(op, [['batch', p.batch], ['seqLen', p.seqLen], ['nQkHeads', p.nQkHeads], ['nHeads', p.nHeads], ['kDim', p.kDim], ['vDim', p.vDim]], p);
   const bindings = [
     ['q', b.q], ['k', b.k], ['v', b.v], ['g', b.g], ['beta', b.beta], ['initialState', b.initialState], ['output', b.output],
     ['finalState', b.finalState],
   ] as const;
   for (const [arg, x] of bindings) if (x !== undefined || arg !== 'initialState') checkBuffer(op, arg, x, device);
-  const dt = activationDtype(op, b);
-  const qk = checkedProduct(op, 'q elements', p.b, p.t, p.hg, p.k);
-  const vo = checkedProduct(op, 'v elements', p.b, p.t, p.h, p.v);
-  const gb = checkedProduct(op, 'g elements', p.b, p.t, p.h);
-  const st = checkedProduct(op, 'b * h * v * k', p.b, p.h, p.v, p.k);
+  checkActivations(op, b);
+  const qk = checkedProduct(op, 'q elements', p.batch, p.seqLen, p.nQkHeads, p.kDim);
+  const vo = checkedProduct(op, 'v elements', p.batch, p.seqLen, p.nHeads, p.vDim);
+  const gb = checkedProduct(op, 'g elements', p.batch, p.seqLen, p.nHeads);
+  const st = checkedProduct(op, 'state elements', p.batch, p.nHeads, p.vDim, p.kDim);
   checkElements(op, 'q', b.q, qk);
   checkElements(op, 'k', b.k, qk);
   checkElements(op, 'v', b.v, vo);
@@ -166,23 +165,22 @@ export function validateGatedDeltaNet(p: GatedDeltaNetParams, b: GatedDeltaNetBu
   }
   checkDtype(op, 'finalState', b.finalState, 'f32');
   checkElements(op, 'finalState', b.finalState, st);
-  return dt;
 }
 
-/** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit; returns the activation dtype. */
-export function validateGatedDeltaNetDecode(p: GatedDeltaNetDecodeParams, b: GatedDeltaNetDecodeBuffers, device?: Device): DType {
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateGatedDeltaNetDecode(b: GatedDeltaNetDecodeArgs, device?: Device): void {
   const op = 'gated_delta_net_decode';
-  checkObject(op, 'params', p);
-  validateDims(op, [['b', p.b], ['hg', p.hg], ['h', p.h], ['k', p.k], ['v', p.v]], p);
+  const p = b;
+  validateDims(op, [['batch', p.batch], ['nQkHeads', p.nQkHeads], ['nHeads', p.nHeads], ['kDim', p.kDim], ['vDim', p.vDim]], p);
   const bindings = [
     ['q', b.q], ['k', b.k], ['v', b.v], ['g', b.g], ['beta', b.beta], ['state', b.state], ['output', b.output],
   ] as const;
   for (const [arg, x] of bindings) checkBuffer(op, arg, x, device);
-  const dt = activationDtype(op, b);
-  const qk = checkedProduct(op, 'q elements', p.b, p.hg, p.k);
-  const vo = checkedProduct(op, 'v elements', p.b, p.h, p.v);
-  const gb = checkedProduct(op, 'g elements', p.b, p.h);
-  const st = checkedProduct(op, 'state elements', p.b, p.h, p.v, p.k);
+  checkActivations(op, b);
+  const qk = checkedProduct(op, 'q elements', p.batch, p.nQkHeads, p.kDim);
+  const vo = checkedProduct(op, 'v elements', p.batch, p.nHeads, p.vDim);
+  const gb = checkedProduct(op, 'g elements', p.batch, p.nHeads);
+  const st = checkedProduct(op, 'state elements', p.batch, p.nHeads, p.vDim, p.kDim);
   checkElements(op, 'q', b.q, qk);
   checkElements(op, 'k', b.k, qk);
   checkElements(op, 'v', b.v, vo);
@@ -194,26 +192,25 @@ export function validateGatedDeltaNetDecode(p: GatedDeltaNetDecodeParams, b: Gat
   checkDtype(op, 'state', b.state, 'f32');
   checkElements(op, 'state', b.state, st);
   checkNoAliasing(op, bindings, ['state', 'output'], 'the CUDA kernel takes q, k, v, g, beta and output as __restrict__');
-  return dt;
 }
 
 /** Grid of both kernels: (ceil(V / 16), H, B) threadgroups of 128 threads. */
-export function gatedDeltaNetGrid(p: Pick<GatedDeltaNetDecodeParams, 'b' | 'h' | 'v'>): [number, number, number] {
-  return [Math.ceil(p.v / GDN_BV), p.h, p.b];
+export function gatedDeltaNetGrid(p: Pick<GatedDeltaNetDecodeParams, 'batch' | 'nHeads' | 'vDim'>): [number, number, number] {
+  return [Math.ceil(p.vDim / GDN_BV), p.nHeads, p.batch];
 }
 
-function pipeline(enc: Encoder, kernel: Kernel) {
-  const registry = enc.device.kernels;
-  registry.register(GATED_DELTA_NET_FAMILY, GATED_DELTA_NET_SOURCES, GATED_DELTA_NET_KERNELS);
-  return registry.pipeline(kernel);
-}
+export interface GatedDeltaNetArgs extends GatedDeltaNetBuffers, GatedDeltaNetParams {}
+export interface GatedDeltaNetDecodeArgs extends GatedDeltaNetDecodeBuffers, GatedDeltaNetDecodeParams {}
 
-/** The shape under `params` (its k and v are head dimensions; the buffers k and v are the keys and values). */
-export interface GatedDeltaNetArgs extends GatedDeltaNetBuffers {
-  params: GatedDeltaNetParams;
-}
-export interface GatedDeltaNetDecodeArgs extends GatedDeltaNetDecodeBuffers {
-  params: GatedDeltaNetDecodeParams;
+function plan(kernel: Kernel, buffers: Buffer[], params: Uint8Array, p: GatedDeltaNetDecodeParams): OpPlan {
+  const bytes: (Uint8Array | undefined)[] = [];
+  bytes[buffers.length] = params;
+  return {
+    family: GATED_DELTA_NET_FAMILY,
+    sources: GATED_DELTA_NET_SOURCES,
+    kernels: GATED_DELTA_NET_KERNELS,
+    dispatches: [{ kernel, buffers, bytes, grid: gatedDeltaNetGrid(p), threads: [GDN_THREADS, 1, 1] }],
+  };
 }
 
 /**
@@ -236,20 +233,16 @@ export interface GatedDeltaNetDecodeArgs extends GatedDeltaNetDecodeBuffers {
  * 8 GatedDeltaNetParams. Grid (ceil(V / 16), H, B) threadgroups of 128 threads.
  */
 export function gatedDeltaNet(enc: Encoder, args: GatedDeltaNetArgs): void {
-  const p = args.params;
-  const dt = validateGatedDeltaNet(p, args, enc.device);
+  record(enc, planGatedDeltaNet(args, enc.device.limits, enc.device));
+}
+export function planGatedDeltaNet(args: GatedDeltaNetArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateGatedDeltaNet(args, device);
   const hasInitialState = args.initialState !== undefined;
-  enc.dispatch(
-    pipeline(enc, dt === 'bf16' ? 'gated_delta_net_bf16' : 'gated_delta_net_f32'),
-    {
-      buffers: [
-        args.q, args.k, args.v, args.g, args.beta,
-        args.initialState ?? args.finalState, args.output, args.finalState,
-      ],
-      bytes: [, , , , , , , , packGatedDeltaNetParams({ ...p, hasInitialState })],
-    },
-    gatedDeltaNetGrid(p),
-    [GDN_THREADS, 1, 1],
+  return plan(
+    args.q.dtype === 'bf16' ? 'gated_delta_net_bf16' : 'gated_delta_net_f32',
+    [args.q, args.k, args.v, args.g, args.beta, args.initialState ?? args.finalState, args.output, args.finalState],
+    packGatedDeltaNetParams({ ...args, hasInitialState }),
+    args,
   );
 }
 
@@ -267,15 +260,14 @@ export function gatedDeltaNet(enc: Encoder, args: GatedDeltaNetArgs): void {
  * 7 GatedDeltaNetDecodeParams. Grid (ceil(V / 16), H, B) threadgroups of 128 threads.
  */
 export function gatedDeltaNetDecode(enc: Encoder, args: GatedDeltaNetDecodeArgs): void {
-  const p = args.params;
-  const dt = validateGatedDeltaNetDecode(p, args, enc.device);
-  enc.dispatch(
-    pipeline(enc, dt === 'bf16' ? 'gated_delta_net_decode_bf16' : 'gated_delta_net_decode_f32'),
-    {
-      buffers: [args.q, args.k, args.v, args.g, args.beta, args.state, args.output],
-      bytes: [, , , , , , , packGatedDeltaNetDecodeParams(p)],
-    },
-    gatedDeltaNetGrid(p),
-    [GDN_THREADS, 1, 1],
+  record(enc, planGatedDeltaNetDecode(args, enc.device.limits, enc.device));
+}
+export function planGatedDeltaNetDecode(args: GatedDeltaNetDecodeArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateGatedDeltaNetDecode(args, device);
+  return plan(
+    args.q.dtype === 'bf16' ? 'gated_delta_net_decode_bf16' : 'gated_delta_net_decode_f32',
+    [args.q, args.k, args.v, args.g, args.beta, args.state, args.output],
+    packGatedDeltaNetDecodeParams(args),
+    args,
   );
 }

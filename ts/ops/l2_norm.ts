@@ -6,13 +6,13 @@ import src from '../../shaders/l2_norm.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/l2_norm.cu' with { type: 'text' };
 import header from '../../shaders/l2_norm.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
-import type { Device } from '../device.ts';
-import type { DType } from '../dtype.ts';
+import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
-import { rowThreadgroup } from '../launch.ts';
+import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
+import { record, type OpPlan } from '../plan.ts';
 
 export const L2_NORM_FAMILY = 'l2_norm';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -41,35 +41,35 @@ export interface L2NormBuffers {
   /** [rows, dim] in x's dtype, output; may be x (in place) */
   y: Buffer;
 }
+export interface L2NormArgs extends L2NormBuffers, L2NormParams {}
 
 export function packL2NormParams(p: L2NormParams): Uint8Array {
   return packFields(L2_NORM_PARAMS_LAYOUT, { rows: p.rows, dim: p.dim, eps: p.eps ?? L2_NORM_DEFAULT_EPS });
 }
 
-/** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit; returns the dtype. */
-export function validateL2Norm(p: L2NormParams, b: L2NormBuffers, device?: Device): DType {
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateL2Norm(a: L2NormArgs, device?: Device): void {
   const op = 'l2_norm';
-  checkPositive(op, 'rows', p.rows);
-  checkPositive(op, 'dim', p.dim);
-  checkAtMost(op, 'rows', p.rows, U32_MAX, '2^32 - 1');
-  checkAtMost(op, 'dim', p.dim, U32_MAX, '2^32 - 1');
-  if (p.eps !== undefined && (!Number.isFinite(p.eps) || p.eps < 0)) throw invalid(op, 'eps', 'a finite number >= 0', p.eps);
-  const n = checkedProduct(op, 'rows * dim', p.rows, p.dim);
-  checkBuffer(op, 'x', b.x, device);
-  checkBuffer(op, 'y', b.y, device);
-  checkDtype(op, 'x', b.x, ['f32', 'f16', 'bf16']);
-  checkDtype(op, 'y', b.y, b.x.dtype);
-  checkElements(op, 'x', b.x, n);
-  checkElements(op, 'y', b.y, n);
+  checkPositive(op, 'rows', a.rows);
+  checkPositive(op, 'dim', a.dim);
+  checkAtMost(op, 'rows', a.rows, U32_MAX, '2^32 - 1');
+  checkAtMost(op, 'dim', a.dim, U32_MAX, '2^32 - 1');
+  if (a.eps !== undefined && (!Number.isFinite(a.eps) || a.eps < 0)) throw invalid(op, 'eps', 'a finite number >= 0', a.eps);
+  const n = checkedProduct(op, 'rows * dim', a.rows, a.dim);
+  checkBuffer(op, 'x', a.x, device);
+  checkBuffer(op, 'y', a.y, device);
+  checkDtype(op, 'x', a.x, ['f32', 'f16', 'bf16']);
+  checkDtype(op, 'y', a.y, a.x.dtype);
+  checkElements(op, 'x', a.x, n);
+  checkElements(op, 'y', a.y, n);
   // In place (y over exactly x) is safe: each row is read before it is
   // written, by the one threadgroup that owns it. A partial overlap is not.
-  checkNoAliasing(op, [['x', b.x], ['y', b.y]], ['y'], 'a row of y over another row of x', [['y', 'x']]);
-  return b.x.dtype;
+  checkNoAliasing(op, [['x', a.x], ['y', a.y]], ['y'], 'a row of y over another row of x', [['y', 'x']]);
 }
 
 /** Threads per row and the threadgroup(0) bytes (one float per simdgroup, in 16-byte units). */
-export function l2NormThreadgroup(dim: number): { threads: number; sharedBytes: number } {
-  return rowThreadgroup(dim, L2_NORM_MAX_THREADS);
+export function l2NormThreadgroup(dim: number, limits: LaunchLimits): { threads: number; sharedBytes: number } {
+  return rowThreadgroup(dim, L2_NORM_MAX_THREADS, limits);
 }
 
 /**
@@ -81,15 +81,25 @@ export function l2NormThreadgroup(dim: number): { threads: number; sharedBytes: 
  * Bindings: 0 x, 1 y, 2 L2NormParams; threadgroup(0) one float per simdgroup.
  * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
  */
-export function l2Norm(enc: Encoder, args: L2NormBuffers & L2NormParams): void {
-  const dt = validateL2Norm(args, args, enc.device);
-  const registry = enc.device.kernels;
-  registry.register(L2_NORM_FAMILY, L2_NORM_SOURCES, L2_NORM_KERNELS);
-  const { threads, sharedBytes } = l2NormThreadgroup(args.dim);
-  enc.dispatch(
-    registry.pipeline(`l2_norm_${dt}`),
-    { buffers: [args.x, args.y], bytes: [, , packL2NormParams(args)], threadgroupMemory: [sharedBytes] },
-    [args.rows, 1, 1],
-    [threads, 1, 1],
-  );
+export function l2Norm(enc: Encoder, args: L2NormArgs): void {
+  record(enc, planL2Norm(args, enc.device.limits, enc.device));
+}
+
+/** l2Norm's plan: validates, then one dispatch (see l2Norm). */
+export function planL2Norm(a: L2NormArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateL2Norm(a, device);
+  const { threads, sharedBytes } = l2NormThreadgroup(a.dim, limits);
+  return {
+    family: L2_NORM_FAMILY,
+    sources: L2_NORM_SOURCES,
+    kernels: L2_NORM_KERNELS,
+    dispatches: [{
+      kernel: `l2_norm_${a.x.dtype}`,
+      buffers: [a.x, a.y],
+      bytes: [, , packL2NormParams(a)],
+      threadgroupMemory: [sharedBytes],
+      grid: [a.rows, 1, 1],
+      threads: [threads, 1, 1],
+    }],
+  };
 }

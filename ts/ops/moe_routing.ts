@@ -1,30 +1,36 @@
 // Fused MoE routing (softmax + top-k + renormalize + per-expert scale).
 // Kernels: shaders/moe_routing.metal. One threadgroup per token.
 
+
 import src from '../../shaders/moe_routing.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/moe_routing.cu' with { type: 'text' };
 import header from '../../shaders/moe_routing.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
-import type { Device } from '../device.ts';
+import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct,
 } from '../validate.ts';
-import { nextPow2, roundUp16 } from '../launch.ts';
+import { nextPow2, roundUp16, type LaunchLimits } from '../launch.ts';
+import { record, type OpPlan } from '../plan.ts';
 
 export const MOE_ROUTING_FAMILY = 'moe_routing';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const MOE_ROUTING_SOURCES = familySources(MOE_ROUTING_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const MOE_ROUTING_KERNELS = ['fused_moe_routing_f32', 'fused_moe_routing_batch_f32'] as const;
 
-/** Threadgroup memory every backend offers (Apple's limit), in bytes. */
-export const THREADGROUP_MEMORY_LIMIT = 32768;
 /** Static threadgroup arrays of the kernels: 32 floats + 32 uints of arg-max partials. */
 export const MOE_ROUTING_STATIC_TG_BYTES = 256;
-/** The kernels keep one float per expert in threadgroup(0). */
-export const MOE_ROUTING_MAX_EXPERTS = (THREADGROUP_MEMORY_LIMIT - MOE_ROUTING_STATIC_TG_BYTES) / 4;
+/**
+ * The most experts a device's threadgroup memory holds: the kernels keep one
+ * float per expert in threadgroup(0), beside their static arrays (8128 in
+ * Apple's 32 KiB, the Rust crate's limit).
+ */
+export function moeRoutingMaxExperts(limits: Pick<DeviceLimits, 'maxThreadgroupMemory'>): number {
+  return Math.floor((limits.maxThreadgroupMemory - MOE_ROUTING_STATIC_TG_BYTES) / 4);
+}
 export const MOE_ROUTING_MAX_THREADS = 256;
 const MAX_ELEMENTS_U32 = 0xffff_ffff;
 
@@ -39,6 +45,8 @@ export interface MoeRoutingParams {
 export interface MoeRoutingBatchParams extends MoeRoutingParams {
   nTokens: number;
 }
+export interface MoeRoutingArgs extends MoeRoutingBuffers, MoeRoutingParams {}
+export interface MoeRoutingBatchArgs extends MoeRoutingBuffers, MoeRoutingBatchParams {}
 export interface MoeRoutingBuffers {
   /** f32 [nTokens, numExperts] */
   logits: Buffer;
@@ -54,14 +62,19 @@ export function packFusedMoeRoutingParams(p: MoeRoutingParams): Uint8Array {
   return packFields(FUSED_MOE_ROUTING_PARAMS_LAYOUT, { num_experts: p.numExperts, top_k: p.topK });
 }
 
-function validate(op: string, p: MoeRoutingBatchParams, b: MoeRoutingBuffers, device: Device | undefined): void {
+/** The rules of both ops; the expert limit is that of `limits` (the device's when only it is given). */
+function validate(op: string, p: MoeRoutingBatchParams, b: MoeRoutingBuffers, device: Device | undefined,
+  limits: DeviceLimits | undefined): void {
   checkPositive(op, 'nTokens', p.nTokens);
   checkPositive(op, 'numExperts', p.numExperts);
   checkPositive(op, 'topK', p.topK);
   checkAtMost(op, 'topK', p.topK, p.numExperts, 'numExperts');
-  checkAtMost(op, 'numExperts', p.numExperts, MOE_ROUTING_MAX_EXPERTS,
-    `${MOE_ROUTING_MAX_EXPERTS} (one f32 per expert in ${THREADGROUP_MEMORY_LIMIT} bytes of threadgroup memory, ` +
-    `${MOE_ROUTING_STATIC_TG_BYTES} of them static)`);
+  if (limits !== undefined) {
+    const max = moeRoutingMaxExperts(limits);
+    checkAtMost(op, 'numExperts', p.numExperts, max,
+      `${max} (one f32 per expert in the device's ${limits.maxThreadgroupMemory} bytes of threadgroup memory, ` +
+      `${MOE_ROUTING_STATIC_TG_BYTES} of them static)`);
+  }
   const nLogits = checkedProduct(op, 'nTokens * numExperts', p.nTokens, p.numExperts);
   checkAtMost(op, 'nTokens * numExperts', nLogits, MAX_ELEMENTS_U32, 'the 32-bit index limit');
   const nOut = checkedProduct(op, 'nTokens * topK', p.nTokens, p.topK);
@@ -80,16 +93,19 @@ function validate(op: string, p: MoeRoutingBatchParams, b: MoeRoutingBuffers, de
   checkNoAliasing(op, bindings, ['expertIds', 'routingWeights'], 'the CUDA kernel takes every binding as __restrict__');
 }
 
-export function validateFusedMoeRouting(p: MoeRoutingParams, b: MoeRoutingBuffers, device?: Device): void {
-  validate('fused_moe_routing', { numExperts: p.numExperts, topK: p.topK, nTokens: 1 }, b, device);
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit (the device's limits when given). */
+export function validateFusedMoeRouting(a: MoeRoutingArgs, device?: Device, limits = device?.limits): void {
+  validate('fused_moe_routing', { numExperts: a.numExperts, topK: a.topK, nTokens: 1 }, a, device, limits);
 }
-export function validateFusedMoeRoutingBatch(p: MoeRoutingBatchParams, b: MoeRoutingBuffers, device?: Device): void {
-  validate('fused_moe_routing_batch', p, b, device);
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit (the device's limits when given). */
+export function validateFusedMoeRoutingBatch(a: MoeRoutingBatchArgs, device?: Device, limits = device?.limits): void {
+  validate('fused_moe_routing_batch', a, a, device, limits);
 }
 
 /** Threads per token and the threadgroup(0) bytes (numExperts floats, 16-byte multiple). */
-export function moeRoutingThreadgroup(numExperts: number): { threads: number; sharedBytes: number } {
-  return { threads: Math.min(MOE_ROUTING_MAX_THREADS, nextPow2(numExperts)), sharedBytes: roundUp16(numExperts * 4) };
+export function moeRoutingThreadgroup(numExperts: number, limits: LaunchLimits): { threads: number; sharedBytes: number } {
+  const threads = Math.min(MOE_ROUTING_MAX_THREADS, limits.maxThreadsPerThreadgroup, nextPow2(numExperts));
+  return { threads, sharedBytes: roundUp16(numExperts * 4) };
 }
 
 /**
@@ -100,23 +116,25 @@ export function moeRoutingThreadgroup(numExperts: number): { threads: number; sh
 export const MOE_ROUTING_CUDA_WARP_MAX_EXPERTS = 1024;
 export const MOE_ROUTING_CUDA_WARP_MAX_TOP_K = 32;
 
-function dispatch(enc: Encoder, kernel: (typeof MOE_ROUTING_KERNELS)[number], p: MoeRoutingBatchParams,
-  b: MoeRoutingBuffers): void {
-  const registry = enc.device.kernels;
-  registry.register(MOE_ROUTING_FAMILY, MOE_ROUTING_SOURCES, MOE_ROUTING_KERNELS);
-  const { threads, sharedBytes } = moeRoutingThreadgroup(p.numExperts);
-  const buffers = [b.logits, b.expertIds, b.routingWeights, b.perExpertScale];
-  const bytes = [, , , , packFusedMoeRoutingParams(p)];
-  if (enc.device.backend === 'cuda' && p.numExperts <= MOE_ROUTING_CUDA_WARP_MAX_EXPERTS &&
-    p.topK <= MOE_ROUTING_CUDA_WARP_MAX_TOP_K) {
-    enc.dispatch(registry.pipeline(kernel), { buffers, bytes }, [p.nTokens, 1, 1], [32, 1, 1]);
-    return;
-  }
-  enc.dispatch(registry.pipeline(kernel), {
-    buffers,
-    bytes,
-    threadgroupMemory: [sharedBytes],
-  }, [p.nTokens, 1, 1], [threads, 1, 1]);
+/** The plan of either kernel, after validation. */
+function plan(kernel: (typeof MOE_ROUTING_KERNELS)[number], p: MoeRoutingBatchParams, b: MoeRoutingBuffers,
+  limits: DeviceLimits): OpPlan {
+  const { threads, sharedBytes } = moeRoutingThreadgroup(p.numExperts, limits);
+  const warp = p.numExperts <= MOE_ROUTING_CUDA_WARP_MAX_EXPERTS && p.topK <= MOE_ROUTING_CUDA_WARP_MAX_TOP_K;
+  return {
+    family: MOE_ROUTING_FAMILY,
+    sources: MOE_ROUTING_SOURCES,
+    kernels: MOE_ROUTING_KERNELS,
+    dispatches: [{
+      kernel,
+      buffers: [b.logits, b.expertIds, b.routingWeights, b.perExpertScale],
+      bytes: [, , , , packFusedMoeRoutingParams(p)],
+      threadgroupMemory: [sharedBytes],
+      grid: [p.nTokens, 1, 1],
+      threads: [threads, 1, 1],
+      cuda: warp ? { grid: [p.nTokens, 1, 1], threads: [32, 1, 1] } : undefined,
+    }],
+  };
 }
 
 /**
@@ -134,9 +152,12 @@ function dispatch(enc: Encoder, kernel: (typeof MOE_ROUTING_KERNELS)[number], p:
  * on cuda, numExperts <= 1024 and topK <= 32 take 32 threads and no
  * threadgroup memory instead (the kernel's warp path).
  */
-export function fusedMoeRouting(enc: Encoder, args: MoeRoutingBuffers & MoeRoutingParams): void {
-  validateFusedMoeRouting(args, args, enc.device);
-  dispatch(enc, 'fused_moe_routing_f32', { ...args, nTokens: 1 }, args);
+export function fusedMoeRouting(enc: Encoder, args: MoeRoutingArgs): void {
+  record(enc, planFusedMoeRouting(args, enc.device.limits, enc.device));
+}
+export function planFusedMoeRouting(args: MoeRoutingArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateFusedMoeRouting(args, device, limits);
+  return plan('fused_moe_routing_f32', { ...args, nTokens: 1 }, args, limits);
 }
 
 /**
@@ -149,7 +170,10 @@ export function fusedMoeRouting(enc: Encoder, args: MoeRoutingBuffers & MoeRouti
  * on cuda, numExperts <= 1024 and topK <= 32 take 32 threads per token and no
  * threadgroup memory instead (the kernel's warp path).
  */
-export function fusedMoeRoutingBatch(enc: Encoder, args: MoeRoutingBuffers & MoeRoutingBatchParams): void {
-  validateFusedMoeRoutingBatch(args, args, enc.device);
-  dispatch(enc, 'fused_moe_routing_batch_f32', args, args);
+export function fusedMoeRoutingBatch(enc: Encoder, args: MoeRoutingBatchArgs): void {
+  record(enc, planFusedMoeRoutingBatch(args, enc.device.limits, enc.device));
+}
+export function planFusedMoeRoutingBatch(args: MoeRoutingBatchArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateFusedMoeRoutingBatch(args, device, limits);
+  return plan('fused_moe_routing_batch_f32', args, args, limits);
 }

@@ -6,7 +6,7 @@ import src from '../../shaders/ssm_conv.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/ssm_conv.cu' with { type: 'text' };
 import header from '../../shaders/ssm_conv.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
-import type { Device } from '../device.ts';
+import type { Device, DeviceLimits } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
@@ -14,6 +14,7 @@ import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBoolean, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid,
 } from '../validate.ts';
+import { record, type OpPlan } from '../plan.ts';
 
 export const SSM_CONV_FAMILY = 'ssm_conv';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -74,8 +75,14 @@ export function packSsmConvParams(p: SsmConvParams & { readState: boolean; write
   });
 }
 
-/** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit; returns the kernel. */
-export function validateSsmConv(p: SsmConvParams, buf: SsmConvBuffers, op = 'ssm_conv', device?: Device): Kernel {
+export interface SsmConvArgs extends SsmConvBuffers, SsmConvParams {}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateSsmConv(a: SsmConvArgs, device?: Device): void {
+  check('ssm_conv', a, a, device);
+}
+
+function check(op: string, p: SsmConvParams, buf: SsmConvBuffers, device: Device | undefined): void {
   for (const [arg, value] of [['b', p.b], ['t', p.t], ['c', p.c], ['ks', p.ks]] as const) {
     checkPositive(op, arg, value);
     checkAtMost(op, arg, value, U32_MAX, '2^32 - 1');
@@ -105,7 +112,11 @@ export function validateSsmConv(p: SsmConvParams, buf: SsmConvBuffers, op = 'ssm
   if (p.freshState === true && buf.state === undefined) {
     throw invalid(op, 'freshState', 'false or absent when no state is given', true);
   }
-  if (dt === 'f32') return 'ssm_conv_f32';
+}
+
+/** The kernel of validated buffers: by x's dtype, then the weight's. */
+function kernelOf(buf: SsmConvBuffers): Kernel {
+  if (buf.x.dtype === 'f32') return 'ssm_conv_f32';
   return buf.weight.dtype === 'f32' ? 'ssm_conv_bf16_wf32' : 'ssm_conv_bf16';
 }
 
@@ -114,19 +125,20 @@ export function ssmConvGrid(p: Pick<SsmConvParams, 'b' | 't' | 'c'>): [number, n
   return [Math.ceil(p.c / SSM_CONV_THREADS), Math.ceil(p.t / SSM_CONV_TOKENS_PER_THREAD), p.b];
 }
 
-function dispatch(enc: Encoder, kernel: Kernel, p: SsmConvParams, buf: SsmConvBuffers): void {
-  const registry = enc.device.kernels;
-  registry.register(SSM_CONV_FAMILY, SSM_CONV_SOURCES, SSM_CONV_KERNELS);
+function plan(p: SsmConvParams, buf: SsmConvBuffers): OpPlan {
   const hasState = buf.state !== undefined;
-  enc.dispatch(
-    registry.pipeline(kernel),
-    {
+  return {
+    family: SSM_CONV_FAMILY,
+    sources: SSM_CONV_SOURCES,
+    kernels: SSM_CONV_KERNELS,
+    dispatches: [{
+      kernel: kernelOf(buf),
       buffers: [buf.x, buf.weight, buf.state ?? buf.y, buf.y],
       bytes: [, , , , packSsmConvParams({ ...p, readState: hasState && p.freshState !== true, writeState: hasState })],
-    },
-    ssmConvGrid(p),
-    [SSM_CONV_THREADS, 1, 1],
-  );
+      grid: ssmConvGrid(p),
+      threads: [SSM_CONV_THREADS, 1, 1],
+    }],
+  };
 }
 
 /**
@@ -146,8 +158,12 @@ function dispatch(enc: Encoder, kernel: Kernel, p: SsmConvParams, buf: SsmConvBu
  * write_state = 0 keep it untouched), 3 y, 4 SsmConvParams.
  * Grid (ceil(C / 128), ceil(T / 16), B) threadgroups of 128 threads.
  */
-export function ssmConv(enc: Encoder, args: SsmConvBuffers & SsmConvParams): void {
-  dispatch(enc, validateSsmConv(args, args, 'ssm_conv', enc.device), args, args);
+export function ssmConv(enc: Encoder, args: SsmConvArgs): void {
+  record(enc, planSsmConv(args, enc.device.limits, enc.device));
+}
+export function planSsmConv(args: SsmConvArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateSsmConv(args, device);
+  return plan(args, args);
 }
 
 export interface SsmConvDecodeBuffers {
@@ -160,6 +176,16 @@ export interface SsmConvDecodeBuffers {
   /** [B, C] in x's dtype, output */
   y: Buffer;
 }
+export interface SsmConvDecodeArgs extends SsmConvDecodeBuffers, Omit<SsmConvParams, 't' | 'freshState'> {}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateSsmConvDecode(a: SsmConvDecodeArgs, device?: Device): void {
+  const op = 'ssm_conv_decode';
+  // The decode step reads and shifts the state: without one it would be a conv over zeros that keeps nothing.
+  checkBuffer(op, 'state', a.state, device);
+  check(op, decodeParams(a), a, device);
+}
+const decodeParams = (a: SsmConvDecodeArgs): SsmConvParams => ({ b: a.b, t: 1, c: a.c, ks: a.ks, silu: a.silu });
 
 /**
  * ssm_conv_decode: one token per sequence, the state read and shifted in
@@ -167,10 +193,10 @@ export interface SsmConvDecodeBuffers {
  * state[b, c] = state[b, c, 1 ..] ++ x[b, c]. The same kernels as ssm_conv
  * with T = 1, so n decode steps equal ssm_conv over those n tokens.
  */
-export function ssmConvDecode(enc: Encoder, args: SsmConvDecodeBuffers & Omit<SsmConvParams, 't' | 'freshState'>): void {
-  const op = 'ssm_conv_decode';
-  // The decode step reads and shifts the state: without one it would be a conv over zeros that keeps nothing.
-  checkBuffer(op, 'state', args.state, enc.device);
-  const p: SsmConvParams = { b: args.b, t: 1, c: args.c, ks: args.ks, silu: args.silu };
-  dispatch(enc, validateSsmConv(p, args, op, enc.device), p, args);
+export function ssmConvDecode(enc: Encoder, args: SsmConvDecodeArgs): void {
+  record(enc, planSsmConvDecode(args, enc.device.limits, enc.device));
+}
+export function planSsmConvDecode(args: SsmConvDecodeArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateSsmConvDecode(args, device);
+  return plan(decodeParams(args), args);
 }

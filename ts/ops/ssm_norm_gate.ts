@@ -5,14 +5,15 @@ import src from '../../shaders/ssm_norm_gate.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/ssm_norm_gate.cu' with { type: 'text' };
 import header from '../../shaders/ssm_norm_gate.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
-import type { Device } from '../device.ts';
+import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid,
 } from '../validate.ts';
-import { rowThreadgroup } from '../launch.ts';
+import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
+import { record, type OpPlan } from '../plan.ts';
 
 export const SSM_NORM_GATE_FAMILY = 'ssm_norm_gate';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -43,14 +44,16 @@ export interface SsmNormGateBuffers {
   /** f32 [rows, dV], output */
   output: Buffer;
 }
+export interface SsmNormGateArgs extends SsmNormGateBuffers, SsmNormGateParams {}
 
 export function packSsmNormGateParams(p: SsmNormGateParams): Uint8Array {
   return packFields(SSM_NORM_GATE_PARAMS_LAYOUT, { eps: p.eps, d_v: p.dV, unused0: 0, unused1: 0 });
 }
 
 /** output may be attnOut or z (in place); device: the encoder's, when the buffers must belong to it. */
-export function validateSsmNormGate(p: SsmNormGateParams, b: SsmNormGateBuffers, device?: Device): void {
+export function validateSsmNormGate(a: SsmNormGateArgs, device?: Device): void {
   const op = 'ssm_norm_gate';
+  const p = a, b = a;
   checkPositive(op, 'rows', p.rows);
   checkPositive(op, 'dV', p.dV);
   checkAtMost(op, 'dV', p.dV, SSM_NORM_GATE_MAX_DV, '2^24 (d_v is passed as an f32)');
@@ -73,10 +76,9 @@ export function validateSsmNormGate(p: SsmNormGateParams, b: SsmNormGateBuffers,
 }
 
 /** Threads per row and the threadgroup(0) bytes (one float per simdgroup, 16-byte multiple). */
-export function ssmNormGateThreadgroup(dV: number): { threads: number; sharedBytes: number } {
-  return rowThreadgroup(dV, SSM_NORM_GATE_MAX_THREADS);
+export function ssmNormGateThreadgroup(dV: number, limits: LaunchLimits): { threads: number; sharedBytes: number } {
+  return rowThreadgroup(dV, SSM_NORM_GATE_MAX_THREADS, limits);
 }
-
 
 /**
  * ssm_norm_gate: output[r, d] = attnOut[r, d] * rmsInv(attnOut[r, :]) * weight[d] * silu(z[r, d]),
@@ -89,14 +91,23 @@ export function ssmNormGateThreadgroup(dV: number): { threads: number; sharedByt
  * [eps, dV as f32, 0, 0]; threadgroup(0) one float per simdgroup.
  * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dV)) threads.
  */
-export function ssmNormGate(enc: Encoder, args: SsmNormGateBuffers & SsmNormGateParams): void {
-  validateSsmNormGate(args, args, enc.device);
-  const registry = enc.device.kernels;
-  registry.register(SSM_NORM_GATE_FAMILY, SSM_NORM_GATE_SOURCES, SSM_NORM_GATE_KERNELS);
-  const { threads, sharedBytes } = ssmNormGateThreadgroup(args.dV);
-  enc.dispatch(registry.pipeline('ssm_norm_gate_f32'), {
-    buffers: [args.attnOut, args.weight, args.z, args.output],
-    bytes: [, , , , packSsmNormGateParams(args)],
-    threadgroupMemory: [sharedBytes],
-  }, [args.rows, 1, 1], [threads, 1, 1]);
+export function ssmNormGate(enc: Encoder, args: SsmNormGateArgs): void {
+  record(enc, planSsmNormGate(args, enc.device.limits, enc.device));
+}
+export function planSsmNormGate(args: SsmNormGateArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateSsmNormGate(args, device);
+  const { threads, sharedBytes } = ssmNormGateThreadgroup(args.dV, limits);
+  return {
+    family: SSM_NORM_GATE_FAMILY,
+    sources: SSM_NORM_GATE_SOURCES,
+    kernels: SSM_NORM_GATE_KERNELS,
+    dispatches: [{
+      kernel: 'ssm_norm_gate_f32',
+      buffers: [args.attnOut, args.weight, args.z, args.output],
+      bytes: [, , , , packSsmNormGateParams(args)],
+      threadgroupMemory: [sharedBytes],
+      grid: [args.rows, 1, 1],
+      threads: [threads, 1, 1],
+    }],
+  };
 }

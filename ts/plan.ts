@@ -1,0 +1,89 @@
+// The one shape of an op: validate, then plan, then record.
+//
+//   validate<Op>(args, device?): void              throws MlxError naming op, argument, expected, actual
+//   plan<Op>(args, limits, device?): OpPlan        validates, then plans
+//   <op>(enc, args): void                          record(enc, plan<Op>(args, enc.device.limits, enc.device))
+//
+// A plan is plain data: the family to register, and for each dispatch its
+// kernel, bindings, grid and threads (and, for a kernel whose CUDA twin runs
+// at another launch shape, that shape too). Planning needs the device's
+// limits (DeviceLimits), not the device: plans for every backend can be made
+// and checked on a machine that has none of them; `device`, when given, is
+// the one the buffers must belong to. record() is the only step that touches
+// an encoder.
+
+import type { Buffer } from './buffer.ts';
+import type { DispatchBindings, Dim3, Encoder } from './encoder.ts';
+import type { FunctionConstants } from './library.ts';
+import { kernelWrites } from './metal-source.ts';
+import { joinSources, type FamilySources } from './registry.ts';
+
+/** Where a kernel runs at a launch shape of its own. */
+export interface Launch {
+  readonly grid: Dim3;
+  readonly threads: Dim3;
+  /** Threadgroup (CUDA: dynamic shared) memory byte lengths by threadgroup binding index. */
+  readonly threadgroupMemory?: Record<number, number | undefined>;
+}
+
+export interface PlannedDispatch extends Launch {
+  readonly kernel: string;
+  readonly constants?: FunctionConstants;
+  readonly buffers: Record<number, Buffer | undefined>;
+  readonly bytes?: Record<number, ArrayBufferView | undefined>;
+  /**
+   * The launch of the CUDA twin (shaders/cuda/<family>.cu) where it is not
+   * the Metal one: same kernel, bindings and results, another grid, block or
+   * shared memory.
+   */
+  readonly cuda?: Launch;
+}
+
+export interface OpPlan {
+  readonly family: string;
+  readonly sources: FamilySources;
+  readonly kernels: readonly string[];
+  /** In order; each may depend on the ones before (the encoder places the barriers). */
+  readonly dispatches: readonly PlannedDispatch[];
+}
+
+/** The launch of a planned dispatch on a backend that compiles the given language. */
+export function launchOf(d: PlannedDispatch, language: 'metal' | 'cuda'): Launch {
+  return language === 'cuda' && d.cuda !== undefined ? d.cuda : d;
+}
+
+/**
+ * The binding indices a planned dispatch may read (every bound buffer: a
+ * kernel may read what it writes) and write (those its kernel's Metal
+ * declaration leaves writable: what the encoder's barriers follow).
+ */
+export function planAccess(plan: OpPlan, i: number): { reads: number[]; writes: number[] } {
+  const d = plan.dispatches[i]!;
+  const mask = kernelWrites(joinSources(plan.sources.metal), d.kernel);
+  const bound = Object.keys(d.buffers).map(Number).filter((k) => d.buffers[k] !== undefined).sort((a, b) => a - b);
+  return { reads: bound, writes: bound.filter((k) => ((mask >>> k) & 1) !== 0) };
+}
+
+/**
+ * Records a plan: registers its family, then dispatches each step (inside
+ * enc.atomic when there are several, so that a refusal records none).
+ */
+export function record(enc: Encoder, plan: OpPlan): void {
+  const kernels = enc.device.kernels;
+  kernels.register(plan.family, plan.sources, plan.kernels);
+  const ds = plan.dispatches;
+  if (ds.length === 1) {
+    dispatchOne(enc, ds[0]!);
+    return;
+  }
+  enc.atomic(() => {
+    for (const d of ds) dispatchOne(enc, d);
+  });
+}
+
+function dispatchOne(enc: Encoder, d: PlannedDispatch): void {
+  const kernels = enc.device.kernels;
+  const l = launchOf(d, kernels.language);
+  const bindings: DispatchBindings = { buffers: d.buffers, bytes: d.bytes, threadgroupMemory: l.threadgroupMemory };
+  enc.dispatch(kernels.pipeline(d.kernel, d.constants), bindings, l.grid, l.threads);
+}
