@@ -1,23 +1,25 @@
 // Op plans (ts/plan.ts), made for the limits of devices this machine need not
 // have: every op's plan at the argument sets of tests/op-cases.ts, for an
 // Apple GPU and for an H100, against the rules a backend would refuse at
-// dispatch, and recorded on the emulator as the op records it.
+// dispatch (the buffers come from the first backend present), and recorded
+// on every backend present as the op records it.
 
 import { afterAll, describe, expect, test } from 'bun:test';
-import { Device } from '../ts/index.ts';
+import type { Device } from '../ts/index.ts';
 import * as ops from '../ts/ops/index.ts';
 import { joinSources } from '../ts/registry.ts';
 import { kernelParams } from '../ts/metal-source.ts';
 import { launchOf, planAccess, record, type OpPlan } from '../ts/plan.ts';
-import { TARGET_LIMITS, rng } from './helpers.ts';
+import { TARGET_LIMITS, backends, describeBackends, openDevice, rng } from './helpers.ts';
 import { CASES, fillInputs } from './op-cases.ts';
 
 type PlanFn = (args: unknown, limits: unknown, device?: Device) => OpPlan;
 const planOf = (fn: string): PlanFn | undefined =>
   (ops as Record<string, unknown>)[`plan${fn[0]!.toUpperCase()}${fn.slice(1)}`] as PlanFn | undefined;
 
-const device = Device.open({ backend: 'emu' });
-afterAll(() => device.close());
+let first: Device | null = null;
+const anyDevice = (): Device => (first ??= openDevice(backends()[0]!));
+afterAll(() => first?.close());
 
 const planned = CASES.filter((c) => planOf(c.fn) !== undefined);
 
@@ -29,6 +31,7 @@ for (const [target, limits] of Object.entries(TARGET_LIMITS) as [keyof typeof TA
   describe(`plans for ${target} (${limits.maxThreadgroupMemory} bytes of threadgroup memory)`, () => {
     for (const c of planned) {
       test(c.fn, () => {
+        const device = anyDevice();
         const args = c.make(device);
         const plan = planOf(c.fn)!(args, limits, device);
         expect(plan.dispatches.length).toBeGreaterThan(0);
@@ -56,9 +59,10 @@ for (const [target, limits] of Object.entries(TARGET_LIMITS) as [keyof typeof TA
   });
 }
 
-describe('a plan recorded is what the op records', () => {
+describeBackends('a plan recorded is what the op records', ({ device: dev }) => {
   for (const c of planned) {
     test(c.fn, () => {
+      const device = dev();
       const r = rng(7);
       const viaOp = c.make(device);
       const viaPlan = c.make(device);
