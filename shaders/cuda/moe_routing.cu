@@ -72,6 +72,22 @@ __device__ __forceinline__ void warp_argmax(float& v, u32& i, u32 lane, u32 n, u
 }
 
 // The max over the first n lanes of a warp (mask: those lanes), returned to every lane.
+// This thread's best expert of u (experts tid, tid + bs, ...) among those
+// ranked after (prev_v, prev_i), the last one taken (round r > 0), or among all
+// of them (r == 0); (NEG_INF, NO_INDEX) when none is left.
+__device__ __forceinline__ void next_best(const float* u, u32 num_experts, u32 tid, u32 bs, u32 r, float prev_v, u32 prev_i,
+                                          float& bv, u32& bi) {
+    bv = NEG_INF;
+    bi = NO_INDEX;
+    for (u32 e = tid; e < num_experts; e += bs) {
+        const float v = u[e];
+        if ((r == 0 || ranks_before(prev_v, prev_i, v, e)) && ranks_before(v, e, bv, bi)) {
+            bv = v;
+            bi = e;
+        }
+    }
+}
+
 __device__ __forceinline__ float partial_warp_max(float v, u32 lane, u32 n, u32 mask) {
 #pragma unroll
     for (u32 o = 16; o > 0; o >>= 1) {
@@ -113,15 +129,9 @@ __device__ void route_token(const float* logits, u32* expert_ids, float* routing
         float prev_v = POS_INF;
         u32 prev_i = NO_INDEX;
         for (u32 r = 0; r < top_k; ++r) {
-            float bv = NEG_INF;
-            u32 bi = NO_INDEX;
-            for (u32 e = tid; e < num_experts; e += bs) {
-                const float v = u[e];
-                if ((r == 0 || ranks_before(prev_v, prev_i, v, e)) && ranks_before(v, e, bv, bi)) {
-                    bv = v;
-                    bi = e;
-                }
-            }
+            float bv;
+            u32 bi;
+            next_best(u, num_experts, tid, bs, r, prev_v, prev_i, bv, bi);
             warp_argmax(bv, bi, lane, n, mask);
             if (bi == NO_INDEX) {   // this warp's experts are used up: fill the rest with sentinels
                 for (u32 q = r + lane; q < top_k; q += n) {
@@ -189,15 +199,9 @@ __device__ void route_token(const float* logits, u32* expert_ids, float* routing
     u32 prev_i = NO_INDEX;
     float topk_sum = 0.0f;
     for (u32 r = 0; r < top_k; ++r) {
-        float bv = NEG_INF;
-        u32 bi = NO_INDEX;
-        for (u32 e = tid; e < num_experts; e += bs) {
-            const float v = u[e];
-            if ((r == 0 || ranks_before(prev_v, prev_i, v, e)) && ranks_before(v, e, bv, bi)) {
-                bv = v;
-                bi = e;
-            }
-        }
+        float bv;
+        u32 bi;
+        next_best(u, num_experts, tid, bs, r, prev_v, prev_i, bv, bi);
         warp_argmax(bv, bi, lane, n, mask);
         if (lane == 0) {
             part_value[warp] = bv;

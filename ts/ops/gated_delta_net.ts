@@ -125,12 +125,31 @@ function validateDims(op: string, dims: readonly (readonly [string, number])[], 
   if (p.scale !== undefined && !Number.isFinite(p.scale)) throw invalid(op, 'scale', 'a finite number', p.scale);
 }
 
-/** q is f32 or bf16; k, v and output have its dtype. */
-function checkActivations(op: string, b: { q: Buffer; k: Buffer; v: Buffer; output: Buffer }): void {
+/**
+ * The rules both ops share on q, k, v, output, g and beta (q f32 or bf16, k, v
+ * and output of its dtype, g and beta f32, element counts over seqLen tokens
+ * per sequence, or one when absent); returns the state's element count.
+ */
+function checkInputs(op: string, p: GatedDeltaNetDecodeParams, seqLen: number | undefined,
+  b: { q: Buffer; k: Buffer; v: Buffer; output: Buffer; g: Buffer; beta: Buffer }): number {
   checkDtype(op, 'q', b.q, ['f32', 'bf16']);
   checkDtype(op, 'k', b.k, b.q.dtype);
   checkDtype(op, 'v', b.v, b.q.dtype);
   checkDtype(op, 'output', b.output, b.q.dtype);
+  const t = seqLen === undefined ? [] : [seqLen];
+  const qk = checkedProduct(op, 'q elements', p.batch, ...t, p.nQkHeads, p.kDim);
+  const vo = checkedProduct(op, 'v elements', p.batch, ...t, p.nHeads, p.vDim);
+  const gb = checkedProduct(op, 'g elements', p.batch, ...t, p.nHeads);
+  const st = checkedProduct(op, 'state elements', p.batch, p.nHeads, p.vDim, p.kDim);
+  checkElements(op, 'q', b.q, qk);
+  checkElements(op, 'k', b.k, qk);
+  checkElements(op, 'v', b.v, vo);
+  checkElements(op, 'output', b.output, vo);
+  checkDtype(op, 'g', b.g, 'f32');
+  checkElements(op, 'g', b.g, gb);
+  checkDtype(op, 'beta', b.beta, 'f32');
+  checkElements(op, 'beta', b.beta, gb);
+  return st;
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
@@ -143,19 +162,7 @@ export function validateGatedDeltaNet(b: GatedDeltaNetArgs, device?: Device): vo
     ['finalState', b.finalState],
   ] as const;
   for (const [arg, x] of bindings) if (x !== undefined || arg !== 'initialState') checkBuffer(op, arg, x, device);
-  checkActivations(op, b);
-  const qk = checkedProduct(op, 'q elements', p.batch, p.seqLen, p.nQkHeads, p.kDim);
-  const vo = checkedProduct(op, 'v elements', p.batch, p.seqLen, p.nHeads, p.vDim);
-  const gb = checkedProduct(op, 'g elements', p.batch, p.seqLen, p.nHeads);
-  const st = checkedProduct(op, 'state elements', p.batch, p.nHeads, p.vDim, p.kDim);
-  checkElements(op, 'q', b.q, qk);
-  checkElements(op, 'k', b.k, qk);
-  checkElements(op, 'v', b.v, vo);
-  checkElements(op, 'output', b.output, vo);
-  checkDtype(op, 'g', b.g, 'f32');
-  checkElements(op, 'g', b.g, gb);
-  checkDtype(op, 'beta', b.beta, 'f32');
-  checkElements(op, 'beta', b.beta, gb);
+  const st = checkInputs(op, p, p.seqLen, b);
   checkNoAliasing(op, bindings, ['output', 'finalState'],
     'the CUDA kernel takes q, k, v, g, beta and output as __restrict__; only finalState may be initialState',
     [['initialState', 'finalState']]);
@@ -176,19 +183,7 @@ export function validateGatedDeltaNetDecode(b: GatedDeltaNetDecodeArgs, device?:
     ['q', b.q], ['k', b.k], ['v', b.v], ['g', b.g], ['beta', b.beta], ['state', b.state], ['output', b.output],
   ] as const;
   for (const [arg, x] of bindings) checkBuffer(op, arg, x, device);
-  checkActivations(op, b);
-  const qk = checkedProduct(op, 'q elements', p.batch, p.nQkHeads, p.kDim);
-  const vo = checkedProduct(op, 'v elements', p.batch, p.nHeads, p.vDim);
-  const gb = checkedProduct(op, 'g elements', p.batch, p.nHeads);
-  const st = checkedProduct(op, 'state elements', p.batch, p.nHeads, p.vDim, p.kDim);
-  checkElements(op, 'q', b.q, qk);
-  checkElements(op, 'k', b.k, qk);
-  checkElements(op, 'v', b.v, vo);
-  checkElements(op, 'output', b.output, vo);
-  checkDtype(op, 'g', b.g, 'f32');
-  checkElements(op, 'g', b.g, gb);
-  checkDtype(op, 'beta', b.beta, 'f32');
-  checkElements(op, 'beta', b.beta, gb);
+  const st = checkInputs(op, p, undefined, b);
   checkDtype(op, 'state', b.state, 'f32');
   checkElements(op, 'state', b.state, st);
   checkNoAliasing(op, bindings, ['state', 'output'], 'the CUDA kernel takes q, k, v, g, beta and output as __restrict__');
