@@ -25,13 +25,11 @@
 // emulator), after the kernel was compiled.
 
 import { Device, type Buffer, type DType } from '../ts/index.ts';
-import { chunkGatedDeltaRule } from '../ts/ops/chunk_gated_delta_rule.ts';
-import { chunkLocalCumsum } from '../ts/ops/chunk_local_cumsum.ts';
+import { chunkGatedDeltaRule, chunkLocalCumsum, gatedDeltaNetChunk, numChunks, type GatedDeltaNetChunkParams } from '../ts/ops/chunk_gated_delta_rule.ts';
 import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
 import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecParams } from '../ts/ops/flash_attn_vec.ts';
 import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
-import { gatedDeltaNetChunk, numChunks, type GatedDeltaNetChunkParams } from '../ts/ops/gated_delta_net_chunk.ts';
 import { l2Norm } from '../ts/ops/l2_norm.ts';
 import { fusedMoeRouting, fusedMoeRoutingBatch } from '../ts/ops/moe_routing.ts';
 import { ssmConv } from '../ts/ops/ssm_conv.ts';
