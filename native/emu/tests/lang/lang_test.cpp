@@ -229,7 +229,7 @@ static void test_seeds(const std::string& dir) {
     for (const auto& k : tr.kernels) CHECK(dlsym(h, k.symbol.c_str()) != nullptr);
     printf("seed %s: %zu kernels\n", f.c_str(), tr.kernels.size());
 
-    if (f == "chunk_gated_delta_rule.metal") {
+    if (f == "chunk_local_cumsum.metal") {
       // [B=1, T=8, H=2], BT=4, NT=2; grid (1, H, NT) as one-thread groups in z order.
       float g[16], out[16];
       for (int i = 0; i < 16; ++i) g[i] = float(i % 5) - 1.5f;
