@@ -479,10 +479,12 @@ gated_delta_net_recompute_wu_bf16_beta_bf16(const bf16* __restrict__ k_in, const
 //   3. vn = u - x to v_new (t < len); vg transposed into stage [BV v][64 t],
 //      0 past len.
 //   4. h += stage k_rows on tensor cores, t in 16-row steps up to len.
-// The chunk's k rows, w fragments, u pairs and g values (0 past len) are
-// loaded from global memory into registers one chunk ahead, issued as soon
-// as the previous chunk's copies are taken, so the serial walk waits on no
-// global load inside a chunk.
+// Every global operand of a chunk (0 past len) is loaded into registers
+// during the chunk before, each set as soon as its registers are free: u
+// and g at the chunk's start (after the copy out), the k rows once they are
+// stored to shared memory, the w fragments once step 2 has used them. So the
+// serial walk waits on no global load inside a chunk, and no operand needs a
+// second set of registers (no spills at KD = 256).
 // Shared memory: k rows 64 x (KD + 8), hb BV x (KD + 8), stage BV x 72 bf16,
 // g 64 f32: 44 KiB at KD = 256, 31 KiB at 128, 17 KiB at 64. The varlen
 // entries declare it; the seed's takes hb, stage and g from the 20 KiB of
@@ -547,11 +549,23 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
             kr[r] = t < len ? __ldg(reinterpret_cast<const uint4*>(kp + u64(t) * Hg * KD + q * 8)) : make_uint4(0, 0, 0, 0);
         }
     };
-    auto prefetch_wug = [&](u32 c) {
+    auto prefetch_ug = [&](u32 c) {
         u32 t0, len;
         chunk_of(c, t0, len);
         glr = __ldg(g_in + u64(t0 + len - 1) * H + head);
         gr = tid < len ? __ldg(g_in + u64(t0 + tid) * H + head) : 0.0f;
+#pragma unroll
+        for (u32 nj = 0; nj < BV / 8; ++nj)
+#pragma unroll
+            for (u32 hr = 0; hr < 2; ++hr) {
+                const u32 tl = t_lo + 8u * hr;
+                const u64 uv = (u64(t0 + tl) * H + head) * V + v0 + 8u * nj + 2u * tq;
+                ur[nj][hr] = tl < len ? __ldg(reinterpret_cast<const unsigned int*>(u_in + uv)) : 0u;
+            }
+    };
+    auto prefetch_w = [&](u32 c) {
+        u32 t0, len;
+        chunk_of(c, t0, len);
         const bf16* w_lo = w_in + (u64(t0 + t_lo) * H + head) * KD;
         const bf16* w_hi = w_in + (u64(t0 + t_hi) * H + head) * KD;
         const bool lo_live = t_lo < len, hi_live = t_hi < len;
@@ -562,38 +576,26 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
             wr[kk][2] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + 16 * kk + 8 + 2 * tq)) : 0u;
             wr[kk][3] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + 16 * kk + 8 + 2 * tq)) : 0u;
         }
-#pragma unroll
-        for (u32 nj = 0; nj < BV / 8; ++nj)
-#pragma unroll
-            for (u32 hr = 0; hr < 2; ++hr) {
-                const u32 tl = t_lo + 8u * hr;
-                const u64 uv = (u64(t0 + tl) * H + head) * V + v0 + 8u * nj + 2u * tq;
-                ur[nj][hr] = tl < len ? __ldg(reinterpret_cast<const unsigned int*>(u_in + uv)) : 0u;
-            }
     };
     if (c_first < c_end) {
         prefetch_k(c_first);
-        prefetch_wug(c_first);
+        prefetch_ug(c_first);
+        prefetch_w(c_first);
     }
 
     for (u32 c = c_first; c < c_end; ++c) {
         u32 t0, len;
         chunk_of(c, t0, len);
-        // This chunk's w, u and g out of the prefetch registers, then the next
-        // chunk's loads; its k rows go to shared memory after the barrier,
-        // and then the next chunk's k rows are loaded.
-        u32 wc[KD / 16][4];
+        // This chunk's u and g out of the prefetch registers, then the next
+        // chunk's; its k rows go to shared memory after the barrier, then
+        // the next chunk's are loaded.
         u32 uc[BV / 8][2];
-#pragma unroll
-        for (u32 kk = 0; kk < KD / 16; ++kk)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) wc[kk][i] = wr[kk][i];
 #pragma unroll
         for (u32 nj = 0; nj < BV / 8; ++nj)
 #pragma unroll
             for (u32 hr = 0; hr < 2; ++hr) uc[nj][hr] = ur[nj][hr];
         const float g_last = glr, g_tid = gr;
-        if (c + 1 < c_end) prefetch_wug(c + 1);
+        if (c + 1 < c_end) prefetch_ug(c + 1);
         __syncthreads();   // the previous chunk is done with kt, hb, stage, gs
 #pragma unroll
         for (u32 r = 0; r < KQ; ++r) {
@@ -644,11 +646,13 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
                 for (u32 nj = 0; nj < BV / 8; nj += 2) {
                     u32 b[4];
                     frag_b_nk(b, hb, LDH, 8u * nj, 16u * kk, lane);
-                    mma_bf16(xa[nj], wc[kk], b[0], b[1]);
-                    mma_bf16(xa[nj + 1], wc[kk], b[2], b[3]);
+                    mma_bf16(xa[nj], wr[kk], b[0], b[1]);
+                    mma_bf16(xa[nj + 1], wr[kk], b[2], b[3]);
                 }
             }
         }
+
+        if (c + 1 < c_end) prefetch_w(c + 1);
 
         // 3.
 #pragma unroll
