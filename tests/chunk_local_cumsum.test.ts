@@ -11,7 +11,7 @@ import {
   numChunks,
   packChunkLocalCumsumParams,
 } from '../ts/ops/chunk_gated_delta_rule.ts';
-import { chunkLocalCumsumRef } from '../ts/reference/chunk_local_cumsum.ts';
+import { chunkLocalCumsumRef } from '../ts/reference/chunk_gated_delta_rule.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
 import { metalStruct, bufferParam } from './metal-source.ts';
 import * as cumsumOps from '../ts/ops/chunk_gated_delta_rule.ts';

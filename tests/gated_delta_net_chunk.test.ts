@@ -14,7 +14,7 @@ import {
   type GatedDeltaNetChunkBuffers,
   type GatedDeltaNetChunkParams,
 } from '../ts/ops/chunk_gated_delta_rule.ts';
-import { gatedDeltaNetChunkRef, type GatedDeltaNetChunkRefInputs } from '../ts/reference/gated_delta_net_chunk.ts';
+import { gatedDeltaNetChunkRef, type GatedDeltaNetChunkRefInputs } from '../ts/reference/chunk_gated_delta_rule.ts';
 import { describeValidation, TOL, describeBackends, maxRelErr, nmse, rng, type Rng, expectInvalidParts, bf16 } from './helpers.ts';
 import { metalStruct } from './metal-source.ts';
 import * as chunkOps from '../ts/ops/chunk_gated_delta_rule.ts';

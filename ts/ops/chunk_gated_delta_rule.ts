@@ -845,7 +845,7 @@ const GDN_OP = 'gated_delta_net_chunk';
 /** The seed's inter-state kernel. */
 export const GATED_DELTA_NET_CHUNK_KERNELS = [SEED_INTER] as const;
 
-/** K the kernel is specialized to: its K-tile loops are hard-coded to 16 tiles of 8. */
+/** K of the seed's kernel: it instantiates the inter-state body at K = 128 only. */
 export const GDN_CHUNK_MAX_K = 128;
 /** The largest V: 8 slices of BV. */
 export const GDN_CHUNK_MAX_V = 256;
