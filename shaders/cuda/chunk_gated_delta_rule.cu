@@ -6,8 +6,11 @@
 // (first token, first chunk; then n_tok, nt). Token-indexed operands are
 // staged in shared memory with the rows past the chunk's length zeroed, so a
 // short chunk never reads past its sequence and every product runs on full
-// tiles. The op binds no threadgroup memory: every kernel uses static shared
-// memory (at most 48 KiB).
+// tiles. Every kernel uses static shared memory (at most 48 KiB); only the
+// seed's gated_delta_net_chunk_inter_state_bf16 also takes the 20 KiB of
+// threadgroup memory its host binds (as dynamic shared memory). The seed's two
+// entries (that one and chunk_local_cumsum_g_f32) call the bodies of the
+// varlen kernels.
 //
 // Tensor cores: mma.sync m16n8k16 bf16 x bf16 -> f32, fragments by ldmatrix
 // from shared rows padded by 16 bytes (8 row addresses of one ldmatrix fall in
@@ -24,6 +27,7 @@
 //              two m16n8 tiles is the A layout of one m16k16 tile)
 // The tri-solve is f32 forward substitution, one column per thread.
 
+// Bound last by every kernel of this file but the two of the seed.
 struct ChunkGatedDeltaRuleParams {
     u32 n_tok;
     u32 nt;
