@@ -31,7 +31,8 @@
 // A, Ai [n_tok, H, 64] f32 (row i of a chunk holds its 64 columns j);
 // h0, final_state [n_seq, H, V, K] f32; h [nt, H, V, K] bf16 chunk-start states.
 // The two entries of the seed's host code (mlx-native) take the same layouts
-// with n_tok = B * T, n_seq = B, nt = B * NT, and their own param structs.
+// for B sequences of T tokens (n_tok = B * T, n_seq = B, B * NT chunks), and
+// their own param structs.
 
 #include <metal_stdlib>
 using namespace metal;
