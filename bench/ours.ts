@@ -14,12 +14,10 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
-import { chunkGatedDeltaRule } from '../ts/ops/chunk_gated_delta_rule.ts';
-import { chunkLocalCumsum } from '../ts/ops/chunk_local_cumsum.ts';
+import { chunkGatedDeltaRule, chunkLocalCumsum, gatedDeltaNetChunk } from '../ts/ops/chunk_gated_delta_rule.ts';
 import { flashAttnVec, flashAttnVecTmpElements } from '../ts/ops/flash_attn_vec.ts';
 import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNet, gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
-import { gatedDeltaNetChunk } from '../ts/ops/gated_delta_net_chunk.ts';
 import { fusedMoeRouting, fusedMoeRoutingBatch } from '../ts/ops/moe_routing.ts';
 
 export type Case = { kernel: string } & Record<string, number | string>;

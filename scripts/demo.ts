@@ -25,23 +25,19 @@
 // emulator), after the kernel was compiled.
 
 import { Device, type Buffer, type DType } from '../ts/index.ts';
-import { chunkGatedDeltaRule } from '../ts/ops/chunk_gated_delta_rule.ts';
-import { chunkLocalCumsum } from '../ts/ops/chunk_local_cumsum.ts';
+import { chunkGatedDeltaRule, chunkLocalCumsum, gatedDeltaNetChunk, numChunks, type GatedDeltaNetChunkParams } from '../ts/ops/chunk_gated_delta_rule.ts';
 import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
 import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecParams } from '../ts/ops/flash_attn_vec.ts';
 import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
-import { gatedDeltaNetChunk, numChunks, type GatedDeltaNetChunkParams } from '../ts/ops/gated_delta_net_chunk.ts';
 import { l2Norm } from '../ts/ops/l2_norm.ts';
 import { fusedMoeRouting, fusedMoeRoutingBatch } from '../ts/ops/moe_routing.ts';
 import { ssmConv } from '../ts/ops/ssm_conv.ts';
 import { ssmNormGate } from '../ts/ops/ssm_norm_gate.ts';
-import { gatedDeltaRuleRecurrentRef } from '../ts/reference/chunk_gated_delta_rule.ts';
-import { chunkLocalCumsumRef } from '../ts/reference/chunk_local_cumsum.ts';
+import { gatedDeltaRuleRecurrentRef, chunkLocalCumsumRef, gatedDeltaNetChunkRef } from '../ts/reference/chunk_gated_delta_rule.ts';
 import { computeGBetaRef } from '../ts/reference/compute_g_beta.ts';
 import { flashAttnVecRef } from '../ts/reference/flash_attn_vec.ts';
 import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
-import { gatedDeltaNetChunkRef } from '../ts/reference/gated_delta_net_chunk.ts';
 import { l2NormRef } from '../ts/reference/l2_norm.ts';
 import { moeRoutingRef } from '../ts/reference/moe_routing.ts';
 import { ssmConvRef } from '../ts/reference/ssm_conv.ts';

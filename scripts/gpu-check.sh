@@ -28,8 +28,9 @@ echo "device: $(cat "$out/device.txt")"
 
 families=()
 for f in shaders/cuda/*.cu; do families+=("$(basename "$f" .cu)"); done
-# Besides each family's tests: the lifetimes of work in flight and the core API.
-families+=(lifetimes core)
+# Besides each family's tests: the seed's two entries of chunk_gated_delta_rule
+# (tests of their own), the lifetimes of work in flight and the core API.
+families+=(gated_delta_net_chunk chunk_local_cumsum lifetimes core)
 
 if [[ "$what" == tests || "$what" == all ]]; then
   mapfile -t files < <(ls tests/*.test.ts | grep -v '/emu-')

@@ -11,11 +11,14 @@
 // Per chunk, with tokens i, j in 0..len and g the log decay cumsummed within
 // the chunk (kh = head / (H / Hg) is the K head of a V head):
 //   chunk_local_cumsum_varlen_g_f32  g = cumsum of the raw log decay
+//   (chunk_local_cumsum_g_f32: the same scan over B sequences of T tokens, any chunk size)
 //   gated_delta_net_kkt_bf16         A[i, j] = beta_i exp(g_i - g_j) k_i . k_j, j < i; 0 elsewhere
 //   chunk_tri_solve_invert_f32       Ai = (I + A)^-1
 //   gated_delta_net_recompute_wu_bf16  w = Ai (beta exp(g) k),  u = Ai (beta v)
 //   gated_delta_net_chunk_inter_state_k{64,128,256}_bf16
 //                                    the state recurrence over the chunks of a sequence
+//   (gated_delta_net_chunk_inter_state_bf16: the same recurrence for B sequences of
+//    T tokens, T a multiple of 64, K = 128, with the seed's bindings and params)
 //   gated_delta_net_chunk_o_bf16     o_i = scale (exp(g_i) q_i . h^T + sum_{j <= i} exp(g_i - g_j) (q_i . k_j) v_new_j)
 //
 // Operands that are indexed by token (q, k, v, w, u, v_new) are staged in
@@ -27,11 +30,14 @@
 // w [n_tok, H, K] bf16; g, beta [n_tok, H] f32 (beta also bf16);
 // A, Ai [n_tok, H, 64] f32 (row i of a chunk holds its 64 columns j);
 // h0, final_state [n_seq, H, V, K] f32; h [nt, H, V, K] bf16 chunk-start states.
+// The two entries of the seed's host code (mlx-native) take the same layouts
+// for B sequences of T tokens (n_tok = B * T, n_seq = B, B * NT chunks), and
+// their own param structs.
 
 #include <metal_stdlib>
 using namespace metal;
 
-// Bound last by every kernel of this file.
+// Bound last by every kernel of this file but the two of the seed below.
 struct ChunkGatedDeltaRuleParams {
     uint n_tok;
     uint nt;
@@ -41,6 +47,27 @@ struct ChunkGatedDeltaRuleParams {
     uint k;
     uint v;
     float scale;
+};
+
+// gated_delta_net_chunk_inter_state_bf16's params (buffer 8).
+struct GatedDeltaNetChunkParams {
+    uint b;
+    uint t;
+    uint hg;
+    uint h;
+    uint k;
+    uint v;
+    uint bt;
+    uint nt;
+};
+
+// chunk_local_cumsum_g_f32's params. Bound at buffer(2): five uints.
+struct ChunkLocalCumsumParams {
+    uint b;
+    uint t;
+    uint h;
+    uint bt;
+    uint nt;
 };
 
 typedef simdgroup_matrix<float, 8, 8>  mat_f32;
@@ -73,9 +100,29 @@ static inline void stage_rows_bf16(threadgroup bfloat *rows, device const bfloat
 }
 
 // ---------------------------------------------------------------------------
-// chunk_local_cumsum_varlen_g_f32: g_cum[t, h] = sum of g_in[s, h] for s from
-// the chunk's first token through t. Grid (nt, H), 64 threads (one per token).
-// Bindings: 0 g_in, 1 g_cum, 2 chunks, 3 params.
+// The chunk-local cumsum of the log decay, g_cum[t, h] = sum of g_in[s, h]
+// for s from the first token of t's chunk through t: one thread per token of
+// the chunk, the scan below.
+
+// Inclusive prefix sum of x over the threads of the threadgroup, in thread
+// order: a simdgroup scan, then each thread adds the totals of the simdgroups
+// before its own (sg_total: one float per simdgroup). Every thread calls it.
+static inline float threadgroup_prefix_sum(float x, threadgroup float *sg_total, uint sg, uint lane) {
+    const float inclusive = simd_prefix_inclusive_sum(x);
+    const float total = simd_sum(x);
+    if (lane == 0) {
+        sg_total[sg] = total;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    float offset = 0.0f;
+    for (uint s = 0; s < sg; ++s) {
+        offset += sg_total[s];
+    }
+    return inclusive + offset;
+}
+
+// chunk_local_cumsum_varlen_g_f32: chunks from the table. Grid (nt, H), 64
+// threads. Bindings: 0 g_in, 1 g_cum, 2 chunks, 3 params.
 kernel void chunk_local_cumsum_varlen_g_f32(
     device const float               *g_in   [[buffer(0)]],
     device float                     *g_cum  [[buffer(1)]],
@@ -92,19 +139,40 @@ kernel void chunk_local_cumsum_varlen_g_f32(
     const uint head = tgpig.y;
     const bool live = i < ch.y;
     const ulong at = ulong(ch.x + i) * p.h + head;
-    const float g = live ? g_in[at] : 0.0f;
-    const float inclusive = simd_prefix_inclusive_sum(g);
-    const float total = simd_sum(g);
-    if (lane == 0) {
-        sg_total[sg] = total;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    float offset = 0.0f;
-    for (uint s = 0; s < sg; ++s) {
-        offset += sg_total[s];
-    }
+    const float x = threadgroup_prefix_sum(live ? g_in[at] : 0.0f, sg_total, sg, lane);
     if (live) {
-        g_cum[at] = inclusive + offset;
+        g_cum[at] = x;
+    }
+}
+
+// chunk_local_cumsum_g_f32: B sequences of T tokens [B, T, H], chunks of
+// params.bt tokens (at most 1024; the last one may be partial). Grid
+// (1, H, B * NT), threadgroup (BT, 1, 1); threads past T read 0 and write
+// nothing. Bindings: 0 g_in, 1 g_cumsum, 2 params.
+kernel void chunk_local_cumsum_g_f32(
+    device const float*              g_in     [[buffer(0)]],
+    device float*                    g_cumsum [[buffer(1)]],
+    constant ChunkLocalCumsumParams& params   [[buffer(2)]],
+    uint3 tg_pos [[threadgroup_position_in_grid]],
+    uint  i      [[thread_index_in_threadgroup]],
+    uint  sg     [[simdgroup_index_in_threadgroup]],
+    uint  lane   [[thread_index_in_simdgroup]])
+{
+    threadgroup float sg_total[1024 / 32];
+    const uint H = params.h;
+    const uint T = params.t;
+    const uint i_h = tg_pos.y;
+    const uint b = tg_pos.z / params.nt;
+    const uint i_t = tg_pos.z % params.nt;
+    if (b >= params.b || i_h >= H) {
+        return;
+    }
+    const uint t = i_t * params.bt + i;
+    const bool live = i < params.bt && t < T;
+    const uint at = (b * T + t) * H + i_h;
+    const float x = threadgroup_prefix_sum(live ? g_in[at] : 0.0f, sg_total, sg, lane);
+    if (live) {
+        g_cumsum[at] = x;
     }
 }
 
@@ -328,70 +396,54 @@ template [[host_name("gated_delta_net_recompute_wu_bf16")]]           kernel gat
 template [[host_name("gated_delta_net_recompute_wu_bf16_beta_bf16")]] kernel gated_delta_net_recompute_wu_bf16beta_t gated_delta_net_recompute_wu<bfloat>;
 
 // ---------------------------------------------------------------------------
-// gated_delta_net_chunk_inter_state_k{KD}_bf16: for each (sequence, head), the
-// state h [V, K] f32 starts at h0 and walks the sequence's chunks; per chunk
-// of len tokens, last = its last token:
+// The inter-state step: for each (sequence, head), the state h [V, K] f32
+// starts at h0 and walks the sequence's chunks; per chunk of len tokens,
+// last = its last token:
 //   h_out[c, head] = bf16(h)
 //   vn[t, v] = u[t, v] - sum_k w[t, k] bf16(h)[v, k];       v_new[t, v] = bf16(vn)
 //   h = h exp(g[last]) + sum_{t < len} bf16(vn[t, v] exp(g[last] - g[t])) k[t, kh, k]
-// and final_state[seq, head] = h. The same math as
-// gated_delta_net_chunk_inter_state_bf16 (shaders/gated_delta_net_chunk.metal),
-// for any chunk lengths and sequence boundaries and K in {64, 128, 256}.
+// and final_state[seq, head] = h. One body, inter_state_seq, for both
+// entries: gated_delta_net_chunk_inter_state_k{64,128,256}_bf16 (sequences
+// from the seqs table, chunks of any length, K in {64, 128, 256}) and the
+// seed's gated_delta_net_chunk_inter_state_bf16 (B sequences of T tokens).
 //
-// Grid (V / BV, H, n_seq), 128 threads = 4 simdgroups. The f32 state slice
-// [BV][KD] stays in threadgroup memory for the whole sequence. BV is 32 for
-// KD <= 128 and 16 for KD = 256: a 32 x 256 f32 slice alone is 32 KiB, all of
-// Apple's threadgroup memory, so at KD = 256 each threadgroup keeps 16 rows
-// (16 KiB) and the grid has twice the V slices. Threadgroup memory: hs
-// BV * KD * 4 + one 8 KiB region (the staged bf16 [64 t][64 k] tile of w or k,
-// or the f32 [BV][64] product x^T) + vgs BV * 64 * 2 (the gated values,
-// [v][t]): 28 KiB at KD = 128, 26 KiB at 256, 20 KiB at 64.
+// 128 threads = 4 simdgroups; a threadgroup owns BV rows of V of one
+// (sequence, head). The f32 state slice [BV][KD] stays in threadgroup memory
+// for the whole sequence. BV is 32 for KD <= 128 and 16 for KD = 256: a
+// 32 x 256 f32 slice alone is 32 KiB, all of Apple's threadgroup memory, so at
+// KD = 256 each threadgroup keeps 16 rows (16 KiB) and the grid has twice the
+// V slices. Threadgroup memory: hs BV * KD * 4 + one 8 KiB region (the staged
+// bf16 [64 t][64 k] tile of w or k, or the f32 [BV][64] product x^T) + vgs
+// BV * 64 * 2 (the gated values, [v][t]): 28 KiB at KD = 128, 26 KiB at 256,
+// 20 KiB at 64. The seed entry takes hs and vgs from threadgroup(0) (the
+// 20 KiB its host binds at KD = 128) and declares the region.
 // x^T = bf16(h) w^T reads bf16(h) back from h_out, which this threadgroup
 // has just written, so the product uses exactly the stored snapshot.
-// Bindings: 0 k, 1 w, 2 u, 3 g (cumsummed), 4 h0, 5 h_out, 6 v_new,
-// 7 final_state, 8 seqs, 9 params.
+
+// Tokens [bos, eos) of one sequence, its chunks c_first.. (chunk c starts at
+// bos + (c - c_first) * 64), its state at index state of h0 and final_state,
+// V rows [v0, v0 + BV) of V head head. Every thread of the threadgroup calls it.
 template <uint KD, uint BV>
-kernel void gated_delta_net_chunk_inter_state(
-    device const bfloat              *k_in   [[buffer(0)]],
-    device const bfloat              *w_in   [[buffer(1)]],
-    device const bfloat              *u_in   [[buffer(2)]],
-    device const float               *g_in   [[buffer(3)]],
-    device const float               *h0     [[buffer(4)]],
-    device bfloat                    *h_out  [[buffer(5)]],
-    device bfloat                    *v_new  [[buffer(6)]],
-    device float                     *final_state [[buffer(7)]],
-    device const uint2               *seqs   [[buffer(8)]],
-    constant ChunkGatedDeltaRuleParams &p    [[buffer(9)]],
-    uint3  tgpig [[threadgroup_position_in_grid]],
-    ushort tid   [[thread_index_in_threadgroup]],
-    ushort sg    [[simdgroup_index_in_threadgroup]])
+static inline void inter_state_seq(
+    device const bfloat *k_in, device const bfloat *w_in, device const bfloat *u_in, device const float *g_in,
+    device const float *h0, device bfloat *h_out, device bfloat *v_new, device float *final_state,
+    uint H, uint Hg, uint V, uint bos, uint eos, uint c_first, uint c_end, uint state, uint v0, uint head,
+    threadgroup float *hs, threadgroup float *region, threadgroup bfloat *vgs, ushort tid, ushort sg)
 {
     constexpr uint NTH = 128;
     constexpr uint TILE = BV * KD;
     constexpr uint RB = BV / 8;          // 8-row tiles of the slice
-    threadgroup float  hs[TILE];
-    threadgroup float  region[BT * KS / 2];               // 8 KiB
-    threadgroup bfloat vgs[BV * BT];
     threadgroup bfloat *stage = (threadgroup bfloat *)region;  // [BT][KS] bf16
     threadgroup float  *xf = region;                           // [BV][BT] f32
+    const uint kh = head / (H / Hg);
 
-    const uint v0 = tgpig.x * BV;
-    const uint head = tgpig.y;
-    const uint seq = tgpig.z;
-    const uint H = p.h, V = p.v;
-    const uint kh = head / (H / p.hg);
-    const uint2 first = seqs[seq];
-    const uint2 next = seqs[seq + 1];
-    const uint bos = first.x, eos = next.x;
-    if (!seq_ok(first, next, p.n_tok, p.nt)) return;
-
-    const ulong state0 = ((ulong(seq) * H + head) * V + v0) * KD;
+    const ulong state0 = ((ulong(state) * H + head) * V + v0) * KD;
     for (uint e = tid; e < TILE; e += NTH) {
         hs[e] = h0[state0 + e];
     }
 
-    for (uint c = first.y; c < next.y; ++c) {
-        const uint t0 = bos + (c - first.y) * BT;
+    for (uint c = c_first; c < c_end; ++c) {
+        const uint t0 = bos + (c - c_first) * BT;
         const uint len = min(BT, eos - t0);
         const float g_last = g_in[ulong(t0 + len - 1) * H + head];
         device bfloat *hsnap = h_out + ((ulong(c) * H + head) * V + v0) * KD;
@@ -449,10 +501,10 @@ kernel void gated_delta_net_chunk_inter_state(
         }
 
         // hs[v, k] += sum_t vgs[v, t] k[t, k]: simdgroup sg owns k columns [16 sg, 16 sg + 16) of each slice.
-        device const bfloat *krow = k_in + (ulong(t0) * p.hg + kh) * KD;
+        device const bfloat *krow = k_in + (ulong(t0) * Hg + kh) * KD;
         for (uint k0 = 0; k0 < KD; k0 += KS) {
             threadgroup_barrier(mem_flags::mem_threadgroup);
-            stage_rows_bf16(stage, krow + k0, ulong(p.hg) * KD, len, tid, NTH);
+            stage_rows_bf16(stage, krow + k0, ulong(Hg) * KD, len, tid, NTH);
             threadgroup_barrier(mem_flags::mem_threadgroup);
             mat_f32 st[RB][2];
             for (uint i = 0; i < RB; ++i) {
@@ -483,10 +535,77 @@ kernel void gated_delta_net_chunk_inter_state(
     }
 }
 
+// gated_delta_net_chunk_inter_state_k{KD}_bf16: the sequences of the seqs
+// table. Grid (V / BV, H, n_seq), 128 threads.
+// Bindings: 0 k, 1 w, 2 u, 3 g (cumsummed), 4 h0, 5 h_out, 6 v_new,
+// 7 final_state, 8 seqs, 9 params.
+template <uint KD, uint BV>
+kernel void gated_delta_net_chunk_inter_state(
+    device const bfloat              *k_in   [[buffer(0)]],
+    device const bfloat              *w_in   [[buffer(1)]],
+    device const bfloat              *u_in   [[buffer(2)]],
+    device const float               *g_in   [[buffer(3)]],
+    device const float               *h0     [[buffer(4)]],
+    device bfloat                    *h_out  [[buffer(5)]],
+    device bfloat                    *v_new  [[buffer(6)]],
+    device float                     *final_state [[buffer(7)]],
+    device const uint2               *seqs   [[buffer(8)]],
+    constant ChunkGatedDeltaRuleParams &p    [[buffer(9)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort tid   [[thread_index_in_threadgroup]],
+    ushort sg    [[simdgroup_index_in_threadgroup]])
+{
+    threadgroup float  hs[BV * KD];
+    threadgroup float  region[BT * KS / 2];               // 8 KiB
+    threadgroup bfloat vgs[BV * BT];
+    const uint seq = tgpig.z;
+    const uint2 first = seqs[seq];
+    const uint2 next = seqs[seq + 1];
+    if (!seq_ok(first, next, p.n_tok, p.nt)) return;
+    inter_state_seq<KD, BV>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, p.h, p.hg, p.v,
+                            first.x, next.x, first.y, next.y, seq, tgpig.x * BV, tgpig.y, hs, region, vgs, tid, sg);
+}
+
 typedef decltype(gated_delta_net_chunk_inter_state<128, 32>) gated_delta_net_chunk_inter_state_t;
 template [[host_name("gated_delta_net_chunk_inter_state_k64_bf16")]]  kernel gated_delta_net_chunk_inter_state_t gated_delta_net_chunk_inter_state<64, 32>;
 template [[host_name("gated_delta_net_chunk_inter_state_k128_bf16")]] kernel gated_delta_net_chunk_inter_state_t gated_delta_net_chunk_inter_state<128, 32>;
 template [[host_name("gated_delta_net_chunk_inter_state_k256_bf16")]] kernel gated_delta_net_chunk_inter_state_t gated_delta_net_chunk_inter_state<256, 16>;
+
+// gated_delta_net_chunk_inter_state_bf16 (the seed's entry, driven by host
+// code written against mlx-native): sequence b is tokens [b T, b T + T),
+// chunks [b NT, b NT + NT), K = 128, T a multiple of 64 (the host validates
+// both). Layouts: k [B, T, Hg, K]; w [B, T, H, K]; u, v_new [B, T, H, V];
+// g [B, T, H]; h0, final_state [B, H, V, K]; h_out [B, NT, H, V, K].
+// Grid (V / 32, H, B), 128 threads; threadgroup(0) 20 KiB (hs, then vgs).
+// Bindings 0..8: k, w, u, g, h0, h_out, v_new, final_state, params.
+kernel void gated_delta_net_chunk_inter_state_bf16(
+    device const bfloat                *k_in   [[buffer(0)]],
+    device const bfloat                *w_in   [[buffer(1)]],
+    device const bfloat                *u_in   [[buffer(2)]],
+    device const float                 *g_in   [[buffer(3)]],
+    device const float                 *h0     [[buffer(4)]],
+    device bfloat                      *h_out  [[buffer(5)]],
+    device bfloat                      *v_new  [[buffer(6)]],
+    device float                       *final_state [[buffer(7)]],
+    constant GatedDeltaNetChunkParams  &p      [[buffer(8)]],
+    threadgroup float                  *shmem  [[threadgroup(0)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort tid   [[thread_index_in_threadgroup]],
+    ushort sg    [[simdgroup_index_in_threadgroup]])
+{
+    constexpr uint KD = 128;
+    constexpr uint BV = 32;
+    threadgroup float region[BT * KS / 2];                // 8 KiB
+    const uint b = tgpig.z;
+    // The sequence as a seqs entry would give it; params inconsistent with
+    // themselves (nt != T / 64, K != 128) do nothing.
+    const uint2 first = uint2(b * p.t, b * p.nt);
+    const uint2 next = uint2(first.x + p.t, first.y + p.nt);
+    if (p.k != KD || b >= p.b || !seq_ok(first, next, p.b * p.t, p.b * p.nt)) return;
+    inter_state_seq<KD, BV>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, p.h, p.hg, p.v,
+                            first.x, next.x, first.y, next.y, b, tgpig.x * BV, tgpig.y,
+                            shmem, region, (threadgroup bfloat *)(shmem + BV * KD), tid, sg);
+}
 
 // ---------------------------------------------------------------------------
 // gated_delta_net_chunk_o_bf16: per chunk, V columns [v0, v0 + 64),

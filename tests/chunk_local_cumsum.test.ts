@@ -2,18 +2,20 @@
 // struct, the reference against hand-computed values, and parity on every backend.
 
 import { describe, expect, test } from 'bun:test';
-import src from '../shaders/chunk_local_cumsum.metal' with { type: 'text' };
+import src from '../shaders/chunk_gated_delta_rule.metal' with { type: 'text' };
 import {
   CHUNK_LOCAL_CUMSUM_PARAMS_LAYOUT,
+  chunkGatedDeltaRuleLayout,
   chunkLocalCumsum,
+  chunkLocalCumsumVarlen,
   numChunks,
   packChunkLocalCumsumParams,
-} from '../ts/ops/chunk_local_cumsum.ts';
-import { chunkLocalCumsumRef } from '../ts/reference/chunk_local_cumsum.ts';
+} from '../ts/ops/chunk_gated_delta_rule.ts';
+import { chunkLocalCumsumRef } from '../ts/reference/chunk_gated_delta_rule.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
 import { bufferParam } from './metal-source.ts';
 import { structLayout } from '../ts/params.ts';
-import * as cumsumOps from '../ts/ops/chunk_local_cumsum.ts';
+import * as cumsumOps from '../ts/ops/chunk_gated_delta_rule.ts';
 import * as mlx from '../ts/index.ts';
 
 // ---- the param structs against the .metal source ----
@@ -98,6 +100,31 @@ describeBackends('chunk_local_cumsum parity', ({ device }) => {
       expect(over).toEqual([]);
     });
   }
+});
+
+// ---- one scan: the seed's entry and the varlen step give the same bits ----
+
+describeBackends('chunk_local_cumsum: the same scan as chunk_local_cumsum_varlen_g_f32', ({ device }) => {
+  test('B = 2, T = 100 (a partial last chunk), H = 3, bt = 64: equal bit for bit', () => {
+    const dev = device();
+    const [b, t, h] = [2, 100, 3];
+    const gIn = dev.upload('f32', [b, t, h], randomArray(rng(5), b * t * h, -1, 1));
+    const seed = dev.alloc('f32', [b, t, h]);
+    const varlen = dev.alloc('f32', [b, t, h]);
+    seed.fill(Number.NaN);
+    varlen.fill(Number.NaN);
+    const layout = chunkGatedDeltaRuleLayout(b, t);
+    const chunks = dev.upload('u32', [layout.chunks.length], layout.chunks);
+    const enc = dev.encoder();
+    chunkLocalCumsum(enc, { gIn, gCumsum: seed, b, t, h, bt: 64 });
+    chunkLocalCumsumVarlen(enc, {
+      gIn, gCum: varlen, chunks, params: { nTok: layout.nTok, nt: layout.nt, nSeq: layout.nSeq, hg: 1, h, k: 64, v: 64 },
+    });
+    enc.commitAndWait();
+    enc.release();
+    expect(Array.from(seed.read())).toEqual(Array.from(varlen.read()));
+    for (const x of [gIn, seed, varlen, chunks]) x.release();
+  });
 });
 
 // ---- buffers that are not live buffers of the device ----

@@ -9,14 +9,12 @@ import { describe, expect, test } from 'bun:test';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fromBf16, fromF16, type Buffer, type DType, type Device } from '../ts/index.ts';
-import { chunkGatedDeltaRule } from '../ts/ops/chunk_gated_delta_rule.ts';
-import { chunkLocalCumsum } from '../ts/ops/chunk_local_cumsum.ts';
+import { chunkGatedDeltaRule, chunkLocalCumsum, gatedDeltaNetChunk } from '../ts/ops/chunk_gated_delta_rule.ts';
 import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecMask } from '../ts/ops/flash_attn_vec.ts';
 import {
   fusedNormAdd, fusedNormAddScalar, fusedResidualNorm, fusedResidualNormScalar,
 } from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNet, gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
-import { gatedDeltaNetChunk } from '../ts/ops/gated_delta_net_chunk.ts';
 import { fusedMoeRouting, fusedMoeRoutingBatch } from '../ts/ops/moe_routing.ts';
 import { ssmNormGate } from '../ts/ops/ssm_norm_gate.ts';
 import { TOL, describeBackends, maxRelErr, nmse } from './helpers.ts';

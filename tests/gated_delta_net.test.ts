@@ -20,7 +20,7 @@ import {
   type GatedDeltaNetDecodeParams,
   type GatedDeltaNetParams,
 } from '../ts/ops/gated_delta_net.ts';
-import { gatedDeltaNetChunk } from '../ts/ops/gated_delta_net_chunk.ts';
+import { gatedDeltaNetChunk } from '../ts/ops/chunk_gated_delta_rule.ts';
 import { gatedDeltaNetRef, type GatedDeltaNetRefInputs } from '../ts/reference/gated_delta_net.ts';
 import {
   describeBackends,

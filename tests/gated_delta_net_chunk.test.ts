@@ -1,21 +1,23 @@
 import { describe, expect, test } from 'bun:test';
-import metalSource from '../shaders/gated_delta_net_chunk.metal' with { type: 'text' };
+import metalSource from '../shaders/chunk_gated_delta_rule.metal' with { type: 'text' };
 import type { Buffer, DType, Device } from '../ts/index.ts';
 import {
   GATED_DELTA_NET_CHUNK_PARAMS_LAYOUT,
   buildGatedDeltaNetChunkParams,
   gatedDeltaNetChunk,
   gatedDeltaNetChunkThreadgroupBytes,
+  chunkGatedDeltaRuleLayout,
+  gatedDeltaNetChunkInterStateVarlen,
   groupRatio,
   numChunks,
   validateGatedDeltaNetChunk,
   type GatedDeltaNetChunkBuffers,
   type GatedDeltaNetChunkParams,
-} from '../ts/ops/gated_delta_net_chunk.ts';
-import { gatedDeltaNetChunkRef, type GatedDeltaNetChunkRefInputs } from '../ts/reference/gated_delta_net_chunk.ts';
+} from '../ts/ops/chunk_gated_delta_rule.ts';
+import { gatedDeltaNetChunkRef, type GatedDeltaNetChunkRefInputs } from '../ts/reference/chunk_gated_delta_rule.ts';
 import { describeValidation, TOL, describeBackends, maxRelErr, nmse, rng, type Rng, expectInvalidParts, bf16 } from './helpers.ts';
 import { structLayout } from '../ts/params.ts';
-import * as chunkOps from '../ts/ops/gated_delta_net_chunk.ts';
+import * as chunkOps from '../ts/ops/chunk_gated_delta_rule.ts';
 import * as mlx from '../ts/index.ts';
 
 interface GdnData extends GatedDeltaNetChunkRefInputs {
@@ -307,6 +309,43 @@ describeBackends('gated_delta_net_chunk', ({ device }) => {
       release(bufs);
     });
   }
+});
+
+// ---- one body: the seed's entry runs the varlen inter-state kernel's code ----
+
+describeBackends('gated_delta_net_chunk: the same kernel body as the varlen inter-state step', ({ device }) => {
+  test('B = 2 sequences of 128 tokens: hOut, vNew, finalState equal gatedDeltaNetChunkInterStateVarlen (k = 128) bit for bit', () => {
+    const dev = device();
+    const p = shape({ b: 2, t: 128, hg: 1, h: 2, v: 64 });
+    const d = makeData(rng(77), p);
+    const up = (dtype: DType, data: ArrayLike<number>): Buffer => dev.upload(dtype, [data.length], data);
+    const ins = { k: up('bf16', d.k), w: up('bf16', d.w), u: up('bf16', d.u), g: up('f32', d.g), h0: up('f32', d.h0) };
+    const outs = () => {
+      const o = {
+        hOut: dev.alloc('bf16', [p.b * numChunks(p) * p.h * p.v * p.k]),
+        vNew: dev.alloc('bf16', [d.u.length]),
+        finalState: dev.alloc('f32', [d.h0.length]),
+      };
+      for (const b of Object.values(o)) b.fill(NaN);
+      return o;
+    };
+    const seed = outs();
+    const varlen = outs();
+    const layout = chunkGatedDeltaRuleLayout(p.b, p.t);
+    const seqs = dev.upload('u32', [layout.seqs.length], layout.seqs);
+    const enc = dev.encoder();
+    gatedDeltaNetChunk(enc, { ...ins, ...seed, params: p });
+    gatedDeltaNetChunkInterStateVarlen(enc, {
+      ...ins, ...varlen, seqs,
+      params: { nTok: layout.nTok, nt: layout.nt, nSeq: layout.nSeq, hg: p.hg, h: p.h, k: p.k, v: p.v },
+    });
+    enc.commitAndWait();
+    enc.release();
+    for (const key of ['hOut', 'vNew', 'finalState'] as const) {
+      expect(Array.from(seed[key].read())).toEqual(Array.from(varlen[key].read()));
+    }
+    for (const b of [...Object.values(ins), ...Object.values(seed), ...Object.values(varlen), seqs]) b.release();
+  });
 });
 
 // ---- buffers that are not live buffers of the device; params; aliasing ----

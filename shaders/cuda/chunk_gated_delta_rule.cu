@@ -6,8 +6,11 @@
 // (first token, first chunk; then n_tok, nt). Token-indexed operands are
 // staged in shared memory with the rows past the chunk's length zeroed, so a
 // short chunk never reads past its sequence and every product runs on full
-// tiles. The op binds no threadgroup memory: every kernel uses static shared
-// memory (at most 48 KiB).
+// tiles. Every kernel uses static shared memory (at most 48 KiB); only the
+// seed's gated_delta_net_chunk_inter_state_bf16 also takes the 20 KiB of
+// threadgroup memory its host binds (as dynamic shared memory). The seed's two
+// entries (that one and chunk_local_cumsum_g_f32) call the bodies of the
+// varlen kernels.
 //
 // Tensor cores: mma.sync m16n8k16 bf16 x bf16 -> f32, fragments by ldmatrix
 // from shared rows padded by 16 bytes (8 row addresses of one ldmatrix fall in
@@ -18,11 +21,13 @@
 //              Metal kernel; here each operand is split into bf16 hi + lo and
 //              the product is hi hi + hi lo + lo hi (relative error ~1e-5,
 //              far under the bf16 rounding of w and u)
-//   inter_state  w bf16(h)^T and vg k, as gated_delta_net_chunk.cu
+//   inter_state  w bf16(h)^T and vg k, the state in registers, operands
+//              loaded one chunk ahead
 //   chunk_o    q k^T, q h^T and P v_new; P stays in registers (the C layout of
 //              two m16n8 tiles is the A layout of one m16k16 tile)
 // The tri-solve is f32 forward substitution, one column per thread.
 
+// Bound last by every kernel of this file but the two of the seed.
 struct ChunkGatedDeltaRuleParams {
     u32 n_tok;
     u32 nt;
@@ -34,6 +39,27 @@ struct ChunkGatedDeltaRuleParams {
     float scale;
 };
 typedef ChunkGatedDeltaRuleParams Params;
+
+// gated_delta_net_chunk_inter_state_bf16's params (buffer 8).
+struct GatedDeltaNetChunkParams {
+    u32 b;
+    u32 t;
+    u32 hg;
+    u32 h;
+    u32 k;
+    u32 v;
+    u32 bt;
+    u32 nt;
+};
+
+// chunk_local_cumsum_g_f32's params (buffer 2).
+struct ChunkLocalCumsumParams {
+    u32 b;
+    u32 t;
+    u32 h;
+    u32 bt;
+    u32 nt;
+};
 
 namespace {
 
@@ -87,29 +113,63 @@ __device__ __forceinline__ float load_beta(const bf16* b, u64 i) { return __bflo
 }  // namespace
 
 // ---------------------------------------------------------------------------
-// chunk_local_cumsum_varlen_g_f32: g_cum[t, h] = sum of g_in[s, h] for s from
-// the chunk's first token through t. Grid (nt, H), 64 threads (one per token):
-// a warp scan by shuffles, then warp 1 adds warp 0's total.
-// Bindings: 0 g_in, 1 g_cum, 2 chunks, 3 params.
+// The chunk-local cumsum of the log decay, g_cum[t, h] = sum of g_in[s, h]
+// for s from the first token of t's chunk through t: one thread per token of
+// the chunk, the scan below.
+
+// Inclusive prefix sum of x over the threads of the block, in thread order: a
+// warp scan by shuffles, then each thread adds the totals of the warps before
+// its own (warp_total: one float per warp). The block may end in a partial
+// warp. Every thread calls it.
+__device__ __forceinline__ float block_prefix_sum(float x, float* warp_total) {
+    const u32 i = threadIdx.x, lane = i & 31u, warp = i >> 5;
+    const u32 n = min(32u, blockDim.x - (warp << 5));
+    const u32 mask = n == 32u ? 0xffffffffu : ((1u << n) - 1u);
+#pragma unroll
+    for (u32 d = 1; d < 32; d <<= 1) {
+        const float y = __shfl_up_sync(mask, x, d);
+        if (lane >= d) x += y;
+    }
+    if (lane == n - 1) warp_total[warp] = x;
+    __syncthreads();
+    float offset = 0.0f;
+    for (u32 s = 0; s < warp; ++s) offset += warp_total[s];
+    return x + offset;
+}
+
+// chunk_local_cumsum_varlen_g_f32: chunks from the table. Grid (nt, H), 64
+// threads. Bindings: 0 g_in, 1 g_cum, 2 chunks, 3 params.
 extern "C" __global__ void __launch_bounds__(64)
 chunk_local_cumsum_varlen_g_f32(const float* __restrict__ g_in, float* __restrict__ g_cum,
                                 const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
-    __shared__ float warp_total[2];
+    __shared__ float warp_total[BT / 32];
     const uint2 ch = chunks[blockIdx.x];
     if (!chunk_ok(ch, pp->n_tok)) return;
-    const u32 head = blockIdx.y, i = threadIdx.x, lane = i & 31u, warp = i >> 5;
+    const u32 head = blockIdx.y, i = threadIdx.x;
     const bool live = i < ch.y;
     const u64 at = u64(ch.x + i) * pp->h + head;
-    float x = live ? g_in[at] : 0.0f;
-#pragma unroll
-    for (u32 d = 1; d < 32; d <<= 1) {
-        const float y = __shfl_up_sync(0xffffffffu, x, d);
-        if (lane >= d) x += y;
-    }
-    if (lane == 31u) warp_total[warp] = x;
-    __syncthreads();
-    if (warp == 1u) x += warp_total[0];
+    const float x = block_prefix_sum(live ? g_in[at] : 0.0f, warp_total);
     if (live) g_cum[at] = x;
+}
+
+// chunk_local_cumsum_g_f32: B sequences of T tokens [B, T, H], chunks of
+// params.bt tokens (at most 1024; the last one may be partial). Grid
+// (1, H, B * NT), block (BT, 1, 1); threads past T add 0 and write nothing.
+// Bindings: 0 g_in, 1 g_cumsum, 2 params.
+extern "C" __global__ void chunk_local_cumsum_g_f32(const float* g_in, float* g_cumsum,
+                                                    const ChunkLocalCumsumParams* p) {
+    __shared__ float warp_total[32];
+    const u32 H = p->h, T = p->t;
+    const u32 i_h = blockIdx.y;
+    const u32 b = blockIdx.z / p->nt;
+    const u32 i_t = blockIdx.z % p->nt;
+    if (b >= p->b || i_h >= H) return;
+    const u32 i = threadIdx.x;
+    const u32 t = i_t * p->bt + i;
+    const bool live = i < p->bt && t < T;
+    const u64 at = (u64(b) * T + t) * H + i_h;
+    const float x = block_prefix_sum(live ? g_in[at] : 0.0f, warp_total);
+    if (live) g_cumsum[at] = x;
 }
 
 // ---------------------------------------------------------------------------
@@ -401,55 +461,61 @@ gated_delta_net_recompute_wu_bf16_beta_bf16(const bf16* __restrict__ k_in, const
 }
 
 // ---------------------------------------------------------------------------
-// gated_delta_net_chunk_inter_state_k{KD}_bf16: for each (sequence, head) the
-// state h [V, K] f32 starts at h0 and walks the sequence's chunks; per chunk
-// of len tokens, last = its last token:
+// The inter-state step: for each (sequence, head) the state h [V, K] f32
+// starts at h0 and walks the sequence's chunks; per chunk of len tokens,
+// last = its last token:
 //   h_out[c, head] = bf16(h)
 //   vn[t, v] = u[t, v] - sum_k w[t, k] bf16(h)[v, k];       v_new[t, v] = bf16(vn)
 //   h = h exp(g[last]) + sum_{t < len} bf16(vn[t, v] exp(g[last] - g[t])) k[t, kh, k]
-// and final_state[seq, head] = h.
-// Grid (V / BV, H, n_seq), 128 threads = 4 warps; BV = 32 (KD <= 128) or 16.
-// The f32 state slice [BV][KD] lives in registers as mma accumulators: warp w
-// holds k columns [w KD / 4, +KD / 4) for all BV rows. Per chunk:
+// and final_state[seq, head] = h. One body, inter_state_seq, for both
+// entries: gated_delta_net_chunk_inter_state_k{64,128,256}_bf16 (the seqs
+// table) and the seed's gated_delta_net_chunk_inter_state_bf16 (B sequences
+// of T tokens, K = 128).
+// 128 threads = 4 warps; a block owns BV rows of V (32 for KD <= 128, 16 at
+// 256) of one (sequence, head). The f32 state slice [BV][KD] lives in
+// registers as mma accumulators: warp w holds k columns [w KD / 4, +KD / 4)
+// for all BV rows. Per chunk:
 //   1. hb = bf16(h) into shared memory (then to h_out, 16-byte stores); the
-//      chunk's k rows (zeroed past len) and g into shared memory; the
-//      accumulators scaled by exp(g[last]).
-//   2. x[t, v] = w hb^T: warp w takes t rows [16 w, +16) (w fragments loaded
-//      into registers at the chunk's start with its u pairs and g, before the
-//      first barrier, 0 past len; a warp wholly past len skips the product).
+//      chunk's k rows and g into shared memory; the accumulators scaled by
+//      exp(g[last]).
+//   2. x[t, v] = w hb^T: warp w takes t rows [16 w, +16), w as A fragments
+//      in registers, hb by ldmatrix (a warp wholly past len skips it).
 //   3. vn = u - x to v_new (t < len); vg transposed into stage [BV v][64 t],
 //      0 past len.
-//   4. h += stage k_rows, t in 16-row steps up to len.
-// Shared memory: k rows 64 x (KD + 8), hb BV x (KD + 8), stage BV x 72 bf16:
-// 44 KiB at KD = 256, 31 KiB at 128, 17 KiB at 64.
-// Bindings: 0 k, 1 w, 2 u, 3 g (cumsummed), 4 h0, 5 h_out, 6 v_new,
-// 7 final_state, 8 seqs, 9 params.
+//   4. h += stage k_rows on tensor cores, t in 16-row steps up to len.
+// Every global operand of a chunk (0 past len) is loaded into registers
+// during the chunk before, each set as soon as its registers are free: u
+// and g at the chunk's start (after the copy out), the k rows once they are
+// stored to shared memory, the w fragments once step 2 has used them. So the
+// serial walk waits on no global load inside a chunk, and no operand needs a
+// second set of registers (no spills at KD = 256).
+// Shared memory: k rows 64 x (KD + 8), hb BV x (KD + 8), stage BV x 72 bf16,
+// g 64 f32: 44 KiB at KD = 256, 31 KiB at 128, 17 KiB at 64. The varlen
+// entries declare it; the seed's takes hb, stage and g from the 20 KiB of
+// dynamic shared memory its host binds and declares the k rows.
+
+// Tokens [bos, eos) of one sequence, its chunks c_first..c_end (chunk c
+// starts at bos + (c - c_first) * 64), its state at index state of h0 and
+// final_state, V rows [v0, v0 + BV) of V head head. Every thread calls it.
 template <u32 KD, u32 BV>
-__device__ __forceinline__ void inter_state_body(const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
-                                                 const bf16* __restrict__ u_in, const float* __restrict__ g_in,
-                                                 const float* __restrict__ h0, bf16* __restrict__ h_out,
-                                                 bf16* __restrict__ v_new, float* __restrict__ final_state,
-                                                 const uint2* __restrict__ seqs, const Params* __restrict__ pp) {
+__device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
+                                                const bf16* __restrict__ u_in, const float* __restrict__ g_in,
+                                                const float* __restrict__ h0, bf16* __restrict__ h_out,
+                                                bf16* __restrict__ v_new, float* __restrict__ final_state,
+                                                u32 H, u32 Hg, u32 V, u32 bos, u32 eos, u32 c_first, u32 c_end,
+                                                u32 state, u32 v0, u32 head,
+                                                bf16* kt, bf16* hb, bf16* stage, float* gs) {
     constexpr u32 NTH = 128;
     constexpr u32 LDH = KD + 8, LDS = BT + 8, LDK = KD + 8;
-    constexpr u32 MI = BV / 16;       // 16-row tiles of the state slice
-    constexpr u32 NI = KD / 32;       // 8-column tiles per warp
-    constexpr u32 KW = KD / 4;        // columns per warp
-    __shared__ __align__(16) bf16 kt[BT * LDK];
-    __shared__ __align__(16) bf16 hb[BV * LDH];
-    __shared__ __align__(16) bf16 stage[BV * LDS];
-    __shared__ float gs[BT];
-
-    const Params p = *pp;
+    constexpr u32 MI = BV / 16;               // 16-row tiles of the state slice
+    constexpr u32 NI = KD / 32;               // 8-column tiles per warp
+    constexpr u32 KW = KD / 4;                // columns per warp
+    constexpr u32 KQ = BT * KD / 8 / NTH;     // 16-byte pieces of the k rows per thread
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
-    const u32 v0 = blockIdx.x * BV, head = blockIdx.y, seq = blockIdx.z;
-    const u32 H = p.h, V = p.v, Hg = p.hg, kh = head / (H / Hg);
-    const uint2 first = seqs[seq], next = seqs[seq + 1];
-    if (!seq_ok(first, next, pp->n_tok, pp->nt)) return;
-    const u32 bos = first.x, eos = next.x;
+    const u32 kh = head / (H / Hg);
 
     float st[MI][NI][4];
-    const u64 state0 = ((u64(seq) * H + head) * V + v0) * KD;
+    const u64 state0 = ((u64(state) * H + head) * V + v0) * KD;
 #pragma unroll
     for (u32 mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -464,29 +530,34 @@ __device__ __forceinline__ void inter_state_body(const bf16* __restrict__ k_in, 
             }
         }
 
-    for (u32 c = first.y; c < next.y; ++c) {
-        const u32 t0 = bos + (c - first.y) * BT;
-        const u32 len = min(BT, eos - t0);
-        // Every global load of the chunk is issued here, before the first wait:
-        // g, this warp's w A fragments (0 past len) and u pairs into registers,
-        // then (after the barrier frees kt) the k rows by cp.async.
-        const u32 t_lo = 16u * warp + gq, t_hi = t_lo + 8u;
-        const float g_last = __ldg(g_in + u64(t0 + len - 1) * H + head);
-        const float g_tid = (tid < len) ? __ldg(g_in + u64(t0 + tid) * H + head) : 0.0f;
-        u32 wr[KD / 16][4];
-        {
-            const bf16* w_lo = w_in + (u64(t0 + t_lo) * H + head) * KD;
-            const bf16* w_hi = w_in + (u64(t0 + t_hi) * H + head) * KD;
-            const bool lo_live = t_lo < len, hi_live = t_hi < len;
+    // The next chunk's operands: kr the k rows, wr this warp's w A fragments
+    // (t rows [16 warp, +16), all of K), ur the u pairs step 3 reads, gr
+    // g[tid] and glr g[last].
+    uint4 kr[KQ];
+    u32 wr[KD / 16][4];
+    u32 ur[BV / 8][2];
+    float gr = 0.0f, glr = 0.0f;
+    const u32 t_lo = 16u * warp + gq, t_hi = t_lo + 8u;
+    auto chunk_of = [&](u32 c, u32& t0, u32& len) {
+        t0 = bos + (c - c_first) * BT;
+        len = min(BT, eos - t0);
+    };
+    auto prefetch_k = [&](u32 c) {
+        u32 t0, len;
+        chunk_of(c, t0, len);
+        const bf16* kp = k_in + (u64(t0) * Hg + kh) * KD;
 #pragma unroll
-            for (u32 kk = 0; kk < KD / 16; ++kk) {
-                wr[kk][0] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + 16 * kk + 2 * tq)) : 0u;
-                wr[kk][1] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + 16 * kk + 2 * tq)) : 0u;
-                wr[kk][2] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + 16 * kk + 8 + 2 * tq)) : 0u;
-                wr[kk][3] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + 16 * kk + 8 + 2 * tq)) : 0u;
-            }
+        for (u32 r = 0; r < KQ; ++r) {
+            const u32 e = tid + r * NTH;
+            const u32 t = e / (KD / 8), q = e % (KD / 8);
+            kr[r] = t < len ? __ldg(reinterpret_cast<const uint4*>(kp + u64(t) * Hg * KD + q * 8)) : make_uint4(0, 0, 0, 0);
         }
-        u32 ur[BV / 8][2];
+    };
+    auto prefetch_ug = [&](u32 c) {
+        u32 t0, len;
+        chunk_of(c, t0, len);
+        glr = __ldg(g_in + u64(t0 + len - 1) * H + head);
+        gr = tid < len ? __ldg(g_in + u64(t0 + tid) * H + head) : 0.0f;
 #pragma unroll
         for (u32 nj = 0; nj < BV / 8; ++nj)
 #pragma unroll
@@ -495,9 +566,48 @@ __device__ __forceinline__ void inter_state_body(const bf16* __restrict__ k_in, 
                 const u64 uv = (u64(t0 + tl) * H + head) * V + v0 + 8u * nj + 2u * tq;
                 ur[nj][hr] = tl < len ? __ldg(reinterpret_cast<const unsigned int*>(u_in + uv)) : 0u;
             }
+    };
+    auto prefetch_w = [&](u32 c) {
+        u32 t0, len;
+        chunk_of(c, t0, len);
+        const bf16* w_lo = w_in + (u64(t0 + t_lo) * H + head) * KD;
+        const bf16* w_hi = w_in + (u64(t0 + t_hi) * H + head) * KD;
+        const bool lo_live = t_lo < len, hi_live = t_hi < len;
+#pragma unroll
+        for (u32 kk = 0; kk < KD / 16; ++kk) {
+            wr[kk][0] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + 16 * kk + 2 * tq)) : 0u;
+            wr[kk][1] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + 16 * kk + 2 * tq)) : 0u;
+            wr[kk][2] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + 16 * kk + 8 + 2 * tq)) : 0u;
+            wr[kk][3] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + 16 * kk + 8 + 2 * tq)) : 0u;
+        }
+    };
+    if (c_first < c_end) {
+        prefetch_k(c_first);
+        prefetch_ug(c_first);
+        prefetch_w(c_first);
+    }
+
+    for (u32 c = c_first; c < c_end; ++c) {
+        u32 t0, len;
+        chunk_of(c, t0, len);
+        // This chunk's u and g out of the prefetch registers, then the next
+        // chunk's; its k rows go to shared memory after the barrier, then
+        // the next chunk's are loaded.
+        u32 uc[BV / 8][2];
+#pragma unroll
+        for (u32 nj = 0; nj < BV / 8; ++nj)
+#pragma unroll
+            for (u32 hr = 0; hr < 2; ++hr) uc[nj][hr] = ur[nj][hr];
+        const float g_last = glr, g_tid = gr;
+        if (c + 1 < c_end) prefetch_ug(c + 1);
         __syncthreads();   // the previous chunk is done with kt, hb, stage, gs
-        stage_rows(kt, LDK, k_in + (u64(t0) * Hg + kh) * KD, u64(Hg) * KD, KD, len, tid, NTH);
-        cp_async_commit();
+#pragma unroll
+        for (u32 r = 0; r < KQ; ++r) {
+            const u32 e = tid + r * NTH;
+            const u32 t = e / (KD / 8), q = e % (KD / 8);
+            *reinterpret_cast<uint4*>(kt + t * LDK + q * 8) = kr[r];
+        }
+        if (c + 1 < c_end) prefetch_k(c + 1);
 
         // 1.
         const float decay = expf(g_last);
@@ -515,7 +625,6 @@ __device__ __forceinline__ void inter_state_body(const bf16* __restrict__ k_in, 
                 }
             }
         if (tid < BT) gs[tid] = g_tid;
-        cp_async_wait<0>();
         __syncthreads();
         {
             bf16* hsnap = h_out + ((u64(c) * H + head) * V + v0) * KD;
@@ -547,6 +656,8 @@ __device__ __forceinline__ void inter_state_body(const bf16* __restrict__ k_in, 
             }
         }
 
+        if (c + 1 < c_end) prefetch_w(c + 1);
+
         // 3.
 #pragma unroll
         for (u32 nj = 0; nj < BV / 8; ++nj)
@@ -557,7 +668,7 @@ __device__ __forceinline__ void inter_state_body(const bf16* __restrict__ k_in, 
                 bf16 g0 = __float2bfloat16_rn(0.0f), g1 = g0;
                 if (tl < len) {
                     const u64 uv = (u64(t0 + tl) * H + head) * V + v0 + vl;
-                    const float2 uf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ur[nj][hr]));
+                    const float2 uf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&uc[nj][hr]));
                     const float vn0 = uf.x - xa[nj][2 * hr];
                     const float vn1 = uf.y - xa[nj][2 * hr + 1];
                     *reinterpret_cast<u32*>(v_new + uv) = pack_bf16(vn0, vn1);
@@ -571,7 +682,9 @@ __device__ __forceinline__ void inter_state_body(const bf16* __restrict__ k_in, 
         __syncthreads();
 
         // 4.
-        for (u32 tt = 0; tt < len; tt += 16) {
+#pragma unroll
+        for (u32 tt = 0; tt < BT; tt += 16) {
+            if (tt >= len) break;
             u32 a[MI][4];
 #pragma unroll
             for (u32 mi = 0; mi < MI; ++mi) frag_a(a[mi], stage, LDS, 16u * mi, tt, lane);
@@ -602,18 +715,70 @@ __device__ __forceinline__ void inter_state_body(const bf16* __restrict__ k_in, 
         }
 }
 
+// gated_delta_net_chunk_inter_state_k{KD}_bf16: the sequences of the seqs
+// table. Grid (V / BV, H, n_seq), 128 threads.
+// Bindings: 0 k, 1 w, 2 u, 3 g (cumsummed), 4 h0, 5 h_out, 6 v_new,
+// 7 final_state, 8 seqs, 9 params.
+template <u32 KD, u32 BV>
+__device__ __forceinline__ void inter_state_varlen(const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
+                                                   const bf16* __restrict__ u_in, const float* __restrict__ g_in,
+                                                   const float* __restrict__ h0, bf16* __restrict__ h_out,
+                                                   bf16* __restrict__ v_new, float* __restrict__ final_state,
+                                                   const uint2* __restrict__ seqs, const Params* __restrict__ pp) {
+    __shared__ __align__(16) bf16 kt[BT * (KD + 8)];
+    __shared__ __align__(16) bf16 hb[BV * (KD + 8)];
+    __shared__ __align__(16) bf16 stage[BV * (BT + 8)];
+    __shared__ float gs[BT];
+    const u32 seq = blockIdx.z;
+    const uint2 first = seqs[seq], next = seqs[seq + 1];
+    if (!seq_ok(first, next, pp->n_tok, pp->nt)) return;
+    inter_state_seq<KD, BV>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, pp->h, pp->hg, pp->v,
+                            first.x, next.x, first.y, next.y, seq, blockIdx.x * BV, blockIdx.y, kt, hb, stage, gs);
+}
+
 #define GDR_INTER_STATE(KD, BV)                                                                                   \
     extern "C" __global__ void __launch_bounds__(128) gated_delta_net_chunk_inter_state_k##KD##_bf16(            \
         const bf16* __restrict__ k_in, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,             \
         const float* __restrict__ g_in, const float* __restrict__ h0, bf16* __restrict__ h_out,                  \
         bf16* __restrict__ v_new, float* __restrict__ final_state, const uint2* __restrict__ seqs,               \
         const Params* __restrict__ pp) {                                                                         \
-        inter_state_body<KD, BV>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, seqs, pp);               \
+        inter_state_varlen<KD, BV>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, seqs, pp);             \
     }
 GDR_INTER_STATE(64, 32)
 GDR_INTER_STATE(128, 32)
 GDR_INTER_STATE(256, 16)
 #undef GDR_INTER_STATE
+
+// gated_delta_net_chunk_inter_state_bf16 (the seed's entry, driven by host
+// code written against mlx-native): sequence b is tokens [b T, b T + T),
+// chunks [b NT, b NT + NT), K = 128, T a multiple of 64 (the host validates
+// both). Layouts: k [B, T, Hg, K]; w [B, T, H, K]; u, v_new [B, T, H, V];
+// g [B, T, H]; h0, final_state [B, H, V, K]; h_out [B, NT, H, V, K].
+// Grid (V / 32, H, B), 128 threads; the 20480 bytes of dynamic shared memory
+// the host binds hold hb, stage and g (13568 bytes of it), the k rows are static.
+// Bindings 0..8: k, w, u, g, h0, h_out, v_new, final_state, params.
+extern "C" __global__ void __launch_bounds__(128)
+gated_delta_net_chunk_inter_state_bf16(const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
+                                       const bf16* __restrict__ u_in, const float* __restrict__ g_in,
+                                       const float* __restrict__ h0, bf16* __restrict__ h_out,
+                                       bf16* __restrict__ v_new, float* __restrict__ final_state,
+                                       const GatedDeltaNetChunkParams* __restrict__ pp) {
+    constexpr u32 KD = 128, BV = 32;
+    extern __shared__ __align__(16) unsigned char dyn[];
+    bf16* hb = reinterpret_cast<bf16*>(dyn);                            // [BV][KD + 8]
+    bf16* stage = hb + BV * (KD + 8);                                   // [BV][BT + 8]
+    float* gs = reinterpret_cast<float*>(stage + BV * (BT + 8));        // [BT]
+    __shared__ __align__(16) bf16 kt[BT * (KD + 8)];
+    const GatedDeltaNetChunkParams p = *pp;
+    const u32 b = blockIdx.z;
+    // The sequence as a seqs entry would give it; params inconsistent with
+    // themselves (nt != T / 64, K != 128) do nothing.
+    const uint2 first = make_uint2(b * p.t, b * p.nt);
+    const uint2 next = make_uint2(first.x + p.t, first.y + p.nt);
+    if (p.k != KD || b >= p.b || !seq_ok(first, next, p.b * p.t, p.b * p.nt)) return;
+    inter_state_seq<KD, BV>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, p.h, p.hg, p.v,
+                            first.x, next.x, first.y, next.y, b, blockIdx.x * BV, blockIdx.y, kt, hb, stage, gs);
+}
 
 // ---------------------------------------------------------------------------
 // gated_delta_net_chunk_o_bf16: per chunk, V columns [v0, v0 + 64),

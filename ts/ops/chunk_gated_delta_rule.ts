@@ -10,6 +10,12 @@
 // chunkGatedDeltaRuleLayout builds the two u32 tables that the step kernels
 // read: chunks [nt] (first token, length) and seqs [nSeq + 1] (first token,
 // first chunk, then the totals).
+//
+// The family also holds the two entries of the seed's host code (mlx-native),
+// kept with their names, bindings and params: chunkLocalCumsum
+// (chunk_local_cumsum_g_f32, B sequences of T tokens, any chunk size) and
+// gatedDeltaNetChunk (gated_delta_net_chunk_inter_state_bf16, K = 128, T a
+// multiple of 64). Their kernels run the same code as the varlen steps.
 
 import metalSource from '../../shaders/chunk_gated_delta_rule.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/chunk_gated_delta_rule.cu' with { type: 'text' };
@@ -18,12 +24,11 @@ import type { Device } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import {
-  checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkObject, checkPositive, checkedProduct, invalid,
+  checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkObject, checkPositive, checkedProduct,
+  invalid,
 } from '../validate.ts';
-import { chunkLocalCumsum } from './chunk_local_cumsum.ts';
 import { packFields, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { gatedDeltaNetChunk } from './gated_delta_net_chunk.ts';
 
 const OP = 'chunk_gated_delta_rule';
 const FAMILY = 'chunk_gated_delta_rule';
@@ -37,8 +42,10 @@ const INTER_K64 = 'gated_delta_net_chunk_inter_state_k64_bf16';
 const INTER_K128 = 'gated_delta_net_chunk_inter_state_k128_bf16';
 const INTER_K256 = 'gated_delta_net_chunk_inter_state_k256_bf16';
 const CHUNK_O = 'gated_delta_net_chunk_o_bf16';
+const SEED_CUMSUM = 'chunk_local_cumsum_g_f32';
+const SEED_INTER = 'gated_delta_net_chunk_inter_state_bf16';
 export const CHUNK_GATED_DELTA_RULE_KERNELS = [
-  CUMSUM, KKT, KKT_BETA_BF16, SOLVE, WU, WU_BETA_BF16, INTER_K64, INTER_K128, INTER_K256, CHUNK_O,
+  CUMSUM, KKT, KKT_BETA_BF16, SOLVE, WU, WU_BETA_BF16, INTER_K64, INTER_K128, INTER_K256, CHUNK_O, SEED_CUMSUM, SEED_INTER,
 ] as const;
 /** The family's sources by backend (the cuda file has the same entry points, bindings and grids). */
 export const CHUNK_GATED_DELTA_RULE_SOURCES = familySources(FAMILY, { metal: metalSource, cuda: cudaSrc });
@@ -56,7 +63,7 @@ export function interStateBv(k: number): number {
 }
 const U32_MAX = 0xffff_ffff;
 
-/** struct ChunkGatedDeltaRuleParams of shaders/chunk_gated_delta_rule.metal, bound last by every kernel there. */
+/** struct ChunkGatedDeltaRuleParams of shaders/chunk_gated_delta_rule.metal, bound last by every step kernel there. */
 export const CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT: readonly ParamField[] = [
   { name: 'n_tok', type: 'u32', offset: 0 },
   { name: 'nt', type: 'u32', offset: 4 },
@@ -67,6 +74,11 @@ export const CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT: readonly ParamField[] = [
   { name: 'v', type: 'u32', offset: 24 },
   { name: 'scale', type: 'f32', offset: 28 },
 ];
+
+/** Chunks of a sequence of t tokens: ceil(t / bt). */
+export function numChunks(p: { t: number; bt: number }): number {
+  return Math.ceil(p.t / p.bt);
+}
 
 /** Shape of the step ops: tokens and chunks over all sequences, heads and head dimensions. */
 export interface GdrStepParams {
@@ -415,8 +427,8 @@ export function validateGatedDeltaNetChunkInterStateVarlen(a: GdrInterStateArgs,
 }
 
 /**
- * The inter-chunk state recurrence, per sequence and head (the math of
- * gatedDeltaNetChunk, for any chunk lengths, sequences and K of 64, 128, 256).
+ * The inter-chunk state recurrence, per sequence and head (the math and the
+ * kernel body of gatedDeltaNetChunk, for any chunk lengths, sequences and K of 64, 128, 256).
  * Bindings: 0 k, 1 w, 2 u, 3 g, 4 h0, 5 hOut, 6 vNew, 7 finalState, 8 seqs,
  * 9 params. Grid (V / BV, H, nSeq), 128 threads, BV = interStateBv(k).
  */
@@ -712,15 +724,11 @@ export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs, device?:
  *
  * Steps, each a dispatch, ordered by the barriers the encoder places from
  * what each step reads and writes (chunks of 64 tokens):
- *   1. g cumsummed within chunks: chunkLocalCumsum (chunk_local_cumsum_g_f32)
- *      for b sequences of t tokens, chunk_local_cumsum_varlen_g_f32 with cuSeqlens
+ *   1. g cumsummed within chunks: chunk_local_cumsum_varlen_g_f32
  *   2. A = gated_delta_net_kkt_bf16 (beta_i exp(g_i - g_j) k_i . k_j, j < i)
  *   3. Ai = (I + A)^-1 in place: chunk_tri_solve_invert_f32
  *   4. w, u = gated_delta_net_recompute_wu_bf16
- *   5. chunk-start states h, v_new, finalState: gatedDeltaNetChunk
- *      (gated_delta_net_chunk_inter_state_bf16) when k = 128, t is a multiple
- *      of 64 and there is no cuSeqlens; gated_delta_net_chunk_inter_state_k{K}_bf16
- *      otherwise
+ *   5. chunk-start states h, v_new, finalState: gated_delta_net_chunk_inter_state_k{K}_bf16
  *   6. o = gated_delta_net_chunk_o_bf16
  * Stored in bf16: w, u, v_new, the chunk-start states and o; A, Ai, g and the
  * running state are f32.
@@ -738,7 +746,6 @@ export function chunkGatedDeltaRule(enc: Encoder, a: ChunkGatedDeltaRuleArgs): v
 }
 
 function record(enc: Encoder, a: ChunkGatedDeltaRuleArgs, step: GdrStepParams, layout: GdrChunkLayout): void {
-  const p = a.params;
   const device = enc.device;
   const s = chunkGatedDeltaRuleScratch(device).entry(step, layout, enc);
   let h0 = a.initialState;
@@ -750,23 +757,248 @@ function record(enc: Encoder, a: ChunkGatedDeltaRuleArgs, step: GdrStepParams, l
   // No manual barriers: inside an op (an atomic section) the encoder orders
   // each step after the writes it reads, and after a call encoded before this
   // one that still reads the same scratch.
-  if (p.cuSeqlens === undefined) {
-    chunkLocalCumsum(enc, { gIn: a.g, gCumsum: s.gCum, b: p.b, t: p.t, h: p.h, bt: GDR_BT });
-  } else {
-    dispatchCumsum(enc, { gIn: a.g, gCum: s.gCum, chunks: s.chunks, params: step });
-  }
+  dispatchCumsum(enc, { gIn: a.g, gCum: s.gCum, chunks: s.chunks, params: step });
   dispatchKkt(enc, { k: a.k, g: s.gCum, beta: a.beta, a: s.a, chunks: s.chunks, params: step });
   dispatchSolve(enc, { a: s.a, ai: s.a, chunks: s.chunks, params: step });
   dispatchWu(enc, { k: a.k, v: a.v, beta: a.beta, g: s.gCum, ai: s.a, w: s.w, u: s.u, chunks: s.chunks, params: step });
-  if (p.cuSeqlens === undefined && p.k === 128 && p.t % GDR_BT === 0) {
-    gatedDeltaNetChunk(enc, {
-      k: a.k, w: s.w, u: s.u, g: s.gCum, h0, hOut: s.hSnap, vNew: s.vNew, finalState: a.finalState,
-      params: { b: p.b, t: p.t, hg: p.hg, h: p.h, k: p.k, v: p.v, bt: GDR_BT },
-    });
-  } else {
-    dispatchInterState(enc, {
-      k: a.k, w: s.w, u: s.u, g: s.gCum, h0, hOut: s.hSnap, vNew: s.vNew, finalState: a.finalState, seqs: s.seqs, params: step,
-    });
-  }
+  dispatchInterState(enc, {
+    k: a.k, w: s.w, u: s.u, g: s.gCum, h0, hOut: s.hSnap, vNew: s.vNew, finalState: a.finalState, seqs: s.seqs, params: step,
+  });
   dispatchChunkO(enc, { q: a.q, k: a.k, vNew: s.vNew, h: s.hSnap, g: s.gCum, o: a.o, chunks: s.chunks, params: step });
+}
+
+// ---- the seed's entries (host code written against mlx-native drives them) ----
+
+/** The family of the seed's cumsum kernel (the one family of the chunked gated delta rule). */
+export const CHUNK_LOCAL_CUMSUM_FAMILY = FAMILY;
+/** The seed's cumsum kernel. */
+export const CHUNK_LOCAL_CUMSUM_KERNELS = [SEED_CUMSUM] as const;
+/** One thread per timestep of a chunk: Metal's threadgroup limit. */
+export const CHUNK_LOCAL_CUMSUM_MAX_BT = 1024;
+
+/** struct ChunkLocalCumsumParams (buffer 2): [B, T, H, BT, NT]. */
+export const CHUNK_LOCAL_CUMSUM_PARAMS_LAYOUT: readonly ParamField[] = [
+  { name: 'b', type: 'u32', offset: 0 },
+  { name: 't', type: 'u32', offset: 4 },
+  { name: 'h', type: 'u32', offset: 8 },
+  { name: 'bt', type: 'u32', offset: 12 },
+  { name: 'nt', type: 'u32', offset: 16 },
+];
+
+export interface ChunkLocalCumsumParams {
+  /** Batch. */
+  b: number;
+  /** Timesteps (any; the last chunk may be partial). */
+  t: number;
+  /** Heads. */
+  h: number;
+  /** Chunk size (64 in FLA and the gated delta net chunk kernels). */
+  bt: number;
+}
+export interface ChunkLocalCumsumBuffers {
+  /** f32 [b, t, h] */
+  gIn: Buffer;
+  /** f32 [b, t, h], output */
+  gCumsum: Buffer;
+}
+
+export function packChunkLocalCumsumParams(p: ChunkLocalCumsumParams): Uint8Array {
+  return packFields(CHUNK_LOCAL_CUMSUM_PARAMS_LAYOUT, { b: p.b, t: p.t, h: p.h, bt: p.bt, nt: numChunks(p) });
+}
+
+/** device: the encoder's, when the buffers must belong to it. gCumsum may be gIn (in place). */
+export function validateChunkLocalCumsum(p: ChunkLocalCumsumParams, buf: ChunkLocalCumsumBuffers, device?: Device): void {
+  const op = 'chunk_local_cumsum';
+  checkPositive(op, 'b', p.b);
+  checkPositive(op, 't', p.t);
+  checkPositive(op, 'h', p.h);
+  checkPositive(op, 'bt', p.bt);
+  checkAtMost(op, 'bt', p.bt, CHUNK_LOCAL_CUMSUM_MAX_BT, 'the threads per threadgroup limit');
+  const n = checkedProduct(op, 'b * t * h', p.b, p.t, p.h);
+  checkAtMost(op, 'b * t * h', n, U32_MAX, 'the 32-bit index limit');
+  checkBuffer(op, 'gIn', buf.gIn, device);
+  checkBuffer(op, 'gCumsum', buf.gCumsum, device);
+  checkDtype(op, 'gIn', buf.gIn, 'f32');
+  checkDtype(op, 'gCumsum', buf.gCumsum, 'f32');
+  checkElements(op, 'gIn', buf.gIn, n);
+  checkElements(op, 'gCumsum', buf.gCumsum, n);
+}
+
+/**
+ * chunk_local_cumsum: gCumsum[b, t, h] = sum of gIn[b, s, h] for s from
+ * floor(t / bt) * bt through t (inclusive prefix sum restarted every bt steps).
+ *
+ * Layouts (f32): gIn, gCumsum [b, t, h], h innermost. gCumsum may be gIn's
+ * buffer (each thread reads its element before the barrier and writes it after).
+ * Bindings: 0 gIn, 1 gCumsum, 2 ChunkLocalCumsumParams [b, t, h, bt, nt].
+ * Grid: (1, h, b * nt) threadgroups of (bt, 1, 1) threads, nt = ceil(t / bt);
+ * threads past t in the last chunk are masked.
+ */
+export function chunkLocalCumsum(enc: Encoder, args: ChunkLocalCumsumBuffers & ChunkLocalCumsumParams): void {
+  validateChunkLocalCumsum(args, args, enc.device);
+  enc.dispatch(registry(enc).pipeline(SEED_CUMSUM), {
+    buffers: [args.gIn, args.gCumsum],
+    bytes: [, , packChunkLocalCumsumParams(args)],
+  }, [1, args.h, args.b * numChunks(args)], [args.bt, 1, 1]);
+}
+
+const GDN_OP = 'gated_delta_net_chunk';
+/** The seed's inter-state kernel. */
+export const GATED_DELTA_NET_CHUNK_KERNELS = [SEED_INTER] as const;
+
+/** K of the seed's kernel: it instantiates the inter-state body at K = 128 only. */
+export const GDN_CHUNK_MAX_K = 128;
+/** The largest V: 8 slices of BV. */
+export const GDN_CHUNK_MAX_V = 256;
+/** V slice per threadgroup. */
+export const GDN_CHUNK_BV = 32;
+/** The only chunk size the kernel runs. */
+export const GDN_CHUNK_BT = 64;
+/** Apple's threadgroup memory limit, which threadgroup(0) and the kernel's staging region share. */
+export const GDN_CHUNK_MAX_THREADGROUP_BYTES = 32 * 1024;
+
+export interface GatedDeltaNetChunkParams {
+  /** Batch size B. */
+  b: number;
+  /** Sequence length T, a multiple of bt. */
+  t: number;
+  /** K heads Hg. */
+  hg: number;
+  /** V heads H, a multiple of hg (GQA). */
+  h: number;
+  /** Head dimension of K: 128. */
+  k: number;
+  /** Head dimension of V: a multiple of 32, at most 256. */
+  v: number;
+  /** Chunk size BT: 64. */
+  bt: number;
+}
+
+export interface GatedDeltaNetChunkBuffers {
+  /** [B, T, Hg, K] bf16 */
+  k: Buffer;
+  /** [B, T, H, K] bf16, the WY-projected keys */
+  w: Buffer;
+  /** [B, T, H, V] bf16, the WY-projected values */
+  u: Buffer;
+  /** [B, T, H] f32, log decay cumsummed within each chunk */
+  g: Buffer;
+  /** [B, H, V, K] f32 initial state */
+  h0: Buffer;
+  /** [B, NT, H, V, K] bf16 chunk-start states (output) */
+  hOut: Buffer;
+  /** [B, T, H, V] bf16 (output) */
+  vNew: Buffer;
+  /** [B, H, V, K] f32 state after the last chunk (output) */
+  finalState: Buffer;
+}
+
+/** V heads per K head: h / hg. */
+export function groupRatio(p: Pick<GatedDeltaNetChunkParams, 'h' | 'hg'>): number {
+  return p.h / p.hg;
+}
+
+/**
+ * threadgroup(0) of the kernel: the f32 state slice BV x K and the bf16 gated
+ * values BV x BT (the kernel adds an 8 KiB staging region of its own: 28 KiB in all).
+ */
+export function gatedDeltaNetChunkThreadgroupBytes(p: Pick<GatedDeltaNetChunkParams, 'k' | 'bt'>): number {
+  return GDN_CHUNK_BV * p.k * 4 + GDN_CHUNK_BV * p.bt * 2;
+}
+
+/** struct GatedDeltaNetChunkParams of shaders/chunk_gated_delta_rule.metal: u32 [B, T, Hg, H, K, V, BT, NT]. */
+export const GATED_DELTA_NET_CHUNK_PARAMS_LAYOUT: readonly ParamField[] = [
+  { name: 'b', type: 'u32', offset: 0 },
+  { name: 't', type: 'u32', offset: 4 },
+  { name: 'hg', type: 'u32', offset: 8 },
+  { name: 'h', type: 'u32', offset: 12 },
+  { name: 'k', type: 'u32', offset: 16 },
+  { name: 'v', type: 'u32', offset: 20 },
+  { name: 'bt', type: 'u32', offset: 24 },
+  { name: 'nt', type: 'u32', offset: 28 },
+];
+
+/** The kernel's params: u32 [B, T, Hg, H, K, V, BT, NT]. */
+export function buildGatedDeltaNetChunkParams(p: GatedDeltaNetChunkParams): Uint32Array {
+  return new Uint32Array([p.b, p.t, p.hg, p.h, p.k, p.v, p.bt, numChunks(p)]);
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit the kernel. */
+export function validateGatedDeltaNetChunk(p: GatedDeltaNetChunkParams, bufs: GatedDeltaNetChunkBuffers, device?: Device): void {
+  checkObject(GDN_OP, 'params', p);
+  for (const [arg, value] of [['b', p.b], ['t', p.t], ['hg', p.hg], ['h', p.h], ['k', p.k], ['v', p.v], ['bt', p.bt]] as const) {
+    checkPositive(GDN_OP, arg, value);
+    checkAtMost(GDN_OP, arg, value, U32_MAX, '2^32 - 1');
+  }
+  checkMultiple(GDN_OP, 'h', p.h, p.hg, 'hg');
+  if (p.k !== GDN_CHUNK_MAX_K) {
+    throw invalid(GDN_OP, 'k', `equal to MAX_K = ${GDN_CHUNK_MAX_K} exactly: the kernel's K-tile loops are hard-coded to ${GDN_CHUNK_MAX_K / 8} tiles of 8`, p.k);
+  }
+  checkAtMost(GDN_OP, 'v', p.v, GDN_CHUNK_MAX_V, 'MAX_V');
+  const tgBytes = gatedDeltaNetChunkThreadgroupBytes(p);
+  if (tgBytes > GDN_CHUNK_MAX_THREADGROUP_BYTES) {
+    throw invalid(
+      GDN_OP, 'threadgroup memory (bv * k * 4 + bv * bt * 2)',
+      `at most ${GDN_CHUNK_MAX_THREADGROUP_BYTES} bytes (bv=${GDN_CHUNK_BV}, k=${p.k}, bt=${p.bt})`, tgBytes,
+    );
+  }
+  checkMultiple(GDN_OP, 't', p.t, p.bt, 'bt');
+  if (p.bt !== GDN_CHUNK_BT) throw invalid(GDN_OP, 'bt', `${GDN_CHUNK_BT}`, p.bt);
+  checkMultiple(GDN_OP, 'v', p.v, GDN_CHUNK_BV, 'BV');
+
+  const nt = numChunks(p);
+  const expected: readonly [keyof GatedDeltaNetChunkBuffers, DType, number][] = [
+    ['k', 'bf16', checkedProduct(GDN_OP, 'k elements', p.b, p.t, p.hg, p.k)],
+    ['w', 'bf16', checkedProduct(GDN_OP, 'w elements', p.b, p.t, p.h, p.k)],
+    ['u', 'bf16', checkedProduct(GDN_OP, 'u elements', p.b, p.t, p.h, p.v)],
+    ['g', 'f32', checkedProduct(GDN_OP, 'g elements', p.b, p.t, p.h)],
+    ['h0', 'f32', checkedProduct(GDN_OP, 'h0 elements', p.b, p.h, p.v, p.k)],
+    ['hOut', 'bf16', checkedProduct(GDN_OP, 'hOut elements', p.b, nt, p.h, p.v, p.k)],
+    ['vNew', 'bf16', checkedProduct(GDN_OP, 'vNew elements', p.b, p.t, p.h, p.v)],
+    ['finalState', 'f32', checkedProduct(GDN_OP, 'finalState elements', p.b, p.h, p.v, p.k)],
+  ];
+  for (const [key, dtype, count] of expected) {
+    checkBuffer(GDN_OP, key, bufs[key], device);
+    checkDtype(GDN_OP, key, bufs[key], dtype);
+    checkElements(GDN_OP, key, bufs[key], count);
+  }
+  checkNoAliasing(GDN_OP, expected.map(([key]) => [key, bufs[key]] as const), ['hOut', 'vNew', 'finalState'],
+    'the CUDA kernel takes every binding as __restrict__');
+}
+
+/** The buffers, and the shape under `params` (its k and v are dimensions, the buffers' k is the keys). */
+export interface GatedDeltaNetChunkArgs extends GatedDeltaNetChunkBuffers {
+  params: GatedDeltaNetChunkParams;
+}
+
+/**
+ * Per (b, head), with the state h [V, K] f32 starting at h0 and chunks of
+ * bt = 64 tokens, kh = head / (H / Hg), `last` the chunk's last token:
+ *   hOut[b, c, head] = bf16(h)
+ *   vn[t, v] = u[t, v] - sum_k w[t, k] * bf16(h)[v, k];   vNew[t, v] = bf16(vn)
+ *   h[v, k]  = h[v, k] * exp(g[last]) + sum_t bf16(vn[t, v] * exp(g[last] - g[t])) * k[t, kh, k]
+ * finalState[b, head] = h. Products take bf16 operands and sum in f32.
+ *
+ * Layouts: k [B, T, Hg, K]; w [B, T, H, K]; u, vNew [B, T, H, V] (bf16);
+ * g [B, T, H] f32; h0, finalState [B, H, V, K] f32; hOut [B, NT, H, V, K] bf16.
+ *
+ * Bindings: 0 k, 1 w, 2 u, 3 g, 4 h0, 5 h_out, 6 v_new, 7 final_state,
+ * 8 params (buildGatedDeltaNetChunkParams), threadgroup(0)
+ * gatedDeltaNetChunkThreadgroupBytes (20 KiB). Grid (V / 32, H, B), 128 threads.
+ * The kernel runs the body of gated_delta_net_chunk_inter_state_k128_bf16 with
+ * sequence b = tokens [b T, b T + T).
+ */
+export function gatedDeltaNetChunk(enc: Encoder, args: GatedDeltaNetChunkArgs): void {
+  const p = args.params;
+  validateGatedDeltaNetChunk(p, args, enc.device);
+  enc.dispatch(
+    registry(enc).pipeline(SEED_INTER),
+    {
+      buffers: [args.k, args.w, args.u, args.g, args.h0, args.hOut, args.vNew, args.finalState],
+      bytes: [, , , , , , , , buildGatedDeltaNetChunkParams(p)],
+      threadgroupMemory: [gatedDeltaNetChunkThreadgroupBytes(p)],
+    },
+    [p.v / GDN_CHUNK_BV, p.h, p.b],
+    [128, 1, 1],
+  );
 }

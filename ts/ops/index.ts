@@ -2,16 +2,11 @@
 // Import as 'mlx-native/ops'.
 
 export * from './chunk_gated_delta_rule.ts';
-export * from './chunk_local_cumsum.ts';
 export * from './compute_g_beta.ts';
 export * from './flash_attn_vec.ts';
 export * from './fused_norm.ts';
 export * from './gated_delta_net.ts';
-export * from './gated_delta_net_chunk.ts';
 export * from './l2_norm.ts';
 export * from './moe_routing.ts';
 export * from './ssm_conv.ts';
 export * from './ssm_norm_gate.ts';
-
-// Both chunked families define the chunk count of a (t, bt) shape; it is the same number.
-export { numChunks } from './gated_delta_net_chunk.ts';

@@ -38,15 +38,20 @@ export interface RefChunk {
   seq: number;
 }
 
-/** The chunks of every sequence, in order. */
-export function refChunks(cuSeqlens: readonly number[]): RefChunk[] {
+/** The chunks of every sequence, in order (chunks of bt tokens: 64 but in the seed's cumsum). */
+export function refChunks(cuSeqlens: readonly number[], bt = REF_BT): RefChunk[] {
   const out: RefChunk[] = [];
   for (let s = 0; s + 1 < cuSeqlens.length; s++) {
-    for (let t0 = cuSeqlens[s]!; t0 < cuSeqlens[s + 1]!; t0 += REF_BT) {
-      out.push({ index: out.length, t0, len: Math.min(REF_BT, cuSeqlens[s + 1]! - t0), seq: s });
+    for (let t0 = cuSeqlens[s]!; t0 < cuSeqlens[s + 1]!; t0 += bt) {
+      out.push({ index: out.length, t0, len: Math.min(bt, cuSeqlens[s + 1]! - t0), seq: s });
     }
   }
   return out;
+}
+
+/** The offsets of b sequences of t tokens: [0, t, 2t, ..., bt]. */
+export function uniformCuSeqlens(b: number, t: number): number[] {
+  return Array.from({ length: b + 1 }, (_, i) => i * t);
 }
 
 const bf16 = (x: number): number => bf16BitsToF32(f32ToBf16Bits(x));
@@ -113,10 +118,10 @@ export function gatedDeltaRuleRecurrentRef(
   return { o, finalState };
 }
 
-/** g cumsummed within each chunk: [nTok, H]. */
-export function chunkLocalCumsumVarlenRef(cuSeqlens: readonly number[], h: number, g: ArrayLike<number>): Float64Array {
+/** g cumsummed within each chunk (of bt tokens, 64 unless given): [nTok, H]. */
+export function chunkLocalCumsumVarlenRef(cuSeqlens: readonly number[], h: number, g: ArrayLike<number>, bt = REF_BT): Float64Array {
   const out = new Float64Array(g.length);
-  for (const c of refChunks(cuSeqlens)) {
+  for (const c of refChunks(cuSeqlens, bt)) {
     for (let head = 0; head < h; head++) {
       let acc = 0;
       for (let t = c.t0; t < c.t0 + c.len; t++) {
@@ -126,6 +131,14 @@ export function chunkLocalCumsumVarlenRef(cuSeqlens: readonly number[], h: numbe
     }
   }
   return out;
+}
+
+/**
+ * The seed's chunk_local_cumsum: g [b, t, h], h innermost; out[b, t, h] = sum
+ * of g[b, s, h] for s from the start of t's chunk (floor(t / bt) * bt) through t.
+ */
+export function chunkLocalCumsumRef(g: ArrayLike<number>, b: number, t: number, h: number, bt: number): Float64Array {
+  return chunkLocalCumsumVarlenRef(uniformCuSeqlens(b, t), h, g, bt);
 }
 
 /**
@@ -222,18 +235,18 @@ export interface InterStateRefInputs {
  * kernels store and multiply those values; otherwise everything stays float64.
  */
 export function interStateRef(
-  s: GdrRefShape, x: InterStateRefInputs, opts: { mirrorBf16: boolean },
+  s: GdrRefShape, x: InterStateRefInputs, opts: { mirrorBf16: boolean }, bt = REF_BT,
 ): { hOut: Float64Array; vNew: Float64Array; finalState: Float64Array } {
   const { hg: Hg, h: H, k: K, v: V } = s;
   const R = opts.mirrorBf16 ? bf16 : same;
   const F = opts.mirrorBf16 ? Math.fround : same;
-  const chunks = refChunks(s.cuSeqlens);
+  const chunks = refChunks(s.cuSeqlens, bt);
   const hOut = new Float64Array(chunks.length * H * V * K);
   const vNew = new Float64Array(nTokOf(s) * H * V);
   const finalState = new Float64Array(nSeqOf(s) * H * V * K);
   const hs = new Float64Array(V * K);
   const hr = new Float64Array(V * K);
-  const vg = new Float64Array(REF_BT * V);
+  const vg = new Float64Array(bt * V);
   for (let seq = 0; seq < nSeqOf(s); seq++) {
     for (let head = 0; head < H; head++) {
       const kh = Math.floor(head / (H / Hg));
@@ -271,6 +284,49 @@ export function interStateRef(
     }
   }
   return { hOut, vNew, finalState };
+}
+
+export interface GatedDeltaNetChunkRefShape {
+  b: number;
+  t: number;
+  hg: number;
+  h: number;
+  k: number;
+  v: number;
+  bt: number;
+}
+
+export interface GatedDeltaNetChunkRefInputs {
+  /** [B, T, Hg, K] */
+  k: ArrayLike<number>;
+  /** [B, T, H, K] */
+  w: ArrayLike<number>;
+  /** [B, T, H, V] */
+  u: ArrayLike<number>;
+  /** [B, T, H], cumsummed within each chunk */
+  g: ArrayLike<number>;
+  /** [B, H, V, K] */
+  h0: ArrayLike<number>;
+}
+
+export interface GatedDeltaNetChunkRefOutputs {
+  /** [B, NT, H, V, K] chunk-start states */
+  hOut: Float64Array;
+  /** [B, T, H, V] */
+  vNew: Float64Array;
+  /** [B, H, V, K] */
+  finalState: Float64Array;
+}
+
+/**
+ * The seed's gated_delta_net_chunk: interStateRef over b sequences of t tokens
+ * in chunks of bt. Layouts: k [B, T, Hg, K]; w [B, T, H, K]; u, vNew
+ * [B, T, H, V]; g [B, T, H]; h0, finalState [B, H, V, K]; hOut [B, NT, H, V, K].
+ */
+export function gatedDeltaNetChunkRef(
+  s: GatedDeltaNetChunkRefShape, x: GatedDeltaNetChunkRefInputs, opts: { mirrorBf16: boolean },
+): GatedDeltaNetChunkRefOutputs {
+  return interStateRef({ hg: s.hg, h: s.h, k: s.k, v: s.v, cuSeqlens: uniformCuSeqlens(s.b, s.t) }, x, opts, s.bt);
 }
 
 export interface ChunkORefInputs {

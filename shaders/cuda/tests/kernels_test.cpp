@@ -519,9 +519,9 @@ static void test_ssm(Rng& rng) {
   }
 }
 
-// ---------------------------------------------------------------- chunk_local_cumsum
+// ---------------------------------------------------------------- chunk_local_cumsum_g_f32 (family chunk_gated_delta_rule)
 static void test_cumsum(Rng& rng) {
-  const char* F = "chunk_local_cumsum";
+  const char* F = "chunk_gated_delta_rule";
   struct Case { uint32_t b, t, h, bt; };
   vector<Case> cases = {{1, 1, 1, 64}, {2, 100, 3, 64}, {1, 64, 4, 64}, {3, 257, 5, 32}, {1, 2050, 2, 1024},
                         {2, 50, 3, 7}, {1, 130, 1, 48}, {2, 4096, 16, 64}, {1, 33, 2, 1}};
@@ -663,9 +663,9 @@ static void test_fav(Rng& rng) {
   }
 }
 
-// ---------------------------------------------------------------- gated_delta_net_chunk
+// ---------------------------------------------------------------- gated_delta_net_chunk_inter_state_bf16 (family chunk_gated_delta_rule)
 static void test_gdn(Rng& rng) {
-  const char* F = "gated_delta_net_chunk";
+  const char* F = "chunk_gated_delta_rule";
   struct Case { uint32_t b, t, hg, h, v; };
   vector<Case> cases = {{1, 64, 1, 1, 32}, {1, 128, 1, 2, 64}, {2, 192, 2, 4, 128}, {1, 256, 1, 2, 256}, {1, 320, 2, 6, 96}};
   const uint32_t K = 128, BT = 64;
