@@ -34,42 +34,6 @@
 // for B sequences of T tokens (n_tok = B * T, n_seq = B, B * NT chunks), and
 // their own param structs.
 
-#include <metal_stdlib>
-using namespace metal;
-
-// Bound last by every kernel of this file but the two of the seed below.
-struct ChunkGatedDeltaRuleParams {
-    uint n_tok;
-    uint nt;
-    uint n_seq;
-    uint hg;
-    uint h;
-    uint k;
-    uint v;
-    float scale;
-};
-
-// gated_delta_net_chunk_inter_state_bf16's params (buffer 8).
-struct GatedDeltaNetChunkParams {
-    uint b;
-    uint t;
-    uint hg;
-    uint h;
-    uint k;
-    uint v;
-    uint bt;
-    uint nt;
-};
-
-// chunk_local_cumsum_g_f32's params. Bound at buffer(2): five uints.
-struct ChunkLocalCumsumParams {
-    uint b;
-    uint t;
-    uint h;
-    uint bt;
-    uint nt;
-};
-
 typedef simdgroup_matrix<float, 8, 8>  mat_f32;
 typedef simdgroup_matrix<bfloat, 8, 8> mat_bf16;
 

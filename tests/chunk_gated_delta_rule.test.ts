@@ -1,8 +1,6 @@
 import { describe, expect, test } from 'bun:test';
-import metalSource from '../shaders/chunk_gated_delta_rule.metal' with { type: 'text' };
 import { Device, type Buffer, type DType } from '../ts/index.ts';
 import {
-  CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT,
   GDR_SCRATCH_SHAPES,
   chunkGatedDeltaRule,
   chunkGatedDeltaRuleLayout,
@@ -37,7 +35,6 @@ import {
 import {
   TOL, describeBackends, describeValidation, maxRelErr, nmse, rng, type Rng, expectInvalidParts, maxAbs, bf16, randomArray,
 } from './helpers.ts';
-import { structLayout } from '../ts/params.ts';
 
 interface Shape {
   hg: number;
@@ -133,8 +130,7 @@ describe('chunk_gated_delta_rule reference', () => {
     expect([...e.seqs]).toEqual([0, 0, 65, 2, 130, 4]);
   });
 
-  test('the packer matches struct ChunkGatedDeltaRuleParams of the .metal source', () => {
-    expect(CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT).toEqual(structLayout(metalSource, 'ChunkGatedDeltaRuleParams'));
+  test('the packer writes struct ChunkGatedDeltaRuleParams', () => {
     const packed = packChunkGatedDeltaRuleParams({ nTok: 135, nt: 4, nSeq: 3, hg: 2, h: 6, k: 128, v: 64, scale: 0.25 });
     const dv = new DataView(packed.buffer, packed.byteOffset, packed.byteLength);
     expect(packed.byteLength).toBe(32);

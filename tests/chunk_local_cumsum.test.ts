@@ -14,7 +14,6 @@ import {
 import { chunkLocalCumsumRef } from '../ts/reference/chunk_gated_delta_rule.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
 import { bufferParam } from './metal-source.ts';
-import { structLayout } from '../ts/params.ts';
 import * as cumsumOps from '../ts/ops/chunk_gated_delta_rule.ts';
 import * as mlx from '../ts/index.ts';
 
@@ -22,7 +21,6 @@ import * as mlx from '../ts/index.ts';
 
 describe('chunk_local_cumsum param packer matches the .metal declaration', () => {
   test('ChunkLocalCumsumParams: [B, T, H, BT, NT] as uints, bound at buffer(2)', () => {
-    expect(CHUNK_LOCAL_CUMSUM_PARAMS_LAYOUT).toEqual(structLayout(src, 'ChunkLocalCumsumParams'));
     expect(bufferParam(src, 'chunk_local_cumsum_g_f32', 2)).toMatch(/^constant ChunkLocalCumsumParams& params /);
     const p = { b: 2, t: 130, h: 3, bt: 64 };
     const bytes = packChunkLocalCumsumParams(p);

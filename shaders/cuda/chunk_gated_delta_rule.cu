@@ -27,39 +27,7 @@
 //              two m16n8 tiles is the A layout of one m16k16 tile)
 // The tri-solve is f32 forward substitution, one column per thread.
 
-// Bound last by every kernel of this file but the two of the seed.
-struct ChunkGatedDeltaRuleParams {
-    u32 n_tok;
-    u32 nt;
-    u32 n_seq;
-    u32 hg;
-    u32 h;
-    u32 k;
-    u32 v;
-    float scale;
-};
 typedef ChunkGatedDeltaRuleParams Params;
-
-// gated_delta_net_chunk_inter_state_bf16's params (buffer 8).
-struct GatedDeltaNetChunkParams {
-    u32 b;
-    u32 t;
-    u32 hg;
-    u32 h;
-    u32 k;
-    u32 v;
-    u32 bt;
-    u32 nt;
-};
-
-// chunk_local_cumsum_g_f32's params (buffer 2).
-struct ChunkLocalCumsumParams {
-    u32 b;
-    u32 t;
-    u32 h;
-    u32 bt;
-    u32 nt;
-};
 
 namespace {
 

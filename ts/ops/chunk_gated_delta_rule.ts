@@ -19,6 +19,7 @@
 
 import metalSource from '../../shaders/chunk_gated_delta_rule.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/chunk_gated_delta_rule.cu' with { type: 'text' };
+import header from '../../shaders/chunk_gated_delta_rule.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { DType } from '../dtype.ts';
@@ -27,7 +28,7 @@ import {
   checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkObject, checkPositive, checkedProduct,
   invalid,
 } from '../validate.ts';
-import { packFields, type ParamField } from '../params.ts';
+import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 
 const OP = 'chunk_gated_delta_rule';
@@ -48,7 +49,7 @@ export const CHUNK_GATED_DELTA_RULE_KERNELS = [
   CUMSUM, KKT, KKT_BETA_BF16, SOLVE, WU, WU_BETA_BF16, INTER_K64, INTER_K128, INTER_K256, CHUNK_O, SEED_CUMSUM, SEED_INTER,
 ] as const;
 /** The family's sources by backend (the cuda file has the same entry points, bindings and grids). */
-export const CHUNK_GATED_DELTA_RULE_SOURCES = familySources(FAMILY, { metal: metalSource, cuda: cudaSrc });
+export const CHUNK_GATED_DELTA_RULE_SOURCES = familySources(FAMILY, { header, metal: metalSource, cuda: cudaSrc });
 
 /** Tokens per chunk, fixed in every kernel. */
 export const GDR_BT = 64;
@@ -64,16 +65,7 @@ export function interStateBv(k: number): number {
 const U32_MAX = 0xffff_ffff;
 
 /** struct ChunkGatedDeltaRuleParams of shaders/chunk_gated_delta_rule.metal, bound last by every step kernel there. */
-export const CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT: readonly ParamField[] = [
-  { name: 'n_tok', type: 'u32', offset: 0 },
-  { name: 'nt', type: 'u32', offset: 4 },
-  { name: 'n_seq', type: 'u32', offset: 8 },
-  { name: 'hg', type: 'u32', offset: 12 },
-  { name: 'h', type: 'u32', offset: 16 },
-  { name: 'k', type: 'u32', offset: 20 },
-  { name: 'v', type: 'u32', offset: 24 },
-  { name: 'scale', type: 'f32', offset: 28 },
-];
+export const CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'ChunkGatedDeltaRuleParams');
 
 /** Chunks of a sequence of t tokens: ceil(t / bt). */
 export function numChunks(p: { t: number; bt: number }): number {
@@ -777,13 +769,7 @@ export const CHUNK_LOCAL_CUMSUM_KERNELS = [SEED_CUMSUM] as const;
 export const CHUNK_LOCAL_CUMSUM_MAX_BT = 1024;
 
 /** struct ChunkLocalCumsumParams (buffer 2): [B, T, H, BT, NT]. */
-export const CHUNK_LOCAL_CUMSUM_PARAMS_LAYOUT: readonly ParamField[] = [
-  { name: 'b', type: 'u32', offset: 0 },
-  { name: 't', type: 'u32', offset: 4 },
-  { name: 'h', type: 'u32', offset: 8 },
-  { name: 'bt', type: 'u32', offset: 12 },
-  { name: 'nt', type: 'u32', offset: 16 },
-];
+export const CHUNK_LOCAL_CUMSUM_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'ChunkLocalCumsumParams');
 
 export interface ChunkLocalCumsumParams {
   /** Batch. */
@@ -907,16 +893,7 @@ export function gatedDeltaNetChunkThreadgroupBytes(p: Pick<GatedDeltaNetChunkPar
 }
 
 /** struct GatedDeltaNetChunkParams of shaders/chunk_gated_delta_rule.metal: u32 [B, T, Hg, H, K, V, BT, NT]. */
-export const GATED_DELTA_NET_CHUNK_PARAMS_LAYOUT: readonly ParamField[] = [
-  { name: 'b', type: 'u32', offset: 0 },
-  { name: 't', type: 'u32', offset: 4 },
-  { name: 'hg', type: 'u32', offset: 8 },
-  { name: 'h', type: 'u32', offset: 12 },
-  { name: 'k', type: 'u32', offset: 16 },
-  { name: 'v', type: 'u32', offset: 20 },
-  { name: 'bt', type: 'u32', offset: 24 },
-  { name: 'nt', type: 'u32', offset: 28 },
-];
+export const GATED_DELTA_NET_CHUNK_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GatedDeltaNetChunkParams');
 
 /** The kernel's params: u32 [B, T, Hg, H, K, V, BT, NT]. */
 export function buildGatedDeltaNetChunkParams(p: GatedDeltaNetChunkParams): Uint32Array {

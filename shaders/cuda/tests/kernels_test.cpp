@@ -33,6 +33,7 @@ typedef uint32_t uint;
 #include "../../ssm_conv.h"
 #include "../../gated_delta_net.h"
 #include "../../compute_g_beta.h"
+#include "../../chunk_gated_delta_rule.h"
 #include "../../moe_routing.h"
 #include "../../ssm_norm_gate.h"
 
@@ -531,9 +532,9 @@ static void test_cumsum(Rng& rng) {
     for (auto& v : g) v = float(rng.uni(-0.5, 0));
     Buf bg = upload(g), out(n * 4);
     out.poison();
-    uint32_t p[5] = {c.b, c.t, c.h, c.bt, nt};
+    ChunkLocalCumsumParams p{c.b, c.t, c.h, c.bt, nt};
     Dispatch d(pipe(F, "chunk_local_cumsum_g_f32", g_dir), 1, c.h, c.b * nt, c.bt);
-    d.buf(0, bg).buf(1, out).bytes(2, p, 20).record();
+    d.buf(0, bg).buf(1, out).val(2, p).record();
     commit_wait();
     vector<double> want(n);
     for (uint32_t ib = 0; ib < c.b; ++ib)
@@ -693,9 +694,9 @@ static void test_gdn(Rng& rng) {
     Buf bk = upload(hk), bw = upload(hw), bu = upload(hu), bg = upload(fg), bh0 = upload(fh0);
     Buf hout(nho * 2), vnew(nu * 2), fin(ns * 4);
     hout.poison(); vnew.poison(); fin.poison();
-    uint32_t p[8] = {c.b, c.t, c.hg, c.h, K, c.v, BT, NT};
+    GatedDeltaNetChunkParams p{c.b, c.t, c.hg, c.h, K, c.v, BT, NT};
     Dispatch d(pipe(F, "gated_delta_net_chunk_inter_state_bf16", g_dir), c.v / 32, c.h, c.b, 128);
-    d.buf(0, bk).buf(1, bw).buf(2, bu).buf(3, bg).buf(4, bh0).buf(5, hout).buf(6, vnew).buf(7, fin).bytes(8, p, 32).tg(0, 32 * K * 4 + 32 * BT * 2).record();
+    d.buf(0, bk).buf(1, bw).buf(2, bu).buf(3, bg).buf(4, bh0).buf(5, hout).buf(6, vnew).buf(7, fin).val(8, p).tg(0, 32 * K * 4 + 32 * BT * 2).record();
     commit_wait();
     // mirror reference (ts/reference/gated_delta_net_chunk.ts with mirrorBf16)
     vector<double> rho(nho), rvn(nu), rfin(ns);
@@ -763,10 +764,10 @@ static void test_gdn(Rng& rng) {
     vector<float> fg(size_t(B) * T * H, -0.01f), fh0(ns, 0.1f);
     Buf bk = upload(hk), bw = upload(hw), bu = upload(hu), bg = upload(fg), bh0 = upload(fh0);
     Buf hout(size_t(B) * NT * H * V * K * 2), vnew(nu * 2), fin(ns * 4);
-    uint32_t p[8] = {B, T, HG, H, K, V, BT, NT};
+    GatedDeltaNetChunkParams p{B, T, HG, H, K, V, BT, NT};
     auto fn = [&] {
       Dispatch d(pipe(F, "gated_delta_net_chunk_inter_state_bf16", g_dir), V / 32, H, B, 128);
-      d.buf(0, bk).buf(1, bw).buf(2, bu).buf(3, bg).buf(4, bh0).buf(5, hout).buf(6, vnew).buf(7, fin).bytes(8, p, 32).tg(0, 32 * K * 4 + 32 * BT * 2).record();
+      d.buf(0, bk).buf(1, bw).buf(2, bu).buf(3, bg).buf(4, bh0).buf(5, hout).buf(6, vnew).buf(7, fin).val(8, p).tg(0, 32 * K * 4 + 32 * BT * 2).record();
     };
     double t = time_ns(fn, 5);
     double bytes = 2.0 * (nk + nw + nu * 2) + 2.0 * NT * H * V * K + 8.0 * ns;
