@@ -181,7 +181,7 @@ const PREPARERS: Record<string, Preparer> = {
     const b = num(c, 'b'); const t = num(c, 't'); const h = num(c, 'h'); const bt = num(c, 'bt');
     const gIn = rangeBuffer(dev, [b, t, h], -0.1, -0.005, 9);
     const gCumsum = dev.alloc('f32', [b, t, h]);
-    return [{ variant: 'f32', buffers: [gIn, gCumsum], record: (enc) => chunkLocalCumsum(enc, { gIn, gCumsum, b, t, h, bt }) }];
+    return [{ variant: 'f32', buffers: [gIn, gCumsum], record: (enc) => chunkLocalCumsum(enc, { gIn, gCumsum, batch: b, seqLen: t, nHeads: h, bt }) }];
   },
   gated_delta_net_chunk(dev, c) {
     const p = { b: num(c, 'b'), t: num(c, 't'), hg: num(c, 'hg'), h: num(c, 'h'), k: num(c, 'k'), v: num(c, 'v'), bt: 64 };
@@ -196,7 +196,9 @@ const PREPARERS: Record<string, Preparer> = {
     const finalState = dev.alloc('f32', [p.b, p.h, p.v, p.k]);
     return [{
       variant: 'bf16 k/w/u, f32 state', buffers: [k, w, u, g, h0, hOut, vNew, finalState],
-      record: (enc) => gatedDeltaNetChunk(enc, { k, w, u, g, h0, hOut, vNew, finalState, params: p }),
+      record: (enc) => gatedDeltaNetChunk(enc, {
+        k, w, u, g, h0, hOut, vNew, finalState, batch: p.b, seqLen: p.t, nQkHeads: p.hg, nHeads: p.h, kDim: p.k, vDim: p.v, bt: p.bt,
+      }),
     }];
   },
   gated_delta_rule_prefill(dev, c) {
@@ -222,7 +224,10 @@ const PREPARERS: Record<string, Preparer> = {
     out.push({
       variant: 'chunked pipeline (chunk_gated_delta_rule), bf16',
       buffers: [o, finalState2],
-      record: (enc) => chunkGatedDeltaRule(enc, { q, k, v, g, beta, initialState, o, finalState: finalState2, params: p }),
+      record: (enc) => chunkGatedDeltaRule(enc, {
+        q, k, v, g, beta, initialState, o, finalState: finalState2,
+        batch: p.b, seqLen: p.t, nQkHeads: p.hg, nHeads: p.h, kDim: p.k, vDim: p.v,
+      }),
     });
     return out;
   },

@@ -25,7 +25,7 @@
 // emulator), after the kernel was compiled.
 
 import { Device, type Buffer, type DType } from '../ts/index.ts';
-import { chunkGatedDeltaRule, chunkLocalCumsum, gatedDeltaNetChunk, numChunks, type GatedDeltaNetChunkParams } from '../ts/ops/chunk_gated_delta_rule.ts';
+import { chunkGatedDeltaRule, chunkLocalCumsum, gatedDeltaNetChunk } from '../ts/ops/chunk_gated_delta_rule.ts';
 import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
 import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecParams } from '../ts/ops/flash_attn_vec.ts';
 import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
@@ -194,14 +194,14 @@ function main(): number {
     const BT = 64;
     const g = stored(device, 'f32', uniform(T * H, -0.1, -0.005));
     const out = poisoned(device, 'f32', T * H);
-    const ms = timed(device, (enc) => chunkLocalCumsum(enc, { gIn: g.buf, gCumsum: out, b: 1, t: T, h: H, bt: BT }));
+    const ms = timed(device, (enc) => chunkLocalCumsum(enc, { gIn: g.buf, gCumsum: out, batch: 1, seqLen: T, nHeads: H, bt: BT }));
     const want = chunkLocalCumsumRef(g.values, 1, T, H, BT);
     rows.push({ kernel: 'chunk_local_cumsum_g_f32', model: 'Qwen3.6 GDN', shape: `B=1 T=${T} H=${H} BT=${BT}${note}`, err: scaledErr(out.readNumbers(), want), tol: 1e-5, ms });
     for (const b of [g.buf, out]) b.release();
   }
   {
-    const p: GatedDeltaNetChunkParams = { b: 1, t: T, hg: HG, h: H, k: KD, v: VD, bt: 64 };
-    const NT = numChunks(p);
+    const p = { b: 1, t: T, hg: HG, h: H, k: KD, v: VD, bt: 64 };
+    const NT = Math.ceil(T / p.bt);
     // Magnitudes as the chunked pipeline produces them: k L2-normalized,
     // beta in (0.1, 0.9), g cumsummed within chunks, w ~ beta exp(g) k, u ~ beta v.
     const k = randn(T * HG * KD);
@@ -231,7 +231,8 @@ function main(): number {
     const vNew = poisoned(device, 'bf16', T * H * VD);
     const fin = poisoned(device, 'f32', H * VD * KD);
     const ms = timed(device, (enc) =>
-      gatedDeltaNetChunk(enc, { k: kb.buf, w: wb.buf, u: ub.buf, g: gb.buf, h0: h0.buf, hOut, vNew, finalState: fin, params: p }));
+      gatedDeltaNetChunk(enc, { k: kb.buf, w: wb.buf, u: ub.buf, g: gb.buf, h0: h0.buf, hOut, vNew, finalState: fin,
+        batch: 1, seqLen: T, nQkHeads: HG, nHeads: H, kDim: KD, vDim: VD, bt: 64 }));
     const want = gatedDeltaNetChunkRef(p, { k: kb.values, w: wb.values, u: ub.values, g: gb.values, h0: h0.values }, { mirrorBf16: true });
     const shape = `B=1 T=${T} H=${H} Hg=${HG} K=V=${KD}${note}`;
     rows.push({ kernel: 'gated_delta_net_chunk_inter_state_bf16 (v_new, h_out)', model: 'Qwen3.6 GDN', shape,
@@ -318,7 +319,7 @@ function main(): number {
     const state = poisoned(device, 'f32', H * VD * KD);
     const scale = 1 / Math.sqrt(KD);
     ms = timed(device, (enc) => chunkGatedDeltaRule(enc, {
-      q, k, v, g: gP, beta: betaP, o, finalState: state, params: { b: 1, t: TL, hg: HG, h: H, k: KD, v: VD, scale },
+      q, k, v, g: gP, beta: betaP, o, finalState: state, batch: 1, seqLen: TL, nQkHeads: HG, nHeads: H, kDim: KD, vDim: VD, scale,
     }));
     const shapeRef = { hg: HG, h: H, k: KD, v: VD };
     const prefill = gatedDeltaRuleRecurrentRef({ ...shapeRef, cuSeqlens: [0, TL] },

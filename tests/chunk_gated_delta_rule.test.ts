@@ -16,8 +16,6 @@ import {
   validateChunkTriSolveInvert,
   validateGatedDeltaNetChunkInterStateVarlen,
   type ChunkGatedDeltaRuleArgs,
-  type ChunkGatedDeltaRuleParams,
-  type GdrStepParams,
 } from '../ts/ops/chunk_gated_delta_rule.ts';
 import {
   chunkGatedDeltaRuleChunkedRef,
@@ -35,6 +33,7 @@ import {
 import {
   TOL, describeBackends, describeValidation, maxRelErr, nmse, rng, type Rng, expectInvalidParts, maxAbs, bf16, randomArray,
 } from './helpers.ts';
+import { flat, flatName, type CumsumShape, type GdrShape, type SeedShape, type StepShape } from './gdr-args.ts';
 
 interface Shape {
   hg: number;
@@ -131,12 +130,12 @@ describe('chunk_gated_delta_rule reference', () => {
   });
 
   test('the packer writes struct ChunkGatedDeltaRuleParams', () => {
-    const packed = packChunkGatedDeltaRuleParams({ nTok: 135, nt: 4, nSeq: 3, hg: 2, h: 6, k: 128, v: 64, scale: 0.25 });
+    const packed = packChunkGatedDeltaRuleParams(flat({ nTok: 135, nt: 4, nSeq: 3, hg: 2, h: 6, k: 128, v: 64, scale: 0.25 }));
     const dv = new DataView(packed.buffer, packed.byteOffset, packed.byteLength);
     expect(packed.byteLength).toBe(32);
     expect([0, 4, 8, 12, 16, 20, 24].map((o) => dv.getUint32(o, true))).toEqual([135, 4, 3, 2, 6, 128, 64]);
     expect(dv.getFloat32(28, true)).toBe(0.25);
-    const dflt = packChunkGatedDeltaRuleParams({ nTok: 1, nt: 1, nSeq: 1, hg: 1, h: 1, k: 64, v: 64 });
+    const dflt = packChunkGatedDeltaRuleParams(flat({ nTok: 1, nt: 1, nSeq: 1, hg: 1, h: 1, k: 64, v: 64 }));
     expect(new DataView(dflt.buffer).getFloat32(28, true)).toBe(Math.fround(1 / 8));
   });
 });
@@ -174,17 +173,17 @@ function releaseAll(b: Bufs): void {
   for (const x of Object.values(b)) (x as Buffer | undefined)?.release();
 }
 
-function pipelineParams(s: Shape, scale: number, varlen: boolean): ChunkGatedDeltaRuleParams {
+function pipelineParams(s: Shape, scale: number, varlen: boolean): GdrShape {
   const nTok = nTokOf(s);
-  const p: ChunkGatedDeltaRuleParams = varlen
+  const p: GdrShape = varlen
     ? { b: 1, t: nTok, hg: s.hg, h: s.h, k: s.k, v: s.v, scale, cuSeqlens: s.cu }
     : { b: nSeqOf(s), t: s.cu[1]!, hg: s.hg, h: s.h, k: s.k, v: s.v, scale };
   return p;
 }
 
-function run(dev: Device, b: Bufs, p: ChunkGatedDeltaRuleParams): { o: Float64Array; state: Float64Array } {
+function run(dev: Device, b: Bufs, p: GdrShape): { o: Float64Array; state: Float64Array } {
   const enc = dev.encoder();
-  const args: ChunkGatedDeltaRuleArgs = { q: b.q, k: b.k, v: b.v, g: b.g, beta: b.beta, o: b.o, finalState: b.finalState, params: p };
+  const args: ChunkGatedDeltaRuleArgs = { q: b.q, k: b.k, v: b.v, g: b.g, beta: b.beta, o: b.o, finalState: b.finalState, ...flat(p)};
   if (b.h0 !== undefined) args.initialState = b.h0;
   chunkGatedDeltaRule(enc, args);
   enc.commitAndWait();
@@ -192,9 +191,9 @@ function run(dev: Device, b: Bufs, p: ChunkGatedDeltaRuleParams): { o: Float64Ar
   return { o: b.o.readNumbers(), state: b.finalState.readNumbers() };
 }
 
-const stepOf = (s: Shape, scale?: number): GdrStepParams => {
+const stepOf = (s: Shape, scale?: number): StepShape => {
   const l = chunkGatedDeltaRuleLayout(1, nTokOf(s), s.cu);
-  const p: GdrStepParams = { nTok: l.nTok, nt: l.nt, nSeq: l.nSeq, hg: s.hg, h: s.h, k: s.k, v: s.v };
+  const p: StepShape = { nTok: l.nTok, nt: l.nt, nSeq: l.nSeq, hg: s.hg, h: s.h, k: s.k, v: s.v };
   if (scale !== undefined) p.scale = scale;
   return p;
 };
@@ -203,7 +202,7 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
   // ---- validation ----
 
   const okShape: Shape = { hg: 2, h: 4, k: 64, v: 64, cu: even(2, 65) };
-  const okParams = (): ChunkGatedDeltaRuleParams => pipelineParams(okShape, 0.125, false);
+  const okParams = (): GdrShape => pipelineParams(okShape, 0.125, false);
   const allocArgs = (dev: Device, over: Partial<Record<keyof Bufs, [DType, number]>> = {}): ChunkGatedDeltaRuleArgs => {
     const s = okShape;
     const n = nTokOf(s);
@@ -215,7 +214,7 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     const a = (key: keyof Bufs): Buffer => dev.alloc(spec[key][0], [spec[key][1]]);
     return {
       q: a('q'), k: a('k'), v: a('v'), g: a('g'), beta: a('beta'), initialState: a('h0'), o: a('o'), finalState: a('finalState'),
-      params: okParams(),
+      ...flat(okParams()),
     };
   };
   const releaseArgs = (a: ChunkGatedDeltaRuleArgs): void => {
@@ -226,18 +225,18 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     const dev = device();
     const a = allocArgs(dev);
     validateChunkGatedDeltaRule(a);
-    const withP = (o: Partial<ChunkGatedDeltaRuleParams>): ChunkGatedDeltaRuleArgs => ({ ...a, params: { ...a.params, ...o } });
+    const withP = (o: Partial<GdrShape>): ChunkGatedDeltaRuleArgs => ({ ...a, ...flat({ ...okParams(), ...o })});
     for (const arg of ['b', 't', 'hg', 'h', 'k', 'v'] as const) {
-      expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ [arg]: 0 })), 'chunk_gated_delta_rule', `${arg} must be a positive integer`, '(got 0)');
-      expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ [arg]: 1.5 })), 'chunk_gated_delta_rule', `${arg} must be a positive integer`, '(got 1.5)');
+      expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ [arg]: 0 })), 'chunk_gated_delta_rule', `${flatName(arg)} must be a positive integer`, '(got 0)');
+      expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ [arg]: 1.5 })), 'chunk_gated_delta_rule', `${flatName(arg)} must be a positive integer`, '(got 1.5)');
     }
-    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ h: 2 ** 32 })), 'chunk_gated_delta_rule', 'h must be at most 2^32 - 1');
-    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ b: 2 ** 16, t: 2 ** 16 })), 'chunk_gated_delta_rule', 'b * t must be at most 2^32 - 1', '(got 4294967296)');
-    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ h: 3 })), 'chunk_gated_delta_rule', 'h must be a multiple of hg (2)', '(got 3)');
-    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ k: 96 })), 'chunk_gated_delta_rule', 'k must be one of 64, 128, 256', '(got 96)');
-    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ k: 512 })), 'chunk_gated_delta_rule', 'k must be one of 64, 128, 256', '(got 512)');
-    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ v: 96 })), 'chunk_gated_delta_rule', 'v must be a multiple of 64 at most 256', '(got 96)');
-    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ v: 320 })), 'chunk_gated_delta_rule', 'v must be a multiple of 64 at most 256', '(got 320)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ h: 2 ** 32 })), 'chunk_gated_delta_rule', 'nHeads must be at most 2^32 - 1');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ b: 2 ** 16, t: 2 ** 16 })), 'chunk_gated_delta_rule', 'batch * seqLen must be at most 2^32 - 1', '(got 4294967296)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ h: 3 })), 'chunk_gated_delta_rule', 'nHeads must be a multiple of nQkHeads (2)', '(got 3)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ k: 96 })), 'chunk_gated_delta_rule', 'kDim must be one of 64, 128, 256', '(got 96)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ k: 512 })), 'chunk_gated_delta_rule', 'kDim must be one of 64, 128, 256', '(got 512)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ v: 96 })), 'chunk_gated_delta_rule', 'vDim must be a multiple of 64 at most 256', '(got 96)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ v: 320 })), 'chunk_gated_delta_rule', 'vDim must be a multiple of 64 at most 256', '(got 320)');
     expectInvalidParts(() => validateChunkGatedDeltaRule(withP({ scale: NaN })), 'chunk_gated_delta_rule', 'scale must be a finite number', '(got NaN)');
     releaseArgs(a);
   });
@@ -245,16 +244,16 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
   test('validation: cuSeqlens', () => {
     const dev = device();
     const a = allocArgs(dev);
-    const cu = (c: number[], b = 1, t = 130): ChunkGatedDeltaRuleArgs => ({ ...a, params: { ...a.params, b, t, cuSeqlens: c } });
+    const cu = (c: number[], b = 1, t = 130): ChunkGatedDeltaRuleArgs => ({ ...a, ...flat({ ...okParams(), b, t, cuSeqlens: c })});
     validateChunkGatedDeltaRule(cu([0, 70, 130]));
-    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 65, 130], 2, 65)), 'chunk_gated_delta_rule', 'b must be 1 when cuSeqlens is given', '(got 2)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 65, 130], 2, 65)), 'chunk_gated_delta_rule', 'batch must be 1 when cuSeqlens is given', '(got 2)');
     expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0])), 'chunk_gated_delta_rule', 'cuSeqlens.length must be at least 2', '(got 1)');
     // The buffers are checked before the offsets (the sequence count, and so the
     // state size, is the length of cuSeqlens): these tables have two sequences.
     expectInvalidParts(() => validateChunkGatedDeltaRule(cu([1, 70, 130])), 'chunk_gated_delta_rule', 'cuSeqlens[0] must be 0', '(got 1)');
     expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 130, 130])), 'chunk_gated_delta_rule', 'cuSeqlens[2] must be an integer above cuSeqlens[1] = 130', '(got 130)');
     expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 70.5, 130])), 'chunk_gated_delta_rule', 'cuSeqlens[1] must be an integer above cuSeqlens[0] = 0', '(got 70.5)');
-    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 70, 129])), 'chunk_gated_delta_rule', 'cuSeqlens[2] must be t = 130', '(got 129)');
+    expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 70, 129])), 'chunk_gated_delta_rule', 'cuSeqlens[2] must be seqLen = 130', '(got 129)');
     // Three sequences: the states hold 3 of them.
     expectInvalidParts(() => validateChunkGatedDeltaRule(cu([0, 1, 71, 130])), 'chunk_gated_delta_rule', 'finalState.elementCount must be 49152');
     releaseArgs(a);
@@ -285,7 +284,7 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
       releaseArgs(bad2);
     }
     const enc = dev.encoder();
-    expectInvalidParts(() => chunkGatedDeltaRule(enc, { ...good, params: { ...good.params, k: 32 } }), 'chunk_gated_delta_rule', 'k must be one of 64, 128, 256');
+    expectInvalidParts(() => chunkGatedDeltaRule(enc, { ...good, ...flat({ ...okParams(), k: 32 })}), 'chunk_gated_delta_rule', 'kDim must be one of 64, 128, 256');
     enc.release();
     releaseArgs(good);
   });
@@ -296,24 +295,24 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     const n = p.nTok * p.h * 64;
     const a = dev.alloc('f32', [n]);
     const chunks = dev.alloc('u32', [p.nt, 2]);
-    validateChunkTriSolveInvert({ a, ai: a, chunks, params: p });
-    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nt: 2 } }), 'chunk_gated_delta_rule', 'nt must be between ceil(nTok / 64) and nTok = 130', '(got 2)');
-    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nt: 131 } }), 'chunk_gated_delta_rule', 'nt must be between');
-    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nSeq: 5 } }), 'chunk_gated_delta_rule', 'nSeq must be at most nt = 4', '(got 5)');
-    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nTok: 0 } }), 'chunk_gated_delta_rule', 'nTok must be a positive integer');
-    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks, params: { ...p, nTok: 2 ** 40, nt: 2 ** 34 } }), 'chunk_gated_delta_rule', 'nTok must be at most 2^32 - 1');
-    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks: a, params: p }), 'chunk_gated_delta_rule', 'chunks.dtype must be u32', '(got f32)');
+    validateChunkTriSolveInvert({ a, ai: a, chunks, ...flat(p)});
+    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks, ...flat({ ...p, nt: 2 })}), 'chunk_gated_delta_rule', 'nt must be between ceil(nTok / 64) and nTok = 130', '(got 2)');
+    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks, ...flat({ ...p, nt: 131 })}), 'chunk_gated_delta_rule', 'nt must be between');
+    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks, ...flat({ ...p, nSeq: 5 })}), 'chunk_gated_delta_rule', 'nSeq must be at most nt = 4', '(got 5)');
+    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks, ...flat({ ...p, nTok: 0 })}), 'chunk_gated_delta_rule', 'nTok must be a positive integer');
+    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks, ...flat({ ...p, nTok: 2 ** 40, nt: 2 ** 34 })}), 'chunk_gated_delta_rule', 'nTok must be at most 2^32 - 1');
+    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks: a, ...flat(p)}), 'chunk_gated_delta_rule', 'chunks.dtype must be u32', '(got f32)');
     const short = dev.alloc('u32', [p.nt]);
-    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks: short, params: p }), 'chunk_gated_delta_rule', `chunks.elementCount must be ${2 * p.nt}`);
+    expectInvalidParts(() => validateChunkTriSolveInvert({ a, ai: a, chunks: short, ...flat(p)}), 'chunk_gated_delta_rule', `chunks.elementCount must be ${2 * p.nt}`);
     const bfA = dev.alloc('bf16', [n]);
-    expectInvalidParts(() => validateChunkTriSolveInvert({ a: bfA, ai: a, chunks, params: p }), 'chunk_gated_delta_rule', 'a.dtype must be f32', '(got bf16)');
+    expectInvalidParts(() => validateChunkTriSolveInvert({ a: bfA, ai: a, chunks, ...flat(p)}), 'chunk_gated_delta_rule', 'a.dtype must be f32', '(got bf16)');
     // The inter-state step checks its sequence table.
     const s = (d: DType, c: number): Buffer => dev.alloc(d, [c]);
     const st = p.nSeq * p.h * p.v * p.k;
     const args = {
       k: s('bf16', p.nTok * p.hg * p.k), w: s('bf16', p.nTok * p.h * p.k), u: s('bf16', p.nTok * p.h * p.v), g: s('f32', p.nTok * p.h),
       h0: s('f32', st), hOut: s('bf16', p.nt * p.h * p.v * p.k), vNew: s('bf16', p.nTok * p.h * p.v), finalState: s('f32', st),
-      seqs: s('u32', 2 * (p.nSeq + 1)), params: p,
+      seqs: s('u32', 2 * (p.nSeq + 1)), ...flat(p),
     };
     validateGatedDeltaNetChunkInterStateVarlen(args);
     expectInvalidParts(() => validateGatedDeltaNetChunkInterStateVarlen({ ...args, seqs: chunks }), 'chunk_gated_delta_rule', `seqs.elementCount must be ${2 * (p.nSeq + 1)}`);
@@ -336,7 +335,7 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     gCum.fill(NaN);
     const chunks = dev.upload('u32', [p.nt, 2], l.chunks);
     const enc = dev.encoder();
-    chunkLocalCumsumVarlen(enc, { gIn, gCum, chunks, params: p });
+    chunkLocalCumsumVarlen(enc, { gIn, gCum, chunks, ...flat(p)});
     enc.commitAndWait();
     enc.release();
     const want = chunkLocalCumsumVarlenRef(s.cu, s.h, d.g);
@@ -373,7 +372,7 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
       const rs = refShape(s);
 
       let enc = dev.encoder();
-      gatedDeltaNetKkt(enc, { k, g, beta, a, chunks, params: p });
+      gatedDeltaNetKkt(enc, { k, g, beta, a, chunks, ...flat(p)});
       enc.commitAndWait();
       enc.release();
       const aGot = a.readNumbers();
@@ -384,7 +383,7 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
       expect(errA).toBeLessThan(1e-5);
 
       enc = dev.encoder();
-      chunkTriSolveInvert(enc, { a, ai, chunks, params: p });
+      chunkTriSolveInvert(enc, { a, ai, chunks, ...flat(p)});
       enc.commitAndWait();
       enc.release();
       const aiGot = ai.readNumbers();
@@ -395,7 +394,7 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
       expect(errAi).toBeLessThan(1e-5);
 
       enc = dev.encoder();
-      gatedDeltaNetRecomputeWu(enc, { k, v, beta, g, ai, w, u, chunks, params: p });
+      gatedDeltaNetRecomputeWu(enc, { k, v, beta, g, ai, w, u, chunks, ...flat(p)});
       enc.commitAndWait();
       enc.release();
       const wu = recomputeWuRef(rs, d.k, d.v, d.beta, gc, aiGot);
@@ -408,7 +407,7 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
       expect(errU).toBeLessThan(TOL.bf16);
       // The in-place form (a and ai one buffer) gives the same inverse.
       enc = dev.encoder();
-      chunkTriSolveInvert(enc, { a, ai: a, chunks, params: p });
+      chunkTriSolveInvert(enc, { a, ai: a, chunks, ...flat(p)});
       enc.commitAndWait();
       enc.release();
       expect([...a.readNumbers()]).toEqual([...aiGot]);
@@ -446,9 +445,9 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
       const o = dev.alloc('bf16', [p.nTok, p.h, p.v]);
       for (const b of [hOut, vNew, fin, o]) b.fill(NaN);
       const enc = dev.encoder();
-      gatedDeltaNetChunkInterStateVarlen(enc, { k, w, u, g, h0, hOut, vNew, finalState: fin, seqs, params: p });
+      gatedDeltaNetChunkInterStateVarlen(enc, { k, w, u, g, h0, hOut, vNew, finalState: fin, seqs, ...flat(p)});
       enc.barrier();
-      gatedDeltaNetChunkO(enc, { q, k, vNew, h: hOut, g, o, chunks, params: p });
+      gatedDeltaNetChunkO(enc, { q, k, vNew, h: hOut, g, o, chunks, ...flat(p)});
       enc.commitAndWait();
       enc.release();
 
@@ -571,9 +570,9 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     const b2 = upload(dev, s, d2);
     const p = pipelineParams(s, 0.125, true);
     const enc = dev.encoder();
-    chunkGatedDeltaRule(enc, { q: b1.q, k: b1.k, v: b1.v, g: b1.g, beta: b1.beta, o: b1.o, finalState: b1.finalState, params: p });
+    chunkGatedDeltaRule(enc, { q: b1.q, k: b1.k, v: b1.v, g: b1.g, beta: b1.beta, o: b1.o, finalState: b1.finalState, ...flat(p)});
     chunkGatedDeltaRule(enc, {
-      q: b2.q, k: b2.k, v: b2.v, g: b2.g, beta: b2.beta, initialState: b2.h0!, o: b2.o, finalState: b2.finalState, params: p,
+      q: b2.q, k: b2.k, v: b2.v, g: b2.g, beta: b2.beta, initialState: b2.h0!, o: b2.o, finalState: b2.finalState, ...flat(p),
     });
     enc.commitAndWait();
     enc.release();
@@ -598,7 +597,7 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
     });
     using enc = dev.encoder();
     for (const { s, b } of calls) {
-      chunkGatedDeltaRule(enc, { q: b.q, k: b.k, v: b.v, g: b.g, beta: b.beta, o: b.o, finalState: b.finalState, params: pipelineParams(s, 0.125, false) });
+      chunkGatedDeltaRule(enc, { q: b.q, k: b.k, v: b.v, g: b.g, beta: b.beta, o: b.o, finalState: b.finalState, ...flat(pipelineParams(s, 0.125, false))});
     }
     Bun.gc(true);
     // Memory freed by the eviction would be handed out again here.
@@ -623,7 +622,7 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
       return { d, b: upload(dev, s, d), enc: dev.encoder() };
     });
     for (const { b, enc } of runs) {
-      chunkGatedDeltaRule(enc, { q: b.q, k: b.k, v: b.v, g: b.g, beta: b.beta, o: b.o, finalState: b.finalState, params: pipelineParams(s, 0.125, false) });
+      chunkGatedDeltaRule(enc, { q: b.q, k: b.k, v: b.v, g: b.g, beta: b.beta, o: b.o, finalState: b.finalState, ...flat(pipelineParams(s, 0.125, false))});
     }
     await Promise.all(runs.map((r) => r.enc.commit()));
     for (const { d, b, enc } of runs) {
@@ -651,7 +650,7 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
       if (++n === 6) throw new Error('refused at the sixth dispatch');
       real(p, bindings, grid, threads);
     };
-    expect(() => chunkGatedDeltaRule(enc, { q: b.q, k: b.k, v: b.v, g: b.g, beta: b.beta, o: b.o, finalState: b.finalState, params: pipelineParams(s, 0.125, false) })).toThrow('sixth');
+    expect(() => chunkGatedDeltaRule(enc, { q: b.q, k: b.k, v: b.v, g: b.g, beta: b.beta, o: b.o, finalState: b.finalState, ...flat(pipelineParams(s, 0.125, false))})).toThrow('sixth');
     expect(n).toBe(6);
     enc.commitAndWait();
     expect(b.o.readNumbers().every(Number.isNaN)).toBe(true);
@@ -686,11 +685,11 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
 
 describeValidation('chunk_gated_delta_rule: refusal costs', ({ enc, buf }) => {
   const small = (b: number, t: number, cuSeqlens?: ArrayLike<number>): ChunkGatedDeltaRuleArgs => {
-    const params: ChunkGatedDeltaRuleParams = { b, t, hg: 1, h: 1, k: 64, v: 64 };
+    const params: GdrShape = { b, t, hg: 1, h: 1, k: 64, v: 64 };
     if (cuSeqlens !== undefined) params.cuSeqlens = cuSeqlens;
     return {
       q: buf('bf16', 64), k: buf('bf16', 64), v: buf('bf16', 64), g: buf('f32', 1), beta: buf('f32', 1),
-      o: buf('bf16', 64), finalState: buf('f32', 4096), params,
+      o: buf('bf16', 64), finalState: buf('f32', 4096), ...flat(params),
     };
   };
   /** Runs fn (expected to throw), returning its wall time and the growth of the resident set. */
@@ -719,13 +718,13 @@ describeValidation('chunk_gated_delta_rule: refusal costs', ({ enc, buf }) => {
     expect(c.ms).toBeLessThan(50);
   });
 
-  test('cuSeqlens longer than t + 1 is refused by its length alone, before its contents', () => {
+  test('cuSeqlens longer than seqLen + 1 is refused by its length alone, before its contents', () => {
     const huge = { length: 2 ** 31 } as ArrayLike<number>;
     const e = enc();
     const args = small(1, 64, huge);
     const t0 = performance.now();
     expectInvalidParts(() => chunkGatedDeltaRule(e, args), 'chunk_gated_delta_rule',
-      'cuSeqlens.length must be at most t + 1 = 65', `(got ${2 ** 31})`);
+      'cuSeqlens.length must be at most seqLen + 1 = 65', `(got ${2 ** 31})`);
     expect(performance.now() - t0).toBeLessThan(50);
     expectInvalidParts(() => chunkGatedDeltaRule(enc(), small(1, 64, null as unknown as number[])), 'chunk_gated_delta_rule',
       'cuSeqlens must be an array of offsets', '(got null)');
@@ -733,10 +732,10 @@ describeValidation('chunk_gated_delta_rule: refusal costs', ({ enc, buf }) => {
 });
 
 describeValidation('chunk_gated_delta_rule: buffers and aliasing', ({ device, enc, buf }) => {
-  const p: GdrStepParams = { nTok: 64, nt: 1, nSeq: 1, hg: 1, h: 1, k: 64, v: 64 };
+  const p: StepShape = { nTok: 64, nt: 1, nSeq: 1, hg: 1, h: 1, k: 64, v: 64 };
   const interArgs = () => ({
     k: buf('bf16', 4096), w: buf('bf16', 4096), u: buf('bf16', 4096), g: buf('f32', 64), h0: buf('f32', 4096),
-    hOut: buf('bf16', 4096), vNew: buf('bf16', 4096), finalState: buf('f32', 4096), seqs: buf('u32', 4), params: p,
+    hOut: buf('bf16', 4096), vNew: buf('bf16', 4096), finalState: buf('f32', 4096), seqs: buf('u32', 4), ...flat(p),
   });
 
   test('an output bound as an input the kernel reads elsewhere is refused (vNew as w, o as q, finalState as initialState)', () => {
@@ -749,16 +748,16 @@ describeValidation('chunk_gated_delta_rule: buffers and aliasing', ({ device, en
     expectInvalidParts(() => gatedDeltaNetChunkInterStateVarlen(enc(), { ...a, hOut: a.k }), 'chunk_gated_delta_rule',
       'hOut must be a buffer other than k');
     const chunks = buf('u32', 2);
-    const w = { k: a.k, v: a.u, beta: a.g, g: buf('f32', 64), ai: buf('f32', 4096), w: a.w, u: a.vNew, chunks, params: p };
+    const w = { k: a.k, v: a.u, beta: a.g, g: buf('f32', 64), ai: buf('f32', 4096), w: a.w, u: a.vNew, chunks, ...flat(p)};
     expectInvalidParts(() => gatedDeltaNetRecomputeWu(enc(), { ...w, w: w.k }), 'chunk_gated_delta_rule', 'w must be a buffer other than k');
     expectInvalidParts(() => gatedDeltaNetRecomputeWu(enc(), { ...w, u: w.w }), 'chunk_gated_delta_rule', 'w must be a buffer other than u');
-    const o = { q: a.k, k: a.w, vNew: a.u, h: a.hOut, g: a.g, o: a.vNew, chunks, params: p };
+    const o = { q: a.k, k: a.w, vNew: a.u, h: a.hOut, g: a.g, o: a.vNew, chunks, ...flat(p)};
     gatedDeltaNetChunkO(enc(), o);
     expectInvalidParts(() => gatedDeltaNetChunkO(enc(), { ...o, o: o.vNew }), 'chunk_gated_delta_rule', 'o must be a buffer other than vNew');
     // The whole forward: o is written last, after v is read, so o may be v; q, k and the states may not.
     const f: ChunkGatedDeltaRuleArgs = {
       q: a.k, k: a.w, v: a.u, g: a.g, beta: buf('f32', 64), o: a.vNew, initialState: a.h0, finalState: a.finalState,
-      params: { b: 1, t: 64, hg: 1, h: 1, k: 64, v: 64 },
+      ...flat({ b: 1, t: 64, hg: 1, h: 1, k: 64, v: 64 }),
     };
     validateChunkGatedDeltaRule({ ...f, o: f.v }, device());
     expectInvalidParts(() => validateChunkGatedDeltaRule({ ...f, o: f.q }), 'chunk_gated_delta_rule', 'o must be a buffer other than q');
@@ -766,7 +765,7 @@ describeValidation('chunk_gated_delta_rule: buffers and aliasing', ({ device, en
       'finalState must be a buffer other than initialState');
   });
 
-  test('null, missing, released and foreign buffers and a missing params record are MlxErrors naming the argument', () => {
+  test('null, missing, released and foreign buffers and a missing dimension are MlxErrors naming the argument', () => {
     const a = interArgs();
     const nul = null as unknown as Buffer;
     expectInvalidParts(() => gatedDeltaNetChunkInterStateVarlen(enc(), { ...a, vNew: nul }), 'chunk_gated_delta_rule', 'vNew must be a Buffer', '(got null)');
@@ -783,9 +782,9 @@ describeValidation('chunk_gated_delta_rule: buffers and aliasing', ({ device, en
     } finally {
       other.close();
     }
-    expectInvalidParts(() => gatedDeltaNetChunkInterStateVarlen(enc(), { ...a, params: undefined as unknown as GdrStepParams }),
-      'chunk_gated_delta_rule', 'params must be an object', '(got none)');
-    const f = { q: a.k, k: a.w, v: a.u, g: a.g, beta: buf('f32', 64), o: a.vNew, finalState: a.finalState, params: { b: 1, t: 64, hg: 1, h: 1, k: 64, v: 64 } };
+    expectInvalidParts(() => gatedDeltaNetChunkInterStateVarlen(enc(), { ...a, nSeq: undefined as unknown as number }),
+      'chunk_gated_delta_rule', 'nSeq must be a positive integer', '(got undefined)');
+    const f = { q: a.k, k: a.w, v: a.u, g: a.g, beta: buf('f32', 64), o: a.vNew, finalState: a.finalState, ...flat({ b: 1, t: 64, hg: 1, h: 1, k: 64, v: 64 })};
     expectInvalidParts(() => chunkGatedDeltaRule(enc(), { ...f, beta: nul }), 'chunk_gated_delta_rule', 'beta must be a Buffer', '(got null)');
     expectInvalidParts(() => chunkGatedDeltaRule(enc(), { ...f, initialState: nul }), 'chunk_gated_delta_rule', 'initialState must be a Buffer', '(got null)');
   });
@@ -794,7 +793,7 @@ describeValidation('chunk_gated_delta_rule: buffers and aliasing', ({ device, en
 describeBackends('chunk_gated_delta_rule tables', ({ device }) => {
   // Tables are device buffers: the step kernels bound every entry they read.
   // 128 tokens; chunk 0 is (0, 64), every other entry is out of bounds.
-  const p: GdrStepParams = { nTok: 128, nt: 6, nSeq: 1, hg: 1, h: 1, k: 64, v: 64 };
+  const p: StepShape = { nTok: 128, nt: 6, nSeq: 1, hg: 1, h: 1, k: 64, v: 64 };
   const BAD_CHUNKS = [0, 64, 1e6, 64, 100, 0, 64, 65, 0xffff_ffff, 2, 127, 2];
   const rows = (b: Buffer, width: number): { head: number[]; tail: number[] } => {
     const x = Array.from(b.readNumbers());
@@ -829,13 +828,13 @@ describeBackends('chunk_gated_delta_rule tables', ({ device }) => {
     const u = nan('bf16', 128 * 64);
     const o = nan('bf16', 128 * 64);
     const enc = dev.encoder();
-    chunkLocalCumsumVarlen(enc, { gIn: g, gCum, chunks, params: p });
-    gatedDeltaNetKkt(enc, { k, g, beta, a, chunks, params: p });
+    chunkLocalCumsumVarlen(enc, { gIn: g, gCum, chunks, ...flat(p)});
+    gatedDeltaNetKkt(enc, { k, g, beta, a, chunks, ...flat(p)});
     enc.barrier();
-    chunkTriSolveInvert(enc, { a, ai, chunks, params: p });
+    chunkTriSolveInvert(enc, { a, ai, chunks, ...flat(p)});
     enc.barrier();
-    gatedDeltaNetRecomputeWu(enc, { k, v, beta, g, ai, w, u, chunks, params: p });
-    gatedDeltaNetChunkO(enc, { q, k, vNew: v, h, g, o, chunks, params: p });
+    gatedDeltaNetRecomputeWu(enc, { k, v, beta, g, ai, w, u, chunks, ...flat(p)});
+    gatedDeltaNetChunkO(enc, { q, k, vNew: v, h, g, o, chunks, ...flat(p)});
     enc.commitAndWait();
     enc.release();
     expectChunk0Only(gCum, 1);
@@ -851,7 +850,7 @@ describeBackends('chunk_gated_delta_rule tables', ({ device }) => {
     const dev = device();
     const r = rng(10);
     const up = (dtype: DType, n: number): Buffer => dev.upload(dtype, [n], randomArray(r, n, -0.1, 0.1));
-    const sp: GdrStepParams = { ...p, nt: 3 };
+    const sp: StepShape = { ...p, nt: 3 };
     const ins = {
       k: up('bf16', 128 * 64), w: up('bf16', 128 * 64), u: up('bf16', 128 * 64), g: up('f32', 128), h0: up('f32', 4096),
     };
@@ -866,7 +865,7 @@ describeBackends('chunk_gated_delta_rule tables', ({ device }) => {
       for (const b of Object.values(outs)) b.fill(NaN);
       const table = dev.upload('u32', [2, 2], seqs);
       const enc = dev.encoder();
-      gatedDeltaNetChunkInterStateVarlen(enc, { ...ins, ...outs, seqs: table, params: sp });
+      gatedDeltaNetChunkInterStateVarlen(enc, { ...ins, ...outs, seqs: table, ...flat(sp)});
       enc.commitAndWait();
       enc.release();
       table.release();
@@ -876,7 +875,7 @@ describeBackends('chunk_gated_delta_rule tables', ({ device }) => {
     const table = dev.upload('u32', [2, 2], [0, 0, 128, 2]);
     const hOut = dev.alloc('bf16', [2 * 4096]);
     const enc = dev.encoder();
-    gatedDeltaNetChunkInterStateVarlen(enc, { ...ins, ...outs, hOut, seqs: table, params: { ...sp, nt: 2 } });
+    gatedDeltaNetChunkInterStateVarlen(enc, { ...ins, ...outs, hOut, seqs: table, ...flat({ ...sp, nt: 2 })});
     enc.commitAndWait();
     enc.release();
     expect(Array.from(outs.finalState.readNumbers()).every(Number.isFinite)).toBe(true);

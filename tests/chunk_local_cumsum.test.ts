@@ -13,6 +13,7 @@ import {
 } from '../ts/ops/chunk_gated_delta_rule.ts';
 import { chunkLocalCumsumRef } from '../ts/reference/chunk_gated_delta_rule.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
+import { flat, flatName, type CumsumShape, type GdrShape, type SeedShape, type StepShape } from './gdr-args.ts';
 import { bufferParam } from './metal-source.ts';
 import * as cumsumOps from '../ts/ops/chunk_gated_delta_rule.ts';
 import * as mlx from '../ts/index.ts';
@@ -23,11 +24,11 @@ describe('chunk_local_cumsum param packer matches the .metal declaration', () =>
   test('ChunkLocalCumsumParams: [B, T, H, BT, NT] as uints, bound at buffer(2)', () => {
     expect(bufferParam(src, 'chunk_local_cumsum_g_f32', 2)).toMatch(/^constant ChunkLocalCumsumParams& params /);
     const p = { b: 2, t: 130, h: 3, bt: 64 };
-    const bytes = packChunkLocalCumsumParams(p);
+    const bytes = packChunkLocalCumsumParams(flat(p));
     const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     expect(bytes.byteLength).toBe(20);
     expect(CHUNK_LOCAL_CUMSUM_PARAMS_LAYOUT.map((f) => v.getUint32(f.offset, true))).toEqual([2, 130, 3, 64, 3]);
-    expect(numChunks(p)).toBe(3);
+    expect(numChunks(flat(p))).toBe(3);
   });
 });
 
@@ -44,15 +45,16 @@ describe('chunk_local_cumsum reference against hand-computed values', () => {
 describeValidation('chunk_local_cumsum validation', ({ enc, buf }) => {
   test('every rule', () => {
     const n = 2 * 10 * 3;
-    const base = () => ({ gIn: buf('f32', n), gCumsum: buf('f32', n), b: 2, t: 10, h: 3, bt: 4 });
+    const base = () => ({ gIn: buf('f32', n), gCumsum: buf('f32', n), batch: 2, seqLen: 10, nHeads: 3, bt: 4 });
     const cases: [Record<string, unknown>, string, string, string][] = [
-      [{ b: 0 }, 'b', 'a positive integer', '0'],
-      [{ t: -2 }, 't', 'a positive integer', '-2'],
-      [{ h: 0.5 }, 'h', 'a positive integer', '0.5'],
+      [{ batch: 0 }, 'batch', 'a positive integer', '0'],
+      [{ seqLen: -2 }, 'seqLen', 'a positive integer', '-2'],
+      [{ nHeads: 0.5 }, 'nHeads', 'a positive integer', '0.5'],
       [{ bt: 0 }, 'bt', 'a positive integer', '0'],
       [{ bt: 2048 }, 'bt', 'at most the threads per threadgroup limit (1024)', '2048'],
-      [{ b: 2 ** 12, t: 2 ** 12, h: 2 ** 9 }, 'b * t * h', 'at most the 32-bit index limit (4294967295)', `${2 ** 33}`],
-      [{ b: 2 ** 30, t: 2 ** 30, h: 2 }, 'b * t * h', 'a product of integers at most 2^53 - 1', `${2 ** 30} * ${2 ** 30} * 2`],
+      [{ batch: 2 ** 12, seqLen: 2 ** 12, nHeads: 2 ** 9 }, 'batch * seqLen * nHeads', 'at most the 32-bit index limit (4294967295)', `${2 ** 33}`],
+      [{ batch: 2 ** 30, seqLen: 2 ** 30, nHeads: 2 }, 'batch * seqLen * nHeads', 'a product of integers at most 2^53 - 1',
+        `${2 ** 30} * ${2 ** 30} * 2`],
       [{ gIn: buf('bf16', n) }, 'gIn.dtype', 'f32', 'bf16'],
       [{ gCumsum: buf('f16', n) }, 'gCumsum.dtype', 'f32', 'f16'],
       [{ gIn: buf('f32', n - 3) }, 'gIn.elementCount', `${n}`, `${n - 3}`],
@@ -84,7 +86,7 @@ describeBackends('chunk_local_cumsum parity', ({ device }) => {
         const gCumsum = dev.alloc('f32', [b, t, h]);
         gCumsum.fill(Number.NaN);
         const enc = dev.encoder();
-        chunkLocalCumsum(enc, { gIn, gCumsum, b, t, h, bt });
+        chunkLocalCumsum(enc, { gIn, gCumsum, ...flat({ b, t, h, bt }) });
         enc.commitAndWait();
         const want = chunkLocalCumsumRef(gIn.readNumbers(), b, t, h, bt);
         // Mixed-sign prefix sums cancel: their error is measured against the data's scale
@@ -114,9 +116,9 @@ describeBackends('chunk_local_cumsum: the same scan as chunk_local_cumsum_varlen
     const layout = chunkGatedDeltaRuleLayout(b, t);
     const chunks = dev.upload('u32', [layout.chunks.length], layout.chunks);
     const enc = dev.encoder();
-    chunkLocalCumsum(enc, { gIn, gCumsum: seed, b, t, h, bt: 64 });
+    chunkLocalCumsum(enc, { gIn, gCumsum: seed, ...flat({ b, t, h, bt: 64 }) });
     chunkLocalCumsumVarlen(enc, {
-      gIn, gCum: varlen, chunks, params: { nTok: layout.nTok, nt: layout.nt, nSeq: layout.nSeq, hg: 1, h, k: 64, v: 64 },
+      gIn, gCum: varlen, chunks, ...flat({ nTok: layout.nTok, nt: layout.nt, nSeq: layout.nSeq, hg: 1, h, k: 64, v: 64 }),
     });
     enc.commitAndWait();
     enc.release();
@@ -130,7 +132,7 @@ describeBackends('chunk_local_cumsum: the same scan as chunk_local_cumsum_varlen
 describeValidation('chunk_local_cumsum: buffers', ({ device, enc, buf }) => {
   test('null and foreign buffers are MlxErrors naming the argument; in place stays allowed', () => {
     const g = buf('f32', 30);
-    const shape = { b: 2, t: 5, h: 3, bt: 4 };
+    const shape = flat({ b: 2, t: 5, h: 3, bt: 4 });
     cumsumOps.chunkLocalCumsum(enc(), { gIn: g, gCumsum: g, ...shape });
     expectInvalid(() => cumsumOps.chunkLocalCumsum(enc(), { gIn: null as unknown as mlx.Buffer, gCumsum: g, ...shape }), 'chunk_local_cumsum', 'gIn', 'a Buffer', 'null');
     const other = mlx.Device.open({ backend: device().backend });

@@ -18,6 +18,7 @@ import { gatedDeltaNet, gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts
 import { fusedMoeRouting, fusedMoeRoutingBatch } from '../ts/ops/moe_routing.ts';
 import { ssmNormGate } from '../ts/ops/ssm_norm_gate.ts';
 import { TOL, describeBackends, maxRelErr, nmse } from './helpers.ts';
+import { flat } from './gdr-args.ts';
 
 const DIR = join(import.meta.dir, 'fixtures');
 
@@ -299,7 +300,7 @@ describeBackends('fixtures', ({ device }) => {
     const p = { b: f.param('b'), t: f.param('t'), h: f.param('h'), bt: f.param('bt') };
     const gIn = f.upload(dev, 'g');
     const gCumsum = poisoned(dev, 'f32', [p.b, p.t, p.h]);
-    run(dev, (enc) => chunkLocalCumsum(enc, { gIn, gCumsum, ...p }));
+    run(dev, (enc) => chunkLocalCumsum(enc, { gIn, gCumsum, ...flat(p) }));
     expectAllUnder([['chunk_local_cumsum', maxRelErr(gCumsum.readNumbers(), f.numbers('g_cumsum')), TOL.f32]]);
     releaseAll([gIn, gCumsum]);
   });
@@ -371,7 +372,7 @@ describeBackends('fixtures', ({ device }) => {
     const hOut = poisoned(dev, 'bf16', [p.b, nt, p.h, p.v, p.k]);
     const vNew = poisoned(dev, 'bf16', [p.b, p.t, p.h, p.v]);
     const finalState = poisoned(dev, 'f32', [p.b, p.h, p.v, p.k]);
-    run(dev, (enc) => gatedDeltaNetChunk(enc, { k, w, u, g, h0, hOut, vNew, finalState, params: p }));
+    run(dev, (enc) => gatedDeltaNetChunk(enc, { k, w, u, g, h0, hOut, vNew, finalState, ...flat(p) }));
     const gotH = hOut.readNumbers();
     const gotV = vNew.readNumbers();
     const gotS = finalState.readNumbers();
@@ -481,7 +482,7 @@ describeBackends('fixtures', ({ device }) => {
     const initialState = dev.upload('f32', [B, H, V, K], swapLast2(f.numbers('h0'), bh, K, V));
     const o = poisoned(dev, 'bf16', [B, T, H, V]);
     const finalState = poisoned(dev, 'f32', [B, H, V, K]);
-    run(dev, (enc) => chunkGatedDeltaRule(enc, { q, k, v, g, beta, initialState, o, finalState, params }));
+    run(dev, (enc) => chunkGatedDeltaRule(enc, { q, k, v, g, beta, initialState, o, finalState, ...flat(params) }));
     const gotS = swapLast2(finalState.readNumbers(), bh, V, K);
     const wantS = f.numbers('final_state');
     const rows: [string, number, number][] = [

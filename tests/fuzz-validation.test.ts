@@ -48,26 +48,15 @@ function exportedOps(): string[] {
 // ---- argument sets ----
 
 function hasPath(args: Args, path: string): boolean {
-  if (!path.startsWith('params.')) return Object.hasOwn(args, path);
-  const p = args.params;
-  return typeof p === 'object' && p !== null && Object.hasOwn(p, path.slice(7));
+  return Object.hasOwn(args, path);
 }
-/** A copy with the params record copied too, so mutations never touch the base. */
+/** A copy, so mutations never touch the base. */
 function copyArgs(args: Args): Args {
-  const c: Args = { ...args };
-  if (typeof args.params === 'object' && args.params !== null && !Array.isArray(args.params)) c.params = { ...(args.params as Args) };
-  return c;
+  return { ...args };
 }
 function setPath(args: Args, path: string, value: unknown, drop: boolean): void {
-  let target: Args = args;
-  let key = path;
-  if (path.startsWith('params.')) {
-    if (typeof args.params !== 'object' || args.params === null) return; // params itself mutated away
-    target = args.params as Args;
-    key = path.slice(7);
-  }
-  if (drop) delete target[key];
-  else target[key] = value;
+  if (drop) delete args[path];
+  else args[path] = value;
 }
 
 function isLiveBuffer(v: unknown, d: Device): v is Buffer {
@@ -83,7 +72,7 @@ function isLiveBuffer(v: unknown, d: Device): v is Buffer {
 function mustRefuse(c: Case, base: Args, args: Args, d: Device): string | null {
   let sizeChanged = false;
   for (const [path, spec] of Object.entries(c.keys)) {
-    if (spec.kind === 'buf' || spec.kind === 'buf?' || spec.kind === 'obj') continue;
+    if (spec.kind === 'buf' || spec.kind === 'buf?') continue;
     if (!Object.is(getPath(args, path), getPath(base, path)) || hasPath(args, path) !== hasPath(base, path)) sizeChanged = true;
   }
   for (const [path, spec] of Object.entries(c.keys)) {
@@ -95,13 +84,9 @@ function mustRefuse(c: Case, base: Args, args: Args, d: Device): string | null {
       continue;
     }
     switch (spec.kind) {
-      case 'obj':
-        if (typeof v !== 'object' || v === null) return why('is not an object');
-        break;
       case 'buf':
       case 'buf?': {
         if (spec.kind === 'buf?' && !present) break;
-        if (path.startsWith('params.') && typeof args.params !== 'object') break;
         if (!isLiveBuffer(v, d)) return why('is not a live buffer of the device');
         if (spec.dtypes !== undefined && !spec.dtypes.includes(v.dtype)) return why(`has dtype ${v.dtype}`);
         const b0 = getPath(base, path) as Buffer | undefined;
@@ -111,7 +96,6 @@ function mustRefuse(c: Case, base: Args, args: Args, d: Device): string | null {
         break;
       }
       case 'int':
-        if (typeof args.params !== 'object' && path.startsWith('params.')) break;
         if (!Number.isSafeInteger(v) || (v as number) <= 0) return why('is not a positive integer');
         break;
       case 'num':
@@ -133,7 +117,6 @@ function mustRefuse(c: Case, base: Args, args: Args, d: Device): string | null {
         if (!spec.values!.includes(v)) return why('is not one of its values');
         break;
       case 'offsets?':
-        if (typeof args.params !== 'object') break;
         if (present && (typeof v !== 'object' || v === null)) return why('is not an array');
         break;
       case 'free':
@@ -150,9 +133,9 @@ function namedArgument(c: Case, message: string): string | null {
   const end = message.indexOf(' must be ', head.length);
   return end < 0 ? null : message.slice(head.length, end);
 }
-/** Names of the case's arguments (the last part of each path). */
+/** Names of the case's arguments. */
 function argumentNames(c: Case): Set<string> {
-  return new Set(Object.keys(c.keys).map((p) => p.replace(/^params\./, '')));
+  return new Set(Object.keys(c.keys));
 }
 
 // ---- mutations ----
@@ -322,7 +305,7 @@ describe.if(emuAbsent === null)('fuzz-validation [emu]', () => {
             failures.push(`${c.fn} ${path} = ${what}: accepted`);
           } catch (e) {
             const arg = e instanceof MlxError ? namedArgument(c, e.message) : null;
-            if (!(e instanceof MlxError) || e.kind !== 'InvalidArgument' || arg === null || !arg.split(/[^\w]/).includes(path.replace(/^params\./, ''))) {
+            if (!(e instanceof MlxError) || e.kind !== 'InvalidArgument' || arg === null || !arg.split(/[^\w]/).includes(path)) {
               failures.push(`${c.fn} ${path} = ${what}: ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)}`);
             }
           } finally {
@@ -372,7 +355,6 @@ describe.if(emuAbsent === null)('fuzz-validation [emu]', () => {
         const ms: Mutation[] = [];
         for (let i = 0; i < count; i++) {
           const m = mutation(r, c, base, pools, d);
-          if (m.path === 'params' && !m.drop) m.value = typeof m.value === 'object' && m.value !== null ? { ...(m.value as Args) } : m.value;
           setPath(args, m.path, m.value, m.drop);
           ms.push(m);
         }

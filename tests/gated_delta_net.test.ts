@@ -430,7 +430,7 @@ describeBackends('gated_delta_net parity', ({ device }) => {
       k: dev.upload('bf16', [T * K], kx.subarray(0, T * K)), w: dev.upload('bf16', [T * K], w), u: dev.upload('bf16', [T * V], u),
       g: dev.upload('f32', [T], G), h0: dev.upload('f32', [V * K], h0),
       hOut: dev.alloc('bf16', [V * K]), vNew: dev.alloc('bf16', [T * V]), finalState: chunkState,
-      params: { b: 1, t: T, hg: 1, h: 1, k: K, v: V, bt: 64 },
+      batch: 1, seqLen: T, nQkHeads: 1, nHeads: 1, kDim: K, vDim: V, bt: 64,
     });
     // The recurrent kernel over the same 64 tokens and the decode token after them.
     const p: Shape = { b: 1, t: T + 1, hg: 1, h: 1, k: K, v: V };

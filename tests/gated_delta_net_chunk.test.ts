@@ -11,10 +11,10 @@ import {
   numChunks,
   validateGatedDeltaNetChunk,
   type GatedDeltaNetChunkBuffers,
-  type GatedDeltaNetChunkParams,
 } from '../ts/ops/chunk_gated_delta_rule.ts';
 import { gatedDeltaNetChunkRef, type GatedDeltaNetChunkRefInputs } from '../ts/reference/chunk_gated_delta_rule.ts';
 import { describeValidation, TOL, describeBackends, maxRelErr, nmse, rng, type Rng, expectInvalidParts, bf16 } from './helpers.ts';
+import { flat, flatName, type CumsumShape, type GdrShape, type SeedShape, type StepShape } from './gdr-args.ts';
 import * as chunkOps from '../ts/ops/chunk_gated_delta_rule.ts';
 import * as mlx from '../ts/index.ts';
 
@@ -37,7 +37,7 @@ interface GdnData extends GatedDeltaNetChunkRefInputs {
  *   L[i, j] = beta_i exp(G_i - G_j) k_i . k_j (j < i),  (I + L) u = beta v,
  *   (I + L) w = beta exp(G) k.
  */
-function makeData(r: Rng, p: GatedDeltaNetChunkParams): GdnData {
+function makeData(r: Rng, p: SeedShape): GdnData {
   const { b: B, t: T, hg: Hg, h: H, k: K, v: V, bt: BT } = p;
   const k = new Float64Array(B * T * Hg * K);
   for (let row = 0; row < B * T * Hg; row++) {
@@ -94,7 +94,7 @@ function makeData(r: Rng, p: GatedDeltaNetChunkParams): GdnData {
  * Returns the final states [B, H, V, K] and the deltas [B, T, H, V] (what the
  * chunked form calls v_new).
  */
-function tokenRecurrence(p: GatedDeltaNetChunkParams, d: GdnData): { state: Float64Array; delta: Float64Array } {
+function tokenRecurrence(p: SeedShape, d: GdnData): { state: Float64Array; delta: Float64Array } {
   const { b: B, t: T, hg: Hg, h: H, k: K, v: V } = p;
   const state = new Float64Array(B * H * V * K);
   const delta = new Float64Array(B * T * H * V);
@@ -123,7 +123,7 @@ function tokenRecurrence(p: GatedDeltaNetChunkParams, d: GdnData): { state: Floa
   return { state, delta };
 }
 
-const shape = (o: Partial<GatedDeltaNetChunkParams> = {}): GatedDeltaNetChunkParams => ({
+const shape = (o: Partial<SeedShape> = {}): SeedShape => ({
   b: 1, t: 64, hg: 1, h: 1, k: 128, v: 32, bt: 64, ...o,
 });
 
@@ -150,10 +150,10 @@ describe('gated_delta_net_chunk reference', () => {
 
 describe('gated_delta_net_chunk params', () => {
   test('numChunks, groupRatio, threadgroup bytes', () => {
-    expect(numChunks({ t: 192, bt: 64 })).toBe(3);
-    expect(numChunks({ t: 65, bt: 64 })).toBe(2);
-    expect(groupRatio({ h: 8, hg: 2 })).toBe(4);
-    expect(gatedDeltaNetChunkThreadgroupBytes({ k: 128, bt: 64 })).toBe(32 * 128 * 4 + 32 * 64 * 2);
+    expect(numChunks({ seqLen: 192, bt: 64 })).toBe(3);
+    expect(numChunks({ seqLen: 65, bt: 64 })).toBe(2);
+    expect(groupRatio({ nHeads: 8, nQkHeads: 2 })).toBe(4);
+    expect(gatedDeltaNetChunkThreadgroupBytes({ kDim: 128, bt: 64 })).toBe(32 * 128 * 4 + 32 * 64 * 2);
   });
 
   test('the packer writes struct GatedDeltaNetChunkParams', () => {
@@ -161,7 +161,7 @@ describe('gated_delta_net_chunk params', () => {
     expect(fields.every((f) => f.type === 'u32')).toBe(true);
     const p = shape({ b: 3, t: 320, hg: 2, h: 6, v: 96 });
     const want: Record<string, number> = { b: 3, t: 320, hg: 2, h: 6, k: 128, v: 96, bt: 64, nt: 5 };
-    const packed = buildGatedDeltaNetChunkParams(p);
+    const packed = buildGatedDeltaNetChunkParams(flat(p));
     expect(packed.byteLength).toBe(4 * fields.length);
     const dv = new DataView(packed.buffer, packed.byteOffset, packed.byteLength);
     for (const f of fields) expect([f.name, dv.getUint32(f.offset, true)]).toEqual([f.name, want[f.name]!]);
@@ -170,7 +170,7 @@ describe('gated_delta_net_chunk params', () => {
 
 type Bufs = GatedDeltaNetChunkBuffers;
 
-function allocBuffers(dev: Device, p: GatedDeltaNetChunkParams, over: Partial<Record<keyof Bufs, [DType, number]>> = {}): Bufs {
+function allocBuffers(dev: Device, p: SeedShape, over: Partial<Record<keyof Bufs, [DType, number]>> = {}): Bufs {
   const nt = Math.ceil(p.t / p.bt);
   const spec: Record<keyof Bufs, [DType, number]> = {
     k: ['bf16', p.b * p.t * p.hg * p.k],
@@ -196,19 +196,19 @@ describeBackends('gated_delta_net_chunk', ({ device }) => {
     const dev = device();
     const ok = shape({ t: 128, hg: 2, h: 4, v: 64 });
     const bufs = allocBuffers(dev, ok);
-    validateGatedDeltaNetChunk(ok, bufs);
+    validateGatedDeltaNetChunk({ ...flat(ok), ...bufs });
     for (const arg of ['b', 't', 'hg', 'h', 'k', 'v', 'bt'] as const) {
-      expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, [arg]: 0 }, bufs), 'gated_delta_net_chunk', `${arg} must be a positive integer`, '(got 0)');
+      expectInvalidParts(() => validateGatedDeltaNetChunk({ ...flat({ ...ok, [arg]: 0 }), ...bufs }), 'gated_delta_net_chunk', `${flatName(arg)} must be a positive integer`, '(got 0)');
     }
-    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, t: 2 ** 32 }, bufs), 'gated_delta_net_chunk', 't must be at most 2^32 - 1', '(got 4294967296)');
-    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, b: 2 ** 20, t: 2 ** 26 }, bufs), 'gated_delta_net_chunk', 'k elements must be a product of integers at most 2^53 - 1');
-    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, h: 3 }, bufs), 'gated_delta_net_chunk', 'h must be a multiple of hg (2)', '(got 3)');
-    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, k: 64 }, bufs), 'gated_delta_net_chunk', 'k must be equal to MAX_K = 128', '(got 64)');
-    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, v: 288 }, bufs), 'gated_delta_net_chunk', 'v must be at most MAX_V (256)', '(got 288)');
-    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, t: 512, bt: 512 }, bufs), 'gated_delta_net_chunk', 'threadgroup memory', 'at most 32768 bytes', '(got 49152)');
-    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, t: 100 }, bufs), 'gated_delta_net_chunk', 't must be a multiple of bt (64)', '(got 100)');
-    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, bt: 32 }, bufs), 'gated_delta_net_chunk', 'bt must be 64', '(got 32)');
-    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...ok, v: 48 }, bufs), 'gated_delta_net_chunk', 'v must be a multiple of BV (32)', '(got 48)');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...flat({ ...ok, t: 2 ** 32 }), ...bufs }), 'gated_delta_net_chunk', 'seqLen must be at most 2^32 - 1', '(got 4294967296)');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...flat({ ...ok, b: 2 ** 20, t: 2 ** 26 }), ...bufs }), 'gated_delta_net_chunk', 'k elements must be a product of integers at most 2^53 - 1');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...flat({ ...ok, h: 3 }), ...bufs }), 'gated_delta_net_chunk', 'nHeads must be a multiple of nQkHeads (2)', '(got 3)');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...flat({ ...ok, k: 64 }), ...bufs }), 'gated_delta_net_chunk', 'kDim must be equal to MAX_K = 128', '(got 64)');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...flat({ ...ok, v: 288 }), ...bufs }), 'gated_delta_net_chunk', 'vDim must be at most MAX_V (256)', '(got 288)');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...flat({ ...ok, t: 512, bt: 512 }), ...bufs }), 'gated_delta_net_chunk', 'threadgroup memory', 'at most 24576 bytes', '(got 49152)');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...flat({ ...ok, t: 100 }), ...bufs }), 'gated_delta_net_chunk', 'seqLen must be a multiple of bt (64)', '(got 100)');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...flat({ ...ok, bt: 32 }), ...bufs }), 'gated_delta_net_chunk', 'bt must be 64', '(got 32)');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...flat({ ...ok, v: 48 }), ...bufs }), 'gated_delta_net_chunk', 'vDim must be a multiple of BV (32)', '(got 48)');
     release(bufs);
   });
 
@@ -219,7 +219,7 @@ describeBackends('gated_delta_net_chunk', ({ device }) => {
       k: one('bf16'), w: one('bf16'), u: one('bf16'), g: one('f32'),
       h0: one('f32'), hOut: one('bf16'), vNew: one('bf16'), finalState: one('f32'),
     };
-    expectInvalidParts(() => validateGatedDeltaNetChunk(shape({ t: 128, hg: 2, h: 4, k: 256, v: 128 }), bufs), 'gated_delta_net_chunk', '256', 'MAX_K = 128', 'exactly', 'hard-coded');
+    expectInvalidParts(() => validateGatedDeltaNetChunk({ ...flat(shape({ t: 128, hg: 2, h: 4, k: 256, v: 128 })), ...bufs }), 'gated_delta_net_chunk', '256', 'MAX_K = 128', 'exactly', 'hard-coded');
     release(bufs);
   });
 
@@ -235,14 +235,14 @@ describeBackends('gated_delta_net_chunk', ({ device }) => {
       const right = good[key];
       const wrongDtype: DType = right.dtype === 'bf16' ? 'f32' : 'bf16';
       const bad1 = allocBuffers(dev, ok, { [key]: [wrongDtype, right.elementCount] });
-      expectInvalidParts(() => validateGatedDeltaNetChunk(ok, bad1), 'gated_delta_net_chunk', `${names[key]}.dtype must be ${right.dtype}`, `(got ${wrongDtype})`);
+      expectInvalidParts(() => validateGatedDeltaNetChunk({ ...flat(ok), ...bad1 }), 'gated_delta_net_chunk', `${names[key]}.dtype must be ${right.dtype}`, `(got ${wrongDtype})`);
       release(bad1);
       const bad2 = allocBuffers(dev, ok, { [key]: [right.dtype, right.elementCount + 1] });
-      expectInvalidParts(() => validateGatedDeltaNetChunk(ok, bad2), 'gated_delta_net_chunk', `${names[key]}.elementCount must be ${right.elementCount}`);
+      expectInvalidParts(() => validateGatedDeltaNetChunk({ ...flat(ok), ...bad2 }), 'gated_delta_net_chunk', `${names[key]}.elementCount must be ${right.elementCount}`);
       release(bad2);
     }
     const enc = dev.encoder();
-    expectInvalidParts(() => gatedDeltaNetChunk(enc, { ...good, params: { ...ok, v: 48 } }), 'gated_delta_net_chunk', 'v must be a multiple of BV (32)');
+    expectInvalidParts(() => gatedDeltaNetChunk(enc, { ...good, ...flat({ ...ok, v: 48 })}), 'gated_delta_net_chunk', 'vDim must be a multiple of BV (32)');
     enc.release();
     release(good);
   });
@@ -255,7 +255,7 @@ describeBackends('gated_delta_net_chunk', ({ device }) => {
   // one bf16 ulp of a gated value, an absolute error, so finalState is measured
   // against its largest |value|: max |error| / max |want| below 1e-3, and NMSE
   // below 1e-8.
-  const cases: { name: string; p: GatedDeltaNetChunkParams }[] = [
+  const cases: { name: string; p: SeedShape }[] = [
     { name: 'one chunk, H = Hg = 1, V = 32', p: shape({ t: 64, hg: 1, h: 1, v: 32 }) },
     { name: 'three chunks, Hg = 1 < H = 2, V = 64', p: shape({ t: 192, hg: 1, h: 2, v: 64 }) },
     { name: 'two chunks, V = 256 (8 tiles)', p: shape({ t: 128, hg: 1, h: 1, v: 256 }) },
@@ -272,7 +272,7 @@ describeBackends('gated_delta_net_chunk', ({ device }) => {
         u: up('bf16', d.u, d.u.length),
         g: up('f32', d.g, d.g.length),
         h0: up('f32', d.h0, d.h0.length),
-        hOut: dev.alloc('bf16', [p.b * numChunks(p) * p.h * p.v * p.k]),
+        hOut: dev.alloc('bf16', [p.b * numChunks(flat(p)) * p.h * p.v * p.k]),
         vNew: dev.alloc('bf16', [d.u.length]),
         finalState: dev.alloc('f32', [d.h0.length]),
       };
@@ -280,7 +280,7 @@ describeBackends('gated_delta_net_chunk', ({ device }) => {
       bufs.vNew.fill(NaN);
       bufs.finalState.fill(NaN);
       const enc = dev.encoder();
-      gatedDeltaNetChunk(enc, { ...bufs, params: p });
+      gatedDeltaNetChunk(enc, { ...bufs, ...flat(p)});
       enc.commitAndWait();
       enc.release();
 
@@ -319,7 +319,7 @@ describeBackends('gated_delta_net_chunk: the same kernel body as the varlen inte
     const ins = { k: up('bf16', d.k), w: up('bf16', d.w), u: up('bf16', d.u), g: up('f32', d.g), h0: up('f32', d.h0) };
     const outs = () => {
       const o = {
-        hOut: dev.alloc('bf16', [p.b * numChunks(p) * p.h * p.v * p.k]),
+        hOut: dev.alloc('bf16', [p.b * numChunks(flat(p)) * p.h * p.v * p.k]),
         vNew: dev.alloc('bf16', [d.u.length]),
         finalState: dev.alloc('f32', [d.h0.length]),
       };
@@ -331,10 +331,10 @@ describeBackends('gated_delta_net_chunk: the same kernel body as the varlen inte
     const layout = chunkGatedDeltaRuleLayout(p.b, p.t);
     const seqs = dev.upload('u32', [layout.seqs.length], layout.seqs);
     const enc = dev.encoder();
-    gatedDeltaNetChunk(enc, { ...ins, ...seed, params: p });
+    gatedDeltaNetChunk(enc, { ...ins, ...seed, ...flat(p)});
     gatedDeltaNetChunkInterStateVarlen(enc, {
       ...ins, ...varlen, seqs,
-      params: { nTok: layout.nTok, nt: layout.nt, nSeq: layout.nSeq, hg: p.hg, h: p.h, k: p.k, v: p.v },
+      ...flat({ nTok: layout.nTok, nt: layout.nt, nSeq: layout.nSeq, hg: p.hg, h: p.h, k: p.k, v: p.v }),
     });
     enc.commitAndWait();
     enc.release();
@@ -351,7 +351,7 @@ describeValidation('gated_delta_net_chunk: buffers, params and aliasing', ({ dev
   const params = { b: 1, t: 64, hg: 1, h: 1, k: 128, v: 32, bt: 64 };
   const args = () => ({
     k: buf('bf16', 64 * 128), w: buf('bf16', 64 * 128), u: buf('bf16', 64 * 32), g: buf('f32', 64), h0: buf('f32', 32 * 128),
-    hOut: buf('bf16', 32 * 128), vNew: buf('bf16', 64 * 32), finalState: buf('f32', 32 * 128), params,
+    hOut: buf('bf16', 32 * 128), vNew: buf('bf16', 64 * 32), finalState: buf('f32', 32 * 128), ...flat(params),
   });
 
   test('an output bound as another argument is refused (the CUDA kernel takes every binding as __restrict__)', () => {
@@ -361,14 +361,14 @@ describeValidation('gated_delta_net_chunk: buffers, params and aliasing', ({ dev
     expectInvalidParts(() => chunkOps.gatedDeltaNetChunk(enc(), { ...a, finalState: a.h0 }), 'gated_delta_net_chunk', 'finalState must be a buffer other than h0');
   });
 
-  test('null, released and foreign buffers and a missing params record are MlxErrors naming the argument', () => {
+  test('null, released and foreign buffers and a missing dimension are MlxErrors naming the argument', () => {
     const a = args();
     expectInvalidParts(() => chunkOps.gatedDeltaNetChunk(enc(), { ...a, hOut: null as unknown as mlx.Buffer }), 'gated_delta_net_chunk', 'hOut must be a Buffer', '(got null)');
     const gone = buf('f32', 64);
     gone.release();
     expectInvalidParts(() => chunkOps.gatedDeltaNetChunk(enc(), { ...a, g: gone }), 'gated_delta_net_chunk', 'g must be a live Buffer');
-    expectInvalidParts(() => chunkOps.gatedDeltaNetChunk(enc(), { ...a, params: null as unknown as typeof params }), 'gated_delta_net_chunk',
-      'params must be an object', '(got null)');
+    expectInvalidParts(() => chunkOps.gatedDeltaNetChunk(enc(), { ...a, vDim: undefined as unknown as number }), 'gated_delta_net_chunk',
+      'vDim must be a positive integer', '(got undefined)');
     const other = mlx.Device.open({ backend: device().backend });
     try {
       expectInvalidParts(() => chunkOps.gatedDeltaNetChunk(enc(), { ...a, w: other.alloc('bf16', [64 * 128]) }), 'gated_delta_net_chunk',

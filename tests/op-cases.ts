@@ -16,7 +16,6 @@ export type Kind =
   | 'bool'
   | 'bool?'
   | 'enum' // one of `values`
-  | 'obj' // the params record
   | 'offsets?' // cuSeqlens: absent or an array of offsets
   | 'free'; // anything (ignored by the op in this set)
 
@@ -40,7 +39,7 @@ export interface Case {
   fn: string;
   /** The first word of its messages. */
   op: string;
-  /** Argument paths ('x' or 'params.x') and what they are. */
+  /** The arguments and what they are. */
   keys: Record<string, KeySpec>;
   /** Pairs of arguments that may be one buffer (in place, documented). */
   inPlace?: readonly (readonly [string, string])[];
@@ -64,11 +63,9 @@ const a = (d: Device, dtype: DType, n: number): Buffer => d.alloc(dtype, [n]);
 // ---- the generators: one per op and variant ----
 
 // The chunked steps at nTok = 3 tokens in one chunk of one sequence, H = Hg = 1, K = V = 64.
-const STEP = { nTok: 3, nt: 1, nSeq: 1, hg: 1, h: 1, k: 64, v: 64 };
+const STEP = { nTok: 3, nt: 1, nSeq: 1, nQkHeads: 1, nHeads: 1, kDim: 64, vDim: 64 };
 const stepParams: Record<string, KeySpec> = {
-  params: { kind: 'obj' },
-  'params.nTok': int, 'params.nt': int, 'params.nSeq': int, 'params.hg': int, 'params.h': int,
-  'params.k': int, 'params.v': int, 'params.scale': { kind: 'num?' },
+  nTok: int, nt: int, nSeq: int, nQkHeads: int, nHeads: int, kDim: int, vDim: int, scale: { kind: 'num?' },
 };
 const chunksOf = (d: Device): Buffer => d.upload('u32', [1, 2], [0, 3]);
 const seqsOf = (d: Device): Buffer => d.upload('u32', [2, 2], [0, 0, 3, 1]);
@@ -88,8 +85,8 @@ const FLASH_ATTN_VEC_KEYS: Record<string, KeySpec> = {
 export const CASES: Case[] = [
   {
     fn: 'chunkLocalCumsum', op: 'chunk_local_cumsum',
-    keys: { gIn: buf(F), gCumsum: out(F), b: int, t: int, h: int, bt: int },
-    make: (d) => ({ gIn: a(d, 'f32', 30), gCumsum: a(d, 'f32', 30), b: 2, t: 5, h: 3, bt: 4 }),
+    keys: { gIn: buf(F), gCumsum: out(F), batch: int, seqLen: int, nHeads: int, bt: int },
+    make: (d) => ({ gIn: a(d, 'f32', 30), gCumsum: a(d, 'f32', 30), batch: 2, seqLen: 5, nHeads: 3, bt: 4 }),
   },
   {
     fn: 'computeGBeta', op: 'compute_g_beta',
@@ -181,13 +178,12 @@ export const CASES: Case[] = [
     fn: 'gatedDeltaNetChunk', op: 'gated_delta_net_chunk',
     keys: {
       k: buf(BF), w: buf(BF), u: buf(BF), g: buf(F), h0: buf(F), hOut: out(BF), vNew: out(BF), finalState: out(F),
-      params: { kind: 'obj' }, 'params.b': int, 'params.t': int, 'params.hg': int, 'params.h': int, 'params.k': int,
-      'params.v': int, 'params.bt': int,
+      batch: int, seqLen: int, nQkHeads: int, nHeads: int, kDim: int, vDim: int, bt: int,
     },
     make: (d) => ({
       k: a(d, 'bf16', 64 * 128), w: a(d, 'bf16', 64 * 128), u: a(d, 'bf16', 64 * 32), g: a(d, 'f32', 64),
       h0: a(d, 'f32', 32 * 128), hOut: a(d, 'bf16', 32 * 128), vNew: a(d, 'bf16', 64 * 32), finalState: a(d, 'f32', 32 * 128),
-      params: { b: 1, t: 64, hg: 1, h: 1, k: 128, v: 32, bt: 64 },
+      batch: 1, seqLen: 64, nQkHeads: 1, nHeads: 1, kDim: 128, vDim: 32, bt: 64,
     }),
   },
   {
@@ -243,14 +239,14 @@ export const CASES: Case[] = [
   {
     fn: 'chunkLocalCumsumVarlen', op: 'chunk_gated_delta_rule',
     keys: { gIn: buf(F), gCum: out(F), chunks: buf(U32, { table: true }), ...stepParams },
-    make: (d) => ({ gIn: a(d, 'f32', 3), gCum: a(d, 'f32', 3), chunks: chunksOf(d), params: { ...STEP } }),
+    make: (d) => ({ gIn: a(d, 'f32', 3), gCum: a(d, 'f32', 3), chunks: chunksOf(d), ...STEP }),
     fill: tableFill,
   },
   {
     fn: 'gatedDeltaNetKkt', op: 'chunk_gated_delta_rule',
     keys: { k: buf(BF), g: buf(F), beta: buf(['f32', 'bf16']), a: out(F), chunks: buf(U32, { table: true }), ...stepParams },
     make: (d) => ({
-      k: a(d, 'bf16', 192), g: a(d, 'f32', 3), beta: a(d, 'bf16', 3), a: a(d, 'f32', 192), chunks: chunksOf(d), params: { ...STEP },
+      k: a(d, 'bf16', 192), g: a(d, 'f32', 3), beta: a(d, 'bf16', 3), a: a(d, 'f32', 192), chunks: chunksOf(d), ...STEP,
     }),
     fill: tableFill,
   },
@@ -258,7 +254,7 @@ export const CASES: Case[] = [
     fn: 'chunkTriSolveInvert', op: 'chunk_gated_delta_rule',
     keys: { a: buf(F), ai: out(F), chunks: buf(U32, { table: true }), ...stepParams },
     inPlace: [['a', 'ai']],
-    make: (d) => ({ a: a(d, 'f32', 192), ai: a(d, 'f32', 192), chunks: chunksOf(d), params: { ...STEP } }),
+    make: (d) => ({ a: a(d, 'f32', 192), ai: a(d, 'f32', 192), chunks: chunksOf(d), ...STEP }),
     fill: tableFill,
   },
   {
@@ -269,7 +265,7 @@ export const CASES: Case[] = [
     },
     make: (d) => ({
       k: a(d, 'bf16', 192), v: a(d, 'bf16', 192), beta: a(d, 'f32', 3), g: a(d, 'f32', 3), ai: a(d, 'f32', 192),
-      w: a(d, 'bf16', 192), u: a(d, 'bf16', 192), chunks: chunksOf(d), params: { ...STEP },
+      w: a(d, 'bf16', 192), u: a(d, 'bf16', 192), chunks: chunksOf(d), ...STEP,
     }),
     fill: tableFill,
   },
@@ -281,7 +277,7 @@ export const CASES: Case[] = [
     },
     make: (d) => ({
       k: a(d, 'bf16', 192), w: a(d, 'bf16', 192), u: a(d, 'bf16', 192), g: a(d, 'f32', 3), h0: a(d, 'f32', 4096),
-      hOut: a(d, 'bf16', 4096), vNew: a(d, 'bf16', 192), finalState: a(d, 'f32', 4096), seqs: seqsOf(d), params: { ...STEP },
+      hOut: a(d, 'bf16', 4096), vNew: a(d, 'bf16', 192), finalState: a(d, 'f32', 4096), seqs: seqsOf(d), ...STEP,
     }),
     fill: tableFill,
   },
@@ -292,7 +288,7 @@ export const CASES: Case[] = [
     },
     make: (d) => ({
       q: a(d, 'bf16', 192), k: a(d, 'bf16', 192), vNew: a(d, 'bf16', 192), h: a(d, 'bf16', 4096), g: a(d, 'f32', 3),
-      o: a(d, 'bf16', 192), chunks: chunksOf(d), params: { ...STEP, scale: 0.125 },
+      o: a(d, 'bf16', 192), chunks: chunksOf(d), ...STEP, scale: 0.125,
     }),
     fill: tableFill,
   },
@@ -301,29 +297,25 @@ export const CASES: Case[] = [
     keys: {
       q: buf(BF), k: buf(BF), v: buf(BF), g: buf(F), beta: buf(['f32', 'bf16']), initialState: { kind: 'buf?', dtypes: F },
       o: out(BF), finalState: out(F),
-      params: { kind: 'obj' }, 'params.b': int, 'params.t': int, 'params.hg': int, 'params.h': int, 'params.k': int,
-      'params.v': int, 'params.scale': { kind: 'num?' }, 'params.cuSeqlens': { kind: 'offsets?' },
+      batch: int, seqLen: int, nQkHeads: int, nHeads: int, kDim: int, vDim: int, scale: { kind: 'num?' },
+      cuSeqlens: { kind: 'offsets?' },
     },
     make: (d) => {
       const nSeq = cu === undefined ? 1 : cu.length - 1;
-      const params: Record<string, unknown> = { b: 1, t: 3, hg: 1, h: 1, k: 64, v: 64 };
-      if (cu !== undefined) params.cuSeqlens = [...cu];
       return {
         q: a(d, 'bf16', 192), k: a(d, 'bf16', 192), v: a(d, 'bf16', 192), g: a(d, 'f32', 3), beta: a(d, 'f32', 3),
-        initialState: a(d, 'f32', nSeq * 4096), o: a(d, 'bf16', 192), finalState: a(d, 'f32', nSeq * 4096), params,
+        initialState: a(d, 'f32', nSeq * 4096), o: a(d, 'bf16', 192), finalState: a(d, 'f32', nSeq * 4096),
+        batch: 1, seqLen: 3, nQkHeads: 1, nHeads: 1, kDim: 64, vDim: 64, ...(cu === undefined ? {} : { cuSeqlens: [...cu] }),
       };
     },
   })),
 ];
 
-
 // ---- argument sets ----
 
-/** The value at an argument path ("x" or "params.x"). */
+/** The value of an argument. */
 export function getPath(args: Args, path: string): unknown {
-  if (!path.startsWith('params.')) return args[path];
-  const p = args.params;
-  return typeof p === 'object' && p !== null ? (p as Args)[path.slice(7)] : undefined;
+  return args[path];
 }
 
 /** Seeded values in every input buffer of the set (u32 tables zeroed), then the case's own contents. */

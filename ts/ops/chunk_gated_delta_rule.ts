@@ -21,7 +21,7 @@ import metalSource from '../../shaders/chunk_gated_delta_rule.metal' with { type
 import cudaSrc from '../../shaders/cuda/chunk_gated_delta_rule.cu' with { type: 'text' };
 import header from '../../shaders/chunk_gated_delta_rule.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
-import type { Device } from '../device.ts';
+import type { Device, DeviceLimits } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import {
@@ -30,6 +30,7 @@ import {
 } from '../validate.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
+import { record, type OpPlan, type PlannedDispatch } from '../plan.ts';
 
 const OP = 'chunk_gated_delta_rule';
 const FAMILY = 'chunk_gated_delta_rule';
@@ -67,9 +68,9 @@ const U32_MAX = 0xffff_ffff;
 /** struct ChunkGatedDeltaRuleParams of shaders/chunk_gated_delta_rule.metal, bound last by every step kernel there. */
 export const CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'ChunkGatedDeltaRuleParams');
 
-/** Chunks of a sequence of t tokens: ceil(t / bt). */
-export function numChunks(p: { t: number; bt: number }): number {
-  return Math.ceil(p.t / p.bt);
+/** Chunks of a sequence of seqLen tokens: ceil(seqLen / bt). */
+export function numChunks(p: { seqLen: number; bt: number }): number {
+  return Math.ceil(p.seqLen / p.bt);
 }
 
 /** Shape of the step ops: tokens and chunks over all sequences, heads and head dimensions. */
@@ -80,21 +81,22 @@ export interface GdrStepParams {
   nt: number;
   /** Sequences. */
   nSeq: number;
-  /** K heads (of q and k). */
-  hg: number;
-  /** V heads, a multiple of hg. */
-  h: number;
-  /** Head dimension of q and k: 64, 128 or 256. */
-  k: number;
-  /** Head dimension of v: a multiple of 64, at most 256. */
-  v: number;
-  /** Scale of q . k (chunk_o only; default 1 / sqrt(k)). */
+  /** K heads Hg (of q and k). */
+  nQkHeads: number;
+  /** V heads H, a multiple of nQkHeads. */
+  nHeads: number;
+  /** Head dimension K of q and k: 64, 128 or 256. */
+  kDim: number;
+  /** Head dimension V of v: a multiple of 64, at most 256. */
+  vDim: number;
+  /** Scale of q . k (chunk_o only; default 1 / sqrt(kDim)). */
   scale?: number;
 }
 
 export function packChunkGatedDeltaRuleParams(p: GdrStepParams): Uint8Array {
   return packFields(CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT, {
-    n_tok: p.nTok, nt: p.nt, n_seq: p.nSeq, hg: p.hg, h: p.h, k: p.k, v: p.v, scale: p.scale ?? 1 / Math.sqrt(p.k),
+    n_tok: p.nTok, nt: p.nt, n_seq: p.nSeq, hg: p.nQkHeads, h: p.nHeads, k: p.kDim, v: p.vDim,
+    scale: p.scale ?? 1 / Math.sqrt(p.kDim),
   });
 }
 
@@ -110,17 +112,19 @@ export interface GdrChunkLayout {
 }
 
 /**
- * The chunk tables of b sequences of t tokens, or, with cuSeqlens (b = 1),
- * of the sequences between consecutive offsets (0 = cuSeqlens[0] < ... <
- * cuSeqlens[n] = t, so every sequence has at least one token). The checks
- * before the tables are O(1); the tables take O(nSeq + nt) time and memory,
- * nt <= b * t, which chunkGatedDeltaRule bounds first by its buffers.
+ * The chunk tables of `batch` sequences of seqLen tokens, or, with cuSeqlens
+ * (batch = 1), of the sequences between consecutive offsets (0 =
+ * cuSeqlens[0] < ... < cuSeqlens[n] = seqLen, so every sequence has at least
+ * one token). The checks before the tables are O(1); the tables take
+ * O(nSeq + nt) time and memory, nt <= batch * seqLen, which
+ * chunkGatedDeltaRule bounds first by its buffers.
  */
-export function chunkGatedDeltaRuleLayout(b: number, t: number, cuSeqlens?: ArrayLike<number>): GdrChunkLayout {
-  checkPositive(OP, 'b', b);
-  checkPositive(OP, 't', t);
-  const nTok = checkedProduct(OP, 'b * t', b, t);
-  checkAtMost(OP, 'b * t', nTok, U32_MAX, '2^32 - 1');
+export function chunkGatedDeltaRuleLayout(batch: number, seqLen: number, cuSeqlens?: ArrayLike<number>): GdrChunkLayout {
+  const b = batch, t = seqLen;
+  checkPositive(OP, 'batch', b);
+  checkPositive(OP, 'seqLen', t);
+  const nTok = checkedProduct(OP, 'batch * seqLen', b, t);
+  checkAtMost(OP, 'batch * seqLen', nTok, U32_MAX, '2^32 - 1');
   let offset: (s: number) => number;
   let nSeq: number;
   if (cuSeqlens === undefined) {
@@ -136,7 +140,7 @@ export function chunkGatedDeltaRuleLayout(b: number, t: number, cuSeqlens?: Arra
         throw invalid(OP, `cuSeqlens[${i}]`, `an integer above cuSeqlens[${i - 1}] = ${offsets[i - 1]} (sequences are not empty)`, x);
       }
     }
-    if (offsets[nSeq] !== t) throw invalid(OP, `cuSeqlens[${nSeq}]`, `t = ${t}`, offsets[nSeq]);
+    if (offsets[nSeq] !== t) throw invalid(OP, `cuSeqlens[${nSeq}]`, `seqLen = ${t}`, offsets[nSeq]);
     offset = (s) => offsets[s]!;
   }
   let nt = 0;
@@ -161,36 +165,44 @@ export function chunkGatedDeltaRuleLayout(b: number, t: number, cuSeqlens?: Arra
 }
 
 /**
- * The sequences of cuSeqlens, checked in O(1): b = 1, an array-like of 2 to
- * t + 1 offsets (at most t sequences, none empty). Its contents are checked
- * by chunkGatedDeltaRuleLayout.
+ * The sequences of cuSeqlens, checked in O(1): batch = 1, an array-like of 2
+ * to seqLen + 1 offsets (at most seqLen sequences, none empty). Its contents
+ * are checked by chunkGatedDeltaRuleLayout.
  */
 function checkCuSeqlensLength(b: number, t: number, cuSeqlens: ArrayLike<number>): number {
-  if (b !== 1) throw invalid(OP, 'b', '1 when cuSeqlens is given (the sequences are concatenated along t)', b);
+  if (b !== 1) throw invalid(OP, 'batch', '1 when cuSeqlens is given (the sequences are concatenated along seqLen)', b);
   if (typeof cuSeqlens !== 'object' || cuSeqlens === null || !Number.isSafeInteger(cuSeqlens.length)) {
     throw invalid(OP, 'cuSeqlens', 'an array of offsets', cuSeqlens);
   }
   const n = cuSeqlens.length;
   if (n < 2) throw invalid(OP, 'cuSeqlens.length', 'at least 2 (0, then the end of each sequence)', n);
-  if (n > t + 1) throw invalid(OP, 'cuSeqlens.length', `at most t + 1 = ${t + 1} (sequences are not empty)`, n);
+  if (n > t + 1) throw invalid(OP, 'cuSeqlens.length', `at most seqLen + 1 = ${t + 1} (sequences are not empty)`, n);
   return n - 1;
 }
 
 /** Checks the shape that every step shares. */
 export function validateGdrStepParams(p: GdrStepParams): void {
-  checkObject(OP, 'params', p);
-  for (const [arg, value] of [['nTok', p.nTok], ['nt', p.nt], ['nSeq', p.nSeq], ['hg', p.hg], ['h', p.h], ['k', p.k], ['v', p.v]] as const) {
+  for (const [arg, value] of [
+    ['nTok', p.nTok], ['nt', p.nt], ['nSeq', p.nSeq], ['nQkHeads', p.nQkHeads], ['nHeads', p.nHeads], ['kDim', p.kDim], ['vDim', p.vDim],
+  ] as const) {
     checkPositive(OP, arg, value);
     checkAtMost(OP, arg, value, U32_MAX, '2^32 - 1');
   }
-  if (p.h % p.hg !== 0) throw invalid(OP, 'h', `a multiple of hg (${p.hg})`, p.h);
-  if (!GDR_K_VALUES.includes(p.k)) throw invalid(OP, 'k', `one of ${GDR_K_VALUES.join(', ')}`, p.k);
-  if (p.v % GDR_V_MULTIPLE !== 0 || p.v > GDR_MAX_V) throw invalid(OP, 'v', `a multiple of ${GDR_V_MULTIPLE} at most ${GDR_MAX_V}`, p.v);
+  checkHeadsAndDims(p);
   if (p.nt < Math.ceil(p.nTok / GDR_BT) || p.nt > p.nTok) throw invalid(OP, 'nt', `between ceil(nTok / 64) and nTok = ${p.nTok}`, p.nt);
   if (p.nSeq > p.nt) throw invalid(OP, 'nSeq', `at most nt = ${p.nt}`, p.nSeq);
+  checkedProduct(OP, 'nTok * nHeads * max(kDim, vDim, 64)', p.nTok, p.nHeads, Math.max(p.kDim, p.vDim, GDR_BT));
+  checkedProduct(OP, 'nt * nHeads * vDim * kDim', p.nt, p.nHeads, p.vDim, p.kDim);
+}
+
+/** The rules on heads, head dimensions and scale that the steps and the whole op share. */
+function checkHeadsAndDims(p: Pick<GdrStepParams, 'nQkHeads' | 'nHeads' | 'kDim' | 'vDim' | 'scale'>): void {
+  if (p.nHeads % p.nQkHeads !== 0) throw invalid(OP, 'nHeads', `a multiple of nQkHeads (${p.nQkHeads})`, p.nHeads);
+  if (!GDR_K_VALUES.includes(p.kDim)) throw invalid(OP, 'kDim', `one of ${GDR_K_VALUES.join(', ')}`, p.kDim);
+  if (p.vDim % GDR_V_MULTIPLE !== 0 || p.vDim > GDR_MAX_V) {
+    throw invalid(OP, 'vDim', `a multiple of ${GDR_V_MULTIPLE} at most ${GDR_MAX_V}`, p.vDim);
+  }
   if (p.scale !== undefined && !Number.isFinite(p.scale)) throw invalid(OP, 'scale', 'a finite number', p.scale);
-  checkedProduct(OP, 'nTok * h * max(k, v, 64)', p.nTok, p.h, Math.max(p.k, p.v, GDR_BT));
-  checkedProduct(OP, 'nt * h * v * k', p.nt, p.h, p.v, p.k);
 }
 
 type Expect = readonly [name: string, buf: Buffer, dtype: DType | readonly DType[], count: number];
@@ -206,22 +218,27 @@ const RESTRICT = 'the kernel writes it while other threadgroups read the other, 
 const chunksExpect = (p: GdrStepParams, b: Buffer): Expect => ['chunks', b, 'u32', 2 * p.nt];
 const seqsExpect = (p: GdrStepParams, b: Buffer): Expect => ['seqs', b, 'u32', 2 * (p.nSeq + 1)];
 
-function registry(enc: Encoder): Encoder['device']['kernels'] {
-  const kernels = enc.device.kernels;
-  kernels.register(FAMILY, CHUNK_GATED_DELTA_RULE_SOURCES, CHUNK_GATED_DELTA_RULE_KERNELS);
-  return kernels;
+/** A plan of the family. */
+function planOf(...dispatches: PlannedDispatch[]): OpPlan {
+  return { family: FAMILY, sources: CHUNK_GATED_DELTA_RULE_SOURCES, kernels: CHUNK_GATED_DELTA_RULE_KERNELS, dispatches };
+}
+
+/** A step's params struct at the binding after its buffers. */
+function stepBytes(nBuffers: number, p: GdrStepParams): (Uint8Array | undefined)[] {
+  const bytes: (Uint8Array | undefined)[] = [];
+  bytes[nBuffers] = packChunkGatedDeltaRuleParams(p);
+  return bytes;
 }
 
 // ---- steps ----
 
-export interface GdrCumsumArgs {
+export interface GdrCumsumArgs extends GdrStepParams {
   /** [nTok, H] f32 raw log decay */
   gIn: Buffer;
   /** [nTok, H] f32 (output) */
   gCum: Buffer;
   /** u32 [nt, 2] (chunkGatedDeltaRuleLayout) */
   chunks: Buffer;
-  params: GdrStepParams;
 }
 
 /**
@@ -230,9 +247,9 @@ export interface GdrCumsumArgs {
  * length of 1..64, so no table indexes past the buffers validated below.
  */
 export function validateChunkLocalCumsumVarlen(a: GdrCumsumArgs, device?: Device): void {
-  const p = a.params;
+  const p = a;
   validateGdrStepParams(p);
-  const n = p.nTok * p.h;
+  const n = p.nTok * p.nHeads;
   checkBuffers([['gIn', a.gIn, 'f32', n], ['gCum', a.gCum, 'f32', n], chunksExpect(p, a.chunks)], device);
   checkNoAliasing(OP, [['gIn', a.gIn], ['gCum', a.gCum], ['chunks', a.chunks]], ['gCum'], RESTRICT);
 }
@@ -242,17 +259,24 @@ export function validateChunkLocalCumsumVarlen(a: GdrCumsumArgs, device?: Device
  * through t. Bindings: 0 gIn, 1 gCum, 2 chunks, 3 params. Grid (nt, H), 64 threads.
  */
 export function chunkLocalCumsumVarlen(enc: Encoder, a: GdrCumsumArgs): void {
-  validateChunkLocalCumsumVarlen(a, enc.device);
-  dispatchCumsum(enc, a);
+  record(enc, planChunkLocalCumsumVarlen(a, enc.device.limits, enc.device));
 }
-function dispatchCumsum(enc: Encoder, a: GdrCumsumArgs): void {
-  const p = a.params;
-  enc.dispatch(registry(enc).pipeline(CUMSUM), {
-    buffers: [a.gIn, a.gCum, a.chunks], bytes: [, , , packChunkGatedDeltaRuleParams(p)],
-  }, [p.nt, p.h, 1], [GDR_BT, 1, 1]);
+export function planChunkLocalCumsumVarlen(a: GdrCumsumArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateChunkLocalCumsumVarlen(a, device);
+  return planOf(cumsumStep(a));
+}
+function cumsumStep(a: GdrCumsumArgs): PlannedDispatch {
+  const p = a;
+  return {
+    kernel: CUMSUM,
+    buffers: [a.gIn, a.gCum, a.chunks],
+    bytes: stepBytes(3, p),
+    grid: [p.nt, p.nHeads, 1],
+    threads: [GDR_BT, 1, 1],
+  };
 }
 
-export interface GdrKktArgs {
+export interface GdrKktArgs extends GdrStepParams {
   /** [nTok, Hg, K] bf16 */
   k: Buffer;
   /** [nTok, H] f32, cumsummed within chunks */
@@ -262,15 +286,14 @@ export interface GdrKktArgs {
   /** [nTok, H, 64] f32 (output) */
   a: Buffer;
   chunks: Buffer;
-  params: GdrStepParams;
 }
 
 export function validateGatedDeltaNetKkt(a: GdrKktArgs, device?: Device): void {
-  const p = a.params;
+  const p = a;
   validateGdrStepParams(p);
   checkBuffers([
-    ['k', a.k, 'bf16', p.nTok * p.hg * p.k], ['g', a.g, 'f32', p.nTok * p.h], ['beta', a.beta, ['f32', 'bf16'], p.nTok * p.h],
-    ['a', a.a, 'f32', p.nTok * p.h * GDR_BT], chunksExpect(p, a.chunks),
+    ['k', a.k, 'bf16', p.nTok * p.nQkHeads * p.kDim], ['g', a.g, 'f32', p.nTok * p.nHeads], ['beta', a.beta, ['f32', 'bf16'], p.nTok * p.nHeads],
+    ['a', a.a, 'f32', p.nTok * p.nHeads * GDR_BT], chunksExpect(p, a.chunks),
   ], device);
   checkNoAliasing(OP, [['k', a.k], ['g', a.g], ['beta', a.beta], ['a', a.a], ['chunks', a.chunks]], ['a'], RESTRICT);
 }
@@ -281,30 +304,36 @@ export function validateGatedDeltaNetKkt(a: GdrKktArgs, device?: Device): void {
  * Bindings: 0 k, 1 g, 2 beta, 3 a, 4 chunks, 5 params. Grid (nt, H), 256 threads.
  */
 export function gatedDeltaNetKkt(enc: Encoder, a: GdrKktArgs): void {
-  validateGatedDeltaNetKkt(a, enc.device);
-  dispatchKkt(enc, a);
+  record(enc, planGatedDeltaNetKkt(a, enc.device.limits, enc.device));
 }
-function dispatchKkt(enc: Encoder, a: GdrKktArgs): void {
-  const p = a.params;
+export function planGatedDeltaNetKkt(a: GdrKktArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateGatedDeltaNetKkt(a, device);
+  return planOf(kktStep(a));
+}
+function kktStep(a: GdrKktArgs): PlannedDispatch {
+  const p = a;
   const name = a.beta.dtype === 'bf16' ? KKT_BETA_BF16 : KKT;
-  enc.dispatch(registry(enc).pipeline(name), {
-    buffers: [a.k, a.g, a.beta, a.a, a.chunks], bytes: [, , , , , packChunkGatedDeltaRuleParams(p)],
-  }, [p.nt, p.h, 1], [256, 1, 1]);
+  return {
+    kernel: name,
+    buffers: [a.k, a.g, a.beta, a.a, a.chunks],
+    bytes: stepBytes(5, p),
+    grid: [p.nt, p.nHeads, 1],
+    threads: [256, 1, 1],
+  };
 }
 
-export interface GdrSolveArgs {
+export interface GdrSolveArgs extends GdrStepParams {
   /** [nTok, H, 64] f32, strictly lower triangular per chunk */
   a: Buffer;
   /** [nTok, H, 64] f32 (output); may be the same buffer as a */
   ai: Buffer;
   chunks: Buffer;
-  params: GdrStepParams;
 }
 
 export function validateChunkTriSolveInvert(a: GdrSolveArgs, device?: Device): void {
-  const p = a.params;
+  const p = a;
   validateGdrStepParams(p);
-  const n = p.nTok * p.h * GDR_BT;
+  const n = p.nTok * p.nHeads * GDR_BT;
   checkBuffers([['a', a.a, 'f32', n], ['ai', a.ai, 'f32', n], chunksExpect(p, a.chunks)], device);
 }
 
@@ -315,17 +344,24 @@ export function validateChunkTriSolveInvert(a: GdrSolveArgs, device?: Device): v
  * Grid (nt, H), 64 threads (one per column).
  */
 export function chunkTriSolveInvert(enc: Encoder, a: GdrSolveArgs): void {
-  validateChunkTriSolveInvert(a, enc.device);
-  dispatchSolve(enc, a);
+  record(enc, planChunkTriSolveInvert(a, enc.device.limits, enc.device));
 }
-function dispatchSolve(enc: Encoder, a: GdrSolveArgs): void {
-  const p = a.params;
-  enc.dispatch(registry(enc).pipeline(SOLVE), {
-    buffers: [a.a, a.ai, a.chunks], bytes: [, , , packChunkGatedDeltaRuleParams(p)],
-  }, [p.nt, p.h, 1], [GDR_BT, 1, 1]);
+export function planChunkTriSolveInvert(a: GdrSolveArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateChunkTriSolveInvert(a, device);
+  return planOf(solveStep(a));
+}
+function solveStep(a: GdrSolveArgs): PlannedDispatch {
+  const p = a;
+  return {
+    kernel: SOLVE,
+    buffers: [a.a, a.ai, a.chunks],
+    bytes: stepBytes(3, p),
+    grid: [p.nt, p.nHeads, 1],
+    threads: [GDR_BT, 1, 1],
+  };
 }
 
-export interface GdrWuArgs {
+export interface GdrWuArgs extends GdrStepParams {
   /** [nTok, Hg, K] bf16 */
   k: Buffer;
   /** [nTok, H, V] bf16 */
@@ -341,17 +377,16 @@ export interface GdrWuArgs {
   /** [nTok, H, V] bf16 (output) */
   u: Buffer;
   chunks: Buffer;
-  params: GdrStepParams;
 }
 
 export function validateGatedDeltaNetRecomputeWu(a: GdrWuArgs, device?: Device): void {
-  const p = a.params;
+  const p = a;
   validateGdrStepParams(p);
   checkBuffers([
-    ['k', a.k, 'bf16', p.nTok * p.hg * p.k], ['v', a.v, 'bf16', p.nTok * p.h * p.v],
-    ['beta', a.beta, ['f32', 'bf16'], p.nTok * p.h], ['g', a.g, 'f32', p.nTok * p.h],
-    ['ai', a.ai, 'f32', p.nTok * p.h * GDR_BT], ['w', a.w, 'bf16', p.nTok * p.h * p.k],
-    ['u', a.u, 'bf16', p.nTok * p.h * p.v], chunksExpect(p, a.chunks),
+    ['k', a.k, 'bf16', p.nTok * p.nQkHeads * p.kDim], ['v', a.v, 'bf16', p.nTok * p.nHeads * p.vDim],
+    ['beta', a.beta, ['f32', 'bf16'], p.nTok * p.nHeads], ['g', a.g, 'f32', p.nTok * p.nHeads],
+    ['ai', a.ai, 'f32', p.nTok * p.nHeads * GDR_BT], ['w', a.w, 'bf16', p.nTok * p.nHeads * p.kDim],
+    ['u', a.u, 'bf16', p.nTok * p.nHeads * p.vDim], chunksExpect(p, a.chunks),
   ], device);
   checkNoAliasing(OP, [
     ['k', a.k], ['v', a.v], ['beta', a.beta], ['g', a.g], ['ai', a.ai], ['w', a.w], ['u', a.u], ['chunks', a.chunks],
@@ -364,18 +399,25 @@ export function validateGatedDeltaNetRecomputeWu(a: GdrWuArgs, device?: Device):
  * 7 chunks, 8 params. Grid (nt, H), 256 threads.
  */
 export function gatedDeltaNetRecomputeWu(enc: Encoder, a: GdrWuArgs): void {
-  validateGatedDeltaNetRecomputeWu(a, enc.device);
-  dispatchWu(enc, a);
+  record(enc, planGatedDeltaNetRecomputeWu(a, enc.device.limits, enc.device));
 }
-function dispatchWu(enc: Encoder, a: GdrWuArgs): void {
-  const p = a.params;
+export function planGatedDeltaNetRecomputeWu(a: GdrWuArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateGatedDeltaNetRecomputeWu(a, device);
+  return planOf(wuStep(a));
+}
+function wuStep(a: GdrWuArgs): PlannedDispatch {
+  const p = a;
   const name = a.beta.dtype === 'bf16' ? WU_BETA_BF16 : WU;
-  enc.dispatch(registry(enc).pipeline(name), {
-    buffers: [a.k, a.v, a.beta, a.g, a.ai, a.w, a.u, a.chunks], bytes: [, , , , , , , , packChunkGatedDeltaRuleParams(p)],
-  }, [p.nt, p.h, 1], [256, 1, 1]);
+  return {
+    kernel: name,
+    buffers: [a.k, a.v, a.beta, a.g, a.ai, a.w, a.u, a.chunks],
+    bytes: stepBytes(8, p),
+    grid: [p.nt, p.nHeads, 1],
+    threads: [256, 1, 1],
+  };
 }
 
-export interface GdrInterStateArgs {
+export interface GdrInterStateArgs extends GdrStepParams {
   /** [nTok, Hg, K] bf16 */
   k: Buffer;
   /** [nTok, H, K] bf16 */
@@ -394,7 +436,6 @@ export interface GdrInterStateArgs {
   finalState: Buffer;
   /** u32 [nSeq + 1, 2] (chunkGatedDeltaRuleLayout) */
   seqs: Buffer;
-  params: GdrStepParams;
 }
 
 /**
@@ -404,13 +445,13 @@ export interface GdrInterStateArgs {
  * validated below.
  */
 export function validateGatedDeltaNetChunkInterStateVarlen(a: GdrInterStateArgs, device?: Device): void {
-  const p = a.params;
+  const p = a;
   validateGdrStepParams(p);
-  const state = p.nSeq * p.h * p.v * p.k;
+  const state = p.nSeq * p.nHeads * p.vDim * p.kDim;
   checkBuffers([
-    ['k', a.k, 'bf16', p.nTok * p.hg * p.k], ['w', a.w, 'bf16', p.nTok * p.h * p.k], ['u', a.u, 'bf16', p.nTok * p.h * p.v],
-    ['g', a.g, 'f32', p.nTok * p.h], ['h0', a.h0, 'f32', state], ['hOut', a.hOut, 'bf16', p.nt * p.h * p.v * p.k],
-    ['vNew', a.vNew, 'bf16', p.nTok * p.h * p.v], ['finalState', a.finalState, 'f32', state], seqsExpect(p, a.seqs),
+    ['k', a.k, 'bf16', p.nTok * p.nQkHeads * p.kDim], ['w', a.w, 'bf16', p.nTok * p.nHeads * p.kDim], ['u', a.u, 'bf16', p.nTok * p.nHeads * p.vDim],
+    ['g', a.g, 'f32', p.nTok * p.nHeads], ['h0', a.h0, 'f32', state], ['hOut', a.hOut, 'bf16', p.nt * p.nHeads * p.vDim * p.kDim],
+    ['vNew', a.vNew, 'bf16', p.nTok * p.nHeads * p.vDim], ['finalState', a.finalState, 'f32', state], seqsExpect(p, a.seqs),
   ], device);
   checkNoAliasing(OP, [
     ['k', a.k], ['w', a.w], ['u', a.u], ['g', a.g], ['h0', a.h0], ['hOut', a.hOut], ['vNew', a.vNew],
@@ -425,18 +466,25 @@ export function validateGatedDeltaNetChunkInterStateVarlen(a: GdrInterStateArgs,
  * 9 params. Grid (V / BV, H, nSeq), 128 threads, BV = interStateBv(k).
  */
 export function gatedDeltaNetChunkInterStateVarlen(enc: Encoder, a: GdrInterStateArgs): void {
-  validateGatedDeltaNetChunkInterStateVarlen(a, enc.device);
-  dispatchInterState(enc, a);
+  record(enc, planGatedDeltaNetChunkInterStateVarlen(a, enc.device.limits, enc.device));
 }
-function dispatchInterState(enc: Encoder, a: GdrInterStateArgs): void {
-  const p = a.params;
-  const name = p.k === 64 ? INTER_K64 : p.k === 128 ? INTER_K128 : INTER_K256;
-  enc.dispatch(registry(enc).pipeline(name), {
-    buffers: [a.k, a.w, a.u, a.g, a.h0, a.hOut, a.vNew, a.finalState, a.seqs], bytes: [, , , , , , , , , packChunkGatedDeltaRuleParams(p)],
-  }, [p.v / interStateBv(p.k), p.h, p.nSeq], [128, 1, 1]);
+export function planGatedDeltaNetChunkInterStateVarlen(a: GdrInterStateArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateGatedDeltaNetChunkInterStateVarlen(a, device);
+  return planOf(interStateStep(a));
+}
+function interStateStep(a: GdrInterStateArgs): PlannedDispatch {
+  const p = a;
+  const name = p.kDim === 64 ? INTER_K64 : p.kDim === 128 ? INTER_K128 : INTER_K256;
+  return {
+    kernel: name,
+    buffers: [a.k, a.w, a.u, a.g, a.h0, a.hOut, a.vNew, a.finalState, a.seqs],
+    bytes: stepBytes(9, p),
+    grid: [p.vDim / interStateBv(p.kDim), p.nHeads, p.nSeq],
+    threads: [128, 1, 1],
+  };
 }
 
-export interface GdrChunkOArgs {
+export interface GdrChunkOArgs extends GdrStepParams {
   /** [nTok, Hg, K] bf16 */
   q: Buffer;
   /** [nTok, Hg, K] bf16 */
@@ -450,15 +498,14 @@ export interface GdrChunkOArgs {
   /** [nTok, H, V] bf16 (output) */
   o: Buffer;
   chunks: Buffer;
-  params: GdrStepParams;
 }
 
 export function validateGatedDeltaNetChunkO(a: GdrChunkOArgs, device?: Device): void {
-  const p = a.params;
+  const p = a;
   validateGdrStepParams(p);
   checkBuffers([
-    ['q', a.q, 'bf16', p.nTok * p.hg * p.k], ['k', a.k, 'bf16', p.nTok * p.hg * p.k], ['vNew', a.vNew, 'bf16', p.nTok * p.h * p.v],
-    ['h', a.h, 'bf16', p.nt * p.h * p.v * p.k], ['g', a.g, 'f32', p.nTok * p.h], ['o', a.o, 'bf16', p.nTok * p.h * p.v],
+    ['q', a.q, 'bf16', p.nTok * p.nQkHeads * p.kDim], ['k', a.k, 'bf16', p.nTok * p.nQkHeads * p.kDim], ['vNew', a.vNew, 'bf16', p.nTok * p.nHeads * p.vDim],
+    ['h', a.h, 'bf16', p.nt * p.nHeads * p.vDim * p.kDim], ['g', a.g, 'f32', p.nTok * p.nHeads], ['o', a.o, 'bf16', p.nTok * p.nHeads * p.vDim],
     chunksExpect(p, a.chunks),
   ], device);
   checkNoAliasing(OP, [
@@ -472,20 +519,27 @@ export function validateGatedDeltaNetChunkO(a: GdrChunkOArgs, device?: Device): 
  * 5 o, 6 chunks, 7 params. Grid (V / 64, nt, H), 256 threads.
  */
 export function gatedDeltaNetChunkO(enc: Encoder, a: GdrChunkOArgs): void {
-  validateGatedDeltaNetChunkO(a, enc.device);
-  dispatchChunkO(enc, a);
+  record(enc, planGatedDeltaNetChunkO(a, enc.device.limits, enc.device));
 }
-function dispatchChunkO(enc: Encoder, a: GdrChunkOArgs): void {
-  const p = a.params;
-  enc.dispatch(registry(enc).pipeline(CHUNK_O), {
-    buffers: [a.q, a.k, a.vNew, a.h, a.g, a.o, a.chunks], bytes: [, , , , , , , packChunkGatedDeltaRuleParams(p)],
-  }, [p.v / GDR_V_MULTIPLE, p.nt, p.h], [256, 1, 1]);
+export function planGatedDeltaNetChunkO(a: GdrChunkOArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateGatedDeltaNetChunkO(a, device);
+  return planOf(chunkOStep(a));
+}
+function chunkOStep(a: GdrChunkOArgs): PlannedDispatch {
+  const p = a;
+  return {
+    kernel: CHUNK_O,
+    buffers: [a.q, a.k, a.vNew, a.h, a.g, a.o, a.chunks],
+    bytes: stepBytes(7, p),
+    grid: [p.vDim / GDR_V_MULTIPLE, p.nt, p.nHeads],
+    threads: [256, 1, 1],
+  };
 }
 
 // ---- scratch ----
 
-interface ScratchEntry {
-  key: string;
+/** The buffers a call of chunkGatedDeltaRule works in, besides its arguments. */
+export interface GdrScratch {
   gCum: Buffer;
   /** A, then Ai in place. */
   a: Buffer;
@@ -497,6 +551,28 @@ interface ScratchEntry {
   seqs: Buffer;
   /** Zero initial state, allocated on the first call without one. */
   zeros: Buffer | null;
+}
+
+/** Scratch of one shape on device, with its chunk tables written. */
+function allocScratch(d: Device, p: GdrStepParams, layout: GdrChunkLayout): GdrScratch {
+  const s: GdrScratch = {
+    gCum: d.alloc('f32', [p.nTok, p.nHeads]),
+    a: d.alloc('f32', [p.nTok, p.nHeads, GDR_BT]),
+    w: d.alloc('bf16', [p.nTok, p.nHeads, p.kDim]),
+    u: d.alloc('bf16', [p.nTok, p.nHeads, p.vDim]),
+    hSnap: d.alloc('bf16', [p.nt, p.nHeads, p.vDim, p.kDim]),
+    vNew: d.alloc('bf16', [p.nTok, p.nHeads, p.vDim]),
+    chunks: d.alloc('u32', [p.nt, 2]),
+    seqs: d.alloc('u32', [p.nSeq + 1, 2]),
+    zeros: null,
+  };
+  s.chunks.write(layout.chunks);
+  s.seqs.write(layout.seqs);
+  return s;
+}
+
+interface ScratchEntry extends GdrScratch {
+  key: string;
   /** The encoder that last recorded a call on this entry, and its recording epoch then. */
   user: WeakRef<Encoder> | null;
   userEpoch: number;
@@ -547,7 +623,7 @@ export class ChunkGatedDeltaRuleScratch {
    * backend for the work that still uses them.
    */
   entry(p: GdrStepParams, layout: GdrChunkLayout, enc: Encoder): ScratchEntry {
-    const key = `${p.h},${p.k},${p.v}:${layout.seqs.join(',')}`;
+    const key = `${p.nHeads},${p.kDim},${p.vDim}:${layout.seqs.join(',')}`;
     const at = this.entries.findIndex((e) => e.key === key && !busyFor(e, enc));
     if (at >= 0) {
       const [e] = this.entries.splice(at, 1);
@@ -555,24 +631,8 @@ export class ChunkGatedDeltaRuleScratch {
       claim(e!, enc);
       return e!;
     }
-    const d = this.device;
-    const e: ScratchEntry = {
-      key,
-      gCum: d.alloc('f32', [p.nTok, p.h]),
-      a: d.alloc('f32', [p.nTok, p.h, GDR_BT]),
-      w: d.alloc('bf16', [p.nTok, p.h, p.k]),
-      u: d.alloc('bf16', [p.nTok, p.h, p.v]),
-      hSnap: d.alloc('bf16', [p.nt, p.h, p.v, p.k]),
-      vNew: d.alloc('bf16', [p.nTok, p.h, p.v]),
-      chunks: d.alloc('u32', [p.nt, 2]),
-      seqs: d.alloc('u32', [p.nSeq + 1, 2]),
-      zeros: null,
-      user: null,
-      userEpoch: 0,
-    };
+    const e: ScratchEntry = { key, ...allocScratch(this.device, p, layout), user: null, userEpoch: 0 };
     claim(e, enc);
-    e.chunks.write(layout.chunks);
-    e.seqs.write(layout.seqs);
     this.entries.unshift(e);
     while (this.entries.length > GDR_SCRATCH_SHAPES) release(this.entries.pop()!);
     return e;
@@ -619,25 +679,25 @@ export function chunkGatedDeltaRuleScratch(device: Device): ChunkGatedDeltaRuleS
 // ---- the whole forward ----
 
 export interface ChunkGatedDeltaRuleParams {
-  /** Sequences of t tokens; 1 with cuSeqlens. */
-  b: number;
-  /** Tokens per sequence, or in all sequences with cuSeqlens. */
-  t: number;
-  /** K heads. */
-  hg: number;
-  /** V heads, a multiple of hg (GQA: V head h reads K head h / (H / Hg)). */
-  h: number;
-  /** Head dimension of q and k: 64, 128 or 256. */
-  k: number;
-  /** Head dimension of v: 64, 128, 192 or 256. */
-  v: number;
-  /** Multiplies q . k and q . h; default 1 / sqrt(k). */
+  /** Sequences B of seqLen tokens; 1 with cuSeqlens. */
+  batch: number;
+  /** Tokens T per sequence, or in all sequences with cuSeqlens. */
+  seqLen: number;
+  /** K heads Hg. */
+  nQkHeads: number;
+  /** V heads H, a multiple of nQkHeads (GQA: V head h reads K head h / (H / Hg)). */
+  nHeads: number;
+  /** Head dimension K of q and k: 64, 128 or 256. */
+  kDim: number;
+  /** Head dimension V of v: 64, 128, 192 or 256. */
+  vDim: number;
+  /** Multiplies q . k and q . h; default 1 / sqrt(kDim). */
   scale?: number;
-  /** Cumulative offsets of variable-length sequences [0, ..., t] (b = 1). */
+  /** Cumulative offsets of variable-length sequences [0, ..., seqLen] (batch = 1). */
   cuSeqlens?: ArrayLike<number>;
 }
 
-export interface ChunkGatedDeltaRuleArgs {
+export interface ChunkGatedDeltaRuleArgs extends ChunkGatedDeltaRuleParams {
   /** [B, T, Hg, K] bf16 */
   q: Buffer;
   /** [B, T, Hg, K] bf16 */
@@ -648,48 +708,47 @@ export interface ChunkGatedDeltaRuleArgs {
   g: Buffer;
   /** [B, T, H] f32 or bf16 */
   beta: Buffer;
-  /** [N, H, V, K] f32, N = b or the number of sequences; zeros when absent */
+  /** [N, H, V, K] f32, N = batch or the number of sequences; zeros when absent */
   initialState?: Buffer;
   /** [B, T, H, V] bf16 (output) */
   o: Buffer;
   /** [N, H, V, K] f32 (output) */
   finalState: Buffer;
-  params: ChunkGatedDeltaRuleParams;
 }
 
-/** The step shape of a call (validating its params and cuSeqlens). */
+/** The step shape of a call (validating its params against the chunk layout). */
 export function chunkGatedDeltaRuleStepParams(p: ChunkGatedDeltaRuleParams, layout: GdrChunkLayout): GdrStepParams {
-  const s: GdrStepParams = { nTok: layout.nTok, nt: layout.nt, nSeq: layout.nSeq, hg: p.hg, h: p.h, k: p.k, v: p.v };
+  const s: GdrStepParams = {
+    nTok: layout.nTok, nt: layout.nt, nSeq: layout.nSeq, nQkHeads: p.nQkHeads, nHeads: p.nHeads, kDim: p.kDim, vDim: p.vDim,
+  };
   if (p.scale !== undefined) s.scale = p.scale;
   validateGdrStepParams(s);
   return s;
 }
 
 /**
- * Checks the params and buffers, then builds the chunk tables. Everything
- * before the tables is O(1) in b, t and the sequences: the scalars, the
- * length of cuSeqlens, then the buffers, whose element counts prove that
- * b * t tokens (and so the tables, O(nSeq + nt) with nSeq, nt <= b * t) fit
- * memory already allocated.
+ * Checks the arguments, then builds the chunk tables. Everything before the
+ * tables is O(1) in batch, seqLen and the sequences: the scalars, the length
+ * of cuSeqlens, then the buffers, whose element counts prove that
+ * batch * seqLen tokens (and so the tables, O(nSeq + nt) with
+ * nSeq, nt <= batch * seqLen) fit memory already allocated.
  */
 export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs, device?: Device): { step: GdrStepParams; layout: GdrChunkLayout } {
-  const p = a.params;
-  checkObject(OP, 'params', p);
-  for (const [arg, value] of [['b', p.b], ['t', p.t], ['hg', p.hg], ['h', p.h], ['k', p.k], ['v', p.v]] as const) {
+  const p = a;
+  for (const [arg, value] of [
+    ['batch', p.batch], ['seqLen', p.seqLen], ['nQkHeads', p.nQkHeads], ['nHeads', p.nHeads], ['kDim', p.kDim], ['vDim', p.vDim],
+  ] as const) {
     checkPositive(OP, arg, value);
     checkAtMost(OP, arg, value, U32_MAX, '2^32 - 1');
   }
-  const nTok = checkedProduct(OP, 'b * t', p.b, p.t);
-  checkAtMost(OP, 'b * t', nTok, U32_MAX, '2^32 - 1');
-  if (p.h % p.hg !== 0) throw invalid(OP, 'h', `a multiple of hg (${p.hg})`, p.h);
-  if (!GDR_K_VALUES.includes(p.k)) throw invalid(OP, 'k', `one of ${GDR_K_VALUES.join(', ')}`, p.k);
-  if (p.v % GDR_V_MULTIPLE !== 0 || p.v > GDR_MAX_V) throw invalid(OP, 'v', `a multiple of ${GDR_V_MULTIPLE} at most ${GDR_MAX_V}`, p.v);
-  if (p.scale !== undefined && !Number.isFinite(p.scale)) throw invalid(OP, 'scale', 'a finite number', p.scale);
-  const nSeq = p.cuSeqlens === undefined ? p.b : checkCuSeqlensLength(p.b, p.t, p.cuSeqlens);
-  const qk = checkedProduct(OP, 'b * t * hg * k', nTok, p.hg, p.k);
-  const vo = checkedProduct(OP, 'b * t * h * v', nTok, p.h, p.v);
-  const gb = checkedProduct(OP, 'b * t * h', nTok, p.h);
-  const state = checkedProduct(OP, 'sequences * h * v * k', nSeq, p.h, p.v, p.k);
+  const nTok = checkedProduct(OP, 'batch * seqLen', p.batch, p.seqLen);
+  checkAtMost(OP, 'batch * seqLen', nTok, U32_MAX, '2^32 - 1');
+  checkHeadsAndDims(p);
+  const nSeq = p.cuSeqlens === undefined ? p.batch : checkCuSeqlensLength(p.batch, p.seqLen, p.cuSeqlens);
+  const qk = checkedProduct(OP, 'batch * seqLen * nQkHeads * kDim', nTok, p.nQkHeads, p.kDim);
+  const vo = checkedProduct(OP, 'batch * seqLen * nHeads * vDim', nTok, p.nHeads, p.vDim);
+  const gb = checkedProduct(OP, 'batch * seqLen * nHeads', nTok, p.nHeads);
+  const state = checkedProduct(OP, 'sequences * nHeads * vDim * kDim', nSeq, p.nHeads, p.vDim, p.kDim);
   const list: Expect[] = [
     ['q', a.q, 'bf16', qk], ['k', a.k, 'bf16', qk], ['v', a.v, 'bf16', vo], ['g', a.g, 'f32', gb],
     ['beta', a.beta, ['f32', 'bf16'], gb], ['o', a.o, 'bf16', vo], ['finalState', a.finalState, 'f32', state],
@@ -702,7 +761,7 @@ export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs, device?:
   checkNoAliasing(OP, [['q', a.q], ['k', a.k], ['o', a.o]], ['o'], 'chunk_o writes o while other threadgroups read q and k');
   checkNoAliasing(OP, [['initialState', a.initialState], ['finalState', a.finalState]], ['finalState'],
     'the inter-state kernels take both as __restrict__');
-  const layout = chunkGatedDeltaRuleLayout(p.b, p.t, p.cuSeqlens);
+  const layout = chunkGatedDeltaRuleLayout(p.batch, p.seqLen, p.cuSeqlens);
   const step = chunkGatedDeltaRuleStepParams(p, layout);
   return { step, layout };
 }
@@ -733,30 +792,38 @@ export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs, device?:
  */
 export function chunkGatedDeltaRule(enc: Encoder, a: ChunkGatedDeltaRuleArgs): void {
   const { step, layout } = validateChunkGatedDeltaRule(a, enc.device);
-  // Atomic: a refusal of any of its dispatches records none of them.
-  enc.atomic(() => record(enc, a, step, layout));
+  const s = chunkGatedDeltaRuleScratch(enc.device).entry(step, layout, enc);
+  if (a.initialState === undefined) s.zeros ??= enc.device.alloc('f32', [step.nSeq, step.nHeads, step.vDim, step.kDim]);
+  // Six dispatches, recorded atomically: a refusal of any records none of them.
+  record(enc, stepsPlan(a, step, s));
 }
 
-function record(enc: Encoder, a: ChunkGatedDeltaRuleArgs, step: GdrStepParams, layout: GdrChunkLayout): void {
-  const device = enc.device;
-  const s = chunkGatedDeltaRuleScratch(device).entry(step, layout, enc);
-  let h0 = a.initialState;
-  if (h0 === undefined) {
-    s.zeros ??= device.alloc('f32', [step.nSeq, step.h, step.v, step.k]);
-    h0 = s.zeros;
-  }
+/**
+ * chunkGatedDeltaRule's plan: validates, then its six steps over `scratch`,
+ * or over scratch of its own allocated on q's device (and a zero initial
+ * state when none is given) when absent.
+ */
+export function planChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs, _limits: DeviceLimits, device?: Device,
+  scratch?: GdrScratch): OpPlan {
+  const { step, layout } = validateChunkGatedDeltaRule(a, device);
+  const s = scratch ?? allocScratch(a.q.device, step, layout);
+  if (a.initialState === undefined) s.zeros ??= a.q.device.alloc('f32', [step.nSeq, step.nHeads, step.vDim, step.kDim]);
+  return stepsPlan(a, step, s);
+}
 
-  // No manual barriers: inside an op (an atomic section) the encoder orders
-  // each step after the writes it reads, and after a call encoded before this
-  // one that still reads the same scratch.
-  dispatchCumsum(enc, { gIn: a.g, gCum: s.gCum, chunks: s.chunks, params: step });
-  dispatchKkt(enc, { k: a.k, g: s.gCum, beta: a.beta, a: s.a, chunks: s.chunks, params: step });
-  dispatchSolve(enc, { a: s.a, ai: s.a, chunks: s.chunks, params: step });
-  dispatchWu(enc, { k: a.k, v: a.v, beta: a.beta, g: s.gCum, ai: s.a, w: s.w, u: s.u, chunks: s.chunks, params: step });
-  dispatchInterState(enc, {
-    k: a.k, w: s.w, u: s.u, g: s.gCum, h0, hOut: s.hSnap, vNew: s.vNew, finalState: a.finalState, seqs: s.seqs, params: step,
-  });
-  dispatchChunkO(enc, { q: a.q, k: a.k, vNew: s.vNew, h: s.hSnap, g: s.gCum, o: a.o, chunks: s.chunks, params: step });
+function stepsPlan(a: ChunkGatedDeltaRuleArgs, step: GdrStepParams, s: GdrScratch): OpPlan {
+  const h0 = a.initialState ?? s.zeros!;
+  // No manual barriers: the encoder orders each step after the writes it
+  // reads, and after a call encoded before this one that still reads the
+  // same scratch.
+  return planOf(
+    cumsumStep({ ...step, gIn: a.g, gCum: s.gCum, chunks: s.chunks }),
+    kktStep({ ...step, k: a.k, g: s.gCum, beta: a.beta, a: s.a, chunks: s.chunks }),
+    solveStep({ ...step, a: s.a, ai: s.a, chunks: s.chunks }),
+    wuStep({ ...step, k: a.k, v: a.v, beta: a.beta, g: s.gCum, ai: s.a, w: s.w, u: s.u, chunks: s.chunks }),
+    interStateStep({ ...step, k: a.k, w: s.w, u: s.u, g: s.gCum, h0, hOut: s.hSnap, vNew: s.vNew, finalState: a.finalState, seqs: s.seqs }),
+    chunkOStep({ ...step, q: a.q, k: a.k, vNew: s.vNew, h: s.hSnap, g: s.gCum, o: a.o, chunks: s.chunks }),
+  );
 }
 
 // ---- the seed's entries (host code written against mlx-native drives them) ----
@@ -772,12 +839,12 @@ export const CHUNK_LOCAL_CUMSUM_MAX_BT = 1024;
 export const CHUNK_LOCAL_CUMSUM_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'ChunkLocalCumsumParams');
 
 export interface ChunkLocalCumsumParams {
-  /** Batch. */
-  b: number;
-  /** Timesteps (any; the last chunk may be partial). */
-  t: number;
-  /** Heads. */
-  h: number;
+  /** Sequences B. */
+  batch: number;
+  /** Timesteps T per sequence (any; the last chunk may be partial). */
+  seqLen: number;
+  /** Heads H. */
+  nHeads: number;
   /** Chunk size (64 in FLA and the gated delta net chunk kernels). */
   bt: number;
 }
@@ -787,21 +854,23 @@ export interface ChunkLocalCumsumBuffers {
   /** f32 [b, t, h], output */
   gCumsum: Buffer;
 }
+export interface ChunkLocalCumsumArgs extends ChunkLocalCumsumBuffers, ChunkLocalCumsumParams {}
 
 export function packChunkLocalCumsumParams(p: ChunkLocalCumsumParams): Uint8Array {
-  return packFields(CHUNK_LOCAL_CUMSUM_PARAMS_LAYOUT, { b: p.b, t: p.t, h: p.h, bt: p.bt, nt: numChunks(p) });
+  return packFields(CHUNK_LOCAL_CUMSUM_PARAMS_LAYOUT, { b: p.batch, t: p.seqLen, h: p.nHeads, bt: p.bt, nt: numChunks(p) });
 }
 
 /** device: the encoder's, when the buffers must belong to it. gCumsum may be gIn (in place). */
-export function validateChunkLocalCumsum(p: ChunkLocalCumsumParams, buf: ChunkLocalCumsumBuffers, device?: Device): void {
+export function validateChunkLocalCumsum(a: ChunkLocalCumsumArgs, device?: Device): void {
   const op = 'chunk_local_cumsum';
-  checkPositive(op, 'b', p.b);
-  checkPositive(op, 't', p.t);
-  checkPositive(op, 'h', p.h);
+  const p = a, buf = a;
+  checkPositive(op, 'batch', p.batch);
+  checkPositive(op, 'seqLen', p.seqLen);
+  checkPositive(op, 'nHeads', p.nHeads);
   checkPositive(op, 'bt', p.bt);
-  checkAtMost(op, 'bt', p.bt, CHUNK_LOCAL_CUMSUM_MAX_BT, 'the threads per threadgroup limit');
-  const n = checkedProduct(op, 'b * t * h', p.b, p.t, p.h);
-  checkAtMost(op, 'b * t * h', n, U32_MAX, 'the 32-bit index limit');
+  checkAtMost(op, 'bt', p.bt, device?.limits.maxThreadsPerThreadgroup ?? CHUNK_LOCAL_CUMSUM_MAX_BT, 'the threads per threadgroup limit');
+  const n = checkedProduct(op, 'batch * seqLen * nHeads', p.batch, p.seqLen, p.nHeads);
+  checkAtMost(op, 'batch * seqLen * nHeads', n, U32_MAX, 'the 32-bit index limit');
   checkBuffer(op, 'gIn', buf.gIn, device);
   checkBuffer(op, 'gCumsum', buf.gCumsum, device);
   checkDtype(op, 'gIn', buf.gIn, 'f32');
@@ -820,12 +889,19 @@ export function validateChunkLocalCumsum(p: ChunkLocalCumsumParams, buf: ChunkLo
  * Grid: (1, h, b * nt) threadgroups of (bt, 1, 1) threads, nt = ceil(t / bt);
  * threads past t in the last chunk are masked.
  */
-export function chunkLocalCumsum(enc: Encoder, args: ChunkLocalCumsumBuffers & ChunkLocalCumsumParams): void {
-  validateChunkLocalCumsum(args, args, enc.device);
-  enc.dispatch(registry(enc).pipeline(SEED_CUMSUM), {
+export function chunkLocalCumsum(enc: Encoder, args: ChunkLocalCumsumArgs): void {
+  record(enc, planChunkLocalCumsum(args, enc.device.limits, enc.device));
+}
+export function planChunkLocalCumsum(args: ChunkLocalCumsumArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateChunkLocalCumsum(args, device);
+  checkAtMost('chunk_local_cumsum', 'bt', args.bt, limits.maxThreadsPerThreadgroup, 'the threads per threadgroup limit');
+  return planOf({
+    kernel: SEED_CUMSUM,
     buffers: [args.gIn, args.gCumsum],
     bytes: [, , packChunkLocalCumsumParams(args)],
-  }, [1, args.h, args.b * numChunks(args)], [args.bt, 1, 1]);
+    grid: [1, args.nHeads, args.batch * numChunks(args)],
+    threads: [args.bt, 1, 1],
+  });
 }
 
 const GDN_OP = 'gated_delta_net_chunk';
@@ -840,22 +916,24 @@ export const GDN_CHUNK_MAX_V = 256;
 export const GDN_CHUNK_BV = 32;
 /** The only chunk size the kernel runs. */
 export const GDN_CHUNK_BT = 64;
-/** Apple's threadgroup memory limit, which threadgroup(0) and the kernel's staging region share. */
+/** Apple's threadgroup memory limit: what validation assumes when it is given no device or limits. */
 export const GDN_CHUNK_MAX_THREADGROUP_BYTES = 32 * 1024;
+/** The kernel's static threadgroup memory: the 8 KiB staging region beside threadgroup(0). */
+export const GDN_CHUNK_STATIC_TG_BYTES = 8 * 1024;
 
 export interface GatedDeltaNetChunkParams {
-  /** Batch size B. */
-  b: number;
+  /** Sequences B. */
+  batch: number;
   /** Sequence length T, a multiple of bt. */
-  t: number;
+  seqLen: number;
   /** K heads Hg. */
-  hg: number;
-  /** V heads H, a multiple of hg (GQA). */
-  h: number;
-  /** Head dimension of K: 128. */
-  k: number;
-  /** Head dimension of V: a multiple of 32, at most 256. */
-  v: number;
+  nQkHeads: number;
+  /** V heads H, a multiple of nQkHeads (GQA). */
+  nHeads: number;
+  /** Head dimension K: 128. */
+  kDim: number;
+  /** Head dimension V: a multiple of 32, at most 256. */
+  vDim: number;
   /** Chunk size BT: 64. */
   bt: number;
 }
@@ -879,60 +957,73 @@ export interface GatedDeltaNetChunkBuffers {
   finalState: Buffer;
 }
 
-/** V heads per K head: h / hg. */
-export function groupRatio(p: Pick<GatedDeltaNetChunkParams, 'h' | 'hg'>): number {
-  return p.h / p.hg;
+/** V heads per K head: nHeads / nQkHeads. */
+export function groupRatio(p: Pick<GatedDeltaNetChunkParams, 'nHeads' | 'nQkHeads'>): number {
+  return p.nHeads / p.nQkHeads;
 }
 
 /**
  * threadgroup(0) of the kernel: the f32 state slice BV x K and the bf16 gated
  * values BV x BT (the kernel adds an 8 KiB staging region of its own: 28 KiB in all).
  */
-export function gatedDeltaNetChunkThreadgroupBytes(p: Pick<GatedDeltaNetChunkParams, 'k' | 'bt'>): number {
-  return GDN_CHUNK_BV * p.k * 4 + GDN_CHUNK_BV * p.bt * 2;
+export function gatedDeltaNetChunkThreadgroupBytes(p: Pick<GatedDeltaNetChunkParams, 'kDim' | 'bt'>): number {
+  return GDN_CHUNK_BV * p.kDim * 4 + GDN_CHUNK_BV * p.bt * 2;
 }
 
 /** struct GatedDeltaNetChunkParams of shaders/chunk_gated_delta_rule.metal: u32 [B, T, Hg, H, K, V, BT, NT]. */
 export const GATED_DELTA_NET_CHUNK_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GatedDeltaNetChunkParams');
 
 /** The kernel's params: u32 [B, T, Hg, H, K, V, BT, NT]. */
-export function buildGatedDeltaNetChunkParams(p: GatedDeltaNetChunkParams): Uint32Array {
-  return new Uint32Array([p.b, p.t, p.hg, p.h, p.k, p.v, p.bt, numChunks(p)]);
+export function buildGatedDeltaNetChunkParams(p: GatedDeltaNetChunkParams): Uint8Array {
+  return packFields(GATED_DELTA_NET_CHUNK_PARAMS_LAYOUT, {
+    b: p.batch, t: p.seqLen, hg: p.nQkHeads, h: p.nHeads, k: p.kDim, v: p.vDim, bt: p.bt, nt: numChunks(p),
+  });
 }
 
-/** Throws MlxError('InvalidArgument') naming the argument unless params and buffers fit the kernel. */
-export function validateGatedDeltaNetChunk(p: GatedDeltaNetChunkParams, bufs: GatedDeltaNetChunkBuffers, device?: Device): void {
-  checkObject(GDN_OP, 'params', p);
-  for (const [arg, value] of [['b', p.b], ['t', p.t], ['hg', p.hg], ['h', p.h], ['k', p.k], ['v', p.v], ['bt', p.bt]] as const) {
+export interface GatedDeltaNetChunkArgs extends GatedDeltaNetChunkBuffers, GatedDeltaNetChunkParams {}
+
+/**
+ * Throws MlxError('InvalidArgument') naming the argument unless the arguments
+ * fit the kernel, whose threadgroup memory is that of `limits` (the device's
+ * when only it is given; Apple's 32 KiB when neither is).
+ */
+export function validateGatedDeltaNetChunk(a: GatedDeltaNetChunkArgs, device?: Device, limits = device?.limits): void {
+  const p = a, bufs = a;
+  for (const [arg, value] of [
+    ['batch', p.batch], ['seqLen', p.seqLen], ['nQkHeads', p.nQkHeads], ['nHeads', p.nHeads], ['kDim', p.kDim], ['vDim', p.vDim], ['bt', p.bt],
+  ] as const) {
     checkPositive(GDN_OP, arg, value);
     checkAtMost(GDN_OP, arg, value, U32_MAX, '2^32 - 1');
   }
-  checkMultiple(GDN_OP, 'h', p.h, p.hg, 'hg');
-  if (p.k !== GDN_CHUNK_MAX_K) {
-    throw invalid(GDN_OP, 'k', `equal to MAX_K = ${GDN_CHUNK_MAX_K} exactly: the kernel's K-tile loops are hard-coded to ${GDN_CHUNK_MAX_K / 8} tiles of 8`, p.k);
+  checkMultiple(GDN_OP, 'nHeads', p.nHeads, p.nQkHeads, 'nQkHeads');
+  if (p.kDim !== GDN_CHUNK_MAX_K) {
+    throw invalid(GDN_OP, 'kDim', `equal to MAX_K = ${GDN_CHUNK_MAX_K} exactly: the kernel's K-tile loops are hard-coded to ${GDN_CHUNK_MAX_K / 8} tiles of 8`, p.kDim);
   }
-  checkAtMost(GDN_OP, 'v', p.v, GDN_CHUNK_MAX_V, 'MAX_V');
+  checkAtMost(GDN_OP, 'vDim', p.vDim, GDN_CHUNK_MAX_V, 'MAX_V');
+  // threadgroup(0), plus the kernel's static 8 KiB staging region.
   const tgBytes = gatedDeltaNetChunkThreadgroupBytes(p);
-  if (tgBytes > GDN_CHUNK_MAX_THREADGROUP_BYTES) {
+  const room = (limits?.maxThreadgroupMemory ?? GDN_CHUNK_MAX_THREADGROUP_BYTES) - GDN_CHUNK_STATIC_TG_BYTES;
+  if (tgBytes > room) {
     throw invalid(
-      GDN_OP, 'threadgroup memory (bv * k * 4 + bv * bt * 2)',
-      `at most ${GDN_CHUNK_MAX_THREADGROUP_BYTES} bytes (bv=${GDN_CHUNK_BV}, k=${p.k}, bt=${p.bt})`, tgBytes,
+      GDN_OP, 'threadgroup memory (bv * kDim * 4 + bv * bt * 2)',
+      `at most ${room} bytes (the device's threadgroup memory less the kernel's ${GDN_CHUNK_STATIC_TG_BYTES} static bytes; ` +
+        `bv=${GDN_CHUNK_BV}, kDim=${p.kDim}, bt=${p.bt})`, tgBytes,
     );
   }
-  checkMultiple(GDN_OP, 't', p.t, p.bt, 'bt');
+  checkMultiple(GDN_OP, 'seqLen', p.seqLen, p.bt, 'bt');
   if (p.bt !== GDN_CHUNK_BT) throw invalid(GDN_OP, 'bt', `${GDN_CHUNK_BT}`, p.bt);
-  checkMultiple(GDN_OP, 'v', p.v, GDN_CHUNK_BV, 'BV');
+  checkMultiple(GDN_OP, 'vDim', p.vDim, GDN_CHUNK_BV, 'BV');
 
   const nt = numChunks(p);
   const expected: readonly [keyof GatedDeltaNetChunkBuffers, DType, number][] = [
-    ['k', 'bf16', checkedProduct(GDN_OP, 'k elements', p.b, p.t, p.hg, p.k)],
-    ['w', 'bf16', checkedProduct(GDN_OP, 'w elements', p.b, p.t, p.h, p.k)],
-    ['u', 'bf16', checkedProduct(GDN_OP, 'u elements', p.b, p.t, p.h, p.v)],
-    ['g', 'f32', checkedProduct(GDN_OP, 'g elements', p.b, p.t, p.h)],
-    ['h0', 'f32', checkedProduct(GDN_OP, 'h0 elements', p.b, p.h, p.v, p.k)],
-    ['hOut', 'bf16', checkedProduct(GDN_OP, 'hOut elements', p.b, nt, p.h, p.v, p.k)],
-    ['vNew', 'bf16', checkedProduct(GDN_OP, 'vNew elements', p.b, p.t, p.h, p.v)],
-    ['finalState', 'f32', checkedProduct(GDN_OP, 'finalState elements', p.b, p.h, p.v, p.k)],
+    ['k', 'bf16', checkedProduct(GDN_OP, 'k elements', p.batch, p.seqLen, p.nQkHeads, p.kDim)],
+    ['w', 'bf16', checkedProduct(GDN_OP, 'w elements', p.batch, p.seqLen, p.nHeads, p.kDim)],
+    ['u', 'bf16', checkedProduct(GDN_OP, 'u elements', p.batch, p.seqLen, p.nHeads, p.vDim)],
+    ['g', 'f32', checkedProduct(GDN_OP, 'g elements', p.batch, p.seqLen, p.nHeads)],
+    ['h0', 'f32', checkedProduct(GDN_OP, 'h0 elements', p.batch, p.nHeads, p.vDim, p.kDim)],
+    ['hOut', 'bf16', checkedProduct(GDN_OP, 'hOut elements', p.batch, nt, p.nHeads, p.vDim, p.kDim)],
+    ['vNew', 'bf16', checkedProduct(GDN_OP, 'vNew elements', p.batch, p.seqLen, p.nHeads, p.vDim)],
+    ['finalState', 'f32', checkedProduct(GDN_OP, 'finalState elements', p.batch, p.nHeads, p.vDim, p.kDim)],
   ];
   for (const [key, dtype, count] of expected) {
     checkBuffer(GDN_OP, key, bufs[key], device);
@@ -941,11 +1032,6 @@ export function validateGatedDeltaNetChunk(p: GatedDeltaNetChunkParams, bufs: Ga
   }
   checkNoAliasing(GDN_OP, expected.map(([key]) => [key, bufs[key]] as const), ['hOut', 'vNew', 'finalState'],
     'the CUDA kernel takes every binding as __restrict__');
-}
-
-/** The buffers, and the shape under `params` (its k and v are dimensions, the buffers' k is the keys). */
-export interface GatedDeltaNetChunkArgs extends GatedDeltaNetChunkBuffers {
-  params: GatedDeltaNetChunkParams;
 }
 
 /**
@@ -966,16 +1052,16 @@ export interface GatedDeltaNetChunkArgs extends GatedDeltaNetChunkBuffers {
  * sequence b = tokens [b T, b T + T).
  */
 export function gatedDeltaNetChunk(enc: Encoder, args: GatedDeltaNetChunkArgs): void {
-  const p = args.params;
-  validateGatedDeltaNetChunk(p, args, enc.device);
-  enc.dispatch(
-    registry(enc).pipeline(SEED_INTER),
-    {
-      buffers: [args.k, args.w, args.u, args.g, args.h0, args.hOut, args.vNew, args.finalState],
-      bytes: [, , , , , , , , buildGatedDeltaNetChunkParams(p)],
-      threadgroupMemory: [gatedDeltaNetChunkThreadgroupBytes(p)],
-    },
-    [p.v / GDN_CHUNK_BV, p.h, p.b],
-    [128, 1, 1],
-  );
+  record(enc, planGatedDeltaNetChunk(args, enc.device.limits, enc.device));
+}
+export function planGatedDeltaNetChunk(args: GatedDeltaNetChunkArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateGatedDeltaNetChunk(args, device, limits);
+  return planOf({
+    kernel: SEED_INTER,
+    buffers: [args.k, args.w, args.u, args.g, args.h0, args.hOut, args.vNew, args.finalState],
+    bytes: [, , , , , , , , buildGatedDeltaNetChunkParams(args)],
+    threadgroupMemory: [gatedDeltaNetChunkThreadgroupBytes(args)],
+    grid: [args.vDim / GDN_CHUNK_BV, args.nHeads, args.batch],
+    threads: [128, 1, 1],
+  });
 }
