@@ -20,7 +20,7 @@ import { statusKind } from '../ts/errors.ts';
 import { DispatchBlock, packDispatch, type BindableBuffer } from '../ts/encoder.ts';
 import { constantsKey, packConstants } from '../ts/library.ts';
 import { candidatePaths, libraryFileName, loadBackend } from '../ts/native.ts';
-import { describeBackends, rng, randomArray } from './helpers.ts';
+import { describeBackends, rng, randomArray, runsOnEmulator } from './helpers.ts';
 
 /** Runs fn and returns the MlxError it throws (failing the test if it throws none or another error). */
 function mlxError(fn: () => unknown): MlxError {
@@ -501,7 +501,7 @@ describeBackends('core', ({ device, label }) => {
     let ticks = 0;
     const timer = setInterval(() => ticks++, 1);
     // Sized to take tens of milliseconds on every backend.
-    const iters = d.backend === 'emu' ? 200_000 : 50_000_000;
+    const iters = runsOnEmulator(d) ? 200_000 : 50_000_000;
     enc.dispatch(lib.pipeline('spin'), { buffers: { 0: o }, bytes: { 1: u32(iters) } }, [4, 1, 1], [64, 1, 1]);
     const t0 = performance.now();
     await enc.commit();
@@ -528,7 +528,7 @@ describeBackends('core', ({ device, label }) => {
     expectKind(() => enc.dispatch(add, binds, [1, 1, 1], [64, 1, 1]), 'InvalidArgument', 'commit in flight');
     await pending;
 
-    if (d.backend === 'emu') {
+    if (runsOnEmulator(d)) {
       enc.dispatch(lib.pipeline('oob'), { buffers: { 0: o }, bytes: { 1: u32(64) } }, [1, 1, 1], [1, 1, 1]);
       expectKind(() => enc.commitAndWait(), 'CommandBufferError');
       // The encoder records again after an error.
