@@ -2,7 +2,10 @@
 # A Debian trixie root with Swift, for building and testing swift/ on Linux.
 #
 #   bash scripts/swift-root.sh ensure          make the root, or finish it, or do nothing
-#   bash scripts/swift-root.sh run CMD [ARG..]  run CMD inside the root, in this clone
+#   bash scripts/swift-root.sh run [--offline] CMD [ARG..]
+#                                               run CMD inside the root, in this clone;
+#                                               --offline: in a network namespace of
+#                                               its own, with no network
 #
 # Why a root: Debian's Swift (package swiftlang, Swift 6.0) is in trixie, not in
 # the bookworm that CI machines run; and what it builds links against trixie's
@@ -110,12 +113,13 @@ run() {
   # A login-like environment with the toolchain's own clang and lld on PATH
   # after the system's (SwiftPM finds them there too).
   # The project's own settings (MLX_NATIVE_*, CI) pass through.
-  local passenv=() line status=0
+  local passenv=() line status=0 net=()
+  if [ "${1:-}" = --offline ]; then net=(unshare --net); shift; fi
   while IFS= read -r line; do passenv+=("$line"); done < <(env | grep -E '^(MLX_NATIVE_[A-Z0-9_]*|CI)=' || true)
   as_root env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
     PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:/usr/libexec/swift/bin \
     "${passenv[@]}" \
-    chroot "$root" /bin/bash -c 'cd "$1" 2>/dev/null || cd "$2"; shift 2; exec "$@"' bash "$PWD" "$here" "$@" || status=$?
+    "${net[@]}" chroot "$root" /bin/bash -c 'cd "$1" 2>/dev/null || cd "$2"; shift 2; exec "$@"' bash "$PWD" "$here" "$@" || status=$?
   return "$status"
 }
 
