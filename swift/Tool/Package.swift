@@ -5,7 +5,8 @@
 // its own so that the library package (swift/Package.swift) has no outside
 // dependency and builds offline; this one fetches swift-argument-parser.
 // It links the library's dynamic product, libMlxNative.dylib, from the package
-// one folder up.
+// one folder up; SwiftPM names a package given by path after its folder, so
+// that package is "swift" here.
 import PackageDescription
 
 let package = Package(
@@ -22,8 +23,8 @@ let package = Package(
         .executableTarget(
             name: "MlxNativeTool",
             dependencies: [
-                .product(name: "MlxNative", package: "MlxNative"),
-                .product(name: "CMlxNative", package: "MlxNative"),
+                .product(name: "MlxNative", package: "swift"),
+                .product(name: "CMlxNative", package: "swift"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
