@@ -407,8 +407,8 @@ final class EmulatedComputeEncoder: MTLComputeCommandEncoder {
     }
 
     /// Encodes the dispatch as a block of the C ABI with what the kernel
-    /// declares; an index the kernel declares but nothing set is left out,
-    /// and the emulator refuses the dispatch for it.
+    /// declares; a [[buffer(n)]] the kernel declares but nothing set is left
+    /// out, and the emulator refuses the dispatch for it.
     func dispatchThreadgroups(_ threadgroupsPerGrid: MTLSize, threadsPerThreadgroup: MTLSize) {
         guard usable("dispatchThreadgroups") else { return }
         guard let pipeline else { return commandBuffer.fail("dispatchThreadgroups: no pipeline state set") }
@@ -425,10 +425,10 @@ final class EmulatedComputeEncoder: MTLComputeCommandEncoder {
                 break
             }
         }
+        // An entry of the threadgroup memory table that was never set has
+        // length 0 in Metal.
         for index in pipeline.threadgroupIndices {
-            if let length = threadgroupLengths[index] {
-                records.append((MLXN_BIND_THREADGROUP_MEMORY, UInt32(index), UInt64(length), 0))
-            }
+            records.append((MLXN_BIND_THREADGROUP_MEMORY, UInt32(index), UInt64(threadgroupLengths[index] ?? 0), 0))
         }
         var block: [UInt8] = []
         func u32(_ v: UInt32) { withUnsafeBytes(of: v.littleEndian) { block += $0 } }
