@@ -131,7 +131,7 @@ public enum MTLBindingType: Int {
 
 // MARK: - Device
 
-/// https://developer.apple.com/documentation/metal/1433401-mtlcreatesystemdefaultdevice
+/// https://developer.apple.com/documentation/metal/mtlcreatesystemdefaultdevice()
 /// The emulator's device, opened once; nil (with the reason on stderr, once)
 /// when the emulator cannot be loaded or opened.
 public func MTLCreateSystemDefaultDevice() -> MTLDevice? {
