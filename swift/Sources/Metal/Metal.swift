@@ -51,7 +51,9 @@ public struct MTLSize {
 
 /// https://developer.apple.com/documentation/metal/mtlresourceoptions
 public struct MTLResourceOptions: OptionSet {
+    /// https://developer.apple.com/documentation/metal/mtlresourceoptions/rawvalue
     public let rawValue: UInt
+    /// https://developer.apple.com/documentation/metal/mtlresourceoptions/init(rawvalue:)
     public init(rawValue: UInt) { self.rawValue = rawValue }
 
     /// https://developer.apple.com/documentation/metal/mtlresourceoptions/storagemodeshared
@@ -61,7 +63,9 @@ public struct MTLResourceOptions: OptionSet {
 
 /// https://developer.apple.com/documentation/metal/mtlpipelineoption
 public struct MTLPipelineOption: OptionSet {
+    /// https://developer.apple.com/documentation/metal/mtlpipelineoption/rawvalue
     public let rawValue: UInt
+    /// https://developer.apple.com/documentation/metal/mtlpipelineoption/init(rawvalue:)
     public init(rawValue: UInt) { self.rawValue = rawValue }
 
     /// https://developer.apple.com/documentation/metal/mtlpipelineoption/bindinginfo
@@ -70,7 +74,9 @@ public struct MTLPipelineOption: OptionSet {
 
 /// https://developer.apple.com/documentation/metal/mtlbarrierscope
 public struct MTLBarrierScope: OptionSet {
+    /// https://developer.apple.com/documentation/metal/mtlbarrierscope/rawvalue
     public let rawValue: UInt
+    /// https://developer.apple.com/documentation/metal/mtlbarrierscope/init(rawvalue:)
     public init(rawValue: UInt) { self.rawValue = rawValue }
 
     /// https://developer.apple.com/documentation/metal/mtlbarrierscope/buffers
@@ -182,14 +188,16 @@ open class MTLCompileOptions: NSObject {
     /// The emulator computes precise math either way (-ffp-contract=off).
     open var fastMathEnabled: Bool = true
 
+    /// https://developer.apple.com/documentation/objectivec/nsobject/init() (inherited)
     public override init() {}
 }
 
 /// https://developer.apple.com/documentation/metal/mtlfunctionconstantvalues
 open class MTLFunctionConstantValues: NSObject {
-    /// Index -> (MLXN_CONST_* type, value bits), or the Metal type the emulator lacks.
+    /// Index -> (MLXN_CONST_* type, value bits), as the C ABI takes constants.
     var values: [Int: (type: UInt32, bits: UInt32)] = [:]
 
+    /// https://developer.apple.com/documentation/objectivec/nsobject/init() (inherited)
     public override init() {}
 
     /// https://developer.apple.com/documentation/metal/mtlfunctionconstantvalues/setconstantvalue(_:type:index:)
