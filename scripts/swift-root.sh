@@ -72,7 +72,23 @@ mount_system() {
   bind /dev/pts /dev/pts
 }
 
-in_root() { as_root env -i HOME=/root PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin LANG=C.UTF-8 chroot "$root" "$@"; }
+# apt inside the root goes through the host's proxy, if it has one.
+in_root() {
+  local proxy=() line
+  while IFS= read -r line; do proxy+=("$line"); done < <(env | grep -iE '^(https?|no)_proxy=' || true)
+  as_root env -i HOME=/root PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin LANG=C.UTF-8 "${proxy[@]}" \
+    chroot "$root" "$@"
+}
+
+# rm -rf of a tree, refused while anything is mounted below it (a run killed
+# before its cleanup, or debootstrap's own /proc): rm would reach through.
+remove_tree() {
+  if findmnt -rn -o TARGET | grep -qF "$1/"; then
+    say "not removing $1: something is mounted below it (findmnt | grep $1); unmount it first"
+    exit 1
+  fi
+  as_root rm -rf "$1"
+}
 
 ensure() {
   if [ ! -x "$root/usr/bin/apt-get" ] || [ ! -f "$root/.mlx-native-base" ]; then
@@ -83,11 +99,11 @@ ensure() {
     fi
     local partial="$root.partial"
     say "debootstrap trixie into $partial (about a minute)"
-    as_root rm -rf "$partial"
+    remove_tree "$partial"
     as_root mkdir -p "$(dirname "$root")"
     as_root debootstrap --variant=minbase trixie "$partial" "$mirror" >/dev/null
     as_root touch "$partial/.mlx-native-base"
-    as_root rm -rf "$root"
+    remove_tree "$root"
     as_root mv "$partial" "$root"
   fi
   local missing=() p
@@ -97,6 +113,7 @@ ensure() {
   if [ "${#missing[@]}" -gt 0 ]; then
     say "installing ${missing[*]} into the root (about a minute)"
     mount_system
+    in_root dpkg --configure -a  # finishes an install that was interrupted
     in_root apt-get update -qq
     in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     in_root apt-get clean
