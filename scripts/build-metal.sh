@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the metal backend on macOS (Apple Silicon):
 #   build/metal/libMlxNative.dylib    the C ABI over Metal (swift/)
-#   build/metal/mlx-native            the tool: info, kernels, compile, metallib
+#   build/metal/mlx-native            the tool (swift/Tool): info, kernels, compile, metallib
 #   build/metal/metallib/             <family>.metallib + the <family>.metal it
 #                                     was built from, when the Metal toolchain
 #                                     (xcrun metal) is installed
@@ -23,13 +23,20 @@ if [ "$(uname -s)" != "Darwin" ]; then
   exit 1
 fi
 
+# The library package (swift/) has no outside dependency; the tool's package
+# (swift/Tool/) fetches swift-argument-parser and links the library's dylib.
 cd "$root/swift"
 swift build -c "$config"
 bin="$(swift build -c "$config" --show-bin-path)"
+cd "$root/swift/Tool"
+swift build -c "$config"
+tool_bin="$(swift build -c "$config" --show-bin-path)"
 
 mkdir -p "$out" "$pkg"
 cp "$bin/libMlxNative.dylib" "$out/libMlxNative.dylib"
-cp "$bin/mlx-native" "$out/mlx-native"
+# The tool loads libMlxNative.dylib from its own folder (SwiftPM's rpath,
+# @loader_path), so it runs from build/metal/ next to the copy above.
+cp "$tool_bin/mlx-native" "$out/mlx-native"
 cp "$out/libMlxNative.dylib" "$pkg/libMlxNative.dylib"
 
 rm -rf "$out/metallib" "$pkg/metallib"

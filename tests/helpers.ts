@@ -74,6 +74,16 @@ export function openDevice(c: BackendCase): Device {
   return device;
 }
 
+
+/**
+ * True when the device's kernels run on the CPU emulator: the emu backend, or
+ * the metal backend built on Linux over the emulator (swift/Sources/Metal).
+ * Tests size long work by it, and check the emulator's run-time faults
+ * (out-of-bounds access) only where it executes.
+ */
+export function runsOnEmulator(d: Device): boolean {
+  return d.backend === 'emu' || d.name.startsWith('CPU emulator');
+}
 /**
  * One describe block per backend case, named "<name> [<label>]": run where
  * the backend is present, listed as skipped where it is not. The device is

@@ -11,7 +11,7 @@ import { expect, test } from 'bun:test';
 import { Device, MlxError, type Buffer, type Library } from '../ts/index.ts';
 import { flashAttnVec, flashAttnVecTmpElements, l2Norm } from '../ts/ops/index.ts';
 import { l2NormRef } from '../ts/reference/index.ts';
-import { describeBackends, expectMlxError, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
+import { describeBackends, expectMlxError, maxRelErr, randomArray, rng, runsOnEmulator, TOL } from './helpers.ts';
 
 const ADD_SOURCE = {
   metal: `#include <metal_stdlib>
@@ -141,7 +141,7 @@ describeBackends('lifetimes', ({ device }) => {
     await pending;
     expect(maxRelErr(y.readNumbers(), l2NormRef(x, ROWS, DIM, 1e-6))).toBeLessThan(TOL.f32);
     y.fill(0);
-    if (dev.backend === 'emu') {
+    if (runsOnEmulator(dev)) {
       // A commit that fails lets go of its buffers too (the emulator reports
       // the out-of-bounds read of x).
       const lib = compileAdd(dev);
@@ -180,7 +180,7 @@ describeBackends('lifetimes', ({ device }) => {
     const own = Device.open({ backend: device().backend });
     // Enough work that it is still running when close() is called: a GPU
     // runs the emulator's share in microseconds.
-    const { rows, dim, n } = own.backend === 'emu' ? { rows: 64, dim: 1024, n: 8 } : { rows: 4096, dim: 4096, n: 200 };
+    const { rows, dim, n } = runsOnEmulator(own) ? { rows: 64, dim: 1024, n: 8 } : { rows: 4096, dim: 4096, n: 200 };
     const xb = own.upload('f32', [rows, dim], randomArray(rng(14), rows * dim, -1, 1));
     const y = own.alloc('f32', [rows, dim]);
     const enc = own.encoder();

@@ -438,6 +438,23 @@ uint64_t mlxn_pipeline_static_threadgroup_memory(mlxn_pipeline* pipeline) {
   return pipeline ? pipeline->kernel->static_threadgroup_bytes.load() : 0;
 }
 
+// Not in mlx_native.h: the argument reflection of a pipeline, for the Swift
+// backend's Metal on Linux (swift/Sources/Metal), which loads this library
+// privately and answers MTLComputePipelineReflection.bindings with it. Writes
+// up to `cap` of the indices the kernel declares for `kind`
+// (MLXN_BIND_BUFFER: [[buffer(n)]], bound by buffers or bytes;
+// MLXN_BIND_THREADGROUP_MEMORY: [[threadgroup(n)]]) in declaration order, and
+// returns how many there are (0 for a null pipeline or another kind).
+uint32_t mlxn_emu_pipeline_binding_indices(mlxn_pipeline* pipeline, uint32_t kind, uint32_t* out, uint32_t cap) {
+  if (!pipeline) return 0;
+  const std::vector<uint32_t>* indices = nullptr;
+  if (kind == MLXN_BIND_BUFFER) indices = &pipeline->kernel->buffer_indices;
+  else if (kind == MLXN_BIND_THREADGROUP_MEMORY) indices = &pipeline->kernel->threadgroup_indices;
+  else return 0;
+  for (uint32_t i = 0; out && i < cap && i < indices->size(); ++i) out[i] = (*indices)[i];
+  return uint32_t(indices->size());
+}
+
 // ---- encoders ----
 
 mlxn_status mlxn_encoder_create(mlxn_device* device, mlxn_encoder** out, char* msg, uint64_t msg_cap) {
