@@ -6,7 +6,7 @@
  *   mlxn_block blk;
  *   if (mlxn_block_decode(block, block_len, &blk) != MLXN_BLOCK_OK) {
  *     char text[MLXN_BLOCK_MESSAGE_CAP];
- *     mlxn_block_message(&blk, text, sizeof text);   // "dispatch: ..."
+ *     mlxn_block_message(&blk, kernel_name_or_NULL, text, sizeof text);
  *     ...refuse with MLXN_ERR_INVALID_ARGUMENT and text
  *   }
  *
@@ -41,7 +41,7 @@ extern "C" {
  * index: 2 * MLXN_MAX_BINDINGS. */
 #define MLXN_BLOCK_MAX_RECORDS 62u
 /* Enough for every message of mlxn_block_message. */
-#define MLXN_BLOCK_MESSAGE_CAP 256u
+#define MLXN_BLOCK_MESSAGE_CAP 512u
 
 /* Why a block is refused (mlxn_block.error). The block's own faults: */
 #define MLXN_BLOCK_OK                   0
@@ -137,6 +137,7 @@ static inline int32_t mlxn_block_decode(const void* block, uint64_t block_len, m
   uint64_t want, reserved, tg = 0;
   uint32_t buffers = 0, threadgroups = 0;
   blk->error = MLXN_BLOCK_OK;
+  blk->pipeline = 0;
   blk->block_len = block_len;
   blk->binding_count = 0;
   blk->payload_bytes = 0;
@@ -221,9 +222,11 @@ static inline const char* mlxn_block_kind_name_(uint32_t kind) {
 }
 
 /* Writes the words of blk's refusal into out (at most cap bytes, NUL
- * terminated); returns out. Every message starts "dispatch: " and says what
- * must hold and what the block has. */
-static inline char* mlxn_block_message(const mlxn_block* blk, char* out, size_t cap) {
+ * terminated); returns out. Every message starts "dispatch: ", then
+ * "kernel '<kernel>': " where the backend knows the pipeline (kernel non-NULL:
+ * the header's handle is one of its live pipelines), and says what must hold
+ * and what the block has. */
+static inline char* mlxn_block_message(const mlxn_block* blk, const char* kernel, char* out, size_t cap) {
   typedef unsigned long long ull;
   static const char axes[] = "xyz";
   const uint32_t at = blk->error_at;
@@ -235,8 +238,12 @@ static inline char* mlxn_block_message(const mlxn_block* blk, char* out, size_t 
                            e == MLXN_BLOCK_E_BUFFER_OFFSET;
   const mlxn_block_binding* b = &blk->bindings[about_record && at < MLXN_BLOCK_MAX_RECORDS ? at : 0];
   const char* tg = about_record && b->kind == MLXN_BIND_THREADGROUP_MEMORY ? "threadgroup" : "buffer";
-  char where[96];
+  char where[96], head[160];
   if (cap == 0) return out;
+  if (kernel != NULL)
+    snprintf(head, sizeof head, "dispatch: kernel '%.128s': ", kernel);
+  else
+    snprintf(head, sizeof head, "dispatch: ");
   where[0] = 0;
   if (e == MLXN_BLOCK_E_INDEX)
     snprintf(where, sizeof where, "binding %u (%s)", (unsigned)at, mlxn_block_kind_name_(b->kind));
@@ -245,52 +252,50 @@ static inline char* mlxn_block_message(const mlxn_block* blk, char* out, size_t 
              (unsigned)b->index);
   switch (e) {
     case MLXN_BLOCK_OK:
-      snprintf(out, cap, "dispatch: the block is valid");
+      snprintf(out, cap, "%sthe block is valid", head);
       break;
     case MLXN_BLOCK_E_NULL:
-      snprintf(out, cap, "dispatch: block must be non-NULL");
+      snprintf(out, cap, "%sblock must be non-NULL", head);
       break;
     case MLXN_BLOCK_E_SHORT:
-      snprintf(out, cap, "dispatch: block_len must be at least %u, the header's size (got %llu)",
+      snprintf(out, cap, "%sblock_len must be at least %u, the header's size (got %llu)", head,
                (unsigned)MLXN_DISPATCH_HEADER_BYTES, (ull)blk->block_len);
       break;
     case MLXN_BLOCK_E_COUNT:
       snprintf(out, cap,
-               "dispatch: binding count must be at most %u, one per [[buffer(i)]] and [[threadgroup(i)]] index "
-               "(got %llu)",
-               (unsigned)MLXN_BLOCK_MAX_RECORDS, actual);
+               "%sbinding count must be at most %u, one per [[buffer(i)]] and [[threadgroup(i)]] index (got %llu)",
+               head, (unsigned)MLXN_BLOCK_MAX_RECORDS, actual);
       break;
     case MLXN_BLOCK_E_LENGTH:
-      snprintf(out, cap, "dispatch: block_len must be %u + %u * %u bindings + %u payload bytes = %llu (got %llu)",
+      snprintf(out, cap, "%sblock_len must be %u + %u * %u bindings + %u payload bytes = %llu (got %llu)", head,
                (unsigned)MLXN_DISPATCH_HEADER_BYTES, (unsigned)MLXN_DISPATCH_BINDING_BYTES,
                (unsigned)blk->binding_count, (unsigned)blk->payload_bytes, limit, actual);
       break;
     case MLXN_BLOCK_E_RESERVED:
-      snprintf(out, cap, "dispatch: the header's reserved field (byte %u) must be 0 (got %llu)",
+      snprintf(out, cap, "%sthe header's reserved field (byte %u) must be 0 (got %llu)", head,
                (unsigned)MLXN_BLOCK_RESERVED, actual);
       break;
     case MLXN_BLOCK_E_GRID_ZERO:
-      snprintf(out, cap, "dispatch: threadgroups per grid must be positive on every axis (got %ux%ux%u)",
+      snprintf(out, cap, "%sthreadgroups per grid must be positive on every axis (got %ux%ux%u)", head,
                (unsigned)blk->grid[0], (unsigned)blk->grid[1], (unsigned)blk->grid[2]);
       break;
     case MLXN_BLOCK_E_THREADS_ZERO:
-      snprintf(out, cap, "dispatch: threads per threadgroup must be positive on every axis (got %ux%ux%u)",
+      snprintf(out, cap, "%sthreads per threadgroup must be positive on every axis (got %ux%ux%u)", head,
                (unsigned)blk->threads[0], (unsigned)blk->threads[1], (unsigned)blk->threads[2]);
       break;
     case MLXN_BLOCK_E_GRID_THREADS:
       snprintf(out, cap,
-               "dispatch: threads per grid on axis %c must be at most %llu, 32 bits (got %u threadgroups x %u "
-               "threads = %llu)",
-               axes[at % 3], limit, (unsigned)blk->grid[at % 3], (unsigned)blk->threads[at % 3], actual);
+               "%sthreads per grid on axis %c must be at most %llu, 32 bits (got %u threadgroups x %u threads = %llu)",
+               head, axes[at % 3], limit, (unsigned)blk->grid[at % 3], (unsigned)blk->threads[at % 3], actual);
       break;
     case MLXN_BLOCK_E_KIND:
       snprintf(out, cap,
-               "dispatch: binding %u: kind must be %u (buffer), %u (bytes) or %u (threadgroup memory) (got %llu)",
+               "%sbinding %u: kind must be %u (buffer), %u (bytes) or %u (threadgroup memory) (got %llu)", head,
                (unsigned)at, (unsigned)MLXN_BIND_BUFFER, (unsigned)MLXN_BIND_BYTES,
                (unsigned)MLXN_BIND_THREADGROUP_MEMORY, actual);
       break;
     case MLXN_BLOCK_E_INDEX:
-      snprintf(out, cap, "dispatch: %s: index must be below %u (got %llu)", where, (unsigned)MLXN_MAX_BINDINGS,
+      snprintf(out, cap, "%s%s: index must be below %u (got %llu)", head, where, (unsigned)MLXN_MAX_BINDINGS,
                actual);
       break;
     case MLXN_BLOCK_E_DUPLICATE: {
@@ -301,49 +306,48 @@ static inline char* mlxn_block_message(const mlxn_block* blk, char* out, size_t 
         const mlxn_block_binding* o = &blk->bindings[j];
         if (o->index == b->index && (o->kind == MLXN_BIND_THREADGROUP_MEMORY) == tgk) break;
       }
-      snprintf(out, cap, "dispatch: %s: [[%s(%u)]] must be bound once (binding %u binds it too)", where, tg,
+      snprintf(out, cap, "%s%s: [[%s(%u)]] must be bound once (binding %u binds it too)", head, where, tg,
                (unsigned)b->index, (unsigned)j);
       break;
     }
     case MLXN_BLOCK_E_PAYLOAD_RANGE:
-      snprintf(out, cap, "dispatch: %s: offset + length must be at most the payload's %u bytes (got %llu + %llu)",
+      snprintf(out, cap, "%s%s: offset + length must be at most the payload's %u bytes (got %llu + %llu)", head,
                where, (unsigned)blk->payload_bytes, (ull)b->offset, (ull)b->length);
       break;
     case MLXN_BLOCK_E_THREADGROUP_B:
-      snprintf(out, cap, "dispatch: %s: the record's b must be 0 (got %llu)", where, actual);
+      snprintf(out, cap, "%s%s: the record's b must be 0 (got %llu)", head, where, actual);
       break;
     case MLXN_BLOCK_E_PIPELINE:
-      snprintf(out, cap, "dispatch: the pipeline handle must be a live pipeline of the encoder's device (got 0x%llx)",
+      snprintf(out, cap, "%sthe pipeline handle must be a live pipeline of the encoder's device (got 0x%llx)", head,
                actual);
       break;
     case MLXN_BLOCK_E_BUFFER:
-      snprintf(out, cap, "dispatch: %s: the handle must be a live buffer of the encoder's device (got 0x%llx)",
+      snprintf(out, cap, "%s%s: the handle must be a live buffer of the encoder's device (got 0x%llx)", head,
                where, actual);
       break;
     case MLXN_BLOCK_E_BUFFER_OFFSET:
-      snprintf(out, cap, "dispatch: %s: offset must be at most the buffer's length, %llu bytes (got %llu)", where,
+      snprintf(out, cap, "%s%s: offset must be at most the buffer's length, %llu bytes (got %llu)", head, where,
                limit, (ull)b->offset);
       break;
     case MLXN_BLOCK_E_GRID_LIMIT:
-      snprintf(out, cap, "dispatch: threadgroups per grid on axis %c must be at most %llu on this device (got %u)",
+      snprintf(out, cap, "%sthreadgroups per grid on axis %c must be at most %llu on this device (got %u)", head,
                axes[at % 3], limit, (unsigned)blk->grid[at % 3]);
       break;
     case MLXN_BLOCK_E_THREADS_LIMIT:
-      snprintf(out, cap, "dispatch: threads per threadgroup on axis %c must be at most %llu on this device (got %u)",
+      snprintf(out, cap, "%sthreads per threadgroup on axis %c must be at most %llu on this device (got %u)", head,
                axes[at % 3], limit, (unsigned)blk->threads[at % 3]);
       break;
     case MLXN_BLOCK_E_THREADGROUP_SIZE:
-      snprintf(out, cap, "dispatch: threads per threadgroup must be at most %llu for this pipeline (got %ux%ux%u = %llu)",
+      snprintf(out, cap, "%sthreads per threadgroup must be at most %llu for this pipeline (got %ux%ux%u = %llu)", head,
                limit, (unsigned)blk->threads[0], (unsigned)blk->threads[1], (unsigned)blk->threads[2], actual);
       break;
     case MLXN_BLOCK_E_THREADGROUP_MEMORY:
       snprintf(out, cap,
-               "dispatch: threadgroup memory must be at most %llu bytes per threadgroup (got %llu bytes bound + %llu "
-               "static)",
-               limit, actual, extra);
+               "%sthreadgroup memory must be at most %llu bytes per threadgroup (got %llu bytes bound + %llu bytes static)",
+               head, limit, actual, extra);
       break;
     default:
-      snprintf(out, cap, "dispatch: refused (code %d)", (int)blk->error);
+      snprintf(out, cap, "%srefused (code %d)", head, (int)blk->error);
       break;
   }
   return out;

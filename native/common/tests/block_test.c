@@ -73,7 +73,7 @@ static mlxn_block blk;
 static void refused(int line, const void* data, uint64_t len, int32_t code, const char* want) {
   char text[MLXN_BLOCK_MESSAGE_CAP];
   const int32_t got = mlxn_block_decode(data, len, &blk);
-  mlxn_block_message(&blk, text, sizeof text);
+  mlxn_block_message(&blk, NULL, text, sizeof text);
   ++checks;
   if (got != code || blk.error != code || strcmp(text, want) != 0) {
     ++failures;
@@ -87,7 +87,7 @@ static void words(int line, int32_t code, uint32_t at, uint64_t actual, uint64_t
                   const char* want) {
   char text[MLXN_BLOCK_MESSAGE_CAP];
   CHECK(mlxn_block_fail(&blk, code, at, actual, limit, extra) == code, "fail returns its code");
-  mlxn_block_message(&blk, text, sizeof text);
+  mlxn_block_message(&blk, NULL, text, sizeof text);
   ++checks;
   if (strcmp(text, want) != 0) {
     ++failures;
@@ -306,18 +306,33 @@ int main(void) {
   WORDS(MLXN_BLOCK_E_THREADGROUP_SIZE, 0, 256, 128, 0,
         "dispatch: threads per threadgroup must be at most 128 for this pipeline (got 32x4x2 = 256)");
   WORDS(MLXN_BLOCK_E_THREADGROUP_MEMORY, 0, 40960, 32768, 1024,
-        "dispatch: threadgroup memory must be at most 32768 bytes per threadgroup (got 40960 bytes bound + 1024 "
+        "dispatch: threadgroup memory must be at most 32768 bytes per threadgroup (got 40960 bytes bound + 1024 bytes "
         "static)");
+
+  /* Where the backend knows the kernel, the words name it. */
+  {
+    char text[MLXN_BLOCK_MESSAGE_CAP];
+    char longname[300];
+    mlxn_block_fail(&blk, MLXN_BLOCK_E_BUFFER_OFFSET, 0, 404, 400, 0);
+    CHECK(strcmp(mlxn_block_message(&blk, "add_delta", text, sizeof text),
+                 "dispatch: kernel 'add_delta': binding 0 (buffer [[buffer(0)]]): offset must be at most the buffer's "
+                 "length, 400 bytes (got 404)") == 0,
+          "with a kernel: %s", text);
+    memset(longname, 'k', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    mlxn_block_message(&blk, longname, text, sizeof text);
+    CHECK(strlen(text) < sizeof text && strstr(text, "(got 404)") != NULL, "a long kernel name is cut: %s", text);
+  }
 
   /* A short buffer truncates the words, NUL-terminated. */
   {
     char small[12];
     memset(small, 'x', sizeof small);
     mlxn_block_fail(&blk, MLXN_BLOCK_E_NULL, 0, 0, 0, 0);
-    mlxn_block_message(&blk, small, sizeof small);
+    mlxn_block_message(&blk, NULL, small, sizeof small);
     CHECK(strcmp(small, "dispatch: b") == 0, "truncated: %s", small);
     small[0] = 'x';
-    mlxn_block_message(&blk, small, 0);
+    mlxn_block_message(&blk, NULL, small, 0);
     CHECK(small[0] == 'x', "cap 0 writes nothing");
   }
 
