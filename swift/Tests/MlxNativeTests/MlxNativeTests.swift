@@ -281,7 +281,7 @@ final class MlxNativeTests: XCTestCase {
         var pastEnd = Block()
         pastEnd.buffer(0, x, offset: 65)
         XCTAssertEqual(dispatch(enc, pastEnd.encode(pipeline: pipe, grid: [1, 1, 1], threads: [16, 1, 1])), invalid)
-        XCTAssertTrue(message.contains("past the end"), message)
+        XCTAssertTrue(message.contains("binding 0 (buffer [[buffer(0)]]): offset must be at most the buffer's length"), message)
 
         var tooMuchShared = Block()
         tooMuchShared.buffer(0, x)
