@@ -133,8 +133,9 @@ static inline const mlxn_block_binding* mlxn_block_binding_at(const mlxn_block* 
 static inline int32_t mlxn_block_decode(const void* block, uint64_t block_len, mlxn_block* blk) {
   const uint8_t* p = (const uint8_t*)block;
   const uint8_t* rec;
-  uint32_t n, payload, i, d;
-  uint64_t want, reserved, tg = 0;
+  const uint8_t* data;
+  uint32_t n, payload, i, g0, g1, g2, t0, t1, t2;
+  uint64_t want, reserved, tg = 0, per_axis[3];
   uint32_t buffers = 0, threadgroups = 0;
   blk->error = MLXN_BLOCK_OK;
   blk->pipeline = 0;
@@ -144,31 +145,34 @@ static inline int32_t mlxn_block_decode(const void* block, uint64_t block_len, m
   if (p == NULL) return mlxn_block_fail(blk, MLXN_BLOCK_E_NULL, 0, 0, 0, 0);
   if (block_len < MLXN_DISPATCH_HEADER_BYTES) return mlxn_block_fail(blk, MLXN_BLOCK_E_SHORT, 0, block_len, 0, 0);
   blk->pipeline = mlxn_block_u64_(p + MLXN_BLOCK_PIPELINE);
-  for (d = 0; d < 3; ++d) {
-    blk->grid[d] = mlxn_block_u32_(p + MLXN_BLOCK_GRID + 4 * d);
-    blk->threads[d] = mlxn_block_u32_(p + MLXN_BLOCK_THREADS + 4 * d);
-  }
-  n = mlxn_block_u32_(p + MLXN_BLOCK_BINDING_COUNT);
-  payload = mlxn_block_u32_(p + MLXN_BLOCK_PAYLOAD_BYTES);
-  blk->binding_count = n;
-  blk->payload_bytes = payload;
+  blk->grid[0] = g0 = mlxn_block_u32_(p + MLXN_BLOCK_GRID);
+  blk->grid[1] = g1 = mlxn_block_u32_(p + MLXN_BLOCK_GRID + 4);
+  blk->grid[2] = g2 = mlxn_block_u32_(p + MLXN_BLOCK_GRID + 8);
+  blk->threads[0] = t0 = mlxn_block_u32_(p + MLXN_BLOCK_THREADS);
+  blk->threads[1] = t1 = mlxn_block_u32_(p + MLXN_BLOCK_THREADS + 4);
+  blk->threads[2] = t2 = mlxn_block_u32_(p + MLXN_BLOCK_THREADS + 8);
+  blk->binding_count = n = mlxn_block_u32_(p + MLXN_BLOCK_BINDING_COUNT);
+  blk->payload_bytes = payload = mlxn_block_u32_(p + MLXN_BLOCK_PAYLOAD_BYTES);
   if (n > MLXN_BLOCK_MAX_RECORDS) return mlxn_block_fail(blk, MLXN_BLOCK_E_COUNT, 0, n, 0, 0);
   /* n and p are 32-bit: the sum cannot overflow 64 bits. */
   want = MLXN_DISPATCH_HEADER_BYTES + (uint64_t)MLXN_DISPATCH_BINDING_BYTES * n + payload;
   if (block_len != want) return mlxn_block_fail(blk, MLXN_BLOCK_E_LENGTH, 0, block_len, want, 0);
   reserved = mlxn_block_u64_(p + MLXN_BLOCK_RESERVED);
   if (reserved != 0) return mlxn_block_fail(blk, MLXN_BLOCK_E_RESERVED, 0, reserved, 0, 0);
-  if (blk->grid[0] == 0 || blk->grid[1] == 0 || blk->grid[2] == 0)
-    return mlxn_block_fail(blk, MLXN_BLOCK_E_GRID_ZERO, 0, 0, 0, 0);
-  if (blk->threads[0] == 0 || blk->threads[1] == 0 || blk->threads[2] == 0)
-    return mlxn_block_fail(blk, MLXN_BLOCK_E_THREADS_ZERO, 0, 0, 0, 0);
+  /* Bitwise |, not ||: one test on the common path. */
+  if ((g0 == 0) | (g1 == 0) | (g2 == 0)) return mlxn_block_fail(blk, MLXN_BLOCK_E_GRID_ZERO, 0, 0, 0, 0);
+  if ((t0 == 0) | (t1 == 0) | (t2 == 0)) return mlxn_block_fail(blk, MLXN_BLOCK_E_THREADS_ZERO, 0, 0, 0, 0);
   /* thread_position_in_grid is a uint3 (Metal), blockIdx * blockDim an
    * unsigned int (CUDA): the threads per grid on each axis must fit in 32 bits. */
-  for (d = 0; d < 3; ++d) {
-    const uint64_t t = (uint64_t)blk->grid[d] * blk->threads[d];
-    if (t > UINT32_MAX) return mlxn_block_fail(blk, MLXN_BLOCK_E_GRID_THREADS, d, t, UINT32_MAX, 0);
+  per_axis[0] = (uint64_t)g0 * t0;
+  per_axis[1] = (uint64_t)g1 * t1;
+  per_axis[2] = (uint64_t)g2 * t2;
+  if ((per_axis[0] | per_axis[1] | per_axis[2]) > UINT32_MAX) {
+    const uint32_t d = per_axis[0] > UINT32_MAX ? 0 : per_axis[1] > UINT32_MAX ? 1 : 2;
+    return mlxn_block_fail(blk, MLXN_BLOCK_E_GRID_THREADS, d, per_axis[d], UINT32_MAX, 0);
   }
   rec = p + MLXN_DISPATCH_HEADER_BYTES;
+  data = rec + (uint64_t)MLXN_DISPATCH_BINDING_BYTES * n;
   for (i = 0; i < n; ++i, rec += MLXN_DISPATCH_BINDING_BYTES) {
     mlxn_block_binding* b = &blk->bindings[i];
     const uint32_t kind = mlxn_block_u32_(rec + MLXN_RECORD_KIND);
@@ -178,36 +182,39 @@ static inline int32_t mlxn_block_decode(const void* block, uint64_t block_len, m
     uint32_t bit;
     b->kind = kind;
     b->index = index;
-    b->handle = 0;
-    b->offset = 0;
-    b->length = 0;
-    b->data = NULL;
     if (kind != MLXN_BIND_BUFFER && kind != MLXN_BIND_BYTES && kind != MLXN_BIND_THREADGROUP_MEMORY)
       return mlxn_block_fail(blk, MLXN_BLOCK_E_KIND, i, kind, 0, 0);
     if (index >= MLXN_MAX_BINDINGS) return mlxn_block_fail(blk, MLXN_BLOCK_E_INDEX, i, index, 0, 0);
     bit = 1u << index;
-    if (kind == MLXN_BIND_THREADGROUP_MEMORY) {
+    if (kind == MLXN_BIND_BUFFER) {
+      b->handle = a;
+      b->offset = bb;
+      b->length = 0;
+      b->data = NULL;
+      if (buffers & bit) return mlxn_block_fail(blk, MLXN_BLOCK_E_DUPLICATE, i, index, 0, 0);
+      buffers |= bit;
+    } else if (kind == MLXN_BIND_BYTES) {
+      b->handle = 0;
+      b->offset = a;
+      b->length = bb;
+      b->data = NULL;
+      if (buffers & bit) return mlxn_block_fail(blk, MLXN_BLOCK_E_DUPLICATE, i, index, 0, 0);
+      buffers |= bit;
+      if (a > payload || bb > payload - a) return mlxn_block_fail(blk, MLXN_BLOCK_E_PAYLOAD_RANGE, i, 0, 0, 0);
+      b->data = data + a;
+    } else {
+      b->handle = 0;
+      b->offset = 0;
+      b->length = a;
+      b->data = NULL;
       if (threadgroups & bit) return mlxn_block_fail(blk, MLXN_BLOCK_E_DUPLICATE, i, index, 0, 0);
       threadgroups |= bit;
       if (bb != 0) return mlxn_block_fail(blk, MLXN_BLOCK_E_THREADGROUP_B, i, bb, 0, 0);
-      b->length = a;
       /* Rounded up to 16 and summed, saturating rather than wrapping. */
       if (a > UINT64_MAX - 15 || tg > UINT64_MAX - ((a + 15) & ~(uint64_t)15))
         tg = UINT64_MAX;
       else
         tg += (a + 15) & ~(uint64_t)15;
-      continue;
-    }
-    if (buffers & bit) return mlxn_block_fail(blk, MLXN_BLOCK_E_DUPLICATE, i, index, 0, 0);
-    buffers |= bit;
-    if (kind == MLXN_BIND_BUFFER) {
-      b->handle = a;
-      b->offset = bb;
-    } else {
-      b->offset = a;
-      b->length = bb;
-      if (a > payload || bb > payload - a) return mlxn_block_fail(blk, MLXN_BLOCK_E_PAYLOAD_RANGE, i, 0, 0, 0);
-      b->data = p + want - payload + a;
     }
   }
   blk->buffer_mask = buffers;
