@@ -11,7 +11,6 @@
 #include <memory>
 #include <string>
 #include <thread>
-#include <unordered_set>
 #include <vector>
 
 #include "../include/mlx_native.h"
@@ -21,6 +20,72 @@
 #include "util.h"
 
 using namespace mlxn::emu;
+
+namespace {
+
+// The live handles of one kind, which every dispatch looks its handles up in:
+// open addressing in a power-of-two table, a multiplicative hash, linear
+// probing, backward-shift deletion. (std::unordered_set divides by a prime on
+// each lookup, a large part of a dispatch's host cost.) The host thread's only.
+class HandleSet {
+ public:
+  size_t count(const void* p) const {
+    if (p == nullptr) return 0;
+    for (size_t i = home(p);; i = (i + 1) & mask_) {
+      if (slots_[i] == p) return 1;
+      if (slots_[i] == nullptr) return 0;
+    }
+  }
+  void insert(const void* p) {
+    if (p == nullptr || count(p)) return;
+    if (2 * (size_ + 1) > slots_.size()) grow();
+    place(p);
+    ++size_;
+  }
+  size_t erase(const void* p) {
+    if (p == nullptr) return 0;
+    size_t i = home(p);
+    while (slots_[i] != p) {
+      if (slots_[i] == nullptr) return 0;
+      i = (i + 1) & mask_;
+    }
+    // Moves back each later entry of the run that may not lie past the hole.
+    for (size_t j = (i + 1) & mask_; slots_[j] != nullptr; j = (j + 1) & mask_) {
+      const size_t h = home(slots_[j]);
+      if (((j - h) & mask_) >= ((j - i) & mask_)) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i] = nullptr;
+    --size_;
+    return 1;
+  }
+
+ private:
+  size_t home(const void* p) const {
+    return size_t((uint64_t(uintptr_t(p)) * 0x9E3779B97F4A7C15ull) >> shift_);
+  }
+  void place(const void* p) {
+    size_t i = home(p);
+    while (slots_[i] != nullptr) i = (i + 1) & mask_;
+    slots_[i] = p;
+  }
+  void grow() {
+    std::vector<const void*> old(slots_.size() * 2, nullptr);
+    old.swap(slots_);
+    mask_ = slots_.size() - 1;
+    --shift_;
+    for (const void* p : old)
+      if (p != nullptr) place(p);
+  }
+  std::vector<const void*> slots_ = std::vector<const void*>(16, nullptr);
+  size_t mask_ = 15;
+  int shift_ = 60;  // 64 - log2(slots)
+  size_t size_ = 0;
+};
+
+}  // namespace
 
 // Objects are reference counted. Objects made from a device hold a reference
 // to it, so that closing the device before releasing them leaves them usable
@@ -35,8 +100,8 @@ struct mlxn_device {
   Schedule schedule;
   uint64_t max_buffer_length = 0;
   // Live handles, to reject stale or foreign ones in dispatch blocks.
-  std::unordered_set<const void*> buffers;
-  std::unordered_set<const void*> pipelines;
+  HandleSet buffers;
+  HandleSet pipelines;
 };
 
 struct mlxn_buffer {
@@ -537,9 +602,8 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t b
       e->bound.push_back({b.kind, b.index, b.length, 0});
     }
   }
-  // What only the emulator knows of the kernel: its bindings and the grid's size.
-  std::string err = check_launch(*kernel, c.grid, c.threads, blk.buffer_mask, blk.threadgroup_mask,
-                                 blk.threadgroup_bytes);
+  // What only the emulator knows: the kernel's declared bindings, its limit on the grid.
+  std::string err = check_grid_and_bindings(*kernel, c.grid, c.threads, blk.buffer_mask, blk.threadgroup_mask);
   if (!err.empty()) return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "dispatch: " + err);
   e->commands.push_back(c);
   e->barrier_pending = false;
