@@ -241,6 +241,11 @@ describe('swift metal backend vs mlx_native.h', () => {
     expect(realpathSync(link)).toBe(realpathSync(HEADER));
     const modulemap = readFileSync(join(ROOT, 'swift/Sources/CMlxNative/include/module.modulemap'), 'utf8');
     expect(modulemap).toMatch(/header\s+"mlx_native\.h"/);
+    // The dispatch-block decoder every backend shares, the same way.
+    const blockLink = join(ROOT, 'swift/Sources/CMlxNative/include/mlx_native_block.h');
+    expect(lstatSync(blockLink).isSymbolicLink()).toBe(true);
+    expect(realpathSync(blockLink)).toBe(realpathSync(join(ROOT, 'native/include/mlx_native_block.h')));
+    expect(modulemap).toMatch(/header\s+"mlx_native_block\.h"/);
   });
 
   test('every header function has exactly one matching public @_cdecl, and nothing else is exported', () => {

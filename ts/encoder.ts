@@ -17,10 +17,20 @@ import { releasedError, track, untrack, type DeviceState } from './handles.ts';
 import type { Pipeline } from './library.ts';
 import {
   BIND,
+  BLOCK_BINDING_COUNT,
+  BLOCK_GRID,
+  BLOCK_PAYLOAD_BYTES,
+  BLOCK_PIPELINE,
+  BLOCK_RESERVED,
+  BLOCK_THREADS,
   DISPATCH_BINDING_BYTES,
   DISPATCH_HEADER_BYTES,
   ENCODER_STATE,
   MAX_BINDINGS,
+  RECORD_A,
+  RECORD_B,
+  RECORD_INDEX,
+  RECORD_KIND,
   check,
   msgBuf,
   msgCap,
@@ -81,6 +91,19 @@ export interface DispatchBindings<B extends BindableBuffer = Buffer> {
 export type Dim3 = readonly [number, number, number];
 
 const TWO_32 = 0x1_0000_0000;
+// The block's fields as indices into its u32 words (u64 fields: low word, then high).
+const W_PIPELINE = BLOCK_PIPELINE / 4;
+const W_GRID = BLOCK_GRID / 4;
+const W_THREADS = BLOCK_THREADS / 4;
+const W_BINDING_COUNT = BLOCK_BINDING_COUNT / 4;
+const W_PAYLOAD_BYTES = BLOCK_PAYLOAD_BYTES / 4;
+const W_RESERVED = BLOCK_RESERVED / 4;
+// A record's fields, in words from the record's first word.
+const R_KIND = RECORD_KIND / 4;
+const R_INDEX = RECORD_INDEX / 4;
+const R_A = RECORD_A / 4;
+const R_B = RECORD_B / 4;
+const RECORD_WORDS = DISPATCH_BINDING_BYTES / 4;
 // Inline data starts 16-byte aligned inside the payload.
 const PAYLOAD_ALIGN = 16;
 
@@ -305,13 +328,13 @@ export function packDispatch<B extends BindableBuffer>(
     }
     // A Uint32Array store takes its value modulo 2^32: the low word, and the
     // high word from the quotient (handles and offsets are below 2^53).
-    w[r] = BIND.buffer;
-    w[r + 1] = i;
-    w[r + 2] = h;
-    w[r + 3] = h / TWO_32;
-    w[r + 4] = offset;
-    w[r + 5] = offset / TWO_32;
-    r += 6;
+    w[r + R_KIND] = BIND.buffer;
+    w[r + R_INDEX] = i;
+    w[r + R_A] = h;
+    w[r + R_A + 1] = h / TWO_32;
+    w[r + R_B] = offset;
+    w[r + R_B + 1] = offset / TWO_32;
+    r += RECORD_WORDS;
   }
 
   let p = 0; // payload bytes written
@@ -331,13 +354,13 @@ export function packDispatch<B extends BindableBuffer>(
     const dst = payloadStart + p;
     if (n <= 64) for (let j = 0; j < n; j++) u8[dst + j] = src[j]!;
     else u8.set(src, dst);
-    w[r] = BIND.bytes;
-    w[r + 1] = i;
-    w[r + 2] = p;
-    w[r + 3] = 0;
-    w[r + 4] = n;
-    w[r + 5] = 0;
-    r += 6;
+    w[r + R_KIND] = BIND.bytes;
+    w[r + R_INDEX] = i;
+    w[r + R_A] = p;
+    w[r + R_A + 1] = 0;
+    w[r + R_B] = n;
+    w[r + R_B + 1] = 0;
+    r += RECORD_WORDS;
     p += n;
   }
 
@@ -345,27 +368,27 @@ export function packDispatch<B extends BindableBuffer>(
     const n = tgmArr[i];
     if (n === undefined) continue;
     if (!((n >>> 0) === n)) throw bindErr(`threadgroupMemory[${i}]`, 'a byte length, an integer >= 0', n);
-    w[r] = BIND.threadgroupMemory;
-    w[r + 1] = i;
-    w[r + 2] = n;
-    w[r + 3] = 0;
-    w[r + 4] = 0;
-    w[r + 5] = 0;
-    r += 6;
+    w[r + R_KIND] = BIND.threadgroupMemory;
+    w[r + R_INDEX] = i;
+    w[r + R_A] = n;
+    w[r + R_A + 1] = 0;
+    w[r + R_B] = 0;
+    w[r + R_B + 1] = 0;
+    r += RECORD_WORDS;
   }
 
-  w[0] = pipeline;
-  w[1] = pipeline / TWO_32;
-  w[2] = g0;
-  w[3] = g1;
-  w[4] = g2;
-  w[5] = t0;
-  w[6] = t1;
-  w[7] = t2;
-  w[8] = count;
-  w[9] = payload;
-  w[10] = 0;
-  w[11] = 0;
+  w[W_PIPELINE] = pipeline;
+  w[W_PIPELINE + 1] = pipeline / TWO_32;
+  w[W_GRID] = g0;
+  w[W_GRID + 1] = g1;
+  w[W_GRID + 2] = g2;
+  w[W_THREADS] = t0;
+  w[W_THREADS + 1] = t1;
+  w[W_THREADS + 2] = t2;
+  w[W_BINDING_COUNT] = count;
+  w[W_PAYLOAD_BYTES] = payload;
+  w[W_RESERVED] = 0;
+  w[W_RESERVED + 1] = 0;
   return payloadStart + payload;
 }
 

@@ -69,10 +69,24 @@ export const LIMIT = {
 } as const;
 export const CONST_TYPE = { bool: 1, i32: 2, u32: 3, f32: 4, f16: 5, i16: 6, u16: 7 } as const;
 export const ENCODER_STATE = { recording: 0, pending: 1, completed: 2, error: 3 } as const;
+// The dispatch block's layout: each constant is the header's MLXN_<name>
+// (tests/dispatch-block.test.ts compiles the header and compares).
 export const BIND = { buffer: 1, bytes: 2, threadgroupMemory: 3 } as const;
 export const DISPATCH_HEADER_BYTES = 48;
 export const DISPATCH_BINDING_BYTES = 24;
 export const MAX_BINDINGS = 31;
+// Byte offsets of the header's fields ...
+export const BLOCK_PIPELINE = 0; // u64
+export const BLOCK_GRID = 8; // u32 x, y, z
+export const BLOCK_THREADS = 20; // u32 x, y, z
+export const BLOCK_BINDING_COUNT = 32; // u32
+export const BLOCK_PAYLOAD_BYTES = 36; // u32
+export const BLOCK_RESERVED = 40; // u64
+// ... and of a binding record's.
+export const RECORD_KIND = 0; // u32
+export const RECORD_INDEX = 4; // u32
+export const RECORD_A = 8; // u64
+export const RECORD_B = 16; // u64
 
 export type BackendName = 'metal' | 'cuda' | 'emu';
 export const BACKENDS: readonly BackendName[] = ['metal', 'cuda', 'emu'];

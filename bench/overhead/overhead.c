@@ -101,16 +101,18 @@ int main(int argc, char** argv) {
   for (long b = -1; b < batches; b++) {  // batch -1 warms up and is not counted
     const double t0 = now_ns();
     for (long i = 0; i < per_batch; i++) {
-      put64(block, (uint64_t)(uintptr_t)pipe);
-      put32(block + 8, 1), put32(block + 12, 1), put32(block + 16, 1);
-      put32(block + 20, 1), put32(block + 24, 1), put32(block + 28, 1);
-      put32(block + 32, 5), put32(block + 36, 4), put64(block + 40, 0);
-      uint8_t* r = block + 48;
-      for (uint32_t k = 0; k < 4; k++, r += 24) {
-        put32(r, MLXN_BIND_BUFFER), put32(r + 4, k), put64(r + 8, (uint64_t)(uintptr_t)bufs[k]), put64(r + 16, 0);
+      put64(block + MLXN_BLOCK_PIPELINE, (uint64_t)(uintptr_t)pipe);
+      for (int d = 0; d < 3; d++) put32(block + MLXN_BLOCK_GRID + 4 * d, 1), put32(block + MLXN_BLOCK_THREADS + 4 * d, 1);
+      put32(block + MLXN_BLOCK_BINDING_COUNT, 5), put32(block + MLXN_BLOCK_PAYLOAD_BYTES, 4);
+      put64(block + MLXN_BLOCK_RESERVED, 0);
+      uint8_t* r = block + MLXN_DISPATCH_HEADER_BYTES;
+      for (uint32_t k = 0; k < 4; k++, r += MLXN_DISPATCH_BINDING_BYTES) {
+        put32(r + MLXN_RECORD_KIND, MLXN_BIND_BUFFER), put32(r + MLXN_RECORD_INDEX, k);
+        put64(r + MLXN_RECORD_A, (uint64_t)(uintptr_t)bufs[k]), put64(r + MLXN_RECORD_B, 0);
       }
-      put32(r, MLXN_BIND_BYTES), put32(r + 4, 4), put64(r + 8, 0), put64(r + 16, 4);
-      memcpy(block + 48 + 5 * 24, &s, 4);
+      put32(r + MLXN_RECORD_KIND, MLXN_BIND_BYTES), put32(r + MLXN_RECORD_INDEX, 4);
+      put64(r + MLXN_RECORD_A, 0), put64(r + MLXN_RECORD_B, 4);
+      memcpy(r + MLXN_DISPATCH_BINDING_BYTES, &s, 4);
       check(p_mlxn_encoder_dispatch(enc, block, sizeof block, msg, sizeof msg), "dispatch");
     }
     const double t1 = now_ns();

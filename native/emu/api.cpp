@@ -11,15 +11,81 @@
 #include <memory>
 #include <string>
 #include <thread>
-#include <unordered_set>
 #include <vector>
 
 #include "../include/mlx_native.h"
+#include "../include/mlx_native_block.h"
 #include "compiler.h"
 #include "executor.h"
 #include "util.h"
 
 using namespace mlxn::emu;
+
+namespace {
+
+// The live handles of one kind, which every dispatch looks its handles up in:
+// open addressing in a power-of-two table, a multiplicative hash, linear
+// probing, backward-shift deletion. (std::unordered_set divides by a prime on
+// each lookup, a large part of a dispatch's host cost.) The host thread's only.
+class HandleSet {
+ public:
+  size_t count(const void* p) const {
+    if (p == nullptr) return 0;
+    for (size_t i = home(p);; i = (i + 1) & mask_) {
+      if (slots_[i] == p) return 1;
+      if (slots_[i] == nullptr) return 0;
+    }
+  }
+  void insert(const void* p) {
+    if (p == nullptr || count(p)) return;
+    if (2 * (size_ + 1) > slots_.size()) grow();
+    place(p);
+    ++size_;
+  }
+  size_t erase(const void* p) {
+    if (p == nullptr) return 0;
+    size_t i = home(p);
+    while (slots_[i] != p) {
+      if (slots_[i] == nullptr) return 0;
+      i = (i + 1) & mask_;
+    }
+    // Moves back each later entry of the run that may not lie past the hole.
+    for (size_t j = (i + 1) & mask_; slots_[j] != nullptr; j = (j + 1) & mask_) {
+      const size_t h = home(slots_[j]);
+      if (((j - h) & mask_) >= ((j - i) & mask_)) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i] = nullptr;
+    --size_;
+    return 1;
+  }
+
+ private:
+  size_t home(const void* p) const {
+    return size_t((uint64_t(uintptr_t(p)) * 0x9E3779B97F4A7C15ull) >> shift_);
+  }
+  void place(const void* p) {
+    size_t i = home(p);
+    while (slots_[i] != nullptr) i = (i + 1) & mask_;
+    slots_[i] = p;
+  }
+  void grow() {
+    std::vector<const void*> old(slots_.size() * 2, nullptr);
+    old.swap(slots_);
+    mask_ = slots_.size() - 1;
+    --shift_;
+    for (const void* p : old)
+      if (p != nullptr) place(p);
+  }
+  std::vector<const void*> slots_ = std::vector<const void*>(16, nullptr);
+  size_t mask_ = 15;
+  int shift_ = 60;  // 64 - log2(slots)
+  size_t size_ = 0;
+};
+
+}  // namespace
 
 // Objects are reference counted. Objects made from a device hold a reference
 // to it, so that closing the device before releasing them leaves them usable
@@ -34,8 +100,8 @@ struct mlxn_device {
   Schedule schedule;
   uint64_t max_buffer_length = 0;
   // Live handles, to reject stale or foreign ones in dispatch blocks.
-  std::unordered_set<const void*> buffers;
-  std::unordered_set<const void*> pipelines;
+  HandleSet buffers;
+  HandleSet pipelines;
 };
 
 struct mlxn_buffer {
@@ -479,33 +545,40 @@ void mlxn_encoder_release(mlxn_encoder* encoder) {
 
 mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t block_len, char* msg,
                                   uint64_t msg_cap) {
-  auto bad = [&](const std::string& text) {
-    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "dispatch: " + text);
-  };
-  if (!e || !block) return bad("null encoder or block");
+  if (!e) return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "dispatch: encoder must be non-NULL");
   if (e->state.load(std::memory_order_acquire) == MLXN_ENCODER_PENDING)
-    return bad("the encoder's committed work is still running; wait first");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "dispatch: the encoder's committed work is still running; wait first");
   start_recording(e);
-  if (block_len < MLXN_DISPATCH_HEADER_BYTES)
-    return bad("block of " + std::to_string(block_len) + " bytes is shorter than the 48-byte header");
-  const uint8_t* p = static_cast<const uint8_t*>(block);
-  auto* pipeline = reinterpret_cast<mlxn_pipeline*>(load<uint64_t>(p));
-  const uint32_t n = load<uint32_t>(p + 32);
-  const uint32_t payload_len = load<uint32_t>(p + 36);
-  const uint64_t expect = MLXN_DISPATCH_HEADER_BYTES + uint64_t(MLXN_DISPATCH_BINDING_BYTES) * n + payload_len;
-  if (block_len != expect)
-    return bad("block length " + std::to_string(block_len) + " != 48 + 24 * " + std::to_string(n) + " + " +
-               std::to_string(payload_len) + " = " + std::to_string(expect));
-  if (load<uint64_t>(p + 40) != 0) return bad("reserved header field must be 0");
-  if (!e->device->pipelines.count(pipeline)) return bad("unknown pipeline handle");
+  mlxn_block blk;  // written by the decoder only as far as the block goes
+  // The words of a refusal name the kernel wherever the handle is a live pipeline.
+  auto refuse = [&](int32_t) {
+    char text[MLXN_BLOCK_MESSAGE_CAP];
+    auto* p = reinterpret_cast<mlxn_pipeline*>(blk.pipeline);
+    const char* kernel = e->device->pipelines.count(p) ? p->kernel->name.c_str() : nullptr;
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, mlxn_block_message(&blk, kernel, text, sizeof text));
+  };
+  if (mlxn_block_decode(block, block_len, &blk) != MLXN_BLOCK_OK) return refuse(blk.error);
+  auto* pipeline = reinterpret_cast<mlxn_pipeline*>(blk.pipeline);
+  if (!e->device->pipelines.count(pipeline))
+    return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_PIPELINE, 0, blk.pipeline, 0, 0));
   Kernel* kernel = pipeline->kernel;
+  const uint64_t threads = uint64_t(blk.threads[0]) * blk.threads[1] * blk.threads[2];
+  const uint64_t max_threads = std::min<uint64_t>(kernel->max_threads, kMaxThreadsPerThreadgroup);
+  if (threads > max_threads)
+    return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_THREADGROUP_SIZE, 0, threads, max_threads, 0));
+  const uint64_t static_bytes = kernel->static_threadgroup_bytes.load(std::memory_order_relaxed);
+  if (blk.threadgroup_bytes > kMaxThreadgroupMemory || static_bytes > kMaxThreadgroupMemory - blk.threadgroup_bytes)
+    return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_THREADGROUP_MEMORY, 0, blk.threadgroup_bytes,
+                                  kMaxThreadgroupMemory, static_bytes));
 
   Command c;
   c.kernel = kernel;
   for (int d = 0; d < 3; ++d) {
-    c.grid[d] = load<uint32_t>(p + 8 + 4 * d);
-    c.threads[d] = load<uint32_t>(p + 20 + 4 * d);
+    c.grid[d] = blk.grid[d];
+    c.threads[d] = blk.threads[d];
   }
+  const uint32_t n = blk.binding_count;
   c.first = uint32_t(e->bound.size());
   c.count = n;
   c.schedule = e->device->schedule;
@@ -513,7 +586,6 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t b
 
   // Records are appended as they are checked and dropped again if the block
   // is rejected, so that nothing of a rejected dispatch stays recorded.
-  const size_t payload_base = e->payload.size();
   struct Rollback {
     mlxn_encoder* e;
     size_t bound, payload;
@@ -523,62 +595,33 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t b
       e->bound.resize(bound);
       e->payload.resize(payload);
     }
-  } rollback{e, e->bound.size(), payload_base};
+  } rollback{e, e->bound.size(), e->payload.size()};
 
-  const uint8_t* recs = p + MLXN_DISPATCH_HEADER_BYTES;
-  const uint8_t* payload = recs + uint64_t(MLXN_DISPATCH_BINDING_BYTES) * n;
-  uint32_t buffer_set = 0, threadgroup_set = 0;
   mlxn_buffer* bufs[MLXN_MAX_BINDINGS];
   uint32_t nbufs = 0;
-  uint64_t dynamic_bytes = 0;
   for (uint32_t i = 0; i < n; ++i) {
-    const uint8_t* r = recs + uint64_t(MLXN_DISPATCH_BINDING_BYTES) * i;
-    const uint32_t kind = load<uint32_t>(r), index = load<uint32_t>(r + 4);
-    const uint64_t a = load<uint64_t>(r + 8), b = load<uint64_t>(r + 16);
-    // Built only on the error paths: the success path allocates nothing here.
-    auto where = [&] { return "kernel '" + kernel->name + "': binding " + std::to_string(i); };
-    if (index >= MLXN_MAX_BINDINGS)
-      return bad(where() + ": index " + std::to_string(index) + " must be < " + std::to_string(MLXN_MAX_BINDINGS));
-    const uint32_t bit = 1u << index;
-    if (kind == MLXN_BIND_BUFFER || kind == MLXN_BIND_BYTES) {
-      if (buffer_set & bit) return bad(where() + ": [[buffer(" + std::to_string(index) + ")]] bound twice");
-      buffer_set |= bit;
-      if (kind == MLXN_BIND_BUFFER) {
-        auto* buf = reinterpret_cast<mlxn_buffer*>(a);
-        if (!e->device->buffers.count(buf))
-          return bad(where() + ": [[buffer(" + std::to_string(index) + ")]] unknown buffer handle");
-        if (b > buf->length)
-          return bad(where() + ": [[buffer(" + std::to_string(index) + ")]] offset " + std::to_string(b) +
-                     " is past the buffer of " + std::to_string(buf->length) + " bytes");
-        e->bound.push_back({kind, index, uint64_t(uintptr_t(buf->data + b)), buf->length - b});
-        bufs[nbufs++] = buf;  // at most 31: each index is bound once
-      } else {
-        if (a > payload_len || b > payload_len - a)
-          return bad(where() + ": [[buffer(" + std::to_string(index) + ")]] bytes [" + std::to_string(a) +
-                     ", +" + std::to_string(b) + ") outside the payload of " + std::to_string(payload_len) +
-                     " bytes");
-        // Each inline block starts 16-byte aligned, as constant data does on the GPU.
-        const size_t at = (e->payload.size() + 15) & ~size_t(15);
-        e->payload.resize(at + b);
-        if (b) std::memcpy(e->payload.data() + at, payload + a, b);
-        e->bound.push_back({kind, index, at, b});
-      }
-    } else if (kind == MLXN_BIND_THREADGROUP_MEMORY) {
-      if (threadgroup_set & bit)
-        return bad(where() + ": [[threadgroup(" + std::to_string(index) + ")]] given twice");
-      if (b != 0) return bad(where() + ": threadgroup memory record must have b = 0");
-      if (a > kMaxThreadgroupMemory)
-        return bad(where() + ": [[threadgroup(" + std::to_string(index) + ")]] length " + std::to_string(a) +
-                   " exceeds the device limit of " + std::to_string(kMaxThreadgroupMemory) + " bytes");
-      threadgroup_set |= bit;
-      dynamic_bytes += (a + 15) & ~uint64_t(15);
-      e->bound.push_back({kind, index, a, 0});
+    const mlxn_block_binding& b = blk.bindings[i];
+    if (b.kind == MLXN_BIND_BUFFER) {
+      auto* buf = reinterpret_cast<mlxn_buffer*>(b.handle);
+      if (!e->device->buffers.count(buf))
+        return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_BUFFER, i, b.handle, 0, 0));
+      if (b.offset > buf->length)
+        return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_BUFFER_OFFSET, i, b.offset, buf->length, 0));
+      e->bound.push_back({b.kind, b.index, uint64_t(uintptr_t(buf->data + b.offset)), buf->length - b.offset});
+      bufs[nbufs++] = buf;  // at most 31: each index is bound once
+    } else if (b.kind == MLXN_BIND_BYTES) {
+      // Each inline block starts 16-byte aligned, as constant data does on the GPU.
+      const size_t at = (e->payload.size() + 15) & ~size_t(15);
+      e->payload.resize(at + b.length);
+      if (b.length) std::memcpy(e->payload.data() + at, b.data, b.length);
+      e->bound.push_back({b.kind, b.index, at, b.length});
     } else {
-      return bad(where() + ": unknown binding kind " + std::to_string(kind));
+      e->bound.push_back({b.kind, b.index, b.length, 0});
     }
   }
-  std::string err = check_launch(*kernel, c.grid, c.threads, buffer_set, threadgroup_set, dynamic_bytes);
-  if (!err.empty()) return bad(err);
+  // What only the emulator knows: the kernel's declared bindings, its limit on the grid.
+  std::string err = check_grid_and_bindings(*kernel, c.grid, c.threads, blk.buffer_mask, blk.threadgroup_mask);
+  if (!err.empty()) return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "dispatch: " + err);
   e->commands.push_back(c);
   e->barrier_pending = false;
   rollback.keep = true;

@@ -1247,6 +1247,18 @@ std::string check_launch(const Kernel& k, const uint32_t grid[3], const uint32_t
   if (n > k.max_threads)
     return who() + "threads per threadgroup " + xyz(threads) + " = " + std::to_string(n) +
            " exceeds the pipeline's maximum of " + std::to_string(k.max_threads);
+  const uint64_t stat = k.static_threadgroup_bytes.load(std::memory_order_relaxed);
+  if (dyn + stat > kMaxThreadgroupMemory)
+    return who() + "threadgroup memory " + std::to_string(dyn) + " bytes dynamic + " +
+           std::to_string(stat) + " bytes static exceeds the device limit of " +
+           std::to_string(kMaxThreadgroupMemory) + " bytes";
+  return check_grid_and_bindings(k, grid, threads, buffer_set, threadgroup_set);
+}
+
+std::string check_grid_and_bindings(const Kernel& k, const uint32_t grid[3], const uint32_t threads[3],
+                                    uint32_t buffer_set, uint32_t threadgroup_set) {
+  auto who = [&] { return "kernel '" + k.name + "': "; };
+  const uint64_t n = uint64_t(threads[0]) * threads[1] * threads[2];
   // The executor numbers threadgroups with a uint64_t (kMaxThreadgroupsPerGrid)
   // and nothing may count the grid's threads past 64 bits.
   uint64_t groups = 0, grid_threads = 0;
@@ -1259,11 +1271,6 @@ std::string check_launch(const Kernel& k, const uint32_t grid[3], const uint32_t
   if (__builtin_mul_overflow(groups, n, &grid_threads))
     return who() + "grid of " + xyz(grid) + " threadgroups of " + xyz(threads) +
            " threads = 2^64 or more threads exceeds the emulator's limit of 2^64-1";
-  const uint64_t stat = k.static_threadgroup_bytes.load(std::memory_order_relaxed);
-  if (dyn + stat > kMaxThreadgroupMemory)
-    return who() + "threadgroup memory " + std::to_string(dyn) + " bytes dynamic + " +
-           std::to_string(stat) + " bytes static exceeds the device limit of " +
-           std::to_string(kMaxThreadgroupMemory) + " bytes";
   for (uint32_t idx : k.buffer_indices)
     if (idx >= kMaxBindings || !(buffer_set & (1u << idx)))
       return who() + "[[buffer(" + std::to_string(idx) + ")]] is not bound";

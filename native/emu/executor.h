@@ -83,6 +83,13 @@ constexpr uint64_t kMaxThreadgroupsPerGrid = uint64_t(1) << 63;
 std::string check_launch(const Kernel& k, const uint32_t grid[3], const uint32_t threads[3],
                          uint32_t buffer_set, uint32_t threadgroup_set, uint64_t dynamic_bytes);
 std::string check_launch(const Launch& l);
+// The part of check_launch that a dispatch block's decoder and the pipeline's
+// limits leave (mlx_native_block.h, api.cpp): the total threadgroups and
+// threads within what the executor indexes, every declared binding present.
+// Takes sizes already checked to be positive with 32-bit threads per grid on
+// each axis.
+std::string check_grid_and_bindings(const Kernel& k, const uint32_t grid[3], const uint32_t threads[3],
+                                    uint32_t buffer_set, uint32_t threadgroup_set);
 
 // Runs the launch to completion on the worker pool; returns "" on success or
 // the first execution error (out-of-bounds access, barrier divergence,

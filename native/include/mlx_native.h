@@ -141,29 +141,45 @@ mlxn_status mlxn_encoder_create(mlxn_device* device, mlxn_encoder** out,
                                 char* msg, uint64_t msg_cap);
 void        mlxn_encoder_release(mlxn_encoder* encoder);
 
-/* One dispatch = one packed block, all little-endian:
- *   header (48 bytes):
- *     u64 pipeline handle
- *     u32 threadgroups per grid x, y, z
- *     u32 threads per threadgroup x, y, z
- *     u32 binding count (n)
- *     u32 payload bytes (p)
- *     u64 reserved (0)
- *   n binding records (24 bytes each):
- *     u32 kind (MLXN_BIND_*), u32 index, u64 a, u64 b
+/* One dispatch = one packed block, all little-endian (byte offsets named):
+ *   header (MLXN_DISPATCH_HEADER_BYTES = 48):
+ *     u64 pipeline handle                         MLXN_BLOCK_PIPELINE
+ *     u32 threadgroups per grid x, y, z           MLXN_BLOCK_GRID (+ 4 y, + 8 z)
+ *     u32 threads per threadgroup x, y, z         MLXN_BLOCK_THREADS (+ 4 y, + 8 z)
+ *     u32 binding count (n)                       MLXN_BLOCK_BINDING_COUNT
+ *     u32 payload bytes (p)                       MLXN_BLOCK_PAYLOAD_BYTES
+ *     u64 reserved (0)                            MLXN_BLOCK_RESERVED
+ *   n binding records (MLXN_DISPATCH_BINDING_BYTES = 24 each):
+ *     u32 kind (MLXN_BIND_*)                      MLXN_RECORD_KIND
+ *     u32 index                                   MLXN_RECORD_INDEX
+ *     u64 a                                       MLXN_RECORD_A
+ *     u64 b                                       MLXN_RECORD_B
  *       BUFFER:            a = buffer handle, b = byte offset into it
  *       BYTES:             a = byte offset of the data in the payload, b = length
  *       THREADGROUP_MEMORY: a = length in bytes, b = 0
  *   payload (p bytes): inline data of BYTES bindings, copied at dispatch.
- * block_len must equal 48 + 24 n + p. Bad handles, indices >= 31, offsets
- * past the buffer, or a grid/threadgroup with a zero or over-limit size are
- * MLXN_ERR_INVALID_ARGUMENT and nothing is recorded. */
+ * block_len must equal 48 + 24 n + p. Each [[buffer(i)]] index (BUFFER and
+ * BYTES share them) and each [[threadgroup(i)]] index is bound at most once.
+ * Bad handles, indices >= 31, offsets past the buffer, or a grid/threadgroup
+ * with a zero or over-limit size are MLXN_ERR_INVALID_ARGUMENT and nothing is
+ * recorded. Every backend decodes and checks the block with
+ * mlx_native_block.h, so each refusal has the same words everywhere. */
 #define MLXN_BIND_BUFFER             1u
 #define MLXN_BIND_BYTES              2u
 #define MLXN_BIND_THREADGROUP_MEMORY 3u
 #define MLXN_DISPATCH_HEADER_BYTES   48u
 #define MLXN_DISPATCH_BINDING_BYTES  24u
 #define MLXN_MAX_BINDINGS            31u
+#define MLXN_BLOCK_PIPELINE          0u
+#define MLXN_BLOCK_GRID              8u
+#define MLXN_BLOCK_THREADS           20u
+#define MLXN_BLOCK_BINDING_COUNT     32u
+#define MLXN_BLOCK_PAYLOAD_BYTES     36u
+#define MLXN_BLOCK_RESERVED          40u
+#define MLXN_RECORD_KIND             0u
+#define MLXN_RECORD_INDEX            4u
+#define MLXN_RECORD_A                8u
+#define MLXN_RECORD_B                16u
 mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void* block, uint64_t block_len,
                                   char* msg, uint64_t msg_cap);
 mlxn_status mlxn_encoder_barrier(mlxn_encoder* encoder, char* msg, uint64_t msg_cap);

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "../../include/mlx_native.h"
+#include "../../include/mlx_native_block.h"
 #include "cuda_api.h"
 #include "util.h"
 
@@ -836,105 +837,64 @@ MLXN_EXPORT mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void*
   auto bad = [&](const std::string& text) {
     return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, "dispatch: " + text);
   };
-  if (!encoder || !block) return bad("encoder and block must be non-NULL");
+  if (!encoder) return bad("encoder must be non-NULL");
   Encoder* e = reinterpret_cast<Encoder*>(encoder);
   Device* d = e->dev;
-  const uint8_t* p = static_cast<const uint8_t*>(block);
-  if (block_len < MLXN_DISPATCH_HEADER_BYTES)
-    return bad("block_len must be at least 48 (got " + std::to_string(block_len) + ")");
-  const uint64_t handle = load<uint64_t>(p);
-  const uint32_t grid[3] = {load<uint32_t>(p + 8), load<uint32_t>(p + 12), load<uint32_t>(p + 16)};
-  const uint32_t threads[3] = {load<uint32_t>(p + 20), load<uint32_t>(p + 24),
-                               load<uint32_t>(p + 28)};
-  const uint32_t n = load<uint32_t>(p + 32), payload = load<uint32_t>(p + 36);
-  if (load<uint64_t>(p + 40) != 0) return bad("header reserved field must be 0");
-  if (n > MLXN_MAX_BINDINGS)
-    return bad("binding count must be at most 31 (got " + std::to_string(n) + ")");
-  const uint64_t want = MLXN_DISPATCH_HEADER_BYTES +
-                        static_cast<uint64_t>(MLXN_DISPATCH_BINDING_BYTES) * n + payload;
-  if (block_len != want)
-    return bad("block_len must be 48 + 24 * " + std::to_string(n) + " + " +
-               std::to_string(payload) + " = " + std::to_string(want) + " (got " +
-               std::to_string(block_len) + ")");
-  Pipeline* pipe = reinterpret_cast<Pipeline*>(static_cast<uintptr_t>(handle));
-  if (!live_pipeline(pipe)) return bad("pipeline handle is not a live pipeline");
-  if (pipe->lib->dev != d) return bad("pipeline " + pipe->name + " belongs to another device");
-  const std::string k = pipe->name;
-  static const char* axis = "xyz";
-  uint64_t total_threads = 1;
-  for (int i = 0; i < 3; ++i) {
-    if (grid[i] == 0 || grid[i] > d->max_grid[i])
-      return bad(k + ": threadgroups per grid " + axis[i] + " must be in 1.." +
-                 std::to_string(d->max_grid[i]) + " (got " + std::to_string(grid[i]) + ")");
-    if (threads[i] == 0 || threads[i] > d->max_block[i])
-      return bad(k + ": threads per threadgroup " + axis[i] + " must be in 1.." +
-                 std::to_string(d->max_block[i]) + " (got " + std::to_string(threads[i]) + ")");
-    total_threads *= threads[i];
-  }
-  if (total_threads > pipe->max_threads)
-    return bad(k + ": threads per threadgroup must be at most " +
-               std::to_string(pipe->max_threads) + " for this kernel (got " +
-               std::to_string(total_threads) + ")");
-
-  struct Bind {
-    uint32_t kind, index;
-    uint64_t a, b;
+  mlxn_block blk;  // written by the decoder only as far as the block goes
+  // The words of a refusal name the kernel wherever the handle is a live
+  // pipeline of this device.
+  auto refuse = [&](int32_t) {
+    char text[MLXN_BLOCK_MESSAGE_CAP];
+    Pipeline* p = reinterpret_cast<Pipeline*>(static_cast<uintptr_t>(blk.pipeline));
+    const char* kernel = live_pipeline(p) && p->lib->dev == d ? p->name.c_str() : nullptr;
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, mlxn_block_message(&blk, kernel, text, sizeof text));
   };
-  std::vector<Bind> params;  // BUFFER and BYTES, sorted by index below
-  std::vector<uint32_t> tg_indices;
-  uint64_t dyn_smem = 0;
-  const uint8_t* payload_base = p + MLXN_DISPATCH_HEADER_BYTES + MLXN_DISPATCH_BINDING_BYTES * n;
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint8_t* rp = p + MLXN_DISPATCH_HEADER_BYTES + MLXN_DISPATCH_BINDING_BYTES * i;
-    Bind bd{load<uint32_t>(rp), load<uint32_t>(rp + 4), load<uint64_t>(rp + 8),
-            load<uint64_t>(rp + 16)};
-    const std::string where = k + ": binding " + std::to_string(i) + " (index " +
-                              std::to_string(bd.index) + ")";
-    if (bd.index >= MLXN_MAX_BINDINGS)
-      return bad(where + ": index must be below 31");
-    switch (bd.kind) {
-      case MLXN_BIND_BUFFER: {
-        Buffer* b = reinterpret_cast<Buffer*>(static_cast<uintptr_t>(bd.a));
-        if (!live_buffer(b)) return bad(where + ": buffer handle is not a live buffer");
-        if (b->dev != d) return bad(where + ": buffer belongs to another device");
-        if (bd.b > b->len)
-          return bad(where + ": offset " + std::to_string(bd.b) + " is past the buffer's " +
-                     std::to_string(b->len) + " bytes");
-        break;
-      }
-      case MLXN_BIND_BYTES:
-        if (bd.a > payload || bd.b > payload - bd.a)
-          return bad(where + ": bytes [" + std::to_string(bd.a) + ", +" + std::to_string(bd.b) +
-                     ") lie outside the " + std::to_string(payload) + "-byte payload");
-        break;
-      case MLXN_BIND_THREADGROUP_MEMORY:
-        if (bd.b != 0) return bad(where + ": threadgroup memory record's b must be 0");
-        if (std::find(tg_indices.begin(), tg_indices.end(), bd.index) != tg_indices.end())
-          return bad(where + ": threadgroup memory index bound twice");
-        tg_indices.push_back(bd.index);
-        // Saturates just past the limit, so that no sum of lengths wraps.
-        dyn_smem = bd.a > d->smem_optin ? d->smem_optin + 1
-                                        : std::min(dyn_smem + bd.a, d->smem_optin + 1);
-        continue;
-      default:
-        return bad(where + ": unknown binding kind " + std::to_string(bd.kind));
-    }
-    for (const Bind& o : params)
-      if (o.index == bd.index) return bad(where + ": buffer index bound twice");
-    params.push_back(bd);
+  if (mlxn_block_decode(block, block_len, &blk) != MLXN_BLOCK_OK) return refuse(blk.error);
+  Pipeline* pipe = reinterpret_cast<Pipeline*>(static_cast<uintptr_t>(blk.pipeline));
+  if (!live_pipeline(pipe) || pipe->lib->dev != d)
+    return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_PIPELINE, 0, blk.pipeline, 0, 0));
+  const std::string& k = pipe->name;
+  for (uint32_t i = 0; i < 3; ++i) {
+    if (blk.grid[i] > d->max_grid[i])
+      return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_GRID_LIMIT, i, blk.grid[i], d->max_grid[i], 0));
+    if (blk.threads[i] > d->max_block[i])
+      return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_THREADS_LIMIT, i, blk.threads[i], d->max_block[i], 0));
   }
-  if (pipe->static_smem + dyn_smem > d->smem_optin)
-    return bad(k + ": threadgroup memory " + std::to_string(dyn_smem) + " bytes + static " +
-               std::to_string(pipe->static_smem) + " bytes exceeds the device's " +
-               std::to_string(d->smem_optin) + " bytes per threadgroup");
+  const uint64_t total_threads = uint64_t(blk.threads[0]) * blk.threads[1] * blk.threads[2];
+  if (total_threads > pipe->max_threads)
+    return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_THREADGROUP_SIZE, 0, total_threads, pipe->max_threads, 0));
+
+  // BUFFER and BYTES bindings become the kernel's pointer parameters, in index
+  // order (blk.buffer_mask's bits); THREADGROUP_MEMORY lengths sum to the
+  // dynamic shared memory.
+  const mlxn_block_binding* by_index[MLXN_MAX_BINDINGS];
+  uint64_t dyn_smem = 0;
+  for (uint32_t i = 0; i < blk.binding_count; ++i) {
+    const mlxn_block_binding& bd = blk.bindings[i];
+    if (bd.kind == MLXN_BIND_THREADGROUP_MEMORY) {
+      dyn_smem = bd.length > UINT64_MAX - dyn_smem ? UINT64_MAX : dyn_smem + bd.length;
+      continue;
+    }
+    if (bd.kind == MLXN_BIND_BUFFER) {
+      Buffer* b = reinterpret_cast<Buffer*>(static_cast<uintptr_t>(bd.handle));
+      if (!live_buffer(b) || b->dev != d)
+        return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_BUFFER, i, bd.handle, 0, 0));
+      if (bd.offset > b->len) return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_BUFFER_OFFSET, i, bd.offset, b->len, 0));
+    }
+    by_index[bd.index] = &bd;  // the decoder refuses an index bound twice
+  }
+  if (dyn_smem > d->smem_optin || pipe->static_smem > d->smem_optin - dyn_smem)
+    return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_THREADGROUP_MEMORY, 0, dyn_smem, d->smem_optin,
+                                  pipe->static_smem));
+  const int nparams = __builtin_popcount(blk.buffer_mask);
   if (pipe->param_count >= 0) {
-    if (static_cast<size_t>(pipe->param_count) != params.size())
-      return bad(k + ": the kernel takes " + std::to_string(pipe->param_count) +
-                 " parameter(s) but the dispatch binds " + std::to_string(params.size()) +
+    if (pipe->param_count != nparams)
+      return bad("kernel '" + k + "': the kernel takes " + std::to_string(pipe->param_count) +
+                 " parameter(s) but the dispatch binds " + std::to_string(nparams) +
                  " buffer/bytes index(es) (one pointer parameter per bound index)");
     for (size_t i = 0; i < pipe->param_sizes.size(); ++i)
       if (pipe->param_sizes[i] != sizeof(CUdeviceptr))
-        return bad(k + ": parameter " + std::to_string(i) + " is " +
+        return bad("kernel '" + k + "': parameter " + std::to_string(i) + " is " +
                    std::to_string(pipe->param_sizes[i]) +
                    " bytes; the binding convention passes only 8-byte pointers");
   }
@@ -943,7 +903,7 @@ MLXN_EXPORT mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void*
     const CUresult r = cu->cuFuncSetAttribute(pipe->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                               static_cast<int>(dyn_smem));
     if (r != CUDA_SUCCESS)
-      return bad(k + ": raising the dynamic shared memory limit to " + std::to_string(dyn_smem) +
+      return bad("kernel '" + k + "': raising the dynamic shared memory limit to " + std::to_string(dyn_smem) +
                  " bytes failed: " + cu_error_text(r));
     pipe->max_dynamic_smem = dyn_smem;
   }
@@ -951,25 +911,24 @@ MLXN_EXPORT mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void*
   if (st != MLXN_OK) return st;
 
   // Everything checked: record.
-  std::sort(params.begin(), params.end(),
-            [](const Bind& x, const Bind& y) { return x.index < y.index; });
   Launch l;
   l.pipe = pipe;
   for (int i = 0; i < 3; ++i) {
-    l.grid[i] = grid[i];
-    l.block[i] = threads[i];
+    l.grid[i] = blk.grid[i];
+    l.block[i] = blk.threads[i];
   }
   l.smem = static_cast<unsigned>(dyn_smem);
-  for (const Bind& bd : params) {
+  for (uint32_t m = blk.buffer_mask; m != 0; m &= m - 1) {
+    const mlxn_block_binding& bd = *by_index[__builtin_ctz(m)];
     if (bd.kind == MLXN_BIND_BUFFER) {
-      Buffer* b = reinterpret_cast<Buffer*>(static_cast<uintptr_t>(bd.a));
+      Buffer* b = reinterpret_cast<Buffer*>(static_cast<uintptr_t>(bd.handle));
       b->refs.fetch_add(1);
       l.buffers.push_back(b);
-      l.args.push_back({b->ptr + bd.b, false});
+      l.args.push_back({b->ptr + bd.offset, false});
     } else {
       const size_t off = (e->staging.size() + 15) & ~static_cast<size_t>(15);
-      e->staging.resize(off + std::max<uint64_t>(bd.b, 1), 0);
-      if (bd.b) std::memcpy(e->staging.data() + off, payload_base + bd.a, bd.b);
+      e->staging.resize(off + std::max<uint64_t>(bd.length, 1), 0);
+      if (bd.length) std::memcpy(e->staging.data() + off, bd.data, bd.length);
       l.args.push_back({static_cast<CUdeviceptr>(off), true});
     }
   }

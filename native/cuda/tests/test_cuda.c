@@ -486,8 +486,40 @@ int main(int argc, char** argv) {
     CHECK(badb == 0, "big_smem (100 KiB of threadgroup memory): %d wrong", badb);
   }
 
-  /* ---- malformed blocks: each refused, nothing recorded ---- */
+  /* ---- malformed blocks: each refused with the words of mlx_native_block.h
+   * (the same as the emulator's and metal's), nothing recorded ---- */
   {
+    char tg_words[200], offset_words[200];
+    snprintf(tg_words, sizeof tg_words,
+             "dispatch: kernel 'add_one': threadgroup memory must be at most %llu bytes per threadgroup (got %llu "
+             "bytes bound + 1024 bytes static)",
+             (unsigned long long)max_tg_mem, (unsigned long long)max_tg_mem + 1);
+    snprintf(offset_words, sizeof offset_words,
+             "dispatch: kernel 'add_one': binding 0 (buffer [[buffer(0)]]): offset must be at most the buffer's "
+             "length, %u bytes (got %u)",
+             (unsigned)(N * 4), (unsigned)(N * 4 + 4));
+    const char* words[] = {
+        "dispatch: kernel 'add_one': block_len must be 48 + 24 * 3 bindings + 4 payload bytes = 124 (got 125)",
+        "dispatch: kernel 'add_one': binding 0 (buffer): index must be below 31 (got 31)",
+        "dispatch: the pipeline handle must be a live pipeline of the encoder's device (got 0x1234)",
+        offset_words,
+        "dispatch: kernel 'add_one': threadgroups per grid must be positive on every axis (got 0x1x1)",
+        "dispatch: kernel 'add_one': threads per threadgroup on axis x must be at most 1024 on this device (got 2048)",
+        "dispatch: kernel 'add_one': the header's reserved field (byte 40) must be 0 (got 1)",
+        "dispatch: kernel 'add_one': binding 2: kind must be 1 (buffer), 2 (bytes) or 3 (threadgroup memory) (got 9)",
+        "dispatch: kernel 'add_one': binding 1 (buffer [[buffer(0)]]): [[buffer(0)]] must be bound once (binding 0 "
+        "binds it too)",
+        "dispatch: kernel 'add_one': the kernel takes 3 parameter(s) but the dispatch binds 2 buffer/bytes index(es)",
+        tg_words,
+        "dispatch: kernel 'add_one': binding 2 (bytes [[buffer(2)]]): offset + length must be at most the payload's 4 "
+        "bytes (got 1 + 4)",
+        "dispatch: kernel 'add_one': binding 0 (buffer [[buffer(0)]]): the handle must be a live buffer of the "
+        "encoder's device (got 0x5678)",
+        "dispatch: kernel 'add_one': threadgroups per grid on axis y must be at most 65535 on this device (got 70000)",
+        "dispatch: block_len must be at least 48, the header's size (got 40)",
+        "dispatch: kernel 'add_one': binding 3 (threadgroup memory [[threadgroup(0)]]): the record's b must be 0 (got "
+        "1)",
+    };
     struct {
       const char* what;
       int kind;
@@ -516,7 +548,8 @@ int main(int argc, char** argv) {
       }
       const uint64_t pass_len = k == 0 ? len + 1 : k == 14 ? 40 : len;
       st = f_mlxn_encoder_dispatch(enc, b.data, pass_len, msg, CAP);
-      CHECK(st == MLXN_ERR_INVALID_ARGUMENT, "%s: status %d (%s)", cases[c].what, st, msg);
+      CHECK(st == MLXN_ERR_INVALID_ARGUMENT && strstr(msg, words[k]) == msg, "%s: status %d (%s), want \"%s\"",
+            cases[c].what, st, msg, words[k]);
       printf("refused (%s): %s\n", cases[c].what, msg);
     }
     OK(f_mlxn_encoder_commit(enc, msg, CAP)); /* empty: nothing was recorded */

@@ -98,134 +98,15 @@ public final class MetalEncoder {
         return encoder
     }
 
-    /// Validates one packed dispatch block (layout in mlx_native.h) and records
-    /// it. Nothing is recorded when the block is invalid.
+    /// Validates one packed dispatch block (layout in mlx_native.h) with the
+    /// decoder every backend shares (mlx_native_block.h) and records it.
+    /// Nothing is recorded when the block is invalid.
     public func dispatch(_ block: UnsafeRawPointer?, length blockLen: UInt64) throws {
-        let headerBytes = UInt64(MLXN_DISPATCH_HEADER_BYTES)
-        let bindingBytes = UInt64(MLXN_DISPATCH_BINDING_BYTES)
-        guard let block else { throw MlxnError.invalid("dispatch: block is null") }
-        guard blockLen >= headerBytes else {
-            throw MlxnError.invalid("dispatch: block_len must be at least \(headerBytes) (got \(blockLen))")
+        var decoded = mlxn_block()
+        let (pipeline, bindings) = try withUnsafeMutablePointer(to: &decoded) { blk in
+            try validate(blk, block, blockLen)
         }
-        func u32(_ at: Int) -> UInt32 {
-            UInt32(littleEndian: block.loadUnaligned(fromByteOffset: at, as: UInt32.self))
-        }
-        func u64(_ at: Int) -> UInt64 {
-            UInt64(littleEndian: block.loadUnaligned(fromByteOffset: at, as: UInt64.self))
-        }
-        let grid = [u32(8), u32(12), u32(16)]
-        let threads = [u32(20), u32(24), u32(28)]
-        let count = u32(32)
-        let payloadBytes = u32(36)
-        // Both counts are 32-bit, so this sum cannot overflow 64 bits.
-        let expected = headerBytes + bindingBytes * UInt64(count) + UInt64(payloadBytes)
-        guard blockLen == expected else {
-            throw MlxnError.invalid(
-                "dispatch: block_len must be 48 + 24 * \(count) bindings + \(payloadBytes) payload bytes = \(expected) (got \(blockLen))")
-        }
-        guard u64(40) == 0 else { throw MlxnError.invalid("dispatch: the reserved header field must be 0 (got \(u64(40)))") }
-        guard let pipeline = object(bits: u64(0), as: MetalPipeline.self) else {
-            throw MlxnError.invalid("dispatch: the pipeline handle is null or not a pipeline")
-        }
-        guard pipeline.device === device else {
-            throw MlxnError.invalid("dispatch: pipeline '\(pipeline.name)' belongs to another device")
-        }
-        let kernel = pipeline.name
-        guard !grid.contains(0) else {
-            throw MlxnError.invalid("dispatch \(kernel): threadgroups per grid must be positive (got \(grid[0])x\(grid[1])x\(grid[2]))")
-        }
-        guard !threads.contains(0) else {
-            throw MlxnError.invalid("dispatch \(kernel): threads per threadgroup must be positive (got \(threads[0])x\(threads[1])x\(threads[2]))")
-        }
-        let total = threads.reduce(UInt64(1)) { $0 * UInt64($1) }
-        guard total <= UInt64(pipeline.maxThreads) else {
-            throw MlxnError.invalid(
-                "dispatch \(kernel): threads per threadgroup must be at most \(pipeline.maxThreads) for this pipeline (got \(threads[0])x\(threads[1])x\(threads[2]) = \(total))")
-        }
-        for axis in 0..<3 where UInt64(grid[axis]) * UInt64(threads[axis]) > UInt64(UInt32.max) {
-            throw MlxnError.invalid(
-                "dispatch \(kernel): threads per grid must fit in 32 bits on each axis (got \(grid[axis]) x \(threads[axis]) on axis \(axis))")
-        }
-
-        let payloadStart = Int(headerBytes + bindingBytes * UInt64(count))
-        var bindings: [Binding] = []
-        var boundBuffers = Set<UInt32>()
-        var boundThreadgroup = Set<UInt32>()
-        var threadgroupMemory = UInt64(pipeline.staticThreadgroupMemory)
-        for i in 0..<Int(count) {
-            let at = Int(headerBytes) + i * Int(bindingBytes)
-            let kind = u32(at), index = u32(at + 4), a = u64(at + 8), b = u64(at + 16)
-            guard index < MLXN_MAX_BINDINGS else {
-                throw MlxnError.invalid("dispatch \(kernel): binding \(i) index must be below \(MLXN_MAX_BINDINGS) (got \(index))")
-            }
-            if kind == MLXN_BIND_BUFFER || kind == MLXN_BIND_BYTES {
-                guard boundBuffers.insert(index).inserted else {
-                    throw MlxnError.invalid("dispatch \(kernel): binding \(i): [[buffer(\(index))]] bound twice")
-                }
-            } else if kind == MLXN_BIND_THREADGROUP_MEMORY {
-                guard boundThreadgroup.insert(index).inserted else {
-                    throw MlxnError.invalid("dispatch \(kernel): binding \(i): [[threadgroup(\(index))]] given twice")
-                }
-            }
-            switch kind {
-            case MLXN_BIND_BUFFER:
-                guard let buffer = object(bits: a, as: MetalBuffer.self) else {
-                    throw MlxnError.invalid("dispatch \(kernel): binding \(i) (buffer \(index)): the handle is null or not a buffer")
-                }
-                guard buffer.device === device else {
-                    throw MlxnError.invalid("dispatch \(kernel): binding \(i) (buffer \(index)): the buffer belongs to another device")
-                }
-                guard b <= buffer.length else {
-                    throw MlxnError.invalid(
-                        "dispatch \(kernel): binding \(i) (buffer \(index)): offset \(b) is past the end of the buffer (length \(buffer.length))")
-                }
-                bindings.append(.buffer(index: Int(index), buffer.buffer, offset: Int(b)))
-            case MLXN_BIND_BYTES:
-                guard let end = checkedAdd(a, b), end <= UInt64(payloadBytes) else {
-                    throw MlxnError.invalid(
-                        "dispatch \(kernel): binding \(i) (bytes \(index)): payload range \(a)+\(b) is past the payload (\(payloadBytes) bytes)")
-                }
-                let data = block + payloadStart + Int(a)
-                if b == 0 {
-                    bindings.append(.bytes(index: Int(index), nil, length: 0))
-                } else if b <= UInt64(maxInlineBytes) {
-                    bindings.append(.bytes(index: Int(index), data, length: Int(b)))
-                } else {
-                    guard let copy = device.device.makeBuffer(bytes: data, length: Int(b), options: .storageModeShared) else {
-                        throw MlxnError(MLXN_ERR_BUFFER_ALLOCATION, "metal: makeBuffer(bytes:length: \(b)) returned nil")
-                    }
-                    bindings.append(.copiedBytes(index: Int(index), copy))
-                }
-            case MLXN_BIND_THREADGROUP_MEMORY:
-                guard b == 0 else {
-                    throw MlxnError.invalid("dispatch \(kernel): binding \(i) (threadgroup \(index)): b must be 0 (got \(b))")
-                }
-                // Metal takes threadgroup memory lengths in multiples of 16 bytes;
-                // the limit applies to what is actually reserved.
-                guard a <= UInt64(device.limit(MLXN_LIMIT_MAX_THREADGROUP_MEMORY)) else {
-                    throw MlxnError.invalid(
-                        "dispatch \(kernel): binding \(i) (threadgroup \(index)): \(a) bytes exceed the device's threadgroup memory (\(device.limit(MLXN_LIMIT_MAX_THREADGROUP_MEMORY)) bytes)")
-                }
-                let rounded = (a + 15) / 16 * 16
-                threadgroupMemory += rounded
-                if rounded > 0 { bindings.append(.threadgroupMemory(index: Int(index), length: Int(rounded))) }
-            default:
-                throw MlxnError.invalid(
-                    "dispatch \(kernel): binding \(i) has unknown kind \(kind) (expected 1 buffer, 2 bytes, 3 threadgroup memory)")
-            }
-        }
-        for index in pipeline.bufferIndices where !boundBuffers.contains(UInt32(index)) {
-            throw MlxnError.invalid("dispatch \(kernel): [[buffer(\(index))]] is not bound")
-        }
-        for index in pipeline.threadgroupIndices where !boundThreadgroup.contains(UInt32(index)) {
-            throw MlxnError.invalid("dispatch \(kernel): [[threadgroup(\(index))]] has no threadgroup memory length")
-        }
-        let maxThreadgroupMemory = device.limit(MLXN_LIMIT_MAX_THREADGROUP_MEMORY)
-        guard threadgroupMemory <= maxThreadgroupMemory else {
-            throw MlxnError.invalid(
-                "dispatch \(kernel): threadgroup memory must be at most \(maxThreadgroupMemory) bytes (got \(threadgroupMemory): \(pipeline.staticThreadgroupMemory) static + the rest bound, each rounded up to 16)")
-        }
-
+        let grid = decoded.grid, threads = decoded.threads
         let encoder = try recorder("dispatch")
         encoder.setComputePipelineState(pipeline.state)
         held.append(pipeline)
@@ -245,8 +126,91 @@ public final class MetalEncoder {
             }
         }
         encoder.dispatchThreadgroups(
-            MTLSize(width: Int(grid[0]), height: Int(grid[1]), depth: Int(grid[2])),
-            threadsPerThreadgroup: MTLSize(width: Int(threads[0]), height: Int(threads[1]), depth: Int(threads[2])))
+            MTLSize(width: Int(grid.0), height: Int(grid.1), depth: Int(grid.2)),
+            threadsPerThreadgroup: MTLSize(width: Int(threads.0), height: Int(threads.1), depth: Int(threads.2)))
+    }
+
+    /// Decodes `block` into `blk` and checks what only this backend knows (live
+    /// handles, buffer lengths, the pipeline's and the device's limits); returns
+    /// the pipeline and the bindings to record, or throws the shared words.
+    private func validate(_ blk: UnsafeMutablePointer<mlxn_block>, _ block: UnsafeRawPointer?,
+                          _ blockLen: UInt64) throws -> (MetalPipeline, [Binding]) {
+        // The words of a refusal name the kernel wherever the handle is a live
+        // pipeline of this device.
+        func refusal(_ code: Int32) -> MlxnError {
+            let pipeline = object(bits: blk.pointee.pipeline, as: MetalPipeline.self)
+            let kernel = pipeline?.device === device ? pipeline?.name : nil
+            var text = [CChar](repeating: 0, count: Int(MLXN_BLOCK_MESSAGE_CAP))
+            let message: String = text.withUnsafeMutableBufferPointer { out in
+                if let kernel {
+                    kernel.withCString { name in _ = mlxn_block_message(blk, name, out.baseAddress, out.count) }
+                } else {
+                    _ = mlxn_block_message(blk, nil, out.baseAddress, out.count)
+                }
+                return String(cString: out.baseAddress!)
+            }
+            return MlxnError.invalid(message)
+        }
+        guard mlxn_block_decode(block, blockLen, blk) == MLXN_BLOCK_OK else { throw refusal(blk.pointee.error) }
+        let handle = blk.pointee.pipeline
+        guard let pipeline = object(bits: handle, as: MetalPipeline.self), pipeline.device === device else {
+            throw refusal(mlxn_block_fail(blk, MLXN_BLOCK_E_PIPELINE, 0, handle, 0, 0))
+        }
+        let kernel = pipeline.name
+        let threads = blk.pointee.threads
+        let total = UInt64(threads.0) * UInt64(threads.1) * UInt64(threads.2)
+        guard total <= UInt64(pipeline.maxThreads) else {
+            throw refusal(mlxn_block_fail(blk, MLXN_BLOCK_E_THREADGROUP_SIZE, 0, total, UInt64(pipeline.maxThreads), 0))
+        }
+        // Metal reserves threadgroup memory in multiples of 16 bytes: the
+        // decoder's sum rounds each length so.
+        let maxThreadgroupMemory = device.limit(MLXN_LIMIT_MAX_THREADGROUP_MEMORY)
+        let boundThreadgroupMemory = blk.pointee.threadgroup_bytes
+        let staticThreadgroupMemory = pipeline.staticThreadgroupMemory
+        guard boundThreadgroupMemory <= maxThreadgroupMemory,
+              staticThreadgroupMemory <= maxThreadgroupMemory - boundThreadgroupMemory else {
+            throw refusal(mlxn_block_fail(blk, MLXN_BLOCK_E_THREADGROUP_MEMORY, 0, boundThreadgroupMemory,
+                                          maxThreadgroupMemory, staticThreadgroupMemory))
+        }
+
+        var bindings: [Binding] = []
+        for i in 0..<blk.pointee.binding_count {
+            let b = mlxn_block_binding_at(blk, i).pointee
+            let index = Int(b.index)
+            switch b.kind {
+            case MLXN_BIND_BUFFER:
+                guard let buffer = object(bits: b.handle, as: MetalBuffer.self), buffer.device === device else {
+                    throw refusal(mlxn_block_fail(blk, MLXN_BLOCK_E_BUFFER, i, b.handle, 0, 0))
+                }
+                guard b.offset <= buffer.length else {
+                    throw refusal(mlxn_block_fail(blk, MLXN_BLOCK_E_BUFFER_OFFSET, i, b.offset, buffer.length, 0))
+                }
+                bindings.append(.buffer(index: index, buffer.buffer, offset: Int(b.offset)))
+            case MLXN_BIND_BYTES:
+                if b.length == 0 {
+                    bindings.append(.bytes(index: index, nil, length: 0))
+                } else if b.length <= UInt64(maxInlineBytes) {
+                    bindings.append(.bytes(index: index, UnsafeRawPointer(b.data!), length: Int(b.length)))
+                } else {
+                    guard let copy = device.device.makeBuffer(bytes: UnsafeRawPointer(b.data!), length: Int(b.length),
+                                                              options: .storageModeShared) else {
+                        throw MlxnError(MLXN_ERR_BUFFER_ALLOCATION, "metal: makeBuffer(bytes:length: \(b.length)) returned nil")
+                    }
+                    bindings.append(.copiedBytes(index: index, copy))
+                }
+            default:  // MLXN_BIND_THREADGROUP_MEMORY: the decoder accepts no other kind
+                let rounded = (b.length + 15) / 16 * 16
+                if rounded > 0 { bindings.append(.threadgroupMemory(index: index, length: Int(rounded))) }
+            }
+        }
+        let bufferMask = blk.pointee.buffer_mask, threadgroupMask = blk.pointee.threadgroup_mask
+        for index in pipeline.bufferIndices where bufferMask & (1 << UInt32(index)) == 0 {
+            throw MlxnError.invalid("dispatch: kernel '\(kernel)': [[buffer(\(index))]] is not bound")
+        }
+        for index in pipeline.threadgroupIndices where threadgroupMask & (1 << UInt32(index)) == 0 {
+            throw MlxnError.invalid("dispatch: kernel '\(kernel)': [[threadgroup(\(index))]] has no threadgroup memory length")
+        }
+        return (pipeline, bindings)
     }
 
     /// Makes the buffer writes of earlier dispatches visible to later ones.

@@ -276,14 +276,14 @@ int main() {
     CHECK(st == MLXN_ERR_INVALID_ARGUMENT && has(want), "want '%s', got %d: %s", want, st, msg);
   };
   b = add_delta_block(add, buf, n, 1.f);
-  reject(std::vector<uint8_t>(b.begin(), b.end() - 1), "block length");
-  reject(add_delta_block(add, buf, n, 1.f, 1025), "exceeds the device limit of 1024");
+  reject(std::vector<uint8_t>(b.begin(), b.end() - 1), "block_len must be 48 + 24 * 2 bindings + 8 payload bytes = 104 (got 103)");
+  reject(add_delta_block(add, buf, n, 1.f, 1025), "threads per threadgroup must be at most 1024 for this pipeline (got 1025x1x1 = 1025)");
   {
     std::vector<uint8_t> x = block(rev, 1, 512);
     add_binding(x, MLXN_BIND_BUFFER, 0, reinterpret_cast<uint64_t>(buf), 0);
     add_binding(x, MLXN_BIND_THREADGROUP_MEMORY, 0, 2048, 0);
     finish(x, 2, {});
-    reject(x, "pipeline's maximum of 256");
+    reject(x, "threads per threadgroup must be at most 256 for this pipeline (got 512x1x1 = 512)");
   }
   {
     std::vector<uint8_t> x = block(rev, 1, 32);
@@ -298,7 +298,7 @@ int main() {
     add_binding(x, MLXN_BIND_THREADGROUP_MEMORY, 0, 16384 + 16, 0);
     add_binding(x, MLXN_BIND_THREADGROUP_MEMORY, 1, 16384, 0);
     finish(x, 3, {});
-    reject(x, "exceeds the device limit of 32768");
+    reject(x, "threadgroup memory must be at most 32768 bytes per threadgroup (got 32784 bytes bound + 0 bytes static)");
   }
   {
     std::vector<uint8_t> x = block(rev, 1, 32);
@@ -317,32 +317,32 @@ int main() {
     add_binding(x, MLXN_BIND_BUFFER, 0, 0x1234, 0);
     add_binding(x, MLXN_BIND_BYTES, 1, 0, 8);
     finish(x, 2, std::vector<uint8_t>(8));
-    reject(x, "unknown buffer handle");
+    reject(x, "binding 0 (buffer [[buffer(0)]]): the handle must be a live buffer of the encoder's device (got 0x1234)");
   }
   {
     std::vector<uint8_t> x = block(add, 1, 32);
     add_binding(x, MLXN_BIND_BUFFER, 0, reinterpret_cast<uint64_t>(buf), n * 4 + 4);
     add_binding(x, MLXN_BIND_BYTES, 1, 0, 8);
     finish(x, 2, std::vector<uint8_t>(8));
-    reject(x, "past the buffer");
+    reject(x, "binding 0 (buffer [[buffer(0)]]): offset must be at most the buffer's length, 4000 bytes (got 4004)");
   }
   {
     std::vector<uint8_t> x = block(add, 1, 32);
     add_binding(x, MLXN_BIND_BUFFER, 31, reinterpret_cast<uint64_t>(buf), 0);
     finish(x, 1, {});
-    reject(x, "must be < 31");
+    reject(x, "binding 0 (buffer): index must be below 31 (got 31)");
   }
   {
     std::vector<uint8_t> x = block(add, 1, 32);
     add_binding(x, MLXN_BIND_BUFFER, 0, reinterpret_cast<uint64_t>(buf), 0);
     add_binding(x, MLXN_BIND_BYTES, 1, 4, 8);
     finish(x, 2, std::vector<uint8_t>(8));
-    reject(x, "outside the payload");
+    reject(x, "binding 1 (bytes [[buffer(1)]]): offset + length must be at most the payload's 8 bytes (got 4 + 8)");
   }
   {
     std::vector<uint8_t> x = block(reinterpret_cast<mlxn_pipeline*>(buf), 1, 32);
     finish(x, 0, {});
-    reject(x, "unknown pipeline handle");
+    reject(x, "the pipeline handle must be a live pipeline of the encoder's device");
   }
   reject(add_delta_block(add, buf, n, 1.f, 0), "positive");
   CHECK(mlxn_encoder_commit(enc, msg, sizeof msg) == MLXN_OK, "%s", msg);
@@ -370,7 +370,7 @@ int main() {
     mlxn_library_release(lib3);
     // The released handles are refused by later dispatches.
     CHECK(mlxn_encoder_dispatch(enc3, b3.data(), b3.size(), msg, sizeof msg) == MLXN_ERR_INVALID_ARGUMENT &&
-              has("unknown pipeline handle"), "%s", msg);
+              has("the pipeline handle must be a live pipeline of the encoder's device"), "%s", msg);
     CHECK(mlxn_encoder_commit(enc3, msg, sizeof msg) == MLXN_OK, "%s", msg);
     CHECK(mlxn_encoder_wait(enc3, msg, sizeof msg) == MLXN_OK, "work on released objects: %s", msg);
     // A recording never committed lets go of what it holds on release.

@@ -1,0 +1,1 @@
+../../../../native/include/mlx_native_block.h
