@@ -51,11 +51,6 @@ export function checkBuffer(op: string, arg: string, value: unknown, device?: De
   }
 }
 
-/** value is an object (the params record of an op), not null. */
-export function checkObject(op: string, arg: string, value: unknown): asserts value is object {
-  if (typeof value !== 'object' || value === null) throw invalid(op, arg, 'an object', value === undefined ? 'none' : value);
-}
-
 /** value is true or false (undefined too when optional). */
 export function checkBoolean(op: string, arg: string, value: unknown, optional = false): void {
   if (typeof value === 'boolean' || (optional && value === undefined)) return;
