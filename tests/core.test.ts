@@ -21,7 +21,7 @@ import { DispatchBlock, packDispatch, type BindableBuffer } from '../ts/encoder.
 import { constantsKey, packConstants } from '../ts/library.ts';
 import { familySources } from '../ts/registry.ts';
 import { candidatePaths, libraryFileName, loadBackend } from '../ts/native.ts';
-import { describeBackends, rng, randomArray } from './helpers.ts';
+import { backendAbsence, describeBackends, rng, randomArray } from './helpers.ts';
 
 /** Runs fn and returns the MlxError it throws (failing the test if it throws none or another error). */
 function mlxError(fn: () => unknown): MlxError {
@@ -253,6 +253,36 @@ describe('loader', () => {
     const out = loadIn({ MLX_NATIVE_LIB: '/nonexistent/libx.so' }, 'metal');
     expect(out).toContain('DeviceNotFound: no metal backend library could be loaded');
     expect(out).toContain('/nonexistent/libx.so (MLX_NATIVE_LIB): no such file');
+  });
+
+  // Device.open() twice in a fresh process, with the environment given (and MLX_NATIVE_BACKEND unset unless given).
+  function openTwice(env: Record<string, string>, opts: string): { backend: string; stderr: string } {
+    const code = `import { Device } from './ts/index.ts'; Device.open(${opts}).close(); const d = Device.open(${opts}); console.log(d.backend); d.close();`;
+    const base: Record<string, string> = {};
+    for (const [k, v] of Object.entries(process.env)) if (v !== undefined && k !== 'MLX_NATIVE_BACKEND' && k !== 'MLX_NATIVE_LIB') base[k] = v;
+    const r = spawnSync(process.execPath, ['-e', code], { cwd: `${import.meta.dir}/..`, env: { ...base, ...env }, encoding: 'utf8' });
+    expect(r.status).toBe(0);
+    return { backend: r.stdout.trim(), stderr: r.stderr };
+  }
+
+  test.if(backendAbsence('emu') === null)('falling back to the emulator writes one stderr line: how to select it, how to get a GPU', () => {
+    const { backend, stderr } = openTwice({}, '');
+    if (backend !== 'emu') {
+      expect(stderr).toBe(''); // a GPU backend was found: nothing to say
+      return;
+    }
+    const lines = stderr.split('\n').filter((l) => l !== '');
+    expect(lines.length).toBe(1);
+    expect(lines[0]).toStartWith('mlx-native: no GPU backend (');
+    expect(lines[0]).toContain('CPU emulator');
+    expect(lines[0]).toContain("{ backend: 'emu' }");
+    expect(lines[0]).toContain('MLX_NATIVE_BACKEND=emu');
+    expect(lines[0]).toContain(process.platform === 'darwin' ? 'build-metal.sh' : 'build-cuda.sh');
+  });
+
+  test.if(backendAbsence('emu') === null)('the emulator selected explicitly is silent', () => {
+    expect(openTwice({}, "{ backend: 'emu' }")).toEqual({ backend: 'emu', stderr: '' });
+    expect(openTwice({ MLX_NATIVE_BACKEND: 'emu' }, '')).toEqual({ backend: 'emu', stderr: '' });
   });
 
   test('MLX_NATIVE_BACKEND must name a backend', () => {

@@ -195,7 +195,7 @@ export function loadBackend(backend: BackendName): NativeLib {
   if (failed) throw failed;
 
   const tried: string[] = [];
-  const override = process.env.MLX_NATIVE_LIB;
+  const override = process.env['MLX_NATIVE_LIB'];
   if (override) {
     const r = existsSync(override) ? open(override) : { error: 'no such file' };
     if ('lib' in r && r.lib.backend === backend) {
@@ -224,34 +224,73 @@ export function loadBackend(backend: BackendName): NativeLib {
   throw err;
 }
 
+/** The backend to use when none is asked for, and why the emulator was the fallback (null when it was not). */
+export interface BackendChoice {
+  readonly backend: BackendName;
+  /** Set when no backend was asked for and no GPU backend opened: what was tried. */
+  readonly fallback: string | null;
+}
+
 /**
  * The backend to use when none is asked for: MLX_NATIVE_BACKEND, else metal on
  * macOS, then cuda where its library loads and sees a device, else emu.
  */
 export function chooseBackend(): BackendName {
-  const env = process.env.MLX_NATIVE_BACKEND;
+  return chooseBackendWhy().backend;
+}
+
+export function chooseBackendWhy(): BackendChoice {
+  const env = process.env['MLX_NATIVE_BACKEND'];
   if (env) {
     if (!isBackendName(env)) {
       throw new MlxError('InvalidArgument', `MLX_NATIVE_BACKEND must be one of ${BACKENDS.join(', ')} (got ${env})`);
     }
-    return env;
+    return { backend: env, fallback: null };
   }
-  const override = process.env.MLX_NATIVE_LIB;
+  const override = process.env['MLX_NATIVE_LIB'];
   if (override && existsSync(override)) {
     const r = open(override);
     if ('lib' in r) {
       if (!loaded.has(r.lib.backend)) loaded.set(r.lib.backend, r.lib);
-      return r.lib.backend;
+      return { backend: r.lib.backend, fallback: null };
     }
   }
   const order: BackendName[] = process.platform === 'darwin' ? ['metal', 'cuda'] : ['cuda'];
+  const why: string[] = [];
   for (const b of order) {
     try {
       const lib = loadBackend(b);
-      if (lib.sym.mlxn_device_count() > 0) return b;
+      if (lib.sym.mlxn_device_count() > 0) return { backend: b, fallback: null };
+      why.push(`${b}: library loaded from ${lib.path} but it sees no device`);
     } catch {
       // Not present here: fall through to the next candidate.
+      why.push(`${b}: no library found`);
     }
   }
-  return 'emu';
+  return { backend: 'emu', fallback: why.join('; ') };
+}
+
+let fallbackWarned = false;
+
+/**
+ * The one stderr line written, once per process, when Device.open() without a
+ * backend falls back to the emulator: a runtime must not run 100 times slower
+ * without a word. Selecting emu explicitly (option or MLX_NATIVE_BACKEND)
+ * writes nothing.
+ */
+export function fallbackWarning(why: string): string {
+  const gpu =
+    process.platform === 'darwin'
+      ? `for Metal install @mlx-native/darwin-arm64 or run \`bash ${script('build-metal.sh')}\``
+      : `for CUDA (NVIDIA GPU and driver) install @mlx-native/${process.platform}-${process.arch} or run \`bash ${script('build-cuda.sh')}\``;
+  return (
+    `mlx-native: no GPU backend (${why}), so Device.open() runs on the CPU emulator (emu), about 100x slower than a GPU; ` +
+    `to use the emulator on purpose and silence this, pass { backend: 'emu' } or set MLX_NATIVE_BACKEND=emu; ${gpu}.`
+  );
+}
+
+export function warnFallbackOnce(why: string): void {
+  if (fallbackWarned) return;
+  fallbackWarned = true;
+  process.stderr.write(`${fallbackWarning(why)}\n`);
 }
