@@ -2,6 +2,7 @@
 // indexes re-export every family module, so a new family cannot be left out
 // of 'mlx-native/ops' or 'mlx-native/reference'.
 import { describe, expect, test } from 'bun:test';
+import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -27,4 +28,30 @@ describe('package', () => {
       }
     });
   }
+
+  const npm = spawnSync('npm', ['--version'], { encoding: 'utf8' }).status === 0;
+  test.if(npm)('the tarball: LICENSE, the docs the README links, every file the sources import; no tests, logs or bench results', () => {
+    const r = spawnSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: ROOT, encoding: 'utf8' });
+    expect(r.status).toBe(0);
+    const files = new Set((JSON.parse(r.stdout) as { files: { path: string }[] }[])[0]!.files.map((f) => f.path));
+    expect(files.has('LICENSE')).toBe(true);
+    expect(readFileSync(join(ROOT, 'LICENSE'), 'utf8')).toStartWith('MIT License');
+    expect((pkg as unknown as { license: string }).license).toBe('MIT');
+    // Local links of the README (bench/ is the repository's, not the package's).
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const links = [...readme.matchAll(/\]\(([^)#:]+)\)/g)].map((m) => m[1]!).filter((l) => !l.startsWith('bench/'));
+    expect(links).toContain('docs/internals.md');
+    for (const l of links) expect({ link: l, shipped: files.has(l) }).toEqual({ link: l, shipped: true });
+    // Every relative import of a shipped TypeScript file (shader text imports included) is shipped.
+    for (const f of files) {
+      if (!f.endsWith('.ts')) continue;
+      const code = readFileSync(join(ROOT, f), 'utf8').replace(/^\s*(\/\/|\*|\/\*).*$/gm, ''); // comments hold examples
+      for (const m of code.matchAll(/from '(\.{1,2}\/[^']+)'/g)) {
+        const target = join(f, '..', m[1]!);
+        expect({ from: f, target, shipped: files.has(target) }).toEqual({ from: f, target, shipped: true });
+      }
+    }
+    const extra = [...files].filter((f) => /(^|\/)tests?\/|\.log$|^bench\/|\.(o|so|dylib)$/.test(f));
+    expect(extra).toEqual([]);
+  });
 });
