@@ -7,12 +7,17 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 const ROOT = join(import.meta.dir, '..');
-const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { exports: Record<string, string> };
+const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { exports: Record<string, { types: string; default: string }> };
 
 describe('package', () => {
   test('every export path points at a file', () => {
     expect(Object.keys(pkg.exports).sort()).toEqual(['.', './ops', './reference']);
-    for (const target of Object.values(pkg.exports)) expect(existsSync(join(ROOT, target))).toBe(true);
+    for (const target of Object.values(pkg.exports)) {
+      expect(existsSync(join(ROOT, target.default))).toBe(true);
+      // The declarations (built by scripts/build-types.sh at pack time) mirror the sources.
+      expect(target.types).toBe(target.default.replace(/^\.\/ts\//, './types/').replace(/\.ts$/, '.d.ts'));
+      expect(Object.keys(target)).toEqual(['types', 'default']); // "types" must come first to be used
+    }
   });
 
   for (const dir of ['ops', 'reference']) {
@@ -44,7 +49,7 @@ describe('package', () => {
     for (const l of links) expect({ link: l, shipped: files.has(l) }).toEqual({ link: l, shipped: true });
     // Every relative import of a shipped TypeScript file (shader text imports included) is shipped.
     for (const f of files) {
-      if (!f.endsWith('.ts')) continue;
+      if (!f.endsWith('.ts') || f.endsWith('.d.ts')) continue;
       const code = readFileSync(join(ROOT, f), 'utf8').replace(/^\s*(\/\/|\*|\/\*).*$/gm, ''); // comments hold examples
       for (const m of code.matchAll(/from '(\.{1,2}\/[^']+)'/g)) {
         const target = join(f, '..', m[1]!);
