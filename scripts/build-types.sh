@@ -10,11 +10,11 @@ tsc="$root/node_modules/.bin/tsc"
 [ -x "$tsc" ] || { echo "build-types: $tsc not found: run \`bun install\` first" >&2; exit 1; }
 rm -rf types
 "$tsc" -p tsconfig.types.json
-# The declarations that name bun:ffi types load Bun's own (@types/bun), so that
+# The declarations that name bun:ffi or bun:test types load Bun's own (@types/bun), so that
 # they check whatever the consumer's "types" option says (TypeScript 6 and
 # later include no @types package unless named).
 while IFS= read -r -d '' f; do
-  if grep -q "from 'bun:ffi'" "$f"; then
+  if grep -q "from 'bun:" "$f"; then
     { echo '/// <reference types="bun" />'; cat "$f"; } > "$f.tmp" && mv "$f.tmp" "$f"
   fi
 done < <(find types -name '*.d.ts' -print0)

@@ -22,6 +22,13 @@ describe.if(npm)('consumer types', () => {
         `import { Device, MlxError, type Buffer, type DType, type Encoder } from 'mlx-native';
 import * as ops from 'mlx-native/ops';
 import * as ref from 'mlx-native/reference';
+import { TOL, describeBackends, expectClose, maxRelErr, nmse, poisoned, randomArray, rng } from 'mlx-native/testing';
+describeBackends('parity', ({ device }) => {
+  const x = randomArray(rng(1), 8);
+  using out = poisoned(device(), 'f32', [8]);
+  expectClose(out.readNumbers(), x, TOL.f32);
+  if (maxRelErr(x, x) + nmse(x, x) !== 0) throw new Error('unreachable');
+});
 export function run(device: Device, dtype: DType): Buffer {
   const b = device.alloc(dtype, [4]);
   b.write(new Float32Array(4), { convert: true });
