@@ -5,6 +5,7 @@ import { describe, expect, test } from 'bun:test';
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { VERSION } from '../ts/version.ts';
 
 const ROOT = join(import.meta.dir, '..');
 const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { exports: Record<string, { types: string; default: string }> };
@@ -58,5 +59,30 @@ describe('package', () => {
     }
     const extra = [...files].filter((f) => /(^|\/)tests?\/|\.log$|^bench\/|\.(o|so|dylib)$/.test(f));
     expect(extra).toEqual([]);
+  });
+
+  test('platform packages: one version everywhere, os/cpu set, no install scripts, their libraries exported as file imports', () => {
+    const main = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string; optionalDependencies: Record<string, string> };
+    expect(VERSION).toBe(main.version);
+    const platforms = readdirSync(join(ROOT, 'npm')).sort();
+    expect(platforms).toEqual(['darwin-arm64', 'linux-x64']);
+    for (const p of platforms) {
+      const dir = join(ROOT, 'npm', p);
+      const meta = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as Record<string, unknown>;
+      const [os, cpu] = p.split('-');
+      expect({ name: meta['name'], version: meta['version'], os: meta['os'], cpu: meta['cpu'], scripts: meta['scripts'] }).toEqual({
+        name: `@mlx-native/${p}`, version: VERSION, os: [os], cpu: [cpu], scripts: undefined,
+      });
+      expect(main.optionalDependencies[`@mlx-native/${p}`]).toBe(VERSION);
+      const index = readFileSync(join(dir, 'index.js'), 'utf8');
+      const libs = [...index.matchAll(/^import (\w+) from '\.\/([^']+)' with \{ type: 'file' \};$/gm)].map((m) => m[2]!);
+      expect(libs.length).toBeGreaterThan(0);
+      for (const lib of libs) expect(meta['files']).toContain(lib);
+      expect(meta['files']).toContain('LICENSE');
+      expect(existsSync(join(dir, 'LICENSE'))).toBe(true);
+    }
+    // The loader names each platform package literally, so that bun build --compile embeds it.
+    const loader = readFileSync(join(ROOT, 'ts', 'native.ts'), 'utf8');
+    for (const p of platforms) expect(loader).toContain(`require('@mlx-native/${p}')`);
   });
 });

@@ -9,10 +9,11 @@
 // int32_t -> 'i32'.
 
 import { dlopen, FFIType as T, type Library, type Pointer } from 'bun:ffi';
-import { existsSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { existsSync, statSync } from 'node:fs';
+import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { MlxError, statusKind } from './errors.ts';
+import { VERSION } from './version.ts';
 
 export const ABI_VERSION = 1;
 
@@ -141,25 +142,79 @@ export function libraryFileName(backend: BackendName, platform: string = process
   return `libmlx_native_${backend}.${platform === 'darwin' ? 'dylib' : 'so'}`;
 }
 
-const script = (name: string): string => join(PACKAGE_ROOT, 'scripts', name);
+/** The platform package of this machine, e.g. @mlx-native/linux-x64. */
+export const PLATFORM_PACKAGE = `@mlx-native/${process.platform}-${process.arch}`;
+
+type PlatformLibraries = { libs: Partial<Record<BackendName, string>> } | { error: string };
+let platformCache: PlatformLibraries | null = null;
+
+/**
+ * The libraries of the platform package, by backend. Each package's index.js
+ * exports them as file imports, and the names here are literal, so that
+ * `bun build --compile` embeds the libraries of the package installed when it
+ * runs (paths under /$bunfs, which dlopen reads).
+ */
+function platformLibraries(): PlatformLibraries {
+  if (platformCache !== null) return platformCache;
+  let mod: { default?: Partial<Record<BackendName, string>> } | null = null;
+  try {
+    if (process.platform === 'linux' && process.arch === 'x64') mod = require('@mlx-native/linux-x64');
+    else if (process.platform === 'darwin' && process.arch === 'arm64') mod = require('@mlx-native/darwin-arm64');
+  } catch (e) {
+    // Optional: absent wherever it was not installed.
+    platformCache = { error: `not installed (${e instanceof Error ? e.message.split('\n')[0] : String(e)})` };
+    return platformCache;
+  }
+  platformCache = mod?.default ? { libs: mod.default } : { error: 'no platform package is built for this platform' };
+  return platformCache;
+}
+
+/**
+ * Where the build scripts of an installed package write, and the loader looks:
+ * $XDG_CACHE_HOME/mlx-native/<version>/<backend> (else ~/.cache/...), so that
+ * reinstalling the package (which replaces node_modules) keeps the build.
+ */
+export function userBuildDir(backend: BackendName): string {
+  const xdg = process.env['XDG_CACHE_HOME'];
+  const base = xdg !== undefined && xdg.startsWith('/') ? xdg : join(homedir(), '.cache');
+  return join(base, 'mlx-native', VERSION, backend);
+}
+
+/** Why the file must not be loaded from a per-user directory (not ours, or writable by others), or null. */
+function notPrivate(path: string): string | null {
+  const uid = process.getuid?.();
+  for (const p of [path, dirname(path)]) {
+    const st = statSync(p);
+    if (uid !== undefined && st.uid !== uid) return `${p} is owned by uid ${st.uid}, not this user (${uid})`;
+    if ((st.mode & 0o022) !== 0) return `${p} is writable by group or others (mode ${(st.mode & 0o777).toString(8)})`;
+  }
+  return null;
+}
+
+const script = (name: string): string => {
+  const path = join(PACKAGE_ROOT, 'scripts', name);
+  return existsSync(path) ? `\`bash ${path}\`` : `\`bash node_modules/mlx-native/scripts/${name}\` in an app that installed mlx-native (this copy, ${PACKAGE_ROOT}, has no scripts/: bundled?)`;
+};
+const inCheckout = !PACKAGE_ROOT.split(/[\\/]/).includes('node_modules');
+const buildsTo = (b: BackendName): string => (inCheckout ? join(PACKAGE_ROOT, 'build', b) : userBuildDir(b));
 const BUILD_HINT: Record<BackendName, string> = {
-  emu: `run \`bash ${script('build-emu.sh')}\` (needs clang++-19: apt-get install clang-19 libclang-rt-19-dev)`,
-  cuda: `run \`bash ${script('build-cuda.sh')}\` on a Linux machine with an NVIDIA GPU and its driver`,
-  metal: `run \`bash ${script('build-metal.sh')}\` on macOS, or \`bun add @mlx-native/darwin-arm64\``,
+  emu: `install ${PLATFORM_PACKAGE === '@mlx-native/linux-x64' ? PLATFORM_PACKAGE : 'the platform package of this machine'}, or run ${script('build-emu.sh')} (writes ${buildsTo('emu')}; needs clang++-19: apt-get install clang-19 libclang-rt-19-dev)`,
+  cuda: `install @mlx-native/linux-x64, or run ${script('build-cuda.sh')} (writes ${buildsTo('cuda')}), on a Linux machine with an NVIDIA GPU and its driver`,
+  metal: `install @mlx-native/darwin-arm64 on an Apple Silicon Mac, or run \`bash scripts/build-metal.sh\` in a checkout of mlx-native`,
 };
 
-/** Where a backend's library is looked for, in order (MLX_NATIVE_LIB is handled by loadBackend). */
+/**
+ * Where a backend's library is looked for, in order (MLX_NATIVE_LIB is handled
+ * by loadBackend): the platform package, the per-user build directory, the
+ * checkout's build/<backend>/.
+ */
 export function candidatePaths(backend: BackendName): string[] {
   const file = libraryFileName(backend);
   const paths: string[] = [];
-  const pkg = `@mlx-native/${process.platform}-${process.arch}`;
-  try {
-    const req = createRequire(join(PACKAGE_ROOT, 'package.json'));
-    const dir = dirname(req.resolve(`${pkg}/package.json`));
-    paths.push(join(dir, file), join(dir, 'lib', file));
-  } catch {
-    // The platform package is optional: absent on every platform it is not built for.
-  }
+  const platform = platformLibraries();
+  const fromPackage = 'libs' in platform ? platform.libs[backend] : undefined;
+  if (fromPackage !== undefined) paths.push(fromPackage);
+  paths.push(join(userBuildDir(backend), file));
   paths.push(join(PACKAGE_ROOT, 'build', backend, file));
   return paths;
 }
@@ -204,9 +259,17 @@ export function loadBackend(backend: BackendName): NativeLib {
     }
     tried.push(`${override} (MLX_NATIVE_LIB): ${'lib' in r ? `a ${r.lib.backend} library, not ${backend}` : r.error}`);
   }
+  const platform = platformLibraries();
+  if ('error' in platform) tried.push(`${PLATFORM_PACKAGE}: ${platform.error}`);
+  const userDir = userBuildDir(backend);
   for (const path of candidatePaths(backend)) {
     if (!existsSync(path)) {
       tried.push(`${path}: not found`);
+      continue;
+    }
+    const unsafe = dirname(path) === userDir ? notPrivate(path) : null;
+    if (unsafe !== null) {
+      tried.push(`${path}: not loaded: ${unsafe}`);
       continue;
     }
     const r = open(path);
