@@ -344,8 +344,8 @@ let fallbackWarned = false;
 export function fallbackWarning(why: string): string {
   const gpu =
     process.platform === 'darwin'
-      ? `for Metal install @mlx-native/darwin-arm64 or run \`bash ${script('build-metal.sh')}\``
-      : `for CUDA (NVIDIA GPU and driver) install @mlx-native/${process.platform}-${process.arch} or run \`bash ${script('build-cuda.sh')}\``;
+      ? `for Metal, install @mlx-native/darwin-arm64 on an Apple Silicon Mac`
+      : `for CUDA, an NVIDIA GPU with its driver and the cuda library (@mlx-native/linux-x64, or run ${script('build-cuda.sh')})`;
   return (
     `mlx-native: no GPU backend (${why}), so Device.open() runs on the CPU emulator (emu), about 100x slower than a GPU; ` +
     `to use the emulator on purpose and silence this, pass { backend: 'emu' } or set MLX_NATIVE_BACKEND=emu; ${gpu}.`
