@@ -112,19 +112,25 @@ echo "== typecheck (strict)"
 ./node_modules/.bin/tsc --noEmit -p . && echo "  tsc --noEmit: clean ($(ls *.ts | wc -l) files)"
 
 echo "== parity test through the installed package"
-bun test --timeout 120000 parity.test.ts 2>&1 | grep -E '^\((pass|fail|skip)\)|^ *[0-9]+ (pass|fail|skip)$' | sed 's/^/  /'
-bun test --timeout 120000 parity.test.ts >/dev/null 2>&1
+st=0
+bun test --timeout 120000 parity.test.ts >test.log 2>&1 || st=$?
+grep -E '^\((pass|fail|skip)\)|^ *[0-9]+ (pass|fail|skip)$' test.log | sed 's/^/  /' || true
+[ "$st" = 0 ] || { cat test.log >&2; echo "install-test: the parity test failed" >&2; exit 1; }
 
 echo "== the README's Use examples"
 for f in use*.ts; do echo "  bun $f:"; bun "$f" 2>&1 | sed 's/^/    /'; done
 
-echo "== bun build --compile"
-bun build --compile main.ts --outfile mlxn-app 2>&1 | tail -n 1 | sed 's/^ */  /'
+echo "== bun build --target=bun and --compile, run without node_modules"
 bun main.ts 2>/dev/null | sed 's/^/  bun main.ts: /'
+bun build --target=bun main.ts --outdir dist >/dev/null
+bun build --compile main.ts --outfile mlxn-app 2>&1 | tail -n 1 | sed 's/^ */  /'
 mv node_modules node_modules.away
 trap 'mv "$app/node_modules.away" "$app/node_modules" 2>/dev/null || true; [ "${KEEP:-}" = 1 ] || rm -rf "$work"' EXIT
+out="$(bun dist/main.js 2>/dev/null)"
+echo "  bun dist/main.js: $out"
+case "$out" in *"$app/dist/"*) ;; *) echo "install-test: the bundle did not load the library copied next to it" >&2; exit 1 ;; esac
 out="$(./mlxn-app 2>/dev/null)"
-echo "  ./mlxn-app (no node_modules): $out"
+echo "  ./mlxn-app: $out"
 case "$out" in *'/$bunfs/'*) ;; *) echo "install-test: the executable did not load its embedded library" >&2; exit 1 ;; esac
 mv node_modules.away node_modules
 echo "install-test: passed"

@@ -11,7 +11,7 @@
 import { dlopen, FFIType as T, type Library, type Pointer } from 'bun:ffi';
 import { existsSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { MlxError, statusKind } from './errors.ts';
 import { VERSION } from './version.ts';
 
@@ -195,7 +195,8 @@ const script = (name: string): string => {
   const path = join(PACKAGE_ROOT, 'scripts', name);
   return existsSync(path) ? `\`bash ${path}\`` : `\`bash node_modules/mlx-native/scripts/${name}\` in an app that installed mlx-native (this copy, ${PACKAGE_ROOT}, has no scripts/: bundled?)`;
 };
-const inCheckout = !PACKAGE_ROOT.split(/[\\/]/).includes('node_modules');
+// A checkout builds into build/; an installed package (or a bundle of one) into the per-user directory.
+const inCheckout = existsSync(join(PACKAGE_ROOT, 'scripts')) && !PACKAGE_ROOT.split(/[\\/]/).includes('node_modules');
 const buildsTo = (b: BackendName): string => (inCheckout ? join(PACKAGE_ROOT, 'build', b) : userBuildDir(b));
 const BUILD_HINT: Record<BackendName, string> = {
   emu: `install ${PLATFORM_PACKAGE === '@mlx-native/linux-x64' ? PLATFORM_PACKAGE : 'the platform package of this machine'}, or run ${script('build-emu.sh')} (writes ${buildsTo('emu')}; needs clang++-19: apt-get install clang-19 libclang-rt-19-dev)`,
@@ -213,7 +214,8 @@ export function candidatePaths(backend: BackendName): string[] {
   const paths: string[] = [];
   const platform = platformLibraries();
   const fromPackage = 'libs' in platform ? platform.libs[backend] : undefined;
-  if (fromPackage !== undefined) paths.push(fromPackage);
+  // `bun build --target=bun` copies the library next to the bundle and names it relative to it.
+  if (fromPackage !== undefined) paths.push(isAbsolute(fromPackage) ? fromPackage : resolve(import.meta.dir, fromPackage));
   paths.push(join(userBuildDir(backend), file));
   paths.push(join(PACKAGE_ROOT, 'build', backend, file));
   return paths;
