@@ -61,6 +61,8 @@ export const CONSUMER_TSCONFIGS: Record<string, object> = {
   // Node's ESM resolution, and nothing but the compiler's defaults.
   nodenext: { module: 'nodenext', strict: true, skipLibCheck: false, noPropertyAccessFromIndexSignature: true, noEmit: true },
   defaults: { noEmit: true },
+  // An older library and target, libraries checked.
+  es2022: { lib: ['ES2022'], target: 'ES2022', module: 'ESNext', moduleResolution: 'bundler', strict: true, skipLibCheck: false, noEmit: true },
 };
 
 /** Writes tsconfig.<name>.json over `sources` and runs tsc: its output, '' when clean. */
