@@ -18,4 +18,4 @@ while IFS= read -r -d '' f; do
     { echo '/// <reference types="bun" />'; cat "$f"; } > "$f.tmp" && mv "$f.tmp" "$f"
   fi
 done < <(find types -name '*.d.ts' -print0)
-echo "build-types: wrote $(find types -name '*.d.ts' | wc -l) declaration files to types/"
+echo "build-types: wrote $(find types -name '*.d.ts' | wc -l) declaration files to types/" >&2
