@@ -5,7 +5,7 @@
 // refuses a compiler the emulator cannot run kernels with.
 import { afterAll, describe, expect, test } from 'bun:test';
 import { spawnSync } from 'node:child_process';
-import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { VERSION } from '../ts/version.ts';
@@ -80,14 +80,27 @@ describe.if(npm && linuxX64)('installed package', () => {
     }
   }, 120_000);
 
-  test.if(backendAbsence('emu') === null)('the platform package\'s libraries are found through its file imports', () => {
+  test.if(backendAbsence('emu') === null)('the platform package\'s libraries are found through its file imports, also embedded by bun build --compile', () => {
     const pkg = join(dir(), 'node_modules', '@mlx-native', 'linux-x64');
     mkdirSync(pkg, { recursive: true });
     for (const f of ['package.json', 'index.js', 'index.d.ts']) cpSync(join(ROOT, 'npm', 'linux-x64', f), join(pkg, f));
     cpSync(join(ROOT, 'build', 'emu', 'libmlx_native_emu.so'), join(pkg, 'libmlx_native_emu.so'));
     cpSync(join(ROOT, 'build', 'cuda', 'libmlx_native_cuda.so'), join(pkg, 'libmlx_native_cuda.so'));
-    const out = runIn(dir(), `import { Device } from 'mlx-native'; using d = Device.open({ backend: 'emu' }); console.log('emu from ' + d.libraryPath);`, { XDG_CACHE_HOME: join(dir(), 'cache') });
-    expect(out).toContain(`emu from ${pkg}/libmlx_native_emu.so`);
+    const code = `import { Device } from 'mlx-native'; using d = Device.open({ backend: 'emu' }); console.log('emu from ' + d.libraryPath);`;
+    const cache = { XDG_CACHE_HOME: join(dir(), 'cache') };
+    expect(runIn(dir(), code, cache)).toContain(`emu from ${pkg}/libmlx_native_emu.so`);
+    // Compiled into one executable, which runs with node_modules gone: the library is embedded.
+    writeFileSync(join(dir(), 'open.ts'), code);
+    const build = spawnSync(process.execPath, ['build', '--compile', 'open.ts', '--outfile', 'open-exe'], { cwd: dir(), env: env({}), encoding: 'utf8' });
+    expect(build.status).toBe(0);
+    renameSync(join(dir(), 'node_modules'), join(dir(), 'node_modules.away'));
+    try {
+      const r = spawnSync(join(dir(), 'open-exe'), [], { cwd: dir(), env: env(cache), encoding: 'utf8' });
+      expect(r.stdout).toContain('emu from /$bunfs/');
+    } finally {
+      renameSync(join(dir(), 'node_modules.away'), join(dir(), 'node_modules'));
+      rmSync(join(dir(), 'open-exe'), { force: true });
+    }
     rmSync(pkg, { recursive: true });
-  });
+  }, 120_000);
 });
