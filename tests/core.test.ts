@@ -462,6 +462,7 @@ describeBackends('core', ({ device, label }) => {
     using i = d.alloc('i32', [1]);
     expect(errorOf(() => i.write(new Uint32Array(1))).message).toStartWith('Buffer.write: data must be an Int32Array for a i32 buffer (got a Uint32Array)');
 
+    expect(errorOf(() => f.write(new Float32Array(1), 'x' as unknown as number)).message).toStartWith('Buffer.write: the second argument must be a byte offset or { byteOffset?, convert? } (got a string)');
     if (d.limits.sharedMemory) expect(h.hostView()).toBeInstanceOf(Float16Array);
   });
 

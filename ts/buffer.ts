@@ -201,7 +201,10 @@ export class Buffer {
    */
   write(data: ArrayBufferView | ArrayBuffer, at: number | WriteOptions = 0): void {
     const h = this.hostHandle('write');
-    const opts: WriteOptions = typeof at === 'number' ? { byteOffset: at } : at ?? {};
+    if (typeof at !== 'number' && (typeof at !== 'object' || at === null)) {
+      throw new MlxError('InvalidArgument', `Buffer.write: the second argument must be a byte offset or { byteOffset?, convert? } (got ${describe(at)})`);
+    }
+    const opts: WriteOptions = typeof at === 'number' ? { byteOffset: at } : at;
     const byteOffset = opts.byteOffset ?? 0;
     if (data instanceof ArrayBuffer) data = new Uint8Array(data);
     else if (!ArrayBuffer.isView(data)) {
