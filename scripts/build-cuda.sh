@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Builds the cuda backend: build/cuda/libmlx_native_cuda.so.
+# Builds the cuda backend, libmlx_native_cuda.so, into build/cuda/ in a
+# checkout; in an installed package (under node_modules) into the per-user
+# directory the loader looks in, ${XDG_CACHE_HOME:-~/.cache}/mlx-native/<version>/cuda;
+# MLX_NATIVE_BUILD_DIR=<dir> writes <dir>/cuda.
 #
 # The library links against neither libcuda nor NVRTC (it dlopen's them at run
 # time), so it builds on any Linux machine with a C++17 compiler, GPU or not;
@@ -13,7 +16,16 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 src="$root/native/cuda/src"
-out="$root/build/cuda"
+if [[ -n "${MLX_NATIVE_BUILD_DIR:-}" ]]; then
+  out="$MLX_NATIVE_BUILD_DIR/cuda"
+elif [[ "$root" == */node_modules/* ]]; then
+  version="$(sed -n 's/^  "version": "\(.*\)",$/\1/p' "$root/package.json")"
+  cache="${XDG_CACHE_HOME:-}"
+  [[ "$cache" == /* ]] || cache="$HOME/.cache"
+  out="$cache/mlx-native/$version/cuda"
+else
+  out="$root/build/cuda"
+fi
 
 if [[ "$(uname -s)" != Linux ]]; then
   echo "build-cuda: skipped: the cuda backend builds on Linux only (this is $(uname -s))"

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Builds the emulator backend: build/emu/libmlx_native_emu.so.
+# Builds the emulator backend, libmlx_native_emu.so, into build/emu/ in a
+# checkout; in an installed package (under node_modules) into the per-user
+# directory the loader looks in, ${XDG_CACHE_HOME:-~/.cache}/mlx-native/<version>/emu,
+# which reinstalling does not delete; MLX_NATIVE_BUILD_DIR=<dir> writes <dir>/emu.
 #
 # Compiles native/emu/*.cpp plus a generated source that embeds the shim
 # headers (native/emu/shim/**), so that the library can write them into its
 # cache directory at run time wherever it is installed.
 #
-# Env: CXX (default clang++-19, else clang++, else g++), JOBS (default: cores).
+# Env: CXX (default clang++-19, else clang++; it must be clang, the compiler the
+# emulator runs kernels through, with clang-only flags), JOBS (default: cores).
 # --shim-only: only (re)generate build/emu/gen/shim_files.cpp (the runtime
 # tests use it).
 set -euo pipefail
@@ -14,18 +18,34 @@ shim_only=0
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 emu="$root/native/emu"
-out="$root/build/emu"
+if [ -n "${MLX_NATIVE_BUILD_DIR:-}" ]; then
+  out="$MLX_NATIVE_BUILD_DIR/emu"
+elif [[ "$root" == */node_modules/* ]]; then
+  version="$(sed -n 's/^  "version": "\(.*\)",$/\1/p' "$root/package.json")"
+  cache="${XDG_CACHE_HOME:-}"
+  [[ "$cache" == /* ]] || cache="$HOME/.cache"
+  out="$cache/mlx-native/$version/emu"
+else
+  out="$root/build/emu"
+fi
 obj="$out/obj"
 gen="$out/gen"
 mkdir -p "$obj" "$gen"
 
 cxx="${CXX:-}"
 if [ -z "$cxx" ]; then
-  for c in clang++-19 clang++ g++; do
+  for c in clang++-19 clang++; do
     if command -v "$c" >/dev/null 2>&1; then cxx="$c"; break; fi
   done
 fi
-[ -n "$cxx" ] || { echo "build-emu: no C++ compiler (install clang++-19 or set CXX)" >&2; exit 1; }
+if [ -z "$cxx" ]; then
+  echo "build-emu: no clang++ found: the emulator compiles kernels at run time with clang++ (clang-only flags), so it needs clang to build and to run; install clang-19 (apt-get install clang-19 libclang-rt-19-dev) or set CXX to a clang++" >&2
+  exit 1
+fi
+if ! "$cxx" --version 2>/dev/null | grep -qi clang; then
+  echo "build-emu: $cxx is not clang: the emulator compiles kernels at run time with clang++ (clang-only flags such as -Xclang), so it must be built and run with clang; install clang-19 (apt-get install clang-19 libclang-rt-19-dev) or set CXX to a clang++" >&2
+  exit 1
+fi
 jobs="${JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}"
 
 # --- embed the shim headers -------------------------------------------------

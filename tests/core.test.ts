@@ -13,6 +13,7 @@ import {
   checkPositive,
   invalid,
   MlxError,
+  f16BitsToF32,
   type Device,
   type MlxErrorKind,
 } from '../ts/index.ts';
@@ -21,7 +22,7 @@ import { DispatchBlock, packDispatch, type BindableBuffer } from '../ts/encoder.
 import { constantsKey, packConstants } from '../ts/library.ts';
 import { familySources } from '../ts/registry.ts';
 import { candidatePaths, libraryFileName, loadBackend } from '../ts/native.ts';
-import { describeBackends, rng, randomArray, runsOnEmulator } from './helpers.ts';
+import { backendAbsence, describeBackends, errorOf, rng, randomArray, runsOnEmulator } from './helpers.ts';
 
 /** Runs fn and returns the MlxError it throws (failing the test if it throws none or another error). */
 function mlxError(fn: () => unknown): MlxError {
@@ -257,6 +258,36 @@ describe('loader', () => {
     expect(out).toContain('/nonexistent/libx.so (MLX_NATIVE_LIB): no such file');
   });
 
+  // Device.open() twice in a fresh process, with the environment given (and MLX_NATIVE_BACKEND unset unless given).
+  function openTwice(env: Record<string, string>, opts: string): { backend: string; stderr: string } {
+    const code = `import { Device } from './ts/index.ts'; Device.open(${opts}).close(); const d = Device.open(${opts}); console.log(d.backend); d.close();`;
+    const base: Record<string, string> = {};
+    for (const [k, v] of Object.entries(process.env)) if (v !== undefined && k !== 'MLX_NATIVE_BACKEND' && k !== 'MLX_NATIVE_LIB') base[k] = v;
+    const r = spawnSync(process.execPath, ['-e', code], { cwd: `${import.meta.dir}/..`, env: { ...base, ...env }, encoding: 'utf8' });
+    expect(r.status).toBe(0);
+    return { backend: r.stdout.trim(), stderr: r.stderr };
+  }
+
+  test.if(backendAbsence('emu') === null)('falling back to the emulator writes one stderr line: how to select it, how to get a GPU', () => {
+    const { backend, stderr } = openTwice({}, '');
+    if (backend !== 'emu') {
+      expect(stderr).toBe(''); // a GPU backend was found: nothing to say
+      return;
+    }
+    const lines = stderr.split('\n').filter((l) => l !== '');
+    expect(lines.length).toBe(1);
+    expect(lines[0]).toStartWith('mlx-native: no GPU backend (');
+    expect(lines[0]).toContain('CPU emulator');
+    expect(lines[0]).toContain("{ backend: 'emu' }");
+    expect(lines[0]).toContain('MLX_NATIVE_BACKEND=emu');
+    expect(lines[0]).toContain(process.platform === 'darwin' ? 'build-metal.sh' : 'build-cuda.sh');
+  });
+
+  test.if(backendAbsence('emu') === null)('the emulator selected explicitly is silent', () => {
+    expect(openTwice({}, "{ backend: 'emu' }")).toEqual({ backend: 'emu', stderr: '' });
+    expect(openTwice({ MLX_NATIVE_BACKEND: 'emu' }, '')).toEqual({ backend: 'emu', stderr: '' });
+  });
+
   test('MLX_NATIVE_BACKEND must name a backend', () => {
     const out = loadIn({ MLX_NATIVE_BACKEND: 'vulkan' }, '');
     expect(out).toContain('InvalidArgument: MLX_NATIVE_BACKEND must be one of metal, cuda, emu (got vulkan)');
@@ -363,7 +394,7 @@ describeBackends('core', ({ device, label }) => {
       expect([...b.readNumbers()]).toEqual(vals);
     }
     using h = d.upload('f16', [2], [0.1, 65520]);
-    expect([...h.read()]).toEqual([0x2e66, 0x7c00]);
+    expect([...new Uint16Array(h.read().buffer)]).toEqual([0x2e66, 0x7c00]);
     for (const [dt, v] of [['u8', [0, 255]], ['u16', [1, 65535]], ['u32', [0, 4294967295]], ['i32', [-5, 2147483647]]] as const) {
       using b = d.upload(dt, [2], v);
       expect([...b.readNumbers()]).toEqual([...v]);
@@ -372,7 +403,7 @@ describeBackends('core', ({ device, label }) => {
     using raw = d.alloc('u8', [8]);
     raw.write(new Uint8Array([9, 8, 7]), 2);
     expect([...raw.read()]).toEqual([0, 0, 9, 8, 7, 0, 0, 0]);
-    raw.write(new Uint16Array([0x0201]), 6);
+    raw.write(new DataView(new Uint16Array([0x0201]).buffer), 6); // raw bytes
     expect([...raw.read()]).toEqual([0, 0, 9, 8, 7, 0, 1, 2]);
     expectKind(() => raw.write(new Uint8Array(4), 6), 'InvalidArgument', 'at most 8');
 
@@ -393,6 +424,48 @@ describeBackends('core', ({ device, label }) => {
     expectKind(() => d.alloc('f64' as 'f32', [2]), 'UnsupportedDtype', 'Device.alloc: dtype');
     expectKind(() => d.upload('f32', [3], [1, 2]), 'InvalidArgument', 'data.length must be 3 (got 2)');
     expectKind(() => d.upload('u8', [1], [300]), 'InvalidArgument', 'integer in [0, 255]');
+  });
+
+  test('typed data both ways: the storage type or an error naming both types; conversion by name; f16 as Float16Array', () => {
+    const d = device();
+    using h = d.alloc('f16', [4]);
+    const e = errorOf(() => h.write(new Float32Array([1, 2, 3, 4])));
+    expect(e.kind).toBe('InvalidArgument');
+    expect(e.message).toStartWith('Buffer.write: data must be a Float16Array or Uint16Array for a f16 buffer (got a Float32Array)');
+    expect(e.message).toContain('{ convert: true }');
+    expect([...h.readNumbers()]).toEqual([0, 0, 0, 0]); // nothing written
+    h.write(new Float32Array([1, 2.5, 65520, 0.1]), { convert: true });
+    const got = h.read();
+    expect(got).toBeInstanceOf(Float16Array);
+    expect([...got]).toEqual([1, 2.5, Infinity, f16BitsToF32(0x2e66)]);
+    h.write(new Float16Array([-1, 0.5]), 4); // byteOffset 4: elements 2 and 3
+    expect([...h.read()]).toEqual([1, 2.5, -1, 0.5]);
+    h.write(new Uint16Array([0x3c00])); // f16 bit patterns are accepted as they are
+    expect(h.read()[0]).toBe(1);
+    h.fill(NaN);
+    expect([...h.read()].every(Number.isNaN)).toBe(true);
+
+    using f = d.alloc('f32', [2]);
+    for (const wrong of [new Float64Array(2), new Float16Array(2), new Int32Array(2), new Uint8Array(8)]) {
+      expect(errorOf(() => f.write(wrong)).message).toStartWith(`Buffer.write: data must be a Float32Array for a f32 buffer (got ${wrong instanceof Int32Array ? 'an' : 'a'} ${wrong.constructor.name})`);
+    }
+    f.write(new Float64Array([0.1, -3]), { convert: true });
+    expect([...f.read()]).toEqual([Math.fround(0.1), -3]);
+    f.write(new Float16Array([1.5]), { byteOffset: 4, convert: true });
+    expect([...f.read()]).toEqual([Math.fround(0.1), 1.5]);
+
+    using b = d.alloc('bf16', [2]);
+    expect(errorOf(() => b.write(new Float16Array(2))).message).toStartWith('Buffer.write: data must be a Uint16Array for a bf16 buffer (got a Float16Array)');
+    b.write(new Float32Array([1, 3]), { convert: true });
+    expect([...b.read()]).toEqual([0x3f80, 0x4040]);
+
+    using u = d.alloc('u8', [2]);
+    expect(errorOf(() => u.write(new Float32Array([300]), { convert: true })).message).toContain('integer in [0, 255]');
+    using i = d.alloc('i32', [1]);
+    expect(errorOf(() => i.write(new Uint32Array(1))).message).toStartWith('Buffer.write: data must be an Int32Array for a i32 buffer (got a Uint32Array)');
+
+    expect(errorOf(() => f.write(new Float32Array(1), 'x' as unknown as number)).message).toStartWith('Buffer.write: the second argument must be a byte offset or { byteOffset?, convert? } (got a string)');
+    if (d.limits.sharedMemory) expect(h.hostView()).toBeInstanceOf(Float16Array);
   });
 
   test('a buffer used after release throws, release twice is harmless', () => {

@@ -407,7 +407,7 @@ for (const [label, options] of Object.entries(SCHEDULES)) {
         const y = f16(b[i]!);
         want.push(f16(f16(x * y) + x), f16(x / y), f16(f32(a[i]! * b[i]!)));
       }
-      expectClose(Array.from(out.read() as Uint16Array, f16BitsToF32), want, 0, 'half');
+      expectClose(Array.from(out.read() as Float16Array), want, 0, 'half');
     });
 
     test('bfloat: conversion rounds to nearest even, operations round to bfloat', () => {
@@ -570,7 +570,7 @@ for (const [label, options] of Object.entries(SCHEDULES)) {
       const h = open().device.upload('f16', [40], a);
       const oh = poisoned('f16', 40);
       run('scale_f16_x3', { buffers: { 0: h, 1: oh } }, [1, 1, 1], [40, 1, 1]);
-      expect(Array.from(oh.read() as Uint16Array, f16BitsToF32)).toEqual(a.map((x) => f16(3 * f16(x))));
+      expect(Array.from(oh.read() as Float16Array)).toEqual(a.map((x) => f16(3 * f16(x))));
     });
 
     test('literals: float without suffix, h and bf suffixes, hex and exponent forms', () => {

@@ -3,7 +3,19 @@
 
 import { toArrayBuffer, type Pointer } from 'bun:ffi';
 import type { Device } from './device.ts';
-import { DTYPES, decodeNumbers, dtypeSize, encodeNumbers, isDType, newTypedArray, viewAs, type DType, type TypedArray } from './dtype.ts';
+import {
+  DTYPES,
+  decodeNumbers,
+  dtypeSize,
+  encodeNumbers,
+  isDType,
+  newTypedArray,
+  storageTypes,
+  typedArrayName,
+  viewAs,
+  type DType,
+  type TypedArray,
+} from './dtype.ts';
 import { MlxError } from './errors.ts';
 import { releasedError, track, untrack, type DeviceState } from './handles.ts';
 import { check, msgBuf, msgCap } from './native.ts';
@@ -12,6 +24,8 @@ function asBytes(data: ArrayBufferView): Uint8Array {
   return data instanceof Uint8Array ? data : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
 }
 
+const an = (noun: string): string => `${/^[AEIO]/i.test(noun) ? 'an' : 'a'} ${noun}`; // a Uint8Array, an Int32Array
+
 /** The view's ArrayBuffer keeps its Buffer alive: memory under a live view is never freed by collection. */
 const OWNER = Symbol('mlx-native buffer');
 
@@ -19,6 +33,13 @@ function describe(v: unknown): string {
   if (v === null) return 'null';
   if (typeof v !== 'object') return typeof v === 'string' ? `a string` : String(v);
   return `a ${(v as object).constructor?.name ?? 'object'}`;
+}
+
+export interface WriteOptions {
+  /** Where in the buffer the data goes, in bytes; default 0. */
+  byteOffset?: number;
+  /** Convert a typed array of another element type to the dtype, instead of refusing it. */
+  convert?: boolean;
 }
 
 /** Views start at a multiple of this many bytes: kernels load up to 16-byte vectors. */
@@ -169,12 +190,40 @@ export class Buffer {
     return this.view(this.dtype, [end - start, ...this.shape.slice(1)], start * rowBytes);
   }
 
-  /** Writes raw bytes (a typed array, DataView or ArrayBuffer) at byteOffset. */
-  write(data: ArrayBufferView | ArrayBuffer, byteOffset = 0): void {
+  /**
+   * Writes data at byteOffset (bytes; default 0). A typed array must be of the
+   * buffer's storage type (f32 Float32Array, f16 Float16Array or its bit
+   * patterns as Uint16Array, bf16/u16 Uint16Array, u8 Uint8Array, u32
+   * Uint32Array, i32 Int32Array); any other is an MlxError, unless
+   * `{ convert: true }` asks for its values to be converted to the dtype (as
+   * writeNumbers does: f16/bf16 rounded to nearest even, integers checked).
+   * A DataView or ArrayBuffer is written as raw bytes.
+   */
+  write(data: ArrayBufferView | ArrayBuffer, at: number | WriteOptions = 0): void {
     const h = this.hostHandle('write');
+    if (typeof at !== 'number' && (typeof at !== 'object' || at === null)) {
+      throw new MlxError('InvalidArgument', `Buffer.write: the second argument must be a byte offset or { byteOffset?, convert? } (got ${describe(at)})`);
+    }
+    const opts: WriteOptions = typeof at === 'number' ? { byteOffset: at } : at;
+    const byteOffset = opts.byteOffset ?? 0;
     if (data instanceof ArrayBuffer) data = new Uint8Array(data);
     else if (!ArrayBuffer.isView(data)) {
       throw new MlxError('InvalidArgument', `Buffer.write: data must be a typed array, DataView or ArrayBuffer (got ${describe(data)})`);
+    } else {
+      const type = typedArrayName(data);
+      const want = storageTypes(this.dtype);
+      if (type !== null && !want.includes(type)) {
+        if (opts.convert !== true) {
+          throw new MlxError(
+            'InvalidArgument',
+            `Buffer.write: data must be ${an(want.join(' or '))} for a ${this.dtype} buffer (got ${an(type)}); pass { convert: true } to convert its values to ${this.dtype}, or a DataView / ArrayBuffer to write raw bytes`,
+          );
+        }
+        if (type === 'BigInt64Array' || type === 'BigUint64Array') {
+          throw new MlxError('InvalidArgument', `Buffer.write: data must hold numbers to be converted to ${this.dtype} (got ${an(type)})`);
+        }
+        data = encodeNumbers(this.dtype, data as unknown as ArrayLike<number>, 'Buffer.write');
+      }
     }
     if (!Number.isInteger(byteOffset) || byteOffset < 0 || byteOffset + data.byteLength > this.byteLength) {
       throw new MlxError(
@@ -186,7 +235,7 @@ export class Buffer {
     check(this._state.sym.mlxn_buffer_write(h, this.byteOffset + byteOffset, asBytes(data), data.byteLength, msgBuf, msgCap), 'Buffer.write');
   }
 
-  /** The raw contents, typed by dtype (f16/bf16 as their bit patterns in a Uint16Array). */
+  /** The contents in the dtype's storage type: f32 Float32Array, f16 Float16Array, bf16 its bit patterns in a Uint16Array, u8/u16/u32/i32 their own. */
   read(): TypedArray {
     const h = this.hostHandle('read', true);
     const out = newTypedArray(this.dtype, this.elementCount);
@@ -215,7 +264,7 @@ export class Buffer {
   fill(value: number): void {
     this.hostHandle('fill');
     const one = encodeNumbers(this.dtype, [value], 'Buffer.fill');
-    const all = newTypedArray(this.dtype, this.elementCount);
+    const all = newTypedArray(this.dtype === 'f16' ? 'u16' : this.dtype, this.elementCount); // f16 filled by bit pattern (keeps a NaN's bits)
     all.fill(one[0]!);
     this.write(all);
   }

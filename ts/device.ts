@@ -12,7 +12,7 @@ import {
   BACKENDS,
   LIMIT,
   check,
-  chooseBackend,
+  chooseBackendWhy,
   isBackendName,
   loadBackend,
   msgBuf,
@@ -20,6 +20,7 @@ import {
   outSlot,
   readString,
   takeHandle,
+  warnFallbackOnce,
   type BackendName,
 } from './native.ts';
 import { KernelRegistry } from './registry.ts';
@@ -36,7 +37,10 @@ export interface DeviceLimits {
 }
 
 export interface OpenOptions {
-  /** Default: MLX_NATIVE_BACKEND, else the best present (metal, then cuda, then emu). */
+  /**
+   * Default: MLX_NATIVE_BACKEND, else the best present (metal, then cuda, then emu);
+   * falling back to emu writes one line to stderr, naming an explicit emu writes nothing.
+   */
   backend?: BackendName;
   /** Which device of the backend; default 0. */
   ordinal?: number;
@@ -79,7 +83,9 @@ export class Device {
 
   /** Opens a device; MlxError('DeviceNotFound') says what was tried and how to fix it. */
   static open(opts: OpenOptions = {}): Device {
-    const backend = opts.backend ?? chooseBackend();
+    let backend = opts.backend;
+    let fallback: string | null = null;
+    if (backend === undefined) ({ backend, fallback } = chooseBackendWhy());
     if (!isBackendName(backend)) {
       throw new MlxError('InvalidArgument', `Device.open: backend must be one of ${BACKENDS.join(', ')} (got ${String(backend)})`);
     }
@@ -96,6 +102,7 @@ export class Device {
       );
     }
     check(lib.sym.mlxn_device_open(ordinal, outSlot, msgBuf, msgCap), `Device.open(${backend} #${ordinal})`);
+    if (fallback !== null) warnFallbackOnce(fallback);
     return new Device(new DeviceState(lib, takeHandle()));
   }
 

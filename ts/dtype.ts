@@ -12,7 +12,8 @@ import { MlxError } from './errors.ts';
 
 export type DType = 'f32' | 'f16' | 'bf16' | 'u8' | 'u16' | 'u32' | 'i32';
 
-export type TypedArray = Float32Array | Uint16Array | Uint8Array | Uint32Array | Int32Array;
+/** The storage types of the dtypes: f32 Float32Array, f16 Float16Array, bf16/u16 Uint16Array, u8, u32, i32. */
+export type TypedArray = Float32Array | Float16Array | Uint16Array | Uint8Array | Uint32Array | Int32Array;
 
 export const DTYPES: readonly DType[] = ['f32', 'f16', 'bf16', 'u8', 'u16', 'u32', 'i32'];
 
@@ -164,6 +165,7 @@ export function newTypedArray(dtype: DType, count: number): TypedArray {
     case 'f32':
       return new Float32Array(count);
     case 'f16':
+      return new Float16Array(count);
     case 'bf16':
     case 'u16':
       return new Uint16Array(count);
@@ -182,6 +184,7 @@ export function viewAs(dtype: DType, buf: ArrayBuffer, byteOffset: number, count
     case 'f32':
       return new Float32Array(buf, byteOffset, count);
     case 'f16':
+      return new Float16Array(buf, byteOffset, count);
     case 'bf16':
     case 'u16':
       return new Uint16Array(buf, byteOffset, count);
@@ -229,10 +232,12 @@ export function encodeNumbers(dtype: DType, data: ArrayLike<number>, what: strin
   }
 }
 
-/** The dtype's raw storage -> numbers (f16/bf16 decoded). */
+/** The dtype's raw storage (f16 as Float16Array or bit patterns) -> numbers (f16/bf16 decoded). */
 export function decodeNumbers(dtype: DType, raw: TypedArray): Float64Array {
   const out = new Float64Array(raw.length);
-  if (dtype === 'f16') {
+  if (raw instanceof Float16Array) {
+    out.set(raw);
+  } else if (dtype === 'f16') {
     const table = f16ToF32Table();
     for (let i = 0; i < raw.length; i++) out[i] = bitsF32(table[raw[i]!]!);
   } else if (dtype === 'bf16') {
@@ -241,4 +246,26 @@ export function decodeNumbers(dtype: DType, raw: TypedArray): Float64Array {
     out.set(raw);
   }
   return out;
+}
+
+/** The typed arrays a buffer of the dtype takes as they are (f16 also its bit patterns, as Uint16Array). */
+const STORAGE: Record<DType, readonly string[]> = {
+  f32: ['Float32Array'],
+  f16: ['Float16Array', 'Uint16Array'],
+  bf16: ['Uint16Array'],
+  u8: ['Uint8Array'],
+  u16: ['Uint16Array'],
+  u32: ['Uint32Array'],
+  i32: ['Int32Array'],
+};
+
+/** The names of the typed arrays whose elements are the dtype's storage (see Buffer.write). */
+export function storageTypes(dtype: DType): readonly string[] {
+  return STORAGE[dtype];
+}
+
+/** The typed array's type name ('Float32Array', ...; a Node Buffer is a Uint8Array), or null for a DataView. */
+export function typedArrayName(data: ArrayBufferView): string | null {
+  const tag = Object.prototype.toString.call(data).slice(8, -1);
+  return tag === 'DataView' ? null : tag;
 }

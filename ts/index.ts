@@ -1,6 +1,6 @@
 // mlx-native: GPU kernels for LLM inference from Bun. The public core API.
 
-export { Buffer } from './buffer.ts';
+export { Buffer, type WriteOptions } from './buffer.ts';
 export { Device, type CompileOptions, type DeviceLimits, type OpenOptions } from './device.ts';
 export {
   bf16BitsToF32,

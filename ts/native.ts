@@ -9,10 +9,11 @@
 // int32_t -> 'i32'.
 
 import { dlopen, FFIType as T, type Library, type Pointer } from 'bun:ffi';
-import { existsSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { dirname, join, resolve } from 'node:path';
+import { existsSync, statSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { MlxError, statusKind } from './errors.ts';
+import { VERSION } from './version.ts';
 
 export const ABI_VERSION = 1;
 
@@ -155,25 +156,81 @@ export function libraryFileName(backend: BackendName, platform: string = process
   return `libmlx_native_${backend}.${platform === 'darwin' ? 'dylib' : 'so'}`;
 }
 
-const script = (name: string): string => join(PACKAGE_ROOT, 'scripts', name);
+/** The platform package of this machine, e.g. @mlx-native/linux-x64. */
+export const PLATFORM_PACKAGE = `@mlx-native/${process.platform}-${process.arch}`;
+
+type PlatformLibraries = { libs: Partial<Record<BackendName, string>> } | { error: string };
+let platformCache: PlatformLibraries | null = null;
+
+/**
+ * The libraries of the platform package, by backend. Each package's index.js
+ * exports them as file imports, and the names here are literal, so that
+ * `bun build --compile` embeds the libraries of the package installed when it
+ * runs (paths under /$bunfs, which dlopen reads).
+ */
+function platformLibraries(): PlatformLibraries {
+  if (platformCache !== null) return platformCache;
+  let mod: { default?: Partial<Record<BackendName, string>> } | null = null;
+  try {
+    if (process.platform === 'linux' && process.arch === 'x64') mod = require('@mlx-native/linux-x64');
+    else if (process.platform === 'darwin' && process.arch === 'arm64') mod = require('@mlx-native/darwin-arm64');
+  } catch (e) {
+    // Optional: absent wherever it was not installed.
+    platformCache = { error: `not installed (${e instanceof Error ? e.message.split('\n')[0] : String(e)})` };
+    return platformCache;
+  }
+  platformCache = mod?.default ? { libs: mod.default } : { error: 'no platform package is built for this platform' };
+  return platformCache;
+}
+
+/**
+ * Where the build scripts of an installed package write, and the loader looks:
+ * $XDG_CACHE_HOME/mlx-native/<version>/<backend> (else ~/.cache/...), so that
+ * reinstalling the package (which replaces node_modules) keeps the build.
+ */
+export function userBuildDir(backend: BackendName): string {
+  const xdg = process.env['XDG_CACHE_HOME'];
+  const base = xdg !== undefined && xdg.startsWith('/') ? xdg : join(homedir(), '.cache');
+  return join(base, 'mlx-native', VERSION, backend);
+}
+
+/** Why the file must not be loaded from a per-user directory (not ours, or writable by others), or null. */
+function notPrivate(path: string): string | null {
+  const uid = process.getuid?.();
+  for (const p of [path, dirname(path)]) {
+    const st = statSync(p);
+    if (uid !== undefined && st.uid !== uid) return `${p} is owned by uid ${st.uid}, not this user (${uid})`;
+    if ((st.mode & 0o022) !== 0) return `${p} is writable by group or others (mode ${(st.mode & 0o777).toString(8)})`;
+  }
+  return null;
+}
+
+const script = (name: string): string => {
+  const path = join(PACKAGE_ROOT, 'scripts', name);
+  return existsSync(path) ? `\`bash ${path}\`` : `\`bash node_modules/mlx-native/scripts/${name}\` in an app that installed mlx-native (this copy, ${PACKAGE_ROOT}, has no scripts/: bundled?)`;
+};
+// A checkout builds into build/; an installed package (or a bundle of one) into the per-user directory.
+const inCheckout = existsSync(join(PACKAGE_ROOT, 'scripts')) && !PACKAGE_ROOT.split(/[\\/]/).includes('node_modules');
+const buildsTo = (b: BackendName): string => (inCheckout ? join(PACKAGE_ROOT, 'build', b) : userBuildDir(b));
 const BUILD_HINT: Record<BackendName, string> = {
-  emu: `run \`bash ${script('build-emu.sh')}\` (needs clang++-19: apt-get install clang-19 libclang-rt-19-dev)`,
-  cuda: `run \`bash ${script('build-cuda.sh')}\` on a Linux machine with an NVIDIA GPU and its driver`,
-  metal: `run \`bash ${script('build-metal.sh')}\` on macOS, or \`bun add @mlx-native/darwin-arm64\``,
+  emu: `install ${PLATFORM_PACKAGE === '@mlx-native/linux-x64' ? PLATFORM_PACKAGE : 'the platform package of this machine'}, or run ${script('build-emu.sh')} (writes ${buildsTo('emu')}; needs clang++-19: apt-get install clang-19 libclang-rt-19-dev)`,
+  cuda: `install @mlx-native/linux-x64, or run ${script('build-cuda.sh')} (writes ${buildsTo('cuda')}), on a Linux machine with an NVIDIA GPU and its driver`,
+  metal: `install @mlx-native/darwin-arm64 on an Apple Silicon Mac, or run \`bash scripts/build-metal.sh\` in a checkout of mlx-native`,
 };
 
-/** Where a backend's library is looked for, in order (MLX_NATIVE_LIB is handled by loadBackend). */
+/**
+ * Where a backend's library is looked for, in order (MLX_NATIVE_LIB is handled
+ * by loadBackend): the platform package, the per-user build directory, the
+ * checkout's build/<backend>/.
+ */
 export function candidatePaths(backend: BackendName): string[] {
   const file = libraryFileName(backend);
   const paths: string[] = [];
-  const pkg = `@mlx-native/${process.platform}-${process.arch}`;
-  try {
-    const req = createRequire(join(PACKAGE_ROOT, 'package.json'));
-    const dir = dirname(req.resolve(`${pkg}/package.json`));
-    paths.push(join(dir, file), join(dir, 'lib', file));
-  } catch {
-    // The platform package is optional: absent on every platform it is not built for.
-  }
+  const platform = platformLibraries();
+  const fromPackage = 'libs' in platform ? platform.libs[backend] : undefined;
+  // `bun build --target=bun` copies the library next to the bundle and names it relative to it.
+  if (fromPackage !== undefined) paths.push(isAbsolute(fromPackage) ? fromPackage : resolve(import.meta.dir, fromPackage));
+  paths.push(join(userBuildDir(backend), file));
   paths.push(join(PACKAGE_ROOT, 'build', backend, file));
   return paths;
 }
@@ -209,7 +266,7 @@ export function loadBackend(backend: BackendName): NativeLib {
   if (failed) throw failed;
 
   const tried: string[] = [];
-  const override = process.env.MLX_NATIVE_LIB;
+  const override = process.env['MLX_NATIVE_LIB'];
   if (override) {
     const r = existsSync(override) ? open(override) : { error: 'no such file' };
     if ('lib' in r && r.lib.backend === backend) {
@@ -218,9 +275,17 @@ export function loadBackend(backend: BackendName): NativeLib {
     }
     tried.push(`${override} (MLX_NATIVE_LIB): ${'lib' in r ? `a ${r.lib.backend} library, not ${backend}` : r.error}`);
   }
+  const platform = platformLibraries();
+  if ('error' in platform) tried.push(`${PLATFORM_PACKAGE}: ${platform.error}`);
+  const userDir = userBuildDir(backend);
   for (const path of candidatePaths(backend)) {
     if (!existsSync(path)) {
       tried.push(`${path}: not found`);
+      continue;
+    }
+    const unsafe = dirname(path) === userDir ? notPrivate(path) : null;
+    if (unsafe !== null) {
+      tried.push(`${path}: not loaded: ${unsafe}`);
       continue;
     }
     const r = open(path);
@@ -238,34 +303,73 @@ export function loadBackend(backend: BackendName): NativeLib {
   throw err;
 }
 
+/** The backend to use when none is asked for, and why the emulator was the fallback (null when it was not). */
+export interface BackendChoice {
+  readonly backend: BackendName;
+  /** Set when no backend was asked for and no GPU backend opened: what was tried. */
+  readonly fallback: string | null;
+}
+
 /**
  * The backend to use when none is asked for: MLX_NATIVE_BACKEND, else metal on
  * macOS, then cuda where its library loads and sees a device, else emu.
  */
 export function chooseBackend(): BackendName {
-  const env = process.env.MLX_NATIVE_BACKEND;
+  return chooseBackendWhy().backend;
+}
+
+export function chooseBackendWhy(): BackendChoice {
+  const env = process.env['MLX_NATIVE_BACKEND'];
   if (env) {
     if (!isBackendName(env)) {
       throw new MlxError('InvalidArgument', `MLX_NATIVE_BACKEND must be one of ${BACKENDS.join(', ')} (got ${env})`);
     }
-    return env;
+    return { backend: env, fallback: null };
   }
-  const override = process.env.MLX_NATIVE_LIB;
+  const override = process.env['MLX_NATIVE_LIB'];
   if (override && existsSync(override)) {
     const r = open(override);
     if ('lib' in r) {
       if (!loaded.has(r.lib.backend)) loaded.set(r.lib.backend, r.lib);
-      return r.lib.backend;
+      return { backend: r.lib.backend, fallback: null };
     }
   }
   const order: BackendName[] = process.platform === 'darwin' ? ['metal', 'cuda'] : ['cuda'];
+  const why: string[] = [];
   for (const b of order) {
     try {
       const lib = loadBackend(b);
-      if (lib.sym.mlxn_device_count() > 0) return b;
+      if (lib.sym.mlxn_device_count() > 0) return { backend: b, fallback: null };
+      why.push(`${b}: library loaded from ${lib.path} but it sees no device`);
     } catch {
       // Not present here: fall through to the next candidate.
+      why.push(`${b}: no library found`);
     }
   }
-  return 'emu';
+  return { backend: 'emu', fallback: why.join('; ') };
+}
+
+let fallbackWarned = false;
+
+/**
+ * The one stderr line written, once per process, when Device.open() without a
+ * backend falls back to the emulator: a runtime must not run 100 times slower
+ * without a word. Selecting emu explicitly (option or MLX_NATIVE_BACKEND)
+ * writes nothing.
+ */
+export function fallbackWarning(why: string): string {
+  const gpu =
+    process.platform === 'darwin'
+      ? `for Metal, install @mlx-native/darwin-arm64 on an Apple Silicon Mac`
+      : `for CUDA, an NVIDIA GPU with its driver and the cuda library (@mlx-native/linux-x64, or run ${script('build-cuda.sh')})`;
+  return (
+    `mlx-native: no GPU backend (${why}), so Device.open() runs on the CPU emulator (emu), about 100x slower than a GPU; ` +
+    `to use the emulator on purpose and silence this, pass { backend: 'emu' } or set MLX_NATIVE_BACKEND=emu; ${gpu}.`
+  );
+}
+
+export function warnFallbackOnce(why: string): void {
+  if (fallbackWarned) return;
+  fallbackWarned = true;
+  process.stderr.write(`${fallbackWarning(why)}\n`);
 }

@@ -1,0 +1,3 @@
+/** The path of the backend library of this package. */
+declare const libraries: { readonly metal: string };
+export default libraries;
