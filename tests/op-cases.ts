@@ -211,6 +211,27 @@ export const CASES: Case[] = [
     }),
   },
   {
+    fn: 'rope', op: 'rope',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), positions: buf(['u32', 'i32']),
+      seqLen: int, headDim: int, theta: { kind: 'num' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({ input: a(d, 'bf16', 24), output: a(d, 'bf16', 24), positions: a(d, 'u32', 3), seqLen: 3, headDim: 8, theta: 1e4 }),
+  },
+  {
+    fn: 'ropeNeox', op: 'rope_neox',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), positions: buf(['u32', 'i32']),
+      freqFactors: { kind: 'buf?', dtypes: F }, seqLen: int, nHeads: int, headDim: int, ropeDim: int, theta: { kind: 'num' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({
+      input: a(d, 'f32', 48), output: a(d, 'f32', 48), positions: a(d, 'i32', 2), freqFactors: a(d, 'f32', 2),
+      seqLen: 2, nHeads: 3, headDim: 8, ropeDim: 4, theta: 1e6,
+    }),
+  },
+  {
     fn: 'ssmConv', op: 'ssm_conv',
     keys: {
       x: buf(['f32', 'bf16']), weight: buf(['f32', 'bf16']), state: { kind: 'buf?', dtypes: ['f32', 'bf16'], output: true },
