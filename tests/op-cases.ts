@@ -218,6 +218,7 @@ export const CASES: Case[] = [
     },
     inPlace: [['input', 'output']],
     make: (d) => ({ input: a(d, 'bf16', 24), output: a(d, 'bf16', 24), positions: a(d, 'u32', 3), seqLen: 3, headDim: 8, theta: 1e4 }),
+    fill: (args) => (args.positions as Buffer).writeNumbers([3, 0, 131071]),
   },
   {
     fn: 'ropeNeox', op: 'rope_neox',
@@ -230,6 +231,10 @@ export const CASES: Case[] = [
       input: a(d, 'f32', 48), output: a(d, 'f32', 48), positions: a(d, 'i32', 2), freqFactors: a(d, 'f32', 2),
       seqLen: 2, nHeads: 3, headDim: 8, ropeDim: 4, theta: 1e6,
     }),
+    fill: (args) => {
+      (args.positions as Buffer).writeNumbers([5, 4099]);
+      if (args.freqFactors !== undefined) (args.freqFactors as Buffer).writeNumbers([1, 8]);
+    },
   },
   {
     fn: 'ssmConv', op: 'ssm_conv',
@@ -345,7 +350,7 @@ export function fillInputs(c: Case, args: Args, r: Rng): void {
     if (spec.kind !== 'buf' && spec.kind !== 'buf?') continue;
     const b = getPath(args, path) as Buffer | undefined;
     if (b === undefined) continue;
-    if (b.dtype === 'u32') b.writeNumbers(Array.from({ length: b.elementCount }, () => 0));
+    if (b.dtype === 'u32' || b.dtype === 'i32') b.writeNumbers(Array.from({ length: b.elementCount }, () => 0));
     else b.writeNumbers(Array.from({ length: b.elementCount }, () => r.uniform(-1, 1)));
   }
   c.fill?.(args);
