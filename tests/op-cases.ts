@@ -237,6 +237,20 @@ export const CASES: Case[] = [
     },
   },
   {
+    fn: 'ropeMulti', op: 'rope_multi',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), positions: buf(['i32', 'u32']),
+      seqLen: int, nHeads: int, headDim: int, ropeDim: int, freqBase: { kind: 'num' },
+      mode: { kind: 'enum', values: ['mrope', 'imrope', 'vision'] }, sections: { kind: 'free' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({
+      input: a(d, 'f16', 48), output: a(d, 'f16', 48), positions: a(d, 'i32', 8), seqLen: 2, nHeads: 3, headDim: 8, ropeDim: 4,
+      freqBase: 1e7, mode: 'imrope', sections: [1, 1, 0, 0],
+    }),
+    fill: (args) => (args.positions as Buffer).writeNumbers([7, 131071, 3, 5, 0, 9, 2, 4]),
+  },
+  {
     fn: 'ssmConv', op: 'ssm_conv',
     keys: {
       x: buf(['f32', 'bf16']), weight: buf(['f32', 'bf16']), state: { kind: 'buf?', dtypes: ['f32', 'bf16'], output: true },
