@@ -192,6 +192,22 @@ export const CASES: Case[] = [
     inPlace: [['x', 'y']],
     make: (d) => ({ x: a(d, 'f16', 24), y: a(d, 'f16', 24), rows: 3, dim: 8 }),
   },
+  ...(['f32', 'bf16'] as const).map((dt): Case => ({
+    fn: 'fusedHeadNormRope', op: 'fused_head_norm_rope',
+    keys: {
+      input: buf(['f32', 'bf16']), output: out(['f32', 'bf16']), weight: { kind: 'buf?', dtypes: ['f32', 'bf16'] },
+      positions: buf(['u32', 'i32']), freqFactors: { kind: 'buf?', dtypes: F, freeCount: true },
+      outputBf16: { kind: 'buf?', dtypes: BF, output: true }, outputF32Perm: { kind: 'buf?', dtypes: F, output: true },
+      permuted: { kind: 'bool?' }, seqLen: int, nHeads: int, headDim: int, halfRopeDim: { kind: 'nonneg' }, eps: { kind: 'nonneg' }, theta: { kind: 'num' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({
+      input: a(d, dt, 48), output: a(d, dt, 48), weight: a(d, dt, 8), positions: a(d, 'u32', 2), freqFactors: a(d, 'f32', 2),
+      ...(dt === 'f32' ? { outputBf16: a(d, 'bf16', 48), outputF32Perm: a(d, 'f32', 48), permuted: true } : {}),
+      seqLen: 2, nHeads: 3, headDim: 8, halfRopeDim: 2, eps: 1e-6, theta: 1e6,
+    }),
+    fill: (args) => (args.positions as Buffer).writeNumbers([6, 131071]),
+  })),
   {
     fn: 'fusedMoeRouting', op: 'fused_moe_routing',
     keys: { logits: buf(F), expertIds: out(U32), routingWeights: out(F), perExpertScale: buf(F), numExperts: int, topK: int },
