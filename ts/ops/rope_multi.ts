@@ -131,8 +131,12 @@ export function ropeMultiLaunch(halfDim: number, rows: number): Pick<PlannedDisp
  *   VISION:        angle = pos[axis][token] * freqBase^(-2q / (headDim / 2))
  * for p < ropeDim / 2 (the other pairs are copied), the axis of pair p from
  * its sector p % (s0 + s1 + s2 + s3) (see shaders/rope_multi.metal); q is p's
- * index inside its vision section. With the four position rows equal, IMROPE
- * is NeoX rope over ropeDim (Qwen3.5 / 3.6 text).
+ * index inside its vision section. With the four position rows equal and
+ * ropeDim = headDim, IMROPE is NeoX rope (ropeNeox).
+ * Partial rotary pairs as mlx-native's kernel does: (x[p], x[p + headDim/2])
+ * for p < ropeDim / 2. Hugging Face's Qwen3.5 and llama.cpp's rope pair
+ * (x[p], x[p + ropeDim/2]) inside the first ropeDim elements and pass
+ * [ropeDim, headDim) through; the two agree only when ropeDim = headDim.
  *
  * Layouts: input, output [seqLen, nHeads, headDim], one dtype: f32, f16 or
  * bf16; positions [4, seqLen] i32 (t, h, w, e). output may be input.
