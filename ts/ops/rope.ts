@@ -196,6 +196,9 @@ export function planRope(a: RopeArgs, _limits: DeviceLimits, device?: Device): O
  * exponent's denominator is headDim, not ropeDim, as mlx-lm's proportional
  * rope (Gemma 4's global layers); freqFactors (f32, f16) scale frequencies
  * (linear scaling: all factors equal; a factor of 1e30 turns a pair off).
+ * Partial rotary here is Gemma 4's (MLX's split at headDim/2), not Hugging
+ * Face's Qwen3.5 form, which pairs (x[i], x[i + ropeDim/2]) inside the first
+ * ropeDim elements; the two agree when ropeDim = headDim.
  *
  * Layouts: input, output [seqLen, nHeads, headDim], one dtype: f32, f16 or
  * bf16; positions [seqLen] u32 (or i32 >= 0); freqFactors [ropeDim/2] f32.
