@@ -13,7 +13,10 @@
 //     prefill, and one decode step continuing from the prefill's final state,
 //     checked against the token-by-token recurrence over all T + 1 tokens;
 //   Gemma 4 decode attention: head dim 256 (sliding layers) and 512 (global
-//     layers), 16 query / 2 KV heads; Gemma 4 sublayer norms at hidden 4096.
+//     layers), 16 query / 2 KV heads; Gemma 4 sublayer norms at hidden 4096;
+//   rotary embeddings: Qwen3.6 full attention (IMROPE, 16 heads of 256, 64
+//     rotated, base 1e7), Gemma 4 k rope (2 KV heads of 256) and q norm + rope
+//     (16 heads: 256 sliding, 512 global with a quarter rotated).
 // On the emulator the sequence lengths are shortened (it runs one fiber per
 // GPU thread), and the table says so.
 //
@@ -31,6 +34,9 @@ import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecParams } from '
 import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
 import { l2Norm } from '../ts/ops/l2_norm.ts';
+import { fusedHeadNormRope } from '../ts/ops/fused_head_norm_rope.ts';
+import { ropeNeox } from '../ts/ops/rope.ts';
+import { ropeMulti } from '../ts/ops/rope_multi.ts';
 import { fusedMoeRouting, fusedMoeRoutingBatch } from '../ts/ops/moe_routing.ts';
 import { ssmConv } from '../ts/ops/ssm_conv.ts';
 import { ssmNormGate } from '../ts/ops/ssm_norm_gate.ts';
@@ -39,6 +45,9 @@ import { computeGBetaRef } from '../ts/reference/compute_g_beta.ts';
 import { flashAttnVecRef } from '../ts/reference/flash_attn_vec.ts';
 import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
 import { l2NormRef } from '../ts/reference/l2_norm.ts';
+import { fusedHeadNormRopeRef } from '../ts/reference/fused_head_norm_rope.ts';
+import { ropeNeoxRef } from '../ts/reference/rope.ts';
+import { ropeMultiRef } from '../ts/reference/rope_multi.ts';
 import { moeRoutingRef } from '../ts/reference/moe_routing.ts';
 import { ssmConvRef } from '../ts/reference/ssm_conv.ts';
 import { ssmNormGateRef } from '../ts/reference/ssm_norm_gate.ts';
@@ -347,6 +356,58 @@ function main(): number {
       err: Math.max(scaledErr(dout.readNumbers(), whole.o.subarray(TL * H * VD)), scaledErr(state.readNumbers(), whole.finalState)),
       tol: 2e-2, ms });
     for (const b of [qk.buf, qkN, a.buf, bIn.buf, aLog.buf, dtBias.buf, g, beta, q, k, v, gP, betaP, o, state, dq, dk, dv, dg, dbeta, dout]) b.release();
+  }
+
+  // --- rotary embeddings: Qwen3.6 full attention (IMROPE [11, 11, 10, 0], a quarter of 256
+  // rotated, base 1e7) and Gemma 4 (q/k norm + rope: 256 sliding base 1e4, 512 global a
+  // quarter rotated base 1e6), tokens at positions 1000 and on ---
+  {
+    const T = emu ? 8 : 512;
+    const start = 1000;
+    const pos = Array.from({ length: T }, (_, i) => start + i);
+    const positions = device.upload('u32', [T], pos);
+    const positions4 = device.upload('i32', [4, T], [...pos, ...pos, ...pos, ...pos]);
+    {
+      const [heads, hd] = [16, 256];
+      const x = stored(device, 'bf16', randn(T * heads * hd));
+      const out = poisoned(device, 'bf16', T * heads * hd);
+      const ms = timed(device, (enc) => ropeMulti(enc, {
+        input: x.buf, output: out, positions: positions4, seqLen: T, nHeads: heads, headDim: hd, ropeDim: 64, freqBase: 1e7,
+        mode: 'imrope', sections: [11, 11, 10, 0],
+      }));
+      const want = ropeMultiRef(x.values, [...pos, ...pos, ...pos, ...pos], T, heads, hd, 64, 1e7, 'imrope', [11, 11, 10, 0]);
+      rows.push({ kernel: 'rope_multi_bf16 (imrope)', model: 'Qwen3.6 full attn q', shape: `${T} tok x ${heads} x ${hd}, rot 64${note}`,
+        err: scaledErr(out.readNumbers(), want), tol: 1e-2, ms });
+      x.buf.release();
+      out.release();
+    }
+    {
+      const [heads, hd] = [2, 256];
+      const x = stored(device, 'bf16', randn(T * heads * hd));
+      const out = poisoned(device, 'bf16', T * heads * hd);
+      const ms = timed(device, (enc) => ropeNeox(enc, {
+        input: x.buf, output: out, positions, seqLen: T, nHeads: heads, headDim: hd, ropeDim: hd, theta: 1e4,
+      }));
+      rows.push({ kernel: 'rope_neox_bf16', model: 'Gemma 4 sliding attn k', shape: `${T} tok x ${heads} x ${hd}${note}`,
+        err: scaledErr(out.readNumbers(), ropeNeoxRef(x.values, pos, T, heads, hd, hd, 1e4)), tol: 1e-2, ms });
+      x.buf.release();
+      out.release();
+    }
+    for (const [hd, half, theta, kind] of [[256, 128, 1e4, 'sliding'], [512, 64, 1e6, 'global']] as const) {
+      const heads = 16;
+      const x = stored(device, 'bf16', randn(T * heads * hd, 4));
+      const w = stored(device, 'bf16', uniform(hd, 0.5, 1.5));
+      const out = poisoned(device, 'bf16', T * heads * hd);
+      const ms = timed(device, (enc) => fusedHeadNormRope(enc, {
+        input: x.buf, output: out, weight: w.buf, positions, seqLen: T, nHeads: heads, headDim: hd, halfRopeDim: half, eps: 1e-6, theta,
+      }));
+      const want = fusedHeadNormRopeRef(x.values, w.values, pos, T, heads, hd, half, 1e-6, theta);
+      rows.push({ kernel: 'fused_head_norm_rope_batch_bf16', model: `Gemma 4 ${kind} attn q`,
+        shape: `${T} tok x ${heads} x ${hd}, rot ${2 * half}${note}`, err: scaledErr(out.readNumbers(), want), tol: 1e-2, ms });
+      for (const b of [x.buf, w.buf, out]) b.release();
+    }
+    positions.release();
+    positions4.release();
   }
 
   const header = ['kernel', 'model', 'shape', 'backend', 'max err', 'tol', 'time ms', ''];

@@ -192,6 +192,22 @@ export const CASES: Case[] = [
     inPlace: [['x', 'y']],
     make: (d) => ({ x: a(d, 'f16', 24), y: a(d, 'f16', 24), rows: 3, dim: 8 }),
   },
+  ...(['f32', 'bf16'] as const).map((dt): Case => ({
+    fn: 'fusedHeadNormRope', op: 'fused_head_norm_rope',
+    keys: {
+      input: buf(['f32', 'bf16']), output: out(['f32', 'bf16']), weight: { kind: 'buf?', dtypes: ['f32', 'bf16'] },
+      positions: buf(['u32', 'i32']), freqFactors: { kind: 'buf?', dtypes: F, freeCount: true },
+      outputBf16: { kind: 'buf?', dtypes: BF, output: true }, outputF32Perm: { kind: 'buf?', dtypes: F, output: true },
+      permuted: { kind: 'bool?' }, seqLen: int, nHeads: int, headDim: int, halfRopeDim: { kind: 'nonneg' }, eps: { kind: 'nonneg' }, theta: { kind: 'num' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({
+      input: a(d, dt, 48), output: a(d, dt, 48), weight: a(d, dt, 8), positions: a(d, 'u32', 2), freqFactors: a(d, 'f32', 2),
+      ...(dt === 'f32' ? { outputBf16: a(d, 'bf16', 48), outputF32Perm: a(d, 'f32', 48), permuted: true } : {}),
+      seqLen: 2, nHeads: 3, headDim: 8, halfRopeDim: 2, eps: 1e-6, theta: 1e6,
+    }),
+    fill: (args) => (args.positions as Buffer).writeNumbers([6, 131071]),
+  })),
   {
     fn: 'fusedMoeRouting', op: 'fused_moe_routing',
     keys: { logits: buf(F), expertIds: out(U32), routingWeights: out(F), perExpertScale: buf(F), numExperts: int, topK: int },
@@ -209,6 +225,46 @@ export const CASES: Case[] = [
       logits: a(d, 'f32', 16), expertIds: a(d, 'u32', 4), routingWeights: a(d, 'f32', 4), perExpertScale: a(d, 'f32', 8),
       numExperts: 8, topK: 2, nTokens: 2,
     }),
+  },
+  {
+    fn: 'rope', op: 'rope',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), positions: buf(['u32', 'i32']),
+      seqLen: int, headDim: int, theta: { kind: 'num' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({ input: a(d, 'bf16', 24), output: a(d, 'bf16', 24), positions: a(d, 'u32', 3), seqLen: 3, headDim: 8, theta: 1e4 }),
+    fill: (args) => (args.positions as Buffer).writeNumbers([3, 0, 131071]),
+  },
+  {
+    fn: 'ropeNeox', op: 'rope_neox',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), positions: buf(['u32', 'i32']),
+      freqFactors: { kind: 'buf?', dtypes: F }, seqLen: int, nHeads: int, headDim: int, ropeDim: int, theta: { kind: 'num' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({
+      input: a(d, 'f32', 48), output: a(d, 'f32', 48), positions: a(d, 'i32', 2), freqFactors: a(d, 'f32', 2),
+      seqLen: 2, nHeads: 3, headDim: 8, ropeDim: 4, theta: 1e6,
+    }),
+    fill: (args) => {
+      (args.positions as Buffer).writeNumbers([5, 4099]);
+      if (args.freqFactors !== undefined) (args.freqFactors as Buffer).writeNumbers([1, 8]);
+    },
+  },
+  {
+    fn: 'ropeMulti', op: 'rope_multi',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), positions: buf(['i32', 'u32']),
+      seqLen: int, nHeads: int, headDim: int, ropeDim: int, freqBase: { kind: 'num' },
+      mode: { kind: 'enum', values: ['mrope', 'imrope', 'vision'] }, sections: { kind: 'free' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({
+      input: a(d, 'f16', 48), output: a(d, 'f16', 48), positions: a(d, 'i32', 8), seqLen: 2, nHeads: 3, headDim: 8, ropeDim: 4,
+      freqBase: 1e7, mode: 'imrope', sections: [1, 1, 0, 0],
+    }),
+    fill: (args) => (args.positions as Buffer).writeNumbers([7, 131071, 3, 5, 0, 9, 2, 4]),
   },
   {
     fn: 'ssmConv', op: 'ssm_conv',
@@ -324,7 +380,7 @@ export function fillInputs(c: Case, args: Args, r: Rng): void {
     if (spec.kind !== 'buf' && spec.kind !== 'buf?') continue;
     const b = getPath(args, path) as Buffer | undefined;
     if (b === undefined) continue;
-    if (b.dtype === 'u32') b.writeNumbers(Array.from({ length: b.elementCount }, () => 0));
+    if (b.dtype === 'u32' || b.dtype === 'i32') b.writeNumbers(Array.from({ length: b.elementCount }, () => 0));
     else b.writeNumbers(Array.from({ length: b.elementCount }, () => r.uniform(-1, 1)));
   }
   c.fill?.(args);

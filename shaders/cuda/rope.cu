@@ -1,0 +1,97 @@
+// Rotary position embedding (CUDA), entry names and bindings as
+// shaders/rope.metal:
+//   angle(pos, i) = pos * theta^(-2i / head_dim) / ff[i]
+//   (a, b) -> (a cos - b sin, a sin + b cos)
+// rope_<dtype>: pairs (x[2i], x[2i+1]) of rows [seq_len, head_dim], one position per row.
+// rope_neox_<dtype>: pairs (x[i], x[i + head_dim/2]), rotated for i < rope_dim / 2
+// and copied otherwise, rows [seq_len * n_heads, head_dim], positions[row / n_heads].
+//
+// Launch (the op's CUDA launch): blockDim (tx, ty), rows on gridDim.x (whose
+// limit is 2^31 - 1, where gridDim.y stops at 65535): row = blockIdx.x * ty +
+// threadIdx.y, pair = blockIdx.y * tx + threadIdx.x. Each element is read and
+// written by one thread, read first: output may be input (in place). The
+// angle is formed in f32 as Metal's; powf, division and sincosf are the
+// accurate ones (no fast math), so large positions keep their accuracy.
+
+namespace {
+
+__device__ __forceinline__ void rope_cos_sin(u32 pos, u32 pair, float head_dim, float theta, float ff,
+                                             float* c, float* s) {
+    const float angle = float(pos) / powf(theta, float(2u * pair) / head_dim) / ff;
+    sincosf(angle, s, c);
+}
+
+template <typename T>
+__device__ __forceinline__ void rope_normal(const T* input, T* output, const RopeParams* p, const u32* positions) {
+    const u32 row = blockIdx.x * blockDim.y + threadIdx.y;
+    const u32 pair = blockIdx.y * blockDim.x + threadIdx.x;
+    const u32 head_dim = u32(p->head_dim);
+    if (pair >= head_dim / 2u) return;
+    float c, s;
+    rope_cos_sin(positions[row], pair, p->head_dim, p->theta, 1.0f, &c, &s);
+    const u64 at = u64(row) * head_dim + 2u * pair;
+    const float a = to_f(input[at]);
+    const float b = to_f(input[at + 1]);
+    output[at] = from_f<T>(a * c - b * s);
+    output[at + 1] = from_f<T>(a * s + b * c);
+}
+
+template <typename T>
+__device__ __forceinline__ void rope_neox(const T* input, T* output, const RopeParams* p, const u32* positions,
+                                          u32 n_heads, bool has_ff, const float* freq_factors) {
+    const u32 row = blockIdx.x * blockDim.y + threadIdx.y;
+    const u32 pair = blockIdx.y * blockDim.x + threadIdx.x;
+    const u32 head_dim = u32(p->head_dim);
+    const u32 half_dim = head_dim / 2u;
+    const u32 half_rope = u32(p->rope_dim) / 2u;
+    if (pair >= half_rope) return;
+    const float ff = has_ff ? freq_factors[pair] : 1.0f;
+    float c, s;
+    rope_cos_sin(positions[row / n_heads], pair, p->head_dim, p->theta, ff, &c, &s);
+    const u64 base = u64(row) * head_dim;
+    const float a = to_f(input[base + pair]);
+    const float b = to_f(input[base + pair + half_dim]);
+    output[base + pair] = from_f<T>(a * c - b * s);
+    output[base + pair + half_dim] = from_f<T>(a * s + b * c);
+    for (u32 i = half_rope + pair; i < half_dim; i += half_rope) {
+        output[base + i] = input[base + i];
+        output[base + i + half_dim] = input[base + i + half_dim];
+    }
+}
+
+}  // namespace
+
+// buffer(0) input [seq_len, head_dim], (1) output (may be input), (2) RopeParams, (3) positions [seq_len].
+extern "C" __global__ void rope_f32(const float* input, float* output, const RopeParams* params, const u32* positions) {
+    rope_normal<float>(input, output, params, positions);
+}
+
+extern "C" __global__ void rope_f16(const __half* input, __half* output, const RopeParams* params, const u32* positions) {
+    rope_normal<__half>(input, output, params, positions);
+}
+
+extern "C" __global__ void rope_bf16(const __nv_bfloat16* input, __nv_bfloat16* output, const RopeParams* params,
+                                     const u32* positions) {
+    rope_normal<__nv_bfloat16>(input, output, params, positions);
+}
+
+// buffer(0) input [seq_len * n_heads, head_dim], (1) output (may be input), (2) RopeParams,
+// (3) positions [seq_len], (4) RopeNeoxParams, (5) freq_factors [rope_dim / 2] (not bf16).
+extern "C" __global__ void rope_neox_f32(const float* input, float* output, const RopeParams* params,
+                                         const u32* positions, const RopeNeoxParams* rope_params,
+                                         const float* freq_factors) {
+    rope_neox<float>(input, output, params, positions, rope_params->n_heads, rope_params->has_freq_factors != 0u,
+                     freq_factors);
+}
+
+extern "C" __global__ void rope_neox_f16(const __half* input, __half* output, const RopeParams* params,
+                                         const u32* positions, const RopeNeoxParams* rope_params,
+                                         const float* freq_factors) {
+    rope_neox<__half>(input, output, params, positions, rope_params->n_heads, rope_params->has_freq_factors != 0u,
+                      freq_factors);
+}
+
+extern "C" __global__ void rope_neox_bf16(const __nv_bfloat16* input, __nv_bfloat16* output, const RopeParams* params,
+                                          const u32* positions, const RopeNeoxParams* rope_params) {
+    rope_neox<__nv_bfloat16>(input, output, params, positions, rope_params->n_heads, false, nullptr);
+}

@@ -1,0 +1,84 @@
+// Multi-section rotary position embedding (CUDA), entry names and bindings as
+// shaders/rope_multi.metal (MROPE mode 8, IMROPE 40, VISION 24; NeoX pairs
+// (x[p], x[p + head_dim/2]), pairs past rope_dim / 2 copied; the axis of a
+// pair's position from its sector, see the Metal file).
+//
+// Launch (the op's CUDA launch): blockDim (tx, ty), rows on gridDim.x (limit
+// 2^31 - 1; gridDim.y stops at 65535): row = blockIdx.x * ty + threadIdx.y,
+// pair = blockIdx.y * tx + threadIdx.x. One thread per pair, read before
+// written: output may be input. powf, division and sincosf are the accurate
+// ones (no fast math).
+
+namespace {
+
+constexpr u32 ROPE_MULTI_IMROPE = 40u;
+constexpr u32 ROPE_MULTI_VISION = 24u;
+
+__device__ __forceinline__ u32 rope_multi_axis(u32 sector, u32 mode, const RopeMultiSections* s) {
+    if (mode == ROPE_MULTI_IMROPE) {
+        const u32 k = sector % 3u;
+        if (k == 0u && sector < 3u * s->s0) return 0u;
+        if (k == 1u && sector < 3u * s->s1) return 1u;
+        if (k == 2u && sector < 3u * s->s2) return 2u;
+        return 3u;
+    }
+    if (mode == ROPE_MULTI_VISION) return sector < s->s0 ? 0u : 1u;
+    if (sector < s->s0) return 0u;
+    if (sector < s->s0 + s->s1) return 1u;
+    if (sector < s->s0 + s->s1 + s->s2) return 2u;
+    return 3u;
+}
+
+template <typename T>
+__device__ __forceinline__ void rope_multi_impl(const T* input, T* output, const RopeMultiParams* p, const int* positions,
+                                                const RopeMultiRopeParams* rp, const RopeMultiSections* s) {
+    const u32 row = blockIdx.x * blockDim.y + threadIdx.y;
+    const u32 pair = blockIdx.y * blockDim.x + threadIdx.x;
+    const u32 head_dim = u32(p->head_dim);
+    const u32 half_dim = head_dim / 2u;
+    const u32 half_rope = u32(p->rope_dim) / 2u;
+    const u32 token = row / rp->n_heads;
+    if (pair >= half_dim || token >= rp->seq_len) return;
+    const u64 base = u64(row) * head_dim;
+    if (pair >= half_rope) {
+        output[base + pair] = input[base + pair];
+        output[base + pair + half_dim] = input[base + pair + half_dim];
+        return;
+    }
+    const bool vision = rp->mode == ROPE_MULTI_VISION;
+    const u32 sections = vision ? s->s0 + s->s1 : s->s0 + s->s1 + s->s2 + s->s3;
+    const u32 sector = pair % max(sections, 1u);
+    const u32 axis = rope_multi_axis(sector, rp->mode, s);
+    const u32 q = vision ? (sector < s->s0 ? sector : sector - s->s0) : pair;
+    const float denom = vision ? float(half_rope) : p->rope_dim;
+    const float pos = float(positions[u64(axis) * rp->seq_len + token]);
+    const float angle = pos / powf(p->freq_base, float(2u * q) / denom);
+    float c, sn;
+    sincosf(angle, &sn, &c);
+    const float a = to_f(input[base + pair]);
+    const float b = to_f(input[base + pair + half_dim]);
+    output[base + pair] = from_f<T>(a * c - b * sn);
+    output[base + pair + half_dim] = from_f<T>(a * sn + b * c);
+}
+
+}  // namespace
+
+// buffer(0) input [seq_len * n_heads, head_dim], (1) output (may be input), (2) RopeMultiParams,
+// (3) positions [4, seq_len] i32, (4) RopeMultiRopeParams, (5) RopeMultiSections.
+extern "C" __global__ void rope_multi_f32(const float* input, float* output, const RopeMultiParams* params,
+                                          const int* positions, const RopeMultiRopeParams* rope_params,
+                                          const RopeMultiSections* sections) {
+    rope_multi_impl<float>(input, output, params, positions, rope_params, sections);
+}
+
+extern "C" __global__ void rope_multi_f16(const __half* input, __half* output, const RopeMultiParams* params,
+                                          const int* positions, const RopeMultiRopeParams* rope_params,
+                                          const RopeMultiSections* sections) {
+    rope_multi_impl<__half>(input, output, params, positions, rope_params, sections);
+}
+
+extern "C" __global__ void rope_multi_bf16(const __nv_bfloat16* input, __nv_bfloat16* output, const RopeMultiParams* params,
+                                           const int* positions, const RopeMultiRopeParams* rope_params,
+                                           const RopeMultiSections* sections) {
+    rope_multi_impl<__nv_bfloat16>(input, output, params, positions, rope_params, sections);
+}

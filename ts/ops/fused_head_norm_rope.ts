@@ -1,0 +1,184 @@
+// fused_head_norm_rope: per-head RMS norm then NeoX rope in one pass,
+// mlx-native's fused_head_norm_rope_f32 and fused_head_norm_rope_batch_bf16.
+// Kernels: shaders/fused_head_norm_rope.metal and
+// shaders/cuda/fused_head_norm_rope.cu, one threadgroup per (token, head).
+
+import src from '../../shaders/fused_head_norm_rope.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/fused_head_norm_rope.cu' with { type: 'text' };
+import header from '../../shaders/fused_head_norm_rope.h' with { type: 'text' };
+import type { Buffer } from '../buffer.ts';
+import type { Device, DeviceLimits } from '../device.ts';
+import type { Encoder } from '../encoder.ts';
+import { packFields, structLayout, type ParamField } from '../params.ts';
+import { familySources } from '../registry.ts';
+import { checkAtMost, checkBoolean, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
+import { record, type OpPlan } from '../plan.ts';
+
+export const FUSED_HEAD_NORM_ROPE_FAMILY = 'fused_head_norm_rope';
+/** The family's kernel sources by backend, as registered by every dispatch. */
+export const FUSED_HEAD_NORM_ROPE_SOURCES = familySources(FUSED_HEAD_NORM_ROPE_FAMILY, { header, metal: src, cuda: cudaSrc });
+export const FUSED_HEAD_NORM_ROPE_KERNELS = ['fused_head_norm_rope_f32', 'fused_head_norm_rope_batch_bf16'] as const;
+/** Threads per row at most (mlx-native's 256). */
+export const FUSED_HEAD_NORM_ROPE_MAX_THREADS = 256;
+const U32_MAX = 0xffff_ffff;
+const F32_MAX = 3.4028234663852886e38;
+
+/** struct FusedHeadNormRopeF32Params (buffer 3 of fused_head_norm_rope_f32). */
+export const FUSED_HEAD_NORM_ROPE_F32_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FusedHeadNormRopeF32Params');
+/** struct FusedHeadNormRopeBatchBf16Params (buffer 3 of fused_head_norm_rope_batch_bf16). */
+export const FUSED_HEAD_NORM_ROPE_BATCH_BF16_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FusedHeadNormRopeBatchBf16Params');
+
+export interface FusedHeadNormRopeArgs {
+  /** [seqLen, nHeads, headDim], f32 (fused_head_norm_rope_f32) or bf16 (fused_head_norm_rope_batch_bf16) */
+  input: Buffer;
+  /** as input, output; may be input (in place) */
+  output: Buffer;
+  /** [headDim] in input's dtype, optional: the norm's scale (absent: none, the V-norm form) */
+  weight?: Buffer;
+  /** [seqLen] u32 (or i32 >= 0, read as its bits) */
+  positions: Buffer;
+  /** [halfRopeDim] f32 or longer (the first halfRopeDim are read), optional: pair i's frequency is divided by freqFactors[i] */
+  freqFactors?: Buffer;
+  /** f32 input only, optional: every output also as bf16, [seqLen, nHeads, headDim] or, with permuted, [nHeads, seqLen, headDim] */
+  outputBf16?: Buffer;
+  /** f32 input only, optional: every output also as f32 at the permuted layout [nHeads, seqLen, headDim] (or unpermuted without permuted) */
+  outputF32Perm?: Buffer;
+  /** Place outputBf16 and outputF32Perm at [head, token, i] (default false). */
+  permuted?: boolean;
+  seqLen: number;
+  nHeads: number;
+  /** Elements per head, even. */
+  headDim: number;
+  /** Rotated pairs (x[i], x[i + headDim/2]), i < halfRopeDim, at most headDim / 2; 0: the norm alone. */
+  halfRopeDim: number;
+  /** Added to mean(x^2) under the square root. */
+  eps: number;
+  /** Frequency base: pair i turns by pos * theta^(-2i / headDim). */
+  theta: number;
+}
+
+/** Threads per row and the threadgroup(0) bytes (one float per simdgroup, in 16-byte units). */
+export function fusedHeadNormRopeThreadgroup(headDim: number, limits: LaunchLimits): { threads: number; sharedBytes: number } {
+  return rowThreadgroup(headDim, FUSED_HEAD_NORM_ROPE_MAX_THREADS, limits);
+}
+
+export function packFusedHeadNormRopeF32Params(a: FusedHeadNormRopeArgs): Uint8Array {
+  return packFields(FUSED_HEAD_NORM_ROPE_F32_PARAMS_LAYOUT, {
+    head_dim: a.headDim, n_heads: a.nHeads, half_rope_dim: a.halfRopeDim, eps: a.eps, has_weight: a.weight ? 1 : 0,
+    theta: a.theta, has_freq_factors: a.freqFactors ? 1 : 0, has_bf16_output: a.outputBf16 ? 1 : 0,
+    bf16_permuted: a.permuted === true ? 1 : 0, seq_len: a.seqLen, has_f32_perm_output: a.outputF32Perm ? 1 : 0,
+  });
+}
+export function packFusedHeadNormRopeBatchBf16Params(a: FusedHeadNormRopeArgs): Uint8Array {
+  return packFields(FUSED_HEAD_NORM_ROPE_BATCH_BF16_PARAMS_LAYOUT, {
+    head_dim: a.headDim, n_heads: a.nHeads, half_rope_dim: a.halfRopeDim, eps: a.eps, has_weight: a.weight ? 1 : 0,
+    theta: a.theta, has_freq_factors: a.freqFactors ? 1 : 0, reserved: 0,
+  });
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateFusedHeadNormRope(a: FusedHeadNormRopeArgs, device?: Device): void {
+  const op = 'fused_head_norm_rope';
+  checkPositive(op, 'seqLen', a.seqLen);
+  checkPositive(op, 'nHeads', a.nHeads);
+  checkPositive(op, 'headDim', a.headDim);
+  checkMultiple(op, 'headDim', a.headDim, 2);
+  checkAtMost(op, 'seqLen', a.seqLen, U32_MAX, '2^32 - 1');
+  checkAtMost(op, 'nHeads', a.nHeads, U32_MAX, '2^32 - 1');
+  checkAtMost(op, 'headDim', a.headDim, U32_MAX, '2^32 - 1');
+  if (typeof a.halfRopeDim !== 'number' || !Number.isSafeInteger(a.halfRopeDim) || a.halfRopeDim < 0) {
+    throw invalid(op, 'halfRopeDim', 'an integer >= 0', a.halfRopeDim);
+  }
+  checkAtMost(op, 'halfRopeDim', a.halfRopeDim, a.headDim / 2, 'headDim / 2');
+  if (typeof a.eps !== 'number' || !Number.isFinite(a.eps) || a.eps < 0) throw invalid(op, 'eps', 'a finite number >= 0', a.eps);
+  if (typeof a.theta !== 'number' || !Number.isFinite(a.theta) || a.theta <= 0 || a.theta > F32_MAX) {
+    throw invalid(op, 'theta', 'a finite f32 > 0', a.theta);
+  }
+  checkBoolean(op, 'permuted', a.permuted, true);
+  const rows = checkedProduct(op, 'seqLen * nHeads', a.seqLen, a.nHeads);
+  checkAtMost(op, 'seqLen * nHeads', rows, U32_MAX, '2^32 - 1');
+  const n = checkedProduct(op, 'seqLen * nHeads * headDim', a.seqLen, a.nHeads, a.headDim);
+  checkBuffer(op, 'input', a.input, device);
+  checkBuffer(op, 'output', a.output, device);
+  checkBuffer(op, 'positions', a.positions, device);
+  const optional = [['weight', a.weight], ['freqFactors', a.freqFactors], ['outputBf16', a.outputBf16], ['outputF32Perm', a.outputF32Perm]] as const;
+  for (const [arg, b] of optional) if (b !== undefined) checkBuffer(op, arg, b, device);
+  checkDtype(op, 'input', a.input, ['f32', 'bf16']);
+  const dt = a.input.dtype;
+  checkDtype(op, 'output', a.output, dt);
+  checkDtype(op, 'positions', a.positions, ['u32', 'i32']);
+  checkElements(op, 'input', a.input, n);
+  checkElements(op, 'output', a.output, n);
+  checkElements(op, 'positions', a.positions, a.seqLen);
+  if (a.weight !== undefined) {
+    checkDtype(op, 'weight', a.weight, dt);
+    checkElements(op, 'weight', a.weight, a.headDim);
+  }
+  if (a.freqFactors !== undefined) {
+    checkDtype(op, 'freqFactors', a.freqFactors, 'f32');
+    if (a.freqFactors.elementCount < a.halfRopeDim) {
+      throw invalid(op, 'freqFactors.elementCount', `at least halfRopeDim (${a.halfRopeDim})`, a.freqFactors.elementCount);
+    }
+  }
+  for (const [arg, b, want] of [['outputBf16', a.outputBf16, 'bf16'], ['outputF32Perm', a.outputF32Perm, 'f32']] as const) {
+    if (b === undefined) continue;
+    if (dt !== 'f32') throw invalid(op, arg, 'absent for bf16 input (fused_head_norm_rope_batch_bf16 writes output alone)', 'a buffer');
+    checkDtype(op, arg, b, want);
+    checkElements(op, arg, b, n);
+  }
+  checkNoAliasing(op, [
+    ['input', a.input], ['output', a.output], ['weight', a.weight], ['positions', a.positions], ['freqFactors', a.freqFactors],
+    ['outputBf16', a.outputBf16], ['outputF32Perm', a.outputF32Perm],
+  ], ['output', 'outputBf16', 'outputF32Perm'], 'a row of output over another row of input', [['output', 'input']]);
+}
+
+/**
+ * fusedHeadNormRope: per (token, head) row of x,
+ *   n[i] = x[i] / sqrt(sum_j x[j]^2 / headDim + eps) * (weight[i] if weight)
+ * then NeoX rope: pair i = (n[i], n[i + headDim/2]) for i < halfRopeDim turns by
+ *   angle = positions[token] * theta^(-2i / headDim) / freqFactors[i];
+ * the other pairs are n unrotated (partial rotary; the exponent over headDim,
+ * as rope_neox). Norm in f32, the angle in f32 (see tests/rope.test.ts for
+ * its error at large positions).
+ *
+ * Layouts: input, output [seqLen, nHeads, headDim]: f32 (fused_head_norm_rope_f32,
+ * f32 weight; optional outputBf16 bf16 and outputF32Perm f32 copies, at
+ * [nHeads, seqLen, headDim] with permuted) or bf16 (fused_head_norm_rope_batch_bf16,
+ * bf16 weight); positions [seqLen] u32; freqFactors [>= halfRopeDim] f32.
+ * output may be input.
+ * Bindings (f32): 0 input, 1 output, 2 weight, 3 FusedHeadNormRopeF32Params,
+ * 4 positions, 5 freqFactors, 6 outputBf16, 7 outputF32Perm; (bf16) 0 to 5 alike
+ * with FusedHeadNormRopeBatchBf16Params; an absent weight or freqFactors binds
+ * input (never read), an absent copy binds output (never written). threadgroup(0): one float per simdgroup.
+ * Grid: (seqLen * nHeads, 1, 1) threadgroups of min(256, nextPow2(headDim)) threads.
+ */
+export function fusedHeadNormRope(enc: Encoder, args: FusedHeadNormRopeArgs): void {
+  record(enc, planFusedHeadNormRope(args, enc.device.limits, enc.device));
+}
+
+/** fusedHeadNormRope's plan: validates, then one dispatch (see fusedHeadNormRope). */
+export function planFusedHeadNormRope(a: FusedHeadNormRopeArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateFusedHeadNormRope(a, device);
+  const { threads, sharedBytes } = fusedHeadNormRopeThreadgroup(a.headDim, limits);
+  const f32 = a.input.dtype === 'f32';
+  // An absent weight or freqFactors binds input (never read); an absent
+  // co-write binds output (never written: its has_* flag is 0), so the
+  // dispatch writes no more than it does.
+  const buffers: (Buffer | undefined)[] = [a.input, a.output, a.weight ?? a.input, , a.positions, a.freqFactors ?? a.input];
+  if (f32) buffers.push(a.outputBf16 ?? a.output, a.outputF32Perm ?? a.output);
+  const bytes: (Uint8Array | undefined)[] = [, , , f32 ? packFusedHeadNormRopeF32Params(a) : packFusedHeadNormRopeBatchBf16Params(a)];
+  return {
+    family: FUSED_HEAD_NORM_ROPE_FAMILY,
+    sources: FUSED_HEAD_NORM_ROPE_SOURCES,
+    kernels: FUSED_HEAD_NORM_ROPE_KERNELS,
+    dispatches: [{
+      kernel: f32 ? 'fused_head_norm_rope_f32' : 'fused_head_norm_rope_batch_bf16',
+      buffers,
+      bytes,
+      threadgroupMemory: [sharedBytes],
+      grid: [a.seqLen * a.nHeads, 1, 1],
+      threads: [threads, 1, 1],
+    }],
+  };
+}

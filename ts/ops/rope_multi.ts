@@ -1,0 +1,166 @@
+// rope_multi: multi-section rotary position embedding (MROPE, IMROPE of
+// Qwen3.5 / Qwen3.6, VISION of the Qwen3-VL ViT), mlx-native's rope_multi.
+// Kernels: shaders/rope_multi.metal and shaders/cuda/rope_multi.cu, one
+// thread per pair.
+
+import src from '../../shaders/rope_multi.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/rope_multi.cu' with { type: 'text' };
+import header from '../../shaders/rope_multi.h' with { type: 'text' };
+import type { Buffer } from '../buffer.ts';
+import type { Device, DeviceLimits } from '../device.ts';
+import type { Encoder } from '../encoder.ts';
+import { packFields, structLayout, type ParamField } from '../params.ts';
+import { familySources } from '../registry.ts';
+import { checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { record, type OpPlan, type PlannedDispatch } from '../plan.ts';
+
+export const ROPE_MULTI_FAMILY = 'rope_multi';
+/** The family's kernel sources by backend, as registered by every dispatch. */
+export const ROPE_MULTI_SOURCES = familySources(ROPE_MULTI_FAMILY, { header, metal: src, cuda: cudaSrc });
+export const ROPE_MULTI_KERNELS = ['rope_multi_f32', 'rope_multi_f16', 'rope_multi_bf16'] as const;
+/** Threads per threadgroup (mlx-native's 256). */
+export const ROPE_MULTI_THREADS = 256;
+const U32_MAX = 0xffff_ffff;
+const F32_MAX = 3.4028234663852886e38;
+
+/** The modes, as ggml's GGML_ROPE_TYPE_* codes that the kernels read. */
+export const ROPE_MULTI_MODES = { mrope: 8, imrope: 40, vision: 24 } as const;
+export type RopeMultiMode = keyof typeof ROPE_MULTI_MODES;
+
+/** struct RopeMultiParams (buffer 2): (freq_base, head_dim, rope_dim, 0) as floats. */
+export const ROPE_MULTI_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'RopeMultiParams');
+/** struct RopeMultiRopeParams (buffer 4): (n_heads, mode, seq_len, 0). */
+export const ROPE_MULTI_ROPE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'RopeMultiRopeParams');
+/** struct RopeMultiSections (buffer 5): (s0, s1, s2, s3). */
+export const ROPE_MULTI_SECTIONS_LAYOUT: readonly ParamField[] = structLayout(header, 'RopeMultiSections');
+
+export interface RopeMultiArgs {
+  /** [seqLen, nHeads, headDim], f32, f16 or bf16 */
+  input: Buffer;
+  /** as input, output; may be input (in place) */
+  output: Buffer;
+  /** [4, seqLen] i32 (or u32 below 2^31): the t, h, w and e positions of each token */
+  positions: Buffer;
+  seqLen: number;
+  nHeads: number;
+  /** Elements per row, even. */
+  headDim: number;
+  /** Rotated elements, even, in (0, headDim]; vision: headDim. */
+  ropeDim: number;
+  /** Frequency base (Qwen3.5 / 3.6: 1e7). */
+  freqBase: number;
+  mode: RopeMultiMode;
+  /** Pairs per axis [s0, s1, s2, s3] (Qwen3.5 / 3.6 text: [11, 11, 10, 0]); vision: s0 + s1 = headDim / 2. */
+  sections: readonly [number, number, number, number];
+}
+
+export function packRopeMultiParams(a: Pick<RopeMultiArgs, 'freqBase' | 'headDim' | 'ropeDim'>): Uint8Array {
+  return packFields(ROPE_MULTI_PARAMS_LAYOUT, { freq_base: a.freqBase, head_dim: a.headDim, rope_dim: a.ropeDim, reserved: 0 });
+}
+export function packRopeMultiRopeParams(a: Pick<RopeMultiArgs, 'nHeads' | 'mode' | 'seqLen'>): Uint8Array {
+  return packFields(ROPE_MULTI_ROPE_PARAMS_LAYOUT, { n_heads: a.nHeads, mode: ROPE_MULTI_MODES[a.mode], seq_len: a.seqLen, reserved: 0 });
+}
+export function packRopeMultiSections(s: readonly number[]): Uint8Array {
+  return packFields(ROPE_MULTI_SECTIONS_LAYOUT, { s0: s[0]!, s1: s[1]!, s2: s[2]!, s3: s[3]! });
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateRopeMulti(a: RopeMultiArgs, device?: Device): void {
+  const op = 'rope_multi';
+  checkPositive(op, 'seqLen', a.seqLen);
+  checkPositive(op, 'nHeads', a.nHeads);
+  checkAtMost(op, 'seqLen', a.seqLen, U32_MAX, '2^32 - 1');
+  checkAtMost(op, 'nHeads', a.nHeads, U32_MAX, '2^32 - 1');
+  checkPositive(op, 'headDim', a.headDim);
+  checkMultiple(op, 'headDim', a.headDim, 2);
+  checkAtMost(op, 'headDim', a.headDim, 2 ** 24, '2^24');
+  checkPositive(op, 'ropeDim', a.ropeDim);
+  checkMultiple(op, 'ropeDim', a.ropeDim, 2);
+  checkAtMost(op, 'ropeDim', a.ropeDim, a.headDim, 'headDim');
+  if (typeof a.freqBase !== 'number' || !Number.isFinite(a.freqBase) || a.freqBase <= 0 || a.freqBase > F32_MAX) {
+    throw invalid(op, 'freqBase', 'a finite f32 > 0', a.freqBase);
+  }
+  if (typeof a.mode !== 'string' || !Object.hasOwn(ROPE_MULTI_MODES, a.mode)) throw invalid(op, 'mode', 'one of mrope, imrope, vision', a.mode);
+  if (!Array.isArray(a.sections) || a.sections.length !== 4) throw invalid(op, 'sections', 'an array of 4 section sizes', a.sections);
+  for (let i = 0; i < 4; i++) {
+    const s = a.sections[i];
+    if (typeof s !== 'number' || !Number.isSafeInteger(s) || s < 0 || s > 2 ** 24) {
+      throw invalid(op, `sections[${i}]`, 'an integer in [0, 2^24]', s);
+    }
+  }
+  if (a.mode === 'vision') {
+    // ggml's vision rope rotates every pair and restarts the exponent per section.
+    if (a.ropeDim !== a.headDim) throw invalid(op, 'ropeDim', `headDim (${a.headDim}) in vision mode`, a.ropeDim);
+    if (a.sections[0] + a.sections[1] !== a.headDim / 2) {
+      throw invalid(op, 'sections[0] + sections[1]', `headDim / 2 (${a.headDim / 2}) in vision mode`, a.sections[0] + a.sections[1]);
+    }
+  }
+  const rows = checkedProduct(op, 'seqLen * nHeads', a.seqLen, a.nHeads);
+  checkAtMost(op, 'seqLen * nHeads', rows, U32_MAX, '2^32 - 1');
+  const n = checkedProduct(op, 'seqLen * nHeads * headDim', a.seqLen, a.nHeads, a.headDim);
+  const np = checkedProduct(op, '4 * seqLen', 4, a.seqLen);
+  checkBuffer(op, 'input', a.input, device);
+  checkBuffer(op, 'output', a.output, device);
+  checkBuffer(op, 'positions', a.positions, device);
+  checkDtype(op, 'input', a.input, ['f32', 'f16', 'bf16']);
+  checkDtype(op, 'output', a.output, a.input.dtype);
+  checkDtype(op, 'positions', a.positions, ['i32', 'u32']);
+  checkElements(op, 'input', a.input, n);
+  checkElements(op, 'output', a.output, n);
+  checkElements(op, 'positions', a.positions, np);
+  checkNoAliasing(op, [['input', a.input], ['output', a.output], ['positions', a.positions]], ['output'],
+    'rows of output over other rows of input', [['output', 'input']]);
+}
+
+/**
+ * mlx-native's launch: (tx, ty) = (min(headDim/2, 256), min(rows, 256 / tx))
+ * threads, the kernels check both bounds. Metal: pairs on x, rows on y; CUDA:
+ * rows on the grid's x (gridDim.y stops at 65535).
+ */
+export function ropeMultiLaunch(halfDim: number, rows: number): Pick<PlannedDispatch, 'grid' | 'threads' | 'cuda'> {
+  const tx = Math.min(halfDim, ROPE_MULTI_THREADS);
+  const ty = Math.min(rows, Math.floor(ROPE_MULTI_THREADS / tx));
+  const px = Math.ceil(halfDim / tx);
+  const py = Math.ceil(rows / ty);
+  return { grid: [px, py, 1], threads: [tx, ty, 1], cuda: { grid: [py, px, 1], threads: [tx, ty, 1] } };
+}
+
+/**
+ * rope_multi: NeoX pairs (x[p], x[p + headDim/2]) of each row turn by
+ *   MROPE, IMROPE: angle = pos[axis][token] * freqBase^(-2p / ropeDim)
+ *   VISION:        angle = pos[axis][token] * freqBase^(-2q / (headDim / 2))
+ * for p < ropeDim / 2 (the other pairs are copied), the axis of pair p from
+ * its sector p % (s0 + s1 + s2 + s3) (see shaders/rope_multi.metal); q is p's
+ * index inside its vision section. With the four position rows equal and
+ * ropeDim = headDim, IMROPE is NeoX rope (ropeNeox).
+ * Partial rotary pairs as mlx-native's kernel does: (x[p], x[p + headDim/2])
+ * for p < ropeDim / 2. Hugging Face's Qwen3.5 and llama.cpp's rope pair
+ * (x[p], x[p + ropeDim/2]) inside the first ropeDim elements and pass
+ * [ropeDim, headDim) through; the two agree only when ropeDim = headDim.
+ *
+ * Layouts: input, output [seqLen, nHeads, headDim], one dtype: f32, f16 or
+ * bf16; positions [4, seqLen] i32 (t, h, w, e). output may be input.
+ * Bindings: 0 input, 1 output, 2 RopeMultiParams, 3 positions,
+ * 4 RopeMultiRopeParams, 5 RopeMultiSections.
+ * Grid: (ceil(headDim/2 / tx), ceil(seqLen * nHeads / ty)) threadgroups of
+ * (tx, ty) = (min(headDim/2, 256), min(rows, 256 / tx)).
+ */
+export function ropeMulti(enc: Encoder, args: RopeMultiArgs): void {
+  record(enc, planRopeMulti(args, enc.device.limits, enc.device));
+}
+
+/** ropeMulti's plan: validates, then one dispatch (see ropeMulti). */
+export function planRopeMulti(a: RopeMultiArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateRopeMulti(a, device);
+  return {
+    family: ROPE_MULTI_FAMILY,
+    sources: ROPE_MULTI_SOURCES,
+    kernels: ROPE_MULTI_KERNELS,
+    dispatches: [{
+      kernel: `rope_multi_${a.input.dtype}`,
+      buffers: [a.input, a.output, , a.positions],
+      bytes: [, , packRopeMultiParams(a), , packRopeMultiRopeParams(a), packRopeMultiSections(a.sections)],
+      ...ropeMultiLaunch(a.headDim / 2, a.seqLen * a.nHeads),
+    }],
+  };
+}
