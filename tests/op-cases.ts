@@ -193,6 +193,24 @@ export const CASES: Case[] = [
     make: (d) => ({ x: a(d, 'f16', 24), y: a(d, 'f16', 24), rows: 3, dim: 8 }),
   },
   {
+    fn: 'rmsNorm', op: 'rms_norm',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), weight: { kind: 'buf?', dtypes: ['f32', 'bf16'] }, output: out(['f32', 'f16', 'bf16']),
+      rows: int, dim: int, eps: { kind: 'nonneg?' }, onePlus: { kind: 'bool?' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({ input: a(d, 'f16', 24), weight: a(d, 'f32', 8), output: a(d, 'f16', 24), rows: 3, dim: 8, onePlus: true }),
+  },
+  {
+    fn: 'rmsNormPerHead', op: 'rms_norm_per_head',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), weight: { kind: 'buf?', dtypes: ['f32', 'bf16'] }, output: out(['f32', 'f16', 'bf16']),
+      tokens: int, heads: int, headDim: int, eps: { kind: 'nonneg?' }, onePlus: { kind: 'bool?' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({ input: a(d, 'bf16', 48), weight: a(d, 'bf16', 8), output: a(d, 'bf16', 48), tokens: 3, heads: 2, headDim: 8 }),
+  },
+  {
     fn: 'fusedMoeRouting', op: 'fused_moe_routing',
     keys: { logits: buf(F), expertIds: out(U32), routingWeights: out(F), perExpertScale: buf(F), numExperts: int, topK: int },
     make: (d) => ({

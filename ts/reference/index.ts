@@ -8,5 +8,6 @@ export * from './fused_norm.ts';
 export * from './gated_delta_net.ts';
 export * from './l2_norm.ts';
 export * from './moe_routing.ts';
+export * from './rms_norm.ts';
 export * from './ssm_conv.ts';
 export * from './ssm_norm_gate.ts';
