@@ -229,6 +229,33 @@ export const CASES: Case[] = [
     }),
   },
   {
+    fn: 'softmax', op: 'softmax',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), rows: int, cols: int,
+      scale: { kind: 'num?' }, softcap: { kind: 'nonneg?' }, mask: { kind: 'buf?', dtypes: BF },
+      seqQ: { kind: 'int', readWhen: (x) => x.mask !== undefined },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({
+      input: a(d, 'f32', 32), output: a(d, 'f32', 32), rows: 4, cols: 8, scale: 0.25, softcap: 30, mask: a(d, 'bf16', 16), seqQ: 2,
+    }),
+  },
+  {
+    fn: 'softmax', op: 'softmax',
+    keys: { input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), rows: int, cols: int },
+    inPlace: [['input', 'output']],
+    make: (d) => ({ input: a(d, 'bf16', 15), output: a(d, 'bf16', 15), rows: 3, cols: 5 }),
+  },
+  {
+    fn: 'softcap', op: 'softcap',
+    // The element count is the input's (mlx-native's): any count, the output's the same.
+    keys: {
+      input: buf(['f32', 'f16', 'bf16'], { freeCount: true }), output: out(['f32', 'f16', 'bf16'], { freeCount: true }), cap: { kind: 'num' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({ input: a(d, 'f16', 20), output: a(d, 'f16', 20), cap: 30 }),
+  },
+  {
     fn: 'ssmConv', op: 'ssm_conv',
     keys: {
       x: buf(['f32', 'bf16']), weight: buf(['f32', 'bf16']), state: { kind: 'buf?', dtypes: ['f32', 'bf16'], output: true },

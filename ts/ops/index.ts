@@ -9,5 +9,6 @@ export * from './gated_delta_net.ts';
 export * from './l2_norm.ts';
 export * from './moe_routing.ts';
 export * from './rms_norm.ts';
+export * from './softmax.ts';
 export * from './ssm_conv.ts';
 export * from './ssm_norm_gate.ts';
