@@ -19,6 +19,7 @@ import {
 import { rmsNormRef } from '../ts/reference/rms_norm.ts';
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
 import type { Buffer } from '../ts/index.ts';
+import { warpRowsLaunch } from '../ts/launch.ts';
 
 describe('rms_norm param packer matches the .metal declaration', () => {
   test('RmsNormParams (eps, dim as f32): bound at buffer(3), or buffer(2) without a weight', () => {
@@ -34,6 +35,12 @@ describe('rms_norm param packer matches the .metal declaration', () => {
   test('threadgroup: min(256, nextPow2(dim)) threads', () => {
     expect(rmsNormThreadgroup(1, TARGET_LIMITS.metal)).toEqual({ threads: 1, sharedBytes: 16 });
     expect(rmsNormThreadgroup(2816, TARGET_LIMITS.cuda)).toEqual({ threads: 256, sharedBytes: 32 });
+  });
+  test('CUDA: one warp per row for rows of at most 1024 elements, R = 8, 4 or 2 rows a block dividing rows', () => {
+    expect(warpRowsLaunch(262144, 128, TARGET_LIMITS.cuda)).toEqual({ grid: [32768, 1, 1], threads: [32, 8, 1] });
+    expect(warpRowsLaunch(6, 64, TARGET_LIMITS.cuda)).toEqual({ grid: [3, 1, 1], threads: [32, 2, 1] });
+    expect(warpRowsLaunch(5, 64, TARGET_LIMITS.cuda)).toBeNull();
+    expect(warpRowsLaunch(8, 1025, TARGET_LIMITS.cuda)).toBeNull();
   });
 });
 

@@ -267,6 +267,10 @@ describeValidation('softmax and softcap plans', ({ buf }) => {
     expect([p.u(0), p.u(1), p.f(2), p.f(3)]).toEqual([262144, 0, 0.5, 0]);
     const cap = planSoftcap({ input: buf('bf16', 1000), output: buf('bf16', 1000), cap: 30 }, TARGET_LIMITS.cuda).dispatches[0]!;
     expect([cap.kernel, cap.grid, cap.threads, cap.cuda?.grid]).toEqual(['softcap_bf16', [4, 1, 1], [256, 1, 1], [1, 1, 1]]);
+    const short = planSoftmax({ input: buf('f16', 64 * 128), output: buf('f16', 64 * 128), rows: 64, cols: 128 }, TARGET_LIMITS.cuda).dispatches[0]!;
+    expect([short.threads, short.cuda?.grid, short.cuda?.threads]).toEqual([[128, 1, 1], [8, 1, 1], [32, 8, 1]]);
+    const odd = planSoftmax({ input: buf('f16', 3 * 128), output: buf('f16', 3 * 128), rows: 3, cols: 128 }, TARGET_LIMITS.cuda).dispatches[0]!;
+    expect([odd.cuda?.grid, odd.cuda?.threads]).toEqual([[3, 1, 1], [128, 1, 1]]);
     const one = planSoftcap({ input: buf('f32', 3), output: buf('f32', 3), cap: 30 }, TARGET_LIMITS.metal).dispatches[0]!;
     expect([one.grid, one.threads]).toEqual([[1, 1, 1], [3, 1, 1]]);
   });

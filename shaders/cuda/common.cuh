@@ -137,6 +137,18 @@ __device__ __forceinline__ float block_max(float v, float* partials) {
     return r;
 }
 
+// Row kernels launch either one row per block, blockDim (n, 1), or one row
+// per warp, blockDim (32, R) with R rows in a block (short rows: no block
+// barrier, R rows in flight). The row of a thread, and the sum and maximum
+// over the threads of its row (block_sum's and block_max's contract).
+__device__ __forceinline__ u32 row_index() { return blockIdx.x * blockDim.y + threadIdx.y; }
+__device__ __forceinline__ float row_sum(float v, float* partials) {
+    return blockDim.y > 1 ? warp_sum(v) : block_sum(v, partials);
+}
+__device__ __forceinline__ float row_max(float v, float* partials) {
+    return blockDim.y > 1 ? warp_max(v) : block_max(v, partials);
+}
+
 // ---- tensor cores and asynchronous copies (sm_80 and later) ----
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {

@@ -7,7 +7,9 @@
 //
 // One block per row: grid (rows, 1, 1), any blockDim.x in [1, 1024] (the op
 // uses min(256, nextPow2(dim))); dynamic shared memory holds one float per
-// warp. Squares accumulate in f32; f16 and bf16 values are rounded (nearest
+// warp. Or, for rows of at most 1024 elements, one warp per row: blockDim
+// (32, R), grid (rows / R, 1, 1) (the op's CUDA launch where R in 2..8
+// divides rows; per-head q/k norms). Squares accumulate in f32; f16 and bf16 values are rounded (nearest
 // even) only when stored.
 //
 // When dim is a multiple of the 16-byte vector width (4 f32, 8 f16/bf16) and
@@ -45,7 +47,7 @@ template <typename T, typename W, int MODE>
 __device__ __forceinline__ void rms_norm_row(const T* x, const W* w, T* y, const RmsNormParams* p) {
     extern __shared__ float partials[];
     const u32 dim = u32(p->dim);
-    const u64 base = u64(blockIdx.x) * dim;
+    const u64 base = u64(row_index()) * dim;
     const T* xr = x + base;
     T* yr = y + base;
     const u32 tid = threadIdx.x, bs = blockDim.x;
@@ -71,7 +73,7 @@ __device__ __forceinline__ void rms_norm_row(const T* x, const W* w, T* y, const
 #pragma unroll
             for (int j = 0; j < VEC; ++j) sq += v[j] * v[j];
         }
-        const float inv = rsqrtf(block_sum(sq, partials) / float(dim) + p->eps);
+        const float inv = rsqrtf(row_sum(sq, partials) / float(dim) + p->eps);
         auto emit = [&](u32 vi, float (&v)[VEC]) {
             float wv[VEC];
             if constexpr (MODE != NO_SCALE) load_weight(w + u64(vi) * VEC, wv);
@@ -94,7 +96,7 @@ __device__ __forceinline__ void rms_norm_row(const T* x, const W* w, T* y, const
             const float v = to_f(xr[i]);
             sq += v * v;
         }
-        const float inv = rsqrtf(block_sum(sq, partials) / float(dim) + p->eps);
+        const float inv = rsqrtf(row_sum(sq, partials) / float(dim) + p->eps);
         for (u32 i = tid; i < dim; i += bs) {
             const float f = MODE == NO_SCALE ? 1.0f : weight_factor<MODE>(to_f(w[i]));
             yr[i] = from_f<T>(to_f(xr[i]) * inv * f);

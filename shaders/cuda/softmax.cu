@@ -8,14 +8,15 @@
 //
 // Softmax: one block per row, grid (rows, 1, 1), any blockDim.x in [1, 1024]
 // (the op uses enough threads, up to 1024, that a thread holds at most 32
-// floats of the row); dynamic shared memory holds one float per warp. Each
-// thread keeps a running maximum and a sum rescaled to it (online softmax)
-// in one pass over its elements, so the row is read once for the statistics
-// and the elements past those held in registers once more for the output.
+// floats of the row); dynamic shared memory holds one float per warp. Or,
+// for rows of at most 1024 elements, one warp per row: blockDim (32, R),
+// grid (rows / R, 1, 1) (the op's CUDA launch where R in 2..8 divides rows).
 // When cols is a multiple of the 16-byte vector width (4 f32, 8 f16/bf16) and
 // the row pointers are 16-byte aligned, threads move 16-byte vectors and keep
-// the first 32 / VEC of them (as v) in registers; otherwise a scalar path
-// strides over the row. Each thread writes only the elements it read, after
+// the first 32 / VEC of them (as v, then exp(v - max)) in registers: one read
+// and one exp per element. Elements past those (rows longer than 32 floats a
+// thread) and the scalar path (other rows) fold into a running maximum and a
+// sum rescaled to it (online softmax), then are read once more for the output. Each thread writes only the elements it read, after
 // the block's reductions, so y may be x's buffer (in place).
 //
 // softcap: each thread takes one 16-byte vector (VEC elements) of the array,
@@ -54,56 +55,72 @@ template <typename T>
 __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, const RowArgs a) {
     extern __shared__ float partials[];
     const u32 cols = a.cols;
-    const u64 base = u64(blockIdx.x) * cols;
+    const u32 row = row_index();
+    const u64 base = u64(row) * cols;
     const T* xr = x + base;
     T* yr = y + base;
-    const bf16* mr = a.seq_q == 0u ? nullptr : mask + u64(blockIdx.x % a.seq_q) * cols;
+    const bf16* mr = a.seq_q == 0u ? nullptr : mask + u64(row % a.seq_q) * cols;
     const u32 tid = threadIdx.x, bs = blockDim.x;
     constexpr int VEC = VecOf<T>::N;
     constexpr int CACHE = 32 / VEC;
 
-    float m = neg_inf(), s = 0.0f;
+    // mc: the maximum of the v held in registers; (mu, su): the running
+    // maximum and rescaled sum of the others.
+    float mc = neg_inf(), mu = neg_inf(), su = 0.0f;
     const bool vec = cols % VEC == 0 && aligned16(xr) && aligned16(yr);
-    const u32 nv = cols / VEC;
+    const u32 nv = vec ? cols / VEC : 0u;
     float vc[CACHE][VEC];
-    if (vec) {
 #pragma unroll
-        for (int c = 0; c < CACHE; ++c) {
-            const u32 vi = tid + u32(c) * bs;
-            if (vi < nv) {
-                load_vec(xr + u64(vi) * VEC, vc[c]);
+    for (int c = 0; c < CACHE; ++c) {
+        const u32 vi = tid + u32(c) * bs;
+        if (vi < nv) {
+            load_vec(xr + u64(vi) * VEC, vc[c]);
 #pragma unroll
-                for (int j = 0; j < VEC; ++j) {
-                    vc[c][j] = transform(vc[c][j], mr, u64(vi) * VEC + j, a);
-                    online(vc[c][j], m, s);
-                }
+            for (int j = 0; j < VEC; ++j) {
+                vc[c][j] = transform(vc[c][j], mr, u64(vi) * VEC + j, a);
+                mc = fmaxf(mc, vc[c][j]);
             }
         }
+    }
+    if (vec) {
         for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
             float v[VEC];
             load_vec(xr + u64(vi) * VEC, v);
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) online(transform(v[j], mr, u64(vi) * VEC + j, a), m, s);
+            for (int j = 0; j < VEC; ++j) online(transform(v[j], mr, u64(vi) * VEC + j, a), mu, su);
         }
     } else {
-        for (u32 i = tid; i < cols; i += bs) online(transform(to_f(xr[i]), mr, i, a), m, s);
+        for (u32 i = tid; i < cols; i += bs) online(transform(to_f(xr[i]), mr, i, a), mu, su);
     }
-    const float mx = block_max(m, partials);
+    const float mx = row_max(fmaxf(mc, mu), partials);
     __syncthreads();
-    const float total = block_sum(m == neg_inf() ? 0.0f : s * expf(m - mx), partials);
     const bool empty = mx == neg_inf();
-    const float inv = empty ? 0.0f : 1.0f / total;
-    auto prob = [&](float v) { return empty ? 0.0f : expf(v - mx) * inv; };
-    if (vec) {
+    // exp(v - mx) of the held v, kept for the output: one exp per element.
+    float s = mu == neg_inf() ? 0.0f : su * expf(mu - mx);
 #pragma unroll
-        for (int c = 0; c < CACHE; ++c) {
-            const u32 vi = tid + u32(c) * bs;
-            if (vi < nv) {
+    for (int c = 0; c < CACHE; ++c) {
+        const u32 vi = tid + u32(c) * bs;
+        if (vi < nv) {
 #pragma unroll
-                for (int j = 0; j < VEC; ++j) vc[c][j] = prob(vc[c][j]);
-                store_vec(yr + u64(vi) * VEC, vc[c]);
+            for (int j = 0; j < VEC; ++j) {
+                vc[c][j] = empty ? 0.0f : expf(vc[c][j] - mx);
+                s += vc[c][j];
             }
         }
+    }
+    const float total = row_sum(s, partials);
+    const float inv = empty ? 0.0f : 1.0f / total;
+    auto prob = [&](float v) { return empty ? 0.0f : expf(v - mx) * inv; };
+#pragma unroll
+    for (int c = 0; c < CACHE; ++c) {
+        const u32 vi = tid + u32(c) * bs;
+        if (vi < nv) {
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) vc[c][j] *= inv;
+            store_vec(yr + u64(vi) * VEC, vc[c]);
+        }
+    }
+    if (vec) {
         for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
             float v[VEC];
             load_vec(xr + u64(vi) * VEC, v);

@@ -15,7 +15,7 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import { checkAtMost, checkBoolean, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
-import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
+import { rowThreadgroup, warpRowsLaunch, type LaunchLimits } from '../launch.ts';
 import { record, type OpPlan } from '../plan.ts';
 
 export const RMS_NORM_FAMILY = 'rms_norm';
@@ -129,6 +129,7 @@ function planRows(a: RmsNormBuffers & { eps?: number; onePlus?: boolean }, rows:
   const { threads, sharedBytes } = rmsNormThreadgroup(dim, limits);
   const params = packRmsNormParams({ dim, eps: a.eps });
   const weighted = a.weight !== undefined;
+  const cuda = warpRowsLaunch(rows, dim, limits);
   return {
     family: RMS_NORM_FAMILY,
     sources: RMS_NORM_SOURCES,
@@ -140,6 +141,7 @@ function planRows(a: RmsNormBuffers & { eps?: number; onePlus?: boolean }, rows:
       threadgroupMemory: [sharedBytes],
       grid: [rows, 1, 1],
       threads: [threads, 1, 1],
+      ...(cuda === null ? {} : { cuda }),
     }],
   };
 }
@@ -156,7 +158,8 @@ function planRows(a: RmsNormBuffers & { eps?: number; onePlus?: boolean }, rows:
  * Bindings: 0 input, 1 weight, 2 output, 3 RmsNormParams (eps, dim as f32);
  * without a weight 0 input, 1 output, 2 RmsNormParams. threadgroup(0) one
  * float per simdgroup.
- * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
+ * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads; the
+ * CUDA twin takes one warp per row where rows are short (warpRowsLaunch).
  */
 export function rmsNorm(enc: Encoder, args: RmsNormArgs): void {
   record(enc, planRmsNorm(args, enc.device.limits, enc.device));

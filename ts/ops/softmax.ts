@@ -13,7 +13,7 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
-import { nextPow2, roundUp16, rowThreadgroup, type LaunchLimits } from '../launch.ts';
+import { nextPow2, roundUp16, rowThreadgroup, warpRowsLaunch, type LaunchLimits } from '../launch.ts';
 import { record, type OpPlan } from '../plan.ts';
 
 export const SOFTMAX_FAMILY = 'softmax';
@@ -155,7 +155,8 @@ export function softmaxThreadgroup(cols: number, limits: LaunchLimits): {
  * scale_mask_softmax_<t> 0 input, 1 output, 2 mask (input bound in its place
  * when absent, seq_q 0), 3 ScaleMaskSoftmaxParams. threadgroup(0) one float per simdgroup.
  * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(cols)) threads; the
- * CUDA twin runs up to 1024 (softmaxThreadgroup).
+ * CUDA twin runs up to 1024 (softmaxThreadgroup), or one warp per row where
+ * rows are short (warpRowsLaunch).
  */
 export function softmax(enc: Encoder, args: SoftmaxArgs): void {
   record(enc, planSoftmax(args, enc.device.limits, enc.device));
@@ -170,7 +171,9 @@ export function planSoftmax(a: SoftmaxArgs, limits: DeviceLimits, device?: Devic
     grid: [a.rows, 1, 1] as [number, number, number],
     threads: [threads, 1, 1] as [number, number, number],
     threadgroupMemory: [sharedBytes],
-    cuda: { grid: [a.rows, 1, 1] as [number, number, number], threads: [cudaThreads, 1, 1] as [number, number, number], threadgroupMemory: [cudaSharedBytes] },
+    cuda: warpRowsLaunch(a.rows, a.cols, limits) ?? {
+      grid: [a.rows, 1, 1] as [number, number, number], threads: [cudaThreads, 1, 1] as [number, number, number], threadgroupMemory: [cudaSharedBytes],
+    },
   };
   return {
     family: SOFTMAX_FAMILY,
