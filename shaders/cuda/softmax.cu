@@ -7,6 +7,7 @@
 //   softcap_<t>:            y = cap * tanh(x / cap)
 //
 // Softmax: one block per row, grid (rows, 1, 1), any blockDim.x in [1, 1024]
+// (__launch_bounds__(1024): the scale_mask entries spill a few bytes to hold it)
 // (the op uses enough threads, up to 1024, that a thread holds at most 32
 // floats of the row); dynamic shared memory holds one float per warp. Or,
 // for rows of at most 1024 elements, one warp per row: blockDim (32, R),
@@ -155,27 +156,27 @@ __device__ __forceinline__ void softcap_vec(const T* x, T* y, const SoftcapParam
 
 // buffer(0) input [rows, cols], (1) output [rows, cols] (may be input),
 // (2) SoftmaxParams; threadgroup(0) one float per warp.
-extern "C" __global__ void softmax_f32(const float* input, float* output, const SoftmaxParams* p) {
+extern "C" __global__ void __launch_bounds__(1024) softmax_f32(const float* input, float* output, const SoftmaxParams* p) {
     softmax_row<float>(input, output, nullptr, RowArgs{u32(p->cols), 0u, 1.0f, 0.0f});
 }
-extern "C" __global__ void softmax_f16(const __half* input, __half* output, const SoftmaxParams* p) {
+extern "C" __global__ void __launch_bounds__(1024) softmax_f16(const __half* input, __half* output, const SoftmaxParams* p) {
     softmax_row<__half>(input, output, nullptr, RowArgs{u32(p->cols), 0u, 1.0f, 0.0f});
 }
-extern "C" __global__ void softmax_bf16(const bf16* input, bf16* output, const SoftmaxParams* p) {
+extern "C" __global__ void __launch_bounds__(1024) softmax_bf16(const bf16* input, bf16* output, const SoftmaxParams* p) {
     softmax_row<bf16>(input, output, nullptr, RowArgs{u32(p->cols), 0u, 1.0f, 0.0f});
 }
 
 // buffer(0) input, (1) output (may be input), (2) mask [seq_q, cols] bf16
 // (unread when seq_q = 0), (3) ScaleMaskSoftmaxParams.
-extern "C" __global__ void scale_mask_softmax_f32(const float* input, float* output, const bf16* mask,
+extern "C" __global__ void __launch_bounds__(1024) scale_mask_softmax_f32(const float* input, float* output, const bf16* mask,
                                                   const ScaleMaskSoftmaxParams* p) {
     softmax_row<float>(input, output, mask, RowArgs{p->cols, p->seq_q, p->scale, p->softcap});
 }
-extern "C" __global__ void scale_mask_softmax_f16(const __half* input, __half* output, const bf16* mask,
+extern "C" __global__ void __launch_bounds__(1024) scale_mask_softmax_f16(const __half* input, __half* output, const bf16* mask,
                                                   const ScaleMaskSoftmaxParams* p) {
     softmax_row<__half>(input, output, mask, RowArgs{p->cols, p->seq_q, p->scale, p->softcap});
 }
-extern "C" __global__ void scale_mask_softmax_bf16(const bf16* input, bf16* output, const bf16* mask,
+extern "C" __global__ void __launch_bounds__(1024) scale_mask_softmax_bf16(const bf16* input, bf16* output, const bf16* mask,
                                                    const ScaleMaskSoftmaxParams* p) {
     softmax_row<bf16>(input, output, mask, RowArgs{p->cols, p->seq_q, p->scale, p->softcap});
 }
