@@ -7,9 +7,10 @@
 //   softcap_<t>:            y = cap * tanh(x / cap)
 //
 // Softmax: one block per row, grid (rows, 1, 1), any blockDim.x in [1, 1024]
-// (__launch_bounds__(1024): the scale_mask entries spill a few bytes to hold it)
 // (the op uses enough threads, up to 1024, that a thread holds at most 32
-// floats of the row); dynamic shared memory holds one float per warp. Or,
+// floats of the row; __launch_bounds__(1024) keeps every size launchable, at
+// a few bytes of spill in the scale_mask entries); dynamic shared memory
+// holds one float per warp. Or,
 // for rows of at most 1024 elements, one warp per row: blockDim (32, R),
 // grid (rows / R, 1, 1) (the op's CUDA launch where R in 2..8 divides rows).
 // When cols is a multiple of the 16-byte vector width (4 f32, 8 f16/bf16) and
