@@ -17,6 +17,11 @@
 //   rotary embeddings: Qwen3.6 full attention (IMROPE, 16 heads of 256, 64
 //     rotated, base 1e7), Gemma 4 k rope (2 KV heads of 256) and q norm + rope
 //     (16 heads: 256 sliding, 512 global with a quarter rotated).
+//   the glue: RMS norm at Gemma 4 31B's hidden 5376 (bf16), the per-head q
+//   norm of Qwen3.6 full attention (16 heads x 256) and Gemma 4's unscaled
+//   v norm (head dim 512), attention softmax with scale, softcap 50 and a
+//   causal mask, softmax over Gemma 4's 262144-token vocabulary and its final
+//   logit softcap (30).
 // On the emulator the sequence lengths are shortened (it runs one fiber per
 // GPU thread), and the table says so.
 //
@@ -37,6 +42,8 @@ import { l2Norm } from '../ts/ops/l2_norm.ts';
 import { fusedHeadNormRope } from '../ts/ops/fused_head_norm_rope.ts';
 import { ropeNeox } from '../ts/ops/rope.ts';
 import { ropeMulti } from '../ts/ops/rope_multi.ts';
+import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
+import { softcap, softmax } from '../ts/ops/softmax.ts';
 import { fusedMoeRouting, fusedMoeRoutingBatch } from '../ts/ops/moe_routing.ts';
 import { ssmConv } from '../ts/ops/ssm_conv.ts';
 import { ssmNormGate } from '../ts/ops/ssm_norm_gate.ts';
@@ -48,6 +55,8 @@ import { l2NormRef } from '../ts/reference/l2_norm.ts';
 import { fusedHeadNormRopeRef } from '../ts/reference/fused_head_norm_rope.ts';
 import { ropeNeoxRef } from '../ts/reference/rope.ts';
 import { ropeMultiRef } from '../ts/reference/rope_multi.ts';
+import { rmsNormRef } from '../ts/reference/rms_norm.ts';
+import { softcapRef, softmaxRef } from '../ts/reference/softmax.ts';
 import { moeRoutingRef } from '../ts/reference/moe_routing.ts';
 import { ssmConvRef } from '../ts/reference/ssm_conv.ts';
 import { ssmNormGateRef } from '../ts/reference/ssm_norm_gate.ts';
@@ -408,6 +417,58 @@ function main(): number {
     }
     positions.release();
     positions4.release();
+  }
+
+  // --- the glue: RMS norms, softmax, softcap ---
+  {
+    const tokens = 16;
+    const dim = 5376;
+    const x = stored(device, 'bf16', randn(tokens * dim, 4));
+    const w = stored(device, 'bf16', uniform(dim, 0.5, 1.5));
+    const y = poisoned(device, 'bf16', tokens * dim);
+    const ms = timed(device, (enc) => rmsNorm(enc, { input: x.buf, weight: w.buf, output: y, rows: tokens, dim }));
+    rows.push({ kernel: 'rms_norm_bf16', model: 'Gemma 4 31B norm', shape: `${tokens} x ${dim}`,
+      err: scaledErr(y.readNumbers(), rmsNormRef(x.values, w.values, tokens, dim, 1e-6)), tol: 1e-2, ms });
+    for (const b of [x.buf, w.buf, y]) b.release();
+  }
+  for (const [model, heads, headDim, weighted] of [['Qwen3.6 q norm', 16, 256, true], ['Gemma 4 v norm', 2, 512, false]] as const) {
+    const tokens = 16;
+    const n = tokens * heads * headDim;
+    const x = stored(device, 'bf16', randn(n, 5));
+    const w = stored(device, 'bf16', uniform(headDim, 0.5, 1.5));
+    const y = poisoned(device, 'bf16', n);
+    const ms = timed(device, (enc) =>
+      rmsNormPerHead(enc, { input: x.buf, weight: weighted ? w.buf : undefined, output: y, tokens, heads, headDim }));
+    rows.push({ kernel: weighted ? 'rms_norm_bf16 (per head)' : 'rms_norm_no_scale_bf16 (per head)', model,
+      shape: `${tokens} tok x ${heads} heads x ${headDim}`,
+      err: scaledErr(y.readNumbers(), rmsNormRef(x.values, weighted ? w.values : null, tokens * heads, headDim, 1e-6)), tol: 1e-2, ms });
+    for (const b of [x.buf, w.buf, y]) b.release();
+  }
+  {
+    const [heads, q, keys] = [16, 16, 512];
+    const scores = stored(device, 'f32', randn(heads * q * keys, 8));
+    const maskValues = Array.from({ length: q * keys }, (_, i) => (i % keys > keys - q + Math.floor(i / keys) ? -Infinity : 0));
+    const mask = stored(device, 'bf16', maskValues);
+    const p = poisoned(device, 'f32', heads * q * keys);
+    const opts = { scale: 1 / 16, softcap: 50 };
+    const ms = timed(device, (enc) =>
+      softmax(enc, { input: scores.buf, output: p, rows: heads * q, cols: keys, ...opts, mask: mask.buf, seqQ: q }));
+    rows.push({ kernel: 'scale_mask_softmax_f32', model: 'attention scores', shape: `${heads} heads x ${q} q x ${keys} keys, softcap 50`,
+      err: scaledErr(p.readNumbers(), softmaxRef(scores.values, heads * q, keys, { ...opts, mask: mask.values, seqQ: q })), tol: 1e-5, ms });
+    for (const b of [scores.buf, mask.buf, p]) b.release();
+  }
+  {
+    const vocab = 262144;
+    const logits = stored(device, 'f32', randn(vocab, 6));
+    const capped = poisoned(device, 'f32', vocab);
+    const probs = poisoned(device, 'f32', vocab);
+    let ms = timed(device, (enc) => softcap(enc, { input: logits.buf, output: capped, cap: 30 }));
+    const cappedWant = softcapRef(logits.values, 30);
+    rows.push({ kernel: 'softcap_f32', model: 'Gemma 4 final logits', shape: `${vocab}`, err: scaledErr(capped.readNumbers(), cappedWant), tol: 1e-5, ms });
+    ms = timed(device, (enc) => softmax(enc, { input: capped, output: probs, rows: 1, cols: vocab }));
+    rows.push({ kernel: 'softmax_f32', model: 'Gemma 4 vocabulary', shape: `1 x ${vocab}`,
+      err: scaledErr(probs.readNumbers(), softmaxRef(capped.readNumbers(), 1, vocab)), tol: 1e-5, ms });
+    for (const b of [logits.buf, capped, probs]) b.release();
   }
 
   const header = ['kernel', 'model', 'shape', 'backend', 'max err', 'tol', 'time ms', ''];

@@ -209,6 +209,24 @@ export const CASES: Case[] = [
     fill: (args) => (args.positions as Buffer).writeNumbers([6, 131071]),
   })),
   {
+    fn: 'rmsNorm', op: 'rms_norm',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), weight: { kind: 'buf?', dtypes: ['f32', 'bf16'] }, output: out(['f32', 'f16', 'bf16']),
+      rows: int, dim: int, eps: { kind: 'nonneg?' }, onePlus: { kind: 'bool?' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({ input: a(d, 'f16', 24), weight: a(d, 'f32', 8), output: a(d, 'f16', 24), rows: 3, dim: 8, onePlus: true }),
+  },
+  {
+    fn: 'rmsNormPerHead', op: 'rms_norm_per_head',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), weight: { kind: 'buf?', dtypes: ['f32', 'bf16'] }, output: out(['f32', 'f16', 'bf16']),
+      tokens: int, heads: int, headDim: int, eps: { kind: 'nonneg?' }, onePlus: { kind: 'bool?' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({ input: a(d, 'bf16', 48), weight: a(d, 'bf16', 8), output: a(d, 'bf16', 48), tokens: 3, heads: 2, headDim: 8 }),
+  },
+  {
     fn: 'fusedMoeRouting', op: 'fused_moe_routing',
     keys: { logits: buf(F), expertIds: out(U32), routingWeights: out(F), perExpertScale: buf(F), numExperts: int, topK: int },
     make: (d) => ({
@@ -265,6 +283,33 @@ export const CASES: Case[] = [
       freqBase: 1e7, mode: 'imrope', sections: [1, 1, 0, 0],
     }),
     fill: (args) => (args.positions as Buffer).writeNumbers([7, 131071, 3, 5, 0, 9, 2, 4]),
+  },
+  {
+    fn: 'softmax', op: 'softmax',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), rows: int, cols: int,
+      scale: { kind: 'num?' }, softcap: { kind: 'nonneg?' }, mask: { kind: 'buf?', dtypes: BF },
+      seqQ: { kind: 'int', readWhen: (x) => x.mask !== undefined },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({
+      input: a(d, 'f32', 32), output: a(d, 'f32', 32), rows: 4, cols: 8, scale: 0.25, softcap: 30, mask: a(d, 'bf16', 16), seqQ: 2,
+    }),
+  },
+  {
+    fn: 'softmax', op: 'softmax',
+    keys: { input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), rows: int, cols: int },
+    inPlace: [['input', 'output']],
+    make: (d) => ({ input: a(d, 'bf16', 15), output: a(d, 'bf16', 15), rows: 3, cols: 5 }),
+  },
+  {
+    fn: 'softcap', op: 'softcap',
+    // The element count is the input's (mlx-native's): any count, the output's the same.
+    keys: {
+      input: buf(['f32', 'f16', 'bf16'], { freeCount: true }), output: out(['f32', 'f16', 'bf16'], { freeCount: true }), cap: { kind: 'num' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({ input: a(d, 'f16', 20), output: a(d, 'f16', 20), cap: 30 }),
   },
   {
     fn: 'ssmConv', op: 'ssm_conv',

@@ -27,3 +27,19 @@ export function rowThreadgroup(n: number, maxThreads: number, limits: LaunchLimi
   const threads = Math.min(maxThreads, limits.maxThreadsPerThreadgroup, nextPow2(n));
   return { threads, sharedBytes: roundUp16(Math.ceil(threads / limits.simdWidth) * 4) };
 }
+
+/** Elements a row may have for the one-warp-per-row launch (32 lanes holding 32 floats each). */
+export const WARP_ROW_MAX = 1024;
+
+/**
+ * The CUDA launch of a row kernel whose twin can take one warp per row
+ * (blockDim (32, R, 1), grid (rows / R, 1, 1)): for rows of at most
+ * WARP_ROW_MAX elements, R the largest of 8, 4, 2 that divides rows (the
+ * kernels have no row count to bound a partial block). Null otherwise: one
+ * block per row, as Metal.
+ */
+export function warpRowsLaunch(rows: number, n: number, limits: LaunchLimits): { grid: [number, number, number]; threads: [number, number, number] } | null {
+  if (n > WARP_ROW_MAX || limits.simdWidth !== 32) return null;
+  const r = [8, 4, 2].find((k) => rows % k === 0 && 32 * k <= limits.maxThreadsPerThreadgroup);
+  return r === undefined ? null : { grid: [rows / r, 1, 1], threads: [32, r, 1] };
+}

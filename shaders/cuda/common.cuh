@@ -65,6 +65,23 @@ __device__ __forceinline__ void load_vec(const __half* p, float (&v)[8]) {
     unpack_f16x8(*reinterpret_cast<const uint4*>(p), v);
 }
 
+// Floats rounded (nearest even) to T and stored as one aligned 16-byte vector.
+__device__ __forceinline__ void store_vec(float* p, const float (&v)[4]) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void store_vec(__nv_bfloat16* p, const float (&v)[8]) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]),
+                                              pack_bf16(v[4], v[5]), pack_bf16(v[6], v[7]));
+}
+__device__ __forceinline__ u32 pack_f16(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const u32*>(&h);
+}
+__device__ __forceinline__ void store_vec(__half* p, const float (&v)[8]) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(pack_f16(v[0], v[1]), pack_f16(v[2], v[3]),
+                                              pack_f16(v[4], v[5]), pack_f16(v[6], v[7]));
+}
+
 // ---- reductions ----
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -97,6 +114,39 @@ __device__ __forceinline__ float block_sum(float v, float* partials) {
     float total = 0.0f;
     for (u32 i = 0; i < nw; ++i) total += partials[i];
     return total;
+}
+
+// Maximum over the block, returned to every thread; the same contract as
+// block_sum (a kernel that calls both with one partials array puts a
+// __syncthreads() between them).
+__device__ __forceinline__ float block_max(float v, float* partials) {
+    const u32 tid = threadIdx.x, bs = blockDim.x;
+    const u32 lane = tid & 31u, warp = tid >> 5;
+    const u32 n = min(32u, bs - (warp << 5));
+    const u32 mask = n == 32u ? 0xffffffffu : ((1u << n) - 1u);
+#pragma unroll
+    for (u32 o = 16; o > 0; o >>= 1) {
+        const float other = __shfl_down_sync(mask, v, o);
+        if (lane + o < n) v = fmaxf(v, other);
+    }
+    if (lane == 0) partials[warp] = v;
+    __syncthreads();
+    const u32 nw = (bs + 31u) >> 5;
+    float r = __int_as_float(0xff800000);  // -inf
+    for (u32 i = 0; i < nw; ++i) r = fmaxf(r, partials[i]);
+    return r;
+}
+
+// Row kernels launch either one row per block, blockDim (n, 1), or one row
+// per warp, blockDim (32, R) with R rows in a block (short rows: no block
+// barrier, R rows in flight). The row of a thread, and the sum and maximum
+// over the threads of its row (block_sum's and block_max's contract).
+__device__ __forceinline__ u32 row_index() { return blockIdx.x * blockDim.y + threadIdx.y; }
+__device__ __forceinline__ float row_sum(float v, float* partials) {
+    return blockDim.y > 1 ? warp_sum(v) : block_sum(v, partials);
+}
+__device__ __forceinline__ float row_max(float v, float* partials) {
+    return blockDim.y > 1 ? warp_max(v) : block_max(v, partials);
 }
 
 // ---- tensor cores and asynchronous copies (sm_80 and later) ----

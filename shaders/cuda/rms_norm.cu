@@ -1,0 +1,143 @@
+// RMS normalization over rows (CUDA), entry names and bindings as
+// shaders/rms_norm.metal:
+//   rms_inv = 1 / sqrt(mean_j x[r, j]^2 + eps)
+//   rms_norm_<t>:          y = x * rms_inv * w
+//   rms_norm_one_plus_<t>: y = x * rms_inv * (1 + w)
+//   rms_norm_no_scale_<t>: y = x * rms_inv
+//
+// One block per row: grid (rows, 1, 1), any blockDim.x in [1, 1024] (the op
+// uses min(256, nextPow2(dim))); dynamic shared memory holds one float per
+// warp. Or, for rows of at most 1024 elements, one warp per row: blockDim
+// (32, R), grid (rows / R, 1, 1) (the op's CUDA launch where R in 2..8
+// divides rows; per-head q/k norms). Squares accumulate in f32; f16 and bf16 values are rounded (nearest
+// even) only when stored.
+//
+// When dim is a multiple of the 16-byte vector width (4 f32, 8 f16/bf16) and
+// the row and weight pointers are 16-byte aligned, threads move 16-byte
+// vectors and keep their first 32 / VEC vectors in registers between the sum
+// and the output, so a row is read once when dim <= 32 * blockDim.x; longer
+// rows re-read the rest. Otherwise a scalar path strides over the row. Each
+// thread writes only the elements it read, after the block's sum, so y may be
+// x's buffer (in place).
+
+namespace {
+
+enum Mode { WEIGHT = 0, ONE_PLUS = 1, NO_SCALE = 2 };
+
+// The weights of one vector of VEC activations, as floats.
+__device__ __forceinline__ void load_weight(const float* p, float (&w)[4]) { load_vec(p, w); }
+__device__ __forceinline__ void load_weight(const __nv_bfloat16* p, float (&w)[8]) { load_vec(p, w); }
+__device__ __forceinline__ void load_weight(const float* p, float (&w)[8]) {
+    float a[4], b[4];
+    load_vec(p, a);
+    load_vec(p + 4, b);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        w[j] = a[j];
+        w[4 + j] = b[j];
+    }
+}
+
+template <int MODE>
+__device__ __forceinline__ float weight_factor(float w) {
+    return MODE == WEIGHT ? w : MODE == ONE_PLUS ? 1.0f + w : 1.0f;
+}
+
+template <typename T, typename W, int MODE>
+__device__ __forceinline__ void rms_norm_row(const T* x, const W* w, T* y, const RmsNormParams* p) {
+    extern __shared__ float partials[];
+    const u32 dim = u32(p->dim);
+    const u64 base = u64(row_index()) * dim;
+    const T* xr = x + base;
+    T* yr = y + base;
+    const u32 tid = threadIdx.x, bs = blockDim.x;
+    constexpr int VEC = VecOf<T>::N;
+    constexpr int CACHE = 32 / VEC;
+
+    float sq = 0.0f;
+    if (dim % VEC == 0 && aligned16(xr) && aligned16(yr) && (MODE == NO_SCALE || aligned16(w))) {
+        const u32 nv = dim / VEC;
+        float xc[CACHE][VEC];
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c) {
+            const u32 vi = tid + u32(c) * bs;
+            if (vi < nv) {
+                load_vec(xr + u64(vi) * VEC, xc[c]);
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) sq += xc[c][j] * xc[c][j];
+            }
+        }
+        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
+            float v[VEC];
+            load_vec(xr + u64(vi) * VEC, v);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) sq += v[j] * v[j];
+        }
+        const float inv = rsqrtf(row_sum(sq, partials) / float(dim) + p->eps);
+        auto emit = [&](u32 vi, float (&v)[VEC]) {
+            float wv[VEC];
+            if constexpr (MODE != NO_SCALE) load_weight(w + u64(vi) * VEC, wv);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) v[j] *= inv * (MODE == NO_SCALE ? 1.0f : weight_factor<MODE>(wv[j]));
+            store_vec(yr + u64(vi) * VEC, v);
+        };
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c) {
+            const u32 vi = tid + u32(c) * bs;
+            if (vi < nv) emit(vi, xc[c]);
+        }
+        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
+            float v[VEC];
+            load_vec(xr + u64(vi) * VEC, v);
+            emit(vi, v);
+        }
+    } else {
+        for (u32 i = tid; i < dim; i += bs) {
+            const float v = to_f(xr[i]);
+            sq += v * v;
+        }
+        const float inv = rsqrtf(row_sum(sq, partials) / float(dim) + p->eps);
+        for (u32 i = tid; i < dim; i += bs) {
+            const float f = MODE == NO_SCALE ? 1.0f : weight_factor<MODE>(to_f(w[i]));
+            yr[i] = from_f<T>(to_f(xr[i]) * inv * f);
+        }
+    }
+}
+
+}  // namespace
+
+// buffer(0) input [rows, dim], (1) weight [dim], (2) output [rows, dim] (may
+// be input), (3) RmsNormParams; threadgroup(0) one float per warp.
+extern "C" __global__ void rms_norm_f32(const float* input, const float* weight, float* output, const RmsNormParams* p) {
+    rms_norm_row<float, float, WEIGHT>(input, weight, output, p);
+}
+extern "C" __global__ void rms_norm_f16(const __half* input, const float* weight, __half* output, const RmsNormParams* p) {
+    rms_norm_row<__half, float, WEIGHT>(input, weight, output, p);
+}
+extern "C" __global__ void rms_norm_bf16(const bf16* input, const bf16* weight, bf16* output, const RmsNormParams* p) {
+    rms_norm_row<bf16, bf16, WEIGHT>(input, weight, output, p);
+}
+
+extern "C" __global__ void rms_norm_one_plus_f32(const float* input, const float* weight, float* output,
+                                                 const RmsNormParams* p) {
+    rms_norm_row<float, float, ONE_PLUS>(input, weight, output, p);
+}
+extern "C" __global__ void rms_norm_one_plus_f16(const __half* input, const float* weight, __half* output,
+                                                 const RmsNormParams* p) {
+    rms_norm_row<__half, float, ONE_PLUS>(input, weight, output, p);
+}
+extern "C" __global__ void rms_norm_one_plus_bf16(const bf16* input, const bf16* weight, bf16* output,
+                                                  const RmsNormParams* p) {
+    rms_norm_row<bf16, bf16, ONE_PLUS>(input, weight, output, p);
+}
+
+// buffer(0) input [rows, dim], (1) output [rows, dim] (may be input), (2) RmsNormParams.
+extern "C" __global__ void rms_norm_no_scale_f32(const float* input, float* output, const RmsNormParams* p) {
+    rms_norm_row<float, float, NO_SCALE>(input, input, output, p);
+}
+extern "C" __global__ void rms_norm_no_scale_f16(const __half* input, __half* output, const RmsNormParams* p) {
+    rms_norm_row<__half, __half, NO_SCALE>(input, input, output, p);
+}
+extern "C" __global__ void rms_norm_no_scale_bf16(const bf16* input, bf16* output, const RmsNormParams* p) {
+    rms_norm_row<bf16, bf16, NO_SCALE>(input, input, output, p);
+}

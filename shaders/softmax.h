@@ -1,0 +1,29 @@
+// The param structs of softmax: SoftmaxParams at buffer(2) of
+// softmax_{f32,f16,bf16}, ScaleMaskSoftmaxParams at buffer(3) of
+// scale_mask_softmax_{f32,f16,bf16}, SoftcapParams at buffer(2) of
+// softcap_{f32,f16,bf16}.
+// Plain C, uint and float fields only: shaders/softmax.metal and
+// shaders/cuda/softmax.cu are compiled after this file, and ts/params.ts
+// reads the layouts from it (ts/ops/softmax.ts packs them).
+// Each holds the bytes of mlx-native's params for the kernel of that name.
+
+// (cols, 0): cols as an f32, exact up to 2^24. Rows come from the grid.
+struct SoftmaxParams {
+    float cols;
+    float reserved;     // 0
+};
+
+// mlx-native's struct, its last word (a zero pad there) used for the softcap:
+// 0 leaves the scores uncapped, so its host code drives these kernels as before.
+struct ScaleMaskSoftmaxParams {
+    uint  cols;
+    uint  seq_q;        // mask rows: row r adds mask[r % seq_q]; 0: no mask (buffer(2) unread)
+    float scale;
+    float softcap;      // > 0: cap * tanh(x * scale / cap) before the mask
+};
+
+// (cap, n): n as the bits of a uint.
+struct SoftcapParams {
+    float cap;
+    uint  n_elements;
+};

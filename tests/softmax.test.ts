@@ -1,0 +1,277 @@
+// softmax and softcap: the references against hand-computed values, the param
+// packers against the .metal structs, every validation rule, and parity on
+// every backend for f32, f16 and bf16: plain rows (mlx-native's softmax_<t>),
+// scale + softcap + mask (scale_mask_softmax_<t>), fully masked rows, in
+// place, long rows, odd threadgroup sizes; softcap over arrays of many lengths.
+
+import { describe, expect, test } from 'bun:test';
+import src from '../shaders/softmax.metal' with { type: 'text' };
+import {
+  SOFTMAX_FAMILY,
+  SOFTMAX_KERNELS,
+  SOFTMAX_SOURCES,
+  packScaleMaskSoftmaxParams,
+  packSoftcapParams,
+  packSoftmaxParams,
+  planSoftcap,
+  planSoftmax,
+  softcap,
+  softmax,
+  softmaxThreadgroup,
+} from '../ts/ops/softmax.ts';
+import { softcapRef, softmaxRef } from '../ts/reference/softmax.ts';
+import { describeBackends, describeValidation, expectInvalid, maxRelErr, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
+import type { Device } from '../ts/index.ts';
+
+const words = (b: Uint8Array) => {
+  const v = new DataView(b.buffer, b.byteOffset, b.byteLength);
+  return { u: (i: number) => v.getUint32(4 * i, true), f: (i: number) => v.getFloat32(4 * i, true), bytes: b.byteLength };
+};
+
+describe('softmax param packers match the .metal declarations', () => {
+  test('SoftmaxParams at buffer(2), ScaleMaskSoftmaxParams at buffer(3), SoftcapParams at buffer(2)', () => {
+    for (const k of SOFTMAX_KERNELS) {
+      const [struct, at] = k.startsWith('scale_mask') ? ['ScaleMaskSoftmaxParams', 3] : k.startsWith('softcap') ? ['SoftcapParams', 2] : ['SoftmaxParams', 2];
+      expect(src).toMatch(new RegExp(`kernel void ${k}\\([^{]*constant ${struct}&\\s+params\\s+\\[\\[buffer\\(${at}\\)\\]\\]`));
+    }
+    const s = words(packSoftmaxParams({ cols: 4099 }));
+    expect([s.bytes, s.f(0), s.f(1)]).toEqual([8, 4099, 0]);
+    const m = words(packScaleMaskSoftmaxParams({ cols: 7, seqQ: 3, scale: 0.125, softcap: 30 }));
+    expect([m.bytes, m.u(0), m.u(1), m.f(2), m.f(3)]).toEqual([16, 7, 3, 0.125, 30]);
+    const c = words(packSoftcapParams({ cap: 30, n: 262144 }));
+    expect([c.bytes, c.f(0), c.u(1)]).toEqual([8, 30, 262144]);
+  });
+  test('launch shapes: Metal min(256, nextPow2(cols)); CUDA up to 1024 threads, 32 floats each; softcap 256 per group', () => {
+    expect(softmaxThreadgroup(3, TARGET_LIMITS.metal)).toEqual({ threads: 4, sharedBytes: 16, cudaThreads: 4, cudaSharedBytes: 16 });
+    expect(softmaxThreadgroup(262144, TARGET_LIMITS.cuda)).toEqual({ threads: 256, sharedBytes: 32, cudaThreads: 1024, cudaSharedBytes: 128 });
+  });
+});
+
+describe('softmax reference against hand-computed values', () => {
+  test('[0, ln 3] -> [1/4, 3/4]; scale, softcap, mask; a fully masked row is zeros', () => {
+    const y = softmaxRef([0, Math.log(3)], 1, 2);
+    expect(y[0]).toBeCloseTo(0.25, 15);
+    expect(y[1]).toBeCloseTo(0.75, 15);
+    const s = softmaxRef([0, 2 * Math.log(3)], 1, 2, { scale: 0.5 });
+    expect(s[1]).toBeCloseTo(0.75, 15);
+    const c = softmaxRef([0, 100], 1, 2, { softcap: 1 });
+    expect(c[1]).toBeCloseTo(Math.E ** Math.tanh(100) / (1 + Math.E ** Math.tanh(100)), 14);
+    expect([...softmaxRef([1, 2, 3, 4], 2, 2, { mask: [0, -Infinity, -Infinity, -Infinity], seqQ: 2 })]).toEqual([1, 0, 0, 0]);
+    expect(softcapRef([30, -1e9], 30)[0]).toBeCloseTo(30 * Math.tanh(1), 14);
+  });
+});
+
+describeValidation('softmax validation', ({ enc, buf }) => {
+  test('every rule of softmax', () => {
+    const base = () => ({ rows: 4, cols: 10, input: buf('f32', 40), output: buf('f32', 40) });
+    type Case = [mutate: Record<string, unknown>, arg: string, expected: string, actual: string];
+    const shared = buf('f32', 44);
+    const cases: Case[] = [
+      [{ rows: 0 }, 'rows', 'a positive integer', '0'],
+      [{ cols: 1.5 }, 'cols', 'a positive integer', '1.5'],
+      [{ rows: 2 ** 32 }, 'rows', 'at most 2^32 - 1', '4294967296'],
+      [{ cols: 2 ** 24 + 1 }, 'cols', 'at most 2^24', `${2 ** 24 + 1}`],
+      [{ scale: Number.POSITIVE_INFINITY }, 'scale', 'a finite number', 'Infinity'],
+      [{ softcap: -1 }, 'softcap', 'a finite number >= 0', '-1'],
+      [{ rows: 2 ** 31, cols: 2 ** 23 }, 'rows * cols', 'a product of integers at most 2^53 - 1', `${2 ** 31} * ${2 ** 23}`],
+      [{ input: buf('i32', 40) }, 'input.dtype', 'one of f32, f16, bf16', 'i32'],
+      [{ output: buf('bf16', 40) }, 'output.dtype', 'f32', 'bf16'],
+      [{ input: buf('f32', 39) }, 'input.elementCount', '40', '39'],
+      [{ output: buf('f32', 41) }, 'output.elementCount', '40', '41'],
+      [{ mask: buf('bf16', 20), seqQ: 0 }, 'seqQ', 'a positive integer', '0'],
+      [{ mask: buf('bf16', 30), seqQ: 3 }, 'seqQ', 'a divisor of rows (4)', '3'],
+      [{ mask: buf('f32', 20), seqQ: 2 }, 'mask.dtype', 'bf16', 'f32'],
+      [{ mask: buf('bf16', 20) }, 'seqQ', 'a positive integer', 'undefined'],
+      [{ mask: buf('bf16', 20), seqQ: 4 }, 'mask.elementCount', '40', '20'],
+      [{ input: shared.view('f32', [40]), output: shared.view('f32', [40], 16) }, 'output', 'a buffer other than input', 'a view overlapping input'],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => softmax(enc(), { ...base(), ...m }), 'softmax', arg, expected, actual);
+    }
+    const mb = buf('bf16', 40);
+    expectInvalid(() => softmax(enc(), { rows: 4, cols: 10, input: buf('bf16', 40), output: mb, mask: mb, seqQ: 4 }), 'softmax', 'output',
+      'a buffer other than mask', 'the buffer of mask');
+  });
+  test('every rule of softcap', () => {
+    const base = () => ({ cap: 30, input: buf('bf16', 12), output: buf('bf16', 12) });
+    type Case = [mutate: Record<string, unknown>, arg: string, expected: string, actual: string];
+    const cases: Case[] = [
+      [{ cap: 0 }, 'cap', 'a finite number > 0', '0'],
+      [{ cap: Number.NaN }, 'cap', 'a finite number > 0', 'NaN'],
+      [{ input: buf('u32', 12) }, 'input.dtype', 'one of f32, f16, bf16', 'u32'],
+      [{ output: buf('f16', 12) }, 'output.dtype', 'bf16', 'f16'],
+      [{ output: buf('bf16', 13) }, 'output.elementCount', '12', '13'],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => softcap(enc(), { ...base(), ...m }), 'softcap', arg, expected, actual);
+    }
+  });
+});
+
+// Probabilities are products and quotients of exp: errors are relative,
+// under the output dtype's tolerance, with a floor of 1e-3 of the largest
+// probability (and f16's smallest normal, below which its spacing is absolute).
+function probErr(dtype: 'f32' | 'f16' | 'bf16', got: ArrayLike<number>, want: ArrayLike<number>): number {
+  let scale = 0;
+  for (let i = 0; i < want.length; i++) scale = Math.max(scale, Math.abs(want[i]!));
+  return maxRelErr(got, want, Math.max(1e-3 * scale, dtype === 'f16' ? 2 ** -14 : 0, Number.MIN_VALUE));
+}
+
+/** A bf16 mask [seqQ, cols]: causal (-inf past the query's position, keys offset by cols - seqQ) plus a random bias in [-2, 0]. */
+function maskOf(seqQ: number, cols: number, seed: number): number[] {
+  const r = rng(seed);
+  const m: number[] = [];
+  for (let q = 0; q < seqQ; q++) for (let k = 0; k < cols; k++) m.push(k > q + cols - seqQ ? -Infinity : r.uniform(-2, 0));
+  return m;
+}
+
+describeBackends('softmax parity', ({ device }) => {
+  const SHAPES: readonly [rows: number, cols: number][] = [
+    [1, 1], [3, 3], [4, 31], [2, 33], [6, 64], [3, 255], [2, 256], [3, 257], [2, 1000], [1, 4099], [2, 8192],
+  ];
+  const run = (dev: Device, dtype: 'f32' | 'f16' | 'bf16', rows: number, cols: number, opts: { scale?: number; softcap?: number; seqQ?: number; mask?: boolean },
+    lo: number, hi: number, seed: number): number => {
+    const x = dev.upload(dtype, [rows, cols], randomArray(rng(seed), rows * cols, lo, hi));
+    const y = dev.alloc(dtype, [rows, cols]);
+    const seqQ = opts.seqQ ?? rows;
+    const mask = opts.mask ? dev.upload('bf16', [seqQ, cols], maskOf(seqQ, cols, seed + 1)) : undefined;
+    y.fill(Number.NaN);
+    const enc = dev.encoder();
+    softmax(enc, { input: x, output: y, rows, cols, scale: opts.scale, softcap: opts.softcap, mask, seqQ: opts.mask ? seqQ : undefined });
+    enc.commitAndWait();
+    enc.release();
+    const want = softmaxRef(x.readNumbers(), rows, cols, { scale: opts.scale, softcap: opts.softcap, mask: mask?.readNumbers(), seqQ });
+    const e = probErr(dtype, y.readNumbers(), want);
+    x.release();
+    y.release();
+    mask?.release();
+    return e;
+  };
+  for (const dtype of ['f32', 'f16', 'bf16'] as const) {
+    test(`${dtype}: plain rows, and scale 0.125 + softcap 30 + a causal mask (rows = 2 heads x seqQ)`, () => {
+      const dev = device();
+      const over: string[] = [];
+      let worst = 0;
+      for (const [rows, cols] of SHAPES) {
+        const plain = run(dev, dtype, rows, cols, {}, -4, 4, rows * 131 + cols);
+        const seqQ = Math.max(1, Math.min(cols, 3));
+        const ext = run(dev, dtype, 2 * seqQ, cols, { scale: 0.125, softcap: 30, mask: true, seqQ }, -400, 400, rows * 17 + cols);
+        if (!(plain < TOL[dtype])) over.push(`[${rows}, ${cols}] plain: ${plain}`);
+        if (!(ext < TOL[dtype])) over.push(`[${2 * seqQ}, ${cols}] scale+softcap+mask: ${ext}`);
+        worst = Math.max(worst, plain, ext);
+      }
+      if (process.env.MLXN_PRINT_ERRORS) console.log(`softmax ${dtype}: largest error ${worst}`);
+      expect(over).toEqual([]);
+    });
+  }
+
+  test('scale alone, softcap alone, mask alone; a vocabulary row (262144, f32 and bf16)', () => {
+    const dev = device();
+    expect(run(dev, 'f32', 5, 100, { scale: 0.0625 }, -50, 50, 1)).toBeLessThan(TOL.f32);
+    expect(run(dev, 'f32', 5, 100, { softcap: 5 }, -20, 20, 2)).toBeLessThan(TOL.f32);
+    expect(run(dev, 'bf16', 6, 40, { mask: true, seqQ: 2 }, -3, 3, 3)).toBeLessThan(TOL.bf16);
+    expect(run(dev, 'f32', 1, 262144, {}, -10, 10, 4)).toBeLessThan(TOL.f32);
+    expect(run(dev, 'bf16', 1, 262144, { softcap: 30 }, -40, 40, 5)).toBeLessThan(TOL.bf16);
+  });
+
+  test('a fully masked row gives zeros; in place (output is input)', () => {
+    const dev = device();
+    const [rows, cols] = [3, 40];
+    const x = dev.upload('f32', [rows, cols], randomArray(rng(9), rows * cols, -2, 2));
+    const m = Array.from({ length: rows * cols }, (_, i) => (Math.floor(i / cols) === 1 ? -Infinity : 0));
+    const mask = dev.upload('bf16', [rows, cols], m);
+    const want = softmaxRef(x.readNumbers(), rows, cols, { mask: mask.readNumbers(), scale: 2 });
+    const enc = dev.encoder();
+    softmax(enc, { input: x, output: x, rows, cols, mask, seqQ: rows, scale: 2 });
+    enc.commitAndWait();
+    enc.release();
+    const got = x.readNumbers();
+    expect([...got.slice(cols, 2 * cols)]).toEqual(new Array(cols).fill(0));
+    expect(probErr('f32', got, want)).toBeLessThan(TOL.f32);
+  });
+
+  test('any threadgroup size: 1, 40, 96, 1000 threads', () => {
+    const dev = device();
+    dev.kernels.register(SOFTMAX_FAMILY, SOFTMAX_SOURCES, SOFTMAX_KERNELS);
+    const pipe = dev.kernels.pipeline('scale_mask_softmax_bf16');
+    const over: string[] = [];
+    for (const threads of [1, 40, 96, 1000]) {
+      for (const cols of [7, 128, 1537]) {
+        const rows = 2;
+        const x = dev.upload('bf16', [rows, cols], randomArray(rng(threads + cols), rows * cols, -8, 8));
+        const mask = dev.upload('bf16', [1, cols], maskOf(1, cols, cols).map((v, i) => (i === cols - 1 ? v : Math.max(v, -1))));
+        const y = dev.alloc('bf16', [rows, cols]);
+        y.fill(Number.NaN);
+        const enc = dev.encoder();
+        enc.dispatch(pipe, {
+          buffers: { 0: x, 1: y, 2: mask },
+          bytes: { 3: packScaleMaskSoftmaxParams({ cols, seqQ: 1, scale: 0.5, softcap: 3 }) },
+          threadgroupMemory: { 0: Math.ceil((Math.ceil(threads / 32) * 4) / 16) * 16 },
+        }, [rows, 1, 1], [threads, 1, 1]);
+        enc.commitAndWait();
+        enc.release();
+        const want = softmaxRef(x.readNumbers(), rows, cols, { scale: 0.5, softcap: 3, mask: mask.readNumbers(), seqQ: 1 });
+        const e = probErr('bf16', y.readNumbers(), want);
+        if (!(e < TOL.bf16)) over.push(`tg ${threads} cols ${cols}: ${e}`);
+      }
+    }
+    expect(over).toEqual([]);
+  });
+});
+
+describeBackends('softcap parity', ({ device }) => {
+  for (const dtype of ['f32', 'f16', 'bf16'] as const) {
+    test(`${dtype}: n = 1, 3, 31, 33, 1000, 4099, 262144; cap 30 and 1.5; in place`, () => {
+      const dev = device();
+      const over: string[] = [];
+      for (const n of [1, 3, 31, 33, 1000, 4099, 262144]) {
+        const x = dev.upload(dtype, [n], randomArray(rng(n), n, -60, 60));
+        const y = dev.alloc(dtype, [n]);
+        for (const cap of [30, 1.5]) {
+          y.fill(Number.NaN);
+          const enc = dev.encoder();
+          softcap(enc, { input: x, output: y, cap });
+          enc.commitAndWait();
+          enc.release();
+          const want = softcapRef(x.readNumbers(), cap);
+          const e = maxRelErr(y.readNumbers(), want, Math.max(1e-3 * cap, dtype === 'f16' ? 2 ** -14 : 0));
+          if (!(e < TOL[dtype])) over.push(`n ${n} cap ${cap}: ${e}`);
+        }
+        const want = softcapRef(x.readNumbers(), 30);
+        const enc = dev.encoder();
+        softcap(enc, { input: x, output: x, cap: 30 });
+        enc.commitAndWait();
+        enc.release();
+        const e = maxRelErr(x.readNumbers(), want, Math.max(1e-2, dtype === 'f16' ? 2 ** -14 : 0));
+        if (!(e < TOL[dtype])) over.push(`n ${n} in place: ${e}`);
+        x.release();
+        y.release();
+      }
+      expect(over).toEqual([]);
+    });
+  }
+});
+
+describeValidation('softmax and softcap plans', ({ buf }) => {
+  test('kernels, bindings and launches at Metal and CUDA limits', () => {
+    const x = buf('f32', 2 * 262144);
+    const y = buf('f32', 2 * 262144);
+    const plain = planSoftmax({ input: x, output: y, rows: 2, cols: 262144 }, TARGET_LIMITS.cuda).dispatches[0]!;
+    expect(plain.kernel).toBe('softmax_f32');
+    expect(plain.buffers).toEqual([x, y]);
+    expect([plain.grid, plain.threads, plain.cuda?.threads]).toEqual([[2, 1, 1], [256, 1, 1], [1024, 1, 1]]);
+    const ext = planSoftmax({ input: x, output: y, rows: 2, cols: 262144, scale: 0.5 }, TARGET_LIMITS.metal).dispatches[0]!;
+    expect(ext.kernel).toBe('scale_mask_softmax_f32');
+    expect(ext.buffers).toEqual([x, y, x]);
+    const p = words(ext.bytes![3] as Uint8Array);
+    expect([p.u(0), p.u(1), p.f(2), p.f(3)]).toEqual([262144, 0, 0.5, 0]);
+    const cap = planSoftcap({ input: buf('bf16', 1000), output: buf('bf16', 1000), cap: 30 }, TARGET_LIMITS.cuda).dispatches[0]!;
+    expect([cap.kernel, cap.grid, cap.threads, cap.cuda?.grid]).toEqual(['softcap_bf16', [4, 1, 1], [256, 1, 1], [1, 1, 1]]);
+    const short = planSoftmax({ input: buf('f16', 64 * 128), output: buf('f16', 64 * 128), rows: 64, cols: 128 }, TARGET_LIMITS.cuda).dispatches[0]!;
+    expect([short.threads, short.cuda?.grid, short.cuda?.threads]).toEqual([[128, 1, 1], [8, 1, 1], [32, 8, 1]]);
+    const odd = planSoftmax({ input: buf('f16', 3 * 128), output: buf('f16', 3 * 128), rows: 3, cols: 128 }, TARGET_LIMITS.cuda).dispatches[0]!;
+    expect([odd.cuda?.grid, odd.cuda?.threads]).toEqual([[3, 1, 1], [128, 1, 1]]);
+    const one = planSoftcap({ input: buf('f32', 3), output: buf('f32', 3), cap: 30 }, TARGET_LIMITS.metal).dispatches[0]!;
+    expect([one.grid, one.threads]).toEqual([[1, 1, 1], [3, 1, 1]]);
+  });
+});
