@@ -9,11 +9,12 @@
 // Built and run by scripts/swift-ci.sh (Linux, over the emulator); builds the
 // same way against the macOS dylib:
 //   cc -I native/include swift/Tests/c-abi/main.c -L <dir> -lMlxNative -Wl,-rpath,<dir>
+#define _POSIX_C_SOURCE 200809L  /* nanosleep under -std=c11 */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include <time.h>
 
 #include "mlx_native.h"
 
@@ -139,7 +140,8 @@ int main(void) {
   CHECK(mlxn_compile_job_done(NULL) == 0, "done of a null job");
   CHECK(mlxn_compile_job_finish(NULL, &built, msg, cap) == MLXN_ERR_INVALID_ARGUMENT, "finish of a null job");
   OK(mlxn_library_compile_start(device, kSource, sizeof kSource - 1, "c-abi.metal", constant, 1, &job, msg, cap));
-  while (!mlxn_compile_job_done(job)) usleep(1000);
+  const struct timespec ms = {0, 1000000};
+  while (!mlxn_compile_job_done(job)) nanosleep(&ms, NULL);
   CHECK(mlxn_compile_job_finish(job, NULL, msg, cap) == MLXN_ERR_INVALID_ARGUMENT, "finish without out");
   OK(mlxn_compile_job_finish(job, &built, msg, cap));
   char built_names[64];
