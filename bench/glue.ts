@@ -83,20 +83,19 @@ function elementwiseCases(): Case[] {
   for (const tokens of [small ? 8 : 8192, 1]) {
     const n = tokens * hidden;
     const shape = `[${tokens}, ${hidden}]${tokens === 1 ? ' (decode)' : ''}`;
-    for (const dt of ['bf16', 'f32'] as const) {
-      const a = random(dt, [tokens, hidden]);
-      const b = random(dt, [tokens, hidden]);
-      const y = dev.alloc(dt, [tokens, hidden]);
-      out.push({ name: `elementwise_add ${dt} ${shape}`, bytes: 3 * n * size(dt), record: (e) => elementwiseAdd(e, { a, b, output: y }) });
-      if (dt === 'f32') continue;
-      out.push({ name: `elementwise_mul ${dt} ${shape}`, bytes: 3 * n * size(dt), record: (e) => elementwiseMul(e, { a, b, output: y }) });
-      out.push({ name: `elementwise_add_scaled ${dt} ${shape} s 0.5`, bytes: 3 * n * size(dt),
-        record: (e) => elementwiseAddScaled(e, { a, b, output: y, scale: 0.5 }) });
-      out.push({ name: `scalar_mul ${dt} ${shape} s sqrt(5376)`, bytes: 2 * n * size(dt),
-        record: (e) => scalarMul(e, { input: a, output: y, scalar: Math.sqrt(5376) }) });
-    }
     const x = { f32: random('f32', [tokens, hidden]), f16: random('f16', [tokens, hidden]), bf16: random('bf16', [tokens, hidden]) };
     const y = { f32: dev.alloc('f32', [tokens, hidden]), f16: dev.alloc('f16', [tokens, hidden]), bf16: dev.alloc('bf16', [tokens, hidden]) };
+    for (const dt of ['bf16', 'f32'] as const) {
+      const a = x[dt];
+      const b = random(dt, [tokens, hidden]);
+      out.push({ name: `elementwise_add ${dt} ${shape}`, bytes: 3 * n * size(dt), record: (e) => elementwiseAdd(e, { a, b, output: y[dt] }) });
+      if (dt === 'f32') continue;
+      out.push({ name: `elementwise_mul ${dt} ${shape}`, bytes: 3 * n * size(dt), record: (e) => elementwiseMul(e, { a, b, output: y[dt] }) });
+      out.push({ name: `elementwise_add_scaled ${dt} ${shape} s 0.5`, bytes: 3 * n * size(dt),
+        record: (e) => elementwiseAddScaled(e, { a, b, output: y[dt], scale: 0.5 }) });
+      out.push({ name: `scalar_mul ${dt} ${shape} s sqrt(5376)`, bytes: 2 * n * size(dt),
+        record: (e) => scalarMul(e, { input: a, output: y[dt], scalar: Math.sqrt(5376) }) });
+    }
     for (const [from, to] of [['f32', 'bf16'], ['bf16', 'f32'], ['f32', 'f16'], ['f16', 'f32'], ['f16', 'bf16'], ['bf16', 'f16']] as const) {
       out.push({ name: `cast ${from} -> ${to} ${shape}`, bytes: n * (size(from) + size(to)),
         record: (e) => cast(e, { input: x[from], output: y[to] }) });
