@@ -1,6 +1,7 @@
 # PyTorch eager beside bench/glue.ts on the GPU machine, same shapes, timed
 # with CUDA events around `iters` calls (median of 5), and the copy ceiling
-# (a 1 GiB device-to-device copy, bytes read + written).
+# (a 1 GiB device-to-device copy, bytes read + written). The elementwise rows
+# also time torch.compile of the same computation.
 #   python3 bench/glue_peers.py
 import torch
 import torch.nn.functional as F
@@ -49,3 +50,41 @@ for r, c, dt in [(4096, 8192, torch.bfloat16), (64, 262144, torch.float32), (1, 
     report(f"torch softmax {str(dt)[6:]} [{r}, {c}]", timed(lambda: torch.softmax(x, -1)), 2 * x.numel() * x.element_size())
 x = torch.randn(64 * 262144, dtype=torch.bfloat16, device=dev)
 report("torch softcap bf16 [16777216] cap 30", timed(lambda: torch.tanh(x / 30) * 30), 4 * x.numel())
+
+
+# ---- elementwise ----
+# The residual stream of Gemma 4 31B (hidden 5376): a prefill of 8192 tokens
+# and one decode token; eager and torch.compile (one compiled function per
+# shape, so compilation is outside the timing). Bytes as bench/glue.ts.
+def elementwise_cases():
+    hidden = 5376
+    dts = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+    for tokens in [8192, 1]:
+        n = tokens * hidden
+        shape = f"[{tokens}, {hidden}]" + (" (decode)" if tokens == 1 else "")
+        rows = []
+        for name, dt in [("bf16", torch.bfloat16), ("f32", torch.float32)]:
+            a = torch.randn(tokens, hidden, dtype=dt, device=dev)
+            b = torch.randn(tokens, hidden, dtype=dt, device=dev)
+            size = a.element_size()
+            rows.append((f"elementwise_add {name} {shape}", 3 * n * size, lambda a=a, b=b: a + b, None))
+            if name == "f32":
+                continue
+            s = 5376 ** 0.5
+            rows.append((f"elementwise_mul {name} {shape}", 3 * n * size, lambda a=a, b=b: a * b, None))
+            rows.append((f"elementwise_add_scaled {name} {shape} s 0.5", 3 * n * size,
+                         lambda a=a, b=b: a + 0.5 * b, lambda a=a, b=b: torch.add(a, b, alpha=0.5)))
+            rows.append((f"scalar_mul {name} {shape} s sqrt(5376)", 2 * n * size, lambda a=a, s=s: a * s, None))
+        xs = {k: torch.randn(tokens, hidden, device=dev).to(v) for k, v in dts.items()}
+        for src, dst in [("f32", "bf16"), ("bf16", "f32"), ("f32", "f16"), ("f16", "f32"), ("f16", "bf16"), ("bf16", "f16")]:
+            x, to = xs[src], dts[dst]
+            rows.append((f"cast {src} -> {dst} {shape}", n * (x.element_size() + torch.finfo(to).bits // 8),
+                         lambda x=x, to=to: x.to(to), None))
+        for name, nbytes, fn, eager in rows:
+            report(f"torch {name}", timed(eager or fn), nbytes)
+            compiled = torch.compile(fn, dynamic=False)
+            report(f"torch.compile {name}", timed(compiled), nbytes)
+
+
+elementwise_cases()
+# ---- end of elementwise ----

@@ -22,6 +22,7 @@
 //   v norm (head dim 512), attention softmax with scale, softcap 50 and a
 //   causal mask, softmax over Gemma 4's 262144-token vocabulary and its final
 //   logit softcap (30).
+//   elementwise: the residual add of Gemma 4 31B (hidden 5376, bf16).
 // On the emulator the sequence lengths are shortened (it runs one fiber per
 // GPU thread), and the table says so.
 //
@@ -35,6 +36,7 @@
 import { Device, type Buffer, type DType } from '../ts/index.ts';
 import { chunkGatedDeltaRule, chunkLocalCumsum, gatedDeltaNetChunk } from '../ts/ops/chunk_gated_delta_rule.ts';
 import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
+import { elementwiseAdd } from '../ts/ops/elementwise.ts';
 import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecParams } from '../ts/ops/flash_attn_vec.ts';
 import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
@@ -49,6 +51,7 @@ import { ssmConv } from '../ts/ops/ssm_conv.ts';
 import { ssmNormGate } from '../ts/ops/ssm_norm_gate.ts';
 import { gatedDeltaRuleRecurrentRef, chunkLocalCumsumRef, gatedDeltaNetChunkRef } from '../ts/reference/chunk_gated_delta_rule.ts';
 import { computeGBetaRef } from '../ts/reference/compute_g_beta.ts';
+import { elementwiseAddRef } from '../ts/reference/elementwise.ts';
 import { flashAttnVecRef } from '../ts/reference/flash_attn_vec.ts';
 import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
 import { l2NormRef } from '../ts/reference/l2_norm.ts';
@@ -470,6 +473,20 @@ function main(): number {
       err: scaledErr(probs.readNumbers(), softmaxRef(capped.readNumbers(), 1, vocab)), tol: 1e-5, ms });
     for (const b of [logits.buf, capped, probs]) b.release();
   }
+
+  // --- elementwise: the residual add, h = h + sublayer(h) ---
+  {
+    const tokens = 16;
+    const dim = 5376;
+    const h = stored(device, 'bf16', randn(tokens * dim, 2));
+    const sub = stored(device, 'bf16', randn(tokens * dim, 0.5));
+    const y = poisoned(device, 'bf16', tokens * dim);
+    const ms = timed(device, (enc) => elementwiseAdd(enc, { a: h.buf, b: sub.buf, output: y }));
+    rows.push({ kernel: 'elementwise_add_bf16', model: 'Gemma 4 31B residual', shape: `${tokens} x ${dim}`,
+      err: scaledErr(y.readNumbers(), elementwiseAddRef(h.values, sub.values)), tol: 1e-2, ms });
+    for (const b of [h.buf, sub.buf, y]) b.release();
+  }
+  // --- end of elementwise ---
 
   const header = ['kernel', 'model', 'shape', 'backend', 'max err', 'tol', 'time ms', ''];
   const table = rows.map((r) => [
