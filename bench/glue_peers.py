@@ -33,23 +33,43 @@ src = torch.empty(2**28, dtype=torch.float32, device=dev)
 dst = torch.empty_like(src)
 report("copy 1 GiB (ceiling)", timed(lambda: dst.copy_(src), 10), 2 * src.numel() * 4)
 del src, dst
-for dt, name in [(torch.bfloat16, "bf16"), (torch.float32, "f32")]:
-    x = torch.randn(16384, 5376, dtype=dt, device=dev)
-    w = torch.randn(5376, dtype=dt, device=dev)
-    report(f"torch rms_norm {name} [16384, 5376]", timed(lambda: F.rms_norm(x, (5376,), w, 1e-6)), 2 * x.numel() * x.element_size())
-    x1 = x[:1].contiguous()
-    report(f"torch rms_norm {name} [1, 5376] (decode)", timed(lambda: F.rms_norm(x1, (5376,), w, 1e-6)), 2 * x1.numel() * x1.element_size())
-s = torch.randn(32 * 2048, 2048, device=dev)
-mask = torch.triu(torch.full((2048, 2048), float("-inf"), device=dev), 1).to(torch.bfloat16)
-def smx():
-    v = torch.tanh(s * 0.0884 / 50) * 50
-    return torch.softmax(v.view(32, 2048, 2048) + mask.float(), -1)
-report("torch softmax f32 scale+softcap+mask [32x2048, 2048]", timed(smx, 10), 8 * s.numel() + 2 * mask.numel())
-for r, c, dt in [(4096, 8192, torch.bfloat16), (64, 262144, torch.float32), (1, 262144, torch.float32)]:
-    x = torch.randn(r, c, dtype=dt, device=dev)
-    report(f"torch softmax {str(dt)[6:]} [{r}, {c}]", timed(lambda: torch.softmax(x, -1)), 2 * x.numel() * x.element_size())
-x = torch.randn(64 * 262144, dtype=torch.bfloat16, device=dev)
-report("torch softcap bf16 [16777216] cap 30", timed(lambda: torch.tanh(x / 30) * 30), 4 * x.numel())
+def eager_and_compiled(name, fn, nbytes, iters=50):
+    """One row for PyTorch eager and one for torch.compile of the same function
+    (compiled for this shape, so compilation is outside the timing)."""
+    report(f"torch {name}", timed(fn, iters), nbytes)
+    report(f"torch.compile {name}", timed(torch.compile(fn, dynamic=False), iters), nbytes)
+
+
+# ---- rms_norm, softmax, softcap ----
+def norm_softmax_cases():
+    for dt, name in [(torch.bfloat16, "bf16"), (torch.float32, "f32")]:
+        x = torch.randn(16384, 5376, dtype=dt, device=dev)
+        w = torch.randn(5376, dtype=dt, device=dev)
+        eager_and_compiled(f"rms_norm {name} [16384, 5376]", lambda x=x, w=w: F.rms_norm(x, (5376,), w, 1e-6),
+                           2 * x.numel() * x.element_size())
+        x1 = x[:1].contiguous()
+        eager_and_compiled(f"rms_norm {name} [1, 5376] (decode)", lambda x1=x1, w=w: F.rms_norm(x1, (5376,), w, 1e-6),
+                           2 * x1.numel() * x1.element_size())
+    q = torch.randn(8192, 32, 128, dtype=torch.bfloat16, device=dev)
+    wq = torch.randn(128, dtype=torch.bfloat16, device=dev)
+    eager_and_compiled("rms_norm_per_head bf16 [8192, 32, 128]", lambda: F.rms_norm(q, (128,), wq, 1e-6), 4 * q.numel())
+    s = torch.randn(32 * 2048, 2048, device=dev)
+    mask = torch.triu(torch.full((2048, 2048), float("-inf"), device=dev), 1).to(torch.bfloat16)
+
+    def smx():
+        v = torch.tanh(s * 0.0884 / 50) * 50
+        return torch.softmax(v.view(32, 2048, 2048) + mask.float(), -1)
+
+    eager_and_compiled("softmax f32 scale+softcap+mask [32x2048, 2048]", smx, 8 * s.numel() + 2 * mask.numel(), 10)
+    for r, c, dt in [(4096, 8192, torch.bfloat16), (64, 262144, torch.float32), (1, 262144, torch.float32)]:
+        x = torch.randn(r, c, dtype=dt, device=dev)
+        eager_and_compiled(f"softmax {str(dt)[6:]} [{r}, {c}]", lambda x=x: torch.softmax(x, -1), 2 * x.numel() * x.element_size())
+    x = torch.randn(64 * 262144, dtype=torch.bfloat16, device=dev)
+    eager_and_compiled("softcap bf16 [16777216] cap 30", lambda: torch.tanh(x / 30) * 30, 4 * x.numel())
+
+
+norm_softmax_cases()
+# ---- end of rms_norm, softmax, softcap ----
 
 
 # ---- elementwise ----
