@@ -69,9 +69,9 @@ kernel void gelu_tanh_mul_halves(
     if (pos.x >= params.dim || pos.y >= params.rows) {
         return;
     }
-    const ulong out = ulong(pos.y) * params.dim + pos.x;
-    const ulong in = ulong(pos.y) * params.dim + out;
-    output[out] = T(gelu_tanh(float(input[in])) * float(input[in + params.dim]));
+    const ulong yi = ulong(pos.y) * params.dim + pos.x;  // output[r, c]
+    const ulong xi = ulong(pos.y) * params.dim + yi;     // input[r, c], at r * 2 dim + c
+    output[yi] = T(gelu_tanh(float(input[xi])) * float(input[xi + params.dim]));
 }
 
 template [[host_name("gelu_f32")]]                  kernel decltype(gelu<float>)                  gelu<float>;

@@ -45,9 +45,9 @@ kernel void sigmoid_mul_halves(
     if (pos.x >= params.dim || pos.y >= params.rows) {
         return;
     }
-    const ulong out = ulong(pos.y) * params.dim + pos.x;
-    const ulong in = ulong(pos.y) * params.dim + out;
-    output[out] = T(float(input[in + params.dim]) * sigmoid(float(input[in])));
+    const ulong yi = ulong(pos.y) * params.dim + pos.x;  // output[r, c]
+    const ulong xi = ulong(pos.y) * params.dim + yi;     // input[r, c], at r * 2 dim + c
+    output[yi] = T(float(input[xi + params.dim]) * sigmoid(float(input[xi])));
 }
 
 template [[host_name("sigmoid_mul_f32")]]         kernel decltype(sigmoid_mul<float>)         sigmoid_mul<float>;

@@ -44,9 +44,9 @@ kernel void silu_mul_halves(
     if (pos.x >= params.dim || pos.y >= params.rows) {
         return;
     }
-    const ulong out = ulong(pos.y) * params.dim + pos.x;
-    const ulong in = ulong(pos.y) * params.dim + out;
-    output[out] = T(silu(float(input[in])) * float(input[in + params.dim]));
+    const ulong yi = ulong(pos.y) * params.dim + pos.x;  // output[r, c]
+    const ulong xi = ulong(pos.y) * params.dim + yi;     // input[r, c], at r * 2 dim + c
+    output[yi] = T(silu(float(input[xi])) * float(input[xi + params.dim]));
 }
 
 template [[host_name("silu_mul_f32")]]         kernel decltype(silu_mul<float>)         silu_mul<float>;
