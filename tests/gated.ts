@@ -20,12 +20,13 @@ export interface GatedFamily {
   family: string;
   sources: FamilySources;
   kernels: readonly string[];
-  /** The two ops' names as their messages start, and the names of their buffer arguments. */
+  /** The two ops' names, as their messages start. */
   pairOp: string;
   halvesOp: string;
-  /** The pair form's name for the gate and for the other input, in binding order. */
+  /** The pair form's two input names in binding order (silu_mul: gate, up; sigmoid_mul: x, gate), and which is the gate. */
   pairNames: readonly [string, string];
   gateName: string;
+  /** The halves form's input name. */
   halvesInput: string;
   /** Records the pair op with these buffers. */
   pair(enc: Encoder, gate: Buffer, other: Buffer, output: Buffer): void;
@@ -33,8 +34,9 @@ export interface GatedFamily {
   halves(enc: Encoder, input: Buffer, output: Buffer, rows: number, dim: number): void;
   pairRef(gate: ArrayLike<number>, other: ArrayLike<number>): Float64Array;
   halvesRef(input: ArrayLike<number>, rows: number, dim: number): Float64Array;
-  /** The pair kernel's buffers in binding order, and its params bytes. */
+  /** The pair kernel's buffers in binding order. */
   pairBindings(gate: Buffer, other: Buffer, output: Buffer): Buffer[];
+  /** The params bytes of the pair kernel (buffer 3) and of the halves kernel (buffer 2). */
   packPair(n: number): Uint8Array;
   packHalves(dim: number, rows: number): Uint8Array;
 }
