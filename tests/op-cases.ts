@@ -99,6 +99,33 @@ export const CASES: Case[] = [
       beta: a(d, 'f32', 24), batch: 2, seqLen: 3, nHeads: 4,
     }),
   },
+  // ---- embedding: row gathers by u32 ids (the ids a table: random contents are a mutation, clamped by the kernels) ----
+  ...([['bf16', 'f32'], ['f16', 'f16']] as const).map(([t, o]): Case => ({
+    fn: 'embedding', op: 'embedding',
+    keys: {
+      table: buf(['f32', 'f16', 'bf16']), tokenIds: buf(U32, { table: true }), output: out(['f32', 'f16', 'bf16']),
+      vocabSize: int, hiddenSize: int, nTokens: int, scale: { kind: 'num?' },
+    },
+    make: (d) => ({
+      table: a(d, t, 5 * 24), tokenIds: a(d, 'u32', 3), output: a(d, o, 3 * 24), vocabSize: 5, hiddenSize: 24, nTokens: 3,
+      ...(o === 'f32' ? { scale: 4.899 } : {}),
+    }),
+    fill: (args) => (args.tokenIds as Buffer).writeNumbers([4, 0, 2]),
+  })),
+  {
+    fn: 'embeddingToken', op: 'embedding_token',
+    keys: {
+      table: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), tokenId: { kind: 'nonneg' },
+      vocabSize: int, hiddenSize: int, scale: { kind: 'num?' },
+    },
+    make: (d) => ({ table: a(d, 'bf16', 4 * 40), output: a(d, 'bf16', 40), tokenId: 3, vocabSize: 4, hiddenSize: 40, scale: 6.3 }),
+  },
+  {
+    fn: 'gather', op: 'gather',
+    keys: { src: buf(['f32', 'f16', 'bf16']), indices: buf(U32, { table: true }), output: out(['f32', 'f16', 'bf16']), srcRows: int, rowWidth: int, nIndices: int },
+    make: (d) => ({ src: a(d, 'f32', 6 * 5), indices: a(d, 'u32', 4), output: a(d, 'f32', 4 * 5), srcRows: 6, rowWidth: 5, nIndices: 4 }),
+    fill: (args) => (args.indices as Buffer).writeNumbers([5, 1, 1, 0]),
+  },
   {
     fn: 'flashAttnVec', op: 'flash_attn_vec',
     keys: FLASH_ATTN_VEC_KEYS,
