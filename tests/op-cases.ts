@@ -213,6 +213,43 @@ export const CASES: Case[] = [
       batch: 1, seqLen: 64, nQkHeads: 1, nHeads: 1, kDim: 128, vDim: 32, bt: 64,
     }),
   },
+  // ---- kv_cache_copy: the cache is written where the positions say, the rest kept ----
+  {
+    fn: 'kvCacheCopy', op: 'kv_cache_copy',
+    // The source holds at least nNew rows (mlx-native's rule): its count is free.
+    keys: {
+      src: buf(['f32', 'f16', 'bf16'], { freeCount: true }), cache: out(['f32', 'f16', 'bf16']), writePos: { kind: 'nonneg' },
+      rowSize: int, nNew: { kind: 'nonneg' }, cacheCap: int, isSliding: { kind: 'bool' },
+    },
+    make: (d) => ({ src: a(d, 'f16', 16), cache: a(d, 'f16', 32), writePos: 3, rowSize: 8, nNew: 2, cacheCap: 4, isSliding: true }),
+  },
+  {
+    fn: 'kvCacheCopyBatch', op: 'kv_cache_copy_batch',
+    keys: { src: buf(F), cache: out(['f32', 'f16']), nHeads: int, headDim: int, capacity: int, seqPos: { kind: 'nonneg' } },
+    make: (d) => ({ src: a(d, 'f32', 16), cache: a(d, 'f16', 48), nHeads: 2, headDim: 8, capacity: 3, seqPos: 2 }),
+  },
+  {
+    fn: 'kvCacheCopySeq', op: 'kv_cache_copy_seq',
+    keys: {
+      src: buf(['f32', 'f16', 'bf16'], { freeCount: true }), cache: out(['f32', 'f16', 'bf16']), nHeads: int, headDim: int, capacity: int,
+      seqPosStart: { kind: 'nonneg' }, nTokens: { kind: 'nonneg' }, srcTokOffset: { kind: 'nonneg?' }, ring: { kind: 'bool?' },
+    },
+    make: (d) => ({
+      src: a(d, 'bf16', 80), cache: a(d, 'f16', 64), nHeads: 2, headDim: 8, capacity: 4, seqPosStart: 5, nTokens: 3, srcTokOffset: 2, ring: true,
+    }),
+  },
+  {
+    fn: 'kvCacheCopySeqDual', op: 'kv_cache_copy_seq_dual',
+    keys: {
+      srcK: buf(['f32', 'f16', 'bf16'], { freeCount: true }), srcV: buf(['f32', 'f16', 'bf16'], { freeCount: true }),
+      cacheK: out(['f32', 'f16', 'bf16']), cacheV: out(['f32', 'f16', 'bf16']), nHeads: int, headDim: int, capacity: int,
+      seqPosStart: { kind: 'nonneg' }, nTokens: { kind: 'nonneg' }, srcTokOffset: { kind: 'nonneg?' }, ring: { kind: 'bool?' },
+    },
+    make: (d) => ({
+      srcK: a(d, 'f32', 48), srcV: a(d, 'f32', 48), cacheK: a(d, 'bf16', 96), cacheV: a(d, 'bf16', 96),
+      nHeads: 2, headDim: 8, capacity: 6, seqPosStart: 1, nTokens: 3,
+    }),
+  },
   {
     fn: 'l2Norm', op: 'l2_norm',
     keys: { x: buf(['f32', 'f16', 'bf16']), y: out(['f32', 'f16', 'bf16']), rows: int, dim: int, eps: { kind: 'nonneg?' } },

@@ -8,8 +8,8 @@
 // bytes of the narrower type (8 elements; 4 for f32 to f32), vectors where
 // the row length and the pointers allow, four steps' loads in flight before
 // their stores, over a grid-stride loop, so any launch covers the rows; the
-// op launches (ceil(steps / 1024), 1, 1) blocks of 256. The scale multiplies
-// in f32; gather moves raw bytes.
+// op launches rowCopyLaunch's blocks of 256 (ts/launch.ts). The scale
+// multiplies in f32; gather moves raw bytes.
 
 namespace {
 

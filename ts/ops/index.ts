@@ -8,6 +8,7 @@ export * from './flash_attn_vec.ts';
 export * from './fused_head_norm_rope.ts';
 export * from './fused_norm.ts';
 export * from './gated_delta_net.ts';
+export * from './kv_cache_copy.ts';
 export * from './l2_norm.ts';
 export * from './moe_routing.ts';
 export * from './rope.ts';
