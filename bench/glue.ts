@@ -1,5 +1,5 @@
-// Times rms_norm, softmax, softcap, embedding and kv_cache_copy with the
-// encoder's GPU time, at the shapes of Gemma 4 and Qwen3.6 layers: per case a warm-up commit, then 5
+// Times rms_norm, softmax, softcap, the elementwise family, embedding and
+// kv_cache_copy with the encoder's GPU time, at the shapes of Gemma 4 and Qwen3.6 layers: per case a warm-up commit, then 5
 // commits of `iters` back-to-back dispatches; time per dispatch = median of
 // gpuTimeNs / iters. Prints the time, the bytes each dispatch must move
 // (inputs read once, outputs written once) and the rate they imply.
@@ -9,6 +9,7 @@
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
+import { cast, elementwiseAdd, elementwiseAddScaled, elementwiseMul, scalarMul } from '../ts/ops/elementwise.ts';
 import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
 import { softcap, softmax } from '../ts/ops/softmax.ts';
 import { embedding } from '../ts/ops/embedding.ts';
@@ -71,9 +72,40 @@ function cases(): Case[] {
     const y = dev.alloc('bf16', [n]);
     out.push({ name: `softcap bf16 [${n}] cap 30`, bytes: 4 * n, record: (e) => softcap(e, { input: x, output: y, cap: 30 }) });
   }
-  out.push(...embeddingCases(), ...kvCacheCopyCases());
+  out.push(...elementwiseCases(), ...embeddingCases(), ...kvCacheCopyCases());
   return out;
 }
+
+// ---- elementwise ----
+// The residual stream of Gemma 4 31B (hidden 5376): a prefill of 8192 tokens
+// and one decode token. Bytes: each input read once, the output written once.
+function elementwiseCases(): Case[] {
+  const out: Case[] = [];
+  const hidden = small ? 256 : 5376;
+  for (const tokens of [small ? 8 : 8192, 1]) {
+    const n = tokens * hidden;
+    const shape = `[${tokens}, ${hidden}]${tokens === 1 ? ' (decode)' : ''}`;
+    const x = { f32: random('f32', [tokens, hidden]), f16: random('f16', [tokens, hidden]), bf16: random('bf16', [tokens, hidden]) };
+    const y = { f32: dev.alloc('f32', [tokens, hidden]), f16: dev.alloc('f16', [tokens, hidden]), bf16: dev.alloc('bf16', [tokens, hidden]) };
+    for (const dt of ['bf16', 'f32'] as const) {
+      const a = x[dt];
+      const b = random(dt, [tokens, hidden]);
+      out.push({ name: `elementwise_add ${dt} ${shape}`, bytes: 3 * n * size(dt), record: (e) => elementwiseAdd(e, { a, b, output: y[dt] }) });
+      if (dt === 'f32') continue;
+      out.push({ name: `elementwise_mul ${dt} ${shape}`, bytes: 3 * n * size(dt), record: (e) => elementwiseMul(e, { a, b, output: y[dt] }) });
+      out.push({ name: `elementwise_add_scaled ${dt} ${shape} s 0.5`, bytes: 3 * n * size(dt),
+        record: (e) => elementwiseAddScaled(e, { a, b, output: y[dt], scale: 0.5 }) });
+      out.push({ name: `scalar_mul ${dt} ${shape} s sqrt(5376)`, bytes: 2 * n * size(dt),
+        record: (e) => scalarMul(e, { input: a, output: y[dt], scalar: Math.sqrt(5376) }) });
+    }
+    for (const [from, to] of [['f32', 'bf16'], ['bf16', 'f32'], ['f32', 'f16'], ['f16', 'f32'], ['f16', 'bf16'], ['bf16', 'f16']] as const) {
+      out.push({ name: `cast ${from} -> ${to} ${shape}`, bytes: n * (size(from) + size(to)),
+        record: (e) => cast(e, { input: x[from], output: y[to] }) });
+    }
+  }
+  return out;
+}
+// ---- end of elementwise ----
 
 // ---- embedding: Gemma 4 31B's table (262144 x 5376 bf16, scaled by sqrt(5376)) ----
 // Floor: the rows read and written once, plus the ids.
@@ -101,6 +133,7 @@ function embeddingCases(): Case[] {
   }
   return out;
 }
+// ---- end of embedding ----
 
 // ---- kv_cache_copy: K and V of a prefill and of a decode token into bf16 caches (8 KV heads x 256) ----
 // Floor: K and V read once and written once.
@@ -122,6 +155,7 @@ function kvCacheCopyCases(): Case[] {
   }
   return out;
 }
+// ---- end of kv_cache_copy ----
 
 function time(c: Case, iters: number): number {
   const enc = dev.encoder();

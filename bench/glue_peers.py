@@ -1,7 +1,7 @@
 # PyTorch eager beside bench/glue.ts on the GPU machine, same shapes, timed
 # with CUDA events around `iters` calls (median of 5), and the copy ceiling
-# (a 1 GiB device-to-device copy, bytes read + written). The embedding and
-# kv_cache_copy rows also time torch.compile of the same function.
+# (a 1 GiB device-to-device copy, bytes read + written). Every row also
+# times torch.compile of the same computation.
 #   python3 bench/glue_peers.py
 import torch
 import torch.nn.functional as F
@@ -33,67 +33,121 @@ src = torch.empty(2**28, dtype=torch.float32, device=dev)
 dst = torch.empty_like(src)
 report("copy 1 GiB (ceiling)", timed(lambda: dst.copy_(src), 10), 2 * src.numel() * 4)
 del src, dst
-for dt, name in [(torch.bfloat16, "bf16"), (torch.float32, "f32")]:
-    x = torch.randn(16384, 5376, dtype=dt, device=dev)
-    w = torch.randn(5376, dtype=dt, device=dev)
-    report(f"torch rms_norm {name} [16384, 5376]", timed(lambda: F.rms_norm(x, (5376,), w, 1e-6)), 2 * x.numel() * x.element_size())
-    x1 = x[:1].contiguous()
-    report(f"torch rms_norm {name} [1, 5376] (decode)", timed(lambda: F.rms_norm(x1, (5376,), w, 1e-6)), 2 * x1.numel() * x1.element_size())
-s = torch.randn(32 * 2048, 2048, device=dev)
-mask = torch.triu(torch.full((2048, 2048), float("-inf"), device=dev), 1).to(torch.bfloat16)
-def smx():
-    v = torch.tanh(s * 0.0884 / 50) * 50
-    return torch.softmax(v.view(32, 2048, 2048) + mask.float(), -1)
-report("torch softmax f32 scale+softcap+mask [32x2048, 2048]", timed(smx, 10), 8 * s.numel() + 2 * mask.numel())
-for r, c, dt in [(4096, 8192, torch.bfloat16), (64, 262144, torch.float32), (1, 262144, torch.float32)]:
-    x = torch.randn(r, c, dtype=dt, device=dev)
-    report(f"torch softmax {str(dt)[6:]} [{r}, {c}]", timed(lambda: torch.softmax(x, -1)), 2 * x.numel() * x.element_size())
-x = torch.randn(64 * 262144, dtype=torch.bfloat16, device=dev)
-report("torch softcap bf16 [16777216] cap 30", timed(lambda: torch.tanh(x / 30) * 30), 4 * x.numel())
+def eager_and_compiled(name, fn, nbytes, iters=50):
+    """One row for PyTorch eager and one for torch.compile of the same function
+    (compiled for this shape, so compilation is outside the timing)."""
+    report(f"torch {name}", timed(fn, iters), nbytes)
+    report(f"torch.compile {name}", timed(torch.compile(fn, dynamic=False), iters), nbytes)
 
 
-# ---- embedding: Gemma 4 31B's table (262144 x 5376 bf16), scaled by sqrt(5376) ----
-# Floor: the rows read and written once, plus the ids (as bench/glue.ts).
-def embedding_peers():
+# ---- rms_norm, softmax, softcap ----
+def norm_softmax_cases():
+    for dt, name in [(torch.bfloat16, "bf16"), (torch.float32, "f32")]:
+        x = torch.randn(16384, 5376, dtype=dt, device=dev)
+        w = torch.randn(5376, dtype=dt, device=dev)
+        eager_and_compiled(f"rms_norm {name} [16384, 5376]", lambda x=x, w=w: F.rms_norm(x, (5376,), w, 1e-6),
+                           2 * x.numel() * x.element_size())
+        x1 = x[:1].contiguous()
+        eager_and_compiled(f"rms_norm {name} [1, 5376] (decode)", lambda x1=x1, w=w: F.rms_norm(x1, (5376,), w, 1e-6),
+                           2 * x1.numel() * x1.element_size())
+    q = torch.randn(8192, 32, 128, dtype=torch.bfloat16, device=dev)
+    wq = torch.randn(128, dtype=torch.bfloat16, device=dev)
+    eager_and_compiled("rms_norm_per_head bf16 [8192, 32, 128]", lambda: F.rms_norm(q, (128,), wq, 1e-6), 4 * q.numel())
+    s = torch.randn(32 * 2048, 2048, device=dev)
+    mask = torch.triu(torch.full((2048, 2048), float("-inf"), device=dev), 1).to(torch.bfloat16)
+
+    def smx():
+        v = torch.tanh(s * 0.0884 / 50) * 50
+        return torch.softmax(v.view(32, 2048, 2048) + mask.float(), -1)
+
+    eager_and_compiled("softmax f32 scale+softcap+mask [32x2048, 2048]", smx, 8 * s.numel() + 2 * mask.numel(), 10)
+    for r, c, dt in [(4096, 8192, torch.bfloat16), (64, 262144, torch.float32), (1, 262144, torch.float32)]:
+        x = torch.randn(r, c, dtype=dt, device=dev)
+        eager_and_compiled(f"softmax {str(dt)[6:]} [{r}, {c}]", lambda x=x: torch.softmax(x, -1), 2 * x.numel() * x.element_size())
+    x = torch.randn(64 * 262144, dtype=torch.bfloat16, device=dev)
+    eager_and_compiled("softcap bf16 [16777216] cap 30", lambda: torch.tanh(x / 30) * 30, 4 * x.numel())
+
+
+norm_softmax_cases()
+# ---- end of rms_norm, softmax, softcap ----
+
+
+# ---- elementwise ----
+# The residual stream of Gemma 4 31B (hidden 5376): a prefill of 8192 tokens
+# and one decode token; eager and torch.compile (one compiled function per
+# shape, so compilation is outside the timing). Bytes as bench/glue.ts.
+def elementwise_cases():
+    hidden = 5376
+    dts = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+    for tokens in [8192, 1]:
+        n = tokens * hidden
+        shape = f"[{tokens}, {hidden}]" + (" (decode)" if tokens == 1 else "")
+        rows = []
+        for name, dt in [("bf16", torch.bfloat16), ("f32", torch.float32)]:
+            a = torch.randn(tokens, hidden, dtype=dt, device=dev)
+            b = torch.randn(tokens, hidden, dtype=dt, device=dev)
+            size = a.element_size()
+            rows.append((f"elementwise_add {name} {shape}", 3 * n * size, lambda a=a, b=b: a + b, None))
+            if name == "f32":
+                continue
+            s = 5376 ** 0.5
+            rows.append((f"elementwise_mul {name} {shape}", 3 * n * size, lambda a=a, b=b: a * b, None))
+            rows.append((f"elementwise_add_scaled {name} {shape} s 0.5", 3 * n * size,
+                         lambda a=a, b=b: a + 0.5 * b, lambda a=a, b=b: torch.add(a, b, alpha=0.5)))
+            rows.append((f"scalar_mul {name} {shape} s sqrt(5376)", 2 * n * size, lambda a=a, s=s: a * s, None))
+        xs = {k: torch.randn(tokens, hidden, device=dev).to(v) for k, v in dts.items()}
+        for src, dst in [("f32", "bf16"), ("bf16", "f32"), ("f32", "f16"), ("f16", "f32"), ("f16", "bf16"), ("bf16", "f16")]:
+            x, to = xs[src], dts[dst]
+            rows.append((f"cast {src} -> {dst} {shape}", n * (x.element_size() + torch.finfo(to).bits // 8),
+                         lambda x=x, to=to: x.to(to), None))
+        for name, nbytes, fn, eager in rows:
+            report(f"torch {name}", timed(eager or fn), nbytes)
+            compiled = torch.compile(fn, dynamic=False)
+            report(f"torch.compile {name}", timed(compiled), nbytes)
+
+
+elementwise_cases()
+# ---- end of elementwise ----
+
+
+# ---- embedding ----
+# Gemma 4 31B's table (262144 x 5376 bf16) scaled by sqrt(5376) in bf16, as
+# Hugging Face does: 8192 tokens and one decode token. Bytes as bench/glue.ts.
+def embedding_cases():
     vocab, hidden = 262144, 5376
     table = torch.randn(vocab, hidden, dtype=torch.bfloat16, device=dev)
     scale = torch.tensor(hidden**0.5, dtype=torch.bfloat16, device=dev)
-
-    def emb(ids):
-        return F.embedding(ids, table) * scale
-
-    emb_c = torch.compile(emb)
     for tokens in [8192, 1]:
         ids = torch.randint(0, vocab, (tokens,), device=dev)
-        nbytes = 2 * tokens * hidden * 2 + 4 * tokens
         tag = " (decode)" if tokens == 1 else ""
-        report(f"torch embedding bf16 [{tokens} tok, {hidden}]{tag}", timed(lambda: emb(ids)), nbytes)
-        report(f"torch.compile embedding bf16 [{tokens} tok, {hidden}]{tag}", timed(lambda: emb_c(ids)), nbytes)
-    del table
+        eager_and_compiled(f"embedding bf16 [{tokens} tok, {hidden}]{tag}", lambda ids=ids: F.embedding(ids, table) * scale,
+                           2 * tokens * hidden * 2 + 4 * tokens)
 
 
-# ---- kv_cache_copy: K and V [tokens, 8, 256] into head-major caches [8, 8192, 256] ----
-# Floor: K and V read once and written once (as bench/glue.ts).
-def kv_cache_copy_peers():
+embedding_cases()
+# ---- end of embedding ----
+
+
+# ---- kv_cache_copy ----
+# K and V [tokens, 8, 256] into head-major caches [8, 8192, 256]: a prefill of
+# 8192 tokens (bf16 to bf16, f32 to f16) and one decode token at the last
+# slot. Bytes as bench/glue.ts.
+def kv_cache_copy_cases():
     heads, head_dim, capacity = 8, 256, 8192
-
-    def copy(k, v, ck, cv, pos):
-        t = k.shape[0]
-        ck[:, pos:pos + t].copy_(k.transpose(0, 1))
-        cv[:, pos:pos + t].copy_(v.transpose(0, 1))
-
-    copy_c = torch.compile(copy)
     for tokens, src, dst in [(8192, torch.bfloat16, torch.bfloat16), (8192, torch.float32, torch.float16), (1, torch.bfloat16, torch.bfloat16)]:
         k = torch.randn(tokens, heads, head_dim, dtype=src, device=dev)
         v = torch.randn(tokens, heads, head_dim, dtype=src, device=dev)
         ck = torch.zeros(heads, capacity, head_dim, dtype=dst, device=dev)
         cv = torch.zeros_like(ck)
         pos = capacity - 1 if tokens == 1 else 0
-        nbytes = 2 * k.numel() * (k.element_size() + ck.element_size())
-        name = f"kv copy {str(src)[6:]}->{str(dst)[6:]} K+V [{tokens} tok, {heads}, {head_dim}]" + (" (decode)" if tokens == 1 else "")
-        report(f"torch {name}", timed(lambda: copy(k, v, ck, cv, pos)), nbytes)
-        report(f"torch.compile {name}", timed(lambda: copy_c(k, v, ck, cv, pos)), nbytes)
+
+        def copy(k=k, v=v, ck=ck, cv=cv, pos=pos):
+            ck[:, pos:pos + k.shape[0]].copy_(k.transpose(0, 1))
+            cv[:, pos:pos + v.shape[0]].copy_(v.transpose(0, 1))
+
+        name = f"kv_cache_copy_seq {str(src)[6:]}->{str(dst)[6:]} K+V [{tokens} tok, {heads}, {head_dim}]" + (" (decode)" if tokens == 1 else "")
+        eager_and_compiled(name, copy, 2 * k.numel() * (k.element_size() + ck.element_size()))
 
 
-embedding_peers()
-kv_cache_copy_peers()
+kv_cache_copy_cases()
+# ---- end of kv_cache_copy ----

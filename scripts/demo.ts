@@ -22,6 +22,7 @@
 //   v norm (head dim 512), attention softmax with scale, softcap 50 and a
 //   causal mask, softmax over Gemma 4's 262144-token vocabulary and its final
 //   logit softcap (30).
+//   elementwise: the residual add of Gemma 4 31B (hidden 5376, bf16).
 //   embedding: Gemma 4 31B's scaled lookup (hidden 5376 bf16, times
 //   sqrt(5376) rounded to bf16 as Hugging Face does) from the first 1024
 //   rows of its vocabulary (the gather does not depend on the table's height);
@@ -40,6 +41,7 @@
 import { Device, type Buffer, type DType } from '../ts/index.ts';
 import { chunkGatedDeltaRule, chunkLocalCumsum, gatedDeltaNetChunk } from '../ts/ops/chunk_gated_delta_rule.ts';
 import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
+import { elementwiseAdd } from '../ts/ops/elementwise.ts';
 import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecParams } from '../ts/ops/flash_attn_vec.ts';
 import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
@@ -56,6 +58,7 @@ import { ssmConv } from '../ts/ops/ssm_conv.ts';
 import { ssmNormGate } from '../ts/ops/ssm_norm_gate.ts';
 import { gatedDeltaRuleRecurrentRef, chunkLocalCumsumRef, gatedDeltaNetChunkRef } from '../ts/reference/chunk_gated_delta_rule.ts';
 import { computeGBetaRef } from '../ts/reference/compute_g_beta.ts';
+import { elementwiseAddRef } from '../ts/reference/elementwise.ts';
 import { flashAttnVecRef } from '../ts/reference/flash_attn_vec.ts';
 import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
 import { l2NormRef } from '../ts/reference/l2_norm.ts';
@@ -480,6 +483,20 @@ function main(): number {
     for (const b of [logits.buf, capped, probs]) b.release();
   }
 
+  // --- elementwise: the residual add, h = h + sublayer(h) ---
+  {
+    const tokens = 16;
+    const dim = 5376;
+    const h = stored(device, 'bf16', randn(tokens * dim, 2));
+    const sub = stored(device, 'bf16', randn(tokens * dim, 0.5));
+    const y = poisoned(device, 'bf16', tokens * dim);
+    const ms = timed(device, (enc) => elementwiseAdd(enc, { a: h.buf, b: sub.buf, output: y }));
+    rows.push({ kernel: 'elementwise_add_bf16', model: 'Gemma 4 31B residual', shape: `${tokens} x ${dim}`,
+      err: scaledErr(y.readNumbers(), elementwiseAddRef(h.values, sub.values)), tol: 1e-2, ms });
+    for (const b of [h.buf, sub.buf, y]) b.release();
+  }
+  // --- end of elementwise ---
+
   // --- embedding: Gemma 4 31B's scaled lookup ---
   {
     const [vocab, hidden, tokens] = [1024, 5376, 16];
@@ -494,6 +511,7 @@ function main(): number {
       err: scaledErr(out.readNumbers(), embeddingRef(table.values, idValues, vocab, hidden, scale)), tol: 1e-2, ms });
     for (const b of [table.buf, ids, out]) b.release();
   }
+  // --- end of embedding ---
 
   // --- kv_cache_copy: a Gemma 4 sliding layer's prefill into its ring ---
   {
@@ -513,6 +531,7 @@ function main(): number {
       err: Math.max(scaledErr(ck.readNumbers(), want(k.values)), scaledErr(cv.readNumbers(), want(v.values))), tol: 1e-3, ms });
     for (const b of [k.buf, v.buf, ck, cv]) b.release();
   }
+  // --- end of kv_cache_copy ---
 
   const header = ['kernel', 'model', 'shape', 'backend', 'max err', 'tol', 'time ms', ''];
   const table = rows.map((r) => [

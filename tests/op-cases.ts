@@ -54,6 +54,7 @@ export type Args = Record<string, unknown>;
 const F = ['f32'] as const;
 const BF = ['bf16'] as const;
 const U32 = ['u32'] as const;
+const EW = ['f32', 'f16', 'bf16'] as const;
 const buf = (dtypes: readonly DType[], extra: Partial<KeySpec> = {}): KeySpec => ({ kind: 'buf', dtypes, ...extra });
 const out = (dtypes: readonly DType[], extra: Partial<KeySpec> = {}): KeySpec => ({ kind: 'buf', dtypes, output: true, ...extra });
 const int: KeySpec = { kind: 'int' };
@@ -99,6 +100,31 @@ export const CASES: Case[] = [
       beta: a(d, 'f32', 24), batch: 2, seqLen: 3, nHeads: 4,
     }),
   },
+  // ---- elementwise: the element count is the first input's (any count), the other buffers' the same,
+  // so all of them may change together ----
+  ...(['elementwiseAdd', 'elementwiseMul', 'elementwiseAddScaled'] as const).map((fn): Case => ({
+    fn, op: { elementwiseAdd: 'elementwise_add', elementwiseMul: 'elementwise_mul', elementwiseAddScaled: 'elementwise_add_scaled' }[fn],
+    keys: {
+      a: buf(EW, { freeCount: true }), b: buf(EW, { freeCount: true }), output: out(EW, { freeCount: true }),
+      ...(fn === 'elementwiseAddScaled' ? { scale: { kind: 'num' } } : {}),
+    },
+    inPlace: [['a', 'output'], ['b', 'output']],
+    make: (d) => ({
+      a: a(d, 'bf16', 21), b: a(d, 'bf16', 21), output: a(d, 'bf16', 21), ...(fn === 'elementwiseAddScaled' ? { scale: 0.5 } : {}),
+    }),
+  })),
+  {
+    fn: 'scalarMul', op: 'scalar_mul',
+    keys: { input: buf(EW, { freeCount: true }), output: out(EW, { freeCount: true }), scalar: { kind: 'num' } },
+    inPlace: [['input', 'output']],
+    make: (d) => ({ input: a(d, 'f16', 19), output: a(d, 'f16', 19), scalar: 73.3 }),
+  },
+  {
+    fn: 'cast', op: 'cast',
+    keys: { input: buf(EW, { freeCount: true }), output: out(EW, { freeCount: true }) },
+    make: (d) => ({ input: a(d, 'f32', 17), output: a(d, 'bf16', 17) }),
+  },
+  // ---- end of elementwise ----
   // ---- embedding: row gathers by u32 ids (the ids a table: random contents are a mutation, clamped by the kernels) ----
   ...([['bf16', 'f32'], ['f16', 'f16']] as const).map(([t, o]): Case => ({
     fn: 'embedding', op: 'embedding',
@@ -126,6 +152,7 @@ export const CASES: Case[] = [
     make: (d) => ({ src: a(d, 'f32', 6 * 5), indices: a(d, 'u32', 4), output: a(d, 'f32', 4 * 5), srcRows: 6, rowWidth: 5, nIndices: 4 }),
     fill: (args) => (args.indices as Buffer).writeNumbers([5, 1, 1, 0]),
   },
+  // ---- end of embedding ----
   {
     fn: 'flashAttnVec', op: 'flash_attn_vec',
     keys: FLASH_ATTN_VEC_KEYS,
@@ -250,6 +277,7 @@ export const CASES: Case[] = [
       nHeads: 2, headDim: 8, capacity: 6, seqPosStart: 1, nTokens: 3,
     }),
   },
+  // ---- end of kv_cache_copy ----
   {
     fn: 'l2Norm', op: 'l2_norm',
     keys: { x: buf(['f32', 'f16', 'bf16']), y: out(['f32', 'f16', 'bf16']), rows: int, dim: int, eps: { kind: 'nonneg?' } },

@@ -7,7 +7,7 @@ import { DTYPES, dtypeSize, isDType, type DType } from './dtype.ts';
 import { Encoder, type EncoderOptions } from './encoder.ts';
 import { MlxError } from './errors.ts';
 import { DeviceState, releasedError, trackDevice, untrackDevice } from './handles.ts';
-import { Library, packConstants, type FunctionConstants } from './library.ts';
+import { CompileJob, Library, packConstants, type FunctionConstants } from './library.ts';
 import {
   BACKENDS,
   LIMIT,
@@ -162,22 +162,44 @@ export class Device {
 
   /** Compiles kernel source for this backend (MSL for metal and emu, CUDA C++ for cuda). */
   compile(source: string, opts: CompileOptions = {}): Library {
-    const h = this.handle();
-    if (typeof source !== 'string') {
-      throw new MlxError('InvalidArgument', `Device.compile: source must be a string (got ${source === null ? 'null' : typeof source})`);
-    }
-    const name = opts.name ?? (this.backend === 'cuda' ? 'source.cu' : 'source.metal');
-    // The name ends up in generated source (#line directives): no control characters.
-    if (typeof name !== 'string' || name.length === 0 || /[\x00-\x1f\x7f]/.test(name)) {
-      throw new MlxError('InvalidArgument', `Device.compile: opts.name must be a non-empty file name without control characters (got ${JSON.stringify(name)})`);
-    }
-    const constants = packConstants(opts.constants);
-    const src = encoder.encode(source);
+    const { h, name, src, constants } = this.compileArgs('compile', source, opts);
     check(
       this.state.sym.mlxn_library_compile(h, src, src.length, name, constants, constants.length / 3, outSlot, msgBuf, msgCap),
       `compile ${name}`,
     );
     return new Library(this, this.state, name, takeHandle(), this.backend === 'cuda' ? null : source);
+  }
+
+  /**
+   * Starts compiling on a native thread and returns at once; the job's
+   * `wait()` resolves with the library (or rejects with the compile error)
+   * without blocking the event loop, and `finish()` takes it synchronously.
+   */
+  compileStart(source: string, opts: CompileOptions = {}): CompileJob {
+    const { h, name, src, constants } = this.compileArgs('compileStart', source, opts);
+    check(
+      this.state.sym.mlxn_library_compile_start(h, src, src.length, name, constants, constants.length / 3, outSlot, msgBuf, msgCap),
+      `compile ${name}`,
+    );
+    return new CompileJob(this, this.state, name, takeHandle(), this.backend === 'cuda' ? null : source);
+  }
+
+  /** compile(), off the event loop: resolves with the library once the compile ends. */
+  compileAsync(source: string, opts: CompileOptions = {}): Promise<Library> {
+    return this.compileStart(source, opts).wait();
+  }
+
+  private compileArgs(op: string, source: string, opts: CompileOptions) {
+    const h = this.handle();
+    if (typeof source !== 'string') {
+      throw new MlxError('InvalidArgument', `Device.${op}: source must be a string (got ${source === null ? 'null' : typeof source})`);
+    }
+    const name = opts.name ?? (this.backend === 'cuda' ? 'source.cu' : 'source.metal');
+    // The name ends up in generated source (#line directives): no control characters.
+    if (typeof name !== 'string' || name.length === 0 || /[\x00-\x1f\x7f]/.test(name)) {
+      throw new MlxError('InvalidArgument', `Device.${op}: opts.name must be a non-empty file name without control characters (got ${JSON.stringify(name)})`);
+    }
+    return { h, name, src: encoder.encode(source), constants: packConstants(opts.constants) };
   }
 
   /**

@@ -15,6 +15,7 @@ import type { Device } from './device.ts';
 import { MlxError } from './errors.ts';
 import { releasedError, track, untrack, type DeviceState } from './handles.ts';
 import type { Pipeline } from './library.ts';
+import { pollUntil, type PollOptions } from './poll.ts';
 import {
   BIND,
   BLOCK_BINDING_COUNT,
@@ -407,19 +408,10 @@ const packedBuffers: PackedBuffers = {
   index: new Uint8Array(MAX_BINDINGS),
 };
 
-function nextTick(): Promise<void> {
-  return new Promise((res) => setImmediate(res));
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((res) => setTimeout(res, ms));
-}
-
 // commit() polls with setImmediate for the first few polls (work that ends
 // within a fraction of a millisecond returns at once), then with timeouts
 // doubling from 1 ms to 8 ms.
-const IMMEDIATE_POLLS = 32;
-const MAX_POLL_MS = 8;
+const COMMIT_POLLS: PollOptions = { immediatePolls: 32, maxDelayMs: 8 };
 
 let nextStamp = 1;
 
@@ -728,19 +720,9 @@ export class Encoder {
     const h = this.submit();
     const state = this._state;
     const sym = state.sym;
-    let polls = 0;
-    let delay = 1;
     // The first poll comes after a tick, so the encoder is in flight until the
     // promise settles, however quickly the work ends.
-    await nextTick();
-    while (this._h !== 0 && !state.closed && sym.mlxn_encoder_status(h) === ENCODER_STATE.pending) {
-      if (polls++ < IMMEDIATE_POLLS) {
-        await nextTick();
-      } else {
-        await sleep(delay);
-        delay = Math.min(delay * 2, MAX_POLL_MS);
-      }
-    }
+    await pollUntil(() => this._h === 0 || state.closed || sym.mlxn_encoder_status(h) !== ENCODER_STATE.pending, COMMIT_POLLS);
     if (state.closed) throw releasedError('encoder (its device was closed while its commit was in flight)');
     if (this._h === 0) throw releasedError('encoder (released while its commit was in flight)');
     this.finish(h);

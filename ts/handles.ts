@@ -11,16 +11,17 @@
 // (ts/encoder.ts), so none is collected before its work ends; a handle freed
 // here while work still uses it (release(), Device.close()) stays valid in the
 // backend until that work ends, because every backend counts the references
-// of its dispatches. Closing a device waits for its encoders' work first.
+// of its dispatches. Closing a device waits for its encoders' work and its
+// compile jobs first.
 
 import type { Pointer } from 'bun:ffi';
 import { MlxError } from './errors.ts';
 import { msgBuf, msgCap, type NativeLib, type Symbols } from './native.ts';
 
-export type HandleKind = 'encoder' | 'pipeline' | 'library' | 'buffer';
+export type HandleKind = 'compile' | 'encoder' | 'pipeline' | 'library' | 'buffer';
 
 // Release order at device close: what uses an object goes before it.
-const RELEASE_ORDER: readonly HandleKind[] = ['encoder', 'pipeline', 'library', 'buffer'];
+const RELEASE_ORDER: readonly HandleKind[] = ['compile', 'encoder', 'pipeline', 'library', 'buffer'];
 
 export class DeviceState {
   readonly lib: NativeLib;
@@ -80,6 +81,15 @@ function freeHandle(sym: Symbols, h: Pointer, kind: HandleKind): void {
       msgBuf[0] = 0;
       sym.mlxn_encoder_release(h);
       return;
+    case 'compile': {
+      // A compile job (ts/library.ts CompileJob) nobody finished: let the
+      // compile end, then free the library it made.
+      const out = new BigUint64Array(1);
+      sym.mlxn_compile_job_finish(h, out, msgBuf, msgCap);
+      msgBuf[0] = 0;
+      if (out[0] !== 0n) sym.mlxn_library_release(Number(out[0]) as Pointer);
+      return;
+    }
     case 'pipeline':
       sym.mlxn_pipeline_release(h);
       return;

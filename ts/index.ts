@@ -17,9 +17,18 @@ export {
 } from './dtype.ts';
 export { Encoder, type Dim3, type DispatchBindings } from './encoder.ts';
 export { MlxError, type MlxErrorKind } from './errors.ts';
-export { Library, Pipeline, type FunctionConstantType, type FunctionConstants } from './library.ts';
+export { CompileJob, Library, Pipeline, type FunctionConstantType, type FunctionConstants } from './library.ts';
 export type { BackendName } from './native.ts';
-export { KernelRegistry, familySources, joinSources, type FamilySources, type SourceFile } from './registry.ts';
+export {
+  KernelRegistry,
+  familySources,
+  joinSources,
+  knownFamilyNames,
+  type FamilySources,
+  type SourceFile,
+  type WarmupOptions,
+  type WarmupProgress,
+} from './registry.ts';
 export { launchOf, planAccess, record, type Launch, type OpPlan, type PlannedDispatch } from './plan.ts';
 export * from './validate.ts';
 export { packFields, structLayout, type ParamField, type ParamType } from './params.ts';

@@ -7,6 +7,7 @@ import { MlxError } from './errors.ts';
 import { releasedError, track, untrack, type DeviceState } from './handles.ts';
 import { ALL_BUFFERS, kernelWrites } from './metal-source.ts';
 import { CONST_TYPE, check, msgBuf, msgCap, outSlot, readString, takeHandle } from './native.ts';
+import { pollUntil, type PollOptions } from './poll.ts';
 
 export type FunctionConstantType = 'i32' | 'u32' | 'f32' | 'f16' | 'i16' | 'u16';
 
@@ -182,5 +183,66 @@ export class Library {
 
   [Symbol.dispose](): void {
     this.release();
+  }
+}
+
+// A compile job is polled with timeouts from the first poll: a compile takes
+// tens of milliseconds at least.
+const COMPILE_POLLS: PollOptions = { immediatePolls: 0, maxDelayMs: 8 };
+
+/**
+ * A compile running on a native thread (Device.compileAsync, the kernel
+ * registry's warm-up). `done` polls and never blocks; `finish()` takes the
+ * library, waiting for the compile if it has not ended. Closing the device
+ * meanwhile waits for the compile and frees what it made.
+ */
+export class CompileJob {
+  readonly device: Device;
+  /** The file name that compile errors cite. */
+  readonly name: string;
+  private readonly state: DeviceState;
+  private readonly metalSource: string | null;
+  private h: number;
+  private outcome: { library: Library } | { error: unknown } | null = null;
+
+  /** @internal made by Device.compileAsync and the kernel registry. */
+  constructor(device: Device, state: DeviceState, name: string, handle: number, metalSource: string | null) {
+    this.device = device;
+    this.state = state;
+    this.name = name;
+    this.metalSource = metalSource;
+    this.h = handle;
+    track(state, this, handle, 'compile');
+  }
+
+  /** True once the library or the compile error is ready (or the device closed). */
+  get done(): boolean {
+    if (this.h === 0 || this.state.closed) return true;
+    return this.state.sym.mlxn_compile_job_done(this.h as Pointer) === 1;
+  }
+
+  /** The library, or the compile's MlxError; the same one on every call. */
+  finish(): Library {
+    if (this.outcome === null) {
+      if (this.state.closed) throw releasedError(`compile of ${this.name} (its device was closed)`);
+      const h = this.h;
+      this.h = 0;
+      untrack(this);
+      this.state.live.delete(h);
+      try {
+        check(this.state.sym.mlxn_compile_job_finish(h as Pointer, outSlot, msgBuf, msgCap), `compile ${this.name}`);
+        this.outcome = { library: new Library(this.device, this.state, this.name, takeHandle(), this.metalSource) };
+      } catch (error) {
+        this.outcome = { error };
+      }
+    }
+    if ('library' in this.outcome) return this.outcome.library;
+    throw this.outcome.error;
+  }
+
+  /** Resolves with the library once the compile ends, polling without blocking. */
+  async wait(): Promise<Library> {
+    await pollUntil(() => this.done, COMPILE_POLLS);
+    return this.finish();
   }
 }

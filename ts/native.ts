@@ -15,7 +15,7 @@ import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { MlxError, statusKind } from './errors.ts';
 import { VERSION } from './version.ts';
 
-export const ABI_VERSION = 1;
+export const ABI_VERSION = 2;
 
 export const SYMBOLS = {
   mlxn_abi_version: { args: [], returns: T.u32 },
@@ -41,6 +41,12 @@ export const SYMBOLS = {
   },
   mlxn_library_release: { args: [T.ptr], returns: T.void },
   mlxn_library_kernel_names: { args: [T.ptr, T.ptr, T.u64], returns: T.u64_fast },
+  mlxn_library_compile_start: {
+    args: [T.ptr, T.ptr, T.u64, T.cstring, T.ptr, T.u32, T.ptr, T.ptr, T.u64],
+    returns: T.i32,
+  },
+  mlxn_compile_job_done: { args: [T.ptr], returns: T.i32 },
+  mlxn_compile_job_finish: { args: [T.ptr, T.ptr, T.ptr, T.u64], returns: T.i32 },
 
   mlxn_pipeline_create: { args: [T.ptr, T.cstring, T.ptr, T.ptr, T.u64], returns: T.i32 },
   mlxn_pipeline_release: { args: [T.ptr], returns: T.void },

@@ -7,7 +7,7 @@ import { MlxError } from './errors.ts';
 import metalPrelude from '../shaders/common.metal' with { type: 'text' };
 import cudaPrelude from '../shaders/cuda/common.cuh' with { type: 'text' };
 import { kernelWrites } from './metal-source.ts';
-import { constantsKey, type FunctionConstants, type Library, type Pipeline } from './library.ts';
+import { constantsKey, type CompileJob, type FunctionConstants, type Library, type Pipeline } from './library.ts';
 
 /** One file of a program: its name (relative to shaders/) and its text. */
 export interface SourceFile {
@@ -45,12 +45,42 @@ export interface FamilySources {
   readonly cuda?: readonly SourceFile[];
 }
 
+// Every family whose sources were made in this process (each op module makes
+// its family's at import), by name: what KernelRegistry.warmup() compiles
+// when given no names. The first definition of a name stays.
+const knownFamilies = new Map<string, FamilySources>();
+
+/** The families defined in this process (the op modules imported), sorted. */
+export function knownFamilyNames(): string[] {
+  return [...knownFamilies.keys()].sort();
+}
+
 /** A family's FamilySources from the texts of its files. */
 export function familySources(family: string, files: { header?: string; metal: string; cuda?: string }): FamilySources {
   const header: SourceFile[] = files.header === undefined ? [] : [{ name: `${family}.h`, text: files.header }];
   const metal = [METAL_PRELUDE, ...header, { name: `${family}.metal`, text: files.metal }];
-  if (files.cuda === undefined) return { metal };
-  return { metal, cuda: [CUDA_PRELUDE, ...header, { name: `cuda/${family}.cu`, text: files.cuda }] };
+  const sources: FamilySources =
+    files.cuda === undefined ? { metal } : { metal, cuda: [CUDA_PRELUDE, ...header, { name: `cuda/${family}.cu`, text: files.cuda }] };
+  if (!knownFamilies.has(family)) knownFamilies.set(family, sources);
+  return sources;
+}
+
+/** What KernelRegistry.warmup() reports as each family is ready. */
+export interface WarmupProgress {
+  family: string;
+  /** Families ready so far, this one included, and how many were asked for. */
+  done: number;
+  total: number;
+  /** Milliseconds from the start of warmup() to this family being ready. */
+  ms: number;
+  /** True when the family was compiled already (nothing to do). */
+  cached: boolean;
+}
+
+export interface WarmupOptions {
+  onProgress?: (p: WarmupProgress) => void;
+  /** Compiles running at once (default: min(4, the machine's cores)). */
+  concurrency?: number;
 }
 
 function sameFiles(a: readonly SourceFile[] | undefined, b: readonly SourceFile[] | undefined): boolean {
@@ -70,6 +100,8 @@ export class KernelRegistry {
   private readonly families = new Map<string, Family>();
   private readonly kernelFamily = new Map<string, string>();
   private readonly libraries = new Map<string, Library>();
+  /** Compiles that warmup() started and nobody has finished, by library key. */
+  private readonly compiling = new Map<string, CompileJob>();
   private readonly pipelines = new Map<string, Pipeline>();
 
   /** @internal made by Device.kernels. */
@@ -142,21 +174,106 @@ export class KernelRegistry {
     const key = `${family}|${ckey}`;
     const hit = this.libraries.get(key);
     if (hit !== undefined && hit._h !== 0) return hit;
-    const { sources, metal } = this.families.get(family)!;
-    let source: string;
-    let name: string;
-    if (this.language === 'cuda') {
-      if (sources.cuda === undefined) {
-        throw new MlxError('KernelNotFound', `KernelRegistry: family ${family} has no CUDA source, so it cannot run on the cuda backend`);
-      }
-      name = `${family}.cu`;
-      source = joinSources(sources.cuda);
-    } else {
-      source = metal;
-      name = `${family}.metal`;
-    }
+    // A warm-up compile of this family still running: wait for it here.
+    const job = this.compiling.get(key);
+    if (job !== undefined) return this.take(key, job);
+    const { source, name } = this.program(family, this.families.get(family)!.sources);
     const lib = this.device.compile(source, constants === undefined ? { name } : { name, constants });
     this.libraries.set(key, lib);
     return lib;
+  }
+
+  /** The program and file name a family compiles to on this device. */
+  private program(family: string, sources: FamilySources): { source: string; name: string } {
+    if (this.language === 'metal') return { source: joinSources(sources.metal), name: `${family}.metal` };
+    if (sources.cuda === undefined) {
+      throw new MlxError('KernelNotFound', `KernelRegistry: family ${family} has no CUDA source, so it cannot run on the cuda backend`);
+    }
+    return { source: joinSources(sources.cuda), name: `${family}.cu` };
+  }
+
+  private take(key: string, job: CompileJob): Library {
+    if (this.compiling.get(key) === job) this.compiling.delete(key);
+    const lib = job.finish();
+    if (this.libraries.get(key) !== lib) this.libraries.set(key, lib);
+    return lib;
+  }
+
+  /**
+   * Compiles families ahead of their first use on native threads, so the
+   * event loop keeps running: each family's library (no function constants)
+   * for this device's backend. `families`: names of registered families or of
+   * families whose op modules are imported (knownFamilyNames()); by default
+   * all of them that can run on this backend. Resolves when every one is
+   * ready, reporting each through `onProgress`; rejects with the first
+   * compile error once the others have ended. Using a kernel meanwhile waits
+   * for its family's compile instead of starting another.
+   */
+  async warmup(families?: readonly string[], opts: WarmupOptions = {}): Promise<void> {
+    const t0 = performance.now();
+    const known = new Set([...this.families.keys(), ...knownFamilies.keys()]);
+    const sourcesOf = (f: string) => this.families.get(f)?.sources ?? knownFamilies.get(f);
+    let names: string[];
+    if (families === undefined) {
+      names = [...known].sort().filter((f) => this.language === 'metal' || sourcesOf(f)!.cuda !== undefined);
+    } else {
+      if (!Array.isArray(families)) {
+        throw new MlxError('InvalidArgument', `KernelRegistry.warmup: families must be an array of family names (got ${typeof families})`);
+      }
+      for (const f of families) {
+        if (typeof f !== 'string' || !known.has(f)) {
+          throw new MlxError(
+            'KernelNotFound',
+            `KernelRegistry.warmup: family ${String(f)} is not known (known: ${[...known].sort().join(', ') || 'none'})`,
+          );
+        }
+      }
+      names = [...new Set(families)];
+    }
+    const { onProgress } = opts;
+    if (onProgress !== undefined && typeof onProgress !== 'function') {
+      throw new MlxError('InvalidArgument', `KernelRegistry.warmup: opts.onProgress must be a function (got ${typeof onProgress})`);
+    }
+    const cores = typeof navigator === 'object' ? navigator.hardwareConcurrency : 1;
+    const concurrency = opts.concurrency ?? Math.max(1, Math.min(4, cores));
+    if (!Number.isSafeInteger(concurrency) || concurrency < 1) {
+      throw new MlxError('InvalidArgument', `KernelRegistry.warmup: opts.concurrency must be an integer >= 1 (got ${concurrency})`);
+    }
+    // Everything is checked before any compile starts.
+    const programs = names.map((f) => ({ family: f, ...this.program(f, sourcesOf(f)!) }));
+
+    let done = 0;
+    let firstError: unknown = null;
+    const report = (family: string, cached: boolean) => {
+      done++;
+      onProgress?.({ family, done, total: programs.length, ms: performance.now() - t0, cached });
+    };
+    let next = 0;
+    const worker = async () => {
+      while (next < programs.length) {
+        const { family, source, name } = programs[next++]!;
+        const key = `${family}|`;
+        const hit = this.libraries.get(key);
+        if (hit !== undefined && hit._h !== 0) {
+          report(family, true);
+          continue;
+        }
+        let job = this.compiling.get(key);
+        if (job === undefined) {
+          job = this.device.compileStart(source, { name });
+          this.compiling.set(key, job);
+        }
+        try {
+          await job.wait();
+          this.take(key, job);
+          report(family, false);
+        } catch (e) {
+          if (this.compiling.get(key) === job) this.compiling.delete(key);
+          firstError ??= e;
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(concurrency, programs.length) }, worker));
+    if (firstError !== null) throw firstError;
   }
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../include/mlx_native.h"
+#include "../common/compile_job.h"
 #include "../include/mlx_native_block.h"
 #include "compiler.h"
 #include "executor.h"
@@ -448,6 +449,33 @@ mlxn_status mlxn_library_compile(mlxn_device* device, const char* source, uint64
   device->refs.fetch_add(1);
   *out = lib;
   return ok_msg(msg, msg_cap);
+}
+
+mlxn_status mlxn_library_compile_start(mlxn_device* device, const char* source, uint64_t source_len,
+                                       const char* name, const void* constants, uint32_t constants_count,
+                                       mlxn_compile_job** out, char* msg, uint64_t msg_cap) {
+  if (!device || !out)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_library_compile_start: null device or out");
+  *out = nullptr;
+  device->refs.fetch_add(1);  // the job's, dropped on its thread when the compile ends
+  std::string err;
+  const mlxn_status st = mlxn::common::start_compile_job(
+      device, source, source_len, name, constants, constants_count, [device] { device_unref(device); }, out, &err);
+  if (st != MLXN_OK) {
+    device_unref(device);
+    return set_msg(msg, msg_cap, st, err);
+  }
+  return ok_msg(msg, msg_cap);
+}
+
+int32_t mlxn_compile_job_done(mlxn_compile_job* job) { return mlxn::common::compile_job_done(job); }
+
+mlxn_status mlxn_compile_job_finish(mlxn_compile_job* job, mlxn_library** out, char* msg, uint64_t msg_cap) {
+  if (!job || !out)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_compile_job_finish: null job or out");
+  std::string text;
+  const mlxn_status st = mlxn::common::finish_compile_job(job, out, &text);
+  return st == MLXN_OK ? ok_msg(msg, msg_cap) : set_msg(msg, msg_cap, st, text);
 }
 
 void mlxn_library_release(mlxn_library* library) {

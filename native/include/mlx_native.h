@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 /* Bumped on every incompatible change; the loader refuses a mismatch. */
-#define MLXN_ABI_VERSION 1u
+#define MLXN_ABI_VERSION 2u
 
 /* ---- status codes (kinds mirror the Rust crate's MlxError) ---- */
 typedef int32_t mlxn_status;
@@ -116,6 +116,23 @@ void        mlxn_library_release(mlxn_library* library);
 /* Writes the kernel entry names, '\n'-separated and NUL-terminated; returns
  * the full length in bytes. */
 uint64_t    mlxn_library_kernel_names(mlxn_library* library, char* out, uint64_t cap);
+
+/* ---- compiling off the caller's thread ----
+ * mlxn_library_compile_start checks its handles, copies its arguments and
+ * returns at once; the compile itself (mlxn_library_compile's work, with the
+ * same errors) runs on a thread of the library, which holds the device open
+ * until it ends. mlxn_compile_job_done never blocks: 1 once the result is
+ * ready, else 0 (also for a null job). mlxn_compile_job_finish waits for the
+ * result if it is not ready, hands over the library (or returns the compile's
+ * error and text) and releases the job; a null out or job is
+ * MLXN_ERR_INVALID_ARGUMENT and releases nothing. Every started job must be
+ * finished exactly once. */
+typedef struct mlxn_compile_job mlxn_compile_job;
+mlxn_status mlxn_library_compile_start(mlxn_device* device, const char* source, uint64_t source_len,
+                                       const char* name, const void* constants, uint32_t constants_count,
+                                       mlxn_compile_job** out, char* msg, uint64_t msg_cap);
+int32_t     mlxn_compile_job_done(mlxn_compile_job* job);
+mlxn_status mlxn_compile_job_finish(mlxn_compile_job* job, mlxn_library** out, char* msg, uint64_t msg_cap);
 
 /* ---- pipelines ----
  * A kernel name absent from the library is MLXN_ERR_KERNEL_NOT_FOUND. */

@@ -462,6 +462,19 @@ gated_delta_net_recompute_wu_bf16_beta_bf16(const bf16* __restrict__ k_in, const
 // entries declare it; the seed's takes hb, stage and g from the 20 KiB of
 // dynamic shared memory its host binds and declares the k rows.
 
+// The state a thread of the walk holds, as mma accumulator fragments: calls
+// f(mi, ni, hr, vr, kc) for each pair of its elements, rows vr of V and
+// columns kc, kc + 1 of K (warp w holds columns [KW w, KW (w + 1))).
+template <u32 MI, u32 NI, u32 KW, class F>
+__device__ __forceinline__ void each_state_pair(u32 warp, u32 gq, u32 tq, F&& f) {
+#pragma unroll
+    for (u32 mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (u32 ni = 0; ni < NI; ++ni)
+#pragma unroll
+            for (u32 hr = 0; hr < 2; ++hr) f(mi, ni, hr, 16u * mi + gq + 8u * hr, KW * warp + 8u * ni + 2u * tq);
+}
+
 // Tokens [bos, eos) of one sequence, its chunks c_first..c_end (chunk c
 // starts at bos + (c - c_first) * 64), its state at index state of h0 and
 // final_state, V rows [v0, v0 + BV) of V head head. Every thread calls it.
@@ -484,19 +497,11 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
 
     float st[MI][NI][4];
     const u64 state0 = ((u64(state) * H + head) * V + v0) * KD;
-#pragma unroll
-    for (u32 mi = 0; mi < MI; ++mi)
-#pragma unroll
-        for (u32 ni = 0; ni < NI; ++ni) {
-            const u32 kc = KW * warp + 8u * ni + 2u * tq;
-#pragma unroll
-            for (u32 hr = 0; hr < 2; ++hr) {
-                const u32 vr = 16u * mi + gq + 8u * hr;
-                const float2 x = *reinterpret_cast<const float2*>(h0 + state0 + u64(vr) * KD + kc);
-                st[mi][ni][2 * hr] = x.x;
-                st[mi][ni][2 * hr + 1] = x.y;
-            }
-        }
+    each_state_pair<MI, NI, KW>(warp, gq, tq, [&](u32 mi, u32 ni, u32 hr, u32 vr, u32 kc) {
+        const float2 x = *reinterpret_cast<const float2*>(h0 + state0 + u64(vr) * KD + kc);
+        st[mi][ni][2 * hr] = x.x;
+        st[mi][ni][2 * hr + 1] = x.y;
+    });
 
     // The next chunk's operands: kr the k rows, wr this warp's w A fragments
     // (t rows [16 warp, +16), all of K), ur the u pairs step 3 reads, gr
@@ -579,19 +584,11 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
 
         // 1.
         const float decay = expf(g_last);
-#pragma unroll
-        for (u32 mi = 0; mi < MI; ++mi)
-#pragma unroll
-            for (u32 ni = 0; ni < NI; ++ni) {
-                const u32 kc = KW * warp + 8u * ni + 2u * tq;
-#pragma unroll
-                for (u32 hr = 0; hr < 2; ++hr) {
-                    const u32 vr = 16u * mi + gq + 8u * hr;
-                    *reinterpret_cast<u32*>(hb + vr * LDH + kc) = pack_bf16(st[mi][ni][2 * hr], st[mi][ni][2 * hr + 1]);
-                    st[mi][ni][2 * hr] *= decay;
-                    st[mi][ni][2 * hr + 1] *= decay;
-                }
-            }
+        each_state_pair<MI, NI, KW>(warp, gq, tq, [&](u32 mi, u32 ni, u32 hr, u32 vr, u32 kc) {
+            *reinterpret_cast<u32*>(hb + vr * LDH + kc) = pack_bf16(st[mi][ni][2 * hr], st[mi][ni][2 * hr + 1]);
+            st[mi][ni][2 * hr] *= decay;
+            st[mi][ni][2 * hr + 1] *= decay;
+        });
         if (tid < BT) gs[tid] = g_tid;
         __syncthreads();
         {
@@ -669,18 +666,10 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
         }
     }
 
-#pragma unroll
-    for (u32 mi = 0; mi < MI; ++mi)
-#pragma unroll
-        for (u32 ni = 0; ni < NI; ++ni) {
-            const u32 kc = KW * warp + 8u * ni + 2u * tq;
-#pragma unroll
-            for (u32 hr = 0; hr < 2; ++hr) {
-                const u32 vr = 16u * mi + gq + 8u * hr;
-                *reinterpret_cast<float2*>(final_state + state0 + u64(vr) * KD + kc) =
-                    make_float2(st[mi][ni][2 * hr], st[mi][ni][2 * hr + 1]);
-            }
-        }
+    each_state_pair<MI, NI, KW>(warp, gq, tq, [&](u32 mi, u32 ni, u32 hr, u32 vr, u32 kc) {
+        *reinterpret_cast<float2*>(final_state + state0 + u64(vr) * KD + kc) =
+            make_float2(st[mi][ni][2 * hr], st[mi][ni][2 * hr + 1]);
+    });
 }
 
 // gated_delta_net_chunk_inter_state_k{KD}_bf16: the sequences of the seqs

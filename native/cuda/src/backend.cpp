@@ -34,6 +34,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "../../common/compile_job.h"
 #include "../../include/mlx_native.h"
 #include "../../include/mlx_native_block.h"
 #include "cuda_api.h"
@@ -701,6 +702,40 @@ MLXN_EXPORT mlxn_status mlxn_library_compile(mlxn_device* device, const char* so
   d->refs.fetch_add(1);
   *out = reinterpret_cast<mlxn_library*>(l);
   return ok(msg, msg_cap);
+}
+
+MLXN_EXPORT mlxn_status mlxn_library_compile_start(mlxn_device* device, const char* source,
+                                                   uint64_t source_len, const char* name,
+                                                   const void* constants, uint32_t constants_count,
+                                                   mlxn_compile_job** out, char* msg, uint64_t msg_cap) {
+  if (!device || !out)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                "mlxn_library_compile_start: device and out must be non-NULL");
+  *out = nullptr;
+  Device* d = reinterpret_cast<Device*>(device);
+  d->refs.fetch_add(1);  // the job's, dropped on its thread when the compile ends
+  std::string err;
+  const mlxn_status st = mlxn::common::start_compile_job(
+      device, source, source_len, name, constants, constants_count, [d] { device_unref(d); }, out, &err);
+  if (st != MLXN_OK) {
+    device_unref(d);
+    return fail(st, msg, msg_cap, err);
+  }
+  return ok(msg, msg_cap);
+}
+
+MLXN_EXPORT int32_t mlxn_compile_job_done(mlxn_compile_job* job) {
+  return mlxn::common::compile_job_done(job);
+}
+
+MLXN_EXPORT mlxn_status mlxn_compile_job_finish(mlxn_compile_job* job, mlxn_library** out,
+                                                char* msg, uint64_t msg_cap) {
+  if (!job || !out)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                "mlxn_compile_job_finish: job and out must be non-NULL");
+  std::string text;
+  const mlxn_status st = mlxn::common::finish_compile_job(job, out, &text);
+  return st == MLXN_OK ? ok(msg, msg_cap) : fail(st, msg, msg_cap, text);
 }
 
 MLXN_EXPORT void mlxn_library_release(mlxn_library* library) {

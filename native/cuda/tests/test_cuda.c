@@ -31,7 +31,8 @@
   X(mlxn_pipeline_max_threads) X(mlxn_pipeline_static_threadgroup_memory)                      \
   X(mlxn_encoder_create) X(mlxn_encoder_release) X(mlxn_encoder_dispatch)                      \
   X(mlxn_encoder_barrier) X(mlxn_encoder_commit) X(mlxn_encoder_wait) X(mlxn_encoder_status)   \
-  X(mlxn_encoder_gpu_time_ns)
+  X(mlxn_encoder_gpu_time_ns) X(mlxn_library_compile_start) X(mlxn_compile_job_done)          \
+  X(mlxn_compile_job_finish)
 
 #define DECLARE(name) static __typeof__(&name) f_##name;
 SYMBOLS(DECLARE)
@@ -340,6 +341,29 @@ int main(int argc, char** argv) {
     const Const dup[2] = {{1, MLXN_CONST_BOOL, 1}, {1, MLXN_CONST_BOOL, 0}};
     st = f_mlxn_library_compile(dev, kSource, strlen(kSource), "t.cu", dup, 2, &l, msg, CAP);
     CHECK(st == MLXN_ERR_INVALID_ARGUMENT, "duplicate constant index: %d", st);
+    /* The same compiles on the library's thread: the errors come at finish. */
+    mlxn_compile_job* job = NULL;
+    CHECK(f_mlxn_library_compile_start(NULL, bad, strlen(bad), "broken.cu", NULL, 0, &job, msg, CAP) ==
+              MLXN_ERR_INVALID_ARGUMENT, "compile_start without a device");
+    CHECK(f_mlxn_compile_job_done(NULL) == 0, "done of a null job");
+    CHECK(f_mlxn_compile_job_finish(NULL, &l, msg, CAP) == MLXN_ERR_INVALID_ARGUMENT, "finish of a null job");
+    OK(f_mlxn_library_compile_start(dev, bad, strlen(bad), "broken.cu", NULL, 0, &job, msg, CAP));
+    while (!f_mlxn_compile_job_done(job)) usleep(1000);
+    CHECK(f_mlxn_compile_job_finish(job, NULL, msg, CAP) == MLXN_ERR_INVALID_ARGUMENT, "finish without out");
+    st = f_mlxn_compile_job_finish(job, &l, msg, CAP);
+    CHECK(st == MLXN_ERR_SHADER_COMPILATION && l == NULL && strstr(msg, "broken.cu") && strstr(msg, "(2)"),
+          "job's compile error %d: %s", st, msg);
+    OK(f_mlxn_library_compile_start(dev, kSource, strlen(kSource), "t.cu", dup, 2, &job, msg, CAP));
+    st = f_mlxn_compile_job_finish(job, &l, msg, CAP);
+    CHECK(st == MLXN_ERR_INVALID_ARGUMENT && l == NULL, "job's duplicate constant index: %d", st);
+    mlxn_device* other = NULL;
+    OK(f_mlxn_device_open(0, &other, msg, CAP));
+    OK(f_mlxn_library_compile_start(other, kSource, strlen(kSource), "job.cu", NULL, 0, &job, msg, CAP));
+    f_mlxn_device_close(other); /* the job holds it open */
+    OK(f_mlxn_compile_job_finish(job, &l, msg, CAP));
+    CHECK(l != NULL && f_mlxn_library_kernel_names(l, NULL, 0) > 0, "job's library has kernels");
+    f_mlxn_library_release(l);
+    l = NULL;
     mlxn_pipeline* p = NULL;
     st = f_mlxn_pipeline_create(library, "no_such_kernel", &p, msg, CAP);
     CHECK(st == MLXN_ERR_KERNEL_NOT_FOUND && p == NULL, "unknown kernel: %d %s", st, msg);

@@ -146,6 +146,53 @@ public func mlxnLibraryCompile(_ device: OpaquePointer?, _ source: UnsafePointer
     }
 }
 
+@_cdecl("mlxn_library_compile_start")
+public func mlxnLibraryCompileStart(_ device: OpaquePointer?, _ source: UnsafePointer<CChar>?, _ sourceLen: UInt64,
+                                    _ name: UnsafePointer<CChar>?, _ constants: UnsafeRawPointer?, _ constantsCount: UInt32,
+                                    _ out: UnsafeMutablePointer<OpaquePointer?>?,
+                                    _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        guard let out else { throw outIsNull("library_compile_start") }
+        out.pointee = nil
+        guard let device = object(device, as: MetalDevice.self) else {
+            throw MlxnError.invalid("library_compile_start: device is null")
+        }
+        // The arguments are copied here; their checks are the compile's, so
+        // a bad one is the job's error at finish, as mlxn_library_compile
+        // would return it.
+        let text = source.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: Int(sourceLen)), as: UTF8.self) }
+        let given = name.map { String(cString: $0) } ?? ""
+        let file = given.isEmpty ? "source.metal" : given
+        let records = Result { try FunctionConstant.parse(constants, count: constantsCount) }
+        let job = CompileJob {
+            guard let text else {
+                if sourceLen == 0 { return try MetalLibrary.compiled(device: device, source: "", name: file, constants: records.get()) }
+                throw MlxnError.invalid("library_compile: source is null but source_len is \(sourceLen)")
+            }
+            return try MetalLibrary.compiled(device: device, source: text, name: file, constants: records.get())
+        }
+        out.pointee = makeHandle(job)
+    }
+}
+
+@_cdecl("mlxn_compile_job_done")
+public func mlxnCompileJobDone(_ job: OpaquePointer?) -> Int32 {
+    (object(job, as: CompileJob.self)?.isDone ?? false) ? 1 : 0
+}
+
+@_cdecl("mlxn_compile_job_finish")
+public func mlxnCompileJobFinish(_ job: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?,
+                                 _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        guard let out else { throw outIsNull("compile_job_finish") }
+        out.pointee = nil
+        guard let compile = object(job, as: CompileJob.self) else { throw MlxnError.invalid("compile_job_finish: job is null") }
+        let result = compile.wait()
+        releaseHandle(job)
+        out.pointee = makeHandle(try result.get())
+    }
+}
+
 @_cdecl("mlxn_library_release")
 public func mlxnLibraryRelease(_ library: OpaquePointer?) {
     releaseHandle(library)

@@ -134,7 +134,40 @@ public final class MetalLibrary {
     /// The kernel entry points, sorted.
     public var kernelNames: [String] { library.functionNames.sorted() }
 
+    /// The pipeline states made ahead by `compiled`, by kernel name (the
+    /// states only: a MetalPipeline holds its library, which would make a cycle).
+    private var prepared: [String: (state: MTLComputePipelineState, bufferIndices: [Int], threadgroupIndices: [Int])] = [:]
+    private let preparedLock = NSLock()
+
+    /// A library compiled off the caller's thread (mlxn_library_compile_start),
+    /// with a pipeline made for each kernel while there, since making one
+    /// compiles the kernel for the GPU; a kernel whose pipeline fails here
+    /// fails again, with its error, when asked for.
+    static func compiled(device: MetalDevice, source: String, name: String,
+                         constants: [FunctionConstant]) throws -> MetalLibrary {
+        let library = try MetalLibrary(device: device, source: source, name: name, constants: constants)
+        for kernel in library.kernelNames {
+            if let pipeline = try? library.makePipeline(kernel) {
+                library.preparedLock.lock()
+                library.prepared[kernel] = (pipeline.state, pipeline.bufferIndices, pipeline.threadgroupIndices)
+                library.preparedLock.unlock()
+            }
+        }
+        return library
+    }
+
     public func pipeline(_ kernel: String) throws -> MetalPipeline {
+        preparedLock.lock()
+        let ready = prepared[kernel]
+        preparedLock.unlock()
+        if let ready {
+            return MetalPipeline(library: self, name: kernel, state: ready.state,
+                                 bufferIndices: ready.bufferIndices, threadgroupIndices: ready.threadgroupIndices)
+        }
+        return try makePipeline(kernel)
+    }
+
+    func makePipeline(_ kernel: String) throws -> MetalPipeline {
         guard library.functionNames.contains(kernel) else {
             throw MlxnError(MLXN_ERR_KERNEL_NOT_FOUND,
                             "metal: kernel '\(kernel)' not found in \(name) (it has: \(kernelNames.joined(separator: ", ")))")
@@ -161,6 +194,38 @@ public final class MetalLibrary {
             throw MlxnError(MLXN_ERR_SHADER_COMPILATION,
                             "metal: making the pipeline of kernel '\(kernel)' of \(name) failed: \((error as NSError).localizedDescription)")
         }
+    }
+}
+
+/// A compile on a thread of its own (mlxn_library_compile_start): the
+/// library, with a pipeline made for each of its kernels, or the error.
+/// The thread's closure holds the job and the device until it ends.
+final class CompileJob: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var result: Result<MetalLibrary, Error>?  // guarded by condition
+
+    init(_ work: @escaping () throws -> MetalLibrary) {
+        let thread = Thread { [self] in
+            let outcome = Result { try work() }
+            condition.lock()
+            result = outcome
+            condition.broadcast()
+            condition.unlock()
+        }
+        thread.start()
+    }
+
+    var isDone: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return result != nil
+    }
+
+    func wait() -> Result<MetalLibrary, Error> {
+        condition.lock()
+        defer { condition.unlock() }
+        while result == nil { condition.wait() }
+        return result!
     }
 }
 

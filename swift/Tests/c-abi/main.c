@@ -9,10 +9,12 @@
 // Built and run by scripts/swift-ci.sh (Linux, over the emulator); builds the
 // same way against the macOS dylib:
 //   cc -I native/include swift/Tests/c-abi/main.c -L <dir> -lMlxNative -Wl,-rpath,<dir>
+#define _POSIX_C_SOURCE 200809L  /* nanosleep under -std=c11 */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mlx_native.h"
 
@@ -129,6 +131,28 @@ int main(void) {
   memcpy(&constant[2], &scale, 4);
   mlxn_library* library = NULL;
   OK(mlxn_library_compile(device, kSource, sizeof kSource - 1, "c-abi.metal", constant, 1, &library, msg, cap));
+  // Compiling off the caller's thread: the same library or the same error.
+  mlxn_compile_job* job = NULL;
+  mlxn_library* built = NULL;
+  CHECK(mlxn_library_compile_start(NULL, kSource, sizeof kSource - 1, "c-abi.metal", NULL, 0, &job, msg, cap) ==
+            MLXN_ERR_INVALID_ARGUMENT,
+        "compile_start without a device");
+  CHECK(mlxn_compile_job_done(NULL) == 0, "done of a null job");
+  CHECK(mlxn_compile_job_finish(NULL, &built, msg, cap) == MLXN_ERR_INVALID_ARGUMENT, "finish of a null job");
+  OK(mlxn_library_compile_start(device, kSource, sizeof kSource - 1, "c-abi.metal", constant, 1, &job, msg, cap));
+  const struct timespec ms = {0, 1000000};
+  while (!mlxn_compile_job_done(job)) nanosleep(&ms, NULL);
+  CHECK(mlxn_compile_job_finish(job, NULL, msg, cap) == MLXN_ERR_INVALID_ARGUMENT, "finish without out");
+  OK(mlxn_compile_job_finish(job, &built, msg, cap));
+  char built_names[64];
+  CHECK(mlxn_library_kernel_names(built, built_names, sizeof built_names) == strlen("scale_add"), "job's kernels");
+  mlxn_library_release(built);
+  built = (mlxn_library*)&job;
+  OK(mlxn_library_compile_start(device, bad, sizeof bad - 1, "broken.metal", NULL, 0, &job, msg, cap));
+  CHECK(mlxn_compile_job_finish(job, &built, msg, cap) == MLXN_ERR_SHADER_COMPILATION && built == NULL &&
+            strstr(msg, "broken.metal:2:"),
+        "job's compile error: %s", msg);
+
   char names[64];
   CHECK(mlxn_library_kernel_names(library, names, sizeof names) == strlen("scale_add") &&
             strcmp(names, "scale_add") == 0,
@@ -193,7 +217,11 @@ int main(void) {
   mlxn_pipeline_release(pipeline);
   mlxn_library_release(library);
   mlxn_buffer_release(out);
+  // A job holds its device open: closing the device first is safe.
+  OK(mlxn_library_compile_start(device, kSource, sizeof kSource - 1, "c-abi.metal", constant, 1, &job, msg, cap));
   mlxn_device_close(device);
+  OK(mlxn_compile_job_finish(job, &built, msg, cap));
+  mlxn_library_release(built);
   printf("c-abi: %d checks passed\n", checks);
   return 0;
 }

@@ -170,6 +170,43 @@ int main() {
             has("broken.metal:3:") && has("undefined_name"),
         "%s", msg);
 
+  // Compiling on the library's thread: the compile's own errors, at finish;
+  // the job holds the device open, so it may be closed before the finish.
+  {
+    mlxn_compile_job* job = nullptr;
+    mlxn_library* got = nullptr;
+    CHECK(mlxn_library_compile_start(nullptr, bad, std::strlen(bad), "broken.metal", nullptr, 0, &job, msg,
+                                     sizeof msg) == MLXN_ERR_INVALID_ARGUMENT && job == nullptr,
+          "start without a device");
+    CHECK(mlxn_compile_job_done(nullptr) == 0, "done of a null job");
+    CHECK(mlxn_compile_job_finish(nullptr, &got, msg, sizeof msg) == MLXN_ERR_INVALID_ARGUMENT, "finish of null");
+    CHECK(mlxn_library_compile_start(dev, bad, std::strlen(bad), "broken.metal", nullptr, 0, &job, msg,
+                                     sizeof msg) == MLXN_OK && job != nullptr,
+          "%s", msg);
+    while (!mlxn_compile_job_done(job)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(mlxn_compile_job_finish(job, nullptr, msg, sizeof msg) == MLXN_ERR_INVALID_ARGUMENT, "finish without out");
+    CHECK(mlxn_compile_job_finish(job, &got, msg, sizeof msg) == MLXN_ERR_SHADER_COMPILATION && got == nullptr &&
+              has("broken.metal:3:") && has("undefined_name"),
+          "%s", msg);
+    CHECK(mlxn_library_compile_start(dev, kSource, std::strlen(kSource), "x.metal\n#error", nullptr, 0, &job, msg,
+                                     sizeof msg) == MLXN_OK,
+          "%s", msg);
+    CHECK(mlxn_compile_job_finish(job, &got, msg, sizeof msg) == MLXN_ERR_INVALID_ARGUMENT &&
+              has("without control characters"),
+          "%s", msg);
+    mlxn_device* other = nullptr;
+    CHECK(mlxn_device_open(0, &other, msg, sizeof msg) == MLXN_OK, "%s", msg);
+    CHECK(mlxn_library_compile_start(other, kSource, std::strlen(kSource), "job.metal", nullptr, 0, &job, msg,
+                                     sizeof msg) == MLXN_OK,
+          "%s", msg);
+    mlxn_device_close(other);
+    CHECK(mlxn_compile_job_finish(job, &got, msg, sizeof msg) == MLXN_OK && got != nullptr, "%s", msg);
+    char job_names[256];
+    mlxn_library_kernel_names(got, job_names, sizeof job_names);
+    CHECK(std::strcmp(job_names, "add_delta\ntg_reverse") == 0, "%s", job_names);
+    mlxn_library_release(got);  // the device's last reference
+  }
+
   // A name with a control character would reach the generated C++ (#line).
   CHECK(mlxn_library_compile(dev, kSource, std::strlen(kSource), "x.metal\n#error injected", nullptr, 0, &lib, msg,
                              sizeof msg) == MLXN_ERR_INVALID_ARGUMENT &&

@@ -1,0 +1,176 @@
+// Elementwise arithmetic and dtype casts (CUDA), entry names and bindings as
+// shaders/elementwise.metal:
+//   elementwise_add_<t>:        out = a + b
+//   elementwise_mul_<t>:        out = a * b
+//   elementwise_add_scaled_<t>: out = a + s * b   (fmaf: one rounding in f32)
+//   scalar_mul_<t>:             out = x * s
+//   cast_<from>_to_<to>:        out = x in <to>
+// Arithmetic in f32, rounded once to the output dtype (nearest even); the
+// casts widen exactly to f32 and round once (overflow to +-inf, NaN stays
+// NaN, subnormals kept: no conversion here flushes).
+//
+// Memory-bound: each thread takes VEC consecutive elements, VEC = 16 bytes
+// of the narrower of input and output (4 f32, 8 f16/bf16; 8 for a cast
+// between f32 and a 16-bit type, so its f32 side moves two 16-byte vectors),
+// grid (ceil(n / (256 * VEC)), 1, 1) blocks of 256 threads. A thread whose
+// VEC elements lie inside the array and whose pointers are 16-byte aligned
+// (every view is) moves them as 16-byte vectors; the last, partial group and
+// unaligned bindings go element by element. A thread writes only the
+// elements it read, so the output may be an input's buffer (in place).
+
+namespace {
+
+enum Op { ADD = 0, MUL = 1, ADD_SCALED = 2 };
+
+// N elements at p (16-byte aligned) as floats: N / VecOf<T>::N vectors.
+template <int N, typename T>
+__device__ __forceinline__ void load_n(const T* p, float (&v)[N]) {
+    constexpr int V = VecOf<T>::N;
+    static_assert(N % V == 0, "whole vectors");
+#pragma unroll
+    for (int k = 0; k < N / V; ++k) {
+        float t[V];
+        load_vec(p + k * V, t);
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[k * V + j] = t[j];
+    }
+}
+
+// N floats rounded to T and stored at p (16-byte aligned) as N / VecOf<T>::N vectors.
+template <int N, typename T>
+__device__ __forceinline__ void store_n(T* p, const float (&v)[N]) {
+    constexpr int V = VecOf<T>::N;
+    static_assert(N % V == 0, "whole vectors");
+#pragma unroll
+    for (int k = 0; k < N / V; ++k) {
+        float t[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) t[j] = v[k * V + j];
+        store_vec(p + k * V, t);
+    }
+}
+
+template <int OP>
+__device__ __forceinline__ float apply(float x, float y, float s) {
+    return OP == ADD ? x + y : OP == MUL ? x * y : fmaf(s, y, x);
+}
+
+// The first element of this thread's group of VEC.
+template <int VEC>
+__device__ __forceinline__ u64 group_start() {
+    return (u64(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
+}
+
+template <typename T, int OP>
+__device__ __forceinline__ void binary(const T* a, const T* b, T* out, u64 n, float s) {
+    constexpr int VEC = VecOf<T>::N;
+    const u64 first = group_start<VEC>();
+    if (first >= n) return;
+    if (first + VEC <= n && aligned16(a + first) && aligned16(b + first) && aligned16(out + first)) {
+        float x[VEC], y[VEC];
+        load_n(a + first, x);
+        load_n(b + first, y);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) x[j] = apply<OP>(x[j], y[j], s);
+        store_n(out + first, x);
+    } else {
+        const u64 end = min(n, first + VEC);
+        for (u64 i = first; i < end; ++i) out[i] = from_f<T>(apply<OP>(to_f(a[i]), to_f(b[i]), s));
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void scale(const T* x, T* out, u64 n, float s) {
+    constexpr int VEC = VecOf<T>::N;
+    const u64 first = group_start<VEC>();
+    if (first >= n) return;
+    if (first + VEC <= n && aligned16(x + first) && aligned16(out + first)) {
+        float v[VEC];
+        load_n(x + first, v);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v[j] *= s;
+        store_n(out + first, v);
+    } else {
+        const u64 end = min(n, first + VEC);
+        for (u64 i = first; i < end; ++i) out[i] = from_f<T>(to_f(x[i]) * s);
+    }
+}
+
+template <typename From, typename To>
+__device__ __forceinline__ void convert(const From* x, To* out, u64 n) {
+    constexpr int VEC = VecOf<From>::N > VecOf<To>::N ? VecOf<From>::N : VecOf<To>::N;
+    const u64 first = group_start<VEC>();
+    if (first >= n) return;
+    if (first + VEC <= n && aligned16(x + first) && aligned16(out + first)) {
+        float v[VEC];
+        load_n(x + first, v);
+        store_n(out + first, v);
+    } else {
+        const u64 end = min(n, first + VEC);
+        for (u64 i = first; i < end; ++i) out[i] = from_f<To>(to_f(x[i]));
+    }
+}
+
+}  // namespace
+
+// buffer(0) a [n], (1) b [n], (2) output [n] (may be a or b), (3) ElementwiseParams.
+extern "C" __global__ void elementwise_add_f32(const float* a, const float* b, float* output, const ElementwiseParams* p) {
+    binary<float, ADD>(a, b, output, p->n_elements, 0.0f);
+}
+extern "C" __global__ void elementwise_add_f16(const __half* a, const __half* b, __half* output, const ElementwiseParams* p) {
+    binary<__half, ADD>(a, b, output, p->n_elements, 0.0f);
+}
+extern "C" __global__ void elementwise_add_bf16(const bf16* a, const bf16* b, bf16* output, const ElementwiseParams* p) {
+    binary<bf16, ADD>(a, b, output, p->n_elements, 0.0f);
+}
+extern "C" __global__ void elementwise_mul_f32(const float* a, const float* b, float* output, const ElementwiseParams* p) {
+    binary<float, MUL>(a, b, output, p->n_elements, 0.0f);
+}
+extern "C" __global__ void elementwise_mul_f16(const __half* a, const __half* b, __half* output, const ElementwiseParams* p) {
+    binary<__half, MUL>(a, b, output, p->n_elements, 0.0f);
+}
+extern "C" __global__ void elementwise_mul_bf16(const bf16* a, const bf16* b, bf16* output, const ElementwiseParams* p) {
+    binary<bf16, MUL>(a, b, output, p->n_elements, 0.0f);
+}
+
+// buffer(0) a [n], (1) b [n], (2) output [n] (may be a or b), (3) ScalarMulParams (s, n).
+extern "C" __global__ void elementwise_add_scaled_f32(const float* a, const float* b, float* output, const ScalarMulParams* p) {
+    binary<float, ADD_SCALED>(a, b, output, p->count, p->scalar);
+}
+extern "C" __global__ void elementwise_add_scaled_f16(const __half* a, const __half* b, __half* output, const ScalarMulParams* p) {
+    binary<__half, ADD_SCALED>(a, b, output, p->count, p->scalar);
+}
+extern "C" __global__ void elementwise_add_scaled_bf16(const bf16* a, const bf16* b, bf16* output, const ScalarMulParams* p) {
+    binary<bf16, ADD_SCALED>(a, b, output, p->count, p->scalar);
+}
+
+// buffer(0) input [n], (1) output [n] (may be input), (2) ScalarMulParams (s, n).
+extern "C" __global__ void scalar_mul_f32(const float* input, float* output, const ScalarMulParams* p) {
+    scale<float>(input, output, p->count, p->scalar);
+}
+extern "C" __global__ void scalar_mul_f16(const __half* input, __half* output, const ScalarMulParams* p) {
+    scale<__half>(input, output, p->count, p->scalar);
+}
+extern "C" __global__ void scalar_mul_bf16(const bf16* input, bf16* output, const ScalarMulParams* p) {
+    scale<bf16>(input, output, p->count, p->scalar);
+}
+
+// buffer(0) input [n], (1) output [n] (may be input for f16 <-> bf16), (2) ElementwiseParams.
+extern "C" __global__ void cast_f16_to_f32(const __half* input, float* output, const ElementwiseParams* p) {
+    convert<__half, float>(input, output, p->n_elements);
+}
+extern "C" __global__ void cast_f32_to_f16(const float* input, __half* output, const ElementwiseParams* p) {
+    convert<float, __half>(input, output, p->n_elements);
+}
+extern "C" __global__ void cast_bf16_to_f32(const bf16* input, float* output, const ElementwiseParams* p) {
+    convert<bf16, float>(input, output, p->n_elements);
+}
+extern "C" __global__ void cast_f32_to_bf16(const float* input, bf16* output, const ElementwiseParams* p) {
+    convert<float, bf16>(input, output, p->n_elements);
+}
+extern "C" __global__ void cast_f16_to_bf16(const __half* input, bf16* output, const ElementwiseParams* p) {
+    convert<__half, bf16>(input, output, p->n_elements);
+}
+extern "C" __global__ void cast_bf16_to_f16(const bf16* input, __half* output, const ElementwiseParams* p) {
+    convert<bf16, __half>(input, output, p->n_elements);
+}

@@ -1,0 +1,322 @@
+// elementwise: the residual add, products, scaling and dtype casts that glue
+// the layers of a model together. Kernel names, bindings and params bytes
+// are mlx-native's (src/ops/elementwise.rs: elementwise_{add,mul}_<t>,
+// scalar_mul_{f32,bf16}, cast_{f16,bf16}_to_f32 and cast_f32_to_{f16,bf16}),
+// with elementwise_add_scaled_<t>, scalar_mul_f16, cast_f16_to_bf16 and
+// cast_bf16_to_f16 added in the same style. Kernels: shaders/elementwise.metal
+// (one element per thread, as mlx-native's) and shaders/cuda/elementwise.cu
+// (16-byte vectors per thread).
+//
+// mlx-native's functions take an element count n and accept buffers of at
+// least n elements; here n is the first input's element count and every other
+// buffer holds exactly n (a prefix of a larger buffer is a view of it).
+
+import src from '../../shaders/elementwise.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/elementwise.cu' with { type: 'text' };
+import header from '../../shaders/elementwise.h' with { type: 'text' };
+import type { Buffer } from '../buffer.ts';
+import type { Device, DeviceLimits } from '../device.ts';
+import { dtypeSize, type DType } from '../dtype.ts';
+import type { Encoder } from '../encoder.ts';
+import { packFields, structLayout, type ParamField } from '../params.ts';
+import { familySources } from '../registry.ts';
+import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, invalid } from '../validate.ts';
+import { record, type OpPlan, type PlannedDispatch } from '../plan.ts';
+
+export const ELEMENTWISE_FAMILY = 'elementwise';
+/** The family's kernel sources by backend, as registered by every dispatch. */
+export const ELEMENTWISE_SOURCES = familySources(ELEMENTWISE_FAMILY, { header, metal: src, cuda: cudaSrc });
+export const ELEMENTWISE_KERNELS = [
+  'elementwise_add_f32', 'elementwise_add_f16', 'elementwise_add_bf16',
+  'elementwise_mul_f32', 'elementwise_mul_f16', 'elementwise_mul_bf16',
+  'elementwise_add_scaled_f32', 'elementwise_add_scaled_f16', 'elementwise_add_scaled_bf16',
+  'scalar_mul_f32', 'scalar_mul_f16', 'scalar_mul_bf16',
+  'cast_f16_to_f32', 'cast_f32_to_f16', 'cast_bf16_to_f32', 'cast_f32_to_bf16', 'cast_f16_to_bf16', 'cast_bf16_to_f16',
+] as const;
+/** The dtypes every kernel of the family takes. */
+export const ELEMENTWISE_DTYPES = ['f32', 'f16', 'bf16'] as const;
+export type ElementwiseDType = (typeof ELEMENTWISE_DTYPES)[number];
+/** Threads per threadgroup of the Metal kernels (mlx-native's), and per block of the CUDA ones. */
+export const ELEMENTWISE_THREADS = 256;
+/** The Metal grid counts threads in 32 bits (whole threadgroups of 256), and the params hold n as a u32. */
+export const ELEMENTWISE_MAX_ELEMENTS = 2 ** 32 - ELEMENTWISE_THREADS;
+/** The largest finite f32: scalars past it would be infinite in the params. */
+const F32_MAX = 3.4028234663852886e38;
+
+/** struct ElementwiseParams (elementwise_{add,mul}_<t> buffer 3, cast_* buffer 2). */
+export const ELEMENTWISE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'ElementwiseParams');
+/** struct ScalarMulParams (scalar_mul_<t> buffer 2, elementwise_add_scaled_<t> buffer 3). */
+export const SCALAR_MUL_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'ScalarMulParams');
+
+export function packElementwiseParams(p: { n: number }): Uint8Array {
+  return packFields(ELEMENTWISE_PARAMS_LAYOUT, { n_elements: p.n });
+}
+export function packScalarMulParams(p: { scalar: number; n: number }): Uint8Array {
+  return packFields(SCALAR_MUL_PARAMS_LAYOUT, { scalar: p.scalar, count: p.n });
+}
+
+export interface ElementwiseBinaryArgs {
+  /** [n] (any shape), f32, f16 or bf16 */
+  a: Buffer;
+  /** a's dtype and element count */
+  b: Buffer;
+  /** a's dtype and element count, output; may be a or b (in place) */
+  output: Buffer;
+}
+export interface ElementwiseAddScaledArgs extends ElementwiseBinaryArgs {
+  /** Multiplies b: output = a + scale * b; a finite f32. */
+  scale: number;
+}
+export interface ScalarMulArgs {
+  /** [n] (any shape), f32, f16 or bf16 */
+  input: Buffer;
+  /** input's dtype and element count, output; may be input (in place) */
+  output: Buffer;
+  /** A finite f32. */
+  scalar: number;
+}
+export interface CastArgs {
+  /** [n] (any shape), f32, f16 or bf16 */
+  input: Buffer;
+  /** input's element count, in another of f32, f16, bf16; may be input when both are 16-bit (in place) */
+  output: Buffer;
+}
+
+// ---- validation ----
+
+/** n, the element count of `first` (refused where the kernels cannot take it). */
+function elementCount(op: string, arg: string, first: Buffer): number {
+  const n = first.elementCount;
+  checkPositive(op, `${arg}.elementCount`, n);
+  checkAtMost(op, `${arg}.elementCount`, n, ELEMENTWISE_MAX_ELEMENTS, '2^32 - 256');
+  return n;
+}
+
+function checkScalar(op: string, arg: string, value: unknown): void {
+  if (typeof value !== 'number' || !(Math.abs(value) <= F32_MAX)) {
+    throw invalid(op, arg, `a finite number of the f32 range (|x| <= ${F32_MAX})`, value);
+  }
+}
+
+function validateBinary(op: string, a: ElementwiseBinaryArgs, device?: Device): void {
+  checkBuffer(op, 'a', a.a, device);
+  checkBuffer(op, 'b', a.b, device);
+  checkBuffer(op, 'output', a.output, device);
+  checkDtype(op, 'a', a.a, ELEMENTWISE_DTYPES);
+  checkDtype(op, 'b', a.b, a.a.dtype);
+  checkDtype(op, 'output', a.output, a.a.dtype);
+  const n = elementCount(op, 'a', a.a);
+  checkElements(op, 'b', a.b, n);
+  checkElements(op, 'output', a.output, n);
+  // In place (output over exactly a or b) is safe: each thread reads only the
+  // elements it writes.
+  checkNoAliasing(op, [['a', a.a], ['b', a.b], ['output', a.output]], ['output'],
+    'an element of output over another element of an input', [['output', 'a'], ['output', 'b']]);
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateElementwiseAdd(a: ElementwiseBinaryArgs, device?: Device): void {
+  validateBinary('elementwise_add', a, device);
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateElementwiseMul(a: ElementwiseBinaryArgs, device?: Device): void {
+  validateBinary('elementwise_mul', a, device);
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateElementwiseAddScaled(a: ElementwiseAddScaledArgs, device?: Device): void {
+  const op = 'elementwise_add_scaled';
+  checkScalar(op, 'scale', a.scale);
+  validateBinary(op, a, device);
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateScalarMul(a: ScalarMulArgs, device?: Device): void {
+  const op = 'scalar_mul';
+  checkScalar(op, 'scalar', a.scalar);
+  checkBuffer(op, 'input', a.input, device);
+  checkBuffer(op, 'output', a.output, device);
+  checkDtype(op, 'input', a.input, ELEMENTWISE_DTYPES);
+  checkDtype(op, 'output', a.output, a.input.dtype);
+  const n = elementCount(op, 'input', a.input);
+  checkElements(op, 'output', a.output, n);
+  checkNoAliasing(op, [['input', a.input], ['output', a.output]], ['output'],
+    'an element of output over another element of input', [['output', 'input']]);
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateCast(a: CastArgs, device?: Device): void {
+  const op = 'cast';
+  checkBuffer(op, 'input', a.input, device);
+  checkBuffer(op, 'output', a.output, device);
+  checkDtype(op, 'input', a.input, ELEMENTWISE_DTYPES);
+  const from = a.input.dtype;
+  checkDtype(op, 'output', a.output, ELEMENTWISE_DTYPES.filter((t) => t !== from));
+  const n = elementCount(op, 'input', a.input);
+  checkElements(op, 'output', a.output, n);
+  // Over exactly input's bytes (an f16 <-> bf16 cast) each thread reads its
+  // elements before it writes them; any other overlap is refused.
+  checkNoAliasing(op, [['input', a.input], ['output', a.output]], ['output'],
+    'an element of output over another element of input', [['output', 'input']]);
+}
+
+// ---- plans ----
+
+/** Elements per CUDA thread: one 16-byte vector of the narrower dtype. */
+export function elementwiseVector(from: DType, to: DType = from): number {
+  return 16 / Math.min(dtypeSize(from), dtypeSize(to));
+}
+
+/**
+ * The launch of n elements: Metal one per thread, min(256, n) a threadgroup;
+ * CUDA one vector of `vec` elements per thread, 256 a block.
+ */
+export function elementwiseLaunch(n: number, vec: number, limits: DeviceLimits): Pick<PlannedDispatch, 'grid' | 'threads' | 'cuda'> {
+  const threads = Math.min(ELEMENTWISE_THREADS, n, limits.maxThreadsPerThreadgroup);
+  const cudaThreads = Math.min(ELEMENTWISE_THREADS, limits.maxThreadsPerThreadgroup);
+  return {
+    grid: [Math.ceil(n / threads), 1, 1],
+    threads: [threads, 1, 1],
+    cuda: { grid: [Math.ceil(n / (cudaThreads * vec)), 1, 1], threads: [cudaThreads, 1, 1] },
+  };
+}
+
+function planOf(d: PlannedDispatch): OpPlan {
+  return { family: ELEMENTWISE_FAMILY, sources: ELEMENTWISE_SOURCES, kernels: ELEMENTWISE_KERNELS, dispatches: [d] };
+}
+
+/**
+ * elementwise_add: output[i] = a[i] + b[i], in f32 and rounded once to the
+ * dtype (nearest even): the correctly rounded sum. The residual add.
+ *
+ * Layouts: a, b, output of n elements (any shapes), one dtype: f32, f16 or
+ * bf16; output may be a's or b's buffer.
+ * Kernels: elementwise_add_<dtype>. Bindings: 0 a, 1 b, 2 output, 3
+ * ElementwiseParams (n_elements).
+ * Grid: (ceil(n / 256), 1, 1) threadgroups of min(256, n) threads, one
+ * element each; the CUDA twin gives each thread one 16-byte vector.
+ */
+export function elementwiseAdd(enc: Encoder, args: ElementwiseBinaryArgs): void {
+  record(enc, planElementwiseAdd(args, enc.device.limits, enc.device));
+}
+
+/** elementwiseAdd's plan: validates, then one dispatch (see elementwiseAdd). */
+export function planElementwiseAdd(a: ElementwiseBinaryArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateElementwiseAdd(a, device);
+  const n = a.a.elementCount;
+  return planOf({
+    kernel: `elementwise_add_${a.a.dtype}`,
+    buffers: [a.a, a.b, a.output],
+    bytes: [, , , packElementwiseParams({ n })],
+    ...elementwiseLaunch(n, elementwiseVector(a.a.dtype), limits),
+  });
+}
+
+/**
+ * elementwise_mul: output[i] = a[i] * b[i], in f32 and rounded once to the
+ * dtype (nearest even): the correctly rounded product.
+ *
+ * Layouts, bindings and grid as elementwiseAdd's. Kernels: elementwise_mul_<dtype>.
+ */
+export function elementwiseMul(enc: Encoder, args: ElementwiseBinaryArgs): void {
+  record(enc, planElementwiseMul(args, enc.device.limits, enc.device));
+}
+
+/** elementwiseMul's plan: validates, then one dispatch (see elementwiseMul). */
+export function planElementwiseMul(a: ElementwiseBinaryArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateElementwiseMul(a, device);
+  const n = a.a.elementCount;
+  return planOf({
+    kernel: `elementwise_mul_${a.a.dtype}`,
+    buffers: [a.a, a.b, a.output],
+    bytes: [, , , packElementwiseParams({ n })],
+    ...elementwiseLaunch(n, elementwiseVector(a.a.dtype), limits),
+  });
+}
+
+/**
+ * elementwise_add_scaled: output[i] = a[i] + scale * b[i], one f32 fused
+ * multiply-add rounded once more to the dtype: a residual add with the
+ * sublayer's output scaled (scale 1 is elementwiseAdd's result). Not in
+ * mlx-native; added in its style, with its ScalarMulParams as the params.
+ *
+ * Layouts: as elementwiseAdd's; scale a finite f32.
+ * Kernels: elementwise_add_scaled_<dtype>. Bindings: 0 a, 1 b, 2 output, 3
+ * ScalarMulParams (scalar = scale, count = n).
+ * Grid: as elementwiseAdd's.
+ */
+export function elementwiseAddScaled(enc: Encoder, args: ElementwiseAddScaledArgs): void {
+  record(enc, planElementwiseAddScaled(args, enc.device.limits, enc.device));
+}
+
+/** elementwiseAddScaled's plan: validates, then one dispatch (see elementwiseAddScaled). */
+export function planElementwiseAddScaled(a: ElementwiseAddScaledArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateElementwiseAddScaled(a, device);
+  const n = a.a.elementCount;
+  return planOf({
+    kernel: `elementwise_add_scaled_${a.a.dtype}`,
+    buffers: [a.a, a.b, a.output],
+    bytes: [, , , packScalarMulParams({ scalar: a.scale, n })],
+    ...elementwiseLaunch(n, elementwiseVector(a.a.dtype), limits),
+  });
+}
+
+/**
+ * scalar_mul: output[i] = input[i] * scalar, in f32 and rounded once to the
+ * dtype (Gemma's embedding scale by sqrt(hidden), a layer scalar).
+ * mlx-native has the f32 and bf16 kernels; scalar_mul_f16 is added.
+ *
+ * Layouts: input, output of n elements (any shapes), one dtype: f32, f16 or
+ * bf16; output may be input's buffer; scalar a finite f32.
+ * Kernels: scalar_mul_<dtype>. Bindings: 0 input, 1 output, 2
+ * ScalarMulParams (scalar, count = n).
+ * Grid: as elementwiseAdd's.
+ */
+export function scalarMul(enc: Encoder, args: ScalarMulArgs): void {
+  record(enc, planScalarMul(args, enc.device.limits, enc.device));
+}
+
+/** scalarMul's plan: validates, then one dispatch (see scalarMul). */
+export function planScalarMul(a: ScalarMulArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateScalarMul(a, device);
+  const n = a.input.elementCount;
+  return planOf({
+    kernel: `scalar_mul_${a.input.dtype}`,
+    buffers: [a.input, a.output],
+    bytes: [, , packScalarMulParams({ scalar: a.scalar, n })],
+    ...elementwiseLaunch(n, elementwiseVector(a.input.dtype), limits),
+  });
+}
+
+/**
+ * cast: output[i] = input[i] in output's dtype, between f32, f16 and bf16 in
+ * every direction. Each value is rounded once (through f32, which holds every
+ * f16 and bf16 exactly): nearest even, ties to the even significand; values
+ * past the largest finite value of the dtype (after rounding) become +-inf;
+ * NaN stays NaN (its payload may change); subnormals are kept, not flushed.
+ * mlx-native has the casts to and from f32; cast_f16_to_bf16 and
+ * cast_bf16_to_f16 are added.
+ *
+ * Layouts: input, output of n elements (any shapes), two different dtypes;
+ * output may be input's buffer when both are 16-bit.
+ * Kernels: cast_<from>_to_<to>. Bindings: 0 input, 1 output, 2
+ * ElementwiseParams (n_elements).
+ * Grid: as elementwiseAdd's; the CUDA twin's vectors are 16 bytes of the
+ * 16-bit side (8 elements).
+ */
+export function cast(enc: Encoder, args: CastArgs): void {
+  record(enc, planCast(args, enc.device.limits, enc.device));
+}
+
+/** cast's plan: validates, then one dispatch (see cast). */
+export function planCast(a: CastArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateCast(a, device);
+  const n = a.input.elementCount;
+  return planOf({
+    kernel: `cast_${a.input.dtype}_to_${a.output.dtype}`,
+    buffers: [a.input, a.output],
+    bytes: [, , packElementwiseParams({ n })],
+    ...elementwiseLaunch(n, elementwiseVector(a.input.dtype, a.output.dtype), limits),
+  });
+}
