@@ -1,8 +1,8 @@
-// Times rms_norm, softmax, softcap, the elementwise family and the gated
-// activations (silu_mul, gelu_tanh_mul, sigmoid_mul and their halves forms,
-// gelu) with the encoder's GPU time, at the shapes of Gemma 4 and Qwen3.6
-// layers: per case a warm-up commit, then 5 commits of `iters` back-to-back
-// dispatches; time per dispatch = median of
+// Times rms_norm, softmax, softcap, the elementwise family, embedding,
+// kv_cache_copy and the gated activations (silu_mul, gelu_tanh_mul,
+// sigmoid_mul and their halves forms, gelu) with the encoder's GPU time, at
+// the shapes of Gemma 4 and Qwen3.6 layers: per case a warm-up commit, then 5
+// commits of `iters` back-to-back dispatches; time per dispatch = median of
 // gpuTimeNs / iters. Prints the time, the bytes each dispatch must move
 // (inputs read once, outputs written once) and the rate they imply.
 //
@@ -14,6 +14,8 @@ import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
 import { cast, elementwiseAdd, elementwiseAddScaled, elementwiseMul, scalarMul } from '../ts/ops/elementwise.ts';
 import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
 import { softcap, softmax } from '../ts/ops/softmax.ts';
+import { embedding } from '../ts/ops/embedding.ts';
+import { kvCacheCopySeqDual } from '../ts/ops/kv_cache_copy.ts';
 import { gelu, geluTanhMul, geluTanhMulHalves } from '../ts/ops/gelu.ts';
 import { sigmoidMul, sigmoidMulHalves } from '../ts/ops/sigmoid_mul.ts';
 import { siluMul, siluMulHalves } from '../ts/ops/silu_mul.ts';
@@ -75,7 +77,7 @@ function cases(): Case[] {
     const y = dev.alloc('bf16', [n]);
     out.push({ name: `softcap bf16 [${n}] cap 30`, bytes: 4 * n, record: (e) => softcap(e, { input: x, output: y, cap: 30 }) });
   }
-  out.push(...elementwiseCases());
+  out.push(...elementwiseCases(), ...embeddingCases(), ...kvCacheCopyCases());
   out.push(...siluMulCases(), ...geluCases(), ...sigmoidMulCases());
   return out;
 }
@@ -110,6 +112,56 @@ function elementwiseCases(): Case[] {
   return out;
 }
 // ---- end of elementwise ----
+
+// ---- embedding: Gemma 4 31B's table (262144 x 5376 bf16, scaled by sqrt(5376)) ----
+// Floor: the rows read and written once, plus the ids.
+function embeddingCases(): Case[] {
+  const out: Case[] = [];
+  const [vocab, hidden] = small ? [512, 256] : [262144, 5376];
+  const table = dev.alloc('bf16', [vocab, hidden]);
+  // Random bf16 values in [-2, 2), one block repeated over the table (a full random fill of 2.8 GB from the host is slow).
+  const block = new Uint16Array(Math.min(vocab * hidden, 1 << 24));
+  let s = 0x2545f491;
+  for (let i = 0; i < block.length; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    block[i] = (s >>> 16) & 0xbfff;
+  }
+  for (let at = 0; at < vocab * hidden; at += block.length) table.write(block.subarray(0, Math.min(block.length, vocab * hidden - at)), at * 2);
+  for (const tokens of [small ? 16 : 8192, 1]) {
+    const ids = dev.upload('u32', [tokens], Array.from({ length: tokens }, (_, i) => (i * 2654435761) % vocab));
+    const y = dev.alloc('bf16', [tokens, hidden]);
+    const scale = Math.sqrt(hidden);
+    out.push({
+      name: `embedding bf16 [${tokens} tok, ${hidden}] of ${vocab}${tokens === 1 ? ' (decode)' : ''}`,
+      bytes: 2 * tokens * hidden * 2 + 4 * tokens,
+      record: (e) => embedding(e, { table, tokenIds: ids, output: y, vocabSize: vocab, hiddenSize: hidden, nTokens: tokens, scale }),
+    });
+  }
+  return out;
+}
+// ---- end of embedding ----
+
+// ---- kv_cache_copy: K and V of a prefill and of a decode token into bf16 caches (8 KV heads x 256) ----
+// Floor: K and V read once and written once.
+function kvCacheCopyCases(): Case[] {
+  const out: Case[] = [];
+  const [heads, headDim] = [8, 256];
+  const capacity = small ? 64 : 8192;
+  for (const [tokens, from, to] of [[small ? 32 : 8192, 'bf16', 'bf16'], [small ? 32 : 8192, 'f32', 'f16'], [1, 'bf16', 'bf16']] as const) {
+    const k = random(from, [tokens, heads, headDim]);
+    const v = random(from, [tokens, heads, headDim]);
+    const ck = dev.alloc(to, [heads, capacity, headDim]);
+    const cv = dev.alloc(to, [heads, capacity, headDim]);
+    const pos = tokens === 1 ? capacity - 1 : 0;
+    out.push({
+      name: `kv_cache_copy_seq ${from}->${to} K+V [${tokens} tok, ${heads}, ${headDim}]${tokens === 1 ? ' (decode)' : ''}`,
+      bytes: 2 * tokens * heads * headDim * (size(from) + size(to)),
+      record: (e) => kvCacheCopySeqDual(e, { srcK: k, srcV: v, cacheK: ck, cacheV: cv, nHeads: heads, headDim, capacity, seqPosStart: pos, nTokens: tokens }),
+    });
+  }
+  return out;
+}
+// ---- end of kv_cache_copy ----
 
 // ---- the gated activations: silu_mul, gelu (gelu_tanh_mul and gelu alone),
 // sigmoid_mul, each from two inputs and from rows [gate | other], bf16. A

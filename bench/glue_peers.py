@@ -1,6 +1,6 @@
 # PyTorch eager beside bench/glue.ts on the GPU machine, same shapes, timed
 # with CUDA events around `iters` calls (median of 5), and the copy ceiling
-# (a 1 GiB device-to-device copy, bytes read + written). Every case also
+# (a 1 GiB device-to-device copy, bytes read + written). Every row also
 # times torch.compile of the same computation.
 #   python3 bench/glue_peers.py
 import torch
@@ -108,6 +108,49 @@ def elementwise_cases():
 
 elementwise_cases()
 # ---- end of elementwise ----
+
+
+# ---- embedding ----
+# Gemma 4 31B's table (262144 x 5376 bf16) scaled by sqrt(5376) in bf16, as
+# Hugging Face does: 8192 tokens and one decode token. Bytes as bench/glue.ts.
+def embedding_cases():
+    vocab, hidden = 262144, 5376
+    table = torch.randn(vocab, hidden, dtype=torch.bfloat16, device=dev)
+    scale = torch.tensor(hidden**0.5, dtype=torch.bfloat16, device=dev)
+    for tokens in [8192, 1]:
+        ids = torch.randint(0, vocab, (tokens,), device=dev)
+        tag = " (decode)" if tokens == 1 else ""
+        eager_and_compiled(f"embedding bf16 [{tokens} tok, {hidden}]{tag}", lambda ids=ids: F.embedding(ids, table) * scale,
+                           2 * tokens * hidden * 2 + 4 * tokens)
+
+
+embedding_cases()
+# ---- end of embedding ----
+
+
+# ---- kv_cache_copy ----
+# K and V [tokens, 8, 256] into head-major caches [8, 8192, 256]: a prefill of
+# 8192 tokens (bf16 to bf16, f32 to f16) and one decode token at the last
+# slot. Bytes as bench/glue.ts.
+def kv_cache_copy_cases():
+    heads, head_dim, capacity = 8, 256, 8192
+    for tokens, src, dst in [(8192, torch.bfloat16, torch.bfloat16), (8192, torch.float32, torch.float16), (1, torch.bfloat16, torch.bfloat16)]:
+        k = torch.randn(tokens, heads, head_dim, dtype=src, device=dev)
+        v = torch.randn(tokens, heads, head_dim, dtype=src, device=dev)
+        ck = torch.zeros(heads, capacity, head_dim, dtype=dst, device=dev)
+        cv = torch.zeros_like(ck)
+        pos = capacity - 1 if tokens == 1 else 0
+
+        def copy(k=k, v=v, ck=ck, cv=cv, pos=pos):
+            ck[:, pos:pos + k.shape[0]].copy_(k.transpose(0, 1))
+            cv[:, pos:pos + v.shape[0]].copy_(v.transpose(0, 1))
+
+        name = f"kv_cache_copy_seq {str(src)[6:]}->{str(dst)[6:]} K+V [{tokens} tok, {heads}, {head_dim}]" + (" (decode)" if tokens == 1 else "")
+        eager_and_compiled(name, copy, 2 * k.numel() * (k.element_size() + ck.element_size()))
+
+
+kv_cache_copy_cases()
+# ---- end of kv_cache_copy ----
 
 
 # ---- the gated activations ----

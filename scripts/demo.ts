@@ -23,6 +23,11 @@
 //   causal mask, softmax over Gemma 4's 262144-token vocabulary and its final
 //   logit softcap (30).
 //   elementwise: the residual add of Gemma 4 31B (hidden 5376, bf16).
+//   embedding: Gemma 4 31B's scaled lookup (hidden 5376 bf16, times
+//   sqrt(5376) rounded to bf16 as Hugging Face does) from the first 1024
+//   rows of its vocabulary (the gather does not depend on the table's height);
+//   kv_cache_copy: a Gemma 4 sliding layer's prefill (8 KV heads of 256, bf16
+//   activations) kept in an f16 ring of its 1024-token window.
 //   the gated activations: SwiGLU over Qwen3.6-27B's fused gate_up (MLP
 //   intermediate 17408), GeGLU of Gemma 4 31B's MLP (intermediate 21504) and
 //   the sigmoid output gate of Qwen3.6 full attention (16 heads x 256).
@@ -49,6 +54,8 @@ import { ropeNeox } from '../ts/ops/rope.ts';
 import { ropeMulti } from '../ts/ops/rope_multi.ts';
 import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
 import { softcap, softmax } from '../ts/ops/softmax.ts';
+import { embedding } from '../ts/ops/embedding.ts';
+import { kvCacheCopySeqDual } from '../ts/ops/kv_cache_copy.ts';
 import { geluTanhMul } from '../ts/ops/gelu.ts';
 import { sigmoidMul } from '../ts/ops/sigmoid_mul.ts';
 import { siluMulHalves } from '../ts/ops/silu_mul.ts';
@@ -66,6 +73,8 @@ import { ropeNeoxRef } from '../ts/reference/rope.ts';
 import { ropeMultiRef } from '../ts/reference/rope_multi.ts';
 import { rmsNormRef } from '../ts/reference/rms_norm.ts';
 import { softcapRef, softmaxRef } from '../ts/reference/softmax.ts';
+import { embeddingRef } from '../ts/reference/embedding.ts';
+import { kvCacheCopySeqRef } from '../ts/reference/kv_cache_copy.ts';
 import { geluTanhMulRef } from '../ts/reference/gelu.ts';
 import { sigmoidMulRef } from '../ts/reference/sigmoid_mul.ts';
 import { siluMulHalvesRef } from '../ts/reference/silu_mul.ts';
@@ -530,6 +539,42 @@ function main(): number {
     for (const b of [x.buf, gate.buf, y]) b.release();
   }
   // --- end of the gated activations ---
+
+  // --- embedding: Gemma 4 31B's scaled lookup ---
+  {
+    const [vocab, hidden, tokens] = [1024, 5376, 16];
+    const table = stored(device, 'bf16', randn(vocab * hidden));
+    const idValues = Array.from({ length: tokens }, () => Math.floor(rng.uniform(0, vocab)));
+    const ids = device.upload('u32', [tokens], idValues);
+    const out = poisoned(device, 'bf16', tokens * hidden);
+    const scale = stored(device, 'bf16', [Math.sqrt(hidden)]).values[0]!;
+    const ms = timed(device, (enc) =>
+      embedding(enc, { table: table.buf, tokenIds: ids, output: out, vocabSize: vocab, hiddenSize: hidden, nTokens: tokens, scale }));
+    rows.push({ kernel: 'embedding_gather_scale_batch_bf16', model: 'Gemma 4 31B embedding', shape: `${tokens} tok x ${hidden} (rows of ${vocab})`,
+      err: scaledErr(out.readNumbers(), embeddingRef(table.values, idValues, vocab, hidden, scale)), tol: 1e-2, ms });
+    for (const b of [table.buf, ids, out]) b.release();
+  }
+  // --- end of embedding ---
+
+  // --- kv_cache_copy: a Gemma 4 sliding layer's prefill into its ring ---
+  {
+    const [heads, headDim, window] = [8, 256, 1024];
+    const seqLen = emu ? 1100 : 8192;
+    const n = Math.min(seqLen, window);
+    const k = stored(device, 'bf16', randn(seqLen * heads * headDim));
+    const v = stored(device, 'bf16', randn(seqLen * heads * headDim));
+    const ck = poisoned(device, 'f16', heads * window * headDim);
+    const cv = poisoned(device, 'f16', heads * window * headDim);
+    const seq = { nHeads: heads, headDim, capacity: window, seqPosStart: seqLen - n, nTokens: n, srcTokOffset: seqLen - n, ring: true };
+    const ms = timed(device, (enc) => kvCacheCopySeqDual(enc, { srcK: k.buf, srcV: v.buf, cacheK: ck, cacheV: cv, ...seq }));
+    const empty = new Float64Array(heads * window * headDim);
+    const want = (x: Float64Array) => kvCacheCopySeqRef(x, empty, heads, headDim, window, seq.seqPosStart, n, seq.srcTokOffset);
+    rows.push({ kernel: 'kv_cache_copy_seq_bf16_to_f16_kv_dual', model: 'Gemma 4 sliding KV ring',
+      shape: `${seqLen} tok -> last ${n} in ${heads} x ${window} x ${headDim}${emu ? note : ''}`,
+      err: Math.max(scaledErr(ck.readNumbers(), want(k.values)), scaledErr(cv.readNumbers(), want(v.values))), tol: 1e-3, ms });
+    for (const b of [k.buf, v.buf, ck, cv]) b.release();
+  }
+  // --- end of kv_cache_copy ---
 
   const header = ['kernel', 'model', 'shape', 'backend', 'max err', 'tol', 'time ms', ''];
   const table = rows.map((r) => [

@@ -125,6 +125,34 @@ export const CASES: Case[] = [
     make: (d) => ({ input: a(d, 'f32', 17), output: a(d, 'bf16', 17) }),
   },
   // ---- end of elementwise ----
+  // ---- embedding: row gathers by u32 ids (the ids a table: random contents are a mutation, clamped by the kernels) ----
+  ...([['bf16', 'f32'], ['f16', 'f16']] as const).map(([t, o]): Case => ({
+    fn: 'embedding', op: 'embedding',
+    keys: {
+      table: buf(['f32', 'f16', 'bf16']), tokenIds: buf(U32, { table: true }), output: out(['f32', 'f16', 'bf16']),
+      vocabSize: int, hiddenSize: int, nTokens: int, scale: { kind: 'num?' },
+    },
+    make: (d) => ({
+      table: a(d, t, 5 * 24), tokenIds: a(d, 'u32', 3), output: a(d, o, 3 * 24), vocabSize: 5, hiddenSize: 24, nTokens: 3,
+      ...(o === 'f32' ? { scale: 4.899 } : {}),
+    }),
+    fill: (args) => (args.tokenIds as Buffer).writeNumbers([4, 0, 2]),
+  })),
+  {
+    fn: 'embeddingToken', op: 'embedding_token',
+    keys: {
+      table: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), tokenId: { kind: 'nonneg' },
+      vocabSize: int, hiddenSize: int, scale: { kind: 'num?' },
+    },
+    make: (d) => ({ table: a(d, 'bf16', 4 * 40), output: a(d, 'bf16', 40), tokenId: 3, vocabSize: 4, hiddenSize: 40, scale: 6.3 }),
+  },
+  {
+    fn: 'gather', op: 'gather',
+    keys: { src: buf(['f32', 'f16', 'bf16']), indices: buf(U32, { table: true }), output: out(['f32', 'f16', 'bf16']), srcRows: int, rowWidth: int, nIndices: int },
+    make: (d) => ({ src: a(d, 'f32', 6 * 5), indices: a(d, 'u32', 4), output: a(d, 'f32', 4 * 5), srcRows: 6, rowWidth: 5, nIndices: 4 }),
+    fill: (args) => (args.indices as Buffer).writeNumbers([5, 1, 1, 0]),
+  },
+  // ---- end of embedding ----
   {
     fn: 'flashAttnVec', op: 'flash_attn_vec',
     keys: FLASH_ATTN_VEC_KEYS,
@@ -212,6 +240,44 @@ export const CASES: Case[] = [
       batch: 1, seqLen: 64, nQkHeads: 1, nHeads: 1, kDim: 128, vDim: 32, bt: 64,
     }),
   },
+  // ---- kv_cache_copy: the cache is written where the positions say, the rest kept ----
+  {
+    fn: 'kvCacheCopy', op: 'kv_cache_copy',
+    // The source holds at least nNew rows (mlx-native's rule): its count is free.
+    keys: {
+      src: buf(['f32', 'f16', 'bf16'], { freeCount: true }), cache: out(['f32', 'f16', 'bf16']), writePos: { kind: 'nonneg' },
+      rowSize: int, nNew: { kind: 'nonneg' }, cacheCap: int, isSliding: { kind: 'bool' },
+    },
+    make: (d) => ({ src: a(d, 'f16', 16), cache: a(d, 'f16', 32), writePos: 3, rowSize: 8, nNew: 2, cacheCap: 4, isSliding: true }),
+  },
+  {
+    fn: 'kvCacheCopyBatch', op: 'kv_cache_copy_batch',
+    keys: { src: buf(F), cache: out(['f32', 'f16']), nHeads: int, headDim: int, capacity: int, seqPos: { kind: 'nonneg' } },
+    make: (d) => ({ src: a(d, 'f32', 16), cache: a(d, 'f16', 48), nHeads: 2, headDim: 8, capacity: 3, seqPos: 2 }),
+  },
+  {
+    fn: 'kvCacheCopySeq', op: 'kv_cache_copy_seq',
+    keys: {
+      src: buf(['f32', 'f16', 'bf16'], { freeCount: true }), cache: out(['f32', 'f16', 'bf16']), nHeads: int, headDim: int, capacity: int,
+      seqPosStart: { kind: 'nonneg' }, nTokens: { kind: 'nonneg' }, srcTokOffset: { kind: 'nonneg?' }, ring: { kind: 'bool?' },
+    },
+    make: (d) => ({
+      src: a(d, 'bf16', 80), cache: a(d, 'f16', 64), nHeads: 2, headDim: 8, capacity: 4, seqPosStart: 5, nTokens: 3, srcTokOffset: 2, ring: true,
+    }),
+  },
+  {
+    fn: 'kvCacheCopySeqDual', op: 'kv_cache_copy_seq_dual',
+    keys: {
+      srcK: buf(['f32', 'f16', 'bf16'], { freeCount: true }), srcV: buf(['f32', 'f16', 'bf16'], { freeCount: true }),
+      cacheK: out(['f32', 'f16', 'bf16']), cacheV: out(['f32', 'f16', 'bf16']), nHeads: int, headDim: int, capacity: int,
+      seqPosStart: { kind: 'nonneg' }, nTokens: { kind: 'nonneg' }, srcTokOffset: { kind: 'nonneg?' }, ring: { kind: 'bool?' },
+    },
+    make: (d) => ({
+      srcK: a(d, 'f32', 48), srcV: a(d, 'f32', 48), cacheK: a(d, 'bf16', 96), cacheV: a(d, 'bf16', 96),
+      nHeads: 2, headDim: 8, capacity: 6, seqPosStart: 1, nTokens: 3,
+    }),
+  },
+  // ---- end of kv_cache_copy ----
   {
     fn: 'l2Norm', op: 'l2_norm',
     keys: { x: buf(['f32', 'f16', 'bf16']), y: out(['f32', 'f16', 'bf16']), rows: int, dim: int, eps: { kind: 'nonneg?' } },

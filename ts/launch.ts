@@ -43,3 +43,35 @@ export function warpRowsLaunch(rows: number, n: number, limits: LaunchLimits): {
   const r = [8, 4, 2].find((k) => rows % k === 0 && 32 * k <= limits.maxThreadsPerThreadgroup);
   return r === undefined ? null : { grid: [rows / r, 1, 1], threads: [32, r, 1] };
 }
+
+/** Steps each thread of copy_rows (shaders/cuda/common.cuh) issues before storing them. */
+export const ROW_COPY_STEPS = 4;
+/** Threads per block of the copy_rows launch. */
+export const ROW_COPY_THREADS = 256;
+/** Blocks a small copy is spread over at least (where it has the steps): two per SM of an H100 or H200 (132 SMs). */
+export const ROW_COPY_FILL_BLOCKS = 264;
+
+/**
+ * Elements one step of copy_rows moves from a source of srcBytes per element
+ * to a destination of dstBytes: 16 bytes of the narrower.
+ */
+export function rowCopyUnit(srcBytes: number, dstBytes: number): number {
+  return 16 / Math.min(srcBytes, dstBytes);
+}
+
+/**
+ * The CUDA launch of a kernel built on copy_rows, for rows rows of len
+ * elements moved in steps of `unit`: blocks of 256 threads, ROW_COPY_STEPS
+ * steps a thread where there are enough to fill the device, else one step a
+ * thread over up to ROW_COPY_FILL_BLOCKS blocks (any grid covers the rows:
+ * the kernel strides over them).
+ */
+export function rowCopyLaunch(rows: number, len: number, unit: number, limits: LaunchLimits): {
+  grid: [number, number, number]; threads: [number, number, number];
+} {
+  const steps = rows * Math.ceil(len / unit);
+  const threads = Math.min(ROW_COPY_THREADS, limits.maxThreadsPerThreadgroup);
+  const full = Math.ceil(steps / (threads * ROW_COPY_STEPS));
+  const blocks = Math.max(full, Math.min(Math.ceil(steps / threads), ROW_COPY_FILL_BLOCKS));
+  return { grid: [blocks, 1, 1], threads: [threads, 1, 1] };
+}

@@ -221,3 +221,131 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool live
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
+
+// ---- row copies (embedding, kv_cache_copy) ----
+
+template <typename A, typename B> struct SameType { static constexpr bool value = false; };
+template <typename A> struct SameType<A, A> { static constexpr bool value = true; };
+
+// Elements a row copy moves per step: 16 bytes of the narrower of the source
+// and destination types (4 f32, 8 of a 16-bit type; 8 when one side is f32
+// and the other 16-bit, i.e. 32 bytes of the f32 side).
+template <typename S, typename D> struct RowCopyUnit {
+    static constexpr int N = 16 / (sizeof(S) < sizeof(D) ? sizeof(S) : sizeof(D));
+};
+// Steps a thread issues before it stores any of them (loads in flight).
+constexpr int ROW_COPY_STEPS = 4;
+
+// The VecOf<T>::N elements of T held in 16 raw bytes, widened to floats.
+template <typename T> __device__ __forceinline__ void unpack16(uint4 t, float* v);
+template <> __device__ __forceinline__ void unpack16<float>(uint4 t, float* v) {
+    v[0] = __uint_as_float(t.x); v[1] = __uint_as_float(t.y); v[2] = __uint_as_float(t.z); v[3] = __uint_as_float(t.w);
+}
+template <> __device__ __forceinline__ void unpack16<__nv_bfloat16>(uint4 t, float* v) {
+    const u32 w[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        v[2 * i]     = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+template <> __device__ __forceinline__ void unpack16<__half>(uint4 t, float* v) {
+    unpack_f16x8(t, *reinterpret_cast<float(*)[8]>(v));
+}
+
+// Floats rounded to T and stored as aligned 16-byte vectors (N a multiple of
+// T's vector).
+template <typename T, int N>
+__device__ __forceinline__ void store_elems(T* p, const float (&v)[N]) {
+    constexpr int V = VecOf<T>::N;
+#pragma unroll
+    for (int c = 0; c < N / V; ++c) {
+        float t[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) t[j] = v[c * V + j];
+        store_vec(p + c * V, t);
+    }
+}
+
+// Copies n_rows rows of len elements: row r reads src + s * len and writes
+// dst + d * len, where map(r, s, d) sets the row offsets s and d (u64).
+// SCALED multiplies by scale in f32; otherwise elements of one type move as
+// raw bytes, and others are converted (round to nearest even). The rows are
+// cut into steps of N elements; with G threads in the grid, a thread takes
+// steps t, t + G, ..., ROW_COPY_STEPS of them, issuing their loads (held as
+// raw 16-byte words) before it converts and stores them, then moves on by
+// ROW_COPY_STEPS * G: any grid and block size covers the rows, a warp's
+// steps are adjacent, and a small grid leaves no thread idle. Steps move
+// 16-byte vectors when len is a multiple of N and both base pointers are
+// 16-byte aligned, else scalar elements. Requires n_rows * ceil(len / N) < 2^32.
+template <typename S, typename D, bool SCALED, typename Map>
+__device__ __forceinline__ void copy_rows(const S* __restrict__ src, D* __restrict__ dst, u32 n_rows, u32 len,
+                                          float scale, Map map) {
+    constexpr int N = RowCopyUnit<S, D>::N;
+    constexpr int K = ROW_COPY_STEPS;
+    constexpr bool RAW = !SCALED && SameType<S, D>::value;
+    constexpr int W = int(N * sizeof(S) / 16);  // 16-byte words of source per step
+    const u32 per_row = (len + N - 1) / N;
+    const u64 total = u64(n_rows) * per_row;
+    const u64 grid = u64(gridDim.x) * blockDim.x;
+    const bool vec = len % N == 0 && aligned16(src) && aligned16(dst);
+    for (u64 first = u64(blockIdx.x) * blockDim.x + threadIdx.x; first < total; first += grid * K) {
+        u64 so[K], dof[K];
+        u32 e[K];
+        bool live[K];
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const u64 step = first + u64(k) * grid;
+            live[k] = step < total;
+            so[k] = dof[k] = 0;
+            e[k] = 0;
+            if (live[k]) {
+                const u32 r = u32(step) / per_row;
+                e[k] = (u32(step) - r * per_row) * N;
+                u64 s, d;
+                map(r, s, d);
+                so[k] = s * len + e[k];
+                dof[k] = d * len + e[k];
+            }
+        }
+        if (vec) {
+            uint4 w[K][W];
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                if (!live[k]) continue;
+#pragma unroll
+                for (int c = 0; c < W; ++c) w[k][c] = reinterpret_cast<const uint4*>(src + so[k])[c];
+            }
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                if (!live[k]) continue;
+                if constexpr (RAW) {
+#pragma unroll
+                    for (int c = 0; c < W; ++c) reinterpret_cast<uint4*>(dst + dof[k])[c] = w[k][c];
+                } else {
+                    float v[N];
+#pragma unroll
+                    for (int c = 0; c < W; ++c) unpack16<S>(w[k][c], v + c * VecOf<S>::N);
+                    if constexpr (SCALED) {
+#pragma unroll
+                        for (int j = 0; j < N; ++j) v[j] *= scale;
+                    }
+                    store_elems<D, N>(dst + dof[k], v);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                if (!live[k]) continue;
+                for (u32 j = 0; j < u32(N) && e[k] + j < len; ++j) {
+                    if constexpr (RAW) {
+                        dst[dof[k] + j] = src[so[k] + j];
+                    } else {
+                        const float x = to_f(src[so[k] + j]);
+                        dst[dof[k] + j] = from_f<D>(SCALED ? x * scale : x);
+                    }
+                }
+            }
+        }
+    }
+}
