@@ -1,5 +1,7 @@
-// Times rms_norm, softmax, softcap, the elementwise family, embedding and
-// kv_cache_copy with the encoder's GPU time, at the shapes of Gemma 4 and Qwen3.6 layers: per case a warm-up commit, then 5
+// Times rms_norm, softmax, softcap, the elementwise family, embedding,
+// kv_cache_copy and the gated activations (silu_mul, gelu_tanh_mul,
+// sigmoid_mul and their halves forms, gelu) with the encoder's GPU time, at
+// the shapes of Gemma 4 and Qwen3.6 layers: per case a warm-up commit, then 5
 // commits of `iters` back-to-back dispatches; time per dispatch = median of
 // gpuTimeNs / iters. Prints the time, the bytes each dispatch must move
 // (inputs read once, outputs written once) and the rate they imply.
@@ -14,6 +16,9 @@ import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
 import { softcap, softmax } from '../ts/ops/softmax.ts';
 import { embedding } from '../ts/ops/embedding.ts';
 import { kvCacheCopySeqDual } from '../ts/ops/kv_cache_copy.ts';
+import { gelu, geluTanhMul, geluTanhMulHalves } from '../ts/ops/gelu.ts';
+import { sigmoidMul, sigmoidMulHalves } from '../ts/ops/sigmoid_mul.ts';
+import { siluMul, siluMulHalves } from '../ts/ops/silu_mul.ts';
 
 const small = process.argv.includes('--small');
 const dev = Device.open();
@@ -73,6 +78,7 @@ function cases(): Case[] {
     out.push({ name: `softcap bf16 [${n}] cap 30`, bytes: 4 * n, record: (e) => softcap(e, { input: x, output: y, cap: 30 }) });
   }
   out.push(...elementwiseCases(), ...embeddingCases(), ...kvCacheCopyCases());
+  out.push(...siluMulCases(), ...geluCases(), ...sigmoidMulCases());
   return out;
 }
 
@@ -156,6 +162,61 @@ function kvCacheCopyCases(): Case[] {
   return out;
 }
 // ---- end of kv_cache_copy ----
+
+// ---- the gated activations: silu_mul, gelu (gelu_tanh_mul and gelu alone),
+// sigmoid_mul, each from two inputs and from rows [gate | other], bf16. A
+// prefill of 8192 tokens and one decode token at Qwen3.6-27B's MLP
+// (intermediate 17408, SwiGLU), Gemma 4 31B's MLP (intermediate 21504, GeGLU)
+// and the output gate of Qwen3.6 full attention (16 heads x 256). Floor: the
+// gated forms read 2 n and write n elements (6 n bytes), gelu reads and
+// writes n (4 n bytes).
+type Recorder = (e: Encoder) => void;
+interface GatedOp {
+  pair: string;
+  label: string;
+  dim: number;
+  two: (gate: Buffer, other: Buffer, y: Buffer) => Recorder;
+  halves: (x: Buffer, y: Buffer, rows: number, dim: number) => Recorder;
+}
+
+function gatedCases(op: GatedOp, alone?: (x: Buffer, y: Buffer) => Recorder): Case[] {
+  const out: Case[] = [];
+  for (const rows of [small ? 4 : 8192, 1]) {
+    const n = rows * op.dim;
+    const [gate, other, halves] = [random('bf16', [rows, op.dim]), random('bf16', [rows, op.dim]), random('bf16', [rows, 2 * op.dim])];
+    const y = dev.alloc('bf16', [rows, op.dim]);
+    const tag = rows === 1 ? ' (decode)' : '';
+    out.push({ name: `${op.pair} bf16 [${rows}, ${op.dim}] ${op.label}${tag}`, bytes: 6 * n, record: op.two(gate, other, y) });
+    out.push({ name: `${op.pair}_halves bf16 [${rows}, 2x${op.dim}]${tag}`, bytes: 6 * n, record: op.halves(halves, y, rows, op.dim) });
+    if (alone !== undefined) out.push({ name: `gelu bf16 [${rows}, ${op.dim}]${tag}`, bytes: 4 * n, record: alone(gate, y) });
+  }
+  return out;
+}
+
+function siluMulCases(): Case[] {
+  return gatedCases({
+    pair: 'silu_mul', label: 'Qwen3.6 MLP', dim: small ? 512 : 17408,
+    two: (gate, up, output) => (e) => siluMul(e, { gate, up, output }),
+    halves: (gateUp, output, rows, dim) => (e) => siluMulHalves(e, { gateUp, output, rows, dim }),
+  });
+}
+
+function geluCases(): Case[] {
+  return gatedCases({
+    pair: 'gelu_tanh_mul', label: 'Gemma 4 MLP', dim: small ? 512 : 21504,
+    two: (gate, up, output) => (e) => geluTanhMul(e, { gate, up, output }),
+    halves: (gateUp, output, rows, dim) => (e) => geluTanhMulHalves(e, { gateUp, output, rows, dim }),
+  }, (input, output) => (e) => gelu(e, { input, output }));
+}
+
+function sigmoidMulCases(): Case[] {
+  return gatedCases({
+    pair: 'sigmoid_mul', label: 'Qwen3.6 attn gate', dim: small ? 256 : 4096,
+    two: (gate, x, output) => (e) => sigmoidMul(e, { x, gate, output }),
+    halves: (gateX, output, rows, dim) => (e) => sigmoidMulHalves(e, { gateX, output, rows, dim }),
+  });
+}
+// ---- end of the gated activations ----
 
 function time(c: Case, iters: number): number {
   const enc = dev.encoder();

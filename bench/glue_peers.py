@@ -151,3 +151,46 @@ def kv_cache_copy_cases():
 
 kv_cache_copy_cases()
 # ---- end of kv_cache_copy ----
+
+
+# ---- the gated activations ----
+# bench/glue.ts's siluMulCases, geluCases and sigmoidMulCases: the same
+# computation, bf16, a prefill of 8192 tokens and one decode token, eager and
+# torch.compile. Eager runs the activation and the product as separate kernels
+# (over .chunk views for the halves); torch.compile fuses them. Floor: 6 n
+# bytes (gelu: 4 n).
+def activation_cases():
+    torch._dynamo.config.cache_size_limit = 64  # one compiled graph per function and shape
+
+    def silu_mul(g, u):
+        return F.silu(g) * u
+
+    def gelu_tanh_mul(g, u):
+        return F.gelu(g, approximate="tanh") * u
+
+    def sigmoid_mul(g, x):
+        return x * torch.sigmoid(g)
+
+    def halves(f):
+        def run(t):
+            g, o = t.chunk(2, dim=-1)
+            return f(g, o)
+        return run
+
+    ops = [("silu_mul", "Qwen3.6 MLP", 17408, silu_mul), ("gelu_tanh_mul", "Gemma 4 MLP", 21504, gelu_tanh_mul),
+           ("sigmoid_mul", "Qwen3.6 attn gate", 4096, sigmoid_mul)]
+    for name, label, dim, f in ops:
+        for rows in (8192, 1):
+            tag = " (decode)" if rows == 1 else ""
+            n = rows * dim
+            g = torch.randn(rows, dim, dtype=torch.bfloat16, device=dev)
+            o = torch.randn(rows, dim, dtype=torch.bfloat16, device=dev)
+            x = torch.randn(rows, 2 * dim, dtype=torch.bfloat16, device=dev)
+            eager_and_compiled(f"{name} bf16 [{rows}, {dim}] {label}{tag}", lambda f=f, g=g, o=o: f(g, o), 6 * n)
+            eager_and_compiled(f"{name}_halves bf16 [{rows}, 2x{dim}]{tag}", lambda h=halves(f), x=x: h(x), 6 * n)
+            if name == "gelu_tanh_mul":
+                eager_and_compiled(f"gelu bf16 [{rows}, {dim}]{tag}", lambda g=g: F.gelu(g, approximate="tanh"), 4 * n)
+
+
+activation_cases()
+# ---- end of the gated activations ----

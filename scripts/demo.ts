@@ -28,6 +28,9 @@
 //   rows of its vocabulary (the gather does not depend on the table's height);
 //   kv_cache_copy: a Gemma 4 sliding layer's prefill (8 KV heads of 256, bf16
 //   activations) kept in an f16 ring of its 1024-token window.
+//   the gated activations: SwiGLU over Qwen3.6-27B's fused gate_up (MLP
+//   intermediate 17408), GeGLU of Gemma 4 31B's MLP (intermediate 21504) and
+//   the sigmoid output gate of Qwen3.6 full attention (16 heads x 256).
 // On the emulator the sequence lengths are shortened (it runs one fiber per
 // GPU thread), and the table says so.
 //
@@ -53,6 +56,9 @@ import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
 import { softcap, softmax } from '../ts/ops/softmax.ts';
 import { embedding } from '../ts/ops/embedding.ts';
 import { kvCacheCopySeqDual } from '../ts/ops/kv_cache_copy.ts';
+import { geluTanhMul } from '../ts/ops/gelu.ts';
+import { sigmoidMul } from '../ts/ops/sigmoid_mul.ts';
+import { siluMulHalves } from '../ts/ops/silu_mul.ts';
 import { fusedMoeRouting, fusedMoeRoutingBatch } from '../ts/ops/moe_routing.ts';
 import { ssmConv } from '../ts/ops/ssm_conv.ts';
 import { ssmNormGate } from '../ts/ops/ssm_norm_gate.ts';
@@ -69,6 +75,9 @@ import { rmsNormRef } from '../ts/reference/rms_norm.ts';
 import { softcapRef, softmaxRef } from '../ts/reference/softmax.ts';
 import { embeddingRef } from '../ts/reference/embedding.ts';
 import { kvCacheCopySeqRef } from '../ts/reference/kv_cache_copy.ts';
+import { geluTanhMulRef } from '../ts/reference/gelu.ts';
+import { sigmoidMulRef } from '../ts/reference/sigmoid_mul.ts';
+import { siluMulHalvesRef } from '../ts/reference/silu_mul.ts';
 import { moeRoutingRef } from '../ts/reference/moe_routing.ts';
 import { ssmConvRef } from '../ts/reference/ssm_conv.ts';
 import { ssmNormGateRef } from '../ts/reference/ssm_norm_gate.ts';
@@ -496,6 +505,40 @@ function main(): number {
     for (const b of [h.buf, sub.buf, y]) b.release();
   }
   // --- end of elementwise ---
+  // --- the gated activations: silu_mul, gelu, sigmoid_mul ---
+  {
+    const tokens = 16;
+    const dim = 17408;
+    const gateUp = stored(device, 'bf16', randn(tokens * 2 * dim, 2));
+    const y = poisoned(device, 'bf16', tokens * dim);
+    const ms = timed(device, (enc) => siluMulHalves(enc, { gateUp: gateUp.buf, output: y, rows: tokens, dim }));
+    rows.push({ kernel: 'silu_mul_halves_bf16', model: 'Qwen3.6-27B MLP (fused gate_up)', shape: `${tokens} tok x 2 x ${dim}`,
+      err: scaledErr(y.readNumbers(), siluMulHalvesRef(gateUp.values, tokens, dim)), tol: 1e-2, ms });
+    for (const b of [gateUp.buf, y]) b.release();
+  }
+  {
+    const tokens = 16;
+    const dim = 21504;
+    const gate = stored(device, 'bf16', randn(tokens * dim, 2));
+    const up = stored(device, 'bf16', randn(tokens * dim, 2));
+    const y = poisoned(device, 'bf16', tokens * dim);
+    const ms = timed(device, (enc) => geluTanhMul(enc, { gate: gate.buf, up: up.buf, output: y }));
+    rows.push({ kernel: 'gelu_tanh_mul_bf16', model: 'Gemma 4 31B MLP (GeGLU)', shape: `${tokens} tok x ${dim}`,
+      err: scaledErr(y.readNumbers(), geluTanhMulRef(gate.values, up.values)), tol: 1e-2, ms });
+    for (const b of [gate.buf, up.buf, y]) b.release();
+  }
+  {
+    const [tokens, heads, headDim] = [16, 16, 256];
+    const n = tokens * heads * headDim;
+    const x = stored(device, 'bf16', randn(n, 1));
+    const gate = stored(device, 'bf16', randn(n, 3));
+    const y = poisoned(device, 'bf16', n);
+    const ms = timed(device, (enc) => sigmoidMul(enc, { x: x.buf, gate: gate.buf, output: y }));
+    rows.push({ kernel: 'sigmoid_mul_bf16', model: 'Qwen3.6 attn output gate', shape: `${tokens} tok x ${heads} heads x ${headDim}`,
+      err: scaledErr(y.readNumbers(), sigmoidMulRef(x.values, gate.values)), tol: 1e-2, ms });
+    for (const b of [x.buf, gate.buf, y]) b.release();
+  }
+  // --- end of the gated activations ---
 
   // --- embedding: Gemma 4 31B's scaled lookup ---
   {

@@ -428,6 +428,29 @@ export const CASES: Case[] = [
     keys: { attnOut: buf(F), weight: buf(F), z: buf(F), output: out(F), rows: int, dV: int, eps: { kind: 'nonneg' } },
     make: (d) => ({ attnOut: a(d, 'f32', 16), weight: a(d, 'f32', 8), z: a(d, 'f32', 16), output: a(d, 'f32', 16), rows: 2, dV: 8, eps: 1e-6 }),
   },
+  // ---- the gated activations: silu_mul, sigmoid_mul, gelu ----
+  // The pair forms (and gelu) take their element count from the first
+  // buffer: any count, the others the same.
+  ...([['siluMul', 'silu_mul', 'gate', 'up'], ['sigmoidMul', 'sigmoid_mul', 'x', 'gate'], ['geluTanhMul', 'gelu_tanh_mul', 'gate', 'up']] as const)
+    .map(([fn, op, an, bn]): Case => ({
+      fn, op,
+      keys: { [an]: buf(EW, { freeCount: true }), [bn]: buf(EW, { freeCount: true }), output: out(EW, { freeCount: true }) },
+      inPlace: [['output', an], ['output', bn]],
+      make: (d) => ({ [an]: a(d, 'bf16', 20), [bn]: a(d, 'bf16', 20), output: a(d, 'bf16', 20) }),
+    })),
+  ...([['siluMulHalves', 'silu_mul_halves', 'gateUp'], ['sigmoidMulHalves', 'sigmoid_mul_halves', 'gateX'],
+    ['geluTanhMulHalves', 'gelu_tanh_mul_halves', 'gateUp']] as const).map(([fn, op, x]): Case => ({
+    fn, op,
+    keys: { [x]: buf(EW), output: out(EW), rows: int, dim: int },
+    make: (d) => ({ [x]: a(d, 'f16', 42), output: a(d, 'f16', 21), rows: 3, dim: 7 }),
+  })),
+  {
+    // 300 elements: a group of 256, then 44 over views of input and output.
+    fn: 'gelu', op: 'gelu',
+    keys: { input: buf(EW, { freeCount: true }), output: out(EW, { freeCount: true }) },
+    inPlace: [['output', 'input']],
+    make: (d) => ({ input: a(d, 'f32', 300), output: a(d, 'f32', 300) }),
+  },
   // ---- chunk_gated_delta_rule: the steps (their tables are device buffers) and the whole forward ----
   {
     fn: 'chunkLocalCumsumVarlen', op: 'chunk_gated_delta_rule',

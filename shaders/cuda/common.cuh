@@ -82,6 +82,47 @@ __device__ __forceinline__ void store_vec(__half* p, const float (&v)[8]) {
                                               pack_f16(v[4], v[5]), pack_f16(v[6], v[7]));
 }
 
+// ---- gated elementwise: y = f(a) * b (silu_mul, sigmoid_mul, gelu) ----
+
+// y[r, c] = f(a[r, c]) * b[r, c] for r < rows, c < dim, in f32, rounded to T
+// once, when stored. y's rows are dim elements apart, a's a_stride and b's
+// b_stride: two inputs of n elements are one row of n; rows that each hold
+// [a | b] are a = x, b = x + dim, both strides 2 dim. Threads take chunks of
+// VEC (one 16-byte vector of T) consecutive elements of a row, the chunks of
+// a row in order, rows one after another; thread i of the grid takes chunks
+// i, i + G, i + 2G, ... (G threads in the grid; the ops launch one chunk per
+// thread). A chunk of VEC elements whose three pointers are 16-byte aligned
+// moves as 16-byte vectors; a row's last, partial chunk and unaligned ones
+// (rows of a dim that is not a multiple of VEC) go element by element. A
+// thread reads a chunk's a and b before it writes its y, so y may be a or b
+// exactly (in place). rows * dim stays below 2^32 (the ops' bound).
+template <typename T, typename F>
+__device__ __forceinline__ void gated_rows(const T* a, const T* b, T* y, u32 rows, u32 dim,
+                                           u64 a_stride, u64 b_stride, F f) {
+    constexpr int VEC = VecOf<T>::N;
+    const u32 per_row = (dim + VEC - 1) / VEC;
+    const u64 chunks = u64(rows) * per_row;
+    const u64 step = u64(gridDim.x) * blockDim.x;
+    for (u64 k = u64(blockIdx.x) * blockDim.x + threadIdx.x; k < chunks; k += step) {
+        const u32 r = rows == 1u ? 0u : u32(k) / per_row;
+        const u32 c = (u32(k) - r * per_row) * VEC;
+        const T* pa = a + r * a_stride + c;
+        const T* pb = b + r * b_stride + c;
+        T* py = y + u64(r) * dim + c;
+        if (c + VEC <= dim && aligned16(pa) && aligned16(pb) && aligned16(py)) {
+            float va[VEC], vb[VEC];
+            load_vec(pa, va);
+            load_vec(pb, vb);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) va[j] = f(va[j]) * vb[j];
+            store_vec(py, va);
+        } else {
+            const u32 end = min(dim - c, u32(VEC));
+            for (u32 j = 0; j < end; ++j) py[j] = from_f<T>(f(to_f(pa[j])) * to_f(pb[j]));
+        }
+    }
+}
+
 // ---- reductions ----
 
 __device__ __forceinline__ float warp_sum(float v) {
