@@ -12,6 +12,7 @@ export * from './moe_routing.ts';
 export * from './rope.ts';
 export * from './rope_multi.ts';
 export * from './rms_norm.ts';
+export * from './sample.ts';
 export * from './softmax.ts';
 export * from './ssm_conv.ts';
 export * from './ssm_norm_gate.ts';
