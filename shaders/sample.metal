@@ -249,16 +249,17 @@ static inline void sort_ranked(threadgroup float* vals, threadgroup uint* idxs, 
 
 // The m best of n items (m <= n), in rank order in vals[0, m) and idxs[0, m);
 // entries [m, span) hold (-inf, 0xffffffff), which ranks below every item.
-// span: a power of two >= m. hist and found as select_cut.
+// span: a power of two >= m. hist and found as select_cut; counter: one word.
+// hist and found may lie in vals and idxs, and counter past idxs[span): they
+// are done with before the items are gathered.
 template <typename Items>
 static inline void threadgroup_top(Items items, uint n, uint m, uint span, threadgroup float* vals, threadgroup uint* idxs,
-                                   threadgroup atomic_uint* hist, threadgroup uint* found,
+                                   threadgroup atomic_uint* hist, threadgroup uint* found, threadgroup atomic_uint* counter,
                                    uint tid, uint tg_size, uint sg, uint lane, uint lanes) {
     const Cut cut = select_cut(items, n, m, hist, found, tid, tg_size, sg, lane, lanes);
-    // hist[0] counts the gathered items (select_cut's last reads of hist were
-    // before its last barrier).
+    threadgroup_barrier(mem_flags::mem_threadgroup);
     if (tid == 0u) {
-        atomic_store_explicit(&hist[0], 0u, memory_order_relaxed);
+        atomic_store_explicit(counter, 0u, memory_order_relaxed);
     }
     for (uint i = m + tid; i < span; i += tg_size) {
         vals[i] = -INFINITY;
@@ -269,7 +270,7 @@ static inline void threadgroup_top(Items items, uint n, uint m, uint span, threa
         const float v = items.value(i);
         const uint ix = items.index(i);
         if (cut_keeps(cut, order_key(v), ix)) {
-            const uint slot = atomic_fetch_add_explicit(&hist[0], 1u, memory_order_relaxed);
+            const uint slot = atomic_fetch_add_explicit(counter, 1u, memory_order_relaxed);
             if (slot < m) {
                 vals[slot] = v;
                 idxs[slot] = ix;
@@ -386,10 +387,13 @@ kernel void argmax_merge_f32(
 // ---- top-k ----
 
 // buffer(0) input [rows, n_elements], (1) out_indices [rows, k] u32, (2)
-// out_values [rows, k], (3) params (n_elements, k); threadgroup(0) and (1):
-// at least nextPow2(min(k, n_elements)) floats / uints (mlx-native binds
-// tg_size * k of each). grid (rows, 1, 1), any threadgroup size up to 1024.
-// Entries past n_elements (k > n_elements) are (-inf, 0xffffffff).
+// out_values [rows, k], (3) params (n_elements, k); threadgroup(0) at least
+// max(256, nextPow2(min(k, n)), tg_size) floats, (1) at least
+// max(nextPow2(min(k, n)) + 4, tg_size) uints: the kernel keeps all of its
+// threadgroup memory there, so mlx-native's launch (tg_size * k of each,
+// 32 KiB in all at k = 128) fits Apple's 32 KiB. grid (rows, 1, 1), any
+// threadgroup size up to 1024 (k = 1 is an arg-max). Entries past n_elements
+// (k > n_elements) are (-inf, 0xffffffff).
 kernel void top_k_f32(
     device const float*  input       [[buffer(0)]],
     device uint*         out_indices [[buffer(1)]],
@@ -404,14 +408,33 @@ kernel void top_k_f32(
     uint lane      [[thread_index_in_simdgroup]],
     uint sg_width  [[threads_per_simdgroup]])
 {
-    threadgroup atomic_uint hist[RADIX_BINS];
-    threadgroup uint found[4];
     const uint n = params.n_elements;
     const uint k = params.k;
     const uint m = min(k, n);
-    const FloatItems items = {input + ulong(row) * n, 0u};
-    threadgroup_top(items, n, m, pow2_at_least(m), vals, idxs, hist, found, tid, tg_size, sg, lane, min(tg_size, sg_width));
+    device const float* x = input + ulong(row) * n;
     const ulong o = ulong(row) * k;
+    if (m == 1u) {
+        uint best_key = 0u;
+        uint ix = 0xffffffffu;
+        for (uint i = tid; i < n; i += tg_size) {
+            const uint key = order_key(x[i]);
+            if (key > best_key) {
+                best_key = key;
+                ix = i;
+            }
+        }
+        float v = ix == 0xffffffffu ? -INFINITY : x[ix];
+        threadgroup_argmax(v, ix, vals, idxs, tid, tg_size);
+        for (uint r = tid; r < k; r += tg_size) {
+            out_values[o + r] = r == 0u ? v : -INFINITY;
+            out_indices[o + r] = r == 0u ? ix : 0xffffffffu;
+        }
+        return;
+    }
+    const uint span = pow2_at_least(m);
+    const FloatItems items = {x, 0u};
+    threadgroup_top(items, n, m, span, vals, idxs, (threadgroup atomic_uint*)vals, idxs,
+                    (threadgroup atomic_uint*)(idxs + span), tid, tg_size, sg, lane, min(tg_size, sg_width));
     for (uint r = tid; r < k; r += tg_size) {
         out_values[o + r] = r < m ? vals[r] : -INFINITY;
         out_indices[o + r] = r < m ? idxs[r] : 0xffffffffu;
@@ -437,13 +460,14 @@ kernel void top_k_blocks_f32(
     threadgroup uint idxs[SAMPLE_MAX_K];
     threadgroup atomic_uint hist[RADIX_BINS];
     threadgroup uint found[4];
+    threadgroup atomic_uint counter;
     const uint row = pos.x;
     const uint b = pos.y;
     const uint lo = b * p.slice;
     const uint len = min(p.slice, p.n_elements - lo);
     const uint m = min(p.k, len);
     const FloatItems items = {input + ulong(row) * p.n_elements + lo, lo};
-    threadgroup_top(items, len, m, pow2_at_least(m), vals, idxs, hist, found, tid, tg_size, sg, lane, min(tg_size, sg_width));
+    threadgroup_top(items, len, m, pow2_at_least(m), vals, idxs, hist, found, &counter, tid, tg_size, sg, lane, min(tg_size, sg_width));
     device uint* out = candidates + (ulong(row) * p.n_blocks + b) * p.k * 2u;
     for (uint r = tid; r < p.k; r += tg_size) {
         out[2u * r] = as_type<uint>(r < m ? vals[r] : -INFINITY);
@@ -470,10 +494,11 @@ kernel void top_k_merge_f32(
     threadgroup uint idxs[SAMPLE_MAX_K];
     threadgroup atomic_uint hist[RADIX_BINS];
     threadgroup uint found[4];
+    threadgroup atomic_uint counter;
     const uint m = min(p.k, p.n_elements);
     // The slices hold at least m items in all, so the padding ranks below the cut.
     const PairItems items = {candidates + ulong(row) * p.n_blocks * p.k * 2u};
-    threadgroup_top(items, p.n_blocks * p.k, m, pow2_at_least(m), vals, idxs, hist, found,
+    threadgroup_top(items, p.n_blocks * p.k, m, pow2_at_least(m), vals, idxs, hist, found, &counter,
                     tid, tg_size, sg, lane, min(tg_size, sg_width));
     const ulong o = ulong(row) * p.k;
     for (uint r = tid; r < p.k; r += tg_size) {
@@ -802,6 +827,7 @@ kernel void sample_blocks_f32(
     threadgroup uint idxs[SAMPLE_MAX_K];
     threadgroup atomic_uint hist[RADIX_BINS];
     threadgroup uint found[4];
+    threadgroup atomic_uint counter;
     const uint row = pos.x;
     const uint b = pos.y;
     const uint n = p.n_vocab;
@@ -861,7 +887,7 @@ kernel void sample_blocks_f32(
     threadgroup_barrier(mem_flags::mem_device);
     const uint mc = min(p.n_cand, len);
     const BitsItems items = {z, lo};
-    threadgroup_top(items, len, mc, pow2_at_least(mc), vals, idxs, hist, found, tid, tg_size, sg, lane, min(tg_size, sg_width));
+    threadgroup_top(items, len, mc, pow2_at_least(mc), vals, idxs, hist, found, &counter, tid, tg_size, sg, lane, min(tg_size, sg_width));
     device uint* out = scratch + ulong(p.rows) * (n + 3u * p.n_blocks)
                      + (ulong(row) * p.n_blocks + b) * p.n_cand * 2u;
     for (uint r = tid; r < p.n_cand; r += tg_size) {
@@ -893,6 +919,7 @@ kernel void sample_finish_f32(
     threadgroup uint idxs[SAMPLE_MAX_K];
     threadgroup atomic_uint hist[RADIX_BINS];
     threadgroup uint found[4];
+    threadgroup atomic_uint counter;
     threadgroup atomic_uint pick;
     threadgroup atomic_uint last;
     threadgroup float pick_before[1];
@@ -932,7 +959,7 @@ kernel void sample_finish_f32(
     if (p.n_cand > 0u) {
         const uint mc = min(p.n_cand, n);
         const PairItems items = {scratch + ulong(p.rows) * (n + 3u * nb) + ulong(row) * nb * p.n_cand * 2u};
-        threadgroup_top(items, nb * p.n_cand, mc, pow2_at_least(mc), vals, idxs, hist, found,
+        threadgroup_top(items, nb * p.n_cand, mc, pow2_at_least(mc), vals, idxs, hist, found, &counter,
                         tid, tg_size, sg, lane, min(tg_size, sg_width));
         if (tid == 0u) {
             float cand_mass = 0.0f;

@@ -1,8 +1,9 @@
 // Token selection over rows of logits (CUDA), entry names and bindings as
 // shaders/sample.metal, whose header comment states the order, the
-// algorithms and the sampler's filters; each function here is the twin of
-// the Metal function of the same name. Threadgroup arrays are static shared
-// memory (the launches bind no dynamic shared memory). Block reductions run
+// algorithms and the sampler's filters; each function here mirrors the Metal
+// one of the same name (block_* here for threadgroup_* there). Threadgroup
+// arrays are static shared memory (the launches bind no dynamic shared
+// memory). Block reductions run
 // in a fixed order, so every result is independent of the warps' timing.
 // The first passes of argmax and the sampler read 16-byte vectors where the
 // row slice is aligned.
@@ -230,10 +231,12 @@ __device__ void sort_ranked(float* vals, u32* idxs, u32 span) {
 }
 
 template <typename Items>
-__device__ void block_top(const Items& items, u32 n, u32 m, u32 span, float* vals, u32* idxs, u32* hist, u32* found) {
+__device__ void block_top(const Items& items, u32 n, u32 m, u32 span, float* vals, u32* idxs, u32* hist, u32* found,
+                          u32* counter) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
     const Cut cut = select_cut(items, n, m, hist, found);
-    if (tid == 0u) hist[0] = 0u;
+    __syncthreads();
+    if (tid == 0u) *counter = 0u;
     for (u32 i = m + tid; i < span; i += bs) {
         vals[i] = neg_inf();
         idxs[i] = 0xffffffffu;
@@ -243,7 +246,7 @@ __device__ void block_top(const Items& items, u32 n, u32 m, u32 span, float* val
         const float v = items.value(i);
         const u32 ix = items.index(i);
         if (cut_keeps(cut, order_key(v), ix)) {
-            const u32 slot = atomicAdd(&hist[0], 1u);
+            const u32 slot = atomicAdd(counter, 1u);
             if (slot < m) {
                 vals[slot] = v;
                 idxs[slot] = ix;
@@ -521,11 +524,12 @@ extern "C" __global__ void __launch_bounds__(1024) top_k_f32(const float* input,
     __shared__ u32 idxs[SAMPLE_MAX_K];
     __shared__ u32 hist[RADIX_BINS];
     __shared__ u32 found[4];
+    __shared__ u32 counter;
     const u32 row = blockIdx.x;
     const u32 n = params->n_elements, k = params->k;
     const u32 m = min(k, n);
     const FloatItems items = {input + u64(row) * n, 0u};
-    block_top(items, n, m, pow2_at_least(m), vals, idxs, hist, found);
+    block_top(items, n, m, pow2_at_least(m), vals, idxs, hist, found, &counter);
     const u64 o = u64(row) * k;
     for (u32 r = threadIdx.x; r < k; r += blockDim.x) {
         out_values[o + r] = r < m ? vals[r] : neg_inf();
@@ -540,12 +544,13 @@ extern "C" __global__ void __launch_bounds__(1024) top_k_blocks_f32(const float*
     __shared__ u32 idxs[SAMPLE_MAX_K];
     __shared__ u32 hist[RADIX_BINS];
     __shared__ u32 found[4];
+    __shared__ u32 counter;
     const u32 row = blockIdx.x, b = blockIdx.y;
     const u32 lo = b * p->slice;
     const u32 len = min(p->slice, p->n_elements - lo);
     const u32 m = min(p->k, len);
     const FloatItems items = {input + u64(row) * p->n_elements + lo, lo};
-    block_top(items, len, m, pow2_at_least(m), vals, idxs, hist, found);
+    block_top(items, len, m, pow2_at_least(m), vals, idxs, hist, found, &counter);
     u32* out = candidates + (u64(row) * p->n_blocks + b) * p->k * 2u;
     for (u32 r = threadIdx.x; r < p->k; r += blockDim.x) {
         out[2u * r] = __float_as_uint(r < m ? vals[r] : neg_inf());
@@ -560,10 +565,11 @@ extern "C" __global__ void __launch_bounds__(1024) top_k_merge_f32(const u32* ca
     __shared__ u32 idxs[SAMPLE_MAX_K];
     __shared__ u32 hist[RADIX_BINS];
     __shared__ u32 found[4];
+    __shared__ u32 counter;
     const u32 row = blockIdx.x;
     const u32 m = min(p->k, p->n_elements);
     const PairItems items = {candidates + u64(row) * p->n_blocks * p->k * 2u};
-    block_top(items, p->n_blocks * p->k, m, pow2_at_least(m), vals, idxs, hist, found);
+    block_top(items, p->n_blocks * p->k, m, pow2_at_least(m), vals, idxs, hist, found, &counter);
     const u64 o = u64(row) * p->k;
     for (u32 r = threadIdx.x; r < p->k; r += blockDim.x) {
         out_values[o + r] = r < m ? vals[r] : neg_inf();
@@ -646,6 +652,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_blocks_f32(const float
     __shared__ u32 idxs[SAMPLE_MAX_K];
     __shared__ u32 hist[RADIX_BINS];
     __shared__ u32 found[4];
+    __shared__ u32 counter;
     const u32 tid = threadIdx.x, bs = blockDim.x;
     const u32 row = blockIdx.x, b = blockIdx.y;
     const u32 n = p->n_vocab;
@@ -709,7 +716,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_blocks_f32(const float
     if (p->n_cand == 0u || p->temperature == 0.0f) return;
     const u32 mc = min(p->n_cand, len);
     const BitsItems items = {z, lo};
-    block_top(items, len, mc, pow2_at_least(mc), vals, idxs, hist, found);
+    block_top(items, len, mc, pow2_at_least(mc), vals, idxs, hist, found, &counter);
     u32* out = scratch + u64(p->rows) * (n + 3u * p->n_blocks) + (u64(row) * p->n_blocks + b) * p->n_cand * 2u;
     for (u32 r = tid; r < p->n_cand; r += bs) {
         out[2u * r] = __float_as_uint(r < mc ? vals[r] : neg_inf());
@@ -727,6 +734,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(const u32* 
     __shared__ u32 idxs[SAMPLE_MAX_K];
     __shared__ u32 hist[RADIX_BINS];
     __shared__ u32 found[4];
+    __shared__ u32 counter;
     __shared__ DrawShared draw;
     __shared__ u32 overflow;
     const u32 tid = threadIdx.x, bs = blockDim.x;
@@ -762,7 +770,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(const u32* 
     if (p->n_cand > 0u) {
         const u32 mc = min(p->n_cand, n);
         const PairItems items = {scratch + u64(p->rows) * (n + 3u * nb) + u64(row) * nb * p->n_cand * 2u};
-        block_top(items, nb * p->n_cand, mc, pow2_at_least(mc), vals, idxs, hist, found);
+        block_top(items, nb * p->n_cand, mc, pow2_at_least(mc), vals, idxs, hist, found, &counter);
         if (tid == 0u) {
             float cand_mass = 0.0f;
             for (u32 r = 0; r < mc; ++r) cand_mass += expf(vals[r] - zmax);

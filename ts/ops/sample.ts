@@ -254,8 +254,10 @@ export function validateTopK(a: TopKArgs, device?: Device): void {
  *
  * Layouts: input f32 [rows, nElements]; outIndices u32 [rows, k]; outValues f32 [rows, k].
  * Without scratch (or one slice per row): top_k_f32, bindings 0 input,
- * 1 outIndices, 2 outValues, 3 TopKParams (n_elements, k); threadgroup(0)/(1)
- * nextPow2(k) floats / uints; grid (rows, 1, 1) of min(1024, nextPow2(nElements)) threads.
+ * 1 outIndices, 2 outValues, 3 TopKParams (n_elements, k); threadgroup(0)
+ * max(256, threads) floats, (1) max(nextPow2(k) + 4, threads) uints (the
+ * kernel's only threadgroup memory); grid (rows, 1, 1) of
+ * min(1024, max(32, nextPow2(nElements))) threads.
  * With scratch: top_k_blocks_f32 (0 input, 1 scratch, 2 TopKBlocksParams;
  * grid (rows, ceil(nElements / topKSlice(k)), 1) of 256 threads: each
  * slice's top k, sorted), then top_k_merge_f32 (0 scratch, 1 outIndices,
@@ -279,8 +281,8 @@ export function planTopK(a: TopKArgs, limits: DeviceLimits, device?: Device): Op
       family: SAMPLE_FAMILY, sources: SAMPLE_SOURCES, kernels: SAMPLE_KERNELS,
       dispatches: [{
         kernel: 'top_k_f32', buffers: [a.input, a.outIndices, a.outValues], bytes: [, , , packTopKParams({ nElements: n, k: a.k })],
-        threadgroupMemory: [roundUp16(4 * span), roundUp16(4 * span)], grid, threads: [threads, 1, 1],
-        cuda: { grid, threads: [threads, 1, 1] },
+        threadgroupMemory: [roundUp16(4 * Math.max(256, threads)), roundUp16(4 * Math.max(span + 4, threads))], grid,
+        threads: [threads, 1, 1], cuda: { grid, threads: [threads, 1, 1] },
       }],
     };
   }
@@ -552,7 +554,7 @@ export function planSample(a: SampleArgs, limits: DeviceLimits, device?: Device)
   };
   const finish: PlannedDispatch = {
     kernel: 'sample_finish_f32', buffers: [a.scratch, a.outToken, a.outLogprob], bytes: [, , , params],
-    grid: [a.rows, 1, 1], threads: [threadsFor(Math.max(nb * Math.max(cand, 1), a.vocab), MAX_THREADS, limits), 1, 1],
+    grid: [a.rows, 1, 1], threads: [threadsFor(Math.max(nb * cand, a.vocab) / 4, MAX_THREADS, limits), 1, 1],
   };
   return { family: SAMPLE_FAMILY, sources: SAMPLE_SOURCES, kernels: SAMPLE_KERNELS, dispatches: [blocks, finish] };
 }
