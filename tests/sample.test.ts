@@ -196,7 +196,7 @@ describe('sample references against hand-computed values', () => {
     expect(Array.from(p.values)).toEqual([2, 1, -Infinity]);
   });
   test('Philox4x32-10: Random123\'s known answers', () => {
-    for (const [ctr, key, want] of PHILOX_KAT) expect(philox4x32_10(ctr, key)).toEqual([...want]);
+    for (const [ctr, key, want] of PHILOX_KAT) expect(philox4x32_10(ctr, key) as number[]).toEqual([...want]);
   });
   test('softmax_sample: the first CDF entry that reaches the value', () => {
     const r = softmaxSampleRef([0, Math.log(3)], 2, 1, 0.25);
@@ -671,7 +671,7 @@ describeBackends('sample parity', ({ device }) => {
     const prevTokens = Array.from(best);
     const got = draw(dev, x, rows, vocab, { temperature: 0, repetitionPenalty: 4, prevTokens, nPrev: 1, seed: 0, counter: 0 });
     const penalized = Array.from({ length: rows }, (_, r) => sampleLogits(x, vocab, r, { temperature: 0, repetitionPenalty: 4, prevTokens, nPrev: 1, seed: 0, counter: 0 }));
-    const want = penalized.map((z) => argmaxRef(z, 1, vocab).index[0]);
+    const want = penalized.map((z) => argmaxRef(z, 1, vocab).index[0]!);
     expect(Array.from(got.tokens)).toEqual(want);
     expect(Array.from(got.tokens).every((t, r) => t !== best[r])).toBe(true);
     expect(Array.from(got.logprobs)).toEqual(new Array(rows).fill(0));
