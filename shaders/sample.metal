@@ -752,6 +752,74 @@ static inline uint draw_in_order(W w, uint n, float u, thread float& before, thr
     return fallback;
 }
 
+// The candidates' cut and draw: w_r = exp(vals[r] - zmax) for r < mc, in
+// rank order. The kept prefix ends at the first r whose predecessors hold
+// top_p * ref or more (ref: the candidates' mass with top-k, else `mass`),
+// or whose w_r is below min_p; the draw is the first kept r whose running
+// weight exceeds u times the kept mass (`kept`). `over`: top_k = 0 and every
+// candidate kept, so the kept set may reach past them (nothing drawn then).
+// Contiguous chunks per thread, scanned in parallel.
+static inline uint draw_candidates(threadgroup const float* vals, uint mc, float zmax, float mass, constant SampleParams& p,
+                                   float u, thread float& kept, thread bool& over, threadgroup float* partials,
+                                   threadgroup atomic_uint* cut, threadgroup atomic_uint* pick, threadgroup atomic_uint* last,
+                                   uint tid, uint tg_size, uint sg, uint lane, uint n_sg) {
+    const uint chunk = (mc + tg_size - 1u) / tg_size;
+    const uint c0 = min(mc, tid * chunk);
+    const uint c1 = min(mc, c0 + chunk);
+    float own = 0.0f;
+    for (uint r = c0; r < c1; ++r) {
+        own += exp(vals[r] - zmax);
+    }
+    float cand_mass;
+    const float start = threadgroup_prefix_sum(own, cand_mass, partials, sg, lane, n_sg);
+    const float ref = p.top_k > 0u ? cand_mass : mass;
+    if (tid == 0u) {
+        atomic_store_explicit(cut, mc, memory_order_relaxed);
+        atomic_store_explicit(pick, 0xffffffffu, memory_order_relaxed);
+        atomic_store_explicit(last, 0u, memory_order_relaxed);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    float c = start;
+    for (uint r = c0; r < c1; ++r) {
+        const float w = exp(vals[r] - zmax);
+        if ((p.top_p < 1.0f && !(c < p.top_p * ref)) || !(w >= p.min_p)) {
+            atomic_fetch_min_explicit(cut, r, memory_order_relaxed);
+            break;
+        }
+        c += w;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const uint len = atomic_load_explicit(cut, memory_order_relaxed);
+    over = p.top_k == 0u && len == mc && mc < p.n_vocab;
+    const uint k1 = min(c1, len);
+    float kept_own = 0.0f;
+    for (uint r = c0; r < k1; ++r) {
+        kept_own += exp(vals[r] - zmax);
+    }
+    c = threadgroup_prefix_sum(kept_own, kept, partials, sg, lane, n_sg);
+    const float target = u * kept;
+    uint mine = 0xffffffffu;
+    uint last_positive = 0u;
+    for (uint r = c0; r < k1; ++r) {
+        const float w = exp(vals[r] - zmax);
+        if (w > 0.0f) {
+            last_positive = r + 1u;
+            if (c + w > target) {
+                mine = r;
+                break;
+            }
+            c += w;
+        }
+    }
+    if (mine != 0xffffffffu) {
+        atomic_fetch_min_explicit(pick, mine, memory_order_relaxed);
+    }
+    atomic_fetch_max_explicit(last, last_positive, memory_order_relaxed);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const uint picked = atomic_load_explicit(pick, memory_order_relaxed);
+    return picked != 0xffffffffu ? picked : atomic_load_explicit(last, memory_order_relaxed) - 1u;
+}
+
 // The top-p cut over a whole row: the key t of the token at which the mass
 // of the rank order (from the top) reaches target, and in `above` the mass of
 // keys above t. Eight passes of 4-bit digits, 16 masses each, every sum in a
@@ -923,7 +991,6 @@ kernel void sample_finish_f32(
     threadgroup atomic_uint pick;
     threadgroup atomic_uint last;
     threadgroup float pick_before[1];
-    threadgroup uint overflow[1];
     const uint n = p.n_vocab;
     const uint nb = p.n_blocks;
     device const uint* z = scratch + ulong(row) * n;
@@ -961,47 +1028,15 @@ kernel void sample_finish_f32(
         const PairItems items = {scratch + ulong(p.rows) * (n + 3u * nb) + ulong(row) * nb * p.n_cand * 2u};
         threadgroup_top(items, nb * p.n_cand, mc, pow2_at_least(mc), vals, idxs, hist, found, &counter,
                         tid, tg_size, sg, lane, min(tg_size, sg_width));
-        if (tid == 0u) {
-            float cand_mass = 0.0f;
-            for (uint r = 0; r < mc; ++r) {
-                cand_mass += exp(vals[r] - zmax);
+        float kept;
+        bool over;
+        const uint r = draw_candidates(vals, mc, zmax, mass, p, u, kept, over, partials, &counter, &pick, &last,
+                                       tid, tg_size, sg, lane, n_sg);
+        if (!over) {
+            if (tid == 0u) {
+                out_token[row] = idxs[r];
+                out_logprob[row] = (vals[r] - zmax) - log(kept);
             }
-            const float ref = p.top_k > 0u ? cand_mass : mass;
-            float kept = 0.0f;
-            uint len = 0u;
-            for (uint r = 0; r < mc; ++r) {
-                const float w = exp(vals[r] - zmax);
-                if (p.top_p < 1.0f && !(kept < p.top_p * ref)) {
-                    break;
-                }
-                if (!(w >= p.min_p)) {
-                    break;
-                }
-                kept += w;
-                len = r + 1u;
-            }
-            const bool over = p.top_k == 0u && len == mc && mc < n;
-            if (!over) {
-                const float target = u * kept;
-                float acc = 0.0f;
-                uint tok = 0u;
-                for (uint r = 0; r < len; ++r) {
-                    const float w = exp(vals[r] - zmax);
-                    if (w > 0.0f) {
-                        tok = r;
-                        acc += w;
-                        if (acc > target) {
-                            break;
-                        }
-                    }
-                }
-                out_token[row] = idxs[tok];
-                out_logprob[row] = (vals[tok] - zmax) - log(kept);
-            }
-            overflow[0] = over ? 1u : 0u;
-        }
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-        if (overflow[0] == 0u) {
             return;
         }
     }

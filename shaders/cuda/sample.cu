@@ -119,6 +119,33 @@ __device__ __forceinline__ u32 warp_prefix_u32(u32 v, u32 lane, u32 n) {
     return incl - v;
 }
 
+// The lanes of this thread's warp that exist (a last warp may be partial).
+__device__ __forceinline__ u32 warp_lanes() {
+    const u32 n = min(32u, blockDim.x - (threadIdx.x & ~31u));
+    return n == 32u ? 0xffffffffu : ((1u << n) - 1u);
+}
+
+// One atomic per distinct bin among the lanes of `mask` (every one of them
+// calls it): the radix digits of floats crowd a few bins, where plain atomics
+// would serialize up to 32 ways. A lane with bin >= RADIX_BINS adds nothing.
+__device__ __forceinline__ void hist_add(u32* hist, u32 bin, u32 mask) {
+    const u32 peers = __match_any_sync(mask, bin);
+    if (bin < RADIX_BINS && u32(__ffs(peers) - 1) == (threadIdx.x & 31u)) atomicAdd(&hist[bin], __popc(peers));
+}
+
+// The slot of each lane of `mask` that takes one (take): one atomic on
+// *counter per warp; lanes that take nothing get 0xffffffff.
+__device__ __forceinline__ u32 warp_take(u32* counter, bool take, u32 mask) {
+    const u32 ballot = __ballot_sync(mask, take);
+    if (ballot == 0u) return 0xffffffffu;
+    const u32 lane = threadIdx.x & 31u;
+    const u32 leader = u32(__ffs(ballot) - 1);
+    u32 base = 0u;
+    if (lane == leader) base = atomicAdd(counter, __popc(ballot));
+    base = __shfl_sync(mask, base, leader);
+    return take ? base + __popc(ballot & ((1u << lane) - 1u)) : 0xffffffffu;
+}
+
 // ---- items ----
 
 struct FloatItems {
@@ -158,17 +185,23 @@ __device__ Cut select_cut(const Items& items, u32 n, u32 want, u32* hist, u32* f
     Cut cut = {0u, 0u, 0u, 0u};
     if (want >= n) return cut;
     const u32 lanes = min(bs, 32u);
+    const u32 lanes_mask = warp_lanes();
     u32 need = want;
     for (u32 d = 0; d < 8u; ++d) {
         for (u32 b = tid; b < RADIX_BINS; b += bs) hist[b] = 0u;
         __syncthreads();
         const u32 shift = 24u - 8u * (d & 3u);
-        for (u32 i = tid; i < n; i += bs) {
-            const u32 key = order_key(items.value(i));
-            const u32 inv = ~items.index(i);
-            if ((key & cut.mask_hi) == cut.hi && (inv & cut.mask_lo) == cut.lo) {
-                atomicAdd(&hist[((d < 4u ? key : inv) >> shift) & 255u], 1u);
+        // Warp-uniform rounds (the warp's lanes take i0 + lane), so that whole
+        // warps meet in hist_add; the same items per thread as i = tid + j * bs.
+        for (u32 i0 = tid & ~31u; i0 < n; i0 += bs) {
+            const u32 i = i0 + (tid & 31u);
+            u32 bin = RADIX_BINS;
+            if (i < n) {
+                const u32 key = order_key(items.value(i));
+                const u32 inv = ~items.index(i);
+                if ((key & cut.mask_hi) == cut.hi && (inv & cut.mask_lo) == cut.lo) bin = ((d < 4u ? key : inv) >> shift) & 255u;
             }
+            hist_add(hist, bin, lanes_mask);
         }
         __syncthreads();
         if (tid < lanes) {
@@ -242,15 +275,21 @@ __device__ void block_top(const Items& items, u32 n, u32 m, u32 span, float* val
         idxs[i] = 0xffffffffu;
     }
     __syncthreads();
-    for (u32 i = tid; i < n; i += bs) {
-        const float v = items.value(i);
-        const u32 ix = items.index(i);
-        if (cut_keeps(cut, order_key(v), ix)) {
-            const u32 slot = atomicAdd(counter, 1u);
-            if (slot < m) {
-                vals[slot] = v;
-                idxs[slot] = ix;
-            }
+    const u32 mask = warp_lanes();
+    for (u32 i0 = tid & ~31u; i0 < n; i0 += bs) {
+        const u32 i = i0 + (tid & 31u);
+        float v = 0.0f;
+        u32 ix = 0u;
+        bool take = false;
+        if (i < n) {
+            v = items.value(i);
+            ix = items.index(i);
+            take = cut_keeps(cut, order_key(v), ix);
+        }
+        const u32 slot = warp_take(counter, take, mask);
+        if (slot < m) {
+            vals[slot] = v;
+            idxs[slot] = ix;
         }
     }
     __syncthreads();
@@ -404,6 +443,65 @@ __device__ u32 draw_in_order(const W& w, u32 n, float u, float& before, float& t
     }
     before = all - w.weight(fallback);
     return fallback;
+}
+
+struct CandShared {
+    u32 cut;
+    u32 pick;
+    u32 last;
+};
+
+__device__ u32 draw_candidates(const float* vals, u32 mc, float zmax, float mass, const SampleParams* p, float u, float& kept,
+                               bool& over, float* partials, CandShared* sh) {
+    const u32 tid = threadIdx.x, bs = blockDim.x;
+    const u32 chunk = (mc + bs - 1u) / bs;
+    const u32 c0 = min(mc, tid * chunk);
+    const u32 c1 = min(mc, c0 + chunk);
+    float own = 0.0f;
+    for (u32 r = c0; r < c1; ++r) own += expf(vals[r] - zmax);
+    float cand_mass;
+    const float start = block_prefix_sum(own, cand_mass, partials);
+    const float ref = p->top_k > 0u ? cand_mass : mass;
+    if (tid == 0u) {
+        sh->cut = mc;
+        sh->pick = 0xffffffffu;
+        sh->last = 0u;
+    }
+    __syncthreads();
+    float c = start;
+    for (u32 r = c0; r < c1; ++r) {
+        const float w = expf(vals[r] - zmax);
+        if ((p->top_p < 1.0f && !(c < p->top_p * ref)) || !(w >= p->min_p)) {
+            atomicMin(&sh->cut, r);
+            break;
+        }
+        c += w;
+    }
+    __syncthreads();
+    const u32 len = sh->cut;
+    over = p->top_k == 0u && len == mc && mc < p->n_vocab;
+    const u32 k1 = min(c1, len);
+    float kept_own = 0.0f;
+    for (u32 r = c0; r < k1; ++r) kept_own += expf(vals[r] - zmax);
+    c = block_prefix_sum(kept_own, kept, partials);
+    const float target = u * kept;
+    u32 mine = 0xffffffffu, last_positive = 0u;
+    for (u32 r = c0; r < k1; ++r) {
+        const float w = expf(vals[r] - zmax);
+        if (w > 0.0f) {
+            last_positive = r + 1u;
+            if (c + w > target) {
+                mine = r;
+                break;
+            }
+            c += w;
+        }
+    }
+    if (mine != 0xffffffffu) atomicMin(&sh->pick, mine);
+    atomicMax(&sh->last, last_positive);
+    __syncthreads();
+    const u32 picked = sh->pick;
+    return picked != 0xffffffffu ? picked : sh->last - 1u;
 }
 
 __device__ u32 top_p_key(const u32* z, u32 n, float m, float target, float& above, float* partials) {
@@ -736,7 +834,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(const u32* 
     __shared__ u32 found[4];
     __shared__ u32 counter;
     __shared__ DrawShared draw;
-    __shared__ u32 overflow;
+    __shared__ CandShared cand;
     const u32 tid = threadIdx.x, bs = blockDim.x;
     const u32 row = blockIdx.x;
     const u32 n = p->n_vocab, nb = p->n_blocks;
@@ -771,39 +869,16 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(const u32* 
         const u32 mc = min(p->n_cand, n);
         const PairItems items = {scratch + u64(p->rows) * (n + 3u * nb) + u64(row) * nb * p->n_cand * 2u};
         block_top(items, nb * p->n_cand, mc, pow2_at_least(mc), vals, idxs, hist, found, &counter);
-        if (tid == 0u) {
-            float cand_mass = 0.0f;
-            for (u32 r = 0; r < mc; ++r) cand_mass += expf(vals[r] - zmax);
-            const float ref = p->top_k > 0u ? cand_mass : mass;
-            float kept = 0.0f;
-            u32 len = 0u;
-            for (u32 r = 0; r < mc; ++r) {
-                const float w = expf(vals[r] - zmax);
-                if (p->top_p < 1.0f && !(kept < p->top_p * ref)) break;
-                if (!(w >= p->min_p)) break;
-                kept += w;
-                len = r + 1u;
+        float kept;
+        bool over;
+        const u32 r = draw_candidates(vals, mc, zmax, mass, p, u, kept, over, partials, &cand);
+        if (!over) {
+            if (tid == 0u) {
+                out_token[row] = idxs[r];
+                out_logprob[row] = (vals[r] - zmax) - logf(kept);
             }
-            const bool over = p->top_k == 0u && len == mc && mc < n;
-            if (!over) {
-                const float target = u * kept;
-                float acc = 0.0f;
-                u32 tok = 0u;
-                for (u32 r = 0; r < len; ++r) {
-                    const float w = expf(vals[r] - zmax);
-                    if (w > 0.0f) {
-                        tok = r;
-                        acc += w;
-                        if (acc > target) break;
-                    }
-                }
-                out_token[row] = idxs[tok];
-                out_logprob[row] = (vals[tok] - zmax) - logf(kept);
-            }
-            overflow = over ? 1u : 0u;
+            return;
         }
-        __syncthreads();
-        if (overflow == 0u) return;
     }
 
     float before, total;

@@ -40,8 +40,14 @@ export const SAMPLE_SLICE = 4096;
 export const SAMPLE_MAX_VOCAB = 2 ** 24;
 /** softmaxSample's params hold n as an f32: exact up to 2^24. */
 export const SOFTMAX_SAMPLE_MAX_N = 2 ** 24;
-/** Threads of the block passes. */
+/** Threads of the block passes (Metal). */
 const BLOCK_THREADS = 256;
+/**
+ * Threads of the CUDA twins of the top-k block passes: 8 to 16 items a
+ * thread per radix round over a 4096-element slice, 16 warps to hide the
+ * rounds' loads.
+ */
+const CUDA_SELECT_THREADS = 512;
 /** Threads of the one-threadgroup kernels at most (the kernels' arrays). */
 const MAX_THREADS = 1024;
 /** The second grid axis (slices per row): CUDA's limit. */
@@ -292,7 +298,8 @@ export function planTopK(a: TopKArgs, limits: DeviceLimits, device?: Device): Op
     family: SAMPLE_FAMILY, sources: SAMPLE_SOURCES, kernels: SAMPLE_KERNELS,
     dispatches: [
       { kernel: 'top_k_blocks_f32', buffers: [a.input, a.scratch], bytes: [, , params], grid: [a.rows, nBlocks, 1],
-        threads: [Math.min(BLOCK_THREADS, limits.maxThreadsPerThreadgroup), 1, 1] },
+        threads: [Math.min(BLOCK_THREADS, limits.maxThreadsPerThreadgroup), 1, 1],
+        cuda: { grid: [a.rows, nBlocks, 1], threads: [Math.min(CUDA_SELECT_THREADS, limits.maxThreadsPerThreadgroup), 1, 1] } },
       { kernel: 'top_k_merge_f32', buffers: [a.scratch, a.outIndices, a.outValues], bytes: [, , , params], grid: [a.rows, 1, 1],
         threads: [threadsFor(nBlocks * a.k, MAX_THREADS, limits), 1, 1] },
     ],
@@ -517,6 +524,10 @@ export function packSampleParams(a: SampleArgs): Uint8Array {
  *   kept: a prefix of the rank order of z (argmax's order): the topK first;
  *   those whose predecessors hold less than topP of the mass (of the top-k
  *   set with topK, else of the row); those with exp(z_i - z_max) >= minP
+ *   Ties at the top-k and top-p cuts go to the lowest index, so exactly
+ *   topK tokens pass top-k (Hugging Face keeps every token equal to the k-th
+ *   value, llama.cpp exactly k). llama.cpp's default chain applies the
+ *   temperature after top-p and min-p; Hugging Face's and this one before.
  *   u = Philox4x32-10(counter (counter lo, counter hi, row, 0), key seed),
  *   word 0's top 24 bits / 2^24: the token is the first in the kept set's
  *   order whose cumulative weight exp(z - z_max) exceeds u times the kept
@@ -548,9 +559,11 @@ export function planSample(a: SampleArgs, limits: DeviceLimits, device?: Device)
   const nb = sampleBlocks(a.vocab);
   const cand = sampleCandidates(a);
   const params = packSampleParams(a);
+  const slice = Math.min(SAMPLE_SLICE, a.vocab);
   const blocks: PlannedDispatch = {
     kernel: 'sample_blocks_f32', buffers: [a.logits, a.prevTokens ?? a.logits, a.scratch], bytes: [, , , params],
-    grid: [a.rows, nb, 1], threads: [threadsFor(Math.min(SAMPLE_SLICE, a.vocab), BLOCK_THREADS, limits), 1, 1],
+    grid: [a.rows, nb, 1], threads: [threadsFor(slice, BLOCK_THREADS, limits), 1, 1],
+    cuda: { grid: [a.rows, nb, 1], threads: [threadsFor(slice / 8, CUDA_SELECT_THREADS, limits), 1, 1] },
   };
   const finish: PlannedDispatch = {
     kernel: 'sample_finish_f32', buffers: [a.scratch, a.outToken, a.outLogprob], bytes: [, , , params],
