@@ -435,7 +435,8 @@ export function sampleScratchElements(rows: number, vocab: number): number {
 export function sampleCandidates(a: Pick<SampleArgs, 'vocab' | 'topK' | 'topP' | 'minP'>): number {
   const k = a.topK ?? 0;
   if (k > 0) return Math.min(k, a.vocab);
-  return (a.topP ?? 1) < 1 || (a.minP ?? 0) > 0 ? Math.min(SAMPLE_MAX_K, a.vocab) : 0;
+  // As the kernels see them: the params hold f32s.
+  return Math.fround(a.topP ?? 1) < 1 || Math.fround(a.minP ?? 0) > 0 ? Math.min(SAMPLE_MAX_K, a.vocab) : 0;
 }
 
 /** [lo, hi] words of a 64-bit argument, or null when it is not one. */
@@ -546,8 +547,11 @@ export function packSampleParams(a: SampleArgs): Uint8Array {
  * z, each slice's max, its index and sum of exp, and its candidates; then
  * sample_finish_f32 (0 scratch, 1 outToken, 2 outLogprob, 3 SampleParams;
  * grid (rows, 1, 1) of up to 1024 threads). The bytes that must move: the
- * logits read once, z written and read back: 12 * rows * vocab (a whole-row
- * pass of the finish reads z again).
+ * logits, read once (4 * rows * vocab); the first pass also writes z, as
+ * many bytes again, which the finish reads back only where it walks tokens
+ * in index order: one 4096-token slice without filters, and the whole row
+ * about ten times (one threadgroup per row) where top-p or min-p keep more
+ * than 256 tokens with topK = 0: the slow path.
  */
 export function sample(enc: Encoder, args: SampleArgs): void {
   record(enc, planSample(args, enc.device.limits, enc.device));
