@@ -642,8 +642,8 @@ kernel void philox4x32_10_u32(
 //
 // scratch (u32 words): z [rows, n_vocab] (float bits), then per block (max,
 // sum of exp(z - max), index of max) [rows, n_blocks, 3], then candidates
-// [rows, n_blocks, n_cand, 2] (value bits, index); the op sizes it for
-// n_cand = 256.
+// [rows, n_blocks, n_cand, 2] (value bits, index); ts/ops/sample.ts sizes
+// it for every slice and candidate count it plans.
 
 static inline float sample_value(float x, bool penalized, float penalty, float inv_t) {
     const uint b = as_type<uint>(x);

@@ -23,6 +23,7 @@ import {
   sample,
   sampleCandidates,
   sampleScratchElements,
+  sampleSlice,
   softmaxSample,
   topK,
   topKScratchElements,
@@ -161,7 +162,7 @@ describe('sample param packers match the .metal declarations', () => {
     const u = (i: number) => v.getUint32(4 * i, true);
     const f = (i: number) => v.getFloat32(4 * i, true);
     expect(bytes.byteLength).toBe(60);
-    expect([u(0), u(1), u(2), u(3), u(4), u(5), u(6)]).toEqual([10000, 2, 4096, 3, 40, 40, 3]);
+    expect([u(0), u(1), u(2), u(3), u(4), u(5), u(6)]).toEqual([10000, 2, 2048, 5, 40, 40, 3]);
     expect([f(7), f(8), f(9), f(10)]).toEqual([Math.fround(0.7), Math.fround(0.95), Math.fround(0.05), Math.fround(1.1)]);
     expect([u(11), u(12), u(13), u(14)]).toEqual([5, 256, 7, 0]);
   });
@@ -171,7 +172,8 @@ describe('sample param packers match the .metal declarations', () => {
     expect(sampleCandidates({ vocab: 1000, topP: 0.9 })).toBe(SAMPLE_MAX_K);
     expect(sampleCandidates({ vocab: 100, minP: 0.1 })).toBe(100);
     expect(sampleCandidates({ vocab: 1000 })).toBe(0);
-    expect(sampleScratchElements(1, 262144)).toBe(262144 + 3 * 64 + 2 * 64 * 256);
+    expect(sampleScratchElements(1, 262144)).toBe(262144 + 3 * 128 + 2 * 64 * 256);
+    expect([sampleSlice(64), sampleSlice(65)]).toEqual([2048, 4096]);
     expect(argmaxScratchElements(2, 262144)).toBe(2 * 128 * 2);
     expect(topKScratchElements(1, 262144, 256)).toBe(64 * 256 * 2);
     expect(topKSlice(40)).toBe(2048);

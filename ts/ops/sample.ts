@@ -34,7 +34,7 @@ export const SAMPLE_KERNELS = [
 export const SAMPLE_MAX_K = 256;
 /** Elements per threadgroup of argmax's first pass. */
 export const ARGMAX_SLICE = 2048;
-/** Elements per threadgroup of the sampler's first pass (its threadgroup flags one byte per element). */
+/** Elements per threadgroup of the sampler's first pass at most (its threadgroup flags one byte per element). */
 export const SAMPLE_SLICE = 4096;
 /** The sampler's vocabulary limit: counts and the tie rule run in f32, exact to 2^24. */
 export const SAMPLE_MAX_VOCAB = 2 ** 24;
@@ -420,15 +420,23 @@ export interface SampleArgs {
   counter: U64;
 }
 
-/** Slices of the sampler's first pass per row. */
-export function sampleBlocks(vocab: number): number {
-  return Math.ceil(vocab / SAMPLE_SLICE);
+/**
+ * Elements per threadgroup of the sampler's first pass: 2048 where the
+ * slices keep at most 64 candidates (twice the threadgroups, half the work
+ * each), 4096 for more (fewer candidates for the finish to merge).
+ */
+export function sampleSlice(candidates: number): number {
+  return candidates > 64 ? SAMPLE_SLICE : SAMPLE_SLICE / 2;
 }
 
-/** u32 elements of the sampler's scratch: z [rows, vocab], per slice 3 words, and 256 candidate pairs per slice. */
+/**
+ * u32 elements of the sampler's scratch, for any filters: z [rows, vocab],
+ * 3 words per slice of 2048, and 256 candidate pairs per slice of 4096 (64
+ * per slice of 2048 take no more).
+ */
 export function sampleScratchElements(rows: number, vocab: number): number {
-  const nb = sampleBlocks(vocab);
-  return checkedProduct('sample', 'scratch elements', rows, vocab + 3 * nb + 2 * nb * SAMPLE_MAX_K);
+  const perRow = vocab + 3 * Math.ceil(vocab / (SAMPLE_SLICE / 2)) + 2 * SAMPLE_MAX_K * Math.ceil(vocab / SAMPLE_SLICE);
+  return checkedProduct('sample', 'scratch elements', rows, perRow);
 }
 
 /** The candidates the first pass keeps per slice: top-k's, or 256 when top-p or min-p act on the whole vocabulary, else none. */
@@ -506,11 +514,13 @@ export function validateSample(a: SampleArgs, device?: Device): void {
 }
 
 export function packSampleParams(a: SampleArgs): Uint8Array {
+  const cand = sampleCandidates(a);
+  const slice = sampleSlice(cand);
   const [seedLo, seedHi] = u64Words(a.seed)!;
   const [ctrLo, ctrHi] = u64Words(a.counter)!;
   return packFields(SAMPLE_PARAMS_LAYOUT, {
-    n_vocab: a.vocab, rows: a.rows, slice: SAMPLE_SLICE, n_blocks: sampleBlocks(a.vocab), top_k: a.topK ?? 0,
-    n_cand: sampleCandidates(a), n_prev: a.prevTokens === undefined ? 0 : a.nPrev!, temperature: a.temperature,
+    n_vocab: a.vocab, rows: a.rows, slice, n_blocks: Math.ceil(a.vocab / slice), top_k: a.topK ?? 0,
+    n_cand: cand, n_prev: a.prevTokens === undefined ? 0 : a.nPrev!, temperature: a.temperature,
     top_p: a.topP ?? 1, min_p: a.minP ?? 0, repetition_penalty: a.repetitionPenalty ?? 1,
     seed_lo: seedLo, seed_hi: seedHi, counter_lo: ctrLo, counter_hi: ctrHi,
   });
@@ -543,13 +553,13 @@ export function packSampleParams(a: SampleArgs): Uint8Array {
  * outToken u32 [rows]; outLogprob f32 [rows]; scratch u32
  * [sampleScratchElements(rows, vocab)].
  * Dispatches: sample_blocks_f32 (0 logits, 1 prevTokens (logits when absent,
- * unread), 2 scratch, 3 SampleParams; grid (rows, ceil(vocab / 4096), 1)):
+ * unread), 2 scratch, 3 SampleParams; grid (rows, ceil(vocab / sampleSlice), 1)):
  * z, each slice's max, its index and sum of exp, and its candidates; then
  * sample_finish_f32 (0 scratch, 1 outToken, 2 outLogprob, 3 SampleParams;
  * grid (rows, 1, 1) of up to 1024 threads). The bytes that must move: the
  * logits, read once (4 * rows * vocab); the first pass also writes z, as
  * many bytes again, which the finish reads back only where it walks tokens
- * in index order: one 4096-token slice without filters, and the whole row
+ * in index order: one slice without filters, and the whole row
  * about ten times (one threadgroup per row) where top-p or min-p keep more
  * than 256 tokens with topK = 0: the slow path.
  */
@@ -560,10 +570,10 @@ export function sample(enc: Encoder, args: SampleArgs): void {
 /** sample's plan: validates, then the two passes (see sample). */
 export function planSample(a: SampleArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateSample(a, device);
-  const nb = sampleBlocks(a.vocab);
   const cand = sampleCandidates(a);
+  const nb = Math.ceil(a.vocab / sampleSlice(cand));
   const params = packSampleParams(a);
-  const slice = Math.min(SAMPLE_SLICE, a.vocab);
+  const slice = Math.min(sampleSlice(cand), a.vocab);
   const blocks: PlannedDispatch = {
     kernel: 'sample_blocks_f32', buffers: [a.logits, a.prevTokens ?? a.logits, a.scratch], bytes: [, , , params],
     grid: [a.rows, nb, 1], threads: [threadsFor(slice, BLOCK_THREADS, limits), 1, 1],
