@@ -122,8 +122,8 @@ function sampleCases(): Case[] {
     ['T 1, top-k 64, top-p 0.95 (Gemma 4)', { temperature: 1, topK: 64, topP: 0.95 }, 6],
     ['T 0.7, top-k 20, top-p 0.8, rp 1.05 x 64 ids (Qwen3.6)', { temperature: 0.7, topK: 20, topP: 0.8, repetitionPenalty: 1.05 }, 6],
     ['T 1, no filter', { temperature: 1 }, 6],
-    ['T 1, top-p 0.95 alone, 44-token nucleus', { temperature: 1, topP: 0.95 }, 6],
-    ['T 1, top-p 0.95 alone, flat (whole-row path)', { temperature: 1, topP: 0.95 }, 2],
+    ['T 1, top-p 0.95 alone, N(0, 36) logits', { temperature: 1, topP: 0.95 }, 6],
+    ['T 1, top-p 0.95 alone, N(0, 4) logits (whole-row path)', { temperature: 1, topP: 0.95 }, 2],
   ];
   let counter = 0;
   for (const rows of [big, 1]) {

@@ -3,10 +3,10 @@
 // algorithms and the sampler's filters; each function here mirrors the Metal
 // one of the same name (block_* here for threadgroup_* there). Threadgroup
 // arrays are static shared memory (the launches bind no dynamic shared
-// memory). Block reductions run
-// in a fixed order, so every result is independent of the warps' timing.
-// The first passes of argmax and the sampler read 16-byte vectors where the
-// row slice is aligned.
+// memory). Block reductions run in a fixed order, so every result is
+// independent of the warps' timing. The first passes of argmax and the
+// sampler read 16-byte vectors where the row slice is aligned; the radix
+// histograms and the gathers take one atomic per warp and bin.
 
 namespace {
 
