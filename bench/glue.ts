@@ -1,7 +1,8 @@
 // Times rms_norm, softmax, softcap, the elementwise family, embedding,
-// kv_cache_copy and the gated activations (silu_mul, gelu_tanh_mul,
-// sigmoid_mul and their halves forms, gelu) with the encoder's GPU time, at
-// the shapes of Gemma 4 and Qwen3.6 layers: per case a warm-up commit, then 5
+// kv_cache_copy, the gated activations (silu_mul, gelu_tanh_mul, sigmoid_mul
+// and their halves forms, gelu) and the sample family (argmax, top-k,
+// sampling) with the encoder's GPU time, at the shapes of Gemma 4 and
+// Qwen3.6 layers: per case a warm-up commit, then 5
 // commits of `iters` back-to-back dispatches; time per dispatch = median of
 // gpuTimeNs / iters. Prints the time, the bytes each dispatch must move
 // (inputs read once, outputs written once) and the rate they imply.
@@ -19,6 +20,7 @@ import { kvCacheCopySeqDual } from '../ts/ops/kv_cache_copy.ts';
 import { gelu, geluTanhMul, geluTanhMulHalves } from '../ts/ops/gelu.ts';
 import { sigmoidMul, sigmoidMulHalves } from '../ts/ops/sigmoid_mul.ts';
 import { siluMul, siluMulHalves } from '../ts/ops/silu_mul.ts';
+import { argmax, argmaxScratchElements, philox4x32, sample, sampleScratchElements, softmaxSample, topK, topKScratchElements } from '../ts/ops/sample.ts';
 
 const small = process.argv.includes('--small');
 const dev = Device.open();
@@ -79,6 +81,88 @@ function cases(): Case[] {
   }
   out.push(...elementwiseCases(), ...embeddingCases(), ...kvCacheCopyCases());
   out.push(...siluMulCases(), ...geluCases(), ...sigmoidMulCases());
+  out.push(...sampleCases());
+  return out;
+}
+
+// ---- sample: argmax, top-k, softmax_sample, the sampler, Philox ----
+// Gemma 4's vocabulary (262144); decode is one row, the large shape 64 rows
+// (a batch of decode streams, or speculative verification). Bytes: the floor,
+// the logits read once and the outputs written once (the sampler's first pass
+// also writes z, as many bytes again, which its floor leaves out). At one row
+// the floor is a microsecond or less (1 MB at 3.3 TB/s is 0.3 us): the time
+// is launch and synchronization latency, two dispatches per op.
+function sampleCases(): Case[] {
+  const out: Case[] = [];
+  const vocab = small ? 8192 : 262144;
+  const big = small ? 2 : 64;
+  /** Logits N(0, sigma^2): at sigma 6 the 0.95 nucleus of 262144 tokens is about 44 tokens, at sigma 2 about 95000. */
+  const peaked = (rows: number, sigma: number): Buffer => {
+    const data = new Float32Array(rows * vocab);
+    let s = 0x2545f491;
+    for (let i = 0; i < data.length; i += 2) {
+      s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+      const u = (s + 1) / 2 ** 32;
+      s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+      const r = sigma * Math.sqrt(-2 * Math.log(u));
+      data[i] = r * Math.cos((2 * Math.PI * s) / 2 ** 32);
+      if (i + 1 < data.length) data[i + 1] = r * Math.sin((2 * Math.PI * s) / 2 ** 32);
+    }
+    return dev.upload('f32', [rows, vocab], data);
+  };
+  for (const rows of [big, 1]) {
+    const x = random('f32', [rows, vocab]);
+    const idx = dev.alloc('u32', [rows]);
+    const val = dev.alloc('f32', [rows]);
+    const scratch = dev.alloc('u32', [argmaxScratchElements(rows, vocab)]);
+    out.push({ name: `argmax f32 [${rows}, ${vocab}] two passes`, bytes: 4 * rows * vocab,
+      record: (e) => argmax(e, { input: x, outIndex: idx, outValue: val, rows, nElements: vocab, scratch }) });
+    if (rows === 1) {
+      out.push({ name: `argmax f32 [1, ${vocab}] one threadgroup (mlx-native's)`, bytes: 4 * vocab,
+        record: (e) => argmax(e, { input: x, outIndex: idx, outValue: val, rows, nElements: vocab }) });
+    }
+    const k = rows === 1 ? 256 : 64;
+    const ti = dev.alloc('u32', [rows, k]);
+    const tv = dev.alloc('f32', [rows, k]);
+    const ts = dev.alloc('u32', [topKScratchElements(rows, vocab, k)]);
+    out.push({ name: `top_k f32 [${rows}, ${vocab}] k ${k}`, bytes: 4 * rows * vocab + 8 * rows * k,
+      record: (e) => topK(e, { input: x, outIndices: ti, outValues: tv, rows, nElements: vocab, k, scratch: ts }) });
+  }
+  const configs: [string, { temperature: number; topK?: number; topP?: number; minP?: number; repetitionPenalty?: number }, number][] = [
+    ['T 1, top-k 64, top-p 0.95 (Gemma 4)', { temperature: 1, topK: 64, topP: 0.95 }, 6],
+    ['T 0.7, top-k 20, top-p 0.8, rp 1.05 x 64 ids (Qwen3.6)', { temperature: 0.7, topK: 20, topP: 0.8, repetitionPenalty: 1.05 }, 6],
+    ['T 1, no filter', { temperature: 1 }, 6],
+    ['T 1, top-p 0.95 alone, N(0, 36) logits', { temperature: 1, topP: 0.95 }, 6],
+    ['T 1, top-p 0.95 alone, N(0, 4) logits (whole-row path)', { temperature: 1, topP: 0.95 }, 2],
+  ];
+  let counter = 0;
+  for (const rows of [big, 1]) {
+    const prevTokens = dev.upload('u32', [rows, 64], Array.from({ length: rows * 64 }, (_, i) => (i * 40503) % vocab));
+    const token = dev.alloc('u32', [rows]);
+    const logprob = dev.alloc('f32', [rows]);
+    const scratch = dev.alloc('u32', [sampleScratchElements(rows, vocab)]);
+    for (const [what, o, sigma] of rows === 1 ? configs : configs.slice(0, 1)) {
+      const logits = peaked(rows, sigma);
+      const prev = o.repetitionPenalty !== undefined ? { prevTokens, nPrev: 64 } : {};
+      out.push({ name: `sample [${rows}, ${vocab}] ${what}`, bytes: 4 * rows * vocab,
+        record: (e) => sample(e, { logits, outToken: token, outLogprob: logprob, scratch, rows, vocab, ...o, ...prev, seed: 1, counter: counter++ }) });
+    }
+  }
+  {
+    const logits = peaked(1, 6);
+    const probs = dev.alloc('f32', [vocab]);
+    const token = dev.alloc('u32', [1]);
+    const logprob = dev.alloc('f32', [1]);
+    out.push({ name: `softmax_sample f32 [${vocab}] (mlx-native's, one threadgroup)`, bytes: 8 * vocab,
+      record: (e) => softmaxSample(e, { logits: logits.view('f32', [vocab]), scratch: probs, outToken: token, outLogprob: logprob,
+        nElements: vocab, temperature: 1, randomVal: 0.5 }) });
+  }
+  {
+    const n = small ? 4096 : 2 ** 22;
+    const bits = dev.alloc('u32', [n, 4]);
+    out.push({ name: `philox4x32 [${n}, 4] u32`, bytes: 16 * n,
+      record: (e) => philox4x32(e, { output: bits, n, key: [1, 2], counter: [0, 0, 0, 0] }) });
+  }
   return out;
 }
 

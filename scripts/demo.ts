@@ -31,6 +31,9 @@
 //   the gated activations: SwiGLU over Qwen3.6-27B's fused gate_up (MLP
 //   intermediate 17408), GeGLU of Gemma 4 31B's MLP (intermediate 21504) and
 //   the sigmoid output gate of Qwen3.6 full attention (16 heads x 256).
+//   logit softcap (30);
+//   sampling: one token from Gemma 4's 262144-token vocabulary with its
+//   defaults (temperature 1, top-k 64, top-p 0.95).
 // On the emulator the sequence lengths are shortened (it runs one fiber per
 // GPU thread), and the table says so.
 //
@@ -38,8 +41,10 @@
 // reference; the tolerance is the dtype's (f32 1e-5, bf16 1e-2), except the gated
 // delta net's f32 final state (1e-3), which accumulates bf16 products over
 // the whole sequence, and the chunked prefill against the exact recurrence
-// (o 2e-2, state 1e-2), whose intermediates are stored in bf16. Time: device time of the commit (wall time on the
-// emulator), after the kernel was compiled.
+// (o 2e-2, state 1e-2), whose intermediates are stored in bf16; the sampled
+// token must be the reference's, and its log-probability, an f32 sum over
+// the kept tokens, within 1e-4. Time: device time of the commit (wall time
+// on the emulator), after the kernel was compiled.
 
 import { Device, type Buffer, type DType } from '../ts/index.ts';
 import { chunkGatedDeltaRule, chunkLocalCumsum, gatedDeltaNetChunk } from '../ts/ops/chunk_gated_delta_rule.ts';
@@ -78,6 +83,8 @@ import { kvCacheCopySeqRef } from '../ts/reference/kv_cache_copy.ts';
 import { geluTanhMulRef } from '../ts/reference/gelu.ts';
 import { sigmoidMulRef } from '../ts/reference/sigmoid_mul.ts';
 import { siluMulHalvesRef } from '../ts/reference/silu_mul.ts';
+import { sample, sampleScratchElements } from '../ts/ops/sample.ts';
+import { sampleRowRef } from '../ts/reference/sample.ts';
 import { moeRoutingRef } from '../ts/reference/moe_routing.ts';
 import { ssmConvRef } from '../ts/reference/ssm_conv.ts';
 import { ssmNormGateRef } from '../ts/reference/ssm_norm_gate.ts';
@@ -575,6 +582,22 @@ function main(): number {
     for (const b of [k.buf, v.buf, ck, cv]) b.release();
   }
   // --- end of kv_cache_copy ---
+  // --- sample: one token from Gemma 4's vocabulary with its sampling defaults ---
+  {
+    const vocab = 262144;
+    const logits = stored(device, 'f32', randn(vocab, 6));
+    const token = poisoned(device, 'u32', 1);
+    const logprob = poisoned(device, 'f32', 1);
+    const scratch = device.alloc('u32', [sampleScratchElements(1, vocab)]);
+    const o = { temperature: 1, topK: 64, topP: 0.95, seed: 2026, counter: 1 };
+    const ms = timed(device, (enc) => sample(enc, { logits: logits.buf, outToken: token, outLogprob: logprob, scratch, rows: 1, vocab, ...o }));
+    const want = sampleRowRef(logits.values, vocab, 0, o);
+    // The token must be the reference's; the error is that of its log-probability.
+    const err = token.read()[0] === want.token ? Math.abs(logprob.read()[0]! - want.logprob) / Math.max(1, Math.abs(want.logprob)) : Infinity;
+    rows.push({ kernel: 'sample_blocks_f32 + sample_finish_f32', model: 'Gemma 4 sampling', shape: `1 x ${vocab}, T 1, top-k 64, top-p 0.95`,
+      err, tol: 1e-4, ms });
+    for (const b of [logits.buf, token, logprob, scratch]) b.release();
+  }
 
   const header = ['kernel', 'model', 'shape', 'backend', 'max err', 'tol', 'time ms', ''];
   const table = rows.map((r) => [

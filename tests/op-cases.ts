@@ -403,6 +403,58 @@ export const CASES: Case[] = [
     inPlace: [['input', 'output']],
     make: (d) => ({ input: a(d, 'f16', 20), output: a(d, 'f16', 20), cap: 30 }),
   },
+  // ---- sample: argmax, top-k, softmax_sample, the sampler, Philox (two-pass forms: rows past one slice, with scratch) ----
+  {
+    fn: 'argmax', op: 'argmax',
+    keys: { input: buf(F), outIndex: out(U32), outValue: out(F), rows: int, nElements: int, scratch: { kind: 'buf?', dtypes: U32, output: true } },
+    make: (d) => ({ input: a(d, 'f32', 4200), outIndex: a(d, 'u32', 2), outValue: a(d, 'f32', 2), rows: 2, nElements: 2100, scratch: a(d, 'u32', 8) }),
+  },
+  {
+    fn: 'topK', op: 'top_k',
+    keys: {
+      input: buf(F), outIndices: out(U32), outValues: out(F), rows: int, nElements: int, k: int,
+      scratch: { kind: 'buf?', dtypes: U32, output: true },
+    },
+    make: (d) => ({
+      input: a(d, 'f32', 4200), outIndices: a(d, 'u32', 6), outValues: a(d, 'f32', 6), rows: 2, nElements: 2100, k: 3, scratch: a(d, 'u32', 24),
+    }),
+  },
+  {
+    fn: 'topK', op: 'top_k',
+    keys: { input: buf(F), outIndices: out(U32), outValues: out(F), rows: int, nElements: int, k: int },
+    make: (d) => ({ input: a(d, 'f32', 30), outIndices: a(d, 'u32', 12), outValues: a(d, 'f32', 12), rows: 3, nElements: 10, k: 4 }),
+  },
+  {
+    fn: 'softmaxSample', op: 'softmax_sample',
+    keys: {
+      logits: buf(F), scratch: out(F), outToken: out(U32), outLogprob: out(F), nElements: int, temperature: { kind: 'nonneg' },
+      randomVal: { kind: 'nonneg' },
+    },
+    make: (d) => ({
+      logits: a(d, 'f32', 40), scratch: a(d, 'f32', 40), outToken: a(d, 'u32', 1), outLogprob: a(d, 'f32', 1), nElements: 40,
+      temperature: 0.8, randomVal: 0.3,
+    }),
+  },
+  {
+    fn: 'sample', op: 'sample',
+    keys: {
+      logits: buf(F), prevTokens: { kind: 'buf?', dtypes: U32 }, outToken: out(U32), outLogprob: out(F), scratch: out(U32),
+      rows: int, vocab: int, temperature: { kind: 'nonneg' }, topK: { kind: 'nonneg?' }, topP: { kind: 'nonneg?' },
+      minP: { kind: 'nonneg?' }, repetitionPenalty: { kind: 'nonneg?' }, nPrev: { kind: 'int', readWhen: (x) => x.prevTokens !== undefined },
+      seed: { kind: 'free' }, counter: { kind: 'free' },
+    },
+    make: (d) => ({
+      logits: a(d, 'f32', 600), prevTokens: a(d, 'u32', 6), outToken: a(d, 'u32', 2), outLogprob: a(d, 'f32', 2),
+      scratch: a(d, 'u32', 2 * (300 + 3 + 2 * 256)), rows: 2, vocab: 300, temperature: 0.8, topP: 0.9, minP: 0.05,
+      repetitionPenalty: 1.2, nPrev: 3, seed: 5, counter: 9,
+    }),
+    fill: (args) => (args.prevTokens as Buffer | undefined)?.writeNumbers([1, 7, 299, 0, 300, 0xffffffff]),
+  },
+  {
+    fn: 'philox4x32', op: 'philox4x32',
+    keys: { output: out(U32), n: int, key: { kind: 'free' }, counter: { kind: 'free' } },
+    make: (d) => ({ output: a(d, 'u32', 12), n: 3, key: [1, 2], counter: [0xffffffff, 4, 5, 6] }),
+  },
   {
     fn: 'ssmConv', op: 'ssm_conv',
     keys: {

@@ -18,6 +18,7 @@ export * from './rope_multi.ts';
 export * from './rms_norm.ts';
 export * from './sigmoid_mul.ts';
 export * from './silu_mul.ts';
+export * from './sample.ts';
 export * from './softmax.ts';
 export * from './ssm_conv.ts';
 export * from './ssm_norm_gate.ts';
