@@ -1,4 +1,5 @@
-# PyTorch eager beside bench/glue.ts on the GPU machine, same shapes, timed
+# PyTorch eager (and, for the dense rows, torch.compile) beside bench/glue.ts
+# on the GPU machine, same shapes, timed
 # with CUDA events around `iters` calls (median of 5), and the copy ceiling
 # (a 1 GiB device-to-device copy, bytes read + written).
 #   python3 bench/glue_peers.py
@@ -49,3 +50,22 @@ for r, c, dt in [(4096, 8192, torch.bfloat16), (64, 262144, torch.float32), (1, 
     report(f"torch softmax {str(dt)[6:]} [{r}, {c}]", timed(lambda: torch.softmax(x, -1)), 2 * x.numel() * x.element_size())
 x = torch.randn(64 * 262144, dtype=torch.bfloat16, device=dev)
 report("torch softcap bf16 [16777216] cap 30", timed(lambda: torch.tanh(x / 30) * 30), 4 * x.numel())
+
+
+# ---- dense: decode products (F.linear = cuBLAS, eager and torch.compile) ----
+def dense_cases():
+    linear = torch.compile(lambda a, b: F.linear(a, b))
+    for m in (1, 8):
+        x = torch.randn(m, 5120, dtype=torch.bfloat16, device=dev)
+        w = torch.randn(17408, 5120, dtype=torch.bfloat16, device=dev)
+        nbytes = 2 * (w.numel() + x.numel() + m * 17408)
+        report(f"torch F.linear bf16 [{m}, 5120] x [17408, 5120]^T", timed(lambda: F.linear(x, w)), nbytes)
+        report(f"compile F.linear bf16 [{m}, 5120] x [17408, 5120]^T", timed(lambda: linear(x, w)), nbytes)
+    x = torch.randn(1, 5376, device=dev)
+    w = torch.randn(262144, 5376, dtype=torch.bfloat16, device=dev)
+    nbytes = 2 * w.numel() + 4 * (5376 + 262144)
+    report("torch F.linear(x.bfloat16(), W) [1, 5376] x [262144, 5376]^T", timed(lambda: F.linear(x.bfloat16(), w).float(), 20), nbytes)
+    report("compile F.linear(x.bfloat16(), W) [1, 5376] x [262144, 5376]^T", timed(lambda: linear(x.bfloat16(), w).float(), 20), nbytes)
+
+
+dense_cases()
