@@ -1,8 +1,8 @@
 // Times rms_norm, softmax, softcap, the elementwise family, embedding,
 // kv_cache_copy, the gated activations (silu_mul, gelu_tanh_mul, sigmoid_mul
-// and their halves forms, gelu) and the sample family (argmax, top-k,
-// sampling) with the encoder's GPU time, at the shapes of Gemma 4 and
-// Qwen3.6 layers: per case a warm-up commit, then 5
+// and their halves forms, gelu), the sample family (argmax, top-k, sampling)
+// and the dense decode products with the encoder's GPU time, at the shapes of
+// Gemma 4 and Qwen3.6 layers: per case a warm-up commit, then 5
 // commits of `iters` back-to-back dispatches; time per dispatch = median of
 // gpuTimeNs / iters. Prints the time, the bytes each dispatch must move
 // (inputs read once, outputs written once) and the rate they imply.
@@ -13,6 +13,7 @@
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
 import { cast, elementwiseAdd, elementwiseAddScaled, elementwiseMul, scalarMul } from '../ts/ops/elementwise.ts';
+import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
 import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
 import { softcap, softmax } from '../ts/ops/softmax.ts';
 import { embedding } from '../ts/ops/embedding.ts';
@@ -82,6 +83,32 @@ function cases(): Case[] {
   out.push(...elementwiseCases(), ...embeddingCases(), ...kvCacheCopyCases());
   out.push(...siluMulCases(), ...geluCases(), ...sigmoidMulCases());
   out.push(...sampleCases());
+  out.push(...denseCases());
+  return out;
+}
+
+// ---- dense: decode products, memory-bound on the weight (bench/matmul.ts has the matrix shapes) ----
+// bytes: the weight read once, x read, y written; the floor is bytes / copy bandwidth.
+function denseCases(): Case[] {
+  const out: Case[] = [];
+  // Qwen3.6 27B MLP up (5120 -> 17408), one token and eight (dense_mv_bf16).
+  for (const m of [1, 8]) {
+    const [n, k] = small ? [512, 256] : [17408, 5120];
+    const x = random('bf16', [m, k]);
+    const w = random('bf16', [n, k]);
+    const y = dev.alloc('bf16', [m, n]);
+    out.push({ name: `dense_mv_bf16 [${m}, ${k}] x [${n}, ${k}]^T`, bytes: 2 * (n * k + m * k + m * n),
+      record: (e) => denseMatmul(e, { x, weight: w, output: y, m, n, k }) });
+  }
+  // Gemma 4's vocabulary projection (5376 -> 262144) from an f32 hidden state (mlx-native's dense_matvec_bf16w_f32io).
+  {
+    const [n, k] = small ? [4096, 256] : [262144, 5376];
+    const a = random('f32', [1, k]);
+    const b = random('bf16', [n, k]);
+    const c = dev.alloc('f32', [1, n]);
+    out.push({ name: `dense_matvec_bf16w_f32io [1, ${k}] x [${n}, ${k}]^T`, bytes: 2 * n * k + 4 * (k + n),
+      record: (e) => denseMatvec(e, { a, b, output: c, m: 1, n, k }) });
+  }
   return out;
 }
 

@@ -258,3 +258,23 @@ def sample_cases():
 
 
 sample_cases()
+
+
+# ---- dense: decode products (F.linear = cuBLAS, eager and torch.compile) ----
+def dense_cases():
+    linear = torch.compile(lambda a, b: F.linear(a, b))
+    for m in (1, 8):
+        x = torch.randn(m, 5120, dtype=torch.bfloat16, device=dev)
+        w = torch.randn(17408, 5120, dtype=torch.bfloat16, device=dev)
+        nbytes = 2 * (w.numel() + x.numel() + m * 17408)
+        report(f"torch F.linear bf16 [{m}, 5120] x [17408, 5120]^T", timed(lambda: F.linear(x, w)), nbytes)
+        report(f"compile F.linear bf16 [{m}, 5120] x [17408, 5120]^T", timed(lambda: linear(x, w)), nbytes)
+    x = torch.randn(1, 5376, device=dev)
+    w = torch.randn(262144, 5376, dtype=torch.bfloat16, device=dev)
+    nbytes = 2 * w.numel() + 4 * (5376 + 262144)
+    report("torch F.linear(x.bfloat16(), W) [1, 5376] x [262144, 5376]^T", timed(lambda: F.linear(x.bfloat16(), w).float(), 20), nbytes)
+    report("compile F.linear(x.bfloat16(), W) [1, 5376] x [262144, 5376]^T", timed(lambda: linear(x.bfloat16(), w).float(), 20), nbytes)
+
+
+dense_cases()
+# ---- end of dense ----

@@ -34,6 +34,13 @@
 //   logit softcap (30);
 //   sampling: one token from Gemma 4's 262144-token vocabulary with its
 //   defaults (temperature 1, top-k 64, top-p 0.95).
+//   dense products (y = x W^T, weights [out, in]): Qwen3.6 27B's MLP up
+//   projection (5120 -> 17408, bf16) for one decode token and a 64-token
+//   prefill, and Gemma 4's vocabulary projection (5376 -> 262144) from an f32
+//   hidden state with bf16 weights. The weights repeat 1024 (4096 for the
+//   vocabulary) random rows, so the host holds no float64 copy of them; the
+//   prefill is checked at 512 output columns and the vocabulary at 8192 rows
+//   drawn at random (every tile alike), the decode row at every output.
 // On the emulator the sequence lengths are shortened (it runs one fiber per
 // GPU thread), and the table says so.
 //
@@ -50,6 +57,7 @@ import { Device, type Buffer, type DType } from '../ts/index.ts';
 import { chunkGatedDeltaRule, chunkLocalCumsum, gatedDeltaNetChunk } from '../ts/ops/chunk_gated_delta_rule.ts';
 import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
 import { elementwiseAdd } from '../ts/ops/elementwise.ts';
+import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
 import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecParams } from '../ts/ops/flash_attn_vec.ts';
 import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
@@ -70,6 +78,7 @@ import { ssmNormGate } from '../ts/ops/ssm_norm_gate.ts';
 import { gatedDeltaRuleRecurrentRef, chunkLocalCumsumRef, gatedDeltaNetChunkRef } from '../ts/reference/chunk_gated_delta_rule.ts';
 import { computeGBetaRef } from '../ts/reference/compute_g_beta.ts';
 import { elementwiseAddRef } from '../ts/reference/elementwise.ts';
+import { denseRef } from '../ts/reference/dense.ts';
 import { flashAttnVecRef } from '../ts/reference/flash_attn_vec.ts';
 import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
 import { l2NormRef } from '../ts/reference/l2_norm.ts';
@@ -122,6 +131,24 @@ const uniform = (n: number, lo: number, hi: number): Float64Array => new Float64
 function stored(device: Device, dtype: DType, data: ArrayLike<number>): { buf: Buffer; values: Float64Array } {
   const buf = device.upload(dtype, [data.length], data);
   return { buf, values: buf.readNumbers() };
+}
+
+/**
+ * A bf16 weight [n, k] whose rows repeat `distinct` random rows (row j is row
+ * j % distinct): a vocabulary-sized matrix without a float64 copy of it on
+ * the host. row(j) gives the values row j holds.
+ */
+function repeatedRows(device: Device, n: number, k: number, distinct: number): { buf: Buffer; row: (j: number) => Float64Array } {
+  const block = device.upload('bf16', [distinct * k], randn(distinct * k, 0.05));
+  const values = block.readNumbers();
+  const bits = block.read() as Uint16Array;
+  block.release();
+  const buf = device.alloc('bf16', [n, k]);
+  for (let r = 0; r < n; r += distinct) {
+    const rows = Math.min(distinct, n - r);
+    buf.write(bits.subarray(0, rows * k), { byteOffset: r * k * 2 });
+  }
+  return { buf, row: (j) => values.subarray((j % distinct) * k, (j % distinct + 1) * k) };
 }
 
 function poisoned(device: Device, dtype: DType, n: number): Buffer {
@@ -597,6 +624,44 @@ function main(): number {
     rows.push({ kernel: 'sample_blocks_f32 + sample_finish_f32', model: 'Gemma 4 sampling', shape: `1 x ${vocab}, T 1, top-k 64, top-p 0.95`,
       err, tol: 1e-4, ms });
     for (const b of [logits.buf, token, logprob, scratch]) b.release();
+  }
+  // --- dense products: Qwen3.6 27B MLP up (5120 -> 17408), Gemma 4 vocabulary (5376 -> 262144) ---
+  {
+    const [k, n] = [5120, emu ? 1024 : 17408];
+    const w = repeatedRows(device, n, k, 1024);
+    for (const tokens of [1, 64]) {
+      const x = stored(device, 'bf16', randn(tokens * k));
+      const y = poisoned(device, 'bf16', tokens * n);
+      const ms = timed(device, (enc) => denseMatmul(enc, { x: x.buf, weight: w.buf, output: y, m: tokens, n, k }));
+      const cols = tokens === 1 ? Array.from({ length: n }, (_, j) => j) : Array.from({ length: 512 }, () => Math.floor(rng.uniform(0, n)));
+      const got = y.readNumbers();
+      const seen: number[] = [];
+      const want: number[] = [];
+      for (let t = 0; t < tokens; t++) {
+        for (const j of cols) {
+          seen.push(got[t * n + j]!);
+          want.push(denseRef(x.values.subarray(t * k, (t + 1) * k), w.row(j), 1, 1, k)[0]!);
+        }
+      }
+      rows.push({ kernel: tokens === 1 ? 'dense_mv_bf16' : 'dense_mm_bf16', model: 'Qwen3.6 27B MLP up',
+        shape: `${tokens} tok x ${k} -> ${n}${note}`, err: scaledErr(seen, want), tol: 1e-2, ms });
+      x.buf.release();
+      y.release();
+    }
+    w.buf.release();
+  }
+  {
+    const [k, n] = [5376, emu ? 16384 : 262144];
+    const x = stored(device, 'f32', randn(k));
+    const w = repeatedRows(device, n, k, 4096);
+    const y = poisoned(device, 'f32', n);
+    const ms = timed(device, (enc) => denseMatvec(enc, { a: x.buf, b: w.buf, output: y, m: 1, n, k }));
+    const got = y.readNumbers();
+    const checked = Array.from({ length: 8192 }, () => Math.floor(rng.uniform(0, n)));
+    const want = checked.map((j) => denseRef(x.values, w.row(j), 1, 1, k)[0]!);
+    rows.push({ kernel: 'dense_matvec_bf16w_f32io', model: 'Gemma 4 vocabulary', shape: `1 x ${k} -> ${n}${note}`,
+      err: scaledErr(checked.map((j) => got[j]!), want), tol: 1e-5, ms });
+    for (const b of [x.buf, w.buf, y]) b.release();
   }
 
   const header = ['kernel', 'model', 'shape', 'backend', 'max err', 'tol', 'time ms', ''];

@@ -10,6 +10,11 @@ typedef unsigned int u32;
 // Metal's name, which the param structs of shaders/<family>.h use.
 typedef unsigned int uint;
 typedef unsigned long long u64;
+// Metal's 64-bit name, which some param structs use (llama.cpp's argument
+// blocks): unsigned long is 64 bits on the Linux targets (LP64), and the same
+// typedef as glibc's where a host header declares it too.
+typedef unsigned long ulong;
+static_assert(sizeof(ulong) == 8, "ulong must be 64 bits");
 typedef __nv_bfloat16 bf16;
 
 // ---- conversions ----
@@ -204,12 +209,47 @@ __device__ __forceinline__ void ldsm_x4_trans(const void* p, u32& r0, u32& r1, u
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_addr(p)));
 }
-// d += a (16x16 bf16, row) * b (16x8 bf16, col), f32 accumulate.
+// d += a (16x16 bf16, row) * b (16x8 bf16, col), f32 accumulate. Fragments
+// (g = lane / 4, t = lane % 4): a[0] row g, columns 2t and 2t + 1; a[1] row
+// g + 8; a[2], a[3] the same rows at columns 2t + 8, 2t + 9; b0 rows (k) 2t,
+// 2t + 1 of column g, b1 rows 2t + 8, 2t + 9; d[0], d[1] row g, columns 2t,
+// 2t + 1, d[2], d[3] row g + 8.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// The same with f16 operands.
+__device__ __forceinline__ void mma_f16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// mma_bf16 or mma_f16 by the operands' type.
+template <typename T> __device__ __forceinline__ void mma16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1);
+template <> __device__ __forceinline__ void mma16<__nv_bfloat16>(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) { mma_bf16(d, a, b0, b1); }
+template <> __device__ __forceinline__ void mma16<__half>(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) { mma_f16(d, a, b0, b1); }
+
+// mma operands from shared memory (T a 16-bit type). An A fragment (16 rows
+// x 16 cols) of a row-major array at (r0, c0), rows ld elements apart.
+template <typename T>
+__device__ __forceinline__ void frag_a(u32 (&a)[4], const T* base, u32 ld, u32 r0, u32 c0, u32 lane) {
+    ldsm_x4(base + (r0 + (lane & 15u)) * ld + c0 + 8u * (lane >> 4), a[0], a[1], a[2], a[3]);
+}
+// B fragments of two n-tiles (n0, n0 + 8) x 16 k from an array stored [n][k] (k contiguous):
+// b[0], b[1] for n-tile n0, b[2], b[3] for n0 + 8.
+template <typename T>
+__device__ __forceinline__ void frag_b_nk(u32 (&b)[4], const T* base, u32 ld, u32 n0, u32 k0, u32 lane) {
+    const u32 m = lane >> 3, rr = lane & 7u;
+    ldsm_x4(base + (n0 + 8u * (m >> 1) + rr) * ld + k0 + 8u * (m & 1u), b[0], b[1], b[2], b[3]);
+}
+// The same from an array stored [k][n] (n contiguous), by ldmatrix.trans.
+template <typename T>
+__device__ __forceinline__ void frag_b_kn(u32 (&b)[4], const T* base, u32 ld, u32 n0, u32 k0, u32 lane) {
+    const u32 m = lane >> 3, rr = lane & 7u;
+    ldsm_x4_trans(base + (k0 + rr + 8u * (m & 1u)) * ld + n0 + 8u * (m >> 1), b[0], b[1], b[2], b[3]);
 }
 
 // 16-byte global -> shared copy that does not hold the thread (cp.async, L2

@@ -5,6 +5,7 @@ export * from './chunk_gated_delta_rule.ts';
 export * from './compute_g_beta.ts';
 export * from './elementwise.ts';
 export * from './embedding.ts';
+export * from './dense.ts';
 export * from './flash_attn_vec.ts';
 export * from './fused_head_norm_rope.ts';
 export * from './fused_norm.ts';
