@@ -28,14 +28,28 @@ const copyGbs = arg('--copy-gbs');
 const dev = Device.open();
 const size = (d: DType): number => (d === 'f32' ? 4 : 2);
 
+/**
+ * n random values in [-0.5, 0.5), never zeros: a block of up to 2^22 values
+ * repeated (a vocabulary-sized weight does not fit in one host array).
+ */
 function random(dtype: DType, n: number): Buffer {
-  const data = new Float32Array(n);
+  const blockN = Math.min(n, 1 << 22);
+  const data = new Float32Array(blockN);
   let s = 0x9e3779b9;
-  for (let i = 0; i < n; i++) {
+  for (let i = 0; i < blockN; i++) {
     s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
     data[i] = ((s / 2 ** 32) * 2 - 1) * 0.5;
   }
-  return dev.upload(dtype, [n], data);
+  const block = dev.upload(dtype, [blockN], data);
+  if (blockN === n) return block;
+  const bits = block.read();
+  block.release();
+  const buf = dev.alloc(dtype, [n]);
+  for (let i = 0; i < n; i += blockN) {
+    const len = Math.min(blockN, n - i);
+    buf.write(bits.subarray(0, len), { byteOffset: i * size(dtype) });
+  }
+  return buf;
 }
 
 interface Case {
