@@ -12,6 +12,7 @@
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
+import { uniformBuffer } from './random.ts';
 import { cast, elementwiseAdd, elementwiseAddScaled, elementwiseMul, scalarMul } from '../ts/ops/elementwise.ts';
 import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
 import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
@@ -27,16 +28,7 @@ const small = process.argv.includes('--small');
 const dev = Device.open();
 const size = (d: DType) => (d === 'f32' ? 4 : 2);
 
-function random(dtype: DType, shape: number[]): Buffer {
-  const n = shape.reduce((a, b) => a * b, 1);
-  const data = new Float32Array(n);
-  let s = 0x9e3779b9;
-  for (let i = 0; i < n; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    data[i] = (s / 2 ** 32) * 4 - 2;
-  }
-  return dev.upload(dtype, shape, data);
-}
+const random = (dtype: DType, shape: number[]): Buffer => uniformBuffer(dev, dtype, shape, 2);
 
 interface Case { name: string; bytes: number; record: (enc: Encoder) => void }
 

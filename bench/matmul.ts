@@ -16,6 +16,7 @@
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
+import { uniformBuffer } from './random.ts';
 import { denseMatmul, denseMatmulTensor, denseMatvec } from '../ts/ops/dense.ts';
 
 const small = process.argv.includes('--small');
@@ -28,29 +29,7 @@ const copyGbs = arg('--copy-gbs');
 const dev = Device.open();
 const size = (d: DType): number => (d === 'f32' ? 4 : 2);
 
-/**
- * n random values in [-0.5, 0.5), never zeros: a block of up to 2^22 values
- * repeated (a vocabulary-sized weight does not fit in one host array).
- */
-function random(dtype: DType, n: number): Buffer {
-  const blockN = Math.min(n, 1 << 22);
-  const data = new Float32Array(blockN);
-  let s = 0x9e3779b9;
-  for (let i = 0; i < blockN; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    data[i] = ((s / 2 ** 32) * 2 - 1) * 0.5;
-  }
-  const block = dev.upload(dtype, [blockN], data);
-  if (blockN === n) return block;
-  const bits = block.read();
-  block.release();
-  const buf = dev.alloc(dtype, [n]);
-  for (let i = 0; i < n; i += blockN) {
-    const len = Math.min(blockN, n - i);
-    buf.write(bits.subarray(0, len), { byteOffset: i * size(dtype) });
-  }
-  return buf;
-}
+const random = (dtype: DType, n: number): Buffer => uniformBuffer(dev, dtype, [n], 0.5);
 
 interface Case {
   name: string;

@@ -1,0 +1,29 @@
+// Random device buffers for the benchmark scripts: uniform in [-hi, hi),
+// never zero in practice, from a linear congruential stream. Past 2^22
+// elements a block of 2^22 values repeats (a vocabulary-sized weight does not
+// fit in one host array, and filling gigabytes value by value is slow).
+
+import type { Buffer, Device, DType } from '../ts/index.ts';
+
+const BLOCK = 1 << 22;
+const BYTES: Record<string, number> = { f32: 4, f16: 2, bf16: 2 };
+
+export function uniformBuffer(dev: Device, dtype: DType, shape: readonly number[], hi: number): Buffer {
+  const n = shape.reduce((a, b) => a * b, 1);
+  const blockN = Math.min(n, BLOCK);
+  const data = new Float32Array(blockN);
+  let s = 0x9e3779b9;
+  for (let i = 0; i < blockN; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    data[i] = ((s / 2 ** 32) * 2 - 1) * hi;
+  }
+  if (blockN === n) return dev.upload(dtype, shape, data);
+  const block = dev.upload(dtype, [blockN], data);
+  const bits = block.read();
+  block.release();
+  const buf = dev.alloc(dtype, shape);
+  for (let i = 0; i < n; i += blockN) {
+    buf.write(bits.subarray(0, Math.min(blockN, n - i)), { byteOffset: i * BYTES[dtype]! });
+  }
+  return buf;
+}
