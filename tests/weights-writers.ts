@@ -108,6 +108,9 @@ export interface GgufWritten {
   data: Map<string, Uint8Array>;
 }
 
+/** The bytes a scalar value takes (a string: its length field). */
+const SCALAR_BYTES: Record<string, number> = { u8: 1, i8: 1, bool: 1, u16: 2, i16: 2, u32: 4, i32: 4, f32: 4, u64: 8, i64: 8, f64: 8, string: 8 };
+
 class Out {
   private buf = new Uint8Array(256);
   private dv = new DataView(this.buf.buffer);
@@ -183,7 +186,7 @@ class Out {
     this.u32(GGUF_VALUE_TYPES.indexOf(v.type), `${what} type`);
     if (v.type === 'array') this.array(v.value, what);
     else {
-      this.field(`${what} value`, v.type === 'string' ? 8 : 0);
+      this.field(`${what} value`, SCALAR_BYTES[v.type]!);
       this.typed(v.type, v.value);
     }
   }
