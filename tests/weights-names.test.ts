@@ -5,8 +5,11 @@
 // unexpected names, towers and MTP heads set aside, layer types against the
 // config.
 
-import { describe, expect, test } from 'bun:test';
-import { checkModel, describeModel, formatReport, GgufFile, SafetensorsFile, type Gemma4Weights, type GgufValue, type Qwen35MoeWeights } from '../ts/weights/index.ts';
+import { afterAll, describe, expect, test } from 'bun:test';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { checkModel, describeModel, formatReport, GgufFile, openWeights, SafetensorsFile, type Gemma4Weights, type GgufValue, type Qwen35MoeWeights } from '../ts/weights/index.ts';
 import { errorOf, rng } from './helpers.ts';
 import { ggufBytes, safetensorsBytes } from './weights-writers.ts';
 
@@ -258,6 +261,24 @@ describe('Gemma 4 (gemma4)', () => {
     expect(l5.layerScalar?.name).toBe('blk.5.layer_output_scale.weight');
     expect(l5.inputNorm.transforms).toEqual([]); // Gemma 4's norms are stored as they are
     expect(m.perLayer!.projectionNorm.name).toBe('per_layer_proj_norm.weight');
+  });
+});
+
+describe('the config.json beside a checkpoint', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'mlxn-names-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  test('gives the architecture and the layer types; a broken one is refused; bytes given in memory never look for one', () => {
+    const names = qwenHf('model.language_model.', 'gate_up', false, true).map((n) => ({ name: n, dtype: 'U8', shape: [1], data: new Uint8Array([1]) }));
+    writeFileSync(join(dir, 'model.safetensors'), safetensorsBytes(names));
+    writeFileSync(join(dir, 'config.json'), JSON.stringify(QWEN_CONFIG));
+    const m = describeModel(openWeights(dir));
+    expect(m.arch).toBe('qwen3_5_moe');
+    expect(m.layers.map((l) => l.type)).toEqual([...QWEN_TYPES]);
+    expect(() => describeModel(SafetensorsFile.fromBytes(safetensorsBytes(names), join(dir, 'model.safetensors')))).toThrow("describeModel: opts.arch must be 'qwen3_5_moe' or 'gemma4'");
+    writeFileSync(join(dir, 'config.json'), '{"model_type": ');
+    expect(() => describeModel(openWeights(dir))).toThrow(`describeModel: the config ${join(dir, 'config.json')} must be readable JSON (got`);
+    expect(describeModel(openWeights(dir), { config: QWEN_CONFIG }).numLayers).toBe(4); // a given config wins
   });
 });
 

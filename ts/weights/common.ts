@@ -103,6 +103,8 @@ export function rawStorage(shape: readonly number[], size: 1 | 2 | 4 | 8): Tenso
 export interface FileBytes {
   readonly path: string;
   readonly bytes: Uint8Array;
+  /** Mapped from the file at `path` (false: bytes given under a name). */
+  readonly mapped: boolean;
 }
 
 /**
@@ -124,9 +126,9 @@ export function mapFile(format: WeightFormat | 'safetensors index', path: string
     if (e instanceof MlxError) throw e;
     throw fileError(format, path, 'the path', 'a readable file', (e as Error).message);
   }
-  if (size === 0) return { path, bytes: new Uint8Array(0) };
+  if (size === 0) return { path, bytes: new Uint8Array(0), mapped: true };
   try {
-    return { path, bytes: Bun.mmap(path, { shared: false }) };
+    return { path, bytes: Bun.mmap(path, { shared: false }), mapped: true };
   } catch (e) {
     throw fileError(format, path, 'the file', 'mappable into memory', (e as Error).message);
   }
@@ -136,5 +138,5 @@ export function mapFile(format: WeightFormat | 'safetensors index', path: string
 export function givenBytes(format: WeightFormat, bytes: Uint8Array, name: string): FileBytes {
   if (!(bytes instanceof Uint8Array)) throw argError(`${format}: fromBytes`, 'bytes', 'a Uint8Array', bytes);
   if (typeof name !== 'string' || name.length === 0) throw argError(`${format}: fromBytes`, 'name', 'a non-empty string', name);
-  return { path: name, bytes };
+  return { path: name, bytes, mapped: false };
 }

@@ -42,9 +42,12 @@
 // Each TensorRef lists these as `transforms`. Gemma 4's norms are stored as
 // they are (its norms scale by w).
 
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { MlxError } from '../errors.ts';
 import { shown, type TensorInfo } from './common.ts';
 import { GgufFile } from './gguf.ts';
+import { SafetensorsFile, ShardedSafetensors } from './safetensors.ts';
 import { WeightSource } from './source.ts';
 
 /** What llama.cpp's converter did to the HF tensor (GGUF naming only). */
@@ -163,7 +166,11 @@ export interface WeightsReport {
 export interface DescribeOptions {
   /** 'qwen3_5_moe' or 'gemma4'; default: the config's model_type, else GGUF's general.architecture. */
   arch?: ModelArch;
-  /** The checkpoint's config.json, parsed: its model_type, num_hidden_layers, layer_types and tie_word_embeddings are used (text_config's where it has one). */
+  /**
+   * The checkpoint's config.json, parsed: its model_type, num_hidden_layers,
+   * layer_types and tie_word_embeddings are used (text_config's where it has
+   * one). Default: the config.json beside a safetensors file or index, if any.
+   */
   config?: Record<string, unknown>;
   /** Layers of the model; default: the config's, else GGUF's block_count less MTP blocks, else the highest layer index + 1. */
   numLayers?: number;
@@ -444,7 +451,24 @@ interface Setup {
   source: NameSource;
 }
 
-function setup(source: NameSource, opts: DescribeOptions): Setup {
+/** The config.json beside a safetensors checkpoint, parsed, or undefined where there is none. */
+function configBeside(source: NameSource): Record<string, unknown> | undefined {
+  const path = source instanceof SafetensorsFile ? (source.fromFile ? source.path : null) : source instanceof ShardedSafetensors ? source.indexPath : null;
+  if (path === null) return undefined;
+  const p = join(dirname(path), 'config.json');
+  if (!existsSync(p)) return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(readFileSync(p, 'utf8'));
+  } catch (e) {
+    throw argTypeError(`the config ${p}`, 'readable JSON', (e as Error).message);
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw argTypeError(`the config ${p}`, 'a JSON object', shown(parsed));
+  return parsed as Record<string, unknown>;
+}
+
+function setup(source: NameSource, givenOpts: DescribeOptions): Setup {
+  const opts = givenOpts.config === undefined ? { ...givenOpts, config: configBeside(source) } : givenOpts;
   let list: readonly string[];
   let info: ((n: string) => TensorInfo | undefined) | null = null;
   if (source instanceof WeightSource) {

@@ -246,6 +246,11 @@ export class SafetensorsFile extends WeightSource {
   get mapped(): Uint8Array {
     return this.file.bytes;
   }
+
+  /** True when opened from a file (false: fromBytes). */
+  get fromFile(): boolean {
+    return this.file.mapped;
+  }
 }
 
 /** The largest index file read (real indexes are a few MB). */
