@@ -1,5 +1,5 @@
-// Writers of small safetensors and GGUF files for the weight readers' tests
-// (not shipped). Each writes what the format's own writers write, and lets a
+// Writers of safetensors and GGUF files for the weight readers' tests and the
+// demo's weights rows (not shipped). Each writes what the format's own writers write, and lets a
 // test change what a malicious or broken writer would: the header text, the
 // length field, offsets, counts, types. The GGUF writer also returns where
 // each header field lies, so the fuzz can edit fields in place.
