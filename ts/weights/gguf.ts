@@ -384,8 +384,8 @@ export function parseGguf(bytes: Uint8Array, file: string): GgufHeader {
 
   const tensors = new Map<string, GgufTensorInfo>();
   for (const x of order) {
-    const shape = Object.freeze([...x.dims].reverse());
-    tensors.set(x.name, Object.freeze({
+    const shape = [...x.dims].reverse();
+    tensors.set(x.name, {
       name: x.name,
       format: 'gguf' as const,
       file,
@@ -394,11 +394,11 @@ export function parseGguf(bytes: Uint8Array, file: string): GgufHeader {
       elementCount: elementProduct(shape),
       byteOffset: dataStart + x.offset,
       byteLength: x.bytes,
-      storage: Object.freeze(storageOf(x.type, shape)),
+      storage: storageOf(x.type, shape),
       ggmlType: x.type,
-      dims: Object.freeze(x.dims),
+      dims: x.dims,
       dataOffset: x.offset,
-    }));
+    });
   }
   return { version, alignment, dataStart, metadata, tensors };
 }

@@ -26,16 +26,19 @@ export function findDuplicateKey(text: string): { key: string; parent: string | 
       const top = stack[stack.length - 1];
       if (top?.object) top.expectKey = true;
     } else if (c === 0x22 /* " */) {
-      let j = i + 1;
-      while (j < n) {
-        const d = text.charCodeAt(j);
-        if (d === 0x5c /* \ */) j += 2;
-        else if (d === 0x22) break;
-        else j++;
+      // The closing quote: the next one after an even run of backslashes (the text is valid JSON).
+      let j = text.indexOf('"', i + 1);
+      for (;;) {
+        if (j < 0) return null;
+        let k = j - 1;
+        while (text.charCodeAt(k) === 0x5c) k--;
+        if ((j - 1 - k) % 2 === 0) break;
+        j = text.indexOf('"', j + 1);
       }
       const top = stack[stack.length - 1];
       if (top?.object && top.expectKey) {
-        const key = JSON.parse(text.slice(i, j + 1)) as string;
+        const raw = text.slice(i + 1, j);
+        const key = raw.includes('\\') ? (JSON.parse(text.slice(i, j + 1)) as string) : raw;
         if (top.keys!.has(key)) return { key, parent: top.parent };
         top.keys!.add(key);
         top.expectKey = false;

@@ -335,7 +335,7 @@ class Scan {
         }
       }
     }
-    return Object.freeze(ref);
+    return ref;
   }
 
   /** The roles of a group under `base`: null when the group is optional and none is present; missing required ones recorded. */

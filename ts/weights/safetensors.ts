@@ -82,7 +82,7 @@ function storageOf(dtype: SafetensorsDType, shape: readonly number[]): TensorSto
   }
 }
 
-const utf8Length = (s: string): number => new TextEncoder().encode(s).length;
+const encoder = new TextEncoder();
 
 /**
  * Parses and checks the header of a safetensors file held in `bytes`; `file`
@@ -134,8 +134,11 @@ export function parseSafetensors(bytes: Uint8Array, file: string): SafetensorsHe
     const what = `the tensor ${shown(name)}`;
     if (name.length === 0) throw err('a tensor name', 'non-empty', '""');
     if (!name.isWellFormed()) throw err(`the tensor name ${shown(name)}`, 'valid Unicode', 'a lone surrogate escape');
-    const nameBytes = utf8Length(name);
-    if (nameBytes > SAFETENSORS_MAX_NAME_BYTES) throw err(`the tensor name ${shown(name)}`, `at most ${SAFETENSORS_MAX_NAME_BYTES} bytes of UTF-8`, `${nameBytes} bytes`);
+    // UTF-8 takes at most 3 bytes per UTF-16 unit: only a long name is measured.
+    if (name.length * 3 > SAFETENSORS_MAX_NAME_BYTES) {
+      const nameBytes = encoder.encode(name).length;
+      if (nameBytes > SAFETENSORS_MAX_NAME_BYTES) throw err(`the tensor name ${shown(name)}`, `at most ${SAFETENSORS_MAX_NAME_BYTES} bytes of UTF-8`, `${nameBytes} bytes`);
+    }
     if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) throw err(what, 'an object { dtype, shape, data_offsets }', shown(entry));
     const e = entry as Record<string, unknown>;
     for (const k of Object.keys(e)) {
@@ -189,8 +192,8 @@ export function parseSafetensors(bytes: Uint8Array, file: string): SafetensorsHe
   const dataStart = 8 + n;
   const tensors = new Map<string, SafetensorsTensorInfo>();
   for (const t of entries) {
-    const shape = Object.freeze([...t.shape]);
-    tensors.set(t.name, Object.freeze({
+    const shape = t.shape;
+    tensors.set(t.name, {
       name: t.name,
       format: 'safetensors' as const,
       file,
@@ -199,9 +202,9 @@ export function parseSafetensors(bytes: Uint8Array, file: string): SafetensorsHe
       elementCount: elementProduct(shape),
       byteOffset: dataStart + t.begin,
       byteLength: t.end - t.begin,
-      storage: Object.freeze(storageOf(t.dtype, shape)),
-      dataOffsets: Object.freeze([t.begin, t.end]) as readonly [number, number],
-    }));
+      storage: storageOf(t.dtype, shape),
+      dataOffsets: [t.begin, t.end],
+    });
   }
   return { headerLength: n, dataStart, metadata: metadata === null ? null : Object.freeze(metadata), tensors };
 }
