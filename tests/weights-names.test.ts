@@ -325,6 +325,16 @@ describe('findings: missing, unexpected, problems', () => {
     expect(checkModel(gemmaHf('model.'), { arch: 'gemma4', layerTypes: [...GEMMA_TYPES.slice(1), 'chunked'] }).problems).toEqual(['layer 5: type "chunked" must be sliding_attention or full_attention']);
   });
 
+  test('indices far past what is present are one problem each, not a name per absent layer or expert', () => {
+    const names = qwenHf('model.', 'per_expert', false, false).concat(['model.layers.999999.input_layernorm.weight', 'model.layers.2.mlp.experts.500000.up_proj.weight']);
+    const rep = checkModel(names, { arch: 'qwen3_5_moe' });
+    expect(rep.problems).toEqual(['layer indices reach 999999 but 5 layers hold tensors', 'model.layers.2.mlp.experts.: expert indices reach 500000 but 5 experts hold tensors']);
+    expect(rep.numLayers).toBe(5);
+    expect(rep.missing.length).toBeLessThan(40); // layer 4 (absent) by name, nothing for the far indices
+    expect(rep.unexpected).toContain('model.layers.999999.input_layernorm.weight');
+    expect(rep.unexpected).toContain('model.layers.2.mlp.experts.0.gate_proj.weight');
+  });
+
   test('arguments: the architecture, the layer types, the source', () => {
     const e = (fn: () => unknown) => errorOf(fn).message;
     expect(e(() => describeModel(['a']))).toBe("describeModel: opts.arch must be 'qwen3_5_moe' or 'gemma4' (or opts.config with its model_type, or a GGUF file) (got none)");
@@ -332,7 +342,8 @@ describe('findings: missing, unexpected, problems', () => {
     expect(e(() => describeModel(['a'], { config: { model_type: 'qwen3' } }))).toStartWith('describeModel: opts.config.model_type must be one of qwen3_5_moe, qwen3_5_moe_text, gemma4, gemma4_text (got qwen3)');
     expect(e(() => describeModel(ggufOf(['x'], [['general.architecture', { type: 'string', value: 'llama' }]])))).toBe('describeModel: the GGUF general.architecture must be one of qwen35moe, gemma4 (got llama)');
     expect(e(() => checkModel(qwenHf('model.', 'gate_up'), { arch: 'qwen3_5_moe', layerTypes: ['full_attention'] }))).toBe('describeModel: the layer types must be one per layer (4) (got 1 of them)');
-    expect(e(() => checkModel(['a'], { arch: 'gemma4', numLayers: -1 }))).toBe('describeModel: opts.numLayers must be an integer >= 0 (got -1)');
+    expect(e(() => checkModel(['a'], { arch: 'gemma4', numLayers: -1 }))).toBe('describeModel: opts.numLayers must be an integer from 0 to 4096 (got -1)');
+    expect(e(() => checkModel(ggufOf(['x'], [['general.architecture', { type: 'string', value: 'gemma4' }], ['gemma4.block_count', { type: 'u32', value: 2 ** 31 }]])))).toBe('describeModel: the layer count must be an integer from 0 to 4096 (got 2147483648)');
     expect(e(() => checkModel({} as never, { arch: 'gemma4' }))).toStartWith('describeModel: source must be a weight file (SafetensorsFile, ShardedSafetensors, GgufFile) or an array of tensor names');
   });
 });

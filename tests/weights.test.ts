@@ -498,6 +498,9 @@ describeBackends('weights upload', ({ device }) => {
 
   test('release frees the buffers and their views; refusals of the packing arguments', () => {
     const f = SafetensorsFile.open(file(safetensorsBytes(someTensors())));
+    using all = f.uploadPacked(device()); // by default every tensor with elements
+    expect([...all.views.keys()]).toEqual(f.names().filter((n) => n !== 'empty'));
+    all.release();
     const packed = f.uploadPacked(device(), ['model.norm.weight', 'ids']);
     const view = packed.get('ids');
     packed.release();

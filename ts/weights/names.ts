@@ -290,10 +290,14 @@ const GEMMA_EXPERTS: ExpertNames = { hfExperts: 'experts.', hfStacked: 'experts.
 
 /** HF names of the parts a text model checkpoint may carry besides it. */
 const IGNORED_HF: Record<ModelArch, RegExp> = {
-  qwen3_5_moe: /^(model\.)?(mtp|visual)\.|^mtp\./,
+  qwen3_5_moe: /^(model\.)?(mtp|visual)\./,
   gemma4: /^(model\.)?(vision_tower|audio_tower|embed_vision|embed_audio|multi_modal_projector)\./,
 };
 const HF_PREFIXES = ['model.language_model.', 'language_model.model.', 'model.', ''];
+/** The most layers a description has (a count past it is refused: the description's work grows with it). */
+const MAX_LAYERS = 4096;
+/** Layers or experts absent between present ones that are listed as missing names; a larger gap is one problem. */
+const MAX_LISTED_GAP = 64;
 const HF_LM_HEADS = ['lm_head.weight', 'language_model.lm_head.weight'];
 
 const GGUF_ARCH: Record<string, ModelArch> = { qwen35moe: 'qwen3_5_moe', gemma4: 'gemma4' };
@@ -386,14 +390,20 @@ class Scan {
       const g = this.group(`${layerBase}${e.hfStacked}`, [r('gate', 'gate_proj.weight', null, L), r('up', 'up_proj.weight', null, L), r('down', 'down_proj.weight', null, L)], true)!;
       return g['gate'] && g['up'] && g['down'] ? { layout: 'stacked', gate: g['gate'], up: g['up'], down: g['down'] } : null;
     }
-    const rel = new RegExp(`^${e.hfExperts.replaceAll('.', '\\.')}(\\d+)\\.(gate|up|down)_proj\\.weight$`);
-    let count = 0;
+    const rel = new RegExp(`^${e.hfExperts.replaceAll('.', '\\.')}(\\d{1,6})\\.(gate|up|down)_proj\\.weight$`);
+    const indices = new Set<number>();
     for (const rest of layerRest) {
       const m = rel.exec(rest);
-      if (m !== null && m[1]!.length < 7) count = Math.max(count, Number(m[1]) + 1);
+      if (m !== null) indices.add(Number(m[1]));
     }
-    if (count === 0) {
+    if (indices.size === 0) {
       this.missing.push(fusedGateUp, `${layerBase}${e.hfExperts}down_proj`);
+      return null;
+    }
+    const count = Math.max(...indices) + 1;
+    // A few absent experts are listed by name; an index far past the experts present is one problem, not a million names.
+    if (count - indices.size > MAX_LISTED_GAP) {
+      this.problems.push(`${layerBase}${e.hfExperts}: expert indices reach ${count - 1} but ${indices.size} experts hold tensors`);
       return null;
     }
     const parts = { gate: [] as TensorRef[], up: [] as TensorRef[], down: [] as TensorRef[] };
@@ -512,8 +522,18 @@ function setup(source: NameSource, givenOpts: DescribeOptions): Setup {
       numLayers ??= mtpFrom;
     }
   }
-  numLayers ??= maxIndex + 1;
-  if (!Number.isSafeInteger(numLayers) || numLayers < 0) throw argTypeError('opts.numLayers', 'an integer >= 0', numLayers);
+  const problems: string[] = [];
+  if (numLayers === undefined) {
+    numLayers = maxIndex + 1;
+    if (numLayers - layerRest.size > MAX_LISTED_GAP) {
+      // Indices far past the layers present: those present are described, the far ones left unexpected.
+      problems.push(`layer indices reach ${maxIndex} but ${layerRest.size} layers hold tensors`);
+      numLayers = layerRest.size;
+    }
+  }
+  if (!Number.isSafeInteger(numLayers) || numLayers < 0 || numLayers > MAX_LAYERS) {
+    throw argTypeError(opts.numLayers !== undefined ? 'opts.numLayers' : 'the layer count', `an integer from 0 to ${MAX_LAYERS}`, numLayers);
+  }
 
   let layerTypes: readonly string[] | null = opts.layerTypes ?? (Array.isArray(text['layer_types']) ? (text['layer_types'] as string[]) : null);
   if (layerTypes !== null && layerTypes.length !== numLayers) {
@@ -529,6 +549,7 @@ function setup(source: NameSource, givenOpts: DescribeOptions): Setup {
     }
   }
   const tie = text['tie_word_embeddings'] ?? opts.config?.['tie_word_embeddings'];
+  scan.problems.push(...problems);
   return { arch, scan, prefix, numLayers, layerTypes, layerRest, ignoredRe: IGNORED_HF[arch], mtpFrom, tiedKnown: typeof tie === 'boolean' ? tie : null, source };
 }
 

@@ -134,14 +134,14 @@ export abstract class WeightSource {
   }
 
   /**
-   * The tensors (default: all, in file order) packed into as few device
-   * buffers as the size limit allows, in the order given; each tensor a view
-   * at a multiple of `align` bytes. A model's weights then live in a few
-   * allocations, and every op takes the views as buffers.
+   * The tensors (default: every one with elements, in file order) packed
+   * into as few device buffers as the size limit allows, in the order given;
+   * each tensor a view at a multiple of `align` bytes. A model's weights then
+   * live in a few allocations, and every op takes the views as buffers.
    */
   uploadPacked(device: Device, names?: readonly string[], opts: PackOptions = {}): PackedWeights {
     const op = 'uploadPacked';
-    const list = names ?? this.names();
+    const list = names ?? [...this.tensors.values()].filter((t) => t.byteLength > 0).map((t) => t.name);
     if (!Array.isArray(list)) throw argError(op, 'names', 'an array of tensor names', shown(list));
     const align = opts.align ?? 256;
     if (!Number.isSafeInteger(align) || align < VIEW_ALIGN || (align & (align - 1)) !== 0) {
