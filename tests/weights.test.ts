@@ -118,6 +118,8 @@ describe('safetensors: a valid file', () => {
     refused(() => f.info('nope'), `safetensors ${p}: tensor "nope" must be one of its 7 tensors (got a name it does not hold)`);
     refused(() => f.bytes('nope'), `safetensors ${p}: tensor "nope"`);
     refused(() => SafetensorsFile.fromBytes([1, 2] as unknown as Uint8Array), 'safetensors: fromBytes: bytes must be a Uint8Array');
+    refused(() => GgufFile.fromBytes(new Uint8Array(4), ''), 'gguf: fromBytes: name must be a non-empty string (got "")');
+    refused(() => openWeights(''), 'openWeights: path must be a non-empty path (got "")');
     // An empty file has no mapping; it is refused as too short.
     refused(() => SafetensorsFile.open(file(new Uint8Array(0))), 'safetensors', 'the header length (bytes 0 to 8) must be a little-endian u64 (got a file of 0 bytes; truncated?)');
   });
@@ -186,9 +188,9 @@ describe('safetensors: every refusal names the file, the tensor or field, expect
     refused(header(JSON.stringify({ a, b: { dtype: 'U8', shape: [4], data_offsets: [2, 6] } }), new Uint8Array(8)),
       `${S}the tensor "b" data_offsets must be clear of the tensor "a" (which ends at 4) (got [2, 6]: they overlap)`);
     refused(header(JSON.stringify({ a, b: { dtype: 'U8', shape: [2], data_offsets: [6, 8] } }), new Uint8Array(8)),
-      `${S}the tensor "b" data_offsets must be to start at 4, where the tensor "a" ends (got [6, 8]: a gap of 2 bytes)`);
+      `${S}the tensor "b" data_offsets must be [4, 6], starting where the tensor "a" ends (got [6, 8]: a gap of 2 bytes)`);
     refused(header(JSON.stringify({ b: { dtype: 'U8', shape: [2], data_offsets: [2, 4] } }), new Uint8Array(4)),
-      `${S}the tensor "b" data_offsets must be to start at 0, where the data section starts (got [2, 4]: a gap of 2 bytes)`);
+      `${S}the tensor "b" data_offsets must be [0, 2], starting where the data section starts (got [2, 4]: a gap of 2 bytes)`);
     refused(st(someTensors(), { trailing: new Uint8Array(3) }), `${S}the data section must be covered by the tensors up to its end`, '(170 bytes) (got tensors ending at 167)');
   });
 });
@@ -240,6 +242,13 @@ describe('sharded safetensors', () => {
     refused(() => ShardedSafetensors.open(p), `${I(p)}the tensor "ids" of the shard "model-00002-of-00002.safetensors" must be listed in the weight_map under that shard (got no entry)`);
     p = index(`{"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}}`, 'bad8.index.json');
     refused(() => ShardedSafetensors.open(p), `${I(p)}the object "weight_map" must be an object with unique keys (got "a" twice)`);
+    p = index('[]', 'bad10.index.json');
+    refused(() => ShardedSafetensors.open(p), `${I(p)}the file must be a JSON object (got [])`);
+    p = index({ metadata: 'x', weight_map: weightMap }, 'bad11.index.json');
+    refused(() => ShardedSafetensors.open(p), `${I(p)}"metadata" must be an object (got "x")`);
+    p = join(shardDir, 'bad12.index.json');
+    writeFileSync(p, new Uint8Array([0x7b, 0xff, 0x7d]));
+    refused(() => ShardedSafetensors.open(p), `${I(p)}the file must be UTF-8 text (got bytes that are not valid UTF-8)`);
     p = index({ weight_map: { a: 'absent.safetensors' } }, 'bad9.index.json');
     refused(() => ShardedSafetensors.open(p), `safetensors ${join(shardDir, 'absent.safetensors')}: the path must be a readable file`);
   });
@@ -415,7 +424,7 @@ describe('gguf: every refusal names the file, the key or tensor, expected and fo
   test('data: inside the data section, no two tensors overlapping', () => {
     const w = base();
     refused(openG(w.bytes.subarray(0, w.bytes.length - 1)), `${G}the tensor "n" data must be inside the`, 'truncated?');
-    refused(openG(w.bytes.subarray(0, w.dataStart - 1)), `${G}the data section must be to start inside the file (at byte ${w.dataStart}) (got a file of ${w.dataStart - 1} bytes; truncated?)`);
+    refused(openG(w.bytes.subarray(0, w.dataStart - 1)), `${G}the data section start (byte ${w.dataStart}) must be inside the file (got a file of ${w.dataStart - 1} bytes; truncated?)`);
     refused(openG(edit(w, 'tensor n offset', 2n ** 50n)), `${G}the tensor "n" data must be inside the`);
     refused(openG(edit(w, 'tensor n offset', 0)), `${G}the tensor "w" data (bytes 0 to 36) must be clear of the tensor "n" (bytes 0 to 16) (got an overlap)`);
   });

@@ -116,7 +116,7 @@ export interface FileBytes {
  * raises SIGBUS.
  */
 export function mapFile(format: WeightFormat | 'safetensors index', path: string): FileBytes {
-  if (typeof path !== 'string' || path.length === 0) throw argError(`${format}: open`, 'path', 'a non-empty file path', path);
+  if (typeof path !== 'string' || path.length === 0) throw argError(`${format}: open`, 'path', 'a non-empty file path', shown(path));
   let size: number;
   try {
     const st = statSync(path);
@@ -137,6 +137,6 @@ export function mapFile(format: WeightFormat | 'safetensors index', path: string
 /** In-memory bytes under a name (tests, files already read, network buffers). */
 export function givenBytes(format: WeightFormat, bytes: Uint8Array, name: string): FileBytes {
   if (!(bytes instanceof Uint8Array)) throw argError(`${format}: fromBytes`, 'bytes', 'a Uint8Array', bytes);
-  if (typeof name !== 'string' || name.length === 0) throw argError(`${format}: fromBytes`, 'name', 'a non-empty string', name);
+  if (typeof name !== 'string' || name.length === 0) throw argError(`${format}: fromBytes`, 'name', 'a non-empty string', shown(name));
   return { path: name, bytes, mapped: false };
 }

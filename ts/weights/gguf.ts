@@ -365,7 +365,7 @@ export function parseGguf(bytes: Uint8Array, file: string): GgufHeader {
 
   const dataStart = Math.ceil(c.pos / alignment) * alignment;
   if (infos.length > 0 && dataStart > bytes.length) {
-    throw err('the data section', `to start inside the file (at byte ${dataStart})`, `a file of ${bytes.length} bytes; truncated?`);
+    throw err(`the data section start (byte ${dataStart})`, 'inside the file', `a file of ${bytes.length} bytes; truncated?`);
   }
   const dataLength = Math.max(0, bytes.length - dataStart);
   for (const x of infos) {

@@ -5,7 +5,7 @@
 
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { argError } from './common.ts';
+import { argError, shown } from './common.ts';
 import { GgufFile } from './gguf.ts';
 import { SafetensorsFile, ShardedSafetensors } from './safetensors.ts';
 
@@ -64,7 +64,7 @@ export {
  * or model.safetensors.
  */
 export function openWeights(path: string): GgufFile | SafetensorsFile | ShardedSafetensors {
-  if (typeof path !== 'string' || path.length === 0) throw argError('openWeights', 'path', 'a non-empty path', path);
+  if (typeof path !== 'string' || path.length === 0) throw argError('openWeights', 'path', 'a non-empty path', shown(path));
   if (path.endsWith('.gguf')) return GgufFile.open(path);
   if (path.endsWith('.index.json')) return ShardedSafetensors.open(path);
   if (path.endsWith('.safetensors')) return SafetensorsFile.open(path);
@@ -73,7 +73,7 @@ export function openWeights(path: string): GgufFile | SafetensorsFile | ShardedS
     if (existsSync(index)) return ShardedSafetensors.open(index);
     const single = join(path, 'model.safetensors');
     if (existsSync(single)) return SafetensorsFile.open(single);
-    throw argError('openWeights', 'path', 'a folder holding model.safetensors.index.json or model.safetensors', `${path}, which holds neither`);
+    throw argError('openWeights', 'path', 'a folder holding model.safetensors.index.json or model.safetensors', `${shown(path)}, which holds neither`);
   }
-  throw argError('openWeights', 'path', 'a .gguf, .safetensors or .index.json file, or a checkpoint folder', path);
+  throw argError('openWeights', 'path', 'a .gguf, .safetensors or .index.json file, or a checkpoint folder', shown(path));
 }

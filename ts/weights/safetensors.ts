@@ -110,7 +110,7 @@ export function parseSafetensors(bytes: Uint8Array, file: string): SafetensorsHe
   } catch (e) {
     throw err('the header', 'valid JSON', (e as Error).message);
   }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw err('the header', 'a JSON object', Array.isArray(parsed) ? 'an array' : String(parsed));
+  // Valid JSON that starts with '{' is an object.
   const dup = findDuplicateKey(text);
   if (dup !== null) {
     throw dup.parent === null
@@ -180,7 +180,7 @@ export function parseSafetensors(bytes: Uint8Array, file: string): SafetensorsHe
     if (t.begin !== expected) {
       throw t.begin < expected
         ? err(`the tensor ${shown(t.name)} data_offsets`, `clear of the tensor ${shown(previous)} (which ends at ${expected})`, `[${t.begin}, ${t.end}]: they overlap`)
-        : err(`the tensor ${shown(t.name)} data_offsets`, `to start at ${expected}, where ${previous === null ? 'the data section starts' : `the tensor ${shown(previous)} ends`}`, `[${t.begin}, ${t.end}]: a gap of ${t.begin - expected} bytes`);
+        : err(`the tensor ${shown(t.name)} data_offsets`, `[${expected}, ${expected + t.end - t.begin}], starting where ${previous === null ? 'the data section starts' : `the tensor ${shown(previous)} ends`}`, `[${t.begin}, ${t.end}]: a gap of ${t.begin - expected} bytes`);
     }
     expected = t.end;
     previous = t.name;
