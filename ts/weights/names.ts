@@ -455,10 +455,10 @@ interface Setup {
   /** Names below each layer prefix, by layer index. */
   layerRest: Map<number, Set<string>>;
   ignoredRe: RegExp;
-  /** Layers past numLayers that hold MTP heads (GGUF nextn blocks), set aside. */
+  /** The first GGUF block of MTP heads (block_count less nextn_predict_layers); blocks from it are set aside. */
   mtpFrom: number;
+  /** The config's tie_word_embeddings, where it says. */
   tiedKnown: boolean | null;
-  source: NameSource;
 }
 
 /** The config.json beside a safetensors checkpoint, parsed, or undefined where there is none. */
@@ -550,7 +550,7 @@ function setup(source: NameSource, givenOpts: DescribeOptions): Setup {
   }
   const tie = text['tie_word_embeddings'] ?? opts.config?.['tie_word_embeddings'];
   scan.problems.push(...problems);
-  return { arch, scan, prefix, numLayers, layerTypes, layerRest, ignoredRe: IGNORED_HF[arch], mtpFrom, tiedKnown: typeof tie === 'boolean' ? tie : null, source };
+  return { arch, scan, prefix, numLayers, layerTypes, layerRest, ignoredRe: IGNORED_HF[arch], mtpFrom, tiedKnown: typeof tie === 'boolean' ? tie : null };
 }
 
 function layerBase(s: Setup, i: number): string {

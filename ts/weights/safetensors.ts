@@ -322,13 +322,13 @@ export class ShardedSafetensors extends WeightSource {
     const wm = obj['weight_map'];
     if (typeof wm !== 'object' || wm === null || Array.isArray(wm)) throw err('"weight_map"', 'an object of tensor name to shard file name', shown(wm));
     const weightMap = new Map<string, string>();
-    const shardNames: string[] = [];
+    const shardNames = new Set<string>();
     for (const [name, shard] of Object.entries(wm as Record<string, unknown>)) {
       if (typeof shard !== 'string' || shard.length === 0 || shard === '.' || shard === '..' || /[/\\\0]/.test(shard)) {
         throw err(`the shard of ${shown(name)}`, 'a file name in the index folder (no path separator, not "." or "..")', shown(shard));
       }
       weightMap.set(name, shard);
-      if (!shardNames.includes(shard)) shardNames.push(shard);
+      shardNames.add(shard);
     }
     const dir = dirname(indexPath);
     const shards = new Map<string, SafetensorsFile>();
