@@ -1,5 +1,8 @@
-// Times rms_norm, softmax, softcap, the elementwise family, embedding and
-// kv_cache_copy with the encoder's GPU time, at the shapes of Gemma 4 and Qwen3.6 layers: per case a warm-up commit, then 5
+// Times rms_norm, softmax, softcap, the elementwise family, embedding,
+// kv_cache_copy, the gated activations (silu_mul, gelu_tanh_mul, sigmoid_mul
+// and their halves forms, gelu), the sample family (argmax, top-k, sampling)
+// and the dense decode products with the encoder's GPU time, at the shapes of
+// Gemma 4 and Qwen3.6 layers: per case a warm-up commit, then 5
 // commits of `iters` back-to-back dispatches; time per dispatch = median of
 // gpuTimeNs / iters. Prints the time, the bytes each dispatch must move
 // (inputs read once, outputs written once) and the rate they imply.
@@ -10,10 +13,15 @@
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
 import { cast, elementwiseAdd, elementwiseAddScaled, elementwiseMul, scalarMul } from '../ts/ops/elementwise.ts';
+import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
 import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
 import { softcap, softmax } from '../ts/ops/softmax.ts';
 import { embedding } from '../ts/ops/embedding.ts';
 import { kvCacheCopySeqDual } from '../ts/ops/kv_cache_copy.ts';
+import { gelu, geluTanhMul, geluTanhMulHalves } from '../ts/ops/gelu.ts';
+import { sigmoidMul, sigmoidMulHalves } from '../ts/ops/sigmoid_mul.ts';
+import { siluMul, siluMulHalves } from '../ts/ops/silu_mul.ts';
+import { argmax, argmaxScratchElements, philox4x32, sample, sampleScratchElements, softmaxSample, topK, topKScratchElements } from '../ts/ops/sample.ts';
 
 const small = process.argv.includes('--small');
 const dev = Device.open();
@@ -73,6 +81,115 @@ function cases(): Case[] {
     out.push({ name: `softcap bf16 [${n}] cap 30`, bytes: 4 * n, record: (e) => softcap(e, { input: x, output: y, cap: 30 }) });
   }
   out.push(...elementwiseCases(), ...embeddingCases(), ...kvCacheCopyCases());
+  out.push(...siluMulCases(), ...geluCases(), ...sigmoidMulCases());
+  out.push(...sampleCases());
+  out.push(...denseCases());
+  return out;
+}
+
+// ---- dense: decode products, memory-bound on the weight (bench/matmul.ts has the matrix shapes) ----
+// bytes: the weight read once, x read, y written; the floor is bytes / copy bandwidth.
+function denseCases(): Case[] {
+  const out: Case[] = [];
+  // Qwen3.6 27B MLP up (5120 -> 17408), one token and eight (dense_mv_bf16).
+  for (const m of [1, 8]) {
+    const [n, k] = small ? [512, 256] : [17408, 5120];
+    const x = random('bf16', [m, k]);
+    const w = random('bf16', [n, k]);
+    const y = dev.alloc('bf16', [m, n]);
+    out.push({ name: `dense_mv_bf16 [${m}, ${k}] x [${n}, ${k}]^T`, bytes: 2 * (n * k + m * k + m * n),
+      record: (e) => denseMatmul(e, { x, weight: w, output: y, m, n, k }) });
+  }
+  // Gemma 4's vocabulary projection (5376 -> 262144) from an f32 hidden state (mlx-native's dense_matvec_bf16w_f32io).
+  {
+    const [n, k] = small ? [4096, 256] : [262144, 5376];
+    const a = random('f32', [1, k]);
+    const b = random('bf16', [n, k]);
+    const c = dev.alloc('f32', [1, n]);
+    out.push({ name: `dense_matvec_bf16w_f32io [1, ${k}] x [${n}, ${k}]^T`, bytes: 2 * n * k + 4 * (k + n),
+      record: (e) => denseMatvec(e, { a, b, output: c, m: 1, n, k }) });
+  }
+  return out;
+}
+
+// ---- sample: argmax, top-k, softmax_sample, the sampler, Philox ----
+// Gemma 4's vocabulary (262144); decode is one row, the large shape 64 rows
+// (a batch of decode streams, or speculative verification). Bytes: the floor,
+// the logits read once and the outputs written once (the sampler's first pass
+// also writes z, as many bytes again, which its floor leaves out). At one row
+// the floor is a microsecond or less (1 MB at 3.3 TB/s is 0.3 us): the time
+// is launch and synchronization latency, two dispatches per op.
+function sampleCases(): Case[] {
+  const out: Case[] = [];
+  const vocab = small ? 8192 : 262144;
+  const big = small ? 2 : 64;
+  /** Logits N(0, sigma^2): at sigma 6 the 0.95 nucleus of 262144 tokens is about 44 tokens, at sigma 2 about 95000. */
+  const peaked = (rows: number, sigma: number): Buffer => {
+    const data = new Float32Array(rows * vocab);
+    let s = 0x2545f491;
+    for (let i = 0; i < data.length; i += 2) {
+      s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+      const u = (s + 1) / 2 ** 32;
+      s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+      const r = sigma * Math.sqrt(-2 * Math.log(u));
+      data[i] = r * Math.cos((2 * Math.PI * s) / 2 ** 32);
+      if (i + 1 < data.length) data[i + 1] = r * Math.sin((2 * Math.PI * s) / 2 ** 32);
+    }
+    return dev.upload('f32', [rows, vocab], data);
+  };
+  for (const rows of [big, 1]) {
+    const x = random('f32', [rows, vocab]);
+    const idx = dev.alloc('u32', [rows]);
+    const val = dev.alloc('f32', [rows]);
+    const scratch = dev.alloc('u32', [argmaxScratchElements(rows, vocab)]);
+    out.push({ name: `argmax f32 [${rows}, ${vocab}] two passes`, bytes: 4 * rows * vocab,
+      record: (e) => argmax(e, { input: x, outIndex: idx, outValue: val, rows, nElements: vocab, scratch }) });
+    if (rows === 1) {
+      out.push({ name: `argmax f32 [1, ${vocab}] one threadgroup (mlx-native's)`, bytes: 4 * vocab,
+        record: (e) => argmax(e, { input: x, outIndex: idx, outValue: val, rows, nElements: vocab }) });
+    }
+    const k = rows === 1 ? 256 : 64;
+    const ti = dev.alloc('u32', [rows, k]);
+    const tv = dev.alloc('f32', [rows, k]);
+    const ts = dev.alloc('u32', [topKScratchElements(rows, vocab, k)]);
+    out.push({ name: `top_k f32 [${rows}, ${vocab}] k ${k}`, bytes: 4 * rows * vocab + 8 * rows * k,
+      record: (e) => topK(e, { input: x, outIndices: ti, outValues: tv, rows, nElements: vocab, k, scratch: ts }) });
+  }
+  const configs: [string, { temperature: number; topK?: number; topP?: number; minP?: number; repetitionPenalty?: number }, number][] = [
+    ['T 1, top-k 64, top-p 0.95 (Gemma 4)', { temperature: 1, topK: 64, topP: 0.95 }, 6],
+    ['T 0.7, top-k 20, top-p 0.8, rp 1.05 x 64 ids (Qwen3.6)', { temperature: 0.7, topK: 20, topP: 0.8, repetitionPenalty: 1.05 }, 6],
+    ['T 1, no filter', { temperature: 1 }, 6],
+    ['T 1, top-p 0.95 alone, N(0, 36) logits', { temperature: 1, topP: 0.95 }, 6],
+    ['T 1, top-p 0.95 alone, N(0, 4) logits (whole-row path)', { temperature: 1, topP: 0.95 }, 2],
+  ];
+  let counter = 0;
+  for (const rows of [big, 1]) {
+    const prevTokens = dev.upload('u32', [rows, 64], Array.from({ length: rows * 64 }, (_, i) => (i * 40503) % vocab));
+    const token = dev.alloc('u32', [rows]);
+    const logprob = dev.alloc('f32', [rows]);
+    const scratch = dev.alloc('u32', [sampleScratchElements(rows, vocab)]);
+    for (const [what, o, sigma] of rows === 1 ? configs : configs.slice(0, 1)) {
+      const logits = peaked(rows, sigma);
+      const prev = o.repetitionPenalty !== undefined ? { prevTokens, nPrev: 64 } : {};
+      out.push({ name: `sample [${rows}, ${vocab}] ${what}`, bytes: 4 * rows * vocab,
+        record: (e) => sample(e, { logits, outToken: token, outLogprob: logprob, scratch, rows, vocab, ...o, ...prev, seed: 1, counter: counter++ }) });
+    }
+  }
+  {
+    const logits = peaked(1, 6);
+    const probs = dev.alloc('f32', [vocab]);
+    const token = dev.alloc('u32', [1]);
+    const logprob = dev.alloc('f32', [1]);
+    out.push({ name: `softmax_sample f32 [${vocab}] (mlx-native's, one threadgroup)`, bytes: 8 * vocab,
+      record: (e) => softmaxSample(e, { logits: logits.view('f32', [vocab]), scratch: probs, outToken: token, outLogprob: logprob,
+        nElements: vocab, temperature: 1, randomVal: 0.5 }) });
+  }
+  {
+    const n = small ? 4096 : 2 ** 22;
+    const bits = dev.alloc('u32', [n, 4]);
+    out.push({ name: `philox4x32 [${n}, 4] u32`, bytes: 16 * n,
+      record: (e) => philox4x32(e, { output: bits, n, key: [1, 2], counter: [0, 0, 0, 0] }) });
+  }
   return out;
 }
 
@@ -156,6 +273,61 @@ function kvCacheCopyCases(): Case[] {
   return out;
 }
 // ---- end of kv_cache_copy ----
+
+// ---- the gated activations: silu_mul, gelu (gelu_tanh_mul and gelu alone),
+// sigmoid_mul, each from two inputs and from rows [gate | other], bf16. A
+// prefill of 8192 tokens and one decode token at Qwen3.6-27B's MLP
+// (intermediate 17408, SwiGLU), Gemma 4 31B's MLP (intermediate 21504, GeGLU)
+// and the output gate of Qwen3.6 full attention (16 heads x 256). Floor: the
+// gated forms read 2 n and write n elements (6 n bytes), gelu reads and
+// writes n (4 n bytes).
+type Recorder = (e: Encoder) => void;
+interface GatedOp {
+  pair: string;
+  label: string;
+  dim: number;
+  two: (gate: Buffer, other: Buffer, y: Buffer) => Recorder;
+  halves: (x: Buffer, y: Buffer, rows: number, dim: number) => Recorder;
+}
+
+function gatedCases(op: GatedOp, alone?: (x: Buffer, y: Buffer) => Recorder): Case[] {
+  const out: Case[] = [];
+  for (const rows of [small ? 4 : 8192, 1]) {
+    const n = rows * op.dim;
+    const [gate, other, halves] = [random('bf16', [rows, op.dim]), random('bf16', [rows, op.dim]), random('bf16', [rows, 2 * op.dim])];
+    const y = dev.alloc('bf16', [rows, op.dim]);
+    const tag = rows === 1 ? ' (decode)' : '';
+    out.push({ name: `${op.pair} bf16 [${rows}, ${op.dim}] ${op.label}${tag}`, bytes: 6 * n, record: op.two(gate, other, y) });
+    out.push({ name: `${op.pair}_halves bf16 [${rows}, 2x${op.dim}]${tag}`, bytes: 6 * n, record: op.halves(halves, y, rows, op.dim) });
+    if (alone !== undefined) out.push({ name: `gelu bf16 [${rows}, ${op.dim}]${tag}`, bytes: 4 * n, record: alone(gate, y) });
+  }
+  return out;
+}
+
+function siluMulCases(): Case[] {
+  return gatedCases({
+    pair: 'silu_mul', label: 'Qwen3.6 MLP', dim: small ? 512 : 17408,
+    two: (gate, up, output) => (e) => siluMul(e, { gate, up, output }),
+    halves: (gateUp, output, rows, dim) => (e) => siluMulHalves(e, { gateUp, output, rows, dim }),
+  });
+}
+
+function geluCases(): Case[] {
+  return gatedCases({
+    pair: 'gelu_tanh_mul', label: 'Gemma 4 MLP', dim: small ? 512 : 21504,
+    two: (gate, up, output) => (e) => geluTanhMul(e, { gate, up, output }),
+    halves: (gateUp, output, rows, dim) => (e) => geluTanhMulHalves(e, { gateUp, output, rows, dim }),
+  }, (input, output) => (e) => gelu(e, { input, output }));
+}
+
+function sigmoidMulCases(): Case[] {
+  return gatedCases({
+    pair: 'sigmoid_mul', label: 'Qwen3.6 attn gate', dim: small ? 256 : 4096,
+    two: (gate, x, output) => (e) => sigmoidMul(e, { x, gate, output }),
+    halves: (gateX, output, rows, dim) => (e) => sigmoidMulHalves(e, { gateX, output, rows, dim }),
+  });
+}
+// ---- end of the gated activations ----
 
 function time(c: Case, iters: number): number {
   const enc = dev.encoder();

@@ -2,6 +2,8 @@
 # with CUDA events around `iters` calls (median of 5), and the copy ceiling
 # (a 1 GiB device-to-device copy, bytes read + written). Every row also
 # times torch.compile of the same computation.
+# (a 1 GiB device-to-device copy, bytes read + written). The sample family's
+# rows (sample_cases) time PyTorch eager and torch.compile of each computation.
 #   python3 bench/glue_peers.py
 import torch
 import torch.nn.functional as F
@@ -151,3 +153,128 @@ def kv_cache_copy_cases():
 
 kv_cache_copy_cases()
 # ---- end of kv_cache_copy ----
+
+
+# ---- the gated activations ----
+# bench/glue.ts's siluMulCases, geluCases and sigmoidMulCases: the same
+# computation, bf16, a prefill of 8192 tokens and one decode token, eager and
+# torch.compile. Eager runs the activation and the product as separate kernels
+# (over .chunk views for the halves); torch.compile fuses them. Floor: 6 n
+# bytes (gelu: 4 n).
+def activation_cases():
+    torch._dynamo.config.cache_size_limit = 64  # one compiled graph per function and shape
+
+    def silu_mul(g, u):
+        return F.silu(g) * u
+
+    def gelu_tanh_mul(g, u):
+        return F.gelu(g, approximate="tanh") * u
+
+    def sigmoid_mul(g, x):
+        return x * torch.sigmoid(g)
+
+    def halves(f):
+        def run(t):
+            g, o = t.chunk(2, dim=-1)
+            return f(g, o)
+        return run
+
+    ops = [("silu_mul", "Qwen3.6 MLP", 17408, silu_mul), ("gelu_tanh_mul", "Gemma 4 MLP", 21504, gelu_tanh_mul),
+           ("sigmoid_mul", "Qwen3.6 attn gate", 4096, sigmoid_mul)]
+    for name, label, dim, f in ops:
+        for rows in (8192, 1):
+            tag = " (decode)" if rows == 1 else ""
+            n = rows * dim
+            g = torch.randn(rows, dim, dtype=torch.bfloat16, device=dev)
+            o = torch.randn(rows, dim, dtype=torch.bfloat16, device=dev)
+            x = torch.randn(rows, 2 * dim, dtype=torch.bfloat16, device=dev)
+            eager_and_compiled(f"{name} bf16 [{rows}, {dim}] {label}{tag}", lambda f=f, g=g, o=o: f(g, o), 6 * n)
+            eager_and_compiled(f"{name}_halves bf16 [{rows}, 2x{dim}]{tag}", lambda h=halves(f), x=x: h(x), 6 * n)
+            if name == "gelu_tanh_mul":
+                eager_and_compiled(f"gelu bf16 [{rows}, {dim}]{tag}", lambda g=g: F.gelu(g, approximate="tanh"), 4 * n)
+
+
+activation_cases()
+# ---- end of the gated activations ----
+
+
+# ---- sample: argmax, top-k, softmax_sample, the sampler, Philox (bench/glue.ts sampleCases) ----
+# The same shapes and byte floors as ours; each computation eager and under
+# torch.compile. The sampler is Hugging Face's order (repetition penalty,
+# temperature, top-k, top-p, min-p), drawn with the exponential trick
+# (argmax of p / Exp(1), the draw vLLM uses), which compiles without a graph break.
+def sample_cases():
+    vocab = 262144
+
+    def both(name, fn, nbytes, iters=50):
+        report(f"torch {name}", timed(fn, iters), nbytes)
+        compiled = torch.compile(fn)
+        report(f"torch.compile {name}", timed(compiled, iters), nbytes)
+
+    def hf_sample(x, prev, t, k, p, min_p, rp):
+        if prev is not None:
+            s = torch.gather(x, 1, prev)
+            x = x.scatter(1, prev, torch.where(s < 0, s * rp, s / rp))
+        x = x / t
+        if k == 0 and p >= 1 and min_p == 0:
+            probs = torch.softmax(x, -1)
+            q = torch.empty_like(probs).exponential_()
+            return (probs / q).argmax(-1)
+        v, i = torch.topk(x, k, -1) if k > 0 else torch.sort(x, -1, descending=True)
+        probs = torch.softmax(v, -1)
+        if p < 1:
+            probs = torch.where(probs.cumsum(-1) - probs < p, probs, 0)
+        if min_p > 0:
+            probs = torch.where(probs >= min_p * probs[:, :1], probs, 0)
+        q = torch.empty_like(probs).exponential_()
+        return i.gather(1, (probs / q).argmax(-1, keepdim=True))
+
+    for rows in (64, 1):
+        x = torch.rand(rows, vocab, device=dev) * 4 - 2
+        both(f"argmax f32 [{rows}, {vocab}] (torch.max)", lambda: torch.max(x, -1), 4 * x.numel())
+        k = 256 if rows == 1 else 64
+        both(f"top_k f32 [{rows}, {vocab}] k {k}", lambda: torch.topk(x, k, -1), 4 * x.numel() + 8 * rows * k)
+    configs = [
+        ("T 1, top-k 64, top-p 0.95 (Gemma 4)", dict(t=1.0, k=64, p=0.95, min_p=0.0, rp=None), 6.0),
+        ("T 0.7, top-k 20, top-p 0.8, rp 1.05 x 64 ids (Qwen3.6)", dict(t=0.7, k=20, p=0.8, min_p=0.0, rp=1.05), 6.0),
+        ("T 1, no filter", dict(t=1.0, k=0, p=1.0, min_p=0.0, rp=None), 6.0),
+        ("T 1, top-p 0.95 alone, N(0, 36) logits", dict(t=1.0, k=0, p=0.95, min_p=0.0, rp=None), 6.0),
+        ("T 1, top-p 0.95 alone, N(0, 4) logits (whole-row path)", dict(t=1.0, k=0, p=0.95, min_p=0.0, rp=None), 2.0),
+    ]
+    for rows in (64, 1):
+        prev = (torch.arange(rows * 64, device=dev).view(rows, 64) * 40503) % vocab
+        for what, c, sigma in (configs if rows == 1 else configs[:1]):
+            x = torch.randn(rows, vocab, device=dev) * sigma
+            pr = prev if c["rp"] is not None else None
+            both(f"sample [{rows}, {vocab}] {what}",
+                 lambda: hf_sample(x, pr, c["t"], c["k"], c["p"], c["min_p"], c["rp"] or 1.0), 4 * x.numel())
+    x = torch.randn(vocab, device=dev) * 6
+    r = torch.tensor([0.5], device=dev)
+    both(f"softmax_sample f32 [{vocab}] (softmax, cumsum, searchsorted)",
+         lambda: torch.searchsorted(torch.softmax(x, -1).cumsum(-1), r), 8 * vocab)
+    n = 2 ** 22
+    bits = torch.empty(n, 4, dtype=torch.int32, device=dev)
+    both(f"philox4x32 [{n}, 4] (random_ on int32, PyTorch's Philox)", lambda: bits.random_(), 16 * n)
+
+
+sample_cases()
+
+
+# ---- dense: decode products (F.linear = cuBLAS, eager and torch.compile) ----
+def dense_cases():
+    linear = torch.compile(lambda a, b: F.linear(a, b))
+    for m in (1, 8):
+        x = torch.randn(m, 5120, dtype=torch.bfloat16, device=dev)
+        w = torch.randn(17408, 5120, dtype=torch.bfloat16, device=dev)
+        nbytes = 2 * (w.numel() + x.numel() + m * 17408)
+        report(f"torch F.linear bf16 [{m}, 5120] x [17408, 5120]^T", timed(lambda: F.linear(x, w)), nbytes)
+        report(f"compile F.linear bf16 [{m}, 5120] x [17408, 5120]^T", timed(lambda: linear(x, w)), nbytes)
+    x = torch.randn(1, 5376, device=dev)
+    w = torch.randn(262144, 5376, dtype=torch.bfloat16, device=dev)
+    nbytes = 2 * w.numel() + 4 * (5376 + 262144)
+    report("torch F.linear(x.bfloat16(), W) [1, 5376] x [262144, 5376]^T", timed(lambda: F.linear(x.bfloat16(), w).float(), 20), nbytes)
+    report("compile F.linear(x.bfloat16(), W) [1, 5376] x [262144, 5376]^T", timed(lambda: linear(x.bfloat16(), w).float(), 20), nbytes)
+
+
+dense_cases()
+# ---- end of dense ----

@@ -28,6 +28,19 @@
 //   rows of its vocabulary (the gather does not depend on the table's height);
 //   kv_cache_copy: a Gemma 4 sliding layer's prefill (8 KV heads of 256, bf16
 //   activations) kept in an f16 ring of its 1024-token window.
+//   the gated activations: SwiGLU over Qwen3.6-27B's fused gate_up (MLP
+//   intermediate 17408), GeGLU of Gemma 4 31B's MLP (intermediate 21504) and
+//   the sigmoid output gate of Qwen3.6 full attention (16 heads x 256).
+//   logit softcap (30);
+//   sampling: one token from Gemma 4's 262144-token vocabulary with its
+//   defaults (temperature 1, top-k 64, top-p 0.95).
+//   dense products (y = x W^T, weights [out, in]): Qwen3.6 27B's MLP up
+//   projection (5120 -> 17408, bf16) for one decode token and a 64-token
+//   prefill, and Gemma 4's vocabulary projection (5376 -> 262144) from an f32
+//   hidden state with bf16 weights. The weights repeat 1024 (4096 for the
+//   vocabulary) random rows, so the host holds no float64 copy of them; the
+//   prefill is checked at 512 output columns and the vocabulary at 8192 rows
+//   drawn at random (every tile alike), the decode row at every output.
 //   weights: Qwen3.6-35B-A3B's layer 0 (hidden 2048) written to a temporary
 //   file, mapped and uploaded packed: its gated delta net and norms as a bf16
 //   safetensors file in HF naming, and 32 of its 256 experts as a Q4_K GGUF
@@ -41,13 +54,16 @@
 // reference; the tolerance is the dtype's (f32 1e-5, bf16 1e-2), except the gated
 // delta net's f32 final state (1e-3), which accumulates bf16 products over
 // the whole sequence, and the chunked prefill against the exact recurrence
-// (o 2e-2, state 1e-2), whose intermediates are stored in bf16. Time: device time of the commit (wall time on the
-// emulator), after the kernel was compiled.
+// (o 2e-2, state 1e-2), whose intermediates are stored in bf16; the sampled
+// token must be the reference's, and its log-probability, an f32 sum over
+// the kept tokens, within 1e-4. Time: device time of the commit (wall time
+// on the emulator), after the kernel was compiled.
 
 import { Device, type Buffer, type DType } from '../ts/index.ts';
 import { chunkGatedDeltaRule, chunkLocalCumsum, gatedDeltaNetChunk } from '../ts/ops/chunk_gated_delta_rule.ts';
 import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
 import { elementwiseAdd } from '../ts/ops/elementwise.ts';
+import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
 import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecParams } from '../ts/ops/flash_attn_vec.ts';
 import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
@@ -59,12 +75,16 @@ import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
 import { softcap, softmax } from '../ts/ops/softmax.ts';
 import { embedding } from '../ts/ops/embedding.ts';
 import { kvCacheCopySeqDual } from '../ts/ops/kv_cache_copy.ts';
+import { geluTanhMul } from '../ts/ops/gelu.ts';
+import { sigmoidMul } from '../ts/ops/sigmoid_mul.ts';
+import { siluMulHalves } from '../ts/ops/silu_mul.ts';
 import { fusedMoeRouting, fusedMoeRoutingBatch } from '../ts/ops/moe_routing.ts';
 import { ssmConv } from '../ts/ops/ssm_conv.ts';
 import { ssmNormGate } from '../ts/ops/ssm_norm_gate.ts';
 import { gatedDeltaRuleRecurrentRef, chunkLocalCumsumRef, gatedDeltaNetChunkRef } from '../ts/reference/chunk_gated_delta_rule.ts';
 import { computeGBetaRef } from '../ts/reference/compute_g_beta.ts';
 import { elementwiseAddRef } from '../ts/reference/elementwise.ts';
+import { denseRef } from '../ts/reference/dense.ts';
 import { flashAttnVecRef } from '../ts/reference/flash_attn_vec.ts';
 import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
 import { l2NormRef } from '../ts/reference/l2_norm.ts';
@@ -75,6 +95,11 @@ import { rmsNormRef } from '../ts/reference/rms_norm.ts';
 import { softcapRef, softmaxRef } from '../ts/reference/softmax.ts';
 import { embeddingRef } from '../ts/reference/embedding.ts';
 import { kvCacheCopySeqRef } from '../ts/reference/kv_cache_copy.ts';
+import { geluTanhMulRef } from '../ts/reference/gelu.ts';
+import { sigmoidMulRef } from '../ts/reference/sigmoid_mul.ts';
+import { siluMulHalvesRef } from '../ts/reference/silu_mul.ts';
+import { sample, sampleScratchElements } from '../ts/ops/sample.ts';
+import { sampleRowRef } from '../ts/reference/sample.ts';
 import { moeRoutingRef } from '../ts/reference/moe_routing.ts';
 import { ssmConvRef } from '../ts/reference/ssm_conv.ts';
 import { ssmNormGateRef } from '../ts/reference/ssm_norm_gate.ts';
@@ -117,6 +142,24 @@ const uniform = (n: number, lo: number, hi: number): Float64Array => new Float64
 function stored(device: Device, dtype: DType, data: ArrayLike<number>): { buf: Buffer; values: Float64Array } {
   const buf = device.upload(dtype, [data.length], data);
   return { buf, values: buf.readNumbers() };
+}
+
+/**
+ * A bf16 weight [n, k] whose rows repeat `distinct` random rows (row j is row
+ * j % distinct): a vocabulary-sized matrix without a float64 copy of it on
+ * the host. row(j) gives the values row j holds.
+ */
+function repeatedRows(device: Device, n: number, k: number, distinct: number): { buf: Buffer; row: (j: number) => Float64Array } {
+  const block = device.upload('bf16', [distinct * k], randn(distinct * k, 0.05));
+  const values = block.readNumbers();
+  const bits = block.read() as Uint16Array;
+  block.release();
+  const buf = device.alloc('bf16', [n, k]);
+  for (let r = 0; r < n; r += distinct) {
+    const rows = Math.min(distinct, n - r);
+    buf.write(bits.subarray(0, rows * k), { byteOffset: r * k * 2 });
+  }
+  return { buf, row: (j) => values.subarray((j % distinct) * k, (j % distinct + 1) * k) };
 }
 
 function poisoned(device: Device, dtype: DType, n: number): Buffer {
@@ -507,6 +550,40 @@ function main(): number {
     for (const b of [h.buf, sub.buf, y]) b.release();
   }
   // --- end of elementwise ---
+  // --- the gated activations: silu_mul, gelu, sigmoid_mul ---
+  {
+    const tokens = 16;
+    const dim = 17408;
+    const gateUp = stored(device, 'bf16', randn(tokens * 2 * dim, 2));
+    const y = poisoned(device, 'bf16', tokens * dim);
+    const ms = timed(device, (enc) => siluMulHalves(enc, { gateUp: gateUp.buf, output: y, rows: tokens, dim }));
+    rows.push({ kernel: 'silu_mul_halves_bf16', model: 'Qwen3.6-27B MLP (fused gate_up)', shape: `${tokens} tok x 2 x ${dim}`,
+      err: scaledErr(y.readNumbers(), siluMulHalvesRef(gateUp.values, tokens, dim)), tol: 1e-2, ms });
+    for (const b of [gateUp.buf, y]) b.release();
+  }
+  {
+    const tokens = 16;
+    const dim = 21504;
+    const gate = stored(device, 'bf16', randn(tokens * dim, 2));
+    const up = stored(device, 'bf16', randn(tokens * dim, 2));
+    const y = poisoned(device, 'bf16', tokens * dim);
+    const ms = timed(device, (enc) => geluTanhMul(enc, { gate: gate.buf, up: up.buf, output: y }));
+    rows.push({ kernel: 'gelu_tanh_mul_bf16', model: 'Gemma 4 31B MLP (GeGLU)', shape: `${tokens} tok x ${dim}`,
+      err: scaledErr(y.readNumbers(), geluTanhMulRef(gate.values, up.values)), tol: 1e-2, ms });
+    for (const b of [gate.buf, up.buf, y]) b.release();
+  }
+  {
+    const [tokens, heads, headDim] = [16, 16, 256];
+    const n = tokens * heads * headDim;
+    const x = stored(device, 'bf16', randn(n, 1));
+    const gate = stored(device, 'bf16', randn(n, 3));
+    const y = poisoned(device, 'bf16', n);
+    const ms = timed(device, (enc) => sigmoidMul(enc, { x: x.buf, gate: gate.buf, output: y }));
+    rows.push({ kernel: 'sigmoid_mul_bf16', model: 'Qwen3.6 attn output gate', shape: `${tokens} tok x ${heads} heads x ${headDim}`,
+      err: scaledErr(y.readNumbers(), sigmoidMulRef(x.values, gate.values)), tol: 1e-2, ms });
+    for (const b of [x.buf, gate.buf, y]) b.release();
+  }
+  // --- end of the gated activations ---
 
   // --- embedding: Gemma 4 31B's scaled lookup ---
   {
@@ -543,6 +620,60 @@ function main(): number {
     for (const b of [k.buf, v.buf, ck, cv]) b.release();
   }
   // --- end of kv_cache_copy ---
+  // --- sample: one token from Gemma 4's vocabulary with its sampling defaults ---
+  {
+    const vocab = 262144;
+    const logits = stored(device, 'f32', randn(vocab, 6));
+    const token = poisoned(device, 'u32', 1);
+    const logprob = poisoned(device, 'f32', 1);
+    const scratch = device.alloc('u32', [sampleScratchElements(1, vocab)]);
+    const o = { temperature: 1, topK: 64, topP: 0.95, seed: 2026, counter: 1 };
+    const ms = timed(device, (enc) => sample(enc, { logits: logits.buf, outToken: token, outLogprob: logprob, scratch, rows: 1, vocab, ...o }));
+    const want = sampleRowRef(logits.values, vocab, 0, o);
+    // The token must be the reference's; the error is that of its log-probability.
+    const err = token.read()[0] === want.token ? Math.abs(logprob.read()[0]! - want.logprob) / Math.max(1, Math.abs(want.logprob)) : Infinity;
+    rows.push({ kernel: 'sample_blocks_f32 + sample_finish_f32', model: 'Gemma 4 sampling', shape: `1 x ${vocab}, T 1, top-k 64, top-p 0.95`,
+      err, tol: 1e-4, ms });
+    for (const b of [logits.buf, token, logprob, scratch]) b.release();
+  }
+  // --- dense products: Qwen3.6 27B MLP up (5120 -> 17408), Gemma 4 vocabulary (5376 -> 262144) ---
+  {
+    const [k, n] = [5120, emu ? 1024 : 17408];
+    const w = repeatedRows(device, n, k, 1024);
+    for (const tokens of [1, 64]) {
+      const x = stored(device, 'bf16', randn(tokens * k));
+      const y = poisoned(device, 'bf16', tokens * n);
+      const ms = timed(device, (enc) => denseMatmul(enc, { x: x.buf, weight: w.buf, output: y, m: tokens, n, k }));
+      const cols = tokens === 1 ? Array.from({ length: n }, (_, j) => j) : Array.from({ length: 512 }, () => Math.floor(rng.uniform(0, n)));
+      const got = y.readNumbers();
+      const seen: number[] = [];
+      const want: number[] = [];
+      for (let t = 0; t < tokens; t++) {
+        for (const j of cols) {
+          seen.push(got[t * n + j]!);
+          want.push(denseRef(x.values.subarray(t * k, (t + 1) * k), w.row(j), 1, 1, k)[0]!);
+        }
+      }
+      rows.push({ kernel: tokens === 1 ? 'dense_mv_bf16' : 'dense_mm_bf16', model: 'Qwen3.6 27B MLP up',
+        shape: `${tokens} tok x ${k} -> ${n}${note}`, err: scaledErr(seen, want), tol: 1e-2, ms });
+      x.buf.release();
+      y.release();
+    }
+    w.buf.release();
+  }
+  {
+    const [k, n] = [5376, emu ? 16384 : 262144];
+    const x = stored(device, 'f32', randn(k));
+    const w = repeatedRows(device, n, k, 4096);
+    const y = poisoned(device, 'f32', n);
+    const ms = timed(device, (enc) => denseMatvec(enc, { a: x.buf, b: w.buf, output: y, m: 1, n, k }));
+    const got = y.readNumbers();
+    const checked = Array.from({ length: 8192 }, () => Math.floor(rng.uniform(0, n)));
+    const want = checked.map((j) => denseRef(x.values, w.row(j), 1, 1, k)[0]!);
+    rows.push({ kernel: 'dense_matvec_bf16w_f32io', model: 'Gemma 4 vocabulary', shape: `1 x ${k} -> ${n}${note}`,
+      err: scaledErr(checked.map((j) => got[j]!), want), tol: 1e-5, ms });
+    for (const b of [x.buf, w.buf, y]) b.release();
+  }
 
   // --- weights: Qwen3.6 layer 0 through mmap and uploadPacked ---
   {

@@ -25,7 +25,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { kernelParams, metalEntries } from '../ts/metal-source.ts';
-import { structLayout } from '../ts/params.ts';
+import { paramSize, structLayout } from '../ts/params.ts';
 import { stripComments } from '../ts/source-text.ts';
 
 const ROOT = join(import.meta.dir, '..');
@@ -169,7 +169,7 @@ function mismatches(metal: string, cuda: Map<string, CudaParam[]>, aliases: Map<
       if (cudaCode !== '') problems.push(`struct ${s}: not defined in the CUDA source`);
       continue;
     }
-    const m = structLayout(metal, s).map((f) => ({ name: f.name, size: 4, offset: f.offset }));
+    const m = structLayout(metal, s).map((f) => ({ name: f.name, size: paramSize(f.type), offset: f.offset }));
     if (JSON.stringify(m) !== JSON.stringify(c)) problems.push(`struct ${s}: Metal ${JSON.stringify(m)} vs CUDA ${JSON.stringify(c)}`);
   }
   return problems;

@@ -18,7 +18,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import * as ops from '../ts/ops/index.ts';
-import { structLayout, structNames, type ParamField } from '../ts/params.ts';
+import { paramSize, structLayout, structNames, structSize, type ParamField } from '../ts/params.ts';
 import type { FamilySources } from '../ts/registry.ts';
 import { stripComments } from '../ts/source-text.ts';
 
@@ -41,13 +41,14 @@ function filesBelow(dir: string): string[] {
 
 /** The layout a C compiler gives each struct of the header: [struct, field, type, offset, size] rows. */
 function compiledLayouts(header: string, structs: Map<string, readonly ParamField[]>): string[][] {
-  let prog = '#include <stdio.h>\n#include <stddef.h>\ntypedef unsigned int uint;\n' + header + '\nint main(void) {\n';
+  // MSL's names of the field types, as the Linux targets (LP64) size them.
+  let prog = '#include <stdio.h>\n#include <stddef.h>\ntypedef unsigned int uint;\ntypedef unsigned long ulong;\n' + header + '\nint main(void) {\n';
   for (const [s, fields] of structs) {
     prog += `  printf("%s sizeof %zu\\n", "${s}", sizeof(struct ${s}));\n`;
     for (const f of fields) {
       prog +=
         `  printf("%s %s %s %zu %zu\\n", "${s}", "${f.name}", ` +
-        `_Generic(((struct ${s}*)0)->${f.name}, unsigned int: "u32", float: "f32", default: "other"), ` +
+        `_Generic(((struct ${s}*)0)->${f.name}, unsigned int: "u32", float: "f32", int: "i32", short: "i16", unsigned long: "u64", default: "other"), ` +
         `offsetof(struct ${s}, ${f.name}), sizeof(((struct ${s}*)0)->${f.name}));\n`;
     }
   }
@@ -82,8 +83,8 @@ describe.if(CC !== undefined)('the layout TypeScript reads is the one C compiles
       const structs = new Map(structNames(text).map((s) => [s, structLayout(text, s)] as const));
       const want: string[][] = [];
       for (const [s, fields] of structs) {
-        want.push([s, 'sizeof', String(4 * fields.length)]);
-        for (const f of fields) want.push([s, f.name, f.type, String(f.offset), '4']);
+        want.push([s, 'sizeof', String(structSize(fields))]);
+        for (const f of fields) want.push([s, f.name, f.type, String(f.offset), String(paramSize(f.type))]);
       }
       expect(compiledLayouts(text, structs)).toEqual(want);
     });
@@ -93,6 +94,17 @@ describe.if(CC !== undefined)('the layout TypeScript reads is the one C compiles
     const text = 'struct P { uint a; float b; };';
     const wrong = new Map([['P', [{ name: 'a', type: 'u32', offset: 0 }, { name: 'b', type: 'u32', offset: 8 }] as ParamField[]]]);
     expect(compiledLayouts(text, wrong)).toContainEqual(['P', 'b', 'f32', '4', '4']);
+  });
+
+  test('int, short and ulong fields: natural alignment, the size rounded to the widest', () => {
+    const text = 'struct Q { int a; ulong b; short c; short d; uint e; };';
+    const layout = structLayout(text, 'Q');
+    expect(layout.map((f) => [f.name, f.type, f.offset])).toEqual([['a', 'i32', 0], ['b', 'u64', 8], ['c', 'i16', 16], ['d', 'i16', 18], ['e', 'u32', 20]]);
+    expect(structSize(layout)).toBe(24);
+    expect(compiledLayouts(text, new Map([['Q', layout]]))).toEqual([
+      ['Q', 'sizeof', '24'], ['Q', 'a', 'i32', '0', '4'], ['Q', 'b', 'u64', '8', '8'], ['Q', 'c', 'i16', '16', '2'],
+      ['Q', 'd', 'i16', '18', '2'], ['Q', 'e', 'u32', '20', '4'],
+    ]);
   });
 });
 

@@ -96,6 +96,8 @@ function mustRefuse(c: Case, base: Args, args: Args, d: Device): string | null {
         break;
       }
       case 'int':
+      case 'int?':
+        if (spec.kind === 'int?' && !present) break;
         if (!Number.isSafeInteger(v) || (v as number) <= 0) return why('is not a positive integer');
         break;
       case 'num':

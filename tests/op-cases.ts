@@ -9,6 +9,7 @@ export type Kind =
   | 'buf' // a live buffer of the device (required)
   | 'buf?' // absent, or as buf
   | 'int' // a safe integer > 0
+  | 'int?' // absent, or as int
   | 'num' // a finite number
   | 'num?'
   | 'nonneg' // a finite number >= 0
@@ -153,6 +154,57 @@ export const CASES: Case[] = [
     fill: (args) => (args.indices as Buffer).writeNumbers([5, 1, 1, 0]),
   },
   // ---- end of embedding ----
+  // ---- dense (matrix products) ----
+  ...[
+    { dtype: 'bf16', m: 3, n: 10, k: 40, batch: 2, weightBatch: 1 },
+    { dtype: 'f16', m: 9, n: 5, k: 16, batch: 2, weightBatch: 2 },
+  ].map((p): Case => ({
+    fn: 'denseMatmul', op: 'dense_matmul',
+    keys: {
+      x: buf(['f32', 'f16', 'bf16']), weight: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), m: int, n: int, k: int,
+      batch: { kind: 'int?' }, weightBatch: { kind: 'int?' }, form: { kind: 'enum', values: ['vector', 'matrix', undefined] },
+    },
+    make: (d) => ({
+      x: a(d, p.dtype as DType, p.batch * p.m * p.k), weight: a(d, p.dtype as DType, p.weightBatch * p.n * p.k),
+      output: a(d, p.dtype as DType, p.batch * p.m * p.n), m: p.m, n: p.n, k: p.k, batch: p.batch, weightBatch: p.weightBatch,
+    }),
+  })),
+  // mlx-native's rule: each buffer holds at least its elements (freeCount).
+  ...[1, 3].map((m): Case => ({
+    fn: 'denseGemmF16', op: 'dense_gemm_f16',
+    keys: {
+      a: buf(['f16'], { freeCount: true }), b: buf(['f16'], { freeCount: true }), output: out(['f16'], { freeCount: true }), m: int, n: int, k: int,
+    },
+    make: (d) => ({ a: a(d, 'f16', m * 24), b: a(d, 'f16', 5 * 24), output: a(d, 'f16', m * 5), m, n: 5, k: 24 }),
+  })),
+  {
+    fn: 'denseMatvec', op: 'dense_matvec',
+    keys: {
+      a: buf(['f32', 'f16'], { freeCount: true }), b: buf(['f32', 'f16', 'bf16'], { freeCount: true }),
+      output: out(['f32', 'f16'], { freeCount: true }), m: int, n: int, k: int,
+    },
+    make: (d) => ({ a: a(d, 'f32', 20), b: a(d, 'bf16', 120), output: a(d, 'f32', 6), m: 1, n: 6, k: 20 }),
+  },
+  {
+    fn: 'denseGemvBf16F32', op: 'dense_gemv_bf16_f32',
+    keys: {
+      src0: buf(BF, { freeCount: true }), src1: buf(F, { freeCount: true }), dst: out(F, { freeCount: true }),
+      m: int, n: int, k: int, src0Batch: int, src1Batch: int,
+    },
+    make: (d) => ({
+      src0: a(d, 'bf16', 2 * 6 * 40), src1: a(d, 'f32', 4 * 2 * 40), dst: a(d, 'f32', 4 * 2 * 6), m: 2, n: 6, k: 40, src0Batch: 2, src1Batch: 4,
+    }),
+  },
+  {
+    fn: 'denseMatmulTensor', op: 'dense_matmul_tensor',
+    keys: {
+      src0: buf(['f32', 'f16', 'bf16'], { freeCount: true }), src1: buf(F, { freeCount: true }), dst: out(F, { freeCount: true }),
+      m: int, n: int, k: int, src0Batch: int, src1Batch: int,
+    },
+    make: (d) => ({
+      src0: a(d, 'f16', 6 * 32), src1: a(d, 'f32', 2 * 3 * 32), dst: a(d, 'f32', 2 * 3 * 6), m: 3, n: 6, k: 32, src0Batch: 1, src1Batch: 2,
+    }),
+  },
   {
     fn: 'flashAttnVec', op: 'flash_attn_vec',
     keys: FLASH_ATTN_VEC_KEYS,
@@ -403,6 +455,58 @@ export const CASES: Case[] = [
     inPlace: [['input', 'output']],
     make: (d) => ({ input: a(d, 'f16', 20), output: a(d, 'f16', 20), cap: 30 }),
   },
+  // ---- sample: argmax, top-k, softmax_sample, the sampler, Philox (two-pass forms: rows past one slice, with scratch) ----
+  {
+    fn: 'argmax', op: 'argmax',
+    keys: { input: buf(F), outIndex: out(U32), outValue: out(F), rows: int, nElements: int, scratch: { kind: 'buf?', dtypes: U32, output: true } },
+    make: (d) => ({ input: a(d, 'f32', 4200), outIndex: a(d, 'u32', 2), outValue: a(d, 'f32', 2), rows: 2, nElements: 2100, scratch: a(d, 'u32', 8) }),
+  },
+  {
+    fn: 'topK', op: 'top_k',
+    keys: {
+      input: buf(F), outIndices: out(U32), outValues: out(F), rows: int, nElements: int, k: int,
+      scratch: { kind: 'buf?', dtypes: U32, output: true },
+    },
+    make: (d) => ({
+      input: a(d, 'f32', 4200), outIndices: a(d, 'u32', 6), outValues: a(d, 'f32', 6), rows: 2, nElements: 2100, k: 3, scratch: a(d, 'u32', 24),
+    }),
+  },
+  {
+    fn: 'topK', op: 'top_k',
+    keys: { input: buf(F), outIndices: out(U32), outValues: out(F), rows: int, nElements: int, k: int },
+    make: (d) => ({ input: a(d, 'f32', 30), outIndices: a(d, 'u32', 12), outValues: a(d, 'f32', 12), rows: 3, nElements: 10, k: 4 }),
+  },
+  {
+    fn: 'softmaxSample', op: 'softmax_sample',
+    keys: {
+      logits: buf(F), scratch: out(F), outToken: out(U32), outLogprob: out(F), nElements: int, temperature: { kind: 'nonneg' },
+      randomVal: { kind: 'nonneg' },
+    },
+    make: (d) => ({
+      logits: a(d, 'f32', 40), scratch: a(d, 'f32', 40), outToken: a(d, 'u32', 1), outLogprob: a(d, 'f32', 1), nElements: 40,
+      temperature: 0.8, randomVal: 0.3,
+    }),
+  },
+  {
+    fn: 'sample', op: 'sample',
+    keys: {
+      logits: buf(F), prevTokens: { kind: 'buf?', dtypes: U32 }, outToken: out(U32), outLogprob: out(F), scratch: out(U32),
+      rows: int, vocab: int, temperature: { kind: 'nonneg' }, topK: { kind: 'nonneg?' }, topP: { kind: 'nonneg?' },
+      minP: { kind: 'nonneg?' }, repetitionPenalty: { kind: 'nonneg?' }, nPrev: { kind: 'int', readWhen: (x) => x.prevTokens !== undefined },
+      seed: { kind: 'free' }, counter: { kind: 'free' },
+    },
+    make: (d) => ({
+      logits: a(d, 'f32', 600), prevTokens: a(d, 'u32', 6), outToken: a(d, 'u32', 2), outLogprob: a(d, 'f32', 2),
+      scratch: a(d, 'u32', 2 * (300 + 3 + 2 * 256)), rows: 2, vocab: 300, temperature: 0.8, topP: 0.9, minP: 0.05,
+      repetitionPenalty: 1.2, nPrev: 3, seed: 5, counter: 9,
+    }),
+    fill: (args) => (args.prevTokens as Buffer | undefined)?.writeNumbers([1, 7, 299, 0, 300, 0xffffffff]),
+  },
+  {
+    fn: 'philox4x32', op: 'philox4x32',
+    keys: { output: out(U32), n: int, key: { kind: 'free' }, counter: { kind: 'free' } },
+    make: (d) => ({ output: a(d, 'u32', 12), n: 3, key: [1, 2], counter: [0xffffffff, 4, 5, 6] }),
+  },
   {
     fn: 'ssmConv', op: 'ssm_conv',
     keys: {
@@ -427,6 +531,29 @@ export const CASES: Case[] = [
     fn: 'ssmNormGate', op: 'ssm_norm_gate',
     keys: { attnOut: buf(F), weight: buf(F), z: buf(F), output: out(F), rows: int, dV: int, eps: { kind: 'nonneg' } },
     make: (d) => ({ attnOut: a(d, 'f32', 16), weight: a(d, 'f32', 8), z: a(d, 'f32', 16), output: a(d, 'f32', 16), rows: 2, dV: 8, eps: 1e-6 }),
+  },
+  // ---- the gated activations: silu_mul, sigmoid_mul, gelu ----
+  // The pair forms (and gelu) take their element count from the first
+  // buffer: any count, the others the same.
+  ...([['siluMul', 'silu_mul', 'gate', 'up'], ['sigmoidMul', 'sigmoid_mul', 'x', 'gate'], ['geluTanhMul', 'gelu_tanh_mul', 'gate', 'up']] as const)
+    .map(([fn, op, an, bn]): Case => ({
+      fn, op,
+      keys: { [an]: buf(EW, { freeCount: true }), [bn]: buf(EW, { freeCount: true }), output: out(EW, { freeCount: true }) },
+      inPlace: [['output', an], ['output', bn]],
+      make: (d) => ({ [an]: a(d, 'bf16', 20), [bn]: a(d, 'bf16', 20), output: a(d, 'bf16', 20) }),
+    })),
+  ...([['siluMulHalves', 'silu_mul_halves', 'gateUp'], ['sigmoidMulHalves', 'sigmoid_mul_halves', 'gateX'],
+    ['geluTanhMulHalves', 'gelu_tanh_mul_halves', 'gateUp']] as const).map(([fn, op, x]): Case => ({
+    fn, op,
+    keys: { [x]: buf(EW), output: out(EW), rows: int, dim: int },
+    make: (d) => ({ [x]: a(d, 'f16', 42), output: a(d, 'f16', 21), rows: 3, dim: 7 }),
+  })),
+  {
+    // 300 elements: a group of 256, then 44 over views of input and output.
+    fn: 'gelu', op: 'gelu',
+    keys: { input: buf(EW, { freeCount: true }), output: out(EW, { freeCount: true }) },
+    inPlace: [['output', 'input']],
+    make: (d) => ({ input: a(d, 'f32', 300), output: a(d, 'f32', 300) }),
   },
   // ---- chunk_gated_delta_rule: the steps (their tables are device buffers) and the whole forward ----
   {

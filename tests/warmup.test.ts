@@ -6,13 +6,13 @@
 
 import { expect, test } from 'bun:test';
 import { join } from 'node:path';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { Device, MlxError, type WarmupProgress } from '../ts/index.ts';
 import { l2Norm } from '../ts/ops/index.ts';
 import { l2NormRef } from '../ts/reference/index.ts';
 import { familySources, knownFamilyNames } from '../ts/registry.ts';
-import { describeBackends, expectMlxError, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
+import { backendAbsence, describeBackends, expectMlxError, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
 
 const SOURCES = {
   metal: `#include <metal_stdlib>
@@ -178,13 +178,22 @@ test('warmup() with no names takes every family the imported op modules define',
   }
 });
 
-test('a cold warm-up keeps the event loop running: longest stall under 50 ms (the same compiles on first use stall it)', () => {
+// On the emulator (its cache can be made cold for one process); a GPU machine
+// may have no clang for it.
+test.skipIf(backendAbsence('emu') !== null)('a cold warm-up keeps the event loop running: longest stall under 50 ms (the same compiles on first use stall it)', () => {
+  // The kernel compiler runs at the lowest CPU priority, so that on a busy
+  // machine the gaps measured are the event loop's own, not the compiler
+  // taking the process's core.
+  const cxx = Bun.which('clang++-19') ?? Bun.which('clang++');
   const run = (mode: string) => {
     const cache = mkdtempSync(join(tmpdir(), 'mlxn-warmup-'));
+    const bin = mkdtempSync(join(tmpdir(), 'mlxn-warmup-cxx-'));
+    const wrapper = join(bin, 'clang++');
+    writeFileSync(wrapper, `#!/bin/sh\nexec nice -n 19 ${cxx} "$@"\n`, { mode: 0o755 });
     try {
       const p = Bun.spawnSync({
         cmd: [process.execPath, join(import.meta.dir, 'warmup-stall.ts'), mode],
-        env: { ...process.env, MLX_NATIVE_EMU_CACHE: cache },
+        env: { ...process.env, MLX_NATIVE_EMU_CACHE: cache, MLX_NATIVE_EMU_CXX: wrapper },
         stdout: 'pipe',
         stderr: 'pipe',
       });
@@ -192,6 +201,7 @@ test('a cold warm-up keeps the event loop running: longest stall under 50 ms (th
       return JSON.parse(p.stdout.toString().trim().split('\n').pop()!) as { ms: number; maxGapMs: number };
     } finally {
       rmSync(cache, { recursive: true, force: true });
+      rmSync(bin, { recursive: true, force: true });
     }
   };
   const sync = run('sync');

@@ -31,4 +31,4 @@ export {
 } from './registry.ts';
 export { launchOf, planAccess, record, type Launch, type OpPlan, type PlannedDispatch } from './plan.ts';
 export * from './validate.ts';
-export { packFields, structLayout, type ParamField, type ParamType } from './params.ts';
+export { packFields, paramSize, structLayout, structSize, type ParamField, type ParamType } from './params.ts';

@@ -4,7 +4,7 @@
 
 import { stripComments } from './source-text.ts';
 
-export type ParamType = 'u32' | 'f32';
+export type ParamType = 'u32' | 'f32' | 'i32' | 'i16' | 'u64';
 /** One field of a kernel's parameter struct, as the family header declares it. */
 export interface ParamField {
   readonly name: string;
@@ -12,27 +12,51 @@ export interface ParamField {
   readonly offset: number;
 }
 
-/** The 4-byte field types a param struct may hold, by their name in the headers. */
-const FIELD_TYPES: Readonly<Record<string, ParamType>> = { uint: 'u32', float: 'f32' };
+/**
+ * The field types a param struct may hold, by their name in the headers: uint
+ * and float, and the int, short and ulong of llama.cpp's argument blocks
+ * (which some of mlx-native's structs copy). MSL names them so; C on the
+ * Linux targets and CUDA (shaders/cuda/common.cuh) give ulong 8 bytes.
+ */
+const FIELD_TYPES: Readonly<Record<string, ParamType>> = { uint: 'u32', float: 'f32', int: 'i32', short: 'i16', ulong: 'u64' };
+
+/** Bytes (and alignment) of a field of the type. */
+export function paramSize(type: ParamType): number {
+  return type === 'u64' ? 8 : type === 'i16' ? 2 : 4;
+}
 
 /**
- * The fields of `struct name { ... };` in a header, in order, each a uint
- * (u32) or float (f32) of 4 bytes at the next 4-byte offset, as C, MSL and
- * CUDA lay them out. Throws where the struct is missing or a declaration is
- * not one such field.
+ * The fields of `struct name { ... };` in a header, in order, each at the
+ * next offset aligned to its size, as C, MSL and CUDA lay them out. Throws
+ * where the struct is missing or a declaration is not one such field.
  */
 export function structLayout(header: string, name: string): ParamField[] {
   const m = new RegExp(`\\bstruct\\s+${name}\\s*\\{([^}]*)\\}\\s*;`).exec(stripComments(header));
   if (!m) throw new Error(`struct ${name} not found`);
   const fields: ParamField[] = [];
+  let end = 0;
   for (const decl of m[1]!.split(';')) {
     if (decl.trim() === '') continue;
     const f = /^\s*(\w+)\s+(\w+)\s*$/.exec(decl);
     const type = f ? FIELD_TYPES[f[1]!] : undefined;
-    if (!f || type === undefined) throw new Error(`struct ${name}: "${decl.trim()}" is not a uint or float field`);
-    fields.push({ name: f[2]!, type, offset: 4 * fields.length });
+    if (!f || type === undefined) throw new Error(`struct ${name}: "${decl.trim()}" is not a uint, float, int, short or ulong field`);
+    const size = paramSize(type);
+    const offset = Math.ceil(end / size) * size;
+    fields.push({ name: f[2]!, type, offset });
+    end = offset + size;
   }
   return fields;
+}
+
+/** The struct's size: past its last field, rounded up to its largest field's alignment. */
+export function structSize(layout: readonly ParamField[]): number {
+  let end = 0;
+  let align = 1;
+  for (const f of layout) {
+    end = Math.max(end, f.offset + paramSize(f.type));
+    align = Math.max(align, paramSize(f.type));
+  }
+  return Math.ceil(end / align) * align;
 }
 
 /** The names of the structs a header defines, in order. */
@@ -40,16 +64,26 @@ export function structNames(header: string): string[] {
   return [...stripComments(header).matchAll(/\bstruct\s+(\w+)\s*\{/g)].map((m) => m[1]!);
 }
 
-/** Packs values into a struct of the given layout (little-endian, 4-byte fields). */
+/**
+ * Packs values into a struct of the given layout (little-endian; padding
+ * zero). A u64 takes a safe integer >= 0 (the ops' byte strides).
+ */
 export function packFields(layout: readonly ParamField[], values: Readonly<Record<string, number>>): Uint8Array {
-  const size = layout.reduce((end, f) => Math.max(end, f.offset + 4), 0);
-  const bytes = new Uint8Array(size);
+  const bytes = new Uint8Array(structSize(layout));
   const view = new DataView(bytes.buffer);
   for (const f of layout) {
     const v = values[f.name];
     if (v === undefined) throw new Error(`packFields: no value for field ${f.name}`);
-    if (f.type === 'u32') view.setUint32(f.offset, v, true);
-    else view.setFloat32(f.offset, v, true);
+    switch (f.type) {
+      case 'u32': view.setUint32(f.offset, v, true); break;
+      case 'f32': view.setFloat32(f.offset, v, true); break;
+      case 'i32': view.setInt32(f.offset, v, true); break;
+      case 'i16': view.setInt16(f.offset, v, true); break;
+      case 'u64':
+        if (!Number.isSafeInteger(v) || v < 0) throw new Error(`packFields: ${f.name} must be a safe integer >= 0 (got ${v})`);
+        view.setBigUint64(f.offset, BigInt(v), true);
+        break;
+    }
   }
   return bytes;
 }

@@ -45,22 +45,6 @@ __device__ __forceinline__ bool seq_ok(uint2 first, uint2 next, u32 n_tok, u32 n
            next.y - first.y == (next.x - first.x + BT - 1) / BT;
 }
 
-// A fragment (16 rows x 16 cols) of a row-major bf16 array at (r0, c0).
-__device__ __forceinline__ void frag_a(u32 (&a)[4], const bf16* base, u32 ld, u32 r0, u32 c0, u32 lane) {
-    ldsm_x4(base + (r0 + (lane & 15u)) * ld + c0 + 8u * (lane >> 4), a[0], a[1], a[2], a[3]);
-}
-// B fragments of two n-tiles (n0, n0 + 8) x 16 k from an array stored [n][k] (k contiguous):
-// b[0], b[1] for n-tile n0, b[2], b[3] for n0 + 8.
-__device__ __forceinline__ void frag_b_nk(u32 (&b)[4], const bf16* base, u32 ld, u32 n0, u32 k0, u32 lane) {
-    const u32 m = lane >> 3, rr = lane & 7u;
-    ldsm_x4(base + (n0 + 8u * (m >> 1) + rr) * ld + k0 + 8u * (m & 1u), b[0], b[1], b[2], b[3]);
-}
-// The same from an array stored [k][n] (n contiguous), by ldmatrix.trans.
-__device__ __forceinline__ void frag_b_kn(u32 (&b)[4], const bf16* base, u32 ld, u32 n0, u32 k0, u32 lane) {
-    const u32 m = lane >> 3, rr = lane & 7u;
-    ldsm_x4_trans(base + (k0 + rr + 8u * (m & 1u)) * ld + n0 + 8u * (m >> 1), b[0], b[1], b[2], b[3]);
-}
-
 // dst[r * ld + c] = src[r * stride + c] for r < len, 0 for r in [len, 64); c < ncols
 // (a multiple of 8, 16-byte aligned rows), 16-byte cp.async copies: every copy of
 // the thread is in flight at once. The caller commits and waits (cp_async_wait)

@@ -10,6 +10,11 @@ typedef unsigned int u32;
 // Metal's name, which the param structs of shaders/<family>.h use.
 typedef unsigned int uint;
 typedef unsigned long long u64;
+// Metal's 64-bit name, which some param structs use (llama.cpp's argument
+// blocks): unsigned long is 64 bits on the Linux targets (LP64), and the same
+// typedef as glibc's where a host header declares it too.
+typedef unsigned long ulong;
+static_assert(sizeof(ulong) == 8, "ulong must be 64 bits");
 typedef __nv_bfloat16 bf16;
 
 // ---- conversions ----
@@ -80,6 +85,47 @@ __device__ __forceinline__ u32 pack_f16(float lo, float hi) {
 __device__ __forceinline__ void store_vec(__half* p, const float (&v)[8]) {
     *reinterpret_cast<uint4*>(p) = make_uint4(pack_f16(v[0], v[1]), pack_f16(v[2], v[3]),
                                               pack_f16(v[4], v[5]), pack_f16(v[6], v[7]));
+}
+
+// ---- gated elementwise: y = f(a) * b (silu_mul, sigmoid_mul, gelu) ----
+
+// y[r, c] = f(a[r, c]) * b[r, c] for r < rows, c < dim, in f32, rounded to T
+// once, when stored. y's rows are dim elements apart, a's a_stride and b's
+// b_stride: two inputs of n elements are one row of n; rows that each hold
+// [a | b] are a = x, b = x + dim, both strides 2 dim. Threads take chunks of
+// VEC (one 16-byte vector of T) consecutive elements of a row, the chunks of
+// a row in order, rows one after another; thread i of the grid takes chunks
+// i, i + G, i + 2G, ... (G threads in the grid; the ops launch one chunk per
+// thread). A chunk of VEC elements whose three pointers are 16-byte aligned
+// moves as 16-byte vectors; a row's last, partial chunk and unaligned ones
+// (rows of a dim that is not a multiple of VEC) go element by element. A
+// thread reads a chunk's a and b before it writes its y, so y may be a or b
+// exactly (in place). rows * dim stays below 2^32 (the ops' bound).
+template <typename T, typename F>
+__device__ __forceinline__ void gated_rows(const T* a, const T* b, T* y, u32 rows, u32 dim,
+                                           u64 a_stride, u64 b_stride, F f) {
+    constexpr int VEC = VecOf<T>::N;
+    const u32 per_row = (dim + VEC - 1) / VEC;
+    const u64 chunks = u64(rows) * per_row;
+    const u64 step = u64(gridDim.x) * blockDim.x;
+    for (u64 k = u64(blockIdx.x) * blockDim.x + threadIdx.x; k < chunks; k += step) {
+        const u32 r = rows == 1u ? 0u : u32(k) / per_row;
+        const u32 c = (u32(k) - r * per_row) * VEC;
+        const T* pa = a + r * a_stride + c;
+        const T* pb = b + r * b_stride + c;
+        T* py = y + u64(r) * dim + c;
+        if (c + VEC <= dim && aligned16(pa) && aligned16(pb) && aligned16(py)) {
+            float va[VEC], vb[VEC];
+            load_vec(pa, va);
+            load_vec(pb, vb);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) va[j] = f(va[j]) * vb[j];
+            store_vec(py, va);
+        } else {
+            const u32 end = min(dim - c, u32(VEC));
+            for (u32 j = 0; j < end; ++j) py[j] = from_f<T>(f(to_f(pa[j])) * to_f(pb[j]));
+        }
+    }
 }
 
 // ---- reductions ----
@@ -163,12 +209,47 @@ __device__ __forceinline__ void ldsm_x4_trans(const void* p, u32& r0, u32& r1, u
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_addr(p)));
 }
-// d += a (16x16 bf16, row) * b (16x8 bf16, col), f32 accumulate.
+// d += a (16x16 bf16, row) * b (16x8 bf16, col), f32 accumulate. Fragments
+// (g = lane / 4, t = lane % 4): a[0] row g, columns 2t and 2t + 1; a[1] row
+// g + 8; a[2], a[3] the same rows at columns 2t + 8, 2t + 9; b0 rows (k) 2t,
+// 2t + 1 of column g, b1 rows 2t + 8, 2t + 9; d[0], d[1] row g, columns 2t,
+// 2t + 1, d[2], d[3] row g + 8.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// The same with f16 operands.
+__device__ __forceinline__ void mma_f16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// mma_bf16 or mma_f16 by the operands' type.
+template <typename T> __device__ __forceinline__ void mma16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1);
+template <> __device__ __forceinline__ void mma16<__nv_bfloat16>(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) { mma_bf16(d, a, b0, b1); }
+template <> __device__ __forceinline__ void mma16<__half>(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) { mma_f16(d, a, b0, b1); }
+
+// mma operands from shared memory (T a 16-bit type). An A fragment (16 rows
+// x 16 cols) of a row-major array at (r0, c0), rows ld elements apart.
+template <typename T>
+__device__ __forceinline__ void frag_a(u32 (&a)[4], const T* base, u32 ld, u32 r0, u32 c0, u32 lane) {
+    ldsm_x4(base + (r0 + (lane & 15u)) * ld + c0 + 8u * (lane >> 4), a[0], a[1], a[2], a[3]);
+}
+// B fragments of two n-tiles (n0, n0 + 8) x 16 k from an array stored [n][k] (k contiguous):
+// b[0], b[1] for n-tile n0, b[2], b[3] for n0 + 8.
+template <typename T>
+__device__ __forceinline__ void frag_b_nk(u32 (&b)[4], const T* base, u32 ld, u32 n0, u32 k0, u32 lane) {
+    const u32 m = lane >> 3, rr = lane & 7u;
+    ldsm_x4(base + (n0 + 8u * (m >> 1) + rr) * ld + k0 + 8u * (m & 1u), b[0], b[1], b[2], b[3]);
+}
+// The same from an array stored [k][n] (n contiguous), by ldmatrix.trans.
+template <typename T>
+__device__ __forceinline__ void frag_b_kn(u32 (&b)[4], const T* base, u32 ld, u32 n0, u32 k0, u32 lane) {
+    const u32 m = lane >> 3, rr = lane & 7u;
+    ldsm_x4_trans(base + (k0 + rr + 8u * (m & 1u)) * ld + n0 + 8u * (m >> 1), b[0], b[1], b[2], b[3]);
 }
 
 // 16-byte global -> shared copy that does not hold the thread (cp.async, L2

@@ -358,7 +358,7 @@ int main(int argc, char** argv) {
     CHECK(st == MLXN_ERR_INVALID_ARGUMENT && l == NULL, "job's duplicate constant index: %d", st);
     mlxn_device* other = NULL;
     OK(f_mlxn_device_open(0, &other, msg, CAP));
-    OK(f_mlxn_library_compile_start(other, kSource, strlen(kSource), "job.cu", NULL, 0, &job, msg, CAP));
+    OK(f_mlxn_library_compile_start(other, kSource, strlen(kSource), "job.cu", consts, nconst, &job, msg, CAP));
     f_mlxn_device_close(other); /* the job holds it open */
     OK(f_mlxn_compile_job_finish(job, &l, msg, CAP));
     CHECK(l != NULL && f_mlxn_library_kernel_names(l, NULL, 0) > 0, "job's library has kernels");

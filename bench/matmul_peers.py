@@ -1,0 +1,88 @@
+# PyTorch beside bench/matmul.ts on the GPU machine, same shapes: y = x W^T
+# by F.linear (cuBLAS; torch.matmul(x, W.T) is the same call) in eager mode
+# and under torch.compile, timed with CUDA events around `iters` calls
+# (median of 5). Measured in the same run, the peaks every row is a fraction
+# of: bf16 tensor-core TFLOP/s (the best of torch.matmul at 8192^3 and
+# 16384 x 16384 x 8192) and the copy bandwidth (a 1 GiB device-to-device
+# copy, bytes read + written). Pass them to matmul.ts:
+#   python3 bench/matmul_peers.py
+#   bun run bench/matmul.ts --peak-tflops <peak> --copy-gbs <copy>
+# Floors: matrix shapes 2 m n k / peak; decode shapes (m <= 8) the bytes of
+# the weight, x and y / copy bandwidth.
+import torch
+import torch.nn.functional as F
+
+dev = "cuda"
+torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def timed(fn, iters=20):
+    fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(iters):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+        ts.append(a.elapsed_time(b) * 1e3 / iters)
+    return sorted(ts)[2]
+
+
+print("device:", torch.cuda.get_device_name(), "torch", torch.__version__)
+src = torch.empty(2**28, dtype=torch.float32, device=dev)
+dst = torch.empty_like(src)
+copy_gbs = 2 * src.numel() * 4 / timed(lambda: dst.copy_(src), 10) / 1e3
+del src, dst
+peak = 0.0
+for m, n, k in [(8192, 8192, 8192), (16384, 16384, 8192)]:
+    a = torch.randn(m, k, dtype=torch.bfloat16, device=dev)
+    b = torch.randn(k, n, dtype=torch.bfloat16, device=dev)
+    peak = max(peak, 2 * m * n * k / timed(lambda: torch.matmul(a, b), 10) / 1e6)
+    del a, b
+print(f"peak bf16 {peak:.1f} TFLOP/s (torch.matmul), copy {copy_gbs:.0f} GB/s")
+
+size = {torch.bfloat16: 2, torch.float16: 2, torch.float32: 4}
+
+
+def row(name, us, flops, nbytes, memory_bound):
+    floor = nbytes / copy_gbs / 1e3 if memory_bound else flops / peak / 1e6
+    print(f"{name:64s} {us:10.2f} us  {flops / us / 1e6:7.1f} TFLOP/s  {nbytes / us / 1e3:5.0f} GB/s"
+          f"  floor {floor:9.2f} us ({100 * floor / us:.0f}% of it)")
+
+
+def dense(label, dt, m, n, k):
+    x = torch.randn(m, k, dtype=dt, device=dev) * 0.5
+    w = torch.randn(n, k, dtype=dt, device=dev) * 0.5
+    flops, nbytes = 2 * m * n * k, (n * k + m * k + m * n) * size[dt]
+    name = f"{label} {str(dt)[6:]} m={m} n={n} k={k}"
+    iters = 5 if flops > 1e12 else 20
+    row(f"F.linear {name}", timed(lambda: F.linear(x, w), iters), flops, nbytes, m <= 8)
+    compiled = torch.compile(lambda a, b: F.linear(a, b))
+    row(f"compile {name}", timed(lambda: compiled(x, w), iters), flops, nbytes, m <= 8)
+    del x, w
+
+
+for dt in (torch.bfloat16, torch.float16, torch.float32):
+    dense("square", dt, 4096, 4096, 4096)
+for m in (1, 8, 512, 8192):
+    dense("Qwen3.6 up", torch.bfloat16, m, 17408, 5120)
+for m in (1, 8192):
+    dense("Qwen3.6 down", torch.bfloat16, m, 5120, 17408)
+for m in (1, 8, 8192):
+    dense("Gemma 4 up", torch.bfloat16, m, 21504, 5376)
+dense("Gemma 4 lm_head", torch.bfloat16, 1, 262144, 5376)
+# mlx-native's f32-activation kernels: f32 x, bf16 W, f32 y (PyTorch upcasts W or casts x).
+x = torch.randn(1, 5376, device=dev)
+w = torch.randn(262144, 5376, dtype=torch.bfloat16, device=dev)
+row("F.linear(x, W.float()) lm_head f32 x bf16 W m=1 n=262144 k=5376",
+    timed(lambda: F.linear(x, w.float()), 5), 2 * 262144 * 5376, 2 * 262144 * 5376 + 4 * (5376 + 262144), True)
+row("F.linear(x.bfloat16(), W) lm_head f32 x bf16 W m=1 n=262144 k=5376",
+    timed(lambda: F.linear(x.bfloat16(), w).float(), 20), 2 * 262144 * 5376, 2 * 262144 * 5376 + 4 * (5376 + 262144), True)
+del x, w
+x = torch.randn(4096, 4096, device=dev)
+w = torch.randn(4096, 4096, dtype=torch.bfloat16, device=dev)
+row("F.linear(x.bfloat16(), W).float() square f32 x bf16 W m=4096 n=4096 k=4096",
+    timed(lambda: F.linear(x.bfloat16(), w).float(), 10), 2 * 4096**3, 2 * 4096**2 + 8 * 4096**2, False)

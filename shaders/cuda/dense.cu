@@ -1,0 +1,653 @@
+// Dense matrix products (CUDA), entry names and bindings as
+// shaders/dense.metal: y[b, m, n] = sum_k x[b, m, k] * w[b / r, n, k], the
+// weight stored [out, in], products summed in f32. Every grid is
+// one-dimensional (blockIdx.x decoded below), so no size meets the 65535
+// limit of gridDim.y and z. The launches are the op's (ts/ops/dense.ts,
+// denseMvCudaLaunch, denseMmCudaLaunch).
+//
+// Vector form (decode: dense_mv_<t>, dense_matvec_*, hf2q_dense_gemv_*):
+// memory-bound on the weight, read once. 256 threads (8 warps) a block over
+// a few weight rows, all 8 warps splitting k, 16-byte loads where the rows
+// allow, a block sum at the end.
+//   - f16 and bf16 with x of the same type (dense_mv_f16/bf16): tensor cores.
+//     Each warp step takes 32 k of 16 weight rows: lane (g, t) = (lane / 4,
+//     lane % 4) loads 16 bytes (8 elements at k + 8t) of rows g and g + 8 and
+//     of x row g (token g; 8 tokens make the mma's n = 8), and two
+//     m16n8k16 mmas take elements 0-3 and 4-7 as the fragments' k pairs
+//     (2t, 2t + 1) and (2t + 8, 2t + 9). Any order of k gives the same dot
+//     products as long as the A and B fragments agree on it, and this one
+//     lets every load be 16 contiguous bytes of a row. Needs k a multiple of
+//     8 and 16-byte aligned rows; otherwise the SIMT path below.
+//   - the rest (f32, f32 inputs with 16-bit weights, unaligned rows): SIMT,
+//     each thread R rows x up to 8 tokens of f32 sums.
+// Matrix form (prefill: dense_mm_<t>, dense_gemm_f16, hf2q_dense_mm_*):
+//   - 16-bit weights: tensor cores (mma.sync m16n8k16, f32 accumulate),
+//     ldmatrix from shared tiles of BK = 32 k padded by 16 bytes per row
+//     (ldmatrix and the 16-byte stores meet no bank conflicts), 4 cp.async
+//     stages. Tiles by block size: 256 threads take 128 x 256 outputs (warps
+//     2 x 4 of 64 x 64: 4 mma per ldmatrix), 128 threads 64 x 128 (warps
+//     2 x 2 of 32 x 64). Tiles are walked in groups of 8 tile rows so that
+//     neighbouring blocks share weight columns in L2. An f32 x (the hf2q
+//     kernels) is converted to the weight's type through registers, its
+//     loads issued a stage ahead and stored after the step's mmas; rows that
+//     are not 16-byte aligned (or k not a multiple of 8) take the same
+//     register path one element at a time.
+//   - f32 weights: a 64 x 64 SIMT tile, 256 threads of 4 x 4 outputs.
+
+namespace {
+
+constexpr u32 WARPS = 8;  // warps of a vector-form block
+
+// One batch of a product: x [M, K], w [N, K], y [M, N], rows the given
+// numbers of elements apart.
+template <typename TX, typename TW, typename TY>
+struct Operands {
+    const TX* x;
+    const TW* w;
+    TY* y;
+    u64 x_row, w_row, y_row;
+};
+
+// Whether 16 bytes can be read at every 8-element boundary of the rows of T
+// at p, `row` elements apart.
+template <typename T>
+__device__ __forceinline__ bool rows16(const T* p, u64 row) {
+    return aligned16(p) && (row * sizeof(T)) % 16 == 0;
+}
+
+template <typename T> __device__ __forceinline__ u32 pack2(float lo, float hi);
+template <> __device__ __forceinline__ u32 pack2<bf16>(float lo, float hi) { return pack_bf16(lo, hi); }
+template <> __device__ __forceinline__ u32 pack2<__half>(float lo, float hi) { return pack_f16(lo, hi); }
+
+// N elements at p (16-byte aligned, N * sizeof(T) a multiple of 16) as floats.
+template <int N, typename T>
+__device__ __forceinline__ void load_f(const T* p, float (&v)[N]) {
+    constexpr int V = VecOf<T>::N;
+#pragma unroll
+    for (int i = 0; i < N / V; ++i) {
+        float t[V];
+        load_vec(p + i * V, t);
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[i * V + j] = t[j];
+    }
+}
+
+// ---- the vector form, SIMT ----
+
+// Rows row0 .. row0 + rows - 1 of w (those below N) against the m <= MT rows
+// of x: y[i * y_row + row] = sum_k x[i, k] w[row, k]. R rows at a time, the
+// block's threads striding over k by 16-byte vectors of the weight (VEC
+// elements) where the rows allow, else by elements; a warp sum, then a sum
+// over the warps through shared memory.
+template <typename TX, typename TW, typename TY, u32 MT, u32 R>
+__device__ __forceinline__ void mv_simt(const TX* x, u64 x_row, const TW* w, u64 w_row, TY* y, u64 y_row, u32 m, u32 N, u32 K,
+                                        u32 row0, u32 rows) {
+    static_assert(R * MT <= 32, "one thread per sum at the end");
+    __shared__ float red[WARPS][R * MT];
+    constexpr u32 VEC = 16 / sizeof(TW);
+    const u32 tid = threadIdx.x, nth = blockDim.x, lane = tid & 31u, warp = tid >> 5, nw = nth >> 5;
+    const bool vec = K % VEC == 0 && rows16(w, w_row) && rows16(x, x_row);
+    for (u32 g0 = 0; g0 < rows; g0 += R) {
+        float acc[R][MT];
+#pragma unroll
+        for (u32 r = 0; r < R; ++r)
+#pragma unroll
+            for (u32 i = 0; i < MT; ++i) acc[r][i] = 0.0f;
+        const TW* wr[R];
+#pragma unroll
+        for (u32 r = 0; r < R; ++r) wr[r] = w + u64(min(row0 + g0 + r, N - 1)) * w_row;
+        if (vec) {
+#pragma unroll 2
+            for (u32 c = tid; c < K / VEC; c += nth) {
+                float wv[R][VEC];
+#pragma unroll
+                for (u32 r = 0; r < R; ++r) load_f<VEC>(wr[r] + u64(c) * VEC, wv[r]);
+#pragma unroll
+                for (u32 i = 0; i < MT; ++i) {
+                    if (i < m) {
+                        float xv[VEC];
+                        load_f<VEC>(x + i * x_row + u64(c) * VEC, xv);
+#pragma unroll
+                        for (u32 r = 0; r < R; ++r)
+#pragma unroll
+                            for (u32 e = 0; e < VEC; ++e) acc[r][i] = fmaf(wv[r][e], xv[e], acc[r][i]);
+                    }
+                }
+            }
+        } else {
+            for (u32 k = tid; k < K; k += nth) {
+#pragma unroll
+                for (u32 i = 0; i < MT; ++i) {
+                    if (i < m) {
+                        const float xv = to_f(x[i * x_row + k]);
+#pragma unroll
+                        for (u32 r = 0; r < R; ++r) acc[r][i] = fmaf(to_f(wr[r][k]), xv, acc[r][i]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (u32 r = 0; r < R; ++r)
+#pragma unroll
+            for (u32 i = 0; i < MT; ++i) {
+                const float v = warp_sum(acc[r][i]);
+                if (lane == 0) red[warp][r * MT + i] = v;
+            }
+        __syncthreads();
+        if (tid < R * MT) {
+            const u32 r = tid / MT, i = tid % MT, row = row0 + g0 + r;
+            float s = 0.0f;
+            for (u32 q = 0; q < nw; ++q) s += red[q][tid];
+            if (i < m && g0 + r < rows && row < N) y[i * y_row + row] = from_f<TY>(s);
+        }
+        __syncthreads();
+    }
+}
+
+// ---- the vector form, tensor cores ----
+
+// Rows row0 .. row0 + 16 RT - 1 of w (contiguous [N, K], K a multiple of 8,
+// 16-byte aligned rows) against the m <= 8 rows of x ([m, K]): y[i * N +
+// row]. The lane layout is the file comment's; each warp takes every 8th
+// 32-wide step of k, U steps of loads in flight, then the 8 warps' sums meet
+// in shared memory.
+template <typename T, u32 RT>
+__device__ __forceinline__ void mv_tc(const T* x, const T* w, T* y, u32 m, u32 N, u32 K, u32 row0) {
+    constexpr u32 U = 4 / RT;
+    __shared__ float red[WARPS][RT * 128];
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const u32 g = lane >> 2, t = lane & 3u;
+    const u32 steps = (K + 31) / 32;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    const T* lo[RT];
+    const T* hi[RT];
+#pragma unroll
+    for (u32 rt = 0; rt < RT; ++rt) {
+        lo[rt] = w + u64(min(row0 + 16 * rt + g, N - 1)) * K + 8 * t;
+        hi[rt] = w + u64(min(row0 + 16 * rt + g + 8, N - 1)) * K + 8 * t;
+    }
+    const T* xr = x + u64(min(g, m - 1)) * K + 8 * t;
+    const bool token = g < m;
+    float acc[RT][4];
+#pragma unroll
+    for (u32 rt = 0; rt < RT; ++rt) acc[rt][0] = acc[rt][1] = acc[rt][2] = acc[rt][3] = 0.0f;
+    for (u32 s0 = warp; s0 < steps; s0 += WARPS * U) {
+        uint4 wl[U][RT], wh[U][RT], xv[U];
+#pragma unroll
+        for (u32 u = 0; u < U; ++u) {
+            const u32 s = s0 + u * WARPS;
+            const u64 k = u64(s) * 32;
+            const bool live = s < steps && k + 8 * t < K;
+#pragma unroll
+            for (u32 rt = 0; rt < RT; ++rt) {
+                wl[u][rt] = live ? __ldcs(reinterpret_cast<const uint4*>(lo[rt] + k)) : zero;
+                wh[u][rt] = live ? __ldcs(reinterpret_cast<const uint4*>(hi[rt] + k)) : zero;
+            }
+            xv[u] = live && token ? __ldg(reinterpret_cast<const uint4*>(xr + k)) : zero;
+        }
+#pragma unroll
+        for (u32 u = 0; u < U; ++u) {
+#pragma unroll
+            for (u32 rt = 0; rt < RT; ++rt) {
+                const u32 a0[4] = {wl[u][rt].x, wh[u][rt].x, wl[u][rt].y, wh[u][rt].y};
+                mma16<T>(acc[rt], a0, xv[u].x, xv[u].y);
+                const u32 a1[4] = {wl[u][rt].z, wh[u][rt].z, wl[u][rt].w, wh[u][rt].w};
+                mma16<T>(acc[rt], a1, xv[u].z, xv[u].w);
+            }
+        }
+    }
+#pragma unroll
+    for (u32 rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (u32 e = 0; e < 4; ++e) red[warp][rt * 128 + lane * 4 + e] = acc[rt][e];
+    __syncthreads();
+    for (u32 j = tid; j < RT * 128; j += blockDim.x) {
+        float s = 0.0f;
+#pragma unroll
+        for (u32 q = 0; q < WARPS; ++q) s += red[q][j];
+        const u32 rt = j / 128, l = (j / 4) % 32, e = j % 4;
+        const u32 row = row0 + 16 * rt + (l >> 2) + 8 * (e >> 1), tok = 2 * (l & 3u) + (e & 1u);
+        if (row < N && tok < m) y[u64(tok) * N + row] = from_f<T>(s);
+    }
+}
+
+// dense_mv_<t>: blockIdx.x = batch * blocks + row block; a block takes 16
+// rows, or 32 where the grid is too short for 16 (the op's launch takes 32
+// from n = 8192 on).
+template <typename T>
+__device__ __forceinline__ void dense_mv(const T* x, const T* w, T* y, const DenseParams* p) {
+    const u32 blocks = gridDim.x / p->batch;
+    const u32 rows = blocks * 16 >= p->n ? 16 : 32;
+    const u32 b = blockIdx.x / blocks, row0 = (blockIdx.x % blocks) * rows;
+    const u32 wb = b / (p->batch / p->w_batch);
+    const T* xb = x + u64(b) * p->m * p->k;
+    const T* wp = w + u64(wb) * p->n * p->k;
+    T* yb = y + u64(b) * p->m * p->n;
+    if constexpr (sizeof(T) == 2) {
+        if (p->k % 8 == 0 && aligned16(xb) && aligned16(wp) && blockDim.x == WARPS * 32) {
+            if (rows == 16) mv_tc<T, 1>(xb, wp, yb, p->m, p->n, p->k, row0);
+            else mv_tc<T, 2>(xb, wp, yb, p->m, p->n, p->k, row0);
+            return;
+        }
+    }
+    mv_simt<T, T, T, 8, 2>(xb, p->k, wp, p->k, yb, p->n, p->m, p->n, p->k, row0, rows);
+}
+
+// ---- the matrix form, tensor cores ----
+
+constexpr u32 BK = 32;         // k per stage
+constexpr u32 STAGES = 4;      // cp.async stages
+constexpr u32 LDS = BK + 8;    // a staged row: 32 elements and 16 bytes of padding
+
+// Elements k .. k + 7 of a row as TS pairs: one 16-byte load (two for f32)
+// where vec (16-byte aligned rows, K a multiple of 8), else element by
+// element, zeros past K.
+template <typename TS, typename T>
+__device__ __forceinline__ uint4 load8(const T* row, u32 k, u32 K, bool vec) {
+    if (vec) {
+        if constexpr (sizeof(T) == 2) {
+            return *reinterpret_cast<const uint4*>(row + k);
+        } else {
+            const float4 a = *reinterpret_cast<const float4*>(row + k);
+            const float4 b = *reinterpret_cast<const float4*>(row + k + 4);
+            return make_uint4(pack2<TS>(a.x, a.y), pack2<TS>(a.z, a.w), pack2<TS>(b.x, b.y), pack2<TS>(b.z, b.w));
+        }
+    }
+    float v[8];
+#pragma unroll
+    for (u32 e = 0; e < 8; ++e) v[e] = k + e < K ? to_f(row[k + e]) : 0.0f;
+    return make_uint4(pack2<TS>(v[0], v[1]), pack2<TS>(v[2], v[3]), pack2<TS>(v[4], v[5]), pack2<TS>(v[6], v[7]));
+}
+
+__device__ __forceinline__ void store2(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
+__device__ __forceinline__ void store2(bf16* p, float a, float b) { *reinterpret_cast<u32*>(p) = pack_bf16(a, b); }
+__device__ __forceinline__ void store2(__half* p, float a, float b) { *reinterpret_cast<u32*>(p) = pack_f16(a, b); }
+
+// The tile of block blockIdx.x among BM x BN tiles: batch outermost; within
+// a batch, groups of 8 tile rows, each group walked down its rows first, so
+// that neighbouring blocks share weight columns in L2.
+template <u32 BM, u32 BN>
+__device__ __forceinline__ void tile_of(u32 M, u32 N, u32& b, u32& m0, u32& n0) {
+    const u32 tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+    const u32 per = tiles_m * tiles_n;
+    b = blockIdx.x / per;
+    const u32 p = blockIdx.x % per;
+    const u32 first = p / (8 * tiles_n) * 8, gsize = min(8u, tiles_m - first), pin = p % (8 * tiles_n);
+    m0 = (first + pin % gsize) * BM;
+    n0 = pin / gsize * BN;
+}
+
+// The BM x BN tile at (m0, n0) of y = x W^T for operands o. X_ASYNC /
+// W_ASYNC: that operand is copied by cp.async (TX the weight's type, 16-byte
+// aligned rows, K a multiple of 8); otherwise through registers (converted
+// to TW, any alignment). Dynamic shared memory: STAGES x (BM + BN) x LDS
+// elements of TW.
+template <typename TX, typename TW, typename TY, u32 BM, u32 BN, u32 WM, u32 WN, bool X_ASYNC, bool W_ASYNC>
+__device__ __forceinline__ void mm_tc(const Operands<TX, TW, TY>& o, u32 M, u32 N, u32 K, u32 m0, u32 n0) {
+    constexpr u32 NT = WM * WN * 32;
+    constexpr u32 WTM = BM / WM, WTN = BN / WN;
+    constexpr u32 MI = WTM / 16, NJ = WTN / 8;
+    constexpr u32 XC = BM * 4 / NT, WC = BN * 4 / NT;  // 16-byte chunks per thread per stage
+    static_assert(XC * NT == BM * 4 && WC * NT == BN * 4 && NJ % 2 == 0, "tile shape");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    TW* smem = reinterpret_cast<TW*>(smem_raw);
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const bool xvec = K % 8 == 0 && rows16(o.x, o.x_row);
+    const bool wvec = K % 8 == 0 && rows16(o.w, o.w_row);
+    const u32 KT = (K + BK - 1) / BK;
+
+    uint4 xr[X_ASYNC ? 1 : XC], wr[W_ASYNC ? 1 : WC];
+    // Starts stage `stage` of k tile kt: cp.async copies, or loads into registers.
+    auto issue = [&](u32 stage, u32 kt) {
+        TW* xs = smem + stage * (BM + BN) * LDS;
+        TW* ws = xs + BM * LDS;
+        const u32 k0 = kt * BK;
+#pragma unroll
+        for (u32 c = 0; c < XC; ++c) {
+            const u32 i = tid + c * NT, r = i >> 2, k = k0 + 8 * (i & 3u);
+            const bool live = m0 + r < M && k < K;
+            const TX* row = o.x + (live ? u64(m0 + r) * o.x_row : 0);
+            if constexpr (X_ASYNC) cp_async16(xs + r * LDS + 8 * (i & 3u), row + (live ? k : 0), live);
+            else xr[c] = live ? load8<TW>(row, k, K, xvec) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (u32 c = 0; c < WC; ++c) {
+            const u32 i = tid + c * NT, r = i >> 2, k = k0 + 8 * (i & 3u);
+            const bool live = n0 + r < N && k < K;
+            const TW* row = o.w + (live ? u64(n0 + r) * o.w_row : 0);
+            if constexpr (W_ASYNC) cp_async16(ws + r * LDS + 8 * (i & 3u), row + (live ? k : 0), live);
+            else wr[c] = live ? load8<TW>(row, k, K, wvec) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    // Stores the register-staged chunks of stage `stage`.
+    auto park = [&](u32 stage) {
+        TW* xs = smem + stage * (BM + BN) * LDS;
+        TW* ws = xs + BM * LDS;
+        if constexpr (!X_ASYNC) {
+#pragma unroll
+            for (u32 c = 0; c < XC; ++c) {
+                const u32 i = tid + c * NT;
+                *reinterpret_cast<uint4*>(xs + (i >> 2) * LDS + 8 * (i & 3u)) = xr[c];
+            }
+        }
+        if constexpr (!W_ASYNC) {
+#pragma unroll
+            for (u32 c = 0; c < WC; ++c) {
+                const u32 i = tid + c * NT;
+                *reinterpret_cast<uint4*>(ws + (i >> 2) * LDS + 8 * (i & 3u)) = wr[c];
+            }
+        }
+    };
+
+    float acc[MI][NJ][4];
+#pragma unroll
+    for (u32 i = 0; i < MI; ++i)
+#pragma unroll
+        for (u32 j = 0; j < NJ; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    const u32 wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
+
+    for (u32 s = 0; s < STAGES - 1; ++s) {
+        if (s < KT) {
+            issue(s, s);
+            park(s);
+        }
+        cp_async_commit();
+    }
+    for (u32 kt = 0; kt < KT; ++kt) {
+        // Tile kt has landed (at most STAGES - 2 later groups pending), and
+        // every warp is done with the stage the next issue overwrites.
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const u32 next = kt + STAGES - 1;
+        if (next < KT) issue(next % STAGES, next);
+        cp_async_commit();
+        const TW* xs = smem + (kt % STAGES) * (BM + BN) * LDS;
+        const TW* ws = xs + BM * LDS;
+#pragma unroll
+        for (u32 kk = 0; kk < BK; kk += 16) {
+            u32 a[MI][4];
+#pragma unroll
+            for (u32 i = 0; i < MI; ++i) frag_a(a[i], xs, LDS, wm0 + 16 * i, kk, lane);
+            u32 bq[NJ][2];
+#pragma unroll
+            for (u32 j = 0; j < NJ; j += 2) {
+                u32 t4[4];
+                frag_b_nk(t4, ws, LDS, wn0 + 8 * j, kk, lane);
+                bq[j][0] = t4[0];
+                bq[j][1] = t4[1];
+                bq[j + 1][0] = t4[2];
+                bq[j + 1][1] = t4[3];
+            }
+#pragma unroll
+            for (u32 i = 0; i < MI; ++i)
+#pragma unroll
+                for (u32 j = 0; j < NJ; ++j) mma16<TW>(acc[i][j], a[i], bq[j][0], bq[j][1]);
+        }
+        // The register-staged stage is written after the mmas, so its loads
+        // had the step to arrive; nobody reads that stage before the next barrier.
+        if (next < KT) park(next % STAGES);
+    }
+    cp_async_wait<0>();
+
+    const u32 g = lane >> 2, t = lane & 3u;
+    const bool pair = o.y_row % 2 == 0 && (reinterpret_cast<u64>(o.y) % (2 * sizeof(TY))) == 0;
+#pragma unroll
+    for (u32 i = 0; i < MI; ++i)
+#pragma unroll
+        for (u32 h = 0; h < 2; ++h) {
+            const u32 row = m0 + wm0 + 16 * i + g + 8 * h;
+            if (row >= M) continue;
+            TY* yr = o.y + u64(row) * o.y_row;
+#pragma unroll
+            for (u32 j = 0; j < NJ; ++j) {
+                const u32 col = n0 + wn0 + 8 * j + 2 * t;
+                const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                if (pair && col + 1 < N) {
+                    store2(yr + col, v0, v1);
+                } else {
+                    if (col < N) yr[col] = from_f<TY>(v0);
+                    if (col + 1 < N) yr[col + 1] = from_f<TY>(v1);
+                }
+            }
+        }
+}
+
+// One tile shape: the block's tile and batch, and the copy path its operands
+// allow (cp.async where the rows are 16-byte aligned and K a multiple of 8,
+// x only where it is the weight's type).
+template <typename TX, typename TW, typename TY, u32 BM, u32 BN, u32 WM, u32 WN, typename At>
+__device__ __forceinline__ void mm_shape(u32 M, u32 N, u32 K, At at) {
+    u32 b, m0, n0;
+    tile_of<BM, BN>(M, N, b, m0, n0);
+    const Operands<TX, TW, TY> o = at(b);
+    const bool w_async = K % 8 == 0 && rows16(o.w, o.w_row);
+    if constexpr (sizeof(TX) == sizeof(TW)) {
+        if (w_async && rows16(o.x, o.x_row)) {
+            mm_tc<TX, TW, TY, BM, BN, WM, WN, true, true>(o, M, N, K, m0, n0);
+            return;
+        }
+    }
+    if (w_async) mm_tc<TX, TW, TY, BM, BN, WM, WN, false, true>(o, M, N, K, m0, n0);
+    else mm_tc<TX, TW, TY, BM, BN, WM, WN, false, false>(o, M, N, K, m0, n0);
+}
+
+// The tile shape by block size (the op's denseMmCudaTile): 256 threads
+// 128 x 256, 128 threads 64 x 128.
+template <typename TX, typename TW, typename TY, typename At>
+__device__ __forceinline__ void mm_tensor(u32 M, u32 N, u32 K, At at) {
+    if (blockDim.x == 256) mm_shape<TX, TW, TY, 128, 256, 2, 4>(M, N, K, at);
+    else mm_shape<TX, TW, TY, 64, 128, 2, 2>(M, N, K, at);
+}
+
+// ---- the matrix form, f32 SIMT ----
+
+// The block's 64 x 64 tile of y = x W^T (f32): 256 threads, 4 x 4 outputs
+// each; x and w staged k-major 16 k at a time, the next slice's loads in
+// registers during the current one's products.
+template <typename At>
+__device__ __forceinline__ void mm_f32(u32 M, u32 N, u32 K, At at) {
+    constexpr u32 B = 64, KS = 16, LD = B + 4;
+    __shared__ __align__(16) float xs[2][KS][LD];
+    __shared__ __align__(16) float ws[2][KS][LD];
+    const u32 tid = threadIdx.x;
+    const u32 tiles_n = (N + B - 1) / B, per = tiles_n * ((M + B - 1) / B);
+    const u32 b = blockIdx.x / per, p = blockIdx.x % per;
+    const u32 m0 = p / tiles_n * B, n0 = p % tiles_n * B;
+    const Operands<float, float, float> o = at(b);
+    const bool vec = K % 4 == 0 && rows16(o.x, o.x_row) && rows16(o.w, o.w_row);
+    // Loads: thread tid takes row tid / 4 of each tile, k quad tid % 4.
+    const u32 lr = tid >> 2, lq = (tid & 3u) * 4;
+    const bool xlive = m0 + lr < M, wlive = n0 + lr < N;
+    const float* xrow = o.x + u64(xlive ? m0 + lr : 0) * o.x_row;
+    const float* wrow = o.w + u64(wlive ? n0 + lr : 0) * o.w_row;
+    auto load4 = [&](const float* row, bool live, u32 k, float (&v)[4]) {
+        if (live && vec && k < K) {
+            load_vec(row + k, v);
+        } else {
+#pragma unroll
+            for (u32 e = 0; e < 4; ++e) v[e] = live && k + e < K ? row[k + e] : 0.0f;
+        }
+    };
+    float xv[4], wv[4];
+    auto stash = [&](u32 s) {
+#pragma unroll
+        for (u32 e = 0; e < 4; ++e) {
+            xs[s][lq + e][lr] = xv[e];
+            ws[s][lq + e][lr] = wv[e];
+        }
+    };
+    float acc[4][4] = {};
+    const u32 ty = tid / 16, tx = tid % 16;
+    load4(xrow, xlive, lq, xv);
+    load4(wrow, wlive, lq, wv);
+    stash(0);
+    __syncthreads();
+    const u32 KT = (K + KS - 1) / KS;
+    for (u32 kt = 0; kt < KT; ++kt) {
+        const u32 s = kt & 1u;
+        if (kt + 1 < KT) {
+            load4(xrow, xlive, (kt + 1) * KS + lq, xv);
+            load4(wrow, wlive, (kt + 1) * KS + lq, wv);
+        }
+#pragma unroll
+        for (u32 kk = 0; kk < KS; ++kk) {
+            const float4 a = *reinterpret_cast<const float4*>(&xs[s][kk][ty * 4]);
+            const float4 c = *reinterpret_cast<const float4*>(&ws[s][kk][tx * 4]);
+            const float av[4] = {a.x, a.y, a.z, a.w}, cv[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+            for (u32 i = 0; i < 4; ++i)
+#pragma unroll
+                for (u32 j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], cv[j], acc[i][j]);
+        }
+        if (kt + 1 < KT) stash(s ^ 1u);
+        __syncthreads();
+    }
+#pragma unroll
+    for (u32 i = 0; i < 4; ++i) {
+        const u32 row = m0 + ty * 4 + i;
+        if (row >= M) continue;
+#pragma unroll
+        for (u32 j = 0; j < 4; ++j) {
+            const u32 col = n0 + tx * 4 + j;
+            if (col < N) o.y[u64(row) * o.y_row + col] = acc[i][j];
+        }
+    }
+}
+
+// ---- the crate's batched kernels: llama.cpp's argument blocks ----
+
+// The operands of batch im of hf2q_dense_mm_* (byte strides of the params).
+template <typename TW>
+__device__ __forceinline__ Operands<float, TW, float> hf2q_operands(const DenseMmTensorParams* a, const char* src0, const char* src1,
+                                                                    char* dst, u32 im) {
+    const u32 i12 = im % u32(a->ne12), i13 = im / u32(a->ne12);
+    const u64 M = u32(a->ne1), N = u32(a->ne0);
+    Operands<float, TW, float> o;
+    o.w = reinterpret_cast<const TW*>(src0 + u64(i12 / u32(a->r2)) * a->nb02 + u64(i13 / u32(a->r3)) * a->nb03);
+    o.x = reinterpret_cast<const float*>(src1 + u64(i12) * a->nb12 + u64(i13) * a->nb13);
+    o.y = reinterpret_cast<float*>(dst) + u64(im) * M * N;
+    o.w_row = a->nb01 / sizeof(TW);
+    o.x_row = a->nb11 / sizeof(float);
+    o.y_row = N;
+    return o;
+}
+
+template <typename TW>
+__device__ __forceinline__ void hf2q_mm(const DenseMmTensorParams* a, const char* src0, const char* src1, char* dst) {
+    const u32 M = u32(a->ne1), N = u32(a->ne0), K = u32(a->ne00);
+    auto at = [&](u32 im) { return hf2q_operands<TW>(a, src0, src1, dst, im); };
+    if constexpr (sizeof(TW) == 4) mm_f32(M, N, K, at);
+    else mm_tensor<float, TW, float>(M, N, K, at);
+}
+
+// The operands of batch b of dense_mm_<t> (contiguous).
+template <typename T>
+__device__ __forceinline__ Operands<T, T, T> dense_operands(const T* x, const T* w, T* y, const DenseParams* p, u32 b) {
+    Operands<T, T, T> o;
+    o.x = x + u64(b) * p->m * p->k;
+    o.w = w + u64(b / (p->batch / p->w_batch)) * p->n * p->k;
+    o.y = y + u64(b) * p->m * p->n;
+    o.x_row = p->k;
+    o.w_row = p->k;
+    o.y_row = p->n;
+    return o;
+}
+
+}  // namespace
+
+// ---- mlx-native's dense_gemm module ----
+
+// buffer(0) A [M, K], (1) B [N, K], (2) C [M, N], (3) DenseGemmParams.
+// dense_matvec_*: M = 1, blockIdx.x = block of DENSE rows (16), 256 threads.
+extern "C" __global__ void __launch_bounds__(256) dense_matvec_f16(const __half* A, const __half* B, __half* C, const DenseGemmParams* p) {
+    mv_simt<__half, __half, __half, 1, 8>(A, 0, B, p->K, C, 0, 1, p->N, p->K, blockIdx.x * 16, 16);
+}
+extern "C" __global__ void __launch_bounds__(256) dense_matvec_f16w_f32io(const float* A, const __half* B, float* C, const DenseGemmParams* p) {
+    mv_simt<float, __half, float, 1, 8>(A, 0, B, p->K, C, 0, 1, p->N, p->K, blockIdx.x * 16, 16);
+}
+extern "C" __global__ void __launch_bounds__(256) dense_matvec_bf16w_f32io(const float* A, const bf16* B, float* C, const DenseGemmParams* p) {
+    mv_simt<float, bf16, float, 1, 8>(A, 0, B, p->K, C, 0, 1, p->N, p->K, blockIdx.x * 16, 16);
+}
+extern "C" __global__ void __launch_bounds__(256) dense_matvec_f32(const float* A, const float* B, float* C, const DenseGemmParams* p) {
+    mv_simt<float, float, float, 1, 8>(A, 0, B, p->K, C, 0, 1, p->N, p->K, blockIdx.x * 16, 16);
+}
+
+// dense_gemm_f16 (M > 1): the tensor-core tiles, one batch.
+extern "C" __global__ void __launch_bounds__(256) dense_gemm_f16(const __half* A, const __half* B, __half* C, const DenseGemmParams* p) {
+    const u32 M = p->M, N = p->N, K = p->K;
+    auto at = [&](u32) {
+        Operands<__half, __half, __half> o;
+        o.x = A;
+        o.w = B;
+        o.y = C;
+        o.x_row = K;
+        o.w_row = K;
+        o.y_row = N;
+        return o;
+    };
+    mm_tensor<__half, __half, __half>(M, N, K, at);
+}
+
+// ---- mlx-native's hf2q_dense_gemv_bf16_f32_4 ----
+
+// buffer(0) DenseGemvBf16Params, (1) src0 bf16 [ne02, ne01, ne00], (2) src1
+// f32, (3) dst f32 [ne12, ne1, ne0]. blockIdx.x = (im * ne11 + r1) *
+// ceil(ne01 / 16) + row block: 16 rows of one row r1 of src1, 256 threads.
+extern "C" __global__ void __launch_bounds__(256) hf2q_dense_gemv_bf16_f32_4(const DenseGemvBf16Params* a, const char* src0,
+                                                                           const char* src1, char* dst) {
+    const u32 K = u32(a->ne00), N = u32(a->ne01), M = u32(a->ne11);
+    const u32 blocks = (N + 15) / 16;
+    const u32 rb = blockIdx.x % blocks, rest = blockIdx.x / blocks;
+    const u32 r1 = rest % M, im = rest / M;
+    const u32 i12 = im % u32(a->ne12), i13 = im / u32(a->ne12);
+    const float* x = reinterpret_cast<const float*>(src1 + u64(r1) * a->nb11 + u64(i12) * a->nb12 + u64(i13) * a->nb13);
+    const bf16* w = reinterpret_cast<const bf16*>(src0 + u64(i12 / u32(a->r2)) * a->nb02 + u64(i13 / u32(a->r3)) * a->nb03);
+    float* y = reinterpret_cast<float*>(dst) + u64(im) * u32(a->ne0) * u32(a->ne1) + u64(r1) * u32(a->ne0);
+    mv_simt<float, bf16, float, 1, 8>(x, 0, w, a->nb01 / sizeof(bf16), y, 0, 1, N, K, rb * 16, 16);
+}
+
+// ---- mlx-native's hf2q_dense_mm_{bf16,f16,f32}_f32_tensor ----
+
+// buffer(0) DenseMmTensorParams, (1) src0 weight, (2) src1 f32, (3) dst f32.
+extern "C" __global__ void __launch_bounds__(256) hf2q_dense_mm_bf16_f32_tensor(const DenseMmTensorParams* a, const char* src0,
+                                                                              const char* src1, char* dst) {
+    hf2q_mm<bf16>(a, src0, src1, dst);
+}
+extern "C" __global__ void __launch_bounds__(256) hf2q_dense_mm_f16_f32_tensor(const DenseMmTensorParams* a, const char* src0,
+                                                                             const char* src1, char* dst) {
+    hf2q_mm<__half>(a, src0, src1, dst);
+}
+extern "C" __global__ void __launch_bounds__(256) hf2q_dense_mm_f32_f32_tensor(const DenseMmTensorParams* a, const char* src0,
+                                                                             const char* src1, char* dst) {
+    hf2q_mm<float>(a, src0, src1, dst);
+}
+
+// ---- dense_mm_<t> and dense_mv_<t> (added) ----
+
+// buffer(0) x [batch, m, k], (1) w [w_batch, n, k], (2) y [batch, m, n], (3) DenseParams.
+template <typename T>
+__device__ __forceinline__ void dense_mm(const T* x, const T* w, T* y, const DenseParams* p) {
+    auto at = [&](u32 b) { return dense_operands(x, w, y, p, b); };
+    if constexpr (sizeof(T) == 4) mm_f32(p->m, p->n, p->k, at);
+    else mm_tensor<T, T, T>(p->m, p->n, p->k, at);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dense_mm_f32(const float* x, const float* w, float* y, const DenseParams* p) {
+    dense_mm<float>(x, w, y, p);
+}
+extern "C" __global__ void __launch_bounds__(256) dense_mm_f16(const __half* x, const __half* w, __half* y, const DenseParams* p) {
+    dense_mm<__half>(x, w, y, p);
+}
+extern "C" __global__ void __launch_bounds__(256) dense_mm_bf16(const bf16* x, const bf16* w, bf16* y, const DenseParams* p) {
+    dense_mm<bf16>(x, w, y, p);
+}
+
+extern "C" __global__ void __launch_bounds__(256) dense_mv_f32(const float* x, const float* w, float* y, const DenseParams* p) {
+    dense_mv<float>(x, w, y, p);
+}
+extern "C" __global__ void __launch_bounds__(256) dense_mv_f16(const __half* x, const __half* w, __half* y, const DenseParams* p) {
+    dense_mv<__half>(x, w, y, p);
+}
+extern "C" __global__ void __launch_bounds__(256) dense_mv_bf16(const bf16* x, const bf16* w, bf16* y, const DenseParams* p) {
+    dense_mv<bf16>(x, w, y, p);
+}

@@ -1,0 +1,72 @@
+// GELU, tanh approximation (CUDA), entry names and bindings as shaders/gelu.metal:
+//   gelu_<t>:                 output[i]    = gelu(input[i])
+//   gelu_tanh_mul_<t>:        output[i]    = gelu(gate[i]) * up[i]
+//   gelu_tanh_mul_halves_<t>: output[r, c] = gelu(input[r, c]) * input[r, dim + c]
+//   gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3),
+//   computed as x / (1 + exp(-2u)) (the same function; see gelu.metal)
+// Arithmetic in f32 with the fast exp and division (__expf, __fdividef: a
+// relative error of a few ulp plus |2u| 2^-24 from rounding the exponent,
+// the order of the error 2u already carries from f32), rounded once to T.
+// exp(-2u) overflowing to +inf (or past 2^126) gives -0, the limit, never NaN.
+//
+// gelu_<t>: one element per thread and no element count (mlx-native's
+// bindings): the launch holds exactly n threads, as the Metal one.
+// gelu_tanh_mul and its halves form are memory-bound: gated_rows (common.cuh)
+// moves 16-byte vectors, one per thread, grid (ceil(chunks / 256), 1, 1) of
+// 256 threads, chunks = rows * ceil(dim / VEC) (gelu_tanh_mul: one row of n).
+// Outputs may be gelu's input, gelu_tanh_mul's gate or up (in place).
+
+namespace {
+
+struct GeluTanh {
+    __device__ __forceinline__ float operator()(float x) const {
+        const float two_u = 1.5957691216057308f * x * (1.0f + 0.044715f * x * x);  // 2 sqrt(2/pi) (x + 0.044715 x^3)
+        return __fdividef(x, 1.0f + __expf(-two_u));
+    }
+};
+
+template <typename T>
+__device__ __forceinline__ void gelu_each(const T* input, T* output) {
+    const u64 i = u64(blockIdx.x) * blockDim.x + threadIdx.x;
+    output[i] = from_f<T>(GeluTanh()(to_f(input[i])));
+}
+
+template <typename T>
+__device__ __forceinline__ void gelu_tanh_mul_pair(const T* gate, const T* up, T* output, const GeluTanhMulParams* p) {
+    gated_rows(gate, up, output, 1u, p->n, 0, 0, GeluTanh());
+}
+
+template <typename T>
+__device__ __forceinline__ void gelu_tanh_mul_rows(const T* input, T* output, const GeluTanhMulHalvesParams* p) {
+    const u64 stride = 2ull * p->dim;
+    gated_rows(input, input + p->dim, output, p->rows, p->dim, stride, stride, GeluTanh());
+}
+
+}  // namespace
+
+// buffer(0) input [n], (1) output [n].
+extern "C" __global__ void gelu_f32(const float* input, float* output) { gelu_each(input, output); }
+extern "C" __global__ void gelu_f16(const __half* input, __half* output) { gelu_each(input, output); }
+extern "C" __global__ void gelu_bf16(const bf16* input, bf16* output) { gelu_each(input, output); }
+
+// buffer(0) gate [n], (1) up [n], (2) output [n], (3) GeluTanhMulParams.
+extern "C" __global__ void gelu_tanh_mul_f32(const float* gate, const float* up, float* output, const GeluTanhMulParams* p) {
+    gelu_tanh_mul_pair(gate, up, output, p);
+}
+extern "C" __global__ void gelu_tanh_mul_f16(const __half* gate, const __half* up, __half* output, const GeluTanhMulParams* p) {
+    gelu_tanh_mul_pair(gate, up, output, p);
+}
+extern "C" __global__ void gelu_tanh_mul_bf16(const bf16* gate, const bf16* up, bf16* output, const GeluTanhMulParams* p) {
+    gelu_tanh_mul_pair(gate, up, output, p);
+}
+
+// buffer(0) input [rows, 2 * dim], (1) output [rows, dim], (2) GeluTanhMulHalvesParams.
+extern "C" __global__ void gelu_tanh_mul_halves_f32(const float* input, float* output, const GeluTanhMulHalvesParams* p) {
+    gelu_tanh_mul_rows(input, output, p);
+}
+extern "C" __global__ void gelu_tanh_mul_halves_f16(const __half* input, __half* output, const GeluTanhMulHalvesParams* p) {
+    gelu_tanh_mul_rows(input, output, p);
+}
+extern "C" __global__ void gelu_tanh_mul_halves_bf16(const bf16* input, bf16* output, const GeluTanhMulHalvesParams* p) {
+    gelu_tanh_mul_rows(input, output, p);
+}

@@ -1,0 +1,34 @@
+# Assembles a family's CUDA program for the CPU simulation (sim_runtime.h):
+#   python3 build.py <repo root> <family> <output header>
+# common.cuh without its inline-PTX helpers (sim_runtime.h defines them), the
+# family header, the family's kernels with their dynamic shared memory
+# declaration pointed at the simulated block's buffer.
+import re, sys
+root = sys.argv[1]
+common = open(f'{root}/shaders/cuda/common.cuh').read()
+# Drop every function whose body holds inline PTX, and smem_addr.
+pat = re.compile(r'(template <int N>\s*\n)?__device__ __forceinline__ [^{;]*\{', re.M)
+pos = 0
+res = ''
+for m in pat.finditer(common):
+    start = m.start()
+    # find matching brace
+    depth = 0
+    j = m.end() - 1
+    while True:
+        if common[j] == '{': depth += 1
+        elif common[j] == '}':
+            depth -= 1
+            if depth == 0: break
+        j += 1
+    body = common[start:j + 1]
+    if 'asm volatile' in body or 'smem_addr(const void' in body:
+        res += common[pos:start]
+        pos = j + 1
+res += common[pos:]
+res = res.replace('#include <cuda_bf16.h>', '').replace('#include <cuda_fp16.h>', '')
+fam = sys.argv[2]
+header = open(f'{root}/shaders/{fam}.h').read()
+cu = open(f'{root}/shaders/cuda/{fam}.cu').read()
+cu = cu.replace('extern __shared__ __align__(16) unsigned char smem_raw[];', 'unsigned char* smem_raw = sim_dynamic_smem();')
+open(sys.argv[3], 'w').write('#include "sim_runtime.h"\n' + res + '\n' + header + '\n' + cu + '\n')

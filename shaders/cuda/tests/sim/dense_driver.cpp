@@ -1,0 +1,181 @@
+// The dense family's CUDA kernels (shaders/cuda/dense.cu) on the CPU
+// simulation (sim_runtime.h), against a float64 reference, at the launches
+// of ts/ops/dense.ts (denseMvCudaLaunch, denseMmCudaLaunch and the crate
+// kernels' grids, written out again below): every copy path (cp.async,
+// registers, unaligned rows), both tile shapes, both vector row counts, the
+// crate's byte strides. Error: |got - want| / sum |x w|, under the dtype's
+// tolerance (tests/dense.test.ts says why). run.sh builds and runs it;
+// `big` adds the sizes that take the 128 x 256 tiles and 32-row vector
+// blocks (minutes).
+#include "sim_kernels.h"  // build.py's output
+#include <random>
+#include <string>
+
+static int failures = 0;
+static std::mt19937 gen(12345);
+
+template <class T> T cvt(double v);
+template <> float cvt<float>(double v) { return float(v); }
+template <> __half cvt<__half>(double v) { return __float2half_rn(float(v)); }
+template <> __nv_bfloat16 cvt<__nv_bfloat16>(double v) { return __float2bfloat16_rn(float(v)); }
+double back(float v) { return v; }
+double back(__half v) { return __half2float(v); }
+double back(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// An aligned array of T with `pad` garbage elements before and after.
+template <class T> struct Arr {
+  std::vector<unsigned char> raw;
+  T* p;
+  size_t n;
+  Arr(size_t n_, size_t pad = 8) : raw((n_ + 2 * pad) * sizeof(T) + 64), n(n_) {
+    uintptr_t a = (reinterpret_cast<uintptr_t>(raw.data()) + 15) & ~uintptr_t(15);
+    p = reinterpret_cast<T*>(a) + pad;
+  }
+  void random() { std::uniform_real_distribution<double> d(-1, 1); for (size_t i = 0; i < n; ++i) p[i] = cvt<T>(d(gen)); }
+  void poison() { for (size_t i = 0; i < n; ++i) p[i] = cvt<T>(NAN); }
+  double at(size_t i) const { return back(p[i]); }
+};
+
+// Reference with strides in elements: y[b][i][j] = sum_k X(b,i,k) W(b/r, j, k).
+struct Ref { std::vector<double> y, abs; };
+template <class TX, class TW>
+Ref reference(const Arr<TX>& x, u64 xr, u64 xb, const Arr<TW>& w, u64 wr, u64 wb, u32 M, u32 N, u32 K, u32 batch, u32 r2, bool round_x_to_w) {
+  Ref out{std::vector<double>(size_t(batch) * M * N), std::vector<double>(size_t(batch) * M * N)};
+  for (u32 b = 0; b < batch; ++b)
+    for (u32 i = 0; i < M; ++i)
+      for (u32 j = 0; j < N; ++j) {
+        double s = 0, a = 0;
+        for (u32 k = 0; k < K; ++k) {
+          double xv = x.at(b * xb + i * xr + k);
+          if (round_x_to_w) xv = back(cvt<TW>(xv));
+          const double p = xv * w.at((b / r2) * wb + j * wr + k);
+          s += p;
+          a += std::fabs(p);
+        }
+        out.y[(size_t(b) * M + i) * N + j] = s;
+        out.abs[(size_t(b) * M + i) * N + j] = a;
+      }
+  return out;
+}
+template <class TY>
+void check(const std::string& what, const Arr<TY>& y, const Ref& r, double tol) {
+  double worst = 0;
+  for (size_t i = 0; i < r.y.size(); ++i) {
+    const double e = std::fabs(y.at(i) - r.y[i]) / r.abs[i];
+    if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+  }
+  const bool ok = worst <= tol;
+  if (!ok) failures++;
+  std::printf("%s %-60s err %.3g (tol %.0e)\n", ok ? "ok  " : "FAIL", what.c_str(), worst, tol);
+}
+template <class T> double tol_of() { return sizeof(T) == 4 ? 1e-5 : std::is_same_v<T, __half> ? 1e-3 : 1e-2; }
+u32 cdiv(u64 a, u64 b) { return u32((a + b - 1) / b); }
+
+template <class T, class K>
+void run_dense(const char* name, K kernel, u32 m, u32 n, u32 k, u32 batch, u32 wbatch, bool vector) {
+  Arr<T> x(size_t(batch) * m * k), w(size_t(wbatch) * n * k), y(size_t(batch) * m * n);
+  x.random(); w.random(); y.poison();
+  DenseParams p{m, n, k, batch, wbatch};
+  if (vector) {
+    const u32 rows = n >= 8192 ? 32 : 16;
+    sim_launch({cdiv(n, rows) * batch, 1, 1}, {256, 1, 1}, 0, [&] { kernel(x.p, w.p, y.p, &p); });
+  } else if (sizeof(T) == 4) {
+    sim_launch({cdiv(n, 64) * cdiv(m, 64) * batch, 1, 1}, {256, 1, 1}, 0, [&] { kernel(x.p, w.p, y.p, &p); });
+  } else {
+    const bool big = m >= 1024 && n >= 1024;
+    const u32 bm = big ? 128 : 64, bn = big ? 256 : 128;
+    sim_launch({cdiv(n, bn) * cdiv(m, bm) * batch, 1, 1}, {big ? 256u : 128u, 1, 1}, 4 * (bm + bn) * 40 * 2, [&] { kernel(x.p, w.p, y.p, &p); });
+  }
+  Ref r = reference(x, k, u64(m) * k, w, k, u64(n) * k, m, n, k, batch, batch / wbatch, false);
+  check(std::string(name) + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) + " b=" + std::to_string(batch) + "/" + std::to_string(wbatch), y, r, tol_of<T>());
+}
+
+template <class TX, class TW, class K>
+void run_matvec(const char* name, K kernel, u32 n, u32 k) {
+  Arr<TX> a(k); Arr<TW> b(size_t(n) * k); Arr<TX> c(n);
+  a.random(); b.random(); c.poison();
+  DenseGemmParams p{1, n, k};
+  sim_launch({cdiv(n, 16), 1, 1}, {256, 1, 1}, 0, [&] { kernel(a.p, b.p, c.p, &p); });
+  Ref r = reference(a, k, 0, b, k, 0, 1, n, k, 1, 1, false);
+  check(std::string(name) + " n=" + std::to_string(n) + " k=" + std::to_string(k), c, r, tol_of<TX>());
+}
+
+void run_gemm_f16(u32 m, u32 n, u32 k) {
+  Arr<__half> a(size_t(m) * k), b(size_t(n) * k), c(size_t(m) * n);
+  a.random(); b.random(); c.poison();
+  DenseGemmParams p{m, n, k};
+  const bool big = m >= 1024 && n >= 1024;
+  const u32 bm = big ? 128 : 64, bn = big ? 256 : 128;
+  sim_launch({cdiv(n, bn) * cdiv(m, bm), 1, 1}, {big ? 256u : 128u, 1, 1}, 4 * (bm + bn) * 40 * 2, [&] { dense_gemm_f16(a.p, b.p, c.p, &p); });
+  Ref r = reference(a, k, 0, b, k, 0, m, n, k, 1, 1, false);
+  check("dense_gemm_f16 m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k), c, r, 1e-3);
+}
+
+// The crate's batched kernels with row strides wrow (weight) and xrow (input), elements.
+template <bool gemv, class TW, class K>
+void run_hf2q(const char* name, K kernel, u32 m, u32 n, u32 k, u32 b0, u32 b1, u32 wrow, u32 xrow) {
+  Arr<TW> w(size_t(b0) * n * wrow); Arr<float> x(size_t(b1) * m * xrow); Arr<float> y(size_t(b1) * m * n);
+  w.random(); x.random(); y.poison();
+  Ref r = reference(x, xrow, u64(m) * xrow, w, wrow, u64(n) * wrow, m, n, k, b1, b1 / b0, !gemv && sizeof(TW) == 2);
+  if constexpr (gemv) {
+    DenseGemvBf16Params p{};
+    p.ne00 = k; p.ne01 = n; p.ne02 = b0; p.nb00 = 2; p.nb01 = u64(wrow) * 2; p.nb02 = u64(n) * wrow * 2; p.nb03 = 0;
+    p.ne10 = k; p.ne11 = m; p.ne12 = b1; p.nb10 = 4; p.nb11 = u64(xrow) * 4; p.nb12 = u64(m) * xrow * 4; p.nb13 = 0;
+    p.ne0 = n; p.ne1 = m; p.nr0 = 2; p.r2 = short(b1 / b0); p.r3 = 1;
+    sim_launch({cdiv(n, 16) * m * b1, 1, 1}, {256, 1, 1}, 0, [&] { kernel(&p, (const char*)w.p, (const char*)x.p, (char*)y.p); });
+  } else {
+    DenseMmTensorParams p{};
+    p.ne00 = k; p.ne02 = b0; p.nb01 = u64(wrow) * sizeof(TW); p.nb02 = u64(n) * wrow * sizeof(TW); p.nb03 = 0; p.ne12 = b1;
+    p.nb10 = 4; p.nb11 = u64(xrow) * 4; p.nb12 = u64(m) * xrow * 4; p.nb13 = 0; p.ne0 = n; p.ne1 = m; p.r2 = short(b1 / b0); p.r3 = 1;
+    if constexpr (sizeof(TW) == 4) {
+      sim_launch({cdiv(n, 64) * cdiv(m, 64) * b1, 1, 1}, {256, 1, 1}, 0, [&] { kernel(&p, (const char*)w.p, (const char*)x.p, (char*)y.p); });
+    } else {
+      const bool big = m >= 1024 && n >= 1024;
+      const u32 bm = big ? 128 : 64, bn = big ? 256 : 128;
+      sim_launch({cdiv(n, bn) * cdiv(m, bm) * b1, 1, 1}, {big ? 256u : 128u, 1, 1}, 4 * (bm + bn) * 40 * 2,
+                 [&] { kernel(&p, (const char*)w.p, (const char*)x.p, (char*)y.p); });
+    }
+  }
+  check(std::string(name) + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) + " b=" + std::to_string(b1) + "/" +
+        std::to_string(b0) + " rows " + std::to_string(wrow) + "/" + std::to_string(xrow), y, r, 1e-5);
+}
+
+int main(int argc, char** argv) {
+  const bool big = argc > 1 && std::string(argv[1]) == "big";
+  // Vector form: tensor cores (k % 8 == 0) in 16-row blocks, SIMT otherwise, f32 SIMT.
+  run_dense<__nv_bfloat16>("dense_mv_bf16", dense_mv_bf16, 3, 100, 64, 1, 1, true);
+  run_dense<__nv_bfloat16>("dense_mv_bf16", dense_mv_bf16, 8, 37, 520, 2, 1, true);
+  run_dense<__half>("dense_mv_f16", dense_mv_f16, 1, 33, 40, 3, 3, true);
+  run_dense<__nv_bfloat16>("dense_mv_bf16 (simt)", dense_mv_bf16, 5, 20, 33, 1, 1, true);
+  run_dense<float>("dense_mv_f32", dense_mv_f32, 5, 40, 36, 2, 1, true);
+  run_dense<float>("dense_mv_f32", dense_mv_f32, 1, 7, 33, 1, 1, true);
+  // Matrix form, 64 x 128 tiles: cp.async path and the register path (k % 8 != 0).
+  run_dense<__nv_bfloat16>("dense_mm_bf16", dense_mm_bf16, 100, 200, 96, 1, 1, false);
+  run_dense<__nv_bfloat16>("dense_mm_bf16", dense_mm_bf16, 70, 130, 100, 2, 1, false);
+  run_dense<__half>("dense_mm_f16", dense_mm_f16, 9, 7, 33, 1, 1, false);
+  run_dense<__half>("dense_mm_f16", dense_mm_f16, 65, 129, 200, 2, 2, false);
+  run_dense<float>("dense_mm_f32", dense_mm_f32, 70, 130, 37, 2, 1, false);
+  run_dense<float>("dense_mm_f32", dense_mm_f32, 64, 64, 64, 1, 1, false);
+  run_gemm_f16(33, 65, 70);
+  run_gemm_f16(64, 128, 64);
+  run_matvec<float, float>("dense_matvec_f32", dense_matvec_f32, 37, 130);
+  run_matvec<float, __half>("dense_matvec_f16w_f32io", dense_matvec_f16w_f32io, 37, 256);
+  run_matvec<float, __nv_bfloat16>("dense_matvec_bf16w_f32io", dense_matvec_bf16w_f32io, 37, 130);
+  run_matvec<float, __nv_bfloat16>("dense_matvec_bf16w_f32io", dense_matvec_bf16w_f32io, 40, 512);
+  run_matvec<__half, __half>("dense_matvec_f16", dense_matvec_f16, 17, 72);
+  run_hf2q<true, __nv_bfloat16>("hf2q_dense_gemv_bf16_f32_4", hf2q_dense_gemv_bf16_f32_4, 3, 37, 64, 2, 4, 64, 64);
+  run_hf2q<true, __nv_bfloat16>("hf2q_dense_gemv_bf16_f32_4", hf2q_dense_gemv_bf16_f32_4, 2, 20, 40, 1, 2, 45, 41);
+  run_hf2q<false, __nv_bfloat16>("hf2q_dense_mm_bf16_f32_tensor", hf2q_dense_mm_bf16_f32_tensor, 35, 67, 64, 2, 4, 64, 64);
+  run_hf2q<false, __nv_bfloat16>("hf2q_dense_mm_bf16_f32_tensor", hf2q_dense_mm_bf16_f32_tensor, 35, 67, 40, 2, 4, 48, 44);
+  run_hf2q<false, __half>("hf2q_dense_mm_f16_f32_tensor", hf2q_dense_mm_f16_f32_tensor, 70, 130, 100, 1, 2, 100, 100);
+  run_hf2q<false, __half>("hf2q_dense_mm_f16_f32_tensor", hf2q_dense_mm_f16_f32_tensor, 20, 30, 40, 1, 1, 45, 41);
+  run_hf2q<false, float>("hf2q_dense_mm_f32_f32_tensor", hf2q_dense_mm_f32_f32_tensor, 35, 67, 64, 2, 4, 68, 64);
+  if (big) {
+    run_dense<__nv_bfloat16>("dense_mv_bf16 (32-row blocks)", dense_mv_bf16, 3, 8200, 64, 1, 1, true);
+    run_dense<__nv_bfloat16>("dense_mm_bf16 (128 x 256)", dense_mm_bf16, 1030, 1040, 64, 1, 1, false);
+    run_dense<__half>("dense_mm_f16 (128 x 256, register path)", dense_mm_f16, 1024, 1030, 36, 1, 1, false);
+    run_hf2q<false, __nv_bfloat16>("hf2q_dense_mm_bf16_f32_tensor (128 x 256)", hf2q_dense_mm_bf16_f32_tensor, 1024, 1024, 64, 1, 1, 64, 64);
+  }
+  std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
+  return failures != 0;
+}

@@ -1,0 +1,202 @@
+// A CPU simulation of the CUDA execution model, to check a kernel's logic
+// (indexing, mma fragment layouts, the cp.async pipeline, barriers) on a
+// machine without a GPU: each CUDA thread a std::thread, blocks one at a
+// time, warp collectives (shuffles, ldmatrix, mma.sync m16n8k16) exchanging
+// through per-warp slots between warp barriers, following the PTX ISA's
+// fragment layouts; cp.async copies queued per thread and performed at
+// cp.async.wait_group, so a kernel that reads a stage before waiting for it
+// sees stale bytes; dynamic shared memory filled with garbage. The CUDA
+// headers give the f16 / bf16 conversions in host mode. It says nothing
+// about speed, and a kernel relying on anything not modelled here (other
+// PTX, warp-divergent collectives, memory ordering between blocks) is out
+// of its reach. build.py assembles a family's program for it.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <vector_types.h>
+#include <vector_functions.h>
+#include <barrier>
+#include <cstdint>
+#include <cstring>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+#include <deque>
+#include <cmath>
+
+#undef __device__
+#undef __global__
+#undef __shared__
+#undef __launch_bounds__
+#undef __forceinline__
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(...)
+
+struct SimDim { unsigned x = 1, y = 1, z = 1; };
+inline thread_local SimDim threadIdx, blockIdx;
+inline SimDim blockDim, gridDim;
+
+struct SimBlock {
+  std::barrier<>* block = nullptr;
+  std::vector<std::barrier<>*> warps;
+  // Per-warp exchange slots: 32 lanes x 64 bytes.
+  std::vector<unsigned char> slots;
+  std::vector<unsigned char> dyn_smem;
+};
+inline SimBlock sim_block;
+
+inline unsigned sim_lane() { return threadIdx.x & 31u; }
+inline unsigned sim_warp() { return threadIdx.x >> 5; }
+inline unsigned char* sim_slot(unsigned lane) { return &sim_block.slots[(sim_warp() * 32 + lane) * 64]; }
+inline void sim_warp_sync() { sim_block.warps[sim_warp()]->arrive_and_wait(); }
+
+inline void __syncthreads() { sim_block.block->arrive_and_wait(); }
+
+template <class T> inline T sim_exchange(T v, unsigned src) {
+  static_assert(sizeof(T) <= 64, "slot");
+  sim_warp_sync();
+  std::memcpy(sim_slot(sim_lane()), &v, sizeof(T));
+  sim_warp_sync();
+  T r;
+  std::memcpy(&r, sim_slot(src), sizeof(T));
+  return r;
+}
+inline float __shfl_xor_sync(unsigned, float v, unsigned o) { return sim_exchange(v, sim_lane() ^ o); }
+inline float __shfl_down_sync(unsigned, float v, unsigned o) { unsigned s = sim_lane() + o; return sim_exchange(v, s < 32 ? s : sim_lane()); }
+
+template <class T> inline T __ldg(const T* p) { return *p; }
+template <class T> inline T __ldcs(const T* p) { return *p; }
+inline float __int_as_float(int u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+template <class T> inline T min(T a, T b) { return a < b ? a : b; }
+template <class T> inline T max(T a, T b) { return a > b ? a : b; }
+inline size_t __cvta_generic_to_shared(const void* p) { return reinterpret_cast<size_t>(p); }
+
+inline unsigned char* sim_dynamic_smem() { return sim_block.dyn_smem.data(); }
+
+// ---- the tensor-core and cp.async helpers of common.cuh ----
+typedef unsigned int sim_u32;
+
+// ldmatrix .x4: lanes 8j..8j+7 give the row addresses of matrix j; lane l
+// receives, of each matrix, row l/4, b16 columns 2(l%4) and 2(l%4)+1 (trans:
+// rows 2(l%4), 2(l%4)+1 of column l/4).
+inline void sim_ldsm(const void* p, sim_u32& r0, sim_u32& r1, sim_u32& r2, sim_u32& r3, bool trans) {
+  const unsigned l = sim_lane();
+  sim_warp_sync();
+  const void* mine = p;
+  std::memcpy(sim_slot(l), &mine, sizeof(mine));
+  sim_warp_sync();
+  sim_u32 out[4];
+  for (unsigned j = 0; j < 4; ++j) {
+    auto row = [&](unsigned r) { const unsigned char* a; std::memcpy(&a, sim_slot(8 * j + r), sizeof(a)); return a; };
+    if (!trans) {
+      std::memcpy(&out[j], row(l / 4) + 4 * (l % 4), 4);
+    } else {
+      uint16_t lo, hi;
+      std::memcpy(&lo, row(2 * (l % 4)) + 2 * (l / 4), 2);
+      std::memcpy(&hi, row(2 * (l % 4) + 1) + 2 * (l / 4), 2);
+      out[j] = sim_u32(lo) | (sim_u32(hi) << 16);
+    }
+  }
+  r0 = out[0]; r1 = out[1]; r2 = out[2]; r3 = out[3];
+}
+inline void ldsm_x4(const void* p, sim_u32& r0, sim_u32& r1, sim_u32& r2, sim_u32& r3) { sim_ldsm(p, r0, r1, r2, r3, false); }
+inline void ldsm_x4_trans(const void* p, sim_u32& r0, sim_u32& r1, sim_u32& r2, sim_u32& r3) { sim_ldsm(p, r0, r1, r2, r3, true); }
+
+inline float sim_b16(uint16_t h, bool bf) {
+  if (bf) { return __uint_as_float(sim_u32(h) << 16); }
+  __half x; std::memcpy(&x, &h, 2); return __half2float(x);
+}
+// mma.sync m16n8k16 row.col, f32 accumulate: the PTX fragment layouts.
+inline void sim_mma(float (&d)[4], const sim_u32 (&a)[4], sim_u32 b0, sim_u32 b1, bool bf) {
+  struct In { sim_u32 a[4]; sim_u32 b[2]; };
+  const unsigned l = sim_lane();
+  In mine{{a[0], a[1], a[2], a[3]}, {b0, b1}};
+  sim_warp_sync();
+  std::memcpy(sim_slot(l), &mine, sizeof(mine));
+  sim_warp_sync();
+  float A[16][16], B[16][8];
+  for (unsigned ln = 0; ln < 32; ++ln) {
+    In in; std::memcpy(&in, sim_slot(ln), sizeof(in));
+    const unsigned g = ln / 4, t = ln % 4;
+    for (unsigned h = 0; h < 2; ++h) {
+      A[g][2 * t + h] = sim_b16(uint16_t(in.a[0] >> (16 * h)), bf);
+      A[g + 8][2 * t + h] = sim_b16(uint16_t(in.a[1] >> (16 * h)), bf);
+      A[g][2 * t + 8 + h] = sim_b16(uint16_t(in.a[2] >> (16 * h)), bf);
+      A[g + 8][2 * t + 8 + h] = sim_b16(uint16_t(in.a[3] >> (16 * h)), bf);
+      B[2 * t + h][g] = sim_b16(uint16_t(in.b[0] >> (16 * h)), bf);
+      B[2 * t + 8 + h][g] = sim_b16(uint16_t(in.b[1] >> (16 * h)), bf);
+    }
+  }
+  sim_warp_sync();  // every lane has read the slots before any is overwritten
+  const unsigned g = l / 4, t = l % 4;
+  for (unsigned e = 0; e < 4; ++e) {
+    const unsigned row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+    float s = d[e];
+    for (unsigned k = 0; k < 16; ++k) s += A[row][k] * B[k][col];
+    d[e] = s;
+  }
+}
+inline void mma_bf16(float (&d)[4], const sim_u32 (&a)[4], sim_u32 b0, sim_u32 b1) { sim_mma(d, a, b0, b1, true); }
+inline void mma_f16(float (&d)[4], const sim_u32 (&a)[4], sim_u32 b0, sim_u32 b1) { sim_mma(d, a, b0, b1, false); }
+
+// cp.async: queued per thread, grouped by commit, performed at wait_group.
+struct SimCopy { void* dst; const void* src; bool live; };
+inline thread_local std::deque<std::vector<SimCopy>> sim_groups;
+inline thread_local std::vector<SimCopy> sim_open;
+inline void cp_async16(void* dst, const void* src, bool live) {
+  if ((reinterpret_cast<uintptr_t>(dst) | (live ? reinterpret_cast<uintptr_t>(src) : 0)) & 15) { std::fprintf(stderr, "cp.async misaligned\n"); std::abort(); }
+  sim_open.push_back({dst, src, live});
+}
+inline void cp_async_commit() { sim_groups.push_back(std::move(sim_open)); sim_open.clear(); }
+template <int N> inline void cp_async_wait() {
+  while (sim_groups.size() > size_t(N)) {
+    for (auto& c : sim_groups.front()) {
+      if (c.live) std::memcpy(c.dst, c.src, 16); else std::memset(c.dst, 0, 16);
+    }
+    sim_groups.pop_front();
+  }
+}
+
+// Runs kernel(args...) over the grid, blocks one at a time.
+template <class F>
+inline void sim_launch(SimDim grid, SimDim block, size_t smem, F&& kernel) {
+  gridDim = grid;
+  blockDim = block;
+  const unsigned n = block.x * block.y * block.z;
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        std::barrier<> bb(n);
+        std::vector<std::barrier<>*> ws;
+        for (unsigned w = 0; w < (n + 31) / 32; ++w) ws.push_back(new std::barrier<>(std::min(32u, n - 32 * w)));
+        sim_block.block = &bb;
+        sim_block.warps = ws;
+        sim_block.slots.assign(((n + 31) / 32) * 32 * 64, 0);
+        sim_block.dyn_smem.assign(smem + 16, 0xAB);  // garbage, so unwritten reads show
+        std::vector<std::thread> ts;
+        for (unsigned t = 0; t < n; ++t) {
+          ts.emplace_back([&, t] {
+            threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+            blockIdx = {bx, by, bz};
+            sim_groups.clear();
+            sim_open.clear();
+            kernel();
+            if (!sim_groups.empty() || !sim_open.empty()) {
+              // Copies never waited on: a kernel bug unless nothing reads them.
+              sim_groups.clear();
+              sim_open.clear();
+            }
+            sim_block.warps[t / 32]->arrive_and_drop();
+            sim_block.block->arrive_and_drop();
+          });
+        }
+        for (auto& th : ts) th.join();
+        for (auto* w : ws) delete w;
+      }
+}
