@@ -41,6 +41,12 @@
 //   vocabulary) random rows, so the host holds no float64 copy of them; the
 //   prefill is checked at 512 output columns and the vocabulary at 8192 rows
 //   drawn at random (every tile alike), the decode row at every output.
+//   weights: Qwen3.6-35B-A3B's layer 0 (hidden 2048) written to a temporary
+//   file, mapped and uploaded packed: its gated delta net and norms as a bf16
+//   safetensors file in HF naming, and 32 of its 256 experts as a Q4_K GGUF
+//   (ffn_{gate,up,down}_exps); checked byte for byte against the file (the
+//   error is the fraction of bytes that differ), timed on the host (wall time
+//   of the upload from the mapping).
 // On the emulator the sequence lengths are shortened (it runs one fiber per
 // GPU thread), and the table says so.
 //
@@ -97,6 +103,11 @@ import { sampleRowRef } from '../ts/reference/sample.ts';
 import { moeRoutingRef } from '../ts/reference/moe_routing.ts';
 import { ssmConvRef } from '../ts/reference/ssm_conv.ts';
 import { ssmNormGateRef } from '../ts/reference/ssm_norm_gate.ts';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { GgufFile, SafetensorsFile, checkModel, type WeightSource } from '../ts/weights/index.ts';
+import { ggufBytes, safetensorsBytes } from '../tests/weights-writers.ts';
 
 interface Row {
   kernel: string;
@@ -663,6 +674,75 @@ function main(): number {
       err: scaledErr(checked.map((j) => got[j]!), want), tol: 1e-5, ms });
     for (const b of [x.buf, w.buf, y]) b.release();
   }
+
+  // --- weights: Qwen3.6 layer 0 through mmap and uploadPacked ---
+  {
+    const dir = mkdtempSync(join(tmpdir(), 'mlxn-demo-weights-'));
+    try {
+      /** Random bytes, 4 at a time (the files are tens of MB). */
+      const noise = (n: number): Uint8Array => {
+        const w = new Uint32Array(Math.ceil(n / 4));
+        let x = 0x9e3779b9;
+        for (let i = 0; i < w.length; i++) w[i] = x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
+        return new Uint8Array(w.buffer, 0, n);
+      };
+      const upload = (src: WeightSource): { err: number; ms: number; bytes: number } => {
+        const t0 = performance.now();
+        const packed = src.uploadPacked(device);
+        const ms = performance.now() - t0;
+        let differ = 0;
+        let total = 0;
+        for (const [name, view] of packed.views) {
+          const got = view.read();
+          const want = src.bytes(name);
+          const g = new Uint8Array(got.buffer, got.byteOffset, got.byteLength);
+          for (let i = 0; i < want.length; i++) if (g[i] !== want[i]) differ++;
+          total += want.length;
+        }
+        packed.release();
+        return { err: differ / total, ms, bytes: total };
+      };
+      const [H, KH, VH, D, CONV] = [2048, 16, 32, 128, 4];
+      const qkv = 2 * KH * D + VH * D;
+      const p = 'model.language_model.layers.0.';
+      const bf16 = (name: string, shape: number[]) => ({ name, dtype: 'BF16', shape, data: noise(2 * shape.reduce((a, b) => a * b, 1)) });
+      const f32 = (name: string, shape: number[]) => ({ name, dtype: 'F32', shape, data: noise(4 * shape.reduce((a, b) => a * b, 1)) });
+      const tensors = [
+        bf16(`${p}input_layernorm.weight`, [H]), bf16(`${p}post_attention_layernorm.weight`, [H]),
+        bf16(`${p}linear_attn.in_proj_qkv.weight`, [qkv, H]), bf16(`${p}linear_attn.in_proj_z.weight`, [VH * D, H]),
+        bf16(`${p}linear_attn.in_proj_b.weight`, [VH, H]), bf16(`${p}linear_attn.in_proj_a.weight`, [VH, H]),
+        bf16(`${p}linear_attn.conv1d.weight`, [qkv, 1, CONV]), f32(`${p}linear_attn.dt_bias`, [VH]), f32(`${p}linear_attn.A_log`, [VH]),
+        f32(`${p}linear_attn.norm.weight`, [D]), bf16(`${p}linear_attn.out_proj.weight`, [H, VH * D]),
+      ];
+      const stPath = join(dir, 'model.safetensors');
+      writeFileSync(stPath, safetensorsBytes(tensors));
+      const st = SafetensorsFile.open(stPath);
+      // The names are Qwen3.6's: the report finds the layer's MoE block absent and nothing unexpected.
+      const report = checkModel(st, { arch: 'qwen3_5_moe', numLayers: 1 });
+      const named = report.unexpected.length === 0 && report.missing.every((n) => n.includes('.mlp.') || !n.startsWith(p));
+      const a = upload(st);
+      rows.push({ kernel: 'weights: safetensors mmap + uploadPacked', model: 'Qwen3.6 layer 0 GDN (HF names)',
+        shape: `${tensors.length} tensors, ${(a.bytes / 2 ** 20).toFixed(1)} MiB bf16/f32`, err: named ? a.err : Infinity, tol: 0, ms: a.ms });
+
+      const [E, I] = [32, 512];
+      const w = ggufBytes({
+        metadata: [['general.architecture', { type: 'string', value: 'qwen35moe' }]],
+        tensors: [
+          { name: 'blk.0.ffn_gate_exps.weight', type: 'Q4_K', dims: [H, I, E], data: noise((H * I * E / 256) * 144) },
+          { name: 'blk.0.ffn_up_exps.weight', type: 'Q4_K', dims: [H, I, E], data: noise((H * I * E / 256) * 144) },
+          { name: 'blk.0.ffn_down_exps.weight', type: 'Q4_K', dims: [I, H, E], data: noise((I * H * E / 256) * 144) },
+        ],
+      }, { next: () => 0.5, uniform: (lo) => lo, normal: () => 0 });
+      const ggPath = join(dir, 'experts.gguf');
+      writeFileSync(ggPath, w.bytes);
+      const g = upload(GgufFile.open(ggPath));
+      rows.push({ kernel: 'weights: GGUF Q4_K mmap + uploadPacked', model: 'Qwen3.6 layer 0 experts',
+        shape: `3 x [${E} of 256, ${I}, ${H}] Q4_K, ${(g.bytes / 2 ** 20).toFixed(1)} MiB`, err: g.err, tol: 0, ms: g.ms });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+  // --- end of weights ---
 
   const header = ['kernel', 'model', 'shape', 'backend', 'max err', 'tol', 'time ms', ''];
   const table = rows.map((r) => [

@@ -23,6 +23,7 @@ describe.if(npm)('consumer types', () => {
 import * as ops from 'mlx-native/ops';
 import * as ref from 'mlx-native/reference';
 import { TOL, describeBackends, expectClose, maxRelErr, nmse, poisoned, randomArray, rng } from 'mlx-native/testing';
+import { GgufFile, SafetensorsFile, checkModel, describeModel, openWeights, type ModelWeights, type PackedWeights, type TensorInfo } from 'mlx-native/weights';
 describeBackends('parity', ({ device }) => {
   const x = randomArray(rng(1), 8);
   using out = poisoned(device(), 'f32', [8]);
@@ -38,6 +39,15 @@ export function run(device: Device, dtype: DType): Buffer {
   return b;
 }
 export const names = [Object.keys(ops).length, Object.keys(ref).length];
+export function load(device: Device, path: string): { packed: PackedWeights; model: ModelWeights; infos: TensorInfo[] } {
+  const source = openWeights(path);
+  const model = describeModel(source, { arch: 'qwen3_5_moe' });
+  const report = checkModel(source.names(), { arch: 'gemma4' });
+  const gguf: GgufFile | null = source instanceof GgufFile ? source : null;
+  const st: SafetensorsFile | null = source instanceof SafetensorsFile ? source : null;
+  if (report.complete && gguf === null && st === null) throw new Error('unreachable');
+  return { packed: source.uploadPacked(device, model.tensorNames), model, infos: [...source.tensors.values()] };
+}
 `,
       );
     }
