@@ -12,7 +12,7 @@
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
-import { uniformBuffer } from './random.ts';
+import { gpuTimePerDispatch, uniformBuffer } from './common.ts';
 import { cast, elementwiseAdd, elementwiseAddScaled, elementwiseMul, scalarMul } from '../ts/ops/elementwise.ts';
 import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
 import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
@@ -321,14 +321,7 @@ function sigmoidMulCases(): Case[] {
 }
 // ---- end of the gated activations ----
 
-function time(c: Case, iters: number): number {
-  const enc = dev.encoder();
-  for (let i = 0; i < iters; i++) c.record(enc);
-  enc.commitAndWait();
-  const t = enc.gpuTimeNs / iters;
-  enc.release();
-  return t;
-}
+const time = (c: Case, iters: number): number => gpuTimePerDispatch(dev, c.record, iters);
 
 console.log(`device: ${dev.name} (${dev.backend})`);
 for (const c of cases()) {

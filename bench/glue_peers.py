@@ -1,29 +1,14 @@
-# PyTorch eager beside bench/glue.ts on the GPU machine, same shapes, timed
-# with CUDA events around `iters` calls (median of 5), and the copy ceiling
-# (a 1 GiB device-to-device copy, bytes read + written). Every row also
-# times torch.compile of the same computation.
-# (a 1 GiB device-to-device copy, bytes read + written). The sample family's
-# rows (sample_cases) time PyTorch eager and torch.compile of each computation.
+# PyTorch eager and torch.compile of the same computations beside
+# bench/glue.ts on the GPU machine, same shapes, timed with CUDA events around
+# `iters` calls (median of 5, bench/cuda_timing.py), and the copy ceiling (a
+# 1 GiB device-to-device copy, bytes read + written).
 #   python3 bench/glue_peers.py
 import torch
 import torch.nn.functional as F
 
+from cuda_timing import timed
+
 dev = "cuda"
-
-
-def timed(fn, iters=50):
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3 / iters)
-    return sorted(ts)[2]
 
 
 def report(name, us, nbytes):

@@ -16,7 +16,7 @@
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
-import { uniformBuffer } from './random.ts';
+import { gpuTimePerDispatch, uniformBuffer } from './common.ts';
 import { denseMatmul, denseMatmulTensor, denseMatvec } from '../ts/ops/dense.ts';
 
 const small = process.argv.includes('--small');
@@ -88,14 +88,7 @@ function cases(): Case[] {
   return out;
 }
 
-function time(c: Case, iters: number): number {
-  const enc = dev.encoder();
-  for (let i = 0; i < iters; i++) c.record(enc);
-  enc.commitAndWait();
-  const t = enc.gpuTimeNs / iters;
-  enc.release();
-  return t;
-}
+const time = (c: Case, iters: number): number => gpuTimePerDispatch(dev, c.record, iters);
 
 console.log(`device: ${dev.name} (${dev.backend})${peakTflops ? `, peak ${peakTflops} TFLOP/s` : ''}${copyGbs ? `, copy ${copyGbs} GB/s` : ''}`);
 for (const c of cases()) {

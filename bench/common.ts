@@ -1,13 +1,17 @@
-// Random device buffers for the benchmark scripts: uniform in [-hi, hi),
-// never zero in practice, from a linear congruential stream. Past 2^22
-// elements a block of 2^22 values repeats (a vocabulary-sized weight does not
-// fit in one host array, and filling gigabytes value by value is slow).
+// What the benchmark scripts of ours share: random device buffers and the
+// GPU time of a recorded dispatch.
 
-import type { Buffer, Device, DType } from '../ts/index.ts';
+import type { Buffer, Device, DType, Encoder } from '../ts/index.ts';
 
 const BLOCK = 1 << 22;
 const BYTES: Record<string, number> = { f32: 4, f16: 2, bf16: 2 };
 
+/**
+ * Uniform in [-hi, hi), never zero in practice, from a linear congruential
+ * stream. Past 2^22 elements a block of 2^22 values repeats (a
+ * vocabulary-sized weight does not fit in one host array, and filling
+ * gigabytes value by value is slow).
+ */
 export function uniformBuffer(dev: Device, dtype: DType, shape: readonly number[], hi: number): Buffer {
   const n = shape.reduce((a, b) => a * b, 1);
   const blockN = Math.min(n, BLOCK);
@@ -26,4 +30,14 @@ export function uniformBuffer(dev: Device, dtype: DType, shape: readonly number[
     buf.write(bits.subarray(0, Math.min(blockN, n - i)), { byteOffset: i * BYTES[dtype]! });
   }
   return buf;
+}
+
+/** GPU time of one dispatch: `iters` of them back to back in one commit, in ns each. */
+export function gpuTimePerDispatch(dev: Device, record: (enc: Encoder) => void, iters: number): number {
+  const enc = dev.encoder();
+  for (let i = 0; i < iters; i++) record(enc);
+  enc.commitAndWait();
+  const t = enc.gpuTimeNs / iters;
+  enc.release();
+  return t;
 }
