@@ -16,7 +16,7 @@ import { gpuTimePerDispatch, uniformBuffer } from './common.ts';
 import { cast, elementwiseAdd, elementwiseAddScaled, elementwiseMul, scalarMul } from '../ts/ops/elementwise.ts';
 import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
 import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
-import { softcap, softmax } from '../ts/ops/softmax.ts';
+import { softcap, softmax, softmaxScratchElements } from '../ts/ops/softmax.ts';
 import { embedding } from '../ts/ops/embedding.ts';
 import { kvCacheCopySeqDual } from '../ts/ops/kv_cache_copy.ts';
 import { gelu, geluTanhMul, geluTanhMulHalves } from '../ts/ops/gelu.ts';
@@ -34,6 +34,23 @@ interface Case { name: string; bytes: number; record: (enc: Encoder) => void }
 
 function cases(): Case[] {
   const out: Case[] = [];
+  out.push(...normSoftmaxCases());
+  out.push(...elementwiseCases(), ...embeddingCases(), ...kvCacheCopyCases());
+  out.push(...siluMulCases(), ...geluCases(), ...sigmoidMulCases());
+  out.push(...sampleCases());
+  out.push(...denseCases());
+  return out;
+}
+
+// ---- rms_norm, softmax, softcap ----
+// Gemma 4 31B's hidden rows (5376) and Qwen3's q-norm (32 heads x 128), a
+// prefill and one decode token; attention scores with Gemma 2's softcap and
+// a causal mask; the vocabulary (262144) softmax of 64 rows and of one, in
+// one pass and in two over a scratch. Bytes (the floor): inputs read once,
+// outputs written once; the two-pass rows move up to half as much again
+// (the input read twice, the second time from L2 where it still is).
+function normSoftmaxCases(): Case[] {
+  const out: Case[] = [];
   const rows = small ? 8 : 16384;
   for (const dt of ['bf16', 'f32'] as const) {
     const dim = small ? 256 : 5376; // Gemma 4 31B hidden size
@@ -45,12 +62,12 @@ function cases(): Case[] {
     const y1 = dev.alloc(dt, [1, dim]);
     out.push({ name: `rms_norm ${dt} [1, ${dim}] (decode)`, bytes: 2 * dim * size(dt), record: (e) => rmsNorm(e, { input: x1, weight: w, output: y1, rows: 1, dim }) });
   }
-  {
-    const [tokens, heads, headDim] = small ? [4, 2, 128] : [8192, 32, 128]; // Qwen3 q-norm
+  for (const tokens of [small ? 4 : 8192, 1]) {
+    const [heads, headDim] = small ? [2, 128] : [32, 128]; // Qwen3 q-norm
     const q = random('bf16', [tokens, heads, headDim]);
     const w = random('bf16', [headDim]);
     const y = dev.alloc('bf16', [tokens, heads, headDim]);
-    out.push({ name: `rms_norm_per_head bf16 [${tokens}, ${heads}, ${headDim}]`, bytes: 4 * tokens * heads * headDim,
+    out.push({ name: `rms_norm_per_head bf16 [${tokens}, ${heads}, ${headDim}]${tokens === 1 ? ' (decode)' : ''}`, bytes: 4 * tokens * heads * headDim,
       record: (e) => rmsNormPerHead(e, { input: q, weight: w, output: y, tokens, heads, headDim }) });
   }
   {
@@ -60,11 +77,24 @@ function cases(): Case[] {
     const p = dev.alloc('f32', [heads * seq, seq]);
     out.push({ name: `softmax f32 scale+softcap+mask [${heads}x${seq}, ${seq}]`, bytes: 8 * heads * seq * seq + 2 * seq * seq,
       record: (e) => softmax(e, { input: s, output: p, rows: heads * seq, cols: seq, scale: 0.0884, softcap: 50, mask, seqQ: seq }) });
+    // One decode token's scores over 8192 keys (the last row of the causal mask: nothing masked).
+    const keys = small ? 512 : 8192;
+    const s1 = random('f32', [heads, keys]);
+    const m1 = dev.upload('bf16', [1, keys], new Array(keys).fill(0));
+    const p1 = dev.alloc('f32', [heads, keys]);
+    out.push({ name: `softmax f32 scale+softcap+mask [${heads}x1, ${keys}] (decode)`, bytes: 8 * heads * keys + 2 * keys,
+      record: (e) => softmax(e, { input: s1, output: p1, rows: heads, cols: keys, scale: 0.0884, softcap: 50, mask: m1, seqQ: 1 }) });
   }
   for (const [r, c, dt] of [[small ? 2 : 4096, small ? 512 : 8192, 'bf16'], [small ? 2 : 64, small ? 4096 : 262144, 'f32'], [1, small ? 4096 : 262144, 'f32']] as const) {
     const x = random(dt, [r, c]);
     const y = dev.alloc(dt, [r, c]);
-    out.push({ name: `softmax ${dt} [${r}, ${c}]`, bytes: 2 * r * c * size(dt), record: (e) => softmax(e, { input: x, output: y, rows: r, cols: c }) });
+    const tag = r === 1 ? ' (decode)' : '';
+    out.push({ name: `softmax ${dt} [${r}, ${c}]${tag}`, bytes: 2 * r * c * size(dt), record: (e) => softmax(e, { input: x, output: y, rows: r, cols: c }) });
+    if (dt === 'f32') {
+      const scratch = dev.alloc('f32', [softmaxScratchElements(r, c)]);
+      out.push({ name: `softmax ${dt} [${r}, ${c}] two passes${tag}`, bytes: 2 * r * c * size(dt),
+        record: (e) => softmax(e, { input: x, output: y, rows: r, cols: c, scratch }) });
+    }
   }
   {
     const n = small ? 4096 : 64 * 262144;
@@ -72,12 +102,9 @@ function cases(): Case[] {
     const y = dev.alloc('bf16', [n]);
     out.push({ name: `softcap bf16 [${n}] cap 30`, bytes: 4 * n, record: (e) => softcap(e, { input: x, output: y, cap: 30 }) });
   }
-  out.push(...elementwiseCases(), ...embeddingCases(), ...kvCacheCopyCases());
-  out.push(...siluMulCases(), ...geluCases(), ...sigmoidMulCases());
-  out.push(...sampleCases());
-  out.push(...denseCases());
   return out;
 }
+// ---- end of rms_norm, softmax, softcap ----
 
 // ---- dense: decode products, memory-bound on the weight (bench/matmul.ts has the matrix shapes) ----
 // bytes: the weight read once, x read, y written; the floor is bytes / copy bandwidth.

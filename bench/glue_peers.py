@@ -42,20 +42,27 @@ def norm_softmax_cases():
         x1 = x[:1].contiguous()
         eager_and_compiled(f"rms_norm {name} [1, 5376] (decode)", lambda x1=x1, w=w: F.rms_norm(x1, (5376,), w, 1e-6),
                            2 * x1.numel() * x1.element_size())
-    q = torch.randn(8192, 32, 128, dtype=torch.bfloat16, device=dev)
-    wq = torch.randn(128, dtype=torch.bfloat16, device=dev)
-    eager_and_compiled("rms_norm_per_head bf16 [8192, 32, 128]", lambda: F.rms_norm(q, (128,), wq, 1e-6), 4 * q.numel())
+    for tokens in (8192, 1):
+        q = torch.randn(tokens, 32, 128, dtype=torch.bfloat16, device=dev)
+        wq = torch.randn(128, dtype=torch.bfloat16, device=dev)
+        tag = " (decode)" if tokens == 1 else ""
+        eager_and_compiled(f"rms_norm_per_head bf16 [{tokens}, 32, 128]{tag}", lambda q=q, wq=wq: F.rms_norm(q, (128,), wq, 1e-6),
+                           4 * q.numel())
     s = torch.randn(32 * 2048, 2048, device=dev)
     mask = torch.triu(torch.full((2048, 2048), float("-inf"), device=dev), 1).to(torch.bfloat16)
 
-    def smx():
+    def smx(s=s, mask=mask, heads=32, q=2048):
         v = torch.tanh(s * 0.0884 / 50) * 50
-        return torch.softmax(v.view(32, 2048, 2048) + mask.float(), -1)
+        return torch.softmax(v.view(heads, q, -1) + mask.float(), -1)
 
     eager_and_compiled("softmax f32 scale+softcap+mask [32x2048, 2048]", smx, 8 * s.numel() + 2 * mask.numel(), 10)
+    s1 = torch.randn(32, 8192, device=dev)
+    m1 = torch.zeros(1, 8192, dtype=torch.bfloat16, device=dev)
+    eager_and_compiled("softmax f32 scale+softcap+mask [32x1, 8192] (decode)", lambda: smx(s1, m1, 32, 1), 8 * s1.numel() + 2 * m1.numel())
     for r, c, dt in [(4096, 8192, torch.bfloat16), (64, 262144, torch.float32), (1, 262144, torch.float32)]:
         x = torch.randn(r, c, dtype=dt, device=dev)
-        eager_and_compiled(f"softmax {str(dt)[6:]} [{r}, {c}]", lambda x=x: torch.softmax(x, -1), 2 * x.numel() * x.element_size())
+        tag = " (decode)" if r == 1 else ""
+        eager_and_compiled(f"softmax {str(dt)[6:]} [{r}, {c}]{tag}", lambda x=x: torch.softmax(x, -1), 2 * x.numel() * x.element_size())
     x = torch.randn(64 * 262144, dtype=torch.bfloat16, device=dev)
     eager_and_compiled("softcap bf16 [16777216] cap 30", lambda: torch.tanh(x / 30) * 30, 4 * x.numel())
 

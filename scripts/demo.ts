@@ -22,6 +22,8 @@
 //   v norm (head dim 512), attention softmax with scale, softcap 50 and a
 //   causal mask, softmax over Gemma 4's 262144-token vocabulary and its final
 //   logit softcap (30).
+//   glue speed forms: the vocabulary softmax in two passes over a scratch,
+//   and the crate's gelu alone at Gemma 4 31B's MLP width (21504, bf16).
 //   elementwise: the residual add of Gemma 4 31B (hidden 5376, bf16).
 //   embedding: Gemma 4 31B's scaled lookup (hidden 5376 bf16, times
 //   sqrt(5376) rounded to bf16 as Hugging Face does) from the first 1024
@@ -72,10 +74,10 @@ import { fusedHeadNormRope } from '../ts/ops/fused_head_norm_rope.ts';
 import { ropeNeox } from '../ts/ops/rope.ts';
 import { ropeMulti } from '../ts/ops/rope_multi.ts';
 import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
-import { softcap, softmax } from '../ts/ops/softmax.ts';
+import { softcap, softmax, softmaxScratchElements } from '../ts/ops/softmax.ts';
 import { embedding } from '../ts/ops/embedding.ts';
 import { kvCacheCopySeqDual } from '../ts/ops/kv_cache_copy.ts';
-import { geluTanhMul } from '../ts/ops/gelu.ts';
+import { gelu, geluTanhMul } from '../ts/ops/gelu.ts';
 import { sigmoidMul } from '../ts/ops/sigmoid_mul.ts';
 import { siluMulHalves } from '../ts/ops/silu_mul.ts';
 import { fusedMoeRouting, fusedMoeRoutingBatch } from '../ts/ops/moe_routing.ts';
@@ -95,7 +97,7 @@ import { rmsNormRef } from '../ts/reference/rms_norm.ts';
 import { softcapRef, softmaxRef } from '../ts/reference/softmax.ts';
 import { embeddingRef } from '../ts/reference/embedding.ts';
 import { kvCacheCopySeqRef } from '../ts/reference/kv_cache_copy.ts';
-import { geluTanhMulRef } from '../ts/reference/gelu.ts';
+import { geluRef, geluTanhMulRef } from '../ts/reference/gelu.ts';
 import { sigmoidMulRef } from '../ts/reference/sigmoid_mul.ts';
 import { siluMulHalvesRef } from '../ts/reference/silu_mul.ts';
 import { sample, sampleScratchElements } from '../ts/ops/sample.ts';
@@ -536,6 +538,29 @@ function main(): number {
       err: scaledErr(probs.readNumbers(), softmaxRef(capped.readNumbers(), 1, vocab)), tol: 1e-5, ms });
     for (const b of [logits.buf, capped, probs]) b.release();
   }
+
+  // --- glue speed forms: softmax in two passes over a scratch, gelu alone (the crate's gelu_bf16) ---
+  {
+    const vocab = 262144;
+    const logits = stored(device, 'f32', randn(vocab, 6));
+    const probs = poisoned(device, 'f32', vocab);
+    const scratch = device.alloc('f32', [softmaxScratchElements(1, vocab)]);
+    const ms = timed(device, (enc) => softmax(enc, { input: logits.buf, output: probs, rows: 1, cols: vocab, scratch }));
+    rows.push({ kernel: 'softmax_blocks_f32 + softmax_finish_f32', model: 'Gemma 4 vocabulary', shape: `1 x ${vocab}, 128 slices`,
+      err: scaledErr(probs.readNumbers(), softmaxRef(logits.values, 1, vocab)), tol: 1e-5, ms });
+    for (const b of [logits.buf, probs, scratch]) b.release();
+  }
+  {
+    const tokens = 16;
+    const dim = 21504;
+    const x = stored(device, 'bf16', randn(tokens * dim, 3));
+    const y = poisoned(device, 'bf16', tokens * dim);
+    const ms = timed(device, (enc) => gelu(enc, { input: x.buf, output: y }));
+    rows.push({ kernel: 'gelu_bf16', model: 'Gemma 4 31B MLP activation', shape: `${tokens} tok x ${dim}`,
+      err: scaledErr(y.readNumbers(), geluRef(x.values)), tol: 1e-2, ms });
+    for (const b of [x.buf, y]) b.release();
+  }
+  // --- end of glue speed forms ---
 
   // --- elementwise: the residual add, h = h + sublayer(h) ---
   {

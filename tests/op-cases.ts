@@ -447,6 +447,20 @@ export const CASES: Case[] = [
     make: (d) => ({ input: a(d, 'bf16', 15), output: a(d, 'bf16', 15), rows: 3, cols: 5 }),
   },
   {
+    // The two-pass form: rows past one slice (2048), with a scratch.
+    fn: 'softmax', op: 'softmax',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), rows: int, cols: int,
+      scale: { kind: 'num?' }, mask: { kind: 'buf?', dtypes: BF }, seqQ: { kind: 'int', readWhen: (x) => x.mask !== undefined },
+      scratch: { kind: 'buf?', dtypes: F, output: true },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({
+      input: a(d, 'f32', 4200), output: a(d, 'f32', 4200), rows: 2, cols: 2100, scale: 0.5, mask: a(d, 'bf16', 2100), seqQ: 1,
+      scratch: a(d, 'f32', 8),
+    }),
+  },
+  {
     fn: 'softcap', op: 'softcap',
     // The element count is the input's (mlx-native's): any count, the output's the same.
     keys: {

@@ -183,16 +183,28 @@ __device__ __forceinline__ float block_max(float v, float* partials) {
     return r;
 }
 
-// Row kernels launch either one row per block, blockDim (n, 1), or one row
-// per warp, blockDim (32, R) with R rows in a block (short rows: no block
-// barrier, R rows in flight). The row of a thread, and the sum and maximum
-// over the threads of its row (block_sum's and block_max's contract).
+// Row kernels launch either one row per block, blockDim (n, 1), or rows of
+// L lanes, blockDim (L, R) with L a power of two up to 32 and R rows in a
+// block (short rows: no block barrier, R rows in flight; L * R a multiple of
+// 32, so every warp is whole and a row's L lanes are consecutive lanes of one
+// warp). The row of a thread, and the sum and maximum over the threads of its
+// row (block_sum's and block_max's contract).
 __device__ __forceinline__ u32 row_index() { return blockIdx.x * blockDim.y + threadIdx.y; }
+// Sum and maximum over aligned groups of `width` lanes (a power of two up to
+// 32), returned to every lane of the group; the whole warp calls them.
+__device__ __forceinline__ float lanes_sum(float v, u32 width) {
+    for (u32 o = width >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float lanes_max(float v, u32 width) {
+    for (u32 o = width >> 1; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
 __device__ __forceinline__ float row_sum(float v, float* partials) {
-    return blockDim.y > 1 ? warp_sum(v) : block_sum(v, partials);
+    return blockDim.y > 1 ? lanes_sum(v, blockDim.x) : block_sum(v, partials);
 }
 __device__ __forceinline__ float row_max(float v, float* partials) {
-    return blockDim.y > 1 ? warp_max(v) : block_max(v, partials);
+    return blockDim.y > 1 ? lanes_max(v, blockDim.x) : block_max(v, partials);
 }
 
 // ---- tensor cores and asynchronous copies (sm_80 and later) ----

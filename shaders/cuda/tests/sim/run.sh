@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs a family's CUDA kernels on the CPU simulation (sim_runtime.h), no GPU
-# needed: shaders/cuda/tests/sim/run.sh [family] [big]   (family: dense)
+# needed: shaders/cuda/tests/sim/run.sh [driver] [big]
+#   dense: the dense family (dense_driver.cpp)
+#   glue:  rms_norm, softmax and gelu at the op's CUDA launches (glue_driver.cpp)
 # Needs g++ with C++20 and the CUDA headers (for the f16 / bf16 types).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -9,6 +11,10 @@ family="${1:-dense}"
 out="$root/build/cuda/sim"
 mkdir -p "$out"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
-python3 "$here/build.py" "$root" "$family" "$out/sim_kernels.h"
+case "$family" in
+  glue) families=rms_norm,softmax,gelu ;;
+  *) families="$family" ;;
+esac
+python3 "$here/build.py" "$root" "$families" "$out/sim_kernels.h"
 g++ -std=c++20 -O1 -I"$cuda/include" -I"$here" -I"$out" "$here/${family}_driver.cpp" -o "$out/${family}_driver" -lpthread
 "$out/${family}_driver" "${2:-}"

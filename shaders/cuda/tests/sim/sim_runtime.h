@@ -49,8 +49,10 @@ struct SimBlock {
 };
 inline SimBlock sim_block;
 
-inline unsigned sim_lane() { return threadIdx.x & 31u; }
-inline unsigned sim_warp() { return threadIdx.x >> 5; }
+// Warps are 32 consecutive threads of the block, counted x first, then y, then z.
+inline unsigned sim_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+inline unsigned sim_lane() { return sim_thread() & 31u; }
+inline unsigned sim_warp() { return sim_thread() >> 5; }
 inline unsigned char* sim_slot(unsigned lane) { return &sim_block.slots[(sim_warp() * 32 + lane) * 64]; }
 inline void sim_warp_sync() { sim_block.warps[sim_warp()]->arrive_and_wait(); }
 
@@ -69,6 +71,10 @@ inline float __shfl_xor_sync(unsigned, float v, unsigned o) { return sim_exchang
 inline float __shfl_down_sync(unsigned, float v, unsigned o) { unsigned s = sim_lane() + o; return sim_exchange(v, s < 32 ? s : sim_lane()); }
 
 template <class T> inline T __ldg(const T* p) { return *p; }
+// The fast intrinsics, computed exactly here (the simulation checks logic, not rounding).
+inline float __expf(float x) { return std::exp(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 template <class T> inline T __ldcs(const T* p) { return *p; }
 inline float __int_as_float(int u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
