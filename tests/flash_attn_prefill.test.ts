@@ -374,7 +374,7 @@ describeBackends('flash_attn_prefill parity', ({ device, backend }) => {
       { what: 'token-major (the crate\'s d64 SeqMajor)', dtype: 'bf16', batch: 2, nHeads: 4, nKvHeads: 4, headDim: 64, seqLenQ: 33, seqLenK: 33, layout: 'seqMajor' },
       { what: 'token-major, causal, slot 50', dtype: 'f16', batch: 1, nHeads: 4, nKvHeads: 2, headDim: 128, seqLenQ: 20, seqLenK: 40, kvCapacity: 50, qOffset: 20, causal: true, layout: 'seqMajor' },
       { what: 'softcap 30, causal', dtype: 'bf16', batch: 1, nHeads: 2, nKvHeads: 1, headDim: 256, seqLenQ: 37, seqLenK: 37, causal: true, softcap: 30, scale: 1 },
-      { what: 'softcap 5', dtype: 'f16', batch: 1, nHeads: 2, nKvHeads: 2, headDim: 512, seqLenQ: 9, seqLenK: 30, softcap: 5, scale: 0.5 },
+      { what: 'softcap 5, causal, 9 queries after 21 keys', dtype: 'f16', batch: 1, nHeads: 2, nKvHeads: 2, headDim: 512, seqLenQ: 9, seqLenK: 30, qOffset: 21, causal: true, softcap: 5, scale: 0.5 },
     ]);
   });
 
@@ -413,7 +413,7 @@ describeBackends('flash_attn_prefill parity', ({ device, backend }) => {
         { what: 'varlen causal window 7, i32 offsets', dtype: 'f16', batch: 4, nHeads: 2, nKvHeads: 1, headDim, seqLenQ: 36, seqLenK: 120, causal: true, slidingWindow: 7, cuSeqlensQ, cuSeqlensK, cuDtype: 'i32' },
       );
     }
-    runs.push({ what: 'varlen, not causal', dtype: 'bf16', batch: 2, nHeads: 2, nKvHeads: 2, headDim: 64, seqLenQ: 40, seqLenK: 50, cuSeqlensQ: [0, 7, 40], cuSeqlensK: [0, 20, 50] });
+    runs.push({ what: 'varlen, 2 sequences, window 12', dtype: 'bf16', batch: 2, nHeads: 2, nKvHeads: 2, headDim: 64, seqLenQ: 40, seqLenK: 50, causal: true, slidingWindow: 12, cuSeqlensQ: [0, 7, 40], cuSeqlensK: [0, 20, 50] });
     check(runs);
   });
 
@@ -437,10 +437,10 @@ describeBackends('flash_attn_prefill parity', ({ device, backend }) => {
       enc.release();
       expect(Array.from(mask.readNumbers())).toEqual(Array.from(flashAttnPrefillMaskRef({ seqLenQ, seqLenK, causal, slidingWindow, qOffset })));
     }
-    // Classes on a causal window mask with finite bands: tiles of the three entry shapes (BK 64 is
-    // past one simdgroup's 32 lanes) and one past both edges.
+    // Classes on a causal window mask with finite bands at the tiles of the three entry shapes (BK 64
+    // is past one simdgroup's 32 lanes), the last row and column of tiles partial.
     const r = rng(5);
-    for (const [dtype, seqLenQ, seqLenK, bq, bk] of [['bf16', 100, 200, 32, 16], ['f16', 40, 300, 8, 64], ['bf16', 30, 50, 8, 8], ['bf16', 33, 70, 16, 32]] as const) {
+    for (const [dtype, seqLenQ, seqLenK, bq, bk] of [['bf16', 100, 200, 32, 16], ['f16', 43, 300, 8, 64], ['bf16', 30, 50, 8, 8]] as const) {
       const data = Array.from({ length: seqLenQ * seqLenK }, (_, i) => {
         const row = Math.floor(i / seqLenK), col = i % seqLenK;
         if (col > row + 5 || row - col >= 90) return -Infinity;
