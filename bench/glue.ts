@@ -1,8 +1,9 @@
 // Times rms_norm, softmax, softcap, the elementwise family, embedding,
 // kv_cache_copy, the gated activations (silu_mul, gelu_tanh_mul, sigmoid_mul
-// and their halves forms, gelu), the sample family (argmax, top-k, sampling)
-// and the dense decode products with the encoder's GPU time, at the shapes of
-// Gemma 4 and Qwen3.6 layers: per case a warm-up commit, then 5
+// and their halves forms, gelu), the sample family (argmax, top-k, sampling),
+// the dense decode products and flash_attn_prefill's mask builder and tile
+// classifier (bench/attention.ts times the attention) with the encoder's GPU
+// time, at the shapes of Gemma 4 and Qwen3.6 layers: per case a warm-up commit, then 5
 // commits of `iters` back-to-back dispatches; time per dispatch = median of
 // gpuTimeNs / iters. Prints the time, the bytes each dispatch must move
 // (inputs read once, outputs written once) and the rate they imply.
@@ -23,6 +24,7 @@ import { gelu, geluTanhMul, geluTanhMulHalves } from '../ts/ops/gelu.ts';
 import { sigmoidMul, sigmoidMulHalves } from '../ts/ops/sigmoid_mul.ts';
 import { siluMul, siluMulHalves } from '../ts/ops/silu_mul.ts';
 import { argmax, argmaxScratchElements, philox4x32, sample, sampleScratchElements, softmaxSample, topK, topKScratchElements } from '../ts/ops/sample.ts';
+import { flashAttnPrefillBlk, flashAttnPrefillMask } from '../ts/ops/flash_attn_prefill.ts';
 
 const small = process.argv.includes('--small');
 const dev = Device.open();
@@ -39,6 +41,7 @@ function cases(): Case[] {
   out.push(...siluMulCases(), ...geluCases(), ...sigmoidMulCases());
   out.push(...sampleCases());
   out.push(...denseCases());
+  out.push(...flashAttnPrefillCases());
   return out;
 }
 
@@ -105,6 +108,32 @@ function normSoftmaxCases(): Case[] {
   return out;
 }
 // ---- end of rms_norm, softmax, softcap ----
+
+// ---- flash_attn_prefill: the mask builder and the tile classifier ----
+// Gemma 4's sliding layers (window 1024) over an 8192-token prefill, and one
+// decode query over 32768 keys. Floor: the mask builder writes the [qL, kL]
+// bf16 mask once (2 qL kL bytes); the classifier reads it once and writes
+// one byte per tile (32 x 16, the d256 entry's).
+function flashAttnPrefillCases(): Case[] {
+  const out: Case[] = [];
+  for (const [qL, kL] of [small ? [64, 64] : [8192, 8192], [1, small ? 256 : 32768]] as const) {
+    const tag = qL === 1 ? ' (decode)' : '';
+    const mask = dev.alloc('bf16', [qL, kL]);
+    const qOffset = kL - qL;
+    out.push({ name: `flash_attn_prefill_mask bf16 [${qL}, ${kL}] causal w1024${tag}`, bytes: 2 * qL * kL,
+      record: (e) => flashAttnPrefillMask(e, { mask, seqLenQ: qL, seqLenK: kL, causal: true, slidingWindow: 1024, qOffset }) });
+    const nt = Math.ceil(qL / 32) * Math.ceil(kL / 16);
+    const blk = dev.alloc('u8', [nt]);
+    const init = dev.encoder();
+    flashAttnPrefillMask(init, { mask, seqLenQ: qL, seqLenK: kL, causal: true, slidingWindow: 1024, qOffset });
+    init.commitAndWait();
+    init.release();
+    out.push({ name: `flash_attn_prefill_blk bf16 [${qL}, ${kL}] tiles 32x16${tag}`, bytes: 2 * qL * kL + nt,
+      record: (e) => flashAttnPrefillBlk(e, { mask, blk, seqLenQ: qL, seqLenK: kL, bq: 32, bk: 16 }) });
+  }
+  return out;
+}
+// ---- end of flash_attn_prefill ----
 
 // ---- dense: decode products, memory-bound on the weight (bench/matmul.ts has the matrix shapes) ----
 // bytes: the weight read once, x read, y written; the floor is bytes / copy bandwidth.

@@ -273,3 +273,37 @@ def dense_cases():
 
 dense_cases()
 # ---- end of dense ----
+
+
+# ---- flash_attn_prefill: the mask builder and the tile classifier (bench/glue.ts flashAttnPrefillCases) ----
+# The same [qL, kL] bf16 causal window mask (0 / -inf) built by torch ops, and
+# its (32 x 16) tiles classified by amax / amin over the tiles; eager and
+# torch.compile. Bytes as bench/glue.ts.
+def flash_attn_prefill_cases():
+    for ql, kl in [(8192, 8192), (1, 32768)]:
+        tag = " (decode)" if ql == 1 else ""
+        off = kl - ql
+        q = torch.arange(ql, device=dev).view(-1, 1) + off
+        k = torch.arange(kl, device=dev).view(1, -1)
+        zero = torch.zeros((), dtype=torch.bfloat16, device=dev)
+        ninf = torch.full((), float("-inf"), dtype=torch.bfloat16, device=dev)
+
+        def build(q=q, k=k, zero=zero, ninf=ninf):
+            return torch.where((k <= q) & (q - k < 1024), zero, ninf)
+
+        eager_and_compiled(f"flash_attn_prefill_mask bf16 [{ql}, {kl}] causal w1024{tag}", build, 2 * ql * kl)
+        m = build()
+        nq, nk = -(-ql // 32), kl // 16
+
+        def classify(m=m, nq=nq, nk=nk, ql=ql):
+            # Rows past qL do not count: -inf for the maximum, +inf for the minimum.
+            pad = (0, 0, 0, nq * 32 - ql)
+            hi = F.pad(m, pad, value=float("-inf")).view(nq, 32, nk, 16).float().amax(dim=(1, 3))
+            lo = F.pad(m, pad, value=float("inf")).view(nq, 32, nk, 16).float().amin(dim=(1, 3))
+            return torch.where(hi <= -1e30, 0, torch.where((hi == 0) & (lo == 0), 2, 1)).to(torch.uint8)
+
+        eager_and_compiled(f"flash_attn_prefill_blk bf16 [{ql}, {kl}] tiles 32x16{tag}", classify, 2 * ql * kl + nq * nk)
+
+
+flash_attn_prefill_cases()
+# ---- end of flash_attn_prefill ----

@@ -36,6 +36,10 @@
 //   logit softcap (30);
 //   sampling: one token from Gemma 4's 262144-token vocabulary with its
 //   defaults (temperature 1, top-k 64, top-p 0.95).
+//   prefill attention: a Gemma 4 sliding layer (16 query / 8 KV heads of
+//     256, window 1024, causal) and a global layer (head dim 512, the
+//     llamacpp entry, causal) over a prompt, checked at 48 query rows drawn
+//     at random (every head).
 //   dense products (y = x W^T, weights [out, in]): Qwen3.6 27B's MLP up
 //   projection (5120 -> 17408, bf16) for one decode token and a 64-token
 //   prefill, and Gemma 4's vocabulary projection (5376 -> 262144) from an f32
@@ -58,7 +62,9 @@
 // the whole sequence, and the chunked prefill against the exact recurrence
 // (o 2e-2, state 1e-2), whose intermediates are stored in bf16; the sampled
 // token must be the reference's, and its log-probability, an f32 sum over
-// the kept tokens, within 1e-4. Time: device time of the commit (wall time
+// the kept tokens, within 1e-4; prefill attention max |got - want| / max |v|
+// (each output row is a convex combination of v's rows), under bf16's 1e-2.
+// Time: device time of the commit (wall time
 // on the emulator), after the kernel was compiled.
 
 import { Device, type Buffer, type DType } from '../ts/index.ts';
@@ -66,6 +72,7 @@ import { chunkGatedDeltaRule, chunkLocalCumsum, gatedDeltaNetChunk } from '../ts
 import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
 import { elementwiseAdd } from '../ts/ops/elementwise.ts';
 import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
+import { flashAttnPrefill } from '../ts/ops/flash_attn_prefill.ts';
 import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecParams } from '../ts/ops/flash_attn_vec.ts';
 import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
@@ -87,6 +94,7 @@ import { gatedDeltaRuleRecurrentRef, chunkLocalCumsumRef, gatedDeltaNetChunkRef 
 import { computeGBetaRef } from '../ts/reference/compute_g_beta.ts';
 import { elementwiseAddRef } from '../ts/reference/elementwise.ts';
 import { denseRef } from '../ts/reference/dense.ts';
+import { flashAttnPrefillRef } from '../ts/reference/flash_attn_prefill.ts';
 import { flashAttnVecRef } from '../ts/reference/flash_attn_vec.ts';
 import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
 import { l2NormRef } from '../ts/reference/l2_norm.ts';
@@ -768,6 +776,40 @@ function main(): number {
     }
   }
   // --- end of weights ---
+  // --- flash_attn_prefill: Gemma 4 prefill attention, sliding (d256, window 1024) and global (d512) layers ---
+  for (const c of [
+    { kernel: 'flash_attn_prefill_bf16_d256', model: 'Gemma 4 sliding attn prefill', d: 256, T: emu ? 160 : 4096, window: emu ? 48 : 1024 },
+    { kernel: 'flash_attn_prefill_llamacpp_bf16_d512', model: 'Gemma 4 global attn prefill', d: 512, T: emu ? 72 : 2048, window: 0 },
+  ]) {
+    const [H, Hkv, T, d] = [16, 8, c.T, c.d];
+    const q = stored(device, 'bf16', randn(H * T * d));
+    const k = stored(device, 'bf16', randn(Hkv * T * d));
+    const v = stored(device, 'bf16', randn(Hkv * T * d));
+    const out = poisoned(device, 'bf16', H * T * d);
+    const args = { batch: 1, nHeads: H, nKvHeads: Hkv, headDim: d, seqLenQ: T, seqLenK: T, causal: true, ...(c.window ? { slidingWindow: c.window } : {}) };
+    const ms = timed(device, (enc) => flashAttnPrefill(enc, { ...args, q: q.buf, k: k.buf, v: v.buf, out }));
+    // 48 query rows (every head), each against the reference of one query at its position.
+    const got = out.readNumbers();
+    let err = 0;
+    let vmax = 0;
+    for (const x of v.values) vmax = Math.max(vmax, Math.abs(x));
+    for (let n = 0; n < 48; n++) {
+      const i = Math.floor(rng.uniform(0, T));
+      const qi = new Float64Array(H * d);
+      for (let h = 0; h < H; h++) qi.set(q.values.subarray((h * T + i) * d, (h * T + i + 1) * d), h * d);
+      const want = flashAttnPrefillRef({ ...args, seqLenQ: 1, qOffset: i, scale: 1 / Math.sqrt(d) }, qi, k.values, v.values);
+      for (let h = 0; h < H; h++) {
+        for (let j = 0; j < d; j++) {
+          const e = Math.abs(got[(h * T + i) * d + j]! - want[h * d + j]!) / vmax;
+          if (!(e <= err)) err = Number.isNaN(e) ? Infinity : e;
+        }
+      }
+    }
+    rows.push({ kernel: c.kernel, model: c.model, shape: `T ${T}, ${H}q/${Hkv}kv heads x ${d}, causal${c.window ? `, window ${c.window}` : ''}${note}`,
+      err, tol: 1e-2, ms });
+    for (const b of [q.buf, k.buf, v.buf, out]) b.release();
+  }
+  // --- end of flash_attn_prefill ---
 
   const header = ['kernel', 'model', 'shape', 'backend', 'max err', 'tol', 'time ms', ''];
   const table = rows.map((r) => [

@@ -82,6 +82,11 @@ __device__ __forceinline__ u32 pack_f16(float lo, float hi) {
     const __half2 h = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<const u32*>(&h);
 }
+// Two floats rounded to the 16-bit T (bf16 or f16), packed low then high.
+template <typename T> __device__ __forceinline__ u32 pack2(float lo, float hi);
+template <> __device__ __forceinline__ u32 pack2<__nv_bfloat16>(float lo, float hi) { return pack_bf16(lo, hi); }
+template <> __device__ __forceinline__ u32 pack2<__half>(float lo, float hi) { return pack_f16(lo, hi); }
+
 __device__ __forceinline__ void store_vec(__half* p, const float (&v)[8]) {
     *reinterpret_cast<uint4*>(p) = make_uint4(pack_f16(v[0], v[1]), pack_f16(v[2], v[3]),
                                               pack_f16(v[4], v[5]), pack_f16(v[6], v[7]));
@@ -208,6 +213,14 @@ __device__ __forceinline__ float row_max(float v, float* partials) {
 }
 
 // ---- tensor cores and asynchronous copies (sm_80 and later) ----
+
+// 2^x on the special function unit (ex2.approx.ftz: about 2 ulp, subnormal
+// results flushed to 0, 2^-inf = 0), as an online softmax in log2 units takes it.
+__device__ __forceinline__ float ex2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
     return static_cast<u32>(__cvta_generic_to_shared(p));

@@ -55,10 +55,6 @@ __device__ __forceinline__ bool rows16(const T* p, u64 row) {
     return aligned16(p) && (row * sizeof(T)) % 16 == 0;
 }
 
-template <typename T> __device__ __forceinline__ u32 pack2(float lo, float hi);
-template <> __device__ __forceinline__ u32 pack2<bf16>(float lo, float hi) { return pack_bf16(lo, hi); }
-template <> __device__ __forceinline__ u32 pack2<__half>(float lo, float hi) { return pack_f16(lo, hi); }
-
 // N elements at p (16-byte aligned, N * sizeof(T) a multiple of 16) as floats.
 template <int N, typename T>
 __device__ __forceinline__ void load_f(const T* p, float (&v)[N]) {

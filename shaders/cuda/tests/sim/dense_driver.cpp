@@ -8,8 +8,7 @@
 // `big` adds the sizes that take the 128 x 256 tiles and 32-row vector
 // blocks (minutes).
 #include "sim_kernels.h"  // build.py's output
-#include "sim_arrays.h"
-#include <random>
+#include "sim_util.h"
 #include <string>
 
 // Reference with strides in elements: y[b][i][j] = sum_k X(b,i,k) W(b/r, j, k).
@@ -44,8 +43,6 @@ void check(const std::string& what, const Arr<TY>& y, const Ref& r, double tol) 
   if (!ok) failures++;
   std::printf("%s %-60s err %.3g (tol %.0e)\n", ok ? "ok  " : "FAIL", what.c_str(), worst, tol);
 }
-template <class T> double tol_of() { return sizeof(T) == 4 ? 1e-5 : std::is_same_v<T, __half> ? 1e-3 : 1e-2; }
-u32 cdiv(u64 a, u64 b) { return u32((a + b - 1) / b); }
 
 template <class T, class K>
 void run_dense(const char* name, K kernel, u32 m, u32 n, u32 k, u32 batch, u32 wbatch, bool vector) {

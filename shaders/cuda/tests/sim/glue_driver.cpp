@@ -10,12 +10,11 @@
 // the largest |want|, and 2^-14 for f16), under the dtype's tolerance (as
 // the TypeScript tests). run.sh builds and runs it.
 #include "sim_kernels.h"  // build.py's output
-#include "sim_arrays.h"
+#include "sim_util.h"
 #include <algorithm>
 #include <cstdio>
 #include <string>
 
-template <class T> double tol_of() { return sizeof(T) == 4 ? 1e-5 : std::is_same_v<T, __half> ? 1e-3 : 1e-2; }
 
 template <class T>
 void check(const std::string& what, const T* got, const std::vector<double>& want, double tol) {

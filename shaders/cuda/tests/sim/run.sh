@@ -3,6 +3,9 @@
 # needed: shaders/cuda/tests/sim/run.sh [driver] [big]
 #   dense: the dense family (dense_driver.cpp)
 #   glue:  rms_norm, softmax and gelu at the op's CUDA launches (glue_driver.cpp)
+#   flash_attn_prefill: that family (flash_attn_prefill.sh runs its variants)
+# `big` adds large sizes. SIM_DEFINES (e.g. "-DMLXN_FC_301=1") go to the
+# compiler, as the registry gives function constants to NVRTC.
 # Needs g++ with C++20 and the CUDA headers (for the f16 / bf16 types).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -16,5 +19,6 @@ case "$family" in
   *) families="$family" ;;
 esac
 python3 "$here/build.py" "$root" "$families" "$out/sim_kernels.h"
-g++ -std=c++20 -O1 -I"$cuda/include" -I"$here" -I"$out" "$here/${family}_driver.cpp" -o "$out/${family}_driver" -lpthread
-"$out/${family}_driver" "${2:-}"
+bin="$out/${family}_driver$(echo "${SIM_DEFINES:-}" | tr -c 'A-Za-z0-9_\n' '_')"
+g++ -std=c++20 -O1 ${SIM_DEFINES:-} -I"$cuda/include" -I"$here" -I"$out" "$here/${family}_driver.cpp" -o "$bin" -lpthread
+"$bin" "${2:-}"

@@ -151,6 +151,12 @@ inline void sim_mma(float (&d)[4], const sim_u32 (&a)[4], sim_u32 b0, sim_u32 b1
 inline void mma_bf16(float (&d)[4], const sim_u32 (&a)[4], sim_u32 b0, sim_u32 b1) { sim_mma(d, a, b0, b1, true); }
 inline void mma_f16(float (&d)[4], const sim_u32 (&a)[4], sim_u32 b0, sim_u32 b1) { sim_mma(d, a, b0, b1, false); }
 
+// ex2.approx.ftz: 2^x, subnormal results flushed to 0.
+inline float ex2_approx(float x) {
+  const float y = std::exp2(x);
+  return std::fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
+}
+
 // cp.async: queued per thread, grouped by commit, performed at wait_group.
 struct SimCopy { void* dst; const void* src; bool live; };
 inline thread_local std::deque<std::vector<SimCopy>> sim_groups;

@@ -1,9 +1,12 @@
-// What the simulation drivers share: conversions between double and the
-// element types, and padded, 16-byte aligned arrays of them.
+// What the drivers of the CPU simulation share: conversions between double
+// and the kernels' element types, arrays with garbage around them, a seeded
+// generator, the failure count, tolerances by dtype. Included after
+// build.py's sim_kernels.h.
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 inline int failures = 0;
@@ -30,3 +33,7 @@ template <class T> struct Arr {
   void poison() { for (size_t i = 0; i < n; ++i) p[i] = cvt<T>(NAN); }
   double at(size_t i) const { return back(p[i]); }
 };
+
+// The tolerances of ts/testing.ts (TOL) by element type.
+template <class T> double tol_of() { return sizeof(T) == 4 ? 1e-5 : std::is_same_v<T, __half> ? 1e-3 : 1e-2; }
+inline u32 cdiv(u64 a, u64 b) { return u32((a + b - 1) / b); }
