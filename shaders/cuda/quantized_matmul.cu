@@ -21,7 +21,8 @@
 //
 // Engines:
 //   vector (m <= 8: quantized_mv_<t>, and mlx-native's entries): 256 threads
-//     (8 warps splitting K) over 16 or 32 weight rows. A warp step takes 4
+//     (8 warps splitting K) over 16 weight rows, 3 blocks an SM (80
+//     registers: quantized_mv_<t>'s launch bounds). A warp step takes 4
 //     chunks, lane (g, t) = (lane / 4, lane % 4) chunk 4s + t of rows g and
 //     g + 8 (per 16-row tile) and of x row g; the 16 pairs feed 8 mma.sync
 //     m16n8k16, the rows as A and the m <= 8 tokens as B's n = 8. Any order
@@ -213,125 +214,94 @@ __device__ __forceinline__ void load_x32(const TX* p, u32 (&nat)[16]) {
 // ---- the vector engine ----
 
 constexpr u32 QMV_WARPS = 8;
+constexpr u32 QMV_STEPS = 2;  // warp steps whose weight loads are in flight together
 
-// Rows row0 .. row0 + 16 RT - 1 of w (rows w_row bytes apart, chunked)
-// against the m <= 8 rows of x ([m, K]): y[i * N + row] (the file comment).
-// Dynamic shared memory: 8 warps x RT x 128 floats (the op gives 8 KiB).
-template <typename TX, typename TS, typename TC, typename TY, int BITS, u32 RT>
+// Rows row0 .. row0 + 15 of w (rows w_row bytes apart, chunked) against the
+// m <= 8 rows of x ([m, K]): y[i * N + row] (the file comment). A lane
+// issues the weight loads of QMV_STEPS steps (a step: 16 rows x 4 chunks, 1
+// KiB of 4-bit weight a warp) before it computes any; x, read by every block
+// and held in L1, is loaded as each step is computed, which keeps the
+// registers within 3 blocks an SM. Dynamic shared memory: 8 warps x 128
+// floats.
+template <typename TX, typename TS, typename TC, typename TY, int BITS>
 __device__ __forceinline__ void qmv_tc(const TX* x, const unsigned char* w, const TS* sc, const TS* bi, TY* y, u32 m, u32 N, u32 K,
                                        u32 gs, u32 row0) {
-    constexpr u32 U = 2 / RT;  // steps in flight
+    constexpr u32 U = QMV_STEPS;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    float (*red)[RT * 128] = reinterpret_cast<float (*)[RT * 128]>(smem_raw);
+    float (*red)[128] = reinterpret_cast<float (*)[128]>(smem_raw);
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const u32 g = lane >> 2, t = lane & 3u;
     const u32 chunks = K / 32u, steps = (chunks + 3u) / 4u;
     const u64 w_row = u64(K) * BITS / 8u, s_row = K / gs;
-    const unsigned char* wr[RT][2];
-    const TS* sr[RT][2];
-    const TS* br[RT][2];
-#pragma unroll
-    for (u32 rt = 0; rt < RT; ++rt)
-#pragma unroll
-        for (u32 h = 0; h < 2; ++h) {
-            const u64 row = min(row0 + 16u * rt + g + 8u * h, N - 1u);
-            wr[rt][h] = w + row * w_row;
-            sr[rt][h] = sc + row * s_row;
-            br[rt][h] = bi + row * s_row;
-        }
+    const u64 r0 = min(row0 + g, N - 1u), r1 = min(row0 + g + 8u, N - 1u);
+    const unsigned char* w0 = w + r0 * w_row;
+    const unsigned char* w1 = w + r1 * w_row;
     const TX* xr = x + u64(min(g, m - 1u)) * K;
-    float acc[RT][4];
-#pragma unroll
-    for (u32 rt = 0; rt < RT; ++rt) acc[rt][0] = acc[rt][1] = acc[rt][2] = acc[rt][3] = 0.0f;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (u32 s0 = warp; s0 < steps; s0 += QMV_WARPS * U) {
-        u32 wq[U][RT][2][BITS];
-        float sv[U][RT][2], bv[U][RT][2];
-        u32 xv[U][16];
+        u32 wq[U][2][BITS];
+        float sv[U][2], bv[U][2];
         bool live[U];
 #pragma unroll
         for (u32 u = 0; u < U; ++u) {
-            const u32 s = s0 + u * QMV_WARPS, c = 4u * s + t;
-            live[u] = s < steps && c < chunks;
+            const u32 c = 4u * (s0 + u * QMV_WARPS) + t;
+            live[u] = c < chunks;
+            // Dead lanes (past the last chunk) give zeros to the warp's mmas.
+            sv[u][0] = sv[u][1] = bv[u][0] = bv[u][1] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < BITS; ++i) wq[u][0][i] = wq[u][1][i] = 0u;
             if (live[u]) {
                 const u64 gi = u64(c) * 32u / gs;
-#pragma unroll
-                for (u32 rt = 0; rt < RT; ++rt)
-#pragma unroll
-                    for (u32 h = 0; h < 2; ++h) {
-                        load_chunk<BITS, true>(wr[rt][h] + u64(c) * BITS * 4u, wq[u][rt][h]);
-                        sv[u][rt][h] = to_f(sr[rt][h][gi]);
-                        bv[u][rt][h] = to_f(br[rt][h][gi]);
-                    }
-                load_x32<TC>(xr + u64(c) * 32u, xv[u]);
-            } else {
-#pragma unroll
-                for (u32 rt = 0; rt < RT; ++rt)
-#pragma unroll
-                    for (u32 h = 0; h < 2; ++h)
-#pragma unroll
-                        for (int i = 0; i < BITS; ++i) wq[u][rt][h][i] = 0u;
+                load_chunk<BITS, true>(w0 + u64(c) * BITS * 4u, wq[u][0]);
+                load_chunk<BITS, true>(w1 + u64(c) * BITS * 4u, wq[u][1]);
+                sv[u][0] = to_f(sc[r0 * s_row + gi]);
+                sv[u][1] = to_f(sc[r1 * s_row + gi]);
+                bv[u][0] = to_f(bi[r0 * s_row + gi]);
+                bv[u][1] = to_f(bi[r1 * s_row + gi]);
             }
         }
 #pragma unroll
         for (u32 u = 0; u < U; ++u) {
-            // Dead lanes (past the last chunk) give zeros to the warp's mmas.
-            float s[RT][2], b[RT][2];
-            u32 s2[RT][2], b2[RT][2];
+            u32 xv[16];
+            if (live[u]) {
+                load_x32<TC>(xr + u64(4u * (s0 + u * QMV_WARPS) + t) * 32u, xv);
+            } else {
 #pragma unroll
-            for (u32 rt = 0; rt < RT; ++rt)
-#pragma unroll
-                for (u32 h = 0; h < 2; ++h) {
-                    s[rt][h] = live[u] ? sv[u][rt][h] : 0.0f;
-                    b[rt][h] = live[u] ? bv[u][rt][h] : 0.0f;
-                    s2[rt][h] = pack2<TC>(s[rt][h], s[rt][h]);
-                    b2[rt][h] = pack2<TC>(b[rt][h], b[rt][h]);
-                }
+                for (int p = 0; p < 16; ++p) xv[p] = 0u;
+            }
+            const u32 s20 = pack2<TC>(sv[u][0], sv[u][0]), b20 = pack2<TC>(bv[u][0], bv[u][0]);
+            const u32 s21 = pack2<TC>(sv[u][1], sv[u][1]), b21 = pack2<TC>(bv[u][1], bv[u][1]);
 #pragma unroll
             for (int e = 0; e < 8; ++e) {
-                u32 x0 = 0u, x1 = 0u;
-                if (live[u]) x_pairs2<BITS>(xv[u], e, x0, x1);
-#pragma unroll
-                for (u32 rt = 0; rt < RT; ++rt) {
-                    u32 a[4];
-                    dequantize2<TC, BITS>(wq[u][rt][0], e, s[rt][0], b[rt][0], s2[rt][0], b2[rt][0], a[0], a[2]);
-                    dequantize2<TC, BITS>(wq[u][rt][1], e, s[rt][1], b[rt][1], s2[rt][1], b2[rt][1], a[1], a[3]);
-                    mma16<TC>(acc[rt], a, x0, x1);
-                }
+                u32 x0, x1, a[4];
+                x_pairs2<BITS>(xv, e, x0, x1);
+                dequantize2<TC, BITS>(wq[u][0], e, sv[u][0], bv[u][0], s20, b20, a[0], a[2]);
+                dequantize2<TC, BITS>(wq[u][1], e, sv[u][1], bv[u][1], s21, b21, a[1], a[3]);
+                mma16<TC>(acc, a, x0, x1);
             }
         }
     }
 #pragma unroll
-    for (u32 rt = 0; rt < RT; ++rt)
-#pragma unroll
-        for (u32 e = 0; e < 4; ++e) red[warp][rt * 128 + lane * 4 + e] = acc[rt][e];
+    for (u32 e = 0; e < 4; ++e) red[warp][lane * 4 + e] = acc[e];
     __syncthreads();
-    for (u32 j = tid; j < RT * 128; j += blockDim.x) {
+    if (tid < 128) {
         float s = 0.0f;
 #pragma unroll
-        for (u32 q = 0; q < QMV_WARPS; ++q) s += red[q][j];
-        const u32 rt = j / 128, l = (j / 4) % 32, e = j % 4;
-        const u32 row = row0 + 16 * rt + (l >> 2) + 8 * (e >> 1), tok = 2 * (l & 3u) + (e & 1u);
+        for (u32 q = 0; q < QMV_WARPS; ++q) s += red[q][tid];
+        const u32 l = tid / 4, e = tid % 4;
+        const u32 row = row0 + (l >> 2) + 8 * (e >> 1), tok = 2 * (l & 3u) + (e & 1u);
         if (row < N && tok < m) y[u64(tok) * N + row] = from_f<TY>(s);
     }
 }
 
-// The vector engine's block: 16 rows, or 32 where the grid is too short for
-// 16 (the op's launch takes 32 from N = 8192 on).
+// The vector engine's block: 16 rows.
 template <typename TX, typename TS, typename TC, typename TY>
 __device__ __forceinline__ void qmv(const TX* x, const unsigned char* w, const TS* sc, const TS* bi, TY* y, u32 m, u32 N, u32 K, u32 gs,
                                     u32 bits) {
-    const bool r16 = u64(gridDim.x) * 16u >= N;
-    const u32 row0 = blockIdx.x * (r16 ? 16u : 32u);
-    if (bits == 4) {
-        if (r16) qmv_tc<TX, TS, TC, TY, 4, 1>(x, w, sc, bi, y, m, N, K, gs, row0);
-        else qmv_tc<TX, TS, TC, TY, 4, 2>(x, w, sc, bi, y, m, N, K, gs, row0);
-    } else if (bits == 6) {
-        if (r16) qmv_tc<TX, TS, TC, TY, 6, 1>(x, w, sc, bi, y, m, N, K, gs, row0);
-        else qmv_tc<TX, TS, TC, TY, 6, 2>(x, w, sc, bi, y, m, N, K, gs, row0);
-    } else {
-        if (r16) qmv_tc<TX, TS, TC, TY, 8, 1>(x, w, sc, bi, y, m, N, K, gs, row0);
-        else qmv_tc<TX, TS, TC, TY, 8, 2>(x, w, sc, bi, y, m, N, K, gs, row0);
-    }
+    const u32 row0 = blockIdx.x * 16u;
+    if (bits == 4) qmv_tc<TX, TS, TC, TY, 4>(x, w, sc, bi, y, m, N, K, gs, row0);
+    else if (bits == 6) qmv_tc<TX, TS, TC, TY, 6>(x, w, sc, bi, y, m, N, K, gs, row0);
+    else qmv_tc<TX, TS, TC, TY, 8>(x, w, sc, bi, y, m, N, K, gs, row0);
 }
 
 // ---- the matrix engine ----
@@ -642,8 +612,8 @@ __device__ __forceinline__ bool q_vec_ok(const void* x, const void* w) {
 
 // mlx-native's entries: the engine by the layout and m (quantizedCudaEngine).
 // The matrix engine in its 64 x 128 tiles only: a kernel's registers are
-// those of its largest path, and the 128 x 256 tiles' would leave the
-// vector engine one block per SM.
+// those of its largest path, and the entries' launch bounds hold them to 128
+// (2 blocks an SM for the vector engine), which the 128 x 256 tiles exceed.
 template <typename TX, typename TY>
 __device__ __forceinline__ void crate_entry(const TX* x, const unsigned char* w, const bf16* sc, const bf16* bi, TY* y,
                                             const QuantizedMatmulParams* p) {
@@ -661,16 +631,16 @@ __device__ __forceinline__ void crate_entry(const TX* x, const unsigned char* w,
 // buffer(0) input [M, K] (f32, rounded to bf16; bf16 for _simd_bf16),
 // (1) weight, (2) scales bf16, (3) biases bf16, (4) output [M, N],
 // (5) QuantizedMatmulParams.
-extern "C" __global__ void __launch_bounds__(256) quantized_matmul(const float* input, const unsigned int* weight, const bf16* scales,
+extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul(const float* input, const unsigned int* weight, const bf16* scales,
                                                                    const bf16* biases, float* output, const QuantizedMatmulParams* params) {
     crate_entry(input, reinterpret_cast<const unsigned char*>(weight), scales, biases, output, params);
 }
-extern "C" __global__ void __launch_bounds__(256) quantized_matmul_simd(const float* input, const unsigned int* weight, const bf16* scales,
+extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_simd(const float* input, const unsigned int* weight, const bf16* scales,
                                                                         const bf16* biases, float* output,
                                                                         const QuantizedMatmulParams* params) {
     crate_entry(input, reinterpret_cast<const unsigned char*>(weight), scales, biases, output, params);
 }
-extern "C" __global__ void __launch_bounds__(256) quantized_matmul_simd_bf16(const bf16* input, const unsigned int* weight, const bf16* scales,
+extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_simd_bf16(const bf16* input, const unsigned int* weight, const bf16* scales,
                                                                              const bf16* biases, bf16* output,
                                                                              const QuantizedMatmulParams* params) {
     crate_entry(input, reinterpret_cast<const unsigned char*>(weight), scales, biases, output, params);
@@ -701,11 +671,11 @@ extern "C" __global__ void __launch_bounds__(256) quantized_mv_f32(const float* 
                                                                    const float* biases, float* y, const QuantizedMatmulParams* params) {
     affine_entry(x, weight, scales, biases, y, params, false);
 }
-extern "C" __global__ void __launch_bounds__(256) quantized_mv_f16(const __half* x, const unsigned int* weight, const __half* scales,
+extern "C" __global__ void __launch_bounds__(256, 3) quantized_mv_f16(const __half* x, const unsigned int* weight, const __half* scales,
                                                                    const __half* biases, __half* y, const QuantizedMatmulParams* params) {
     affine_entry(x, weight, scales, biases, y, params, false);
 }
-extern "C" __global__ void __launch_bounds__(256) quantized_mv_bf16(const bf16* x, const unsigned int* weight, const bf16* scales,
+extern "C" __global__ void __launch_bounds__(256, 3) quantized_mv_bf16(const bf16* x, const unsigned int* weight, const bf16* scales,
                                                                     const bf16* biases, bf16* y, const QuantizedMatmulParams* params) {
     affine_entry(x, weight, scales, biases, y, params, false);
 }

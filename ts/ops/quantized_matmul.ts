@@ -94,7 +94,7 @@ export function quantizedChunked(k: number, groupSize: number): boolean {
 /**
  * The CUDA kernels' ways of computing, by what the launch gives them:
  *   'vector': tensor cores, the weight dequantized to 16-bit in registers,
- *     m <= 8 tokens as the mma's n = 8 (256 threads over 16 or 32 weight rows);
+ *     m <= 8 tokens as the mma's n = 8 (256 threads over 16 weight rows);
  *   'matrix': tensor cores over tiles (denseMmCudaTile's shapes; mlx-native's
  *     kernels the 64 x 128 one), the weight dequantized into shared memory a
  *     stage at a time;
@@ -113,13 +113,10 @@ export function quantizedCudaEngine(kernel: string, m: number, k: number, groupS
   return m <= QUANTIZED_MV_MAX_ROWS ? 'vector' : 'matrix';
 }
 
-/** Weight rows a block of the CUDA vector engine takes: 32 from 8192 rows on, else 16 (the kernels infer it from the grid). */
-export function quantizedMvCudaRows(n: number): number {
-  return n >= 8192 ? 32 : 16;
-}
-
-/** Dynamic shared memory of the CUDA vector engine: 8 warps' sums of 32 rows x 8 tokens. */
-export const QUANTIZED_MV_CUDA_SHARED_BYTES = 8 * 256 * 4;
+/** Weight rows a block of the CUDA vector engine takes. */
+export const QUANTIZED_MV_CUDA_ROWS = 16;
+/** Dynamic shared memory of the CUDA vector engine: 8 warps' sums of 16 rows x 8 tokens. */
+export const QUANTIZED_MV_CUDA_SHARED_BYTES = 8 * 128 * 4;
 /** Weight rows a block of the CUDA f32 engine takes, and its shared memory (8 warps' sums of 4 rows x 8 tokens). */
 export const QUANTIZED_SIMT_CUDA_ROWS = 4;
 const SIMT_SHARED_BYTES = 8 * QUANTIZED_SIMT_CUDA_ROWS * 8 * 4;
@@ -130,7 +127,7 @@ const ANY_CUDA_BLOCKS = 65536;
 export function quantizedCudaLaunch(kernel: string, m: number, n: number, k: number, groupSize: number): Launch {
   switch (quantizedCudaEngine(kernel, m, k, groupSize)) {
     case 'vector':
-      return { grid: [ceilDiv(n, quantizedMvCudaRows(n)), 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: QUANTIZED_MV_CUDA_SHARED_BYTES } };
+      return { grid: [ceilDiv(n, QUANTIZED_MV_CUDA_ROWS), 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: QUANTIZED_MV_CUDA_SHARED_BYTES } };
     case 'matrix': {
       // mlx-native's kernels take the 64 x 128 tile (denseMmCudaTile below 1024 rows) at every size.
       const t = kernel.startsWith('quantized_mm_') ? denseMmCudaTile(m, n) : denseMmCudaTile(1, 1);
