@@ -1,7 +1,9 @@
 // Random device buffers for the benchmark scripts: uniform in [-hi, hi),
-// never zero in practice, from a linear congruential stream. Past 2^22
-// elements a block of 2^22 values repeats (a vocabulary-sized weight does not
-// fit in one host array, and filling gigabytes value by value is slow).
+// never zero in practice, from a linear congruential stream; or random u32
+// words (packed quantized weights, where every bit pattern is a valid row).
+// Past 2^22 elements a block of 2^22 values repeats (a vocabulary-sized
+// weight does not fit in one host array, and filling gigabytes value by value
+// is slow).
 
 import type { Buffer, Device, DType } from '../ts/index.ts';
 
@@ -25,5 +27,16 @@ export function uniformBuffer(dev: Device, dtype: DType, shape: readonly number[
   for (let i = 0; i < n; i += blockN) {
     buf.write(bits.subarray(0, Math.min(blockN, n - i)), { byteOffset: i * BYTES[dtype]! });
   }
+  return buf;
+}
+
+/** n random u32 words (the same stream, whole words), a block of 2^22 repeating past it. */
+export function wordBuffer(dev: Device, n: number): Buffer {
+  const blockN = Math.min(n, BLOCK);
+  const data = new Uint32Array(blockN);
+  let s = 0x2545f491;
+  for (let i = 0; i < blockN; i++) data[i] = s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+  const buf = dev.alloc('u32', [n]);
+  for (let i = 0; i < n; i += blockN) buf.write(data.subarray(0, Math.min(blockN, n - i)), { byteOffset: i * 4 });
   return buf;
 }
