@@ -18,6 +18,7 @@
 # the packed words, scales and biases, x and y over the copy bandwidth.
 import torch
 import torch.nn.functional as F
+from quantized_torch import dequantize, random_affine
 
 dev = "cuda"
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -98,31 +99,15 @@ row("F.linear(x.bfloat16(), W).float() square f32 x bf16 W m=4096 n=4096 k=4096"
 # ---- quantized_matmul: MLX affine quantization ----
 
 
-def dequantize(wq, scales, biases, bits, gs):
-    """w [n, k] = scales * q + biases from MLX's packed int32 rows (value i at bit i * bits of its row)."""
-    n = wq.shape[0]
-    if bits == 6:
-        b = wq.view(torch.uint8).reshape(n, -1, 3).to(torch.int32)
-        t = b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16)
-        q = (t.unsqueeze(-1) >> torch.tensor([0, 6, 12, 18], device=dev, dtype=torch.int32)) & 63
-    else:
-        shifts = torch.arange(0, 32, bits, device=dev, dtype=torch.int32)
-        q = (wq.unsqueeze(-1) >> shifts) & ((1 << bits) - 1)
-    q = q.reshape(n, -1, gs).to(scales.dtype)
-    return (q * scales.unsqueeze(-1) + biases.unsqueeze(-1)).reshape(n, -1)
-
-
 def quantized(label, dt, bits, gs, m, n, k):
     x = torch.randn(m, k, dtype=dt, device=dev) * 0.5
-    wq = torch.randint(-2**31, 2**31 - 1, (n, k * bits // 32), dtype=torch.int32, device=dev)
-    scales = (torch.rand(n, k // gs, dtype=dt, device=dev) - 0.5) * 0.04
-    biases = (torch.rand(n, k // gs, dtype=dt, device=dev) - 0.5) * 0.2
+    wq, scales, biases = random_affine(n, k, bits, gs, dt, dev)
     w = dequantize(wq, scales, biases, bits, gs)
     flops = 2 * m * n * k
     nbytes = n * k * bits // 8 + (2 * n * k // gs + m * k + m * n) * size[dt]
     name = f"{label} q{bits} g{gs} {str(dt)[6:]} m={m} n={n} k={k}"
     iters = 5 if flops > 1e12 else 20
-    row(f"F.linear bf16 W {name}", timed(lambda: F.linear(x, w), iters), flops, nbytes, m <= 8)
+    row(f"F.linear dequantized W {name}", timed(lambda: F.linear(x, w), iters), flops, nbytes, m <= 8)
     deq = lambda: F.linear(x, dequantize(wq, scales, biases, bits, gs))
     row(f"dequant+F.linear {name}", timed(deq, iters), flops, nbytes, m <= 8)
     try:
