@@ -1,5 +1,6 @@
-// What the benchmark scripts of ours share: random device buffers and the
-// GPU time of a recorded dispatch.
+// What the benchmark scripts of ours share: random device buffers (uniform
+// values, or random u32 words for packed quantized weights, where every bit
+// pattern is a valid row) and the GPU time of a recorded dispatch.
 
 import type { Buffer, Device, DType, Encoder } from '../ts/index.ts';
 
@@ -40,4 +41,15 @@ export function gpuTimePerDispatch(dev: Device, record: (enc: Encoder) => void, 
   const t = enc.gpuTimeNs / iters;
   enc.release();
   return t;
+}
+
+/** n random u32 words (the same stream, whole words), a block of 2^22 repeating past it. */
+export function wordBuffer(dev: Device, n: number): Buffer {
+  const blockN = Math.min(n, BLOCK);
+  const data = new Uint32Array(blockN);
+  let s = 0x2545f491;
+  for (let i = 0; i < blockN; i++) data[i] = s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+  const buf = dev.alloc('u32', [n]);
+  for (let i = 0; i < n; i += blockN) buf.write(data.subarray(0, Math.min(blockN, n - i)), { byteOffset: i * 4 });
+  return buf;
 }

@@ -1,9 +1,11 @@
 // Times rms_norm, softmax, softcap, the elementwise family, embedding,
 // kv_cache_copy, the gated activations (silu_mul, gelu_tanh_mul, sigmoid_mul
 // and their halves forms, gelu), the sample family (argmax, top-k, sampling),
-// the dense decode products and flash_attn_prefill's mask builder and tile
-// classifier (bench/attention.ts times the attention) with the encoder's GPU
-// time, at the shapes of Gemma 4 and Qwen3.6 layers: per case a warm-up commit, then 5
+// the dense decode products, the MLX affine quantized products (every kernel
+// of quantized_matmul, decode and a 64-token prefill) and flash_attn_prefill's
+// mask builder and tile classifier (bench/attention.ts times the attention)
+// with the encoder's GPU time, at the shapes of Gemma 4 and Qwen3.6 layers:
+// per case a warm-up commit, then 5
 // commits of `iters` back-to-back dispatches; time per dispatch = median of
 // gpuTimeNs / iters. Prints the time, the bytes each dispatch must move
 // (inputs read once, outputs written once) and the rate they imply.
@@ -13,9 +15,10 @@
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
-import { gpuTimePerDispatch, uniformBuffer } from './common.ts';
+import { gpuTimePerDispatch, uniformBuffer, wordBuffer } from './common.ts';
 import { cast, elementwiseAdd, elementwiseAddScaled, elementwiseMul, scalarMul } from '../ts/ops/elementwise.ts';
 import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
+import { affineQuantizedMatmul, quantizedMatmul, quantizedMatmulSimd, quantizedMatmulSimdBf16 } from '../ts/ops/quantized_matmul.ts';
 import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
 import { softcap, softmax, softmaxScratchElements } from '../ts/ops/softmax.ts';
 import { embedding } from '../ts/ops/embedding.ts';
@@ -41,6 +44,7 @@ function cases(): Case[] {
   out.push(...siluMulCases(), ...geluCases(), ...sigmoidMulCases());
   out.push(...sampleCases());
   out.push(...denseCases());
+  out.push(...quantizedMatmulCases());
   out.push(...flashAttnPrefillCases());
   return out;
 }
@@ -159,6 +163,41 @@ function denseCases(): Case[] {
   }
   return out;
 }
+
+// ---- quantized_matmul: MLX affine quantized products, one row per kernel (bench/matmul.ts has the prefill shapes) ----
+// Qwen3.6 27B MLP up (5120 -> 17408): decode (1 and 8 tokens) and a 64-token
+// prefill, where the weight is still read about once (64 x 128 tiles). bytes:
+// the packed weight, scales and biases read once, x read, y written.
+function quantizedMatmulCases(): Case[] {
+  const out: Case[] = [];
+  const [n, k] = small ? [512, 256] : [17408, 5120];
+  const weightOf = (bits: number, gs: number, sdt: DType) => ({
+    weight: wordBuffer(dev, (n * k * bits) / 32), scales: uniformBuffer(dev, sdt, [(n * k) / gs], 0.02), biases: uniformBuffer(dev, sdt, [(n * k) / gs], 0.1),
+    bytes: (n * k * bits) / 8 + ((2 * n * k) / gs) * size(sdt),
+  });
+  const affine = (dt: 'f32' | 'f16' | 'bf16', bits: number, gs: number, m: number): Case => {
+    const w = weightOf(bits, gs, dt);
+    const x = uniformBuffer(dev, dt, [m, k], 1);
+    const y = dev.alloc(dt, [m, n]);
+    const kernel = m <= 8 ? `quantized_mv_${dt}` : `quantized_mm_${dt}`;
+    return { name: `${kernel} q${bits} g${gs} [${m}, ${k}] x [${n}, ${k}]^T`, bytes: w.bytes + (m * k + m * n) * size(dt),
+      record: (e) => affineQuantizedMatmul(e, { x, weight: w.weight, scales: w.scales, biases: w.biases, output: y, m, n, k, groupSize: gs, bits }) };
+  };
+  out.push(affine('bf16', 4, 64, 1), affine('bf16', 4, 64, 8), affine('f16', 4, 32, 1), affine('f32', 8, 128, 1));
+  out.push(affine('bf16', 4, 64, 64), affine('f16', 6, 64, 64), affine('f32', 4, 64, 16));
+  // mlx-native's kernels, bf16 scales: f32 x (quantized_matmul, quantized_matmul_simd) and bf16 x.
+  const crate = (name: string, op: typeof quantizedMatmul, io: 'f32' | 'bf16', bits: number, m: number): Case => {
+    const w = weightOf(bits, 64, 'bf16');
+    const input = uniformBuffer(dev, io, [m, k], 1);
+    const output = dev.alloc(io, [m, n]);
+    return { name: `${name} q${bits} g64 [${m}, ${k}] x [${n}, ${k}]^T`, bytes: w.bytes + (m * k + m * n) * size(io),
+      record: (e) => op(e, { input, weight: w.weight, scales: w.scales, biases: w.biases, output, m, k, n, groupSize: 64, bits }) };
+  };
+  out.push(crate('quantized_matmul', quantizedMatmul, 'f32', 4, 1), crate('quantized_matmul_simd', quantizedMatmulSimd, 'f32', 4, 1),
+    crate('quantized_matmul_simd_bf16', quantizedMatmulSimdBf16, 'bf16', 6, 1), crate('quantized_matmul_simd_bf16', quantizedMatmulSimdBf16, 'bf16', 4, 64));
+  return out;
+}
+// ---- end of quantized_matmul ----
 
 // ---- sample: argmax, top-k, softmax_sample, the sampler, Philox ----
 // Gemma 4's vocabulary (262144); decode is one row, the large shape 64 rows

@@ -5,6 +5,7 @@
 #   python3 bench/glue_peers.py
 import torch
 import torch.nn.functional as F
+from quantized_torch import dequantize, random_affine
 
 from cuda_timing import timed
 
@@ -307,3 +308,26 @@ def flash_attn_prefill_cases():
 
 flash_attn_prefill_cases()
 # ---- end of flash_attn_prefill ----
+# ---- quantized_matmul: MLX affine quantization (the shapes of glue.ts's quantizedMatmulCases) ----
+# F.linear on the dequantized weight (what a dense model of the same shape
+# costs), and MLX's dequantization in torch followed by F.linear, eager and
+# compiled. bytes: the quantized floor (packed weight, scales, biases, x, y).
+def quantized_matmul_cases():
+    n, k = 17408, 5120
+    linear = torch.compile(lambda a, b: F.linear(a, b))
+    for dt, bits, gs, m in [(torch.bfloat16, 4, 64, 1), (torch.bfloat16, 4, 64, 8), (torch.float16, 4, 32, 1), (torch.float32, 8, 128, 1),
+                            (torch.bfloat16, 4, 64, 64), (torch.float16, 6, 64, 64), (torch.float32, 4, 64, 16), (torch.bfloat16, 6, 64, 1)]:
+        wq, scales, biases = random_affine(n, k, bits, gs, dt, dev)
+        x = torch.randn(m, k, dtype=dt, device=dev)
+        w = dequantize(wq, scales, biases, bits, gs)
+        es = x.element_size()
+        nbytes = n * k * bits // 8 + 2 * scales.numel() * es + (m * k + m * n) * es
+        name = f"{str(dt)[6:]} q{bits} g{gs} [{m}, {k}] x [{n}, {k}]^T"
+        report(f"torch F.linear dequantized W {name}", timed(lambda: F.linear(x, w), 20), nbytes)
+        report(f"compile F.linear dequantized W {name}", timed(lambda: linear(x, w), 20), nbytes)
+        eager_and_compiled(f"dequant+F.linear {name}", lambda: F.linear(x, dequantize(wq, scales, biases, bits, gs)), nbytes, 10)
+        del wq, scales, biases, x, w
+
+
+quantized_matmul_cases()
+# ---- end of quantized_matmul ----

@@ -47,6 +47,11 @@
 //   vocabulary) random rows, so the host holds no float64 copy of them; the
 //   prefill is checked at 512 output columns and the vocabulary at 8192 rows
 //   drawn at random (every tile alike), the decode row at every output.
+//   quantized products (MLX affine, as mlx-community's 4-bit checkpoints:
+//   groups of 64, bf16 scales): Qwen3.6 27B's MLP up projection (5120 ->
+//   17408) for one decode token and a 64-token prefill, 1024 distinct rows
+//   quantized by MLX's algorithm and repeated; checked at every output of the
+//   decode row and 512 random columns of the prefill.
 //   weights: Qwen3.6-35B-A3B's layer 0 (hidden 2048) written to a temporary
 //   file, mapped and uploaded packed: its gated delta net and norms as a bf16
 //   safetensors file in HF naming, and 32 of its 256 experts as a Q4_K GGUF
@@ -73,6 +78,7 @@ import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
 import { elementwiseAdd } from '../ts/ops/elementwise.ts';
 import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
 import { flashAttnPrefill } from '../ts/ops/flash_attn_prefill.ts';
+import { affineQuantizedMatmul } from '../ts/ops/quantized_matmul.ts';
 import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecParams } from '../ts/ops/flash_attn_vec.ts';
 import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
@@ -95,6 +101,7 @@ import { computeGBetaRef } from '../ts/reference/compute_g_beta.ts';
 import { elementwiseAddRef } from '../ts/reference/elementwise.ts';
 import { denseRef } from '../ts/reference/dense.ts';
 import { flashAttnPrefillRef } from '../ts/reference/flash_attn_prefill.ts';
+import { affineDequantize, affineQuantize } from '../ts/reference/quantized_matmul.ts';
 import { flashAttnVecRef } from '../ts/reference/flash_attn_vec.ts';
 import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
 import { l2NormRef } from '../ts/reference/l2_norm.ts';
@@ -707,6 +714,48 @@ function main(): number {
       err: scaledErr(checked.map((j) => got[j]!), want), tol: 1e-5, ms });
     for (const b of [x.buf, w.buf, y]) b.release();
   }
+
+  // --- quantized products: Qwen3.6 27B MLP up (5120 -> 17408), MLX's 4 bits, groups of 64, bf16 scales ---
+  {
+    const [k, n, distinct, gs, bits] = [5120, emu ? 1024 : 17408, 1024, 64, 4];
+    const qz = affineQuantize(randn(distinct * k, 0.05), distinct, k, gs, bits, 'bf16');
+    const w = affineDequantize(qz.packed, qz.scales, qz.biases, distinct, k, gs, bits);
+    const rowBytes = (k * bits) / 8;
+    const groups = k / gs;
+    const weight = device.alloc('u32', [(n * rowBytes) / 4]);
+    const scales = device.alloc('bf16', [n * groups]);
+    const biases = device.alloc('bf16', [n * groups]);
+    const s16 = device.upload('bf16', [distinct * groups], qz.scales).read() as Uint16Array;
+    const b16 = device.upload('bf16', [distinct * groups], qz.biases).read() as Uint16Array;
+    for (let r = 0; r < n; r += distinct) {
+      const rows = Math.min(distinct, n - r);
+      weight.write(new DataView(qz.packed.buffer, 0, rows * rowBytes), { byteOffset: r * rowBytes });
+      scales.write(s16.subarray(0, rows * groups), { byteOffset: r * groups * 2 });
+      biases.write(b16.subarray(0, rows * groups), { byteOffset: r * groups * 2 });
+    }
+    for (const tokens of [1, 64]) {
+      const x = stored(device, 'bf16', randn(tokens * k));
+      const y = poisoned(device, 'bf16', tokens * n);
+      const ms = timed(device, (enc) =>
+        affineQuantizedMatmul(enc, { x: x.buf, weight, scales, biases, output: y, m: tokens, n, k, groupSize: gs, bits }));
+      const cols = tokens === 1 ? Array.from({ length: n }, (_, j) => j) : Array.from({ length: 512 }, () => Math.floor(rng.uniform(0, n)));
+      const got = y.readNumbers();
+      const seen: number[] = [];
+      const want: number[] = [];
+      for (let t = 0; t < tokens; t++) {
+        for (const j of cols) {
+          seen.push(got[t * n + j]!);
+          want.push(denseRef(x.values.subarray(t * k, (t + 1) * k), w.subarray((j % distinct) * k, (j % distinct + 1) * k), 1, 1, k)[0]!);
+        }
+      }
+      rows.push({ kernel: tokens === 1 ? 'quantized_mv_bf16' : 'quantized_mm_bf16', model: 'Qwen3.6 27B MLP up, MLX 4-bit g64',
+        shape: `${tokens} tok x ${k} -> ${n}${note}`, err: scaledErr(seen, want), tol: 1e-2, ms });
+      x.buf.release();
+      y.release();
+    }
+    for (const b of [weight, scales, biases]) b.release();
+  }
+  // --- end of quantized products ---
 
   // --- weights: Qwen3.6 layer 0 through mmap and uploadPacked ---
   {

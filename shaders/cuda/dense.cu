@@ -255,24 +255,6 @@ __device__ __forceinline__ uint4 load8(const T* row, u32 k, u32 K, bool vec) {
     return make_uint4(pack2<TS>(v[0], v[1]), pack2<TS>(v[2], v[3]), pack2<TS>(v[4], v[5]), pack2<TS>(v[6], v[7]));
 }
 
-__device__ __forceinline__ void store2(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
-__device__ __forceinline__ void store2(bf16* p, float a, float b) { *reinterpret_cast<u32*>(p) = pack_bf16(a, b); }
-__device__ __forceinline__ void store2(__half* p, float a, float b) { *reinterpret_cast<u32*>(p) = pack_f16(a, b); }
-
-// The tile of block blockIdx.x among BM x BN tiles: batch outermost; within
-// a batch, groups of 8 tile rows, each group walked down its rows first, so
-// that neighbouring blocks share weight columns in L2.
-template <u32 BM, u32 BN>
-__device__ __forceinline__ void tile_of(u32 M, u32 N, u32& b, u32& m0, u32& n0) {
-    const u32 tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-    const u32 per = tiles_m * tiles_n;
-    b = blockIdx.x / per;
-    const u32 p = blockIdx.x % per;
-    const u32 first = p / (8 * tiles_n) * 8, gsize = min(8u, tiles_m - first), pin = p % (8 * tiles_n);
-    m0 = (first + pin % gsize) * BM;
-    n0 = pin / gsize * BN;
-}
-
 // The BM x BN tile at (m0, n0) of y = x W^T for operands o. X_ASYNC /
 // W_ASYNC: that operand is copied by cp.async (TX the weight's type, 16-byte
 // aligned rows, K a multiple of 8); otherwise through registers (converted

@@ -22,7 +22,7 @@ for m in pat.finditer(common):
             if depth == 0: break
         j += 1
     body = common[start:j + 1]
-    if 'asm volatile' in body or 'asm(' in body or 'smem_addr(const void' in body:
+    if re.search(r'\basm\b', body) or 'smem_addr(const void' in body:
         res += common[pos:start]
         pos = j + 1
 res += common[pos:]

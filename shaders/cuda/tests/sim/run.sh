@@ -3,6 +3,7 @@
 # needed: shaders/cuda/tests/sim/run.sh [driver] [big]
 #   dense: the dense family (dense_driver.cpp)
 #   glue:  rms_norm, softmax and gelu at the op's CUDA launches (glue_driver.cpp)
+#   quantized_matmul: that family (quantized_matmul_driver.cpp)
 #   flash_attn_prefill: that family (flash_attn_prefill.sh runs its variants)
 # `big` adds large sizes. SIM_DEFINES (e.g. "-DMLXN_FC_301=1") go to the
 # compiler, as the registry gives function constants to NVRTC.

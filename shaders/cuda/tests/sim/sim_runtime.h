@@ -157,6 +157,32 @@ inline float ex2_approx(float x) {
   return std::fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
 }
 
+// fma.rn .bf16x2 / .f16x2: per element a * b + c, exact in double for
+// 16-bit operands, then rounded to the type.
+inline sim_u32 sim_fma2(sim_u32 a, sim_u32 b, sim_u32 c, bool bf) {
+  sim_u32 d = 0;
+  for (unsigned h = 0; h < 2; ++h) {
+    const double v = double(sim_b16(uint16_t(a >> (16 * h)), bf)) * double(sim_b16(uint16_t(b >> (16 * h)), bf)) +
+                     double(sim_b16(uint16_t(c >> (16 * h)), bf));
+    uint16_t r;
+    if (bf) { const __nv_bfloat16 x = __double2bfloat16(v); std::memcpy(&r, &x, 2); }
+    else { const __half x = __double2half(v); std::memcpy(&r, &x, 2); }
+    d |= sim_u32(r) << (16 * h);
+  }
+  return d;
+}
+inline sim_u32 fma2_bf16(sim_u32 a, sim_u32 b, sim_u32 c) { return sim_fma2(a, b, c, true); }
+inline sim_u32 fma2_f16(sim_u32 a, sim_u32 b, sim_u32 c) { return sim_fma2(a, b, c, false); }
+
+// __byte_perm(x, y, s): byte k of the result is byte (s >> 4k) & 7 of the
+// eight bytes of x (0-3) and y (4-7).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const uint64_t v = uint64_t(x) | (uint64_t(y) << 32);
+  unsigned r = 0;
+  for (unsigned k = 0; k < 4; ++k) r |= unsigned((v >> (8 * ((s >> (4 * k)) & 7u))) & 0xffu) << (8 * k);
+  return r;
+}
+
 // cp.async: queued per thread, grouped by commit, performed at wait_group.
 struct SimCopy { void* dst; const void* src; bool live; };
 inline thread_local std::deque<std::vector<SimCopy>> sim_groups;
