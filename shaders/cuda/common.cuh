@@ -92,11 +92,6 @@ __device__ __forceinline__ void store_vec(__half* p, const float (&v)[8]) {
                                               pack_f16(v[4], v[5]), pack_f16(v[6], v[7]));
 }
 
-// Two floats rounded to T (bf16 or f16) and packed, low then high.
-template <typename T> __device__ __forceinline__ u32 pack2(float lo, float hi);
-template <> __device__ __forceinline__ u32 pack2<__nv_bfloat16>(float lo, float hi) { return pack_bf16(lo, hi); }
-template <> __device__ __forceinline__ u32 pack2<__half>(float lo, float hi) { return pack_f16(lo, hi); }
-
 // Two adjacent outputs, rounded to the pointer's type (p aligned to the pair).
 __device__ __forceinline__ void store2(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
 __device__ __forceinline__ void store2(__nv_bfloat16* p, float a, float b) { *reinterpret_cast<u32*>(p) = pack_bf16(a, b); }
