@@ -17,23 +17,14 @@
 import torch
 import torch.nn.functional as F
 
+from cuda_timing import timed as cuda_timed
+
 dev = "cuda"
 torch.backends.cuda.matmul.allow_tf32 = False
 
 
 def timed(fn, iters=10):
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3 / iters)
-    return sorted(ts)[2]
+    return cuda_timed(fn, iters)
 
 
 print("device:", torch.cuda.get_device_name(), "torch", torch.__version__)

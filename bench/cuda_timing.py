@@ -1,4 +1,4 @@
-# What the PyTorch peer scripts (glue_peers.py, matmul_peers.py) share: the
+# What the PyTorch peer scripts (glue_peers.py, matmul_peers.py, attention_peers.py) share: the
 # time of a call, with CUDA events around `iters` back-to-back calls after one
 # warm-up call, the median of 5 such samples, in microseconds.
 import torch

@@ -20,7 +20,7 @@
 
 import { describe, expect, test } from 'bun:test';
 import src from '../shaders/dense.metal' with { type: 'text' };
-import { fromBf16, fromF16, toBf16, toF16, type Buffer, type DType, type Device } from '../ts/index.ts';
+import type { Buffer, DType, Device } from '../ts/index.ts';
 import {
   DENSE_FAMILY,
   DENSE_GEMV_BF16_SHARED_BYTES,
@@ -43,29 +43,18 @@ import {
   type DenseDType,
 } from '../ts/ops/dense.ts';
 import { denseAbsRef, denseRef } from '../ts/reference/dense.ts';
-import { describeBackends, describeValidation, expectInvalid, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
-
-/** max over outputs of |got - want| / sum_k |x w| (Infinity for a NaN: a poisoned output never written). */
-function dotErr(got: ArrayLike<number>, want: ArrayLike<number>, abs: ArrayLike<number>): number {
-  let worst = 0;
-  for (let i = 0; i < want.length; i++) {
-    const e = Math.abs(got[i]! - want[i]!) / abs[i]!;
-    if (!(e <= worst)) worst = Number.isNaN(e) ? Infinity : e;
-  }
-  return worst;
-}
-
-/** TOL of the output dtype, grown as sqrt(K / 4096) past K = 4096 (the file comment). */
-function tol(dtype: DenseDType, k: number): number {
-  return TOL[dtype] * Math.max(1, Math.sqrt(k / 4096));
-}
-
-/** The values a buffer of the dtype holds for these numbers. */
-function rounded(dtype: DType, v: ArrayLike<number>): Float64Array {
-  if (dtype === 'bf16') return Float64Array.from(fromBf16(toBf16(v)));
-  if (dtype === 'f16') return Float64Array.from(fromF16(toF16(v)));
-  return Float64Array.from(v);
-}
+import {
+  describeBackends,
+  describeValidation,
+  dotErr,
+  dotTolerance,
+  expectInvalid,
+  randomArray,
+  rng,
+  roundedTo,
+  TARGET_LIMITS,
+  TOL,
+} from './helpers.ts';
 
 function run(dev: Device, rec: (enc: ReturnType<Device['encoder']>) => void): void {
   const enc = dev.encoder();
@@ -85,7 +74,7 @@ function viewOf(dev: Device, dtype: DType, shape: number[], seed: number): { buf
   const pad = 48 / (dtype === 'f32' ? 4 : 2);
   const root = dev.upload(dtype, [pad + n + pad], randomArray(r, pad + n + pad, -4, 4));
   const buf = root.view(dtype, shape, 48);
-  const values = rounded(dtype, randomArray(r, n));
+  const values = roundedTo(dtype, randomArray(r, n));
   buf.writeNumbers(values);
   return { buf, values, root };
 }
@@ -282,7 +271,7 @@ describeBackends('dense parity', ({ device }) => {
       for (const [form, shapes] of [['vector', VECTOR], ['matrix', MATRIX]] as const) {
         for (const [m, n, k] of shapes) {
           const e = matmul(dev, dtype, m, n, k, 1, 1, form);
-          if (!(e <= tol(dtype, k))) over.push(`${form} [${m}, ${n}, ${k}]: ${e}`);
+          if (!(e <= dotTolerance(dtype, k))) over.push(`${form} [${m}, ${n}, ${k}]: ${e}`);
         }
       }
       expect(over).toEqual([]);
@@ -297,7 +286,7 @@ describeBackends('dense parity', ({ device }) => {
     ] as const) {
       for (const form of m <= 8 ? (['vector', 'matrix'] as const) : (['matrix'] as const)) {
         const e = matmul(dev, dtype, m, n, k, batch, wBatch, form);
-        if (!(e <= tol(dtype, k))) over.push(`${dtype} ${form} [${batch}/${wBatch} x ${m}, ${n}, ${k}]: ${e}`);
+        if (!(e <= dotTolerance(dtype, k))) over.push(`${dtype} ${form} [${batch}/${wBatch} x ${m}, ${n}, ${k}]: ${e}`);
       }
     }
     expect(over).toEqual([]);
@@ -319,7 +308,7 @@ describeBackends('dense parity', ({ device }) => {
       ['f16', 1030, 1100, 100, 'matrix'], ['bf16', 1024, 1030, 36, 'matrix'], ['f32', 200, 300, 129, 'matrix'],
     ] as const) {
       const e = matmul(dev, dtype, m, n, k, 1, 1, form);
-      if (!(e <= tol(dtype, k))) over.push(`${dtype} ${form} [${m}, ${n}, ${k}]: ${e}`);
+      if (!(e <= dotTolerance(dtype, k))) over.push(`${dtype} ${form} [${m}, ${n}, ${k}]: ${e}`);
     }
     expect(over).toEqual([]);
   });
@@ -334,7 +323,7 @@ describeBackends('dense parity', ({ device }) => {
       c.fill(Number.NaN);
       run(dev, (e) => denseGemmF16(e, { a: a.buf, b: b.buf, output: c, m, n, k }));
       const err = dotErr(c.readNumbers(), denseRef(a.values, b.values, m, n, k), denseAbsRef(a.values, b.values, m, n, k));
-      if (!(err <= tol('f16', k))) over.push(`dense_gemm_f16 [${m}, ${n}, ${k}]: ${err}`);
+      if (!(err <= dotTolerance('f16', k))) over.push(`dense_gemm_f16 [${m}, ${n}, ${k}]: ${err}`);
     }
     for (const [at, bt] of [['f32', 'f32'], ['f32', 'f16'], ['f32', 'bf16'], ['f16', 'f16']] as const) {
       for (const [n, k] of [[1, 1], [7, 33], [9, 130], [20, 256], [300, 1000]] as const) {
@@ -344,7 +333,7 @@ describeBackends('dense parity', ({ device }) => {
         c.fill(Number.NaN);
         run(dev, (e) => denseMatvec(e, { a: a.buf, b: b.buf, output: c, m: 1, n, k }));
         const err = dotErr(c.readNumbers(), denseRef(a.values, b.values, 1, n, k), denseAbsRef(a.values, b.values, 1, n, k));
-        if (!(err <= tol(at, k))) over.push(`dense_matvec ${at} x ${bt} [${n}, ${k}]: ${err}`);
+        if (!(err <= dotTolerance(at, k))) over.push(`dense_matvec ${at} x ${bt} [${n}, ${k}]: ${err}`);
       }
     }
     expect(over).toEqual([]);
@@ -360,7 +349,7 @@ describeBackends('dense parity', ({ device }) => {
       dst.fill(Number.NaN);
       run(dev, (e) => denseGemvBf16F32(e, { src0: src0.buf, src1: src1.buf, dst, m, n, k, src0Batch: b0, src1Batch: b1 }));
       const err = dotErr(dst.readNumbers(), denseRef(src1.values, src0.values, m, n, k, b1, b0), denseAbsRef(src1.values, src0.values, m, n, k, b1, b0));
-      if (!(err <= tol('f32', k))) over.push(`[${b1}/${b0} x ${m}, ${n}, ${k}]: ${err}`);
+      if (!(err <= dotTolerance('f32', k))) over.push(`[${b1}/${b0} x ${m}, ${n}, ${k}]: ${err}`);
     }
     expect(over).toEqual([]);
   });
@@ -375,9 +364,9 @@ describeBackends('dense parity', ({ device }) => {
         const dst = dev.alloc('f32', [b1, m, n]);
         dst.fill(Number.NaN);
         run(dev, (e) => denseMatmulTensor(e, { src0: src0.buf, src1: src1.buf, dst, m, n, k, src0Batch: b0, src1Batch: b1 }));
-        const x = rounded(w, src1.values);
+        const x = roundedTo(w, src1.values);
         const err = dotErr(dst.readNumbers(), denseRef(x, src0.values, m, n, k, b1, b0), denseAbsRef(x, src0.values, m, n, k, b1, b0));
-        if (!(err <= tol('f32', k))) over.push(`${w} [${b1}/${b0} x ${m}, ${n}, ${k}]: ${err}`);
+        if (!(err <= dotTolerance('f32', k))) over.push(`${w} [${b1}/${b0} x ${m}, ${n}, ${k}]: ${err}`);
       }
     }
     expect(over).toEqual([]);
@@ -393,8 +382,8 @@ describeBackends('dense parity', ({ device }) => {
     for (const [wRow, xRow] of [[48, 44], [45, 41]] as const) {
       const wBatchRows = 80;
       const r = rng(wRow + xRow);
-      const w16 = rounded('bf16', randomArray(r, b0 * wBatchRows * wRow, -1, 1));
-      const xs = rounded('f32', randomArray(r, b1 * m * xRow, -1, 1));
+      const w16 = roundedTo('bf16', randomArray(r, b0 * wBatchRows * wRow, -1, 1));
+      const xs = roundedTo('f32', randomArray(r, b1 * m * xRow, -1, 1));
       const src0 = dev.upload('bf16', [w16.length], w16);
       const src1 = dev.upload('f32', [xs.length], xs);
       const wDense = new Float64Array(b0 * n * k);
@@ -407,7 +396,7 @@ describeBackends('dense parity', ({ device }) => {
       for (const [at, v] of [[24, nb01], [32, nb02], [72, nb11], [80, nb12]] as const) gemv.setBigUint64(at, BigInt(v), true);
       const mm = new DataView(packDenseMmTensorParams({ m, n, k, src0Batch: b0, src1Batch: b1, weightBytes: 2 }).buffer);
       for (const [at, v] of [[8, nb01], [16, nb02], [48, nb11], [56, nb12]] as const) mm.setBigUint64(at, BigInt(v), true);
-      const xr = rounded('bf16', xDense);
+      const xr = roundedTo('bf16', xDense);
       const mmLaunch = denseMmCudaLaunch(m, n, b1, 'bf16');
       for (const [kernel, params, grid, threads, shared, x] of [
         ['hf2q_dense_gemv_bf16_f32_4', gemv, cuda ? [5 * m * b1, 1, 1] : [35, m, b1], cuda ? [256, 1, 1] : [32, 1, 1], 256, xDense],
@@ -420,7 +409,7 @@ describeBackends('dense parity', ({ device }) => {
           buffers: { 1: src0, 2: src1, 3: dst }, bytes: { 0: new Uint8Array(params.buffer) }, threadgroupMemory: { 0: shared },
         }, grid as [number, number, number], threads as [number, number, number]));
         const err = dotErr(dst.readNumbers(), denseRef(x, wDense, m, n, k, b1, b0), denseAbsRef(x, wDense, m, n, k, b1, b0));
-        if (!(err <= tol('f32', k))) over.push(`${kernel} rows ${wRow} / ${xRow}: ${err}`);
+        if (!(err <= dotTolerance('f32', k))) over.push(`${kernel} rows ${wRow} / ${xRow}: ${err}`);
         dst.release();
       }
       src0.release();

@@ -24,7 +24,7 @@
 
 import { describe, expect, test } from 'bun:test';
 import src from '../shaders/quantized_matmul.metal' with { type: 'text' };
-import { fromBf16, fromF16, toBf16, toF16, type Buffer, type DType, type Device } from '../ts/index.ts';
+import type { Buffer, DType, Device } from '../ts/index.ts';
 import {
   QUANTIZED_MATMUL_KERNELS,
   QUANTIZED_MV_CUDA_SHARED_BYTES,
@@ -51,29 +51,18 @@ import {
   affineUnpack,
   affineWords,
 } from '../ts/reference/quantized_matmul.ts';
-import { describeBackends, describeValidation, expectInvalid, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
-
-/** max over outputs of |got - want| / sum_k |x w| (Infinity for a NaN: a poisoned output never written). */
-function dotErr(got: ArrayLike<number>, want: ArrayLike<number>, abs: ArrayLike<number>): number {
-  let worst = 0;
-  for (let i = 0; i < want.length; i++) {
-    const e = Math.abs(got[i]! - want[i]!) / abs[i]!;
-    if (!(e <= worst)) worst = Number.isNaN(e) ? Infinity : e;
-  }
-  return worst;
-}
-
-/** TOL of the type the weight meets x in, grown as sqrt(k / 4096) past k = 4096 (the file comment). */
-function tol(dtype: AffineDType, k: number): number {
-  return TOL[dtype] * Math.max(1, Math.sqrt(k / 4096));
-}
-
-/** The values a buffer of the dtype holds for these numbers. */
-function rounded(dtype: DType, v: ArrayLike<number>): Float64Array {
-  if (dtype === 'bf16') return Float64Array.from(fromBf16(toBf16(v)));
-  if (dtype === 'f16') return Float64Array.from(fromF16(toF16(v)));
-  return Float64Array.from(Float32Array.from(v));
-}
+import {
+  describeBackends,
+  describeValidation,
+  dotErr,
+  dotTolerance,
+  expectInvalid,
+  randomArray,
+  rng,
+  roundedTo,
+  TARGET_LIMITS,
+  TOL,
+} from './helpers.ts';
 
 function run(dev: Device, rec: (enc: ReturnType<Device['encoder']>) => void): void {
   const enc = dev.encoder();
@@ -116,10 +105,10 @@ function setup(dev: Device, o: { m: number; n: number; k: number; gs: number; bi
     const q = Array.from({ length: n * k }, () => Math.floor(r.uniform(0, 2 ** bits)));
     packed = affinePack(q, n, k, bits);
     const groups = n * Math.ceil(k / gs);
-    scales = rounded(o.sdt, randomArray(r, groups, 0.001, 0.02));
-    biases = rounded(o.sdt, randomArray(r, groups, -0.1, 0.1));
+    scales = roundedTo(o.sdt, randomArray(r, groups, 0.001, 0.02));
+    biases = roundedTo(o.sdt, randomArray(r, groups, -0.1, 0.1));
   }
-  const xs = rounded(o.xdt, randomArray(r, m * k, -1, 1));
+  const xs = roundedTo(o.xdt, randomArray(r, m * k, -1, 1));
   const size = (d: DType): number => (d === 'f32' || d === 'u32' ? 4 : d === 'u8' ? 1 : 2);
   const al = (b: number): number => Math.ceil(b / 16) * 16;
   // One allocation: 32 bytes of garbage, then x, weight, scales and biases, each 16-byte aligned, garbage after.
@@ -145,7 +134,7 @@ function setup(dev: Device, o: { m: number; n: number; k: number; gs: number; bi
   outRoot.fill(Number.NaN);
   const outAt = 32;
   const output = outRoot.view(o.xdt, [m, n], outAt);
-  const xr = o.roundX ? rounded('bf16', xs) : xs;
+  const xr = o.roundX ? roundedTo('bf16', xs) : xs;
   return {
     x, weight, scales: sb, biases: bb, output, outRoot, outAt, roots: [root, outRoot],
     want: affineQuantizedMatmulRef(xr, packed, scales, biases, m, n, k, gs, bits),
@@ -383,7 +372,7 @@ describeBackends('quantized_matmul parity', ({ device }) => {
             for (const [m, n, groups] of shapes) {
               const k = gs * groups;
               const e = affine(dev, dt, m, n, k, gs, bits, form);
-              if (!(e <= tol(dt, k))) over.push(`${form} bits ${bits} gs ${gs} [${m}, ${n}, ${k}]: ${e}`);
+              if (!(e <= dotTolerance(dt, k))) over.push(`${form} bits ${bits} gs ${gs} [${m}, ${n}, ${k}]: ${e}`);
             }
           }
         }
@@ -406,7 +395,7 @@ describeBackends('quantized_matmul parity', ({ device }) => {
     const over: string[] = [];
     for (const [dt, m, bits] of [['bf16', 1, 4], ['bf16', 40, 4], ['f16', 2, 8], ['bf16', 17, 6]] as const) {
       const e = affine(dev, dt, m, 96, 2048, 64, bits, m <= 8 ? 'vector' : 'matrix');
-      if (!(e <= tol(dt, 2048))) over.push(`${dt} bits ${bits} m ${m}: ${e}`);
+      if (!(e <= dotTolerance(dt, 2048))) over.push(`${dt} bits ${bits} m ${m}: ${e}`);
     }
     expect(over).toEqual([]);
   }, 120_000);
@@ -418,7 +407,7 @@ describeBackends('quantized_matmul parity', ({ device }) => {
       ['bf16', 3, 8200, 64, 4, 'vector'], ['f16', 8, 8192, 32, 6, 'vector'], ['bf16', 1030, 1040, 32, 8, 'matrix'],
     ] as const) {
       const e = affine(dev, dt, m, n, k, 32, bits, form);
-      if (!(e <= tol(dt, k))) over.push(`${dt} ${form} bits ${bits} [${m}, ${n}, ${k}]: ${e}`);
+      if (!(e <= dotTolerance(dt, k))) over.push(`${dt} ${form} bits ${bits} [${m}, ${n}, ${k}]: ${e}`);
     }
     expect(over).toEqual([]);
   }, 120_000);
@@ -470,7 +459,7 @@ describeBackends('quantized_matmul parity', ({ device }) => {
         });
         run(dev, (e) => fn(e, { input: s.x, weight: s.weight, scales: s.scales, biases: s.biases, output: s.output, m, k, n, groupSize: gs, bits }));
         const err = errOf(s);
-        if (!(err <= tol('bf16', k))) over.push(`${op} ${name} [${m}, ${n}, ${k}] gs ${gs} bits ${bits}: ${err}`);
+        if (!(err <= dotTolerance('bf16', k))) over.push(`${op} ${name} [${m}, ${n}, ${k}] gs ${gs} bits ${bits}: ${err}`);
       }
     }
     expect(over).toEqual([]);

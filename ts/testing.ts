@@ -3,8 +3,9 @@
 //
 // - describeBackends: one describe block per backend present (emu, emu with a
 //   randomized thread schedule, cuda, metal); absent ones listed as skipped.
-// - Tolerances by dtype (TOL, tolerance), error measures (maxRelErr, nmse,
-//   scaledErr, maxAbs) and expectClose, which names the worst element.
+// - Tolerances by dtype (TOL, tolerance, dotTolerance), error measures
+//   (maxRelErr, nmse, scaledErr, maxAbs, dotErr), the values a buffer of a
+//   dtype holds (roundedTo), and expectClose, which names the worst element.
 // - poisoned: NaN-filled outputs, so an element a kernel never writes fails.
 // - rng / randomArray: seeded inputs, the same on every machine.
 //
@@ -13,7 +14,7 @@
 import { afterAll, describe, test } from 'bun:test';
 import type { Buffer } from './buffer.ts';
 import { Device } from './device.ts';
-import type { DType } from './dtype.ts';
+import { fromBf16, fromF16, toBf16, toF16, type DType } from './dtype.ts';
 import { MlxError } from './errors.ts';
 import type { BackendName } from './native.ts';
 
@@ -241,6 +242,37 @@ export function scaledErr(got: ArrayLike<number>, want: ArrayLike<number>): numb
  * rounding says why next to its test.
  */
 export const TOL = { f32: 1e-5, f16: 1e-3, bf16: 1e-2 } as const;
+
+/**
+ * The error of sums of products (matrix products, attention): max over
+ * outputs of |got - want| / sum_k |x w| (abs, from the reference); Infinity
+ * where got is NaN (a poisoned output never written).
+ */
+export function dotErr(got: ArrayLike<number>, want: ArrayLike<number>, abs: ArrayLike<number>): number {
+  let worst = 0;
+  for (let i = 0; i < want.length; i++) {
+    const e = Math.abs(got[i]! - want[i]!) / abs[i]!;
+    if (!(e <= worst)) worst = Number.isNaN(e) ? Infinity : e;
+  }
+  return worst;
+}
+
+/**
+ * dotErr's tolerance for sums over k terms: TOL of the dtype the products
+ * are rounded to, grown as sqrt(k / 4096) past k = 4096 (rounding errors of
+ * a long f32 sum add like a random walk).
+ */
+export function dotTolerance(dtype: 'f32' | 'f16' | 'bf16', k: number): number {
+  return TOL[dtype] * Math.max(1, Math.sqrt(k / 4096));
+}
+
+/** The values a buffer of the dtype holds for these numbers (rounded to nearest even). */
+export function roundedTo(dtype: DType, v: ArrayLike<number>): Float64Array {
+  if (dtype === 'bf16') return Float64Array.from(fromBf16(toBf16(v)));
+  if (dtype === 'f16') return Float64Array.from(fromF16(toF16(v)));
+  if (dtype === 'f32') return Float64Array.from(Float32Array.from(v));
+  return Float64Array.from(v);
+}
 
 /** The relative tolerance of a dtype (integers compare exactly: 0). */
 export function tolerance(dtype: DType): number {
