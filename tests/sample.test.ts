@@ -144,7 +144,8 @@ describe('sample param packers match the .metal declarations', () => {
     const at: Record<string, [string, number]> = {
       argmax_f32: ['ArgmaxParams', 3], argmax_blocks_f32: ['ArgmaxBlocksParams', 2], argmax_merge_f32: ['ArgmaxBlocksParams', 3],
       top_k_f32: ['TopKParams', 3], top_k_blocks_f32: ['TopKBlocksParams', 2], top_k_merge_f32: ['TopKBlocksParams', 3],
-      softmax_sample_f32: ['SoftmaxSampleParams', 4], sample_blocks_f32: ['SampleParams', 3], sample_finish_f32: ['SampleParams', 3],
+      softmax_sample_f32: ['SoftmaxSampleParams', 4], sample_blocks_f32: ['SampleParams', 3], sample_mass_f32: ['SampleParams', 1],
+      sample_finish_f32: ['SampleParams', 3],
       philox4x32_10_u32: ['PhiloxParams', 1],
     };
     expect(Object.keys(at).sort()).toEqual([...SAMPLE_KERNELS].sort());
@@ -161,10 +162,11 @@ describe('sample param packers match the .metal declarations', () => {
     const v = new DataView(bytes.buffer);
     const u = (i: number) => v.getUint32(4 * i, true);
     const f = (i: number) => v.getFloat32(4 * i, true);
-    expect(bytes.byteLength).toBe(60);
+    expect(bytes.byteLength).toBe(64);
     expect([u(0), u(1), u(2), u(3), u(4), u(5), u(6)]).toEqual([10000, 2, 2048, 5, 40, 40, 3]);
     expect([f(7), f(8), f(9), f(10)]).toEqual([Math.fround(0.7), Math.fround(0.95), Math.fround(0.05), Math.fround(1.1)]);
-    expect([u(11), u(12), u(13), u(14)]).toEqual([5, 256, 7, 0]);
+    expect([u(11), u(12), u(13), u(14), u(15)]).toEqual([5, 256, 7, 0, 0]);
+    expect(new DataView(packSampleParams(a, 2).buffer).getUint32(60, true)).toBe(2);
   });
   test('candidates: top-k\'s, 256 for top-p or min-p over the whole vocabulary, none otherwise', () => {
     expect(sampleCandidates({ vocab: 1000, topK: 20 })).toBe(20);
@@ -172,7 +174,9 @@ describe('sample param packers match the .metal declarations', () => {
     expect(sampleCandidates({ vocab: 1000, topP: 0.9 })).toBe(SAMPLE_MAX_K);
     expect(sampleCandidates({ vocab: 100, minP: 0.1 })).toBe(100);
     expect(sampleCandidates({ vocab: 1000 })).toBe(0);
-    expect(sampleScratchElements(1, 262144)).toBe(262144 + 3 * 128 + 2 * 64 * 256);
+    // z, 4 words per slice of 2048, 256 pairs per slice of 4096, histograms, state, a record per slice of 4096.
+    expect(sampleScratchElements(1, 262144)).toBe(262144 + 4 * 128 + 2 * 256 * 64 + 9216 + 16 + 36 * 64);
+    expect(sampleScratchElements(2, 7)).toBe(2 * (8 + 4 + 512 + 9216 + 16 + 36));
     expect([sampleSlice(64), sampleSlice(65)]).toEqual([2048, 4096]);
     expect(argmaxScratchElements(2, 262144)).toBe(2 * 128 * 2);
     expect(topKScratchElements(1, 262144, 256)).toBe(64 * 256 * 2);

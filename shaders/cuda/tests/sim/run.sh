@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs a family's CUDA kernels on the CPU simulation (sim_runtime.h), no GPU
-# needed: shaders/cuda/tests/sim/run.sh [family] [big]   (family: dense)
+# needed: shaders/cuda/tests/sim/run.sh [family] [big]   (family: dense, sample)
 # Needs g++ with C++20 and the CUDA headers (for the f16 / bf16 types).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
