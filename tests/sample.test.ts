@@ -3,17 +3,24 @@
 // every validation rule, and on every backend: argmax and top-k (one and two
 // passes, ties, NaN, -0, k past n, mlx-native's own launches), softmax_sample,
 // Philox's known answers on the device, and the sampler: the same tokens as
-// the reference away from rounding boundaries, its distribution under a
-// chi-square test, and each filter excluding exactly what it should.
+// the reference away from rounding boundaries (the whole-row passes too, with
+// ties at the top-p cut across slices and more keys at the cut than a slice's
+// record lists), its distribution under a chi-square test, and each filter
+// excluding exactly what it should.
 
 import { describe, expect, test } from 'bun:test';
 import src from '../shaders/sample.metal' with { type: 'text' };
+import cudaSrc from '../shaders/cuda/sample.cu' with { type: 'text' };
 import {
   ARGMAX_SLICE,
   SAMPLE_FAMILY,
   SAMPLE_KERNELS,
+  SAMPLE_HIST_WORDS,
+  SAMPLE_ITEMS,
   SAMPLE_MAX_K,
+  SAMPLE_REC_WORDS,
   SAMPLE_SOURCES,
+  SAMPLE_STATE_WORDS,
   argmax,
   argmaxScratchElements,
   packArgmaxParams,
@@ -22,6 +29,7 @@ import {
   philox4x32,
   sample,
   sampleCandidates,
+  sampleMassPasses,
   sampleScratchElements,
   sampleSlice,
   softmaxSample,
@@ -181,6 +189,22 @@ describe('sample param packers match the .metal declarations', () => {
     expect(argmaxScratchElements(2, 262144)).toBe(2 * 128 * 2);
     expect(topKScratchElements(1, 262144, 256)).toBe(64 * 256 * 2);
     expect(topKSlice(40)).toBe(2048);
+  });
+  test('the scratch layout\'s words and SAMPLE_ITEMS are the kernels\' (SampleLimits of both sources)', () => {
+    const want = { SAMPLE_ITEMS, SAMPLE_HIST_WORDS, SAMPLE_STATE_WORDS, SAMPLE_REC_WORDS, SAMPLE_MAX_K };
+    for (const text of [src, cudaSrc]) {
+      for (const [name, value] of Object.entries(want)) expect([name, Number(new RegExp(`\\b${name} = (\\d+)`).exec(text)?.[1])]).toEqual([name, value]);
+    }
+  });
+  test('the whole-row passes: top-k 0 with top-p (three) or min-p alone (one), past 256 tokens, T > 0', () => {
+    expect(sampleMassPasses({ vocab: 262144, temperature: 1, topP: 0.95 })).toEqual([0, 1, 2]);
+    expect(sampleMassPasses({ vocab: 262144, temperature: 1, topP: 0.95, minP: 0.05 })).toEqual([0, 1, 2]);
+    expect(sampleMassPasses({ vocab: 262144, temperature: 1, minP: 0.05 })).toEqual([2]);
+    expect(sampleMassPasses({ vocab: 262144, temperature: 1, topK: 64, topP: 0.95 })).toEqual([]);
+    expect(sampleMassPasses({ vocab: 262144, temperature: 0, topP: 0.95 })).toEqual([]);
+    expect(sampleMassPasses({ vocab: 262144, temperature: 1 })).toEqual([]);
+    expect(sampleMassPasses({ vocab: 256, temperature: 1, topP: 0.5 })).toEqual([]);
+    expect(sampleMassPasses({ vocab: 257, temperature: 1, topP: 0.5 })).toEqual([0, 1, 2]);
   });
 });
 
@@ -740,4 +764,36 @@ describeBackends('sample parity', ({ device }) => {
     expect(kept.size).toBeGreaterThan(4000);
     expect(Array.from(d2.tokens).every((t) => kept.has(t))).toBe(true);
   });
+
+  test('sample: the whole row over several slices (ties at the top-p cut across slices, more keys at the cut than a record lists, min-p)', () => {
+    const dev = device();
+    const cases: [name: string, rows: number, vocab: number, x: Float64Array, o: Omit<SampleOptions, 'seed' | 'counter'>][] = [];
+    // Logits on a grid of 1/8, as bf16 logits repeat values: hundreds of ties at each value, in every slice.
+    const r = rng(77);
+    const grid = Float64Array.from({ length: 6 * 20000 }, () => Math.round(r.uniform(-40, 40)) / 8);
+    cases.push(['ties, top-p 0.5', 6, 20000, grid, { temperature: 1, topP: 0.5 }]);
+    cases.push(['ties, top-p 0.9 + min-p 0.3', 6, 20000, grid, { temperature: 1, topP: 0.9, minP: 0.3 }]);
+    cases.push(['ties, min-p 0.4 alone', 6, 20000, grid, { temperature: 1, minP: 0.4 }]);
+    // 300 values an ulp apart at 1.0: the last round's 1024 keys hold them all, past the 32 a record lists.
+    const bits = Uint32Array.from({ length: 4 * 12000 }, () => 0x3f800000 + Math.floor(r.next() * 300));
+    const ulps = Float64Array.from(new Float32Array(bits.buffer));
+    // Weights within 4e-5 of 1: targets half a token from a boundary.
+    cases.push(['record overflow, top-p', 4, 12000, ulps, { temperature: 1, topP: 8400.5 / 12000 }]);
+    for (const [name, rows, vocab, x, c] of cases) {
+      const o: SampleOptions = { ...c, seed: 5, counter: 77 };
+      const want = sampleRef(x, rows, vocab, o);
+      const got = draw(dev, x, rows, vocab, o);
+      let compared = 0;
+      for (let row = 0; row < rows; row++) {
+        const w = want[row]!;
+        expect([name, w.path]).toEqual([name, 'index']);
+        // Equal weights put many decisions near a boundary: those rows are skipped.
+        if (w.margin < 1e-5) continue;
+        compared++;
+        expect([name, row, got.tokens[row]]).toEqual([name, row, w.token]);
+        expect(Math.abs(got.logprobs[row]! - w.logprob)).toBeLessThan(1e-4 * Math.max(1, Math.abs(w.logprob)));
+      }
+      expect([name, compared]).not.toEqual([name, 0]);
+    }
+  }, 120_000);
 });
