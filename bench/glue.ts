@@ -1,8 +1,11 @@
 // Times rms_norm, softmax, softcap, the elementwise family, embedding,
 // kv_cache_copy, the gated activations (silu_mul, gelu_tanh_mul, sigmoid_mul
-// and their halves forms, gelu), the sample family (argmax, top-k, sampling)
-// and the dense decode products with the encoder's GPU time, at the shapes of
-// Gemma 4 and Qwen3.6 layers: per case a warm-up commit, then 5
+// and their halves forms, gelu), the sample family (argmax, top-k, sampling),
+// the dense decode products, the MLX affine quantized products (every kernel
+// of quantized_matmul, decode and a 64-token prefill) and flash_attn_prefill's
+// mask builder and tile classifier (bench/attention.ts times the attention)
+// with the encoder's GPU time, at the shapes of Gemma 4 and Qwen3.6 layers:
+// per case a warm-up commit, then 5
 // commits of `iters` back-to-back dispatches; time per dispatch = median of
 // gpuTimeNs / iters. Prints the time, the bytes each dispatch must move
 // (inputs read once, outputs written once) and the rate they imply.
@@ -12,17 +15,19 @@
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
-import { uniformBuffer } from './random.ts';
+import { gpuTimePerDispatch, uniformBuffer, wordBuffer } from './common.ts';
 import { cast, elementwiseAdd, elementwiseAddScaled, elementwiseMul, scalarMul } from '../ts/ops/elementwise.ts';
 import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
+import { affineQuantizedMatmul, quantizedMatmul, quantizedMatmulSimd, quantizedMatmulSimdBf16 } from '../ts/ops/quantized_matmul.ts';
 import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
-import { softcap, softmax } from '../ts/ops/softmax.ts';
+import { softcap, softmax, softmaxScratchElements } from '../ts/ops/softmax.ts';
 import { embedding } from '../ts/ops/embedding.ts';
 import { kvCacheCopySeqDual } from '../ts/ops/kv_cache_copy.ts';
 import { gelu, geluTanhMul, geluTanhMulHalves } from '../ts/ops/gelu.ts';
 import { sigmoidMul, sigmoidMulHalves } from '../ts/ops/sigmoid_mul.ts';
 import { siluMul, siluMulHalves } from '../ts/ops/silu_mul.ts';
 import { argmax, argmaxScratchElements, philox4x32, sample, sampleScratchElements, softmaxSample, topK, topKScratchElements } from '../ts/ops/sample.ts';
+import { flashAttnPrefillBlk, flashAttnPrefillMask } from '../ts/ops/flash_attn_prefill.ts';
 
 const small = process.argv.includes('--small');
 const dev = Device.open();
@@ -33,6 +38,25 @@ const random = (dtype: DType, shape: number[]): Buffer => uniformBuffer(dev, dty
 interface Case { name: string; bytes: number; record: (enc: Encoder) => void }
 
 function cases(): Case[] {
+  const out: Case[] = [];
+  out.push(...normSoftmaxCases());
+  out.push(...elementwiseCases(), ...embeddingCases(), ...kvCacheCopyCases());
+  out.push(...siluMulCases(), ...geluCases(), ...sigmoidMulCases());
+  out.push(...sampleCases());
+  out.push(...denseCases());
+  out.push(...quantizedMatmulCases());
+  out.push(...flashAttnPrefillCases());
+  return out;
+}
+
+// ---- rms_norm, softmax, softcap ----
+// Gemma 4 31B's hidden rows (5376) and Qwen3's q-norm (32 heads x 128), a
+// prefill and one decode token; attention scores with Gemma 2's softcap and
+// a causal mask; the vocabulary (262144) softmax of 64 rows and of one, in
+// one pass and in two over a scratch. Bytes (the floor): inputs read once,
+// outputs written once; the two-pass rows move up to half as much again
+// (the input read twice, the second time from L2 where it still is).
+function normSoftmaxCases(): Case[] {
   const out: Case[] = [];
   const rows = small ? 8 : 16384;
   for (const dt of ['bf16', 'f32'] as const) {
@@ -45,12 +69,12 @@ function cases(): Case[] {
     const y1 = dev.alloc(dt, [1, dim]);
     out.push({ name: `rms_norm ${dt} [1, ${dim}] (decode)`, bytes: 2 * dim * size(dt), record: (e) => rmsNorm(e, { input: x1, weight: w, output: y1, rows: 1, dim }) });
   }
-  {
-    const [tokens, heads, headDim] = small ? [4, 2, 128] : [8192, 32, 128]; // Qwen3 q-norm
+  for (const tokens of [small ? 4 : 8192, 1]) {
+    const [heads, headDim] = small ? [2, 128] : [32, 128]; // Qwen3 q-norm
     const q = random('bf16', [tokens, heads, headDim]);
     const w = random('bf16', [headDim]);
     const y = dev.alloc('bf16', [tokens, heads, headDim]);
-    out.push({ name: `rms_norm_per_head bf16 [${tokens}, ${heads}, ${headDim}]`, bytes: 4 * tokens * heads * headDim,
+    out.push({ name: `rms_norm_per_head bf16 [${tokens}, ${heads}, ${headDim}]${tokens === 1 ? ' (decode)' : ''}`, bytes: 4 * tokens * heads * headDim,
       record: (e) => rmsNormPerHead(e, { input: q, weight: w, output: y, tokens, heads, headDim }) });
   }
   {
@@ -60,11 +84,24 @@ function cases(): Case[] {
     const p = dev.alloc('f32', [heads * seq, seq]);
     out.push({ name: `softmax f32 scale+softcap+mask [${heads}x${seq}, ${seq}]`, bytes: 8 * heads * seq * seq + 2 * seq * seq,
       record: (e) => softmax(e, { input: s, output: p, rows: heads * seq, cols: seq, scale: 0.0884, softcap: 50, mask, seqQ: seq }) });
+    // One decode token's scores over 8192 keys (the last row of the causal mask: nothing masked).
+    const keys = small ? 512 : 8192;
+    const s1 = random('f32', [heads, keys]);
+    const m1 = dev.upload('bf16', [1, keys], new Array(keys).fill(0));
+    const p1 = dev.alloc('f32', [heads, keys]);
+    out.push({ name: `softmax f32 scale+softcap+mask [${heads}x1, ${keys}] (decode)`, bytes: 8 * heads * keys + 2 * keys,
+      record: (e) => softmax(e, { input: s1, output: p1, rows: heads, cols: keys, scale: 0.0884, softcap: 50, mask: m1, seqQ: 1 }) });
   }
   for (const [r, c, dt] of [[small ? 2 : 4096, small ? 512 : 8192, 'bf16'], [small ? 2 : 64, small ? 4096 : 262144, 'f32'], [1, small ? 4096 : 262144, 'f32']] as const) {
     const x = random(dt, [r, c]);
     const y = dev.alloc(dt, [r, c]);
-    out.push({ name: `softmax ${dt} [${r}, ${c}]`, bytes: 2 * r * c * size(dt), record: (e) => softmax(e, { input: x, output: y, rows: r, cols: c }) });
+    const tag = r === 1 ? ' (decode)' : '';
+    out.push({ name: `softmax ${dt} [${r}, ${c}]${tag}`, bytes: 2 * r * c * size(dt), record: (e) => softmax(e, { input: x, output: y, rows: r, cols: c }) });
+    if (dt === 'f32') {
+      const scratch = dev.alloc('f32', [softmaxScratchElements(r, c)]);
+      out.push({ name: `softmax ${dt} [${r}, ${c}] two passes${tag}`, bytes: 2 * r * c * size(dt),
+        record: (e) => softmax(e, { input: x, output: y, rows: r, cols: c, scratch }) });
+    }
   }
   {
     const n = small ? 4096 : 64 * 262144;
@@ -72,12 +109,35 @@ function cases(): Case[] {
     const y = dev.alloc('bf16', [n]);
     out.push({ name: `softcap bf16 [${n}] cap 30`, bytes: 4 * n, record: (e) => softcap(e, { input: x, output: y, cap: 30 }) });
   }
-  out.push(...elementwiseCases(), ...embeddingCases(), ...kvCacheCopyCases());
-  out.push(...siluMulCases(), ...geluCases(), ...sigmoidMulCases());
-  out.push(...sampleCases());
-  out.push(...denseCases());
   return out;
 }
+// ---- end of rms_norm, softmax, softcap ----
+
+// ---- flash_attn_prefill: the mask builder and the tile classifier ----
+// Gemma 4's sliding layers (window 1024) over an 8192-token prefill, and one
+// decode query over 32768 keys. Floor: the mask builder writes the [qL, kL]
+// bf16 mask once (2 qL kL bytes); the classifier reads it once and writes
+// one byte per tile (32 x 16, the d256 entry's).
+function flashAttnPrefillCases(): Case[] {
+  const out: Case[] = [];
+  for (const [qL, kL] of [small ? [64, 64] : [8192, 8192], [1, small ? 256 : 32768]] as const) {
+    const tag = qL === 1 ? ' (decode)' : '';
+    const mask = dev.alloc('bf16', [qL, kL]);
+    const qOffset = kL - qL;
+    out.push({ name: `flash_attn_prefill_mask bf16 [${qL}, ${kL}] causal w1024${tag}`, bytes: 2 * qL * kL,
+      record: (e) => flashAttnPrefillMask(e, { mask, seqLenQ: qL, seqLenK: kL, causal: true, slidingWindow: 1024, qOffset }) });
+    const nt = Math.ceil(qL / 32) * Math.ceil(kL / 16);
+    const blk = dev.alloc('u8', [nt]);
+    const init = dev.encoder();
+    flashAttnPrefillMask(init, { mask, seqLenQ: qL, seqLenK: kL, causal: true, slidingWindow: 1024, qOffset });
+    init.commitAndWait();
+    init.release();
+    out.push({ name: `flash_attn_prefill_blk bf16 [${qL}, ${kL}] tiles 32x16${tag}`, bytes: 2 * qL * kL + nt,
+      record: (e) => flashAttnPrefillBlk(e, { mask, blk, seqLenQ: qL, seqLenK: kL, bq: 32, bk: 16 }) });
+  }
+  return out;
+}
+// ---- end of flash_attn_prefill ----
 
 // ---- dense: decode products, memory-bound on the weight (bench/matmul.ts has the matrix shapes) ----
 // bytes: the weight read once, x read, y written; the floor is bytes / copy bandwidth.
@@ -103,6 +163,41 @@ function denseCases(): Case[] {
   }
   return out;
 }
+
+// ---- quantized_matmul: MLX affine quantized products, one row per kernel (bench/matmul.ts has the prefill shapes) ----
+// Qwen3.6 27B MLP up (5120 -> 17408): decode (1 and 8 tokens) and a 64-token
+// prefill, where the weight is still read about once (64 x 128 tiles). bytes:
+// the packed weight, scales and biases read once, x read, y written.
+function quantizedMatmulCases(): Case[] {
+  const out: Case[] = [];
+  const [n, k] = small ? [512, 256] : [17408, 5120];
+  const weightOf = (bits: number, gs: number, sdt: DType) => ({
+    weight: wordBuffer(dev, (n * k * bits) / 32), scales: uniformBuffer(dev, sdt, [(n * k) / gs], 0.02), biases: uniformBuffer(dev, sdt, [(n * k) / gs], 0.1),
+    bytes: (n * k * bits) / 8 + ((2 * n * k) / gs) * size(sdt),
+  });
+  const affine = (dt: 'f32' | 'f16' | 'bf16', bits: number, gs: number, m: number): Case => {
+    const w = weightOf(bits, gs, dt);
+    const x = uniformBuffer(dev, dt, [m, k], 1);
+    const y = dev.alloc(dt, [m, n]);
+    const kernel = m <= 8 ? `quantized_mv_${dt}` : `quantized_mm_${dt}`;
+    return { name: `${kernel} q${bits} g${gs} [${m}, ${k}] x [${n}, ${k}]^T`, bytes: w.bytes + (m * k + m * n) * size(dt),
+      record: (e) => affineQuantizedMatmul(e, { x, weight: w.weight, scales: w.scales, biases: w.biases, output: y, m, n, k, groupSize: gs, bits }) };
+  };
+  out.push(affine('bf16', 4, 64, 1), affine('bf16', 4, 64, 8), affine('f16', 4, 32, 1), affine('f32', 8, 128, 1));
+  out.push(affine('bf16', 4, 64, 64), affine('f16', 6, 64, 64), affine('f32', 4, 64, 16));
+  // mlx-native's kernels, bf16 scales: f32 x (quantized_matmul, quantized_matmul_simd) and bf16 x.
+  const crate = (name: string, op: typeof quantizedMatmul, io: 'f32' | 'bf16', bits: number, m: number): Case => {
+    const w = weightOf(bits, 64, 'bf16');
+    const input = uniformBuffer(dev, io, [m, k], 1);
+    const output = dev.alloc(io, [m, n]);
+    return { name: `${name} q${bits} g64 [${m}, ${k}] x [${n}, ${k}]^T`, bytes: w.bytes + (m * k + m * n) * size(io),
+      record: (e) => op(e, { input, weight: w.weight, scales: w.scales, biases: w.biases, output, m, k, n, groupSize: 64, bits }) };
+  };
+  out.push(crate('quantized_matmul', quantizedMatmul, 'f32', 4, 1), crate('quantized_matmul_simd', quantizedMatmulSimd, 'f32', 4, 1),
+    crate('quantized_matmul_simd_bf16', quantizedMatmulSimdBf16, 'bf16', 6, 1), crate('quantized_matmul_simd_bf16', quantizedMatmulSimdBf16, 'bf16', 4, 64));
+  return out;
+}
+// ---- end of quantized_matmul ----
 
 // ---- sample: argmax, top-k, softmax_sample, the sampler, Philox ----
 // Gemma 4's vocabulary (262144); decode is one row, the large shape 64 rows
@@ -327,14 +422,7 @@ function sigmoidMulCases(): Case[] {
 }
 // ---- end of the gated activations ----
 
-function time(c: Case, iters: number): number {
-  const enc = dev.encoder();
-  for (let i = 0; i < iters; i++) c.record(enc);
-  enc.commitAndWait();
-  const t = enc.gpuTimeNs / iters;
-  enc.release();
-  return t;
-}
+const time = (c: Case, iters: number): number => gpuTimePerDispatch(dev, c.record, iters);
 
 console.log(`device: ${dev.name} (${dev.backend})`);
 for (const c of cases()) {

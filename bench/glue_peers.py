@@ -1,29 +1,15 @@
-# PyTorch eager beside bench/glue.ts on the GPU machine, same shapes, timed
-# with CUDA events around `iters` calls (median of 5), and the copy ceiling
-# (a 1 GiB device-to-device copy, bytes read + written). Every row also
-# times torch.compile of the same computation.
-# (a 1 GiB device-to-device copy, bytes read + written). The sample family's
-# rows (sample_cases) time PyTorch eager and torch.compile of each computation.
+# PyTorch eager and torch.compile of the same computations beside
+# bench/glue.ts on the GPU machine, same shapes, timed with CUDA events around
+# `iters` calls (median of 5, bench/cuda_timing.py), and the copy ceiling (a
+# 1 GiB device-to-device copy, bytes read + written).
 #   python3 bench/glue_peers.py
 import torch
 import torch.nn.functional as F
+from quantized_torch import dequantize, random_affine
+
+from cuda_timing import timed
 
 dev = "cuda"
-
-
-def timed(fn, iters=50):
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3 / iters)
-    return sorted(ts)[2]
 
 
 def report(name, us, nbytes):
@@ -57,20 +43,27 @@ def norm_softmax_cases():
         x1 = x[:1].contiguous()
         eager_and_compiled(f"rms_norm {name} [1, 5376] (decode)", lambda x1=x1, w=w: F.rms_norm(x1, (5376,), w, 1e-6),
                            2 * x1.numel() * x1.element_size())
-    q = torch.randn(8192, 32, 128, dtype=torch.bfloat16, device=dev)
-    wq = torch.randn(128, dtype=torch.bfloat16, device=dev)
-    eager_and_compiled("rms_norm_per_head bf16 [8192, 32, 128]", lambda: F.rms_norm(q, (128,), wq, 1e-6), 4 * q.numel())
+    for tokens in (8192, 1):
+        q = torch.randn(tokens, 32, 128, dtype=torch.bfloat16, device=dev)
+        wq = torch.randn(128, dtype=torch.bfloat16, device=dev)
+        tag = " (decode)" if tokens == 1 else ""
+        eager_and_compiled(f"rms_norm_per_head bf16 [{tokens}, 32, 128]{tag}", lambda q=q, wq=wq: F.rms_norm(q, (128,), wq, 1e-6),
+                           4 * q.numel())
     s = torch.randn(32 * 2048, 2048, device=dev)
     mask = torch.triu(torch.full((2048, 2048), float("-inf"), device=dev), 1).to(torch.bfloat16)
 
-    def smx():
+    def smx(s=s, mask=mask, heads=32, q=2048):
         v = torch.tanh(s * 0.0884 / 50) * 50
-        return torch.softmax(v.view(32, 2048, 2048) + mask.float(), -1)
+        return torch.softmax(v.view(heads, q, -1) + mask.float(), -1)
 
     eager_and_compiled("softmax f32 scale+softcap+mask [32x2048, 2048]", smx, 8 * s.numel() + 2 * mask.numel(), 10)
+    s1 = torch.randn(32, 8192, device=dev)
+    m1 = torch.zeros(1, 8192, dtype=torch.bfloat16, device=dev)
+    eager_and_compiled("softmax f32 scale+softcap+mask [32x1, 8192] (decode)", lambda: smx(s1, m1, 32, 1), 8 * s1.numel() + 2 * m1.numel())
     for r, c, dt in [(4096, 8192, torch.bfloat16), (64, 262144, torch.float32), (1, 262144, torch.float32)]:
         x = torch.randn(r, c, dtype=dt, device=dev)
-        eager_and_compiled(f"softmax {str(dt)[6:]} [{r}, {c}]", lambda x=x: torch.softmax(x, -1), 2 * x.numel() * x.element_size())
+        tag = " (decode)" if r == 1 else ""
+        eager_and_compiled(f"softmax {str(dt)[6:]} [{r}, {c}]{tag}", lambda x=x: torch.softmax(x, -1), 2 * x.numel() * x.element_size())
     x = torch.randn(64 * 262144, dtype=torch.bfloat16, device=dev)
     eager_and_compiled("softcap bf16 [16777216] cap 30", lambda: torch.tanh(x / 30) * 30, 4 * x.numel())
 
@@ -283,3 +276,60 @@ def dense_cases():
 
 dense_cases()
 # ---- end of dense ----
+
+
+# ---- flash_attn_prefill: the mask builder and the tile classifier (bench/glue.ts flashAttnPrefillCases) ----
+# The same [qL, kL] bf16 causal window mask (0 / -inf) built by torch ops, and
+# its (32 x 16) tiles classified by amax / amin over the tiles; eager and
+# torch.compile. Bytes as bench/glue.ts.
+def flash_attn_prefill_cases():
+    for ql, kl in [(8192, 8192), (1, 32768)]:
+        tag = " (decode)" if ql == 1 else ""
+        off = kl - ql
+        q = torch.arange(ql, device=dev).view(-1, 1) + off
+        k = torch.arange(kl, device=dev).view(1, -1)
+        zero = torch.zeros((), dtype=torch.bfloat16, device=dev)
+        ninf = torch.full((), float("-inf"), dtype=torch.bfloat16, device=dev)
+
+        def build(q=q, k=k, zero=zero, ninf=ninf):
+            return torch.where((k <= q) & (q - k < 1024), zero, ninf)
+
+        eager_and_compiled(f"flash_attn_prefill_mask bf16 [{ql}, {kl}] causal w1024{tag}", build, 2 * ql * kl)
+        m = build()
+        nq, nk = -(-ql // 32), kl // 16
+
+        def classify(m=m, nq=nq, nk=nk, ql=ql):
+            # Rows past qL do not count: -inf for the maximum, +inf for the minimum.
+            pad = (0, 0, 0, nq * 32 - ql)
+            hi = F.pad(m, pad, value=float("-inf")).view(nq, 32, nk, 16).float().amax(dim=(1, 3))
+            lo = F.pad(m, pad, value=float("inf")).view(nq, 32, nk, 16).float().amin(dim=(1, 3))
+            return torch.where(hi <= -1e30, 0, torch.where((hi == 0) & (lo == 0), 2, 1)).to(torch.uint8)
+
+        eager_and_compiled(f"flash_attn_prefill_blk bf16 [{ql}, {kl}] tiles 32x16{tag}", classify, 2 * ql * kl + nq * nk)
+
+
+flash_attn_prefill_cases()
+# ---- end of flash_attn_prefill ----
+# ---- quantized_matmul: MLX affine quantization (the shapes of glue.ts's quantizedMatmulCases) ----
+# F.linear on the dequantized weight (what a dense model of the same shape
+# costs), and MLX's dequantization in torch followed by F.linear, eager and
+# compiled. bytes: the quantized floor (packed weight, scales, biases, x, y).
+def quantized_matmul_cases():
+    n, k = 17408, 5120
+    linear = torch.compile(lambda a, b: F.linear(a, b))
+    for dt, bits, gs, m in [(torch.bfloat16, 4, 64, 1), (torch.bfloat16, 4, 64, 8), (torch.float16, 4, 32, 1), (torch.float32, 8, 128, 1),
+                            (torch.bfloat16, 4, 64, 64), (torch.float16, 6, 64, 64), (torch.float32, 4, 64, 16), (torch.bfloat16, 6, 64, 1)]:
+        wq, scales, biases = random_affine(n, k, bits, gs, dt, dev)
+        x = torch.randn(m, k, dtype=dt, device=dev)
+        w = dequantize(wq, scales, biases, bits, gs)
+        es = x.element_size()
+        nbytes = n * k * bits // 8 + 2 * scales.numel() * es + (m * k + m * n) * es
+        name = f"{str(dt)[6:]} q{bits} g{gs} [{m}, {k}] x [{n}, {k}]^T"
+        report(f"torch F.linear dequantized W {name}", timed(lambda: F.linear(x, w), 20), nbytes)
+        report(f"compile F.linear dequantized W {name}", timed(lambda: linear(x, w), 20), nbytes)
+        eager_and_compiled(f"dequant+F.linear {name}", lambda: F.linear(x, dequantize(wq, scales, biases, bits, gs)), nbytes, 10)
+        del wq, scales, biases, x, w
+
+
+quantized_matmul_cases()
+# ---- end of quantized_matmul ----

@@ -1,9 +1,12 @@
-// Times the dense family (ts/ops/dense.ts) with the encoder's GPU time, at
+// Times the dense family (ts/ops/dense.ts) and the MLX affine quantized
+// products (ts/ops/quantized_matmul.ts) with the encoder's GPU time, at
 // 4096^3 and at Qwen3.6 27B / Gemma 4 31B projection shapes: per case a
 // warm-up commit, then 5 commits of `iters` back-to-back dispatches; time
 // per dispatch = median of gpuTimeNs / iters. bench/matmul_peers.py times
-// torch.matmul / F.linear (cuBLAS) and torch.compile at the same shapes and
-// measures the peak it divides by.
+// torch.matmul / F.linear (cuBLAS) and torch.compile at the same shapes (for
+// the quantized rows: F.linear on the dequantized bf16 weight, and MLX's
+// dequantization in torch followed by F.linear) and measures the peak it
+// divides by.
 //
 //   bun run bench/matmul.ts [--small] [--peak-tflops T] [--copy-gbs B]
 //
@@ -12,12 +15,14 @@
 // same machine, each row also gets its floor and our fraction of it:
 //   matrix form (compute-bound): floor = 2 m n k / peak;
 //   vector form (decode, memory-bound): floor = bytes / copy bandwidth, the
-//   bytes being the weight's (read once) plus x and y.
+//   bytes being the weight's (read once; quantized: the packed words, scales
+//   and biases) plus x and y.
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
-import { uniformBuffer } from './random.ts';
+import { gpuTimePerDispatch, uniformBuffer, wordBuffer } from './common.ts';
 import { denseMatmul, denseMatmulTensor, denseMatvec } from '../ts/ops/dense.ts';
+import { affineQuantizedMatmul, quantizedMatmulSimd } from '../ts/ops/quantized_matmul.ts';
 
 const small = process.argv.includes('--small');
 const arg = (name: string): number | null => {
@@ -58,7 +63,7 @@ function dense(label: string, dt: 'bf16' | 'f16' | 'f32', m: number, n: number, 
 
 function cases(): Case[] {
   if (small) {
-    return [dense('square', 'bf16', 64, 64, 64), dense('decode', 'bf16', 1, 256, 256), dense('decode', 'bf16', 8, 256, 256)];
+    return [dense('square', 'bf16', 64, 64, 64), dense('decode', 'bf16', 1, 256, 256), dense('decode', 'bf16', 8, 256, 256), ...quantizedCases()];
   }
   const out: Case[] = [dense('square', 'bf16', 4096, 4096, 4096), dense('square', 'f16', 4096, 4096, 4096), dense('square', 'f32', 4096, 4096, 4096)];
   // Qwen3.6 27B MLP: hidden 5120, intermediate 17408 (gate/up 5120 -> 17408, down 17408 -> 5120).
@@ -85,17 +90,60 @@ function cases(): Case[] {
     out.push({ name: `square hf2q_dense_mm_bf16_f32_tensor m=${m} n=${n} k=${k}`, flops: 2 * m * n * k, bytes: 2 * n * k + 4 * (m * k + m * n),
       memoryBound: false, record: (e) => denseMatmulTensor(e, { src0, src1, dst, m, n, k, src0Batch: 1, src1Batch: 1 }) });
   }
-  return out;
+  return [...out, ...quantizedCases()];
 }
 
-function time(c: Case, iters: number): number {
-  const enc = dev.encoder();
-  for (let i = 0; i < iters; i++) c.record(enc);
-  enc.commitAndWait();
-  const t = enc.gpuTimeNs / iters;
-  enc.release();
-  return t;
+// ---- quantized_matmul: MLX affine quantization (floors and predictions: notes/quantized-2026-11-25.md) ----
+
+/**
+ * y = x W^T with W [n, k] in MLX's affine format (bits, groups of gs; random
+ * packed words), x, scales, biases and y of one dtype: affineQuantizedMatmul
+ * (the vector form for m <= 8). Bytes: the packed weight, scales and biases
+ * read once, x read, y written.
+ */
+function quantized(label: string, dt: 'bf16' | 'f16', bits: number, gs: number, m: number, n: number, k: number): Case {
+  const x = random(dt, m * k);
+  const weight = wordBuffer(dev, (n * k * bits) / 32);
+  const scales = uniformBuffer(dev, dt, [(n * k) / gs], 0.02);
+  const biases = uniformBuffer(dev, dt, [(n * k) / gs], 0.1);
+  const y = dev.alloc(dt, [m * n]);
+  return {
+    name: `${label} q${bits} g${gs} ${dt} m=${m} n=${n} k=${k}`,
+    flops: 2 * m * n * k,
+    bytes: (n * k * bits) / 8 + ((2 * n * k) / gs + m * k + m * n) * size(dt),
+    memoryBound: m <= 8,
+    record: (e) => affineQuantizedMatmul(e, { x, weight, scales, biases, output: y, m, n, k, groupSize: gs, bits }),
+  };
 }
+
+function quantizedCases(): Case[] {
+  if (small) {
+    return [quantized('decode', 'bf16', 4, 64, 1, 256, 256), quantized('decode', 'bf16', 6, 32, 8, 256, 256),
+      quantized('prefill', 'bf16', 8, 128, 64, 128, 256)];
+  }
+  // mlx-community's default: 4 bits, groups of 64, bf16 scales; 6 and 8 bits at Gemma 4's up projection.
+  const out: Case[] = [quantized('square', 'bf16', 4, 64, 1, 4096, 4096), quantized('square', 'bf16', 4, 64, 4096, 4096, 4096)];
+  for (const m of [1, 8, 512, 8192]) out.push(quantized('Qwen3.6 up', 'bf16', 4, 64, m, 17408, 5120));
+  out.push(quantized('Qwen3.6 down', 'bf16', 4, 64, 1, 5120, 17408));
+  for (const bits of [4, 6, 8]) out.push(quantized('Gemma 4 up', 'bf16', bits, 64, 1, 21504, 5376));
+  out.push(quantized('Gemma 4 up', 'f16', 4, 32, 1, 21504, 5376), quantized('Gemma 4 up', 'bf16', 4, 64, 8192, 21504, 5376));
+  {
+    // mlx-native's f32-activation SIMD kernel (4 bits, bf16 scales) at one token.
+    const [n, k, gs] = [17408, 5120, 64];
+    const input = random('f32', k);
+    const weight = wordBuffer(dev, (n * k) / 8);
+    const scales = uniformBuffer(dev, 'bf16', [(n * k) / gs], 0.02);
+    const biases = uniformBuffer(dev, 'bf16', [(n * k) / gs], 0.1);
+    const output = dev.alloc('f32', [n]);
+    out.push({ name: `Qwen3.6 up quantized_matmul_simd q4 g64 f32 m=1 n=${n} k=${k}`, flops: 2 * n * k,
+      bytes: (n * k) / 2 + (4 * n * k) / gs + 4 * (k + n), memoryBound: true,
+      record: (e) => quantizedMatmulSimd(e, { input, weight, scales, biases, output, m: 1, k, n, groupSize: gs, bits: 4 }) });
+  }
+  return out;
+}
+// ---- end of quantized_matmul ----
+
+const time = (c: Case, iters: number): number => gpuTimePerDispatch(dev, c.record, iters);
 
 console.log(`device: ${dev.name} (${dev.backend})${peakTflops ? `, peak ${peakTflops} TFLOP/s` : ''}${copyGbs ? `, copy ${copyGbs} GB/s` : ''}`);
 for (const c of cases()) {

@@ -9,26 +9,25 @@
 #   bun run bench/matmul.ts --peak-tflops <peak> --copy-gbs <copy>
 # Floors: matrix shapes 2 m n k / peak; decode shapes (m <= 8) the bytes of
 # the weight, x and y / copy bandwidth.
+#
+# Quantized rows (bench/matmul.ts's quantized cases, MLX's affine format):
+# F.linear on the dequantized bf16 weight (the bf16 floor: what a dense
+# model of the same shape costs), and MLX's dequantization written in torch
+# followed by F.linear, eager and compiled (dequantize-then-matmul, the peer
+# of the quantized prefill rows). Their floor column is the quantized one:
+# the packed words, scales and biases, x and y over the copy bandwidth.
 import torch
 import torch.nn.functional as F
+from quantized_torch import dequantize, random_affine
+
+from cuda_timing import timed as cuda_timed
 
 dev = "cuda"
 torch.backends.cuda.matmul.allow_tf32 = False
 
 
 def timed(fn, iters=20):
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3 / iters)
-    return sorted(ts)[2]
+    return cuda_timed(fn, iters)
 
 
 print("device:", torch.cuda.get_device_name(), "torch", torch.__version__)
@@ -86,3 +85,36 @@ x = torch.randn(4096, 4096, device=dev)
 w = torch.randn(4096, 4096, dtype=torch.bfloat16, device=dev)
 row("F.linear(x.bfloat16(), W).float() square f32 x bf16 W m=4096 n=4096 k=4096",
     timed(lambda: F.linear(x.bfloat16(), w).float(), 10), 2 * 4096**3, 2 * 4096**2 + 8 * 4096**2, False)
+
+
+# ---- quantized_matmul: MLX affine quantization ----
+
+
+def quantized(label, dt, bits, gs, m, n, k):
+    x = torch.randn(m, k, dtype=dt, device=dev) * 0.5
+    wq, scales, biases = random_affine(n, k, bits, gs, dt, dev)
+    w = dequantize(wq, scales, biases, bits, gs)
+    flops = 2 * m * n * k
+    nbytes = n * k * bits // 8 + (2 * n * k // gs + m * k + m * n) * size[dt]
+    name = f"{label} q{bits} g{gs} {str(dt)[6:]} m={m} n={n} k={k}"
+    iters = 5 if flops > 1e12 else 20
+    row(f"F.linear dequantized W {name}", timed(lambda: F.linear(x, w), iters), flops, nbytes, m <= 8)
+    deq = lambda: F.linear(x, dequantize(wq, scales, biases, bits, gs))
+    row(f"dequant+F.linear {name}", timed(deq, iters), flops, nbytes, m <= 8)
+    try:
+        compiled = torch.compile(lambda a, q, s, b: F.linear(a, dequantize(q, s, b, bits, gs)))
+        row(f"compile dequant+F.linear {name}", timed(lambda: compiled(x, wq, scales, biases), iters), flops, nbytes, m <= 8)
+    except Exception as e:  # a compile failure costs its row, not the run
+        print(f"compile dequant+F.linear {name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    del x, wq, scales, biases, w
+
+
+quantized("square", torch.bfloat16, 4, 64, 1, 4096, 4096)
+quantized("square", torch.bfloat16, 4, 64, 4096, 4096, 4096)
+for m in (1, 8, 512, 8192):
+    quantized("Qwen3.6 up", torch.bfloat16, 4, 64, m, 17408, 5120)
+quantized("Qwen3.6 down", torch.bfloat16, 4, 64, 1, 5120, 17408)
+for bits in (4, 6, 8):
+    quantized("Gemma 4 up", torch.bfloat16, bits, 64, 1, 21504, 5376)
+quantized("Gemma 4 up", torch.float16, 4, 32, 1, 21504, 5376)
+quantized("Gemma 4 up", torch.bfloat16, 4, 64, 8192, 21504, 5376)

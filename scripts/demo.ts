@@ -22,6 +22,8 @@
 //   v norm (head dim 512), attention softmax with scale, softcap 50 and a
 //   causal mask, softmax over Gemma 4's 262144-token vocabulary and its final
 //   logit softcap (30).
+//   glue speed forms: the vocabulary softmax in two passes over a scratch,
+//   and the crate's gelu alone at Gemma 4 31B's MLP width (21504, bf16).
 //   elementwise: the residual add of Gemma 4 31B (hidden 5376, bf16).
 //   embedding: Gemma 4 31B's scaled lookup (hidden 5376 bf16, times
 //   sqrt(5376) rounded to bf16 as Hugging Face does) from the first 1024
@@ -34,6 +36,10 @@
 //   logit softcap (30);
 //   sampling: one token from Gemma 4's 262144-token vocabulary with its
 //   defaults (temperature 1, top-k 64, top-p 0.95).
+//   prefill attention: a Gemma 4 sliding layer (16 query / 8 KV heads of
+//     256, window 1024, causal) and a global layer (head dim 512, the
+//     llamacpp entry, causal) over a prompt, checked at 48 query rows drawn
+//     at random (every head).
 //   dense products (y = x W^T, weights [out, in]): Qwen3.6 27B's MLP up
 //   projection (5120 -> 17408, bf16) for one decode token and a 64-token
 //   prefill, and Gemma 4's vocabulary projection (5376 -> 262144) from an f32
@@ -41,6 +47,11 @@
 //   vocabulary) random rows, so the host holds no float64 copy of them; the
 //   prefill is checked at 512 output columns and the vocabulary at 8192 rows
 //   drawn at random (every tile alike), the decode row at every output.
+//   quantized products (MLX affine, as mlx-community's 4-bit checkpoints:
+//   groups of 64, bf16 scales): Qwen3.6 27B's MLP up projection (5120 ->
+//   17408) for one decode token and a 64-token prefill, 1024 distinct rows
+//   quantized by MLX's algorithm and repeated; checked at every output of the
+//   decode row and 512 random columns of the prefill.
 //   weights: Qwen3.6-35B-A3B's layer 0 (hidden 2048) written to a temporary
 //   file, mapped and uploaded packed: its gated delta net and norms as a bf16
 //   safetensors file in HF naming, and 32 of its 256 experts as a Q4_K GGUF
@@ -56,7 +67,9 @@
 // the whole sequence, and the chunked prefill against the exact recurrence
 // (o 2e-2, state 1e-2), whose intermediates are stored in bf16; the sampled
 // token must be the reference's, and its log-probability, an f32 sum over
-// the kept tokens, within 1e-4. Time: device time of the commit (wall time
+// the kept tokens, within 1e-4; prefill attention max |got - want| / max |v|
+// (each output row is a convex combination of v's rows), under bf16's 1e-2.
+// Time: device time of the commit (wall time
 // on the emulator), after the kernel was compiled.
 
 import { Device, type Buffer, type DType } from '../ts/index.ts';
@@ -64,6 +77,8 @@ import { chunkGatedDeltaRule, chunkLocalCumsum, gatedDeltaNetChunk } from '../ts
 import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
 import { elementwiseAdd } from '../ts/ops/elementwise.ts';
 import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
+import { flashAttnPrefill } from '../ts/ops/flash_attn_prefill.ts';
+import { affineQuantizedMatmul } from '../ts/ops/quantized_matmul.ts';
 import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecParams } from '../ts/ops/flash_attn_vec.ts';
 import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
@@ -72,10 +87,10 @@ import { fusedHeadNormRope } from '../ts/ops/fused_head_norm_rope.ts';
 import { ropeNeox } from '../ts/ops/rope.ts';
 import { ropeMulti } from '../ts/ops/rope_multi.ts';
 import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
-import { softcap, softmax } from '../ts/ops/softmax.ts';
+import { softcap, softmax, softmaxScratchElements } from '../ts/ops/softmax.ts';
 import { embedding } from '../ts/ops/embedding.ts';
 import { kvCacheCopySeqDual } from '../ts/ops/kv_cache_copy.ts';
-import { geluTanhMul } from '../ts/ops/gelu.ts';
+import { gelu, geluTanhMul } from '../ts/ops/gelu.ts';
 import { sigmoidMul } from '../ts/ops/sigmoid_mul.ts';
 import { siluMulHalves } from '../ts/ops/silu_mul.ts';
 import { fusedMoeRouting, fusedMoeRoutingBatch } from '../ts/ops/moe_routing.ts';
@@ -85,6 +100,8 @@ import { gatedDeltaRuleRecurrentRef, chunkLocalCumsumRef, gatedDeltaNetChunkRef 
 import { computeGBetaRef } from '../ts/reference/compute_g_beta.ts';
 import { elementwiseAddRef } from '../ts/reference/elementwise.ts';
 import { denseRef } from '../ts/reference/dense.ts';
+import { flashAttnPrefillRef } from '../ts/reference/flash_attn_prefill.ts';
+import { affineDequantize, affineQuantize } from '../ts/reference/quantized_matmul.ts';
 import { flashAttnVecRef } from '../ts/reference/flash_attn_vec.ts';
 import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
 import { l2NormRef } from '../ts/reference/l2_norm.ts';
@@ -95,7 +112,7 @@ import { rmsNormRef } from '../ts/reference/rms_norm.ts';
 import { softcapRef, softmaxRef } from '../ts/reference/softmax.ts';
 import { embeddingRef } from '../ts/reference/embedding.ts';
 import { kvCacheCopySeqRef } from '../ts/reference/kv_cache_copy.ts';
-import { geluTanhMulRef } from '../ts/reference/gelu.ts';
+import { geluRef, geluTanhMulRef } from '../ts/reference/gelu.ts';
 import { sigmoidMulRef } from '../ts/reference/sigmoid_mul.ts';
 import { siluMulHalvesRef } from '../ts/reference/silu_mul.ts';
 import { sample, sampleScratchElements } from '../ts/ops/sample.ts';
@@ -537,6 +554,29 @@ function main(): number {
     for (const b of [logits.buf, capped, probs]) b.release();
   }
 
+  // --- glue speed forms: softmax in two passes over a scratch, gelu alone (the crate's gelu_bf16) ---
+  {
+    const vocab = 262144;
+    const logits = stored(device, 'f32', randn(vocab, 6));
+    const probs = poisoned(device, 'f32', vocab);
+    const scratch = device.alloc('f32', [softmaxScratchElements(1, vocab)]);
+    const ms = timed(device, (enc) => softmax(enc, { input: logits.buf, output: probs, rows: 1, cols: vocab, scratch }));
+    rows.push({ kernel: 'softmax_blocks_f32 + softmax_finish_f32', model: 'Gemma 4 vocabulary', shape: `1 x ${vocab}, 128 slices`,
+      err: scaledErr(probs.readNumbers(), softmaxRef(logits.values, 1, vocab)), tol: 1e-5, ms });
+    for (const b of [logits.buf, probs, scratch]) b.release();
+  }
+  {
+    const tokens = 16;
+    const dim = 21504;
+    const x = stored(device, 'bf16', randn(tokens * dim, 3));
+    const y = poisoned(device, 'bf16', tokens * dim);
+    const ms = timed(device, (enc) => gelu(enc, { input: x.buf, output: y }));
+    rows.push({ kernel: 'gelu_bf16', model: 'Gemma 4 31B MLP activation', shape: `${tokens} tok x ${dim}`,
+      err: scaledErr(y.readNumbers(), geluRef(x.values)), tol: 1e-2, ms });
+    for (const b of [x.buf, y]) b.release();
+  }
+  // --- end of glue speed forms ---
+
   // --- elementwise: the residual add, h = h + sublayer(h) ---
   {
     const tokens = 16;
@@ -675,6 +715,48 @@ function main(): number {
     for (const b of [x.buf, w.buf, y]) b.release();
   }
 
+  // --- quantized products: Qwen3.6 27B MLP up (5120 -> 17408), MLX's 4 bits, groups of 64, bf16 scales ---
+  {
+    const [k, n, distinct, gs, bits] = [5120, emu ? 1024 : 17408, 1024, 64, 4];
+    const qz = affineQuantize(randn(distinct * k, 0.05), distinct, k, gs, bits, 'bf16');
+    const w = affineDequantize(qz.packed, qz.scales, qz.biases, distinct, k, gs, bits);
+    const rowBytes = (k * bits) / 8;
+    const groups = k / gs;
+    const weight = device.alloc('u32', [(n * rowBytes) / 4]);
+    const scales = device.alloc('bf16', [n * groups]);
+    const biases = device.alloc('bf16', [n * groups]);
+    const s16 = device.upload('bf16', [distinct * groups], qz.scales).read() as Uint16Array;
+    const b16 = device.upload('bf16', [distinct * groups], qz.biases).read() as Uint16Array;
+    for (let r = 0; r < n; r += distinct) {
+      const rows = Math.min(distinct, n - r);
+      weight.write(new DataView(qz.packed.buffer, 0, rows * rowBytes), { byteOffset: r * rowBytes });
+      scales.write(s16.subarray(0, rows * groups), { byteOffset: r * groups * 2 });
+      biases.write(b16.subarray(0, rows * groups), { byteOffset: r * groups * 2 });
+    }
+    for (const tokens of [1, 64]) {
+      const x = stored(device, 'bf16', randn(tokens * k));
+      const y = poisoned(device, 'bf16', tokens * n);
+      const ms = timed(device, (enc) =>
+        affineQuantizedMatmul(enc, { x: x.buf, weight, scales, biases, output: y, m: tokens, n, k, groupSize: gs, bits }));
+      const cols = tokens === 1 ? Array.from({ length: n }, (_, j) => j) : Array.from({ length: 512 }, () => Math.floor(rng.uniform(0, n)));
+      const got = y.readNumbers();
+      const seen: number[] = [];
+      const want: number[] = [];
+      for (let t = 0; t < tokens; t++) {
+        for (const j of cols) {
+          seen.push(got[t * n + j]!);
+          want.push(denseRef(x.values.subarray(t * k, (t + 1) * k), w.subarray((j % distinct) * k, (j % distinct + 1) * k), 1, 1, k)[0]!);
+        }
+      }
+      rows.push({ kernel: tokens === 1 ? 'quantized_mv_bf16' : 'quantized_mm_bf16', model: 'Qwen3.6 27B MLP up, MLX 4-bit g64',
+        shape: `${tokens} tok x ${k} -> ${n}${note}`, err: scaledErr(seen, want), tol: 1e-2, ms });
+      x.buf.release();
+      y.release();
+    }
+    for (const b of [weight, scales, biases]) b.release();
+  }
+  // --- end of quantized products ---
+
   // --- weights: Qwen3.6 layer 0 through mmap and uploadPacked ---
   {
     const dir = mkdtempSync(join(tmpdir(), 'mlxn-demo-weights-'));
@@ -743,6 +825,40 @@ function main(): number {
     }
   }
   // --- end of weights ---
+  // --- flash_attn_prefill: Gemma 4 prefill attention, sliding (d256, window 1024) and global (d512) layers ---
+  for (const c of [
+    { kernel: 'flash_attn_prefill_bf16_d256', model: 'Gemma 4 sliding attn prefill', d: 256, T: emu ? 160 : 4096, window: emu ? 48 : 1024 },
+    { kernel: 'flash_attn_prefill_llamacpp_bf16_d512', model: 'Gemma 4 global attn prefill', d: 512, T: emu ? 72 : 2048, window: 0 },
+  ]) {
+    const [H, Hkv, T, d] = [16, 8, c.T, c.d];
+    const q = stored(device, 'bf16', randn(H * T * d));
+    const k = stored(device, 'bf16', randn(Hkv * T * d));
+    const v = stored(device, 'bf16', randn(Hkv * T * d));
+    const out = poisoned(device, 'bf16', H * T * d);
+    const args = { batch: 1, nHeads: H, nKvHeads: Hkv, headDim: d, seqLenQ: T, seqLenK: T, causal: true, ...(c.window ? { slidingWindow: c.window } : {}) };
+    const ms = timed(device, (enc) => flashAttnPrefill(enc, { ...args, q: q.buf, k: k.buf, v: v.buf, out }));
+    // 48 query rows (every head), each against the reference of one query at its position.
+    const got = out.readNumbers();
+    let err = 0;
+    let vmax = 0;
+    for (const x of v.values) vmax = Math.max(vmax, Math.abs(x));
+    for (let n = 0; n < 48; n++) {
+      const i = Math.floor(rng.uniform(0, T));
+      const qi = new Float64Array(H * d);
+      for (let h = 0; h < H; h++) qi.set(q.values.subarray((h * T + i) * d, (h * T + i + 1) * d), h * d);
+      const want = flashAttnPrefillRef({ ...args, seqLenQ: 1, qOffset: i, scale: 1 / Math.sqrt(d) }, qi, k.values, v.values);
+      for (let h = 0; h < H; h++) {
+        for (let j = 0; j < d; j++) {
+          const e = Math.abs(got[(h * T + i) * d + j]! - want[h * d + j]!) / vmax;
+          if (!(e <= err)) err = Number.isNaN(e) ? Infinity : e;
+        }
+      }
+    }
+    rows.push({ kernel: c.kernel, model: c.model, shape: `T ${T}, ${H}q/${Hkv}kv heads x ${d}, causal${c.window ? `, window ${c.window}` : ''}${note}`,
+      err, tol: 1e-2, ms });
+    for (const b of [q.buf, k.buf, v.buf, out]) b.release();
+  }
+  // --- end of flash_attn_prefill ---
 
   const header = ['kernel', 'model', 'shape', 'backend', 'max err', 'tol', 'time ms', ''];
   const table = rows.map((r) => [

@@ -1,11 +1,12 @@
 // The param structs of softmax: SoftmaxParams at buffer(2) of
 // softmax_{f32,f16,bf16}, ScaleMaskSoftmaxParams at buffer(3) of
 // scale_mask_softmax_{f32,f16,bf16}, SoftcapParams at buffer(2) of
-// softcap_{f32,f16,bf16}.
+// softcap_{f32,f16,bf16}, SoftmaxBlocksParams at buffer(3) of
+// softmax_blocks_{f32,f16,bf16} and buffer(4) of softmax_finish_{f32,f16,bf16}.
 // Plain C, uint and float fields only: shaders/softmax.metal and
 // shaders/cuda/softmax.cu are compiled after this file, and ts/params.ts
 // reads the layouts from it (ts/ops/softmax.ts packs them).
-// Each holds the bytes of mlx-native's params for the kernel of that name.
+// The first three hold the bytes of mlx-native's params for the kernel of that name.
 
 // (cols, 0): cols as an f32, exact up to 2^24. Rows come from the grid.
 struct SoftmaxParams {
@@ -26,4 +27,19 @@ struct ScaleMaskSoftmaxParams {
 struct SoftcapParams {
     float cap;
     uint  n_elements;
+};
+
+// The two-pass form, softmax_blocks_<t> then softmax_finish_<t> (not in
+// mlx-native: added in its style, for rows too long or too few to fill the
+// GPU one threadgroup per row): each row of cols is cut into n_blocks
+// slices of `slice` elements (the last may be shorter), one threadgroup
+// each. cols, seq_q, scale and softcap as ScaleMaskSoftmaxParams (seq_q 0:
+// no mask, softcap 0: none); the plain softmax is scale 1, softcap 0, seq_q 0.
+struct SoftmaxBlocksParams {
+    uint  cols;
+    uint  seq_q;
+    float scale;
+    float softcap;
+    uint  slice;
+    uint  n_blocks;
 };

@@ -7,6 +7,11 @@
 //                           no mask when seq_q = 0. A row whose every v is -inf
 //                           (fully masked) comes out as zeros.
 //   softcap_<t>:            y[i] = cap * tanh(x[i] / cap)
+//   softmax_blocks_<t>,     the two-pass form of either softmax (not in
+//   softmax_finish_<t>:     mlx-native: added in its style): per slice of a
+//                           row, its max m and sum of exp(v - m) to partials;
+//                           then each slice normalized by the row's (max, sum)
+//                           merged from those pairs
 //
 // The softmaxes run one row per threadgroup:
 //   grid        (rows, 1, 1) threadgroups
@@ -18,6 +23,9 @@
 // x and y share one dtype (f32, f16, bf16); the mask is bf16, as mlx-native's;
 // arithmetic in f32.
 // softcap runs one element per thread: grid (ceil(n / 256), 1, 1) of min(256, n).
+// The two-pass kernels run one threadgroup per slice: grid (n_blocks, rows, 1),
+// any threadgroup size, threadgroup(0) one float per simdgroup; partials is
+// [rows, n_blocks, 2] f32. softmax_finish may write over its input.
 
 // v for element i of a row: x scaled, capped, masked.
 template <typename T>
@@ -160,6 +168,131 @@ kernel void scale_mask_softmax_bf16(
     softmax_row(input, output, mask, params.cols, params.seq_q, params.scale, params.softcap, partials,
                 row, tid, tg_size, sg, lane, n_sg);
 }
+
+// ---- the two-pass form ----
+
+// The running (max, sum of exp(v - max)) of a thread, with v folded in.
+static inline void softmax_online(float v, thread float& m, thread float& s) {
+    if (v > m) {
+        s = s * exp(m - v) + 1.0f;
+        m = v;
+    } else if (v != -INFINITY) {
+        s += exp(v - m);
+    }
+}
+
+// The slice of a threadgroup: its row, first element and length, and its
+// mask row (null without one).
+struct SoftmaxSlice {
+    ulong base;
+    uint len;
+    device const bfloat* mr;
+};
+
+static inline SoftmaxSlice softmax_slice(device const bfloat* mask, constant SoftmaxBlocksParams& p, uint b, uint row) {
+    const uint lo = b * p.slice;
+    SoftmaxSlice s;
+    s.base = ulong(row) * p.cols + lo;
+    s.len = min(p.slice, p.cols - lo);
+    s.mr = p.seq_q == 0u ? nullptr : mask + ulong(row % p.seq_q) * p.cols + lo;
+    return s;
+}
+
+template <typename T>
+static inline void softmax_blocks(device const T* x, device const bfloat* mask, device float* partials,
+                                  constant SoftmaxBlocksParams& p, threadgroup float* red,
+                                  uint2 pos, uint tid, uint tg_size, uint sg, uint lane, uint n_sg)
+{
+    const SoftmaxSlice sl = softmax_slice(mask, p, pos.x, pos.y);
+    device const T* xs = x + sl.base;
+    float m = -INFINITY;
+    float s = 0.0f;
+    for (uint i = tid; i < sl.len; i += tg_size) {
+        softmax_online(softmax_value(xs, sl.mr, i, p.scale, p.softcap), m, s);
+    }
+    const float mx = threadgroup_max(m, red, sg, lane, n_sg);
+    const float total = threadgroup_sum(m == -INFINITY ? 0.0f : s * exp(m - mx), red, sg, lane, n_sg);
+    if (tid == 0u) {
+        const ulong o = (ulong(pos.y) * p.n_blocks + pos.x) * 2u;
+        partials[o] = mx;
+        partials[o + 1u] = total;
+    }
+}
+
+template <typename T>
+static inline void softmax_finish(device const T* x, device const bfloat* mask, device const float* partials,
+                                  device T* y, constant SoftmaxBlocksParams& p, threadgroup float* red,
+                                  uint2 pos, uint tid, uint tg_size, uint sg, uint lane, uint n_sg)
+{
+    device const float* pr = partials + ulong(pos.y) * p.n_blocks * 2u;
+    float m = -INFINITY;
+    for (uint i = tid; i < p.n_blocks; i += tg_size) {
+        m = max(m, pr[2u * i]);
+    }
+    const float mx = threadgroup_max(m, red, sg, lane, n_sg);
+    float s = 0.0f;
+    for (uint i = tid; i < p.n_blocks; i += tg_size) {
+        const float mi = pr[2u * i];
+        if (mi != -INFINITY) {
+            s += pr[2u * i + 1u] * exp(mi - mx);
+        }
+    }
+    const float total = threadgroup_sum(s, red, sg, lane, n_sg);
+    const bool empty = mx == -INFINITY;
+    const float inv = empty ? 0.0f : 1.0f / total;
+    const SoftmaxSlice sl = softmax_slice(mask, p, pos.x, pos.y);
+    device const T* xs = x + sl.base;
+    device T* ys = y + sl.base;
+    for (uint i = tid; i < sl.len; i += tg_size) {
+        ys[i] = T(empty ? 0.0f : exp(softmax_value(xs, sl.mr, i, p.scale, p.softcap) - mx) * inv);
+    }
+}
+
+// buffer(0) input [rows, cols], (1) mask [seq_q, cols] bf16 (unread when
+// seq_q = 0), (2) partials [rows, n_blocks, 2] (written), (3) params.
+template <typename T>
+kernel void softmax_blocks_k(
+    device const T*                  input    [[buffer(0)]],
+    device const bfloat*             mask     [[buffer(1)]],
+    device float*                    partials [[buffer(2)]],
+    constant SoftmaxBlocksParams&    params   [[buffer(3)]],
+    threadgroup float*               red      [[threadgroup(0)]],
+    uint2 pos    [[threadgroup_position_in_grid]],
+    uint tid     [[thread_index_in_threadgroup]],
+    uint tg_size [[threads_per_threadgroup]],
+    uint sg      [[simdgroup_index_in_threadgroup]],
+    uint lane    [[thread_index_in_simdgroup]],
+    uint n_sg    [[simdgroups_per_threadgroup]])
+{
+    softmax_blocks(input, mask, partials, params, red, pos, tid, tg_size, sg, lane, n_sg);
+}
+
+// buffer(0) input, (1) mask, (2) partials (softmax_blocks' output), (3)
+// output [rows, cols] (may be input), (4) params.
+template <typename T>
+kernel void softmax_finish_k(
+    device const T*                  input    [[buffer(0)]],
+    device const bfloat*             mask     [[buffer(1)]],
+    device const float*              partials [[buffer(2)]],
+    device T*                        output   [[buffer(3)]],
+    constant SoftmaxBlocksParams&    params   [[buffer(4)]],
+    threadgroup float*               red      [[threadgroup(0)]],
+    uint2 pos    [[threadgroup_position_in_grid]],
+    uint tid     [[thread_index_in_threadgroup]],
+    uint tg_size [[threads_per_threadgroup]],
+    uint sg      [[simdgroup_index_in_threadgroup]],
+    uint lane    [[thread_index_in_simdgroup]],
+    uint n_sg    [[simdgroups_per_threadgroup]])
+{
+    softmax_finish(input, mask, partials, output, params, red, pos, tid, tg_size, sg, lane, n_sg);
+}
+
+template [[host_name("softmax_blocks_f32")]]  kernel decltype(softmax_blocks_k<float>)  softmax_blocks_k<float>;
+template [[host_name("softmax_blocks_f16")]]  kernel decltype(softmax_blocks_k<half>)   softmax_blocks_k<half>;
+template [[host_name("softmax_blocks_bf16")]] kernel decltype(softmax_blocks_k<bfloat>) softmax_blocks_k<bfloat>;
+template [[host_name("softmax_finish_f32")]]  kernel decltype(softmax_finish_k<float>)  softmax_finish_k<float>;
+template [[host_name("softmax_finish_f16")]]  kernel decltype(softmax_finish_k<half>)   softmax_finish_k<half>;
+template [[host_name("softmax_finish_bf16")]] kernel decltype(softmax_finish_k<bfloat>) softmax_finish_k<bfloat>;
 
 // buffer(0) input [n], (1) output [n] (may be input), (2) params.
 kernel void softcap_f32(

@@ -24,7 +24,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { kernelParams, metalEntries } from '../ts/metal-source.ts';
+import { BUFFER_ATTR, kernelParams, metalEntries } from '../ts/metal-source.ts';
 import { paramSize, structLayout } from '../ts/params.ts';
 import { stripComments } from '../ts/source-text.ts';
 
@@ -141,7 +141,7 @@ function mismatches(metal: string, cuda: Map<string, CudaParam[]>, aliases: Map<
       continue;
     }
     const bindings = kernelParams(metal, name)
-      .map((p) => ({ p, m: /\[\[\s*buffer\s*\(\s*(\d+)\s*\)\s*\]\]/.exec(p) }))
+      .map((p) => ({ p, m: BUFFER_ATTR.exec(p) }))
       .filter((x) => x.m !== null)
       .map((x) => ({ decl: x.p.slice(0, x.m!.index).trim(), index: Number(x.m![1]) }))
       .sort((a, b) => a.index - b.index);

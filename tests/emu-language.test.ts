@@ -320,6 +320,30 @@ kernel void fc(device const float* a [[buffer(0)]],
 }
 `;
 
+// Arguments that exist only where a function constant is true, as Metal's
+// [[buffer(n), function_constant(c)]]: a dispatch need not bind them when c
+// is false or not given.
+const FC_ARGS_SOURCE = `#include <metal_stdlib>
+using namespace metal;
+constant bool has_bias [[function_constant(0)]];
+constant bool use_bias = is_function_constant_defined(has_bias) ? has_bias : false;
+struct BiasParams { float scale; };
+
+kernel void fc_args(device const float* a [[buffer(0)]],
+                    device float* out [[buffer(1)]],
+                    constant BiasParams& bp [[buffer(2), function_constant(has_bias)]],
+                    device const float* bias [[buffer(3), function_constant(has_bias)]],
+                    uint i [[thread_position_in_grid]]) {
+  out[i] = use_bias ? a[i] + bp.scale * bias[i] : a[i];
+}
+
+kernel void fc_args_misuse(device float* out [[buffer(0)]],
+                           device const float* bias [[buffer(1), function_constant(has_bias)]],
+                           uint i [[thread_position_in_grid]]) {
+  out[i] = bias[i];
+}
+`;
+
 const absent = backendAbsence('emu');
 const f16 = (x: number): number => f16BitsToF32(f32ToF16Bits(x));
 const f32 = Math.fround;
@@ -643,6 +667,30 @@ for (const [label, options] of Object.entries(SCHEDULES)) {
         .toEqual(a.map((x) => x * 3 * 0.5 + 1));
       expect(runFc({ 0: false, 1: { type: 'i32', value: -2 }, 3: { type: 'f16', value: 0.25 } }))
         .toEqual(a.map((x) => x * -2 + 0.25));
+    });
+
+    test('function constants gate arguments: unbound when false or not given, required when true', () => {
+      const { device: d } = open();
+      const a = values(8, (i) => i + 1);
+      const bias = values(8, (i) => 10 * i);
+      for (const constants of [{}, { 0: false }] as FunctionConstants[]) {
+        const l = d.compile(FC_ARGS_SOURCE, { name: 'emu_fc_args.metal', constants });
+        const o = poisoned('f32', 8);
+        run('fc_args', { buffers: { 0: up('f32', a), 1: o } }, [1, 1, 1], [8, 1, 1], l);
+        expect(Array.from(o.read() as Float32Array)).toEqual(a);
+        // A buffer bound where the argument does not exist is ignored.
+        run('fc_args', { buffers: { 0: up('f32', a), 1: o, 3: up('f32', bias) }, bytes: { 2: new Float32Array([2]) } },
+          [1, 1, 1], [8, 1, 1], l);
+        expect(Array.from(o.read() as Float32Array)).toEqual(a);
+        // Reading an argument that does not exist is an out-of-bounds access.
+        expect(() => run('fc_args_misuse', { buffers: { 0: poisoned('f32', 8) } }, [1, 1, 1], [8, 1, 1], l)).toThrow(/out-of-bounds access to device buffer \[\[buffer\(1\)\]\]/);
+      }
+      const on = d.compile(FC_ARGS_SOURCE, { name: 'emu_fc_args.metal', constants: { 0: true } });
+      const o = poisoned('f32', 8);
+      run('fc_args', { buffers: { 0: up('f32', a), 1: o, 3: up('f32', bias) }, bytes: { 2: new Float32Array([0.5]) } },
+        [1, 1, 1], [8, 1, 1], on);
+      expect(Array.from(o.read() as Float32Array)).toEqual(a.map((x, i) => x + 0.5 * bias[i]!));
+      expect(() => run('fc_args', { buffers: { 0: up('f32', a), 1: o } }, [1, 1, 1], [8, 1, 1], on)).toThrow(/buffer\(2\)\]\] is not bound/);
     });
 
     test('translation errors cite the .metal file, line and column', () => {

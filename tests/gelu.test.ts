@@ -17,6 +17,7 @@ import {
   geluTanhMulHalves,
   packGeluTanhMulHalvesParams,
   packGeluTanhMulParams,
+  geluCudaLaunch,
   planGelu,
 } from '../ts/ops/gelu.ts';
 import { geluRef, geluTanhMulHalvesRef, geluTanhMulRef, geluTanhRef } from '../ts/reference/gelu.ts';
@@ -108,10 +109,22 @@ describeValidation('gelu validation', (ctx) => {
     const [vi, vo] = [p.d[1]!.buffers[0]!, p.d[1]!.buffers[1]!];
     expect([vi.root, vi.byteOffset, vi.elementCount, vo.root, vo.byteOffset]).toEqual([p.input, 4096 * 2, 3, p.output, 4096 * 2]);
   });
+  test('gelu\'s CUDA launch: the first dispatch one 16-byte vector a thread, in blocks (T / 2, 2), T dividing the vectors', () => {
+    const { buf } = ctx;
+    const cuda = (dtype: 'f32' | 'bf16', n: number) =>
+      planGelu({ input: buf(dtype, n), output: buf(dtype, n) }, TARGET_LIMITS.cuda).dispatches.map((d) => d.cuda && [d.cuda.grid, d.cuda.threads]);
+    expect(cuda('bf16', 4099)).toEqual([[[2, 1, 1], [128, 2, 1]], undefined]);
+    expect(cuda('bf16', 768)).toEqual([[[3, 1, 1], [16, 2, 1]]]);
+    expect(cuda('f32', 1024)).toEqual([[[1, 1, 1], [128, 2, 1]]]);
+    expect(cuda('bf16', 21504)).toEqual([[[21, 1, 1], [64, 2, 1]]]);
+    expect(cuda('bf16', 8192 * 21504)).toEqual([[[86016, 1, 1], [128, 2, 1]]]);
+    expect(cuda('bf16', 7)).toEqual([undefined]);
+    expect(geluCudaLaunch(256, 'bf16', { maxThreadsPerThreadgroup: 1, simdWidth: 32 })).toBeNull();
+  });
 });
 
 describeBackends('gelu parity', ({ device }) => {
-  const SIZES = [1, 2, 255, 256, 257, 511, 512, 513, 4099];
+  const SIZES = [1, 2, 255, 256, 257, 511, 512, 513, 768, 4099, 21504];
   for (const dtype of FLOATS) {
     test(`${dtype}: n = ${SIZES.join(', ')}; |x| up to the dtype's range`, () => {
       const dev = device();

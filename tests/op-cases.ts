@@ -61,6 +61,8 @@ const out = (dtypes: readonly DType[], extra: Partial<KeySpec> = {}): KeySpec =>
 const int: KeySpec = { kind: 'int' };
 
 const a = (d: Device, dtype: DType, n: number): Buffer => d.alloc(dtype, [n]);
+/** Packed quantized weights: any bits are valid values (a fixed scramble of the word index). */
+const randomWords = (b: Buffer): void => b.writeNumbers(Array.from({ length: b.elementCount }, (_, i) => Math.imul(i + 1, 0x9e3779b1) >>> 0));
 
 // ---- the generators: one per op and variant ----
 
@@ -205,6 +207,44 @@ export const CASES: Case[] = [
       src0: a(d, 'f16', 6 * 32), src1: a(d, 'f32', 2 * 3 * 32), dst: a(d, 'f32', 2 * 3 * 6), m: 3, n: 6, k: 32, src0Batch: 1, src1Batch: 2,
     }),
   },
+  // ---- quantized_matmul (MLX affine quantization; the weight's contents are any bits) ----
+  ...[
+    { dtype: 'bf16', m: 3, n: 10, k: 64, groupSize: 32, bits: 4 },
+    { dtype: 'f16', m: 9, n: 5, k: 128, groupSize: 64, bits: 6 },
+  ].map((p): Case => ({
+    fn: 'affineQuantizedMatmul', op: 'affine_quantized_matmul',
+    keys: {
+      x: buf(EW), weight: buf(U32), scales: buf(EW), biases: buf(EW), output: out(EW), m: int, n: int, k: int,
+      groupSize: { kind: 'enum', values: [32, 64, 128] }, bits: { kind: 'enum', values: [4, 6, 8] },
+      form: { kind: 'enum', values: ['vector', 'matrix', undefined] },
+    },
+    make: (d) => ({
+      x: a(d, p.dtype as DType, p.m * p.k), weight: a(d, 'u32', (p.n * p.k * p.bits) / 32), scales: a(d, p.dtype as DType, (p.n * p.k) / p.groupSize),
+      biases: a(d, p.dtype as DType, (p.n * p.k) / p.groupSize), output: a(d, p.dtype as DType, p.m * p.n), m: p.m, n: p.n, k: p.k,
+      groupSize: p.groupSize, bits: p.bits,
+    }),
+    fill: (args) => randomWords(args.weight as Buffer),
+  })),
+  // mlx-native's rule: each buffer holds at least its size (freeCount); any k and group size.
+  ...([
+    ['quantizedMatmul', 'quantized_matmul', 'f32', { m: 2, k: 10, n: 3, groupSize: 4, bits: 6 }],
+    ['quantizedMatmulSimd', 'quantized_matmul_simd', 'f32', { m: 2, k: 256, n: 8, groupSize: 64, bits: 4 }],
+    ['quantizedMatmulSimdBf16', 'quantized_matmul_simd_bf16', 'bf16', { m: 9, k: 96, n: 5, groupSize: 32, bits: 8 }],
+  ] as const).map(([fn, op, io, p]): Case => ({
+    fn, op,
+    keys: {
+      input: buf([io], { freeCount: true }), weight: buf(['u32', 'u8'], { freeCount: true }), scales: buf(BF, { freeCount: true }),
+      biases: buf(BF, { freeCount: true }), output: out([io], { freeCount: true }), m: int, k: int, n: int, groupSize: int,
+      bits: { kind: 'enum', values: [4, 6, 8] },
+    },
+    make: (d) => ({
+      input: a(d, io, p.m * p.k), weight: a(d, 'u32', Math.ceil((p.n * (p.bits === 6 ? 3 * Math.ceil(p.k / 4) : 4 * Math.ceil((p.k * p.bits) / 32))) / 4)),
+      scales: a(d, 'bf16', p.n * Math.ceil(p.k / p.groupSize)), biases: a(d, 'bf16', p.n * Math.ceil(p.k / p.groupSize)), output: a(d, io, p.m * p.n),
+      ...p,
+    }),
+    fill: (args) => randomWords(args.weight as Buffer),
+  })),
+  // ---- end of quantized_matmul ----
   {
     fn: 'flashAttnVec', op: 'flash_attn_vec',
     keys: FLASH_ATTN_VEC_KEYS,
@@ -222,6 +262,66 @@ export const CASES: Case[] = [
       mask: 'slidingWindow', slidingWindow: 1, softcap: 30,
     }),
   },
+  // ---- flash_attn_prefill: attention over a prompt, the mask builder, the tile classifier ----
+  // mlx-native's rule: each buffer holds at least its elements (freeCount); cu_seqlens are tables
+  // (the kernels clamp the offsets to the rows of q and k).
+  ...[
+    { dt: 'bf16', headDim: 64, causal: true, layout: 'headMajor', mask: 'none', varlen: false },
+    { dt: 'f16', headDim: 128, causal: false, layout: 'seqMajor', mask: 'additive', varlen: false },
+    { dt: 'bf16', headDim: 512, causal: true, layout: 'headMajor', mask: 'bool', varlen: false },
+    { dt: 'bf16', headDim: 256, causal: true, layout: 'seqMajor', mask: 'none', varlen: true },
+  ].map((p): Case => ({
+    fn: 'flashAttnPrefill', op: 'flash_attn_prefill',
+    keys: {
+      q: buf(['bf16', 'f16'], { freeCount: true }), k: buf(['bf16', 'f16'], { freeCount: true }), v: buf(['bf16', 'f16'], { freeCount: true }),
+      out: out(['bf16', 'f16'], { freeCount: true }),
+      mask: { kind: 'buf?', dtypes: ['bf16', 'f16', 'u8'], freeCount: true }, blk: { kind: 'buf?', dtypes: ['u8'], freeCount: true },
+      cuSeqlensQ: { kind: 'buf?', dtypes: ['u32', 'i32'], freeCount: true, table: true },
+      cuSeqlensK: { kind: 'buf?', dtypes: ['u32', 'i32'], freeCount: true, table: true },
+      batch: int, nHeads: int, nKvHeads: int, headDim: int, seqLenQ: int, seqLenK: int, kvCapacity: { kind: 'int?' },
+      scale: { kind: 'num?' }, causal: { kind: 'bool?' }, qOffset: { kind: 'nonneg?' }, slidingWindow: { kind: 'int?' },
+      softcap: { kind: 'nonneg?' }, maxSeqLenQ: { kind: 'int?' },
+      layout: { kind: 'enum', values: ['headMajor', 'seqMajor', undefined] },
+      d512Kernel: { kind: 'enum', values: ['llamacpp', 'tiles', undefined] }, nsg: { kind: 'enum', values: [4, 8, undefined] },
+    },
+    make: (d) => {
+      const dt = p.dt as DType;
+      const [b, h, hkv, ql, kl] = p.varlen ? [2, 2, 1, 3, 5] : [1, 2, 1, 3, 6];
+      const qn = (p.varlen ? 1 : b) * h * ql * p.headDim;
+      const kn = (p.varlen ? 1 : b) * hkv * kl * p.headDim;
+      return {
+        q: a(d, dt, qn), k: a(d, dt, kn), v: a(d, dt, kn), out: a(d, dt, qn),
+        batch: b, nHeads: h, nKvHeads: hkv, headDim: p.headDim, seqLenQ: ql, seqLenK: kl, causal: p.causal, layout: p.layout,
+        ...(p.mask === 'additive' ? { mask: d.alloc(dt, [ql, kl]), softcap: 30 } : {}),
+        ...(p.mask === 'bool' ? { mask: a(d, 'u8', b * h * ql * kl), slidingWindow: 4, qOffset: 2, seqLenQ: 2, nsg: 4 } : {}),
+        ...(p.varlen ? { cuSeqlensQ: a(d, 'u32', b + 1), cuSeqlensK: a(d, 'i32', b + 1), maxSeqLenQ: 2 } : {}),
+      };
+    },
+    fill: (args) => {
+      if (args.cuSeqlensQ !== undefined) (args.cuSeqlensQ as Buffer).writeNumbers([0, 1, 3]);
+      if (args.cuSeqlensK !== undefined) (args.cuSeqlensK as Buffer).writeNumbers([0, 2, 5]);
+      if (args.mask !== undefined && (args.mask as Buffer).dtype === 'u8') {
+        const m = args.mask as Buffer;
+        m.writeNumbers(Array.from({ length: m.elementCount }, (_, i) => (i % 3 === 1 ? 0 : 1)));
+      }
+    },
+  })),
+  {
+    fn: 'flashAttnPrefillMask', op: 'flash_attn_prefill_mask',
+    keys: {
+      mask: out(['bf16', 'f16'], { freeCount: true }), seqLenQ: int, seqLenK: int, causal: { kind: 'bool' },
+      slidingWindow: { kind: 'int?' }, qOffset: { kind: 'nonneg?' },
+    },
+    make: (d) => ({ mask: d.alloc('bf16', [5, 9]), seqLenQ: 5, seqLenK: 9, causal: true, slidingWindow: 3, qOffset: 4 }),
+  },
+  {
+    fn: 'flashAttnPrefillBlk', op: 'flash_attn_prefill_blk',
+    keys: {
+      mask: buf(['bf16', 'f16'], { freeCount: true }), blk: out(['u8'], { freeCount: true }), seqLenQ: int, seqLenK: int, bq: int, bk: int,
+    },
+    make: (d) => ({ mask: d.alloc('f16', [40, 50]), blk: a(d, 'u8', 8), seqLenQ: 40, seqLenK: 50, bq: 32, bk: 16 }),
+  },
+  // ---- end of flash_attn_prefill ----
   ...(['fusedNormAdd', 'fusedResidualNorm', 'fusedResidualNormScalar', 'fusedNormAddScalar'] as const).map((fn): Case => {
     const op = { fusedNormAdd: 'fused_norm_add', fusedResidualNorm: 'fused_residual_norm',
       fusedResidualNormScalar: 'fused_residual_norm_scalar', fusedNormAddScalar: 'fused_norm_add_scalar' }[fn];
@@ -447,6 +547,20 @@ export const CASES: Case[] = [
     make: (d) => ({ input: a(d, 'bf16', 15), output: a(d, 'bf16', 15), rows: 3, cols: 5 }),
   },
   {
+    // The two-pass form: rows past one slice (2048), with a scratch.
+    fn: 'softmax', op: 'softmax',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), rows: int, cols: int,
+      scale: { kind: 'num?' }, mask: { kind: 'buf?', dtypes: BF }, seqQ: { kind: 'int', readWhen: (x) => x.mask !== undefined },
+      scratch: { kind: 'buf?', dtypes: F, output: true },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({
+      input: a(d, 'f32', 4200), output: a(d, 'f32', 4200), rows: 2, cols: 2100, scale: 0.5, mask: a(d, 'bf16', 2100), seqQ: 1,
+      scratch: a(d, 'f32', 8),
+    }),
+  },
+  {
     fn: 'softcap', op: 'softcap',
     // The element count is the input's (mlx-native's): any count, the output's the same.
     keys: {
@@ -639,13 +753,14 @@ export function getPath(args: Args, path: string): unknown {
   return args[path];
 }
 
-/** Seeded values in every input buffer of the set (u32 tables zeroed), then the case's own contents. */
+/** Seeded values in every input buffer of the set (u32 tables zeroed, u8 random bytes), then the case's own contents. */
 export function fillInputs(c: Case, args: Args, r: Rng): void {
   for (const [path, spec] of Object.entries(c.keys)) {
     if (spec.kind !== 'buf' && spec.kind !== 'buf?') continue;
     const b = getPath(args, path) as Buffer | undefined;
     if (b === undefined) continue;
     if (b.dtype === 'u32' || b.dtype === 'i32') b.writeNumbers(Array.from({ length: b.elementCount }, () => 0));
+    else if (b.dtype === 'u8') b.writeNumbers(Array.from({ length: b.elementCount }, () => Math.floor(r.uniform(0, 256))));
     else b.writeNumbers(Array.from({ length: b.elementCount }, () => r.uniform(-1, 1)));
   }
   c.fill?.(args);

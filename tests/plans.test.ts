@@ -8,7 +8,7 @@ import { afterAll, describe, expect, test } from 'bun:test';
 import type { Device } from '../ts/index.ts';
 import * as ops from '../ts/ops/index.ts';
 import { joinSources } from '../ts/registry.ts';
-import { kernelParams } from '../ts/metal-source.ts';
+import { BUFFER_ATTR, kernelParams } from '../ts/metal-source.ts';
 import { launchOf, planAccess, record, type OpPlan } from '../ts/plan.ts';
 import { TARGET_LIMITS, backends, describeBackends, openDevice, rng } from './helpers.ts';
 import { CASES, fillInputs } from './op-cases.ts';
@@ -47,7 +47,7 @@ for (const [target, limits] of Object.entries(TARGET_LIMITS) as [keyof typeof TA
           const shared = Object.values(l.threadgroupMemory ?? {}).reduce((a: number, b) => a + (b ?? 0), 0);
           expect(shared).toBeLessThanOrEqual(limits.maxThreadgroupMemory);
           // Every bound index is a binding of the kernel, buffers and bytes never on one index.
-          const declared = kernelParams(metal, d.kernel).flatMap((p) => [.../\[\[\s*buffer\s*\(\s*(\d+)\s*\)\s*\]\]/.exec(p)?.slice(1) ?? []]);
+          const declared = kernelParams(metal, d.kernel).flatMap((p) => [...BUFFER_ATTR.exec(p)?.slice(1) ?? []]);
           const bound = [...Object.keys(d.buffers), ...Object.keys(d.bytes ?? {})].map(Number);
           expect(new Set(bound).size).toBe(bound.length);
           for (const b of bound) expect([d.kernel, declared]).toEqual([d.kernel, expect.arrayContaining([String(b)])]);

@@ -14,12 +14,13 @@ import {
   packRmsNormParams,
   rmsNorm,
   rmsNormPerHead,
+  rmsNormCudaLaunch,
   rmsNormThreadgroup,
 } from '../ts/ops/rms_norm.ts';
 import { rmsNormRef } from '../ts/reference/rms_norm.ts';
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
 import type { Buffer } from '../ts/index.ts';
-import { warpRowsLaunch } from '../ts/launch.ts';
+import { rowLaunch } from '../ts/launch.ts';
 
 describe('rms_norm param packer matches the .metal declaration', () => {
   test('RmsNormParams (eps, dim as f32): bound at buffer(3), or buffer(2) without a weight', () => {
@@ -36,11 +37,22 @@ describe('rms_norm param packer matches the .metal declaration', () => {
     expect(rmsNormThreadgroup(1, TARGET_LIMITS.metal)).toEqual({ threads: 1, sharedBytes: 16 });
     expect(rmsNormThreadgroup(2816, TARGET_LIMITS.cuda)).toEqual({ threads: 256, sharedBytes: 32 });
   });
-  test('CUDA: one warp per row for rows of at most 1024 elements, R = 8, 4 or 2 rows a block dividing rows', () => {
-    expect(warpRowsLaunch(262144, 128, TARGET_LIMITS.cuda)).toEqual({ grid: [32768, 1, 1], threads: [32, 8, 1] });
-    expect(warpRowsLaunch(6, 64, TARGET_LIMITS.cuda)).toEqual({ grid: [3, 1, 1], threads: [32, 2, 1] });
-    expect(warpRowsLaunch(5, 64, TARGET_LIMITS.cuda)).toBeNull();
-    expect(warpRowsLaunch(8, 1025, TARGET_LIMITS.cuda)).toBeNull();
+  test('CUDA: launches sized to the row, 32 elements a thread (rowLaunch)', () => {
+    const c = TARGET_LIMITS.cuda;
+    // Qwen3's q-norm, 128 bf16 a row: 4 lanes of 4 vectors, 64 rows a block of 256.
+    expect(rmsNormCudaLaunch(262144, 128, 'bf16', c)).toEqual({ grid: [4096, 1, 1], threads: [4, 64, 1] });
+    // f32 rows of 64: 2 lanes, in blocks of at least 16 rows (whole warps): 6 rows take one block per row.
+    expect(rowLaunch(6, 64, 4, c)).toEqual({ grid: [6, 1, 1], threads: [32, 1, 1], threadgroupMemory: [16] });
+    expect(rowLaunch(32, 64, 4, c)).toEqual({ grid: [1, 1, 1], threads: [2, 32, 1] });
+    // A row not of whole vectors takes 32 lanes (the kernels stride element by element), R = 8, 4 or 2.
+    expect(rowLaunch(6, 65, 4, c)).toEqual({ grid: [3, 1, 1], threads: [32, 2, 1] });
+    expect(rowLaunch(5, 65, 4, c)).toEqual({ grid: [5, 1, 1], threads: [32, 1, 1], threadgroupMemory: [16] });
+    // Longer rows: one block per row of ceil(dim / 32) threads rounded up to 32: Gemma 4's 5376 takes 192.
+    expect(rmsNormCudaLaunch(16384, 5376, 'bf16', c)).toEqual({ grid: [16384, 1, 1], threads: [192, 1, 1], threadgroupMemory: [32] });
+    expect(rowLaunch(8, 1025, 8, c)).toEqual({ grid: [8, 1, 1], threads: [64, 1, 1], threadgroupMemory: [16] });
+    expect(rowLaunch(1, 2 ** 24, 8, c)).toEqual({ grid: [1, 1, 1], threads: [1024, 1, 1], threadgroupMemory: [128] });
+    // Not a 32-wide SIMD: the Metal launch.
+    expect(rowLaunch(8, 128, 8, { ...c, simdWidth: 64 })).toBeNull();
   });
 });
 

@@ -2,7 +2,9 @@
 // packers against the .metal structs, every validation rule, and parity on
 // every backend for f32, f16 and bf16: plain rows (mlx-native's softmax_<t>),
 // scale + softcap + mask (scale_mask_softmax_<t>), fully masked rows, in
-// place, long rows, odd threadgroup sizes; softcap over arrays of many lengths.
+// place, long rows, odd threadgroup sizes; the two-pass form over a scratch
+// (slices of odd lengths, masked slices, in place); softcap over arrays of
+// many lengths.
 
 import { describe, expect, test } from 'bun:test';
 import src from '../shaders/softmax.metal' with { type: 'text' };
@@ -12,12 +14,17 @@ import {
   SOFTMAX_SOURCES,
   packScaleMaskSoftmaxParams,
   packSoftcapParams,
+  packSoftmaxBlocksParams,
   packSoftmaxParams,
+  SOFTMAX_FILL_ROWS,
   planSoftcap,
   planSoftmax,
   softcap,
   softmax,
+  softmaxScratchElements,
+  softmaxSlice,
   softmaxThreadgroup,
+  softmaxTwoPass,
 } from '../ts/ops/softmax.ts';
 import { softcapRef, softmaxRef } from '../ts/reference/softmax.ts';
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
@@ -29,11 +36,17 @@ const words = (b: Uint8Array) => {
 };
 
 describe('softmax param packers match the .metal declarations', () => {
-  test('SoftmaxParams at buffer(2), ScaleMaskSoftmaxParams at buffer(3), SoftcapParams at buffer(2)', () => {
+  test('SoftmaxParams at buffer(2), ScaleMaskSoftmaxParams at buffer(3), SoftcapParams at buffer(2), SoftmaxBlocksParams at 3 and 4', () => {
     for (const k of SOFTMAX_KERNELS) {
+      if (k.startsWith('softmax_blocks') || k.startsWith('softmax_finish')) continue;
       const [struct, at] = k.startsWith('scale_mask') ? ['ScaleMaskSoftmaxParams', 3] : k.startsWith('softcap') ? ['SoftcapParams', 2] : ['SoftmaxParams', 2];
       expect(src).toMatch(new RegExp(`kernel void ${k}\\([^{]*constant ${struct}&\\s+params\\s+\\[\\[buffer\\(${at}\\)\\]\\]`));
     }
+    // The two-pass kernels are templates instantiated by host_name.
+    expect(src).toMatch(/kernel void softmax_blocks_k\([^{]*constant SoftmaxBlocksParams&\s+params\s+\[\[buffer\(3\)\]\]/);
+    expect(src).toMatch(/kernel void softmax_finish_k\([^{]*constant SoftmaxBlocksParams&\s+params\s+\[\[buffer\(4\)\]\]/);
+    const b = words(packSoftmaxBlocksParams({ cols: 4099, seqQ: 3, scale: 0.125, softcap: 30, slice: 2048, nBlocks: 3 }));
+    expect([b.bytes, b.u(0), b.u(1), b.f(2), b.f(3), b.u(4), b.u(5)]).toEqual([24, 4099, 3, 0.125, 30, 2048, 3]);
     const s = words(packSoftmaxParams({ cols: 4099 }));
     expect([s.bytes, s.f(0), s.f(1)]).toEqual([8, 4099, 0]);
     const m = words(packScaleMaskSoftmaxParams({ cols: 7, seqQ: 3, scale: 0.125, softcap: 30 }));
@@ -41,9 +54,22 @@ describe('softmax param packers match the .metal declarations', () => {
     const c = words(packSoftcapParams({ cap: 30, n: 262144 }));
     expect([c.bytes, c.f(0), c.u(1)]).toEqual([8, 30, 262144]);
   });
-  test('launch shapes: Metal min(256, nextPow2(cols)); CUDA up to 1024 threads, 32 floats each; softcap 256 per group', () => {
-    expect(softmaxThreadgroup(3, TARGET_LIMITS.metal)).toEqual({ threads: 4, sharedBytes: 16, cudaThreads: 4, cudaSharedBytes: 16 });
+  test('launch shapes: Metal min(256, nextPow2(cols)); CUDA a block of ceil(cols / 32) threads rounded up to 32, at most 1024', () => {
+    expect(softmaxThreadgroup(3, TARGET_LIMITS.metal)).toEqual({ threads: 4, sharedBytes: 16, cudaThreads: 32, cudaSharedBytes: 16 });
+    expect(softmaxThreadgroup(2048, TARGET_LIMITS.cuda)).toEqual({ threads: 256, sharedBytes: 32, cudaThreads: 64, cudaSharedBytes: 16 });
     expect(softmaxThreadgroup(262144, TARGET_LIMITS.cuda)).toEqual({ threads: 256, sharedBytes: 32, cudaThreads: 1024, cudaSharedBytes: 128 });
+  });
+  test('two passes: slices of 2048 doubled to at most 256 a row; with scratch, for few rows or rows past 32768', () => {
+    expect([softmaxSlice(1), softmaxSlice(262144), softmaxSlice(2048 * 256 + 1), softmaxSlice(2 ** 24)]).toEqual([2048, 2048, 4096, 65536]);
+    expect([softmaxScratchElements(1, 262144), softmaxScratchElements(3, 4099), softmaxScratchElements(2, 2048)]).toEqual([256, 18, 4]);
+    const s = {} as never;
+    expect(softmaxTwoPass({ rows: 1, cols: 262144, scratch: s })).toBe(true);
+    expect(softmaxTwoPass({ rows: 1, cols: 262144 })).toBe(false);
+    expect(softmaxTwoPass({ rows: 64, cols: 2048, scratch: s })).toBe(false);
+    expect(softmaxTwoPass({ rows: SOFTMAX_FILL_ROWS - 1, cols: 2049, scratch: s })).toBe(true);
+    expect(softmaxTwoPass({ rows: SOFTMAX_FILL_ROWS, cols: 32768, scratch: s })).toBe(false);
+    expect(softmaxTwoPass({ rows: SOFTMAX_FILL_ROWS, cols: 32769, scratch: s })).toBe(true);
+    expect(softmaxTwoPass({ rows: 65536, cols: 65536, scratch: s })).toBe(false);
   });
 });
 
@@ -92,6 +118,24 @@ describeValidation('softmax validation', ({ enc, buf }) => {
     expectInvalid(() => softmax(enc(), { rows: 4, cols: 10, input: buf('bf16', 40), output: mb, mask: mb, seqQ: 4 }), 'softmax', 'output',
       'a buffer other than mask', 'the buffer of mask');
   });
+  test('every rule of the scratch', () => {
+    const base = () => ({ rows: 2, cols: 4099, input: buf('f32', 2 * 4099), output: buf('f32', 2 * 4099) });
+    type Case = [mutate: Record<string, unknown>, arg: string, expected: string, actual: string];
+    const cases: Case[] = [
+      [{ scratch: null }, 'scratch', 'a Buffer', 'null'],
+      [{ scratch: buf('u32', 12) }, 'scratch.dtype', 'f32', 'u32'],
+      [{ scratch: buf('f32', 11) }, 'scratch.elementCount', '12', '11'],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => softmax(enc(), { ...base(), ...m }), 'softmax', arg, expected, actual);
+    }
+    const x = buf('f32', 2 * 4099);
+    expectInvalid(() => softmax(enc(), { ...base(), input: x, scratch: x.view('f32', [12]) }), 'softmax', 'scratch',
+      'a buffer other than input', 'a view overlapping input');
+    const y = buf('f32', 2 * 4099);
+    expectInvalid(() => softmax(enc(), { ...base(), output: y, scratch: y.view('f32', [12], 16) }), 'softmax', 'output',
+      'a buffer other than scratch', 'a view overlapping scratch');
+  });
   test('every rule of softcap', () => {
     const base = () => ({ cap: 30, input: buf('bf16', 12), output: buf('bf16', 12) });
     type Case = [mutate: Record<string, unknown>, arg: string, expected: string, actual: string];
@@ -129,22 +173,29 @@ describeBackends('softmax parity', ({ device }) => {
   const SHAPES: readonly [rows: number, cols: number][] = [
     [1, 1], [3, 3], [4, 31], [2, 33], [6, 64], [3, 255], [2, 256], [3, 257], [2, 1000], [1, 4099], [2, 8192],
   ];
-  const run = (dev: Device, dtype: 'f32' | 'f16' | 'bf16', rows: number, cols: number, opts: { scale?: number; softcap?: number; seqQ?: number; mask?: boolean },
+  const run = (dev: Device, dtype: 'f32' | 'f16' | 'bf16', rows: number, cols: number,
+    opts: { scale?: number; softcap?: number; seqQ?: number; mask?: boolean | number[]; scratch?: boolean; inPlace?: boolean },
     lo: number, hi: number, seed: number): number => {
     const x = dev.upload(dtype, [rows, cols], randomArray(rng(seed), rows * cols, lo, hi));
-    const y = dev.alloc(dtype, [rows, cols]);
+    const x0 = x.readNumbers();
+    const y = opts.inPlace ? x : dev.alloc(dtype, [rows, cols]);
     const seqQ = opts.seqQ ?? rows;
-    const mask = opts.mask ? dev.upload('bf16', [seqQ, cols], maskOf(seqQ, cols, seed + 1)) : undefined;
-    y.fill(Number.NaN);
+    const mask = opts.mask === undefined || opts.mask === false ? undefined
+      : dev.upload('bf16', [seqQ, cols], opts.mask === true ? maskOf(seqQ, cols, seed + 1) : opts.mask);
+    // A NaN-filled scratch: the first pass writes every pair the second reads.
+    const scratch = opts.scratch ? dev.alloc('f32', [softmaxScratchElements(rows, cols)]) : undefined;
+    scratch?.fill(Number.NaN);
+    if (!opts.inPlace) y.fill(Number.NaN);
     const enc = dev.encoder();
-    softmax(enc, { input: x, output: y, rows, cols, scale: opts.scale, softcap: opts.softcap, mask, seqQ: opts.mask ? seqQ : undefined });
+    softmax(enc, { input: x, output: y, rows, cols, scale: opts.scale, softcap: opts.softcap, mask, seqQ: mask ? seqQ : undefined, scratch });
     enc.commitAndWait();
     enc.release();
-    const want = softmaxRef(x.readNumbers(), rows, cols, { scale: opts.scale, softcap: opts.softcap, mask: mask?.readNumbers(), seqQ });
+    const want = softmaxRef(x0, rows, cols, { scale: opts.scale, softcap: opts.softcap, mask: mask?.readNumbers(), seqQ });
     const e = probErr(dtype, y.readNumbers(), want);
     x.release();
-    y.release();
+    if (!opts.inPlace) y.release();
     mask?.release();
+    scratch?.release();
     return e;
   };
   for (const dtype of ['f32', 'f16', 'bf16'] as const) {
@@ -172,6 +223,27 @@ describeBackends('softmax parity', ({ device }) => {
     expect(run(dev, 'bf16', 6, 40, { mask: true, seqQ: 2 }, -3, 3, 3)).toBeLessThan(TOL.bf16);
     expect(run(dev, 'f32', 1, 262144, {}, -10, 10, 4)).toBeLessThan(TOL.f32);
     expect(run(dev, 'bf16', 1, 262144, { softcap: 30 }, -40, 40, 5)).toBeLessThan(TOL.bf16);
+  });
+
+  test('two passes over a scratch: a vocabulary row, slices of odd lengths, masked slices and rows, in place, 4096-element slices', () => {
+    const dev = device();
+    const over: string[] = [];
+    const check = (what: string, e: number, tol: number) => {
+      if (!(e < tol)) over.push(`${what}: ${e}`);
+    };
+    check('f32 [1, 262144]', run(dev, 'f32', 1, 262144, { scratch: true }, -10, 10, 11), TOL.f32);
+    check('bf16 [3, 4099] scale+softcap+mask', run(dev, 'bf16', 6, 4099, { scale: 0.125, softcap: 30, mask: true, seqQ: 3, scratch: true }, -400, 400, 12), TOL.bf16);
+    check('f16 [2, 6144]', run(dev, 'f16', 2, 6144, { scratch: true }, -4, 4, 13), TOL.f16);
+    check('f32 [5, 2049] in place', run(dev, 'f32', 5, 2049, { scratch: true, inPlace: true }, -4, 4, 14), TOL.f32);
+    // Row 0: its first slice masked out; row 1: every element; row 2: all but one of the last slice.
+    const cols = 4100;
+    const m = Array.from({ length: 3 * cols }, (_, i) => {
+      const [r, c] = [Math.floor(i / cols), i % cols];
+      return r === 0 ? (c < 2048 ? -Infinity : 0) : r === 1 ? -Infinity : c === cols - 1 ? 0 : -Infinity;
+    });
+    check('f32 [3, 4100] masked slices', run(dev, 'f32', 3, cols, { mask: m, seqQ: 3, scratch: true }, -4, 4, 15), TOL.f32);
+    check('bf16 [1, 524296] (slices of 4096)', run(dev, 'bf16', 1, 2048 * 256 + 8, { scratch: true }, -8, 8, 16), TOL.bf16);
+    expect(over).toEqual([]);
   });
 
   test('a fully masked row gives zeros; in place (output is input)', () => {
@@ -268,9 +340,26 @@ describeValidation('softmax and softcap plans', ({ buf }) => {
     const cap = planSoftcap({ input: buf('bf16', 1000), output: buf('bf16', 1000), cap: 30 }, TARGET_LIMITS.cuda).dispatches[0]!;
     expect([cap.kernel, cap.grid, cap.threads, cap.cuda?.grid]).toEqual(['softcap_bf16', [4, 1, 1], [256, 1, 1], [1, 1, 1]]);
     const short = planSoftmax({ input: buf('f16', 64 * 128), output: buf('f16', 64 * 128), rows: 64, cols: 128 }, TARGET_LIMITS.cuda).dispatches[0]!;
-    expect([short.threads, short.cuda?.grid, short.cuda?.threads]).toEqual([[128, 1, 1], [8, 1, 1], [32, 8, 1]]);
+    // 128 f16 a row: 4 lanes of 4 vectors, 64 rows a block.
+    expect([short.threads, short.cuda?.grid, short.cuda?.threads]).toEqual([[128, 1, 1], [1, 1, 1], [4, 64, 1]]);
     const odd = planSoftmax({ input: buf('f16', 3 * 128), output: buf('f16', 3 * 128), rows: 3, cols: 128 }, TARGET_LIMITS.cuda).dispatches[0]!;
-    expect([odd.cuda?.grid, odd.cuda?.threads]).toEqual([[3, 1, 1], [128, 1, 1]]);
+    expect([odd.cuda?.grid, odd.cuda?.threads]).toEqual([[3, 1, 1], [32, 1, 1]]);
+    // Two passes over a scratch: [2, 262144] in 128 slices a row, scale and mask.
+    const scratch = buf('f32', softmaxScratchElements(2, 262144));
+    const mask = buf('bf16', 262144);
+    const two = planSoftmax({ input: x, output: y, rows: 2, cols: 262144, scratch, mask, seqQ: 1, scale: 0.5 }, TARGET_LIMITS.cuda);
+    expect(two.dispatches.map((d) => [d.kernel, d.grid, d.threads, d.threadgroupMemory, d.cuda])).toEqual([
+      ['softmax_blocks_f32', [128, 2, 1], [256, 1, 1], [32], undefined],
+      ['softmax_finish_f32', [128, 2, 1], [256, 1, 1], [32], undefined],
+    ]);
+    expect(two.dispatches[0]!.buffers).toEqual([x, mask, scratch]);
+    expect(two.dispatches[1]!.buffers).toEqual([x, mask, scratch, y]);
+    const tp = words(two.dispatches[1]!.bytes![4] as Uint8Array);
+    expect([tp.u(0), tp.u(1), tp.f(2), tp.f(3), tp.u(4), tp.u(5)]).toEqual([262144, 1, 0.5, 0, 2048, 128]);
+    // Many short rows: one pass even with a scratch.
+    const many = planSoftmax({ input: buf('f32', 4096 * 2048), output: buf('f32', 4096 * 2048), rows: 4096, cols: 2048,
+      scratch: buf('f32', softmaxScratchElements(4096, 2048)) }, TARGET_LIMITS.cuda);
+    expect(many.dispatches.map((d) => d.kernel)).toEqual(['softmax_f32']);
     const one = planSoftcap({ input: buf('f32', 3), output: buf('f32', 3), cap: 30 }, TARGET_LIMITS.metal).dispatches[0]!;
     expect([one.grid, one.threads]).toEqual([[1, 1, 1], [3, 1, 1]]);
   });

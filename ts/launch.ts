@@ -28,20 +28,50 @@ export function rowThreadgroup(n: number, maxThreads: number, limits: LaunchLimi
   return { threads, sharedBytes: roundUp16(Math.ceil(threads / limits.simdWidth) * 4) };
 }
 
-/** Elements a row may have for the one-warp-per-row launch (32 lanes holding 32 floats each). */
-export const WARP_ROW_MAX = 1024;
+/** Elements a thread of a CUDA row kernel holds in registers (rms_norm, softmax: 32 floats, or their raw words). */
+export const ROW_HELD = 32;
+/** Elements a row may have for the launch of rows of up to 32 lanes (32 lanes holding ROW_HELD each). */
+export const WARP_ROW_MAX = 32 * ROW_HELD;
+/** Threads of a block of short rows at most. */
+const ROW_BLOCK = 256;
 
 /**
- * The CUDA launch of a row kernel whose twin can take one warp per row
- * (blockDim (32, R, 1), grid (rows / R, 1, 1)): for rows of at most
- * WARP_ROW_MAX elements, R the largest of 8, 4, 2 that divides rows (the
- * kernels have no row count to bound a partial block). Null otherwise: one
- * block per row, as Metal.
+ * The CUDA launch of a row kernel (shaders/cuda/common.cuh: row_index,
+ * row_sum, row_max) for rows of n elements, sized to the row so that more
+ * rows are resident on an SM: as few threads as hold it at ROW_HELD
+ * elements a thread, t = ceil(n / 32). vec is the elements of a 16-byte
+ * vector; the kernels hold the row only where n is a multiple of it.
+ *
+ * - Short rows (n <= 1024): rows of L lanes, blockDim (L, R, 1), grid
+ *   (rows / R, 1, 1), L = nextPow2(t) where n % vec == 0 (else 32: the
+ *   kernels stride element by element), R the largest of 256 / L, 128 / L,
+ *   64 / L, 32 / L that divides rows (the kernels have no row count to bound
+ *   a partial block, and whole warps keep the shuffles full); a single row
+ *   of 32 lanes is the block form below.
+ * - Otherwise, or where no R divides rows: one block per row, grid (rows,
+ *   1, 1) of min(1024, t rounded up to 32) threads (at least 32), and
+ *   dynamic shared memory of one float per warp.
+ *
+ * Null where simdWidth is not 32 (the Metal launch is the only one then).
  */
-export function warpRowsLaunch(rows: number, n: number, limits: LaunchLimits): { grid: [number, number, number]; threads: [number, number, number] } | null {
-  if (n > WARP_ROW_MAX || limits.simdWidth !== 32) return null;
-  const r = [8, 4, 2].find((k) => rows % k === 0 && 32 * k <= limits.maxThreadsPerThreadgroup);
-  return r === undefined ? null : { grid: [rows / r, 1, 1], threads: [32, r, 1] };
+export function rowLaunch(rows: number, n: number, vec: number, limits: LaunchLimits): {
+  grid: [number, number, number]; threads: [number, number, number]; threadgroupMemory?: number[];
+} | null {
+  if (limits.simdWidth !== 32) return null;
+  const t = Math.ceil(n / ROW_HELD);
+  if (n <= WARP_ROW_MAX) {
+    const lanes = n % vec === 0 ? nextPow2(t) : 32;
+    const r = [ROW_BLOCK, 128, 64, 32].map((b) => b / lanes)
+      .find((k) => k >= 1 && rows % k === 0 && k * lanes <= limits.maxThreadsPerThreadgroup);
+    if (r !== undefined && r > 1) return { grid: [rows / r, 1, 1], threads: [lanes, r, 1] };
+  }
+  const threads = rowBlockThreads(n, limits);
+  return { grid: [rows, 1, 1], threads: [threads, 1, 1], threadgroupMemory: [roundUp16(Math.ceil(threads / 32) * 4)] };
+}
+
+/** Threads of rowLaunch's one-block-per-row form: ceil(n / ROW_HELD) rounded up to 32, in [32, min(1024, the device's limit)]. */
+export function rowBlockThreads(n: number, limits: LaunchLimits): number {
+  return Math.min(limits.maxThreadsPerThreadgroup, 1024, Math.max(32, Math.ceil(n / ROW_HELD / 32) * 32));
 }
 
 /** Steps each thread of copy_rows (shaders/cuda/common.cuh) issues before storing them. */

@@ -28,9 +28,16 @@ export function kernelParams(source: string, name: string): string[] {
   return list.split(/,(?![^[]*\]\])/).map((s) => s.replace(/\s+/g, ' ').trim());
 }
 
+/**
+ * A parameter's [[buffer(n)]] attribute, alone or with a function constant
+ * that gates it ([[buffer(n), function_constant(c)]]: the argument exists
+ * where c is true); group 1 is n.
+ */
+export const BUFFER_ATTR = /\[\[\s*buffer\s*\(\s*(\d+)\s*\)\s*(?:,\s*function_constant\s*\(\s*\w+\s*\)\s*)?\]\]/;
+
 /** The declaration bound at [[buffer(index)]] of the kernel, whitespace collapsed. */
 export function bufferParam(source: string, kernel: string, index: number): string {
-  const decl = kernelParams(source, kernel).find((p) => p.includes(`[[buffer(${index})]]`));
+  const decl = kernelParams(source, kernel).find((p) => BUFFER_ATTR.exec(p)?.[1] === String(index));
   if (decl === undefined) throw new Error(`${kernel}: nothing at buffer(${index})`);
   return decl;
 }
@@ -70,7 +77,7 @@ export function kernelWrites(source: string, name: string): number {
   }
   let mask = 0;
   for (const p of params) {
-    const b = /\[\[\s*buffer\s*\(\s*(\d+)\s*\)\s*\]\]/.exec(p);
+    const b = BUFFER_ATTR.exec(p);
     if (!b) continue;
     const index = Number(b[1]);
     if (!(index < 31)) return ALL_BUFFERS;

@@ -55,6 +55,11 @@ export function knownFamilyNames(): string[] {
   return [...knownFamilies.keys()].sort();
 }
 
+/** The sources of a family defined in this process, or undefined. */
+export function knownFamilySources(family: string): FamilySources | undefined {
+  return knownFamilies.get(family);
+}
+
 /** A family's FamilySources from the texts of its files. */
 export function familySources(family: string, files: { header?: string; metal: string; cuda?: string }): FamilySources {
   const header: SourceFile[] = files.header === undefined ? [] : [{ name: `${family}.h`, text: files.header }];

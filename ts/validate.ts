@@ -99,6 +99,17 @@ export function checkElements(op: string, arg: string, buf: Buffer, expected: nu
   }
 }
 
+/**
+ * mlx-native's buffer-size rule: the buffer holds at least `expected`
+ * elements (a larger buffer's first elements are used).
+ */
+export function checkAtLeast(op: string, arg: string, buf: Buffer, expected: number): void {
+  checkBuffer(op, arg, buf);
+  if (buf.elementCount < expected) {
+    throw invalid(op, `${arg}.elementCount`, `at least ${expected}`, `${buf.elementCount}, shape [${buf.shape.join(', ')}]`);
+  }
+}
+
 /** The product of the factors, checked to stay an exact integer (at most 2^53 - 1). */
 export function checkedProduct(op: string, arg: string, ...factors: number[]): number {
   let p = 1;

@@ -261,6 +261,8 @@ class Translator {
   };
   std::vector<Inst> insts_;
   std::set<std::string> defined_fc_, undefined_fc_;
+  // The function constants given a non-zero value (a bool set to true).
+  std::set<std::string> true_fc_;
   uint32_t next_tg_id_ = 0;
   // Threadgroup variable declarations: token index and id.
   std::vector<std::pair<size_t, uint32_t>> tg_decls_;
@@ -379,6 +381,7 @@ class Translator {
         value = constant_value(type, fc->bits, fc->type);
         if (value.empty()) fail(attr, "function constant " + std::to_string(index) + " has an unknown type code");
         defined_fc_.insert(t_[name].text);
+        if (fc->bits != 0) true_fc_.insert(t_[name].text);
       } else {
         value = type + "{}";
         undefined_fc_.insert(t_[name].text);
@@ -510,6 +513,24 @@ class Translator {
     }
   }
 
+  // The function constant that an attribute group [[..., function_constant(name)]]
+  // in [j, e] names, or "" when it names none.
+  std::string gating_constant(size_t j, size_t e) {
+    for (size_t q = nx(nx(j)); q < e; q = nx(q)) {
+      if (!is(q, "function_constant")) continue;
+      size_t p = nx(q), n = nx(p), c = nx(n);
+      if (!is(p, "(") || t_[n].kind != K::Ident || !is(c, ")")) fail(q, "function_constant takes a name");
+      if (!defined_fc_.count(t_[n].text) && !undefined_fc_.count(t_[n].text))
+        fail(n, "'" + t_[n].text + "' is not a function constant");
+      return t_[n].text;
+    }
+    return "";
+  }
+
+  // A parameter [[buffer(n), function_constant(c)]] exists only where c is
+  // true, as in Metal: with c false (or not given) its binding is not
+  // required, a pointer to it covers no memory (any access is out of
+  // bounds) and a reference to it reads zeros.
   void param(size_t a, size_t b, KernelDef* k) {  // [a, b)
     std::string spec;
     for (size_t j = a; j < b; j = nx(j)) {
@@ -517,6 +538,9 @@ class Translator {
       if (e == std::string::npos) continue;
       size_t q = nx(nx(j));
       const std::string& an = t_[q].text;
+      const std::string gate = gating_constant(j, e);
+      const bool absent = !gate.empty() && !true_fc_.count(gate);
+      if (absent && an != "buffer") fail(q, "function_constant applies to [[buffer(n)]] parameters in the emulator");
       auto num = [&](size_t at) -> uint32_t {
         size_t p = nx(at);
         if (!is(p, "(") || t_[nx(p)].kind != K::Number) fail(at, "[[" + an + "]] needs an index");
@@ -524,7 +548,9 @@ class Translator {
         if (v >= MLXN_MAX_BINDINGS_) fail(at, "binding index " + std::to_string(v) + " is not below 31");
         return v;
       };
-      if (an == "buffer") {
+      if (an == "buffer" && absent) {
+        spec = "::mlxn::arg_absent_buffer<" + std::to_string(num(q)) + "u>";
+      } else if (an == "buffer") {
         uint32_t v = num(q);
         spec = "::mlxn::arg_buffer<" + std::to_string(v) + "u>";
         k->buffers.push_back(v);

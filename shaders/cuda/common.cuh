@@ -82,10 +82,20 @@ __device__ __forceinline__ u32 pack_f16(float lo, float hi) {
     const __half2 h = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<const u32*>(&h);
 }
+// Two floats rounded to the 16-bit T (bf16 or f16), packed low then high.
+template <typename T> __device__ __forceinline__ u32 pack2(float lo, float hi);
+template <> __device__ __forceinline__ u32 pack2<__nv_bfloat16>(float lo, float hi) { return pack_bf16(lo, hi); }
+template <> __device__ __forceinline__ u32 pack2<__half>(float lo, float hi) { return pack_f16(lo, hi); }
+
 __device__ __forceinline__ void store_vec(__half* p, const float (&v)[8]) {
     *reinterpret_cast<uint4*>(p) = make_uint4(pack_f16(v[0], v[1]), pack_f16(v[2], v[3]),
                                               pack_f16(v[4], v[5]), pack_f16(v[6], v[7]));
 }
+
+// Two adjacent outputs, rounded to the pointer's type (p aligned to the pair).
+__device__ __forceinline__ void store2(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
+__device__ __forceinline__ void store2(__nv_bfloat16* p, float a, float b) { *reinterpret_cast<u32*>(p) = pack_bf16(a, b); }
+__device__ __forceinline__ void store2(__half* p, float a, float b) { *reinterpret_cast<u32*>(p) = pack_f16(a, b); }
 
 // ---- gated elementwise: y = f(a) * b (silu_mul, sigmoid_mul, gelu) ----
 
@@ -183,19 +193,39 @@ __device__ __forceinline__ float block_max(float v, float* partials) {
     return r;
 }
 
-// Row kernels launch either one row per block, blockDim (n, 1), or one row
-// per warp, blockDim (32, R) with R rows in a block (short rows: no block
-// barrier, R rows in flight). The row of a thread, and the sum and maximum
-// over the threads of its row (block_sum's and block_max's contract).
+// Row kernels launch either one row per block, blockDim (n, 1), or rows of
+// L lanes, blockDim (L, R) with L a power of two up to 32 and R rows in a
+// block (short rows: no block barrier, R rows in flight; L * R a multiple of
+// 32, so every warp is whole and a row's L lanes are consecutive lanes of one
+// warp). The row of a thread, and the sum and maximum over the threads of its
+// row (block_sum's and block_max's contract).
 __device__ __forceinline__ u32 row_index() { return blockIdx.x * blockDim.y + threadIdx.y; }
+// Sum and maximum over aligned groups of `width` lanes (a power of two up to
+// 32), returned to every lane of the group; the whole warp calls them.
+__device__ __forceinline__ float lanes_sum(float v, u32 width) {
+    for (u32 o = width >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float lanes_max(float v, u32 width) {
+    for (u32 o = width >> 1; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
 __device__ __forceinline__ float row_sum(float v, float* partials) {
-    return blockDim.y > 1 ? warp_sum(v) : block_sum(v, partials);
+    return blockDim.y > 1 ? lanes_sum(v, blockDim.x) : block_sum(v, partials);
 }
 __device__ __forceinline__ float row_max(float v, float* partials) {
-    return blockDim.y > 1 ? warp_max(v) : block_max(v, partials);
+    return blockDim.y > 1 ? lanes_max(v, blockDim.x) : block_max(v, partials);
 }
 
 // ---- tensor cores and asynchronous copies (sm_80 and later) ----
+
+// 2^x on the special function unit (ex2.approx.ftz: about 2 ulp, subnormal
+// results flushed to 0, 2^-inf = 0), as an online softmax in log2 units takes it.
+__device__ __forceinline__ float ex2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
     return static_cast<u32>(__cvta_generic_to_shared(p));
@@ -251,6 +281,37 @@ __device__ __forceinline__ void frag_b_kn(u32 (&b)[4], const T* base, u32 ld, u3
     const u32 m = lane >> 3, rr = lane & 7u;
     ldsm_x4_trans(base + (k0 + rr + 8u * (m & 1u)) * ld + n0 + 8u * (m >> 1), b[0], b[1], b[2], b[3]);
 }
+
+// The tile of block blockIdx.x among BM x BN output tiles of a matrix
+// product: batch outermost; within a batch, groups of 8 tile rows, each group
+// walked down its rows first, so that neighbouring blocks share weight
+// columns in L2.
+template <u32 BM, u32 BN>
+__device__ __forceinline__ void tile_of(u32 M, u32 N, u32& b, u32& m0, u32& n0) {
+    const u32 tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+    const u32 per = tiles_m * tiles_n;
+    b = blockIdx.x / per;
+    const u32 p = blockIdx.x % per;
+    const u32 first = p / (8 * tiles_n) * 8, gsize = min(8u, tiles_m - first), pin = p % (8 * tiles_n);
+    m0 = (first + pin % gsize) * BM;
+    n0 = pin / gsize * BN;
+}
+
+// Packed pairs of 16-bit floats (T bf16 or f16) in a u32, low element first:
+// d = a * b + c per element, rounded once (fma.rn .bf16x2 / .f16x2).
+__device__ __forceinline__ u32 fma2_bf16(u32 a, u32 b, u32 c) {
+    u32 d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ u32 fma2_f16(u32 a, u32 b, u32 c) {
+    u32 d;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+template <typename T> __device__ __forceinline__ u32 fma2(u32 a, u32 b, u32 c);
+template <> __device__ __forceinline__ u32 fma2<__nv_bfloat16>(u32 a, u32 b, u32 c) { return fma2_bf16(a, b, c); }
+template <> __device__ __forceinline__ u32 fma2<__half>(u32 a, u32 b, u32 c) { return fma2_f16(a, b, c); }
 
 // 16-byte global -> shared copy that does not hold the thread (cp.async, L2
 // only); live == false writes 16 zero bytes and reads nothing (src-size 0).

@@ -55,10 +55,6 @@ __device__ __forceinline__ bool rows16(const T* p, u64 row) {
     return aligned16(p) && (row * sizeof(T)) % 16 == 0;
 }
 
-template <typename T> __device__ __forceinline__ u32 pack2(float lo, float hi);
-template <> __device__ __forceinline__ u32 pack2<bf16>(float lo, float hi) { return pack_bf16(lo, hi); }
-template <> __device__ __forceinline__ u32 pack2<__half>(float lo, float hi) { return pack_f16(lo, hi); }
-
 // N elements at p (16-byte aligned, N * sizeof(T) a multiple of 16) as floats.
 template <int N, typename T>
 __device__ __forceinline__ void load_f(const T* p, float (&v)[N]) {
@@ -257,24 +253,6 @@ __device__ __forceinline__ uint4 load8(const T* row, u32 k, u32 K, bool vec) {
 #pragma unroll
     for (u32 e = 0; e < 8; ++e) v[e] = k + e < K ? to_f(row[k + e]) : 0.0f;
     return make_uint4(pack2<TS>(v[0], v[1]), pack2<TS>(v[2], v[3]), pack2<TS>(v[4], v[5]), pack2<TS>(v[6], v[7]));
-}
-
-__device__ __forceinline__ void store2(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
-__device__ __forceinline__ void store2(bf16* p, float a, float b) { *reinterpret_cast<u32*>(p) = pack_bf16(a, b); }
-__device__ __forceinline__ void store2(__half* p, float a, float b) { *reinterpret_cast<u32*>(p) = pack_f16(a, b); }
-
-// The tile of block blockIdx.x among BM x BN tiles: batch outermost; within
-// a batch, groups of 8 tile rows, each group walked down its rows first, so
-// that neighbouring blocks share weight columns in L2.
-template <u32 BM, u32 BN>
-__device__ __forceinline__ void tile_of(u32 M, u32 N, u32& b, u32& m0, u32& n0) {
-    const u32 tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-    const u32 per = tiles_m * tiles_n;
-    b = blockIdx.x / per;
-    const u32 p = blockIdx.x % per;
-    const u32 first = p / (8 * tiles_n) * 8, gsize = min(8u, tiles_m - first), pin = p % (8 * tiles_n);
-    m0 = (first + pin % gsize) * BM;
-    n0 = pin / gsize * BN;
 }
 
 // The BM x BN tile at (m0, n0) of y = x W^T for operands o. X_ASYNC /

@@ -9,8 +9,14 @@
 // the order of the error 2u already carries from f32), rounded once to T.
 // exp(-2u) overflowing to +inf (or past 2^126) gives -0, the limit, never NaN.
 //
-// gelu_<t>: one element per thread and no element count (mlx-native's
-// bindings): the launch holds exactly n threads, as the Metal one.
+// gelu_<t> has no element count (mlx-native's bindings): the launch says how
+// many elements it covers. With one-dimensional blocks (the Metal launch)
+// it holds exactly n threads, one element each. With two-dimensional blocks
+// (blockDim.y > 1: the op's CUDA launch, ts/ops/gelu.ts geluCudaLaunch) each
+// thread takes one 16-byte vector (VEC elements): thread t of the grid,
+// counted x first, then y, then blocks, takes elements [t * VEC, t * VEC +
+// VEC), and the launch covers gridDim.x * blockDim.x * blockDim.y * VEC of
+// them (16-byte aligned pointers; others go element by element).
 // gelu_tanh_mul and its halves form are memory-bound: gated_rows (common.cuh)
 // moves 16-byte vectors, one per thread, grid (ceil(chunks / 256), 1, 1) of
 // 256 threads, chunks = rows * ceil(dim / VEC) (gelu_tanh_mul: one row of n).
@@ -27,8 +33,22 @@ struct GeluTanh {
 
 template <typename T>
 __device__ __forceinline__ void gelu_each(const T* input, T* output) {
-    const u64 i = u64(blockIdx.x) * blockDim.x + threadIdx.x;
-    output[i] = from_f<T>(GeluTanh()(to_f(input[i])));
+    if (blockDim.y == 1) {
+        const u64 i = u64(blockIdx.x) * blockDim.x + threadIdx.x;
+        output[i] = from_f<T>(GeluTanh()(to_f(input[i])));
+        return;
+    }
+    constexpr int VEC = VecOf<T>::N;
+    const u64 first = ((u64(blockIdx.x) * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x) * VEC;
+    if (aligned16(input) && aligned16(output)) {
+        float v[VEC];
+        load_vec(input + first, v);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v[j] = GeluTanh()(v[j]);
+        store_vec(output + first, v);
+    } else {
+        for (u64 i = first; i < first + VEC; ++i) output[i] = from_f<T>(GeluTanh()(to_f(input[i])));
+    }
 }
 
 template <typename T>

@@ -5,20 +5,23 @@
 //   rms_norm_one_plus_<t>: y = x * rms_inv * (1 + w)
 //   rms_norm_no_scale_<t>: y = x * rms_inv
 //
-// One block per row: grid (rows, 1, 1), any blockDim.x in [1, 1024] (the op
-// uses min(256, nextPow2(dim))); dynamic shared memory holds one float per
-// warp. Or, for rows of at most 1024 elements, one warp per row: blockDim
-// (32, R), grid (rows / R, 1, 1) (the op's CUDA launch where R in 2..8
-// divides rows; per-head q/k norms). Squares accumulate in f32; f16 and bf16 values are rounded (nearest
-// even) only when stored.
+// One block per row: grid (rows, 1, 1), any blockDim.x in [1, 1024];
+// dynamic shared memory holds one float per warp. Or rows of L lanes:
+// blockDim (L, R), L a power of two up to 32, R rows a block, L * R a
+// multiple of 32, grid (rows / R, 1, 1) (row_index, row_sum in common.cuh).
+// The op's CUDA launch (ts/ops/rms_norm.ts rmsNormCudaLaunch) sizes either
+// to the row: as few threads as hold it, 32 elements a thread, so that more
+// rows are resident on an SM. Squares accumulate in f32; f16 and bf16
+// values are rounded (nearest even) only when stored.
 //
 // When dim is a multiple of the 16-byte vector width (4 f32, 8 f16/bf16) and
 // the row and weight pointers are 16-byte aligned, threads move 16-byte
-// vectors and keep their first 32 / VEC vectors in registers between the sum
-// and the output, so a row is read once when dim <= 32 * blockDim.x; longer
-// rows re-read the rest. Otherwise a scalar path strides over the row. Each
-// thread writes only the elements it read, after the block's sum, so y may be
-// x's buffer (in place).
+// vectors and keep their first 32 / VEC vectors in registers as the raw
+// words loaded (16 registers for a 16-bit type, 32 for f32), issued before
+// any arithmetic, between the sum and the output: a row is read once when
+// dim <= 32 * (threads of the row); longer rows re-read the rest. Otherwise a
+// scalar path strides over the row. Each thread writes only the elements it
+// read, after the row's sum, so y may be x's buffer (in place).
 
 namespace {
 
@@ -57,24 +60,32 @@ __device__ __forceinline__ void rms_norm_row(const T* x, const W* w, T* y, const
     float sq = 0.0f;
     if (dim % VEC == 0 && aligned16(xr) && aligned16(yr) && (MODE == NO_SCALE || aligned16(w))) {
         const u32 nv = dim / VEC;
-        float xc[CACHE][VEC];
+        const uint4* xv = reinterpret_cast<const uint4*>(xr);
+        uint4 xc[CACHE];
 #pragma unroll
         for (int c = 0; c < CACHE; ++c) {
             const u32 vi = tid + u32(c) * bs;
-            if (vi < nv) {
-                load_vec(xr + u64(vi) * VEC, xc[c]);
+            if (vi < nv) xc[c] = xv[vi];
+        }
 #pragma unroll
-                for (int j = 0; j < VEC; ++j) sq += xc[c][j] * xc[c][j];
+        for (int c = 0; c < CACHE; ++c) {
+            if (tid + u32(c) * bs < nv) {
+                float v[VEC];
+                unpack16<T>(xc[c], v);
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) sq += v[j] * v[j];
             }
         }
         for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
             float v[VEC];
-            load_vec(xr + u64(vi) * VEC, v);
+            unpack16<T>(xv[vi], v);
 #pragma unroll
             for (int j = 0; j < VEC; ++j) sq += v[j] * v[j];
         }
         const float inv = rsqrtf(row_sum(sq, partials) / float(dim) + p->eps);
-        auto emit = [&](u32 vi, float (&v)[VEC]) {
+        auto emit = [&](u32 vi, uint4 raw) {
+            float v[VEC];
+            unpack16<T>(raw, v);
             float wv[VEC];
             if constexpr (MODE != NO_SCALE) load_weight(w + u64(vi) * VEC, wv);
 #pragma unroll
@@ -86,11 +97,7 @@ __device__ __forceinline__ void rms_norm_row(const T* x, const W* w, T* y, const
             const u32 vi = tid + u32(c) * bs;
             if (vi < nv) emit(vi, xc[c]);
         }
-        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
-            float v[VEC];
-            load_vec(xr + u64(vi) * VEC, v);
-            emit(vi, v);
-        }
+        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) emit(vi, xv[vi]);
     } else {
         for (u32 i = tid; i < dim; i += bs) {
             const float v = to_f(xr[i]);

@@ -4,22 +4,40 @@
 //   scale_mask_softmax_<t>: the same over v = c(x * scale) + mask[r % seq_q],
 //                           c(s) = cap * tanh(s / cap) when softcap = cap > 0;
 //                           no mask when seq_q = 0; a fully masked row gives zeros
+//   softmax_blocks_<t>,     the two-pass form of either: per slice of a row
+//   softmax_finish_<t>:     its max and sum of exp(v - max), then each slice
+//                           normalized by the row's (max, sum) merged from those
 //   softcap_<t>:            y = cap * tanh(x / cap)
 //
-// Softmax: one block per row, grid (rows, 1, 1), any blockDim.x in [1, 1024]
-// (the op uses enough threads, up to 1024, that a thread holds at most 32
-// floats of the row; __launch_bounds__(1024) keeps every size launchable, at
-// a few bytes of spill in the scale_mask entries); dynamic shared memory
-// holds one float per warp. Or,
-// for rows of at most 1024 elements, one warp per row: blockDim (32, R),
-// grid (rows / R, 1, 1) (the op's CUDA launch where R in 2..8 divides rows).
-// When cols is a multiple of the 16-byte vector width (4 f32, 8 f16/bf16) and
-// the row pointers are 16-byte aligned, threads move 16-byte vectors and keep
-// the first 32 / VEC of them (as v, then exp(v - max)) in registers: one read
-// and one exp per element. Elements past those (rows longer than 32 floats a
-// thread) and the scalar path (other rows) fold into a running maximum and a
-// sum rescaled to it (online softmax), then are read once more for the output. Each thread writes only the elements it read, after
-// the block's reductions, so y may be x's buffer (in place).
+// One pass: one block per row, grid (rows, 1, 1), any blockDim.x in [1, 1024];
+// dynamic shared memory holds one float per warp. Or rows of L lanes:
+// blockDim (L, R), grid (rows / R, 1, 1) (common.cuh row_index). The op's
+// launch is sized to the row (ts/launch.ts rowLaunch): as few threads as
+// hold it at 32 elements a thread. When cols is a multiple of the 16-byte
+// vector width (4 f32, 8 f16/bf16) and the row pointers are 16-byte aligned,
+// threads issue their first 32 / VEC vector loads before any arithmetic and
+// hold them: softmax_<t> as the raw words (16 registers for a 16-bit type)
+// and computes exp(x - max) twice (ex2.approx, two instructions), where
+// scale_mask_softmax_<t> holds v, then exp(v - max), since v costs a tanh
+// and a mask read. The mask moves as 8- or 16-byte vectors beside x.
+// Elements past those held (rows longer than 32 a thread) and the scalar
+// path (other rows) fold into a running maximum and a sum rescaled to it
+// (online softmax), then are read once more for the output. Each thread
+// writes only the elements it read, after the row's reductions, so y may be
+// x's buffer (in place).
+//
+// Two passes: grid (n_blocks, rows, 1) of any blockDim.x (the op uses 256),
+// dynamic shared memory of one float per warp. softmax_blocks_<t> writes
+// partials[row, slice] = (m, s), the slice's max and sum of exp(v - m);
+// softmax_finish_<t> merges the row's n_blocks pairs and writes its slice,
+// visiting the slices in the reverse order of the first pass, so the ones
+// read last there (the likeliest still in L2) are read first. Both stream
+// their slice with ROW_LOADS vector loads of a thread in flight at once.
+//
+// exp is __expf (ex2.approx of x * log2 e: a relative error of about 2 ulp
+// plus |x| 2^-24, a few 1e-7 for the probabilities above 1e-3 of the
+// largest), the cap's division a multiply by its reciprocal; tanhf is
+// CUDA's accurate one.
 //
 // softcap: each thread takes one 16-byte vector (VEC elements) of the array,
 // grid (ceil(n / (256 * VEC)), 1, 1) of 256 threads; the tail and unaligned
@@ -29,110 +47,285 @@ namespace {
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
-struct RowArgs {
-    u32 cols;
-    u32 seq_q;
+// v of an element from x and its mask value: x * scale, capped
+// (cap * tanh(x * scale / cap), the division a multiply by 1 / cap), masked.
+struct Transform {
     float scale;
     float cap;
+    float inv_cap;
+    __device__ __forceinline__ float operator()(float x, float m) const {
+        float v = x * scale;
+        if (cap > 0.0f) v = cap * tanhf(v * inv_cap);
+        return v + m;
+    }
 };
 
-__device__ __forceinline__ float transform(float x, const bf16* mr, u64 i, const RowArgs& a) {
-    float v = x * a.scale;
-    if (a.cap > 0.0f) v = a.cap * tanhf(v / a.cap);
-    if (mr != nullptr) v += __bfloat162float(mr[i]);
-    return v;
+__device__ __forceinline__ Transform transform_of(float scale, float cap) {
+    return Transform{scale, cap, cap > 0.0f ? 1.0f / cap : 0.0f};
+}
+
+// The VEC bf16 mask values of one vector of x, as loaded: 16 bytes for a
+// 16-bit x (8 elements), 8 for f32 (4); aligned to their size.
+template <int VEC> struct MaskWords { uint4 w; };
+template <> struct MaskWords<4> { uint2 w; };
+
+template <int VEC>
+__device__ __forceinline__ MaskWords<VEC> load_mask(const bf16* mr, u64 at) {
+    MaskWords<VEC> r;
+    if constexpr (VEC == 8) {
+        r.w = mr == nullptr ? make_uint4(0u, 0u, 0u, 0u) : *reinterpret_cast<const uint4*>(mr + at);
+    } else {
+        static_assert(VEC == 4, "f32 vectors");
+        r.w = mr == nullptr ? make_uint2(0u, 0u) : *reinterpret_cast<const uint2*>(mr + at);
+    }
+    return r;
+}
+
+// Those words as floats (a bf16 is the high half of its f32).
+__device__ __forceinline__ void mask_values(MaskWords<8> t, float (&m)[8]) { unpack16<bf16>(t.w, m); }
+__device__ __forceinline__ void mask_values(MaskWords<4> t, float (&m)[4]) {
+    m[0] = __uint_as_float(t.w.x << 16);
+    m[1] = __uint_as_float(t.w.x & 0xffff0000u);
+    m[2] = __uint_as_float(t.w.y << 16);
+    m[3] = __uint_as_float(t.w.y & 0xffff0000u);
 }
 
 // The running (max, sum of exp(v - max)) of a thread, with v folded in.
 __device__ __forceinline__ void online(float v, float& m, float& s) {
     if (v > m) {
-        s = s * expf(m - v) + 1.0f;
+        s = s * __expf(m - v) + 1.0f;
         m = v;
     } else if (v != neg_inf()) {
-        s += expf(v - m);
+        s += __expf(v - m);
     }
 }
 
-template <typename T>
-__device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, const RowArgs a) {
+// One pass over a row. EXT: scale_mask_softmax (holds v), else softmax
+// (holds the raw words; v = x).
+template <typename T, bool EXT>
+__device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, u32 cols, u32 seq_q, Transform f) {
     extern __shared__ float partials[];
-    const u32 cols = a.cols;
     const u32 row = row_index();
     const u64 base = u64(row) * cols;
     const T* xr = x + base;
     T* yr = y + base;
-    const bf16* mr = a.seq_q == 0u ? nullptr : mask + u64(row % a.seq_q) * cols;
+    const bf16* mr = seq_q == 0u ? nullptr : mask + u64(row % seq_q) * cols;
     const u32 tid = threadIdx.x, bs = blockDim.x;
     constexpr int VEC = VecOf<T>::N;
     constexpr int CACHE = 32 / VEC;
 
-    // mc: the maximum of the v held in registers; (mu, su): the running
-    // maximum and rescaled sum of the others.
-    float mc = neg_inf(), mu = neg_inf(), su = 0.0f;
-    const bool vec = cols % VEC == 0 && aligned16(xr) && aligned16(yr);
+    const bool vec = cols % VEC == 0 && aligned16(xr) && aligned16(yr) && (mr == nullptr || aligned16(mask));
     const u32 nv = vec ? cols / VEC : 0u;
-    float vc[CACHE][VEC];
+    const uint4* xv = reinterpret_cast<const uint4*>(xr);
+    // The held vectors: raw words, then (EXT) v and exp(v - mx) in vc.
+    uint4 raw[CACHE];
+    float vc[EXT ? CACHE : 1][VEC];
+#pragma unroll
+    for (int c = 0; c < CACHE; ++c) {
+        const u32 vi = tid + u32(c) * bs;
+        if (vi < nv) raw[c] = xv[vi];
+    }
+    // mc: the maximum of the held v; (mu, su): the running maximum and
+    // rescaled sum of the others.
+    float mc = neg_inf(), mu = neg_inf(), su = 0.0f;
 #pragma unroll
     for (int c = 0; c < CACHE; ++c) {
         const u32 vi = tid + u32(c) * bs;
         if (vi < nv) {
-            load_vec(xr + u64(vi) * VEC, vc[c]);
+            float v[VEC];
+            unpack16<T>(raw[c], v);
+            if constexpr (EXT) {
+                float m[VEC];
+                mask_values(load_mask<VEC>(mr, u64(vi) * VEC), m);
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) {
-                vc[c][j] = transform(vc[c][j], mr, u64(vi) * VEC + j, a);
-                mc = fmaxf(mc, vc[c][j]);
+                for (int j = 0; j < VEC; ++j) {
+                    vc[c][j] = f(v[j], m[j]);
+                    mc = fmaxf(mc, vc[c][j]);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) mc = fmaxf(mc, v[j]);
             }
         }
     }
     if (vec) {
         for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
-            float v[VEC];
-            load_vec(xr + u64(vi) * VEC, v);
+            float v[VEC], m[VEC];
+            unpack16<T>(xv[vi], v);
+            mask_values(load_mask<VEC>(mr, u64(vi) * VEC), m);
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) online(transform(v[j], mr, u64(vi) * VEC + j, a), mu, su);
+            for (int j = 0; j < VEC; ++j) online(EXT ? f(v[j], m[j]) : v[j], mu, su);
         }
     } else {
-        for (u32 i = tid; i < cols; i += bs) online(transform(to_f(xr[i]), mr, i, a), mu, su);
+        for (u32 i = tid; i < cols; i += bs) online(f(to_f(xr[i]), mr == nullptr ? 0.0f : to_f(mr[i])), mu, su);
     }
     const float mx = row_max(fmaxf(mc, mu), partials);
     __syncthreads();
     const bool empty = mx == neg_inf();
-    // exp(v - mx) of the held v, kept for the output: one exp per element.
-    float s = mu == neg_inf() ? 0.0f : su * expf(mu - mx);
+    float s = mu == neg_inf() ? 0.0f : su * __expf(mu - mx);
 #pragma unroll
     for (int c = 0; c < CACHE; ++c) {
-        const u32 vi = tid + u32(c) * bs;
-        if (vi < nv) {
+        if (tid + u32(c) * bs < nv) {
+            if constexpr (EXT) {
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) {
-                vc[c][j] = empty ? 0.0f : expf(vc[c][j] - mx);
-                s += vc[c][j];
+                for (int j = 0; j < VEC; ++j) {
+                    vc[c][j] = empty ? 0.0f : __expf(vc[c][j] - mx);
+                    s += vc[c][j];
+                }
+            } else {
+                float v[VEC];
+                unpack16<T>(raw[c], v);
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) s += __expf(v[j] - mx);
             }
         }
     }
     const float total = row_sum(s, partials);
     const float inv = empty ? 0.0f : 1.0f / total;
-    auto prob = [&](float v) { return empty ? 0.0f : expf(v - mx) * inv; };
+    auto prob = [&](float v) { return empty ? 0.0f : __expf(v - mx) * inv; };
 #pragma unroll
     for (int c = 0; c < CACHE; ++c) {
         const u32 vi = tid + u32(c) * bs;
         if (vi < nv) {
+            float v[VEC];
+            if constexpr (EXT) {
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) vc[c][j] *= inv;
-            store_vec(yr + u64(vi) * VEC, vc[c]);
+                for (int j = 0; j < VEC; ++j) v[j] = vc[c][j] * inv;
+            } else {
+                unpack16<T>(raw[c], v);
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) v[j] = prob(v[j]);
+            }
+            store_vec(yr + u64(vi) * VEC, v);
         }
     }
     if (vec) {
         for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
-            float v[VEC];
-            load_vec(xr + u64(vi) * VEC, v);
+            float v[VEC], m[VEC];
+            unpack16<T>(xv[vi], v);
+            mask_values(load_mask<VEC>(mr, u64(vi) * VEC), m);
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) v[j] = prob(transform(v[j], mr, u64(vi) * VEC + j, a));
+            for (int j = 0; j < VEC; ++j) v[j] = prob(EXT ? f(v[j], m[j]) : v[j]);
             store_vec(yr + u64(vi) * VEC, v);
         }
     } else {
-        for (u32 i = tid; i < cols; i += bs) yr[i] = from_f<T>(prob(transform(to_f(xr[i]), mr, i, a)));
+        for (u32 i = tid; i < cols; i += bs) yr[i] = from_f<T>(prob(f(to_f(xr[i]), mr == nullptr ? 0.0f : to_f(mr[i]))));
     }
+}
+
+// Vector loads a thread of the two-pass kernels issues before it uses them.
+constexpr int ROW_LOADS = 4;
+
+// The elements of a slice xs[0, len) (its mask ms, or none), each as v:
+// fn(i, v) with v a float[VEC] of the elements i .. i + VEC - 1 (16-byte
+// vectors: len a multiple of VEC and the pointers aligned), else a float[1]
+// of element i. ROW_LOADS vectors of x (and of the mask) a thread in flight.
+// A thread's fn writes only the elements it was handed.
+template <typename T, typename F>
+__device__ __forceinline__ void for_slice(const T* xs, const bf16* ms, u32 len, bool vec, const Transform& f, F fn) {
+    constexpr int VEC = VecOf<T>::N;
+    const u32 tid = threadIdx.x, bs = blockDim.x;
+    if (vec) {
+        const u32 nv = len / VEC;
+        const uint4* xv = reinterpret_cast<const uint4*>(xs);
+        for (u32 v0 = tid; v0 < nv; v0 += ROW_LOADS * bs) {
+            uint4 raw[ROW_LOADS];
+            MaskWords<VEC> mw[ROW_LOADS];
+#pragma unroll
+            for (int k = 0; k < ROW_LOADS; ++k) {
+                const u32 vi = v0 + u32(k) * bs;
+                if (vi < nv) {
+                    raw[k] = xv[vi];
+                    mw[k] = load_mask<VEC>(ms, u64(vi) * VEC);
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < ROW_LOADS; ++k) {
+                const u32 vi = v0 + u32(k) * bs;
+                if (vi < nv) {
+                    float v[VEC], m[VEC];
+                    unpack16<T>(raw[k], v);
+                    mask_values(mw[k], m);
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j) v[j] = f(v[j], m[j]);
+                    fn(vi * VEC, v);
+                }
+            }
+        }
+    } else {
+        for (u32 i = tid; i < len; i += bs) {
+            float v[1] = {f(to_f(xs[i]), ms == nullptr ? 0.0f : to_f(ms[i]))};
+            fn(i, v);
+        }
+    }
+}
+
+// Whether a slice moves as vectors: whole vectors, x (and y) 16-byte
+// aligned, the mask aligned to its vector (2 * VEC bytes).
+template <typename T>
+__device__ __forceinline__ bool slice_vec(const T* xs, const T* ys, const bf16* ms, u32 len) {
+    constexpr int VEC = VecOf<T>::N;
+    return len % VEC == 0 && aligned16(xs) && aligned16(ys) && (reinterpret_cast<u64>(ms) & (2u * VEC - 1u)) == 0;
+}
+
+template <typename T>
+__device__ __forceinline__ void softmax_blocks(const T* x, const bf16* mask, float* partials, const SoftmaxBlocksParams* p) {
+    extern __shared__ float red[];
+    const u32 b = blockIdx.x, row = blockIdx.y, cols = p->cols;
+    const u32 lo = b * p->slice;
+    const u32 len = min(p->slice, cols - lo);
+    const T* xs = x + u64(row) * cols + lo;
+    const bf16* ms = p->seq_q == 0u ? nullptr : mask + u64(row % p->seq_q) * cols + lo;
+    float m = neg_inf(), s = 0.0f;
+    for_slice(xs, ms, len, slice_vec(xs, xs, ms, len), transform_of(p->scale, p->softcap), [&](u32, auto& v) {
+        for (float e : v) online(e, m, s);
+    });
+    const float mx = block_max(m, red);
+    __syncthreads();
+    const float total = block_sum(m == neg_inf() ? 0.0f : s * __expf(m - mx), red);
+    if (threadIdx.x == 0) {
+        float* out = partials + (u64(row) * p->n_blocks + b) * 2u;
+        out[0] = mx;
+        out[1] = total;
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void softmax_finish(const T* x, const bf16* mask, const float* partials, T* y,
+                                               const SoftmaxBlocksParams* p) {
+    extern __shared__ float red[];
+    constexpr int VEC = VecOf<T>::N;
+    // The reverse of softmax_blocks' order (see the header).
+    const u32 b = p->n_blocks - 1u - blockIdx.x, row = gridDim.y - 1u - blockIdx.y, cols = p->cols;
+    const float* pr = partials + u64(row) * p->n_blocks * 2u;
+    const u32 tid = threadIdx.x, bs = blockDim.x;
+    float m = neg_inf();
+    for (u32 i = tid; i < p->n_blocks; i += bs) m = fmaxf(m, pr[2u * i]);
+    const float mx = block_max(m, red);
+    __syncthreads();
+    float s = 0.0f;
+    for (u32 i = tid; i < p->n_blocks; i += bs) {
+        const float mi = pr[2u * i];
+        if (mi != neg_inf()) s += pr[2u * i + 1u] * __expf(mi - mx);
+    }
+    const float total = block_sum(s, red);
+    const bool empty = mx == neg_inf();
+    const float inv = empty ? 0.0f : 1.0f / total;
+    const u32 lo = b * p->slice;
+    const u32 len = min(p->slice, cols - lo);
+    const T* xs = x + u64(row) * cols + lo;
+    T* ys = y + u64(row) * cols + lo;
+    const bf16* ms = p->seq_q == 0u ? nullptr : mask + u64(row % p->seq_q) * cols + lo;
+    for_slice(xs, ms, len, slice_vec(xs, ys, ms, len), transform_of(p->scale, p->softcap), [&](u32 i, auto& v) {
+        constexpr int N = sizeof(v) / sizeof(float);
+#pragma unroll
+        for (int j = 0; j < N; ++j) v[j] = empty ? 0.0f : __expf(v[j] - mx) * inv;
+        if constexpr (N == VEC) {
+            store_vec(ys + i, v);
+        } else {
+            ys[i] = from_f<T>(v[0]);
+        }
+    });
 }
 
 template <typename T>
@@ -158,28 +351,57 @@ __device__ __forceinline__ void softcap_vec(const T* x, T* y, const SoftcapParam
 // buffer(0) input [rows, cols], (1) output [rows, cols] (may be input),
 // (2) SoftmaxParams; threadgroup(0) one float per warp.
 extern "C" __global__ void __launch_bounds__(1024) softmax_f32(const float* input, float* output, const SoftmaxParams* p) {
-    softmax_row<float>(input, output, nullptr, RowArgs{u32(p->cols), 0u, 1.0f, 0.0f});
+    softmax_row<float, false>(input, output, nullptr, u32(p->cols), 0u, transform_of(1.0f, 0.0f));
 }
 extern "C" __global__ void __launch_bounds__(1024) softmax_f16(const __half* input, __half* output, const SoftmaxParams* p) {
-    softmax_row<__half>(input, output, nullptr, RowArgs{u32(p->cols), 0u, 1.0f, 0.0f});
+    softmax_row<__half, false>(input, output, nullptr, u32(p->cols), 0u, transform_of(1.0f, 0.0f));
 }
 extern "C" __global__ void __launch_bounds__(1024) softmax_bf16(const bf16* input, bf16* output, const SoftmaxParams* p) {
-    softmax_row<bf16>(input, output, nullptr, RowArgs{u32(p->cols), 0u, 1.0f, 0.0f});
+    softmax_row<bf16, false>(input, output, nullptr, u32(p->cols), 0u, transform_of(1.0f, 0.0f));
 }
 
 // buffer(0) input, (1) output (may be input), (2) mask [seq_q, cols] bf16
 // (unread when seq_q = 0), (3) ScaleMaskSoftmaxParams.
 extern "C" __global__ void __launch_bounds__(1024) scale_mask_softmax_f32(const float* input, float* output, const bf16* mask,
-                                                  const ScaleMaskSoftmaxParams* p) {
-    softmax_row<float>(input, output, mask, RowArgs{p->cols, p->seq_q, p->scale, p->softcap});
+                                                                          const ScaleMaskSoftmaxParams* p) {
+    softmax_row<float, true>(input, output, mask, p->cols, p->seq_q, transform_of(p->scale, p->softcap));
 }
 extern "C" __global__ void __launch_bounds__(1024) scale_mask_softmax_f16(const __half* input, __half* output, const bf16* mask,
-                                                  const ScaleMaskSoftmaxParams* p) {
-    softmax_row<__half>(input, output, mask, RowArgs{p->cols, p->seq_q, p->scale, p->softcap});
+                                                                          const ScaleMaskSoftmaxParams* p) {
+    softmax_row<__half, true>(input, output, mask, p->cols, p->seq_q, transform_of(p->scale, p->softcap));
 }
 extern "C" __global__ void __launch_bounds__(1024) scale_mask_softmax_bf16(const bf16* input, bf16* output, const bf16* mask,
-                                                   const ScaleMaskSoftmaxParams* p) {
-    softmax_row<bf16>(input, output, mask, RowArgs{p->cols, p->seq_q, p->scale, p->softcap});
+                                                                           const ScaleMaskSoftmaxParams* p) {
+    softmax_row<bf16, true>(input, output, mask, p->cols, p->seq_q, transform_of(p->scale, p->softcap));
+}
+
+// buffer(0) input [rows, cols], (1) mask [seq_q, cols] bf16 (unread when
+// seq_q = 0), (2) partials [rows, n_blocks, 2] f32 (written), (3)
+// SoftmaxBlocksParams; grid (n_blocks, rows, 1); threadgroup(0) one float per warp.
+extern "C" __global__ void softmax_blocks_f32(const float* input, const bf16* mask, float* partials, const SoftmaxBlocksParams* p) {
+    softmax_blocks<float>(input, mask, partials, p);
+}
+extern "C" __global__ void softmax_blocks_f16(const __half* input, const bf16* mask, float* partials, const SoftmaxBlocksParams* p) {
+    softmax_blocks<__half>(input, mask, partials, p);
+}
+extern "C" __global__ void softmax_blocks_bf16(const bf16* input, const bf16* mask, float* partials, const SoftmaxBlocksParams* p) {
+    softmax_blocks<bf16>(input, mask, partials, p);
+}
+
+// buffer(0) input, (1) mask, (2) partials (softmax_blocks' output), (3)
+// output [rows, cols] (may be input), (4) SoftmaxBlocksParams; the grid and
+// threadgroup memory of softmax_blocks.
+extern "C" __global__ void softmax_finish_f32(const float* input, const bf16* mask, const float* partials, float* output,
+                                              const SoftmaxBlocksParams* p) {
+    softmax_finish<float>(input, mask, partials, output, p);
+}
+extern "C" __global__ void softmax_finish_f16(const __half* input, const bf16* mask, const float* partials, __half* output,
+                                              const SoftmaxBlocksParams* p) {
+    softmax_finish<__half>(input, mask, partials, output, p);
+}
+extern "C" __global__ void softmax_finish_bf16(const bf16* input, const bf16* mask, const float* partials, bf16* output,
+                                               const SoftmaxBlocksParams* p) {
+    softmax_finish<bf16>(input, mask, partials, output, p);
 }
 
 // buffer(0) input [n], (1) output [n] (may be input), (2) SoftcapParams.

@@ -17,7 +17,7 @@ import { dtypeSize, type DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
 import { record, type Launch, type OpPlan } from '../plan.ts';
 
 export const DENSE_FAMILY = 'dense';
@@ -290,13 +290,6 @@ function validateGemmSizes(op: string, a: DenseGemmArgs, dtypes: { a: DType | re
   checkAtLeast(op, 'output', a.output, nc);
   checkNoAliasing(op, [['a', a.a], ['b', a.b], ['output', a.output]], ['output'],
     'every output reads a row of a and of b that others read too');
-}
-
-/** mlx-native's buffer-size rule: at least `expected` elements (a larger buffer's first elements are used). */
-function checkAtLeast(op: string, arg: string, buf: Buffer, expected: number): void {
-  if (buf.elementCount < expected) {
-    throw invalid(op, `${arg}.elementCount`, `at least ${expected}`, `${buf.elementCount}, shape [${buf.shape.join(', ')}]`);
-  }
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */

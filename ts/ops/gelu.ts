@@ -13,7 +13,8 @@ import { dtypeSize } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { GATED_DTYPES, GATED_MAX_ELEMENTS, GATED_THREADS, gatedLaunch, validateGatedHalves, validateGatedPair, type GatedDType } from '../gated.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { record, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import type { LaunchLimits } from '../launch.ts';
+import { record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing } from '../validate.ts';
 
@@ -96,6 +97,24 @@ function geluThreads(limits: DeviceLimits): number {
 }
 
 /**
+ * The CUDA launch of a gelu_<t> dispatch over `count` elements
+ * (shaders/cuda/gelu.cu): one 16-byte vector (vec elements) a thread, said
+ * by two-dimensional blocks, (T / 2, 2) with T the largest power of two up
+ * to 256 that divides count / vec, grid (count / (vec * T), 1, 1). Null
+ * where count / vec is not a whole even number (the Metal launch then).
+ */
+export function geluCudaLaunch(count: number, dtype: GatedDType, limits: LaunchLimits): Launch | null {
+  const vec = 16 / dtypeSize(dtype);
+  if (count % vec !== 0) return null;
+  const vectors = count / vec;
+  let t = 1;
+  while (t * 2 <= Math.min(GATED_THREADS, limits.maxThreadsPerThreadgroup)) t *= 2;
+  while (t >= 2 && vectors % t !== 0) t /= 2;
+  if (t < 2) return null;
+  return { grid: [vectors / t, 1, 1], threads: [t / 2, 2, 1] };
+}
+
+/**
  * gelu: output[i] = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), x =
  * input[i] (the tanh approximation, PyTorch's approximate='tanh'; computed as
  * x / (1 + exp(-2u)), the same function). Arithmetic in f32; finite inputs
@@ -109,6 +128,9 @@ function geluThreads(limits: DeviceLimits): number {
  * Grid: (floor(n / 256), 1, 1) threadgroups of 256, then, for the n % 256
  * elements left, one threadgroup of n % 256 threads over views of input and
  * output at that element (two dispatches where n is not a multiple of 256).
+ * The CUDA twin covers the first dispatch's elements with one 16-byte vector
+ * a thread (geluCudaLaunch: its blocks are two-dimensional, which tells the
+ * kernel so; the crate's bindings and Metal launch are unchanged).
  */
 export function gelu(enc: Encoder, args: GeluArgs): void {
   record(enc, planGelu(args, enc.device.limits, enc.device));
@@ -124,7 +146,10 @@ export function planGelu(a: GeluArgs, limits: DeviceLimits, device?: Device): Op
   const full = Math.floor(n / t);
   const rest = n - full * t;
   const dispatches: PlannedDispatch[] = [];
-  if (full > 0) dispatches.push({ kernel, buffers: [a.input, a.output], grid: [full, 1, 1], threads: [t, 1, 1] });
+  if (full > 0) {
+    const cuda = geluCudaLaunch(full * t, dtype as GatedDType, limits);
+    dispatches.push({ kernel, buffers: [a.input, a.output], grid: [full, 1, 1], threads: [t, 1, 1], ...(cuda === null ? {} : { cuda }) });
+  }
   if (rest > 0) {
     const at = full * t * dtypeSize(dtype);
     dispatches.push({

@@ -3,19 +3,20 @@
 // is the same kernel over [tokens * heads, headDim]. Kernel names, bindings
 // and the params bytes are mlx-native's (src/ops/rms_norm.rs), with the
 // one_plus entries and rms_norm_no_scale_f16 added. Kernels:
-// shaders/rms_norm.metal and shaders/cuda/rms_norm.cu, one threadgroup per row.
+// shaders/rms_norm.metal (one threadgroup per row, the crate's launch) and
+// shaders/cuda/rms_norm.cu (the same launch, or one of its own sized to the row).
 
 import src from '../../shaders/rms_norm.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/rms_norm.cu' with { type: 'text' };
 import header from '../../shaders/rms_norm.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
-import type { DType } from '../dtype.ts';
+import { dtypeSize, type DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import { checkAtMost, checkBoolean, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
-import { rowThreadgroup, warpRowsLaunch, type LaunchLimits } from '../launch.ts';
+import { rowLaunch, rowThreadgroup, type LaunchLimits } from '../launch.ts';
 import { record, type OpPlan } from '../plan.ts';
 
 export const RMS_NORM_FAMILY = 'rms_norm';
@@ -125,11 +126,20 @@ export function rmsNormKernel(dtype: DType, weighted: boolean, onePlus: boolean)
   return weighted ? (onePlus ? `rms_norm_one_plus_${dtype}` : `rms_norm_${dtype}`) : `rms_norm_no_scale_${dtype}`;
 }
 
+/**
+ * The CUDA twin's launch (shaders/cuda/rms_norm.cu): sized to the row
+ * (rowLaunch), rows of up to 32 lanes for dim <= 1024, else one block of
+ * ceil(dim / 32) threads (rounded up to 32) per row; null: the Metal launch.
+ */
+export function rmsNormCudaLaunch(rows: number, dim: number, dtype: DType, limits: LaunchLimits): ReturnType<typeof rowLaunch> {
+  return rowLaunch(rows, dim, 16 / dtypeSize(dtype), limits);
+}
+
 function planRows(a: RmsNormBuffers & { eps?: number; onePlus?: boolean }, rows: number, dim: number, limits: DeviceLimits): OpPlan {
   const { threads, sharedBytes } = rmsNormThreadgroup(dim, limits);
   const params = packRmsNormParams({ dim, eps: a.eps });
   const weighted = a.weight !== undefined;
-  const cuda = warpRowsLaunch(rows, dim, limits);
+  const cuda = rmsNormCudaLaunch(rows, dim, a.input.dtype, limits);
   return {
     family: RMS_NORM_FAMILY,
     sources: RMS_NORM_SOURCES,
@@ -159,7 +169,8 @@ function planRows(a: RmsNormBuffers & { eps?: number; onePlus?: boolean }, rows:
  * without a weight 0 input, 1 output, 2 RmsNormParams. threadgroup(0) one
  * float per simdgroup.
  * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads; the
- * CUDA twin takes one warp per row where rows are short (warpRowsLaunch).
+ * CUDA twin's launch is sized to the row (rmsNormCudaLaunch): rows of up to
+ * 32 lanes where dim <= 1024, else a block of about dim / 32 threads.
  */
 export function rmsNorm(enc: Encoder, args: RmsNormArgs): void {
   record(enc, planRmsNorm(args, enc.device.limits, enc.device));

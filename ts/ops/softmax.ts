@@ -1,8 +1,10 @@
 // softmax: softmax over rows, with an optional scale, softcap and additive
 // bf16 mask; and softcap on its own. Kernel names, bindings and params bytes
 // are mlx-native's (src/ops/softmax.rs, scale_mask_softmax.rs, softcap.rs),
-// with scale_mask_softmax in f16 and bf16 and its pad word holding the softcap.
-// Kernels: shaders/softmax.metal and shaders/cuda/softmax.cu.
+// with scale_mask_softmax in f16 and bf16 and its pad word holding the softcap;
+// and, not in the crate (added in its style), a two-pass form for rows too
+// long or too few to fill the GPU one threadgroup per row, over a scratch
+// buffer the caller gives. Kernels: shaders/softmax.metal and shaders/cuda/softmax.cu.
 
 import src from '../../shaders/softmax.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/softmax.cu' with { type: 'text' };
@@ -13,7 +15,8 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
-import { nextPow2, roundUp16, rowThreadgroup, warpRowsLaunch, type LaunchLimits } from '../launch.ts';
+import { dtypeSize } from '../dtype.ts';
+import { roundUp16, rowBlockThreads, rowLaunch, rowThreadgroup, type LaunchLimits } from '../launch.ts';
 import { record, type OpPlan } from '../plan.ts';
 
 export const SOFTMAX_FAMILY = 'softmax';
@@ -23,6 +26,8 @@ export const SOFTMAX_KERNELS = [
   'softmax_f32', 'softmax_f16', 'softmax_bf16',
   'scale_mask_softmax_f32', 'scale_mask_softmax_f16', 'scale_mask_softmax_bf16',
   'softcap_f32', 'softcap_f16', 'softcap_bf16',
+  'softmax_blocks_f32', 'softmax_blocks_f16', 'softmax_blocks_bf16',
+  'softmax_finish_f32', 'softmax_finish_f16', 'softmax_finish_bf16',
 ] as const;
 /** Threads per row the Metal launch uses at most (mlx-native's). */
 export const SOFTMAX_MAX_THREADS = 256;
@@ -30,6 +35,23 @@ export const SOFTMAX_MAX_THREADS = 256;
 export const SOFTMAX_MAX_COLS = 2 ** 24;
 /** softcap's threadgroup (mlx-native's): 256 threads, one element each. */
 export const SOFTCAP_THREADS = 256;
+/** Elements of a slice of the two-pass form at least (a threadgroup each); longer rows take longer slices. */
+export const SOFTMAX_SLICE = 2048;
+/** Slices of a row at most in the two-pass form: each threadgroup of the second pass merges all of its row's. */
+export const SOFTMAX_MAX_SLICES = 256;
+/**
+ * The two-pass form runs, given scratch, for rows of more than one slice
+ * when there are fewer rows than this (one threadgroup per row would leave
+ * GPUs idle: two per SM of an H100 or H200, 132 SMs) or a row is longer
+ * than SOFTMAX_HELD_COLS.
+ */
+export const SOFTMAX_FILL_ROWS = 264;
+/** The longest row the one-pass CUDA kernel holds in registers (1024 threads, 32 elements each); longer ones are read twice. */
+export const SOFTMAX_HELD_COLS = 32768;
+/** The two-pass grid's second axis holds the rows: CUDA's limit. */
+export const SOFTMAX_TWO_PASS_MAX_ROWS = 65535;
+/** Threads of a two-pass threadgroup. */
+const SOFTMAX_BLOCK_THREADS = 256;
 /** softcap's grid counts threads in 32 bits. */
 export const SOFTCAP_MAX_ELEMENTS = 2 ** 32 - SOFTCAP_THREADS;
 const U32_MAX = 0xffff_ffff;
@@ -40,6 +62,8 @@ export const SOFTMAX_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header,
 export const SCALE_MASK_SOFTMAX_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'ScaleMaskSoftmaxParams');
 /** struct SoftcapParams (softcap_<t>, buffer 2). */
 export const SOFTCAP_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SoftcapParams');
+/** struct SoftmaxBlocksParams (softmax_blocks_<t> buffer 3, softmax_finish_<t> buffer 4). */
+export const SOFTMAX_BLOCKS_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SoftmaxBlocksParams');
 
 export interface SoftmaxArgs {
   /** [rows, cols], f32, f16 or bf16 */
@@ -57,6 +81,13 @@ export interface SoftmaxArgs {
   mask?: Buffer;
   /** Mask rows (query positions), given with a mask; rows is a multiple. */
   seqQ?: number;
+  /**
+   * f32 of softmaxScratchElements(rows, cols): given, rows of more than one
+   * slice run in two passes where one threadgroup per row would leave the
+   * GPU idle (fewer than SOFTMAX_FILL_ROWS rows) or re-read the row anyway
+   * (cols > SOFTMAX_HELD_COLS). Not over input, output or the mask.
+   */
+  scratch?: Buffer;
 }
 
 export interface SoftcapArgs {
@@ -76,6 +107,24 @@ export function packScaleMaskSoftmaxParams(p: { cols: number; seqQ: number; scal
 }
 export function packSoftcapParams(p: { cap: number; n: number }): Uint8Array {
   return packFields(SOFTCAP_PARAMS_LAYOUT, { cap: p.cap, n_elements: p.n });
+}
+
+export function packSoftmaxBlocksParams(p: { cols: number; seqQ: number; scale: number; softcap: number; slice: number; nBlocks: number }): Uint8Array {
+  return packFields(SOFTMAX_BLOCKS_PARAMS_LAYOUT, {
+    cols: p.cols, seq_q: p.seqQ, scale: p.scale, softcap: p.softcap, slice: p.slice, n_blocks: p.nBlocks,
+  });
+}
+
+/** Elements of a slice of the two-pass form: SOFTMAX_SLICE, doubled until a row has at most SOFTMAX_MAX_SLICES. */
+export function softmaxSlice(cols: number): number {
+  let slice = SOFTMAX_SLICE;
+  while (Math.ceil(cols / slice) > SOFTMAX_MAX_SLICES) slice *= 2;
+  return slice;
+}
+
+/** f32 elements of softmax's scratch: per row and slice, its (max, sum). */
+export function softmaxScratchElements(rows: number, cols: number): number {
+  return checkedProduct('softmax', 'scratch elements', rows, Math.ceil(cols / softmaxSlice(cols)), 2);
 }
 
 /** True when the arguments need scale_mask_softmax (a scale, a softcap or a mask). */
@@ -107,10 +156,16 @@ export function validateSoftmax(a: SoftmaxArgs, device?: Device): void {
     checkDtype(op, 'mask', a.mask, 'bf16');
     checkElements(op, 'mask', a.mask, seqQ * a.cols);
   }
+  if (a.scratch !== undefined) {
+    checkBuffer(op, 'scratch', a.scratch, device);
+    checkDtype(op, 'scratch', a.scratch, 'f32');
+    checkElements(op, 'scratch', a.scratch, softmaxScratchElements(a.rows, a.cols));
+  }
   // In place (output over exactly input) is safe: each thread reads only the
-  // elements it writes. The mask, which other rows read, is not.
-  checkNoAliasing(op, [['input', a.input], ['mask', a.mask], ['output', a.output]], ['output'],
-    'a row of output over another row of input, or the mask', [['output', 'input']]);
+  // elements it writes. The mask, which other rows read, is not; nor the
+  // scratch, which the first pass writes while others read the rows.
+  checkNoAliasing(op, [['input', a.input], ['mask', a.mask], ['output', a.output], ['scratch', a.scratch]], ['output', 'scratch'],
+    'a row of output over another row of input, the mask or the scratch', [['output', 'input']]);
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
@@ -130,15 +185,21 @@ export function validateSoftcap(a: SoftcapArgs, device?: Device): void {
 
 /**
  * The Metal threadgroup of a row (min(256, nextPow2(cols)), one float per
- * simdgroup), and the CUDA block: enough threads, up to 1024, that each
- * holds at most 32 floats of the row in registers.
+ * simdgroup), and the CUDA block of one row per block (rowLaunch): as few
+ * threads as hold the row at 32 elements each, rounded up to 32, at most 1024.
  */
 export function softmaxThreadgroup(cols: number, limits: LaunchLimits): {
   threads: number; sharedBytes: number; cudaThreads: number; cudaSharedBytes: number;
 } {
   const { threads, sharedBytes } = rowThreadgroup(cols, SOFTMAX_MAX_THREADS, limits);
-  const cudaThreads = Math.min(limits.maxThreadsPerThreadgroup, 1024, Math.max(threads, nextPow2(Math.ceil(cols / 32))));
+  const cudaThreads = rowBlockThreads(cols, limits);
   return { threads, sharedBytes, cudaThreads, cudaSharedBytes: roundUp16(Math.ceil(cudaThreads / limits.simdWidth) * 4) };
+}
+
+/** Whether softmax runs its two-pass form for these arguments (see SoftmaxArgs.scratch). */
+export function softmaxTwoPass(a: Pick<SoftmaxArgs, 'rows' | 'cols' | 'scratch'>): boolean {
+  return a.scratch !== undefined && Math.ceil(a.cols / softmaxSlice(a.cols)) > 1 && a.rows <= SOFTMAX_TWO_PASS_MAX_ROWS &&
+    (a.rows < SOFTMAX_FILL_ROWS || a.cols > SOFTMAX_HELD_COLS);
 }
 
 /**
@@ -148,32 +209,69 @@ export function softmaxThreadgroup(cols: number, limits: LaunchLimits): {
  *
  * Layouts: input, output [rows, cols], one dtype: f32, f16 or bf16; mask
  * [seqQ, cols] bf16, shared by the rows r with one r % seqQ (heads of
- * [heads, seqQ, cols] scores). output may be input's buffer.
- * Kernels: softmax_<dtype> (no scale, softcap or mask: mlx-native's softmax),
- * else scale_mask_softmax_<dtype>.
- * Bindings: softmax_<t> 0 input, 1 output, 2 SoftmaxParams (cols as f32, 0);
- * scale_mask_softmax_<t> 0 input, 1 output, 2 mask (input bound in its place
- * when absent, seq_q 0), 3 ScaleMaskSoftmaxParams. threadgroup(0) one float per simdgroup.
- * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(cols)) threads; the
- * CUDA twin runs up to 1024 (softmaxThreadgroup), or one warp per row where
- * rows are short (warpRowsLaunch).
+ * [heads, seqQ, cols] scores). output may be input's buffer. scratch f32
+ * [rows, n_blocks, 2] (softmaxScratchElements), optional.
+ *
+ * One pass (mlx-native's): softmax_<dtype> (no scale, softcap or mask),
+ * else scale_mask_softmax_<dtype>. Bindings: softmax_<t> 0 input, 1 output,
+ * 2 SoftmaxParams (cols as f32, 0); scale_mask_softmax_<t> 0 input, 1
+ * output, 2 mask (input bound in its place when absent, seq_q 0), 3
+ * ScaleMaskSoftmaxParams. threadgroup(0) one float per simdgroup. Grid:
+ * (rows, 1, 1) threadgroups of min(256, nextPow2(cols)) threads; the CUDA
+ * twin's launch is sized to the row (rowLaunch: rows of up to 32 lanes
+ * where cols <= 1024, else a block of about cols / 32 threads, at most 1024).
+ * The bytes that must move: input read and output written once, 2 * rows *
+ * cols * the element size (and the mask's rows).
+ *
+ * Two passes (softmaxTwoPass: scratch given, more than one slice of
+ * softmaxSlice(cols) elements a row, and rows < SOFTMAX_FILL_ROWS or cols >
+ * SOFTMAX_HELD_COLS): softmax_blocks_<dtype> (0 input, 1 mask or input, 2
+ * scratch, 3 SoftmaxBlocksParams) writes each slice's max and sum of
+ * exp(v - max); softmax_finish_<dtype> (0 input, 1 mask or input, 2
+ * scratch, 3 output, 4 SoftmaxBlocksParams) merges a row's pairs and writes
+ * the slice. Both grid (n_blocks, rows, 1) of 256 threads, threadgroup(0)
+ * one float per simdgroup. The input is read twice (the second time from L2
+ * where it still is): up to 3 * rows * cols * the element size.
  */
 export function softmax(enc: Encoder, args: SoftmaxArgs): void {
   record(enc, planSoftmax(args, enc.device.limits, enc.device));
 }
 
-/** softmax's plan: validates, then one dispatch (see softmax). */
+/** softmax's plan: validates, then one dispatch, or two (see softmax). */
 export function planSoftmax(a: SoftmaxArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateSoftmax(a, device);
-  const { threads, sharedBytes, cudaThreads, cudaSharedBytes } = softmaxThreadgroup(a.cols, limits);
   const ext = extended(a);
+  const seqQ = a.mask === undefined ? 0 : a.seqQ!;
+  const scale = a.scale ?? 1;
+  const softcap = a.softcap ?? 0;
+  if (softmaxTwoPass(a)) {
+    const slice = softmaxSlice(a.cols);
+    const nBlocks = Math.ceil(a.cols / slice);
+    const params = packSoftmaxBlocksParams({ cols: a.cols, seqQ, scale, softcap, slice, nBlocks });
+    const threads = Math.min(SOFTMAX_BLOCK_THREADS, limits.maxThreadsPerThreadgroup);
+    const launch = {
+      grid: [nBlocks, a.rows, 1] as [number, number, number],
+      threads: [threads, 1, 1] as [number, number, number],
+      threadgroupMemory: [roundUp16(Math.ceil(threads / limits.simdWidth) * 4)],
+    };
+    const mask = a.mask ?? a.input;
+    return {
+      family: SOFTMAX_FAMILY,
+      sources: SOFTMAX_SOURCES,
+      kernels: SOFTMAX_KERNELS,
+      dispatches: [
+        { kernel: `softmax_blocks_${a.input.dtype}`, buffers: [a.input, mask, a.scratch], bytes: [, , , params], ...launch },
+        { kernel: `softmax_finish_${a.input.dtype}`, buffers: [a.input, mask, a.scratch, a.output], bytes: [, , , , params], ...launch },
+      ],
+    };
+  }
+  const { threads, sharedBytes } = softmaxThreadgroup(a.cols, limits);
+  const cuda = rowLaunch(a.rows, a.cols, 16 / dtypeSize(a.input.dtype), limits);
   const launch = {
     grid: [a.rows, 1, 1] as [number, number, number],
     threads: [threads, 1, 1] as [number, number, number],
     threadgroupMemory: [sharedBytes],
-    cuda: warpRowsLaunch(a.rows, a.cols, limits) ?? {
-      grid: [a.rows, 1, 1] as [number, number, number], threads: [cudaThreads, 1, 1] as [number, number, number], threadgroupMemory: [cudaSharedBytes],
-    },
+    ...(cuda === null ? {} : { cuda }),
   };
   return {
     family: SOFTMAX_FAMILY,
@@ -183,9 +281,7 @@ export function planSoftmax(a: SoftmaxArgs, limits: DeviceLimits, device?: Devic
       ? {
         kernel: `scale_mask_softmax_${a.input.dtype}`,
         buffers: [a.input, a.output, a.mask ?? a.input],
-        bytes: [, , , packScaleMaskSoftmaxParams({
-          cols: a.cols, seqQ: a.mask === undefined ? 0 : a.seqQ!, scale: a.scale ?? 1, softcap: a.softcap ?? 0,
-        })],
+        bytes: [, , , packScaleMaskSoftmaxParams({ cols: a.cols, seqQ, scale, softcap })],
         ...launch,
       }
       : {

@@ -257,6 +257,24 @@ template <uint32_t N> struct arg_buffer {
   }
 };
 
+// [[buffer(N), function_constant(c)]] with c false: the argument does not
+// exist. A pointer covers no memory (every access is reported out of
+// bounds); a reference reads zeros.
+template <uint32_t N> struct arg_absent_buffer {
+  template <class A> static A make(mlxn_emu_thread* t) {
+    using D = std::remove_cvref_t<A>;
+    if constexpr (is_dptr<D>::value) {
+      using E = typename is_dptr<D>::elem;
+      return D((E*)nullptr, nullptr, 0, N | tick_bit(t, is_dptr<D>::space));
+    } else {
+      static_assert(std::is_reference_v<A>, "a [[buffer(n)]] parameter is a pointer or a reference");
+      using R = std::remove_reference_t<A>;
+      alignas(16) static const unsigned char zeros[sizeof(R)] = {};
+      return *(R*)zeros;
+    }
+  }
+};
+
 // [[threadgroup(N)]]: a checked pointer over the dynamic threadgroup memory.
 template <uint32_t N> struct arg_threadgroup {
   template <class A> static A make(mlxn_emu_thread* t) {

@@ -125,6 +125,38 @@ public func mlxnBufferRead(_ buffer: OpaquePointer?, _ offset: UInt64, _ dst: Un
 
 // ---- libraries ----
 
+/// The arguments of mlxn_library_compile and mlxn_library_compile_start,
+/// copied from C; their checks happen when the library is made, so both
+/// return the same errors (the second at mlxn_compile_job_finish).
+struct CompileRequest {
+    let text: String?
+    let sourceLen: UInt64
+    let file: String
+    let records: Result<[FunctionConstant], Error>
+
+    init(_ source: UnsafePointer<CChar>?, _ sourceLen: UInt64, _ name: UnsafePointer<CChar>?,
+         _ constants: UnsafeRawPointer?, _ constantsCount: UInt32) {
+        text = source.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: Int(sourceLen)), as: UTF8.self) }
+        self.sourceLen = sourceLen
+        let given = name.map { String(cString: $0) } ?? ""
+        file = given.isEmpty ? "source.metal" : given
+        records = Result { try FunctionConstant.parse(constants, count: constantsCount) }
+    }
+
+    /// The library; `preparePipelines` also makes each kernel's pipeline (off
+    /// the caller's thread, where that compile is welcome).
+    func library(on device: MetalDevice, preparePipelines: Bool) throws -> MetalLibrary {
+        guard text != nil || sourceLen == 0 else {
+            throw MlxnError.invalid("library_compile: source is null but source_len is \(sourceLen)")
+        }
+        let source = text ?? ""
+        let constants = try records.get()
+        return preparePipelines
+            ? try MetalLibrary.compiled(device: device, source: source, name: file, constants: constants)
+            : try MetalLibrary(device: device, source: source, name: file, constants: constants)
+    }
+}
+
 @_cdecl("mlxn_library_compile")
 public func mlxnLibraryCompile(_ device: OpaquePointer?, _ source: UnsafePointer<CChar>?, _ sourceLen: UInt64,
                                _ name: UnsafePointer<CChar>?, _ constants: UnsafeRawPointer?, _ constantsCount: UInt32,
@@ -134,15 +166,8 @@ public func mlxnLibraryCompile(_ device: OpaquePointer?, _ source: UnsafePointer
         guard let out else { throw outIsNull("library_compile") }
         out.pointee = nil
         guard let device = object(device, as: MetalDevice.self) else { throw MlxnError.invalid("library_compile: device is null") }
-        guard source != nil || sourceLen == 0 else {
-            throw MlxnError.invalid("library_compile: source is null but source_len is \(sourceLen)")
-        }
-        let text = source.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: Int(sourceLen)), as: UTF8.self) } ?? ""
-        let given = name.map { String(cString: $0) } ?? ""
-        let file = given.isEmpty ? "source.metal" : given
-        let records = try FunctionConstant.parse(constants, count: constantsCount)
-        let library = try MetalLibrary(device: device, source: text, name: file, constants: records)
-        out.pointee = makeHandle(library)
+        let request = CompileRequest(source, sourceLen, name, constants, constantsCount)
+        out.pointee = makeHandle(try request.library(on: device, preparePipelines: false))
     }
 }
 
@@ -157,21 +182,8 @@ public func mlxnLibraryCompileStart(_ device: OpaquePointer?, _ source: UnsafePo
         guard let device = object(device, as: MetalDevice.self) else {
             throw MlxnError.invalid("library_compile_start: device is null")
         }
-        // The arguments are copied here; their checks are the compile's, so
-        // a bad one is the job's error at finish, as mlxn_library_compile
-        // would return it.
-        let text = source.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: Int(sourceLen)), as: UTF8.self) }
-        let given = name.map { String(cString: $0) } ?? ""
-        let file = given.isEmpty ? "source.metal" : given
-        let records = Result { try FunctionConstant.parse(constants, count: constantsCount) }
-        let job = CompileJob {
-            guard let text else {
-                if sourceLen == 0 { return try MetalLibrary.compiled(device: device, source: "", name: file, constants: records.get()) }
-                throw MlxnError.invalid("library_compile: source is null but source_len is \(sourceLen)")
-            }
-            return try MetalLibrary.compiled(device: device, source: text, name: file, constants: records.get())
-        }
-        out.pointee = makeHandle(job)
+        let request = CompileRequest(source, sourceLen, name, constants, constantsCount)
+        out.pointee = makeHandle(CompileJob { try request.library(on: device, preparePipelines: true) })
     }
 }
 

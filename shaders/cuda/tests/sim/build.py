@@ -1,5 +1,5 @@
 # Assembles a family's CUDA program for the CPU simulation (sim_runtime.h):
-#   python3 build.py <repo root> <family> <output header>
+#   python3 build.py <repo root> <family[,family...]> <output header>
 # common.cuh without its inline-PTX helpers (sim_runtime.h defines them), the
 # family header, the family's kernels with their dynamic shared memory
 # declaration pointed at the simulated block's buffer.
@@ -22,13 +22,19 @@ for m in pat.finditer(common):
             if depth == 0: break
         j += 1
     body = common[start:j + 1]
-    if 'asm volatile' in body or 'smem_addr(const void' in body:
+    if re.search(r'\basm\b', body) or 'smem_addr(const void' in body:
         res += common[pos:start]
         pos = j + 1
 res += common[pos:]
 res = res.replace('#include <cuda_bf16.h>', '').replace('#include <cuda_fp16.h>', '')
-fam = sys.argv[2]
-header = open(f'{root}/shaders/{fam}.h').read()
-cu = open(f'{root}/shaders/cuda/{fam}.cu').read()
-cu = cu.replace('extern __shared__ __align__(16) unsigned char smem_raw[];', 'unsigned char* smem_raw = sim_dynamic_smem();')
-open(sys.argv[3], 'w').write('#include "sim_runtime.h"\n' + res + '\n' + header + '\n' + cu + '\n')
+out = '#include "sim_runtime.h"\n' + res + '\n'
+# Several families: each one's header and kernels in turn (their helpers live
+# in anonymous namespaces, so distinct names are all they need).
+for fam in sys.argv[2].split(','):
+    header = open(f'{root}/shaders/{fam}.h').read()
+    cu = open(f'{root}/shaders/cuda/{fam}.cu').read()
+    cu = cu.replace('extern __shared__ __align__(16) unsigned char smem_raw[];', 'unsigned char* smem_raw = sim_dynamic_smem();')
+    cu = cu.replace('extern __shared__ float partials[];', 'float* partials = reinterpret_cast<float*>(sim_dynamic_smem());')
+    cu = cu.replace('extern __shared__ float red[];', 'float* red = reinterpret_cast<float*>(sim_dynamic_smem());')
+    out += header + '\n' + cu + '\n'
+open(sys.argv[3], 'w').write(out)

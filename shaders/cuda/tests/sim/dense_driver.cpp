@@ -8,33 +8,8 @@
 // `big` adds the sizes that take the 128 x 256 tiles and 32-row vector
 // blocks (minutes).
 #include "sim_kernels.h"  // build.py's output
-#include <random>
+#include "sim_util.h"
 #include <string>
-
-static int failures = 0;
-static std::mt19937 gen(12345);
-
-template <class T> T cvt(double v);
-template <> float cvt<float>(double v) { return float(v); }
-template <> __half cvt<__half>(double v) { return __float2half_rn(float(v)); }
-template <> __nv_bfloat16 cvt<__nv_bfloat16>(double v) { return __float2bfloat16_rn(float(v)); }
-double back(float v) { return v; }
-double back(__half v) { return __half2float(v); }
-double back(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-// An aligned array of T with `pad` garbage elements before and after.
-template <class T> struct Arr {
-  std::vector<unsigned char> raw;
-  T* p;
-  size_t n;
-  Arr(size_t n_, size_t pad = 8) : raw((n_ + 2 * pad) * sizeof(T) + 64), n(n_) {
-    uintptr_t a = (reinterpret_cast<uintptr_t>(raw.data()) + 15) & ~uintptr_t(15);
-    p = reinterpret_cast<T*>(a) + pad;
-  }
-  void random() { std::uniform_real_distribution<double> d(-1, 1); for (size_t i = 0; i < n; ++i) p[i] = cvt<T>(d(gen)); }
-  void poison() { for (size_t i = 0; i < n; ++i) p[i] = cvt<T>(NAN); }
-  double at(size_t i) const { return back(p[i]); }
-};
 
 // Reference with strides in elements: y[b][i][j] = sum_k X(b,i,k) W(b/r, j, k).
 struct Ref { std::vector<double> y, abs; };
@@ -68,8 +43,6 @@ void check(const std::string& what, const Arr<TY>& y, const Ref& r, double tol) 
   if (!ok) failures++;
   std::printf("%s %-60s err %.3g (tol %.0e)\n", ok ? "ok  " : "FAIL", what.c_str(), worst, tol);
 }
-template <class T> double tol_of() { return sizeof(T) == 4 ? 1e-5 : std::is_same_v<T, __half> ? 1e-3 : 1e-2; }
-u32 cdiv(u64 a, u64 b) { return u32((a + b - 1) / b); }
 
 template <class T, class K>
 void run_dense(const char* name, K kernel, u32 m, u32 n, u32 k, u32 batch, u32 wbatch, bool vector) {

@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
 # Runs a family's CUDA kernels on the CPU simulation (sim_runtime.h), no GPU
-# needed: shaders/cuda/tests/sim/run.sh [family] [big]   (family: dense, sample)
+# needed: shaders/cuda/tests/sim/run.sh [driver] [big]
+#   dense: the dense family (dense_driver.cpp)
+#   glue:  rms_norm, softmax and gelu at the op's CUDA launches (glue_driver.cpp)
+#   quantized_matmul: that family (quantized_matmul_driver.cpp)
+#   flash_attn_prefill: that family (flash_attn_prefill.sh runs its variants)
+#   sample: that family (sample_driver.cpp; a name fragment as the second
+#           argument runs only the sampler cases holding it)
+# `big` adds large sizes. SIM_DEFINES (e.g. "-DMLXN_FC_301=1") go to the
+# compiler, as the registry gives function constants to NVRTC.
 # Needs g++ with C++20 and the CUDA headers (for the f16 / bf16 types).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -9,6 +17,11 @@ family="${1:-dense}"
 out="$root/build/cuda/sim"
 mkdir -p "$out"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
-python3 "$here/build.py" "$root" "$family" "$out/sim_kernels.h"
-g++ -std=c++20 -O1 -I"$cuda/include" -I"$here" -I"$out" "$here/${family}_driver.cpp" -o "$out/${family}_driver" -lpthread
-"$out/${family}_driver" "${2:-}"
+case "$family" in
+  glue) families=rms_norm,softmax,gelu ;;
+  *) families="$family" ;;
+esac
+python3 "$here/build.py" "$root" "$families" "$out/sim_kernels.h"
+bin="$out/${family}_driver$(echo "${SIM_DEFINES:-}" | tr -c 'A-Za-z0-9_\n' '_')"
+g++ -std=c++20 -O1 ${SIM_DEFINES:-} -I"$cuda/include" -I"$here" -I"$out" "$here/${family}_driver.cpp" -o "$bin" -lpthread
+"$bin" "${2:-}"

@@ -51,8 +51,10 @@ struct SimBlock {
 };
 inline SimBlock sim_block;
 
-inline unsigned sim_lane() { return threadIdx.x & 31u; }
-inline unsigned sim_warp() { return threadIdx.x >> 5; }
+// Warps are 32 consecutive threads of the block, counted x first, then y, then z.
+inline unsigned sim_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+inline unsigned sim_lane() { return sim_thread() & 31u; }
+inline unsigned sim_warp() { return sim_thread() >> 5; }
 inline unsigned char* sim_slot(unsigned lane) { return &sim_block.slots[(sim_warp() * 32 + lane) * 64]; }
 inline void sim_warp_sync() { sim_block.warps[sim_warp()]->arrive_and_wait(); }
 
@@ -125,6 +127,10 @@ inline unsigned atomicMax(unsigned* p, unsigned v) {
 }
 
 template <class T> inline T __ldg(const T* p) { return *p; }
+// The fast intrinsics, computed exactly here (the simulation checks logic, not rounding).
+inline float __expf(float x) { return std::exp(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 template <class T> inline T __ldcs(const T* p) { return *p; }
 inline float __int_as_float(int u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
@@ -200,6 +206,38 @@ inline void sim_mma(float (&d)[4], const sim_u32 (&a)[4], sim_u32 b0, sim_u32 b1
 }
 inline void mma_bf16(float (&d)[4], const sim_u32 (&a)[4], sim_u32 b0, sim_u32 b1) { sim_mma(d, a, b0, b1, true); }
 inline void mma_f16(float (&d)[4], const sim_u32 (&a)[4], sim_u32 b0, sim_u32 b1) { sim_mma(d, a, b0, b1, false); }
+
+// ex2.approx.ftz: 2^x, subnormal results flushed to 0.
+inline float ex2_approx(float x) {
+  const float y = std::exp2(x);
+  return std::fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
+}
+
+// fma.rn .bf16x2 / .f16x2: per element a * b + c, exact in double for
+// 16-bit operands, then rounded to the type.
+inline sim_u32 sim_fma2(sim_u32 a, sim_u32 b, sim_u32 c, bool bf) {
+  sim_u32 d = 0;
+  for (unsigned h = 0; h < 2; ++h) {
+    const double v = double(sim_b16(uint16_t(a >> (16 * h)), bf)) * double(sim_b16(uint16_t(b >> (16 * h)), bf)) +
+                     double(sim_b16(uint16_t(c >> (16 * h)), bf));
+    uint16_t r;
+    if (bf) { const __nv_bfloat16 x = __double2bfloat16(v); std::memcpy(&r, &x, 2); }
+    else { const __half x = __double2half(v); std::memcpy(&r, &x, 2); }
+    d |= sim_u32(r) << (16 * h);
+  }
+  return d;
+}
+inline sim_u32 fma2_bf16(sim_u32 a, sim_u32 b, sim_u32 c) { return sim_fma2(a, b, c, true); }
+inline sim_u32 fma2_f16(sim_u32 a, sim_u32 b, sim_u32 c) { return sim_fma2(a, b, c, false); }
+
+// __byte_perm(x, y, s): byte k of the result is byte (s >> 4k) & 7 of the
+// eight bytes of x (0-3) and y (4-7).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const uint64_t v = uint64_t(x) | (uint64_t(y) << 32);
+  unsigned r = 0;
+  for (unsigned k = 0; k < 4; ++k) r |= unsigned((v >> (8 * ((s >> (4 * k)) & 7u))) & 0xffu) << (8 * k);
+  return r;
+}
 
 // cp.async: queued per thread, grouped by commit, performed at wait_group.
 struct SimCopy { void* dst; const void* src; bool live; };

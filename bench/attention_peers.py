@@ -1,0 +1,168 @@
+# PyTorch beside bench/attention.ts on the GPU machine, same shapes: torch
+# SDPA (F.scaled_dot_product_attention: its default choice, then each of its
+# backends, flash, cuDNN and memory-efficient, where it takes the shape),
+# torch.compile of SDPA, FlashAttention's own package (flash_attn) where it
+# is installed, and for the sliding windows flex_attention with a window block
+# mask (compiled; it skips the blocks outside the window) and SDPA with the
+# window as an explicit mask. Timed with CUDA events around `iters` calls
+# (median of 5). Measured in the same run, the bf16 matrix rate every row is
+# a fraction of (the best of torch.matmul at 8192^3 and 16384 x 16384 x
+# 8192). Pass it to attention.ts:
+#   python3 bench/attention_peers.py
+#   bun run bench/attention.ts --peak-tflops <peak>
+# Flops: 4 D per (query head, visible key), causal counting T^2 / 2 keys per
+# head, as bench/attention.ts counts them. Layout [B, H, T, D]; GQA through
+# SDPA's enable_gqa where the backend takes it, else K and V repeated to the
+# query heads before the timing (the row says so).
+import torch
+import torch.nn.functional as F
+
+dev = "cuda"
+torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def timed(fn, iters=10):
+    fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(iters):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+        ts.append(a.elapsed_time(b) * 1e3 / iters)
+    return sorted(ts)[2]
+
+
+print("device:", torch.cuda.get_device_name(), "torch", torch.__version__)
+peak = 0.0
+for m, n, k in [(8192, 8192, 8192), (16384, 16384, 8192)]:
+    a = torch.randn(m, k, dtype=torch.bfloat16, device=dev)
+    b = torch.randn(k, n, dtype=torch.bfloat16, device=dev)
+    peak = max(peak, 2 * m * n * k / timed(lambda: torch.matmul(a, b), 10) / 1e6)
+    del a, b
+print(f"peak bf16 {peak:.1f} TFLOP/s (torch.matmul)")
+
+
+def visible(tq, tk, off, causal, window):
+    n = 0
+    for i in range(tq):
+        p = off + i
+        hi = min(tk, p + 1) if causal else tk
+        lo = max(0, p - window + 1) if window else 0
+        n += max(0, hi - lo)
+    return n
+
+
+def row(name, us, flops):
+    print(f"{name:84s} {us:10.1f} us  {flops / us / 1e6:6.1f} TFLOP/s  ({100 * flops / us / 1e6 / peak:.0f}% of peak)")
+
+
+def skip(name, why):
+    print(f"{name:84s} skipped: {str(why).splitlines()[0][:120]}")
+
+
+try:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+except ImportError:  # older torch
+    SDPBackend = sdpa_kernel = None
+try:
+    from flash_attn import flash_attn_func
+except ImportError as e:
+    flash_attn_func = None
+    flash_attn_missing = e
+try:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    flex = torch.compile(flex_attention)
+except ImportError as e:
+    flex = None
+    flex_missing = e
+
+
+def case(label, h, hkv, d, tq, tk, causal, window=0):
+    off = tk - tq
+    flops = 4 * h * d * visible(tq, tk, off, causal, window)
+    q = torch.randn(1, h, tq, d, dtype=torch.bfloat16, device=dev)
+    k = torch.randn(1, hkv, tk, d, dtype=torch.bfloat16, device=dev)
+    v = torch.randn(1, hkv, tk, d, dtype=torch.bfloat16, device=dev)
+    name = f"{label} D={d} H={h}/{hkv} B=1 Tq={tq} Tk={tk}{' causal' if causal else ''}{f' window {window}' if window else ''}"
+    iters = 3 if flops > 2e12 else 10
+    # SDPA's is_causal aligns the mask to the top left; a query block after earlier turns (tq < tk) needs it
+    # at the bottom right, given as a mask (as is a window).
+    mask = None
+    if window or (causal and off):
+        qi = torch.arange(tq, device=dev).view(-1, 1) + off
+        kj = torch.arange(tk, device=dev).view(1, -1)
+        mask = kj <= qi if causal else torch.ones(tq, tk, dtype=torch.bool, device=dev)
+        if window:
+            mask &= qi - kj < window
+    kw = dict(attn_mask=mask) if mask is not None else dict(is_causal=causal)
+    ke, ve = k.repeat_interleave(h // hkv, 1), v.repeat_interleave(h // hkv, 1)
+
+    def sdpa(gqa):
+        if gqa:
+            return lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kw)
+        return lambda: F.scaled_dot_product_attention(q, ke, ve, **kw)
+
+    for tag, backend in [("default", None), ("flash", "FLASH_ATTENTION"), ("cudnn", "CUDNN_ATTENTION"), ("efficient", "EFFICIENT_ATTENTION")]:
+        for gqa in (True, False):
+            label_ = f"SDPA {tag}{'' if gqa else ' (K, V repeated)'} {name}"
+            try:
+                if backend is None:
+                    fn = sdpa(gqa)
+                else:
+                    if sdpa_kernel is None:
+                        raise RuntimeError("torch.nn.attention.sdpa_kernel is not available")
+                    inner = sdpa(gqa)
+                    be = getattr(SDPBackend, backend)
+
+                    def fn(inner=inner, be=be):
+                        with sdpa_kernel(be):
+                            return inner()
+                row(label_, timed(fn, iters), flops)
+                break
+            except Exception as e:  # a backend that does not take the shape
+                if not gqa:
+                    skip(label_, e)
+    try:
+        compiled = torch.compile(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, enable_gqa=True, **kw))
+        row(f"torch.compile SDPA {name}", timed(lambda: compiled(q, k, v), iters), flops)
+    except Exception as e:
+        skip(f"torch.compile SDPA {name}", e)
+    if flash_attn_func is not None:
+        try:
+            qt, kt, vt = q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+            ws = (window - 1, 0) if window else (-1, -1)
+            row(f"flash_attn {name}", timed(lambda: flash_attn_func(qt, kt, vt, causal=causal, window_size=ws), iters), flops)
+        except Exception as e:
+            skip(f"flash_attn {name}", e)
+    else:
+        skip(f"flash_attn {name}", flash_attn_missing)
+    if window:
+        if flex is not None:
+            try:
+                def win(b, hh, qi, kj):
+                    return (kj <= qi + off) & (qi + off - kj < window)
+
+                bm = create_block_mask(win, None, None, tq, tk, device=dev)
+                row(f"flex_attention (compiled, window blocks) {name}",
+                    timed(lambda: flex(q, k, v, block_mask=bm, enable_gqa=True), iters), flops)
+            except Exception as e:
+                skip(f"flex_attention {name}", e)
+        else:
+            skip(f"flex_attention {name}", flex_missing)
+    del q, k, v, ke, ve, mask
+    torch.cuda.empty_cache()
+
+
+h, hkv = 32, 8
+case("prefill", h, hkv, 128, 8192, 8192, True)
+case("prefill", h, hkv, 256, 8192, 8192, True)
+case("prefill", h, hkv, 512, 8192, 8192, True)
+case("prefill", h, hkv, 128, 8192, 8192, False)
+case("sliding", h, hkv, 256, 32768, 32768, True, 1024)
+case("sliding", h, hkv, 256, 8192, 8192, True, 1024)
+case("sliding", h, hkv, 128, 32768, 32768, True, 1024)
+case("continue", h, hkv, 256, 2048, 8192, True)

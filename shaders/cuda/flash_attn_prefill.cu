@@ -1,0 +1,480 @@
+// Attention over a prompt (CUDA), entry names and bindings as
+// shaders/flash_attn_prefill.metal (the math, the masks and the params are
+// stated there): out = softmax(scale Q K^T [capped, masked]) V per query
+// head, GQA heads reading KV head h / gqa_factor. Function constants arrive
+// as MLXN_FC_<index> macros.
+//
+// FlashAttention-2's structure on tensor cores: one block per (query tile,
+// head, sequence), blockIdx.x taken from the last tile down so that causal
+// grids start their longest tiles first. The Q tile and one K and one V tile
+// of BK keys live in shared memory, rows padded by 16 bytes (ldmatrix and
+// the staging stores meet no bank conflicts), filled by cp.async (16 bytes a
+// copy; element by element where a row or stride is not 16-byte aligned).
+// The copies overlap the math as in FlashAttention-2: V of a step loads
+// while its scores and softmax run, K of the next step while P V runs.
+// Each warp owns MT x 16 query rows: S = Q K^T by mma.sync m16n8k16 (bf16
+// or f16 in, f32 out), ldmatrix fragments of Q and K; the online softmax in
+// registers in log2 units (scale * log2(e) folded into one multiply, 2^x on
+// the special function unit, the running maximum starting finite so that
+// hidden keys give exact zeros and never NaN), each thread keeping partial
+// row sums reduced once at the end; P is rounded to the input type as the A
+// operand of O += P V, with O in f32 registers. Keys outside the causal and
+// window range of a tile are not visited (time follows the keys a tile
+// sees); masks are applied element by element only on the tiles that need
+// them. blk (has_blk), whose tiles are the Metal entries' (32 x 16, 8 x 8 or
+// 8 x 64), skips a key tile whose covered classes are all 0 and the mask on
+// one whose classes are all 2. The output is staged through the Q tile's
+// memory and stored in 16-byte rows.
+//
+// Tiles (flashAttnPrefillCudaTile in ts/ops/flash_attn_prefill.ts): D 64 and
+// 128: 4 warps of 32 rows (128-row tiles), 64 keys a step; D 256: 4 warps of
+// 16 rows, 64 keys; D 512: 8 warps, each pair of warps sharing 16 rows and
+// splitting the output columns in halves (both compute the rows' scores:
+// 256 f32 accumulators a thread would not fit), 32 keys a step.
+
+#ifndef MLXN_FC_300
+#define MLXN_FC_300 0
+#endif
+#ifndef MLXN_FC_301
+#define MLXN_FC_301 0
+#endif
+#ifndef MLXN_FC_303
+#define MLXN_FC_303 0
+#endif
+#ifndef MLXN_FC_304
+#define MLXN_FC_304 0
+#endif
+#ifndef MLXN_FC_305
+#define MLXN_FC_305 0
+#endif
+#ifndef MLXN_FC_400
+#define MLXN_FC_400 32
+#endif
+#ifndef MLXN_FC_401
+#define MLXN_FC_401 16
+#endif
+
+namespace {
+
+constexpr bool kMask = MLXN_FC_300 != 0;
+constexpr bool kCausal = MLXN_FC_301 != 0;
+constexpr bool kBlk = MLXN_FC_303 != 0;
+constexpr bool kSoftcap = MLXN_FC_304 != 0;
+constexpr bool kVarlen = MLXN_FC_305 != 0;
+constexpr int kBlkBq = MLXN_FC_400;
+constexpr int kBlkBk = MLXN_FC_401;
+
+// The running maximum's start (-FLT_MAX / 2): finite, so 2^(s - max) of a
+// hidden score (-inf) is exactly 0.
+constexpr float kMaxInit = -1.70141173e38f;
+constexpr float kLog2e = 1.44269504088896341f;
+
+// The tile of each head dimension: MT m-tiles of 16 rows a warp, RW warps
+// along the rows, DS warps splitting the output columns, BK keys a step.
+template <int D> struct Tile;
+template <> struct Tile<64> { static constexpr int MT = 2, RW = 4, DS = 1, BK = 64; };
+template <> struct Tile<128> { static constexpr int MT = 2, RW = 4, DS = 1, BK = 64; };
+template <> struct Tile<256> { static constexpr int MT = 1, RW = 4, DS = 1, BK = 64; };
+template <> struct Tile<512> { static constexpr int MT = 1, RW = 4, DS = 2, BK = 32; };
+
+// A block's sequence: element offsets of its first query row (head
+// included) in Q and O and first key row in K and V, the counts, and the
+// absolute position of query row 0 among the keys.
+struct Seq {
+    u64 q_base, o_base, k_base, v_base;
+    int q_len, k_len, q_off;
+};
+
+__device__ __forceinline__ Seq seq_of(const AttnParams& p, u32 z, u32 h, const uint* cu_q, const uint* cu_k) {
+    const u32 kvh = h / u32(max(p.gqa_factor, 1));
+    Seq s;
+    u64 qr = 0, kr = 0;
+    if (kVarlen) {
+        const u32 qs = min(cu_q[z], u32(p.qL));
+        const u32 qe = min(max(cu_q[z + 1], qs), u32(p.qL));
+        const u32 ks = min(cu_k[z], u32(p.kL));
+        const u32 ke = min(max(cu_k[z + 1], ks), u32(p.kL));
+        s.q_len = int(qe - qs);
+        s.k_len = int(ke - ks);
+        s.q_off = s.k_len - s.q_len;
+        qr = qs;
+        kr = ks;
+    } else {
+        s.q_len = p.qL;
+        s.k_len = p.kL;
+        s.q_off = p.qL_off;
+    }
+    s.q_base = u64(z) * p.Q_stride_b + u64(h) * p.Q_stride_h + qr * p.Q_stride_l;
+    s.o_base = u64(z) * p.O_stride_b + u64(h) * p.O_stride_h + qr * p.O_stride_l;
+    s.k_base = u64(z) * p.K_stride_b + u64(kvh) * p.K_stride_h + kr * p.K_stride_l;
+    s.v_base = u64(z) * p.V_stride_b + u64(kvh) * p.V_stride_h + kr * p.V_stride_l;
+    return s;
+}
+
+// n rows of D elements from src (rows `stride` apart) into dst (rows LD
+// apart); rows at or past `valid` are zeros. By cp.async when vec, else
+// element by element.
+template <typename T, int D, int LD, int NT>
+__device__ __forceinline__ void load_rows(T* dst, const T* src, u64 stride, int n, int valid, bool vec, u32 tid) {
+    constexpr int C = D / 8;
+    if (vec) {
+        for (int i = int(tid); i < n * C; i += NT) {
+            const int r = i / C, c = (i % C) * 8;
+            const bool live = r < valid;
+            cp_async16(dst + r * LD + c, live ? src + u64(r) * stride + c : src, live);
+        }
+    } else {
+        for (int i = int(tid); i < n * D; i += NT) {
+            const int r = i / D, c = i % D;
+            dst[r * LD + c] = r < valid ? src[u64(r) * stride + c] : from_f<T>(0.0f);
+        }
+    }
+}
+
+// A mask value: a bool one hides the key when false, an additive one is
+// added to the score (log2 units).
+__device__ __forceinline__ void apply_mask(bool m, float& x, bool& vis) { vis = m; }
+__device__ __forceinline__ void apply_mask(__half m, float& x, bool& vis) { x += __half2float(m) * kLog2e; }
+__device__ __forceinline__ void apply_mask(bf16 m, float& x, bool& vis) { x += __bfloat162float(m) * kLog2e; }
+
+// BQB x BKB: the tile of the blk classes (the Metal entry's).
+template <typename T, typename MaskT, int D, int BQB, int BKB>
+__device__ __forceinline__ void attention(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                                          T* __restrict__ O, const AttnParams* pp, const AttnMaskParams* mp,
+                                          const MaskT* mask, const char* blk, const uint* cu_q, const uint* cu_k) {
+    using C = Tile<D>;
+    constexpr int MT = C::MT, RW = C::RW, DS = C::DS, BK = C::BK;
+    constexpr int BQ = RW * MT * 16;
+    constexpr int NT = 32 * RW * DS;
+    constexpr int LD = D + 8;
+    constexpr int NS = BK / 8;
+    constexpr int DO = D / DS;
+    constexpr int NO = DO / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* qs = reinterpret_cast<T*>(smem_raw);
+    T* ks = qs + BQ * LD;
+    T* vs = ks + BK * LD;
+
+    const AttnParams& p = *pp;
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const int rg = int(warp) % RW, cs = int(warp) / RW;
+    const int g = int(lane >> 2), t = int(lane & 3u);
+
+    const Seq s = seq_of(p, blockIdx.z, blockIdx.y, cu_q, cu_k);
+    const int q0 = int(gridDim.x - 1 - blockIdx.x) * BQ;
+    if (q0 >= s.q_len) return;
+    const int rows = min(BQ, s.q_len - q0);
+    const int qa0 = s.q_off + q0;
+    const int W = p.window;
+    int k_lo = 0, k_hi = s.k_len;
+    if (kCausal) k_hi = min(k_hi, qa0 + rows);
+    if (W > 0) k_lo = max(k_lo, qa0 - W + 1);
+    const int t_lo = k_lo / BK;
+    const int t_hi = k_hi > k_lo ? (k_hi + BK - 1) / BK : t_lo;
+
+    const u64 qst = p.Q_stride_l, kst = p.K_stride_l, vst = p.V_stride_l, ost = p.O_stride_l;
+    const T* qg = Q + s.q_base + u64(q0) * qst;
+    const T* kg = K + s.k_base;
+    const T* vg = V + s.v_base;
+    T* og = O + s.o_base + u64(q0) * ost;
+    const bool vec = aligned16(qg) && aligned16(kg) && aligned16(vg) && aligned16(og) &&
+                     (qst | kst | vst | ost) % 8 == 0;
+
+    // The classes of the blk tiles under key tile kt: 0 when all are 0, 2
+    // when all are 2, else 1 (1 without blk).
+    const int nqb = (p.qL + BQB - 1) / BQB, nkb = (p.kL + BKB - 1) / BKB;
+    auto blk_class = [&](int kt) -> int {
+        if (!kBlk) return 1;
+        const int qb1 = min((q0 + BQ - 1) / BQB, nqb - 1);
+        const int kb1 = min((kt * BK + BK - 1) / BKB, nkb - 1);
+        bool all0 = true, all2 = true;
+        for (int qb = q0 / BQB; qb <= qb1; ++qb) {
+            for (int kb = (kt * BK) / BKB; kb <= kb1; ++kb) {
+                const char c = blk[u64(qb) * u64(nkb) + u64(kb)];
+                all0 = all0 && c == 0;
+                all2 = all2 && c == 2;
+            }
+        }
+        return all0 ? 0 : all2 ? 2 : 1;
+    };
+    auto next_live = [&](int kt) {
+        while (kt < t_hi && blk_class(kt) == 0) ++kt;
+        return kt;
+    };
+
+    load_rows<T, D, LD, NT>(qs, qg, qst, BQ, rows, vec, tid);
+    int kt = next_live(t_lo);
+    if (kt < t_hi) load_rows<T, D, LD, NT>(ks, kg + u64(kt * BK) * kst, kst, BK, min(BK, k_hi - kt * BK), vec, tid);
+    cp_async_commit();
+
+    float o[MT][NO][4];
+    float m_run[MT][2], l_run[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int n = 0; n < NO; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+        m_run[mt][0] = m_run[mt][1] = kMaxInit;
+        l_run[mt][0] = l_run[mt][1] = 0.0f;
+    }
+    const float scale = p.scale, cap = p.softcapping, sl2 = scale * kLog2e;
+
+    while (kt < t_hi) {
+        const int k0 = kt * BK;
+        const int cls = blk_class(kt);
+        cp_async_wait<0>();
+        __syncthreads();
+        load_rows<T, D, LD, NT>(vs, vg + u64(k0) * vst, vst, BK, min(BK, k_hi - k0), vec, tid);
+        cp_async_commit();
+
+        float sc[MT][NS][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int n = 0; n < NS; ++n) sc[mt][n][0] = sc[mt][n][1] = sc[mt][n][2] = sc[mt][n][3] = 0.0f;
+        }
+#pragma unroll
+        for (int dk = 0; dk < D / 16; ++dk) {
+            u32 a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) frag_a(a[mt], qs, LD, u32(rg * MT * 16 + mt * 16), u32(dk * 16), lane);
+#pragma unroll
+            for (int np = 0; np < NS / 2; ++np) {
+                u32 b[4];
+                frag_b_nk(b, ks, LD, u32(np * 16), u32(dk * 16), lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma16<T>(sc[mt][2 * np], a[mt], b[0], b[1]);
+                    mma16<T>(sc[mt][2 * np + 1], a[mt], b[2], b[3]);
+                }
+            }
+        }
+
+        // Scale, cap and mask; the online softmax, row by row.
+        const bool edge = k0 + BK > s.k_len || (kCausal && k0 + BK - 1 > qa0) || (W > 0 && qa0 + BQ - 1 - k0 >= W) ||
+                          (kMask && cls != 2);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const int r = rg * MT * 16 + mt * 16 + g + 8 * hh;
+                const int qa = qa0 + r;
+                float mx = kMaxInit;
+#pragma unroll
+                for (int n = 0; n < NS; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float x = sc[mt][n][2 * hh + e];
+                        x = kSoftcap ? cap * tanhf(x * scale / cap) * kLog2e : x * sl2;
+                        if (edge) {
+                            const int j = k0 + n * 8 + 2 * t + e;
+                            bool vis = j < s.k_len && r < rows;
+                            if (kCausal) vis = vis && j <= qa;
+                            if (W > 0) vis = vis && qa - j < W;
+                            if (kMask && cls != 2 && vis) {
+                                const MaskT mv = mask[u64(blockIdx.z) * mp->M_stride_b + u64(blockIdx.y) * mp->M_stride_h +
+                                                      u64(q0 + r) * mp->M_stride_q + u64(j)];
+                                apply_mask(mv, x, vis);
+                            }
+                            x = vis ? x : __int_as_float(0xff800000);
+                        }
+                        sc[mt][n][2 * hh + e] = x;
+                        mx = fmaxf(mx, x);
+                    }
+                }
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float m_new = fmaxf(m_run[mt][hh], mx);
+                const float f = ex2_approx(m_run[mt][hh] - m_new);
+                m_run[mt][hh] = m_new;
+                float sum = 0.0f;
+#pragma unroll
+                for (int n = 0; n < NS; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const float pr = ex2_approx(sc[mt][n][2 * hh + e] - m_new);
+                        sc[mt][n][2 * hh + e] = pr;
+                        sum += pr;
+                    }
+                }
+                l_run[mt][hh] = l_run[mt][hh] * f + sum;
+#pragma unroll
+                for (int n = 0; n < NO; ++n) {
+                    o[mt][n][2 * hh] *= f;
+                    o[mt][n][2 * hh + 1] *= f;
+                }
+            }
+        }
+        // P as A fragments: the accumulators of n-tiles 2kk and 2kk + 1 are
+        // the 16 x 16 operand of keys 16kk .. 16kk + 15.
+        u32 pa[MT][BK / 16][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk) {
+                pa[mt][kk][0] = pack2<T>(sc[mt][2 * kk][0], sc[mt][2 * kk][1]);
+                pa[mt][kk][1] = pack2<T>(sc[mt][2 * kk][2], sc[mt][2 * kk][3]);
+                pa[mt][kk][2] = pack2<T>(sc[mt][2 * kk + 1][0], sc[mt][2 * kk + 1][1]);
+                pa[mt][kk][3] = pack2<T>(sc[mt][2 * kk + 1][2], sc[mt][2 * kk + 1][3]);
+            }
+        }
+
+        cp_async_wait<0>();
+        __syncthreads();
+        const int kn = next_live(kt + 1);
+        if (kn < t_hi) load_rows<T, D, LD, NT>(ks, kg + u64(kn * BK) * kst, kst, BK, min(BK, k_hi - kn * BK), vec, tid);
+        cp_async_commit();
+
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+            for (int np = 0; np < NO / 2; ++np) {
+                u32 b[4];
+                frag_b_kn(b, vs, LD, u32(cs * DO + np * 16), u32(kk * 16), lane);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma16<T>(o[mt][2 * np], pa[mt][kk], b[0], b[1]);
+                    mma16<T>(o[mt][2 * np + 1], pa[mt][kk], b[2], b[3]);
+                }
+            }
+        }
+        kt = kn;
+    }
+
+    // Normalize, stage the tile in the Q rows, store rows below `rows`.
+    cp_async_wait<0>();
+    __syncthreads();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            float l = l_run[mt][hh];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+            const int r = rg * MT * 16 + mt * 16 + g + 8 * hh;
+#pragma unroll
+            for (int n = 0; n < NO; ++n) {
+                *reinterpret_cast<u32*>(qs + r * LD + cs * DO + n * 8 + 2 * t) =
+                    pack2<T>(o[mt][n][2 * hh] * inv, o[mt][n][2 * hh + 1] * inv);
+            }
+        }
+    }
+    __syncthreads();
+    if (vec) {
+        for (int i = int(tid); i < rows * (D / 8); i += NT) {
+            const int r = i / (D / 8), c = (i % (D / 8)) * 8;
+            *reinterpret_cast<uint4*>(og + u64(r) * ost + c) = *reinterpret_cast<const uint4*>(qs + r * LD + c);
+        }
+    } else {
+        for (int i = int(tid); i < rows * D; i += NT) {
+            const int r = i / D, c = i % D;
+            og[u64(r) * ost + c] = qs[r * LD + c];
+        }
+    }
+}
+
+// The mask builder: row blockIdx.x, threads striding over the keys, 8 keys
+// (one 16-byte store) a step where the rows are 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ void mask_fill(T* mask, const FlashAttnPrefillMaskParams* pp) {
+    const FlashAttnPrefillMaskParams& p = *pp;
+    const u32 q = blockIdx.x, n = p.seq_len_k;
+    const long long a = (long long)q + (long long)p.q_abs_offset;
+    const T zero = from_f<T>(0.0f), hide = from_f<T>(__int_as_float(0xff800000));
+    auto hidden = [&](u32 k) {
+        return (p.causal != 0u && (long long)k > a) || (p.n_swa > 0 && a - (long long)k >= (long long)p.n_swa);
+    };
+    T* row = mask + u64(q) * n;
+    if (n % 8 == 0 && aligned16(mask)) {
+        for (u32 k = threadIdx.x * 8; k < n; k += blockDim.x * 8) {
+            alignas(16) T v[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) v[e] = hidden(k + e) ? hide : zero;
+            *reinterpret_cast<uint4*>(row + k) = *reinterpret_cast<const uint4*>(v);
+        }
+    } else {
+        for (u32 k = threadIdx.x; k < n; k += blockDim.x) row[k] = hidden(k) ? hide : zero;
+    }
+}
+
+// The tile classifier: tile blockIdx.x = qt * NK + kt, one warp.
+template <typename T>
+__device__ __forceinline__ void blk_classify(const T* mask, char* blk, const FlashAttnPrefillBlkParams* pp) {
+    const FlashAttnPrefillBlkParams& p = *pp;
+    const int bq = kBlkBq, bk = kBlkBk;
+    const int nk = (p.seq_len_k + bk - 1) / bk;
+    const int kt = int(blockIdx.x) % nk, qt = int(blockIdx.x) / nk;
+    const int k_start = kt * bk;
+    char res;
+    if (k_start >= p.seq_len_k) {
+        res = 0;
+    } else if (k_start + bk > p.seq_len_k) {
+        res = 1;
+    } else {
+        const int rows = min(max(p.seq_len_q - qt * bq, 0), bq);
+        float mn = __int_as_float(0x7f800000), mx = __int_as_float(0xff800000);
+        for (int c = int(threadIdx.x); c < bk; c += 32) {
+            for (int j = 0; j < rows; ++j) {
+                const float v = to_f(mask[u64(qt * bq + j) * u64(p.mask_row_stride) + u64(k_start + c)]);
+                mn = fminf(mn, v);
+                mx = fmaxf(mx, v);
+            }
+        }
+#pragma unroll
+        for (u32 o = 16; o > 0; o >>= 1) {
+            mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, o));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        }
+        res = mx <= -1.0e30f ? char(0) : (mn == 0.0f && mx == 0.0f ? char(2) : char(1));
+    }
+    if (threadIdx.x == 0) blk[u64(qt) * u64(nk) + u64(kt)] = res;
+}
+
+}  // namespace
+
+// buffer(0) Q, (1) K, (2) V, (3) O, (4) AttnParams, (5) AttnMaskParams, (6)
+// mask, (7) blk, (8) cu_seqlens_q, (9) cu_seqlens_k (the op binds every
+// index; the function constants say which are read).
+#define FA_ENTRY(NAME, T, MASK, D, BQB, BKB, THREADS, MINB)                                                       \
+    extern "C" __global__ void __launch_bounds__(THREADS, MINB)                                                   \
+        NAME(const T* Q, const T* K, const T* V, T* O, const AttnParams* params, const AttnMaskParams* mask_params, \
+             const MASK* mask, const char* blk, const uint* cu_seqlens_q, const uint* cu_seqlens_k) {              \
+        attention<T, MASK, D, BQB, BKB>(Q, K, V, O, params, mask_params, mask, blk, cu_seqlens_q, cu_seqlens_k);  \
+    }
+
+FA_ENTRY(flash_attn_prefill_bf16_d64, bf16, bf16, 64, 32, 16, 128, 2)
+FA_ENTRY(flash_attn_prefill_bf16_d64_boolmask, bf16, bool, 64, 32, 16, 128, 2)
+FA_ENTRY(flash_attn_prefill_f16_d64, __half, __half, 64, 32, 16, 128, 2)
+FA_ENTRY(flash_attn_prefill_f16_d64_boolmask, __half, bool, 64, 32, 16, 128, 2)
+FA_ENTRY(flash_attn_prefill_bf16_d128, bf16, bf16, 128, 32, 16, 128, 2)
+FA_ENTRY(flash_attn_prefill_bf16_d128_boolmask, bf16, bool, 128, 32, 16, 128, 2)
+FA_ENTRY(flash_attn_prefill_f16_d128, __half, __half, 128, 32, 16, 128, 2)
+FA_ENTRY(flash_attn_prefill_f16_d128_boolmask, __half, bool, 128, 32, 16, 128, 2)
+FA_ENTRY(flash_attn_prefill_bf16_d256, bf16, bf16, 256, 32, 16, 128, 2)
+FA_ENTRY(flash_attn_prefill_bf16_d256_boolmask, bf16, bool, 256, 32, 16, 128, 2)
+FA_ENTRY(flash_attn_prefill_f16_d256, __half, __half, 256, 32, 16, 128, 2)
+FA_ENTRY(flash_attn_prefill_f16_d256_boolmask, __half, bool, 256, 32, 16, 128, 2)
+FA_ENTRY(flash_attn_prefill_bf16_d512, bf16, bf16, 512, 8, 8, 256, 1)
+FA_ENTRY(flash_attn_prefill_bf16_d512_boolmask, bf16, bool, 512, 8, 8, 256, 1)
+FA_ENTRY(flash_attn_prefill_f16_d512, __half, __half, 512, 8, 8, 256, 1)
+FA_ENTRY(flash_attn_prefill_f16_d512_boolmask, __half, bool, 512, 8, 8, 256, 1)
+FA_ENTRY(flash_attn_prefill_llamacpp_bf16_d512, bf16, bf16, 512, 8, 64, 256, 1)
+FA_ENTRY(flash_attn_prefill_llamacpp_bf16_d512_boolmask, bf16, bool, 512, 8, 64, 256, 1)
+FA_ENTRY(flash_attn_prefill_llamacpp_f16_d512, __half, __half, 512, 8, 64, 256, 1)
+FA_ENTRY(flash_attn_prefill_llamacpp_f16_d512_boolmask, __half, bool, 512, 8, 64, 256, 1)
+
+// buffer(0) mask [qL, kL], (1) FlashAttnPrefillMaskParams. Grid (qL, 1, 1).
+extern "C" __global__ void flash_attn_prefill_mask_fill_bf16(bf16* mask, const FlashAttnPrefillMaskParams* params) {
+    mask_fill<bf16>(mask, params);
+}
+extern "C" __global__ void flash_attn_prefill_mask_fill_f16(__half* mask, const FlashAttnPrefillMaskParams* params) {
+    mask_fill<__half>(mask, params);
+}
+
+// buffer(0) mask, (1) blk, (2) FlashAttnPrefillBlkParams. Grid (NQ * NK, 1, 1) of 32 threads.
+extern "C" __global__ void flash_attn_prefill_blk_bf16(const bf16* mask, char* blk, const FlashAttnPrefillBlkParams* params) {
+    blk_classify<bf16>(mask, blk, params);
+}
+extern "C" __global__ void flash_attn_prefill_blk_f16(const __half* mask, char* blk, const FlashAttnPrefillBlkParams* params) {
+    blk_classify<__half>(mask, blk, params);
+}

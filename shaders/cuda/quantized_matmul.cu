@@ -1,0 +1,693 @@
+// MLX affine quantized matrix products (CUDA), entry names and bindings as
+// shaders/quantized_matmul.metal: y[i, j] = sum_k x[i, k] * w[j, k], w[j, k]
+// = scale[j, k / gs] * q[j, k] + bias[j, k / gs] from MLX's packed rows
+// (ts/ops/quantized_matmul.ts writes the format down). Grids are
+// one-dimensional; the launches are the op's (quantizedCudaLaunch), each
+// engine below told apart by the entry and, for mlx-native's entries, by the
+// sizes (quantizedCudaEngine decides alike). Every engine uses the launch's
+// dynamic shared memory.
+//
+// Chunks: in MLX's layout (group size 32, 64 or 128 dividing K) a row is
+// K / 32 chunks of 32 values in BITS words (16 bytes for 4 bits, 24 for 6, 32
+// for 8), each inside one group. A chunk is dequantized to 16 pairs of
+// 16-bit values (TC, the tensor cores' type) with w = s * q + b rounded once:
+// q is made exact in TC by or-ing its bits into the mantissa of a power of
+// two (1024 for f16, 128 for bf16: 4- and 6-bit q) and subtracting it, then
+// one packed fma applies s and b; 8-bit q under bf16 go through f32 instead
+// (q does not fit bf16's mantissa below 256). The pairs come in the order
+// the bits fall (pair_order below), which permutes the 32 values; a dot
+// product only needs x permuted alike (to_pairs), and tiles staged for
+// ldmatrix get the natural order back (from_pairs).
+//
+// Engines:
+//   vector (m <= 8: quantized_mv_<t>, and mlx-native's entries): 256 threads
+//     (8 warps splitting K) over 16 weight rows, 3 blocks an SM (80
+//     registers: quantized_mv_<t>'s launch bounds). A warp step takes 4
+//     chunks, lane (g, t) = (lane / 4, lane % 4) chunk 4s + t of rows g and
+//     g + 8 (per 16-row tile) and of x row g; the 16 pairs feed 8 mma.sync
+//     m16n8k16, the rows as A and the m <= 8 tokens as B's n = 8. Any order
+//     of k works where A and B agree: each lane's pairs sit at the same
+//     logical k in both. The weight is read with 16- (8-) byte streaming
+//     loads, two steps in flight per warp; then the warps' sums meet in
+//     shared memory.
+//   matrix (quantized_mm_<t>, and mlx-native's past 8 rows): the tiles of
+//     dense.cu (denseMmCudaTile: 128 x 256 by 8 warps or 64 x 128 by 4),
+//     32-wide k stages, 4 stages of x by cp.async (an f32 x converted through
+//     registers), the weight chunk of each tile row loaded into registers a
+//     stage ahead and dequantized into the stage after the step's mmas
+//     (natural order, for ldmatrix); mma.sync with f32 accumulators.
+//   simt (quantized_mv_f32, quantized_mm_f32): 256 threads over 8 rows,
+//     chunks dequantized exactly in f32, tokens 8 at a time, the weight
+//     re-read (from L2) for each 8 tokens.
+//   any (mlx-native's layouts other than MLX's, or unaligned operands): a
+//     thread per output, values decoded one at a time.
+
+namespace {
+
+// ---- the layout ----
+
+// Bytes of a packed row of K values (any K: whole words for 4 and 8 bits,
+// 3 bytes per 4 values for 6).
+__device__ __forceinline__ u64 q_row_bytes(u32 K, u32 bits) {
+    return bits == 6 ? 3ull * ((K + 3u) / 4u) : 4ull * ((u64(K) * bits + 31u) / 32u);
+}
+// Whether the rows follow MLX's chunked layout.
+__device__ __forceinline__ bool q_chunked(u32 K, u32 gs) {
+    return (gs == 32u || gs == 64u || gs == 128u) && K % gs == 0u;
+}
+// q of value k of a row in any layout: the bits at bit k * bits.
+__device__ __forceinline__ u32 q_value(const unsigned char* row, u32 k, u32 bits) {
+    const u64 bit = u64(k) * bits;
+    const u32 s = u32(bit & 7u);
+    const unsigned char* p = row + (bit >> 3);
+    u32 v = u32(p[0]) >> s;
+    if (s + bits > 8u) v |= u32(p[1]) << (8u - s);
+    return v & ((1u << bits) - 1u);
+}
+
+// ---- chunks ----
+
+// The BITS words of a chunk at p (16-byte aligned for 4 and 8 bits, 8-byte
+// for 6). STREAM: evict-first loads (a weight read once).
+template <int BITS, bool STREAM>
+__device__ __forceinline__ void load_chunk(const unsigned char* p, u32 (&w)[BITS]) {
+    if constexpr (BITS == 6) {
+        const uint2* v = reinterpret_cast<const uint2*>(p);
+#pragma unroll
+        for (int i = 0; i < 3; ++i) {
+            const uint2 t = STREAM ? __ldcs(v + i) : __ldg(v + i);
+            w[2 * i] = t.x;
+            w[2 * i + 1] = t.y;
+        }
+    } else {
+        const uint4* v = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+        for (int i = 0; i < BITS / 4; ++i) {
+            const uint4 t = STREAM ? __ldcs(v + i) : __ldg(v + i);
+            w[4 * i] = t.x;
+            w[4 * i + 1] = t.y;
+            w[4 * i + 2] = t.z;
+            w[4 * i + 3] = t.w;
+        }
+    }
+}
+
+// Bits 24a .. 24a + 23 of a 6-bit chunk's 192 bits: values 4a .. 4a + 3.
+__device__ __forceinline__ u32 triple(const u32 (&w)[6], int a) {
+    const int bit = 24 * a, i = bit / 32, s = bit % 32;
+    u32 v = w[i] >> s;
+    if (s > 8) v |= w[i + 1] << (32 - s);
+    return v & 0xffffffu;
+}
+
+// The constants of the exact q of dequantize(): a power of two P whose
+// mantissa unit is 1, P with the sign flipped, and 1, as packed pairs.
+template <typename T> struct QMagic;
+template <> struct QMagic<__half> {
+    static constexpr u32 P2 = 0x64006400u;    // 1024
+    static constexpr u32 NEG2 = 0xE400E400u;  // -1024
+    static constexpr u32 ONE2 = 0x3C003C00u;
+};
+template <> struct QMagic<__nv_bfloat16> {
+    static constexpr u32 P2 = 0x43004300u;    // 128
+    static constexpr u32 NEG2 = 0xC300C300u;  // -128
+    static constexpr u32 ONE2 = 0x3F803F80u;
+};
+
+// The pair order of a chunk's 16 pairs (which two of its 32 values pair p
+// holds, low then high), as the bits fall:
+//   4 bits: pair 4a + j = values (8a + j, 8a + j + 4)   (a the word, j < 4);
+//   6, 8 bits: pair 2a + h = values (4a + h, 4a + h + 2) (h < 2).
+// Pairs 2e and 2e + 1 (mma step e of a chunk) come from half a word (4
+// bits), one 24-bit triple (6) or one word (8).
+
+// Pairs 2e and 2e + 1 of a chunk dequantized: w = s * q + b in TC (s2, b2:
+// s and b as TC pairs).
+template <typename TC, int BITS>
+__device__ __forceinline__ void dequantize2(const u32 (&w)[BITS], int e, float s, float b, u32 s2, u32 b2, u32& p0, u32& p1) {
+    if constexpr (BITS == 8 && SameType<TC, __nv_bfloat16>::value) {
+        // bf16: q through f32 (2^23 + q, exact, minus 2^23).
+        float f[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) f[i] = __uint_as_float(0x4B000000u | ((w[e] >> (8 * i)) & 0xffu)) - 8388608.0f;
+        p0 = pack2<TC>(fmaf(s, f[0], b), fmaf(s, f[2], b));
+        p1 = pack2<TC>(fmaf(s, f[1], b), fmaf(s, f[3], b));
+    } else {
+        auto fin = [&](u32 q2) { return fma2<TC>(fma2<TC>(q2 | QMagic<TC>::P2, QMagic<TC>::ONE2, QMagic<TC>::NEG2), s2, b2); };
+        if constexpr (BITS == 4) {
+            const u32 v = w[e >> 1] >> (8 * (e & 1));
+            p0 = fin(v & 0x000f000fu);
+            p1 = fin((v >> 4) & 0x000f000fu);
+        } else if constexpr (BITS == 6) {
+            const u32 tr = triple(w, e);
+            p0 = fin((tr & 0x3fu) | ((tr << 4) & 0x3f0000u));
+            p1 = fin(((tr >> 6) & 0x3fu) | ((tr >> 2) & 0x3f0000u));
+        } else {
+            p0 = fin(w[e] & 0x00ff00ffu);
+            p1 = fin((w[e] >> 8) & 0x00ff00ffu);
+        }
+    }
+}
+
+// The whole chunk dequantized, in BITS's pair order.
+template <typename TC, int BITS>
+__device__ __forceinline__ void dequantize(const u32 (&w)[BITS], float s, float b, u32 (&out)[16]) {
+    const u32 s2 = pack2<TC>(s, s), b2 = pack2<TC>(b, b);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dequantize2<TC, BITS>(w, e, s, b, s2, b2, out[2 * e], out[2 * e + 1]);
+}
+
+// Pairs 2e and 2e + 1 of BITS's order from natural pairs (nat[i] = values
+// 2i, 2i + 1).
+template <int BITS>
+__device__ __forceinline__ void x_pairs2(const u32 (&nat)[16], int e, u32& p0, u32& p1) {
+    const int lo = BITS == 4 ? 4 * (e >> 1) + (e & 1) : 2 * e;
+    const int hi = BITS == 4 ? lo + 2 : lo + 1;
+    p0 = __byte_perm(nat[lo], nat[hi], 0x5410);
+    p1 = __byte_perm(nat[lo], nat[hi], 0x7632);
+}
+
+// BITS's pair order back to natural pairs.
+template <int BITS>
+__device__ __forceinline__ void from_pairs(const u32 (&pr)[16], u32 (&nat)[16]) {
+    if constexpr (BITS == 4) {
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
+            nat[4 * a] = __byte_perm(pr[4 * a], pr[4 * a + 1], 0x5410);
+            nat[4 * a + 1] = __byte_perm(pr[4 * a + 2], pr[4 * a + 3], 0x5410);
+            nat[4 * a + 2] = __byte_perm(pr[4 * a], pr[4 * a + 1], 0x7632);
+            nat[4 * a + 3] = __byte_perm(pr[4 * a + 2], pr[4 * a + 3], 0x7632);
+        }
+    } else {
+#pragma unroll
+        for (int a = 0; a < 8; ++a) {
+            nat[2 * a] = __byte_perm(pr[2 * a], pr[2 * a + 1], 0x5410);
+            nat[2 * a + 1] = __byte_perm(pr[2 * a], pr[2 * a + 1], 0x7632);
+        }
+    }
+}
+
+// 32 values of x at p as natural TC pairs (16-byte aligned; an f32 x rounded).
+template <typename TC, typename TX>
+__device__ __forceinline__ void load_x32(const TX* p, u32 (&nat)[16]) {
+    if constexpr (sizeof(TX) == 2) {
+        const uint4* v = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const uint4 t = __ldg(v + i);
+            nat[4 * i] = t.x;
+            nat[4 * i + 1] = t.y;
+            nat[4 * i + 2] = t.z;
+            nat[4 * i + 3] = t.w;
+        }
+    } else {
+        const float4* v = reinterpret_cast<const float4*>(p);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const float4 t = __ldg(v + i);
+            nat[2 * i] = pack2<TC>(t.x, t.y);
+            nat[2 * i + 1] = pack2<TC>(t.z, t.w);
+        }
+    }
+}
+
+// ---- the vector engine ----
+
+constexpr u32 QMV_WARPS = 8;
+constexpr u32 QMV_STEPS = 2;  // warp steps whose weight loads are in flight together
+
+// Rows row0 .. row0 + 15 of w (rows w_row bytes apart, chunked) against the
+// m <= 8 rows of x ([m, K]): y[i * N + row] (the file comment). A lane
+// issues the weight loads of QMV_STEPS steps (a step: 16 rows x 4 chunks, 1
+// KiB of 4-bit weight a warp) before it computes any; x, read by every block
+// and held in L1, is loaded as each step is computed, which keeps the
+// registers within 3 blocks an SM. Dynamic shared memory: 8 warps x 128
+// floats.
+template <typename TX, typename TS, typename TC, typename TY, int BITS>
+__device__ __forceinline__ void qmv_tc(const TX* x, const unsigned char* w, const TS* sc, const TS* bi, TY* y, u32 m, u32 N, u32 K,
+                                       u32 gs, u32 row0) {
+    constexpr u32 U = QMV_STEPS;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    float (*red)[128] = reinterpret_cast<float (*)[128]>(smem_raw);
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const u32 g = lane >> 2, t = lane & 3u;
+    const u32 chunks = K / 32u, steps = (chunks + 3u) / 4u;
+    const u64 w_row = u64(K) * BITS / 8u, s_row = K / gs;
+    const u64 r0 = min(row0 + g, N - 1u), r1 = min(row0 + g + 8u, N - 1u);
+    const unsigned char* w0 = w + r0 * w_row;
+    const unsigned char* w1 = w + r1 * w_row;
+    const TX* xr = x + u64(min(g, m - 1u)) * K;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (u32 s0 = warp; s0 < steps; s0 += QMV_WARPS * U) {
+        u32 wq[U][2][BITS];
+        float sv[U][2], bv[U][2];
+        bool live[U];
+#pragma unroll
+        for (u32 u = 0; u < U; ++u) {
+            const u32 c = 4u * (s0 + u * QMV_WARPS) + t;
+            live[u] = c < chunks;
+            // Dead lanes (past the last chunk) give zeros to the warp's mmas.
+            sv[u][0] = sv[u][1] = bv[u][0] = bv[u][1] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < BITS; ++i) wq[u][0][i] = wq[u][1][i] = 0u;
+            if (live[u]) {
+                const u64 gi = u64(c) * 32u / gs;
+                load_chunk<BITS, true>(w0 + u64(c) * BITS * 4u, wq[u][0]);
+                load_chunk<BITS, true>(w1 + u64(c) * BITS * 4u, wq[u][1]);
+                sv[u][0] = to_f(sc[r0 * s_row + gi]);
+                sv[u][1] = to_f(sc[r1 * s_row + gi]);
+                bv[u][0] = to_f(bi[r0 * s_row + gi]);
+                bv[u][1] = to_f(bi[r1 * s_row + gi]);
+            }
+        }
+#pragma unroll
+        for (u32 u = 0; u < U; ++u) {
+            u32 xv[16];
+            if (live[u]) {
+                load_x32<TC>(xr + u64(4u * (s0 + u * QMV_WARPS) + t) * 32u, xv);
+            } else {
+#pragma unroll
+                for (int p = 0; p < 16; ++p) xv[p] = 0u;
+            }
+            const u32 s20 = pack2<TC>(sv[u][0], sv[u][0]), b20 = pack2<TC>(bv[u][0], bv[u][0]);
+            const u32 s21 = pack2<TC>(sv[u][1], sv[u][1]), b21 = pack2<TC>(bv[u][1], bv[u][1]);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                u32 x0, x1, a[4];
+                x_pairs2<BITS>(xv, e, x0, x1);
+                dequantize2<TC, BITS>(wq[u][0], e, sv[u][0], bv[u][0], s20, b20, a[0], a[2]);
+                dequantize2<TC, BITS>(wq[u][1], e, sv[u][1], bv[u][1], s21, b21, a[1], a[3]);
+                mma16<TC>(acc, a, x0, x1);
+            }
+        }
+    }
+#pragma unroll
+    for (u32 e = 0; e < 4; ++e) red[warp][lane * 4 + e] = acc[e];
+    __syncthreads();
+    if (tid < 128) {
+        float s = 0.0f;
+#pragma unroll
+        for (u32 q = 0; q < QMV_WARPS; ++q) s += red[q][tid];
+        const u32 l = tid / 4, e = tid % 4;
+        const u32 row = row0 + (l >> 2) + 8 * (e >> 1), tok = 2 * (l & 3u) + (e & 1u);
+        if (row < N && tok < m) y[u64(tok) * N + row] = from_f<TY>(s);
+    }
+}
+
+// The vector engine's block: 16 rows.
+template <typename TX, typename TS, typename TC, typename TY>
+__device__ __forceinline__ void qmv(const TX* x, const unsigned char* w, const TS* sc, const TS* bi, TY* y, u32 m, u32 N, u32 K, u32 gs,
+                                    u32 bits) {
+    const u32 row0 = blockIdx.x * 16u;
+    if (bits == 4) qmv_tc<TX, TS, TC, TY, 4>(x, w, sc, bi, y, m, N, K, gs, row0);
+    else if (bits == 6) qmv_tc<TX, TS, TC, TY, 6>(x, w, sc, bi, y, m, N, K, gs, row0);
+    else qmv_tc<TX, TS, TC, TY, 8>(x, w, sc, bi, y, m, N, K, gs, row0);
+}
+
+// ---- the matrix engine ----
+
+constexpr u32 QSTAGES = 4;  // stages of x in flight
+constexpr u32 QLDS = 40;    // a staged row: 32 elements and 16 bytes of padding
+
+// The BM x BN tile at (m0, n0) of y = x W^T (the file comment). X_ASYNC: x
+// is TC with 16-byte aligned rows, copied by cp.async; otherwise loaded into
+// registers and converted. Thread i owns weight row n0 + i (BN threads).
+// Dynamic shared memory: QSTAGES x (BM + BN) x QLDS elements of TC.
+template <typename TX, typename TS, typename TC, typename TY, int BITS, u32 BM, u32 BN, u32 WM, u32 WN, bool X_ASYNC>
+__device__ __forceinline__ void qmm_tc(const TX* x, const unsigned char* w, const TS* sc, const TS* bi, TY* y, u32 M, u32 N, u32 K, u32 gs,
+                                       u32 m0, u32 n0) {
+    constexpr u32 NT = WM * WN * 32;
+    constexpr u32 WTM = BM / WM, WTN = BN / WN;
+    constexpr u32 MI = WTM / 16, NJ = WTN / 8;
+    constexpr u32 XC = BM * 4 / NT;  // 16-byte pieces of x per thread per stage
+    static_assert(BN == NT && XC * NT == BM * 4 && NJ % 2 == 0, "tile shape");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    TC* smem = reinterpret_cast<TC*>(smem_raw);
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const u32 KT = K / 32u;
+    const u64 w_row = u64(K) * BITS / 8u, s_row = K / gs;
+    const bool wlive = n0 + tid < N;
+    const u64 wrow = wlive ? n0 + tid : 0u;
+    const unsigned char* wp = w + wrow * w_row;
+    const TS* sp = sc + wrow * s_row;
+    const TS* bp = bi + wrow * s_row;
+
+    u32 wq[BITS];
+    float wsc = 0.0f, wbi = 0.0f;
+    uint4 xr[X_ASYNC ? 1 : XC];
+    // Starts stage `stage` of k tile kt: x by cp.async or into registers, the weight chunk into registers.
+    auto issue = [&](u32 stage, u32 kt) {
+        TC* xs = smem + stage * (BM + BN) * QLDS;
+        const u32 k0 = kt * 32u;
+#pragma unroll
+        for (u32 c = 0; c < XC; ++c) {
+            const u32 i = tid + c * NT, r = i >> 2, q = i & 3u;
+            const bool live = m0 + r < M;
+            const TX* row = x + (live ? u64(m0 + r) * K + k0 + 8u * q : 0u);
+            if constexpr (X_ASYNC) {
+                cp_async16(xs + r * QLDS + 8u * q, row, live);
+            } else if (live) {
+                if constexpr (sizeof(TX) == 2) {
+                    xr[c] = __ldg(reinterpret_cast<const uint4*>(row));
+                } else {
+                    const float4 a = __ldg(reinterpret_cast<const float4*>(row));
+                    const float4 b = __ldg(reinterpret_cast<const float4*>(row) + 1);
+                    xr[c] = make_uint4(pack2<TC>(a.x, a.y), pack2<TC>(a.z, a.w), pack2<TC>(b.x, b.y), pack2<TC>(b.z, b.w));
+                }
+            } else {
+                xr[c] = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+        if (wlive) {
+            load_chunk<BITS, false>(wp + u64(kt) * BITS * 4u, wq);
+            wsc = to_f(sp[k0 / gs]);
+            wbi = to_f(bp[k0 / gs]);
+        }
+    };
+    // Stores what issue() held in registers into stage `stage`: x, and the weight chunk dequantized in natural order.
+    auto park = [&](u32 stage) {
+        TC* xs = smem + stage * (BM + BN) * QLDS;
+        TC* ws = xs + BM * QLDS;
+        if constexpr (!X_ASYNC) {
+#pragma unroll
+            for (u32 c = 0; c < XC; ++c) {
+                const u32 i = tid + c * NT;
+                *reinterpret_cast<uint4*>(xs + (i >> 2) * QLDS + 8u * (i & 3u)) = xr[c];
+            }
+        }
+        u32 nat[16];
+        if (wlive) {
+            u32 pr[16];
+            dequantize<TC, BITS>(wq, wsc, wbi, pr);
+            from_pairs<BITS>(pr, nat);
+        } else {
+#pragma unroll
+            for (int p = 0; p < 16; ++p) nat[p] = 0u;
+        }
+        uint4* dst = reinterpret_cast<uint4*>(ws + tid * QLDS);
+#pragma unroll
+        for (int v = 0; v < 4; ++v) dst[v] = make_uint4(nat[4 * v], nat[4 * v + 1], nat[4 * v + 2], nat[4 * v + 3]);
+    };
+
+    float acc[MI][NJ][4];
+#pragma unroll
+    for (u32 i = 0; i < MI; ++i)
+#pragma unroll
+        for (u32 j = 0; j < NJ; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    const u32 wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
+
+    for (u32 s = 0; s < QSTAGES - 1; ++s) {
+        if (s < KT) {
+            issue(s, s);
+            park(s);
+        }
+        cp_async_commit();
+    }
+    for (u32 kt = 0; kt < KT; ++kt) {
+        // Tile kt has landed (at most QSTAGES - 2 later groups pending), and
+        // every warp is done with the stage the next park overwrites.
+        cp_async_wait<QSTAGES - 2>();
+        __syncthreads();
+        const u32 next = kt + QSTAGES - 1;
+        if (next < KT) issue(next % QSTAGES, next);
+        cp_async_commit();
+        const TC* xs = smem + (kt % QSTAGES) * (BM + BN) * QLDS;
+        const TC* ws = xs + BM * QLDS;
+#pragma unroll
+        for (u32 kk = 0; kk < 32u; kk += 16u) {
+            u32 a[MI][4];
+#pragma unroll
+            for (u32 i = 0; i < MI; ++i) frag_a(a[i], xs, QLDS, wm0 + 16 * i, kk, lane);
+            u32 bq[NJ][2];
+#pragma unroll
+            for (u32 j = 0; j < NJ; j += 2) {
+                u32 t4[4];
+                frag_b_nk(t4, ws, QLDS, wn0 + 8 * j, kk, lane);
+                bq[j][0] = t4[0];
+                bq[j][1] = t4[1];
+                bq[j + 1][0] = t4[2];
+                bq[j + 1][1] = t4[3];
+            }
+#pragma unroll
+            for (u32 i = 0; i < MI; ++i)
+#pragma unroll
+                for (u32 j = 0; j < NJ; ++j) mma16<TC>(acc[i][j], a[i], bq[j][0], bq[j][1]);
+        }
+        // The weight (and a register-staged x) of stage `next` is written
+        // after the mmas, so its loads had the step to arrive; nobody reads
+        // that stage before the next barrier.
+        if (next < KT) park(next % QSTAGES);
+    }
+    cp_async_wait<0>();
+
+    const u32 g = lane >> 2, t = lane & 3u;
+    const bool pair = N % 2 == 0 && (reinterpret_cast<u64>(y) % (2 * sizeof(TY))) == 0;
+#pragma unroll
+    for (u32 i = 0; i < MI; ++i)
+#pragma unroll
+        for (u32 h = 0; h < 2; ++h) {
+            const u32 row = m0 + wm0 + 16 * i + g + 8 * h;
+            if (row >= M) continue;
+            TY* yr = y + u64(row) * N;
+#pragma unroll
+            for (u32 j = 0; j < NJ; ++j) {
+                const u32 col = n0 + wn0 + 8 * j + 2 * t;
+                const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                if (pair && col + 1 < N) {
+                    store2(yr + col, v0, v1);
+                } else {
+                    if (col < N) yr[col] = from_f<TY>(v0);
+                    if (col + 1 < N) yr[col + 1] = from_f<TY>(v1);
+                }
+            }
+        }
+}
+
+// One tile shape: the block's tile, then the bit width.
+template <typename TX, typename TS, typename TC, typename TY, u32 BM, u32 BN, u32 WM, u32 WN, bool X_ASYNC>
+__device__ __forceinline__ void qmm_shape(const TX* x, const unsigned char* w, const TS* sc, const TS* bi, TY* y, u32 M, u32 N, u32 K,
+                                          u32 gs, u32 bits) {
+    u32 b, m0, n0;
+    tile_of<BM, BN>(M, N, b, m0, n0);
+    if (bits == 4) qmm_tc<TX, TS, TC, TY, 4, BM, BN, WM, WN, X_ASYNC>(x, w, sc, bi, y, M, N, K, gs, m0, n0);
+    else if (bits == 6) qmm_tc<TX, TS, TC, TY, 6, BM, BN, WM, WN, X_ASYNC>(x, w, sc, bi, y, M, N, K, gs, m0, n0);
+    else qmm_tc<TX, TS, TC, TY, 8, BM, BN, WM, WN, X_ASYNC>(x, w, sc, bi, y, M, N, K, gs, m0, n0);
+}
+
+// The tile shape by block size (the op's denseMmCudaTile): 256 threads
+// 128 x 256, 128 threads 64 x 128.
+template <typename TX, typename TS, typename TC, typename TY>
+__device__ __forceinline__ void qmm(const TX* x, const unsigned char* w, const TS* sc, const TS* bi, TY* y, u32 M, u32 N, u32 K, u32 gs,
+                                    u32 bits) {
+    constexpr bool X_ASYNC = sizeof(TX) == sizeof(TC);
+    if (blockDim.x == 256) qmm_shape<TX, TS, TC, TY, 128, 256, 2, 4, X_ASYNC>(x, w, sc, bi, y, M, N, K, gs, bits);
+    else qmm_shape<TX, TS, TC, TY, 64, 128, 2, 2, X_ASYNC>(x, w, sc, bi, y, M, N, K, gs, bits);
+}
+
+// ---- the f32 engine ----
+
+constexpr u32 QS_ROWS = 4;  // weight rows per block (ts: QUANTIZED_SIMT_CUDA_ROWS)
+constexpr u32 QS_TOKENS = 8;
+
+// Rows row0 .. row0 + 3 of w against every row of x, 8 at a time: thread i
+// takes chunks i, i + 256, ...; each chunk's q exact in f32 (2^23 + q minus
+// 2^23), sums scale * sum(q x) + bias * sum(x); a warp sum, then the warps'
+// through shared memory (8 warps x 32 floats).
+template <int BITS>
+__device__ __forceinline__ void qmv_f32(const float* x, const unsigned char* w, const float* sc, const float* bi, float* y, u32 M, u32 N,
+                                        u32 K, u32 gs, u32 row0) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    float (*red)[QS_ROWS * QS_TOKENS] = reinterpret_cast<float (*)[QS_ROWS * QS_TOKENS]>(smem_raw);
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, nw = blockDim.x >> 5;
+    const u32 chunks = K / 32u;
+    const u64 w_row = u64(K) * BITS / 8u, s_row = K / gs;
+    for (u32 i0 = 0; i0 < M; i0 += QS_TOKENS) {
+        const u32 mt = min(QS_TOKENS, M - i0);
+        float acc[QS_ROWS][QS_TOKENS];
+#pragma unroll
+        for (u32 r = 0; r < QS_ROWS; ++r)
+#pragma unroll
+            for (u32 i = 0; i < QS_TOKENS; ++i) acc[r][i] = 0.0f;
+        for (u32 c = tid; c < chunks; c += blockDim.x) {
+            const u64 k0 = u64(c) * 32u;
+            float xs[QS_TOKENS];
+#pragma unroll
+            for (u32 i = 0; i < QS_TOKENS; ++i) {
+                xs[i] = 0.0f;
+                if (i < mt) {
+                    const float4* p = reinterpret_cast<const float4*>(x + u64(i0 + i) * K + k0);
+#pragma unroll
+                    for (int v = 0; v < 8; ++v) {
+                        const float4 f = __ldg(p + v);
+                        xs[i] += (f.x + f.y) + (f.z + f.w);
+                    }
+                }
+            }
+#pragma unroll
+            for (u32 r = 0; r < QS_ROWS; ++r) {
+                const u64 row = min(row0 + r, N - 1u);
+                u32 wq[BITS];
+                load_chunk<BITS, false>(w + row * w_row + u64(c) * BITS * 4u, wq);
+                float q[32];
+#pragma unroll
+                for (int j = 0; j < 32; ++j) {
+                    const int bit = j * BITS, wi = bit / 32, s = bit % 32;
+                    u32 v = wq[wi] >> s;
+                    if (s + BITS > 32) v |= wq[wi + 1] << (32 - s);
+                    q[j] = __uint_as_float(0x4B000000u | (v & ((1u << BITS) - 1u))) - 8388608.0f;
+                }
+                const float s = sc[row * s_row + k0 / gs], b = bi[row * s_row + k0 / gs];
+#pragma unroll
+                for (u32 i = 0; i < QS_TOKENS; ++i) {
+                    if (i < mt) {
+                        const float4* p = reinterpret_cast<const float4*>(x + u64(i0 + i) * K + k0);
+                        float d = 0.0f;
+#pragma unroll
+                        for (int v = 0; v < 8; ++v) {
+                            const float4 f = __ldg(p + v);
+                            d = fmaf(q[4 * v], f.x, d);
+                            d = fmaf(q[4 * v + 1], f.y, d);
+                            d = fmaf(q[4 * v + 2], f.z, d);
+                            d = fmaf(q[4 * v + 3], f.w, d);
+                        }
+                        acc[r][i] += s * d + b * xs[i];
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (u32 r = 0; r < QS_ROWS; ++r)
+#pragma unroll
+            for (u32 i = 0; i < QS_TOKENS; ++i) {
+                const float v = warp_sum(acc[r][i]);
+                if (lane == 0) red[warp][r * QS_TOKENS + i] = v;
+            }
+        __syncthreads();
+        if (tid < QS_ROWS * QS_TOKENS) {
+            const u32 r = tid / QS_TOKENS, i = tid % QS_TOKENS;
+            float s = 0.0f;
+            for (u32 q = 0; q < nw; ++q) s += red[q][tid];
+            if (i < mt && row0 + r < N) y[u64(i0 + i) * N + row0 + r] = s;
+        }
+        __syncthreads();
+    }
+}
+
+__device__ __forceinline__ void qf32(const float* x, const unsigned char* w, const float* sc, const float* bi, float* y, u32 M, u32 N, u32 K,
+                                     u32 gs, u32 bits) {
+    const u32 row0 = blockIdx.x * QS_ROWS;
+    if (bits == 4) qmv_f32<4>(x, w, sc, bi, y, M, N, K, gs, row0);
+    else if (bits == 6) qmv_f32<6>(x, w, sc, bi, y, M, N, K, gs, row0);
+    else qmv_f32<8>(x, w, sc, bi, y, M, N, K, gs, row0);
+}
+
+// ---- any layout ----
+
+// A thread per output, the grid striding over them: y[i, j] = sum_k
+// (s * q + b) x, values decoded one at a time; ROUND_X rounds x to bf16.
+template <typename TX, typename TS, typename TY, bool ROUND_X>
+__device__ __forceinline__ void q_any(const TX* x, const unsigned char* w, const TS* sc, const TS* bi, TY* y, u32 M, u32 N, u32 K, u32 gs,
+                                      u32 bits) {
+    const u64 w_row = q_row_bytes(K, bits), s_row = (K + gs - 1u) / gs;
+    const u64 total = u64(M) * N, step = u64(gridDim.x) * blockDim.x;
+    for (u64 o = u64(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += step) {
+        const u64 i = o / N, j = o % N;
+        const unsigned char* row = w + j * w_row;
+        float acc = 0.0f;
+        for (u32 k = 0; k < K; ++k) {
+            const u64 gi = j * s_row + k / gs;
+            const float wv = fmaf(to_f(sc[gi]), float(q_value(row, k, bits)), to_f(bi[gi]));
+            float xv = to_f(x[i * K + k]);
+            if constexpr (ROUND_X) xv = __bfloat162float(__float2bfloat16_rn(xv));
+            acc = fmaf(wv, xv, acc);
+        }
+        y[i * N + j] = from_f<TY>(acc);
+    }
+}
+
+// Whether the tensor-core engines may read x and w with their vector loads.
+__device__ __forceinline__ bool q_vec_ok(const void* x, const void* w) {
+    return aligned16(x) && aligned16(w);
+}
+
+// mlx-native's entries: the engine by the layout and m (quantizedCudaEngine).
+// The matrix engine in its 64 x 128 tiles only: a kernel's registers are
+// those of its largest path, and the entries' launch bounds hold them to 128
+// (2 blocks an SM for the vector engine), which the 128 x 256 tiles exceed.
+template <typename TX, typename TY>
+__device__ __forceinline__ void crate_entry(const TX* x, const unsigned char* w, const bf16* sc, const bf16* bi, TY* y,
+                                            const QuantizedMatmulParams* p) {
+    const u32 M = p->M, N = p->N, K = p->K, gs = p->group_size, bits = p->bits;
+    constexpr bool ROUND_X = sizeof(TX) == 4;
+    if (!q_chunked(K, gs) || !q_vec_ok(x, w)) q_any<TX, bf16, TY, ROUND_X>(x, w, sc, bi, y, M, N, K, gs, bits);
+    else if (M <= 8u) qmv<TX, bf16, bf16, TY>(x, w, sc, bi, y, M, N, K, gs, bits);
+    else qmm_shape<TX, bf16, bf16, TY, 64, 128, 2, 2, sizeof(TX) == 2>(x, w, sc, bi, y, M, N, K, gs, bits);
+}
+
+}  // namespace
+
+// ---- mlx-native's quantized_matmul module ----
+
+// buffer(0) input [M, K] (f32, rounded to bf16; bf16 for _simd_bf16),
+// (1) weight, (2) scales bf16, (3) biases bf16, (4) output [M, N],
+// (5) QuantizedMatmulParams.
+extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul(const float* input, const unsigned int* weight, const bf16* scales,
+                                                                   const bf16* biases, float* output, const QuantizedMatmulParams* params) {
+    crate_entry(input, reinterpret_cast<const unsigned char*>(weight), scales, biases, output, params);
+}
+extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_simd(const float* input, const unsigned int* weight, const bf16* scales,
+                                                                        const bf16* biases, float* output,
+                                                                        const QuantizedMatmulParams* params) {
+    crate_entry(input, reinterpret_cast<const unsigned char*>(weight), scales, biases, output, params);
+}
+extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_simd_bf16(const bf16* input, const unsigned int* weight, const bf16* scales,
+                                                                             const bf16* biases, bf16* output,
+                                                                             const QuantizedMatmulParams* params) {
+    crate_entry(input, reinterpret_cast<const unsigned char*>(weight), scales, biases, output, params);
+}
+
+// ---- quantized_mv_<t> and quantized_mm_<t> (added) ----
+
+// buffer(0) x [M, K], (1) weight u32 [N, K * bits / 32], (2) scales, (3)
+// biases [N, K / group_size], (4) y [M, N], (5) QuantizedMatmulParams; x,
+// scales, biases and y of one type.
+template <typename T>
+__device__ __forceinline__ void affine_entry(const T* x, const unsigned int* weight, const T* sc, const T* bi, T* y,
+                                             const QuantizedMatmulParams* p, bool matrix) {
+    const unsigned char* w = reinterpret_cast<const unsigned char*>(weight);
+    const u32 M = p->M, N = p->N, K = p->K, gs = p->group_size, bits = p->bits;
+    if (!q_chunked(K, gs) || !q_vec_ok(x, w)) {
+        q_any<T, T, T, false>(x, w, sc, bi, y, M, N, K, gs, bits);
+    } else if constexpr (sizeof(T) == 4) {
+        qf32(x, w, sc, bi, y, M, N, K, gs, bits);
+    } else if (matrix) {
+        qmm<T, T, T, T>(x, w, sc, bi, y, M, N, K, gs, bits);
+    } else {
+        qmv<T, T, T, T>(x, w, sc, bi, y, M, N, K, gs, bits);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) quantized_mv_f32(const float* x, const unsigned int* weight, const float* scales,
+                                                                   const float* biases, float* y, const QuantizedMatmulParams* params) {
+    affine_entry(x, weight, scales, biases, y, params, false);
+}
+extern "C" __global__ void __launch_bounds__(256, 3) quantized_mv_f16(const __half* x, const unsigned int* weight, const __half* scales,
+                                                                   const __half* biases, __half* y, const QuantizedMatmulParams* params) {
+    affine_entry(x, weight, scales, biases, y, params, false);
+}
+extern "C" __global__ void __launch_bounds__(256, 3) quantized_mv_bf16(const bf16* x, const unsigned int* weight, const bf16* scales,
+                                                                    const bf16* biases, bf16* y, const QuantizedMatmulParams* params) {
+    affine_entry(x, weight, scales, biases, y, params, false);
+}
+extern "C" __global__ void __launch_bounds__(256) quantized_mm_f32(const float* x, const unsigned int* weight, const float* scales,
+                                                                   const float* biases, float* y, const QuantizedMatmulParams* params) {
+    affine_entry(x, weight, scales, biases, y, params, true);
+}
+extern "C" __global__ void __launch_bounds__(256) quantized_mm_f16(const __half* x, const unsigned int* weight, const __half* scales,
+                                                                   const __half* biases, __half* y, const QuantizedMatmulParams* params) {
+    affine_entry(x, weight, scales, biases, y, params, true);
+}
+extern "C" __global__ void __launch_bounds__(256) quantized_mm_bf16(const bf16* x, const unsigned int* weight, const bf16* scales,
+                                                                    const bf16* biases, bf16* y, const QuantizedMatmulParams* params) {
+    affine_entry(x, weight, scales, biases, y, params, true);
+}

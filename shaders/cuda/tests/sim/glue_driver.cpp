@@ -1,0 +1,240 @@
+// rms_norm, softmax and gelu's CUDA kernels (shaders/cuda/{rms_norm,softmax,gelu}.cu)
+// on the CPU simulation (sim_runtime.h), against float64 references, at
+// the launches the ops plan for an H100 (ts/launch.ts rowLaunch,
+// ts/ops/softmax.ts two passes, ts/ops/gelu.ts geluCudaLaunch; written out
+// again below, as tests/rms_norm.test.ts, tests/softmax.test.ts and
+// tests/gelu.test.ts hold them): rows of 1 to 32 lanes, a block per row,
+// rows longer than the registers hold, the element-by-element paths, in
+// place, masked and fully masked rows, both passes over slices, gelu's
+// vector and element launches. Error: |got - want| / max(|want|, 1e-3 of
+// the largest |want|, and 2^-14 for f16), under the dtype's tolerance (as
+// the TypeScript tests). run.sh builds and runs it.
+#include "sim_kernels.h"  // build.py's output
+#include "sim_util.h"
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+
+template <class T>
+void check(const std::string& what, const T* got, const std::vector<double>& want, double tol) {
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  // f16's spacing is absolute below its smallest normal (2^-14).
+  const double floor = std::max({1e-3 * scale, std::is_same_v<T, __half> ? std::ldexp(1.0, -14) : 0.0, 1e-30});
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double g = back(got[i]);
+    const double e = g == want[i] ? 0 : std::fabs(g - want[i]) / std::max(std::fabs(want[i]), floor);
+    if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+  }
+  const bool ok = worst <= tol;
+  if (!ok) failures++;
+  std::printf("%s %-72s err %.3g (tol %.0e)\n", ok ? "ok  " : "FAIL", what.c_str(), worst, tol);
+}
+
+std::string dims(SimDim g, SimDim b) {
+  return " grid " + std::to_string(g.x) + "x" + std::to_string(g.y) + " block " + std::to_string(b.x) + "x" + std::to_string(b.y);
+}
+
+// ---- rms_norm ----
+
+enum NormMode { WEIGHTED, ONE_PLUS_W, UNSCALED };
+
+template <class T, class W, class K>
+void run_rms(const char* name, K kernel, NormMode mode, u32 rows, u32 dim, SimDim grid, SimDim block, bool in_place = false) {
+  Arr<T> x(size_t(rows) * dim), y(size_t(rows) * dim);
+  Arr<W> w(dim);
+  x.random(-3, 3);
+  w.random(-2, 2);
+  y.poison();
+  std::vector<double> want(size_t(rows) * dim);
+  for (u32 r = 0; r < rows; ++r) {
+    double sq = 0;
+    for (u32 j = 0; j < dim; ++j) sq += x.at(size_t(r) * dim + j) * x.at(size_t(r) * dim + j);
+    const double inv = 1 / std::sqrt(sq / dim + 1e-6);
+    for (u32 j = 0; j < dim; ++j) {
+      const double s = mode == WEIGHTED ? w.at(j) : mode == ONE_PLUS_W ? 1 + w.at(j) : 1;
+      want[size_t(r) * dim + j] = x.at(size_t(r) * dim + j) * inv * s;
+    }
+  }
+  T* out = in_place ? x.p : y.p;
+  RmsNormParams p{1e-6f, float(dim)};
+  sim_launch(grid, block, 4 * 32, [&] { kernel(x.p, w.p, out, &p); });
+  check(std::string(name) + " [" + std::to_string(rows) + ", " + std::to_string(dim) + "]" + dims(grid, block) + (in_place ? " in place" : ""),
+        out, want, tol_of<T>());
+}
+
+template <class T, class K>
+void run_rms_unscaled(const char* name, K kernel, u32 rows, u32 dim, SimDim grid, SimDim block) {
+  run_rms<T, T>(name, [&](const T* x, const T*, T* y, const RmsNormParams* p) { kernel(x, y, p); }, UNSCALED, rows, dim, grid, block);
+}
+
+// ---- softmax ----
+
+struct SoftmaxCase {
+  u32 rows, cols;
+  float scale = 1, cap = 0;
+  u32 seq_q = 0;             // 0: no mask
+  int masked = 0;            // 1: a causal mask plus a random bias; 2: row 0's first 2048 masked, row 1 all, row 2 all but one
+  bool in_place = false;
+};
+
+std::vector<double> softmax_ref(const std::vector<double>& x, const std::vector<double>& mask, const SoftmaxCase& c) {
+  std::vector<double> y(x.size());
+  for (u32 r = 0; r < c.rows; ++r) {
+    std::vector<double> v(c.cols);
+    double m = -INFINITY;
+    for (u32 j = 0; j < c.cols; ++j) {
+      double t = x[size_t(r) * c.cols + j] * c.scale;
+      if (c.cap > 0) t = c.cap * std::tanh(t / c.cap);
+      if (c.seq_q > 0) t += mask[size_t(r % c.seq_q) * c.cols + j];
+      v[j] = t;
+      m = std::max(m, t);
+    }
+    double s = 0;
+    for (u32 j = 0; j < c.cols; ++j) s += m == -INFINITY ? 0 : std::exp(v[j] - m);
+    for (u32 j = 0; j < c.cols; ++j) y[size_t(r) * c.cols + j] = m == -INFINITY ? 0 : std::exp(v[j] - m) / s;
+  }
+  return y;
+}
+
+template <class T>
+struct SoftmaxData {
+  Arr<T> x, y;
+  Arr<__nv_bfloat16> mask;
+  std::vector<double> want;
+  SoftmaxData(const SoftmaxCase& c) : x(size_t(c.rows) * c.cols), y(size_t(c.rows) * c.cols), mask(size_t(std::max(c.seq_q, 1u)) * c.cols) {
+    x.random(c.cap > 0 ? -400 : -6, c.cap > 0 ? 400 : 6);
+    y.poison();
+    std::uniform_real_distribution<double> bias(-2, 0);
+    for (u32 q = 0; q < std::max(c.seq_q, 1u); ++q)
+      for (u32 k = 0; k < c.cols; ++k) {
+        double m = 0;
+        if (c.masked == 1) m = k > q + c.cols - c.seq_q ? -INFINITY : bias(gen);
+        if (c.masked == 2) m = q == 0 ? (k < 2048 ? -INFINITY : 0) : q == 1 ? -INFINITY : (k == c.cols - 1 ? 0 : -INFINITY);
+        mask.p[size_t(q) * c.cols + k] = cvt<__nv_bfloat16>(m);
+      }
+    std::vector<double> xs(x.n), ms(mask.n);
+    for (size_t i = 0; i < x.n; ++i) xs[i] = x.at(i);
+    for (size_t i = 0; i < mask.n; ++i) ms[i] = mask.at(i);
+    want = softmax_ref(xs, ms, c);
+  }
+  T* out(const SoftmaxCase& c) { return c.in_place ? x.p : y.p; }
+};
+
+std::string label(const char* name, const SoftmaxCase& c) {
+  std::string s = std::string(name) + " [" + std::to_string(c.rows) + ", " + std::to_string(c.cols) + "]";
+  if (c.scale != 1 || c.cap > 0) s += " scale+cap";
+  if (c.seq_q > 0) s += c.masked == 2 ? " masked slices" : " mask";
+  if (c.in_place) s += " in place";
+  return s;
+}
+
+// softmax_<t> (no scale, cap or mask).
+template <class T, class K>
+void run_softmax(const char* name, K kernel, SoftmaxCase c, SimDim grid, SimDim block) {
+  SoftmaxData<T> d(c);
+  SoftmaxParams p{float(c.cols), 0};
+  sim_launch(grid, block, 4 * 32, [&] { kernel(d.x.p, d.out(c), &p); });
+  check(label(name, c) + dims(grid, block), d.out(c), d.want, tol_of<T>());
+}
+
+// scale_mask_softmax_<t>.
+template <class T, class K>
+void run_scale_mask(const char* name, K kernel, SoftmaxCase c, SimDim grid, SimDim block) {
+  SoftmaxData<T> d(c);
+  ScaleMaskSoftmaxParams p{c.cols, c.seq_q, c.scale, c.cap};
+  sim_launch(grid, block, 4 * 32, [&] { kernel(d.x.p, d.out(c), d.mask.p, &p); });
+  check(label(name, c) + dims(grid, block), d.out(c), d.want, tol_of<T>());
+}
+
+// softmax_blocks_<t> then softmax_finish_<t>: slices of 2048, 256 threads (the op's plan).
+template <class T, class KB, class KF>
+void run_two_pass(const char* name, KB blocks, KF finish, SoftmaxCase c) {
+  SoftmaxData<T> d(c);
+  const u32 slice = 2048, n_blocks = (c.cols + slice - 1) / slice;
+  Arr<float> partials(size_t(c.rows) * n_blocks * 2);
+  partials.poison();
+  SoftmaxBlocksParams p{c.cols, c.seq_q, c.scale, c.cap, slice, n_blocks};
+  const SimDim grid{n_blocks, c.rows, 1}, block{256, 1, 1};
+  sim_launch(grid, block, 4 * 8, [&] { blocks(d.x.p, d.mask.p, partials.p, &p); });
+  sim_launch(grid, block, 4 * 8, [&] { finish(d.x.p, d.mask.p, partials.p, d.out(c), &p); });
+  check(label(name, c) + " two passes," + dims(grid, block), d.out(c), d.want, tol_of<T>());
+}
+
+// ---- gelu ----
+
+double gelu_ref(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+
+// The op's dispatches for n elements: the first floor(n / 256) * 256 at the
+// vector launch (blocks (t / 2, 2)), the rest one element a thread.
+template <class T, class K>
+void run_gelu(const char* name, K kernel, u32 n, SimDim vgrid, SimDim vblock) {
+  Arr<T> x(n), y(n);
+  x.random(-8, 8);
+  y.poison();
+  std::vector<double> want(n);
+  for (u32 i = 0; i < n; ++i) want[i] = gelu_ref(x.at(i));
+  const u32 full = n / 256 * 256;
+  if (full > 0) sim_launch(vgrid, vblock, 0, [&] { kernel(x.p, y.p); });
+  if (n > full) sim_launch({1, 1, 1}, {n - full, 1, 1}, 0, [&] { kernel(x.p + full, y.p + full); });
+  check(std::string(name) + " n=" + std::to_string(n) + dims(vgrid, vblock), y.p, want, tol_of<T>());
+}
+
+int main() {
+  // rms_norm: rows of L lanes (blockDim (L, R)), blocks per row, held and re-read rows, scalar rows.
+  run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_bf16", rms_norm_bf16, WEIGHTED, 128, 128, {2, 1, 1}, {4, 64, 1});
+  run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_bf16", rms_norm_bf16, WEIGHTED, 64, 128, {1, 1, 1}, {4, 64, 1}, true);
+  run_rms<__half, float>("rms_norm_one_plus_f16", rms_norm_one_plus_f16, ONE_PLUS_W, 64, 256, {2, 1, 1}, {8, 32, 1});
+  run_rms_unscaled<float>("rms_norm_no_scale_f32", rms_norm_no_scale_f32, 32, 64, {1, 1, 1}, {2, 32, 1});
+  run_rms_unscaled<__nv_bfloat16>("rms_norm_no_scale_bf16", rms_norm_no_scale_bf16, 256, 8, {1, 1, 1}, {1, 256, 1});
+  run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_bf16", rms_norm_bf16, WEIGHTED, 3, 1344, {3, 1, 1}, {64, 1, 1});
+  run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_bf16 (rows past the held)", rms_norm_bf16, WEIGHTED, 2, 4096, {2, 1, 1}, {32, 1, 1});
+  run_rms<float, float>("rms_norm_f32", rms_norm_f32, WEIGHTED, 2, 5376, {2, 1, 1}, {192, 1, 1});
+  run_rms<float, float>("rms_norm_f32 (scalar)", rms_norm_f32, WEIGHTED, 6, 65, {3, 1, 1}, {32, 2, 1});
+  run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_one_plus_bf16 (scalar)", rms_norm_one_plus_bf16, ONE_PLUS_W, 5, 65, {5, 1, 1}, {32, 1, 1});
+
+  // softmax_<t>: lanes, blocks, rows past the held (online), the scalar path.
+  run_softmax<__nv_bfloat16>("softmax_bf16", softmax_bf16, {64, 128}, {1, 1, 1}, {4, 64, 1});
+  run_softmax<float>("softmax_f32", softmax_f32, {3, 2048}, {3, 1, 1}, {64, 1, 1});
+  run_softmax<float>("softmax_f32 (rows past the held)", softmax_f32, {2, 9000}, {2, 1, 1}, {32, 1, 1});
+  run_softmax<__half>("softmax_f16", softmax_f16, {2, 8192}, {2, 1, 1}, {256, 1, 1});
+  run_softmax<__nv_bfloat16>("softmax_bf16 (scalar)", softmax_bf16, {2, 1001}, {2, 1, 1}, {32, 1, 1});
+  {
+    SoftmaxCase c{64, 128};
+    c.in_place = true;
+    run_softmax<float>("softmax_f32", softmax_f32, c, {1, 1, 1}, {4, 64, 1});
+  }
+  // scale_mask_softmax_<t>: scale, cap and a causal mask; fully masked rows; scalar rows.
+  run_scale_mask<float>("scale_mask_softmax_f32", scale_mask_softmax_f32, {4, 2048, 0.125f, 30, 2, 1}, {4, 1, 1}, {64, 1, 1});
+  run_scale_mask<__nv_bfloat16>("scale_mask_softmax_bf16", scale_mask_softmax_bf16, {32, 256, 0.125f, 30, 4, 1}, {1, 1, 1}, {8, 32, 1});
+  run_scale_mask<__half>("scale_mask_softmax_f16 (rows past the held)", scale_mask_softmax_f16, {2, 5000, 0.5f, 0, 2, 1}, {2, 1, 1}, {32, 1, 1});
+  run_scale_mask<float>("scale_mask_softmax_f32", scale_mask_softmax_f32, {3, 4100, 1, 0, 3, 2}, {3, 1, 1}, {160, 1, 1});
+  run_scale_mask<float>("scale_mask_softmax_f32 (scalar)", scale_mask_softmax_f32, {4, 37, 2, 5, 2, 1}, {1, 1, 1}, {32, 4, 1});
+  {
+    SoftmaxCase c{4, 2048, 0.125f, 30, 2, 1};
+    c.in_place = true;
+    run_scale_mask<__nv_bfloat16>("scale_mask_softmax_bf16", scale_mask_softmax_bf16, c, {4, 1, 1}, {64, 1, 1});
+  }
+  // The two-pass form: slices of 2048, a short last slice, masked slices and rows, in place.
+  run_two_pass<float>("softmax_blocks/finish_f32", softmax_blocks_f32, softmax_finish_f32, {2, 6000});
+  run_two_pass<float>("softmax_blocks/finish_f32", softmax_blocks_f32, softmax_finish_f32, {4, 6000, 0.125f, 30, 2, 1});
+  run_two_pass<__nv_bfloat16>("softmax_blocks/finish_bf16 (scalar)", softmax_blocks_bf16, softmax_finish_bf16, {3, 4099, 0.5f, 0, 3, 1});
+  run_two_pass<__half>("softmax_blocks/finish_f16", softmax_blocks_f16, softmax_finish_f16, {2, 6144});
+  run_two_pass<float>("softmax_blocks/finish_f32", softmax_blocks_f32, softmax_finish_f32, {3, 4100, 1, 0, 3, 2});
+  {
+    SoftmaxCase c{2, 5000};
+    c.in_place = true;
+    run_two_pass<__nv_bfloat16>("softmax_blocks/finish_bf16", softmax_blocks_bf16, softmax_finish_bf16, c);
+  }
+
+  // gelu_<t>: the vector launch (blocks (T / 2, 2)) and the element launch of the rest.
+  run_gelu<__nv_bfloat16>("gelu_bf16", gelu_bf16, 768, {3, 1, 1}, {16, 2, 1});
+  run_gelu<__nv_bfloat16>("gelu_bf16", gelu_bf16, 4099, {2, 1, 1}, {128, 2, 1});
+  run_gelu<float>("gelu_f32", gelu_f32, 1024 + 5, {1, 1, 1}, {128, 2, 1});
+  run_gelu<__half>("gelu_f16", gelu_f16, 21504, {21, 1, 1}, {64, 2, 1});
+
+  std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
+  return failures != 0;
+}

@@ -1,0 +1,140 @@
+// The quantized_matmul family's CUDA kernels (shaders/cuda/quantized_matmul.cu)
+// on the CPU simulation (sim_runtime.h), against a float64 reference, at the
+// launches of ts/ops/quantized_matmul.ts (quantizedCudaLaunch, written out
+// again below): every engine (vector, matrix in both tile shapes with x by cp.async and through registers, f32, any
+// layout), 4, 6 and 8 bits, group sizes 32, 64 and 128, dead lanes past the
+// last chunk, rows and tokens past the tiles. Weights are random q with
+// random scales and biases, packed as MLX packs them (value i of a row at bit
+// i * bits). Error: |got - want| / sum |x w|, under TOL of the type the
+// weight meets x in (tests/quantized_matmul.test.ts says why). run.sh builds
+// and runs it; `big` adds larger sizes: many vector blocks, the 128 x 256
+// tiles (minutes).
+#include "sim_kernels.h"  // build.py's output
+#include <random>
+#include <string>
+
+static int failures = 0;
+static std::mt19937 gen(4242);
+
+template <class T> T cvt(double v);
+template <> float cvt<float>(double v) { return float(v); }
+template <> __half cvt<__half>(double v) { return __float2half_rn(float(v)); }
+template <> __nv_bfloat16 cvt<__nv_bfloat16>(double v) { return __float2bfloat16_rn(float(v)); }
+double back(float v) { return v; }
+double back(__half v) { return __half2float(v); }
+double back(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// An aligned array of T with `pad` garbage elements before and after.
+template <class T> struct Arr {
+  std::vector<unsigned char> raw;
+  T* p;
+  size_t n;
+  Arr(size_t n_, size_t pad = 16) : raw((n_ + 2 * pad) * sizeof(T) + 64), n(n_) {
+    uintptr_t a = (reinterpret_cast<uintptr_t>(raw.data()) + 15) & ~uintptr_t(15);
+    p = reinterpret_cast<T*>(a) + pad;
+  }
+  void uniform(double lo, double hi) { std::uniform_real_distribution<double> d(lo, hi); for (size_t i = 0; i < n; ++i) p[i] = cvt<T>(d(gen)); }
+  void poison() { for (size_t i = 0; i < n; ++i) p[i] = cvt<T>(NAN); }
+  double at(size_t i) const { return back(p[i]); }
+};
+
+u32 cdiv(u64 a, u64 b) { return u32((a + b - 1) / b); }
+u64 row_bytes(u32 K, u32 bits) { return bits == 6 ? 3ull * ((K + 3) / 4) : 4ull * ((u64(K) * bits + 31) / 32); }
+
+enum Engine { VECTOR, MATRIX, MATRIX_SMALL, SIMT, ANY };
+const char* engine_name[] = {"vector", "matrix", "matrix 64x128", "simt", "any"};
+
+// The launch of quantizedCudaLaunch for an engine.
+template <class K>
+void launch(Engine e, u32 M, u32 N, K&& body) {
+  switch (e) {
+    case VECTOR: sim_launch({cdiv(N, 16), 1, 1}, {256, 1, 1}, 4096, body); break;
+    case MATRIX:
+    case MATRIX_SMALL: {
+      const bool big = e == MATRIX && M >= 1024 && N >= 1024;
+      const u32 bm = big ? 128 : 64, bn = big ? 256 : 128;
+      sim_launch({cdiv(N, bn) * cdiv(M, bm), 1, 1}, {big ? 256u : 128u, 1, 1}, 4 * (bm + bn) * 40 * 2, body);
+      break;
+    }
+    case SIMT: sim_launch({cdiv(N, 4), 1, 1}, {256, 1, 1}, 1024, body); break;
+    case ANY: sim_launch({std::min(cdiv(u64(M) * N, 256), 65536u), 1, 1}, {256, 1, 1}, 0, body); break;
+  }
+}
+
+// One kernel at one size: x [M, K] of TX, random q [N, K] packed `bits` wide,
+// scales and biases of TS per group of gs (ceil(K / gs) a row), y [M, N] of TY.
+template <class TX, class TS, class TY, class Kern>
+void run(const char* name, Kern kernel, Engine e, u32 M, u32 N, u32 K, u32 gs, u32 bits, bool round_x, double tol) {
+  const u64 rb = row_bytes(K, bits);
+  const u32 groups = (K + gs - 1) / gs;
+  Arr<TX> x(size_t(M) * K);
+  Arr<unsigned char> w(N * rb);
+  Arr<TS> sc(size_t(N) * groups), bi(size_t(N) * groups);
+  Arr<TY> y(size_t(M) * N);
+  x.uniform(-1, 1);
+  sc.uniform(0.001, 0.02);
+  bi.uniform(-0.1, 0.1);
+  y.poison();
+  std::vector<u32> q(size_t(N) * K);
+  std::uniform_int_distribution<u32> qd(0, (1u << bits) - 1);
+  std::memset(w.p, 0, N * rb);
+  for (u32 j = 0; j < N; ++j)
+    for (u32 k = 0; k < K; ++k) {
+      const u32 v = q[size_t(j) * K + k] = qd(gen);
+      for (u32 b = 0; b < bits; ++b)
+        if ((v >> b) & 1u) w.p[j * rb + (u64(k) * bits + b) / 8] |= (unsigned char)(1u << ((u64(k) * bits + b) % 8));
+    }
+  QuantizedMatmulParams p{M, K, N, gs, bits};
+  launch(e, M, N, [&] { kernel(x.p, reinterpret_cast<const unsigned int*>(w.p), sc.p, bi.p, y.p, &p); });
+  double worst = 0;
+  for (u32 i = 0; i < M; ++i)
+    for (u32 j = 0; j < N; ++j) {
+      double s = 0, a = 0;
+      for (u32 k = 0; k < K; ++k) {
+        double xv = x.at(size_t(i) * K + k);
+        if (round_x) xv = back(cvt<__nv_bfloat16>(xv));
+        const size_t g = size_t(j) * groups + k / gs;
+        const double pr = xv * (sc.at(g) * q[size_t(j) * K + k] + bi.at(g));
+        s += pr;
+        a += std::fabs(pr);
+      }
+      const double err = std::fabs(y.at(size_t(i) * N + j) - s) / a;
+      if (!(err <= worst)) worst = std::isnan(err) ? INFINITY : err;
+    }
+  const bool ok = worst <= tol;
+  if (!ok) failures++;
+  std::printf("%s %-28s %-14s M=%-5u N=%-5u K=%-4u gs=%-3u bits=%u  err %.3g (tol %.0e)\n", ok ? "ok  " : "FAIL", name, engine_name[e], M, N, K,
+              gs, bits, worst, tol);
+}
+
+int main(int argc, char** argv) {
+  const bool big = argc > 1 && std::string(argv[1]) == "big";
+  using bf = __nv_bfloat16;
+  for (u32 bits : {4u, 6u, 8u}) {
+    // The vector engine: one token to 8; K past one warp step and with dead lanes (K / 32 not a multiple of 4).
+    run<bf, bf, bf>("quantized_mv_bf16", quantized_mv_bf16, VECTOR, 1, 20, 64, 32, bits, false, 1e-2);
+    run<bf, bf, bf>("quantized_mv_bf16", quantized_mv_bf16, VECTOR, 8, 37, 1152, 128, bits, false, 1e-2);
+    run<__half, __half, __half>("quantized_mv_f16", quantized_mv_f16, VECTOR, 3, 33, 320, 64, bits, false, 1e-3);
+    // The matrix engine, 64 x 128 tiles: partial tiles, x by cp.async.
+    run<bf, bf, bf>("quantized_mm_bf16", quantized_mm_bf16, MATRIX, 70, 130, 96, 32, bits, false, 1e-2);
+    run<__half, __half, __half>("quantized_mm_f16", quantized_mm_f16, MATRIX, 9, 7, 256, 128, bits, false, 1e-3);
+    // f32.
+    run<float, float, float>("quantized_mv_f32", quantized_mv_f32, SIMT, 5, 9, 256, 64, bits, false, 1e-5);
+    run<float, float, float>("quantized_mm_f32", quantized_mm_f32, SIMT, 11, 6, 96, 32, bits, false, 1e-5);
+    // mlx-native's: vector up to 8 rows, the 64 x 128 matrix tiles past them (x through registers for f32), any layout.
+    run<float, bf, float>("quantized_matmul", quantized_matmul, VECTOR, 2, 24, 256, 64, bits, true, 1e-2);
+    run<float, bf, float>("quantized_matmul_simd", quantized_matmul_simd, MATRIX_SMALL, 20, 40, 128, 32, bits, true, 1e-2);
+    run<bf, bf, bf>("quantized_matmul_simd_bf16", quantized_matmul_simd_bf16, MATRIX_SMALL, 65, 129, 64, 64, bits, true, 1e-2);
+    run<bf, bf, bf>("quantized_matmul_simd_bf16", quantized_matmul_simd_bf16, VECTOR, 4, 17, 128, 128, bits, true, 1e-2);
+    run<float, bf, float>("quantized_matmul", quantized_matmul, ANY, 3, 7, 10, 4, bits, true, 1e-2);
+    run<bf, bf, bf>("quantized_matmul_simd_bf16", quantized_matmul_simd_bf16, ANY, 9, 5, 100, 48, bits, true, 1e-2);
+  }
+  if (big) {
+    run<bf, bf, bf>("quantized_mv_bf16", quantized_mv_bf16, VECTOR, 3, 8200, 64, 64, 4, false, 1e-2);
+    run<__half, __half, __half>("quantized_mv_f16", quantized_mv_f16, VECTOR, 8, 2000, 4096, 128, 6, false, 1e-3);
+    run<bf, bf, bf>("quantized_mm_bf16 (128 x 256)", quantized_mm_bf16, MATRIX, 1030, 1040, 64, 32, 8, false, 1e-2);
+    run<__half, __half, __half>("quantized_mm_f16 (128 x 256)", quantized_mm_f16, MATRIX, 1024, 1024, 32, 32, 4, false, 1e-3);
+  }
+  std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
+  return failures != 0;
+}

@@ -1,0 +1,454 @@
+// MLX affine quantized matrix products, y = x W^T with the weight W [N, K]
+// packed as MLX checkpoints store it (ts/ops/quantized_matmul.ts writes the
+// format down): w[n, k] = scale[n, k / gs] * q[n, k] + bias[n, k / gs], q the
+// bits-wide value k of row n, rows packed from the low bits up. Products are
+// summed in f32.
+//
+// Two layouts of the rows:
+//   chunked, MLX's (group size 32, 64 or 128 dividing K): a row is K / 32
+//     chunks of 32 values in `bits` whole words, each chunk inside one group,
+//     so a chunk is decoded at once and its sum taken as
+//     scale * sum(q x) + bias * sum(x);
+//   any other (mlx-native's kernels take any K and group size): rows of
+//     q_row_bytes(K, bits) bytes, value k at bit k * bits of its row, one
+//     scale and bias per group of ceil(K / gs), decoded a value at a time.
+//
+// Entries (bindings: 0 x, 1 weight, 2 scales, 3 biases, 4 y, 5
+// QuantizedMatmulParams; grids in each one's comment):
+//   mlx-native's: quantized_matmul (f32 x and y, bf16 scales, one thread per
+//     output), quantized_matmul_simd (the same types, a simdgroup per 4 rows),
+//     quantized_matmul_simd_bf16 (bf16 x and y). As in the crate, the f32
+//     kernels round x to bf16 before the products.
+//   added: quantized_mv_{f32,f16,bf16} (the vector form, up to 8 rows of x
+//     against each weight row read once) and quantized_mm_{f32,f16,bf16}
+//     (the matrix form: tiles of W dequantized into threadgroup memory, then
+//     simdgroup matrices); x, scales, biases and y of one dtype, as MLX's
+//     quantized_matmul takes them; chunked rows only.
+
+// ---- the layout ----
+
+// Bytes of one packed row of K values: whole words for 4 and 8 bits, 3 bytes
+// per 4 values for 6 (MLX's K * bits / 8 when K is a multiple of 32).
+static inline ulong q_row_bytes(uint K, uint bits) {
+    return bits == 6 ? 3ul * ((K + 3) / 4) : 4ul * ((ulong(K) * bits + 31) / 32);
+}
+
+// Whether the rows follow MLX's chunked layout.
+static inline bool q_chunked(uint K, uint gs) {
+    return (gs == 32 || gs == 64 || gs == 128) && K % gs == 0;
+}
+
+// q of value k of a packed row in any layout: the bits at bit k * bits, bit b
+// of the row being bit b % 8 of byte b / 8.
+static inline uint q_value(device const uchar* row, uint k, uint bits) {
+    const ulong bit = ulong(k) * bits;
+    const uint s = uint(bit % 8);
+    device const uchar* p = row + bit / 8;
+    uint v = uint(p[0]) >> s;
+    if (s + bits > 8) {
+        v |= uint(p[1]) << (8 - s);
+    }
+    return v & ((1u << bits) - 1);
+}
+
+// The 32 values of a chunk, held in BITS words at w: value j is the BITS bits
+// at bit j * BITS of the words (a 6-bit value may straddle two words).
+template <int BITS>
+static inline void q_chunk(device const uint* w, thread float (&q)[32]) {
+    uint u[BITS];
+    for (int i = 0; i < BITS; ++i) {
+        u[i] = w[i];
+    }
+    for (int j = 0; j < 32; ++j) {
+        const int bit = j * BITS, wi = bit / 32, s = bit % 32;
+        uint v = u[wi] >> s;
+        if (s + BITS > 32) {
+            v |= u[wi + 1] << (32 - s);
+        }
+        q[j] = float(v & ((1u << BITS) - 1));
+    }
+}
+
+// x[k] as a float; rounded to bf16 first where ROUND_X.
+template <typename TX, bool ROUND_X>
+static inline float q_x(device const TX* x, ulong k) {
+    const float v = float(x[k]);
+    return ROUND_X ? float(bfloat(v)) : v;
+}
+
+// ---- the vector form ----
+
+// acc[r][i] += sum over this thread's share of K of w[row, k] * x[i, k], for
+// rows n0 + r (r < R, clamped to N - 1) and rows i < m (MT at most) of x,
+// x_row elements apart. Chunked rows: thread `lane` of `lanes` takes chunks
+// lane, lane + lanes, ...
+template <typename TX, typename TS, short R, short MT, bool ROUND_X, int BITS>
+static inline void q_dots_chunked(thread float (&acc)[R][MT], device const TX* x, ulong x_row, device const uchar* w,
+                                  device const TS* scales, device const TS* biases, uint m, uint N, uint K, uint gs, uint n0,
+                                  uint lane, uint lanes) {
+    const ulong w_row = ulong(K) * BITS / 8;
+    const ulong s_row = K / gs;
+    const uint chunks = K / 32;
+    for (uint c = lane; c < chunks; c += lanes) {
+        const ulong k0 = ulong(c) * 32;
+        float xsum[MT];
+        for (short i = 0; i < MT; ++i) {
+            xsum[i] = 0.0f;
+            if (uint(i) < m) {
+                for (short j = 0; j < 32; ++j) {
+                    xsum[i] += q_x<TX, ROUND_X>(x, ulong(i) * x_row + k0 + j);
+                }
+            }
+        }
+        const ulong g = k0 / gs;
+        for (short r = 0; r < R; ++r) {
+            const ulong row = min(n0 + uint(r), N - 1);
+            float q[32];
+            q_chunk<BITS>((device const uint*)(w + row * w_row) + ulong(c) * BITS, q);
+            const float s = float(scales[row * s_row + g]);
+            const float b = float(biases[row * s_row + g]);
+            for (short i = 0; i < MT; ++i) {
+                if (uint(i) < m) {
+                    float d = 0.0f;
+                    for (short j = 0; j < 32; ++j) {
+                        d += q[j] * q_x<TX, ROUND_X>(x, ulong(i) * x_row + k0 + j);
+                    }
+                    acc[r][i] += s * d + b * xsum[i];
+                }
+            }
+        }
+    }
+}
+
+// The same for any layout: thread `lane` of `lanes` takes values lane,
+// lane + lanes, ... of each row.
+template <typename TX, typename TS, short R, short MT, bool ROUND_X>
+static inline void q_dots_any(thread float (&acc)[R][MT], device const TX* x, ulong x_row, device const uchar* w,
+                              device const TS* scales, device const TS* biases, uint m, uint N, uint K, uint gs, uint bits, uint n0,
+                              uint lane, uint lanes) {
+    const ulong w_row = q_row_bytes(K, bits);
+    const ulong s_row = (K + gs - 1) / gs;
+    for (uint k = lane; k < K; k += lanes) {
+        const ulong g = k / gs;
+        for (short r = 0; r < R; ++r) {
+            const ulong row = min(n0 + uint(r), N - 1);
+            const float wv = float(scales[row * s_row + g]) * float(q_value(w + row * w_row, k, bits)) + float(biases[row * s_row + g]);
+            for (short i = 0; i < MT; ++i) {
+                if (uint(i) < m) {
+                    acc[r][i] += wv * q_x<TX, ROUND_X>(x, ulong(i) * x_row + k);
+                }
+            }
+        }
+    }
+}
+
+// Zeroes acc, then sums this thread's share (q_dots_chunked or q_dots_any by
+// the layout).
+template <typename TX, typename TS, short R, short MT, bool ROUND_X>
+static inline void q_dots(thread float (&acc)[R][MT], device const TX* x, ulong x_row, device const uchar* w, device const TS* scales,
+                          device const TS* biases, uint m, uint N, uint K, uint gs, uint bits, uint n0, uint lane, uint lanes) {
+    for (short r = 0; r < R; ++r) {
+        for (short i = 0; i < MT; ++i) {
+            acc[r][i] = 0.0f;
+        }
+    }
+    if (!q_chunked(K, gs)) {
+        q_dots_any<TX, TS, R, MT, ROUND_X>(acc, x, x_row, w, scales, biases, m, N, K, gs, bits, n0, lane, lanes);
+    } else if (bits == 4) {
+        q_dots_chunked<TX, TS, R, MT, ROUND_X, 4>(acc, x, x_row, w, scales, biases, m, N, K, gs, n0, lane, lanes);
+    } else if (bits == 6) {
+        q_dots_chunked<TX, TS, R, MT, ROUND_X, 6>(acc, x, x_row, w, scales, biases, m, N, K, gs, n0, lane, lanes);
+    } else {
+        q_dots_chunked<TX, TS, R, MT, ROUND_X, 8>(acc, x, x_row, w, scales, biases, m, N, K, gs, n0, lane, lanes);
+    }
+}
+
+// mlx-native's quantized_matmul: one thread per output, thread (col, row) of
+// a grid of (ceil(N / 16), ceil(M / 16)) threadgroups of (min(16, N),
+// min(16, M)). x f32 (rounded to bf16), scales and biases bf16, y f32.
+kernel void quantized_matmul(
+    device const float*             input   [[buffer(0)]],
+    device const uint*              weight  [[buffer(1)]],
+    device const bfloat*            scales  [[buffer(2)]],
+    device const bfloat*            biases  [[buffer(3)]],
+    device float*                   output  [[buffer(4)]],
+    constant QuantizedMatmulParams& params  [[buffer(5)]],
+    uint2 tid [[thread_position_in_grid]])
+{
+    const uint col = tid.x, row = tid.y;
+    if (row >= params.M || col >= params.N) {
+        return;
+    }
+    float acc[1][1];
+    q_dots<float, bfloat, 1, 1, true>(acc, input + ulong(row) * params.K, 0, (device const uchar*)weight, scales, biases, 1, params.N,
+                                      params.K, params.group_size, params.bits, col, 0, 1);
+    output[ulong(row) * params.N + col] = acc[0][0];
+}
+
+// mlx-native's quantized_matmul_simd and quantized_matmul_simd_bf16: grid
+// (M, ceil(N / 8), 1) threadgroups of (32, 2, 1); threadgroup (row, b)
+// takes row `row` of x against weight rows 8b .. 8b + 7, 4 per simdgroup,
+// lanes splitting K, then a simd_sum.
+template <typename TX, typename TY, bool ROUND_X>
+static inline void q_simd(device const TX* x, device const uchar* w, device const bfloat* scales, device const bfloat* biases, device TY* y,
+                          constant QuantizedMatmulParams& p, uint3 tg, uint sg, uint lane) {
+    const uint row = tg.x;
+    const uint n0 = tg.y * 8 + sg * 4;
+    if (row >= p.M || n0 >= p.N) {
+        return;
+    }
+    float acc[4][1];
+    q_dots<TX, bfloat, 4, 1, ROUND_X>(acc, x + ulong(row) * p.K, 0, w, scales, biases, 1, p.N, p.K, p.group_size, p.bits, n0, lane, 32);
+    for (short r = 0; r < 4; ++r) {
+        const float s = simd_sum(acc[r][0]);
+        if (lane == 0 && n0 + uint(r) < p.N) {
+            y[ulong(row) * p.N + n0 + r] = TY(s);
+        }
+    }
+}
+
+kernel void quantized_matmul_simd(
+    device const float*             input   [[buffer(0)]],
+    device const uint*              weight  [[buffer(1)]],
+    device const bfloat*            scales  [[buffer(2)]],
+    device const bfloat*            biases  [[buffer(3)]],
+    device float*                   output  [[buffer(4)]],
+    constant QuantizedMatmulParams& params  [[buffer(5)]],
+    uint3 tid      [[threadgroup_position_in_grid]],
+    uint  simd_gid [[simdgroup_index_in_threadgroup]],
+    uint  simd_lid [[thread_index_in_simdgroup]])
+{
+    q_simd<float, float, true>(input, (device const uchar*)weight, scales, biases, output, params, tid, simd_gid, simd_lid);
+}
+
+kernel void quantized_matmul_simd_bf16(
+    device const bfloat*            input   [[buffer(0)]],
+    device const uint*              weight  [[buffer(1)]],
+    device const bfloat*            scales  [[buffer(2)]],
+    device const bfloat*            biases  [[buffer(3)]],
+    device bfloat*                  output  [[buffer(4)]],
+    constant QuantizedMatmulParams& params  [[buffer(5)]],
+    uint3 tid      [[threadgroup_position_in_grid]],
+    uint  simd_gid [[simdgroup_index_in_threadgroup]],
+    uint  simd_lid [[thread_index_in_simdgroup]])
+{
+    q_simd<bfloat, bfloat, false>(input, (device const uchar*)weight, scales, biases, output, params, tid, simd_gid, simd_lid);
+}
+
+// quantized_mv_<t> (added): x [M, K] with M <= 8, every weight row read once
+// for all of them. Grid (ceil(N / 8), 1, 1) threadgroups of (32, 2, 1): each
+// simdgroup takes 4 consecutive weight rows, lanes splitting K by chunks.
+template <typename T>
+static inline void q_mv(device const T* x, device const uchar* w, device const T* scales, device const T* biases, device T* y,
+                        constant QuantizedMatmulParams& p, uint3 tg, uint sg, uint lane) {
+    const uint n0 = tg.x * 8 + sg * 4;
+    if (n0 >= p.N) {
+        return;
+    }
+    float acc[4][8];
+    q_dots<T, T, 4, 8, false>(acc, x, p.K, w, scales, biases, p.M, p.N, p.K, p.group_size, p.bits, n0, lane, 32);
+    for (short r = 0; r < 4; ++r) {
+        for (short i = 0; i < 8; ++i) {
+            const float s = simd_sum(acc[r][i]);
+            if (lane == 0 && uint(i) < p.M && n0 + uint(r) < p.N) {
+                y[ulong(i) * p.N + n0 + r] = T(s);
+            }
+        }
+    }
+}
+
+kernel void quantized_mv_f32(
+    device const float*             x       [[buffer(0)]],
+    device const uint*              weight  [[buffer(1)]],
+    device const float*             scales  [[buffer(2)]],
+    device const float*             biases  [[buffer(3)]],
+    device float*                   y       [[buffer(4)]],
+    constant QuantizedMatmulParams& params  [[buffer(5)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    q_mv<float>(x, (device const uchar*)weight, scales, biases, y, params, tgpig, sgitg, tiisg);
+}
+
+kernel void quantized_mv_f16(
+    device const half*              x       [[buffer(0)]],
+    device const uint*              weight  [[buffer(1)]],
+    device const half*              scales  [[buffer(2)]],
+    device const half*              biases  [[buffer(3)]],
+    device half*                    y       [[buffer(4)]],
+    constant QuantizedMatmulParams& params  [[buffer(5)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    q_mv<half>(x, (device const uchar*)weight, scales, biases, y, params, tgpig, sgitg, tiisg);
+}
+
+kernel void quantized_mv_bf16(
+    device const bfloat*            x       [[buffer(0)]],
+    device const uint*              weight  [[buffer(1)]],
+    device const bfloat*            scales  [[buffer(2)]],
+    device const bfloat*            biases  [[buffer(3)]],
+    device bfloat*                  y       [[buffer(4)]],
+    constant QuantizedMatmulParams& params  [[buffer(5)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    q_mv<bfloat>(x, (device const uchar*)weight, scales, biases, y, params, tgpig, sgitg, tiisg);
+}
+
+// ---- the matrix form ----
+
+// quantized_mm_<t> (added): one threadgroup's 32 x 64 tile of y at (m0, n0),
+// 128 threads. Each 32-wide step of K (one chunk, inside one group): threads
+// 0-63 dequantize chunk k0 / 32 of weight rows n0 .. n0 + 63 into ws, threads
+// 64-127 copy the 32 x 32 slice of x into xs, both as T (zeros past the valid
+// rows); then 2 x 2 simdgroups of 16 x 32 multiply 8 x 8 matrices, summing
+// in f32. Lane l of an 8 x 8 accumulator holds row (q & 4) + (l / 2) % 4,
+// columns (q & 2) * 2 + (l % 2) * 2 and the next (q = l / 4).
+template <typename T, int BITS>
+static inline void q_mm_tile(device const T* x, device const uchar* w, device const T* scales, device const T* biases, device T* y,
+                             constant QuantizedMatmulParams& p, threadgroup T* xs, threadgroup T* ws, uint3 tg, uint tid, uint sg,
+                             uint lane) {
+    constexpr short BM = 32, BN = 64, LD = 32 + 16 / sizeof(T);
+    const uint K = p.K, N = p.N, M = p.M;
+    const uint m0 = tg.y * BM, n0 = tg.x * BN;
+    const uint rows_m = min(uint(BM), M - m0), rows_n = min(uint(BN), N - n0);
+    const ulong w_row = ulong(K) * BITS / 8, s_row = K / p.group_size;
+    const short sm0 = short(sg / 2) * 16, sn0 = short(sg % 2) * 32;
+
+    simdgroup_matrix<float, 8, 8> acc[2][4];
+    for (short i = 0; i < 2; ++i) {
+        for (short j = 0; j < 4; ++j) {
+            acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+        }
+    }
+    for (uint k0 = 0; k0 < K; k0 += 32) {
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        if (tid < uint(BN)) {
+            const uint r = tid;
+            if (r < rows_n) {
+                const ulong row = n0 + r;
+                float q[32];
+                q_chunk<BITS>((device const uint*)(w + row * w_row) + (k0 / 32) * BITS, q);
+                const float s = float(scales[row * s_row + k0 / p.group_size]);
+                const float b = float(biases[row * s_row + k0 / p.group_size]);
+                for (short j = 0; j < 32; ++j) {
+                    ws[r * LD + j] = T(s * q[j] + b);
+                }
+            } else {
+                for (short j = 0; j < 32; ++j) {
+                    ws[r * LD + j] = T(0);
+                }
+            }
+        } else {
+            const uint t = tid - BN, r = t / 2, h = (t % 2) * 16;
+            for (short j = 0; j < 16; ++j) {
+                xs[r * LD + h + j] = r < rows_m ? x[ulong(m0 + r) * K + k0 + h + j] : T(0);
+            }
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        for (short kk = 0; kk < 32; kk += 8) {
+            simdgroup_matrix<T, 8, 8> a[2];
+            simdgroup_matrix<T, 8, 8> b[4];
+            for (short i = 0; i < 2; ++i) {
+                simdgroup_load(a[i], xs + (sm0 + 8 * i) * LD + kk, LD);
+            }
+            for (short j = 0; j < 4; ++j) {
+                simdgroup_load(b[j], ws + (sn0 + 8 * j) * LD + kk, LD, ulong2(0, 0), true);
+            }
+            for (short i = 0; i < 2; ++i) {
+                for (short j = 0; j < 4; ++j) {
+                    simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
+                }
+            }
+        }
+    }
+
+    const short q = short(lane / 4);
+    const uint lr = uint((q & 4) + (lane / 2) % 4);
+    const uint lc = uint((q & 2) * 2 + (lane % 2) * 2);
+    for (short i = 0; i < 2; ++i) {
+        const uint row = uint(sm0 + 8 * i) + lr;
+        if (row >= rows_m) {
+            continue;
+        }
+        for (short j = 0; j < 4; ++j) {
+            const uint col = uint(sn0 + 8 * j) + lc;
+            thread const auto& e = acc[i][j].thread_elements();
+            device T* out = y + ulong(m0 + row) * N + n0;
+            if (col < rows_n) {
+                out[col] = T(e[0]);
+            }
+            if (col + 1 < rows_n) {
+                out[col + 1] = T(e[1]);
+            }
+        }
+    }
+}
+
+// Grid (ceil(N / 64), ceil(M / 32), 1) threadgroups of 128 threads.
+template <typename T>
+static inline void q_mm(device const T* x, device const uchar* w, device const T* scales, device const T* biases, device T* y,
+                        constant QuantizedMatmulParams& p, threadgroup T* xs, threadgroup T* ws, uint3 tg, uint tid, uint sg, uint lane) {
+    if (p.bits == 4) {
+        q_mm_tile<T, 4>(x, w, scales, biases, y, p, xs, ws, tg, tid, sg, lane);
+    } else if (p.bits == 6) {
+        q_mm_tile<T, 6>(x, w, scales, biases, y, p, xs, ws, tg, tid, sg, lane);
+    } else {
+        q_mm_tile<T, 8>(x, w, scales, biases, y, p, xs, ws, tg, tid, sg, lane);
+    }
+}
+
+kernel void quantized_mm_f32(
+    device const float*             x       [[buffer(0)]],
+    device const uint*              weight  [[buffer(1)]],
+    device const float*             scales  [[buffer(2)]],
+    device const float*             biases  [[buffer(3)]],
+    device float*                   y       [[buffer(4)]],
+    constant QuantizedMatmulParams& params  [[buffer(5)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort tiitg [[thread_index_in_threadgroup]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    threadgroup float xs[32 * (32 + 4)];
+    threadgroup float ws[64 * (32 + 4)];
+    q_mm<float>(x, (device const uchar*)weight, scales, biases, y, params, xs, ws, tgpig, tiitg, sgitg, tiisg);
+}
+
+kernel void quantized_mm_f16(
+    device const half*              x       [[buffer(0)]],
+    device const uint*              weight  [[buffer(1)]],
+    device const half*              scales  [[buffer(2)]],
+    device const half*              biases  [[buffer(3)]],
+    device half*                    y       [[buffer(4)]],
+    constant QuantizedMatmulParams& params  [[buffer(5)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort tiitg [[thread_index_in_threadgroup]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    threadgroup half xs[32 * (32 + 8)];
+    threadgroup half ws[64 * (32 + 8)];
+    q_mm<half>(x, (device const uchar*)weight, scales, biases, y, params, xs, ws, tgpig, tiitg, sgitg, tiisg);
+}
+
+kernel void quantized_mm_bf16(
+    device const bfloat*            x       [[buffer(0)]],
+    device const uint*              weight  [[buffer(1)]],
+    device const bfloat*            scales  [[buffer(2)]],
+    device const bfloat*            biases  [[buffer(3)]],
+    device bfloat*                  y       [[buffer(4)]],
+    constant QuantizedMatmulParams& params  [[buffer(5)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort tiitg [[thread_index_in_threadgroup]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    threadgroup bfloat xs[32 * (32 + 8)];
+    threadgroup bfloat ws[64 * (32 + 8)];
+    q_mm<bfloat>(x, (device const uchar*)weight, scales, biases, y, params, xs, ws, tgpig, tiitg, sgitg, tiisg);
+}

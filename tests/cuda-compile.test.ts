@@ -1,0 +1,46 @@
+// Every CUDA family compiles as the registry joins it (prelude, header,
+// kernels; ts/registry.ts familySources), with nvcc's front end to PTX for
+// sm_90a, where nvcc is installed: a clash in the shared prelude or a
+// kernel that NVRTC would refuse fails here, not first on the GPU machine.
+// The cuda backend compiles with NVRTC at run time; nvcc's front end is the
+// same one.
+
+import { expect, test } from 'bun:test';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import '../ts/ops/index.ts'; // every op module: its family's sources are known
+import { joinSources, knownFamilyNames, knownFamilySources } from '../ts/registry.ts';
+
+const NVCC = ['nvcc', '/usr/local/cuda/bin/nvcc'].find((c) => spawnSync('bash', ['-c', `command -v ${c}`]).status === 0);
+
+test.skipIf(NVCC === undefined)('every CUDA family compiles with nvcc (sm_90a, PTX)', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'mlxn-cuda-compile-'));
+  try {
+    // The families of the shaders/cuda files (other tests of the same run
+    // define families of their own).
+    const files = readdirSync(join(import.meta.dir, '../shaders/cuda')).filter((f) => f.endsWith('.cu')).map((f) => f.slice(0, -3));
+    const families = knownFamilyNames().flatMap((family) => {
+      const cuda = knownFamilySources(family)?.cuda;
+      return cuda === undefined || !files.includes(family) ? [] : [{ family, cuda }];
+    });
+    expect(families.map((f) => f.family).sort()).toEqual(files.sort());
+    const failures: string[] = [];
+    // Two at a time (the machines that run this have two cores or more).
+    const queue = [...families];
+    const worker = async () => {
+      for (let f = queue.shift(); f !== undefined; f = queue.shift()) {
+        const file = join(dir, `${f.family}.cu`);
+        writeFileSync(file, joinSources(f.cuda));
+        const p = Bun.spawn([NVCC!, '-std=c++17', '-arch=sm_90a', '-ptx', '-o', join(dir, `${f.family}.ptx`), file], { stdout: 'pipe', stderr: 'pipe' });
+        const [code, err] = await Promise.all([p.exited, new Response(p.stderr).text()]);
+        if (code !== 0) failures.push(`${f.family}: ${err.split('\n').filter((l) => l.includes('error')).slice(0, 3).join(' | ')}`);
+      }
+    };
+    await Promise.all([worker(), worker()]);
+    expect(failures).toEqual([]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}, 600_000);

@@ -1,0 +1,490 @@
+// quantized_matmul: the param packer against the header and the .metal
+// bindings, MLX's packing against words packed by hand, the quantizer
+// against groups quantized by hand and against its error bound, every
+// validation rule of each op, and parity against the float64
+// dequantize-then-multiply reference on every backend: 4, 6 and 8 bits x
+// group sizes 32, 64 and 128 x f32, f16 and bf16, the vector and the matrix
+// forms at sizes that are not multiples of any tile (n = 1, 7, 33, 70, ...;
+// k a multiple of the group as MLX requires), one row and many, weights,
+// scales and biases as views inside one larger allocation (as uploadPacked
+// lays a checkpoint out), and mlx-native's kernels with its own examples,
+// its odd layouts (any k and group size, 6-bit rows of 3 bytes per 4
+// values) and both of quantized_matmul_simd's kernels; and larger sizes
+// (CUDA's 128 x 256 tiles, many vector blocks).
+//
+// Error measure: |got - want| / sum_k |x w| per output (w dequantized in
+// float64), as in tests/dense.test.ts (which says why). Tolerance: TOL of the
+// type the dequantized weight meets x in. f32 (quantized_{mv,mm}_f32: sums of
+// f32 products, grown as sqrt(k / 4096) past 4096 as dense's); f16 and bf16
+// (the matrix form stages the weight in x's dtype, CUDA's tensor cores take
+// it so, each product erring by at most 2^-11 or 2^-9 of |x w|, the output
+// rounded once more); and bf16 for mlx-native's kernels, whose x is rounded
+// to bf16 (the reference rounds it too) and whose weight reaches CUDA's
+// tensor cores in bf16.
+
+import { describe, expect, test } from 'bun:test';
+import src from '../shaders/quantized_matmul.metal' with { type: 'text' };
+import { fromBf16, fromF16, toBf16, toF16, type Buffer, type DType, type Device } from '../ts/index.ts';
+import {
+  QUANTIZED_MATMUL_KERNELS,
+  QUANTIZED_MV_CUDA_SHARED_BYTES,
+  affineQuantizedMatmul,
+  packQuantizedMatmulParams,
+  planAffineQuantizedMatmul,
+  planQuantizedMatmulSimd,
+  quantizedChunked,
+  quantizedCudaEngine,
+  quantizedCudaLaunch,
+  quantizedMatmul,
+  quantizedMatmulSimd,
+  quantizedMatmulSimdApplies,
+  quantizedMatmulSimdBf16,
+  quantizedRowBytes,
+  type AffineDType,
+} from '../ts/ops/quantized_matmul.ts';
+import {
+  affineDequantize,
+  affinePack,
+  affineQuantize,
+  affineQuantizedMatmulRef,
+  affineRowBytes,
+  affineUnpack,
+  affineWords,
+} from '../ts/reference/quantized_matmul.ts';
+import { describeBackends, describeValidation, expectInvalid, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
+
+/** max over outputs of |got - want| / sum_k |x w| (Infinity for a NaN: a poisoned output never written). */
+function dotErr(got: ArrayLike<number>, want: ArrayLike<number>, abs: ArrayLike<number>): number {
+  let worst = 0;
+  for (let i = 0; i < want.length; i++) {
+    const e = Math.abs(got[i]! - want[i]!) / abs[i]!;
+    if (!(e <= worst)) worst = Number.isNaN(e) ? Infinity : e;
+  }
+  return worst;
+}
+
+/** TOL of the type the weight meets x in, grown as sqrt(k / 4096) past k = 4096 (the file comment). */
+function tol(dtype: AffineDType, k: number): number {
+  return TOL[dtype] * Math.max(1, Math.sqrt(k / 4096));
+}
+
+/** The values a buffer of the dtype holds for these numbers. */
+function rounded(dtype: DType, v: ArrayLike<number>): Float64Array {
+  if (dtype === 'bf16') return Float64Array.from(fromBf16(toBf16(v)));
+  if (dtype === 'f16') return Float64Array.from(fromF16(toF16(v)));
+  return Float64Array.from(Float32Array.from(v));
+}
+
+function run(dev: Device, rec: (enc: ReturnType<Device['encoder']>) => void): void {
+  const enc = dev.encoder();
+  rec(enc);
+  enc.commitAndWait();
+  enc.release();
+}
+
+/**
+ * Random weights [n, k] quantized (affineQuantize), and x [m, k], uploaded as
+ * views at non-zero offsets of one u8 allocation with garbage around them
+ * (the weight as u32 words, scales and biases in sdt), the output a
+ * NaN-poisoned view of another.
+ */
+interface Setup {
+  x: Buffer;
+  weight: Buffer;
+  scales: Buffer;
+  biases: Buffer;
+  output: Buffer;
+  want: { y: Float64Array; abs: Float64Array };
+  /** The output allocation and where the view starts in it (bytes). */
+  outRoot: Buffer;
+  outAt: number;
+  roots: Buffer[];
+}
+
+function setup(dev: Device, o: { m: number; n: number; k: number; gs: number; bits: number; xdt: DType; sdt: 'f32' | 'f16' | 'bf16';
+  weightDtype?: 'u32' | 'u8'; roundX?: boolean; seed: number; crateLayout?: boolean }): Setup {
+  const r = rng(o.seed);
+  const { m, n, k, gs, bits } = o;
+  // MLX's quantizer where k is a multiple of the group; otherwise (mlx-native's layouts) random q, scales and biases.
+  let packed: Uint8Array;
+  let scales: Float64Array;
+  let biases: Float64Array;
+  if (!o.crateLayout) {
+    const qz = affineQuantize(randomArray(r, n * k, -1, 1), n, k, gs, bits, o.sdt);
+    ({ packed, scales, biases } = qz);
+  } else {
+    const q = Array.from({ length: n * k }, () => Math.floor(r.uniform(0, 2 ** bits)));
+    packed = affinePack(q, n, k, bits);
+    const groups = n * Math.ceil(k / gs);
+    scales = rounded(o.sdt, randomArray(r, groups, 0.001, 0.02));
+    biases = rounded(o.sdt, randomArray(r, groups, -0.1, 0.1));
+  }
+  const xs = rounded(o.xdt, randomArray(r, m * k, -1, 1));
+  const size = (d: DType): number => (d === 'f32' || d === 'u32' ? 4 : d === 'u8' ? 1 : 2);
+  const al = (b: number): number => Math.ceil(b / 16) * 16;
+  // One allocation: 32 bytes of garbage, then x, weight, scales and biases, each 16-byte aligned, garbage after.
+  const parts = [m * k * size(o.xdt), packed.byteLength, scales.length * size(o.sdt), biases.length * size(o.sdt)];
+  const at: number[] = [];
+  let end = 32;
+  for (const p of parts) {
+    at.push(end);
+    end = al(end + p) + 16;
+  }
+  const root = dev.alloc('u8', [end + 32]);
+  root.write(Uint8Array.from({ length: end + 32 }, () => Math.floor(r.uniform(0, 256))));
+  const wdt = o.weightDtype ?? 'u32';
+  const x = root.view(o.xdt, [m, k], at[0]!);
+  x.writeNumbers(xs);
+  const weight = wdt === 'u32' ? root.view('u32', [packed.byteLength / 4], at[1]!) : root.view('u8', [packed.byteLength], at[1]!);
+  weight.write(new DataView(packed.buffer, packed.byteOffset, packed.byteLength));
+  const sb = root.view(o.sdt, [scales.length], at[2]!);
+  sb.writeNumbers(scales);
+  const bb = root.view(o.sdt, [biases.length], at[3]!);
+  bb.writeNumbers(biases);
+  const outRoot = dev.alloc(o.xdt, [m * n + 64]);
+  outRoot.fill(Number.NaN);
+  const outAt = 32;
+  const output = outRoot.view(o.xdt, [m, n], outAt);
+  const xr = o.roundX ? rounded('bf16', xs) : xs;
+  return {
+    x, weight, scales: sb, biases: bb, output, outRoot, outAt, roots: [root, outRoot],
+    want: affineQuantizedMatmulRef(xr, packed, scales, biases, m, n, k, gs, bits),
+  };
+}
+
+/** The error of s's output against its reference; Infinity where anything outside the output view was written. */
+function errOf(s: Setup): number {
+  const err = dotErr(s.output.readNumbers(), s.want.y, s.want.abs);
+  const all = s.outRoot.readNumbers();
+  const skip = s.outAt / (s.output.byteLength / s.output.elementCount);
+  const outside = [...all.slice(0, skip), ...all.slice(skip + s.output.elementCount)];
+  for (const b of s.roots) b.release();
+  return outside.every(Number.isNaN) ? err : Infinity;
+}
+
+describe('quantized_matmul param packer matches the header and the .metal bindings', () => {
+  test('QuantizedMatmulParams (M, K, N, group_size, bits): buffer(5) of every kernel, mlx-native\'s order', () => {
+    for (const k of QUANTIZED_MATMUL_KERNELS) {
+      expect(src).toMatch(new RegExp(`kernel void ${k}\\([^{]*constant QuantizedMatmulParams&\\s+params\\s+\\[\\[buffer\\(5\\)\\]\\]`));
+    }
+    const p = packQuantizedMatmulParams({ m: 3, k: 64, n: 7, groupSize: 32, bits: 6 });
+    const v = new DataView(p.buffer, p.byteOffset, p.byteLength);
+    expect([p.byteLength, ...Array.from({ length: 5 }, (_, i) => v.getUint32(4 * i, true))]).toEqual([20, 3, 64, 7, 32, 6]);
+  });
+  test('launches: the CUDA engine by kernel and size, the crate\'s SIMD rule, shared memory within an H100\'s', () => {
+    expect(quantizedCudaEngine('quantized_mv_bf16', 3, 64, 32)).toBe('vector');
+    expect(quantizedCudaEngine('quantized_mm_f16', 3, 64, 32)).toBe('matrix');
+    expect(quantizedCudaEngine('quantized_mv_f32', 3, 64, 32)).toBe('simt');
+    expect([8, 9].map((m) => quantizedCudaEngine('quantized_matmul', m, 256, 64))).toEqual(['vector', 'matrix']);
+    expect(quantizedCudaEngine('quantized_matmul_simd_bf16', 1, 100, 4)).toBe('any');
+    expect(quantizedCudaLaunch('quantized_mv_bf16', 1, 17408, 5120, 64)).toEqual({
+      grid: [1088, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: QUANTIZED_MV_CUDA_SHARED_BYTES },
+    });
+    expect(quantizedCudaLaunch('quantized_mv_bf16', 1, 4096, 4096, 64).grid).toEqual([256, 1, 1]);
+    expect(quantizedCudaLaunch('quantized_mm_bf16', 4096, 4096, 4096, 64)).toEqual({
+      grid: [16 * 32, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: 122880 },
+    });
+    // mlx-native's kernels take the 64 x 128 tiles at every size.
+    expect(quantizedCudaLaunch('quantized_matmul_simd_bf16', 4096, 4096, 4096, 64)).toEqual({
+      grid: [32 * 64, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 61440 },
+    });
+    expect(quantizedCudaLaunch('quantized_matmul', 3, 10, 100, 48).grid).toEqual([1, 1, 1]);
+    expect(122880).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);
+    expect([[4, 8, 256], [8, 16, 512], [6, 8, 256], [4, 12, 256], [4, 8, 128]].map(([bits, n, k]) =>
+      quantizedMatmulSimdApplies({ bits: bits!, n: n!, k: k! }))).toEqual([true, true, false, false, false]);
+  });
+});
+
+describe('MLX\'s packing and quantizer against values by hand', () => {
+  test('words packed by hand: 4 bits low nibble first, 8 bits low byte first, 6 bits straddling words', () => {
+    // MLX's docs: "for 4-bit quantization we fit 8 elements in an unsigned 32 bit
+    // integer where the 1st element occupies the 4 least significant bits".
+    expect(Array.from(affineWords(affinePack([1, 2, 3, 4, 5, 6, 7, 8], 1, 8, 4)))).toEqual([0x87654321]);
+    expect(Array.from(affineWords(affinePack([0x11, 0x22, 0x33, 0x44, 0xff, 0, 0x80, 1], 1, 8, 8)))).toEqual([0x44332211, 0x018000ff]);
+    // 6 bits, q = 1 .. 16: 4 values in 3 bytes (0x81, 0x30, 0x10 for 1, 2, 3, 4);
+    // value 5 (q 6) holds bits 30-35, value 10 (q 11) bits 60-65.
+    const six = affinePack(Array.from({ length: 16 }, (_, j) => j + 1), 1, 16, 6);
+    expect(Array.from(six.subarray(0, 3))).toEqual([0x81, 0x30, 0x10]);
+    expect(Array.from(affineWords(six))).toEqual([0x85103081, 0xb2892071, 0x40f38d30]);
+    expect(Array.from(affineUnpack(six, 1, 16, 6))).toEqual(Array.from({ length: 16 }, (_, j) => j + 1));
+  });
+  test('rows of mlx-native\'s layout for any k: whole words for 4 and 8 bits, 3 bytes per 4 values for 6', () => {
+    expect([affineRowBytes(4, 4), affineRowBytes(9, 4), affineRowBytes(4, 6), affineRowBytes(5, 6), affineRowBytes(5, 8)]).toEqual([4, 8, 3, 6, 8]);
+    for (const [k, bits] of [[4, 4], [9, 4], [4, 6], [5, 6], [5, 8], [64, 6], [96, 4]] as const) expect(quantizedRowBytes(k, bits)).toBe(affineRowBytes(k, bits));
+    // MLX's rows: k * bits / 8 bytes for k a multiple of 32.
+    for (const bits of [4, 6, 8]) expect(affineRowBytes(96, bits)).toBe((96 * bits) / 8);
+    const r = rng(3);
+    for (const [k, bits] of [[5, 6], [7, 4], [3, 8], [33, 6]] as const) {
+      const q = Array.from({ length: 3 * k }, () => Math.floor(r.uniform(0, 2 ** bits)));
+      expect(Array.from(affineUnpack(affinePack(q, 3, k, bits), 3, k, bits))).toEqual(q);
+    }
+    expect([quantizedChunked(64, 32), quantizedChunked(96, 64), quantizedChunked(64, 16), quantizedChunked(4, 64)]).toEqual([true, false, false, false]);
+  });
+  test('groups quantized by hand: the edge of larger magnitude exact, scale negative when it is the max', () => {
+    // 0 .. 15 twice: |min| > |max| fails, so s = -(15 / 15) = -1, edge = max = 15, q = 15 - w.
+    const up = Array.from({ length: 32 }, (_, i) => i % 16);
+    const a = affineQuantize(up, 1, 32, 32, 4, 'bf16');
+    expect([a.scales[0], a.biases[0]]).toEqual([-1, 15]);
+    expect(Array.from(a.q)).toEqual(up.map((w) => 15 - w));
+    expect(Array.from(affineWords(a.packed))).toEqual([0x89abcdef, 0x01234567, 0x89abcdef, 0x01234567]);
+    expect(Array.from(affineDequantize(a.packed, a.scales, a.biases, 1, 32, 32, 4))).toEqual(up);
+    // 0 .. -15: edge = min = -15, s = 1, q = w + 15.
+    const down = up.map((w) => -w);
+    const b = affineQuantize(down, 1, 32, 32, 4, 'f16');
+    expect([b.scales[0], b.biases[0]]).toEqual([1, -15]);
+    expect(Array.from(b.q)).toEqual(down.map((w) => w + 15));
+    // A constant group: the step is 1e-7 and q0 = 0, so bias 0 and every q 0.
+    const c = affineQuantize(new Array(32).fill(0), 1, 32, 32, 8, 'f32');
+    expect([c.biases[0], Array.from(c.q).every((q) => q === 0)]).toEqual([0, true]);
+    expect(c.scales[0]).toBeCloseTo(-1e-7, 12);
+    // Two groups of 64 in a row, 8 bits: each its own scale; [-1, 0.5] keeps -1 exact (q 0).
+    const w = Array.from({ length: 128 }, (_, i) => (i < 64 ? -1 + (1.5 * i) / 63 : (2 * (i - 64)) / 63));
+    const d = affineQuantize(w, 1, 128, 64, 8, 'f32');
+    expect(d.biases[0]).toBe(-1);
+    expect(d.q[0]).toBe(0);
+    expect(d.biases[1]).toBe(2);
+  });
+  test('random weights, every bits x group size x scale dtype: q in range, |w - dequantized| within half a step (or clamped) and the rounding of s and b', () => {
+    const r = rng(11);
+    for (const bits of [4, 6, 8]) {
+      for (const gs of [32, 64, 128]) {
+        for (const sdt of ['f32', 'f16', 'bf16'] as const) {
+          const [rows, k] = [3, 2 * gs];
+          const w = randomArray(r, rows * k, -2, 1.5);
+          const qz = affineQuantize(w, rows, k, gs, bits, sdt);
+          expect(qz.q.every((q) => q < 2 ** bits)).toBe(true);
+          const deq = affineDequantize(qz.packed, qz.scales, qz.biases, rows, k, gs, bits);
+          const u = sdt === 'f32' ? 2 ** -23 : sdt === 'f16' ? 2 ** -10 : 2 ** -8;
+          const n = 2 ** bits - 1;
+          for (let i = 0; i < rows * k; i++) {
+            const g = Math.floor(i / gs);
+            const [s, b] = [qz.scales[g]!, qz.biases[g]!];
+            // Inside [b, b + n s] half a step; past it (the step shrinks so that the edge is exact) clamped to its end.
+            const v = Math.fround(w[i]!);
+            const past = Math.max(0, Math.min(b, b + n * s) - v, v - Math.max(b, b + n * s));
+            const bound = past + Math.abs(s) * (0.5 + n * u) + Math.abs(b) * u + 1e-6;
+            if (!(Math.abs(deq[i]! - v) <= bound)) {
+              throw new Error(`bits ${bits} gs ${gs} ${sdt}: w[${i}] = ${w[i]} dequantized to ${deq[i]} (bound ${bound})`);
+            }
+          }
+        }
+      }
+    }
+  });
+});
+
+describeValidation('quantized_matmul validation', ({ enc, buf }) => {
+  type Case = [mutate: Record<string, unknown>, arg: string, expected: string, actual: string];
+  test('affine_quantized_matmul: every rule', () => {
+    const base = () => ({
+      x: buf('bf16', 3 * 64), weight: buf('u32', 5 * 64 * 4 / 32), scales: buf('bf16', 5 * 2), biases: buf('bf16', 5 * 2), output: buf('bf16', 15),
+      m: 3, n: 5, k: 64, groupSize: 32, bits: 4,
+    });
+    const cases: Case[] = [
+      [{ m: 0 }, 'm', 'a positive integer', '0'],
+      [{ n: 1.5 }, 'n', 'a positive integer', '1.5'],
+      [{ k: -1 }, 'k', 'a positive integer', '-1'],
+      [{ bits: 5 }, 'bits', '4, 6 or 8', '5'],
+      [{ bits: undefined }, 'bits', '4, 6 or 8', 'undefined'],
+      [{ groupSize: 16 }, 'groupSize', '32, 64 or 128', '16'],
+      [{ n: 2 ** 32 }, 'n', 'at most 2^32 - 1', `${2 ** 32}`],
+      [{ k: 96, groupSize: 64 }, 'k', 'a multiple of groupSize (64)', '96'],
+      [{ form: 'dense' }, 'form', "'vector', 'matrix' or absent", 'dense'],
+      [{ m: 9, form: 'vector' }, 'm', 'at most 8 (the vector form)', '9'],
+      [{ m: 2 ** 31, n: 2 ** 20 }, 'm', 'at most 16777152 for n = 1048576', `${2 ** 31}`],
+      [{ m: 2 ** 27, k: 2 ** 27 }, 'm * k', 'a product of integers at most 2^53 - 1', `${2 ** 27} * ${2 ** 27}`],
+      [{ x: buf('u16', 192) }, 'x.dtype', 'one of f32, f16, bf16', 'u16'],
+      [{ weight: buf('u8', 160) }, 'weight.dtype', 'u32', 'u8'],
+      [{ scales: buf('f16', 10) }, 'scales.dtype', 'bf16', 'f16'],
+      [{ biases: buf('f32', 10) }, 'biases.dtype', 'bf16', 'f32'],
+      [{ output: buf('f32', 15) }, 'output.dtype', 'bf16', 'f32'],
+      [{ x: buf('bf16', 191) }, 'x.elementCount', '192', '191'],
+      [{ weight: buf('u32', 41) }, 'weight.elementCount', '40', '41'],
+      [{ bits: 6 }, 'weight.elementCount', '60', '40'],
+      [{ scales: buf('bf16', 11) }, 'scales.elementCount', '10', '11'],
+      [{ groupSize: 64 }, 'scales.elementCount', '5', '10'],
+      [{ biases: buf('bf16', 9) }, 'biases.elementCount', '10', '9'],
+      [{ output: buf('bf16', 16) }, 'output.elementCount', '15', '16'],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => affineQuantizedMatmul(enc(), { ...base(), ...m }), 'affine_quantized_matmul', arg, expected, actual);
+    }
+    const x = buf('bf16', 192 + 16);
+    expectInvalid(() => affineQuantizedMatmul(enc(), { ...base(), x: x.view('bf16', [192]), output: x.view('bf16', [15], 32) }),
+      'affine_quantized_matmul', 'output', 'a buffer other than x', 'a view overlapping x');
+    const w = buf('u32', 40);
+    expectInvalid(() => affineQuantizedMatmul(enc(), { ...base(), weight: w, output: w.view('bf16', [15]) }), 'affine_quantized_matmul', 'output',
+      'a buffer other than weight', 'a view overlapping weight');
+    const sc = buf('bf16', 32);
+    expectInvalid(() => affineQuantizedMatmul(enc(), { ...base(), scales: sc.view('bf16', [10]), output: sc.view('bf16', [15], 16) }),
+      'affine_quantized_matmul', 'output', 'a buffer other than scales', 'a view overlapping scales');
+  });
+  test('quantized_matmul, _simd, _simd_bf16: mlx-native\'s rules (bits first, sizes at least, any group size), dtypes, aliasing', () => {
+    for (const [fn, op, io] of [
+      [quantizedMatmul, 'quantized_matmul', 'f32'], [quantizedMatmulSimd, 'quantized_matmul_simd', 'f32'],
+      [quantizedMatmulSimdBf16, 'quantized_matmul_simd_bf16', 'bf16'],
+    ] as const) {
+      const other = io === 'f32' ? 'bf16' : 'f32';
+      const base = () => ({
+        input: buf(io, 2 * 10), weight: buf('u8', 3 * 9), scales: buf('bf16', 3 * 3), biases: buf('bf16', 3 * 3), output: buf(io, 6),
+        m: 2, k: 10, n: 3, groupSize: 4, bits: 6,
+      });
+      const cases: Case[] = [
+        [{ bits: 5, m: 0 }, 'bits', '4, 6 or 8', '5'],
+        [{ m: 0 }, 'm', 'a positive integer', '0'],
+        [{ k: 0 }, 'k', 'a positive integer', '0'],
+        [{ n: -2 }, 'n', 'a positive integer', '-2'],
+        [{ groupSize: 0 }, 'groupSize', 'a positive integer', '0'],
+        [{ groupSize: 2 ** 32 }, 'groupSize', 'at most 2^32 - 1', `${2 ** 32}`],
+        [{ input: buf(other, 20) }, 'input.dtype', io, other],
+        [{ weight: buf('f32', 9) }, 'weight.dtype', 'one of u32, u8', 'f32'],
+        [{ scales: buf('f16', 9) }, 'scales.dtype', 'bf16', 'f16'],
+        [{ biases: buf('f32', 9) }, 'biases.dtype', 'bf16', 'f32'],
+        [{ output: buf(other, 6) }, 'output.dtype', io, other],
+        [{ input: buf(io, 19) }, 'input.elementCount', 'at least 20', '19'],
+        [{ weight: buf('u8', 26) }, 'weight.byteLength', 'at least 27 (3 rows of 9 bytes)', '26'],
+        [{ scales: buf('bf16', 8) }, 'scales.elementCount', 'at least 9', '8'],
+        [{ groupSize: 3 }, 'scales.elementCount', 'at least 12', '9'],
+        [{ biases: buf('bf16', 8) }, 'biases.elementCount', 'at least 9', '8'],
+        [{ output: buf(io, 5) }, 'output.elementCount', 'at least 6', '5'],
+      ];
+      for (const [m, arg, expected, actual] of cases) expectInvalid(() => fn(enc(), { ...base(), ...m }), op, arg, expected, actual);
+      // 6 bits: rows of 3 * ceil(10 / 4) = 9 bytes; 8 bits: 4 * ceil(10 / 4) = 12, so a u32 weight of 11 words (44 bytes) is enough.
+      fn(enc(), { ...base(), bits: 8, weight: buf('u32', 11) });
+      expectInvalid(() => fn(enc(), { ...base(), bits: 4, k: 20, input: buf(io, 40), scales: buf('bf16', 15), biases: buf('bf16', 15), weight: buf('u32', 8) }),
+        op, 'weight.byteLength', 'at least 36 (3 rows of 12 bytes)', '32');
+      // Larger buffers are taken (their first elements), as in mlx-native.
+      fn(enc(), { ...base(), input: buf(io, 100), weight: buf('u32', 100), scales: buf('bf16', 99), output: buf(io, 7) });
+      const io2 = buf(io, 20);
+      expectInvalid(() => fn(enc(), { ...base(), input: io2, output: io2 }), op, 'output', 'a buffer other than input', 'the buffer of input');
+    }
+  });
+});
+
+describeBackends('quantized_matmul parity', ({ device }) => {
+  /** affineQuantizedMatmul at one size; returns the error (the file comment). */
+  function affine(dev: Device, dt: AffineDType, m: number, n: number, k: number, gs: number, bits: number, form: 'vector' | 'matrix'): number {
+    const s = setup(dev, { m, n, k, gs, bits, xdt: dt, sdt: dt, seed: m * 7919 + n * 104729 + k * 31 + gs + bits });
+    run(dev, (e) => affineQuantizedMatmul(e, { x: s.x, weight: s.weight, scales: s.scales, biases: s.biases, output: s.output, m, n, k,
+      groupSize: gs, bits, form }));
+    return errOf(s);
+  }
+
+  // Odd sizes: one output, under and past a simdgroup's rows, a threadgroup's, tiles; k one group or several.
+  const VECTOR: readonly [m: number, n: number, groups: number][] = [[1, 1, 1], [1, 37, 3], [3, 33, 2], [8, 70, 5]];
+  const MATRIX: readonly [m: number, n: number, groups: number][] = [[1, 1, 1], [9, 7, 2], [33, 65, 3], [70, 130, 1]];
+  for (const dt of ['f32', 'f16', 'bf16'] as const) {
+    test(`${dt}: every bits x group size, vector and matrix forms at odd sizes, all operands views`, () => {
+      const dev = device();
+      const over: string[] = [];
+      for (const bits of [4, 6, 8]) {
+        for (const gs of [32, 64, 128]) {
+          for (const [form, shapes] of [['vector', VECTOR], ['matrix', MATRIX]] as const) {
+            for (const [m, n, groups] of shapes) {
+              const k = gs * groups;
+              const e = affine(dev, dt, m, n, k, gs, bits, form);
+              if (!(e <= tol(dt, k))) over.push(`${form} bits ${bits} gs ${gs} [${m}, ${n}, ${k}]: ${e}`);
+            }
+          }
+        }
+      }
+      expect(over).toEqual([]);
+    }, 120_000);
+  }
+
+  test('the form by default: vector for m <= 8, matrix past it', () => {
+    const dev = device();
+    const plan = (m: number): string => planAffineQuantizedMatmul({
+      x: dev.alloc('bf16', [m * 64]), weight: dev.alloc('u32', [4 * 8]), scales: dev.alloc('bf16', [4 * 2]), biases: dev.alloc('bf16', [4 * 2]),
+      output: dev.alloc('bf16', [m * 4]), m, n: 4, k: 64, groupSize: 32, bits: 4,
+    }, dev.limits, dev).dispatches[0]!.kernel;
+    expect([plan(1), plan(8), plan(9)]).toEqual(['quantized_mv_bf16', 'quantized_mv_bf16', 'quantized_mm_bf16']);
+  });
+
+  test('Qwen3.6-like rows: k = 2048 (hidden of the 35B-A3B), 4 and 8 bits, group 64, one token and a 40-token prefill', () => {
+    const dev = device();
+    const over: string[] = [];
+    for (const [dt, m, bits] of [['bf16', 1, 4], ['bf16', 40, 4], ['f16', 2, 8], ['bf16', 17, 6]] as const) {
+      const e = affine(dev, dt, m, 96, 2048, 64, bits, m <= 8 ? 'vector' : 'matrix');
+      if (!(e <= tol(dt, 2048))) over.push(`${dt} bits ${bits} m ${m}: ${e}`);
+    }
+    expect(over).toEqual([]);
+  }, 120_000);
+
+  test('larger sizes (CUDA\'s 128 x 256 tiles from m, n = 1024; 513 vector blocks)', () => {
+    const dev = device();
+    const over: string[] = [];
+    for (const [dt, m, n, k, bits, form] of [
+      ['bf16', 3, 8200, 64, 4, 'vector'], ['f16', 8, 8192, 32, 6, 'vector'], ['bf16', 1030, 1040, 32, 8, 'matrix'],
+    ] as const) {
+      const e = affine(dev, dt, m, n, k, 32, bits, form);
+      if (!(e <= tol(dt, k))) over.push(`${dt} ${form} bits ${bits} [${m}, ${n}, ${k}]: ${e}`);
+    }
+    expect(over).toEqual([]);
+  }, 120_000);
+
+  test('mlx-native\'s own examples (its quantized_matmul tests): values by hand', () => {
+    const dev = device();
+    /** One quantized_matmul with q [n, k] packed by hand, bf16 scales and biases. */
+    const one = (x: number[], q: number[], m: number, k: number, n: number, gs: number, bits: number, scales: number[], biases: number[]): number[] => {
+      const packed = affinePack(q, n, k, bits);
+      const weight = bits === 6 ? dev.upload('u8', [packed.length], packed) : dev.upload('u32', [packed.length / 4], affineWords(packed));
+      const output = dev.alloc('f32', [m * n]);
+      output.fill(Number.NaN);
+      run(dev, (e) => quantizedMatmul(e, {
+        input: dev.upload('f32', [m * k], x), weight, scales: dev.upload('bf16', [scales.length], scales),
+        biases: dev.upload('bf16', [biases.length], biases), output, m, k, n, groupSize: gs, bits,
+      }));
+      return Array.from(output.readNumbers());
+    };
+    const near = (got: number[], want: number[], tol: number): void => {
+      expect(got.map((g, i) => Math.abs(g - want[i]!) <= tol)).toEqual(want.map(() => true));
+    };
+    // The crate's tolerances: bf16 scales (0.1 is 0.10009765625 in bf16).
+    near(one([1, 2, 3, 4], [1, 2, 3, 4, 5, 6, 7, 8], 1, 4, 2, 64, 4, [0.1, 0.2], [0, 0]), [3, 14], 0.1);
+    near(one([1, 2, 3, 4], [1, 2, 3, 4, 10, 20, 30, 40], 1, 4, 2, 64, 6, [0.1, 0.05], [0, 0]), [3, 15], 0.1);
+    near(one([1, 1, 1, 1], [0, 0, 0, 0], 1, 4, 1, 64, 4, [1], [0.5]), [2], 0.01);
+    near(one([1, 0, 0, 0, 0, 1, 0, 0], [2, 4, 6, 8], 2, 4, 1, 64, 4, [0.5], [0]), [1, 2], 0.01);
+    near(one([1, 2, 3, 4], [10, 20, 30, 40, 50, 60, 70, 80], 1, 4, 2, 64, 8, [0.01, 0.02], [0, 0]), [3, 14], 0.1);
+    near(one(new Array(8).fill(1), [1, 1, 1, 1, 2, 2, 2, 2], 1, 8, 1, 4, 4, [0.5, 1], [0, 0]), [10], 0.1);
+  });
+
+  test('mlx-native\'s kernels: MLX\'s layouts and its odd ones (any k and group size, u8 6-bit rows), one row to many', () => {
+    const dev = device();
+    const over: string[] = [];
+    const cases: [name: string, m: number, n: number, k: number, gs: number, bits: number][] = [
+      // MLX's layouts: CUDA's vector engine (m <= 8) and matrix engine (m > 8).
+      ['chunked', 1, 37, 128, 64, 4], ['chunked', 5, 16, 256, 32, 6], ['chunked', 20, 33, 256, 128, 8], ['chunked', 9, 8, 512, 64, 4],
+      // Others: a thread per output everywhere but in mlx-native's SIMD kernels.
+      ['odd', 1, 3, 4, 64, 4], ['odd', 3, 7, 10, 4, 6], ['odd', 2, 5, 100, 48, 8], ['odd', 12, 9, 33, 32, 6], ['odd', 2, 8, 256, 16, 4],
+    ];
+    for (const [name, m, n, k, gs, bits] of cases) {
+      const chunked = quantizedChunked(k, gs);
+      for (const [fn, op, io] of [
+        [quantizedMatmul, 'quantized_matmul', 'f32'], [quantizedMatmulSimd, 'quantized_matmul_simd', 'f32'],
+        [quantizedMatmulSimdBf16, 'quantized_matmul_simd_bf16', 'bf16'],
+      ] as const) {
+        const s = setup(dev, {
+          m, n, k, gs, bits, xdt: io, sdt: 'bf16', roundX: true, seed: m * 31 + n * 7 + k + bits, crateLayout: !chunked,
+          weightDtype: bits === 6 && !chunked ? 'u8' : 'u32',
+        });
+        run(dev, (e) => fn(e, { input: s.x, weight: s.weight, scales: s.scales, biases: s.biases, output: s.output, m, k, n, groupSize: gs, bits }));
+        const err = errOf(s);
+        if (!(err <= tol('bf16', k))) over.push(`${op} ${name} [${m}, ${n}, ${k}] gs ${gs} bits ${bits}: ${err}`);
+      }
+    }
+    expect(over).toEqual([]);
+  });
+
+  test('quantized_matmul_simd: its SIMD kernel where the crate\'s rule holds, quantized_matmul elsewhere, the same products', () => {
+    const dev = device();
+    const args = (n: number, k: number, bits: number) => ({
+      input: dev.alloc('f32', [k]), weight: dev.alloc('u32', [n * k / 4]), scales: dev.alloc('bf16', [n * k / 32]), biases: dev.alloc('bf16', [n * k / 32]),
+      output: dev.alloc('f32', [n]), m: 1, k, n, groupSize: 32, bits,
+    });
+    const kernel = (n: number, k: number, bits: number): string => planQuantizedMatmulSimd(args(n, k, bits), dev.limits, dev).dispatches[0]!.kernel;
+    expect([kernel(16, 256, 4), kernel(16, 256, 8), kernel(16, 256, 6), kernel(12, 256, 4), kernel(16, 128, 4)]).toEqual([
+      'quantized_matmul_simd', 'quantized_matmul_simd', 'quantized_matmul', 'quantized_matmul', 'quantized_matmul',
+    ]);
+  });
+});

@@ -1,0 +1,450 @@
+// quantized_matmul: matrix products with weights in MLX's affine
+// quantization, y = x W^T with W [n, k] packed as the mlx-community
+// checkpoints (mlx.core.quantize) store it. Kernel names, bindings, the param
+// struct and the validation rules of mlx-native's quantized_matmul module
+// (quantized_matmul, quantized_matmul_simd, quantized_matmul_simd_bf16);
+// quantized_mv_<t> and quantized_mm_<t>, the vector and matrix forms with x,
+// scales, biases and y of one dtype (f32, f16 or bf16, as MLX's own
+// quantized_matmul takes them), are added: the crate has bf16 scales only, no
+// 6-bit fast path and no matrix form. Kernels: shaders/quantized_matmul.metal
+// and shaders/cuda/quantized_matmul.cu.
+//
+// The format (MLX affine quantization, `bits` 4, 6 or 8, group size gs 32,
+// 64 or 128, k a multiple of gs):
+//   weight  uint32 [n, k * bits / 32]. Row j holds the k values q[j, 0..k)
+//           (each 0 .. 2^bits - 1) packed from the low bits up: value i
+//           occupies bits [i * bits, (i + 1) * bits) of the row, bit b of the
+//           row being bit b % 32 of word b / 32 (little-endian words).
+//             4 bits: 8 values a word, value i of a word at bits 4i .. 4i + 3;
+//             8 bits: 4 values a word, one a byte;
+//             6 bits: 16 values in 3 words, i.e. 4 values in 3 bytes (byte 0
+//               = q0 | q1 << 6, byte 1 = q1 >> 2 | q2 << 4, byte 2 = q2 >> 4 |
+//               q3 << 2); values 5 and 10 of each 3 words straddle two words
+//               (bits 30-35 and 60-65).
+//   scales, biases  [n, k / gs], the dtype of the unquantized weight (f16 or
+//           bf16 in the checkpoints; f32 too): one pair per group of gs
+//           consecutive values of a row.
+//   w[j, i] = scales[j, i / gs] * q[j, i] + biases[j, i / gs].
+// Quantizing (ts/reference/quantized_matmul.ts, affineQuantize, as
+// mlx.core.quantize): per group, from its min and max, a step
+// (max - min) / (2^bits - 1) signed and adjusted so that the edge of larger
+// magnitude is exactly representable, q = round((w - bias) / scale) clamped.
+// mlx-native's kernels take the same rows for any k and group size: a row is
+// then quantizedRowBytes(k, bits) bytes (4 * ceil(k / 8) for 4 bits,
+// 3 * ceil(k / 4) for 6, 4 * ceil(k / 4) for 8), value i still at bit i * bits,
+// with ceil(k / gs) groups; for MLX's sizes the two layouts are one.
+
+import src from '../../shaders/quantized_matmul.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/quantized_matmul.cu' with { type: 'text' };
+import header from '../../shaders/quantized_matmul.h' with { type: 'text' };
+import type { Buffer } from '../buffer.ts';
+import type { Device, DeviceLimits } from '../device.ts';
+import type { Encoder } from '../encoder.ts';
+import { packFields, structLayout, type ParamField } from '../params.ts';
+import { record, type Launch, type OpPlan } from '../plan.ts';
+import { familySources } from '../registry.ts';
+import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { denseMmCudaTile } from './dense.ts';
+
+export const QUANTIZED_MATMUL_FAMILY = 'quantized_matmul';
+/** The family's kernel sources by backend, as registered by every dispatch. */
+export const QUANTIZED_MATMUL_SOURCES = familySources(QUANTIZED_MATMUL_FAMILY, { header, metal: src, cuda: cudaSrc });
+export const QUANTIZED_MATMUL_KERNELS = [
+  'quantized_matmul', 'quantized_matmul_simd', 'quantized_matmul_simd_bf16',
+  'quantized_mv_f32', 'quantized_mv_f16', 'quantized_mv_bf16', 'quantized_mm_f32', 'quantized_mm_f16', 'quantized_mm_bf16',
+] as const;
+
+/** struct QuantizedMatmulParams (buffer 5 of every kernel of the family). */
+export const QUANTIZED_MATMUL_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'QuantizedMatmulParams');
+
+/** The bit widths of MLX's affine quantization that the family takes. */
+export const AFFINE_BITS = [4, 6, 8] as const;
+export type AffineBits = (typeof AFFINE_BITS)[number];
+/** MLX's group sizes. */
+export const AFFINE_GROUP_SIZES = [32, 64, 128] as const;
+/** Rows of x the vector form (quantized_mv_<t>) takes at most: every weight row is read once for all of them. */
+export const QUANTIZED_MV_MAX_ROWS = 8;
+
+const U32_MAX = 0xffff_ffff;
+/** Blocks of a one-dimensional CUDA grid (gridDim.x). */
+const CUDA_GRID_MAX = 0x7fff_ffff;
+
+const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
+
+export function packQuantizedMatmulParams(p: { m: number; k: number; n: number; groupSize: number; bits: number }): Uint8Array {
+  return packFields(QUANTIZED_MATMUL_PARAMS_LAYOUT, { M: p.m, K: p.k, N: p.n, group_size: p.groupSize, bits: p.bits });
+}
+
+/**
+ * Bytes of one packed row of k values (mlx-native's rule, any k): whole
+ * words for 4 and 8 bits, 3 bytes per 4 values for 6; k * bits / 8 (MLX's
+ * row) when k is a multiple of 32.
+ */
+export function quantizedRowBytes(k: number, bits: number): number {
+  return bits === 6 ? 3 * ceilDiv(k, 4) : 4 * ceilDiv(k * bits, 32);
+}
+
+/** Whether the rows follow MLX's chunked layout, which the fast paths take: group size 32, 64 or 128 dividing k. */
+export function quantizedChunked(k: number, groupSize: number): boolean {
+  return (AFFINE_GROUP_SIZES as readonly number[]).includes(groupSize) && k % groupSize === 0;
+}
+
+// ---- CUDA launches (shaders/cuda/quantized_matmul.cu; one-dimensional grids) ----
+
+/**
+ * The CUDA kernels' ways of computing, by what the launch gives them:
+ *   'vector': tensor cores, the weight dequantized to 16-bit in registers,
+ *     m <= 8 tokens as the mma's n = 8 (256 threads over 16 weight rows);
+ *   'matrix': tensor cores over tiles (denseMmCudaTile's shapes; mlx-native's
+ *     kernels the 64 x 128 one), the weight dequantized into shared memory a
+ *     stage at a time;
+ *   'simt': f32 (quantized_mv_f32, quantized_mm_f32), 256 threads over 4 rows,
+ *     tokens 8 at a time;
+ *   'any': mlx-native's layouts other than MLX's, a thread per output.
+ */
+export type QuantizedCudaEngine = 'vector' | 'matrix' | 'simt' | 'any';
+
+/** The engine of a kernel at these sizes (the CUDA entries decide alike). */
+export function quantizedCudaEngine(kernel: string, m: number, k: number, groupSize: number): QuantizedCudaEngine {
+  if (kernel === 'quantized_mv_f32' || kernel === 'quantized_mm_f32') return 'simt';
+  if (kernel.startsWith('quantized_mv_')) return 'vector';
+  if (kernel.startsWith('quantized_mm_')) return 'matrix';
+  if (!quantizedChunked(k, groupSize)) return 'any';
+  return m <= QUANTIZED_MV_MAX_ROWS ? 'vector' : 'matrix';
+}
+
+/** Weight rows a block of the CUDA vector engine takes. */
+export const QUANTIZED_MV_CUDA_ROWS = 16;
+/** Dynamic shared memory of the CUDA vector engine: 8 warps' sums of 16 rows x 8 tokens. */
+export const QUANTIZED_MV_CUDA_SHARED_BYTES = 8 * 128 * 4;
+/** Weight rows a block of the CUDA f32 engine takes, and its shared memory (8 warps' sums of 4 rows x 8 tokens). */
+export const QUANTIZED_SIMT_CUDA_ROWS = 4;
+const SIMT_SHARED_BYTES = 8 * QUANTIZED_SIMT_CUDA_ROWS * 8 * 4;
+/** Blocks of the 'any' engine at most: it strides over the outputs. */
+const ANY_CUDA_BLOCKS = 65536;
+
+/** The CUDA launch of a kernel of the family at these sizes (its engine's: quantizedCudaEngine). */
+export function quantizedCudaLaunch(kernel: string, m: number, n: number, k: number, groupSize: number): Launch {
+  switch (quantizedCudaEngine(kernel, m, k, groupSize)) {
+    case 'vector':
+      return { grid: [ceilDiv(n, QUANTIZED_MV_CUDA_ROWS), 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: QUANTIZED_MV_CUDA_SHARED_BYTES } };
+    case 'matrix': {
+      // mlx-native's kernels take the 64 x 128 tile (denseMmCudaTile below 1024 rows) at every size.
+      const t = kernel.startsWith('quantized_mm_') ? denseMmCudaTile(m, n) : denseMmCudaTile(1, 1);
+      return { grid: [ceilDiv(n, t.bn) * ceilDiv(m, t.bm), 1, 1], threads: [t.threads, 1, 1], threadgroupMemory: { 0: t.sharedBytes } };
+    }
+    case 'simt':
+      return { grid: [ceilDiv(n, QUANTIZED_SIMT_CUDA_ROWS), 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: SIMT_SHARED_BYTES } };
+    case 'any':
+      return { grid: [Math.min(ceilDiv(m * n, 256), ANY_CUDA_BLOCKS), 1, 1], threads: [256, 1, 1] };
+  }
+}
+
+/** Refuses sizes whose matrix-engine grid (64 x 128 tiles, the most blocks) would pass the CUDA grid's 2^31 - 1 blocks. */
+function checkCudaGrid(op: string, m: number, n: number): void {
+  if (ceilDiv(m, 64) * ceilDiv(n, 128) > CUDA_GRID_MAX) {
+    throw invalid(op, 'm', `at most ${Math.floor(CUDA_GRID_MAX / ceilDiv(n, 128)) * 64} for n = ${n} (the CUDA grid's 2^31 - 1 blocks)`, m);
+  }
+}
+
+function checkBits(op: string, bits: number): void {
+  if (!(AFFINE_BITS as readonly number[]).includes(bits)) throw invalid(op, 'bits', '4, 6 or 8', bits);
+}
+
+// ---- affine_quantized_matmul (x, scales, biases and y of one dtype) ----
+
+export type AffineDType = 'f32' | 'f16' | 'bf16';
+const AFFINE_DTYPES: readonly AffineDType[] = ['f32', 'f16', 'bf16'];
+
+export interface AffineQuantizedMatmulArgs {
+  /** [m, k]: f32, f16 or bf16 */
+  x: Buffer;
+  /** u32 [n, k * bits / 32]: MLX's packed rows (see the file comment) */
+  weight: Buffer;
+  /** [n, k / groupSize], x's dtype */
+  scales: Buffer;
+  /** [n, k / groupSize], x's dtype */
+  biases: Buffer;
+  /** [m, n], x's dtype, output */
+  output: Buffer;
+  /** Rows of x (tokens). */
+  m: number;
+  /** Rows of the weight (outputs). */
+  n: number;
+  /** Columns of x and of the unpacked weight (inputs): a multiple of groupSize. */
+  k: number;
+  /** 32, 64 or 128 */
+  groupSize: number;
+  /** 4, 6 or 8 */
+  bits: number;
+  /** The vector form (m <= 8) or the matrix form; by default the vector form for m <= 8. */
+  form?: 'vector' | 'matrix';
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateAffineQuantizedMatmul(a: AffineQuantizedMatmulArgs, device?: Device): void {
+  const op = 'affine_quantized_matmul';
+  checkPositive(op, 'm', a.m);
+  checkPositive(op, 'n', a.n);
+  checkPositive(op, 'k', a.k);
+  checkBits(op, a.bits);
+  if (!(AFFINE_GROUP_SIZES as readonly number[]).includes(a.groupSize)) throw invalid(op, 'groupSize', '32, 64 or 128', a.groupSize);
+  for (const [arg, v] of [['m', a.m], ['n', a.n], ['k', a.k]] as const) checkAtMost(op, arg, v, U32_MAX, '2^32 - 1');
+  checkMultiple(op, 'k', a.k, a.groupSize, 'groupSize');
+  if (a.form !== undefined && a.form !== 'vector' && a.form !== 'matrix') throw invalid(op, 'form', "'vector', 'matrix' or absent", a.form);
+  if (a.form === 'vector') checkAtMost(op, 'm', a.m, QUANTIZED_MV_MAX_ROWS, `${QUANTIZED_MV_MAX_ROWS} (the vector form)`);
+  const nx = checkedProduct(op, 'm * k', a.m, a.k);
+  const nw = checkedProduct(op, 'n * k * bits / 32', a.n, a.k / 32, a.bits);
+  const ng = checkedProduct(op, 'n * k / groupSize', a.n, a.k / a.groupSize);
+  const ny = checkedProduct(op, 'm * n', a.m, a.n);
+  checkCudaGrid(op, a.m, a.n);
+  checkBuffer(op, 'x', a.x, device);
+  checkBuffer(op, 'weight', a.weight, device);
+  checkBuffer(op, 'scales', a.scales, device);
+  checkBuffer(op, 'biases', a.biases, device);
+  checkBuffer(op, 'output', a.output, device);
+  checkDtype(op, 'x', a.x, AFFINE_DTYPES);
+  checkDtype(op, 'weight', a.weight, 'u32');
+  checkDtype(op, 'scales', a.scales, a.x.dtype);
+  checkDtype(op, 'biases', a.biases, a.x.dtype);
+  checkDtype(op, 'output', a.output, a.x.dtype);
+  checkElements(op, 'x', a.x, nx);
+  checkElements(op, 'weight', a.weight, nw);
+  checkElements(op, 'scales', a.scales, ng);
+  checkElements(op, 'biases', a.biases, ng);
+  checkElements(op, 'output', a.output, ny);
+  checkNoAliasing(op, [['x', a.x], ['weight', a.weight], ['scales', a.scales], ['biases', a.biases], ['output', a.output]], ['output'],
+    'every output reads a row of x and of the weight that others read too');
+}
+
+/** The form an argument set runs: the vector form for m <= QUANTIZED_MV_MAX_ROWS unless the matrix form is asked for. */
+export function affineQuantizedMatmulForm(a: Pick<AffineQuantizedMatmulArgs, 'm' | 'form'>): 'vector' | 'matrix' {
+  return a.form ?? (a.m <= QUANTIZED_MV_MAX_ROWS ? 'vector' : 'matrix');
+}
+
+/**
+ * affine_quantized_matmul: y[i, j] = sum_k x[i, k] * w[j, k], w dequantized
+ * from MLX's affine format (the file comment): w[j, k] = scales[j, k / gs] *
+ * q[j, k] + biases[j, k / gs]; products summed in f32, y rounded once to its
+ * dtype. The weight is dequantized in f32 and, on CUDA's tensor cores (f16
+ * and bf16) and in the matrix form's threadgroup tiles, rounded to x's dtype
+ * before the products, as MLX's own kernels do. Not in mlx-native, which has
+ * bf16 scales with f32 or bf16 activations only (quantizedMatmulSimd,
+ * quantizedMatmulSimdBf16).
+ *
+ * Layouts: x [m, k]; weight u32 [n, k * bits / 32]; scales, biases
+ * [n, k / groupSize]; output [m, n]; x, scales, biases and output of one
+ * dtype (f32, f16 or bf16); exact element counts (views inside a larger
+ * buffer, as uploadPacked makes them, are buffers like any other); the output
+ * overlaps no input. bits 4, 6 or 8; groupSize 32, 64 or 128 dividing k.
+ * Kernels: quantized_mv_<dtype> (the vector form, m <= 8: each weight row
+ * read once for every row of x) and quantized_mm_<dtype> (the matrix form).
+ * Bindings: 0 x, 1 weight, 2 scales, 3 biases, 4 output, 5
+ * QuantizedMatmulParams (M, K, N, group_size, bits).
+ * Grid (Metal): quantized_mv (ceil(n / 8), 1, 1) threadgroups of (32, 2, 1),
+ * 4 weight rows per simdgroup, lanes splitting k by 32-value chunks;
+ * quantized_mm (ceil(n / 64), ceil(m / 32), 1) of 128 threads, a 32 x 64
+ * tile each. CUDA: quantizedCudaLaunch of quantizedCudaEngine's engine
+ * (tensor cores for f16 and bf16, SIMT for f32).
+ */
+export function affineQuantizedMatmul(enc: Encoder, args: AffineQuantizedMatmulArgs): void {
+  record(enc, planAffineQuantizedMatmul(args, enc.device.limits, enc.device));
+}
+
+/** affineQuantizedMatmul's plan: validates, then one dispatch (see affineQuantizedMatmul). */
+export function planAffineQuantizedMatmul(a: AffineQuantizedMatmulArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateAffineQuantizedMatmul(a, device);
+  const dt = a.x.dtype as AffineDType;
+  const vector = affineQuantizedMatmulForm(a) === 'vector';
+  const kernel = vector ? `quantized_mv_${dt}` : `quantized_mm_${dt}`;
+  return {
+    family: QUANTIZED_MATMUL_FAMILY,
+    sources: QUANTIZED_MATMUL_SOURCES,
+    kernels: QUANTIZED_MATMUL_KERNELS,
+    dispatches: [{
+      kernel,
+      buffers: [a.x, a.weight, a.scales, a.biases, a.output],
+      bytes: [, , , , , packQuantizedMatmulParams(a)],
+      grid: vector ? [ceilDiv(a.n, 8), 1, 1] : [ceilDiv(a.n, 64), ceilDiv(a.m, 32), 1],
+      threads: vector ? [32, 2, 1] : [128, 1, 1],
+      cuda: quantizedCudaLaunch(kernel, a.m, a.n, a.k, a.groupSize),
+    }],
+  };
+}
+
+// ---- mlx-native's quantized_matmul module ----
+
+/**
+ * mlx-native's arguments (input, weight, scales, biases and the sizes of its
+ * QuantizedMatmulParams), with the output it would allocate given here.
+ */
+export interface QuantizedMatmulArgs {
+  /** [m, k]: f32 (quantizedMatmul, quantizedMatmulSimd) or bf16 (quantizedMatmulSimdBf16) */
+  input: Buffer;
+  /** u32 or u8: n packed rows of quantizedRowBytes(k, bits) bytes */
+  weight: Buffer;
+  /** bf16 [n, ceil(k / groupSize)] */
+  scales: Buffer;
+  /** bf16 [n, ceil(k / groupSize)] */
+  biases: Buffer;
+  /** [m, n], input's dtype, output */
+  output: Buffer;
+  m: number;
+  k: number;
+  n: number;
+  /** Any positive group size (MLX's checkpoints: 32, 64 or 128). */
+  groupSize: number;
+  /** 4, 6 or 8 */
+  bits: number;
+}
+
+/**
+ * mlx-native's rules: bits 4, 6 or 8; m, k, n and groupSize > 0; each buffer
+ * at least its size (the weight n * quantizedRowBytes(k, bits) bytes, scales
+ * and biases n * ceil(k / groupSize) bf16). With the u32 fields' bounds,
+ * dtypes and no aliasing.
+ */
+function validateCrate(op: string, a: QuantizedMatmulArgs, io: 'f32' | 'bf16', device?: Device): void {
+  checkBits(op, a.bits);
+  for (const arg of ['m', 'k', 'n', 'groupSize'] as const) {
+    checkPositive(op, arg, a[arg]);
+    checkAtMost(op, arg, a[arg], U32_MAX, '2^32 - 1');
+  }
+  const nx = checkedProduct(op, 'm * k', a.m, a.k);
+  const nw = checkedProduct(op, 'n * row bytes', a.n, quantizedRowBytes(a.k, a.bits));
+  const ng = checkedProduct(op, 'n * ceil(k / groupSize)', a.n, ceilDiv(a.k, a.groupSize));
+  const ny = checkedProduct(op, 'm * n', a.m, a.n);
+  checkCudaGrid(op, a.m, a.n);
+  checkBuffer(op, 'input', a.input, device);
+  checkBuffer(op, 'weight', a.weight, device);
+  checkBuffer(op, 'scales', a.scales, device);
+  checkBuffer(op, 'biases', a.biases, device);
+  checkBuffer(op, 'output', a.output, device);
+  checkDtype(op, 'input', a.input, io);
+  checkDtype(op, 'weight', a.weight, ['u32', 'u8']);
+  checkDtype(op, 'scales', a.scales, 'bf16');
+  checkDtype(op, 'biases', a.biases, 'bf16');
+  checkDtype(op, 'output', a.output, io);
+  checkAtLeast(op, 'input', a.input, nx);
+  if (a.weight.byteLength < nw) {
+    throw invalid(op, 'weight.byteLength', `at least ${nw} (${a.n} rows of ${quantizedRowBytes(a.k, a.bits)} bytes)`, a.weight.byteLength);
+  }
+  checkAtLeast(op, 'scales', a.scales, ng);
+  checkAtLeast(op, 'biases', a.biases, ng);
+  checkAtLeast(op, 'output', a.output, ny);
+  checkNoAliasing(op, [['input', a.input], ['weight', a.weight], ['scales', a.scales], ['biases', a.biases], ['output', a.output]],
+    ['output'], 'every output reads a row of the input and of the weight that others read too');
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateQuantizedMatmul(a: QuantizedMatmulArgs, device?: Device): void {
+  validateCrate('quantized_matmul', a, 'f32', device);
+}
+
+/** The dispatch of mlx-native's quantized_matmul kernel: one thread per output, 16 x 16 threadgroups (fewer at the edges of small sizes). */
+function scalarDispatch(a: QuantizedMatmulArgs): OpPlan['dispatches'][number] {
+  const tx = Math.min(16, a.n), ty = Math.min(16, a.m);
+  return {
+    kernel: 'quantized_matmul',
+    buffers: [a.input, a.weight, a.scales, a.biases, a.output],
+    bytes: [, , , , , packQuantizedMatmulParams(a)],
+    grid: [ceilDiv(a.n, tx), ceilDiv(a.m, ty), 1],
+    threads: [tx, ty, 1],
+    cuda: quantizedCudaLaunch('quantized_matmul', a.m, a.n, a.k, a.groupSize),
+  };
+}
+
+function cratePlan(dispatch: OpPlan['dispatches'][number]): OpPlan {
+  return { family: QUANTIZED_MATMUL_FAMILY, sources: QUANTIZED_MATMUL_SOURCES, kernels: QUANTIZED_MATMUL_KERNELS, dispatches: [dispatch] };
+}
+
+/**
+ * quantized_matmul (mlx-native's): output[i, j] = sum_k x[i, k] * w[j, k],
+ * f32 input and output, bf16 scales and biases, any k and group size (rows
+ * of quantizedRowBytes(k, bits) bytes; the file comment). As in the crate,
+ * the input is rounded to bf16 before the products, which are summed in f32;
+ * the weight is dequantized in f32 (on CUDA's tensor cores rounded to bf16).
+ *
+ * Rules: mlx-native's (validateCrate). Bindings: 0 input, 1 weight, 2
+ * scales, 3 biases, 4 output, 5 QuantizedMatmulParams.
+ * Grid (Metal): one thread per output, (ceil(n / 16), ceil(m / 16), 1)
+ * threadgroups of (min(16, n), min(16, m), 1), as the crate's. CUDA: the
+ * engine of quantizedCudaEngine (tensor cores for MLX's layouts, the vector
+ * engine up to 8 rows of input, the matrix engine past them).
+ */
+export function quantizedMatmul(enc: Encoder, args: QuantizedMatmulArgs): void {
+  record(enc, planQuantizedMatmul(args, enc.device.limits, enc.device));
+}
+
+/** quantizedMatmul's plan: validates, then one dispatch (see quantizedMatmul). */
+export function planQuantizedMatmul(a: QuantizedMatmulArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateQuantizedMatmul(a, device);
+  return cratePlan(scalarDispatch(a));
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateQuantizedMatmulSimd(a: QuantizedMatmulArgs, device?: Device): void {
+  validateCrate('quantized_matmul_simd', a, 'f32', device);
+}
+
+/** mlx-native's rule for its SIMD kernel (else its host falls back to quantized_matmul): 4 or 8 bits, n a multiple of 8, k of 256. */
+export function quantizedMatmulSimdApplies(a: Pick<QuantizedMatmulArgs, 'n' | 'k' | 'bits'>): boolean {
+  return (a.bits === 4 || a.bits === 8) && a.n % 8 === 0 && a.k % 256 === 0;
+}
+
+/** A dispatch of mlx-native's SIMD kernels: (m, ceil(n / 8), 1) threadgroups of (32, 2, 1). */
+function simdDispatch(kernel: string, a: QuantizedMatmulArgs): OpPlan['dispatches'][number] {
+  return {
+    kernel,
+    buffers: [a.input, a.weight, a.scales, a.biases, a.output],
+    bytes: [, , , , , packQuantizedMatmulParams(a)],
+    grid: [a.m, ceilDiv(a.n, 8), 1],
+    threads: [32, 2, 1],
+    cuda: quantizedCudaLaunch(kernel, a.m, a.n, a.k, a.groupSize),
+  };
+}
+
+/**
+ * quantized_matmul_simd (mlx-native's): the product of quantizedMatmul.
+ * Where quantizedMatmulSimdApplies, the kernel quantized_matmul_simd: grid
+ * (m, ceil(n / 8), 1) threadgroups of (32, 2, 1), threadgroup (i, b) taking
+ * row i of the input against weight rows 8b .. 8b + 7, 4 per simdgroup,
+ * lanes splitting k; elsewhere quantized_matmul, as the crate's host does.
+ * Rules, bindings and numerics: quantizedMatmul's. CUDA: as quantizedMatmul.
+ */
+export function quantizedMatmulSimd(enc: Encoder, args: QuantizedMatmulArgs): void {
+  record(enc, planQuantizedMatmulSimd(args, enc.device.limits, enc.device));
+}
+
+/** quantizedMatmulSimd's plan: validates, then one dispatch (see quantizedMatmulSimd). */
+export function planQuantizedMatmulSimd(a: QuantizedMatmulArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateQuantizedMatmulSimd(a, device);
+  return cratePlan(quantizedMatmulSimdApplies(a) ? simdDispatch('quantized_matmul_simd', a) : scalarDispatch(a));
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateQuantizedMatmulSimdBf16(a: QuantizedMatmulArgs, device?: Device): void {
+  validateCrate('quantized_matmul_simd_bf16', a, 'bf16', device);
+}
+
+/**
+ * quantized_matmul_simd_bf16 (mlx-native's dispatch_quantized_matmul_simd_bf16):
+ * the product of quantizedMatmul with bf16 input and output (summed in f32,
+ * rounded once). One dispatch of quantized_matmul_simd_bf16 at every size
+ * the rules take: the kernel here takes 6 bits and any n, k and group size,
+ * where the crate's host casts to f32, runs quantized_matmul and casts back
+ * (the same products, two more dispatches).
+ *
+ * Rules: quantizedMatmul's, with bf16 input and output. Bindings: as
+ * quantizedMatmul. Grid (Metal): (m, ceil(n / 8), 1) threadgroups of
+ * (32, 2, 1), as quantizedMatmulSimd's kernel. CUDA: as quantizedMatmul.
+ */
+export function quantizedMatmulSimdBf16(enc: Encoder, args: QuantizedMatmulArgs): void {
+  record(enc, planQuantizedMatmulSimdBf16(args, enc.device.limits, enc.device));
+}
+
+/** quantizedMatmulSimdBf16's plan: validates, then one dispatch (see quantizedMatmulSimdBf16). */
+export function planQuantizedMatmulSimdBf16(a: QuantizedMatmulArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateQuantizedMatmulSimdBf16(a, device);
+  return cratePlan(simdDispatch('quantized_matmul_simd_bf16', a));
+}
