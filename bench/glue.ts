@@ -202,15 +202,19 @@ function quantizedMatmulCases(): Case[] {
 // ---- sample: argmax, top-k, softmax_sample, the sampler, Philox ----
 // Gemma 4's vocabulary (262144); decode is one row, the large shape 64 rows
 // (a batch of decode streams, or speculative verification). Bytes: the floor,
-// the logits read once and the outputs written once (the sampler's first pass
-// also writes z, as many bytes again, which its floor leaves out). At one row
+// the logits read once and the outputs written once (with top-k 0 the
+// sampler's first pass also writes z, and its whole-row passes read it again,
+// which the floor leaves out). At one row
 // the floor is a microsecond or less (1 MB at 3.3 TB/s is 0.3 us): the time
-// is launch and synchronization latency, two dispatches per op.
+// is launch and synchronization latency, two to five dispatches per op.
 function sampleCases(): Case[] {
   const out: Case[] = [];
   const vocab = small ? 8192 : 262144;
   const big = small ? 2 : 64;
-  /** Logits N(0, sigma^2): at sigma 6 the 0.95 nucleus of 262144 tokens is about 44 tokens, at sigma 2 about 95000. */
+  /**
+   * Logits N(0, sigma^2): at sigma 6 the 0.95 nucleus of 262144 tokens is about 44 tokens, at sigma 2 about 95000;
+   * min-p 0.02 keeps about 10 and 1000 (past the 256 candidates: the whole-row passes).
+   */
   const peaked = (rows: number, sigma: number): Buffer => {
     const data = new Float32Array(rows * vocab);
     let s = 0x2545f491;
@@ -248,6 +252,8 @@ function sampleCases(): Case[] {
     ['T 1, no filter', { temperature: 1 }, 6],
     ['T 1, top-p 0.95 alone, N(0, 36) logits', { temperature: 1, topP: 0.95 }, 6],
     ['T 1, top-p 0.95 alone, N(0, 4) logits (whole-row path)', { temperature: 1, topP: 0.95 }, 2],
+    ['T 1, min-p 0.02 alone, N(0, 36) logits', { temperature: 1, minP: 0.02 }, 6],
+    ['T 1, min-p 0.02 alone, N(0, 4) logits (whole-row path)', { temperature: 1, minP: 0.02 }, 2],
   ];
   let counter = 0;
   for (const rows of [big, 1]) {

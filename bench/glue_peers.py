@@ -236,6 +236,8 @@ def sample_cases():
         ("T 1, no filter", dict(t=1.0, k=0, p=1.0, min_p=0.0, rp=None), 6.0),
         ("T 1, top-p 0.95 alone, N(0, 36) logits", dict(t=1.0, k=0, p=0.95, min_p=0.0, rp=None), 6.0),
         ("T 1, top-p 0.95 alone, N(0, 4) logits (whole-row path)", dict(t=1.0, k=0, p=0.95, min_p=0.0, rp=None), 2.0),
+        ("T 1, min-p 0.02 alone, N(0, 36) logits", dict(t=1.0, k=0, p=1.0, min_p=0.02, rp=None), 6.0),
+        ("T 1, min-p 0.02 alone, N(0, 4) logits (whole-row path)", dict(t=1.0, k=0, p=1.0, min_p=0.02, rp=None), 2.0),
     ]
     for rows in (64, 1):
         prev = (torch.arange(rows * 64, device=dev).view(rows, 64) * 40503) % vocab

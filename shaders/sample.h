@@ -40,11 +40,11 @@ struct SoftmaxSampleParams {
     float random_val;
 };
 
-// sample_blocks_f32 and sample_finish_f32, buffer(3).
+// sample_blocks_f32 and sample_finish_f32 (buffer 3), sample_mass_f32 (buffer 1).
 struct SampleParams {
     uint  n_vocab;
     uint  rows;
-    uint  slice;               // elements per block of sample_blocks_f32
+    uint  slice;               // elements per block of sample_blocks_f32 and sample_mass_f32
     uint  n_blocks;            // ceil(n_vocab / slice)
     uint  top_k;               // 0: no top-k filter
     uint  n_cand;              // candidates kept per block and merged: min(top_k, n_vocab), or
@@ -58,6 +58,7 @@ struct SampleParams {
     uint  seed_hi;
     uint  counter_lo;          // Philox counter words 0 and 1; word 2 is the row
     uint  counter_hi;
+    uint  pass;                // sample_mass_f32's pass over the row: 0, 1, 2 (the others ignore it)
 };
 
 // philox4x32_10_u32, buffer(1): counter of the first output block (128 bits,

@@ -611,7 +611,8 @@ export const CASES: Case[] = [
     },
     make: (d) => ({
       logits: a(d, 'f32', 600), prevTokens: a(d, 'u32', 6), outToken: a(d, 'u32', 2), outLogprob: a(d, 'f32', 2),
-      scratch: a(d, 'u32', 2 * (300 + 3 + 2 * 256)), rows: 2, vocab: 300, temperature: 0.8, topP: 0.9, minP: 0.05,
+      // sampleScratchElements(2, 300): z, stats, candidates, histograms, state, records per row
+      scratch: a(d, 'u32', 2 * (300 + 4 + 2 * 256 + 9216 + 16 + 36)), rows: 2, vocab: 300, temperature: 0.8, topP: 0.9, minP: 0.05,
       repetitionPenalty: 1.2, nPrev: 3, seed: 5, counter: 9,
     }),
     fill: (args) => (args.prevTokens as Buffer | undefined)?.writeNumbers([1, 7, 299, 0, 300, 0xffffffff]),

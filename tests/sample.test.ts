@@ -3,17 +3,24 @@
 // every validation rule, and on every backend: argmax and top-k (one and two
 // passes, ties, NaN, -0, k past n, mlx-native's own launches), softmax_sample,
 // Philox's known answers on the device, and the sampler: the same tokens as
-// the reference away from rounding boundaries, its distribution under a
-// chi-square test, and each filter excluding exactly what it should.
+// the reference away from rounding boundaries (the whole-row passes too, with
+// ties at the top-p cut across slices and more keys at the cut than a slice's
+// record lists), its distribution under a chi-square test, and each filter
+// excluding exactly what it should.
 
 import { describe, expect, test } from 'bun:test';
 import src from '../shaders/sample.metal' with { type: 'text' };
+import cudaSrc from '../shaders/cuda/sample.cu' with { type: 'text' };
 import {
   ARGMAX_SLICE,
   SAMPLE_FAMILY,
   SAMPLE_KERNELS,
+  SAMPLE_HIST_WORDS,
+  SAMPLE_ITEMS,
   SAMPLE_MAX_K,
+  SAMPLE_REC_WORDS,
   SAMPLE_SOURCES,
+  SAMPLE_STATE_WORDS,
   argmax,
   argmaxScratchElements,
   packArgmaxParams,
@@ -22,6 +29,7 @@ import {
   philox4x32,
   sample,
   sampleCandidates,
+  sampleMassPasses,
   sampleScratchElements,
   sampleSlice,
   softmaxSample,
@@ -144,7 +152,8 @@ describe('sample param packers match the .metal declarations', () => {
     const at: Record<string, [string, number]> = {
       argmax_f32: ['ArgmaxParams', 3], argmax_blocks_f32: ['ArgmaxBlocksParams', 2], argmax_merge_f32: ['ArgmaxBlocksParams', 3],
       top_k_f32: ['TopKParams', 3], top_k_blocks_f32: ['TopKBlocksParams', 2], top_k_merge_f32: ['TopKBlocksParams', 3],
-      softmax_sample_f32: ['SoftmaxSampleParams', 4], sample_blocks_f32: ['SampleParams', 3], sample_finish_f32: ['SampleParams', 3],
+      softmax_sample_f32: ['SoftmaxSampleParams', 4], sample_blocks_f32: ['SampleParams', 3], sample_mass_f32: ['SampleParams', 1],
+      sample_finish_f32: ['SampleParams', 3],
       philox4x32_10_u32: ['PhiloxParams', 1],
     };
     expect(Object.keys(at).sort()).toEqual([...SAMPLE_KERNELS].sort());
@@ -161,10 +170,11 @@ describe('sample param packers match the .metal declarations', () => {
     const v = new DataView(bytes.buffer);
     const u = (i: number) => v.getUint32(4 * i, true);
     const f = (i: number) => v.getFloat32(4 * i, true);
-    expect(bytes.byteLength).toBe(60);
+    expect(bytes.byteLength).toBe(64);
     expect([u(0), u(1), u(2), u(3), u(4), u(5), u(6)]).toEqual([10000, 2, 2048, 5, 40, 40, 3]);
     expect([f(7), f(8), f(9), f(10)]).toEqual([Math.fround(0.7), Math.fround(0.95), Math.fround(0.05), Math.fround(1.1)]);
-    expect([u(11), u(12), u(13), u(14)]).toEqual([5, 256, 7, 0]);
+    expect([u(11), u(12), u(13), u(14), u(15)]).toEqual([5, 256, 7, 0, 0]);
+    expect(new DataView(packSampleParams(a, 2).buffer).getUint32(60, true)).toBe(2);
   });
   test('candidates: top-k\'s, 256 for top-p or min-p over the whole vocabulary, none otherwise', () => {
     expect(sampleCandidates({ vocab: 1000, topK: 20 })).toBe(20);
@@ -172,11 +182,29 @@ describe('sample param packers match the .metal declarations', () => {
     expect(sampleCandidates({ vocab: 1000, topP: 0.9 })).toBe(SAMPLE_MAX_K);
     expect(sampleCandidates({ vocab: 100, minP: 0.1 })).toBe(100);
     expect(sampleCandidates({ vocab: 1000 })).toBe(0);
-    expect(sampleScratchElements(1, 262144)).toBe(262144 + 3 * 128 + 2 * 64 * 256);
+    // z, 4 words per slice of 2048, 256 pairs per slice of 4096, histograms, state, a record per slice of 4096.
+    expect(sampleScratchElements(1, 262144)).toBe(262144 + 4 * 128 + 2 * 256 * 64 + 9216 + 16 + 36 * 64);
+    expect(sampleScratchElements(2, 7)).toBe(2 * (8 + 4 + 512 + 9216 + 16 + 36));
     expect([sampleSlice(64), sampleSlice(65)]).toEqual([2048, 4096]);
     expect(argmaxScratchElements(2, 262144)).toBe(2 * 128 * 2);
     expect(topKScratchElements(1, 262144, 256)).toBe(64 * 256 * 2);
     expect(topKSlice(40)).toBe(2048);
+  });
+  test('the scratch layout\'s words and SAMPLE_ITEMS are the kernels\' (SampleLimits of both sources)', () => {
+    const want = { SAMPLE_ITEMS, SAMPLE_HIST_WORDS, SAMPLE_STATE_WORDS, SAMPLE_REC_WORDS, SAMPLE_MAX_K };
+    for (const text of [src, cudaSrc]) {
+      for (const [name, value] of Object.entries(want)) expect([name, Number(new RegExp(`\\b${name} = (\\d+)`).exec(text)?.[1])]).toEqual([name, value]);
+    }
+  });
+  test('the whole-row passes: top-k 0 with top-p (three) or min-p alone (one), past 256 tokens, T > 0', () => {
+    expect(sampleMassPasses({ vocab: 262144, temperature: 1, topP: 0.95 })).toEqual([0, 1, 2]);
+    expect(sampleMassPasses({ vocab: 262144, temperature: 1, topP: 0.95, minP: 0.05 })).toEqual([0, 1, 2]);
+    expect(sampleMassPasses({ vocab: 262144, temperature: 1, minP: 0.05 })).toEqual([2]);
+    expect(sampleMassPasses({ vocab: 262144, temperature: 1, topK: 64, topP: 0.95 })).toEqual([]);
+    expect(sampleMassPasses({ vocab: 262144, temperature: 0, topP: 0.95 })).toEqual([]);
+    expect(sampleMassPasses({ vocab: 262144, temperature: 1 })).toEqual([]);
+    expect(sampleMassPasses({ vocab: 256, temperature: 1, topP: 0.5 })).toEqual([]);
+    expect(sampleMassPasses({ vocab: 257, temperature: 1, topP: 0.5 })).toEqual([0, 1, 2]);
   });
 });
 
@@ -736,4 +764,36 @@ describeBackends('sample parity', ({ device }) => {
     expect(kept.size).toBeGreaterThan(4000);
     expect(Array.from(d2.tokens).every((t) => kept.has(t))).toBe(true);
   });
+
+  test('sample: the whole row over several slices (ties at the top-p cut across slices, more keys at the cut than a record lists, min-p)', () => {
+    const dev = device();
+    const cases: [name: string, rows: number, vocab: number, x: Float64Array, o: Omit<SampleOptions, 'seed' | 'counter'>][] = [];
+    // Logits on a grid of 1/8, as bf16 logits repeat values: hundreds of ties at each value, in every slice.
+    const r = rng(77);
+    const grid = Float64Array.from({ length: 6 * 20000 }, () => Math.round(r.uniform(-40, 40)) / 8);
+    cases.push(['ties, top-p 0.5', 6, 20000, grid, { temperature: 1, topP: 0.5 }]);
+    cases.push(['ties, top-p 0.9 + min-p 0.3', 6, 20000, grid, { temperature: 1, topP: 0.9, minP: 0.3 }]);
+    cases.push(['ties, min-p 0.4 alone', 6, 20000, grid, { temperature: 1, minP: 0.4 }]);
+    // 300 values an ulp apart at 1.0: the last round's 1024 keys hold them all, past the 32 a record lists.
+    const bits = Uint32Array.from({ length: 4 * 12000 }, () => 0x3f800000 + Math.floor(r.next() * 300));
+    const ulps = Float64Array.from(new Float32Array(bits.buffer));
+    // Weights within 4e-5 of 1: targets half a token from a boundary.
+    cases.push(['record overflow, top-p', 4, 12000, ulps, { temperature: 1, topP: 8400.5 / 12000 }]);
+    for (const [name, rows, vocab, x, c] of cases) {
+      const o: SampleOptions = { ...c, seed: 5, counter: 77 };
+      const want = sampleRef(x, rows, vocab, o);
+      const got = draw(dev, x, rows, vocab, o);
+      let compared = 0;
+      for (let row = 0; row < rows; row++) {
+        const w = want[row]!;
+        expect([name, w.path]).toEqual([name, 'index']);
+        // Equal weights put many decisions near a boundary: those rows are skipped.
+        if (w.margin < 1e-5) continue;
+        compared++;
+        expect([name, row, got.tokens[row]]).toEqual([name, row, w.token]);
+        expect(Math.abs(got.logprobs[row]! - w.logprob)).toBeLessThan(1e-4 * Math.max(1, Math.abs(w.logprob)));
+      }
+      expect([name, compared]).not.toEqual([name, 0]);
+    }
+  }, 120_000);
 });

@@ -4,7 +4,8 @@
 // (mlx-native's softmax_sample_f32, src/ops/softmax_sample.rs), and what the
 // crate lacks, in its style: two-pass forms of argmax and topK for long rows,
 // the filtered sampler `sample` (repetition penalty, temperature, top-k,
-// top-p, min-p, drawn with Philox4x32-10) and `philox4x32` random bits.
+// top-p, min-p, drawn with Philox4x32-10, every pass spread over slices of
+// the row) and `philox4x32` random bits.
 // Kernels: shaders/sample.metal and shaders/cuda/sample.cu.
 
 import src from '../../shaders/sample.metal' with { type: 'text' };
@@ -26,7 +27,7 @@ export const SAMPLE_KERNELS = [
   'argmax_f32', 'argmax_blocks_f32', 'argmax_merge_f32',
   'top_k_f32', 'top_k_blocks_f32', 'top_k_merge_f32',
   'softmax_sample_f32',
-  'sample_blocks_f32', 'sample_finish_f32',
+  'sample_blocks_f32', 'sample_mass_f32', 'sample_finish_f32',
   'philox4x32_10_u32',
 ] as const;
 
@@ -34,18 +35,29 @@ export const SAMPLE_KERNELS = [
 export const SAMPLE_MAX_K = 256;
 /** Elements per threadgroup of argmax's first pass. */
 export const ARGMAX_SLICE = 2048;
-/** Elements per threadgroup of the sampler's first pass at most (its threadgroup flags one byte per element). */
+/** Elements per threadgroup of the sampler's passes at most (its threadgroup flags one byte per element). */
 export const SAMPLE_SLICE = 4096;
+/**
+ * Items a thread of the selecting kernels holds at once (shaders/sample.metal
+ * SAMPLE_ITEMS): a slice of at most this many per thread is loaded once.
+ */
+export const SAMPLE_ITEMS = 16;
+/** Per-row words of the sampler's scratch regions (shaders/sample.metal's SampleLimits, layout()). */
+export const SAMPLE_HIST_WORDS = 9216;
+export const SAMPLE_STATE_WORDS = 16;
+export const SAMPLE_REC_WORDS = 36;
 /** The sampler's vocabulary limit: counts and the tie rule run in f32, exact to 2^24. */
 export const SAMPLE_MAX_VOCAB = 2 ** 24;
 /** softmaxSample's params hold n as an f32: exact up to 2^24. */
 export const SOFTMAX_SAMPLE_MAX_N = 2 ** 24;
 /** Threads of the block passes (Metal). */
 const BLOCK_THREADS = 256;
+/** Threads of the sampler's finish at least (it walks a slice of up to 4096 z). */
+const FINISH_THREADS = 256;
 /**
- * Threads of the CUDA twins of the top-k block passes: 8 to 16 items a
- * thread per radix round over a 4096-element slice, 16 warps to hide the
- * rounds' loads.
+ * Threads of the CUDA twins of the block passes at most: 8 items a thread
+ * (two 16-byte loads, held in registers through the radix rounds), 512 for a
+ * 4096-element slice.
  */
 const CUDA_SELECT_THREADS = 512;
 /** Threads of the one-threadgroup kernels at most (the kernels' arrays). */
@@ -253,7 +265,7 @@ export function validateTopK(a: TopKArgs, device?: Device): void {
  * argmax: NaN above +inf, -0 equal to +0, ties to the lowest index, as
  * torch.topk orders). mlx-native's top_k_f32 (k <= 128, per-thread windows,
  * order not guaranteed) is here a radix select on (key, ~index) with k up to
- * 256 and sorted output: the crate's host code drives it unchanged (its
+ * 256 and output sorted by counting ranks: the crate's host code drives it unchanged (its
  * threadgroup memory, tg_size * k per array, covers what the kernel needs).
  * mlx-native accepts k > nElements; the entries past nElements are
  * (-inf, 0xffffffff) here.
@@ -265,8 +277,8 @@ export function validateTopK(a: TopKArgs, device?: Device): void {
  * kernel's only threadgroup memory); grid (rows, 1, 1) of
  * min(1024, max(32, nextPow2(nElements))) threads.
  * With scratch: top_k_blocks_f32 (0 input, 1 scratch, 2 TopKBlocksParams;
- * grid (rows, ceil(nElements / topKSlice(k)), 1) of 256 threads: each
- * slice's top k, sorted), then top_k_merge_f32 (0 scratch, 1 outIndices,
+ * grid (rows, ceil(nElements / topKSlice(k)), 1) of 256 threads (CUDA: 8
+ * elements each): each slice's top k, unordered), then top_k_merge_f32 (0 scratch, 1 outIndices,
  * 2 outValues, 3 TopKBlocksParams; grid (rows, 1, 1)). The bytes that must
  * move: 4 * rows * nElements read, 8 * rows * k written.
  */
@@ -299,7 +311,7 @@ export function planTopK(a: TopKArgs, limits: DeviceLimits, device?: Device): Op
     dispatches: [
       { kernel: 'top_k_blocks_f32', buffers: [a.input, a.scratch], bytes: [, , params], grid: [a.rows, nBlocks, 1],
         threads: [Math.min(BLOCK_THREADS, limits.maxThreadsPerThreadgroup), 1, 1],
-        cuda: { grid: [a.rows, nBlocks, 1], threads: [Math.min(CUDA_SELECT_THREADS, limits.maxThreadsPerThreadgroup), 1, 1] } },
+        cuda: { grid: [a.rows, nBlocks, 1], threads: [threadsFor(slice / 8, CUDA_SELECT_THREADS, limits), 1, 1] } },
       { kernel: 'top_k_merge_f32', buffers: [a.scratch, a.outIndices, a.outValues], bytes: [, , , params], grid: [a.rows, 1, 1],
         threads: [threadsFor(nBlocks * a.k, MAX_THREADS, limits), 1, 1] },
     ],
@@ -430,12 +442,16 @@ export function sampleSlice(candidates: number): number {
 }
 
 /**
- * u32 elements of the sampler's scratch, for any filters: z [rows, vocab],
- * 3 words per slice of 2048, and 256 candidate pairs per slice of 4096 (64
- * per slice of 2048 take no more).
+ * u32 elements of the sampler's scratch, for any filters, per row (the
+ * regions of shaders/sample.metal's layout()): z (vocab rounded up to 4), 4
+ * words per slice of 2048, 256 candidate pairs per slice of 4096 (64 per
+ * slice of 2048 take no more), the whole-row histograms and state, and a
+ * record per slice of 4096.
  */
 export function sampleScratchElements(rows: number, vocab: number): number {
-  const perRow = vocab + 3 * Math.ceil(vocab / (SAMPLE_SLICE / 2)) + 2 * SAMPLE_MAX_K * Math.ceil(vocab / SAMPLE_SLICE);
+  const slices = Math.ceil(vocab / SAMPLE_SLICE);
+  const perRow = Math.ceil(vocab / 4) * 4 + 4 * Math.ceil(vocab / (SAMPLE_SLICE / 2)) + 2 * SAMPLE_MAX_K * slices
+    + SAMPLE_HIST_WORDS + SAMPLE_STATE_WORDS + SAMPLE_REC_WORDS * slices;
   return checkedProduct('sample', 'scratch elements', rows, perRow);
 }
 
@@ -513,7 +529,8 @@ export function validateSample(a: SampleArgs, device?: Device): void {
     ['scratch', a.scratch]], ['outToken', 'outLogprob', 'scratch'], 'the passes read the logits, the ids and the scratch while they write');
 }
 
-export function packSampleParams(a: SampleArgs): Uint8Array {
+/** The sampler's params; `pass` is sample_mass_f32's (0 for the other passes). */
+export function packSampleParams(a: SampleArgs, pass = 0): Uint8Array {
   const cand = sampleCandidates(a);
   const slice = sampleSlice(cand);
   const [seedLo, seedHi] = u64Words(a.seed)!;
@@ -522,8 +539,20 @@ export function packSampleParams(a: SampleArgs): Uint8Array {
     n_vocab: a.vocab, rows: a.rows, slice, n_blocks: Math.ceil(a.vocab / slice), top_k: a.topK ?? 0,
     n_cand: cand, n_prev: a.prevTokens === undefined ? 0 : a.nPrev!, temperature: a.temperature,
     top_p: a.topP ?? 1, min_p: a.minP ?? 0, repetition_penalty: a.repetitionPenalty ?? 1,
-    seed_lo: seedLo, seed_hi: seedHi, counter_lo: ctrLo, counter_hi: ctrHi,
+    seed_lo: seedLo, seed_hi: seedHi, counter_lo: ctrLo, counter_hi: ctrHi, pass,
   });
+}
+
+/**
+ * The passes over the whole row the plan adds (sample_mass_f32's pass
+ * numbers): top_k 0 with top-p or min-p and more tokens than candidates,
+ * where the candidates may not hold the kept set; three passes for the top-p
+ * cut, one (the records) for min-p alone.
+ */
+export function sampleMassPasses(a: Pick<SampleArgs, 'vocab' | 'topK' | 'topP' | 'minP' | 'temperature'>): number[] {
+  const cand = sampleCandidates(a);
+  if (!(Math.fround(a.temperature) > 0) || (a.topK ?? 0) > 0 || cand === 0 || cand >= a.vocab) return [];
+  return Math.fround(a.topP ?? 1) < 1 ? [0, 1, 2] : [2];
 }
 
 /**
@@ -552,38 +581,48 @@ export function packSampleParams(a: SampleArgs): Uint8Array {
  * Layouts: logits f32 [rows, vocab]; prevTokens u32 [rows, nPrev];
  * outToken u32 [rows]; outLogprob f32 [rows]; scratch u32
  * [sampleScratchElements(rows, vocab)].
- * Dispatches: sample_blocks_f32 (0 logits, 1 prevTokens (logits when absent,
- * unread), 2 scratch, 3 SampleParams; grid (rows, ceil(vocab / sampleSlice), 1)):
- * z, each slice's max, its index and sum of exp, and its candidates; then
- * sample_finish_f32 (0 scratch, 1 outToken, 2 outLogprob, 3 SampleParams;
- * grid (rows, 1, 1) of up to 1024 threads). The bytes that must move: the
- * logits, read once (4 * rows * vocab); the first pass also writes z, as
- * many bytes again, which the finish reads back only where it walks tokens
- * in index order: one slice without filters, and the whole row
- * about ten times (one threadgroup per row) where top-p or min-p keep more
- * than 256 tokens with topK = 0: the slow path.
+ * Dispatches (shaders/sample.metal's header states each pass):
+ * sample_blocks_f32 (0 logits, 1 prevTokens (logits when absent, unread), 2
+ * scratch, 3 SampleParams; grid (rows, ceil(vocab / sampleSlice), 1)): each
+ * slice's max, index of the max, sum of exp and candidates, and with topK = 0
+ * its z; then, with topK = 0 and topP or minP over more than 256 tokens,
+ * sample_mass_f32 (0 scratch, 1 SampleParams with `pass`; the same grid) for
+ * each of sampleMassPasses (the top-p cut's histograms over the whole row,
+ * spread over the slices); then sample_finish_f32 (0 scratch, 1 outToken, 2
+ * outLogprob, 3 SampleParams; grid (rows, 1, 1) of 256 to 1024 threads).
+ * The bytes that must move: the logits, read once (4 * rows * vocab); with
+ * topK = 0 the first pass also writes z, which the finish reads back for one
+ * slice, and the mass passes read three times more where they run.
  */
 export function sample(enc: Encoder, args: SampleArgs): void {
   record(enc, planSample(args, enc.device.limits, enc.device));
 }
 
-/** sample's plan: validates, then the two passes (see sample). */
+/** sample's plan: validates, then the passes (see sample). */
 export function planSample(a: SampleArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateSample(a, device);
   const cand = sampleCandidates(a);
   const nb = Math.ceil(a.vocab / sampleSlice(cand));
   const params = packSampleParams(a);
   const slice = Math.min(sampleSlice(cand), a.vocab);
-  const blocks: PlannedDispatch = {
-    kernel: 'sample_blocks_f32', buffers: [a.logits, a.prevTokens ?? a.logits, a.scratch], bytes: [, , , params],
-    grid: [a.rows, nb, 1], threads: [threadsFor(slice, BLOCK_THREADS, limits), 1, 1],
-    cuda: { grid: [a.rows, nb, 1], threads: [threadsFor(slice / 8, CUDA_SELECT_THREADS, limits), 1, 1] },
+  // Metal: 256 threads, up to 16 z each; CUDA: 8 each (two 16-byte loads).
+  const grid: [number, number, number] = [a.rows, nb, 1];
+  const rowPass = {
+    grid, threads: [threadsFor(slice, BLOCK_THREADS, limits), 1, 1] as [number, number, number],
+    cuda: { grid, threads: [threadsFor(slice / 8, CUDA_SELECT_THREADS, limits), 1, 1] as [number, number, number] },
   };
+  const blocks: PlannedDispatch = {
+    kernel: 'sample_blocks_f32', buffers: [a.logits, a.prevTokens ?? a.logits, a.scratch], bytes: [, , , params], ...rowPass,
+  };
+  const mass: PlannedDispatch[] = sampleMassPasses(a).map((pass) => ({
+    kernel: 'sample_mass_f32', buffers: [a.scratch], bytes: [, packSampleParams(a, pass)], ...rowPass,
+  }));
+  // The finish holds its candidates in registers: SAMPLE_ITEMS per thread.
   const finish: PlannedDispatch = {
     kernel: 'sample_finish_f32', buffers: [a.scratch, a.outToken, a.outLogprob], bytes: [, , , params],
-    grid: [a.rows, 1, 1], threads: [threadsFor(Math.max(nb * cand, a.vocab) / 4, MAX_THREADS, limits), 1, 1],
+    grid: [a.rows, 1, 1], threads: [threadsFor(Math.max(FINISH_THREADS, Math.ceil((nb * cand) / SAMPLE_ITEMS)), MAX_THREADS, limits), 1, 1],
   };
-  return { family: SAMPLE_FAMILY, sources: SAMPLE_SOURCES, kernels: SAMPLE_KERNELS, dispatches: [blocks, finish] };
+  return { family: SAMPLE_FAMILY, sources: SAMPLE_SOURCES, kernels: SAMPLE_KERNELS, dispatches: [blocks, ...mass, finish] };
 }
 
 // ---- Philox4x32-10 ----

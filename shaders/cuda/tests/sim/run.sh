@@ -5,6 +5,8 @@
 #   glue:  rms_norm, softmax and gelu at the op's CUDA launches (glue_driver.cpp)
 #   quantized_matmul: that family (quantized_matmul_driver.cpp)
 #   flash_attn_prefill: that family (flash_attn_prefill.sh runs its variants)
+#   sample: that family (sample_driver.cpp; a name fragment as the second
+#           argument runs only the sampler cases holding it)
 # `big` adds large sizes. SIM_DEFINES (e.g. "-DMLXN_FC_301=1") go to the
 # compiler, as the registry gives function constants to NVRTC.
 # Needs g++ with C++20 and the CUDA headers (for the f16 / bf16 types).

@@ -9,7 +9,9 @@
 // headers give the f16 / bf16 conversions in host mode. It says nothing
 // about speed, and a kernel relying on anything not modelled here (other
 // PTX, warp-divergent collectives, memory ordering between blocks) is out
-// of its reach. build.py assembles a family's program for it.
+// of its reach. Votes, __match_any_sync and __reduce_add_sync take every
+// lane's value and keep those of `mask`. build.py assembles a family's
+// program for it.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -69,6 +71,60 @@ template <class T> inline T sim_exchange(T v, unsigned src) {
 }
 inline float __shfl_xor_sync(unsigned, float v, unsigned o) { return sim_exchange(v, sim_lane() ^ o); }
 inline float __shfl_down_sync(unsigned, float v, unsigned o) { unsigned s = sim_lane() + o; return sim_exchange(v, s < 32 ? s : sim_lane()); }
+template <class T> inline T __shfl_xor_sync(unsigned, T v, unsigned o) { return sim_exchange(v, sim_lane() ^ o); }
+template <class T> inline T __shfl_down_sync(unsigned, T v, unsigned o) { unsigned s = sim_lane() + o; return sim_exchange(v, s < 32 ? s : sim_lane()); }
+template <class T> inline T __shfl_up_sync(unsigned, T v, unsigned o) { return sim_exchange(v, sim_lane() >= o ? sim_lane() - o : sim_lane()); }
+template <class T> inline T __shfl_sync(unsigned, T v, int src) { return sim_exchange(v, unsigned(src) & 31u); }
+
+// Vote, match and reduce: every lane of the warp calls them (the kernels'
+// collectives are warp-uniform); `mask` names the lanes whose values count.
+inline unsigned sim_lane_values(unsigned v, unsigned* all) {
+  sim_warp_sync();
+  std::memcpy(sim_slot(sim_lane()), &v, sizeof(v));
+  sim_warp_sync();
+  for (unsigned l = 0; l < 32; ++l) std::memcpy(&all[l], sim_slot(l), sizeof(unsigned));
+  sim_warp_sync();  // every lane has read the slots before any is overwritten
+  return v;
+}
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+  unsigned all[32];
+  sim_lane_values(pred ? 1u : 0u, all);
+  unsigned r = 0;
+  for (unsigned l = 0; l < 32; ++l) if ((mask >> l) & 1u && all[l]) r |= 1u << l;
+  return r;
+}
+inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+inline unsigned __match_any_sync(unsigned mask, unsigned v) {
+  unsigned all[32];
+  sim_lane_values(v, all);
+  unsigned r = 0;
+  for (unsigned l = 0; l < 32; ++l) if ((mask >> l) & 1u && all[l] == v) r |= 1u << l;
+  return r;
+}
+inline unsigned __reduce_add_sync(unsigned mask, unsigned v) {
+  unsigned all[32];
+  sim_lane_values(v, all);
+  unsigned r = 0;
+  for (unsigned l = 0; l < 32; ++l) if ((mask >> l) & 1u) r += all[l];
+  return r;
+}
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline int __ffs(int v) { return __builtin_ffs(v); }
+inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz(unsigned(v)); }
+inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }
+// Atomics: the threads of a block run at once, so these are real ones.
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicMin(unsigned* p, unsigned v) {
+  unsigned old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+  while (v < old && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+  return old;
+}
+inline unsigned atomicMax(unsigned* p, unsigned v) {
+  unsigned old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+  while (v > old && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+  return old;
+}
 
 template <class T> inline T __ldg(const T* p) { return *p; }
 // The fast intrinsics, computed exactly here (the simulation checks logic, not rounding).

@@ -1,0 +1,258 @@
+// The sample family's CUDA kernels (shaders/cuda/sample.cu) on the CPU
+// simulation (sim_runtime.h), at the launches of ts/ops/sample.ts (planTopK,
+// planSample: written out again below), against float64 references written
+// as ts/reference/sample.ts's: top-k (one pass and two, ties, k past n) and
+// the sampler on every path (greedy, no filter, candidates, the whole row
+// with its three mass passes, min-p's record pass), comparing tokens where
+// every decision is 1e-5 away from flipping (the test's margin) and the
+// log-probabilities to 1e-4. run.sh builds and runs it (`sample`).
+#include "sim_kernels.h"  // build.py's output
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+static int failures = 0;
+static std::string only;  // argv[1]: run the sampler cases whose name holds it (and no top-k)
+static std::mt19937 gen(2026);
+
+static u32 threads_for(double work, u32 max_threads) {
+  u32 p = 1;
+  while (p < work) p *= 2;
+  return std::min(max_threads, std::max(32u, p));
+}
+static u32 cdiv(u64 a, u64 b) { return u32((a + b - 1) / b); }
+
+// ---- top-k ----
+
+static void check_top_k(u32 rows, u32 n, u32 k, bool two_pass, const std::vector<float>& x) {
+  std::vector<u32> idx(size_t(rows) * k, 0xabcdefu);
+  std::vector<float> val(size_t(rows) * k, NAN);
+  const u32 slice = k <= 64 ? 2048 : 4096;
+  if (!two_pass || n <= slice) {
+    TopKParams p{n, k};
+    sim_launch({rows, 1, 1}, {threads_for(n, 1024), 1, 1}, 0, [&] { top_k_f32(x.data(), idx.data(), val.data(), &p); });
+  } else {
+    const u32 nb = cdiv(n, slice);
+    TopKBlocksParams p{n, k, slice, nb};
+    std::vector<u32> cand(size_t(rows) * nb * k * 2 + 4, 0xffffffffu);
+    sim_launch({rows, nb, 1}, {threads_for(slice / 8.0, 512), 1, 1}, 0, [&] { top_k_blocks_f32(x.data(), cand.data(), &p); });
+    sim_launch({rows, 1, 1}, {threads_for(double(nb) * k, 1024), 1, 1}, 0, [&] { top_k_merge_f32(cand.data(), idx.data(), val.data(), &p); });
+  }
+  bool ok = true;
+  for (u32 r = 0; r < rows; ++r) {
+    std::vector<u32> order(n);
+    std::iota(order.begin(), order.end(), 0u);
+    const float* xr = x.data() + size_t(r) * n;
+    std::stable_sort(order.begin(), order.end(), [&](u32 a, u32 b) { return order_key(xr[a]) > order_key(xr[b]); });
+    for (u32 j = 0; j < k; ++j) {
+      const u32 want = j < n ? order[j] : 0xffffffffu;
+      if (idx[size_t(r) * k + j] != want) ok = false;
+    }
+  }
+  if (!ok) failures++;
+  std::printf("%s top_k rows %u n %u k %u %s\n", ok ? "ok  " : "FAIL", rows, n, k, two_pass ? "two passes" : "one pass");
+}
+
+// ---- the sampler ----
+
+struct Opt {
+  float t = 1, top_p = 1, min_p = 0, rp = 1;
+  u32 top_k = 0;
+  u64 seed = 1, counter = 0;
+};
+
+struct RefRow { u32 token; double logprob; double margin; };
+
+// ts/reference/sample.ts: sampleRowRef.
+static RefRow reference(const float* x, u32 v, u32 row, const Opt& o, const u32* prev, u32 n_prev) {
+  std::vector<double> z(v);
+  std::vector<char> flagged(v, 0);
+  if (prev && o.rp != 1.0f)
+    for (u32 j = 0; j < n_prev; ++j) if (prev[size_t(row) * n_prev + j] < v) flagged[prev[size_t(row) * n_prev + j]] = 1;
+  for (u32 i = 0; i < v; ++i) {
+    double y = x[i];
+    if (std::isnan(y)) { z[i] = -INFINITY; continue; }
+    if (flagged[i]) y = y > 0 ? y / double(o.rp) : y * double(o.rp);
+    y = o.t > 0 ? y / double(o.t) : y;
+    z[i] = std::min(y, 3.4028234663852886e38);
+  }
+  std::vector<u32> order(v);
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(), [&](u32 a, u32 b) { return z[a] > z[b]; });
+  const double zmax = z[order[0]];
+  if (zmax == -INFINITY) return {0xffffffffu, -INFINITY, INFINITY};
+  if (o.t == 0) return {order[0], 0.0, INFINITY};
+  std::vector<double> w(v);
+  double mass = 0;
+  for (u32 i = 0; i < v; ++i) mass += w[i] = std::exp(z[i] - zmax);
+  const u32 cand = o.top_k > 0 ? std::min(o.top_k, v) : (o.top_p < 1 || o.min_p > 0) ? std::min(256u, v) : 0u;
+  const u32 limit = o.top_k > 0 ? std::min(o.top_k, v) : v;
+  double ref = 0;
+  for (u32 r = 0; r < limit; ++r) ref += w[order[r]];
+  if (o.top_k == 0) ref = mass;
+  double margin = INFINITY, kept = 0;
+  u32 len = 0;
+  for (u32 r = 0; r < limit; ++r) {
+    const double wr = w[order[r]];
+    if (o.top_p < 1) {
+      margin = std::min(margin, std::fabs(kept - o.top_p * ref) / ref);
+      if (!(kept < o.top_p * ref)) break;
+    }
+    if (o.min_p > 0) {
+      margin = std::min(margin, std::fabs(wr - o.min_p) / std::max(double(o.min_p), 1e-30));
+      if (!(wr >= o.min_p)) break;
+    }
+    kept += wr;
+    len = r + 1;
+  }
+  const bool candidates = cand > 0 && !(o.top_k == 0 && len >= cand && cand < v);
+  std::vector<u32> walk(order.begin(), order.begin() + len);
+  if (!candidates) std::sort(walk.begin(), walk.end());
+  const uint4 rnd = philox4x32_10(make_uint4(u32(o.counter), u32(o.counter >> 32), row, 0u), u32(o.seed), u32(o.seed >> 32));
+  const double u = double(rnd.x >> 8) / 16777216.0;
+  const double target = u * kept;
+  double c = 0;
+  u32 token = walk.back();
+  bool found = false;
+  for (u32 t : walk) {
+    if (w[t] <= 0) continue;
+    margin = std::min(margin, std::fabs(c + w[t] - target) / kept);
+    if (!found && c + w[t] > target) { token = t; found = true; }
+    c += w[t];
+  }
+  return {token, std::log(w[token] / kept), margin};
+}
+
+static u64 scratch_elements(u32 rows, u32 v) {
+  const u64 slices = cdiv(v, 4096);
+  return u64(rows) * (u64(cdiv(v, 4)) * 4 + 4ull * cdiv(v, 2048) + 512 * slices + 9216 + 16 + 36 * slices);
+}
+
+// planSample's dispatches at CUDA's launches; returns the rows compared. At
+// most 1 in `skip` rows may sit on a rounding boundary (margin below 1e-5);
+// the constructed rows below, whose tokens differ by an ulp or tie, have
+// many such boundaries.
+static u32 run_sample(const std::string& name, u32 rows, u32 v, const Opt& o, const std::vector<float>& x,
+                      const std::vector<u32>& prev, u32 n_prev, u32 skip = 25) {
+  if (!only.empty() && name.find(only) == std::string::npos) return 0;
+  const u32 cand = o.top_k > 0 ? std::min(o.top_k, v) : (o.top_p < 1 || o.min_p > 0) ? std::min(256u, v) : 0u;
+  const u32 slice = cand > 64 ? 4096 : 2048;
+  const u32 nb = cdiv(v, slice);
+  SampleParams p{};
+  p.n_vocab = v; p.rows = rows; p.slice = slice; p.n_blocks = nb; p.top_k = o.top_k; p.n_cand = cand;
+  p.n_prev = n_prev; p.temperature = o.t; p.top_p = o.top_p; p.min_p = o.min_p; p.repetition_penalty = o.rp;
+  p.seed_lo = u32(o.seed); p.seed_hi = u32(o.seed >> 32); p.counter_lo = u32(o.counter); p.counter_hi = u32(o.counter >> 32);
+  std::vector<u32> passes;
+  if (o.t > 0 && o.top_k == 0 && cand > 0 && cand < v) passes = o.top_p < 1 ? std::vector<u32>{0, 1, 2} : std::vector<u32>{2};
+  std::vector<u32> scratch(scratch_elements(rows, v) + 4, 0xffffffffu);
+  std::vector<u32> tok(rows, 0xabcdefu);
+  std::vector<float> lp(rows, NAN);
+  const u32 tb = threads_for(std::min(slice, v) / 8.0, 512);
+  const u32* pv = n_prev ? prev.data() : reinterpret_cast<const u32*>(x.data());
+  sim_launch({rows, nb, 1}, {tb, 1, 1}, 0, [&] { sample_blocks_f32(x.data(), pv, scratch.data(), &p); });
+  for (u32 pass : passes) {
+    SampleParams q = p;
+    q.pass = pass;
+    sim_launch({rows, nb, 1}, {tb, 1, 1}, 0, [&] { sample_mass_f32(scratch.data(), &q); });
+  }
+  const u32 tf = threads_for(std::max(256.0, std::ceil(double(nb) * cand / 16)), 1024);
+  sim_launch({rows, 1, 1}, {tf, 1, 1}, 0, [&] { sample_finish_f32(scratch.data(), tok.data(), lp.data(), &p); });
+  u32 compared = 0, wrong = 0, skipped = 0;
+  for (u32 r = 0; r < rows; ++r) {
+    const RefRow want = reference(x.data() + size_t(r) * v, v, r, o, n_prev ? prev.data() : nullptr, n_prev);
+    if (getenv("SIM_VERBOSE")) std::printf("     row %u: margin %.3g token %u want %u\n", r, want.margin, tok[r], want.token);
+    if (want.margin < 1e-5) { skipped++; continue; }
+    compared++;
+    const bool lp_ok = want.token == 0xffffffffu ? lp[r] == -INFINITY : std::fabs(lp[r] - want.logprob) <= 1e-4 * std::max(1.0, std::fabs(want.logprob));
+    if (tok[r] != want.token || !lp_ok) {
+      if (wrong < 3) std::printf("     row %u: token %u logprob %.7g, want %u %.7g\n", r, tok[r], lp[r], want.token, want.logprob);
+      wrong++;
+    }
+  }
+  const bool ok = wrong == 0 && compared > 0 && skipped <= (compared + skip - 1) / skip;
+  if (!ok) failures++;
+  std::printf("%s sample %-34s [%u, %u] %zu passes: %u rows compared, %u skipped\n", ok ? "ok  " : "FAIL", name.c_str(), rows, v,
+              passes.size() + 2, compared, skipped);
+  return compared;
+}
+
+// Distinct values spaced far beyond f32 rounding: a shuffled ramp.
+static std::vector<float> ramp(u32 n, double lo, double hi) {
+  std::vector<float> v(n);
+  for (u32 i = 0; i < n; ++i) v[i] = float(lo + (hi - lo) * i / std::max(1u, n - 1));
+  std::shuffle(v.begin(), v.end(), gen);
+  return v;
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1) only = argv[1];
+  // top-k: quantized values (ties across slices and at the cut), k past n.
+  for (auto [rows, n, k] : std::vector<std::tuple<u32, u32, u32>>{{2, 5, 8}, {3, 100, 256}, {2, 1000, 64}, {1, 4099, 100}, {2, 9000, 40}, {1, 20000, 256}}) {
+    std::vector<float> x(size_t(rows) * n);
+    std::uniform_int_distribution<int> q(-200, 200);
+    for (auto& e : x) e = q(gen) / 4.0f;
+    if (!only.empty()) break;
+    check_top_k(rows, n, k, false, x);
+    check_top_k(rows, n, k, true, x);
+  }
+  const std::vector<std::pair<std::string, Opt>> configs = {
+      {"greedy", {0}},
+      {"temperature", {0.8f}},
+      {"top-k 40", {0.7f, 1, 0, 1, 40}},
+      {"top-k 256 + top-p", {1, 0.9f, 0, 1, 256}},
+      {"top-k + top-p + min-p + penalty", {0.6f, 0.95f, 0.05f, 1.3f, 20}},
+      {"top-p alone", {1, 0.9f}},
+      {"min-p alone", {1.2f, 1, 0.2f}},
+      {"top-p alone, small nucleus", {0.3f, 0.8f}},
+      {"top-p + min-p", {1, 0.95f, 0.02f}},
+  };
+  u32 compared = 0;
+  for (auto [rows, v] : std::vector<std::pair<u32, u32>>{{3, 1}, {4, 7}, {4, 300}, {2, 5000}, {2, 9000}}) {
+    const std::vector<float> x = ramp(rows * v, -12, 12);
+    const u32 n_prev = 5;
+    std::vector<u32> prev(rows * n_prev);
+    for (auto& t : prev) t = gen() % (v + 3);
+    for (auto& [name, c] : configs) {
+      Opt o = c;
+      o.seed = v * 7 + 1;
+      o.counter = 11;
+      compared += run_sample(name, rows, v, o, x, prev, o.rp != 1 ? n_prev : 0);
+    }
+  }
+  // The whole row with ties at the cut across slices: logits on a grid of
+  // 1/8 (as bf16 logits repeat values), top-p alone and with min-p.
+  {
+    const u32 rows = 6, v = 20000;
+    std::vector<float> x(size_t(rows) * v);
+    std::uniform_int_distribution<int> q(-40, 40);
+    for (auto& e : x) e = q(gen) / 8.0f;
+    for (float tp : {0.5f, 0.9f}) {
+      Opt o{1, tp};
+      o.seed = 5;
+      o.counter = 77;
+      compared += run_sample("whole row, ties, top-p " + std::to_string(tp).substr(0, 3), rows, v, o, x, {}, 0, 1);
+      o.min_p = 0.3f;
+      compared += run_sample("whole row, ties, top-p + min-p", rows, v, o, x, {}, 0, 1);
+    }
+    Opt m{1, 1, 0.4f};
+    compared += run_sample("whole row, ties, min-p alone", rows, v, m, x, {}, 0, 1);
+  }
+  // More distinct keys at the cut than a slice's record lists: 300 values a
+  // few ulps apart around 1.0, so the last digit's range holds them all.
+  {
+    const u32 rows = 8, v = 12000;
+    std::vector<float> x(size_t(rows) * v);
+    for (u32 i = 0; i < x.size(); ++i) x[i] = __uint_as_float(0x3f800000u + (gen() % 300));
+    // Weights within 4e-5 of 1: targets half a token from a boundary.
+    for (float tp : {3600.5f / 12000, 8400.5f / 12000}) {
+      Opt o{1, tp};
+      o.seed = 9;
+      o.counter = 3;
+      compared += run_sample("whole row, record overflow", rows, v, o, x, {}, 0, 1);
+    }
+  }
+  std::printf("%u rows compared\n%s\n", compared, failures == 0 ? "all passed" : "FAILURES");
+  return failures != 0;
+}
