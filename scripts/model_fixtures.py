@@ -14,6 +14,13 @@ For each fixture the output folder gets <out>/<name>/ holding
                      offset): prefill logits of every prompt position, the
                      logits of each decode step (float32)
 
+The configurations keep the real attention head dimensions (Qwen3.6 256;
+Gemma 4 256 in sliding and 512 in global layers: the sizes the decode
+attention kernels take) and the gated delta net's at 64 (a size the chunked
+kernels take), and scale everything else down: hidden 64 (Qwen) or 48
+(Gemma), 2 query heads, 1 KV head, 4 layers covering every layer kind, a
+vocabulary of 512, 8 experts of which 2 are routed.
+
 The weights are drawn from a seeded generator at scales that keep the
 activations near unit size (so the logits have a spread and greedy tokens
 have margins), then rounded to bf16; the model runs in float32 on those
@@ -264,21 +271,21 @@ def qwen3_5_moe(out_root):
         hidden_size=64,
         num_hidden_layers=4,
         layer_types=['linear_attention', 'full_attention', 'linear_attention', 'full_attention'],
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=256,
         hidden_act='silu',
         max_position_embeddings=256,
         rms_norm_eps=1e-6,
         tie_word_embeddings=False,
         rope_parameters={'rope_type': 'default', 'rope_theta': 10_000_000.0, 'partial_rotary_factor': 0.25,
-                         'mrope_section': [2, 1, 1], 'mrope_interleaved': True},
+                         'mrope_section': [11, 11, 10], 'mrope_interleaved': True},
         attention_bias=False,
         linear_conv_kernel_dim=4,
-        linear_key_head_dim=16,
-        linear_value_head_dim=16,
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
+        linear_key_head_dim=64,
+        linear_value_head_dim=64,
+        linear_num_key_heads=1,
+        linear_num_value_heads=2,
         moe_intermediate_size=32,
         shared_expert_intermediate_size=48,
         num_experts_per_tok=2,
@@ -345,14 +352,14 @@ def gemma_config(name, **over):
     from transformers.models.gemma4.configuration_gemma4 import Gemma4TextConfig
     base = dict(
         vocab_size=512,
-        hidden_size=64,
+        hidden_size=48,
         intermediate_size=96,
         num_hidden_layers=4,
         layer_types=['sliding_attention', 'full_attention', 'sliding_attention', 'full_attention'],
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        global_head_dim=64,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=256,
+        global_head_dim=512,
         hidden_activation='gelu_pytorch_tanh',
         max_position_embeddings=256,
         rms_norm_eps=1e-6,
