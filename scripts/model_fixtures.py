@@ -225,7 +225,8 @@ def build_and_run(name, model_cls, config, seed, rules, tied, facts, out_root):
     names = save_weights(model, folder, tied)
     d['tensors'] = len(names)
     config.architectures = [type(model).__name__]
-    config.to_json_file(os.path.join(folder, 'config.json'))
+    # Every field written, defaults too: the reader need not know this version's defaults.
+    config.to_json_file(os.path.join(folder, 'config.json'), use_diff=False)
     m.write(folder)
     sizes = {f: os.path.getsize(os.path.join(folder, f)) for f in sorted(os.listdir(folder))}
     print(f'[{name}] prompt {prompt}', flush=True)
