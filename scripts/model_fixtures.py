@@ -335,8 +335,11 @@ def qwen3_5_moe(out_root):
 # ---------------------------------------------------------------- Gemma 4 (gemma4 text)
 
 GEMMA_RULES = [
+    # Attention scores are q . k unscaled after q_norm and k_norm: weights near 1/4 keep them near unit size (as
+    # trained models' do), so the softmax is not so peaked that bf16 rounding of q and k flips its winners.
+    (ends('q_norm.weight', 'k_norm.weight'), around(0.25, 0.025)),
     # Gemma 4's norms scale by w.
-    (ends('layernorm.weight', 'layernorm_1.weight', 'layernorm_2.weight', 'q_norm.weight', 'k_norm.weight',
+    (ends('layernorm.weight', 'layernorm_1.weight', 'layernorm_2.weight',
           'model.norm.weight', 'post_per_layer_input_norm.weight', 'per_layer_projection_norm.weight'), around(1.0, 0.1)),
     (ends('router.scale'), around(1.0, 0.1)),
     (ends('router.per_expert_scale'), around(1.0, 0.1)),
@@ -344,7 +347,8 @@ GEMMA_RULES = [
     # The embedding is scaled by sqrt(hidden) and tied to the output projection.
     (ends('embed_tokens.weight'), normal(0.3)),
     (ends('embed_tokens_per_layer.weight'), normal(0.3)),
-    (ends('router.proj.weight'), fan_in(3.0)),
+    # The router sees rms_norm(h) / sqrt(H): weights of 3 give its logits a spread of about 3, as Qwen's.
+    (ends('router.proj.weight'), normal(3.0)),
     (always, fan_in()),
 ]
 

@@ -2,7 +2,9 @@
 // transformers writes them (config.json, model.safetensors with its tensor
 // names, bf16 weights), at the configurations of scripts/model_fixtures.py,
 // for the model tests and the demo (not shipped). The weights are drawn at
-// the scales that script uses, so activations stay near unit size.
+// the scales that script uses, so activations stay near unit size and
+// Gemma 4's unscaled attention scores (q . k after q_norm and k_norm, whose
+// weights of 1/4 keep them near unit size as trained ones do) stay soft.
 
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -115,10 +117,10 @@ function tensorsOf(arch: TinyArch): [string, number[], Draw][] {
     for (const n of ['input_layernorm', 'post_attention_layernorm', 'pre_feedforward_layernorm', 'post_feedforward_layernorm']) add(`${p}${n}.weight`, [H], around(1, 0.1));
     add(`${p}self_attn.q_proj.weight`, [nh * D, H], fanIn());
     add(`${p}self_attn.o_proj.weight`, [H, nh * D], fanIn());
-    add(`${p}self_attn.q_norm.weight`, [D], around(1, 0.1));
+    add(`${p}self_attn.q_norm.weight`, [D], around(0.25, 0.025));
     if (!sharedLayer) {
       add(`${p}self_attn.k_proj.weight`, [D, H], fanIn());
-      add(`${p}self_attn.k_norm.weight`, [D], around(1, 0.1));
+      add(`${p}self_attn.k_norm.weight`, [D], around(0.25, 0.025));
       if (!(kEqV && global)) add(`${p}self_attn.v_proj.weight`, [D, H], fanIn());
     }
     const Il = sharedLayer && c['use_double_wide_mlp'] === true ? 2 * I : I;
@@ -126,7 +128,8 @@ function tensorsOf(arch: TinyArch): [string, number[], Draw][] {
     add(`${p}mlp.up_proj.weight`, [Il, H], fanIn());
     add(`${p}mlp.down_proj.weight`, [H, Il], fanIn());
     if (moe) {
-      add(`${p}router.proj.weight`, [E, H], fanIn(3));
+      // The router sees rms_norm(h) / sqrt(H): weights of 3 give its logits a spread of about 3, as Qwen's.
+      add(`${p}router.proj.weight`, [E, H], normal(3));
       add(`${p}router.scale`, [H], around(1, 0.1));
       add(`${p}router.per_expert_scale`, [E], around(1, 0.1));
       add(`${p}experts.gate_up_proj`, [E, 2 * Ie, H], fanIn());

@@ -10,7 +10,7 @@ import { openWeights } from '../ts/weights/index.ts';
 import { fromBf16, fromF16 } from '../ts/index.ts';
 import { gemma4Config, qwen35MoeConfig, readConfigFile, type Gemma4Config, type Qwen35MoeConfig } from '../ts/models/config.ts';
 
-type Vec = Float64Array;
+type Vec = Float64Array<ArrayBufferLike>;
 
 class Weights {
   private readonly cache = new Map<string, Vec>();
@@ -104,6 +104,12 @@ export interface ReferenceRun {
   /** Logits of every prompt position, then of each decode step. */
   prefill: Vec[];
   decode: Vec[];
+  /**
+   * Per prompt position, then per decode step: the narrowest routing call of
+   * any MoE layer, the router logit of the last expert chosen less that of
+   * the first left out (a flip there changes the experts that run).
+   */
+  routingGaps: number[];
   /** tokens[0] from the prompt's last position, tokens[i + 1] from decode step i (fed tokens[i]). */
   tokens: number[];
 }
@@ -114,16 +120,30 @@ function argmax(x: Vec): number {
   return b;
 }
 
-function run(step: (tok: number, pos: number) => Vec, prompt: readonly number[], steps: number): ReferenceRun {
-  const prefill = prompt.map((t, p) => step(t, p));
+/** The router logits' gap between the k-th and (k+1)-th largest. */
+function gapOf(logits: Vec, k: number): number {
+  if (k >= logits.length) return Infinity;
+  const s = [...logits].sort((a, b) => b - a);
+  return s[k - 1]! - s[k]!;
+}
+
+function run(step: (tok: number, pos: number, gap: (g: number) => void) => Vec, prompt: readonly number[], steps: number): ReferenceRun {
+  const routingGaps: number[] = [];
+  const one = (tok: number, pos: number) => {
+    let g = Infinity;
+    const l = step(tok, pos, (x) => { g = Math.min(g, x); });
+    routingGaps.push(g);
+    return l;
+  };
+  const prefill = prompt.map((t, p) => one(t, p));
   const tokens = [argmax(prefill[prefill.length - 1]!)];
   const decode: Vec[] = [];
   for (let i = 0; i < steps; i++) {
-    const l = step(tokens[i]!, prompt.length + i);
+    const l = one(tokens[i]!, prompt.length + i);
     decode.push(l);
     tokens.push(argmax(l));
   }
-  return { prefill, decode, tokens };
+  return { prefill, decode, tokens, routingGaps };
 }
 
 // ---- Qwen3.6 ----
@@ -143,8 +163,8 @@ export function qwenReference(folder: string, prompt: readonly number[], steps: 
     vals.push(Array.from({ length: c.numKvHeads }, () => []));
   }
   const lm = W.has('lm_head.weight') ? 'lm_head.weight' : 'model.embed_tokens.weight';
-  const step = (tok: number, pos: number): Vec => {
-    let h = W.get('model.embed_tokens.weight').slice(tok * H, (tok + 1) * H);
+  const step = (tok: number, pos: number, gap: (g: number) => void): Vec => {
+    let h: Vec = W.get('model.embed_tokens.weight').slice(tok * H, (tok + 1) * H);
     for (let l = 0; l < c.numLayers; l++) {
       const p = `model.layers.${l}.`;
       const x = rms(h, W.get(`${p}input_layernorm.weight`), eps, true);
@@ -209,12 +229,14 @@ export function qwenReference(folder: string, prompt: readonly number[], steps: 
       }
       h = add(h, out);
       const x2 = rms(h, W.get(`${p}post_attention_layernorm.weight`), eps, true);
-      const probs = softmax(mv(W.get(`${p}mlp.gate.weight`), x2, c.numExperts));
+      const routerLogits = mv(W.get(`${p}mlp.gate.weight`), x2, c.numExperts);
+      gap(gapOf(routerLogits, c.numExpertsPerTok));
+      const probs = softmax(routerLogits);
       const top = topk(probs, c.numExpertsPerTok);
       const sum = top.reduce((s, e) => s + probs[e]!, 0);
       const I = c.moeIntermediateSize;
       const gu = W.get(`${p}mlp.experts.gate_up_proj`), dn = W.get(`${p}mlp.experts.down_proj`);
-      let moe = new Float64Array(H);
+      let moe: Vec = new Float64Array(H);
       for (const e of top) {
         const g = mv(gu, x2, 2 * I, e * 2 * I);
         const act = Float64Array.from({ length: I }, (_, i) => silu(g[i]!) * g[I + i]!);
@@ -246,8 +268,8 @@ export function gemmaReference(folder: string, prompt: readonly number[], steps:
     poss.push([]);
   }
   const lm = W.has('lm_head.weight') ? 'lm_head.weight' : 'model.embed_tokens.weight';
-  const step = (tok: number, pos: number): Vec => {
-    let h = W.get('model.embed_tokens.weight').slice(tok * H, (tok + 1) * H).map((v) => v * f32(Math.sqrt(H)));
+  const step = (tok: number, pos: number, gap: (g: number) => void): Vec => {
+    let h: Vec = W.get('model.embed_tokens.weight').slice(tok * H, (tok + 1) * H).map((v) => v * f32(Math.sqrt(H)));
     let pli: Vec[] = [];
     if (P > 0) {
       const proj = mv(W.get('model.per_layer_model_projection.weight'), h, L * P).map((v) => v * f32(1 / Math.sqrt(H)));
@@ -291,14 +313,16 @@ export function gemmaReference(folder: string, prompt: readonly number[], steps:
         const m1 = rms(m, W.get(`${p}post_feedforward_layernorm_1.weight`), eps);
         const scale = W.get(`${p}router.scale`);
         const r = rms(h, null, eps).map((v, i) => v * scale[i]! / Math.sqrt(H));
-        const probs = softmax(mv(W.get(`${p}router.proj.weight`), r, c.moe.numExperts));
+        const routerLogits = mv(W.get(`${p}router.proj.weight`), r, c.moe.numExperts);
+        gap(gapOf(routerLogits, c.moe.topK));
+        const probs = softmax(routerLogits);
         const top = topk(probs, c.moe.topK);
         const sum = top.reduce((s, e) => s + probs[e]!, 0);
         const pes = W.get(`${p}router.per_expert_scale`);
         const xe = rms(h, W.get(`${p}pre_feedforward_layernorm_2.weight`), eps);
         const Ie = c.moe.intermediateSize;
         const gu = W.get(`${p}experts.gate_up_proj`), dn = W.get(`${p}experts.down_proj`);
-        let e2 = new Float64Array(H);
+        let e2: Vec = new Float64Array(H);
         for (const e of top) {
           const gg = mv(gu, xe, 2 * Ie, e * 2 * Ie);
           const y = mv(dn, Float64Array.from({ length: Ie }, (_, i) => geluTanh(gg[i]!) * gg[Ie + i]!), H, e * H);

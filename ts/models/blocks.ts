@@ -11,7 +11,6 @@ import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
-import { MlxError } from '../errors.ts';
 import { denseGemvBf16F32, denseMatmul, denseMatmulTensor, denseMatvec, DENSE_MM_TENSOR_MIN_K } from '../ops/dense.ts';
 import { elementwiseAdd, elementwiseAddScaled, elementwiseMul } from '../ops/elementwise.ts';
 import { gather } from '../ops/embedding.ts';
@@ -112,6 +111,10 @@ export class Scratch {
     for (const b of this.bufs.values()) b.release();
     this.bufs.clear();
   }
+
+  [Symbol.dispose](): void {
+    this.release();
+  }
 }
 
 /**
@@ -201,8 +204,4 @@ export function allExpertsMoe(enc: Encoder, s: Scratch, ex: AllExperts, x: Buffe
   const scaled = s.get('moe.scaled', 'f32', [tokens, e * i]);
   scaleRows(enc, act, routing, scaled, tokens * e, i);
   linear(enc, ex.down, scaled, out, tokens, precision);
-}
-
-export function modelError(what: string, expected: string, actual: unknown): MlxError {
-  return new MlxError('InvalidArgument', `model: ${what} must be ${expected} (got ${String(actual)})`);
 }

@@ -37,7 +37,8 @@ import { geluTanhMul, geluTanhMulHalves } from '../ops/gelu.ts';
 import { rmsNorm } from '../ops/rms_norm.ts';
 import { softcap } from '../ops/softmax.ts';
 import type { Gemma4Layer, Gemma4Weights } from '../weights/index.ts';
-import { allExpertsMoe, denseRouting, linear, modelError, rows, type AllExperts, type Linear } from './blocks.ts';
+import { invalid } from '../validate.ts';
+import { allExpertsMoe, denseRouting, linear, rows, type AllExperts, type Linear } from './blocks.ts';
 import { attentionDecode, attentionPrefill, fillCache, newKvCache, releaseKvCache, type AttentionSpec, type KvCache } from './attention.ts';
 import { Checkpoint } from './checkpoint.ts';
 import type { Gemma4Config, Gemma4LayerConfig } from './config.ts';
@@ -99,7 +100,7 @@ export class Gemma4 extends CausalLM {
       : { kind: 'dense', weight: this.embedTable, n: c.vocabSize, k: c.hiddenSize };
     this.finalNorm = ckpt.f32(ckpt.host(names.finalNorm), [c.hiddenSize]);
     if ((c.perLayerInputSize > 0) !== (names.perLayer !== null)) {
-      throw modelError('the per-layer input tensors', c.perLayerInputSize > 0 ? 'present (hidden_size_per_layer_input > 0)' : 'absent', names.perLayer === null ? 'absent' : 'present');
+      throw invalid('loadModel', 'the per-layer input tensors', c.perLayerInputSize > 0 ? 'present (hidden_size_per_layer_input > 0)' : 'absent', names.perLayer === null ? 'absent' : 'present');
     }
     this.perLayer = names.perLayer === null ? null : {
       table: ckpt.tensor(names.perLayer.embedTokens),
@@ -115,11 +116,11 @@ export class Gemma4 extends CausalLM {
     const c = this.config, ck = this.ckpt, H = c.hiddenSize;
     const cfg = c.layers[l.index]!;
     const norm = (ref: { name: string }, n = H) => ck.f32(ck.host(ref.name), [n]);
-    if (l.type !== 'unknown' && l.type !== cfg.type) throw modelError(`layer ${l.index}`, `a ${cfg.type} layer (config.json)`, l.type);
+    if (l.type !== 'unknown' && l.type !== cfg.type) throw invalid('loadModel', `layer ${l.index}`, `a ${cfg.type} layer (config.json)`, l.type);
     const a = l.attention;
     const owns = cfg.kvSource === l.index;
-    if (owns && (a.kProj === null || a.kNorm === null)) throw modelError(`layer ${l.index}`, 'k_proj and k_norm (it computes its own keys)', 'none');
-    if (owns && !cfg.kEqV && a.vProj === null) throw modelError(`layer ${l.index}`, 'v_proj (attention_k_eq_v is off here)', 'none');
+    if (owns && (a.kProj === null || a.kNorm === null)) throw invalid('loadModel', `layer ${l.index}`, 'k_proj and k_norm (it computes its own keys)', 'none');
+    if (owns && !cfg.kEqV && a.vProj === null) throw invalid('loadModel', `layer ${l.index}`, 'v_proj (attention_k_eq_v is off here)', 'none');
     const attn: AttentionWeights = {
       q: ck.linear([{ ref: a.qProj }]),
       o: ck.linear([{ ref: a.oProj }]),
@@ -132,7 +133,7 @@ export class Gemma4 extends CausalLM {
     let moe: MoeWeights | null = null;
     if (l.moe !== null) {
       const m = c.moe;
-      if (m === null) throw modelError(`layer ${l.index}'s MoE tensors`, 'absent (enable_moe_block is off)', 'present');
+      if (m === null) throw invalid('loadModel', `layer ${l.index}'s MoE tensors`, 'absent (enable_moe_block is off)', 'present');
       const w = ck.host(l.moe.router), scale = ck.host(l.moe.routerScale), root = 1 / Math.sqrt(H);
       const folded = new Float32Array(m.numExperts * H);
       for (let e = 0; e < m.numExperts; e++) for (let j = 0; j < H; j++) folded[e * H + j] = w[e * H + j]! * scale[j]! * root;
@@ -144,7 +145,7 @@ export class Gemma4 extends CausalLM {
         postNorm2: norm(l.moe.postFeedforwardNorm2),
       };
     } else if (c.moe !== null) {
-      throw modelError(`layer ${l.index}'s MoE tensors`, 'present (enable_moe_block is on)', 'absent');
+      throw invalid('loadModel', `layer ${l.index}'s MoE tensors`, 'present (enable_moe_block is on)', 'absent');
     }
     const ple = l.perLayerInput;
     return {
@@ -232,7 +233,7 @@ export class Gemma4 extends CausalLM {
       finish(proj.view('f32', [L, P], 0), emb, L, out);
       return out;
     }
-    if (hostIds === null) throw modelError('perLayerInputs', 'the prompt ids on the host', 'none');
+    if (hostIds === null) throw invalid('forward', 'hostIds', 'the prompt ids on the host (per-layer inputs of a prompt)', 'none');
     // A prompt: layer i's rows of the table ([V * L, P] seen row by row) are ids * L + i.
     const table = pl.table.view(pl.table.dtype, [c.perLayerVocabSize * L, P], 0);
     const idx = s.get('pli.idx', 'u32', [L * t]);

@@ -5,7 +5,7 @@
 
 import type { Device } from '../device.ts';
 import { GgufFile, describeModel, openWeights, type Gemma4Weights, type Qwen35MoeWeights } from '../weights/index.ts';
-import { modelError } from './blocks.ts';
+import { invalid } from '../validate.ts';
 import { Checkpoint, type WeightDtype } from './checkpoint.ts';
 import { modelConfig, readConfigFile } from './config.ts';
 import { Gemma4 } from './gemma4.ts';
@@ -38,7 +38,7 @@ export function loadModel(folder: string, device: Device, opts: LoadOptions = {}
   const raw = readConfigFile(folder);
   const config = modelConfig(raw);
   const source = openWeights(folder);
-  if (source instanceof GgufFile) throw modelError('loadModel: the checkpoint', 'a safetensors checkpoint (the forward passes do not read GGUF)', source.description);
+  if (source instanceof GgufFile) throw invalid('loadModel', 'the checkpoint', 'a safetensors checkpoint (the forward passes do not read GGUF)', source.description);
   const names = describeModel(source, { config: raw });
   const ckpt = new Checkpoint(source, device, opts.weights ?? 'stored', quantizationOf(raw));
   try {

@@ -8,7 +8,8 @@ import type { Device } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { embedding } from '../ops/embedding.ts';
 import { argmax, argmaxScratchElements } from '../ops/sample.ts';
-import { Scratch, modelError, type ProductPrecision } from './blocks.ts';
+import { invalid } from '../validate.ts';
+import { Scratch, type ProductPrecision } from './blocks.ts';
 import type { PrefillAttention } from './attention.ts';
 import type { AffineQuantization, Checkpoint } from './checkpoint.ts';
 import type { ModelConfig } from './config.ts';
@@ -50,12 +51,12 @@ export abstract class CausalLM {
     this.scratch = new Scratch(device);
     this.next = device.alloc('u32', [1]);
     this.maxContext = opts.maxContext ?? 4096;
-    if (!Number.isSafeInteger(this.maxContext) || this.maxContext <= 0) throw modelError('opts.maxContext', 'a positive integer', opts.maxContext);
+    if (!Number.isSafeInteger(this.maxContext) || this.maxContext <= 0) throw invalid('loadModel', 'opts.maxContext', 'a positive integer', opts.maxContext);
     this.precision = opts.precision ?? 'fast';
-    if (this.precision !== 'fast' && this.precision !== 'exact') throw modelError('opts.precision', "'fast' or 'exact'", this.precision);
+    if (this.precision !== 'fast' && this.precision !== 'exact') throw invalid('loadModel', 'opts.precision', "'fast' or 'exact'", this.precision);
     this.prefillAttention = opts.prefillAttention ?? 'flash';
     if (this.prefillAttention !== 'flash' && this.prefillAttention !== 'vector') {
-      throw modelError('opts.prefillAttention', "'flash' or 'vector'", this.prefillAttention);
+      throw invalid('loadModel', 'opts.prefillAttention', "'flash' or 'vector'", this.prefillAttention);
     }
   }
 
@@ -83,7 +84,7 @@ export abstract class CausalLM {
   }
 
   private checkLive(): void {
-    if (this.released) throw modelError('the model', 'not released', 'released');
+    if (this.released) throw invalid('model', 'the model', 'not released', 'released');
   }
 
   private pickNext(enc: Encoder, rows: number, logits: Buffer): void {
@@ -101,10 +102,10 @@ export abstract class CausalLM {
   prefill(tokens: readonly number[], opts: PrefillOptions = {}): number {
     this.checkLive();
     const n = tokens.length;
-    if (n === 0) throw modelError('prefill: tokens', 'a non-empty array of token ids', '[]');
-    if (n > this.maxContext) throw modelError('prefill: tokens.length', `at most maxContext (${this.maxContext})`, n);
+    if (n === 0) throw invalid('prefill', 'tokens', 'a non-empty array of token ids', '[]');
+    if (n > this.maxContext) throw invalid('prefill', 'tokens.length', `at most maxContext (${this.maxContext})`, n);
     for (const [i, t] of tokens.entries()) {
-      if (!Number.isSafeInteger(t) || t < 0 || t >= this.config.vocabSize) throw modelError(`prefill: tokens[${i}]`, `an id in [0, ${this.config.vocabSize})`, t);
+      if (!Number.isSafeInteger(t) || t < 0 || t >= this.config.vocabSize) throw invalid('prefill', `tokens[${i}]`, `an id in [0, ${this.config.vocabSize})`, t);
     }
     this.resetState();
     this.position = 0;
@@ -124,8 +125,8 @@ export abstract class CausalLM {
   /** Feeds the token chosen last and returns the next one (one encoder; reads back the token alone). */
   decode(): number {
     this.checkLive();
-    if (this.position === 0) throw modelError('decode', 'called after prefill', 'no context');
-    if (this.position >= this.maxContext) throw modelError('decode: the context', `shorter than maxContext (${this.maxContext})`, this.position);
+    if (this.position === 0) throw invalid('decode', 'the context', 'a prompt run by prefill first', 'empty');
+    if (this.position >= this.maxContext) throw invalid('decode', 'the context', `shorter than maxContext (${this.maxContext})`, this.position);
     const logits = this.scratch.get('logits', 'f32', [1, this.config.vocabSize]);
     using enc = this.device.encoder();
     this.forward(enc, this.next, 1, 1, logits, null);
@@ -170,6 +171,6 @@ export function quantizationOf(config: Record<string, unknown>): AffineQuantizat
   if (q === undefined || q === null) return null;
   const o = q as Record<string, unknown>;
   const groupSize = o['group_size'], bits = o['bits'];
-  if (typeof groupSize !== 'number' || typeof bits !== 'number') throw modelError('config quantization', '{ group_size, bits }', JSON.stringify(q));
+  if (typeof groupSize !== 'number' || typeof bits !== 'number') throw invalid('loadModel', 'config.json quantization', '{ group_size, bits }', JSON.stringify(q));
   return { groupSize, bits };
 }

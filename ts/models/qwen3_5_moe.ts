@@ -45,7 +45,8 @@ import { siluMulHalves } from '../ops/silu_mul.ts';
 import { ssmConv, ssmConvDecode } from '../ops/ssm_conv.ts';
 import { ssmNormGate } from '../ops/ssm_norm_gate.ts';
 import type { Qwen35MoeLayer, Qwen35MoeWeights } from '../weights/index.ts';
-import { allExpertsMoe, denseRouting, linear, modelError, rows, scaleRows, type AllExperts, type Linear } from './blocks.ts';
+import { invalid } from '../validate.ts';
+import { allExpertsMoe, denseRouting, linear, rows, scaleRows, type AllExperts, type Linear } from './blocks.ts';
 import { attentionDecode, attentionPrefill, fillCache, newKvCache, releaseKvCache, type AttentionSpec, type KvCache } from './attention.ts';
 import { Checkpoint } from './checkpoint.ts';
 import type { Qwen35MoeConfig } from './config.ts';
@@ -146,14 +147,14 @@ export class Qwen35Moe extends CausalLM {
 
   private loadLayer(l: Qwen35MoeLayer): LayerWeights {
     const c = this.config, ck = this.ckpt;
-    if (l.type !== c.layerTypes[l.index]) throw modelError(`layer ${l.index}`, `a ${c.layerTypes[l.index]} layer (config.json)`, l.type);
+    if (l.type !== c.layerTypes[l.index]) throw invalid('loadModel', `layer ${l.index}`, `a ${c.layerTypes[l.index]} layer (config.json)`, l.type);
     let gdn: GatedDeltaNetWeights | null = null;
     let attn: GatedAttentionWeights | null = null;
     if (l.linearAttention !== null) {
       const w = l.linearAttention;
       const qkv = ck.linear([{ ref: w.inProjQkv }]);
       const kd = c.linearNumKeyHeads * c.linearKeyHeadDim, vd = c.linearNumValueHeads * c.linearValueHeadDim;
-      if (qkv.n !== 2 * kd + vd) throw modelError(`${w.inProjQkv.name} rows`, `2 * ${kd} + ${vd} (the config's heads)`, qkv.n);
+      if (qkv.n !== 2 * kd + vd) throw invalid('loadModel', `${w.inProjQkv.name} rows`, `2 * ${kd} + ${vd} (the config's heads)`, qkv.n);
       const convVals = ck.host(w.conv1d);
       gdn = {
         qkv,

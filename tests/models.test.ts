@@ -1,0 +1,307 @@
+// mlx-native/models: the config readers (transformers' defaults, derived
+// per-layer facts, refusals), the load-time rotary permutation, the pieces
+// of blocks.ts against float64 host references, and both whole models
+// (Qwen3.6's qwen3_5_moe, Gemma 4 with its MoE and keys-as-values layers,
+// and Gemma 4 with per-layer inputs and shared KV layers) against the
+// float64 references of tests/model-reference.ts (written from transformers'
+// modeling files) on tiny random checkpoints: the logits of every prompt
+// position and of 8 greedy decode steps, and the tokens.
+
+import { describe, expect, test } from 'bun:test';
+import { rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { type Device } from '../ts/index.ts';
+import {
+  Scratch, allExpertsMoe, denseRouting, gemma4Config, loadModel, qwen35MoeConfig, rotaryPermutation, scaleRows,
+  type AllExperts, type LoadOptions,
+} from '../ts/models/index.ts';
+import { describeBackends, describeValidation, expectInvalid, expectInvalidParts, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
+import { tinyConfig, writeTinyCheckpoint, type TinyArch } from './model-checkpoints.ts';
+import { gemmaReference, qwenReference, type ReferenceRun } from './model-reference.ts';
+
+const PROMPT = [17, 301, 42, 9, 100, 200, 311, 7, 8, 450, 3, 77];
+const STEPS = 8;
+
+function relL2(got: ArrayLike<number>, want: ArrayLike<number>): number {
+  let n = 0, d = 0;
+  for (let i = 0; i < want.length; i++) {
+    n += (got[i]! - want[i]!) ** 2;
+    d += want[i]! ** 2;
+  }
+  return Math.sqrt(n / d);
+}
+
+describe('model configs', () => {
+  test('Qwen3.6: the tiny config and derived sizes; partial rotary from rope_parameters', () => {
+    const c = qwen35MoeConfig(tinyConfig('qwen3_5_moe'));
+    expect([c.vocabSize, c.hiddenSize, c.numLayers, c.headDim, c.rotaryDim, c.ropeTheta]).toEqual([512, 64, 4, 256, 64, 1e7]);
+    expect(c.layerTypes).toEqual(['linear_attention', 'full_attention', 'linear_attention', 'full_attention']);
+    expect([c.linearNumKeyHeads, c.linearNumValueHeads, c.linearKeyHeadDim, c.linearValueHeadDim, c.convKernel]).toEqual([1, 2, 64, 64, 4]);
+    expect([c.numExperts, c.numExpertsPerTok, c.moeIntermediateSize, c.sharedExpertIntermediateSize]).toEqual([8, 2, 32, 48]);
+  });
+  test("Qwen3.6: absent fields take Qwen3_5MoeTextConfig's defaults; text_config of a multimodal config is read", () => {
+    const c = qwen35MoeConfig({ model_type: 'qwen3_5_moe', text_config: { rope_parameters: { rope_type: 'default', rope_theta: 1e7, partial_rotary_factor: 0.25 } } });
+    expect([c.vocabSize, c.hiddenSize, c.numLayers, c.numHeads, c.numKvHeads, c.headDim, c.rotaryDim]).toEqual([248_320, 2048, 40, 16, 2, 256, 64]);
+    expect(c.layerTypes.slice(0, 4)).toEqual(['linear_attention', 'linear_attention', 'linear_attention', 'full_attention']);
+    expect([c.linearNumKeyHeads, c.linearNumValueHeads, c.numExperts, c.numExpertsPerTok, c.tieWordEmbeddings]).toEqual([16, 32, 256, 8, false]);
+  });
+  test('Gemma 4: per-layer head dims, KV heads, keys as values, rope; shared layers read the last layer of their kind', () => {
+    const g = gemma4Config(tinyConfig('gemma4'));
+    expect(g.layers.map((l) => [l.type, l.headDim, l.numKvHeads, l.kEqV, l.kvSource, l.halfRopeDim, l.ropeTheta])).toEqual([
+      ['sliding_attention', 256, 1, false, 0, 128, 1e4], ['full_attention', 512, 1, true, 1, 64, 1e6],
+      ['sliding_attention', 256, 1, false, 2, 128, 1e4], ['full_attention', 512, 1, true, 3, 64, 1e6],
+    ]);
+    expect([g.slidingWindow, g.finalLogitSoftcap, g.perLayerInputSize, g.moe]).toEqual([5, 30, 0, { numExperts: 8, topK: 2, intermediateSize: 32 }]);
+    const e = gemma4Config(tinyConfig('gemma4_e'));
+    expect(e.layers.map((l) => [l.kvSource, l.intermediateSize])).toEqual([[0, 96], [1, 96], [0, 192], [1, 192]]);
+    expect([e.perLayerInputSize, e.perLayerVocabSize, e.moe]).toEqual([16, 512, null]);
+  });
+  test("Gemma 4: absent fields take Gemma4TextConfig's defaults (the 5:1 pattern, the last layer global, proportional rope)", () => {
+    const g = gemma4Config({ model_type: 'gemma4_text', num_hidden_layers: 8 });
+    expect(g.layers.map((l) => l.type[0])).toEqual(['s', 's', 's', 's', 's', 'f', 's', 'f']);
+    expect(g.layers[5]!).toMatchObject({ headDim: 512, numKvHeads: 4, halfRopeDim: 64, ropeTheta: 1e6 });
+    expect([g.hiddenSize, g.slidingWindow, g.perLayerInputSize, g.tieWordEmbeddings]).toEqual([2304, 512, 256, true]);
+  });
+  test('refusals name the field, the expectation and the value', () => {
+    expectInvalid(() => qwen35MoeConfig({ ...tinyConfig('qwen3_5_moe'), layer_types: ['linear_attention'] }), 'model config', 'layer_types', 'an array of 4 layer types', '[');
+    expectInvalid(() => qwen35MoeConfig({ ...tinyConfig('qwen3_5_moe'), layer_types: ['linear_attention', 'full_attention', 'mamba', 'full_attention'] }),
+      'model config', 'layer_types[2]', 'one of linear_attention, full_attention', 'mamba');
+    expectInvalid(() => qwen35MoeConfig({ ...tinyConfig('qwen3_5_moe'), hidden_act: 'gelu' }), 'model config', 'hidden_act', "'silu'", 'gelu');
+    expectInvalid(() => qwen35MoeConfig({ ...tinyConfig('qwen3_5_moe'), rope_parameters: { rope_type: 'yarn', rope_theta: 1e7 } }),
+      'model config', 'rope_parameters.rope_type', "'default'", 'yarn');
+    expectInvalid(() => qwen35MoeConfig({ ...tinyConfig('qwen3_5_moe'), num_experts_per_tok: 9 }), 'model config', 'num_experts_per_tok', 'at most num_experts (8)', '9');
+    expectInvalid(() => gemma4Config({ ...tinyConfig('gemma4'), use_bidirectional_attention: 'all' }), 'model config', 'use_bidirectional_attention', 'text is causal', 'all');
+    expectInvalid(() => gemma4Config({ ...tinyConfig('gemma4'), num_kv_shared_layers: 3 }),
+      'model config', 'num_kv_shared_layers', 'a count leaving a full_attention layer before the shared ones', '3');
+    expectInvalid(() => gemma4Config({ ...tinyConfig('gemma4'), final_logit_softcapping: -1 }), 'model config', 'final_logit_softcapping', 'a number > 0 or null', '-1');
+  });
+});
+
+describe('rotaryPermutation', () => {
+  test("Hugging Face's pairs (i, i + r/2) in the first r elements land on the kernels' pairs (i, i + D/2); the rest keep their order", () => {
+    expect(rotaryPermutation(8, 4)).toEqual([0, 1, 4, 5, 2, 3, 6, 7]);
+    const p = rotaryPermutation(256, 64);
+    expect([...p].sort((a, b) => a - b)).toEqual(Array.from({ length: 256 }, (_, i) => i));
+    for (let i = 0; i < 32; i++) expect([p[i], p[i + 128]]).toEqual([i, i + 32]);
+    expect(rotaryPermutation(64, 64)).toEqual(Array.from({ length: 64 }, (_, i) => i));
+  });
+});
+
+/** Top-k renormalized softmax weights, dense [tokens, E] (ties to the lower index). */
+function routingRef(logits: Float64Array, tokens: number, experts: number, k: number): Float64Array {
+  const out = new Float64Array(tokens * experts);
+  for (let t = 0; t < tokens; t++) {
+    const row = logits.subarray(t * experts, (t + 1) * experts);
+    const top = [...row.keys()].sort((a, b) => row[b]! - row[a]! || a - b).slice(0, k);
+    const m = Math.max(...top.map((e) => row[e]!));
+    const s = top.reduce((acc, e) => acc + Math.exp(row[e]! - m), 0);
+    for (const e of top) out[t * experts + e] = Math.exp(row[e]! - m) / s;
+  }
+  return out;
+}
+
+describeBackends('model blocks', ({ device }) => {
+  test('scaleRows: each row times its own device scalar, exactly one f32 product per element', () => {
+    const d = device(), r = rng(11);
+    for (const [count, width] of [[1, 1], [3, 37], [16, 64], [40, 33]] as const) {
+      const v = randomArray(r, count * width, -2, 2), sc = randomArray(r, count, -3, 3);
+      using vb = d.upload('f32', [count, width], v);
+      using sb = d.upload('f32', [count], sc);
+      using out = d.alloc('f32', [count, width]);
+      out.fill(Number.NaN);
+      using enc = d.encoder();
+      scaleRows(enc, vb, sb, out, count, width);
+      enc.commitAndWait();
+      const got = out.readNumbers();
+      const want = Float64Array.from({ length: count * width }, (_, i) => Math.fround(Math.fround(v[i]!) * Math.fround(sc[Math.floor(i / width)]!)));
+      expect(maxRelErr(got, want)).toBe(0);
+    }
+  });
+
+  test('denseRouting: softmax over each row\'s top k, zeros elsewhere (1 to 64 experts, k from 1 to E, one or many tokens)', () => {
+    const d = device(), r = rng(12);
+    for (const [tokens, experts, k] of [[1, 8, 2], [5, 8, 8], [3, 64, 8], [12, 1, 1], [2, 33, 5]] as const) {
+      const logits = randomArray(r, tokens * experts, -4, 4);
+      using s = new Scratch(d);
+      using lb = d.upload('f32', [tokens, experts], logits);
+      using out = d.alloc('f32', [tokens, experts]);
+      out.fill(Number.NaN);
+      using enc = d.encoder();
+      denseRouting(enc, s, lb, out, tokens, experts, k);
+      enc.commitAndWait();
+      const want = routingRef(Float64Array.from(logits, Math.fround), tokens, experts, k);
+      const got = out.readNumbers();
+      for (let i = 0; i < got.length; i++) expect(Math.abs(got[i]! - want[i]!)).toBeLessThanOrEqual(TOL.f32 * 4);
+    }
+  });
+
+  test('allExpertsMoe: sum over experts of routing weight times down(act(gate) * up), silu and gelu_tanh, f32 and bf16 weights', () => {
+    const d = device(), r = rng(13);
+    for (const [tokens, E, I, H, act, dt] of [[1, 4, 8, 16, 'silu', 'f32'], [9, 8, 16, 32, 'gelu_tanh', 'bf16'], [3, 2, 32, 40, 'silu', 'bf16']] as const) {
+      const gu = randomArray(r, E * 2 * I * H, -0.5, 0.5), down = randomArray(r, H * E * I, -0.5, 0.5);
+      const x = randomArray(r, tokens * H, -1, 1);
+      const routing = routingRef(randomArray(r, tokens * E, -2, 2), tokens, E, Math.min(2, E));
+      using s = new Scratch(d);
+      const guB = d.upload(dt, [E * 2 * I, H], gu), downB = d.upload('f32', [H, E * I], down);
+      const ex: AllExperts = { gateUp: { kind: 'dense', weight: guB, n: E * 2 * I, k: H }, down: { kind: 'dense', weight: downB, n: H, k: E * I }, numExperts: E, intermediate: I, act };
+      using xb = d.upload('f32', [tokens, H], x);
+      using rb = d.upload('f32', [tokens, E], routing);
+      using out = d.alloc('f32', [tokens, H]);
+      out.fill(Number.NaN);
+      using enc = d.encoder();
+      allExpertsMoe(enc, s, ex, xb, rb, out, tokens, 'exact');
+      enc.commitAndWait();
+      const w = guB.readNumbers(), rw = rb.readNumbers();
+      const f = act === 'silu' ? (z: number) => z / (1 + Math.exp(-z)) : (z: number) => 0.5 * z * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (z + 0.044715 * z ** 3)));
+      const want = new Float64Array(tokens * H);
+      for (let t = 0; t < tokens; t++) {
+        for (let e = 0; e < E; e++) {
+          const a = Array.from({ length: I }, (_, i) => {
+            let g = 0, u = 0;
+            for (let j = 0; j < H; j++) {
+              g += w[(e * 2 * I + i) * H + j]! * Math.fround(x[t * H + j]!);
+              u += w[(e * 2 * I + I + i) * H + j]! * Math.fround(x[t * H + j]!);
+            }
+            return f(g) * u * rw[t * E + e]!;
+          });
+          for (let h = 0; h < H; h++) for (let i = 0; i < I; i++) want[t * H + h]! += Math.fround(down[h * E * I + e * I + i]!) * a[i]!;
+        }
+      }
+      // f32 sums of E * I products of f32 intermediates, against float64: TOL.f32 of the outputs' size.
+      expect(relL2(out.readNumbers(), want)).toBeLessThan(TOL.f32);
+      guB.release();
+      downB.release();
+    }
+  });
+});
+
+/** Where each model's checkpoint lives during the suite. */
+const folders = new Map<TinyArch, string>();
+function folderOf(arch: TinyArch): string {
+  let f = folders.get(arch);
+  if (f === undefined) {
+    f = writeTinyCheckpoint(arch, arch === 'qwen3_5_moe' ? 21 : arch === 'gemma4' ? 22 : 23);
+    folders.set(arch, f);
+  }
+  return f;
+}
+const references = new Map<TinyArch, ReferenceRun>();
+function referenceOf(arch: TinyArch): ReferenceRun {
+  let r = references.get(arch);
+  if (r === undefined) {
+    r = arch === 'qwen3_5_moe' ? qwenReference(folderOf(arch), PROMPT, STEPS) : gemmaReference(folderOf(arch), PROMPT, STEPS);
+    references.set(arch, r);
+  }
+  return r;
+}
+
+/**
+ * One run: the largest relative L2 error of the prompt positions' logits
+ * and of the decode steps', over the rows whose narrowest routing call in
+ * the reference is at least minGap (0: every row), and the tokens.
+ */
+function runModel(device: Device, arch: TinyArch, opts: LoadOptions, minGap = 0): { prefill: number; decode: number; tokens: number[]; rows: number } {
+  using m = loadModel(folderOf(arch), device, { maxContext: 32, ...opts });
+  const ref = referenceOf(arch);
+  const V = m.config.vocabSize;
+  const tokens = [m.prefill(PROMPT, { allLogits: true })];
+  const logits = m.logits.readNumbers();
+  let prefill = 0, decode = 0, rows = 0;
+  const held = (i: number) => ref.routingGaps[i]! >= minGap;
+  PROMPT.forEach((_, p) => {
+    if (!held(p)) return;
+    rows++;
+    prefill = Math.max(prefill, relL2(logits.subarray(p * V, (p + 1) * V), ref.prefill[p]!));
+  });
+  for (let i = 0; i < STEPS; i++) {
+    tokens.push(m.decode());
+    if (!held(PROMPT.length + i)) continue;
+    rows++;
+    decode = Math.max(decode, relL2(m.logits.readNumbers(), ref.decode[i]!));
+  }
+  return { prefill, decode, tokens, rows };
+}
+
+/** Tokens that agree with the reference where its top-two logit gap is wider than `gap` (closer calls may flip under rounding). */
+function clearTokens(arch: TinyArch, got: number[], gap: number): [number, number][] {
+  const ref = referenceOf(arch);
+  const rows = [ref.prefill[PROMPT.length - 1]!, ...ref.decode];
+  const out: [number, number][] = [];
+  for (let i = 0; i < got.length; i++) {
+    const sorted = [...rows[i]!].sort((a, b) => b - a);
+    if (sorted[0]! - sorted[1]! > gap) out.push([got[i]!, ref.tokens[i]!]);
+    // Past a flipped token the contexts differ: later steps compare different things.
+    if (got[i] !== ref.tokens[i]) break;
+  }
+  return out;
+}
+
+const ARCHS: TinyArch[] = ['qwen3_5_moe', 'gemma4', 'gemma4_e'];
+
+describeBackends('models against float64 references', ({ device, label }) => {
+  for (const arch of ARCHS) {
+    // Stored bf16 weights, f32 activations, products and attention without rounding their inputs: what is left is f32
+    // arithmetic (sums, exp, rsqrt) in another order than float64's, about 1e-6 of the logits here; 1e-4 leaves
+    // room for the longer sums of larger models without hiding a wrong operand (those move the logits by 1e-2 or more).
+    test(`${arch}: prefill and ${STEPS} decode steps, exact products and f32 prompt attention`, () => {
+      const r = runModel(device(), arch, { precision: 'exact', prefillAttention: 'vector' });
+      expect(r.prefill).toBeLessThan(1e-4);
+      expect(r.decode).toBeLessThan(1e-4);
+      expect(r.tokens).toEqual(referenceOf(arch).tokens);
+    }, 120_000);
+    if (label !== 'emu') continue;
+    // The default path: prompts past 8 tokens take the tensor products, which round their f32 inputs to bf16
+    // (relative error 2^-9 each), and flash attention over bf16 queries, keys and values. A few such roundings per
+    // layer over 4 layers, through norms that rescale them, move the logits by about 5e-3 (1.2e-2 at worst seen;
+    // the decode steps inherit them through the KV cache and recurrent states): 3e-2 bounds that. They move router
+    // logits by about 1e-2 too, so a row whose routing in the reference was closer than 0.05 somewhere may run
+    // other experts (a different function, off by 0.2): those rows are not held. Tokens must agree wherever the
+    // reference's top two logits are 0.25 apart or more.
+    test(`${arch}: prefill and ${STEPS} decode steps, the default (bf16 inputs of prompt products and attention)`, () => {
+      const r = runModel(device(), arch, {}, 0.05);
+      expect(r.rows).toBeGreaterThanOrEqual(PROMPT.length);
+      expect(r.prefill).toBeLessThan(3e-2);
+      expect(r.decode).toBeLessThan(3e-2);
+      for (const [got, want] of clearTokens(arch, r.tokens, 0.25)) expect(got).toBe(want);
+    }, 120_000);
+  }
+  if (label === 'emu') {
+    test('weights widened to f32 at load: the same logits as the stored bf16 ones (the values are the same)', () => {
+      const a = runModel(device(), 'qwen3_5_moe', { precision: 'exact', prefillAttention: 'vector', weights: 'f32' });
+      expect(a.prefill).toBeLessThan(1e-4);
+      expect(a.tokens).toEqual(referenceOf('qwen3_5_moe').tokens);
+    }, 120_000);
+  }
+});
+
+describeValidation('models refusals', ({ device }) => {
+  test('loadModel: a checkpoint missing a tensor is refused by the name describeModel reports', () => {
+    const dir = writeTinyCheckpoint('gemma4', 5);
+    try {
+      const cfg = tinyConfig('gemma4');
+      writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...cfg, num_hidden_layers: 5, layer_types: [...(cfg['layer_types'] as string[]), 'full_attention'] }));
+      expectInvalidParts(() => loadModel(dir, device()), 'describeModel', 'model.layers.4.self_attn.q_proj.weight');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+  test('loadModel: options and configs it cannot honour', () => {
+    const dir = folderOf('qwen3_5_moe');
+    expectInvalid(() => loadModel(dir, device(), { maxContext: 0 }), 'loadModel', 'opts.maxContext', 'a positive integer', '0');
+    expectInvalid(() => loadModel(dir, device(), { precision: 'half' as 'exact' }), 'loadModel', 'opts.precision', "'fast' or 'exact'", 'half');
+    expectInvalid(() => loadModel(dir, device(), { prefillAttention: 'sdpa' as 'flash' }), 'loadModel', 'opts.prefillAttention', "'flash' or 'vector'", 'sdpa');
+    expectInvalid(() => loadModel('/nonexistent-model-folder', device()), 'model config', 'path', 'a checkpoint folder holding config.json', '/nonexistent');
+  });
+  test('prefill and decode: empty prompts, ids past the vocabulary, contexts past maxContext, decode before prefill, use after release', () => {
+    const m = loadModel(folderOf('qwen3_5_moe'), device(), { maxContext: 4, precision: 'exact', prefillAttention: 'vector' });
+    expectInvalid(() => m.decode(), 'decode', 'the context', 'a prompt run by prefill first', 'empty');
+    expectInvalid(() => m.prefill([]), 'prefill', 'tokens', 'a non-empty array', '[]');
+    expectInvalid(() => m.prefill([1, 512]), 'prefill', 'tokens[1]', 'an id in [0, 512)', '512');
+    expectInvalid(() => m.prefill([1, 2, 3, 4, 5]), 'prefill', 'tokens.length', 'at most maxContext (4)', '5');
+    m.prefill([1, 2, 3]);
+    m.decode();
+    expectInvalid(() => m.decode(), 'decode', 'the context', 'shorter than maxContext (4)', '4');
+    m.release();
+    expectInvalid(() => m.prefill([1]), 'model', 'the model', 'not released', 'released');
+  });
+});
