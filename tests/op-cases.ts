@@ -30,6 +30,12 @@ export interface KeySpec {
   table?: boolean;
   /** Buffers: written by the op. */
   output?: boolean;
+  /**
+   * Buffers: the op's working memory, whose contents after the op are not
+   * specified (a multi-block selection's candidates arrive in the order the
+   * blocks append them): compared by neither the views nor the plans test.
+   */
+  working?: boolean;
   values?: readonly unknown[];
   /** When the op reads the argument (default: always); otherwise a buffer must only be live if given, and a scalar is free. */
   readWhen?: (args: Args) => boolean;
@@ -579,7 +585,7 @@ export const CASES: Case[] = [
     fn: 'topK', op: 'top_k',
     keys: {
       input: buf(F), outIndices: out(U32), outValues: out(F), rows: int, nElements: int, k: int,
-      scratch: { kind: 'buf?', dtypes: U32, output: true },
+      scratch: { kind: 'buf?', dtypes: U32, output: true, working: true },
     },
     make: (d) => ({
       input: a(d, 'f32', 4200), outIndices: a(d, 'u32', 6), outValues: a(d, 'f32', 6), rows: 2, nElements: 2100, k: 3, scratch: a(d, 'u32', 24),
@@ -604,7 +610,7 @@ export const CASES: Case[] = [
   {
     fn: 'sample', op: 'sample',
     keys: {
-      logits: buf(F), prevTokens: { kind: 'buf?', dtypes: U32 }, outToken: out(U32), outLogprob: out(F), scratch: out(U32),
+      logits: buf(F), prevTokens: { kind: 'buf?', dtypes: U32 }, outToken: out(U32), outLogprob: out(F), scratch: out(U32, { working: true }),
       rows: int, vocab: int, temperature: { kind: 'nonneg' }, topK: { kind: 'nonneg?' }, topP: { kind: 'nonneg?' },
       minP: { kind: 'nonneg?' }, repetitionPenalty: { kind: 'nonneg?' }, nPrev: { kind: 'int', readWhen: (x) => x.prevTokens !== undefined },
       seed: { kind: 'free' }, counter: { kind: 'free' },
