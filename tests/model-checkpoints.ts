@@ -6,10 +6,12 @@
 // Gemma 4's unscaled attention scores (q . k after q_norm and k_norm, whose
 // weights of 1/4 keep them near unit size as trained ones do) stay soft.
 
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { toBf16 } from '../ts/index.ts';
+import { fromBf16, toBf16 } from '../ts/index.ts';
+import { affineDequantize, affineQuantize, affineWords } from '../ts/reference/quantized_matmul.ts';
+import { SafetensorsFile } from '../ts/weights/index.ts';
 import { rng, type Rng } from './helpers.ts';
 import { safetensorsBytes, type StTensor } from './weights-writers.ts';
 
@@ -158,4 +160,48 @@ export function writeTinyCheckpoint(arch: TinyArch, seed: number, folder?: strin
   writeFileSync(join(dir, 'model.safetensors'), safetensorsBytes(tensors, { metadata: { format: 'pt' } }));
   writeFileSync(join(dir, 'config.json'), JSON.stringify(tinyConfig(arch), null, 1));
   return dir;
+}
+
+/**
+ * The checkpoint in `folder` with its linear layers of inner size a multiple
+ * of groupSize MLX affine-quantized (packed U32 weights, BF16 scales and
+ * biases beside them, config.json's "quantization"), written to `quantized`,
+ * and the same model with those weights dequantized (F32) to `dequantized`
+ * for the float64 reference. The embedding, norms, conv and experts stay as
+ * they are.
+ */
+export function quantizeCheckpoint(folder: string, quantized: string, dequantized: string, groupSize: number, bits: number): string[] {
+  const src = SafetensorsFile.open(join(folder, 'model.safetensors'));
+  const q: StTensor[] = [], d: StTensor[] = [];
+  const done: string[] = [];
+  const bytesOf = (a: ArrayBufferView) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+  for (const t of src.tensors.values()) {
+    const raw = src.bytes(t.name);
+    const keep = { name: t.name, dtype: t.dtype, shape: [...t.shape], data: raw.slice() };
+    const [n, k] = t.shape;
+    const linear = t.name.endsWith('.weight') && t.shape.length === 2 && !t.name.includes('embed_tokens') && k! % groupSize === 0
+      && !t.name.includes('.experts.');
+    if (!linear) {
+      q.push(keep);
+      d.push(keep);
+      continue;
+    }
+    const w = fromBf16(src.view(t.name) as Uint16Array);
+    const aq = affineQuantize(w, n!, k!, groupSize, bits, 'bf16');
+    const base = t.name.slice(0, -'.weight'.length);
+    const words = affineWords(aq.packed);
+    q.push({ name: t.name, dtype: 'U32', shape: [n!, (k! * bits) / 32], data: bytesOf(words) });
+    q.push({ name: `${base}.scales`, dtype: 'BF16', shape: [n!, k! / groupSize], data: bytesOf(toBf16(aq.scales)) });
+    q.push({ name: `${base}.biases`, dtype: 'BF16', shape: [n!, k! / groupSize], data: bytesOf(toBf16(aq.biases)) });
+    const deq = Float32Array.from(affineDequantize(aq.packed, aq.scales, aq.biases, n!, k!, groupSize, bits));
+    d.push({ name: t.name, dtype: 'F32', shape: [n!, k!], data: bytesOf(deq) });
+    done.push(t.name);
+  }
+  const config = JSON.parse(readFileSync(join(folder, 'config.json'), 'utf8')) as Record<string, unknown>;
+  for (const [dir, tensors, cfg] of [[quantized, q, { ...config, quantization: { group_size: groupSize, bits } }], [dequantized, d, config]] as const) {
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, 'model.safetensors'), safetensorsBytes(tensors));
+    writeFileSync(join(dir, 'config.json'), JSON.stringify(cfg, null, 1));
+  }
+  return done;
 }

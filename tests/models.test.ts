@@ -8,7 +8,8 @@
 // position and of 8 greedy decode steps, and the tokens.
 
 import { describe, expect, test } from 'bun:test';
-import { rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Device } from '../ts/index.ts';
 import {
@@ -16,7 +17,7 @@ import {
   type AllExperts, type LoadOptions,
 } from '../ts/models/index.ts';
 import { describeBackends, describeValidation, expectInvalid, expectInvalidParts, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
-import { tinyConfig, writeTinyCheckpoint, type TinyArch } from './model-checkpoints.ts';
+import { quantizeCheckpoint, tinyConfig, writeTinyCheckpoint, type TinyArch } from './model-checkpoints.ts';
 import { gemmaReference, qwenReference, type ReferenceRun } from './model-reference.ts';
 
 const PROMPT = [17, 301, 42, 9, 100, 200, 311, 7, 8, 450, 3, 77];
@@ -266,6 +267,30 @@ describeBackends('models against float64 references', ({ device, label }) => {
     }, 120_000);
   }
   if (label === 'emu') {
+    // MLX affine-quantized linear layers (the projections of attention, the gated delta net, the shared expert and
+    // the output; the experts stay dense for the all-experts stand-in) against the reference run on the same
+    // weights dequantized: the kernels dequantize in f32 as the reference does, so the bound is the exact path's.
+    for (const [bits, groupSize] of [[4, 64], [8, 32]] as const) {
+      test(`qwen3_5_moe with ${bits}-bit affine linear layers (groups of ${groupSize}): the dequantized model's logits and tokens`, () => {
+        const dir = mkdtempSync(join(tmpdir(), 'mlxn-quant-'));
+        try {
+          const quantized = quantizeCheckpoint(folderOf('qwen3_5_moe'), join(dir, 'q'), join(dir, 'd'), groupSize, bits);
+          expect(quantized.length).toBeGreaterThan(20);
+          const ref = qwenReference(join(dir, 'd'), PROMPT, 4);
+          using m = loadModel(join(dir, 'q'), device(), { maxContext: 32, precision: 'exact', prefillAttention: 'vector' });
+          const tokens = [m.prefill(PROMPT)];
+          let err = relL2(m.logits.readNumbers(), ref.prefill[PROMPT.length - 1]!);
+          for (let i = 0; i < 4; i++) {
+            tokens.push(m.decode());
+            err = Math.max(err, relL2(m.logits.readNumbers(), ref.decode[i]!));
+          }
+          expect(err).toBeLessThan(1e-4);
+          expect(tokens).toEqual(ref.tokens);
+        } finally {
+          rmSync(dir, { recursive: true, force: true });
+        }
+      }, 120_000);
+    }
     test('weights widened to f32 at load: the same logits as the stored bf16 ones (the values are the same)', () => {
       const a = runModel(device(), 'qwen3_5_moe', { precision: 'exact', prefillAttention: 'vector', weights: 'f32' });
       expect(a.prefill).toBeLessThan(1e-4);
