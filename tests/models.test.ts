@@ -291,6 +291,17 @@ describeBackends('models against float64 references', ({ device, label }) => {
         }
       }, 120_000);
     }
+    test('feed continues a context token by token: half a prompt, then the rest fed, gives the whole prompt\'s logits', () => {
+      for (const arch of ARCHS) {
+        using m = loadModel(folderOf(arch), device(), { maxContext: 32, precision: 'exact', prefillAttention: 'vector' });
+        m.prefill(PROMPT.slice(0, 5));
+        const next = m.feed(PROMPT.slice(5));
+        expect(m.position).toBe(PROMPT.length);
+        expect(next).toBe(referenceOf(arch).tokens[0]!);
+        expect(relL2(m.logits.readNumbers(), referenceOf(arch).prefill[PROMPT.length - 1]!)).toBeLessThan(1e-4);
+        expect(m.decode()).toBe(referenceOf(arch).tokens[1]!);
+      }
+    }, 120_000);
     test('weights widened to f32 at load: the same logits as the stored bf16 ones (the values are the same)', () => {
       const a = runModel(device(), 'qwen3_5_moe', { precision: 'exact', prefillAttention: 'vector', weights: 'f32' });
       expect(a.prefill).toBeLessThan(1e-4);
@@ -323,7 +334,12 @@ describeValidation('models refusals', ({ device }) => {
     expectInvalid(() => m.prefill([]), 'prefill', 'tokens', 'a non-empty array', '[]');
     expectInvalid(() => m.prefill([1, 512]), 'prefill', 'tokens[1]', 'an id in [0, 512)', '512');
     expectInvalid(() => m.prefill([1, 2, 3, 4, 5]), 'prefill', 'tokens.length', 'at most maxContext (4)', '5');
-    m.prefill([1, 2, 3]);
+    expectInvalid(() => m.feed([1]), 'feed', 'the context', 'a prompt run by prefill first', 'empty');
+    m.prefill([1, 2]);
+    expectInvalid(() => m.feed([]), 'feed', 'tokens', 'a non-empty array', '[]');
+    expectInvalid(() => m.feed([7, -1]), 'feed', 'tokens[1]', 'an id in [0, 512)', '-1');
+    expectInvalid(() => m.feed([1, 2, 3]), 'feed', 'tokens.length', 'at most maxContext - position (2)', '3');
+    m.feed([3]);
     m.decode();
     expectInvalid(() => m.decode(), 'decode', 'the context', 'shorter than maxContext (4)', '4');
     m.release();

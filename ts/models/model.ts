@@ -104,9 +104,7 @@ export abstract class CausalLM {
     const n = tokens.length;
     if (n === 0) throw invalid('prefill', 'tokens', 'a non-empty array of token ids', '[]');
     if (n > this.maxContext) throw invalid('prefill', 'tokens.length', `at most maxContext (${this.maxContext})`, n);
-    for (const [i, t] of tokens.entries()) {
-      if (!Number.isSafeInteger(t) || t < 0 || t >= this.config.vocabSize) throw invalid('prefill', `tokens[${i}]`, `an id in [0, ${this.config.vocabSize})`, t);
-    }
+    this.checkIds('prefill', tokens);
     this.resetState();
     this.position = 0;
     const ids = this.scratch.get('ids', 'u32', [n]);
@@ -124,9 +122,38 @@ export abstract class CausalLM {
 
   /** Feeds the token chosen last and returns the next one (one encoder; reads back the token alone). */
   decode(): number {
+    return this.step('decode');
+  }
+
+  /**
+   * Continues the context with given tokens (a later turn of a conversation),
+   * one decode step each, and returns the greedy token after the last.
+   */
+  feed(tokens: readonly number[]): number {
     this.checkLive();
-    if (this.position === 0) throw invalid('decode', 'the context', 'a prompt run by prefill first', 'empty');
-    if (this.position >= this.maxContext) throw invalid('decode', 'the context', `shorter than maxContext (${this.maxContext})`, this.position);
+    if (tokens.length === 0) throw invalid('feed', 'tokens', 'a non-empty array of token ids', '[]');
+    this.checkIds('feed', tokens);
+    if (this.position + tokens.length > this.maxContext) {
+      throw invalid('feed', 'tokens.length', `at most maxContext - position (${this.maxContext - this.position})`, tokens.length);
+    }
+    let next = 0;
+    for (const t of tokens) {
+      this.next.write(Uint32Array.of(t));
+      next = this.step('feed');
+    }
+    return next;
+  }
+
+  private checkIds(op: string, tokens: readonly number[]): void {
+    for (const [i, t] of tokens.entries()) {
+      if (!Number.isSafeInteger(t) || t < 0 || t >= this.config.vocabSize) throw invalid(op, `tokens[${i}]`, `an id in [0, ${this.config.vocabSize})`, t);
+    }
+  }
+
+  private step(op: string): number {
+    this.checkLive();
+    if (this.position === 0) throw invalid(op, 'the context', 'a prompt run by prefill first', 'empty');
+    if (this.position >= this.maxContext) throw invalid(op, 'the context', `shorter than maxContext (${this.maxContext})`, this.position);
     const logits = this.scratch.get('logits', 'f32', [1, this.config.vocabSize]);
     using enc = this.device.encoder();
     this.forward(enc, this.next, 1, 1, logits, null);
