@@ -2,10 +2,13 @@
 // per-layer facts, refusals), the load-time rotary permutation, the pieces
 // of blocks.ts against float64 host references, and both whole models
 // (Qwen3.6's qwen3_5_moe, Gemma 4 with its MoE and keys-as-values layers,
-// and Gemma 4 with per-layer inputs and shared KV layers) against the
-// float64 references of tests/model-reference.ts (written from transformers'
-// modeling files) on tiny random checkpoints: the logits of every prompt
-// position and of 8 greedy decode steps, and the tokens.
+// and Gemma 4 with per-layer inputs and shared KV layers): against
+// transformers' own float32 logits (tests/fixtures/models/, written by
+// scripts/model_fixtures.py on the GPU machine with transformers 5.17), and
+// against the float64 references of tests/model-reference.ts (written from
+// transformers' modeling files) on other tiny random checkpoints (quantized
+// ones too): the logits of every prompt position and of 8 greedy decode
+// steps, and the tokens.
 
 import { describe, expect, test } from 'bun:test';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -18,6 +21,7 @@ import {
 } from '../ts/models/index.ts';
 import { describeBackends, describeValidation, expectInvalid, expectInvalidParts, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
 import { quantizeCheckpoint, tinyConfig, writeTinyCheckpoint, type TinyArch } from './model-checkpoints.ts';
+import { modelFixture, modelFixtureNames, type ModelFixture } from './model-fixtures.ts';
 import { gemmaReference, qwenReference, type ReferenceRun } from './model-reference.ts';
 
 const PROMPT = [17, 301, 42, 9, 100, 200, 311, 7, 8, 450, 3, 77];
@@ -225,7 +229,10 @@ function runModel(device: Device, arch: TinyArch, opts: LoadOptions, minGap = 0)
 
 /** Tokens that agree with the reference where its top-two logit gap is wider than `gap` (closer calls may flip under rounding). */
 function clearTokens(arch: TinyArch, got: number[], gap: number): [number, number][] {
-  const ref = referenceOf(arch);
+  return clearTokensOf(referenceOf(arch), got, gap);
+}
+
+function clearTokensOf(ref: ReferenceRun, got: number[], gap: number): [number, number][] {
   const rows = [ref.prefill[PROMPT.length - 1]!, ...ref.decode];
   const out: [number, number][] = [];
   for (let i = 0; i < got.length; i++) {
@@ -239,34 +246,117 @@ function clearTokens(arch: TinyArch, got: number[], gap: number): [number, numbe
 
 const ARCHS: TinyArch[] = ['qwen3_5_moe', 'gemma4', 'gemma4_e'];
 
-describeBackends('models against float64 references', ({ device, label }) => {
-  for (const arch of ARCHS) {
-    // Stored bf16 weights, f32 activations, products and attention without rounding their inputs: what is left is f32
-    // arithmetic (sums, exp, rsqrt) in another order than float64's, about 1e-6 of the logits here; 1e-4 leaves
-    // room for the longer sums of larger models without hiding a wrong operand (those move the logits by 1e-2 or more).
-    test(`${arch}: prefill and ${STEPS} decode steps, exact products and f32 prompt attention`, () => {
-      const r = runModel(device(), arch, { precision: 'exact', prefillAttention: 'vector' });
-      expect(r.prefill).toBeLessThan(1e-4);
-      expect(r.decode).toBeLessThan(1e-4);
-      expect(r.tokens).toEqual(referenceOf(arch).tokens);
+// The bounds of both comparisons below.
+// Exact path (stored bf16 weights, f32 activations, products and attention without rounding their inputs): what
+// is left is f32 arithmetic (sums, exp, rsqrt) in another order than the other side's (transformers' float32, itself
+// 1e-6 from float64 here, or float64), about 1e-6 of the logits; 1e-4 leaves room for the longer sums of larger
+// models without hiding a wrong operand (those move the logits by 1e-2 or more).
+const EXACT_TOL = 1e-4;
+// The default path: prompts past 8 tokens take the tensor products, which round their f32 inputs to bf16 (relative
+// error 2^-9 each), and flash attention over bf16 queries, keys and values. A few such roundings per layer over 4
+// layers, through norms that rescale them, move the logits by about 5e-3 (1.2e-2 at worst seen; the decode steps
+// inherit them through the KV cache and recurrent states): 3e-2 bounds that. They move router logits by about 1e-2
+// too, so a row whose routing (in the float64 reference) was closer than 0.05 somewhere may run other experts (a
+// different function, off by 0.2): those rows are not held. Tokens must agree wherever the reference's top two
+// logits are 0.25 apart or more.
+const DEFAULT_TOL = 3e-2;
+const ROUTING_GAP = 0.05;
+const TOKEN_GAP = 0.25;
+
+/** Errors of a model run on a transformers fixture, over the rows held (routing gaps of the float64 reference). */
+function runFixture(device: Device, fx: ModelFixture, opts: LoadOptions, gaps: number[] | null): { prefill: number; decode: number; tokens: number[]; rows: number } {
+  using m = loadModel(fx.folder, device, { maxContext: 32, ...opts });
+  const V = m.config.vocabSize;
+  const tokens = [m.prefill(fx.prompt, { allLogits: true })];
+  const logits = m.logits.readNumbers();
+  let prefill = 0, decode = 0, rows = 0;
+  const held = (i: number) => gaps === null || gaps[i]! >= ROUTING_GAP;
+  fx.prompt.forEach((_, p) => {
+    if (!held(p)) return;
+    rows++;
+    prefill = Math.max(prefill, relL2(logits.subarray(p * V, (p + 1) * V), fx.prefill[p]!));
+  });
+  for (let i = 0; i < fx.decode.length; i++) {
+    tokens.push(m.decode());
+    if (!held(fx.prompt.length + i)) continue;
+    rows++;
+    decode = Math.max(decode, relL2(m.logits.readNumbers(), fx.decode[i]!));
+  }
+  return { prefill, decode, tokens, rows };
+}
+
+const fixtureRefs = new Map<string, ReferenceRun>();
+function fixtureReference(fx: ModelFixture): ReferenceRun {
+  let r = fixtureRefs.get(fx.name);
+  if (r === undefined) {
+    r = (fx.name === 'qwen3_5_moe' ? qwenReference : gemmaReference)(fx.folder, fx.prompt, fx.decode.length);
+    fixtureRefs.set(fx.name, r);
+  }
+  return r;
+}
+
+describe('model fixtures', () => {
+  test('all three are committed, from transformers 5.x, and their own checks hold (cache vs full pass, float32 vs float64)', () => {
+    expect(modelFixtureNames()).toEqual(['qwen3_5_moe', 'gemma4', 'gemma4_e']);
+    for (const name of modelFixtureNames()) {
+      const fx = modelFixture(name);
+      expect(fx.manifest.versions['transformers']!).toStartWith('5.');
+      expect([fx.prompt.length, fx.tokens.length, fx.prefill.length, fx.decode.length]).toEqual([12, 9, 12, 8]);
+      for (const k of ['prefill_vs_uncached', 'decode_vs_uncached', 'f32_vs_f64_prefill', 'f32_vs_f64_decode']) {
+        expect(fx.manifest.checks[k] as number).toBeLessThan(1e-5);
+      }
+    }
+  });
+  // The float64 references are transformers' arithmetic: the tests on random checkpoints below rest on it.
+  test.each(['qwen3_5_moe', 'gemma4', 'gemma4_e'])('%s: the float64 reference gives transformers\' logits and tokens', (name) => {
+    const fx = modelFixture(name);
+    const ref = fixtureReference(fx);
+    for (let p = 0; p < fx.prompt.length; p++) expect(relL2(ref.prefill[p]!, fx.prefill[p]!)).toBeLessThan(EXACT_TOL);
+    for (let i = 0; i < fx.decode.length; i++) expect(relL2(ref.decode[i]!, fx.decode[i]!)).toBeLessThan(EXACT_TOL);
+    expect(ref.tokens).toEqual(fx.tokens);
+  }, 60_000);
+});
+
+describeBackends('models against transformers (fixtures)', ({ device, label }) => {
+  for (const name of ['qwen3_5_moe', 'gemma4', 'gemma4_e']) {
+    test(`${name}: prefill and 8 decode steps, exact products and f32 prompt attention: within ${EXACT_TOL} and the same tokens`, () => {
+      const fx = modelFixture(name);
+      const r = runFixture(device(), fx, { precision: 'exact', prefillAttention: 'vector' }, null);
+      expect(r.prefill).toBeLessThan(EXACT_TOL);
+      expect(r.decode).toBeLessThan(EXACT_TOL);
+      expect(r.tokens).toEqual(fx.tokens);
     }, 120_000);
     if (label !== 'emu') continue;
-    // The default path: prompts past 8 tokens take the tensor products, which round their f32 inputs to bf16
-    // (relative error 2^-9 each), and flash attention over bf16 queries, keys and values. A few such roundings per
-    // layer over 4 layers, through norms that rescale them, move the logits by about 5e-3 (1.2e-2 at worst seen;
-    // the decode steps inherit them through the KV cache and recurrent states): 3e-2 bounds that. They move router
-    // logits by about 1e-2 too, so a row whose routing in the reference was closer than 0.05 somewhere may run
-    // other experts (a different function, off by 0.2): those rows are not held. Tokens must agree wherever the
-    // reference's top two logits are 0.25 apart or more.
-    test(`${arch}: prefill and ${STEPS} decode steps, the default (bf16 inputs of prompt products and attention)`, () => {
-      const r = runModel(device(), arch, {}, 0.05);
-      expect(r.rows).toBeGreaterThanOrEqual(PROMPT.length);
-      expect(r.prefill).toBeLessThan(3e-2);
-      expect(r.decode).toBeLessThan(3e-2);
-      for (const [got, want] of clearTokens(arch, r.tokens, 0.25)) expect(got).toBe(want);
+    test(`${name}: prefill and 8 decode steps, the default (bf16 inputs of prompt products and attention): within ${DEFAULT_TOL}`, () => {
+      const fx = modelFixture(name);
+      const ref = fixtureReference(fx);
+      const r = runFixture(device(), fx, {}, ref.routingGaps);
+      expect(r.rows).toBeGreaterThanOrEqual(fx.prompt.length);
+      expect(r.prefill).toBeLessThan(DEFAULT_TOL);
+      expect(r.decode).toBeLessThan(DEFAULT_TOL);
+      for (const [got, want] of clearTokensOf(ref, r.tokens, TOKEN_GAP)) expect(got).toBe(want);
     }, 120_000);
   }
-  if (label === 'emu') {
+});
+
+describeBackends('models against float64 references (random checkpoints)', ({ device, label }) => {
+  if (label !== 'emu') return;
+  for (const arch of ARCHS) {
+    test(`${arch}: prefill and ${STEPS} decode steps, exact products and f32 prompt attention`, () => {
+      const r = runModel(device(), arch, { precision: 'exact', prefillAttention: 'vector' });
+      expect(r.prefill).toBeLessThan(EXACT_TOL);
+      expect(r.decode).toBeLessThan(EXACT_TOL);
+      expect(r.tokens).toEqual(referenceOf(arch).tokens);
+    }, 120_000);
+    test(`${arch}: prefill and ${STEPS} decode steps, the default (bf16 inputs of prompt products and attention)`, () => {
+      const r = runModel(device(), arch, {}, ROUTING_GAP);
+      expect(r.rows).toBeGreaterThanOrEqual(PROMPT.length);
+      expect(r.prefill).toBeLessThan(DEFAULT_TOL);
+      expect(r.decode).toBeLessThan(DEFAULT_TOL);
+      for (const [got, want] of clearTokens(arch, r.tokens, TOKEN_GAP)) expect(got).toBe(want);
+    }, 120_000);
+  }
+  {
     // MLX affine-quantized linear layers (the projections of attention, the gated delta net, the shared expert and
     // the output; the experts stay dense for the all-experts stand-in) against the reference run on the same
     // weights dequantized: the kernels dequantize in f32 as the reference does, so the bound is the exact path's.
