@@ -58,16 +58,16 @@
 //   (ffn_{gate,up,down}_exps); checked byte for byte against the file (the
 //   error is the fraction of bytes that differ), timed on the host (wall time
 //   of the upload from the mapping).
-//   models: tiny random-weight Qwen3.6 (qwen3_5_moe: gated delta net and
+//   models: the tiny random-weight Qwen3.6 (qwen3_5_moe: gated delta net and
 //   gated attention layers, 8 experts top-2 and a shared expert) and Gemma 4
 //   (sliding and global layers, head dims 256 / 512; one with the MoE block
-//   and keys as values, one with per-layer inputs and shared KV layers),
-//   written as transformers' checkpoints, loaded with mlx-native/models and
-//   run end to end: a 12-token prompt, then 8 greedy decode steps, each step
-//   one encoder reading back only its token; checked against float64
-//   references of transformers' modeling (the largest relative L2 error of
-//   the logits; the tokens must be the reference's), timed on the host
-//   (prefill and the 8 steps), decode speed in tokens per second.
+//   and keys as values, one with per-layer inputs and shared KV layers) of
+//   tests/fixtures/models, loaded with mlx-native/models and run end to end:
+//   a 12-token prompt, then 8 greedy decode steps, each step one encoder
+//   reading back only its token; checked against transformers' own float32
+//   logits (the largest relative L2 error of the last prompt position and the
+//   8 steps; the tokens must be transformers'), timed on the host (prefill
+//   and the 8 steps), decode speed in tokens per second.
 // On the emulator the sequence lengths are shortened (it runs one fiber per
 // GPU thread), and the table says so.
 //
@@ -136,8 +136,7 @@ import { join } from 'node:path';
 import { GgufFile, SafetensorsFile, checkModel, type WeightSource } from '../ts/weights/index.ts';
 import { ggufBytes, safetensorsBytes } from '../tests/weights-writers.ts';
 import { loadModel } from '../ts/models/index.ts';
-import { writeTinyCheckpoint, type TinyArch } from '../tests/model-checkpoints.ts';
-import { gemmaReference, qwenReference } from '../tests/model-reference.ts';
+import { modelFixture } from '../tests/model-fixtures.ts';
 
 interface Row {
   kernel: string;
@@ -872,44 +871,38 @@ function main(): number {
     for (const b of [q.buf, k.buf, v.buf, out]) b.release();
   }
   // --- end of flash_attn_prefill ---
-  // --- models: tiny Qwen3.6 and Gemma 4, prefill and greedy decode end to end ---
-  for (const [arch, name] of [
+  // --- models: tiny Qwen3.6 and Gemma 4, prefill and greedy decode end to end, against transformers ---
+  for (const [fixture, name] of [
     ['qwen3_5_moe', 'Qwen3.6 tiny (GDN + gated attn, MoE)'],
     ['gemma4', 'Gemma 4 tiny (MoE, k = v global)'],
     ['gemma4_e', 'Gemma 4 tiny (per-layer inputs, shared KV)'],
-  ] as [TinyArch, string][]) {
-    const dir = writeTinyCheckpoint(arch, 31);
-    try {
-      const prompt = [17, 301, 42, 9, 100, 200, 311, 7, 8, 450, 3, 77];
-      const steps = 8;
-      const ref = arch === 'qwen3_5_moe' ? qwenReference(dir, prompt, steps) : gemmaReference(dir, prompt, steps);
-      using m = loadModel(dir, device, { maxContext: 64, precision: 'exact', prefillAttention: 'vector' });
-      const rel = (got: ArrayLike<number>, want: ArrayLike<number>) => {
-        let n = 0, dd = 0;
-        for (let i = 0; i < want.length; i++) {
-          n += (got[i]! - want[i]!) ** 2;
-          dd += want[i]! ** 2;
-        }
-        return Math.sqrt(n / dd);
-      };
-      const t0 = performance.now();
-      const tokens = [m.prefill(prompt)];
-      const t1 = performance.now();
-      let err = rel(m.logits.readNumbers(), ref.prefill[prompt.length - 1]!);
-      let decodeMs = 0;
-      for (let i = 0; i < steps; i++) {
-        const s0 = performance.now();
-        tokens.push(m.decode());
-        decodeMs += performance.now() - s0;
-        err = Math.max(err, rel(m.logits.readNumbers(), ref.decode[i]!));
+  ] as const) {
+    const fx = modelFixture(fixture);
+    const steps = fx.decode.length;
+    using m = loadModel(fx.folder, device, { maxContext: 64, precision: 'exact', prefillAttention: 'vector' });
+    const rel = (got: ArrayLike<number>, want: ArrayLike<number>) => {
+      let n = 0, dd = 0;
+      for (let i = 0; i < want.length; i++) {
+        n += (got[i]! - want[i]!) ** 2;
+        dd += want[i]! ** 2;
       }
-      if (tokens.some((t, i) => t !== ref.tokens[i])) err = Infinity;
-      rows.push({ kernel: `models: ${arch}, 1 encoder per step`, model: name,
-        shape: `${m.config.numLayers} layers, prompt ${prompt.length} (${(t1 - t0).toFixed(0)} ms) + ${steps} decode, ${(steps / (decodeMs / 1000)).toFixed(1)} tok/s`,
-        err, tol: 1e-4, ms: t1 - t0 + decodeMs });
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
+      return Math.sqrt(n / dd);
+    };
+    const t0 = performance.now();
+    const tokens = [m.prefill(fx.prompt)];
+    const t1 = performance.now();
+    let err = rel(m.logits.readNumbers(), fx.prefill[fx.prompt.length - 1]!);
+    let decodeMs = 0;
+    for (let i = 0; i < steps; i++) {
+      const s0 = performance.now();
+      tokens.push(m.decode());
+      decodeMs += performance.now() - s0;
+      err = Math.max(err, rel(m.logits.readNumbers(), fx.decode[i]!));
     }
+    if (tokens.some((t, i) => t !== fx.tokens[i])) err = Infinity;
+    rows.push({ kernel: `models: ${fixture} vs transformers ${fx.manifest.versions['transformers']}`, model: name,
+      shape: `${m.config.numLayers} layers, prompt ${fx.prompt.length} (${(t1 - t0).toFixed(0)} ms) + ${steps} decode, ${(steps / (decodeMs / 1000)).toFixed(1)} tok/s`,
+      err, tol: 1e-4, ms: t1 - t0 + decodeMs });
   }
   // --- end of models ---
 
