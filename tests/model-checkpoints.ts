@@ -205,3 +205,55 @@ export function quantizeCheckpoint(folder: string, quantized: string, dequantize
   }
   return done;
 }
+
+export interface Relayout {
+  /** The text model's tensor prefix in place of 'model.' ('model.language_model.' in multimodal checkpoints). */
+  prefix: string;
+  /** How the experts are stored: one tensor per expert (the hub's), or stacked gate / up / down (mlx's switch layers). */
+  experts: 'per_expert' | 'stacked';
+  /** A tensor of a part the text model sets aside (a vision tower), which loading must skip. */
+  extra: string;
+}
+
+/**
+ * The same model as `folder`'s checkpoint under other names and layouts, as
+ * multimodal and mlx checkpoints store it: the text model under
+ * `prefix`, the experts split per expert or stacked, a vision tensor beside,
+ * and the config nested in text_config under the multimodal model_type.
+ * The values are the same, so its logits must be too.
+ */
+export function relayoutCheckpoint(folder: string, out: string, how: Relayout): void {
+  const src = SafetensorsFile.open(join(folder, 'model.safetensors'));
+  const config = JSON.parse(readFileSync(join(folder, 'config.json'), 'utf8')) as Record<string, unknown>;
+  const tensors: StTensor[] = [];
+  const rowBytes = (t: { shape: readonly number[] }) => 2 * t.shape[t.shape.length - 1]!;
+  for (const t of src.tensors.values()) {
+    const name = t.name.startsWith('model.') ? how.prefix + t.name.slice('model.'.length) : t.name;
+    const bytes = src.bytes(t.name);
+    const m = /^(.*\.)experts\.(gate_up_proj|down_proj)$/.exec(name);
+    if (m === null) {
+      tensors.push({ name, dtype: t.dtype, shape: [...t.shape], data: bytes.slice() });
+      continue;
+    }
+    const [E, rows, cols] = t.shape as [number, number, number];
+    const expertBytes = rows * rowBytes(t);
+    const base = m[1]!;
+    const part = (e: number, r0: number, n: number) => bytes.slice(e * expertBytes + r0 * rowBytes(t), e * expertBytes + (r0 + n) * rowBytes(t));
+    const stackedDir = base.endsWith('mlp.') ? `${base}switch_mlp.` : `${base}experts.switch_glu.`;
+    const kinds: [string, number, number][] = m[2] === 'gate_up_proj' ? [['gate_proj', 0, rows / 2], ['up_proj', rows / 2, rows / 2]] : [['down_proj', 0, rows]];
+    for (const [kind, r0, n] of kinds) {
+      if (how.experts === 'per_expert') {
+        for (let e = 0; e < E; e++) tensors.push({ name: `${base}experts.${e}.${kind}.weight`, dtype: t.dtype, shape: [n, cols], data: part(e, r0, n) });
+      } else {
+        const all = new Uint8Array(E * n * rowBytes(t));
+        for (let e = 0; e < E; e++) all.set(part(e, r0, n), e * n * rowBytes(t));
+        tensors.push({ name: `${stackedDir}${kind}.weight`, dtype: t.dtype, shape: [E, n, cols], data: all });
+      }
+    }
+  }
+  tensors.push({ name: how.extra, dtype: 'BF16', shape: [4], data: new Uint8Array(8) });
+  const type = String(config['model_type']).replace(/_text$/, '');
+  mkdirSync(out, { recursive: true });
+  writeFileSync(join(out, 'model.safetensors'), safetensorsBytes(tensors));
+  writeFileSync(join(out, 'config.json'), JSON.stringify({ model_type: type, tie_word_embeddings: config['tie_word_embeddings'], text_config: config }, null, 1));
+}

@@ -20,7 +20,7 @@ import {
   type AllExperts, type LoadOptions,
 } from '../ts/models/index.ts';
 import { describeBackends, describeValidation, expectInvalid, expectInvalidParts, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
-import { quantizeCheckpoint, tinyConfig, writeTinyCheckpoint, type TinyArch } from './model-checkpoints.ts';
+import { quantizeCheckpoint, relayoutCheckpoint, tinyConfig, writeTinyCheckpoint, type Relayout, type TinyArch } from './model-checkpoints.ts';
 import { modelFixture, modelFixtureNames, type ModelFixture } from './model-fixtures.ts';
 import { gemmaReference, qwenReference, type ReferenceRun } from './model-reference.ts';
 
@@ -376,6 +376,33 @@ describeBackends('models against float64 references (random checkpoints)', ({ de
           }
           expect(err).toBeLessThan(1e-4);
           expect(tokens).toEqual(ref.tokens);
+        } finally {
+          rmSync(dir, { recursive: true, force: true });
+        }
+      }, 120_000);
+    }
+    // Multimodal checkpoints hold the text model under model.language_model. beside a vision tower, the hub's
+    // Qwen3.6 stores its experts one tensor each, mlx's checkpoints stacked: the same values give the same logits.
+    for (const [arch, how] of [
+      ['qwen3_5_moe', { prefix: 'model.language_model.', experts: 'per_expert', extra: 'model.visual.patch_embed.proj.weight' }],
+      ['qwen3_5_moe', { prefix: 'model.language_model.', experts: 'stacked', extra: 'mtp.fc.weight' }],
+      ['gemma4', { prefix: 'model.language_model.', experts: 'stacked', extra: 'model.vision_tower.patch.weight' }],
+      ['gemma4', { prefix: 'model.language_model.', experts: 'per_expert', extra: 'model.embed_audio.proj.weight' }],
+    ] as [TinyArch, Relayout][]) {
+      test(`${arch}, text model under ${how.prefix} with ${how.experts} experts and ${how.extra} set aside: the same logits`, () => {
+        const dir = mkdtempSync(join(tmpdir(), 'mlxn-layout-'));
+        try {
+          relayoutCheckpoint(folderOf(arch), dir, how);
+          using m = loadModel(dir, device(), { maxContext: 32, precision: 'exact', prefillAttention: 'vector' });
+          const ref = referenceOf(arch);
+          const tokens = [m.prefill(PROMPT)];
+          let err = relL2(m.logits.readNumbers(), ref.prefill[PROMPT.length - 1]!);
+          for (let i = 0; i < 2; i++) {
+            tokens.push(m.decode());
+            err = Math.max(err, relL2(m.logits.readNumbers(), ref.decode[i]!));
+          }
+          expect(err).toBeLessThan(EXACT_TOL);
+          expect(tokens).toEqual(ref.tokens.slice(0, 3));
         } finally {
           rmSync(dir, { recursive: true, force: true });
         }
