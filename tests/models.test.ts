@@ -253,7 +253,8 @@ const ARCHS: TinyArch[] = ['qwen3_5_moe', 'gemma4', 'gemma4_e'];
 // models without hiding a wrong operand (those move the logits by 1e-2 or more).
 const EXACT_TOL = 1e-4;
 // The default path: prompts past 8 tokens take the tensor products, which round their f32 inputs to bf16 (relative
-// error 2^-9 each), and flash attention over bf16 queries, keys and values. A few such roundings per layer over 4
+// error 2^-9 each), flash attention over bf16 queries, keys and values, and the chunked gated delta rule over bf16
+// q, k, v (its intermediates and output stored in bf16). A few such roundings per layer over 4
 // layers, through norms that rescale them, move the logits by about 5e-3 (1.2e-2 at worst seen; the decode steps
 // inherit them through the KV cache and recurrent states): 3e-2 bounds that. They move router logits by about 1e-2
 // too, so a row whose routing (in the float64 reference) was closer than 0.05 somewhere may run other experts (a

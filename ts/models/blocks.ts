@@ -32,11 +32,14 @@ export type Linear =
     readonly n: number; readonly k: number; readonly groupSize: number; readonly bits: number;
   };
 
-/** How matrix products of more than DENSE_MV_MAX_ROWS rows treat the f32 inputs of a 16-bit weight. */
+/**
+ * How a prompt's work treats its f32 inputs: matrix products of more than 8
+ * rows against 16-bit weights, and (Qwen3.6) the gated delta net.
+ */
 export type ProductPrecision =
-  /** The tensor kernels, which round the inputs to the weight's dtype first (as mlx-native's prefill does). */
+  /** The tensor kernels, which round the inputs to the weight's dtype first (as mlx-native's prefill does); the chunked gated delta rule on bf16. */
   | 'fast'
-  /** Every row through the vector kernels, which take the f32 inputs as they are: slower for long prompts. */
+  /** Every row through the vector kernels, which take the f32 inputs as they are, and the recurrence token by token in f32: slower for long prompts. */
   | 'exact';
 
 /** Rows of x the vector kernels take at once. */

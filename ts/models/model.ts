@@ -17,7 +17,7 @@ import type { ModelConfig } from './config.ts';
 export interface ModelOptions {
   /** Slots of a global layer's KV cache: the longest context (prompt and generated tokens); 4096 when absent. */
   maxContext?: number;
-  /** Matrix products of prompts past 8 tokens: 'fast' (default) or 'exact' (see ProductPrecision). */
+  /** A prompt's matrix products past 8 tokens and its gated delta net: 'fast' (default) or 'exact' (see ProductPrecision). */
   precision?: ProductPrecision;
   /** Prompt attention: 'flash' (default, bf16 inputs) or 'vector' (f32, one query row at a time). */
   prefillAttention?: PrefillAttention;

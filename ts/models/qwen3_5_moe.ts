@@ -6,7 +6,9 @@
 // softmax router over the experts plus a shared expert gated by
 // sigmoid(x w_sg). Then rms_norm(h) * (1 + w), and logits = h W_lm^T.
 //
-// Gated delta net, per token (transformers' Qwen3_5MoeGatedDeltaNet):
+// Gated delta net, per token (transformers' Qwen3_5MoeGatedDeltaNet; a
+// prompt runs the chunked form on bf16 inputs by default, the token-by-token
+// recurrence in f32 with precision 'exact'):
 //   [q k v] = silu(causal_conv1d(x W_qkv^T)) (kernel 4, a state of the last 3 inputs)
 //   q, k = l2_norm per head; g = -exp(A_log) softplus(x W_a^T + dt_bias); beta = sigmoid(x W_b^T)
 //   S = S exp(g); S += beta (v - S k) k^T; o = S q / sqrt(K)   (value head h reads key head h / (Hv / Hk))
@@ -35,7 +37,8 @@ import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { computeGBeta } from '../ops/compute_g_beta.ts';
-import { elementwiseAdd } from '../ops/elementwise.ts';
+import { chunkGatedDeltaRule, GDR_K_VALUES, GDR_MAX_V, GDR_V_MULTIPLE } from '../ops/chunk_gated_delta_rule.ts';
+import { cast, elementwiseAdd } from '../ops/elementwise.ts';
 import { fusedHeadNormRope } from '../ops/fused_head_norm_rope.ts';
 import { gatedDeltaNet, gatedDeltaNetDecode } from '../ops/gated_delta_net.ts';
 import { l2Norm } from '../ops/l2_norm.ts';
@@ -309,8 +312,22 @@ export class Qwen35Moe extends CausalLM {
     linear(enc, w.z, x, z, t, p);
     const o = s.get('gdn.o', 'f32', [t, vd]);
     const dims = { batch: 1, nQkHeads: hk, nHeads: hv, kDim: dk, vDim: dv };
-    if (t === 1) gatedDeltaNetDecode(enc, { ...dims, q, k, v, g, beta, state, output: o });
-    else gatedDeltaNet(enc, { ...dims, seqLen: t, q, k, v, g, beta, output: o, finalState: state });
+    if (t === 1) {
+      gatedDeltaNetDecode(enc, { ...dims, q, k, v, g, beta, state, output: o });
+    } else if (p === 'fast' && chunked(dk, dv)) {
+      // The chunked form (64-token chunks on matrix units) over bf16 q, k, v; its output bf16, the state f32.
+      const q16 = s.get('gdn.q16', 'bf16', [t, kd]);
+      const k16 = s.get('gdn.k16', 'bf16', [t, kd]);
+      const v16 = s.get('gdn.v16', 'bf16', [t, vd]);
+      const o16 = s.get('gdn.o16', 'bf16', [t, vd]);
+      cast(enc, { input: q, output: q16 });
+      cast(enc, { input: k, output: k16 });
+      cast(enc, { input: v, output: v16 });
+      chunkGatedDeltaRule(enc, { ...dims, seqLen: t, q: q16, k: k16, v: v16, g, beta, o: o16, finalState: state });
+      cast(enc, { input: o16, output: o });
+    } else {
+      gatedDeltaNet(enc, { ...dims, seqLen: t, q, k, v, g, beta, output: o, finalState: state });
+    }
     ssmNormGate(enc, { attnOut: o, weight: w.norm, z, output: o, rows: t * hv, dV: dv, eps: c.rmsNormEps });
     linear(enc, w.out, o, out, t, p);
   }
@@ -363,6 +380,11 @@ export class Qwen35Moe extends CausalLM {
     sigmoidMul(enc, { x: shared, gate: spread, output: shared });
     elementwiseAdd(enc, { a: out, b: shared, output: out });
   }
+}
+
+/** Head dims the chunked gated delta rule takes. */
+function chunked(kDim: number, vDim: number): boolean {
+  return (GDR_K_VALUES as readonly number[]).includes(kDim) && vDim % GDR_V_MULTIPLE === 0 && vDim <= GDR_MAX_V;
 }
 
 /** A (1 + w) norm weight as 1 + w in f32. */
