@@ -157,13 +157,20 @@ export class Checkpoint {
   }
 
   private f32Rows(parts: readonly { name: string; rows?: readonly number[] | undefined }[], width: number): Buffer {
-    const out: number[][] = [];
-    for (const p of parts) {
-      const v = this.host(p.name);
-      const n = v.length / width;
-      for (const r of p.rows ?? Array.from({ length: n }, (_, i) => i)) out.push(Array.from(v.subarray(r * width, (r + 1) * width)));
-    }
-    return this.f32(Float32Array.from(out.flat()), [out.length, width]);
+    const values = parts.map((p) => this.host(p.name));
+    const total = parts.reduce((acc, p, i) => acc + (p.rows?.length ?? values[i]!.length / width), 0);
+    const out = new Float32Array(total * width);
+    let at = 0;
+    parts.forEach((p, i) => {
+      const v = values[i]!;
+      if (p.rows === undefined) {
+        out.set(v, at * width);
+        at += v.length / width;
+      } else {
+        for (const r of p.rows) out.set(v.subarray(r * width, (r + 1) * width), width * at++);
+      }
+    });
+    return this.f32(out, [total, width]);
   }
 
   /** A Linear over rows [start, start + count) of another (views; starts at 16-byte multiples). */
