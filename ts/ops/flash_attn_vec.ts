@@ -267,8 +267,8 @@ export function validateFlashAttnVec(a: FlashAttnVecArgs, device?: Device): void
 export function validateFlashAttnVecVarlen(a: FlashAttnVecVarlenArgs, device?: Device): void {
   validateCommon(OP_VARLEN, a, device);
   checkBoolean(OP_VARLEN, 'ring', a.ring, true);
-  if (a.ring === true && a.mask === 'slidingWindow') {
-    checkAtMost(OP_VARLEN, 'slidingWindow', a.slidingWindow ?? 0, a.kvCapacity, 'kvCapacity (a ring holds the last kvCapacity positions)');
+  if (a.ring === true && a.mask === 'slidingWindow' && !((a.slidingWindow ?? 0) <= a.kvCapacity)) {
+    throw invalid(OP_VARLEN, 'slidingWindow', `at most kvCapacity (${a.kvCapacity}) on a ring, which holds the last kvCapacity positions`, a.slidingWindow);
   }
   checkBuffer(OP_VARLEN, 'seqLens', a.seqLens, device);
   checkDtype(OP_VARLEN, 'seqLens', a.seqLens, 'u32');
