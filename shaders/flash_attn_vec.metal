@@ -27,9 +27,12 @@
 // Main kernels: grid (1, n_heads, B * NWG), 32 threads (one simdgroup).
 //   z = b * NWG + iwg; workgroup iwg takes the blocks of 32 visible
 //   positions lo + 32 i for i = iwg, iwg + NWG, ...; each lane owns D/128
-//   float4 of Q and of the output.
-//   Threadgroup memory (threadgroup(0)): 32 x 33 floats to transpose the
-//   per-lane partial dot products, then 32 floats of softmax weights.
+//   float4 of Q and of the output. Per block, each position's dot product is
+//   a simd_sum of the lanes' partials (lane c keeps position c's), the
+//   online softmax runs one position per lane, and the weights reach the V
+//   accumulation by simd_shuffle.
+//   threadgroup(0) is declared as mlx-native's kernels declare it (its host
+//   binds (3 D + 128) * 2 bytes there); these kernels use none of it.
 // Reduce kernel: grid (rows, 1, 1), 32 * NWG threads; lane w of each
 //   simdgroup reads workgroup w's partial, simdgroup s handles float4 columns
 //   s, s + NWG, ...
@@ -61,20 +64,15 @@ inline KvSpan kv_span(uint len, uint cap, bool ring, uint window) {
 template <uint D, typename KV>
 inline void attend_row(
     KvSpan sp, float scale, float softcap, uint nwg, uint iwg, ulong row, ulong nrows,
-    device const float *q, device const KV *k, device const KV *v, device float *dst,
-    threadgroup float *scratch, ushort lane)
+    device const float *q, device const KV *k, device const KV *v, device float *dst, ushort lane)
 {
     constexpr uint W   = 32;        // lanes, and KV positions per block
     constexpr uint D4  = D / 4;
     constexpr uint NPL = D4 / W;    // float4 per lane
-    constexpr uint RS  = W + 1;     // row stride of the transpose scratch
 
     device const float4     *q4 = (device const float4 *)(q + row * D);
     device const vec<KV, 4> *k4 = (device const vec<KV, 4> *)k;
     device const vec<KV, 4> *v4 = (device const vec<KV, 4> *)v;
-
-    threadgroup float *part = scratch;          // [W][RS]: part[lane][c]
-    threadgroup float *wts  = scratch + W * RS; // [W]
 
     float4 qr[NPL];
     float4 o[NPL];
@@ -93,28 +91,25 @@ inline void attend_row(
         // Slot of the block's first position; slot c is s0 + c, wrapped once on a ring.
         const uint s0 = sp.ring ? base % sp.cap : base;
 
-        // Lane-partial dot products over this lane's slice of D, one per slot.
-        for (uint c = 0; c < W; ++c) {
-            float acc = 0.0f;
-            if (c < count) {
-                uint slot = s0 + c;
-                if (sp.ring && slot >= sp.cap) {
-                    slot -= sp.cap;
-                }
-                device const vec<KV, 4> *kr = k4 + ulong(slot) * D4 + lane;
-                for (uint i = 0; i < NPL; ++i) {
-                    acc += dot(float4(kr[W * i]), qr[i]);
-                }
-            }
-            part[lane * RS + c] = acc;
-        }
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-
-        // Lane c owns slot c: sum the column, scale, cap, softmax update.
+        // Slot c's dot product, summed over the lanes' slices of D; lane c keeps it.
         float s = 0.0f;
-        for (uint l = 0; l < W; ++l) {
-            s += part[l * RS + lane];
+        for (uint c = 0; c < count; ++c) {
+            uint slot = s0 + c;
+            if (sp.ring && slot >= sp.cap) {
+                slot -= sp.cap;
+            }
+            device const vec<KV, 4> *kr = k4 + ulong(slot) * D4 + lane;
+            float acc = 0.0f;
+            for (uint i = 0; i < NPL; ++i) {
+                acc += dot(float4(kr[W * i]), qr[i]);
+            }
+            acc = simd_sum(acc);
+            if (lane == c) {
+                s = acc;
+            }
         }
+
+        // Lane c owns slot c: scale, cap, softmax update.
         s *= scale;
         if (softcap > 0.0f) {
             s = softcap * tanh(s / softcap);
@@ -125,14 +120,12 @@ inline void attend_row(
         const float e     = visible ? exp(s - m_new) : 0.0f;
         S = S * alpha + simd_sum(e);
         M = m_new;
-        wts[lane] = e;
-        threadgroup_barrier(mem_flags::mem_threadgroup);
 
         for (uint i = 0; i < NPL; ++i) {
             o[i] *= alpha;
         }
         for (uint c = 0; c < count; ++c) {
-            const float e_c = wts[c];
+            const float e_c = simd_shuffle(e, ushort(c));
             uint slot = s0 + c;
             if (sp.ring && slot >= sp.cap) {
                 slot -= sp.cap;
@@ -142,7 +135,6 @@ inline void attend_row(
                 o[i] += e_c * float4(vr[W * i]);
             }
         }
-        // wts is rewritten by the next block only after its first barrier.
     }
 
     if (nwg == 1) {
@@ -172,7 +164,7 @@ kernel void flash_attn_vec_main(
     device const KV             *k       [[buffer(2)]],
     device const KV             *v       [[buffer(3)]],
     device float                *dst     [[buffer(4)]],
-    threadgroup float           *scratch [[threadgroup(0)]],
+    threadgroup float           *unused  [[threadgroup(0)]],
     uint3  tgpig [[threadgroup_position_in_grid]],
     uint3  tgpg  [[threadgroups_per_grid]],
     ushort lane  [[thread_index_in_simdgroup]])
@@ -184,7 +176,7 @@ kernel void flash_attn_vec_main(
     const ulong kv0 = (ulong(b) * p.n_kv_heads + kvh) * p.kv_capacity * D;
     const KvSpan sp = kv_span(p.kv_seq_len, p.kv_capacity, false, p.mask_type == 2 ? p.sliding_window : 0);
     attend_row<D, KV>(sp, p.scale, p.softcap, nwg, tgpig.z % nwg, ulong(b) * p.n_heads + head,
-                      ulong(tgpg.z / nwg) * p.n_heads, q, k + kv0, v + kv0, dst, scratch, lane);
+                      ulong(tgpg.z / nwg) * p.n_heads, q, k + kv0, v + kv0, dst, lane);
 }
 
 // Sequences of their own lengths (seq_lens[b]), a global cache or a ring.
@@ -196,7 +188,7 @@ kernel void flash_attn_vec_varlen_main(
     device const KV                   *v        [[buffer(3)]],
     device float                      *dst      [[buffer(4)]],
     device const uint                 *seq_lens [[buffer(5)]],
-    threadgroup float                 *scratch  [[threadgroup(0)]],
+    threadgroup float                 *unused   [[threadgroup(0)]],
     uint3  tgpig [[threadgroup_position_in_grid]],
     uint3  tgpg  [[threadgroups_per_grid]],
     ushort lane  [[thread_index_in_simdgroup]])
@@ -208,7 +200,7 @@ kernel void flash_attn_vec_varlen_main(
     const ulong kv0 = (ulong(b) * p.n_kv_heads + kvh) * p.kv_capacity * D;
     const KvSpan sp = kv_span(seq_lens[b], p.kv_capacity, p.ring != 0, p.mask_type == 2 ? p.sliding_window : 0);
     attend_row<D, KV>(sp, p.scale, p.softcap, nwg, tgpig.z % nwg, ulong(b) * p.n_heads + head,
-                      ulong(tgpg.z / nwg) * p.n_heads, q, k + kv0, v + kv0, dst, scratch, lane);
+                      ulong(tgpg.z / nwg) * p.n_heads, q, k + kv0, v + kv0, dst, lane);
 }
 
 template <uint D>

@@ -538,6 +538,8 @@ describeValidation('flash_attn_vec: plans, buffers, optional arguments and alias
         const plan = faOps.planFlashAttnVec({ ...p, ...bufs }, dev.limits);
         const tag = kv === 'f32' ? '' : `${kv}kv_`;
         expect(plan.dispatches.map((d) => d.kernel)).toEqual([`flash_attn_vec_${tag}dk${headDim}`, `flash_attn_vec_reduce_dk${headDim}`]);
+        // threadgroup(0): what mlx-native's host binds ((PK + SH + 2 PV) halves), unused by the kernels.
+        expect(plan.dispatches[0]!.threadgroupMemory).toEqual([{ 128: 1024, 256: 1792, 512: 3328 }[headDim]]);
         const seqLens = dev.upload('u32', [1], [3]);
         const vplan = faOps.planFlashAttnVecVarlen({ ...p, ...bufs, seqLens }, dev.limits);
         expect(vplan.dispatches[0]!.kernel).toBe(`flash_attn_vec_varlen_${tag}dk${headDim}`);

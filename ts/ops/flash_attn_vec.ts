@@ -62,8 +62,15 @@ const KV_TAG: Record<FlashAttnVecKvDtype, string> = { f32: '', f16: 'f16kv_', bf
 const SIMD = 32;
 /** The most workgroups per row: the reduce kernel gives each one a lane. */
 export const FLASH_ATTN_VEC_MAX_NWG = 32;
-/** Threadgroup memory of the main kernel: a 32 x 33 f32 transpose scratch and 32 f32 weights. */
-export const FLASH_ATTN_VEC_THREADGROUP_BYTES = (SIMD * (SIMD + 1) + SIMD) * 4;
+/**
+ * threadgroup(0) of a Metal main kernel: what mlx-native's host binds there,
+ * (PAD(D, 128) * 3 + 128) halves; the kernels use none of it (they reduce and
+ * broadcast within the simdgroup), so any length the crate's host gives works.
+ */
+export function flashAttnVecThreadgroupBytes(headDim: number): number {
+  const padded = Math.ceil(headDim / 128) * 128;
+  return (3 * padded + 4 * SIMD) * 2;
+}
 const U32_MAX = 0xffff_ffff;
 /** CUDA main kernels: warps per block (both paths). */
 const CUDA_WARPS = 4;
@@ -308,7 +315,7 @@ function planMainAndReduce(a: FlashAttnVecCommon & FlashAttnVecBuffers, kernel: 
     kernel,
     buffers: [, a.q, a.k, a.v, a.nwg === 1 ? a.out : a.tmp!, ...extra],
     bytes: [params],
-    threadgroupMemory: [FLASH_ATTN_VEC_THREADGROUP_BYTES],
+    threadgroupMemory: [flashAttnVecThreadgroupBytes(a.headDim)],
     grid: [1, a.nHeads, a.batch * a.nwg],
     threads: [SIMD, 1, 1],
     cuda: cudaMainLaunch(a, kv),
@@ -338,7 +345,7 @@ function planMainAndReduce(a: FlashAttnVecCommon & FlashAttnVecBuffers, kernel: 
  *
  * Dispatches flash_attn_vec[_f16kv|_bf16kv]_dk<D> (mlx-native's names; bf16
  * and D 128 added in its pattern) with bindings 0 params
- * (FlashAttnVecParams), 1 q, 2 k, 3 v, 4 dst, threadgroup(0) 4352 bytes, grid
+ * (FlashAttnVecParams), 1 q, 2 k, 3 v, 4 dst, threadgroup(0) flashAttnVecThreadgroupBytes (unused), grid
  * (1, nHeads, B * nwg), 32 threads. With nwg == 1 dst is out. With nwg > 1 dst
  * is tmp (partials [B * nHeads, D / 4, nwg] float4, then (S, M) pairs
  * [B * nHeads, nwg, 2]), and flash_attn_vec_reduce_dk<D> follows after a
