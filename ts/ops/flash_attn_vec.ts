@@ -84,6 +84,7 @@ export const FLASH_ATTN_VEC_CUDA_MMA_HEADS = 8;
  * CUDA f16 / bf16 K/V: the dynamic shared memory of a block, by head dim: each
  * warp's ring of 16-key K and V tiles (192 KB: 12, 6 or 3 tiles of 16 x D
  * 16-bit values), plus, at D 512, the split query (16 x 512 16-bit values).
+ * 192-208 KB: a GPU with 227 KB of shared memory per block (H100, H200).
  */
 export function flashAttnVecCudaMmaSharedBytes(headDim: number): number {
   return 192 * 1024 + (headDim === 512 ? 16 * 512 * 2 : 0);
@@ -353,7 +354,10 @@ function planMainAndReduce(a: FlashAttnVecCommon & FlashAttnVecBuffers, kernel: 
  * grid (B * nHeads, 1, 1), 32 * nwg threads.
  * On cuda the main kernel reads each K/V row once per block of GQA query
  * heads (cudaMainLaunch: f16 / bf16 K/V on tensor cores, f32 on FFMA); tmp
- * and the reduce as above.
+ * and the reduce as above. The tensor-core kernels round the query and the
+ * softmax weights to the K/V type in two terms (hi + lo: about 2^-22 of them
+ * kept with f16, 2^-18 with bf16), so with f16 K/V the query must lie within
+ * f16's range (|q| < 65504) there.
  */
 export function flashAttnVec(enc: Encoder, args: FlashAttnVecArgs): void {
   record(enc, planFlashAttnVec(args, enc.device.limits, enc.device));
