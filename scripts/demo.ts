@@ -13,7 +13,10 @@
 //     prefill, and one decode step continuing from the prefill's final state,
 //     checked against the token-by-token recurrence over all T + 1 tokens;
 //   Gemma 4 decode attention: head dim 256 (sliding layers) and 512 (global
-//     layers), 16 query / 2 KV heads; Gemma 4 sublayer norms at hidden 4096;
+//     layers), 16 query / 2 KV heads; with bf16 K/V: Qwen3.6 full attention
+//     (16 / 2 heads of 256) over one long cache, and a Gemma 4 sliding
+//     layer's rings of 1024 read for 4 sequences at their own positions in
+//     one call (varlen); Gemma 4 sublayer norms at hidden 4096;
 //   rotary embeddings: Qwen3.6 full attention (IMROPE, 16 heads of 256, 64
 //     rotated, base 1e7), Gemma 4 k rope (2 KV heads of 256) and q norm + rope
 //     (16 heads: 256 sliding, 512 global with a quarter rotated).
@@ -89,7 +92,7 @@ import { elementwiseAdd } from '../ts/ops/elementwise.ts';
 import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
 import { flashAttnPrefill } from '../ts/ops/flash_attn_prefill.ts';
 import { affineQuantizedMatmul } from '../ts/ops/quantized_matmul.ts';
-import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecParams } from '../ts/ops/flash_attn_vec.ts';
+import { flashAttnVec, flashAttnVecTmpElements, flashAttnVecVarlen, type FlashAttnVecParams, type FlashAttnVecVarlenParams } from '../ts/ops/flash_attn_vec.ts';
 import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
 import { l2Norm } from '../ts/ops/l2_norm.ts';
@@ -112,7 +115,7 @@ import { elementwiseAddRef } from '../ts/reference/elementwise.ts';
 import { denseRef } from '../ts/reference/dense.ts';
 import { flashAttnPrefillRef } from '../ts/reference/flash_attn_prefill.ts';
 import { affineDequantize, affineQuantize } from '../ts/reference/quantized_matmul.ts';
-import { flashAttnVecRef } from '../ts/reference/flash_attn_vec.ts';
+import { flashAttnVecRef, flashAttnVecVarlenRef } from '../ts/reference/flash_attn_vec.ts';
 import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
 import { l2NormRef } from '../ts/reference/l2_norm.ts';
 import { fusedHeadNormRopeRef } from '../ts/reference/fused_head_norm_rope.ts';
@@ -376,6 +379,46 @@ function main(): number {
       shape: `kv ${c.kvSeqLen}, 16q/2kv heads, NWG ${c.nwg}, ${c.mask}${note}`, err: scaledErr(out.readNumbers(), want), tol: 1e-5, ms });
     for (const b of [q.buf, k.buf, v.buf, out, tmp]) b.release();
   }
+
+  // --- flash_attn_vec, bf16 K/V on every backend's decode path: Qwen3.6's
+  // full attention (16 query / 2 KV heads of 256) over one long cache, and a
+  // Gemma 4 sliding layer's rings (window 1024) read for 4 sequences at their
+  // own positions in one call ---
+  {
+    const kvLen = emu ? 2048 : 32768;
+    const p: FlashAttnVecParams = {
+      batch: 1, nHeads: 16, nKvHeads: 2, headDim: 256, kvSeqLen: kvLen, kvCapacity: kvLen, scale: 1 / 16, mask: 'causal', nwg: 32,
+    };
+    const q = stored(device, 'f32', randn(16 * 256));
+    const k = stored(device, 'bf16', randn(2 * kvLen * 256));
+    const v = stored(device, 'bf16', randn(2 * kvLen * 256));
+    const out = poisoned(device, 'f32', 16 * 256);
+    const tmp = poisoned(device, 'f32', flashAttnVecTmpElements(p));
+    const ms = timed(device, (enc) => flashAttnVec(enc, { ...p, q: q.buf, k: k.buf, v: v.buf, out, tmp }));
+    const want = flashAttnVecRef({ ...p, slidingWindow: 0, softcap: 0 }, q.values, k.values, v.values);
+    rows.push({ kernel: 'flash_attn_vec_bf16kv_dk256 + reduce', model: 'Qwen3.6 full attn decode',
+      shape: `kv ${kvLen}, 16q/2kv heads, NWG 32${note}`, err: scaledErr(out.readNumbers(), want), tol: 1e-5, ms });
+    for (const b of [q.buf, k.buf, v.buf, out, tmp]) b.release();
+  }
+  {
+    const W = emu ? 128 : 1024;
+    const lens = emu ? [3001, 128, 17, 500] : [40007, 1024, 100, 5000];
+    const p: FlashAttnVecVarlenParams = {
+      batch: 4, nHeads: 16, nKvHeads: 2, headDim: 256, kvCapacity: W, scale: 1, mask: 'none', nwg: 8, ring: true,
+    };
+    const q = stored(device, 'f32', randn(4 * 16 * 256, 1 / 16));
+    const k = stored(device, 'bf16', randn(4 * 2 * W * 256));
+    const v = stored(device, 'bf16', randn(4 * 2 * W * 256));
+    const seqLens = device.upload('u32', [4], lens);
+    const out = poisoned(device, 'f32', 4 * 16 * 256);
+    const tmp = poisoned(device, 'f32', flashAttnVecTmpElements(p));
+    const ms = timed(device, (enc) => flashAttnVecVarlen(enc, { ...p, q: q.buf, k: k.buf, v: v.buf, out, tmp, seqLens }));
+    const want = flashAttnVecVarlenRef({ ...p, slidingWindow: 0, softcap: 0, ring: true, seqLens: lens }, q.values, k.values, v.values);
+    rows.push({ kernel: 'flash_attn_vec_varlen_bf16kv_dk256 + reduce', model: 'Gemma 4 sliding attn decode',
+      shape: `ring ${W} at positions ${lens.join(', ')}, 16q/2kv heads, NWG 8${note}`, err: scaledErr(out.readNumbers(), want), tol: 1e-5, ms });
+    for (const b of [q.buf, k.buf, v.buf, out, tmp, seqLens]) b.release();
+  }
+  // --- end of flash_attn_vec, bf16 K/V ---
 
   // --- Qwen3.6 linear-attention layer, end to end: conv, l2 norm, g/beta,
   // chunked prefill of T tokens, then one decode step from its final state ---
