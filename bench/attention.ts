@@ -14,7 +14,7 @@
 // bench/attention_peers.py times torch SDPA (each backend) and FlashAttention
 // at the same shapes and measures the bf16 matrix rate it divides by.
 //
-//   bun run bench/attention.ts [--small] [--peak-tflops T] [--copy-gbs G]
+//   bun run bench/attention.ts [--small] [--peak-tflops T] [--copy-gbs G] [--only TEXT]
 //
 // --small: shapes the emulator runs. Flops: 4 D per (query head, visible
 // key) (q.k and p.v), counting only the keys each query sees (causal: T^2 / 2
@@ -232,7 +232,9 @@ function time(c: Case, iters: number): number {
 }
 
 console.log(`device: ${dev.name} (${dev.backend})${peakTflops ? `, peak ${peakTflops} TFLOP/s` : ''}${copyGbs ? `, copy ${copyGbs} GB/s` : ''}`);
-for (const c of cases()) {
+const onlyAt = process.argv.indexOf('--only');
+const only = onlyAt >= 0 ? process.argv[onlyAt + 1] ?? '' : undefined;
+for (const c of cases().filter((x) => only === undefined || x.name.includes(only))) {
   const probe = time(c, 1);
   const iters = Math.max(1, Math.min(100, Math.round(1e8 / Math.max(probe, 1))));
   const ts = Array.from({ length: 5 }, () => time(c, iters)).sort((a, b) => a - b);
