@@ -218,7 +218,7 @@ export function validateQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, device?:
     checkAtMost(op, arg, a[arg], I32_MAX, '2^31 - 1');
   }
   const { qk, bytes } = ggmlBlockOf(a.ggmlType);
-  checkMultiple(op, 'k', a.k, qk, `${a.ggmlType}'s block of ${qk}`);
+  checkMultiple(op, 'k', a.k, qk, `${a.ggmlType}'s block`);
   if (a.form !== undefined && a.form !== 'vector' && a.form !== 'matrix') throw invalid(op, 'form', "'vector', 'matrix' or absent", a.form);
   const nx = checkedProduct(op, 'm * k', a.m, a.k);
   const nw = checkedProduct(op, 'n * k / QK * block bytes', a.n, a.k / qk, bytes);
@@ -325,8 +325,8 @@ export function validateGgmlDequantize(a: GgmlDequantizeArgs, device?: Device): 
   checkType(op, 'ggmlType', a.ggmlType);
   checkPositive(op, 'count', a.count);
   const { qk, bytes } = ggmlBlockOf(a.ggmlType);
-  checkMultiple(op, 'count', a.count, qk, `${a.ggmlType}'s block of ${qk}`);
-  checkAtMost(op, 'count', a.count, 16 * U32_MAX, '16 (2^32 - 1) (the kernels count chunks of 16 in 32 bits)');
+  checkMultiple(op, 'count', a.count, qk, `${a.ggmlType}'s block`);
+  checkAtMost(op, 'count', a.count, 16 * U32_MAX, '16 x (2^32 - 1), chunks of 16 counted in 32 bits');
   const nb = checkedProduct(op, 'count / QK * block bytes', a.count / qk, bytes);
   checkBuffer(op, 'src', a.src, device);
   checkBuffer(op, 'output', a.output, device);
@@ -401,13 +401,13 @@ export function validateGgmlEmbedding(a: GgmlEmbeddingArgs, device?: Device, op 
     checkAtMost(op, arg, v, U32_MAX, '2^32 - 1');
   }
   const { qk, bytes } = ggmlBlockOf(a.tableType);
-  checkMultiple(op, 'hiddenSize', a.hiddenSize, qk, `${a.tableType}'s block of ${qk}`);
+  checkMultiple(op, 'hiddenSize', a.hiddenSize, qk, `${a.tableType}'s block`);
   if (a.scale !== undefined && (typeof a.scale !== 'number' || !Number.isFinite(a.scale))) {
     throw invalid(op, 'scale', 'a finite number or absent', a.scale);
   }
   const tableBytes = checkedProduct(op, 'vocabSize * hiddenSize / QK * block bytes', a.vocabSize, a.hiddenSize / qk, bytes);
   const outElems = checkedProduct(op, 'nTokens * hiddenSize', a.nTokens, a.hiddenSize);
-  checkAtMost(op, 'nTokens * hiddenSize', outElems, 16 * U32_MAX, '16 (2^32 - 1) (the grids count chunks of 16 in 32 bits)');
+  checkAtMost(op, 'nTokens * hiddenSize', outElems, 16 * U32_MAX, '16 x (2^32 - 1), chunks of 16 counted in 32 bits');
   checkBuffer(op, 'table', a.table, device);
   checkBuffer(op, 'tokenIds', a.tokenIds, device);
   checkBuffer(op, 'output', a.output, device);
