@@ -182,7 +182,7 @@ describe('quantized_matmul_ggml params, bindings and launches', () => {
     // A window of 256 values from 16-byte units: Q4_0 144 bytes (176), Q8_0 272 (304), Q4_K 144, Q5_K 176 (208), Q6_K 210 (240).
     expect(GGML_QUANT_TYPES.map((t) => ggmlMvCudaStageRow(t))).toEqual([176, 304, 176, 208, 240]);
     expect(ggmlMatmulCudaLaunch('Q4_K', 'vector', 1, 17408)).toEqual({ grid: [1088, 1, 1], threads: [128, 1, 1],
-      threadgroupMemory: { 0: 4 * 2 * 16 * 176 + 2048 } });
+      threadgroupMemory: { 0: 4 * 3 * 16 * 176 + 2048 } });
     expect(ggmlMatmulCudaLaunch('Q4_K', 'matrix', 8192, 17408)).toEqual({ grid: [68 * 64, 1, 1], threads: [256, 1, 1],
       threadgroupMemory: { 0: 61440 } });
     expect(ggmlMmCudaTile(100, 100)).toEqual({ bm: 64, bn: 128, threads: 128, sharedBytes: 30720 });

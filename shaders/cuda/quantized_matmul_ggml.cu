@@ -21,7 +21,7 @@
 //     Q4_0 / Q8_0 blocks): warp w windows w, w + 4, ...; it copies the 16
 //     rows' bytes of a window into its own shared stage by cp.async in
 //     16-byte units (from the row's address rounded down to 16 bytes), the
-//     next window's copy in flight while it computes one. Lane (g, t) =
+//     next two windows' copies in flight while it computes one. Lane (g, t) =
 //     (lane / 4, lane % 4) decodes 64 values (two chunks) of rows g and g + 8
 //     from the stage as bf16 pairs; x (tokens as the mma's n = 8, up to 8 at
 //     a time) is read as float4 and rounded to bf16; mma.sync m16n8k16 with
@@ -210,6 +210,7 @@ template <int F> __device__ __forceinline__ void pairs16(const GgmlRaw& r, u32 h
 
 constexpr u32 GMV_WARPS = 4;
 constexpr u32 GMV_WINDOW = 256;  // values of k a warp copies and computes at a time
+constexpr u32 GMV_STAGES = 3;    // a warp's windows in shared memory: one computed, two in flight
 
 // Bytes of a stage row: a window's bytes from the row's address rounded
 // down to 16, in whole 16-byte units (ggmlMvCudaStageRow in the op).
@@ -264,7 +265,7 @@ __device__ __forceinline__ void gmv_x16(const float* x, u64 x_row, u32 tok, u32 
 
 // Rows row0 .. row0 + 15 of the weight against every row of x ([M, K], rows
 // x_row floats apart), 8 at a time: y[i * y_row + row]. Dynamic shared
-// memory: GMV_WARPS x 2 stages x 16 rows x GmvStage<F>::SP, then 4 x 128
+// memory: GMV_WARPS x GMV_STAGES x 16 rows x GmvStage<F>::SP, then 4 x 128
 // floats for the warps' sums.
 template <int F>
 __device__ __forceinline__ void gmv(const unsigned char* w, const float* x, float* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row) {
@@ -275,8 +276,8 @@ __device__ __forceinline__ void gmv(const unsigned char* w, const float* x, floa
     const u32 row0 = blockIdx.x * 16u;
     const u64 rb = ggml_row_bytes<F>(K);
     const unsigned char* end = w + u64(N) * rb;
-    unsigned char* stages = smem_raw + warp * 2u * 16u * SP;
-    float (*red)[128] = reinterpret_cast<float (*)[128]>(smem_raw + GMV_WARPS * 2u * 16u * SP);
+    unsigned char* stages = smem_raw + warp * GMV_STAGES * 16u * SP;
+    float (*red)[128] = reinterpret_cast<float (*)[128]>(smem_raw + GMV_WARPS * GMV_STAGES * 16u * SP);
     const u32 wins = (K + GMV_WINDOW - 1) / GMV_WINDOW;
     const bool xvec = aligned16(x) && x_row % 4u == 0;
     // The row of each lane's two rows inside a window: its address's offset from 16.
@@ -284,15 +285,18 @@ __device__ __forceinline__ void gmv(const unsigned char* w, const float* x, floa
     for (u32 m0 = 0; m0 < M; m0 += 8u) {
         const u32 tok = min(m0 + g, M - 1u);
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (warp < wins) gmv_copy<F>(w, end, rb, N, K, row0, warp, stages, lane);
-        cp_async_commit();
-        for (u32 win = warp, i = 0; win < wins; win += GMV_WARPS, ++i) {
-            const u32 next = win + GMV_WARPS;
-            if (next < wins) gmv_copy<F>(w, end, rb, N, K, row0, next, stages + ((i + 1) & 1u) * 16u * SP, lane);
+        for (u32 s = 0; s < GMV_STAGES - 1; ++s) {
+            const u32 win = warp + s * GMV_WARPS;
+            if (win < wins) gmv_copy<F>(w, end, rb, N, K, row0, win, stages + s * 16u * SP, lane);
             cp_async_commit();
-            cp_async_wait<1>();
+        }
+        for (u32 win = warp, i = 0; win < wins; win += GMV_WARPS, ++i) {
+            const u32 next = win + (GMV_STAGES - 1) * GMV_WARPS;
+            if (next < wins) gmv_copy<F>(w, end, rb, N, K, row0, next, stages + ((i + GMV_STAGES - 1) % GMV_STAGES) * 16u * SP, lane);
+            cp_async_commit();
+            cp_async_wait<GMV_STAGES - 1>();
             __syncwarp();
-            const unsigned char* st = stages + (i & 1u) * 16u * SP;
+            const unsigned char* st = stages + (i % GMV_STAGES) * 16u * SP;
             const u32 v0 = win * GMV_WINDOW;
             const u64 off = u64(v0) / GgmlFmt<F>::QK * GgmlFmt<F>::BYTES;
             // Rows g and g + 8 (clamped: rows past N compute what nobody stores).
@@ -554,8 +558,11 @@ __device__ __forceinline__ void embedding(const unsigned char* table, const u32*
 // ---- kernel_mul_mv_<t>_f32 ----
 
 // buffer(0) weight (N rows of blocks), (1) x [M, K] f32, (2) y [M, N] f32, (3) GgmlMatvecParams.
+// Bounds of 4 blocks an SM (128 registers): the decoders' unrolled loads
+// without spills (76-127 registers by format); shared memory allows 3 (Q8_0)
+// to 6 (Q4_0, Q4_K) blocks.
 #define GGML_MV_ENTRY(NAME, F)                                                                                        \
-    extern "C" __global__ void __launch_bounds__(128) NAME(const unsigned char* src0, const float* src1, float* dst,  \
+    extern "C" __global__ void __launch_bounds__(128, 4) NAME(const unsigned char* src0, const float* src1, float* dst,  \
                                                            const GgmlMatvecParams* p) {                              \
         gmv<F>(src0, src1, dst, u32(p->ne1), u32(p->ne01), u32(p->ne00), p->ne10, p->ne0);                         \
     }

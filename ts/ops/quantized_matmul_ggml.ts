@@ -145,6 +145,8 @@ export function packGgmlEmbeddingParams(p: { scale: number; hiddenSize: number; 
 /** Weight rows a block of the CUDA vector engine takes (128 threads: 4 warps splitting k). */
 export const GGML_MV_CUDA_ROWS = 16;
 const GGML_MV_CUDA_WARPS = 4;
+/** Windows in a warp's shared stages: one computed, two being copied. */
+const GGML_MV_CUDA_STAGES = 3;
 /** Values of k a warp of the vector engine copies into shared memory and computes at a time. */
 const GGML_MV_CUDA_WINDOW = 256;
 
@@ -154,9 +156,9 @@ export function ggmlMvCudaStageRow(type: GgmlQuantType): number {
   return 16 * Math.floor(((GGML_MV_CUDA_WINDOW / b.qk) * b.bytes + 30 + 15) / 16);
 }
 
-/** Dynamic shared memory of the CUDA vector engine: 4 warps x 2 stages x 16 rows, then 4 x 128 floats of sums. */
+/** Dynamic shared memory of the CUDA vector engine: 4 warps x 3 stages x 16 rows, then 4 x 128 floats of sums. */
 export function ggmlMvCudaSharedBytes(type: GgmlQuantType): number {
-  return GGML_MV_CUDA_WARPS * 2 * GGML_MV_CUDA_ROWS * ggmlMvCudaStageRow(type) + GGML_MV_CUDA_WARPS * 128 * 4;
+  return GGML_MV_CUDA_WARPS * GGML_MV_CUDA_STAGES * GGML_MV_CUDA_ROWS * ggmlMvCudaStageRow(type) + GGML_MV_CUDA_WARPS * 128 * 4;
 }
 
 /** The CUDA matrix engine's tile: denseMmCudaTile's shapes, two stages of (bm + bn) rows of 40 bf16. */

@@ -98,7 +98,7 @@ void run_matmul(int f, MV mv, MM mm, bool matrix, u32 M, u32 N, u32 K, bool big_
   if (!matrix) {
     GgmlMatvecParams p{K, N, 1, K, 1, N, M, 1, 1};
     const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
-    sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, 4 * 2 * 16 * sp + 4 * 128 * 4, [&] { mv(w, x.p, y.p, &p); });
+    sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4, [&] { mv(w, x.p, y.p, &p); });
   } else {
     GgmlMatmulMmParams p{};
     p.ne00 = int(K); p.ne02 = 1; p.nb01 = rb; p.nb02 = rb * N; p.ne12 = 1; p.nb10 = 4; p.nb11 = 4ull * K; p.nb12 = 4ull * K * M;
