@@ -219,25 +219,23 @@ template <int F> struct GmvStage {
 };
 
 // Copies rows row0 .. row0 + 15 (those below N) of window `win` into `stage`
-// (16 rows of GmvStage<F>::SP bytes); returns nothing, the bytes of row r
-// start at stage + r * SP + ((address) & 15). The weight ends at `end`:
-// units past it are copied byte by byte up to it.
+// (16 rows of GmvStage<F>::SP bytes): the bytes of row r start at stage + r
+// * SP + (their address & 15). Lanes 2r and 2r + 1 take row r's 16-byte
+// units in turn. The weight ends at `end`: a unit past it is copied byte by
+// byte up to it.
 template <int F>
 __device__ __forceinline__ void gmv_copy(const unsigned char* w, const unsigned char* end, u64 rb, u32 N, u32 K, u32 row0, u32 win,
                                          unsigned char* stage, u32 lane) {
     constexpr u32 SP = GmvStage<F>::SP;
-    constexpr u32 UNITS = SP / 16u;
+    const u32 r = lane >> 1;
+    if (row0 + r >= N) return;
     const u32 v0 = win * GMV_WINDOW;
     const u32 bytes = min(GMV_WINDOW, K - v0) / GgmlFmt<F>::QK * GgmlFmt<F>::BYTES;
-    const u64 off = u64(v0) / GgmlFmt<F>::QK * GgmlFmt<F>::BYTES;
-    for (u32 i = lane; i < 16u * UNITS; i += 32u) {
-        const u32 r = i / UNITS, u = i % UNITS;
-        if (row0 + r >= N) continue;
-        const unsigned char* src = w + u64(row0 + r) * rb + off;
-        const unsigned char* base = reinterpret_cast<const unsigned char*>(reinterpret_cast<u64>(src) & ~u64(15));
-        const unsigned char* from = base + 16u * u;
-        if (from >= src + bytes) continue;
-        unsigned char* dst = stage + r * SP + 16u * u;
+    const unsigned char* src = w + u64(row0 + r) * rb + u64(v0) / GgmlFmt<F>::QK * GgmlFmt<F>::BYTES;
+    const unsigned char* stop = src + bytes;
+    const unsigned char* from = reinterpret_cast<const unsigned char*>(reinterpret_cast<u64>(src) & ~u64(15)) + 16u * (lane & 1u);
+    unsigned char* dst = stage + r * SP + 16u * (lane & 1u);
+    for (; from < stop; from += 32, dst += 32) {
         if (from + 16 <= end) {
             cp_async16(dst, from, true);
         } else {
@@ -559,7 +557,7 @@ __device__ __forceinline__ void embedding(const unsigned char* table, const u32*
 
 // buffer(0) weight (N rows of blocks), (1) x [M, K] f32, (2) y [M, N] f32, (3) GgmlMatvecParams.
 // Bounds of 4 blocks an SM (128 registers): the decoders' unrolled loads
-// without spills (76-127 registers by format); shared memory allows 3 (Q8_0)
+// without spills (97-128 registers by format); shared memory allows 3 (Q8_0)
 // to 6 (Q4_0, Q4_K) blocks.
 #define GGML_MV_ENTRY(NAME, F)                                                                                        \
     extern "C" __global__ void __launch_bounds__(128, 4) NAME(const unsigned char* src0, const float* src1, float* dst,  \
