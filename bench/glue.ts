@@ -12,7 +12,9 @@
 // gpuTimeNs / iters. Prints the time, the bytes each dispatch must move
 // (inputs read once, outputs written once) and the rate they imply.
 //
-//   bun run bench/glue.ts [--small]      (--small: shapes the emulator runs)
+//   bun run bench/glue.ts [--small] [--only TEXT]
+// (--small: shapes the emulator runs; --only: the cases whose name contains
+// TEXT, as for a profiler's run)
 //
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
@@ -33,6 +35,8 @@ import { argmax, argmaxScratchElements, philox4x32, sample, sampleScratchElement
 import { flashAttnPrefillBlk, flashAttnPrefillMask } from '../ts/ops/flash_attn_prefill.ts';
 
 const small = process.argv.includes('--small');
+const onlyAt = process.argv.indexOf('--only');
+const only = onlyAt >= 0 ? process.argv[onlyAt + 1] ?? '' : undefined;
 const dev = Device.open();
 const size = (d: DType) => (d === 'f32' ? 4 : 2);
 
@@ -473,7 +477,7 @@ function sigmoidMulCases(): Case[] {
 const time = (c: Case, iters: number): number => gpuTimePerDispatch(dev, c.record, iters);
 
 console.log(`device: ${dev.name} (${dev.backend})`);
-for (const c of cases()) {
+for (const c of cases().filter((x) => only === undefined || x.name.includes(only))) {
   const probe = time(c, 1);
   const iters = Math.max(1, Math.min(200, Math.round(2e7 / Math.max(probe, 1))));
   const ts = Array.from({ length: 5 }, () => time(c, iters)).sort((a, b) => a - b);

@@ -32,6 +32,12 @@ export interface KeySpec {
   table?: boolean;
   /** Buffers: written by the op. */
   output?: boolean;
+  /**
+   * Buffers: the op's working memory, whose contents after the op are not
+   * specified (a multi-block selection's candidates arrive in the order the
+   * blocks append them): compared by neither the views nor the plans test.
+   */
+  working?: boolean;
   values?: readonly unknown[];
   /** When the op reads the argument (default: always); otherwise a buffer must only be live if given, and a scalar is free. */
   readWhen?: (args: Args) => boolean;
@@ -95,12 +101,17 @@ const tableFill = (args: Record<string, unknown>): void => {
   if (args.seqs !== undefined) (args.seqs as Buffer).writeNumbers([0, 0, 3, 1]);
 };
 
-/** flashAttnVec's arguments, shared by its two sets (f32 KV split over workgroups, f16 KV in one). */
+/** flashAttnVec's arguments, shared by its sets (f32 KV split over workgroups, f16 KV in one, bf16 KV at head dim 128). */
 const FLASH_ATTN_VEC_KEYS: Record<string, KeySpec> = {
-  q: buf(F), k: buf(['f32', 'f16']), v: buf(['f32', 'f16']), out: out(F), tmp: { kind: 'buf?', dtypes: F, output: true, readWhen: (x) => x.nwg !== 1 },
+  q: buf(F), k: buf(['f32', 'f16', 'bf16']), v: buf(['f32', 'f16', 'bf16']), out: out(F), tmp: { kind: 'buf?', dtypes: F, output: true, readWhen: (x) => x.nwg !== 1 },
   batch: int, nHeads: int, nKvHeads: int, headDim: int, kvSeqLen: int, kvCapacity: int, nwg: int,
   scale: { kind: 'num' }, mask: { kind: 'enum', values: ['none', 'causal', 'slidingWindow'] },
   slidingWindow: { kind: 'int', readWhen: (x) => x.mask === 'slidingWindow' }, softcap: { kind: 'nonneg?' },
+};
+/** flashAttnVecVarlen's: flashAttnVec's without kvSeqLen, with the lengths (any u32 is safe to read by) and the ring flag. */
+const FLASH_ATTN_VEC_VARLEN_KEYS: Record<string, KeySpec> = {
+  ...Object.fromEntries(Object.entries(FLASH_ATTN_VEC_KEYS).filter(([k]) => k !== 'kvSeqLen')),
+  seqLens: buf(U32), ring: { kind: 'bool?' },
 };
 
 export const CASES: Case[] = [
@@ -316,6 +327,24 @@ export const CASES: Case[] = [
       batch: 1, nHeads: 1, nKvHeads: 1, headDim: 256, kvSeqLen: 2, kvCapacity: 2, nwg: 1, scale: 0.0625,
       mask: 'slidingWindow', slidingWindow: 1, softcap: 30,
     }),
+  },
+  {
+    fn: 'flashAttnVec', op: 'flash_attn_vec',
+    keys: FLASH_ATTN_VEC_KEYS,
+    make: (d) => ({
+      q: a(d, 'f32', 256), k: a(d, 'bf16', 128 * 5), v: a(d, 'bf16', 128 * 5), out: a(d, 'f32', 256), tmp: a(d, 'f32', 2 * 130 * 3),
+      batch: 1, nHeads: 2, nKvHeads: 1, headDim: 128, kvSeqLen: 5, kvCapacity: 5, nwg: 3, scale: 0.09, mask: 'none',
+    }),
+  },
+  {
+    fn: 'flashAttnVecVarlen', op: 'flash_attn_vec_varlen',
+    keys: FLASH_ATTN_VEC_VARLEN_KEYS,
+    make: (d) => ({
+      q: a(d, 'f32', 2 * 2 * 128), k: a(d, 'bf16', 2 * 4 * 128), v: a(d, 'bf16', 2 * 4 * 128), out: a(d, 'f32', 2 * 2 * 128),
+      tmp: a(d, 'f32', 2 * 2 * 130 * 2), seqLens: d.upload('u32', [2], [3, 9]),
+      batch: 2, nHeads: 2, nKvHeads: 1, headDim: 128, kvCapacity: 4, nwg: 2, scale: 0.09, mask: 'slidingWindow', slidingWindow: 4, ring: true,
+    }),
+    fill: (args) => (args.seqLens as Buffer).writeNumbers([3, 9]),
   },
   // ---- flash_attn_prefill: attention over a prompt, the mask builder, the tile classifier ----
   // mlx-native's rule: each buffer holds at least its elements (freeCount); cu_seqlens are tables
@@ -634,7 +663,7 @@ export const CASES: Case[] = [
     fn: 'topK', op: 'top_k',
     keys: {
       input: buf(F), outIndices: out(U32), outValues: out(F), rows: int, nElements: int, k: int,
-      scratch: { kind: 'buf?', dtypes: U32, output: true },
+      scratch: { kind: 'buf?', dtypes: U32, output: true, working: true },
     },
     make: (d) => ({
       input: a(d, 'f32', 4200), outIndices: a(d, 'u32', 6), outValues: a(d, 'f32', 6), rows: 2, nElements: 2100, k: 3, scratch: a(d, 'u32', 24),
@@ -659,7 +688,7 @@ export const CASES: Case[] = [
   {
     fn: 'sample', op: 'sample',
     keys: {
-      logits: buf(F), prevTokens: { kind: 'buf?', dtypes: U32 }, outToken: out(U32), outLogprob: out(F), scratch: out(U32),
+      logits: buf(F), prevTokens: { kind: 'buf?', dtypes: U32 }, outToken: out(U32), outLogprob: out(F), scratch: out(U32, { working: true }),
       rows: int, vocab: int, temperature: { kind: 'nonneg' }, topK: { kind: 'nonneg?' }, topP: { kind: 'nonneg?' },
       minP: { kind: 'nonneg?' }, repetitionPenalty: { kind: 'nonneg?' }, nPrev: { kind: 'int', readWhen: (x) => x.prevTokens !== undefined },
       seed: { kind: 'free' }, counter: { kind: 'free' },
