@@ -55,6 +55,12 @@
 //   17408) for one decode token and a 64-token prefill, 1024 distinct rows
 //   quantized by MLX's algorithm and repeated; checked at every output of the
 //   decode row and 512 random columns of the prefill.
+//   GGUF block products: Qwen3.6 27B's MLP up projection (5120 -> 17408) in
+//   Q4_K (llama.cpp's Q4_K_M mix) for one decode token and a 64-token
+//   prefill, 1024 distinct rows quantized by llama.cpp's reference quantizer
+//   and repeated, checked as the MLX rows; Gemma 4 31B's scaled embedding
+//   rows (hidden 5376) from a Q6_K table of 1024 rows, and the whole table
+//   dequantized to bf16.
 //   weights: Qwen3.6-35B-A3B's layer 0 (hidden 2048) written to a temporary
 //   file, mapped and uploaded packed: its gated delta net and norms as a bf16
 //   safetensors file in HF naming, and 32 of its 256 experts as a Q4_K GGUF
@@ -92,6 +98,7 @@ import { elementwiseAdd } from '../ts/ops/elementwise.ts';
 import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
 import { flashAttnPrefill } from '../ts/ops/flash_attn_prefill.ts';
 import { affineQuantizedMatmul } from '../ts/ops/quantized_matmul.ts';
+import { ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml } from '../ts/ops/quantized_matmul_ggml.ts';
 import { flashAttnVec, flashAttnVecTmpElements, flashAttnVecVarlen, type FlashAttnVecParams, type FlashAttnVecVarlenParams } from '../ts/ops/flash_attn_vec.ts';
 import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
@@ -115,6 +122,7 @@ import { elementwiseAddRef } from '../ts/reference/elementwise.ts';
 import { denseRef } from '../ts/reference/dense.ts';
 import { flashAttnPrefillRef } from '../ts/reference/flash_attn_prefill.ts';
 import { affineDequantize, affineQuantize } from '../ts/reference/quantized_matmul.ts';
+import { ggmlDequantizeRef, ggmlEmbeddingRef, ggmlQuantize } from '../ts/reference/quantized_matmul_ggml.ts';
 import { flashAttnVecRef, flashAttnVecVarlenRef } from '../ts/reference/flash_attn_vec.ts';
 import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
 import { l2NormRef } from '../ts/reference/l2_norm.ts';
@@ -811,6 +819,58 @@ function main(): number {
     for (const b of [weight, scales, biases]) b.release();
   }
   // --- end of quantized products ---
+
+  // --- GGUF blocks: Qwen3.6 27B MLP up (5120 -> 17408) in Q4_K; Gemma 4 embedding rows from a Q6_K table ---
+  {
+    const [k, n, distinct] = [5120, emu ? 1024 : 17408, 1024];
+    const q = ggmlQuantize('Q4_K', randn(distinct * k, 0.05), distinct, k);
+    const w = ggmlDequantizeRef('Q4_K', q, distinct * k);
+    const rowBytes = ggmlRowBytesOf('Q4_K', k);
+    const weight = device.alloc('u8', [n * rowBytes]);
+    for (let r = 0; r < n; r += distinct) weight.write(q.subarray(0, Math.min(distinct, n - r) * rowBytes), { byteOffset: r * rowBytes });
+    for (const tokens of [1, 64]) {
+      const x = stored(device, 'f32', randn(tokens * k));
+      const y = poisoned(device, 'f32', tokens * n);
+      const ms = timed(device, (enc) => quantizedMatmulGgml(enc, { input: x.buf, weight, output: y, m: tokens, n, k, ggmlType: 'Q4_K' }));
+      const cols = tokens === 1 ? Array.from({ length: n }, (_, j) => j) : Array.from({ length: 512 }, () => Math.floor(rng.uniform(0, n)));
+      const got = y.readNumbers();
+      const seen: number[] = [];
+      const want: number[] = [];
+      for (let t = 0; t < tokens; t++) {
+        for (const j of cols) {
+          seen.push(got[t * n + j]!);
+          want.push(denseRef(x.values.subarray(t * k, (t + 1) * k), w.subarray((j % distinct) * k, (j % distinct + 1) * k), 1, 1, k)[0]!);
+        }
+      }
+      // Metal's vector kernel sums f32 products of an f32 weight; its matrix kernel stages the weight in f16,
+      // and CUDA's tensor cores take the weight and x in bf16.
+      const tol = tokens === 1 && device.backend !== 'cuda' ? 1e-5 : 1e-2;
+      rows.push({ kernel: tokens === 1 ? 'kernel_mul_mv_q4_K_f32' : 'kernel_mul_mm_q4_K_f32', model: 'Qwen3.6 27B MLP up, GGUF Q4_K',
+        shape: `${tokens} tok x ${k} -> ${n}${note}`, err: scaledErr(seen, want), tol, ms });
+      x.buf.release();
+      y.release();
+    }
+    weight.release();
+  }
+  {
+    const [vocab, hidden, tokens] = [1024, 5376, emu ? 32 : 512];
+    const q = ggmlQuantize('Q6_K', randn(vocab * hidden, 0.05), vocab, hidden);
+    const table = device.upload('u8', [q.length], q);
+    const ids = Array.from({ length: tokens }, () => Math.floor(rng.uniform(0, vocab)));
+    const idBuf = device.upload('u32', [tokens], ids);
+    const scale = Math.sqrt(hidden);
+    const out = poisoned(device, 'bf16', tokens * hidden);
+    const ms = timed(device, (enc) => embedding(enc, { table, tableType: 'Q6_K', tokenIds: idBuf, output: out, vocabSize: vocab, hiddenSize: hidden,
+      nTokens: tokens, scale }));
+    rows.push({ kernel: 'embedding_gather_scale_batch_q6_K_to_bf16', model: 'Gemma 4 31B embedding, GGUF Q6_K', shape: `${tokens} tok x ${hidden} (rows of ${vocab})`,
+      err: scaledErr(out.readNumbers(), ggmlEmbeddingRef('Q6_K', q, ids, vocab, hidden, scale)), tol: 1e-2, ms });
+    const whole = poisoned(device, 'bf16', vocab * hidden);
+    const ms2 = timed(device, (enc) => ggmlDequantize(enc, { src: table, output: whole, count: vocab * hidden, ggmlType: 'Q6_K' }));
+    rows.push({ kernel: 'kernel_dequantize_q6_K_bf16', model: 'Gemma 4 31B embedding table, GGUF Q6_K', shape: `${vocab} x ${hidden}`,
+      err: scaledErr(whole.readNumbers(), ggmlDequantizeRef('Q6_K', q, vocab * hidden)), tol: 1e-2, ms: ms2 });
+    for (const b of [table, idBuf, out, whole]) b.release();
+  }
+  // --- end of GGUF blocks ---
 
   // --- weights: Qwen3.6 layer 0 through mmap and uploadPacked ---
   {

@@ -3,6 +3,8 @@
 // (tests/fuzz-validation.test.ts) and the views test (tests/views.test.ts).
 
 import type { Buffer, Device, DType } from '../ts/index.ts';
+import { GGML_QUANT_TYPES, ggmlBlockOf, ggmlRowBytesOf, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
+import { ggmlQuantize } from '../ts/reference/quantized_matmul_ggml.ts';
 import type { Rng } from './helpers.ts';
 
 export type Kind =
@@ -69,6 +71,21 @@ const int: KeySpec = { kind: 'int' };
 const a = (d: Device, dtype: DType, n: number): Buffer => d.alloc(dtype, [n]);
 /** Packed quantized weights: any bits are valid values (a fixed scramble of the word index). */
 const randomWords = (b: Buffer): void => b.writeNumbers(Array.from({ length: b.elementCount }, (_, i) => Math.imul(i + 1, 0x9e3779b1) >>> 0));
+/**
+ * GGUF blocks in a u8 buffer: as many whole blocks of the type as it holds,
+ * quantized from values in [-1, 1) (any bytes are valid blocks; quantized
+ * ones keep the f16 scales finite, so results compare bit for bit).
+ */
+const ggmlBlocks = (b: Buffer, type: unknown): void => {
+  if (!(GGML_QUANT_TYPES as readonly unknown[]).includes(type)) return;
+  const { qk, bytes } = ggmlBlockOf(type as GgmlQuantType);
+  const blocks = Math.floor(b.byteLength / bytes);
+  if (blocks === 0) return;
+  const q = ggmlQuantize(type as GgmlQuantType, Array.from({ length: blocks * qk }, (_, i) => Math.sin(i * 0.37)), 1, blocks * qk);
+  const all = new Uint8Array(b.byteLength);
+  all.set(q);
+  b.write(all);
+};
 
 // ---- the generators: one per op and variant ----
 
@@ -152,6 +169,22 @@ export const CASES: Case[] = [
     }),
     fill: (args) => (args.tokenIds as Buffer).writeNumbers([4, 0, 2]),
   })),
+  // A table of GGUF blocks (tableType): the quantized_matmul_ggml family's kernels.
+  {
+    fn: 'embedding', op: 'embedding',
+    keys: {
+      table: buf(['u8']), tableType: { kind: 'enum', values: GGML_QUANT_TYPES }, tokenIds: buf(U32, { table: true }),
+      output: out(['f32', 'f16', 'bf16']), vocabSize: int, hiddenSize: int, nTokens: int, scale: { kind: 'num?' },
+    },
+    make: (d) => ({
+      table: a(d, 'u8', 5 * ggmlRowBytesOf('Q4_K', 256)), tableType: 'Q4_K', tokenIds: a(d, 'u32', 3), output: a(d, 'bf16', 3 * 256),
+      vocabSize: 5, hiddenSize: 256, nTokens: 3, scale: 16,
+    }),
+    fill: (args) => {
+      ggmlBlocks(args.table as Buffer, args.tableType);
+      (args.tokenIds as Buffer).writeNumbers([4, 0, 2]);
+    },
+  },
   {
     fn: 'embeddingToken', op: 'embedding_token',
     keys: {
@@ -256,6 +289,28 @@ export const CASES: Case[] = [
     fill: (args) => randomWords(args.weight as Buffer),
   })),
   // ---- end of quantized_matmul ----
+  // ---- quantized_matmul_ggml (GGUF blocks; the crate's rule: each buffer at least its size) ----
+  ...([
+    { ggmlType: 'Q4_0', m: 3, n: 5, k: 64 },
+    { ggmlType: 'Q6_K', m: 9, n: 3, k: 256 },
+  ] as const).map((p): Case => ({
+    fn: 'quantizedMatmulGgml', op: 'quantized_matmul_ggml',
+    keys: {
+      input: buf(F, { freeCount: true }), weight: buf(['u8'], { freeCount: true }), output: out(F, { freeCount: true }), m: int, n: int, k: int,
+      ggmlType: { kind: 'enum', values: GGML_QUANT_TYPES }, form: { kind: 'enum', values: ['vector', 'matrix', undefined] },
+    },
+    make: (d) => ({
+      input: a(d, 'f32', p.m * p.k), weight: a(d, 'u8', p.n * ggmlRowBytesOf(p.ggmlType, p.k)), output: a(d, 'f32', p.m * p.n), ...p,
+    }),
+    fill: (args) => ggmlBlocks(args.weight as Buffer, args.ggmlType),
+  })),
+  {
+    fn: 'ggmlDequantize', op: 'ggml_dequantize',
+    keys: { src: buf(['u8']), output: out(['f32', 'f16', 'bf16']), count: int, ggmlType: { kind: 'enum', values: GGML_QUANT_TYPES } },
+    make: (d) => ({ src: a(d, 'u8', 2 * ggmlRowBytesOf('Q5_K', 256)), output: a(d, 'f16', 512), count: 512, ggmlType: 'Q5_K' }),
+    fill: (args) => ggmlBlocks(args.src as Buffer, args.ggmlType),
+  },
+  // ---- end of quantized_matmul_ggml ----
   {
     fn: 'flashAttnVec', op: 'flash_attn_vec',
     keys: FLASH_ATTN_VEC_KEYS,
