@@ -14,6 +14,7 @@ export * from './gated_delta_net.ts';
 export * from './gelu.ts';
 export * from './kv_cache_copy.ts';
 export * from './l2_norm.ts';
+export * from './moe_dispatch.ts';
 export * from './moe_routing.ts';
 export * from './quantized_matmul.ts';
 export * from './rope.ts';
