@@ -553,6 +553,21 @@ export const CASES: Case[] = [
     fill: (args) => (args.sortedIndices as Buffer).writeNumbers([4, 1, 0, 2, 3, 5]),
   },
   // ---- end of moe_dispatch ----
+  // ---- moe_weighted_reduce (the crate's rule: each buffer at least its size, freeCount) ----
+  {
+    fn: 'moeWeightedReduce', op: 'moe_weighted_reduce',
+    keys: {
+      expertW: buf(F, { freeCount: true }), yExpert: buf(EW, { freeCount: true }), shLogit: buf(EW, { freeCount: true }),
+      yShared: buf(EW, { freeCount: true }), residual: { kind: 'buf?', dtypes: EW, freeCount: true }, output: out(EW, { freeCount: true }),
+      nTokens: int, topK: int, h: int,
+    },
+    inPlace: [['output', 'residual']],
+    make: (d) => ({
+      expertW: a(d, 'f32', 6), yExpert: a(d, 'bf16', 6 * 9), shLogit: a(d, 'bf16', 2), yShared: a(d, 'bf16', 18), residual: a(d, 'bf16', 18),
+      output: a(d, 'bf16', 18), nTokens: 2, topK: 3, h: 9,
+    }),
+  },
+  // ---- end of moe_weighted_reduce ----
   {
     fn: 'rope', op: 'rope',
     keys: {

@@ -16,6 +16,7 @@ export * from './kv_cache_copy.ts';
 export * from './l2_norm.ts';
 export * from './moe_dispatch.ts';
 export * from './moe_routing.ts';
+export * from './moe_weighted_reduce.ts';
 export * from './quantized_matmul.ts';
 export * from './rope.ts';
 export * from './rope_multi.ts';
