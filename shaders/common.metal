@@ -211,3 +211,46 @@ static inline void q_dots(thread float (&acc)[R][MT], device const TX* x, ulong 
         q_dots_chunked<TX, TS, R, MT, ROUND_X, 8>(acc, x, x_row, w, scales, biases, m, N, K, gs, n0, lane, lanes);
     }
 }
+
+// ---- per-expert products (quantized_matmul_id, dense_matmul_id) ----
+
+// The gate's activation of a fused gate/up product: 0 silu (Qwen3.6), 1 gelu
+// with the tanh approximation (Gemma 4).
+static inline float gate_activation(float g, uint activation) {
+    return activation == 1 ? gelu_tanh(g) : silu(g);
+}
+
+// The tile of slot `slot` among tiles of bm rows over the pairs that
+// moe_dispatch_sort grouped (offsets [E + 2], the positions of each group in
+// its order): group b (expert b; E for the ids past the experts) owns slots
+// floor(offsets[b] / bm) + b .. floor(offsets[b + 1] / bm) + b, enough for its
+// ceil(count / bm) tiles, so floor(P / bm) + E + 1 slots hold every group
+// and a group without pairs costs an empty slot. Finds b by bisection;
+// returns false for an empty slot, else the group and the tile's positions
+// [start, end) (at most bm of them). Offsets are clamped to P: any contents
+// of the table give positions inside order.
+static inline bool moe_tile(device const uint* offsets, uint E, uint P, uint bm, uint slot, thread uint& group, thread uint& start,
+                            thread uint& end) {
+    uint lo = 0, hi = E;
+    while (lo < hi) {
+        const uint mid = (lo + hi + 1) / 2;
+        if (min(offsets[mid], P) / bm + mid <= slot) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    const uint o0 = min(offsets[lo], P), o1 = min(offsets[lo + 1], P);
+    const uint first = o0 / bm + lo;
+    if (slot < first) {
+        return false;
+    }
+    const ulong s = ulong(o0) + ulong(slot - first) * bm;
+    if (s >= o1) {
+        return false;
+    }
+    group = lo;
+    start = uint(s);
+    end = min(uint(s) + bm, o1);
+    return true;
+}

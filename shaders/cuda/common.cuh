@@ -654,3 +654,35 @@ __device__ __forceinline__ void load_x32(const TX* p, u32 (&nat)[16]) {
         }
     }
 }
+
+// ---- per-expert products (quantized_matmul_id, dense_matmul_id) ----
+
+// The gate's activation of a fused gate/up product: 0 silu (Qwen3.6), 1 gelu
+// with the tanh approximation (Gemma 4).
+__device__ __forceinline__ float gate_activation(float g, u32 activation) {
+    return activation == 1u ? GeluTanh()(g) : Silu()(g);
+}
+
+// The tile of slot `slot` among tiles of bm rows over the pairs that
+// moe_dispatch_sort grouped (shaders/common.metal's moe_tile, the same
+// arithmetic): group b owns slots floor(offsets[b] / bm) + b ..
+// floor(offsets[b + 1] / bm) + b; false for an empty slot, else the group
+// (E: the ids past the experts) and the positions [start, end) in order.
+// Offsets are clamped to P.
+__device__ __forceinline__ bool moe_tile(const u32* offsets, u32 E, u32 P, u32 bm, u32 slot, u32& group, u32& start, u32& end) {
+    u32 lo = 0, hi = E;
+    while (lo < hi) {
+        const u32 mid = (lo + hi + 1u) / 2u;
+        if (min(__ldg(offsets + mid), P) / bm + mid <= slot) lo = mid;
+        else hi = mid - 1u;
+    }
+    const u32 o0 = min(__ldg(offsets + lo), P), o1 = min(__ldg(offsets + lo + 1u), P);
+    const u32 first = o0 / bm + lo;
+    if (slot < first) return false;
+    const u64 s = u64(o0) + u64(slot - first) * bm;
+    if (s >= o1) return false;
+    group = lo;
+    start = u32(s);
+    end = min(u32(s) + bm, o1);
+    return true;
+}

@@ -18,6 +18,7 @@ export * from './moe_dispatch.ts';
 export * from './moe_routing.ts';
 export * from './moe_weighted_reduce.ts';
 export * from './quantized_matmul.ts';
+export * from './quantized_matmul_id.ts';
 export * from './rope.ts';
 export * from './rope_multi.ts';
 export * from './rms_norm.ts';
