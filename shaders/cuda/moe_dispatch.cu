@@ -40,10 +40,10 @@ __device__ __forceinline__ u32 flat_id() {
 // shared memory E + 1 counters and one u32 per warp.
 extern "C" __global__ void moe_dispatch_sort(const u32* __restrict__ ids, u32* __restrict__ offsets, u32* __restrict__ order,
                                              const MoeDispatchSortParams* params) {
-    extern __shared__ u32 shared_u32[];
+    extern __shared__ __align__(16) unsigned char smem_raw[];
     const u32 P = params->n_pairs, E = params->num_experts, B = E + 1u;
-    u32* count = shared_u32;
-    u32* partial = shared_u32 + B;
+    u32* count = reinterpret_cast<u32*>(smem_raw);
+    u32* partial = count + B;
     const u32 tid = threadIdx.x, bs = blockDim.x;
     for (u32 b = tid; b < B; b += bs) count[b] = 0u;
     __syncthreads();
