@@ -38,7 +38,7 @@ import {
   type GateActivation,
 } from '../ts/ops/quantized_matmul_id.ts';
 import { affinePack, affineQuantize, affineRowBytes } from '../ts/reference/quantized_matmul.ts';
-import { quantizedGateUpIdRef, quantizedMatmulIdRef, type AffineExpertsRef, type IdSizesRef } from '../ts/reference/quantized_matmul_id.ts';
+import { quantizedGateUpIdRef, quantizedMatmulIdRef, type AffineExpertsRef, type QuantizedIdSizesRef } from '../ts/reference/quantized_matmul_id.ts';
 import {
   describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, poisoned, randomArray, rng, roundedTo, TARGET_LIMITS, type Rng,
 } from './helpers.ts';
@@ -226,7 +226,7 @@ function experts(r: Rng, rows: number, k: number, gs: number, bits: number, dt: 
   return { packed: q.packed, scales: q.scales, biases: q.biases };
 }
 
-interface Shape extends IdSizesRef {
+interface Shape extends QuantizedIdSizesRef {
   dt: 'f16' | 'bf16';
 }
 

@@ -6,6 +6,7 @@ export * from './compute_g_beta.ts';
 export * from './elementwise.ts';
 export * from './embedding.ts';
 export * from './dense.ts';
+export * from './dense_matmul_id.ts';
 export * from './flash_attn_prefill.ts';
 export * from './flash_attn_vec.ts';
 export * from './fused_head_norm_rope.ts';

@@ -270,6 +270,82 @@ static void check_qmm(const char* name, u32 M, u32 U, u32 E, u32 N, u32 K, u32 g
   report(what, id_error(x, gw, gate_up ? &uw : nullptr, ids, U, y, false, activation), tol_of<T>() * std::max(1.0, std::sqrt(K / 4096.0)));
 }
 
+// ---- dense_matmul_id ----
+
+// E experts of N rows (expertRows apart) of K values of T; ids; the vector
+// (a block per pair and 8 rows) or matrix launch (after the grouping).
+template <class T>
+static void check_dense(const char* name, u32 M, u32 U, u32 E, u32 N, u32 K, bool gate_up, u32 activation, bool matrix, int only,
+                        bool misaligned = false) {
+  const u32 P = M * U, all = E * N;
+  Arr<T> x(size_t(M) * K + 1), gw(size_t(all) * K + 1), uw(size_t(all) * K + 1), y(size_t(P) * N);
+  x.random();
+  gw.random();
+  uw.random();
+  y.poison();
+  // misaligned: x one element past its 16-byte boundary (a view cannot be, but the kernels must not depend on it).
+  const T* xp = x.p + (misaligned ? 1 : 0);
+  const std::vector<u32> ids = make_ids(P, E, only, only < 0);
+  Arr<u32> idb(P);
+  std::copy(ids.begin(), ids.end(), idb.p);
+  DenseMatmulIdParams p{M, K, N, U, E, N * K, activation};
+  if (!matrix) {
+    sim_launch({P * cdiv(N, 8), 1, 1}, {256, 1, 1}, 0, [&] {
+      if constexpr (std::is_same_v<T, float>) {
+        if (gate_up) dense_gate_up_mv_id_f32(xp, gw.p, idb.p, y.p, &p, uw.p); else dense_mv_id_f32(xp, gw.p, idb.p, y.p, &p);
+      } else if constexpr (std::is_same_v<T, __half>) {
+        if (gate_up) dense_gate_up_mv_id_f16(xp, gw.p, idb.p, y.p, &p, uw.p); else dense_mv_id_f16(xp, gw.p, idb.p, y.p, &p);
+      } else {
+        if (gate_up) dense_gate_up_mv_id_bf16(xp, gw.p, idb.p, y.p, &p, uw.p); else dense_mv_id_bf16(xp, gw.p, idb.p, y.p, &p);
+      }
+    });
+  } else {
+    std::vector<u32> off, ord;
+    sort_pairs(ids, E, off, ord);
+    Arr<u32> offb(E + 2), ordb(P);
+    std::copy(off.begin(), off.end(), offb.p);
+    std::copy(ord.begin(), ord.end(), ordb.p);
+    const SimDim grid{(P / 64 + E + 1) * cdiv(N, gate_up ? 64 : 128), 1, 1};
+    sim_launch(grid, {128, 1, 1}, 4 * (64 + 128) * 40 * 2, [&] {
+      if constexpr (std::is_same_v<T, __half>) {
+        if (gate_up) dense_gate_up_mm_id_f16(xp, gw.p, offb.p, y.p, &p, ordb.p, uw.p); else dense_mm_id_f16(xp, gw.p, offb.p, y.p, &p, ordb.p);
+      } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        if (gate_up) dense_gate_up_mm_id_bf16(xp, gw.p, offb.p, y.p, &p, ordb.p, uw.p); else dense_mm_id_bf16(xp, gw.p, offb.p, y.p, &p, ordb.p);
+      }
+    });
+  }
+  double worst = 0;
+  for (u32 q = 0; q < P; ++q)
+    for (u32 j = 0; j < N; ++j) {
+      double want = 0, scale = 1;
+      if (ids[q] < E) {
+        double s[2] = {0, 0}, a[2] = {0, 0};
+        for (int m = 0; m < (gate_up ? 2 : 1); ++m)
+          for (u32 k = 0; k < K; ++k) {
+            const double t = back(xp[size_t(q / U) * K + k]) * (m == 0 ? gw : uw).at((size_t(ids[q]) * N + j) * K + k);
+            s[m] += t;
+            a[m] += std::fabs(t);
+          }
+        if (gate_up) {
+          const double h = 1e-5 * std::max(1.0, std::fabs(s[0]));
+          const double slope = (act_of(s[0] + h, activation) - act_of(s[0] - h, activation)) / (2 * h);
+          want = act_of(s[0], activation) * s[1];
+          scale = std::fabs(slope) * a[0] * std::fabs(s[1]) + std::fabs(act_of(s[0], activation)) * a[1];
+        } else {
+          want = s[0];
+          scale = a[0];
+        }
+        if (std::is_same_v<T, __half>) scale += std::ldexp(1.0, -14);
+      }
+      const double e = std::fabs(y.at(size_t(q) * N + j) - want) / std::max(scale, 1e-30);
+      if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+    }
+  char what[200];
+  std::snprintf(what, sizeof what, "%s M=%u U=%u E=%u N=%u K=%u%s%s%s", name, M, U, E, N, K, gate_up ? (activation ? " gelu" : " silu") : "",
+                only >= 0 ? " (one expert)" : "", misaligned ? " (x misaligned)" : "");
+  report(what, worst, tol_of<T>() * std::max(1.0, std::sqrt(K / 4096.0)));
+}
+
 // ---- moe_weighted_reduce ----
 
 template <class T, class Kern>
@@ -333,6 +409,18 @@ int main() {
     check_qmm<bf>("quantized_gate_up_mm_id_bf16", 25, 2, 6, 70, 64, 64, bits, true, 0, -1);
     check_qmm<__half>("quantized_gate_up_mm_id_f16", 35, 2, 3, 40, 128, 128, bits, true, 1, -1);
   }
+  check_dense<float>("dense_mv_id_f32", 2, 3, 5, 19, 37, false, 0, false, -1);
+  check_dense<__half>("dense_mv_id_f16", 1, 4, 6, 20, 512, false, 0, false, -1);
+  check_dense<__nv_bfloat16>("dense_mv_id_bf16", 3, 2, 4, 9, 1000, false, 0, false, -1);
+  check_dense<__nv_bfloat16>("dense_mv_id_bf16", 1, 2, 4, 9, 64, false, 0, false, -1, true);
+  check_dense<float>("dense_gate_up_mv_id_f32", 1, 3, 4, 13, 40, true, 1, false, -1);
+  check_dense<__nv_bfloat16>("dense_gate_up_mv_id_bf16", 2, 2, 4, 13, 256, true, 0, false, -1);
+  check_dense<__nv_bfloat16>("dense_mm_id_bf16", 40, 3, 7, 130, 72, false, 0, true, -1);
+  check_dense<__half>("dense_mm_id_f16", 35, 2, 3, 9, 96, false, 0, true, 1);
+  check_dense<__half>("dense_mm_id_f16", 20, 2, 3, 9, 45, false, 0, true, -1);
+  check_dense<__nv_bfloat16>("dense_mm_id_bf16", 20, 2, 3, 9, 64, false, 0, true, -1, true);
+  check_dense<__nv_bfloat16>("dense_gate_up_mm_id_bf16", 25, 2, 6, 70, 64, true, 0, true, -1);
+  check_dense<__half>("dense_gate_up_mm_id_f16", 30, 2, 3, 40, 104, true, 1, true, -1);
   for (bool res : {false, true})
     for (bool cl : {false, true}) {
       check_reduce<float>("moe_weighted_reduce_f32", moe_weighted_reduce_f32, 3, 8, 300, res, cl);

@@ -21,7 +21,7 @@ mkdir -p "$out"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 case "$family" in
   glue) families=rms_norm,softmax,gelu ;;
-  moe) families=moe_dispatch,quantized_matmul_id,moe_weighted_reduce ;;
+  moe) families=moe_dispatch,quantized_matmul_id,dense_matmul_id,moe_weighted_reduce ;;
   *) families="$family" ;;
 esac
 python3 "$here/build.py" "$root" "$families" "$out/sim_kernels.h"
