@@ -37,6 +37,11 @@ static std::vector<u32> make_ids(u32 pairs, u32 E, int only, bool bad) {
   return ids;
 }
 
+// The gate activations: 0 silu, 1 gelu (tanh).
+static double act_of(double g, u32 activation) {
+  return activation == 1 ? 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g))) : g / (1 + std::exp(-g));
+}
+
 // ---- moe_dispatch_sort ----
 
 // The launch of moeDispatchSortLaunch: one block, a multiple of 32 threads up to 1024.
@@ -66,6 +71,87 @@ static void check_sort(const char* name, u32 P, u32 E, int only, bool bad) {
     ok = got == exp;
   }
   report(std::string("moe_dispatch_sort ") + name, ok ? 0 : INFINITY, 0);
+}
+
+// ---- mlx-native's glue kernels (moe_dispatch) ----
+
+static void check_glue() {
+  const u32 n = 300, I = 37, K = 3, T = 2, H = 70;
+  // fused_gelu_mul_bf16: one thread per element, ceil(n / 256) blocks of 256.
+  Arr<__nv_bfloat16> g(n), u(n), o(n);
+  g.random(-6, 6);
+  u.random(-2, 2);
+  o.poison();
+  FusedGeluMulParams fp{n};
+  sim_launch({cdiv(n, 256), 1, 1}, {256, 1, 1}, 0, [&] { fused_gelu_mul_bf16(g.p, u.p, o.p, &fp); });
+  double worst = 0;
+  for (u32 i = 0; i < n; ++i) {
+    const double want = act_of(g.at(i), 1) * u.at(i);
+    worst = std::max(worst, std::fabs(o.at(i) - want) / std::max(std::fabs(want), 1e-3));
+  }
+  report("fused_gelu_mul_bf16 n=300", worst, 1e-2);
+  // moe_swiglu_batch: grid (ceil(I / tg), K) of tg = min(256, I), gelu(gate) * up per slot.
+  Arr<float> gu(size_t(K) * 2 * I), ob(size_t(K) * I);
+  gu.random(-4, 4);
+  ob.poison();
+  sim_launch({1, K, 1}, {I, 1, 1}, 0, [&] { moe_swiglu_batch(gu.p, ob.p, &I, &K); });
+  worst = 0;
+  for (u32 k = 0; k < K; ++k)
+    for (u32 i = 0; i < I; ++i) {
+      const double want = act_of(gu.at(k * 2 * I + i), 1) * gu.at(k * 2 * I + I + i);
+      worst = std::max(worst, std::fabs(ob.at(k * I + i) - want) / std::max(std::fabs(want), 1e-3));
+    }
+  report("moe_swiglu_batch I=37 top_k=3", worst, 1e-5);
+  // moe_swiglu_seq_bf16: grid (1, K, T).
+  Arr<__nv_bfloat16> gs(size_t(T) * K * 2 * I), os(size_t(T) * K * I);
+  gs.random(-4, 4);
+  os.poison();
+  MoeSwigluSeqParams sp{I, K, T};
+  sim_launch({1, K, T}, {I, 1, 1}, 0, [&] { moe_swiglu_seq_bf16(gs.p, os.p, &sp); });
+  worst = 0;
+  for (u32 r = 0; r < T * K; ++r)
+    for (u32 i = 0; i < I; ++i) {
+      const double want = act_of(gs.at(size_t(r) * 2 * I + i), 1) * gs.at(size_t(r) * 2 * I + I + i);
+      worst = std::max(worst, std::fabs(os.at(size_t(r) * I + i) - want) / std::max(std::fabs(want), 1e-3));
+    }
+  report("moe_swiglu_seq_bf16 T=2 top_k=3 I=37", worst, 1e-2);
+  // moe_weighted_sum_seq_bf16_input and _bf16: grid (ceil(H / tg), T).
+  Arr<__nv_bfloat16> ye(size_t(T) * K * H), yo(size_t(T) * H);
+  Arr<float> w(size_t(T) * K), fo(size_t(T) * H);
+  ye.random(-2, 2);
+  w.random(0, 1);
+  yo.poison();
+  fo.poison();
+  MoeWeightedSumSeqParams wp{H, K, T};
+  sim_launch({1, T, 1}, {H, 1, 1}, 0, [&] { moe_weighted_sum_seq_bf16_input(ye.p, w.p, fo.p, &wp); });
+  sim_launch({1, T, 1}, {H, 1, 1}, 0, [&] { moe_weighted_sum_seq_bf16(ye.p, w.p, yo.p, &wp); });
+  double wf = 0, wb = 0;
+  for (u32 t = 0; t < T; ++t)
+    for (u32 d = 0; d < H; ++d) {
+      double s = 0, a = 0;
+      for (u32 k = 0; k < K; ++k) {
+        const double v = w.at(t * K + k) * ye.at((size_t(t) * K + k) * H + d);
+        s += v;
+        a += std::fabs(v);
+      }
+      wf = std::max(wf, std::fabs(fo.at(size_t(t) * H + d) - s) / a);
+      wb = std::max(wb, std::fabs(yo.at(size_t(t) * H + d) - s) / a);
+    }
+  report("moe_weighted_sum_seq_bf16_input T=2 top_k=3 h=70", wf, 1e-5);
+  report("moe_weighted_sum_seq_bf16 T=2 top_k=3 h=70", wb, 1e-2);
+  // moe_gather_topk_weights: one thread; an index past the experts weighs 0.
+  const u32 E = 6, k = 3;
+  Arr<float> probs(E), scale(E), ow(k);
+  Arr<u32> sorted(E), oid(k);
+  probs.random(0, 1);
+  scale.random(0.5, 1.5);
+  const u32 order[E] = {4, 9, 0, 1, 2, 3};
+  std::copy(order, order + E, sorted.p);
+  MoeGatherTopkParams tp{E, k};
+  sim_launch({1, 1, 1}, {1, 1, 1}, 0, [&] { moe_gather_topk_weights(probs.p, sorted.p, scale.p, oid.p, ow.p, &tp); });
+  const double sum = probs.at(4) + probs.at(0);
+  const double e0 = std::fabs(ow.at(0) - probs.at(4) / sum * scale.at(4)), e2 = std::fabs(ow.at(2) - probs.at(0) / sum * scale.at(0));
+  report("moe_gather_topk_weights E=6 top_k=3", oid.p[1] == 9 && ow.at(1) == 0 ? std::max(e0, e2) : INFINITY, 1e-6);
 }
 
 // ---- quantized_matmul_id ----
@@ -100,10 +186,6 @@ struct QExperts {
     return sc.at(g) * q[r * K + k] + bi.at(g);
   }
 };
-
-static double act_of(double g, u32 activation) {
-  return activation == 1 ? 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g))) : g / (1 + std::exp(-g));
-}
 
 // The worst error of y [P, N] against the reference of x [M, K] (rounded to bf16 where round_x) and the experts.
 template <class TX, class TY, class TS>
@@ -394,6 +476,7 @@ int main() {
   check_sort("one expert takes all", 300, 16, 11, false);
   check_sort("ids past the experts", 97, 40, -1, true);
   check_sort("past one block: 5000 pairs of 300", 5000, 300, -1, true);
+  check_glue();
   for (u32 bits : {4u, 6u, 8u}) {
     // k of 4, 2 and 1 tiles a block (64: one step; 512: 4 steps; 1152: 9 steps, dead lanes in the last).
     check_qmv<bf>("quantized_mv_id_bf16", 2, 3, 5, 37, 64, 32, bits, false, 0, false);
