@@ -61,9 +61,9 @@
 //   each stage checked against float64 from the stage before it (the decode
 //   token at every output, the prefill at 256 random ones); and Gemma 4
 //   26B-A4B's bf16 experts (hidden 2816, 704, top-8 of 128; 16 on the
-//   emulator) through the dense
-//   gate/up projection with GELU for one token. The experts repeat a few
-//   distinct ones so the host holds those alone in float64.
+//   emulator) through the dense gate/up projection with GELU for one token.
+//   The experts repeat a few distinct ones so the host holds those alone in
+//   float64.
 //   weights: Qwen3.6-35B-A3B's layer 0 (hidden 2048) written to a temporary
 //   file, mapped and uploaded packed: its gated delta net and norms as a bf16
 //   safetensors file in HF naming, and 32 of its 256 experts as a Q4_K GGUF
