@@ -236,7 +236,8 @@ constexpr u32 QLDS = 40;    // a staged row: 32 elements and 16 bytes of padding
 // The tile of block blockIdx.x: slot blockIdx.x / tiles_n's pairs (moe_tile,
 // 64 rows) x tile columns tn * 128 (gate_up: outputs tn * 64, 8 gate and 8
 // up columns in turn). 128 threads, thread i owning tile column i (its
-// weight row). Dynamic shared memory: QSTAGES x (64 + 128) x QLDS elements of T.
+// weight row). Dynamic shared memory: at most QSTAGES x (64 + 128) x QLDS
+// elements of T (6 bits; 4 and 8 bits take less, see the two pipelines).
 template <typename T, int BITS, bool GATE_UP>
 __device__ __forceinline__ void qid_mm_tc(const T* x, Rows<T> gw, Rows<T> uw, const u32* offsets, const u32* order, T* y, u32 M, u32 N,
                                           u32 K, u32 gs, u32 U, u32 E, u32 wstride, u32 sstride, u32 activation) {
@@ -281,65 +282,14 @@ __device__ __forceinline__ void qid_mm_tc(const T* x, Rows<T> gw, Rows<T> uw, co
     const T* sp = src.s + u64(e) * sstride + wr * s_row;
     const T* bp = src.b + u64(e) * sstride + wr * s_row;
 
-    u32 wq[BITS];
-    float wsc = 0.0f, wbi = 0.0f;
-    // Starts stage `stage` of k tile kt: x by cp.async (gathered rows), the weight chunk into registers.
-    auto issue = [&](u32 stage, u32 kt) {
-        T* xs = smem + stage * (BM + BN) * QLDS;
-        const u32 k0 = kt * 32u;
-#pragma unroll
-        for (u32 c = 0; c < XC; ++c) {
-            const u32 i = tid + c * NT, r = i >> 2, q = i & 3u;
-            const bool live = y_pair[r] < P;
-            cp_async16(xs + r * QLDS + 8u * q, x + u64(x_row[r]) * K + k0 + 8u * q, live);
-        }
-        if (wlive) {
-            load_chunk<BITS, false>(wp + u64(kt) * BITS * 4u, wq);
-            wsc = to_f(sp[k0 / gs]);
-            wbi = to_f(bp[k0 / gs]);
-        }
-    };
-    // Stores the weight chunk issue() loaded, dequantized in natural order, into stage `stage`.
-    auto park = [&](u32 stage) {
-        T* ws = smem + stage * (BM + BN) * QLDS + BM * QLDS;
-        u32 nat[16];
-        if (wlive) {
-            u32 pr[16];
-            dequantize<T, BITS>(wq, wsc, wbi, pr);
-            from_pairs<BITS>(pr, nat);
-        } else {
-#pragma unroll
-            for (int q = 0; q < 16; ++q) nat[q] = 0u;
-        }
-        uint4* dst = reinterpret_cast<uint4*>(ws + tid * QLDS);
-#pragma unroll
-        for (int v = 0; v < 4; ++v) dst[v] = make_uint4(nat[4 * v], nat[4 * v + 1], nat[4 * v + 2], nat[4 * v + 3]);
-    };
-
     float acc[MI][NJ][4];
 #pragma unroll
     for (u32 i = 0; i < MI; ++i)
 #pragma unroll
         for (u32 j = 0; j < NJ; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
     const u32 wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
-
-    for (u32 s = 0; s < QSTAGES - 1; ++s) {
-        if (s < KT) {
-            issue(s, s);
-            park(s);
-        }
-        cp_async_commit();
-    }
-    for (u32 kt = 0; kt < KT; ++kt) {
-        // Tile kt has landed (at most QSTAGES - 2 later groups pending), and
-        // every warp is done with the stage the next park overwrites.
-        cp_async_wait<QSTAGES - 2>();
-        __syncthreads();
-        const u32 next = kt + QSTAGES - 1;
-        if (next < KT) issue(next % QSTAGES, next);
-        cp_async_commit();
-        const T* xs = smem + (kt % QSTAGES) * (BM + BN) * QLDS;
-        const T* ws = xs + BM * QLDS;
+    // One k step of the tile's mmas: x rows from xs, weight columns from ws (natural order), both QLDS apart.
+    auto mma_step = [&](const T* xs, const T* ws) {
 #pragma unroll
         for (u32 kk = 0; kk < 32u; kk += 16u) {
             u32 a[MI][4];
@@ -360,9 +310,129 @@ __device__ __forceinline__ void qid_mm_tc(const T* x, Rows<T> gw, Rows<T> uw, co
 #pragma unroll
                 for (u32 j = 0; j < NJ; ++j) mma16<T>(acc[i][j], a[i], bq[j][0], bq[j][1]);
         }
-        // The weight of stage `next` is written after the mmas, so its loads
-        // had the step to arrive; nobody reads that stage before the next barrier.
-        if (next < KT) park(next % QSTAGES);
+    };
+    // This thread's weight column of k tile kt, w = s * q + b in natural order, stored at ws (row tid).
+    auto dequant_to = [&](T* ws, const u32 (&wq)[BITS], float sc, float bi) {
+        u32 nat[16];
+        if (wlive) {
+            u32 pr[16];
+            dequantize<T, BITS>(wq, sc, bi, pr);
+            from_pairs<BITS>(pr, nat);
+        } else {
+#pragma unroll
+            for (int q = 0; q < 16; ++q) nat[q] = 0u;
+        }
+        uint4* dst = reinterpret_cast<uint4*>(ws + tid * QLDS);
+#pragma unroll
+        for (int v = 0; v < 4; ++v) dst[v] = make_uint4(nat[4 * v], nat[4 * v + 1], nat[4 * v + 2], nat[4 * v + 3]);
+    };
+    // The gathered x rows of k tile kt into xs by cp.async.
+    auto issue_x = [&](T* xs, u32 kt) {
+        const u32 k0 = kt * 32u;
+#pragma unroll
+        for (u32 c = 0; c < XC; ++c) {
+            const u32 i = tid + c * NT, r = i >> 2, q = i & 3u;
+            const bool live = y_pair[r] < P;
+            cp_async16(xs + r * QLDS + 8u * q, x + u64(x_row[r]) * K + k0 + 8u * q, live);
+        }
+    };
+
+    if constexpr (BITS == 6) {
+        // 24-byte chunks (not 16-byte aligned): each thread loads its chunk into registers a k step
+        // ahead and dequantizes it into that stage after the step's mmas. Stage s: x, then the weight.
+        u32 wq[BITS];
+        float wsc = 0.0f, wbi = 0.0f;
+        auto issue = [&](u32 stage, u32 kt) {
+            issue_x(smem + stage * (BM + BN) * QLDS, kt);
+            if (wlive) {
+                load_chunk<BITS, false>(wp + u64(kt) * BITS * 4u, wq);
+                wsc = to_f(sp[kt * 32u / gs]);
+                wbi = to_f(bp[kt * 32u / gs]);
+            }
+        };
+        auto park = [&](u32 stage) { dequant_to(smem + stage * (BM + BN) * QLDS + BM * QLDS, wq, wsc, wbi); };
+        for (u32 s = 0; s < QSTAGES - 1; ++s) {
+            if (s < KT) {
+                issue(s, s);
+                park(s);
+            }
+            cp_async_commit();
+        }
+        for (u32 kt = 0; kt < KT; ++kt) {
+            // Tile kt has landed (at most QSTAGES - 2 later groups pending), and
+            // every warp is done with the stage the next park overwrites.
+            cp_async_wait<QSTAGES - 2>();
+            __syncthreads();
+            const u32 next = kt + QSTAGES - 1;
+            if (next < KT) issue(next % QSTAGES, next);
+            cp_async_commit();
+            const T* xs = smem + (kt % QSTAGES) * (BM + BN) * QLDS;
+            mma_step(xs, xs + BM * QLDS);
+            // The weight of stage `next` is written after the mmas, so its loads
+            // had the step to arrive; nobody reads that stage before the next barrier.
+            if (next < KT) park(next % QSTAGES);
+        }
+    } else {
+        // 16- and 32-byte chunks: the packed chunk of each column goes by cp.async too, QSTAGES k steps
+        // ahead like x (a tile of few pairs is bound by the weight's bytes; these keep them in flight),
+        // into a raw area; after step kt's mmas each thread dequantizes its own chunk of tile kt + 1
+        // (its own copies, landed by its wait) into the other of two weight buffers. Shared memory:
+        // QSTAGES x [x: BM x QLDS T, raw: BN x 4 BITS bytes], then 2 x BN x QLDS T.
+        constexpr u32 XS = BM * QLDS * sizeof(T), RAW = BN * 4u * BITS, STAGE = XS + RAW;
+        unsigned char* base = smem_raw;
+        T* const ws0 = reinterpret_cast<T*>(base + QSTAGES * STAGE);
+        auto ws_of = [&](u32 i) { return ws0 + (i & 1u) * BN * QLDS; };
+        auto xs_of = [&](u32 stage) { return reinterpret_cast<T*>(base + stage * STAGE); };
+        auto raw_of = [&](u32 stage) { return base + stage * STAGE + XS + tid * 4u * BITS; };
+        auto issue = [&](u32 stage, u32 kt) {
+            issue_x(xs_of(stage), kt);
+            const unsigned char* src = wp + u64(kt) * BITS * 4u;
+#pragma unroll
+            for (int c = 0; c < BITS / 4; ++c) cp_async16(raw_of(stage) + 16 * c, src + 16 * c, wlive);
+        };
+        auto dequant_stage = [&](u32 stage, T* ws, float sc, float bi) {
+            u32 wq[BITS];
+            const uint4* r = reinterpret_cast<const uint4*>(raw_of(stage));
+#pragma unroll
+            for (int c = 0; c < BITS / 4; ++c) {
+                const uint4 v = r[c];
+                wq[4 * c] = v.x;
+                wq[4 * c + 1] = v.y;
+                wq[4 * c + 2] = v.z;
+                wq[4 * c + 3] = v.w;
+            }
+            dequant_to(ws, wq, sc, bi);
+        };
+        for (u32 s = 0; s < QSTAGES - 1; ++s) {
+            if (s < KT) issue(s, s);
+            cp_async_commit();
+        }
+        // Tile 0's weight, and the scale and bias of tile 1 a step ahead.
+        float sc = wlive ? to_f(sp[0]) : 0.0f, bi = wlive ? to_f(bp[0]) : 0.0f;
+        cp_async_wait<QSTAGES - 2>();
+        dequant_stage(0, ws_of(0), sc, bi);
+        if (wlive && KT > 1) {
+            sc = to_f(sp[32u / gs]);
+            bi = to_f(bp[32u / gs]);
+        }
+        for (u32 kt = 0; kt < KT; ++kt) {
+            // Tiles kt (x) and kt + 1 (this thread's raw chunk) have landed, at most QSTAGES - 3 later
+            // groups pending; the barrier makes every thread's x and dequantized weight of tile kt
+            // visible, and frees the stage and buffer of tile kt - 1 for what follows.
+            cp_async_wait<QSTAGES - 3>();
+            __syncthreads();
+            const u32 next = kt + QSTAGES - 1;
+            if (next < KT) issue(next % QSTAGES, next);
+            cp_async_commit();
+            mma_step(xs_of(kt % QSTAGES), ws_of(kt));
+            if (kt + 1 < KT) {
+                dequant_stage((kt + 1) % QSTAGES, ws_of(kt + 1), sc, bi);
+                if (wlive && kt + 2 < KT) {
+                    sc = to_f(sp[(kt + 2) * 32u / gs]);
+                    bi = to_f(bp[(kt + 2) * 32u / gs]);
+                }
+            }
+        }
     }
     cp_async_wait<0>();
 

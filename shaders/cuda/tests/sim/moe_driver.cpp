@@ -492,6 +492,9 @@ int main() {
     check_qmm<bf>("quantized_gate_up_mm_id_bf16", 25, 2, 6, 70, 64, 64, bits, true, 0, -1);
     check_qmm<__half>("quantized_gate_up_mm_id_f16", 35, 2, 3, 40, 128, 128, bits, true, 1, -1);
   }
+  // The matrix engine's cp.async weight pipeline past its 4 stages (k = 320: 10 steps), 4 and 8 bits.
+  check_qmm<bf>("quantized_gate_up_mm_id_bf16", 20, 2, 3, 40, 320, 64, 4, true, 0, -1);
+  check_qmm<__half>("quantized_mm_id_f16", 20, 2, 3, 70, 320, 32, 8, false, 0, -1);
   check_dense<float>("dense_mv_id_f32", 2, 3, 5, 19, 37, false, 0, false, -1);
   check_dense<__half>("dense_mv_id_f16", 1, 4, 6, 20, 512, false, 0, false, -1);
   check_dense<__nv_bfloat16>("dense_mv_id_bf16", 3, 2, 4, 9, 1000, false, 0, false, -1);
