@@ -25,12 +25,15 @@
 //     bandwidth-bound, the mma's other seven columns idle.
 //   matrix (quantized_mm_id_<t>, quantized_gate_up_mm_id_<t>): 128-thread
 //     blocks of 64 pairs of one expert (moe_tile over moe_dispatch_sort's
-//     offsets) x 128 weight rows, quantized_matmul's matrix engine: 32-wide
-//     k stages, 4 stages of x by cp.async (rows gathered through the order),
-//     each thread's weight chunk loaded into registers a stage ahead and
-//     dequantized into the stage after the step's mmas, 2 x 2 warps of
-//     32 x 64 on mma.sync with f32 accumulators; the outputs stored to their
-//     pairs' rows. gate_up interleaves the tile's columns by 8 (8 gate rows,
+//     offsets) x 128 weight rows, after quantized_matmul's matrix engine:
+//     32-wide k stages, 4 stages of x by cp.async (rows gathered through the
+//     order), 2 x 2 warps of 32 x 64 on mma.sync with f32 accumulators; the
+//     outputs stored to their pairs' rows. A tile of an expert often holds
+//     few pairs, so the weight's bytes bound it: at 4 and 8 bits each
+//     thread's packed chunk goes by cp.async 4 k steps ahead too, and is
+//     dequantized into one of two weight buffers after the previous step's
+//     mmas; 6-bit chunks (24 bytes, not 16-byte aligned) are loaded into
+//     registers a step ahead instead (quantized_matmul's way). gate_up interleaves the tile's columns by 8 (8 gate rows,
 //     then the same 8 up rows), so a thread holds gate and up of the same
 //     outputs (64 a tile). A tile of the ids past the experts writes zeros.
 //   any (mlx-native's layouts other than MLX's, or operands a vector load
