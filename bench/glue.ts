@@ -4,7 +4,9 @@
 // the MoE glue (moe_dispatch: the grouping of pairs by expert and
 // mlx-native's glue kernels; moe_weighted_reduce),
 // the dense decode products, the MLX affine quantized products (every kernel
-// of quantized_matmul, decode and a 64-token prefill) and flash_attn_prefill's
+// of quantized_matmul, decode and a 64-token prefill), the GGUF block
+// products, dequantization and quantized embedding rows
+// (quantized_matmul_ggml) and flash_attn_prefill's
 // mask builder and tile classifier (bench/attention.ts times the attention)
 // with the encoder's GPU time, at the shapes of Gemma 4 and Qwen3.6 layers:
 // per case a warm-up commit, then 5
@@ -12,15 +14,18 @@
 // gpuTimeNs / iters. Prints the time, the bytes each dispatch must move
 // (inputs read once, outputs written once) and the rate they imply.
 //
-//   bun run bench/glue.ts [--small]      (--small: shapes the emulator runs)
+//   bun run bench/glue.ts [--small] [--only TEXT]
+// (--small: shapes the emulator runs; --only: the cases whose name contains
+// TEXT, as for a profiler's run)
 //
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
-import { gpuTimePerDispatch, uniformBuffer, wordBuffer } from './common.ts';
+import { ggmlBlocksBuffer, gpuTimePerDispatch, uniformBuffer, wordBuffer } from './common.ts';
 import { cast, elementwiseAdd, elementwiseAddScaled, elementwiseMul, scalarMul } from '../ts/ops/elementwise.ts';
 import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
 import { affineQuantizedMatmul, quantizedMatmul, quantizedMatmulSimd, quantizedMatmulSimdBf16 } from '../ts/ops/quantized_matmul.ts';
+import { GGML_QUANT_TYPES, ggmlBlockOf, ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml } from '../ts/ops/quantized_matmul_ggml.ts';
 import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
 import { softcap, softmax, softmaxScratchElements } from '../ts/ops/softmax.ts';
 import { embedding } from '../ts/ops/embedding.ts';
@@ -36,6 +41,8 @@ import {
 import { moeWeightedReduce } from '../ts/ops/moe_weighted_reduce.ts';
 
 const small = process.argv.includes('--small');
+const onlyAt = process.argv.indexOf('--only');
+const only = onlyAt >= 0 ? process.argv[onlyAt + 1] ?? '' : undefined;
 const dev = Device.open();
 const size = (d: DType) => (d === 'f32' ? 4 : 2);
 
@@ -51,6 +58,7 @@ function cases(): Case[] {
   out.push(...sampleCases());
   out.push(...denseCases());
   out.push(...quantizedMatmulCases());
+  out.push(...quantizedMatmulGgmlCases());
   out.push(...flashAttnPrefillCases());
   out.push(...moeDispatchCases(), ...moeWeightedReduceCases());
   return out;
@@ -205,6 +213,50 @@ function quantizedMatmulCases(): Case[] {
   return out;
 }
 // ---- end of quantized_matmul ----
+
+// ---- quantized_matmul_ggml: GGUF blocks (floors and predictions: notes/ggml-2026-11-26.md) ----
+// Every format's vector kernel at one decode token and matrix kernel at a
+// 64-token prefill (Qwen3.6 27B MLP up, 5120 -> 17408; f32 x and y as the
+// crate's kernels take them); the dequantization of that weight to bf16
+// (every format; f32 and f16 for Q4_K); embedding rows to bf16 from a table
+// of Gemma 4's vocabulary (262144 x 5376) in each format, 8192 tokens and one
+// (decode), with its sqrt(hidden) scale. Bytes (the floor): the blocks read
+// once (for embedding rows, those of the rows gathered), x and ids read, the
+// outputs written once.
+function quantizedMatmulGgmlCases(): Case[] {
+  const out: Case[] = [];
+  const [n, k] = small ? [512, 512] : [17408, 5120];
+  for (const t of GGML_QUANT_TYPES) {
+    const weight = ggmlBlocksBuffer(dev, t, (n * k) / ggmlBlockOf(t).qk);
+    const wBytes = n * ggmlRowBytesOf(t, k);
+    for (const m of [1, small ? 16 : 64]) {
+      const x = uniformBuffer(dev, 'f32', [m, k], 1);
+      const y = dev.alloc('f32', [m, n]);
+      out.push({ name: `kernel_mul_${m === 1 ? 'mv' : 'mm'}_${t.toLowerCase().replace('_k', '_K')}_f32 [${m}, ${k}] x [${n}, ${k}]^T`,
+        bytes: wBytes + 4 * (m * k + m * n), record: (e) => quantizedMatmulGgml(e, { input: x, weight, output: y, m, n, k, ggmlType: t }) });
+    }
+    for (const dt of t === 'Q4_K' ? (['bf16', 'f32', 'f16'] as const) : (['bf16'] as const)) {
+      const w = dev.alloc(dt, [n * k]);
+      out.push({ name: `ggml_dequantize ${t} -> ${dt} [${n}, ${k}]`, bytes: wBytes + n * k * size(dt),
+        record: (e) => ggmlDequantize(e, { src: weight, output: w, count: n * k, ggmlType: t }) });
+    }
+  }
+  const [vocab, hidden] = small ? [512, 256] : [262144, 5376];
+  for (const t of GGML_QUANT_TYPES) {
+    const table = ggmlBlocksBuffer(dev, t, (vocab * hidden) / ggmlBlockOf(t).qk);
+    const rowBytes = ggmlRowBytesOf(t, hidden);
+    for (const tokens of [small ? 16 : 8192, 1]) {
+      const ids = dev.upload('u32', [tokens], Array.from({ length: tokens }, (_, i) => (i * 2654435761) % vocab));
+      const y = dev.alloc('bf16', [tokens, hidden]);
+      out.push({ name: `embedding ${t} -> bf16 [${tokens} tok, ${hidden}] of ${vocab}${tokens === 1 ? ' (decode)' : ''}`,
+        bytes: tokens * (rowBytes + 2 * hidden + 4),
+        record: (e) => embedding(e, { table, tableType: t, tokenIds: ids, output: y, vocabSize: vocab, hiddenSize: hidden, nTokens: tokens,
+          scale: Math.sqrt(hidden) }) });
+    }
+  }
+  return out;
+}
+// ---- end of quantized_matmul_ggml ----
 
 // ---- sample: argmax, top-k, softmax_sample, the sampler, Philox ----
 // Gemma 4's vocabulary (262144); decode is one row, the large shape 64 rows
@@ -522,7 +574,7 @@ function moeWeightedReduceCases(): Case[] {
 const time = (c: Case, iters: number): number => gpuTimePerDispatch(dev, c.record, iters);
 
 console.log(`device: ${dev.name} (${dev.backend})`);
-for (const c of cases()) {
+for (const c of cases().filter((x) => only === undefined || x.name.includes(only))) {
   const probe = time(c, 1);
   const iters = Math.max(1, Math.min(200, Math.round(2e7 / Math.max(probe, 1))));
   const ts = Array.from({ length: 5 }, () => time(c, iters)).sort((a, b) => a - b);

@@ -83,7 +83,9 @@ describeBackends('a plan recorded is what the op records', ({ device: dev }) => 
       for (const [k, v] of Object.entries(viaOp)) {
         const b = v as { readNumbers?: () => Float64Array };
         const t = viaPlan[k] as { readNumbers?: () => Float64Array };
-        if (b?.readNumbers !== undefined) expect([k, Array.from(t.readNumbers!())]).toEqual([k, Array.from(b.readNumbers())]);
+        if (b?.readNumbers !== undefined && !c.keys[k]?.working) {
+          expect([k, Array.from(t.readNumbers!())]).toEqual([k, Array.from(b.readNumbers())]);
+        }
       }
       e1.release();
       e2.release();

@@ -19,6 +19,7 @@ export * from './moe_dispatch.ts';
 export * from './moe_routing.ts';
 export * from './moe_weighted_reduce.ts';
 export * from './quantized_matmul.ts';
+export * from './quantized_matmul_ggml.ts';
 export * from './quantized_matmul_id.ts';
 export * from './rope.ts';
 export * from './rope_multi.ts';
