@@ -480,6 +480,7 @@ export class Encoder {
   _h: number;
   private inFlight = false;
   private lastGpuTimeNs = 0;
+  private lastSubmitMs = 0;
   /** Buffers and pipelines of the dispatches recorded since the last commit. */
   private held: (BindableBuffer | Pipeline)[] = [];
   /** The buffers among them that the commit's dispatches may write (each counts in its _pendingWrites). */
@@ -719,7 +720,9 @@ export class Encoder {
   private submit(): Pointer {
     const h = this.handle('commit');
     if (this.broken !== null) throw new MlxError('Internal', `Encoder.commit: ${this.broken}`);
+    const t0 = performance.now();
     check(this._state.sym.mlxn_encoder_commit(h, msgBuf, msgCap), 'Encoder.commit');
+    this.lastSubmitMs = performance.now() - t0;
     this.inFlight = true;
     const held = this.held;
     const written: BindableBuffer[] = [];
@@ -822,7 +825,9 @@ export class Encoder {
       throw new MlxError('InvalidArgument', 'Encoder.replay: the recording must have been committed once (got a recording never committed)');
     }
     const h = this._h as Pointer;
+    const t0 = performance.now();
     check(this._state.sym.mlxn_encoder_replay(h, msgBuf, msgCap), 'Encoder.replay');
+    this.lastSubmitMs = performance.now() - t0;
     this.inFlight = true;
     const held = this.replayHeld;
     for (let i = 0; i < held.length; i++) {
@@ -905,6 +910,15 @@ export class Encoder {
         was.set(data, at);
       }
     }
+  }
+
+  /**
+   * Host time of the last commit's or replay's submission (the backend's
+   * commit or replay call: cuda launches every kernel or the graph there),
+   * in milliseconds; recording and waiting are not in it.
+   */
+  get submitMs(): number {
+    return this.lastSubmitMs;
   }
 
   /** Device time of the last completed commit, in nanoseconds. */

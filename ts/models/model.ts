@@ -46,6 +46,14 @@ export abstract class CausalLM {
   position = 0;
   /** Rows of `logits` the last step wrote. */
   logitRows = 0;
+  /**
+   * Host time of the last decode step in milliseconds: recording it (or, when
+   * replayed, writing its position and patching its per-step ops) and
+   * submitting it (Encoder.submitMs); not the device's work or the wait.
+   */
+  hostStepMs = 0;
+  /** Dispatches of the last decode step's recording. */
+  stepDispatches = 0;
   protected readonly maxContext: number;
   protected readonly precision: ProductPrecision;
   protected readonly prefillAttention: PrefillAttention;
@@ -175,10 +183,14 @@ export abstract class CausalLM {
     const logits = this.scratch.get('logits', 'f32', [1, this.config.vocabSize]);
     if (this.replay) this.replayStep(logits);
     else {
+      const t0 = performance.now();
       using enc = this.device.encoder();
       this.forward(enc, this.next, 1, 1, logits, null);
       this.pickNext(enc, 1, logits);
+      const recordMs = performance.now() - t0;
       enc.commitAndWait();
+      this.hostStepMs = recordMs + enc.submitMs;
+      this.stepDispatches = enc.dispatchCount;
     }
     this.position += 1;
     this.logitRows = 1;
@@ -191,11 +203,14 @@ export abstract class CausalLM {
    * this position at every later one.
    */
   private replayStep(logits: Buffer): void {
+    const t0 = performance.now();
     const kept = this.stepEncoder;
     if (kept !== null) {
       this.positions(1);
       for (const op of kept.patches.ops) patchPlan(kept.enc, op.first, op.planAt(this.position));
+      const patchMs = performance.now() - t0;
       kept.enc.replayAndWait();
+      this.hostStepMs = patchMs + kept.enc.submitMs;
       return;
     }
     const enc = this.device.encoder({ replayable: true });
@@ -204,7 +219,10 @@ export abstract class CausalLM {
     try {
       this.forward(enc, this.next, 1, 1, logits, null);
       this.pickNext(enc, 1, logits);
+      const recordMs = performance.now() - t0;
       enc.commitAndWait();
+      this.hostStepMs = recordMs + enc.submitMs;
+      this.stepDispatches = enc.dispatchCount;
     } catch (e) {
       enc.release();
       throw e;
