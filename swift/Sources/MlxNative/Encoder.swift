@@ -9,7 +9,7 @@ enum Binding {
     case buffer(index: Int, MTLBuffer, offset: Int)
     case bytes(index: Int, UnsafeRawPointer?, length: Int)
     /// Inline data over the 4 KiB that setBytes takes, copied into a buffer.
-    case copiedBytes(index: Int, MTLBuffer)
+    case copiedBytes(index: Int, MTLBuffer, length: Int)
     case threadgroupMemory(index: Int, length: Int)
 }
 
@@ -148,7 +148,7 @@ public final class MetalEncoder {
                 encoder.setBytes(data, length: length, index: index)
             case .bytes(let index, .none, _):
                 zeroBytes.withUnsafeBytes { encoder.setBytes($0.baseAddress!, length: $0.count, index: index) }
-            case .copiedBytes(let index, let buffer):
+            case .copiedBytes(let index, let buffer, _):
                 encoder.setBuffer(buffer, offset: 0, index: index)
             case .threadgroupMemory(let index, let length):
                 encoder.setThreadgroupMemoryLength(length, index: index)
@@ -171,8 +171,8 @@ public final class MetalEncoder {
             return .bytes(index: index, [UInt8](UnsafeRawBufferPointer(start: data, count: length)))
         case .bytes(let index, .none, _):
             return .bytes(index: index, [])
-        case .copiedBytes(let index, let buffer):
-            return .bytes(index: index, [UInt8](UnsafeRawBufferPointer(start: buffer.contents(), count: buffer.length)))
+        case .copiedBytes(let index, let buffer, let length):
+            return .bytes(index: index, [UInt8](UnsafeRawBufferPointer(start: buffer.contents(), count: length)))
         case .threadgroupMemory(let index, let length):
             return .threadgroupMemory(index: index, length: length)
         }
@@ -244,7 +244,7 @@ public final class MetalEncoder {
                                                               options: .storageModeShared) else {
                         throw MlxnError(MLXN_ERR_BUFFER_ALLOCATION, "metal: makeBuffer(bytes:length: \(b.length)) returned nil")
                     }
-                    bindings.append(.copiedBytes(index: index, copy))
+                    bindings.append(.copiedBytes(index: index, copy, length: Int(b.length)))
                 }
             default:  // MLXN_BIND_THREADGROUP_MEMORY: the decoder accepts no other kind
                 let rounded = (b.length + 15) / 16 * 16
