@@ -28,7 +28,10 @@
 // Block reductions run in a fixed order and the 64-bit masses are integers,
 // so every result is independent of the warps' timing (the order in which
 // candidates land in the scratch is not, and nothing reads it as an order).
-// Threadgroup arrays are static shared memory; blocks are whole warps.
+// Threadgroup arrays are static shared memory. The selecting kernels and the
+// sampler's run in whole warps (their plans launch multiples of 32 threads);
+// argmax_f32 and softmax_sample_f32 take any block size, as mlx-native's
+// launches give them.
 
 namespace {
 
@@ -317,7 +320,7 @@ struct OutSink {
 // What a selecting block keeps in shared memory: the histograms of two
 // levels (one filled while the other is cleared), a word per warp, the
 // level's result, the gather counter and a flag.
-struct SelectShared {
+struct __align__(16) SelectShared {
     u32 hist[2][SAMPLE_HIST_BINS];
     u32 wsum[32];
     u32 found[4];
@@ -354,11 +357,21 @@ __device__ Found find_digit(const u32* h, u32 nbins, u32 need, SelectShared& sh,
     const u32 per = (nbins + bs - 1u) / bs;
     const u32 top = nbins - min(nbins, tid * per);
     const u32 bottom = nbins - min(nbins, (tid + 1u) * per);
+    // The run's sum by 16-byte loads where runs are whole vectors (nbins and bs
+    // are powers of two): a warp's loads then meet few bank conflicts.
     u32 s = 0u, nz = 0u;
-    for (u32 b = top; b > bottom; --b) {
-        const u32 c = h[b - 1u];
-        s += c;
-        nz += c != 0u ? 1u : 0u;
+    if (per % 4u == 0u) {
+        for (u32 b = bottom; b < top; b += 4u) {
+            const uint4 c = *reinterpret_cast<const uint4*>(h + b);
+            s += c.x + c.y + c.z + c.w;
+            nz += (c.x != 0u ? 1u : 0u) + (c.y != 0u ? 1u : 0u) + (c.z != 0u ? 1u : 0u) + (c.w != 0u ? 1u : 0u);
+        }
+    } else {
+        for (u32 b = bottom; b < top; ++b) {
+            const u32 c = h[b];
+            s += c;
+            nz += c != 0u ? 1u : 0u;
+        }
     }
     // With SUMMARY the counts are a slice's (at most 4096): sums and non-empty bins in one word.
     const u32 v = SUMMARY ? (s << 16) | nz : s;
@@ -484,15 +497,36 @@ __device__ void rank_sort(const u64* g, u32 m, Sink& sink) {
     }
 }
 
-// The first two summary words of a thread, loaded early (all of them for 64
-// slices at 1024 threads).
+// 8 words of a slice's summary, as 16-byte loads issued together where
+// aligned. A summary's entries fill its words from 1 on, zeros after them,
+// so its words past 8 matter only where the 8 before them are all entries.
 struct SumWords {
-    u32 w0, w1;
+    u32 w[8];
 };
 
+__device__ __forceinline__ void load_sum_words(const u32* q, SumWords& s) {
+    if (aligned16(q)) {
+#pragma unroll
+        for (u32 r = 0; r < 2u; ++r) {
+            const uint4 t = reinterpret_cast<const uint4*>(q)[r];
+            s.w[4u * r] = t.x;
+            s.w[4u * r + 1u] = t.y;
+            s.w[4u * r + 2u] = t.z;
+            s.w[4u * r + 3u] = t.w;
+        }
+    } else {
+#pragma unroll
+        for (u32 r = 0; r < 8u; ++r) s.w[r] = q[r];
+    }
+}
+
+// The first 8 words of the summary of slice threadIdx.x, loaded before the
+// merging block's first barrier (the words of slices past blockDim.x and
+// past the first 8 are loaded where they are added).
 __device__ __forceinline__ SumWords prefetch_sums(const u32* sums, u32 nb) {
-    const u32 tid = threadIdx.x, bs = blockDim.x, words = nb * u32(SAMPLE_SUM_WORDS);
-    return {tid < words ? sums[tid] : 0u, tid + bs < words ? sums[tid + bs] : 0u};
+    SumWords s;
+    if (threadIdx.x < nb) load_sum_words(sums + threadIdx.x * u32(SAMPLE_SUM_WORDS), s);
+    return s;
 }
 
 // The top m of nb slices' candidates (src, loaded: chunk 0 when they fit),
@@ -500,26 +534,36 @@ __device__ __forceinline__ SumWords prefetch_sums(const u32* sums, u32 nb) {
 // binning every candidate where a summary overflowed); pre: prefetch_sums.
 // Ends with a barrier.
 template <typename Src>
-__device__ void gather_top(Src& src, const u32* sums, SumWords pre, u32 nb, u32 m, SelectShared& sh, u64* g) {
+__device__ void gather_top(Src& src, const u32* sums, SumWords& pre, u32 nb, u32 m, SelectShared& sh, u64* g) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
-    // A summary word: overflow flag (word 0 of a slice's) or a (bin, count) entry.
-    auto add = [&](u32 i, u32 w) {
-        if ((i & (u32(SAMPLE_SUM_WORDS) - 1u)) == 0u) {
-            if (w != 0u) sh.flag = 1u;
-        } else if ((w >> 11) != 0u) {
-            atomicAdd(&sh.hist[0][w & (u32(SAMPLE_HIST_BINS) - 1u)], w >> 11);
+    // A slice's summary into level 0's histogram: its overflow flag, or its entries (bin | count << 11).
+    auto add = [&](const u32* q, SumWords& s) {
+        if (s.w[0] != 0u) {
+            sh.flag = 1u;
+            return;
+        }
+#pragma unroll
+        for (u32 e = 1; e < 8u; ++e)
+            if ((s.w[e] >> 11) != 0u) atomicAdd(&sh.hist[0][s.w[e] & (u32(SAMPLE_HIST_BINS) - 1u)], s.w[e] >> 11);
+        for (u32 at = 8u; at < u32(SAMPLE_SUM_WORDS) && s.w[7] != 0u; at += 8u) {
+            load_sum_words(q + at, s);
+#pragma unroll
+            for (u32 e = 0; e < 8u; ++e)
+                if ((s.w[e] >> 11) != 0u) atomicAdd(&sh.hist[0][s.w[e] & (u32(SAMPLE_HIST_BINS) - 1u)], s.w[e] >> 11);
         }
     };
-    const u32 words = nb * u32(SAMPLE_SUM_WORDS);
     for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) sh.hist[0][i] = 0u;
     if (tid == 0u) {
         sh.counter = 0u;
         sh.flag = 0u;
     }
     __syncthreads();
-    if (tid < words) add(tid, pre.w0);
-    if (tid + bs < words) add(tid + bs, pre.w1);
-    for (u32 i = tid + 2u * bs; i < words; i += bs) add(i, sums[i]);
+    if (tid < nb) add(sums + tid * u32(SAMPLE_SUM_WORDS), pre);
+    for (u32 b = tid + bs; b < nb; b += bs) {
+        SumWords more;
+        load_sum_words(sums + b * u32(SAMPLE_SUM_WORDS), more);
+        add(sums + b * u32(SAMPLE_SUM_WORDS), more);
+    }
     __syncthreads();
     const bool given = sh.flag == 0u;
     if (!given) {
@@ -1060,7 +1104,7 @@ __device__ __forceinline__ const u32* row_sums(const u32* scratch, const SampleL
 
 // The top min(n_cand, n_vocab) of a row's candidates (src, chunk 0 loaded;
 // pre: prefetch_sums of row_sums), ranked into sk / si (ends with a barrier).
-__device__ void rank_candidates(PairSrc<SAMPLE_ITEMS>& src, SumWords pre, const u32* scratch, const SampleParams* p, const SampleLayout& L,
+__device__ void rank_candidates(PairSrc<SAMPLE_ITEMS>& src, SumWords& pre, const u32* scratch, const SampleParams* p, const SampleLayout& L,
                                 u32 row, SelectShared& sh, u64* g, u32* sk, u32* si) {
     const u32 mc = min(p->n_cand, p->n_vocab);
     gather_top(src, row_sums(scratch, L, row), pre, p->n_blocks, mc, sh, g);
@@ -1086,7 +1130,7 @@ __device__ void candidate_draw(u32* scratch, const SampleParams* p) {
     // The candidates' loads first: they arrive while the stats are reduced.
     PairSrc<SAMPLE_ITEMS> src = row_candidates(scratch, p, L, row);
     src.load(0u);
-    const SumWords pre = prefetch_sums(row_sums(scratch, L, row), nb);
+    SumWords pre = prefetch_sums(row_sums(scratch, L, row), nb);
     const float zmax = row_max(stats, nb, partials);
     if (zmax == neg_inf()) {
         if (tid == 0u) {
@@ -1264,7 +1308,8 @@ extern "C" __global__ void __launch_bounds__(1024) top_k_merge_f32(const u32* ca
     PairSrc<SAMPLE_ITEMS> src = {base, nb * k};
     src.load(0u);
     const u32* sums = base + u64(nb) * k * 2u;
-    gather_top(src, sums, prefetch_sums(sums, nb), nb, m, sh, g);
+    SumWords pre = prefetch_sums(sums, nb);
+    gather_top(src, sums, pre, nb, m, sh, g);
     const u64 o = u64(row) * k;
     OutSink out = {out_values, out_indices, o};
     rank_sort(g, m, out);
@@ -1634,7 +1679,8 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
         // The candidates hold the kept set (top-k, or every token): rank them, draw in rank order.
         PairSrc<SAMPLE_ITEMS> src = row_candidates(scratch, p, L, row);
         src.load(0u);
-        rank_candidates(src, prefetch_sums(row_sums(scratch, L, row), nb), scratch, p, L, row, sh, g, sk, si);
+        SumWords pre = prefetch_sums(row_sums(scratch, L, row), nb);
+        rank_candidates(src, pre, scratch, p, L, row, sh, g, sk, si);
         const u32 mc = min(p->n_cand, n);
         const float zmax = key_value(sk[0]);
         if (zmax == neg_inf()) {
