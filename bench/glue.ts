@@ -266,6 +266,10 @@ function quantizedMatmulGgmlCases(): Case[] {
 // which the floor leaves out). At one row
 // the floor is a microsecond or less (1 MB at 3.3 TB/s is 0.3 us): the time
 // is launch and synchronization latency, two to five dispatches per op.
+// The one-row sampler rows take every path of the kernels: greedy, no
+// filter, candidates (top-k), the whole-row passes with the nucleus inside
+// the candidates (N(0, 36)) and past them (N(0, 4)), min-p alone both ways,
+// the penalty; bench/notes/sample-speed-2026-11-26.md predicts them.
 function sampleCases(): Case[] {
   const out: Case[] = [];
   const vocab = small ? 8192 : 262144;
@@ -309,6 +313,7 @@ function sampleCases(): Case[] {
     ['T 1, top-k 64, top-p 0.95 (Gemma 4)', { temperature: 1, topK: 64, topP: 0.95 }, 6],
     ['T 0.7, top-k 20, top-p 0.8, rp 1.05 x 64 ids (Qwen3.6)', { temperature: 0.7, topK: 20, topP: 0.8, repetitionPenalty: 1.05 }, 6],
     ['T 1, no filter', { temperature: 1 }, 6],
+    ['T 0 (greedy)', { temperature: 0 }, 6],
     ['T 1, top-p 0.95 alone, N(0, 36) logits', { temperature: 1, topP: 0.95 }, 6],
     ['T 1, top-p 0.95 alone, N(0, 4) logits (whole-row path)', { temperature: 1, topP: 0.95 }, 2],
     ['T 1, min-p 0.02 alone, N(0, 36) logits', { temperature: 1, minP: 0.02 }, 6],

@@ -212,6 +212,8 @@ def sample_cases():
         if prev is not None:
             s = torch.gather(x, 1, prev)
             x = x.scatter(1, prev, torch.where(s < 0, s * rp, s / rp))
+        if t == 0:
+            return x.argmax(-1)
         x = x / t
         if k == 0 and p >= 1 and min_p == 0:
             probs = torch.softmax(x, -1)
@@ -235,6 +237,7 @@ def sample_cases():
         ("T 1, top-k 64, top-p 0.95 (Gemma 4)", dict(t=1.0, k=64, p=0.95, min_p=0.0, rp=None), 6.0),
         ("T 0.7, top-k 20, top-p 0.8, rp 1.05 x 64 ids (Qwen3.6)", dict(t=0.7, k=20, p=0.8, min_p=0.0, rp=1.05), 6.0),
         ("T 1, no filter", dict(t=1.0, k=0, p=1.0, min_p=0.0, rp=None), 6.0),
+        ("T 0 (greedy)", dict(t=0.0, k=0, p=1.0, min_p=0.0, rp=None), 6.0),
         ("T 1, top-p 0.95 alone, N(0, 36) logits", dict(t=1.0, k=0, p=0.95, min_p=0.0, rp=None), 6.0),
         ("T 1, top-p 0.95 alone, N(0, 4) logits (whole-row path)", dict(t=1.0, k=0, p=0.95, min_p=0.0, rp=None), 2.0),
         ("T 1, min-p 0.02 alone, N(0, 36) logits", dict(t=1.0, k=0, p=1.0, min_p=0.02, rp=None), 6.0),

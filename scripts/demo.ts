@@ -740,21 +740,27 @@ function main(): number {
     for (const b of [k.buf, v.buf, ck, cv]) b.release();
   }
   // --- end of kv_cache_copy ---
-  // --- sample: one token from Gemma 4's vocabulary with its sampling defaults ---
+  // --- sample: one token from Gemma 4's vocabulary with its sampling defaults, and with top-p alone ---
   {
     const vocab = 262144;
-    const logits = stored(device, 'f32', randn(vocab, 6));
-    const token = poisoned(device, 'u32', 1);
-    const logprob = poisoned(device, 'f32', 1);
-    const scratch = device.alloc('u32', [sampleScratchElements(1, vocab)]);
-    const o = { temperature: 1, topK: 64, topP: 0.95, seed: 2026, counter: 1 };
-    const ms = timed(device, (enc) => sample(enc, { logits: logits.buf, outToken: token, outLogprob: logprob, scratch, rows: 1, vocab, ...o }));
-    const want = sampleRowRef(logits.values, vocab, 0, o);
-    // The token must be the reference's; the error is that of its log-probability.
-    const err = token.read()[0] === want.token ? Math.abs(logprob.read()[0]! - want.logprob) / Math.max(1, Math.abs(want.logprob)) : Infinity;
-    rows.push({ kernel: 'sample_blocks_f32 + sample_finish_f32', model: 'Gemma 4 sampling', shape: `1 x ${vocab}, T 1, top-k 64, top-p 0.95`,
-      err, tol: 1e-4, ms });
-    for (const b of [logits.buf, token, logprob, scratch]) b.release();
+    // N(0, 36) logits: the defaults' 64 candidates; N(0, 4) logits with top-p 0.95 alone: a nucleus of
+    // about 95000 tokens, drawn by the whole-row passes.
+    for (const [sigma, o, kernels] of [
+      [6, { temperature: 1, topK: 64, topP: 0.95, seed: 2026, counter: 1 }, 'sample_blocks_f32 + sample_finish_f32'],
+      [2, { temperature: 1, topP: 0.95, seed: 2026, counter: 2 }, 'sample_blocks_f32 + 3 sample_mass_f32 + sample_finish_f32'],
+    ] as const) {
+      const logits = stored(device, 'f32', randn(vocab, sigma));
+      const token = poisoned(device, 'u32', 1);
+      const logprob = poisoned(device, 'f32', 1);
+      const scratch = device.alloc('u32', [sampleScratchElements(1, vocab)]);
+      const ms = timed(device, (enc) => sample(enc, { logits: logits.buf, outToken: token, outLogprob: logprob, scratch, rows: 1, vocab, ...o }));
+      const want = sampleRowRef(logits.values, vocab, 0, o);
+      // The token must be the reference's; the error is that of its log-probability.
+      const err = token.read()[0] === want.token ? Math.abs(logprob.read()[0]! - want.logprob) / Math.max(1, Math.abs(want.logprob)) : Infinity;
+      const filters = 'topK' in o ? 'top-k 64, top-p 0.95' : 'top-p 0.95 alone, whole row';
+      rows.push({ kernel: kernels, model: 'Gemma 4 sampling', shape: `1 x ${vocab}, T 1, ${filters}`, err, tol: 1e-4, ms });
+      for (const b of [logits.buf, token, logprob, scratch]) b.release();
+    }
   }
   // --- dense products: Qwen3.6 27B MLP up (5120 -> 17408), Gemma 4 vocabulary (5376 -> 262144) ---
   {

@@ -825,7 +825,8 @@ export const CASES: Case[] = [
       scratch: { kind: 'buf?', dtypes: U32, output: true, working: true },
     },
     make: (d) => ({
-      input: a(d, 'f32', 4200), outIndices: a(d, 'u32', 6), outValues: a(d, 'f32', 6), rows: 2, nElements: 2100, k: 3, scratch: a(d, 'u32', 24),
+      // topKScratchElements(2, 2100, 3): 2 rows of 2 slices, 3 pairs and a 32-word summary each
+      input: a(d, 'f32', 4200), outIndices: a(d, 'u32', 6), outValues: a(d, 'f32', 6), rows: 2, nElements: 2100, k: 3, scratch: a(d, 'u32', 152),
     }),
   },
   {
@@ -854,8 +855,8 @@ export const CASES: Case[] = [
     },
     make: (d) => ({
       logits: a(d, 'f32', 600), prevTokens: a(d, 'u32', 6), outToken: a(d, 'u32', 2), outLogprob: a(d, 'f32', 2),
-      // sampleScratchElements(2, 300): z, stats, candidates, histograms, state, records per row
-      scratch: a(d, 'u32', 2 * (300 + 4 + 2 * 256 + 9216 + 16 + 36)), rows: 2, vocab: 300, temperature: 0.8, topP: 0.9, minP: 0.05,
+      // sampleScratchElements(2, 300): z, stats, candidates, histograms, state, records, summaries per row
+      scratch: a(d, 'u32', 2 * (300 + 4 + 2 * 256 + 9216 + 24 + 36 + 32)), rows: 2, vocab: 300, temperature: 0.8, topP: 0.9, minP: 0.05,
       repetitionPenalty: 1.2, nPrev: 3, seed: 5, counter: 9,
     }),
     fill: (args) => (args.prevTokens as Buffer | undefined)?.writeNumbers([1, 7, 299, 0, 300, 0xffffffff]),
