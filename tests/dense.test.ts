@@ -146,7 +146,7 @@ describe('dense param packers match the header and the .metal bindings', () => {
     const h100 = TARGET_LIMITS.cuda;
     expect([denseMmUsesWgmma(h100), denseMmUsesWgmma({ ...h100, computeCapability: 80 }), denseMmUsesWgmma({ ...h100, computeCapability: 100 }),
       denseMmUsesWgmma({ ...h100, maxThreadgroupMemory: 166912 })]).toEqual([true, false, false, false]);
-    expect(DENSE_MM_HOPPER_WIDTHS.map(denseMmHopperBytes)).toEqual([197632, 164864, 132096]);
+    expect(DENSE_MM_HOPPER_WIDTHS.map(denseMmHopperBytes)).toEqual([197632, 205824, 164864]);
     for (const bn of DENSE_MM_HOPPER_WIDTHS) expect(denseMmHopperBytes(bn)).toBeLessThanOrEqual(h100.maxThreadgroupMemory);
     const launch = (m: number, n: number, batch = 1) => denseMmCudaLaunch(m, n, batch, 'bf16', h100);
     const hopper = (bn: number, tiles: number): Launch => ({ grid: [tiles, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: denseMmHopperBytes(bn) } });

@@ -27,9 +27,9 @@
 //     64 x BN on wgmma.mma_async m64nBNk16 reading x and the weight from
 //     shared memory in the 128-byte swizzled layout through matrix
 //     descriptors (common.cuh), f32 accumulators in registers. k is staged
-//     64 at a time through 4 stages filled by cp.async 16-byte copies (or
-//     registers and st.shared for an f32 x or unaligned rows) two tiles
-//     ahead; see wg_tile for the step. TMA would need a tensor map made by
+//     64 at a time through 4 or 5 stages filled by cp.async 16-byte copies
+//     (or registers and st.shared for an f32 x or unaligned rows) two or
+//     three tiles ahead; see wg_tile for the step. TMA would need a tensor map made by
 //     the driver on the host, which the C ABI cannot carry; 1-D bulk copies
 //     write contiguous bytes, which a swizzled row is not. Built without
 //     sm_90a, the same launch runs mma.sync tiles of the same shape.
@@ -429,13 +429,16 @@ __device__ __forceinline__ void mm_shape(u32 M, u32 N, u32 K, At at) {
 
 constexpr u32 WG_BM = 128;                 // rows of x a block takes (two warpgroups of 64)
 constexpr u32 WG_BK = 64;                  // k per stage: one 128-byte swizzled row
-constexpr u32 WG_STAGES = 4;               // stages of shared memory
-constexpr u32 WG_AHEAD = WG_STAGES - 2;    // tiles loaded ahead of the one the wgmma read
+// Stages of shared memory: 4 of 48 KiB at BN = 256, 5 for the narrower
+// tiles (whose steps are shorter, so loads need more of them in flight); the
+// wgmma read one stage while the copies fill those 2 or 3 tiles ahead.
+template <u32 BN> constexpr u32 WG_STAGES = BN == 256 ? 4u : 5u;
 
 // Dynamic shared memory of the Hopper launch of a 128 x BN tile (the op's
 // denseMmHopperBytes): WG_STAGES stages of 128 + BN swizzled rows of 128
-// bytes (x's rows, then the weight's), and 1024 bytes to align them.
-template <u32 BN> constexpr u32 WG_SMEM = WG_STAGES * (WG_BM + BN) * 128u + 1024u;
+// bytes (x's rows, then the weight's), and 1024 bytes to align them; the
+// three widths' sizes differ, so the size names the width.
+template <u32 BN> constexpr u32 WG_SMEM = WG_STAGES<BN> * (WG_BM + BN) * 128u + 1024u;
 
 #ifdef MLXN_WGMMA
 // The 128 x BN tile at (m0, n0) of y = x W^T on wgmma (the file comment's
@@ -444,14 +447,16 @@ template <u32 BN> constexpr u32 WG_SMEM = WG_STAGES * (WG_BM + BN) * 128u + 1024
 // 16-byte chunk t % 8 of rows t / 8 + 32 j of each stage (8 threads a
 // 128-byte row), by cp.async where X_ASYNC / W_ASYNC (TX the weight's type,
 // 16-byte aligned rows, K a multiple of 8), otherwise through registers
-// (converted to TW, any alignment), zeros past M, N and K. A step: wait for
-// this thread's copies of tile kt, make them visible to the async proxy,
-// barrier (every copy of tile kt landed; both warpgroups are past tile
-// kt - 2's wgmma), start tile kt + 2 into kt - 2's stage, issue tile kt's
-// four k16 wgmma, wait for tile kt - 1's: one group always runs while the
-// next is issued.
+// (converted to TW, any alignment), zeros past M, N and K. Copies run
+// AHEAD = STAGES - 2 tiles ahead. A step: wait for this thread's copies of
+// tile kt, make them visible to the async proxy, barrier (every copy of tile
+// kt landed; both warpgroups are past tile kt - 2's wgmma), start tile
+// kt + AHEAD into the stage tile kt - 2 held, issue tile kt's four k16
+// wgmma, wait for tile kt - 1's: one group always runs while the next is
+// issued.
 template <typename TX, typename TW, typename TY, u32 BN, bool X_ASYNC, bool W_ASYNC>
 __device__ __forceinline__ void wg_tile(const Operands<TX, TW, TY>& o, u32 M, u32 N, u32 K, u32 m0, u32 n0) {
+    constexpr u32 STAGES = WG_STAGES<BN>, AHEAD = STAGES - 2;
     constexpr u32 STAGE = (WG_BM + BN) * 128u;   // bytes of a stage
     constexpr u32 XR = WG_BM / 32, WR = BN / 32;  // rows a thread copies a stage, 32 apart
     constexpr u32 R = BN / 2;                     // accumulators a thread
@@ -509,7 +514,7 @@ __device__ __forceinline__ void wg_tile(const Operands<TX, TW, TY>& o, u32 M, u3
     const u64 da = wgmma_desc_sw128(smem + (tid >> 7) * 64u * 128u);
     const u64 db = wgmma_desc_sw128(smem + WG_BM * 128u);
 
-    for (u32 s = 0; s < WG_AHEAD; ++s) {
+    for (u32 s = 0; s < AHEAD; ++s) {
         if (s < KT) {
             issue(s, s);
             park(s);
@@ -517,13 +522,13 @@ __device__ __forceinline__ void wg_tile(const Operands<TX, TW, TY>& o, u32 M, u3
         cp_async_commit();
     }
     for (u32 kt = 0; kt < KT; ++kt) {
-        cp_async_wait<WG_AHEAD - 1>();
+        cp_async_wait<AHEAD - 1>();
         fence_proxy_async_smem();
         __syncthreads();
-        const u32 next = kt + WG_AHEAD;
-        if (next < KT) issue(next % WG_STAGES, next);
+        const u32 next = kt + AHEAD;
+        if (next < KT) issue(next % STAGES, next);
         cp_async_commit();
-        const u64 at = u64((kt % WG_STAGES) * STAGE) >> 4;
+        const u64 at = u64((kt % STAGES) * STAGE) >> 4;
         acc_fence(acc);
         wgmma_fence();
 #pragma unroll
@@ -531,9 +536,9 @@ __device__ __forceinline__ void wg_tile(const Operands<TX, TW, TY>& o, u32 M, u3
         wgmma_commit();
         wgmma_wait<1>();
         acc_fence(acc);
-        // Tile kt + 2's stage held tile kt - 2, whose wgmma every thread waited
-        // for before this step's barrier.
-        if (next < KT) park(next % WG_STAGES);
+        // Tile kt + AHEAD's stage held tile kt - 2, whose wgmma every thread
+        // waited for before this step's barrier.
+        if (next < KT) park(next % STAGES);
     }
     wgmma_wait<0>();
     acc_fence(acc);

@@ -136,16 +136,17 @@ const HOPPER_RATE: Readonly<Record<number, number>> = { 256: 1, 192: 0.94, 128: 
 
 /**
  * Dynamic shared memory of a Hopper tile's launch (shaders/cuda/dense.cu,
- * WG_SMEM): 4 stages of 128 + bn swizzled rows of 128 bytes, and 1024 bytes
- * to align them. The kernel reads the tile width from this size.
+ * WG_SMEM): 4 stages (bn = 256) or 5 of 128 + bn swizzled rows of 128
+ * bytes, and 1024 bytes to align them. The kernel reads the tile width from
+ * this size (197632, 205824 and 164864 bytes for 256, 192 and 128).
  */
 export function denseMmHopperBytes(bn: number): number {
-  return 4 * (128 + bn) * 128 + 1024;
+  return (bn === 256 ? 4 : 5) * (128 + bn) * 128 + 1024;
 }
 
-/** Whether the CUDA matrix kernels take the Hopper launches: compute capability 9.0 (sm_90a's wgmma) and room for the widest tile. */
+/** Whether the CUDA matrix kernels take the Hopper launches: compute capability 9.0 (sm_90a's wgmma) and room for every tile's stages. */
 export function denseMmUsesWgmma(limits: Pick<DeviceLimits, 'computeCapability' | 'maxThreadgroupMemory'>): boolean {
-  return limits.computeCapability === 90 && limits.maxThreadgroupMemory >= denseMmHopperBytes(256);
+  return limits.computeCapability === 90 && DENSE_MM_HOPPER_WIDTHS.every((bn) => denseMmHopperBytes(bn) <= limits.maxThreadgroupMemory);
 }
 
 /**

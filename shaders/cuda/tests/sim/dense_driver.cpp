@@ -47,11 +47,12 @@ void check(const std::string& what, const Arr<TY>& y, const Ref& r, double tol) 
 }
 
 // A matrix-form launch of 16-bit weights: wide > 0 is the Hopper launch of
-// a 128 x wide tile (denseMmHopperLaunch: 256 threads, 4 (128 + wide) 128 +
-// 1024 bytes), wide == 0 the mma.sync tiles of denseMmCudaTile.
+// a 128 x wide tile (denseMmCudaLaunch: 256 threads, denseMmHopperBytes: 4
+// or 5 stages of (128 + wide) 128 bytes, and 1024), wide == 0 the mma.sync
+// tiles of denseMmCudaTile.
 struct MmLaunch { SimDim grid, block; size_t smem; };
 MmLaunch mm_launch(u32 m, u32 n, u32 batch, u32 wide) {
-  if (wide > 0) return {{cdiv(n, wide) * cdiv(m, 128) * batch, 1, 1}, {256, 1, 1}, size_t(4) * (128 + wide) * 128 + 1024};
+  if (wide > 0) return {{cdiv(n, wide) * cdiv(m, 128) * batch, 1, 1}, {256, 1, 1}, size_t(wide == 256 ? 4 : 5) * (128 + wide) * 128 + 1024};
   const bool big = m >= 1024 && n >= 1024;
   const u32 bm = big ? 128 : 64, bn = big ? 256 : 128;
   return {{cdiv(n, bn) * cdiv(m, bm) * batch, 1, 1}, {big ? 256u : 128u, 1, 1}, size_t(4) * (bm + bn) * 40 * 2};
