@@ -3,12 +3,18 @@
 // and 256 (and 512, Gemma 4's global layers), 32 query / 8 KV heads, bf16;
 // a sliding window of 1024 over T 32768 and over T 8192 (time should follow
 // T x window, not T^2); a prefill continuing earlier turns; eight sequences
-// in one call. Per case a warm-up commit, then 5 commits of `iters`
+// in one call. Then decode attention (flash_attn_vec, flashAttnVecCases):
+// one query token per sequence, 16 query / 2 KV heads (Qwen3.6's full
+// attention, Gemma 4's layers), f32 query, bf16 K/V (f16 and f32 for
+// comparison): D 256 over 32768 keys at batch 1 and 8, D 512 (Gemma 4
+// global), D 128, a sliding layer's ring of 1024 read at position 32775,
+// and 8 sequences of different lengths in one call.
+// Per case a warm-up commit, then 5 commits of `iters`
 // back-to-back dispatches; time per dispatch = median of gpuTimeNs / iters.
 // bench/attention_peers.py times torch SDPA (each backend) and FlashAttention
 // at the same shapes and measures the bf16 matrix rate it divides by.
 //
-//   bun run bench/attention.ts [--small] [--peak-tflops T]
+//   bun run bench/attention.ts [--small] [--peak-tflops T] [--copy-gbs G] [--only TEXT]
 //
 // --small: shapes the emulator runs. Flops: 4 D per (query head, visible
 // key) (q.k and p.v), counting only the keys each query sees (causal: T^2 / 2
@@ -16,11 +22,16 @@
 // / 2 * D). With --peak-tflops (the bf16 matmul rate attention_peers.py
 // printed on the same machine) each row gets its floor, flops / peak, and
 // our fraction of it. Bytes: q, k, v read once and out written once (the
-// memory floor, far below the compute floor at these shapes).
+// memory floor, far below the compute floor at the prefill shapes); for
+// decode, the K and V bytes read (the floor the issue states). With
+// --copy-gbs (the copy bandwidth attention_peers.py printed) the decode rows
+// get their fraction of it.
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
 import { Device, type Buffer, type Encoder } from '../ts/index.ts';
 import { flashAttnPrefill, type FlashAttnPrefillArgs } from '../ts/ops/flash_attn_prefill.ts';
+import { flashAttnVec, flashAttnVecTmpElements, flashAttnVecVarlen, type FlashAttnVecKvDtype } from '../ts/ops/flash_attn_vec.ts';
+import { uniformBuffer } from './common.ts';
 
 const small = process.argv.includes('--small');
 const arg = (name: string): number | null => {
@@ -28,6 +39,7 @@ const arg = (name: string): number | null => {
   return i < 0 ? null : Number(process.argv[i + 1]);
 };
 const peakTflops = arg('--peak-tflops');
+const copyGbs = arg('--copy-gbs');
 const dev = Device.open();
 
 /** n random bf16 values in (-2, 2): one random block written over and over (a host fill of GBs is slow). */
@@ -59,6 +71,8 @@ interface Case {
   name: string;
   flops: number;
   bytes: number;
+  /** Memory-bound (decode): the row reports its fraction of --copy-gbs. */
+  memoryBound?: boolean;
   record: (enc: Encoder) => void;
 }
 
@@ -107,6 +121,10 @@ function attention(s: Shape): Case {
 }
 
 function cases(): Case[] {
+  return [...prefillCases(), ...flashAttnVecCases()];
+}
+
+function prefillCases(): Case[] {
   if (small) {
     return [
       attention({ label: 'prefill', batch: 1, h: 4, hkv: 2, d: 128, tq: 64, tk: 64, causal: true }),
@@ -127,6 +145,83 @@ function cases(): Case[] {
   ];
 }
 
+// ---- flash_attn_vec: decode attention (issue 15 item 2) ----
+// One query token per sequence over its KV cache, GQA, f32 query and output.
+// Bytes: the K and V rows read (the floor: bytes / copy bandwidth); flops 4 D
+// per (query head, visible key).
+
+interface DecodeShape {
+  label: string;
+  batch: number;
+  h: number;
+  hkv: number;
+  d: number;
+  kv: FlashAttnVecKvDtype;
+  /** Slots per sequence and KV head. */
+  cap: number;
+  /** Positions written per sequence (a ring: any; a global cache: at most cap). */
+  lens: number[];
+  ring?: boolean;
+  nwg: number;
+}
+
+function decode(s: DecodeShape): Case {
+  const q = uniformBuffer(dev, 'f32', [s.batch, s.h, s.d], 2);
+  const k = uniformBuffer(dev, s.kv, [s.batch, s.hkv, s.cap, s.d], 2);
+  const v = uniformBuffer(dev, s.kv, [s.batch, s.hkv, s.cap, s.d], 2);
+  const out = dev.alloc('f32', [s.batch, s.h, s.d]);
+  const common = { q, k, v, out, batch: s.batch, nHeads: s.h, nKvHeads: s.hkv, headDim: s.d, kvCapacity: s.cap, scale: 1 / Math.sqrt(s.d),
+    mask: 'causal' as const, nwg: s.nwg };
+  const tmp = s.nwg > 1 ? dev.alloc('f32', [flashAttnVecTmpElements(common)]) : undefined;
+  const uniform = !s.ring && s.lens.every((x) => x === s.lens[0]);
+  const visible = s.lens.map((len) => Math.min(len, s.cap));   // a ring holds its last cap positions, a global cache those below cap
+  const keys = visible.reduce((a, b) => a + b, 0);
+  let record: (e: Encoder) => void;
+  if (uniform) {
+    const args = { ...common, tmp, kvSeqLen: s.lens[0]! };
+    record = (e) => flashAttnVec(e, args);
+  } else {
+    const args = { ...common, tmp, seqLens: dev.upload('u32', [s.batch], s.lens), ring: s.ring === true };
+    record = (e) => flashAttnVecVarlen(e, args);
+  }
+  const lens = uniform ? `kv=${s.lens[0]}` : s.ring ? `ring ${s.cap} at ${s.lens[0]}` : `lens ${s.lens.join(',')}`;
+  const bytesPer = s.kv === 'f32' ? 4 : 2;
+  return {
+    name: `${s.label} D=${s.d} H=${s.h}/${s.hkv} B=${s.batch} ${lens} ${s.kv} K/V nwg ${s.nwg}`,
+    flops: 4 * s.h * s.d * keys,
+    bytes: 2 * s.hkv * s.d * bytesPer * keys,
+    memoryBound: true,
+    record,
+  };
+}
+
+function flashAttnVecCases(): Case[] {
+  if (small) {
+    return [
+      decode({ label: 'decode', batch: 2, h: 4, hkv: 2, d: 256, kv: 'bf16', cap: 256, lens: [256, 256], nwg: 4 }),
+      decode({ label: 'decode ring', batch: 2, h: 4, hkv: 2, d: 256, kv: 'bf16', cap: 64, lens: [300, 301], ring: true, nwg: 2 }),
+      decode({ label: 'decode varlen', batch: 2, h: 4, hkv: 2, d: 128, kv: 'f16', cap: 128, lens: [100, 7], nwg: 2 }),
+    ];
+  }
+  const [h, hkv, n] = [16, 2, 32768];
+  return [
+    decode({ label: 'decode', batch: 1, h, hkv, d: 256, kv: 'bf16', cap: n, lens: [n], nwg: 32 }),
+    decode({ label: 'decode', batch: 1, h, hkv, d: 256, kv: 'bf16', cap: n, lens: [n], nwg: 16 }),
+    decode({ label: 'decode', batch: 8, h, hkv, d: 256, kv: 'bf16', cap: n, lens: new Array(8).fill(n), nwg: 8 }),
+    decode({ label: 'decode', batch: 8, h, hkv, d: 256, kv: 'bf16', cap: n, lens: new Array(8).fill(n), nwg: 16 }),
+    decode({ label: 'decode', batch: 1, h, hkv, d: 256, kv: 'f16', cap: n, lens: [n], nwg: 32 }),
+    decode({ label: 'decode', batch: 8, h, hkv, d: 256, kv: 'f16', cap: n, lens: new Array(8).fill(n), nwg: 8 }),
+    decode({ label: 'decode', batch: 1, h, hkv, d: 256, kv: 'f32', cap: n, lens: [n], nwg: 32 }),
+    decode({ label: 'decode global', batch: 1, h, hkv, d: 512, kv: 'bf16', cap: n, lens: [n], nwg: 32 }),
+    decode({ label: 'decode', batch: 8, h, hkv, d: 128, kv: 'bf16', cap: n, lens: new Array(8).fill(n), nwg: 8 }),
+    decode({ label: 'decode sliding', batch: 1, h, hkv, d: 256, kv: 'bf16', cap: 1024, lens: [n + 7], ring: true, nwg: 8 }),
+    decode({ label: 'decode sliding', batch: 8, h, hkv, d: 256, kv: 'bf16', cap: 1024, lens: new Array(8).fill(n + 7), ring: true, nwg: 8 }),
+    decode({ label: 'decode varlen', batch: 8, h, hkv, d: 256, kv: 'bf16', cap: n,
+      lens: [32768, 16384, 8192, 4096, 30000, 1, 777, 20000], nwg: 16 }),
+  ];
+}
+// ---- end of flash_attn_vec ----
+
 function time(c: Case, iters: number): number {
   const enc = dev.encoder();
   for (let i = 0; i < iters; i++) c.record(enc);
@@ -136,13 +231,17 @@ function time(c: Case, iters: number): number {
   return t;
 }
 
-console.log(`device: ${dev.name} (${dev.backend})${peakTflops ? `, peak ${peakTflops} TFLOP/s` : ''}`);
-for (const c of cases()) {
+console.log(`device: ${dev.name} (${dev.backend})${peakTflops ? `, peak ${peakTflops} TFLOP/s` : ''}${copyGbs ? `, copy ${copyGbs} GB/s` : ''}`);
+const onlyAt = process.argv.indexOf('--only');
+const only = onlyAt >= 0 ? process.argv[onlyAt + 1] ?? '' : undefined;
+for (const c of cases().filter((x) => only === undefined || x.name.includes(only))) {
   const probe = time(c, 1);
   const iters = Math.max(1, Math.min(100, Math.round(1e8 / Math.max(probe, 1))));
   const ts = Array.from({ length: 5 }, () => time(c, iters)).sort((a, b) => a - b);
   const ns = ts[2]!;
-  const floor = peakTflops ? `  floor ${(c.flops / (peakTflops * 1e3) / 1000).toFixed(1).padStart(8)} us (${((100 * c.flops) / (peakTflops * 1e3) / ns).toFixed(0)}% of peak)` : '';
+  const floor = c.memoryBound
+    ? (copyGbs ? `  floor ${(c.bytes / copyGbs / 1000).toFixed(1).padStart(8)} us (${((100 * c.bytes) / copyGbs / ns).toFixed(0)}% of copy)` : '')
+    : peakTflops ? `  floor ${(c.flops / (peakTflops * 1e3) / 1000).toFixed(1).padStart(8)} us (${((100 * c.flops) / (peakTflops * 1e3) / ns).toFixed(0)}% of peak)` : '';
   console.log(`${c.name.padEnd(72)} ${(ns / 1000).toFixed(1).padStart(10)} us  ${(c.flops / ns / 1e3).toFixed(1).padStart(6)} TFLOP/s  ` +
     `${(c.bytes / ns).toFixed(0).padStart(5)} GB/s${floor}`);
 }

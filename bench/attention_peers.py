@@ -11,7 +11,13 @@
 #   python3 bench/attention_peers.py
 #   bun run bench/attention.ts --peak-tflops <peak>
 # Flops: 4 D per (query head, visible key), causal counting T^2 / 2 keys per
-# head, as bench/attention.ts counts them. Layout [B, H, T, D]; GQA through
+# head, as bench/attention.ts counts them. Then the decode rows of
+# bench/attention.ts (flashAttnVecCases): one query token per sequence beside
+# SDPA (each backend, GQA or K/V repeated), torch.compile of SDPA and
+# FlashAttention's flash_attn_with_kvcache where installed, GB/s of the K and
+# V bytes read; the copy bandwidth those are a fraction of is measured first
+# (1 GiB device copy, read + write counted). Pass it to attention.ts:
+#   bun run bench/attention.ts --peak-tflops <peak> --copy-gbs <copy> Layout [B, H, T, D]; GQA through
 # SDPA's enable_gqa where the backend takes it, else K and V repeated to the
 # query heads before the timing (the row says so).
 import torch
@@ -35,6 +41,11 @@ for m, n, k in [(8192, 8192, 8192), (16384, 16384, 8192)]:
     peak = max(peak, 2 * m * n * k / timed(lambda: torch.matmul(a, b), 10) / 1e6)
     del a, b
 print(f"peak bf16 {peak:.1f} TFLOP/s (torch.matmul)")
+_src = torch.empty(2**28, dtype=torch.float32, device=dev)
+_dst = torch.empty_like(_src)
+copy_gbs = 2 * _src.numel() * 4 / timed(lambda: _dst.copy_(_src), 10) / 1e3
+del _src, _dst
+print(f"copy {copy_gbs:.0f} GB/s (1 GiB device copy, read + write)")
 
 
 def visible(tq, tk, off, causal, window):
@@ -157,3 +168,93 @@ case("sliding", h, hkv, 256, 32768, 32768, True, 1024)
 case("sliding", h, hkv, 256, 8192, 8192, True, 1024)
 case("sliding", h, hkv, 128, 32768, 32768, True, 1024)
 case("continue", h, hkv, 256, 2048, 8192, True)
+
+
+# ---- flash_attn_vec: decode attention (issue 15 item 2) ----
+# The decode rows of bench/attention.ts: one query token per sequence, 16
+# query / 2 KV heads. SDPA takes one dtype for q, k and v (the K/V dtype
+# here; ours takes an f32 query); layout [B, H, T, D]. Sequences of
+# different lengths: SDPA with a key-padding mask over the longest (what it
+# has for them), flash_attn_with_kvcache with cache_seqlens. A ring of 1024:
+# SDPA over the 1024 keys it holds (order does not change attention).
+try:
+    from flash_attn import flash_attn_with_kvcache
+except ImportError as e:
+    flash_attn_with_kvcache = None
+    kvcache_missing = e
+
+
+def drow(name, us, nbytes):
+    print(f"{name:84s} {us:10.1f} us  {nbytes / us / 1e3:7.0f} GB/s  ({100 * nbytes / us / 1e3 / copy_gbs:.0f}% of copy)")
+
+
+def decode_case(label, b, h, hkv, d, cap, lens, dtype=torch.bfloat16, ring=False):
+    visible = [min(n, cap) for n in lens]
+    nbytes = 2 * hkv * d * sum(visible) * torch.tensor([], dtype=dtype).element_size()
+    uniform = len(set(visible)) == 1
+    tk = max(visible)
+    tname = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}[dtype]
+    desc = f"kv={lens[0]}" if uniform and not ring else f"ring {cap} at {lens[0]}" if ring else "lens " + ",".join(map(str, lens))
+    name = f"{label} D={d} H={h}/{hkv} B={b} {desc} {tname}"
+    q = torch.randn(b, h, 1, d, dtype=dtype, device=dev)
+    k = torch.randn(b, hkv, tk, d, dtype=dtype, device=dev)
+    v = torch.randn(b, hkv, tk, d, dtype=dtype, device=dev)
+    kw = {}
+    if not uniform:
+        kw["attn_mask"] = (torch.arange(tk, device=dev).view(1, 1, 1, tk) < torch.tensor(visible, device=dev).view(b, 1, 1, 1))
+    ke, ve = k.repeat_interleave(h // hkv, 1), v.repeat_interleave(h // hkv, 1)
+    iters = 50 if nbytes < 2e8 else 10
+    for tag, backend in [("default", None), ("flash", "FLASH_ATTENTION"), ("cudnn", "CUDNN_ATTENTION"), ("efficient", "EFFICIENT_ATTENTION")]:
+        for gqa in (True, False):
+            label_ = f"SDPA {tag}{'' if gqa else ' (K, V repeated)'} {name}"
+            try:
+                if gqa:
+                    inner = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kw)
+                else:
+                    inner = lambda: F.scaled_dot_product_attention(q, ke, ve, **kw)
+                if backend is None:
+                    fn = inner
+                else:
+                    if sdpa_kernel is None:
+                        raise RuntimeError("torch.nn.attention.sdpa_kernel is not available")
+                    be = getattr(SDPBackend, backend)
+
+                    def fn(inner=inner, be=be):
+                        with sdpa_kernel(be):
+                            return inner()
+                drow(label_, timed(fn, iters), nbytes)
+                break
+            except Exception as e:  # a backend that does not take the shape
+                if not gqa:
+                    skip(label_, e)
+    try:
+        compiled = torch.compile(lambda a, bb, c: F.scaled_dot_product_attention(a, bb, c, enable_gqa=True, **kw))
+        drow(f"torch.compile SDPA {name}", timed(lambda: compiled(q, k, v), iters), nbytes)
+    except Exception as e:
+        skip(f"torch.compile SDPA {name}", e)
+    if flash_attn_with_kvcache is not None and dtype != torch.float32:
+        try:
+            qt, kt, vt = q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+            seqlens = torch.tensor(visible, dtype=torch.int32, device=dev)
+            drow(f"flash_attn_with_kvcache {name}",
+                 timed(lambda: flash_attn_with_kvcache(qt, kt, vt, cache_seqlens=seqlens), iters), nbytes)
+        except Exception as e:
+            skip(f"flash_attn_with_kvcache {name}", e)
+    else:
+        skip(f"flash_attn_with_kvcache {name}", kvcache_missing if flash_attn_with_kvcache is None else "no f32 kernels")
+    del q, k, v, ke, ve, kw
+    torch.cuda.empty_cache()
+
+
+n = 32768
+decode_case("decode", 1, 16, 2, 256, n, [n])
+decode_case("decode", 8, 16, 2, 256, n, [n] * 8)
+decode_case("decode", 1, 16, 2, 256, n, [n], torch.float16)
+decode_case("decode", 8, 16, 2, 256, n, [n] * 8, torch.float16)
+decode_case("decode", 1, 16, 2, 256, n, [n], torch.float32)
+decode_case("decode global", 1, 16, 2, 512, n, [n])
+decode_case("decode", 8, 16, 2, 128, n, [n] * 8)
+decode_case("decode sliding", 1, 16, 2, 256, 1024, [n + 7], ring=True)
+decode_case("decode sliding", 8, 16, 2, 256, 1024, [n + 7] * 8, ring=True)
+decode_case("decode varlen", 8, 16, 2, 256, n, [32768, 16384, 8192, 4096, 30000, 1, 777, 20000])
+# ---- end of flash_attn_vec ----

@@ -1,8 +1,10 @@
 // What the benchmark scripts of ours share: random device buffers (uniform
-// values, or random u32 words for packed quantized weights, where every bit
-// pattern is a valid row) and the GPU time of a recorded dispatch.
+// values, random u32 words for packed quantized weights, where every bit
+// pattern is a valid row, or GGUF blocks with their scales set) and the GPU
+// time of a recorded dispatch.
 
-import type { Buffer, Device, DType, Encoder } from '../ts/index.ts';
+import { f32ToF16Bits, type Buffer, type Device, type DType, type Encoder } from '../ts/index.ts';
+import { ggmlBlockOf, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
 
 const BLOCK = 1 << 22;
 const BYTES: Record<string, number> = { f32: 4, f16: 2, bf16: 2 };
@@ -51,5 +53,35 @@ export function wordBuffer(dev: Device, n: number): Buffer {
   for (let i = 0; i < blockN; i++) data[i] = s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
   const buf = dev.alloc('u32', [n]);
   for (let i = 0; i < n; i += blockN) buf.write(data.subarray(0, Math.min(blockN, n - i)), { byteOffset: i * 4 });
+  return buf;
+}
+
+/**
+ * `blocks` GGUF blocks of a format as a u8 buffer: random bytes with every
+ * f16 scale (d; dmin for Q4_K and Q5_K) 0.01, as bench/ggml_torch.py's
+ * random_blocks makes them; a run of whole blocks of about 4 MB repeats past it.
+ */
+export function ggmlBlocksBuffer(dev: Device, type: GgmlQuantType, blocks: number): Buffer {
+  const { bytes } = ggmlBlockOf(type);
+  const runBlocks = Math.min(blocks, Math.floor(BLOCK / bytes));
+  const run = new Uint8Array(runBlocks * bytes);
+  let s = 0x6c078965;
+  for (let i = 0; i < run.length; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    run[i] = s >>> 24;
+  }
+  const d = f32ToF16Bits(0.01);
+  const at = type === 'Q6_K' ? 208 : 0;
+  for (let b = 0; b < runBlocks; b++) {
+    const o = b * bytes;
+    run[o + at] = d & 0xff;
+    run[o + at + 1] = d >> 8;
+    if (type === 'Q4_K' || type === 'Q5_K') {
+      run[o + 2] = d & 0xff;
+      run[o + 3] = d >> 8;
+    }
+  }
+  const buf = dev.alloc('u8', [blocks * bytes]);
+  for (let b = 0; b < blocks; b += runBlocks) buf.write(run.subarray(0, Math.min(runBlocks, blocks - b) * bytes), { byteOffset: b * bytes });
   return buf;
 }

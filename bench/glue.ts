@@ -2,7 +2,9 @@
 // kv_cache_copy, the gated activations (silu_mul, gelu_tanh_mul, sigmoid_mul
 // and their halves forms, gelu), the sample family (argmax, top-k, sampling),
 // the dense decode products, the MLX affine quantized products (every kernel
-// of quantized_matmul, decode and a 64-token prefill) and flash_attn_prefill's
+// of quantized_matmul, decode and a 64-token prefill), the GGUF block
+// products, dequantization and quantized embedding rows
+// (quantized_matmul_ggml) and flash_attn_prefill's
 // mask builder and tile classifier (bench/attention.ts times the attention)
 // with the encoder's GPU time, at the shapes of Gemma 4 and Qwen3.6 layers:
 // per case a warm-up commit, then 5
@@ -17,10 +19,11 @@
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
-import { gpuTimePerDispatch, uniformBuffer, wordBuffer } from './common.ts';
+import { ggmlBlocksBuffer, gpuTimePerDispatch, uniformBuffer, wordBuffer } from './common.ts';
 import { cast, elementwiseAdd, elementwiseAddScaled, elementwiseMul, scalarMul } from '../ts/ops/elementwise.ts';
 import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
 import { affineQuantizedMatmul, quantizedMatmul, quantizedMatmulSimd, quantizedMatmulSimdBf16 } from '../ts/ops/quantized_matmul.ts';
+import { GGML_QUANT_TYPES, ggmlBlockOf, ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml } from '../ts/ops/quantized_matmul_ggml.ts';
 import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
 import { softcap, softmax, softmaxScratchElements } from '../ts/ops/softmax.ts';
 import { embedding } from '../ts/ops/embedding.ts';
@@ -49,6 +52,7 @@ function cases(): Case[] {
   out.push(...sampleCases());
   out.push(...denseCases());
   out.push(...quantizedMatmulCases());
+  out.push(...quantizedMatmulGgmlCases());
   out.push(...flashAttnPrefillCases());
   return out;
 }
@@ -202,6 +206,50 @@ function quantizedMatmulCases(): Case[] {
   return out;
 }
 // ---- end of quantized_matmul ----
+
+// ---- quantized_matmul_ggml: GGUF blocks (floors and predictions: notes/ggml-2026-11-26.md) ----
+// Every format's vector kernel at one decode token and matrix kernel at a
+// 64-token prefill (Qwen3.6 27B MLP up, 5120 -> 17408; f32 x and y as the
+// crate's kernels take them); the dequantization of that weight to bf16
+// (every format; f32 and f16 for Q4_K); embedding rows to bf16 from a table
+// of Gemma 4's vocabulary (262144 x 5376) in each format, 8192 tokens and one
+// (decode), with its sqrt(hidden) scale. Bytes (the floor): the blocks read
+// once (for embedding rows, those of the rows gathered), x and ids read, the
+// outputs written once.
+function quantizedMatmulGgmlCases(): Case[] {
+  const out: Case[] = [];
+  const [n, k] = small ? [512, 512] : [17408, 5120];
+  for (const t of GGML_QUANT_TYPES) {
+    const weight = ggmlBlocksBuffer(dev, t, (n * k) / ggmlBlockOf(t).qk);
+    const wBytes = n * ggmlRowBytesOf(t, k);
+    for (const m of [1, small ? 16 : 64]) {
+      const x = uniformBuffer(dev, 'f32', [m, k], 1);
+      const y = dev.alloc('f32', [m, n]);
+      out.push({ name: `kernel_mul_${m === 1 ? 'mv' : 'mm'}_${t.toLowerCase().replace('_k', '_K')}_f32 [${m}, ${k}] x [${n}, ${k}]^T`,
+        bytes: wBytes + 4 * (m * k + m * n), record: (e) => quantizedMatmulGgml(e, { input: x, weight, output: y, m, n, k, ggmlType: t }) });
+    }
+    for (const dt of t === 'Q4_K' ? (['bf16', 'f32', 'f16'] as const) : (['bf16'] as const)) {
+      const w = dev.alloc(dt, [n * k]);
+      out.push({ name: `ggml_dequantize ${t} -> ${dt} [${n}, ${k}]`, bytes: wBytes + n * k * size(dt),
+        record: (e) => ggmlDequantize(e, { src: weight, output: w, count: n * k, ggmlType: t }) });
+    }
+  }
+  const [vocab, hidden] = small ? [512, 256] : [262144, 5376];
+  for (const t of GGML_QUANT_TYPES) {
+    const table = ggmlBlocksBuffer(dev, t, (vocab * hidden) / ggmlBlockOf(t).qk);
+    const rowBytes = ggmlRowBytesOf(t, hidden);
+    for (const tokens of [small ? 16 : 8192, 1]) {
+      const ids = dev.upload('u32', [tokens], Array.from({ length: tokens }, (_, i) => (i * 2654435761) % vocab));
+      const y = dev.alloc('bf16', [tokens, hidden]);
+      out.push({ name: `embedding ${t} -> bf16 [${tokens} tok, ${hidden}] of ${vocab}${tokens === 1 ? ' (decode)' : ''}`,
+        bytes: tokens * (rowBytes + 2 * hidden + 4),
+        record: (e) => embedding(e, { table, tableType: t, tokenIds: ids, output: y, vocabSize: vocab, hiddenSize: hidden, nTokens: tokens,
+          scale: Math.sqrt(hidden) }) });
+    }
+  }
+  return out;
+}
+// ---- end of quantized_matmul_ggml ----
 
 // ---- sample: argmax, top-k, softmax_sample, the sampler, Philox ----
 // Gemma 4's vocabulary (262144); decode is one row, the large shape 64 rows

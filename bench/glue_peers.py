@@ -5,6 +5,7 @@
 #   python3 bench/glue_peers.py
 import torch
 import torch.nn.functional as F
+import ggml_torch
 from quantized_torch import dequantize, random_affine
 
 from cuda_timing import timed
@@ -333,3 +334,43 @@ def quantized_matmul_cases():
 
 quantized_matmul_cases()
 # ---- end of quantized_matmul ----
+
+# ---- quantized_matmul_ggml: GGUF blocks (the shapes of glue.ts's quantizedMatmulGgmlCases) ----
+# The products as the quantized rows above (F.linear on the dequantized bf16
+# weight, and the format's dequantization in torch, bench/ggml_torch.py,
+# followed by F.linear); the dequantization alone; embedding rows as the
+# table's blocks gathered, dequantized and scaled. bytes: ours (the blocks
+# read once, x and ids read, outputs written).
+def quantized_matmul_ggml_cases():
+    n, k = 17408, 5120
+    linear = torch.compile(lambda a, b: F.linear(a, b))
+    for t in ggml_torch.QK:
+        raw = ggml_torch.random_blocks(t, n, k, dev)
+        w = ggml_torch.dequantize(raw, t, k)
+        wbytes = n * ggml_torch.row_bytes(t, k)
+        for m in (1, 64):
+            x = torch.randn(m, k, dtype=torch.bfloat16, device=dev)
+            nbytes = wbytes + 4 * (m * k + m * n)
+            name = f"{t} [{m}, {k}] x [{n}, {k}]^T"
+            report(f"torch F.linear dequantized W {name}", timed(lambda: F.linear(x, w), 20), nbytes)
+            report(f"compile F.linear dequantized W {name}", timed(lambda: linear(x, w), 20), nbytes)
+            eager_and_compiled(f"dequant+F.linear {name}", lambda: F.linear(x, ggml_torch.dequantize(raw, t, k)), nbytes, 10)
+        dts = [(torch.bfloat16, "bf16"), (torch.float32, "f32"), (torch.float16, "f16")] if t == "Q4_K" else [(torch.bfloat16, "bf16")]
+        for dt, dname in dts:
+            eager_and_compiled(f"dequantize {t} -> {dname} [{n}, {k}]", lambda dt=dt: ggml_torch.dequantize(raw, t, k, dt),
+                               wbytes + n * k * torch.finfo(dt).bits // 8, 10)
+        del raw, w
+    vocab, hidden = 262144, 5376
+    for t in ggml_torch.QK:
+        table = ggml_torch.random_blocks(t, vocab, hidden, dev)
+        for tokens in (8192, 1):
+            ids = (torch.arange(tokens, device=dev, dtype=torch.int64) * 2654435761) % vocab
+            tag = " (decode)" if tokens == 1 else ""
+            eager_and_compiled(f"embedding {t} -> bf16 [{tokens} tok, {hidden}] of {vocab}{tag}",
+                               lambda ids=ids: ggml_torch.dequantize(table[ids], t, hidden) * hidden ** 0.5,
+                               tokens * (ggml_torch.row_bytes(t, hidden) + 2 * hidden + 4))
+        del table
+
+
+quantized_matmul_ggml_cases()
+# ---- end of quantized_matmul_ggml ----

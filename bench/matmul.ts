@@ -1,5 +1,6 @@
-// Times the dense family (ts/ops/dense.ts) and the MLX affine quantized
-// products (ts/ops/quantized_matmul.ts) with the encoder's GPU time, at
+// Times the dense family (ts/ops/dense.ts), the MLX affine quantized
+// products (ts/ops/quantized_matmul.ts) and the GGUF block products
+// (ts/ops/quantized_matmul_ggml.ts) with the encoder's GPU time, at
 // 4096^3 and at Qwen3.6 27B / Gemma 4 31B projection shapes: per case a
 // warm-up commit, then 5 commits of `iters` back-to-back dispatches; time
 // per dispatch = median of gpuTimeNs / iters. bench/matmul_peers.py times
@@ -22,9 +23,10 @@
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
-import { gpuTimePerDispatch, uniformBuffer, wordBuffer } from './common.ts';
+import { ggmlBlocksBuffer, gpuTimePerDispatch, uniformBuffer, wordBuffer } from './common.ts';
 import { denseMatmul, denseMatmulTensor, denseMatvec } from '../ts/ops/dense.ts';
 import { affineQuantizedMatmul, quantizedMatmulSimd } from '../ts/ops/quantized_matmul.ts';
+import { GGML_QUANT_TYPES, ggmlBlockOf, ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
 
 const small = process.argv.includes('--small');
 const arg = (name: string): number | null => {
@@ -67,7 +69,8 @@ function dense(label: string, dt: 'bf16' | 'f16' | 'f32', m: number, n: number, 
 
 function cases(): Case[] {
   if (small) {
-    return [dense('square', 'bf16', 64, 64, 64), dense('decode', 'bf16', 1, 256, 256), dense('decode', 'bf16', 8, 256, 256), ...quantizedCases()];
+    return [dense('square', 'bf16', 64, 64, 64), dense('decode', 'bf16', 1, 256, 256), dense('decode', 'bf16', 8, 256, 256), ...quantizedCases(),
+      ...ggmlCases()];
   }
   const out: Case[] = [dense('square', 'bf16', 4096, 4096, 4096), dense('square', 'f16', 4096, 4096, 4096), dense('square', 'f32', 4096, 4096, 4096)];
   // Qwen3.6 27B MLP: hidden 5120, intermediate 17408 (gate/up 5120 -> 17408, down 17408 -> 5120).
@@ -95,7 +98,7 @@ function cases(): Case[] {
     out.push({ name: `square hf2q_dense_mm_bf16_f32_tensor m=${m} n=${n} k=${k}`, flops: 2 * m * n * k, bytes: 2 * n * k + 4 * (m * k + m * n),
       memoryBound: false, record: (e) => denseMatmulTensor(e, { src0, src1, dst, m, n, k, src0Batch: 1, src1Batch: 1 }) });
   }
-  return [...out, ...quantizedCases()];
+  return [...out, ...quantizedCases(), ...ggmlCases()];
 }
 
 // ---- quantized_matmul: MLX affine quantization (floors and predictions: notes/quantized-2026-11-25.md) ----
@@ -147,6 +150,63 @@ function quantizedCases(): Case[] {
   return out;
 }
 // ---- end of quantized_matmul ----
+
+// ---- quantized_matmul_ggml: GGUF blocks (floors and predictions: notes/ggml-2026-11-26.md) ----
+
+/**
+ * y = x W^T with W [n, k] in a GGUF block format (random blocks, small
+ * scales), f32 x and y: quantizedMatmulGgml (the vector form for m <= 8).
+ * Bytes: the blocks read once, x read, y written.
+ */
+function ggml(label: string, type: GgmlQuantType, m: number, n: number, k: number): Case {
+  const x = random('f32', m * k);
+  const weight = ggmlBlocksBuffer(dev, type, (n * k) / ggmlBlockOf(type).qk);
+  const y = dev.alloc('f32', [m * n]);
+  return {
+    name: `${label} ${type} f32 m=${m} n=${n} k=${k}`,
+    flops: 2 * m * n * k,
+    bytes: n * ggmlRowBytesOf(type, k) + 4 * (m * k + m * n),
+    memoryBound: m <= 8,
+    record: (e) => quantizedMatmulGgml(e, { input: x, weight, output: y, m, n, k, ggmlType: type }),
+  };
+}
+
+/** Ours dequantize-then-matmul: ggmlDequantize to bf16, then denseMatmul on bf16 x (the peer's composition). */
+function ggmlDequantMatmul(label: string, type: GgmlQuantType, m: number, n: number, k: number): Case {
+  const x = random('bf16', m * k);
+  const weight = ggmlBlocksBuffer(dev, type, (n * k) / ggmlBlockOf(type).qk);
+  const w = dev.alloc('bf16', [n * k]);
+  const y = dev.alloc('bf16', [m * n]);
+  return {
+    name: `${label} ${type} dequantize + dense_mm_bf16 m=${m} n=${n} k=${k}`,
+    flops: 2 * m * n * k,
+    bytes: n * ggmlRowBytesOf(type, k) + 2 * (m * k + m * n),
+    memoryBound: false,
+    record: (e) => {
+      ggmlDequantize(e, { src: weight, output: w, count: n * k, ggmlType: type });
+      denseMatmul(e, { x, weight: w, output: y, m, n, k });
+    },
+  };
+}
+
+function ggmlCases(): Case[] {
+  if (small) {
+    return [ggml('decode', 'Q4_K', 1, 256, 256), ggml('decode', 'Q6_K', 8, 256, 512), ggml('decode', 'Q4_0', 1, 256, 256),
+      ggml('prefill', 'Q8_0', 64, 128, 256), ggml('prefill', 'Q5_K', 64, 128, 256)];
+  }
+  const out: Case[] = [];
+  // Qwen3.6 27B MLP up (5120 -> 17408) in every format; Q4_K_M's mix: Q4_K, with Q6_K on down projections.
+  for (const t of GGML_QUANT_TYPES) out.push(ggml('Qwen3.6 up', t, 1, 17408, 5120));
+  out.push(ggml('Qwen3.6 up', 'Q4_K', 8, 17408, 5120));
+  for (const t of ['Q4_K', 'Q6_K'] as const) out.push(ggml('Qwen3.6 down', t, 1, 5120, 17408));
+  // Gemma 4 31B MLP up (5376 -> 21504): 21 super-blocks a row, Q6_K rows 2-byte aligned.
+  for (const t of ['Q4_K', 'Q6_K', 'Q8_0'] as const) out.push(ggml('Gemma 4 up', t, 1, 21504, 5376));
+  for (const m of [512, 8192]) out.push(ggml('Qwen3.6 up', 'Q4_K', m, 17408, 5120));
+  out.push(ggml('Qwen3.6 up', 'Q4_0', 512, 17408, 5120), ggml('Gemma 4 up', 'Q6_K', 8192, 21504, 5376));
+  out.push(ggmlDequantMatmul('Qwen3.6 up', 'Q4_K', 8192, 17408, 5120));
+  return out;
+}
+// ---- end of quantized_matmul_ggml ----
 
 const time = (c: Case, iters: number): number => gpuTimePerDispatch(dev, c.record, iters);
 

@@ -10,6 +10,12 @@
 # Floors: matrix shapes 2 m n k / peak; decode shapes (m <= 8) the bytes of
 # the weight, x and y / copy bandwidth.
 #
+# GGUF rows (bench/matmul.ts's ggmlCases): F.linear on the dequantized bf16
+# weight (x in bf16), and the format's dequantization in torch
+# (bench/ggml_torch.py) followed by F.linear, eager and compiled; floor
+# column: the blocks, x and y (f32, as ours) over the copy bandwidth at
+# decode, 2 m n k / peak for prefill.
+#
 # Quantized rows (bench/matmul.ts's quantized cases, MLX's affine format):
 # F.linear on the dequantized bf16 weight (the bf16 floor: what a dense
 # model of the same shape costs), and MLX's dequantization written in torch
@@ -18,6 +24,7 @@
 # the packed words, scales and biases, x and y over the copy bandwidth.
 import torch
 import torch.nn.functional as F
+import ggml_torch
 from quantized_torch import dequantize, random_affine
 
 from cuda_timing import timed as cuda_timed
@@ -120,3 +127,38 @@ for bits in (4, 6, 8):
     quantized("Gemma 4 up", torch.bfloat16, bits, 64, 1, 21504, 5376)
 quantized("Gemma 4 up", torch.float16, 4, 32, 1, 21504, 5376)
 quantized("Gemma 4 up", torch.bfloat16, 4, 64, 8192, 21504, 5376)
+
+
+# ---- quantized_matmul_ggml: GGUF blocks (bench/matmul.ts's ggmlCases) ----
+
+
+def ggml(label, t, m, n, k):
+    x = torch.randn(m, k, dtype=torch.bfloat16, device=dev) * 0.5
+    raw = ggml_torch.random_blocks(t, n, k, dev)
+    w = ggml_torch.dequantize(raw, t, k)
+    flops = 2 * m * n * k
+    nbytes = n * ggml_torch.row_bytes(t, k) + 4 * (m * k + m * n)
+    name = f"{label} {t} m={m} n={n} k={k}"
+    iters = 5 if flops > 1e12 else 20
+    row(f"F.linear dequantized W {name}", timed(lambda: F.linear(x, w), iters), flops, nbytes, m <= 8)
+    row(f"dequant+F.linear {name}", timed(lambda: F.linear(x, ggml_torch.dequantize(raw, t, k)), iters), flops, nbytes, m <= 8)
+    try:
+        compiled = torch.compile(lambda a, b: F.linear(a, ggml_torch.dequantize(b, t, k)))
+        row(f"compile dequant+F.linear {name}", timed(lambda: compiled(x, raw), iters), flops, nbytes, m <= 8)
+    except Exception as e:  # a compile failure costs its row, not the run
+        print(f"compile dequant+F.linear {name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    del x, raw, w
+
+
+for t in ggml_torch.QK:
+    ggml("Qwen3.6 up", t, 1, 17408, 5120)
+ggml("Qwen3.6 up", "Q4_K", 8, 17408, 5120)
+for t in ("Q4_K", "Q6_K"):
+    ggml("Qwen3.6 down", t, 1, 5120, 17408)
+for t in ("Q4_K", "Q6_K", "Q8_0"):
+    ggml("Gemma 4 up", t, 1, 21504, 5376)
+for m in (512, 8192):
+    ggml("Qwen3.6 up", "Q4_K", m, 17408, 5120)
+ggml("Qwen3.6 up", "Q4_0", 512, 17408, 5120)
+ggml("Gemma 4 up", "Q6_K", 8192, 21504, 5376)
+# ---- end of quantized_matmul_ggml ----

@@ -161,20 +161,23 @@ const PREPARERS: Record<string, Preparer> = {
     const batch = num(c, 'batch'); const nHeads = num(c, 'nHeads'); const nKvHeads = num(c, 'nKvHeads');
     const headDim = num(c, 'headDim'); const kv = num(c, 'kv');
     const q = randomBuffer(dev, 'f32', [batch, nHeads, headDim], 1, 6);
-    const k = randomBuffer(dev, 'f16', [batch, nKvHeads, kv, headDim], 1, 7);
-    const v = randomBuffer(dev, 'f16', [batch, nKvHeads, kv, headDim], 1, 8);
     const out = dev.alloc('f32', [batch, nHeads, headDim]);
-    const shared = [q, k, v, out];
     const base = { batch, nHeads, nKvHeads, headDim, kvSeqLen: kv, kvCapacity: kv, scale: 1 / Math.sqrt(headDim), mask: 'causal' as const };
     const nwgs = kv >= 32 * 64 ? [8, 16, 32] : [1, 4];
-    return nwgs.map((nwg, i) => {
-      const p = { ...base, nwg };
-      const tmp = nwg > 1 ? dev.alloc('f32', [flashAttnVecTmpElements(p)]) : undefined;
-      return {
-        variant: `f16 KV, nwg ${nwg}`,
-        buffers: [...(i === 0 ? shared : []), ...(tmp ? [tmp] : [])],
-        record: (enc: Encoder) => flashAttnVec(enc, { ...p, q, k, v, out, tmp }),
-      };
+    // f16 K/V (the dtype of the earlier runs) and bf16, both on the CUDA tensor-core kernels.
+    return (['f16', 'bf16'] as const).flatMap((kvType, j) => {
+      const k = randomBuffer(dev, kvType, [batch, nKvHeads, kv, headDim], 1, 7);
+      const v = randomBuffer(dev, kvType, [batch, nKvHeads, kv, headDim], 1, 8);
+      const shared = j === 0 ? [q, k, v, out] : [k, v];
+      return nwgs.map((nwg, i) => {
+        const p = { ...base, nwg };
+        const tmp = nwg > 1 ? dev.alloc('f32', [flashAttnVecTmpElements(p)]) : undefined;
+        return {
+          variant: `${kvType} KV, nwg ${nwg}`,
+          buffers: [...(i === 0 ? shared : []), ...(tmp ? [tmp] : [])],
+          record: (enc: Encoder) => flashAttnVec(enc, { ...p, q, k, v, out, tmp }),
+        };
+      });
     });
   },
   chunk_local_cumsum(dev, c) {

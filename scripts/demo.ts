@@ -13,7 +13,10 @@
 //     prefill, and one decode step continuing from the prefill's final state,
 //     checked against the token-by-token recurrence over all T + 1 tokens;
 //   Gemma 4 decode attention: head dim 256 (sliding layers) and 512 (global
-//     layers), 16 query / 2 KV heads; Gemma 4 sublayer norms at hidden 4096;
+//     layers), 16 query / 2 KV heads; with bf16 K/V: Qwen3.6 full attention
+//     (16 / 2 heads of 256) over one long cache, and a Gemma 4 sliding
+//     layer's rings of 1024 read for 4 sequences at their own positions in
+//     one call (varlen); Gemma 4 sublayer norms at hidden 4096;
 //   rotary embeddings: Qwen3.6 full attention (IMROPE, 16 heads of 256, 64
 //     rotated, base 1e7), Gemma 4 k rope (2 KV heads of 256) and q norm + rope
 //     (16 heads: 256 sliding, 512 global with a quarter rotated).
@@ -53,12 +56,28 @@
 //   17408) for one decode token and a 64-token prefill, 1024 distinct rows
 //   quantized by MLX's algorithm and repeated; checked at every output of the
 //   decode row and 512 random columns of the prefill.
+//   GGUF block products: Qwen3.6 27B's MLP up projection (5120 -> 17408) in
+//   Q4_K (llama.cpp's Q4_K_M mix) for one decode token and a 64-token
+//   prefill, 1024 distinct rows quantized by llama.cpp's reference quantizer
+//   and repeated, checked as the MLX rows; Gemma 4 31B's scaled embedding
+//   rows (hidden 5376) from a Q6_K table of 1024 rows, and the whole table
+//   dequantized to bf16.
 //   weights: Qwen3.6-35B-A3B's layer 0 (hidden 2048) written to a temporary
 //   file, mapped and uploaded packed: its gated delta net and norms as a bf16
 //   safetensors file in HF naming, and 32 of its 256 experts as a Q4_K GGUF
 //   (ffn_{gate,up,down}_exps); checked byte for byte against the file (the
 //   error is the fraction of bytes that differ), timed on the host (wall time
 //   of the upload from the mapping).
+//   models: the tiny random-weight Qwen3.6 (qwen3_5_moe: gated delta net and
+//   gated attention layers, 8 experts top-2 and a shared expert) and Gemma 4
+//   (sliding and global layers, head dims 256 / 512; one with the MoE block
+//   and keys as values, one with per-layer inputs and shared KV layers) of
+//   tests/fixtures/models, loaded with mlx-native/models and run end to end:
+//   a 12-token prompt, then 8 greedy decode steps, each step one encoder
+//   reading back only its token; checked against transformers' own float32
+//   logits (the largest relative L2 error of the last prompt position and the
+//   8 steps; the tokens must be transformers'), timed on the host (prefill
+//   and the 8 steps), decode speed in tokens per second.
 // On the emulator the sequence lengths are shortened (it runs one fiber per
 // GPU thread), and the table says so.
 //
@@ -80,7 +99,8 @@ import { elementwiseAdd } from '../ts/ops/elementwise.ts';
 import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
 import { flashAttnPrefill } from '../ts/ops/flash_attn_prefill.ts';
 import { affineQuantizedMatmul } from '../ts/ops/quantized_matmul.ts';
-import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecParams } from '../ts/ops/flash_attn_vec.ts';
+import { ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml } from '../ts/ops/quantized_matmul_ggml.ts';
+import { flashAttnVec, flashAttnVecTmpElements, flashAttnVecVarlen, type FlashAttnVecParams, type FlashAttnVecVarlenParams } from '../ts/ops/flash_attn_vec.ts';
 import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
 import { l2Norm } from '../ts/ops/l2_norm.ts';
@@ -103,7 +123,8 @@ import { elementwiseAddRef } from '../ts/reference/elementwise.ts';
 import { denseRef } from '../ts/reference/dense.ts';
 import { flashAttnPrefillRef } from '../ts/reference/flash_attn_prefill.ts';
 import { affineDequantize, affineQuantize } from '../ts/reference/quantized_matmul.ts';
-import { flashAttnVecRef } from '../ts/reference/flash_attn_vec.ts';
+import { ggmlDequantizeRef, ggmlEmbeddingRef, ggmlQuantize } from '../ts/reference/quantized_matmul_ggml.ts';
+import { flashAttnVecRef, flashAttnVecVarlenRef } from '../ts/reference/flash_attn_vec.ts';
 import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
 import { l2NormRef } from '../ts/reference/l2_norm.ts';
 import { fusedHeadNormRopeRef } from '../ts/reference/fused_head_norm_rope.ts';
@@ -126,6 +147,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GgufFile, SafetensorsFile, checkModel, type WeightSource } from '../ts/weights/index.ts';
 import { ggufBytes, safetensorsBytes } from '../tests/weights-writers.ts';
+import { loadModel } from '../ts/models/index.ts';
+import { modelFixture } from '../tests/model-fixtures.ts';
 
 interface Row {
   kernel: string;
@@ -365,6 +388,46 @@ function main(): number {
       shape: `kv ${c.kvSeqLen}, 16q/2kv heads, NWG ${c.nwg}, ${c.mask}${note}`, err: scaledErr(out.readNumbers(), want), tol: 1e-5, ms });
     for (const b of [q.buf, k.buf, v.buf, out, tmp]) b.release();
   }
+
+  // --- flash_attn_vec, bf16 K/V on every backend's decode path: Qwen3.6's
+  // full attention (16 query / 2 KV heads of 256) over one long cache, and a
+  // Gemma 4 sliding layer's rings (window 1024) read for 4 sequences at their
+  // own positions in one call ---
+  {
+    const kvLen = emu ? 2048 : 32768;
+    const p: FlashAttnVecParams = {
+      batch: 1, nHeads: 16, nKvHeads: 2, headDim: 256, kvSeqLen: kvLen, kvCapacity: kvLen, scale: 1 / 16, mask: 'causal', nwg: 32,
+    };
+    const q = stored(device, 'f32', randn(16 * 256));
+    const k = stored(device, 'bf16', randn(2 * kvLen * 256));
+    const v = stored(device, 'bf16', randn(2 * kvLen * 256));
+    const out = poisoned(device, 'f32', 16 * 256);
+    const tmp = poisoned(device, 'f32', flashAttnVecTmpElements(p));
+    const ms = timed(device, (enc) => flashAttnVec(enc, { ...p, q: q.buf, k: k.buf, v: v.buf, out, tmp }));
+    const want = flashAttnVecRef({ ...p, slidingWindow: 0, softcap: 0 }, q.values, k.values, v.values);
+    rows.push({ kernel: 'flash_attn_vec_bf16kv_dk256 + reduce', model: 'Qwen3.6 full attn decode',
+      shape: `kv ${kvLen}, 16q/2kv heads, NWG 32${note}`, err: scaledErr(out.readNumbers(), want), tol: 1e-5, ms });
+    for (const b of [q.buf, k.buf, v.buf, out, tmp]) b.release();
+  }
+  {
+    const W = emu ? 128 : 1024;
+    const lens = emu ? [3001, 128, 17, 500] : [40007, 1024, 100, 5000];
+    const p: FlashAttnVecVarlenParams = {
+      batch: 4, nHeads: 16, nKvHeads: 2, headDim: 256, kvCapacity: W, scale: 1, mask: 'none', nwg: 8, ring: true,
+    };
+    const q = stored(device, 'f32', randn(4 * 16 * 256, 1 / 16));
+    const k = stored(device, 'bf16', randn(4 * 2 * W * 256));
+    const v = stored(device, 'bf16', randn(4 * 2 * W * 256));
+    const seqLens = device.upload('u32', [4], lens);
+    const out = poisoned(device, 'f32', 4 * 16 * 256);
+    const tmp = poisoned(device, 'f32', flashAttnVecTmpElements(p));
+    const ms = timed(device, (enc) => flashAttnVecVarlen(enc, { ...p, q: q.buf, k: k.buf, v: v.buf, out, tmp, seqLens }));
+    const want = flashAttnVecVarlenRef({ ...p, slidingWindow: 0, softcap: 0, ring: true, seqLens: lens }, q.values, k.values, v.values);
+    rows.push({ kernel: 'flash_attn_vec_varlen_bf16kv_dk256 + reduce', model: 'Gemma 4 sliding attn decode',
+      shape: `ring ${W} at positions ${lens.join(', ')}, 16q/2kv heads, NWG 8${note}`, err: scaledErr(out.readNumbers(), want), tol: 1e-5, ms });
+    for (const b of [q.buf, k.buf, v.buf, out, tmp, seqLens]) b.release();
+  }
+  // --- end of flash_attn_vec, bf16 K/V ---
 
   // --- Qwen3.6 linear-attention layer, end to end: conv, l2 norm, g/beta,
   // chunked prefill of T tokens, then one decode step from its final state ---
@@ -759,6 +822,58 @@ function main(): number {
   }
   // --- end of quantized products ---
 
+  // --- GGUF blocks: Qwen3.6 27B MLP up (5120 -> 17408) in Q4_K; Gemma 4 embedding rows from a Q6_K table ---
+  {
+    const [k, n, distinct] = [5120, emu ? 1024 : 17408, 1024];
+    const q = ggmlQuantize('Q4_K', randn(distinct * k, 0.05), distinct, k);
+    const w = ggmlDequantizeRef('Q4_K', q, distinct * k);
+    const rowBytes = ggmlRowBytesOf('Q4_K', k);
+    const weight = device.alloc('u8', [n * rowBytes]);
+    for (let r = 0; r < n; r += distinct) weight.write(q.subarray(0, Math.min(distinct, n - r) * rowBytes), { byteOffset: r * rowBytes });
+    for (const tokens of [1, 64]) {
+      const x = stored(device, 'f32', randn(tokens * k));
+      const y = poisoned(device, 'f32', tokens * n);
+      const ms = timed(device, (enc) => quantizedMatmulGgml(enc, { input: x.buf, weight, output: y, m: tokens, n, k, ggmlType: 'Q4_K' }));
+      const cols = tokens === 1 ? Array.from({ length: n }, (_, j) => j) : Array.from({ length: 512 }, () => Math.floor(rng.uniform(0, n)));
+      const got = y.readNumbers();
+      const seen: number[] = [];
+      const want: number[] = [];
+      for (let t = 0; t < tokens; t++) {
+        for (const j of cols) {
+          seen.push(got[t * n + j]!);
+          want.push(denseRef(x.values.subarray(t * k, (t + 1) * k), w.subarray((j % distinct) * k, (j % distinct + 1) * k), 1, 1, k)[0]!);
+        }
+      }
+      // Metal's vector kernel sums f32 products of an f32 weight; its matrix kernel stages the weight in f16,
+      // and CUDA's tensor cores take the weight and x in bf16.
+      const tol = tokens === 1 && device.backend !== 'cuda' ? 1e-5 : 1e-2;
+      rows.push({ kernel: tokens === 1 ? 'kernel_mul_mv_q4_K_f32' : 'kernel_mul_mm_q4_K_f32', model: 'Qwen3.6 27B MLP up, GGUF Q4_K',
+        shape: `${tokens} tok x ${k} -> ${n}${note}`, err: scaledErr(seen, want), tol, ms });
+      x.buf.release();
+      y.release();
+    }
+    weight.release();
+  }
+  {
+    const [vocab, hidden, tokens] = [1024, 5376, emu ? 32 : 512];
+    const q = ggmlQuantize('Q6_K', randn(vocab * hidden, 0.05), vocab, hidden);
+    const table = device.upload('u8', [q.length], q);
+    const ids = Array.from({ length: tokens }, () => Math.floor(rng.uniform(0, vocab)));
+    const idBuf = device.upload('u32', [tokens], ids);
+    const scale = Math.sqrt(hidden);
+    const out = poisoned(device, 'bf16', tokens * hidden);
+    const ms = timed(device, (enc) => embedding(enc, { table, tableType: 'Q6_K', tokenIds: idBuf, output: out, vocabSize: vocab, hiddenSize: hidden,
+      nTokens: tokens, scale }));
+    rows.push({ kernel: 'embedding_gather_scale_batch_q6_K_to_bf16', model: 'Gemma 4 31B embedding, GGUF Q6_K', shape: `${tokens} tok x ${hidden} (rows of ${vocab})`,
+      err: scaledErr(out.readNumbers(), ggmlEmbeddingRef('Q6_K', q, ids, vocab, hidden, scale)), tol: 1e-2, ms });
+    const whole = poisoned(device, 'bf16', vocab * hidden);
+    const ms2 = timed(device, (enc) => ggmlDequantize(enc, { src: table, output: whole, count: vocab * hidden, ggmlType: 'Q6_K' }));
+    rows.push({ kernel: 'kernel_dequantize_q6_K_bf16', model: 'Gemma 4 31B embedding table, GGUF Q6_K', shape: `${vocab} x ${hidden}`,
+      err: scaledErr(whole.readNumbers(), ggmlDequantizeRef('Q6_K', q, vocab * hidden)), tol: 1e-2, ms: ms2 });
+    for (const b of [table, idBuf, out, whole]) b.release();
+  }
+  // --- end of GGUF blocks ---
+
   // --- weights: Qwen3.6 layer 0 through mmap and uploadPacked ---
   {
     const dir = mkdtempSync(join(tmpdir(), 'mlxn-demo-weights-'));
@@ -861,6 +976,40 @@ function main(): number {
     for (const b of [q.buf, k.buf, v.buf, out]) b.release();
   }
   // --- end of flash_attn_prefill ---
+  // --- models: tiny Qwen3.6 and Gemma 4, prefill and greedy decode end to end, against transformers ---
+  for (const [fixture, name] of [
+    ['qwen3_5_moe', 'Qwen3.6 tiny (GDN + gated attn, MoE)'],
+    ['gemma4', 'Gemma 4 tiny (MoE, k = v global)'],
+    ['gemma4_e', 'Gemma 4 tiny (per-layer inputs, shared KV)'],
+  ] as const) {
+    const fx = modelFixture(fixture);
+    const steps = fx.decode.length;
+    using m = loadModel(fx.folder, device, { maxContext: 64, precision: 'exact', prefillAttention: 'vector' });
+    const rel = (got: ArrayLike<number>, want: ArrayLike<number>) => {
+      let n = 0, dd = 0;
+      for (let i = 0; i < want.length; i++) {
+        n += (got[i]! - want[i]!) ** 2;
+        dd += want[i]! ** 2;
+      }
+      return Math.sqrt(n / dd);
+    };
+    const t0 = performance.now();
+    const tokens = [m.prefill(fx.prompt)];
+    const t1 = performance.now();
+    let err = rel(m.logits.readNumbers(), fx.prefill[fx.prompt.length - 1]!);
+    let decodeMs = 0;
+    for (let i = 0; i < steps; i++) {
+      const s0 = performance.now();
+      tokens.push(m.decode());
+      decodeMs += performance.now() - s0;
+      err = Math.max(err, rel(m.logits.readNumbers(), fx.decode[i]!));
+    }
+    if (tokens.some((t, i) => t !== fx.tokens[i])) err = Infinity;
+    rows.push({ kernel: `models: ${fixture} vs transformers ${fx.manifest.versions['transformers']}`, model: name,
+      shape: `${m.config.numLayers} layers, prompt ${fx.prompt.length} (${(t1 - t0).toFixed(0)} ms) + ${steps} decode, ${(steps / (decodeMs / 1000)).toFixed(1)} tok/s`,
+      err, tol: 1e-4, ms: t1 - t0 + decodeMs });
+  }
+  // --- end of models ---
 
   const header = ['kernel', 'model', 'shape', 'backend', 'max err', 'tol', 'time ms', ''];
   const table = rows.map((r) => [

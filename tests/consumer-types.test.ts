@@ -24,6 +24,7 @@ import * as ops from 'mlx-native/ops';
 import * as ref from 'mlx-native/reference';
 import { TOL, describeBackends, expectClose, maxRelErr, nmse, poisoned, randomArray, rng } from 'mlx-native/testing';
 import { GgufFile, SafetensorsFile, checkModel, describeModel, openWeights, type ModelWeights, type PackedWeights, type TensorInfo } from 'mlx-native/weights';
+import { loadModel, type CausalLM, type LoadOptions } from 'mlx-native/models';
 describeBackends('parity', ({ device }) => {
   const x = randomArray(rng(1), 8);
   using out = poisoned(device(), 'f32', [8]);
@@ -47,6 +48,11 @@ export function load(device: Device, path: string): { packed: PackedWeights; mod
   const st: SafetensorsFile | null = source instanceof SafetensorsFile ? source : null;
   if (report.complete && gguf === null && st === null) throw new Error('unreachable');
   return { packed: source.uploadPacked(device, model.tensorNames), model, infos: [...source.tensors.values()] };
+}
+export function generate(device: Device, folder: string): number[] {
+  const opts: LoadOptions = { maxContext: 64, precision: 'exact', prefillAttention: 'vector', weights: 'stored' };
+  using model: CausalLM = loadModel(folder, device, opts);
+  return model.generate([1, 2, 3], 4);
 }
 `,
       );

@@ -3,6 +3,8 @@
 // (tests/fuzz-validation.test.ts) and the views test (tests/views.test.ts).
 
 import type { Buffer, Device, DType } from '../ts/index.ts';
+import { GGML_QUANT_TYPES, ggmlBlockOf, ggmlRowBytesOf, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
+import { ggmlQuantize } from '../ts/reference/quantized_matmul_ggml.ts';
 import type { Rng } from './helpers.ts';
 
 export type Kind =
@@ -69,6 +71,21 @@ const int: KeySpec = { kind: 'int' };
 const a = (d: Device, dtype: DType, n: number): Buffer => d.alloc(dtype, [n]);
 /** Packed quantized weights: any bits are valid values (a fixed scramble of the word index). */
 const randomWords = (b: Buffer): void => b.writeNumbers(Array.from({ length: b.elementCount }, (_, i) => Math.imul(i + 1, 0x9e3779b1) >>> 0));
+/**
+ * GGUF blocks in a u8 buffer: as many whole blocks of the type as it holds,
+ * quantized from values in [-1, 1) (any bytes are valid blocks; quantized
+ * ones keep the f16 scales finite, so results compare bit for bit).
+ */
+const ggmlBlocks = (b: Buffer, type: unknown): void => {
+  if (!(GGML_QUANT_TYPES as readonly unknown[]).includes(type)) return;
+  const { qk, bytes } = ggmlBlockOf(type as GgmlQuantType);
+  const blocks = Math.floor(b.byteLength / bytes);
+  if (blocks === 0) return;
+  const q = ggmlQuantize(type as GgmlQuantType, Array.from({ length: blocks * qk }, (_, i) => Math.sin(i * 0.37)), 1, blocks * qk);
+  const all = new Uint8Array(b.byteLength);
+  all.set(q);
+  b.write(all);
+};
 
 // ---- the generators: one per op and variant ----
 
@@ -84,12 +101,17 @@ const tableFill = (args: Record<string, unknown>): void => {
   if (args.seqs !== undefined) (args.seqs as Buffer).writeNumbers([0, 0, 3, 1]);
 };
 
-/** flashAttnVec's arguments, shared by its two sets (f32 KV split over workgroups, f16 KV in one). */
+/** flashAttnVec's arguments, shared by its sets (f32 KV split over workgroups, f16 KV in one, bf16 KV at head dim 128). */
 const FLASH_ATTN_VEC_KEYS: Record<string, KeySpec> = {
-  q: buf(F), k: buf(['f32', 'f16']), v: buf(['f32', 'f16']), out: out(F), tmp: { kind: 'buf?', dtypes: F, output: true, readWhen: (x) => x.nwg !== 1 },
+  q: buf(F), k: buf(['f32', 'f16', 'bf16']), v: buf(['f32', 'f16', 'bf16']), out: out(F), tmp: { kind: 'buf?', dtypes: F, output: true, readWhen: (x) => x.nwg !== 1 },
   batch: int, nHeads: int, nKvHeads: int, headDim: int, kvSeqLen: int, kvCapacity: int, nwg: int,
   scale: { kind: 'num' }, mask: { kind: 'enum', values: ['none', 'causal', 'slidingWindow'] },
   slidingWindow: { kind: 'int', readWhen: (x) => x.mask === 'slidingWindow' }, softcap: { kind: 'nonneg?' },
+};
+/** flashAttnVecVarlen's: flashAttnVec's without kvSeqLen, with the lengths (any u32 is safe to read by) and the ring flag. */
+const FLASH_ATTN_VEC_VARLEN_KEYS: Record<string, KeySpec> = {
+  ...Object.fromEntries(Object.entries(FLASH_ATTN_VEC_KEYS).filter(([k]) => k !== 'kvSeqLen')),
+  seqLens: buf(U32), ring: { kind: 'bool?' },
 };
 
 export const CASES: Case[] = [
@@ -147,6 +169,22 @@ export const CASES: Case[] = [
     }),
     fill: (args) => (args.tokenIds as Buffer).writeNumbers([4, 0, 2]),
   })),
+  // A table of GGUF blocks (tableType): the quantized_matmul_ggml family's kernels.
+  {
+    fn: 'embedding', op: 'embedding',
+    keys: {
+      table: buf(['u8']), tableType: { kind: 'enum', values: GGML_QUANT_TYPES }, tokenIds: buf(U32, { table: true }),
+      output: out(['f32', 'f16', 'bf16']), vocabSize: int, hiddenSize: int, nTokens: int, scale: { kind: 'num?' },
+    },
+    make: (d) => ({
+      table: a(d, 'u8', 5 * ggmlRowBytesOf('Q4_K', 256)), tableType: 'Q4_K', tokenIds: a(d, 'u32', 3), output: a(d, 'bf16', 3 * 256),
+      vocabSize: 5, hiddenSize: 256, nTokens: 3, scale: 16,
+    }),
+    fill: (args) => {
+      ggmlBlocks(args.table as Buffer, args.tableType);
+      (args.tokenIds as Buffer).writeNumbers([4, 0, 2]);
+    },
+  },
   {
     fn: 'embeddingToken', op: 'embedding_token',
     keys: {
@@ -251,6 +289,28 @@ export const CASES: Case[] = [
     fill: (args) => randomWords(args.weight as Buffer),
   })),
   // ---- end of quantized_matmul ----
+  // ---- quantized_matmul_ggml (GGUF blocks; the crate's rule: each buffer at least its size) ----
+  ...([
+    { ggmlType: 'Q4_0', m: 3, n: 5, k: 64 },
+    { ggmlType: 'Q6_K', m: 9, n: 3, k: 256 },
+  ] as const).map((p): Case => ({
+    fn: 'quantizedMatmulGgml', op: 'quantized_matmul_ggml',
+    keys: {
+      input: buf(F, { freeCount: true }), weight: buf(['u8'], { freeCount: true }), output: out(F, { freeCount: true }), m: int, n: int, k: int,
+      ggmlType: { kind: 'enum', values: GGML_QUANT_TYPES }, form: { kind: 'enum', values: ['vector', 'matrix', undefined] },
+    },
+    make: (d) => ({
+      input: a(d, 'f32', p.m * p.k), weight: a(d, 'u8', p.n * ggmlRowBytesOf(p.ggmlType, p.k)), output: a(d, 'f32', p.m * p.n), ...p,
+    }),
+    fill: (args) => ggmlBlocks(args.weight as Buffer, args.ggmlType),
+  })),
+  {
+    fn: 'ggmlDequantize', op: 'ggml_dequantize',
+    keys: { src: buf(['u8']), output: out(['f32', 'f16', 'bf16']), count: int, ggmlType: { kind: 'enum', values: GGML_QUANT_TYPES } },
+    make: (d) => ({ src: a(d, 'u8', 2 * ggmlRowBytesOf('Q5_K', 256)), output: a(d, 'f16', 512), count: 512, ggmlType: 'Q5_K' }),
+    fill: (args) => ggmlBlocks(args.src as Buffer, args.ggmlType),
+  },
+  // ---- end of quantized_matmul_ggml ----
   {
     fn: 'flashAttnVec', op: 'flash_attn_vec',
     keys: FLASH_ATTN_VEC_KEYS,
@@ -267,6 +327,24 @@ export const CASES: Case[] = [
       batch: 1, nHeads: 1, nKvHeads: 1, headDim: 256, kvSeqLen: 2, kvCapacity: 2, nwg: 1, scale: 0.0625,
       mask: 'slidingWindow', slidingWindow: 1, softcap: 30,
     }),
+  },
+  {
+    fn: 'flashAttnVec', op: 'flash_attn_vec',
+    keys: FLASH_ATTN_VEC_KEYS,
+    make: (d) => ({
+      q: a(d, 'f32', 256), k: a(d, 'bf16', 128 * 5), v: a(d, 'bf16', 128 * 5), out: a(d, 'f32', 256), tmp: a(d, 'f32', 2 * 130 * 3),
+      batch: 1, nHeads: 2, nKvHeads: 1, headDim: 128, kvSeqLen: 5, kvCapacity: 5, nwg: 3, scale: 0.09, mask: 'none',
+    }),
+  },
+  {
+    fn: 'flashAttnVecVarlen', op: 'flash_attn_vec_varlen',
+    keys: FLASH_ATTN_VEC_VARLEN_KEYS,
+    make: (d) => ({
+      q: a(d, 'f32', 2 * 2 * 128), k: a(d, 'bf16', 2 * 4 * 128), v: a(d, 'bf16', 2 * 4 * 128), out: a(d, 'f32', 2 * 2 * 128),
+      tmp: a(d, 'f32', 2 * 2 * 130 * 2), seqLens: d.upload('u32', [2], [3, 9]),
+      batch: 2, nHeads: 2, nKvHeads: 1, headDim: 128, kvCapacity: 4, nwg: 2, scale: 0.09, mask: 'slidingWindow', slidingWindow: 4, ring: true,
+    }),
+    fill: (args) => (args.seqLens as Buffer).writeNumbers([3, 9]),
   },
   // ---- flash_attn_prefill: attention over a prompt, the mask builder, the tile classifier ----
   // mlx-native's rule: each buffer holds at least its elements (freeCount); cu_seqlens are tables

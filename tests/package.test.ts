@@ -12,7 +12,7 @@ const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { ex
 
 describe('package', () => {
   test('every export path points at a file', () => {
-    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './ops', './reference', './testing', './weights']);
+    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './models', './ops', './reference', './testing', './weights']);
     for (const target of Object.values(pkg.exports)) {
       expect(existsSync(join(ROOT, target.default))).toBe(true);
       // The declarations (built by scripts/build-types.sh at pack time) mirror the sources.

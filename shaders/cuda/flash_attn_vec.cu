@@ -1,27 +1,48 @@
 // flash_attn_vec (CUDA): split-KV decode attention, one query token per
-// (batch, head); entry names, bindings, grid and the partials layout as
-// shaders/flash_attn_vec.metal.
+// (sequence, head); entry names, bindings and the partials layout as
+// shaders/flash_attn_vec.metal, which states the math and the visible
+// positions [lo, hi) of a sequence (kv_span below computes the same).
 //
-// Per row r = (b, h), kv head kh = h / (n_heads / n_kv_heads):
-//   s_j = scale * dot(Q[b, h, :], K[b, kh, j, :]); s_j = softcap * tanh(s_j / softcap) when softcap > 0
-//   visible j < kv_seq_len; with mask_type 2 and sliding_window > 0 also j >= kv_seq_len - sliding_window
-//   O[b, h, :] = sum_j softmax(s)_j * V[b, kh, j, :]
-// Q [B, n_heads, D] f32; K, V [B, n_kv_heads, kv_capacity, D] f32 or f16.
+// Q [B, n_heads, D] f32; K, V [B, n_kv_heads, kv_capacity, D] f32, f16 or bf16.
 // Main kernel dst: NWG == 1 the normalized output [rows, D]; NWG > 1 the
 // unnormalized partials [rows, D/4, NWG] float4, then [rows, NWG, 2] floats
-// (S, M): the softmax denominator relative to the running max M.
+// (S, M): the softmax denominator relative to the running max M (natural log
+// units). A split's share of a sequence: its visible keys in tiles counted
+// from lo, split iwg taking a contiguous run of ceil(tiles / NWG) of them.
 //
-// Main kernel: grid (1, n_heads, B * NWG), one warp (32 threads); workgroup
-// iwg takes KV blocks of 32 positions iwg, iwg + NWG, ... Each lane owns
-// D / (32 * VEC) 16-byte slices of a row (VEC = 8 f16 or 4 f32 elements), so
-// one warp-wide load covers 512 contiguous bytes of a K or V row. Per block,
-// K rows are loaded in groups of G positions (16 loads of 16 bytes per lane
-// in flight), each lane's partial dot products for the 32 positions are
-// reduced across lanes by a shuffle transpose-reduce (31 shuffles; lane c
-// ends with position c's score), the online softmax runs one position per
-// lane, and V rows are accumulated in the same groups with each weight
-// broadcast by a shuffle. Only visible rows below kv_seq_len are read.
-// The threadgroup memory the op binds (4352 bytes) is not used.
+// f16 / bf16 K/V (tensor cores): grid (ceil(group / 8), n_kv_heads, B * NWG),
+// 128 threads (4 warps), dynamic shared memory 192 KB (+ 16 KB at D 512).
+// A block takes one KV head, up to 8 query heads of its GQA group (from
+// blockIdx.x * 8) and one split. The split's tiles of 16 keys go to the
+// warps in turn; each warp streams its tiles' K and V (one slot each) through
+// a cp.async ring of its own, rows stored with 16-byte chunks XOR-swizzled
+// by row (ldmatrix without bank conflicts). Per tile, on mma.sync m16n8k16:
+//   S = Q K^T: A = the query, rows 0-7 the 8 heads rounded to the K/V type
+//     and rows 8-15 their remainders (q - hi, rounded), so a score is the sum
+//     of rows g and g + 8 of C (the f32 query to ~2^-17); B = the K tile (two
+//     n-tiles of 8 keys, one ldmatrix.x4 per 16 dimensions).
+//   C's lane 4g + t holds head g's scores of keys 2t, 2t + 1, 8 + 2t, 9 + 2t:
+//     the online softmax (log2 domain) runs there, the tile max over the 4
+//     lanes of a head by two shuffles, the running sum kept per lane.
+//   O^T += V^T P^T: A = V^T (ldmatrix.trans of the V tile, 16 dimensions per
+//     m-tile), B = P^T, whose fragment is that lane's four weights as they
+//     lie (keys 2t, 2t + 1 and 8 + 2t, 9 + 2t of head g), split hi + lo like
+//     the query: two mma per m-tile.
+// The 4 warps merge (M, S, O) in shared memory at the end.
+//
+// f32 K/V (FFMA): grid (hb, n_kv_heads, B * NWG) with hb from the op
+// (flashAttnVecCudaHeadBlocks), 128 threads, 98304 bytes of shared memory.
+// Each lane owns D / 128 16-byte slices of a row, so one warp-wide load
+// covers 512 contiguous bytes of a K or V row. A block takes hpb = ceil(group
+// / hb) query heads of one KV head and one split; the split's tiles of TK
+// positions go to the 4 warps in turn; each warp streams its K and V rows
+// through a per-lane cp.async ring (a lane reads back only the 16-byte slices
+// it copied, so no warp barrier is needed), computes the HG * TK partial dots
+// from each K row once, transpose-reduces them (lane l: head (l % P) / TK,
+// position l % TK), runs the online softmax in the log2 domain for all HG
+// heads at once, and accumulates V with each weight broadcast by a shuffle.
+// The warps' (M, S, O) merge through shared memory at the end.
+//
 // Reduce kernel: grid (rows, 1, 1), 32 * NWG threads; lane w of each warp
 // stands for workgroup w; warp s combines float4 columns s, s + NWG, ...
 
@@ -29,17 +50,297 @@ namespace {
 
 constexpr float FLT_MAX_F = 3.402823466e+38f;
 constexpr u32 FULL = 0xffffffffu;
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+constexpr int NW = 4;   // warps per block, both paths
 
-// 16 bytes of a K or V row, kept raw until used (4 registers whatever the dtype).
-template <typename KV>
-__device__ __forceinline__ uint4 load16(const KV* p) {
-    return __ldg(reinterpret_cast<const uint4*>(p));
+// The visible positions [lo, hi) of a sequence of len positions and where
+// they live (shaders/flash_attn_vec.metal): slot(j) = j on a global cache,
+// j % cap on a ring.
+struct KvSpan {
+    u32 lo, hi, cap;
+    bool ring;
+    __device__ __forceinline__ u32 keys() const { return hi > lo ? hi - lo : 0u; }
+    // Slot of position pos0 + r, given s0 = slot(pos0) and r < cap.
+    __device__ __forceinline__ u32 slot(u32 s0, u32 r) const {
+        const u32 s = s0 + r;
+        return ring && s >= cap ? s - cap : s;
+    }
+    __device__ __forceinline__ u32 first(u32 pos0) const { return ring ? pos0 % cap : pos0; }
+};
+
+__device__ __forceinline__ KvSpan kv_span(u32 len, u32 cap, bool ring, u32 window) {
+    KvSpan s;
+    s.cap = cap;
+    s.ring = ring;
+    s.hi = ring ? len : min(len, cap);
+    s.lo = ring && len > cap ? len - cap : 0u;
+    if (window > 0u && len > window) s.lo = max(s.lo, len - window);
+    return s;
 }
-__device__ __forceinline__ void unpack(uint4 t, float (&v)[4], const float*) {
-    v[0] = __uint_as_float(t.x); v[1] = __uint_as_float(t.y);
-    v[2] = __uint_as_float(t.z); v[3] = __uint_as_float(t.w);
+
+// What a block needs of the params, whichever struct carried them.
+struct Job {
+    u32 n_heads, n_kv_heads, cap, nwg;
+    float scale, softcap;
+    KvSpan sp;
+};
+
+// The (sequence, split) of blockIdx.z and the job of that sequence.
+__device__ __forceinline__ Job job_of(const FlashAttnVecParams& p) {
+    return Job{p.n_heads, p.n_kv_heads, p.kv_capacity, p.nwg, p.scale, p.softcap,
+               kv_span(p.kv_seq_len, p.kv_capacity, false, p.mask_type == 2u ? p.sliding_window : 0u)};
 }
-__device__ __forceinline__ void unpack(uint4 t, float (&v)[8], const __half*) { unpack_f16x8(t, v); }
+__device__ __forceinline__ Job job_of(const FlashAttnVecVarlenParams& p, const u32* seq_lens) {
+    const u32 b = blockIdx.z / p.nwg;
+    return Job{p.n_heads, p.n_kv_heads, p.kv_capacity, p.nwg, p.scale, p.softcap,
+               kv_span(seq_lens[b], p.kv_capacity, p.ring != 0u, p.mask_type == 2u ? p.sliding_window : 0u)};
+}
+
+// This split's run of tiles [beg, end) among the sequence's ceil(keys / tile).
+__device__ __forceinline__ void split_tiles(u32 keys, u32 tile, u32 nwg, u32 iwg, u32& beg, u32& end) {
+    const u32 ntiles = (keys + tile - 1) / tile;
+    const u32 per = (ntiles + nwg - 1) / nwg;
+    beg = min(ntiles, iwg * per);
+    end = min(ntiles, beg + per);
+}
+
+// Writes a merged row: normalized (nwg == 1) or the split's partial and (S, M).
+__device__ __forceinline__ void store_row(float* dst, u64 row, u32 f, float4 acc, float st, float m2, u32 nwg, u32 iwg,
+                                          u64 nrows, u32 D) {
+    const u32 D4 = D / 4;
+    if (nwg == 1u) {
+        const float inv = (st == 0.0f) ? 0.0f : 1.0f / st;
+        reinterpret_cast<float4*>(dst)[row * D4 + f] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+    } else {
+        reinterpret_cast<float4*>(dst)[(row * D4 + f) * nwg + iwg] = acc;
+        if (f == 0u) {
+            float* sm = dst + nrows * D * nwg + row * 2 * nwg + 2 * iwg;
+            sm[0] = st;
+            sm[1] = m2 * LN2;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- f16 / bf16 K/V: tensor cores
+
+constexpr int MMA_HEADS = 8;
+constexpr int RING_BYTES = 192 * 1024;   // the 4 warps' rings
+
+// x0, x1 as the 16-bit T (hi) and what that rounding left (lo), each packed low element first.
+template <typename T>
+__device__ __forceinline__ void split2(float x0, float x1, u32& hi, u32& lo) {
+    const T h0 = from_f<T>(x0), h1 = from_f<T>(x1);
+    hi = pack2<T>(to_f(h0), to_f(h1));
+    lo = pack2<T>(x0 - to_f(h0), x1 - to_f(h1));
+}
+
+template <int D, typename KV>
+__device__ __forceinline__ void attn_mma(const Job& jb, const float* __restrict__ q, const KV* __restrict__ k,
+                                         const KV* __restrict__ v, float* dst) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    constexpr int CPR = D / 8;                 // 16-byte chunks per row
+    constexpr int TILE = 16 * D * 2;           // bytes of 16 rows (one K or V slot)
+    constexpr int NS = RING_BYTES / (NW * TILE);   // slots per warp: 12, 6, 3
+    constexpr int KS = D / 16;                 // k-steps of S, m-tiles of O^T
+    constexpr bool QREG = D <= 256;            // the query's fragments in registers (else shared memory)
+    static_assert(NS >= 2, "ring");
+
+    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const u32 g = lane >> 2, t = lane & 3u;
+    const u32 nwg = jb.nwg, kvh = blockIdx.y;
+    const u32 b = blockIdx.z / nwg, iwg = blockIdx.z % nwg;
+    const u32 group = jb.n_heads / jb.n_kv_heads;
+    const u32 h0 = blockIdx.x * MMA_HEADS;
+    if (h0 >= group) return;
+    const u32 hcount = min(u32(MMA_HEADS), group - h0);
+    const u64 row0 = u64(b) * jb.n_heads + kvh * group + h0;
+    const u64 kv0 = (u64(b) * jb.n_kv_heads + kvh) * jb.cap * D;
+    const KV* kb = k + kv0;
+    const KV* vb = v + kv0;
+    const KvSpan sp = jb.sp;
+    const u32 nkeys = sp.keys();
+
+    // The query, split: rows 0-7 hi, rows 8-15 lo (heads past hcount are 0).
+    u32 qa[QREG ? KS : 1][4];
+    unsigned char* qs = smem_raw + RING_BYTES;   // D 512: [16 rows][CPR chunks], swizzled
+    if constexpr (QREG) {
+        const bool live = g < hcount;
+        const float* qr = q + (row0 + (live ? g : 0u)) * D;
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) {
+            const u32 d0 = 16 * ks + 2 * t;
+            const float2 x = live ? *reinterpret_cast<const float2*>(qr + d0) : make_float2(0.f, 0.f);
+            const float2 y = live ? *reinterpret_cast<const float2*>(qr + d0 + 8) : make_float2(0.f, 0.f);
+            split2<KV>(x.x, x.y, qa[ks][0], qa[ks][1]);
+            split2<KV>(y.x, y.y, qa[ks][2], qa[ks][3]);
+        }
+    } else {
+        for (u32 i = threadIdx.x; i < MMA_HEADS * D / 2; i += NW * 32) {
+            const u32 h = i / (D / 2), d = 2 * (i % (D / 2));
+            const float2 x = h < hcount ? *reinterpret_cast<const float2*>(q + (row0 + h) * D + d) : make_float2(0.f, 0.f);
+            u32 hi, lo;
+            split2<KV>(x.x, x.y, hi, lo);
+            const u32 c = d / 8, byte = (d % 8) * 2;
+            *reinterpret_cast<u32*>(qs + (h * CPR + (c ^ (h & 7u))) * 16 + byte) = hi;
+            *reinterpret_cast<u32*>(qs + ((h + 8) * CPR + (c ^ (h & 7u))) * 16 + byte) = lo;
+        }
+        __syncthreads();
+    }
+
+    u32 s_beg, s_end;
+    split_tiles(nkeys, 16, nwg, iwg, s_beg, s_end);
+    const u32 my_n = s_beg + warp < s_end ? (s_end - s_beg - warp + NW - 1) / NW : 0u;
+
+    unsigned char* ring = smem_raw + warp * NS * TILE;
+    // Slot j of the warp's sequence: K of its tile j / 2 when j is even, V when odd.
+    auto issue = [&](u32 j) {
+        const u32 i = j >> 1;
+        if (i < my_n) {
+            const u32 off = (s_beg + warp + i * NW) * 16;   // the tile's first key, from lo
+            const u32 nvis = min(16u, nkeys - off);
+            const u32 s0 = sp.first(sp.lo + off);
+            const KV* src = (j & 1u) ? vb : kb;
+            unsigned char* to = ring + (j % NS) * TILE;
+#pragma unroll
+            for (int x = 0; x < CPR / 2; ++x) {
+                const u32 c = lane + 32 * x, r = c / CPR, col = c % CPR;
+                const bool live = r < nvis;
+                cp_async16(to + (r * CPR + (col ^ (r & 7u))) * 16, live ? src + u64(sp.slot(s0, r)) * D + col * 8 : src, live);
+            }
+        }
+        cp_async_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < NS - 1; ++s) issue(u32(s));
+
+    // ldmatrix rows: lanes 8m..8m+7 address matrix m, key (lane & 7) + 8 (m >> 1), chunk + (m & 1).
+    const u32 lm = lane >> 3, lkey = (lane & 7u) + 8u * (lm >> 1), lhalf = lm & 1u;
+    const bool capped = jb.softcap > 0.0f;
+    const float sc = capped ? jb.scale : jb.scale * LOG2E;
+
+    float o[KS][4];
+#pragma unroll
+    for (int m = 0; m < KS; ++m) o[m][0] = o[m][1] = o[m][2] = o[m][3] = 0.0f;
+    float M = -FLT_MAX_F / 2;   // running max of head g (log2 domain)
+    float L = 0.0f;             // this lane's share of the running sum of exp2(s - M)
+
+    for (u32 i = 0; i < my_n; ++i) {
+        const u32 jk = 2 * i;
+        cp_async_wait<NS - 2>();
+        __syncwarp();
+        issue(jk + NS - 1);
+        const unsigned char* kt = ring + (jk % NS) * TILE;
+
+        // Two accumulator pairs (even and odd k-steps) halve the mma dependency chains.
+        float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
+        float s2[4] = {0.f, 0.f, 0.f, 0.f}, s3[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) {
+            u32 a[4], bk[4];
+            if constexpr (QREG) {
+                a[0] = qa[ks][0]; a[1] = qa[ks][1]; a[2] = qa[ks][2]; a[3] = qa[ks][3];
+            } else {
+                const u32 r = lane & 15u, c = 2 * ks + (lane >> 4);
+                ldsm_x4(qs + (r * CPR + (c ^ (r & 7u))) * 16, a[0], a[1], a[2], a[3]);
+            }
+            ldsm_x4(kt + (lkey * CPR + ((2 * ks + lhalf) ^ (lkey & 7u))) * 16, bk[0], bk[1], bk[2], bk[3]);
+            if (ks & 1) {
+                mma16<KV>(s2, a, bk[0], bk[1]);
+                mma16<KV>(s3, a, bk[2], bk[3]);
+            } else {
+                mma16<KV>(s0, a, bk[0], bk[1]);
+                mma16<KV>(s1, a, bk[2], bk[3]);
+            }
+        }
+        // Head g's scores of keys 2t, 2t + 1, 8 + 2t, 9 + 2t: rows g (hi) plus g + 8 (lo).
+        float s[4] = {s0[0] + s0[2] + s2[0] + s2[2], s0[1] + s0[3] + s2[1] + s2[3],
+                      s1[0] + s1[2] + s3[0] + s3[2], s1[1] + s1[3] + s3[1] + s3[3]};
+        const u32 nvis = min(16u, nkeys - (s_beg + warp + i * NW) * 16);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const u32 key = 2 * t + (e & 1) + 8 * (e >> 1);
+            float x = s[e] * sc;
+            if (capped) x = jb.softcap * tanhf(x / jb.softcap) * LOG2E;
+            s[e] = key < nvis ? x : __uint_as_float(0xff800000u);   // -inf: exp2 gives 0
+        }
+        float mt = fmaxf(fmaxf(s[0], s[1]), fmaxf(s[2], s[3]));
+        mt = fmaxf(mt, __shfl_xor_sync(FULL, mt, 1));
+        mt = fmaxf(mt, __shfl_xor_sync(FULL, mt, 2));
+        const float m_new = fmaxf(M, mt);   // finite: a tile's first key is visible
+        const float alpha = exp2f(M - m_new);
+        float pe[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pe[e] = exp2f(s[e] - m_new);
+        L = L * alpha + ((pe[0] + pe[1]) + (pe[2] + pe[3]));
+        M = m_new;
+        u32 ph0, pl0, ph1, pl1;
+        split2<KV>(pe[0], pe[1], ph0, pl0);
+        split2<KV>(pe[2], pe[3], ph1, pl1);
+        // O^T's columns are heads 2t and 2t + 1, whose alphas lanes 8t and 8t + 4 hold.
+        const float a_even = __shfl_sync(FULL, alpha, 8 * t), a_odd = __shfl_sync(FULL, alpha, 8 * t + 4);
+#pragma unroll
+        for (int m = 0; m < KS; ++m) {
+            o[m][0] *= a_even; o[m][1] *= a_odd; o[m][2] *= a_even; o[m][3] *= a_odd;
+        }
+
+        const u32 jv = jk + 1;
+        cp_async_wait<NS - 2>();
+        __syncwarp();
+        issue(jv + NS - 1);
+        const unsigned char* vt = ring + (jv % NS) * TILE;
+#pragma unroll
+        for (int m = 0; m < KS; ++m) {
+            u32 a[4];
+            ldsm_x4_trans(vt + (lkey * CPR + ((2 * m + lhalf) ^ (lkey & 7u))) * 16, a[0], a[1], a[2], a[3]);
+            mma16<KV>(o[m], a, ph0, ph1);
+            mma16<KV>(o[m], a, pl0, pl1);
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();   // every warp is done with its ring: it becomes the merge area
+
+    L += __shfl_xor_sync(FULL, L, 1);
+    L += __shfl_xor_sync(FULL, L, 2);
+    float* ms = reinterpret_cast<float*>(smem_raw);   // [NW][8] (M, S)
+    float* ov = ms + NW * MMA_HEADS * 2;               // [NW][8][D]
+    if (t == 0u) {
+        ms[(warp * MMA_HEADS + g) * 2] = M;
+        ms[(warp * MMA_HEADS + g) * 2 + 1] = L;
+    }
+    float* ow = ov + warp * MMA_HEADS * D;
+#pragma unroll
+    for (int m = 0; m < KS; ++m) {
+        const u32 d = 16 * m + g;
+        ow[(2 * t) * D + d] = o[m][0];
+        ow[(2 * t + 1) * D + d] = o[m][1];
+        ow[(2 * t) * D + d + 8] = o[m][2];
+        ow[(2 * t + 1) * D + d + 8] = o[m][3];
+    }
+    __syncthreads();
+
+    const u64 nrows = u64(gridDim.z / nwg) * jb.n_heads;
+    for (u32 x = threadIdx.x; x < hcount * (D / 4); x += NW * 32) {
+        const u32 h = x / (D / 4), f = x % (D / 4);
+        float m = -FLT_MAX_F;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) m = fmaxf(m, ms[(w * MMA_HEADS + h) * 2]);
+        float st = 0.0f;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+            const float gw = exp2f(ms[(w * MMA_HEADS + h) * 2] - m);
+            st += ms[(w * MMA_HEADS + h) * 2 + 1] * gw;
+            const float4 y = *reinterpret_cast<const float4*>(ov + (w * MMA_HEADS + h) * D + f * 4);
+            acc.x += y.x * gw; acc.y += y.y * gw; acc.z += y.z * gw; acc.w += y.w * gw;
+        }
+        store_row(dst, row0 + h, f, acc, st, m, nwg, iwg, nrows, D);
+    }
+}
+
+// ---------------------------------------------------------------- f32 K/V: FFMA
+
+constexpr int RING_LANE_BYTES = 768;  // cp.async ring per lane: NW * 32 * 768 = 98304 bytes per block
 
 // One step of the transpose-reduce: lanes with bit OFF set keep the upper
 // half of part[0 .. 2*OFF), the others the lower half; each adds its partner's
@@ -55,11 +356,6 @@ __device__ __forceinline__ void tr_step(float (&part)[32], u32 lane) {
     }
 }
 
-constexpr int NW = 4;                 // warps per block
-constexpr int RING_LANE_BYTES = 768;  // cp.async ring per lane: NW * 32 * 768 = 98304 bytes per block
-constexpr float LOG2E = 1.4426950408889634f;
-constexpr float LN2 = 0.6931471805599453f;
-
 // Transpose-reduce of part[0 .. 2*OFF) down to part[0]: afterwards lane l
 // holds index l & (2*OFF - 1), summed over the lanes that agree with l in
 // bits below 2*OFF.
@@ -69,21 +365,12 @@ __device__ __forceinline__ void tr_all(float (&part)[32], u32 lane) {
     if constexpr (OFF > 1) tr_all<OFF / 2>(part, lane);
 }
 
-// One block: KV head blockIdx.y of batch b, HG query heads of its GQA group
-// (the hpb heads from blockIdx.x * hpb), KV split iwg. The split's tiles of TK
-// positions go to the NW warps in turn; each warp streams its K and V rows
-// through a per-lane cp.async ring (a lane reads back only the 16-byte slices
-// it copied, so no warp barrier is needed), computes the HG * TK partial dots
-// from each K row once, transpose-reduces them (lane l: head (l % P) / TK,
-// position l % TK), runs the online softmax in the log2 domain for all HG
-// heads at once, and accumulates V with each weight broadcast by a shuffle.
-// The warps' (M, S, O) merge through shared memory at the end.
-template <int D, typename KV, int HG>
-__device__ __forceinline__ void attn_group(const FlashAttnVecParams* __restrict__ pp, const float* __restrict__ q,
-                                           const KV* __restrict__ k, const KV* __restrict__ v, float* dst,
-                                           uint4* smem) {
+// One block of the f32 path (see the top): HG query heads at most.
+template <int D, int HG>
+__device__ __forceinline__ void attn_group(const Job& jb, const float* __restrict__ q, const float* __restrict__ k,
+                                           const float* __restrict__ v, float* dst, uint4* smem) {
     constexpr int W = 32;
-    constexpr int VEC = 16 / int(sizeof(KV));   // elements per 16-byte slice
+    constexpr int VEC = 4;                      // floats per 16-byte slice
     constexpr int CH = D / (W * VEC);           // slices per lane per row
     constexpr int TK = (32 / HG) < (8 / CH) ? (32 / HG) : (8 / CH);   // positions per tile
     constexpr int P = HG * TK;                  // partial dots per lane per tile
@@ -92,69 +379,58 @@ __device__ __forceinline__ void attn_group(const FlashAttnVecParams* __restrict_
     constexpr int D4 = D / 4;
     static_assert(CH >= 1 && P <= 32 && (32 % P) == 0 && STAGES >= 2, "shape");
 
-    const FlashAttnVecParams p = *pp;
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    const u32 nwg = p.nwg;
+    const u32 nwg = jb.nwg;
     const u32 kvh = blockIdx.y;
     const u32 b = blockIdx.z / nwg, iwg = blockIdx.z % nwg;
-    const u32 batch = gridDim.z / nwg;
-    const u32 group = p.n_heads / p.n_kv_heads;
+    const u32 group = jb.n_heads / jb.n_kv_heads;
     const u32 hpb = (group + gridDim.x - 1) / gridDim.x;
     const u32 h0 = blockIdx.x * hpb;
     if (h0 >= group) return;
     const u32 hcount = min(hpb, group - h0);
     const u32 head0 = kvh * group + h0;
-    const u64 row0 = u64(b) * p.n_heads + head0;
-    const u64 kv0 = (u64(b) * p.n_kv_heads + kvh) * p.kv_capacity * D;
-    const KV* kb = k + kv0;
-    const KV* vb = v + kv0;
+    const u64 row0 = u64(b) * jb.n_heads + head0;
+    const u64 kv0 = (u64(b) * jb.n_kv_heads + kvh) * jb.cap * D;
+    const float* kb = k + kv0;
+    const float* vb = v + kv0;
+    const KvSpan sp = jb.sp;
+    const u32 nkeys = sp.keys();
 
     float qr[HG][CH][VEC], o[HG][CH][VEC];
 #pragma unroll
     for (int h = 0; h < HG; ++h) {
 #pragma unroll
         for (int c = 0; c < CH; ++c) {
-            const float* qp = q + (row0 + h) * D + (c * W + lane) * VEC;
-#pragma unroll
-            for (int j = 0; j < VEC; j += 4) {
-                const float4 t = u32(h) < hcount ? __ldg(reinterpret_cast<const float4*>(qp + j))
-                                                 : make_float4(0.f, 0.f, 0.f, 0.f);
-                qr[h][c][j] = t.x; qr[h][c][j + 1] = t.y; qr[h][c][j + 2] = t.z; qr[h][c][j + 3] = t.w;
-            }
+            const float4 t = u32(h) < hcount ? __ldg(reinterpret_cast<const float4*>(q + (row0 + h) * D + (c * W + lane) * VEC))
+                                             : make_float4(0.f, 0.f, 0.f, 0.f);
+            qr[h][c][0] = t.x; qr[h][c][1] = t.y; qr[h][c][2] = t.z; qr[h][c][3] = t.w;
 #pragma unroll
             for (int j = 0; j < VEC; ++j) o[h][c][j] = 0.0f;
         }
     }
 
-    const u32 n = p.kv_seq_len;
-    u32 lo = 0;
-    if (p.mask_type == 2u && p.sliding_window > 0u && n > p.sliding_window) lo = n - p.sliding_window;
-    const bool capped = p.softcap > 0.0f;
-    const float scale2 = capped ? p.scale : p.scale * LOG2E;
+    const bool capped = jb.softcap > 0.0f;
+    const float scale2 = capped ? jb.scale : jb.scale * LOG2E;
 
-    // Tiles [t_beg, t_end) hold the visible positions; split iwg takes a contiguous share.
-    const u32 t_beg = lo / TK, t_end = (n + TK - 1) / TK;
-    const u32 ntiles = t_end - t_beg;
-    const u32 per = (ntiles + nwg - 1) / nwg;
-    const u32 s_beg = t_beg + min(ntiles, iwg * per);
-    const u32 s_end = t_beg + min(ntiles, (iwg + 1) * per);
+    u32 s_beg, s_end;
+    split_tiles(nkeys, TK, nwg, iwg, s_beg, s_end);
     const u32 my_n = s_beg + warp < s_end ? (s_end - s_beg - warp + NW - 1) / NW : 0u;
 
     uint4* ring = smem + u32(warp) * STAGES * TB * 32 + lane;
     auto issue = [&](u32 i) {
         if (i < my_n) {
-            uint4* sp = ring + (i % STAGES) * TB * 32;
-            const u32 t = s_beg + warp + i * NW;
+            uint4* spt = ring + (i % STAGES) * TB * 32;
+            const u32 off = (s_beg + warp + i * NW) * TK;
+            const u32 s0 = sp.first(sp.lo + off);
 #pragma unroll
             for (int j = 0; j < TK; ++j) {
-                const u32 key = t * TK + j;
-                const bool vis = key >= lo && key < n;
-                const u64 roff = u64(vis ? key : lo) * D;
+                const bool vis = off + j < nkeys;
+                const u64 roff = u64(vis ? sp.slot(s0, j) : 0u) * D;
 #pragma unroll
                 for (int c = 0; c < CH; ++c) {
-                    const u64 off = roff + (c * W + lane) * VEC;
-                    cp_async16(sp + (j * CH + c) * 32, kb + off, vis);
-                    cp_async16(sp + (TK * CH + j * CH + c) * 32, vb + off, vis);
+                    const u64 at = roff + (c * W + lane) * VEC;
+                    cp_async16(spt + (j * CH + c) * 32, kb + at, vis);
+                    cp_async16(spt + (TK * CH + j * CH + c) * 32, vb + at, vis);
                 }
             }
         }
@@ -171,7 +447,7 @@ __device__ __forceinline__ void attn_group(const FlashAttnVecParams* __restrict_
         cp_async_wait<STAGES - 2>();   // this lane's copies of tile i have landed
         issue(i + STAGES - 1);         // into the slot of tile i - 1, already consumed
         const uint4* tp = ring + (i % STAGES) * TB * 32;
-        const u32 t = s_beg + warp + i * NW;
+        const u32 off = (s_beg + warp + i * NW) * TK;
 
         float part[32];
 #pragma unroll
@@ -180,8 +456,8 @@ __device__ __forceinline__ void attn_group(const FlashAttnVecParams* __restrict_
         for (int j = 0; j < TK; ++j) {
 #pragma unroll
             for (int c = 0; c < CH; ++c) {
-                float kf[VEC];
-                unpack(tp[(j * CH + c) * 32], kf, k);
+                const uint4 kr = tp[(j * CH + c) * 32];
+                const float kf[4] = {__uint_as_float(kr.x), __uint_as_float(kr.y), __uint_as_float(kr.z), __uint_as_float(kr.w)};
 #pragma unroll
                 for (int h = 0; h < HG; ++h) {
 #pragma unroll
@@ -192,21 +468,20 @@ __device__ __forceinline__ void attn_group(const FlashAttnVecParams* __restrict_
         if constexpr (P > 1) tr_all<P / 2>(part, lane);
         float sc = part[0];
 #pragma unroll
-        for (int off = P; off < 32; off <<= 1) sc += __shfl_xor_sync(FULL, sc, off);
-        const u32 key = t * TK + jj;
-        const bool vis = key >= lo && key < n;
+        for (int x = P; x < 32; x <<= 1) sc += __shfl_xor_sync(FULL, sc, x);
+        const bool vis = off + jj < nkeys;
         float s2 = sc * scale2;
-        if (capped) s2 = p.softcap * tanhf(s2 / p.softcap) * LOG2E;
+        if (capped) s2 = jb.softcap * tanhf(s2 / jb.softcap) * LOG2E;
         s2 = vis ? s2 : -FLT_MAX_F;
         float mt = s2;
 #pragma unroll
-        for (int off = 1; off < TK; off <<= 1) mt = fmaxf(mt, __shfl_xor_sync(FULL, mt, off));
+        for (int x = 1; x < TK; x <<= 1) mt = fmaxf(mt, __shfl_xor_sync(FULL, mt, x));
         const float m_new = fmaxf(M, mt);
         const float alpha = exp2f(M - m_new);
         const float e = vis ? exp2f(s2 - m_new) : 0.0f;
         float es = e;
 #pragma unroll
-        for (int off = 1; off < TK; off <<= 1) es += __shfl_xor_sync(FULL, es, off);
+        for (int x = 1; x < TK; x <<= 1) es += __shfl_xor_sync(FULL, es, x);
         S = S * alpha + es;
         M = m_new;
 #pragma unroll
@@ -227,8 +502,8 @@ __device__ __forceinline__ void attn_group(const FlashAttnVecParams* __restrict_
             for (int h = 0; h < HG; ++h) w[h] = __shfl_sync(FULL, e, h * TK + j);
 #pragma unroll
             for (int c = 0; c < CH; ++c) {
-                float vf[VEC];
-                unpack(tp[(TK * CH + j * CH + c) * 32], vf, v);
+                const uint4 vr = tp[(TK * CH + j * CH + c) * 32];
+                const float vf[4] = {__uint_as_float(vr.x), __uint_as_float(vr.y), __uint_as_float(vr.z), __uint_as_float(vr.w)};
 #pragma unroll
                 for (int h = 0; h < HG; ++h) {
 #pragma unroll
@@ -252,14 +527,12 @@ __device__ __forceinline__ void attn_group(const FlashAttnVecParams* __restrict_
 #pragma unroll
         for (int c = 0; c < CH; ++c) {
             float* op = ov + (warp * HG + h) * D + (c * W + lane) * VEC;
-#pragma unroll
-            for (int x = 0; x < VEC; x += 4)
-                *reinterpret_cast<float4*>(op + x) = make_float4(o[h][c][x], o[h][c][x + 1], o[h][c][x + 2], o[h][c][x + 3]);
+            *reinterpret_cast<float4*>(op) = make_float4(o[h][c][0], o[h][c][1], o[h][c][2], o[h][c][3]);
         }
     }
     __syncthreads();
 
-    const u64 nrows = u64(batch) * p.n_heads;
+    const u64 nrows = u64(gridDim.z / nwg) * jb.n_heads;
     for (u32 x = threadIdx.x; x < hcount * D4; x += NW * 32) {
         const u32 h = x / D4, f = x % D4;
         float m = -FLT_MAX_F;
@@ -269,42 +542,37 @@ __device__ __forceinline__ void attn_group(const FlashAttnVecParams* __restrict_
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int w = 0; w < NW; ++w) {
-            const float g = exp2f(ms[(w * HG + h) * 2] - m);
-            st += ms[(w * HG + h) * 2 + 1] * g;
+            const float gw = exp2f(ms[(w * HG + h) * 2] - m);
+            st += ms[(w * HG + h) * 2 + 1] * gw;
             const float4 y = *reinterpret_cast<const float4*>(ov + (w * HG + h) * D + f * 4);
-            acc.x += y.x * g; acc.y += y.y * g; acc.z += y.z * g; acc.w += y.w * g;
+            acc.x += y.x * gw; acc.y += y.y * gw; acc.z += y.z * gw; acc.w += y.w * gw;
         }
-        const u64 row = row0 + h;
-        if (nwg == 1) {
-            const float inv = (st == 0.0f) ? 0.0f : 1.0f / st;
-            reinterpret_cast<float4*>(dst)[row * D4 + f] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
-        } else {
-            reinterpret_cast<float4*>(dst)[(row * D4 + f) * nwg + iwg] = acc;
-            if (f == 0) {
-                float* sm = dst + nrows * D * nwg + row * 2 * nwg + 2 * iwg;
-                sm[0] = st;
-                sm[1] = m * LN2;
-            }
+        store_row(dst, row0 + h, f, acc, st, m, nwg, iwg, nrows, D);
+    }
+}
+
+template <int D>
+__device__ __forceinline__ void attn_f32(const Job& jb, const float* q, const float* k, const float* v, float* dst) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    uint4* smem = reinterpret_cast<uint4*>(smem_raw);
+    constexpr int CH = D * 4 / (32 * 16);
+    constexpr int HMAX = 8 / CH;
+    const u32 group = jb.n_heads / jb.n_kv_heads;
+    const u32 hpb = (group + gridDim.x - 1) / gridDim.x;
+    if (hpb <= 1u) attn_group<D, 1>(jb, q, k, v, dst, smem);
+    else if (hpb <= 2u) attn_group<D, 2>(jb, q, k, v, dst, smem);
+    else if constexpr (HMAX >= 4) {
+        if (hpb <= 4u) attn_group<D, 4>(jb, q, k, v, dst, smem);
+        else if constexpr (HMAX >= 8) {
+            if (hpb <= 8u) attn_group<D, 8>(jb, q, k, v, dst, smem);
         }
     }
 }
 
 template <int D, typename KV>
-__device__ __forceinline__ void attn_main(const FlashAttnVecParams* p, const float* q, const KV* k, const KV* v,
-                                          float* dst) {
-    extern __shared__ uint4 smem[];
-    constexpr int CH = D * int(sizeof(KV)) / (32 * 16);
-    constexpr int HMAX = 8 / CH;
-    const u32 group = p->n_heads / p->n_kv_heads;
-    const u32 hpb = (group + gridDim.x - 1) / gridDim.x;
-    if (hpb <= 1u) attn_group<D, KV, 1>(p, q, k, v, dst, smem);
-    else if (hpb <= 2u) attn_group<D, KV, 2>(p, q, k, v, dst, smem);
-    else if constexpr (HMAX >= 4) {
-        if (hpb <= 4u) attn_group<D, KV, 4>(p, q, k, v, dst, smem);
-        else if constexpr (HMAX >= 8) {
-            if (hpb <= 8u) attn_group<D, KV, 8>(p, q, k, v, dst, smem);
-        }
-    }
+__device__ __forceinline__ void attn(const Job& jb, const float* q, const KV* k, const KV* v, float* dst) {
+    if constexpr (sizeof(KV) == 4) attn_f32<D>(jb, q, k, v, dst);
+    else attn_mma<D, KV>(jb, q, k, v, dst);
 }
 
 template <int D>
@@ -338,26 +606,33 @@ __device__ __forceinline__ void attn_combine(const FlashAttnVecReduceParams* p, 
 
 }  // namespace
 
-// buffer(0) params, (1) q, (2) k, (3) v, (4) dst; threadgroup(0) 4352 bytes (unused).
-extern "C" __global__ void __launch_bounds__(128, 2) flash_attn_vec_dk256(const FlashAttnVecParams* p, const float* q,
-                                                                      const float* k, const float* v, float* dst) {
-    attn_main<256, float>(p, q, k, v, dst);
-}
-extern "C" __global__ void __launch_bounds__(128, 2) flash_attn_vec_dk512(const FlashAttnVecParams* p, const float* q,
-                                                                      const float* k, const float* v, float* dst) {
-    attn_main<512, float>(p, q, k, v, dst);
-}
-extern "C" __global__ void __launch_bounds__(128, 2) flash_attn_vec_f16kv_dk256(const FlashAttnVecParams* p,
-                                                                            const float* q, const __half* k,
-                                                                            const __half* v, float* dst) {
-    attn_main<256, __half>(p, q, k, v, dst);
-}
-extern "C" __global__ void __launch_bounds__(128, 2) flash_attn_vec_f16kv_dk512(const FlashAttnVecParams* p,
-                                                                            const float* q, const __half* k,
-                                                                            const __half* v, float* dst) {
-    attn_main<512, __half>(p, q, k, v, dst);
-}
+// Main kernels, mlx-native's bindings: buffer(0) FlashAttnVecParams, (1) q, (2) k, (3) v, (4) dst.
+// Varlen: buffer(0) FlashAttnVecVarlenParams, (1) q, (2) k, (3) v, (4) dst, (5) seq_lens.
+#define FAV_ENTRIES(D, KV, TAG, BOUNDS)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(128, BOUNDS) flash_attn_vec_##TAG##dk##D(                           \
+        const FlashAttnVecParams* p, const float* q, const KV* k, const KV* v, float* dst) {                         \
+        attn<D, KV>(job_of(*p), q, k, v, dst);                                                                        \
+    }                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(128, BOUNDS) flash_attn_vec_varlen_##TAG##dk##D(                    \
+        const FlashAttnVecVarlenParams* p, const float* q, const KV* k, const KV* v, float* dst, const u32* seq_lens) { \
+        attn<D, KV>(job_of(*p, seq_lens), q, k, v, dst);                                                              \
+    }
+
+FAV_ENTRIES(128, float, , 2)
+FAV_ENTRIES(256, float, , 2)
+FAV_ENTRIES(512, float, , 2)
+FAV_ENTRIES(128, __half, f16kv_, 1)
+FAV_ENTRIES(256, __half, f16kv_, 1)
+FAV_ENTRIES(512, __half, f16kv_, 1)
+FAV_ENTRIES(128, __nv_bfloat16, bf16kv_, 1)
+FAV_ENTRIES(256, __nv_bfloat16, bf16kv_, 1)
+FAV_ENTRIES(512, __nv_bfloat16, bf16kv_, 1)
+
 // buffer(0) FlashAttnVecReduceParams, (1) tmp, (2) dst [rows, D], (3) nwg u32.
+extern "C" __global__ void flash_attn_vec_reduce_dk128(const FlashAttnVecReduceParams* p, const float* tmp,
+                                                       float* dst, const u32* nwg) {
+    attn_combine<128>(p, tmp, dst, nwg);
+}
 extern "C" __global__ void flash_attn_vec_reduce_dk256(const FlashAttnVecReduceParams* p, const float* tmp,
                                                        float* dst, const u32* nwg) {
     attn_combine<256>(p, tmp, dst, nwg);

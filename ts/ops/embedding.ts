@@ -6,9 +6,11 @@
 // the table's dtype or f32; gather in f16 and bf16; and a fourth word of
 // the batched params, vocab_size, so the kernel clamps ids it reads from
 // device memory (mlx-native's batched kernel has no bound and reads past
-// the table on a bad id). mlx-native's quantized tables (src/ops/embedding.rs,
-// 4- and 6-bit) are not here. Kernels: shaders/embedding.metal and
-// shaders/cuda/embedding.cu.
+// the table on a bad id). Tables of GGUF blocks (Q4_0, Q8_0, Q4_K, Q5_K,
+// Q6_K: tableType) gather through the quantized_matmul_ggml family's kernels
+// (ts/ops/quantized_matmul_ggml.ts, which dequantizes them). mlx-native's MLX
+// affine quantized tables (src/ops/embedding.rs, 4- and 6-bit) are not here.
+// Kernels: shaders/embedding.metal and shaders/cuda/embedding.cu.
 
 import src from '../../shaders/embedding.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/embedding.cu' with { type: 'text' };
@@ -22,6 +24,7 @@ import { packFields, structLayout, type ParamField } from '../params.ts';
 import { record, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { planGgmlEmbedding, validateGgmlEmbedding, type GgmlEmbeddingArgs, type GgmlQuantType } from './quantized_matmul_ggml.ts';
 
 export const EMBEDDING_FAMILY = 'embedding';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -47,11 +50,13 @@ export const EMBED_GATHER_SCALE_PARAMS_LAYOUT: readonly ParamField[] = structLay
 export const EMBED_GATHER_SCALE_BATCH_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'EmbedGatherScaleBatchParams');
 
 export interface EmbeddingArgs {
-  /** [vocabSize, hiddenSize], f32, f16 or bf16 */
+  /** [vocabSize, hiddenSize], f32, f16 or bf16; with tableType, u8: vocabSize rows of hiddenSize / QK blocks */
   table: Buffer;
+  /** The table's GGUF block format (a GGUF TensorInfo's dtype); absent: a table of floats of its dtype. */
+  tableType?: GgmlQuantType;
   /** [nTokens] u32; an id >= vocabSize reads row vocabSize - 1 */
   tokenIds: Buffer;
-  /** [nTokens, hiddenSize], the table's dtype or f32 */
+  /** [nTokens, hiddenSize], the table's dtype or f32; f32, f16 or bf16 with tableType */
   output: Buffer;
   vocabSize: number;
   hiddenSize: number;
@@ -126,6 +131,10 @@ function validateTable(op: string, a: { table: Buffer; output: Buffer; vocabSize
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
 export function validateEmbedding(a: EmbeddingArgs, device?: Device): void {
   const op = 'embedding';
+  if (a.tableType !== undefined) {
+    validateGgmlEmbedding(a as GgmlEmbeddingArgs, device, op);
+    return;
+  }
   checkPositive(op, 'nTokens', a.nTokens);
   checkAtMost(op, 'nTokens', a.nTokens, U32_MAX, '2^32 - 1');
   validateTable(op, a, a.nTokens, 'nTokens * hiddenSize', device);
@@ -196,7 +205,9 @@ function rowsDispatch(kernel: string, buffers: PlannedDispatch['buffers'], bytes
  * the product in f32 rounded once to the output's dtype (scale 1 when absent:
  * the table's values unchanged). An id past the table reads its last row
  * (mlx-native's gather rule), so a bad id in device memory never reads
- * outside the table.
+ * outside the table. With tableType, the table's rows are GGUF blocks,
+ * dequantized in f32 (planGgmlEmbedding: the quantized_matmul_ggml family's
+ * embedding_gather_scale_batch_<t>_to_<o>, output f32, f16 or bf16).
  *
  * Layouts: table [vocabSize, hiddenSize] f32, f16 or bf16; tokenIds [nTokens]
  * u32; output [nTokens, hiddenSize] in the table's dtype or f32.
@@ -213,6 +224,7 @@ export function embedding(enc: Encoder, args: EmbeddingArgs): void {
 
 /** embedding's plan: validates, then one dispatch (see embedding). */
 export function planEmbedding(a: EmbeddingArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  if (a.tableType !== undefined) return planGgmlEmbedding(a as GgmlEmbeddingArgs, limits, device);
   validateEmbedding(a, device);
   const params = packEmbedGatherScaleBatchParams({ scale: a.scale ?? 1, hiddenSize: a.hiddenSize, nTokens: a.nTokens, vocabSize: a.vocabSize });
   return rowsDispatch(`embedding_gather_scale_batch_${suffix(a.table.dtype, a.output.dtype)}`, [a.table, a.tokenIds, a.output],

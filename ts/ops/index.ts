@@ -16,6 +16,7 @@ export * from './kv_cache_copy.ts';
 export * from './l2_norm.ts';
 export * from './moe_routing.ts';
 export * from './quantized_matmul.ts';
+export * from './quantized_matmul_ggml.ts';
 export * from './rope.ts';
 export * from './rope_multi.ts';
 export * from './rms_norm.ts';

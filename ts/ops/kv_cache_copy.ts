@@ -7,7 +7,8 @@
 // that keep every write inside the cache (mlx-native checks only the source
 // and a global cache's end), the `ring` flag that says which of its two
 // documented contracts a seq copy follows, and kvCacheReadSpan, what decode
-// attention (flash_attn_vec) is given after the writes.
+// attention (flash_attn_vec) is given after the writes (flashAttnVecVarlen
+// takes the positions written instead, and a ring's slots by position).
 // Kernels: shaders/kv_cache_copy.metal and shaders/cuda/kv_cache_copy.cu.
 
 import src from '../../shaders/kv_cache_copy.metal' with { type: 'text' };
@@ -404,7 +405,9 @@ export function planKvCacheCopySeqDual(a: KvCacheCopySeqDualArgs, limits: Device
  * positions are in the keys already (rotary embedding comes before the copy).
  * On a ring every slot it reads is in the window, so the mask is 'none' (or
  * 'causal', the same for one query); 'slidingWindow' is for a global cache,
- * whose slots are positions.
+ * whose slots are positions. flashAttnVecVarlen with ring: true takes the
+ * positions written instead (seqLens[b] = end, per sequence) and maps each
+ * position to its slot itself, so a ring wider than the window works too.
  */
 export function kvCacheReadSpan(end: number, capacity: number, ring: boolean): { kvSeqLen: number; oldestSlot: number } {
   const op = 'kv_cache_read_span';

@@ -555,55 +555,101 @@ static void test_cumsum(Rng& rng) {
 
 // ---------------------------------------------------------------- flash_attn_vec
 
-// The op's cuda grid x (ts/ops/flash_attn_vec.ts flashAttnVecCudaHeadBlocks).
-static uint32_t fav_head_blocks(uint32_t batch, uint32_t nh, uint32_t nkv, uint32_t D, uint32_t kv_bytes, uint32_t nwg) {
-  const uint32_t group = nh / nkv, slices = D * kv_bytes / 512;
-  uint32_t hpb = std::min(group, 8 / slices);
+// The op's cuda launch of a main kernel (ts/ops/flash_attn_vec.ts cudaMainLaunch): f32 K/V on
+// FFMA, grid x from flashAttnVecCudaHeadBlocks; f16 / bf16 on tensor cores, 8 query heads a block.
+static uint32_t fav_head_blocks(uint32_t batch, uint32_t nh, uint32_t nkv, uint32_t D, uint32_t nwg) {
+  const uint32_t group = nh / nkv, slices = D * 4 / 512;
+  uint32_t hpb = std::min(group, std::max(1u, 8 / slices));
   while (hpb > 1 && (group + hpb - 1) / hpb * nkv * batch * nwg < 128) hpb = (hpb + 1) / 2;
   return (group + hpb - 1) / hpb;
 }
-static const uint32_t FAV_CUDA_THREADS = 128, FAV_CUDA_TG = 4 * 32 * 768;
+static const uint32_t FAV_CUDA_THREADS = 128;
+static uint32_t fav_grid_x(int kv, uint32_t batch, uint32_t nh, uint32_t nkv, uint32_t D, uint32_t nwg) {
+  return kv == 0 ? fav_head_blocks(batch, nh, nkv, D, nwg) : (nh / nkv + 7) / 8;
+}
+static uint64_t fav_smem(int kv, uint32_t D) { return kv == 0 ? 4 * 32 * 768 : 192 * 1024 + (D == 512 ? 16 * 512 * 2 : 0); }
+static const char* fav_tag(int kv) { return kv == 0 ? "" : kv == 1 ? "f16kv_" : "bf16kv_"; }
 
 static void test_fav(Rng& rng) {
   const char* F = "flash_attn_vec";
-  struct Case { uint32_t batch, nh, nkv, n, cap, mask, win; float softcap; uint32_t nwg; };
-  vector<Case> cases = {{1, 4, 1, 1, 4, 0, 0, 0, 1}, {2, 8, 2, 100, 128, 1, 0, 0, 1}, {1, 8, 4, 1000, 1024, 2, 300, 30, 8},
-                        {2, 4, 4, 33, 40, 0, 0, 0, 32}, {1, 16, 2, 4097, 4100, 1, 0, 0, 16}, {1, 2, 1, 64, 64, 2, 1, 0, 3},
-                        {3, 6, 3, 257, 300, 2, 500, 50, 5}, {1, 2, 2, 31, 31, 0, 0, 10, 2},
-                        {1, 16, 2, 2049, 2100, 1, 0, 0, 32}, {2, 16, 1, 700, 700, 2, 130, 0, 4}, {1, 6, 2, 77, 80, 0, 0, 20, 1},
-                        {1, 5, 1, 3000, 3001, 1, 0, 0, 7}, {2, 16, 2, 1, 2, 0, 0, 0, 32}};
-  for (int f16 = 0; f16 < 2; ++f16)
-    for (uint32_t D : {256u, 512u})
+  // lens: one per sequence (the main entries: every sequence lens[0]); ring and varlen: the varlen entries.
+  struct Case { uint32_t batch, nh, nkv, cap, mask, win; float softcap; uint32_t nwg; vector<uint32_t> lens; bool varlen, ring; };
+  vector<Case> cases = {
+      {1, 4, 1, 4, 0, 0, 0, 1, {1}, false, false}, {2, 8, 2, 128, 1, 0, 0, 1, {100, 100}, false, false},
+      {1, 8, 4, 1024, 2, 300, 30, 8, {1000}, false, false}, {2, 4, 4, 40, 0, 0, 0, 32, {33, 33}, false, false},
+      {1, 16, 2, 4100, 1, 0, 0, 16, {4097}, false, false}, {1, 2, 1, 64, 2, 1, 0, 3, {64}, false, false},
+      {3, 6, 3, 300, 2, 500, 50, 5, {257, 257, 257}, false, false}, {1, 2, 2, 31, 0, 0, 10, 2, {31}, false, false},
+      {1, 16, 2, 2100, 1, 0, 0, 32, {2049}, false, false}, {2, 16, 1, 700, 2, 130, 0, 4, {700, 700}, false, false},
+      {1, 6, 2, 80, 0, 0, 20, 1, {77}, false, false}, {1, 5, 1, 3001, 1, 0, 0, 7, {3000}, false, false},
+      {2, 16, 2, 2, 0, 0, 0, 32, {1, 1}, false, false},
+      {4, 16, 2, 64, 0, 0, 0, 4, {0, 1, 17, 64}, true, false},               // varlen, global cache
+      {2, 8, 2, 48, 2, 16, 0, 1, {60, 33}, true, false},                     // a length past the capacity
+      {5, 16, 2, 32, 0, 0, 0, 4, {1, 31, 32, 33, 1000}, true, true},         // ring = window, wrapped many times
+      {3, 8, 1, 40, 2, 24, 8, 3, {23, 24, 4097}, true, true},                // ring wider than the window
+      {2, 32, 2, 1024, 2, 1024, 0, 8, {1500, 70000}, true, true}};           // GQA 16, a window of 1024
+  for (int kv = 0; kv < 3; ++kv)
+    for (uint32_t D : {128u, 256u, 512u})
       for (const Case& c : cases) {
         const uint32_t rows = c.batch * c.nh;
         const size_t kvn = size_t(c.batch) * c.nkv * c.cap * D;
         vector<float> q(rows * D);
         for (auto& v : q) v = float(rng.normal());
+        // The visible positions [lo, hi) of sequence b (shaders/flash_attn_vec.metal) and their slots.
+        auto span = [&](uint32_t b, uint32_t& lo, uint32_t& hi) {
+          const uint32_t len = c.varlen ? c.lens[b] : c.lens[0];
+          hi = c.ring ? len : std::min(len, c.cap);
+          lo = c.ring && len > c.cap ? len - c.cap : 0;
+          if (c.mask == 2 && c.win > 0 && len > c.win) lo = std::max(lo, len - c.win);
+        };
+        auto slot = [&](uint32_t j) { return c.ring ? j % c.cap : j; };
         vector<double> kd(kvn), vd(kvn);
-        for (size_t i = 0; i < kvn; ++i) {
-          size_t pos = (i / D) % c.cap;
-          bool valid = pos < c.n;
-          kd[i] = valid ? rng.normal() : NAN;   // positions past kv_seq_len are NaN: they must not be read
-          vd[i] = valid ? rng.normal() : NAN;
+        for (uint32_t b = 0; b < c.batch; ++b) {
+          uint32_t lo, hi;
+          span(b, lo, hi);
+          vector<char> used(c.cap, 0);
+          for (uint32_t j = lo; j < hi; ++j) used[slot(j)] = 1;
+          for (uint32_t h = 0; h < c.nkv; ++h)
+            for (uint32_t sl = 0; sl < c.cap; ++sl)
+              for (uint32_t e = 0; e < D; ++e) {
+                const size_t i = ((size_t(b) * c.nkv + h) * c.cap + sl) * D + e;
+                kd[i] = used[sl] ? rng.normal() : NAN;   // slots outside the span are NaN: they must not be read
+                vd[i] = used[sl] ? rng.normal() : NAN;
+              }
         }
         Buf bk, bv;
-        if (f16) {
-          vector<uint16_t> hk(kvn), hv(kvn);
-          for (size_t i = 0; i < kvn; ++i) { hk[i] = std::isnan(kd[i]) ? 0x7e00 : f_to_f16(float(kd[i])); hv[i] = std::isnan(vd[i]) ? 0x7e00 : f_to_f16(float(vd[i])); kd[i] = f16_to_f(hk[i]); vd[i] = f16_to_f(hv[i]); }
-          bk = upload(hk); bv = upload(hv);
-        } else {
+        if (kv == 0) {
           vector<float> fk(kd.begin(), kd.end()), fv(vd.begin(), vd.end());
           for (size_t i = 0; i < kvn; ++i) { kd[i] = fk[i]; vd[i] = fv[i]; }
           bk = upload(fk); bv = upload(fv);
+        } else {
+          vector<uint16_t> hk(kvn), hv(kvn);
+          for (size_t i = 0; i < kvn; ++i) {
+            if (kv == 1) {
+              hk[i] = std::isnan(kd[i]) ? 0x7e00 : f_to_f16(float(kd[i])); hv[i] = std::isnan(vd[i]) ? 0x7e00 : f_to_f16(float(vd[i]));
+              kd[i] = f16_to_f(hk[i]); vd[i] = f16_to_f(hv[i]);
+            } else {
+              hk[i] = f_to_bf16(float(kd[i])); hv[i] = f_to_bf16(float(vd[i]));
+              kd[i] = bf16_to_f(hk[i]); vd[i] = bf16_to_f(hv[i]);
+            }
+          }
+          bk = upload(hk); bv = upload(hv);
         }
-        Buf bq = upload(q), out(rows * D * 4);
+        Buf bq = upload(q), out(rows * D * 4), lens = upload(c.lens);
         Buf tmp(c.nwg > 1 ? size_t(rows) * (D + 2) * c.nwg * 4 : 16);
         out.poison(); tmp.poison();
         const float scale = float(1.0 / std::sqrt(double(D)));
-        FlashAttnVecParams p{c.nh, c.nkv, D, c.n, c.cap, scale, c.mask, c.mask == 2 ? c.win : 0, c.softcap, c.nwg};
-        string kn = string(f16 ? "flash_attn_vec_f16kv_dk" : "flash_attn_vec_dk") + std::to_string(D);
-        Dispatch d(pipe(F, kn, g_dir), fav_head_blocks(c.batch, c.nh, c.nkv, D, f16 ? 2 : 4, c.nwg), c.nkv, c.batch * c.nwg, FAV_CUDA_THREADS);
-        d.val(0, p).buf(1, bq).buf(2, bk).buf(3, bv).buf(4, c.nwg == 1 ? out : tmp).tg(0, FAV_CUDA_TG).record();
+        const string kn = string(c.varlen ? "flash_attn_vec_varlen_" : "flash_attn_vec_") + fav_tag(kv) + "dk" + std::to_string(D);
+        Dispatch d(pipe(F, kn, g_dir), fav_grid_x(kv, c.batch, c.nh, c.nkv, D, c.nwg), c.nkv, c.batch * c.nwg, FAV_CUDA_THREADS);
+        if (c.varlen) {
+          FlashAttnVecVarlenParams p{c.nh, c.nkv, D, c.cap, scale, c.mask, c.mask == 2 ? c.win : 0, c.softcap, c.nwg, c.ring ? 1u : 0u};
+          d.val(0, p);
+        } else {
+          FlashAttnVecParams p{c.nh, c.nkv, D, c.lens[0], c.cap, scale, c.mask, c.mask == 2 ? c.win : 0, c.softcap, c.nwg};
+          d.val(0, p);
+        }
+        d.buf(1, bq).buf(2, bk).buf(3, bv).buf(4, c.nwg == 1 ? out : tmp);
+        if (c.varlen) d.buf(5, lens);
+        d.tg(0, fav_smem(kv, D)).record();
         if (c.nwg > 1) {
           barrier();
           uint32_t nrows = rows, nwg = c.nwg;
@@ -613,53 +659,72 @@ static void test_fav(Rng& rng) {
         commit_wait();
         vector<double> want(rows * D, 0.0);
         const uint32_t group = c.nh / c.nkv;
-        const uint32_t lo = c.mask == 2 && c.win > 0 && c.n > c.win ? c.n - c.win : 0;
-        vector<double> s(c.n);
-        for (uint32_t b = 0; b < c.batch; ++b)
+        for (uint32_t b = 0; b < c.batch; ++b) {
+          uint32_t lo, hi;
+          span(b, lo, hi);
+          vector<double> s(hi > lo ? hi - lo : 0);
           for (uint32_t h = 0; h < c.nh; ++h) {
             size_t qo = (size_t(b) * c.nh + h) * D, ko = (size_t(b) * c.nkv + h / group) * c.cap * D;
             double mx = -INFINITY;
-            for (uint32_t j = lo; j < c.n; ++j) {
+            for (uint32_t j = lo; j < hi; ++j) {
               double dot = 0;
-              for (uint32_t e = 0; e < D; ++e) dot += double(q[qo + e]) * kd[ko + size_t(j) * D + e];
+              for (uint32_t e = 0; e < D; ++e) dot += double(q[qo + e]) * kd[ko + size_t(slot(j)) * D + e];
               double x = scale * dot;
               if (c.softcap > 0) x = c.softcap * std::tanh(x / c.softcap);
-              s[j] = x; mx = std::max(mx, x);
+              s[j - lo] = x; mx = std::max(mx, x);
             }
             double sum = 0;
-            for (uint32_t j = lo; j < c.n; ++j) { s[j] = std::exp(s[j] - mx); sum += s[j]; }
-            for (uint32_t j = lo; j < c.n; ++j)
-              for (uint32_t e = 0; e < D; ++e) want[qo + e] += s[j] / sum * vd[ko + size_t(j) * D + e];
+            for (double& x : s) { x = std::exp(x - mx); sum += x; }
+            for (uint32_t j = lo; j < hi; ++j)
+              for (uint32_t e = 0; e < D; ++e) want[qo + e] += s[j - lo] / sum * vd[ko + size_t(slot(j)) * D + e];
           }
-        char tag[200];
-        snprintf(tag, sizeof tag, "%s batch=%u heads=%u/%u n=%u cap=%u mask=%u win=%u softcap=%g nwg=%u", kn.c_str(), c.batch, c.nh, c.nkv, c.n, c.cap, c.mask, c.win, c.softcap, c.nwg);
-        check(tag, max_rel(to_d(out.read<float>(rows * D)), want, 0.05 * scale_of(want)), 5e-5);
+        }
+        char tag[240];
+        snprintf(tag, sizeof tag, "%s batch=%u heads=%u/%u len=%u.. cap=%u mask=%u win=%u softcap=%g nwg=%u%s", kn.c_str(), c.batch, c.nh,
+                 c.nkv, c.lens[0], c.cap, c.mask, c.win, c.softcap, c.nwg, c.ring ? " ring" : "");
+        // tests/flash_attn_vec.test.ts's measure and tolerance: max |got - want| / max |want| under f32's 1e-5.
+        check(tag, max_rel(to_d(out.read<float>(rows * D)), want, scale_of(want)), 1e-5);
       }
-  // decode performance, f16 KV, D = 256: 16 query heads over 2 KV heads, 32768 positions,
-  // batch 1 and 8; GB/s count each K and V byte once. hb: grid x (0: the op's choice).
-  struct PerfCase { uint32_t B, nwg, hb; };
-  for (PerfCase pc : {PerfCase{1, 32, 0}, PerfCase{1, 32, 1}, PerfCase{1, 16, 0}, PerfCase{1, 1, 0}, PerfCase{8, 32, 0},
-                      PerfCase{8, 8, 0}, PerfCase{8, 32, 2}}) {
-    const uint32_t B = pc.B, NH = 16, NKV = 2, D = 256, N = 32768, nwg = pc.nwg;
-    const uint32_t hb = pc.hb ? pc.hb : fav_head_blocks(B, NH, NKV, D, 2, nwg);
-    const size_t kvn = size_t(B) * NKV * N * D;
-    vector<uint16_t> hk(kvn);
+  // Decode performance: 16 query heads over 2 KV heads, 32768 positions (D 256 and 512), and a
+  // ring of 1024 read at position 32775 (varlen); GB/s count each K and V byte read once.
+  struct PerfCase { int kv; uint32_t D, B, nwg; bool ring; };
+  for (PerfCase pc : {PerfCase{2, 256, 1, 32, false}, PerfCase{2, 256, 1, 16, false}, PerfCase{2, 256, 8, 8, false},
+                      PerfCase{2, 256, 8, 16, false}, PerfCase{2, 256, 8, 32, false}, PerfCase{1, 256, 1, 32, false},
+                      PerfCase{1, 256, 8, 8, false}, PerfCase{0, 256, 1, 32, false}, PerfCase{2, 512, 1, 32, false},
+                      PerfCase{2, 128, 8, 8, false}, PerfCase{2, 256, 1, 8, true}, PerfCase{2, 256, 8, 8, true}}) {
+    const uint32_t B = pc.B, NH = 16, NKV = 2, D = pc.D, cap = pc.ring ? 1024 : 32768, len = pc.ring ? 32775 : 32768, nwg = pc.nwg;
+    const size_t kvn = size_t(B) * NKV * cap * D;
     std::mt19937 g32(uint32_t(rng.g()));
-    for (auto& x : hk) x = uint16_t((g32() & 0x83ffu) | 0x3800u);   // +-[0.5, 1)
+    Buf bk, bv;
+    if (pc.kv == 0) {
+      vector<float> fk(kvn);
+      for (auto& x : fk) x = float(int(g32() % 2001) - 1000) / 1000.0f;
+      bk = upload(fk); bv = upload(fk);
+    } else {
+      vector<uint16_t> hk(kvn);
+      for (auto& x : hk) x = pc.kv == 1 ? uint16_t((g32() & 0x83ffu) | 0x3800u) : uint16_t((g32() & 0x807fu) | 0x3f00u);   // +-[0.5, 1)
+      bk = upload(hk); bv = upload(hk);
+    }
     vector<float> q(B * NH * D);
     for (auto& x : q) x = float(rng.normal());
-    Buf bk = upload(hk), bv = upload(hk), bq = upload(q), out(B * NH * D * 4), tmp(size_t(B) * NH * (D + 2) * nwg * 4);
-    FlashAttnVecParams p{NH, NKV, D, N, N, 0.0625f, 1, 0, 0, nwg};
-    uint32_t nrows = B * NH;
+    vector<uint32_t> lv(B, len);
+    Buf bq = upload(q), out(B * NH * D * 4), tmp(size_t(B) * NH * (D + 2) * nwg * 4), lens = upload(lv);
+    const uint32_t nrows = B * NH;
+    const string kn = string(pc.ring ? "flash_attn_vec_varlen_" : "flash_attn_vec_") + fav_tag(pc.kv) + "dk" + std::to_string(D);
     auto fn = [&] {
-      Dispatch d(pipe(F, "flash_attn_vec_f16kv_dk256", g_dir), hb, NKV, B * nwg, FAV_CUDA_THREADS);
-      d.val(0, p).buf(1, bq).buf(2, bk).buf(3, bv).buf(4, nwg == 1 ? out : tmp).tg(0, FAV_CUDA_TG).record();
-      if (nwg > 1) { barrier(); Dispatch r(pipe(F, "flash_attn_vec_reduce_dk256", g_dir), nrows, 1, 1, 32 * nwg); r.val(0, nrows).buf(1, tmp).buf(2, out).val(3, nwg).record(); }
+      Dispatch d(pipe(F, kn, g_dir), fav_grid_x(pc.kv, B, NH, NKV, D, nwg), NKV, B * nwg, FAV_CUDA_THREADS);
+      if (pc.ring) d.val(0, FlashAttnVecVarlenParams{NH, NKV, D, cap, 0.0625f, 0, 0, 0, nwg, 1});
+      else d.val(0, FlashAttnVecParams{NH, NKV, D, len, cap, 0.0625f, 1, 0, 0, nwg});
+      d.buf(1, bq).buf(2, bk).buf(3, bv).buf(4, nwg == 1 ? out : tmp);
+      if (pc.ring) d.buf(5, lens);
+      d.tg(0, fav_smem(pc.kv, D)).record();
+      if (nwg > 1) { barrier(); Dispatch r(pipe(F, "flash_attn_vec_reduce_dk" + std::to_string(D), g_dir), nrows, 1, 1, 32 * nwg); r.val(0, nrows).buf(1, tmp).buf(2, out).val(3, nwg).record(); }
     };
     double t = time_ns(fn, B == 1 ? 20 : 5);
-    char line[220];
-    snprintf(line, sizeof line, "flash_attn_vec_f16kv_dk256 B=%u heads=16/2 kv=32768 nwg=%u grid.x=%u: %.2f us, %.0f GB/s of K+V (%.0f%% of copy)",
-             B, nwg, hb, t / 1e3, 2.0 * kvn * 2 / t, 100 * 2.0 * kvn * 2 / t / g_copy_gbs);
+    const double bytes = 2.0 * kvn * (pc.kv == 0 ? 4 : 2);
+    char line[240];
+    snprintf(line, sizeof line, "%s B=%u heads=16/2 %s nwg=%u: %.2f us, %.0f GB/s of K+V (%.0f%% of copy)", kn.c_str(), B,
+             pc.ring ? "ring 1024 at 32775" : "kv=32768", nwg, t / 1e3, bytes / t, 100 * bytes / t / g_copy_gbs);
     perf(line);
   }
 }

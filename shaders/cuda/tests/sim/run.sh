@@ -6,7 +6,9 @@
 #          on the mma.sync tiles a build without sm_90a runs)
 #   glue:  rms_norm, softmax and gelu at the op's CUDA launches (glue_driver.cpp)
 #   quantized_matmul: that family (quantized_matmul_driver.cpp)
+#   quantized_matmul_ggml: that family (quantized_matmul_ggml_driver.cpp)
 #   flash_attn_prefill: that family (flash_attn_prefill.sh runs its variants)
+#   flash_attn_vec: that family (flash_attn_vec_driver.cpp: every entry, rings, varlen)
 #   sample: that family (sample_driver.cpp; a name fragment as the second
 #           argument runs only the sampler cases holding it)
 # `big` adds large sizes. SIM_DEFINES (e.g. "-DMLXN_FC_301=1") go to the

@@ -76,6 +76,7 @@ inline unsigned char* sim_slot(unsigned lane) { return &sim_block.slots[(sim_war
 inline void sim_warp_sync() { sim_block.warps[sim_warp()]->arrive_and_wait(); }
 
 inline void __syncthreads() { sim_block.block->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { sim_warp_sync(); }
 
 template <class T> inline T sim_exchange(T v, unsigned src) {
   static_assert(sizeof(T) <= 64, "slot");

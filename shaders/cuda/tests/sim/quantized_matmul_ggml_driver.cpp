@@ -1,0 +1,209 @@
+// The quantized_matmul_ggml family's CUDA kernels
+// (shaders/cuda/quantized_matmul_ggml.cu) on the CPU simulation
+// (sim_runtime.h), against a float64 dequantization written here from the
+// layouts (ts/ops/quantized_matmul_ggml.ts), at the launches of
+// ts/ops/quantized_matmul_ggml.ts (ggmlMatmulCudaLaunch and the rows launch,
+// written out again below): the vector engine (one token to 8 and past 8,
+// partial windows of Q4_0 / Q8_0, rows past N, rows whose bytes are not
+// 16-byte aligned, the weight's last bytes), the matrix engine in both tile
+// shapes, dequantization to f32, f16 and bf16, and embedding rows (a bad id
+// clamped, a scale). Blocks are random bytes with their f16 scales set to
+// small values. Products: |got - want| / sum |x w| under bf16's 1e-2 (the
+// tensor cores take the weight and x in bf16); dequantization and embedding:
+// |got - want| / max |want| under the output type's tolerance. run.sh builds
+// and runs it; `big` adds the 128 x 256 tiles and many vector blocks.
+#include "sim_kernels.h"  // build.py's output
+#include "sim_util.h"
+#include <string>
+
+enum Fmt { Q4_0 = 2, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
+const char* fmt_name(int f) { return f == Q4_0 ? "Q4_0" : f == Q8_0 ? "Q8_0" : f == Q4_K ? "Q4_K" : f == Q5_K ? "Q5_K" : "Q6_K"; }
+u32 qk_of(int f) { return f == Q4_0 || f == Q8_0 ? 32 : 256; }
+u32 bytes_of(int f) { return f == Q4_0 ? 18 : f == Q8_0 ? 34 : f == Q4_K ? 144 : f == Q5_K ? 176 : 210; }
+
+double h16(const unsigned char* p) {
+  const __half h = __ushort_as_half(static_cast<unsigned short>(p[0] | (p[1] << 8)));
+  return __half2float(h);
+}
+void put_f16(unsigned char* p, double v) {
+  const unsigned short h = __half_as_ushort(__float2half_rn(float(v)));
+  p[0] = h & 0xff;
+  p[1] = h >> 8;
+}
+
+// Random blocks: random bytes, the f16 scale fields small and positive.
+void random_blocks(int f, unsigned char* b, size_t nblocks) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<double> d(0.001, 0.02);
+  for (size_t i = 0; i < nblocks * bytes_of(f); ++i) b[i] = (unsigned char)byte(gen);
+  for (size_t i = 0; i < nblocks; ++i) {
+    unsigned char* p = b + i * bytes_of(f);
+    if (f == Q6_K) put_f16(p + 208, d(gen));
+    else put_f16(p, d(gen));
+    if (f == Q4_K || f == Q5_K) put_f16(p + 2, d(gen));
+  }
+}
+
+void scale_min(const unsigned char* s, int j, int& sc, int& m) {
+  if (j < 4) { sc = s[j] & 63; m = s[j + 4] & 63; }
+  else { sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4); m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4); }
+}
+
+// Value v of block b, from the layouts.
+double value(int f, const unsigned char* b, u32 v) {
+  switch (f) {
+    case Q4_0: return h16(b) * (((b[2 + v % 16] >> (4 * (v / 16))) & 15) - 8);
+    case Q8_0: return h16(b) * double(static_cast<signed char>(b[2 + v]));
+    case Q4_K:
+    case Q5_K: {
+      const u32 s = v / 32, l = v % 32;
+      int sc, m;
+      scale_min(b + 4, s, sc, m);
+      const unsigned char* qs = b + (f == Q5_K ? 48 : 16);
+      int q = (qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 15;
+      if (f == Q5_K) q |= ((b[16 + l] >> s) & 1) << 4;
+      return h16(b) * sc * q - h16(b + 2) * m;
+    }
+    default: {
+      const u32 h = v / 128, p = (v / 32) % 4, l = v % 32;
+      const int lo = (b[64 * h + 32 * (p % 2) + l] >> (4 * (p / 2))) & 15;
+      const int hi = (b[128 + 32 * h + l] >> (2 * p)) & 3;
+      return h16(b + 208) * double(static_cast<signed char>(b[192 + v / 16])) * ((lo | (hi << 4)) - 32);
+    }
+  }
+}
+// Value k of row j of a tensor of rows rb bytes apart.
+double wat(int f, const unsigned char* w, u64 rb, u32 j, u32 k) {
+  return value(f, w + j * rb + (k / qk_of(f)) * bytes_of(f), k % qk_of(f));
+}
+
+void report(bool ok, const std::string& what, double err, double tol) {
+  if (!ok) failures++;
+  std::printf("%s %-66s err %.3g (tol %.0e)\n", ok ? "ok  " : "FAIL", what.c_str(), err, tol);
+}
+
+// y = x W^T through kernel_mul_mv_<t>_f32 (vector) or kernel_mul_mm_<t>_f32
+// (matrix), the weight 16-byte aligned (as views and allocations are).
+template <class MV, class MM>
+void run_matmul(int f, MV mv, MM mm, bool matrix, u32 M, u32 N, u32 K, bool big_tile = true) {
+  const u64 rb = u64(K) / qk_of(f) * bytes_of(f);
+  std::vector<unsigned char> wraw(N * rb + 16);
+  unsigned char* w = wraw.data() + ((16 - (reinterpret_cast<uintptr_t>(wraw.data()) & 15)) & 15);
+  random_blocks(f, w, size_t(N) * K / qk_of(f));
+  Arr<float> x(size_t(M) * K), y(size_t(M) * N);
+  x.random();
+  y.poison();
+  const std::string what = std::string(matrix ? "mm " : "mv ") + fmt_name(f) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                           " K=" + std::to_string(K);
+  if (!matrix) {
+    GgmlMatvecParams p{K, N, 1, K, 1, N, M, 1, 1};
+    const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
+    sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4, [&] { mv(w, x.p, y.p, &p); });
+  } else {
+    GgmlMatmulMmParams p{};
+    p.ne00 = int(K); p.ne02 = 1; p.nb01 = rb; p.nb02 = rb * N; p.ne12 = 1; p.nb10 = 4; p.nb11 = 4ull * K; p.nb12 = 4ull * K * M;
+    p.ne0 = int(N); p.ne1 = int(M); p.r2 = 1; p.r3 = 1;
+    const bool big = big_tile && M >= 1024 && N >= 1024;
+    const u32 bm = big ? 128 : 64, bn = big ? 256 : 128;
+    sim_launch({cdiv(N, bn) * cdiv(M, bm), 1, 1}, {big ? 256u : 128u, 1, 1}, 2 * (bm + bn) * 40 * 2, [&] { mm(&p, w, x.p, y.p); });
+  }
+  double worst = 0;
+  for (u32 i = 0; i < M; ++i)
+    for (u32 j = 0; j < N; ++j) {
+      double s = 0, a = 0;
+      for (u32 k = 0; k < K; ++k) {
+        const double pr = x.at(size_t(i) * K + k) * wat(f, w, rb, j, k);
+        s += pr;
+        a += std::fabs(pr);
+      }
+      const double e = std::fabs(y.at(size_t(i) * N + j) - s) / a;
+      if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+    }
+  report(worst <= 1e-2, what, worst, 1e-2);
+}
+
+// kernel_dequantize_<t>_<o> over `blocks` blocks.
+template <class O, class K>
+void run_dequantize(int f, K kernel, const char* out, size_t blocks) {
+  Arr<unsigned char> src(blocks * bytes_of(f), 16);
+  random_blocks(f, src.p, blocks);
+  const size_t n = blocks * qk_of(f);
+  Arr<O> dst(n);
+  dst.poison();
+  GgmlDequantizeParams p{u32(n / 16)};
+  const u32 grid = std::max(1u, std::min(cdiv(n / 32, 256), 4096u));
+  sim_launch({grid, 1, 1}, {256, 1, 1}, 0, [&] { kernel(src.p, dst.p, &p); });
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(value(f, src.p + (i / qk_of(f)) * bytes_of(f), u32(i % qk_of(f)))));
+  for (size_t i = 0; i < n; ++i) {
+    const double e = std::fabs(dst.at(i) - value(f, src.p + (i / qk_of(f)) * bytes_of(f), u32(i % qk_of(f)))) / scale;
+    if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+  }
+  const double tol = tol_of<O>();
+  report(worst <= tol, std::string("dequantize ") + fmt_name(f) + " -> " + out + " blocks=" + std::to_string(blocks), worst, tol);
+}
+
+// embedding_gather_scale_batch_<t>_to_<o>: vocab rows of `hidden`, ids with one past the table.
+template <class O, class K>
+void run_embedding(int f, K kernel, const char* out, u32 vocab, u32 hidden, u32 tokens, float scale) {
+  const u64 rb = u64(hidden) / qk_of(f) * bytes_of(f);
+  Arr<unsigned char> table(vocab * rb, 16);
+  random_blocks(f, table.p, size_t(vocab) * hidden / qk_of(f));
+  Arr<u32> ids(tokens);
+  std::uniform_int_distribution<u32> id(0, vocab - 1);
+  for (u32 i = 0; i < tokens; ++i) ids.p[i] = i == 1 ? vocab + 7 : id(gen);
+  Arr<O> dst(size_t(tokens) * hidden);
+  dst.poison();
+  GgmlEmbeddingParams p{scale, hidden, tokens, vocab};
+  const u32 grid = std::max(1u, std::min(cdiv(u64(tokens) * hidden / 32, 256), 4096u));
+  sim_launch({grid, 1, 1}, {256, 1, 1}, 0, [&] { kernel(table.p, ids.p, dst.p, &p); });
+  double worst = 0, big = 0;
+  std::vector<double> want(size_t(tokens) * hidden);
+  for (u32 i = 0; i < tokens; ++i)
+    for (u32 j = 0; j < hidden; ++j) {
+      want[size_t(i) * hidden + j] = wat(f, table.p, rb, std::min(ids.p[i], vocab - 1), j) * scale;
+      big = std::max(big, std::fabs(want[size_t(i) * hidden + j]));
+    }
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double e = std::fabs(dst.at(i) - want[i]) / big;
+    if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+  }
+  const double tol = tol_of<O>();
+  report(worst <= tol, std::string("embedding ") + fmt_name(f) + " -> " + out + " tokens=" + std::to_string(tokens), worst, tol);
+}
+
+#define ALL_FORMATS(X) X(Q4_0, q4_0) X(Q8_0, q8_0) X(Q4_K, q4_K) X(Q5_K, q5_K) X(Q6_K, q6_K)
+
+int main(int argc, char** argv) {
+  const bool big = argc > 1 && std::string(argv[1]) == "big";
+#define MATMUL(F, T)                                                                                          \
+  {                                                                                                           \
+    const u32 kb = qk_of(F) == 32 ? 32 : 256;                                                                 \
+    /* The vector engine: one token, 8, past 8 (two groups); windows whole and partial; rows past N. */      \
+    run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 20, 2 * 256);                   \
+    run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 8, 37, 5 * 256 + 3 * kb % 256);    \
+    run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 11, 16, kb == 32 ? 96 : 256);      \
+    /* Rows 2-byte aligned where the format's rows can be (9 Q4_0 / Q8_0 blocks, one Q6_K super-block). */ \
+    if (F == Q4_0 || F == Q8_0 || F == Q6_K)                                                                  \
+      run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 3, 7, kb == 32 ? 288 : 256);     \
+    /* The matrix engine, 64 x 128 tiles: partial tiles. */                                                  \
+    run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 70, 130, 256);                      \
+    run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 9, 7, 2 * kb);                      \
+  }
+  ALL_FORMATS(MATMUL)
+#define ROWS(F, T)                                                                                                   \
+  run_dequantize<float>(F, kernel_dequantize_##T##_f32, "f32", 3);                                                 \
+  run_dequantize<__half>(F, kernel_dequantize_##T##_f16, "f16", 9);                                                \
+  run_dequantize<__nv_bfloat16>(F, kernel_dequantize_##T##_bf16, "bf16", 1);                                       \
+  run_embedding<float>(F, embedding_gather_scale_batch_##T##_to_f32, "f32", 5, qk_of(F) * 2, 3, 1.0f);             \
+  run_embedding<__nv_bfloat16>(F, embedding_gather_scale_batch_##T##_to_bf16, "bf16", 4, qk_of(F), 4, 73.3f);      \
+  run_embedding<__half>(F, embedding_gather_scale_batch_##T##_to_f16, "f16", 3, qk_of(F), 2, 0.5f);
+  ALL_FORMATS(ROWS)
+  if (big) {
+    run_matmul(Q4_K, kernel_mul_mv_q4_K_f32, kernel_mul_mm_q4_K_f32, false, 2, 2000, 1024);
+    run_matmul(Q6_K, kernel_mul_mv_q6_K_f32, kernel_mul_mm_q6_K_f32, true, 1030, 1040, 256);
+    run_matmul(Q4_0, kernel_mul_mv_q4_0_f32, kernel_mul_mm_q4_0_f32, true, 1024, 1024, 64);
+  }
+  std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
+  return failures != 0;
+}

@@ -1,0 +1,63 @@
+// The param structs of the quantized_matmul_ggml family (GGUF block formats:
+// Q4_0, Q8_0, Q4_K, Q5_K, Q6_K). Plain C: shaders/quantized_matmul_ggml.metal
+// and shaders/cuda/quantized_matmul_ggml.cu are compiled after this file, and
+// ts/params.ts reads the layouts from it (ts/ops/quantized_matmul_ggml.ts
+// packs them).
+
+// mlx-native's GgmlMatvecParams (src/ops/quantized_matmul_ggml.rs), buffer(3)
+// of the kernel_mul_mv_<type>_f32 kernels: x [ne1, ne10] f32 against the
+// weight [ne01, ne00] of GGML blocks, y [ne1, ne0] f32. The crate's fields
+// are int64_t; every value is a size >= 0, so ulong gives the same bytes.
+// The batch fields (ne02, ne12, r2, r3) are carried for the layout and not
+// read (the crate always passes a batch of 1).
+struct GgmlMatvecParams {
+    ulong ne00;  // K: values per weight row
+    ulong ne01;  // N: weight rows (outputs)
+    ulong ne02;  // weight batch (1)
+    ulong ne10;  // x row stride, in values (K)
+    ulong ne12;  // x batch (1)
+    ulong ne0;   // y row stride, in values (N)
+    ulong ne1;   // M: rows of x (tokens)
+    uint  r2;    // ne12 / ne02 (1)
+    uint  r3;    // (1)
+};
+
+// mlx-native's GgmlMatmulMmParams (llama.cpp's ggml_metal_kargs_mul_mm),
+// buffer(0) of the kernel_mul_mm_<type>_f32 kernels: ne00 = K, ne0 = N (the
+// y row stride), ne1 = M; nb01 the bytes of a weight row, nb11 the bytes of
+// an x row. ne02, nb02, nb03, ne12, nb10, nb12, nb13, r2 and r3 are carried
+// for the layout and not read (a batch of 1).
+struct GgmlMatmulMmParams {
+    int   ne00;
+    int   ne02;
+    ulong nb01;
+    ulong nb02;
+    ulong nb03;
+    int   ne12;
+    ulong nb10;
+    ulong nb11;
+    ulong nb12;
+    ulong nb13;
+    int   ne0;
+    int   ne1;
+    short r2;
+    short r3;
+};
+
+// kernel_dequantize_<type>_<out> (not in mlx-native): n_chunks runs of 16
+// consecutive values of a tensor of GGML blocks (its rows back to back),
+// written as f32, f16 or bf16.
+struct GgmlDequantizeParams {
+    uint n_chunks;
+};
+
+// embedding_gather_scale_batch_<type>_to_<out> (not in mlx-native): rows of
+// a table [vocab_size, hidden_size] of GGML blocks gathered by u32 ids and
+// scaled, the words of the embedding family's EmbedGatherScaleBatchParams
+// (an id >= vocab_size reads row vocab_size - 1).
+struct GgmlEmbeddingParams {
+    float scale;
+    uint  hidden_size;
+    uint  n_tokens;
+    uint  vocab_size;
+};

@@ -1,0 +1,466 @@
+// mlx-native/models: the config readers (transformers' defaults, derived
+// per-layer facts, refusals), the load-time rotary permutation, the pieces
+// of blocks.ts against float64 host references, and both whole models
+// (Qwen3.6's qwen3_5_moe, Gemma 4 with its MoE and keys-as-values layers,
+// and Gemma 4 with per-layer inputs and shared KV layers): against
+// transformers' own float32 logits (tests/fixtures/models/, written by
+// scripts/model_fixtures.py on the GPU machine with transformers 5.17), and
+// against the float64 references of tests/model-reference.ts (written from
+// transformers' modeling files) on other tiny random checkpoints (quantized
+// ones too): the logits of every prompt position and of 8 greedy decode
+// steps, and the tokens.
+
+import { describe, expect, test } from 'bun:test';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type Device } from '../ts/index.ts';
+import {
+  Scratch, allExpertsMoe, denseRouting, gemma4Config, loadModel, qwen35MoeConfig, rotaryPermutation, scaleRows,
+  type AllExperts, type LoadOptions,
+} from '../ts/models/index.ts';
+import { describeBackends, describeValidation, expectInvalid, expectInvalidParts, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
+import { quantizeCheckpoint, relayoutCheckpoint, tinyConfig, writeTinyCheckpoint, type Relayout, type TinyArch } from './model-checkpoints.ts';
+import { modelFixture, modelFixtureNames, type ModelFixture } from './model-fixtures.ts';
+import { gemmaReference, qwenReference, type ReferenceRun } from './model-reference.ts';
+
+const PROMPT = [17, 301, 42, 9, 100, 200, 311, 7, 8, 450, 3, 77];
+const STEPS = 8;
+
+function relL2(got: ArrayLike<number>, want: ArrayLike<number>): number {
+  let n = 0, d = 0;
+  for (let i = 0; i < want.length; i++) {
+    n += (got[i]! - want[i]!) ** 2;
+    d += want[i]! ** 2;
+  }
+  return Math.sqrt(n / d);
+}
+
+describe('model configs', () => {
+  test('Qwen3.6: the tiny config and derived sizes; partial rotary from rope_parameters', () => {
+    const c = qwen35MoeConfig(tinyConfig('qwen3_5_moe'));
+    expect([c.vocabSize, c.hiddenSize, c.numLayers, c.headDim, c.rotaryDim, c.ropeTheta]).toEqual([512, 64, 4, 256, 64, 1e7]);
+    expect(c.layerTypes).toEqual(['linear_attention', 'full_attention', 'linear_attention', 'full_attention']);
+    expect([c.linearNumKeyHeads, c.linearNumValueHeads, c.linearKeyHeadDim, c.linearValueHeadDim, c.convKernel]).toEqual([1, 2, 64, 64, 4]);
+    expect([c.numExperts, c.numExpertsPerTok, c.moeIntermediateSize, c.sharedExpertIntermediateSize]).toEqual([8, 2, 32, 48]);
+  });
+  test("Qwen3.6: absent fields take Qwen3_5MoeTextConfig's defaults; text_config of a multimodal config is read", () => {
+    const c = qwen35MoeConfig({ model_type: 'qwen3_5_moe', text_config: { rope_parameters: { rope_type: 'default', rope_theta: 1e7, partial_rotary_factor: 0.25 } } });
+    expect([c.vocabSize, c.hiddenSize, c.numLayers, c.numHeads, c.numKvHeads, c.headDim, c.rotaryDim]).toEqual([248_320, 2048, 40, 16, 2, 256, 64]);
+    expect(c.layerTypes.slice(0, 4)).toEqual(['linear_attention', 'linear_attention', 'linear_attention', 'full_attention']);
+    expect([c.linearNumKeyHeads, c.linearNumValueHeads, c.numExperts, c.numExpertsPerTok, c.tieWordEmbeddings]).toEqual([16, 32, 256, 8, false]);
+  });
+  test('Gemma 4: per-layer head dims, KV heads, keys as values, rope; shared layers read the last layer of their kind', () => {
+    const g = gemma4Config(tinyConfig('gemma4'));
+    expect(g.layers.map((l) => [l.type, l.headDim, l.numKvHeads, l.kEqV, l.kvSource, l.halfRopeDim, l.ropeTheta])).toEqual([
+      ['sliding_attention', 256, 1, false, 0, 128, 1e4], ['full_attention', 512, 1, true, 1, 64, 1e6],
+      ['sliding_attention', 256, 1, false, 2, 128, 1e4], ['full_attention', 512, 1, true, 3, 64, 1e6],
+    ]);
+    expect([g.slidingWindow, g.finalLogitSoftcap, g.perLayerInputSize, g.moe]).toEqual([5, 30, 0, { numExperts: 8, topK: 2, intermediateSize: 32 }]);
+    const e = gemma4Config(tinyConfig('gemma4_e'));
+    expect(e.layers.map((l) => [l.kvSource, l.intermediateSize])).toEqual([[0, 96], [1, 96], [0, 192], [1, 192]]);
+    expect([e.perLayerInputSize, e.perLayerVocabSize, e.moe]).toEqual([16, 512, null]);
+  });
+  test("Gemma 4: absent fields take Gemma4TextConfig's defaults (the 5:1 pattern, the last layer global, proportional rope)", () => {
+    const g = gemma4Config({ model_type: 'gemma4_text', num_hidden_layers: 8 });
+    expect(g.layers.map((l) => l.type[0])).toEqual(['s', 's', 's', 's', 's', 'f', 's', 'f']);
+    expect(g.layers[5]!).toMatchObject({ headDim: 512, numKvHeads: 4, halfRopeDim: 64, ropeTheta: 1e6 });
+    expect([g.hiddenSize, g.slidingWindow, g.perLayerInputSize, g.tieWordEmbeddings]).toEqual([2304, 512, 256, true]);
+  });
+  test('refusals name the field, the expectation and the value', () => {
+    expectInvalid(() => qwen35MoeConfig({ ...tinyConfig('qwen3_5_moe'), layer_types: ['linear_attention'] }), 'model config', 'layer_types', 'an array of 4 layer types', '[');
+    expectInvalid(() => qwen35MoeConfig({ ...tinyConfig('qwen3_5_moe'), layer_types: ['linear_attention', 'full_attention', 'mamba', 'full_attention'] }),
+      'model config', 'layer_types[2]', 'one of linear_attention, full_attention', 'mamba');
+    expectInvalid(() => qwen35MoeConfig({ ...tinyConfig('qwen3_5_moe'), hidden_act: 'gelu' }), 'model config', 'hidden_act', "'silu'", 'gelu');
+    expectInvalid(() => qwen35MoeConfig({ ...tinyConfig('qwen3_5_moe'), rope_parameters: { rope_type: 'yarn', rope_theta: 1e7 } }),
+      'model config', 'rope_parameters.rope_type', "'default'", 'yarn');
+    expectInvalid(() => qwen35MoeConfig({ ...tinyConfig('qwen3_5_moe'), num_experts_per_tok: 9 }), 'model config', 'num_experts_per_tok', 'at most num_experts (8)', '9');
+    expectInvalid(() => gemma4Config({ ...tinyConfig('gemma4'), use_bidirectional_attention: 'all' }), 'model config', 'use_bidirectional_attention', 'text is causal', 'all');
+    expectInvalid(() => gemma4Config({ ...tinyConfig('gemma4'), num_kv_shared_layers: 3 }),
+      'model config', 'num_kv_shared_layers', 'a count leaving a full_attention layer before the shared ones', '3');
+    expectInvalid(() => gemma4Config({ ...tinyConfig('gemma4'), final_logit_softcapping: -1 }), 'model config', 'final_logit_softcapping', 'a number > 0 or null', '-1');
+  });
+});
+
+describe('rotaryPermutation', () => {
+  test("Hugging Face's pairs (i, i + r/2) in the first r elements land on the kernels' pairs (i, i + D/2); the rest keep their order", () => {
+    expect(rotaryPermutation(8, 4)).toEqual([0, 1, 4, 5, 2, 3, 6, 7]);
+    const p = rotaryPermutation(256, 64);
+    expect([...p].sort((a, b) => a - b)).toEqual(Array.from({ length: 256 }, (_, i) => i));
+    for (let i = 0; i < 32; i++) expect([p[i], p[i + 128]]).toEqual([i, i + 32]);
+    expect(rotaryPermutation(64, 64)).toEqual(Array.from({ length: 64 }, (_, i) => i));
+  });
+});
+
+/** Top-k renormalized softmax weights, dense [tokens, E] (ties to the lower index). */
+function routingRef(logits: Float64Array, tokens: number, experts: number, k: number): Float64Array {
+  const out = new Float64Array(tokens * experts);
+  for (let t = 0; t < tokens; t++) {
+    const row = logits.subarray(t * experts, (t + 1) * experts);
+    const top = [...row.keys()].sort((a, b) => row[b]! - row[a]! || a - b).slice(0, k);
+    const m = Math.max(...top.map((e) => row[e]!));
+    const s = top.reduce((acc, e) => acc + Math.exp(row[e]! - m), 0);
+    for (const e of top) out[t * experts + e] = Math.exp(row[e]! - m) / s;
+  }
+  return out;
+}
+
+describeBackends('model blocks', ({ device }) => {
+  test('scaleRows: each row times its own device scalar, exactly one f32 product per element', () => {
+    const d = device(), r = rng(11);
+    for (const [count, width] of [[1, 1], [3, 37], [16, 64], [40, 33]] as const) {
+      const v = randomArray(r, count * width, -2, 2), sc = randomArray(r, count, -3, 3);
+      using vb = d.upload('f32', [count, width], v);
+      using sb = d.upload('f32', [count], sc);
+      using out = d.alloc('f32', [count, width]);
+      out.fill(Number.NaN);
+      using enc = d.encoder();
+      scaleRows(enc, vb, sb, out, count, width);
+      enc.commitAndWait();
+      const got = out.readNumbers();
+      const want = Float64Array.from({ length: count * width }, (_, i) => Math.fround(Math.fround(v[i]!) * Math.fround(sc[Math.floor(i / width)]!)));
+      expect(maxRelErr(got, want)).toBe(0);
+    }
+  });
+
+  test('denseRouting: softmax over each row\'s top k, zeros elsewhere (1 to 64 experts, k from 1 to E, one or many tokens)', () => {
+    const d = device(), r = rng(12);
+    for (const [tokens, experts, k] of [[1, 8, 2], [5, 8, 8], [3, 64, 8], [12, 1, 1], [2, 33, 5]] as const) {
+      const logits = randomArray(r, tokens * experts, -4, 4);
+      using s = new Scratch(d);
+      using lb = d.upload('f32', [tokens, experts], logits);
+      using out = d.alloc('f32', [tokens, experts]);
+      out.fill(Number.NaN);
+      using enc = d.encoder();
+      denseRouting(enc, s, lb, out, tokens, experts, k);
+      enc.commitAndWait();
+      const want = routingRef(Float64Array.from(logits, Math.fround), tokens, experts, k);
+      const got = out.readNumbers();
+      for (let i = 0; i < got.length; i++) expect(Math.abs(got[i]! - want[i]!)).toBeLessThanOrEqual(TOL.f32 * 4);
+    }
+  });
+
+  test('allExpertsMoe: sum over experts of routing weight times down(act(gate) * up), silu and gelu_tanh, f32 and bf16 weights', () => {
+    const d = device(), r = rng(13);
+    for (const [tokens, E, I, H, act, dt] of [[1, 4, 8, 16, 'silu', 'f32'], [9, 8, 16, 32, 'gelu_tanh', 'bf16'], [3, 2, 32, 40, 'silu', 'bf16']] as const) {
+      const gu = randomArray(r, E * 2 * I * H, -0.5, 0.5), down = randomArray(r, H * E * I, -0.5, 0.5);
+      const x = randomArray(r, tokens * H, -1, 1);
+      const routing = routingRef(randomArray(r, tokens * E, -2, 2), tokens, E, Math.min(2, E));
+      using s = new Scratch(d);
+      const guB = d.upload(dt, [E * 2 * I, H], gu), downB = d.upload('f32', [H, E * I], down);
+      const ex: AllExperts = { gateUp: { kind: 'dense', weight: guB, n: E * 2 * I, k: H }, down: { kind: 'dense', weight: downB, n: H, k: E * I }, numExperts: E, intermediate: I, act };
+      using xb = d.upload('f32', [tokens, H], x);
+      using rb = d.upload('f32', [tokens, E], routing);
+      using out = d.alloc('f32', [tokens, H]);
+      out.fill(Number.NaN);
+      using enc = d.encoder();
+      allExpertsMoe(enc, s, ex, xb, rb, out, tokens, 'exact');
+      enc.commitAndWait();
+      const w = guB.readNumbers(), rw = rb.readNumbers();
+      const f = act === 'silu' ? (z: number) => z / (1 + Math.exp(-z)) : (z: number) => 0.5 * z * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (z + 0.044715 * z ** 3)));
+      const want = new Float64Array(tokens * H);
+      for (let t = 0; t < tokens; t++) {
+        for (let e = 0; e < E; e++) {
+          const a = Array.from({ length: I }, (_, i) => {
+            let g = 0, u = 0;
+            for (let j = 0; j < H; j++) {
+              g += w[(e * 2 * I + i) * H + j]! * Math.fround(x[t * H + j]!);
+              u += w[(e * 2 * I + I + i) * H + j]! * Math.fround(x[t * H + j]!);
+            }
+            return f(g) * u * rw[t * E + e]!;
+          });
+          for (let h = 0; h < H; h++) for (let i = 0; i < I; i++) want[t * H + h]! += Math.fround(down[h * E * I + e * I + i]!) * a[i]!;
+        }
+      }
+      // f32 sums of E * I products of f32 intermediates, against float64: TOL.f32 of the outputs' size.
+      expect(relL2(out.readNumbers(), want)).toBeLessThan(TOL.f32);
+      guB.release();
+      downB.release();
+    }
+  });
+});
+
+/** Where each model's checkpoint lives during the suite. */
+const folders = new Map<TinyArch, string>();
+function folderOf(arch: TinyArch): string {
+  let f = folders.get(arch);
+  if (f === undefined) {
+    f = writeTinyCheckpoint(arch, arch === 'qwen3_5_moe' ? 21 : arch === 'gemma4' ? 22 : 23);
+    folders.set(arch, f);
+  }
+  return f;
+}
+const references = new Map<TinyArch, ReferenceRun>();
+function referenceOf(arch: TinyArch): ReferenceRun {
+  let r = references.get(arch);
+  if (r === undefined) {
+    r = arch === 'qwen3_5_moe' ? qwenReference(folderOf(arch), PROMPT, STEPS) : gemmaReference(folderOf(arch), PROMPT, STEPS);
+    references.set(arch, r);
+  }
+  return r;
+}
+
+/**
+ * One run: the largest relative L2 error of the prompt positions' logits
+ * and of the decode steps', over the rows whose narrowest routing call in
+ * the reference is at least minGap (0: every row), and the tokens.
+ */
+function runModel(device: Device, arch: TinyArch, opts: LoadOptions, minGap = 0): { prefill: number; decode: number; tokens: number[]; rows: number } {
+  using m = loadModel(folderOf(arch), device, { maxContext: 32, ...opts });
+  const ref = referenceOf(arch);
+  const V = m.config.vocabSize;
+  const tokens = [m.prefill(PROMPT, { allLogits: true })];
+  const logits = m.logits.readNumbers();
+  let prefill = 0, decode = 0, rows = 0;
+  const held = (i: number) => ref.routingGaps[i]! >= minGap;
+  PROMPT.forEach((_, p) => {
+    if (!held(p)) return;
+    rows++;
+    prefill = Math.max(prefill, relL2(logits.subarray(p * V, (p + 1) * V), ref.prefill[p]!));
+  });
+  for (let i = 0; i < STEPS; i++) {
+    tokens.push(m.decode());
+    if (!held(PROMPT.length + i)) continue;
+    rows++;
+    decode = Math.max(decode, relL2(m.logits.readNumbers(), ref.decode[i]!));
+  }
+  return { prefill, decode, tokens, rows };
+}
+
+/** Tokens that agree with the reference where its top-two logit gap is wider than `gap` (closer calls may flip under rounding). */
+function clearTokens(arch: TinyArch, got: number[], gap: number): [number, number][] {
+  return clearTokensOf(referenceOf(arch), got, gap);
+}
+
+function clearTokensOf(ref: ReferenceRun, got: number[], gap: number): [number, number][] {
+  const rows = [ref.prefill[PROMPT.length - 1]!, ...ref.decode];
+  const out: [number, number][] = [];
+  for (let i = 0; i < got.length; i++) {
+    const sorted = [...rows[i]!].sort((a, b) => b - a);
+    if (sorted[0]! - sorted[1]! > gap) out.push([got[i]!, ref.tokens[i]!]);
+    // Past a flipped token the contexts differ: later steps compare different things.
+    if (got[i] !== ref.tokens[i]) break;
+  }
+  return out;
+}
+
+const ARCHS: TinyArch[] = ['qwen3_5_moe', 'gemma4', 'gemma4_e'];
+
+// The bounds of both comparisons below.
+// Exact path (stored bf16 weights, f32 activations, products and attention without rounding their inputs): what
+// is left is f32 arithmetic (sums, exp, rsqrt) in another order than the other side's (transformers' float32, itself
+// 1e-6 from float64 here, or float64), about 1e-6 of the logits; 1e-4 leaves room for the longer sums of larger
+// models without hiding a wrong operand (those move the logits by 1e-2 or more).
+const EXACT_TOL = 1e-4;
+// The default path: prompts past 8 tokens take the tensor products, which round their f32 inputs to bf16 (relative
+// error 2^-9 each), flash attention over bf16 queries, keys and values, and the chunked gated delta rule over bf16
+// q, k, v (its intermediates and output stored in bf16). A few such roundings per layer over 4
+// layers, through norms that rescale them, move the logits by about 5e-3 (1.2e-2 at worst seen; the decode steps
+// inherit them through the KV cache and recurrent states): 3e-2 bounds that. They move router logits by about 1e-2
+// too, so a row whose routing (in the float64 reference) was closer than 0.05 somewhere may run other experts (a
+// different function, off by 0.2): those rows are not held. Tokens must agree wherever the reference's top two
+// logits are 0.25 apart or more.
+const DEFAULT_TOL = 3e-2;
+const ROUTING_GAP = 0.05;
+const TOKEN_GAP = 0.25;
+
+/** Errors of a model run on a transformers fixture, over the rows held (routing gaps of the float64 reference). */
+function runFixture(device: Device, fx: ModelFixture, opts: LoadOptions, gaps: number[] | null): { prefill: number; decode: number; tokens: number[]; rows: number } {
+  using m = loadModel(fx.folder, device, { maxContext: 32, ...opts });
+  const V = m.config.vocabSize;
+  const tokens = [m.prefill(fx.prompt, { allLogits: true })];
+  const logits = m.logits.readNumbers();
+  let prefill = 0, decode = 0, rows = 0;
+  const held = (i: number) => gaps === null || gaps[i]! >= ROUTING_GAP;
+  fx.prompt.forEach((_, p) => {
+    if (!held(p)) return;
+    rows++;
+    prefill = Math.max(prefill, relL2(logits.subarray(p * V, (p + 1) * V), fx.prefill[p]!));
+  });
+  for (let i = 0; i < fx.decode.length; i++) {
+    tokens.push(m.decode());
+    if (!held(fx.prompt.length + i)) continue;
+    rows++;
+    decode = Math.max(decode, relL2(m.logits.readNumbers(), fx.decode[i]!));
+  }
+  return { prefill, decode, tokens, rows };
+}
+
+const fixtureRefs = new Map<string, ReferenceRun>();
+function fixtureReference(fx: ModelFixture): ReferenceRun {
+  let r = fixtureRefs.get(fx.name);
+  if (r === undefined) {
+    r = (fx.name === 'qwen3_5_moe' ? qwenReference : gemmaReference)(fx.folder, fx.prompt, fx.decode.length);
+    fixtureRefs.set(fx.name, r);
+  }
+  return r;
+}
+
+describe('model fixtures', () => {
+  test('all three are committed, from transformers 5.x, and their own checks hold (cache vs full pass, float32 vs float64)', () => {
+    expect(modelFixtureNames()).toEqual(['qwen3_5_moe', 'gemma4', 'gemma4_e']);
+    for (const name of modelFixtureNames()) {
+      const fx = modelFixture(name);
+      expect(fx.manifest.versions['transformers']!).toStartWith('5.');
+      expect([fx.prompt.length, fx.tokens.length, fx.prefill.length, fx.decode.length]).toEqual([12, 9, 12, 8]);
+      for (const k of ['prefill_vs_uncached', 'decode_vs_uncached', 'f32_vs_f64_prefill', 'f32_vs_f64_decode']) {
+        expect(fx.manifest.checks[k] as number).toBeLessThan(1e-5);
+      }
+    }
+  });
+  // The float64 references are transformers' arithmetic: the tests on random checkpoints below rest on it.
+  test.each(['qwen3_5_moe', 'gemma4', 'gemma4_e'])('%s: the float64 reference gives transformers\' logits and tokens', (name) => {
+    const fx = modelFixture(name);
+    const ref = fixtureReference(fx);
+    for (let p = 0; p < fx.prompt.length; p++) expect(relL2(ref.prefill[p]!, fx.prefill[p]!)).toBeLessThan(EXACT_TOL);
+    for (let i = 0; i < fx.decode.length; i++) expect(relL2(ref.decode[i]!, fx.decode[i]!)).toBeLessThan(EXACT_TOL);
+    expect(ref.tokens).toEqual(fx.tokens);
+  }, 60_000);
+});
+
+describeBackends('models against transformers (fixtures)', ({ device, label }) => {
+  for (const name of ['qwen3_5_moe', 'gemma4', 'gemma4_e']) {
+    test(`${name}: prefill and 8 decode steps, exact products and f32 prompt attention: within ${EXACT_TOL} and the same tokens`, () => {
+      const fx = modelFixture(name);
+      const r = runFixture(device(), fx, { precision: 'exact', prefillAttention: 'vector' }, null);
+      expect(r.prefill).toBeLessThan(EXACT_TOL);
+      expect(r.decode).toBeLessThan(EXACT_TOL);
+      expect(r.tokens).toEqual(fx.tokens);
+    }, 120_000);
+    if (label !== 'emu') continue;
+    test(`${name}: prefill and 8 decode steps, the default (bf16 inputs of prompt products and attention): within ${DEFAULT_TOL}`, () => {
+      const fx = modelFixture(name);
+      const ref = fixtureReference(fx);
+      const r = runFixture(device(), fx, {}, ref.routingGaps);
+      expect(r.rows).toBeGreaterThanOrEqual(fx.prompt.length);
+      expect(r.prefill).toBeLessThan(DEFAULT_TOL);
+      expect(r.decode).toBeLessThan(DEFAULT_TOL);
+      for (const [got, want] of clearTokensOf(ref, r.tokens, TOKEN_GAP)) expect(got).toBe(want);
+    }, 120_000);
+  }
+});
+
+describeBackends('models against float64 references (random checkpoints)', ({ device, label }) => {
+  if (label !== 'emu') return;
+  for (const arch of ARCHS) {
+    test(`${arch}: prefill and ${STEPS} decode steps, exact products and f32 prompt attention`, () => {
+      const r = runModel(device(), arch, { precision: 'exact', prefillAttention: 'vector' });
+      expect(r.prefill).toBeLessThan(EXACT_TOL);
+      expect(r.decode).toBeLessThan(EXACT_TOL);
+      expect(r.tokens).toEqual(referenceOf(arch).tokens);
+    }, 120_000);
+    test(`${arch}: prefill and ${STEPS} decode steps, the default (bf16 inputs of prompt products and attention)`, () => {
+      const r = runModel(device(), arch, {}, ROUTING_GAP);
+      expect(r.rows).toBeGreaterThanOrEqual(PROMPT.length);
+      expect(r.prefill).toBeLessThan(DEFAULT_TOL);
+      expect(r.decode).toBeLessThan(DEFAULT_TOL);
+      for (const [got, want] of clearTokens(arch, r.tokens, TOKEN_GAP)) expect(got).toBe(want);
+    }, 120_000);
+  }
+  {
+    // MLX affine-quantized linear layers (the projections of attention, the gated delta net, the shared expert and
+    // the output; the experts stay dense for the all-experts stand-in) against the reference run on the same
+    // weights dequantized: the kernels dequantize in f32 as the reference does, so the bound is the exact path's.
+    for (const [bits, groupSize] of [[4, 64], [8, 32]] as const) {
+      test(`qwen3_5_moe with ${bits}-bit affine linear layers (groups of ${groupSize}): the dequantized model's logits and tokens`, () => {
+        const dir = mkdtempSync(join(tmpdir(), 'mlxn-quant-'));
+        try {
+          const quantized = quantizeCheckpoint(folderOf('qwen3_5_moe'), join(dir, 'q'), join(dir, 'd'), groupSize, bits);
+          expect(quantized.length).toBeGreaterThan(20);
+          const ref = qwenReference(join(dir, 'd'), PROMPT, 4);
+          using m = loadModel(join(dir, 'q'), device(), { maxContext: 32, precision: 'exact', prefillAttention: 'vector' });
+          const tokens = [m.prefill(PROMPT)];
+          let err = relL2(m.logits.readNumbers(), ref.prefill[PROMPT.length - 1]!);
+          for (let i = 0; i < 4; i++) {
+            tokens.push(m.decode());
+            err = Math.max(err, relL2(m.logits.readNumbers(), ref.decode[i]!));
+          }
+          expect(err).toBeLessThan(1e-4);
+          expect(tokens).toEqual(ref.tokens);
+        } finally {
+          rmSync(dir, { recursive: true, force: true });
+        }
+      }, 120_000);
+    }
+    // Multimodal checkpoints hold the text model under model.language_model. beside a vision tower, the hub's
+    // Qwen3.6 stores its experts one tensor each, mlx's checkpoints stacked: the same values give the same logits.
+    for (const [arch, how] of [
+      ['qwen3_5_moe', { prefix: 'model.language_model.', experts: 'per_expert', extra: 'model.visual.patch_embed.proj.weight' }],
+      ['qwen3_5_moe', { prefix: 'model.language_model.', experts: 'stacked', extra: 'mtp.fc.weight' }],
+      ['gemma4', { prefix: 'model.language_model.', experts: 'stacked', extra: 'model.vision_tower.patch.weight' }],
+      ['gemma4', { prefix: 'model.language_model.', experts: 'per_expert', extra: 'model.embed_audio.proj.weight' }],
+    ] as [TinyArch, Relayout][]) {
+      test(`${arch}, text model under ${how.prefix} with ${how.experts} experts and ${how.extra} set aside: the same logits`, () => {
+        const dir = mkdtempSync(join(tmpdir(), 'mlxn-layout-'));
+        try {
+          relayoutCheckpoint(folderOf(arch), dir, how);
+          using m = loadModel(dir, device(), { maxContext: 32, precision: 'exact', prefillAttention: 'vector' });
+          const ref = referenceOf(arch);
+          const tokens = [m.prefill(PROMPT)];
+          let err = relL2(m.logits.readNumbers(), ref.prefill[PROMPT.length - 1]!);
+          for (let i = 0; i < 2; i++) {
+            tokens.push(m.decode());
+            err = Math.max(err, relL2(m.logits.readNumbers(), ref.decode[i]!));
+          }
+          expect(err).toBeLessThan(EXACT_TOL);
+          expect(tokens).toEqual(ref.tokens.slice(0, 3));
+        } finally {
+          rmSync(dir, { recursive: true, force: true });
+        }
+      }, 120_000);
+    }
+    test('feed continues a context token by token: half a prompt, then the rest fed, gives the whole prompt\'s logits', () => {
+      for (const arch of ARCHS) {
+        using m = loadModel(folderOf(arch), device(), { maxContext: 32, precision: 'exact', prefillAttention: 'vector' });
+        m.prefill(PROMPT.slice(0, 5));
+        const next = m.feed(PROMPT.slice(5));
+        expect(m.position).toBe(PROMPT.length);
+        expect(next).toBe(referenceOf(arch).tokens[0]!);
+        expect(relL2(m.logits.readNumbers(), referenceOf(arch).prefill[PROMPT.length - 1]!)).toBeLessThan(1e-4);
+        expect(m.decode()).toBe(referenceOf(arch).tokens[1]!);
+      }
+    }, 120_000);
+    test('weights widened to f32 at load: the same logits as the stored bf16 ones (the values are the same)', () => {
+      const a = runModel(device(), 'qwen3_5_moe', { precision: 'exact', prefillAttention: 'vector', weights: 'f32' });
+      expect(a.prefill).toBeLessThan(1e-4);
+      expect(a.tokens).toEqual(referenceOf('qwen3_5_moe').tokens);
+    }, 120_000);
+  }
+});
+
+describeValidation('models refusals', ({ device }) => {
+  test('loadModel: a checkpoint missing a tensor is refused by the name describeModel reports', () => {
+    const dir = writeTinyCheckpoint('gemma4', 5);
+    try {
+      const cfg = tinyConfig('gemma4');
+      writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...cfg, num_hidden_layers: 5, layer_types: [...(cfg['layer_types'] as string[]), 'full_attention'] }));
+      expectInvalidParts(() => loadModel(dir, device()), 'describeModel', 'model.layers.4.self_attn.q_proj.weight');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+  test('loadModel: options and configs it cannot honour', () => {
+    const dir = folderOf('qwen3_5_moe');
+    expectInvalid(() => loadModel(dir, device(), { maxContext: 0 }), 'loadModel', 'opts.maxContext', 'a positive integer', '0');
+    expectInvalid(() => loadModel(dir, device(), { precision: 'half' as 'exact' }), 'loadModel', 'opts.precision', "'fast' or 'exact'", 'half');
+    expectInvalid(() => loadModel(dir, device(), { prefillAttention: 'sdpa' as 'flash' }), 'loadModel', 'opts.prefillAttention', "'flash' or 'vector'", 'sdpa');
+    expectInvalid(() => loadModel('/nonexistent-model-folder', device()), 'model config', 'path', 'a checkpoint folder holding config.json', '/nonexistent');
+  });
+  test('prefill and decode: empty prompts, ids past the vocabulary, contexts past maxContext, decode before prefill, use after release', () => {
+    const m = loadModel(folderOf('qwen3_5_moe'), device(), { maxContext: 4, precision: 'exact', prefillAttention: 'vector' });
+    expectInvalid(() => m.decode(), 'decode', 'the context', 'a prompt run by prefill first', 'empty');
+    expectInvalid(() => m.prefill([]), 'prefill', 'tokens', 'a non-empty array', '[]');
+    expectInvalid(() => m.prefill([1, 512]), 'prefill', 'tokens[1]', 'an id in [0, 512)', '512');
+    expectInvalid(() => m.prefill([1, 2, 3, 4, 5]), 'prefill', 'tokens.length', 'at most maxContext (4)', '5');
+    expectInvalid(() => m.feed([1]), 'feed', 'the context', 'a prompt run by prefill first', 'empty');
+    m.prefill([1, 2]);
+    expectInvalid(() => m.feed([]), 'feed', 'tokens', 'a non-empty array', '[]');
+    expectInvalid(() => m.feed([7, -1]), 'feed', 'tokens[1]', 'an id in [0, 512)', '-1');
+    expectInvalid(() => m.feed([1, 2, 3]), 'feed', 'tokens.length', 'at most maxContext - position (2)', '3');
+    m.feed([3]);
+    m.decode();
+    expectInvalid(() => m.decode(), 'decode', 'the context', 'shorter than maxContext (4)', '4');
+    m.release();
+    expectInvalid(() => m.prefill([1]), 'model', 'the model', 'not released', 'released');
+  });
+});

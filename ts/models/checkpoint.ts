@@ -1,0 +1,194 @@
+// What a forward pass takes from a checkpoint: its tensors on the device,
+// in the dtype they are stored in (or widened to f32 when asked), and the
+// host-side reshapes a model needs once at load (rows reordered, stacked or
+// scaled). Every tensor is found through ts/weights' description of the
+// model, so a missing or unexpected tensor is refused by name before
+// anything is uploaded.
+
+import type { Buffer } from '../buffer.ts';
+import type { Device } from '../device.ts';
+import type { DType } from '../dtype.ts';
+import { fromBf16, fromF16 } from '../dtype.ts';
+import { MlxError } from '../errors.ts';
+import type { TensorRef, WeightSource } from '../weights/index.ts';
+import type { Linear } from './blocks.ts';
+
+/** How weights go to the device. */
+export type WeightDtype =
+  /** As stored (bf16 stays bf16): the products take f32 activations against the stored values. */
+  | 'stored'
+  /** Every floating-point weight widened to f32 (exact, twice the memory of bf16). */
+  | 'f32';
+
+/** MLX affine quantization of a checkpoint (config.json's "quantization"). */
+export interface AffineQuantization {
+  readonly groupSize: number;
+  readonly bits: number;
+}
+
+/** The uploads of one model, released together. */
+export class Checkpoint {
+  private readonly owned: Buffer[] = [];
+  constructor(
+    readonly source: WeightSource,
+    readonly device: Device,
+    readonly dtype: WeightDtype,
+    readonly quantization: AffineQuantization | null,
+  ) {}
+
+  private own(b: Buffer): Buffer {
+    this.owned.push(b);
+    return b;
+  }
+
+  /** The tensor's values on the host, as f32 (from F32, BF16 or F16 storage). */
+  host(ref: TensorRef | string): Float32Array {
+    const name = typeof ref === 'string' ? ref : ref.name;
+    const t = this.source.info(name);
+    const v = this.source.view(name);
+    if (t.dtype === 'F32') return new Float32Array(v as Float32Array);
+    if (t.dtype === 'BF16') return fromBf16(v as Uint16Array);
+    if (t.dtype === 'F16') return fromF16(new Uint16Array(v.buffer, v.byteOffset, v.length));
+    throw new MlxError('UnsupportedDtype', `model: tensor ${name} must be F32, BF16 or F16 to be read as numbers (got ${t.dtype})`);
+  }
+
+  shape(ref: TensorRef | string): readonly number[] {
+    return this.source.info(typeof ref === 'string' ? ref : ref.name).shape;
+  }
+
+  /** An f32 device buffer of host values. */
+  f32(values: Float32Array, shape: readonly number[]): Buffer {
+    const b = this.own(this.device.alloc('f32', shape));
+    b.write(values);
+    return b;
+  }
+
+  /** A tensor on the device: as stored (16-bit floats kept) unless the checkpoint widens to f32. */
+  tensor(ref: TensorRef, shape?: readonly number[]): Buffer {
+    const t = this.source.info(ref.name);
+    const s = shape ?? t.shape;
+    if (this.dtype === 'f32' || t.dtype === 'F32') return this.f32(this.host(ref), s);
+    if (t.dtype !== 'BF16' && t.dtype !== 'F16') {
+      throw new MlxError('UnsupportedDtype', `model: tensor ${ref.name} must be F32, BF16 or F16 (got ${t.dtype})`);
+    }
+    const b = this.own(this.device.alloc(t.dtype === 'BF16' ? 'bf16' : 'f16', s));
+    const bytes = this.source.bytes(ref.name);
+    b.write(new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+    return b;
+  }
+
+  /** A tensor's rows reordered (rowOrder[i] = the stored row at new row i), or stacked from several tensors, as stored. */
+  rowsOf(parts: readonly { ref: TensorRef | string; rows?: readonly number[] }[], rowWidth: number): { data: Uint8Array; dtype: DType; rows: number } {
+    let dtype: DType | null = null;
+    const chunks: Uint8Array[] = [];
+    let rows = 0;
+    for (const p of parts) {
+      const name = typeof p.ref === 'string' ? p.ref : p.ref.name;
+      const t = this.source.info(name);
+      const d: DType = t.storage.dtype;
+      if (dtype !== null && d !== dtype) throw new MlxError('InvalidArgument', `model: tensors stacked with ${name} must share its dtype ${d} (got ${dtype})`);
+      dtype = d;
+      const bytes = this.source.bytes(name);
+      const rowBytes = rowWidth * bytesOf(d);
+      const n = bytes.byteLength / rowBytes;
+      const order = p.rows ?? Array.from({ length: n }, (_, i) => i);
+      const out = new Uint8Array(order.length * rowBytes);
+      order.forEach((r, i) => out.set(bytes.subarray(r * rowBytes, (r + 1) * rowBytes), i * rowBytes));
+      chunks.push(out);
+      rows += order.length;
+    }
+    const data = new Uint8Array(chunks.reduce((s, c) => s + c.byteLength, 0));
+    let at = 0;
+    for (const c of chunks) {
+      data.set(c, at);
+      at += c.byteLength;
+    }
+    return { data, dtype: dtype!, rows };
+  }
+
+  /** Device buffer of raw rows (rowsOf), widened to f32 when the checkpoint asks and the rows are 16-bit floats. */
+  uploadRows(r: { data: Uint8Array; dtype: DType; rows: number }, rowWidth: number): Buffer {
+    if (this.dtype === 'f32' && (r.dtype === 'bf16' || r.dtype === 'f16')) {
+      const bits = new Uint16Array(r.data.buffer, r.data.byteOffset, r.data.byteLength / 2);
+      return this.f32(r.dtype === 'bf16' ? fromBf16(bits) : fromF16(bits), [r.rows, rowWidth]);
+    }
+    if (r.dtype === 'f32' || r.dtype === 'bf16' || r.dtype === 'f16' || r.dtype === 'u32') {
+      const b = this.own(this.device.alloc(r.dtype, [r.rows, rowWidth]));
+      b.write(new DataView(r.data.buffer, r.data.byteOffset, r.data.byteLength));
+      return b;
+    }
+    throw new MlxError('UnsupportedDtype', `model: weight rows must be f32, bf16, f16 or packed u32 (got ${r.dtype})`);
+  }
+
+  /**
+   * A linear layer from its weight ([n, k] as stored, or MLX affine: packed
+   * u32 [n, k * bits / 32] with scales and biases [n, k / groupSize]); with
+   * parts, the rows of several tensors stacked (each optionally reordered).
+   */
+  linear(parts: readonly { ref: TensorRef; rows?: readonly number[] }[]): Linear {
+    const first = parts[0]!.ref;
+    const t = this.source.info(first.name);
+    if (first.scales !== undefined || first.biases !== undefined) {
+      const q = this.quantization;
+      if (q === null) throw new MlxError('InvalidArgument', `model: ${first.name} has scales and biases, so config.json must have "quantization" (got none)`);
+      const packed = t.shape[1]!;
+      const k = (packed * 32) / q.bits;
+      const groups = k / q.groupSize;
+      const w = this.uploadRows(this.rawRows(parts.map((p) => ({ name: p.ref.name, rows: p.rows }))), packed);
+      const scales = this.f32Rows(parts.map((p) => ({ name: p.ref.scales!, rows: p.rows })), groups);
+      const biases = this.f32Rows(parts.map((p) => ({ name: p.ref.biases!, rows: p.rows })), groups);
+      return { kind: 'affine', weight: w, scales, biases, n: w.shape[0]!, k, groupSize: q.groupSize, bits: q.bits };
+    }
+    const k = t.shape[t.shape.length - 1]!;
+    const single = parts.length === 1 && parts[0]!.rows === undefined;
+    const weight = single ? this.tensor(first, [t.elementCount / k, k]) : this.uploadRows(this.rowsOf(parts, k), k);
+    return { kind: 'dense', weight, n: weight.shape[0]!, k };
+  }
+
+  /** A dense f32 linear layer from host values [n, k]. */
+  linearF32(values: Float32Array, n: number, k: number): Linear {
+    return { kind: 'dense', weight: this.f32(values, [n, k]), n, k };
+  }
+
+  private rawRows(parts: readonly { name: string; rows?: readonly number[] | undefined }[]) {
+    const first = this.source.info(parts[0]!.name);
+    const width = first.storage.shape[first.storage.shape.length - 1]!;
+    return this.rowsOf(parts.map((p) => (p.rows === undefined ? { ref: p.name } : { ref: p.name, rows: p.rows })), width);
+  }
+
+  private f32Rows(parts: readonly { name: string; rows?: readonly number[] | undefined }[], width: number): Buffer {
+    const values = parts.map((p) => this.host(p.name));
+    const total = parts.reduce((acc, p, i) => acc + (p.rows?.length ?? values[i]!.length / width), 0);
+    const out = new Float32Array(total * width);
+    let at = 0;
+    parts.forEach((p, i) => {
+      const v = values[i]!;
+      if (p.rows === undefined) {
+        out.set(v, at * width);
+        at += v.length / width;
+      } else {
+        for (const r of p.rows) out.set(v.subarray(r * width, (r + 1) * width), width * at++);
+      }
+    });
+    return this.f32(out, [total, width]);
+  }
+
+  /** A Linear over rows [start, start + count) of another (views; starts at 16-byte multiples). */
+  static rowsView(lin: Linear, start: number, count: number): Linear {
+    const view = (b: Buffer) => {
+      const width = b.shape[b.shape.length - 1]!;
+      return b.view(b.dtype, [count, width], start * width * bytesOf(b.dtype));
+    };
+    if (lin.kind === 'dense') return { kind: 'dense', weight: view(lin.weight), n: count, k: lin.k };
+    return { ...lin, weight: view(lin.weight), scales: view(lin.scales), biases: view(lin.biases), n: count };
+  }
+
+  release(): void {
+    for (const b of this.owned) b.release();
+    this.owned.length = 0;
+  }
+}
+
+function bytesOf(d: DType): number {
+  return d === 'f16' || d === 'bf16' || d === 'u16' ? 2 : d === 'u8' ? 1 : 4;
+}

@@ -1,0 +1,297 @@
+// Gemma 4 (transformers' gemma4 text model, modeling_gemma4.py) on
+// mlx-native's ops. h = embed(ids) * sqrt(H), then every layer:
+//   a = attention(rms_norm(h) w_in);                  h += rms_norm(a) w_post_attn
+//   m = mlp(rms_norm(h) w_pre_ff)                      (gelu_tanh(x W_g^T) * x W_u^T) W_d^T
+//   with the MoE block: m = rms_norm(m) w_post_ff1 + rms_norm(experts(rms_norm(h) w_pre_ff2)) w_post_ff2,
+//     routed by softmax top-k over (rms_norm(h) * scale / sqrt(H)) W_r^T, times a scale per expert
+//   h += rms_norm(m) w_post_ff
+//   with per-layer inputs: h += rms_norm((gelu_tanh(h W_pg^T) * pli_i) W_pp^T) w_ppn
+//   h *= layer_scalar
+// then rms_norm(h) w, logits = h E^T (the embedding, tied), capped as
+// cap * tanh(logits / cap).
+//
+// Attention: q, k get a per-head rms_norm * w and rotary embedding (sliding
+// layers: every pair, theta 10^4; global layers: proportional rope, the
+// first quarter of the pairs at theta^(-2i / D)), v a per-head rms_norm
+// without weight; scores q . k unscaled (the norms set their size); sliding
+// layers see the last `sliding_window` positions. Global layers may have
+// their own head size (512) and KV heads, and use the keys as values
+// (attention_k_eq_v). The last num_kv_shared_layers layers have no K/V
+// projections: they read the cache of the last earlier layer of their kind.
+// Per-layer inputs (the small models): for layer i,
+//   pli_i = (rms_norm(h0 W_pm[i]^T / sqrt(H)) w_pn + E_pl[ids, i] * sqrt(P)) / sqrt(2)
+// with h0 the scaled embedding.
+//
+// Load-time rearrangements (exact up to f32 rounding): the MLP's gate and up
+// stacked [2I, H]; the router's scale and 1 / sqrt(H) folded into its
+// weight (f32); the experts as blocks.ts allExpertsMoe takes them, the scale
+// per expert folded into the down projections (f32).
+
+import type { Buffer } from '../buffer.ts';
+import type { Device } from '../device.ts';
+import type { Encoder } from '../encoder.ts';
+import { elementwiseAdd, scalarMul } from '../ops/elementwise.ts';
+import { embedding } from '../ops/embedding.ts';
+import { fusedHeadNormRope } from '../ops/fused_head_norm_rope.ts';
+import { geluTanhMul, geluTanhMulHalves } from '../ops/gelu.ts';
+import { rmsNorm } from '../ops/rms_norm.ts';
+import { softcap } from '../ops/softmax.ts';
+import type { Gemma4Layer, Gemma4Weights } from '../weights/index.ts';
+import { invalid } from '../validate.ts';
+import { allExpertsMoe, denseRouting, linear, rows, type AllExperts, type Linear } from './blocks.ts';
+import { attentionDecode, attentionPrefill, fillCache, newKvCache, releaseKvCache, type AttentionSpec, type KvCache } from './attention.ts';
+import { Checkpoint } from './checkpoint.ts';
+import type { Gemma4Config, Gemma4LayerConfig } from './config.ts';
+import { expertsFor } from './experts.ts';
+import { CausalLM, type ModelOptions } from './model.ts';
+
+interface AttentionWeights {
+  readonly q: Linear;
+  readonly o: Linear;
+  readonly qNorm: Buffer;
+  /** Null in a layer that reads another layer's keys and values. */
+  readonly k: Linear | null;
+  readonly kNorm: Buffer | null;
+  /** Null where the keys are the values, or in a shared layer. */
+  readonly v: Linear | null;
+  /** The rope's frequency divisors (f32 [halfRopeDim]) where the config scales them. */
+  readonly freqFactors: Buffer | null;
+}
+
+interface MoeWeights {
+  /** [E, H] f32: the router's weight times its scale and 1 / sqrt(H). */
+  readonly router: Linear;
+  readonly experts: AllExperts;
+  readonly preNorm2: Buffer;
+  readonly postNorm1: Buffer;
+  readonly postNorm2: Buffer;
+}
+
+interface LayerWeights {
+  readonly cfg: Gemma4LayerConfig;
+  readonly inputNorm: Buffer;
+  readonly postAttnNorm: Buffer;
+  readonly preFfNorm: Buffer;
+  readonly postFfNorm: Buffer;
+  readonly attn: AttentionWeights;
+  /** gate and up stacked [2I, H], down [H, I]. */
+  readonly mlpGateUp: Linear;
+  readonly mlpDown: Linear;
+  readonly moe: MoeWeights | null;
+  readonly perLayer: { readonly gate: Linear; readonly proj: Linear; readonly norm: Buffer } | null;
+  readonly scalar: number;
+}
+
+export class Gemma4 extends CausalLM {
+  declare readonly config: Gemma4Config;
+  private readonly embedTable: Buffer;
+  private readonly lmHead: Linear;
+  private readonly finalNorm: Buffer;
+  private readonly layers: LayerWeights[];
+  private readonly caches: (KvCache | null)[];
+  private readonly perLayer: { readonly table: Buffer; readonly proj: Linear; readonly norm: Buffer } | null;
+
+  constructor(device: Device, config: Gemma4Config, ckpt: Checkpoint, names: Gemma4Weights, opts: ModelOptions = {}) {
+    super(device, config, ckpt, opts);
+    const c = config;
+    this.embedTable = ckpt.tensor(names.embed);
+    this.lmHead = names.lmHead !== null
+      ? ckpt.linear([{ ref: names.lmHead }])
+      : { kind: 'dense', weight: this.embedTable, n: c.vocabSize, k: c.hiddenSize };
+    this.finalNorm = ckpt.f32(ckpt.host(names.finalNorm), [c.hiddenSize]);
+    if ((c.perLayerInputSize > 0) !== (names.perLayer !== null)) {
+      throw invalid('loadModel', 'the per-layer input tensors', c.perLayerInputSize > 0 ? 'present (hidden_size_per_layer_input > 0)' : 'absent', names.perLayer === null ? 'absent' : 'present');
+    }
+    this.perLayer = names.perLayer === null ? null : {
+      table: ckpt.tensor(names.perLayer.embedTokens),
+      proj: ckpt.linear([{ ref: names.perLayer.modelProjection }]),
+      norm: ckpt.f32(ckpt.host(names.perLayer.projectionNorm), [c.perLayerInputSize]),
+    };
+    this.layers = names.layers.map((l) => this.loadLayer(l));
+    this.caches = c.layers.map((l, i) => (l.kvSource !== i ? null
+      : newKvCache(device, l.numKvHeads, l.headDim, l.type === 'sliding_attention' ? c.slidingWindow : this.maxContext, l.type === 'sliding_attention')));
+  }
+
+  private loadLayer(l: Gemma4Layer): LayerWeights {
+    const c = this.config, ck = this.ckpt, H = c.hiddenSize;
+    const cfg = c.layers[l.index]!;
+    const norm = (ref: { name: string }, n = H) => ck.f32(ck.host(ref.name), [n]);
+    if (l.type !== 'unknown' && l.type !== cfg.type) throw invalid('loadModel', `layer ${l.index}`, `a ${cfg.type} layer (config.json)`, l.type);
+    const a = l.attention;
+    const owns = cfg.kvSource === l.index;
+    if (owns && (a.kProj === null || a.kNorm === null)) throw invalid('loadModel', `layer ${l.index}`, 'k_proj and k_norm (it computes its own keys)', 'none');
+    if (owns && !cfg.kEqV && a.vProj === null) throw invalid('loadModel', `layer ${l.index}`, 'v_proj (attention_k_eq_v is off here)', 'none');
+    const attn: AttentionWeights = {
+      q: ck.linear([{ ref: a.qProj }]),
+      o: ck.linear([{ ref: a.oProj }]),
+      qNorm: norm(a.qNorm, cfg.headDim),
+      k: owns ? ck.linear([{ ref: a.kProj! }]) : null,
+      kNorm: owns ? norm(a.kNorm!, cfg.headDim) : null,
+      v: owns && !cfg.kEqV ? ck.linear([{ ref: a.vProj! }]) : null,
+      freqFactors: cfg.ropeFactor === 1 ? null : ck.f32(new Float32Array(Math.max(1, cfg.halfRopeDim)).fill(cfg.ropeFactor), [Math.max(1, cfg.halfRopeDim)]),
+    };
+    let moe: MoeWeights | null = null;
+    if (l.moe !== null) {
+      const m = c.moe;
+      if (m === null) throw invalid('loadModel', `layer ${l.index}'s MoE tensors`, 'absent (enable_moe_block is off)', 'present');
+      const w = ck.host(l.moe.router), scale = ck.host(l.moe.routerScale), root = 1 / Math.sqrt(H);
+      const folded = new Float32Array(m.numExperts * H);
+      for (let e = 0; e < m.numExperts; e++) for (let j = 0; j < H; j++) folded[e * H + j] = w[e * H + j]! * scale[j]! * root;
+      moe = {
+        router: ck.linearF32(folded, m.numExperts, H),
+        experts: expertsFor(ck, l.moe.experts, m.numExperts, m.intermediateSize, H, 'gelu_tanh', ck.host(l.moe.perExpertScale), `layer ${l.index}`),
+        preNorm2: norm(l.moe.preFeedforwardNorm2),
+        postNorm1: norm(l.moe.postFeedforwardNorm1),
+        postNorm2: norm(l.moe.postFeedforwardNorm2),
+      };
+    } else if (c.moe !== null) {
+      throw invalid('loadModel', `layer ${l.index}'s MoE tensors`, 'present (enable_moe_block is on)', 'absent');
+    }
+    const ple = l.perLayerInput;
+    return {
+      cfg,
+      inputNorm: norm(l.inputNorm),
+      postAttnNorm: norm(l.postAttentionNorm),
+      preFfNorm: norm(l.preFeedforwardNorm),
+      postFfNorm: norm(l.postFeedforwardNorm),
+      attn,
+      mlpGateUp: ck.linear([{ ref: l.mlp.gate }, { ref: l.mlp.up }]),
+      mlpDown: ck.linear([{ ref: l.mlp.down }]),
+      moe,
+      perLayer: ple === null ? null : { gate: ck.linear([{ ref: ple.gate }]), proj: ck.linear([{ ref: ple.projection }]), norm: norm(ple.postNorm) },
+      scalar: l.layerScalar === null ? 1 : ck.host(l.layerScalar)[0]!,
+    };
+  }
+
+  protected resetState(): void {
+    // A prompt writes every slot it reads before reading it: nothing to clear.
+  }
+
+  protected releaseWeights(): void {
+    for (const c of this.caches ?? []) if (c !== null) releaseKvCache(c);
+  }
+
+  protected forward(enc: Encoder, ids: Buffer, t: number, logitRows: number, logitsOut: Buffer, hostIds: readonly number[] | null): void {
+    const c = this.config, s = this.scratch, H = c.hiddenSize, eps = c.rmsNormEps;
+    const h = s.get('h', 'f32', [t, H]);
+    const x = s.get('x', 'f32', [t, H]);
+    const y = s.get('y', 'f32', [t, H]);
+    this.embed(enc, this.embedTable, ids, h, t, Math.fround(Math.sqrt(H)));
+    const pli = this.perLayer === null ? null : this.perLayerInputs(enc, ids, hostIds, h, t);
+    const positions = this.positions(t);
+    const norm = (input: Buffer, weight: Buffer, output: Buffer) => rmsNorm(enc, { input, weight, output, rows: t, dim: H, eps });
+    for (const [i, l] of this.layers.entries()) {
+      norm(h, l.inputNorm, x);
+      this.attention(enc, i, l, x, y, t, positions);
+      norm(y, l.postAttnNorm, y);
+      elementwiseAdd(enc, { a: h, b: y, output: h });
+      norm(h, l.preFfNorm, x);
+      const i2 = l.cfg.intermediateSize;
+      const gu = s.get(`mlp.gateUp.${i2}`, 'f32', [t, 2 * i2]);
+      const act = s.get(`mlp.act.${i2}`, 'f32', [t, i2]);
+      linear(enc, l.mlpGateUp, x, gu, t, this.precision);
+      geluTanhMulHalves(enc, { gateUp: gu, output: act, rows: t, dim: i2 });
+      linear(enc, l.mlpDown, act, y, t, this.precision);
+      if (l.moe !== null) this.moe(enc, l.moe, h, y, t);
+      norm(y, l.postFfNorm, y);
+      elementwiseAdd(enc, { a: h, b: y, output: h });
+      if (l.perLayer !== null) {
+        const P = c.perLayerInputSize;
+        const g = s.get('pli.gate', 'f32', [t, P]);
+        linear(enc, l.perLayer.gate, h, g, t, this.precision);
+        geluTanhMul(enc, { gate: g, up: rows(pli!, i * t, t, P), output: g });
+        linear(enc, l.perLayer.proj, g, y, t, this.precision);
+        norm(y, l.perLayer.norm, y);
+        elementwiseAdd(enc, { a: h, b: y, output: h });
+      }
+      if (l.scalar !== 1) scalarMul(enc, { input: h, output: h, scalar: l.scalar });
+    }
+    const last = rows(h, t - logitRows, logitRows, H);
+    const xn = s.get('xLast', 'f32', [logitRows, H]);
+    rmsNorm(enc, { input: last, weight: this.finalNorm, output: xn, rows: logitRows, dim: H, eps });
+    linear(enc, this.lmHead, xn, logitsOut, logitRows, this.precision);
+    if (c.finalLogitSoftcap !== null) softcap(enc, { input: logitsOut, output: logitsOut, cap: c.finalLogitSoftcap });
+  }
+
+  /** pli [L, t, P] (layer-major, so layer i's rows are one block) from the ids and the scaled embedding h0 [t, H]. */
+  private perLayerInputs(enc: Encoder, ids: Buffer, hostIds: readonly number[] | null, h0: Buffer, t: number): Buffer {
+    const c = this.config, s = this.scratch, pl = this.perLayer!, L = c.numLayers, P = c.perLayerInputSize, H = c.hiddenSize;
+    const out = s.get('pli', 'f32', [L * t, P]);
+    const emb = s.get('pli.emb', 'f32', [L * t, P]);
+    const finish = (proj: Buffer, e: Buffer, n: number, dst: Buffer) => {
+      scalarMul(enc, { input: proj, output: proj, scalar: Math.fround(1 / Math.sqrt(H)) });
+      rmsNorm(enc, { input: proj, weight: pl.norm, output: proj, rows: n, dim: P, eps: c.rmsNormEps });
+      elementwiseAdd(enc, { a: proj, b: e, output: dst });
+      scalarMul(enc, { input: dst, output: dst, scalar: Math.fround(Math.SQRT1_2) });
+    };
+    const embScale = Math.fround(Math.sqrt(P));
+    if (t === 1) {
+      // One token: its row of the table holds every layer's input, [L, P] = [L, 1, P].
+      embedding(enc, { table: pl.table, tokenIds: ids, output: emb.view('f32', [1, L * P], 0), vocabSize: c.perLayerVocabSize, hiddenSize: L * P, nTokens: 1, scale: embScale });
+      const proj = s.get('pli.proj', 'f32', [1, L * P]);
+      linear(enc, pl.proj, h0, proj, 1, this.precision);
+      finish(proj.view('f32', [L, P], 0), emb, L, out);
+      return out;
+    }
+    if (hostIds === null) throw invalid('forward', 'hostIds', 'the prompt ids on the host (per-layer inputs of a prompt)', 'none');
+    // A prompt: layer i's rows of the table ([V * L, P] seen row by row) are ids * L + i.
+    const table = pl.table.view(pl.table.dtype, [c.perLayerVocabSize * L, P], 0);
+    const idx = s.get('pli.idx', 'u32', [L * t]);
+    idx.write(Uint32Array.from({ length: L * t }, (_, k) => hostIds[k % t]! * L + Math.floor(k / t)));
+    embedding(enc, { table, tokenIds: idx, output: emb, vocabSize: c.perLayerVocabSize * L, hiddenSize: P, nTokens: L * t, scale: embScale });
+    const proj = s.get('pli.projRows', 'f32', [L * t, P]);
+    for (let i = 0; i < L; i++) linear(enc, Checkpoint.rowsView(pl.proj, i * P, P), h0, rows(proj, i * t, t, P), t, this.precision);
+    finish(proj, emb, L * t, out);
+    return out;
+  }
+
+  private attention(enc: Encoder, i: number, l: LayerWeights, x: Buffer, out: Buffer, t: number, positions: Buffer): void {
+    const c = this.config, s = this.scratch, p = this.precision, cfg = l.cfg, a = l.attn;
+    const d = cfg.headDim, nh = c.numHeads, nkv = cfg.numKvHeads;
+    const q = s.get(`attn.q.${d}`, 'f32', [t, nh, d]);
+    const o = s.get(`attn.o.${d}`, 'f32', [t, nh, d]);
+    linear(enc, a.q, x, q, t, p);
+    const rope = {
+      positions, seqLen: t, headDim: d, halfRopeDim: cfg.halfRopeDim, eps: c.rmsNormEps, theta: cfg.ropeTheta,
+      ...(a.freqFactors !== null ? { freqFactors: a.freqFactors } : {}),
+    };
+    fusedHeadNormRope(enc, { ...rope, input: q, output: q, weight: a.qNorm, nHeads: nh });
+    // This layer's keys and values [t, nkv, d] (kept per layer through a prompt: shared layers read them).
+    const k = s.get(`kv.${cfg.kvSource}.k`, 'f32', [t, nkv, d]);
+    const v = s.get(`kv.${cfg.kvSource}.v`, 'f32', [t, nkv, d]);
+    const owns = a.k !== null;
+    if (owns) {
+      linear(enc, a.k!, x, k, t, p);
+      if (a.v !== null) linear(enc, a.v, x, v, t, p);
+      // v = rms_norm(raw values) without weight; with keys as values, the raw keys (before k_norm).
+      rmsNorm(enc, { input: a.v !== null ? v : k, output: v, rows: t * nkv, dim: d, eps: c.rmsNormEps });
+      fusedHeadNormRope(enc, { ...rope, input: k, output: k, weight: a.kNorm!, nHeads: nkv });
+    }
+    const spec: AttentionSpec = { nHeads: nh, nKvHeads: nkv, headDim: d, scale: 1, window: cfg.type === 'sliding_attention' ? c.slidingWindow : null };
+    const cache = this.caches[cfg.kvSource]!;
+    if (t === 1) {
+      attentionDecode(enc, s, spec, cache, q, owns ? k : null, owns ? v : null, o, this.position);
+    } else {
+      attentionPrefill(enc, s, spec, q, k, v, o, t, this.prefillAttention);
+      if (owns) fillCache(enc, cache, k, v, t);
+    }
+    linear(enc, a.o, o.view('f32', [t, nh * d], 0), out, t, p);
+  }
+
+  /** The MoE block beside the MLP: y (the MLP's output) becomes rms_norm(y) w1 + rms_norm(experts) w2. */
+  private moe(enc: Encoder, w: MoeWeights, h: Buffer, y: Buffer, t: number): void {
+    const c = this.config, s = this.scratch, H = c.hiddenSize, m = c.moe!, eps = c.rmsNormEps;
+    rmsNorm(enc, { input: y, weight: w.postNorm1, output: y, rows: t, dim: H, eps });
+    const rx = s.get('moe.x', 'f32', [t, H]);
+    const logits = s.get('moe.logits', 'f32', [t, m.numExperts]);
+    const routing = s.get('moe.routing', 'f32', [t, m.numExperts]);
+    rmsNorm(enc, { input: h, output: rx, rows: t, dim: H, eps });
+    linear(enc, w.router, rx, logits, t, this.precision);
+    denseRouting(enc, s, logits, routing, t, m.numExperts, m.topK);
+    rmsNorm(enc, { input: h, weight: w.preNorm2, output: rx, rows: t, dim: H, eps });
+    const e = s.get('moe.out', 'f32', [t, H]);
+    allExpertsMoe(enc, s, w.experts, rx, routing, e, t, this.precision);
+    rmsNorm(enc, { input: e, weight: w.postNorm2, output: e, rows: t, dim: H, eps });
+    elementwiseAdd(enc, { a: y, b: e, output: y });
+  }
+}

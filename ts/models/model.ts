@@ -1,0 +1,203 @@
+// What the two forward passes share: loading a checkpoint folder, the
+// greedy decode loop (one encoder per step, nothing read back but the
+// sampled token), the logits of the last step kept on the device, and the
+// release of everything the model allocated.
+
+import type { Buffer } from '../buffer.ts';
+import type { Device } from '../device.ts';
+import type { Encoder } from '../encoder.ts';
+import { embedding } from '../ops/embedding.ts';
+import { argmax, argmaxScratchElements } from '../ops/sample.ts';
+import { invalid } from '../validate.ts';
+import { Scratch, type ProductPrecision } from './blocks.ts';
+import type { PrefillAttention } from './attention.ts';
+import type { AffineQuantization, Checkpoint } from './checkpoint.ts';
+import type { ModelConfig } from './config.ts';
+
+export interface ModelOptions {
+  /** Slots of a global layer's KV cache: the longest context (prompt and generated tokens); 4096 when absent. */
+  maxContext?: number;
+  /** A prompt's matrix products past 8 tokens and its gated delta net: 'fast' (default) or 'exact' (see ProductPrecision). */
+  precision?: ProductPrecision;
+  /** Prompt attention: 'flash' (default, bf16 inputs) or 'vector' (f32, one query row at a time). */
+  prefillAttention?: PrefillAttention;
+}
+
+export interface PrefillOptions {
+  /** Keep the logits of every prompt position (default: the last one only). */
+  allLogits?: boolean;
+}
+
+/** A causal language model on the device with greedy decoding. */
+export abstract class CausalLM {
+  readonly scratch: Scratch;
+  /** The token chosen last (u32 [1]): the argmax of the last logits row, the next step's input. */
+  readonly next: Buffer;
+  /** Tokens consumed so far (the next token's position). */
+  position = 0;
+  /** Rows of `logits` the last step wrote. */
+  logitRows = 0;
+  protected readonly maxContext: number;
+  protected readonly precision: ProductPrecision;
+  protected readonly prefillAttention: PrefillAttention;
+  private released = false;
+
+  protected constructor(
+    readonly device: Device,
+    readonly config: ModelConfig,
+    protected readonly ckpt: Checkpoint,
+    opts: ModelOptions,
+  ) {
+    this.scratch = new Scratch(device);
+    this.next = device.alloc('u32', [1]);
+    this.maxContext = opts.maxContext ?? 4096;
+    if (!Number.isSafeInteger(this.maxContext) || this.maxContext <= 0) throw invalid('loadModel', 'opts.maxContext', 'a positive integer', opts.maxContext);
+    this.precision = opts.precision ?? 'fast';
+    if (this.precision !== 'fast' && this.precision !== 'exact') throw invalid('loadModel', 'opts.precision', "'fast' or 'exact'", this.precision);
+    this.prefillAttention = opts.prefillAttention ?? 'flash';
+    if (this.prefillAttention !== 'flash' && this.prefillAttention !== 'vector') {
+      throw invalid('loadModel', 'opts.prefillAttention', "'flash' or 'vector'", this.prefillAttention);
+    }
+  }
+
+  /** The logits of the last step: [logitRows, vocab] f32 (read them only between steps). */
+  get logits(): Buffer {
+    return this.scratch.get('logits', 'f32', [Math.max(1, this.logitRows), this.config.vocabSize]).slice(0, Math.max(1, this.logitRows));
+  }
+
+  /**
+   * Records the layers for `tokens` rows at positions position .. position +
+   * tokens - 1 from their ids (u32 [tokens] on the device; a prompt's also on
+   * the host), writing logits for the last `logitRows` rows into logitsOut
+   * [logitRows, vocab].
+   */
+  protected abstract forward(enc: Encoder, ids: Buffer, tokens: number, logitRows: number, logitsOut: Buffer, hostIds: readonly number[] | null): void;
+
+  /** Sets every cache and state back to an empty context. */
+  protected abstract resetState(): void;
+
+  protected abstract releaseWeights(): void;
+
+  /** Rows of the embedding table for ids, scaled, into out [tokens, hidden] f32. */
+  protected embed(enc: Encoder, table: Buffer, ids: Buffer, out: Buffer, tokens: number, scale = 1): void {
+    embedding(enc, { table, tokenIds: ids, output: out, vocabSize: table.shape[0]!, hiddenSize: table.shape[1]!, nTokens: tokens, scale });
+  }
+
+  private checkLive(): void {
+    if (this.released) throw invalid('model', 'the model', 'not released', 'released');
+  }
+
+  private pickNext(enc: Encoder, rows: number, logits: Buffer): void {
+    const v = this.config.vocabSize;
+    const last = logits.slice(rows - 1, rows);
+    const value = this.scratch.get('argmax.value', 'f32', [1]);
+    const scratch = this.scratch.get('argmax.scratch', 'u32', [argmaxScratchElements(1, v)]);
+    argmax(enc, { input: last, outIndex: this.next, outValue: value, rows: 1, nElements: v, scratch });
+  }
+
+  /**
+   * Runs a prompt from an empty context (the caches are reset) in one
+   * encoder, and returns the greedy next token.
+   */
+  prefill(tokens: readonly number[], opts: PrefillOptions = {}): number {
+    this.checkLive();
+    const n = tokens.length;
+    if (n === 0) throw invalid('prefill', 'tokens', 'a non-empty array of token ids', '[]');
+    if (n > this.maxContext) throw invalid('prefill', 'tokens.length', `at most maxContext (${this.maxContext})`, n);
+    this.checkIds('prefill', tokens);
+    this.resetState();
+    this.position = 0;
+    const ids = this.scratch.get('ids', 'u32', [n]);
+    ids.write(Uint32Array.from(tokens));
+    const rows = opts.allLogits === true ? n : 1;
+    const logits = this.scratch.get('logits', 'f32', [rows, this.config.vocabSize]);
+    using enc = this.device.encoder();
+    this.forward(enc, ids, n, rows, logits, tokens);
+    this.pickNext(enc, rows, logits);
+    enc.commitAndWait();
+    this.position = n;
+    this.logitRows = rows;
+    return this.next.read()[0]!;
+  }
+
+  /** Feeds the token chosen last and returns the next one (one encoder; reads back the token alone). */
+  decode(): number {
+    return this.step('decode');
+  }
+
+  /**
+   * Continues the context with given tokens (a later turn of a conversation),
+   * one decode step each, and returns the greedy token after the last.
+   */
+  feed(tokens: readonly number[]): number {
+    this.checkLive();
+    if (tokens.length === 0) throw invalid('feed', 'tokens', 'a non-empty array of token ids', '[]');
+    this.checkIds('feed', tokens);
+    if (this.position + tokens.length > this.maxContext) {
+      throw invalid('feed', 'tokens.length', `at most maxContext - position (${this.maxContext - this.position})`, tokens.length);
+    }
+    let next = 0;
+    for (const t of tokens) {
+      this.next.write(Uint32Array.of(t));
+      next = this.step('feed');
+    }
+    return next;
+  }
+
+  private checkIds(op: string, tokens: readonly number[]): void {
+    for (const [i, t] of tokens.entries()) {
+      if (!Number.isSafeInteger(t) || t < 0 || t >= this.config.vocabSize) throw invalid(op, `tokens[${i}]`, `an id in [0, ${this.config.vocabSize})`, t);
+    }
+  }
+
+  private step(op: string): number {
+    this.checkLive();
+    if (this.position === 0) throw invalid(op, 'the context', 'a prompt run by prefill first', 'empty');
+    if (this.position >= this.maxContext) throw invalid(op, 'the context', `shorter than maxContext (${this.maxContext})`, this.position);
+    const logits = this.scratch.get('logits', 'f32', [1, this.config.vocabSize]);
+    using enc = this.device.encoder();
+    this.forward(enc, this.next, 1, 1, logits, null);
+    this.pickNext(enc, 1, logits);
+    enc.commitAndWait();
+    this.position += 1;
+    this.logitRows = 1;
+    return this.next.read()[0]!;
+  }
+
+  /** The prompt's greedy continuation: the token after the prompt, then `steps` more. */
+  generate(prompt: readonly number[], steps: number): number[] {
+    const out = [this.prefill(prompt)];
+    for (let i = 0; i < steps; i++) out.push(this.decode());
+    return out;
+  }
+
+  /** Positions position .. position + n - 1 as u32 [n] on the device. */
+  protected positions(n: number): Buffer {
+    const p = this.scratch.get('positions', 'u32', [n]);
+    p.write(Uint32Array.from({ length: n }, (_, i) => this.position + i));
+    return p;
+  }
+
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    this.releaseWeights();
+    this.ckpt.release();
+    this.scratch.release();
+    this.next.release();
+  }
+
+  [Symbol.dispose](): void {
+    this.release();
+  }
+}
+
+/** config.json's MLX affine quantization ({ group_size, bits }), or null. */
+export function quantizationOf(config: Record<string, unknown>): AffineQuantization | null {
+  const q = config['quantization'] ?? config['quantization_config'];
+  if (q === undefined || q === null) return null;
+  const o = q as Record<string, unknown>;
+  const groupSize = o['group_size'], bits = o['bits'];
+  if (typeof groupSize !== 'number' || typeof bits !== 'number') throw invalid('loadModel', 'config.json quantization', '{ group_size, bits }', JSON.stringify(q));
+  return { groupSize, bits };
+}

@@ -1,0 +1,396 @@
+// Qwen3.6 (transformers' qwen3_5_moe text model, modeling_qwen3_5_moe.py)
+// on mlx-native's ops. Every layer:
+//   h += mixer(rms_norm(h) * (1 + w_in));  h += moe(rms_norm(h) * (1 + w_post))
+// where the mixer is a gated delta net (linear_attention layers) or gated
+// full attention (full_attention layers), and the MoE block is a top-k
+// softmax router over the experts plus a shared expert gated by
+// sigmoid(x w_sg). Then rms_norm(h) * (1 + w), and logits = h W_lm^T.
+//
+// Gated delta net, per token (transformers' Qwen3_5MoeGatedDeltaNet; a
+// prompt runs the chunked form on bf16 inputs by default, the token-by-token
+// recurrence in f32 with precision 'exact'):
+//   [q k v] = silu(causal_conv1d(x W_qkv^T)) (kernel 4, a state of the last 3 inputs)
+//   q, k = l2_norm per head; g = -exp(A_log) softplus(x W_a^T + dt_bias); beta = sigmoid(x W_b^T)
+//   S = S exp(g); S += beta (v - S k) k^T; o = S q / sqrt(K)   (value head h reads key head h / (Hv / Hk))
+//   out = (rms_norm(o) * w_norm * silu(x W_z^T)) W_out^T
+// Gated attention (Qwen3_5MoeAttention): q_proj gives per head the query and
+// an output gate; q, k get a per-head rms_norm * (1 + w) and rotary embedding
+// on their first rotaryDim elements; softmax(q k^T / sqrt(D)) v over the
+// causal context; out = (attn * sigmoid(gate)) W_o^T.
+//
+// Load-time rearrangements (exact; they change no value):
+// - Hugging Face rotates the pairs (i, i + rotaryDim / 2) inside the first
+//   rotaryDim elements of a head; the rope kernels rotate (i, i + D / 2).
+//   The rows of q_proj's query part and of k_proj (with the q/k norm
+//   weights) are permuted within each head so that HF's pair i lands on the
+//   kernels' pair i; q . k is the same under one permutation of both. The
+//   kernels' frequency theta^(-2i / D) becomes HF's theta^(-2i / rotaryDim)
+//   with theta' = theta^(D / rotaryDim).
+// - q_proj's rows (per head: D query rows, then D gate rows) are split into
+//   a query projection and a gate projection.
+// - The (1 + w) norm weights are stored as 1 + w in f32 (exact for bf16 w).
+// - The MoE experts are arranged for the stand-in that runs every expert
+//   (blocks.ts allExpertsMoe): gate and up stacked [E * 2I, H], the down
+//   projections side by side [H, E * I] in f32.
+
+import type { Buffer } from '../buffer.ts';
+import type { Device } from '../device.ts';
+import type { Encoder } from '../encoder.ts';
+import { computeGBeta } from '../ops/compute_g_beta.ts';
+import { chunkGatedDeltaRule, GDR_K_VALUES, GDR_MAX_V, GDR_V_MULTIPLE } from '../ops/chunk_gated_delta_rule.ts';
+import { cast, elementwiseAdd } from '../ops/elementwise.ts';
+import { fusedHeadNormRope } from '../ops/fused_head_norm_rope.ts';
+import { gatedDeltaNet, gatedDeltaNetDecode } from '../ops/gated_delta_net.ts';
+import { l2Norm } from '../ops/l2_norm.ts';
+import { rmsNorm } from '../ops/rms_norm.ts';
+import { sigmoidMul } from '../ops/sigmoid_mul.ts';
+import { siluMulHalves } from '../ops/silu_mul.ts';
+import { ssmConv, ssmConvDecode } from '../ops/ssm_conv.ts';
+import { ssmNormGate } from '../ops/ssm_norm_gate.ts';
+import type { Qwen35MoeLayer, Qwen35MoeWeights } from '../weights/index.ts';
+import { invalid } from '../validate.ts';
+import { allExpertsMoe, denseRouting, linear, rows, scaleRows, type AllExperts, type Linear } from './blocks.ts';
+import { attentionDecode, attentionPrefill, fillCache, newKvCache, releaseKvCache, type AttentionSpec, type KvCache } from './attention.ts';
+import { Checkpoint } from './checkpoint.ts';
+import type { Qwen35MoeConfig } from './config.ts';
+import { expertsFor } from './experts.ts';
+import { CausalLM, type ModelOptions } from './model.ts';
+
+interface GatedDeltaNetWeights {
+  /** in_proj_qkv whole [C, H], and its q, k and v row blocks. */
+  readonly qkv: Linear;
+  readonly q: Linear;
+  readonly k: Linear;
+  readonly v: Linear;
+  readonly z: Linear;
+  readonly a: Linear;
+  readonly b: Linear;
+  readonly out: Linear;
+  /** conv1d [C, KS] f32. */
+  readonly conv: Buffer;
+  readonly aLog: Buffer;
+  readonly dtBias: Buffer;
+  /** The output norm's weight [V] f32. */
+  readonly norm: Buffer;
+}
+
+interface GatedAttentionWeights {
+  readonly q: Linear;
+  readonly gate: Linear;
+  readonly k: Linear;
+  readonly v: Linear;
+  readonly o: Linear;
+  /** 1 + w, permuted as the rows of q and k, f32 [D]. */
+  readonly qNorm: Buffer;
+  readonly kNorm: Buffer;
+}
+
+interface MoeWeights {
+  readonly router: Linear;
+  readonly experts: AllExperts;
+  /** The shared expert's gate and up stacked [2 Is, H], and its down [H, Is]. */
+  readonly sharedGateUp: Linear;
+  readonly sharedDown: Linear;
+  /** [1, H] */
+  readonly sharedGate: Linear;
+}
+
+interface LayerWeights {
+  readonly type: 'linear_attention' | 'full_attention';
+  readonly inputNorm: Buffer;
+  readonly postNorm: Buffer;
+  readonly gdn: GatedDeltaNetWeights | null;
+  readonly attn: GatedAttentionWeights | null;
+  readonly moe: MoeWeights;
+}
+
+/** A layer's state across steps: the conv history and recurrent state, or the KV cache. */
+interface LayerState {
+  /** [C, KS - 1] f32, oldest input first. */
+  readonly conv: Buffer | null;
+  /** [Hv, V, K] f32. */
+  readonly recurrent: Buffer | null;
+  readonly kv: KvCache | null;
+}
+
+/** new row i of a head takes stored row perm[i]: HF's pairs (i, i + r/2), i < r/2, onto (i, i + D/2). */
+export function rotaryPermutation(headDim: number, rotaryDim: number): number[] {
+  const half = headDim / 2, rh = rotaryDim / 2, pass = half - rh;
+  const perm: number[] = [];
+  for (let j = 0; j < headDim; j++) {
+    if (j < rh) perm.push(j);
+    else if (j < half) perm.push(rotaryDim + (j - rh));
+    else if (j < half + rh) perm.push(rh + (j - half));
+    else perm.push(rotaryDim + pass + (j - half - rh));
+  }
+  return perm;
+}
+
+export class Qwen35Moe extends CausalLM {
+  declare readonly config: Qwen35MoeConfig;
+  private readonly embedTable: Buffer;
+  private readonly lmHead: Linear;
+  private readonly finalNorm: Buffer;
+  private readonly layers: LayerWeights[];
+  private readonly state: LayerState[];
+  private readonly ropeTheta: number;
+
+  constructor(device: Device, config: Qwen35MoeConfig, ckpt: Checkpoint, names: Qwen35MoeWeights, opts: ModelOptions = {}) {
+    super(device, config, ckpt, opts);
+    const c = config;
+    this.embedTable = ckpt.tensor(names.embed);
+    this.lmHead = names.lmHead !== null
+      ? ckpt.linear([{ ref: names.lmHead }])
+      : { kind: 'dense', weight: this.embedTable, n: c.vocabSize, k: c.hiddenSize };
+    this.finalNorm = onePlus(ckpt, names.finalNorm.name);
+    this.ropeTheta = c.ropeTheta ** (c.headDim / c.rotaryDim);
+    this.layers = names.layers.map((l) => this.loadLayer(l));
+    this.state = this.layers.map((l) => this.newState(l));
+  }
+
+  private loadLayer(l: Qwen35MoeLayer): LayerWeights {
+    const c = this.config, ck = this.ckpt;
+    if (l.type !== c.layerTypes[l.index]) throw invalid('loadModel', `layer ${l.index}`, `a ${c.layerTypes[l.index]} layer (config.json)`, l.type);
+    let gdn: GatedDeltaNetWeights | null = null;
+    let attn: GatedAttentionWeights | null = null;
+    if (l.linearAttention !== null) {
+      const w = l.linearAttention;
+      const qkv = ck.linear([{ ref: w.inProjQkv }]);
+      const kd = c.linearNumKeyHeads * c.linearKeyHeadDim, vd = c.linearNumValueHeads * c.linearValueHeadDim;
+      if (qkv.n !== 2 * kd + vd) throw invalid('loadModel', `${w.inProjQkv.name} rows`, `2 * ${kd} + ${vd} (the config's heads)`, qkv.n);
+      const convVals = ck.host(w.conv1d);
+      gdn = {
+        qkv,
+        q: Checkpoint.rowsView(qkv, 0, kd),
+        k: Checkpoint.rowsView(qkv, kd, kd),
+        v: Checkpoint.rowsView(qkv, 2 * kd, vd),
+        z: ck.linear([{ ref: w.inProjZ }]),
+        a: ck.linear([{ ref: w.inProjA }]),
+        b: ck.linear([{ ref: w.inProjB }]),
+        out: ck.linear([{ ref: w.outProj }]),
+        conv: ck.f32(convVals, [qkv.n, c.convKernel]),
+        aLog: ck.f32(ck.host(w.aLog), [c.linearNumValueHeads]),
+        dtBias: ck.f32(ck.host(w.dtBias), [c.linearNumValueHeads]),
+        norm: ck.f32(ck.host(w.norm), [c.linearValueHeadDim]),
+      };
+    } else if (l.fullAttention !== null) {
+      const w = l.fullAttention;
+      const d = c.headDim;
+      const perm = rotaryPermutation(d, c.rotaryDim);
+      const qRows: number[] = [], gateRows: number[] = [], kRows: number[] = [];
+      for (let h = 0; h < c.numHeads; h++) {
+        for (const p of perm) qRows.push(h * 2 * d + p);
+        for (let i = 0; i < d; i++) gateRows.push(h * 2 * d + d + i);
+      }
+      for (let h = 0; h < c.numKvHeads; h++) for (const p of perm) kRows.push(h * d + p);
+      const permuted = (name: string) => {
+        const v = ck.host(name);
+        const one = new Float32Array(d);
+        perm.forEach((p, i) => { one[i] = 1 + v[p]!; });
+        return ck.f32(one, [d]);
+      };
+      attn = {
+        q: ck.linear([{ ref: w.qProj, rows: qRows }]),
+        gate: ck.linear([{ ref: w.qProj, rows: gateRows }]),
+        k: ck.linear([{ ref: w.kProj, rows: kRows }]),
+        v: ck.linear([{ ref: w.vProj }]),
+        o: ck.linear([{ ref: w.oProj }]),
+        qNorm: permuted(w.qNorm.name),
+        kNorm: permuted(w.kNorm.name),
+      };
+    }
+    const m = l.moe;
+    const s = m.sharedExpert;
+    return {
+      type: l.type,
+      inputNorm: onePlus(ck, l.inputNorm.name),
+      postNorm: onePlus(ck, l.postAttentionNorm.name),
+      gdn, attn,
+      moe: {
+        router: ck.linear([{ ref: m.router }]),
+        experts: expertsFor(ck, m.experts, c.numExperts, c.moeIntermediateSize, c.hiddenSize, 'silu', null, `layer ${l.index}`),
+        sharedGateUp: ck.linear([{ ref: s.gate }, { ref: s.up }]),
+        sharedDown: ck.linear([{ ref: s.down }]),
+        sharedGate: ck.linear([{ ref: m.sharedExpertGate }]),
+      },
+    };
+  }
+
+  private newState(l: LayerWeights): LayerState {
+    const c = this.config;
+    if (l.type === 'linear_attention') {
+      const channels = 2 * c.linearNumKeyHeads * c.linearKeyHeadDim + c.linearNumValueHeads * c.linearValueHeadDim;
+      return {
+        conv: this.device.alloc('f32', [channels, c.convKernel - 1]),
+        recurrent: this.device.alloc('f32', [c.linearNumValueHeads, c.linearValueHeadDim, c.linearKeyHeadDim]),
+        kv: null,
+      };
+    }
+    return { conv: null, recurrent: null, kv: newKvCache(this.device, c.numKvHeads, c.headDim, this.maxContext, false) };
+  }
+
+  protected resetState(): void {
+    // The prompt's first tokens overwrite the caches; the conv and recurrent states start from zeros.
+    for (const s of this.state) {
+      s.conv?.fill(0);
+      s.recurrent?.fill(0);
+    }
+  }
+
+  protected releaseWeights(): void {
+    for (const s of this.state ?? []) {
+      s.conv?.release();
+      s.recurrent?.release();
+      if (s.kv !== null) releaseKvCache(s.kv);
+    }
+  }
+
+  protected forward(enc: Encoder, ids: Buffer, t: number, logitRows: number, logitsOut: Buffer, _hostIds: readonly number[] | null): void {
+    const c = this.config, s = this.scratch, H = c.hiddenSize;
+    const h = s.get('h', 'f32', [t, H]);
+    const x = s.get('x', 'f32', [t, H]);
+    const y = s.get('y', 'f32', [t, H]);
+    this.embed(enc, this.embedTable, ids, h, t);
+    const positions = this.positions(t);
+    for (const [i, l] of this.layers.entries()) {
+      rmsNorm(enc, { input: h, weight: l.inputNorm, output: x, rows: t, dim: H, eps: c.rmsNormEps });
+      if (l.gdn !== null) this.gatedDeltaNet(enc, l.gdn, this.state[i]!, x, y, t);
+      else this.gatedAttention(enc, l.attn!, this.state[i]!.kv!, x, y, t, positions);
+      elementwiseAdd(enc, { a: h, b: y, output: h });
+      rmsNorm(enc, { input: h, weight: l.postNorm, output: x, rows: t, dim: H, eps: c.rmsNormEps });
+      this.moe(enc, l.moe, x, y, t);
+      elementwiseAdd(enc, { a: h, b: y, output: h });
+    }
+    const last = rows(h, t - logitRows, logitRows, H);
+    const xn = s.get('xLast', 'f32', [logitRows, H]);
+    rmsNorm(enc, { input: last, weight: this.finalNorm, output: xn, rows: logitRows, dim: H, eps: c.rmsNormEps });
+    linear(enc, this.lmHead, xn, logitsOut, logitRows, this.precision);
+  }
+
+  private gatedDeltaNet(enc: Encoder, w: GatedDeltaNetWeights, st: LayerState, x: Buffer, out: Buffer, t: number): void {
+    const c = this.config, s = this.scratch, p = this.precision;
+    const hk = c.linearNumKeyHeads, hv = c.linearNumValueHeads, dk = c.linearKeyHeadDim, dv = c.linearValueHeadDim;
+    const kd = hk * dk, vd = hv * dv, channels = 2 * kd + vd, ks = c.convKernel;
+    const conv = st.conv!, state = st.recurrent!;
+    let q: Buffer, k: Buffer, v: Buffer;
+    if (t === 1) {
+      // One token: one projection and one conv step over all channels; q, k, v are its column blocks.
+      const mixed = s.get('gdn.mixed', 'f32', [1, channels]);
+      const convOut = s.get('gdn.conv', 'f32', [1, channels]);
+      linear(enc, w.qkv, x, mixed, 1, p);
+      ssmConvDecode(enc, { x: mixed, weight: w.conv, state: conv, y: convOut, b: 1, c: channels, ks, silu: true });
+      q = convOut.view('f32', [1, hk, dk], 0);
+      k = convOut.view('f32', [1, hk, dk], kd * 4);
+      v = convOut.view('f32', [1, hv, dv], 2 * kd * 4);
+    } else {
+      // A prompt: q, k and v projected and convolved apart (each token-major), the conv state in three channel blocks.
+      const parts: [Linear, number, number][] = [[w.q, 0, kd], [w.k, kd, kd], [w.v, 2 * kd, vd]];
+      const outs = parts.map(([lin, at, n], j) => {
+        const proj = s.get(`gdn.proj${j}`, 'f32', [t, n]);
+        const y = s.get(`gdn.conv${j}`, 'f32', [t, n]);
+        linear(enc, lin, x, proj, t, p);
+        ssmConv(enc, {
+          x: proj, weight: rows(w.conv, at, n, ks), state: rows(conv, at, n, ks - 1), y,
+          b: 1, t, c: n, ks, silu: true, freshState: true,
+        });
+        return y;
+      });
+      q = outs[0]!;
+      k = outs[1]!;
+      v = outs[2]!;
+    }
+    l2Norm(enc, { x: q, y: q, rows: t * hk, dim: dk, eps: 1e-6 });
+    l2Norm(enc, { x: k, y: k, rows: t * hk, dim: dk, eps: 1e-6 });
+    const a = s.get('gdn.a', 'f32', [t, hv]);
+    const b = s.get('gdn.b', 'f32', [t, hv]);
+    const g = s.get('gdn.g', 'f32', [t, hv]);
+    const beta = s.get('gdn.beta', 'f32', [t, hv]);
+    linear(enc, w.a, x, a, t, p);
+    linear(enc, w.b, x, b, t, p);
+    computeGBeta(enc, { a, b, aLog: w.aLog, dtBias: w.dtBias, g, beta, batch: 1, seqLen: t, nHeads: hv });
+    const z = s.get('gdn.z', 'f32', [t, vd]);
+    linear(enc, w.z, x, z, t, p);
+    const o = s.get('gdn.o', 'f32', [t, vd]);
+    const dims = { batch: 1, nQkHeads: hk, nHeads: hv, kDim: dk, vDim: dv };
+    if (t === 1) {
+      gatedDeltaNetDecode(enc, { ...dims, q, k, v, g, beta, state, output: o });
+    } else if (p === 'fast' && chunked(dk, dv)) {
+      // The chunked form (64-token chunks on matrix units) over bf16 q, k, v; its output bf16, the state f32.
+      const q16 = s.get('gdn.q16', 'bf16', [t, kd]);
+      const k16 = s.get('gdn.k16', 'bf16', [t, kd]);
+      const v16 = s.get('gdn.v16', 'bf16', [t, vd]);
+      const o16 = s.get('gdn.o16', 'bf16', [t, vd]);
+      cast(enc, { input: q, output: q16 });
+      cast(enc, { input: k, output: k16 });
+      cast(enc, { input: v, output: v16 });
+      chunkGatedDeltaRule(enc, { ...dims, seqLen: t, q: q16, k: k16, v: v16, g, beta, o: o16, finalState: state });
+      cast(enc, { input: o16, output: o });
+    } else {
+      gatedDeltaNet(enc, { ...dims, seqLen: t, q, k, v, g, beta, output: o, finalState: state });
+    }
+    ssmNormGate(enc, { attnOut: o, weight: w.norm, z, output: o, rows: t * hv, dV: dv, eps: c.rmsNormEps });
+    linear(enc, w.out, o, out, t, p);
+  }
+
+  private gatedAttention(enc: Encoder, w: GatedAttentionWeights, cache: KvCache, x: Buffer, out: Buffer, t: number, positions: Buffer): void {
+    const c = this.config, s = this.scratch, p = this.precision, d = c.headDim;
+    const q = s.get('attn.q', 'f32', [t, c.numHeads, d]);
+    const gate = s.get('attn.gate', 'f32', [t, c.numHeads * d]);
+    const k = s.get('attn.k', 'f32', [t, c.numKvHeads, d]);
+    const v = s.get('attn.v', 'f32', [t, c.numKvHeads, d]);
+    const o = s.get('attn.o', 'f32', [t, c.numHeads, d]);
+    linear(enc, w.q, x, q, t, p);
+    linear(enc, w.gate, x, gate, t, p);
+    linear(enc, w.k, x, k, t, p);
+    linear(enc, w.v, x, v, t, p);
+    const rope = { positions, seqLen: t, headDim: d, halfRopeDim: c.rotaryDim / 2, eps: c.rmsNormEps, theta: this.ropeTheta };
+    fusedHeadNormRope(enc, { ...rope, input: q, output: q, weight: w.qNorm, nHeads: c.numHeads });
+    fusedHeadNormRope(enc, { ...rope, input: k, output: k, weight: w.kNorm, nHeads: c.numKvHeads });
+    const spec: AttentionSpec = { nHeads: c.numHeads, nKvHeads: c.numKvHeads, headDim: d, scale: 1 / Math.sqrt(d), window: null };
+    if (t === 1) {
+      attentionDecode(enc, s, spec, cache, q, k, v, o, this.position);
+    } else {
+      attentionPrefill(enc, s, spec, q, k, v, o, t, this.prefillAttention);
+      fillCache(enc, cache, k, v, t);
+    }
+    sigmoidMul(enc, { x: o, gate, output: o });
+    linear(enc, w.o, o.view('f32', [t, c.numHeads * d], 0), out, t, p);
+  }
+
+  private moe(enc: Encoder, w: MoeWeights, x: Buffer, out: Buffer, t: number): void {
+    const c = this.config, s = this.scratch, p = this.precision, H = c.hiddenSize, E = c.numExperts;
+    const logits = s.get('moe.logits', 'f32', [t, E]);
+    const routing = s.get('moe.routing', 'f32', [t, E]);
+    linear(enc, w.router, x, logits, t, p);
+    denseRouting(enc, s, logits, routing, t, E, c.numExpertsPerTok);
+    allExpertsMoe(enc, s, w.experts, x, routing, out, t, p);
+    // The shared expert, scaled by sigmoid(x w_sg): the gate's logit spread over the row, then sigmoid(gate) * y.
+    const is = c.sharedExpertIntermediateSize;
+    const gu = s.get('moe.sharedGateUp', 'f32', [t, 2 * is]);
+    const act = s.get('moe.sharedAct', 'f32', [t, is]);
+    const shared = s.get('moe.shared', 'f32', [t, H]);
+    linear(enc, w.sharedGateUp, x, gu, t, p);
+    siluMulHalves(enc, { gateUp: gu, output: act, rows: t, dim: is });
+    linear(enc, w.sharedDown, act, shared, t, p);
+    const g = s.get('moe.sharedGateLogit', 'f32', [t, 1]);
+    linear(enc, w.sharedGate, x, g, t, p);
+    const ones = s.constant(`ones.${t}.${H}`, 'f32', [t, H], () => new Float32Array(t * H).fill(1));
+    const spread = s.get('moe.sharedGateRow', 'f32', [t, H]);
+    scaleRows(enc, ones, g, spread, t, H);
+    sigmoidMul(enc, { x: shared, gate: spread, output: shared });
+    elementwiseAdd(enc, { a: out, b: shared, output: out });
+  }
+}
+
+/** Head dims the chunked gated delta rule takes. */
+function chunked(kDim: number, vDim: number): boolean {
+  return (GDR_K_VALUES as readonly number[]).includes(kDim) && vDim % GDR_V_MULTIPLE === 0 && vDim <= GDR_MAX_V;
+}
+
+/** A (1 + w) norm weight as 1 + w in f32. */
+function onePlus(ck: Checkpoint, name: string): Buffer {
+  const w = ck.host(name);
+  const v = new Float32Array(w.length);
+  for (let i = 0; i < w.length; i++) v[i] = 1 + w[i]!;
+  return ck.f32(v, [w.length]);
+}

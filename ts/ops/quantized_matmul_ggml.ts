@@ -1,0 +1,455 @@
+// quantized_matmul_ggml: matrix products with weights in GGUF's block formats
+// (llama.cpp / ggml: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K), the bytes of a GGUF file's
+// tensor used as they are; whole-tensor dequantization; and embedding rows
+// gathered from a table of blocks (the embedding op's quantized tables,
+// ts/ops/embedding.ts). Kernel names, bindings, param structs, grids and
+// validation rules of mlx-native's quantized_matmul_ggml module
+// (src/ops/quantized_matmul_ggml.rs: kernel_mul_mv_{q4_0,q8_0,q4_K,q6_K}_f32,
+// kernel_mul_mm_{q4_0,q8_0,q6_K}_f32). Added in its style, where the crate has
+// none: kernel_mul_mv_q5_K_f32, kernel_mul_mm_{q4_K,q5_K}_f32 (the crate routes
+// Q4_K to the vector form at every m and has no Q5_K product),
+// kernel_dequantize_<t>_<o> and embedding_gather_scale_batch_<t>_to_<o>. Not
+// here: the crate's Apple tensor-API kernels (kernel_mul_mm_<t>_tensor_f32,
+// M3 and later, which the emulator cannot run; the crate falls back to the
+// simdgroup kernels without them) and its permuted bf16-input O-projection
+// entry. Kernels: shaders/quantized_matmul_ggml.metal and
+// shaders/cuda/quantized_matmul_ggml.cu.
+//
+// The formats (ggml-common.h; f16 little-endian, rows of K values stored as
+// K / QK blocks back to back, a tensor's rows back to back):
+//   Q4_0, 32 values in 18 bytes: d (f16), qs[16]. Value j < 16 is the low
+//     nibble of qs[j], value j + 16 its high nibble; w = d * (q - 8).
+//     (llama.cpp's quantizer: d = max / -8 with max the value of largest
+//     magnitude, q = min(15, trunc(x / d + 8.5)).)
+//   Q8_0, 32 values in 34 bytes: d (f16), qs[32] int8; w = d * q (d = amax / 127).
+//   Q4_K, 256 values in 144 bytes: d (f16), dmin (f16), scales[12], qs[128].
+//     Eight sub-blocks of 32, each with a 6-bit scale sc and min m packed in
+//     the 12 bytes: sub-blocks j < 4 in the low 6 bits of scales[j] (sc) and
+//     scales[j + 4] (m); j >= 4 in the nibbles of scales[j + 4] (sc low, m
+//     high) with their top two bits in the high two bits of scales[j - 4]
+//     (sc) and scales[j] (m). Sub-block s takes nibble s % 2 (low first) of
+//     qs[32 (s / 2) + l], l < 32. w = d * sc * q - dmin * m.
+//   Q5_K, 256 values in 176 bytes: d, dmin, scales[12] (as Q4_K), qh[32],
+//     qs[128] (as Q4_K's); bit s of qh[l] is bit 4 of value l of sub-block s.
+//     w = d * sc * q - dmin * m, q < 32.
+//   Q6_K, 256 values in 210 bytes: ql[128], qh[64], scales[16] (int8), d
+//     (f16) last. Value v = 128 h + 32 p + l (h < 2, p < 4, l < 32): low four
+//     bits nibble p / 2 of ql[64 h + 32 (p % 2) + l], high two bits bits 2p,
+//     2p + 1 of qh[32 h + l]; sub-block v / 16 has scale scales[v / 16].
+//     w = d * scales[v / 16] * (q - 32).
+// The K formats' quantizers search the sub-block scales and mins (llama.cpp's
+// make_qkx2_quants for Q4_K / Q5_K, make_qx_quants for Q6_K) and quantize
+// them against the largest (6 bits against d = max / 63, or int8 against d =
+// max / -128); ts/reference/quantized_matmul_ggml.ts has them.
+
+import src from '../../shaders/quantized_matmul_ggml.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/quantized_matmul_ggml.cu' with { type: 'text' };
+import header from '../../shaders/quantized_matmul_ggml.h' with { type: 'text' };
+import type { Buffer } from '../buffer.ts';
+import type { Device, DeviceLimits } from '../device.ts';
+import type { Encoder } from '../encoder.ts';
+import { packFields, structLayout, type ParamField } from '../params.ts';
+import { record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { familySources } from '../registry.ts';
+import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { ggmlType } from '../weights/gguf.ts';
+import { denseMmCudaTile } from './dense.ts';
+
+export const QUANTIZED_MATMUL_GGML_FAMILY = 'quantized_matmul_ggml';
+/** The family's kernel sources by backend, as registered by every dispatch. */
+export const QUANTIZED_MATMUL_GGML_SOURCES = familySources(QUANTIZED_MATMUL_GGML_FAMILY, { header, metal: src, cuda: cudaSrc });
+export const QUANTIZED_MATMUL_GGML_KERNELS = [
+  'kernel_mul_mv_q4_0_f32', 'kernel_mul_mv_q8_0_f32', 'kernel_mul_mv_q4_K_f32', 'kernel_mul_mv_q5_K_f32', 'kernel_mul_mv_q6_K_f32',
+  'kernel_mul_mm_q4_0_f32', 'kernel_mul_mm_q8_0_f32', 'kernel_mul_mm_q4_K_f32', 'kernel_mul_mm_q5_K_f32', 'kernel_mul_mm_q6_K_f32',
+  'kernel_dequantize_q4_0_f32', 'kernel_dequantize_q4_0_f16', 'kernel_dequantize_q4_0_bf16',
+  'kernel_dequantize_q8_0_f32', 'kernel_dequantize_q8_0_f16', 'kernel_dequantize_q8_0_bf16',
+  'kernel_dequantize_q4_K_f32', 'kernel_dequantize_q4_K_f16', 'kernel_dequantize_q4_K_bf16',
+  'kernel_dequantize_q5_K_f32', 'kernel_dequantize_q5_K_f16', 'kernel_dequantize_q5_K_bf16',
+  'kernel_dequantize_q6_K_f32', 'kernel_dequantize_q6_K_f16', 'kernel_dequantize_q6_K_bf16',
+  'embedding_gather_scale_batch_q4_0_to_f32', 'embedding_gather_scale_batch_q4_0_to_f16', 'embedding_gather_scale_batch_q4_0_to_bf16',
+  'embedding_gather_scale_batch_q8_0_to_f32', 'embedding_gather_scale_batch_q8_0_to_f16', 'embedding_gather_scale_batch_q8_0_to_bf16',
+  'embedding_gather_scale_batch_q4_K_to_f32', 'embedding_gather_scale_batch_q4_K_to_f16', 'embedding_gather_scale_batch_q4_K_to_bf16',
+  'embedding_gather_scale_batch_q5_K_to_f32', 'embedding_gather_scale_batch_q5_K_to_f16', 'embedding_gather_scale_batch_q5_K_to_bf16',
+  'embedding_gather_scale_batch_q6_K_to_f32', 'embedding_gather_scale_batch_q6_K_to_f16', 'embedding_gather_scale_batch_q6_K_to_bf16',
+] as const;
+
+/** struct GgmlMatvecParams (buffer 3 of kernel_mul_mv_<t>_f32). */
+export const GGML_MATVEC_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlMatvecParams');
+/** struct GgmlMatmulMmParams (buffer 0 of kernel_mul_mm_<t>_f32). */
+export const GGML_MATMUL_MM_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlMatmulMmParams');
+/** struct GgmlDequantizeParams (buffer 2 of kernel_dequantize_<t>_<o>). */
+export const GGML_DEQUANTIZE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlDequantizeParams');
+/** struct GgmlEmbeddingParams (buffer 3 of embedding_gather_scale_batch_<t>_to_<o>). */
+export const GGML_EMBEDDING_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlEmbeddingParams');
+
+/** The GGUF block formats of the family, by ggml's names (a GGUF TensorInfo's dtype). */
+export const GGML_QUANT_TYPES = ['Q4_0', 'Q8_0', 'Q4_K', 'Q5_K', 'Q6_K'] as const;
+export type GgmlQuantType = (typeof GGML_QUANT_TYPES)[number];
+/** The format's part of the kernel names (llama.cpp's spelling). */
+const KERNEL_TYPE: Readonly<Record<GgmlQuantType, string>> = { Q4_0: 'q4_0', Q8_0: 'q8_0', Q4_K: 'q4_K', Q5_K: 'q5_K', Q6_K: 'q6_K' };
+
+/** mlx-native's MM_ROUTING_THRESHOLD (llama.cpp's ne11_mm_min): the vector form up to 8 rows of x, the matrix form past them. */
+export const GGML_MM_ROUTING_THRESHOLD = 8;
+/** threadgroup(0) of the Metal matrix kernels: a 64 x 32 half weight tile and a 32 x 32 float x tile (the crate's 8192). */
+export const GGML_MM_SHARED_BYTES = 8192;
+/** Output types of the dequantization and embedding kernels. */
+export type GgmlOutputDType = 'f32' | 'f16' | 'bf16';
+const OUTPUT_DTYPES: readonly GgmlOutputDType[] = ['f32', 'f16', 'bf16'];
+
+const I32_MAX = 0x7fff_ffff;
+const U32_MAX = 0xffff_ffff;
+/** Blocks of a one-dimensional CUDA grid (gridDim.x). */
+const CUDA_GRID_MAX = 0x7fff_ffff;
+
+const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
+
+/** Values per block (QK) and bytes per block of a format (ts/weights/gguf.ts's table). */
+export function ggmlBlockOf(type: GgmlQuantType): { qk: number; bytes: number } {
+  const t = ggmlType(type)!;
+  return { qk: t.blockSize, bytes: t.typeSize };
+}
+
+/** Bytes of a row of k values (k a multiple of the block). */
+export function ggmlRowBytesOf(type: GgmlQuantType, k: number): number {
+  const b = ggmlBlockOf(type);
+  return (k / b.qk) * b.bytes;
+}
+
+function checkType(op: string, arg: string, type: unknown): asserts type is GgmlQuantType {
+  if (!(GGML_QUANT_TYPES as readonly unknown[]).includes(type)) throw invalid(op, arg, GGML_QUANT_TYPES.join(', '), type);
+}
+
+export function packGgmlMatvecParams(p: { m: number; n: number; k: number }): Uint8Array {
+  return packFields(GGML_MATVEC_PARAMS_LAYOUT, { ne00: p.k, ne01: p.n, ne02: 1, ne10: p.k, ne12: 1, ne0: p.n, ne1: p.m, r2: 1, r3: 1 });
+}
+
+/** mlx-native's GgmlMatmulMmGpuParams: contiguous rows, a batch of one. */
+export function packGgmlMatmulMmParams(p: { m: number; n: number; k: number; ggmlType: GgmlQuantType }): Uint8Array {
+  const nb01 = ggmlRowBytesOf(p.ggmlType, p.k);
+  const nb11 = 4 * p.k;
+  return packFields(GGML_MATMUL_MM_PARAMS_LAYOUT, {
+    ne00: p.k, ne02: 1, nb01, nb02: nb01 * p.n, nb03: 0, ne12: 1, nb10: 4, nb11, nb12: nb11 * p.m, nb13: 0, ne0: p.n, ne1: p.m, r2: 1, r3: 1,
+  });
+}
+
+export function packGgmlDequantizeParams(p: { nChunks: number }): Uint8Array {
+  return packFields(GGML_DEQUANTIZE_PARAMS_LAYOUT, { n_chunks: p.nChunks });
+}
+
+export function packGgmlEmbeddingParams(p: { scale: number; hiddenSize: number; nTokens: number; vocabSize: number }): Uint8Array {
+  return packFields(GGML_EMBEDDING_PARAMS_LAYOUT, { scale: p.scale, hidden_size: p.hiddenSize, n_tokens: p.nTokens, vocab_size: p.vocabSize });
+}
+
+// ---- CUDA launches (shaders/cuda/quantized_matmul_ggml.cu; one-dimensional grids) ----
+
+/** Weight rows a block of the CUDA vector engine takes (128 threads: 4 warps splitting k). */
+export const GGML_MV_CUDA_ROWS = 16;
+const GGML_MV_CUDA_WARPS = 4;
+/** Windows in a warp's shared stages: one computed, two being copied. */
+const GGML_MV_CUDA_STAGES = 3;
+/** Values of k a warp of the vector engine copies into shared memory and computes at a time. */
+const GGML_MV_CUDA_WINDOW = 256;
+
+/** Bytes of one row of a vector-engine stage: a window's bytes from 16-byte units (the kernel's GmvStage<F>::SP). */
+export function ggmlMvCudaStageRow(type: GgmlQuantType): number {
+  const b = ggmlBlockOf(type);
+  return 16 * Math.floor(((GGML_MV_CUDA_WINDOW / b.qk) * b.bytes + 30 + 15) / 16);
+}
+
+/** Dynamic shared memory of the CUDA vector engine: 4 warps x 3 stages x 16 rows, then 4 x 128 floats of sums. */
+export function ggmlMvCudaSharedBytes(type: GgmlQuantType): number {
+  return GGML_MV_CUDA_WARPS * GGML_MV_CUDA_STAGES * GGML_MV_CUDA_ROWS * ggmlMvCudaStageRow(type) + GGML_MV_CUDA_WARPS * 128 * 4;
+}
+
+/** The CUDA matrix engine's tile: denseMmCudaTile's shapes, two stages of (bm + bn) rows of 40 bf16. */
+export function ggmlMmCudaTile(m: number, n: number): { bm: number; bn: number; threads: number; sharedBytes: number } {
+  const t = denseMmCudaTile(m, n);
+  return { bm: t.bm, bn: t.bn, threads: t.threads, sharedBytes: 2 * (t.bm + t.bn) * 40 * 2 };
+}
+
+/** Blocks of the CUDA dequantization and embedding kernels at most (they stride over their chunks of 32 values). */
+const GGML_ROWS_CUDA_BLOCKS = 4096;
+
+/** The CUDA launch of the vector or matrix kernel at these sizes. */
+export function ggmlMatmulCudaLaunch(type: GgmlQuantType, form: 'vector' | 'matrix', m: number, n: number): Launch {
+  if (form === 'vector') {
+    return { grid: [ceilDiv(n, GGML_MV_CUDA_ROWS), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes(type) } };
+  }
+  const t = ggmlMmCudaTile(m, n);
+  return { grid: [ceilDiv(n, t.bn) * ceilDiv(m, t.bm), 1, 1], threads: [t.threads, 1, 1], threadgroupMemory: { 0: t.sharedBytes } };
+}
+
+/** The CUDA launch of a dequantization or embedding kernel over `chunks32` chunks of 32 values. */
+function rowsCudaLaunch(chunks32: number): Launch {
+  return { grid: [Math.max(1, Math.min(ceilDiv(chunks32, 256), GGML_ROWS_CUDA_BLOCKS)), 1, 1], threads: [256, 1, 1] };
+}
+
+// ---- quantized_matmul_ggml ----
+
+export interface QuantizedMatmulGgmlArgs {
+  /** [m, k] f32 */
+  input: Buffer;
+  /** u8: n rows of k / QK blocks of ggmlType (a GGUF tensor's bytes, e.g. a view of uploadPacked) */
+  weight: Buffer;
+  /** [m, n] f32, output */
+  output: Buffer;
+  /** Rows of the input (tokens). */
+  m: number;
+  /** Rows of the weight (outputs). */
+  n: number;
+  /** Columns of the input and of the weight (inputs): a multiple of the block (32 for Q4_0 and Q8_0, 256 for the K formats). */
+  k: number;
+  /** The weight's block format (a GGUF TensorInfo's dtype). */
+  ggmlType: GgmlQuantType;
+  /** The vector or the matrix kernel; by default mlx-native's routing: the vector form for m <= 8. */
+  form?: 'vector' | 'matrix';
+}
+
+/**
+ * mlx-native's rules: a supported type; m, k, n > 0; k a multiple of the
+ * block; the weight at least n rows of blocks, the input at least m * k and
+ * the output at least m * n floats. With the int32 fields of the matrix
+ * params (m, n, k below 2^31), dtypes (f32 input and output, u8 weight), the
+ * CUDA grid and no aliasing.
+ */
+export function validateQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, device?: Device): void {
+  const op = 'quantized_matmul_ggml';
+  checkType(op, 'ggmlType', a.ggmlType);
+  for (const arg of ['m', 'k', 'n'] as const) {
+    checkPositive(op, arg, a[arg]);
+    checkAtMost(op, arg, a[arg], I32_MAX, '2^31 - 1');
+  }
+  const { qk, bytes } = ggmlBlockOf(a.ggmlType);
+  checkMultiple(op, 'k', a.k, qk, `${a.ggmlType}'s block`);
+  if (a.form !== undefined && a.form !== 'vector' && a.form !== 'matrix') throw invalid(op, 'form', "'vector', 'matrix' or absent", a.form);
+  const nx = checkedProduct(op, 'm * k', a.m, a.k);
+  const nw = checkedProduct(op, 'n * k / QK * block bytes', a.n, a.k / qk, bytes);
+  const ny = checkedProduct(op, 'm * n', a.m, a.n);
+  if (ceilDiv(a.m, 64) * ceilDiv(a.n, 128) > CUDA_GRID_MAX) {
+    throw invalid(op, 'm', `at most ${Math.floor(CUDA_GRID_MAX / ceilDiv(a.n, 128)) * 64} for n = ${a.n} (the CUDA grid's 2^31 - 1 blocks)`, a.m);
+  }
+  checkBuffer(op, 'input', a.input, device);
+  checkBuffer(op, 'weight', a.weight, device);
+  checkBuffer(op, 'output', a.output, device);
+  checkDtype(op, 'input', a.input, 'f32');
+  checkDtype(op, 'weight', a.weight, 'u8');
+  checkDtype(op, 'output', a.output, 'f32');
+  checkAtLeast(op, 'input', a.input, nx);
+  if (a.weight.byteLength < nw) {
+    throw invalid(op, 'weight.byteLength', `at least ${nw} (${a.n} rows of ${ggmlRowBytesOf(a.ggmlType, a.k)} bytes of ${a.ggmlType})`,
+      a.weight.byteLength);
+  }
+  checkAtLeast(op, 'output', a.output, ny);
+  checkNoAliasing(op, [['input', a.input], ['weight', a.weight], ['output', a.output]], ['output'],
+    'every output reads a row of the input and of the weight that others read too');
+}
+
+/** The form an argument set runs: mlx-native's routing (the matrix form past 8 rows of input) unless one is asked for. */
+export function quantizedMatmulGgmlForm(a: Pick<QuantizedMatmulGgmlArgs, 'm' | 'form'>): 'vector' | 'matrix' {
+  return a.form ?? (a.m > GGML_MM_ROUTING_THRESHOLD ? 'matrix' : 'vector');
+}
+
+/** The Metal launch of the vector kernels (mlx-native's): 8 rows a threadgroup of (8, 8, 1) for Q4_0 and Q8_0, 2 of (2, 32, 1) for the K formats. */
+export function ggmlMvMetalLaunch(type: GgmlQuantType, m: number, n: number): Launch {
+  const small = type === 'Q4_0' || type === 'Q8_0';
+  return { grid: [ceilDiv(n, small ? 8 : 2), m, 1], threads: small ? [8, 8, 1] : [2, 32, 1] };
+}
+
+/**
+ * quantized_matmul_ggml (mlx-native's): output[i, j] = sum_k input[i, k] *
+ * w[j, k], w dequantized from the weight's GGML blocks (the file comment),
+ * f32 input and output.
+ *
+ * Numerics: Metal's vector kernels sum f32 products of the weight dequantized
+ * in f32; its matrix kernels stage the weight as f16 (llama.cpp's tile) and
+ * x as f32. CUDA's tensor cores take both in bf16 (the weight w = a q + b
+ * from a and b rounded to bf16, the product rounded once; x rounded), summed
+ * in f32.
+ *
+ * Rules: mlx-native's (validateQuantizedMatmulGgml). Kernels:
+ * kernel_mul_mv_<t>_f32 (the vector form) and kernel_mul_mm_<t>_f32 (the
+ * matrix form), t = q4_0, q8_0, q4_K, q5_K, q6_K.
+ * Bindings, vector form: 0 weight, 1 input, 2 output, 3 GgmlMatvecParams
+ * (ne00 = ne10 = k, ne01 = ne0 = n, ne1 = m; batch fields 1). Matrix form:
+ * 0 GgmlMatmulMmParams (ne00 k, nb01 the bytes of a weight row, nb11 of an
+ * input row, ne0 n, ne1 m), 1 weight, 2 input, 3 output; threadgroup(0)
+ * 8192 bytes.
+ * Grid (Metal, the crate's): vector (ceil(n / 8), m, 1) threadgroups of
+ * (8, 8, 1) for Q4_0 and Q8_0, (ceil(n / 2), m, 1) of (2, 32, 1) for the K
+ * formats; matrix (ceil(m / 32), ceil(n / 64), 1) of 128 threads, a 32 x 64
+ * tile each. CUDA: ggmlMatmulCudaLaunch (the vector engine, 16 weight rows a
+ * block of 128 threads; the matrix engine's tiles).
+ */
+export function quantizedMatmulGgml(enc: Encoder, args: QuantizedMatmulGgmlArgs): void {
+  record(enc, planQuantizedMatmulGgml(args, enc.device.limits, enc.device));
+}
+
+/** quantizedMatmulGgml's plan: validates, then one dispatch (see quantizedMatmulGgml). */
+export function planQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateQuantizedMatmulGgml(a, device);
+  const t = KERNEL_TYPE[a.ggmlType];
+  const form = quantizedMatmulGgmlForm(a);
+  const dispatch: PlannedDispatch = form === 'vector'
+    ? {
+      kernel: `kernel_mul_mv_${t}_f32`,
+      buffers: [a.weight, a.input, a.output],
+      bytes: [, , , packGgmlMatvecParams(a)],
+      ...ggmlMvMetalLaunch(a.ggmlType, a.m, a.n),
+      cuda: ggmlMatmulCudaLaunch(a.ggmlType, 'vector', a.m, a.n),
+    }
+    : {
+      kernel: `kernel_mul_mm_${t}_f32`,
+      buffers: [, a.weight, a.input, a.output],
+      bytes: [packGgmlMatmulMmParams(a)],
+      threadgroupMemory: [GGML_MM_SHARED_BYTES],
+      grid: [ceilDiv(a.m, 32), ceilDiv(a.n, 64), 1],
+      threads: [128, 1, 1],
+      cuda: ggmlMatmulCudaLaunch(a.ggmlType, 'matrix', a.m, a.n),
+    };
+  return { family: QUANTIZED_MATMUL_GGML_FAMILY, sources: QUANTIZED_MATMUL_GGML_SOURCES, kernels: QUANTIZED_MATMUL_GGML_KERNELS, dispatches: [dispatch] };
+}
+
+// ---- ggml_dequantize ----
+
+export interface GgmlDequantizeArgs {
+  /** u8: count / QK blocks of ggmlType (a whole tensor's bytes, rows back to back) */
+  src: Buffer;
+  /** [count] f32, f16 or bf16, output */
+  output: Buffer;
+  /** Values: a multiple of the block. */
+  count: number;
+  ggmlType: GgmlQuantType;
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateGgmlDequantize(a: GgmlDequantizeArgs, device?: Device): void {
+  const op = 'ggml_dequantize';
+  checkType(op, 'ggmlType', a.ggmlType);
+  checkPositive(op, 'count', a.count);
+  const { qk, bytes } = ggmlBlockOf(a.ggmlType);
+  checkMultiple(op, 'count', a.count, qk, `${a.ggmlType}'s block`);
+  checkAtMost(op, 'count', a.count, 16 * U32_MAX, '16 x (2^32 - 1), chunks of 16 counted in 32 bits');
+  const nb = checkedProduct(op, 'count / QK * block bytes', a.count / qk, bytes);
+  checkBuffer(op, 'src', a.src, device);
+  checkBuffer(op, 'output', a.output, device);
+  checkDtype(op, 'src', a.src, 'u8');
+  checkDtype(op, 'output', a.output, OUTPUT_DTYPES);
+  checkElements(op, 'src', a.src, nb);
+  checkElements(op, 'output', a.output, a.count);
+  checkNoAliasing(op, [['src', a.src], ['output', a.output]], ['output'], 'the output is written while the blocks are read');
+}
+
+/**
+ * ggml_dequantize (not in mlx-native, whose dequantization runs on the host,
+ * src/gguf/mod.rs): output[i] = w_i, the count values of a tensor of GGML
+ * blocks dequantized (the file comment) in f32 and rounded once to the
+ * output's dtype.
+ *
+ * Layouts: src u8 [count / QK * block bytes]; output [count] f32, f16 or bf16.
+ * Kernels: kernel_dequantize_<t>_<o>. Bindings: 0 src, 1 output, 2
+ * GgmlDequantizeParams (n_chunks = count / 16).
+ * Grid (Metal): (ceil(count / 16 / tg), 1, 1) threadgroups of tg = min(256,
+ * count / 16), a chunk of 16 values each. CUDA: 256 threads a block, a chunk
+ * of 32 values a thread, the grid striding over them.
+ */
+export function ggmlDequantize(enc: Encoder, args: GgmlDequantizeArgs): void {
+  record(enc, planGgmlDequantize(args, enc.device.limits, enc.device));
+}
+
+/** ggmlDequantize's plan: validates, then one dispatch (see ggmlDequantize). */
+export function planGgmlDequantize(a: GgmlDequantizeArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateGgmlDequantize(a, device);
+  const chunks = a.count / 16;
+  const tg = Math.min(256, chunks, limits.maxThreadsPerThreadgroup);
+  return {
+    family: QUANTIZED_MATMUL_GGML_FAMILY,
+    sources: QUANTIZED_MATMUL_GGML_SOURCES,
+    kernels: QUANTIZED_MATMUL_GGML_KERNELS,
+    dispatches: [{
+      kernel: `kernel_dequantize_${KERNEL_TYPE[a.ggmlType]}_${a.output.dtype}`,
+      buffers: [a.src, a.output],
+      bytes: [, , packGgmlDequantizeParams({ nChunks: chunks })],
+      grid: [ceilDiv(chunks, tg), 1, 1],
+      threads: [tg, 1, 1],
+      cuda: rowsCudaLaunch(a.count / 32),
+    }],
+  };
+}
+
+// ---- embedding rows from a table of blocks (the embedding op's quantized tables) ----
+
+/** The embedding op's arguments with a table of GGML blocks (ts/ops/embedding.ts, EmbeddingArgs with tableType). */
+export interface GgmlEmbeddingArgs {
+  /** u8: vocabSize rows of hiddenSize / QK blocks of tableType */
+  table: Buffer;
+  tableType: GgmlQuantType;
+  /** [nTokens] u32; an id >= vocabSize reads row vocabSize - 1 */
+  tokenIds: Buffer;
+  /** [nTokens, hiddenSize] f32, f16 or bf16 */
+  output: Buffer;
+  vocabSize: number;
+  /** A multiple of the block. */
+  hiddenSize: number;
+  nTokens: number;
+  /** Multiplies every element (in f32); 1 when absent. */
+  scale?: number;
+}
+
+/** The rules of the embedding op with a table of blocks; `op` names it in messages. */
+export function validateGgmlEmbedding(a: GgmlEmbeddingArgs, device?: Device, op = 'embedding'): void {
+  checkType(op, 'tableType', a.tableType);
+  for (const [arg, v] of [['vocabSize', a.vocabSize], ['hiddenSize', a.hiddenSize], ['nTokens', a.nTokens]] as const) {
+    checkPositive(op, arg, v);
+    checkAtMost(op, arg, v, U32_MAX, '2^32 - 1');
+  }
+  const { qk, bytes } = ggmlBlockOf(a.tableType);
+  checkMultiple(op, 'hiddenSize', a.hiddenSize, qk, `${a.tableType}'s block`);
+  if (a.scale !== undefined && (typeof a.scale !== 'number' || !Number.isFinite(a.scale))) {
+    throw invalid(op, 'scale', 'a finite number or absent', a.scale);
+  }
+  const tableBytes = checkedProduct(op, 'vocabSize * hiddenSize / QK * block bytes', a.vocabSize, a.hiddenSize / qk, bytes);
+  const outElems = checkedProduct(op, 'nTokens * hiddenSize', a.nTokens, a.hiddenSize);
+  checkAtMost(op, 'nTokens * hiddenSize', outElems, 16 * U32_MAX, '16 x (2^32 - 1), chunks of 16 counted in 32 bits');
+  checkBuffer(op, 'table', a.table, device);
+  checkBuffer(op, 'tokenIds', a.tokenIds, device);
+  checkBuffer(op, 'output', a.output, device);
+  checkDtype(op, 'table', a.table, 'u8');
+  checkDtype(op, 'tokenIds', a.tokenIds, 'u32');
+  checkDtype(op, 'output', a.output, OUTPUT_DTYPES);
+  checkElements(op, 'table', a.table, tableBytes);
+  checkElements(op, 'tokenIds', a.tokenIds, a.nTokens);
+  checkElements(op, 'output', a.output, outElems);
+  checkNoAliasing(op, [['table', a.table], ['tokenIds', a.tokenIds], ['output', a.output]], ['output'],
+    'every output row reads its id and any row of the table');
+}
+
+/**
+ * The embedding op's plan for a table of blocks: output[i, j] =
+ * w[min(tokenIds[i], vocabSize - 1), j] * scale, w dequantized in f32 (the
+ * file comment), the product rounded once to the output's dtype.
+ *
+ * Kernels: embedding_gather_scale_batch_<t>_to_<o>. Bindings: 0 table, 1
+ * tokenIds, 2 output, 3 GgmlEmbeddingParams (scale, hidden_size, n_tokens,
+ * vocab_size). Grid (Metal): (ceil(hiddenSize / 16 / tg), nTokens, 1)
+ * threadgroups of tg = min(256, hiddenSize / 16), a chunk of 16 values a
+ * thread. CUDA: 256 threads a block, a chunk of 32 a thread, the grid
+ * striding over them.
+ */
+export function planGgmlEmbedding(a: GgmlEmbeddingArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateGgmlEmbedding(a, device);
+  const chunks = a.hiddenSize / 16;
+  const tg = Math.min(256, chunks, limits.maxThreadsPerThreadgroup);
+  return {
+    family: QUANTIZED_MATMUL_GGML_FAMILY,
+    sources: QUANTIZED_MATMUL_GGML_SOURCES,
+    kernels: QUANTIZED_MATMUL_GGML_KERNELS,
+    dispatches: [{
+      kernel: `embedding_gather_scale_batch_${KERNEL_TYPE[a.tableType]}_to_${a.output.dtype}`,
+      buffers: [a.table, a.tokenIds, a.output],
+      bytes: [, , , packGgmlEmbeddingParams({ scale: a.scale ?? 1, hiddenSize: a.hiddenSize, nTokens: a.nTokens, vocabSize: a.vocabSize })],
+      grid: [ceilDiv(chunks, tg), a.nTokens, 1],
+      threads: [tg, 1, 1],
+      cuda: rowsCudaLaunch((a.nTokens * a.hiddenSize) / 32),
+    }],
+  };
+}
