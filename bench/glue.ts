@@ -1,6 +1,8 @@
 // Times rms_norm, softmax, softcap, the elementwise family, embedding,
 // kv_cache_copy, the gated activations (silu_mul, gelu_tanh_mul, sigmoid_mul
 // and their halves forms, gelu), the sample family (argmax, top-k, sampling),
+// the MoE glue (moe_dispatch: the grouping of pairs by expert and
+// mlx-native's glue kernels; moe_weighted_reduce),
 // the dense decode products, the MLX affine quantized products (every kernel
 // of quantized_matmul, decode and a 64-token prefill), the GGUF block
 // products, dequantization and quantized embedding rows
@@ -33,6 +35,10 @@ import { sigmoidMul, sigmoidMulHalves } from '../ts/ops/sigmoid_mul.ts';
 import { siluMul, siluMulHalves } from '../ts/ops/silu_mul.ts';
 import { argmax, argmaxScratchElements, philox4x32, sample, sampleScratchElements, softmaxSample, topK, topKScratchElements } from '../ts/ops/sample.ts';
 import { flashAttnPrefillBlk, flashAttnPrefillMask } from '../ts/ops/flash_attn_prefill.ts';
+import {
+  fusedGeluMul, moeAccumulate, moeDispatchSort, moeGatherTopkWeights, moeSwigluBatch, moeSwigluSeq, moeWeightedSum, moeWeightedSumSeq,
+} from '../ts/ops/moe_dispatch.ts';
+import { moeWeightedReduce } from '../ts/ops/moe_weighted_reduce.ts';
 
 const small = process.argv.includes('--small');
 const onlyAt = process.argv.indexOf('--only');
@@ -54,6 +60,7 @@ function cases(): Case[] {
   out.push(...quantizedMatmulCases());
   out.push(...quantizedMatmulGgmlCases());
   out.push(...flashAttnPrefillCases());
+  out.push(...moeDispatchCases(), ...moeWeightedReduceCases());
   return out;
 }
 
@@ -259,6 +266,10 @@ function quantizedMatmulGgmlCases(): Case[] {
 // which the floor leaves out). At one row
 // the floor is a microsecond or less (1 MB at 3.3 TB/s is 0.3 us): the time
 // is launch and synchronization latency, two to five dispatches per op.
+// The one-row sampler rows take every path of the kernels: greedy, no
+// filter, candidates (top-k), the whole-row passes with the nucleus inside
+// the candidates (N(0, 36)) and past them (N(0, 4)), min-p alone both ways,
+// the penalty; bench/notes/sample-speed-2026-11-26.md predicts them.
 function sampleCases(): Case[] {
   const out: Case[] = [];
   const vocab = small ? 8192 : 262144;
@@ -302,6 +313,7 @@ function sampleCases(): Case[] {
     ['T 1, top-k 64, top-p 0.95 (Gemma 4)', { temperature: 1, topK: 64, topP: 0.95 }, 6],
     ['T 0.7, top-k 20, top-p 0.8, rp 1.05 x 64 ids (Qwen3.6)', { temperature: 0.7, topK: 20, topP: 0.8, repetitionPenalty: 1.05 }, 6],
     ['T 1, no filter', { temperature: 1 }, 6],
+    ['T 0 (greedy)', { temperature: 0 }, 6],
     ['T 1, top-p 0.95 alone, N(0, 36) logits', { temperature: 1, topP: 0.95 }, 6],
     ['T 1, top-p 0.95 alone, N(0, 4) logits (whole-row path)', { temperature: 1, topP: 0.95 }, 2],
     ['T 1, min-p 0.02 alone, N(0, 36) logits', { temperature: 1, minP: 0.02 }, 6],
@@ -473,6 +485,96 @@ function sigmoidMulCases(): Case[] {
   });
 }
 // ---- end of the gated activations ----
+
+// ---- moe_dispatch: the grouping of (token, slot) pairs by expert, and mlx-native's glue kernels ----
+// moe_dispatch_sort at Qwen3.6-35B-A3B's 256 experts, top-8: one token and
+// a 4096-token prefill (bytes: the ids read, the offsets and the order
+// written; one threadgroup, so a latency more than a bandwidth). The crate's
+// glue at Gemma 4 26B-A4B's experts (top-8 of 128, moe_intermediate 704,
+// hidden 2816; its "swiglu" kernels gate with GELU): the per-slot GELU gate
+// and the weighted sums for one token and for 512, gather_topk for one.
+// Floor: inputs read once, outputs written once.
+function moeDispatchCases(): Case[] {
+  const out: Case[] = [];
+  const E = small ? 16 : 256, topK = 8;
+  for (const tokens of [1, small ? 32 : 4096]) {
+    const nPairs = tokens * topK;
+    const ids = dev.upload('u32', [nPairs], Array.from({ length: nPairs }, (_, i) => (i * 2654435761 + (i >> 3) * 97) % E));
+    const offsets = dev.alloc('u32', [E + 2]);
+    const order = dev.alloc('u32', [nPairs]);
+    out.push({ name: `moe_dispatch_sort ${tokens} tok x top-${topK} of ${E}${tokens === 1 ? ' (decode)' : ''}`, bytes: 4 * (2 * nPairs + E + 2),
+      record: (e) => moeDispatchSort(e, { ids, offsets, order, nPairs, numExperts: E }) });
+  }
+  const [I, H, k] = small ? [64, 128, 8] : [704, 2816, 8];
+  for (const tokens of [1, small ? 4 : 512]) {
+    const tag = tokens === 1 ? ' (decode)' : '';
+    const gu = random('bf16', [tokens, k, 2 * I]);
+    const h = dev.alloc('bf16', [tokens, k, I]);
+    out.push({ name: `moe_swiglu_seq_bf16 [${tokens}, ${k}, 2x${I}]${tag}`, bytes: 6 * tokens * k * I,
+      record: (e) => moeSwigluSeq(e, { gateUp: gu, output: h, intermediate: I, topK: k, nTokens: tokens }) });
+    const y = random('bf16', [tokens, k, H]);
+    const w = random('f32', [tokens, k]);
+    const o = dev.alloc('bf16', [tokens, H]);
+    const of = dev.alloc('f32', [tokens, H]);
+    out.push({ name: `moe_weighted_sum_seq_bf16 [${tokens}, ${k}, ${H}]${tag}`, bytes: 2 * tokens * H * (k + 1) + 4 * tokens * k,
+      record: (e) => moeWeightedSumSeq(e, { expertOutputs: y, weights: w, output: o, hiddenSize: H, topK: k, nTokens: tokens }) });
+    out.push({ name: `moe_weighted_sum_seq_bf16_input -> f32 [${tokens}, ${k}, ${H}]${tag}`, bytes: 2 * tokens * H * k + 4 * tokens * (H + k),
+      record: (e) => moeWeightedSumSeq(e, { expertOutputs: y, weights: w, output: of, hiddenSize: H, topK: k, nTokens: tokens }) });
+    const g = random('bf16', [tokens * k * I]);
+    const u = random('bf16', [tokens * k * I]);
+    const go = dev.alloc('bf16', [tokens * k * I]);
+    const n = tokens * k * I;
+    out.push({ name: `fused_gelu_mul_bf16 [${n}]${tag}`, bytes: 6 * n, record: (e) => fusedGeluMul(e, { gateOut: g, upOut: u, output: go, nElements: n }) });
+  }
+  {
+    const gu = random('f32', [k, 2 * I]);
+    const h = dev.alloc('f32', [k, I]);
+    out.push({ name: `moe_swiglu_batch f32 [${k}, 2x${I}] (decode)`, bytes: 12 * k * I,
+      record: (e) => moeSwigluBatch(e, { gateUp: gu, output: h, intermediate: I, topK: k }) });
+    const y = random('f32', [k, H]);
+    const w = random('f32', [k]);
+    const o = dev.alloc('f32', [H]);
+    out.push({ name: `moe_weighted_sum f32 [${k}, ${H}] (decode)`, bytes: 4 * (k * H + k + H),
+      record: (e) => moeWeightedSum(e, { expertOutputs: y, weights: w, output: o, hiddenSize: H, topK: k }) });
+    out.push({ name: `moe_accumulate f32 [${H}] (decode)`, bytes: 12 * H,
+      record: (e) => moeAccumulate(e, { accumulator: o, expertOutput: y, routingWeight: 0.25, nElements: H }) });
+    const En = small ? 16 : 128;
+    const probs = random('f32', [En]);
+    const sortedIdx = dev.upload('u32', [En], Array.from({ length: En }, (_, i) => (i * 37) % En));
+    const scale = random('f32', [En]);
+    const ids = dev.alloc('u32', [k]);
+    const ws = dev.alloc('f32', [k]);
+    out.push({ name: `moe_gather_topk_weights top-${k} of ${En} (decode)`, bytes: 4 * (3 * k + 2 * k),
+      record: (e) => moeGatherTopkWeights(e, { softmaxProbs: probs, sortedIndices: sortedIdx, perExpertScale: scale, outExpertIds: ids,
+        outWeights: ws, nExperts: En, topK: k }) });
+  }
+  return out;
+}
+// ---- end of moe_dispatch ----
+
+// ---- moe_weighted_reduce: Qwen3.6-35B-A3B's MoE output (top-8 experts weighted, the sigmoid-gated shared
+// expert and the residual added; hidden 2048): a 4096-token prefill and one decode token, bf16, and the
+// crate's f32 kernel. Floor: top-8 expert rows, the shared row, the residual and the gate read once, the output written.
+function moeWeightedReduceCases(): Case[] {
+  const out: Case[] = [];
+  const [h, k] = small ? [256, 8] : [2048, 8];
+  for (const [dt, tokens] of [['bf16', small ? 16 : 4096], ['bf16', 1], ['f32', 1]] as const) {
+    const s = size(dt);
+    const yExpert = random(dt, [tokens, k, h]);
+    const expertW = random('f32', [tokens, k]);
+    const shLogit = random(dt, [tokens]);
+    const yShared = random(dt, [tokens, h]);
+    const residual = random(dt, [tokens, h]);
+    const output = dev.alloc(dt, [tokens, h]);
+    out.push({
+      name: `moe_weighted_reduce_${dt} [${tokens}, top-${k}, ${h}] +shared +residual${tokens === 1 ? ' (decode)' : ''}`,
+      bytes: tokens * h * s * (k + 3) + tokens * (4 * k + s),
+      record: (e) => moeWeightedReduce(e, { expertW, yExpert, shLogit, yShared, residual, output, nTokens: tokens, topK: k, h }),
+    });
+  }
+  return out;
+}
+// ---- end of moe_weighted_reduce ----
 
 const time = (c: Case, iters: number): number => gpuTimePerDispatch(dev, c.record, iters);
 

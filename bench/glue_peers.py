@@ -212,6 +212,8 @@ def sample_cases():
         if prev is not None:
             s = torch.gather(x, 1, prev)
             x = x.scatter(1, prev, torch.where(s < 0, s * rp, s / rp))
+        if t == 0:
+            return x.argmax(-1)
         x = x / t
         if k == 0 and p >= 1 and min_p == 0:
             probs = torch.softmax(x, -1)
@@ -235,6 +237,7 @@ def sample_cases():
         ("T 1, top-k 64, top-p 0.95 (Gemma 4)", dict(t=1.0, k=64, p=0.95, min_p=0.0, rp=None), 6.0),
         ("T 0.7, top-k 20, top-p 0.8, rp 1.05 x 64 ids (Qwen3.6)", dict(t=0.7, k=20, p=0.8, min_p=0.0, rp=1.05), 6.0),
         ("T 1, no filter", dict(t=1.0, k=0, p=1.0, min_p=0.0, rp=None), 6.0),
+        ("T 0 (greedy)", dict(t=0.0, k=0, p=1.0, min_p=0.0, rp=None), 6.0),
         ("T 1, top-p 0.95 alone, N(0, 36) logits", dict(t=1.0, k=0, p=0.95, min_p=0.0, rp=None), 6.0),
         ("T 1, top-p 0.95 alone, N(0, 4) logits (whole-row path)", dict(t=1.0, k=0, p=0.95, min_p=0.0, rp=None), 2.0),
         ("T 1, min-p 0.02 alone, N(0, 36) logits", dict(t=1.0, k=0, p=1.0, min_p=0.02, rp=None), 6.0),
@@ -374,3 +377,81 @@ def quantized_matmul_ggml_cases():
 
 quantized_matmul_ggml_cases()
 # ---- end of quantized_matmul_ggml ----
+
+# ---- moe_dispatch: the grouping by expert and mlx-native's glue kernels (bench/glue.ts moeDispatchCases) ----
+# The grouping as torch writes it (a stable argsort of the ids and the
+# per-expert counts' prefix sum), the GELU gate of [gate | up] rows, the
+# weighted sums over the top-k slots, the top-k gather and renormalization.
+def moe_dispatch_cases():
+    e_n, top_k = 256, 8
+    for tokens in (1, 4096):
+        pairs = tokens * top_k
+        ids = (torch.arange(pairs, device=dev) * 2654435761 + (torch.arange(pairs, device=dev) >> 3) * 97) % e_n
+        tag = " (decode)" if tokens == 1 else ""
+
+        def group(ids=ids):
+            return torch.bincount(ids, minlength=e_n).cumsum(0), ids.argsort(stable=True)
+
+        eager_and_compiled(f"moe_dispatch_sort {tokens} tok x top-{top_k} of {e_n}{tag}", group, 4 * (2 * pairs + e_n + 2))
+    i_n, h_n, k = 704, 2816, 8
+    for tokens in (1, 512):
+        tag = " (decode)" if tokens == 1 else ""
+        gu = torch.randn(tokens, k, 2 * i_n, dtype=torch.bfloat16, device=dev)
+        eager_and_compiled(f"moe_swiglu_seq_bf16 [{tokens}, {k}, 2x{i_n}]{tag}",
+                           lambda gu=gu: F.gelu(gu[..., :i_n], approximate="tanh") * gu[..., i_n:], 6 * tokens * k * i_n)
+        y = torch.randn(tokens, k, h_n, dtype=torch.bfloat16, device=dev)
+        w = torch.rand(tokens, k, device=dev)
+        eager_and_compiled(f"moe_weighted_sum_seq_bf16 [{tokens}, {k}, {h_n}]{tag}",
+                           lambda y=y, w=w: (y.float() * w.unsqueeze(-1)).sum(1).bfloat16(), 2 * tokens * h_n * (k + 1) + 4 * tokens * k)
+        eager_and_compiled(f"moe_weighted_sum_seq_bf16_input -> f32 [{tokens}, {k}, {h_n}]{tag}",
+                           lambda y=y, w=w: (y.float() * w.unsqueeze(-1)).sum(1), 2 * tokens * h_n * k + 4 * tokens * (h_n + k))
+        n = tokens * k * i_n
+        g = torch.randn(n, dtype=torch.bfloat16, device=dev)
+        u = torch.randn(n, dtype=torch.bfloat16, device=dev)
+        eager_and_compiled(f"fused_gelu_mul_bf16 [{n}]{tag}", lambda g=g, u=u: F.gelu(g, approximate="tanh") * u, 6 * n)
+    gu = torch.randn(k, 2 * i_n, device=dev)
+    eager_and_compiled(f"moe_swiglu_batch f32 [{k}, 2x{i_n}] (decode)", lambda: F.gelu(gu[:, :i_n], approximate="tanh") * gu[:, i_n:],
+                       12 * k * i_n)
+    y = torch.randn(k, h_n, device=dev)
+    w = torch.rand(k, device=dev)
+    eager_and_compiled(f"moe_weighted_sum f32 [{k}, {h_n}] (decode)", lambda: (w.unsqueeze(-1) * y).sum(0), 4 * (k * h_n + k + h_n))
+    acc = torch.randn(h_n, device=dev)
+    eager_and_compiled(f"moe_accumulate f32 [{h_n}] (decode)", lambda: acc.add_(y[0], alpha=0.25), 12 * h_n)
+    e_n = 128
+    probs = torch.rand(e_n, device=dev)
+    order = torch.argsort(probs, descending=True)
+    scale = torch.rand(e_n, device=dev)
+
+    def gather():
+        ids = order[:k]
+        p = probs[ids]
+        return ids, p / p.sum() * scale[ids]
+
+    eager_and_compiled(f"moe_gather_topk_weights top-{k} of {e_n} (decode)", gather, 4 * 5 * k)
+
+
+moe_dispatch_cases()
+# ---- end of moe_dispatch ----
+
+
+# ---- moe_weighted_reduce: Qwen3.6-35B-A3B's MoE output (bench/glue.ts moeWeightedReduceCases) ----
+def moe_weighted_reduce_cases():
+    h, k = 2048, 8
+    for dt, tokens in ((torch.bfloat16, 4096), (torch.bfloat16, 1), (torch.float32, 1)):
+        s = torch.tensor([], dtype=dt).element_size()
+        y = torch.randn(tokens, k, h, dtype=dt, device=dev)
+        w = torch.rand(tokens, k, device=dev)
+        sl = torch.randn(tokens, 1, dtype=dt, device=dev)
+        ys = torch.randn(tokens, h, dtype=dt, device=dev)
+        res = torch.randn(tokens, h, dtype=dt, device=dev)
+
+        def reduce(y=y, w=w, sl=sl, ys=ys, res=res):
+            return ((y.float() * w.unsqueeze(-1)).sum(1) + torch.sigmoid(sl.float()) * ys.float() + res.float()).to(dt)
+
+        tag = " (decode)" if tokens == 1 else ""
+        eager_and_compiled(f"moe_weighted_reduce_{str(dt)[6:].replace('float32', 'f32').replace('bfloat16', 'bf16')} "
+                           f"[{tokens}, top-{k}, {h}] +shared +residual{tag}", reduce, tokens * h * s * (k + 3) + tokens * (4 * k + s))
+
+
+moe_weighted_reduce_cases()
+# ---- end of moe_weighted_reduce ----

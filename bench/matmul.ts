@@ -1,7 +1,9 @@
 // Times the dense family (ts/ops/dense.ts), the MLX affine quantized
-// products (ts/ops/quantized_matmul.ts) and the GGUF block products
-// (ts/ops/quantized_matmul_ggml.ts) with the encoder's GPU time, at
-// 4096^3 and at Qwen3.6 27B / Gemma 4 31B projection shapes: per case a
+// products (ts/ops/quantized_matmul.ts), the GGUF block products
+// (ts/ops/quantized_matmul_ggml.ts) and the per-expert products
+// (ts/ops/quantized_matmul_id.ts, ts/ops/dense_matmul_id.ts) with the
+// encoder's GPU time, at 4096^3, at Qwen3.6 27B / Gemma 4 31B projection
+// shapes and at Qwen3.6-35B-A3B / Gemma 4 26B-A4B expert shapes: per case a
 // warm-up commit, then 5 commits of `iters` back-to-back dispatches; time
 // per dispatch = median of gpuTimeNs / iters. bench/matmul_peers.py times
 // torch.matmul / F.linear (cuBLAS) and torch.compile at the same shapes (for
@@ -19,7 +21,8 @@
 //   matrix form (compute-bound): floor = 2 m n k / peak;
 //   vector form (decode, memory-bound): floor = bytes / copy bandwidth, the
 //   bytes being the weight's (read once; quantized: the packed words, scales
-//   and biases) plus x and y.
+//   and biases) plus x and y; for the per-expert rows the distinct experts'
+//   weights the routing touches.
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
@@ -27,6 +30,9 @@ import { ggmlBlocksBuffer, gpuTimePerDispatch, uniformBuffer, wordBuffer } from 
 import { denseMatmul, denseMatmulTensor, denseMatvec } from '../ts/ops/dense.ts';
 import { affineQuantizedMatmul, quantizedMatmulSimd } from '../ts/ops/quantized_matmul.ts';
 import { GGML_QUANT_TYPES, ggmlBlockOf, ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
+import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId } from '../ts/ops/quantized_matmul_id.ts';
+import { denseGateUpMmId, denseGateUpMvId, denseMmId, denseMvId } from '../ts/ops/dense_matmul_id.ts';
+import { moeDispatchSortRef } from '../ts/reference/moe_dispatch.ts';
 
 const small = process.argv.includes('--small');
 const arg = (name: string): number | null => {
@@ -70,7 +76,7 @@ function dense(label: string, dt: 'bf16' | 'f16' | 'f32', m: number, n: number, 
 function cases(): Case[] {
   if (small) {
     return [dense('square', 'bf16', 64, 64, 64), dense('decode', 'bf16', 1, 256, 256), dense('decode', 'bf16', 8, 256, 256), ...quantizedCases(),
-      ...ggmlCases()];
+      ...ggmlCases(), ...moeCases()];
   }
   const out: Case[] = [dense('square', 'bf16', 4096, 4096, 4096), dense('square', 'f16', 4096, 4096, 4096), dense('square', 'f32', 4096, 4096, 4096)];
   // Qwen3.6 27B MLP: hidden 5120, intermediate 17408 (gate/up 5120 -> 17408, down 17408 -> 5120).
@@ -98,7 +104,7 @@ function cases(): Case[] {
     out.push({ name: `square hf2q_dense_mm_bf16_f32_tensor m=${m} n=${n} k=${k}`, flops: 2 * m * n * k, bytes: 2 * n * k + 4 * (m * k + m * n),
       memoryBound: false, record: (e) => denseMatmulTensor(e, { src0, src1, dst, m, n, k, src0Batch: 1, src1Batch: 1 }) });
   }
-  return [...out, ...quantizedCases(), ...ggmlCases()];
+  return [...out, ...quantizedCases(), ...ggmlCases(), ...moeCases()];
 }
 
 // ---- quantized_matmul: MLX affine quantization (floors and predictions: notes/quantized-2026-11-25.md) ----
@@ -207,6 +213,115 @@ function ggmlCases(): Case[] {
   return out;
 }
 // ---- end of quantized_matmul_ggml ----
+// ---- moe: per-expert products (quantized_matmul_id, dense_matmul_id; floors and predictions: notes/moe-2026-11-26.md) ----
+
+/** Seeded routing: m tokens, each to topK distinct experts of numExperts, uniform. */
+function routing(m: number, numExperts: number, topK: number, seed: number): number[] {
+  let s = seed >>> 0;
+  const next = (): number => (s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32;
+  const ids: number[] = [];
+  for (let t = 0; t < m; t++) {
+    const picked = new Set<number>();
+    while (picked.size < topK) picked.add(Math.floor(next() * numExperts));
+    ids.push(...picked);
+  }
+  return ids;
+}
+
+/** moeDispatchSort's result for ids, computed here and uploaded (the matrix rows time the products alone). */
+function sorted(ids: number[], numExperts: number): { offsets: Buffer; order: Buffer } {
+  const { offsets, order } = moeDispatchSortRef(ids, numExperts);
+  return { offsets: dev.upload('u32', [offsets.length], offsets), order: dev.upload('u32', [order.length], order) };
+}
+
+/**
+ * An expert layer's projection for m rows x topK slots of numExperts experts
+ * ([E, n, k] weights; gate/up: two of them, y = act(x G^T) * x U^T), bf16
+ * activations. weight: MLX's 4-bit affine format with groups of 64, or bf16.
+ * Down projections take one row per pair (m = tokens x topK, one slot each,
+ * the same experts). Bytes: the distinct experts' weights (scales and biases
+ * too) read once, x read, y written; the vector form's floor.
+ */
+function moe(label: string, weight: 'q4' | 'bf16', form: 'vector' | 'matrix', gateUp: boolean, tokens: number, topK: number,
+  numExperts: number, n: number, k: number, down = false): Case {
+  const gs = 64, dt = 'bf16' as const;
+  const pairIds = routing(tokens, numExperts, topK, 0x5eed + tokens * 31 + numExperts);
+  const m = down ? tokens * topK : tokens;
+  const U = down ? 1 : topK;
+  const ids = dev.upload('u32', [m * U], pairIds);
+  const distinct = new Set(pairIds).size;
+  const mats = gateUp ? 2 : 1;
+  const expertBytes = weight === 'q4' ? (n * k) / 2 + ((2 * n * k) / gs) * 2 : n * k * 2;
+  const x = random(dt, m * k);
+  const y = dev.alloc(dt, [m * U * n]);
+  const sizes = { m, n, k, nExpertUsed: U, numExperts };
+  const name = `${label} ${weight} ${form}${gateUp ? ' gate_up' : ''} pairs=${m * U} E=${numExperts} n=${n} k=${k}`;
+  const flops = 2 * m * U * n * k * mats;
+  const bytes = mats * distinct * expertBytes + (m * k + m * U * n) * 2;
+  // Prefill rows read every expert's weight too: memory-bound where the weights outweigh the products at an H100's
+  // 3.35 TB/s and 990 TFLOP/s (notes/moe-2026-11-26.md).
+  const memoryBound = form === 'vector' || bytes / 3.35e3 > flops / 990e3;
+  const routed = form === 'matrix' ? sorted(pairIds, numExperts) : null;
+  if (weight === 'bf16') {
+    const w = [random(dt, numExperts * n * k), gateUp ? random(dt, numExperts * n * k) : null];
+    const record = (e: Encoder): void => {
+      if (gateUp) {
+        const a = { x, gateWeight: w[0]!, upWeight: w[1]!, output: y, ...sizes };
+        if (routed) denseGateUpMmId(e, { ...a, ...routed });
+        else denseGateUpMvId(e, { ...a, ids });
+      } else if (routed) denseMmId(e, { x, weight: w[0]!, output: y, ...sizes, ...routed });
+      else denseMvId(e, { x, weight: w[0]!, output: y, ids, ...sizes });
+    };
+    return { name, flops, bytes, memoryBound, record };
+  }
+  const set = (): { weight: Buffer; scales: Buffer; biases: Buffer } => ({
+    weight: wordBuffer(dev, (numExperts * n * k) / 8),
+    scales: uniformBuffer(dev, dt, [(numExperts * n * k) / gs], 0.02),
+    biases: uniformBuffer(dev, dt, [(numExperts * n * k) / gs], 0.1),
+  });
+  const g = set();
+  const u = gateUp ? set() : g;
+  const q = { ...sizes, groupSize: gs, bits: 4 };
+  const record = (e: Encoder): void => {
+    if (gateUp) {
+      const a = {
+        x, gateWeight: g.weight, gateScales: g.scales, gateBiases: g.biases, upWeight: u.weight, upScales: u.scales, upBiases: u.biases,
+        output: y, ...q,
+      };
+      if (routed) quantizedGateUpMmId(e, { ...a, ...routed });
+      else quantizedGateUpMvId(e, { ...a, ids });
+    } else if (routed) quantizedMmId(e, { x, ...g, output: y, ...q, ...routed });
+    else quantizedMvId(e, { x, ...g, output: y, ids, ...q });
+  };
+  return { name, flops, bytes, memoryBound, record };
+}
+
+function moeCases(): Case[] {
+  if (small) {
+    return [moe('small', 'q4', 'vector', true, 2, 4, 16, 64, 128), moe('small', 'q4', 'matrix', false, 16, 4, 16, 64, 128),
+      moe('small', 'bf16', 'vector', false, 2, 4, 16, 64, 128), moe('small', 'bf16', 'matrix', true, 16, 4, 16, 64, 128)];
+  }
+  const out: Case[] = [];
+  // The issue's decode shape: 8 tokens x top-8 of 512 experts, hidden 2048, intermediate 512.
+  for (const w of ['q4', 'bf16'] as const) {
+    out.push(moe('8x top-8/512 gate_up', w, 'vector', true, 8, 8, 512, 512, 2048));
+    out.push(moe('8x top-8/512 down', w, 'vector', false, 8, 8, 512, 2048, 512, true));
+  }
+  out.push(moe('8x top-8/512 gate', 'q4', 'vector', false, 8, 8, 512, 512, 2048));
+  // Qwen3.6-35B-A3B: 256 experts, top-8, hidden 2048, moe_intermediate 512. Decode (1 token), a 512-token prefill.
+  out.push(moe('Qwen3.6 35B-A3B decode gate_up', 'q4', 'vector', true, 1, 8, 256, 512, 2048));
+  out.push(moe('Qwen3.6 35B-A3B decode down', 'q4', 'vector', false, 1, 8, 256, 2048, 512, true));
+  for (const w of ['q4', 'bf16'] as const) {
+    out.push(moe('Qwen3.6 35B-A3B prefill 512 gate_up', w, 'matrix', true, 512, 8, 256, 512, 2048));
+    out.push(moe('Qwen3.6 35B-A3B prefill 512 down', w, 'matrix', false, 512, 8, 256, 2048, 512, true));
+  }
+  out.push(moe('Qwen3.6 35B-A3B prefill 4096 gate_up', 'q4', 'matrix', true, 4096, 8, 256, 512, 2048));
+  // Gemma 4 26B-A4B: 128 experts, top-8, hidden 2816, moe_intermediate 704, GELU gate (the same kernels).
+  out.push(moe('Gemma 4 26B-A4B decode gate_up', 'q4', 'vector', true, 1, 8, 128, 704, 2816));
+  out.push(moe('Gemma 4 26B-A4B prefill 512 gate_up', 'q4', 'matrix', true, 512, 8, 128, 704, 2816));
+  return out;
+}
+// ---- end of moe ----
 
 const time = (c: Case, iters: number): number => gpuTimePerDispatch(dev, c.record, iters);
 

@@ -162,3 +162,94 @@ for m in (512, 8192):
 ggml("Qwen3.6 up", "Q4_0", 512, 17408, 5120)
 ggml("Gemma 4 up", "Q6_K", 8192, 21504, 5376)
 # ---- end of quantized_matmul_ggml ----
+# ---- moe: per-expert products (bench/matmul.ts's moe cases; floors and predictions: notes/moe-2026-11-26.md) ----
+# The same routing as matmul.ts (its LCG, seeded alike). Peers on the
+# dequantized bf16 expert weights [E, n, k] (the q4 rows' floor stays the
+# quantized bytes of the distinct experts touched): decode shapes gather
+# the routed experts' weights and multiply (torch.bmm), eager and compiled,
+# and loop over the distinct experts as transformers' experts module does
+# (F.linear per expert, a host sync for the routing); prefill shapes loop
+# alike and, where this torch has it, run torch._grouped_mm over the pairs
+# sorted by expert.
+
+
+def routing(m, num_experts, top_k, seed):
+    s = seed & 0xFFFFFFFF
+    ids = []
+    for _ in range(m):
+        picked = []
+        while len(picked) < top_k:
+            s = (s * 1664525 + 1013904223) & 0xFFFFFFFF
+            e = int(s / 2**32 * num_experts)
+            if e not in picked:
+                picked.append(e)
+        ids += picked
+    return ids
+
+
+def moe(label, weight, form, gate_up, tokens, top_k, num_experts, n, k, down=False):
+    gs, dt = 64, torch.bfloat16
+    pair_ids = routing(tokens, num_experts, top_k, 0x5EED + tokens * 31 + num_experts)
+    pairs = len(pair_ids)
+    m = pairs if down else tokens
+    ids = torch.tensor(pair_ids, device=dev)
+    mats = 2 if gate_up else 1
+    expert_bytes = n * k // 2 + 2 * n * k // gs * 2 if weight == "q4" else n * k * 2
+    flops = 2 * pairs * n * k * mats
+    nbytes = mats * len(set(pair_ids)) * expert_bytes + (m * k + pairs * n) * 2
+    memory_bound = form == "vector" or nbytes / 3.35e3 > flops / 990e3
+    name = f"{label} {weight} {form}{' gate_up' if gate_up else ''} pairs={pairs} E={num_experts} n={n} k={k}"
+    w = [(torch.rand(num_experts, n, k, dtype=dt, device=dev) - 0.5) for _ in range(mats)]
+    x = torch.randn(m, k, dtype=dt, device=dev) * 0.5
+    rows = torch.arange(pairs, device=dev) if down else torch.arange(pairs, device=dev) // top_k
+    act = F.silu
+
+    def finish(parts):
+        return act(parts[0]) * parts[1] if gate_up else parts[0]
+
+    def gather_bmm(x, ids):
+        xp = x[rows].unsqueeze(-1)
+        return finish([torch.bmm(wi[ids], xp).squeeze(-1) for wi in w])
+
+    def loop(x, ids):
+        out = torch.empty(pairs, n, dtype=dt, device=dev)
+        for e in ids.unique().tolist():
+            sel = (ids == e).nonzero().squeeze(-1)
+            out[sel] = finish([F.linear(x[rows[sel]], wi[e]) for wi in w])
+        return out
+
+    iters = 5 if flops > 1e11 else 20
+    if form == "vector":
+        row(f"gather+bmm {name}", timed(lambda: gather_bmm(x, ids), iters), flops, nbytes, memory_bound)
+        try:
+            compiled = torch.compile(gather_bmm)
+            row(f"compile gather+bmm {name}", timed(lambda: compiled(x, ids), iters), flops, nbytes, memory_bound)
+        except Exception as e:  # a compile failure costs its row, not the run
+            print(f"compile gather+bmm {name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    row(f"expert loop {name}", timed(lambda: loop(x, ids), iters), flops, nbytes, memory_bound)
+    if form == "matrix" and hasattr(torch, "_grouped_mm"):
+        order = ids.argsort(stable=True)
+        offs = torch.bincount(ids, minlength=num_experts).cumsum(0).to(torch.int32)
+        xs = x[rows[order]]
+        wt = [wi.transpose(1, 2) for wi in w]
+        try:
+            grouped = lambda: finish([torch._grouped_mm(xs, wi, offs=offs) for wi in wt])
+            row(f"torch._grouped_mm {name}", timed(grouped, iters), flops, nbytes, memory_bound)
+        except Exception as e:
+            print(f"torch._grouped_mm {name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    del w, x
+
+
+for wt in ("q4", "bf16"):
+    moe("8x top-8/512 gate_up", wt, "vector", True, 8, 8, 512, 512, 2048)
+    moe("8x top-8/512 down", wt, "vector", False, 8, 8, 512, 2048, 512, True)
+moe("8x top-8/512 gate", "q4", "vector", False, 8, 8, 512, 512, 2048)
+moe("Qwen3.6 35B-A3B decode gate_up", "q4", "vector", True, 1, 8, 256, 512, 2048)
+moe("Qwen3.6 35B-A3B decode down", "q4", "vector", False, 1, 8, 256, 2048, 512, True)
+for wt in ("q4", "bf16"):
+    moe("Qwen3.6 35B-A3B prefill 512 gate_up", wt, "matrix", True, 512, 8, 256, 512, 2048)
+    moe("Qwen3.6 35B-A3B prefill 512 down", wt, "matrix", False, 512, 8, 256, 2048, 512, True)
+moe("Qwen3.6 35B-A3B prefill 4096 gate_up", "q4", "matrix", True, 4096, 8, 256, 512, 2048)
+moe("Gemma 4 26B-A4B decode gate_up", "q4", "vector", True, 1, 8, 128, 704, 2816)
+moe("Gemma 4 26B-A4B prefill 512 gate_up", "q4", "matrix", True, 512, 8, 128, 704, 2816)
+# ---- end of moe ----

@@ -41,3 +41,216 @@ static inline float threadgroup_max(float v, threadgroup float* partials, uint s
     threadgroup_barrier(mem_flags::mem_threadgroup);
     return r;
 }
+
+// ---- gated activations (silu_mul, gelu, and the per-expert gate/up products) ----
+
+// silu(g) = g * sigmoid(g) = g / (1 + exp(-g)). For g < -88.7 exp(-g)
+// overflows to +inf and g / inf is -0, the limit: finite inputs give no NaN.
+static inline float silu(float g) {
+    return g / (1.0f + precise::exp(-g));
+}
+
+// GELU with the tanh approximation (PyTorch's approximate='tanh'):
+// gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3),
+// computed as x / (1 + exp(-2u)), the same function (0.5 (1 + tanh(u)) =
+// 1 / (1 + exp(-2u))): one exp and one division, no cancellation near
+// 1 + tanh(u) = 0, and no NaN for finite x (exp(-2u) overflows to +inf for
+// x below about -10, and x / inf is -0, the limit; x^2 overflowing makes 2u
+// infinite with x's sign, which gives x or -0).
+constant float GELU_TWO_SQRT_2_OVER_PI = 1.5957691216057308f;  // 2 sqrt(2 / pi)
+constant float GELU_CUBIC = 0.044715f;
+
+static inline float gelu_tanh(float x) {
+    const float two_u = GELU_TWO_SQRT_2_OVER_PI * x * (1.0f + GELU_CUBIC * x * x);
+    return x / (1.0f + precise::exp(-two_u));
+}
+
+// ---- MLX affine quantization (quantized_matmul, quantized_matmul_id) ----
+//
+// w[n, k] = scale[n, k / gs] * q[n, k] + bias[n, k / gs], q the bits-wide
+// value k of row n, rows packed from the low bits up (ts/ops/quantized_matmul.ts
+// writes the format down). Two layouts of the rows:
+//   chunked, MLX's (group size 32, 64 or 128 dividing K): a row is K / 32
+//     chunks of 32 values in `bits` whole words, each chunk inside one group,
+//     so a chunk is decoded at once and its sum taken as
+//     scale * sum(q x) + bias * sum(x);
+//   any other (mlx-native's kernels take any K and group size): rows of
+//     q_row_bytes(K, bits) bytes, value k at bit k * bits of its row, one
+//     scale and bias per group of ceil(K / gs), decoded a value at a time.
+
+// Bytes of one packed row of K values: whole words for 4 and 8 bits, 3 bytes
+// per 4 values for 6 (MLX's K * bits / 8 when K is a multiple of 32).
+static inline ulong q_row_bytes(uint K, uint bits) {
+    return bits == 6 ? 3ul * ((K + 3) / 4) : 4ul * ((ulong(K) * bits + 31) / 32);
+}
+
+// Whether the rows follow MLX's chunked layout.
+static inline bool q_chunked(uint K, uint gs) {
+    return (gs == 32 || gs == 64 || gs == 128) && K % gs == 0;
+}
+
+// q of value k of a packed row in any layout: the bits at bit k * bits, bit b
+// of the row being bit b % 8 of byte b / 8.
+static inline uint q_value(device const uchar* row, uint k, uint bits) {
+    const ulong bit = ulong(k) * bits;
+    const uint s = uint(bit % 8);
+    device const uchar* p = row + bit / 8;
+    uint v = uint(p[0]) >> s;
+    if (s + bits > 8) {
+        v |= uint(p[1]) << (8 - s);
+    }
+    return v & ((1u << bits) - 1);
+}
+
+// The 32 values of a chunk, held in BITS words at w: value j is the BITS bits
+// at bit j * BITS of the words (a 6-bit value may straddle two words).
+template <int BITS>
+static inline void q_chunk(device const uint* w, thread float (&q)[32]) {
+    uint u[BITS];
+    for (int i = 0; i < BITS; ++i) {
+        u[i] = w[i];
+    }
+    for (int j = 0; j < 32; ++j) {
+        const int bit = j * BITS, wi = bit / 32, s = bit % 32;
+        uint v = u[wi] >> s;
+        if (s + BITS > 32) {
+            v |= u[wi + 1] << (32 - s);
+        }
+        q[j] = float(v & ((1u << BITS) - 1));
+    }
+}
+
+// x[k] as a float; rounded to bf16 first where ROUND_X.
+template <typename TX, bool ROUND_X>
+static inline float q_x(device const TX* x, ulong k) {
+    const float v = float(x[k]);
+    return ROUND_X ? float(bfloat(v)) : v;
+}
+
+// acc[r][i] += sum over this thread's share of K of w[row, k] * x[i, k], for
+// rows n0 + r (r < R, clamped to N - 1) and rows i < m (MT at most) of x,
+// x_row elements apart. Chunked rows: thread `lane` of `lanes` takes chunks
+// lane, lane + lanes, ...
+template <typename TX, typename TS, short R, short MT, bool ROUND_X, int BITS>
+static inline void q_dots_chunked(thread float (&acc)[R][MT], device const TX* x, ulong x_row, device const uchar* w,
+                                  device const TS* scales, device const TS* biases, uint m, uint N, uint K, uint gs, uint n0,
+                                  uint lane, uint lanes) {
+    const ulong w_row = ulong(K) * BITS / 8;
+    const ulong s_row = K / gs;
+    const uint chunks = K / 32;
+    for (uint c = lane; c < chunks; c += lanes) {
+        const ulong k0 = ulong(c) * 32;
+        float xsum[MT];
+        for (short i = 0; i < MT; ++i) {
+            xsum[i] = 0.0f;
+            if (uint(i) < m) {
+                for (short j = 0; j < 32; ++j) {
+                    xsum[i] += q_x<TX, ROUND_X>(x, ulong(i) * x_row + k0 + j);
+                }
+            }
+        }
+        const ulong g = k0 / gs;
+        for (short r = 0; r < R; ++r) {
+            const ulong row = min(n0 + uint(r), N - 1);
+            float q[32];
+            q_chunk<BITS>((device const uint*)(w + row * w_row) + ulong(c) * BITS, q);
+            const float s = float(scales[row * s_row + g]);
+            const float b = float(biases[row * s_row + g]);
+            for (short i = 0; i < MT; ++i) {
+                if (uint(i) < m) {
+                    float d = 0.0f;
+                    for (short j = 0; j < 32; ++j) {
+                        d += q[j] * q_x<TX, ROUND_X>(x, ulong(i) * x_row + k0 + j);
+                    }
+                    acc[r][i] += s * d + b * xsum[i];
+                }
+            }
+        }
+    }
+}
+
+// The same for any layout: thread `lane` of `lanes` takes values lane,
+// lane + lanes, ... of each row.
+template <typename TX, typename TS, short R, short MT, bool ROUND_X>
+static inline void q_dots_any(thread float (&acc)[R][MT], device const TX* x, ulong x_row, device const uchar* w,
+                              device const TS* scales, device const TS* biases, uint m, uint N, uint K, uint gs, uint bits, uint n0,
+                              uint lane, uint lanes) {
+    const ulong w_row = q_row_bytes(K, bits);
+    const ulong s_row = (K + gs - 1) / gs;
+    for (uint k = lane; k < K; k += lanes) {
+        const ulong g = k / gs;
+        for (short r = 0; r < R; ++r) {
+            const ulong row = min(n0 + uint(r), N - 1);
+            const float wv = float(scales[row * s_row + g]) * float(q_value(w + row * w_row, k, bits)) + float(biases[row * s_row + g]);
+            for (short i = 0; i < MT; ++i) {
+                if (uint(i) < m) {
+                    acc[r][i] += wv * q_x<TX, ROUND_X>(x, ulong(i) * x_row + k);
+                }
+            }
+        }
+    }
+}
+
+// Zeroes acc, then sums this thread's share (q_dots_chunked or q_dots_any by
+// the layout).
+template <typename TX, typename TS, short R, short MT, bool ROUND_X>
+static inline void q_dots(thread float (&acc)[R][MT], device const TX* x, ulong x_row, device const uchar* w, device const TS* scales,
+                          device const TS* biases, uint m, uint N, uint K, uint gs, uint bits, uint n0, uint lane, uint lanes) {
+    for (short r = 0; r < R; ++r) {
+        for (short i = 0; i < MT; ++i) {
+            acc[r][i] = 0.0f;
+        }
+    }
+    if (!q_chunked(K, gs)) {
+        q_dots_any<TX, TS, R, MT, ROUND_X>(acc, x, x_row, w, scales, biases, m, N, K, gs, bits, n0, lane, lanes);
+    } else if (bits == 4) {
+        q_dots_chunked<TX, TS, R, MT, ROUND_X, 4>(acc, x, x_row, w, scales, biases, m, N, K, gs, n0, lane, lanes);
+    } else if (bits == 6) {
+        q_dots_chunked<TX, TS, R, MT, ROUND_X, 6>(acc, x, x_row, w, scales, biases, m, N, K, gs, n0, lane, lanes);
+    } else {
+        q_dots_chunked<TX, TS, R, MT, ROUND_X, 8>(acc, x, x_row, w, scales, biases, m, N, K, gs, n0, lane, lanes);
+    }
+}
+
+// ---- per-expert products (quantized_matmul_id, dense_matmul_id) ----
+
+// The gate's activation of a fused gate/up product: 0 silu (Qwen3.6), 1 gelu
+// with the tanh approximation (Gemma 4).
+static inline float gate_activation(float g, uint activation) {
+    return activation == 1 ? gelu_tanh(g) : silu(g);
+}
+
+// The tile of slot `slot` among tiles of bm rows over the pairs that
+// moe_dispatch_sort grouped (offsets [E + 2], the positions of each group in
+// its order): group b (expert b; E for the ids past the experts) owns slots
+// floor(offsets[b] / bm) + b .. floor(offsets[b + 1] / bm) + b, enough for its
+// ceil(count / bm) tiles, so floor(P / bm) + E + 1 slots hold every group
+// and a group without pairs costs an empty slot. Finds b by bisection;
+// returns false for an empty slot, else the group and the tile's positions
+// [start, end) (at most bm of them). Offsets are clamped to P: any contents
+// of the table give positions inside order.
+static inline bool moe_tile(device const uint* offsets, uint E, uint P, uint bm, uint slot, thread uint& group, thread uint& start,
+                            thread uint& end) {
+    uint lo = 0, hi = E;
+    while (lo < hi) {
+        const uint mid = (lo + hi + 1) / 2;
+        if (min(offsets[mid], P) / bm + mid <= slot) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    const uint o0 = min(offsets[lo], P), o1 = min(offsets[lo + 1], P);
+    const uint first = o0 / bm + lo;
+    if (slot < first) {
+        return false;
+    }
+    const ulong s = ulong(o0) + ulong(slot - first) * bm;
+    if (s >= o1) {
+        return false;
+    }
+    group = lo;
+    start = uint(s);
+    end = min(uint(s) + bm, o1);
+    return true;
+}

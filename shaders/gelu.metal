@@ -10,12 +10,8 @@
 //                             gate_up projection writes it)
 //   gelu(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2 / pi) (x + 0.044715 x^3)
 //
-// Computed as x / (1 + exp(-2u)), the same function (0.5 (1 + tanh(u)) =
-// 1 / (1 + exp(-2u))): one exp and one division, no cancellation near
-// 1 + tanh(u) = 0, and no NaN for finite x (exp(-2u) overflows to +inf for
-// x below about -10, and x / inf is -0, the limit; x^2 overflowing makes 2u
-// infinite with x's sign, which gives x or -0). Arithmetic in f32, rounded
-// once to T when stored.
+// gelu_tanh, the prelude's (shaders/common.metal, which says how it is
+// computed), in f32, rounded once to T when stored.
 //
 // gelu_<t> runs one thread per element and has no element count (mlx-native's
 // bindings): the launch holds exactly n threads (the op dispatches
@@ -24,14 +20,6 @@
 // gelu_tanh_mul_halves grid (ceil(dim / tg), rows, 1) of tg = min(256, dim).
 // Each thread reads its own elements before it writes, so gelu's output may
 // be its input and gelu_tanh_mul's output gate or up (in place).
-
-constant float GELU_TWO_SQRT_2_OVER_PI = 1.5957691216057308f;  // 2 sqrt(2 / pi)
-constant float GELU_CUBIC = 0.044715f;
-
-static inline float gelu_tanh(float x) {
-    const float two_u = GELU_TWO_SQRT_2_OVER_PI * x * (1.0f + GELU_CUBIC * x * x);
-    return x / (1.0f + precise::exp(-two_u));
-}
 
 // buffer(0) input [n], (1) output [n].
 template <typename T>

@@ -4,14 +4,10 @@
 // bits-wide value k of row n, rows packed from the low bits up. Products are
 // summed in f32.
 //
-// Two layouts of the rows:
-//   chunked, MLX's (group size 32, 64 or 128 dividing K): a row is K / 32
-//     chunks of 32 values in `bits` whole words, each chunk inside one group,
-//     so a chunk is decoded at once and its sum taken as
-//     scale * sum(q x) + bias * sum(x);
-//   any other (mlx-native's kernels take any K and group size): rows of
-//     q_row_bytes(K, bits) bytes, value k at bit k * bits of its row, one
-//     scale and bias per group of ceil(K / gs), decoded a value at a time.
+// The two layouts of the rows, chunked (MLX's) and any other (mlx-native's
+// kernels take any K and group size), and their decoding (q_row_bytes,
+// q_value, q_chunk, and the dot products q_dots of a thread's share of K)
+// are the prelude's (shaders/common.metal), shared with quantized_matmul_id.
 //
 // Entries (bindings: 0 x, 1 weight, 2 scales, 3 biases, 4 y, 5
 // QuantizedMatmulParams; grids in each one's comment):
@@ -24,144 +20,6 @@
 //     (the matrix form: tiles of W dequantized into threadgroup memory, then
 //     simdgroup matrices); x, scales, biases and y of one dtype, as MLX's
 //     quantized_matmul takes them; chunked rows only.
-
-// ---- the layout ----
-
-// Bytes of one packed row of K values: whole words for 4 and 8 bits, 3 bytes
-// per 4 values for 6 (MLX's K * bits / 8 when K is a multiple of 32).
-static inline ulong q_row_bytes(uint K, uint bits) {
-    return bits == 6 ? 3ul * ((K + 3) / 4) : 4ul * ((ulong(K) * bits + 31) / 32);
-}
-
-// Whether the rows follow MLX's chunked layout.
-static inline bool q_chunked(uint K, uint gs) {
-    return (gs == 32 || gs == 64 || gs == 128) && K % gs == 0;
-}
-
-// q of value k of a packed row in any layout: the bits at bit k * bits, bit b
-// of the row being bit b % 8 of byte b / 8.
-static inline uint q_value(device const uchar* row, uint k, uint bits) {
-    const ulong bit = ulong(k) * bits;
-    const uint s = uint(bit % 8);
-    device const uchar* p = row + bit / 8;
-    uint v = uint(p[0]) >> s;
-    if (s + bits > 8) {
-        v |= uint(p[1]) << (8 - s);
-    }
-    return v & ((1u << bits) - 1);
-}
-
-// The 32 values of a chunk, held in BITS words at w: value j is the BITS bits
-// at bit j * BITS of the words (a 6-bit value may straddle two words).
-template <int BITS>
-static inline void q_chunk(device const uint* w, thread float (&q)[32]) {
-    uint u[BITS];
-    for (int i = 0; i < BITS; ++i) {
-        u[i] = w[i];
-    }
-    for (int j = 0; j < 32; ++j) {
-        const int bit = j * BITS, wi = bit / 32, s = bit % 32;
-        uint v = u[wi] >> s;
-        if (s + BITS > 32) {
-            v |= u[wi + 1] << (32 - s);
-        }
-        q[j] = float(v & ((1u << BITS) - 1));
-    }
-}
-
-// x[k] as a float; rounded to bf16 first where ROUND_X.
-template <typename TX, bool ROUND_X>
-static inline float q_x(device const TX* x, ulong k) {
-    const float v = float(x[k]);
-    return ROUND_X ? float(bfloat(v)) : v;
-}
-
-// ---- the vector form ----
-
-// acc[r][i] += sum over this thread's share of K of w[row, k] * x[i, k], for
-// rows n0 + r (r < R, clamped to N - 1) and rows i < m (MT at most) of x,
-// x_row elements apart. Chunked rows: thread `lane` of `lanes` takes chunks
-// lane, lane + lanes, ...
-template <typename TX, typename TS, short R, short MT, bool ROUND_X, int BITS>
-static inline void q_dots_chunked(thread float (&acc)[R][MT], device const TX* x, ulong x_row, device const uchar* w,
-                                  device const TS* scales, device const TS* biases, uint m, uint N, uint K, uint gs, uint n0,
-                                  uint lane, uint lanes) {
-    const ulong w_row = ulong(K) * BITS / 8;
-    const ulong s_row = K / gs;
-    const uint chunks = K / 32;
-    for (uint c = lane; c < chunks; c += lanes) {
-        const ulong k0 = ulong(c) * 32;
-        float xsum[MT];
-        for (short i = 0; i < MT; ++i) {
-            xsum[i] = 0.0f;
-            if (uint(i) < m) {
-                for (short j = 0; j < 32; ++j) {
-                    xsum[i] += q_x<TX, ROUND_X>(x, ulong(i) * x_row + k0 + j);
-                }
-            }
-        }
-        const ulong g = k0 / gs;
-        for (short r = 0; r < R; ++r) {
-            const ulong row = min(n0 + uint(r), N - 1);
-            float q[32];
-            q_chunk<BITS>((device const uint*)(w + row * w_row) + ulong(c) * BITS, q);
-            const float s = float(scales[row * s_row + g]);
-            const float b = float(biases[row * s_row + g]);
-            for (short i = 0; i < MT; ++i) {
-                if (uint(i) < m) {
-                    float d = 0.0f;
-                    for (short j = 0; j < 32; ++j) {
-                        d += q[j] * q_x<TX, ROUND_X>(x, ulong(i) * x_row + k0 + j);
-                    }
-                    acc[r][i] += s * d + b * xsum[i];
-                }
-            }
-        }
-    }
-}
-
-// The same for any layout: thread `lane` of `lanes` takes values lane,
-// lane + lanes, ... of each row.
-template <typename TX, typename TS, short R, short MT, bool ROUND_X>
-static inline void q_dots_any(thread float (&acc)[R][MT], device const TX* x, ulong x_row, device const uchar* w,
-                              device const TS* scales, device const TS* biases, uint m, uint N, uint K, uint gs, uint bits, uint n0,
-                              uint lane, uint lanes) {
-    const ulong w_row = q_row_bytes(K, bits);
-    const ulong s_row = (K + gs - 1) / gs;
-    for (uint k = lane; k < K; k += lanes) {
-        const ulong g = k / gs;
-        for (short r = 0; r < R; ++r) {
-            const ulong row = min(n0 + uint(r), N - 1);
-            const float wv = float(scales[row * s_row + g]) * float(q_value(w + row * w_row, k, bits)) + float(biases[row * s_row + g]);
-            for (short i = 0; i < MT; ++i) {
-                if (uint(i) < m) {
-                    acc[r][i] += wv * q_x<TX, ROUND_X>(x, ulong(i) * x_row + k);
-                }
-            }
-        }
-    }
-}
-
-// Zeroes acc, then sums this thread's share (q_dots_chunked or q_dots_any by
-// the layout).
-template <typename TX, typename TS, short R, short MT, bool ROUND_X>
-static inline void q_dots(thread float (&acc)[R][MT], device const TX* x, ulong x_row, device const uchar* w, device const TS* scales,
-                          device const TS* biases, uint m, uint N, uint K, uint gs, uint bits, uint n0, uint lane, uint lanes) {
-    for (short r = 0; r < R; ++r) {
-        for (short i = 0; i < MT; ++i) {
-            acc[r][i] = 0.0f;
-        }
-    }
-    if (!q_chunked(K, gs)) {
-        q_dots_any<TX, TS, R, MT, ROUND_X>(acc, x, x_row, w, scales, biases, m, N, K, gs, bits, n0, lane, lanes);
-    } else if (bits == 4) {
-        q_dots_chunked<TX, TS, R, MT, ROUND_X, 4>(acc, x, x_row, w, scales, biases, m, N, K, gs, n0, lane, lanes);
-    } else if (bits == 6) {
-        q_dots_chunked<TX, TS, R, MT, ROUND_X, 6>(acc, x, x_row, w, scales, biases, m, N, K, gs, n0, lane, lanes);
-    } else {
-        q_dots_chunked<TX, TS, R, MT, ROUND_X, 8>(acc, x, x_row, w, scales, biases, m, N, K, gs, n0, lane, lanes);
-    }
-}
 
 // mlx-native's quantized_matmul: one thread per output, thread (col, row) of
 // a grid of (ceil(N / 16), ceil(M / 16)) threadgroups of (min(16, N),

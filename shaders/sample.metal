@@ -44,9 +44,10 @@ enum SampleLimits : uint {
     SAMPLE_HIST_BINS = 2048,   // bins of the whole-row rounds 0 and 1 (11-bit digits)
     SAMPLE_LAST_BINS = 1024,   // bins of round 2 (the last 10 bits)
     SAMPLE_HIST_WORDS = 9216,  // per row: rounds 0 and 1 (2048 64-bit masses each), round 2 (1024 counts)
-    SAMPLE_STATE_WORDS = 16,   // per row: what rounds 0 and 1 decided, 8 words each
+    SAMPLE_STATE_WORDS = 24,   // per row: what rounds 0 and 1 decided, 8 words each; 8 for CUDA's candidate draw
     SAMPLE_REC_CAP = 32,       // distinct keys a slice's record lists
     SAMPLE_REC_WORDS = 36,     // per slice: kept mass, key count, SAMPLE_REC_CAP keys, padding
+    SAMPLE_SUM_WORDS = 32,     // per slice: the summary of its candidates that CUDA's passes write (these leave it)
 };
 
 // ---- the order ----
@@ -569,10 +570,12 @@ kernel void top_k_f32(
     }
 }
 
-// buffer(0) input [rows, n_elements], (1) candidates [rows, n_blocks, k, 2]
-// u32 (value bits, index; each slice's best min(k, slice) in no particular
-// order, then (-inf, 0xffffffff) up to k), (2) params. grid (rows,
-// n_blocks, 1), any threadgroup size up to 1024.
+// buffer(0) input [rows, n_elements], (1) scratch: per row, candidates
+// [n_blocks, k, 2] u32 (value bits, index; each slice's best min(k, slice)
+// in no particular order, then (-inf, 0xffffffff) up to k), then
+// [n_blocks, SAMPLE_SUM_WORDS] that shaders/cuda/sample.cu's twin fills
+// with summaries and this one leaves; (2) params. grid (rows, n_blocks, 1),
+// any threadgroup size up to 1024.
 kernel void top_k_blocks_f32(
     device const float*        input      [[buffer(0)]],
     device uint*               candidates [[buffer(1)]],
@@ -599,7 +602,7 @@ kernel void top_k_blocks_f32(
     src.load(0u, tid, tg_size);
     const Cut cut = select_cut(src, m, hist, found, tid, tg_size, sg, lane, min(tg_size, sg_width));
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    device uint* out = candidates + (ulong(row) * p.n_blocks + b) * p.k * 2u;
+    device uint* out = candidates + ulong(row) * p.n_blocks * (2u * p.k + uint(SAMPLE_SUM_WORDS)) + ulong(b) * p.k * 2u;
     PairSink sink = {out};
     gather_cut(src, cut, m, sink, &counter, tid, tg_size);
     for (uint r = m + tid; r < p.k; r += tg_size) {
@@ -608,7 +611,7 @@ kernel void top_k_blocks_f32(
     }
 }
 
-// buffer(0) candidates [rows, n_blocks, k, 2], (1) out_indices [rows, k],
+// buffer(0) scratch (top_k_blocks_f32's), (1) out_indices [rows, k],
 // (2) out_values [rows, k], (3) params. grid (rows, 1, 1), any threadgroup
 // size up to 1024.
 kernel void top_k_merge_f32(
@@ -633,7 +636,7 @@ kernel void top_k_merge_f32(
         atomic_store_explicit(&counter, 0u, memory_order_relaxed);
     }
     // The slices hold at least m items in all, so the padding ranks below the cut.
-    PairSrc src = {candidates + ulong(row) * p.n_blocks * p.k * 2u, p.n_blocks * p.k};
+    PairSrc src = {candidates + ulong(row) * p.n_blocks * (2u * p.k + uint(SAMPLE_SUM_WORDS)), p.n_blocks * p.k};
     src.load(0u, tid, tg_size);
     const Cut cut = select_cut(src, m, hist, found, tid, tg_size, sg, lane, min(tg_size, sg_width));
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -821,10 +824,14 @@ kernel void philox4x32_10_u32(
 //   hist    [rows, HIST_WORDS]      rounds 0 and 1: 2048 (lo, hi) masses;
 //                                   round 2: 1024 counts
 //   state   [rows, STATE_WORDS]     rounds 0 and 1: (prefix, above lo, hi,
-//                                   target lo, hi, keep all, 0, 0)
+//                                   target lo, hi, keep all, 0, 0); then
+//                                   8 words of shaders/cuda/sample.cu's
+//                                   candidate draw
 //   records [rows, nb4, REC_WORDS]  per slice of 4096: kept mass, key
 //                                   count (0xffffffff: more than REC_CAP),
 //                                   keys (last digit | count << 10)
+//   sums    [rows, nb2, SUM_WORDS]  per slice: shaders/cuda/sample.cu's
+//                                   candidate summaries
 // ts/ops/sample.ts (sampleScratchElements) sizes it the same way.
 
 struct SampleLayout {

@@ -7,16 +7,12 @@
 //                        projection writes it)
 //   silu(g) = g * sigmoid(g) = g / (1 + exp(-g))
 //
-// Arithmetic in f32, rounded once to T when stored. For g < -88.7 exp(-g)
-// overflows to +inf and g / inf is -0, the limit: finite inputs give no NaN.
+// silu is the prelude's (shaders/common.metal). Arithmetic in f32, rounded
+// once to T when stored; finite inputs give no NaN.
 // One element per thread: silu_mul grid (ceil(n / 256), 1, 1) of min(256, n)
 // threads; silu_mul_halves grid (ceil(dim / tg), rows, 1) of tg = min(256,
 // dim). Each thread reads its own gate and up before it writes, so silu_mul's
 // output may be gate or up (in place).
-
-static inline float silu(float g) {
-    return g / (1.0f + precise::exp(-g));
-}
 
 // buffer(0) gate [n], (1) up [n], (2) output [n], (3) params (n).
 template <typename T>

@@ -464,3 +464,45 @@ describeValidation('models refusals', ({ device }) => {
     expectInvalid(() => m.prefill([1]), 'model', 'the model', 'not released', 'released');
   });
 });
+
+// Record once, replay many: decode steps through one recorded encoder, patched
+// per step (the KV cache slot and attention length), give the logits of
+// steps recorded afresh, bit for bit, under both emulator schedules. A
+// context of 600 splits decode attention over global caches into 3
+// workgroups (the split follows the capacity), so the first steps also
+// run workgroups that hold no key yet.
+describeBackends('decode steps replayed', ({ device, label }) => {
+  if (label !== 'emu' && label !== 'emu-random') return;
+  const run = (arch: TinyArch, replay: boolean, maxContext: number) => {
+    using m = loadModel(folderOf(arch), device(), { maxContext, precision: 'exact', prefillAttention: 'vector', replay });
+    const tokens = [m.prefill(PROMPT)];
+    const logits: Float32Array[] = [];
+    for (let i = 0; i < STEPS; i++) {
+      tokens.push(m.decode());
+      logits.push(m.logits.read() as Float32Array);
+    }
+    // A second prompt records the decode step afresh (its scratch buffers were re-sized).
+    tokens.push(m.prefill(PROMPT.slice(0, 3)));
+    for (let i = 0; i < 2; i++) {
+      tokens.push(m.decode());
+      logits.push(m.logits.read() as Float32Array);
+    }
+    tokens.push(m.feed([1, 2]));
+    logits.push(m.logits.read() as Float32Array);
+    return { tokens, logits };
+  };
+  for (const arch of ARCHS) {
+    test(`${arch}: the same logits and tokens with and without replay, and the float64 reference's`, () => {
+      const plain = run(arch, false, 600);
+      const replayed = run(arch, true, 600);
+      expect(replayed.tokens).toEqual(plain.tokens);
+      for (let i = 0; i < plain.logits.length; i++) expect(Array.from(replayed.logits[i]!)).toEqual(Array.from(plain.logits[i]!));
+      const ref = referenceOf(arch);
+      for (let i = 0; i < STEPS; i++) expect(relL2(Array.from(replayed.logits[i]!), ref.decode[i]!)).toBeLessThan(EXACT_TOL);
+      expect(replayed.tokens.slice(0, STEPS + 1)).toEqual(ref.tokens);
+    }, 120_000);
+  }
+  test('loadModel refuses a replay option that is not a boolean', () => {
+    expectInvalid(() => loadModel(folderOf('qwen3_5_moe'), device(), { replay: 1 as unknown as boolean }), 'loadModel', 'opts.replay', 'a boolean', '1');
+  });
+});

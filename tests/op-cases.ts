@@ -311,6 +311,85 @@ export const CASES: Case[] = [
     fill: (args) => ggmlBlocks(args.src as Buffer, args.ggmlType),
   },
   // ---- end of quantized_matmul_ggml ----
+  // ---- quantized_matmul_id (MLX affine per-expert products; ids, offsets and order are tables) ----
+  // m = 3 rows x 2 slots, 4 experts of n = 5 rows, k = 64, 4 bits, groups of 32: 8 words and 2 groups a row.
+  ...(['quantizedMvId', 'quantizedMmId', 'quantizedGateUpMvId', 'quantizedGateUpMmId'] as const).map((fn): Case => {
+    const gu = fn.includes('GateUp');
+    const mm = fn.includes('Mm');
+    const experts = (pre: string): Record<string, KeySpec> => gu
+      ? { [`${pre}Weight`]: buf(U32), [`${pre}Scales`]: buf(['f16', 'bf16']), [`${pre}Biases`]: buf(['f16', 'bf16']) }
+      : { weight: buf(U32), scales: buf(['f16', 'bf16']), biases: buf(['f16', 'bf16']) };
+    const routing: Record<string, KeySpec> = mm ? { offsets: buf(U32, { table: true }), order: buf(U32, { table: true }) } : { ids: buf(U32, { table: true }) };
+    const op = { quantizedMvId: 'quantized_mv_id', quantizedMmId: 'quantized_mm_id', quantizedGateUpMvId: 'quantized_gate_up_mv_id', quantizedGateUpMmId: 'quantized_gate_up_mm_id' }[fn];
+    return {
+      fn, op,
+      keys: {
+        x: buf(['f16', 'bf16']), ...experts('gate'), ...(gu ? experts('up') : {}), ...routing, output: out(['f16', 'bf16']),
+        m: int, n: int, k: int, groupSize: { kind: 'enum', values: [32, 64, 128] }, bits: { kind: 'enum', values: [4, 6, 8] },
+        nExpertUsed: int, numExperts: int, expertRows: { kind: 'int?' },
+        ...(gu ? { activation: { kind: 'enum', values: [undefined, 'silu', 'gelu_tanh'] } } : {}),
+      },
+      make: (d) => {
+        const set = (pre: string): Record<string, Buffer> => gu
+          ? { [`${pre}Weight`]: a(d, 'u32', 160), [`${pre}Scales`]: a(d, 'bf16', 40), [`${pre}Biases`]: a(d, 'bf16', 40) }
+          : { weight: a(d, 'u32', 160), scales: a(d, 'bf16', 40), biases: a(d, 'bf16', 40) };
+        return {
+          x: a(d, 'bf16', 192), ...set('gate'), ...(gu ? set('up') : {}),
+          ...(mm ? { offsets: a(d, 'u32', 6), order: a(d, 'u32', 6) } : { ids: a(d, 'u32', 6) }), output: a(d, 'bf16', 30),
+          m: 3, n: 5, k: 64, groupSize: 32, bits: 4, nExpertUsed: 2, numExperts: 4, ...(gu ? { activation: 'gelu_tanh' } : {}),
+        };
+      },
+      fill: (args) => {
+        for (const w of ['weight', 'gateWeight', 'upWeight']) if (args[w] !== undefined) randomWords(args[w] as Buffer);
+        if (args.ids !== undefined) (args.ids as Buffer).writeNumbers([3, 0, 1, 7, 2, 2]);
+        if (args.offsets !== undefined) (args.offsets as Buffer).writeNumbers([0, 1, 2, 4, 5, 6]);
+        if (args.order !== undefined) (args.order as Buffer).writeNumbers([1, 4, 2, 5, 0, 3]);
+      },
+    };
+  }),
+  {
+    fn: 'quantizedMatmulId', op: 'quantized_matmul_id',
+    // mlx-native's rule: each buffer at least its size (freeCount); any k and group size.
+    keys: {
+      input: buf(F, { freeCount: true }), weight: buf(['u32', 'u8'], { freeCount: true }), scales: buf(BF, { freeCount: true }),
+      biases: buf(BF, { freeCount: true }), ids: buf(U32, { freeCount: true, table: true }), output: out(F, { freeCount: true }),
+      m: int, k: int, n: int, groupSize: int, bits: { kind: 'enum', values: [4, 6, 8] }, nExpertUsed: int, numExperts: int,
+    },
+    make: (d) => ({
+      input: a(d, 'f32', 20), weight: a(d, 'u8', 81), scales: a(d, 'bf16', 27), biases: a(d, 'bf16', 27), ids: a(d, 'u32', 4),
+      output: a(d, 'f32', 12), m: 2, k: 10, n: 3, groupSize: 4, bits: 6, nExpertUsed: 2, numExperts: 3,
+    }),
+    fill: (args) => (args.ids as Buffer).writeNumbers([2, 0, 5, 1]),
+  },
+  // ---- end of quantized_matmul_id ----
+  // ---- dense_matmul_id (per-expert products of f32 / f16 / bf16 weights; ids, offsets and order are tables) ----
+  // m = 3 rows x 2 slots, 4 experts of n = 5 rows, k = 12.
+  ...(['denseMvId', 'denseMmId', 'denseGateUpMvId', 'denseGateUpMmId'] as const).map((fn): Case => {
+    const gu = fn.includes('GateUp');
+    const mm = fn.includes('Mm');
+    const dts = mm ? (['f16', 'bf16'] as const) : EW;
+    const op = { denseMvId: 'dense_mv_id', denseMmId: 'dense_mm_id', denseGateUpMvId: 'dense_gate_up_mv_id', denseGateUpMmId: 'dense_gate_up_mm_id' }[fn];
+    return {
+      fn, op,
+      keys: {
+        x: buf(dts), ...(gu ? { gateWeight: buf(dts), upWeight: buf(dts) } : { weight: buf(dts) }),
+        ...(mm ? { offsets: buf(U32, { table: true }), order: buf(U32, { table: true }) } : { ids: buf(U32, { table: true }) }),
+        output: out(dts), m: int, n: int, k: int, nExpertUsed: int, numExperts: int, expertRows: { kind: 'int?' },
+        ...(gu ? { activation: { kind: 'enum', values: [undefined, 'silu', 'gelu_tanh'] } } : {}),
+      },
+      make: (d) => ({
+        x: a(d, 'f16', 36), ...(gu ? { gateWeight: a(d, 'f16', 240), upWeight: a(d, 'f16', 240) } : { weight: a(d, 'f16', 240) }),
+        ...(mm ? { offsets: a(d, 'u32', 6), order: a(d, 'u32', 6) } : { ids: a(d, 'u32', 6) }), output: a(d, 'f16', 30),
+        m: 3, n: 5, k: 12, nExpertUsed: 2, numExperts: 4, ...(gu ? { activation: 'silu' } : {}),
+      }),
+      fill: (args) => {
+        if (args.ids !== undefined) (args.ids as Buffer).writeNumbers([3, 0, 1, 9, 2, 2]);
+        if (args.offsets !== undefined) (args.offsets as Buffer).writeNumbers([0, 1, 2, 4, 5, 6]);
+        if (args.order !== undefined) (args.order as Buffer).writeNumbers([1, 4, 2, 5, 0, 3]);
+      },
+    };
+  }),
+  // ---- end of dense_matmul_id ----
   {
     fn: 'flashAttnVec', op: 'flash_attn_vec',
     keys: FLASH_ATTN_VEC_KEYS,
@@ -572,6 +651,86 @@ export const CASES: Case[] = [
       numExperts: 8, topK: 2, nTokens: 2,
     }),
   },
+  // ---- moe_dispatch (the crate's glue kernels: each buffer at least its size, freeCount) ----
+  {
+    fn: 'moeDispatchSort', op: 'moe_dispatch_sort',
+    keys: { ids: buf(U32, { table: true }), offsets: out(U32), order: out(U32), nPairs: int, numExperts: int },
+    make: (d) => ({ ids: a(d, 'u32', 6), offsets: a(d, 'u32', 6), order: a(d, 'u32', 6), nPairs: 6, numExperts: 4 }),
+    fill: (args) => (args.ids as Buffer).writeNumbers([3, 0, 9, 1, 3, 0]),
+  },
+  {
+    fn: 'fusedGeluMul', op: 'fused_gelu_mul',
+    keys: { gateOut: buf(['f32', 'bf16'], { freeCount: true }), upOut: buf(['f32', 'bf16'], { freeCount: true }), output: out(['f32', 'bf16'], { freeCount: true }), nElements: int },
+    inPlace: [['gateOut', 'output'], ['upOut', 'output']],
+    make: (d) => ({ gateOut: a(d, 'bf16', 13), upOut: a(d, 'bf16', 13), output: a(d, 'bf16', 13), nElements: 13 }),
+  },
+  {
+    fn: 'moeAccumulate', op: 'moe_accumulate',
+    keys: { accumulator: out(F, { freeCount: true }), expertOutput: buf(F, { freeCount: true }), routingWeight: { kind: 'num' }, nElements: int },
+    inPlace: [['accumulator', 'expertOutput']],
+    make: (d) => ({ accumulator: a(d, 'f32', 11), expertOutput: a(d, 'f32', 11), routingWeight: 0.25, nElements: 11 }),
+  },
+  {
+    fn: 'moeZeroBuffer', op: 'moe_zero_buffer',
+    keys: { buffer: out(F, { freeCount: true }), nElements: int },
+    make: (d) => ({ buffer: a(d, 'f32', 7), nElements: 7 }),
+  },
+  {
+    fn: 'moeSwigluFused', op: 'moe_swiglu_fused',
+    keys: { gateUp: buf(F, { freeCount: true }), output: out(F, { freeCount: true }), nElements: int },
+    make: (d) => ({ gateUp: a(d, 'f32', 10), output: a(d, 'f32', 5), nElements: 5 }),
+  },
+  {
+    fn: 'moeSwigluBatch', op: 'moe_swiglu_batch',
+    keys: { gateUp: buf(F, { freeCount: true }), output: out(F, { freeCount: true }), intermediate: int, topK: int },
+    make: (d) => ({ gateUp: a(d, 'f32', 30), output: a(d, 'f32', 15), intermediate: 5, topK: 3 }),
+  },
+  {
+    fn: 'moeWeightedSum', op: 'moe_weighted_sum',
+    keys: { expertOutputs: buf(F, { freeCount: true }), weights: buf(F, { freeCount: true }), output: out(F, { freeCount: true }), hiddenSize: int, topK: int },
+    make: (d) => ({ expertOutputs: a(d, 'f32', 18), weights: a(d, 'f32', 3), output: a(d, 'f32', 6), hiddenSize: 6, topK: 3 }),
+  },
+  {
+    fn: 'moeSwigluSeq', op: 'moe_swiglu_seq',
+    keys: { gateUp: buf(['f32', 'bf16'], { freeCount: true }), output: out(['f32', 'bf16'], { freeCount: true }), intermediate: int, topK: int, nTokens: int },
+    make: (d) => ({ gateUp: a(d, 'bf16', 60), output: a(d, 'bf16', 30), intermediate: 5, topK: 3, nTokens: 2 }),
+  },
+  {
+    fn: 'moeWeightedSumSeq', op: 'moe_weighted_sum_seq',
+    keys: {
+      expertOutputs: buf(['f32', 'bf16', 'f16'], { freeCount: true }), weights: buf(F, { freeCount: true }),
+      output: out(['f32', 'bf16', 'f16'], { freeCount: true }), hiddenSize: int, topK: int, nTokens: int,
+    },
+    make: (d) => ({ expertOutputs: a(d, 'bf16', 36), weights: a(d, 'f32', 6), output: a(d, 'f32', 12), hiddenSize: 6, topK: 3, nTokens: 2 }),
+  },
+  {
+    fn: 'moeGatherTopkWeights', op: 'moe_gather_topk_weights',
+    keys: {
+      softmaxProbs: buf(F, { freeCount: true }), sortedIndices: buf(U32, { freeCount: true, table: true }), perExpertScale: buf(F, { freeCount: true }),
+      outExpertIds: out(U32, { freeCount: true }), outWeights: out(F, { freeCount: true }), nExperts: int, topK: int,
+    },
+    make: (d) => ({
+      softmaxProbs: a(d, 'f32', 6), sortedIndices: a(d, 'u32', 6), perExpertScale: a(d, 'f32', 6), outExpertIds: a(d, 'u32', 2),
+      outWeights: a(d, 'f32', 2), nExperts: 6, topK: 2,
+    }),
+    fill: (args) => (args.sortedIndices as Buffer).writeNumbers([4, 1, 0, 2, 3, 5]),
+  },
+  // ---- end of moe_dispatch ----
+  // ---- moe_weighted_reduce (the crate's rule: each buffer at least its size, freeCount) ----
+  {
+    fn: 'moeWeightedReduce', op: 'moe_weighted_reduce',
+    keys: {
+      expertW: buf(F, { freeCount: true }), yExpert: buf(EW, { freeCount: true }), shLogit: buf(EW, { freeCount: true }),
+      yShared: buf(EW, { freeCount: true }), residual: { kind: 'buf?', dtypes: EW, freeCount: true }, output: out(EW, { freeCount: true }),
+      nTokens: int, topK: int, h: int,
+    },
+    inPlace: [['output', 'residual']],
+    make: (d) => ({
+      expertW: a(d, 'f32', 6), yExpert: a(d, 'bf16', 6 * 9), shLogit: a(d, 'bf16', 2), yShared: a(d, 'bf16', 18), residual: a(d, 'bf16', 18),
+      output: a(d, 'bf16', 18), nTokens: 2, topK: 3, h: 9,
+    }),
+  },
+  // ---- end of moe_weighted_reduce ----
   {
     fn: 'rope', op: 'rope',
     keys: {
@@ -666,7 +825,8 @@ export const CASES: Case[] = [
       scratch: { kind: 'buf?', dtypes: U32, output: true, working: true },
     },
     make: (d) => ({
-      input: a(d, 'f32', 4200), outIndices: a(d, 'u32', 6), outValues: a(d, 'f32', 6), rows: 2, nElements: 2100, k: 3, scratch: a(d, 'u32', 24),
+      // topKScratchElements(2, 2100, 3): 2 rows of 2 slices, 3 pairs and a 32-word summary each
+      input: a(d, 'f32', 4200), outIndices: a(d, 'u32', 6), outValues: a(d, 'f32', 6), rows: 2, nElements: 2100, k: 3, scratch: a(d, 'u32', 152),
     }),
   },
   {
@@ -695,8 +855,8 @@ export const CASES: Case[] = [
     },
     make: (d) => ({
       logits: a(d, 'f32', 600), prevTokens: a(d, 'u32', 6), outToken: a(d, 'u32', 2), outLogprob: a(d, 'f32', 2),
-      // sampleScratchElements(2, 300): z, stats, candidates, histograms, state, records per row
-      scratch: a(d, 'u32', 2 * (300 + 4 + 2 * 256 + 9216 + 16 + 36)), rows: 2, vocab: 300, temperature: 0.8, topP: 0.9, minP: 0.05,
+      // sampleScratchElements(2, 300): z, stats, candidates, histograms, state, records, summaries per row
+      scratch: a(d, 'u32', 2 * (300 + 4 + 2 * 256 + 9216 + 24 + 36 + 32)), rows: 2, vocab: 300, temperature: 0.8, topP: 0.9, minP: 0.05,
       repetitionPenalty: 1.2, nPrev: 3, seed: 5, counter: 9,
     }),
     fill: (args) => (args.prevTokens as Buffer | undefined)?.writeNumbers([1, 7, 299, 0, 300, 0xffffffff]),

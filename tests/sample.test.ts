@@ -21,12 +21,15 @@ import {
   SAMPLE_REC_WORDS,
   SAMPLE_SOURCES,
   SAMPLE_STATE_WORDS,
+  SAMPLE_SUM_WORDS,
   argmax,
   argmaxScratchElements,
   packArgmaxParams,
   packSampleParams,
   packTopKParams,
   philox4x32,
+  planSample,
+  planTopK,
   sample,
   sampleCandidates,
   sampleMassPasses,
@@ -50,7 +53,8 @@ import {
   topKRef,
   type SampleOptions,
 } from '../ts/reference/sample.ts';
-import { describeBackends, describeValidation, expectInvalid, maxRelErr, poisoned, randomArray, rng, runsOnEmulator, TOL } from './helpers.ts';
+import { describeBackends, describeValidation, expectInvalid, maxRelErr, poisoned, randomArray, rng, runsOnEmulator, TARGET_LIMITS, TOL } from './helpers.ts';
+import { launchOf } from '../ts/plan.ts';
 import type { Buffer, Device } from '../ts/index.ts';
 
 // Random123's tests/kat_vectors, the three philox4x32 10-round lines: counter, key, output.
@@ -182,16 +186,19 @@ describe('sample param packers match the .metal declarations', () => {
     expect(sampleCandidates({ vocab: 1000, topP: 0.9 })).toBe(SAMPLE_MAX_K);
     expect(sampleCandidates({ vocab: 100, minP: 0.1 })).toBe(100);
     expect(sampleCandidates({ vocab: 1000 })).toBe(0);
-    // z, 4 words per slice of 2048, 256 pairs per slice of 4096, histograms, state, a record per slice of 4096.
-    expect(sampleScratchElements(1, 262144)).toBe(262144 + 4 * 128 + 2 * 256 * 64 + 9216 + 16 + 36 * 64);
-    expect(sampleScratchElements(2, 7)).toBe(2 * (8 + 4 + 512 + 9216 + 16 + 36));
+    // z, 4 words per slice of 2048, 256 pairs per slice of 4096, histograms, state, a record per slice of
+    // 4096, a summary per slice of 2048.
+    expect(sampleScratchElements(1, 262144)).toBe(262144 + 4 * 128 + 2 * 256 * 64 + 9216 + 24 + 36 * 64 + 32 * 128);
+    expect(sampleScratchElements(2, 7)).toBe(2 * (8 + 4 + 512 + 9216 + 24 + 36 + 32));
     expect([sampleSlice(64), sampleSlice(65)]).toEqual([2048, 4096]);
     expect(argmaxScratchElements(2, 262144)).toBe(2 * 128 * 2);
-    expect(topKScratchElements(1, 262144, 256)).toBe(64 * 256 * 2);
+    // Per slice: k pairs and a summary.
+    expect(topKScratchElements(1, 262144, 256)).toBe(64 * (256 * 2 + 32));
+    expect(topKScratchElements(3, 5000, 64)).toBe(3 * 3 * (64 * 2 + 32));
     expect(topKSlice(40)).toBe(2048);
   });
   test('the scratch layout\'s words and SAMPLE_ITEMS are the kernels\' (SampleLimits of both sources)', () => {
-    const want = { SAMPLE_ITEMS, SAMPLE_HIST_WORDS, SAMPLE_STATE_WORDS, SAMPLE_REC_WORDS, SAMPLE_MAX_K };
+    const want = { SAMPLE_ITEMS, SAMPLE_HIST_WORDS, SAMPLE_STATE_WORDS, SAMPLE_REC_WORDS, SAMPLE_SUM_WORDS, SAMPLE_MAX_K };
     for (const text of [src, cudaSrc]) {
       for (const [name, value] of Object.entries(want)) expect([name, Number(new RegExp(`\\b${name} = (\\d+)`).exec(text)?.[1])]).toEqual([name, value]);
     }
@@ -366,6 +373,25 @@ describeValidation('sample validation', ({ enc, buf }) => {
     expectInvalid(() => sample(enc(), { ...base(), scratch: s, outToken: s.view('u32', [2]) }), 'sample', 'outToken', 'a buffer other than scratch', 'a view overlapping scratch');
     // Without prevTokens, nPrev is not read.
     sample(enc(), { ...base(), prevTokens: undefined, nPrev: undefined });
+  });
+  test('the CUDA launches: slice passes of 8 items a thread, the first whole-row pass with a block more per row', () => {
+    const vocab = 262144;
+    const logits = buf('f32', 2 * vocab);
+    const scratch = buf('u32', sampleScratchElements(2, vocab));
+    const launches = (o: Partial<SampleArgs>) =>
+      planSample({ rows: 2, vocab, temperature: 1, seed: 1, counter: 2, logits, outToken: buf('u32', 2), outLogprob: buf('f32', 2), scratch, ...o },
+        TARGET_LIMITS.cuda).dispatches.map((d) => [d.kernel, launchOf(d, 'cuda').grid.join('x'), launchOf(d, 'cuda').threads[0]]);
+    const mass = (y: number) => ['sample_mass_f32', `2x${y}x1`, 1024];
+    expect(launches({ topP: 0.95 })).toEqual([['sample_blocks_f32', '2x64x1', 512], mass(65), mass(64), mass(64), ['sample_finish_f32', '2x1x1', 1024]]);
+    expect(launches({ minP: 0.05 })).toEqual([['sample_blocks_f32', '2x64x1', 512], mass(65), ['sample_finish_f32', '2x1x1', 1024]]);
+    // 128 slices' 64 candidates, 16 a thread.
+    expect(launches({ topK: 64, topP: 0.95 })).toEqual([['sample_blocks_f32', '2x128x1', 256], ['sample_finish_f32', '2x1x1', 512]]);
+    expect(launches({})).toEqual([['sample_blocks_f32', '2x128x1', 256], ['sample_finish_f32', '2x1x1', 1024]]);
+    expect(launches({ temperature: 0 })).toEqual([['sample_blocks_f32', '2x128x1', 256], ['sample_finish_f32', '2x1x1', 256]]);
+    const top = planTopK({ rows: 2, nElements: vocab, k: 256, input: logits, outIndices: buf('u32', 512), outValues: buf('f32', 512),
+      scratch: buf('u32', topKScratchElements(2, vocab, 256)) }, TARGET_LIMITS.cuda);
+    expect(top.dispatches.map((d) => [d.kernel, launchOf(d, 'cuda').grid.join('x'), launchOf(d, 'cuda').threads[0]]))
+      .toEqual([['top_k_blocks_f32', '2x64x1', 512], ['top_k_merge_f32', '2x1x1', 1024]]);
   });
   test('philox4x32: every rule', () => {
     const base = () => ({ n: 3, key: [1, 2], counter: [0, 0, 0, 0], output: buf('u32', 12) });
@@ -692,7 +718,8 @@ describeBackends('sample parity', ({ device }) => {
     // top-p: weights 1, .670, .607, ... of 4.19 in all: 0.3 of it (1.26) is passed at token 1.
     expect(seen({ temperature: 1, topP: 0.3 })).toEqual([0, 1]);
     expect(seen({ temperature: 1, topP: 1e-6 })).toEqual([0]);
-  });
+    // Five samplings of DRAWS rows each: about a minute under the emulator's random schedule on 2 cores.
+  }, 300_000);
 
   test('sample: temperature 0 is the argmax of the penalized logits; a penalty moves it', () => {
     const dev = device();

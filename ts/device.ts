@@ -214,10 +214,12 @@ export class Device {
    * barrier writes, or writes one that an earlier dispatch reads; false leaves
    * the barriers between the dispatches and ops the caller records to
    * enc.barrier() (an op of several dispatches still orders its own steps).
+   * replayable: the first commit keeps the recording for enc.replay() and
+   * enc.patch() (see EncoderOptions).
    */
   encoder(opts: EncoderOptions = {}): Encoder {
     this.handle();
-    return new Encoder(this, this.state, opts.autoBarriers ?? true);
+    return new Encoder(this, this.state, opts.autoBarriers ?? true, opts.replayable === true);
   }
 
   /** The device's kernel registry (one per device). */

@@ -65,6 +65,21 @@ export interface BindableBuffer {
 export interface EncoderOptions {
   /** Place barriers between dependent dispatches (default true); false leaves them to enc.barrier(). */
   autoBarriers?: boolean;
+  /**
+   * Record once, replay many (default false): the first commit runs the
+   * recording and keeps it, replay() runs it again, patch() changes the
+   * inline bytes of recorded dispatches for the replays that follow. The
+   * encoder holds what the recording binds until it is released.
+   */
+  replayable?: boolean;
+}
+
+/** One dispatch given again to Encoder.patch: what Encoder.dispatch takes. */
+export interface PatchDispatch {
+  pipeline: Pipeline;
+  bindings: DispatchBindings;
+  grid: Dim3;
+  threads: Dim3;
 }
 
 /**
@@ -395,6 +410,27 @@ export function packDispatch<B extends BindableBuffer>(
 
 const block = new DispatchBlock();
 
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** What differs between two packed blocks in their first `end` bytes (header and records), or null. */
+function firstDifference(a: Uint8Array, b: Uint8Array, end: number): string | null {
+  for (let i = 0; i < end; i++) {
+    if (a[i] === b[i]) continue;
+    if (i < BLOCK_GRID) return 'pipeline';
+    if (i < BLOCK_THREADS) return 'grid';
+    if (i < BLOCK_BINDING_COUNT) return 'threadgroup size';
+    if (i < DISPATCH_HEADER_BYTES) return 'binding count or payload size';
+    const field = (i - DISPATCH_HEADER_BYTES) % DISPATCH_BINDING_BYTES;
+    const rec = Math.floor((i - DISPATCH_HEADER_BYTES) / DISPATCH_BINDING_BYTES);
+    return field < RECORD_A ? `binding kind or index (record ${rec})` : `buffer, offset, bytes length or threadgroup memory (record ${rec})`;
+  }
+  return null;
+}
+
 /** The buffers of the block packDispatch wrote last (a fixed scratch: nothing is allocated per dispatch). */
 export interface PackedBuffers {
   count: number;
@@ -444,6 +480,7 @@ export class Encoder {
   _h: number;
   private inFlight = false;
   private lastGpuTimeNs = 0;
+  private lastSubmitMs = 0;
   /** Buffers and pipelines of the dispatches recorded since the last commit. */
   private held: (BindableBuffer | Pipeline)[] = [];
   /** The buffers among them that the commit's dispatches may write (each counts in its _pendingWrites). */
@@ -463,10 +500,26 @@ export class Encoder {
   private readonly autoBarriers: boolean;
   /** @internal counts recordings: advanced when a commit's work ends or the encoder is released. */
   _epoch = 0;
+  /** Whether the first commit keeps the recording for replay() (EncoderOptions.replayable). */
+  readonly replayable: boolean;
+  /** A replayable encoder after its first commit: the recording is fixed. */
+  private frozen = false;
+  /** Dispatches the backend recorded (a replayable recording's dispatch indices count them). */
+  private recorded = 0;
+  /** Dispatches waiting in the atomic section being recorded. */
+  private stagedDispatches = 0;
+  /** Replayable only: a copy of each recorded block, what patch() holds a new one against. */
+  private blocks: Uint8Array[] | null;
+  /** Replayable only: what the kept recording binds, and what it may write (held until release). */
+  private replayHeld: (BindableBuffer | Pipeline)[] = [];
+  private replayWritten: BindableBuffer[] = [];
 
   /** @internal made by Device.encoder. */
-  constructor(device: Device, state: DeviceState, autoBarriers: boolean) {
-    check(state.sym.mlxn_encoder_create(state.handle, outSlot, msgBuf, msgCap), 'Device.encoder');
+  constructor(device: Device, state: DeviceState, autoBarriers: boolean, replayable = false) {
+    const create = replayable ? state.sym.mlxn_encoder_create_replayable : state.sym.mlxn_encoder_create;
+    check(create(state.handle, outSlot, msgBuf, msgCap), 'Device.encoder');
+    this.replayable = replayable;
+    this.blocks = replayable ? [] : null;
     this.autoBarriers = autoBarriers;
     this.device = device;
     this._state = state;
@@ -479,13 +532,16 @@ export class Encoder {
     if (this.inFlight) {
       throw new MlxError('InvalidArgument', `Encoder.${what}: the encoder has a commit in flight; await commit() before recording again`);
     }
+    if (this.frozen) {
+      throw new MlxError('InvalidArgument', `Encoder.${what}: the encoder must be recording (got a replayable encoder whose recording was committed: replay() it)`);
+    }
     return this._h as Pointer;
   }
 
   /** Records one dispatch: `grid` counts threadgroups, `threads` is the threadgroup size. */
   dispatch(p: Pipeline, b: DispatchBindings, grid: Dim3, threads: Dim3): void {
     const state = this._state;
-    if (this._h === 0 || state.closed || this.inFlight) this.handle('dispatch'); // throws the reason
+    if (this._h === 0 || state.closed || this.inFlight || this.frozen) this.handle('dispatch'); // throws the reason
     if (typeof p !== 'object' || p === null || typeof p._h !== 'number') throw bindErr('pipeline', 'a Pipeline', p);
     const ph = p._h;
     if (ph === 0) throw releasedError(`pipeline ${p.name}`);
@@ -533,6 +589,7 @@ export class Encoder {
     const staged = this.staged;
     if (staged !== null) {
       staged.push({ block: block.bytes.slice(0, len), pipeline: p, heldEnd: held.length });
+      this.stagedDispatches++;
       return;
     }
     const status = state.sym.mlxn_encoder_dispatch(this._h as Pointer, block.bytes, len, msgBuf, msgCap);
@@ -540,6 +597,16 @@ export class Encoder {
       this.dropHeld(mark);
       throw statusError(status, `dispatch ${p.name}`);
     }
+    this.recorded++;
+    if (this.blocks !== null) this.blocks.push(block.bytes.slice(0, len));
+  }
+
+  /**
+   * Dispatches recorded so far (inside an atomic section, those it has
+   * staged too): the index the next dispatch will have, which patch() takes.
+   */
+  get dispatchCount(): number {
+    return this.recorded + this.stagedDispatches;
   }
 
   /** Makes the writes of earlier dispatches visible to later ones. */
@@ -606,6 +673,7 @@ export class Encoder {
     const staged: Staged[] = [];
     const mark = this.held.length;
     this.staged = staged;
+    this.stagedDispatches = 0;
     let result: T;
     try {
       result = fn();
@@ -618,6 +686,7 @@ export class Encoder {
       throw e;
     } finally {
       this.staged = null;
+      this.stagedDispatches = 0;
     }
     const sym = this._state.sym;
     const h = this._h as Pointer;
@@ -640,6 +709,10 @@ export class Encoder {
         }
         throw err;
       }
+      if (s.block !== null) {
+        this.recorded++;
+        if (this.blocks !== null) this.blocks.push(s.block);
+      }
     }
     return result;
   }
@@ -647,7 +720,9 @@ export class Encoder {
   private submit(): Pointer {
     const h = this.handle('commit');
     if (this.broken !== null) throw new MlxError('Internal', `Encoder.commit: ${this.broken}`);
+    const t0 = performance.now();
     check(this._state.sym.mlxn_encoder_commit(h, msgBuf, msgCap), 'Encoder.commit');
+    this.lastSubmitMs = performance.now() - t0;
     this.inFlight = true;
     const held = this.held;
     const written: BindableBuffer[] = [];
@@ -663,6 +738,11 @@ export class Encoder {
     }
     this.heldInFlight = held;
     this.writtenInFlight = written;
+    if (this.replayable) {
+      this.frozen = true;
+      this.replayHeld = held;
+      this.replayWritten = written;
+    }
     this.held = [];
     this.stamp = nextStamp++;
     this.segment = nextStamp++; // commits of one encoder run in order
@@ -688,7 +768,8 @@ export class Encoder {
     this.heldInFlight = [];
     this.writtenInFlight = [];
     this.inFlight = false;
-    this._epoch++;
+    // A replayable recording is never over before the encoder is released.
+    if (!this.replayable) this._epoch++;
   }
 
   /**
@@ -717,7 +798,11 @@ export class Encoder {
    * meanwhile waits for the work, then rejects this promise.
    */
   async commit(): Promise<void> {
-    const h = this.submit();
+    await this.settleWhenDone(this.submit());
+  }
+
+  /** Polls the work of `h` without blocking the event loop, then finishes it. */
+  private async settleWhenDone(h: Pointer): Promise<void> {
     const state = this._state;
     const sym = state.sym;
     // The first poll comes after a tick, so the encoder is in flight until the
@@ -726,6 +811,114 @@ export class Encoder {
     if (state.closed) throw releasedError('encoder (its device was closed while its commit was in flight)');
     if (this._h === 0) throw releasedError('encoder (released while its commit was in flight)');
     this.finish(h);
+  }
+
+  private submitReplay(): Pointer {
+    if (this._h === 0 || this._state.closed) throw releasedError('encoder');
+    if (!this.replayable) {
+      throw new MlxError('InvalidArgument', 'Encoder.replay: the encoder must be replayable (device.encoder({ replayable: true })) (got an encoder made without it)');
+    }
+    if (this.inFlight) {
+      throw new MlxError('InvalidArgument', 'Encoder.replay: the encoder must have no work in flight (got a commit or replay still running; await it first)');
+    }
+    if (!this.frozen) {
+      throw new MlxError('InvalidArgument', 'Encoder.replay: the recording must have been committed once (got a recording never committed)');
+    }
+    const h = this._h as Pointer;
+    const t0 = performance.now();
+    check(this._state.sym.mlxn_encoder_replay(h, msgBuf, msgCap), 'Encoder.replay');
+    this.lastSubmitMs = performance.now() - t0;
+    this.inFlight = true;
+    const held = this.replayHeld;
+    for (let i = 0; i < held.length; i++) {
+      const o = held[i] as BindableBuffer;
+      if (o._pending !== undefined) o._pending++;
+    }
+    const written = this.replayWritten;
+    for (let i = 0; i < written.length; i++) written[i]!._pendingWrites!++;
+    this.heldInFlight = held;
+    this.writtenInFlight = written;
+    return h;
+  }
+
+  /**
+   * Runs the recording of a replayable encoder's first commit again (with
+   * the inline bytes patch() set since); resolves when the work ends. Host
+   * access to the buffers it binds follows the rules of commit().
+   */
+  async replay(): Promise<void> {
+    await this.settleWhenDone(this.submitReplay());
+  }
+
+  /** replay(), blocking until the work ends. */
+  replayAndWait(): void {
+    this.finish(this.submitReplay());
+  }
+
+  /**
+   * Sets the inline bytes of recorded dispatches for the replays that
+   * follow: dispatches `first`, `first + 1`, ... given again as they would be
+   * recorded now, each of which must equal the recorded one but for the
+   * contents of its bytes bindings (same pipeline, grid, threadgroup size,
+   * buffers, offsets, binding indices and lengths). Every dispatch is checked
+   * before any is patched; only the bytes bindings that changed cross the
+   * FFI. A replayable encoder only, with no work in flight.
+   */
+  patch(first: number, dispatches: readonly PatchDispatch[]): void {
+    if (this._h === 0 || this._state.closed) throw releasedError('encoder');
+    const blocks = this.blocks;
+    if (blocks === null) {
+      throw new MlxError('InvalidArgument', 'Encoder.patch: the encoder must be replayable (device.encoder({ replayable: true })) (got an encoder made without it)');
+    }
+    if (this.inFlight) {
+      throw new MlxError('InvalidArgument', 'Encoder.patch: the encoder must have no work in flight (got a commit or replay still running; await it first)');
+    }
+    if (!(Number.isInteger(first) && first >= 0 && first + dispatches.length <= blocks.length)) {
+      throw new MlxError('InvalidArgument', `Encoder.patch: dispatches [first, first + ${dispatches.length}) must lie within the ${blocks.length} recorded (got first = ${first})`);
+    }
+    const fresh: Uint8Array[] = [];
+    for (let i = 0; i < dispatches.length; i++) {
+      const d = dispatches[i]!;
+      const p = d.pipeline;
+      if (typeof p !== 'object' || p === null || typeof p._h !== 'number') throw bindErr('pipeline', 'a Pipeline', p);
+      if (p._h === 0) throw releasedError(`pipeline ${p.name}`);
+      const len = packDispatch(block, this._state, p._h, d.bindings, d.grid, d.threads);
+      const now = block.bytes.subarray(0, len);
+      const was = blocks[first + i]!;
+      const records = DISPATCH_HEADER_BYTES + DISPATCH_BINDING_BYTES * block.words[W_BINDING_COUNT]!;
+      const what = len !== was.length ? 'block length (bindings or bytes lengths)' : firstDifference(now, was, records);
+      if (what !== null) {
+        throw new MlxError('InvalidArgument', `Encoder.patch: dispatch ${first + i} (${p.name}) must differ from the recorded one only in the contents of its bytes bindings (got another ${what})`);
+      }
+      fresh.push(now.slice());
+    }
+    const sym = this._state.sym;
+    const h = this._h as Pointer;
+    for (let i = 0; i < fresh.length; i++) {
+      const now = fresh[i]!;
+      const was = blocks[first + i]!;
+      const words = new Uint32Array(now.buffer);
+      const n = words[W_BINDING_COUNT]!;
+      const payloadStart = DISPATCH_HEADER_BYTES + DISPATCH_BINDING_BYTES * n;
+      for (let r = 0; r < n; r++) {
+        const w = (DISPATCH_HEADER_BYTES + DISPATCH_BINDING_BYTES * r) / 4;
+        if (words[w + R_KIND] !== BIND.bytes) continue;
+        const at = payloadStart + words[w + R_A]!;
+        const data = now.subarray(at, at + words[w + R_B]!);
+        if (sameBytes(data, was.subarray(at, at + data.length))) continue;
+        check(sym.mlxn_encoder_patch_bytes(h, first + i, words[w + R_INDEX]!, data, data.length, msgBuf, msgCap), 'Encoder.patch');
+        was.set(data, at);
+      }
+    }
+  }
+
+  /**
+   * Host time of the last commit's or replay's submission (the backend's
+   * commit or replay call: cuda launches every kernel or the graph there),
+   * in milliseconds; recording and waiting are not in it.
+   */
+  get submitMs(): number {
+    return this.lastSubmitMs;
   }
 
   /** Device time of the last completed commit, in nanoseconds. */
@@ -740,8 +933,12 @@ export class Encoder {
     this._state.releaseHandle(this._h, 'encoder'); // waits for work in flight
     this._h = 0;
     this.settle();
+    this._epoch++;
     this.held = [];
     this.staged = null;
+    this.replayHeld = [];
+    this.replayWritten = [];
+    this.blocks = this.replayable ? [] : null;
   }
 
   [Symbol.dispose](): void {

@@ -15,7 +15,7 @@ export {
   type DType,
   type TypedArray,
 } from './dtype.ts';
-export { Encoder, type Dim3, type DispatchBindings } from './encoder.ts';
+export { Encoder, type Dim3, type DispatchBindings, type EncoderOptions, type PatchDispatch } from './encoder.ts';
 export { MlxError, type MlxErrorKind } from './errors.ts';
 export { CompileJob, Library, Pipeline, type FunctionConstantType, type FunctionConstants } from './library.ts';
 export type { BackendName } from './native.ts';
@@ -29,6 +29,6 @@ export {
   type WarmupOptions,
   type WarmupProgress,
 } from './registry.ts';
-export { launchOf, planAccess, record, type Launch, type OpPlan, type PlannedDispatch } from './plan.ts';
+export { launchOf, patchPlan, planAccess, record, type Launch, type OpPlan, type PlannedDispatch } from './plan.ts';
 export * from './validate.ts';
 export { packFields, paramSize, structLayout, structSize, type ParamField, type ParamType } from './params.ts';

@@ -15,7 +15,7 @@ import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { MlxError, statusKind } from './errors.ts';
 import { VERSION } from './version.ts';
 
-export const ABI_VERSION = 2;
+export const ABI_VERSION = 3;
 
 export const SYMBOLS = {
   mlxn_abi_version: { args: [], returns: T.u32 },
@@ -61,6 +61,9 @@ export const SYMBOLS = {
   mlxn_encoder_wait: { args: [T.ptr, T.ptr, T.u64], returns: T.i32 },
   mlxn_encoder_status: { args: [T.ptr], returns: T.i32 },
   mlxn_encoder_gpu_time_ns: { args: [T.ptr], returns: T.u64_fast },
+  mlxn_encoder_create_replayable: { args: [T.ptr, T.ptr, T.ptr, T.u64], returns: T.i32 },
+  mlxn_encoder_replay: { args: [T.ptr, T.ptr, T.u64], returns: T.i32 },
+  mlxn_encoder_patch_bytes: { args: [T.ptr, T.u64, T.u32, T.ptr, T.u64, T.ptr, T.u64], returns: T.i32 },
 } as const;
 
 export type Symbols = Library<typeof SYMBOLS>['symbols'];

@@ -87,3 +87,24 @@ function dispatchOne(enc: Encoder, d: PlannedDispatch): void {
   const bindings: DispatchBindings = { buffers: d.buffers, bytes: d.bytes, threadgroupMemory: l.threadgroupMemory };
   enc.dispatch(kernels.pipeline(d.kernel, d.constants), bindings, l.grid, l.threads);
 }
+
+/**
+ * Gives a plan again to the dispatches recorded from `first` on by a
+ * replayable encoder (Encoder.patch): the plan for an op's new arguments must
+ * be the recorded one but for the contents of its inline bytes (a position,
+ * a length), so only those change for the replays that follow. A plan that
+ * needs another grid, other buffers or more dispatches is refused before
+ * anything is patched.
+ */
+export function patchPlan(enc: Encoder, first: number, plan: OpPlan): void {
+  const kernels = enc.device.kernels;
+  enc.patch(first, plan.dispatches.map((d) => {
+    const l = launchOf(d, kernels.language);
+    return {
+      pipeline: kernels.pipeline(d.kernel, d.constants),
+      bindings: { buffers: d.buffers, bytes: d.bytes, threadgroupMemory: l.threadgroupMemory },
+      grid: l.grid,
+      threads: l.threads,
+    };
+  }));
+}

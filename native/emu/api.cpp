@@ -163,6 +163,13 @@ struct mlxn_encoder {
   std::atomic<int32_t> state{MLXN_ENCODER_RECORDING};
   std::string error;
   std::atomic<uint64_t> gpu_time_ns{0};
+  // Record once, replay many: a replayable encoder keeps its recording (and
+  // the references it holds) after its first commit, which freezes it.
+  bool replayable = false;
+  bool frozen = false;
+  // A run that gave up with a worker inside a kernel took the recording's
+  // inline bytes and references for good (run_commands): nothing is left to replay.
+  bool retired = false;
 };
 
 namespace {
@@ -261,6 +268,7 @@ void join_runner(mlxn_encoder* e) {
 // An encoder whose commit finished records afresh.
 void start_recording(mlxn_encoder* e) {
   int32_t s = e->state.load();
+  if (e->frozen) return;  // a replayable recording is kept (its callers refuse first)
   if (s == MLXN_ENCODER_COMPLETED || s == MLXN_ENCODER_ERROR) {
     join_runner(e);
     drop_held(e);  // already dropped by the runner; kept for clarity of the invariant
@@ -577,6 +585,10 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t b
   if (e->state.load(std::memory_order_acquire) == MLXN_ENCODER_PENDING)
     return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
                    "dispatch: the encoder's committed work is still running; wait first");
+  if (e->frozen)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "dispatch: the encoder must be recording (got a replayable encoder whose recording was "
+                   "committed: replay it)");
   start_recording(e);
   mlxn_block blk;  // written by the decoder only as far as the block goes
   // The words of a refusal name the kernel wherever the handle is a live pipeline.
@@ -673,6 +685,10 @@ mlxn_status mlxn_encoder_barrier(mlxn_encoder* e, char* msg, uint64_t msg_cap) {
   if (e->state.load(std::memory_order_acquire) == MLXN_ENCODER_PENDING)
     return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
                    "barrier: the encoder's committed work is still running; wait first");
+  if (e->frozen)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "barrier: the encoder must be recording (got a replayable encoder whose recording was "
+                   "committed: replay it)");
   // Under the sequential schedule dispatches run one after another, so every
   // barrier holds already. The random schedule runs the dispatches between
   // two barriers in a shuffled order, so a barrier that is missing between
@@ -751,12 +767,13 @@ static void run_commands(mlxn_encoder* e) {
   // with a worker still inside its kernel: then its buffers and code are kept
   // for good (a leak, rare, rather than a write into freed memory).
   if (left_running) {
+    e->retired = true;
     e->held_buffers.clear();
     e->held_pipelines.clear();
     new std::vector<uint8_t>(std::move(e->payload));  // the kernel's inline bytes, kept as well
     e->payload.clear();
   }
-  drop_held(e);
+  if (!e->replayable) drop_held(e);  // a replayable recording holds them until its encoder goes
   e->state.store(err.empty() ? MLXN_ENCODER_COMPLETED : MLXN_ENCODER_ERROR, std::memory_order_release);
 }
 
@@ -765,12 +782,91 @@ mlxn_status mlxn_encoder_commit(mlxn_encoder* e, char* msg, uint64_t msg_cap) {
   const int32_t s = e->state.load(std::memory_order_acquire);
   if (s == MLXN_ENCODER_PENDING)
     return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "commit: the encoder is already committed; wait first");
+  if (e->frozen)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "commit: the encoder must be recording (got a replayable encoder whose recording was "
+                   "committed: replay it)");
   if (s != MLXN_ENCODER_RECORDING) start_recording(e);  // nothing new recorded: an empty commit
+  e->frozen = e->replayable;
   e->stamp = g_next_stamp.fetch_add(1);  // what is recorded next is a new recording
   e->barrier_pending = false;
   ++e->commits;
   e->state.store(MLXN_ENCODER_PENDING, std::memory_order_release);
   e->runner = std::thread(run_commands, e);
+  return ok_msg(msg, msg_cap);
+}
+
+mlxn_status mlxn_encoder_create_replayable(mlxn_device* device, mlxn_encoder** out, char* msg,
+                                           uint64_t msg_cap) {
+  if (!device || !out)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "mlxn_encoder_create_replayable: null device or out");
+  const mlxn_status st = mlxn_encoder_create(device, out, msg, msg_cap);
+  if (st == MLXN_OK) (*out)->replayable = true;
+  return st;
+}
+
+// What replay and patch share: a replayable encoder with no work running.
+static mlxn_status check_replayable(const char* fn, mlxn_encoder* e, char* msg, uint64_t msg_cap) {
+  const std::string f = fn;
+  if (!e) return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, f + ": encoder must be non-NULL (got NULL)");
+  if (!e->replayable)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   f + ": encoder must be replayable (made by mlxn_encoder_create_replayable) "
+                       "(got an encoder made by mlxn_encoder_create)");
+  if (e->state.load(std::memory_order_acquire) == MLXN_ENCODER_PENDING)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   f + ": encoder must have no work running (got a commit or replay still running; wait first)");
+  if (e->retired)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   f + ": encoder must hold its recording (got one given up after a dispatch that timed out)");
+  return MLXN_OK;
+}
+
+mlxn_status mlxn_encoder_replay(mlxn_encoder* e, char* msg, uint64_t msg_cap) {
+  if (mlxn_status st = check_replayable("mlxn_encoder_replay", e, msg, msg_cap)) return st;
+  if (!e->frozen)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "mlxn_encoder_replay: encoder must have committed its recording once (got a recording "
+                   "never committed)");
+  join_runner(e);
+  e->error.clear();
+  ++e->commits;  // the random schedule shuffles each replay anew
+  e->state.store(MLXN_ENCODER_PENDING, std::memory_order_release);
+  e->runner = std::thread(run_commands, e);
+  return ok_msg(msg, msg_cap);
+}
+
+mlxn_status mlxn_encoder_patch_bytes(mlxn_encoder* e, uint64_t dispatch_index, uint32_t binding_index,
+                                     const void* data, uint64_t len, char* msg, uint64_t msg_cap) {
+  static const char* fn = "mlxn_encoder_patch_bytes";
+  if (mlxn_status st = check_replayable(fn, e, msg, msg_cap)) return st;
+  const std::string f = fn;
+  if (dispatch_index >= e->commands.size())
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   f + ": dispatch_index must be below " + std::to_string(e->commands.size()) +
+                       ", the recorded dispatch count (got " + std::to_string(dispatch_index) + ")");
+  const Command& c = e->commands[dispatch_index];
+  const Bound* hit = nullptr;
+  std::string have;
+  for (uint32_t i = 0; i < c.count; ++i) {
+    const Bound& b = e->bound[c.first + i];
+    if (b.kind != MLXN_BIND_BYTES) continue;
+    if (b.index == binding_index) hit = &b;
+    have += (have.empty() ? "" : ", ") + std::to_string(b.index);
+  }
+  if (!hit)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   f + ": binding_index must be a bytes binding of dispatch " + std::to_string(dispatch_index) +
+                       " (kernel '" + c.kernel->name + "': " + (have.empty() ? "none" : have) + ") (got " +
+                       std::to_string(binding_index) + ")");
+  if (len != hit->b)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   f + ": len must be " + std::to_string(hit->b) + ", the recorded length (got " +
+                       std::to_string(len) + ")");
+  if (!data && len > 0)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, f + ": data must be non-NULL (got NULL)");
+  if (len) std::memcpy(e->payload.data() + hit->a, data, len);
   return ok_msg(msg, msg_cap);
 }
 

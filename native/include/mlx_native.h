@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 /* Bumped on every incompatible change; the loader refuses a mismatch. */
-#define MLXN_ABI_VERSION 2u
+#define MLXN_ABI_VERSION 3u
 
 /* ---- status codes (kinds mirror the Rust crate's MlxError) ---- */
 typedef int32_t mlxn_status;
@@ -215,6 +215,38 @@ mlxn_status mlxn_encoder_wait(mlxn_encoder* encoder, char* msg, uint64_t msg_cap
 int32_t     mlxn_encoder_status(mlxn_encoder* encoder);
 /* Device time of the last completed commit, in nanoseconds (0 if none). */
 uint64_t    mlxn_encoder_gpu_time_ns(mlxn_encoder* encoder);
+
+/* ---- record once, replay many ----
+ * A replayable encoder records like any other until its first commit, which
+ * runs the recording and keeps it: the same launches, barriers and buffers
+ * can then be committed again by mlxn_encoder_replay, as often as wanted,
+ * with no dispatch block decoded again. The recording holds its buffers and
+ * pipelines (the references of mlxn_buffer_release's rule) until the encoder
+ * is released, so nothing bound to it is freed while it may still run.
+ * After the first commit a replayable encoder refuses dispatch, barrier and
+ * commit; mlxn_encoder_wait, _status and _gpu_time_ns report the last commit
+ * or replay. Backends replay natively: cuda captures the launches into a CUDA
+ * graph at the first replay and launches the graph from then on (plain
+ * launches where capture fails), metal re-encodes the kept dispatches into a
+ * new command buffer, the emulator runs them again (the random schedule
+ * shuffles each stretch between barriers anew on every run).
+ *
+ * mlxn_encoder_patch_bytes replaces the inline data of one recorded BYTES
+ * binding (dispatch_index counts the encoder's recorded dispatches from 0,
+ * binding_index is its [[buffer(i)]] index) for the replays that follow; the
+ * length must be the recorded one. Nothing else of a recording can change,
+ * so a launch's grid, buffers and barriers stay what the first commit ran.
+ * Refused, with MLXN_ERR_INVALID_ARGUMENT naming the function, the argument,
+ * the expected and the actual value, in O(1): an encoder not made
+ * replayable, a replay before the first commit, a replay or a patch while a
+ * commit or replay runs, a dispatch index past the recording, a binding index
+ * that is not a BYTES binding of that dispatch, another length, null data. */
+mlxn_status mlxn_encoder_create_replayable(mlxn_device* device, mlxn_encoder** out,
+                                           char* msg, uint64_t msg_cap);
+mlxn_status mlxn_encoder_replay(mlxn_encoder* encoder, char* msg, uint64_t msg_cap);
+mlxn_status mlxn_encoder_patch_bytes(mlxn_encoder* encoder, uint64_t dispatch_index,
+                                     uint32_t binding_index, const void* data, uint64_t len,
+                                     char* msg, uint64_t msg_cap);
 
 #ifdef __cplusplus
 }

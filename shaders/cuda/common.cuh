@@ -583,3 +583,238 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[R], u64 a, u64 b) {
     else wgmma_f16(d, a, b);
 }
 #endif  // MLXN_WGMMA
+// ---- gated activations (silu_mul, gelu, and the per-expert gate/up products) ----
+
+// silu(g) = g / (1 + exp(-g)) with the fast exp and division (__expf,
+// __fdividef: a relative error of a few ulp plus |g| 2^-24 from rounding the
+// exponent, under 1e-5 for |g| < 88); exp(-g) overflowing to +inf (or past
+// 2^126) gives -0, the limit, never NaN.
+struct Silu {
+    __device__ __forceinline__ float operator()(float g) const { return __fdividef(g, 1.0f + __expf(-g)); }
+};
+
+// GELU, tanh approximation: 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x +
+// 0.044715 x^3), computed as x / (1 + exp(-2u)) (the same function; see
+// shaders/common.metal) with the fast exp and division (a relative error of
+// a few ulp plus |2u| 2^-24, the order of the error 2u already carries from
+// f32); exp(-2u) overflowing gives -0, the limit, never NaN.
+struct GeluTanh {
+    __device__ __forceinline__ float operator()(float x) const {
+        const float two_u = 1.5957691216057308f * x * (1.0f + 0.044715f * x * x);  // 2 sqrt(2/pi) (x + 0.044715 x^3)
+        return __fdividef(x, 1.0f + __expf(-two_u));
+    }
+};
+
+// ---- MLX affine quantization (quantized_matmul, quantized_matmul_id) ----
+//
+// w[j, k] = scale[j, k / gs] * q[j, k] + bias[j, k / gs] from MLX's packed
+// rows (ts/ops/quantized_matmul.ts writes the format down). mlx-native's
+// kernels take any K and group size: rows of q_row_bytes(K, bits) bytes,
+// value k at bit k * bits (q_value decodes one).
+//
+// In MLX's layout (group size 32, 64 or 128 dividing K) a row is K / 32
+// chunks of 32 values in BITS words (16 bytes for 4 bits, 24 for 6, 32
+// for 8), each inside one group. A chunk is dequantized to 16 pairs of
+// 16-bit values (TC, the tensor cores' type) with w = s * q + b rounded once:
+// q is made exact in TC by or-ing its bits into the mantissa of a power of
+// two (1024 for f16, 128 for bf16: 4- and 6-bit q) and subtracting it, then
+// one packed fma applies s and b; 8-bit q under bf16 go through f32 instead
+// (q does not fit bf16's mantissa below 256). The pairs come in the order
+// the bits fall (the pair order below), which permutes the 32 values; a dot
+// product only needs x permuted alike (x_pairs2), and tiles staged for
+// ldmatrix get the natural order back (from_pairs).
+
+// Bytes of a packed row of K values (any K: whole words for 4 and 8 bits,
+// 3 bytes per 4 values for 6).
+__device__ __forceinline__ u64 q_row_bytes(u32 K, u32 bits) {
+    return bits == 6 ? 3ull * ((K + 3u) / 4u) : 4ull * ((u64(K) * bits + 31u) / 32u);
+}
+// Whether the rows follow MLX's chunked layout.
+__device__ __forceinline__ bool q_chunked(u32 K, u32 gs) {
+    return (gs == 32u || gs == 64u || gs == 128u) && K % gs == 0u;
+}
+// q of value k of a row in any layout: the bits at bit k * bits.
+__device__ __forceinline__ u32 q_value(const unsigned char* row, u32 k, u32 bits) {
+    const u64 bit = u64(k) * bits;
+    const u32 s = u32(bit & 7u);
+    const unsigned char* p = row + (bit >> 3);
+    u32 v = u32(p[0]) >> s;
+    if (s + bits > 8u) v |= u32(p[1]) << (8u - s);
+    return v & ((1u << bits) - 1u);
+}
+
+// The BITS words of a chunk at p (16-byte aligned for 4 and 8 bits, 8-byte
+// for 6). STREAM: evict-first loads (a weight read once).
+template <int BITS, bool STREAM>
+__device__ __forceinline__ void load_chunk(const unsigned char* p, u32 (&w)[BITS]) {
+    if constexpr (BITS == 6) {
+        const uint2* v = reinterpret_cast<const uint2*>(p);
+#pragma unroll
+        for (int i = 0; i < 3; ++i) {
+            const uint2 t = STREAM ? __ldcs(v + i) : __ldg(v + i);
+            w[2 * i] = t.x;
+            w[2 * i + 1] = t.y;
+        }
+    } else {
+        const uint4* v = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+        for (int i = 0; i < BITS / 4; ++i) {
+            const uint4 t = STREAM ? __ldcs(v + i) : __ldg(v + i);
+            w[4 * i] = t.x;
+            w[4 * i + 1] = t.y;
+            w[4 * i + 2] = t.z;
+            w[4 * i + 3] = t.w;
+        }
+    }
+}
+
+// Bits 24a .. 24a + 23 of a 6-bit chunk's 192 bits: values 4a .. 4a + 3.
+__device__ __forceinline__ u32 triple(const u32 (&w)[6], int a) {
+    const int bit = 24 * a, i = bit / 32, s = bit % 32;
+    u32 v = w[i] >> s;
+    if (s > 8) v |= w[i + 1] << (32 - s);
+    return v & 0xffffffu;
+}
+
+// The constants of the exact q of dequantize(): a power of two P whose
+// mantissa unit is 1, P with the sign flipped, and 1, as packed pairs.
+template <typename T> struct QMagic;
+template <> struct QMagic<__half> {
+    static constexpr u32 P2 = 0x64006400u;    // 1024
+    static constexpr u32 NEG2 = 0xE400E400u;  // -1024
+    static constexpr u32 ONE2 = 0x3C003C00u;
+};
+template <> struct QMagic<__nv_bfloat16> {
+    static constexpr u32 P2 = 0x43004300u;    // 128
+    static constexpr u32 NEG2 = 0xC300C300u;  // -128
+    static constexpr u32 ONE2 = 0x3F803F80u;
+};
+
+// The pair order of a chunk's 16 pairs (which two of its 32 values pair p
+// holds, low then high), as the bits fall:
+//   4 bits: pair 4a + j = values (8a + j, 8a + j + 4)   (a the word, j < 4);
+//   6, 8 bits: pair 2a + h = values (4a + h, 4a + h + 2) (h < 2).
+// Pairs 2e and 2e + 1 (mma step e of a chunk) come from half a word (4
+// bits), one 24-bit triple (6) or one word (8).
+
+// Pairs 2e and 2e + 1 of a chunk dequantized: w = s * q + b in TC (s2, b2:
+// s and b as TC pairs).
+template <typename TC, int BITS>
+__device__ __forceinline__ void dequantize2(const u32 (&w)[BITS], int e, float s, float b, u32 s2, u32 b2, u32& p0, u32& p1) {
+    if constexpr (BITS == 8 && SameType<TC, __nv_bfloat16>::value) {
+        // bf16: q through f32 (2^23 + q, exact, minus 2^23).
+        float f[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) f[i] = __uint_as_float(0x4B000000u | ((w[e] >> (8 * i)) & 0xffu)) - 8388608.0f;
+        p0 = pack2<TC>(fmaf(s, f[0], b), fmaf(s, f[2], b));
+        p1 = pack2<TC>(fmaf(s, f[1], b), fmaf(s, f[3], b));
+    } else {
+        auto fin = [&](u32 q2) { return fma2<TC>(fma2<TC>(q2 | QMagic<TC>::P2, QMagic<TC>::ONE2, QMagic<TC>::NEG2), s2, b2); };
+        if constexpr (BITS == 4) {
+            const u32 v = w[e >> 1] >> (8 * (e & 1));
+            p0 = fin(v & 0x000f000fu);
+            p1 = fin((v >> 4) & 0x000f000fu);
+        } else if constexpr (BITS == 6) {
+            const u32 tr = triple(w, e);
+            p0 = fin((tr & 0x3fu) | ((tr << 4) & 0x3f0000u));
+            p1 = fin(((tr >> 6) & 0x3fu) | ((tr >> 2) & 0x3f0000u));
+        } else {
+            p0 = fin(w[e] & 0x00ff00ffu);
+            p1 = fin((w[e] >> 8) & 0x00ff00ffu);
+        }
+    }
+}
+
+// The whole chunk dequantized, in BITS's pair order.
+template <typename TC, int BITS>
+__device__ __forceinline__ void dequantize(const u32 (&w)[BITS], float s, float b, u32 (&out)[16]) {
+    const u32 s2 = pack2<TC>(s, s), b2 = pack2<TC>(b, b);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dequantize2<TC, BITS>(w, e, s, b, s2, b2, out[2 * e], out[2 * e + 1]);
+}
+
+// Pairs 2e and 2e + 1 of BITS's order from natural pairs (nat[i] = values
+// 2i, 2i + 1).
+template <int BITS>
+__device__ __forceinline__ void x_pairs2(const u32 (&nat)[16], int e, u32& p0, u32& p1) {
+    const int lo = BITS == 4 ? 4 * (e >> 1) + (e & 1) : 2 * e;
+    const int hi = BITS == 4 ? lo + 2 : lo + 1;
+    p0 = __byte_perm(nat[lo], nat[hi], 0x5410);
+    p1 = __byte_perm(nat[lo], nat[hi], 0x7632);
+}
+
+// BITS's pair order back to natural pairs.
+template <int BITS>
+__device__ __forceinline__ void from_pairs(const u32 (&pr)[16], u32 (&nat)[16]) {
+    if constexpr (BITS == 4) {
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
+            nat[4 * a] = __byte_perm(pr[4 * a], pr[4 * a + 1], 0x5410);
+            nat[4 * a + 1] = __byte_perm(pr[4 * a + 2], pr[4 * a + 3], 0x5410);
+            nat[4 * a + 2] = __byte_perm(pr[4 * a], pr[4 * a + 1], 0x7632);
+            nat[4 * a + 3] = __byte_perm(pr[4 * a + 2], pr[4 * a + 3], 0x7632);
+        }
+    } else {
+#pragma unroll
+        for (int a = 0; a < 8; ++a) {
+            nat[2 * a] = __byte_perm(pr[2 * a], pr[2 * a + 1], 0x5410);
+            nat[2 * a + 1] = __byte_perm(pr[2 * a], pr[2 * a + 1], 0x7632);
+        }
+    }
+}
+
+// 32 values of x at p as natural TC pairs (16-byte aligned; an f32 x rounded).
+template <typename TC, typename TX>
+__device__ __forceinline__ void load_x32(const TX* p, u32 (&nat)[16]) {
+    if constexpr (sizeof(TX) == 2) {
+        const uint4* v = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const uint4 t = __ldg(v + i);
+            nat[4 * i] = t.x;
+            nat[4 * i + 1] = t.y;
+            nat[4 * i + 2] = t.z;
+            nat[4 * i + 3] = t.w;
+        }
+    } else {
+        const float4* v = reinterpret_cast<const float4*>(p);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const float4 t = __ldg(v + i);
+            nat[2 * i] = pack2<TC>(t.x, t.y);
+            nat[2 * i + 1] = pack2<TC>(t.z, t.w);
+        }
+    }
+}
+
+// ---- per-expert products (quantized_matmul_id, dense_matmul_id) ----
+
+// The gate's activation of a fused gate/up product: 0 silu (Qwen3.6), 1 gelu
+// with the tanh approximation (Gemma 4).
+__device__ __forceinline__ float gate_activation(float g, u32 activation) {
+    return activation == 1u ? GeluTanh()(g) : Silu()(g);
+}
+
+// The tile of slot `slot` among tiles of bm rows over the pairs that
+// moe_dispatch_sort grouped (shaders/common.metal's moe_tile, the same
+// arithmetic): group b owns slots floor(offsets[b] / bm) + b ..
+// floor(offsets[b + 1] / bm) + b; false for an empty slot, else the group
+// (E: the ids past the experts) and the positions [start, end) in order.
+// Offsets are clamped to P.
+__device__ __forceinline__ bool moe_tile(const u32* offsets, u32 E, u32 P, u32 bm, u32 slot, u32& group, u32& start, u32& end) {
+    u32 lo = 0, hi = E;
+    while (lo < hi) {
+        const u32 mid = (lo + hi + 1u) / 2u;
+        if (min(__ldg(offsets + mid), P) / bm + mid <= slot) lo = mid;
+        else hi = mid - 1u;
+    }
+    const u32 o0 = min(__ldg(offsets + lo), P), o1 = min(__ldg(offsets + lo + 1u), P);
+    const u32 first = o0 / bm + lo;
+    if (slot < first) return false;
+    const u64 s = u64(o0) + u64(slot - first) * bm;
+    if (s >= o1) return false;
+    group = lo;
+    start = u32(s);
+    end = min(u32(s) + bm, o1);
+    return true;
+}

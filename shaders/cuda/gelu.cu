@@ -4,10 +4,9 @@
 //   gelu_tanh_mul_halves_<t>: output[r, c] = gelu(input[r, c]) * input[r, dim + c]
 //   gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3),
 //   computed as x / (1 + exp(-2u)) (the same function; see gelu.metal)
-// Arithmetic in f32 with the fast exp and division (__expf, __fdividef: a
-// relative error of a few ulp plus |2u| 2^-24 from rounding the exponent,
-// the order of the error 2u already carries from f32), rounded once to T.
-// exp(-2u) overflowing to +inf (or past 2^126) gives -0, the limit, never NaN.
+// Arithmetic in f32 with the prelude's GeluTanh (the fast exp and division;
+// shaders/cuda/common.cuh says how close), rounded once to T; never NaN for
+// finite inputs.
 //
 // gelu_<t> has no element count (mlx-native's bindings): the launch says how
 // many elements it covers. With one-dimensional blocks (the Metal launch)
@@ -23,13 +22,6 @@
 // Outputs may be gelu's input, gelu_tanh_mul's gate or up (in place).
 
 namespace {
-
-struct GeluTanh {
-    __device__ __forceinline__ float operator()(float x) const {
-        const float two_u = 1.5957691216057308f * x * (1.0f + 0.044715f * x * x);  // 2 sqrt(2/pi) (x + 0.044715 x^3)
-        return __fdividef(x, 1.0f + __expf(-two_u));
-    }
-};
 
 template <typename T>
 __device__ __forceinline__ void gelu_each(const T* input, T* output) {

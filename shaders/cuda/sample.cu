@@ -1,14 +1,37 @@
 // Token selection over rows of logits (CUDA), entry names and bindings as
-// shaders/sample.metal, whose header comment states the order, the
-// algorithms, the sampler's filters and passes and the scratch layout; each
-// function here mirrors the Metal one of the same name (block_* here for
-// threadgroup_* there). Threadgroup arrays are static shared memory (the
-// launches bind no dynamic shared memory). Block reductions run in a fixed
-// order, and the 64-bit masses are integers, so every result is independent
-// of the warps' timing. Items are loaded as 16-byte vectors where aligned and
-// held in registers (SAMPLE_ITEMS per thread, indexed only by unrolled
-// loops); the radix histograms, the gathers and the mass histograms take one
-// atomic per warp and bin.
+// shaders/sample.metal, whose header comment states the order, the sampler's
+// filters and passes and the scratch layout. The results are the Metal
+// kernels'; the selections are organized for an SM, where a one-block phase
+// that walks thousands of items or scans with match.any is the whole cost:
+//
+// - A block selects its top m among items held in registers (8 a thread in
+//   the slice passes, two 16-byte loads; 16 in the merging ones) by radix
+//   levels on the 64-bit key (order_key, ~index): 11, 11 and 10 bits of the
+//   key, then of ~index only while ties remain, stopping at the first level
+//   whose bin is wanted whole (two levels for most rows). A level is one
+//   plain shared atomic per item still in the running, then a scan of the
+//   bins from the top (a thread's run of bins, warp shuffles, one word per
+//   warp): three barriers.
+// - The slice passes (top_k_blocks_f32, sample_blocks_f32) write, beside
+//   their candidates, a summary: the level-0 bins that hold them, with
+//   counts (SAMPLE_SUM_WORDS per slice). The merging block (top_k_merge_f32,
+//   sample_finish_f32) adds the summaries into its level-0 histogram instead
+//   of binning every candidate, so its levels only see the candidates of one
+//   bin; a slice whose candidates span more bins than a summary lists makes
+//   the merging block bin them all.
+// - The sampler's whole-row passes (top_k = 0 with top-p or min-p): the
+//   first of them is launched with one block more per row, which ranks the
+//   candidates and draws from them while the others bin the row; it leaves
+//   the token in the row's state, and the finish only copies it out unless
+//   the kept set reaches past the candidates.
+//
+// Block reductions run in a fixed order and the 64-bit masses are integers,
+// so every result is independent of the warps' timing (the order in which
+// candidates land in the scratch is not, and nothing reads it as an order).
+// Threadgroup arrays are static shared memory. The selecting kernels and the
+// sampler's run in whole warps (their plans launch multiples of 32 threads);
+// argmax_f32 and softmax_sample_f32 take any block size, as mlx-native's
+// launches give them.
 
 namespace {
 
@@ -16,14 +39,15 @@ enum SampleLimits : u32 {
     SAMPLE_MAX_K = 256,
     SAMPLE_MAX_THREADS = 1024,
     SAMPLE_MAX_SLICE = 4096,
-    RADIX_BINS = 256,
     SAMPLE_ITEMS = 16,
+    SAMPLE_SLICE_ITEMS = 8,
     SAMPLE_HIST_BINS = 2048,
     SAMPLE_LAST_BINS = 1024,
     SAMPLE_HIST_WORDS = 9216,
-    SAMPLE_STATE_WORDS = 16,
+    SAMPLE_STATE_WORDS = 24,
     SAMPLE_REC_CAP = 32,
     SAMPLE_REC_WORDS = 36,
+    SAMPLE_SUM_WORDS = 32,
 };
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
@@ -88,7 +112,21 @@ __device__ __forceinline__ float block_max_synced(float v, float* partials) {
     return t;
 }
 
-// The sum of v over the threads before this one, and over all in `total`.
+// Inclusive prefix over the lanes of a full warp.
+template <typename T>
+__device__ __forceinline__ T warp_inclusive(T v) {
+    const u32 lane = threadIdx.x & 31u;
+#pragma unroll
+    for (u32 o = 1; o < 32u; o <<= 1) {
+        const T t = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += t;
+    }
+    return v;
+}
+
+// The sum of v over the threads before this one, and over all in `total`
+// (f32, added in one order: the warps' scans, then the warps' sums in order).
+// partials: one float per warp. A last, partial warp scans its own lanes.
 __device__ float block_prefix_sum(float v, float& total, float* partials) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
     const u32 lane = tid & 31u, warp = tid >> 5;
@@ -102,8 +140,7 @@ __device__ float block_prefix_sum(float v, float& total, float* partials) {
     }
     float within = __shfl_up_sync(mask, incl, 1);
     if (lane == 0u) within = 0.0f;
-    const float s = __shfl_sync(mask, incl, n - 1u);
-    if (lane == 0u) partials[warp] = s;
+    if (lane == n - 1u) partials[warp] = incl;
     __syncthreads();
     const u32 nw = (bs + 31u) >> 5;
     float before = 0.0f, all = 0.0f;
@@ -116,42 +153,16 @@ __device__ float block_prefix_sum(float v, float& total, float* partials) {
     return before + within;
 }
 
-// The exclusive prefix of a uint over the first n lanes of a warp (n <= 32).
-__device__ __forceinline__ u32 warp_prefix_u32(u32 v, u32 lane, u32 n) {
-    const u32 mask = n == 32u ? 0xffffffffu : ((1u << n) - 1u);
-    u32 incl = v;
-#pragma unroll
-    for (u32 o = 1; o < 32u; o <<= 1) {
-        const u32 t = __shfl_up_sync(mask, incl, o);
-        if (lane >= o) incl += t;
-    }
-    return incl - v;
-}
-
-// The lanes of this thread's warp that exist (a last warp may be partial).
-__device__ __forceinline__ u32 warp_lanes() {
-    const u32 n = min(32u, blockDim.x - (threadIdx.x & ~31u));
-    return n == 32u ? 0xffffffffu : ((1u << n) - 1u);
-}
-
-// One atomic per distinct bin among the lanes of `mask` (every one of them
-// calls it): the radix digits of floats crowd a few bins, where plain atomics
-// would serialize up to 32 ways. A lane with bin >= RADIX_BINS adds nothing.
-__device__ __forceinline__ void hist_add(u32* hist, u32 bin, u32 mask) {
-    const u32 peers = __match_any_sync(mask, bin);
-    if (bin < RADIX_BINS && u32(__ffs(peers) - 1) == (threadIdx.x & 31u)) atomicAdd(&hist[bin], __popc(peers));
-}
-
-// The slot of each lane of `mask` that takes one (take): one atomic on
-// *counter per warp; lanes that take nothing get 0xffffffff.
-__device__ __forceinline__ u32 warp_take(u32* counter, bool take, u32 mask) {
-    const u32 ballot = __ballot_sync(mask, take);
+// The slot of each lane that takes one (take): one atomic on *counter per
+// warp; lanes that take nothing get 0xffffffff. Every lane of the warp calls it.
+__device__ __forceinline__ u32 warp_take(u32* counter, bool take) {
+    const u32 ballot = __ballot_sync(0xffffffffu, take);
     if (ballot == 0u) return 0xffffffffu;
     const u32 lane = threadIdx.x & 31u;
     const u32 leader = u32(__ffs(ballot) - 1);
     u32 base = 0u;
     if (lane == leader) base = atomicAdd(counter, __popc(ballot));
-    base = __shfl_sync(mask, base, leader);
+    base = __shfl_sync(0xffffffffu, base, leader);
     return take ? base + __popc(ballot & ((1u << lane) - 1u)) : 0xffffffffu;
 }
 
@@ -162,13 +173,23 @@ __device__ __forceinline__ void keep_best(u32& key, u32& ix, u32 k, u32 i) {
     }
 }
 
+// The best (key, index) of a full warp, to lane 0.
+__device__ __forceinline__ void warp_best(u32& key, u32& ix) {
+#pragma unroll
+    for (u32 o = 16; o > 0; o >>= 1) {
+        const u32 k = __shfl_down_sync(0xffffffffu, key, o);
+        const u32 i = __shfl_down_sync(0xffffffffu, ix, o);
+        keep_best(key, ix, k, i);
+    }
+}
+
 // The best (key, index) of the block, to every thread; pk, pi: one word per
 // warp. Ends with a barrier.
 __device__ void block_best(u32& key, u32& ix, u32* pk, u32* pi) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
     const u32 lane = tid & 31u, warp = tid >> 5;
     const u32 n = min(32u, bs - (warp << 5));
-    const u32 mask = warp_lanes();
+    const u32 mask = n == 32u ? 0xffffffffu : ((1u << n) - 1u);
 #pragma unroll
     for (u32 o = 16; o > 0; o >>= 1) {
         const u32 k = __shfl_down_sync(mask, key, o);
@@ -187,28 +208,32 @@ __device__ void block_best(u32& key, u32& ix, u32* pk, u32* pi) {
     __syncthreads();
 }
 
-// ---- items a block selects among (sample.metal: item_pos) ----
+// ---- items a block selects among ----
+//
+// A thread holds N items of a chunk: slot j of chunk c is item c * N * bs +
+// ((j / G) * bs + tid) * G + j % G, G items in a row per 16-byte load. Key 0
+// (below -inf's key) marks a slot without an item: past n, or padding.
 
-__device__ __forceinline__ u32 item_pos(u32 c, u32 j, u32 g) {
-    return c * SAMPLE_ITEMS * blockDim.x + ((j / g) * blockDim.x + threadIdx.x) * g + j % g;
+template <u32 N, u32 G>
+__device__ __forceinline__ u32 item_pos(u32 c, u32 j) {
+    return c * N * blockDim.x + ((j / G) * blockDim.x + threadIdx.x) * G + j % G;
 }
 
-__device__ __forceinline__ u32 item_chunks(u32 n) {
-    const u32 per = SAMPLE_ITEMS * blockDim.x;
-    return (n + per - 1u) / per;
-}
-
+// Values in global memory, indices base + item.
+template <u32 N>
 struct FloatSrc {
+    static constexpr u32 ITEMS = N;
     const float* v;
     u32 n;
     u32 base;
-    u32 key[SAMPLE_ITEMS];
-    __device__ u32 pos(u32 c, u32 j) const { return item_pos(c, j, 4u); }
+    u32 key[N];
+    __device__ u32 pos(u32 c, u32 j) const { return item_pos<N, 4u>(c, j); }
     __device__ u32 index(u32 c, u32 j) const { return base + pos(c, j); }
+    __device__ u32 chunks() const { return (n + N * blockDim.x - 1u) / (N * blockDim.x); }
     __device__ void load(u32 c) {
         const bool vec = aligned16(v);
 #pragma unroll
-        for (u32 q = 0; q < SAMPLE_ITEMS / 4u; ++q) {
+        for (u32 q = 0; q < N / 4u; ++q) {
             const u32 e = pos(c, 4u * q);
             if (vec && e + 4u <= n) {
                 const float4 t = *reinterpret_cast<const float4*>(v + e);
@@ -224,33 +249,43 @@ struct FloatSrc {
     }
 };
 
+// (value bits, index) pairs as the slice passes write them; padding (index
+// 0xffffffff) holds no item.
+template <u32 N>
 struct PairSrc {
+    static constexpr u32 ITEMS = N;
     const u32* p;
     u32 n;
-    u32 key[SAMPLE_ITEMS];
-    u32 idx[SAMPLE_ITEMS];
-    __device__ u32 pos(u32 c, u32 j) const { return item_pos(c, j, 2u); }
+    u32 key[N];
+    u32 idx[N];
+    __device__ u32 pos(u32 c, u32 j) const { return item_pos<N, 2u>(c, j); }
     __device__ u32 index(u32, u32 j) const { return idx[j]; }
+    __device__ u32 chunks() const { return (n + N * blockDim.x - 1u) / (N * blockDim.x); }
     __device__ void load(u32 c) {
         const bool vec = aligned16(p);
 #pragma unroll
-        for (u32 q = 0; q < SAMPLE_ITEMS / 2u; ++q) {
+        for (u32 q = 0; q < N / 2u; ++q) {
             const u32 e = pos(c, 2u * q);
+            uint4 t = make_uint4(0u, 0xffffffffu, 0u, 0xffffffffu);
             if (vec && e + 2u <= n) {
-                const uint4 t = *reinterpret_cast<const uint4*>(p + 2u * e);
-                key[2u * q] = order_key(__uint_as_float(t.x));
-                idx[2u * q] = t.y;
-                key[2u * q + 1u] = order_key(__uint_as_float(t.z));
-                idx[2u * q + 1u] = t.w;
+                t = *reinterpret_cast<const uint4*>(p + 2u * e);
             } else {
-#pragma unroll
-                for (u32 r = 0; r < 2u; ++r) {
-                    key[2u * q + r] = e + r < n ? order_key(__uint_as_float(p[2u * (e + r)])) : 0u;
-                    idx[2u * q + r] = e + r < n ? p[2u * (e + r) + 1u] : 0xffffffffu;
-                }
+                if (e < n) t.x = p[2u * e], t.y = p[2u * e + 1u];
+                if (e + 1u < n) t.z = p[2u * e + 2u], t.w = p[2u * e + 3u];
             }
+            idx[2u * q] = t.y;
+            key[2u * q] = t.y == 0xffffffffu ? 0u : order_key(__uint_as_float(t.x));
+            idx[2u * q + 1u] = t.w;
+            key[2u * q + 1u] = t.w == 0xffffffffu ? 0u : order_key(__uint_as_float(t.z));
         }
     }
+};
+
+// Gathered items as one 64-bit key each, (key, ~index): distinct, and
+// ranking before another is being larger.
+struct PackSink {
+    u64* g;
+    __device__ void put(u32 s, u32 key, u32 ix) { g[s] = (u64(key) << 32) | ~ix; }
 };
 
 struct GroupSink {
@@ -280,122 +315,265 @@ struct OutSink {
     }
 };
 
-// ---- top-k in one block ----
+// ---- the radix select ----
 
+// What a selecting block keeps in shared memory: the histograms of two
+// levels (one filled while the other is cleared), a word per warp, the
+// level's result, the gather counter and a flag.
+struct __align__(16) SelectShared {
+    u32 hist[2][SAMPLE_HIST_BINS];
+    u32 wsum[32];
+    u32 found[4];
+    u32 counter;
+    u32 flag;
+};
+
+// Items whose 64-bit key, cut to the masks, is at least (hi, lo) lexicographically.
 struct Cut {
     u32 hi, mask_hi, lo, mask_lo;
 };
 
-__device__ __forceinline__ bool cut_keeps(Cut c, u32 key, u32 index) {
+__device__ __forceinline__ bool cut_keeps(Cut c, u32 key, u32 inv) {
     const u32 k = key & c.mask_hi;
-    return k != c.hi ? k > c.hi : ((~index) & c.mask_lo) >= c.lo;
+    return k != c.hi ? k > c.hi : (inv & c.mask_lo) >= c.lo;
 }
 
-template <typename Src>
-__device__ Cut select_cut(Src& src, u32 want, u32* hist, u32* found) {
+struct Found {
+    u32 digit, above, count;
+};
+
+// The bin of h[0, nbins) (counts; the highest bin ranks first) holding the
+// need-th item from the top, the items of the bins above it and its own
+// (need >= 1, at most the total). A thread sums a run of per = nbins / bs
+// bins, the warps scan, each warp reads the warps' sums: three barriers,
+// the last two here. With SUMMARY (a slice pass's level 0), the non-empty
+// bins from the top down to the one found go to summary[1..] as bin | count
+// << 11 (the found bin's count: the candidates it gives), and summary[0]
+// becomes 1 where they are more than SAMPLE_SUM_WORDS - 1.
+template <bool SUMMARY>
+__device__ Found find_digit(const u32* h, u32 nbins, u32 need, SelectShared& sh, u32* summary) {
+    const u32 tid = threadIdx.x, bs = blockDim.x;
+    const u32 lane = tid & 31u, warp = tid >> 5, nw = bs >> 5;
+    const u32 per = (nbins + bs - 1u) / bs;
+    const u32 top = nbins - min(nbins, tid * per);
+    const u32 bottom = nbins - min(nbins, (tid + 1u) * per);
+    // The run's sum by 16-byte loads where runs are whole vectors (nbins and bs
+    // are powers of two): a warp's loads then meet few bank conflicts.
+    u32 s = 0u, nz = 0u;
+    if (per % 4u == 0u) {
+        for (u32 b = bottom; b < top; b += 4u) {
+            const uint4 c = *reinterpret_cast<const uint4*>(h + b);
+            s += c.x + c.y + c.z + c.w;
+            nz += (c.x != 0u ? 1u : 0u) + (c.y != 0u ? 1u : 0u) + (c.z != 0u ? 1u : 0u) + (c.w != 0u ? 1u : 0u);
+        }
+    } else {
+        for (u32 b = bottom; b < top; ++b) {
+            const u32 c = h[b];
+            s += c;
+            nz += c != 0u ? 1u : 0u;
+        }
+    }
+    // With SUMMARY the counts are a slice's (at most 4096): sums and non-empty bins in one word.
+    const u32 v = SUMMARY ? (s << 16) | nz : s;
+    const u32 incl = warp_inclusive(v);
+    if (lane == 31u) sh.wsum[warp] = incl;
+    __syncthreads();
+    const u32 w = lane < nw ? sh.wsum[lane] : 0u;
+    const u32 winc = warp_inclusive(w);
+    const u32 before = __shfl_sync(0xffffffffu, winc - w, warp) + incl - v;
+    const u32 items_before = SUMMARY ? before >> 16 : before;
+    if (items_before < need && need <= items_before + s) {
+        u32 acc = items_before;
+        for (u32 b = top; b > bottom; --b) {
+            const u32 c = h[b - 1u];
+            if (need <= acc + c) {
+                sh.found[0] = b - 1u;
+                sh.found[1] = acc;
+                sh.found[2] = c;
+                break;
+            }
+            acc += c;
+        }
+    }
+    __syncthreads();
+    const Found f = {sh.found[0], sh.found[1], sh.found[2]};
+    if (SUMMARY) {
+        u32 at = before & 0xffffu;
+        for (u32 b = top; b > bottom && b - 1u >= f.digit; --b) {
+            const u32 c = h[b - 1u];
+            if (c != 0u) {
+                if (at < u32(SAMPLE_SUM_WORDS) - 1u) summary[1u + at] = (b - 1u) | ((b - 1u == f.digit ? need - f.above : c) << 11);
+                ++at;
+            }
+        }
+        if (f.digit >= bottom && f.digit < top && at > u32(SAMPLE_SUM_WORDS) - 1u) summary[0] = 1u;
+    }
+    return f;
+}
+
+// The cut that keeps exactly the `want` best of src's items (want at most
+// their number). sh.hist[0] is clear, visibly to every thread, when called;
+// with `given` it holds level 0's histogram instead. Items are reloaded per
+// level when they span several chunks. With SUMMARY, level 0 writes the
+// slice's summary (find_digit).
+template <bool SUMMARY, typename Src>
+__device__ Cut select_cut(Src& src, u32 want, SelectShared& sh, bool given, u32* summary) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
     Cut cut = {0u, 0u, 0u, 0u};
-    const u32 n = src.n;
-    if (want >= n) return cut;
-    const u32 chunks = item_chunks(n);
-    const u32 lanes = min(bs, 32u);
-    const u32 mask = warp_lanes();
     u32 need = want;
-    for (u32 d = 0; d < 8u; ++d) {
-        for (u32 b = tid; b < RADIX_BINS; b += bs) hist[b] = 0u;
-        __syncthreads();
-        const u32 shift = 24u - 8u * (d & 3u);
-        for (u32 c = 0; c < chunks; ++c) {
-            if (chunks > 1u) src.load(c);
+    const u32 chunks = src.chunks();
+    for (u32 l = 0; l < 6u; ++l) {
+        u32* h = sh.hist[l & 1u];
+        const u32 shift = l % 3u == 0u ? 21u : l % 3u == 1u ? 10u : 0u;
+        const u32 nbins = l % 3u == 2u ? u32(SAMPLE_LAST_BINS) : u32(SAMPLE_HIST_BINS);
+        if (l > 0u || !given) {
+            for (u32 c = 0; c < chunks; ++c) {
+                if (chunks > 1u) src.load(c);
 #pragma unroll
-            for (u32 j = 0; j < SAMPLE_ITEMS; ++j) {
-                u32 bin = RADIX_BINS;
-                if (src.pos(c, j) < n) {
+                for (u32 j = 0; j < Src::ITEMS; ++j) {
                     const u32 key = src.key[j];
                     const u32 inv = ~src.index(c, j);
-                    if ((key & cut.mask_hi) == cut.hi && (inv & cut.mask_lo) == cut.lo) bin = ((d < 4u ? key : inv) >> shift) & 255u;
-                }
-                if (__any_sync(mask, bin < RADIX_BINS)) hist_add(hist, bin, mask);
-            }
-        }
-        __syncthreads();
-        if (tid < lanes) {
-            const u32 per = (u32(RADIX_BINS) + lanes - 1u) / lanes;
-            const u32 top = u32(RADIX_BINS) - min(u32(RADIX_BINS), tid * per);
-            const u32 bottom = u32(RADIX_BINS) - min(u32(RADIX_BINS), (tid + 1u) * per);
-            u32 sum = 0u;
-            for (u32 b = bottom; b < top; ++b) sum += hist[b];
-            const u32 before = warp_prefix_u32(sum, tid, lanes);
-            if (before < need && need <= before + sum) {
-                u32 acc = before;
-                for (u32 b = top; b > bottom; --b) {
-                    const u32 h = hist[b - 1u];
-                    if (need <= acc + h) {
-                        found[0] = b - 1u;
-                        found[1] = acc;
-                        found[2] = h;
-                        break;
-                    }
-                    acc += h;
+                    if (key != 0u && (key & cut.mask_hi) == cut.hi && (inv & cut.mask_lo) == cut.lo)
+                        atomicAdd(&h[((l < 3u ? key : inv) >> shift) & (nbins - 1u)], 1u);
                 }
             }
+            __syncthreads();
         }
-        __syncthreads();
-        const u32 digit = found[0], above = found[1], count = found[2];
-        need -= above;
-        if (d < 4u) {
-            cut.hi |= digit << shift;
-            cut.mask_hi |= 255u << shift;
+        // The next level's histogram: its last reader passed this level's first barrier.
+        u32* next = sh.hist[(l + 1u) & 1u];
+        for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) next[i] = 0u;
+        const Found f = SUMMARY && l == 0u ? find_digit<true>(h, nbins, need, sh, summary)
+                                           : find_digit<false>(h, nbins, need, sh, summary);
+        need -= f.above;
+        if (l < 3u) {
+            cut.hi |= f.digit << shift;
+            cut.mask_hi |= (nbins - 1u) << shift;
         } else {
-            cut.lo |= digit << shift;
-            cut.mask_lo |= 255u << shift;
+            cut.lo |= f.digit << shift;
+            cut.mask_lo |= (nbins - 1u) << shift;
         }
-        if (count == need) break;
+        if (f.count == need) break;
     }
     return cut;
 }
 
-// *counter holds 0, visibly to every thread, when called.
+// The items the cut keeps, each put at a slot counted on *counter (0,
+// visibly to every thread, when called); slots past m are dropped.
 template <typename Src, typename Sink>
 __device__ void gather_cut(Src& src, Cut cut, u32 m, Sink& sink, u32* counter) {
-    const u32 n = src.n;
-    const u32 chunks = item_chunks(n);
-    const u32 mask = warp_lanes();
+    const u32 chunks = src.chunks();
     for (u32 c = 0; c < chunks; ++c) {
         if (chunks > 1u) src.load(c);
 #pragma unroll
-        for (u32 j = 0; j < SAMPLE_ITEMS; ++j) {
-            const bool valid = src.pos(c, j) < n;
+        for (u32 j = 0; j < Src::ITEMS; ++j) {
             const u32 key = src.key[j];
             const u32 ix = src.index(c, j);
-            const bool take = valid && cut_keeps(cut, key, ix);
-            if (__any_sync(mask, take)) {
-                const u32 slot = warp_take(counter, take, mask);
-                if (slot < m) sink.put(slot, key, ix);
-            }
+            const u32 slot = warp_take(counter, key != 0u && cut_keeps(cut, key, ~ix));
+            if (slot < m) sink.put(slot, key, ix);
         }
     }
 }
 
+// Puts each of the m gathered items g[i] (PackSink's keys) at its rank, the
+// number of items ranking before it: p lanes of a warp count for one item
+// (the most that keep every thread busy, up to 32) and add by shuffles.
 template <typename Sink>
-__device__ void rank_sort(const u32* ks, const u32* is, u32 m, Sink& sink) {
+__device__ void rank_sort(const u64* g, u32 m, Sink& sink) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
     u32 p = 1u;
-    while (p < 32u && 2u * p * m <= bs && bs % (2u * p) == 0u) p <<= 1u;
+    while (p < 32u && 2u * p * m <= bs) p <<= 1u;
     const u32 per = bs / p;
     const u32 part = tid % p;
-    const u32 mask = warp_lanes();
     for (u32 base = 0; base < m; base += per) {
         const u32 i = base + tid / p;
-        u32 cnt = 0u, ki = 0u, ii = 0u;
+        u32 cnt = 0u;
+        const u64 mine = i < m ? g[i] : 0ull;
         if (i < m) {
-            ki = ks[i];
-            ii = is[i];
-            for (u32 j = part; j < m; j += p) cnt += ranks_before(ks[j], is[j], ki, ii) ? 1u : 0u;
+#pragma unroll 4
+            for (u32 j = part; j < m; j += p) cnt += g[j] > mine ? 1u : 0u;
         }
-        for (u32 o = 1u; o < p; o <<= 1u) cnt += __shfl_xor_sync(mask, cnt, o);
-        if (i < m && part == 0u) sink.put(cnt, ki, ii);
+        for (u32 o = 1u; o < p; o <<= 1u) cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
+        if (i < m && part == 0u) sink.put(cnt, u32(mine >> 32), ~u32(mine));
     }
+}
+
+// 8 words of a slice's summary, as 16-byte loads issued together where
+// aligned. A summary's entries fill its words from 1 on, zeros after them,
+// so its words past 8 matter only where the 8 before them are all entries.
+struct SumWords {
+    u32 w[8];
+};
+
+__device__ __forceinline__ void load_sum_words(const u32* q, SumWords& s) {
+    if (aligned16(q)) {
+#pragma unroll
+        for (u32 r = 0; r < 2u; ++r) {
+            const uint4 t = reinterpret_cast<const uint4*>(q)[r];
+            s.w[4u * r] = t.x;
+            s.w[4u * r + 1u] = t.y;
+            s.w[4u * r + 2u] = t.z;
+            s.w[4u * r + 3u] = t.w;
+        }
+    } else {
+#pragma unroll
+        for (u32 r = 0; r < 8u; ++r) s.w[r] = q[r];
+    }
+}
+
+// The first 8 words of the summary of slice threadIdx.x, loaded before the
+// merging block's first barrier (the words of slices past blockDim.x and
+// past the first 8 are loaded where they are added).
+__device__ __forceinline__ SumWords prefetch_sums(const u32* sums, u32 nb) {
+    SumWords s;
+    if (threadIdx.x < nb) load_sum_words(sums + threadIdx.x * u32(SAMPLE_SUM_WORDS), s);
+    return s;
+}
+
+// The top m of nb slices' candidates (src, loaded: chunk 0 when they fit),
+// unordered, into g (PackSink), using the slices' summaries for level 0 (or
+// binning every candidate where a summary overflowed); pre: prefetch_sums.
+// Ends with a barrier.
+template <typename Src>
+__device__ void gather_top(Src& src, const u32* sums, SumWords& pre, u32 nb, u32 m, SelectShared& sh, u64* g) {
+    const u32 tid = threadIdx.x, bs = blockDim.x;
+    // A slice's summary into level 0's histogram: its overflow flag, or its entries (bin | count << 11).
+    auto add = [&](const u32* q, SumWords& s) {
+        if (s.w[0] != 0u) {
+            sh.flag = 1u;
+            return;
+        }
+#pragma unroll
+        for (u32 e = 1; e < 8u; ++e)
+            if ((s.w[e] >> 11) != 0u) atomicAdd(&sh.hist[0][s.w[e] & (u32(SAMPLE_HIST_BINS) - 1u)], s.w[e] >> 11);
+        for (u32 at = 8u; at < u32(SAMPLE_SUM_WORDS) && s.w[7] != 0u; at += 8u) {
+            load_sum_words(q + at, s);
+#pragma unroll
+            for (u32 e = 0; e < 8u; ++e)
+                if ((s.w[e] >> 11) != 0u) atomicAdd(&sh.hist[0][s.w[e] & (u32(SAMPLE_HIST_BINS) - 1u)], s.w[e] >> 11);
+        }
+    };
+    for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) sh.hist[0][i] = 0u;
+    if (tid == 0u) {
+        sh.counter = 0u;
+        sh.flag = 0u;
+    }
+    __syncthreads();
+    if (tid < nb) add(sums + tid * u32(SAMPLE_SUM_WORDS), pre);
+    for (u32 b = tid + bs; b < nb; b += bs) {
+        SumWords more;
+        load_sum_words(sums + b * u32(SAMPLE_SUM_WORDS), more);
+        add(sums + b * u32(SAMPLE_SUM_WORDS), more);
+    }
+    __syncthreads();
+    const bool given = sh.flag == 0u;
+    if (!given) {
+        for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) sh.hist[0][i] = 0u;
+        __syncthreads();
+    }
+    const Cut cut = select_cut<false>(src, m, sh, given, nullptr);
+    PackSink sink = {g};
+    gather_cut(src, cut, m, sink, &sh.counter);
+    __syncthreads();
 }
 
 // The first index of x[0, len) holding the largest key (0 if none; best_key
@@ -447,7 +625,7 @@ __device__ __forceinline__ uint4 philox4x32_10(uint4 c, u32 k0, u32 k1) {
 // ---- the sampler ----
 
 struct SampleLayout {
-    u64 z, stats, cand, hist, state, rec;
+    u64 z, stats, cand, hist, state, rec, sums;
     u32 zs, nb2, nb4;
 };
 
@@ -463,6 +641,7 @@ __device__ __forceinline__ SampleLayout sample_layout(const SampleParams* p) {
     l.hist = l.cand + rows * l.nb4 * 512u;
     l.state = l.hist + rows * u32(SAMPLE_HIST_WORDS);
     l.rec = l.state + rows * u32(SAMPLE_STATE_WORDS);
+    l.sums = l.rec + rows * l.nb4 * u32(SAMPLE_REC_WORDS);
     return l;
 }
 
@@ -491,19 +670,19 @@ __device__ __forceinline__ u64 fixed_mass(float z, float zmax, float scale) {
     return z == neg_inf() ? 0ull : u64(expf(z - zmax) * scale);
 }
 
-// 64-bit adds into h[bin] from the lanes of `mask` (every one calls it): one
-// atomic per distinct bin, carrying the lanes' sum, taken as three 21-bit
-// parts so each 32-bit reduction is exact. A lane with bin >= nbins adds
-// nothing.
-__device__ __forceinline__ void hist_add64(unsigned long long* h, u32 bin, u32 nbins, u64 w, u32 mask) {
-    const u32 peers = __match_any_sync(mask, bin);
-    const u64 a = __reduce_add_sync(peers, u32(w >> 42));
-    const u64 b = __reduce_add_sync(peers, u32(w >> 21) & 0x1fffffu);
-    const u64 c = __reduce_add_sync(peers, u32(w) & 0x1fffffu);
-    if (bin < nbins && u32(__ffs(peers) - 1) == (threadIdx.x & 31u)) atomicAdd(&h[bin], (a << 42) + (b << 21) + c);
+// A 64-bit add into a shared (lo, hi) word pair as 32-bit atomics, the carry
+// into hi: native shared atomics, and the sum independent of their order.
+__device__ __forceinline__ void add64_shared(u32* pair, u64 v) {
+    const u32 vl = u32(v);
+    const u32 old = atomicAdd(&pair[0], vl);
+    const u32 vh = u32(v >> 32) + (old + vl < old ? 1u : 0u);
+    if (vh != 0u) atomicAdd(&pair[1], vh);
 }
 
+// The logits of one slice, penalized and tempered: the key of z per item.
+template <u32 N>
 struct LogitSrc {
+    static constexpr u32 ITEMS = N;
     const float* x;
     const unsigned char* flags;
     u32 n;
@@ -511,28 +690,38 @@ struct LogitSrc {
     bool penalize;
     float penalty;
     float inv_t;
-    u32 key[SAMPLE_ITEMS];
-    __device__ u32 pos(u32 c, u32 j) const { return item_pos(c, j, 4u); }
+    u32 key[N];
+    __device__ u32 pos(u32 c, u32 j) const { return item_pos<N, 4u>(c, j); }
     __device__ u32 index(u32 c, u32 j) const { return base + pos(c, j); }
-    __device__ u32 one(u32 e, float v) const {
-        return order_key(sample_value(v, penalize && flags[e] != 0, penalty, inv_t));
-    }
-    __device__ void load(u32 c) {
+    __device__ u32 chunks() const { return (n + N * blockDim.x - 1u) / (N * blockDim.x); }
+    // The logits' bits into key[] (issued before the penalty's flags are set), then their keys.
+    __device__ void fetch(u32 c) {
         const bool vec = aligned16(x);
 #pragma unroll
-        for (u32 q = 0; q < SAMPLE_ITEMS / 4u; ++q) {
+        for (u32 q = 0; q < N / 4u; ++q) {
             const u32 e = pos(c, 4u * q);
             if (vec && e + 4u <= n) {
-                const float4 t = *reinterpret_cast<const float4*>(x + e);
-                key[4u * q] = one(e, t.x);
-                key[4u * q + 1u] = one(e + 1u, t.y);
-                key[4u * q + 2u] = one(e + 2u, t.z);
-                key[4u * q + 3u] = one(e + 3u, t.w);
+                const uint4 t = *reinterpret_cast<const uint4*>(x + e);
+                key[4u * q] = t.x;
+                key[4u * q + 1u] = t.y;
+                key[4u * q + 2u] = t.z;
+                key[4u * q + 3u] = t.w;
             } else {
 #pragma unroll
-                for (u32 r = 0; r < 4u; ++r) key[4u * q + r] = e + r < n ? one(e + r, x[e + r]) : 0u;
+                for (u32 r = 0; r < 4u; ++r) key[4u * q + r] = e + r < n ? __float_as_uint(x[e + r]) : 0u;
             }
         }
+    }
+    __device__ void convert(u32 c) {
+#pragma unroll
+        for (u32 j = 0; j < N; ++j) {
+            const u32 e = pos(c, j);
+            key[j] = e < n ? order_key(sample_value(__uint_as_float(key[j]), penalize && flags[e] != 0, penalty, inv_t)) : 0u;
+        }
+    }
+    __device__ void load(u32 c) {
+        fetch(c);
+        convert(c);
     }
 };
 
@@ -582,6 +771,7 @@ struct DrawShared {
     float before;
 };
 
+// sample.metal: draw_in_order (contiguous chunks per thread, two walks).
 template <typename W>
 __device__ u32 draw_in_order(W& w, u32 n, float u, float& before, float& total, float* partials, DrawShared* sh) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
@@ -591,13 +781,12 @@ __device__ u32 draw_in_order(W& w, u32 n, float u, float& before, float& total, 
     w.reset();
     float own = 0.0f;
     for (u32 i = b0; i < b1; ++i) own += w.weight(i);
-    float all;
-    const float start = block_prefix_sum(own, all, partials);
     if (tid == 0u) {
         sh->pick = 0xffffffffu;
         sh->last = 0u;
     }
-    __syncthreads();
+    float all;
+    const float start = block_prefix_sum(own, all, partials);
     const float target = u * all;
     float c = start;
     u32 mine = 0xffffffffu, last_positive = 0u;
@@ -616,7 +805,7 @@ __device__ u32 draw_in_order(W& w, u32 n, float u, float& before, float& total, 
         }
     }
     if (mine != 0xffffffffu) atomicMin(&sh->pick, mine);
-    atomicMax(&sh->last, last_positive);
+    if (last_positive != 0u) atomicMax(&sh->last, last_positive);
     __syncthreads();
     const u32 picked = sh->pick, latest = sh->last;
     const u32 chosen = picked != 0xffffffffu ? picked : latest - 1u;
@@ -634,12 +823,7 @@ __device__ u32 draw_in_order(W& w, u32 n, float u, float& before, float& total, 
 // Warp 0 only: exclusive prefix of v over the lanes, and the total.
 __device__ __forceinline__ float warp_exclusive(float v, float& total) {
     const u32 lane = threadIdx.x & 31u;
-    float incl = v;
-#pragma unroll
-    for (u32 o = 1; o < 32u; o <<= 1) {
-        const float t = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += t;
-    }
+    const float incl = warp_inclusive(v);
     total = __shfl_sync(0xffffffffu, incl, 31);
     const float ex = __shfl_up_sync(0xffffffffu, incl, 1);
     return lane == 0u ? 0.0f : ex;
@@ -657,7 +841,10 @@ __device__ __forceinline__ u32 warp_max_u32(u32 v) {
     return v;
 }
 
-// Warp 0 (a full warp): the candidates' cut and draw (sample.metal: draw_ranked).
+// Warp 0: the candidates' cut and draw (sample.metal: draw_ranked). `mass`
+// is the row's where top_k = 0 and the candidates are not the whole row; it
+// is not read otherwise (top-k's reference is the candidates' own mass, and
+// candidates that are the whole row hold all of it).
 __device__ void draw_ranked(const u32* sk, u32 mc, float zmax, float mass, const SampleParams* p, float u, u32* res) {
     const u32 lane = threadIdx.x & 31u;
     const u32 per = (mc + 31u) / 32u;
@@ -672,7 +859,7 @@ __device__ void draw_ranked(const u32* sk, u32 mc, float zmax, float mass, const
     }
     float cand_mass;
     const float start = warp_exclusive(own, cand_mass);
-    const float ref = p->top_k > 0u ? cand_mass : mass;
+    const float ref = p->top_k > 0u || mc >= p->n_vocab ? cand_mass : mass;
     u32 cut = mc;
     float c = start;
 #pragma unroll
@@ -739,17 +926,10 @@ struct CountMass {
 __device__ u64 block_exclusive_u64(u64 v, u64& total, u64* warp_sums) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
     const u32 lane = tid & 31u, warp = tid >> 5;
-    const u32 mask = warp_lanes();
-    u64 incl = v;
-#pragma unroll
-    for (u32 o = 1; o < 32u; o <<= 1) {
-        const u64 t = __shfl_up_sync(mask, incl, o);
-        if (lane >= o) incl += t;
-    }
-    const u32 n = min(32u, bs - (warp << 5));
-    if (lane == n - 1u) warp_sums[warp] = incl;
+    const u64 incl = warp_inclusive(v);
+    if (lane == 31u) warp_sums[warp] = incl;
     __syncthreads();
-    const u32 nw = (bs + 31u) >> 5;
+    const u32 nw = bs >> 5;
     u64 ahead = 0ull, all = 0ull;
     for (u32 w = 0; w < nw; ++w) {
         ahead += w < warp ? warp_sums[w] : 0ull;
@@ -913,6 +1093,68 @@ __device__ void finish_whole_row(u32* scratch, u32* out_token, float* out_logpro
     }
 }
 
+// A row's candidates as the merging block holds them, and their summaries.
+__device__ __forceinline__ PairSrc<SAMPLE_ITEMS> row_candidates(const u32* scratch, const SampleParams* p, const SampleLayout& L, u32 row) {
+    PairSrc<SAMPLE_ITEMS> src = {scratch + L.cand + u64(row) * L.nb4 * 512u, p->n_blocks * p->n_cand};
+    return src;
+}
+__device__ __forceinline__ const u32* row_sums(const u32* scratch, const SampleLayout& L, u32 row) {
+    return scratch + L.sums + u64(row) * L.nb2 * u32(SAMPLE_SUM_WORDS);
+}
+
+// The top min(n_cand, n_vocab) of a row's candidates (src, chunk 0 loaded;
+// pre: prefetch_sums of row_sums), ranked into sk / si (ends with a barrier).
+__device__ void rank_candidates(PairSrc<SAMPLE_ITEMS>& src, SumWords& pre, const u32* scratch, const SampleParams* p, const SampleLayout& L,
+                                u32 row, SelectShared& sh, u64* g, u32* sk, u32* si) {
+    const u32 mc = min(p->n_cand, p->n_vocab);
+    gather_top(src, row_sums(scratch, L, row), pre, p->n_blocks, mc, sh, g);
+    GroupSink ranked = {sk, si};
+    rank_sort(g, mc, ranked);
+    __syncthreads();
+}
+
+// The extra block of the first whole-row pass (grid y = n_blocks): the draw
+// from the candidates, into the row's state (words 16..18: 1 where the
+// candidates hold the kept set, the token, its log-probability's bits).
+__device__ void candidate_draw(u32* scratch, const SampleParams* p) {
+    __shared__ SelectShared sh;
+    __shared__ u64 g[SAMPLE_MAX_K];
+    __shared__ u32 sk[SAMPLE_MAX_K];
+    __shared__ u32 si[SAMPLE_MAX_K];
+    __shared__ float partials[32];
+    __shared__ u32 res[4];
+    const u32 tid = threadIdx.x, row = blockIdx.x, nb = p->n_blocks;
+    const SampleLayout L = sample_layout(p);
+    const u32* stats = scratch + L.stats + u64(row) * L.nb2 * 4u;
+    u32* state = scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS) + 16u;
+    // The candidates' loads first: they arrive while the stats are reduced.
+    PairSrc<SAMPLE_ITEMS> src = row_candidates(scratch, p, L, row);
+    src.load(0u);
+    SumWords pre = prefetch_sums(row_sums(scratch, L, row), nb);
+    const float zmax = row_max(stats, nb, partials);
+    if (zmax == neg_inf()) {
+        if (tid == 0u) {
+            state[0] = 1u;
+            state[1] = 0xffffffffu;
+            state[2] = __float_as_uint(neg_inf());
+        }
+        return;
+    }
+    BlockWeights blocks = {stats, zmax};
+    float zs = 0.0f;
+    for (u32 b = tid; b < nb; b += blockDim.x) zs += blocks.weight(b);
+    const float mass = block_sum_synced(zs, partials);
+    rank_candidates(src, pre, scratch, p, L, row, sh, g, sk, si);
+    if (tid < 32u) draw_ranked(sk, min(p->n_cand, p->n_vocab), zmax, mass, p, sample_uniform(p, row), res);
+    __syncthreads();
+    if (tid == 0u) {
+        const u32 r = res[0];
+        state[0] = res[2] == 0u ? 1u : 0u;
+        state[1] = si[r];
+        state[2] = __float_as_uint((key_value(sk[r]) - zmax) - logf(__uint_as_float(res[1])));
+    }
+}
+
 }  // namespace
 
 // ---- arg-max ----
@@ -981,18 +1223,16 @@ extern "C" __global__ void __launch_bounds__(1024) argmax_merge_f32(const u32* p
 }
 
 
+
 // ---- top-k ----
 
 // buffer(0) input, (1) out_indices [rows, k], (2) out_values [rows, k], (3) TopKParams; grid (rows).
 extern "C" __global__ void __launch_bounds__(1024) top_k_f32(const float* input, u32* out_indices, float* out_values,
                                                              const TopKParams* params) {
+    __shared__ SelectShared sh;
     __shared__ float vals[SAMPLE_MAX_THREADS];
     __shared__ u32 idxs[SAMPLE_MAX_THREADS];
-    __shared__ u32 ks[SAMPLE_MAX_K];
-    __shared__ u32 is[SAMPLE_MAX_K];
-    __shared__ u32 hist[RADIX_BINS];
-    __shared__ u32 found[4];
-    __shared__ u32 counter;
+    __shared__ u64 g[SAMPLE_MAX_K];
     const u32 row = blockIdx.x, tid = threadIdx.x, bs = blockDim.x;
     const u32 n = params->n_elements, k = params->k;
     const u32 m = min(k, n);
@@ -1009,68 +1249,71 @@ extern "C" __global__ void __launch_bounds__(1024) top_k_f32(const float* input,
         }
         return;
     }
-    if (tid == 0u) counter = 0u;
-    FloatSrc src = {x, n, 0u};
+    for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) sh.hist[0][i] = 0u;
+    if (tid == 0u) sh.counter = 0u;
+    FloatSrc<SAMPLE_ITEMS> src = {x, n, 0u};
     src.load(0u);
-    const Cut cut = select_cut(src, m, hist, found);
     __syncthreads();
-    GroupSink kept = {ks, is};
-    gather_cut(src, cut, m, kept, &counter);
+    const Cut cut = select_cut<false>(src, m, sh, false, nullptr);
+    PackSink kept = {g};
+    gather_cut(src, cut, m, kept, &sh.counter);
     __syncthreads();
     OutSink out = {out_values, out_indices, o};
-    rank_sort(ks, is, m, out);
+    rank_sort(g, m, out);
     for (u32 r = m + tid; r < k; r += bs) {
         out_values[o + r] = neg_inf();
         out_indices[o + r] = 0xffffffffu;
     }
 }
 
-// buffer(0) input, (1) candidates [rows, n_blocks, k, 2], (2) TopKBlocksParams; grid (rows, n_blocks).
-extern "C" __global__ void __launch_bounds__(1024) top_k_blocks_f32(const float* input, u32* candidates,
-                                                                    const TopKBlocksParams* p) {
-    __shared__ u32 hist[RADIX_BINS];
-    __shared__ u32 found[4];
-    __shared__ u32 counter;
+// buffer(0) input, (1) scratch (per row: candidates [n_blocks, k, 2], then
+// summaries [n_blocks, SAMPLE_SUM_WORDS]), (2) TopKBlocksParams; grid (rows,
+// n_blocks) of at most slice / SAMPLE_SLICE_ITEMS threads (one chunk).
+extern "C" __global__ void __launch_bounds__(512) top_k_blocks_f32(const float* input, u32* candidates,
+                                                                   const TopKBlocksParams* p) {
+    __shared__ SelectShared sh;
+    __shared__ u32 summary[SAMPLE_SUM_WORDS];
+    const u32 tid = threadIdx.x, bs = blockDim.x;
     const u32 row = blockIdx.x, b = blockIdx.y;
     const u32 lo = b * p->slice;
     const u32 len = min(p->slice, p->n_elements - lo);
     const u32 m = min(p->k, len);
-    if (threadIdx.x == 0u) counter = 0u;
-    FloatSrc src = {input + u64(row) * p->n_elements + lo, len, lo};
+    for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) sh.hist[0][i] = 0u;
+    if (tid < u32(SAMPLE_SUM_WORDS)) summary[tid] = 0u;
+    if (tid == 0u) sh.counter = 0u;
+    FloatSrc<SAMPLE_SLICE_ITEMS> src = {input + u64(row) * p->n_elements + lo, len, lo};
     src.load(0u);
-    const Cut cut = select_cut(src, m, hist, found);
     __syncthreads();
-    u32* out = candidates + (u64(row) * p->n_blocks + b) * p->k * 2u;
+    const Cut cut = select_cut<true>(src, m, sh, false, summary);
+    u32* base = candidates + u64(row) * p->n_blocks * (2u * p->k + u32(SAMPLE_SUM_WORDS));
+    u32* out = base + u64(b) * p->k * 2u;
     PairSink sink = {out};
-    gather_cut(src, cut, m, sink, &counter);
-    for (u32 r = m + threadIdx.x; r < p->k; r += blockDim.x) {
+    gather_cut(src, cut, m, sink, &sh.counter);
+    for (u32 r = m + tid; r < p->k; r += bs) {
         out[2u * r] = __float_as_uint(neg_inf());
         out[2u * r + 1u] = 0xffffffffu;
     }
+    __syncthreads();
+    if (tid < u32(SAMPLE_SUM_WORDS)) base[u64(p->n_blocks) * p->k * 2u + b * u32(SAMPLE_SUM_WORDS) + tid] = summary[tid];
 }
 
-// buffer(0) candidates, (1) out_indices, (2) out_values, (3) TopKBlocksParams; grid (rows).
+// buffer(0) scratch (as top_k_blocks_f32 left it), (1) out_indices, (2) out_values, (3) TopKBlocksParams; grid (rows).
 extern "C" __global__ void __launch_bounds__(1024) top_k_merge_f32(const u32* candidates, u32* out_indices, float* out_values,
                                                                    const TopKBlocksParams* p) {
-    __shared__ u32 ks[SAMPLE_MAX_K];
-    __shared__ u32 is[SAMPLE_MAX_K];
-    __shared__ u32 hist[RADIX_BINS];
-    __shared__ u32 found[4];
-    __shared__ u32 counter;
-    const u32 row = blockIdx.x;
-    const u32 m = min(p->k, p->n_elements);
-    if (threadIdx.x == 0u) counter = 0u;
-    PairSrc src = {candidates + u64(row) * p->n_blocks * p->k * 2u, p->n_blocks * p->k};
+    __shared__ SelectShared sh;
+    __shared__ u64 g[SAMPLE_MAX_K];
+    const u32 row = blockIdx.x, nb = p->n_blocks, k = p->k;
+    const u32 m = min(k, p->n_elements);
+    const u32* base = candidates + u64(row) * nb * (2u * k + u32(SAMPLE_SUM_WORDS));
+    PairSrc<SAMPLE_ITEMS> src = {base, nb * k};
     src.load(0u);
-    const Cut cut = select_cut(src, m, hist, found);
-    __syncthreads();
-    GroupSink kept = {ks, is};
-    gather_cut(src, cut, m, kept, &counter);
-    __syncthreads();
-    const u64 o = u64(row) * p->k;
+    const u32* sums = base + u64(nb) * k * 2u;
+    SumWords pre = prefetch_sums(sums, nb);
+    gather_top(src, sums, pre, nb, m, sh, g);
+    const u64 o = u64(row) * k;
     OutSink out = {out_values, out_indices, o};
-    rank_sort(ks, is, m, out);
-    for (u32 r = m + threadIdx.x; r < p->k; r += blockDim.x) {
+    rank_sort(g, m, out);
+    for (u32 r = m + threadIdx.x; r < k; r += blockDim.x) {
         out_values[o + r] = neg_inf();
         out_indices[o + r] = 0xffffffffu;
     }
@@ -1139,34 +1382,48 @@ extern "C" __global__ void philox4x32_10_u32(u32* output, const PhiloxParams* p)
 }
 
 
+
 // ---- the sampler ----
 
-// buffer(0) logits, (1) prev_tokens, (2) scratch, (3) SampleParams; grid (rows, n_blocks).
+// buffer(0) logits, (1) prev_tokens, (2) scratch, (3) SampleParams; grid (rows, n_blocks) of at most
+// slice / SAMPLE_SLICE_ITEMS threads (one chunk).
 extern "C" __global__ void __launch_bounds__(512) sample_blocks_f32(const float* logits, const u32* prev_tokens, u32* scratch,
                                                                     const SampleParams* p) {
+    __shared__ SelectShared sh;
+    __shared__ u32 summary[SAMPLE_SUM_WORDS];
     __shared__ unsigned char flags[SAMPLE_MAX_SLICE];
-    __shared__ u32 pk[32];
-    __shared__ u32 pi[32];
-    __shared__ float partials[32];
-    __shared__ u32 hist[RADIX_BINS];
-    __shared__ u32 found[4];
-    __shared__ u32 counter;
+    __shared__ u32 wk[32];
+    __shared__ u32 wi[32];
+    __shared__ float wm[32];
+    __shared__ float ws[32];
     const u32 tid = threadIdx.x, bs = blockDim.x;
+    const u32 lane = tid & 31u, warp = tid >> 5;
     const u32 row = blockIdx.x, b = blockIdx.y;
     const u32 n = p->n_vocab;
     const u32 lo = b * p->slice;
     const u32 len = min(p->slice, n - lo);
     const SampleLayout L = sample_layout(p);
-    if (tid == 0u) counter = 0u;
+    const bool select = p->n_cand > 0u && p->temperature > 0.0f;
+    if (select) {
+        for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) sh.hist[0][i] = 0u;
+        if (tid < u32(SAMPLE_SUM_WORDS)) summary[tid] = 0u;
+        if (tid == 0u) sh.counter = 0u;
+    }
+    // The mass passes add into this row's histograms: each slice clears its share.
     if (sample_whole_row(p) && p->top_p < 1.0f) {
         const u32 share = (u32(SAMPLE_HIST_WORDS) + p->n_blocks - 1u) / p->n_blocks;
         u32* h = scratch + L.hist + u64(row) * u32(SAMPLE_HIST_WORDS);
         for (u32 i = b * share + tid; i < min(u32(SAMPLE_HIST_WORDS), (b + 1u) * share); i += bs) h[i] = 0u;
     }
     const bool penalize = p->n_prev > 0u && p->repetition_penalty != 1.0f;
-    if (penalize) {
+    LogitSrc<SAMPLE_SLICE_ITEMS> src = {logits + u64(row) * n + lo, flags, len, lo, penalize, p->repetition_penalty,
+                                        p->temperature > 0.0f ? 1.0f / p->temperature : 1.0f};
+    const u32 chunks = src.chunks();
+    if (chunks == 1u) src.fetch(0u);
+    if (penalize)
         for (u32 i = tid; i < len; i += bs) flags[i] = 0;
-        __syncthreads();
+    __syncthreads();
+    if (penalize) {
         const u32* prev = prev_tokens + u64(row) * p->n_prev;
         for (u32 j = tid; j < p->n_prev; j += bs) {
             const u32 t = prev[j];
@@ -1174,71 +1431,92 @@ extern "C" __global__ void __launch_bounds__(512) sample_blocks_f32(const float*
         }
         __syncthreads();
     }
-    LogitSrc src = {logits + u64(row) * n + lo, flags, len, lo, penalize, p->repetition_penalty,
-                    p->temperature > 0.0f ? 1.0f / p->temperature : 1.0f};
     const bool store_z = p->temperature > 0.0f && p->top_k == 0u;
     u32* z = scratch + L.z + u64(row) * L.zs + lo;
     const bool zvec = aligned16(z);
-    const u32 chunks = item_chunks(len);
+    // z stored where a later pass reads it; this thread's best, max and sum of exp(z - max).
     u32 best = 0u, at = 0xffffffffu;
     float m = neg_inf(), s = 0.0f;
     for (u32 c = 0; c < chunks; ++c) {
-        src.load(c);
+        if (chunks > 1u) src.fetch(c);
+        src.convert(c);
+        float v[SAMPLE_SLICE_ITEMS];
+        float cm = neg_inf();
 #pragma unroll
-        for (u32 q = 0; q < SAMPLE_ITEMS / 4u; ++q) {
-            const u32 e0 = src.pos(c, 4u * q);
-            float v[4];
+        for (u32 j = 0; j < u32(SAMPLE_SLICE_ITEMS); ++j) {
+            const u32 k = src.key[j];
+            v[j] = k != 0u ? key_value(k) : neg_inf();
+            if (k != 0u) keep_best(best, at, k, src.index(c, j));
+            cm = fmaxf(cm, v[j]);
+        }
+        if (cm > m) {
+            if (m != neg_inf()) s *= expf(m - cm);
+            m = cm;
+        }
+        if (m != neg_inf()) {
 #pragma unroll
-            for (u32 r = 0; r < 4u; ++r) {
-                const u32 e = e0 + r;
-                const u32 k = src.key[4u * q + r];
-                v[r] = key_value(k);
-                if (e < len) {
-                    if (k > best) {
-                        best = k;
-                        at = lo + e;
-                    }
-                    if (v[r] > m) {
-                        s = s * expf(m - v[r]) + 1.0f;
-                        m = v[r];
-                    } else if (v[r] != neg_inf()) {
-                        s += expf(v[r] - m);
-                    }
-                }
-            }
-            if (store_z) {
+            for (u32 j = 0; j < u32(SAMPLE_SLICE_ITEMS); ++j) s += v[j] != neg_inf() ? expf(v[j] - m) : 0.0f;
+        }
+        if (store_z) {
+#pragma unroll
+            for (u32 q = 0; q < u32(SAMPLE_SLICE_ITEMS) / 4u; ++q) {
+                const u32 e0 = src.pos(c, 4u * q);
                 if (zvec && e0 + 4u <= len) {
-                    *reinterpret_cast<uint4*>(z + e0) =
-                        make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+                    *reinterpret_cast<uint4*>(z + e0) = make_uint4(__float_as_uint(v[4u * q]), __float_as_uint(v[4u * q + 1u]),
+                                                                   __float_as_uint(v[4u * q + 2u]), __float_as_uint(v[4u * q + 3u]));
                 } else {
                     for (u32 r = 0; r < 4u; ++r)
-                        if (e0 + r < len) z[e0 + r] = __float_as_uint(v[r]);
+                        if (e0 + r < len) z[e0 + r] = __float_as_uint(v[4u * q + r]);
                 }
             }
         }
     }
-    block_best(best, at, pk, pi);
-    const float bm = key_value(best);
-    const float bsum = block_sum_synced(bm == neg_inf() || m == neg_inf() ? 0.0f : s * expf(m - bm), partials);
-    if (tid == 0u) {
-        u32* stats = scratch + L.stats + (u64(row) * L.nb2 + b) * 4u;
-        *reinterpret_cast<uint4*>(stats) = make_uint4(__float_as_uint(bm), __float_as_uint(bsum), at, 0u);
+    // The warps' bests and (max, sum), combined in warp order after a later barrier.
+    warp_best(best, at);
+    const float mw = warp_max(m);
+    const float sw = warp_sum(m == neg_inf() ? 0.0f : s * expf(m - mw));
+    if (lane == 0u) {
+        wk[warp] = best;
+        wi[warp] = at;
+        wm[warp] = mw;
+        ws[warp] = sw;
     }
-    if (p->n_cand == 0u || p->temperature == 0.0f) return;
-    const u32 mc = min(p->n_cand, len);
-    const Cut cut = select_cut(src, mc, hist, found);
+    u32* sums = scratch + L.sums + (u64(row) * L.nb2 + b) * u32(SAMPLE_SUM_WORDS);
+    if (select) {
+        const u32 mc = min(p->n_cand, len);
+        const Cut cut = select_cut<true>(src, mc, sh, false, summary);
+        u32* out = scratch + L.cand + u64(row) * L.nb4 * 512u + u64(b) * p->n_cand * 2u;
+        PairSink sink = {out};
+        gather_cut(src, cut, mc, sink, &sh.counter);
+        for (u32 r = mc + tid; r < p->n_cand; r += bs) {
+            out[2u * r] = __float_as_uint(neg_inf());
+            out[2u * r + 1u] = 0xffffffffu;
+        }
+    }
     __syncthreads();
-    u32* out = scratch + L.cand + u64(row) * L.nb4 * 512u + u64(b) * p->n_cand * 2u;
-    PairSink sink = {out};
-    gather_cut(src, cut, mc, sink, &counter);
-    for (u32 r = mc + tid; r < p->n_cand; r += bs) {
-        out[2u * r] = __float_as_uint(neg_inf());
-        out[2u * r + 1u] = 0xffffffffu;
+    if (select && tid < u32(SAMPLE_SUM_WORDS)) sums[tid] = summary[tid];
+    if (tid == 0u) {
+        const u32 nw = bs >> 5;
+        u32 bk = wk[0], bi = wi[0];
+        float bm = wm[0];
+        for (u32 w = 1; w < nw; ++w) {
+            keep_best(bk, bi, wk[w], wi[w]);
+            bm = fmaxf(bm, wm[w]);
+        }
+        float bsum = 0.0f;
+        for (u32 w = 0; w < nw; ++w) bsum += wm[w] == neg_inf() ? 0.0f : ws[w] * expf(wm[w] - bm);
+        u32* stats = scratch + L.stats + (u64(row) * L.nb2 + b) * 4u;
+        *reinterpret_cast<uint4*>(stats) = make_uint4(__float_as_uint(key_value(bk)), __float_as_uint(bsum), bi, 0u);
     }
 }
 
-// buffer(0) scratch, (1) SampleParams (pass 0, 1, 2); grid (rows, n_blocks).
-extern "C" __global__ void __launch_bounds__(512) sample_mass_f32(u32* scratch, const SampleParams* p) {
+// buffer(0) scratch, (1) SampleParams (pass 0, 1, 2); grid (rows, n_blocks), one block more per row in
+// the first pass of the plan (candidate_draw).
+extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch, const SampleParams* p) {
+    if (blockIdx.y >= p->n_blocks) {
+        candidate_draw(scratch, p);
+        return;
+    }
     __shared__ unsigned long long hmass[SAMPLE_HIST_BINS];
     __shared__ u64 warp_sums[32];
     __shared__ u32 res[8];
@@ -1249,14 +1527,37 @@ extern "C" __global__ void __launch_bounds__(512) sample_mass_f32(u32* scratch, 
     const u32 lo = b * p->slice;
     const u32 len = min(p->slice, n - lo);
     const SampleLayout L = sample_layout(p);
+    const u32* z = scratch + L.z + u64(row) * L.zs + lo;
+    const bool zvec = aligned16(z);
+    // This thread's z (4 a step, one 16-byte load), before the row's max arrives.
+    const u32 steps = (len + 4u * bs - 1u) / (4u * bs);
+    uint4 zz = make_uint4(0u, 0u, 0u, 0u);
+    const u32 e0 = 4u * tid;
+    auto load4 = [&](u32 e) {
+        uint4 t = make_uint4(__float_as_uint(neg_inf()), __float_as_uint(neg_inf()), __float_as_uint(neg_inf()),
+                             __float_as_uint(neg_inf()));
+        if (zvec && e + 4u <= len) {
+            t = *reinterpret_cast<const uint4*>(z + e);
+        } else {
+            if (e < len) t.x = z[e];
+            if (e + 1u < len) t.y = z[e + 1u];
+            if (e + 2u < len) t.z = z[e + 2u];
+            if (e + 3u < len) t.w = z[e + 3u];
+        }
+        return t;
+    };
+    if (steps == 1u) zz = load4(e0);
+    const u32 pass = p->pass;
+    if (pass < 2u)
+        for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) hmass[i] = 0ull;
+    else
+        for (u32 i = tid; i < u32(SAMPLE_LAST_BINS); i += bs) reinterpret_cast<u32*>(hmass)[i] = 0u;
     const u32* stats = scratch + L.stats + u64(row) * L.nb2 * 4u;
     const float zmax = row_max(stats, p->n_blocks, partials);
     if (zmax == neg_inf()) return;
     const float scale = mass_scale(n);
-    const u32* z = scratch + L.z + u64(row) * L.zs + lo;
     u32* hist = scratch + L.hist + u64(row) * u32(SAMPLE_HIST_WORDS);
     u32* state = scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS);
-    const u32 pass = p->pass;
     u32 prefix = 0u, width = 0u;
     bool keep_all = p->top_p >= 1.0f;
     if (!keep_all && pass == 1u) {
@@ -1281,40 +1582,21 @@ extern "C" __global__ void __launch_bounds__(512) sample_mass_f32(u32* scratch, 
             state[13] = 1u;
         }
     }
-    const u32 mask = warp_lanes();
-    const bool zvec = aligned16(z);
     if (pass < 2u) {
         if (keep_all) return;
-        for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) hmass[i] = 0ull;
-        __syncthreads();
+        // 64-bit fixed-point masses by the key's bits [21, 32) (pass 0) or [10, 21) of the open range (pass 1).
         const u32 shift = pass == 0u ? 21u : 10u;
-        // Warp-uniform steps of 4 z per lane, so that whole warps meet in hist_add64.
-        for (u32 i0 = (tid & ~31u) * 4u; i0 < len; i0 += 4u * bs) {
-            const u32 e = i0 + 4u * (tid & 31u);
-            u32 zz[4] = {0u, 0u, 0u, 0u};
-            if (zvec && e + 4u <= len) {
-                const uint4 t4 = *reinterpret_cast<const uint4*>(z + e);
-                zz[0] = t4.x;
-                zz[1] = t4.y;
-                zz[2] = t4.z;
-                zz[3] = t4.w;
-            } else {
-                for (u32 r = 0; r < 4u; ++r)
-                    if (e + r < len) zz[r] = z[e + r];
-            }
+        for (u32 st = 0; st < steps; ++st) {
+            if (steps > 1u) zz = load4(e0 + 4u * bs * st);
+            const u32 zv[4] = {zz.x, zz.y, zz.z, zz.w};
 #pragma unroll
             for (u32 r = 0; r < 4u; ++r) {
-                u32 bin = u32(SAMPLE_HIST_BINS);
-                u64 w = 0ull;
-                if (e + r < len) {
-                    const float zi = __uint_as_float(zz[r]);
-                    const u32 k = order_key(zi);
-                    if (width == 0u || (k >> (32u - width)) == (prefix >> (32u - width))) {
-                        w = fixed_mass(zi, zmax, scale);
-                        if (w != 0ull) bin = (k >> shift) & (u32(SAMPLE_HIST_BINS) - 1u);
-                    }
+                const float zi = __uint_as_float(zv[r]);
+                const u32 k = order_key(zi);
+                if (e0 + 4u * bs * st + r < len && (width == 0u || (k >> (32u - width)) == (prefix >> (32u - width)))) {
+                    const u64 w = fixed_mass(zi, zmax, scale);
+                    if (w != 0ull) add64_shared(reinterpret_cast<u32*>(&hmass[(k >> shift) & (u32(SAMPLE_HIST_BINS) - 1u)]), w);
                 }
-                if (__any_sync(mask, bin < u32(SAMPLE_HIST_BINS))) hist_add64(hmass, bin, u32(SAMPLE_HIST_BINS), w, mask);
             }
         }
         __syncthreads();
@@ -1325,18 +1607,23 @@ extern "C" __global__ void __launch_bounds__(512) sample_mass_f32(u32* scratch, 
         }
         return;
     }
+    // Pass 2: the last 10 bits' counts (one key per bin) and this slice's record.
     u32* counts = reinterpret_cast<u32*>(hmass);
-    for (u32 i = tid; i < u32(SAMPLE_LAST_BINS); i += bs) counts[i] = 0u;
-    __syncthreads();
     float kept = 0.0f;
-    for (u32 i = tid; i < len; i += bs) {
-        const float zi = __uint_as_float(z[i]);
-        const u32 k = order_key(zi);
-        if (keep_all || (k >> 10) > (prefix >> 10)) {
-            const float w = expf(zi - zmax);
-            kept += w >= p->min_p ? w : 0.0f;
-        } else if ((k >> 10) == (prefix >> 10)) {
-            atomicAdd(&counts[k & 1023u], 1u);
+    for (u32 st = 0; st < steps; ++st) {
+        if (steps > 1u) zz = load4(e0 + 4u * bs * st);
+        const u32 zv[4] = {zz.x, zz.y, zz.z, zz.w};
+#pragma unroll
+        for (u32 r = 0; r < 4u; ++r) {
+            const float zi = __uint_as_float(zv[r]);
+            const u32 k = order_key(zi);
+            if (e0 + 4u * bs * st + r >= len) continue;
+            if (keep_all || (k >> 10) > (prefix >> 10)) {
+                const float w = expf(zi - zmax);
+                kept += w >= p->min_p ? w : 0.0f;
+            } else if ((k >> 10) == (prefix >> 10)) {
+                atomicAdd(&counts[k & 1023u], 1u);
+            }
         }
     }
     kept = block_sum_synced(kept, partials);
@@ -1373,16 +1660,13 @@ extern "C" __global__ void __launch_bounds__(512) sample_mass_f32(u32* scratch, 
 // buffer(0) scratch, (1) out_token [rows], (2) out_logprob [rows], (3) SampleParams; grid (rows).
 extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratch, u32* out_token, float* out_logprob,
                                                                      const SampleParams* p) {
+    __shared__ SelectShared sh;
+    __shared__ u64 g[SAMPLE_MAX_K];
+    __shared__ u32 sk[SAMPLE_MAX_K];
+    __shared__ u32 si[SAMPLE_MAX_K];
     __shared__ u32 pk[32];
     __shared__ u32 pi[32];
     __shared__ float partials[32];
-    __shared__ u32 hist[RADIX_BINS];
-    __shared__ u32 found[4];
-    __shared__ u32 counter;
-    __shared__ u32 gk[SAMPLE_MAX_K];
-    __shared__ u32 gi[SAMPLE_MAX_K];
-    __shared__ u32 sk[SAMPLE_MAX_K];
-    __shared__ u32 si[SAMPLE_MAX_K];
     __shared__ DrawShared draw;
     __shared__ u64 warp_sums[32];
     __shared__ u32 res[8];
@@ -1390,14 +1674,44 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
     const u32 row = blockIdx.x;
     const u32 n = p->n_vocab, nb = p->n_blocks;
     const SampleLayout L = sample_layout(p);
+    const float u = sample_uniform(p, row);
+    if (p->temperature > 0.0f && p->n_cand > 0u && !sample_whole_row(p)) {
+        // The candidates hold the kept set (top-k, or every token): rank them, draw in rank order.
+        PairSrc<SAMPLE_ITEMS> src = row_candidates(scratch, p, L, row);
+        src.load(0u);
+        SumWords pre = prefetch_sums(row_sums(scratch, L, row), nb);
+        rank_candidates(src, pre, scratch, p, L, row, sh, g, sk, si);
+        const u32 mc = min(p->n_cand, n);
+        const float zmax = key_value(sk[0]);
+        if (zmax == neg_inf()) {
+            if (tid == 0u) {
+                out_token[row] = 0xffffffffu;
+                out_logprob[row] = neg_inf();
+            }
+            return;
+        }
+        if (tid < 32u) draw_ranked(sk, mc, zmax, 0.0f, p, u, res);
+        __syncthreads();
+        if (tid == 0u) {
+            const u32 r = res[0];
+            out_token[row] = si[r];
+            out_logprob[row] = (key_value(sk[r]) - zmax) - logf(__uint_as_float(res[1]));
+        }
+        return;
+    }
+    if (sample_whole_row(p)) {
+        // The first mass pass's extra block drew from the candidates.
+        const u32* drawn = scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS) + 16u;
+        if (drawn[0] != 0u) {
+            if (tid == 0u) {
+                out_token[row] = drawn[1];
+                out_logprob[row] = __uint_as_float(drawn[2]);
+            }
+            return;
+        }
+    }
     const u32* z = scratch + L.z + u64(row) * L.zs;
     const u32* stats = scratch + L.stats + u64(row) * L.nb2 * 4u;
-    if (tid == 0u) counter = 0u;
-    // The candidates' loads first: their latency overlaps the stats' reductions.
-    const u32 mc = min(p->n_cand, n);
-    PairSrc src = {scratch + L.cand + u64(row) * L.nb4 * 512u, nb * p->n_cand};
-    if (p->n_cand > 0u && p->temperature > 0.0f) src.load(0u);
-
     u32 best = 0u, at = 0xffffffffu;
     for (u32 b = tid; b < nb; b += bs) keep_best(best, at, order_key(__uint_as_float(stats[4u * b])), stats[4u * b + 2u]);
     block_best(best, at, pk, pi);
@@ -1409,13 +1723,9 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
         }
         return;
     }
-    BlockWeights blocks = {stats, zmax};
-    float zs = 0.0f;
-    for (u32 b = tid; b < nb; b += bs) zs += blocks.weight(b);
-    const float mass = block_sum_synced(zs, partials);
-    const float u = sample_uniform(p, row);
-
     if (p->n_cand == 0u) {
+        // Every token: the block by its mass, then the token inside it.
+        BlockWeights blocks = {stats, zmax};
         float before, total;
         const u32 b = draw_in_order(blocks, nb, u, before, total, partials, &draw);
         const float wb = blocks.weight(b);
@@ -1427,25 +1737,6 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
         if (tid == 0u) {
             out_token[row] = lo + i;
             out_logprob[row] = (__uint_as_float(z[lo + i]) - zmax) - logf(total);
-        }
-        return;
-    }
-
-    const Cut cut = select_cut(src, mc, hist, found);
-    __syncthreads();
-    GroupSink kept = {gk, gi};
-    gather_cut(src, cut, mc, kept, &counter);
-    __syncthreads();
-    GroupSink ranked = {sk, si};
-    rank_sort(gk, gi, mc, ranked);
-    __syncthreads();
-    if (tid < 32u) draw_ranked(sk, mc, zmax, mass, p, u, res);
-    __syncthreads();
-    if (res[2] == 0u) {
-        if (tid == 0u) {
-            const u32 r = res[0];
-            out_token[row] = si[r];
-            out_logprob[row] = (key_value(sk[r]) - zmax) - logf(__uint_as_float(res[1]));
         }
         return;
     }

@@ -2,10 +2,9 @@
 //   silu_mul_<t>:        output[i]    = silu(gate[i]) * up[i]
 //   silu_mul_halves_<t>: output[r, c] = silu(input[r, c]) * input[r, dim + c]
 //   silu(g) = g / (1 + exp(-g))
-// Arithmetic in f32 with the fast exp and division (__expf, __fdividef: a
-// relative error of a few ulp plus |g| 2^-24 from rounding the exponent,
-// under 1e-5 for |g| < 88), the product rounded once to T. exp(-g)
-// overflowing to +inf (or past 2^126) gives -0, the limit, never NaN.
+// Arithmetic in f32 with the prelude's Silu (the fast exp and division;
+// shaders/cuda/common.cuh says how close), the product rounded once to T;
+// never NaN for finite inputs.
 //
 // Memory-bound: gated_rows (common.cuh) moves 16-byte vectors, one per
 // thread, grid (ceil(chunks / 256), 1, 1) of 256 threads, chunks = rows *
@@ -13,10 +12,6 @@
 // up (in place).
 
 namespace {
-
-struct Silu {
-    __device__ __forceinline__ float operator()(float g) const { return __fdividef(g, 1.0f + __expf(-g)); }
-};
 
 template <typename T>
 __device__ __forceinline__ void silu_mul_pair(const T* gate, const T* up, T* output, const SiluMulParams* p) {

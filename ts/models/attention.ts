@@ -8,7 +8,10 @@
 // Decode: the new token's keys and values are copied into the cache, then
 // flash_attn_vec attends over what kvCacheReadSpan says is visible (on a
 // ring every slot is inside the window, and attention does not depend on
-// the order of the keys, so no mask is needed).
+// the order of the keys, so no mask is needed). Its split of the keys into
+// workgroups follows the cache's capacity, not the current length, so that
+// a step's plan differs from the last one only in inline bytes (the
+// position, the length) and a replayed decode step can be patched (StepPatches).
 // Prefill of a prompt (positions 0 .. T-1): 'flash' casts queries, keys and
 // values to bf16 and runs flash_attn_prefill (causal, with the window);
 // 'vector' runs flash_attn_vec once per query row over f32 keys and values
@@ -20,8 +23,9 @@ import type { Device } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { cast } from '../ops/elementwise.ts';
 import { flashAttnPrefill } from '../ops/flash_attn_prefill.ts';
-import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecMask } from '../ops/flash_attn_vec.ts';
-import { kvCacheCopySeqDual, kvCacheReadSpan } from '../ops/kv_cache_copy.ts';
+import { flashAttnVec, flashAttnVecTmpElements, planFlashAttnVec, type FlashAttnVecArgs, type FlashAttnVecMask } from '../ops/flash_attn_vec.ts';
+import { kvCacheCopySeqDual, kvCacheReadSpan, planKvCacheCopySeqDual, type KvCacheCopySeqDualArgs } from '../ops/kv_cache_copy.ts';
+import type { OpPlan } from '../plan.ts';
 import { rows, type Scratch } from './blocks.ts';
 
 export type PrefillAttention = 'flash' | 'vector';
@@ -66,34 +70,58 @@ function workgroups(keys: number): number {
   return Math.min(32, Math.max(1, Math.ceil(keys / 256)));
 }
 
-/** flash_attn_vec for one query row q [1, nHeads, D] over keys [0, kvSeqLen) of k, v [nKvHeads, capacity, D]. */
-function attendRow(enc: Encoder, s: Scratch, spec: AttentionSpec, q: Buffer, k: Buffer, v: Buffer, capacity: number, kvSeqLen: number,
-  mask: FlashAttnVecMask, out: Buffer): void {
-  const nwg = workgroups(kvSeqLen);
+/**
+ * The per-step ops of a decode step recorded for replay (Encoder.replay):
+ * each at the index of its first recorded dispatch, with its plan for any
+ * later position, which patchPlan gives to the recording before a replay.
+ */
+export class StepPatches {
+  readonly ops: { first: number; planAt: (position: number) => OpPlan }[] = [];
+  add(first: number, planAt: (position: number) => OpPlan): void {
+    this.ops.push({ first, planAt });
+  }
+}
+
+/** flash_attn_vec's arguments for one query row q [1, nHeads, D] over keys [0, kvSeqLen) of k, v [nKvHeads, capacity, D], in nwg splits. */
+function rowArgs(s: Scratch, spec: AttentionSpec, q: Buffer, k: Buffer, v: Buffer, capacity: number, kvSeqLen: number,
+  mask: FlashAttnVecMask, out: Buffer, nwg: number): FlashAttnVecArgs {
   const p = {
     batch: 1, nHeads: spec.nHeads, nKvHeads: spec.nKvHeads, headDim: spec.headDim, kvSeqLen, kvCapacity: capacity,
     scale: spec.scale, mask, nwg, ...(mask === 'slidingWindow' ? { slidingWindow: spec.window! } : {}),
   };
   const tmp = nwg > 1 ? s.get(`attn.tmp.${spec.nHeads}.${spec.headDim}.${nwg}`, 'f32', [flashAttnVecTmpElements(p)]) : undefined;
-  flashAttnVec(enc, { ...p, q, k, v, out, ...(tmp ? { tmp } : {}) });
+  return { ...p, q, k, v, out, ...(tmp ? { tmp } : {}) };
+}
+
+/** flash_attn_vec for one query row of a prompt, split by its own length. */
+function attendRow(enc: Encoder, s: Scratch, spec: AttentionSpec, q: Buffer, k: Buffer, v: Buffer, capacity: number, kvSeqLen: number,
+  mask: FlashAttnVecMask, out: Buffer): void {
+  flashAttnVec(enc, rowArgs(s, spec, q, k, v, capacity, kvSeqLen, mask, out, workgroups(kvSeqLen)));
 }
 
 /**
  * One decode token at `position`: q [1, nHeads, D] f32; kNew, vNew [1,
  * nKvHeads, D] f32 written to the cache first (null where the layer reads
- * another layer's cache, written already); out [1, nHeads, D] f32.
+ * another layer's cache, written already); out [1, nHeads, D] f32. With
+ * `steps`, the two ops' plans for other positions are noted there.
  */
 export function attentionDecode(enc: Encoder, s: Scratch, spec: AttentionSpec, cache: KvCache, q: Buffer, kNew: Buffer | null,
-  vNew: Buffer | null, out: Buffer, position: number): void {
+  vNew: Buffer | null, out: Buffer, position: number, steps: StepPatches | null = null): void {
+  const device = enc.device;
   if (kNew !== null && vNew !== null) {
-    kvCacheCopySeqDual(enc, {
+    const copyArgs = (pos: number): KvCacheCopySeqDualArgs => ({
       srcK: kNew, srcV: vNew, cacheK: cache.k, cacheV: cache.v, nHeads: cache.nKvHeads, headDim: cache.headDim,
-      capacity: cache.capacity, seqPosStart: position, nTokens: 1, ring: cache.ring,
+      capacity: cache.capacity, seqPosStart: pos, nTokens: 1, ring: cache.ring,
     });
+    steps?.add(enc.dispatchCount, (pos) => planKvCacheCopySeqDual(copyArgs(pos), device.limits, device));
+    kvCacheCopySeqDual(enc, copyArgs(position));
   }
-  const { kvSeqLen } = kvCacheReadSpan(position + 1, cache.capacity, cache.ring);
   const mask: FlashAttnVecMask = !cache.ring && spec.window !== null ? 'slidingWindow' : 'none';
-  attendRow(enc, s, spec, q, cache.k, cache.v, cache.capacity, kvSeqLen, mask, out);
+  const nwg = workgroups(cache.capacity);
+  const attendArgs = (pos: number): FlashAttnVecArgs =>
+    rowArgs(s, spec, q, cache.k, cache.v, cache.capacity, kvCacheReadSpan(pos + 1, cache.capacity, cache.ring).kvSeqLen, mask, out, nwg);
+  steps?.add(enc.dispatchCount, (pos) => planFlashAttnVec(attendArgs(pos), device.limits, device));
+  flashAttnVec(enc, attendArgs(position));
 }
 
 /** Writes a prompt's keys and values [T, nKvHeads, D] (positions 0 .. T-1) into a layer's own cache. */

@@ -270,7 +270,7 @@ export class Gemma4 extends CausalLM {
     const spec: AttentionSpec = { nHeads: nh, nKvHeads: nkv, headDim: d, scale: 1, window: cfg.type === 'sliding_attention' ? c.slidingWindow : null };
     const cache = this.caches[cfg.kvSource]!;
     if (t === 1) {
-      attentionDecode(enc, s, spec, cache, q, owns ? k : null, owns ? v : null, o, this.position);
+      attentionDecode(enc, s, spec, cache, q, owns ? k : null, owns ? v : null, o, this.position, this.steps);
     } else {
       attentionPrefill(enc, s, spec, q, k, v, o, t, this.prefillAttention);
       if (owns) fillCache(enc, cache, k, v, t);

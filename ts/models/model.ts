@@ -10,7 +10,8 @@ import { embedding } from '../ops/embedding.ts';
 import { argmax, argmaxScratchElements } from '../ops/sample.ts';
 import { invalid } from '../validate.ts';
 import { Scratch, type ProductPrecision } from './blocks.ts';
-import type { PrefillAttention } from './attention.ts';
+import { StepPatches, type PrefillAttention } from './attention.ts';
+import { patchPlan } from '../plan.ts';
 import type { AffineQuantization, Checkpoint } from './checkpoint.ts';
 import type { ModelConfig } from './config.ts';
 
@@ -21,6 +22,14 @@ export interface ModelOptions {
   precision?: ProductPrecision;
   /** Prompt attention: 'flash' (default, bf16 inputs) or 'vector' (f32, one query row at a time). */
   prefillAttention?: PrefillAttention;
+  /**
+   * Decode steps recorded once and replayed (Encoder.replay): the first
+   * step after a prompt records a replayable encoder; each later step
+   * writes its position, patches the per-step ops' inline bytes (the KV
+   * cache slot, the attention length) and replays, so its host cost does not
+   * grow with the step's dispatches. The same logits as without (default false).
+   */
+  replay?: boolean;
 }
 
 export interface PrefillOptions {
@@ -37,9 +46,22 @@ export abstract class CausalLM {
   position = 0;
   /** Rows of `logits` the last step wrote. */
   logitRows = 0;
+  /**
+   * Host time of the last decode step in milliseconds: recording it (or, when
+   * replayed, writing its position and patching its per-step ops) and
+   * submitting it (Encoder.submitMs); not the device's work or the wait.
+   */
+  hostStepMs = 0;
+  /** Dispatches of the last decode step's recording. */
+  stepDispatches = 0;
   protected readonly maxContext: number;
   protected readonly precision: ProductPrecision;
   protected readonly prefillAttention: PrefillAttention;
+  protected readonly replay: boolean;
+  /** Non-null while a decode step is recorded for replay: where its per-step ops note their plans. */
+  protected steps: StepPatches | null = null;
+  /** The recorded decode step and its per-step ops (replay only), until the next prompt. */
+  private stepEncoder: { enc: Encoder; patches: StepPatches } | null = null;
   private released = false;
 
   protected constructor(
@@ -58,6 +80,8 @@ export abstract class CausalLM {
     if (this.prefillAttention !== 'flash' && this.prefillAttention !== 'vector') {
       throw invalid('loadModel', 'opts.prefillAttention', "'flash' or 'vector'", this.prefillAttention);
     }
+    this.replay = opts.replay ?? false;
+    if (typeof this.replay !== 'boolean') throw invalid('loadModel', 'opts.replay', 'a boolean', this.replay);
   }
 
   /** The logits of the last step: [logitRows, vocab] f32 (read them only between steps). */
@@ -105,6 +129,8 @@ export abstract class CausalLM {
     if (n === 0) throw invalid('prefill', 'tokens', 'a non-empty array of token ids', '[]');
     if (n > this.maxContext) throw invalid('prefill', 'tokens.length', `at most maxContext (${this.maxContext})`, n);
     this.checkIds('prefill', tokens);
+    // A prompt re-sizes the scratch buffers a recorded decode step binds: the next step records afresh.
+    this.dropStepEncoder();
     this.resetState();
     this.position = 0;
     const ids = this.scratch.get('ids', 'u32', [n]);
@@ -155,13 +181,60 @@ export abstract class CausalLM {
     if (this.position === 0) throw invalid(op, 'the context', 'a prompt run by prefill first', 'empty');
     if (this.position >= this.maxContext) throw invalid(op, 'the context', `shorter than maxContext (${this.maxContext})`, this.position);
     const logits = this.scratch.get('logits', 'f32', [1, this.config.vocabSize]);
-    using enc = this.device.encoder();
-    this.forward(enc, this.next, 1, 1, logits, null);
-    this.pickNext(enc, 1, logits);
-    enc.commitAndWait();
+    if (this.replay) this.replayStep(logits);
+    else {
+      const t0 = performance.now();
+      using enc = this.device.encoder();
+      this.forward(enc, this.next, 1, 1, logits, null);
+      this.pickNext(enc, 1, logits);
+      const recordMs = performance.now() - t0;
+      enc.commitAndWait();
+      this.hostStepMs = recordMs + enc.submitMs;
+      this.stepDispatches = enc.dispatchCount;
+    }
     this.position += 1;
     this.logitRows = 1;
     return this.next.read()[0]!;
+  }
+
+  /**
+   * One decode step through the recorded one: recorded (and run) at the
+   * first step after a prompt, replayed with its per-step ops re-planned for
+   * this position at every later one.
+   */
+  private replayStep(logits: Buffer): void {
+    const t0 = performance.now();
+    const kept = this.stepEncoder;
+    if (kept !== null) {
+      this.positions(1);
+      for (const op of kept.patches.ops) patchPlan(kept.enc, op.first, op.planAt(this.position));
+      const patchMs = performance.now() - t0;
+      kept.enc.replayAndWait();
+      this.hostStepMs = patchMs + kept.enc.submitMs;
+      return;
+    }
+    const enc = this.device.encoder({ replayable: true });
+    const patches = new StepPatches();
+    this.steps = patches;
+    try {
+      this.forward(enc, this.next, 1, 1, logits, null);
+      this.pickNext(enc, 1, logits);
+      const recordMs = performance.now() - t0;
+      enc.commitAndWait();
+      this.hostStepMs = recordMs + enc.submitMs;
+      this.stepDispatches = enc.dispatchCount;
+    } catch (e) {
+      enc.release();
+      throw e;
+    } finally {
+      this.steps = null;
+    }
+    this.stepEncoder = { enc, patches };
+  }
+
+  private dropStepEncoder(): void {
+    this.stepEncoder?.enc.release();
+    this.stepEncoder = null;
   }
 
   /** The prompt's greedy continuation: the token after the prompt, then `steps` more. */
@@ -181,6 +254,7 @@ export abstract class CausalLM {
   release(): void {
     if (this.released) return;
     this.released = true;
+    this.dropStepEncoder();
     this.releaseWeights();
     this.ckpt.release();
     this.scratch.release();

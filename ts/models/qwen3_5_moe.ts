@@ -348,7 +348,7 @@ export class Qwen35Moe extends CausalLM {
     fusedHeadNormRope(enc, { ...rope, input: k, output: k, weight: w.kNorm, nHeads: c.numKvHeads });
     const spec: AttentionSpec = { nHeads: c.numHeads, nKvHeads: c.numKvHeads, headDim: d, scale: 1 / Math.sqrt(d), window: null };
     if (t === 1) {
-      attentionDecode(enc, s, spec, cache, q, k, v, o, this.position);
+      attentionDecode(enc, s, spec, cache, q, k, v, o, this.position, this.steps);
     } else {
       attentionPrefill(enc, s, spec, q, k, v, o, t, this.prefillAttention);
       fillCache(enc, cache, k, v, t);

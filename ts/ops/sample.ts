@@ -44,8 +44,14 @@ export const SAMPLE_SLICE = 4096;
 export const SAMPLE_ITEMS = 16;
 /** Per-row words of the sampler's scratch regions (shaders/sample.metal's SampleLimits, layout()). */
 export const SAMPLE_HIST_WORDS = 9216;
-export const SAMPLE_STATE_WORDS = 16;
+export const SAMPLE_STATE_WORDS = 24;
 export const SAMPLE_REC_WORDS = 36;
+/**
+ * Words per slice of the candidate summaries that the CUDA slice passes write
+ * beside their candidates (top_k_blocks_f32, sample_blocks_f32) and the CUDA
+ * merging block reads (shaders/cuda/sample.cu); the Metal kernels leave them.
+ */
+export const SAMPLE_SUM_WORDS = 32;
 /** The sampler's vocabulary limit: counts and the tie rule run in f32, exact to 2^24. */
 export const SAMPLE_MAX_VOCAB = 2 ** 24;
 /** softmaxSample's params hold n as an f32: exact up to 2^24. */
@@ -55,11 +61,13 @@ const BLOCK_THREADS = 256;
 /** Threads of the sampler's finish at least (it walks a slice of up to 4096 z). */
 const FINISH_THREADS = 256;
 /**
- * Threads of the CUDA twins of the block passes at most: 8 items a thread
- * (two 16-byte loads, held in registers through the radix rounds), 512 for a
+ * Threads of the CUDA twins of the slice passes at most: 8 items a thread
+ * (two 16-byte loads, held in registers through the radix levels), 512 for a
  * 4096-element slice.
  */
 const CUDA_SELECT_THREADS = 512;
+/** Threads of the CUDA whole-row passes and finish: 4 z a thread of a 4096-element slice; 16 candidates a thread of 64 slices' 256. */
+const CUDA_ROW_THREADS = 1024;
 /** Threads of the one-threadgroup kernels at most (the kernels' arrays). */
 const MAX_THREADS = 1024;
 /** The second grid axis (slices per row): CUDA's limit. */
@@ -225,9 +233,12 @@ export function topKSlice(k: number): number {
   return k <= 64 ? 2048 : 4096;
 }
 
-/** u32 elements of topK's scratch: per row and slice, k (value, index) pairs. */
+/**
+ * u32 elements of topK's scratch: per row, each slice's k (value, index)
+ * pairs, then each slice's summary (SAMPLE_SUM_WORDS).
+ */
 export function topKScratchElements(rows: number, nElements: number, k: number): number {
-  return checkedProduct('top_k', 'scratch elements', rows, Math.ceil(nElements / topKSlice(k)), k, 2);
+  return checkedProduct('top_k', 'scratch elements', rows, Math.ceil(nElements / topKSlice(k)), 2 * k + SAMPLE_SUM_WORDS);
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
@@ -278,8 +289,10 @@ export function validateTopK(a: TopKArgs, device?: Device): void {
  * min(1024, max(32, nextPow2(nElements))) threads.
  * With scratch: top_k_blocks_f32 (0 input, 1 scratch, 2 TopKBlocksParams;
  * grid (rows, ceil(nElements / topKSlice(k)), 1) of 256 threads (CUDA: 8
- * elements each): each slice's top k, unordered), then top_k_merge_f32 (0 scratch, 1 outIndices,
- * 2 outValues, 3 TopKBlocksParams; grid (rows, 1, 1)). The bytes that must
+ * elements each): each slice's top k, unordered, and on CUDA the level-0
+ * bins that hold them (the summary), then top_k_merge_f32 (0 scratch, 1
+ * outIndices, 2 outValues, 3 TopKBlocksParams; grid (rows, 1, 1)), which on
+ * CUDA bins the candidates of one summary bin only. The bytes that must
  * move: 4 * rows * nElements read, 8 * rows * k written.
  */
 export function topK(enc: Encoder, args: TopKArgs): void {
@@ -445,13 +458,14 @@ export function sampleSlice(candidates: number): number {
  * u32 elements of the sampler's scratch, for any filters, per row (the
  * regions of shaders/sample.metal's layout()): z (vocab rounded up to 4), 4
  * words per slice of 2048, 256 candidate pairs per slice of 4096 (64 per
- * slice of 2048 take no more), the whole-row histograms and state, and a
- * record per slice of 4096.
+ * slice of 2048 take no more), the whole-row histograms and state, a record
+ * per slice of 4096, and a candidate summary per slice of 2048 (CUDA's).
  */
 export function sampleScratchElements(rows: number, vocab: number): number {
   const slices = Math.ceil(vocab / SAMPLE_SLICE);
-  const perRow = Math.ceil(vocab / 4) * 4 + 4 * Math.ceil(vocab / (SAMPLE_SLICE / 2)) + 2 * SAMPLE_MAX_K * slices
-    + SAMPLE_HIST_WORDS + SAMPLE_STATE_WORDS + SAMPLE_REC_WORDS * slices;
+  const halves = Math.ceil(vocab / (SAMPLE_SLICE / 2));
+  const perRow = Math.ceil(vocab / 4) * 4 + 4 * halves + 2 * SAMPLE_MAX_K * slices
+    + SAMPLE_HIST_WORDS + SAMPLE_STATE_WORDS + SAMPLE_REC_WORDS * slices + SAMPLE_SUM_WORDS * halves;
   return checkedProduct('sample', 'scratch elements', rows, perRow);
 }
 
@@ -584,12 +598,15 @@ export function sampleMassPasses(a: Pick<SampleArgs, 'vocab' | 'topK' | 'topP' |
  * Dispatches (shaders/sample.metal's header states each pass):
  * sample_blocks_f32 (0 logits, 1 prevTokens (logits when absent, unread), 2
  * scratch, 3 SampleParams; grid (rows, ceil(vocab / sampleSlice), 1)): each
- * slice's max, index of the max, sum of exp and candidates, and with topK = 0
- * its z; then, with topK = 0 and topP or minP over more than 256 tokens,
- * sample_mass_f32 (0 scratch, 1 SampleParams with `pass`; the same grid) for
- * each of sampleMassPasses (the top-p cut's histograms over the whole row,
- * spread over the slices); then sample_finish_f32 (0 scratch, 1 outToken, 2
- * outLogprob, 3 SampleParams; grid (rows, 1, 1) of 256 to 1024 threads).
+ * slice's max, index of the max, sum of exp and candidates (on CUDA with
+ * their summary), and with topK = 0 its z; then, with topK = 0 and topP or
+ * minP over more than 256 tokens, sample_mass_f32 (0 scratch, 1 SampleParams
+ * with `pass`; the same grid) for each of sampleMassPasses (the top-p cut's
+ * histograms over the whole row, spread over the slices; on CUDA the first
+ * of them has one block more per row, which ranks the candidates and draws
+ * from them while the others bin the row); then sample_finish_f32 (0
+ * scratch, 1 outToken, 2 outLogprob, 3 SampleParams; grid (rows, 1, 1) of
+ * 256 to 1024 threads; CUDA: 1024 where it walks z).
  * The bytes that must move: the logits, read once (4 * rows * vocab); with
  * topK = 0 the first pass also writes z, which the finish reads back for one
  * slice, and the mass passes read three times more where they run.
@@ -614,13 +631,19 @@ export function planSample(a: SampleArgs, limits: DeviceLimits, device?: Device)
   const blocks: PlannedDispatch = {
     kernel: 'sample_blocks_f32', buffers: [a.logits, a.prevTokens ?? a.logits, a.scratch], bytes: [, , , params], ...rowPass,
   };
-  const mass: PlannedDispatch[] = sampleMassPasses(a).map((pass) => ({
-    kernel: 'sample_mass_f32', buffers: [a.scratch], bytes: [, packSampleParams(a, pass)], ...rowPass,
+  // CUDA: the first whole-row pass has one block more per row, which draws from the candidates.
+  const cudaRow: [number, number, number] = [threadsFor(CUDA_ROW_THREADS, CUDA_ROW_THREADS, limits), 1, 1];
+  const mass: PlannedDispatch[] = sampleMassPasses(a).map((pass, i) => ({
+    kernel: 'sample_mass_f32', buffers: [a.scratch], bytes: [, packSampleParams(a, pass)], grid, threads: rowPass.threads,
+    cuda: { grid: [a.rows, i === 0 ? nb + 1 : nb, 1], threads: cudaRow },
   }));
   // The finish holds its candidates in registers: SAMPLE_ITEMS per thread.
+  // CUDA's walks a slice of z (no filter, the whole row) at 1024 threads.
+  const threads: [number, number, number] = [threadsFor(Math.max(FINISH_THREADS, Math.ceil((nb * cand) / SAMPLE_ITEMS)), MAX_THREADS, limits), 1, 1];
+  const walks = Math.fround(a.temperature) > 0 && (cand === 0 || mass.length > 0);
   const finish: PlannedDispatch = {
     kernel: 'sample_finish_f32', buffers: [a.scratch, a.outToken, a.outLogprob], bytes: [, , , params],
-    grid: [a.rows, 1, 1], threads: [threadsFor(Math.max(FINISH_THREADS, Math.ceil((nb * cand) / SAMPLE_ITEMS)), MAX_THREADS, limits), 1, 1],
+    grid: [a.rows, 1, 1], threads, cuda: { grid: [a.rows, 1, 1], threads: walks ? cudaRow : threads },
   };
   return { family: SAMPLE_FAMILY, sources: SAMPLE_SOURCES, kernels: SAMPLE_KERNELS, dispatches: [blocks, ...mass, finish] };
 }

@@ -124,6 +124,8 @@ struct Pipeline {
 struct Arg {
   CUdeviceptr value;
   bool staged;
+  uint32_t index;  // the binding's [[buffer(i)]] index
+  uint64_t len;    // BYTES: the inline data's length (what a patch must keep)
 };
 struct Launch {
   Pipeline* pipe;
@@ -146,6 +148,15 @@ struct Encoder {
   uint64_t staging_cap = 0;
   uint64_t gpu_ns = 0;
   std::string error;                      // MLXN_ENCODER_ERROR's text
+  // Record once, replay many: a replayable encoder's first commit freezes
+  // `recorded` and `staging`, which it keeps (with their references) until
+  // it is released; the first replay captures the launches into `exec`.
+  bool replayable = false;
+  bool frozen = false;
+  bool staging_dirty = false;  // patched since the last upload
+  bool graph_failed = false;   // capture or instantiation failed: plain launches
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
 };
 
 std::mutex g_handles_mu;
@@ -415,8 +426,9 @@ void finish_commit(Encoder* e) {
 }
 
 void fail_commit(Encoder* e, CUresult r) {
-  e->error = "CUDA error while executing a commit of " + std::to_string(e->inflight.size()) +
-             " dispatch(es) (kernels: " + kernel_list(e->inflight) + "): " + cu_error_text(r);
+  const std::vector<Launch>& ran = e->frozen ? e->recorded : e->inflight;
+  e->error = "CUDA error while executing a commit of " + std::to_string(ran.size()) +
+             " dispatch(es) (kernels: " + kernel_list(ran) + "): " + cu_error_text(r);
   drop_launches(e->inflight);
   e->inflight_staging.clear();
   e->state = MLXN_ENCODER_ERROR;
@@ -861,6 +873,8 @@ MLXN_EXPORT void mlxn_encoder_release(mlxn_encoder* encoder) {
     drop_launches(e->inflight);
   }
   drop_launches(e->recorded);
+  if (e->exec) cu->cuGraphExecDestroy(e->exec);
+  if (e->graph) cu->cuGraphDestroy(e->graph);
   if (e->staging_dev) cu->cuMemFree(e->staging_dev);
   cu->cuEventDestroy(e->start);
   cu->cuEventDestroy(e->stop);
@@ -877,6 +891,8 @@ MLXN_EXPORT mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void*
   };
   if (!encoder) return bad("encoder must be non-NULL");
   Encoder* e = reinterpret_cast<Encoder*>(encoder);
+  if (e->frozen)
+    return bad("the encoder must be recording (got a replayable encoder whose recording was committed: replay it)");
   Device* d = e->dev;
   mlxn_block blk;  // written by the decoder only as far as the block goes
   // The words of a refusal name the kernel wherever the handle is a live
@@ -962,12 +978,12 @@ MLXN_EXPORT mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void*
       Buffer* b = reinterpret_cast<Buffer*>(static_cast<uintptr_t>(bd.handle));
       b->refs.fetch_add(1);
       l.buffers.push_back(b);
-      l.args.push_back({b->ptr + bd.offset, false});
+      l.args.push_back({b->ptr + bd.offset, false, bd.index, 0});
     } else {
       const size_t off = (e->staging.size() + 15) & ~static_cast<size_t>(15);
       e->staging.resize(off + std::max<uint64_t>(bd.length, 1), 0);
       if (bd.length) std::memcpy(e->staging.data() + off, bd.data, bd.length);
-      l.args.push_back({static_cast<CUdeviceptr>(off), true});
+      l.args.push_back({static_cast<CUdeviceptr>(off), true, bd.index, bd.length});
     }
   }
   pipe->refs.fetch_add(1);
@@ -978,38 +994,89 @@ MLXN_EXPORT mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void*
 MLXN_EXPORT mlxn_status mlxn_encoder_barrier(mlxn_encoder* encoder, char* msg, uint64_t msg_cap) {
   if (!encoder)
     return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, "mlxn_encoder_barrier: encoder is NULL");
+  if (reinterpret_cast<Encoder*>(encoder)->frozen)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                "barrier: the encoder must be recording (got a replayable encoder whose recording was committed: "
+                "replay it)");
   // Stream order already makes each dispatch see the writes of earlier ones.
   const mlxn_status st = begin_recording(reinterpret_cast<Encoder*>(encoder), "barrier", msg, msg_cap);
   return st != MLXN_OK ? st : ok(msg, msg_cap);
 }
 
-MLXN_EXPORT mlxn_status mlxn_encoder_commit(mlxn_encoder* encoder, char* msg, uint64_t msg_cap) {
-  if (!encoder)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, "mlxn_encoder_commit: encoder is NULL");
-  Encoder* e = reinterpret_cast<Encoder*>(encoder);
-  mlxn_status st = begin_recording(e, "commit", msg, msg_cap);
-  if (st != MLXN_OK) return st;
+namespace {
+
+// Queues the launches of `launches` on the encoder's stream, their BYTES
+// arguments pointing into the staging buffer.
+CUresult launch_all(const Driver* cu, Encoder* e, std::vector<Launch>& launches, std::string* what) {
+  std::vector<CUdeviceptr> values;
+  std::vector<void*> ptrs;
+  for (Launch& l : launches) {
+    values.clear();
+    for (const Arg& a : l.args) values.push_back(a.staged ? e->staging_dev + a.value : a.value);
+    ptrs.clear();
+    for (CUdeviceptr& v : values) ptrs.push_back(&v);
+    const CUresult r = cu->cuLaunchKernel(l.pipe->fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
+                                          l.block[2], l.smem, e->stream, ptrs.empty() ? nullptr : ptrs.data(),
+                                          nullptr);
+    if (r != CUDA_SUCCESS) {
+      *what = "launching kernel " + l.pipe->name;
+      return r;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+// The first replay's capture of the recording into a CUDA graph. Any failure
+// (a driver without graphs, a launch the capture refuses, instantiation)
+// leaves no graph and marks the encoder, whose replays then launch kernel by
+// kernel as a commit does: slower on the host, the same work.
+void capture_graph(const Driver* cu, Encoder* e) {
+  if (!cu->cuGraphLaunch) {
+    e->graph_failed = true;
+    return;
+  }
+  if (cu->cuStreamBeginCapture(e->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) {
+    e->graph_failed = true;
+    return;
+  }
+  std::string what;
+  const CUresult launched = launch_all(cu, e, e->recorded, &what);
+  CUgraph graph = nullptr;
+  const CUresult ended = cu->cuStreamEndCapture(e->stream, &graph);  // always: the stream leaves capture mode
+  CUgraphExec exec = nullptr;
+  if (launched == CUDA_SUCCESS && ended == CUDA_SUCCESS && graph != nullptr &&
+      cu->cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS) {
+    e->graph = graph;
+    e->exec = exec;
+    return;
+  }
+  if (graph) cu->cuGraphDestroy(graph);
+  e->graph_failed = true;
+}
+
+// Uploads the inline bytes (when asked) and queues the recording between the
+// timing events: commit's launches, or a replay's (the graph where there is one).
+mlxn_status submit(Encoder* e, std::vector<Launch>& launches, const std::vector<uint8_t>& staging, bool upload,
+                   bool replay, char* msg, uint64_t msg_cap) {
   const Driver* cu = use(e->dev);
-  e->inflight = std::move(e->recorded);
-  e->recorded.clear();
-  e->inflight_staging = std::move(e->staging);
-  e->staging.clear();
   e->gpu_ns = 0;
   e->state = MLXN_ENCODER_PENDING;
 
   auto abort_commit = [&](const std::string& what, CUresult r) {
     cu->cuStreamSynchronize(e->stream);  // launches already queued still use the buffers
     e->error = what + ": " + cu_error_text(r);
-    drop_launches(e->inflight);
+    drop_launches(e->inflight);  // a replayable recording keeps its own until release
     e->inflight_staging.clear();
     e->state = MLXN_ENCODER_ERROR;
     return fail(MLXN_ERR_COMMAND_BUFFER, msg, msg_cap, e->error);
   };
 
-  const uint64_t staged = e->inflight_staging.size();
-  if (staged > 0) {
+  const uint64_t staged = staging.size();
+  if (staged > 0 && upload) {
     if (staged > e->staging_cap) {
-      // The previous commit has completed, so its staging buffer is free.
+      // The previous commit has completed, so its staging buffer is free. (A
+      // replayable recording's size is fixed at its commit: a replay never
+      // moves the buffer its graph points into.)
       if (e->staging_dev) cu->cuMemFree(e->staging_dev);
       e->staging_dev = 0;
       e->staging_cap = 0;
@@ -1019,26 +1086,118 @@ MLXN_EXPORT mlxn_status mlxn_encoder_commit(mlxn_encoder* encoder, char* msg, ui
       if (r != CUDA_SUCCESS) return abort_commit("allocating the inline-bytes staging buffer", r);
       e->staging_cap = cap;
     }
-    const CUresult r =
-        cu->cuMemcpyHtoDAsync(e->staging_dev, e->inflight_staging.data(), staged, e->stream);
+    const CUresult r = cu->cuMemcpyHtoDAsync(e->staging_dev, staging.data(), staged, e->stream);
     if (r != CUDA_SUCCESS) return abort_commit("uploading inline bytes", r);
   }
+  if (replay && e->exec == nullptr && !e->graph_failed) capture_graph(cu, e);
   CUresult r = cu->cuEventRecord(e->start, e->stream);
   if (r != CUDA_SUCCESS) return abort_commit("cuEventRecord", r);
-  std::vector<CUdeviceptr> values;
-  std::vector<void*> ptrs;
-  for (Launch& l : e->inflight) {
-    values.clear();
-    for (const Arg& a : l.args) values.push_back(a.staged ? e->staging_dev + a.value : a.value);
-    ptrs.clear();
-    for (CUdeviceptr& v : values) ptrs.push_back(&v);
-    r = cu->cuLaunchKernel(l.pipe->fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
-                           l.block[2], l.smem, e->stream, ptrs.empty() ? nullptr : ptrs.data(),
-                           nullptr);
-    if (r != CUDA_SUCCESS) return abort_commit("launching kernel " + l.pipe->name, r);
+  if (replay && e->exec != nullptr) {
+    r = cu->cuGraphLaunch(e->exec, e->stream);
+    if (r != CUDA_SUCCESS) return abort_commit("launching the replay's CUDA graph", r);
+  } else {
+    std::string what;
+    r = launch_all(cu, e, launches, &what);
+    if (r != CUDA_SUCCESS) return abort_commit(what, r);
   }
   r = cu->cuEventRecord(e->stop, e->stream);
   if (r != CUDA_SUCCESS) return abort_commit("cuEventRecord", r);
+  return ok(msg, msg_cap);
+}
+
+// What replay and patch share: a replayable encoder with no work running.
+mlxn_status check_replayable(const std::string& fn, Encoder* e, char* msg, uint64_t msg_cap) {
+  if (!e) return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, fn + ": encoder must be non-NULL (got NULL)");
+  if (!e->replayable)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                fn + ": encoder must be replayable (made by mlxn_encoder_create_replayable) "
+                     "(got an encoder made by mlxn_encoder_create)");
+  if (poll(e) == MLXN_ENCODER_PENDING)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                fn + ": encoder must have no work running (got a commit or replay still running; wait first)");
+  return MLXN_OK;
+}
+
+}  // namespace
+
+MLXN_EXPORT mlxn_status mlxn_encoder_commit(mlxn_encoder* encoder, char* msg, uint64_t msg_cap) {
+  if (!encoder)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, "mlxn_encoder_commit: encoder is NULL");
+  Encoder* e = reinterpret_cast<Encoder*>(encoder);
+  if (e->frozen)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                "commit: the encoder must be recording (got a replayable encoder whose recording was committed: "
+                "replay it)");
+  mlxn_status st = begin_recording(e, "commit", msg, msg_cap);
+  if (st != MLXN_OK) return st;
+  if (e->replayable) {
+    e->frozen = true;
+    e->staging_dirty = false;
+    return submit(e, e->recorded, e->staging, true, false, msg, msg_cap);
+  }
+  e->inflight = std::move(e->recorded);
+  e->recorded.clear();
+  e->inflight_staging = std::move(e->staging);
+  e->staging.clear();
+  return submit(e, e->inflight, e->inflight_staging, true, false, msg, msg_cap);
+}
+
+MLXN_EXPORT mlxn_status mlxn_encoder_create_replayable(mlxn_device* device, mlxn_encoder** out, char* msg,
+                                                       uint64_t msg_cap) {
+  if (!device || !out)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                "mlxn_encoder_create_replayable: device and out must be non-NULL");
+  const mlxn_status st = mlxn_encoder_create(device, out, msg, msg_cap);
+  if (st == MLXN_OK) reinterpret_cast<Encoder*>(*out)->replayable = true;
+  return st;
+}
+
+MLXN_EXPORT mlxn_status mlxn_encoder_replay(mlxn_encoder* encoder, char* msg, uint64_t msg_cap) {
+  Encoder* e = reinterpret_cast<Encoder*>(encoder);
+  if (mlxn_status st = check_replayable("mlxn_encoder_replay", e, msg, msg_cap)) return st;
+  if (!e->frozen)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                "mlxn_encoder_replay: encoder must have committed its recording once (got a recording never "
+                "committed)");
+  e->error.clear();
+  const bool upload = e->staging_dirty;
+  e->staging_dirty = false;
+  return submit(e, e->recorded, e->staging, upload, true, msg, msg_cap);
+}
+
+MLXN_EXPORT mlxn_status mlxn_encoder_patch_bytes(mlxn_encoder* encoder, uint64_t dispatch_index,
+                                                 uint32_t binding_index, const void* data, uint64_t len,
+                                                 char* msg, uint64_t msg_cap) {
+  const std::string fn = "mlxn_encoder_patch_bytes";
+  Encoder* e = reinterpret_cast<Encoder*>(encoder);
+  if (mlxn_status st = check_replayable(fn, e, msg, msg_cap)) return st;
+  if (dispatch_index >= e->recorded.size())
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                fn + ": dispatch_index must be below " + std::to_string(e->recorded.size()) +
+                    ", the recorded dispatch count (got " + std::to_string(dispatch_index) + ")");
+  const Launch& l = e->recorded[dispatch_index];
+  const Arg* hit = nullptr;
+  std::string have;
+  for (const Arg& a : l.args) {
+    if (!a.staged) continue;
+    if (a.index == binding_index) hit = &a;
+    have += (have.empty() ? "" : ", ") + std::to_string(a.index);
+  }
+  if (!hit)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                fn + ": binding_index must be a bytes binding of dispatch " + std::to_string(dispatch_index) +
+                    " (kernel '" + l.pipe->name + "': " + (have.empty() ? "none" : have) + ") (got " +
+                    std::to_string(binding_index) + ")");
+  if (len != hit->len)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                fn + ": len must be " + std::to_string(hit->len) + ", the recorded length (got " +
+                    std::to_string(len) + ")");
+  if (!data && len > 0)
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, fn + ": data must be non-NULL (got NULL)");
+  if (len) {
+    std::memcpy(e->staging.data() + hit->value, data, len);
+    e->staging_dirty = e->frozen;  // before the first commit, its upload takes them
+  }
   return ok(msg, msg_cap);
 }
 

@@ -68,6 +68,14 @@ void load_driver() {
   ok &= resolve(lib, d.cuGetErrorName, "cuGetErrorName");
   ok &= resolve(lib, d.cuGetErrorString, "cuGetErrorString");
   if (!ok) return;  // too old a driver: treated as absent
+  // Graphs are optional: all six or none.
+  bool graphs = resolve(lib, d.cuStreamBeginCapture, "cuStreamBeginCapture_v2");
+  graphs &= resolve(lib, d.cuStreamEndCapture, "cuStreamEndCapture");
+  graphs &= resolve(lib, d.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags");
+  graphs &= resolve(lib, d.cuGraphLaunch, "cuGraphLaunch");
+  graphs &= resolve(lib, d.cuGraphExecDestroy, "cuGraphExecDestroy");
+  graphs &= resolve(lib, d.cuGraphDestroy, "cuGraphDestroy");
+  if (!graphs) d.cuGraphLaunch = nullptr;
   if (d.cuInit(0) != CUDA_SUCCESS) return;
   g_driver_ok = &g_driver;
 }

@@ -9,8 +9,22 @@ enum Binding {
     case buffer(index: Int, MTLBuffer, offset: Int)
     case bytes(index: Int, UnsafeRawPointer?, length: Int)
     /// Inline data over the 4 KiB that setBytes takes, copied into a buffer.
-    case copiedBytes(index: Int, MTLBuffer)
+    case copiedBytes(index: Int, MTLBuffer, length: Int)
     case threadgroupMemory(index: Int, length: Int)
+}
+
+/// One binding of a kept dispatch (a replayable recording): inline data is
+/// copied, since the block it came from is the caller's only during dispatch.
+enum KeptBinding {
+    case buffer(index: Int, MTLBuffer, offset: Int)
+    case bytes(index: Int, [UInt8])
+    case threadgroupMemory(index: Int, length: Int)
+}
+
+/// A step of a replayable recording, re-encoded by every replay.
+enum KeptStep {
+    case dispatch(pipeline: MetalPipeline, bindings: [KeptBinding], grid: MTLSize, threads: MTLSize)
+    case barrier
 }
 
 /// setBytes is for data of at most 4 KiB (Metal's documented limit).
@@ -33,9 +47,18 @@ public final class MetalEncoder {
     /// rather than left to the command buffer's retained references alone).
     private var held: [AnyObject] = []
     private var heldInFlight: [AnyObject] = []
+    /// Record once, replay many: a replayable encoder keeps its steps (and
+    /// what they bind, in `held`, until it is released); its first commit
+    /// freezes them, and each replay encodes them into a new command buffer.
+    public let replayable: Bool
+    private var frozen = false
+    private var kept: [KeptStep] = []
+    /// Where each recorded dispatch lies in `kept` (a patch's dispatch index).
+    private var keptDispatches: [Int] = []
 
-    public init(device: MetalDevice) {
+    public init(device: MetalDevice, replayable: Bool = false) {
         self.device = device
+        self.replayable = replayable
     }
 
     deinit {
@@ -75,6 +98,9 @@ public final class MetalEncoder {
     /// completed commit. Committed work that is still running must be waited
     /// for first: one encoder has one command buffer in flight.
     private func recorder(_ op: String) throws -> MTLComputeCommandEncoder {
+        if frozen {
+            throw MlxnError.invalid("\(op): the encoder must be recording (got a replayable encoder whose recording was committed: replay it)")
+        }
         if let computeEncoder { return computeEncoder }
         if isPending {
             throw MlxnError.invalid("\(op): the encoder's committed work is still running; wait for it (or poll its status) first")
@@ -102,6 +128,9 @@ public final class MetalEncoder {
     /// decoder every backend shares (mlx_native_block.h) and records it.
     /// Nothing is recorded when the block is invalid.
     public func dispatch(_ block: UnsafeRawPointer?, length blockLen: UInt64) throws {
+        if frozen {
+            throw MlxnError.invalid("dispatch: the encoder must be recording (got a replayable encoder whose recording was committed: replay it)")
+        }
         var decoded = mlxn_block()
         let (pipeline, bindings) = try withUnsafeMutablePointer(to: &decoded) { blk in
             try validate(blk, block, blockLen)
@@ -119,15 +148,34 @@ public final class MetalEncoder {
                 encoder.setBytes(data, length: length, index: index)
             case .bytes(let index, .none, _):
                 zeroBytes.withUnsafeBytes { encoder.setBytes($0.baseAddress!, length: $0.count, index: index) }
-            case .copiedBytes(let index, let buffer):
+            case .copiedBytes(let index, let buffer, _):
                 encoder.setBuffer(buffer, offset: 0, index: index)
             case .threadgroupMemory(let index, let length):
                 encoder.setThreadgroupMemoryLength(length, index: index)
             }
         }
-        encoder.dispatchThreadgroups(
-            MTLSize(width: Int(grid.0), height: Int(grid.1), depth: Int(grid.2)),
-            threadsPerThreadgroup: MTLSize(width: Int(threads.0), height: Int(threads.1), depth: Int(threads.2)))
+        let gridSize = MTLSize(width: Int(grid.0), height: Int(grid.1), depth: Int(grid.2))
+        let threadsSize = MTLSize(width: Int(threads.0), height: Int(threads.1), depth: Int(threads.2))
+        encoder.dispatchThreadgroups(gridSize, threadsPerThreadgroup: threadsSize)
+        if replayable {
+            keptDispatches.append(kept.count)
+            kept.append(.dispatch(pipeline: pipeline, bindings: bindings.map(MetalEncoder.keep), grid: gridSize, threads: threadsSize))
+        }
+    }
+
+    private static func keep(_ binding: Binding) -> KeptBinding {
+        switch binding {
+        case .buffer(let index, let buffer, let offset):
+            return .buffer(index: index, buffer, offset: offset)
+        case .bytes(let index, .some(let data), let length):
+            return .bytes(index: index, [UInt8](UnsafeRawBufferPointer(start: data, count: length)))
+        case .bytes(let index, .none, _):
+            return .bytes(index: index, [])
+        case .copiedBytes(let index, let buffer, let length):
+            return .bytes(index: index, [UInt8](UnsafeRawBufferPointer(start: buffer.contents(), count: length)))
+        case .threadgroupMemory(let index, let length):
+            return .threadgroupMemory(index: index, length: length)
+        }
     }
 
     /// Decodes `block` into `blk` and checks what only this backend knows (live
@@ -196,7 +244,7 @@ public final class MetalEncoder {
                                                               options: .storageModeShared) else {
                         throw MlxnError(MLXN_ERR_BUFFER_ALLOCATION, "metal: makeBuffer(bytes:length: \(b.length)) returned nil")
                     }
-                    bindings.append(.copiedBytes(index: index, copy))
+                    bindings.append(.copiedBytes(index: index, copy, length: Int(b.length)))
                 }
             default:  // MLXN_BIND_THREADGROUP_MEMORY: the decoder accepts no other kind
                 let rounded = (b.length + 15) / 16 * 16
@@ -216,6 +264,7 @@ public final class MetalEncoder {
     /// Makes the buffer writes of earlier dispatches visible to later ones.
     public func barrier() throws {
         try recorder("barrier").memoryBarrier(scope: .buffers)
+        if replayable { kept.append(.barrier) }
     }
 
     /// Submits what was recorded (possibly nothing) without blocking.
@@ -226,8 +275,108 @@ public final class MetalEncoder {
         committed = commandBuffer
         commandBuffer = nil
         computeEncoder = nil
-        heldInFlight = held
-        held = []
+        if replayable {
+            frozen = true  // `held` stays: the kept steps bind it until the encoder goes
+        } else {
+            heldInFlight = held
+            held = []
+        }
+    }
+
+    /// What replay and patch share: a replayable encoder with no work running.
+    private func checkReplayable(_ fn: String) throws {
+        guard replayable else {
+            throw MlxnError.invalid("\(fn): encoder must be replayable (made by mlxn_encoder_create_replayable) (got an encoder made by mlxn_encoder_create)")
+        }
+        if isPending {
+            throw MlxnError.invalid("\(fn): encoder must have no work running (got a commit or replay still running; wait first)")
+        }
+    }
+
+    /// Encodes the kept steps into a new command buffer and submits it
+    /// without blocking: no dispatch block is decoded or checked again.
+    public func replay() throws {
+        try checkReplayable("mlxn_encoder_replay")
+        guard frozen else {
+            throw MlxnError.invalid("mlxn_encoder_replay: encoder must have committed its recording once (got a recording never committed)")
+        }
+        if let done = committed { lastGpuTimeNs = MetalEncoder.gpuTime(done) }
+        guard let buffer = device.queue.makeCommandBuffer() else {
+            throw MlxnError(MLXN_ERR_INTERNAL, "metal: makeCommandBuffer returned nil")
+        }
+        guard let encoder = buffer.makeComputeCommandEncoder(dispatchType: .concurrent) else {
+            throw MlxnError(MLXN_ERR_INTERNAL, "metal: makeComputeCommandEncoder returned nil")
+        }
+        for step in kept {
+            switch step {
+            case .barrier:
+                encoder.memoryBarrier(scope: .buffers)
+            case .dispatch(let pipeline, let bindings, let grid, let threads):
+                encoder.setComputePipelineState(pipeline.state)
+                for binding in bindings {
+                    switch binding {
+                    case .buffer(let index, let buffer, let offset):
+                        encoder.setBuffer(buffer, offset: offset, index: index)
+                    case .bytes(let index, let data):
+                        try MetalEncoder.setBytes(encoder, device, data, index)
+                    case .threadgroupMemory(let index, let length):
+                        encoder.setThreadgroupMemoryLength(length, index: index)
+                    }
+                }
+                encoder.dispatchThreadgroups(grid, threadsPerThreadgroup: threads)
+            }
+        }
+        encoder.endEncoding()
+        buffer.commit()
+        committed = buffer
+    }
+
+    /// Inline data as a dispatch binds it: setBytes up to 4 KiB, a copy in a buffer past that.
+    private static func setBytes(_ encoder: MTLComputeCommandEncoder, _ device: MetalDevice, _ data: [UInt8], _ index: Int) throws {
+        if data.isEmpty {
+            zeroBytes.withUnsafeBytes { encoder.setBytes($0.baseAddress!, length: $0.count, index: index) }
+        } else if data.count <= maxInlineBytes {
+            data.withUnsafeBytes { encoder.setBytes($0.baseAddress!, length: $0.count, index: index) }
+        } else {
+            let copy = data.withUnsafeBytes { device.device.makeBuffer(bytes: $0.baseAddress!, length: $0.count, options: .storageModeShared) }
+            guard let copy else {
+                throw MlxnError(MLXN_ERR_BUFFER_ALLOCATION, "metal: makeBuffer(bytes:length: \(data.count)) returned nil")
+            }
+            encoder.setBuffer(copy, offset: 0, index: index)
+        }
+    }
+
+    /// Replaces the inline data of one kept bytes binding (same length) for the replays that follow.
+    public func patchBytes(dispatch dispatchIndex: UInt64, binding bindingIndex: UInt32, _ data: UnsafeRawPointer?, length: UInt64) throws {
+        let fn = "mlxn_encoder_patch_bytes"
+        try checkReplayable(fn)
+        guard dispatchIndex < UInt64(keptDispatches.count) else {
+            throw MlxnError.invalid("\(fn): dispatch_index must be below \(keptDispatches.count), the recorded dispatch count (got \(dispatchIndex))")
+        }
+        let at = keptDispatches[Int(dispatchIndex)]
+        guard case .dispatch(let pipeline, var bindings, let grid, let threads) = kept[at] else {
+            throw MlxnError(MLXN_ERR_INTERNAL, "\(fn): kept step \(at) is not a dispatch")
+        }
+        var have: [String] = []
+        var hit: Int?
+        for (i, binding) in bindings.enumerated() {
+            guard case .bytes(let index, _) = binding else { continue }
+            have.append(String(index))
+            if index == Int(bindingIndex) { hit = i }
+        }
+        guard let hit, case .bytes(let index, let old) = bindings[hit] else {
+            let list = have.isEmpty ? "none" : have.joined(separator: ", ")
+            throw MlxnError.invalid("\(fn): binding_index must be a bytes binding of dispatch \(dispatchIndex) (kernel '\(pipeline.name)': \(list)) (got \(bindingIndex))")
+        }
+        guard length == UInt64(old.count) else {
+            throw MlxnError.invalid("\(fn): len must be \(old.count), the recorded length (got \(length))")
+        }
+        guard let data else {
+            if length == 0 { return }
+            throw MlxnError.invalid("\(fn): data must be non-NULL (got NULL)")
+        }
+        bindings[hit] = .bytes(index: index, [UInt8](UnsafeRawBufferPointer(start: data, count: Int(length))))
+        kept[at] = .dispatch(pipeline: pipeline, bindings: bindings, grid: grid, threads: threads)
     }
 
     /// Blocks until the committed work ends; OK when nothing was committed.

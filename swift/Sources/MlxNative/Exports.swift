@@ -306,3 +306,38 @@ public func mlxnEncoderStatus(_ encoder: OpaquePointer?) -> Int32 {
 public func mlxnEncoderGpuTimeNs(_ encoder: OpaquePointer?) -> UInt64 {
     object(encoder, as: MetalEncoder.self)?.gpuTimeNs ?? 0
 }
+
+// ---- record once, replay many ----
+
+@_cdecl("mlxn_encoder_create_replayable")
+public func mlxnEncoderCreateReplayable(_ device: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?,
+                                        _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        guard let out else { throw outIsNull("encoder_create_replayable") }
+        out.pointee = nil
+        guard let device = object(device, as: MetalDevice.self) else { throw MlxnError.invalid("encoder_create_replayable: device is null") }
+        out.pointee = makeHandle(MetalEncoder(device: device, replayable: true))
+    }
+}
+
+@_cdecl("mlxn_encoder_replay")
+public func mlxnEncoderReplay(_ encoder: OpaquePointer?, _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        guard let encoder = object(encoder, as: MetalEncoder.self) else {
+            throw MlxnError.invalid("mlxn_encoder_replay: encoder must be non-NULL (got NULL)")
+        }
+        try encoder.replay()
+    }
+}
+
+@_cdecl("mlxn_encoder_patch_bytes")
+public func mlxnEncoderPatchBytes(_ encoder: OpaquePointer?, _ dispatchIndex: UInt64, _ bindingIndex: UInt32,
+                                  _ data: UnsafeRawPointer?, _ len: UInt64,
+                                  _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        guard let encoder = object(encoder, as: MetalEncoder.self) else {
+            throw MlxnError.invalid("mlxn_encoder_patch_bytes: encoder must be non-NULL (got NULL)")
+        }
+        try encoder.patchBytes(dispatch: dispatchIndex, binding: bindingIndex, data, length: len)
+    }
+}

@@ -11,6 +11,8 @@
 #   flash_attn_vec: that family (flash_attn_vec_driver.cpp: every entry, rings, varlen)
 #   sample: that family (sample_driver.cpp; a name fragment as the second
 #           argument runs only the sampler cases holding it)
+#   moe:   moe_dispatch, quantized_matmul_id, dense_matmul_id and
+#          moe_weighted_reduce (moe_driver.cpp)
 # `big` adds large sizes. SIM_DEFINES (e.g. "-DMLXN_FC_301=1") go to the
 # compiler, as the registry gives function constants to NVRTC.
 # Needs g++ with C++20 and the CUDA headers (for the f16 / bf16 types).
@@ -23,6 +25,7 @@ mkdir -p "$out"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 case "$family" in
   glue) families=rms_norm,softmax,gelu ;;
+  moe) families=moe_dispatch,quantized_matmul_id,dense_matmul_id,moe_weighted_reduce ;;
   *) families="$family" ;;
 esac
 python3 "$here/build.py" "$root" "$families" "$out/sim_kernels.h"

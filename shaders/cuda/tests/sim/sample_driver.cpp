@@ -1,11 +1,14 @@
 // The sample family's CUDA kernels (shaders/cuda/sample.cu) on the CPU
 // simulation (sim_runtime.h), at the launches of ts/ops/sample.ts (planTopK,
 // planSample: written out again below), against float64 references written
-// as ts/reference/sample.ts's: top-k (one pass and two, ties, k past n) and
-// the sampler on every path (greedy, no filter, candidates, the whole row
-// with its three mass passes, min-p's record pass), comparing tokens where
-// every decision is 1e-5 away from flipping (the test's margin) and the
-// log-probabilities to 1e-4. run.sh builds and runs it (`sample`).
+// as ts/reference/sample.ts's: top-k (one pass and two; ties at the cut and
+// across slices, k past n, rows of -inf with a few finite values, all
+// equal, values over many octaves so that the slices' summaries overflow)
+// and the sampler on every path (greedy, no filter, candidates, the whole
+// row with its three mass passes and the candidate draw of the first one's
+// extra block, min-p's record pass, overflowing summaries), comparing tokens
+// where every decision is 1e-5 away from flipping (the test's margin) and
+// the log-probabilities to 1e-4. run.sh builds and runs it (`sample`).
 #include "sim_kernels.h"  // build.py's output
 #include <algorithm>
 #include <numeric>
@@ -26,8 +29,9 @@ static u32 cdiv(u64 a, u64 b) { return u32((a + b - 1) / b); }
 
 // ---- top-k ----
 
-static void check_top_k(u32 rows, u32 n, u32 k, bool two_pass, const std::vector<float>& x) {
+static void check_top_k(u32 rows, u32 n, u32 k, bool two_pass, const std::vector<float>& x, const char* what = "") {
   std::vector<u32> idx(size_t(rows) * k, 0xabcdefu);
+  u32 overflowed = 0;
   std::vector<float> val(size_t(rows) * k, NAN);
   const u32 slice = k <= 64 ? 2048 : 4096;
   if (!two_pass || n <= slice) {
@@ -36,9 +40,11 @@ static void check_top_k(u32 rows, u32 n, u32 k, bool two_pass, const std::vector
   } else {
     const u32 nb = cdiv(n, slice);
     TopKBlocksParams p{n, k, slice, nb};
-    std::vector<u32> cand(size_t(rows) * nb * k * 2 + 4, 0xffffffffu);
+    std::vector<u32> cand(size_t(rows) * nb * (2 * k + 32) + 4, 0xffffffffu);
     sim_launch({rows, nb, 1}, {threads_for(slice / 8.0, 512), 1, 1}, 0, [&] { top_k_blocks_f32(x.data(), cand.data(), &p); });
     sim_launch({rows, 1, 1}, {threads_for(double(nb) * k, 1024), 1, 1}, 0, [&] { top_k_merge_f32(cand.data(), idx.data(), val.data(), &p); });
+    for (u32 r = 0; r < rows; ++r)
+      for (u32 b = 0; b < nb; ++b) overflowed += cand[size_t(r) * nb * (2 * k + 32) + size_t(nb) * 2 * k + b * 32] != 0;
   }
   bool ok = true;
   for (u32 r = 0; r < rows; ++r) {
@@ -52,7 +58,9 @@ static void check_top_k(u32 rows, u32 n, u32 k, bool two_pass, const std::vector
     }
   }
   if (!ok) failures++;
-  std::printf("%s top_k rows %u n %u k %u %s\n", ok ? "ok  " : "FAIL", rows, n, k, two_pass ? "two passes" : "one pass");
+  std::printf("%s top_k rows %u n %u k %u %s %s", ok ? "ok  " : "FAIL", rows, n, k, two_pass ? "two passes" : "one pass", what);
+  if (overflowed) std::printf(": %u summaries overflowed", overflowed);
+  std::printf("\n");
 }
 
 // ---- the sampler ----
@@ -126,8 +134,8 @@ static RefRow reference(const float* x, u32 v, u32 row, const Opt& o, const u32*
 }
 
 static u64 scratch_elements(u32 rows, u32 v) {
-  const u64 slices = cdiv(v, 4096);
-  return u64(rows) * (u64(cdiv(v, 4)) * 4 + 4ull * cdiv(v, 2048) + 512 * slices + 9216 + 16 + 36 * slices);
+  const u64 slices = cdiv(v, 4096), halves = cdiv(v, 2048);
+  return u64(rows) * (u64(cdiv(v, 4)) * 4 + 4ull * halves + 512 * slices + 9216 + 24 + 36 * slices + 32 * halves);
 }
 
 // planSample's dispatches at CUDA's launches; returns the rows compared. At
@@ -155,10 +163,22 @@ static u32 run_sample(const std::string& name, u32 rows, u32 v, const Opt& o, co
   for (u32 pass : passes) {
     SampleParams q = p;
     q.pass = pass;
-    sim_launch({rows, nb, 1}, {tb, 1, 1}, 0, [&] { sample_mass_f32(scratch.data(), &q); });
+    // The first pass has one block more per row: the draw from the candidates.
+    sim_launch({rows, pass == passes[0] ? nb + 1 : nb, 1}, {1024, 1, 1}, 0, [&] { sample_mass_f32(scratch.data(), &q); });
   }
-  const u32 tf = threads_for(std::max(256.0, std::ceil(double(nb) * cand / 16)), 1024);
+  const bool walks = o.t > 0 && (cand == 0 || !passes.empty());
+  const u32 tf = walks ? 1024 : threads_for(std::max(256.0, std::ceil(double(nb) * cand / 16)), 1024);
   sim_launch({rows, 1, 1}, {tf, 1, 1}, 0, [&] { sample_finish_f32(scratch.data(), tok.data(), lp.data(), &p); });
+  // What the extra block decided (rows the candidates held), and the slices whose summaries overflowed.
+  u32 drawn = 0, overflowed = 0;
+  const u64 nb2 = cdiv(v, 2048), nb4 = cdiv(v, 4096);
+  const u64 state = rows * (u64(cdiv(v, 4)) * 4 + 4 * nb2 + 512 * nb4 + 9216);
+  const u64 sums = state + rows * (24 + 36 * nb4);
+  for (u32 r = 0; r < rows; ++r) {
+    if (!passes.empty()) drawn += scratch[state + r * 24 + 16] != 0;
+    if (cand > 0 && o.t > 0)
+      for (u32 b = 0; b < nb; ++b) overflowed += scratch[sums + (r * nb2 + b) * 32] != 0;
+  }
   u32 compared = 0, wrong = 0, skipped = 0;
   for (u32 r = 0; r < rows; ++r) {
     const RefRow want = reference(x.data() + size_t(r) * v, v, r, o, n_prev ? prev.data() : nullptr, n_prev);
@@ -173,8 +193,11 @@ static u32 run_sample(const std::string& name, u32 rows, u32 v, const Opt& o, co
   }
   const bool ok = wrong == 0 && compared > 0 && skipped <= (compared + skip - 1) / skip;
   if (!ok) failures++;
-  std::printf("%s sample %-34s [%u, %u] %zu passes: %u rows compared, %u skipped\n", ok ? "ok  " : "FAIL", name.c_str(), rows, v,
+  std::printf("%s sample %-34s [%u, %u] %zu passes: %u rows compared, %u skipped", ok ? "ok  " : "FAIL", name.c_str(), rows, v,
               passes.size() + 2, compared, skipped);
+  if (!passes.empty()) std::printf("; %u drawn from the candidates", drawn);
+  if (overflowed) std::printf("; %u summaries overflowed", overflowed);
+  std::printf("\n");
   return compared;
 }
 
@@ -188,15 +211,39 @@ static std::vector<float> ramp(u32 n, double lo, double hi) {
 
 int main(int argc, char** argv) {
   if (argc > 1) only = argv[1];
+  const bool top_k_only = only == "top_k";
   // top-k: quantized values (ties across slices and at the cut), k past n.
   for (auto [rows, n, k] : std::vector<std::tuple<u32, u32, u32>>{{2, 5, 8}, {3, 100, 256}, {2, 1000, 64}, {1, 4099, 100}, {2, 9000, 40}, {1, 20000, 256}}) {
     std::vector<float> x(size_t(rows) * n);
     std::uniform_int_distribution<int> q(-200, 200);
     for (auto& e : x) e = q(gen) / 4.0f;
-    if (!only.empty()) break;
-    check_top_k(rows, n, k, false, x);
-    check_top_k(rows, n, k, true, x);
+    if (!only.empty() && !top_k_only) break;
+    check_top_k(rows, n, k, false, x, "quantized");
+    check_top_k(rows, n, k, true, x, "quantized");
   }
+  if (only.empty() || top_k_only) {
+    std::normal_distribution<float> normal(0.0f, 6.0f);
+    // Distinct values, N(0, 36): the cut inside one level-0 bin of every slice.
+    std::vector<float> g(2 * 20000);
+    for (auto& e : g) e = normal(gen);
+    check_top_k(2, 20000, 256, true, g, "N(0, 36)");
+    check_top_k(2, 20000, 20, true, g, "N(0, 36)");
+    // -inf but for 100 values: the k-th is -inf, its ties taken by index (the index levels).
+    std::vector<float> masked(20000, -INFINITY);
+    for (u32 i = 0; i < 100; ++i) masked[gen() % 20000] = normal(gen);
+    check_top_k(1, 20000, 256, true, masked, "-inf but 100");
+    check_top_k(1, 20000, 256, false, masked, "-inf but 100");
+    // All equal: the first k indices.
+    check_top_k(1, 9000, 100, true, std::vector<float>(9000, 0.5f), "all equal");
+    // Magnitudes over 2^-60 .. 2^60, both signs: a slice's candidates span more bins than a summary lists.
+    std::vector<float> wide(20000);
+    std::uniform_real_distribution<float> ex(-60.0f, 60.0f);
+    for (auto& e : wide) e = std::ldexp(gen() % 2 ? 1.0f : -1.0f, int(ex(gen)));
+    for (u32 i = 0; i < wide.size(); ++i) wide[i] *= 1.0f + float(i % 97) / 128.0f;
+    check_top_k(1, 20000, 256, true, wide, "2^-60 .. 2^60");
+    check_top_k(1, 20000, 64, true, wide, "2^-60 .. 2^60");
+  }
+  if (top_k_only) return failures != 0;
   const std::vector<std::pair<std::string, Opt>> configs = {
       {"greedy", {0}},
       {"temperature", {0.8f}},
@@ -219,6 +266,33 @@ int main(int argc, char** argv) {
       o.seed = v * 7 + 1;
       o.counter = 11;
       compared += run_sample(name, rows, v, o, x, prev, o.rp != 1 ? n_prev : 0);
+    }
+  }
+  // A slice's candidates over more level-0 bins than its summary lists
+  // (logits of both signs over many octaves), and rows of -inf but a few.
+  {
+    const u32 rows = 3, v = 20000;
+    std::vector<float> x(size_t(rows) * v);
+    // Exponents over 2^-120 .. 2^8: a slice's top 256 span about 12 octaves, 48 level-0 bins.
+    std::uniform_real_distribution<float> ex(-120.0f, 8.0f);
+    for (u32 i = 0; i < x.size(); ++i) x[i] = std::ldexp(i % 3 ? 1.0f : -1.0f, int(ex(gen))) * (1.0f + float(i % 89) / 128.0f);
+    for (auto [name, o] : std::vector<std::pair<std::string, Opt>>{{"wide, top-k 256", {1, 1, 0, 1, 256}},
+                                                                   {"wide, top-p alone", {1, 0.5f}},
+                                                                   {"wide, top-k 64 + top-p", {0.5f, 0.9f, 0, 1, 64}}}) {
+      o.seed = 17;
+      o.counter = 4;
+      compared += run_sample(name, rows, v, o, x, {}, 0);
+    }
+    std::vector<float> dead(size_t(rows) * v, -INFINITY);
+    for (u32 r = 0; r < rows; ++r)
+      for (u32 i = 0; i < 10; ++i) dead[size_t(r) * v + (gen() % v)] = float(i) / 3.0f;
+    for (auto [name, o] : std::vector<std::pair<std::string, Opt>>{{"-inf but 10, top-k 64", {1, 1, 0, 1, 64}},
+                                                                   {"-inf but 10, top-p alone", {1, 0.9f}},
+                                                                   {"-inf but 10, min-p alone", {1, 1, 0.1f}},
+                                                                   {"-inf but 10, no filter", {1}}}) {
+      o.seed = 23;
+      o.counter = 5;
+      compared += run_sample(name, rows, v, o, dead, {}, 0);
     }
   }
   // The whole row with ties at the cut across slices: logits on a grid of

@@ -1,0 +1,85 @@
+// The reduction of an MoE layer back to one row per token, mlx-native's
+// moe_weighted_reduce module (its kernel moe_weighted_reduce_f32, with f16
+// and bf16 added):
+//
+//   output[t, d] = sum_k expert_w[t, k] * y_expert[t, k, d]
+//                + sigmoid(sh_logit[t]) * y_shared[t, d]
+//                [+ residual[t, d] where add_residual]
+//
+// Qwen3.6's sparse MoE block: the routed experts' outputs weighted by the
+// router, plus the shared expert gated by sigmoid(x W_sg^T) (sh_logit, the
+// shared_expert_gate's raw output), and the decoder layer's residual folded
+// in. Slots summed in order, then the shared term, then the residual, in
+// f32; the _f16 and _bf16 kernels read and write the dtype (sh_logit too;
+// expert_w stays f32) and round once when they store.
+//
+// buffer(0) MoeWeightedReduceParams, (1) expert_w f32 [n_tokens, top_k],
+// (2) y_expert [n_tokens, top_k, h], (3) sh_logit [n_tokens], (4) y_shared
+// [n_tokens, h], (5) residual [n_tokens, h] (read only where add_residual;
+// may be output, in place), (6) output [n_tokens, h].
+// Grid: (ceil(h / 256), n_tokens, 1) threadgroups of 256 threads (the crate's:
+// the kernel indexes by 256), one thread per output element.
+
+template <typename T>
+static inline void weighted_reduce_at(constant MoeWeightedReduceParams& p, device const float* expert_w, device const T* y_expert,
+                                      device const T* sh_logit, device const T* y_shared, device const T* residual, device T* output,
+                                      uint2 tg, uint lid) {
+    const uint d = tg.x * 256 + lid, t = tg.y;
+    if (d >= p.h || t >= p.n_tokens) {
+        return;
+    }
+    float acc = 0.0f;
+    for (uint k = 0; k < p.top_k; ++k) {
+        const ulong slot = ulong(t) * p.top_k + k;
+        acc += expert_w[slot] * float(y_expert[slot * p.h + d]);
+    }
+    const ulong at = ulong(t) * p.h + d;
+    const float gate = 1.0f / (1.0f + precise::exp(-float(sh_logit[t])));
+    acc += gate * float(y_shared[at]);
+    if (p.add_residual != 0) {
+        acc += float(residual[at]);
+    }
+    output[at] = T(acc);
+}
+
+kernel void moe_weighted_reduce_f32(
+    constant MoeWeightedReduceParams& p        [[buffer(0)]],
+    device const float*               expert_w [[buffer(1)]],
+    device const float*               y_expert [[buffer(2)]],
+    device const float*               sh_logit [[buffer(3)]],
+    device const float*               y_shared [[buffer(4)]],
+    device const float*               residual [[buffer(5)]],
+    device float*                     output   [[buffer(6)]],
+    uint2 tgpig [[threadgroup_position_in_grid]],
+    uint  tiitg [[thread_index_in_threadgroup]])
+{
+    weighted_reduce_at(p, expert_w, y_expert, sh_logit, y_shared, residual, output, tgpig, tiitg);
+}
+
+kernel void moe_weighted_reduce_f16(
+    constant MoeWeightedReduceParams& p        [[buffer(0)]],
+    device const float*               expert_w [[buffer(1)]],
+    device const half*                y_expert [[buffer(2)]],
+    device const half*                sh_logit [[buffer(3)]],
+    device const half*                y_shared [[buffer(4)]],
+    device const half*                residual [[buffer(5)]],
+    device half*                      output   [[buffer(6)]],
+    uint2 tgpig [[threadgroup_position_in_grid]],
+    uint  tiitg [[thread_index_in_threadgroup]])
+{
+    weighted_reduce_at(p, expert_w, y_expert, sh_logit, y_shared, residual, output, tgpig, tiitg);
+}
+
+kernel void moe_weighted_reduce_bf16(
+    constant MoeWeightedReduceParams& p        [[buffer(0)]],
+    device const float*               expert_w [[buffer(1)]],
+    device const bfloat*              y_expert [[buffer(2)]],
+    device const bfloat*              sh_logit [[buffer(3)]],
+    device const bfloat*              y_shared [[buffer(4)]],
+    device const bfloat*              residual [[buffer(5)]],
+    device bfloat*                    output   [[buffer(6)]],
+    uint2 tgpig [[threadgroup_position_in_grid]],
+    uint  tiitg [[thread_index_in_threadgroup]])
+{
+    weighted_reduce_at(p, expert_w, y_expert, sh_logit, y_shared, residual, output, tgpig, tiitg);
+}

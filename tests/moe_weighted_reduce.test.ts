@@ -1,0 +1,136 @@
+// moe_weighted_reduce: the param packer against the header and the .metal
+// bindings, the reference against values by hand, every validation rule, and
+// parity on every backend (f32, f16, bf16; one token and many; hidden sizes
+// under, at and past a threadgroup and not a multiple of the 16-byte vector;
+// with and without the residual, and in place over it; inputs as views at
+// offsets of one allocation, outputs poisoned).
+//
+// Error measure: |got - want| / (sum of |terms|) per output (dotErr: the
+// sum of top_k products, the gated shared term and the residual, each f32
+// rounding bounded by its term's magnitude), under the output dtype's TOL.
+
+import { describe, expect, test } from 'bun:test';
+import src from '../shaders/moe_weighted_reduce.metal' with { type: 'text' };
+import type { Buffer, Device } from '../ts/index.ts';
+import {
+  MOE_WEIGHTED_REDUCE_KERNELS,
+  moeWeightedReduce,
+  moeWeightedReduceCudaLaunch,
+  packMoeWeightedReduceParams,
+} from '../ts/ops/moe_weighted_reduce.ts';
+import { moeWeightedReduceRef } from '../ts/reference/moe_weighted_reduce.ts';
+import { describeBackends, describeValidation, dotErr, expectInvalid, poisoned, randomArray, rng, roundedTo, TOL } from './helpers.ts';
+
+describe('moe_weighted_reduce param packer matches the .metal declaration', () => {
+  test('MoeWeightedReduceParams (n_tokens, top_k, h, add_residual) at buffer(0); the CUDA launch', () => {
+    for (const k of MOE_WEIGHTED_REDUCE_KERNELS) {
+      expect(src).toMatch(new RegExp(`kernel void ${k}\\(\\s*constant MoeWeightedReduceParams&\\s+p\\s+\\[\\[buffer\\(0\\)\\]\\]`));
+    }
+    const p = packMoeWeightedReduceParams({ nTokens: 3, topK: 8, h: 2048, addResidual: true });
+    expect(Array.from(new Uint32Array(p.buffer, p.byteOffset, 4))).toEqual([3, 8, 2048, 1]);
+    expect(moeWeightedReduceCudaLaunch(1, 2048, 'bf16')).toEqual({ grid: [1, 1, 1], threads: [256, 1, 1] });
+    expect(moeWeightedReduceCudaLaunch(512, 2048, 'f32')).toEqual({ grid: [2, 512, 1], threads: [256, 1, 1] });
+  });
+});
+
+describe('moe_weighted_reduce reference against values by hand', () => {
+  test('two slots, a shared expert gated by sigmoid(0) = 1/2, a residual', () => {
+    const y = moeWeightedReduceRef([0.25, 0.75], [4, 8, -4, 0], [0], [10, 20], [1, 1], 1, 2, 2);
+    expect(Array.from(y)).toEqual([0.25 * 4 + 0.75 * -4 + 5 + 1, 0.25 * 8 + 0 + 10 + 1]);
+  });
+});
+
+describeValidation('moe_weighted_reduce validation', ({ enc, buf }) => {
+  test('every rule', () => {
+    const base = () => ({
+      expertW: buf('f32', 6), yExpert: buf('bf16', 54), shLogit: buf('bf16', 2), yShared: buf('bf16', 18),
+      residual: buf('bf16', 18) as Buffer | undefined, output: buf('bf16', 18), nTokens: 2, topK: 3, h: 9,
+    });
+    const big = buf('bf16', 40);
+    type Case = [mutate: Record<string, unknown>, arg: string, expected: string, actual: string];
+    const cases: Case[] = [
+      [{ nTokens: 0 }, 'nTokens', 'a positive integer', '0'],
+      [{ topK: 1.5 }, 'topK', 'a positive integer', '1.5'],
+      [{ h: 2 ** 32 }, 'h', 'at most 2^32 - 1', `${2 ** 32}`],
+      [{ nTokens: 65536 }, 'nTokens', 'at most 65535', '65536'],
+      [{ nTokens: 60000, topK: 2 ** 20, h: 2 ** 20 }, 'nTokens * topK * h', 'a product of integers at most 2^53 - 1', '62914560000 * 1048576'],
+      [{ expertW: buf('bf16', 6) }, 'expertW.dtype', 'f32', 'bf16'],
+      [{ yExpert: buf('u32', 54) }, 'yExpert.dtype', 'one of f32, f16, bf16', 'u32'],
+      [{ shLogit: buf('f32', 2) }, 'shLogit.dtype', 'bf16', 'f32'],
+      [{ yShared: buf('f16', 18) }, 'yShared.dtype', 'bf16', 'f16'],
+      [{ residual: buf('f32', 18) }, 'residual.dtype', 'bf16', 'f32'],
+      [{ output: buf('f32', 18) }, 'output.dtype', 'bf16', 'f32'],
+      [{ expertW: buf('f32', 5) }, 'expertW.elementCount', 'at least 6', '5'],
+      [{ yExpert: buf('bf16', 53) }, 'yExpert.elementCount', 'at least 54', '53'],
+      [{ shLogit: buf('bf16', 1) }, 'shLogit.elementCount', 'at least 2', '1'],
+      [{ yShared: buf('bf16', 17) }, 'yShared.elementCount', 'at least 18', '17'],
+      [{ residual: buf('bf16', 17) }, 'residual.elementCount', 'at least 18', '17'],
+      [{ output: buf('bf16', 17) }, 'output.elementCount', 'at least 18', '17'],
+      [{ yShared: big.view('bf16', [18]), output: big.view('bf16', [18], 16) }, 'output', 'a buffer other than yShared', 'a view overlapping yShared'],
+      [{ residual: big.view('bf16', [18]), output: big.view('bf16', [18], 16) }, 'output', 'a buffer other than residual', 'a view overlapping residual'],
+      [{ residual: null }, 'residual', 'a Buffer', 'null'],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => moeWeightedReduce(enc(), { ...base(), ...m } as never), 'moe_weighted_reduce', arg, expected, actual);
+    }
+  });
+});
+
+describeBackends('moe_weighted_reduce parity', ({ device }) => {
+  function check(dev: Device, dt: 'f32' | 'f16' | 'bf16', T: number, K: number, H: number, form: 'residual' | 'none' | 'in place', seed: number): number {
+    const r = rng(seed);
+    const w = roundedTo('f32', randomArray(r, T * K, 0, 1));
+    const ye = roundedTo(dt, randomArray(r, T * K * H, -2, 2));
+    const sl = roundedTo(dt, randomArray(r, T, -4, 4));
+    const ys = roundedTo(dt, randomArray(r, T * H, -2, 2));
+    const res = roundedTo(dt, randomArray(r, T * H, -3, 3));
+    // The inputs as views at 16-byte offsets of one allocation, garbage between them.
+    const size = dt === 'f32' ? 4 : 2;
+    const parts = [T * K * H * size, T * size, T * H * size, T * H * size];
+    const at: number[] = [];
+    let end = 48;
+    for (const p of parts) {
+      at.push(end);
+      end = Math.ceil((end + p) / 16) * 16 + 16;
+    }
+    const root = dev.alloc('u8', [end]);
+    root.write(Uint8Array.from({ length: end }, () => Math.floor(r.uniform(0, 256))));
+    const yExpert = root.view(dt, [T * K, H], at[0]!);
+    yExpert.writeNumbers(ye);
+    const shLogit = root.view(dt, [T], at[1]!);
+    shLogit.writeNumbers(sl);
+    const yShared = root.view(dt, [T, H], at[2]!);
+    yShared.writeNumbers(ys);
+    const residual = root.view(dt, [T, H], at[3]!);
+    residual.writeNumbers(res);
+    const expertW = dev.upload('f32', [T, K], w);
+    const output = form === 'in place' ? residual : poisoned(dev, dt, [T, H]);
+    const enc = dev.encoder();
+    moeWeightedReduce(enc, { expertW, yExpert, shLogit, yShared, residual: form === 'none' ? undefined : residual, output, nTokens: T, topK: K, h: H });
+    enc.commitAndWait();
+    enc.release();
+    const withRes = form === 'none' ? null : res;
+    const err = dotErr(output.readNumbers(), moeWeightedReduceRef(w, ye, sl, ys, withRes, T, K, H),
+      moeWeightedReduceRef(w, ye, sl, ys, withRes, T, K, H, true));
+    root.release();
+    expertW.release();
+    if (form !== 'in place') output.release();
+    return err;
+  }
+
+  for (const dt of ['f32', 'f16', 'bf16'] as const) {
+    test(`${dt}: one token and many, odd hidden sizes, with and without the residual, in place`, () => {
+      const dev = device();
+      const over: string[] = [];
+      const shapes: [T: number, K: number, H: number][] = [[1, 1, 1], [1, 8, 2048], [3, 8, 257], [5, 2, 7], [2, 4, 512], [7, 3, 100]];
+      let seed = 1;
+      for (const [T, K, H] of shapes) {
+        for (const form of ['residual', 'none', 'in place'] as const) {
+          const e = check(dev, dt, T, K, H, form, seed++);
+          if (!(e < TOL[dt])) over.push(`[${T}, ${K}, ${H}] ${form}: ${e}`);
+        }
+      }
+      expect(over).toEqual([]);
+    });
+  }
+});

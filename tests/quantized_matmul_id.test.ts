@@ -1,0 +1,425 @@
+// quantized_matmul_id: the param packers against the header and the .metal
+// bindings, the launches, the reference against values by hand, every
+// validation rule of each op, and parity against the float64 reference on
+// every backend: the vector form for every bits x group size x dtype, one
+// token and several, ids past the experts (a row of zeros), ids and weights
+// as views at offsets of larger allocations; the matrix form after
+// moe_dispatch_sort with experts that get no pair, one expert that gets all
+// of them (more than a tile), many tokens; the fused gate/up projections
+// (silu and gelu) in both forms over a fused [E, 2 I, k] tensor taken as two
+// views; a down projection over pairs (nExpertUsed = 1); mlx-native's
+// quantized_matmul_id on its odd layouts (any k and group size) and MLX's.
+//
+// Error measure: |got - want| / sum_k |x w| per output (dotErr, as
+// tests/quantized_matmul.test.ts: the rounding of a sum of products scales
+// with its terms, not with the sum); for gate/up the first-order bound
+// |act'(g)| sum|x g| |u| + |act(g)| sum|x u| (quantizedGateUpIdRef). Tolerance:
+// dotTolerance of the dtype the weight meets x in (f16, bf16; bf16 for
+// mlx-native's kernel, whose x is rounded to bf16 and whose weight reaches
+// CUDA's tensor cores in bf16).
+
+import { describe, expect, test } from 'bun:test';
+import src from '../shaders/quantized_matmul_id.metal' with { type: 'text' };
+import type { Buffer, DType, Device, Encoder } from '../ts/index.ts';
+import { moeDispatchSort } from '../ts/ops/moe_dispatch.ts';
+import {
+  QUANTIZED_MATMUL_ID_KERNELS,
+  moeTileSlots,
+  packQuantizedGateUpIdParams,
+  packQuantizedMatmulIdParams,
+  quantizedGateUpMmId,
+  quantizedGateUpMvId,
+  quantizedIdMmCudaLaunch,
+  quantizedIdMvCudaLaunch,
+  quantizedIdMvTiles,
+  quantizedMatmulId,
+  quantizedMmId,
+  quantizedMvId,
+  type GateActivation,
+} from '../ts/ops/quantized_matmul_id.ts';
+import { affinePack, affineQuantize, affineRowBytes } from '../ts/reference/quantized_matmul.ts';
+import { quantizedGateUpIdRef, quantizedMatmulIdRef, type AffineExpertsRef, type QuantizedIdSizesRef } from '../ts/reference/quantized_matmul_id.ts';
+import {
+  describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, poisoned, randomArray, rng, roundedTo, TARGET_LIMITS, type Rng,
+} from './helpers.ts';
+
+function run(dev: Device, rec: (enc: Encoder) => void): void {
+  const enc = dev.encoder();
+  rec(enc);
+  enc.commitAndWait();
+  enc.release();
+}
+
+describe('quantized_matmul_id param packers match the header and the .metal bindings', () => {
+  test('QuantizedMatmulIdParams (the crate\'s 10 fields) and QuantizedGateUpIdParams at buffer(6)', () => {
+    for (const k of QUANTIZED_MATMUL_ID_KERNELS) {
+      const s = k.includes('gate_up') ? 'QuantizedGateUpIdParams' : 'QuantizedMatmulIdParams';
+      expect(src).toMatch(new RegExp(`kernel void ${k}\\([^{]*constant ${s}&\\s+params\\s+\\[\\[buffer\\(6\\)\\]\\]`));
+    }
+    const sizes = { m: 3, n: 7, k: 64, groupSize: 32, bits: 6, nExpertUsed: 2, numExperts: 5, weightStride: 336, scalesStride: 14 };
+    const p = packQuantizedMatmulIdParams(sizes);
+    expect(Array.from(new Uint32Array(p.buffer, p.byteOffset, p.byteLength / 4))).toEqual([3, 64, 7, 32, 6, 2, 5, 336, 14, 14]);
+    const g = packQuantizedGateUpIdParams({ ...sizes, activation: 'gelu_tanh' });
+    expect(Array.from(new Uint32Array(g.buffer, g.byteOffset, g.byteLength / 4))).toEqual([3, 64, 7, 32, 6, 2, 5, 336, 14, 14, 1]);
+    expect(new Uint32Array(packQuantizedGateUpIdParams(sizes).buffer)[10]).toBe(0);
+  });
+  test('launches: vector tiles by k steps, matrix tile slots, shared memory within an H100\'s', () => {
+    expect([32, 512, 704, 2048, 5120].map(quantizedIdMvTiles)).toEqual([4, 2, 2, 1, 1]);
+    // Qwen3.6 decode, 8 tokens x top-8: gate/up (k = 2048, 8 outputs a tile) and down (k = 512, 32 rows a block).
+    expect(quantizedIdMvCudaLaunch(64, 512, 2048, true)).toEqual({ grid: [64 * 64, 1, 1], threads: [256, 1, 1] });
+    expect(quantizedIdMvCudaLaunch(64, 2048, 512, false)).toEqual({ grid: [64 * 64, 1, 1], threads: [256, 1, 1] });
+    expect(moeTileSlots(4096, 256, 64)).toBe(64 + 257);
+    expect(quantizedIdMmCudaLaunch(4096, 512, 256, true)).toEqual({
+      grid: [321 * 8, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 61440 },
+    });
+    expect(61440).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);
+  });
+});
+
+describe('quantized_matmul_id reference against values by hand', () => {
+  test('two experts of 1 row, k = 32, 4 bits: each pair takes its expert; an id past them gives zeros', () => {
+    // Expert 0: q = 1 everywhere, scale 0.5, bias -1 -> w = -0.5; expert 1: q = 3, scale 1, bias 0 -> w = 3.
+    const q = [...Array(32).fill(1), ...Array(32).fill(3)];
+    const ex: AffineExpertsRef = { packed: affinePack(q, 2, 32, 4), scales: [0.5, 1], biases: [-1, 0] };
+    const x = Array.from({ length: 32 }, (_, i) => (i % 2 === 0 ? 1 : 2));
+    const r = quantizedMatmulIdRef(x, ex, [1, 0, 7], { m: 1, n: 1, k: 32, groupSize: 32, bits: 4, nExpertUsed: 3, numExperts: 2 });
+    expect(Array.from(r.y)).toEqual([3 * 48, -0.5 * 48, 0]);
+    expect(Array.from(r.abs)).toEqual([3 * 48, 0.5 * 48, 1]);
+  });
+});
+
+describeValidation('quantized_matmul_id validation', ({ enc, buf }) => {
+  type Case = [mutate: Record<string, unknown>, arg: string, expected: string, actual: string];
+  // m = 3 rows, 2 slots, 4 experts of n = 5 rows, k = 64, 4 bits, groups of 32: 8 words and 2 groups a row.
+  const mv = () => ({
+    x: buf('bf16', 192), weight: buf('u32', 160), scales: buf('bf16', 40), biases: buf('bf16', 40), ids: buf('u32', 6),
+    output: buf('bf16', 30), m: 3, n: 5, k: 64, groupSize: 32, bits: 4, nExpertUsed: 2, numExperts: 4,
+  });
+  test('quantized_mv_id: every rule', () => {
+    const big = buf('bf16', 64);
+    const cases: Case[] = [
+      [{ m: 0 }, 'm', 'a positive integer', '0'],
+      [{ n: 2 ** 32 }, 'n', 'at most 2^32 - 1', `${2 ** 32}`],
+      [{ nExpertUsed: 1.5 }, 'nExpertUsed', 'a positive integer', '1.5'],
+      [{ numExperts: -1 }, 'numExperts', 'a positive integer', '-1'],
+      [{ bits: 5 }, 'bits', '4, 6 or 8', '5'],
+      [{ groupSize: 16 }, 'groupSize', '32, 64 or 128', '16'],
+      [{ k: 96, groupSize: 64 }, 'k', 'a multiple of groupSize (64)', '96'],
+      [{ expertRows: 4 }, 'expertRows', 'at least n (5)', '4'],
+      [{ expertRows: 0 }, 'expertRows', 'a positive integer', '0'],
+      [{ m: 2 ** 31, nExpertUsed: 2 }, 'm * nExpertUsed', 'at most 2^32 - 2', `${2 ** 32}`],
+      [{ n: 5, expertRows: 2 ** 27 }, 'expertRows * k * bits / 8', 'at most 2^32 - 1', `${2 ** 32}`],
+      [{ m: 2 ** 30, n: 5000 }, 'm * nExpertUsed', 'small enough for', `${2 ** 31}`],
+      [{ x: buf('f32', 192) }, 'x.dtype', 'one of f16, bf16', 'f32'],
+      [{ weight: buf('u8', 640) }, 'weight.dtype', 'u32', 'u8'],
+      [{ scales: buf('f16', 40) }, 'scales.dtype', 'bf16', 'f16'],
+      [{ biases: buf('f32', 40) }, 'biases.dtype', 'bf16', 'f32'],
+      [{ ids: buf('i32', 6) }, 'ids.dtype', 'u32', 'i32'],
+      [{ output: buf('f16', 30) }, 'output.dtype', 'bf16', 'f16'],
+      [{ x: buf('bf16', 191) }, 'x.elementCount', '192', '191'],
+      [{ weight: buf('u32', 161) }, 'weight.elementCount', '160', '161'],
+      [{ scales: buf('bf16', 39) }, 'scales.elementCount', '40', '39'],
+      [{ biases: buf('bf16', 41) }, 'biases.elementCount', '40', '41'],
+      [{ ids: buf('u32', 5) }, 'ids.elementCount', '6', '5'],
+      [{ output: buf('bf16', 31) }, 'output.elementCount', '30', '31'],
+      [{ expertRows: 6 }, 'weight.elementCount', '184', '160'],
+      [{ scales: big.view('bf16', [40]), output: big.view('bf16', [30], 32) }, 'output', 'a buffer other than scales', 'a view overlapping scales'],
+      [{ ids: 3 }, 'ids', 'a Buffer', '3'],
+    ];
+    for (const [m, arg, expected, actual] of cases) expectInvalid(() => quantizedMvId(enc(), { ...mv(), ...m } as never), 'quantized_mv_id', arg, expected, actual);
+  });
+  test('quantized_mm_id: offsets and order in place of ids', () => {
+    const mm = () => {
+      const { ids: _, ...rest } = mv();
+      return { ...rest, offsets: buf('u32', 6), order: buf('u32', 6) };
+    };
+    const cases: Case[] = [
+      [{ offsets: buf('u32', 5) }, 'offsets.elementCount', '6', '5'],
+      [{ order: buf('u32', 7) }, 'order.elementCount', '6', '7'],
+      [{ order: buf('f32', 6) }, 'order.dtype', 'u32', 'f32'],
+      [{ offsets: undefined }, 'offsets', 'a Buffer', 'none'],
+      [{ numExperts: 2 ** 31 }, 'numExperts', 'small enough for', `${2 ** 31}`],
+      [{ m: 2 ** 31 - 1, nExpertUsed: 2, n: 2 ** 20 }, 'm * nExpertUsed', 'small enough for', `${2 ** 32 - 2}`],
+    ];
+    for (const [m, arg, expected, actual] of cases) expectInvalid(() => quantizedMmId(enc(), { ...mm(), ...m } as never), 'quantized_mm_id', arg, expected, actual);
+  });
+  test('quantized_gate_up_{mv,mm}_id: both expert sets and the activation', () => {
+    const gu = () => {
+      const { weight, scales, biases, ...rest } = mv();
+      return { ...rest, gateWeight: weight, gateScales: scales, gateBiases: biases, upWeight: buf('u32', 160), upScales: buf('bf16', 40), upBiases: buf('bf16', 40) };
+    };
+    const cases: Case[] = [
+      [{ activation: 'relu' }, 'activation', "'silu', 'gelu_tanh' or absent", 'relu'],
+      [{ gateWeight: buf('u32', 159) }, 'gateWeight.elementCount', '160', '159'],
+      [{ upScales: buf('f16', 40) }, 'upScales.dtype', 'bf16', 'f16'],
+      [{ upBiases: buf('bf16', 39) }, 'upBiases.elementCount', '40', '39'],
+      [{ upWeight: undefined }, 'upWeight', 'a Buffer', 'none'],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => quantizedGateUpMvId(enc(), { ...gu(), ...m } as never), 'quantized_gate_up_mv_id', arg, expected, actual);
+    }
+    const { ids: _, ...rest } = gu();
+    expectInvalid(() => quantizedGateUpMmId(enc(), { ...rest, offsets: buf('u32', 6), order: buf('u32', 6), activation: 1 } as never),
+      'quantized_gate_up_mm_id', 'activation', "'silu', 'gelu_tanh' or absent", '1');
+    expectInvalid(() => quantizedGateUpMmId(enc(), { ...rest, offsets: buf('u32', 6), order: buf('u32', 5) } as never),
+      'quantized_gate_up_mm_id', 'order.elementCount', '6', '5');
+  });
+  test('quantized_matmul_id (mlx-native\'s rules: each buffer at least its size, any k and group size)', () => {
+    // m = 2, 2 slots, 3 experts of n = 3 rows, k = 10, 6 bits (rows of 9 bytes), groups of 4 (3 a row).
+    const crate = () => ({
+      input: buf('f32', 20), weight: buf('u8', 81), scales: buf('bf16', 27), biases: buf('bf16', 27), ids: buf('u32', 4),
+      output: buf('f32', 12), m: 2, k: 10, n: 3, groupSize: 4, bits: 6, nExpertUsed: 2, numExperts: 3,
+    });
+    const cases: Case[] = [
+      [{ bits: 3 }, 'bits', '4, 6 or 8', '3'],
+      [{ groupSize: 0 }, 'groupSize', 'a positive integer', '0'],
+      [{ nExpertUsed: 0 }, 'nExpertUsed', 'a positive integer', '0'],
+      [{ numExperts: 2 ** 32 }, 'numExperts', 'at most 2^32 - 1', `${2 ** 32}`],
+      [{ n: 2 ** 29, k: 32 }, 'n * row bytes', 'at most 2^32 - 1', `${2 ** 29 * 24}`],
+      [{ input: buf('bf16', 20) }, 'input.dtype', 'f32', 'bf16'],
+      [{ weight: buf('f32', 81) }, 'weight.dtype', 'one of u32, u8', 'f32'],
+      [{ scales: buf('f16', 27) }, 'scales.dtype', 'bf16', 'f16'],
+      [{ ids: buf('f32', 4) }, 'ids.dtype', 'u32', 'f32'],
+      [{ output: buf('bf16', 12) }, 'output.dtype', 'f32', 'bf16'],
+      [{ input: buf('f32', 19) }, 'input.elementCount', 'at least 20', '19'],
+      [{ weight: buf('u8', 80) }, 'weight.byteLength', 'at least 81', '80'],
+      [{ scales: buf('bf16', 26) }, 'scales.elementCount', 'at least 27', '26'],
+      [{ biases: buf('bf16', 26) }, 'biases.elementCount', 'at least 27', '26'],
+      [{ ids: buf('u32', 3) }, 'ids.elementCount', 'at least 4', '3'],
+      [{ output: buf('f32', 11) }, 'output.elementCount', 'at least 12', '11'],
+    ];
+    for (const [m, arg, expected, actual] of cases) expectInvalid(() => quantizedMatmulId(enc(), { ...crate(), ...m } as never), 'quantized_matmul_id', arg, expected, actual);
+    const b = buf('f32', 40);
+    expectInvalid(() => quantizedMatmulId(enc(), { ...crate(), input: b, output: b }), 'quantized_matmul_id', 'output', 'a buffer other than input', 'the buffer of input');
+  });
+});
+
+// ---- parity ----
+
+/** Views at 16-byte offsets of one u8 allocation with random bytes around them. */
+class Arena {
+  readonly root: Buffer;
+  private at = 32;
+  constructor(dev: Device, bytes: number, r: Rng) {
+    this.root = dev.alloc('u8', [bytes + 64]);
+    this.root.write(Uint8Array.from({ length: bytes + 64 }, () => Math.floor(r.uniform(0, 256))));
+  }
+  /** A view of `count` elements; numbers converted, or raw bytes. */
+  put(dtype: DType, count: number, data: ArrayLike<number> | Uint8Array, raw = false): Buffer {
+    const size = dtype === 'f32' || dtype === 'u32' ? 4 : dtype === 'u8' ? 1 : 2;
+    const v = this.root.view(dtype, [count], this.at);
+    if (raw) v.write(new DataView((data as Uint8Array).buffer, (data as Uint8Array).byteOffset, count * size));
+    else v.writeNumbers(data);
+    this.at = Math.ceil((this.at + count * size) / 16) * 16 + 16;
+    return v;
+  }
+}
+
+/** Bytes an Arena needs for these element counts (each rounded up and padded as put() places them). */
+function arenaBytes(parts: [size: number, count: number][]): number {
+  return parts.reduce((s, [size, count]) => s + Math.ceil((count * size) / 16) * 16 + 16, 48);
+}
+
+/** Random weights of `rows` rows, MLX-quantized with scales and biases in dt. */
+function experts(r: Rng, rows: number, k: number, gs: number, bits: number, dt: 'f16' | 'bf16' | 'f32'): AffineExpertsRef & { packed: Uint8Array } {
+  const q = affineQuantize(randomArray(r, rows * k, -1, 1), rows, k, gs, bits, dt);
+  return { packed: q.packed, scales: q.scales, biases: q.biases };
+}
+
+interface Shape extends QuantizedIdSizesRef {
+  dt: 'f16' | 'bf16';
+}
+
+/** Ids [m * U]: experts 0 .. E - 1 and, where `bad`, some past them. */
+function idsFor(r: Rng, pairs: number, numExperts: number, pick: (p: number) => number | null, bad: boolean): number[] {
+  return Array.from({ length: pairs }, (_, p) => {
+    const fixed = pick(p);
+    if (fixed !== null) return fixed;
+    if (bad && r.next() < 0.1) return numExperts + Math.floor(r.uniform(0, 1e9));
+    return Math.floor(r.uniform(0, numExperts));
+  });
+}
+
+/**
+ * One product on the device, vector or matrix form (the matrix form after
+ * moe_dispatch_sort in the same encoder), against the reference: the error,
+ * Infinity where the output or the bytes around it are wrong.
+ */
+function checkProduct(dev: Device, s: Shape, ids: number[], form: 'vector' | 'matrix', seed: number,
+  gateUp?: { activation: GateActivation; fused: boolean }): number {
+  const r = rng(seed);
+  const { m, n, k, dt } = s;
+  const pairs = m * s.nExpertUsed;
+  const E = s.numExperts;
+  const fused = gateUp?.fused === true;
+  const expertRows = s.expertRows ?? (fused ? 2 * n : n);
+  const rowBytes = affineRowBytes(k, s.bits);
+  const groups = k / s.groupSize;
+  const viewRows = (E - 1) * expertRows + n;
+  const stored = fused ? E * expertRows : viewRows;
+  const x = roundedTo(dt, randomArray(r, m * k, -1, 1));
+  const gate = experts(r, stored, k, s.groupSize, s.bits, dt);
+  const up = gateUp !== undefined && !fused ? experts(r, stored, k, s.groupSize, s.bits, dt) : gate;
+  const arena = new Arena(dev, arenaBytes([[2, m * k], [1, 2 * stored * rowBytes], [2, 4 * stored * groups], [4, pairs]]) + 4096, r);
+  const xb = arena.put(dt, m * k, x);
+  const idb = arena.put('u32', pairs, ids);
+  const wv = (e: AffineExpertsRef, at: number): { weight: Buffer; scales: Buffer; biases: Buffer } => {
+    const w = arena.put('u32', (viewRows * rowBytes) / 4, e.packed.subarray(at * rowBytes, (at + viewRows) * rowBytes), true);
+    const sc = arena.put(dt, viewRows * groups, Array.from(e.scales).slice(at * groups, (at + viewRows) * groups));
+    const bi = arena.put(dt, viewRows * groups, Array.from(e.biases).slice(at * groups, (at + viewRows) * groups));
+    return { weight: w, scales: sc, biases: bi };
+  };
+  const g = wv(gate, 0);
+  const u = gateUp === undefined ? g : wv(up, fused ? n : 0);
+  const outRoot = dev.alloc(dt, [pairs * n + 32]);
+  outRoot.fill(Number.NaN);
+  const output = outRoot.view(dt, [pairs * n], 64);
+  const offsets = dev.alloc('u32', [E + 2]);
+  const order = dev.alloc('u32', [pairs]);
+  const sizes = { m, n, k, groupSize: s.groupSize, bits: s.bits, nExpertUsed: s.nExpertUsed, numExperts: E, expertRows };
+  run(dev, (enc) => {
+    if (form === 'matrix') moeDispatchSort(enc, { ids: idb, offsets, order, nPairs: pairs, numExperts: E });
+    if (gateUp === undefined) {
+      if (form === 'vector') quantizedMvId(enc, { x: xb, ...g, ids: idb, output, ...sizes });
+      else quantizedMmId(enc, { x: xb, ...g, offsets, order, output, ...sizes });
+    } else {
+      const parts = {
+        x: xb, gateWeight: g.weight, gateScales: g.scales, gateBiases: g.biases, upWeight: u.weight, upScales: u.scales, upBiases: u.biases,
+        output, activation: gateUp.activation, ...sizes,
+      };
+      if (form === 'vector') quantizedGateUpMvId(enc, { ...parts, ids: idb });
+      else quantizedGateUpMmId(enc, { ...parts, offsets, order });
+    }
+  });
+  // The reference reads the experts as the views hold them (the up view starts n rows into a fused tensor).
+  const sub = (e: AffineExpertsRef, at: number): AffineExpertsRef => ({
+    packed: e.packed.subarray(at * rowBytes, (at + viewRows) * rowBytes),
+    scales: Array.from(e.scales).slice(at * groups, (at + viewRows) * groups),
+    biases: Array.from(e.biases).slice(at * groups, (at + viewRows) * groups),
+  });
+  const want = gateUp === undefined ? quantizedMatmulIdRef(x, sub(gate, 0), ids, sizes)
+    : quantizedGateUpIdRef(x, sub(gate, 0), sub(up, fused ? n : 0), ids, sizes, gateUp.activation);
+  const all = outRoot.readNumbers();
+  // f16 below its smallest normal (2^-14) is spaced 2^-24 apart: an output there errs by up to 2^-25
+  // whatever the sums' error, 2^-11 of a 2^-14 floor (under TOL.f16). bf16's normals reach 1e-38.
+  const floor = dt === 'f16' ? 2 ** -14 : 0;
+  const err = dotErr(all.slice(32), want.y, want.abs.map((v) => v + floor));
+  const outside = Array.from(all.slice(0, 32)).every(Number.isNaN);
+  for (const b of [arena.root, outRoot, offsets, order]) b.release();
+  return outside ? err : Infinity;
+}
+
+describeBackends('quantized_matmul_id parity', ({ device }) => {
+  test('vector form: every bits x group size x dtype; one token and three x top-2 of 5 experts; ids past the experts', () => {
+    const dev = device();
+    const over: string[] = [];
+    let seed = 1;
+    for (const dt of ['f16', 'bf16'] as const) {
+      for (const bits of [4, 6, 8]) {
+        for (const gs of [32, 64, 128]) {
+          for (const m of [1, 3]) {
+            const s: Shape = { dt, m, n: 13, k: 128, groupSize: gs, bits, nExpertUsed: 2, numExperts: 5 };
+            const ids = idsFor(rng(seed), m * 2, 5, (p) => (p === 1 ? 9 : null), true);
+            const e = checkProduct(dev, s, ids, 'vector', seed++);
+            if (!(e < dotTolerance(dt, s.k))) over.push(`${dt} ${bits} bits gs ${gs} m ${m}: ${e}`);
+          }
+        }
+      }
+    }
+    expect(over).toEqual([]);
+  });
+
+  test('matrix form after moe_dispatch_sort: empty experts, one expert taking all, ids past the experts, n past a tile', () => {
+    const dev = device();
+    const over: string[] = [];
+    const cases: [name: string, s: Shape, pick: (p: number) => number | null, bad: boolean, empty: number | null][] = [
+      ['40 tokens x top-3 of 9, expert 4 empty', { dt: 'bf16', m: 40, n: 70, k: 64, groupSize: 32, bits: 4, nExpertUsed: 3, numExperts: 9 },
+        () => null, true, 4],
+      ['one expert takes all 75 pairs', { dt: 'f16', m: 25, n: 9, k: 64, groupSize: 64, bits: 6, nExpertUsed: 3, numExperts: 4 }, () => 2, false,
+        null],
+      ['one token, top-8 of 12 experts', { dt: 'bf16', m: 1, n: 33, k: 128, groupSize: 128, bits: 8, nExpertUsed: 8, numExperts: 12 },
+        (p) => 11 - p, false, null],
+    ];
+    let seed = 100;
+    for (const [name, s, pick, bad, empty] of cases) {
+      const ids = idsFor(rng(seed), s.m * s.nExpertUsed, s.numExperts, pick, bad).map((e) => (e === empty ? e + 1 : e));
+      const e = checkProduct(dev, s, ids, 'matrix', seed++);
+      if (!(e < dotTolerance(s.dt, s.k))) over.push(`${name}: ${e}`);
+    }
+    expect(over).toEqual([]);
+  });
+
+  test('fused gate/up (silu, gelu_tanh), vector and matrix forms, separate and fused [E, 2 I, k] weights', () => {
+    const dev = device();
+    const over: string[] = [];
+    let seed = 200;
+    for (const activation of ['silu', 'gelu_tanh'] as const) {
+      for (const fused of [false, true]) {
+        for (const form of ['vector', 'matrix'] as const) {
+          const s: Shape = form === 'vector'
+            ? { dt: 'bf16', m: 2, n: 24, k: 64, groupSize: 32, bits: 4, nExpertUsed: 4, numExperts: 6 }
+            : { dt: 'f16', m: 30, n: 40, k: 96, groupSize: 32, bits: 6, nExpertUsed: 2, numExperts: 5 };
+          const ids = idsFor(rng(seed), s.m * s.nExpertUsed, s.numExperts, () => null, true);
+          const e = checkProduct(dev, s, ids, form, seed++, { activation, fused });
+          if (!(e < dotTolerance(s.dt, s.k))) over.push(`${activation} ${fused ? 'fused' : 'separate'} ${form}: ${e}`);
+        }
+      }
+    }
+    expect(over).toEqual([]);
+  });
+
+  test('a down projection over pairs (m = tokens x top-k, nExpertUsed = 1), Qwen3.6-like k = 512 of 2048 rows trimmed to 48', () => {
+    const dev = device();
+    const s: Shape = { dt: 'bf16', m: 2 * 8, n: 48, k: 512, groupSize: 64, bits: 4, nExpertUsed: 1, numExperts: 16 };
+    const ids = idsFor(rng(300), 16, 16, () => null, false);
+    for (const form of ['vector', 'matrix'] as const) {
+      expect(checkProduct(dev, s, ids, form, form === 'vector' ? 301 : 302)).toBeLessThan(dotTolerance('bf16', 512));
+    }
+  });
+
+  test('the vector and matrix forms agree on the same ids (8 tokens x top-8 of 20 experts)', () => {
+    const dev = device();
+    const s: Shape = { dt: 'bf16', m: 8, n: 20, k: 64, groupSize: 64, bits: 8, nExpertUsed: 8, numExperts: 20 };
+    const ids = idsFor(rng(400), 64, 20, () => null, false);
+    expect(checkProduct(dev, s, ids, 'vector', 401)).toBeLessThan(dotTolerance('bf16', 64));
+    expect(checkProduct(dev, s, ids, 'matrix', 401)).toBeLessThan(dotTolerance('bf16', 64));
+  });
+
+  test('mlx-native\'s quantized_matmul_id: its odd layouts (k = 10, group 4, 6-bit rows as u8) and MLX\'s; larger buffers; a bad id gives zeros', () => {
+    const dev = device();
+    const over: string[] = [];
+    const cases = [
+      { m: 2, k: 10, n: 3, groupSize: 4, bits: 6, nExpertUsed: 2, numExperts: 3, u8: true },
+      { m: 3, k: 96, n: 17, groupSize: 32, bits: 4, nExpertUsed: 2, numExperts: 4, u8: false },
+      { m: 1, k: 256, n: 8, groupSize: 64, bits: 8, nExpertUsed: 4, numExperts: 6, u8: false },
+    ];
+    let seed = 500;
+    for (const c of cases) {
+      const r = rng(seed++);
+      const pairs = c.m * c.nExpertUsed;
+      const rows = c.numExperts * c.n;
+      const q = Array.from({ length: rows * c.k }, () => Math.floor(r.uniform(0, 2 ** c.bits)));
+      const packed = affinePack(q, rows, c.k, c.bits);
+      const g = rows * Math.ceil(c.k / c.groupSize);
+      const scales = roundedTo('bf16', randomArray(r, g, 0.001, 0.02));
+      const biases = roundedTo('bf16', randomArray(r, g, -0.1, 0.1));
+      const x = roundedTo('f32', randomArray(r, c.m * c.k, -1, 1));
+      const ids = idsFor(r, pairs, c.numExperts, (p) => (p === pairs - 1 ? c.numExperts : null), false);
+      const input = dev.upload('f32', [c.m * c.k + 3], [...x, 9, 9, 9]);
+      const weight = c.u8 ? dev.alloc('u8', [packed.byteLength + 5]) : dev.alloc('u32', [Math.ceil(packed.byteLength / 4) + 2]);
+      weight.write(new DataView(packed.buffer, packed.byteOffset, packed.byteLength), { byteOffset: 0 });
+      const sb = dev.upload('bf16', [g + 1], [...scales, 1]);
+      const bb = dev.upload('bf16', [g + 1], [...biases, 1]);
+      const idb = dev.upload('u32', [pairs + 1], [...ids, 0]);
+      const output = poisoned(dev, 'f32', [pairs * c.n + 4]);
+      run(dev, (enc) => quantizedMatmulId(enc, { input, weight, scales: sb, biases: bb, ids: idb, output, ...c }));
+      const want = quantizedMatmulIdRef(roundedTo('bf16', x), { packed, scales, biases }, ids, c);
+      const got = output.readNumbers();
+      const e = dotErr(got.slice(0, pairs * c.n), want.y, want.abs);
+      if (!(e < dotTolerance('bf16', c.k)) || !Array.from(got.slice(pairs * c.n)).every(Number.isNaN)) over.push(`${JSON.stringify(c)}: ${e}`);
+      for (const b of [input, weight, sb, bb, idb, output]) b.release();
+    }
+    expect(over).toEqual([]);
+  });
+});
+

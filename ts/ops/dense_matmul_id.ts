@@ -1,0 +1,328 @@
+// dense_matmul_id: per-expert products with f32, f16 or bf16 weights stored
+// [out, in], routed by per-token expert ids (MoE): the dense twin of
+// quantized_matmul_id (the issue's dense_matmul_id; mlx-native has no dense
+// _id kernel, so this family is designed in the style of its
+// quantized_matmul_id: the same pairs, expert strides and id rule). Kernels:
+// shaders/dense_matmul_id.metal and shaders/cuda/dense_matmul_id.cu.
+//
+// Pairs, experts and the fused gate_up layout are quantized_matmul_id's
+// (ts/ops/quantized_matmul_id.ts): x [m, k], ids [m, nExpertUsed], pair p is
+// row p / nExpertUsed of x and has output row p of y [m, nExpertUsed, n];
+// expert e's weight [n, k] starts expertRows rows (default n) after expert
+// e - 1's; a fused [E, 2 I, k] gate_up tensor is two views with expertRows
+// 2 I. An id past the experts gives its row zeros and reads no weight.
+//
+// Forms: the vector form (dense_mv_id_<t>, dense_gate_up_mv_id_<t>; f32, f16,
+// bf16) reads each routed expert's rows once per pair (decode); the matrix
+// form (dense_mm_id_<t>, dense_gate_up_mm_id_<t>; f16, bf16) runs tiles of
+// one expert's pairs after moeDispatchSort (prefill).
+
+import src from '../../shaders/dense_matmul_id.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/dense_matmul_id.cu' with { type: 'text' };
+import header from '../../shaders/dense_matmul_id.h' with { type: 'text' };
+import type { Buffer } from '../buffer.ts';
+import type { Device, DeviceLimits } from '../device.ts';
+import type { Encoder } from '../encoder.ts';
+import { packFields, structLayout, type ParamField } from '../params.ts';
+import { record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { familySources } from '../registry.ts';
+import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { GATE_ACTIVATIONS, moeTileSlots, type GateActivation } from './quantized_matmul_id.ts';
+
+export const DENSE_MATMUL_ID_FAMILY = 'dense_matmul_id';
+/** The family's kernel sources by backend, as registered by every dispatch. */
+export const DENSE_MATMUL_ID_SOURCES = familySources(DENSE_MATMUL_ID_FAMILY, { header, metal: src, cuda: cudaSrc });
+export const DENSE_MATMUL_ID_KERNELS = [
+  'dense_mv_id_f32', 'dense_mv_id_f16', 'dense_mv_id_bf16', 'dense_gate_up_mv_id_f32', 'dense_gate_up_mv_id_f16', 'dense_gate_up_mv_id_bf16',
+  'dense_mm_id_f16', 'dense_mm_id_bf16', 'dense_gate_up_mm_id_f16', 'dense_gate_up_mm_id_bf16',
+] as const;
+
+/** struct DenseMatmulIdParams (buffer 4 of every kernel of the family). */
+export const DENSE_MATMUL_ID_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'DenseMatmulIdParams');
+
+const U32_MAX = 0xffff_ffff;
+/** Blocks of a one-dimensional CUDA grid (gridDim.x). */
+const CUDA_GRID_MAX = 0x7fff_ffff;
+
+const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
+
+export type DenseIdDType = 'f32' | 'f16' | 'bf16';
+
+export function packDenseMatmulIdParams(p: {
+  m: number; k: number; n: number; nExpertUsed: number; numExperts: number; expertStride: number; activation?: GateActivation;
+}): Uint8Array {
+  return packFields(DENSE_MATMUL_ID_PARAMS_LAYOUT, {
+    M: p.m, K: p.k, N: p.n, n_expert_used: p.nExpertUsed, num_experts: p.numExperts, expert_stride: p.expertStride,
+    activation: p.activation === 'gelu_tanh' ? 1 : 0,
+  });
+}
+
+/** Weight rows (outputs) a block of the CUDA vector engine takes: one a warp, 8 warps. */
+export const DENSE_MV_ID_CUDA_ROWS = 8;
+
+/** The CUDA vector engine's launch: a 256-thread block per (pair, 8 rows). */
+export function denseIdMvCudaLaunch(pairs: number, n: number): Launch {
+  return { grid: [pairs * ceilDiv(n, DENSE_MV_ID_CUDA_ROWS), 1, 1], threads: [256, 1, 1] };
+}
+
+/** Pair rows of a tile of the CUDA matrix engine, and its dynamic shared memory (4 stages of (64 + 128) rows of 40 16-bit values). */
+export const DENSE_MM_ID_CUDA_BM = 64;
+export const DENSE_MM_ID_CUDA_SHARED_BYTES = 4 * (64 + 128) * 40 * 2;
+
+/** The CUDA matrix engine's launch: a 128-thread block per (tile slot of 64 pairs, 128 weight rows; 64 outputs for gate/up). */
+export function denseIdMmCudaLaunch(pairs: number, n: number, numExperts: number, gateUp: boolean): Launch {
+  return {
+    grid: [moeTileSlots(pairs, numExperts, DENSE_MM_ID_CUDA_BM) * ceilDiv(n, gateUp ? 64 : 128), 1, 1], threads: [128, 1, 1],
+    threadgroupMemory: { 0: DENSE_MM_ID_CUDA_SHARED_BYTES },
+  };
+}
+
+interface DenseIdBase {
+  /** [m, k]: f32, f16 or bf16 (the matrix form: f16 or bf16) */
+  x: Buffer;
+  /** [m, nExpertUsed, n], x's dtype; output */
+  output: Buffer;
+  m: number;
+  n: number;
+  k: number;
+  nExpertUsed: number;
+  numExperts: number;
+  /** Rows from one expert's weight to the next's; n when absent. At least n. */
+  expertRows?: number;
+}
+
+export interface DenseMvIdArgs extends DenseIdBase {
+  /** [((numExperts - 1) * expertRows + n) * k], x's dtype */
+  weight: Buffer;
+  /** u32 [m, nExpertUsed] */
+  ids: Buffer;
+}
+export interface DenseMmIdArgs extends DenseIdBase {
+  weight: Buffer;
+  /** u32 [numExperts + 2]: moeDispatchSort's offsets of these ids */
+  offsets: Buffer;
+  /** u32 [m * nExpertUsed]: moeDispatchSort's order */
+  order: Buffer;
+}
+export interface DenseGateUpBase extends DenseIdBase {
+  gateWeight: Buffer;
+  upWeight: Buffer;
+  /** The gate's activation; silu when absent. */
+  activation?: GateActivation;
+}
+export interface DenseGateUpMvIdArgs extends DenseGateUpBase {
+  ids: Buffer;
+}
+export interface DenseGateUpMmIdArgs extends DenseGateUpBase {
+  offsets: Buffer;
+  order: Buffer;
+}
+
+/** The rules every op shares; returns the expert stride (elements). */
+function validateBase(op: string, a: DenseIdBase, weights: readonly (readonly [string, Buffer])[], routing: readonly (readonly [string, Buffer, number])[],
+  dtypes: readonly DenseIdDType[], matrix: boolean, gateUp: boolean, device?: Device): number {
+  for (const arg of ['m', 'n', 'k', 'nExpertUsed', 'numExperts'] as const) {
+    checkPositive(op, arg, a[arg]);
+    checkAtMost(op, arg, a[arg], U32_MAX, '2^32 - 1');
+  }
+  const rows = a.expertRows ?? a.n;
+  if (a.expertRows !== undefined) {
+    checkPositive(op, 'expertRows', a.expertRows);
+    if (a.expertRows < a.n) throw invalid(op, 'expertRows', `at least n (${a.n})`, a.expertRows);
+  }
+  const pairs = checkedProduct(op, 'm * nExpertUsed', a.m, a.nExpertUsed);
+  checkAtMost(op, 'm * nExpertUsed', pairs, U32_MAX - 1, '2^32 - 2');
+  const blocks = matrix ? denseIdMmCudaLaunch(pairs, a.n, a.numExperts, gateUp).grid[0] : denseIdMvCudaLaunch(pairs, a.n).grid[0];
+  if (blocks > CUDA_GRID_MAX) {
+    const what = `small enough for ${CUDA_GRID_MAX} CUDA blocks`;
+    if (matrix && (a.numExperts + 1) * ceilDiv(a.n, gateUp ? 64 : 128) > CUDA_GRID_MAX) throw invalid(op, 'numExperts', what, a.numExperts);
+    throw invalid(op, 'm * nExpertUsed', what, pairs);
+  }
+  const stride = checkedProduct(op, 'expertRows * k', rows, a.k);
+  checkAtMost(op, 'expertRows * k', stride, U32_MAX, '2^32 - 1 (the params hold the expert stride as a u32)');
+  const nw = checkedProduct(op, '((numExperts - 1) * expertRows + n) * k', checkedProduct(op, '(numExperts - 1) * expertRows', a.numExperts - 1, rows) + a.n, a.k);
+  const nx = checkedProduct(op, 'm * k', a.m, a.k);
+  const ny = checkedProduct(op, 'm * nExpertUsed * n', pairs, a.n);
+  checkBuffer(op, 'x', a.x, device);
+  for (const [arg, b] of weights) checkBuffer(op, arg, b, device);
+  for (const [arg, b] of routing) checkBuffer(op, arg, b, device);
+  checkBuffer(op, 'output', a.output, device);
+  checkDtype(op, 'x', a.x, dtypes);
+  for (const [arg, b] of weights) checkDtype(op, arg, b, a.x.dtype);
+  for (const [arg, b] of routing) checkDtype(op, arg, b, 'u32');
+  checkDtype(op, 'output', a.output, a.x.dtype);
+  checkElements(op, 'x', a.x, nx);
+  for (const [arg, b] of weights) checkElements(op, arg, b, nw);
+  for (const [arg, b, n] of routing) checkElements(op, arg, b, n);
+  checkElements(op, 'output', a.output, ny);
+  checkNoAliasing(op, [['x', a.x], ...weights, ...routing.map(([arg, b]) => [arg, b] as const), ['output', a.output]], ['output'],
+    'every output row reads x and weights that other rows read too');
+  return stride;
+}
+
+function checkActivation(op: string, activation: unknown): void {
+  if (activation !== undefined && !(GATE_ACTIVATIONS as readonly unknown[]).includes(activation)) {
+    throw invalid(op, 'activation', "'silu', 'gelu_tanh' or absent", activation);
+  }
+}
+
+const ALL: readonly DenseIdDType[] = ['f32', 'f16', 'bf16'];
+const HALF: readonly DenseIdDType[] = ['f16', 'bf16'];
+const idsOf = (a: { ids: Buffer; m: number; nExpertUsed: number }): [string, Buffer, number][] => [['ids', a.ids, a.m * a.nExpertUsed]];
+const sortedOf = (a: { offsets: Buffer; order: Buffer; m: number; nExpertUsed: number; numExperts: number }): [string, Buffer, number][] => [
+  ['offsets', a.offsets, a.numExperts + 2], ['order', a.order, a.m * a.nExpertUsed],
+];
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateDenseMvId(a: DenseMvIdArgs, device?: Device): void {
+  validateBase('dense_mv_id', a, [['weight', a.weight]], idsOf(a), ALL, false, false, device);
+}
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateDenseMmId(a: DenseMmIdArgs, device?: Device): void {
+  validateBase('dense_mm_id', a, [['weight', a.weight]], sortedOf(a), HALF, true, false, device);
+}
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateDenseGateUpMvId(a: DenseGateUpMvIdArgs, device?: Device): void {
+  checkActivation('dense_gate_up_mv_id', a.activation);
+  validateBase('dense_gate_up_mv_id', a, [['gateWeight', a.gateWeight], ['upWeight', a.upWeight]], idsOf(a), ALL, false, true, device);
+}
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateDenseGateUpMmId(a: DenseGateUpMmIdArgs, device?: Device): void {
+  checkActivation('dense_gate_up_mm_id', a.activation);
+  validateBase('dense_gate_up_mm_id', a, [['gateWeight', a.gateWeight], ['upWeight', a.upWeight]], sortedOf(a), HALF, true, true, device);
+}
+
+function paramsOf(a: DenseIdBase & { activation?: GateActivation }): Uint8Array {
+  return packDenseMatmulIdParams({ ...a, expertStride: (a.expertRows ?? a.n) * a.k });
+}
+
+function plan(dispatch: PlannedDispatch): OpPlan {
+  return { family: DENSE_MATMUL_ID_FAMILY, sources: DENSE_MATMUL_ID_SOURCES, kernels: DENSE_MATMUL_ID_KERNELS, dispatches: [dispatch] };
+}
+
+/**
+ * dense_mv_id: y[p, j] = sum_k x[p / U, k] * w_e[j, k] for each pair p (U =
+ * nExpertUsed, e = ids[p]), w_e expert e's weight [n, k]; products summed in
+ * f32, y rounded once; zeros for an id >= numExperts. The vector form: each
+ * routed expert's rows read once per pair (decode).
+ *
+ * Layouts: x [m, k]; weight [((numExperts - 1) * expertRows + n) * k];
+ * ids u32 [m, nExpertUsed]; output [m, nExpertUsed, n]; x, weight and
+ * output of one dtype (f32, f16, bf16); exact element counts; the output
+ * overlaps no input.
+ * Kernels: dense_mv_id_<dtype>. Bindings: 0 x, 1 weight, 2 ids, 3 output, 4
+ * DenseMatmulIdParams (M, K, N, n_expert_used, num_experts, expert_stride,
+ * activation).
+ * Grid (Metal): (ceil(n / 8), pairs, 1) threadgroups of (32, 2, 1), 4 rows a
+ * simdgroup, lanes over k. CUDA: denseIdMvCudaLaunch (a warp a row, 16-byte
+ * streaming loads).
+ */
+export function denseMvId(enc: Encoder, args: DenseMvIdArgs): void {
+  record(enc, planDenseMvId(args, enc.device.limits, enc.device));
+}
+
+/** denseMvId's plan: validates, then one dispatch (see denseMvId). */
+export function planDenseMvId(a: DenseMvIdArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateDenseMvId(a, device);
+  const pairs = a.m * a.nExpertUsed;
+  return plan({
+    kernel: `dense_mv_id_${a.x.dtype}`,
+    buffers: [a.x, a.weight, a.ids, a.output],
+    bytes: [, , , , paramsOf(a)],
+    grid: [ceilDiv(a.n, 8), pairs, 1],
+    threads: [32, 2, 1],
+    cuda: denseIdMvCudaLaunch(pairs, a.n),
+  });
+}
+
+/**
+ * dense_mm_id: denseMvId's product in the matrix form over the pairs grouped
+ * by expert (moeDispatchSort of the same ids): tiles of one expert's pairs,
+ * the x rows gathered through the order, the outputs scattered back to pair
+ * order; an expert without pairs costs an empty tile slot (prefill).
+ *
+ * Layouts: as denseMvId with offsets u32 [numExperts + 2] and order u32
+ * [m * nExpertUsed] (moeDispatchSort's) in place of ids; f16 or bf16.
+ * Kernels: dense_mm_id_<dtype>. Bindings: 0 x, 1 weight, 2 offsets, 3
+ * output, 4 DenseMatmulIdParams, 5 order.
+ * Grid (Metal): (ceil(n / 64), floor(pairs / 32) + numExperts + 1, 1)
+ * threadgroups of 128 (32 pairs x 64 rows, simdgroup matrices). CUDA:
+ * denseIdMmCudaLaunch (64 pairs x 128 rows, cp.async stages, mma.sync; k a
+ * multiple of 8 and 16-byte aligned rows, else a thread per output).
+ */
+export function denseMmId(enc: Encoder, args: DenseMmIdArgs): void {
+  record(enc, planDenseMmId(args, enc.device.limits, enc.device));
+}
+
+/** denseMmId's plan: validates, then one dispatch (see denseMmId). */
+export function planDenseMmId(a: DenseMmIdArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateDenseMmId(a, device);
+  const pairs = a.m * a.nExpertUsed;
+  return plan({
+    kernel: `dense_mm_id_${a.x.dtype}`,
+    buffers: [a.x, a.weight, a.offsets, a.output, , a.order],
+    bytes: [, , , , paramsOf(a)],
+    grid: [ceilDiv(a.n, 64), moeTileSlots(pairs, a.numExperts, 32), 1],
+    threads: [128, 1, 1],
+    cuda: denseIdMmCudaLaunch(pairs, a.n, a.numExperts, false),
+  });
+}
+
+/**
+ * dense_gate_up_mv_id: the fused gate/up projection of the experts,
+ * y[p, j] = act(sum_k x[p / U, k] g_e[j, k]) * sum_k x[p / U, k] u_e[j, k]
+ * (one pass over x), act silu (default) or gelu_tanh; zeros for an id >=
+ * numExperts.
+ *
+ * Layouts: as denseMvId, with gateWeight and upWeight of one shape.
+ * Kernels: dense_gate_up_mv_id_<dtype>. Bindings: 0 x, 1 gate_weight, 2
+ * ids, 3 output, 4 DenseMatmulIdParams, 5 up_weight.
+ * Grid: as denseMvId (CUDA: a warp takes a row's gate and up).
+ */
+export function denseGateUpMvId(enc: Encoder, args: DenseGateUpMvIdArgs): void {
+  record(enc, planDenseGateUpMvId(args, enc.device.limits, enc.device));
+}
+
+/** denseGateUpMvId's plan: validates, then one dispatch (see denseGateUpMvId). */
+export function planDenseGateUpMvId(a: DenseGateUpMvIdArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateDenseGateUpMvId(a, device);
+  const pairs = a.m * a.nExpertUsed;
+  return plan({
+    kernel: `dense_gate_up_mv_id_${a.x.dtype}`,
+    buffers: [a.x, a.gateWeight, a.ids, a.output, , a.upWeight],
+    bytes: [, , , , paramsOf(a)],
+    grid: [ceilDiv(a.n, 8), pairs, 1],
+    threads: [32, 2, 1],
+    cuda: denseIdMvCudaLaunch(pairs, a.n),
+  });
+}
+
+/**
+ * dense_gate_up_mm_id: denseGateUpMvId's product in the matrix form over the
+ * pairs grouped by expert (as denseMmId).
+ *
+ * Layouts: as denseGateUpMvId with offsets and order in place of ids; f16 or bf16.
+ * Kernels: dense_gate_up_mm_id_<dtype>. Bindings: 0 x, 1 gate_weight, 2
+ * offsets, 3 output, 4 DenseMatmulIdParams, 5 order, 6 up_weight.
+ * Grid (Metal): (ceil(n / 32), floor(pairs / 32) + numExperts + 1, 1)
+ * threadgroups of 128 (32 pairs x (32 gate + 32 up rows)). CUDA:
+ * denseIdMmCudaLaunch (64 pairs x 64 outputs, gate and up columns
+ * interleaved by 8).
+ */
+export function denseGateUpMmId(enc: Encoder, args: DenseGateUpMmIdArgs): void {
+  record(enc, planDenseGateUpMmId(args, enc.device.limits, enc.device));
+}
+
+/** denseGateUpMmId's plan: validates, then one dispatch (see denseGateUpMmId). */
+export function planDenseGateUpMmId(a: DenseGateUpMmIdArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateDenseGateUpMmId(a, device);
+  const pairs = a.m * a.nExpertUsed;
+  return plan({
+    kernel: `dense_gate_up_mm_id_${a.x.dtype}`,
+    buffers: [a.x, a.gateWeight, a.offsets, a.output, , a.order, a.upWeight],
+    bytes: [, , , , paramsOf(a)],
+    grid: [ceilDiv(a.n, 32), moeTileSlots(pairs, a.numExperts, 32), 1],
+    threads: [128, 1, 1],
+    cuda: denseIdMmCudaLaunch(pairs, a.n, a.numExperts, true),
+  });
+}

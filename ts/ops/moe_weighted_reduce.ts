@@ -1,0 +1,148 @@
+// moe_weighted_reduce: an MoE layer's expert outputs reduced back to one row
+// per token, with the shared expert and the residual folded in. Kernel name,
+// bindings, param struct and rules of mlx-native's moe_weighted_reduce module
+// (moe_weighted_reduce_f32); moe_weighted_reduce_f16 and _bf16 are added
+// (16-bit activations, f32 routing weights). Kernels:
+// shaders/moe_weighted_reduce.metal and shaders/cuda/moe_weighted_reduce.cu.
+
+import src from '../../shaders/moe_weighted_reduce.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/moe_weighted_reduce.cu' with { type: 'text' };
+import header from '../../shaders/moe_weighted_reduce.h' with { type: 'text' };
+import type { Buffer } from '../buffer.ts';
+import type { Device, DeviceLimits } from '../device.ts';
+import { dtypeSize } from '../dtype.ts';
+import type { Encoder } from '../encoder.ts';
+import { packFields, structLayout, type ParamField } from '../params.ts';
+import { record, type Launch, type OpPlan } from '../plan.ts';
+import { familySources } from '../registry.ts';
+import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkNoAliasing, checkPositive, checkedProduct } from '../validate.ts';
+
+export const MOE_WEIGHTED_REDUCE_FAMILY = 'moe_weighted_reduce';
+/** The family's kernel sources by backend, as registered by every dispatch. */
+export const MOE_WEIGHTED_REDUCE_SOURCES = familySources(MOE_WEIGHTED_REDUCE_FAMILY, { header, metal: src, cuda: cudaSrc });
+export const MOE_WEIGHTED_REDUCE_KERNELS = ['moe_weighted_reduce_f32', 'moe_weighted_reduce_f16', 'moe_weighted_reduce_bf16'] as const;
+
+/** struct MoeWeightedReduceParams (buffer 0 of every kernel of the family). */
+export const MOE_WEIGHTED_REDUCE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'MoeWeightedReduceParams');
+
+/** Threads of a threadgroup: the kernels index by 256 (mlx-native's TG_SIZE). */
+export const MOE_WEIGHTED_REDUCE_THREADS = 256;
+const U32_MAX = 0xffff_ffff;
+/** CUDA's gridDim.y: tokens are the grid's second dimension. */
+const GRID_Y_MAX = 65535;
+
+const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
+
+export interface MoeWeightedReduceArgs {
+  /** f32 [nTokens, topK]: the routing weights (fused_moe_routing's, renormalized and scaled) */
+  expertW: Buffer;
+  /** [nTokens, topK, h]: f32, f16 or bf16, the routed experts' outputs in (token, slot) order */
+  yExpert: Buffer;
+  /** [nTokens], yExpert's dtype: the shared expert gate's raw output (sigmoid applied here) */
+  shLogit: Buffer;
+  /** [nTokens, h], yExpert's dtype: the shared expert's output */
+  yShared: Buffer;
+  /** [nTokens, h], yExpert's dtype; added when given; may be output (in place) */
+  residual?: Buffer;
+  /** [nTokens, h], yExpert's dtype; output */
+  output: Buffer;
+  nTokens: number;
+  topK: number;
+  /** The hidden size. */
+  h: number;
+}
+
+export function packMoeWeightedReduceParams(p: { nTokens: number; topK: number; h: number; addResidual: boolean }): Uint8Array {
+  return packFields(MOE_WEIGHTED_REDUCE_PARAMS_LAYOUT, { n_tokens: p.nTokens, top_k: p.topK, h: p.h, add_residual: p.addResidual ? 1 : 0 });
+}
+
+/**
+ * Throws MlxError('InvalidArgument') naming the argument unless the
+ * arguments fit: mlx-native's rules (n_tokens, top_k, h > 0; each buffer at
+ * least its size), with dtypes, the u32 and grid bounds, and no output over
+ * an input but the residual exactly (in place).
+ */
+export function validateMoeWeightedReduce(a: MoeWeightedReduceArgs, device?: Device): void {
+  const op = 'moe_weighted_reduce';
+  for (const arg of ['nTokens', 'topK', 'h'] as const) {
+    checkPositive(op, arg, a[arg]);
+    checkAtMost(op, arg, a[arg], U32_MAX, '2^32 - 1');
+  }
+  checkAtMost(op, 'nTokens', a.nTokens, GRID_Y_MAX, `${GRID_Y_MAX} (a grid dimension)`);
+  const slots = checkedProduct(op, 'nTokens * topK', a.nTokens, a.topK);
+  const ny = checkedProduct(op, 'nTokens * topK * h', slots, a.h);
+  const nh = checkedProduct(op, 'nTokens * h', a.nTokens, a.h);
+  checkBuffer(op, 'expertW', a.expertW, device);
+  checkBuffer(op, 'yExpert', a.yExpert, device);
+  checkBuffer(op, 'shLogit', a.shLogit, device);
+  checkBuffer(op, 'yShared', a.yShared, device);
+  if (a.residual !== undefined) checkBuffer(op, 'residual', a.residual, device);
+  checkBuffer(op, 'output', a.output, device);
+  checkDtype(op, 'expertW', a.expertW, 'f32');
+  checkDtype(op, 'yExpert', a.yExpert, ['f32', 'f16', 'bf16']);
+  const dt = a.yExpert.dtype;
+  checkDtype(op, 'shLogit', a.shLogit, dt);
+  checkDtype(op, 'yShared', a.yShared, dt);
+  if (a.residual !== undefined) checkDtype(op, 'residual', a.residual, dt);
+  checkDtype(op, 'output', a.output, dt);
+  checkAtLeast(op, 'expertW', a.expertW, slots);
+  checkAtLeast(op, 'yExpert', a.yExpert, ny);
+  checkAtLeast(op, 'shLogit', a.shLogit, a.nTokens);
+  checkAtLeast(op, 'yShared', a.yShared, nh);
+  if (a.residual !== undefined) checkAtLeast(op, 'residual', a.residual, nh);
+  checkAtLeast(op, 'output', a.output, nh);
+  checkNoAliasing(op, [
+    ['expertW', a.expertW], ['yExpert', a.yExpert], ['shLogit', a.shLogit], ['yShared', a.yShared], ['residual', a.residual], ['output', a.output],
+  ], ['output'], 'every output element reads its token\'s slots, gate and shared row; only the residual may be read in place',
+  [['output', 'residual']]);
+}
+
+/** The CUDA launch: one thread per 16-byte vector of a row, 256 a block (shaders/cuda/moe_weighted_reduce.cu). */
+export function moeWeightedReduceCudaLaunch(nTokens: number, h: number, dtype: 'f32' | 'f16' | 'bf16'): Launch {
+  const vec = 16 / dtypeSize(dtype);
+  return { grid: [ceilDiv(ceilDiv(h, vec), MOE_WEIGHTED_REDUCE_THREADS), nTokens, 1], threads: [MOE_WEIGHTED_REDUCE_THREADS, 1, 1] };
+}
+
+/**
+ * moe_weighted_reduce: output[t, d] = sum_k expertW[t, k] * yExpert[t, k, d]
+ * + sigmoid(shLogit[t]) * yShared[t, d] (+ residual[t, d] when given); slots
+ * in order, then the shared term, then the residual, summed in f32 and
+ * rounded once to the output's dtype. Qwen3.6's MoE block (routed experts
+ * plus the sigmoid-gated shared expert, transformers' Qwen3_5MoeSparseMoeBlock)
+ * with the decoder layer's residual add folded in. A model without a shared
+ * expert (Gemma 4) takes moeWeightedSumSeq.
+ *
+ * Layouts: expertW f32 [nTokens, topK]; yExpert [nTokens, topK, h]; shLogit
+ * [nTokens]; yShared, residual, output [nTokens, h]; one dtype (f32, f16,
+ * bf16) for all but expertW; each buffer at least its size (mlx-native's
+ * rule); output may be residual, nothing else.
+ * Kernels: moe_weighted_reduce_<dtype>. Bindings: 0 MoeWeightedReduceParams
+ * (n_tokens, top_k, h, add_residual), 1 expert_w, 2 y_expert, 3 sh_logit,
+ * 4 y_shared, 5 residual (yShared's buffer in its place when absent; not
+ * read), 6 output.
+ * Grid: (ceil(h / 256), nTokens, 1) threadgroups of 256, one thread per
+ * element (the crate's); CUDA: a thread per 16-byte vector of a row
+ * (moeWeightedReduceCudaLaunch).
+ */
+export function moeWeightedReduce(enc: Encoder, args: MoeWeightedReduceArgs): void {
+  record(enc, planMoeWeightedReduce(args, enc.device.limits, enc.device));
+}
+
+/** moeWeightedReduce's plan: validates, then one dispatch (see moeWeightedReduce). */
+export function planMoeWeightedReduce(a: MoeWeightedReduceArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateMoeWeightedReduce(a, device);
+  const dt = a.yExpert.dtype as 'f32' | 'f16' | 'bf16';
+  return {
+    family: MOE_WEIGHTED_REDUCE_FAMILY,
+    sources: MOE_WEIGHTED_REDUCE_SOURCES,
+    kernels: MOE_WEIGHTED_REDUCE_KERNELS,
+    dispatches: [{
+      kernel: `moe_weighted_reduce_${dt}`,
+      buffers: [, a.expertW, a.yExpert, a.shLogit, a.yShared, a.residual ?? a.yShared, a.output],
+      bytes: [packMoeWeightedReduceParams({ ...a, addResidual: a.residual !== undefined })],
+      grid: [ceilDiv(a.h, MOE_WEIGHTED_REDUCE_THREADS), a.nTokens, 1],
+      threads: [MOE_WEIGHTED_REDUCE_THREADS, 1, 1],
+      cuda: moeWeightedReduceCudaLaunch(a.nTokens, a.h, dt),
+    }],
+  };
+}

@@ -1,0 +1,594 @@
+// quantized_matmul_id: MLX affine quantized products of per-expert weights,
+// routed by per-token expert ids (MoE). Kernel name, bindings, param struct
+// and validation rules of mlx-native's quantized_matmul_id module
+// (src/ops/quantized_matmul_id.rs, quantized_matmul_id); added in its style,
+// as the crate has them for neither MLX's affine format nor f16/bf16
+// activations: the typed vector form quantized_mv_id_<t>, the matrix form
+// quantized_mm_id_<t> over pairs grouped by expert (moe_dispatch_sort), and
+// the fused gate/up projections quantized_gate_up_{mv,mm}_id_<t> (the
+// issue's fused_gate_up_silu, with Gemma 4's GELU as a second activation).
+// Kernels: shaders/quantized_matmul_id.metal and
+// shaders/cuda/quantized_matmul_id.cu. The weight format is MLX's
+// (ts/ops/quantized_matmul.ts writes it down).
+//
+// Pairs: x has m rows, ids [m, nExpertUsed]; pair p is row p / nExpertUsed,
+// slot p % nExpertUsed, and has one output row: y [m, nExpertUsed, n]. The
+// gate/up projections of a layer take x [tokens, hidden] with nExpertUsed =
+// top-k; the down projection takes their output, one row per pair, as
+// [tokens * topK, intermediate] with nExpertUsed = 1 and the same ids (the
+// crate's Gemma 4 path does the same).
+//
+// Experts: the weight, scales and biases of every expert in one buffer each,
+// expert e's rows starting expertRows rows after expert e - 1's (default n:
+// stacked [E, n, ...] tensors, mlx's switch_mlp). A fused [E, 2 I, H]
+// gate_up tensor is two views of one buffer, the up view starting I rows in,
+// both with expertRows 2 I.
+//
+// An id past the experts (>= numExperts) cannot be refused without reading
+// the ids on the host; its output row is zeros, and no kernel reads outside
+// the weights for it (mlx-native's kernel skips such a row, leaving it
+// unwritten).
+
+import src from '../../shaders/quantized_matmul_id.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/quantized_matmul_id.cu' with { type: 'text' };
+import header from '../../shaders/quantized_matmul_id.h' with { type: 'text' };
+import type { Buffer } from '../buffer.ts';
+import type { Device, DeviceLimits } from '../device.ts';
+import type { Encoder } from '../encoder.ts';
+import { packFields, structLayout, type ParamField } from '../params.ts';
+import { record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { familySources } from '../registry.ts';
+import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { AFFINE_BITS, AFFINE_GROUP_SIZES, quantizedRowBytes } from './quantized_matmul.ts';
+
+export const QUANTIZED_MATMUL_ID_FAMILY = 'quantized_matmul_id';
+/** The family's kernel sources by backend, as registered by every dispatch. */
+export const QUANTIZED_MATMUL_ID_SOURCES = familySources(QUANTIZED_MATMUL_ID_FAMILY, { header, metal: src, cuda: cudaSrc });
+export const QUANTIZED_MATMUL_ID_KERNELS = [
+  'quantized_matmul_id',
+  'quantized_mv_id_f16', 'quantized_mv_id_bf16', 'quantized_gate_up_mv_id_f16', 'quantized_gate_up_mv_id_bf16',
+  'quantized_mm_id_f16', 'quantized_mm_id_bf16', 'quantized_gate_up_mm_id_f16', 'quantized_gate_up_mm_id_bf16',
+] as const;
+
+/** struct QuantizedMatmulIdParams (buffer 6 of quantized_matmul_id, quantized_mv_id_<t>, quantized_mm_id_<t>). */
+export const QUANTIZED_MATMUL_ID_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'QuantizedMatmulIdParams');
+/** struct QuantizedGateUpIdParams (buffer 6 of quantized_gate_up_{mv,mm}_id_<t>). */
+export const QUANTIZED_GATE_UP_ID_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'QuantizedGateUpIdParams');
+
+/** The gate's activation of the fused gate/up products: silu (Qwen3.6), gelu with the tanh approximation (Gemma 4). */
+export type GateActivation = 'silu' | 'gelu_tanh';
+export const GATE_ACTIVATIONS: readonly GateActivation[] = ['silu', 'gelu_tanh'];
+
+const U32_MAX = 0xffff_ffff;
+/** Blocks of a one-dimensional CUDA grid (gridDim.x). */
+const CUDA_GRID_MAX = 0x7fff_ffff;
+
+const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
+
+export type QuantizedIdDType = 'f16' | 'bf16';
+const ID_DTYPES: readonly QuantizedIdDType[] = ['f16', 'bf16'];
+
+interface IdSizes {
+  m: number;
+  n: number;
+  k: number;
+  groupSize: number;
+  bits: number;
+  nExpertUsed: number;
+  numExperts: number;
+  /** Bytes between two experts' weights, elements between their scales (biases alike). */
+  weightStride: number;
+  scalesStride: number;
+}
+
+function idFields(s: IdSizes): Record<string, number> {
+  return {
+    M: s.m, K: s.k, N: s.n, group_size: s.groupSize, bits: s.bits, n_expert_used: s.nExpertUsed, num_experts: s.numExperts,
+    expert_weight_stride: s.weightStride, expert_scales_stride: s.scalesStride, expert_biases_stride: s.scalesStride,
+  };
+}
+
+export function packQuantizedMatmulIdParams(s: IdSizes): Uint8Array {
+  return packFields(QUANTIZED_MATMUL_ID_PARAMS_LAYOUT, idFields(s));
+}
+
+export function packQuantizedGateUpIdParams(s: IdSizes & { activation?: GateActivation }): Uint8Array {
+  return packFields(QUANTIZED_GATE_UP_ID_PARAMS_LAYOUT, { ...idFields(s), activation: s.activation === 'gelu_tanh' ? 1 : 0 });
+}
+
+// ---- CUDA launches (shaders/cuda/quantized_matmul_id.cu; one-dimensional grids) ----
+
+/**
+ * 16-row tiles a block of the CUDA vector engine takes: its 8 warps split
+ * the k steps (4 chunks of 32 values a step) of every tile, so a short row
+ * (few steps) takes more tiles a block and keeps the warps busy. The kernel
+ * derives the same number from k.
+ */
+export function quantizedIdMvTiles(k: number): number {
+  const steps = ceilDiv(ceilDiv(k, 32), 4);
+  return steps >= 8 ? 1 : steps >= 4 ? 2 : 4;
+}
+
+/** Output rows a block of the CUDA vector engine takes: 16 a tile (8 for gate/up: each tile holds 8 gate and 8 up rows). */
+export function quantizedIdMvCudaRows(k: number, gateUp: boolean): number {
+  return quantizedIdMvTiles(k) * (gateUp ? 8 : 16);
+}
+
+/** The CUDA vector engine's launch: a 256-thread block per (pair, block of rows). */
+export function quantizedIdMvCudaLaunch(pairs: number, n: number, k: number, gateUp: boolean): Launch {
+  return { grid: [pairs * ceilDiv(n, quantizedIdMvCudaRows(k, gateUp)), 1, 1], threads: [256, 1, 1] };
+}
+
+/** Pair rows of a tile of the CUDA matrix engine (64 x 128 weight rows, 4 warps). */
+export const QUANTIZED_MM_ID_CUDA_BM = 64;
+/** Dynamic shared memory of the CUDA matrix engine: 4 stages of (64 + 128) rows of 40 16-bit values. */
+export const QUANTIZED_MM_ID_CUDA_SHARED_BYTES = 4 * (64 + 128) * 40 * 2;
+/** Pair rows of a tile of the Metal matrix kernels. */
+export const QUANTIZED_MM_ID_METAL_BM = 32;
+
+/** Tile slots over pairs grouped by expert (moe_tile in the preludes): floor(pairs / bm) + numExperts + 1. */
+export function moeTileSlots(pairs: number, numExperts: number, bm: number): number {
+  return Math.floor(pairs / bm) + numExperts + 1;
+}
+
+/** The CUDA matrix engine's launch: a 128-thread block per (tile slot, 128 weight rows; 64 outputs for gate/up). */
+export function quantizedIdMmCudaLaunch(pairs: number, n: number, numExperts: number, gateUp: boolean): Launch {
+  const slots = moeTileSlots(pairs, numExperts, QUANTIZED_MM_ID_CUDA_BM);
+  return {
+    grid: [slots * ceilDiv(n, gateUp ? 64 : 128), 1, 1], threads: [128, 1, 1],
+    threadgroupMemory: { 0: QUANTIZED_MM_ID_CUDA_SHARED_BYTES },
+  };
+}
+
+// ---- validation ----
+
+function checkBits(op: string, bits: number): void {
+  if (!(AFFINE_BITS as readonly number[]).includes(bits)) throw invalid(op, 'bits', '4, 6 or 8', bits);
+}
+
+/** The pairs (m * nExpertUsed), bounded so that every index and the CUDA grids fit. */
+function checkPairs(op: string, m: number, nExpertUsed: number): number {
+  const pairs = checkedProduct(op, 'm * nExpertUsed', m, nExpertUsed);
+  checkAtMost(op, 'm * nExpertUsed', pairs, U32_MAX - 1, '2^32 - 2');
+  return pairs;
+}
+
+interface TypedArgsBase {
+  /** [m, k]: f16 or bf16 */
+  x: Buffer;
+  /** [m, nExpertUsed, n], x's dtype; output */
+  output: Buffer;
+  /** Rows of x. */
+  m: number;
+  /** Output rows of an expert's weight. */
+  n: number;
+  /** Columns of x and of the unpacked weight: a multiple of groupSize. */
+  k: number;
+  /** 32, 64 or 128 */
+  groupSize: number;
+  /** 4, 6 or 8 */
+  bits: number;
+  /** Slots of each row of x (top-k; 1 for a down projection over pairs). */
+  nExpertUsed: number;
+  numExperts: number;
+  /** Rows from one expert's weight (scales, biases) to the next's; n when absent. At least n. */
+  expertRows?: number;
+}
+
+/** One expert set: u32 packed rows, scales and biases in x's dtype, numExperts of them expertRows rows apart. */
+export interface QuantizedExperts {
+  /** u32 [((numExperts - 1) * expertRows + n) * k * bits / 32] */
+  weight: Buffer;
+  /** [((numExperts - 1) * expertRows + n) * k / groupSize], x's dtype */
+  scales: Buffer;
+  /** as scales */
+  biases: Buffer;
+}
+
+export interface QuantizedMvIdArgs extends TypedArgsBase, QuantizedExperts {
+  /** u32 [m, nExpertUsed]: fused_moe_routing's expertIds */
+  ids: Buffer;
+}
+
+export interface QuantizedMmIdArgs extends TypedArgsBase, QuantizedExperts {
+  /** u32 [numExperts + 2]: moe_dispatch_sort's offsets of these ids */
+  offsets: Buffer;
+  /** u32 [m * nExpertUsed]: moe_dispatch_sort's order */
+  order: Buffer;
+}
+
+export interface QuantizedGateUpBase extends TypedArgsBase {
+  gateWeight: Buffer;
+  gateScales: Buffer;
+  gateBiases: Buffer;
+  upWeight: Buffer;
+  upScales: Buffer;
+  upBiases: Buffer;
+  /** The gate's activation; silu when absent. */
+  activation?: GateActivation;
+}
+
+export interface QuantizedGateUpMvIdArgs extends QuantizedGateUpBase {
+  ids: Buffer;
+}
+
+export interface QuantizedGateUpMmIdArgs extends QuantizedGateUpBase {
+  offsets: Buffer;
+  order: Buffer;
+}
+
+/** The rules every typed op shares; returns the sizes its params hold. */
+function validateTyped(op: string, a: TypedArgsBase, experts: readonly ExpertSet[],
+  routing: readonly (readonly [string, Buffer, number])[], checkGrid: (pairs: number) => void, device?: Device): IdSizes {
+  for (const arg of ['m', 'n', 'k', 'nExpertUsed', 'numExperts'] as const) {
+    checkPositive(op, arg, a[arg]);
+    checkAtMost(op, arg, a[arg], U32_MAX, '2^32 - 1');
+  }
+  checkBits(op, a.bits);
+  if (!(AFFINE_GROUP_SIZES as readonly number[]).includes(a.groupSize)) throw invalid(op, 'groupSize', '32, 64 or 128', a.groupSize);
+  checkMultiple(op, 'k', a.k, a.groupSize, 'groupSize');
+  const rows = a.expertRows ?? a.n;
+  if (a.expertRows !== undefined) {
+    checkPositive(op, 'expertRows', a.expertRows);
+    if (a.expertRows < a.n) throw invalid(op, 'expertRows', `at least n (${a.n})`, a.expertRows);
+  }
+  const pairs = checkPairs(op, a.m, a.nExpertUsed);
+  checkGrid(pairs);
+  const rowBytes = (a.k * a.bits) / 8;
+  const groups = a.k / a.groupSize;
+  const weightStride = checkedProduct(op, 'expertRows * k * bits / 8', rows, rowBytes);
+  checkAtMost(op, 'expertRows * k * bits / 8', weightStride, U32_MAX, '2^32 - 1 (the params hold the byte stride as a u32)');
+  const scalesStride = rows * groups;
+  const allRows = checkedProduct(op, '(numExperts - 1) * expertRows + n', a.numExperts - 1, rows) + a.n;
+  const nw = checkedProduct(op, 'weight words', allRows, rowBytes / 4);
+  const ng = checkedProduct(op, 'scale groups', allRows, groups);
+  const nx = checkedProduct(op, 'm * k', a.m, a.k);
+  const ny = checkedProduct(op, 'm * nExpertUsed * n', pairs, a.n);
+  checkBuffer(op, 'x', a.x, device);
+  for (const [[w, sc, bi], e] of experts) {
+    checkBuffer(op, w, e.weight, device);
+    checkBuffer(op, sc, e.scales, device);
+    checkBuffer(op, bi, e.biases, device);
+  }
+  for (const [arg, b] of routing) checkBuffer(op, arg, b, device);
+  checkBuffer(op, 'output', a.output, device);
+  checkDtype(op, 'x', a.x, ID_DTYPES);
+  for (const [[w, sc, bi], e] of experts) {
+    checkDtype(op, w, e.weight, 'u32');
+    checkDtype(op, sc, e.scales, a.x.dtype);
+    checkDtype(op, bi, e.biases, a.x.dtype);
+  }
+  for (const [arg, b] of routing) checkDtype(op, arg, b, 'u32');
+  checkDtype(op, 'output', a.output, a.x.dtype);
+  checkElements(op, 'x', a.x, nx);
+  for (const [[w, sc, bi], e] of experts) {
+    checkElements(op, w, e.weight, nw);
+    checkElements(op, sc, e.scales, ng);
+    checkElements(op, bi, e.biases, ng);
+  }
+  for (const [arg, b, count] of routing) checkElements(op, arg, b, count);
+  checkElements(op, 'output', a.output, ny);
+  const bindings: [string, Buffer][] = [['x', a.x], ['output', a.output]];
+  for (const [[w, sc, bi], e] of experts) bindings.push([w, e.weight], [sc, e.scales], [bi, e.biases]);
+  for (const [arg, b] of routing) bindings.push([arg, b]);
+  checkNoAliasing(op, bindings, ['output'], 'every output row reads x and weights that other rows read too');
+  return { m: a.m, n: a.n, k: a.k, groupSize: a.groupSize, bits: a.bits, nExpertUsed: a.nExpertUsed, numExperts: a.numExperts,
+    weightStride, scalesStride };
+}
+
+function checkActivation(op: string, activation: unknown): void {
+  if (activation !== undefined && !(GATE_ACTIVATIONS as readonly unknown[]).includes(activation)) {
+    throw invalid(op, 'activation', "'silu', 'gelu_tanh' or absent", activation);
+  }
+}
+
+/** The vector form's CUDA grid (a block per pair and block of rows) within 2^31 - 1 blocks. */
+function checkMvGrid(op: string, pairs: number, n: number, k: number, gateUpForm: boolean): void {
+  const blocks = quantizedIdMvCudaLaunch(pairs, n, k, gateUpForm).grid[0];
+  if (blocks > CUDA_GRID_MAX) {
+    throw invalid(op, 'm * nExpertUsed', `small enough for ${CUDA_GRID_MAX} CUDA blocks (one per pair and ${quantizedIdMvCudaRows(k, gateUpForm)} rows)`, pairs);
+  }
+}
+
+/** The matrix form's CUDA grid (tile slots x column tiles) within 2^31 - 1 blocks. */
+function checkMmGrid(op: string, pairs: number, n: number, numExperts: number, gateUpForm: boolean): void {
+  const cols = ceilDiv(n, gateUpForm ? 64 : 128);
+  if (quantizedIdMmCudaLaunch(pairs, n, numExperts, gateUpForm).grid[0] <= CUDA_GRID_MAX) return;
+  const what = `small enough for ${CUDA_GRID_MAX} CUDA blocks (${cols} column tiles x (pairs / 64 + numExperts + 1) tile slots)`;
+  if ((numExperts + 1) * cols > CUDA_GRID_MAX) throw invalid(op, 'numExperts', what, numExperts);
+  throw invalid(op, 'm * nExpertUsed', what, pairs);
+}
+
+type ExpertSet = readonly [names: readonly [string, string, string], QuantizedExperts];
+const experts = (a: QuantizedExperts): ExpertSet[] => [[['weight', 'scales', 'biases'], a]];
+const gateUp = (a: QuantizedGateUpBase): ExpertSet[] => [
+  [['gateWeight', 'gateScales', 'gateBiases'], { weight: a.gateWeight, scales: a.gateScales, biases: a.gateBiases }],
+  [['upWeight', 'upScales', 'upBiases'], { weight: a.upWeight, scales: a.upScales, biases: a.upBiases }],
+];
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateQuantizedMvId(a: QuantizedMvIdArgs, device?: Device): void {
+  const op = 'quantized_mv_id';
+  validateTyped(op, a, experts(a), [['ids', a.ids, a.m * a.nExpertUsed]], (p) => checkMvGrid(op, p, a.n, a.k, false), device);
+}
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateQuantizedMmId(a: QuantizedMmIdArgs, device?: Device): void {
+  const op = 'quantized_mm_id';
+  validateTyped(op, a, experts(a), [['offsets', a.offsets, a.numExperts + 2], ['order', a.order, a.m * a.nExpertUsed]],
+    (p) => checkMmGrid(op, p, a.n, a.numExperts, false), device);
+}
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateQuantizedGateUpMvId(a: QuantizedGateUpMvIdArgs, device?: Device): void {
+  const op = 'quantized_gate_up_mv_id';
+  checkActivation(op, a.activation);
+  validateTyped(op, a, gateUp(a), [['ids', a.ids, a.m * a.nExpertUsed]], (p) => checkMvGrid(op, p, a.n, a.k, true), device);
+}
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateQuantizedGateUpMmId(a: QuantizedGateUpMmIdArgs, device?: Device): void {
+  const op = 'quantized_gate_up_mm_id';
+  checkActivation(op, a.activation);
+  validateTyped(op, a, gateUp(a), [['offsets', a.offsets, a.numExperts + 2], ['order', a.order, a.m * a.nExpertUsed]],
+    (p) => checkMmGrid(op, p, a.n, a.numExperts, true), device);
+}
+
+function sizesOf(a: TypedArgsBase): IdSizes {
+  const rows = a.expertRows ?? a.n;
+  return { m: a.m, n: a.n, k: a.k, groupSize: a.groupSize, bits: a.bits, nExpertUsed: a.nExpertUsed, numExperts: a.numExperts,
+    weightStride: (rows * a.k * a.bits) / 8, scalesStride: (rows * a.k) / a.groupSize };
+}
+
+function plan(dispatch: PlannedDispatch): OpPlan {
+  return { family: QUANTIZED_MATMUL_ID_FAMILY, sources: QUANTIZED_MATMUL_ID_SOURCES, kernels: QUANTIZED_MATMUL_ID_KERNELS, dispatches: [dispatch] };
+}
+
+/** The Metal grid of the vector form: (ceil(n / 8), pairs, 1) threadgroups of (32, 2, 1). */
+function mvLaunch(pairs: number, n: number): Pick<PlannedDispatch, 'grid' | 'threads'> {
+  return { grid: [ceilDiv(n, 8), pairs, 1], threads: [32, 2, 1] };
+}
+
+/** The Metal grid of the matrix form: (ceil(n / cols), tile slots of 32 pairs, 1) threadgroups of 128. */
+function mmLaunch(pairs: number, n: number, numExperts: number, gateUpForm: boolean): Pick<PlannedDispatch, 'grid' | 'threads'> {
+  return { grid: [ceilDiv(n, gateUpForm ? 32 : 64), moeTileSlots(pairs, numExperts, QUANTIZED_MM_ID_METAL_BM), 1], threads: [128, 1, 1] };
+}
+
+/**
+ * quantized_mv_id: y[p, j] = sum_k x[p / U, k] * w_e[j, k] for each pair p
+ * (U = nExpertUsed, e = ids[p]), w_e expert e's dequantized weight (MLX's
+ * affine format: scale * q + bias per group), products summed in f32, y
+ * rounded once; zeros for an id >= numExperts. The vector form: each
+ * expert's rows read once per pair (decode: a few tokens, bandwidth-bound).
+ *
+ * Layouts: x [m, k]; weight u32, scales, biases: numExperts experts of n rows
+ * (QuantizedExperts), expertRows apart; ids u32 [m, nExpertUsed]; output
+ * [m, nExpertUsed, n]; x, scales, biases and output f16 or bf16; exact
+ * element counts; the output overlaps no input. bits 4, 6, 8; groupSize 32,
+ * 64, 128 dividing k.
+ * Kernels: quantized_mv_id_<dtype>. Bindings: 0 x, 1 weight, 2 scales, 3
+ * biases, 4 ids, 5 output, 6 QuantizedMatmulIdParams (the crate's struct;
+ * strides from expertRows).
+ * Grid (Metal): (ceil(n / 8), pairs, 1) threadgroups of (32, 2, 1), 4 rows a
+ * simdgroup, lanes splitting k. CUDA: quantizedIdMvCudaLaunch (tensor cores,
+ * 256 threads over 16-row tiles of one pair).
+ */
+export function quantizedMvId(enc: Encoder, args: QuantizedMvIdArgs): void {
+  record(enc, planQuantizedMvId(args, enc.device.limits, enc.device));
+}
+
+/** quantizedMvId's plan: validates, then one dispatch (see quantizedMvId). */
+export function planQuantizedMvId(a: QuantizedMvIdArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateQuantizedMvId(a, device);
+  const pairs = a.m * a.nExpertUsed;
+  return plan({
+    kernel: `quantized_mv_id_${a.x.dtype}`,
+    buffers: [a.x, a.weight, a.scales, a.biases, a.ids, a.output],
+    bytes: [, , , , , , packQuantizedMatmulIdParams(sizesOf(a))],
+    ...mvLaunch(pairs, a.n),
+    cuda: quantizedIdMvCudaLaunch(pairs, a.n, a.k, false),
+  });
+}
+
+/**
+ * quantized_mm_id: quantizedMvId's product in the matrix form, over the
+ * pairs grouped by expert (moeDispatchSort of the same ids: offsets and
+ * order): for each expert, tiles of its pairs (x rows gathered through the
+ * order) against its dequantized weight, the outputs scattered back to pair
+ * order; an expert without pairs costs an empty tile slot. Prefill.
+ *
+ * Layouts: as quantizedMvId, with offsets u32 [numExperts + 2] and order u32
+ * [m * nExpertUsed] in place of ids (moeDispatchSort's outputs; the group of
+ * ids past the experts gets zeros).
+ * Kernels: quantized_mm_id_<dtype>. Bindings: 0 x, 1 weight, 2 scales, 3
+ * biases, 4 offsets, 5 output, 6 QuantizedMatmulIdParams, 7 order.
+ * Grid (Metal): (ceil(n / 64), floor(pairs / 32) + numExperts + 1, 1)
+ * threadgroups of 128: a tile of 32 pairs x 64 weight rows, simdgroup
+ * matrices. CUDA: quantizedIdMmCudaLaunch (64 pairs x 128 rows, mma.sync).
+ */
+export function quantizedMmId(enc: Encoder, args: QuantizedMmIdArgs): void {
+  record(enc, planQuantizedMmId(args, enc.device.limits, enc.device));
+}
+
+/** quantizedMmId's plan: validates, then one dispatch (see quantizedMmId). */
+export function planQuantizedMmId(a: QuantizedMmIdArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateQuantizedMmId(a, device);
+  const pairs = a.m * a.nExpertUsed;
+  return plan({
+    kernel: `quantized_mm_id_${a.x.dtype}`,
+    buffers: [a.x, a.weight, a.scales, a.biases, a.offsets, a.output, , a.order],
+    bytes: [, , , , , , packQuantizedMatmulIdParams(sizesOf(a))],
+    ...mmLaunch(pairs, a.n, a.numExperts, false),
+    cuda: quantizedIdMmCudaLaunch(pairs, a.n, a.numExperts, false),
+  });
+}
+
+/**
+ * quantized_gate_up_mv_id: the fused gate/up projection of the experts,
+ * y[p, j] = act(sum_k x[p / U, k] g_e[j, k]) * sum_k x[p / U, k] u_e[j, k],
+ * g and u the gate and up weights of expert e = ids[p] (one pass over x),
+ * act silu (default; SwiGLU, Qwen3.6) or gelu_tanh (GeGLU, Gemma 4); f32
+ * sums, y rounded once; zeros for an id >= numExperts.
+ *
+ * Layouts: as quantizedMvId, with gate* and up* expert sets of one shape.
+ * Kernels: quantized_gate_up_mv_id_<dtype>. Bindings: 0 x, 1 gate_weight, 2
+ * gate_scales, 3 gate_biases, 4 ids, 5 output, 6 QuantizedGateUpIdParams, 7
+ * up_weight, 8 up_scales, 9 up_biases.
+ * Grid: as quantizedMvId (CUDA: 8 output rows a tile, their gate and up rows
+ * as the mma's 16).
+ */
+export function quantizedGateUpMvId(enc: Encoder, args: QuantizedGateUpMvIdArgs): void {
+  record(enc, planQuantizedGateUpMvId(args, enc.device.limits, enc.device));
+}
+
+/** quantizedGateUpMvId's plan: validates, then one dispatch (see quantizedGateUpMvId). */
+export function planQuantizedGateUpMvId(a: QuantizedGateUpMvIdArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateQuantizedGateUpMvId(a, device);
+  const pairs = a.m * a.nExpertUsed;
+  return plan({
+    kernel: `quantized_gate_up_mv_id_${a.x.dtype}`,
+    buffers: [a.x, a.gateWeight, a.gateScales, a.gateBiases, a.ids, a.output, , a.upWeight, a.upScales, a.upBiases],
+    bytes: [, , , , , , packQuantizedGateUpIdParams({ ...sizesOf(a), activation: a.activation })],
+    ...mvLaunch(pairs, a.n),
+    cuda: quantizedIdMvCudaLaunch(pairs, a.n, a.k, true),
+  });
+}
+
+/**
+ * quantized_gate_up_mm_id: quantizedGateUpMvId's product in the matrix form
+ * over the pairs grouped by expert (as quantizedMmId).
+ *
+ * Layouts: as quantizedGateUpMvId with offsets and order in place of ids.
+ * Kernels: quantized_gate_up_mm_id_<dtype>. Bindings: 0 x, 1 gate_weight, 2
+ * gate_scales, 3 gate_biases, 4 offsets, 5 output, 6 QuantizedGateUpIdParams,
+ * 7 order, 8 up_weight, 9 up_scales, 10 up_biases.
+ * Grid (Metal): (ceil(n / 32), floor(pairs / 32) + numExperts + 1, 1)
+ * threadgroups of 128: 32 pairs x (32 gate + 32 up rows). CUDA:
+ * quantizedIdMmCudaLaunch (64 pairs x 64 outputs, gate and up columns
+ * interleaved by 8).
+ */
+export function quantizedGateUpMmId(enc: Encoder, args: QuantizedGateUpMmIdArgs): void {
+  record(enc, planQuantizedGateUpMmId(args, enc.device.limits, enc.device));
+}
+
+/** quantizedGateUpMmId's plan: validates, then one dispatch (see quantizedGateUpMmId). */
+export function planQuantizedGateUpMmId(a: QuantizedGateUpMmIdArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateQuantizedGateUpMmId(a, device);
+  const pairs = a.m * a.nExpertUsed;
+  return plan({
+    kernel: `quantized_gate_up_mm_id_${a.x.dtype}`,
+    buffers: [a.x, a.gateWeight, a.gateScales, a.gateBiases, a.offsets, a.output, , a.order, a.upWeight, a.upScales, a.upBiases],
+    bytes: [, , , , , , packQuantizedGateUpIdParams({ ...sizesOf(a), activation: a.activation })],
+    ...mmLaunch(pairs, a.n, a.numExperts, true),
+    cuda: quantizedIdMmCudaLaunch(pairs, a.n, a.numExperts, true),
+  });
+}
+
+// ---- mlx-native's quantized_matmul_id ----
+
+/** mlx-native's arguments (its QuantizedMatmulIdParams' sizes), with the output it would allocate given here. */
+export interface QuantizedMatmulIdArgs {
+  /** f32 [m, k] at least */
+  input: Buffer;
+  /** u32 or u8: numExperts experts of n rows of quantizedRowBytes(k, bits) bytes, contiguous, at least */
+  weight: Buffer;
+  /** bf16 [numExperts, n, ceil(k / groupSize)] at least */
+  scales: Buffer;
+  /** bf16, as scales */
+  biases: Buffer;
+  /** u32 [m, nExpertUsed] at least */
+  ids: Buffer;
+  /** f32 [m, nExpertUsed, n] at least; output */
+  output: Buffer;
+  m: number;
+  k: number;
+  n: number;
+  /** Any positive group size (MLX's checkpoints: 32, 64 or 128). */
+  groupSize: number;
+  /** 4, 6 or 8 */
+  bits: number;
+  nExpertUsed: number;
+  numExperts: number;
+}
+
+/**
+ * Throws MlxError('InvalidArgument') naming the argument unless the
+ * arguments fit: mlx-native's rules (bits 4, 6 or 8; m, k, n, groupSize,
+ * nExpertUsed, numExperts > 0; each buffer at least its size: the weight
+ * numExperts * n * quantizedRowBytes(k, bits) bytes, scales and biases
+ * numExperts * n * ceil(k / groupSize) bf16), with the u32 fields' bounds
+ * (the expert strides too), dtypes and no aliasing.
+ */
+export function validateQuantizedMatmulId(a: QuantizedMatmulIdArgs, device?: Device): void {
+  const op = 'quantized_matmul_id';
+  checkBits(op, a.bits);
+  for (const arg of ['m', 'k', 'n', 'groupSize', 'nExpertUsed', 'numExperts'] as const) {
+    checkPositive(op, arg, a[arg]);
+    checkAtMost(op, arg, a[arg], U32_MAX, '2^32 - 1');
+  }
+  const pairs = checkPairs(op, a.m, a.nExpertUsed);
+  const expertBytes = checkedProduct(op, 'n * row bytes', a.n, quantizedRowBytes(a.k, a.bits));
+  checkAtMost(op, 'n * row bytes', expertBytes, U32_MAX, '2^32 - 1 (the params hold the expert stride as a u32)');
+  const expertGroups = checkedProduct(op, 'n * ceil(k / groupSize)', a.n, ceilDiv(a.k, a.groupSize));
+  checkAtMost(op, 'n * ceil(k / groupSize)', expertGroups, U32_MAX, '2^32 - 1');
+  const nw = checkedProduct(op, 'numExperts * n * row bytes', a.numExperts, expertBytes);
+  const ng = checkedProduct(op, 'numExperts * n * ceil(k / groupSize)', a.numExperts, expertGroups);
+  const nx = checkedProduct(op, 'm * k', a.m, a.k);
+  const ny = checkedProduct(op, 'm * nExpertUsed * n', pairs, a.n);
+  checkMvGrid(op, pairs, a.n, a.k, false);
+  const bindings = [
+    ['input', a.input], ['weight', a.weight], ['scales', a.scales], ['biases', a.biases], ['ids', a.ids], ['output', a.output],
+  ] as const;
+  for (const [arg, b] of bindings) checkBuffer(op, arg, b, device);
+  checkDtype(op, 'input', a.input, 'f32');
+  checkDtype(op, 'weight', a.weight, ['u32', 'u8']);
+  checkDtype(op, 'scales', a.scales, 'bf16');
+  checkDtype(op, 'biases', a.biases, 'bf16');
+  checkDtype(op, 'ids', a.ids, 'u32');
+  checkDtype(op, 'output', a.output, 'f32');
+  checkAtLeast(op, 'input', a.input, nx);
+  if (a.weight.byteLength < nw) {
+    throw invalid(op, 'weight.byteLength', `at least ${nw} (${a.numExperts} experts of ${a.n} rows of ${quantizedRowBytes(a.k, a.bits)} bytes)`,
+      a.weight.byteLength);
+  }
+  checkAtLeast(op, 'scales', a.scales, ng);
+  checkAtLeast(op, 'biases', a.biases, ng);
+  checkAtLeast(op, 'ids', a.ids, pairs);
+  checkAtLeast(op, 'output', a.output, ny);
+  checkNoAliasing(op, bindings, ['output'], 'every output row reads the input and weights that other rows read too');
+}
+
+/**
+ * quantized_matmul_id (mlx-native's): output[p, j] = sum_k x[p / U, k] *
+ * w_e[j, k], e = ids[p], U = nExpertUsed; f32 input (rounded to bf16 before
+ * the products, as the crate does) and output, bf16 scales and biases, any k
+ * and group size (rows of quantizedRowBytes(k, bits) bytes, ceil(k /
+ * groupSize) groups), experts contiguous (the crate's strides); products
+ * summed in f32 (on CUDA's tensor cores the weight reaches them in bf16).
+ * An id >= numExperts gives a row of zeros (the crate leaves it unwritten).
+ *
+ * Rules: mlx-native's (validateQuantizedMatmulId). Bindings: 0 input, 1
+ * weight, 2 scales, 3 biases, 4 ids, 5 output, 6 QuantizedMatmulIdParams.
+ * Grid (Metal): one thread per output, (ceil(n / 16), ceil(pairs / 16), 1)
+ * threadgroups of (min(16, n), min(16, pairs), 1), as the crate's. CUDA: the
+ * vector engine (quantizedIdMvCudaLaunch) on MLX's layouts, a thread per
+ * output on the others.
+ */
+export function quantizedMatmulId(enc: Encoder, args: QuantizedMatmulIdArgs): void {
+  record(enc, planQuantizedMatmulId(args, enc.device.limits, enc.device));
+}
+
+/** quantizedMatmulId's plan: validates, then one dispatch (see quantizedMatmulId). */
+export function planQuantizedMatmulId(a: QuantizedMatmulIdArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateQuantizedMatmulId(a, device);
+  const pairs = a.m * a.nExpertUsed;
+  const tx = Math.min(16, a.n), ty = Math.min(16, pairs);
+  return plan({
+    kernel: 'quantized_matmul_id',
+    buffers: [a.input, a.weight, a.scales, a.biases, a.ids, a.output],
+    bytes: [, , , , , , packQuantizedMatmulIdParams({
+      m: a.m, n: a.n, k: a.k, groupSize: a.groupSize, bits: a.bits, nExpertUsed: a.nExpertUsed, numExperts: a.numExperts,
+      weightStride: a.n * quantizedRowBytes(a.k, a.bits), scalesStride: a.n * ceilDiv(a.k, a.groupSize),
+    })],
+    grid: [ceilDiv(a.n, tx), ceilDiv(pairs, ty), 1],
+    threads: [tx, ty, 1],
+    cuda: quantizedIdMvCudaLaunch(pairs, a.n, a.k, false),
+  });
+}
