@@ -11,11 +11,13 @@
 // dequantization in torch followed by F.linear) and measures the peak it
 // divides by.
 //
-//   bun run bench/matmul.ts [--small] [--peak-tflops T] [--copy-gbs B]
+//   bun run bench/matmul.ts [--small] [--only TEXT] [--peak-tflops T] [--copy-gbs B]
 //
-// --small: shapes the emulator runs. With the peak bf16 TFLOP/s and the copy
-// bandwidth (GB/s, bytes read + written) that matmul_peers.py printed on the
-// same machine, each row also gets its floor and our fraction of it:
+// --small: shapes the emulator runs; --only: the cases whose name contains
+// TEXT (e.g. "m=512" or "square bf16", for a profiler's run). With the peak
+// bf16 TFLOP/s and the copy bandwidth (GB/s, bytes read + written) that
+// matmul_peers.py printed on the same machine, each row also gets its floor
+// and our fraction of it:
 //   matrix form (compute-bound): floor = 2 m n k / peak;
 //   vector form (decode, memory-bound): floor = bytes / copy bandwidth, the
 //   bytes being the weight's (read once; quantized: the packed words, scales
@@ -37,6 +39,8 @@ const arg = (name: string): number | null => {
   const i = process.argv.indexOf(name);
   return i < 0 ? null : Number(process.argv[i + 1]);
 };
+const onlyAt = process.argv.indexOf('--only');
+const only = onlyAt >= 0 ? process.argv[onlyAt + 1] ?? '' : undefined;
 const peakTflops = arg('--peak-tflops');
 const copyGbs = arg('--copy-gbs');
 const dev = Device.open();
@@ -77,9 +81,10 @@ function cases(): Case[] {
   const out: Case[] = [dense('square', 'bf16', 4096, 4096, 4096), dense('square', 'f16', 4096, 4096, 4096), dense('square', 'f32', 4096, 4096, 4096)];
   // Qwen3.6 27B MLP: hidden 5120, intermediate 17408 (gate/up 5120 -> 17408, down 17408 -> 5120).
   for (const m of [1, 8, 512, 8192]) out.push(dense('Qwen3.6 up', 'bf16', m, 17408, 5120));
-  for (const m of [1, 8192]) out.push(dense('Qwen3.6 down', 'bf16', m, 5120, 17408));
+  for (const m of [1, 512, 8192]) out.push(dense('Qwen3.6 down', 'bf16', m, 5120, 17408));
   // Gemma 4 31B: hidden 5376, MLP 21504 (4 x hidden); the 262144-token vocabulary projection.
-  for (const m of [1, 8, 8192]) out.push(dense('Gemma 4 up', 'bf16', m, 21504, 5376));
+  for (const m of [1, 8, 512, 8192]) out.push(dense('Gemma 4 up', 'bf16', m, 21504, 5376));
+  for (const m of [512, 8192]) out.push(dense('Gemma 4 down', 'bf16', m, 5376, 21504));
   out.push(dense('Gemma 4 lm_head', 'bf16', 1, 262144, 5376));
   {
     // mlx-native's f32-activation decode kernel on the same vocabulary projection.
@@ -321,7 +326,7 @@ function moeCases(): Case[] {
 const time = (c: Case, iters: number): number => gpuTimePerDispatch(dev, c.record, iters);
 
 console.log(`device: ${dev.name} (${dev.backend})${peakTflops ? `, peak ${peakTflops} TFLOP/s` : ''}${copyGbs ? `, copy ${copyGbs} GB/s` : ''}`);
-for (const c of cases()) {
+for (const c of cases().filter((x) => only === undefined || x.name.includes(only))) {
   const probe = time(c, 1);
   const iters = Math.max(1, Math.min(200, Math.round(2e8 / Math.max(probe, 1))));
   const ts = Array.from({ length: 5 }, () => time(c, iters)).sort((a, b) => a - b);

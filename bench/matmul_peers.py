@@ -75,10 +75,12 @@ for dt in (torch.bfloat16, torch.float16, torch.float32):
     dense("square", dt, 4096, 4096, 4096)
 for m in (1, 8, 512, 8192):
     dense("Qwen3.6 up", torch.bfloat16, m, 17408, 5120)
-for m in (1, 8192):
+for m in (1, 512, 8192):
     dense("Qwen3.6 down", torch.bfloat16, m, 5120, 17408)
-for m in (1, 8, 8192):
+for m in (1, 8, 512, 8192):
     dense("Gemma 4 up", torch.bfloat16, m, 21504, 5376)
+for m in (512, 8192):
+    dense("Gemma 4 down", torch.bfloat16, m, 5376, 21504)
 dense("Gemma 4 lm_head", torch.bfloat16, 1, 262144, 5376)
 # mlx-native's f32-activation kernels: f32 x, bf16 W, f32 y (PyTorch upcasts W or casts x).
 x = torch.randn(1, 5376, device=dev)

@@ -44,11 +44,12 @@
 //     llamacpp entry, causal) over a prompt, checked at 48 query rows drawn
 //     at random (every head).
 //   dense products (y = x W^T, weights [out, in]): Qwen3.6 27B's MLP up
-//   projection (5120 -> 17408, bf16) for one decode token and a 64-token
-//   prefill, and Gemma 4's vocabulary projection (5376 -> 262144) from an f32
-//   hidden state with bf16 weights. The weights repeat 1024 (4096 for the
-//   vocabulary) random rows, so the host holds no float64 copy of them; the
-//   prefill is checked at 512 output columns and the vocabulary at 8192 rows
+//   projection (5120 -> 17408, bf16) for one decode token and prefills of
+//   64 and (on a GPU) 512 tokens, and Gemma 4's vocabulary projection
+//   (5376 -> 262144) from an f32 hidden state with bf16 weights. The weights
+//   repeat 1024 (4096 for the vocabulary) random rows, so the host holds no
+//   float64 copy of them; the prefills are checked at 512 output columns (64
+//   at 512 tokens) and the vocabulary at 8192 rows
 //   drawn at random (every tile alike), the decode row at every output.
 //   quantized products (MLX affine, as mlx-community's 4-bit checkpoints:
 //   groups of 64, bf16 scales): Qwen3.6 27B's MLP up projection (5120 ->
@@ -762,15 +763,16 @@ function main(): number {
       for (const b of [logits.buf, token, logprob, scratch]) b.release();
     }
   }
-  // --- dense products: Qwen3.6 27B MLP up (5120 -> 17408), Gemma 4 vocabulary (5376 -> 262144) ---
+  // --- dense products: Qwen3.6 27B MLP up (5120 -> 17408; prefill of 512 tokens on a GPU: wgmma on Hopper), Gemma 4 vocabulary (5376 -> 262144) ---
   {
     const [k, n] = [5120, emu ? 1024 : 17408];
     const w = repeatedRows(device, n, k, 1024);
-    for (const tokens of [1, 64]) {
+    for (const tokens of emu ? [1, 64] : [1, 64, 512]) {
       const x = stored(device, 'bf16', randn(tokens * k));
       const y = poisoned(device, 'bf16', tokens * n);
       const ms = timed(device, (enc) => denseMatmul(enc, { x: x.buf, weight: w.buf, output: y, m: tokens, n, k }));
-      const cols = tokens === 1 ? Array.from({ length: n }, (_, j) => j) : Array.from({ length: 512 }, () => Math.floor(rng.uniform(0, n)));
+      const cols = tokens === 1 ? Array.from({ length: n }, (_, j) => j)
+        : Array.from({ length: tokens > 64 ? 64 : 512 }, () => Math.floor(rng.uniform(0, n)));
       const got = y.readNumbers();
       const seen: number[] = [];
       const want: number[] = [];

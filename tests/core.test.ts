@@ -378,6 +378,13 @@ describeBackends('core', ({ device, label }) => {
     expect([32, 64]).toContain(d.limits.simdWidth);
     expect(d.limits.maxBufferLength).toBeGreaterThan(2 ** 20);
     expect(d.limits.sharedMemory).toBe(d.backend !== 'cuda');
+    // The GPU generation and SM count: cuda's own, 0 where the backend has none.
+    if (d.backend === 'cuda') {
+      expect(d.limits.computeCapability).toBeGreaterThanOrEqual(50);
+      expect(d.limits.multiprocessors).toBeGreaterThanOrEqual(1);
+    } else {
+      expect([d.limits.computeCapability, d.limits.multiprocessors]).toEqual([0, 0]);
+    }
   });
 
   test('buffers: zero-filled, numbers by dtype, raw bytes, fill, view', () => {

@@ -5,8 +5,9 @@
 // forms at sizes that are not multiples of any tile (1, 7, 33, 100, 257),
 // one row and many, batches with a shared and a broadcast weight, weights and
 // inputs as views at non-zero offsets of larger buffers, mlx-native's
-// batched kernels with byte strides of their own, and (off the emulator)
-// the sizes that take the CUDA kernels' other tiles and rows per block.
+// batched kernels with byte strides of their own, the sizes that take the
+// CUDA kernels' other tiles and rows per block, and on CUDA the Hopper
+// launches of every tile width (wgmma on sm_90a), dispatched directly.
 //
 // Error measure: |got - want| / sum_k |x w| per output (denseAbsRef). A sum
 // in floating point errs by units of its precision times the sum of its
@@ -33,7 +34,11 @@ import {
   denseMatmul,
   denseMatmulTensor,
   denseMatvec,
+  DENSE_MM_HOPPER_WIDTHS,
   denseMmCudaLaunch,
+  denseMmHopperBytes,
+  denseMmHopperWidth,
+  denseMmUsesWgmma,
   denseMvCudaLaunch,
   packDenseGemmParams,
   packDenseGemvBf16Params,
@@ -42,6 +47,7 @@ import {
   planDenseMatmul,
   type DenseDType,
 } from '../ts/ops/dense.ts';
+import type { Launch } from '../ts/plan.ts';
 import { denseAbsRef, denseRef } from '../ts/reference/dense.ts';
 import {
   describeBackends,
@@ -124,13 +130,39 @@ describe('dense param packers match the header and the .metal bindings', () => {
   test('launches: the vector form in 16- or 32-row CUDA blocks, tile shapes by size, the crate kernels\' grids', () => {
     expect(denseMvCudaLaunch(17408, 2)).toEqual({ grid: [2 * 544, 1, 1], threads: [256, 1, 1] });
     expect(denseMvCudaLaunch(1000, 1)).toEqual({ grid: [63, 1, 1], threads: [256, 1, 1] });
-    expect(denseMmCudaLaunch(4096, 4096, 1, 'bf16')).toEqual({ grid: [16 * 32, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: 122880 } });
-    expect(denseMmCudaLaunch(512, 17408, 1, 'bf16')).toEqual({ grid: [136 * 8, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 61440 } });
-    expect(denseMmCudaLaunch(100, 100, 3, 'f32')).toEqual({ grid: [2 * 2 * 3, 1, 1], threads: [256, 1, 1] });
+    // Off Hopper (an A100's limits): the mma.sync tiles.
+    const a100 = { ...TARGET_LIMITS.cuda, computeCapability: 80, multiprocessors: 108, maxThreadgroupMemory: 166912 };
+    expect(denseMmCudaLaunch(4096, 4096, 1, 'bf16', a100)).toEqual({ grid: [16 * 32, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: 122880 } });
+    expect(denseMmCudaLaunch(512, 17408, 1, 'bf16', a100)).toEqual({ grid: [136 * 8, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 61440 } });
+    for (const l of [a100, TARGET_LIMITS.cuda]) {
+      expect(denseMmCudaLaunch(100, 100, 3, 'f32', l)).toEqual({ grid: [2 * 2 * 3, 1, 1], threads: [256, 1, 1] });
+    }
+    expect(122880).toBeLessThanOrEqual(a100.maxThreadgroupMemory);
     expect([denseGemvBf16Simdgroups(1), denseGemvBf16Simdgroups(129), denseGemvBf16Simdgroups(5120)]).toEqual([1, 2, 4]);
     expect(DENSE_MM_TENSOR_SHARED_BYTES).toEqual({ bf16: 8192, f16: 8192, f32: 16384 });
     expect(DENSE_GEMV_BF16_SHARED_BYTES).toBe(256);
-    expect(122880).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);
+  });
+  test('Hopper launches: 128 x 256, 192 or 128 tiles by the waves they leave on the SMs, the shared memory naming the width', () => {
+    const h100 = TARGET_LIMITS.cuda;
+    expect([denseMmUsesWgmma(h100), denseMmUsesWgmma({ ...h100, computeCapability: 80 }), denseMmUsesWgmma({ ...h100, computeCapability: 100 }),
+      denseMmUsesWgmma({ ...h100, maxThreadgroupMemory: 166912 })]).toEqual([true, false, false, false]);
+    expect(DENSE_MM_HOPPER_WIDTHS.map(denseMmHopperBytes)).toEqual([197632, 205824, 164864]);
+    for (const bn of DENSE_MM_HOPPER_WIDTHS) expect(denseMmHopperBytes(bn)).toBeLessThanOrEqual(h100.maxThreadgroupMemory);
+    const launch = (m: number, n: number, batch = 1) => denseMmCudaLaunch(m, n, batch, 'bf16', h100);
+    const hopper = (bn: number, tiles: number): Launch => ({ grid: [tiles, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: denseMmHopperBytes(bn) } });
+    // 4096^3: 512 tiles of 128 x 256 in 4 rounds of 132 beat 704 of 128 x 192 in 6.
+    expect(launch(4096, 4096)).toEqual(hopper(256, 512));
+    // Qwen3.6 up at 512 tokens: 364 tiles of 128 x 192 (3 rounds) beat 272 of 128 x 256 (3 rounds of wider tiles).
+    expect(launch(512, 17408)).toEqual(hopper(192, 4 * 91));
+    expect(launch(512, 5120)).toEqual(hopper(192, 4 * 27));
+    expect(launch(8192, 17408)).toEqual(hopper(256, 64 * 68));
+    // One round at every width: the narrowest finishes first.
+    expect(launch(9, 7)).toEqual(hopper(128, 1));
+    expect(launch(1000, 1000, 2)).toEqual(hopper(128, 8 * 8 * 2));
+    // An H100 PCIe's 114 SMs: 272 tiles of 128 x 256 in 3 rounds beat 364 of 128 x 192 in 4; unknown SMs: the widest.
+    expect([denseMmHopperWidth(4096, 4096, 1, 132), denseMmHopperWidth(512, 17408, 1, 114), denseMmHopperWidth(9, 7, 1, 0)]).toEqual([256, 256, 256]);
+    // The f16 and the crate's kernels take the same launches.
+    expect(denseMmCudaLaunch(512, 17408, 1, 'f16', h100)).toEqual(launch(512, 17408));
   });
 });
 
@@ -239,7 +271,7 @@ describeValidation('dense validation', ({ enc, buf }) => {
   });
 });
 
-describeBackends('dense parity', ({ device }) => {
+describeBackends('dense parity', ({ device, backend }) => {
   /** One product through denseMatmul against the reference, inputs and output as views; returns the error. */
   function matmul(dev: Device, dtype: DenseDType, m: number, n: number, k: number, batch: number, wBatch: number,
     form: 'vector' | 'matrix'): number {
@@ -309,6 +341,54 @@ describeBackends('dense parity', ({ device }) => {
     ] as const) {
       const e = matmul(dev, dtype, m, n, k, 1, 1, form);
       if (!(e <= dotTolerance(dtype, k))) over.push(`${dtype} ${form} [${m}, ${n}, ${k}]: ${e}`);
+    }
+    expect(over).toEqual([]);
+  });
+
+  // The Hopper launches dispatched directly, every tile width the device has
+  // room for (on Hopper: wgmma; elsewhere the mma.sync tiles of the same
+  // shape): k past the stages and with tails, the register paths (k % 8 !=
+  // 0, f32 x, padded rows), batches, partial tiles.
+  test.skipIf(backend !== 'cuda')('CUDA Hopper launches: each tile width, every copy path, dense_mm, dense_gemm_f16 and hf2q_dense_mm', () => {
+    const dev = device();
+    dev.kernels.register(DENSE_FAMILY, DENSE_SOURCES, DENSE_KERNELS);
+    const over: string[] = [];
+    const widths = DENSE_MM_HOPPER_WIDTHS.filter((bn) => denseMmHopperBytes(bn) <= dev.limits.maxThreadgroupMemory);
+    expect(widths.length).toBeGreaterThan(0);
+    const go = (kernel: string, bn: number, m: number, n: number, batch: number, buffers: Record<number, Buffer>, bytes: Record<number, Uint8Array>) =>
+      run(dev, (e) => e.dispatch(dev.kernels.pipeline(kernel), { buffers, bytes, threadgroupMemory: { 0: denseMmHopperBytes(bn) } },
+        [Math.ceil(n / bn) * Math.ceil(m / 128) * batch, 1, 1], [256, 1, 1]));
+    for (const bn of widths) {
+      for (const [dt, m, n, k, batch, wBatch] of [['bf16', 200, 300, 520, 1, 1], ['f16', 130, 70, 100, 2, 1], ['bf16', 9, 7, 36, 1, 1]] as const) {
+        const x = viewOf(dev, dt, [batch, m, k], m + n + k + bn);
+        const w = viewOf(dev, dt, [wBatch, n, k], m * n + k + bn);
+        const y = dev.alloc(dt, [batch, m, n]);
+        y.fill(Number.NaN);
+        go(`dense_mm_${dt}`, bn, m, n, batch, { 0: x.buf, 1: w.buf, 2: y }, { 3: packDenseParams({ m, n, k, batch, weightBatch: wBatch }) });
+        const err = dotErr(y.readNumbers(), denseRef(x.values, w.values, m, n, k, batch, wBatch), denseAbsRef(x.values, w.values, m, n, k, batch, wBatch));
+        if (!(err <= dotTolerance(dt, k))) over.push(`dense_mm_${dt} [128 x ${bn}] [${batch}/${wBatch} x ${m}, ${n}, ${k}]: ${err}`);
+      }
+      {
+        const [m, n, k] = [33, 200, 72];
+        const a = viewOf(dev, 'f16', [m, k], bn + 1);
+        const b = viewOf(dev, 'f16', [n, k], bn + 2);
+        const c = dev.alloc('f16', [m, n]);
+        c.fill(Number.NaN);
+        go('dense_gemm_f16', bn, m, n, 1, { 0: a.buf, 1: b.buf, 2: c }, { 3: packDenseGemmParams({ m, n, k }) });
+        const err = dotErr(c.readNumbers(), denseRef(a.values, b.values, m, n, k), denseAbsRef(a.values, b.values, m, n, k));
+        if (!(err <= dotTolerance('f16', k))) over.push(`dense_gemm_f16 [128 x ${bn}]: ${err}`);
+      }
+      for (const [w, m, n, k, b0, b1] of [['bf16', 35, 67, 264, 2, 4], ['f16', 140, 30, 40, 1, 1]] as const) {
+        const src0 = viewOf(dev, w, [b0, n, k], bn + k);
+        const src1 = viewOf(dev, 'f32', [b1, m, k], bn + m);
+        const dst = dev.alloc('f32', [b1, m, n]);
+        dst.fill(Number.NaN);
+        go(`hf2q_dense_mm_${w}_f32_tensor`, bn, m, n, b1, { 1: src0.buf, 2: src1.buf, 3: dst },
+          { 0: packDenseMmTensorParams({ m, n, k, src0Batch: b0, src1Batch: b1, weightBytes: 2 }) });
+        const x = roundedTo(w, src1.values);
+        const err = dotErr(dst.readNumbers(), denseRef(x, src0.values, m, n, k, b1, b0), denseAbsRef(x, src0.values, m, n, k, b1, b0));
+        if (!(err <= dotTolerance('f32', k))) over.push(`hf2q_dense_mm_${w}_f32_tensor [128 x ${bn}] [${b1}/${b0} x ${m}, ${n}, ${k}]: ${err}`);
+      }
     }
     expect(over).toEqual([]);
   });
@@ -397,7 +477,7 @@ describeBackends('dense parity', ({ device }) => {
       const mm = new DataView(packDenseMmTensorParams({ m, n, k, src0Batch: b0, src1Batch: b1, weightBytes: 2 }).buffer);
       for (const [at, v] of [[8, nb01], [16, nb02], [48, nb11], [56, nb12]] as const) mm.setBigUint64(at, BigInt(v), true);
       const xr = roundedTo('bf16', xDense);
-      const mmLaunch = denseMmCudaLaunch(m, n, b1, 'bf16');
+      const mmLaunch = denseMmCudaLaunch(m, n, b1, 'bf16', dev.limits);
       for (const [kernel, params, grid, threads, shared, x] of [
         ['hf2q_dense_gemv_bf16_f32_4', gemv, cuda ? [5 * m * b1, 1, 1] : [35, m, b1], cuda ? [256, 1, 1] : [32, 1, 1], 256, xDense],
         ['hf2q_dense_mm_bf16_f32_tensor', mm, cuda ? mmLaunch.grid : [1, 2, b1], cuda ? mmLaunch.threads : [128, 1, 1],

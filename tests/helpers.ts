@@ -63,11 +63,13 @@ export const bf16 = (x: number): number => bf16BitsToF32(f32ToBf16Bits(x));
 /**
  * The limits of the devices plans are checked against without them: an Apple
  * GPU (metal; the emulator reports the same) and an H100 (cuda: 227 KiB of
- * shared memory per block after opt-in).
+ * shared memory per block after opt-in, compute capability 9.0, 132 SMs).
  */
 export const TARGET_LIMITS = {
-  metal: { maxThreadsPerThreadgroup: 1024, maxThreadgroupMemory: 32768, simdWidth: 32, maxBufferLength: 2 ** 35, sharedMemory: true },
-  cuda: { maxThreadsPerThreadgroup: 1024, maxThreadgroupMemory: 232448, simdWidth: 32, maxBufferLength: 85 * 2 ** 30, sharedMemory: false },
+  metal: { maxThreadsPerThreadgroup: 1024, maxThreadgroupMemory: 32768, simdWidth: 32, maxBufferLength: 2 ** 35, sharedMemory: true,
+    computeCapability: 0, multiprocessors: 0 },
+  cuda: { maxThreadsPerThreadgroup: 1024, maxThreadgroupMemory: 232448, simdWidth: 32, maxBufferLength: 85 * 2 ** 30, sharedMemory: false,
+    computeCapability: 90, multiprocessors: 132 },
 } as const satisfies Record<string, DeviceLimits>;
 
 // ---- validation ----

@@ -34,6 +34,10 @@ export interface DeviceLimits {
   readonly maxBufferLength: number;
   /** True where buffers are host-visible (Buffer.hostView() is non-null). */
   readonly sharedMemory: boolean;
+  /** cuda: the compute capability as 10 * major + minor (90: an H100 or H200); 0 on metal and emu. */
+  readonly computeCapability: number;
+  /** cuda: the streaming multiprocessors; 0 where the backend has no such number (metal, emu). */
+  readonly multiprocessors: number;
 }
 
 export interface OpenOptions {
@@ -77,6 +81,8 @@ export class Device {
       simdWidth: limit(LIMIT.simdWidth),
       maxBufferLength: limit(LIMIT.maxBufferLength),
       sharedMemory: limit(LIMIT.sharedMemory) === 1,
+      computeCapability: limit(LIMIT.computeCapability),
+      multiprocessors: limit(LIMIT.multiprocessors),
     });
     trackDevice(this, state);
   }

@@ -76,6 +76,8 @@ export const LIMIT = {
   simdWidth: 2,
   maxBufferLength: 3,
   sharedMemory: 4,
+  computeCapability: 5,
+  multiprocessors: 6,
 } as const;
 export const CONST_TYPE = { bool: 1, i32: 2, u32: 3, f32: 4, f16: 5, i16: 6, u16: 7 } as const;
 export const ENCODER_STATE = { recording: 0, pending: 1, completed: 2, error: 3 } as const;

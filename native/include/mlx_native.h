@@ -65,6 +65,12 @@ uint64_t    mlxn_device_name(mlxn_device* device, char* out, uint64_t cap);
 #define MLXN_LIMIT_SIMD_WIDTH                  2u
 #define MLXN_LIMIT_MAX_BUFFER_LENGTH           3u  /* bytes */
 #define MLXN_LIMIT_SHARED_MEMORY               4u  /* 1: buffers are host-visible (host_ptr non-null) */
+/* The GPU generation and size, for launch shapes that depend on them (the
+ * dense family's Hopper tiles): cuda's compute capability as 10 * major +
+ * minor (90 for an H100 or H200) and its streaming multiprocessors; 0 where
+ * the backend has no such number (metal, emu). */
+#define MLXN_LIMIT_COMPUTE_CAPABILITY          5u
+#define MLXN_LIMIT_MULTIPROCESSORS             6u
 /* Returns the limit, or 0 for an unknown key. */
 uint64_t    mlxn_device_limit(mlxn_device* device, uint32_t key);
 

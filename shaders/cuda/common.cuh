@@ -451,6 +451,138 @@ __device__ __forceinline__ void copy_rows(const S* __restrict__ src, D* __restri
     }
 }
 
+// ---- Hopper's warpgroup MMA (wgmma, sm_90a) ----
+//
+// MLXN_WGMMA is defined where the program is compiled with sm_90a's
+// architecture-specific features (the backend's --gpu-architecture=sm_90a,
+// tried first on compute capability 9.x), the only target that has wgmma, and
+// in the CPU simulation (shaders/cuda/tests/sim/sim_runtime.h defines
+// MLXN_SIM_WGMMA and models the instructions). The helpers that need sm_90a
+// exist only under it; a kernel keeps another path for every other target.
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)) || defined(MLXN_SIM_WGMMA)
+#define MLXN_WGMMA 1
+#endif
+
+// Bytes of dynamic shared memory the launch gave the block (%dynamic_smem_size),
+// so that a kernel can tell which of its launch shapes it runs under.
+__device__ __forceinline__ u32 dynamic_smem_bytes() {
+    u32 r;
+    asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(r));
+    return r;
+}
+
+// The 128-byte swizzled layout of a K-major operand (the PTX ISA's canonical
+// layout of wgmma operands with 128B swizzle, also what TMA's SWIZZLE_128B
+// writes): rows of 128 bytes (64 16-bit elements along k), 8-row groups of
+// 1024 bytes, the 16-byte chunk c of row r stored at chunk c ^ (r % 8) of
+// its row. The hardware takes the swizzle from the shared address itself
+// (bits 4-6 xor bits 7-9), so a tile starts at a multiple of 1024 bytes.
+// The byte offset of chunk `chunk` (0-7) of row `row` in such a tile:
+__device__ __forceinline__ u32 sw128_offset(u32 row, u32 chunk) {
+    return row * 128u + ((chunk ^ (row & 7u)) << 4);
+}
+
+// The wgmma matrix descriptor of such a tile at p (shared memory; the PTX
+// ISA's "matrix descriptor"): bits 0-13 the start address >> 4, bits 16-29
+// the leading byte offset >> 4 (unused by swizzled K-major layouts: 1),
+// bits 32-45 the stride byte offset >> 4 (1024: one 8-row group to the
+// next), bits 49-51 the base offset (0: p's swizzle pattern starts at row 0,
+// its address bits 7-9 being 0), bits 62-63 the layout (1: 128B swizzle). The
+// operand is the 64 (A) or N (B) rows from p, 16 elements of k: p = tile +
+// 32 j bytes takes the k16 slice j of the tile's 64 k (the hardware swizzles
+// the sum), and adding b >> 4 to a descriptor moves its start by b bytes
+// (a multiple of 16, the address staying below 256 KiB).
+__device__ __forceinline__ u64 wgmma_desc_sw128(const void* p) {
+    return u64((smem_addr(p) >> 4) & 0x3fffu) | (u64(1) << 16) | (u64(1024 >> 4) << 32) | (u64(1) << 62);
+}
+
+#ifdef MLXN_WGMMA
+// Orders the warpgroup's register accesses before the wgmma that follow
+// (wgmma.fence: before the first wgmma of a sequence and after any access to
+// their accumulators), commits the wgmma issued since the last commit as one
+// group, and waits until at most N groups are pending.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
+// wgmma reads shared memory through the async proxy: a thread's generic
+// writes (st.shared, and cp.async once waited for) become visible to it after
+// this fence (then a barrier, for other threads' wgmma).
+__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Keeps the compiler from moving accumulator reads and writes across the
+// asynchronous wgmma that own them (between issue and wait_group).
+template <int N>
+__device__ __forceinline__ void acc_fence(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+
+// The accumulator operands of m64nNk16: N / 2 floats a thread.
+#define MLXN_WG_R0 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define MLXN_WG_R1 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define MLXN_WG_R2 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+#define MLXN_WG_R3 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define MLXN_WG_R4 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
+#define MLXN_WG_R5 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define MLXN_WG_R6 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
+#define MLXN_WG_R7 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define MLXN_WG_D64 "{" MLXN_WG_R0 ", " MLXN_WG_R1 ", " MLXN_WG_R2 ", " MLXN_WG_R3 "}"
+#define MLXN_WG_D96 "{" MLXN_WG_R0 ", " MLXN_WG_R1 ", " MLXN_WG_R2 ", " MLXN_WG_R3 ", " MLXN_WG_R4 ", " MLXN_WG_R5 "}"
+#define MLXN_WG_D128 "{" MLXN_WG_R0 ", " MLXN_WG_R1 ", " MLXN_WG_R2 ", " MLXN_WG_R3 ", " MLXN_WG_R4 ", " MLXN_WG_R5 ", " \
+                     MLXN_WG_R6 ", " MLXN_WG_R7 "}"
+#define MLXN_WG_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define MLXN_WG_F16(i) MLXN_WG_F4(i), MLXN_WG_F4(i + 4), MLXN_WG_F4(i + 8), MLXN_WG_F4(i + 12)
+#define MLXN_WG_F32(i) MLXN_WG_F16(i), MLXN_WG_F16(i + 16)
+// d += A B^T on the warpgroup's tensor cores (wgmma.mma_async m64nNk16,
+// N = 2 R: 256, 192 or 128): A the 64 x 16 operand of descriptor a, B the
+// N x 16 operand of descriptor b, both K-major (no transpose), 16-bit floats
+// (bf16 or f16), f32 accumulators. d is the thread's share of the 64 x N
+// tile: d[i] at row 16 (warp % 4) + lane / 4 + 8 ((i / 2) % 2), column
+// 8 (i / 4) + 2 (lane % 4) + i % 2 (the PTX ISA's accumulator fragment of
+// m64nNk16). Issued asynchronously: d belongs to the wgmma until a
+// wgmma_wait covers its group.
+__device__ __forceinline__ void wgmma_bf16(float (&d)[128], u64 a, u64 b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " MLXN_WG_D128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96)
+                 : "l"(a), "l"(b), "r"(1));
+}
+__device__ __forceinline__ void wgmma_bf16(float (&d)[96], u64 a, u64 b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " MLXN_WG_D96 ", %96, %97, p, 1, 1, 0, 0;\n}\n"
+                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64)
+                 : "l"(a), "l"(b), "r"(1));
+}
+__device__ __forceinline__ void wgmma_bf16(float (&d)[64], u64 a, u64 b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " MLXN_WG_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : MLXN_WG_F32(0), MLXN_WG_F32(32)
+                 : "l"(a), "l"(b), "r"(1));
+}
+__device__ __forceinline__ void wgmma_f16(float (&d)[128], u64 a, u64 b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " MLXN_WG_D128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96)
+                 : "l"(a), "l"(b), "r"(1));
+}
+__device__ __forceinline__ void wgmma_f16(float (&d)[96], u64 a, u64 b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 " MLXN_WG_D96 ", %96, %97, p, 1, 1, 0, 0;\n}\n"
+                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64)
+                 : "l"(a), "l"(b), "r"(1));
+}
+__device__ __forceinline__ void wgmma_f16(float (&d)[64], u64 a, u64 b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " MLXN_WG_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : MLXN_WG_F32(0), MLXN_WG_F32(32)
+                 : "l"(a), "l"(b), "r"(1));
+}
+template <typename T, int R>
+__device__ __forceinline__ void wgmma_ss(float (&d)[R], u64 a, u64 b) {
+    if constexpr (SameType<T, __nv_bfloat16>::value) wgmma_bf16(d, a, b);
+    else wgmma_f16(d, a, b);
+}
+#endif  // MLXN_WGMMA
 // ---- gated activations (silu_mul, gelu, and the per-expert gate/up products) ----
 
 // silu(g) = g / (1 + exp(-g)) with the fast exp and division (__expf,

@@ -21,7 +21,20 @@
 //   - the rest (f32, f32 inputs with 16-bit weights, unaligned rows): SIMT,
 //     each thread R rows x up to 8 tokens of f32 sums.
 // Matrix form (prefill: dense_mm_<t>, dense_gemm_f16, hf2q_dense_mm_*):
-//   - 16-bit weights: tensor cores (mma.sync m16n8k16, f32 accumulate),
+//   - 16-bit weights on Hopper (compiled for sm_90a, MLXN_WGMMA; the launch
+//     names the tile: 256 threads and WG_SMEM<BN> bytes of dynamic shared
+//     memory): 128 x BN tiles (BN = 256, 192 or 128), two warpgroups of
+//     64 x BN on wgmma.mma_async m64nBNk16 reading x and the weight from
+//     shared memory in the 128-byte swizzled layout through matrix
+//     descriptors (common.cuh), f32 accumulators in registers. k is staged
+//     64 at a time through 4 or 5 stages filled by cp.async 16-byte copies
+//     (or registers and st.shared for an f32 x or unaligned rows) two or
+//     three tiles ahead; see wg_tile for the step. TMA would need a tensor map made by
+//     the driver on the host, which the C ABI cannot carry; 1-D bulk copies
+//     write contiguous bytes, which a swizzled row is not. Built without
+//     sm_90a, the same launch runs mma.sync tiles of the same shape.
+//     (bench/notes/dense-wgmma-2026-11-26.md: the design and its predictions.)
+//   - 16-bit weights elsewhere: tensor cores (mma.sync m16n8k16, f32 accumulate),
 //     ldmatrix from shared tiles of BK = 32 k padded by 16 bytes per row
 //     (ldmatrix and the 16-byte stores meet no bank conflicts), 4 cp.async
 //     stages. Tiles by block size: 256 threads take 128 x 256 outputs (warps
@@ -259,9 +272,12 @@ __device__ __forceinline__ uint4 load8(const T* row, u32 k, u32 K, bool vec) {
 // W_ASYNC: that operand is copied by cp.async (TX the weight's type, 16-byte
 // aligned rows, K a multiple of 8); otherwise through registers (converted
 // to TW, any alignment). Dynamic shared memory: STAGES x (BM + BN) x LDS
-// elements of TW.
+// elements of TW. Not inlined: its registers are then allocated apart from
+// the Hopper tiles (wg_tile) that the same entries hold, which would
+// otherwise push the entry past 255 registers into spills. wg_tile itself
+// is inlined: ptxas serializes wgmma whose pipeline crosses a call.
 template <typename TX, typename TW, typename TY, u32 BM, u32 BN, u32 WM, u32 WN, bool X_ASYNC, bool W_ASYNC>
-__device__ __forceinline__ void mm_tc(const Operands<TX, TW, TY>& o, u32 M, u32 N, u32 K, u32 m0, u32 n0) {
+__device__ __noinline__ void mm_tc(const Operands<TX, TW, TY> o, u32 M, u32 N, u32 K, u32 m0, u32 n0) {
     constexpr u32 NT = WM * WN * 32;
     constexpr u32 WTM = BM / WM, WTN = BN / WN;
     constexpr u32 MI = WTM / 16, NJ = WTN / 8;
@@ -409,12 +425,194 @@ __device__ __forceinline__ void mm_shape(u32 M, u32 N, u32 K, At at) {
     else mm_tc<TX, TW, TY, BM, BN, WM, WN, false, false>(o, M, N, K, m0, n0);
 }
 
-// The tile shape by block size (the op's denseMmCudaTile): 256 threads
-// 128 x 256, 128 threads 64 x 128.
+// ---- the matrix form on Hopper: wgmma ----
+
+constexpr u32 WG_BM = 128;                 // rows of x a block takes (two warpgroups of 64)
+constexpr u32 WG_BK = 64;                  // k per stage: one 128-byte swizzled row
+// Stages of shared memory: 4 of 48 KiB at BN = 256, 5 for the narrower
+// tiles (whose steps are shorter, so loads need more of them in flight); the
+// wgmma read one stage while the copies fill those 2 or 3 tiles ahead.
+template <u32 BN> constexpr u32 WG_STAGES = BN == 256 ? 4u : 5u;
+
+// Dynamic shared memory of the Hopper launch of a 128 x BN tile (the op's
+// denseMmHopperBytes): WG_STAGES stages of 128 + BN swizzled rows of 128
+// bytes (x's rows, then the weight's), and 1024 bytes to align them; the
+// three widths' sizes differ, so the size names the width.
+template <u32 BN> constexpr u32 WG_SMEM = WG_STAGES<BN> * (WG_BM + BN) * 128u + 1024u;
+
+#ifdef MLXN_WGMMA
+// The 128 x BN tile at (m0, n0) of y = x W^T on wgmma (the file comment's
+// Hopper path): 256 threads, warpgroup g takes rows 64 g .. 64 g + 63 of the
+// tile with m64nBNk16 (BN / 2 f32 accumulators a thread). Thread t copies
+// 16-byte chunk t % 8 of rows t / 8 + 32 j of each stage (8 threads a
+// 128-byte row), by cp.async where X_ASYNC / W_ASYNC (TX the weight's type,
+// 16-byte aligned rows, K a multiple of 8), otherwise through registers
+// (converted to TW, any alignment), zeros past M, N and K. Copies run
+// AHEAD = STAGES - 2 tiles ahead. A step: wait for this thread's copies of
+// tile kt, make them visible to the async proxy, barrier (every copy of tile
+// kt landed; both warpgroups are past tile kt - 2's wgmma), start tile
+// kt + AHEAD into the stage tile kt - 2 held, issue tile kt's four k16
+// wgmma, wait for tile kt - 1's: one group always runs while the next is
+// issued.
+template <typename TX, typename TW, typename TY, u32 BN, bool X_ASYNC, bool W_ASYNC>
+__device__ __forceinline__ void wg_tile(const Operands<TX, TW, TY>& o, u32 M, u32 N, u32 K, u32 m0, u32 n0) {
+    constexpr u32 STAGES = WG_STAGES<BN>, AHEAD = STAGES - 2;
+    constexpr u32 STAGE = (WG_BM + BN) * 128u;   // bytes of a stage
+    constexpr u32 XR = WG_BM / 32, WR = BN / 32;  // rows a thread copies a stage, 32 apart
+    constexpr u32 R = BN / 2;                     // accumulators a thread
+    static_assert(BN % 32 == 0 && BN <= 256, "tile width");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    const u32 tid = threadIdx.x, c = tid & 7u, r0 = tid >> 3;
+    // Rows r0 + 32 j share r0's swizzle: their chunks sit 4096 j bytes apart.
+    const u32 sw = sw128_offset(r0, c);
+    const bool xvec = K % 8 == 0 && rows16(o.x, o.x_row);
+    const bool wvec = K % 8 == 0 && rows16(o.w, o.w_row);
+    const u32 KT = (K + WG_BK - 1) / WG_BK;
+
+    uint4 xr[X_ASYNC ? 1 : XR], wr[W_ASYNC ? 1 : WR];
+    // Starts stage `stage` of k tile kt: cp.async copies, or loads into registers.
+    auto issue = [&](u32 stage, u32 kt) {
+        unsigned char* xs = smem + stage * STAGE;
+        unsigned char* ws = xs + WG_BM * 128u;
+        const u32 k = kt * WG_BK + 8 * c;
+#pragma unroll
+        for (u32 j = 0; j < XR; ++j) {
+            const u32 r = r0 + 32 * j;
+            const bool live = m0 + r < M && k < K;
+            const TX* row = o.x + (live ? u64(m0 + r) * o.x_row : 0);
+            if constexpr (X_ASYNC) cp_async16(xs + sw + 4096 * j, row + (live ? k : 0), live);
+            else xr[j] = live ? load8<TW>(row, k, K, xvec) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (u32 j = 0; j < WR; ++j) {
+            const u32 r = r0 + 32 * j;
+            const bool live = n0 + r < N && k < K;
+            const TW* row = o.w + (live ? u64(n0 + r) * o.w_row : 0);
+            if constexpr (W_ASYNC) cp_async16(ws + sw + 4096 * j, row + (live ? k : 0), live);
+            else wr[j] = live ? load8<TW>(row, k, K, wvec) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    // Stores the register-staged chunks of stage `stage`.
+    auto park = [&](u32 stage) {
+        unsigned char* xs = smem + stage * STAGE;
+        unsigned char* ws = xs + WG_BM * 128u;
+        if constexpr (!X_ASYNC) {
+#pragma unroll
+            for (u32 j = 0; j < XR; ++j) *reinterpret_cast<uint4*>(xs + sw + 4096 * j) = xr[j];
+        }
+        if constexpr (!W_ASYNC) {
+#pragma unroll
+            for (u32 j = 0; j < WR; ++j) *reinterpret_cast<uint4*>(ws + sw + 4096 * j) = wr[j];
+        }
+    };
+
+    float acc[R];
+#pragma unroll
+    for (u32 i = 0; i < R; ++i) acc[i] = 0.0f;
+    // Stage 0's descriptors: this warpgroup's 64 rows of x, and the weight's BN rows.
+    const u64 da = wgmma_desc_sw128(smem + (tid >> 7) * 64u * 128u);
+    const u64 db = wgmma_desc_sw128(smem + WG_BM * 128u);
+
+    for (u32 s = 0; s < AHEAD; ++s) {
+        if (s < KT) {
+            issue(s, s);
+            park(s);
+        }
+        cp_async_commit();
+    }
+    for (u32 kt = 0; kt < KT; ++kt) {
+        cp_async_wait<AHEAD - 1>();
+        fence_proxy_async_smem();
+        __syncthreads();
+        const u32 next = kt + AHEAD;
+        if (next < KT) issue(next % STAGES, next);
+        cp_async_commit();
+        const u64 at = u64((kt % STAGES) * STAGE) >> 4;
+        acc_fence(acc);
+        wgmma_fence();
+#pragma unroll
+        for (u32 j = 0; j < WG_BK / 16; ++j) wgmma_ss<TW>(acc, da + at + 2 * j, db + at + 2 * j);
+        wgmma_commit();
+        wgmma_wait<1>();
+        acc_fence(acc);
+        // Tile kt + AHEAD's stage held tile kt - 2, whose wgmma every thread
+        // waited for before this step's barrier.
+        if (next < KT) park(next % STAGES);
+    }
+    wgmma_wait<0>();
+    acc_fence(acc);
+    cp_async_wait<0>();
+
+    const u32 lane = tid & 31u, g = lane >> 2, t = lane & 3u;
+    const u32 row0 = m0 + (tid >> 7) * 64u + ((tid >> 5) & 3u) * 16u + g;
+    const bool pair = o.y_row % 2 == 0 && (reinterpret_cast<u64>(o.y) % (2 * sizeof(TY))) == 0;
+#pragma unroll
+    for (u32 h = 0; h < 2; ++h) {
+        const u32 row = row0 + 8 * h;
+        if (row >= M) continue;
+        TY* yr = o.y + u64(row) * o.y_row;
+#pragma unroll
+        for (u32 q = 0; q < BN / 8; ++q) {
+            const u32 col = n0 + 8 * q + 2 * t;
+            const float v0 = acc[4 * q + 2 * h], v1 = acc[4 * q + 2 * h + 1];
+            if (pair && col + 1 < N) {
+                store2(yr + col, v0, v1);
+            } else {
+                if (col < N) yr[col] = from_f<TY>(v0);
+                if (col + 1 < N) yr[col + 1] = from_f<TY>(v1);
+            }
+        }
+    }
+}
+
+// One Hopper tile width: the block's tile and batch, and the copy path the
+// operands allow (as mm_shape).
+template <typename TX, typename TW, typename TY, u32 BN, typename At>
+__device__ __forceinline__ void wg_shape(u32 M, u32 N, u32 K, At at) {
+    u32 b, m0, n0;
+    tile_of<WG_BM, BN>(M, N, b, m0, n0);
+    const Operands<TX, TW, TY> o = at(b);
+    const bool w_async = K % 8 == 0 && rows16(o.w, o.w_row);
+    if constexpr (sizeof(TX) == sizeof(TW)) {
+        if (w_async && rows16(o.x, o.x_row)) {
+            wg_tile<TX, TW, TY, BN, true, true>(o, M, N, K, m0, n0);
+            return;
+        }
+    }
+    if (w_async) wg_tile<TX, TW, TY, BN, false, true>(o, M, N, K, m0, n0);
+    else wg_tile<TX, TW, TY, BN, false, false>(o, M, N, K, m0, n0);
+}
+#endif  // MLXN_WGMMA
+
+// The 128 x BN tile of a Hopper launch: wgmma where compiled for sm_90a, else
+// mma.sync tiles of the same shape (8 warps of 64 x BN / 4), so that the
+// grid the launch was made for stays right.
+template <typename TX, typename TW, typename TY, u32 BN, typename At>
+__device__ __forceinline__ void wide_shape(u32 M, u32 N, u32 K, At at) {
+#ifdef MLXN_WGMMA
+    wg_shape<TX, TW, TY, BN>(M, N, K, at);
+#else
+    mm_shape<TX, TW, TY, WG_BM, BN, 2, 4>(M, N, K, at);
+#endif
+}
+
+// The tile shape the launch names (the op's denseMmCudaLaunch): 128 threads
+// 64 x 128 on mma.sync; 256 threads with the dynamic shared memory of a
+// Hopper launch (WG_SMEM of 256, 192 or 128) 128 x that width, on
+// wgmma where compiled for it; any other 256-thread launch 128 x 256 on
+// mma.sync.
 template <typename TX, typename TW, typename TY, typename At>
 __device__ __forceinline__ void mm_tensor(u32 M, u32 N, u32 K, At at) {
-    if (blockDim.x == 256) mm_shape<TX, TW, TY, 128, 256, 2, 4>(M, N, K, at);
-    else mm_shape<TX, TW, TY, 64, 128, 2, 2>(M, N, K, at);
+    if (blockDim.x != 256) {
+        mm_shape<TX, TW, TY, 64, 128, 2, 2>(M, N, K, at);
+        return;
+    }
+    const u32 bytes = dynamic_smem_bytes();
+    if (bytes == WG_SMEM<256>) wide_shape<TX, TW, TY, 256>(M, N, K, at);
+    else if (bytes == WG_SMEM<192>) wide_shape<TX, TW, TY, 192>(M, N, K, at);
+    else if (bytes == WG_SMEM<128>) wide_shape<TX, TW, TY, 128>(M, N, K, at);
+    else mm_shape<TX, TW, TY, 128, 256, 2, 4>(M, N, K, at);
 }
 
 // ---- the matrix form, f32 SIMT ----

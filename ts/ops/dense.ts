@@ -112,11 +112,12 @@ export function denseMvCudaLaunch(n: number, batch: number): Launch {
 export const DENSE_MATVEC_CUDA_ROWS = 16;
 
 /**
- * The two tile shapes of the CUDA tensor-core matrix kernels (16-bit
- * weights), told apart by the block size: 128 x 256 outputs by 8 warps of
- * 64 x 64 where m and n are both at least 1024 (compute-bound sizes), else
- * 64 x 128 by 4 warps of 32 x 64 (more blocks for skinny or small products).
- * k is staged 32 at a time through 4 cp.async stages, rows padded by 16 bytes.
+ * The two mma.sync tile shapes of the CUDA tensor-core matrix kernels
+ * (16-bit weights) on GPUs other than Hopper, told apart by the block size:
+ * 128 x 256 outputs by 8 warps of 64 x 64 where m and n are both at least
+ * 1024 (compute-bound sizes), else 64 x 128 by 4 warps of 32 x 64 (more
+ * blocks for skinny or small products). k is staged 32 at a time through 4
+ * cp.async stages, rows padded by 16 bytes.
  */
 export function denseMmCudaTile(m: number, n: number): { bm: number; bn: number; threads: number; sharedBytes: number } {
   const big = m >= 1024 && n >= 1024;
@@ -124,9 +125,61 @@ export function denseMmCudaTile(m: number, n: number): { bm: number; bn: number;
   return { bm, bn, threads, sharedBytes: 4 * (bm + bn) * (32 + 8) * 2 };
 }
 
-/** A CUDA matrix kernel's launch: 16-bit weights on tensor cores, f32 weights on the 64 x 64 SIMT tile. */
-export function denseMmCudaLaunch(m: number, n: number, batch: number, weight: DType): Launch {
+/** The widths of the Hopper tiles: 128 x bn outputs, two warpgroups of 64 x bn on wgmma. */
+export const DENSE_MM_HOPPER_WIDTHS = [256, 192, 128] as const;
+/**
+ * Each Hopper tile's expected rate against 128 x 256's: the shared-memory
+ * bytes it moves per MMA (wgmma operand reads and the copies' writes: 128,
+ * 136 and 160 bytes a clock at full rate, against the SM's 128).
+ */
+const HOPPER_RATE: Readonly<Record<number, number>> = { 256: 1, 192: 0.94, 128: 0.8 };
+
+/**
+ * Dynamic shared memory of a Hopper tile's launch (shaders/cuda/dense.cu,
+ * WG_SMEM): 4 stages (bn = 256) or 5 of 128 + bn swizzled rows of 128
+ * bytes, and 1024 bytes to align them. The kernel reads the tile width from
+ * this size (197632, 205824 and 164864 bytes for 256, 192 and 128).
+ */
+export function denseMmHopperBytes(bn: number): number {
+  return (bn === 256 ? 4 : 5) * (128 + bn) * 128 + 1024;
+}
+
+/** Whether the CUDA matrix kernels take the Hopper launches: compute capability 9.0 (sm_90a's wgmma) and room for every tile's stages. */
+export function denseMmUsesWgmma(limits: Pick<DeviceLimits, 'computeCapability' | 'maxThreadgroupMemory'>): boolean {
+  return limits.computeCapability === 90 && DENSE_MM_HOPPER_WIDTHS.every((bn) => denseMmHopperBytes(bn) <= limits.maxThreadgroupMemory);
+}
+
+/**
+ * The Hopper tile width for a product: for each width, tiles = ceil(m / 128)
+ * ceil(n / bn) batch and rounds = ceil(tiles / SMs); the least rounds x bn /
+ * rate wins (ties to the wider), so 512 tokens take narrower tiles that fill
+ * the SMs and large products the widest. Unknown SMs (0): 256.
+ */
+export function denseMmHopperWidth(m: number, n: number, batch: number, multiprocessors: number): number {
+  if (!(multiprocessors > 0)) return 256;
+  let best = 256;
+  let bestCost = Infinity;
+  for (const bn of DENSE_MM_HOPPER_WIDTHS) {
+    const rounds = Math.ceil((ceilDiv(m, 128) * ceilDiv(n, bn) * batch) / multiprocessors);
+    const cost = (rounds * bn) / HOPPER_RATE[bn]!;
+    if (cost < bestCost * (1 - 1e-9)) [best, bestCost] = [bn, cost];
+  }
+  return best;
+}
+
+/**
+ * A CUDA matrix kernel's launch: f32 weights on the 64 x 64 SIMT tile;
+ * 16-bit weights on Hopper (denseMmUsesWgmma) 256 threads over 128 x bn
+ * tiles (denseMmHopperWidth) with denseMmHopperBytes(bn) of shared memory,
+ * elsewhere the mma.sync tiles of denseMmCudaTile.
+ */
+export function denseMmCudaLaunch(m: number, n: number, batch: number, weight: DType,
+  limits: Pick<DeviceLimits, 'computeCapability' | 'maxThreadgroupMemory' | 'multiprocessors'>): Launch {
   if (weight === 'f32') return { grid: [ceilDiv(n, 64) * ceilDiv(m, 64) * batch, 1, 1], threads: [256, 1, 1] };
+  if (denseMmUsesWgmma(limits)) {
+    const bn = denseMmHopperWidth(m, n, batch, limits.multiprocessors);
+    return { grid: [ceilDiv(n, bn) * ceilDiv(m, 128) * batch, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: denseMmHopperBytes(bn) } };
+  }
   const t = denseMmCudaTile(m, n);
   return { grid: [ceilDiv(n, t.bn) * ceilDiv(m, t.bm) * batch, 1, 1], threads: [t.threads, 1, 1], threadgroupMemory: { 0: t.sharedBytes } };
 }
@@ -227,15 +280,15 @@ export function denseMatmulForm(a: Pick<DenseMatmulArgs, 'm' | 'form'>): 'vector
  * dense_mm (ceil(n / 64), ceil(m / 32), batch) of 128 threads, a 32 x 64 tile
  * each. CUDA: dense_mv 256 threads a block over 16 or 32 weight rows
  * (denseMvCudaLaunch; tensor cores for f16 and bf16 where k is a multiple of
- * 8), dense_mm the tiles of denseMmCudaTile (tensor cores) or a 64 x 64 SIMT
- * tile for f32.
+ * 8), dense_mm the tensor-core tiles of denseMmCudaLaunch (wgmma on Hopper,
+ * mma.sync elsewhere) or a 64 x 64 SIMT tile for f32.
  */
 export function denseMatmul(enc: Encoder, args: DenseMatmulArgs): void {
   record(enc, planDenseMatmul(args, enc.device.limits, enc.device));
 }
 
 /** denseMatmul's plan: validates, then one dispatch (see denseMatmul). */
-export function planDenseMatmul(a: DenseMatmulArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+export function planDenseMatmul(a: DenseMatmulArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateDenseMatmul(a, device);
   const dt = a.x.dtype as DenseDType;
   const batch = a.batch ?? 1;
@@ -251,7 +304,7 @@ export function planDenseMatmul(a: DenseMatmulArgs, _limits: DeviceLimits, devic
       bytes: [, , , params],
       grid: vector ? [ceilDiv(a.n, 8), 1, batch] : [ceilDiv(a.n, 64), ceilDiv(a.m, 32), batch],
       threads: vector ? [32, 2, 1] : [128, 1, 1],
-      cuda: vector ? denseMvCudaLaunch(a.n, batch) : denseMmCudaLaunch(a.m, a.n, batch, dt),
+      cuda: vector ? denseMvCudaLaunch(a.n, batch) : denseMmCudaLaunch(a.m, a.n, batch, dt, limits),
     }],
   };
 }
@@ -316,14 +369,14 @@ const matvecLaunch = (n: number): { grid: [number, number, number]; threads: [nu
  * (32, 2, 1), 4 rows per simdgroup; dense_gemm_f16 (ceil(n / 32),
  * ceil(m / 32), 1) of 128 threads, 32 x 32 tiles. CUDA: dense_matvec 256
  * threads a block over 16 rows; dense_gemm_f16 the tensor-core tiles of
- * denseMmCudaTile.
+ * denseMmCudaLaunch.
  */
 export function denseGemmF16(enc: Encoder, args: DenseGemmArgs): void {
   record(enc, planDenseGemmF16(args, enc.device.limits, enc.device));
 }
 
 /** denseGemmF16's plan: validates, then one dispatch (see denseGemmF16). */
-export function planDenseGemmF16(a: DenseGemmArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+export function planDenseGemmF16(a: DenseGemmArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateDenseGemmF16(a, device);
   const params = packDenseGemmParams(a);
   const common = { buffers: [a.a, a.b, a.output], bytes: [, , , params] };
@@ -333,7 +386,7 @@ export function planDenseGemmF16(a: DenseGemmArgs, _limits: DeviceLimits, device
     kernels: DENSE_KERNELS,
     dispatches: [a.m === 1
       ? { kernel: 'dense_matvec_f16', ...common, ...matvecLaunch(a.n) }
-      : { kernel: 'dense_gemm_f16', ...common, grid: gemmGrid(a.m, a.n), threads: [128, 1, 1], cuda: denseMmCudaLaunch(a.m, a.n, 1, 'f16') }],
+      : { kernel: 'dense_gemm_f16', ...common, grid: gemmGrid(a.m, a.n), threads: [128, 1, 1], cuda: denseMmCudaLaunch(a.m, a.n, 1, 'f16', limits) }],
   };
 }
 
@@ -492,7 +545,7 @@ export function validateDenseMatmulTensor(a: DenseBatchArgs, device?: Device): v
  * bytes (16-bit weights) or 16384 (f32).
  * Grid (Metal): (ceil(m / 32), ceil(n / 64), src1Batch) threadgroups of 128
  * threads, 32 x 64 tiles on simdgroup matrices (the crate's run on Apple's
- * tensor API). CUDA: the tensor-core tiles of denseMmCudaTile (the input
+ * tensor API). CUDA: the tensor-core tiles of denseMmCudaLaunch (the input
  * converted while staged), or a 64 x 64 SIMT tile for f32.
  */
 export function denseMatmulTensor(enc: Encoder, args: DenseBatchArgs): void {
@@ -500,7 +553,7 @@ export function denseMatmulTensor(enc: Encoder, args: DenseBatchArgs): void {
 }
 
 /** denseMatmulTensor's plan: validates, then one dispatch (see denseMatmulTensor). */
-export function planDenseMatmulTensor(a: DenseBatchArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+export function planDenseMatmulTensor(a: DenseBatchArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateDenseMatmulTensor(a, device);
   const w = a.src0.dtype as DenseDType;
   return {
@@ -514,7 +567,7 @@ export function planDenseMatmulTensor(a: DenseBatchArgs, _limits: DeviceLimits, 
       threadgroupMemory: [DENSE_MM_TENSOR_SHARED_BYTES[w]],
       grid: [ceilDiv(a.m, 32), ceilDiv(a.n, 64), a.src1Batch],
       threads: [128, 1, 1],
-      cuda: denseMmCudaLaunch(a.m, a.n, a.src1Batch, w),
+      cuda: denseMmCudaLaunch(a.m, a.n, a.src1Batch, w, limits),
     }],
   };
 }

@@ -84,7 +84,7 @@ struct Device {
   CUstream xfer = nullptr;  // write/read/zero-fill, each synchronised before returning
   std::string name;
   int cc_major = 0, cc_minor = 0;
-  uint64_t max_threads = 0, smem_optin = 0, smem_default = 0, warp = 32, total_mem = 0;
+  uint64_t max_threads = 0, smem_optin = 0, smem_default = 0, warp = 32, total_mem = 0, sms = 0;
   uint64_t max_block[3] = {0, 0, 0}, max_grid[3] = {0, 0, 0};
 };
 
@@ -520,6 +520,7 @@ MLXN_EXPORT mlxn_status mlxn_device_open(uint32_t ordinal, mlxn_device** out, ch
   d->warp = attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
   d->cc_major = static_cast<int>(attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR));
   d->cc_minor = static_cast<int>(attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
+  d->sms = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
   size_t total = 0;
   if (cu->cuDeviceTotalMem(&total, d->dev) == CUDA_SUCCESS) d->total_mem = total;
   r = cu->cuStreamCreate(&d->xfer, CU_STREAM_NON_BLOCKING);
@@ -549,6 +550,8 @@ MLXN_EXPORT uint64_t mlxn_device_limit(mlxn_device* device, uint32_t key) {
     case MLXN_LIMIT_SIMD_WIDTH: return d->warp;
     case MLXN_LIMIT_MAX_BUFFER_LENGTH: return d->total_mem;
     case MLXN_LIMIT_SHARED_MEMORY: return 0;
+    case MLXN_LIMIT_COMPUTE_CAPABILITY: return uint64_t(d->cc_major) * 10 + uint64_t(d->cc_minor);
+    case MLXN_LIMIT_MULTIPROCESSORS: return d->sms;
     default: return 0;
   }
 }

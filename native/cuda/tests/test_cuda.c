@@ -236,6 +236,9 @@ int main(int argc, char** argv) {
   CHECK(f_mlxn_device_limit(dev, MLXN_LIMIT_SIMD_WIDTH) == 32, "simd width");
   CHECK(f_mlxn_device_limit(dev, MLXN_LIMIT_MAX_BUFFER_LENGTH) > (1ull << 30), "buffer length");
   CHECK(f_mlxn_device_limit(dev, MLXN_LIMIT_SHARED_MEMORY) == 0, "shared memory flag");
+  CHECK(f_mlxn_device_limit(dev, MLXN_LIMIT_COMPUTE_CAPABILITY) >= 50, "compute capability %llu",
+        (unsigned long long)f_mlxn_device_limit(dev, MLXN_LIMIT_COMPUTE_CAPABILITY));
+  CHECK(f_mlxn_device_limit(dev, MLXN_LIMIT_MULTIPROCESSORS) >= 1, "multiprocessors");
   CHECK(f_mlxn_device_limit(dev, 99) == 0, "unknown limit key");
   CHECK(f_mlxn_device_set_option(dev, "schedule", "random", msg, CAP) == MLXN_ERR_INVALID_ARGUMENT,
         "set_option must refuse unknown keys");

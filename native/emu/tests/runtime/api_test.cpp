@@ -123,6 +123,8 @@ int main() {
   CHECK(mlxn_device_limit(dev, MLXN_LIMIT_MAX_THREADS_PER_THREADGROUP) == 1024, "limit");
   CHECK(mlxn_device_limit(dev, MLXN_LIMIT_MAX_THREADGROUP_MEMORY) == 32768, "limit");
   CHECK(mlxn_device_limit(dev, MLXN_LIMIT_SIMD_WIDTH) == 32, "limit");
+  CHECK(mlxn_device_limit(dev, MLXN_LIMIT_COMPUTE_CAPABILITY) == 0, "limit");
+  CHECK(mlxn_device_limit(dev, MLXN_LIMIT_MULTIPROCESSORS) == 0, "limit");
   CHECK(mlxn_device_limit(dev, MLXN_LIMIT_SHARED_MEMORY) == 1, "limit");
   CHECK(mlxn_device_limit(dev, MLXN_LIMIT_MAX_BUFFER_LENGTH) > (1u << 20), "limit");
   CHECK(mlxn_device_limit(dev, 99) == 0, "limit");

@@ -2,11 +2,13 @@
 // simulation (sim_runtime.h), against a float64 reference, at the launches
 // of ts/ops/dense.ts (denseMvCudaLaunch, denseMmCudaLaunch and the crate
 // kernels' grids, written out again below): every copy path (cp.async,
-// registers, unaligned rows), both tile shapes, both vector row counts, the
-// crate's byte strides. Error: |got - want| / sum |x w|, under the dtype's
-// tolerance (tests/dense.test.ts says why). run.sh builds and runs it;
-// `big` adds the sizes that take the 128 x 256 tiles and 32-row vector
-// blocks (minutes).
+// registers, unaligned rows), the mma.sync tile shapes and the Hopper
+// launches' 128 x 256, 192 and 128 tiles (wgmma in the simulation's model,
+// or mma.sync tiles of the same shape when built with -DMLXN_SIM_NO_WGMMA),
+// both vector row counts, the crate's byte strides. Error: |got - want| /
+// sum |x w|, under the dtype's tolerance (tests/dense.test.ts says why).
+// run.sh builds and runs it; `big` adds the sizes that take the mma.sync
+// 128 x 256 tiles and 32-row vector blocks (minutes).
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include <string>
@@ -44,8 +46,21 @@ void check(const std::string& what, const Arr<TY>& y, const Ref& r, double tol) 
   std::printf("%s %-60s err %.3g (tol %.0e)\n", ok ? "ok  " : "FAIL", what.c_str(), worst, tol);
 }
 
+// A matrix-form launch of 16-bit weights: wide > 0 is the Hopper launch of
+// a 128 x wide tile (denseMmCudaLaunch: 256 threads, denseMmHopperBytes: 4
+// or 5 stages of (128 + wide) 128 bytes, and 1024), wide == 0 the mma.sync
+// tiles of denseMmCudaTile.
+struct MmLaunch { SimDim grid, block; size_t smem; };
+MmLaunch mm_launch(u32 m, u32 n, u32 batch, u32 wide) {
+  if (wide > 0) return {{cdiv(n, wide) * cdiv(m, 128) * batch, 1, 1}, {256, 1, 1}, size_t(wide == 256 ? 4 : 5) * (128 + wide) * 128 + 1024};
+  const bool big = m >= 1024 && n >= 1024;
+  const u32 bm = big ? 128 : 64, bn = big ? 256 : 128;
+  return {{cdiv(n, bn) * cdiv(m, bm) * batch, 1, 1}, {big ? 256u : 128u, 1, 1}, size_t(4) * (bm + bn) * 40 * 2};
+}
+std::string tile_name(u32 wide) { return wide > 0 ? " [128 x " + std::to_string(wide) + "]" : ""; }
+
 template <class T, class K>
-void run_dense(const char* name, K kernel, u32 m, u32 n, u32 k, u32 batch, u32 wbatch, bool vector) {
+void run_dense(const char* name, K kernel, u32 m, u32 n, u32 k, u32 batch, u32 wbatch, bool vector, u32 wide = 0) {
   Arr<T> x(size_t(batch) * m * k), w(size_t(wbatch) * n * k), y(size_t(batch) * m * n);
   x.random(); w.random(); y.poison();
   DenseParams p{m, n, k, batch, wbatch};
@@ -55,12 +70,12 @@ void run_dense(const char* name, K kernel, u32 m, u32 n, u32 k, u32 batch, u32 w
   } else if (sizeof(T) == 4) {
     sim_launch({cdiv(n, 64) * cdiv(m, 64) * batch, 1, 1}, {256, 1, 1}, 0, [&] { kernel(x.p, w.p, y.p, &p); });
   } else {
-    const bool big = m >= 1024 && n >= 1024;
-    const u32 bm = big ? 128 : 64, bn = big ? 256 : 128;
-    sim_launch({cdiv(n, bn) * cdiv(m, bm) * batch, 1, 1}, {big ? 256u : 128u, 1, 1}, 4 * (bm + bn) * 40 * 2, [&] { kernel(x.p, w.p, y.p, &p); });
+    const MmLaunch l = mm_launch(m, n, batch, wide);
+    sim_launch(l.grid, l.block, l.smem, [&] { kernel(x.p, w.p, y.p, &p); });
   }
   Ref r = reference(x, k, u64(m) * k, w, k, u64(n) * k, m, n, k, batch, batch / wbatch, false);
-  check(std::string(name) + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) + " b=" + std::to_string(batch) + "/" + std::to_string(wbatch), y, r, tol_of<T>());
+  check(std::string(name) + tile_name(wide) + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) + " b=" +
+        std::to_string(batch) + "/" + std::to_string(wbatch), y, r, tol_of<T>());
 }
 
 template <class TX, class TW, class K>
@@ -73,20 +88,19 @@ void run_matvec(const char* name, K kernel, u32 n, u32 k) {
   check(std::string(name) + " n=" + std::to_string(n) + " k=" + std::to_string(k), c, r, tol_of<TX>());
 }
 
-void run_gemm_f16(u32 m, u32 n, u32 k) {
+void run_gemm_f16(u32 m, u32 n, u32 k, u32 wide = 0) {
   Arr<__half> a(size_t(m) * k), b(size_t(n) * k), c(size_t(m) * n);
   a.random(); b.random(); c.poison();
   DenseGemmParams p{m, n, k};
-  const bool big = m >= 1024 && n >= 1024;
-  const u32 bm = big ? 128 : 64, bn = big ? 256 : 128;
-  sim_launch({cdiv(n, bn) * cdiv(m, bm), 1, 1}, {big ? 256u : 128u, 1, 1}, 4 * (bm + bn) * 40 * 2, [&] { dense_gemm_f16(a.p, b.p, c.p, &p); });
+  const MmLaunch l = mm_launch(m, n, 1, wide);
+  sim_launch(l.grid, l.block, l.smem, [&] { dense_gemm_f16(a.p, b.p, c.p, &p); });
   Ref r = reference(a, k, 0, b, k, 0, m, n, k, 1, 1, false);
-  check("dense_gemm_f16 m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k), c, r, 1e-3);
+  check("dense_gemm_f16" + tile_name(wide) + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k), c, r, 1e-3);
 }
 
 // The crate's batched kernels with row strides wrow (weight) and xrow (input), elements.
 template <bool gemv, class TW, class K>
-void run_hf2q(const char* name, K kernel, u32 m, u32 n, u32 k, u32 b0, u32 b1, u32 wrow, u32 xrow) {
+void run_hf2q(const char* name, K kernel, u32 m, u32 n, u32 k, u32 b0, u32 b1, u32 wrow, u32 xrow, u32 wide = 0) {
   Arr<TW> w(size_t(b0) * n * wrow); Arr<float> x(size_t(b1) * m * xrow); Arr<float> y(size_t(b1) * m * n);
   w.random(); x.random(); y.poison();
   Ref r = reference(x, xrow, u64(m) * xrow, w, wrow, u64(n) * wrow, m, n, k, b1, b1 / b0, !gemv && sizeof(TW) == 2);
@@ -103,13 +117,11 @@ void run_hf2q(const char* name, K kernel, u32 m, u32 n, u32 k, u32 b0, u32 b1, u
     if constexpr (sizeof(TW) == 4) {
       sim_launch({cdiv(n, 64) * cdiv(m, 64) * b1, 1, 1}, {256, 1, 1}, 0, [&] { kernel(&p, (const char*)w.p, (const char*)x.p, (char*)y.p); });
     } else {
-      const bool big = m >= 1024 && n >= 1024;
-      const u32 bm = big ? 128 : 64, bn = big ? 256 : 128;
-      sim_launch({cdiv(n, bn) * cdiv(m, bm) * b1, 1, 1}, {big ? 256u : 128u, 1, 1}, 4 * (bm + bn) * 40 * 2,
-                 [&] { kernel(&p, (const char*)w.p, (const char*)x.p, (char*)y.p); });
+      const MmLaunch l = mm_launch(m, n, b1, wide);
+      sim_launch(l.grid, l.block, l.smem, [&] { kernel(&p, (const char*)w.p, (const char*)x.p, (char*)y.p); });
     }
   }
-  check(std::string(name) + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) + " b=" + std::to_string(b1) + "/" +
+  check(std::string(name) + tile_name(wide) + " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) + " b=" + std::to_string(b1) + "/" +
         std::to_string(b0) + " rows " + std::to_string(wrow) + "/" + std::to_string(xrow), y, r, 1e-5);
 }
 
@@ -143,6 +155,17 @@ int main(int argc, char** argv) {
   run_hf2q<false, __half>("hf2q_dense_mm_f16_f32_tensor", hf2q_dense_mm_f16_f32_tensor, 70, 130, 100, 1, 2, 100, 100);
   run_hf2q<false, __half>("hf2q_dense_mm_f16_f32_tensor", hf2q_dense_mm_f16_f32_tensor, 20, 30, 40, 1, 1, 45, 41);
   run_hf2q<false, float>("hf2q_dense_mm_f32_f32_tensor", hf2q_dense_mm_f32_f32_tensor, 35, 67, 64, 2, 4, 68, 64);
+  // Hopper launches: each tile width; k tails (k % 64), more k tiles than
+  // stages (k = 520: 9), the register paths (k % 8 != 0; f32 x), rows and
+  // columns past M and N, batches.
+  for (u32 wide : {256u, 192u, 128u}) {
+    run_dense<__nv_bfloat16>("dense_mm_bf16", dense_mm_bf16, 200, 300, 520, 1, 1, false, wide);
+    run_dense<__half>("dense_mm_f16", dense_mm_f16, 130, 70, 100, 2, 1, false, wide);
+    run_dense<__nv_bfloat16>("dense_mm_bf16 (register path)", dense_mm_bf16, 9, 7, 36, 1, 1, false, wide);
+    run_gemm_f16(33, 200, 72, wide);
+    run_hf2q<false, __nv_bfloat16>("hf2q_dense_mm_bf16_f32_tensor", hf2q_dense_mm_bf16_f32_tensor, 35, 67, 264, 2, 4, 264, 264, wide);
+    run_hf2q<false, __half>("hf2q_dense_mm_f16_f32_tensor", hf2q_dense_mm_f16_f32_tensor, 20, 30, 40, 1, 1, 45, 41, wide);
+  }
   if (big) {
     run_dense<__nv_bfloat16>("dense_mv_bf16 (32-row blocks)", dense_mv_bf16, 3, 8200, 64, 1, 1, true);
     run_dense<__nv_bfloat16>("dense_mm_bf16 (128 x 256)", dense_mm_bf16, 1030, 1040, 64, 1, 1, false);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs a family's CUDA kernels on the CPU simulation (sim_runtime.h), no GPU
 # needed: shaders/cuda/tests/sim/run.sh [driver] [big]
-#   dense: the dense family (dense_driver.cpp)
+#   dense: the dense family (dense_driver.cpp; the Hopper tiles on the
+#          simulation's wgmma model, or with SIM_DEFINES=-DMLXN_SIM_NO_WGMMA
+#          on the mma.sync tiles a build without sm_90a runs)
 #   glue:  rms_norm, softmax and gelu at the op's CUDA launches (glue_driver.cpp)
 #   quantized_matmul: that family (quantized_matmul_driver.cpp)
 #   quantized_matmul_ggml: that family (quantized_matmul_ggml_driver.cpp)

@@ -10,9 +10,17 @@
 // about speed, and a kernel relying on anything not modelled here (other
 // PTX, warp-divergent collectives, memory ordering between blocks) is out
 // of its reach. Votes, __match_any_sync and __reduce_add_sync take every
-// lane's value and keep those of `mask`. build.py assembles a family's
-// program for it.
+// lane's value and keep those of `mask`. Hopper's wgmma (common.cuh's
+// MLXN_WGMMA helpers) is modelled from the PTX ISA (below), so the sm_90a
+// path compiles here unless MLXN_SIM_NO_WGMMA is defined (then the kernels
+// take their other path, as a build without sm_90a would). Dynamic shared
+// memory lies at byte 528 of a simulated shared window whose address 0 is
+// 1024-byte aligned, so shared addresses (smem_addr) and their alignment
+// behave as on the device. build.py assembles a family's program for it.
 #pragma once
+#ifndef MLXN_SIM_NO_WGMMA
+#define MLXN_SIM_WGMMA 1
+#endif
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <vector_types.h>
@@ -32,9 +40,11 @@
 #undef __shared__
 #undef __launch_bounds__
 #undef __forceinline__
+#undef __noinline__
 #define __device__
 #define __global__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 #define __shared__ static
 #define __launch_bounds__(...)
 
@@ -47,8 +57,15 @@ struct SimBlock {
   std::vector<std::barrier<>*> warps;
   // Per-warp exchange slots: 32 lanes x 64 bytes.
   std::vector<unsigned char> slots;
-  std::vector<unsigned char> dyn_smem;
+  // The shared window: `shared` is its address 0 (1024-byte aligned inside
+  // `window`); dynamic shared memory starts at kSimDynOffset, dyn_bytes long.
+  std::vector<unsigned char> window;
+  unsigned char* shared = nullptr;
+  size_t shared_len = 0, dyn_bytes = 0;
 };
+// Where dynamic shared memory starts in the window: a multiple of 16 (the
+// kernels' __align__(16)), not of 1024, as when static shared memory comes first.
+constexpr size_t kSimDynOffset = 528;
 inline SimBlock sim_block;
 
 // Warps are 32 consecutive threads of the block, counted x first, then y, then z.
@@ -138,9 +155,21 @@ inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); retu
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 template <class T> inline T min(T a, T b) { return a < b ? a : b; }
 template <class T> inline T max(T a, T b) { return a > b ? a : b; }
-inline size_t __cvta_generic_to_shared(const void* p) { return reinterpret_cast<size_t>(p); }
+inline void sim_fail(const char* what) {
+  std::fprintf(stderr, "%s\n", what);
+  std::abort();
+}
+// A pointer into dynamic shared memory as a shared address (its offset in the window).
+inline unsigned smem_addr(const void* p) {
+  const unsigned char* c = static_cast<const unsigned char*>(p);
+  if (c < sim_block.shared || c >= sim_block.shared + sim_block.shared_len) sim_fail("smem_addr: not dynamic shared memory");
+  return unsigned(c - sim_block.shared);
+}
+inline size_t __cvta_generic_to_shared(const void* p) { return smem_addr(p); }
 
-inline unsigned char* sim_dynamic_smem() { return sim_block.dyn_smem.data(); }
+inline unsigned char* sim_dynamic_smem() { return sim_block.shared + kSimDynOffset; }
+// %dynamic_smem_size: what the launch gave.
+inline unsigned dynamic_smem_bytes() { return unsigned(sim_block.dyn_bytes); }
 
 // ---- the tensor-core and cp.async helpers of common.cuh ----
 typedef unsigned int sim_u32;
@@ -258,6 +287,82 @@ template <int N> inline void cp_async_wait() {
   }
 }
 
+// ---- Hopper's wgmma (common.cuh's helpers under MLXN_WGMMA) ----
+//
+// The model, as the PTX ISA documents wgmma.mma_async m64nNk16 with both
+// operands in shared memory, K-major, 16-bit floats, f32 accumulators:
+//   - descriptor: start address bits 0-13 (>> 4), leading byte offset bits
+//     16-29, stride byte offset (SBO) bits 32-45 (>> 4), base offset bits
+//     49-51, layout bits 62-63 (1: 128B swizzle; the only one modelled,
+//     with base offset 0 and a start address in the first 128-byte row of its
+//     1024-byte pattern, which is what the kernels use; anything else aborts).
+//   - element (r, k), k < 16, of the 64-row A or N-row B operand: the
+//     canonical K-major 128B layout ((8, m), (8, 2)) : ((64, SBO), (1, 8)) in
+//     16-bit elements, i.e. byte start + (r % 8) 128 + (r / 8) SBO + 2 k, then
+//     the 128B swizzle of the shared address: bits 4-6 ^= bits 7-9.
+//   - accumulators: thread t of the warpgroup (warp w = t / 32 % 4, lane l)
+//     holds d[i] = D[16 w + l / 4 + 8 ((i / 2) % 2)][8 (i / 4) + 2 (l % 4) + i % 2].
+//   - asynchrony: wgmma are queued per thread, grouped by commit_group, and
+//     performed at wait_group (each thread its own d[i], reading shared
+//     memory then), so a stage overwritten before its wait, or accumulators
+//     read before it, show as wrong results. A wgmma needs a wgmma.fence
+//     since the thread's last wait_group (the PTX rule for accumulators
+//     touched between them), and the same descriptors on every lane of the
+//     warp (.aligned); the block's threads must be whole warpgroups.
+// Not modelled: the proxy fence (fence.proxy.async is a no-op here; a
+// missing one would not show) and the hardware's own order of summation.
+struct SimWgmma { float* d; unsigned regs; uint64_t a, b; bool bf; };
+inline thread_local std::vector<SimWgmma> sim_wg_open;
+inline thread_local std::deque<std::vector<SimWgmma>> sim_wg_groups;
+inline thread_local bool sim_wg_fenced = false;
+
+inline float sim_wg_elem(uint64_t desc, unsigned row, unsigned k, bool bf) {
+  const uint64_t start = (desc & 0x3fffu) << 4, sbo = ((desc >> 32) & 0x3fffu) << 4;
+  if ((desc >> 62) != 1) sim_fail("wgmma: only the 128B-swizzle layout is modelled");
+  if (((desc >> 49) & 7u) != 0 || ((start >> 7) & 7u) != 0) sim_fail("wgmma: base offset and start row other than 0 are not modelled");
+  const uint64_t addr = start + (row & 7u) * 128 + (row >> 3) * sbo + 2 * k;
+  const uint64_t phys = addr ^ (((addr >> 7) & 7u) << 4);
+  if (phys + 2 > sim_block.shared_len) sim_fail("wgmma: operand outside shared memory");
+  uint16_t h;
+  std::memcpy(&h, sim_block.shared + phys, 2);
+  return sim_b16(h, bf);
+}
+inline void sim_wg_perform(const SimWgmma& op) {
+  const unsigned t = sim_thread() & 127u, w = t >> 5, l = t & 31u;
+  for (unsigned i = 0; i < op.regs; ++i) {
+    const unsigned row = 16 * w + l / 4 + 8 * ((i >> 1) & 1u), col = 8 * (i >> 2) + 2 * (l & 3u) + (i & 1u);
+    float s = op.d[i];
+    for (unsigned k = 0; k < 16; ++k) s += sim_wg_elem(op.a, row, k, op.bf) * sim_wg_elem(op.b, col, k, op.bf);
+    op.d[i] = s;
+  }
+}
+template <int R>
+inline void sim_wgmma(float (&d)[R], uint64_t a, uint64_t b, bool bf) {
+  static_assert(R == 64 || R == 96 || R == 128, "m64nNk16 with N = 128, 192 or 256");
+  if ((blockDim.x * blockDim.y * blockDim.z) % 128 != 0) sim_fail("wgmma: the block is not whole warpgroups");
+  if (!sim_wg_fenced) sim_fail("wgmma: issued without a wgmma.fence since the last wait_group");
+  struct Desc { uint64_t a, b; };
+  const Desc lane0 = sim_exchange(Desc{a, b}, 0);
+  if (lane0.a != a || lane0.b != b) sim_fail("wgmma: descriptors differ across the warp");
+  sim_wg_open.push_back({d, unsigned(R), a, b, bf});
+}
+template <int R> inline void wgmma_bf16(float (&d)[R], uint64_t a, uint64_t b) { sim_wgmma(d, a, b, true); }
+template <int R> inline void wgmma_f16(float (&d)[R], uint64_t a, uint64_t b) { sim_wgmma(d, a, b, false); }
+inline void wgmma_fence() { sim_wg_fenced = true; }
+inline void wgmma_commit() {
+  sim_wg_groups.push_back(std::move(sim_wg_open));
+  sim_wg_open.clear();
+}
+template <int N> inline void wgmma_wait() {
+  while (sim_wg_groups.size() > size_t(N)) {
+    for (const SimWgmma& op : sim_wg_groups.front()) sim_wg_perform(op);
+    sim_wg_groups.pop_front();
+  }
+  sim_wg_fenced = false;
+}
+inline void fence_proxy_async_smem() {}
+template <int N> inline void acc_fence(float (&)[N]) {}
+
 // Runs kernel(args...) over the grid, blocks one at a time.
 template <class F>
 inline void sim_launch(SimDim grid, SimDim block, size_t smem, F&& kernel) {
@@ -273,7 +378,10 @@ inline void sim_launch(SimDim grid, SimDim block, size_t smem, F&& kernel) {
         sim_block.block = &bb;
         sim_block.warps = ws;
         sim_block.slots.assign(((n + 31) / 32) * 32 * 64, 0);
-        sim_block.dyn_smem.assign(smem + 16, 0xAB);  // garbage, so unwritten reads show
+        sim_block.window.assign(1024 + kSimDynOffset + smem + 16, 0xAB);  // garbage, so unwritten reads show
+        sim_block.shared = sim_block.window.data() + ((1024 - reinterpret_cast<uintptr_t>(sim_block.window.data()) % 1024) % 1024);
+        sim_block.shared_len = kSimDynOffset + smem + 16;
+        sim_block.dyn_bytes = smem;
         std::vector<std::thread> ts;
         for (unsigned t = 0; t < n; ++t) {
           ts.emplace_back([&, t] {
@@ -281,7 +389,11 @@ inline void sim_launch(SimDim grid, SimDim block, size_t smem, F&& kernel) {
             blockIdx = {bx, by, bz};
             sim_groups.clear();
             sim_open.clear();
+            sim_wg_groups.clear();
+            sim_wg_open.clear();
+            sim_wg_fenced = false;
             kernel();
+            if (!sim_wg_groups.empty() || !sim_wg_open.empty()) sim_fail("wgmma: the kernel ended with wgmma not waited for");
             if (!sim_groups.empty() || !sim_open.empty()) {
               // Copies never waited on: a kernel bug unless nothing reads them.
               sim_groups.clear();
