@@ -1,5 +1,10 @@
-// What a kernel family registers outside its own files, checked so that a
-// failure names the line to write:
+// A kernel family's files and what it registers outside them, checked so
+// that a failure names the file or the line to write (docs/internals.md,
+// "Adding a family"):
+// - each ts/ops/<family>.ts has shaders/<family>.metal,
+//   shaders/cuda/<family>.cu, ts/reference/<family>.ts and
+//   tests/<family>.test.ts (shaders/<family>.h where it has param structs:
+//   tests/contract-structs.test.ts);
 // - ts/ops/index.ts and ts/reference/index.ts each re-export every module of
 //   their folder (`export * from './<family>.ts';`: static re-exports, which
 //   bundlers and `bun build --compile` follow), and every export of a module
@@ -16,6 +21,14 @@ import { opsOf } from './fuzz-validation.ts';
 const ROOT = join(import.meta.dir, '..');
 const modulesOf = (dir: string): string[] =>
   readdirSync(join(ROOT, 'ts', dir)).filter((f) => f.endsWith('.ts') && !f.endsWith('.d.ts') && f !== 'index.ts').sort();
+
+test('every family of ts/ops has its Metal, CUDA, reference and test files', () => {
+  const families = modulesOf('ops').map((m) => m.slice(0, -3));
+  expect(families.length).toBeGreaterThan(20);
+  const missing = families.flatMap((f) =>
+    [`shaders/${f}.metal`, `shaders/cuda/${f}.cu`, `ts/reference/${f}.ts`, `tests/${f}.test.ts`].filter((p) => !existsSync(join(ROOT, p))));
+  expect(missing).toEqual([]);
+});
 
 for (const dir of ['ops', 'reference']) {
   test(`ts/${dir}/index.ts re-exports every module of ts/${dir}, each export reachable`, async () => {
