@@ -4,7 +4,12 @@
 // commits of gpuTimeNs / iters (min also kept). iters is chosen per case so a
 // commit lasts about --target-ms (from a one-dispatch probe).
 //
-//   bun run bench/ours.ts [--smoke] [--repeats N] [--target-ms X] [--json PATH]
+//   bun run bench/ours.ts [--smoke] [--graphs] [--repeats N] [--target-ms X] [--json PATH]
+//
+// --graphs: the `iters` dispatches are recorded once into a replayable
+// encoder and each timed batch is a replay of it (a CUDA graph on cuda), so
+// the host's launch rate cannot set the time of short kernels; peers.py
+// --graphs times the peers the same way (torch.cuda.CUDAGraph).
 //
 // --smoke: the tiny cases of shapes.json (the emulator runs them); backend:
 // MLX_NATIVE_BACKEND or the default. Inputs are random (never zeros), written
@@ -27,10 +32,10 @@ export function shapeKey(c: Case): string {
   return Object.entries(c).filter(([k]) => k !== 'kernel').map(([k, v]) => `${k}=${v}`).join(' ');
 }
 
-interface Args { smoke: boolean; repeats: number; targetMs: number; json: string | null }
+interface Args { smoke: boolean; graphs: boolean; repeats: number; targetMs: number; json: string | null }
 
 function parseArgs(argv: readonly string[]): Args {
-  const a: Args = { smoke: false, repeats: 10, targetMs: 20, json: null };
+  const a: Args = { smoke: false, graphs: false, repeats: 10, targetMs: 20, json: null };
   for (let i = 0; i < argv.length; i++) {
     const x = argv[i]!;
     const next = (): string => {
@@ -39,6 +44,7 @@ function parseArgs(argv: readonly string[]): Args {
       return v;
     };
     if (x === '--smoke') a.smoke = true;
+    else if (x === '--graphs') a.graphs = true;
     else if (x === '--repeats') a.repeats = Number(next());
     else if (x === '--target-ms') a.targetMs = Number(next());
     else if (x === '--json') a.json = next();
@@ -281,13 +287,36 @@ export interface OursResult {
   note?: string;
 }
 
+/** Device times of `repeats` replays of one recording of `iters` recordings, in ns each. */
+function replays(dev: Device, p: Prepared, iters: number, repeats: number): number[] {
+  const enc = dev.encoder({ replayable: true });
+  try {
+    for (let i = 0; i < iters; i++) p.record(enc);
+    enc.commitAndWait();
+    enc.replayAndWait(); // the first replay captures the graph
+    const per: number[] = [];
+    for (let r = 0; r < repeats; r++) {
+      enc.replayAndWait();
+      per.push(enc.gpuTimeNs);
+    }
+    return per;
+  } finally {
+    enc.release();
+  }
+}
+
 function timeCase(dev: Device, p: Prepared, args: Args): { us: number; minUs: number; iters: number } {
   commitOnce(dev, p, 1); // compile + first touch
   const probe = Math.max(commitOnce(dev, p, 1), 1);
   const iters = Math.max(1, Math.min(args.smoke ? 4 : 2000, Math.round((args.targetMs * 1e6) / probe)));
-  commitOnce(dev, p, iters); // warm-up at the timed size
-  const per: number[] = [];
-  for (let r = 0; r < args.repeats; r++) per.push(commitOnce(dev, p, iters) / iters);
+  let per: number[];
+  if (args.graphs) {
+    per = replays(dev, p, iters, args.repeats).map((ns) => ns / iters);
+  } else {
+    commitOnce(dev, p, iters); // warm-up at the timed size
+    per = [];
+    for (let r = 0; r < args.repeats; r++) per.push(commitOnce(dev, p, iters) / iters);
+  }
   return { us: median(per) / 1e3, minUs: Math.min(...per) / 1e3, iters };
 }
 
@@ -296,12 +325,12 @@ function main(): void {
   const shapes = JSON.parse(readFileSync(join(import.meta.dir, 'shapes.json'), 'utf8')) as { full: Case[]; smoke: Case[] };
   const cases = args.smoke ? shapes.smoke : shapes.full;
   using dev = Device.open();
-  console.log(`ours: backend ${dev.backend}, device ${dev.name}, ${cases.length} cases, repeats ${args.repeats}, target ${args.targetMs} ms per commit`);
+  console.log(`ours: backend ${dev.backend}, device ${dev.name}, ${cases.length} cases, repeats ${args.repeats}, target ${args.targetMs} ms per commit${args.graphs ? ", timed as replays of one recording" : ""}`);
   const results: OursResult[] = [];
   // Written after every case, so a run stopped part way keeps what it timed.
   const save = (): void => {
     if (args.json === null) return;
-    const doc = { backend: dev.backend, device: dev.name, date: new Date().toISOString(), smoke: args.smoke, results };
+    const doc = { backend: dev.backend, device: dev.name, date: new Date().toISOString(), smoke: args.smoke, graphs: args.graphs, results };
     writeFileSync(args.json, JSON.stringify(doc, null, 1) + '\n');
   };
   for (const c of cases) {

@@ -14,7 +14,9 @@ batches of `iters` back-to-back calls between two CUDA events (iters chosen so
 a batch lasts about --target-ms); the time per call is the median over the
 batches. Inputs are random, never zeros.
 
-  PYTHONPATH=.fla python3 bench/peers.py [--quick] [--repeats N] [--target-ms X] --json PATH
+  PYTHONPATH=.fla python3 bench/peers.py [--quick] [--graphs] [--repeats N] [--target-ms X] --json PATH
+--graphs: each batch is a replay of the `iters` calls captured once into a
+CUDA graph (time_graph), as bench/ours.ts --graphs replays its recording.
 --quick: torch.compile only on the large norm / routing shapes, FLA prefill at
 T = 4096 and 32768 and decode at batch 1 and 256 (autotuning and compiling
 every shape costs minutes); every case left out is printed.
@@ -62,6 +64,42 @@ def time_fn(fn, repeats, target_ms, max_iters=2000):
         e.record()
         torch.cuda.synchronize()
         per.append(s.elapsed_time(e) * 1e3 / iters)
+    return statistics.median(per), min(per), iters
+
+
+def time_graph(fn, repeats, target_ms, max_iters=2000):
+    """time_fn's figures with the `iters` calls captured once into a CUDA graph
+    and each timed batch a replay of it (ours.ts --graphs replays its recording
+    alike), so the host's launch rate cannot set the time of short kernels."""
+    fn()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    fn()
+    e.record()
+    torch.cuda.synchronize()
+    probe = max(s.elapsed_time(e), 1e-3)
+    iters = max(1, min(max_iters, round(target_ms / probe)))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(iters):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    per = []
+    for _ in range(repeats):
+        s.record()
+        graph.replay()
+        e.record()
+        torch.cuda.synchronize()
+        per.append(s.elapsed_time(e) * 1e3 / iters)
+    del graph
     return statistics.median(per), min(per), iters
 
 
@@ -242,13 +280,15 @@ def main():
     ap.add_argument('--repeats', type=int, default=10)
     ap.add_argument('--target-ms', type=float, default=20)
     ap.add_argument('--json', required=True)
+    ap.add_argument('--graphs', action='store_true', help='time each batch as a replay of one CUDA graph (time_graph)')
     args = ap.parse_args()
+    timer = time_graph if args.graphs else time_fn
     if not torch.cuda.is_available():
         print('peers: no CUDA device: nothing to time')
         return 1
     torch.manual_seed(0)
     dev_name = torch.cuda.get_device_name()
-    print(f'peers: {dev_name}, torch {torch.__version__}, repeats {args.repeats}, quick {args.quick}')
+    print(f'peers: {dev_name}, torch {torch.__version__}, repeats {args.repeats}, quick {args.quick}, graphs {args.graphs}')
     t0 = time.time()
     ceil = ceilings(args.repeats)
     print(f'peers: ceilings: copy {ceil["copy_GBps"]:.0f} GB/s, bf16 matmul {ceil["matmul_bf16_TFLOPs"]:.0f} TFLOP/s')
@@ -267,7 +307,7 @@ def main():
     results = []
     doc = {'device': dev_name, 'torch': torch.__version__, 'date': time.strftime('%Y-%m-%d'),
            'fla': open(os.path.join(HERE, '..', '.fla', 'COMMIT')).read().strip() if fla else None,
-           'quick': args.quick, 'repeats': args.repeats, 'ceilings': ceil, 'results': results}
+           'quick': args.quick, 'graphs': args.graphs, 'repeats': args.repeats, 'ceilings': ceil, 'results': results}
 
     def save():
         # After every case, so a run stopped part way keeps what it timed.
@@ -288,7 +328,7 @@ def main():
         for name, fn in fns.items():
             t1 = time.time()
             try:
-                us, mn, iters = time_fn(fn, args.repeats, args.target_ms)
+                us, mn, iters = timer(fn, args.repeats, args.target_ms)
             except Exception as e:  # noqa: BLE001
                 traceback.print_exc()
                 print(f'peers: {case["kernel"]} [{key}] {name}: FAILED: {e!r}')

@@ -124,7 +124,13 @@ def report(ours, peers, out):
             f'{(ours or {}).get("backend")}; date: {(peers or {}).get("date") or (ours or {}).get("date")}; '
             f'torch {(peers or {}).get("torch")}; FLA {(peers or {}).get("fla")}',
             f'ceilings measured in this run: copy {bw:.0f} GB/s (read + write), bf16 matmul {rate:.0f} TFLOP/s'
-            if bw and rate else 'ceilings: not measured', '']
+            if bw and rate else 'ceilings: not measured',
+            'timing: ' + ('ours and peers as replays of one recorded batch (CUDA graphs)'
+                          if (ours or {}).get('graphs') and (peers or {}).get('graphs') else
+                          'back-to-back launches between two events (launch overhead included)'
+                          if not (ours or {}).get('graphs') and not (peers or {}).get('graphs') else
+                          f'MIXED: ours graphs={bool((ours or {}).get("graphs"))}, peers graphs={bool((peers or {}).get("graphs"))}'),
+            '']
     cols = ['kernel', 'shape', 'ours us (variant)'] + [f'{p} us' for p in peer_names] + \
         ['ours / fastest peer', 'floor bytes', 'ours frac copy bw', 'fastest peer frac copy bw', 'ours frac matmul']
     lines = ['| ' + ' | '.join(cols) + ' |', '|' + ' --- |' * len(cols)]

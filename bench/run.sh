@@ -6,9 +6,11 @@
 #   ceilings (bench/peers.py), and joins them (bench/report.py) into
 #   OUT/results.md, OUT/results.json and OUT/results.png.
 #
-#   bash bench/run.sh [--quick] [--out DIR]
+#   bash bench/run.sh [--quick] [--graphs] [--out DIR]
 # --quick: 3 repeats of about 5 ms, and peers.py --quick (fewer compiled and
 # autotuned peer shapes); the default is 10 repeats of about 20 ms.
+# --graphs: ours and the peers timed as replays of one recording (a CUDA
+# graph each), so launch overhead does not decide short cases.
 # DIR defaults to $OUT when set, else bench/.work/out. Bun: the one on PATH, or
 # .carry/bun.xz unpacked to /tmp/bun. Everything is printed to stdout; the
 # intermediate ours.json / peers.json stay in bench/.work/.
@@ -16,10 +18,12 @@ set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 quick=0
+graphs=()
 out="${OUT:-$root/bench/.work/out}"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) quick=1 ;;
+    --graphs) graphs=(--graphs) ;;
     --out) out="$2"; shift ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -37,7 +41,7 @@ if ! command -v bun >/dev/null 2>&1; then
     echo "run.sh: no bun on PATH and no .carry/bun.xz: ours will not run"
   fi
 fi
-echo "run.sh: $(date -u +%FT%TZ) quick=$quick out=$out"
+echo "run.sh: $(date -u +%FT%TZ) quick=$quick graphs=${#graphs[@]} out=$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>&1 || true
 
 echo "== build cuda backend"
@@ -46,11 +50,11 @@ bash scripts/build-cuda.sh || echo "run.sh: build-cuda failed (ours will fail to
 echo "== ours"
 rm -f "$work/ours.json" "$work/peers.json"
 if command -v bun >/dev/null 2>&1; then
-  MLX_NATIVE_BACKEND=cuda bun run bench/ours.ts "${reps[@]}" --json "$work/ours.json" || echo "run.sh: ours.ts exited with $?"
+  MLX_NATIVE_BACKEND=cuda bun run bench/ours.ts "${reps[@]}" ${graphs[@]+"${graphs[@]}"} --json "$work/ours.json" || echo "run.sh: ours.ts exited with $?"
 fi
 
 echo "== peers"
-PYTHONPATH="$root/.fla${PYTHONPATH:+:$PYTHONPATH}" python3 bench/peers.py "${reps[@]}" "${pq[@]}" --json "$work/peers.json" \
+PYTHONPATH="$root/.fla${PYTHONPATH:+:$PYTHONPATH}" python3 bench/peers.py "${reps[@]}" ${pq[@]+"${pq[@]}"} ${graphs[@]+"${graphs[@]}"} --json "$work/peers.json" \
   || echo "run.sh: peers.py exited with $?"
 
 echo "== report"

@@ -332,10 +332,10 @@ describeBackends('replay', ({ device }) => {
     for (let i = 0; i < 3; i++) enc.replayAndWait();
     expect(enc.barrierCount).toBe(placed);
   });
-});
 
-test('Device.encoder refuses a replayable encoder of a closed device like any other', () => {
-  const dev = Device.open({ backend: 'emu' });
-  dev.close();
-  expect(() => dev.encoder({ replayable: true })).toThrow(MlxError);
+  test('Device.encoder refuses a replayable encoder of a closed device like any other', () => {
+    const dev = Device.open({ backend: device().backend });
+    dev.close();
+    expect(() => dev.encoder({ replayable: true })).toThrow(MlxError);
+  });
 });
