@@ -31,8 +31,8 @@ import { TARGET_LIMITS, backends, describeBackends, maxRelErr, rng, TOL, type Rn
 
 /**
  * Wall time of the fuzz's mutation loop per case (MLX_NATIVE_FUZZ_MS
- * overrides); the committed sets' runs are inside it. 45 ms over the 106
- * cases of all families: about the 5 s the fuzz has had.
+ * overrides), the committed sets' runs included: about 5 s over the 106
+ * cases of all families.
  */
 const FUZZ_MS_PER_CASE = Number(process.env.MLX_NATIVE_FUZZ_MS ?? 45);
 
@@ -142,7 +142,6 @@ export function fillInputs(c: Case, args: Args, r: Rng): void {
   }
   c.fill?.(args);
 }
-
 
 // ---- the contract ----
 
