@@ -34,6 +34,7 @@ import {
   TOL, describeBackends, describeValidation, maxRelErr, nmse, rng, type Rng, expectInvalidParts, maxAbs, bf16, randomArray,
 } from './helpers.ts';
 import { flat, flatName, type CumsumShape, type GdrShape, type SeedShape, type StepShape } from './gdr-args.ts';
+import { a, BF, buf, F, int, opContract, out, U32, type Case, type KeySpec } from './op-contract.ts';
 
 interface Shape {
   hg: number;
@@ -882,3 +883,111 @@ describeBackends('chunk_gated_delta_rule tables', ({ device }) => {
     for (const b of [table, hOut, ...Object.values(ins), ...Object.values(outs)]) b.release();
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+// The chunked steps at nTok = 3 tokens in one chunk of one sequence, H = Hg = 1, K = V = 64.
+const STEP = { nTok: 3, nt: 1, nSeq: 1, nQkHeads: 1, nHeads: 1, kDim: 64, vDim: 64 };
+const stepParams: Record<string, KeySpec> = {
+  nTok: int, nt: int, nSeq: int, nQkHeads: int, nHeads: int, kDim: int, vDim: int, scale: { kind: 'num?' },
+};
+const chunksOf = (d: Device): Buffer => d.upload('u32', [1, 2], [0, 3]);
+const seqsOf = (d: Device): Buffer => d.upload('u32', [2, 2], [0, 0, 3, 1]);
+const tableFill = (args: Record<string, unknown>): void => {
+  if (args.chunks !== undefined) (args.chunks as Buffer).writeNumbers([0, 3]);
+  if (args.seqs !== undefined) (args.seqs as Buffer).writeNumbers([0, 0, 3, 1]);
+};
+
+opContract('chunk_gated_delta_rule', [
+  {
+    fn: 'chunkLocalCumsum', op: 'chunk_local_cumsum',
+    keys: { gIn: buf(F), gCumsum: out(F), batch: int, seqLen: int, nHeads: int, bt: int },
+    make: (d) => ({ gIn: a(d, 'f32', 30), gCumsum: a(d, 'f32', 30), batch: 2, seqLen: 5, nHeads: 3, bt: 4 }),
+  },
+  {
+    fn: 'gatedDeltaNetChunk', op: 'gated_delta_net_chunk',
+    keys: {
+      k: buf(BF), w: buf(BF), u: buf(BF), g: buf(F), h0: buf(F), hOut: out(BF), vNew: out(BF), finalState: out(F),
+      batch: int, seqLen: int, nQkHeads: int, nHeads: int, kDim: int, vDim: int, bt: int,
+    },
+    make: (d) => ({
+      k: a(d, 'bf16', 64 * 128), w: a(d, 'bf16', 64 * 128), u: a(d, 'bf16', 64 * 32), g: a(d, 'f32', 64),
+      h0: a(d, 'f32', 32 * 128), hOut: a(d, 'bf16', 32 * 128), vNew: a(d, 'bf16', 64 * 32), finalState: a(d, 'f32', 32 * 128),
+      batch: 1, seqLen: 64, nQkHeads: 1, nHeads: 1, kDim: 128, vDim: 32, bt: 64,
+    }),
+  },
+  // The steps (their tables are device buffers) and the whole forward.
+  {
+    fn: 'chunkLocalCumsumVarlen', op: 'chunk_gated_delta_rule',
+    keys: { gIn: buf(F), gCum: out(F), chunks: buf(U32, { table: true }), ...stepParams },
+    make: (d) => ({ gIn: a(d, 'f32', 3), gCum: a(d, 'f32', 3), chunks: chunksOf(d), ...STEP }),
+    fill: tableFill,
+  },
+  {
+    fn: 'gatedDeltaNetKkt', op: 'chunk_gated_delta_rule',
+    keys: { k: buf(BF), g: buf(F), beta: buf(['f32', 'bf16']), a: out(F), chunks: buf(U32, { table: true }), ...stepParams },
+    make: (d) => ({
+      k: a(d, 'bf16', 192), g: a(d, 'f32', 3), beta: a(d, 'bf16', 3), a: a(d, 'f32', 192), chunks: chunksOf(d), ...STEP,
+    }),
+    fill: tableFill,
+  },
+  {
+    fn: 'chunkTriSolveInvert', op: 'chunk_gated_delta_rule',
+    keys: { a: buf(F), ai: out(F), chunks: buf(U32, { table: true }), ...stepParams },
+    inPlace: [['a', 'ai']],
+    make: (d) => ({ a: a(d, 'f32', 192), ai: a(d, 'f32', 192), chunks: chunksOf(d), ...STEP }),
+    fill: tableFill,
+  },
+  {
+    fn: 'gatedDeltaNetRecomputeWu', op: 'chunk_gated_delta_rule',
+    keys: {
+      k: buf(BF), v: buf(BF), beta: buf(['f32', 'bf16']), g: buf(F), ai: buf(F), w: out(BF), u: out(BF),
+      chunks: buf(U32, { table: true }), ...stepParams,
+    },
+    make: (d) => ({
+      k: a(d, 'bf16', 192), v: a(d, 'bf16', 192), beta: a(d, 'f32', 3), g: a(d, 'f32', 3), ai: a(d, 'f32', 192),
+      w: a(d, 'bf16', 192), u: a(d, 'bf16', 192), chunks: chunksOf(d), ...STEP,
+    }),
+    fill: tableFill,
+  },
+  {
+    fn: 'gatedDeltaNetChunkInterStateVarlen', op: 'chunk_gated_delta_rule',
+    keys: {
+      k: buf(BF), w: buf(BF), u: buf(BF), g: buf(F), h0: buf(F), hOut: out(BF), vNew: out(BF), finalState: out(F),
+      seqs: buf(U32, { table: true }), ...stepParams,
+    },
+    make: (d) => ({
+      k: a(d, 'bf16', 192), w: a(d, 'bf16', 192), u: a(d, 'bf16', 192), g: a(d, 'f32', 3), h0: a(d, 'f32', 4096),
+      hOut: a(d, 'bf16', 4096), vNew: a(d, 'bf16', 192), finalState: a(d, 'f32', 4096), seqs: seqsOf(d), ...STEP,
+    }),
+    fill: tableFill,
+  },
+  {
+    fn: 'gatedDeltaNetChunkO', op: 'chunk_gated_delta_rule',
+    keys: {
+      q: buf(BF), k: buf(BF), vNew: buf(BF), h: buf(BF), g: buf(F), o: out(BF), chunks: buf(U32, { table: true }), ...stepParams,
+    },
+    make: (d) => ({
+      q: a(d, 'bf16', 192), k: a(d, 'bf16', 192), vNew: a(d, 'bf16', 192), h: a(d, 'bf16', 4096), g: a(d, 'f32', 3),
+      o: a(d, 'bf16', 192), chunks: chunksOf(d), ...STEP, scale: 0.125,
+    }),
+    fill: tableFill,
+  },
+  ...[undefined, [0, 1, 3]].map((cu): Case => ({
+    fn: 'chunkGatedDeltaRule', op: 'chunk_gated_delta_rule',
+    keys: {
+      q: buf(BF), k: buf(BF), v: buf(BF), g: buf(F), beta: buf(['f32', 'bf16']), initialState: { kind: 'buf?', dtypes: F },
+      o: out(BF), finalState: out(F),
+      batch: int, seqLen: int, nQkHeads: int, nHeads: int, kDim: int, vDim: int, scale: { kind: 'num?' },
+      cuSeqlens: { kind: 'offsets?' },
+    },
+    make: (d) => {
+      const nSeq = cu === undefined ? 1 : cu.length - 1;
+      return {
+        q: a(d, 'bf16', 192), k: a(d, 'bf16', 192), v: a(d, 'bf16', 192), g: a(d, 'f32', 3), beta: a(d, 'f32', 3),
+        initialState: a(d, 'f32', nSeq * 4096), o: a(d, 'bf16', 192), finalState: a(d, 'f32', nSeq * 4096),
+        batch: 1, seqLen: 3, nQkHeads: 1, nHeads: 1, kDim: 64, vDim: 64, ...(cu === undefined ? {} : { cuSeqlens: [...cu] }),
+      };
+    },
+  })),
+]);

@@ -17,6 +17,7 @@ import { computeGBetaRef, softplusRef } from '../ts/reference/compute_g_beta.ts'
 import { describeBackends, maxRelErr, rng, TOL, type Rng, expectInvalid, describeValidation } from './helpers.ts';
 import * as gbOps from '../ts/ops/compute_g_beta.ts';
 import * as mlx from '../ts/index.ts';
+import { a, buf, F, int, opContract, out } from './op-contract.ts';
 
 describe('compute_g_beta param packer matches the .metal declaration', () => {
   test('ComputeGBetaParams: fields, offsets, bound at buffer(6) by every kernel; packed values', () => {
@@ -191,3 +192,19 @@ describeValidation('compute_g_beta: buffers, params and aliasing', ({ device, en
     }
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('compute_g_beta', [
+  {
+    fn: 'computeGBeta', op: 'compute_g_beta',
+    keys: {
+      a: buf(['f32', 'bf16']), b: buf(['f32', 'bf16']), aLog: buf(F), dtBias: buf(F), g: out(F), beta: out(F),
+      batch: int, seqLen: int, nHeads: int,
+    },
+    make: (d) => ({
+      a: a(d, 'f32', 24), b: a(d, 'f32', 24), aLog: a(d, 'f32', 4), dtBias: a(d, 'f32', 4), g: a(d, 'f32', 24),
+      beta: a(d, 'f32', 24), batch: 2, seqLen: 3, nHeads: 4,
+    }),
+  },
+]);

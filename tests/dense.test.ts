@@ -61,6 +61,7 @@ import {
   TARGET_LIMITS,
   TOL,
 } from './helpers.ts';
+import { a, BF, buf, F, int, opContract, out, type Case } from './op-contract.ts';
 
 function run(dev: Device, rec: (enc: ReturnType<Device['encoder']>) => void): void {
   const enc = dev.encoder();
@@ -498,3 +499,58 @@ describeBackends('dense parity', ({ device, backend }) => {
     expect(over).toEqual([]);
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('dense', [
+  ...[
+    { dtype: 'bf16', m: 3, n: 10, k: 40, batch: 2, weightBatch: 1 },
+    { dtype: 'f16', m: 9, n: 5, k: 16, batch: 2, weightBatch: 2 },
+  ].map((p): Case => ({
+    fn: 'denseMatmul', op: 'dense_matmul',
+    keys: {
+      x: buf(['f32', 'f16', 'bf16']), weight: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), m: int, n: int, k: int,
+      batch: { kind: 'int?' }, weightBatch: { kind: 'int?' }, form: { kind: 'enum', values: ['vector', 'matrix', undefined] },
+    },
+    make: (d) => ({
+      x: a(d, p.dtype as DType, p.batch * p.m * p.k), weight: a(d, p.dtype as DType, p.weightBatch * p.n * p.k),
+      output: a(d, p.dtype as DType, p.batch * p.m * p.n), m: p.m, n: p.n, k: p.k, batch: p.batch, weightBatch: p.weightBatch,
+    }),
+  })),
+  // mlx-native's rule: each buffer holds at least its elements (freeCount).
+  ...[1, 3].map((m): Case => ({
+    fn: 'denseGemmF16', op: 'dense_gemm_f16',
+    keys: {
+      a: buf(['f16'], { freeCount: true }), b: buf(['f16'], { freeCount: true }), output: out(['f16'], { freeCount: true }), m: int, n: int, k: int,
+    },
+    make: (d) => ({ a: a(d, 'f16', m * 24), b: a(d, 'f16', 5 * 24), output: a(d, 'f16', m * 5), m, n: 5, k: 24 }),
+  })),
+  {
+    fn: 'denseMatvec', op: 'dense_matvec',
+    keys: {
+      a: buf(['f32', 'f16'], { freeCount: true }), b: buf(['f32', 'f16', 'bf16'], { freeCount: true }),
+      output: out(['f32', 'f16'], { freeCount: true }), m: int, n: int, k: int,
+    },
+    make: (d) => ({ a: a(d, 'f32', 20), b: a(d, 'bf16', 120), output: a(d, 'f32', 6), m: 1, n: 6, k: 20 }),
+  },
+  {
+    fn: 'denseGemvBf16F32', op: 'dense_gemv_bf16_f32',
+    keys: {
+      src0: buf(BF, { freeCount: true }), src1: buf(F, { freeCount: true }), dst: out(F, { freeCount: true }),
+      m: int, n: int, k: int, src0Batch: int, src1Batch: int,
+    },
+    make: (d) => ({
+      src0: a(d, 'bf16', 2 * 6 * 40), src1: a(d, 'f32', 4 * 2 * 40), dst: a(d, 'f32', 4 * 2 * 6), m: 2, n: 6, k: 40, src0Batch: 2, src1Batch: 4,
+    }),
+  },
+  {
+    fn: 'denseMatmulTensor', op: 'dense_matmul_tensor',
+    keys: {
+      src0: buf(['f32', 'f16', 'bf16'], { freeCount: true }), src1: buf(F, { freeCount: true }), dst: out(F, { freeCount: true }),
+      m: int, n: int, k: int, src0Batch: int, src1Batch: int,
+    },
+    make: (d) => ({
+      src0: a(d, 'f16', 6 * 32), src1: a(d, 'f32', 2 * 3 * 32), dst: a(d, 'f32', 2 * 3 * 6), m: 3, n: 6, k: 32, src0Batch: 1, src1Batch: 2,
+    }),
+  },
+]);

@@ -32,6 +32,7 @@ import { moeDispatchSort } from '../ts/ops/moe_dispatch.ts';
 import type { GateActivation } from '../ts/ops/quantized_matmul_id.ts';
 import { denseGateUpIdRef, denseMatmulIdRef } from '../ts/reference/dense_matmul_id.ts';
 import { describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, roundedTo, type Rng } from './helpers.ts';
+import { a, buf, EW, int, opContract, out, U32, type Case } from './op-contract.ts';
 
 function run(dev: Device, rec: (enc: Encoder) => void): void {
   const enc = dev.encoder();
@@ -283,3 +284,35 @@ describeBackends('dense_matmul_id parity', ({ device }) => {
     }
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('dense_matmul_id', [
+  // The ids, offsets and order are tables.
+  // m = 3 rows x 2 slots, 4 experts of n = 5 rows, k = 12.
+  ...(['denseMvId', 'denseMmId', 'denseGateUpMvId', 'denseGateUpMmId'] as const).map((fn): Case => {
+    const gu = fn.includes('GateUp');
+    const mm = fn.includes('Mm');
+    const dts = mm ? (['f16', 'bf16'] as const) : EW;
+    const op = { denseMvId: 'dense_mv_id', denseMmId: 'dense_mm_id', denseGateUpMvId: 'dense_gate_up_mv_id', denseGateUpMmId: 'dense_gate_up_mm_id' }[fn];
+    return {
+      fn, op,
+      keys: {
+        x: buf(dts), ...(gu ? { gateWeight: buf(dts), upWeight: buf(dts) } : { weight: buf(dts) }),
+        ...(mm ? { offsets: buf(U32, { table: true }), order: buf(U32, { table: true }) } : { ids: buf(U32, { table: true }) }),
+        output: out(dts), m: int, n: int, k: int, nExpertUsed: int, numExperts: int, expertRows: { kind: 'int?' },
+        ...(gu ? { activation: { kind: 'enum', values: [undefined, 'silu', 'gelu_tanh'] } } : {}),
+      },
+      make: (d) => ({
+        x: a(d, 'f16', 36), ...(gu ? { gateWeight: a(d, 'f16', 240), upWeight: a(d, 'f16', 240) } : { weight: a(d, 'f16', 240) }),
+        ...(mm ? { offsets: a(d, 'u32', 6), order: a(d, 'u32', 6) } : { ids: a(d, 'u32', 6) }), output: a(d, 'f16', 30),
+        m: 3, n: 5, k: 12, nExpertUsed: 2, numExperts: 4, ...(gu ? { activation: 'silu' } : {}),
+      }),
+      fill: (args) => {
+        if (args.ids !== undefined) (args.ids as Buffer).writeNumbers([3, 0, 1, 9, 2, 2]);
+        if (args.offsets !== undefined) (args.offsets as Buffer).writeNumbers([0, 1, 2, 4, 5, 6]);
+        if (args.order !== undefined) (args.order as Buffer).writeNumbers([1, 4, 2, 5, 0, 3]);
+      },
+    };
+  }),
+]);

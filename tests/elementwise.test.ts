@@ -36,6 +36,7 @@ import {
 } from '../ts/reference/elementwise.ts';
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, type Buffer, type Device, type Encoder } from '../ts/index.ts';
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, poisoned, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
+import { a, buf, EW, opContract, out, type Case } from './op-contract.ts';
 
 const DTYPES = ELEMENTWISE_DTYPES;
 
@@ -425,3 +426,32 @@ describeBackends('elementwise parity', ({ device }) => {
     }
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('elementwise', [
+  // The element count is the first input's (any count), the other buffers' the same,
+  // so all of them may change together.
+  ...(['elementwiseAdd', 'elementwiseMul', 'elementwiseAddScaled'] as const).map((fn): Case => ({
+    fn, op: { elementwiseAdd: 'elementwise_add', elementwiseMul: 'elementwise_mul', elementwiseAddScaled: 'elementwise_add_scaled' }[fn],
+    keys: {
+      a: buf(EW, { freeCount: true }), b: buf(EW, { freeCount: true }), output: out(EW, { freeCount: true }),
+      ...(fn === 'elementwiseAddScaled' ? { scale: { kind: 'num' } } : {}),
+    },
+    inPlace: [['a', 'output'], ['b', 'output']],
+    make: (d) => ({
+      a: a(d, 'bf16', 21), b: a(d, 'bf16', 21), output: a(d, 'bf16', 21), ...(fn === 'elementwiseAddScaled' ? { scale: 0.5 } : {}),
+    }),
+  })),
+  {
+    fn: 'scalarMul', op: 'scalar_mul',
+    keys: { input: buf(EW, { freeCount: true }), output: out(EW, { freeCount: true }), scalar: { kind: 'num' } },
+    inPlace: [['input', 'output']],
+    make: (d) => ({ input: a(d, 'f16', 19), output: a(d, 'f16', 19), scalar: 73.3 }),
+  },
+  {
+    fn: 'cast', op: 'cast',
+    keys: { input: buf(EW, { freeCount: true }), output: out(EW, { freeCount: true }) },
+    make: (d) => ({ input: a(d, 'f32', 17), output: a(d, 'bf16', 17) }),
+  },
+]);

@@ -24,6 +24,8 @@ import { joinSources } from '../ts/registry.ts';
 import { rowCopyLaunch } from '../ts/launch.ts';
 import type { Buffer, DType } from '../ts/index.ts';
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, poisoned, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
+import { a, buf, ggmlBlocks, int, opContract, out, U32, type Case } from './op-contract.ts';
+import { GGML_QUANT_TYPES, ggmlRowBytesOf } from '../ts/ops/quantized_matmul_ggml.ts';
 
 const words = (b: Uint8Array) => {
   const v = new DataView(b.buffer, b.byteOffset, b.byteLength);
@@ -291,3 +293,51 @@ describeBackends('embedding parity', ({ device }) => {
     expect(maxRelErr(out.readNumbers(), embeddingRef(table.readNumbers(), id, vocab, hidden, 3))).toBeLessThan(TOL.bf16);
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('embedding', [
+  // The ids are a table: random contents are a mutation, clamped by the kernels.
+  ...([['bf16', 'f32'], ['f16', 'f16']] as const).map(([t, o]): Case => ({
+    fn: 'embedding', op: 'embedding',
+    keys: {
+      table: buf(['f32', 'f16', 'bf16']), tokenIds: buf(U32, { table: true }), output: out(['f32', 'f16', 'bf16']),
+      vocabSize: int, hiddenSize: int, nTokens: int, scale: { kind: 'num?' },
+    },
+    make: (d) => ({
+      table: a(d, t, 5 * 24), tokenIds: a(d, 'u32', 3), output: a(d, o, 3 * 24), vocabSize: 5, hiddenSize: 24, nTokens: 3,
+      ...(o === 'f32' ? { scale: 4.899 } : {}),
+    }),
+    fill: (args) => (args.tokenIds as Buffer).writeNumbers([4, 0, 2]),
+  })),
+  // A table of GGUF blocks (tableType): the quantized_matmul_ggml family's kernels.
+  {
+    fn: 'embedding', op: 'embedding',
+    keys: {
+      table: buf(['u8']), tableType: { kind: 'enum', values: GGML_QUANT_TYPES }, tokenIds: buf(U32, { table: true }),
+      output: out(['f32', 'f16', 'bf16']), vocabSize: int, hiddenSize: int, nTokens: int, scale: { kind: 'num?' },
+    },
+    make: (d) => ({
+      table: a(d, 'u8', 5 * ggmlRowBytesOf('Q4_K', 256)), tableType: 'Q4_K', tokenIds: a(d, 'u32', 3), output: a(d, 'bf16', 3 * 256),
+      vocabSize: 5, hiddenSize: 256, nTokens: 3, scale: 16,
+    }),
+    fill: (args) => {
+      ggmlBlocks(args.table as Buffer, args.tableType);
+      (args.tokenIds as Buffer).writeNumbers([4, 0, 2]);
+    },
+  },
+  {
+    fn: 'embeddingToken', op: 'embedding_token',
+    keys: {
+      table: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), tokenId: { kind: 'nonneg' },
+      vocabSize: int, hiddenSize: int, scale: { kind: 'num?' },
+    },
+    make: (d) => ({ table: a(d, 'bf16', 4 * 40), output: a(d, 'bf16', 40), tokenId: 3, vocabSize: 4, hiddenSize: 40, scale: 6.3 }),
+  },
+  {
+    fn: 'gather', op: 'gather',
+    keys: { src: buf(['f32', 'f16', 'bf16']), indices: buf(U32, { table: true }), output: out(['f32', 'f16', 'bf16']), srcRows: int, rowWidth: int, nIndices: int },
+    make: (d) => ({ src: a(d, 'f32', 6 * 5), indices: a(d, 'u32', 4), output: a(d, 'f32', 4 * 5), srcRows: 6, rowWidth: 5, nIndices: 4 }),
+    fill: (args) => (args.indices as Buffer).writeNumbers([5, 1, 1, 0]),
+  },
+]);

@@ -50,6 +50,8 @@ import {
 import { structSize } from '../ts/params.ts';
 import { flashAttnPrefillBlkRef, flashAttnPrefillMaskRef, flashAttnPrefillRef, type FlashAttnPrefillRefShape } from '../ts/reference/flash_attn_prefill.ts';
 import { describeBackends, describeValidation, expectInvalid, maxAbs, poisoned, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
+import { a, buf, int, opContract, out, type Case } from './op-contract.ts';
+import type { DType } from '../ts/index.ts';
 
 /** max |got - want| / max |v| (Infinity for a NaN: a poisoned output never written). */
 function attnErr(got: ArrayLike<number>, want: ArrayLike<number>, vmax: number): number {
@@ -501,3 +503,66 @@ describeBackends('flash_attn_prefill parity', ({ device, backend }) => {
     }
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('flash_attn_prefill', [
+  // mlx-native's rule: each buffer holds at least its elements (freeCount); cu_seqlens are tables
+  // (the kernels clamp the offsets to the rows of q and k).
+  ...[
+    { dt: 'bf16', headDim: 64, causal: true, layout: 'headMajor', mask: 'none', varlen: false },
+    { dt: 'f16', headDim: 128, causal: false, layout: 'seqMajor', mask: 'additive', varlen: false },
+    { dt: 'bf16', headDim: 512, causal: true, layout: 'headMajor', mask: 'bool', varlen: false },
+    { dt: 'bf16', headDim: 256, causal: true, layout: 'seqMajor', mask: 'none', varlen: true },
+  ].map((p): Case => ({
+    fn: 'flashAttnPrefill', op: 'flash_attn_prefill',
+    keys: {
+      q: buf(['bf16', 'f16'], { freeCount: true }), k: buf(['bf16', 'f16'], { freeCount: true }), v: buf(['bf16', 'f16'], { freeCount: true }),
+      out: out(['bf16', 'f16'], { freeCount: true }),
+      mask: { kind: 'buf?', dtypes: ['bf16', 'f16', 'u8'], freeCount: true }, blk: { kind: 'buf?', dtypes: ['u8'], freeCount: true },
+      cuSeqlensQ: { kind: 'buf?', dtypes: ['u32', 'i32'], freeCount: true, table: true },
+      cuSeqlensK: { kind: 'buf?', dtypes: ['u32', 'i32'], freeCount: true, table: true },
+      batch: int, nHeads: int, nKvHeads: int, headDim: int, seqLenQ: int, seqLenK: int, kvCapacity: { kind: 'int?' },
+      scale: { kind: 'num?' }, causal: { kind: 'bool?' }, qOffset: { kind: 'nonneg?' }, slidingWindow: { kind: 'int?' },
+      softcap: { kind: 'nonneg?' }, maxSeqLenQ: { kind: 'int?' },
+      layout: { kind: 'enum', values: ['headMajor', 'seqMajor', undefined] },
+      d512Kernel: { kind: 'enum', values: ['llamacpp', 'tiles', undefined] }, nsg: { kind: 'enum', values: [4, 8, undefined] },
+    },
+    make: (d) => {
+      const dt = p.dt as DType;
+      const [b, h, hkv, ql, kl] = p.varlen ? [2, 2, 1, 3, 5] : [1, 2, 1, 3, 6];
+      const qn = (p.varlen ? 1 : b) * h * ql * p.headDim;
+      const kn = (p.varlen ? 1 : b) * hkv * kl * p.headDim;
+      return {
+        q: a(d, dt, qn), k: a(d, dt, kn), v: a(d, dt, kn), out: a(d, dt, qn),
+        batch: b, nHeads: h, nKvHeads: hkv, headDim: p.headDim, seqLenQ: ql, seqLenK: kl, causal: p.causal, layout: p.layout,
+        ...(p.mask === 'additive' ? { mask: d.alloc(dt, [ql, kl]), softcap: 30 } : {}),
+        ...(p.mask === 'bool' ? { mask: a(d, 'u8', b * h * ql * kl), slidingWindow: 4, qOffset: 2, seqLenQ: 2, nsg: 4 } : {}),
+        ...(p.varlen ? { cuSeqlensQ: a(d, 'u32', b + 1), cuSeqlensK: a(d, 'i32', b + 1), maxSeqLenQ: 2 } : {}),
+      };
+    },
+    fill: (args) => {
+      if (args.cuSeqlensQ !== undefined) (args.cuSeqlensQ as Buffer).writeNumbers([0, 1, 3]);
+      if (args.cuSeqlensK !== undefined) (args.cuSeqlensK as Buffer).writeNumbers([0, 2, 5]);
+      if (args.mask !== undefined && (args.mask as Buffer).dtype === 'u8') {
+        const m = args.mask as Buffer;
+        m.writeNumbers(Array.from({ length: m.elementCount }, (_, i) => (i % 3 === 1 ? 0 : 1)));
+      }
+    },
+  })),
+  {
+    fn: 'flashAttnPrefillMask', op: 'flash_attn_prefill_mask',
+    keys: {
+      mask: out(['bf16', 'f16'], { freeCount: true }), seqLenQ: int, seqLenK: int, causal: { kind: 'bool' },
+      slidingWindow: { kind: 'int?' }, qOffset: { kind: 'nonneg?' },
+    },
+    make: (d) => ({ mask: d.alloc('bf16', [5, 9]), seqLenQ: 5, seqLenK: 9, causal: true, slidingWindow: 3, qOffset: 4 }),
+  },
+  {
+    fn: 'flashAttnPrefillBlk', op: 'flash_attn_prefill_blk',
+    keys: {
+      mask: buf(['bf16', 'f16'], { freeCount: true }), blk: out(['u8'], { freeCount: true }), seqLenQ: int, seqLenK: int, bq: int, bk: int,
+    },
+    make: (d) => ({ mask: d.alloc('f16', [40, 50]), blk: a(d, 'u8', 8), seqLenQ: 40, seqLenK: 50, bq: 32, bk: 16 }),
+  },
+]);

@@ -26,6 +26,8 @@ import { describeValidation, TOL, describeBackends, maxRelErr, poisoned, randomA
 import { readField } from './metal-source.ts';
 import * as faOps from '../ts/ops/flash_attn_vec.ts';
 import * as mlx from '../ts/index.ts';
+import { a, buf, F, int, opContract, out, U32, type KeySpec } from './op-contract.ts';
+import type { Buffer } from '../ts/index.ts';
 
 function refShape(p: FlashAttnVecParams): FlashAttnVecRefShape {
   return { ...p, slidingWindow: p.slidingWindow ?? 0, softcap: p.softcap ?? 0 };
@@ -592,3 +594,56 @@ describeValidation('flash_attn_vec: plans, buffers, optional arguments and alias
     }
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+/** flashAttnVec's arguments, shared by its sets (f32 KV split over workgroups, f16 KV in one, bf16 KV at head dim 128). */
+const FLASH_ATTN_VEC_KEYS: Record<string, KeySpec> = {
+  q: buf(F), k: buf(['f32', 'f16', 'bf16']), v: buf(['f32', 'f16', 'bf16']), out: out(F), tmp: { kind: 'buf?', dtypes: F, output: true, readWhen: (x) => x.nwg !== 1 },
+  batch: int, nHeads: int, nKvHeads: int, headDim: int, kvSeqLen: int, kvCapacity: int, nwg: int,
+  scale: { kind: 'num' }, mask: { kind: 'enum', values: ['none', 'causal', 'slidingWindow'] },
+  slidingWindow: { kind: 'int', readWhen: (x) => x.mask === 'slidingWindow' }, softcap: { kind: 'nonneg?' },
+};
+/** flashAttnVecVarlen's: flashAttnVec's without kvSeqLen, with the lengths (any u32 is safe to read by) and the ring flag. */
+const FLASH_ATTN_VEC_VARLEN_KEYS: Record<string, KeySpec> = {
+  ...Object.fromEntries(Object.entries(FLASH_ATTN_VEC_KEYS).filter(([k]) => k !== 'kvSeqLen')),
+  seqLens: buf(U32), ring: { kind: 'bool?' },
+};
+
+opContract('flash_attn_vec', [
+  {
+    fn: 'flashAttnVec', op: 'flash_attn_vec',
+    keys: FLASH_ATTN_VEC_KEYS,
+    make: (d) => ({
+      q: a(d, 'f32', 512), k: a(d, 'f32', 1024), v: a(d, 'f32', 1024), out: a(d, 'f32', 512), tmp: a(d, 'f32', 2 * 258 * 2),
+      batch: 1, nHeads: 2, nKvHeads: 1, headDim: 256, kvSeqLen: 3, kvCapacity: 4, nwg: 2, scale: 0.0625, mask: 'causal',
+    }),
+  },
+  {
+    fn: 'flashAttnVec', op: 'flash_attn_vec',
+    keys: FLASH_ATTN_VEC_KEYS,
+    make: (d) => ({
+      q: a(d, 'f32', 256), k: a(d, 'f16', 512), v: a(d, 'f16', 512), out: a(d, 'f32', 256),
+      batch: 1, nHeads: 1, nKvHeads: 1, headDim: 256, kvSeqLen: 2, kvCapacity: 2, nwg: 1, scale: 0.0625,
+      mask: 'slidingWindow', slidingWindow: 1, softcap: 30,
+    }),
+  },
+  {
+    fn: 'flashAttnVec', op: 'flash_attn_vec',
+    keys: FLASH_ATTN_VEC_KEYS,
+    make: (d) => ({
+      q: a(d, 'f32', 256), k: a(d, 'bf16', 128 * 5), v: a(d, 'bf16', 128 * 5), out: a(d, 'f32', 256), tmp: a(d, 'f32', 2 * 130 * 3),
+      batch: 1, nHeads: 2, nKvHeads: 1, headDim: 128, kvSeqLen: 5, kvCapacity: 5, nwg: 3, scale: 0.09, mask: 'none',
+    }),
+  },
+  {
+    fn: 'flashAttnVecVarlen', op: 'flash_attn_vec_varlen',
+    keys: FLASH_ATTN_VEC_VARLEN_KEYS,
+    make: (d) => ({
+      q: a(d, 'f32', 2 * 2 * 128), k: a(d, 'bf16', 2 * 4 * 128), v: a(d, 'bf16', 2 * 4 * 128), out: a(d, 'f32', 2 * 2 * 128),
+      tmp: a(d, 'f32', 2 * 2 * 130 * 2), seqLens: d.upload('u32', [2], [3, 9]),
+      batch: 2, nHeads: 2, nKvHeads: 1, headDim: 128, kvCapacity: 4, nwg: 2, scale: 0.09, mask: 'slidingWindow', slidingWindow: 4, ring: true,
+    }),
+    fill: (args) => (args.seqLens as Buffer).writeNumbers([3, 9]),
+  },
+]);

@@ -27,6 +27,7 @@ import { describeBackends, maxRelErr, randomArray, rng, TOL, TARGET_LIMITS, expe
 import { bufferParam, readField } from './metal-source.ts';
 import * as normOps from '../ts/ops/fused_norm.ts';
 import * as mlx from '../ts/index.ts';
+import { a, buf, F, int, opContract, out, type Case, type KeySpec } from './op-contract.ts';
 
 // ---- the param structs against the .metal source ----
 
@@ -378,3 +379,40 @@ describeValidation('fused_norm: buffers and aliasing', ({ device, enc, buf }) =>
     }
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('fused_norm', [
+  ...(['fusedNormAdd', 'fusedResidualNorm', 'fusedResidualNormScalar', 'fusedNormAddScalar'] as const).map((fn): Case => {
+    const op = { fusedNormAdd: 'fused_norm_add', fusedResidualNorm: 'fused_residual_norm',
+      fusedResidualNormScalar: 'fused_residual_norm_scalar', fusedNormAddScalar: 'fused_norm_add_scalar' }[fn];
+    const scalar = fn.endsWith('Scalar');
+    const act = scalar ? F : (['f32', 'bf16'] as const);
+    const keys: Record<string, KeySpec> = {
+      residual: buf(act), input: buf(act), weight: buf(act), rows: int, dim: int, eps: { kind: 'nonneg' },
+    };
+    if (fn === 'fusedResidualNorm') {
+      keys.normedOutput = out(act);
+      keys.sumOutput = { kind: 'buf?', dtypes: act, output: true };
+    } else {
+      keys.output = out(act);
+    }
+    if (scalar) keys.scalar = buf(F, { freeCount: true });
+    return {
+      fn, op, keys,
+      make: (d) => {
+        const args: Record<string, unknown> = {
+          residual: a(d, 'f32', 16), input: a(d, 'f32', 16), weight: a(d, 'f32', 8), rows: 2, dim: 8, eps: 1e-6,
+        };
+        if (fn === 'fusedResidualNorm') {
+          args.normedOutput = a(d, 'f32', 16);
+          args.sumOutput = a(d, 'f32', 16);
+        } else {
+          args.output = a(d, 'f32', 16);
+        }
+        if (scalar) args.scalar = a(d, 'f32', 8);
+        return args;
+      },
+    };
+  }),
+]);

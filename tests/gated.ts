@@ -11,6 +11,7 @@ import { expect, test } from 'bun:test';
 import { Buffer, type Device, type DType, type Encoder } from '../ts/index.ts';
 import type { FamilySources } from '../ts/registry.ts';
 import { describeBackends, expectInvalid, maxRelErr, poisoned, randomArray, rng, TOL, type ValidationContext } from './helpers.ts';
+import { a, buf, EW, int, out, type Case } from './op-contract.ts';
 
 type Float = 'f32' | 'f16' | 'bf16';
 export const FLOATS: readonly Float[] = ['f32', 'f16', 'bf16'];
@@ -256,4 +257,30 @@ export function describeGatedParity(f: GatedFamily): void {
       expect(over).toEqual([]);
     });
   });
+}
+
+/** An op's function name: its message's name in camelCase. */
+const camel = (op: string): string => op.replace(/_(\w)/g, (_, c: string) => c.toUpperCase());
+
+/**
+ * The op cases of a family's two forms (tests/op-contract.ts). The pair
+ * form takes its element count from the first buffer: any count, the others
+ * the same.
+ */
+export function gatedOpCases(f: GatedFamily): Case[] {
+  const [an, bn] = f.pairNames;
+  const x = f.halvesInput;
+  return [
+    {
+      fn: camel(f.pairOp), op: f.pairOp,
+      keys: { [an]: buf(EW, { freeCount: true }), [bn]: buf(EW, { freeCount: true }), output: out(EW, { freeCount: true }) },
+      inPlace: [['output', an], ['output', bn]],
+      make: (d) => ({ [an]: a(d, 'bf16', 20), [bn]: a(d, 'bf16', 20), output: a(d, 'bf16', 20) }),
+    },
+    {
+      fn: camel(f.halvesOp), op: f.halvesOp,
+      keys: { [x]: buf(EW), output: out(EW), rows: int, dim: int },
+      make: (d) => ({ [x]: a(d, 'f16', 42), output: a(d, 'f16', 21), rows: 3, dim: 7 }),
+    },
+  ];
 }

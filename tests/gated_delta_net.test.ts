@@ -36,6 +36,7 @@ import {
 import { bufferParam, readFields } from './metal-source.ts';
 import * as gdnOps from '../ts/ops/gated_delta_net.ts';
 import * as mlx from '../ts/index.ts';
+import { a, buf, F, int, opContract, out } from './op-contract.ts';
 
 /** A shape in the reference's short names (ts/reference/gated_delta_net.ts). */
 interface Shape { b: number; t: number; hg: number; h: number; k: number; v: number; scale?: number }
@@ -512,3 +513,34 @@ describeValidation('gated_delta_net: buffers, params and aliasing', ({ device, e
     }
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('gated_delta_net', [
+  {
+    fn: 'gatedDeltaNet', op: 'gated_delta_net',
+    keys: {
+      q: buf(['f32', 'bf16']), k: buf(['f32', 'bf16']), v: buf(['f32', 'bf16']), g: buf(F), beta: buf(F),
+      initialState: { kind: 'buf?', dtypes: F }, output: out(['f32', 'bf16']), finalState: out(F),
+      batch: int, seqLen: int, nQkHeads: int, nHeads: int, kDim: int, vDim: int, scale: { kind: 'num?' },
+    },
+    inPlace: [['initialState', 'finalState']],
+    make: (d) => ({
+      q: a(d, 'f32', 64), k: a(d, 'f32', 64), v: a(d, 'f32', 64), g: a(d, 'f32', 4), beta: a(d, 'f32', 4),
+      initialState: a(d, 'f32', 1024), output: a(d, 'f32', 64), finalState: a(d, 'f32', 1024),
+      batch: 1, seqLen: 2, nQkHeads: 1, nHeads: 2, kDim: 32, vDim: 16,
+    }),
+  },
+  {
+    fn: 'gatedDeltaNetDecode', op: 'gated_delta_net_decode',
+    keys: {
+      q: buf(['f32', 'bf16']), k: buf(['f32', 'bf16']), v: buf(['f32', 'bf16']), g: buf(F), beta: buf(F),
+      state: out(F), output: out(['f32', 'bf16']),
+      batch: int, nQkHeads: int, nHeads: int, kDim: int, vDim: int, scale: { kind: 'num?' },
+    },
+    make: (d) => ({
+      q: a(d, 'bf16', 32), k: a(d, 'bf16', 32), v: a(d, 'bf16', 32), g: a(d, 'f32', 2), beta: a(d, 'f32', 2),
+      state: a(d, 'f32', 1024), output: a(d, 'bf16', 32), batch: 1, nQkHeads: 1, nHeads: 2, kDim: 32, vDim: 16, scale: 0.5,
+    }),
+  },
+]);

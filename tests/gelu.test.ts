@@ -22,8 +22,9 @@ import {
 } from '../ts/ops/gelu.ts';
 import { geluRef, geluTanhMulHalvesRef, geluTanhMulRef, geluTanhRef } from '../ts/reference/gelu.ts';
 import type { Buffer } from '../ts/index.ts';
-import { describeGatedParity, expectHalvesRules, expectPairRules, FLOATS, gatedErr, phantomBuffer, type GatedFamily } from './gated.ts';
+import { describeGatedParity, expectHalvesRules, expectPairRules, FLOATS, gatedErr, gatedOpCases, phantomBuffer, type GatedFamily } from './gated.ts';
 import { describeBackends, describeValidation, expectInvalid, poisoned, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
+import { a, buf, EW, opContract, out } from './op-contract.ts';
 
 const words = (b: Uint8Array) => Array.from({ length: b.byteLength / 4 }, (_, i) => new DataView(b.buffer, b.byteOffset).getUint32(4 * i, true));
 
@@ -169,3 +170,16 @@ describeBackends('gelu parity', ({ device }) => {
 });
 
 describeGatedParity(FAMILY);
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('gelu', [
+  ...gatedOpCases(FAMILY),
+  {
+    // 300 elements: a group of 256, then 44 over views of input and output.
+    fn: 'gelu', op: 'gelu',
+    keys: { input: buf(EW, { freeCount: true }), output: out(EW, { freeCount: true }) },
+    inPlace: [['output', 'input']],
+    make: (d) => ({ input: a(d, 'f32', 300), output: a(d, 'f32', 300) }),
+  },
+]);

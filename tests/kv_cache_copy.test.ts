@@ -28,6 +28,7 @@ import { joinSources } from '../ts/registry.ts';
 import { rowCopyLaunch } from '../ts/launch.ts';
 import type { Buffer, Device, DType } from '../ts/index.ts';
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, poisoned, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
+import { a, buf, F, int, opContract, out } from './op-contract.ts';
 
 type Float = 'f32' | 'f16' | 'bf16';
 const FLOATS: readonly Float[] = ['f32', 'f16', 'bf16'];
@@ -443,3 +444,45 @@ describeBackends('kv_cache_copy feeds flash_attn_vec', ({ device }) => {
     expect(errs.every((e) => e < TOL.f32)).toBe(true);
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('kv_cache_copy', [
+  // The cache is written where the positions say, the rest kept.
+  {
+    fn: 'kvCacheCopy', op: 'kv_cache_copy',
+    // The source holds at least nNew rows (mlx-native's rule): its count is free.
+    keys: {
+      src: buf(['f32', 'f16', 'bf16'], { freeCount: true }), cache: out(['f32', 'f16', 'bf16']), writePos: { kind: 'nonneg' },
+      rowSize: int, nNew: { kind: 'nonneg' }, cacheCap: int, isSliding: { kind: 'bool' },
+    },
+    make: (d) => ({ src: a(d, 'f16', 16), cache: a(d, 'f16', 32), writePos: 3, rowSize: 8, nNew: 2, cacheCap: 4, isSliding: true }),
+  },
+  {
+    fn: 'kvCacheCopyBatch', op: 'kv_cache_copy_batch',
+    keys: { src: buf(F), cache: out(['f32', 'f16']), nHeads: int, headDim: int, capacity: int, seqPos: { kind: 'nonneg' } },
+    make: (d) => ({ src: a(d, 'f32', 16), cache: a(d, 'f16', 48), nHeads: 2, headDim: 8, capacity: 3, seqPos: 2 }),
+  },
+  {
+    fn: 'kvCacheCopySeq', op: 'kv_cache_copy_seq',
+    keys: {
+      src: buf(['f32', 'f16', 'bf16'], { freeCount: true }), cache: out(['f32', 'f16', 'bf16']), nHeads: int, headDim: int, capacity: int,
+      seqPosStart: { kind: 'nonneg' }, nTokens: { kind: 'nonneg' }, srcTokOffset: { kind: 'nonneg?' }, ring: { kind: 'bool?' },
+    },
+    make: (d) => ({
+      src: a(d, 'bf16', 80), cache: a(d, 'f16', 64), nHeads: 2, headDim: 8, capacity: 4, seqPosStart: 5, nTokens: 3, srcTokOffset: 2, ring: true,
+    }),
+  },
+  {
+    fn: 'kvCacheCopySeqDual', op: 'kv_cache_copy_seq_dual',
+    keys: {
+      srcK: buf(['f32', 'f16', 'bf16'], { freeCount: true }), srcV: buf(['f32', 'f16', 'bf16'], { freeCount: true }),
+      cacheK: out(['f32', 'f16', 'bf16']), cacheV: out(['f32', 'f16', 'bf16']), nHeads: int, headDim: int, capacity: int,
+      seqPosStart: { kind: 'nonneg' }, nTokens: { kind: 'nonneg' }, srcTokOffset: { kind: 'nonneg?' }, ring: { kind: 'bool?' },
+    },
+    make: (d) => ({
+      srcK: a(d, 'f32', 48), srcV: a(d, 'f32', 48), cacheK: a(d, 'bf16', 96), cacheV: a(d, 'bf16', 96),
+      nHeads: 2, headDim: 8, capacity: 6, seqPosStart: 1, nTokens: 3,
+    }),
+  },
+]);

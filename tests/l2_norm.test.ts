@@ -19,6 +19,7 @@ import { l2NormRef } from '../ts/reference/l2_norm.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, TARGET_LIMITS, expectInvalid, describeValidation } from './helpers.ts';
 import * as l2Ops from '../ts/ops/l2_norm.ts';
 import * as mlx from '../ts/index.ts';
+import { a, buf, int, opContract, out } from './op-contract.ts';
 
 describe('l2_norm param packer matches the .metal declaration', () => {
   test('L2NormParams: fields, offsets, bound at buffer(2) by every kernel; packed values', () => {
@@ -179,3 +180,14 @@ describeValidation('l2_norm: buffers', ({ device, enc, buf }) => {
     }
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('l2_norm', [
+  {
+    fn: 'l2Norm', op: 'l2_norm',
+    keys: { x: buf(['f32', 'f16', 'bf16']), y: out(['f32', 'f16', 'bf16']), rows: int, dim: int, eps: { kind: 'nonneg?' } },
+    inPlace: [['x', 'y']],
+    make: (d) => ({ x: a(d, 'f16', 24), y: a(d, 'f16', 24), rows: 3, dim: 8 }),
+  },
+]);

@@ -37,6 +37,8 @@ import {
 import { geluTanhMulRef } from '../ts/reference/gelu.ts';
 import { moeDispatchSortRef, moeGatherTopkWeightsRef, moeSwigluRowsRef, moeWeightedSumRef } from '../ts/reference/moe_dispatch.ts';
 import { describeBackends, describeValidation, dotErr, expectInvalid, maxRelErr, poisoned, randomArray, rng, roundedTo, TARGET_LIMITS, TOL } from './helpers.ts';
+import { a, buf, F, int, opContract, out, U32 } from './op-contract.ts';
+import type { Buffer } from '../ts/index.ts';
 
 function run(dev: Device, rec: (enc: ReturnType<Device['encoder']>) => void): void {
   const enc = dev.encoder();
@@ -367,3 +369,71 @@ describeBackends('moe_dispatch parity', ({ device }) => {
   });
 });
 
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('moe_dispatch', [
+  // The crate's rule: each buffer at least its size (freeCount).
+  {
+    fn: 'moeDispatchSort', op: 'moe_dispatch_sort',
+    keys: { ids: buf(U32, { table: true }), offsets: out(U32), order: out(U32), nPairs: int, numExperts: int },
+    make: (d) => ({ ids: a(d, 'u32', 6), offsets: a(d, 'u32', 6), order: a(d, 'u32', 6), nPairs: 6, numExperts: 4 }),
+    fill: (args) => (args.ids as Buffer).writeNumbers([3, 0, 9, 1, 3, 0]),
+  },
+  {
+    fn: 'fusedGeluMul', op: 'fused_gelu_mul',
+    keys: { gateOut: buf(['f32', 'bf16'], { freeCount: true }), upOut: buf(['f32', 'bf16'], { freeCount: true }), output: out(['f32', 'bf16'], { freeCount: true }), nElements: int },
+    inPlace: [['gateOut', 'output'], ['upOut', 'output']],
+    make: (d) => ({ gateOut: a(d, 'bf16', 13), upOut: a(d, 'bf16', 13), output: a(d, 'bf16', 13), nElements: 13 }),
+  },
+  {
+    fn: 'moeAccumulate', op: 'moe_accumulate',
+    keys: { accumulator: out(F, { freeCount: true }), expertOutput: buf(F, { freeCount: true }), routingWeight: { kind: 'num' }, nElements: int },
+    inPlace: [['accumulator', 'expertOutput']],
+    make: (d) => ({ accumulator: a(d, 'f32', 11), expertOutput: a(d, 'f32', 11), routingWeight: 0.25, nElements: 11 }),
+  },
+  {
+    fn: 'moeZeroBuffer', op: 'moe_zero_buffer',
+    keys: { buffer: out(F, { freeCount: true }), nElements: int },
+    make: (d) => ({ buffer: a(d, 'f32', 7), nElements: 7 }),
+  },
+  {
+    fn: 'moeSwigluFused', op: 'moe_swiglu_fused',
+    keys: { gateUp: buf(F, { freeCount: true }), output: out(F, { freeCount: true }), nElements: int },
+    make: (d) => ({ gateUp: a(d, 'f32', 10), output: a(d, 'f32', 5), nElements: 5 }),
+  },
+  {
+    fn: 'moeSwigluBatch', op: 'moe_swiglu_batch',
+    keys: { gateUp: buf(F, { freeCount: true }), output: out(F, { freeCount: true }), intermediate: int, topK: int },
+    make: (d) => ({ gateUp: a(d, 'f32', 30), output: a(d, 'f32', 15), intermediate: 5, topK: 3 }),
+  },
+  {
+    fn: 'moeWeightedSum', op: 'moe_weighted_sum',
+    keys: { expertOutputs: buf(F, { freeCount: true }), weights: buf(F, { freeCount: true }), output: out(F, { freeCount: true }), hiddenSize: int, topK: int },
+    make: (d) => ({ expertOutputs: a(d, 'f32', 18), weights: a(d, 'f32', 3), output: a(d, 'f32', 6), hiddenSize: 6, topK: 3 }),
+  },
+  {
+    fn: 'moeSwigluSeq', op: 'moe_swiglu_seq',
+    keys: { gateUp: buf(['f32', 'bf16'], { freeCount: true }), output: out(['f32', 'bf16'], { freeCount: true }), intermediate: int, topK: int, nTokens: int },
+    make: (d) => ({ gateUp: a(d, 'bf16', 60), output: a(d, 'bf16', 30), intermediate: 5, topK: 3, nTokens: 2 }),
+  },
+  {
+    fn: 'moeWeightedSumSeq', op: 'moe_weighted_sum_seq',
+    keys: {
+      expertOutputs: buf(['f32', 'bf16', 'f16'], { freeCount: true }), weights: buf(F, { freeCount: true }),
+      output: out(['f32', 'bf16', 'f16'], { freeCount: true }), hiddenSize: int, topK: int, nTokens: int,
+    },
+    make: (d) => ({ expertOutputs: a(d, 'bf16', 36), weights: a(d, 'f32', 6), output: a(d, 'f32', 12), hiddenSize: 6, topK: 3, nTokens: 2 }),
+  },
+  {
+    fn: 'moeGatherTopkWeights', op: 'moe_gather_topk_weights',
+    keys: {
+      softmaxProbs: buf(F, { freeCount: true }), sortedIndices: buf(U32, { freeCount: true, table: true }), perExpertScale: buf(F, { freeCount: true }),
+      outExpertIds: out(U32, { freeCount: true }), outWeights: out(F, { freeCount: true }), nExperts: int, topK: int,
+    },
+    make: (d) => ({
+      softmaxProbs: a(d, 'f32', 6), sortedIndices: a(d, 'u32', 6), perExpertScale: a(d, 'f32', 6), outExpertIds: a(d, 'u32', 2),
+      outWeights: a(d, 'f32', 2), nExperts: 6, topK: 2,
+    }),
+    fill: (args) => (args.sortedIndices as Buffer).writeNumbers([4, 1, 0, 2, 3, 5]),
+  },
+]);

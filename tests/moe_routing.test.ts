@@ -19,6 +19,7 @@ import { describeBackends, maxRelErr, randomArray, rng, TOL, TARGET_LIMITS, expe
 import { bufferParam } from './metal-source.ts';
 import * as moeOps from '../ts/ops/moe_routing.ts';
 import * as mlx from '../ts/index.ts';
+import { a, buf, F, int, opContract, out, U32 } from './op-contract.ts';
 
 // ---- the param structs against the .metal source ----
 
@@ -253,3 +254,26 @@ describeValidation('moe_routing: buffers and aliasing', ({ device, enc, buf }) =
       'a buffer other than logits', 'the buffer of logits');
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('moe_routing', [
+  {
+    fn: 'fusedMoeRouting', op: 'fused_moe_routing',
+    keys: { logits: buf(F), expertIds: out(U32), routingWeights: out(F), perExpertScale: buf(F), numExperts: int, topK: int },
+    make: (d) => ({
+      logits: a(d, 'f32', 8), expertIds: a(d, 'u32', 2), routingWeights: a(d, 'f32', 2), perExpertScale: a(d, 'f32', 8),
+      numExperts: 8, topK: 2,
+    }),
+  },
+  {
+    fn: 'fusedMoeRoutingBatch', op: 'fused_moe_routing_batch',
+    keys: {
+      logits: buf(F), expertIds: out(U32), routingWeights: out(F), perExpertScale: buf(F), numExperts: int, topK: int, nTokens: int,
+    },
+    make: (d) => ({
+      logits: a(d, 'f32', 16), expertIds: a(d, 'u32', 4), routingWeights: a(d, 'f32', 4), perExpertScale: a(d, 'f32', 8),
+      numExperts: 8, topK: 2, nTokens: 2,
+    }),
+  },
+]);

@@ -20,6 +20,7 @@ import {
 } from '../ts/ops/moe_weighted_reduce.ts';
 import { moeWeightedReduceRef } from '../ts/reference/moe_weighted_reduce.ts';
 import { describeBackends, describeValidation, dotErr, expectInvalid, poisoned, randomArray, rng, roundedTo, TOL } from './helpers.ts';
+import { a, buf, EW, F, int, opContract, out } from './op-contract.ts';
 
 describe('moe_weighted_reduce param packer matches the .metal declaration', () => {
   test('MoeWeightedReduceParams (n_tokens, top_k, h, add_residual) at buffer(0); the CUDA launch', () => {
@@ -134,3 +135,22 @@ describeBackends('moe_weighted_reduce parity', ({ device }) => {
     });
   }
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('moe_weighted_reduce', [
+  // The crate's rule: each buffer at least its size (freeCount).
+  {
+    fn: 'moeWeightedReduce', op: 'moe_weighted_reduce',
+    keys: {
+      expertW: buf(F, { freeCount: true }), yExpert: buf(EW, { freeCount: true }), shLogit: buf(EW, { freeCount: true }),
+      yShared: buf(EW, { freeCount: true }), residual: { kind: 'buf?', dtypes: EW, freeCount: true }, output: out(EW, { freeCount: true }),
+      nTokens: int, topK: int, h: int,
+    },
+    inPlace: [['output', 'residual']],
+    make: (d) => ({
+      expertW: a(d, 'f32', 6), yExpert: a(d, 'bf16', 6 * 9), shLogit: a(d, 'bf16', 2), yShared: a(d, 'bf16', 18), residual: a(d, 'bf16', 18),
+      output: a(d, 'bf16', 18), nTokens: 2, topK: 3, h: 9,
+    }),
+  },
+]);

@@ -63,6 +63,7 @@ import {
   TARGET_LIMITS,
   TOL,
 } from './helpers.ts';
+import { a, BF, buf, EW, int, opContract, out, randomWords, U32, type Case } from './op-contract.ts';
 
 function run(dev: Device, rec: (enc: ReturnType<Device['encoder']>) => void): void {
   const enc = dev.encoder();
@@ -477,3 +478,45 @@ describeBackends('quantized_matmul parity', ({ device }) => {
     ]);
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('quantized_matmul', [
+  // The weight's contents are any bits.
+  ...[
+    { dtype: 'bf16', m: 3, n: 10, k: 64, groupSize: 32, bits: 4 },
+    { dtype: 'f16', m: 9, n: 5, k: 128, groupSize: 64, bits: 6 },
+  ].map((p): Case => ({
+    fn: 'affineQuantizedMatmul', op: 'affine_quantized_matmul',
+    keys: {
+      x: buf(EW), weight: buf(U32), scales: buf(EW), biases: buf(EW), output: out(EW), m: int, n: int, k: int,
+      groupSize: { kind: 'enum', values: [32, 64, 128] }, bits: { kind: 'enum', values: [4, 6, 8] },
+      form: { kind: 'enum', values: ['vector', 'matrix', undefined] },
+    },
+    make: (d) => ({
+      x: a(d, p.dtype as DType, p.m * p.k), weight: a(d, 'u32', (p.n * p.k * p.bits) / 32), scales: a(d, p.dtype as DType, (p.n * p.k) / p.groupSize),
+      biases: a(d, p.dtype as DType, (p.n * p.k) / p.groupSize), output: a(d, p.dtype as DType, p.m * p.n), m: p.m, n: p.n, k: p.k,
+      groupSize: p.groupSize, bits: p.bits,
+    }),
+    fill: (args) => randomWords(args.weight as Buffer),
+  })),
+  // mlx-native's rule: each buffer holds at least its size (freeCount); any k and group size.
+  ...([
+    ['quantizedMatmul', 'quantized_matmul', 'f32', { m: 2, k: 10, n: 3, groupSize: 4, bits: 6 }],
+    ['quantizedMatmulSimd', 'quantized_matmul_simd', 'f32', { m: 2, k: 256, n: 8, groupSize: 64, bits: 4 }],
+    ['quantizedMatmulSimdBf16', 'quantized_matmul_simd_bf16', 'bf16', { m: 9, k: 96, n: 5, groupSize: 32, bits: 8 }],
+  ] as const).map(([fn, op, io, p]): Case => ({
+    fn, op,
+    keys: {
+      input: buf([io], { freeCount: true }), weight: buf(['u32', 'u8'], { freeCount: true }), scales: buf(BF, { freeCount: true }),
+      biases: buf(BF, { freeCount: true }), output: out([io], { freeCount: true }), m: int, k: int, n: int, groupSize: int,
+      bits: { kind: 'enum', values: [4, 6, 8] },
+    },
+    make: (d) => ({
+      input: a(d, io, p.m * p.k), weight: a(d, 'u32', Math.ceil((p.n * (p.bits === 6 ? 3 * Math.ceil(p.k / 4) : 4 * Math.ceil((p.k * p.bits) / 32))) / 4)),
+      scales: a(d, 'bf16', p.n * Math.ceil(p.k / p.groupSize)), biases: a(d, 'bf16', p.n * Math.ceil(p.k / p.groupSize)), output: a(d, io, p.m * p.n),
+      ...p,
+    }),
+    fill: (args) => randomWords(args.weight as Buffer),
+  })),
+]);

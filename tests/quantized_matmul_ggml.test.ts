@@ -67,6 +67,8 @@ import {
   scaledErr,
 } from './helpers.ts';
 import { ggufBytes } from './weights-writers.ts';
+import { a, buf, F, ggmlBlocks, int, opContract, out, type Case } from './op-contract.ts';
+import type { Buffer } from '../ts/index.ts';
 
 function run(dev: Device, rec: (enc: ReturnType<Device['encoder']>) => void): void {
   const enc = dev.encoder();
@@ -520,3 +522,29 @@ describeBackends('quantized_matmul_ggml parity', ({ device, backend }) => {
     expect(over).toEqual([]);
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('quantized_matmul_ggml', [
+  // The crate's rule: each buffer at least its size.
+  ...([
+    { ggmlType: 'Q4_0', m: 3, n: 5, k: 64 },
+    { ggmlType: 'Q6_K', m: 9, n: 3, k: 256 },
+  ] as const).map((p): Case => ({
+    fn: 'quantizedMatmulGgml', op: 'quantized_matmul_ggml',
+    keys: {
+      input: buf(F, { freeCount: true }), weight: buf(['u8'], { freeCount: true }), output: out(F, { freeCount: true }), m: int, n: int, k: int,
+      ggmlType: { kind: 'enum', values: GGML_QUANT_TYPES }, form: { kind: 'enum', values: ['vector', 'matrix', undefined] },
+    },
+    make: (d) => ({
+      input: a(d, 'f32', p.m * p.k), weight: a(d, 'u8', p.n * ggmlRowBytesOf(p.ggmlType, p.k)), output: a(d, 'f32', p.m * p.n), ...p,
+    }),
+    fill: (args) => ggmlBlocks(args.weight as Buffer, args.ggmlType),
+  })),
+  {
+    fn: 'ggmlDequantize', op: 'ggml_dequantize',
+    keys: { src: buf(['u8']), output: out(['f32', 'f16', 'bf16']), count: int, ggmlType: { kind: 'enum', values: GGML_QUANT_TYPES } },
+    make: (d) => ({ src: a(d, 'u8', 2 * ggmlRowBytesOf('Q5_K', 256)), output: a(d, 'f16', 512), count: 512, ggmlType: 'Q5_K' }),
+    fill: (args) => ggmlBlocks(args.src as Buffer, args.ggmlType),
+  },
+]);

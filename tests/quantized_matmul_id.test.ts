@@ -42,6 +42,7 @@ import { quantizedGateUpIdRef, quantizedMatmulIdRef, type AffineExpertsRef, type
 import {
   describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, poisoned, randomArray, rng, roundedTo, TARGET_LIMITS, type Rng,
 } from './helpers.ts';
+import { a, BF, buf, F, int, opContract, out, randomWords, U32, type Case, type KeySpec } from './op-contract.ts';
 
 function run(dev: Device, rec: (enc: Encoder) => void): void {
   const enc = dev.encoder();
@@ -423,3 +424,57 @@ describeBackends('quantized_matmul_id parity', ({ device }) => {
   });
 });
 
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('quantized_matmul_id', [
+  // The ids, offsets and order are tables.
+  // m = 3 rows x 2 slots, 4 experts of n = 5 rows, k = 64, 4 bits, groups of 32: 8 words and 2 groups a row.
+  ...(['quantizedMvId', 'quantizedMmId', 'quantizedGateUpMvId', 'quantizedGateUpMmId'] as const).map((fn): Case => {
+    const gu = fn.includes('GateUp');
+    const mm = fn.includes('Mm');
+    const experts = (pre: string): Record<string, KeySpec> => gu
+      ? { [`${pre}Weight`]: buf(U32), [`${pre}Scales`]: buf(['f16', 'bf16']), [`${pre}Biases`]: buf(['f16', 'bf16']) }
+      : { weight: buf(U32), scales: buf(['f16', 'bf16']), biases: buf(['f16', 'bf16']) };
+    const routing: Record<string, KeySpec> = mm ? { offsets: buf(U32, { table: true }), order: buf(U32, { table: true }) } : { ids: buf(U32, { table: true }) };
+    const op = { quantizedMvId: 'quantized_mv_id', quantizedMmId: 'quantized_mm_id', quantizedGateUpMvId: 'quantized_gate_up_mv_id', quantizedGateUpMmId: 'quantized_gate_up_mm_id' }[fn];
+    return {
+      fn, op,
+      keys: {
+        x: buf(['f16', 'bf16']), ...experts('gate'), ...(gu ? experts('up') : {}), ...routing, output: out(['f16', 'bf16']),
+        m: int, n: int, k: int, groupSize: { kind: 'enum', values: [32, 64, 128] }, bits: { kind: 'enum', values: [4, 6, 8] },
+        nExpertUsed: int, numExperts: int, expertRows: { kind: 'int?' },
+        ...(gu ? { activation: { kind: 'enum', values: [undefined, 'silu', 'gelu_tanh'] } } : {}),
+      },
+      make: (d) => {
+        const set = (pre: string): Record<string, Buffer> => gu
+          ? { [`${pre}Weight`]: a(d, 'u32', 160), [`${pre}Scales`]: a(d, 'bf16', 40), [`${pre}Biases`]: a(d, 'bf16', 40) }
+          : { weight: a(d, 'u32', 160), scales: a(d, 'bf16', 40), biases: a(d, 'bf16', 40) };
+        return {
+          x: a(d, 'bf16', 192), ...set('gate'), ...(gu ? set('up') : {}),
+          ...(mm ? { offsets: a(d, 'u32', 6), order: a(d, 'u32', 6) } : { ids: a(d, 'u32', 6) }), output: a(d, 'bf16', 30),
+          m: 3, n: 5, k: 64, groupSize: 32, bits: 4, nExpertUsed: 2, numExperts: 4, ...(gu ? { activation: 'gelu_tanh' } : {}),
+        };
+      },
+      fill: (args) => {
+        for (const w of ['weight', 'gateWeight', 'upWeight']) if (args[w] !== undefined) randomWords(args[w] as Buffer);
+        if (args.ids !== undefined) (args.ids as Buffer).writeNumbers([3, 0, 1, 7, 2, 2]);
+        if (args.offsets !== undefined) (args.offsets as Buffer).writeNumbers([0, 1, 2, 4, 5, 6]);
+        if (args.order !== undefined) (args.order as Buffer).writeNumbers([1, 4, 2, 5, 0, 3]);
+      },
+    };
+  }),
+  {
+    fn: 'quantizedMatmulId', op: 'quantized_matmul_id',
+    // mlx-native's rule: each buffer at least its size (freeCount); any k and group size.
+    keys: {
+      input: buf(F, { freeCount: true }), weight: buf(['u32', 'u8'], { freeCount: true }), scales: buf(BF, { freeCount: true }),
+      biases: buf(BF, { freeCount: true }), ids: buf(U32, { freeCount: true, table: true }), output: out(F, { freeCount: true }),
+      m: int, k: int, n: int, groupSize: int, bits: { kind: 'enum', values: [4, 6, 8] }, nExpertUsed: int, numExperts: int,
+    },
+    make: (d) => ({
+      input: a(d, 'f32', 20), weight: a(d, 'u8', 81), scales: a(d, 'bf16', 27), biases: a(d, 'bf16', 27), ids: a(d, 'u32', 4),
+      output: a(d, 'f32', 12), m: 2, k: 10, n: 3, groupSize: 4, bits: 6, nExpertUsed: 2, numExperts: 3,
+    }),
+    fill: (args) => (args.ids as Buffer).writeNumbers([2, 0, 5, 1]),
+  },
+]);

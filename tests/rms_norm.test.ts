@@ -21,6 +21,7 @@ import { rmsNormRef } from '../ts/reference/rms_norm.ts';
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
 import type { Buffer } from '../ts/index.ts';
 import { rowLaunch } from '../ts/launch.ts';
+import { a, buf, int, opContract, out } from './op-contract.ts';
 
 describe('rms_norm param packer matches the .metal declaration', () => {
   test('RmsNormParams (eps, dim as f32): bound at buffer(3), or buffer(2) without a weight', () => {
@@ -217,3 +218,26 @@ describeBackends('rms_norm parity', ({ device }) => {
     expect(over).toEqual([]);
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('rms_norm', [
+  {
+    fn: 'rmsNorm', op: 'rms_norm',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), weight: { kind: 'buf?', dtypes: ['f32', 'bf16'] }, output: out(['f32', 'f16', 'bf16']),
+      rows: int, dim: int, eps: { kind: 'nonneg?' }, onePlus: { kind: 'bool?' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({ input: a(d, 'f16', 24), weight: a(d, 'f32', 8), output: a(d, 'f16', 24), rows: 3, dim: 8, onePlus: true }),
+  },
+  {
+    fn: 'rmsNormPerHead', op: 'rms_norm_per_head',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), weight: { kind: 'buf?', dtypes: ['f32', 'bf16'] }, output: out(['f32', 'f16', 'bf16']),
+      tokens: int, heads: int, headDim: int, eps: { kind: 'nonneg?' }, onePlus: { kind: 'bool?' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({ input: a(d, 'bf16', 48), weight: a(d, 'bf16', 8), output: a(d, 'bf16', 48), tokens: 3, heads: 2, headDim: 8 }),
+  },
+]);

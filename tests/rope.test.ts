@@ -20,6 +20,7 @@ import { ropeAngle, ropeNeoxRef, ropeRef } from '../ts/reference/rope.ts';
 import { describeBackends, describeValidation, expectInvalid, rng, randomArray, runsOnEmulator, scaledErr, TOL } from './helpers.ts';
 import { bufferParam } from './metal-source.ts';
 import type { Buffer, Device } from '../ts/index.ts';
+import { a, buf, F, int, opContract, out } from './op-contract.ts';
 
 describe('rope param packers match the .metal declarations', () => {
   test('RopeParams (theta, headDim, ropeDim, 0) as floats at buffer(2); RopeNeoxParams (nHeads, hasFreqFactors) at buffer(4)', () => {
@@ -353,3 +354,34 @@ describeBackends('rope parity', ({ device }) => {
     expect(tailMismatches(got, x, seqLen, headDim, ropeDim)).toBe(0);
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('rope', [
+  {
+    fn: 'rope', op: 'rope',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), positions: buf(['u32', 'i32']),
+      seqLen: int, headDim: int, theta: { kind: 'num' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({ input: a(d, 'bf16', 24), output: a(d, 'bf16', 24), positions: a(d, 'u32', 3), seqLen: 3, headDim: 8, theta: 1e4 }),
+    fill: (args) => (args.positions as Buffer).writeNumbers([3, 0, 131071]),
+  },
+  {
+    fn: 'ropeNeox', op: 'rope_neox',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), positions: buf(['u32', 'i32']),
+      freqFactors: { kind: 'buf?', dtypes: F }, seqLen: int, nHeads: int, headDim: int, ropeDim: int, theta: { kind: 'num' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({
+      input: a(d, 'f32', 48), output: a(d, 'f32', 48), positions: a(d, 'i32', 2), freqFactors: a(d, 'f32', 2),
+      seqLen: 2, nHeads: 3, headDim: 8, ropeDim: 4, theta: 1e6,
+    }),
+    fill: (args) => {
+      (args.positions as Buffer).writeNumbers([5, 4099]);
+      if (args.freqFactors !== undefined) (args.freqFactors as Buffer).writeNumbers([1, 8]);
+    },
+  },
+]);

@@ -23,6 +23,8 @@ import { ropeNeoxRef } from '../ts/reference/rope.ts';
 import { describeBackends, describeValidation, expectInvalid, rng, randomArray, runsOnEmulator, scaledErr, TOL } from './helpers.ts';
 import { bufferParam } from './metal-source.ts';
 import type { Device } from '../ts/index.ts';
+import { a, buf, int, opContract, out } from './op-contract.ts';
+import type { Buffer } from '../ts/index.ts';
 
 describe('rope_multi param packers match the .metal declarations', () => {
   test('(freq_base, head_dim, rope_dim, 0) floats at buffer(2); (n_heads, mode, seq_len, 0) at (4); sections at (5)', () => {
@@ -233,3 +235,22 @@ describeBackends('rope_multi parity', ({ device }) => {
     expect(copied).toBe(0);
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('rope_multi', [
+  {
+    fn: 'ropeMulti', op: 'rope_multi',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), positions: buf(['i32', 'u32']),
+      seqLen: int, nHeads: int, headDim: int, ropeDim: int, freqBase: { kind: 'num' },
+      mode: { kind: 'enum', values: ['mrope', 'imrope', 'vision'] }, sections: { kind: 'free' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({
+      input: a(d, 'f16', 48), output: a(d, 'f16', 48), positions: a(d, 'i32', 8), seqLen: 2, nHeads: 3, headDim: 8, ropeDim: 4,
+      freqBase: 1e7, mode: 'imrope', sections: [1, 1, 0, 0],
+    }),
+    fill: (args) => (args.positions as Buffer).writeNumbers([7, 131071, 3, 5, 0, 9, 2, 4]),
+  },
+]);

@@ -56,6 +56,7 @@ import {
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, poisoned, randomArray, rng, runsOnEmulator, TARGET_LIMITS, TOL } from './helpers.ts';
 import { launchOf } from '../ts/plan.ts';
 import type { Buffer, Device } from '../ts/index.ts';
+import { a, buf, F, int, opContract, out, U32 } from './op-contract.ts';
 
 // Random123's tests/kat_vectors, the three philox4x32 10-round lines: counter, key, output.
 const PHILOX_KAT: readonly [readonly number[], readonly number[], readonly number[]][] = [
@@ -824,3 +825,62 @@ describeBackends('sample parity', ({ device }) => {
     }
   }, 120_000);
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('sample', [
+  // The two-pass forms: rows past one slice, with scratch.
+  {
+    fn: 'argmax', op: 'argmax',
+    keys: { input: buf(F), outIndex: out(U32), outValue: out(F), rows: int, nElements: int, scratch: { kind: 'buf?', dtypes: U32, output: true } },
+    make: (d) => ({ input: a(d, 'f32', 4200), outIndex: a(d, 'u32', 2), outValue: a(d, 'f32', 2), rows: 2, nElements: 2100, scratch: a(d, 'u32', 8) }),
+  },
+  {
+    fn: 'topK', op: 'top_k',
+    keys: {
+      input: buf(F), outIndices: out(U32), outValues: out(F), rows: int, nElements: int, k: int,
+      scratch: { kind: 'buf?', dtypes: U32, output: true, working: true },
+    },
+    make: (d) => ({
+      // topKScratchElements(2, 2100, 3): 2 rows of 2 slices, 3 pairs and a 32-word summary each
+      input: a(d, 'f32', 4200), outIndices: a(d, 'u32', 6), outValues: a(d, 'f32', 6), rows: 2, nElements: 2100, k: 3, scratch: a(d, 'u32', 152),
+    }),
+  },
+  {
+    fn: 'topK', op: 'top_k',
+    keys: { input: buf(F), outIndices: out(U32), outValues: out(F), rows: int, nElements: int, k: int },
+    make: (d) => ({ input: a(d, 'f32', 30), outIndices: a(d, 'u32', 12), outValues: a(d, 'f32', 12), rows: 3, nElements: 10, k: 4 }),
+  },
+  {
+    fn: 'softmaxSample', op: 'softmax_sample',
+    keys: {
+      logits: buf(F), scratch: out(F), outToken: out(U32), outLogprob: out(F), nElements: int, temperature: { kind: 'nonneg' },
+      randomVal: { kind: 'nonneg' },
+    },
+    make: (d) => ({
+      logits: a(d, 'f32', 40), scratch: a(d, 'f32', 40), outToken: a(d, 'u32', 1), outLogprob: a(d, 'f32', 1), nElements: 40,
+      temperature: 0.8, randomVal: 0.3,
+    }),
+  },
+  {
+    fn: 'sample', op: 'sample',
+    keys: {
+      logits: buf(F), prevTokens: { kind: 'buf?', dtypes: U32 }, outToken: out(U32), outLogprob: out(F), scratch: out(U32, { working: true }),
+      rows: int, vocab: int, temperature: { kind: 'nonneg' }, topK: { kind: 'nonneg?' }, topP: { kind: 'nonneg?' },
+      minP: { kind: 'nonneg?' }, repetitionPenalty: { kind: 'nonneg?' }, nPrev: { kind: 'int', readWhen: (x) => x.prevTokens !== undefined },
+      seed: { kind: 'free' }, counter: { kind: 'free' },
+    },
+    make: (d) => ({
+      logits: a(d, 'f32', 600), prevTokens: a(d, 'u32', 6), outToken: a(d, 'u32', 2), outLogprob: a(d, 'f32', 2),
+      // sampleScratchElements(2, 300): z, stats, candidates, histograms, state, records, summaries per row
+      scratch: a(d, 'u32', 2 * (300 + 4 + 2 * 256 + 9216 + 24 + 36 + 32)), rows: 2, vocab: 300, temperature: 0.8, topP: 0.9, minP: 0.05,
+      repetitionPenalty: 1.2, nPrev: 3, seed: 5, counter: 9,
+    }),
+    fill: (args) => (args.prevTokens as Buffer | undefined)?.writeNumbers([1, 7, 299, 0, 300, 0xffffffff]),
+  },
+  {
+    fn: 'philox4x32', op: 'philox4x32',
+    keys: { output: out(U32), n: int, key: { kind: 'free' }, counter: { kind: 'free' } },
+    make: (d) => ({ output: a(d, 'u32', 12), n: 3, key: [1, 2], counter: [0xffffffff, 4, 5, 6] }),
+  },
+]);

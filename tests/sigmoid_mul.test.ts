@@ -16,7 +16,8 @@ import {
   sigmoidMulHalves,
 } from '../ts/ops/sigmoid_mul.ts';
 import { sigmoidMulHalvesRef, sigmoidMulRef, sigmoidRef } from '../ts/reference/sigmoid_mul.ts';
-import { describeGatedParity, expectHalvesRules, expectPairRules, type GatedFamily } from './gated.ts';
+import { describeGatedParity, expectHalvesRules, expectPairRules, gatedOpCases, type GatedFamily } from './gated.ts';
+import { opContract } from './op-contract.ts';
 import { describeValidation, TARGET_LIMITS } from './helpers.ts';
 
 const words = (b: Uint8Array) => Array.from({ length: b.byteLength / 4 }, (_, i) => new DataView(b.buffer, b.byteOffset).getUint32(4 * i, true));
@@ -72,3 +73,7 @@ describeValidation('sigmoid_mul validation', (ctx) => {
 });
 
 describeGatedParity(FAMILY);
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('sigmoid_mul', gatedOpCases(FAMILY));

@@ -19,7 +19,8 @@ import {
 } from '../ts/ops/silu_mul.ts';
 import { siluMulHalvesRef, siluMulRef, siluRef } from '../ts/reference/silu_mul.ts';
 import { gatedLaunch } from '../ts/gated.ts';
-import { describeGatedParity, expectHalvesRules, expectPairRules, type GatedFamily } from './gated.ts';
+import { describeGatedParity, expectHalvesRules, expectPairRules, gatedOpCases, type GatedFamily } from './gated.ts';
+import { opContract } from './op-contract.ts';
 import { describeValidation, TARGET_LIMITS } from './helpers.ts';
 
 const words = (b: Uint8Array) => Array.from({ length: b.byteLength / 4 }, (_, i) => new DataView(b.buffer, b.byteOffset).getUint32(4 * i, true));
@@ -95,3 +96,7 @@ describeValidation('silu_mul validation', (ctx) => {
 });
 
 describeGatedParity(FAMILY);
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('silu_mul', gatedOpCases(FAMILY));

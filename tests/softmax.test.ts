@@ -29,6 +29,7 @@ import {
 import { softcapRef, softmaxRef } from '../ts/reference/softmax.ts';
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
 import type { Device } from '../ts/index.ts';
+import { a, BF, buf, F, int, opContract, out } from './op-contract.ts';
 
 const words = (b: Uint8Array) => {
   const v = new DataView(b.buffer, b.byteOffset, b.byteLength);
@@ -364,3 +365,49 @@ describeValidation('softmax and softcap plans', ({ buf }) => {
     expect([one.grid, one.threads]).toEqual([[1, 1, 1], [3, 1, 1]]);
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('softmax', [
+  {
+    fn: 'softmax', op: 'softmax',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), rows: int, cols: int,
+      scale: { kind: 'num?' }, softcap: { kind: 'nonneg?' }, mask: { kind: 'buf?', dtypes: BF },
+      seqQ: { kind: 'int', readWhen: (x) => x.mask !== undefined },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({
+      input: a(d, 'f32', 32), output: a(d, 'f32', 32), rows: 4, cols: 8, scale: 0.25, softcap: 30, mask: a(d, 'bf16', 16), seqQ: 2,
+    }),
+  },
+  {
+    fn: 'softmax', op: 'softmax',
+    keys: { input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), rows: int, cols: int },
+    inPlace: [['input', 'output']],
+    make: (d) => ({ input: a(d, 'bf16', 15), output: a(d, 'bf16', 15), rows: 3, cols: 5 }),
+  },
+  {
+    // The two-pass form: rows past one slice (2048), with a scratch.
+    fn: 'softmax', op: 'softmax',
+    keys: {
+      input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), rows: int, cols: int,
+      scale: { kind: 'num?' }, mask: { kind: 'buf?', dtypes: BF }, seqQ: { kind: 'int', readWhen: (x) => x.mask !== undefined },
+      scratch: { kind: 'buf?', dtypes: F, output: true },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({
+      input: a(d, 'f32', 4200), output: a(d, 'f32', 4200), rows: 2, cols: 2100, scale: 0.5, mask: a(d, 'bf16', 2100), seqQ: 1,
+      scratch: a(d, 'f32', 8),
+    }),
+  },
+  {
+    fn: 'softcap', op: 'softcap',
+    // The element count is the input's (mlx-native's): any count, the output's the same.
+    keys: {
+      input: buf(['f32', 'f16', 'bf16'], { freeCount: true }), output: out(['f32', 'f16', 'bf16'], { freeCount: true }), cap: { kind: 'num' },
+    },
+    inPlace: [['input', 'output']],
+    make: (d) => ({ input: a(d, 'f16', 20), output: a(d, 'f16', 20), cap: 30 }),
+  },
+]);

@@ -21,6 +21,7 @@ import { ssmConvRef } from '../ts/reference/ssm_conv.ts';
 import { describeBackends, randomArray, rng, TOL, expectInvalid, describeValidation, scaledErr } from './helpers.ts';
 import * as ssmConvOps from '../ts/ops/ssm_conv.ts';
 import * as mlx from '../ts/index.ts';
+import { a, buf, int, opContract, out } from './op-contract.ts';
 
 // ---- the param structs against the .metal source ----
 
@@ -262,3 +263,28 @@ describeValidation('ssm_conv: buffers, state and aliasing', ({ device, enc, buf 
     }
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('ssm_conv', [
+  {
+    fn: 'ssmConv', op: 'ssm_conv',
+    keys: {
+      x: buf(['f32', 'bf16']), weight: buf(['f32', 'bf16']), state: { kind: 'buf?', dtypes: ['f32', 'bf16'], output: true },
+      y: out(['f32', 'bf16']), b: int, t: int, c: int, ks: int, silu: { kind: 'bool' }, freshState: { kind: 'bool?' },
+    },
+    make: (d) => ({
+      x: a(d, 'f32', 12), weight: a(d, 'f32', 16), state: a(d, 'f32', 12), y: a(d, 'f32', 12), b: 1, t: 3, c: 4, ks: 4, silu: true,
+    }),
+  },
+  {
+    fn: 'ssmConvDecode', op: 'ssm_conv_decode',
+    keys: {
+      x: buf(['f32', 'bf16']), weight: buf(['f32', 'bf16']), state: out(['f32', 'bf16']), y: out(['f32', 'bf16']),
+      b: int, c: int, ks: int, silu: { kind: 'bool' },
+    },
+    make: (d) => ({
+      x: a(d, 'bf16', 8), weight: a(d, 'f32', 12), state: a(d, 'bf16', 16), y: a(d, 'bf16', 8), b: 2, c: 4, ks: 3, silu: false,
+    }),
+  },
+]);

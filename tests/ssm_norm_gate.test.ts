@@ -17,6 +17,7 @@ import { describeBackends, maxRelErr, randomArray, rng, TOL, TARGET_LIMITS, expe
 import { bufferParam } from './metal-source.ts';
 import * as sngOps from '../ts/ops/ssm_norm_gate.ts';
 import * as mlx from '../ts/index.ts';
+import { a, buf, F, int, opContract, out } from './op-contract.ts';
 
 // ---- the param structs against the .metal source ----
 
@@ -156,3 +157,13 @@ describeValidation('ssm_norm_gate: buffers and aliasing', ({ device, enc, buf })
     }
   });
 });
+
+// ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
+
+opContract('ssm_norm_gate', [
+  {
+    fn: 'ssmNormGate', op: 'ssm_norm_gate',
+    keys: { attnOut: buf(F), weight: buf(F), z: buf(F), output: out(F), rows: int, dV: int, eps: { kind: 'nonneg' } },
+    make: (d) => ({ attnOut: a(d, 'f32', 16), weight: a(d, 'f32', 8), z: a(d, 'f32', 16), output: a(d, 'f32', 16), rows: 2, dV: 8, eps: 1e-6 }),
+  },
+]);
