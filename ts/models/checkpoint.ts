@@ -36,7 +36,7 @@ export class Checkpoint {
     readonly quantization: AffineQuantization | null,
   ) {}
 
-  private own(b: Buffer): Buffer {
+  protected own(b: Buffer): Buffer {
     this.owned.push(b);
     return b;
   }
