@@ -366,7 +366,7 @@ describeBackends('models against float64 references (random checkpoints)', ({ de
   }
   {
     // MLX affine-quantized linear layers (the projections of attention, the gated delta net, the shared expert and
-    // the output; the experts stay dense for the all-experts stand-in) against the reference run on the same
+    // the output; the experts stay dense here, the next test quantizes them) against the reference run on the same
     // weights dequantized: the kernels dequantize in f32 as the reference does, so the bound is the exact path's.
     for (const [bits, groupSize] of [[4, 64], [8, 32]] as const) {
       test(`qwen3_5_moe with ${bits}-bit affine linear layers (groups of ${groupSize}): the dequantized model's logits and tokens`, () => {
