@@ -15,7 +15,6 @@ import { Qwen35Moe } from './qwen3_5_moe.ts';
 export {
   linear, routedExperts, rows, Scratch, type ExpertOutputs, type ExpertWeights, type Linear, type ProductPrecision, type RoutedExperts,
 } from './blocks.ts';
-export { expertsFor } from './experts.ts';
 export { attentionDecode, attentionPrefill, fillCache, newKvCache, type AttentionSpec, type KvCache, type PrefillAttention } from './attention.ts';
 export { Checkpoint, type AffineQuantization, type WeightDtype } from './checkpoint.ts';
 export {
