@@ -11,6 +11,7 @@
 //
 //   bun run bench/models.ts [--small] [--model qwen3_5_moe|gemma4|all] [--quant q4|bf16]
 //                           [--steps N] [--prompt P] [--prefill T] [--rounds R] [--copy-gbs B]
+//                           [--layers L] [--vocab V]
 //
 // --small: tiny dimensions the emulator runs (the same code path); without
 // it the real configurations (cuda: tens of GB of weights). --quant q4 (the
@@ -20,6 +21,9 @@
 // the experts fused as transformers stores them. --copy-gbs: a copy
 // bandwidth (GB/s, bytes read + written, e.g. bench/matmul_peers.py's) used
 // for the floor beside the one measured here (our gather copying 1 GiB).
+// --layers, --vocab: the configuration cut to L layers and a vocabulary of V
+// (the real widths kept), for a quick check of the real shapes, e.g. on the
+// emulator.
 //
 // Configurations: Qwen3.6-35B-A3B is Qwen3_5MoeTextConfig's defaults
 // (ts/models/config.ts reads them; hidden 2048, 40 layers of which every
@@ -74,6 +78,8 @@ const promptLen = num('--prompt', small ? 6 : 16);
 const prefillLen = num('--prefill', small ? 24 : 4096);
 const rounds = num('--rounds', small ? 2 : 3);
 const copyGbsArg = opt('--copy-gbs') === undefined ? null : num('--copy-gbs', 1);
+const layersArg = opt('--layers') === undefined ? null : num('--layers', 1);
+const vocabArg = opt('--vocab') === undefined ? null : num('--vocab', 1);
 const GROUP = 64, BITS = 4;
 
 // ---- configurations ----
@@ -137,8 +143,8 @@ function tensorSpecs(arch: 'qwen3_5_moe' | 'gemma4', c: Json, q4: boolean): Spec
     plain(`${base}.scales`, [...lead, k / GROUP], around(scale, 0.1 * scale));
     plain(`${base}.biases`, [...lead, k / GROUP], around(-7.5 * scale, 0.1 * scale));
   };
-  const H = c['hidden_size'] as number, V = c['vocab_size'] as number, L = c['num_hidden_layers'] as number;
-  const nh = c['num_attention_heads'] as number;
+  const parsed = arch === 'qwen3_5_moe' ? qwen35MoeConfig(c) : gemma4Config(c);
+  const H = parsed.hiddenSize, V = parsed.vocabSize, L = parsed.numLayers, nh = parsed.numHeads;
   plain('model.embed_tokens.weight', [V, H], around(0, 1));
   lin('lm_head', [V, H]);
   if (arch === 'qwen3_5_moe') {
@@ -453,8 +459,15 @@ function randomIds(n: number, vocab: number, seed: number): number[] {
 
 function run(arch: 'qwen3_5_moe' | 'gemma4', copy: number): void {
   const q4 = quant === 'q4';
-  const raw = arch === 'qwen3_5_moe' ? (small ? QWEN_SMALL : QWEN_REAL) : (small ? GEMMA_SMALL : GEMMA_REAL);
-  const label = `${arch === 'qwen3_5_moe' ? 'Qwen3.6-35B-A3B' : 'Gemma 4 26B-A4B'}${small ? ' (--small dims)' : ''}, ${q4 ? 'MLX affine 4-bit g64' : 'bf16'}`;
+  const raw: Json = { ...(arch === 'qwen3_5_moe' ? (small ? QWEN_SMALL : QWEN_REAL) : (small ? GEMMA_SMALL : GEMMA_REAL)) };
+  if (layersArg !== null) {
+    raw['num_hidden_layers'] = layersArg;
+    delete raw['layer_types'];
+  }
+  if (vocabArg !== null) raw['vocab_size'] = vocabArg;
+  const cut = [layersArg !== null ? `${layersArg} layers` : '', vocabArg !== null ? `vocabulary ${vocabArg}` : ''].filter((x) => x !== '').join(', ');
+  const label = `${arch === 'qwen3_5_moe' ? 'Qwen3.6-35B-A3B' : 'Gemma 4 26B-A4B'}${small ? ' (--small dims)' : ''}${cut !== '' ? ` (cut to ${cut})` : ''}, `
+    + `${q4 ? 'MLX affine 4-bit g64' : 'bf16'}`;
   const t0 = performance.now();
   const source = new SpecSource(tensorSpecs(arch, raw, q4), label);
   const filler = new Filler(dev, source);
@@ -524,7 +537,8 @@ function run(arch: 'qwen3_5_moe' | 'gemma4', copy: number): void {
 }
 
 console.log(`device: ${dev.name} (${dev.backend}), ${new Date().toISOString().slice(0, 10)}`);
-const copy = copyGbs(small ? 1 << 22 : 1 << 30);
+// The emulator copies 4 MiB (a GiB would take it minutes); a GPU 1 GiB.
+const copy = copyGbs(dev.backend === 'emu' ? 1 << 22 : 1 << 30);
 console.log(`copy bandwidth (gather, f32 rows, read + written): ${copy.toPrecision(4)} GB/s${copyGbsArg !== null ? `; --copy-gbs ${copyGbsArg}` : ''}`);
 for (const arch of ['qwen3_5_moe', 'gemma4'] as const) if (which === 'all' || which === arch) run(arch, copy);
 console.log('\nGGUF Q4_K: not run (no per-expert GGUF product: quantized_matmul_id_ggml does not exist, and loadModel refuses GGUF checkpoints)');
