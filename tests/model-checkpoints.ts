@@ -167,10 +167,13 @@ export function writeTinyCheckpoint(arch: TinyArch, seed: number, folder?: strin
  * of groupSize MLX affine-quantized (packed U32 weights, BF16 scales and
  * biases beside them, config.json's "quantization"), written to `quantized`,
  * and the same model with those weights dequantized (F32) to `dequantized`
- * for the float64 reference. The embedding, norms, conv and experts stay as
- * they are.
+ * for the float64 reference. The embedding, norms and conv stay as they
+ * are; the experts too unless `experts` (stacked expert tensors [E, n, k],
+ * mlx's switch layers, quantized row by row as MLX stores them: packed
+ * [E, n, k * bits / 32], scales and biases [E, n, k / groupSize]).
  */
-export function quantizeCheckpoint(folder: string, quantized: string, dequantized: string, groupSize: number, bits: number): string[] {
+export function quantizeCheckpoint(folder: string, quantized: string, dequantized: string, groupSize: number, bits: number,
+  experts = false): string[] {
   const src = SafetensorsFile.open(join(folder, 'model.safetensors'));
   const q: StTensor[] = [], d: StTensor[] = [];
   const done: string[] = [];
@@ -178,23 +181,25 @@ export function quantizeCheckpoint(folder: string, quantized: string, dequantize
   for (const t of src.tensors.values()) {
     const raw = src.bytes(t.name);
     const keep = { name: t.name, dtype: t.dtype, shape: [...t.shape], data: raw.slice() };
-    const [n, k] = t.shape;
-    const linear = t.name.endsWith('.weight') && t.shape.length === 2 && !t.name.includes('embed_tokens') && k! % groupSize === 0
-      && !t.name.includes('.experts.');
+    const stacked = experts && t.shape.length === 3 && /\.switch_(mlp|glu)\./.test(t.name);
+    const lead = stacked ? t.shape.slice(0, 2) : t.shape.slice(0, 1);
+    const n = lead.reduce((a, b) => a * b, 1), k = t.shape[t.shape.length - 1];
+    const linear = t.name.endsWith('.weight') && (t.shape.length === 2 || stacked) && !t.name.includes('embed_tokens') && k! % groupSize === 0
+      && (stacked || !t.name.includes('.experts.'));
     if (!linear) {
       q.push(keep);
       d.push(keep);
       continue;
     }
     const w = fromBf16(src.view(t.name) as Uint16Array);
-    const aq = affineQuantize(w, n!, k!, groupSize, bits, 'bf16');
+    const aq = affineQuantize(w, n, k!, groupSize, bits, 'bf16');
     const base = t.name.slice(0, -'.weight'.length);
     const words = affineWords(aq.packed);
-    q.push({ name: t.name, dtype: 'U32', shape: [n!, (k! * bits) / 32], data: bytesOf(words) });
-    q.push({ name: `${base}.scales`, dtype: 'BF16', shape: [n!, k! / groupSize], data: bytesOf(toBf16(aq.scales)) });
-    q.push({ name: `${base}.biases`, dtype: 'BF16', shape: [n!, k! / groupSize], data: bytesOf(toBf16(aq.biases)) });
-    const deq = Float32Array.from(affineDequantize(aq.packed, aq.scales, aq.biases, n!, k!, groupSize, bits));
-    d.push({ name: t.name, dtype: 'F32', shape: [n!, k!], data: bytesOf(deq) });
+    q.push({ name: t.name, dtype: 'U32', shape: [...lead, (k! * bits) / 32], data: bytesOf(words) });
+    q.push({ name: `${base}.scales`, dtype: 'BF16', shape: [...lead, k! / groupSize], data: bytesOf(toBf16(aq.scales)) });
+    q.push({ name: `${base}.biases`, dtype: 'BF16', shape: [...lead, k! / groupSize], data: bytesOf(toBf16(aq.biases)) });
+    const deq = Float32Array.from(affineDequantize(aq.packed, aq.scales, aq.biases, n, k!, groupSize, bits));
+    d.push({ name: t.name, dtype: 'F32', shape: [...t.shape], data: bytesOf(deq) });
     done.push(t.name);
   }
   const config = JSON.parse(readFileSync(join(folder, 'config.json'), 'utf8')) as Record<string, unknown>;

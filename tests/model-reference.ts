@@ -20,6 +20,22 @@ class Weights {
   }
   get(name: string): Vec {
     let v = this.cache.get(name);
+    // Experts stored stacked (mlx's switch layers): the fused [E, 2I, H] gate_up and [E, H, I] down read from them.
+    const m = /^(.*\.)experts\.(gate_up_proj|down_proj)$/.exec(name);
+    if (v === undefined && m !== null && !this.has(name)) {
+      const dir = m[1]!.endsWith('mlp.') ? `${m[1]}switch_mlp.` : `${m[1]}experts.switch_glu.`;
+      if (m[2] === 'down_proj') return this.get(`${dir}down_proj.weight`);
+      const gate = this.get(`${dir}gate_proj.weight`), up = this.get(`${dir}up_proj.weight`);
+      const shape = (this.source as { info(n: string): { shape: readonly number[] } }).info(`${dir}gate_proj.weight`).shape;
+      const [E, I, H] = shape as [number, number, number];
+      v = new Float64Array(E * 2 * I * H);
+      for (let e = 0; e < E; e++) {
+        v.set(gate.subarray(e * I * H, (e + 1) * I * H), e * 2 * I * H);
+        v.set(up.subarray(e * I * H, (e + 1) * I * H), (e * 2 + 1) * I * H);
+      }
+      this.cache.set(name, v);
+      return v;
+    }
     if (v === undefined) {
       const src = this.source;
       if (!('info' in src)) throw new Error('not a weight source');

@@ -15,10 +15,12 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Device } from '../ts/index.ts';
+import { fromBf16, toBf16 } from '../ts/index.ts';
 import {
-  Scratch, allExpertsMoe, denseRouting, gemma4Config, loadModel, qwen35MoeConfig, rotaryPermutation, scaleRows,
-  type AllExperts, type LoadOptions,
+  Scratch, gemma4Config, loadModel, qwen35MoeConfig, rotaryPermutation, routedExperts,
+  type ExpertWeights, type LoadOptions, type RoutedExperts,
 } from '../ts/models/index.ts';
+import { affineDequantize, affineQuantize, affineWords } from '../ts/reference/quantized_matmul.ts';
 import { describeBackends, describeValidation, expectInvalid, expectInvalidParts, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
 import { quantizeCheckpoint, relayoutCheckpoint, tinyConfig, writeTinyCheckpoint, type Relayout, type TinyArch } from './model-checkpoints.ts';
 import { modelFixture, modelFixtureNames, type ModelFixture } from './model-fixtures.ts';
@@ -106,76 +108,81 @@ function routingRef(logits: Float64Array, tokens: number, experts: number, k: nu
 }
 
 describeBackends('model blocks', ({ device }) => {
-  test('scaleRows: each row times its own device scalar, exactly one f32 product per element', () => {
-    const d = device(), r = rng(11);
-    for (const [count, width] of [[1, 1], [3, 37], [16, 64], [40, 33]] as const) {
-      const v = randomArray(r, count * width, -2, 2), sc = randomArray(r, count, -3, 3);
-      using vb = d.upload('f32', [count, width], v);
-      using sb = d.upload('f32', [count], sc);
-      using out = d.alloc('f32', [count, width]);
-      out.fill(Number.NaN);
-      using enc = d.encoder();
-      scaleRows(enc, vb, sb, out, count, width);
-      enc.commitAndWait();
-      const got = out.readNumbers();
-      const want = Float64Array.from({ length: count * width }, (_, i) => Math.fround(Math.fround(v[i]!) * Math.fround(sc[Math.floor(i / width)]!)));
-      expect(maxRelErr(got, want)).toBe(0);
-    }
-  });
-
-  test('denseRouting: softmax over each row\'s top k, zeros elsewhere (1 to 64 experts, k from 1 to E, one or many tokens)', () => {
-    const d = device(), r = rng(12);
-    for (const [tokens, experts, k] of [[1, 8, 2], [5, 8, 8], [3, 64, 8], [12, 1, 1], [2, 33, 5]] as const) {
-      const logits = randomArray(r, tokens * experts, -4, 4);
-      using s = new Scratch(d);
-      using lb = d.upload('f32', [tokens, experts], logits);
-      using out = d.alloc('f32', [tokens, experts]);
-      out.fill(Number.NaN);
-      using enc = d.encoder();
-      denseRouting(enc, s, lb, out, tokens, experts, k);
-      enc.commitAndWait();
-      const want = routingRef(Float64Array.from(logits, Math.fround), tokens, experts, k);
-      const got = out.readNumbers();
-      for (let i = 0; i < got.length; i++) expect(Math.abs(got[i]! - want[i]!)).toBeLessThanOrEqual(TOL.f32 * 4);
-    }
-  });
-
-  test('allExpertsMoe: sum over experts of routing weight times down(act(gate) * up), silu and gelu_tanh, f32 and bf16 weights', () => {
+  // Each token's top k experts alone, through the per-expert products: the weighted sum of the pairs' outputs
+  // against float64 over the same values (the 16-bit forms round x to the experts' dtype once, as the block does).
+  test('routedExperts: each token\'s top-k experts, dense f32 / bf16 and 4- and 8-bit affine, vector and grouped matrix forms', () => {
     const d = device(), r = rng(13);
-    for (const [tokens, E, I, H, act, dt] of [[1, 4, 8, 16, 'silu', 'f32'], [9, 8, 16, 32, 'gelu_tanh', 'bf16'], [3, 2, 32, 40, 'silu', 'bf16']] as const) {
-      const gu = randomArray(r, E * 2 * I * H, -0.5, 0.5), down = randomArray(r, H * E * I, -0.5, 0.5);
+    type Case = readonly [tokens: number, E: number, I: number, H: number, k: number, act: 'silu' | 'gelu_tanh', kind: 'f32' | 'bf16' | 'q4' | 'q8', fast: boolean];
+    const cases: Case[] = [
+      [1, 4, 8, 16, 2, 'silu', 'f32', false], [5, 8, 16, 32, 8, 'gelu_tanh', 'f32', true],
+      [3, 8, 16, 32, 2, 'gelu_tanh', 'bf16', true], [12, 8, 32, 64, 2, 'silu', 'bf16', true],
+      [1, 8, 32, 64, 2, 'silu', 'q4', true], [12, 16, 32, 64, 3, 'gelu_tanh', 'q8', true],
+    ];
+    for (const [tokens, E, I, H, k, act, kind, fast] of cases) {
+      const logits = randomArray(r, tokens * E, -3, 3);
       const x = randomArray(r, tokens * H, -1, 1);
-      const routing = routingRef(randomArray(r, tokens * E, -2, 2), tokens, E, Math.min(2, E));
+      const scale = randomArray(r, E, 0.5, 1.5);
       using s = new Scratch(d);
-      const guB = d.upload(dt, [E * 2 * I, H], gu), downB = d.upload('f32', [H, E * I], down);
-      const ex: AllExperts = { gateUp: { kind: 'dense', weight: guB, n: E * 2 * I, k: H }, down: { kind: 'dense', weight: downB, n: H, k: E * I }, numExperts: E, intermediate: I, act };
+      const owned: { release(): void }[] = [];
+      const up = <T extends { release(): void }>(b: T): T => { owned.push(b); return b; };
+      // Host values of each projection [E * n, k] as the device sees them, and the device form.
+      const project = (n: number, kk: number): { values: Float64Array; w: ExpertWeights } => {
+        const raw = randomArray(r, E * n * kk, -0.5, 0.5);
+        if (kind === 'f32' || kind === 'bf16') {
+          const b = up(d.upload(kind, [E * n, kk], raw));
+          return { values: Float64Array.from(b.readNumbers()), w: { kind: 'dense', weight: b, expertRows: n } };
+        }
+        const bits = kind === 'q4' ? 4 : 8, g = 32;
+        const q = affineQuantize(raw, E * n, kk, g, bits, 'bf16');
+        const weight = up(d.upload('u32', [E * n, (kk * bits) / 32], affineWords(q.packed)));
+        const scales = up(d.upload('bf16', [E * n, kk / g], fromBf16(toBf16(q.scales))));
+        const biases = up(d.upload('bf16', [E * n, kk / g], fromBf16(toBf16(q.biases))));
+        const values = affineDequantize(q.packed, scales.readNumbers(), biases.readNumbers(), E * n, kk, g, bits);
+        return { values, w: { kind: 'affine', weight, scales, biases, expertRows: n, groupSize: g, bits } };
+      };
+      const gate = project(I, H), upP = project(I, H), down = project(H, I);
+      const dtype = kind === 'f32' ? 'f32' : 'bf16';
+      const ex: RoutedExperts = {
+        gate: gate.w, up: upP.w, down: down.w, numExperts: E, intermediate: I, hidden: H, act, dtype,
+        perExpertScale: up(d.upload('f32', [E], scale)),
+      };
       using xb = d.upload('f32', [tokens, H], x);
-      using rb = d.upload('f32', [tokens, E], routing);
-      using out = d.alloc('f32', [tokens, H]);
-      out.fill(Number.NaN);
+      using lb = d.upload('f32', [tokens, E], logits);
+      s.get(`moe.out.${dtype}`, dtype, [tokens, k, H]).fill(Number.NaN);
       using enc = d.encoder();
-      allExpertsMoe(enc, s, ex, xb, rb, out, tokens, 'exact');
+      const out = routedExperts(enc, s, ex, xb, lb, tokens, k, fast ? 'fast' : 'exact');
       enc.commitAndWait();
-      const w = guB.readNumbers(), rw = rb.readNumbers();
+      const ys = out.outputs.readNumbers(), ws = out.weights.readNumbers();
+      const got = new Float64Array(tokens * H);
+      for (let t = 0; t < tokens; t++) for (let j = 0; j < k; j++) for (let h = 0; h < H; h++) got[t * H + h]! += ws[t * k + j]! * ys[(t * k + j) * H + h]!;
+      const routing = routingRef(Float64Array.from(logits, Math.fround), tokens, E, k);
+      const xr = dtype === 'bf16' ? fromBf16(toBf16(Float32Array.from(x))) : Float32Array.from(x);
       const f = act === 'silu' ? (z: number) => z / (1 + Math.exp(-z)) : (z: number) => 0.5 * z * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (z + 0.044715 * z ** 3)));
       const want = new Float64Array(tokens * H);
       for (let t = 0; t < tokens; t++) {
         for (let e = 0; e < E; e++) {
+          const rw = routing[t * E + e]! * Math.fround(scale[e]!);
+          if (rw === 0) continue;
           const a = Array.from({ length: I }, (_, i) => {
-            let g = 0, u = 0;
+            let gs = 0, us = 0;
             for (let j = 0; j < H; j++) {
-              g += w[(e * 2 * I + i) * H + j]! * Math.fround(x[t * H + j]!);
-              u += w[(e * 2 * I + I + i) * H + j]! * Math.fround(x[t * H + j]!);
+              gs += gate.values[(e * I + i) * H + j]! * xr[t * H + j]!;
+              us += upP.values[(e * I + i) * H + j]! * xr[t * H + j]!;
             }
-            return f(g) * u * rw[t * E + e]!;
+            return f(gs) * us;
           });
-          for (let h = 0; h < H; h++) for (let i = 0; i < I; i++) want[t * H + h]! += Math.fround(down[h * E * I + e * I + i]!) * a[i]!;
+          for (let h = 0; h < H; h++) {
+            let sum = 0;
+            for (let i = 0; i < I; i++) sum += down.values[(e * H + h) * I + i]! * a[i]!;
+            want[t * H + h]! += rw * sum;
+          }
         }
       }
-      // f32 sums of E * I products of f32 intermediates, against float64: TOL.f32 of the outputs' size.
-      expect(relL2(out.readNumbers(), want)).toBeLessThan(TOL.f32);
-      guB.release();
-      downB.release();
+      // f32: sums of f32 products in another order, TOL.f32. bf16: the activations and the outputs are stored in
+      // bf16 (2^-9 each), TOL.bf16. Routing weights: the kernel's softmax in f32 (TOL.f32 of the reference's).
+      for (let i = 0; i < tokens * k; i++) expect(Number.isFinite(ws[i]!)).toBe(true);
+      expect(relL2(got, want)).toBeLessThan(dtype === 'f32' ? TOL.f32 : TOL.bf16);
+      for (const b of owned) b.release();
     }
   });
 });
@@ -359,7 +366,7 @@ describeBackends('models against float64 references (random checkpoints)', ({ de
   }
   {
     // MLX affine-quantized linear layers (the projections of attention, the gated delta net, the shared expert and
-    // the output; the experts stay dense for the all-experts stand-in) against the reference run on the same
+    // the output; the experts stay dense here, the next test quantizes them) against the reference run on the same
     // weights dequantized: the kernels dequantize in f32 as the reference does, so the bound is the exact path's.
     for (const [bits, groupSize] of [[4, 64], [8, 32]] as const) {
       test(`qwen3_5_moe with ${bits}-bit affine linear layers (groups of ${groupSize}): the dequantized model's logits and tokens`, () => {
@@ -382,6 +389,40 @@ describeBackends('models against float64 references (random checkpoints)', ({ de
         }
       }, 120_000);
     }
+    // MLX affine-quantized experts too (mlx's stacked switch_mlp layout, 4-bit, groups of 32) through the per-expert
+    // products, against the reference on the dequantized weights. Those products take bf16 activations (the layer's
+    // f32 input rounded once, the activations and outputs stored in bf16) in every precision, and the prompt runs
+    // the default path: DEFAULT_TOL over the rows held by ROUTING_GAP, as for the default path above.
+    test('qwen3_5_moe with 4-bit affine experts (stacked, groups of 32) and linear layers: the dequantized model\'s logits', () => {
+      const dir = mkdtempSync(join(tmpdir(), 'mlxn-qexperts-'));
+      try {
+        relayoutCheckpoint(folderOf('qwen3_5_moe'), join(dir, 's'), { prefix: 'model.', experts: 'stacked', extra: 'mtp.fc.weight' });
+        const quantized = quantizeCheckpoint(join(dir, 's'), join(dir, 'q'), join(dir, 'd'), 32, 4, true);
+        expect(quantized.filter((n) => n.includes('.switch_mlp.')).length).toBe(3 * 4);
+        const ref = qwenReference(join(dir, 'd'), PROMPT, 4);
+        using m = loadModel(join(dir, 'q'), device(), { maxContext: 32 });
+        const held = (i: number) => ref.routingGaps[i]! >= ROUTING_GAP;
+        const tokens = [m.prefill(PROMPT, { allLogits: true })];
+        const V = m.config.vocabSize, logits = m.logits.readNumbers();
+        let err = 0, rows = 0;
+        PROMPT.forEach((_, p) => {
+          if (!held(p)) return;
+          rows++;
+          err = Math.max(err, relL2(logits.subarray(p * V, (p + 1) * V), ref.prefill[p]!));
+        });
+        for (let i = 0; i < 4; i++) {
+          tokens.push(m.decode());
+          if (!held(PROMPT.length + i)) continue;
+          rows++;
+          err = Math.max(err, relL2(m.logits.readNumbers(), ref.decode[i]!));
+        }
+        expect(rows).toBeGreaterThanOrEqual(PROMPT.length / 2);
+        expect(err).toBeLessThan(DEFAULT_TOL);
+        for (const [got, want] of clearTokensOf(ref, tokens, TOKEN_GAP)) expect(got).toBe(want);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    }, 120_000);
     // Multimodal checkpoints hold the text model under model.language_model. beside a vision tower, the hub's
     // Qwen3.6 stores its experts one tensor each, mlx's checkpoints stacked: the same values give the same logits.
     for (const [arch, how] of [

@@ -1,7 +1,7 @@
 // The pieces both forward passes are built from, each a few public ops:
 // linear layers over whatever the checkpoint stores, scratch buffers reused
-// from step to step, a row scaled by a value that lives on the device, and
-// the stand-in MoE that runs every expert.
+// from step to step, and the routed experts of a MoE layer (each token's
+// top-k experts alone, through the per-expert products).
 //
 // Activations are f32 throughout (the residual stream, norms, attention
 // inputs and outputs); weights stay in the dtype they are stored in unless
@@ -12,13 +12,13 @@ import type { Device } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { denseGemvBf16F32, denseMatmul, denseMatmulTensor, denseMatvec, DENSE_MM_TENSOR_MIN_K } from '../ops/dense.ts';
-import { elementwiseAdd, elementwiseAddScaled, elementwiseMul } from '../ops/elementwise.ts';
-import { gather } from '../ops/embedding.ts';
-import { geluTanhMulHalves } from '../ops/gelu.ts';
+import { denseGateUpMmId, denseGateUpMvId, denseMmId, denseMvId } from '../ops/dense_matmul_id.ts';
+import { cast } from '../ops/elementwise.ts';
+import { moeDispatchSort } from '../ops/moe_dispatch.ts';
+import { fusedMoeRoutingBatch } from '../ops/moe_routing.ts';
 import { affineQuantizedMatmul } from '../ops/quantized_matmul.ts';
-import { argmax } from '../ops/sample.ts';
-import { siluMulHalves } from '../ops/silu_mul.ts';
-import { softmax } from '../ops/softmax.ts';
+import { invalid } from '../validate.ts';
+import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId, type GateActivation } from '../ops/quantized_matmul_id.ts';
 
 /**
  * A linear layer y = x W^T, W [n, k] as checkpoints store it: dense (f32,
@@ -37,9 +37,17 @@ export type Linear =
  * rows against 16-bit weights, and (Qwen3.6) the gated delta net.
  */
 export type ProductPrecision =
-  /** The tensor kernels, which round the inputs to the weight's dtype first (as mlx-native's prefill does); the chunked gated delta rule on bf16. */
+  /**
+   * The tensor kernels, which round the inputs to the weight's dtype first (as mlx-native's prefill does); the
+   * chunked gated delta rule on bf16. The routed experts of a 16-bit model take their input rounded to its dtype
+   * at every step, decode included (the per-expert products take 16-bit activations).
+   */
   | 'fast'
-  /** Every row through the vector kernels, which take the f32 inputs as they are, and the recurrence token by token in f32: slower for long prompts. */
+  /**
+   * Every row through the vector kernels, which take the f32 inputs as they are, and the recurrence token by token
+   * in f32: slower for long prompts. Dense routed experts are widened to f32 at load (twice the memory of bf16) so
+   * that they see their inputs unrounded too; MLX affine experts still take 16-bit activations.
+   */
   | 'exact';
 
 /** Rows of x the vector kernels take at once. */
@@ -121,90 +129,118 @@ export class Scratch {
 }
 
 /**
- * out[r, :] = scales[r] * v[r, :] for r < count, with the scales on the
- * device: a matrix product of inner size 1 per row (batch r: [1, 1] x
- * [width, 1]^T), so each element is one f32 product, as an elementwise
- * multiply by a broadcast scalar would give. v, out [count, width] f32;
- * scales [count] f32.
+ * One projection of every expert of a MoE layer, as the per-expert products
+ * take it: expert e's [n, k] rows start e * expertRows rows into the
+ * buffers (a fused [E, 2I, H] gate_up tensor gives its gate and up as two
+ * views of one buffer, expertRows 2I). Dense: f32, bf16 or f16 rows. MLX
+ * affine: packed u32 rows with scales and biases [rows, k / groupSize] in
+ * bf16 or f16.
  */
-export function scaleRows(enc: Encoder, v: Buffer, scales: Buffer, out: Buffer, count: number, width: number): void {
-  denseMatmul(enc, {
-    x: scales.view('f32', [count, 1, 1], 0),
-    weight: v.view('f32', [count, width, 1], 0),
-    output: out.view('f32', [count, 1, width], 0),
-    m: 1, n: width, k: 1, batch: count, weightBatch: count,
-  });
-}
+export type ExpertWeights =
+  | { readonly kind: 'dense'; readonly weight: Buffer; readonly expertRows: number }
+  | {
+    readonly kind: 'affine'; readonly weight: Buffer; readonly scales: Buffer; readonly biases: Buffer; readonly expertRows: number;
+    readonly groupSize: number; readonly bits: number;
+  };
 
-/**
- * The routing weights of every expert, dense: R [tokens, E] f32 with the
- * top-k renormalized softmax probabilities of each token's logits at its k
- * largest and 0 elsewhere, which equals softmax over the logits with all
- * but the top k set to -1e30 (the renormalization cancels the full
- * softmax's denominator). The top k come from k rounds of argmax, each
- * winner pushed to -1e30 for the next round and marked in a 0/1 mask
- * (rows of an identity matrix gathered by the winners' indices); the masked
- * logits are logits * mask + 1e30 * (mask - 1), exact in f32. Ties go to the
- * lower index, as torch.topk's do on distinct values.
- */
-export function denseRouting(enc: Encoder, s: Scratch, logits: Buffer, out: Buffer, tokens: number, experts: number, topK: number): void {
-  const ident = s.constant('moe.identity', 'f32', [experts, experts], () => {
-    const a = new Float32Array(experts * experts);
-    for (let e = 0; e < experts; e++) a[e * experts + e] = 1;
-    return a;
-  });
-  const ones = s.constant(`moe.ones.${tokens}`, 'f32', [tokens, experts], () => new Float32Array(tokens * experts).fill(1));
-  const work = s.get('moe.work', 'f32', [tokens, experts]);
-  const mask = s.get('moe.mask', 'f32', [tokens, experts]);
-  const hit = s.get('moe.hit', 'f32', [tokens, experts]);
-  const idx = s.get('moe.idx', 'u32', [tokens]);
-  const val = s.get('moe.val', 'f32', [tokens]);
-  for (let round = 0; round < topK; round++) {
-    const from = round === 0 ? logits : work;
-    argmax(enc, { input: from, outIndex: idx, outValue: val, rows: tokens, nElements: experts });
-    const target = round === 0 ? mask : hit;
-    gather(enc, { src: ident, indices: idx, output: target, srcRows: experts, rowWidth: experts, nIndices: tokens });
-    if (round > 0) elementwiseAdd(enc, { a: mask, b: hit, output: mask });
-    if (round + 1 < topK) elementwiseAddScaled(enc, { a: from, b: target, output: work, scale: -1e30 });
-  }
-  // work = logits * mask; hit = mask - 1; out = work + 1e30 * hit; out = softmax(out)
-  elementwiseMul(enc, { a: logits, b: mask, output: work });
-  elementwiseAddScaled(enc, { a: mask, b: ones, output: hit, scale: -1 });
-  elementwiseAddScaled(enc, { a: work, b: hit, output: out, scale: 1e30 });
-  softmax(enc, { input: out, output: out, rows: tokens, cols: experts });
-}
-
-/** The experts of a MoE layer as the stand-in runs them: every expert's gate and up stacked, and the down projections side by side. */
-export interface AllExperts {
-  /** [E * 2I, H]: expert e's gate rows, then its up rows (transformers' gate_up_proj, stacked). */
-  readonly gateUp: Linear;
-  /** [H, E * I]: column block e is expert e's down projection (times any per-expert scale), f32. */
-  readonly down: Linear;
+/** The routed experts of a MoE layer. */
+export interface RoutedExperts {
+  /** [E][I, H] each */
+  readonly gate: ExpertWeights;
+  readonly up: ExpertWeights;
+  /** [E][H, I] */
+  readonly down: ExpertWeights;
   readonly numExperts: number;
   readonly intermediate: number;
-  readonly act: 'silu' | 'gelu_tanh';
+  readonly hidden: number;
+  readonly act: GateActivation;
+  /**
+   * The dtype the products take their activations in: f32 for f32 dense
+   * experts (the inputs as they are), else the weights' (dense) or the
+   * scales' (affine) 16-bit dtype, the layer's f32 input rounded to it once.
+   */
+  readonly dtype: 'f32' | 'f16' | 'bf16';
+  /** f32 [E]: multiplies each expert's routing weight (Gemma 4's per-expert scale; ones for Qwen3.6). */
+  readonly perExpertScale: Buffer;
+}
+
+/** Where a MoE layer's routed experts left their work: one row per (token, slot) pair. */
+export interface ExpertOutputs {
+  /** [tokens, topK, H] in the experts' dtype: each pair's expert output, unweighted. */
+  readonly outputs: Buffer;
+  /** f32 [tokens, topK]: the pairs' routing weights (renormalized top-k softmax, times the per-expert scale). */
+  readonly weights: Buffer;
 }
 
 /**
- * The MoE experts' weighted sum for `tokens` rows of x [tokens, H] f32 with
- * dense routing weights R [tokens, E]: every expert runs on every token
- * (exact for any routing, and as costly as E experts), then
- *   out[t] = sum_e R[t, e] * down_e(act(gate_e x_t) * up_e x_t)
- * as one product: the activations of all experts [tokens, E * I] scaled per
- * (token, expert) by R, times the side-by-side down projections. This is
- * the one place the per-expert ops (quantized_matmul_id, dense_matmul_id,
- * the weighted reduce) take over once they exist.
+ * The routed experts of `tokens` rows of x [tokens, H] f32 with router
+ * logits [tokens, E] f32: fused_moe_routing picks each token's top k (the
+ * softmax renormalized over them, equal probabilities to the lower index),
+ * then only those experts run: the fused gate/up product with the
+ * activation ([tokens, k, I]) and the down product, one row per pair
+ * ([tokens * k, H]). Decode and 'exact' prompts take the vector forms
+ * (each pair reads its expert's rows; f32 experts always do, as the matrix
+ * forms take 16-bit activations); a 'fast' prompt of more than 8 tokens
+ * groups the pairs by expert on the device (moe_dispatch_sort) for the
+ * matrix forms. Nothing is read back: the routing stays on the device.
  */
-export function allExpertsMoe(enc: Encoder, s: Scratch, ex: AllExperts, x: Buffer, routing: Buffer, out: Buffer, tokens: number,
-  precision: ProductPrecision): void {
-  const e = ex.numExperts, i = ex.intermediate;
-  const gu = s.get('moe.gateUp', 'f32', [tokens, e * 2 * i]);
-  linear(enc, ex.gateUp, x, gu, tokens, precision);
-  const act = s.get('moe.act', 'f32', [tokens * e, i]);
-  const halves = { gateUp: gu.view('f32', [tokens * e, 2 * i], 0), output: act, rows: tokens * e, dim: i };
-  if (ex.act === 'silu') siluMulHalves(enc, halves);
-  else geluTanhMulHalves(enc, halves);
-  const scaled = s.get('moe.scaled', 'f32', [tokens, e * i]);
-  scaleRows(enc, act, routing, scaled, tokens * e, i);
-  linear(enc, ex.down, scaled, out, tokens, precision);
+export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Buffer, logits: Buffer, tokens: number, topK: number,
+  precision: ProductPrecision): ExpertOutputs {
+  const E = ex.numExperts, I = ex.intermediate, H = ex.hidden, dt = ex.dtype, pairs = tokens * topK;
+  const ids = s.get('moe.ids', 'u32', [tokens, topK]);
+  const weights = s.get('moe.weights', 'f32', [tokens, topK]);
+  fusedMoeRoutingBatch(enc, { logits, expertIds: ids, routingWeights: weights, perExpertScale: ex.perExpertScale, numExperts: E, topK, nTokens: tokens });
+  let xe = x;
+  if (dt !== 'f32') {
+    xe = s.get(`moe.x.${dt}`, dt, [tokens, H]);
+    cast(enc, { input: x, output: xe });
+  }
+  const act = s.get(`moe.act.${dt}`, dt, [tokens, topK, I]);
+  const outputs = s.get(`moe.out.${dt}`, dt, [tokens, topK, H]);
+  const actRows = act.view(dt, [pairs, I], 0);
+  const gateUp = { x: xe, output: act, m: tokens, n: I, k: H, nExpertUsed: topK, numExperts: E, expertRows: ex.gate.expertRows, activation: ex.act };
+  const down = { x: actRows, output: outputs, m: pairs, n: H, k: I, nExpertUsed: 1, numExperts: E, expertRows: ex.down.expertRows };
+  const g = ex.gate, u = ex.up, d = ex.down;
+  if (dt !== 'f32' && tokens > VECTOR_ROWS && precision === 'fast') {
+    const offsets = s.get('moe.offsets', 'u32', [E + 2]);
+    const order = s.get('moe.order', 'u32', [pairs]);
+    moeDispatchSort(enc, { ids, offsets, order, nPairs: pairs, numExperts: E });
+    if (g.kind === 'dense' && u.kind === 'dense' && d.kind === 'dense') {
+      denseGateUpMmId(enc, { ...gateUp, gateWeight: g.weight, upWeight: u.weight, offsets, order });
+      denseMmId(enc, { ...down, weight: d.weight, offsets, order });
+    } else if (g.kind === 'affine' && u.kind === 'affine' && d.kind === 'affine') {
+      quantizedGateUpMmId(enc, { ...gateUp, ...affineGateUp(g, u), offsets, order });
+      quantizedMmId(enc, { ...down, ...affineOf(d), offsets, order });
+    } else {
+      throw invalid('moe', 'the experts', 'gate, up and down of one kind', `${g.kind}, ${u.kind}, ${d.kind}`);
+    }
+  } else {
+    const pairIds = ids.view('u32', [pairs, 1], 0);
+    if (g.kind === 'dense' && u.kind === 'dense' && d.kind === 'dense') {
+      denseGateUpMvId(enc, { ...gateUp, gateWeight: g.weight, upWeight: u.weight, ids });
+      denseMvId(enc, { ...down, weight: d.weight, ids: pairIds });
+    } else if (g.kind === 'affine' && u.kind === 'affine' && d.kind === 'affine') {
+      quantizedGateUpMvId(enc, { ...gateUp, ...affineGateUp(g, u), ids });
+      quantizedMvId(enc, { ...down, ...affineOf(d), ids: pairIds });
+    } else {
+      throw invalid('moe', 'the experts', 'gate, up and down of one kind', `${g.kind}, ${u.kind}, ${d.kind}`);
+    }
+  }
+  return { outputs, weights };
+}
+
+type Affine = Extract<ExpertWeights, { kind: 'affine' }>;
+
+function affineOf(w: Affine) {
+  return { weight: w.weight, scales: w.scales, biases: w.biases, groupSize: w.groupSize, bits: w.bits };
+}
+
+function affineGateUp(g: Affine, u: Affine) {
+  if (g.groupSize !== u.groupSize || g.bits !== u.bits) {
+    throw invalid('moe', "the experts' up projection", `gate's quantization (${g.bits} bits, groups of ${g.groupSize})`, `${u.bits} bits, groups of ${u.groupSize}`);
+  }
+  return {
+    gateWeight: g.weight, gateScales: g.scales, gateBiases: g.biases, upWeight: u.weight, upScales: u.scales, upBiases: u.biases,
+    groupSize: g.groupSize, bits: g.bits,
+  };
 }

@@ -36,7 +36,7 @@ export class Checkpoint {
     readonly quantization: AffineQuantization | null,
   ) {}
 
-  private own(b: Buffer): Buffer {
+  protected own(b: Buffer): Buffer {
     this.owned.push(b);
     return b;
   }
@@ -106,9 +106,9 @@ export class Checkpoint {
     return { data, dtype: dtype!, rows };
   }
 
-  /** Device buffer of raw rows (rowsOf), widened to f32 when the checkpoint asks and the rows are 16-bit floats. */
-  uploadRows(r: { data: Uint8Array; dtype: DType; rows: number }, rowWidth: number): Buffer {
-    if (this.dtype === 'f32' && (r.dtype === 'bf16' || r.dtype === 'f16')) {
+  /** Device buffer of raw rows (rowsOf), widened to f32 when `widen` (by default: when the checkpoint asks) and the rows are 16-bit floats. */
+  uploadRows(r: { data: Uint8Array; dtype: DType; rows: number }, rowWidth: number, widen = this.dtype === 'f32'): Buffer {
+    if (widen && (r.dtype === 'bf16' || r.dtype === 'f16')) {
       const bits = new Uint16Array(r.data.buffer, r.data.byteOffset, r.data.byteLength / 2);
       return this.f32(r.dtype === 'bf16' ? fromBf16(bits) : fromF16(bits), [r.rows, rowWidth]);
     }
@@ -118,6 +118,15 @@ export class Checkpoint {
       return b;
     }
     throw new MlxError('UnsupportedDtype', `model: weight rows must be f32, bf16, f16 or packed u32 (got ${r.dtype})`);
+  }
+
+  /**
+   * The rows of several tensors stacked on the device in their stored dtype
+   * (packed u32 too), 16-bit floats widened to f32 when `widen`: a MoE
+   * layer's expert tensors.
+   */
+  stack(parts: readonly { ref: TensorRef | string; rows?: readonly number[] }[], rowWidth: number, widen: boolean): Buffer {
+    return this.uploadRows(this.rowsOf(parts, rowWidth), rowWidth, widen);
   }
 
   /**

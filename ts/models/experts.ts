@@ -1,46 +1,98 @@
-// A MoE layer's experts arranged for the stand-in that runs every expert
-// (blocks.ts allExpertsMoe), from any layout ts/weights describes: fused
-// gate_up tensors [E, 2I, H] (transformers), one tensor per expert, or
-// stacked gate / up / down tensors (mlx's switch_mlp).
+// A MoE layer's routed experts on the device as the per-expert products take
+// them (blocks.ts RoutedExperts), from any layout ts/weights describes: fused
+// gate_up tensors [E, 2I, H] (transformers: the gate and up projections are
+// two views of one buffer, expert rows 2I apart), one tensor per expert
+// (stacked at load), or stacked gate / up / down tensors (mlx's switch_mlp);
+// dense (f32, bf16, f16) or MLX affine-quantized (packed u32 with bf16 or
+// f16 scales and biases, kept as stored).
 
+import type { Buffer } from '../buffer.ts';
 import type { Experts, TensorRef } from '../weights/index.ts';
 import { invalid } from '../validate.ts';
-import type { AllExperts } from './blocks.ts';
+import type { ExpertWeights, RoutedExperts } from './blocks.ts';
 import type { Checkpoint } from './checkpoint.ts';
 
 /**
- * gate and up of every expert stacked [E * 2I, H] (expert e's I gate rows,
- * then its I up rows), as stored; the down projections side by side
- * [H, E * I] in f32, column block e scaled by perExpertScale[e] when given
- * (Gemma 4's router scale per expert, which multiplies expert e's output).
+ * The experts of one layer. `widen`: dense 16-bit experts go to the device
+ * as f32 (what the 'exact' precision takes: the products then see the f32
+ * activations unrounded, at twice the memory). perExpertScale (Gemma 4's
+ * router scale per expert) multiplies each expert's routing weight; ones
+ * when null.
  */
 export function expertsFor(ck: Checkpoint, ex: Experts, numExperts: number, intermediate: number, hidden: number,
-  act: AllExperts['act'], perExpertScale: Float32Array | null, where: string): AllExperts {
+  act: RoutedExperts['act'], perExpertScale: Float32Array | null, widen: boolean, where: string): RoutedExperts {
   const E = numExperts, I = intermediate, H = hidden;
+  if (ex.layout === 'per_expert' && ex.count !== E) throw invalid('loadModel', `${where} experts`, `${E} experts (config.json)`, ex.count);
   const refs: TensorRef[] = ex.layout === 'gate_up' ? [ex.gateUp, ex.down] : ex.layout === 'stacked' ? [ex.gate, ex.up, ex.down] : [...ex.gate, ...ex.up, ...ex.down];
-  const quantized = refs.find((r) => r.scales !== undefined);
-  if (quantized !== undefined) {
-    throw invalid('loadModel', `${where} experts (${quantized.name})`, 'dense (the all-experts stand-in does not take quantized experts)', 'MLX affine-quantized');
+  const quantized = refs.filter((r) => r.scales !== undefined);
+  if (quantized.length > 0 && quantized.length < refs.length) {
+    const dense = refs.find((r) => r.scales === undefined)!;
+    throw invalid('loadModel', `${where} experts (${dense.name})`, 'MLX affine-quantized like the other expert tensors', 'dense');
   }
-  const block = (e: number) => Array.from({ length: I }, (_, i) => e * I + i);
-  let gateUp;
-  if (ex.layout === 'gate_up') {
-    gateUp = ck.linear([{ ref: ex.gateUp }]);
-  } else if (ex.layout === 'per_expert') {
-    if (ex.count !== E) throw invalid('loadModel', `${where} experts`, `${E} experts (config.json)`, ex.count);
-    gateUp = ck.linear(Array.from({ length: E }, (_, e) => [{ ref: ex.gate[e]! }, { ref: ex.up[e]! }]).flat());
-  } else {
-    gateUp = ck.linear(Array.from({ length: E }, (_, e) => [{ ref: ex.gate, rows: block(e) }, { ref: ex.up, rows: block(e) }]).flat());
+  const parts = (which: 'gate' | 'up' | 'down'): TensorRef[] => {
+    if (ex.layout === 'per_expert') return [...ex[which]];
+    if (ex.layout === 'stacked') return [ex[which]];
+    return [which === 'down' ? ex.down : ex.gateUp];
+  };
+  // Rows (n) and columns (k) of one expert's projection.
+  const dims = { gate: [I, H], up: [I, H], down: [H, I] } as const;
+  const load = (which: 'gate' | 'up' | 'down'): ExpertWeights => {
+    const [n, k] = dims[which];
+    const fused = ex.layout === 'gate_up' && which !== 'down';
+    const expertRows = fused ? 2 * n : n;
+    const rows = E * expertRows;
+    // A fused tensor's gate and up: views of (E - 1) * 2I + I rows, the up's starting I rows in (the products
+    // take exact sizes).
+    const at = (b: Buffer, width: number) => (fused
+      ? b.view(b.dtype, [(E - 1) * expertRows + n, width], (which === 'up' ? n : 0) * width * (b.byteLength / b.elementCount))
+      : b);
+    const check = (b: Buffer, width: number, what: string) => {
+      if (b.elementCount !== rows * width) {
+        throw invalid('loadModel', `${where} experts' ${which} ${what}`, `${rows} rows of ${width} (${E} experts)`, `${b.elementCount} elements`);
+      }
+    };
+    const ps = parts(which);
+    if (quantized.length === 0) {
+      const w = fused && which === 'up' ? gateUpDense! : ck.stack(ps.map((ref) => ({ ref })), k, widen);
+      if (fused && which === 'gate') gateUpDense = w;
+      check(w, k, 'weight');
+      return { kind: 'dense', weight: at(w, k), expertRows };
+    }
+    const q = ck.quantization;
+    if (q === null) throw invalid('loadModel', `${where} experts (${ps[0]!.name})`, 'config.json "quantization" beside scales and biases', 'none');
+    if (k % q.groupSize !== 0) throw invalid('loadModel', `${where} experts' ${which} inner size`, `a multiple of the group size ${q.groupSize}`, k);
+    const packed = (k * q.bits) / 32, groups = k / q.groupSize;
+    let set = fused && which === 'up' ? gateUpAffine : null;
+    if (set === null) {
+      set = {
+        weight: ck.stack(ps.map((ref) => ({ ref })), packed, false),
+        scales: ck.stack(ps.map((ref) => ({ ref: ref.scales! })), groups, false),
+        biases: ck.stack(ps.map((ref) => ({ ref: ref.biases! })), groups, false),
+      };
+      if (fused) gateUpAffine = set;
+    }
+    check(set.weight, packed, 'packed weight');
+    check(set.scales, groups, 'scales');
+    check(set.biases, groups, 'biases');
+    if (set.weight.dtype !== 'u32') throw invalid('loadModel', `${where} experts' ${which} packed weight`, 'U32', set.weight.dtype);
+    for (const [what, b] of [['scales', set.scales], ['biases', set.biases]] as const) {
+      if (b.dtype !== 'bf16' && b.dtype !== 'f16') throw invalid('loadModel', `${where} experts' ${which} ${what}`, 'BF16 or F16 (the per-expert products take 16-bit scales)', b.dtype);
+    }
+    return {
+      kind: 'affine', weight: at(set.weight, packed), scales: at(set.scales, groups), biases: at(set.biases, groups), expertRows,
+      groupSize: q.groupSize, bits: q.bits,
+    };
+  };
+  let gateUpDense: Buffer | null = null;
+  let gateUpAffine: { weight: Buffer; scales: Buffer; biases: Buffer } | null = null;
+  const gate = load('gate'), up = load('up'), down = load('down');
+  const dtypeOf = (w: ExpertWeights) => (w.kind === 'dense' ? w.weight.dtype : w.scales.dtype);
+  const dtype = dtypeOf(gate);
+  for (const [which, w] of [['up', up], ['down', down]] as const) {
+    if (dtypeOf(w) !== dtype) throw invalid('loadModel', `${where} experts' ${which} dtype`, `the gate's ${dtype}`, dtypeOf(w));
   }
-  if (gateUp.n !== E * 2 * I || gateUp.k !== H) throw invalid('loadModel', `${where} experts' gate and up`, `[${E * 2 * I}, ${H}]`, `[${gateUp.n}, ${gateUp.k}]`);
-  // down of expert e [H, I] at columns [e * I, (e + 1) * I) of one [H, E * I] matrix.
-  const down = new Float32Array(H * E * I);
-  const stacked = ex.layout === 'per_expert' ? null : ck.host(ex.down);
-  for (let e = 0; e < E; e++) {
-    const de = ex.layout === 'per_expert' ? ck.host(ex.down[e]!) : stacked!.subarray(e * H * I, (e + 1) * H * I);
-    if (de.length !== H * I) throw invalid('loadModel', `${where} expert ${e}'s down projection`, `${H * I} elements`, de.length);
-    const scale = perExpertScale?.[e] ?? 1;
-    for (let h = 0; h < H; h++) for (let i = 0; i < I; i++) down[h * E * I + e * I + i] = de[h * I + i]! * scale;
-  }
-  return { gateUp, down: ck.linearF32(down, H, E * I), numExperts: E, intermediate: I, act };
+  if (dtype !== 'f32' && dtype !== 'bf16' && dtype !== 'f16') throw invalid('loadModel', `${where} experts' dtype`, 'f32, bf16 or f16', dtype);
+  const scale = perExpertScale ?? new Float32Array(E).fill(1);
+  if (scale.length !== E) throw invalid('loadModel', `${where} per-expert scale`, `${E} values`, scale.length);
+  return { gate, up, down, numExperts: E, intermediate: I, hidden: H, act, dtype, perExpertScale: ck.f32(scale, [E]) };
 }

@@ -24,13 +24,15 @@
 //
 // Load-time rearrangements (exact up to f32 rounding): the MLP's gate and up
 // stacked [2I, H]; the router's scale and 1 / sqrt(H) folded into its
-// weight (f32); the experts as blocks.ts allExpertsMoe takes them, the scale
-// per expert folded into the down projections (f32).
+// weight (f32); the routed experts as stored (blocks.ts RoutedExperts;
+// dense ones widened to f32 for the 'exact' precision), the scale per expert
+// applied to the routing weights by fused_moe_routing.
 
 import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
-import { elementwiseAdd, scalarMul } from '../ops/elementwise.ts';
+import { cast, elementwiseAdd, scalarMul } from '../ops/elementwise.ts';
+import { moeWeightedSumSeq, moeWeightedSumSeqKernel } from '../ops/moe_dispatch.ts';
 import { embedding } from '../ops/embedding.ts';
 import { fusedHeadNormRope } from '../ops/fused_head_norm_rope.ts';
 import { geluTanhMul, geluTanhMulHalves } from '../ops/gelu.ts';
@@ -38,7 +40,7 @@ import { rmsNorm } from '../ops/rms_norm.ts';
 import { softcap } from '../ops/softmax.ts';
 import type { Gemma4Layer, Gemma4Weights } from '../weights/index.ts';
 import { invalid } from '../validate.ts';
-import { allExpertsMoe, denseRouting, linear, rows, type AllExperts, type Linear } from './blocks.ts';
+import { linear, routedExperts, rows, type Linear, type RoutedExperts } from './blocks.ts';
 import { attentionDecode, attentionPrefill, fillCache, newKvCache, releaseKvCache, type AttentionSpec, type KvCache } from './attention.ts';
 import { Checkpoint } from './checkpoint.ts';
 import type { Gemma4Config, Gemma4LayerConfig } from './config.ts';
@@ -61,7 +63,7 @@ interface AttentionWeights {
 interface MoeWeights {
   /** [E, H] f32: the router's weight times its scale and 1 / sqrt(H). */
   readonly router: Linear;
-  readonly experts: AllExperts;
+  readonly experts: RoutedExperts;
   readonly preNorm2: Buffer;
   readonly postNorm1: Buffer;
   readonly postNorm2: Buffer;
@@ -139,7 +141,8 @@ export class Gemma4 extends CausalLM {
       for (let e = 0; e < m.numExperts; e++) for (let j = 0; j < H; j++) folded[e * H + j] = w[e * H + j]! * scale[j]! * root;
       moe = {
         router: ck.linearF32(folded, m.numExperts, H),
-        experts: expertsFor(ck, l.moe.experts, m.numExperts, m.intermediateSize, H, 'gelu_tanh', ck.host(l.moe.perExpertScale), `layer ${l.index}`),
+        experts: expertsFor(ck, l.moe.experts, m.numExperts, m.intermediateSize, H, 'gelu_tanh', ck.host(l.moe.perExpertScale),
+          ck.dtype === 'f32' || this.precision === 'exact', `layer ${l.index}`),
         preNorm2: norm(l.moe.preFeedforwardNorm2),
         postNorm1: norm(l.moe.postFeedforwardNorm1),
         postNorm2: norm(l.moe.postFeedforwardNorm2),
@@ -284,13 +287,18 @@ export class Gemma4 extends CausalLM {
     rmsNorm(enc, { input: y, weight: w.postNorm1, output: y, rows: t, dim: H, eps });
     const rx = s.get('moe.x', 'f32', [t, H]);
     const logits = s.get('moe.logits', 'f32', [t, m.numExperts]);
-    const routing = s.get('moe.routing', 'f32', [t, m.numExperts]);
     rmsNorm(enc, { input: h, output: rx, rows: t, dim: H, eps });
     linear(enc, w.router, rx, logits, t, this.precision);
-    denseRouting(enc, s, logits, routing, t, m.numExperts, m.topK);
     rmsNorm(enc, { input: h, weight: w.preNorm2, output: rx, rows: t, dim: H, eps });
-    const e = s.get('moe.out', 'f32', [t, H]);
-    allExpertsMoe(enc, s, w.experts, rx, routing, e, t, this.precision);
+    const routed = routedExperts(enc, s, w.experts, rx, logits, t, m.topK, this.precision);
+    // The weighted sum over the slots: f32 and bf16 expert outputs straight to f32, f16 ones through f32.
+    let outputs = routed.outputs;
+    if (moeWeightedSumSeqKernel(outputs.dtype, 'f32') === null) {
+      outputs = s.get('moe.out.f32', 'f32', [t, m.topK, H]);
+      cast(enc, { input: routed.outputs, output: outputs });
+    }
+    const e = s.get('moe.sum', 'f32', [t, H]);
+    moeWeightedSumSeq(enc, { expertOutputs: outputs, weights: routed.weights, output: e, hiddenSize: H, topK: m.topK, nTokens: t });
     rmsNorm(enc, { input: e, weight: w.postNorm2, output: e, rows: t, dim: H, eps });
     elementwiseAdd(enc, { a: y, b: e, output: y });
   }

@@ -12,7 +12,9 @@ import { Gemma4 } from './gemma4.ts';
 import { quantizationOf, type ModelOptions } from './model.ts';
 import { Qwen35Moe } from './qwen3_5_moe.ts';
 
-export { allExpertsMoe, denseRouting, linear, rows, scaleRows, Scratch, type AllExperts, type Linear, type ProductPrecision } from './blocks.ts';
+export {
+  linear, routedExperts, rows, Scratch, type ExpertOutputs, type ExpertWeights, type Linear, type ProductPrecision, type RoutedExperts,
+} from './blocks.ts';
 export { attentionDecode, attentionPrefill, fillCache, newKvCache, type AttentionSpec, type KvCache, type PrefillAttention } from './attention.ts';
 export { Checkpoint, type AffineQuantization, type WeightDtype } from './checkpoint.ts';
 export {

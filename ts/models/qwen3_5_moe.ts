@@ -29,9 +29,13 @@
 // - q_proj's rows (per head: D query rows, then D gate rows) are split into
 //   a query projection and a gate projection.
 // - The (1 + w) norm weights are stored as 1 + w in f32 (exact for bf16 w).
-// - The MoE experts are arranged for the stand-in that runs every expert
-//   (blocks.ts allExpertsMoe): gate and up stacked [E * 2I, H], the down
-//   projections side by side [H, E * I] in f32.
+// - The routed experts stay as stored (blocks.ts RoutedExperts: a fused
+//   gate_up tensor is two views of one buffer; per-expert tensors are
+//   stacked), widened to f32 for the 'exact' precision when dense.
+//
+// The MoE block runs each token's top-k experts alone (blocks.ts
+// routedExperts), then moe_weighted_reduce adds their weighted outputs, the
+// shared expert times sigmoid(x w_sg) and the residual in one pass.
 
 import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
@@ -39,6 +43,7 @@ import type { Encoder } from '../encoder.ts';
 import { computeGBeta } from '../ops/compute_g_beta.ts';
 import { chunkGatedDeltaRule, GDR_K_VALUES, GDR_MAX_V, GDR_V_MULTIPLE } from '../ops/chunk_gated_delta_rule.ts';
 import { cast, elementwiseAdd } from '../ops/elementwise.ts';
+import { moeWeightedReduce } from '../ops/moe_weighted_reduce.ts';
 import { fusedHeadNormRope } from '../ops/fused_head_norm_rope.ts';
 import { gatedDeltaNet, gatedDeltaNetDecode } from '../ops/gated_delta_net.ts';
 import { l2Norm } from '../ops/l2_norm.ts';
@@ -49,7 +54,7 @@ import { ssmConv, ssmConvDecode } from '../ops/ssm_conv.ts';
 import { ssmNormGate } from '../ops/ssm_norm_gate.ts';
 import type { Qwen35MoeLayer, Qwen35MoeWeights } from '../weights/index.ts';
 import { invalid } from '../validate.ts';
-import { allExpertsMoe, denseRouting, linear, rows, scaleRows, type AllExperts, type Linear } from './blocks.ts';
+import { linear, routedExperts, rows, type Linear, type RoutedExperts } from './blocks.ts';
 import { attentionDecode, attentionPrefill, fillCache, newKvCache, releaseKvCache, type AttentionSpec, type KvCache } from './attention.ts';
 import { Checkpoint } from './checkpoint.ts';
 import type { Qwen35MoeConfig } from './config.ts';
@@ -87,7 +92,7 @@ interface GatedAttentionWeights {
 
 interface MoeWeights {
   readonly router: Linear;
-  readonly experts: AllExperts;
+  readonly experts: RoutedExperts;
   /** The shared expert's gate and up stacked [2 Is, H], and its down [H, Is]. */
   readonly sharedGateUp: Linear;
   readonly sharedDown: Linear;
@@ -208,7 +213,8 @@ export class Qwen35Moe extends CausalLM {
       gdn, attn,
       moe: {
         router: ck.linear([{ ref: m.router }]),
-        experts: expertsFor(ck, m.experts, c.numExperts, c.moeIntermediateSize, c.hiddenSize, 'silu', null, `layer ${l.index}`),
+        experts: expertsFor(ck, m.experts, c.numExperts, c.moeIntermediateSize, c.hiddenSize, 'silu', null,
+          ck.dtype === 'f32' || this.precision === 'exact', `layer ${l.index}`),
         sharedGateUp: ck.linear([{ ref: s.gate }, { ref: s.up }]),
         sharedDown: ck.linear([{ ref: s.down }]),
         sharedGate: ck.linear([{ ref: m.sharedExpertGate }]),
@@ -258,8 +264,7 @@ export class Qwen35Moe extends CausalLM {
       else this.gatedAttention(enc, l.attn!, this.state[i]!.kv!, x, y, t, positions);
       elementwiseAdd(enc, { a: h, b: y, output: h });
       rmsNorm(enc, { input: h, weight: l.postNorm, output: x, rows: t, dim: H, eps: c.rmsNormEps });
-      this.moe(enc, l.moe, x, y, t);
-      elementwiseAdd(enc, { a: h, b: y, output: h });
+      this.moe(enc, l.moe, x, h, t);
     }
     const last = rows(h, t - logitRows, logitRows, H);
     const xn = s.get('xLast', 'f32', [logitRows, H]);
@@ -357,14 +362,17 @@ export class Qwen35Moe extends CausalLM {
     linear(enc, w.o, o.view('f32', [t, c.numHeads * d], 0), out, t, p);
   }
 
-  private moe(enc: Encoder, w: MoeWeights, x: Buffer, out: Buffer, t: number): void {
-    const c = this.config, s = this.scratch, p = this.precision, H = c.hiddenSize, E = c.numExperts;
+  /** h += the MoE block of x: the routed experts, the shared expert gated by sigmoid(x w_sg). */
+  private moe(enc: Encoder, w: MoeWeights, x: Buffer, h: Buffer, t: number): void {
+    const c = this.config, s = this.scratch, p = this.precision, H = c.hiddenSize, E = c.numExperts, k = c.numExpertsPerTok;
     const logits = s.get('moe.logits', 'f32', [t, E]);
-    const routing = s.get('moe.routing', 'f32', [t, E]);
     linear(enc, w.router, x, logits, t, p);
-    denseRouting(enc, s, logits, routing, t, E, c.numExpertsPerTok);
-    allExpertsMoe(enc, s, w.experts, x, routing, out, t, p);
-    // The shared expert, scaled by sigmoid(x w_sg): the gate's logit spread over the row, then sigmoid(gate) * y.
+    const routed = routedExperts(enc, s, w.experts, x, logits, t, k, p);
+    let yExpert = routed.outputs;
+    if (yExpert.dtype !== 'f32') {
+      yExpert = s.get('moe.out.f32', 'f32', [t, k, H]);
+      cast(enc, { input: routed.outputs, output: yExpert });
+    }
     const is = c.sharedExpertIntermediateSize;
     const gu = s.get('moe.sharedGateUp', 'f32', [t, 2 * is]);
     const act = s.get('moe.sharedAct', 'f32', [t, is]);
@@ -374,11 +382,9 @@ export class Qwen35Moe extends CausalLM {
     linear(enc, w.sharedDown, act, shared, t, p);
     const g = s.get('moe.sharedGateLogit', 'f32', [t, 1]);
     linear(enc, w.sharedGate, x, g, t, p);
-    const ones = s.constant(`ones.${t}.${H}`, 'f32', [t, H], () => new Float32Array(t * H).fill(1));
-    const spread = s.get('moe.sharedGateRow', 'f32', [t, H]);
-    scaleRows(enc, ones, g, spread, t, H);
-    sigmoidMul(enc, { x: shared, gate: spread, output: shared });
-    elementwiseAdd(enc, { a: out, b: shared, output: out });
+    moeWeightedReduce(enc, {
+      expertW: routed.weights, yExpert, shLogit: g.view('f32', [t], 0), yShared: shared, residual: h, output: h, nTokens: t, topK: k, h: H,
+    });
   }
 }
 

@@ -1,0 +1,545 @@
+// Whole-model speed at real dimensions (issue 16, item 5): Qwen3.6-35B-A3B
+// (qwen3_5_moe) and Gemma 4 26B-A4B (gemma4, MoE) on random weights built on
+// the device, through the same loader and forward passes as a checkpoint
+// (ts/models): decode tokens per second at batch 1 (a short prompt, then
+// decode steps recorded once and replayed), prefill tokens per second at 4096
+// tokens, the host time of a decode step (recorded and replayed), and the
+// floor: the bytes of weights one decode token reads (the routed experts of
+// each layer, the shared expert, attention or the gated delta net, the
+// router, one embedding row, the output projection) over the copy bandwidth
+// measured in the same run.
+//
+//   bun run bench/models.ts [--small] [--model qwen3_5_moe|gemma4|all] [--quant q4|bf16]
+//                           [--steps N] [--prompt P] [--prefill T] [--rounds R] [--copy-gbs B]
+//                           [--layers L] [--vocab V]
+//
+// --small: tiny dimensions the emulator runs (the same code path); without
+// it the real configurations (cuda: tens of GB of weights). --quant q4 (the
+// default): every linear layer MLX affine 4-bit, groups of 64, bf16 scales
+// and biases, the experts stacked as mlx's switch layers; the embedding
+// bf16 (one row read a token), the routers dense. bf16: every weight bf16,
+// the experts fused as transformers stores them. --copy-gbs: a copy
+// bandwidth (GB/s, bytes read + written, e.g. bench/matmul_peers.py's) used
+// for the floor beside the one measured here (our gather copying 1 GiB).
+// --layers, --vocab: the configuration cut to L layers and a vocabulary of V
+// (the real widths kept), for a quick check of the real shapes, e.g. on the
+// emulator.
+//
+// Configurations: Qwen3.6-35B-A3B is Qwen3_5MoeTextConfig's defaults
+// (ts/models/config.ts reads them; hidden 2048, 40 layers of which every
+// fourth full attention (16 heads of 256, 2 KV heads, rotary 64), the rest
+// gated delta nets (16 key / 32 value heads of 128), 256 experts top-8 of
+// 512, a shared expert of 512, vocabulary 248320, untied). Gemma 4 26B-A4B:
+// hidden 2816, 30 layers (5 sliding of window 1024 to 1 global), 16 heads;
+// sliding layers 8 KV heads of 256, global layers 2 KV heads of 512 with the
+// keys as values; a dense MLP of 2112 beside 128 experts top-8 of 704;
+// vocabulary 262144. Its checkpoint ties the output projection to the
+// embedding; the loader reads a tied head as the bf16 table, which at q4
+// would read 1.5 GB a token where MLX's quantized checkpoints read the
+// quantized table, so the benchmark gives it an untied 4-bit output
+// projection of the same shape. GGUF Q4_K is not run: the per-expert
+// products have no GGUF form (no quantized_matmul_id_ggml) and loadModel
+// refuses GGUF checkpoints.
+//
+// Weights never pass through the host: the packed 4-bit words are Philox
+// random bits (philox4x32; every code is a valid 4-bit value), floats are
+// rows of a small host tile (uniform within the tensor's spread) gathered on
+// the device into place, scales near 1 / (4.6 sqrt(k)) and biases near -7.5
+// times that, so every weight decodes to a finite value of about a fan-in
+// initialization's size. Small tensors (norms, conv, A_log, the routers'
+// scales) come from the host. Backend: MLX_NATIVE_BACKEND or the default.
+
+import { Device, type Buffer, type DType } from '../ts/index.ts';
+import { Checkpoint, Gemma4, Qwen35Moe, gemma4Config, qwen35MoeConfig, type CausalLM, type Linear } from '../ts/models/index.ts';
+import { gather } from '../ts/ops/embedding.ts';
+import { philox4x32 } from '../ts/ops/sample.ts';
+import { describeModel, WeightSource, type Gemma4Weights, type Qwen35MoeWeights, type TensorInfo, type TensorRef } from '../ts/weights/index.ts';
+import { toBf16 } from '../ts/index.ts';
+
+const argv = process.argv;
+const small = argv.includes('--small');
+const opt = (name: string): string | undefined => {
+  const i = argv.indexOf(name);
+  return i < 0 ? undefined : argv[i + 1];
+};
+const num = (name: string, fallback: number): number => {
+  const v = opt(name);
+  if (v === undefined) return fallback;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n <= 0) throw new Error(`${name} must be a positive number (got ${v})`);
+  return n;
+};
+const which = opt('--model') ?? 'all';
+if (!['qwen3_5_moe', 'gemma4', 'all'].includes(which)) throw new Error(`--model must be qwen3_5_moe, gemma4 or all (got ${which})`);
+const quant = opt('--quant') ?? 'q4';
+if (quant !== 'q4' && quant !== 'bf16') throw new Error(`--quant must be q4 or bf16 (got ${quant})`);
+const steps = num('--steps', small ? 4 : 64);
+const promptLen = num('--prompt', small ? 6 : 16);
+const prefillLen = num('--prefill', small ? 24 : 4096);
+const rounds = num('--rounds', small ? 2 : 3);
+const copyGbsArg = opt('--copy-gbs') === undefined ? null : num('--copy-gbs', 1);
+const layersArg = opt('--layers') === undefined ? null : num('--layers', 1);
+const vocabArg = opt('--vocab') === undefined ? null : num('--vocab', 1);
+const GROUP = 64, BITS = 4;
+
+// ---- configurations ----
+
+type Json = Record<string, unknown>;
+
+const QWEN_REAL: Json = {
+  model_type: 'qwen3_5_moe_text', tie_word_embeddings: false,
+  rope_parameters: { rope_type: 'default', rope_theta: 10_000_000, partial_rotary_factor: 0.25 },
+};
+const QWEN_SMALL: Json = {
+  ...QWEN_REAL, vocab_size: 512, hidden_size: 128, num_hidden_layers: 4, num_attention_heads: 2, num_key_value_heads: 1, head_dim: 256,
+  linear_num_key_heads: 1, linear_num_value_heads: 2, linear_key_head_dim: 64, linear_value_head_dim: 64,
+  num_experts: 8, num_experts_per_tok: 2, moe_intermediate_size: 64, shared_expert_intermediate_size: 64,
+};
+const GEMMA_REAL: Json = {
+  model_type: 'gemma4_text', vocab_size: 262_144, hidden_size: 2816, intermediate_size: 2112, num_hidden_layers: 30,
+  num_attention_heads: 16, num_key_value_heads: 8, head_dim: 256, global_head_dim: 512, num_global_key_value_heads: 2,
+  attention_k_eq_v: true, sliding_window: 1024, final_logit_softcapping: 30, tie_word_embeddings: false,
+  hidden_size_per_layer_input: null, num_kv_shared_layers: 0,
+  enable_moe_block: true, num_experts: 128, top_k_experts: 8, moe_intermediate_size: 704,
+  rope_parameters: {
+    sliding_attention: { rope_type: 'default', rope_theta: 10_000 },
+    full_attention: { rope_type: 'proportional', partial_rotary_factor: 0.25, rope_theta: 1_000_000 },
+  },
+};
+const GEMMA_SMALL: Json = {
+  ...GEMMA_REAL, vocab_size: 512, hidden_size: 128, intermediate_size: 128, num_hidden_layers: 4,
+  layer_types: ['sliding_attention', 'full_attention', 'sliding_attention', 'full_attention'],
+  num_attention_heads: 2, num_key_value_heads: 1, num_global_key_value_heads: 1, sliding_window: 8,
+  num_experts: 8, top_k_experts: 2, moe_intermediate_size: 64,
+};
+
+// ---- the tensors, by name (Hugging Face's, with mlx's switch layers for quantized experts) ----
+
+/** How a tensor's values are drawn: floats uniform in center +- spread; packed words random. */
+type Init = { readonly kind: 'float'; readonly center: number; readonly spread: number } | { readonly kind: 'words' };
+
+interface Spec {
+  readonly name: string;
+  readonly shape: readonly number[];
+  readonly dtype: 'BF16' | 'U32';
+  readonly init: Init;
+}
+
+const fanIn = (k: number): Init => ({ kind: 'float', center: 0, spread: Math.sqrt(3 / k) });
+const around = (center: number, spread: number): Init => ({ kind: 'float', center, spread });
+
+function tensorSpecs(arch: 'qwen3_5_moe' | 'gemma4', c: Json, q4: boolean): Spec[] {
+  const out: Spec[] = [];
+  const plain = (name: string, shape: number[], init: Init) => out.push({ name, shape, dtype: 'BF16', init });
+  // A linear layer [..., n, k]: bf16, or MLX affine (packed words, scales, biases).
+  const lin = (base: string, shape: number[], quantize = q4, init?: Init) => {
+    const k = shape[shape.length - 1]!, lead = shape.slice(0, -1);
+    if (!quantize) {
+      plain(`${base}.weight`, shape, init ?? fanIn(k));
+      return;
+    }
+    const scale = 1 / (4.6 * Math.sqrt(k));
+    out.push({ name: `${base}.weight`, shape: [...lead, (k * BITS) / 32], dtype: 'U32', init: { kind: 'words' } });
+    plain(`${base}.scales`, [...lead, k / GROUP], around(scale, 0.1 * scale));
+    plain(`${base}.biases`, [...lead, k / GROUP], around(-7.5 * scale, 0.1 * scale));
+  };
+  const parsed = arch === 'qwen3_5_moe' ? qwen35MoeConfig(c) : gemma4Config(c);
+  const H = parsed.hiddenSize, V = parsed.vocabSize, L = parsed.numLayers, nh = parsed.numHeads;
+  plain('model.embed_tokens.weight', [V, H], around(0, 1));
+  lin('lm_head', [V, H]);
+  if (arch === 'qwen3_5_moe') {
+    const cfg = qwen35MoeConfig(c);
+    const D = cfg.headDim, nkv = cfg.numKvHeads, hk = cfg.linearNumKeyHeads, hv = cfg.linearNumValueHeads;
+    const dk = cfg.linearKeyHeadDim, dv = cfg.linearValueHeadDim, E = cfg.numExperts, I = cfg.moeIntermediateSize, Is = cfg.sharedExpertIntermediateSize;
+    const C = 2 * hk * dk + hv * dv;
+    plain('model.norm.weight', [H], around(0, 0.1));
+    for (let i = 0; i < L; i++) {
+      const p = `model.layers.${i}.`;
+      plain(`${p}input_layernorm.weight`, [H], around(0, 0.1));
+      plain(`${p}post_attention_layernorm.weight`, [H], around(0, 0.1));
+      if (cfg.layerTypes[i] === 'linear_attention') {
+        lin(`${p}linear_attn.in_proj_qkv`, [C, H]);
+        lin(`${p}linear_attn.in_proj_z`, [hv * dv, H]);
+        lin(`${p}linear_attn.in_proj_b`, [hv, H]);
+        lin(`${p}linear_attn.in_proj_a`, [hv, H]);
+        plain(`${p}linear_attn.conv1d.weight`, [C, 1, 4], around(0, 0.5));
+        plain(`${p}linear_attn.dt_bias`, [hv], around(0, 0.5));
+        plain(`${p}linear_attn.A_log`, [hv], around(-1.5, 1.4));
+        plain(`${p}linear_attn.norm.weight`, [dv], around(1, 0.1));
+        lin(`${p}linear_attn.out_proj`, [H, hv * dv]);
+      } else {
+        lin(`${p}self_attn.q_proj`, [nh * D * 2, H]);
+        lin(`${p}self_attn.k_proj`, [nkv * D, H]);
+        lin(`${p}self_attn.v_proj`, [nkv * D, H]);
+        lin(`${p}self_attn.o_proj`, [H, nh * D]);
+        plain(`${p}self_attn.q_norm.weight`, [D], around(0, 0.1));
+        plain(`${p}self_attn.k_norm.weight`, [D], around(0, 0.1));
+      }
+      lin(`${p}mlp.gate`, [E, H], false, around(0, 3 / Math.sqrt(H)));
+      if (q4) {
+        lin(`${p}mlp.switch_mlp.gate_proj`, [E, I, H]);
+        lin(`${p}mlp.switch_mlp.up_proj`, [E, I, H]);
+        lin(`${p}mlp.switch_mlp.down_proj`, [E, H, I]);
+      } else {
+        plain(`${p}mlp.experts.gate_up_proj`, [E, 2 * I, H], fanIn(H));
+        plain(`${p}mlp.experts.down_proj`, [E, H, I], fanIn(I));
+      }
+      lin(`${p}mlp.shared_expert.gate_proj`, [Is, H]);
+      lin(`${p}mlp.shared_expert.up_proj`, [Is, H]);
+      lin(`${p}mlp.shared_expert.down_proj`, [H, Is]);
+      lin(`${p}mlp.shared_expert_gate`, [1, H], false);
+    }
+    return out;
+  }
+  const cfg = gemma4Config(c);
+  const m = cfg.moe!, E = m.numExperts, Ie = m.intermediateSize;
+  plain('model.norm.weight', [H], around(1, 0.1));
+  for (let i = 0; i < L; i++) {
+    const p = `model.layers.${i}.`, l = cfg.layers[i]!, D = l.headDim, I = l.intermediateSize;
+    for (const n of ['input_layernorm', 'post_attention_layernorm', 'pre_feedforward_layernorm', 'post_feedforward_layernorm']) plain(`${p}${n}.weight`, [H], around(1, 0.1));
+    lin(`${p}self_attn.q_proj`, [nh * D, H]);
+    lin(`${p}self_attn.o_proj`, [H, nh * D]);
+    plain(`${p}self_attn.q_norm.weight`, [D], around(0.25, 0.025));
+    lin(`${p}self_attn.k_proj`, [l.numKvHeads * D, H]);
+    plain(`${p}self_attn.k_norm.weight`, [D], around(0.25, 0.025));
+    if (!l.kEqV) lin(`${p}self_attn.v_proj`, [l.numKvHeads * D, H]);
+    lin(`${p}mlp.gate_proj`, [I, H]);
+    lin(`${p}mlp.up_proj`, [I, H]);
+    lin(`${p}mlp.down_proj`, [H, I]);
+    plain(`${p}router.proj.weight`, [E, H], around(0, 3));
+    plain(`${p}router.scale`, [H], around(1, 0.1));
+    plain(`${p}router.per_expert_scale`, [E], around(1, 0.1));
+    if (q4) {
+      lin(`${p}experts.switch_glu.gate_proj`, [E, Ie, H]);
+      lin(`${p}experts.switch_glu.up_proj`, [E, Ie, H]);
+      lin(`${p}experts.switch_glu.down_proj`, [E, H, Ie]);
+    } else {
+      plain(`${p}experts.gate_up_proj`, [E, 2 * Ie, H], fanIn(H));
+      plain(`${p}experts.down_proj`, [E, H, Ie], fanIn(Ie));
+    }
+    for (const n of ['pre_feedforward_layernorm_2', 'post_feedforward_layernorm_1', 'post_feedforward_layernorm_2']) plain(`${p}${n}.weight`, [H], around(1, 0.1));
+    plain(`${p}layer_scalar`, [1], around(0.9, 0.3));
+  }
+  return out;
+}
+
+/**
+ * Small tensors' values from the host; larger ones the device fills (DeviceFilled), never read here. --small
+ * lowers the bound so that its large tensors take the device's path too.
+ */
+const HOST_MAX_ELEMENTS = small ? 4096 : 1 << 20;
+
+/** The tensors of a model by name and shape; bytes only for the small ones (generated when read). */
+class SpecSource extends WeightSource {
+  readonly tensors: ReadonlyMap<string, TensorInfo>;
+  readonly description: string;
+  readonly specs = new Map<string, Spec>();
+  private seed = 0x1234567;
+
+  constructor(specs: readonly Spec[], label: string) {
+    super();
+    this.description = `random weights of ${label}`;
+    const map = new Map<string, TensorInfo>();
+    for (const s of specs) {
+      this.specs.set(s.name, s);
+      const elementCount = s.shape.reduce((a, b) => a * b, 1);
+      const dtype: DType = s.dtype === 'U32' ? 'u32' : 'bf16';
+      const byteLength = elementCount * (s.dtype === 'U32' ? 4 : 2);
+      map.set(s.name, {
+        name: s.name, format: 'safetensors', file: s.name, dtype: s.dtype, shape: s.shape, elementCount, byteOffset: 0, byteLength,
+        storage: { dtype, shape: s.shape, raw: false },
+      });
+    }
+    this.tensors = map;
+  }
+
+  protected fileBytes(info: TensorInfo): Uint8Array {
+    const s = this.specs.get(info.name)!;
+    if (info.elementCount > HOST_MAX_ELEMENTS || s.init.kind !== 'float') {
+      throw new Error(`bench/models: ${info.name} (${info.elementCount} elements) is filled on the device, never read on the host`);
+    }
+    const v = new Float32Array(info.elementCount);
+    for (let i = 0; i < v.length; i++) v[i] = s.init.center + s.init.spread * (2 * this.next() - 1);
+    const bits = toBf16(v);
+    return new Uint8Array(bits.buffer, bits.byteOffset, bits.byteLength);
+  }
+
+  next(): number {
+    this.seed = (Math.imul(this.seed, 1664525) + 1013904223) >>> 0;
+    return this.seed / 2 ** 32;
+  }
+}
+
+// ---- filling on the device ----
+
+const TILE_ROWS = 256;
+
+/** Fills device buffers: Philox words for packed weights, gathered rows of a host tile for floats. */
+class Filler {
+  private readonly tiles = new Map<string, Buffer>();
+  private counter = 0;
+  bytes = 0;
+  constructor(readonly dev: Device, readonly source: SpecSource) {}
+
+  words(buf: Buffer): void {
+    const n = buf.elementCount, blocks = Math.floor(n / 4);
+    this.bytes += buf.byteLength;
+    if (blocks > 0) {
+      using enc = this.dev.encoder();
+      for (let at = 0; at < blocks; at += 1 << 28) {
+        const count = Math.min(1 << 28, blocks - at);
+        philox4x32(enc, { output: buf.view('u32', [count, 4], at * 16), n: count, key: [0x9e3779b9, 0x243f6a88], counter: [this.counter++, 0, 0, 0] });
+      }
+      enc.commitAndWait();
+    }
+    if (n % 4 !== 0) buf.write(Uint32Array.from({ length: n % 4 }, () => (this.source.next() * 2 ** 32) >>> 0), { byteOffset: blocks * 16 });
+  }
+
+  floats(buf: Buffer, init: Init): void {
+    if (init.kind !== 'float') throw new Error('bench/models: a float buffer needs a float init');
+    const n = buf.elementCount;
+    this.bytes += buf.byteLength;
+    const sample = () => init.center + init.spread * (2 * this.source.next() - 1);
+    if (n <= HOST_MAX_ELEMENTS) {
+      buf.writeNumbers(Float32Array.from({ length: n }, sample));
+      return;
+    }
+    let width = 4096;
+    while (n % width !== 0) width /= 2;
+    if (width < 16) throw new Error(`bench/models: ${n} elements have no row width of at least 16 dividing them`);
+    const key = `${buf.dtype}:${width}:${init.center}:${init.spread}`;
+    let tile = this.tiles.get(key);
+    if (tile === undefined) {
+      tile = this.dev.upload(buf.dtype, [TILE_ROWS, width], Float32Array.from({ length: TILE_ROWS * width }, sample));
+      this.tiles.set(key, tile);
+    }
+    const rows = n / width;
+    using indices = this.dev.upload('u32', [rows], Uint32Array.from({ length: rows }, () => Math.floor(this.source.next() * TILE_ROWS)));
+    using enc = this.dev.encoder();
+    gather(enc, { src: tile, indices, output: buf.view(buf.dtype, [rows, width], 0), srcRows: TILE_ROWS, rowWidth: width, nIndices: rows });
+    enc.commitAndWait();
+  }
+
+  release(): void {
+    for (const t of this.tiles.values()) t.release();
+    this.tiles.clear();
+  }
+}
+
+/** The loader's checkpoint with every large tensor allocated and filled on the device instead of uploaded. */
+class DeviceFilled extends Checkpoint {
+  constructor(readonly specSource: SpecSource, device: Device, quantization: { groupSize: number; bits: number } | null, readonly fill: Filler) {
+    super(specSource, device, 'stored', quantization);
+  }
+
+  private alloc(dtype: DType, shape: readonly number[]): Buffer {
+    return this.own(this.device.alloc(dtype, shape));
+  }
+
+  private initOf(name: string): Init {
+    return this.specSource.specs.get(name)!.init;
+  }
+
+  override tensor(ref: TensorRef, shape?: readonly number[]): Buffer {
+    const t = this.source.info(ref.name);
+    const b = this.alloc(t.storage.dtype, shape ?? t.shape);
+    this.fill.floats(b, this.initOf(ref.name));
+    return b;
+  }
+
+  override linear(parts: readonly { ref: TensorRef; rows?: readonly number[] }[]): Linear {
+    const first = parts[0]!.ref;
+    const t = this.source.info(first.name);
+    const n = parts.reduce((acc, p) => acc + (p.rows?.length ?? this.source.info(p.ref.name).shape[0]!), 0);
+    if (first.scales !== undefined) {
+      const q = this.quantization!;
+      const packed = t.shape[1]!, k = (packed * 32) / q.bits, groups = k / q.groupSize;
+      const weight = this.alloc('u32', [n, packed]);
+      this.fill.words(weight);
+      const scales = this.alloc('f32', [n, groups]), biases = this.alloc('f32', [n, groups]);
+      this.fill.floats(scales, this.initOf(first.scales));
+      this.fill.floats(biases, this.initOf(first.biases!));
+      return { kind: 'affine', weight, scales, biases, n, k, groupSize: q.groupSize, bits: q.bits };
+    }
+    const k = t.shape[t.shape.length - 1]!;
+    const weight = this.alloc(t.storage.dtype, [n, k]);
+    this.fill.floats(weight, this.initOf(first.name));
+    return { kind: 'dense', weight, n, k };
+  }
+
+  override stack(parts: readonly { ref: TensorRef | string; rows?: readonly number[] }[], rowWidth: number, widen: boolean): Buffer {
+    const name = (r: TensorRef | string) => (typeof r === 'string' ? r : r.name);
+    const first = this.source.info(name(parts[0]!.ref));
+    const rows = parts.reduce((acc, p) => acc + (p.rows?.length ?? this.source.info(name(p.ref)).elementCount / rowWidth), 0);
+    const stored = first.storage.dtype;
+    const b = this.alloc(widen && stored !== 'u32' ? 'f32' : stored, [rows, rowWidth]);
+    if (stored === 'u32') this.fill.words(b);
+    else this.fill.floats(b, this.initOf(first.name));
+    return b;
+  }
+}
+
+// ---- the floor: bytes of weights one decode token reads ----
+
+function linearBytes(n: number, k: number, q4: boolean): number {
+  return q4 ? (n * k * BITS) / 8 + 2 * 2 * n * (k / GROUP) : 2 * n * k;
+}
+
+/** Weight bytes per decode token, and the state bytes it reads and writes beside them (recurrent states, caches at context `ctx`). */
+function decodeBytes(arch: 'qwen3_5_moe' | 'gemma4', c: Json, q4: boolean, ctx: number): { weights: number; state: number } {
+  let w = 0, state = 0;
+  if (arch === 'qwen3_5_moe') {
+    const g = qwen35MoeConfig(c), H = g.hiddenSize;
+    const C = 2 * g.linearNumKeyHeads * g.linearKeyHeadDim + g.linearNumValueHeads * g.linearValueHeadDim;
+    const vd = g.linearNumValueHeads * g.linearValueHeadDim;
+    w += 2 * H + linearBytes(g.vocabSize, H, q4);
+    for (const type of g.layerTypes) {
+      if (type === 'linear_attention') {
+        w += linearBytes(C, H, q4) + linearBytes(vd, H, q4) + 2 * linearBytes(g.linearNumValueHeads, H, q4) + linearBytes(H, vd, q4) + 4 * C * 4;
+        // The recurrent state [Hv, V, K] f32 read and written, the conv state [C, 3] too.
+        state += 2 * 4 * (g.linearNumValueHeads * g.linearValueHeadDim * g.linearKeyHeadDim + C * 3);
+      } else {
+        w += linearBytes(2 * g.numHeads * g.headDim, H, q4) + 2 * linearBytes(g.numKvHeads * g.headDim, H, q4) + linearBytes(H, g.numHeads * g.headDim, q4);
+        state += 2 * 4 * g.numKvHeads * g.headDim * ctx;
+      }
+      w += 2 * g.numExperts * H + 2 * H;
+      w += g.numExpertsPerTok * 3 * linearBytes(g.moeIntermediateSize, H, q4);
+      w += 3 * linearBytes(g.sharedExpertIntermediateSize, H, q4);
+    }
+    return { weights: w, state };
+  }
+  const g = gemma4Config(c), H = g.hiddenSize, m = g.moe!;
+  w += 2 * H + linearBytes(g.vocabSize, H, q4);
+  for (const l of g.layers) {
+    const D = l.headDim;
+    w += linearBytes(g.numHeads * D, H, q4) + linearBytes(H, g.numHeads * D, q4) + linearBytes(l.numKvHeads * D, H, q4);
+    if (!l.kEqV) w += linearBytes(l.numKvHeads * D, H, q4);
+    w += 3 * linearBytes(l.intermediateSize, H, q4);
+    // The router folded to f32 at load.
+    w += 4 * m.numExperts * H + m.topK * 3 * linearBytes(m.intermediateSize, H, q4);
+    const span = l.type === 'sliding_attention' ? Math.min(ctx, g.slidingWindow) : ctx;
+    state += (l.kEqV ? 1 : 2) * 4 * l.numKvHeads * D * span;
+  }
+  return { weights: w, state };
+}
+
+// ---- measurement ----
+
+const dev = Device.open();
+
+/** Our copy bandwidth: gather copying `bytes` of f32 rows (read + written), best of 5 in one commit each. */
+function copyGbs(bytes: number): number {
+  const width = 4096, rows = Math.max(1, Math.floor(bytes / (4 * width)));
+  using src = dev.alloc('f32', [rows, width]);
+  using dst = dev.alloc('f32', [rows, width]);
+  using indices = dev.upload('u32', [rows], Uint32Array.from({ length: rows }, (_, i) => i));
+  const once = () => {
+    using enc = dev.encoder();
+    gather(enc, { src, indices, output: dst, srcRows: rows, rowWidth: width, nIndices: rows });
+    enc.commitAndWait();
+    return enc.gpuTimeNs;
+  };
+  once();
+  const best = Math.min(...Array.from({ length: 5 }, once));
+  return (2 * rows * width * 4) / best;
+}
+
+const median = (v: number[]): number => {
+  const s = [...v].sort((a, b) => a - b);
+  return s.length === 0 ? Number.NaN : s.length % 2 === 1 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+
+function randomIds(n: number, vocab: number, seed: number): number[] {
+  let s = seed >>> 0;
+  return Array.from({ length: n }, () => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    return s % vocab;
+  });
+}
+
+function run(arch: 'qwen3_5_moe' | 'gemma4', copy: number): void {
+  const q4 = quant === 'q4';
+  const raw: Json = { ...(arch === 'qwen3_5_moe' ? (small ? QWEN_SMALL : QWEN_REAL) : (small ? GEMMA_SMALL : GEMMA_REAL)) };
+  if (layersArg !== null) {
+    raw['num_hidden_layers'] = layersArg;
+    delete raw['layer_types'];
+  }
+  if (vocabArg !== null) raw['vocab_size'] = vocabArg;
+  const cut = [layersArg !== null ? `${layersArg} layers` : '', vocabArg !== null ? `vocabulary ${vocabArg}` : ''].filter((x) => x !== '').join(', ');
+  const label = `${arch === 'qwen3_5_moe' ? 'Qwen3.6-35B-A3B' : 'Gemma 4 26B-A4B'}${small ? ' (--small dims)' : ''}${cut !== '' ? ` (cut to ${cut})` : ''}, `
+    + `${q4 ? 'MLX affine 4-bit g64' : 'bf16'}`;
+  const t0 = performance.now();
+  const source = new SpecSource(tensorSpecs(arch, raw, q4), label);
+  const filler = new Filler(dev, source);
+  const names = describeModel(source, { config: raw });
+  const ck = new DeviceFilled(source, dev, q4 ? { groupSize: GROUP, bits: BITS } : null, filler);
+  const maxContext = Math.max(prefillLen, promptLen + steps + 1) + 16;
+  let model: CausalLM;
+  try {
+    model = arch === 'qwen3_5_moe'
+      ? new Qwen35Moe(dev, qwen35MoeConfig(raw), ck, names as Qwen35MoeWeights, { maxContext, replay: true })
+      : new Gemma4(dev, gemma4Config(raw), ck, names as Gemma4Weights, { maxContext, replay: true });
+  } catch (e) {
+    ck.release();
+    throw e;
+  } finally {
+    filler.release();
+  }
+  const buildS = (performance.now() - t0) / 1000;
+  try {
+    const vocab = model.config.vocabSize;
+    const prompt = randomIds(promptLen, vocab, 7);
+    // Warm-up: the first prompt and steps compile and load every kernel.
+    model.prefill(prompt);
+    for (let i = 0; i < 2; i++) model.decode();
+    const recordedWall: number[] = [], recordedHost: number[] = [], replayWall: number[] = [], replayHost: number[] = [];
+    let finite = true;
+    for (let r = 0; r < rounds; r++) {
+      model.prefill(prompt);
+      for (let i = 0; i < steps; i++) {
+        const t = performance.now();
+        model.decode();
+        const wall = performance.now() - t;
+        (i === 0 ? recordedWall : replayWall).push(wall);
+        (i === 0 ? recordedHost : replayHost).push(model.hostStepMs);
+      }
+      const last = model.logits.readNumbers();
+      finite &&= last.every(Number.isFinite);
+    }
+    const ctx = promptLen + steps;
+    const { weights, state } = decodeBytes(arch, raw, q4, ctx);
+    const stepMs = median(replayWall);
+    console.log(`\n${label}: weights ${(filler.bytes / 1e9).toPrecision(3)} GB built on the device in ${buildS.toFixed(1)} s; ${model.stepDispatches} dispatches a decode step`);
+    console.log(`  decode (batch 1, ${rounds} x ${steps} steps after a ${promptLen}-token prompt, replayed): ${stepMs.toFixed(3)} ms/token = ${(1000 / stepMs).toFixed(1)} tokens/s`
+      + (finite ? '' : '  (logits not finite)'));
+    console.log(`  decode step recorded afresh (the first after each prompt): ${median(recordedWall).toFixed(3)} ms = ${(1000 / median(recordedWall)).toFixed(1)} tokens/s`);
+    console.log(`  host time a step: recorded ${median(recordedHost).toFixed(3)} ms, replayed ${median(replayHost).toFixed(3)} ms`);
+    const floors: [string, number][] = [[`measured copy ${copy.toPrecision(4)} GB/s`, copy]];
+    if (copyGbsArg !== null) floors.push([`--copy-gbs ${copyGbsArg}`, copyGbsArg]);
+    for (const [what, bw] of floors) {
+      const us = weights / bw / 1000;
+      console.log(`  floor (${what}): ${(weights / 1e6).toFixed(1)} MB of weights a token = ${us.toFixed(1)} us = ${(1e6 / us).toFixed(0)} tokens/s;`
+        + ` decode at ${((100 * us) / (stepMs * 1000)).toFixed(1)}% of it`
+        + ` (with ${(state / 1e6).toFixed(1)} MB of state read and written at context ${ctx}: ${((100 * (weights + state) / bw / 1000) / (stepMs * 1000)).toFixed(1)}%)`);
+    }
+    // Printed before the prompt of prefillLen: its first run (a warm-up, the matrix kernels' first use) and two timed.
+    const long = randomIds(prefillLen, vocab, 11);
+    model.prefill(long);
+    const prefillMs: number[] = [];
+    for (let r = 0; r < 2; r++) {
+      const t = performance.now();
+      model.prefill(long);
+      prefillMs.push(performance.now() - t);
+    }
+    console.log(`  prefill ${prefillLen} tokens: ${Math.min(...prefillMs).toFixed(1)} ms = ${(prefillLen / Math.min(...prefillMs) * 1000).toFixed(0)} tokens/s (best of 2)`);
+  } finally {
+    model.release();
+  }
+}
+
+console.log(`device: ${dev.name} (${dev.backend}), ${new Date().toISOString().slice(0, 10)}`);
+// The emulator copies 4 MiB (a GiB would take it minutes); a GPU 1 GiB.
+const copy = copyGbs(dev.backend === 'emu' ? 1 << 22 : 1 << 30);
+console.log(`copy bandwidth (gather, f32 rows, read + written): ${copy.toPrecision(4)} GB/s${copyGbsArg !== null ? `; --copy-gbs ${copyGbsArg}` : ''}`);
+for (const arch of ['qwen3_5_moe', 'gemma4'] as const) if (which === 'all' || which === arch) run(arch, copy);
+console.log('\nGGUF Q4_K: not run (no per-expert GGUF product: quantized_matmul_id_ggml does not exist, and loadModel refuses GGUF checkpoints)');
