@@ -227,6 +227,15 @@ __device__ __forceinline__ float ex2_approx(float x) {
     return y;
 }
 
+// tanh on the special function unit (tanh.approx.f32, sm_75 and later): a
+// relative error of at most about 2^-11, under half an ulp of bf16, one
+// instruction where tanhf takes about fifteen and two of the special units.
+__device__ __forceinline__ float tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 __device__ __forceinline__ u32 smem_addr(const void* p) {
     return static_cast<u32>(__cvta_generic_to_shared(p));
 }
