@@ -5,7 +5,8 @@
 // tests/kv_cache_copy.test.ts hold them) and at grids smaller than the rows
 // (the kernels stride over rows): vector and scalar rows, rows of several
 // chunks of steps, ids past the table, converted and scaled rows, a ring
-// cache that wraps, K and V rows of the dual kernels. Copies of one dtype
+// cache that wraps, K and V rows of the dual kernels, the token-major and
+// one-token batch copies. Copies of one dtype
 // must be exact; others within the dtype's tolerance. run.sh builds and runs it.
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
@@ -142,6 +143,50 @@ void run_seq(const char* name, K kernel, KD dual, u32 heads, u32 hd, u32 cap, u3
   }
 }
 
+// kv_cache_copy (token-major, 16-bit words): cache[slot(write_pos + t)] = src[t],
+// slot(p) = p % cap when sliding; and kv_cache_copy_batch_f32_to_f16:
+// cache[h, seq_pos] = src[h] rounded to f16.
+void run_token_major(u32 row_size, u32 n_new, u32 cap, u32 write_pos, u32 sliding) {
+  Arr<__half> src(size_t(n_new) * row_size), cache(size_t(cap) * row_size);
+  src.random(-3, 3);
+  cache.poison();
+  std::vector<double> want(cache.n, NAN);
+  for (u32 t = 0; t < n_new; ++t)
+    for (u32 j = 0; j < row_size; ++j) {
+      const u64 pos = u64(write_pos) + t;
+      want[size_t(sliding ? pos % cap : pos) * row_size + j] = src.at(size_t(t) * row_size + j);
+    }
+  SimDim grid, block;
+  row_copy_launch(n_new, row_size, 8, grid, block);
+  sim_launch(grid, block, 0, [&] { kv_cache_copy(src.p, cache.p, &write_pos, &row_size, &n_new, &cap, &sliding); });
+  std::vector<double> w, g;
+  for (size_t i = 0; i < want.size(); ++i) if (!std::isnan(want[i])) { w.push_back(want[i]); g.push_back(cache.at(i)); }
+  Arr<double> gg(g.size());
+  std::copy(g.begin(), g.end(), gg.p);
+  check(std::string("kv_cache_copy [") + std::to_string(n_new) + ", " + std::to_string(row_size) + "] cap " + std::to_string(cap) +
+        (sliding ? " sliding" : "") + dims(grid, block), gg.p, w, 0);
+}
+
+void run_batch(u32 heads, u32 hd, u32 cap, u32 pos) {
+  Arr<float> src(size_t(heads) * hd);
+  Arr<__half> cache(size_t(heads) * cap * hd);
+  src.random(-3, 3);
+  cache.poison();
+  std::vector<double> w, g;
+  SimDim grid, block;
+  row_copy_launch(heads, hd, 8, grid, block);
+  sim_launch(grid, block, 0, [&] { kv_cache_copy_batch_f32_to_f16(src.p, cache.p, &heads, &hd, &cap, &pos); });
+  for (u32 h = 0; h < heads; ++h)
+    for (u32 j = 0; j < hd; ++j) {
+      w.push_back(back(cvt<__half>(src.at(size_t(h) * hd + j))));
+      g.push_back(cache.at((size_t(h) * cap + pos) * hd + j));
+    }
+  Arr<double> gg(g.size());
+  std::copy(g.begin(), g.end(), gg.p);
+  check(std::string("kv_cache_copy_batch_f32_to_f16 [") + std::to_string(heads) + ", " + std::to_string(hd) + "] slot " +
+        std::to_string(pos) + dims(grid, block), gg.p, w, 0);
+}
+
 int main() {
   // Rows of 672 steps (Gemma 4's 5376 bf16): 192 threads a row; a grid of 3 over 8 rows (striding).
   run_embed<__nv_bfloat16, __nv_bfloat16>("embedding_gather_scale_batch_bf16", embedding_gather_scale_batch_bf16, 50, 5376, 8);
@@ -162,6 +207,10 @@ int main() {
                                 4, 64, 9, 4294967290u, 9, 2);
   run_seq<__half, float>("kv_cache_copy_seq_f16_to_f32 (scalar)", kv_cache_copy_seq_f16_to_f32, kv_cache_copy_seq_f16_to_f32_kv_dual,
                          2, 12, 5, 3, 4, 0);
+  run_token_major(1024, 3, 4, 6, 1);
+  run_token_major(36, 3, 10, 2, 0);
+  run_batch(8, 256, 5, 3);
+  run_batch(3, 20, 4, 1);
   std::printf(failures ? "%d failed\n" : "all passed\n", failures);
   return failures ? 1 : 0;
 }
