@@ -21,8 +21,8 @@
 // scale_mask_softmax_<t> holds v, then exp(v - max), since v costs a tanh
 // and a mask read. The mask moves as 8- or 16-byte vectors beside x. Rows
 // of vectors longer than the block holds (more than 32 elements a thread)
-// hold nothing: they are streamed twice, 4 vectors of a thread in flight (1
-// for scale_mask_softmax of a 16-bit type), once for the row's max and sum (online softmax:
+// hold nothing: they are streamed twice, 4 to 8 vectors of a thread in
+// flight (LONG_ROW_LOADS), once for the row's max and sum (online softmax:
 // a running maximum and a sum rescaled to it), once for the output. The
 // scalar path (other rows) streams element by element, online too. Each
 // thread writes only the elements it read, after the row's reductions, so
@@ -133,10 +133,12 @@ __device__ __forceinline__ void online(float v, float& m, float& s) {
 // Vector loads a thread of the two-pass kernels issues before it uses them,
 // and of the one-pass kernels on rows longer than they hold.
 constexpr int ROW_LOADS = 8;
-// (scale_mask_softmax, which also loads the mask and stays within 64
-// registers for its 1024-thread blocks, keeps 4 for f32 and 1 for 16-bit
-// types: the counts at which ptxas spills least).
-template <typename T, bool EXT> constexpr int LONG_ROW_LOADS = !EXT || sizeof(T) == 4 ? 4 : 1;
+// LONG_ROW_LOADS: 128 bytes a thread of f32 softmax, 64 of a 16-bit type
+// (more would take softmax_bf16 from 44 to 63 registers, fewer held rows an
+// SM); scale_mask_softmax, which also loads the mask within the 64
+// registers of its 1024-thread blocks, 4 vectors of f32, 1 of a 16-bit type
+// (the counts at which ptxas spills least).
+template <typename T, bool EXT> constexpr int LONG_ROW_LOADS = sizeof(T) == 4 ? (EXT ? 4 : 8) : (EXT ? 1 : 4);
 
 // Whether a slice moves as vectors: whole vectors, x (and y) 16-byte
 // aligned, the mask aligned to its vector (2 * VEC bytes).
