@@ -92,8 +92,8 @@ export function rowCopyUnit(srcBytes: number, dstBytes: number): number {
  * elements moved in steps of `unit`: blockDim (X, Y), Y rows a block and X
  * threads a row, X enough for ROW_COPY_STEPS steps a thread (a multiple of
  * 32 up to ROW_COPY_THREADS, or a power of two below 32: whole rows to a
- * warp), Y = ROW_COPY_THREADS / X; grid ceil(rows / Y), one row a thread's
- * row index (the kernel strides over rows, so any grid covers them).
+ * warp), Y = ROW_COPY_THREADS / X; grid ceil(rows / Y) (the kernel strides
+ * over rows, so any grid covers them).
  */
 export function rowCopyLaunch(rows: number, len: number, unit: number, limits: LaunchLimits): {
   grid: [number, number, number]; threads: [number, number, number];
@@ -102,5 +102,6 @@ export function rowCopyLaunch(rows: number, len: number, unit: number, limits: L
   const want = Math.ceil(Math.ceil(len / unit) / ROW_COPY_STEPS);
   const lanes = want >= 32 ? Math.min(threads, Math.ceil(want / 32) * 32) : nextPow2(want);
   const perBlock = Math.max(1, Math.floor(threads / lanes));
-  return { grid: [Math.ceil(rows / perBlock), 1, 1], threads: [lanes, perBlock, 1] };
+  // The kernels stride over rows: a grid past CUDA's limit (2^31 - 1 blocks) is cut to it.
+  return { grid: [Math.min(Math.ceil(rows / perBlock), 0x7fff_ffff), 1, 1], threads: [lanes, perBlock, 1] };
 }
