@@ -193,6 +193,18 @@ __device__ __forceinline__ float block_max(float v, float* partials) {
     return r;
 }
 
+// ---- launch attributes ----
+
+// A register cap for a kernel whose launches reach 1024 threads but whose
+// usual blocks are smaller, so that one more block fits an SM:
+// __maxnreg__(n) (n <= 64) where the compiler has it (CUDA 12.4 and later),
+// else __launch_bounds__(1024) (at most 64).
+#if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
+#define MLXN_MAX_REGS(n) __maxnreg__(n)
+#else
+#define MLXN_MAX_REGS(n) __launch_bounds__(1024)
+#endif
+
 // ---- L2 prefetch of the rows a later block reads ----
 
 // Asks L2 to fetch `bytes` at p (16-byte aligned, a multiple of 16) ahead

@@ -455,13 +455,15 @@ __device__ __forceinline__ void softcap_vec(const T* x, T* y, const SoftcapParam
 
 // buffer(0) input [rows, cols], (1) output [rows, cols] (may be input),
 // (2) SoftmaxParams; threadgroup(0) one float per warp.
+// The 16-bit entries at most 40 registers: 6 blocks of 256 an SM (a row of
+// 8192, one wave of 792 rows), where 44 left 5.
 extern "C" __global__ void __launch_bounds__(1024) softmax_f32(const float* input, float* output, const SoftmaxParams* p) {
     softmax_row<float, false>(input, output, nullptr, u32(p->cols), 0u, transform_of(1.0f, 0.0f));
 }
-extern "C" __global__ void __launch_bounds__(1024) softmax_f16(const __half* input, __half* output, const SoftmaxParams* p) {
+extern "C" __global__ void MLXN_MAX_REGS(40) softmax_f16(const __half* input, __half* output, const SoftmaxParams* p) {
     softmax_row<__half, false>(input, output, nullptr, u32(p->cols), 0u, transform_of(1.0f, 0.0f));
 }
-extern "C" __global__ void __launch_bounds__(1024) softmax_bf16(const bf16* input, bf16* output, const SoftmaxParams* p) {
+extern "C" __global__ void MLXN_MAX_REGS(40) softmax_bf16(const bf16* input, bf16* output, const SoftmaxParams* p) {
     softmax_row<bf16, false>(input, output, nullptr, u32(p->cols), 0u, transform_of(1.0f, 0.0f));
 }
 
