@@ -63,6 +63,8 @@ describe('softmax param packers match the .metal declarations', () => {
   test('two passes: slices of 2048 doubled to at most 256 a row; with scratch, for few rows or rows past 32768', () => {
     expect([softmaxSlice(1), softmaxSlice(262144), softmaxSlice(2048 * 256 + 1), softmaxSlice(2 ** 24)]).toEqual([2048, 2048, 4096, 65536]);
     expect([softmaxScratchElements(1, 262144), softmaxScratchElements(3, 4099), softmaxScratchElements(2, 2048)]).toEqual([256, 18, 4]);
+    // Many rows take longer slices while the grid keeps SOFTMAX_FILL_SLICES threadgroups: 64 rows of 262144 in 32 slices of 8192.
+    expect([softmaxSlice(262144, 64), softmaxSlice(262144, 8), softmaxScratchElements(64, 262144)]).toEqual([8192, 2048, 4096]);
     const s = {} as never;
     expect(softmaxTwoPass({ rows: 1, cols: 262144, scratch: s })).toBe(true);
     expect(softmaxTwoPass({ rows: 1, cols: 262144 })).toBe(false);

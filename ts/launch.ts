@@ -76,10 +76,8 @@ export function rowBlockThreads(n: number, limits: LaunchLimits): number {
 
 /** Steps each thread of copy_rows (shaders/cuda/common.cuh) issues before storing them. */
 export const ROW_COPY_STEPS = 4;
-/** Threads per block of the copy_rows launch. */
+/** Threads per block of the copy_rows launch at most. */
 export const ROW_COPY_THREADS = 256;
-/** Blocks a small copy is spread over at least (where it has the steps): two per SM of an H100 or H200 (132 SMs). */
-export const ROW_COPY_FILL_BLOCKS = 264;
 
 /**
  * Elements one step of copy_rows moves from a source of srcBytes per element
@@ -91,17 +89,19 @@ export function rowCopyUnit(srcBytes: number, dstBytes: number): number {
 
 /**
  * The CUDA launch of a kernel built on copy_rows, for rows rows of len
- * elements moved in steps of `unit`: blocks of 256 threads, ROW_COPY_STEPS
- * steps a thread where there are enough to fill the device, else one step a
- * thread over up to ROW_COPY_FILL_BLOCKS blocks (any grid covers the rows:
- * the kernel strides over them).
+ * elements moved in steps of `unit`: blockDim (X, Y), Y rows a block and X
+ * threads a row, X enough for ROW_COPY_STEPS steps a thread (a multiple of
+ * 32 up to ROW_COPY_THREADS, or a power of two below 32: whole rows to a
+ * warp), Y = ROW_COPY_THREADS / X; grid ceil(rows / Y) (the kernel strides
+ * over rows, so any grid covers them).
  */
 export function rowCopyLaunch(rows: number, len: number, unit: number, limits: LaunchLimits): {
   grid: [number, number, number]; threads: [number, number, number];
 } {
-  const steps = rows * Math.ceil(len / unit);
   const threads = Math.min(ROW_COPY_THREADS, limits.maxThreadsPerThreadgroup);
-  const full = Math.ceil(steps / (threads * ROW_COPY_STEPS));
-  const blocks = Math.max(full, Math.min(Math.ceil(steps / threads), ROW_COPY_FILL_BLOCKS));
-  return { grid: [blocks, 1, 1], threads: [threads, 1, 1] };
+  const want = Math.ceil(Math.ceil(len / unit) / ROW_COPY_STEPS);
+  const lanes = want >= 32 ? Math.min(threads, Math.ceil(want / 32) * 32) : nextPow2(want);
+  const perBlock = Math.max(1, Math.floor(threads / lanes));
+  // The kernels stride over rows: a grid past CUDA's limit (2^31 - 1 blocks) is cut to it.
+  return { grid: [Math.min(Math.ceil(rows / perBlock), 0x7fff_ffff), 1, 1], threads: [lanes, perBlock, 1] };
 }

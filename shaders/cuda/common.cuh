@@ -193,6 +193,52 @@ __device__ __forceinline__ float block_max(float v, float* partials) {
     return r;
 }
 
+// ---- launch attributes ----
+
+// A register cap for a kernel whose launches reach 1024 threads but whose
+// usual blocks are smaller, so that one more block fits an SM:
+// __maxnreg__(n) (n <= 64) where the compiler has it (CUDA 12.4 and later),
+// else __launch_bounds__(1024) (at most 64).
+#if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
+#define MLXN_MAX_REGS(n) __maxnreg__(n)
+#else
+#define MLXN_MAX_REGS(n) __launch_bounds__(1024)
+#endif
+
+// ---- L2 prefetch of the rows a later block reads ----
+
+// Asks L2 to fetch `bytes` at p (16-byte aligned, a multiple of 16) ahead
+// of its use, without holding registers (cp.async.bulk.prefetch.L2, sm_90);
+// elsewhere nothing.
+__device__ __forceinline__ void prefetch_l2(const void* p, u32 bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" :: "l"(p), "r"(bytes) : "memory");
+#endif
+}
+
+// SM identifiers of the device (%nsmid: the SM count, or a little more).
+__device__ __forceinline__ u32 sm_count() {
+    u32 r;
+    asm("mov.u32 %0, %%nsmid;\n" : "=r"(r));
+    return r;
+}
+
+// Row kernels whose blocks all do the same work start and finish in waves,
+// every resident block loading, then reducing, then storing at once, so DRAM
+// idles while they compute. The first thread of block b asks L2 for the
+// rows of block b + d (d = the SM count x half the blocks of this size an
+// SM holds by its thread limit: about a wave later), which the DRAM then
+// fetches during this wave's arithmetic. rows_bytes: the bytes of one
+// block's rows, contiguous from `base` (the first row of the grid).
+__device__ __forceinline__ void prefetch_later_rows(const void* base, u64 rows_bytes) {
+    if (threadIdx.x != 0 || threadIdx.y != 0 || !aligned16(base) || rows_bytes % 16u != 0 || rows_bytes >= (1ull << 32)) return;
+    const u32 block = blockDim.x * blockDim.y;
+    const u32 d = sm_count() * max(1u, 1024u / block);
+    const u64 later = u64(blockIdx.x) + d;
+    if (later >= gridDim.x) return;
+    prefetch_l2(reinterpret_cast<const unsigned char*>(base) + later * rows_bytes, u32(rows_bytes));
+}
+
 // Row kernels launch either one row per block, blockDim (n, 1), or rows of
 // L lanes, blockDim (L, R) with L a power of two up to 32 and R rows in a
 // block (short rows: no block barrier, R rows in flight; L * R a multiple of
@@ -224,6 +270,15 @@ __device__ __forceinline__ float row_max(float v, float* partials) {
 __device__ __forceinline__ float ex2_approx(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// tanh on the special function unit (tanh.approx.f32, sm_75 and later): a
+// relative error of at most about 2^-11, under half an ulp of bf16, one
+// instruction where tanhf takes about fifteen and two of the special units.
+__device__ __forceinline__ float tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
 
@@ -368,83 +423,66 @@ __device__ __forceinline__ void store_elems(T* p, const float (&v)[N]) {
     }
 }
 
-// Copies n_rows rows of len elements: row r reads src + s * len and writes
-// dst + d * len, where map(r, s, d) sets the row offsets s and d (u64).
-// SCALED multiplies by scale in f32; otherwise elements of one type move as
-// raw bytes, and others are converted (round to nearest even). The rows are
-// cut into steps of N elements; with G threads in the grid, a thread takes
-// steps t, t + G, ..., ROW_COPY_STEPS of them, issuing their loads (held as
-// raw 16-byte words) before it converts and stores them, then moves on by
-// ROW_COPY_STEPS * G: any grid and block size covers the rows, a warp's
-// steps are adjacent, and a small grid leaves no thread idle. Steps move
-// 16-byte vectors when len is a multiple of N and both base pointers are
-// 16-byte aligned, else scalar elements. Requires n_rows * ceil(len / N) < 2^32.
+// Copies n_rows rows of len elements: map(r, s, d) sets row r's source
+// and destination pointers (const S*&, D*&). SCALED multiplies by scale in
+// f32; otherwise elements of one type move as raw bytes, and others are
+// converted (round to nearest even). Blocks take rows, blockDim (X, Y):
+// thread (x, y) of block b takes rows b * Y + y, then + gridDim.x * Y, ...
+// (any grid covers the rows), maps each once (no division by the row
+// length), and moves the row's steps of N elements x, x + X, ...,
+// ROW_COPY_STEPS of them at once: their loads (held as raw 16-byte words)
+// issued before any is converted and stored. Steps move 16-byte vectors when
+// len is a multiple of N and the row's two pointers are 16-byte aligned,
+// else scalar elements.
 template <typename S, typename D, bool SCALED, typename Map>
-__device__ __forceinline__ void copy_rows(const S* __restrict__ src, D* __restrict__ dst, u32 n_rows, u32 len,
-                                          float scale, Map map) {
+__device__ __forceinline__ void copy_rows(u32 n_rows, u32 len, float scale, Map map) {
     constexpr int N = RowCopyUnit<S, D>::N;
     constexpr int K = ROW_COPY_STEPS;
     constexpr bool RAW = !SCALED && SameType<S, D>::value;
     constexpr int W = int(N * sizeof(S) / 16);  // 16-byte words of source per step
     const u32 per_row = (len + N - 1) / N;
-    const u64 total = u64(n_rows) * per_row;
-    const u64 grid = u64(gridDim.x) * blockDim.x;
-    const bool vec = len % N == 0 && aligned16(src) && aligned16(dst);
-    for (u64 first = u64(blockIdx.x) * blockDim.x + threadIdx.x; first < total; first += grid * K) {
-        u64 so[K], dof[K];
-        u32 e[K];
-        bool live[K];
+    const u32 lanes = blockDim.x;
+    for (u64 r = u64(blockIdx.x) * blockDim.y + threadIdx.y; r < n_rows; r += u64(gridDim.x) * blockDim.y) {
+        const S* src;
+        D* dst;
+        map(u32(r), src, dst);
+        if (len % N == 0 && aligned16(src) && aligned16(dst)) {
+            for (u32 first = threadIdx.x; first < per_row; first += K * lanes) {
+                uint4 w[K][W];
 #pragma unroll
-        for (int k = 0; k < K; ++k) {
-            const u64 step = first + u64(k) * grid;
-            live[k] = step < total;
-            so[k] = dof[k] = 0;
-            e[k] = 0;
-            if (live[k]) {
-                const u32 r = u32(step) / per_row;
-                e[k] = (u32(step) - r * per_row) * N;
-                u64 s, d;
-                map(r, s, d);
-                so[k] = s * len + e[k];
-                dof[k] = d * len + e[k];
-            }
-        }
-        if (vec) {
-            uint4 w[K][W];
+                for (int k = 0; k < K; ++k) {
+                    const u32 step = first + u32(k) * lanes;
+                    if (step >= per_row) continue;
 #pragma unroll
-            for (int k = 0; k < K; ++k) {
-                if (!live[k]) continue;
+                    for (int c = 0; c < W; ++c) w[k][c] = reinterpret_cast<const uint4*>(src + u64(step) * N)[c];
+                }
 #pragma unroll
-                for (int c = 0; c < W; ++c) w[k][c] = reinterpret_cast<const uint4*>(src + so[k])[c];
-            }
+                for (int k = 0; k < K; ++k) {
+                    const u32 step = first + u32(k) * lanes;
+                    if (step >= per_row) continue;
+                    D* out = dst + u64(step) * N;
+                    if constexpr (RAW) {
 #pragma unroll
-            for (int k = 0; k < K; ++k) {
-                if (!live[k]) continue;
-                if constexpr (RAW) {
+                        for (int c = 0; c < W; ++c) reinterpret_cast<uint4*>(out)[c] = w[k][c];
+                    } else {
+                        float v[N];
 #pragma unroll
-                    for (int c = 0; c < W; ++c) reinterpret_cast<uint4*>(dst + dof[k])[c] = w[k][c];
-                } else {
-                    float v[N];
+                        for (int c = 0; c < W; ++c) unpack16<S>(w[k][c], v + c * VecOf<S>::N);
+                        if constexpr (SCALED) {
 #pragma unroll
-                    for (int c = 0; c < W; ++c) unpack16<S>(w[k][c], v + c * VecOf<S>::N);
-                    if constexpr (SCALED) {
-#pragma unroll
-                        for (int j = 0; j < N; ++j) v[j] *= scale;
+                            for (int j = 0; j < N; ++j) v[j] *= scale;
+                        }
+                        store_elems<D, N>(out, v);
                     }
-                    store_elems<D, N>(dst + dof[k], v);
                 }
             }
         } else {
-#pragma unroll
-            for (int k = 0; k < K; ++k) {
-                if (!live[k]) continue;
-                for (u32 j = 0; j < u32(N) && e[k] + j < len; ++j) {
-                    if constexpr (RAW) {
-                        dst[dof[k] + j] = src[so[k] + j];
-                    } else {
-                        const float x = to_f(src[so[k] + j]);
-                        dst[dof[k] + j] = from_f<D>(SCALED ? x * scale : x);
-                    }
+            for (u32 i = threadIdx.x; i < len; i += lanes) {
+                if constexpr (RAW) {
+                    dst[i] = src[i];
+                } else {
+                    const float x = to_f(src[i]);
+                    dst[i] = from_f<D>(SCALED ? x * scale : x);
                 }
             }
         }

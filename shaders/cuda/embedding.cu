@@ -4,39 +4,40 @@
 //   embedding_gather_scale_<t>:       out[:]    = table[token_id, :] * scale
 //   embedding_gather_scale_batch_<t>: out[i, :] = table[min(ids[i], vocab_size - 1), :] * scale
 //
-// copy_rows (the prelude) moves the rows: each thread takes steps of 16
-// bytes of the narrower type (8 elements; 4 for f32 to f32), vectors where
-// the row length and the pointers allow, four steps' loads in flight before
-// their stores, over a grid-stride loop, so any launch covers the rows; the
-// op launches rowCopyLaunch's blocks of 256 (ts/launch.ts). The scale
-// multiplies in f32; gather moves raw bytes.
+// copy_rows (the prelude) moves the rows: blockDim (X, Y) takes Y rows a
+// block, each row's index read once by its X threads, which move steps of
+// 16 bytes of the narrower type (8 elements; 4 for f32 to f32), vectors
+// where the row length and the pointers allow, four steps' loads in flight
+// before their stores; rows stride by the grid, so any launch covers them.
+// The op launches rowCopyLaunch's (ts/launch.ts). The scale multiplies in
+// f32; gather moves raw bytes.
 
 namespace {
 
 template <typename T>
 __device__ __forceinline__ void gather(const T* src, const u32* indices, T* out, const GatherParams* p) {
     const u32 width = p->row_width, last = p->src_rows - 1u;
-    copy_rows<T, T, false>(src, out, p->n_indices, width, 1.0f, [&](u32 r, u64& s, u64& d) {
-        s = min(indices[r], last);
-        d = r;
+    copy_rows<T, T, false>(p->n_indices, width, 1.0f, [&](u32 r, const T*& s, T*& d) {
+        s = src + u64(min(indices[r], last)) * width;
+        d = out + u64(r) * width;
     });
 }
 
 template <typename T, typename O>
 __device__ __forceinline__ void gather_one(const T* table, O* out, const EmbedGatherScaleParams* p) {
     const u64 id = p->token_id;
-    copy_rows<T, O, true>(table, out, 1u, p->hidden_size, p->scale, [&](u32, u64& s, u64& d) {
-        s = id;
-        d = 0;
+    copy_rows<T, O, true>(1u, p->hidden_size, p->scale, [&](u32, const T*& s, O*& d) {
+        s = table + id * p->hidden_size;
+        d = out;
     });
 }
 
 template <typename T, typename O>
 __device__ __forceinline__ void gather_batch(const T* table, const u32* ids, O* out, const EmbedGatherScaleBatchParams* p) {
-    const u32 last = p->vocab_size - 1u;
-    copy_rows<T, O, true>(table, out, p->n_tokens, p->hidden_size, p->scale, [&](u32 r, u64& s, u64& d) {
-        s = min(ids[r], last);
-        d = r;
+    const u32 last = p->vocab_size - 1u, width = p->hidden_size;
+    copy_rows<T, O, true>(p->n_tokens, width, p->scale, [&](u32 r, const T*& s, O*& d) {
+        s = table + u64(min(ids[r], last)) * width;
+        d = out + u64(r) * width;
     });
 }
 

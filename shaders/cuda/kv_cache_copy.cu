@@ -7,10 +7,13 @@
 // Scalars come one per binding, as u32 pointers (mlx-native binds them so).
 //
 // Every row (a token's row_size elements, or one head's head_dim) is moved by
-// copy_rows (the prelude): 16-byte steps of the narrower type, vectors where
+// copy_rows (the prelude): Y rows a block of (X, Y) threads, each row mapped
+// once by its X threads, 16-byte steps of the narrower type, vectors where
 // the row length and pointers allow, raw bytes within one dtype, four steps'
-// loads in flight per thread over a grid-stride loop, so any launch covers
-// the rows; the op launches rowCopyLaunch's blocks of 256.
+// loads in flight a thread; rows stride by the grid, so any launch covers
+// them. The op launches rowCopyLaunch's. The _kv_dual entries take 2 *
+// n_tokens * n_heads rows: the K rows, then the V rows, so that a thread
+// holds one row's loads, not a K row's and then a V row's.
 
 namespace {
 
@@ -18,30 +21,55 @@ namespace {
 template <typename T>
 __device__ __forceinline__ void copy_token_major(const T* src, T* cache, u32 write_pos, u32 row_size, u32 n_new, u32 cap,
                                                  bool sliding) {
-    copy_rows<T, T, false>(src, cache, n_new, row_size, 1.0f, [&](u32 t, u64& s, u64& d) {
+    copy_rows<T, T, false>(n_new, row_size, 1.0f, [&](u32 t, const T*& s, T*& d) {
         const u64 pos = u64(write_pos) + t;
-        s = t;
-        d = sliding ? pos % cap : pos;
+        s = src + u64(t) * row_size;
+        d = cache + (sliding ? pos % cap : pos) * row_size;
     });
 }
 
-// Rows r = t * n_heads + h: token t of the source, head h of the cache.
+// Row r = t * n_heads + h of a source: token t, head h of the cache. Slot
+// (start + t) % capacity in 32 bits: start % capacity + t % capacity < 2^32.
+__device__ __forceinline__ void seq_row(u32 r, u32 n_heads, u32 head_dim, u32 capacity, u32 start, u32 offset, u64& s, u64& d) {
+    const u32 t = r / n_heads, h = r - t * n_heads;
+    u32 slot = start % capacity + t % capacity;
+    if (slot >= capacity) slot -= capacity;
+    s = ((u64(offset) + t) * n_heads + h) * head_dim;
+    d = (u64(h) * capacity + slot) * head_dim;
+}
+
+// Rows r < n_tokens * n_heads of one source and cache.
 template <typename S, typename D>
 __device__ __forceinline__ void copy_seq(const S* src, D* cache, u32 n_heads, u32 head_dim, u32 capacity, u32 start,
                                          u32 n_tokens, u32 offset) {
-    copy_rows<S, D, false>(src, cache, n_tokens * n_heads, head_dim, 1.0f, [&](u32 r, u64& s, u64& d) {
-        const u32 t = r / n_heads, h = r - t * n_heads;
-        s = (u64(offset) + t) * n_heads + h;
-        d = u64(h) * capacity + (u64(start) + t) % capacity;
+    copy_rows<S, D, false>(n_tokens * n_heads, head_dim, 1.0f, [&](u32 r, const S*& s, D*& d) {
+        u64 so, dof;
+        seq_row(r, n_heads, head_dim, capacity, start, offset, so, dof);
+        s = src + so;
+        d = cache + dof;
+    });
+}
+
+// The K rows, then the V rows (r >= n_tokens * n_heads).
+template <typename S, typename D>
+__device__ __forceinline__ void copy_seq_dual(const S* src_k, const S* src_v, D* cache_k, D* cache_v, u32 n_heads, u32 head_dim,
+                                              u32 capacity, u32 start, u32 n_tokens, u32 offset) {
+    const u32 rows = n_tokens * n_heads;
+    copy_rows<S, D, false>(2u * rows, head_dim, 1.0f, [&](u32 r, const S*& s, D*& d) {
+        const bool v = r >= rows;
+        u64 so, dof;
+        seq_row(v ? r - rows : r, n_heads, head_dim, capacity, start, offset, so, dof);
+        s = (v ? src_v : src_k) + so;
+        d = (v ? cache_v : cache_k) + dof;
     });
 }
 
 // Rows h: one token's heads, into slot seq_pos.
 template <typename D>
 __device__ __forceinline__ void copy_batch(const float* src, D* cache, u32 n_heads, u32 head_dim, u32 capacity, u32 seq_pos) {
-    copy_rows<float, D, false>(src, cache, n_heads, head_dim, 1.0f, [&](u32 h, u64& s, u64& d) {
-        s = h;
-        d = u64(h) * capacity + seq_pos;
+    copy_rows<float, D, false>(n_heads, head_dim, 1.0f, [&](u32 h, const float*& s, D*& d) {
+        s = src + u64(h) * head_dim;
+        d = cache + (u64(h) * capacity + seq_pos) * head_dim;
     });
 }
 
@@ -83,10 +111,8 @@ extern "C" __global__ void kv_cache_copy_batch_f32_to_f16(const float* src, __ha
                                               const u32* n_heads, const u32* head_dim, const u32* capacity,       \
                                               const u32* seq_pos_start, const u32* n_tokens,                      \
                                               const u32* src_tok_offset) {                                        \
-        const u32 nh = *n_heads, hd = *head_dim, cap = *capacity, start = *seq_pos_start, n = *n_tokens,         \
-                  off = *src_tok_offset;                                                                          \
-        copy_seq<S, D>(src_k, cache_k, nh, hd, cap, start, n, off);                                               \
-        copy_seq<S, D>(src_v, cache_v, nh, hd, cap, start, n, off);                                               \
+        copy_seq_dual<S, D>(src_k, src_v, cache_k, cache_v, *n_heads, *head_dim, *capacity, *seq_pos_start,       \
+                            *n_tokens, *src_tok_offset);                                                          \
     }
 
 KV_COPY_SEQ(kv_cache_copy_seq_f32, float, float)

@@ -608,13 +608,14 @@ __device__ __forceinline__ void scan_best(const float* x, u32 len, u32& best_key
 
 // ---- Philox4x32-10 ----
 
+// Each round's two products as one 32 x 32 -> 64-bit multiply each
+// (mul.wide.u32: high and low halves from one instruction).
 __device__ __forceinline__ uint4 philox4x32_10(uint4 c, u32 k0, u32 k1) {
 #pragma unroll
     for (u32 r = 0; r < 10u; ++r) {
-        const u32 hi0 = __umulhi(0xD2511F53u, c.x);
-        const u32 lo0 = 0xD2511F53u * c.x;
-        const u32 hi1 = __umulhi(0xCD9E8D57u, c.z);
-        const u32 lo1 = 0xCD9E8D57u * c.z;
+        const u64 p0 = u64(0xD2511F53u) * c.x, p1 = u64(0xCD9E8D57u) * c.z;
+        const u32 hi0 = u32(p0 >> 32), lo0 = u32(p0);
+        const u32 hi1 = u32(p1 >> 32), lo1 = u32(p1);
         c = make_uint4(hi1 ^ c.y ^ k0, lo1, hi0 ^ c.w ^ k1, lo0);
         k0 += 0x9E3779B9u;
         k1 += 0xBB67AE85u;

@@ -19,29 +19,37 @@
 // hold them: softmax_<t> as the raw words (16 registers for a 16-bit type)
 // and computes exp(x - max) twice (ex2.approx, two instructions), where
 // scale_mask_softmax_<t> holds v, then exp(v - max), since v costs a tanh
-// and a mask read. The mask moves as 8- or 16-byte vectors beside x.
-// Elements past those held (rows longer than 32 a thread) and the scalar
-// path (other rows) fold into a running maximum and a sum rescaled to it
-// (online softmax), then are read once more for the output. Each thread
-// writes only the elements it read, after the row's reductions, so y may be
-// x's buffer (in place).
+// and a mask read. The mask moves as 8- or 16-byte vectors beside x. Rows
+// of vectors longer than the block holds (more than 32 elements a thread)
+// hold nothing: they are streamed twice, 4 to 8 vectors of a thread in
+// flight (LONG_ROW_LOADS), once for the row's max and sum (online softmax:
+// a running maximum and a sum rescaled to it), once for the output. The
+// scalar path (other rows) streams element by element, online too. Each
+// thread writes only the elements it read, after the row's reductions, so
+// y may be x's buffer (in place). Rows held in registers ask L2 for the
+// rows of a block about a wave later (common.cuh prefetch_later_rows), so
+// that DRAM keeps busy while the resident blocks reduce and compute.
 //
 // Two passes: grid (n_blocks, rows, 1) of any blockDim.x (the op uses 256),
 // dynamic shared memory of one float per warp. softmax_blocks_<t> writes
 // partials[row, slice] = (m, s), the slice's max and sum of exp(v - m);
-// softmax_finish_<t> merges the row's n_blocks pairs and writes its slice,
-// visiting the slices in the reverse order of the first pass, so the ones
-// read last there (the likeliest still in L2) are read first. Both stream
-// their slice with ROW_LOADS vector loads of a thread in flight at once.
+// softmax_finish_<t> issues its slice's first loads, then every warp
+// merges the row's n_blocks pairs itself (shuffles, no barrier), and writes
+// the slice, visiting the slices in the reverse order of the first pass,
+// so the ones read last there (the likeliest still in L2) are read first.
+// Both stream their slice with ROW_LOADS vector loads of a thread (and of
+// the mask) in flight at once; a vector masked throughout skips the scale
+// and the tanh.
 //
 // exp is __expf (ex2.approx of x * log2 e: a relative error of about 2 ulp
 // plus |x| 2^-24, a few 1e-7 for the probabilities above 1e-3 of the
 // largest), the cap's division a multiply by its reciprocal; tanhf is
-// CUDA's accurate one.
+// CUDA's accurate one, but softcap_bf16's tanh.approx (under half a bf16
+// ulp).
 //
 // softcap: each thread takes one 16-byte vector (VEC elements) of the array,
 // grid (ceil(n / (256 * VEC)), 1, 1) of 256 threads; the tail and unaligned
-// arrays go element by element.
+// arrays go element by element. x / cap is x times 1 / cap.
 
 namespace {
 
@@ -90,6 +98,28 @@ __device__ __forceinline__ void mask_values(MaskWords<4> t, float (&m)[4]) {
     m[3] = __uint_as_float(t.w.y & 0xffff0000u);
 }
 
+// v of one vector's elements from x and the mask values. A vector masked
+// throughout (-inf: the masked half of a causal row) is -inf without the
+// scale and the tanh: a masked element's x is never used.
+template <int VEC, bool SKIP = true>
+__device__ __forceinline__ void transform_vec(const Transform& f, const float (&x)[VEC], const float (&m)[VEC], float (&v)[VEC]) {
+    if constexpr (!SKIP) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v[j] = f(x[j], m[j]);
+        return;
+    }
+    bool masked = true;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) masked = masked && m[j] == neg_inf();
+    if (masked) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v[j] = neg_inf();
+    } else {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v[j] = f(x[j], m[j]);
+    }
+}
+
 // The running (max, sum of exp(v - max)) of a thread, with v folded in.
 __device__ __forceinline__ void online(float v, float& m, float& s) {
     if (v > m) {
@@ -98,6 +128,127 @@ __device__ __forceinline__ void online(float v, float& m, float& s) {
     } else if (v != neg_inf()) {
         s += __expf(v - m);
     }
+}
+
+// Vector loads a thread of the two-pass kernels issues before it uses them,
+// and of the one-pass kernels on rows longer than they hold.
+constexpr int ROW_LOADS = 8;
+// LONG_ROW_LOADS: 128 bytes a thread of f32 softmax, 64 of a 16-bit type
+// (more would take softmax_bf16 from 44 to 63 registers, fewer held rows an
+// SM); scale_mask_softmax, which also loads the mask within the 64
+// registers of its 1024-thread blocks, 4 vectors of f32, 1 of a 16-bit type
+// (the counts at which ptxas spills least).
+template <typename T, bool EXT> constexpr int LONG_ROW_LOADS = sizeof(T) == 4 ? (EXT ? 4 : 8) : (EXT ? 1 : 4);
+
+// Whether a slice moves as vectors: whole vectors, x (and y) 16-byte
+// aligned, the mask aligned to its vector (2 * VEC bytes).
+template <typename T>
+__device__ __forceinline__ bool slice_vec(const T* xs, const T* ys, const bf16* ms, u32 len) {
+    constexpr int VEC = VecOf<T>::N;
+    return len % VEC == 0 && aligned16(xs) && aligned16(ys) && (reinterpret_cast<u64>(ms) & (2u * VEC - 1u)) == 0;
+}
+
+// L vectors of a slice a thread holds: those at v0, v0 + bs, ... below nv
+// (x as raw words, and their mask words), loaded together.
+template <typename T, int L = ROW_LOADS, bool SKIP = true>
+struct SliceChunk {
+    static constexpr int VEC = VecOf<T>::N;
+    uint4 raw[L];
+    MaskWords<VEC> mw[L];
+    __device__ __forceinline__ void load(const T* xs, const bf16* ms, u32 nv, u32 v0, u32 bs) {
+        const uint4* xv = reinterpret_cast<const uint4*>(xs);
+#pragma unroll
+        for (int k = 0; k < L; ++k) {
+            const u32 vi = v0 + u32(k) * bs;
+            if (vi < nv) {
+                raw[k] = xv[vi];
+                mw[k] = load_mask<VEC>(ms, u64(vi) * VEC);
+            }
+        }
+    }
+    // fn(i, v) for each held vector: v the float[VEC] of elements i .. i + VEC - 1.
+    template <typename F>
+    __device__ __forceinline__ void use(u32 nv, u32 v0, u32 bs, const Transform& f, F fn) const {
+#pragma unroll
+        for (int k = 0; k < L; ++k) {
+            const u32 vi = v0 + u32(k) * bs;
+            if (vi < nv) {
+                float x[VEC], m[VEC], v[VEC];
+                unpack16<T>(raw[k], x);
+                mask_values(mw[k], m);
+                transform_vec<VEC, SKIP>(f, x, m, v);
+                fn(vi * VEC, v);
+            }
+        }
+    }
+};
+
+// The vectors of a slice xs (its mask ms, or none; nv vectors, the
+// pointers aligned) a thread takes from v_first on (v_first, v_first + bs,
+// ...), L in flight at once, each as v: fn(i, v) with v the
+// float[VEC] of elements i .. i + VEC - 1. for_slice_scalar: the elements
+// of a slice of len that does not move as vectors, one at a time (v a
+// float[1]). A thread's fn writes only the elements it was handed.
+template <typename T, int L = ROW_LOADS, bool SKIP = true, typename F>
+__device__ __forceinline__ void for_slice_vec(const T* xs, const bf16* ms, u32 nv, u32 v_first, const Transform& f, F fn) {
+    const u32 bs = blockDim.x;
+    for (u32 v0 = v_first; v0 < nv; v0 += L * bs) {
+        SliceChunk<T, L, SKIP> c;
+        c.load(xs, ms, nv, v0, bs);
+        c.use(nv, v0, bs, f, fn);
+    }
+}
+template <typename T, typename F>
+__device__ __forceinline__ void for_slice_scalar(const T* xs, const bf16* ms, u32 len, const Transform& f, F fn) {
+    for (u32 i = threadIdx.x; i < len; i += blockDim.x) {
+        const float mv = ms == nullptr ? 0.0f : to_f(ms[i]);
+        float v[1] = {mv == neg_inf() ? neg_inf() : f(to_f(xs[i]), mv)};
+        fn(i, v);
+    }
+}
+
+// (m, s) <- the merge of two (max, sum of exp(v - max)) pairs.
+__device__ __forceinline__ void merge_pair(float& m, float& s, float mo, float so) {
+    const float mx = fmaxf(m, mo);
+    if (mx == neg_inf()) return;
+    s = (m == neg_inf() ? 0.0f : s * __expf(m - mx)) + (mo == neg_inf() ? 0.0f : so * __expf(mo - mx));
+    m = mx;
+}
+
+// A vector's elements folded into a running (max, sum): the sum rescaled
+// once a vector, not once an element.
+template <int N>
+__device__ __forceinline__ void online_vec(const float (&v)[N], float& m, float& s) {
+    float vm = v[0];
+#pragma unroll
+    for (int j = 1; j < N; ++j) vm = fmaxf(vm, v[j]);
+    if (vm == neg_inf()) return;
+    if (vm > m) {
+        s = m == neg_inf() ? 0.0f : s * __expf(m - vm);
+        m = vm;
+    }
+#pragma unroll
+    for (int j = 0; j < N; ++j) s += __expf(v[j] - m);
+}
+
+// One pass over a row longer than the threads hold (vectors only): the row
+// streamed twice, LONG_ROW_LOADS vectors of a thread in flight: once for the
+// row's max and sum (online, rescaled once a vector), once for the output.
+template <typename T, bool EXT>
+__device__ __forceinline__ void softmax_long_row(const T* xr, T* yr, const bf16* mr, u32 nv, const Transform& f, float* partials) {
+    constexpr int VEC = VecOf<T>::N;
+    float m = neg_inf(), s = 0.0f;
+    for_slice_vec<T, LONG_ROW_LOADS<T, EXT>, false>(xr, mr, nv, threadIdx.x, f, [&](u32, auto& v) { online_vec(v, m, s); });
+    const float mx = row_max(m, partials);
+    __syncthreads();
+    const float total = row_sum(m == neg_inf() ? 0.0f : s * __expf(m - mx), partials);
+    const bool empty = mx == neg_inf();
+    const float inv = empty ? 0.0f : 1.0f / total;
+    for_slice_vec<T, LONG_ROW_LOADS<T, EXT>, false>(xr, mr, nv, threadIdx.x, f, [&](u32 i, auto& v) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v[j] = empty ? 0.0f : __expf(v[j] - mx) * inv;
+        store_vec(yr + i, v);
+    });
 }
 
 // One pass over a row. EXT: scale_mask_softmax (holds v), else softmax
@@ -116,6 +267,11 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
 
     const bool vec = cols % VEC == 0 && aligned16(xr) && aligned16(yr) && (mr == nullptr || aligned16(mask));
     const u32 nv = vec ? cols / VEC : 0u;
+    if (nv > u32(CACHE) * bs) {
+        softmax_long_row<T, EXT>(xr, yr, mr, nv, f, partials);
+        return;
+    }
+    if (vec) prefetch_later_rows(x, u64(blockDim.y) * cols * sizeof(T));
     const uint4* xv = reinterpret_cast<const uint4*>(xr);
     // The held vectors: raw words, then (EXT) v and exp(v - mx) in vc.
     uint4 raw[CACHE];
@@ -148,15 +304,7 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
             }
         }
     }
-    if (vec) {
-        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
-            float v[VEC], m[VEC];
-            unpack16<T>(xv[vi], v);
-            mask_values(load_mask<VEC>(mr, u64(vi) * VEC), m);
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) online(EXT ? f(v[j], m[j]) : v[j], mu, su);
-        }
-    } else {
+    if (!vec) {
         for (u32 i = tid; i < cols; i += bs) online(f(to_f(xr[i]), mr == nullptr ? 0.0f : to_f(mr[i])), mu, su);
     }
     const float mx = row_max(fmaxf(mc, mu), partials);
@@ -199,87 +347,28 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
             store_vec(yr + u64(vi) * VEC, v);
         }
     }
-    if (vec) {
-        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
-            float v[VEC], m[VEC];
-            unpack16<T>(xv[vi], v);
-            mask_values(load_mask<VEC>(mr, u64(vi) * VEC), m);
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) v[j] = prob(EXT ? f(v[j], m[j]) : v[j]);
-            store_vec(yr + u64(vi) * VEC, v);
-        }
-    } else {
+    if (!vec) {
         for (u32 i = tid; i < cols; i += bs) yr[i] = from_f<T>(prob(f(to_f(xr[i]), mr == nullptr ? 0.0f : to_f(mr[i]))));
     }
-}
-
-// Vector loads a thread of the two-pass kernels issues before it uses them.
-constexpr int ROW_LOADS = 4;
-
-// The elements of a slice xs[0, len) (its mask ms, or none), each as v:
-// fn(i, v) with v a float[VEC] of the elements i .. i + VEC - 1 (16-byte
-// vectors: len a multiple of VEC and the pointers aligned), else a float[1]
-// of element i. ROW_LOADS vectors of x (and of the mask) a thread in flight.
-// A thread's fn writes only the elements it was handed.
-template <typename T, typename F>
-__device__ __forceinline__ void for_slice(const T* xs, const bf16* ms, u32 len, bool vec, const Transform& f, F fn) {
-    constexpr int VEC = VecOf<T>::N;
-    const u32 tid = threadIdx.x, bs = blockDim.x;
-    if (vec) {
-        const u32 nv = len / VEC;
-        const uint4* xv = reinterpret_cast<const uint4*>(xs);
-        for (u32 v0 = tid; v0 < nv; v0 += ROW_LOADS * bs) {
-            uint4 raw[ROW_LOADS];
-            MaskWords<VEC> mw[ROW_LOADS];
-#pragma unroll
-            for (int k = 0; k < ROW_LOADS; ++k) {
-                const u32 vi = v0 + u32(k) * bs;
-                if (vi < nv) {
-                    raw[k] = xv[vi];
-                    mw[k] = load_mask<VEC>(ms, u64(vi) * VEC);
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < ROW_LOADS; ++k) {
-                const u32 vi = v0 + u32(k) * bs;
-                if (vi < nv) {
-                    float v[VEC], m[VEC];
-                    unpack16<T>(raw[k], v);
-                    mask_values(mw[k], m);
-#pragma unroll
-                    for (int j = 0; j < VEC; ++j) v[j] = f(v[j], m[j]);
-                    fn(vi * VEC, v);
-                }
-            }
-        }
-    } else {
-        for (u32 i = tid; i < len; i += bs) {
-            float v[1] = {f(to_f(xs[i]), ms == nullptr ? 0.0f : to_f(ms[i]))};
-            fn(i, v);
-        }
-    }
-}
-
-// Whether a slice moves as vectors: whole vectors, x (and y) 16-byte
-// aligned, the mask aligned to its vector (2 * VEC bytes).
-template <typename T>
-__device__ __forceinline__ bool slice_vec(const T* xs, const T* ys, const bf16* ms, u32 len) {
-    constexpr int VEC = VecOf<T>::N;
-    return len % VEC == 0 && aligned16(xs) && aligned16(ys) && (reinterpret_cast<u64>(ms) & (2u * VEC - 1u)) == 0;
 }
 
 template <typename T>
 __device__ __forceinline__ void softmax_blocks(const T* x, const bf16* mask, float* partials, const SoftmaxBlocksParams* p) {
     extern __shared__ float red[];
+    constexpr int VEC = VecOf<T>::N;
     const u32 b = blockIdx.x, row = blockIdx.y, cols = p->cols;
     const u32 lo = b * p->slice;
     const u32 len = min(p->slice, cols - lo);
     const T* xs = x + u64(row) * cols + lo;
     const bf16* ms = p->seq_q == 0u ? nullptr : mask + u64(row % p->seq_q) * cols + lo;
+    const Transform f = transform_of(p->scale, p->softcap);
     float m = neg_inf(), s = 0.0f;
-    for_slice(xs, ms, len, slice_vec(xs, xs, ms, len), transform_of(p->scale, p->softcap), [&](u32, auto& v) {
-        for (float e : v) online(e, m, s);
-    });
+    auto fold = [&](u32, auto& v) { online_vec(v, m, s); };
+    if (slice_vec(xs, xs, ms, len)) {
+        for_slice_vec<T>(xs, ms, len / VEC, threadIdx.x, f, fold);
+    } else {
+        for_slice_scalar<T>(xs, ms, len, f, fold);
+    }
     const float mx = block_max(m, red);
     __syncthreads();
     const float total = block_sum(m == neg_inf() ? 0.0f : s * __expf(m - mx), red);
@@ -293,30 +382,34 @@ __device__ __forceinline__ void softmax_blocks(const T* x, const bf16* mask, flo
 template <typename T>
 __device__ __forceinline__ void softmax_finish(const T* x, const bf16* mask, const float* partials, T* y,
                                                const SoftmaxBlocksParams* p) {
-    extern __shared__ float red[];
     constexpr int VEC = VecOf<T>::N;
     // The reverse of softmax_blocks' order (see the header).
     const u32 b = p->n_blocks - 1u - blockIdx.x, row = gridDim.y - 1u - blockIdx.y, cols = p->cols;
-    const float* pr = partials + u64(row) * p->n_blocks * 2u;
     const u32 tid = threadIdx.x, bs = blockDim.x;
-    float m = neg_inf();
-    for (u32 i = tid; i < p->n_blocks; i += bs) m = fmaxf(m, pr[2u * i]);
-    const float mx = block_max(m, red);
-    __syncthreads();
-    float s = 0.0f;
-    for (u32 i = tid; i < p->n_blocks; i += bs) {
-        const float mi = pr[2u * i];
-        if (mi != neg_inf()) s += pr[2u * i + 1u] * __expf(mi - mx);
-    }
-    const float total = block_sum(s, red);
-    const bool empty = mx == neg_inf();
-    const float inv = empty ? 0.0f : 1.0f / total;
     const u32 lo = b * p->slice;
     const u32 len = min(p->slice, cols - lo);
     const T* xs = x + u64(row) * cols + lo;
     T* ys = y + u64(row) * cols + lo;
     const bf16* ms = p->seq_q == 0u ? nullptr : mask + u64(row % p->seq_q) * cols + lo;
-    for_slice(xs, ms, len, slice_vec(xs, ys, ms, len), transform_of(p->scale, p->softcap), [&](u32 i, auto& v) {
+    const Transform f = transform_of(p->scale, p->softcap);
+    const bool vec = slice_vec(xs, ys, ms, len);
+    const u32 nv = vec ? len / VEC : 0u;
+    // The slice's first loads go out before the row's pairs are read and merged.
+    SliceChunk<T> first;
+    first.load(xs, ms, nv, tid, bs);
+    // Every warp merges the row's pairs itself (no barrier): lanes fold
+    // pairs lane, lane + 32, ..., then the lanes' results by shuffles.
+    const float* pr = partials + u64(row) * p->n_blocks * 2u;
+    float mx = neg_inf(), total = 0.0f;
+    for (u32 i = tid & 31u; i < p->n_blocks; i += 32u) merge_pair(mx, total, pr[2u * i], pr[2u * i + 1u]);
+#pragma unroll
+    for (u32 o = 16; o > 0; o >>= 1) {
+        const float mo = __shfl_xor_sync(0xffffffffu, mx, o), so = __shfl_xor_sync(0xffffffffu, total, o);
+        merge_pair(mx, total, mo, so);
+    }
+    const bool empty = mx == neg_inf();
+    const float inv = empty ? 0.0f : 1.0f / total;
+    auto write = [&](u32 i, auto& v) {
         constexpr int N = sizeof(v) / sizeof(float);
 #pragma unroll
         for (int j = 0; j < N; ++j) v[j] = empty ? 0.0f : __expf(v[j] - mx) * inv;
@@ -325,24 +418,36 @@ __device__ __forceinline__ void softmax_finish(const T* x, const bf16* mask, con
         } else {
             ys[i] = from_f<T>(v[0]);
         }
-    });
+    };
+    if (vec) {
+        first.use(nv, tid, bs, f, write);
+        for_slice_vec<T>(xs, ms, nv, tid + ROW_LOADS * bs, f, write);
+    } else {
+        for_slice_scalar<T>(xs, ms, len, f, write);
+    }
 }
+
+// cap * tanh(x / cap) as the softcap kernels compute it: the division a
+// multiply by 1 / cap; tanh on the special unit for bf16 (its error under
+// half a bf16 ulp), CUDA's accurate tanhf for f16 and f32.
+template <typename T> __device__ __forceinline__ float cap_tanh(float x) { return tanhf(x); }
+template <> __device__ __forceinline__ float cap_tanh<bf16>(float x) { return tanh_approx(x); }
 
 template <typename T>
 __device__ __forceinline__ void softcap_vec(const T* x, T* y, const SoftcapParams* p) {
     constexpr int VEC = VecOf<T>::N;
     const u64 n = p->n_elements;
-    const float cap = p->cap;
+    const float cap = p->cap, inv = 1.0f / cap;
     const u64 first = (u64(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
     if (first >= n) return;
     if (first + VEC <= n && aligned16(x + first) && aligned16(y + first)) {
         float v[VEC];
         load_vec(x + first, v);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) v[j] = cap * tanhf(v[j] / cap);
+        for (int j = 0; j < VEC; ++j) v[j] = cap * cap_tanh<T>(v[j] * inv);
         store_vec(y + first, v);
     } else {
-        for (u64 i = first; i < n && i < first + VEC; ++i) y[i] = from_f<T>(cap * tanhf(to_f(x[i]) / cap));
+        for (u64 i = first; i < n && i < first + VEC; ++i) y[i] = from_f<T>(cap * cap_tanh<T>(to_f(x[i]) * inv));
     }
 }
 
@@ -350,13 +455,15 @@ __device__ __forceinline__ void softcap_vec(const T* x, T* y, const SoftcapParam
 
 // buffer(0) input [rows, cols], (1) output [rows, cols] (may be input),
 // (2) SoftmaxParams; threadgroup(0) one float per warp.
+// The 16-bit entries at most 40 registers: 6 blocks of 256 an SM (a row of
+// 8192, one wave of 792 rows), where 44 left 5.
 extern "C" __global__ void __launch_bounds__(1024) softmax_f32(const float* input, float* output, const SoftmaxParams* p) {
     softmax_row<float, false>(input, output, nullptr, u32(p->cols), 0u, transform_of(1.0f, 0.0f));
 }
-extern "C" __global__ void __launch_bounds__(1024) softmax_f16(const __half* input, __half* output, const SoftmaxParams* p) {
+extern "C" __global__ void MLXN_MAX_REGS(40) softmax_f16(const __half* input, __half* output, const SoftmaxParams* p) {
     softmax_row<__half, false>(input, output, nullptr, u32(p->cols), 0u, transform_of(1.0f, 0.0f));
 }
-extern "C" __global__ void __launch_bounds__(1024) softmax_bf16(const bf16* input, bf16* output, const SoftmaxParams* p) {
+extern "C" __global__ void MLXN_MAX_REGS(40) softmax_bf16(const bf16* input, bf16* output, const SoftmaxParams* p) {
     softmax_row<bf16, false>(input, output, nullptr, u32(p->cols), 0u, transform_of(1.0f, 0.0f));
 }
 

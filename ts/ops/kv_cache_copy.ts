@@ -327,7 +327,8 @@ function seqDispatch(kernel: string, buffers: Buffer[], p: KvCacheCopySeqParams,
     kernel, buffers, bytes,
     grid: [Math.ceil(p.headDim / tg), p.nHeads, p.nTokens],
     threads: [tg, 1, 1],
-    cuda: rowCopyLaunch(p.nTokens * p.nHeads, p.headDim, rowCopyUnit(dtypeSize(from), dtypeSize(to)), limits),
+    // The _kv_dual kernels take the K rows, then the V rows.
+    cuda: rowCopyLaunch((at === 4 ? 2 : 1) * p.nTokens * p.nHeads, p.headDim, rowCopyUnit(dtypeSize(from), dtypeSize(to)), limits),
   };
 }
 
@@ -378,8 +379,8 @@ export function planKvCacheCopySeq(a: KvCacheCopySeqArgs, limits: DeviceLimits, 
  * Kernels: <the seq kernel>_kv_dual. Bindings: 0 srcK, 1 srcV, 2 cacheK, 3
  * cacheV, then one u32 each: 4 nHeads, 5 headDim, 6 capacity, 7 seqPosStart,
  * 8 nTokens, 9 srcTokOffset.
- * Grid: as kvCacheCopySeq's (the CUDA twin's threads copy their K steps, then
- * their V steps). nTokens = 0 records nothing.
+ * Grid: as kvCacheCopySeq's; the CUDA twin's launch covers 2 * nTokens *
+ * nHeads rows (the K rows, then the V rows). nTokens = 0 records nothing.
  */
 export function kvCacheCopySeqDual(enc: Encoder, args: KvCacheCopySeqDualArgs): void {
   record(enc, planKvCacheCopySeqDual(args, enc.device.limits, enc.device));

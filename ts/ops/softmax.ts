@@ -115,16 +115,29 @@ export function packSoftmaxBlocksParams(p: { cols: number; seqQ: number; scale: 
   });
 }
 
-/** Elements of a slice of the two-pass form: SOFTMAX_SLICE, doubled until a row has at most SOFTMAX_MAX_SLICES. */
-export function softmaxSlice(cols: number): number {
+/**
+ * Threadgroups of the two-pass form enough to fill an H100 or H200 several
+ * times over (132 SMs, 4 to 8 resident each): slices grow while the grid
+ * keeps at least this many.
+ */
+export const SOFTMAX_FILL_SLICES = 1056;
+
+/**
+ * Elements of a slice of the two-pass form: SOFTMAX_SLICE, doubled until a
+ * row has at most SOFTMAX_MAX_SLICES, then doubled again while rows * the
+ * slices a row keep at least SOFTMAX_FILL_SLICES threadgroups (longer
+ * slices: fewer partials to merge and more loads in flight a threadgroup).
+ */
+export function softmaxSlice(cols: number, rows = 1): number {
   let slice = SOFTMAX_SLICE;
   while (Math.ceil(cols / slice) > SOFTMAX_MAX_SLICES) slice *= 2;
+  while (rows * Math.ceil(cols / (2 * slice)) >= SOFTMAX_FILL_SLICES) slice *= 2;
   return slice;
 }
 
-/** f32 elements of softmax's scratch: per row and slice, its (max, sum). */
+/** f32 elements of softmax's scratch: per row and slice (softmaxSlice(cols, rows)), its (max, sum). */
 export function softmaxScratchElements(rows: number, cols: number): number {
-  return checkedProduct('softmax', 'scratch elements', rows, Math.ceil(cols / softmaxSlice(cols)), 2);
+  return checkedProduct('softmax', 'scratch elements', rows, Math.ceil(cols / softmaxSlice(cols, rows)), 2);
 }
 
 /** True when the arguments need scale_mask_softmax (a scale, a softcap or a mask). */
@@ -198,7 +211,7 @@ export function softmaxThreadgroup(cols: number, limits: LaunchLimits): {
 
 /** Whether softmax runs its two-pass form for these arguments (see SoftmaxArgs.scratch). */
 export function softmaxTwoPass(a: Pick<SoftmaxArgs, 'rows' | 'cols' | 'scratch'>): boolean {
-  return a.scratch !== undefined && Math.ceil(a.cols / softmaxSlice(a.cols)) > 1 && a.rows <= SOFTMAX_TWO_PASS_MAX_ROWS &&
+  return a.scratch !== undefined && Math.ceil(a.cols / softmaxSlice(a.cols, a.rows)) > 1 && a.rows <= SOFTMAX_TWO_PASS_MAX_ROWS &&
     (a.rows < SOFTMAX_FILL_ROWS || a.cols > SOFTMAX_HELD_COLS);
 }
 
@@ -245,7 +258,7 @@ export function planSoftmax(a: SoftmaxArgs, limits: DeviceLimits, device?: Devic
   const scale = a.scale ?? 1;
   const softcap = a.softcap ?? 0;
   if (softmaxTwoPass(a)) {
-    const slice = softmaxSlice(a.cols);
+    const slice = softmaxSlice(a.cols, a.rows);
     const nBlocks = Math.ceil(a.cols / slice);
     const params = packSoftmaxBlocksParams({ cols: a.cols, seqQ, scale, softcap, slice, nBlocks });
     const threads = Math.min(SOFTMAX_BLOCK_THREADS, limits.maxThreadsPerThreadgroup);

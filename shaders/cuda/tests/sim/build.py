@@ -3,7 +3,7 @@
 # common.cuh without its inline-PTX helpers (sim_runtime.h defines them), the
 # family header, the family's kernels with their dynamic shared memory
 # declaration pointed at the simulated block's buffer.
-import re, sys
+import os, re, sys
 root = sys.argv[1]
 common = open(f'{root}/shaders/cuda/common.cuh').read()
 # Drop every function whose body holds inline PTX, and smem_addr.
@@ -31,7 +31,9 @@ out = '#include "sim_runtime.h"\n' + res + '\n'
 # Several families: each one's header and kernels in turn (their helpers live
 # in anonymous namespaces, so distinct names are all they need).
 for fam in sys.argv[2].split(','):
-    header = open(f'{root}/shaders/{fam}.h').read()
+    # A family without param structs (kv_cache_copy: scalars one per binding) has no header.
+    hp = f'{root}/shaders/{fam}.h'
+    header = open(hp).read() if os.path.exists(hp) else ''
     cu = open(f'{root}/shaders/cuda/{fam}.cu').read()
     cu = cu.replace('extern __shared__ __align__(16) unsigned char smem_raw[];', 'unsigned char* smem_raw = sim_dynamic_smem();')
     cu = cu.replace('extern __shared__ float partials[];', 'float* partials = reinterpret_cast<float*>(sim_dynamic_smem());')

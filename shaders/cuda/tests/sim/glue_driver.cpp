@@ -78,6 +78,7 @@ struct SoftmaxCase {
   u32 seq_q = 0;             // 0: no mask
   int masked = 0;            // 1: a causal mask plus a random bias; 2: row 0's first 2048 masked, row 1 all, row 2 all but one
   bool in_place = false;
+  u32 slice = 2048;          // the two-pass form's slice
 };
 
 std::vector<double> softmax_ref(const std::vector<double>& x, const std::vector<double>& mask, const SoftmaxCase& c) {
@@ -149,11 +150,11 @@ void run_scale_mask(const char* name, K kernel, SoftmaxCase c, SimDim grid, SimD
   check(label(name, c) + dims(grid, block), d.out(c), d.want, tol_of<T>());
 }
 
-// softmax_blocks_<t> then softmax_finish_<t>: slices of 2048, 256 threads (the op's plan).
+// softmax_blocks_<t> then softmax_finish_<t>: slices of c.slice, 256 threads (the op's plan).
 template <class T, class KB, class KF>
 void run_two_pass(const char* name, KB blocks, KF finish, SoftmaxCase c) {
   SoftmaxData<T> d(c);
-  const u32 slice = 2048, n_blocks = (c.cols + slice - 1) / slice;
+  const u32 slice = c.slice, n_blocks = (c.cols + slice - 1) / slice;
   Arr<float> partials(size_t(c.rows) * n_blocks * 2);
   partials.poison();
   SoftmaxBlocksParams p{c.cols, c.seq_q, c.scale, c.cap, slice, n_blocks};
@@ -211,6 +212,8 @@ int main() {
   run_scale_mask<__nv_bfloat16>("scale_mask_softmax_bf16", scale_mask_softmax_bf16, {32, 256, 0.125f, 30, 4, 1}, {1, 1, 1}, {8, 32, 1});
   run_scale_mask<__half>("scale_mask_softmax_f16 (rows past the held)", scale_mask_softmax_f16, {2, 5000, 0.5f, 0, 2, 1}, {2, 1, 1}, {32, 1, 1});
   run_scale_mask<float>("scale_mask_softmax_f32", scale_mask_softmax_f32, {3, 4100, 1, 0, 3, 2}, {3, 1, 1}, {160, 1, 1});
+  run_scale_mask<float>("scale_mask_softmax_f32 (rows past the held)", scale_mask_softmax_f32, {4, 6000, 0.125f, 30, 2, 1}, {4, 1, 1}, {32, 1, 1});
+  run_scale_mask<__nv_bfloat16>("scale_mask_softmax_bf16 (rows past the held)", scale_mask_softmax_bf16, {2, 4096, 0.5f, 20, 2, 1}, {2, 1, 1}, {32, 1, 1});
   run_scale_mask<float>("scale_mask_softmax_f32 (scalar)", scale_mask_softmax_f32, {4, 37, 2, 5, 2, 1}, {1, 1, 1}, {32, 4, 1});
   {
     SoftmaxCase c{4, 2048, 0.125f, 30, 2, 1};
@@ -227,6 +230,13 @@ int main() {
     SoftmaxCase c{2, 5000};
     c.in_place = true;
     run_two_pass<__nv_bfloat16>("softmax_blocks/finish_bf16", softmax_blocks_bf16, softmax_finish_bf16, c);
+  }
+  {
+    // Slices of 16384 (the op's longer slices for many rows): two chunks of
+    // ROW_LOADS vectors a thread, a short last slice, a causal mask.
+    SoftmaxCase c{4, 40000, 0.125f, 30, 2, 1};
+    c.slice = 16384;
+    run_two_pass<float>("softmax_blocks/finish_f32 (slices of 16384)", softmax_blocks_f32, softmax_finish_f32, c);
   }
 
   // gelu_<t>: the vector launch (blocks (T / 2, 2)) and the element launch of the rest.

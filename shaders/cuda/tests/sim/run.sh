@@ -5,6 +5,7 @@
 #          simulation's wgmma model, or with SIM_DEFINES=-DMLXN_SIM_NO_WGMMA
 #          on the mma.sync tiles a build without sm_90a runs)
 #   glue:  rms_norm, softmax and gelu at the op's CUDA launches (glue_driver.cpp)
+#   copy:  embedding and kv_cache_copy (copy_rows) at the op's launches (copy_driver.cpp)
 #   quantized_matmul: that family (quantized_matmul_driver.cpp)
 #   quantized_matmul_ggml: that family (quantized_matmul_ggml_driver.cpp)
 #   flash_attn_prefill: that family (flash_attn_prefill.sh runs its variants)
@@ -25,6 +26,7 @@ mkdir -p "$out"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 case "$family" in
   glue) families=rms_norm,softmax,gelu ;;
+  copy) families=embedding,kv_cache_copy ;;
   moe) families=moe_dispatch,quantized_matmul_id,dense_matmul_id,moe_weighted_reduce ;;
   *) families="$family" ;;
 esac
