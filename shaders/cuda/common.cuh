@@ -205,40 +205,6 @@ __device__ __forceinline__ float block_max(float v, float* partials) {
 #define MLXN_MAX_REGS(n) __launch_bounds__(1024)
 #endif
 
-// ---- L2 prefetch of the rows a later block reads ----
-
-// Asks L2 to fetch `bytes` at p (16-byte aligned, a multiple of 16) ahead
-// of its use, without holding registers (cp.async.bulk.prefetch.L2, sm_90);
-// elsewhere nothing.
-__device__ __forceinline__ void prefetch_l2(const void* p, u32 bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" :: "l"(p), "r"(bytes) : "memory");
-#endif
-}
-
-// SM identifiers of the device (%nsmid: the SM count, or a little more).
-__device__ __forceinline__ u32 sm_count() {
-    u32 r;
-    asm("mov.u32 %0, %%nsmid;\n" : "=r"(r));
-    return r;
-}
-
-// Row kernels whose blocks all do the same work start and finish in waves,
-// every resident block loading, then reducing, then storing at once, so DRAM
-// idles while they compute. The first thread of block b asks L2 for the
-// rows of block b + d (d = the SM count x half the blocks of this size an
-// SM holds by its thread limit: about a wave later), which the DRAM then
-// fetches during this wave's arithmetic. rows_bytes: the bytes of one
-// block's rows, contiguous from `base` (the first row of the grid).
-__device__ __forceinline__ void prefetch_later_rows(const void* base, u64 rows_bytes) {
-    if (threadIdx.x != 0 || threadIdx.y != 0 || !aligned16(base) || rows_bytes % 16u != 0 || rows_bytes >= (1ull << 32)) return;
-    const u32 block = blockDim.x * blockDim.y;
-    const u32 d = sm_count() * max(1u, 1024u / block);
-    const u64 later = u64(blockIdx.x) + d;
-    if (later >= gridDim.x) return;
-    prefetch_l2(reinterpret_cast<const unsigned char*>(base) + later * rows_bytes, u32(rows_bytes));
-}
-
 // Row kernels launch either one row per block, blockDim (n, 1), or rows of
 // L lanes, blockDim (L, R) with L a power of two up to 32 and R rows in a
 // block (short rows: no block barrier, R rows in flight; L * R a multiple of

@@ -21,9 +21,7 @@
 // any arithmetic, between the sum and the output: a row is read once when
 // dim <= 32 * (threads of the row); longer rows re-read the rest. Otherwise a
 // scalar path strides over the row. Each thread writes only the elements it
-// read, after the row's sum, so y may be x's buffer (in place). Vector rows
-// ask L2 for the rows of a block about a wave later (common.cuh
-// prefetch_later_rows), so that DRAM keeps busy while blocks compute.
+// read, after the row's sum, so y may be x's buffer (in place).
 
 namespace {
 
@@ -69,7 +67,6 @@ __device__ __forceinline__ void rms_norm_row(const T* x, const W* w, T* y, const
             const u32 vi = tid + u32(c) * bs;
             if (vi < nv) xc[c] = xv[vi];
         }
-        prefetch_later_rows(x, u64(blockDim.y) * dim * sizeof(T));
 #pragma unroll
         for (int c = 0; c < CACHE; ++c) {
             if (tid + u32(c) * bs < nv) {

@@ -26,9 +26,7 @@
 // a running maximum and a sum rescaled to it), once for the output. The
 // scalar path (other rows) streams element by element, online too. Each
 // thread writes only the elements it read, after the row's reductions, so
-// y may be x's buffer (in place). Rows held in registers ask L2 for the
-// rows of a block about a wave later (common.cuh prefetch_later_rows), so
-// that DRAM keeps busy while the resident blocks reduce and compute.
+// y may be x's buffer (in place).
 //
 // Two passes: grid (n_blocks, rows, 1) of any blockDim.x (the op uses 256),
 // dynamic shared memory of one float per warp. softmax_blocks_<t> writes
@@ -271,7 +269,6 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
         softmax_long_row<T, EXT>(xr, yr, mr, nv, f, partials);
         return;
     }
-    if (vec) prefetch_later_rows(x, u64(blockDim.y) * cols * sizeof(T));
     const uint4* xv = reinterpret_cast<const uint4*>(xr);
     // The held vectors: raw words, then (EXT) v and exp(v - mx) in vc.
     uint4 raw[CACHE];

@@ -243,10 +243,6 @@ inline float ex2_approx(float x) {
   return std::fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
 }
 
-// cp.async.bulk.prefetch.L2: a hint, nothing to simulate; %nsmid: an H100's 132.
-inline void prefetch_l2(const void*, unsigned) {}
-inline unsigned sm_count() { return 132; }
-
 // tanh.approx.f32: the exact tanh rounded to f32 (the hardware's error, up
 // to about 2^-11 relative, is not modelled).
 inline float tanh_approx(float x) { return std::tanh(x); }
