@@ -11,8 +11,7 @@
 //
 // Memory-bound: each thread takes VEC consecutive elements, VEC = 16 bytes
 // of the narrower of input and output (4 f32, 8 f16/bf16; 8 for a cast
-// from f32 to a 16-bit type, so its f32 side moves two 16-byte vectors; 16
-// for a cast from a 16-bit type to f32: two vectors read, four written),
+// between f32 and a 16-bit type, so its f32 side moves two 16-byte vectors),
 // grid (ceil(n / (256 * VEC)), 1, 1) blocks of 256 threads. A thread whose
 // VEC elements lie inside the array and whose pointers are 16-byte aligned
 // (every view is) moves them as 16-byte vectors; the last, partial group and
@@ -97,16 +96,9 @@ __device__ __forceinline__ void scale(const T* x, T* out, u64 n, float s) {
     }
 }
 
-// Elements a thread of cast_<from>_to_<to> takes: 16 bytes of the narrower
-// type, doubled for a widening cast (16-bit to f32: 32 bytes read, 64
-// written), whose threads would otherwise hold only 16 bytes of reads each.
-template <typename From, typename To> struct CastVec {
-    static constexpr int N = (VecOf<From>::N > VecOf<To>::N ? VecOf<From>::N : VecOf<To>::N) * (sizeof(From) < sizeof(To) ? 2 : 1);
-};
-
 template <typename From, typename To>
 __device__ __forceinline__ void convert(const From* x, To* out, u64 n) {
-    constexpr int VEC = CastVec<From, To>::N;
+    constexpr int VEC = VecOf<From>::N > VecOf<To>::N ? VecOf<From>::N : VecOf<To>::N;
     const u64 first = group_start<VEC>();
     if (first >= n) return;
     if (first + VEC <= n && aligned16(x + first) && aligned16(out + first)) {

@@ -317,15 +317,6 @@ export function planCast(a: CastArgs, limits: DeviceLimits, device?: Device): Op
     kernel: `cast_${a.input.dtype}_to_${a.output.dtype}`,
     buffers: [a.input, a.output],
     bytes: [, , packElementwiseParams({ n })],
-    ...elementwiseLaunch(n, castVector(a.input.dtype, a.output.dtype), limits),
+    ...elementwiseLaunch(n, elementwiseVector(a.input.dtype, a.output.dtype), limits),
   });
-}
-
-/**
- * Elements a CUDA thread of cast_<from>_to_<to> takes: elementwiseVector,
- * doubled for a cast from a 16-bit type to f32 (32 bytes read, 64 written a
- * thread: the reads in flight of a narrowing cast's threads).
- */
-export function castVector(from: DType, to: DType): number {
-  return elementwiseVector(from, to) * (dtypeSize(from) < dtypeSize(to) ? 2 : 1);
 }
