@@ -356,7 +356,8 @@ class DeviceFilled extends Checkpoint {
       const packed = t.shape[1]!, k = (packed * 32) / q.bits, groups = k / q.groupSize;
       const weight = this.alloc('u32', [n, packed]);
       this.fill.words(weight);
-      const scales = this.alloc('f32', [n, groups]), biases = this.alloc('f32', [n, groups]);
+      const d16 = this.keepsScales16([first.scales, first.biases!]) ? 'bf16' : 'f32';
+      const scales = this.alloc(d16, [n, groups]), biases = this.alloc(d16, [n, groups]);
       this.fill.floats(scales, this.initOf(first.scales));
       this.fill.floats(biases, this.initOf(first.biases!));
       return { kind: 'affine', weight, scales, biases, n, k, groupSize: q.groupSize, bits: q.bits };

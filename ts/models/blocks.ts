@@ -16,7 +16,7 @@ import { denseGateUpMmId, denseGateUpMvId, denseMmId, denseMvId } from '../ops/d
 import { cast } from '../ops/elementwise.ts';
 import { moeDispatchSort } from '../ops/moe_dispatch.ts';
 import { fusedMoeRoutingBatch } from '../ops/moe_routing.ts';
-import { affineQuantizedMatmul } from '../ops/quantized_matmul.ts';
+import { affineQuantizedMatmul, quantizedMatmulSimd } from '../ops/quantized_matmul.ts';
 import { invalid } from '../validate.ts';
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId, type GateActivation } from '../ops/quantized_matmul_id.ts';
 
@@ -57,13 +57,21 @@ const VECTOR_ROWS = 8;
  * y [m, n] f32 = x [m, k] f32 · W^T. f32 weights: dense_matmul. bf16: the
  * vector kernel (f32 inputs unrounded) for m <= 8, or for any m when
  * precision is 'exact' or k < 32; else the tensor kernel. f16: dense_matvec
- * row by row in the same cases, else the tensor kernel. Affine: the quantized
- * product (its vector form for m <= 8).
+ * row by row in the same cases, else the tensor kernel. Affine: with f32
+ * scales the f32 quantized product (its vector form for m <= 8), inputs as
+ * they are; with bf16 scales mlx-native's quantized_matmul_simd, which rounds
+ * the inputs to bf16.
  */
 export function linear(enc: Encoder, lin: Linear, x: Buffer, y: Buffer, m: number, precision: ProductPrecision = 'fast'): void {
   const { n, k } = lin;
   if (lin.kind === 'affine') {
-    affineQuantizedMatmul(enc, { x, weight: lin.weight, scales: lin.scales, biases: lin.biases, output: y, m, n, k, groupSize: lin.groupSize, bits: lin.bits });
+    if (lin.scales.dtype === 'bf16') {
+      // bf16 scales (Checkpoint.affineScales16, the 'fast' precision): mlx-native's product of f32 rows, rounded to
+      // bf16 on the way in (tensor cores on cuda).
+      quantizedMatmulSimd(enc, { input: x, weight: lin.weight, scales: lin.scales, biases: lin.biases, output: y, m, n, k, groupSize: lin.groupSize, bits: lin.bits });
+    } else {
+      affineQuantizedMatmul(enc, { x, weight: lin.weight, scales: lin.scales, biases: lin.biases, output: y, m, n, k, groupSize: lin.groupSize, bits: lin.bits });
+    }
     return;
   }
   const w = lin.weight;

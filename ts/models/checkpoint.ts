@@ -29,6 +29,14 @@ export interface AffineQuantization {
 /** The uploads of one model, released together. */
 export class Checkpoint {
   private readonly owned: Buffer[] = [];
+  /**
+   * Whether MLX affine layers keep scales and biases stored as BF16 in bf16
+   * (their products then round the f32 activations to bf16, as MLX runs a
+   * bf16 model) rather than widened to f32 (products of the f32 activations
+   * as they are, on slower kernels). A model with the 'fast' precision sets it
+   * before it loads its layers; weights widened to f32 never keep them.
+   */
+  affineScales16 = false;
   constructor(
     readonly source: WeightSource,
     readonly device: Device,
@@ -144,14 +152,26 @@ export class Checkpoint {
       const k = (packed * 32) / q.bits;
       const groups = k / q.groupSize;
       const w = this.uploadRows(this.rawRows(parts.map((p) => ({ name: p.ref.name, rows: p.rows }))), packed);
-      const scales = this.f32Rows(parts.map((p) => ({ name: p.ref.scales!, rows: p.rows })), groups);
-      const biases = this.f32Rows(parts.map((p) => ({ name: p.ref.biases!, rows: p.rows })), groups);
+      const scaleParts = parts.map((p) => ({ ref: p.ref.scales!, rows: p.rows }));
+      const biasParts = parts.map((p) => ({ ref: p.ref.biases!, rows: p.rows }));
+      if (this.keepsScales16([...scaleParts, ...biasParts].map((p) => p.ref))) {
+        const scales16 = this.uploadRows(this.rowsOf(scaleParts, groups), groups, false);
+        const biases16 = this.uploadRows(this.rowsOf(biasParts, groups), groups, false);
+        return { kind: 'affine', weight: w, scales: scales16, biases: biases16, n: w.shape[0]!, k, groupSize: q.groupSize, bits: q.bits };
+      }
+      const scales = this.f32Rows(scaleParts.map((p) => ({ name: p.ref, rows: p.rows })), groups);
+      const biases = this.f32Rows(biasParts.map((p) => ({ name: p.ref, rows: p.rows })), groups);
       return { kind: 'affine', weight: w, scales, biases, n: w.shape[0]!, k, groupSize: q.groupSize, bits: q.bits };
     }
     const k = t.shape[t.shape.length - 1]!;
     const single = parts.length === 1 && parts[0]!.rows === undefined;
     const weight = single ? this.tensor(first, [t.elementCount / k, k]) : this.uploadRows(this.rowsOf(parts, k), k);
     return { kind: 'dense', weight, n: weight.shape[0]!, k };
+  }
+
+  /** Whether an affine layer's scale and bias tensors stay bf16 (affineScales16, all of them stored as BF16). */
+  protected keepsScales16(names: readonly string[]): boolean {
+    return this.affineScales16 && this.dtype === 'stored' && names.every((n) => this.source.info(n).dtype === 'BF16');
   }
 
   /** A dense f32 linear layer from host values [n, k]. */

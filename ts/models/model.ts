@@ -76,6 +76,7 @@ export abstract class CausalLM {
     if (!Number.isSafeInteger(this.maxContext) || this.maxContext <= 0) throw invalid('loadModel', 'opts.maxContext', 'a positive integer', opts.maxContext);
     this.precision = opts.precision ?? 'fast';
     if (this.precision !== 'fast' && this.precision !== 'exact') throw invalid('loadModel', 'opts.precision', "'fast' or 'exact'", this.precision);
+    ckpt.affineScales16 = this.precision === 'fast';
     this.prefillAttention = opts.prefillAttention ?? 'flash';
     if (this.prefillAttention !== 'flash' && this.prefillAttention !== 'vector') {
       throw invalid('loadModel', 'opts.prefillAttention', "'flash' or 'vector'", this.prefillAttention);
