@@ -23,7 +23,8 @@
 //     16-byte units (from the row's address rounded down to 16 bytes), the
 //     next two windows' copies in flight while it computes one. Lane (g, t) =
 //     (lane / 4, lane % 4) decodes 64 values (two chunks) of rows g and g + 8
-//     from the stage as bf16 pairs; x (tokens as the mma's n = 8, up to 8 at
+//     from the stage as bf16 pairs (Q4_K from a 16-byte aligned weight: its
+//     bytes of a row's super-block in three 16-byte loads, kq_load); x (tokens as the mma's n = 8, up to 8 at
 //     a time) is read as float4 and rounded to bf16; mma.sync m16n8k16 with
 //     f32 accumulators. Any order of k works where A and B agree: lane t's
 //     four k positions of each mma are values 4j .. 4j + 3 of its own 16.
@@ -160,6 +161,50 @@ template <> __device__ __forceinline__ void raw_load<GGML_Q6_K>(const unsigned c
     r.sh_hi = 2 * p;
 }
 
+// A Q4_K super-block (144 bytes) is whole 16-byte units: where the weight
+// is 16-byte aligned, so is every super-block in a stage, and a lane reads
+// its share of one with three 16-byte shared loads (kq_load) instead of
+// raw_load's scalar ones, and decodes it from registers (kq_raw): the header
+// (d, dmin, scales[12]) and the 32 quant bytes of its two sub-blocks.
+struct KqRegs {
+    uint4 hd, qs[2];
+};
+
+// Lane t's bytes of the super-block at p (16-byte aligned shared memory):
+// sub-blocks 2t and 2t + 1 share quant bytes 32t .. 32t + 31.
+__device__ __forceinline__ void kq_load(const unsigned char* p, u32 t, KqRegs& k) {
+    const uint4* v = reinterpret_cast<const uint4*>(p);
+    k.hd = v[0];
+    k.qs[0] = v[1u + 2u * t];
+    k.qs[1] = v[2u + 2u * t];
+}
+
+// raw_load<GGML_Q4_K>'s chunk s (sub-block s of the super-block) from kq_load's registers.
+__device__ __forceinline__ void kq_raw(const KqRegs& k, u32 s, GgmlRaw& r) {
+    const u32 sh = 8u * (s & 3u);
+    const u32 lo = (k.hd.y >> sh) & 0xFFu, mid = (k.hd.z >> sh) & 0xFFu, hi = (k.hd.w >> sh) & 0xFFu;
+    float sc, m;
+    if (s < 4) {
+        sc = float(lo & 63u);
+        m = float(mid & 63u);
+    } else {
+        sc = float((hi & 0xFu) | ((lo >> 6) << 4));
+        m = float((hi >> 4) | ((mid >> 6) << 4));
+    }
+    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(k.hd.x & 0xFFFFu)));
+    const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(k.hd.x >> 16)));
+    r.a[0] = r.a[1] = d * sc;
+    r.b[0] = r.b[1] = -dmin * m;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        r.q[4 * i] = k.qs[i].x;
+        r.q[4 * i + 1] = k.qs[i].y;
+        r.q[4 * i + 2] = k.qs[i].z;
+        r.q[4 * i + 3] = k.qs[i].w;
+    }
+    r.sh_lo = 4u * (s % 2u);
+}
+
 // Half `half` of a chunk: its 16 q, four to a word (value 4i + k in byte k of qb[i]).
 template <int F> __device__ __forceinline__ void unpack16(const GgmlRaw& r, u32 half, u32 (&qb)[4]) {
 #pragma unroll
@@ -280,6 +325,7 @@ __device__ __forceinline__ void gmv(const unsigned char* w, const float* x, floa
     const bool xvec = aligned16(x) && x_row % 4u == 0;
     // The row of each lane's two rows inside a window: its address's offset from 16.
     const u64 wbase = reinterpret_cast<u64>(w);
+    const bool wvec = (wbase & 15u) == 0;
     for (u32 m0 = 0; m0 < M; m0 += 8u) {
         const u32 tok = min(m0 + g, M - 1u);
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -301,12 +347,25 @@ __device__ __forceinline__ void gmv(const unsigned char* w, const float* x, floa
             const u32 ra = min(row0 + g, N - 1u) - row0, rbw = min(row0 + g + 8u, N - 1u) - row0;
             const unsigned char* pa = st + ra * SP + ((wbase + u64(row0 + ra) * rb + off) & 15u);
             const unsigned char* pb = st + rbw * SP + ((wbase + u64(row0 + rbw) * rb + off) & 15u);
+            // Q4_K in whole 16-byte units: the lane's bytes of both rows' super-block in 16-byte loads (Q5_K's
+            // qh held beside them spills, so Q5_K keeps raw_load).
+            constexpr bool KQ = F == GGML_Q4_K;
+            KqRegs ka, kb;
+            if constexpr (KQ) {
+                if (wvec) {
+                    kq_load(pa, t, ka);
+                    kq_load(pb, t, kb);
+                }
+            }
 #pragma unroll
             for (u32 cc = 0; cc < 2; ++cc) {
                 const u32 c = 2u * t + cc;  // chunk of 32 within the window
                 const bool live = v0 + 32u * c < K;
                 GgmlRaw wa, wb;
-                if (live) {
+                if (KQ && wvec) {
+                    kq_raw(ka, c, wa);
+                    kq_raw(kb, c, wb);
+                } else if (live) {
                     raw_load<F>(pa, c, wa);
                     raw_load<F>(pb, c, wb);
                 }

@@ -83,18 +83,19 @@ void report(bool ok, const std::string& what, double err, double tol) {
 }
 
 // y = x W^T through kernel_mul_mv_<t>_f32 (vector) or kernel_mul_mm_<t>_f32
-// (matrix), the weight 16-byte aligned (as views and allocations are).
+// (matrix), the weight 16-byte aligned (as views and allocations are) plus
+// `shift` bytes.
 template <class MV, class MM>
-void run_matmul(int f, MV mv, MM mm, bool matrix, u32 M, u32 N, u32 K, bool big_tile = true) {
+void run_matmul(int f, MV mv, MM mm, bool matrix, u32 M, u32 N, u32 K, bool big_tile = true, u32 shift = 0) {
   const u64 rb = u64(K) / qk_of(f) * bytes_of(f);
-  std::vector<unsigned char> wraw(N * rb + 16);
-  unsigned char* w = wraw.data() + ((16 - (reinterpret_cast<uintptr_t>(wraw.data()) & 15)) & 15);
+  std::vector<unsigned char> wraw(N * rb + 16 + shift);
+  unsigned char* w = wraw.data() + ((16 - (reinterpret_cast<uintptr_t>(wraw.data()) & 15)) & 15) + shift;
   random_blocks(f, w, size_t(N) * K / qk_of(f));
   Arr<float> x(size_t(M) * K), y(size_t(M) * N);
   x.random();
   y.poison();
   const std::string what = std::string(matrix ? "mm " : "mv ") + fmt_name(f) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
-                           " K=" + std::to_string(K);
+                           " K=" + std::to_string(K) + (shift ? " weight +" + std::to_string(shift) : "");
   if (!matrix) {
     GgmlMatvecParams p{K, N, 1, K, 1, N, M, 1, 1};
     const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
@@ -186,6 +187,9 @@ int main(int argc, char** argv) {
     /* Rows 2-byte aligned where the format's rows can be (9 Q4_0 / Q8_0 blocks, one Q6_K super-block). */ \
     if (F == Q4_0 || F == Q8_0 || F == Q6_K)                                                                  \
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 3, 7, kb == 32 ? 288 : 256);     \
+    /* Q4_K's weight only 4-byte aligned: raw_load's scalar reads of the stage rather than kq_load's. */   \
+    if (F == Q4_K)                                                                                            \
+      run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 2, 19, 3 * 256, true, 4);        \
     /* The matrix engine, 64 x 128 tiles: partial tiles. */                                                  \
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 70, 130, 256);                      \
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 9, 7, 2 * kb);                      \
