@@ -24,7 +24,8 @@
 //     next two windows' copies in flight while it computes one. Lane (g, t) =
 //     (lane / 4, lane % 4) decodes 64 values (two chunks) of rows g and g + 8
 //     from the stage as bf16 pairs (Q4_K from a 16-byte aligned weight: its
-//     bytes of a row's super-block in three 16-byte loads, kq_load); x (tokens as the mma's n = 8, up to 8 at
+//     bytes of a row's super-block in three 16-byte loads, kq_load; Q8_0
+//     from word-aligned rows in word loads, q8_raw); x (tokens as the mma's n = 8, up to 8 at
 //     a time) is read as float4 and rounded to bf16; mma.sync m16n8k16 with
 //     f32 accumulators. Any order of k works where A and B agree: lane t's
 //     four k positions of each mma are values 4j .. 4j + 3 of its own 16.
@@ -205,6 +206,24 @@ __device__ __forceinline__ void kq_raw(const KqRegs& k, u32 s, GgmlRaw& r) {
     r.sh_lo = 4u * (s % 2u);
 }
 
+// A lane's two Q8_0 chunks (blocks 2t and 2t + 1 of a window, 68 bytes) sit
+// at a 4-byte aligned offset of the stage row where the row's bytes do
+// (the weight 4-byte aligned and K / 32 even): q8_raw reads one chunk with
+// nine word loads (and a byte_perm for the even block's quant bytes,
+// which start 2 bytes into a word) instead of raw_load's 17 two-byte ones.
+// p: the lane's 68 bytes; cc: which of its two blocks.
+__device__ __forceinline__ void q8_raw(const unsigned char* p, u32 cc, GgmlRaw& r) {
+    const u32* v = reinterpret_cast<const u32*>(p) + 8u * cc;
+    u32 wd[9];
+#pragma unroll
+    for (int i = 0; i < 9; ++i) wd[i] = v[i];
+    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(cc ? wd[0] >> 16 : wd[0] & 0xFFFFu)));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) r.q[i] = (cc ? wd[i + 1] : __byte_perm(wd[i], wd[i + 1], 0x5432u)) ^ 0x80808080u;
+    r.a[0] = r.a[1] = d;
+    r.b[0] = r.b[1] = -128.0f * d;
+}
+
 // Half `half` of a chunk: its 16 q, four to a word (value 4i + k in byte k of qb[i]).
 template <int F> __device__ __forceinline__ void unpack16(const GgmlRaw& r, u32 half, u32 (&qb)[4]) {
 #pragma unroll
@@ -326,6 +345,7 @@ __device__ __forceinline__ void gmv(const unsigned char* w, const float* x, floa
     // The row of each lane's two rows inside a window: its address's offset from 16.
     const u64 wbase = reinterpret_cast<u64>(w);
     const bool wvec = (wbase & 15u) == 0;
+    const bool w4 = (wbase & 3u) == 0 && rb % 4u == 0;
     for (u32 m0 = 0; m0 < M; m0 += 8u) {
         const u32 tok = min(m0 + g, M - 1u);
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -365,6 +385,9 @@ __device__ __forceinline__ void gmv(const unsigned char* w, const float* x, floa
                 if (KQ && wvec) {
                     kq_raw(ka, c, wa);
                     kq_raw(kb, c, wb);
+                } else if (F == GGML_Q8_0 && w4 && live) {
+                    q8_raw(pa + 68u * t, cc, wa);
+                    q8_raw(pb + 68u * t, cc, wb);
                 } else if (live) {
                     raw_load<F>(pa, c, wa);
                     raw_load<F>(pb, c, wb);

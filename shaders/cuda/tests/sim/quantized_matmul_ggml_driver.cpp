@@ -190,6 +190,9 @@ int main(int argc, char** argv) {
     /* Q4_K's weight only 4-byte aligned: raw_load's scalar reads of the stage rather than kq_load's. */   \
     if (F == Q4_K)                                                                                            \
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 2, 19, 3 * 256, true, 4);        \
+    /* Q8_0 with K / 32 even (q8_raw's word reads) and a partial last window. */                            \
+    if (F == Q8_0)                                                                                            \
+      run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 2, 21, 5 * 256 + 64);            \
     /* The matrix engine, 64 x 128 tiles: partial tiles. */                                                  \
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 70, 130, 256);                      \
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 9, 7, 2 * kb);                      \
