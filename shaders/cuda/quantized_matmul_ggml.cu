@@ -25,7 +25,8 @@
 //     (lane / 4, lane % 4) decodes 64 values (two chunks) of rows g and g + 8
 //     from the stage as bf16 pairs (Q4_K from a 16-byte aligned weight: its
 //     bytes of a row's super-block in three 16-byte loads, kq_load; Q8_0
-//     from word-aligned rows in word loads, q8_raw); x (tokens as the mma's n = 8, up to 8 at
+//     from word-aligned rows in word loads, q8_raw; Q6_K in word loads
+//     realigned by byte_perm, q6_raw); x (tokens as the mma's n = 8, up to 8 at
 //     a time) is read as float4 and rounded to bf16; mma.sync m16n8k16 with
 //     f32 accumulators. Any order of k works where A and B agree: lane t's
 //     four k positions of each mma are values 4j .. 4j + 3 of its own 16.
@@ -224,6 +225,34 @@ __device__ __forceinline__ void q8_raw(const unsigned char* p, u32 cc, GgmlRaw& 
     r.b[0] = r.b[1] = -128.0f * d;
 }
 
+// Q6_K's 210-byte super-blocks leave a stage row 2-byte aligned. q6_raw
+// reads chunk c's 32 ql and 32 qh bytes as nine words each from the word
+// below them and realigns them with one byte_perm a word (a runtime
+// selector: the identity where they are word-aligned), instead of
+// raw_load's two two-byte loads a word; the scales and d as raw_load.
+__device__ __forceinline__ void q6_words(const unsigned char* p, u32 sel, u32 (&out)[8]) {
+    const u32* v = reinterpret_cast<const u32*>(reinterpret_cast<u64>(p) & ~u64(3));
+    u32 wd[9];
+#pragma unroll
+    for (int i = 0; i < 9; ++i) wd[i] = v[i];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = __byte_perm(wd[i], wd[i + 1], sel);
+}
+__device__ __forceinline__ void q6_raw(const unsigned char* b, u32 c, GgmlRaw& r) {
+    const u32 hh = c / 4, p = c % 4;
+    const u32 sel = (reinterpret_cast<u64>(b) & 2u) ? 0x5432u : 0x3210u;
+    const float d = f16_at(b + 208);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        r.a[i] = d * float(static_cast<signed char>(b[192 + 2 * c + i]));
+        r.b[i] = -32.0f * r.a[i];
+    }
+    q6_words(b + 64 * hh + 32 * (p % 2), sel, r.q);
+    q6_words(b + 128 + 32 * hh, sel, r.h);
+    r.sh_lo = 4 * (p / 2);
+    r.sh_hi = 2 * p;
+}
+
 // Half `half` of a chunk: its 16 q, four to a word (value 4i + k in byte k of qb[i]).
 template <int F> __device__ __forceinline__ void unpack16(const GgmlRaw& r, u32 half, u32 (&qb)[4]) {
 #pragma unroll
@@ -388,6 +417,9 @@ __device__ __forceinline__ void gmv(const unsigned char* w, const float* x, floa
                 } else if (F == GGML_Q8_0 && w4 && live) {
                     q8_raw(pa + 68u * t, cc, wa);
                     q8_raw(pb + 68u * t, cc, wb);
+                } else if (F == GGML_Q6_K) {
+                    q6_raw(pa, c, wa);
+                    q6_raw(pb, c, wb);
                 } else if (live) {
                     raw_load<F>(pa, c, wa);
                     raw_load<F>(pb, c, wb);
