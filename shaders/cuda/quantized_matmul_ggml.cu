@@ -24,8 +24,8 @@
 //     next two windows' copies in flight while it computes one. Lane (g, t) =
 //     (lane / 4, lane % 4) decodes 64 values (two chunks) of rows g and g + 8
 //     from the stage as bf16 pairs (Q4_K from a 16-byte aligned weight: its
-//     bytes of a row's super-block in three 16-byte loads, kq_load; Q8_0
-//     from word-aligned rows in word loads, q8_raw; Q6_K in word loads
+//     bytes of a row's super-block in three 16-byte loads, kq_load; Q4_0
+//     and Q8_0 from word-aligned rows in word loads, qs_raw; Q6_K in word loads
 //     realigned by byte_perm, q6_raw); x (tokens as the mma's n = 8, up to 8 at
 //     a time) is read as float4 and rounded to bf16; mma.sync m16n8k16 with
 //     f32 accumulators. Any order of k works where A and B agree: lane t's
@@ -207,22 +207,27 @@ __device__ __forceinline__ void kq_raw(const KqRegs& k, u32 s, GgmlRaw& r) {
     r.sh_lo = 4u * (s % 2u);
 }
 
-// A lane's two Q8_0 chunks (blocks 2t and 2t + 1 of a window, 68 bytes) sit
-// at a 4-byte aligned offset of the stage row where the row's bytes do
-// (the weight 4-byte aligned and K / 32 even): q8_raw reads one chunk with
-// nine word loads (and a byte_perm for the even block's quant bytes,
-// which start 2 bytes into a word) instead of raw_load's 17 two-byte ones.
-// p: the lane's 68 bytes; cc: which of its two blocks.
-__device__ __forceinline__ void q8_raw(const unsigned char* p, u32 cc, GgmlRaw& r) {
-    const u32* v = reinterpret_cast<const u32*>(p) + 8u * cc;
-    u32 wd[9];
+// A lane's two Q4_0 / Q8_0 chunks (blocks 2t and 2t + 1 of a window, 36 /
+// 68 bytes) sit at a 4-byte aligned offset of the stage row where the row's
+// bytes do (the weight 4-byte aligned and K / 32 even): qs_raw reads one
+// chunk with 5 / 9 word loads (and a byte_perm for the even block's quant
+// bytes, which start 2 bytes into a word) instead of raw_load's 9 / 17
+// two-byte ones. p: the lane's bytes; cc: which of its two blocks.
+template <int F>
+__device__ __forceinline__ void qs_raw(const unsigned char* p, u32 cc, GgmlRaw& r) {
+    constexpr int NQ = F == GGML_Q8_0 ? 8 : 4;  // quant words a block
+    const u32* v = reinterpret_cast<const u32*>(p) + NQ * cc;
+    u32 wd[NQ + 1];
 #pragma unroll
-    for (int i = 0; i < 9; ++i) wd[i] = v[i];
+    for (int i = 0; i <= NQ; ++i) wd[i] = v[i];
     const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(cc ? wd[0] >> 16 : wd[0] & 0xFFFFu)));
 #pragma unroll
-    for (int i = 0; i < 8; ++i) r.q[i] = (cc ? wd[i + 1] : __byte_perm(wd[i], wd[i + 1], 0x5432u)) ^ 0x80808080u;
+    for (int i = 0; i < NQ; ++i) {
+        const u32 q = cc ? wd[i + 1] : __byte_perm(wd[i], wd[i + 1], 0x5432u);
+        r.q[i] = F == GGML_Q8_0 ? q ^ 0x80808080u : q;
+    }
     r.a[0] = r.a[1] = d;
-    r.b[0] = r.b[1] = -128.0f * d;
+    r.b[0] = r.b[1] = (F == GGML_Q8_0 ? -128.0f : -8.0f) * d;
 }
 
 // Q6_K's 210-byte super-blocks leave a stage row 2-byte aligned. q6_raw
@@ -414,9 +419,10 @@ __device__ __forceinline__ void gmv(const unsigned char* w, const float* x, floa
                 if (KQ && wvec) {
                     kq_raw(ka, c, wa);
                     kq_raw(kb, c, wb);
-                } else if (F == GGML_Q8_0 && w4 && live) {
-                    q8_raw(pa + 68u * t, cc, wa);
-                    q8_raw(pb + 68u * t, cc, wb);
+                } else if ((F == GGML_Q4_0 || F == GGML_Q8_0) && w4 && live) {
+                    constexpr u32 PAIR = 2u * GgmlFmt<F>::BYTES;
+                    qs_raw<F>(pa + PAIR * t, cc, wa);
+                    qs_raw<F>(pb + PAIR * t, cc, wb);
                 } else if (F == GGML_Q6_K) {
                     q6_raw(pa, c, wa);
                     q6_raw(pb, c, wb);

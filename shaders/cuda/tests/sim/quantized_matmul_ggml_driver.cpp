@@ -5,7 +5,9 @@
 // ts/ops/quantized_matmul_ggml.ts (ggmlMatmulCudaLaunch and the rows launch,
 // written out again below): the vector engine (one token to 8 and past 8,
 // partial windows of Q4_0 / Q8_0, rows past N, rows whose bytes are not
-// 16-byte aligned, the weight's last bytes), the matrix engine in both tile
+// 16-byte aligned, the weight's last bytes; each format's stage reads:
+// kq_load and raw_load for Q4_K, qs_raw and raw_load for Q4_0 / Q8_0,
+// q6_raw at both word alignments), the matrix engine in both tile
 // shapes, dequantization to f32, f16 and bf16, and embedding rows (a bad id
 // clamped, a scale). Blocks are random bytes with their f16 scales set to
 // small values. Products: |got - want| / sum |x w| under bf16's 1e-2 (the
@@ -190,8 +192,8 @@ int main(int argc, char** argv) {
     /* Q4_K's weight only 4-byte aligned: raw_load's scalar reads of the stage rather than kq_load's. */   \
     if (F == Q4_K)                                                                                            \
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 2, 19, 3 * 256, true, 4);        \
-    /* Q8_0 with K / 32 even (q8_raw's word reads) and a partial last window. */                            \
-    if (F == Q8_0)                                                                                            \
+    /* Q4_0 / Q8_0 with K / 32 even (qs_raw's word reads) and a partial last window. */                         \
+    if (F == Q4_0 || F == Q8_0)                                                                              \
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 2, 21, 5 * 256 + 64);            \
     /* The matrix engine, 64 x 128 tiles: partial tiles. */                                                  \
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 70, 130, 256);                      \
