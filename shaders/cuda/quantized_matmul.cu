@@ -28,9 +28,10 @@
 //     registers), the weight chunk of each tile row loaded into registers a
 //     stage ahead and dequantized into the stage after the step's mmas
 //     (natural order, for ldmatrix); mma.sync with f32 accumulators.
-//   simt (quantized_mv_f32, quantized_mm_f32): 256 threads over 8 rows,
-//     chunks dequantized exactly in f32, tokens 8 at a time, the weight
-//     re-read (from L2) for each 8 tokens.
+//   simt (quantized_mv_f32, quantized_mm_f32): 256 threads over 4 rows,
+//     chunks dequantized exactly in f32, tokens 4 at a time, the weight
+//     re-read (from L2) for each 4 tokens; 2 blocks an SM (128 registers:
+//     with 8 tokens at a time the accumulators took 174, one block an SM).
 //   any (mlx-native's layouts other than MLX's, or unaligned operands): a
 //     thread per output, values decoded one at a time.
 
@@ -338,12 +339,12 @@ __device__ __forceinline__ void qmm(const TX* x, const unsigned char* w, const T
 // ---- the f32 engine ----
 
 constexpr u32 QS_ROWS = 4;  // weight rows per block (ts: QUANTIZED_SIMT_CUDA_ROWS)
-constexpr u32 QS_TOKENS = 8;
+constexpr u32 QS_TOKENS = 4;
 
-// Rows row0 .. row0 + 3 of w against every row of x, 8 at a time: thread i
+// Rows row0 .. row0 + 3 of w against every row of x, 4 at a time: thread i
 // takes chunks i, i + 256, ...; each chunk's q exact in f32 (2^23 + q minus
 // 2^23), sums scale * sum(q x) + bias * sum(x); a warp sum, then the warps'
-// through shared memory (8 warps x 32 floats).
+// through shared memory (8 warps x 16 floats).
 template <int BITS>
 __device__ __forceinline__ void qmv_f32(const float* x, const unsigned char* w, const float* sc, const float* bi, float* y, u32 M, u32 N,
                                         u32 K, u32 gs, u32 row0) {
@@ -518,7 +519,7 @@ __device__ __forceinline__ void affine_entry(const T* x, const unsigned int* wei
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256) quantized_mv_f32(const float* x, const unsigned int* weight, const float* scales,
+extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_f32(const float* x, const unsigned int* weight, const float* scales,
                                                                    const float* biases, float* y, const QuantizedMatmulParams* params) {
     affine_entry(x, weight, scales, biases, y, params, false);
 }
@@ -530,7 +531,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_bf16(const bf1
                                                                     const bf16* biases, bf16* y, const QuantizedMatmulParams* params) {
     affine_entry(x, weight, scales, biases, y, params, false);
 }
-extern "C" __global__ void __launch_bounds__(256) quantized_mm_f32(const float* x, const unsigned int* weight, const float* scales,
+extern "C" __global__ void __launch_bounds__(256, 2) quantized_mm_f32(const float* x, const unsigned int* weight, const float* scales,
                                                                    const float* biases, float* y, const QuantizedMatmulParams* params) {
     affine_entry(x, weight, scales, biases, y, params, true);
 }

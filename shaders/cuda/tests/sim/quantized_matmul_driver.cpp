@@ -56,7 +56,7 @@ void launch(Engine e, u32 M, u32 N, K&& body) {
       sim_launch({cdiv(N, bn) * cdiv(M, bm), 1, 1}, {big ? 256u : 128u, 1, 1}, 4 * (bm + bn) * 40 * 2, body);
       break;
     }
-    case SIMT: sim_launch({cdiv(N, 4), 1, 1}, {256, 1, 1}, 1024, body); break;
+    case SIMT: sim_launch({cdiv(N, 4), 1, 1}, {256, 1, 1}, 512, body); break;
     case ANY: sim_launch({std::min(cdiv(u64(M) * N, 256), 65536u), 1, 1}, {256, 1, 1}, 0, body); break;
   }
 }
