@@ -23,8 +23,8 @@
 //     16-byte units (from the row's address rounded down to 16 bytes), the
 //     next two windows' copies in flight while it computes one. Lane (g, t) =
 //     (lane / 4, lane % 4) decodes 64 values (two chunks) of rows g and g + 8
-//     from the stage as bf16 pairs (Q4_K from a 16-byte aligned weight: its
-//     bytes of a row's super-block in three 16-byte loads, kq_load; Q4_0
+//     from the stage as bf16 pairs (Q4_K / Q5_K from a 16-byte aligned
+//     weight: its bytes of a row's super-block in 16-byte loads, kq_load; Q4_0
 //     and Q8_0 from word-aligned rows in word loads, qs_raw; Q6_K in word loads
 //     realigned by byte_perm, q6_raw); x (tokens as the mma's n = 8, up to 8 at
 //     a time) is read as float4 and rounded to bf16; mma.sync m16n8k16 with
@@ -163,25 +163,44 @@ template <> __device__ __forceinline__ void raw_load<GGML_Q6_K>(const unsigned c
     r.sh_hi = 2 * p;
 }
 
-// A Q4_K super-block (144 bytes) is whole 16-byte units: where the weight
-// is 16-byte aligned, so is every super-block in a stage, and a lane reads
-// its share of one with three 16-byte shared loads (kq_load) instead of
-// raw_load's scalar ones, and decodes it from registers (kq_raw): the header
-// (d, dmin, scales[12]) and the 32 quant bytes of its two sub-blocks.
+// Q4_K and Q5_K super-blocks (144 and 176 bytes) are whole 16-byte units:
+// where the weight is 16-byte aligned, so is every super-block in a stage,
+// and a lane reads its share of one with 16-byte shared loads (kq_load)
+// instead of raw_load's scalar ones, and decodes it from registers (kq_raw):
+// the header (d, dmin, scales[12]) and the 32 quant bytes of its two
+// sub-blocks, held for both; Q5_K's 32 bytes of high bits (qh at 16, its
+// quant bytes at 48) are loaded per chunk (kq_high), beside the others they
+// spill.
 struct KqRegs {
     uint4 hd, qs[2];
 };
 
 // Lane t's bytes of the super-block at p (16-byte aligned shared memory):
 // sub-blocks 2t and 2t + 1 share quant bytes 32t .. 32t + 31.
+template <int F>
 __device__ __forceinline__ void kq_load(const unsigned char* p, u32 t, KqRegs& k) {
+    constexpr u32 QS = F == GGML_Q5_K ? 3u : 1u;  // 16-byte unit where the quant bytes start
     const uint4* v = reinterpret_cast<const uint4*>(p);
     k.hd = v[0];
-    k.qs[0] = v[1u + 2u * t];
-    k.qs[1] = v[2u + 2u * t];
+    k.qs[0] = v[QS + 2u * t];
+    k.qs[1] = v[QS + 1u + 2u * t];
 }
 
-// raw_load<GGML_Q4_K>'s chunk s (sub-block s of the super-block) from kq_load's registers.
+// Q5_K's qh[32] of the super-block at p into r.h.
+__device__ __forceinline__ void kq_high(const unsigned char* p, GgmlRaw& r) {
+    const uint4* v = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const uint4 h = v[1 + i];
+        r.h[4 * i] = h.x;
+        r.h[4 * i + 1] = h.y;
+        r.h[4 * i + 2] = h.z;
+        r.h[4 * i + 3] = h.w;
+    }
+}
+
+// raw_load<F>'s chunk s (sub-block s of the super-block) from kq_load's
+// registers, Q5_K's high bits aside (kq_high).
 __device__ __forceinline__ void kq_raw(const KqRegs& k, u32 s, GgmlRaw& r) {
     const u32 sh = 8u * (s & 3u);
     const u32 lo = (k.hd.y >> sh) & 0xFFu, mid = (k.hd.z >> sh) & 0xFFu, hi = (k.hd.w >> sh) & 0xFFu;
@@ -205,6 +224,7 @@ __device__ __forceinline__ void kq_raw(const KqRegs& k, u32 s, GgmlRaw& r) {
         r.q[4 * i + 3] = k.qs[i].w;
     }
     r.sh_lo = 4u * (s % 2u);
+    r.sh_hi = s;
 }
 
 // A lane's two Q4_0 / Q8_0 chunks (blocks 2t and 2t + 1 of a window, 36 /
@@ -401,14 +421,13 @@ __device__ __forceinline__ void gmv(const unsigned char* w, const float* x, floa
             const u32 ra = min(row0 + g, N - 1u) - row0, rbw = min(row0 + g + 8u, N - 1u) - row0;
             const unsigned char* pa = st + ra * SP + ((wbase + u64(row0 + ra) * rb + off) & 15u);
             const unsigned char* pb = st + rbw * SP + ((wbase + u64(row0 + rbw) * rb + off) & 15u);
-            // Q4_K in whole 16-byte units: the lane's bytes of both rows' super-block in 16-byte loads (Q5_K's
-            // qh held beside them spills, so Q5_K keeps raw_load).
-            constexpr bool KQ = F == GGML_Q4_K;
+            // Q4_K / Q5_K in whole 16-byte units: the lane's bytes of both rows' super-block in 16-byte loads.
+            constexpr bool KQ = F == GGML_Q4_K || F == GGML_Q5_K;
             KqRegs ka, kb;
             if constexpr (KQ) {
                 if (wvec) {
-                    kq_load(pa, t, ka);
-                    kq_load(pb, t, kb);
+                    kq_load<F>(pa, t, ka);
+                    kq_load<F>(pb, t, kb);
                 }
             }
 #pragma unroll
@@ -419,6 +438,10 @@ __device__ __forceinline__ void gmv(const unsigned char* w, const float* x, floa
                 if (KQ && wvec) {
                     kq_raw(ka, c, wa);
                     kq_raw(kb, c, wb);
+                    if constexpr (F == GGML_Q5_K) {
+                        kq_high(pa, wa);
+                        kq_high(pb, wb);
+                    }
                 } else if ((F == GGML_Q4_0 || F == GGML_Q8_0) && w4 && live) {
                     constexpr u32 PAIR = 2u * GgmlFmt<F>::BYTES;
                     qs_raw<F>(pa + PAIR * t, cc, wa);

@@ -6,7 +6,7 @@
 // written out again below): the vector engine (one token to 8 and past 8,
 // partial windows of Q4_0 / Q8_0, rows past N, rows whose bytes are not
 // 16-byte aligned, the weight's last bytes; each format's stage reads:
-// kq_load and raw_load for Q4_K, qs_raw and raw_load for Q4_0 / Q8_0,
+// kq_load and raw_load for Q4_K / Q5_K, qs_raw and raw_load for Q4_0 / Q8_0,
 // q6_raw at both word alignments), the matrix engine in both tile
 // shapes, dequantization to f32, f16 and bf16, and embedding rows (a bad id
 // clamped, a scale). Blocks are random bytes with their f16 scales set to
@@ -189,8 +189,8 @@ int main(int argc, char** argv) {
     /* Rows 2-byte aligned where the format's rows can be (9 Q4_0 / Q8_0 blocks, one Q6_K super-block). */ \
     if (F == Q4_0 || F == Q8_0 || F == Q6_K)                                                                  \
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 3, 7, kb == 32 ? 288 : 256);     \
-    /* Q4_K's weight only 4-byte aligned: raw_load's scalar reads of the stage rather than kq_load's. */   \
-    if (F == Q4_K)                                                                                            \
+    /* Q4_K / Q5_K's weight only 4-byte aligned: raw_load's scalar reads rather than kq_load's. */         \
+    if (F == Q4_K || F == Q5_K)                                                                               \
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 2, 19, 3 * 256, true, 4);        \
     /* Q4_0 / Q8_0 with K / 32 even (qs_raw's word reads) and a partial last window. */                         \
     if (F == Q4_0 || F == Q8_0)                                                                              \
