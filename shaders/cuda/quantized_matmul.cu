@@ -13,24 +13,25 @@
 //
 // Engines:
 //   vector (m <= 8: quantized_mv_<t>, and mlx-native's entries): 256 threads
-//     (8 warps splitting K) over 16 weight rows, 3 blocks an SM (80
-//     registers: quantized_mv_<t>'s launch bounds). A warp step takes 4
-//     chunks, lane (g, t) = (lane / 4, lane % 4) chunk 4s + t of rows g and
-//     g + 8 (per 16-row tile) and of x row g; the 16 pairs feed 8 mma.sync
-//     m16n8k16, the rows as A and the m <= 8 tokens as B's n = 8. Any order
-//     of k works where A and B agree: each lane's pairs sit at the same
-//     logical k in both. The weight is read with 16- (8-) byte streaming
-//     loads, two steps in flight per warp; then the warps' sums meet in
-//     shared memory.
+//     (8 warps splitting K) over 16 weight rows, 2 blocks an SM (at most 128
+//     registers: the launch bounds). A warp step takes 4 chunks, lane (g, t)
+//     = (lane / 4, lane % 4) chunk 4s + t of rows g and g + 8 (per 16-row
+//     tile) and of x row g; the 16 pairs feed 8 mma.sync m16n8k16, the rows
+//     as A and the m <= 8 tokens as B's n = 8. Any order of k works where A
+//     and B agree: each lane's pairs sit at the same logical k in both. The
+//     weight is read with 16- (8-) byte streaming loads kept a ring of 3 to
+//     6 steps ahead of the mmas (QmvDepth: 192 bytes a lane in flight); then
+//     the warps' sums meet in shared memory.
 //   matrix (quantized_mm_<t>, and mlx-native's past 8 rows): the tiles of
 //     dense.cu (denseMmCudaTile: 128 x 256 by 8 warps or 64 x 128 by 4),
 //     32-wide k stages, 4 stages of x by cp.async (an f32 x converted through
 //     registers), the weight chunk of each tile row loaded into registers a
 //     stage ahead and dequantized into the stage after the step's mmas
 //     (natural order, for ldmatrix); mma.sync with f32 accumulators.
-//   simt (quantized_mv_f32, quantized_mm_f32): 256 threads over 8 rows,
-//     chunks dequantized exactly in f32, tokens 8 at a time, the weight
-//     re-read (from L2) for each 8 tokens.
+//   simt (quantized_mv_f32, quantized_mm_f32): 256 threads over 4 rows,
+//     chunks dequantized exactly in f32, tokens 4 at a time, the weight
+//     re-read (from L2) for each 4 tokens; 2 blocks an SM (128 registers:
+//     with 8 tokens at a time the accumulators took 174, one block an SM).
 //   any (mlx-native's layouts other than MLX's, or unaligned operands): a
 //     thread per output, values decoded one at a time.
 
@@ -39,70 +40,96 @@ namespace {
 // ---- the vector engine ----
 
 constexpr u32 QMV_WARPS = 8;
-constexpr u32 QMV_STEPS = 2;  // warp steps whose weight loads are in flight together
+
+// Warp steps whose weight loads a lane keeps in flight: 192 bytes a lane (6
+// KiB a warp, 48 KiB a block, 96 KiB an SM at 2 blocks), over the 40-64 KiB
+// an SM needs in flight to cover DRAM latency at an H200's bandwidth, and a
+// whole block's weight at k = 5120 (5 or 6 steps a warp) in one round trip.
+// mlx-native's entries (SHALLOW) keep one step fewer: their registers also
+// hold the matrix engine's, under the same 128.
+template <int BITS, bool SHALLOW> struct QmvDepth {
+    static constexpr u32 U = (BITS == 4 ? 6u : BITS == 6 ? 4u : 3u) - (SHALLOW ? 1u : 0u);
+};
 
 // Rows row0 .. row0 + 15 of w (rows w_row bytes apart, chunked) against the
-// m <= 8 rows of x ([m, K]): y[i * N + row] (the file comment). A lane
-// issues the weight loads of QMV_STEPS steps (a step: 16 rows x 4 chunks, 1
-// KiB of 4-bit weight a warp) before it computes any; x, read by every block
-// and held in L1, is loaded as each step is computed, which keeps the
-// registers within 3 blocks an SM. Dynamic shared memory: 8 warps x 128
-// floats.
-template <typename TX, typename TS, typename TC, typename TY, int BITS>
+// m <= 8 rows of x ([m, K]): y[i * N + row] (the file comment). Warp w takes
+// steps w, w + 8, w + 16, ... (a step: 16 rows x 4 chunks, 1 KiB of 4-bit
+// weight a warp). A lane keeps the weight loads of U steps in flight as a
+// ring: it computes the step of slot u and then issues, into slot u, the
+// step U further on, so the warp's loads stay U steps ahead for its whole
+// pass over k rather than stalling once per U steps. x, read by every block
+// and held in L1, is loaded as each step is computed. Dynamic shared memory:
+// 8 warps x 128 floats.
+template <typename TX, typename TS, typename TC, typename TY, int BITS, bool SHALLOW>
 __device__ __forceinline__ void qmv_tc(const TX* x, const unsigned char* w, const TS* sc, const TS* bi, TY* y, u32 m, u32 N, u32 K,
                                        u32 gs, u32 row0) {
-    constexpr u32 U = QMV_STEPS;
+    constexpr u32 U = QmvDepth<BITS, SHALLOW>::U;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     float (*red)[128] = reinterpret_cast<float (*)[128]>(smem_raw);
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const u32 g = lane >> 2, t = lane & 3u;
     const u32 chunks = K / 32u, steps = (chunks + 3u) / 4u;
+    // This warp's steps: warp + QMV_WARPS * i for i < mine.
+    const u32 mine = warp < steps ? (steps - warp + QMV_WARPS - 1u) / QMV_WARPS : 0u;
     const u64 w_row = u64(K) * BITS / 8u, s_row = K / gs;
     const u64 r0 = min(row0 + g, N - 1u), r1 = min(row0 + g + 8u, N - 1u);
     const unsigned char* w0 = w + r0 * w_row;
     const unsigned char* w1 = w + r1 * w_row;
+    const TS* sc0 = sc + r0 * s_row;
+    const TS* sc1 = sc + r1 * s_row;
+    const TS* bi0 = bi + r0 * s_row;
+    const TS* bi1 = bi + r1 * s_row;
     const TX* xr = x + u64(min(g, m - 1u)) * K;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (u32 s0 = warp; s0 < steps; s0 += QMV_WARPS * U) {
-        u32 wq[U][2][BITS];
-        float sv[U][2], bv[U][2];
-        bool live[U];
+
+    u32 wq[U][2][BITS];
+    TS sv[U][2], bv[U][2];
+    // Slot u's loads for the warp's step i: zeros for a lane past the last
+    // chunk or a step past the warp's last (they feed the mmas as zeros).
+    auto issue = [&](u32 u, u32 i) {
+        const u32 c = 4u * (warp + QMV_WARPS * i) + t;
+        if (i < mine && c < chunks) {
+            const u64 gi = u64(c) * 32u / gs;
+            load_chunk<BITS, true>(w0 + u64(c) * BITS * 4u, wq[u][0]);
+            load_chunk<BITS, true>(w1 + u64(c) * BITS * 4u, wq[u][1]);
+            sv[u][0] = sc0[gi];
+            sv[u][1] = sc1[gi];
+            bv[u][0] = bi0[gi];
+            bv[u][1] = bi1[gi];
+        } else {
 #pragma unroll
-        for (u32 u = 0; u < U; ++u) {
-            const u32 c = 4u * (s0 + u * QMV_WARPS) + t;
-            live[u] = c < chunks;
-            // Dead lanes (past the last chunk) give zeros to the warp's mmas.
-            sv[u][0] = sv[u][1] = bv[u][0] = bv[u][1] = 0.0f;
-#pragma unroll
-            for (int i = 0; i < BITS; ++i) wq[u][0][i] = wq[u][1][i] = 0u;
-            if (live[u]) {
-                const u64 gi = u64(c) * 32u / gs;
-                load_chunk<BITS, true>(w0 + u64(c) * BITS * 4u, wq[u][0]);
-                load_chunk<BITS, true>(w1 + u64(c) * BITS * 4u, wq[u][1]);
-                sv[u][0] = to_f(sc[r0 * s_row + gi]);
-                sv[u][1] = to_f(sc[r1 * s_row + gi]);
-                bv[u][0] = to_f(bi[r0 * s_row + gi]);
-                bv[u][1] = to_f(bi[r1 * s_row + gi]);
-            }
+            for (int j = 0; j < BITS; ++j) wq[u][0][j] = wq[u][1][j] = 0u;
+            sv[u][0] = sv[u][1] = bv[u][0] = bv[u][1] = from_f<TS>(0.0f);
         }
+    };
+#pragma unroll
+    for (u32 u = 0; u < U; ++u) issue(u, u);
+
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (u32 i0 = 0; i0 < mine; i0 += U) {
 #pragma unroll
         for (u32 u = 0; u < U; ++u) {
-            u32 xv[16];
-            if (live[u]) {
-                load_x32<TC>(xr + u64(4u * (s0 + u * QMV_WARPS) + t) * 32u, xv);
-            } else {
+            const u32 i = i0 + u;
+            if (i < mine) {
+                const u32 c = 4u * (warp + QMV_WARPS * i) + t;
+                u32 xv[16];
+                if (c < chunks) {
+                    load_x32<TC>(xr + u64(c) * 32u, xv);
+                } else {
 #pragma unroll
-                for (int p = 0; p < 16; ++p) xv[p] = 0u;
-            }
-            const u32 s20 = pack2<TC>(sv[u][0], sv[u][0]), b20 = pack2<TC>(bv[u][0], bv[u][0]);
-            const u32 s21 = pack2<TC>(sv[u][1], sv[u][1]), b21 = pack2<TC>(bv[u][1], bv[u][1]);
+                    for (int p = 0; p < 16; ++p) xv[p] = 0u;
+                }
+                const float s0 = to_f(sv[u][0]), b0 = to_f(bv[u][0]), s1 = to_f(sv[u][1]), b1 = to_f(bv[u][1]);
+                const u32 s20 = pack2<TC>(s0, s0), b20 = pack2<TC>(b0, b0);
+                const u32 s21 = pack2<TC>(s1, s1), b21 = pack2<TC>(b1, b1);
 #pragma unroll
-            for (int e = 0; e < 8; ++e) {
-                u32 x0, x1, a[4];
-                x_pairs2<BITS>(xv, e, x0, x1);
-                dequantize2<TC, BITS>(wq[u][0], e, sv[u][0], bv[u][0], s20, b20, a[0], a[2]);
-                dequantize2<TC, BITS>(wq[u][1], e, sv[u][1], bv[u][1], s21, b21, a[1], a[3]);
-                mma16<TC>(acc, a, x0, x1);
+                for (int e = 0; e < 8; ++e) {
+                    u32 x0, x1, a[4];
+                    x_pairs2<BITS>(xv, e, x0, x1);
+                    dequantize2<TC, BITS>(wq[u][0], e, s0, b0, s20, b20, a[0], a[2]);
+                    dequantize2<TC, BITS>(wq[u][1], e, s1, b1, s21, b21, a[1], a[3]);
+                    mma16<TC>(acc, a, x0, x1);
+                }
+                issue(u, i + U);
             }
         }
     }
@@ -120,13 +147,13 @@ __device__ __forceinline__ void qmv_tc(const TX* x, const unsigned char* w, cons
 }
 
 // The vector engine's block: 16 rows.
-template <typename TX, typename TS, typename TC, typename TY>
+template <typename TX, typename TS, typename TC, typename TY, bool SHALLOW>
 __device__ __forceinline__ void qmv(const TX* x, const unsigned char* w, const TS* sc, const TS* bi, TY* y, u32 m, u32 N, u32 K, u32 gs,
                                     u32 bits) {
     const u32 row0 = blockIdx.x * 16u;
-    if (bits == 4) qmv_tc<TX, TS, TC, TY, 4>(x, w, sc, bi, y, m, N, K, gs, row0);
-    else if (bits == 6) qmv_tc<TX, TS, TC, TY, 6>(x, w, sc, bi, y, m, N, K, gs, row0);
-    else qmv_tc<TX, TS, TC, TY, 8>(x, w, sc, bi, y, m, N, K, gs, row0);
+    if (bits == 4) qmv_tc<TX, TS, TC, TY, 4, SHALLOW>(x, w, sc, bi, y, m, N, K, gs, row0);
+    else if (bits == 6) qmv_tc<TX, TS, TC, TY, 6, SHALLOW>(x, w, sc, bi, y, m, N, K, gs, row0);
+    else qmv_tc<TX, TS, TC, TY, 8, SHALLOW>(x, w, sc, bi, y, m, N, K, gs, row0);
 }
 
 // ---- the matrix engine ----
@@ -312,12 +339,12 @@ __device__ __forceinline__ void qmm(const TX* x, const unsigned char* w, const T
 // ---- the f32 engine ----
 
 constexpr u32 QS_ROWS = 4;  // weight rows per block (ts: QUANTIZED_SIMT_CUDA_ROWS)
-constexpr u32 QS_TOKENS = 8;
+constexpr u32 QS_TOKENS = 4;
 
-// Rows row0 .. row0 + 3 of w against every row of x, 8 at a time: thread i
+// Rows row0 .. row0 + 3 of w against every row of x, 4 at a time: thread i
 // takes chunks i, i + 256, ...; each chunk's q exact in f32 (2^23 + q minus
 // 2^23), sums scale * sum(q x) + bias * sum(x); a warp sum, then the warps'
-// through shared memory (8 warps x 32 floats).
+// through shared memory (8 warps x 16 floats).
 template <int BITS>
 __device__ __forceinline__ void qmv_f32(const float* x, const unsigned char* w, const float* sc, const float* bi, float* y, u32 M, u32 N,
                                         u32 K, u32 gs, u32 row0) {
@@ -445,7 +472,7 @@ __device__ __forceinline__ void crate_entry(const TX* x, const unsigned char* w,
     const u32 M = p->M, N = p->N, K = p->K, gs = p->group_size, bits = p->bits;
     constexpr bool ROUND_X = sizeof(TX) == 4;
     if (!q_chunked(K, gs) || !q_vec_ok(x, w)) q_any<TX, bf16, TY, ROUND_X>(x, w, sc, bi, y, M, N, K, gs, bits);
-    else if (M <= 8u) qmv<TX, bf16, bf16, TY>(x, w, sc, bi, y, M, N, K, gs, bits);
+    else if (M <= 8u) qmv<TX, bf16, bf16, TY, true>(x, w, sc, bi, y, M, N, K, gs, bits);
     else qmm_shape<TX, bf16, bf16, TY, 64, 128, 2, 2, sizeof(TX) == 2>(x, w, sc, bi, y, M, N, K, gs, bits);
 }
 
@@ -488,23 +515,23 @@ __device__ __forceinline__ void affine_entry(const T* x, const unsigned int* wei
     } else if (matrix) {
         qmm<T, T, T, T>(x, w, sc, bi, y, M, N, K, gs, bits);
     } else {
-        qmv<T, T, T, T>(x, w, sc, bi, y, M, N, K, gs, bits);
+        qmv<T, T, T, T, false>(x, w, sc, bi, y, M, N, K, gs, bits);
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256) quantized_mv_f32(const float* x, const unsigned int* weight, const float* scales,
+extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_f32(const float* x, const unsigned int* weight, const float* scales,
                                                                    const float* biases, float* y, const QuantizedMatmulParams* params) {
     affine_entry(x, weight, scales, biases, y, params, false);
 }
-extern "C" __global__ void __launch_bounds__(256, 3) quantized_mv_f16(const __half* x, const unsigned int* weight, const __half* scales,
+extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_f16(const __half* x, const unsigned int* weight, const __half* scales,
                                                                    const __half* biases, __half* y, const QuantizedMatmulParams* params) {
     affine_entry(x, weight, scales, biases, y, params, false);
 }
-extern "C" __global__ void __launch_bounds__(256, 3) quantized_mv_bf16(const bf16* x, const unsigned int* weight, const bf16* scales,
+extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_bf16(const bf16* x, const unsigned int* weight, const bf16* scales,
                                                                     const bf16* biases, bf16* y, const QuantizedMatmulParams* params) {
     affine_entry(x, weight, scales, biases, y, params, false);
 }
-extern "C" __global__ void __launch_bounds__(256) quantized_mm_f32(const float* x, const unsigned int* weight, const float* scales,
+extern "C" __global__ void __launch_bounds__(256, 2) quantized_mm_f32(const float* x, const unsigned int* weight, const float* scales,
                                                                    const float* biases, float* y, const QuantizedMatmulParams* params) {
     affine_entry(x, weight, scales, biases, y, params, true);
 }

@@ -23,7 +23,10 @@
 //     16-byte units (from the row's address rounded down to 16 bytes), the
 //     next two windows' copies in flight while it computes one. Lane (g, t) =
 //     (lane / 4, lane % 4) decodes 64 values (two chunks) of rows g and g + 8
-//     from the stage as bf16 pairs; x (tokens as the mma's n = 8, up to 8 at
+//     from the stage as bf16 pairs (Q4_K / Q5_K from a 16-byte aligned
+//     weight: its bytes of a row's super-block in 16-byte loads, kq_load; Q4_0
+//     and Q8_0 from word-aligned rows in word loads, qs_raw; Q6_K in word loads
+//     realigned by byte_perm, q6_raw); x (tokens as the mma's n = 8, up to 8 at
 //     a time) is read as float4 and rounded to bf16; mma.sync m16n8k16 with
 //     f32 accumulators. Any order of k works where A and B agree: lane t's
 //     four k positions of each mma are values 4j .. 4j + 3 of its own 16.
@@ -160,6 +163,121 @@ template <> __device__ __forceinline__ void raw_load<GGML_Q6_K>(const unsigned c
     r.sh_hi = 2 * p;
 }
 
+// Q4_K and Q5_K super-blocks (144 and 176 bytes) are whole 16-byte units:
+// where the weight is 16-byte aligned, so is every super-block in a stage,
+// and a lane reads its share of one with 16-byte shared loads (kq_load)
+// instead of raw_load's scalar ones, and decodes it from registers (kq_raw):
+// the header (d, dmin, scales[12]) and the 32 quant bytes of its two
+// sub-blocks, held for both; Q5_K's 32 bytes of high bits (qh at 16, its
+// quant bytes at 48) are loaded per chunk (kq_high), beside the others they
+// spill.
+struct KqRegs {
+    uint4 hd, qs[2];
+};
+
+// Lane t's bytes of the super-block at p (16-byte aligned shared memory):
+// sub-blocks 2t and 2t + 1 share quant bytes 32t .. 32t + 31.
+template <int F>
+__device__ __forceinline__ void kq_load(const unsigned char* p, u32 t, KqRegs& k) {
+    constexpr u32 QS = F == GGML_Q5_K ? 3u : 1u;  // 16-byte unit where the quant bytes start
+    const uint4* v = reinterpret_cast<const uint4*>(p);
+    k.hd = v[0];
+    k.qs[0] = v[QS + 2u * t];
+    k.qs[1] = v[QS + 1u + 2u * t];
+}
+
+// Q5_K's qh[32] of the super-block at p into r.h.
+__device__ __forceinline__ void kq_high(const unsigned char* p, GgmlRaw& r) {
+    const uint4* v = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const uint4 h = v[1 + i];
+        r.h[4 * i] = h.x;
+        r.h[4 * i + 1] = h.y;
+        r.h[4 * i + 2] = h.z;
+        r.h[4 * i + 3] = h.w;
+    }
+}
+
+// raw_load<F>'s chunk s (sub-block s of the super-block) from kq_load's
+// registers, Q5_K's high bits aside (kq_high).
+__device__ __forceinline__ void kq_raw(const KqRegs& k, u32 s, GgmlRaw& r) {
+    const u32 sh = 8u * (s & 3u);
+    const u32 lo = (k.hd.y >> sh) & 0xFFu, mid = (k.hd.z >> sh) & 0xFFu, hi = (k.hd.w >> sh) & 0xFFu;
+    float sc, m;
+    if (s < 4) {
+        sc = float(lo & 63u);
+        m = float(mid & 63u);
+    } else {
+        sc = float((hi & 0xFu) | ((lo >> 6) << 4));
+        m = float((hi >> 4) | ((mid >> 6) << 4));
+    }
+    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(k.hd.x & 0xFFFFu)));
+    const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(k.hd.x >> 16)));
+    r.a[0] = r.a[1] = d * sc;
+    r.b[0] = r.b[1] = -dmin * m;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        r.q[4 * i] = k.qs[i].x;
+        r.q[4 * i + 1] = k.qs[i].y;
+        r.q[4 * i + 2] = k.qs[i].z;
+        r.q[4 * i + 3] = k.qs[i].w;
+    }
+    r.sh_lo = 4u * (s % 2u);
+    r.sh_hi = s;
+}
+
+// A lane's two Q4_0 / Q8_0 chunks (blocks 2t and 2t + 1 of a window, 36 /
+// 68 bytes) sit at a 4-byte aligned offset of the stage row where the row's
+// bytes do (the weight 4-byte aligned and K / 32 even): qs_raw reads one
+// chunk with 5 / 9 word loads (and a byte_perm for the even block's quant
+// bytes, which start 2 bytes into a word) instead of raw_load's 9 / 17
+// two-byte ones. p: the lane's bytes; cc: which of its two blocks.
+template <int F>
+__device__ __forceinline__ void qs_raw(const unsigned char* p, u32 cc, GgmlRaw& r) {
+    constexpr int NQ = F == GGML_Q8_0 ? 8 : 4;  // quant words a block
+    const u32* v = reinterpret_cast<const u32*>(p) + NQ * cc;
+    u32 wd[NQ + 1];
+#pragma unroll
+    for (int i = 0; i <= NQ; ++i) wd[i] = v[i];
+    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(cc ? wd[0] >> 16 : wd[0] & 0xFFFFu)));
+#pragma unroll
+    for (int i = 0; i < NQ; ++i) {
+        const u32 q = cc ? wd[i + 1] : __byte_perm(wd[i], wd[i + 1], 0x5432u);
+        r.q[i] = F == GGML_Q8_0 ? q ^ 0x80808080u : q;
+    }
+    r.a[0] = r.a[1] = d;
+    r.b[0] = r.b[1] = (F == GGML_Q8_0 ? -128.0f : -8.0f) * d;
+}
+
+// Q6_K's 210-byte super-blocks leave a stage row 2-byte aligned. q6_raw
+// reads chunk c's 32 ql and 32 qh bytes as nine words each from the word
+// below them and realigns them with one byte_perm a word (a runtime
+// selector: the identity where they are word-aligned), instead of
+// raw_load's two two-byte loads a word; the scales and d as raw_load.
+__device__ __forceinline__ void q6_words(const unsigned char* p, u32 sel, u32 (&out)[8]) {
+    const u32* v = reinterpret_cast<const u32*>(reinterpret_cast<u64>(p) & ~u64(3));
+    u32 wd[9];
+#pragma unroll
+    for (int i = 0; i < 9; ++i) wd[i] = v[i];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = __byte_perm(wd[i], wd[i + 1], sel);
+}
+__device__ __forceinline__ void q6_raw(const unsigned char* b, u32 c, GgmlRaw& r) {
+    const u32 hh = c / 4, p = c % 4;
+    const u32 sel = (reinterpret_cast<u64>(b) & 2u) ? 0x5432u : 0x3210u;
+    const float d = f16_at(b + 208);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        r.a[i] = d * float(static_cast<signed char>(b[192 + 2 * c + i]));
+        r.b[i] = -32.0f * r.a[i];
+    }
+    q6_words(b + 64 * hh + 32 * (p % 2), sel, r.q);
+    q6_words(b + 128 + 32 * hh, sel, r.h);
+    r.sh_lo = 4 * (p / 2);
+    r.sh_hi = 2 * p;
+}
+
 // Half `half` of a chunk: its 16 q, four to a word (value 4i + k in byte k of qb[i]).
 template <int F> __device__ __forceinline__ void unpack16(const GgmlRaw& r, u32 half, u32 (&qb)[4]) {
 #pragma unroll
@@ -280,6 +398,8 @@ __device__ __forceinline__ void gmv(const unsigned char* w, const float* x, floa
     const bool xvec = aligned16(x) && x_row % 4u == 0;
     // The row of each lane's two rows inside a window: its address's offset from 16.
     const u64 wbase = reinterpret_cast<u64>(w);
+    const bool wvec = (wbase & 15u) == 0;
+    const bool w4 = (wbase & 3u) == 0 && rb % 4u == 0;
     for (u32 m0 = 0; m0 < M; m0 += 8u) {
         const u32 tok = min(m0 + g, M - 1u);
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -301,12 +421,35 @@ __device__ __forceinline__ void gmv(const unsigned char* w, const float* x, floa
             const u32 ra = min(row0 + g, N - 1u) - row0, rbw = min(row0 + g + 8u, N - 1u) - row0;
             const unsigned char* pa = st + ra * SP + ((wbase + u64(row0 + ra) * rb + off) & 15u);
             const unsigned char* pb = st + rbw * SP + ((wbase + u64(row0 + rbw) * rb + off) & 15u);
+            // Q4_K / Q5_K in whole 16-byte units: the lane's bytes of both rows' super-block in 16-byte loads.
+            constexpr bool KQ = F == GGML_Q4_K || F == GGML_Q5_K;
+            KqRegs ka, kb;
+            if constexpr (KQ) {
+                if (wvec) {
+                    kq_load<F>(pa, t, ka);
+                    kq_load<F>(pb, t, kb);
+                }
+            }
 #pragma unroll
             for (u32 cc = 0; cc < 2; ++cc) {
                 const u32 c = 2u * t + cc;  // chunk of 32 within the window
                 const bool live = v0 + 32u * c < K;
                 GgmlRaw wa, wb;
-                if (live) {
+                if (KQ && wvec) {
+                    kq_raw(ka, c, wa);
+                    kq_raw(kb, c, wb);
+                    if constexpr (F == GGML_Q5_K) {
+                        kq_high(pa, wa);
+                        kq_high(pb, wb);
+                    }
+                } else if ((F == GGML_Q4_0 || F == GGML_Q8_0) && w4 && live) {
+                    constexpr u32 PAIR = 2u * GgmlFmt<F>::BYTES;
+                    qs_raw<F>(pa + PAIR * t, cc, wa);
+                    qs_raw<F>(pb + PAIR * t, cc, wb);
+                } else if (F == GGML_Q6_K) {
+                    q6_raw(pa, c, wa);
+                    q6_raw(pb, c, wb);
+                } else if (live) {
                     raw_load<F>(pa, c, wa);
                     raw_load<F>(pb, c, wb);
                 }

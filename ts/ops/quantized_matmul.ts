@@ -99,7 +99,7 @@ export function quantizedChunked(k: number, groupSize: number): boolean {
  *     kernels the 64 x 128 one), the weight dequantized into shared memory a
  *     stage at a time;
  *   'simt': f32 (quantized_mv_f32, quantized_mm_f32), 256 threads over 4 rows,
- *     tokens 8 at a time;
+ *     tokens 4 at a time;
  *   'any': mlx-native's layouts other than MLX's, a thread per output.
  */
 export type QuantizedCudaEngine = 'vector' | 'matrix' | 'simt' | 'any';
@@ -117,9 +117,9 @@ export function quantizedCudaEngine(kernel: string, m: number, k: number, groupS
 export const QUANTIZED_MV_CUDA_ROWS = 16;
 /** Dynamic shared memory of the CUDA vector engine: 8 warps' sums of 16 rows x 8 tokens. */
 export const QUANTIZED_MV_CUDA_SHARED_BYTES = 8 * 128 * 4;
-/** Weight rows a block of the CUDA f32 engine takes, and its shared memory (8 warps' sums of 4 rows x 8 tokens). */
+/** Weight rows a block of the CUDA f32 engine takes, and its shared memory (8 warps' sums of 4 rows x 4 tokens). */
 export const QUANTIZED_SIMT_CUDA_ROWS = 4;
-const SIMT_SHARED_BYTES = 8 * QUANTIZED_SIMT_CUDA_ROWS * 8 * 4;
+const SIMT_SHARED_BYTES = 8 * QUANTIZED_SIMT_CUDA_ROWS * 4 * 4;
 /** Blocks of the 'any' engine at most: it strides over the outputs. */
 const ANY_CUDA_BLOCKS = 65536;
 

@@ -1,7 +1,7 @@
 // The quantized_matmul family's CUDA kernels (shaders/cuda/quantized_matmul.cu)
 // on the CPU simulation (sim_runtime.h), against a float64 reference, at the
 // launches of ts/ops/quantized_matmul.ts (quantizedCudaLaunch, written out
-// again below): every engine (vector, matrix in both tile shapes with x by cp.async and through registers, f32, any
+// again below): every engine (vector, its ring of weight loads wrapping, matrix in both tile shapes with x by cp.async and through registers, f32, any
 // layout), 4, 6 and 8 bits, group sizes 32, 64 and 128, dead lanes past the
 // last chunk, rows and tokens past the tiles. Weights are random q with
 // random scales and biases, packed as MLX packs them (value i of a row at bit
@@ -56,7 +56,7 @@ void launch(Engine e, u32 M, u32 N, K&& body) {
       sim_launch({cdiv(N, bn) * cdiv(M, bm), 1, 1}, {big ? 256u : 128u, 1, 1}, 4 * (bm + bn) * 40 * 2, body);
       break;
     }
-    case SIMT: sim_launch({cdiv(N, 4), 1, 1}, {256, 1, 1}, 1024, body); break;
+    case SIMT: sim_launch({cdiv(N, 4), 1, 1}, {256, 1, 1}, 512, body); break;
     case ANY: sim_launch({std::min(cdiv(u64(M) * N, 256), 65536u), 1, 1}, {256, 1, 1}, 0, body); break;
   }
 }
@@ -115,6 +115,9 @@ int main(int argc, char** argv) {
     run<bf, bf, bf>("quantized_mv_bf16", quantized_mv_bf16, VECTOR, 1, 20, 64, 32, bits, false, 1e-2);
     run<bf, bf, bf>("quantized_mv_bf16", quantized_mv_bf16, VECTOR, 8, 37, 1152, 128, bits, false, 1e-2);
     run<__half, __half, __half>("quantized_mv_f16", quantized_mv_f16, VECTOR, 3, 33, 320, 64, bits, false, 1e-3);
+    // The ring of weight loads wrapping (a warp's steps past 2 U: K past 8 x 4 x 2 U chunks), with dead lanes in the last step.
+    run<bf, bf, bf>("quantized_mv_bf16", quantized_mv_bf16, VECTOR, 1, 18, 5152, 32, bits, false, 1e-2);
+    run<__half, __half, __half>("quantized_mv_f16", quantized_mv_f16, VECTOR, 5, 24, 6272, 64, bits, false, 1e-3);
     // The matrix engine, 64 x 128 tiles: partial tiles, x by cp.async.
     run<bf, bf, bf>("quantized_mm_bf16", quantized_mm_bf16, MATRIX, 70, 130, 96, 32, bits, false, 1e-2);
     run<__half, __half, __half>("quantized_mm_f16", quantized_mm_f16, MATRIX, 9, 7, 256, 128, bits, false, 1e-3);
@@ -123,6 +126,7 @@ int main(int argc, char** argv) {
     run<float, float, float>("quantized_mm_f32", quantized_mm_f32, SIMT, 11, 6, 96, 32, bits, false, 1e-5);
     // mlx-native's: vector up to 8 rows, the 64 x 128 matrix tiles past them (x through registers for f32), any layout.
     run<float, bf, float>("quantized_matmul", quantized_matmul, VECTOR, 2, 24, 256, 64, bits, true, 1e-2);
+    run<float, bf, float>("quantized_matmul", quantized_matmul, VECTOR, 2, 20, 6272, 64, bits, true, 1e-2);
     run<float, bf, float>("quantized_matmul_simd", quantized_matmul_simd, MATRIX_SMALL, 20, 40, 128, 32, bits, true, 1e-2);
     run<bf, bf, bf>("quantized_matmul_simd_bf16", quantized_matmul_simd_bf16, MATRIX_SMALL, 65, 129, 64, 64, bits, true, 1e-2);
     run<bf, bf, bf>("quantized_matmul_simd_bf16", quantized_matmul_simd_bf16, VECTOR, 4, 17, 128, 128, bits, true, 1e-2);

@@ -5,7 +5,9 @@
 // ts/ops/quantized_matmul_ggml.ts (ggmlMatmulCudaLaunch and the rows launch,
 // written out again below): the vector engine (one token to 8 and past 8,
 // partial windows of Q4_0 / Q8_0, rows past N, rows whose bytes are not
-// 16-byte aligned, the weight's last bytes), the matrix engine in both tile
+// 16-byte aligned, the weight's last bytes; each format's stage reads:
+// kq_load and raw_load for Q4_K / Q5_K, qs_raw and raw_load for Q4_0 / Q8_0,
+// q6_raw at both word alignments), the matrix engine in both tile
 // shapes, dequantization to f32, f16 and bf16, and embedding rows (a bad id
 // clamped, a scale). Blocks are random bytes with their f16 scales set to
 // small values. Products: |got - want| / sum |x w| under bf16's 1e-2 (the
@@ -83,18 +85,19 @@ void report(bool ok, const std::string& what, double err, double tol) {
 }
 
 // y = x W^T through kernel_mul_mv_<t>_f32 (vector) or kernel_mul_mm_<t>_f32
-// (matrix), the weight 16-byte aligned (as views and allocations are).
+// (matrix), the weight 16-byte aligned (as views and allocations are) plus
+// `shift` bytes.
 template <class MV, class MM>
-void run_matmul(int f, MV mv, MM mm, bool matrix, u32 M, u32 N, u32 K, bool big_tile = true) {
+void run_matmul(int f, MV mv, MM mm, bool matrix, u32 M, u32 N, u32 K, bool big_tile = true, u32 shift = 0) {
   const u64 rb = u64(K) / qk_of(f) * bytes_of(f);
-  std::vector<unsigned char> wraw(N * rb + 16);
-  unsigned char* w = wraw.data() + ((16 - (reinterpret_cast<uintptr_t>(wraw.data()) & 15)) & 15);
+  std::vector<unsigned char> wraw(N * rb + 16 + shift);
+  unsigned char* w = wraw.data() + ((16 - (reinterpret_cast<uintptr_t>(wraw.data()) & 15)) & 15) + shift;
   random_blocks(f, w, size_t(N) * K / qk_of(f));
   Arr<float> x(size_t(M) * K), y(size_t(M) * N);
   x.random();
   y.poison();
   const std::string what = std::string(matrix ? "mm " : "mv ") + fmt_name(f) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
-                           " K=" + std::to_string(K);
+                           " K=" + std::to_string(K) + (shift ? " weight +" + std::to_string(shift) : "");
   if (!matrix) {
     GgmlMatvecParams p{K, N, 1, K, 1, N, M, 1, 1};
     const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
@@ -186,6 +189,12 @@ int main(int argc, char** argv) {
     /* Rows 2-byte aligned where the format's rows can be (9 Q4_0 / Q8_0 blocks, one Q6_K super-block). */ \
     if (F == Q4_0 || F == Q8_0 || F == Q6_K)                                                                  \
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 3, 7, kb == 32 ? 288 : 256);     \
+    /* Q4_K / Q5_K's weight only 4-byte aligned: raw_load's scalar reads rather than kq_load's. */         \
+    if (F == Q4_K || F == Q5_K)                                                                               \
+      run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 2, 19, 3 * 256, true, 4);        \
+    /* Q4_0 / Q8_0 with K / 32 even (qs_raw's word reads) and a partial last window. */                         \
+    if (F == Q4_0 || F == Q8_0)                                                                              \
+      run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 2, 21, 5 * 256 + 64);            \
     /* The matrix engine, 64 x 128 tiles: partial tiles. */                                                  \
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 70, 130, 256);                      \
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 9, 7, 2 * kb);                      \
