@@ -39,12 +39,15 @@ import {
   flashAttnPrefillBlk,
   flashAttnPrefillBlkTile,
   flashAttnPrefillCudaTile,
+  flashAttnPrefillHopperBytes,
+  flashAttnPrefillUsesWgmma,
   flashAttnPrefillMask,
   flashAttnPrefillMaskThreads,
   flashAttnPrefillTile,
   packAttnMaskParams,
   packAttnParams,
   packFlashAttnPrefillMaskParams,
+  planFlashAttnPrefill,
   type FlashAttnPrefillArgs,
 } from '../ts/ops/flash_attn_prefill.ts';
 import { structSize } from '../ts/params.ts';
@@ -123,6 +126,20 @@ describe('flash_attn_prefill params against the header and the .metal bindings',
     expect(flashAttnPrefillCudaTile(128)).toEqual({ bq: 128, bk: 64, threads: 128, sharedBytes: 69632 });
     expect(flashAttnPrefillCudaTile(512)).toEqual({ bq: 64, bk: 32, threads: 256, sharedBytes: 133120 });
   });
+  test('Hopper: D 128 and 256 take the 256-thread wgmma launch on compute capability 9.0, the others keep theirs', () => {
+    const h100 = TARGET_LIMITS.cuda;
+    const a100 = { ...h100, computeCapability: 80, maxThreadgroupMemory: 166912 };
+    expect([128, 256].map((d) => flashAttnPrefillUsesWgmma(d, h100))).toEqual([true, true]);
+    expect([64, 512].map((d) => flashAttnPrefillUsesWgmma(d, h100))).toEqual([false, false]);
+    expect([flashAttnPrefillUsesWgmma(128, a100), flashAttnPrefillUsesWgmma(128, { ...h100, computeCapability: 100 }),
+      flashAttnPrefillUsesWgmma(256, { ...h100, maxThreadgroupMemory: 166912 })]).toEqual([false, false, false]);
+    expect([flashAttnPrefillHopperBytes(128), flashAttnPrefillHopperBytes(256)]).toEqual([164864, 197632]);
+    expect(flashAttnPrefillCudaTile(128, h100)).toEqual({ bq: 128, bk: 128, threads: 256, sharedBytes: 164864 });
+    expect(flashAttnPrefillCudaTile(256, h100)).toEqual({ bq: 128, bk: 64, threads: 256, sharedBytes: 197632 });
+    for (const d of [64, 512]) expect(flashAttnPrefillCudaTile(d, h100)).toEqual(flashAttnPrefillCudaTile(d));
+    for (const d of [64, 128, 256, 512]) expect(flashAttnPrefillCudaTile(d, a100)).toEqual(flashAttnPrefillCudaTile(d));
+    for (const d of [128, 256]) expect(flashAttnPrefillHopperBytes(d)).toBeLessThanOrEqual(h100.maxThreadgroupMemory);
+  });
 });
 
 describe('flash_attn_prefill reference against values by hand', () => {
@@ -151,6 +168,17 @@ describe('flash_attn_prefill reference against values by hand', () => {
 });
 
 describeValidation('flash_attn_prefill validation', ({ device, enc, buf }) => {
+  test('the plan takes its CUDA launch from the limits: the Hopper launch at D 256 on an H100, the mma.sync one on an A100', () => {
+    const [b, h, hkv, d, t] = [1, 4, 2, 256, 300];
+    const args: FlashAttnPrefillArgs = {
+      q: buf('bf16', b * h * t * d), k: buf('bf16', b * hkv * t * d), v: buf('bf16', b * hkv * t * d), out: buf('bf16', b * h * t * d),
+      batch: b, nHeads: h, nKvHeads: hkv, headDim: d, seqLenQ: t, seqLenK: t, causal: true,
+    };
+    const h100 = TARGET_LIMITS.cuda;
+    const a100 = { ...h100, computeCapability: 80, maxThreadgroupMemory: 166912 };
+    expect(planFlashAttnPrefill(args, h100, device()).dispatches[0]!.cuda).toEqual({ grid: [3, h, b], threads: [256, 1, 1], threadgroupMemory: [197632] });
+    expect(planFlashAttnPrefill(args, a100, device()).dispatches[0]!.cuda).toEqual({ grid: [5, h, b], threads: [128, 1, 1], threadgroupMemory: [101376] });
+  });
   test('every rule of flashAttnPrefill', () => {
     const base = (): Record<string, unknown> => ({
       q: buf('bf16', 2 * 4 * 5 * 64), k: buf('bf16', 2 * 2 * 7 * 64), v: buf('bf16', 2 * 2 * 7 * 64), out: buf('bf16', 2 * 4 * 5 * 64),
@@ -354,6 +382,10 @@ describeBackends('flash_attn_prefill parity', ({ device, backend }) => {
         { what: 'one key', dtype: 'bf16', batch: 1, nHeads: 1, nKvHeads: 1, headDim, seqLenQ: 1, seqLenK: 1, causal: true },
         { what: 'one query after 32 keys', dtype: 'bf16', batch: 1, nHeads: 2, nKvHeads: 1, headDim, seqLenQ: 1, seqLenK: 33, qOffset: 32, causal: true },
       );
+    }
+    // Several query tiles and key steps of every CUDA launch (the Hopper one's 128 rows and 128 or 64 keys a step).
+    for (const headDim of [128, 256]) {
+      runs.push({ what: 'causal 300 x 300', dtype: 'bf16', batch: 1, nHeads: 2, nKvHeads: 1, headDim, seqLenQ: 300, seqLenK: 300, causal: true });
     }
     check(runs);
   });
