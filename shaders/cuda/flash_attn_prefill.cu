@@ -669,8 +669,17 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
 #endif  // MLXN_WGMMA
 
 // A 256-thread launch of D 128 or 256 (the op's Hopper launch): wgmma where
-// compiled for sm_90a, else mma.sync tiles of the same 128 rows (8 warps of
-// 16), so that the grid the launch was made for stays right.
+// compiled for sm_90a (inlined: ptxas serializes wgmma whose pipeline
+// crosses a call), else mma.sync tiles of the same 128 rows (8 warps of 16,
+// out of line), so that the grid the launch was made for stays right.
+#ifndef MLXN_WGMMA
+template <typename T, typename MaskT, int D, int BQB, int BKB>
+__device__ __noinline__ void attention_wide_mma(const T* Q, const T* K, const T* V, T* O, const AttnParams* pp,
+                                                const AttnMaskParams* mp, const MaskT* mask, const char* blk,
+                                                const uint* cu_q, const uint* cu_k) {
+    attention<T, MaskT, D, BQB, BKB, Wide>(Q, K, V, O, pp, mp, mask, blk, cu_q, cu_k);
+}
+#endif
 template <typename T, typename MaskT, int D, int BQB, int BKB>
 __device__ __forceinline__ void attention_wide(const T* Q, const T* K, const T* V, T* O, const AttnParams* pp,
                                                const AttnMaskParams* mp, const MaskT* mask, const char* blk,
@@ -678,7 +687,7 @@ __device__ __forceinline__ void attention_wide(const T* Q, const T* K, const T* 
 #ifdef MLXN_WGMMA
     attention_wg<T, MaskT, D, BQB, BKB>(Q, K, V, O, pp, mp, mask, blk, cu_q, cu_k);
 #else
-    attention<T, MaskT, D, BQB, BKB, Wide>(Q, K, V, O, pp, mp, mask, blk, cu_q, cu_k);
+    attention_wide_mma<T, MaskT, D, BQB, BKB>(Q, K, V, O, pp, mp, mask, blk, cu_q, cu_k);
 #endif
 }
 
@@ -751,10 +760,17 @@ __device__ __forceinline__ void blk_classify(const T* mask, char* blk, const Fla
         attention<T, MASK, D, BQB, BKB, Tile<D>>(Q, K, V, O, params, mask_params, mask, blk, cu_seqlens_q,        \
                                                  cu_seqlens_k);                                                   \
     }
-// The mma.sync tile of Tile<D> out of line, beside the Hopper path: the two
-// inlined in one entry would share its 255 registers (and spill).
+// The mma.sync tile of Tile<D>: out of line beside the Hopper path (two
+// tiles inlined in one entry share its 255 registers, and ptxas spills
+// where either alone does not), inlined in builds without sm_90a, where the
+// 256-thread fallback goes out of line instead (attention_wide).
+#ifdef MLXN_WGMMA
+#define FA_NARROW __noinline__
+#else
+#define FA_NARROW __forceinline__
+#endif
 template <typename T, typename MaskT, int D>
-__device__ __noinline__ void attention_narrow(const T* Q, const T* K, const T* V, T* O, const AttnParams* pp,
+__device__ FA_NARROW void attention_narrow(const T* Q, const T* K, const T* V, T* O, const AttnParams* pp,
                                               const AttnMaskParams* mp, const MaskT* mask, const char* blk,
                                               const uint* cu_q, const uint* cu_k) {
     attention<T, MaskT, D, 32, 16, Tile<D>>(Q, K, V, O, pp, mp, mask, blk, cu_q, cu_k);
