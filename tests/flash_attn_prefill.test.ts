@@ -11,7 +11,10 @@
 // same bits as without them), several sequences of different lengths in one
 // call, the mask builder and the tile classifier, and dispatches made the
 // way mlx-native's host code makes them (bindings 0-4 only, the crate's
-// constants). Outputs start NaN-poisoned.
+// constants). On CUDA the op's own launches (on Hopper the wgmma tiles of D
+// 128 and 256) and, for D 128 and 256, the mma.sync launches other GPUs
+// take; the CUDA launch the plan picks from the device's limits. Outputs
+// start NaN-poisoned.
 //
 // Error measure: max |got - want| / max |v|. Each output row is a convex
 // combination of v's rows, so max |v| bounds it, and every error source is
@@ -24,7 +27,7 @@
 
 import { describe, expect, test } from 'bun:test';
 import src from '../shaders/flash_attn_prefill.metal' with { type: 'text' };
-import type { Buffer, Device, FunctionConstants } from '../ts/index.ts';
+import type { Buffer, Device, DeviceLimits, FunctionConstants } from '../ts/index.ts';
 import { bufferParam, kernelParams } from '../ts/metal-source.ts';
 import {
   ATTN_MASK_PARAMS_LAYOUT,
@@ -51,6 +54,7 @@ import {
   type FlashAttnPrefillArgs,
 } from '../ts/ops/flash_attn_prefill.ts';
 import { structSize } from '../ts/params.ts';
+import { record } from '../ts/plan.ts';
 import { flashAttnPrefillBlkRef, flashAttnPrefillMaskRef, flashAttnPrefillRef, type FlashAttnPrefillRefShape } from '../ts/reference/flash_attn_prefill.ts';
 import { describeBackends, describeValidation, expectInvalid, maxAbs, poisoned, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
 
@@ -280,6 +284,8 @@ interface Run {
   slidingWindow?: number;
   softcap?: number;
   layout?: 'headMajor' | 'seqMajor';
+  /** Plan with these limits instead of the device's (the CUDA launch follows them). */
+  limits?: DeviceLimits;
   mask?: 'additive' | 'additiveHeads' | 'bool' | 'boolHeads';
   blk?: boolean;
   cuSeqlensQ?: number[];
@@ -334,7 +340,8 @@ function runAttention(dev: Device, c: Run, seed: number): { err: number; out: Fl
     const t = flashAttnPrefillBlkTile(c);
     flashAttnPrefillBlk(enc, { mask: mask!, blk, seqLenQ: c.seqLenQ, seqLenK: c.seqLenK, bq: t.bq, bk: t.bk });
   }
-  flashAttnPrefill(enc, args);
+  if (c.limits !== undefined) record(enc, planFlashAttnPrefill(args, c.limits, dev));
+  else flashAttnPrefill(enc, args);
   enc.commitAndWait();
   enc.release();
   const want = flashAttnPrefillRef({
@@ -386,6 +393,22 @@ describeBackends('flash_attn_prefill parity', ({ device, backend }) => {
     // Several query tiles and key steps of every CUDA launch (the Hopper one's 128 rows and 128 or 64 keys a step).
     for (const headDim of [128, 256]) {
       runs.push({ what: 'causal 300 x 300', dtype: 'bf16', batch: 1, nHeads: 2, nKvHeads: 1, headDim, seqLenQ: 300, seqLenK: 300, causal: true });
+    }
+    check(runs);
+  });
+
+  // On Hopper the op takes the wgmma launch for D 128 and 256; the mma.sync
+  // launch other GPUs take (an A100's limits), dispatched on the same device.
+  test.skipIf(backend !== 'cuda')('CUDA: the mma.sync launches of D 128 and 256 beside the Hopper ones', () => {
+    const a100: DeviceLimits = { ...device().limits, computeCapability: 80, maxThreadgroupMemory: 166912 };
+    const runs: Run[] = [];
+    for (const headDim of [128, 256]) {
+      for (const limits of [a100, undefined]) {
+        runs.push(
+          { what: 'causal 300 x 300', dtype: 'bf16', batch: 1, nHeads: 4, nKvHeads: 1, headDim, seqLenQ: 300, seqLenK: 300, causal: true, limits },
+          { what: 'window 50, softcap, mask', dtype: 'f16', batch: 2, nHeads: 2, nKvHeads: 1, headDim, seqLenQ: 70, seqLenK: 150, qOffset: 80, slidingWindow: 50, softcap: 30, mask: 'additive', limits },
+        );
+      }
     }
     check(runs);
   });
