@@ -411,20 +411,25 @@ template <> struct WgTile<256> { static constexpr int BK = 64; };
 // 128-byte rows, and 1024 bytes to align them.
 template <int D> constexpr u32 WG_SMEM = u32(128 + 4 * WgTile<D>::BK) * u32(D) * 2u + 1024u;
 
-// n rows of D elements from src (rows `stride` apart) into the swizzled
+// NR rows of D elements from src (rows `stride` apart) into the swizzled
 // column blocks at dst (block b, values 64 b .. 64 b + 63 of every row, at
 // dst + b NR 128 bytes; chunk c of row r at sw128_offset(r, c)); rows at or
-// past `valid` are zeros. 16 consecutive threads read a 256-byte row (D
-// 128). By cp.async when vec, else element by element.
+// past `valid` are zeros. By cp.async when vec: thread t copies chunk t % C
+// of rows t / C + RI m (C = D / 8 chunks a row, RI = 256 / C rows an
+// iteration, a multiple of 8, so that every row of a thread has the same
+// swizzle; C consecutive threads read a whole row). Else element by element.
 template <typename T, int D, int NR>
 __device__ __forceinline__ void load_sw(unsigned char* dst, const T* src, u64 stride, int valid, bool vec, u32 tid) {
-    constexpr int C = D / 8;
+    constexpr int C = D / 8, RI = 256 / C;
+    static_assert(RI % 8 == 0 && NR % RI == 0, "rows of an iteration");
     if (vec) {
-        for (int i = int(tid); i < NR * C; i += 256) {
-            const int r = i / C, c = i % C;
-            const bool live = r < valid;
-            cp_async16(dst + u32(c >> 3) * u32(NR * 128) + sw128_offset(u32(r), u32(c & 7)),
-                       live ? src + u64(r) * stride + u64(c * 8) : src, live);
+        const int c = int(tid) % C, r0 = int(tid) / C;
+        unsigned char* d = dst + u32(c >> 3) * u32(NR * 128) + sw128_offset(u32(r0), u32(c & 7));
+        const T* g = src + u64(r0) * stride + u64(c * 8);
+#pragma unroll
+        for (int m = 0; m < NR / RI; ++m) {
+            const bool live = r0 + RI * m < valid;
+            cp_async16(d + u32(RI * 128 * m), live ? g + u64(RI * m) * stride : src, live);
         }
     } else {
         for (int i = int(tid); i < NR * D; i += 256) {
