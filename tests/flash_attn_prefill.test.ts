@@ -11,7 +11,10 @@
 // same bits as without them), several sequences of different lengths in one
 // call, the mask builder and the tile classifier, and dispatches made the
 // way mlx-native's host code makes them (bindings 0-4 only, the crate's
-// constants). Outputs start NaN-poisoned.
+// constants). On CUDA the op's own launches (on Hopper the wgmma tiles of D
+// 128 and 256) and, for D 128 and 256, the mma.sync launches other GPUs
+// take; the CUDA launch the plan picks from the device's limits. Outputs
+// start NaN-poisoned.
 //
 // Error measure: max |got - want| / max |v|. Each output row is a convex
 // combination of v's rows, so max |v| bounds it, and every error source is
@@ -24,7 +27,7 @@
 
 import { describe, expect, test } from 'bun:test';
 import src from '../shaders/flash_attn_prefill.metal' with { type: 'text' };
-import type { Buffer, Device, FunctionConstants } from '../ts/index.ts';
+import type { Buffer, Device, DeviceLimits, FunctionConstants } from '../ts/index.ts';
 import { bufferParam, kernelParams } from '../ts/metal-source.ts';
 import {
   ATTN_MASK_PARAMS_LAYOUT,
@@ -39,15 +42,19 @@ import {
   flashAttnPrefillBlk,
   flashAttnPrefillBlkTile,
   flashAttnPrefillCudaTile,
+  flashAttnPrefillHopperBytes,
+  flashAttnPrefillUsesWgmma,
   flashAttnPrefillMask,
   flashAttnPrefillMaskThreads,
   flashAttnPrefillTile,
   packAttnMaskParams,
   packAttnParams,
   packFlashAttnPrefillMaskParams,
+  planFlashAttnPrefill,
   type FlashAttnPrefillArgs,
 } from '../ts/ops/flash_attn_prefill.ts';
 import { structSize } from '../ts/params.ts';
+import { record } from '../ts/plan.ts';
 import { flashAttnPrefillBlkRef, flashAttnPrefillMaskRef, flashAttnPrefillRef, type FlashAttnPrefillRefShape } from '../ts/reference/flash_attn_prefill.ts';
 import { describeBackends, describeValidation, expectInvalid, maxAbs, poisoned, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
 import { a, buf, int, opContract, out, type Case } from './op-contract.ts';
@@ -125,6 +132,20 @@ describe('flash_attn_prefill params against the header and the .metal bindings',
     expect(flashAttnPrefillCudaTile(128)).toEqual({ bq: 128, bk: 64, threads: 128, sharedBytes: 69632 });
     expect(flashAttnPrefillCudaTile(512)).toEqual({ bq: 64, bk: 32, threads: 256, sharedBytes: 133120 });
   });
+  test('Hopper: D 128 and 256 take the 256-thread wgmma launch on compute capability 9.0, the others keep theirs', () => {
+    const h100 = TARGET_LIMITS.cuda;
+    const a100 = { ...h100, computeCapability: 80, maxThreadgroupMemory: 166912 };
+    expect([128, 256].map((d) => flashAttnPrefillUsesWgmma(d, h100))).toEqual([true, true]);
+    expect([64, 512].map((d) => flashAttnPrefillUsesWgmma(d, h100))).toEqual([false, false]);
+    expect([flashAttnPrefillUsesWgmma(128, a100), flashAttnPrefillUsesWgmma(128, { ...h100, computeCapability: 100 }),
+      flashAttnPrefillUsesWgmma(256, { ...h100, maxThreadgroupMemory: 166912 })]).toEqual([false, false, false]);
+    expect([flashAttnPrefillHopperBytes(128), flashAttnPrefillHopperBytes(256)]).toEqual([164864, 197632]);
+    expect(flashAttnPrefillCudaTile(128, h100)).toEqual({ bq: 128, bk: 128, threads: 256, sharedBytes: 164864 });
+    expect(flashAttnPrefillCudaTile(256, h100)).toEqual({ bq: 128, bk: 64, threads: 256, sharedBytes: 197632 });
+    for (const d of [64, 512]) expect(flashAttnPrefillCudaTile(d, h100)).toEqual(flashAttnPrefillCudaTile(d));
+    for (const d of [64, 128, 256, 512]) expect(flashAttnPrefillCudaTile(d, a100)).toEqual(flashAttnPrefillCudaTile(d));
+    for (const d of [128, 256]) expect(flashAttnPrefillHopperBytes(d)).toBeLessThanOrEqual(h100.maxThreadgroupMemory);
+  });
 });
 
 describe('flash_attn_prefill reference against values by hand', () => {
@@ -153,6 +174,17 @@ describe('flash_attn_prefill reference against values by hand', () => {
 });
 
 describeValidation('flash_attn_prefill validation', ({ device, enc, buf }) => {
+  test('the plan takes its CUDA launch from the limits: the Hopper launch at D 256 on an H100, the mma.sync one on an A100', () => {
+    const [b, h, hkv, d, t] = [1, 4, 2, 256, 300];
+    const args: FlashAttnPrefillArgs = {
+      q: buf('bf16', b * h * t * d), k: buf('bf16', b * hkv * t * d), v: buf('bf16', b * hkv * t * d), out: buf('bf16', b * h * t * d),
+      batch: b, nHeads: h, nKvHeads: hkv, headDim: d, seqLenQ: t, seqLenK: t, causal: true,
+    };
+    const h100 = TARGET_LIMITS.cuda;
+    const a100 = { ...h100, computeCapability: 80, maxThreadgroupMemory: 166912 };
+    expect(planFlashAttnPrefill(args, h100, device()).dispatches[0]!.cuda).toEqual({ grid: [3, h, b], threads: [256, 1, 1], threadgroupMemory: [197632] });
+    expect(planFlashAttnPrefill(args, a100, device()).dispatches[0]!.cuda).toEqual({ grid: [5, h, b], threads: [128, 1, 1], threadgroupMemory: [101376] });
+  });
   test('every rule of flashAttnPrefill', () => {
     const base = (): Record<string, unknown> => ({
       q: buf('bf16', 2 * 4 * 5 * 64), k: buf('bf16', 2 * 2 * 7 * 64), v: buf('bf16', 2 * 2 * 7 * 64), out: buf('bf16', 2 * 4 * 5 * 64),
@@ -254,6 +286,8 @@ interface Run {
   slidingWindow?: number;
   softcap?: number;
   layout?: 'headMajor' | 'seqMajor';
+  /** Plan with these limits instead of the device's (the CUDA launch follows them). */
+  limits?: DeviceLimits;
   mask?: 'additive' | 'additiveHeads' | 'bool' | 'boolHeads';
   blk?: boolean;
   cuSeqlensQ?: number[];
@@ -308,7 +342,8 @@ function runAttention(dev: Device, c: Run, seed: number): { err: number; out: Fl
     const t = flashAttnPrefillBlkTile(c);
     flashAttnPrefillBlk(enc, { mask: mask!, blk, seqLenQ: c.seqLenQ, seqLenK: c.seqLenK, bq: t.bq, bk: t.bk });
   }
-  flashAttnPrefill(enc, args);
+  if (c.limits !== undefined) record(enc, planFlashAttnPrefill(args, c.limits, dev));
+  else flashAttnPrefill(enc, args);
   enc.commitAndWait();
   enc.release();
   const want = flashAttnPrefillRef({
@@ -356,6 +391,26 @@ describeBackends('flash_attn_prefill parity', ({ device, backend }) => {
         { what: 'one key', dtype: 'bf16', batch: 1, nHeads: 1, nKvHeads: 1, headDim, seqLenQ: 1, seqLenK: 1, causal: true },
         { what: 'one query after 32 keys', dtype: 'bf16', batch: 1, nHeads: 2, nKvHeads: 1, headDim, seqLenQ: 1, seqLenK: 33, qOffset: 32, causal: true },
       );
+    }
+    // Several query tiles and key steps of every CUDA launch (the Hopper one's 128 rows and 128 or 64 keys a step).
+    for (const headDim of [128, 256]) {
+      runs.push({ what: 'causal 300 x 300', dtype: 'bf16', batch: 1, nHeads: 2, nKvHeads: 1, headDim, seqLenQ: 300, seqLenK: 300, causal: true });
+    }
+    check(runs);
+  });
+
+  // On Hopper the op takes the wgmma launch for D 128 and 256; the mma.sync
+  // launch other GPUs take (an A100's limits), dispatched on the same device.
+  test.skipIf(backend !== 'cuda')('CUDA: the mma.sync launches of D 128 and 256 beside the Hopper ones', () => {
+    const a100: DeviceLimits = { ...device().limits, computeCapability: 80, maxThreadgroupMemory: 166912 };
+    const runs: Run[] = [];
+    for (const headDim of [128, 256]) {
+      for (const limits of [a100, undefined]) {
+        runs.push(
+          { what: 'causal 300 x 300', dtype: 'bf16', batch: 1, nHeads: 4, nKvHeads: 1, headDim, seqLenQ: 300, seqLenK: 300, causal: true, limits },
+          { what: 'window 50, softcap, mask', dtype: 'f16', batch: 2, nHeads: 2, nKvHeads: 1, headDim, seqLenQ: 70, seqLenK: 150, qOffset: 80, slidingWindow: 50, softcap: 30, mask: 'additive', limits },
+        );
+      }
     }
     check(runs);
   });

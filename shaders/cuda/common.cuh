@@ -500,6 +500,18 @@ __device__ __forceinline__ u64 wgmma_desc_sw128(const void* p) {
     return u64((smem_addr(p) >> 4) & 0x3fffu) | (u64(1) << 16) | (u64(1024 >> 4) << 32) | (u64(1) << 62);
 }
 
+// The descriptor of an MN-major operand in the same 128-byte swizzled rows
+// (the B operand with imm-trans-b = 1: N contiguous in memory), e.g. V
+// stored [keys, D] as D / 64 column blocks of 64-value rows: each 128-byte
+// row holds 64 consecutive n at one k, 8 rows (8 k, 1024 bytes: the stride
+// byte offset) make a swizzle atom, and the next 64 n lie `lbo` bytes further
+// (the leading byte offset: one column block). The PTX ISA's canonical
+// MN-major 128B layout ((8, 8, m), (8, k)) : ((1, 8, LBO), (64, SBO)) in
+// 16-bit elements. p = tile + 2048 j bytes takes keys 16 j .. 16 j + 15.
+__device__ __forceinline__ u64 wgmma_desc_sw128_mn(const void* p, u32 lbo) {
+    return u64((smem_addr(p) >> 4) & 0x3fffu) | (u64((lbo >> 4) & 0x3fffu) << 16) | (u64(1024 >> 4) << 32) | (u64(1) << 62);
+}
+
 #ifdef MLXN_WGMMA
 // Orders the warpgroup's register accesses before the wgmma that follow
 // (wgmma.fence: before the first wgmma of a sequence and after any access to
@@ -530,6 +542,7 @@ __device__ __forceinline__ void acc_fence(float (&d)[N]) {
 #define MLXN_WG_R5 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define MLXN_WG_R6 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
 #define MLXN_WG_R7 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define MLXN_WG_D32 "{" MLXN_WG_R0 ", " MLXN_WG_R1 "}"
 #define MLXN_WG_D64 "{" MLXN_WG_R0 ", " MLXN_WG_R1 ", " MLXN_WG_R2 ", " MLXN_WG_R3 "}"
 #define MLXN_WG_D96 "{" MLXN_WG_R0 ", " MLXN_WG_R1 ", " MLXN_WG_R2 ", " MLXN_WG_R3 ", " MLXN_WG_R4 ", " MLXN_WG_R5 "}"
 #define MLXN_WG_D128 "{" MLXN_WG_R0 ", " MLXN_WG_R1 ", " MLXN_WG_R2 ", " MLXN_WG_R3 ", " MLXN_WG_R4 ", " MLXN_WG_R5 ", " \
@@ -538,7 +551,7 @@ __device__ __forceinline__ void acc_fence(float (&d)[N]) {
 #define MLXN_WG_F16(i) MLXN_WG_F4(i), MLXN_WG_F4(i + 4), MLXN_WG_F4(i + 8), MLXN_WG_F4(i + 12)
 #define MLXN_WG_F32(i) MLXN_WG_F16(i), MLXN_WG_F16(i + 16)
 // d += A B^T on the warpgroup's tensor cores (wgmma.mma_async m64nNk16,
-// N = 2 R: 256, 192 or 128): A the 64 x 16 operand of descriptor a, B the
+// N = 2 R: 256, 192, 128 or 64): A the 64 x 16 operand of descriptor a, B the
 // N x 16 operand of descriptor b, both K-major (no transpose), 16-bit floats
 // (bf16 or f16), f32 accumulators. d is the thread's share of the 64 x N
 // tile: d[i] at row 16 (warp % 4) + lane / 4 + 8 ((i / 2) % 2), column
@@ -581,10 +594,68 @@ __device__ __forceinline__ void wgmma_f16(float (&d)[64], u64 a, u64 b) {
                  : MLXN_WG_F32(0), MLXN_WG_F32(32)
                  : "l"(a), "l"(b), "r"(1));
 }
+__device__ __forceinline__ void wgmma_bf16(float (&d)[32], u64 a, u64 b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " MLXN_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : MLXN_WG_F32(0)
+                 : "l"(a), "l"(b), "r"(1));
+}
+__device__ __forceinline__ void wgmma_f16(float (&d)[32], u64 a, u64 b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " MLXN_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : MLXN_WG_F32(0)
+                 : "l"(a), "l"(b), "r"(1));
+}
 template <typename T, int R>
 __device__ __forceinline__ void wgmma_ss(float (&d)[R], u64 a, u64 b) {
     if constexpr (SameType<T, __nv_bfloat16>::value) wgmma_bf16(d, a, b);
     else wgmma_f16(d, a, b);
+}
+// d += A B with A from registers (the RS form of m64nNk16, N = 2 R: 256 or
+// 128) and B MN-major in shared memory (imm-trans-b = 1; descriptor b from
+// wgmma_desc_sw128_mn). a is the thread's share of the 64 x 16 A operand,
+// pairs of 16-bit values: warp w % 4 holds rows 16 w .. 16 w + 15, lane l
+// a[0] = (row g, k 2 t, 2 t + 1), a[1] = (row g + 8, same k), a[2] = (row
+// g, k 2 t + 8, 2 t + 9), a[3] = (row g + 8, those k), g = l / 4, t = l % 4
+// (the PTX ISA's A fragment of m64nNk16, mma.sync m16n8k16's per warp). So
+// the accumulator fragment of an m64nNk16 product is, pairs rounded to
+// 16 bits, the A operand of the next: keys 16 j .. 16 j + 15 are d[8 j ..
+// 8 j + 7] as a[i] = (d[8 j + 2 i], d[8 j + 2 i + 1]). The registers of a
+// belong to the wgmma until a wgmma_wait covers its group.
+__device__ __forceinline__ void wgmma_rs_bf16(float (&d)[128], const u32 (&a)[4], u64 b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " MLXN_WG_D128 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+__device__ __forceinline__ void wgmma_rs_bf16(float (&d)[64], const u32 (&a)[4], u64 b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " MLXN_WG_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : MLXN_WG_F32(0), MLXN_WG_F32(32)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+__device__ __forceinline__ void wgmma_rs_f16(float (&d)[128], const u32 (&a)[4], u64 b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " MLXN_WG_D128 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+__device__ __forceinline__ void wgmma_rs_f16(float (&d)[64], const u32 (&a)[4], u64 b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " MLXN_WG_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : MLXN_WG_F32(0), MLXN_WG_F32(32)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+template <typename T, int R>
+__device__ __forceinline__ void wgmma_rs(float (&d)[R], const u32 (&a)[4], u64 b) {
+    if constexpr (SameType<T, __nv_bfloat16>::value) wgmma_rs_bf16(d, a, b);
+    else wgmma_rs_f16(d, a, b);
+}
+// As acc_fence, for the 16-bit A operand registers of the RS form.
+template <int N>
+__device__ __forceinline__ void reg_fence(u32 (&a)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(a[i][0]), "+r"(a[i][1]), "+r"(a[i][2]), "+r"(a[i][3]) :: "memory");
 }
 #endif  // MLXN_WGMMA
 // ---- gated activations (silu_mul, gelu, and the per-expert gate/up products) ----

@@ -31,6 +31,26 @@
 // 16 rows, 64 keys; D 512: 8 warps, each pair of warps sharing 16 rows and
 // splitting the output columns in halves (both compute the rows' scores:
 // 256 f32 accumulators a thread would not fit), 32 keys a step.
+//
+// Hopper (compiled for sm_90a, MLXN_WGMMA; the op launches D 128 and 256
+// with 256 threads and WG_SMEM bytes on compute capability 9.0, and the
+// entry tells the launches apart by blockDim.x): FlashAttention-3's
+// structure without TMA or a producer warp (bench/notes/fa3-2026-11-26.md).
+// Two warpgroups of 64 query rows (128-row tiles), 128 keys a step at D 128
+// and 64 at D 256. Q and the K and V tiles lie in shared memory as D / 64
+// column blocks of 128-byte swizzled rows (common.cuh's sw128_offset),
+// copied by cp.async from every thread (element by element where rows are
+// not 16-byte aligned), K and V in two stages each. S = Q K^T by wgmma
+// m64nBKk16 from shared memory (both K-major along D); the online softmax on
+// S's accumulator fragment in registers, as above; O += P V by wgmma's RS
+// form, P the S fragment rounded to the input type (its pairs are the A
+// fragment), V the MN-major B operand (imm-trans-b, wgmma_desc_sw128_mn).
+// Each step issues S of its tile and P V of the previous one, then runs the
+// softmax while P V is on the tensor cores (attention_wg says the order).
+// Every feature of the entries is on this path: causal, window, GQA,
+// softcap, additive and bool masks, blk, queries at an offset, varlen. D 64
+// and 512 keep the mma.sync launches; a 256-thread launch in a build without
+// sm_90a runs the mma.sync tile over the same 128 rows (8 warps of 16).
 
 #ifndef MLXN_FC_300
 #define MLXN_FC_300 0
@@ -76,6 +96,11 @@ template <> struct Tile<64> { static constexpr int MT = 2, RW = 4, DS = 1, BK = 
 template <> struct Tile<128> { static constexpr int MT = 2, RW = 4, DS = 1, BK = 64; };
 template <> struct Tile<256> { static constexpr int MT = 1, RW = 4, DS = 1, BK = 64; };
 template <> struct Tile<512> { static constexpr int MT = 1, RW = 4, DS = 2, BK = 32; };
+// The mma.sync tile of a 256-thread launch (the Hopper launch's 128 rows, in
+// a build without sm_90a): 8 warps of 16 rows.
+#ifndef MLXN_WGMMA
+struct Wide { static constexpr int MT = 1, RW = 8, DS = 1, BK = 64; };
+#endif
 
 // A block's sequence: element offsets of its first query row (head
 // included) in Q and O and first key row in K and V, the counts, and the
@@ -137,12 +162,11 @@ __device__ __forceinline__ void apply_mask(bool m, float& x, bool& vis) { vis = 
 __device__ __forceinline__ void apply_mask(__half m, float& x, bool& vis) { x += __half2float(m) * kLog2e; }
 __device__ __forceinline__ void apply_mask(bf16 m, float& x, bool& vis) { x += __bfloat162float(m) * kLog2e; }
 
-// BQB x BKB: the tile of the blk classes (the Metal entry's).
-template <typename T, typename MaskT, int D, int BQB, int BKB>
+// BQB x BKB: the tile of the blk classes (the Metal entry's); C the tile.
+template <typename T, typename MaskT, int D, int BQB, int BKB, typename C>
 __device__ __forceinline__ void attention(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                           T* __restrict__ O, const AttnParams* pp, const AttnMaskParams* mp,
                                           const MaskT* mask, const char* blk, const uint* cu_q, const uint* cu_k) {
-    using C = Tile<D>;
     constexpr int MT = C::MT, RW = C::RW, DS = C::DS, BK = C::BK;
     constexpr int BQ = RW * MT * 16;
     constexpr int NT = 32 * RW * DS;
@@ -373,6 +397,305 @@ __device__ __forceinline__ void attention(const T* __restrict__ Q, const T* __re
     }
 }
 
+// ---- the Hopper path: wgmma (the file comment's second part) ----
+
+// Keys a step of the Hopper tile: 128 at D 128 (S is m64n128), 64 at D 256
+// (m64n64, so that S, P and the 128 O registers fit beside each other).
+template <int D> struct WgTile;
+template <> struct WgTile<128> { static constexpr int BK = 128; };
+template <> struct WgTile<256> { static constexpr int BK = 64; };
+
+// Dynamic shared memory of the Hopper launch (the op's
+// flashAttnPrefillCudaTile on compute capability 9.0): Q's 128 rows, two K
+// and two V stages of BK rows, all D / 64 column blocks of swizzled
+// 128-byte rows, and 1024 bytes to align them.
+template <int D> constexpr u32 WG_SMEM = u32(128 + 4 * WgTile<D>::BK) * u32(D) * 2u + 1024u;
+
+// NR rows of D elements from src (rows `stride` apart) into the swizzled
+// column blocks at dst (block b, values 64 b .. 64 b + 63 of every row, at
+// dst + b NR 128 bytes; chunk c of row r at sw128_offset(r, c)); rows at or
+// past `valid` are zeros. By cp.async when vec: thread t copies chunk t % C
+// of rows t / C + RI m (C = D / 8 chunks a row, RI = 256 / C rows an
+// iteration, a multiple of 8, so that every row of a thread has the same
+// swizzle; C consecutive threads read a whole row). Else element by element.
+template <typename T, int D, int NR>
+__device__ __forceinline__ void load_sw(unsigned char* dst, const T* src, u64 stride, int valid, bool vec, u32 tid) {
+    constexpr int C = D / 8, RI = 256 / C;
+    static_assert(RI % 8 == 0 && NR % RI == 0, "rows of an iteration");
+    if (vec) {
+        const int c = int(tid) % C, r0 = int(tid) / C;
+        unsigned char* d = dst + u32(c >> 3) * u32(NR * 128) + sw128_offset(u32(r0), u32(c & 7));
+        const T* g = src + u64(r0) * stride + u64(c * 8);
+#pragma unroll
+        for (int m = 0; m < NR / RI; ++m) {
+            const bool live = r0 + RI * m < valid;
+            cp_async16(d + u32(RI * 128 * m), live ? g + u64(RI * m) * stride : src, live);
+        }
+    } else {
+        for (int i = int(tid); i < NR * D; i += 256) {
+            const int r = i / D, col = i % D;
+            T* e = reinterpret_cast<T*>(dst + u32(col >> 6) * u32(NR * 128) + sw128_offset(u32(r), u32((col & 63) >> 3))) + (col & 7);
+            *e = r < valid ? src[u64(r) * stride + u64(col)] : from_f<T>(0.0f);
+        }
+    }
+}
+
+#ifdef MLXN_WGMMA
+// The 128-row tile on wgmma: 256 threads, warpgroup wg owns query rows
+// 64 wg .. 64 wg + 63. Step j (key tile kt, the j-th tile the block visits):
+// wait for this thread's copies, proxy fence, barrier (K of kt and V of the
+// previous tile landed everywhere; both warpgroups are past the wgmma of
+// step j - 1), start K of the next tile (into the stage K of step j - 1
+// held) and V of kt (into the stage of step j - 2's V); issue S = Q K^T
+// (D / 16 wgmma from shared memory), then O += P V of step j - 1 (BK / 16
+// wgmma, P from registers); wait for S alone; scale, cap, mask and the
+// online softmax on the S fragment while P V runs; wait for P V; rescale O,
+// round P to the input type as the next step's A operand. After the last
+// step, its P V.
+template <typename T, typename MaskT, int D, int BQB, int BKB>
+__device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                                             T* __restrict__ O, const AttnParams* pp, const AttnMaskParams* mp,
+                                             const MaskT* mask, const char* blk, const uint* cu_q, const uint* cu_k) {
+    constexpr int BK = WgTile<D>::BK;
+    constexpr int BQ = 128, NT = 256;
+    constexpr u32 QCB = u32(BQ) * 128u, KCB = u32(BK) * 128u;  // bytes of a column block of Q, of a K or V tile
+    constexpr u32 KVT = u32(D / 64) * KCB;                     // bytes of a K or V tile
+    constexpr int RS = BK / 2, RO = D / 2;                     // S and O accumulators a thread
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned char* qs = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    unsigned char* ks = qs + u32(D / 64) * QCB;
+    unsigned char* vs = ks + 2u * KVT;
+
+    const AttnParams& p = *pp;
+    const u32 tid = threadIdx.x, lane = tid & 31u, wg = tid >> 7, w = (tid >> 5) & 3u;
+    const int g = int(lane >> 2), t = int(lane & 3u);
+
+    const Seq s = seq_of(p, blockIdx.z, blockIdx.y, cu_q, cu_k);
+    const int q0 = int(gridDim.x - 1 - blockIdx.x) * BQ;
+    if (q0 >= s.q_len) return;
+    const int rows = min(BQ, s.q_len - q0);
+    const int qa0 = s.q_off + q0;
+    const int W = p.window;
+    int k_lo = 0, k_hi = s.k_len;
+    if (kCausal) k_hi = min(k_hi, qa0 + rows);
+    if (W > 0) k_lo = max(k_lo, qa0 - W + 1);
+    const int t_lo = k_lo / BK;
+    const int t_hi = k_hi > k_lo ? (k_hi + BK - 1) / BK : t_lo;
+
+    const u64 qst = p.Q_stride_l, kst = p.K_stride_l, vst = p.V_stride_l, ost = p.O_stride_l;
+    const T* qg = Q + s.q_base + u64(q0) * qst;
+    const T* kg = K + s.k_base;
+    const T* vg = V + s.v_base;
+    T* og = O + s.o_base + u64(q0) * ost;
+    const bool vec = aligned16(qg) && aligned16(kg) && aligned16(vg) && aligned16(og) &&
+                     (qst | kst | vst | ost) % 8 == 0;
+
+    const int nqb = (p.qL + BQB - 1) / BQB, nkb = (p.kL + BKB - 1) / BKB;
+    auto blk_class = [&](int kt) -> int {
+        if (!kBlk) return 1;
+        const int qb1 = min((q0 + BQ - 1) / BQB, nqb - 1);
+        const int kb1 = min((kt * BK + BK - 1) / BKB, nkb - 1);
+        bool all0 = true, all2 = true;
+        for (int qb = q0 / BQB; qb <= qb1; ++qb) {
+            for (int kb = (kt * BK) / BKB; kb <= kb1; ++kb) {
+                const char c = blk[u64(qb) * u64(nkb) + u64(kb)];
+                all0 = all0 && c == 0;
+                all2 = all2 && c == 2;
+            }
+        }
+        return all0 ? 0 : all2 ? 2 : 1;
+    };
+    auto next_live = [&](int kt) {
+        while (kt < t_hi && blk_class(kt) == 0) ++kt;
+        return kt;
+    };
+
+    load_sw<T, D, BQ>(qs, qg, qst, rows, vec, tid);
+    int kt = next_live(t_lo);
+    if (kt < t_hi) load_sw<T, D, BK>(ks, kg + u64(kt * BK) * kst, kst, min(BK, k_hi - kt * BK), vec, tid);
+    cp_async_commit();
+
+    float o[RO], sc[RS];
+    u32 pa[BK / 16][4];
+    float m_run[2] = {kMaxInit, kMaxInit}, l_run[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < RO; ++i) o[i] = 0.0f;
+    const float scale = p.scale, cap = p.softcapping, sl2 = scale * kLog2e;
+    // This warpgroup's 64 rows of Q; stage 0 of K (K-major) and of V (MN-major).
+    const u64 dq = wgmma_desc_sw128(qs + wg * 64u * 128u);
+    const u64 dk = wgmma_desc_sw128(ks);
+    const u64 dv = wgmma_desc_sw128_mn(vs, KCB);
+
+    int j = 0;
+    while (kt < t_hi) {
+        const int k0 = kt * BK;
+        const int cls = blk_class(kt);
+        const int kn = next_live(kt + 1);
+        cp_async_wait<0>();
+        fence_proxy_async_smem();
+        __syncthreads();
+        if (kn < t_hi) load_sw<T, D, BK>(ks + u32((j + 1) & 1) * KVT, kg + u64(kn * BK) * kst, kst, min(BK, k_hi - kn * BK), vec, tid);
+        load_sw<T, D, BK>(vs + u32(j & 1) * KVT, vg + u64(k0) * vst, vst, min(BK, k_hi - k0), vec, tid);
+        cp_async_commit();
+
+#pragma unroll
+        for (int i = 0; i < RS; ++i) sc[i] = 0.0f;
+        acc_fence(sc);
+        acc_fence(o);
+        reg_fence(pa);
+        wgmma_fence();
+        const u64 dks = dk + (u64(u32(j & 1) * KVT) >> 4);
+#pragma unroll
+        for (int dj = 0; dj < D / 16; ++dj) {
+            wgmma_ss<T>(sc, dq + (u64(u32(dj >> 2) * QCB + 32u * u32(dj & 3)) >> 4),
+                        dks + (u64(u32(dj >> 2) * KCB + 32u * u32(dj & 3)) >> 4));
+        }
+        wgmma_commit();
+        // P V of the previous step (none in step 0: an empty group, so that
+        // the wait below always means S's).
+        if (j > 0) {
+            const u64 dvs = dv + (u64(u32((j - 1) & 1) * KVT) >> 4);
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs<T>(o, pa[kk], dvs + u64(kk * 2048 / 16));
+        }
+        wgmma_commit();
+        wgmma_wait<1>();
+        acc_fence(sc);
+
+        // Scale, cap and mask; the online softmax of the thread's two rows.
+        const bool edge = k0 + BK > s.k_len || (kCausal && k0 + BK - 1 > qa0) || (W > 0 && qa0 + BQ - 1 - k0 >= W) ||
+                          (kMask && cls != 2);
+        float f[2];
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int r = int(wg) * 64 + int(w) * 16 + g + 8 * hh;
+            const int qa = qa0 + r;
+            float mx = kMaxInit;
+#pragma unroll
+            for (int n = 0; n < BK / 8; ++n) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float x = sc[4 * n + 2 * hh + e];
+                    x = kSoftcap ? cap * tanhf(x * scale / cap) * kLog2e : x * sl2;
+                    if (edge) {
+                        const int jj = k0 + n * 8 + 2 * t + e;
+                        bool vis = jj < s.k_len && r < rows;
+                        if (kCausal) vis = vis && jj <= qa;
+                        if (W > 0) vis = vis && qa - jj < W;
+                        if (kMask && cls != 2 && vis) {
+                            const MaskT mv = mask[u64(blockIdx.z) * mp->M_stride_b + u64(blockIdx.y) * mp->M_stride_h +
+                                                  u64(q0 + r) * mp->M_stride_q + u64(jj)];
+                            apply_mask(mv, x, vis);
+                        }
+                        x = vis ? x : __int_as_float(0xff800000);
+                    }
+                    sc[4 * n + 2 * hh + e] = x;
+                    mx = fmaxf(mx, x);
+                }
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m_run[hh], mx);
+            f[hh] = ex2_approx(m_run[hh] - m_new);
+            m_run[hh] = m_new;
+            float sum = 0.0f;
+#pragma unroll
+            for (int n = 0; n < BK / 8; ++n) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float pr = ex2_approx(sc[4 * n + 2 * hh + e] - m_new);
+                    sc[4 * n + 2 * hh + e] = pr;
+                    sum += pr;
+                }
+            }
+            l_run[hh] = l_run[hh] * f[hh] + sum;
+        }
+        wgmma_wait<0>();
+        acc_fence(o);
+        reg_fence(pa);
+#pragma unroll
+        for (int i = 0; i < RO; ++i) o[i] *= f[(i >> 1) & 1];
+        // P: the pairs of S's fragment are the A operand of the RS wgmma.
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) pa[kk][q] = pack2<T>(sc[8 * kk + 2 * q], sc[8 * kk + 2 * q + 1]);
+        }
+        ++j;
+        kt = kn;
+    }
+
+    // The last step's P V (its V landed with the last group of copies).
+    cp_async_wait<0>();
+    fence_proxy_async_smem();
+    __syncthreads();
+    if (j > 0) {
+        acc_fence(o);
+        reg_fence(pa);
+        wgmma_fence();
+        const u64 dvs = dv + (u64(u32((j - 1) & 1) * KVT) >> 4);
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs<T>(o, pa[kk], dvs + u64(kk * 2048 / 16));
+        wgmma_commit();
+        wgmma_wait<0>();
+        acc_fence(o);
+    }
+
+    // Normalize, stage the tile in Q's swizzled rows (every wgmma reading Q
+    // finished before the barrier above), store rows below `rows`.
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        float l = l_run[hh];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+        const u32 r = wg * 64u + w * 16u + u32(g + 8 * hh);
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+            *reinterpret_cast<u32*>(qs + u32(n >> 3) * QCB + sw128_offset(r, u32(n & 7)) + 4u * u32(t)) =
+                pack2<T>(o[4 * n + 2 * hh] * inv, o[4 * n + 2 * hh + 1] * inv);
+        }
+    }
+    __syncthreads();
+    if (vec) {
+        for (int i = int(tid); i < rows * (D / 8); i += NT) {
+            const int r = i / (D / 8), c = i % (D / 8);
+            *reinterpret_cast<uint4*>(og + u64(r) * ost + u64(c * 8)) =
+                *reinterpret_cast<const uint4*>(qs + u32(c >> 3) * QCB + sw128_offset(u32(r), u32(c & 7)));
+        }
+    } else {
+        for (int i = int(tid); i < rows * D; i += NT) {
+            const int r = i / D, col = i % D;
+            og[u64(r) * ost + u64(col)] =
+                reinterpret_cast<const T*>(qs + u32(col >> 6) * QCB + sw128_offset(u32(r), u32((col & 63) >> 3)))[col & 7];
+        }
+    }
+}
+#endif  // MLXN_WGMMA
+
+// A 256-thread launch of D 128 or 256 (the op's Hopper launch): wgmma where
+// compiled for sm_90a (inlined: ptxas serializes wgmma whose pipeline
+// crosses a call), else mma.sync tiles of the same 128 rows (8 warps of 16,
+// out of line), so that the grid the launch was made for stays right.
+#ifndef MLXN_WGMMA
+template <typename T, typename MaskT, int D, int BQB, int BKB>
+__device__ __noinline__ void attention_wide_mma(const T* Q, const T* K, const T* V, T* O, const AttnParams* pp,
+                                                const AttnMaskParams* mp, const MaskT* mask, const char* blk,
+                                                const uint* cu_q, const uint* cu_k) {
+    attention<T, MaskT, D, BQB, BKB, Wide>(Q, K, V, O, pp, mp, mask, blk, cu_q, cu_k);
+}
+#endif
+template <typename T, typename MaskT, int D, int BQB, int BKB>
+__device__ __forceinline__ void attention_wide(const T* Q, const T* K, const T* V, T* O, const AttnParams* pp,
+                                               const AttnMaskParams* mp, const MaskT* mask, const char* blk,
+                                               const uint* cu_q, const uint* cu_k) {
+#ifdef MLXN_WGMMA
+    attention_wg<T, MaskT, D, BQB, BKB>(Q, K, V, O, pp, mp, mask, blk, cu_q, cu_k);
+#else
+    attention_wide_mma<T, MaskT, D, BQB, BKB>(Q, K, V, O, pp, mp, mask, blk, cu_q, cu_k);
+#endif
+}
+
 // The mask builder: row blockIdx.x, threads striding over the keys, 8 keys
 // (one 16-byte store) a step where the rows are 16-byte aligned.
 template <typename T>
@@ -439,21 +762,51 @@ __device__ __forceinline__ void blk_classify(const T* mask, char* blk, const Fla
     extern "C" __global__ void __launch_bounds__(THREADS, MINB)                                                   \
         NAME(const T* Q, const T* K, const T* V, T* O, const AttnParams* params, const AttnMaskParams* mask_params, \
              const MASK* mask, const char* blk, const uint* cu_seqlens_q, const uint* cu_seqlens_k) {              \
-        attention<T, MASK, D, BQB, BKB>(Q, K, V, O, params, mask_params, mask, blk, cu_seqlens_q, cu_seqlens_k);  \
+        attention<T, MASK, D, BQB, BKB, Tile<D>>(Q, K, V, O, params, mask_params, mask, blk, cu_seqlens_q,        \
+                                                 cu_seqlens_k);                                                   \
+    }
+// The mma.sync tile of Tile<D>: out of line beside the Hopper path (two
+// tiles inlined in one entry share its 255 registers, and ptxas spills
+// where either alone does not), inlined in builds without sm_90a, where the
+// 256-thread fallback goes out of line instead (attention_wide).
+#ifdef MLXN_WGMMA
+#define FA_NARROW __noinline__
+#else
+#define FA_NARROW __forceinline__
+#endif
+template <typename T, typename MaskT, int D>
+__device__ FA_NARROW void attention_narrow(const T* Q, const T* K, const T* V, T* O, const AttnParams* pp,
+                                              const AttnMaskParams* mp, const MaskT* mask, const char* blk,
+                                              const uint* cu_q, const uint* cu_k) {
+    attention<T, MaskT, D, 32, 16, Tile<D>>(Q, K, V, O, pp, mp, mask, blk, cu_q, cu_k);
+}
+
+// D 128 and 256: 128 threads run the mma.sync tile of Tile<D>, 256 threads
+// the Hopper launch (attention_wide).
+#define FA_ENTRY_WIDE(NAME, T, MASK, D)                                                                           \
+    extern "C" __global__ void __launch_bounds__(256, 1)                                                          \
+        NAME(const T* Q, const T* K, const T* V, T* O, const AttnParams* params, const AttnMaskParams* mask_params, \
+             const MASK* mask, const char* blk, const uint* cu_seqlens_q, const uint* cu_seqlens_k) {              \
+        if (blockDim.x == 256) {                                                                                  \
+            attention_wide<T, MASK, D, 32, 16>(Q, K, V, O, params, mask_params, mask, blk, cu_seqlens_q,          \
+                                                cu_seqlens_k);                                                    \
+            return;                                                                                               \
+        }                                                                                                         \
+        attention_narrow<T, MASK, D>(Q, K, V, O, params, mask_params, mask, blk, cu_seqlens_q, cu_seqlens_k);     \
     }
 
 FA_ENTRY(flash_attn_prefill_bf16_d64, bf16, bf16, 64, 32, 16, 128, 2)
 FA_ENTRY(flash_attn_prefill_bf16_d64_boolmask, bf16, bool, 64, 32, 16, 128, 2)
 FA_ENTRY(flash_attn_prefill_f16_d64, __half, __half, 64, 32, 16, 128, 2)
 FA_ENTRY(flash_attn_prefill_f16_d64_boolmask, __half, bool, 64, 32, 16, 128, 2)
-FA_ENTRY(flash_attn_prefill_bf16_d128, bf16, bf16, 128, 32, 16, 128, 2)
-FA_ENTRY(flash_attn_prefill_bf16_d128_boolmask, bf16, bool, 128, 32, 16, 128, 2)
-FA_ENTRY(flash_attn_prefill_f16_d128, __half, __half, 128, 32, 16, 128, 2)
-FA_ENTRY(flash_attn_prefill_f16_d128_boolmask, __half, bool, 128, 32, 16, 128, 2)
-FA_ENTRY(flash_attn_prefill_bf16_d256, bf16, bf16, 256, 32, 16, 128, 2)
-FA_ENTRY(flash_attn_prefill_bf16_d256_boolmask, bf16, bool, 256, 32, 16, 128, 2)
-FA_ENTRY(flash_attn_prefill_f16_d256, __half, __half, 256, 32, 16, 128, 2)
-FA_ENTRY(flash_attn_prefill_f16_d256_boolmask, __half, bool, 256, 32, 16, 128, 2)
+FA_ENTRY_WIDE(flash_attn_prefill_bf16_d128, bf16, bf16, 128)
+FA_ENTRY_WIDE(flash_attn_prefill_bf16_d128_boolmask, bf16, bool, 128)
+FA_ENTRY_WIDE(flash_attn_prefill_f16_d128, __half, __half, 128)
+FA_ENTRY_WIDE(flash_attn_prefill_f16_d128_boolmask, __half, bool, 128)
+FA_ENTRY_WIDE(flash_attn_prefill_bf16_d256, bf16, bf16, 256)
+FA_ENTRY_WIDE(flash_attn_prefill_bf16_d256_boolmask, bf16, bool, 256)
+FA_ENTRY_WIDE(flash_attn_prefill_f16_d256, __half, __half, 256)
+FA_ENTRY_WIDE(flash_attn_prefill_f16_d256_boolmask, __half, bool, 256)
 FA_ENTRY(flash_attn_prefill_bf16_d512, bf16, bf16, 512, 8, 8, 256, 1)
 FA_ENTRY(flash_attn_prefill_bf16_d512_boolmask, bf16, bool, 512, 8, 8, 256, 1)
 FA_ENTRY(flash_attn_prefill_f16_d512, __half, __half, 512, 8, 8, 256, 1)

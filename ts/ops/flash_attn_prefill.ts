@@ -97,14 +97,33 @@ export function flashAttnPrefillTile(headDim: number, d512Kernel: 'llamacpp' | '
 
 /**
  * The CUDA twin's tile (shaders/cuda/flash_attn_prefill.cu): bq query rows
- * a block (16 per warp and m-tile), bk keys a step, K and V tiles staged by
- * cp.async with rows padded by 16 bytes. D 64 and 128: 4 warps of 32 rows;
- * D 256: 4 warps of 16; D 512: 8 warps, two per 16 rows, each holding half
- * of the output columns (both compute the rows' scores).
+ * a block, bk keys a step. On GPUs other than Hopper (mma.sync, K and V
+ * tiles staged by cp.async with rows padded by 16 bytes): D 64 and 128: 4
+ * warps of 32 rows; D 256: 4 warps of 16; D 512: 8 warps, two per 16 rows,
+ * each holding half of the output columns (both compute the rows' scores).
+ * On Hopper (flashAttnPrefillUsesWgmma: D 128 and 256 on compute capability
+ * 9.0), FlashAttention-3's structure on wgmma: 256 threads, two warpgroups
+ * of 64 rows, 128 (D 128) or 64 (D 256) keys a step, Q and two stages of K
+ * and V in 128-byte swizzled rows plus 1024 bytes to align them
+ * (flashAttnPrefillHopperBytes).
  */
-export function flashAttnPrefillCudaTile(headDim: number): { bq: number; bk: number; threads: number; sharedBytes: number } {
+export function flashAttnPrefillCudaTile(headDim: number, limits?: Pick<DeviceLimits, 'computeCapability' | 'maxThreadgroupMemory'>): { bq: number; bk: number; threads: number; sharedBytes: number } {
+  if (limits !== undefined && flashAttnPrefillUsesWgmma(headDim, limits)) {
+    return { bq: 128, bk: headDim === 128 ? 128 : 64, threads: 256, sharedBytes: flashAttnPrefillHopperBytes(headDim) };
+  }
   const [bq, bk, threads] = headDim <= 128 ? [128, 64, 128] : headDim === 256 ? [64, 64, 128] : [64, 32, 256];
   return { bq, bk, threads, sharedBytes: (bq + 2 * bk) * (headDim + 8) * 2 };
+}
+
+/** Dynamic shared memory of the Hopper launch (WG_SMEM of the .cu): 128 + 4 bk rows of D 16-bit values, 1024 to align them (164864 bytes at D 128, 197632 at D 256). */
+export function flashAttnPrefillHopperBytes(headDim: number): number {
+  return (128 + 4 * (headDim === 128 ? 128 : 64)) * headDim * 2 + 1024;
+}
+
+/** Whether a head dim takes the Hopper launch: D 128 or 256 on compute capability 9.0 (sm_90a's wgmma) with room for its stages. */
+export function flashAttnPrefillUsesWgmma(headDim: number, limits: Pick<DeviceLimits, 'computeCapability' | 'maxThreadgroupMemory'>): boolean {
+  return limits.computeCapability === 90 && (headDim === 128 || headDim === 256) &&
+    flashAttnPrefillHopperBytes(headDim) <= limits.maxThreadgroupMemory;
 }
 
 export type FlashAttnPrefillLayout = 'headMajor' | 'seqMajor';
@@ -352,14 +371,15 @@ export function packAttnMaskParams(s: readonly [number, number, number]): Uint8A
  * Grid (Metal): (ceil(seqLenQ / BQ), nHeads, batch) threadgroups of
  * (32, NSG, 1) at flashAttnPrefillTile; the llamacpp entries take
  * threadgroup(0) 28672 bytes. CUDA: (ceil(seqLenQ / bq), nHeads, batch)
- * blocks at flashAttnPrefillCudaTile (rows = maxSeqLenQ with cuSeqlens).
+ * blocks at flashAttnPrefillCudaTile of the device's limits (rows =
+ * maxSeqLenQ with cuSeqlens): on Hopper, D 128 and 256 take the wgmma path.
  */
 export function flashAttnPrefill(enc: Encoder, args: FlashAttnPrefillArgs): void {
   record(enc, planFlashAttnPrefill(args, enc.device.limits, enc.device));
 }
 
 /** flashAttnPrefill's plan: validates, then one dispatch (see flashAttnPrefill). */
-export function planFlashAttnPrefill(a: FlashAttnPrefillArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+export function planFlashAttnPrefill(a: FlashAttnPrefillArgs, limits: DeviceLimits, device?: Device): OpPlan {
   const s = shapeOf(a, device);
   const d = a.headDim;
   const qs = s.varlen ? [0, d, a.nHeads * d] as const : strides(s.layout, a.nHeads, a.seqLenQ, d);
@@ -377,7 +397,7 @@ export function planFlashAttnPrefill(a: FlashAttnPrefillArgs, _limits: DeviceLim
     [FLASH_ATTN_PREFILL_FC.hasSoftcap]: a.softcap !== undefined,
     [FLASH_ATTN_PREFILL_FC.hasSeqlens]: s.varlen,
   };
-  const cuda = flashAttnPrefillCudaTile(d);
+  const cuda = flashAttnPrefillCudaTile(d, limits);
   return {
     family: FLASH_ATTN_PREFILL_FAMILY,
     sources: FLASH_ATTN_PREFILL_SOURCES,

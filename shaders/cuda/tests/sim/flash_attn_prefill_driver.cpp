@@ -6,7 +6,11 @@
 //   plain:   every head dim and dtype, GQA, head- and token-major layouts, a
 //            KV slot larger than the keys, queries at an offset, windows,
 //            one key, rows not 16-byte aligned (the element-by-element
-//            copies); the mask builder; the tile classifier at (32, 16);
+//            copies), several key steps; the mask builder; the tile
+//            classifier at (32, 16);
+// D 128 and 256 run at the mma.sync launch and at the Hopper launch
+// ("[hopper launch]": wgmma on the model, or its fallback with
+// -DMLXN_SIM_NO_WGMMA).
 //   causal (301) and softcap (304): causal tiles at and off the diagonal,
 //            causal windows, offsets;
 //   masks (300, 303; classifier at 400 = 8, 401 = 64): additive masks shared
@@ -15,7 +19,8 @@
 //            sequence that continues earlier turns, an empty one.
 // Error: max |got - want| / max |v| (outputs are convex combinations of v's
 // rows), under the dtype's tolerance (tests/flash_attn_prefill.test.ts says
-// why). `big` adds tiles of real sizes (minutes).
+// why). `big` adds tiles of real sizes (minutes); any other argument runs
+// only the attention cases whose name holds it.
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include <algorithm>
@@ -23,9 +28,16 @@
 #include <string>
 
 
-// flashAttnPrefillCudaTile.
+// flashAttnPrefillCudaTile: the mma.sync launches, and on compute
+// capability 9.0 (hopper) the 256-thread launch of D 128 and 256 (wgmma on
+// the simulation's model, or with -DMLXN_SIM_NO_WGMMA the mma.sync tiles of
+// 128 rows a build without sm_90a runs).
 struct CudaTile { u32 bq, bk, threads, smem; };
-CudaTile cuda_tile(int d) {
+CudaTile cuda_tile(int d, bool hopper) {
+  if (hopper && (d == 128 || d == 256)) {
+    const u32 bk = d == 128 ? 128 : 64;
+    return {128, bk, 256, (128 + 4 * bk) * u32(d) * 2 + 1024};
+  }
   const u32 bq = d <= 128 ? 128 : 64, bk = d <= 256 ? 64 : 32, threads = d == 512 ? 256 : 128;
   return {bq, bk, threads, (bq + 2 * bk) * u32(d + 8) * 2};
 }
@@ -82,7 +94,19 @@ void blk_tile(const Case& c, int& bq, int& bk) {
 }
 
 template <class T>
+void run_on(const Case& c, bool hopper);
+// Each case at the mma.sync launch, and D 128 and 256 at the Hopper launch too.
+// A name fragment as the driver's argument (other than `big`) runs only the cases holding it.
+inline std::string only;
+template <class T>
 void run(const Case& c) {
+  if (!only.empty() && c.what.find(only) == std::string::npos) return;
+  run_on<T>(c, false);
+  if (c.D == 128 || c.D == 256) run_on<T>(c, true);
+}
+
+template <class T>
+void run_on(const Case& c, bool hopper) {
   const bool varlen = !c.cuq.empty();
   const int B = varlen ? int(c.cuq.size()) - 1 : c.B, H = c.H, Hkv = c.Hkv, D = c.D, qL = c.qL, kL = c.kL;
   const int cap = c.cap ? c.cap : kL;
@@ -152,7 +176,7 @@ void run(const Case& c) {
   }
 
   const int rows_grid = varlen ? qL : qL;
-  const CudaTile tl = cuda_tile(D);
+  const CudaTile tl = cuda_tile(D, hopper);
   sim_launch({cdiv(rows_grid, tl.bq), u32(H), u32(B)}, {tl.threads, 1, 1}, tl.smem, [&] {
     if (c.mask == BOOL) boolmask<T>(D, c.llama)(qp, kp, vp, op, &p, &mp, mbool.p, blk.data(), c.cuq.data(), c.cuk.data());
     else additive<T>(D, c.llama)(qp, kp, vp, op, &p, &mp, madd.p, blk.data(), c.cuq.data(), c.cuk.data());
@@ -209,7 +233,7 @@ void run(const Case& c) {
   if (!ok) failures++;
   std::string extra = c.blk ? " blk classes " + std::to_string(classes[0]) + "/" + std::to_string(classes[1]) + "/" + std::to_string(classes[2]) : "";
   std::printf("%s %-4s %-70s err %.3g (tol %.0e)%s\n", ok ? "ok  " : "FAIL", sizeof(T) == 2 && std::is_same_v<T, __half> ? "f16" : "bf16",
-              c.what.c_str(), worst, tol, extra.c_str());
+              (c.what + (hopper ? " [hopper launch]" : "")).c_str(), worst, tol, extra.c_str());
 }
 
 template <class T>
@@ -276,6 +300,7 @@ template <class T> void both(const Case& c) { run<T>(c); }
 
 int main(int argc, char** argv) {
   const bool big = argc > 1 && std::string(argv[1]) == "big";
+  if (argc > 1 && !big) only = argv[1];
   using bf = __nv_bfloat16;
   if (!MLXN_FC_300 && !MLXN_FC_301 && !MLXN_FC_304 && !MLXN_FC_305) {
     for (int d : {64, 128, 256, 512}) {
@@ -288,7 +313,10 @@ int main(int argc, char** argv) {
     run<bf>({"d128 KV slot of 200, 130 keys, offset 60, window 50", 2, 8, 1, 128, 70, 130, 200, 60, 50});
     run<__half>({"d256 window 1 (itself)", 1, 2, 2, 256, 65, 65, 0, 0, 1});
     run<bf>({"d64 rows not 16-byte aligned", 1, 2, 1, 64, 40, 70, 0, 0, 0, false, 0, NONE, false, true, true});
+    run<__half>({"d128 rows not 16-byte aligned", 1, 2, 1, 128, 40, 140, 0, 0, 0, false, 0, NONE, false, true, true});
+    run<bf>({"d256 rows not 16-byte aligned", 1, 2, 1, 256, 70, 100, 0, 0, 0, true, 0, NONE, false, true, true});
     run<bf>({"d256 GQA 8, window 64 past the tile", 1, 8, 1, 256, 66, 200, 0, 134, 64});
+    run<bf>({"d128 qL=150 kL=400 (four key tiles of the Hopper launch)", 1, 2, 1, 128, 150, 400});
     if (big) run<bf>({"d128 qL=kL=512", 1, 2, 1, 128, 512, 512});
     run_mask_fill<bf>(37, 45, 0, 0, true, false);
     run_mask_fill<__half>(20, 64, 30, 17, true, false);
@@ -306,6 +334,7 @@ int main(int argc, char** argv) {
     run<bf>({"causal d256 window 17, qL=70 kL=150 offset 80", 1, 4, 4, 256, 70, 150, 160, 80, 17, false, cap});
     run<bf>({"causal d512 tiles entry, window 9", 1, 2, 1, 512, 30, 30, 0, 0, 9, false, cap, NONE, false, false});
     run<bf>({"causal d64 one key", 1, 1, 1, 64, 1, 1, 0, 0, 0, false, cap});
+    run<__half>({"causal d128 qL=kL=300", 1, 2, 1, 128, 300, 300, 0, 0, 0, false, cap});
     if (big) run<bf>({"causal d256 qL=kL=300", 1, 2, 1, 256, 300, 300, 0, 0, 0, false, cap});
   }
   if (MLXN_FC_300) {

@@ -313,36 +313,55 @@ template <int N> inline void cp_async_wait() {
 //     since the thread's last wait_group (the PTX rule for accumulators
 //     touched between them), and the same descriptors on every lane of the
 //     warp (.aligned); the block's threads must be whole warpgroups.
+//   - the RS form (A from registers, B MN-major: imm-trans-b = 1), as
+//     FlashAttention's P V uses it: A's 64 x 16 fragment, warp w % 4 holding
+//     rows 16 w .. 16 w + 15 as mma.sync m16n8k16's A (a[0] (g, 2t..2t+1),
+//     a[1] (g + 8, ...), a[2] (g, 2t+8..), a[3] (g + 8, 2t+8..), g = lane / 4,
+//     t = lane % 4), read from the lanes' registers at wait_group (so a
+//     kernel that rewrites them before its wait sees wrong results); B's
+//     element (n, k) of the canonical MN-major 128B layout ((8, 8, m), (8, k))
+//     : ((1, 8, LBO), (64, SBO)) in 16-bit elements, i.e. byte start +
+//     2 (n % 64) + (n / 64) LBO + 128 (k % 8) + (k / 8) SBO, then the swizzle.
 // Not modelled: the proxy fence (fence.proxy.async is a no-op here; a
 // missing one would not show) and the hardware's own order of summation.
-struct SimWgmma { float* d; unsigned regs; uint64_t a, b; bool bf; };
+struct SimWgmma { float* d; unsigned regs; uint64_t a, b; bool bf; bool rs = false; const sim_u32* ap[32] = {}; };
 inline thread_local std::vector<SimWgmma> sim_wg_open;
 inline thread_local std::deque<std::vector<SimWgmma>> sim_wg_groups;
 inline thread_local bool sim_wg_fenced = false;
 
-inline float sim_wg_elem(uint64_t desc, unsigned row, unsigned k, bool bf) {
-  const uint64_t start = (desc & 0x3fffu) << 4, sbo = ((desc >> 32) & 0x3fffu) << 4;
+inline float sim_wg_elem(uint64_t desc, unsigned row, unsigned k, bool bf, bool mn = false) {
+  const uint64_t start = (desc & 0x3fffu) << 4, sbo = ((desc >> 32) & 0x3fffu) << 4, lbo = ((desc >> 16) & 0x3fffu) << 4;
   if ((desc >> 62) != 1) sim_fail("wgmma: only the 128B-swizzle layout is modelled");
   if (((desc >> 49) & 7u) != 0 || ((start >> 7) & 7u) != 0) sim_fail("wgmma: base offset and start row other than 0 are not modelled");
-  const uint64_t addr = start + (row & 7u) * 128 + (row >> 3) * sbo + 2 * k;
+  const uint64_t addr = mn ? start + 2 * (row & 63u) + (row >> 6) * lbo + 128 * (k & 7u) + (k >> 3) * sbo
+                           : start + (row & 7u) * 128 + (row >> 3) * sbo + 2 * k;
   const uint64_t phys = addr ^ (((addr >> 7) & 7u) << 4);
   if (phys + 2 > sim_block.shared_len) sim_fail("wgmma: operand outside shared memory");
   uint16_t h;
   std::memcpy(&h, sim_block.shared + phys, 2);
   return sim_b16(h, bf);
 }
+// Element (row 16 w + g + 8 hi, k) of an RS operand: from lane 4 g + (k % 8) / 2's a[hi + 2 (k / 8)].
+inline float sim_wg_reg(const SimWgmma& op, unsigned l, unsigned hi, unsigned k) {
+  const sim_u32 v = op.ap[4 * (l / 4) + (k & 7u) / 2][hi + 2 * (k >> 3)];
+  return sim_b16(uint16_t(v >> (16 * (k & 1u))), op.bf);
+}
 inline void sim_wg_perform(const SimWgmma& op) {
   const unsigned t = sim_thread() & 127u, w = t >> 5, l = t & 31u;
   for (unsigned i = 0; i < op.regs; ++i) {
-    const unsigned row = 16 * w + l / 4 + 8 * ((i >> 1) & 1u), col = 8 * (i >> 2) + 2 * (l & 3u) + (i & 1u);
+    const unsigned hi = (i >> 1) & 1u;
+    const unsigned row = 16 * w + l / 4 + 8 * hi, col = 8 * (i >> 2) + 2 * (l & 3u) + (i & 1u);
     float s = op.d[i];
-    for (unsigned k = 0; k < 16; ++k) s += sim_wg_elem(op.a, row, k, op.bf) * sim_wg_elem(op.b, col, k, op.bf);
+    for (unsigned k = 0; k < 16; ++k) {
+      const float av = op.rs ? sim_wg_reg(op, l, hi, k) : sim_wg_elem(op.a, row, k, op.bf);
+      s += av * sim_wg_elem(op.b, col, k, op.bf, op.rs);
+    }
     op.d[i] = s;
   }
 }
 template <int R>
 inline void sim_wgmma(float (&d)[R], uint64_t a, uint64_t b, bool bf) {
-  static_assert(R == 64 || R == 96 || R == 128, "m64nNk16 with N = 128, 192 or 256");
+  static_assert(R == 32 || R == 64 || R == 96 || R == 128, "m64nNk16 with N = 64, 128, 192 or 256");
   if ((blockDim.x * blockDim.y * blockDim.z) % 128 != 0) sim_fail("wgmma: the block is not whole warpgroups");
   if (!sim_wg_fenced) sim_fail("wgmma: issued without a wgmma.fence since the last wait_group");
   struct Desc { uint64_t a, b; };
@@ -352,20 +371,48 @@ inline void sim_wgmma(float (&d)[R], uint64_t a, uint64_t b, bool bf) {
 }
 template <int R> inline void wgmma_bf16(float (&d)[R], uint64_t a, uint64_t b) { sim_wgmma(d, a, b, true); }
 template <int R> inline void wgmma_f16(float (&d)[R], uint64_t a, uint64_t b) { sim_wgmma(d, a, b, false); }
+// The RS form: every lane's register array is noted, to be read at the wait.
+template <int R>
+inline void sim_wgmma_rs(float (&d)[R], const sim_u32 (&a)[4], uint64_t b, bool bf) {
+  static_assert(R == 64 || R == 128, "the RS form at N = 128 or 256");
+  if ((blockDim.x * blockDim.y * blockDim.z) % 128 != 0) sim_fail("wgmma: the block is not whole warpgroups");
+  if (!sim_wg_fenced) sim_fail("wgmma: issued without a wgmma.fence since the last wait_group");
+  const uint64_t b0 = sim_exchange(b, 0);
+  if (b0 != b) sim_fail("wgmma: descriptors differ across the warp");
+  SimWgmma op{d, unsigned(R), 0, b, bf, true};
+  const sim_u32* mine = a;
+  sim_warp_sync();
+  std::memcpy(sim_slot(sim_lane()), &mine, sizeof(mine));
+  sim_warp_sync();
+  for (unsigned l = 0; l < 32; ++l) std::memcpy(&op.ap[l], sim_slot(l), sizeof(mine));
+  sim_warp_sync();
+  sim_wg_open.push_back(op);
+}
+template <int R> inline void wgmma_rs_bf16(float (&d)[R], const sim_u32 (&a)[4], uint64_t b) { sim_wgmma_rs(d, a, b, true); }
+template <int R> inline void wgmma_rs_f16(float (&d)[R], const sim_u32 (&a)[4], uint64_t b) { sim_wgmma_rs(d, a, b, false); }
 inline void wgmma_fence() { sim_wg_fenced = true; }
 inline void wgmma_commit() {
   sim_wg_groups.push_back(std::move(sim_wg_open));
   sim_wg_open.clear();
 }
+// Performs the groups past the newest N. RS operands are read from the warp's
+// registers as they stand at this wait (every lane of the warp waits
+// together: .sync.aligned), and no lane goes on before all have read them.
 template <int N> inline void wgmma_wait() {
+  bool rs = false;
+  for (size_t gi = 0; gi + size_t(N) < sim_wg_groups.size(); ++gi)
+    for (const SimWgmma& op : sim_wg_groups[gi]) rs = rs || op.rs;
+  if (rs) sim_warp_sync();
   while (sim_wg_groups.size() > size_t(N)) {
     for (const SimWgmma& op : sim_wg_groups.front()) sim_wg_perform(op);
     sim_wg_groups.pop_front();
   }
+  if (rs) sim_warp_sync();
   sim_wg_fenced = false;
 }
 inline void fence_proxy_async_smem() {}
 template <int N> inline void acc_fence(float (&)[N]) {}
+template <int N> inline void reg_fence(sim_u32 (&)[N][4]) {}
 
 // Runs kernel(args...) over the grid, blocks one at a time.
 template <class F>
