@@ -356,8 +356,8 @@ int main(int argc, char** argv) {
   // up, rank them by counting) and its way back to the radix levels:
   // Gemma 4's and Qwen3.6's defaults over N(0, 36) logits (few candidates
   // from the cut's bin up: the fast path), ties at the threshold (a 1/8
-  // grid: many candidates equal at the cut, ranked by index; top-k 200 puts
-  // more than 256 from the cut's bin up, so the radix levels), k larger than
+  // grid: many candidates equal at the cut, ranked by index; with top-k 200
+  // some rows hold more than 256 from the cut's bin up: the radix levels), k larger than
   // a slice's count (the last slice of 4196 holds 100 < 256), top-p alone
   // and min-p alone over N(0, 36) (the extra block's 256 of 16384), and the
   // penalty over ids that hit the top, and ties inside small cut bins.
