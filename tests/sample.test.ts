@@ -385,8 +385,10 @@ describeValidation('sample validation', ({ enc, buf }) => {
     const mass = (y: number) => ['sample_mass_f32', `2x${y}x1`, 1024];
     expect(launches({ topP: 0.95 })).toEqual([['sample_blocks_f32', '2x64x1', 512], mass(65), mass(64), mass(64), ['sample_finish_f32', '2x1x1', 1024]]);
     expect(launches({ minP: 0.05 })).toEqual([['sample_blocks_f32', '2x64x1', 512], mass(65), ['sample_finish_f32', '2x1x1', 1024]]);
-    // 128 slices' 64 candidates, 16 a thread.
-    expect(launches({ topK: 64, topP: 0.95 })).toEqual([['sample_blocks_f32', '2x128x1', 256], ['sample_finish_f32', '2x1x1', 512]]);
+    // 128 slices' 64 candidates, 8 a thread; 20 each, 8 a thread (320, rounded up); 64 slices' 256, 16 a thread.
+    expect(launches({ topK: 64, topP: 0.95 })).toEqual([['sample_blocks_f32', '2x128x1', 256], ['sample_finish_f32', '2x1x1', 1024]]);
+    expect(launches({ topK: 20, topP: 0.8 })).toEqual([['sample_blocks_f32', '2x128x1', 256], ['sample_finish_f32', '2x1x1', 512]]);
+    expect(launches({ topK: 256 })).toEqual([['sample_blocks_f32', '2x64x1', 512], ['sample_finish_f32', '2x1x1', 1024]]);
     expect(launches({})).toEqual([['sample_blocks_f32', '2x128x1', 256], ['sample_finish_f32', '2x1x1', 1024]]);
     expect(launches({ temperature: 0 })).toEqual([['sample_blocks_f32', '2x128x1', 256], ['sample_finish_f32', '2x1x1', 256]]);
     const top = planTopK({ rows: 2, nElements: vocab, k: 256, input: logits, outIndices: buf('u32', 512), outValues: buf('f32', 512),

@@ -14,11 +14,17 @@
 //   warp): three barriers.
 // - The slice passes (top_k_blocks_f32, sample_blocks_f32) write, beside
 //   their candidates, a summary: the level-0 bins that hold them, with
-//   counts (SAMPLE_SUM_WORDS per slice). The merging block (top_k_merge_f32,
-//   sample_finish_f32) adds the summaries into its level-0 histogram instead
-//   of binning every candidate, so its levels only see the candidates of one
-//   bin; a slice whose candidates span more bins than a summary lists makes
-//   the merging block bin them all.
+//   counts (SAMPLE_SUM_WORDS per slice). Where the bin of a slice's cut holds
+//   few items, they are ranked by counting instead of a second radix level
+//   (select_slice).
+// - The merging block (top_k_merge_f32, sample_finish_f32) adds the
+//   summaries into its level-0 histogram instead of binning every
+//   candidate. Where the candidates from the cut's bin up are few (at most
+//   SAMPLE_FAST_CAP), it packs them and ranks each among them by counting:
+//   the top m in rank order in two barriers (gather_top's fast path);
+//   otherwise its levels only see the candidates of one bin. A slice whose
+//   candidates span more bins than a summary lists makes the merging block
+//   bin them all.
 // - The sampler's whole-row passes (top_k = 0 with top-p or min-p): the
 //   first of them is launched with one block more per row, which ranks the
 //   candidates and draws from them while the others bin the row; it leaves
@@ -326,7 +332,13 @@ struct __align__(16) SelectShared {
     u32 found[4];
     u32 counter;
     u32 flag;
+    u32 packed;
 };
+
+// Zeroes one histogram of a SelectShared (16-byte aligned) by 16-byte stores.
+__device__ __forceinline__ void clear_hist(u32* h) {
+    for (u32 i = threadIdx.x; i < u32(SAMPLE_HIST_BINS) / 4u; i += blockDim.x) reinterpret_cast<uint4*>(h)[i] = make_uint4(0u, 0u, 0u, 0u);
+}
 
 // Items whose 64-bit key, cut to the masks, is at least (hi, lo) lexicographically.
 struct Cut {
@@ -346,10 +358,14 @@ struct Found {
 // need-th item from the top, the items of the bins above it and its own
 // (need >= 1, at most the total). A thread sums a run of per = nbins / bs
 // bins, the warps scan, each warp reads the warps' sums: three barriers,
-// the last two here. With SUMMARY (a slice pass's level 0), the non-empty
-// bins from the top down to the one found go to summary[1..] as bin | count
-// << 11 (the found bin's count: the candidates it gives), and summary[0]
-// becomes 1 where they are more than SAMPLE_SUM_WORDS - 1.
+// the last two here. Runs of 4 or 8 bins (a slice pass's 2048 bins at 256 or
+// 512 threads, a merge's at 512) are read as 16-byte vectors (a warp's
+// loads meet few bank conflicts) and stay in registers, so the walk to the
+// found bin and the summary's walk read no shared memory. With SUMMARY (a
+// slice pass's level 0), the non-empty bins from the top down to the one
+// found go to summary[1..] as bin | count << 11 (the found bin's count: the
+// candidates it gives), and summary[0] becomes 1 where they are more than
+// SAMPLE_SUM_WORDS - 1.
 template <bool SUMMARY>
 __device__ Found find_digit(const u32* h, u32 nbins, u32 need, SelectShared& sh, u32* summary) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
@@ -357,20 +373,30 @@ __device__ Found find_digit(const u32* h, u32 nbins, u32 need, SelectShared& sh,
     const u32 per = (nbins + bs - 1u) / bs;
     const u32 top = nbins - min(nbins, tid * per);
     const u32 bottom = nbins - min(nbins, (tid + 1u) * per);
-    // The run's sum by 16-byte loads where runs are whole vectors (nbins and bs
-    // are powers of two): a warp's loads then meet few bank conflicts.
+    // held: the run's counts c[0, per) = h[bottom, top) (runs are whole or empty: per divides nbins).
+    const bool held = per == 4u || per == 8u;
+    u32 c[8];
     u32 s = 0u, nz = 0u;
-    if (per % 4u == 0u) {
-        for (u32 b = bottom; b < top; b += 4u) {
-            const uint4 c = *reinterpret_cast<const uint4*>(h + b);
-            s += c.x + c.y + c.z + c.w;
-            nz += (c.x != 0u ? 1u : 0u) + (c.y != 0u ? 1u : 0u) + (c.z != 0u ? 1u : 0u) + (c.w != 0u ? 1u : 0u);
+    if (held) {
+#pragma unroll
+        for (u32 q = 0; q < 2u; ++q) {
+            uint4 t = make_uint4(0u, 0u, 0u, 0u);
+            if (bottom + 4u * q < top) t = *reinterpret_cast<const uint4*>(h + bottom + 4u * q);
+            c[4u * q] = t.x;
+            c[4u * q + 1u] = t.y;
+            c[4u * q + 2u] = t.z;
+            c[4u * q + 3u] = t.w;
+        }
+#pragma unroll
+        for (u32 j = 0; j < 8u; ++j) {
+            s += c[j];
+            nz += c[j] != 0u ? 1u : 0u;
         }
     } else {
         for (u32 b = bottom; b < top; ++b) {
-            const u32 c = h[b];
-            s += c;
-            nz += c != 0u ? 1u : 0u;
+            const u32 v = h[b];
+            s += v;
+            nz += v != 0u ? 1u : 0u;
         }
     }
     // With SUMMARY the counts are a slice's (at most 4096): sums and non-empty bins in one word.
@@ -384,27 +410,50 @@ __device__ Found find_digit(const u32* h, u32 nbins, u32 need, SelectShared& sh,
     const u32 items_before = SUMMARY ? before >> 16 : before;
     if (items_before < need && need <= items_before + s) {
         u32 acc = items_before;
-        for (u32 b = top; b > bottom; --b) {
-            const u32 c = h[b - 1u];
-            if (need <= acc + c) {
-                sh.found[0] = b - 1u;
-                sh.found[1] = acc;
-                sh.found[2] = c;
-                break;
+        if (held) {
+            bool done = false;
+#pragma unroll
+            for (u32 j = 8u; j > 0u; --j) {
+                if (j <= per && !done) {
+                    if (need <= acc + c[j - 1u]) {
+                        sh.found[0] = bottom + j - 1u;
+                        sh.found[1] = acc;
+                        sh.found[2] = c[j - 1u];
+                        done = true;
+                    } else {
+                        acc += c[j - 1u];
+                    }
+                }
             }
-            acc += c;
+        } else {
+            for (u32 b = top; b > bottom; --b) {
+                const u32 cb = h[b - 1u];
+                if (need <= acc + cb) {
+                    sh.found[0] = b - 1u;
+                    sh.found[1] = acc;
+                    sh.found[2] = cb;
+                    break;
+                }
+                acc += cb;
+            }
         }
     }
     __syncthreads();
     const Found f = {sh.found[0], sh.found[1], sh.found[2]};
     if (SUMMARY) {
         u32 at = before & 0xffffu;
-        for (u32 b = top; b > bottom && b - 1u >= f.digit; --b) {
-            const u32 c = h[b - 1u];
-            if (c != 0u) {
-                if (at < u32(SAMPLE_SUM_WORDS) - 1u) summary[1u + at] = (b - 1u) | ((b - 1u == f.digit ? need - f.above : c) << 11);
+        auto entry = [&](u32 b, u32 cb) {
+            if (cb != 0u) {
+                if (at < u32(SAMPLE_SUM_WORDS) - 1u) summary[1u + at] = b | ((b == f.digit ? need - f.above : cb) << 11);
                 ++at;
             }
+        };
+        if (held) {
+#pragma unroll
+            for (u32 j = 8u; j > 0u; --j)
+                if (j <= per && bottom + j - 1u >= f.digit && bottom + j - 1u < top) entry(bottom + j - 1u, c[j - 1u]);
+        } else {
+            for (u32 b = top; b > bottom && b - 1u >= f.digit; --b) entry(b - 1u, h[b - 1u]);
         }
         if (f.digit >= bottom && f.digit < top && at > u32(SAMPLE_SUM_WORDS) - 1u) summary[0] = 1u;
     }
@@ -418,7 +467,6 @@ __device__ Found find_digit(const u32* h, u32 nbins, u32 need, SelectShared& sh,
 // slice's summary (find_digit).
 template <bool SUMMARY, typename Src>
 __device__ Cut select_cut(Src& src, u32 want, SelectShared& sh, bool given, u32* summary) {
-    const u32 tid = threadIdx.x, bs = blockDim.x;
     Cut cut = {0u, 0u, 0u, 0u};
     u32 need = want;
     const u32 chunks = src.chunks();
@@ -441,7 +489,7 @@ __device__ Cut select_cut(Src& src, u32 want, SelectShared& sh, bool given, u32*
         }
         // The next level's histogram: its last reader passed this level's first barrier.
         u32* next = sh.hist[(l + 1u) & 1u];
-        for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) next[i] = 0u;
+        clear_hist(next);
         const Found f = SUMMARY && l == 0u ? find_digit<true>(h, nbins, need, sh, summary)
                                            : find_digit<false>(h, nbins, need, sh, summary);
         need -= f.above;
@@ -529,12 +577,145 @@ __device__ __forceinline__ SumWords prefetch_sums(const u32* sums, u32 nb) {
     return s;
 }
 
-// The top m of nb slices' candidates (src, loaded: chunk 0 when they fit),
-// unordered, into g (PackSink), using the slices' summaries for level 0 (or
-// binning every candidate where a summary overflowed); pre: prefetch_sums.
-// Ends with a barrier.
+// The merging block's fast path: where the summaries say that the
+// candidates in level-0 bins at or above the one holding the m-th are few
+// (at most SAMPLE_FAST_CAP; m + ~50 for Gemma 4's top-k 64 over N(0, 36)
+// logits), every one of them is packed into g (one shared atomic per warp:
+// the lanes' counts scanned) and each is ranked among them by counting (the
+// items ranking before it): the ranks below m are the top m in order, with
+// no radix level over the candidates, no gather per slot and no separate
+// sort. Slices whose summaries overflowed, or a cut bin holding more, take
+// the radix levels instead.
+enum SampleFast : u32 { SAMPLE_FAST_CAP = 256 };
+
+// Packs the items of src (chunk 0 loaded, all of them) whose level-0 bin is
+// at least `digit` into g[*counter ...]; *counter is 0, visibly to every
+// thread, when called.
 template <typename Src>
-__device__ void gather_top(Src& src, const u32* sums, SumWords& pre, u32 nb, u32 m, SelectShared& sh, u64* g) {
+__device__ void pack_from_bin(const Src& src, u32 digit, u64* g, u32* counter) {
+    const u32 lane = threadIdx.x & 31u;
+    u32 own = 0u;
+#pragma unroll
+    for (u32 j = 0; j < Src::ITEMS; ++j) own += src.key[j] != 0u && (src.key[j] >> 21) >= digit ? 1u : 0u;
+    const u32 incl = warp_inclusive(own);
+    u32 base = 0u;
+    if (lane == 31u && incl != 0u) base = atomicAdd(counter, incl);
+    u32 slot = __shfl_sync(0xffffffffu, base, 31) + incl - own;
+#pragma unroll
+    for (u32 j = 0; j < Src::ITEMS; ++j) {
+        if (src.key[j] != 0u && (src.key[j] >> 21) >= digit) {
+            if (slot < u32(SAMPLE_FAST_CAP)) g[slot] = (u64(src.key[j]) << 32) | ~src.index(0u, j);
+            ++slot;
+        }
+    }
+}
+
+// Each of g[0, n) (PackSink's keys, distinct) ranked among them by counting
+// the items that rank before it, p lanes of a warp per item (the most, up to
+// 32, with p * n <= bs); those ranked below m go to the sink at their rank.
+template <typename Sink>
+__device__ void rank_top(const u64* g, u32 n, u32 m, Sink& sink) {
+    const u32 tid = threadIdx.x, bs = blockDim.x;
+    u32 p = 1u;
+    while (p < 32u && 2u * p * n <= bs) p <<= 1u;
+    const u32 per = bs / p;
+    const u32 part = tid % p;
+    for (u32 base = 0; base < n; base += per) {
+        const u32 i = base + tid / p;
+        u32 cnt = 0u;
+        const u64 mine = i < n ? g[i] : ~0ull;
+        if (i < n) {
+#pragma unroll 4
+            for (u32 j = part; j < n; j += p) cnt += g[j] > mine ? 1u : 0u;
+        }
+        for (u32 o = 1u; o < p; o <<= 1u) cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
+        if (i < n && part == 0u && cnt < m) sink.put(cnt, u32(mine >> 32), ~u32(mine));
+    }
+}
+
+template <typename Sink>
+struct OffsetSink {
+    Sink& sink;
+    u32 offset;
+    __device__ void put(u32 s, u32 key, u32 ix) { sink.put(offset + s, key, ix); }
+};
+
+// A slice pass's selection of its top `want` into the sink, unordered, with
+// the summary from level 0 (src loaded: chunk 0, keys 0 where no item; more
+// chunks take select_cut). sh.hist[0] is clear and sh.counter and sh.packed
+// are 0, visibly to every thread, when called. Level 0 bins every item;
+// where the bin of the cut holds more than wanted but few items, C with
+// C^2 <= 32 bs (~C^2 / bs comparisons a thread, cheaper than a radix
+// level's three barriers), the items above the bin go to the sink at once
+// and the bin's are packed (one shared atomic per warp) and each ranked
+// among them by counting; those ranked below what is still needed follow
+// the ones above: one barrier instead of a level's three and a gather.
+// Otherwise the radix levels (select_cut on level 0's histogram) and
+// gather_cut. Ends before a barrier: the caller's makes the summary visible.
+template <typename Src, typename Sink>
+__device__ void select_slice(Src& src, u32 want, SelectShared& sh, u32* summary, Sink& sink) {
+    const u32 lane = threadIdx.x & 31u, bs = blockDim.x;
+    // The bin's packed items live in level 1's histogram, which this path leaves unused.
+    u64* g = reinterpret_cast<u64*>(sh.hist[1]);
+    if (src.chunks() != 1u) {
+        const Cut cut = select_cut<true>(src, want, sh, false, summary);
+        gather_cut(src, cut, want, sink, &sh.counter);
+        return;
+    }
+#pragma unroll
+    for (u32 j = 0; j < Src::ITEMS; ++j)
+        if (src.key[j] != 0u) atomicAdd(&sh.hist[0][src.key[j] >> 21], 1u);
+    __syncthreads();
+    const Found f = find_digit<true>(sh.hist[0], u32(SAMPLE_HIST_BINS), want, sh, summary);
+    const u32 need = want - f.above;
+    const bool whole = f.count == need;
+    if (!whole && (f.count > u32(SAMPLE_FAST_CAP) || f.count * f.count > 32u * bs)) {
+        const Cut cut = select_cut<false>(src, want, sh, true, nullptr);
+        gather_cut(src, cut, want, sink, &sh.counter);
+        return;
+    }
+    // Per thread: items above the cut's bin (to the sink) and in it (kept
+    // whole, or packed to be ranked), as two counts in one word.
+    u32 own = 0u;
+#pragma unroll
+    for (u32 j = 0; j < Src::ITEMS; ++j) {
+        const u32 d = src.key[j] >> 21;
+        own += src.key[j] != 0u && (d > f.digit || (whole && d == f.digit)) ? 1u : (src.key[j] != 0u && d == f.digit ? 1u << 16 : 0u);
+    }
+    const u32 incl = warp_inclusive(own);
+    u32 base_above = 0u, base_bin = 0u;
+    if (lane == 31u) {
+        if ((incl & 0xffffu) != 0u) base_above = atomicAdd(&sh.counter, incl & 0xffffu);
+        if ((incl >> 16) != 0u) base_bin = atomicAdd(&sh.packed, incl >> 16);
+    }
+    u32 above = __shfl_sync(0xffffffffu, base_above, 31) + ((incl - own) & 0xffffu);
+    u32 bin = __shfl_sync(0xffffffffu, base_bin, 31) + ((incl - own) >> 16);
+#pragma unroll
+    for (u32 j = 0; j < Src::ITEMS; ++j) {
+        const u32 key = src.key[j];
+        const u32 d = key >> 21;
+        if (key != 0u && (d > f.digit || (whole && d == f.digit))) {
+            sink.put(above, key, src.index(0u, j));
+            ++above;
+        } else if (key != 0u && d == f.digit) {
+            g[bin] = (u64(key) << 32) | ~src.index(0u, j);
+            ++bin;
+        }
+    }
+    if (whole) return;
+    __syncthreads();
+    OffsetSink<Sink> rest = {sink, f.above};
+    rank_top(g, f.count, need, rest);
+}
+
+// The top m of nb slices' candidates (src, loaded: chunk 0 when they fit),
+// using the slices' summaries for level 0 (or binning every candidate where
+// a summary overflowed); pre: prefetch_sums. Either in rank order straight
+// into `ranked` (with FAST, the fast path, where the candidates fit one
+// chunk: returns true), or unordered into g (PackSink; returns false). Ends
+// with a barrier.
+template <bool FAST, typename Src, typename Sink>
+__device__ bool gather_top(Src& src, const u32* sums, SumWords& pre, u32 nb, u32 m, SelectShared& sh, u64* g, Sink& ranked) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
     // A slice's summary into level 0's histogram: its overflow flag, or its entries (bin | count << 11).
     auto add = [&](const u32* q, SumWords& s) {
@@ -552,7 +733,7 @@ __device__ void gather_top(Src& src, const u32* sums, SumWords& pre, u32 nb, u32
                 if ((s.w[e] >> 11) != 0u) atomicAdd(&sh.hist[0][s.w[e] & (u32(SAMPLE_HIST_BINS) - 1u)], s.w[e] >> 11);
         }
     };
-    for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) sh.hist[0][i] = 0u;
+    clear_hist(sh.hist[0]);
     if (tid == 0u) {
         sh.counter = 0u;
         sh.flag = 0u;
@@ -566,14 +747,26 @@ __device__ void gather_top(Src& src, const u32* sums, SumWords& pre, u32 nb, u32
     }
     __syncthreads();
     const bool given = sh.flag == 0u;
+    if (FAST && given && src.chunks() == 1u) {
+        const Found f = find_digit<false>(sh.hist[0], u32(SAMPLE_HIST_BINS), m, sh, nullptr);
+        const u32 many = f.above + f.count;
+        if (many <= u32(SAMPLE_FAST_CAP)) {
+            pack_from_bin(src, f.digit, g, &sh.counter);
+            __syncthreads();
+            rank_top(g, many, m, ranked);
+            __syncthreads();
+            return true;
+        }
+    }
     if (!given) {
-        for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) sh.hist[0][i] = 0u;
+        clear_hist(sh.hist[0]);
         __syncthreads();
     }
     const Cut cut = select_cut<false>(src, m, sh, given, nullptr);
     PackSink sink = {g};
     gather_cut(src, cut, m, sink, &sh.counter);
     __syncthreads();
+    return false;
 }
 
 // The first index of x[0, len) holding the largest key (0 if none; best_key
@@ -713,11 +906,17 @@ struct LogitSrc {
             }
         }
     }
+    // The flags of 4 items in a row are one aligned word (flags is 16-byte aligned, SAMPLE_MAX_SLICE bytes).
     __device__ void convert(u32 c) {
 #pragma unroll
-        for (u32 j = 0; j < N; ++j) {
-            const u32 e = pos(c, j);
-            key[j] = e < n ? order_key(sample_value(__uint_as_float(key[j]), penalize && flags[e] != 0, penalty, inv_t)) : 0u;
+        for (u32 q = 0; q < N / 4u; ++q) {
+            const u32 e0 = pos(c, 4u * q);
+            const u32 f4 = penalize && e0 < n ? *reinterpret_cast<const u32*>(flags + e0) : 0u;
+#pragma unroll
+            for (u32 r = 0; r < 4u; ++r) {
+                const u32 j = 4u * q + r;
+                key[j] = e0 + r < n ? order_key(sample_value(__uint_as_float(key[j]), ((f4 >> (8u * r)) & 0xffu) != 0u, penalty, inv_t)) : 0u;
+            }
         }
     }
     __device__ void load(u32 c) {
@@ -1095,8 +1294,9 @@ __device__ void finish_whole_row(u32* scratch, u32* out_token, float* out_logpro
 }
 
 // A row's candidates as the merging block holds them, and their summaries.
-__device__ __forceinline__ PairSrc<SAMPLE_ITEMS> row_candidates(const u32* scratch, const SampleParams* p, const SampleLayout& L, u32 row) {
-    PairSrc<SAMPLE_ITEMS> src = {scratch + L.cand + u64(row) * L.nb4 * 512u, p->n_blocks * p->n_cand};
+template <u32 N>
+__device__ __forceinline__ PairSrc<N> row_candidates(const u32* scratch, const SampleParams* p, const SampleLayout& L, u32 row) {
+    PairSrc<N> src = {scratch + L.cand + u64(row) * L.nb4 * 512u, p->n_blocks * p->n_cand};
     return src;
 }
 __device__ __forceinline__ const u32* row_sums(const u32* scratch, const SampleLayout& L, u32 row) {
@@ -1105,11 +1305,12 @@ __device__ __forceinline__ const u32* row_sums(const u32* scratch, const SampleL
 
 // The top min(n_cand, n_vocab) of a row's candidates (src, chunk 0 loaded;
 // pre: prefetch_sums of row_sums), ranked into sk / si (ends with a barrier).
-__device__ void rank_candidates(PairSrc<SAMPLE_ITEMS>& src, SumWords& pre, const u32* scratch, const SampleParams* p, const SampleLayout& L,
+template <bool FAST, typename Src>
+__device__ void rank_candidates(Src& src, SumWords& pre, const u32* scratch, const SampleParams* p, const SampleLayout& L,
                                 u32 row, SelectShared& sh, u64* g, u32* sk, u32* si) {
     const u32 mc = min(p->n_cand, p->n_vocab);
-    gather_top(src, row_sums(scratch, L, row), pre, p->n_blocks, mc, sh, g);
     GroupSink ranked = {sk, si};
+    if (gather_top<FAST>(src, row_sums(scratch, L, row), pre, p->n_blocks, mc, sh, g, ranked)) return;
     rank_sort(g, mc, ranked);
     __syncthreads();
 }
@@ -1129,7 +1330,7 @@ __device__ void candidate_draw(u32* scratch, const SampleParams* p) {
     const u32* stats = scratch + L.stats + u64(row) * L.nb2 * 4u;
     u32* state = scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS) + 16u;
     // The candidates' loads first: they arrive while the stats are reduced.
-    PairSrc<SAMPLE_ITEMS> src = row_candidates(scratch, p, L, row);
+    PairSrc<SAMPLE_ITEMS> src = row_candidates<SAMPLE_ITEMS>(scratch, p, L, row);
     src.load(0u);
     SumWords pre = prefetch_sums(row_sums(scratch, L, row), nb);
     const float zmax = row_max(stats, nb, partials);
@@ -1145,14 +1346,52 @@ __device__ void candidate_draw(u32* scratch, const SampleParams* p) {
     float zs = 0.0f;
     for (u32 b = tid; b < nb; b += blockDim.x) zs += blocks.weight(b);
     const float mass = block_sum_synced(zs, partials);
-    rank_candidates(src, pre, scratch, p, L, row, sh, g, sk, si);
-    if (tid < 32u) draw_ranked(sk, min(p->n_cand, p->n_vocab), zmax, mass, p, sample_uniform(p, row), res);
-    __syncthreads();
-    if (tid == 0u) {
-        const u32 r = res[0];
-        state[0] = res[2] == 0u ? 1u : 0u;
-        state[1] = si[r];
-        state[2] = __float_as_uint((key_value(sk[r]) - zmax) - logf(__uint_as_float(res[1])));
+    // The radix levels only: 256 of 64 slices' 16384 candidates rarely fit
+    // the fast path, and its code would cost this 1024-thread kernel spills.
+    rank_candidates<false>(src, pre, scratch, p, L, row, sh, g, sk, si);
+    if (tid < 32u) {
+        draw_ranked(sk, min(p->n_cand, p->n_vocab), zmax, mass, p, sample_uniform(p, row), res);
+        if (tid == 0u) {
+            const u32 r = res[0];
+            state[0] = res[2] == 0u ? 1u : 0u;
+            state[1] = si[r];
+            state[2] = __float_as_uint((key_value(sk[r]) - zmax) - logf(__uint_as_float(res[1])));
+        }
+    }
+}
+
+// The finish where the candidates hold the kept set (top-k, or every
+// token): rank them, draw in rank order. N candidates a thread: the plan
+// gives one thread per 8 up to 1024 (half the slots of a thread's chain of
+// 16), with the merge's fast path; rows of more (over 8192 candidates: a
+// top-k over 64 at long vocabularies, whose cut's bin rarely holds few)
+// take 16 and the radix levels only. Not inlined: each instance gets its
+// own registers (inlined together, the kernel spilled ~100 bytes).
+template <u32 N>
+__device__ __noinline__ void finish_candidates(u32* scratch, u32* out_token, float* out_logprob, const SampleParams* p, u32 row, float u,
+                                               SelectShared& sh, u64* g, u32* sk, u32* si, u32* res) {
+    const SampleLayout L = sample_layout(p);
+    PairSrc<N> src = row_candidates<N>(scratch, p, L, row);
+    src.load(0u);
+    SumWords pre = prefetch_sums(row_sums(scratch, L, row), p->n_blocks);
+    rank_candidates<N == u32(SAMPLE_SLICE_ITEMS)>(src, pre, scratch, p, L, row, sh, g, sk, si);
+    const u32 mc = min(p->n_cand, p->n_vocab);
+    const float zmax = key_value(sk[0]);
+    if (zmax == neg_inf()) {
+        if (threadIdx.x == 0u) {
+            out_token[row] = 0xffffffffu;
+            out_logprob[row] = neg_inf();
+        }
+        return;
+    }
+    // Warp 0 draws and lane 0 writes what it drew: no barrier after the draw.
+    if (threadIdx.x < 32u) {
+        draw_ranked(sk, mc, zmax, 0.0f, p, u, res);
+        if (threadIdx.x == 0u) {
+            const u32 r = res[0];
+            out_token[row] = si[r];
+            out_logprob[row] = (key_value(sk[r]) - zmax) - logf(__uint_as_float(res[1]));
+        }
     }
 }
 
@@ -1250,7 +1489,7 @@ extern "C" __global__ void __launch_bounds__(1024) top_k_f32(const float* input,
         }
         return;
     }
-    for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) sh.hist[0][i] = 0u;
+    clear_hist(sh.hist[0]);
     if (tid == 0u) sh.counter = 0u;
     FloatSrc<SAMPLE_ITEMS> src = {x, n, 0u};
     src.load(0u);
@@ -1279,17 +1518,16 @@ extern "C" __global__ void __launch_bounds__(512) top_k_blocks_f32(const float* 
     const u32 lo = b * p->slice;
     const u32 len = min(p->slice, p->n_elements - lo);
     const u32 m = min(p->k, len);
-    for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) sh.hist[0][i] = 0u;
+    clear_hist(sh.hist[0]);
     if (tid < u32(SAMPLE_SUM_WORDS)) summary[tid] = 0u;
-    if (tid == 0u) sh.counter = 0u;
+    if (tid == 0u) sh.counter = sh.packed = 0u;
     FloatSrc<SAMPLE_SLICE_ITEMS> src = {input + u64(row) * p->n_elements + lo, len, lo};
     src.load(0u);
     __syncthreads();
-    const Cut cut = select_cut<true>(src, m, sh, false, summary);
     u32* base = candidates + u64(row) * p->n_blocks * (2u * p->k + u32(SAMPLE_SUM_WORDS));
     u32* out = base + u64(b) * p->k * 2u;
     PairSink sink = {out};
-    gather_cut(src, cut, m, sink, &sh.counter);
+    select_slice(src, m, sh, summary, sink);
     for (u32 r = m + tid; r < p->k; r += bs) {
         out[2u * r] = __float_as_uint(neg_inf());
         out[2u * r + 1u] = 0xffffffffu;
@@ -1310,10 +1548,9 @@ extern "C" __global__ void __launch_bounds__(1024) top_k_merge_f32(const u32* ca
     src.load(0u);
     const u32* sums = base + u64(nb) * k * 2u;
     SumWords pre = prefetch_sums(sums, nb);
-    gather_top(src, sums, pre, nb, m, sh, g);
     const u64 o = u64(row) * k;
     OutSink out = {out_values, out_indices, o};
-    rank_sort(g, m, out);
+    if (!gather_top<true>(src, sums, pre, nb, m, sh, g, out)) rank_sort(g, m, out);
     for (u32 r = m + threadIdx.x; r < k; r += blockDim.x) {
         out_values[o + r] = neg_inf();
         out_indices[o + r] = 0xffffffffu;
@@ -1392,7 +1629,7 @@ extern "C" __global__ void __launch_bounds__(512) sample_blocks_f32(const float*
                                                                     const SampleParams* p) {
     __shared__ SelectShared sh;
     __shared__ u32 summary[SAMPLE_SUM_WORDS];
-    __shared__ unsigned char flags[SAMPLE_MAX_SLICE];
+    __shared__ __align__(16) unsigned char flags[SAMPLE_MAX_SLICE];
     __shared__ u32 wk[32];
     __shared__ u32 wi[32];
     __shared__ float wm[32];
@@ -1406,9 +1643,9 @@ extern "C" __global__ void __launch_bounds__(512) sample_blocks_f32(const float*
     const SampleLayout L = sample_layout(p);
     const bool select = p->n_cand > 0u && p->temperature > 0.0f;
     if (select) {
-        for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) sh.hist[0][i] = 0u;
+        clear_hist(sh.hist[0]);
         if (tid < u32(SAMPLE_SUM_WORDS)) summary[tid] = 0u;
-        if (tid == 0u) sh.counter = 0u;
+        if (tid == 0u) sh.counter = sh.packed = 0u;
     }
     // The mass passes add into this row's histograms: each slice clears its share.
     if (sample_whole_row(p) && p->top_p < 1.0f) {
@@ -1422,7 +1659,7 @@ extern "C" __global__ void __launch_bounds__(512) sample_blocks_f32(const float*
     const u32 chunks = src.chunks();
     if (chunks == 1u) src.fetch(0u);
     if (penalize)
-        for (u32 i = tid; i < len; i += bs) flags[i] = 0;
+        for (u32 i = tid; i < (len + 15u) / 16u; i += bs) reinterpret_cast<uint4*>(flags)[i] = make_uint4(0u, 0u, 0u, 0u);
     __syncthreads();
     if (penalize) {
         const u32* prev = prev_tokens + u64(row) * p->n_prev;
@@ -1485,10 +1722,9 @@ extern "C" __global__ void __launch_bounds__(512) sample_blocks_f32(const float*
     u32* sums = scratch + L.sums + (u64(row) * L.nb2 + b) * u32(SAMPLE_SUM_WORDS);
     if (select) {
         const u32 mc = min(p->n_cand, len);
-        const Cut cut = select_cut<true>(src, mc, sh, false, summary);
         u32* out = scratch + L.cand + u64(row) * L.nb4 * 512u + u64(b) * p->n_cand * 2u;
         PairSink sink = {out};
-        gather_cut(src, cut, mc, sink, &sh.counter);
+        select_slice(src, mc, sh, summary, sink);
         for (u32 r = mc + tid; r < p->n_cand; r += bs) {
             out[2u * r] = __float_as_uint(neg_inf());
             out[2u * r + 1u] = 0xffffffffu;
@@ -1496,18 +1732,19 @@ extern "C" __global__ void __launch_bounds__(512) sample_blocks_f32(const float*
     }
     __syncthreads();
     if (select && tid < u32(SAMPLE_SUM_WORDS)) sums[tid] = summary[tid];
-    if (tid == 0u) {
+    // Warp 0 combines the warps' (best, max, sum) across its lanes (a fixed
+    // shuffle tree) instead of one thread walking them.
+    if (warp == 0u) {
         const u32 nw = bs >> 5;
-        u32 bk = wk[0], bi = wi[0];
-        float bm = wm[0];
-        for (u32 w = 1; w < nw; ++w) {
-            keep_best(bk, bi, wk[w], wi[w]);
-            bm = fmaxf(bm, wm[w]);
+        u32 bk = lane < nw ? wk[lane] : 0u, bi = lane < nw ? wi[lane] : 0xffffffffu;
+        const float wml = lane < nw ? wm[lane] : neg_inf();
+        warp_best(bk, bi);
+        const float bm = warp_max(wml);
+        const float bsum = warp_sum(wml == neg_inf() ? 0.0f : ws[lane] * expf(wml - bm));
+        if (lane == 0u) {
+            u32* stats = scratch + L.stats + (u64(row) * L.nb2 + b) * 4u;
+            *reinterpret_cast<uint4*>(stats) = make_uint4(__float_as_uint(key_value(bk)), __float_as_uint(bsum), bi, 0u);
         }
-        float bsum = 0.0f;
-        for (u32 w = 0; w < nw; ++w) bsum += wm[w] == neg_inf() ? 0.0f : ws[w] * expf(wm[w] - bm);
-        u32* stats = scratch + L.stats + (u64(row) * L.nb2 + b) * 4u;
-        *reinterpret_cast<uint4*>(stats) = make_uint4(__float_as_uint(key_value(bk)), __float_as_uint(bsum), bi, 0u);
     }
 }
 
@@ -1678,26 +1915,10 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
     const float u = sample_uniform(p, row);
     if (p->temperature > 0.0f && p->n_cand > 0u && !sample_whole_row(p)) {
         // The candidates hold the kept set (top-k, or every token): rank them, draw in rank order.
-        PairSrc<SAMPLE_ITEMS> src = row_candidates(scratch, p, L, row);
-        src.load(0u);
-        SumWords pre = prefetch_sums(row_sums(scratch, L, row), nb);
-        rank_candidates(src, pre, scratch, p, L, row, sh, g, sk, si);
-        const u32 mc = min(p->n_cand, n);
-        const float zmax = key_value(sk[0]);
-        if (zmax == neg_inf()) {
-            if (tid == 0u) {
-                out_token[row] = 0xffffffffu;
-                out_logprob[row] = neg_inf();
-            }
-            return;
-        }
-        if (tid < 32u) draw_ranked(sk, mc, zmax, 0.0f, p, u, res);
-        __syncthreads();
-        if (tid == 0u) {
-            const u32 r = res[0];
-            out_token[row] = si[r];
-            out_logprob[row] = (key_value(sk[r]) - zmax) - logf(__uint_as_float(res[1]));
-        }
+        if (nb * p->n_cand <= u32(SAMPLE_SLICE_ITEMS) * bs)
+            finish_candidates<SAMPLE_SLICE_ITEMS>(scratch, out_token, out_logprob, p, row, u, sh, g, sk, si, res);
+        else
+            finish_candidates<SAMPLE_ITEMS>(scratch, out_token, out_logprob, p, row, u, sh, g, sk, si, res);
         return;
     }
     if (sample_whole_row(p)) {

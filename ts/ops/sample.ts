@@ -68,6 +68,8 @@ const FINISH_THREADS = 256;
 const CUDA_SELECT_THREADS = 512;
 /** Threads of the CUDA whole-row passes and finish: 4 z a thread of a 4096-element slice; 16 candidates a thread of 64 slices' 256. */
 const CUDA_ROW_THREADS = 1024;
+/** Candidates a thread of the CUDA finish holds where they fit 1024 threads (sample.cu: finish_candidates). */
+const CUDA_CAND_ITEMS = 8;
 /** Threads of the one-threadgroup kernels at most (the kernels' arrays). */
 const MAX_THREADS = 1024;
 /** The second grid axis (slices per row): CUDA's limit. */
@@ -606,7 +608,8 @@ export function sampleMassPasses(a: Pick<SampleArgs, 'vocab' | 'topK' | 'topP' |
  * of them has one block more per row, which ranks the candidates and draws
  * from them while the others bin the row); then sample_finish_f32 (0
  * scratch, 1 outToken, 2 outLogprob, 3 SampleParams; grid (rows, 1, 1) of
- * 256 to 1024 threads; CUDA: 1024 where it walks z).
+ * 256 to 1024 threads; CUDA: 1024 where it walks z, one per 8
+ * candidates otherwise).
  * The bytes that must move: the logits, read once (4 * rows * vocab); with
  * topK = 0 the first pass also writes z, which the finish reads back for one
  * slice, and the mass passes read three times more where they run.
@@ -637,13 +640,15 @@ export function planSample(a: SampleArgs, limits: DeviceLimits, device?: Device)
     kernel: 'sample_mass_f32', buffers: [a.scratch], bytes: [, packSampleParams(a, pass)], grid, threads: rowPass.threads,
     cuda: { grid: [a.rows, i === 0 ? nb + 1 : nb, 1], threads: cudaRow },
   }));
-  // The finish holds its candidates in registers: SAMPLE_ITEMS per thread.
-  // CUDA's walks a slice of z (no filter, the whole row) at 1024 threads.
+  // The finish holds its candidates in registers: SAMPLE_ITEMS per thread
+  // (Metal); CUDA's 8 per thread up to 1024 threads (16 past 8192
+  // candidates). CUDA's walks a slice of z (no filter, the whole row) at 1024 threads.
   const threads: [number, number, number] = [threadsFor(Math.max(FINISH_THREADS, Math.ceil((nb * cand) / SAMPLE_ITEMS)), MAX_THREADS, limits), 1, 1];
+  const cudaCand: [number, number, number] = [threadsFor(Math.max(FINISH_THREADS, Math.ceil((nb * cand) / CUDA_CAND_ITEMS)), MAX_THREADS, limits), 1, 1];
   const walks = Math.fround(a.temperature) > 0 && (cand === 0 || mass.length > 0);
   const finish: PlannedDispatch = {
     kernel: 'sample_finish_f32', buffers: [a.scratch, a.outToken, a.outLogprob], bytes: [, , , params],
-    grid: [a.rows, 1, 1], threads, cuda: { grid: [a.rows, 1, 1], threads: walks ? cudaRow : threads },
+    grid: [a.rows, 1, 1], threads, cuda: { grid: [a.rows, 1, 1], threads: walks ? cudaRow : cudaCand },
   };
   return { family: SAMPLE_FAMILY, sources: SAMPLE_SOURCES, kernels: SAMPLE_KERNELS, dispatches: [blocks, ...mass, finish] };
 }

@@ -167,17 +167,38 @@ static u32 run_sample(const std::string& name, u32 rows, u32 v, const Opt& o, co
     sim_launch({rows, pass == passes[0] ? nb + 1 : nb, 1}, {1024, 1, 1}, 0, [&] { sample_mass_f32(scratch.data(), &q); });
   }
   const bool walks = o.t > 0 && (cand == 0 || !passes.empty());
-  const u32 tf = walks ? 1024 : threads_for(std::max(256.0, std::ceil(double(nb) * cand / 16)), 1024);
+  const u32 tf = walks ? 1024 : threads_for(std::max(256.0, std::ceil(double(nb) * cand / 8)), 1024);
   sim_launch({rows, 1, 1}, {tf, 1, 1}, 0, [&] { sample_finish_f32(scratch.data(), tok.data(), lp.data(), &p); });
   // What the extra block decided (rows the candidates held), and the slices whose summaries overflowed.
   u32 drawn = 0, overflowed = 0;
   const u64 nb2 = cdiv(v, 2048), nb4 = cdiv(v, 4096);
   const u64 state = rows * (u64(cdiv(v, 4)) * 4 + 4 * nb2 + 512 * nb4 + 9216);
   const u64 sums = state + rows * (24 + 36 * nb4);
+  // The rows whose finish took the merge's fast path (sample.cu:
+  // gather_top; the whole-row paths' extra block takes the radix levels
+  // only): no summary overflowed and the candidates in level-0 bins at or
+  // above the one holding the m-th are at most SAMPLE_FAST_CAP (256).
+  u32 fast = 0;
+  const u64 cand_at = rows * (u64(cdiv(v, 4)) * 4 + 4 * nb2);
   for (u32 r = 0; r < rows; ++r) {
     if (!passes.empty()) drawn += scratch[state + r * 24 + 16] != 0;
+    u32 row_overflowed = 0;
     if (cand > 0 && o.t > 0)
-      for (u32 b = 0; b < nb; ++b) overflowed += scratch[sums + (r * nb2 + b) * 32] != 0;
+      for (u32 b = 0; b < nb; ++b) row_overflowed += scratch[sums + (r * nb2 + b) * 32] != 0;
+    overflowed += row_overflowed;
+    if (cand > 0 && o.t > 0 && passes.empty() && row_overflowed == 0) {
+      std::vector<u32> keys;
+      for (u32 j = 0; j < nb * cand; ++j) {
+        const u32* pair = &scratch[cand_at + u64(r) * nb4 * 512 + 2 * j];
+        if (pair[1] != 0xffffffffu) keys.push_back(order_key(__uint_as_float(pair[0])));
+      }
+      std::sort(keys.rbegin(), keys.rend());
+      const u32 m = std::min(cand, v);
+      if (keys.size() >= m) {
+        const u32 digit = keys[m - 1] >> 21;
+        fast += std::count_if(keys.begin(), keys.end(), [&](u32 k) { return (k >> 21) >= digit; }) <= 256;
+      }
+    }
   }
   u32 compared = 0, wrong = 0, skipped = 0;
   for (u32 r = 0; r < rows; ++r) {
@@ -197,6 +218,7 @@ static u32 run_sample(const std::string& name, u32 rows, u32 v, const Opt& o, co
               passes.size() + 2, compared, skipped);
   if (!passes.empty()) std::printf("; %u drawn from the candidates", drawn);
   if (overflowed) std::printf("; %u summaries overflowed", overflowed);
+  if (cand > 0 && o.t > 0 && passes.empty()) std::printf("; %u of %u merges on the fast path", fast, rows);
   std::printf("\n");
   return compared;
 }
@@ -228,6 +250,9 @@ int main(int argc, char** argv) {
     for (auto& e : g) e = normal(gen);
     check_top_k(2, 20000, 256, true, g, "N(0, 36)");
     check_top_k(2, 20000, 20, true, g, "N(0, 36)");
+    // On a 1/4 grid: ties inside the small cut bins that the slices and the merge rank by counting.
+    for (auto& e : g) e = std::round(e * 4.0f) / 4.0f;
+    check_top_k(2, 20000, 64, true, g, "N(0, 36) on a 1/4 grid");
     // -inf but for 100 values: the k-th is -inf, its ties taken by index (the index levels).
     std::vector<float> masked(20000, -INFINITY);
     for (u32 i = 0; i < 100; ++i) masked[gen() % 20000] = normal(gen);
@@ -325,6 +350,70 @@ int main(int argc, char** argv) {
       o.seed = 9;
       o.counter = 3;
       compared += run_sample("whole row, record overflow", rows, v, o, x, {}, 0, 1);
+    }
+  }
+  // The merge's fast path (pack the candidates from the cut's level-0 bin
+  // up, rank them by counting) and its way back to the radix levels:
+  // Gemma 4's and Qwen3.6's defaults over N(0, 36) logits (few candidates
+  // from the cut's bin up: the fast path), ties at the threshold (a 1/8
+  // grid: many candidates equal at the cut, ranked by index; with top-k 200
+  // some rows hold more than 256 from the cut's bin up: the radix levels), k larger than
+  // a slice's count (the last slice of 4196 holds 100 < 256), top-p alone
+  // and min-p alone over N(0, 36) (the extra block's 256 of 16384), and the
+  // penalty over ids that hit the top, and ties inside small cut bins.
+  {
+    const u32 rows = 3, v = 20000;
+    std::normal_distribution<float> normal(0.0f, 6.0f);
+    std::vector<float> x(size_t(rows) * v);
+    for (auto& e : x) e = normal(gen);
+    const u32 n_prev = 64;
+    std::vector<u32> prev(rows * n_prev);
+    for (u32 r = 0; r < rows; ++r) {
+      // Half the ids are the row's largest logits, so the penalty moves the top.
+      std::vector<u32> order(v);
+      std::iota(order.begin(), order.end(), 0u);
+      std::partial_sort(order.begin(), order.begin() + 32, order.end(), [&](u32 a, u32 b) { return x[size_t(r) * v + a] > x[size_t(r) * v + b]; });
+      for (u32 j = 0; j < n_prev; ++j) prev[r * n_prev + j] = j < 32 ? order[j] : gen() % v;
+    }
+    for (auto [name, o] : std::vector<std::pair<std::string, Opt>>{{"N(0, 36), Gemma 4 defaults", {1, 0.95f, 0, 1, 64}},
+                                                                   {"N(0, 36), Qwen3.6 defaults + penalty", {0.7f, 0.8f, 0, 1.05f, 20}},
+                                                                   {"N(0, 36), top-k 256 + penalty 1.5", {1, 1, 0, 1.5f, 256}},
+                                                                   {"N(0, 36), top-p alone", {1, 0.95f}},
+                                                                   {"N(0, 36), min-p alone", {1, 1, 0.02f}},
+                                                                   {"N(0, 36), top-k 64 + min-p", {1, 1, 0.05f, 1, 64}}}) {
+      o.seed = 31;
+      o.counter = 8;
+      compared += run_sample(name, rows, v, o, x, prev, o.rp != 1 ? n_prev : 0);
+    }
+    std::vector<float> grid(size_t(rows) * v);
+    std::uniform_int_distribution<int> q(-40, 40);
+    for (auto& e : grid) e = q(gen) / 8.0f;
+    for (auto [name, o] : std::vector<std::pair<std::string, Opt>>{{"ties at the cut, top-k 64 + top-p", {1, 0.9f, 0, 1, 64}},
+                                                                   {"ties at the cut, top-k 200", {1, 1, 0, 1, 200}},
+                                                                   {"ties at the cut, top-k 20 + penalty", {1, 1, 0, 1.2f, 20}}}) {
+      o.seed = 37;
+      o.counter = 2;
+      compared += run_sample(name, rows, v, o, grid, prev, o.rp != 1 ? n_prev : 0, 1);
+    }
+    // N(0, 36) on a 1/4 grid: a slice's cut bin holds ~50 items, ~6 to a
+    // value (select_slice ranks them by counting, ties by index), and the
+    // finish's ~110 from the cut's bin up tie as often.
+    std::vector<float> quarter(size_t(rows) * v);
+    for (auto& e : quarter) e = std::round(normal(gen) * 4.0f) / 4.0f;
+    for (auto [name, o] : std::vector<std::pair<std::string, Opt>>{{"1/4 grid, Gemma 4 defaults", {1, 0.95f, 0, 1, 64}},
+                                                                   {"1/4 grid, Qwen3.6 defaults + penalty", {0.7f, 0.8f, 0, 1.05f, 20}}}) {
+      o.seed = 43;
+      o.counter = 9;
+      compared += run_sample(name, rows, v, o, quarter, prev, o.rp != 1 ? n_prev : 0, 1);
+    }
+    const u32 vs = 4196;
+    std::vector<float> y(size_t(rows) * vs);
+    for (auto& e : y) e = normal(gen);
+    for (auto [name, o] : std::vector<std::pair<std::string, Opt>>{{"k past a slice's count, top-k 256", {1, 1, 0, 1, 256}},
+                                                                   {"k past a slice's count, top-k 200 + top-p", {0.8f, 0.9f, 0, 1, 200}}}) {
+      o.seed = 41;
+      o.counter = 6;
+      compared += run_sample(name, rows, vs, o, y, {}, 0);
     }
   }
   std::printf("%u rows compared\n%s\n", compared, failures == 0 ? "all passed" : "FAILURES");
