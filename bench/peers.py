@@ -42,8 +42,8 @@ def shape_key(case):
     return ' '.join(f'{k}={v}' for k, v in case.items() if k != 'kernel')
 
 
-def time_fn(fn, repeats, target_ms, max_iters=2000):
-    """Median and min microseconds per call of fn over `repeats` event-timed batches."""
+def probe_iters(fn, target_ms, max_iters):
+    """Calls per timed batch: about target_ms over one call's event time (after a warm-up call)."""
     fn()
     torch.cuda.synchronize()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -51,35 +51,39 @@ def time_fn(fn, repeats, target_ms, max_iters=2000):
     fn()
     e.record()
     torch.cuda.synchronize()
-    probe = max(s.elapsed_time(e), 1e-3)
-    iters = max(1, min(max_iters, round(target_ms / probe)))
-    for _ in range(iters):
-        fn()
-    torch.cuda.synchronize()
+    return max(1, min(max_iters, round(target_ms / max(s.elapsed_time(e), 1e-3))))
+
+
+def timed_batches(run_batch, iters, repeats):
+    """Median and min microseconds per call of `repeats` event-timed runs of run_batch (iters calls each)."""
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     per = []
     for _ in range(repeats):
         s.record()
-        for _ in range(iters):
-            fn()
+        run_batch()
         e.record()
         torch.cuda.synchronize()
         per.append(s.elapsed_time(e) * 1e3 / iters)
     return statistics.median(per), min(per), iters
 
 
+def time_fn(fn, repeats, target_ms, max_iters=2000):
+    """Median and min microseconds per call of fn over `repeats` event-timed batches."""
+    iters = probe_iters(fn, target_ms, max_iters)
+
+    def batch():
+        for _ in range(iters):
+            fn()
+    batch()
+    torch.cuda.synchronize()
+    return timed_batches(batch, iters, repeats)
+
+
 def time_graph(fn, repeats, target_ms, max_iters=2000):
     """time_fn's figures with the `iters` calls captured once into a CUDA graph
     and each timed batch a replay of it (ours.ts --graphs replays its recording
     alike), so the host's launch rate cannot set the time of short kernels."""
-    fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    fn()
-    e.record()
-    torch.cuda.synchronize()
-    probe = max(s.elapsed_time(e), 1e-3)
-    iters = max(1, min(max_iters, round(target_ms / probe)))
+    iters = probe_iters(fn, target_ms, max_iters)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -92,15 +96,7 @@ def time_graph(fn, repeats, target_ms, max_iters=2000):
             fn()
     graph.replay()
     torch.cuda.synchronize()
-    per = []
-    for _ in range(repeats):
-        s.record()
-        graph.replay()
-        e.record()
-        torch.cuda.synchronize()
-        per.append(s.elapsed_time(e) * 1e3 / iters)
-    del graph
-    return statistics.median(per), min(per), iters
+    return timed_batches(graph.replay, iters, repeats)
 
 
 def rand(shape, dtype=torch.float32, lo=-1.0, hi=1.0):
