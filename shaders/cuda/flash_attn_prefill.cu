@@ -156,6 +156,66 @@ __device__ __forceinline__ void load_rows(T* dst, const T* src, u64 stride, int 
     }
 }
 
+// A block's query tile: rows q0 .. q0 + rows of sequence s (blockIdx.x
+// taken from the last tile down, so causal grids start their longest tiles
+// first; q0 >= s.q_len: the block has no rows), the keys [k_lo, k_hi) the
+// causal and window ranges let it see, in key tiles t_lo .. t_hi of BK, its
+// rows' global pointers, and whether they and every stride allow 16-byte
+// copies.
+template <typename T>
+struct QTile {
+    Seq s;
+    int q0, rows, qa0, k_lo, k_hi, t_lo, t_hi;
+    const T* qg;
+    const T* kg;
+    const T* vg;
+    T* og;
+    bool vec;
+};
+
+template <typename T, int BQ, int BK>
+__device__ __forceinline__ QTile<T> q_tile(const AttnParams& p, const T* Q, const T* K, const T* V, T* O, const uint* cu_q,
+                                           const uint* cu_k) {
+    QTile<T> r;
+    r.s = seq_of(p, blockIdx.z, blockIdx.y, cu_q, cu_k);
+    r.q0 = int(gridDim.x - 1 - blockIdx.x) * BQ;
+    r.rows = min(BQ, r.s.q_len - r.q0);
+    r.qa0 = r.s.q_off + r.q0;
+    r.k_lo = 0;
+    r.k_hi = r.s.k_len;
+    if (kCausal) r.k_hi = min(r.k_hi, r.qa0 + r.rows);
+    if (p.window > 0) r.k_lo = max(r.k_lo, r.qa0 - p.window + 1);
+    r.t_lo = r.k_lo / BK;
+    r.t_hi = r.k_hi > r.k_lo ? (r.k_hi + BK - 1) / BK : r.t_lo;
+    const u64 qst = p.Q_stride_l, kst = p.K_stride_l, vst = p.V_stride_l, ost = p.O_stride_l;
+    r.qg = Q + r.s.q_base + u64(r.q0) * qst;
+    r.kg = K + r.s.k_base;
+    r.vg = V + r.s.v_base;
+    r.og = O + r.s.o_base + u64(r.q0) * ost;
+    r.vec = aligned16(r.qg) && aligned16(r.kg) && aligned16(r.vg) && aligned16(r.og) && (qst | kst | vst | ost) % 8 == 0;
+    return r;
+}
+
+// The classes of the blk tiles (BQB x BKB) under the query tile at q0 (BQ
+// rows) and key tile kt (BK keys): 0 when all are 0, 2 when all are 2, else
+// 1 (1 without blk).
+template <int BQ, int BK, int BQB, int BKB>
+__device__ __forceinline__ int blk_class_of(const AttnParams& p, const char* blk, int q0, int kt) {
+    if (!kBlk) return 1;
+    const int nqb = (p.qL + BQB - 1) / BQB, nkb = (p.kL + BKB - 1) / BKB;
+    const int qb1 = min((q0 + BQ - 1) / BQB, nqb - 1);
+    const int kb1 = min((kt * BK + BK - 1) / BKB, nkb - 1);
+    bool all0 = true, all2 = true;
+    for (int qb = q0 / BQB; qb <= qb1; ++qb) {
+        for (int kb = (kt * BK) / BKB; kb <= kb1; ++kb) {
+            const char c = blk[u64(qb) * u64(nkb) + u64(kb)];
+            all0 = all0 && c == 0;
+            all2 = all2 && c == 2;
+        }
+    }
+    return all0 ? 0 : all2 ? 2 : 1;
+}
+
 // A mask value: a bool one hides the key when false, an additive one is
 // added to the score (log2 units).
 __device__ __forceinline__ void apply_mask(bool m, float& x, bool& vis) { vis = m; }
@@ -184,43 +244,18 @@ __device__ __forceinline__ void attention(const T* __restrict__ Q, const T* __re
     const int rg = int(warp) % RW, cs = int(warp) / RW;
     const int g = int(lane >> 2), t = int(lane & 3u);
 
-    const Seq s = seq_of(p, blockIdx.z, blockIdx.y, cu_q, cu_k);
-    const int q0 = int(gridDim.x - 1 - blockIdx.x) * BQ;
-    if (q0 >= s.q_len) return;
-    const int rows = min(BQ, s.q_len - q0);
-    const int qa0 = s.q_off + q0;
-    const int W = p.window;
-    int k_lo = 0, k_hi = s.k_len;
-    if (kCausal) k_hi = min(k_hi, qa0 + rows);
-    if (W > 0) k_lo = max(k_lo, qa0 - W + 1);
-    const int t_lo = k_lo / BK;
-    const int t_hi = k_hi > k_lo ? (k_hi + BK - 1) / BK : t_lo;
-
+    const QTile<T> qt = q_tile<T, BQ, BK>(p, Q, K, V, O, cu_q, cu_k);
+    if (qt.q0 >= qt.s.q_len) return;
+    const Seq s = qt.s;
+    const int q0 = qt.q0, rows = qt.rows, qa0 = qt.qa0, W = p.window, k_hi = qt.k_hi, t_lo = qt.t_lo, t_hi = qt.t_hi;
     const u64 qst = p.Q_stride_l, kst = p.K_stride_l, vst = p.V_stride_l, ost = p.O_stride_l;
-    const T* qg = Q + s.q_base + u64(q0) * qst;
-    const T* kg = K + s.k_base;
-    const T* vg = V + s.v_base;
-    T* og = O + s.o_base + u64(q0) * ost;
-    const bool vec = aligned16(qg) && aligned16(kg) && aligned16(vg) && aligned16(og) &&
-                     (qst | kst | vst | ost) % 8 == 0;
+    const T* qg = qt.qg;
+    const T* kg = qt.kg;
+    const T* vg = qt.vg;
+    T* og = qt.og;
+    const bool vec = qt.vec;
 
-    // The classes of the blk tiles under key tile kt: 0 when all are 0, 2
-    // when all are 2, else 1 (1 without blk).
-    const int nqb = (p.qL + BQB - 1) / BQB, nkb = (p.kL + BKB - 1) / BKB;
-    auto blk_class = [&](int kt) -> int {
-        if (!kBlk) return 1;
-        const int qb1 = min((q0 + BQ - 1) / BQB, nqb - 1);
-        const int kb1 = min((kt * BK + BK - 1) / BKB, nkb - 1);
-        bool all0 = true, all2 = true;
-        for (int qb = q0 / BQB; qb <= qb1; ++qb) {
-            for (int kb = (kt * BK) / BKB; kb <= kb1; ++kb) {
-                const char c = blk[u64(qb) * u64(nkb) + u64(kb)];
-                all0 = all0 && c == 0;
-                all2 = all2 && c == 2;
-            }
-        }
-        return all0 ? 0 : all2 ? 2 : 1;
-    };
+    auto blk_class = [&](int kt) -> int { return blk_class_of<BQ, BK, BQB, BKB>(p, blk, q0, kt); };
     auto next_live = [&](int kt) {
         while (kt < t_hi && blk_class(kt) == 0) ++kt;
         return kt;
@@ -470,41 +505,18 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
     const u32 tid = threadIdx.x, lane = tid & 31u, wg = tid >> 7, w = (tid >> 5) & 3u;
     const int g = int(lane >> 2), t = int(lane & 3u);
 
-    const Seq s = seq_of(p, blockIdx.z, blockIdx.y, cu_q, cu_k);
-    const int q0 = int(gridDim.x - 1 - blockIdx.x) * BQ;
-    if (q0 >= s.q_len) return;
-    const int rows = min(BQ, s.q_len - q0);
-    const int qa0 = s.q_off + q0;
-    const int W = p.window;
-    int k_lo = 0, k_hi = s.k_len;
-    if (kCausal) k_hi = min(k_hi, qa0 + rows);
-    if (W > 0) k_lo = max(k_lo, qa0 - W + 1);
-    const int t_lo = k_lo / BK;
-    const int t_hi = k_hi > k_lo ? (k_hi + BK - 1) / BK : t_lo;
-
+    const QTile<T> qt = q_tile<T, BQ, BK>(p, Q, K, V, O, cu_q, cu_k);
+    if (qt.q0 >= qt.s.q_len) return;
+    const Seq s = qt.s;
+    const int q0 = qt.q0, rows = qt.rows, qa0 = qt.qa0, W = p.window, k_hi = qt.k_hi, t_lo = qt.t_lo, t_hi = qt.t_hi;
     const u64 qst = p.Q_stride_l, kst = p.K_stride_l, vst = p.V_stride_l, ost = p.O_stride_l;
-    const T* qg = Q + s.q_base + u64(q0) * qst;
-    const T* kg = K + s.k_base;
-    const T* vg = V + s.v_base;
-    T* og = O + s.o_base + u64(q0) * ost;
-    const bool vec = aligned16(qg) && aligned16(kg) && aligned16(vg) && aligned16(og) &&
-                     (qst | kst | vst | ost) % 8 == 0;
+    const T* qg = qt.qg;
+    const T* kg = qt.kg;
+    const T* vg = qt.vg;
+    T* og = qt.og;
+    const bool vec = qt.vec;
 
-    const int nqb = (p.qL + BQB - 1) / BQB, nkb = (p.kL + BKB - 1) / BKB;
-    auto blk_class = [&](int kt) -> int {
-        if (!kBlk) return 1;
-        const int qb1 = min((q0 + BQ - 1) / BQB, nqb - 1);
-        const int kb1 = min((kt * BK + BK - 1) / BKB, nkb - 1);
-        bool all0 = true, all2 = true;
-        for (int qb = q0 / BQB; qb <= qb1; ++qb) {
-            for (int kb = (kt * BK) / BKB; kb <= kb1; ++kb) {
-                const char c = blk[u64(qb) * u64(nkb) + u64(kb)];
-                all0 = all0 && c == 0;
-                all2 = all2 && c == 2;
-            }
-        }
-        return all0 ? 0 : all2 ? 2 : 1;
-    };
+    auto blk_class = [&](int kt) -> int { return blk_class_of<BQ, BK, BQB, BKB>(p, blk, q0, kt); };
     auto next_live = [&](int kt) {
         while (kt < t_hi && blk_class(kt) == 0) ++kt;
         return kt;
