@@ -893,3 +893,37 @@ __device__ __forceinline__ bool moe_tile(const u32* offsets, u32 E, u32 P, u32 b
     end = min(u32(s) + bm, o1);
     return true;
 }
+
+// The rows of a per-expert matrix block (the _id products' matrix engines):
+// block blockIdx.x takes slot blockIdx.x / tiles_n (moe_tile, BM pairs) and
+// output columns from n0 (cols a tile: BN, or BN / 2 outputs of a fused
+// gate/up); y_pair[r] is the pair of tile row r (P past the tile's rows_m
+// rows) and x_row[r] its token. False when the block has nothing to compute:
+// an empty slot, or the ids past the experts, whose rows of y ([P, N]) it
+// has written as zeros. A barrier follows the shared writes (every thread of
+// a block takes the same branch).
+template <typename T, u32 BM, u32 NT>
+__device__ __forceinline__ bool moe_block_rows(const u32* offsets, const u32* order, T* y, u32 N, u32 U, u32 E, u32 P, u32 cols,
+                                               u32* x_row, u32* y_pair, u32& group, u32& n0, u32& rows_m) {
+    const u32 tiles_n = (N + cols - 1u) / cols;
+    const u32 slot = blockIdx.x / tiles_n;
+    n0 = (blockIdx.x % tiles_n) * cols;
+    u32 start, end;
+    if (!moe_tile(offsets, E, P, BM, slot, group, start, end)) return false;
+    const u32 tid = threadIdx.x;
+    rows_m = end - start;
+    if (tid < BM) {
+        const u32 pr = tid < rows_m ? min(__ldg(order + start + tid), P) : P;
+        y_pair[tid] = pr;
+        x_row[tid] = pr < P ? pr / U : 0u;
+    }
+    __syncthreads();
+    if (group >= E) {
+        for (u32 i = tid; i < BM * cols; i += NT) {
+            const u32 r = i / cols, c = n0 + i % cols, pr = y_pair[r];
+            if (pr < P && c < N) y[u64(pr) * N + c] = from_f<T>(0.0f);
+        }
+        return false;
+    }
+    return true;
+}

@@ -131,25 +131,9 @@ __device__ __forceinline__ void did_mm(const T* x, const T* gw, const T* uw, con
     T* smem = reinterpret_cast<T*>(smem_raw);
     const u32 M = p->M, N = p->N, K = p->K, U = p->n_expert_used, E = p->num_experts, P = M * U;
     const u32 cols = GATE_UP ? BN / 2u : BN;
-    const u32 tiles_n = (N + cols - 1u) / cols;
-    const u32 slot = blockIdx.x / tiles_n, n0 = (blockIdx.x % tiles_n) * cols;
-    u32 group, start, end;
-    if (!moe_tile(offsets, E, P, BM, slot, group, start, end)) return;
+    u32 group, n0, rows_m;
+    if (!moe_block_rows<T, BM, NT>(offsets, order, y, N, U, E, P, cols, x_row, y_pair, group, n0, rows_m)) return;
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
-    const u32 rows_m = end - start;
-    if (tid < BM) {
-        const u32 pr = tid < rows_m ? min(__ldg(order + start + tid), P) : P;
-        y_pair[tid] = pr;
-        x_row[tid] = pr < P ? pr / U : 0u;
-    }
-    __syncthreads();
-    if (group >= E) {
-        for (u32 i = tid; i < BM * cols; i += NT) {
-            const u32 r = i / cols, c = n0 + i % cols, pr = y_pair[r];
-            if (pr < P && c < N) y[u64(pr) * N + c] = from_f<T>(0.0f);
-        }
-        return;
-    }
     const u64 base = u64(group) * p->expert_stride;
     // Tile column c's weight row (gate_up: gate or up by the column's block of 8).
     auto wrow_of = [&](u32 c, bool& live) -> const T* {
