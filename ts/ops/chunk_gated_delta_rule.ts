@@ -23,7 +23,7 @@ import header from '../../shaders/chunk_gated_delta_rule.h' with { type: 'text' 
 import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { DType } from '../dtype.ts';
-import type { Encoder } from '../encoder.ts';
+import type { Dim3, Encoder } from '../encoder.ts';
 import {
   checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct,
   invalid,
@@ -232,6 +232,48 @@ function stepBytes(nBuffers: number, p: GdrStepParams): (Uint8Array | undefined)
 
 // ---- steps ----
 
+/**
+ * A step of the chunked rule: its kernel, its buffers in binding order (with
+ * the dtype and element count each must have; the params struct is bound
+ * after them), the outputs that may not alias another argument (absent where
+ * the kernel runs in place), and its launch.
+ */
+interface GdrStep<A extends GdrStepParams> {
+  kernel(a: A): string;
+  buffers(a: A): Expect[];
+  outputs?: readonly string[];
+  grid(a: A): Dim3;
+  threads: number;
+}
+
+/** A step's three functions of the op shape, and its dispatch without validation (for chunkGatedDeltaRule's plan). */
+function gdrStep<A extends GdrStepParams>(s: GdrStep<A>): {
+  validate(a: A, device?: Device): void;
+  plan(a: A, limits: DeviceLimits, device?: Device): OpPlan;
+  op(enc: Encoder, a: A): void;
+  dispatch(a: A): PlannedDispatch;
+} {
+  const validate = (a: A, device?: Device): void => {
+    validateGdrStepParams(a);
+    const list = s.buffers(a);
+    checkBuffers(list, device);
+    if (s.outputs !== undefined) checkNoAliasing(OP, list.map(([name, buf]) => [name, buf] as const), s.outputs, RESTRICT);
+  };
+  const dispatch = (a: A): PlannedDispatch => {
+    const buffers = s.buffers(a).map(([, buf]) => buf);
+    return { kernel: s.kernel(a), buffers, bytes: stepBytes(buffers.length, a), grid: s.grid(a), threads: [s.threads, 1, 1] };
+  };
+  const plan = (a: A, _limits: DeviceLimits, device?: Device): OpPlan => {
+    validate(a, device);
+    return planOf(dispatch(a));
+  };
+  // A function taking `enc` first: the shape by which the op contract finds a family's ops.
+  const op = function (enc: Encoder, a: A): void {
+    record(enc, plan(a, enc.device.limits, enc.device));
+  };
+  return { validate, plan, op, dispatch };
+}
+
 export interface GdrCumsumArgs extends GdrStepParams {
   /** [nTok, H] f32 raw log decay */
   gIn: Buffer;
@@ -241,40 +283,25 @@ export interface GdrCumsumArgs extends GdrStepParams {
   chunks: Buffer;
 }
 
+const cumsumStep = gdrStep<GdrCumsumArgs>({
+  kernel: () => CUMSUM,
+  buffers: (a) => [['gIn', a.gIn, 'f32', a.nTok * a.nHeads], ['gCum', a.gCum, 'f32', a.nTok * a.nHeads], chunksExpect(a, a.chunks)],
+  outputs: ['gCum'],
+  grid: (a) => [a.nt, a.nHeads, 1],
+  threads: GDR_BT,
+});
 /**
  * The chunks table is a device buffer, so its contents are not read here: a
  * kernel skips a chunk whose (first token, length) is not within nTok with a
  * length of 1..64, so no table indexes past the buffers validated below.
  */
-export function validateChunkLocalCumsumVarlen(a: GdrCumsumArgs, device?: Device): void {
-  const p = a;
-  validateGdrStepParams(p);
-  const n = p.nTok * p.nHeads;
-  checkBuffers([['gIn', a.gIn, 'f32', n], ['gCum', a.gCum, 'f32', n], chunksExpect(p, a.chunks)], device);
-  checkNoAliasing(OP, [['gIn', a.gIn], ['gCum', a.gCum], ['chunks', a.chunks]], ['gCum'], RESTRICT);
-}
-
+export const validateChunkLocalCumsumVarlen = cumsumStep.validate;
 /**
  * gCum[t, h] = sum of gIn[s, h] for s from the first token of t's chunk
  * through t. Bindings: 0 gIn, 1 gCum, 2 chunks, 3 params. Grid (nt, H), 64 threads.
  */
-export function chunkLocalCumsumVarlen(enc: Encoder, a: GdrCumsumArgs): void {
-  record(enc, planChunkLocalCumsumVarlen(a, enc.device.limits, enc.device));
-}
-export function planChunkLocalCumsumVarlen(a: GdrCumsumArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateChunkLocalCumsumVarlen(a, device);
-  return planOf(cumsumStep(a));
-}
-function cumsumStep(a: GdrCumsumArgs): PlannedDispatch {
-  const p = a;
-  return {
-    kernel: CUMSUM,
-    buffers: [a.gIn, a.gCum, a.chunks],
-    bytes: stepBytes(3, p),
-    grid: [p.nt, p.nHeads, 1],
-    threads: [GDR_BT, 1, 1],
-  };
-}
+export const chunkLocalCumsumVarlen = cumsumStep.op;
+export const planChunkLocalCumsumVarlen = cumsumStep.plan;
 
 export interface GdrKktArgs extends GdrStepParams {
   /** [nTok, Hg, K] bf16 */
@@ -288,39 +315,24 @@ export interface GdrKktArgs extends GdrStepParams {
   chunks: Buffer;
 }
 
-export function validateGatedDeltaNetKkt(a: GdrKktArgs, device?: Device): void {
-  const p = a;
-  validateGdrStepParams(p);
-  checkBuffers([
-    ['k', a.k, 'bf16', p.nTok * p.nQkHeads * p.kDim], ['g', a.g, 'f32', p.nTok * p.nHeads], ['beta', a.beta, ['f32', 'bf16'], p.nTok * p.nHeads],
-    ['a', a.a, 'f32', p.nTok * p.nHeads * GDR_BT], chunksExpect(p, a.chunks),
-  ], device);
-  checkNoAliasing(OP, [['k', a.k], ['g', a.g], ['beta', a.beta], ['a', a.a], ['chunks', a.chunks]], ['a'], RESTRICT);
-}
-
+const kktStep = gdrStep<GdrKktArgs>({
+  kernel: (a) => (a.beta.dtype === 'bf16' ? KKT_BETA_BF16 : KKT),
+  buffers: (a) => [
+    ['k', a.k, 'bf16', a.nTok * a.nQkHeads * a.kDim], ['g', a.g, 'f32', a.nTok * a.nHeads], ['beta', a.beta, ['f32', 'bf16'], a.nTok * a.nHeads],
+    ['a', a.a, 'f32', a.nTok * a.nHeads * GDR_BT], chunksExpect(a, a.chunks),
+  ],
+  outputs: ['a'],
+  grid: (a) => [a.nt, a.nHeads, 1],
+  threads: 256,
+});
+export const validateGatedDeltaNetKkt = kktStep.validate;
 /**
  * a[t0 + i, h, j] = beta_i exp(g_i - g_j) k_i . k_j for j < i, 0 for the other
  * j in 0..63 (rows i < len of each chunk; kh = h / (H / Hg)).
  * Bindings: 0 k, 1 g, 2 beta, 3 a, 4 chunks, 5 params. Grid (nt, H), 256 threads.
  */
-export function gatedDeltaNetKkt(enc: Encoder, a: GdrKktArgs): void {
-  record(enc, planGatedDeltaNetKkt(a, enc.device.limits, enc.device));
-}
-export function planGatedDeltaNetKkt(a: GdrKktArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateGatedDeltaNetKkt(a, device);
-  return planOf(kktStep(a));
-}
-function kktStep(a: GdrKktArgs): PlannedDispatch {
-  const p = a;
-  const name = a.beta.dtype === 'bf16' ? KKT_BETA_BF16 : KKT;
-  return {
-    kernel: name,
-    buffers: [a.k, a.g, a.beta, a.a, a.chunks],
-    bytes: stepBytes(5, p),
-    grid: [p.nt, p.nHeads, 1],
-    threads: [256, 1, 1],
-  };
-}
+export const gatedDeltaNetKkt = kktStep.op;
+export const planGatedDeltaNetKkt = kktStep.plan;
 
 export interface GdrSolveArgs extends GdrStepParams {
   /** [nTok, H, 64] f32, strictly lower triangular per chunk */
@@ -330,36 +342,21 @@ export interface GdrSolveArgs extends GdrStepParams {
   chunks: Buffer;
 }
 
-export function validateChunkTriSolveInvert(a: GdrSolveArgs, device?: Device): void {
-  const p = a;
-  validateGdrStepParams(p);
-  const n = p.nTok * p.nHeads * GDR_BT;
-  checkBuffers([['a', a.a, 'f32', n], ['ai', a.ai, 'f32', n], chunksExpect(p, a.chunks)], device);
-}
-
+const solveStep = gdrStep<GdrSolveArgs>({
+  kernel: () => SOLVE,
+  buffers: (a) => [['a', a.a, 'f32', a.nTok * a.nHeads * GDR_BT], ['ai', a.ai, 'f32', a.nTok * a.nHeads * GDR_BT], chunksExpect(a, a.chunks)],
+  grid: (a) => [a.nt, a.nHeads, 1],
+  threads: GDR_BT,
+});
+export const validateChunkTriSolveInvert = solveStep.validate;
 /**
  * ai = (I + a)^-1 per chunk and head, unit lower triangular (rows i < len;
  * columns past len are 0). a and ai may be one buffer: each threadgroup reads
  * its chunk whole before writing. Bindings: 0 a, 1 ai, 2 chunks, 3 params.
  * Grid (nt, H), 64 threads (one per column).
  */
-export function chunkTriSolveInvert(enc: Encoder, a: GdrSolveArgs): void {
-  record(enc, planChunkTriSolveInvert(a, enc.device.limits, enc.device));
-}
-export function planChunkTriSolveInvert(a: GdrSolveArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateChunkTriSolveInvert(a, device);
-  return planOf(solveStep(a));
-}
-function solveStep(a: GdrSolveArgs): PlannedDispatch {
-  const p = a;
-  return {
-    kernel: SOLVE,
-    buffers: [a.a, a.ai, a.chunks],
-    bytes: stepBytes(3, p),
-    grid: [p.nt, p.nHeads, 1],
-    threads: [GDR_BT, 1, 1],
-  };
-}
+export const chunkTriSolveInvert = solveStep.op;
+export const planChunkTriSolveInvert = solveStep.plan;
 
 export interface GdrWuArgs extends GdrStepParams {
   /** [nTok, Hg, K] bf16 */
@@ -379,43 +376,26 @@ export interface GdrWuArgs extends GdrStepParams {
   chunks: Buffer;
 }
 
-export function validateGatedDeltaNetRecomputeWu(a: GdrWuArgs, device?: Device): void {
-  const p = a;
-  validateGdrStepParams(p);
-  checkBuffers([
-    ['k', a.k, 'bf16', p.nTok * p.nQkHeads * p.kDim], ['v', a.v, 'bf16', p.nTok * p.nHeads * p.vDim],
-    ['beta', a.beta, ['f32', 'bf16'], p.nTok * p.nHeads], ['g', a.g, 'f32', p.nTok * p.nHeads],
-    ['ai', a.ai, 'f32', p.nTok * p.nHeads * GDR_BT], ['w', a.w, 'bf16', p.nTok * p.nHeads * p.kDim],
-    ['u', a.u, 'bf16', p.nTok * p.nHeads * p.vDim], chunksExpect(p, a.chunks),
-  ], device);
-  checkNoAliasing(OP, [
-    ['k', a.k], ['v', a.v], ['beta', a.beta], ['g', a.g], ['ai', a.ai], ['w', a.w], ['u', a.u], ['chunks', a.chunks],
-  ], ['w', 'u'], RESTRICT);
-}
-
+const wuStep = gdrStep<GdrWuArgs>({
+  kernel: (a) => (a.beta.dtype === 'bf16' ? WU_BETA_BF16 : WU),
+  buffers: (a) => [
+    ['k', a.k, 'bf16', a.nTok * a.nQkHeads * a.kDim], ['v', a.v, 'bf16', a.nTok * a.nHeads * a.vDim],
+    ['beta', a.beta, ['f32', 'bf16'], a.nTok * a.nHeads], ['g', a.g, 'f32', a.nTok * a.nHeads],
+    ['ai', a.ai, 'f32', a.nTok * a.nHeads * GDR_BT], ['w', a.w, 'bf16', a.nTok * a.nHeads * a.kDim],
+    ['u', a.u, 'bf16', a.nTok * a.nHeads * a.vDim], chunksExpect(a, a.chunks),
+  ],
+  outputs: ['w', 'u'],
+  grid: (a) => [a.nt, a.nHeads, 1],
+  threads: 256,
+});
+export const validateGatedDeltaNetRecomputeWu = wuStep.validate;
 /**
  * w[i] = bf16(sum_j ai[i, j] beta_j exp(g_j) k_j), u[i] = bf16(sum_j ai[i, j] beta_j v_j)
  * per chunk, f32 products. Bindings: 0 k, 1 v, 2 beta, 3 g, 4 ai, 5 w, 6 u,
  * 7 chunks, 8 params. Grid (nt, H), 256 threads.
  */
-export function gatedDeltaNetRecomputeWu(enc: Encoder, a: GdrWuArgs): void {
-  record(enc, planGatedDeltaNetRecomputeWu(a, enc.device.limits, enc.device));
-}
-export function planGatedDeltaNetRecomputeWu(a: GdrWuArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateGatedDeltaNetRecomputeWu(a, device);
-  return planOf(wuStep(a));
-}
-function wuStep(a: GdrWuArgs): PlannedDispatch {
-  const p = a;
-  const name = a.beta.dtype === 'bf16' ? WU_BETA_BF16 : WU;
-  return {
-    kernel: name,
-    buffers: [a.k, a.v, a.beta, a.g, a.ai, a.w, a.u, a.chunks],
-    bytes: stepBytes(8, p),
-    grid: [p.nt, p.nHeads, 1],
-    threads: [256, 1, 1],
-  };
-}
+export const gatedDeltaNetRecomputeWu = wuStep.op;
+export const planGatedDeltaNetRecomputeWu = wuStep.plan;
 
 export interface GdrInterStateArgs extends GdrStepParams {
   /** [nTok, Hg, K] bf16 */
@@ -438,51 +418,35 @@ export interface GdrInterStateArgs extends GdrStepParams {
   seqs: Buffer;
 }
 
+const interStateStep = gdrStep<GdrInterStateArgs>({
+  kernel: (a) => (a.kDim === 64 ? INTER_K64 : a.kDim === 128 ? INTER_K128 : INTER_K256),
+  buffers: (a) => {
+    const state = a.nSeq * a.nHeads * a.vDim * a.kDim;
+    return [
+      ['k', a.k, 'bf16', a.nTok * a.nQkHeads * a.kDim], ['w', a.w, 'bf16', a.nTok * a.nHeads * a.kDim], ['u', a.u, 'bf16', a.nTok * a.nHeads * a.vDim],
+      ['g', a.g, 'f32', a.nTok * a.nHeads], ['h0', a.h0, 'f32', state], ['hOut', a.hOut, 'bf16', a.nt * a.nHeads * a.vDim * a.kDim],
+      ['vNew', a.vNew, 'bf16', a.nTok * a.nHeads * a.vDim], ['finalState', a.finalState, 'f32', state], seqsExpect(a, a.seqs),
+    ];
+  },
+  outputs: ['hOut', 'vNew', 'finalState'],
+  grid: (a) => [a.vDim / interStateBv(a.kDim), a.nHeads, a.nSeq],
+  threads: 128,
+});
 /**
  * The seqs table is a device buffer, so its contents are not read here: the
  * kernel skips a sequence whose entries are not increasing within (nTok, nt)
  * with ceil(tokens / 64) chunks, so no table indexes past the buffers
  * validated below.
  */
-export function validateGatedDeltaNetChunkInterStateVarlen(a: GdrInterStateArgs, device?: Device): void {
-  const p = a;
-  validateGdrStepParams(p);
-  const state = p.nSeq * p.nHeads * p.vDim * p.kDim;
-  checkBuffers([
-    ['k', a.k, 'bf16', p.nTok * p.nQkHeads * p.kDim], ['w', a.w, 'bf16', p.nTok * p.nHeads * p.kDim], ['u', a.u, 'bf16', p.nTok * p.nHeads * p.vDim],
-    ['g', a.g, 'f32', p.nTok * p.nHeads], ['h0', a.h0, 'f32', state], ['hOut', a.hOut, 'bf16', p.nt * p.nHeads * p.vDim * p.kDim],
-    ['vNew', a.vNew, 'bf16', p.nTok * p.nHeads * p.vDim], ['finalState', a.finalState, 'f32', state], seqsExpect(p, a.seqs),
-  ], device);
-  checkNoAliasing(OP, [
-    ['k', a.k], ['w', a.w], ['u', a.u], ['g', a.g], ['h0', a.h0], ['hOut', a.hOut], ['vNew', a.vNew],
-    ['finalState', a.finalState], ['seqs', a.seqs],
-  ], ['hOut', 'vNew', 'finalState'], RESTRICT);
-}
-
+export const validateGatedDeltaNetChunkInterStateVarlen = interStateStep.validate;
 /**
  * The inter-chunk state recurrence, per sequence and head (the math and the
  * kernel body of gatedDeltaNetChunk, for any chunk lengths, sequences and K of 64, 128, 256).
  * Bindings: 0 k, 1 w, 2 u, 3 g, 4 h0, 5 hOut, 6 vNew, 7 finalState, 8 seqs,
  * 9 params. Grid (V / BV, H, nSeq), 128 threads, BV = interStateBv(k).
  */
-export function gatedDeltaNetChunkInterStateVarlen(enc: Encoder, a: GdrInterStateArgs): void {
-  record(enc, planGatedDeltaNetChunkInterStateVarlen(a, enc.device.limits, enc.device));
-}
-export function planGatedDeltaNetChunkInterStateVarlen(a: GdrInterStateArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateGatedDeltaNetChunkInterStateVarlen(a, device);
-  return planOf(interStateStep(a));
-}
-function interStateStep(a: GdrInterStateArgs): PlannedDispatch {
-  const p = a;
-  const name = p.kDim === 64 ? INTER_K64 : p.kDim === 128 ? INTER_K128 : INTER_K256;
-  return {
-    kernel: name,
-    buffers: [a.k, a.w, a.u, a.g, a.h0, a.hOut, a.vNew, a.finalState, a.seqs],
-    bytes: stepBytes(9, p),
-    grid: [p.vDim / interStateBv(p.kDim), p.nHeads, p.nSeq],
-    threads: [128, 1, 1],
-  };
-}
+export const gatedDeltaNetChunkInterStateVarlen = interStateStep.op;
+export const planGatedDeltaNetChunkInterStateVarlen = interStateStep.plan;
 
 export interface GdrChunkOArgs extends GdrStepParams {
   /** [nTok, Hg, K] bf16 */
@@ -500,41 +464,25 @@ export interface GdrChunkOArgs extends GdrStepParams {
   chunks: Buffer;
 }
 
-export function validateGatedDeltaNetChunkO(a: GdrChunkOArgs, device?: Device): void {
-  const p = a;
-  validateGdrStepParams(p);
-  checkBuffers([
-    ['q', a.q, 'bf16', p.nTok * p.nQkHeads * p.kDim], ['k', a.k, 'bf16', p.nTok * p.nQkHeads * p.kDim], ['vNew', a.vNew, 'bf16', p.nTok * p.nHeads * p.vDim],
-    ['h', a.h, 'bf16', p.nt * p.nHeads * p.vDim * p.kDim], ['g', a.g, 'f32', p.nTok * p.nHeads], ['o', a.o, 'bf16', p.nTok * p.nHeads * p.vDim],
-    chunksExpect(p, a.chunks),
-  ], device);
-  checkNoAliasing(OP, [
-    ['q', a.q], ['k', a.k], ['vNew', a.vNew], ['h', a.h], ['g', a.g], ['o', a.o], ['chunks', a.chunks],
-  ], ['o'], RESTRICT);
-}
-
+const chunkOStep = gdrStep<GdrChunkOArgs>({
+  kernel: () => CHUNK_O,
+  buffers: (a) => [
+    ['q', a.q, 'bf16', a.nTok * a.nQkHeads * a.kDim], ['k', a.k, 'bf16', a.nTok * a.nQkHeads * a.kDim], ['vNew', a.vNew, 'bf16', a.nTok * a.nHeads * a.vDim],
+    ['h', a.h, 'bf16', a.nt * a.nHeads * a.vDim * a.kDim], ['g', a.g, 'f32', a.nTok * a.nHeads], ['o', a.o, 'bf16', a.nTok * a.nHeads * a.vDim],
+    chunksExpect(a, a.chunks),
+  ],
+  outputs: ['o'],
+  grid: (a) => [a.vDim / GDR_V_MULTIPLE, a.nt, a.nHeads],
+  threads: 256,
+});
+export const validateGatedDeltaNetChunkO = chunkOStep.validate;
 /**
  * o[i, v] = bf16(scale (exp(g_i) q_i . h[v] + sum_{j <= i} bf16(exp(g_i - g_j) q_i . k_j) vNew[j, v]))
  * per chunk, h its chunk-start state. Bindings: 0 q, 1 k, 2 vNew, 3 h, 4 g,
  * 5 o, 6 chunks, 7 params. Grid (V / 64, nt, H), 256 threads.
  */
-export function gatedDeltaNetChunkO(enc: Encoder, a: GdrChunkOArgs): void {
-  record(enc, planGatedDeltaNetChunkO(a, enc.device.limits, enc.device));
-}
-export function planGatedDeltaNetChunkO(a: GdrChunkOArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateGatedDeltaNetChunkO(a, device);
-  return planOf(chunkOStep(a));
-}
-function chunkOStep(a: GdrChunkOArgs): PlannedDispatch {
-  const p = a;
-  return {
-    kernel: CHUNK_O,
-    buffers: [a.q, a.k, a.vNew, a.h, a.g, a.o, a.chunks],
-    bytes: stepBytes(7, p),
-    grid: [p.vDim / GDR_V_MULTIPLE, p.nt, p.nHeads],
-    threads: [256, 1, 1],
-  };
-}
+export const gatedDeltaNetChunkO = chunkOStep.op;
+export const planGatedDeltaNetChunkO = chunkOStep.plan;
 
 // ---- scratch ----
 
@@ -817,12 +765,12 @@ function stepsPlan(a: ChunkGatedDeltaRuleArgs, step: GdrStepParams, s: GdrScratc
   // reads, and after a call encoded before this one that still reads the
   // same scratch.
   return planOf(
-    cumsumStep({ ...step, gIn: a.g, gCum: s.gCum, chunks: s.chunks }),
-    kktStep({ ...step, k: a.k, g: s.gCum, beta: a.beta, a: s.a, chunks: s.chunks }),
-    solveStep({ ...step, a: s.a, ai: s.a, chunks: s.chunks }),
-    wuStep({ ...step, k: a.k, v: a.v, beta: a.beta, g: s.gCum, ai: s.a, w: s.w, u: s.u, chunks: s.chunks }),
-    interStateStep({ ...step, k: a.k, w: s.w, u: s.u, g: s.gCum, h0, hOut: s.hSnap, vNew: s.vNew, finalState: a.finalState, seqs: s.seqs }),
-    chunkOStep({ ...step, q: a.q, k: a.k, vNew: s.vNew, h: s.hSnap, g: s.gCum, o: a.o, chunks: s.chunks }),
+    cumsumStep.dispatch({ ...step, gIn: a.g, gCum: s.gCum, chunks: s.chunks }),
+    kktStep.dispatch({ ...step, k: a.k, g: s.gCum, beta: a.beta, a: s.a, chunks: s.chunks }),
+    solveStep.dispatch({ ...step, a: s.a, ai: s.a, chunks: s.chunks }),
+    wuStep.dispatch({ ...step, k: a.k, v: a.v, beta: a.beta, g: s.gCum, ai: s.a, w: s.w, u: s.u, chunks: s.chunks }),
+    interStateStep.dispatch({ ...step, k: a.k, w: s.w, u: s.u, g: s.gCum, h0, hOut: s.hSnap, vNew: s.vNew, finalState: a.finalState, seqs: s.seqs }),
+    chunkOStep.dispatch({ ...step, q: a.q, k: a.k, vNew: s.vNew, h: s.hSnap, g: s.gCum, o: a.o, chunks: s.chunks }),
   );
 }
 
