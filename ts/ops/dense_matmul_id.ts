@@ -21,13 +21,11 @@ import src from '../../shaders/dense_matmul_id.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/dense_matmul_id.cu' with { type: 'text' };
 import header from '../../shaders/dense_matmul_id.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
-import type { Device, DeviceLimits } from '../device.ts';
-import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import type { Launch } from '../plan.ts';
 import { familySources } from '../registry.ts';
-import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
-import { GATE_ACTIVATIONS, moeTileSlots, type GateActivation } from './quantized_matmul_id.ts';
+import { checkAtMost, checkedProduct, invalid } from '../validate.ts';
+import { CUDA_GRID_MAX, expertProductOp, moeTileSlots, type ExpertFamily, type ExpertProductBase, type GateActivation } from '../expert-products.ts';
 
 export const DENSE_MATMUL_ID_FAMILY = 'dense_matmul_id';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -41,8 +39,6 @@ export const DENSE_MATMUL_ID_KERNELS = [
 export const DENSE_MATMUL_ID_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'DenseMatmulIdParams');
 
 const U32_MAX = 0xffff_ffff;
-/** Blocks of a one-dimensional CUDA grid (gridDim.x). */
-const CUDA_GRID_MAX = 0x7fff_ffff;
 
 const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
 
@@ -77,18 +73,9 @@ export function denseIdMmCudaLaunch(pairs: number, n: number, numExperts: number
   };
 }
 
-interface DenseIdBase {
+interface DenseIdBase extends ExpertProductBase {
   /** [m, k]: f32, f16 or bf16 (the matrix form: f16 or bf16) */
   x: Buffer;
-  /** [m, nExpertUsed, n], x's dtype; output */
-  output: Buffer;
-  m: number;
-  n: number;
-  k: number;
-  nExpertUsed: number;
-  numExperts: number;
-  /** Rows from one expert's weight to the next's; n when absent. At least n. */
-  expertRows?: number;
 }
 
 export interface DenseMvIdArgs extends DenseIdBase {
@@ -118,87 +105,45 @@ export interface DenseGateUpMmIdArgs extends DenseGateUpBase {
   order: Buffer;
 }
 
-/** The rules every op shares; returns the expert stride (elements). */
-function validateBase(op: string, a: DenseIdBase, weights: readonly (readonly [string, Buffer])[], routing: readonly (readonly [string, Buffer, number])[],
-  dtypes: readonly DenseIdDType[], matrix: boolean, gateUp: boolean, device?: Device): number {
-  for (const arg of ['m', 'n', 'k', 'nExpertUsed', 'numExperts'] as const) {
-    checkPositive(op, arg, a[arg]);
-    checkAtMost(op, arg, a[arg], U32_MAX, '2^32 - 1');
-  }
-  const rows = a.expertRows ?? a.n;
-  if (a.expertRows !== undefined) {
-    checkPositive(op, 'expertRows', a.expertRows);
-    if (a.expertRows < a.n) throw invalid(op, 'expertRows', `at least n (${a.n})`, a.expertRows);
-  }
-  const pairs = checkedProduct(op, 'm * nExpertUsed', a.m, a.nExpertUsed);
-  checkAtMost(op, 'm * nExpertUsed', pairs, U32_MAX - 1, '2^32 - 2');
-  const blocks = matrix ? denseIdMmCudaLaunch(pairs, a.n, a.numExperts, gateUp).grid[0] : denseIdMvCudaLaunch(pairs, a.n).grid[0];
-  if (blocks > CUDA_GRID_MAX) {
+const DENSE: ExpertFamily<DenseIdBase & { activation?: GateActivation }> = {
+  plan: { family: DENSE_MATMUL_ID_FAMILY, sources: DENSE_MATMUL_ID_SOURCES, kernels: DENSE_MATMUL_ID_KERNELS },
+  // The matrix form runs on 16-bit values only.
+  xDtypes: (f) => (f.matrix ? ['f16', 'bf16'] : ['f32', 'f16', 'bf16']),
+  set: ['weight'],
+  checkGrid(f, a, pairs) {
+    const blocks = f.matrix ? denseIdMmCudaLaunch(pairs, a.n, a.numExperts, f.gateUp).grid[0] : denseIdMvCudaLaunch(pairs, a.n).grid[0];
+    if (blocks <= CUDA_GRID_MAX) return;
     const what = `small enough for ${CUDA_GRID_MAX} CUDA blocks`;
-    if (matrix && (a.numExperts + 1) * ceilDiv(a.n, gateUp ? 64 : 128) > CUDA_GRID_MAX) throw invalid(op, 'numExperts', what, a.numExperts);
-    throw invalid(op, 'm * nExpertUsed', what, pairs);
-  }
-  const stride = checkedProduct(op, 'expertRows * k', rows, a.k);
-  checkAtMost(op, 'expertRows * k', stride, U32_MAX, '2^32 - 1 (the params hold the expert stride as a u32)');
-  const nw = checkedProduct(op, '((numExperts - 1) * expertRows + n) * k', checkedProduct(op, '(numExperts - 1) * expertRows', a.numExperts - 1, rows) + a.n, a.k);
-  const nx = checkedProduct(op, 'm * k', a.m, a.k);
-  const ny = checkedProduct(op, 'm * nExpertUsed * n', pairs, a.n);
-  checkBuffer(op, 'x', a.x, device);
-  for (const [arg, b] of weights) checkBuffer(op, arg, b, device);
-  for (const [arg, b] of routing) checkBuffer(op, arg, b, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'x', a.x, dtypes);
-  for (const [arg, b] of weights) checkDtype(op, arg, b, a.x.dtype);
-  for (const [arg, b] of routing) checkDtype(op, arg, b, 'u32');
-  checkDtype(op, 'output', a.output, a.x.dtype);
-  checkElements(op, 'x', a.x, nx);
-  for (const [arg, b] of weights) checkElements(op, arg, b, nw);
-  for (const [arg, b, n] of routing) checkElements(op, arg, b, n);
-  checkElements(op, 'output', a.output, ny);
-  checkNoAliasing(op, [['x', a.x], ...weights, ...routing.map(([arg, b]) => [arg, b] as const), ['output', a.output]], ['output'],
-    'every output row reads x and weights that other rows read too');
-  return stride;
-}
+    if (f.matrix && (a.numExperts + 1) * ceilDiv(a.n, f.gateUp ? 64 : 128) > CUDA_GRID_MAX) throw invalid(f.op, 'numExperts', what, a.numExperts);
+    throw invalid(f.op, 'm * nExpertUsed', what, pairs);
+  },
+  expect(op, a, rows) {
+    const stride = checkedProduct(op, 'expertRows * k', rows, a.k);
+    checkAtMost(op, 'expertRows * k', stride, U32_MAX, '2^32 - 1 (the params hold the expert stride as a u32)');
+    const nw = checkedProduct(op, '((numExperts - 1) * expertRows + n) * k', checkedProduct(op, '(numExperts - 1) * expertRows', a.numExperts - 1, rows) + a.n, a.k);
+    return [['x', nw]];
+  },
+  params: (_f, a) => packDenseMatmulIdParams({ ...a, expertStride: (a.expertRows ?? a.n) * a.k }),
+  launch(f, a, pairs) {
+    return f.matrix
+      ? { grid: [ceilDiv(a.n, f.gateUp ? 32 : 64), moeTileSlots(pairs, a.numExperts, 32), 1], threads: [128, 1, 1], cuda: denseIdMmCudaLaunch(pairs, a.n, a.numExperts, f.gateUp) }
+      : { grid: [ceilDiv(a.n, 8), pairs, 1], threads: [32, 2, 1], cuda: denseIdMvCudaLaunch(pairs, a.n) };
+  },
+};
 
-function checkActivation(op: string, activation: unknown): void {
-  if (activation !== undefined && !(GATE_ACTIVATIONS as readonly unknown[]).includes(activation)) {
-    throw invalid(op, 'activation', "'silu', 'gelu_tanh' or absent", activation);
-  }
-}
-
-const ALL: readonly DenseIdDType[] = ['f32', 'f16', 'bf16'];
-const HALF: readonly DenseIdDType[] = ['f16', 'bf16'];
-const idsOf = (a: { ids: Buffer; m: number; nExpertUsed: number }): [string, Buffer, number][] => [['ids', a.ids, a.m * a.nExpertUsed]];
-const sortedOf = (a: { offsets: Buffer; order: Buffer; m: number; nExpertUsed: number; numExperts: number }): [string, Buffer, number][] => [
-  ['offsets', a.offsets, a.numExperts + 2], ['order', a.order, a.m * a.nExpertUsed],
-];
+const mvId = expertProductOp<DenseIdBase, DenseMvIdArgs>(DENSE, { op: 'dense_mv_id', matrix: false, gateUp: false });
+const mmId = expertProductOp<DenseIdBase, DenseMmIdArgs>(DENSE, { op: 'dense_mm_id', matrix: true, gateUp: false });
+const gateUpMvId = expertProductOp<DenseIdBase, DenseGateUpMvIdArgs>(DENSE, { op: 'dense_gate_up_mv_id', matrix: false, gateUp: true });
+const gateUpMmId = expertProductOp<DenseIdBase, DenseGateUpMmIdArgs>(DENSE, { op: 'dense_gate_up_mm_id', matrix: true, gateUp: true });
 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateDenseMvId(a: DenseMvIdArgs, device?: Device): void {
-  validateBase('dense_mv_id', a, [['weight', a.weight]], idsOf(a), ALL, false, false, device);
-}
+export const validateDenseMvId = mvId.validate;
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateDenseMmId(a: DenseMmIdArgs, device?: Device): void {
-  validateBase('dense_mm_id', a, [['weight', a.weight]], sortedOf(a), HALF, true, false, device);
-}
+export const validateDenseMmId = mmId.validate;
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateDenseGateUpMvId(a: DenseGateUpMvIdArgs, device?: Device): void {
-  checkActivation('dense_gate_up_mv_id', a.activation);
-  validateBase('dense_gate_up_mv_id', a, [['gateWeight', a.gateWeight], ['upWeight', a.upWeight]], idsOf(a), ALL, false, true, device);
-}
+export const validateDenseGateUpMvId = gateUpMvId.validate;
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateDenseGateUpMmId(a: DenseGateUpMmIdArgs, device?: Device): void {
-  checkActivation('dense_gate_up_mm_id', a.activation);
-  validateBase('dense_gate_up_mm_id', a, [['gateWeight', a.gateWeight], ['upWeight', a.upWeight]], sortedOf(a), HALF, true, true, device);
-}
-
-function paramsOf(a: DenseIdBase & { activation?: GateActivation }): Uint8Array {
-  return packDenseMatmulIdParams({ ...a, expertStride: (a.expertRows ?? a.n) * a.k });
-}
-
-function plan(dispatch: PlannedDispatch): OpPlan {
-  return { family: DENSE_MATMUL_ID_FAMILY, sources: DENSE_MATMUL_ID_SOURCES, kernels: DENSE_MATMUL_ID_KERNELS, dispatches: [dispatch] };
-}
+export const validateDenseGateUpMmId = gateUpMmId.validate;
 
 /**
  * dense_mv_id: y[p, j] = sum_k x[p / U, k] * w_e[j, k] for each pair p (U =
@@ -217,23 +162,9 @@ function plan(dispatch: PlannedDispatch): OpPlan {
  * simdgroup, lanes over k. CUDA: denseIdMvCudaLaunch (a warp a row, 16-byte
  * streaming loads).
  */
-export function denseMvId(enc: Encoder, args: DenseMvIdArgs): void {
-  record(enc, planDenseMvId(args, enc.device.limits, enc.device));
-}
-
+export const denseMvId = mvId.op;
 /** denseMvId's plan: validates, then one dispatch (see denseMvId). */
-export function planDenseMvId(a: DenseMvIdArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateDenseMvId(a, device);
-  const pairs = a.m * a.nExpertUsed;
-  return plan({
-    kernel: `dense_mv_id_${a.x.dtype}`,
-    buffers: [a.x, a.weight, a.ids, a.output],
-    bytes: [, , , , paramsOf(a)],
-    grid: [ceilDiv(a.n, 8), pairs, 1],
-    threads: [32, 2, 1],
-    cuda: denseIdMvCudaLaunch(pairs, a.n),
-  });
-}
+export const planDenseMvId = mvId.plan;
 
 /**
  * dense_mm_id: denseMvId's product in the matrix form over the pairs grouped
@@ -250,23 +181,9 @@ export function planDenseMvId(a: DenseMvIdArgs, _limits: DeviceLimits, device?: 
  * denseIdMmCudaLaunch (64 pairs x 128 rows, cp.async stages, mma.sync; k a
  * multiple of 8 and 16-byte aligned rows, else a thread per output).
  */
-export function denseMmId(enc: Encoder, args: DenseMmIdArgs): void {
-  record(enc, planDenseMmId(args, enc.device.limits, enc.device));
-}
-
+export const denseMmId = mmId.op;
 /** denseMmId's plan: validates, then one dispatch (see denseMmId). */
-export function planDenseMmId(a: DenseMmIdArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateDenseMmId(a, device);
-  const pairs = a.m * a.nExpertUsed;
-  return plan({
-    kernel: `dense_mm_id_${a.x.dtype}`,
-    buffers: [a.x, a.weight, a.offsets, a.output, , a.order],
-    bytes: [, , , , paramsOf(a)],
-    grid: [ceilDiv(a.n, 64), moeTileSlots(pairs, a.numExperts, 32), 1],
-    threads: [128, 1, 1],
-    cuda: denseIdMmCudaLaunch(pairs, a.n, a.numExperts, false),
-  });
-}
+export const planDenseMmId = mmId.plan;
 
 /**
  * dense_gate_up_mv_id: the fused gate/up projection of the experts,
@@ -279,23 +196,9 @@ export function planDenseMmId(a: DenseMmIdArgs, _limits: DeviceLimits, device?: 
  * ids, 3 output, 4 DenseMatmulIdParams, 5 up_weight.
  * Grid: as denseMvId (CUDA: a warp takes a row's gate and up).
  */
-export function denseGateUpMvId(enc: Encoder, args: DenseGateUpMvIdArgs): void {
-  record(enc, planDenseGateUpMvId(args, enc.device.limits, enc.device));
-}
-
+export const denseGateUpMvId = gateUpMvId.op;
 /** denseGateUpMvId's plan: validates, then one dispatch (see denseGateUpMvId). */
-export function planDenseGateUpMvId(a: DenseGateUpMvIdArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateDenseGateUpMvId(a, device);
-  const pairs = a.m * a.nExpertUsed;
-  return plan({
-    kernel: `dense_gate_up_mv_id_${a.x.dtype}`,
-    buffers: [a.x, a.gateWeight, a.ids, a.output, , a.upWeight],
-    bytes: [, , , , paramsOf(a)],
-    grid: [ceilDiv(a.n, 8), pairs, 1],
-    threads: [32, 2, 1],
-    cuda: denseIdMvCudaLaunch(pairs, a.n),
-  });
-}
+export const planDenseGateUpMvId = gateUpMvId.plan;
 
 /**
  * dense_gate_up_mm_id: denseGateUpMvId's product in the matrix form over the
@@ -309,20 +212,6 @@ export function planDenseGateUpMvId(a: DenseGateUpMvIdArgs, _limits: DeviceLimit
  * denseIdMmCudaLaunch (64 pairs x 64 outputs, gate and up columns
  * interleaved by 8).
  */
-export function denseGateUpMmId(enc: Encoder, args: DenseGateUpMmIdArgs): void {
-  record(enc, planDenseGateUpMmId(args, enc.device.limits, enc.device));
-}
-
+export const denseGateUpMmId = gateUpMmId.op;
 /** denseGateUpMmId's plan: validates, then one dispatch (see denseGateUpMmId). */
-export function planDenseGateUpMmId(a: DenseGateUpMmIdArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateDenseGateUpMmId(a, device);
-  const pairs = a.m * a.nExpertUsed;
-  return plan({
-    kernel: `dense_gate_up_mm_id_${a.x.dtype}`,
-    buffers: [a.x, a.gateWeight, a.offsets, a.output, , a.order, a.upWeight],
-    bytes: [, , , , paramsOf(a)],
-    grid: [ceilDiv(a.n, 32), moeTileSlots(pairs, a.numExperts, 32), 1],
-    threads: [128, 1, 1],
-    cuda: denseIdMmCudaLaunch(pairs, a.n, a.numExperts, true),
-  });
-}
+export const planDenseGateUpMmId = gateUpMmId.plan;

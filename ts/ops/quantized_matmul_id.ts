@@ -37,6 +37,7 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { CUDA_GRID_MAX, checkPairs, expertProductOp, moeTileSlots, type ExpertFamily, type ExpertProductBase, type GateActivation } from '../expert-products.ts';
 import { familySources } from '../registry.ts';
 import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
 import { AFFINE_BITS, AFFINE_GROUP_SIZES, quantizedRowBytes } from './quantized_matmul.ts';
@@ -55,13 +56,10 @@ export const QUANTIZED_MATMUL_ID_PARAMS_LAYOUT: readonly ParamField[] = structLa
 /** struct QuantizedGateUpIdParams (buffer 6 of quantized_gate_up_{mv,mm}_id_<t>). */
 export const QUANTIZED_GATE_UP_ID_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'QuantizedGateUpIdParams');
 
-/** The gate's activation of the fused gate/up products: silu (Qwen3.6), gelu with the tanh approximation (Gemma 4). */
-export type GateActivation = 'silu' | 'gelu_tanh';
-export const GATE_ACTIVATIONS: readonly GateActivation[] = ['silu', 'gelu_tanh'];
+/** The per-expert products' gate activations and tile slots (ts/expert-products.ts, shared with dense_matmul_id). */
+export { GATE_ACTIVATIONS, moeTileSlots, type GateActivation } from '../expert-products.ts';
 
 const U32_MAX = 0xffff_ffff;
-/** Blocks of a one-dimensional CUDA grid (gridDim.x). */
-const CUDA_GRID_MAX = 0x7fff_ffff;
 
 const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
 
@@ -126,11 +124,6 @@ export const QUANTIZED_MM_ID_CUDA_SHARED_BYTES = 4 * (64 + 128) * 40 * 2;
 /** Pair rows of a tile of the Metal matrix kernels. */
 export const QUANTIZED_MM_ID_METAL_BM = 32;
 
-/** Tile slots over pairs grouped by expert (moe_tile in the preludes): floor(pairs / bm) + numExperts + 1. */
-export function moeTileSlots(pairs: number, numExperts: number, bm: number): number {
-  return Math.floor(pairs / bm) + numExperts + 1;
-}
-
 /** The CUDA matrix engine's launch: a 128-thread block per (tile slot, 128 weight rows; 64 outputs for gate/up). */
 export function quantizedIdMmCudaLaunch(pairs: number, n: number, numExperts: number, gateUp: boolean): Launch {
   const slots = moeTileSlots(pairs, numExperts, QUANTIZED_MM_ID_CUDA_BM);
@@ -146,33 +139,15 @@ function checkBits(op: string, bits: number): void {
   if (!(AFFINE_BITS as readonly number[]).includes(bits)) throw invalid(op, 'bits', '4, 6 or 8', bits);
 }
 
-/** The pairs (m * nExpertUsed), bounded so that every index and the CUDA grids fit. */
-function checkPairs(op: string, m: number, nExpertUsed: number): number {
-  const pairs = checkedProduct(op, 'm * nExpertUsed', m, nExpertUsed);
-  checkAtMost(op, 'm * nExpertUsed', pairs, U32_MAX - 1, '2^32 - 2');
-  return pairs;
-}
-
-interface TypedArgsBase {
+interface TypedArgsBase extends ExpertProductBase {
   /** [m, k]: f16 or bf16 */
   x: Buffer;
-  /** [m, nExpertUsed, n], x's dtype; output */
-  output: Buffer;
-  /** Rows of x. */
-  m: number;
-  /** Output rows of an expert's weight. */
-  n: number;
   /** Columns of x and of the unpacked weight: a multiple of groupSize. */
   k: number;
   /** 32, 64 or 128 */
   groupSize: number;
   /** 4, 6 or 8 */
   bits: number;
-  /** Slots of each row of x (top-k; 1 for a down projection over pairs). */
-  nExpertUsed: number;
-  numExperts: number;
-  /** Rows from one expert's weight (scales, biases) to the next's; n when absent. At least n. */
-  expertRows?: number;
 }
 
 /** One expert set: u32 packed rows, scales and biases in x's dtype, numExperts of them expertRows rows apart. */
@@ -217,71 +192,6 @@ export interface QuantizedGateUpMmIdArgs extends QuantizedGateUpBase {
   order: Buffer;
 }
 
-/** The rules every typed op shares; returns the sizes its params hold. */
-function validateTyped(op: string, a: TypedArgsBase, experts: readonly ExpertSet[],
-  routing: readonly (readonly [string, Buffer, number])[], checkGrid: (pairs: number) => void, device?: Device): IdSizes {
-  for (const arg of ['m', 'n', 'k', 'nExpertUsed', 'numExperts'] as const) {
-    checkPositive(op, arg, a[arg]);
-    checkAtMost(op, arg, a[arg], U32_MAX, '2^32 - 1');
-  }
-  checkBits(op, a.bits);
-  if (!(AFFINE_GROUP_SIZES as readonly number[]).includes(a.groupSize)) throw invalid(op, 'groupSize', '32, 64 or 128', a.groupSize);
-  checkMultiple(op, 'k', a.k, a.groupSize, 'groupSize');
-  const rows = a.expertRows ?? a.n;
-  if (a.expertRows !== undefined) {
-    checkPositive(op, 'expertRows', a.expertRows);
-    if (a.expertRows < a.n) throw invalid(op, 'expertRows', `at least n (${a.n})`, a.expertRows);
-  }
-  const pairs = checkPairs(op, a.m, a.nExpertUsed);
-  checkGrid(pairs);
-  const rowBytes = (a.k * a.bits) / 8;
-  const groups = a.k / a.groupSize;
-  const weightStride = checkedProduct(op, 'expertRows * k * bits / 8', rows, rowBytes);
-  checkAtMost(op, 'expertRows * k * bits / 8', weightStride, U32_MAX, '2^32 - 1 (the params hold the byte stride as a u32)');
-  const scalesStride = rows * groups;
-  const allRows = checkedProduct(op, '(numExperts - 1) * expertRows + n', a.numExperts - 1, rows) + a.n;
-  const nw = checkedProduct(op, 'weight words', allRows, rowBytes / 4);
-  const ng = checkedProduct(op, 'scale groups', allRows, groups);
-  const nx = checkedProduct(op, 'm * k', a.m, a.k);
-  const ny = checkedProduct(op, 'm * nExpertUsed * n', pairs, a.n);
-  checkBuffer(op, 'x', a.x, device);
-  for (const [[w, sc, bi], e] of experts) {
-    checkBuffer(op, w, e.weight, device);
-    checkBuffer(op, sc, e.scales, device);
-    checkBuffer(op, bi, e.biases, device);
-  }
-  for (const [arg, b] of routing) checkBuffer(op, arg, b, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'x', a.x, ID_DTYPES);
-  for (const [[w, sc, bi], e] of experts) {
-    checkDtype(op, w, e.weight, 'u32');
-    checkDtype(op, sc, e.scales, a.x.dtype);
-    checkDtype(op, bi, e.biases, a.x.dtype);
-  }
-  for (const [arg, b] of routing) checkDtype(op, arg, b, 'u32');
-  checkDtype(op, 'output', a.output, a.x.dtype);
-  checkElements(op, 'x', a.x, nx);
-  for (const [[w, sc, bi], e] of experts) {
-    checkElements(op, w, e.weight, nw);
-    checkElements(op, sc, e.scales, ng);
-    checkElements(op, bi, e.biases, ng);
-  }
-  for (const [arg, b, count] of routing) checkElements(op, arg, b, count);
-  checkElements(op, 'output', a.output, ny);
-  const bindings: [string, Buffer][] = [['x', a.x], ['output', a.output]];
-  for (const [[w, sc, bi], e] of experts) bindings.push([w, e.weight], [sc, e.scales], [bi, e.biases]);
-  for (const [arg, b] of routing) bindings.push([arg, b]);
-  checkNoAliasing(op, bindings, ['output'], 'every output row reads x and weights that other rows read too');
-  return { m: a.m, n: a.n, k: a.k, groupSize: a.groupSize, bits: a.bits, nExpertUsed: a.nExpertUsed, numExperts: a.numExperts,
-    weightStride, scalesStride };
-}
-
-function checkActivation(op: string, activation: unknown): void {
-  if (activation !== undefined && !(GATE_ACTIVATIONS as readonly unknown[]).includes(activation)) {
-    throw invalid(op, 'activation', "'silu', 'gelu_tanh' or absent", activation);
-  }
-}
-
 /** The vector form's CUDA grid (a block per pair and block of rows) within 2^31 - 1 blocks. */
 function checkMvGrid(op: string, pairs: number, n: number, k: number, gateUpForm: boolean): void {
   const blocks = quantizedIdMvCudaLaunch(pairs, n, k, gateUpForm).grid[0];
@@ -299,57 +209,58 @@ function checkMmGrid(op: string, pairs: number, n: number, numExperts: number, g
   throw invalid(op, 'm * nExpertUsed', what, pairs);
 }
 
-type ExpertSet = readonly [names: readonly [string, string, string], QuantizedExperts];
-const experts = (a: QuantizedExperts): ExpertSet[] => [[['weight', 'scales', 'biases'], a]];
-const gateUp = (a: QuantizedGateUpBase): ExpertSet[] => [
-  [['gateWeight', 'gateScales', 'gateBiases'], { weight: a.gateWeight, scales: a.gateScales, biases: a.gateBiases }],
-  [['upWeight', 'upScales', 'upBiases'], { weight: a.upWeight, scales: a.upScales, biases: a.upBiases }],
-];
-
-/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateQuantizedMvId(a: QuantizedMvIdArgs, device?: Device): void {
-  const op = 'quantized_mv_id';
-  validateTyped(op, a, experts(a), [['ids', a.ids, a.m * a.nExpertUsed]], (p) => checkMvGrid(op, p, a.n, a.k, false), device);
-}
-/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateQuantizedMmId(a: QuantizedMmIdArgs, device?: Device): void {
-  const op = 'quantized_mm_id';
-  validateTyped(op, a, experts(a), [['offsets', a.offsets, a.numExperts + 2], ['order', a.order, a.m * a.nExpertUsed]],
-    (p) => checkMmGrid(op, p, a.n, a.numExperts, false), device);
-}
-/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateQuantizedGateUpMvId(a: QuantizedGateUpMvIdArgs, device?: Device): void {
-  const op = 'quantized_gate_up_mv_id';
-  checkActivation(op, a.activation);
-  validateTyped(op, a, gateUp(a), [['ids', a.ids, a.m * a.nExpertUsed]], (p) => checkMvGrid(op, p, a.n, a.k, true), device);
-}
-/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateQuantizedGateUpMmId(a: QuantizedGateUpMmIdArgs, device?: Device): void {
-  const op = 'quantized_gate_up_mm_id';
-  checkActivation(op, a.activation);
-  validateTyped(op, a, gateUp(a), [['offsets', a.offsets, a.numExperts + 2], ['order', a.order, a.m * a.nExpertUsed]],
-    (p) => checkMmGrid(op, p, a.n, a.numExperts, true), device);
-}
-
 function sizesOf(a: TypedArgsBase): IdSizes {
   const rows = a.expertRows ?? a.n;
   return { m: a.m, n: a.n, k: a.k, groupSize: a.groupSize, bits: a.bits, nExpertUsed: a.nExpertUsed, numExperts: a.numExperts,
     weightStride: (rows * a.k * a.bits) / 8, scalesStride: (rows * a.k) / a.groupSize };
 }
 
-function plan(dispatch: PlannedDispatch): OpPlan {
-  return { family: QUANTIZED_MATMUL_ID_FAMILY, sources: QUANTIZED_MATMUL_ID_SOURCES, kernels: QUANTIZED_MATMUL_ID_KERNELS, dispatches: [dispatch] };
-}
+const plan = (dispatch: PlannedDispatch): OpPlan => ({ ...QUANTIZED.plan, dispatches: [dispatch] });
 
-/** The Metal grid of the vector form: (ceil(n / 8), pairs, 1) threadgroups of (32, 2, 1). */
-function mvLaunch(pairs: number, n: number): Pick<PlannedDispatch, 'grid' | 'threads'> {
-  return { grid: [ceilDiv(n, 8), pairs, 1], threads: [32, 2, 1] };
-}
+const QUANTIZED: ExpertFamily<TypedArgsBase & { activation?: GateActivation }> = {
+  plan: { family: QUANTIZED_MATMUL_ID_FAMILY, sources: QUANTIZED_MATMUL_ID_SOURCES, kernels: QUANTIZED_MATMUL_ID_KERNELS },
+  xDtypes: () => ID_DTYPES,
+  set: ['weight', 'scales', 'biases'],
+  checkSizes(op, a) {
+    checkBits(op, a.bits);
+    if (!(AFFINE_GROUP_SIZES as readonly number[]).includes(a.groupSize)) throw invalid(op, 'groupSize', '32, 64 or 128', a.groupSize);
+    checkMultiple(op, 'k', a.k, a.groupSize, 'groupSize');
+  },
+  checkGrid: (f, a, pairs) => (f.matrix ? checkMmGrid(f.op, pairs, a.n, a.numExperts, f.gateUp) : checkMvGrid(f.op, pairs, a.n, a.k, f.gateUp)),
+  expect(op, a, rows) {
+    const rowBytes = (a.k * a.bits) / 8;
+    const groups = a.k / a.groupSize;
+    const weightStride = checkedProduct(op, 'expertRows * k * bits / 8', rows, rowBytes);
+    checkAtMost(op, 'expertRows * k * bits / 8', weightStride, U32_MAX, '2^32 - 1 (the params hold the byte stride as a u32)');
+    const allRows = checkedProduct(op, '(numExperts - 1) * expertRows + n', a.numExperts - 1, rows) + a.n;
+    const nw = checkedProduct(op, 'weight words', allRows, rowBytes / 4);
+    const ng = checkedProduct(op, 'scale groups', allRows, groups);
+    return [['u32', nw], ['x', ng], ['x', ng]];
+  },
+  params: (f, a) => (f.gateUp
+    ? packQuantizedGateUpIdParams({ ...sizesOf(a), activation: a.activation })
+    : packQuantizedMatmulIdParams(sizesOf(a))),
+  launch(f, a, pairs) {
+    return f.matrix
+      ? { grid: [ceilDiv(a.n, f.gateUp ? 32 : 64), moeTileSlots(pairs, a.numExperts, QUANTIZED_MM_ID_METAL_BM), 1], threads: [128, 1, 1],
+        cuda: quantizedIdMmCudaLaunch(pairs, a.n, a.numExperts, f.gateUp) }
+      : { grid: [ceilDiv(a.n, 8), pairs, 1], threads: [32, 2, 1], cuda: quantizedIdMvCudaLaunch(pairs, a.n, a.k, f.gateUp) };
+  },
+};
 
-/** The Metal grid of the matrix form: (ceil(n / cols), tile slots of 32 pairs, 1) threadgroups of 128. */
-function mmLaunch(pairs: number, n: number, numExperts: number, gateUpForm: boolean): Pick<PlannedDispatch, 'grid' | 'threads'> {
-  return { grid: [ceilDiv(n, gateUpForm ? 32 : 64), moeTileSlots(pairs, numExperts, QUANTIZED_MM_ID_METAL_BM), 1], threads: [128, 1, 1] };
-}
+const mvId = expertProductOp<TypedArgsBase, QuantizedMvIdArgs>(QUANTIZED, { op: 'quantized_mv_id', matrix: false, gateUp: false });
+const mmId = expertProductOp<TypedArgsBase, QuantizedMmIdArgs>(QUANTIZED, { op: 'quantized_mm_id', matrix: true, gateUp: false });
+const gateUpMvId = expertProductOp<TypedArgsBase, QuantizedGateUpMvIdArgs>(QUANTIZED, { op: 'quantized_gate_up_mv_id', matrix: false, gateUp: true });
+const gateUpMmId = expertProductOp<TypedArgsBase, QuantizedGateUpMmIdArgs>(QUANTIZED, { op: 'quantized_gate_up_mm_id', matrix: true, gateUp: true });
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export const validateQuantizedMvId = mvId.validate;
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export const validateQuantizedMmId = mmId.validate;
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export const validateQuantizedGateUpMvId = gateUpMvId.validate;
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export const validateQuantizedGateUpMmId = gateUpMmId.validate;
 
 /**
  * quantized_mv_id: y[p, j] = sum_k x[p / U, k] * w_e[j, k] for each pair p
@@ -370,22 +281,9 @@ function mmLaunch(pairs: number, n: number, numExperts: number, gateUpForm: bool
  * simdgroup, lanes splitting k. CUDA: quantizedIdMvCudaLaunch (tensor cores,
  * 256 threads over 16-row tiles of one pair).
  */
-export function quantizedMvId(enc: Encoder, args: QuantizedMvIdArgs): void {
-  record(enc, planQuantizedMvId(args, enc.device.limits, enc.device));
-}
-
+export const quantizedMvId = mvId.op;
 /** quantizedMvId's plan: validates, then one dispatch (see quantizedMvId). */
-export function planQuantizedMvId(a: QuantizedMvIdArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateQuantizedMvId(a, device);
-  const pairs = a.m * a.nExpertUsed;
-  return plan({
-    kernel: `quantized_mv_id_${a.x.dtype}`,
-    buffers: [a.x, a.weight, a.scales, a.biases, a.ids, a.output],
-    bytes: [, , , , , , packQuantizedMatmulIdParams(sizesOf(a))],
-    ...mvLaunch(pairs, a.n),
-    cuda: quantizedIdMvCudaLaunch(pairs, a.n, a.k, false),
-  });
-}
+export const planQuantizedMvId = mvId.plan;
 
 /**
  * quantized_mm_id: quantizedMvId's product in the matrix form, over the
@@ -403,22 +301,9 @@ export function planQuantizedMvId(a: QuantizedMvIdArgs, _limits: DeviceLimits, d
  * threadgroups of 128: a tile of 32 pairs x 64 weight rows, simdgroup
  * matrices. CUDA: quantizedIdMmCudaLaunch (64 pairs x 128 rows, mma.sync).
  */
-export function quantizedMmId(enc: Encoder, args: QuantizedMmIdArgs): void {
-  record(enc, planQuantizedMmId(args, enc.device.limits, enc.device));
-}
-
+export const quantizedMmId = mmId.op;
 /** quantizedMmId's plan: validates, then one dispatch (see quantizedMmId). */
-export function planQuantizedMmId(a: QuantizedMmIdArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateQuantizedMmId(a, device);
-  const pairs = a.m * a.nExpertUsed;
-  return plan({
-    kernel: `quantized_mm_id_${a.x.dtype}`,
-    buffers: [a.x, a.weight, a.scales, a.biases, a.offsets, a.output, , a.order],
-    bytes: [, , , , , , packQuantizedMatmulIdParams(sizesOf(a))],
-    ...mmLaunch(pairs, a.n, a.numExperts, false),
-    cuda: quantizedIdMmCudaLaunch(pairs, a.n, a.numExperts, false),
-  });
-}
+export const planQuantizedMmId = mmId.plan;
 
 /**
  * quantized_gate_up_mv_id: the fused gate/up projection of the experts,
@@ -434,22 +319,9 @@ export function planQuantizedMmId(a: QuantizedMmIdArgs, _limits: DeviceLimits, d
  * Grid: as quantizedMvId (CUDA: 8 output rows a tile, their gate and up rows
  * as the mma's 16).
  */
-export function quantizedGateUpMvId(enc: Encoder, args: QuantizedGateUpMvIdArgs): void {
-  record(enc, planQuantizedGateUpMvId(args, enc.device.limits, enc.device));
-}
-
+export const quantizedGateUpMvId = gateUpMvId.op;
 /** quantizedGateUpMvId's plan: validates, then one dispatch (see quantizedGateUpMvId). */
-export function planQuantizedGateUpMvId(a: QuantizedGateUpMvIdArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateQuantizedGateUpMvId(a, device);
-  const pairs = a.m * a.nExpertUsed;
-  return plan({
-    kernel: `quantized_gate_up_mv_id_${a.x.dtype}`,
-    buffers: [a.x, a.gateWeight, a.gateScales, a.gateBiases, a.ids, a.output, , a.upWeight, a.upScales, a.upBiases],
-    bytes: [, , , , , , packQuantizedGateUpIdParams({ ...sizesOf(a), activation: a.activation })],
-    ...mvLaunch(pairs, a.n),
-    cuda: quantizedIdMvCudaLaunch(pairs, a.n, a.k, true),
-  });
-}
+export const planQuantizedGateUpMvId = gateUpMvId.plan;
 
 /**
  * quantized_gate_up_mm_id: quantizedGateUpMvId's product in the matrix form
@@ -464,22 +336,9 @@ export function planQuantizedGateUpMvId(a: QuantizedGateUpMvIdArgs, _limits: Dev
  * quantizedIdMmCudaLaunch (64 pairs x 64 outputs, gate and up columns
  * interleaved by 8).
  */
-export function quantizedGateUpMmId(enc: Encoder, args: QuantizedGateUpMmIdArgs): void {
-  record(enc, planQuantizedGateUpMmId(args, enc.device.limits, enc.device));
-}
-
+export const quantizedGateUpMmId = gateUpMmId.op;
 /** quantizedGateUpMmId's plan: validates, then one dispatch (see quantizedGateUpMmId). */
-export function planQuantizedGateUpMmId(a: QuantizedGateUpMmIdArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateQuantizedGateUpMmId(a, device);
-  const pairs = a.m * a.nExpertUsed;
-  return plan({
-    kernel: `quantized_gate_up_mm_id_${a.x.dtype}`,
-    buffers: [a.x, a.gateWeight, a.gateScales, a.gateBiases, a.offsets, a.output, , a.order, a.upWeight, a.upScales, a.upBiases],
-    bytes: [, , , , , , packQuantizedGateUpIdParams({ ...sizesOf(a), activation: a.activation })],
-    ...mmLaunch(pairs, a.n, a.numExperts, true),
-    cuda: quantizedIdMmCudaLaunch(pairs, a.n, a.numExperts, true),
-  });
-}
+export const planQuantizedGateUpMmId = gateUpMmId.plan;
 
 // ---- mlx-native's quantized_matmul_id ----
 

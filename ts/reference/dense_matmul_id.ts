@@ -2,18 +2,12 @@
 // once its experts are dequantized): per (row, slot) pair, the product with
 // the routed expert's rows, in float64.
 
+import type { ExpertSizes } from '../expert-products.ts';
 import { geluTanhRef } from './gelu.ts';
 import { siluRef } from './silu_mul.ts';
 
-export interface IdSizesRef {
-  m: number;
-  n: number;
-  k: number;
-  nExpertUsed: number;
-  numExperts: number;
-  /** Rows from one expert to the next; n when absent. */
-  expertRows?: number;
-}
+/** The sizes of a product (ts/expert-products.ts). */
+export type IdSizesRef = ExpertSizes;
 
 /** A product's values and, per output, the scale of its rounding error (sum_k |x w|, or the gate/up form's first-order bound). */
 export interface IdRef {

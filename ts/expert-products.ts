@@ -1,0 +1,177 @@
+// What the per-expert product families share (dense_matmul_id,
+// quantized_matmul_id): their four forms, the vector form (`*_mv_id`, routed
+// by ids) and the matrix form (`*_mm_id`, over moeDispatchSort's grouping),
+// each plain or as the fused gate/up projection; the rules on their sizes and
+// buffers; the order of their bindings; and the op shape each form takes
+// (validate, plan, op). A family gives what is its own: the buffers of one
+// expert set, its extra size rules, its CUDA grid bounds, its params and
+// launches.
+
+import type { Buffer } from './buffer.ts';
+import type { Device, DeviceLimits } from './device.ts';
+import type { DType } from './dtype.ts';
+import type { Encoder } from './encoder.ts';
+import { record, type Launch, type OpPlan, type PlannedDispatch } from './plan.ts';
+import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from './validate.ts';
+
+/** The gate's activation of the fused gate/up products: silu (Qwen3.6), gelu with the tanh approximation (Gemma 4). */
+export type GateActivation = 'silu' | 'gelu_tanh';
+export const GATE_ACTIVATIONS: readonly GateActivation[] = ['silu', 'gelu_tanh'];
+
+const U32_MAX = 0xffff_ffff;
+/** Blocks of a one-dimensional CUDA grid (gridDim.x). */
+export const CUDA_GRID_MAX = 0x7fff_ffff;
+
+/** Tile slots over pairs grouped by expert (moe_tile in the preludes): floor(pairs / bm) + numExperts + 1. */
+export function moeTileSlots(pairs: number, numExperts: number, bm: number): number {
+  return Math.floor(pairs / bm) + numExperts + 1;
+}
+
+/** The pairs (m * nExpertUsed), bounded so that every index and the CUDA grids fit. */
+export function checkPairs(op: string, m: number, nExpertUsed: number): number {
+  const pairs = checkedProduct(op, 'm * nExpertUsed', m, nExpertUsed);
+  checkAtMost(op, 'm * nExpertUsed', pairs, U32_MAX - 1, '2^32 - 2');
+  return pairs;
+}
+
+/** The sizes of a per-expert product: pairs of (row of x, slot), m * nExpertUsed of them, each with an output row of n. */
+export interface ExpertSizes {
+  /** Rows of x. */
+  m: number;
+  /** Output rows of an expert's weight. */
+  n: number;
+  /** Columns of x and of an expert's weight. */
+  k: number;
+  /** Slots of each row of x (top-k; 1 for a down projection over pairs). */
+  nExpertUsed: number;
+  numExperts: number;
+  /** Rows from one expert's weight to the next's; n when absent. At least n. */
+  expertRows?: number;
+}
+
+/** The sizes, the activations and the output of every form. */
+export interface ExpertProductBase extends ExpertSizes {
+  /** [m, k] */
+  x: Buffer;
+  /** [m, nExpertUsed, n], x's dtype; output */
+  output: Buffer;
+}
+
+/** A form's arguments as the code here reads them (the gate/up forms have an activation). */
+type FormArgs = ExpertProductBase & { activation?: GateActivation };
+
+/** A form of a per-expert product. */
+export interface ExpertForm {
+  /** The op's name in messages, and its kernels' names less the dtype. */
+  readonly op: string;
+  /** Over moeDispatchSort's offsets and order (else over the ids). */
+  readonly matrix: boolean;
+  /** The fused gate/up projection: two expert sets (else one). */
+  readonly gateUp: boolean;
+}
+
+/** A buffer a form binds, with the dtype ('x': x's) and element count it must have. */
+type Expected = readonly [name: string, buf: Buffer, dtype: DType | readonly DType[] | 'x', count: number];
+
+/** What a family of per-expert products decides for itself, for its arguments B. */
+export interface ExpertFamily<B extends FormArgs> {
+  readonly plan: Omit<OpPlan, 'dispatches'>;
+  /** Dtypes of x (and so of the output) in the form. */
+  xDtypes(f: ExpertForm): readonly DType[];
+  /** The fields of one expert set, as the plain form names them (the gate/up forms prefix them with gate and up). */
+  readonly set: readonly string[];
+  /** The family's own rules on the sizes, checked once they are positive u32 values. */
+  checkSizes?(op: string, a: B): void;
+  /** The CUDA grid of the form within CUDA_GRID_MAX blocks. */
+  checkGrid(f: ExpertForm, a: B, pairs: number): void;
+  /** Dtype and element count of each field of an expert set (set's order), its experts expertRows = rows apart. */
+  expect(op: string, a: B, rows: number): readonly (readonly [dtype: DType | 'x', count: number])[];
+  /** The params struct of the form. */
+  params(f: ExpertForm, a: B): Uint8Array;
+  /** The Metal launch and the CUDA one of the form. */
+  launch(f: ExpertForm, a: B, pairs: number): Pick<PlannedDispatch, 'grid' | 'threads'> & { cuda: Launch };
+}
+
+function checkActivation(op: string, activation: unknown): void {
+  if (activation !== undefined && !(GATE_ACTIVATIONS as readonly unknown[]).includes(activation)) {
+    throw invalid(op, 'activation', "'silu', 'gelu_tanh' or absent", activation);
+  }
+}
+
+const fieldName = (prefix: string, field: string): string => (prefix === '' ? field : prefix + field[0]!.toUpperCase() + field.slice(1));
+
+/** The expert sets of a form, by field names: [the gate's (or the only one)], then the up's. */
+function setsOf<B extends FormArgs>(fam: ExpertFamily<B>, f: ExpertForm): string[][] {
+  return (f.gateUp ? ['gate', 'up'] : ['']).map((prefix) => fam.set.map((field) => fieldName(prefix, field)));
+}
+
+/** The routing of a form, by field names: ids (vector form), or offsets and order (matrix form). */
+const routingOf = (f: ExpertForm): string[] => (f.matrix ? ['offsets', 'order'] : ['ids']);
+
+const field = (a: ExpertProductBase, name: string): Buffer => (a as unknown as Record<string, Buffer>)[name]!;
+
+function validateForm<B extends FormArgs>(fam: ExpertFamily<B>, f: ExpertForm, a: B, device?: Device): void {
+  const op = f.op;
+  if (f.gateUp) checkActivation(op, a.activation);
+  for (const arg of ['m', 'n', 'k', 'nExpertUsed', 'numExperts'] as const) {
+    checkPositive(op, arg, a[arg]);
+    checkAtMost(op, arg, a[arg], U32_MAX, '2^32 - 1');
+  }
+  fam.checkSizes?.(op, a);
+  const rows = a.expertRows ?? a.n;
+  if (a.expertRows !== undefined) {
+    checkPositive(op, 'expertRows', a.expertRows);
+    if (a.expertRows < a.n) throw invalid(op, 'expertRows', `at least n (${a.n})`, a.expertRows);
+  }
+  const pairs = checkPairs(op, a.m, a.nExpertUsed);
+  fam.checkGrid(f, a, pairs);
+  const perField = fam.expect(op, a, rows);
+  const nx = checkedProduct(op, 'm * k', a.m, a.k);
+  const ny = checkedProduct(op, 'm * nExpertUsed * n', pairs, a.n);
+  const routingCount: Record<string, number> = { ids: pairs, offsets: a.numExperts + 2, order: pairs };
+  const list: Expected[] = [['x', a.x, fam.xDtypes(f), nx]];
+  for (const set of setsOf(fam, f)) set.forEach((name, i) => list.push([name, field(a, name), ...perField[i]!]));
+  for (const name of routingOf(f)) list.push([name, field(a, name), 'u32', routingCount[name]!]);
+  list.push(['output', a.output, 'x', ny]);
+  for (const [name, buf] of list) checkBuffer(op, name, buf, device);
+  for (const [name, buf, dtype] of list) checkDtype(op, name, buf, dtype === 'x' ? a.x.dtype : dtype);
+  for (const [name, buf, , count] of list) checkElements(op, name, buf, count);
+  checkNoAliasing(op, list.map(([name, buf]) => [name, buf] as const), ['output'], 'every output row reads x and weights that other rows read too');
+}
+
+/**
+ * The bindings of every form: 0 x, the gate's (or the only) expert set, ids
+ * or offsets, output, the params struct, then order (matrix form) and the up
+ * expert set (gate/up).
+ */
+function bindingsOf<B extends FormArgs>(fam: ExpertFamily<B>, f: ExpertForm, a: B): Pick<PlannedDispatch, 'buffers' | 'bytes'> {
+  const [gate, up = []] = setsOf(fam, f);
+  const [routing, order] = routingOf(f);
+  const buffers: (Buffer | undefined)[] = [a.x, ...gate!.map((n) => field(a, n)), field(a, routing!), a.output];
+  const bytes: (Uint8Array | undefined)[] = [];
+  bytes[buffers.length] = fam.params(f, a);
+  let i = buffers.length + 1;
+  for (const name of [...(order === undefined ? [] : [order]), ...up]) buffers[i++] = field(a, name);
+  return { buffers, bytes };
+}
+
+/** The op shape of one form of a family: validate, plan (one dispatch), op. */
+export function expertProductOp<B extends FormArgs, A extends B>(fam: ExpertFamily<B>, f: ExpertForm): {
+  validate(a: A, device?: Device): void;
+  plan(a: A, limits: DeviceLimits, device?: Device): OpPlan;
+  op(enc: Encoder, a: A): void;
+} {
+  const validate = (a: A, device?: Device): void => validateForm(fam, f, a, device);
+  const plan = (a: A, _limits: DeviceLimits, device?: Device): OpPlan => {
+    validate(a, device);
+    const pairs = a.m * a.nExpertUsed;
+    const dispatch: PlannedDispatch = { kernel: `${f.op}_${a.x.dtype}`, ...bindingsOf(fam, f, a), ...fam.launch(f, a, pairs) };
+    return { ...fam.plan, dispatches: [dispatch] };
+  };
+  // A function taking `enc` first: the shape by which the op contract finds a family's ops.
+  const op = function (enc: Encoder, a: A): void {
+    record(enc, plan(a, enc.device.limits, enc.device));
+  };
+  return { validate, plan, op };
+}
+
