@@ -11,7 +11,7 @@ import type { Buffer } from './buffer.ts';
 import type { Device, DeviceLimits } from './device.ts';
 import type { DType } from './dtype.ts';
 import type { Encoder } from './encoder.ts';
-import { record, type Launch, type OpPlan, type PlannedDispatch } from './plan.ts';
+import { opOf, type Launch, type OpPlan, type PlannedDispatch } from './plan.ts';
 import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from './validate.ts';
 
 /** The gate's activation of the fused gate/up products: silu (Qwen3.6), gelu with the tanh approximation (Gemma 4). */
@@ -168,10 +168,6 @@ export function expertProductOp<B extends FormArgs, A extends B>(fam: ExpertFami
     const dispatch: PlannedDispatch = { kernel: `${f.op}_${a.x.dtype}`, ...bindingsOf(fam, f, a), ...fam.launch(f, a, pairs) };
     return { ...fam.plan, dispatches: [dispatch] };
   };
-  // A function taking `enc` first: the shape by which the op contract finds a family's ops.
-  const op = function (enc: Encoder, a: A): void {
-    record(enc, plan(a, enc.device.limits, enc.device));
-  };
-  return { validate, plan, op };
+  return { validate, plan, op: opOf(plan) };
 }
 

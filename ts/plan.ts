@@ -13,6 +13,7 @@
 // an encoder.
 
 import type { Buffer } from './buffer.ts';
+import type { Device, DeviceLimits } from './device.ts';
 import type { DispatchBindings, Dim3, Encoder } from './encoder.ts';
 import type { FunctionConstants } from './library.ts';
 import { kernelWrites } from './metal-source.ts';
@@ -79,6 +80,17 @@ export function record(enc: Encoder, plan: OpPlan): void {
   enc.atomic(() => {
     for (const d of ds) dispatchOne(enc, d);
   });
+}
+
+/**
+ * The op of a plan function: record(enc, plan(args, enc.device.limits,
+ * enc.device)), for ops defined from a table. It is a function taking `enc`
+ * first, the shape by which the op contract finds a family's ops.
+ */
+export function opOf<A>(plan: (a: A, limits: DeviceLimits, device?: Device) => OpPlan): (enc: Encoder, a: A) => void {
+  return function (enc: Encoder, a: A): void {
+    record(enc, plan(a, enc.device.limits, enc.device));
+  };
 }
 
 function dispatchOne(enc: Encoder, d: PlannedDispatch): void {

@@ -30,7 +30,7 @@ import {
 } from '../validate.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { record, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { opOf, record, type OpPlan, type PlannedDispatch } from '../plan.ts';
 
 const OP = 'chunk_gated_delta_rule';
 const FAMILY = 'chunk_gated_delta_rule';
@@ -267,11 +267,7 @@ function gdrStep<A extends GdrStepParams>(s: GdrStep<A>): {
     validate(a, device);
     return planOf(dispatch(a));
   };
-  // A function taking `enc` first: the shape by which the op contract finds a family's ops.
-  const op = function (enc: Encoder, a: A): void {
-    record(enc, plan(a, enc.device.limits, enc.device));
-  };
-  return { validate, plan, op, dispatch };
+  return { validate, plan, op: opOf(plan), dispatch };
 }
 
 export interface GdrCumsumArgs extends GdrStepParams {

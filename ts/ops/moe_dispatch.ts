@@ -30,7 +30,7 @@ import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { roundUp16 } from '../launch.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { record, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { opOf, record, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
 
@@ -63,8 +63,9 @@ export const MOE_DISPATCH_SORT_MAX_THREADS = 1024;
 
 const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
 const u32 = (v: number): Uint8Array => new Uint8Array(new Uint32Array([v]).buffer);
+const GATE_UP_WHY = 'the output would overwrite gate or up values other threads read';
 
-function plan(dispatches: PlannedDispatch[]): OpPlan {
+function planOf(dispatches: PlannedDispatch[]): OpPlan {
   return { family: MOE_DISPATCH_FAMILY, sources: MOE_DISPATCH_SOURCES, kernels: MOE_DISPATCH_KERNELS, dispatches };
 }
 
@@ -74,10 +75,10 @@ function checkCount(op: string, arg: string, v: number): void {
   checkAtMost(op, arg, v, U32_MAX, '2^32 - 1');
 }
 
-/** One thread per element of n (the crate's launch): ceil(n / 256) threadgroups of min(256, n). */
-function elementGrid(n: number): Pick<PlannedDispatch, 'grid' | 'threads'> {
+/** One thread per element of n along x (the crate's launch): (ceil(n / tg), y, z) threadgroups of tg = min(256, n). */
+function elementGrid(n: number, y = 1, z = 1): Pick<PlannedDispatch, 'grid' | 'threads'> {
   const tg = Math.min(GLUE_THREADS, n);
-  return { grid: [ceilDiv(n, tg), 1, 1], threads: [tg, 1, 1] };
+  return { grid: [ceilDiv(n, tg), y, z], threads: [tg, 1, 1] };
 }
 
 // ---- moe_dispatch_sort ----
@@ -157,7 +158,7 @@ export function moeDispatchSort(enc: Encoder, args: MoeDispatchSortArgs): void {
 export function planMoeDispatchSort(a: MoeDispatchSortArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateMoeDispatchSort(a, device, limits);
   const { threads, sharedBytes } = moeDispatchSortLaunch(a.nPairs, a.numExperts, limits);
-  return plan([{
+  return planOf([{
     kernel: 'moe_dispatch_sort',
     buffers: [a.ids, a.offsets, a.order],
     bytes: [, , , packMoeDispatchSortParams(a)],
@@ -169,6 +170,54 @@ export function planMoeDispatchSort(a: MoeDispatchSortArgs, limits: DeviceLimits
 
 // ---- mlx-native's elementwise kernels ----
 
+/**
+ * One of the crate's glue ops: each buffer at least its size (checked in
+ * binding order: every buffer, then the dtypes, then the sizes), then no
+ * output aliasing another binding but the in-place pairs; one dispatch of
+ * the buffers in binding order, its params after them.
+ */
+interface GlueOp<A> {
+  op: string;
+  /** The op's rules on its counts, checked first. */
+  counts(op: string, a: A): void;
+  /** The buffers in binding order, with the elements each holds at least. */
+  buffers(a: A): readonly (readonly [name: string, buf: Buffer, atLeast: number])[];
+  /** The dtype of each buffer (read once the buffers are checked). */
+  dtypes(a: A): readonly (DType | readonly DType[])[];
+  /** The outputs that may alias no other binding (but the inPlace pairs), and why; absent with one binding. */
+  noAliasing?: { outputs: readonly string[]; why: string; inPlace?: readonly (readonly [string, string])[] };
+  kernel(a: A): string;
+  /** The inline bytes bound after the buffers. */
+  bytes(a: A): readonly Uint8Array[];
+  launch(a: A): Pick<PlannedDispatch, 'grid' | 'threads'>;
+}
+
+function glueOp<A>(g: GlueOp<A>): {
+  validate(a: A, device?: Device): void;
+  plan(a: A, limits: DeviceLimits, device?: Device): OpPlan;
+  op(enc: Encoder, a: A): void;
+} {
+  const validate = (a: A, device?: Device): void => {
+    const op = g.op;
+    g.counts(op, a);
+    const list = g.buffers(a);
+    for (const [arg, b] of list) checkBuffer(op, arg, b, device);
+    const dtypes = g.dtypes(a);
+    list.forEach(([arg, b], i) => checkDtype(op, arg, b, dtypes[i]!));
+    for (const [arg, b, n] of list) checkAtLeast(op, arg, b, n);
+    const n = g.noAliasing;
+    if (n !== undefined) checkNoAliasing(op, list.map(([arg, b]) => [arg, b] as const), n.outputs, n.why, n.inPlace);
+  };
+  const plan = (a: A, _limits: DeviceLimits, device?: Device): OpPlan => {
+    validate(a, device);
+    const buffers = g.buffers(a).map(([, b]) => b);
+    const bytes: (Uint8Array | undefined)[] = [];
+    g.bytes(a).forEach((b, i) => (bytes[buffers.length + i] = b));
+    return planOf([{ kernel: g.kernel(a), buffers, bytes, ...g.launch(a) }]);
+  };
+  return { validate, plan, op: opOf(plan) };
+}
+
 export interface FusedGeluMulArgs {
   /** [nElements] f32 (fused_gelu_mul) or bf16 (fused_gelu_mul_bf16), at least */
   gateOut: Buffer;
@@ -179,20 +228,22 @@ export interface FusedGeluMulArgs {
   nElements: number;
 }
 
+const fusedGeluMulOp = glueOp<FusedGeluMulArgs>({
+  op: 'fused_gelu_mul',
+  counts: (op, a) => checkCount(op, 'nElements', a.nElements),
+  buffers: (a) => [['gateOut', a.gateOut, a.nElements], ['upOut', a.upOut, a.nElements], ['output', a.output, a.nElements]],
+  dtypes: (a) => [['f32', 'bf16'], a.gateOut.dtype, a.gateOut.dtype],
+  noAliasing: {
+    outputs: ['output'],
+    why: 'each element is read before it is written only where the ranges coincide',
+    inPlace: [['output', 'gateOut'], ['output', 'upOut']],
+  },
+  kernel: (a) => (a.gateOut.dtype === 'bf16' ? 'fused_gelu_mul_bf16' : 'fused_gelu_mul'),
+  bytes: (a) => [packFields(FUSED_GELU_MUL_PARAMS_LAYOUT, { n_elements: a.nElements })],
+  launch: (a) => elementGrid(a.nElements),
+});
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateFusedGeluMul(a: FusedGeluMulArgs, device?: Device): void {
-  const op = 'fused_gelu_mul';
-  checkCount(op, 'nElements', a.nElements);
-  const bindings = [['gateOut', a.gateOut], ['upOut', a.upOut], ['output', a.output]] as const;
-  for (const [arg, b] of bindings) checkBuffer(op, arg, b, device);
-  checkDtype(op, 'gateOut', a.gateOut, ['f32', 'bf16']);
-  checkDtype(op, 'upOut', a.upOut, a.gateOut.dtype);
-  checkDtype(op, 'output', a.output, a.gateOut.dtype);
-  for (const [arg, b] of bindings) checkAtLeast(op, arg, b, a.nElements);
-  checkNoAliasing(op, bindings, ['output'], 'each element is read before it is written only where the ranges coincide',
-    [['output', 'gateOut'], ['output', 'upOut']]);
-}
-
+export const validateFusedGeluMul = fusedGeluMulOp.validate;
 /**
  * fused_gelu_mul / fused_gelu_mul_bf16 (mlx-native's fused_gelu_mul and
  * fused_gelu_mul_bf16_encode): output[i] = gelu(gateOut[i]) * upOut[i] for
@@ -201,19 +252,8 @@ export function validateFusedGeluMul(a: FusedGeluMulArgs, device?: Device): void
  * Bindings: 0 gate_out, 1 up_out, 2 output, 3 FusedGeluMulParams.
  * Grid: ceil(n / 256) threadgroups of min(256, n) threads, one per element.
  */
-export function fusedGeluMul(enc: Encoder, args: FusedGeluMulArgs): void {
-  record(enc, planFusedGeluMul(args, enc.device.limits, enc.device));
-}
-
-export function planFusedGeluMul(a: FusedGeluMulArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateFusedGeluMul(a, device);
-  return plan([{
-    kernel: a.gateOut.dtype === 'bf16' ? 'fused_gelu_mul_bf16' : 'fused_gelu_mul',
-    buffers: [a.gateOut, a.upOut, a.output],
-    bytes: [, , , packFields(FUSED_GELU_MUL_PARAMS_LAYOUT, { n_elements: a.nElements })],
-    ...elementGrid(a.nElements),
-  }]);
-}
+export const fusedGeluMul = fusedGeluMulOp.op;
+export const planFusedGeluMul = fusedGeluMulOp.plan;
 
 export interface MoeAccumulateArgs {
   /** f32 [nElements] at least, read and written */
@@ -225,38 +265,33 @@ export interface MoeAccumulateArgs {
   nElements: number;
 }
 
+const moeAccumulateOp = glueOp<MoeAccumulateArgs>({
+  op: 'moe_accumulate',
+  counts(op, a) {
+    checkCount(op, 'nElements', a.nElements);
+    if (typeof a.routingWeight !== 'number' || !Number.isFinite(a.routingWeight)) throw invalid(op, 'routingWeight', 'a finite number', a.routingWeight);
+  },
+  buffers: (a) => [['accumulator', a.accumulator, a.nElements], ['expertOutput', a.expertOutput, a.nElements]],
+  dtypes: () => ['f32', 'f32'],
+  noAliasing: {
+    outputs: ['accumulator'],
+    why: 'each element of the accumulator reads its own element of the expert output',
+    inPlace: [['accumulator', 'expertOutput']],
+  },
+  kernel: () => 'moe_accumulate',
+  bytes: (a) => [packFields(MOE_ACCUM_PARAMS_LAYOUT, { n_elements: a.nElements, routing_weight: a.routingWeight })],
+  launch: (a) => elementGrid(a.nElements),
+});
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateMoeAccumulate(a: MoeAccumulateArgs, device?: Device): void {
-  const op = 'moe_accumulate';
-  checkCount(op, 'nElements', a.nElements);
-  if (typeof a.routingWeight !== 'number' || !Number.isFinite(a.routingWeight)) throw invalid(op, 'routingWeight', 'a finite number', a.routingWeight);
-  const bindings = [['accumulator', a.accumulator], ['expertOutput', a.expertOutput]] as const;
-  for (const [arg, b] of bindings) checkBuffer(op, arg, b, device);
-  for (const [arg, b] of bindings) checkDtype(op, arg, b, 'f32');
-  for (const [arg, b] of bindings) checkAtLeast(op, arg, b, a.nElements);
-  checkNoAliasing(op, bindings, ['accumulator'], 'each element of the accumulator reads its own element of the expert output',
-    [['accumulator', 'expertOutput']]);
-}
-
+export const validateMoeAccumulate = moeAccumulateOp.validate;
 /**
  * moe_accumulate (mlx-native's moe_accumulate_encode): accumulator[i] +=
  * routingWeight * expertOutput[i] for i < nElements, f32.
  * Bindings: 0 accumulator, 1 expert_output, 2 MoeAccumParams (n_elements,
  * routing_weight). Grid: one thread per element, threadgroups of min(256, n).
  */
-export function moeAccumulate(enc: Encoder, args: MoeAccumulateArgs): void {
-  record(enc, planMoeAccumulate(args, enc.device.limits, enc.device));
-}
-
-export function planMoeAccumulate(a: MoeAccumulateArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateMoeAccumulate(a, device);
-  return plan([{
-    kernel: 'moe_accumulate',
-    buffers: [a.accumulator, a.expertOutput],
-    bytes: [, , packFields(MOE_ACCUM_PARAMS_LAYOUT, { n_elements: a.nElements, routing_weight: a.routingWeight })],
-    ...elementGrid(a.nElements),
-  }]);
-}
+export const moeAccumulate = moeAccumulateOp.op;
+export const planMoeAccumulate = moeAccumulateOp.plan;
 
 export interface MoeZeroBufferArgs {
   /** f32 [nElements] at least; output */
@@ -264,33 +299,24 @@ export interface MoeZeroBufferArgs {
   nElements: number;
 }
 
+const moeZeroBufferOp = glueOp<MoeZeroBufferArgs>({
+  op: 'moe_zero_buffer',
+  counts: (op, a) => checkCount(op, 'nElements', a.nElements),
+  buffers: (a) => [['buffer', a.buffer, a.nElements]],
+  dtypes: () => ['f32'],
+  kernel: () => 'zero_buffer',
+  bytes: (a) => [packFields(ZERO_PARAMS_LAYOUT, { n_elements: a.nElements })],
+  launch: (a) => elementGrid(a.nElements),
+});
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateMoeZeroBuffer(a: MoeZeroBufferArgs, device?: Device): void {
-  const op = 'moe_zero_buffer';
-  checkCount(op, 'nElements', a.nElements);
-  checkBuffer(op, 'buffer', a.buffer, device);
-  checkDtype(op, 'buffer', a.buffer, 'f32');
-  checkAtLeast(op, 'buffer', a.buffer, a.nElements);
-}
-
+export const validateMoeZeroBuffer = moeZeroBufferOp.validate;
 /**
  * moe_zero_buffer (mlx-native's moe_zero_buffer_encode, kernel zero_buffer):
  * buffer[i] = 0 for i < nElements (f32).
  * Bindings: 0 buffer, 1 ZeroParams. Grid: one thread per element.
  */
-export function moeZeroBuffer(enc: Encoder, args: MoeZeroBufferArgs): void {
-  record(enc, planMoeZeroBuffer(args, enc.device.limits, enc.device));
-}
-
-export function planMoeZeroBuffer(a: MoeZeroBufferArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateMoeZeroBuffer(a, device);
-  return plan([{
-    kernel: 'zero_buffer',
-    buffers: [a.buffer],
-    bytes: [, packFields(ZERO_PARAMS_LAYOUT, { n_elements: a.nElements })],
-    ...elementGrid(a.nElements),
-  }]);
-}
+export const moeZeroBuffer = moeZeroBufferOp.op;
+export const planMoeZeroBuffer = moeZeroBufferOp.plan;
 
 export interface MoeSwigluFusedArgs {
   /** f32 [2 nElements] at least: gate, then up */
@@ -300,38 +326,29 @@ export interface MoeSwigluFusedArgs {
   nElements: number;
 }
 
+const moeSwigluFusedOp = glueOp<MoeSwigluFusedArgs>({
+  op: 'moe_swiglu_fused',
+  counts(op, a) {
+    checkCount(op, 'nElements', a.nElements);
+    checkAtMost(op, 'nElements', a.nElements, U32_MAX / 2, '2^31 - 1 (the gate_up buffer holds 2 nElements)');
+  },
+  buffers: (a) => [['gateUp', a.gateUp, 2 * a.nElements], ['output', a.output, a.nElements]],
+  dtypes: () => ['f32', 'f32'],
+  noAliasing: { outputs: ['output'], why: GATE_UP_WHY },
+  kernel: () => 'moe_swiglu_fused',
+  bytes: (a) => [packFields(FUSED_GELU_MUL_PARAMS_LAYOUT, { n_elements: a.nElements })],
+  launch: (a) => elementGrid(a.nElements),
+});
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateMoeSwigluFused(a: MoeSwigluFusedArgs, device?: Device): void {
-  const op = 'moe_swiglu_fused';
-  checkCount(op, 'nElements', a.nElements);
-  checkAtMost(op, 'nElements', a.nElements, U32_MAX / 2, '2^31 - 1 (the gate_up buffer holds 2 nElements)');
-  const bindings = [['gateUp', a.gateUp], ['output', a.output]] as const;
-  for (const [arg, b] of bindings) checkBuffer(op, arg, b, device);
-  for (const [arg, b] of bindings) checkDtype(op, arg, b, 'f32');
-  checkAtLeast(op, 'gateUp', a.gateUp, 2 * a.nElements);
-  checkAtLeast(op, 'output', a.output, a.nElements);
-  checkNoAliasing(op, bindings, ['output'], 'the output would overwrite gate or up values other threads read');
-}
-
+export const validateMoeSwigluFused = moeSwigluFusedOp.validate;
 /**
  * moe_swiglu_fused (mlx-native's moe_swiglu_fused_encode):
  * output[i] = gelu(gateUp[i]) * gateUp[nElements + i], f32 (the crate's
  * name; the gate is GELU, tanh approximation).
  * Bindings: 0 gate_up, 1 output, 2 FusedGeluMulParams. Grid: one thread per output.
  */
-export function moeSwigluFused(enc: Encoder, args: MoeSwigluFusedArgs): void {
-  record(enc, planMoeSwigluFused(args, enc.device.limits, enc.device));
-}
-
-export function planMoeSwigluFused(a: MoeSwigluFusedArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateMoeSwigluFused(a, device);
-  return plan([{
-    kernel: 'moe_swiglu_fused',
-    buffers: [a.gateUp, a.output],
-    bytes: [, , packFields(FUSED_GELU_MUL_PARAMS_LAYOUT, { n_elements: a.nElements })],
-    ...elementGrid(a.nElements),
-  }]);
-}
+export const moeSwigluFused = moeSwigluFusedOp.op;
+export const planMoeSwigluFused = moeSwigluFusedOp.plan;
 
 export interface MoeSwigluBatchArgs {
   /** f32 [topK, 2 intermediate] at least: each slot's gate, then up */
@@ -342,22 +359,23 @@ export interface MoeSwigluBatchArgs {
   topK: number;
 }
 
+const moeSwigluBatchOp = glueOp<MoeSwigluBatchArgs>({
+  op: 'moe_swiglu_batch',
+  counts(op, a) {
+    checkCount(op, 'intermediate', a.intermediate);
+    checkCount(op, 'topK', a.topK);
+    checkAtMost(op, 'topK', a.topK, 65535, '65535 (a grid dimension)');
+    checkAtMost(op, 'topK * 2 * intermediate', checkedProduct(op, 'topK * 2 * intermediate', a.topK, 2, a.intermediate), U32_MAX, '2^32 - 1');
+  },
+  buffers: (a) => [['gateUp', a.gateUp, a.topK * 2 * a.intermediate], ['output', a.output, a.topK * a.intermediate]],
+  dtypes: () => ['f32', 'f32'],
+  noAliasing: { outputs: ['output'], why: GATE_UP_WHY },
+  kernel: () => 'moe_swiglu_batch',
+  bytes: (a) => [u32(a.intermediate), u32(a.topK)],
+  launch: (a) => elementGrid(a.intermediate, a.topK, 1),
+});
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateMoeSwigluBatch(a: MoeSwigluBatchArgs, device?: Device): void {
-  const op = 'moe_swiglu_batch';
-  checkCount(op, 'intermediate', a.intermediate);
-  checkCount(op, 'topK', a.topK);
-  checkAtMost(op, 'topK', a.topK, 65535, '65535 (a grid dimension)');
-  const n = checkedProduct(op, 'topK * 2 * intermediate', a.topK, 2, a.intermediate);
-  checkAtMost(op, 'topK * 2 * intermediate', n, U32_MAX, '2^32 - 1');
-  const bindings = [['gateUp', a.gateUp], ['output', a.output]] as const;
-  for (const [arg, b] of bindings) checkBuffer(op, arg, b, device);
-  for (const [arg, b] of bindings) checkDtype(op, arg, b, 'f32');
-  checkAtLeast(op, 'gateUp', a.gateUp, n);
-  checkAtLeast(op, 'output', a.output, n / 2);
-  checkNoAliasing(op, bindings, ['output'], 'the output would overwrite gate or up values other threads read');
-}
-
+export const validateMoeSwigluBatch = moeSwigluBatchOp.validate;
 /**
  * moe_swiglu_batch (mlx-native's moe_swiglu_batch_encode): for each slot s
  * < topK, output[s, i] = gelu(gateUp[s, i]) * gateUp[s, intermediate + i]
@@ -365,21 +383,8 @@ export function validateMoeSwigluBatch(a: MoeSwigluBatchArgs, device?: Device): 
  * Bindings: 0 gate_up_buf, 1 output_buf, 2 intermediate (u32), 3 top_k (u32).
  * Grid: (ceil(intermediate / tg), topK, 1) threadgroups of tg = min(256, intermediate).
  */
-export function moeSwigluBatch(enc: Encoder, args: MoeSwigluBatchArgs): void {
-  record(enc, planMoeSwigluBatch(args, enc.device.limits, enc.device));
-}
-
-export function planMoeSwigluBatch(a: MoeSwigluBatchArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateMoeSwigluBatch(a, device);
-  const tg = Math.min(GLUE_THREADS, a.intermediate);
-  return plan([{
-    kernel: 'moe_swiglu_batch',
-    buffers: [a.gateUp, a.output],
-    bytes: [, , u32(a.intermediate), u32(a.topK)],
-    grid: [ceilDiv(a.intermediate, tg), a.topK, 1],
-    threads: [tg, 1, 1],
-  }]);
-}
+export const moeSwigluBatch = moeSwigluBatchOp.op;
+export const planMoeSwigluBatch = moeSwigluBatchOp.plan;
 
 export interface MoeWeightedSumArgs {
   /** f32 [topK, hiddenSize] at least */
@@ -392,22 +397,24 @@ export interface MoeWeightedSumArgs {
   topK: number;
 }
 
+const moeWeightedSumOp = glueOp<MoeWeightedSumArgs>({
+  op: 'moe_weighted_sum',
+  counts(op, a) {
+    checkCount(op, 'hiddenSize', a.hiddenSize);
+    checkCount(op, 'topK', a.topK);
+    checkAtMost(op, 'topK * hiddenSize', checkedProduct(op, 'topK * hiddenSize', a.topK, a.hiddenSize), U32_MAX, '2^32 - 1');
+  },
+  buffers: (a) => [
+    ['expertOutputs', a.expertOutputs, a.topK * a.hiddenSize], ['weights', a.weights, a.topK], ['output', a.output, a.hiddenSize],
+  ],
+  dtypes: () => ['f32', 'f32', 'f32'],
+  noAliasing: { outputs: ['output'], why: 'every output element reads every slot' },
+  kernel: () => 'moe_weighted_sum',
+  bytes: (a) => [packFields(MOE_WEIGHTED_SUM_PARAMS_LAYOUT, { hidden_size: a.hiddenSize, top_k: a.topK })],
+  launch: (a) => elementGrid(a.hiddenSize),
+});
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateMoeWeightedSum(a: MoeWeightedSumArgs, device?: Device): void {
-  const op = 'moe_weighted_sum';
-  checkCount(op, 'hiddenSize', a.hiddenSize);
-  checkCount(op, 'topK', a.topK);
-  const n = checkedProduct(op, 'topK * hiddenSize', a.topK, a.hiddenSize);
-  checkAtMost(op, 'topK * hiddenSize', n, U32_MAX, '2^32 - 1');
-  const bindings = [['expertOutputs', a.expertOutputs], ['weights', a.weights], ['output', a.output]] as const;
-  for (const [arg, b] of bindings) checkBuffer(op, arg, b, device);
-  for (const [arg, b] of bindings) checkDtype(op, arg, b, 'f32');
-  checkAtLeast(op, 'expertOutputs', a.expertOutputs, n);
-  checkAtLeast(op, 'weights', a.weights, a.topK);
-  checkAtLeast(op, 'output', a.output, a.hiddenSize);
-  checkNoAliasing(op, bindings, ['output'], 'every output element reads every slot');
-}
-
+export const validateMoeWeightedSum = moeWeightedSumOp.validate;
 /**
  * moe_weighted_sum (mlx-native's moe_weighted_sum_encode): output[d] =
  * sum_k weights[k] * expertOutputs[k, d], slots in order, f32 (one token's
@@ -415,19 +422,8 @@ export function validateMoeWeightedSum(a: MoeWeightedSumArgs, device?: Device): 
  * Bindings: 0 expert_outputs, 1 weights, 2 output, 3 MoeWeightedSumParams.
  * Grid: one thread per output element.
  */
-export function moeWeightedSum(enc: Encoder, args: MoeWeightedSumArgs): void {
-  record(enc, planMoeWeightedSum(args, enc.device.limits, enc.device));
-}
-
-export function planMoeWeightedSum(a: MoeWeightedSumArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateMoeWeightedSum(a, device);
-  return plan([{
-    kernel: 'moe_weighted_sum',
-    buffers: [a.expertOutputs, a.weights, a.output],
-    bytes: [, , , packFields(MOE_WEIGHTED_SUM_PARAMS_LAYOUT, { hidden_size: a.hiddenSize, top_k: a.topK })],
-    ...elementGrid(a.hiddenSize),
-  }]);
-}
+export const moeWeightedSum = moeWeightedSumOp.op;
+export const planMoeWeightedSum = moeWeightedSumOp.plan;
 
 export interface MoeSwigluSeqArgs {
   /** [nTokens, topK, 2 intermediate] at least, f32 (moe_swiglu_seq) or bf16 (moe_swiglu_seq_bf16) */
@@ -439,25 +435,28 @@ export interface MoeSwigluSeqArgs {
   nTokens: number;
 }
 
+const moeSwigluSeqOp = glueOp<MoeSwigluSeqArgs>({
+  op: 'moe_swiglu_seq',
+  counts(op, a) {
+    checkCount(op, 'intermediate', a.intermediate);
+    checkCount(op, 'topK', a.topK);
+    checkCount(op, 'nTokens', a.nTokens);
+    checkAtMost(op, 'topK', a.topK, 65535, '65535 (a grid dimension)');
+    checkAtMost(op, 'nTokens', a.nTokens, 65535, '65535 (a grid dimension)');
+    const n = checkedProduct(op, 'nTokens * topK * 2 * intermediate', a.nTokens, a.topK, 2, a.intermediate);
+    checkAtMost(op, 'nTokens * topK * 2 * intermediate', n, U32_MAX, '2^32 - 1');
+  },
+  buffers: (a) => [
+    ['gateUp', a.gateUp, a.nTokens * a.topK * 2 * a.intermediate], ['output', a.output, a.nTokens * a.topK * a.intermediate],
+  ],
+  dtypes: (a) => [['f32', 'bf16'], a.gateUp.dtype],
+  noAliasing: { outputs: ['output'], why: GATE_UP_WHY },
+  kernel: (a) => (a.gateUp.dtype === 'bf16' ? 'moe_swiglu_seq_bf16' : 'moe_swiglu_seq'),
+  bytes: (a) => [packFields(MOE_SWIGLU_SEQ_PARAMS_LAYOUT, { intermediate: a.intermediate, top_k: a.topK, n_tokens: a.nTokens })],
+  launch: (a) => elementGrid(a.intermediate, a.topK, a.nTokens),
+});
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateMoeSwigluSeq(a: MoeSwigluSeqArgs, device?: Device): void {
-  const op = 'moe_swiglu_seq';
-  checkCount(op, 'intermediate', a.intermediate);
-  checkCount(op, 'topK', a.topK);
-  checkCount(op, 'nTokens', a.nTokens);
-  checkAtMost(op, 'topK', a.topK, 65535, '65535 (a grid dimension)');
-  checkAtMost(op, 'nTokens', a.nTokens, 65535, '65535 (a grid dimension)');
-  const n = checkedProduct(op, 'nTokens * topK * 2 * intermediate', a.nTokens, a.topK, 2, a.intermediate);
-  checkAtMost(op, 'nTokens * topK * 2 * intermediate', n, U32_MAX, '2^32 - 1');
-  const bindings = [['gateUp', a.gateUp], ['output', a.output]] as const;
-  for (const [arg, b] of bindings) checkBuffer(op, arg, b, device);
-  checkDtype(op, 'gateUp', a.gateUp, ['f32', 'bf16']);
-  checkDtype(op, 'output', a.output, a.gateUp.dtype);
-  checkAtLeast(op, 'gateUp', a.gateUp, n);
-  checkAtLeast(op, 'output', a.output, n / 2);
-  checkNoAliasing(op, bindings, ['output'], 'the output would overwrite gate or up values other threads read');
-}
-
+export const validateMoeSwigluSeq = moeSwigluSeqOp.validate;
 /**
  * moe_swiglu_seq / moe_swiglu_seq_bf16 (mlx-native's moe_swiglu_seq_encode
  * and _bf16_encode): for each token t and slot s, output[t, s, i] =
@@ -466,21 +465,8 @@ export function validateMoeSwigluSeq(a: MoeSwigluSeqArgs, device?: Device): void
  * Bindings: 0 gate_up_buf, 1 output_buf, 2 MoeSwigluSeqParams.
  * Grid: (ceil(intermediate / tg), topK, nTokens) threadgroups of tg = min(256, intermediate).
  */
-export function moeSwigluSeq(enc: Encoder, args: MoeSwigluSeqArgs): void {
-  record(enc, planMoeSwigluSeq(args, enc.device.limits, enc.device));
-}
-
-export function planMoeSwigluSeq(a: MoeSwigluSeqArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateMoeSwigluSeq(a, device);
-  const tg = Math.min(GLUE_THREADS, a.intermediate);
-  return plan([{
-    kernel: a.gateUp.dtype === 'bf16' ? 'moe_swiglu_seq_bf16' : 'moe_swiglu_seq',
-    buffers: [a.gateUp, a.output],
-    bytes: [, , packFields(MOE_SWIGLU_SEQ_PARAMS_LAYOUT, { intermediate: a.intermediate, top_k: a.topK, n_tokens: a.nTokens })],
-    grid: [ceilDiv(a.intermediate, tg), a.topK, a.nTokens],
-    threads: [tg, 1, 1],
-  }]);
-}
+export const moeSwigluSeq = moeSwigluSeqOp.op;
+export const planMoeSwigluSeq = moeSwigluSeqOp.plan;
 
 export interface MoeWeightedSumSeqArgs {
   /** [nTokens, topK, hiddenSize] at least: f32, bf16 or f16 */
@@ -503,27 +489,31 @@ export function moeWeightedSumSeqKernel(expertOutputs: DType, output: DType): st
   return null;
 }
 
+const moeWeightedSumSeqOp = glueOp<MoeWeightedSumSeqArgs>({
+  op: 'moe_weighted_sum_seq',
+  counts(op, a) {
+    checkCount(op, 'hiddenSize', a.hiddenSize);
+    checkCount(op, 'topK', a.topK);
+    checkCount(op, 'nTokens', a.nTokens);
+    checkAtMost(op, 'nTokens', a.nTokens, 65535, '65535 (a grid dimension)');
+    const n = checkedProduct(op, 'nTokens * topK * hiddenSize', a.nTokens, a.topK, a.hiddenSize);
+    checkAtMost(op, 'nTokens * topK * hiddenSize', n, U32_MAX, '2^32 - 1');
+  },
+  buffers: (a) => [
+    ['expertOutputs', a.expertOutputs, a.nTokens * a.topK * a.hiddenSize], ['weights', a.weights, a.nTokens * a.topK],
+    ['output', a.output, a.nTokens * a.hiddenSize],
+  ],
+  dtypes(a) {
+    const outs: Record<string, DType[]> = { f32: ['f32'], bf16: ['f32', 'bf16'], f16: ['f16'] };
+    return [['f32', 'bf16', 'f16'], 'f32', outs[a.expertOutputs.dtype] ?? []];
+  },
+  noAliasing: { outputs: ['output'], why: 'every output element reads every slot of its token' },
+  kernel: (a) => moeWeightedSumSeqKernel(a.expertOutputs.dtype, a.output.dtype)!,
+  bytes: (a) => [packFields(MOE_WEIGHTED_SUM_SEQ_PARAMS_LAYOUT, { hidden_size: a.hiddenSize, top_k: a.topK, n_tokens: a.nTokens })],
+  launch: (a) => elementGrid(a.hiddenSize, a.nTokens, 1),
+});
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateMoeWeightedSumSeq(a: MoeWeightedSumSeqArgs, device?: Device): void {
-  const op = 'moe_weighted_sum_seq';
-  checkCount(op, 'hiddenSize', a.hiddenSize);
-  checkCount(op, 'topK', a.topK);
-  checkCount(op, 'nTokens', a.nTokens);
-  checkAtMost(op, 'nTokens', a.nTokens, 65535, '65535 (a grid dimension)');
-  const n = checkedProduct(op, 'nTokens * topK * hiddenSize', a.nTokens, a.topK, a.hiddenSize);
-  checkAtMost(op, 'nTokens * topK * hiddenSize', n, U32_MAX, '2^32 - 1');
-  const bindings = [['expertOutputs', a.expertOutputs], ['weights', a.weights], ['output', a.output]] as const;
-  for (const [arg, b] of bindings) checkBuffer(op, arg, b, device);
-  checkDtype(op, 'expertOutputs', a.expertOutputs, ['f32', 'bf16', 'f16']);
-  checkDtype(op, 'weights', a.weights, 'f32');
-  const outs: Record<string, DType[]> = { f32: ['f32'], bf16: ['f32', 'bf16'], f16: ['f16'] };
-  checkDtype(op, 'output', a.output, outs[a.expertOutputs.dtype]!);
-  checkAtLeast(op, 'expertOutputs', a.expertOutputs, n);
-  checkAtLeast(op, 'weights', a.weights, a.nTokens * a.topK);
-  checkAtLeast(op, 'output', a.output, a.nTokens * a.hiddenSize);
-  checkNoAliasing(op, bindings, ['output'], 'every output element reads every slot of its token');
-}
-
+export const validateMoeWeightedSumSeq = moeWeightedSumSeqOp.validate;
 /**
  * moe_weighted_sum_seq (mlx-native's moe_weighted_sum_seq_encode and
  * _bf16_input_encode; _f16 and _bf16 added): output[t, d] = sum_k
@@ -534,21 +524,8 @@ export function validateMoeWeightedSumSeq(a: MoeWeightedSumSeqArgs, device?: Dev
  * Bindings: 0 expert_outputs, 1 weights, 2 output, 3 MoeWeightedSumSeqParams.
  * Grid: (ceil(hiddenSize / tg), nTokens, 1) threadgroups of tg = min(256, hiddenSize).
  */
-export function moeWeightedSumSeq(enc: Encoder, args: MoeWeightedSumSeqArgs): void {
-  record(enc, planMoeWeightedSumSeq(args, enc.device.limits, enc.device));
-}
-
-export function planMoeWeightedSumSeq(a: MoeWeightedSumSeqArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateMoeWeightedSumSeq(a, device);
-  const tg = Math.min(GLUE_THREADS, a.hiddenSize);
-  return plan([{
-    kernel: moeWeightedSumSeqKernel(a.expertOutputs.dtype, a.output.dtype)!,
-    buffers: [a.expertOutputs, a.weights, a.output],
-    bytes: [, , , packFields(MOE_WEIGHTED_SUM_SEQ_PARAMS_LAYOUT, { hidden_size: a.hiddenSize, top_k: a.topK, n_tokens: a.nTokens })],
-    grid: [ceilDiv(a.hiddenSize, tg), a.nTokens, 1],
-    threads: [tg, 1, 1],
-  }]);
-}
+export const moeWeightedSumSeq = moeWeightedSumSeqOp.op;
+export const planMoeWeightedSumSeq = moeWeightedSumSeqOp.plan;
 
 export interface MoeGatherTopkWeightsArgs {
   /** f32 [nExperts] at least */
@@ -566,31 +543,26 @@ export interface MoeGatherTopkWeightsArgs {
   topK: number;
 }
 
+const moeGatherTopkWeightsOp = glueOp<MoeGatherTopkWeightsArgs>({
+  op: 'moe_gather_topk_weights',
+  counts(op, a) {
+    checkCount(op, 'nExperts', a.nExperts);
+    checkCount(op, 'topK', a.topK);
+    checkAtMost(op, 'topK', a.topK, a.nExperts, 'nExperts');
+    checkAtMost(op, 'topK', a.topK, MOE_GATHER_TOPK_MAX, `${MOE_GATHER_TOPK_MAX} (the kernel's fixed array)`);
+  },
+  buffers: (a) => [
+    ['softmaxProbs', a.softmaxProbs, a.nExperts], ['sortedIndices', a.sortedIndices, a.nExperts], ['perExpertScale', a.perExpertScale, a.nExperts],
+    ['outExpertIds', a.outExpertIds, a.topK], ['outWeights', a.outWeights, a.topK],
+  ],
+  dtypes: () => ['f32', 'u32', 'f32', 'u32', 'f32'],
+  noAliasing: { outputs: ['outExpertIds', 'outWeights'], why: 'the kernel reads its inputs after it has written outputs' },
+  kernel: () => 'moe_gather_topk_weights',
+  bytes: (a) => [packFields(MOE_GATHER_TOPK_PARAMS_LAYOUT, { n_experts: a.nExperts, top_k: a.topK })],
+  launch: () => ({ grid: [1, 1, 1], threads: [1, 1, 1] }),
+});
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateMoeGatherTopkWeights(a: MoeGatherTopkWeightsArgs, device?: Device): void {
-  const op = 'moe_gather_topk_weights';
-  checkCount(op, 'nExperts', a.nExperts);
-  checkCount(op, 'topK', a.topK);
-  checkAtMost(op, 'topK', a.topK, a.nExperts, 'nExperts');
-  checkAtMost(op, 'topK', a.topK, MOE_GATHER_TOPK_MAX, `${MOE_GATHER_TOPK_MAX} (the kernel's fixed array)`);
-  const bindings = [
-    ['softmaxProbs', a.softmaxProbs], ['sortedIndices', a.sortedIndices], ['perExpertScale', a.perExpertScale],
-    ['outExpertIds', a.outExpertIds], ['outWeights', a.outWeights],
-  ] as const;
-  for (const [arg, b] of bindings) checkBuffer(op, arg, b, device);
-  checkDtype(op, 'softmaxProbs', a.softmaxProbs, 'f32');
-  checkDtype(op, 'sortedIndices', a.sortedIndices, 'u32');
-  checkDtype(op, 'perExpertScale', a.perExpertScale, 'f32');
-  checkDtype(op, 'outExpertIds', a.outExpertIds, 'u32');
-  checkDtype(op, 'outWeights', a.outWeights, 'f32');
-  checkAtLeast(op, 'softmaxProbs', a.softmaxProbs, a.nExperts);
-  checkAtLeast(op, 'sortedIndices', a.sortedIndices, a.nExperts);
-  checkAtLeast(op, 'perExpertScale', a.perExpertScale, a.nExperts);
-  checkAtLeast(op, 'outExpertIds', a.outExpertIds, a.topK);
-  checkAtLeast(op, 'outWeights', a.outWeights, a.topK);
-  checkNoAliasing(op, bindings, ['outExpertIds', 'outWeights'], 'the kernel reads its inputs after it has written outputs');
-}
-
+export const validateMoeGatherTopkWeights = moeGatherTopkWeightsOp.validate;
 /**
  * moe_gather_topk_weights (mlx-native's moe_gather_topk_weights_encode): for
  * k < topK, e = sortedIndices[k]: outExpertIds[k] = e, outWeights[k] =
@@ -602,17 +574,5 @@ export function validateMoeGatherTopkWeights(a: MoeGatherTopkWeightsArgs, device
  * Bindings: 0 softmax_probs, 1 sorted_indices, 2 per_expert_scale, 3
  * out_expert_ids, 4 out_weights, 5 MoeGatherTopkParams. Grid: one thread.
  */
-export function moeGatherTopkWeights(enc: Encoder, args: MoeGatherTopkWeightsArgs): void {
-  record(enc, planMoeGatherTopkWeights(args, enc.device.limits, enc.device));
-}
-
-export function planMoeGatherTopkWeights(a: MoeGatherTopkWeightsArgs, _limits: DeviceLimits, device?: Device): OpPlan {
-  validateMoeGatherTopkWeights(a, device);
-  return plan([{
-    kernel: 'moe_gather_topk_weights',
-    buffers: [a.softmaxProbs, a.sortedIndices, a.perExpertScale, a.outExpertIds, a.outWeights],
-    bytes: [, , , , , packFields(MOE_GATHER_TOPK_PARAMS_LAYOUT, { n_experts: a.nExperts, top_k: a.topK })],
-    grid: [1, 1, 1],
-    threads: [1, 1, 1],
-  }]);
-}
+export const moeGatherTopkWeights = moeGatherTopkWeightsOp.op;
+export const planMoeGatherTopkWeights = moeGatherTopkWeightsOp.plan;
