@@ -90,6 +90,15 @@ export function decodeUtf8(bytes: Uint8Array): string | null {
   }
 }
 
+/** The element types that uploads keep as the device dtype of the same name; the others are raw. */
+const DEVICE_DTYPES: Readonly<Record<string, DType>> = { F32: 'f32', F16: 'f16', BF16: 'bf16', I32: 'i32', U32: 'u32', U16: 'u16', U8: 'u8' };
+
+/** The storage of elements of a format's type `dtype`, `size` bytes each: its device dtype, else raw. */
+export function elementStorage(dtype: string, shape: readonly number[], size: 1 | 2 | 4 | 8): TensorStorage {
+  const d = DEVICE_DTYPES[dtype];
+  return d === undefined ? rawStorage(shape, size) : { dtype: d, shape, raw: false };
+}
+
 /** Elements of `size` bytes stored as the device dtype of that size, 64-bit ones as u32 pairs. */
 export function rawStorage(shape: readonly number[], size: 1 | 2 | 4 | 8): TensorStorage {
   if (size === 8) {

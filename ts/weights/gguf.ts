@@ -29,13 +29,13 @@ import {
   fileError,
   givenBytes,
   mapFile,
-  rawStorage,
+  elementStorage,
   shown,
   type FileBytes,
   type TensorInfo,
   type TensorStorage,
 } from './common.ts';
-import { WeightSource } from './source.ts';
+import { FileSource } from './source.ts';
 
 /** A ggml tensor type: `blockSize` elements stored in `typeSize` bytes. */
 export interface GgmlType {
@@ -275,17 +275,7 @@ class Cursor {
 }
 
 function storageOf(type: GgmlType, shape: readonly number[]): TensorStorage {
-  switch (type.name) {
-    case 'F32':
-      return { dtype: 'f32', shape, raw: false };
-    case 'F16':
-      return { dtype: 'f16', shape, raw: false };
-    case 'BF16':
-      return { dtype: 'bf16', shape, raw: false };
-    case 'I32':
-      return { dtype: 'i32', shape, raw: false };
-  }
-  if (!type.quantized) return rawStorage(shape, type.typeSize as 1 | 2 | 4 | 8);
+  if (!type.quantized) return elementStorage(type.name, shape, type.typeSize as 1 | 2 | 4 | 8);
   // Quantized: one row of blocks per innermost row, so rows (and experts) slice like any tensor.
   const ne0 = shape[shape.length - 1]!;
   return { dtype: 'u8', shape: [...shape.slice(0, -1), (ne0 / type.blockSize) * type.typeSize], raw: true };
@@ -409,27 +399,17 @@ function plain(v: GgufValue): unknown {
 }
 
 /** One GGUF file, mapped into memory and checked. */
-export class GgufFile extends WeightSource {
-  readonly path: string;
-  readonly description: string;
+export class GgufFile extends FileSource<GgufTensorInfo> {
   readonly version: number;
   readonly alignment: number;
-  readonly dataStart: number;
   readonly metadata: ReadonlyMap<string, GgufValue>;
-  readonly tensors: ReadonlyMap<string, GgufTensorInfo>;
-  private readonly file: FileBytes;
 
-  private constructor(file: FileBytes) {
-    super();
-    const h = parseGguf(file.bytes, file.path);
-    this.file = file;
-    this.path = file.path;
-    this.description = `gguf ${file.path}`;
+  /** `h`: the file's header, parsed as the file is given. */
+  private constructor(file: FileBytes, h = parseGguf(file.bytes, file.path)) {
+    super('gguf', file, h);
     this.version = h.version;
     this.alignment = h.alignment;
-    this.dataStart = h.dataStart;
     this.metadata = h.metadata;
-    this.tensors = h.tensors;
   }
 
   /** Maps the file (Bun.mmap, read-only) and checks its header. */
@@ -474,9 +454,5 @@ export class GgufFile extends WeightSource {
     if (v === undefined) return undefined;
     if (v.type !== 'string') throw fileError('gguf', this.path, `the metadata value of ${shown(key)}`, 'a string', `a ${v.type}`);
     return v.value;
-  }
-
-  protected fileBytes(): Uint8Array {
-    return this.file.bytes;
   }
 }

@@ -15,17 +15,16 @@ import { MlxError } from '../errors.ts';
 import {
   decodeUtf8,
   elementProduct,
+  elementStorage,
   fileError,
   givenBytes,
   mapFile,
-  rawStorage,
   shown,
   type FileBytes,
   type TensorInfo,
-  type TensorStorage,
 } from './common.ts';
 import { findDuplicateKey } from './json.ts';
-import { WeightSource } from './source.ts';
+import { FileSource, WeightSource } from './source.ts';
 
 /** Bytes per element of each safetensors dtype this reader takes. */
 export const SAFETENSORS_DTYPES = {
@@ -59,27 +58,6 @@ export interface SafetensorsHeader {
   readonly metadata: Readonly<Record<string, string>> | null;
   /** Every tensor, in the order of its bytes. */
   readonly tensors: ReadonlyMap<string, SafetensorsTensorInfo>;
-}
-
-function storageOf(dtype: SafetensorsDType, shape: readonly number[]): TensorStorage {
-  switch (dtype) {
-    case 'F32':
-      return { dtype: 'f32', shape, raw: false };
-    case 'F16':
-      return { dtype: 'f16', shape, raw: false };
-    case 'BF16':
-      return { dtype: 'bf16', shape, raw: false };
-    case 'I32':
-      return { dtype: 'i32', shape, raw: false };
-    case 'U32':
-      return { dtype: 'u32', shape, raw: false };
-    case 'U16':
-      return { dtype: 'u16', shape, raw: false };
-    case 'U8':
-      return { dtype: 'u8', shape, raw: false };
-    default:
-      return rawStorage(shape, SAFETENSORS_DTYPES[dtype]);
-  }
 }
 
 const encoder = new TextEncoder();
@@ -202,7 +180,7 @@ export function parseSafetensors(bytes: Uint8Array, file: string): SafetensorsHe
       elementCount: elementProduct(shape),
       byteOffset: dataStart + t.begin,
       byteLength: t.end - t.begin,
-      storage: storageOf(t.dtype, shape),
+      storage: elementStorage(t.dtype, shape, SAFETENSORS_DTYPES[t.dtype]),
       dataOffsets: [t.begin, t.end],
     });
   }
@@ -210,25 +188,15 @@ export function parseSafetensors(bytes: Uint8Array, file: string): SafetensorsHe
 }
 
 /** One safetensors file, mapped into memory and checked. */
-export class SafetensorsFile extends WeightSource {
-  readonly path: string;
-  readonly description: string;
+export class SafetensorsFile extends FileSource<SafetensorsTensorInfo> {
   readonly headerLength: number;
-  readonly dataStart: number;
   readonly metadata: Readonly<Record<string, string>> | null;
-  readonly tensors: ReadonlyMap<string, SafetensorsTensorInfo>;
-  private readonly file: FileBytes;
 
-  private constructor(file: FileBytes) {
-    super();
-    const h = parseSafetensors(file.bytes, file.path);
-    this.file = file;
-    this.path = file.path;
-    this.description = `safetensors ${file.path}`;
+  /** `h`: the file's header, parsed as the file is given. */
+  private constructor(file: FileBytes, h = parseSafetensors(file.bytes, file.path)) {
+    super('safetensors', file, h);
     this.headerLength = h.headerLength;
-    this.dataStart = h.dataStart;
     this.metadata = h.metadata;
-    this.tensors = h.tensors;
   }
 
   /** Maps the file (Bun.mmap, read-only) and checks its header. */
@@ -239,10 +207,6 @@ export class SafetensorsFile extends WeightSource {
   /** A file already in memory; `name` stands for its path in messages. */
   static fromBytes(bytes: Uint8Array, name = '<memory>'): SafetensorsFile {
     return new SafetensorsFile(givenBytes('safetensors', bytes, name));
-  }
-
-  protected fileBytes(): Uint8Array {
-    return this.file.bytes;
   }
 
   /** @internal the whole mapped file (a sharded checkpoint reads its tensors through it) */

@@ -19,7 +19,7 @@ import { VIEW_ALIGN, type Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import { dtypeSize, viewAs, type TypedArray } from '../dtype.ts';
 import { MlxError } from '../errors.ts';
-import { argError, shown, type TensorInfo } from './common.ts';
+import { argError, shown, type FileBytes, type TensorInfo, type WeightFormat } from './common.ts';
 
 export interface PackOptions {
   /** Each tensor starts at a multiple of this many bytes of its buffer: a power of two, at least 16; default 256. */
@@ -194,6 +194,29 @@ export abstract class WeightSource {
       throw e;
     }
     return new PackedWeights(buffers, views);
+  }
+}
+
+/** A source of one file (SafetensorsFile, GgufFile): its bytes, mapped or given, and the tensors its header lists. */
+export abstract class FileSource<T extends TensorInfo> extends WeightSource {
+  readonly path: string;
+  readonly description: string;
+  /** Where the data section starts in the file. */
+  readonly dataStart: number;
+  readonly tensors: ReadonlyMap<string, T>;
+  protected readonly file: FileBytes;
+
+  protected constructor(format: WeightFormat, file: FileBytes, header: { dataStart: number; tensors: ReadonlyMap<string, T> }) {
+    super();
+    this.file = file;
+    this.path = file.path;
+    this.description = `${format} ${file.path}`;
+    this.dataStart = header.dataStart;
+    this.tensors = header.tensors;
+  }
+
+  protected fileBytes(): Uint8Array {
+    return this.file.bytes;
   }
 }
 
