@@ -193,7 +193,8 @@ interface Role {
   optional?: boolean;
   transforms?: GgufTransform[];
 }
-const r = (key: string, hf: string | null, gguf: string | null, flags: Omit<Role, 'key' | 'hf' | 'gguf'> = {}): Role => ({ key, hf, gguf, ...flags });
+type Flags = Omit<Role, 'key' | 'hf' | 'gguf'>;
+const r = (key: string, hf: string | null, gguf: string | null, flags: Flags = {}): Role => ({ key, hf, gguf, ...flags });
 const L = { linear: true };
 const PLUS1: GgufTransform[] = ['plus_one'];
 const TILED: GgufTransform[] = ['v_heads_tiled'];
@@ -213,14 +214,21 @@ const QWEN_LINEAR_ATTN = [
   r('norm', 'linear_attn.norm.weight', 'ssm_norm.weight'),
   r('outProj', 'linear_attn.out_proj.weight', 'ssm_out.weight', { ...L, transforms: TILED }),
 ];
-const QWEN_FULL_ATTN = [
-  r('qProj', 'self_attn.q_proj.weight', 'attn_q.weight', L),
-  r('kProj', 'self_attn.k_proj.weight', 'attn_k.weight', L),
-  r('vProj', 'self_attn.v_proj.weight', 'attn_v.weight', L),
-  r('oProj', 'self_attn.o_proj.weight', 'attn_output.weight', L),
-  r('qNorm', 'self_attn.q_norm.weight', 'attn_q_norm.weight', { transforms: PLUS1 }),
-  r('kNorm', 'self_attn.k_norm.weight', 'attn_k_norm.weight', { transforms: PLUS1 }),
-];
+/**
+ * The attention projections and q/k norms, named alike by both models; `kv`
+ * adds to the k and v projections' flags, qNorm and kNorm are the norms'.
+ */
+function attentionRoles(kv: Flags, qNorm: Flags, kNorm: Flags): Role[] {
+  return [
+    r('qProj', 'self_attn.q_proj.weight', 'attn_q.weight', L),
+    r('kProj', 'self_attn.k_proj.weight', 'attn_k.weight', { ...L, ...kv }),
+    r('vProj', 'self_attn.v_proj.weight', 'attn_v.weight', { ...L, ...kv }),
+    r('oProj', 'self_attn.o_proj.weight', 'attn_output.weight', L),
+    r('qNorm', 'self_attn.q_norm.weight', 'attn_q_norm.weight', qNorm),
+    r('kNorm', 'self_attn.k_norm.weight', 'attn_k_norm.weight', kNorm),
+  ];
+}
+const QWEN_FULL_ATTN = attentionRoles({}, { transforms: PLUS1 }, { transforms: PLUS1 });
 const QWEN_MOE = [
   r('router', 'mlp.gate.weight', 'ffn_gate_inp.weight', L),
   r('sharedExpertGate', 'mlp.shared_expert_gate.weight', 'ffn_gate_inp_shexp.weight', L),
@@ -241,14 +249,8 @@ const GEMMA_NORMS = [
   r('preFeedforwardNorm', 'pre_feedforward_layernorm.weight', 'ffn_norm.weight'),
   r('postFeedforwardNorm', 'post_feedforward_layernorm.weight', 'post_ffw_norm.weight'),
 ];
-const GEMMA_ATTN = [
-  r('qProj', 'self_attn.q_proj.weight', 'attn_q.weight', L),
-  r('kProj', 'self_attn.k_proj.weight', 'attn_k.weight', { ...L, optional: true }),
-  r('vProj', 'self_attn.v_proj.weight', 'attn_v.weight', { ...L, optional: true }),
-  r('oProj', 'self_attn.o_proj.weight', 'attn_output.weight', L),
-  r('qNorm', 'self_attn.q_norm.weight', 'attn_q_norm.weight'),
-  r('kNorm', 'self_attn.k_norm.weight', 'attn_k_norm.weight', { optional: true }),
-];
+/** Gemma 4's layers that read another layer's cache have neither k and v projections nor a k norm. */
+const GEMMA_ATTN = attentionRoles({ optional: true }, {}, { optional: true });
 const GEMMA_MLP = [
   r('gate', 'mlp.gate_proj.weight', 'ffn_gate.weight', L),
   r('up', 'mlp.up_proj.weight', 'ffn_up.weight', L),
