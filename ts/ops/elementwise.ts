@@ -21,7 +21,7 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, invalid } from '../validate.ts';
-import { record, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { opOf, type OpPlan, type PlannedDispatch } from '../plan.ts';
 
 export const ELEMENTWISE_FAMILY = 'elementwise';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -98,69 +98,6 @@ function checkScalar(op: string, arg: string, value: unknown): void {
   }
 }
 
-function validateBinary(op: string, a: ElementwiseBinaryArgs, device?: Device): void {
-  checkBuffer(op, 'a', a.a, device);
-  checkBuffer(op, 'b', a.b, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'a', a.a, ELEMENTWISE_DTYPES);
-  checkDtype(op, 'b', a.b, a.a.dtype);
-  checkDtype(op, 'output', a.output, a.a.dtype);
-  const n = elementCount(op, 'a', a.a);
-  checkElements(op, 'b', a.b, n);
-  checkElements(op, 'output', a.output, n);
-  // In place (output over exactly a or b) is safe: each thread reads only the
-  // elements it writes.
-  checkNoAliasing(op, [['a', a.a], ['b', a.b], ['output', a.output]], ['output'],
-    'an element of output over another element of an input', [['output', 'a'], ['output', 'b']]);
-}
-
-/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateElementwiseAdd(a: ElementwiseBinaryArgs, device?: Device): void {
-  validateBinary('elementwise_add', a, device);
-}
-
-/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateElementwiseMul(a: ElementwiseBinaryArgs, device?: Device): void {
-  validateBinary('elementwise_mul', a, device);
-}
-
-/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateElementwiseAddScaled(a: ElementwiseAddScaledArgs, device?: Device): void {
-  const op = 'elementwise_add_scaled';
-  checkScalar(op, 'scale', a.scale);
-  validateBinary(op, a, device);
-}
-
-/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateScalarMul(a: ScalarMulArgs, device?: Device): void {
-  const op = 'scalar_mul';
-  checkScalar(op, 'scalar', a.scalar);
-  checkBuffer(op, 'input', a.input, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'input', a.input, ELEMENTWISE_DTYPES);
-  checkDtype(op, 'output', a.output, a.input.dtype);
-  const n = elementCount(op, 'input', a.input);
-  checkElements(op, 'output', a.output, n);
-  checkNoAliasing(op, [['input', a.input], ['output', a.output]], ['output'],
-    'an element of output over another element of input', [['output', 'input']]);
-}
-
-/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
-export function validateCast(a: CastArgs, device?: Device): void {
-  const op = 'cast';
-  checkBuffer(op, 'input', a.input, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'input', a.input, ELEMENTWISE_DTYPES);
-  const from = a.input.dtype;
-  checkDtype(op, 'output', a.output, ELEMENTWISE_DTYPES.filter((t) => t !== from));
-  const n = elementCount(op, 'input', a.input);
-  checkElements(op, 'output', a.output, n);
-  // Over exactly input's bytes (an f16 <-> bf16 cast) each thread reads its
-  // elements before it writes them; any other overlap is refused.
-  checkNoAliasing(op, [['input', a.input], ['output', a.output]], ['output'],
-    'an element of output over another element of input', [['output', 'input']]);
-}
-
 // ---- plans ----
 
 /** Elements per CUDA thread: one 16-byte vector of the narrower dtype. */
@@ -186,6 +123,94 @@ function planOf(d: PlannedDispatch): OpPlan {
   return { family: ELEMENTWISE_FAMILY, sources: ELEMENTWISE_SOURCES, kernels: ELEMENTWISE_KERNELS, dispatches: [d] };
 }
 
+/** An op of the family: one element per thread over n elements, its params after the buffers. */
+interface ElementwiseOp<A> {
+  op: string;
+  /** The scalar argument and its name, checked first. */
+  scalar?(a: A): readonly [name: string, value: unknown];
+  /** The inputs in binding order, the output last. The first input gives n and the dtype (one of f32, f16, bf16) of the others. */
+  buffers(a: A): readonly (readonly [name: string, buf: Buffer])[];
+  /** The dtypes the output may have (the first input's where absent). */
+  outputDtypes?(from: DType): readonly DType[];
+  kernel(from: DType, to: DType): string;
+  params(a: A, n: number): Uint8Array;
+}
+
+function elementwiseOp<A>(e: ElementwiseOp<A>): {
+  validate(a: A, device?: Device): void;
+  plan(a: A, limits: DeviceLimits, device?: Device): OpPlan;
+  op(enc: Encoder, a: A): void;
+} {
+  const validate = (a: A, device?: Device): void => {
+    const op = e.op;
+    if (e.scalar !== undefined) {
+      const [arg, value] = e.scalar(a);
+      checkScalar(op, arg, value);
+    }
+    const list = e.buffers(a);
+    for (const [arg, buf] of list) checkBuffer(op, arg, buf, device);
+    const [firstArg, first] = list[0]!;
+    const inputs = list.slice(0, -1), [outArg, output] = list[list.length - 1]!;
+    checkDtype(op, firstArg, first, ELEMENTWISE_DTYPES);
+    for (const [arg, buf] of inputs.slice(1)) checkDtype(op, arg, buf, first.dtype);
+    checkDtype(op, outArg, output, e.outputDtypes?.(first.dtype) ?? first.dtype);
+    const n = elementCount(op, firstArg, first);
+    for (const [arg, buf] of list.slice(1)) checkElements(op, arg, buf, n);
+    // In place (output over exactly an input) is safe: each thread reads the
+    // elements it writes before it writes them. Any other overlap is refused.
+    checkNoAliasing(op, list, [outArg], `an element of output over another element of ${inputs.length > 1 ? 'an input' : firstArg}`,
+      inputs.map(([arg]) => [outArg, arg] as const));
+  };
+  const plan = (a: A, limits: DeviceLimits, device?: Device): OpPlan => {
+    validate(a, device);
+    const buffers = e.buffers(a).map(([, buf]) => buf);
+    const first = buffers[0]!, output = buffers[buffers.length - 1]!;
+    const n = first.elementCount;
+    const bytes: (Uint8Array | undefined)[] = [];
+    bytes[buffers.length] = e.params(a, n);
+    return planOf({
+      kernel: e.kernel(first.dtype, output.dtype),
+      buffers,
+      bytes,
+      ...elementwiseLaunch(n, elementwiseVector(first.dtype, output.dtype), limits),
+    });
+  };
+  return { validate, plan, op: opOf(plan) };
+}
+
+const binary = (a: ElementwiseBinaryArgs) => [['a', a.a], ['b', a.b], ['output', a.output]] as const;
+const unary = (a: ScalarMulArgs | CastArgs) => [['input', a.input], ['output', a.output]] as const;
+
+const addOp = elementwiseOp<ElementwiseBinaryArgs>({
+  op: 'elementwise_add', buffers: binary, kernel: (t) => `elementwise_add_${t}`, params: (_a, n) => packElementwiseParams({ n }),
+});
+const mulOp = elementwiseOp<ElementwiseBinaryArgs>({
+  op: 'elementwise_mul', buffers: binary, kernel: (t) => `elementwise_mul_${t}`, params: (_a, n) => packElementwiseParams({ n }),
+});
+const addScaledOp = elementwiseOp<ElementwiseAddScaledArgs>({
+  op: 'elementwise_add_scaled', scalar: (a) => ['scale', a.scale], buffers: binary,
+  kernel: (t) => `elementwise_add_scaled_${t}`, params: (a, n) => packScalarMulParams({ scalar: a.scale, n }),
+});
+const scalarMulOp = elementwiseOp<ScalarMulArgs>({
+  op: 'scalar_mul', scalar: (a) => ['scalar', a.scalar], buffers: unary,
+  kernel: (t) => `scalar_mul_${t}`, params: (a, n) => packScalarMulParams({ scalar: a.scalar, n }),
+});
+const castOp = elementwiseOp<CastArgs>({
+  op: 'cast', buffers: unary, outputDtypes: (from) => ELEMENTWISE_DTYPES.filter((t) => t !== from),
+  kernel: (from, to) => `cast_${from}_to_${to}`, params: (_a, n) => packElementwiseParams({ n }),
+});
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export const validateElementwiseAdd = addOp.validate;
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export const validateElementwiseMul = mulOp.validate;
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export const validateElementwiseAddScaled = addScaledOp.validate;
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export const validateScalarMul = scalarMulOp.validate;
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export const validateCast = castOp.validate;
+
 /**
  * elementwise_add: output[i] = a[i] + b[i], in f32 and rounded once to the
  * dtype (nearest even): the correctly rounded sum. The residual add.
@@ -197,21 +222,9 @@ function planOf(d: PlannedDispatch): OpPlan {
  * Grid: (ceil(n / 256), 1, 1) threadgroups of min(256, n) threads, one
  * element each; the CUDA twin gives each thread one 16-byte vector.
  */
-export function elementwiseAdd(enc: Encoder, args: ElementwiseBinaryArgs): void {
-  record(enc, planElementwiseAdd(args, enc.device.limits, enc.device));
-}
-
+export const elementwiseAdd = addOp.op;
 /** elementwiseAdd's plan: validates, then one dispatch (see elementwiseAdd). */
-export function planElementwiseAdd(a: ElementwiseBinaryArgs, limits: DeviceLimits, device?: Device): OpPlan {
-  validateElementwiseAdd(a, device);
-  const n = a.a.elementCount;
-  return planOf({
-    kernel: `elementwise_add_${a.a.dtype}`,
-    buffers: [a.a, a.b, a.output],
-    bytes: [, , , packElementwiseParams({ n })],
-    ...elementwiseLaunch(n, elementwiseVector(a.a.dtype), limits),
-  });
-}
+export const planElementwiseAdd = addOp.plan;
 
 /**
  * elementwise_mul: output[i] = a[i] * b[i], in f32 and rounded once to the
@@ -219,21 +232,9 @@ export function planElementwiseAdd(a: ElementwiseBinaryArgs, limits: DeviceLimit
  *
  * Layouts, bindings and grid as elementwiseAdd's. Kernels: elementwise_mul_<dtype>.
  */
-export function elementwiseMul(enc: Encoder, args: ElementwiseBinaryArgs): void {
-  record(enc, planElementwiseMul(args, enc.device.limits, enc.device));
-}
-
+export const elementwiseMul = mulOp.op;
 /** elementwiseMul's plan: validates, then one dispatch (see elementwiseMul). */
-export function planElementwiseMul(a: ElementwiseBinaryArgs, limits: DeviceLimits, device?: Device): OpPlan {
-  validateElementwiseMul(a, device);
-  const n = a.a.elementCount;
-  return planOf({
-    kernel: `elementwise_mul_${a.a.dtype}`,
-    buffers: [a.a, a.b, a.output],
-    bytes: [, , , packElementwiseParams({ n })],
-    ...elementwiseLaunch(n, elementwiseVector(a.a.dtype), limits),
-  });
-}
+export const planElementwiseMul = mulOp.plan;
 
 /**
  * elementwise_add_scaled: output[i] = a[i] + scale * b[i], one f32 fused
@@ -246,21 +247,9 @@ export function planElementwiseMul(a: ElementwiseBinaryArgs, limits: DeviceLimit
  * ScalarMulParams (scalar = scale, count = n).
  * Grid: as elementwiseAdd's.
  */
-export function elementwiseAddScaled(enc: Encoder, args: ElementwiseAddScaledArgs): void {
-  record(enc, planElementwiseAddScaled(args, enc.device.limits, enc.device));
-}
-
+export const elementwiseAddScaled = addScaledOp.op;
 /** elementwiseAddScaled's plan: validates, then one dispatch (see elementwiseAddScaled). */
-export function planElementwiseAddScaled(a: ElementwiseAddScaledArgs, limits: DeviceLimits, device?: Device): OpPlan {
-  validateElementwiseAddScaled(a, device);
-  const n = a.a.elementCount;
-  return planOf({
-    kernel: `elementwise_add_scaled_${a.a.dtype}`,
-    buffers: [a.a, a.b, a.output],
-    bytes: [, , , packScalarMulParams({ scalar: a.scale, n })],
-    ...elementwiseLaunch(n, elementwiseVector(a.a.dtype), limits),
-  });
-}
+export const planElementwiseAddScaled = addScaledOp.plan;
 
 /**
  * scalar_mul: output[i] = input[i] * scalar, in f32 and rounded once to the
@@ -273,21 +262,9 @@ export function planElementwiseAddScaled(a: ElementwiseAddScaledArgs, limits: De
  * ScalarMulParams (scalar, count = n).
  * Grid: as elementwiseAdd's.
  */
-export function scalarMul(enc: Encoder, args: ScalarMulArgs): void {
-  record(enc, planScalarMul(args, enc.device.limits, enc.device));
-}
-
+export const scalarMul = scalarMulOp.op;
 /** scalarMul's plan: validates, then one dispatch (see scalarMul). */
-export function planScalarMul(a: ScalarMulArgs, limits: DeviceLimits, device?: Device): OpPlan {
-  validateScalarMul(a, device);
-  const n = a.input.elementCount;
-  return planOf({
-    kernel: `scalar_mul_${a.input.dtype}`,
-    buffers: [a.input, a.output],
-    bytes: [, , packScalarMulParams({ scalar: a.scalar, n })],
-    ...elementwiseLaunch(n, elementwiseVector(a.input.dtype), limits),
-  });
-}
+export const planScalarMul = scalarMulOp.plan;
 
 /**
  * cast: output[i] = input[i] in output's dtype, between f32, f16 and bf16 in
@@ -305,18 +282,6 @@ export function planScalarMul(a: ScalarMulArgs, limits: DeviceLimits, device?: D
  * Grid: as elementwiseAdd's; the CUDA twin's vectors are 16 bytes of the
  * 16-bit side (8 elements).
  */
-export function cast(enc: Encoder, args: CastArgs): void {
-  record(enc, planCast(args, enc.device.limits, enc.device));
-}
-
+export const cast = castOp.op;
 /** cast's plan: validates, then one dispatch (see cast). */
-export function planCast(a: CastArgs, limits: DeviceLimits, device?: Device): OpPlan {
-  validateCast(a, device);
-  const n = a.input.elementCount;
-  return planOf({
-    kernel: `cast_${a.input.dtype}_to_${a.output.dtype}`,
-    buffers: [a.input, a.output],
-    bytes: [, , packElementwiseParams({ n })],
-    ...elementwiseLaunch(n, elementwiseVector(a.input.dtype, a.output.dtype), limits),
-  });
-}
+export const planCast = castOp.plan;
