@@ -8,10 +8,9 @@
 // launches.
 
 import type { Buffer } from './buffer.ts';
-import type { Device, DeviceLimits } from './device.ts';
+import type { Device } from './device.ts';
 import type { DType } from './dtype.ts';
-import type { Encoder } from './encoder.ts';
-import { opOf, type Launch, type OpPlan, type PlannedDispatch } from './plan.ts';
+import { opShape, type Launch, type OpPlan, type OpShape, type PlannedDispatch } from './plan.ts';
 import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from './validate.ts';
 
 /** The gate's activation of the fused gate/up products: silu (Qwen3.6), gelu with the tanh approximation (Gemma 4). */
@@ -156,18 +155,11 @@ function bindingsOf<B extends FormArgs>(fam: ExpertFamily<B>, f: ExpertForm, a: 
 }
 
 /** The op shape of one form of a family: validate, plan (one dispatch), op. */
-export function expertProductOp<B extends FormArgs, A extends B>(fam: ExpertFamily<B>, f: ExpertForm): {
-  validate(a: A, device?: Device): void;
-  plan(a: A, limits: DeviceLimits, device?: Device): OpPlan;
-  op(enc: Encoder, a: A): void;
-} {
-  const validate = (a: A, device?: Device): void => validateForm(fam, f, a, device);
-  const plan = (a: A, _limits: DeviceLimits, device?: Device): OpPlan => {
-    validate(a, device);
+export function expertProductOp<B extends FormArgs, A extends B>(fam: ExpertFamily<B>, f: ExpertForm): OpShape<A> {
+  return opShape<A>((a, device) => validateForm(fam, f, a, device), (a) => {
     const pairs = a.m * a.nExpertUsed;
     const dispatch: PlannedDispatch = { kernel: `${f.op}_${a.x.dtype}`, ...bindingsOf(fam, f, a), ...fam.launch(f, a, pairs) };
     return { ...fam.plan, dispatches: [dispatch] };
-  };
-  return { validate, plan, op: opOf(plan) };
+  });
 }
 

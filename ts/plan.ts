@@ -82,15 +82,28 @@ export function record(enc: Encoder, plan: OpPlan): void {
   });
 }
 
+/** The three functions of an op (the shape above). */
+export interface OpShape<A> {
+  validate(a: A, device?: Device): void;
+  plan(a: A, limits: DeviceLimits, device?: Device): OpPlan;
+  op(enc: Encoder, a: A): void;
+}
+
 /**
- * The op of a plan function: record(enc, plan(args, enc.device.limits,
- * enc.device)), for ops defined from a table. It is a function taking `enc`
- * first, the shape by which the op contract finds a family's ops.
+ * The op shape of a validation and a planner of valid arguments, for ops
+ * defined from a table: plan validates, then plans; op records the plan. op
+ * is a function taking `enc` first, the shape by which the op contract
+ * finds a family's ops.
  */
-export function opOf<A>(plan: (a: A, limits: DeviceLimits, device?: Device) => OpPlan): (enc: Encoder, a: A) => void {
-  return function (enc: Encoder, a: A): void {
+export function opShape<A>(validate: (a: A, device?: Device) => void, planValid: (a: A, limits: DeviceLimits) => OpPlan): OpShape<A> {
+  const plan = (a: A, limits: DeviceLimits, device?: Device): OpPlan => {
+    validate(a, device);
+    return planValid(a, limits);
+  };
+  const op = function (enc: Encoder, a: A): void {
     record(enc, plan(a, enc.device.limits, enc.device));
   };
+  return { validate, plan, op };
 }
 
 function dispatchOne(enc: Encoder, d: PlannedDispatch): void {

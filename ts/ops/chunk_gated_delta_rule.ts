@@ -30,7 +30,7 @@ import {
 } from '../validate.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { opOf, record, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { opShape, record, type OpPlan, type OpShape, type PlannedDispatch } from '../plan.ts';
 
 const OP = 'chunk_gated_delta_rule';
 const FAMILY = 'chunk_gated_delta_rule';
@@ -247,12 +247,7 @@ interface GdrStep<A extends GdrStepParams> {
 }
 
 /** A step's three functions of the op shape, and its dispatch without validation (for chunkGatedDeltaRule's plan). */
-function gdrStep<A extends GdrStepParams>(s: GdrStep<A>): {
-  validate(a: A, device?: Device): void;
-  plan(a: A, limits: DeviceLimits, device?: Device): OpPlan;
-  op(enc: Encoder, a: A): void;
-  dispatch(a: A): PlannedDispatch;
-} {
+function gdrStep<A extends GdrStepParams>(s: GdrStep<A>): OpShape<A> & { dispatch(a: A): PlannedDispatch } {
   const validate = (a: A, device?: Device): void => {
     validateGdrStepParams(a);
     const list = s.buffers(a);
@@ -263,11 +258,7 @@ function gdrStep<A extends GdrStepParams>(s: GdrStep<A>): {
     const buffers = s.buffers(a).map(([, buf]) => buf);
     return { kernel: s.kernel(a), buffers, bytes: stepBytes(buffers.length, a), grid: s.grid(a), threads: [s.threads, 1, 1] };
   };
-  const plan = (a: A, _limits: DeviceLimits, device?: Device): OpPlan => {
-    validate(a, device);
-    return planOf(dispatch(a));
-  };
-  return { validate, plan, op: opOf(plan), dispatch };
+  return { ...opShape(validate, (a) => planOf(dispatch(a))), dispatch };
 }
 
 export interface GdrCumsumArgs extends GdrStepParams {

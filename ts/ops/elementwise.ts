@@ -17,11 +17,10 @@ import header from '../../shaders/elementwise.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import { dtypeSize, type DType } from '../dtype.ts';
-import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, invalid } from '../validate.ts';
-import { opOf, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { opShape, type OpPlan, type OpShape, type PlannedDispatch } from '../plan.ts';
 
 export const ELEMENTWISE_FAMILY = 'elementwise';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -136,11 +135,7 @@ interface ElementwiseOp<A> {
   params(a: A, n: number): Uint8Array;
 }
 
-function elementwiseOp<A>(e: ElementwiseOp<A>): {
-  validate(a: A, device?: Device): void;
-  plan(a: A, limits: DeviceLimits, device?: Device): OpPlan;
-  op(enc: Encoder, a: A): void;
-} {
+function elementwiseOp<A>(e: ElementwiseOp<A>): OpShape<A> {
   const validate = (a: A, device?: Device): void => {
     const op = e.op;
     if (e.scalar !== undefined) {
@@ -161,8 +156,7 @@ function elementwiseOp<A>(e: ElementwiseOp<A>): {
     checkNoAliasing(op, list, [outArg], `an element of output over another element of ${inputs.length > 1 ? 'an input' : firstArg}`,
       inputs.map(([arg]) => [outArg, arg] as const));
   };
-  const plan = (a: A, limits: DeviceLimits, device?: Device): OpPlan => {
-    validate(a, device);
+  return opShape(validate, (a, limits) => {
     const buffers = e.buffers(a).map(([, buf]) => buf);
     const first = buffers[0]!, output = buffers[buffers.length - 1]!;
     const n = first.elementCount;
@@ -174,8 +168,7 @@ function elementwiseOp<A>(e: ElementwiseOp<A>): {
       bytes,
       ...elementwiseLaunch(n, elementwiseVector(first.dtype, output.dtype), limits),
     });
-  };
-  return { validate, plan, op: opOf(plan) };
+  });
 }
 
 const binary = (a: ElementwiseBinaryArgs) => [['a', a.a], ['b', a.b], ['output', a.output]] as const;

@@ -30,7 +30,7 @@ import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { roundUp16 } from '../launch.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { opOf, record, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { opShape, record, type OpPlan, type OpShape, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
 
@@ -192,11 +192,7 @@ interface GlueOp<A> {
   launch(a: A): Pick<PlannedDispatch, 'grid' | 'threads'>;
 }
 
-function glueOp<A>(g: GlueOp<A>): {
-  validate(a: A, device?: Device): void;
-  plan(a: A, limits: DeviceLimits, device?: Device): OpPlan;
-  op(enc: Encoder, a: A): void;
-} {
+function glueOp<A>(g: GlueOp<A>): OpShape<A> {
   const validate = (a: A, device?: Device): void => {
     const op = g.op;
     g.counts(op, a);
@@ -208,14 +204,12 @@ function glueOp<A>(g: GlueOp<A>): {
     const n = g.noAliasing;
     if (n !== undefined) checkNoAliasing(op, list.map(([arg, b]) => [arg, b] as const), n.outputs, n.why, n.inPlace);
   };
-  const plan = (a: A, _limits: DeviceLimits, device?: Device): OpPlan => {
-    validate(a, device);
+  return opShape(validate, (a) => {
     const buffers = g.buffers(a).map(([, b]) => b);
     const bytes: (Uint8Array | undefined)[] = [];
     g.bytes(a).forEach((b, i) => (bytes[buffers.length + i] = b));
     return planOf([{ kernel: g.kernel(a), buffers, bytes, ...g.launch(a) }]);
-  };
-  return { validate, plan, op: opOf(plan) };
+  });
 }
 
 export interface FusedGeluMulArgs {

@@ -39,7 +39,7 @@ import { packFields, structLayout, type ParamField } from '../params.ts';
 import { record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { CUDA_GRID_MAX, checkPairs, expertProductOp, moeTileSlots, type ExpertFamily, type ExpertProductBase, type GateActivation } from '../expert-products.ts';
 import { familySources } from '../registry.ts';
-import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
 import { AFFINE_BITS, AFFINE_GROUP_SIZES, quantizedRowBytes } from './quantized_matmul.ts';
 
 export const QUANTIZED_MATMUL_ID_FAMILY = 'quantized_matmul_id';
