@@ -11,7 +11,9 @@ import type { Buffer } from './buffer.ts';
 import type { Device } from './device.ts';
 import type { DType } from './dtype.ts';
 import { opShape, type Launch, type OpPlan, type OpShape, type PlannedDispatch } from './plan.ts';
-import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from './validate.ts';
+import {
+  checkAtMost, checkBufferRules, checkNoAliasing, checkPositive, checkedProduct, invalid, like, ruleBindings, type BufferRule, type DtypeOf,
+} from './validate.ts';
 
 /** The gate's activation of the fused gate/up products: silu (Qwen3.6), gelu with the tanh approximation (Gemma 4). */
 export type GateActivation = 'silu' | 'gelu_tanh';
@@ -69,8 +71,6 @@ export interface ExpertForm {
   readonly gateUp: boolean;
 }
 
-/** A buffer a form binds, with the dtype ('x': x's) and element count it must have. */
-type Expected = readonly [name: string, buf: Buffer, dtype: DType | readonly DType[] | 'x', count: number];
 
 /** What a family of per-expert products decides for itself, for its arguments B. */
 export interface ExpertFamily<B extends FormArgs> {
@@ -84,7 +84,7 @@ export interface ExpertFamily<B extends FormArgs> {
   /** The CUDA grid of the form within CUDA_GRID_MAX blocks. */
   checkGrid(f: ExpertForm, a: B, pairs: number): void;
   /** Dtype and element count of each field of an expert set (set's order), its experts expertRows = rows apart. */
-  expect(op: string, a: B, rows: number): readonly (readonly [dtype: DType | 'x', count: number])[];
+  expect(op: string, a: B, rows: number): readonly (readonly [dtype: DType | DtypeOf, count: number])[];
   /** The params struct of the form. */
   params(f: ExpertForm, a: B): Uint8Array;
   /** The Metal launch and the CUDA one of the form. */
@@ -128,14 +128,12 @@ function validateForm<B extends FormArgs>(fam: ExpertFamily<B>, f: ExpertForm, a
   const nx = checkedProduct(op, 'm * k', a.m, a.k);
   const ny = checkedProduct(op, 'm * nExpertUsed * n', pairs, a.n);
   const routingCount: Record<string, number> = { ids: pairs, offsets: a.numExperts + 2, order: pairs };
-  const list: Expected[] = [['x', a.x, fam.xDtypes(f), nx]];
+  const list: BufferRule[] = [['x', a.x, fam.xDtypes(f), nx]];
   for (const set of setsOf(fam, f)) set.forEach((name, i) => list.push([name, field(a, name), ...perField[i]!]));
   for (const name of routingOf(f)) list.push([name, field(a, name), 'u32', routingCount[name]!]);
-  list.push(['output', a.output, 'x', ny]);
-  for (const [name, buf] of list) checkBuffer(op, name, buf, device);
-  for (const [name, buf, dtype] of list) checkDtype(op, name, buf, dtype === 'x' ? a.x.dtype : dtype);
-  for (const [name, buf, , count] of list) checkElements(op, name, buf, count);
-  checkNoAliasing(op, list.map(([name, buf]) => [name, buf] as const), ['output'], 'every output row reads x and weights that other rows read too');
+  list.push(['output', a.output, like('x'), ny]);
+  checkBufferRules(op, list, device);
+  checkNoAliasing(op, ruleBindings(list), ['output'], 'every output row reads x and weights that other rows read too');
 }
 
 /**

@@ -121,3 +121,32 @@ export function checkedProduct(op: string, arg: string, ...factors: number[]): n
   }
   return p;
 }
+
+/** A dtype rule that reads the dtypes of the arguments listed before it (`like`: the same as one of them). */
+export type DtypeOf = (dtypeOf: (arg: string) => DType) => DType | readonly DType[];
+/** The dtype of the argument `arg` listed before. */
+export const like = (arg: string): DtypeOf => (dtypeOf) => dtypeOf(arg);
+
+/** A buffer argument: its name, the buffer, its dtype (or one of them, or a rule on those before it), its element count. */
+export type BufferRule = readonly [arg: string, buf: Buffer, dtype: DType | readonly DType[] | DtypeOf, count: number];
+
+/**
+ * An op's buffer arguments, checked in phases so that the first rule broken
+ * in this order is the one named: every one a live buffer (of `device`),
+ * then every dtype, then every element count: exact, or with `atLeast`
+ * mlx-native's rule (at least that many).
+ */
+export function checkBufferRules(op: string, rules: readonly BufferRule[], device?: Device, atLeast = false): void {
+  for (const [arg, buf] of rules) checkBuffer(op, arg, buf, device);
+  const dtypeOf = (name: string): DType => rules.find(([arg]) => arg === name)![1].dtype;
+  for (const [arg, buf, dtype] of rules) checkDtype(op, arg, buf, typeof dtype === 'function' ? dtype(dtypeOf) : dtype);
+  for (const [arg, buf, , count] of rules) {
+    if (atLeast) checkAtLeast(op, arg, buf, count);
+    else checkElements(op, arg, buf, count);
+  }
+}
+
+/** The rules' arguments as checkNoAliasing takes them. */
+export function ruleBindings(rules: readonly BufferRule[]): [string, Buffer][] {
+  return rules.map(([arg, buf]) => [arg, buf]);
+}

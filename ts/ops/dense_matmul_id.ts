@@ -24,7 +24,7 @@ import type { Buffer } from '../buffer.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import type { Launch } from '../plan.ts';
 import { familySources } from '../registry.ts';
-import { checkAtMost, checkedProduct, invalid } from '../validate.ts';
+import { checkAtMost, checkedProduct, invalid, like } from '../validate.ts';
 import { CUDA_GRID_MAX, expertProductOp, moeTileSlots, type ExpertFamily, type ExpertProductBase, type GateActivation } from '../expert-products.ts';
 
 export const DENSE_MATMUL_ID_FAMILY = 'dense_matmul_id';
@@ -121,7 +121,7 @@ const DENSE: ExpertFamily<DenseIdBase & { activation?: GateActivation }> = {
     const stride = checkedProduct(op, 'expertRows * k', rows, a.k);
     checkAtMost(op, 'expertRows * k', stride, U32_MAX, '2^32 - 1 (the params hold the expert stride as a u32)');
     const nw = checkedProduct(op, '((numExperts - 1) * expertRows + n) * k', checkedProduct(op, '(numExperts - 1) * expertRows', a.numExperts - 1, rows) + a.n, a.k);
-    return [['x', nw]];
+    return [[like('x'), nw]];
   },
   params: (_f, a) => packDenseMatmulIdParams({ ...a, expertStride: (a.expertRows ?? a.n) * a.k }),
   launch(f, a, pairs) {

@@ -32,7 +32,10 @@ import { roundUp16 } from '../launch.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { opShape, record, type OpPlan, type OpShape, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
-import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import {
+  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid, like, ruleBindings,
+  type BufferRule,
+} from '../validate.ts';
 
 export const MOE_DISPATCH_FAMILY = 'moe_dispatch';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -180,10 +183,8 @@ interface GlueOp<A> {
   op: string;
   /** The op's rules on its counts, checked first. */
   counts(op: string, a: A): void;
-  /** The buffers in binding order, with the elements each holds at least. */
-  buffers(a: A): readonly (readonly [name: string, buf: Buffer, atLeast: number])[];
-  /** The dtype of each buffer (read once the buffers are checked). */
-  dtypes(a: A): readonly (DType | readonly DType[])[];
+  /** The buffers in binding order, with their dtypes and the elements each holds at least. */
+  buffers(a: A): readonly BufferRule[];
   /** The outputs that may alias no other binding (but the inPlace pairs), and why; absent with one binding. */
   noAliasing?: { outputs: readonly string[]; why: string; inPlace?: readonly (readonly [string, string])[] };
   kernel(a: A): string;
@@ -197,12 +198,9 @@ function glueOp<A>(g: GlueOp<A>): OpShape<A> {
     const op = g.op;
     g.counts(op, a);
     const list = g.buffers(a);
-    for (const [arg, b] of list) checkBuffer(op, arg, b, device);
-    const dtypes = g.dtypes(a);
-    list.forEach(([arg, b], i) => checkDtype(op, arg, b, dtypes[i]!));
-    for (const [arg, b, n] of list) checkAtLeast(op, arg, b, n);
+    checkBufferRules(op, list, device, true);
     const n = g.noAliasing;
-    if (n !== undefined) checkNoAliasing(op, list.map(([arg, b]) => [arg, b] as const), n.outputs, n.why, n.inPlace);
+    if (n !== undefined) checkNoAliasing(op, ruleBindings(list), n.outputs, n.why, n.inPlace);
   };
   return opShape(validate, (a) => {
     const buffers = g.buffers(a).map(([, b]) => b);
@@ -225,8 +223,10 @@ export interface FusedGeluMulArgs {
 const fusedGeluMulOp = glueOp<FusedGeluMulArgs>({
   op: 'fused_gelu_mul',
   counts: (op, a) => checkCount(op, 'nElements', a.nElements),
-  buffers: (a) => [['gateOut', a.gateOut, a.nElements], ['upOut', a.upOut, a.nElements], ['output', a.output, a.nElements]],
-  dtypes: (a) => [['f32', 'bf16'], a.gateOut.dtype, a.gateOut.dtype],
+  buffers: (a) => [
+    ['gateOut', a.gateOut, ['f32', 'bf16'], a.nElements], ['upOut', a.upOut, like('gateOut'), a.nElements],
+    ['output', a.output, like('gateOut'), a.nElements],
+  ],
   noAliasing: {
     outputs: ['output'],
     why: 'each element is read before it is written only where the ranges coincide',
@@ -265,8 +265,7 @@ const moeAccumulateOp = glueOp<MoeAccumulateArgs>({
     checkCount(op, 'nElements', a.nElements);
     if (typeof a.routingWeight !== 'number' || !Number.isFinite(a.routingWeight)) throw invalid(op, 'routingWeight', 'a finite number', a.routingWeight);
   },
-  buffers: (a) => [['accumulator', a.accumulator, a.nElements], ['expertOutput', a.expertOutput, a.nElements]],
-  dtypes: () => ['f32', 'f32'],
+  buffers: (a) => [['accumulator', a.accumulator, 'f32', a.nElements], ['expertOutput', a.expertOutput, 'f32', a.nElements]],
   noAliasing: {
     outputs: ['accumulator'],
     why: 'each element of the accumulator reads its own element of the expert output',
@@ -296,8 +295,7 @@ export interface MoeZeroBufferArgs {
 const moeZeroBufferOp = glueOp<MoeZeroBufferArgs>({
   op: 'moe_zero_buffer',
   counts: (op, a) => checkCount(op, 'nElements', a.nElements),
-  buffers: (a) => [['buffer', a.buffer, a.nElements]],
-  dtypes: () => ['f32'],
+  buffers: (a) => [['buffer', a.buffer, 'f32', a.nElements]],
   kernel: () => 'zero_buffer',
   bytes: (a) => [packFields(ZERO_PARAMS_LAYOUT, { n_elements: a.nElements })],
   launch: (a) => elementGrid(a.nElements),
@@ -326,8 +324,7 @@ const moeSwigluFusedOp = glueOp<MoeSwigluFusedArgs>({
     checkCount(op, 'nElements', a.nElements);
     checkAtMost(op, 'nElements', a.nElements, U32_MAX / 2, '2^31 - 1 (the gate_up buffer holds 2 nElements)');
   },
-  buffers: (a) => [['gateUp', a.gateUp, 2 * a.nElements], ['output', a.output, a.nElements]],
-  dtypes: () => ['f32', 'f32'],
+  buffers: (a) => [['gateUp', a.gateUp, 'f32', 2 * a.nElements], ['output', a.output, 'f32', a.nElements]],
   noAliasing: { outputs: ['output'], why: GATE_UP_WHY },
   kernel: () => 'moe_swiglu_fused',
   bytes: (a) => [packFields(FUSED_GELU_MUL_PARAMS_LAYOUT, { n_elements: a.nElements })],
@@ -361,8 +358,7 @@ const moeSwigluBatchOp = glueOp<MoeSwigluBatchArgs>({
     checkAtMost(op, 'topK', a.topK, 65535, '65535 (a grid dimension)');
     checkAtMost(op, 'topK * 2 * intermediate', checkedProduct(op, 'topK * 2 * intermediate', a.topK, 2, a.intermediate), U32_MAX, '2^32 - 1');
   },
-  buffers: (a) => [['gateUp', a.gateUp, a.topK * 2 * a.intermediate], ['output', a.output, a.topK * a.intermediate]],
-  dtypes: () => ['f32', 'f32'],
+  buffers: (a) => [['gateUp', a.gateUp, 'f32', a.topK * 2 * a.intermediate], ['output', a.output, 'f32', a.topK * a.intermediate]],
   noAliasing: { outputs: ['output'], why: GATE_UP_WHY },
   kernel: () => 'moe_swiglu_batch',
   bytes: (a) => [u32(a.intermediate), u32(a.topK)],
@@ -399,9 +395,8 @@ const moeWeightedSumOp = glueOp<MoeWeightedSumArgs>({
     checkAtMost(op, 'topK * hiddenSize', checkedProduct(op, 'topK * hiddenSize', a.topK, a.hiddenSize), U32_MAX, '2^32 - 1');
   },
   buffers: (a) => [
-    ['expertOutputs', a.expertOutputs, a.topK * a.hiddenSize], ['weights', a.weights, a.topK], ['output', a.output, a.hiddenSize],
+    ['expertOutputs', a.expertOutputs, 'f32', a.topK * a.hiddenSize], ['weights', a.weights, 'f32', a.topK], ['output', a.output, 'f32', a.hiddenSize],
   ],
-  dtypes: () => ['f32', 'f32', 'f32'],
   noAliasing: { outputs: ['output'], why: 'every output element reads every slot' },
   kernel: () => 'moe_weighted_sum',
   bytes: (a) => [packFields(MOE_WEIGHTED_SUM_PARAMS_LAYOUT, { hidden_size: a.hiddenSize, top_k: a.topK })],
@@ -441,9 +436,9 @@ const moeSwigluSeqOp = glueOp<MoeSwigluSeqArgs>({
     checkAtMost(op, 'nTokens * topK * 2 * intermediate', n, U32_MAX, '2^32 - 1');
   },
   buffers: (a) => [
-    ['gateUp', a.gateUp, a.nTokens * a.topK * 2 * a.intermediate], ['output', a.output, a.nTokens * a.topK * a.intermediate],
+    ['gateUp', a.gateUp, ['f32', 'bf16'], a.nTokens * a.topK * 2 * a.intermediate],
+    ['output', a.output, like('gateUp'), a.nTokens * a.topK * a.intermediate],
   ],
-  dtypes: (a) => [['f32', 'bf16'], a.gateUp.dtype],
   noAliasing: { outputs: ['output'], why: GATE_UP_WHY },
   kernel: (a) => (a.gateUp.dtype === 'bf16' ? 'moe_swiglu_seq_bf16' : 'moe_swiglu_seq'),
   bytes: (a) => [packFields(MOE_SWIGLU_SEQ_PARAMS_LAYOUT, { intermediate: a.intermediate, top_k: a.topK, n_tokens: a.nTokens })],
@@ -494,18 +489,16 @@ const moeWeightedSumSeqOp = glueOp<MoeWeightedSumSeqArgs>({
     checkAtMost(op, 'nTokens * topK * hiddenSize', n, U32_MAX, '2^32 - 1');
   },
   buffers: (a) => [
-    ['expertOutputs', a.expertOutputs, a.nTokens * a.topK * a.hiddenSize], ['weights', a.weights, a.nTokens * a.topK],
-    ['output', a.output, a.nTokens * a.hiddenSize],
+    ['expertOutputs', a.expertOutputs, ['f32', 'bf16', 'f16'], a.nTokens * a.topK * a.hiddenSize], ['weights', a.weights, 'f32', a.nTokens * a.topK],
+    ['output', a.output, (dtypeOf) => WEIGHTED_SUM_SEQ_OUTPUTS[dtypeOf('expertOutputs')] ?? [], a.nTokens * a.hiddenSize],
   ],
-  dtypes(a) {
-    const outs: Record<string, DType[]> = { f32: ['f32'], bf16: ['f32', 'bf16'], f16: ['f16'] };
-    return [['f32', 'bf16', 'f16'], 'f32', outs[a.expertOutputs.dtype] ?? []];
-  },
   noAliasing: { outputs: ['output'], why: 'every output element reads every slot of its token' },
   kernel: (a) => moeWeightedSumSeqKernel(a.expertOutputs.dtype, a.output.dtype)!,
   bytes: (a) => [packFields(MOE_WEIGHTED_SUM_SEQ_PARAMS_LAYOUT, { hidden_size: a.hiddenSize, top_k: a.topK, n_tokens: a.nTokens })],
   launch: (a) => elementGrid(a.hiddenSize, a.nTokens, 1),
 });
+/** The output dtypes moeWeightedSumSeq takes for each dtype of the expert outputs. */
+const WEIGHTED_SUM_SEQ_OUTPUTS: Readonly<Record<string, readonly DType[]>> = { f32: ['f32'], bf16: ['f32', 'bf16'], f16: ['f16'] };
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
 export const validateMoeWeightedSumSeq = moeWeightedSumSeqOp.validate;
 /**
@@ -546,10 +539,9 @@ const moeGatherTopkWeightsOp = glueOp<MoeGatherTopkWeightsArgs>({
     checkAtMost(op, 'topK', a.topK, MOE_GATHER_TOPK_MAX, `${MOE_GATHER_TOPK_MAX} (the kernel's fixed array)`);
   },
   buffers: (a) => [
-    ['softmaxProbs', a.softmaxProbs, a.nExperts], ['sortedIndices', a.sortedIndices, a.nExperts], ['perExpertScale', a.perExpertScale, a.nExperts],
-    ['outExpertIds', a.outExpertIds, a.topK], ['outWeights', a.outWeights, a.topK],
+    ['softmaxProbs', a.softmaxProbs, 'f32', a.nExperts], ['sortedIndices', a.sortedIndices, 'u32', a.nExperts],
+    ['perExpertScale', a.perExpertScale, 'f32', a.nExperts], ['outExpertIds', a.outExpertIds, 'u32', a.topK], ['outWeights', a.outWeights, 'f32', a.topK],
   ],
-  dtypes: () => ['f32', 'u32', 'f32', 'u32', 'f32'],
   noAliasing: { outputs: ['outExpertIds', 'outWeights'], why: 'the kernel reads its inputs after it has written outputs' },
   kernel: () => 'moe_gather_topk_weights',
   bytes: (a) => [packFields(MOE_GATHER_TOPK_PARAMS_LAYOUT, { n_experts: a.nExperts, top_k: a.topK })],

@@ -39,7 +39,7 @@ import { packFields, structLayout, type ParamField } from '../params.ts';
 import { record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { CUDA_GRID_MAX, checkPairs, expertProductOp, moeTileSlots, type ExpertFamily, type ExpertProductBase, type GateActivation } from '../expert-products.ts';
 import { familySources } from '../registry.ts';
-import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid, like } from '../validate.ts';
 import { AFFINE_BITS, AFFINE_GROUP_SIZES, quantizedRowBytes } from './quantized_matmul.ts';
 
 export const QUANTIZED_MATMUL_ID_FAMILY = 'quantized_matmul_id';
@@ -235,7 +235,7 @@ const QUANTIZED: ExpertFamily<TypedArgsBase & { activation?: GateActivation }> =
     const allRows = checkedProduct(op, '(numExperts - 1) * expertRows + n', a.numExperts - 1, rows) + a.n;
     const nw = checkedProduct(op, 'weight words', allRows, rowBytes / 4);
     const ng = checkedProduct(op, 'scale groups', allRows, groups);
-    return [['u32', nw], ['x', ng], ['x', ng]];
+    return [['u32', nw], [like('x'), ng], [like('x'), ng]];
   },
   params: (f, a) => (f.gateUp
     ? packQuantizedGateUpIdParams({ ...sizesOf(a), activation: a.activation })
