@@ -17,8 +17,11 @@ import { dtypeSize, type DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
-import { record, type Launch, type OpPlan } from '../plan.ts';
+import {
+  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid, like, ruleBindings,
+  type BufferRule,
+} from '../validate.ts';
+import { record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 
 export const DENSE_FAMILY = 'dense';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -202,6 +205,11 @@ function checkCudaGrid(op: string, m: number, n: number, mvRows: number, batchAr
   }
 }
 
+/** A plan of the family. */
+function planOf(dispatch: PlannedDispatch): OpPlan {
+  return { family: DENSE_FAMILY, sources: DENSE_SOURCES, kernels: DENSE_KERNELS, dispatches: [dispatch] };
+}
+
 // ---- dense_matmul (x, w and y of one dtype) ----
 
 export type DenseDType = 'f32' | 'f16' | 'bf16';
@@ -240,28 +248,33 @@ export function validateDenseMatmul(a: DenseMatmulArgs, device?: Device): void {
   if (a.weightBatch !== undefined) checkPositive(op, 'weightBatch', a.weightBatch);
   for (const [arg, v] of [['m', a.m], ['n', a.n], ['k', a.k], ['batch', batch]] as const) checkAtMost(op, arg, v, U32_MAX, '2^32 - 1');
   checkMultiple(op, 'batch', batch, wBatch, 'weightBatch');
-  if (a.form !== undefined && a.form !== 'vector' && a.form !== 'matrix') throw invalid(op, 'form', "'vector', 'matrix' or absent", a.form);
-  if (a.form === 'vector') checkAtMost(op, 'm', a.m, DENSE_MV_MAX_ROWS, `${DENSE_MV_MAX_ROWS} (the vector form)`);
+  checkMatmulForm(op, a.form, a.m, DENSE_MV_MAX_ROWS);
   const nx = checkedProduct(op, 'batch * m * k', batch, a.m, a.k);
   const nw = checkedProduct(op, 'weightBatch * n * k', wBatch, a.n, a.k);
   const ny = checkedProduct(op, 'batch * m * n', batch, a.m, a.n);
   checkCudaGrid(op, a.m, a.n, 1, 'batch', batch);
-  checkBuffer(op, 'x', a.x, device);
-  checkBuffer(op, 'weight', a.weight, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'x', a.x, DENSE_DTYPES);
-  checkDtype(op, 'weight', a.weight, a.x.dtype);
-  checkDtype(op, 'output', a.output, a.x.dtype);
-  checkElements(op, 'x', a.x, nx);
-  checkElements(op, 'weight', a.weight, nw);
-  checkElements(op, 'output', a.output, ny);
-  checkNoAliasing(op, [['x', a.x], ['weight', a.weight], ['output', a.output]], ['output'],
-    'every output reads a row of x and of the weight that others read too');
+  const rules: BufferRule[] = [['x', a.x, DENSE_DTYPES, nx], ['weight', a.weight, like('x'), nw], ['output', a.output, like('x'), ny]];
+  checkBufferRules(op, rules, device);
+  checkNoAliasing(op, ruleBindings(rules), ['output'], 'every output reads a row of x and of the weight that others read too');
+}
+
+/** The two forms of a matrix product: the vector form reads each weight row once for every row of x (a few rows), the matrix form tiles. */
+export type MatmulForm = 'vector' | 'matrix';
+
+/** A product's `form` argument: 'vector' (for at most maxRows rows of x; any where maxRows is absent), 'matrix' or absent. */
+export function checkMatmulForm(op: string, form: unknown, m: number, maxRows?: number): void {
+  if (form !== undefined && form !== 'vector' && form !== 'matrix') throw invalid(op, 'form', "'vector', 'matrix' or absent", form);
+  if (form === 'vector' && maxRows !== undefined) checkAtMost(op, 'm', m, maxRows, `${maxRows} (the vector form)`);
+}
+
+/** The form an argument set runs: the one asked for, else the vector form for m <= vectorRows. */
+export function matmulForm(a: { m: number; form?: MatmulForm }, vectorRows: number): MatmulForm {
+  return a.form ?? (a.m <= vectorRows ? 'vector' : 'matrix');
 }
 
 /** The form an argument set runs: the vector form for m <= DENSE_MV_MAX_ROWS unless the matrix form is asked for. */
-export function denseMatmulForm(a: Pick<DenseMatmulArgs, 'm' | 'form'>): 'vector' | 'matrix' {
-  return a.form ?? (a.m <= DENSE_MV_MAX_ROWS ? 'vector' : 'matrix');
+export function denseMatmulForm(a: Pick<DenseMatmulArgs, 'm' | 'form'>): MatmulForm {
+  return matmulForm(a, DENSE_MV_MAX_ROWS);
 }
 
 /**
@@ -294,19 +307,14 @@ export function planDenseMatmul(a: DenseMatmulArgs, limits: DeviceLimits, device
   const batch = a.batch ?? 1;
   const params = packDenseParams({ m: a.m, n: a.n, k: a.k, batch, weightBatch: a.weightBatch ?? 1 });
   const vector = denseMatmulForm(a) === 'vector';
-  return {
-    family: DENSE_FAMILY,
-    sources: DENSE_SOURCES,
-    kernels: DENSE_KERNELS,
-    dispatches: [{
-      kernel: vector ? `dense_mv_${dt}` : `dense_mm_${dt}`,
-      buffers: [a.x, a.weight, a.output],
-      bytes: [, , , params],
-      grid: vector ? [ceilDiv(a.n, 8), 1, batch] : [ceilDiv(a.n, 64), ceilDiv(a.m, 32), batch],
-      threads: vector ? [32, 2, 1] : [128, 1, 1],
-      cuda: vector ? denseMvCudaLaunch(a.n, batch) : denseMmCudaLaunch(a.m, a.n, batch, dt, limits),
-    }],
-  };
+  return planOf({
+    kernel: vector ? `dense_mv_${dt}` : `dense_mm_${dt}`,
+    buffers: [a.x, a.weight, a.output],
+    bytes: [, , , params],
+    grid: vector ? [ceilDiv(a.n, 8), 1, batch] : [ceilDiv(a.n, 64), ceilDiv(a.m, 32), batch],
+    threads: vector ? [32, 2, 1] : [128, 1, 1],
+    cuda: vector ? denseMvCudaLaunch(a.n, batch) : denseMmCudaLaunch(a.m, a.n, batch, dt, limits),
+  });
 }
 
 // ---- mlx-native's dense_gemm module ----
@@ -332,17 +340,9 @@ function validateGemmSizes(op: string, a: DenseGemmArgs, dtypes: { a: DType | re
   const nb = checkedProduct(op, 'n * k', a.n, a.k);
   const nc = checkedProduct(op, 'm * n', a.m, a.n);
   checkCudaGrid(op, a.m, a.n, 1, null, 1);
-  checkBuffer(op, 'a', a.a, device);
-  checkBuffer(op, 'b', a.b, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'a', a.a, dtypes.a);
-  checkDtype(op, 'b', a.b, dtypes.b);
-  checkDtype(op, 'output', a.output, dtypes.output);
-  checkAtLeast(op, 'a', a.a, na);
-  checkAtLeast(op, 'b', a.b, nb);
-  checkAtLeast(op, 'output', a.output, nc);
-  checkNoAliasing(op, [['a', a.a], ['b', a.b], ['output', a.output]], ['output'],
-    'every output reads a row of a and of b that others read too');
+  const rules: BufferRule[] = [['a', a.a, dtypes.a, na], ['b', a.b, dtypes.b, nb], ['output', a.output, dtypes.output, nc]];
+  checkBufferRules(op, rules, device, true);
+  checkNoAliasing(op, ruleBindings(rules), ['output'], 'every output reads a row of a and of b that others read too');
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
@@ -380,14 +380,9 @@ export function planDenseGemmF16(a: DenseGemmArgs, limits: DeviceLimits, device?
   validateDenseGemmF16(a, device);
   const params = packDenseGemmParams(a);
   const common = { buffers: [a.a, a.b, a.output], bytes: [, , , params] };
-  return {
-    family: DENSE_FAMILY,
-    sources: DENSE_SOURCES,
-    kernels: DENSE_KERNELS,
-    dispatches: [a.m === 1
-      ? { kernel: 'dense_matvec_f16', ...common, ...matvecLaunch(a.n) }
-      : { kernel: 'dense_gemm_f16', ...common, grid: gemmGrid(a.m, a.n), threads: [128, 1, 1], cuda: denseMmCudaLaunch(a.m, a.n, 1, 'f16', limits) }],
-  };
+  return planOf(a.m === 1
+    ? { kernel: 'dense_matvec_f16', ...common, ...matvecLaunch(a.n) }
+    : { kernel: 'dense_gemm_f16', ...common, grid: gemmGrid(a.m, a.n), threads: [128, 1, 1], cuda: denseMmCudaLaunch(a.m, a.n, 1, 'f16', limits) });
 }
 
 /** The matvec kernel of an (A, B) dtype pair that denseMatvec takes: C is A's dtype. */
@@ -427,17 +422,12 @@ export function denseMatvec(enc: Encoder, args: DenseGemmArgs): void {
 /** denseMatvec's plan: validates, then one dispatch (see denseMatvec). */
 export function planDenseMatvec(a: DenseGemmArgs, _limits: DeviceLimits, device?: Device): OpPlan {
   validateDenseMatvec(a, device);
-  return {
-    family: DENSE_FAMILY,
-    sources: DENSE_SOURCES,
-    kernels: DENSE_KERNELS,
-    dispatches: [{
-      kernel: denseMatvecKernel(a.a.dtype, a.b.dtype),
-      buffers: [a.a, a.b, a.output],
-      bytes: [, , , packDenseGemmParams(a)],
-      ...matvecLaunch(a.n),
-    }],
-  };
+  return planOf({
+    kernel: denseMatvecKernel(a.a.dtype, a.b.dtype),
+    buffers: [a.a, a.b, a.output],
+    bytes: [, , , packDenseGemmParams(a)],
+    ...matvecLaunch(a.n),
+  });
 }
 
 // ---- mlx-native's batched kernels (llama.cpp's argument blocks) ----
@@ -465,17 +455,9 @@ function validateBatch(op: string, a: DenseBatchArgs, weight: DType | readonly D
   const n1 = checkedProduct(op, 'src1Batch * m * k', a.src1Batch, a.m, a.k);
   const nd = checkedProduct(op, 'src1Batch * m * n', a.src1Batch, a.m, a.n);
   checkCudaGrid(op, a.m, a.n, a.m, 'src1Batch', a.src1Batch);
-  checkBuffer(op, 'src0', a.src0, device);
-  checkBuffer(op, 'src1', a.src1, device);
-  checkBuffer(op, 'dst', a.dst, device);
-  checkDtype(op, 'src0', a.src0, weight);
-  checkDtype(op, 'src1', a.src1, 'f32');
-  checkDtype(op, 'dst', a.dst, 'f32');
-  checkAtLeast(op, 'src0', a.src0, n0);
-  checkAtLeast(op, 'src1', a.src1, n1);
-  checkAtLeast(op, 'dst', a.dst, nd);
-  checkNoAliasing(op, [['src0', a.src0], ['src1', a.src1], ['dst', a.dst]], ['dst'],
-    'every output reads a row of src0 and of src1 that others read too');
+  const rules: BufferRule[] = [['src0', a.src0, weight, n0], ['src1', a.src1, 'f32', n1], ['dst', a.dst, 'f32', nd]];
+  checkBufferRules(op, rules, device, true);
+  checkNoAliasing(op, ruleBindings(rules), ['dst'], 'every output reads a row of src0 and of src1 that others read too');
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
@@ -509,20 +491,15 @@ export function denseGemvBf16F32(enc: Encoder, args: DenseBatchArgs): void {
 /** denseGemvBf16F32's plan: validates, then one dispatch (see denseGemvBf16F32). */
 export function planDenseGemvBf16F32(a: DenseBatchArgs, _limits: DeviceLimits, device?: Device): OpPlan {
   validateDenseGemvBf16F32(a, device);
-  return {
-    family: DENSE_FAMILY,
-    sources: DENSE_SOURCES,
-    kernels: DENSE_KERNELS,
-    dispatches: [{
-      kernel: 'hf2q_dense_gemv_bf16_f32_4',
-      buffers: [, a.src0, a.src1, a.dst],
-      bytes: [packDenseGemvBf16Params(a)],
-      threadgroupMemory: [DENSE_GEMV_BF16_SHARED_BYTES],
-      grid: [ceilDiv(a.n, 2), a.m, a.src1Batch],
-      threads: [32, denseGemvBf16Simdgroups(a.k), 1],
-      cuda: { grid: [ceilDiv(a.n, DENSE_MATVEC_CUDA_ROWS) * a.m * a.src1Batch, 1, 1], threads: [256, 1, 1] },
-    }],
-  };
+  return planOf({
+    kernel: 'hf2q_dense_gemv_bf16_f32_4',
+    buffers: [, a.src0, a.src1, a.dst],
+    bytes: [packDenseGemvBf16Params(a)],
+    threadgroupMemory: [DENSE_GEMV_BF16_SHARED_BYTES],
+    grid: [ceilDiv(a.n, 2), a.m, a.src1Batch],
+    threads: [32, denseGemvBf16Simdgroups(a.k), 1],
+    cuda: { grid: [ceilDiv(a.n, DENSE_MATVEC_CUDA_ROWS) * a.m * a.src1Batch, 1, 1], threads: [256, 1, 1] },
+  });
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
@@ -556,18 +533,13 @@ export function denseMatmulTensor(enc: Encoder, args: DenseBatchArgs): void {
 export function planDenseMatmulTensor(a: DenseBatchArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateDenseMatmulTensor(a, device);
   const w = a.src0.dtype as DenseDType;
-  return {
-    family: DENSE_FAMILY,
-    sources: DENSE_SOURCES,
-    kernels: DENSE_KERNELS,
-    dispatches: [{
-      kernel: `hf2q_dense_mm_${w}_f32_tensor`,
-      buffers: [, a.src0, a.src1, a.dst],
-      bytes: [packDenseMmTensorParams({ ...a, weightBytes: dtypeSize(w) })],
-      threadgroupMemory: [DENSE_MM_TENSOR_SHARED_BYTES[w]],
-      grid: [ceilDiv(a.m, 32), ceilDiv(a.n, 64), a.src1Batch],
-      threads: [128, 1, 1],
-      cuda: denseMmCudaLaunch(a.m, a.n, a.src1Batch, w, limits),
-    }],
-  };
+  return planOf({
+    kernel: `hf2q_dense_mm_${w}_f32_tensor`,
+    buffers: [, a.src0, a.src1, a.dst],
+    bytes: [packDenseMmTensorParams({ ...a, weightBytes: dtypeSize(w) })],
+    threadgroupMemory: [DENSE_MM_TENSOR_SHARED_BYTES[w]],
+    grid: [ceilDiv(a.m, 32), ceilDiv(a.n, 64), a.src1Batch],
+    threads: [128, 1, 1],
+    cuda: denseMmCudaLaunch(a.m, a.n, a.src1Batch, w, limits),
+  });
 }

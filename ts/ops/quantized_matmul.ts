@@ -41,10 +41,13 @@ import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { record, type Launch, type OpPlan } from '../plan.ts';
+import { record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
-import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
-import { denseMmCudaTile } from './dense.ts';
+import {
+  checkAtLeast, checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid, like,
+  ruleBindings, type BufferRule,
+} from '../validate.ts';
+import { checkMatmulForm, denseMmCudaTile, matmulForm, type MatmulForm } from './dense.ts';
 
 export const QUANTIZED_MATMUL_FAMILY = 'quantized_matmul';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -147,6 +150,11 @@ function checkCudaGrid(op: string, m: number, n: number): void {
   }
 }
 
+/** A plan of the family. */
+function planOf(dispatch: PlannedDispatch): OpPlan {
+  return { family: QUANTIZED_MATMUL_FAMILY, sources: QUANTIZED_MATMUL_SOURCES, kernels: QUANTIZED_MATMUL_KERNELS, dispatches: [dispatch] };
+}
+
 function checkBits(op: string, bits: number): void {
   if (!(AFFINE_BITS as readonly number[]).includes(bits)) throw invalid(op, 'bits', '4, 6 or 8', bits);
 }
@@ -178,7 +186,7 @@ export interface AffineQuantizedMatmulArgs {
   /** 4, 6 or 8 */
   bits: number;
   /** The vector form (m <= 8) or the matrix form; by default the vector form for m <= 8. */
-  form?: 'vector' | 'matrix';
+  form?: MatmulForm;
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
@@ -191,35 +199,23 @@ export function validateAffineQuantizedMatmul(a: AffineQuantizedMatmulArgs, devi
   if (!(AFFINE_GROUP_SIZES as readonly number[]).includes(a.groupSize)) throw invalid(op, 'groupSize', '32, 64 or 128', a.groupSize);
   for (const [arg, v] of [['m', a.m], ['n', a.n], ['k', a.k]] as const) checkAtMost(op, arg, v, U32_MAX, '2^32 - 1');
   checkMultiple(op, 'k', a.k, a.groupSize, 'groupSize');
-  if (a.form !== undefined && a.form !== 'vector' && a.form !== 'matrix') throw invalid(op, 'form', "'vector', 'matrix' or absent", a.form);
-  if (a.form === 'vector') checkAtMost(op, 'm', a.m, QUANTIZED_MV_MAX_ROWS, `${QUANTIZED_MV_MAX_ROWS} (the vector form)`);
+  checkMatmulForm(op, a.form, a.m, QUANTIZED_MV_MAX_ROWS);
   const nx = checkedProduct(op, 'm * k', a.m, a.k);
   const nw = checkedProduct(op, 'n * k * bits / 32', a.n, a.k / 32, a.bits);
   const ng = checkedProduct(op, 'n * k / groupSize', a.n, a.k / a.groupSize);
   const ny = checkedProduct(op, 'm * n', a.m, a.n);
   checkCudaGrid(op, a.m, a.n);
-  checkBuffer(op, 'x', a.x, device);
-  checkBuffer(op, 'weight', a.weight, device);
-  checkBuffer(op, 'scales', a.scales, device);
-  checkBuffer(op, 'biases', a.biases, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'x', a.x, AFFINE_DTYPES);
-  checkDtype(op, 'weight', a.weight, 'u32');
-  checkDtype(op, 'scales', a.scales, a.x.dtype);
-  checkDtype(op, 'biases', a.biases, a.x.dtype);
-  checkDtype(op, 'output', a.output, a.x.dtype);
-  checkElements(op, 'x', a.x, nx);
-  checkElements(op, 'weight', a.weight, nw);
-  checkElements(op, 'scales', a.scales, ng);
-  checkElements(op, 'biases', a.biases, ng);
-  checkElements(op, 'output', a.output, ny);
-  checkNoAliasing(op, [['x', a.x], ['weight', a.weight], ['scales', a.scales], ['biases', a.biases], ['output', a.output]], ['output'],
-    'every output reads a row of x and of the weight that others read too');
+  const rules: BufferRule[] = [
+    ['x', a.x, AFFINE_DTYPES, nx], ['weight', a.weight, 'u32', nw], ['scales', a.scales, like('x'), ng], ['biases', a.biases, like('x'), ng],
+    ['output', a.output, like('x'), ny],
+  ];
+  checkBufferRules(op, rules, device);
+  checkNoAliasing(op, ruleBindings(rules), ['output'], 'every output reads a row of x and of the weight that others read too');
 }
 
 /** The form an argument set runs: the vector form for m <= QUANTIZED_MV_MAX_ROWS unless the matrix form is asked for. */
-export function affineQuantizedMatmulForm(a: Pick<AffineQuantizedMatmulArgs, 'm' | 'form'>): 'vector' | 'matrix' {
-  return a.form ?? (a.m <= QUANTIZED_MV_MAX_ROWS ? 'vector' : 'matrix');
+export function affineQuantizedMatmulForm(a: Pick<AffineQuantizedMatmulArgs, 'm' | 'form'>): MatmulForm {
+  return matmulForm(a, QUANTIZED_MV_MAX_ROWS);
 }
 
 /**
@@ -257,19 +253,14 @@ export function planAffineQuantizedMatmul(a: AffineQuantizedMatmulArgs, _limits:
   const dt = a.x.dtype as AffineDType;
   const vector = affineQuantizedMatmulForm(a) === 'vector';
   const kernel = vector ? `quantized_mv_${dt}` : `quantized_mm_${dt}`;
-  return {
-    family: QUANTIZED_MATMUL_FAMILY,
-    sources: QUANTIZED_MATMUL_SOURCES,
-    kernels: QUANTIZED_MATMUL_KERNELS,
-    dispatches: [{
-      kernel,
-      buffers: [a.x, a.weight, a.scales, a.biases, a.output],
-      bytes: [, , , , , packQuantizedMatmulParams(a)],
-      grid: vector ? [ceilDiv(a.n, 8), 1, 1] : [ceilDiv(a.n, 64), ceilDiv(a.m, 32), 1],
-      threads: vector ? [32, 2, 1] : [128, 1, 1],
-      cuda: quantizedCudaLaunch(kernel, a.m, a.n, a.k, a.groupSize),
-    }],
-  };
+  return planOf({
+    kernel,
+    buffers: [a.x, a.weight, a.scales, a.biases, a.output],
+    bytes: [, , , , , packQuantizedMatmulParams(a)],
+    grid: vector ? [ceilDiv(a.n, 8), 1, 1] : [ceilDiv(a.n, 64), ceilDiv(a.m, 32), 1],
+    threads: vector ? [32, 2, 1] : [128, 1, 1],
+    cuda: quantizedCudaLaunch(kernel, a.m, a.n, a.k, a.groupSize),
+  });
 }
 
 // ---- mlx-native's quantized_matmul module ----
@@ -342,7 +333,7 @@ export function validateQuantizedMatmul(a: QuantizedMatmulArgs, device?: Device)
 }
 
 /** The dispatch of mlx-native's quantized_matmul kernel: one thread per output, 16 x 16 threadgroups (fewer at the edges of small sizes). */
-function scalarDispatch(a: QuantizedMatmulArgs): OpPlan['dispatches'][number] {
+function scalarDispatch(a: QuantizedMatmulArgs): PlannedDispatch {
   const tx = Math.min(16, a.n), ty = Math.min(16, a.m);
   return {
     kernel: 'quantized_matmul',
@@ -352,10 +343,6 @@ function scalarDispatch(a: QuantizedMatmulArgs): OpPlan['dispatches'][number] {
     threads: [tx, ty, 1],
     cuda: quantizedCudaLaunch('quantized_matmul', a.m, a.n, a.k, a.groupSize),
   };
-}
-
-function cratePlan(dispatch: OpPlan['dispatches'][number]): OpPlan {
-  return { family: QUANTIZED_MATMUL_FAMILY, sources: QUANTIZED_MATMUL_SOURCES, kernels: QUANTIZED_MATMUL_KERNELS, dispatches: [dispatch] };
 }
 
 /**
@@ -379,7 +366,7 @@ export function quantizedMatmul(enc: Encoder, args: QuantizedMatmulArgs): void {
 /** quantizedMatmul's plan: validates, then one dispatch (see quantizedMatmul). */
 export function planQuantizedMatmul(a: QuantizedMatmulArgs, _limits: DeviceLimits, device?: Device): OpPlan {
   validateQuantizedMatmul(a, device);
-  return cratePlan(scalarDispatch(a));
+  return planOf(scalarDispatch(a));
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
@@ -393,7 +380,7 @@ export function quantizedMatmulSimdApplies(a: Pick<QuantizedMatmulArgs, 'n' | 'k
 }
 
 /** A dispatch of mlx-native's SIMD kernels: (m, ceil(n / 8), 1) threadgroups of (32, 2, 1). */
-function simdDispatch(kernel: string, a: QuantizedMatmulArgs): OpPlan['dispatches'][number] {
+function simdDispatch(kernel: string, a: QuantizedMatmulArgs): PlannedDispatch {
   return {
     kernel,
     buffers: [a.input, a.weight, a.scales, a.biases, a.output],
@@ -419,7 +406,7 @@ export function quantizedMatmulSimd(enc: Encoder, args: QuantizedMatmulArgs): vo
 /** quantizedMatmulSimd's plan: validates, then one dispatch (see quantizedMatmulSimd). */
 export function planQuantizedMatmulSimd(a: QuantizedMatmulArgs, _limits: DeviceLimits, device?: Device): OpPlan {
   validateQuantizedMatmulSimd(a, device);
-  return cratePlan(quantizedMatmulSimdApplies(a) ? simdDispatch('quantized_matmul_simd', a) : scalarDispatch(a));
+  return planOf(quantizedMatmulSimdApplies(a) ? simdDispatch('quantized_matmul_simd', a) : scalarDispatch(a));
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
@@ -446,5 +433,5 @@ export function quantizedMatmulSimdBf16(enc: Encoder, args: QuantizedMatmulArgs)
 /** quantizedMatmulSimdBf16's plan: validates, then one dispatch (see quantizedMatmulSimdBf16). */
 export function planQuantizedMatmulSimdBf16(a: QuantizedMatmulArgs, _limits: DeviceLimits, device?: Device): OpPlan {
   validateQuantizedMatmulSimdBf16(a, device);
-  return cratePlan(simdDispatch('quantized_matmul_simd_bf16', a));
+  return planOf(simdDispatch('quantized_matmul_simd_bf16', a));
 }

@@ -51,9 +51,12 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
-import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import {
+  checkAtLeast, checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid,
+  ruleBindings, type BufferRule,
+} from '../validate.ts';
 import { ggmlType } from '../weights/gguf.ts';
-import { denseMmCudaTile } from './dense.ts';
+import { checkMatmulForm, denseMmCudaTile, matmulForm, type MatmulForm } from './dense.ts';
 
 export const QUANTIZED_MATMUL_GGML_FAMILY = 'quantized_matmul_ggml';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -72,6 +75,11 @@ export const QUANTIZED_MATMUL_GGML_KERNELS = [
   'embedding_gather_scale_batch_q5_K_to_f32', 'embedding_gather_scale_batch_q5_K_to_f16', 'embedding_gather_scale_batch_q5_K_to_bf16',
   'embedding_gather_scale_batch_q6_K_to_f32', 'embedding_gather_scale_batch_q6_K_to_f16', 'embedding_gather_scale_batch_q6_K_to_bf16',
 ] as const;
+
+/** A plan of the family. */
+function planOf(dispatch: PlannedDispatch): OpPlan {
+  return { family: QUANTIZED_MATMUL_GGML_FAMILY, sources: QUANTIZED_MATMUL_GGML_SOURCES, kernels: QUANTIZED_MATMUL_GGML_KERNELS, dispatches: [dispatch] };
+}
 
 /** struct GgmlMatvecParams (buffer 3 of kernel_mul_mv_<t>_f32). */
 export const GGML_MATVEC_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlMatvecParams');
@@ -202,7 +210,7 @@ export interface QuantizedMatmulGgmlArgs {
   /** The weight's block format (a GGUF TensorInfo's dtype). */
   ggmlType: GgmlQuantType;
   /** The vector or the matrix kernel; by default mlx-native's routing: the vector form for m <= 8. */
-  form?: 'vector' | 'matrix';
+  form?: MatmulForm;
 }
 
 /**
@@ -221,7 +229,7 @@ export function validateQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, device?:
   }
   const { qk, bytes } = ggmlBlockOf(a.ggmlType);
   checkMultiple(op, 'k', a.k, qk, `${a.ggmlType}'s block`);
-  if (a.form !== undefined && a.form !== 'vector' && a.form !== 'matrix') throw invalid(op, 'form', "'vector', 'matrix' or absent", a.form);
+  checkMatmulForm(op, a.form, a.m);
   const nx = checkedProduct(op, 'm * k', a.m, a.k);
   const nw = checkedProduct(op, 'n * k / QK * block bytes', a.n, a.k / qk, bytes);
   const ny = checkedProduct(op, 'm * n', a.m, a.n);
@@ -245,8 +253,8 @@ export function validateQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, device?:
 }
 
 /** The form an argument set runs: mlx-native's routing (the matrix form past 8 rows of input) unless one is asked for. */
-export function quantizedMatmulGgmlForm(a: Pick<QuantizedMatmulGgmlArgs, 'm' | 'form'>): 'vector' | 'matrix' {
-  return a.form ?? (a.m > GGML_MM_ROUTING_THRESHOLD ? 'matrix' : 'vector');
+export function quantizedMatmulGgmlForm(a: Pick<QuantizedMatmulGgmlArgs, 'm' | 'form'>): MatmulForm {
+  return matmulForm(a, GGML_MM_ROUTING_THRESHOLD);
 }
 
 /** The Metal launch of the vector kernels (mlx-native's): 8 rows a threadgroup of (8, 8, 1) for Q4_0 and Q8_0, 2 of (2, 32, 1) for the K formats. */
@@ -306,7 +314,7 @@ export function planQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, _limits: Dev
       threads: [128, 1, 1],
       cuda: ggmlMatmulCudaLaunch(a.ggmlType, 'matrix', a.m, a.n),
     };
-  return { family: QUANTIZED_MATMUL_GGML_FAMILY, sources: QUANTIZED_MATMUL_GGML_SOURCES, kernels: QUANTIZED_MATMUL_GGML_KERNELS, dispatches: [dispatch] };
+  return planOf(dispatch);
 }
 
 // ---- ggml_dequantize ----
@@ -330,13 +338,9 @@ export function validateGgmlDequantize(a: GgmlDequantizeArgs, device?: Device): 
   checkMultiple(op, 'count', a.count, qk, `${a.ggmlType}'s block`);
   checkAtMost(op, 'count', a.count, 16 * U32_MAX, '16 x (2^32 - 1), chunks of 16 counted in 32 bits');
   const nb = checkedProduct(op, 'count / QK * block bytes', a.count / qk, bytes);
-  checkBuffer(op, 'src', a.src, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'src', a.src, 'u8');
-  checkDtype(op, 'output', a.output, OUTPUT_DTYPES);
-  checkElements(op, 'src', a.src, nb);
-  checkElements(op, 'output', a.output, a.count);
-  checkNoAliasing(op, [['src', a.src], ['output', a.output]], ['output'], 'the output is written while the blocks are read');
+  const rules: BufferRule[] = [['src', a.src, 'u8', nb], ['output', a.output, OUTPUT_DTYPES, a.count]];
+  checkBufferRules(op, rules, device);
+  checkNoAliasing(op, ruleBindings(rules), ['output'], 'the output is written while the blocks are read');
 }
 
 /**
@@ -361,19 +365,14 @@ export function planGgmlDequantize(a: GgmlDequantizeArgs, limits: DeviceLimits, 
   validateGgmlDequantize(a, device);
   const chunks = a.count / 16;
   const tg = Math.min(256, chunks, limits.maxThreadsPerThreadgroup);
-  return {
-    family: QUANTIZED_MATMUL_GGML_FAMILY,
-    sources: QUANTIZED_MATMUL_GGML_SOURCES,
-    kernels: QUANTIZED_MATMUL_GGML_KERNELS,
-    dispatches: [{
-      kernel: `kernel_dequantize_${KERNEL_TYPE[a.ggmlType]}_${a.output.dtype}`,
-      buffers: [a.src, a.output],
-      bytes: [, , packGgmlDequantizeParams({ nChunks: chunks })],
-      grid: [ceilDiv(chunks, tg), 1, 1],
-      threads: [tg, 1, 1],
-      cuda: rowsCudaLaunch(a.count / 32),
-    }],
-  };
+  return planOf({
+    kernel: `kernel_dequantize_${KERNEL_TYPE[a.ggmlType]}_${a.output.dtype}`,
+    buffers: [a.src, a.output],
+    bytes: [, , packGgmlDequantizeParams({ nChunks: chunks })],
+    grid: [ceilDiv(chunks, tg), 1, 1],
+    threads: [tg, 1, 1],
+    cuda: rowsCudaLaunch(a.count / 32),
+  });
 }
 
 // ---- embedding rows from a table of blocks (the embedding op's quantized tables) ----
@@ -410,17 +409,9 @@ export function validateGgmlEmbedding(a: GgmlEmbeddingArgs, device?: Device, op 
   const tableBytes = checkedProduct(op, 'vocabSize * hiddenSize / QK * block bytes', a.vocabSize, a.hiddenSize / qk, bytes);
   const outElems = checkedProduct(op, 'nTokens * hiddenSize', a.nTokens, a.hiddenSize);
   checkAtMost(op, 'nTokens * hiddenSize', outElems, 16 * U32_MAX, '16 x (2^32 - 1), chunks of 16 counted in 32 bits');
-  checkBuffer(op, 'table', a.table, device);
-  checkBuffer(op, 'tokenIds', a.tokenIds, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'table', a.table, 'u8');
-  checkDtype(op, 'tokenIds', a.tokenIds, 'u32');
-  checkDtype(op, 'output', a.output, OUTPUT_DTYPES);
-  checkElements(op, 'table', a.table, tableBytes);
-  checkElements(op, 'tokenIds', a.tokenIds, a.nTokens);
-  checkElements(op, 'output', a.output, outElems);
-  checkNoAliasing(op, [['table', a.table], ['tokenIds', a.tokenIds], ['output', a.output]], ['output'],
-    'every output row reads its id and any row of the table');
+  const rules: BufferRule[] = [['table', a.table, 'u8', tableBytes], ['tokenIds', a.tokenIds, 'u32', a.nTokens], ['output', a.output, OUTPUT_DTYPES, outElems]];
+  checkBufferRules(op, rules, device);
+  checkNoAliasing(op, ruleBindings(rules), ['output'], 'every output row reads its id and any row of the table');
 }
 
 /**
@@ -439,17 +430,12 @@ export function planGgmlEmbedding(a: GgmlEmbeddingArgs, limits: DeviceLimits, de
   validateGgmlEmbedding(a, device);
   const chunks = a.hiddenSize / 16;
   const tg = Math.min(256, chunks, limits.maxThreadsPerThreadgroup);
-  return {
-    family: QUANTIZED_MATMUL_GGML_FAMILY,
-    sources: QUANTIZED_MATMUL_GGML_SOURCES,
-    kernels: QUANTIZED_MATMUL_GGML_KERNELS,
-    dispatches: [{
-      kernel: `embedding_gather_scale_batch_${KERNEL_TYPE[a.tableType]}_to_${a.output.dtype}`,
-      buffers: [a.table, a.tokenIds, a.output],
-      bytes: [, , , packGgmlEmbeddingParams({ scale: a.scale ?? 1, hiddenSize: a.hiddenSize, nTokens: a.nTokens, vocabSize: a.vocabSize })],
-      grid: [ceilDiv(chunks, tg), a.nTokens, 1],
-      threads: [tg, 1, 1],
-      cuda: rowsCudaLaunch((a.nTokens * a.hiddenSize) / 32),
-    }],
-  };
+  return planOf({
+    kernel: `embedding_gather_scale_batch_${KERNEL_TYPE[a.tableType]}_to_${a.output.dtype}`,
+    buffers: [a.table, a.tokenIds, a.output],
+    bytes: [, , , packGgmlEmbeddingParams({ scale: a.scale ?? 1, hiddenSize: a.hiddenSize, nTokens: a.nTokens, vocabSize: a.vocabSize })],
+    grid: [ceilDiv(chunks, tg), a.nTokens, 1],
+    threads: [tg, 1, 1],
+    cuda: rowsCudaLaunch((a.nTokens * a.hiddenSize) / 32),
+  });
 }
