@@ -216,6 +216,8 @@ function checkBuffers(list: readonly Expect[], device: Device | undefined): void
 
 const RESTRICT = 'the kernel writes it while other threadgroups read the other, and the CUDA kernels take both as __restrict__';
 const chunksExpect = (p: GdrStepParams, b: Buffer): Expect => ['chunks', b, 'u32', 2 * p.nt];
+const keysExpect = (p: GdrStepParams & GdrKeys): Expect => ['k', p.k, 'bf16', p.nTok * p.nQkHeads * p.kDim];
+const decayExpect = (p: GdrStepParams & GdrDecay): Expect => ['g', p.g, 'f32', p.nTok * p.nHeads];
 const seqsExpect = (p: GdrStepParams, b: Buffer): Expect => ['seqs', b, 'u32', 2 * (p.nSeq + 1)];
 
 /** A plan of the family. */
@@ -242,7 +244,8 @@ interface GdrStep<A extends GdrStepParams> {
   kernel(a: A): string;
   buffers(a: A): Expect[];
   outputs?: readonly string[];
-  grid(a: A): Dim3;
+  /** The grid; a threadgroup per chunk and head, (nt, H, 1), where absent. */
+  grid?(a: A): Dim3;
   threads: number;
 }
 
@@ -256,25 +259,38 @@ function gdrStep<A extends GdrStepParams>(s: GdrStep<A>): OpShape<A> & { dispatc
   };
   const dispatch = (a: A): PlannedDispatch => {
     const buffers = s.buffers(a).map(([, buf]) => buf);
-    return { kernel: s.kernel(a), buffers, bytes: stepBytes(buffers.length, a), grid: s.grid(a), threads: [s.threads, 1, 1] };
+    return { kernel: s.kernel(a), buffers, bytes: stepBytes(buffers.length, a), grid: s.grid?.(a) ?? [a.nt, a.nHeads, 1], threads: [s.threads, 1, 1] };
   };
   return { ...opShape(validate, (a) => planOf(dispatch(a))), dispatch };
 }
 
-export interface GdrCumsumArgs extends GdrStepParams {
+/** The keys, as the steps take them. */
+interface GdrKeys {
+  /** [nTok, Hg, K] bf16 */
+  k: Buffer;
+}
+/** The log decay, as the steps after the cumsum take it. */
+interface GdrDecay {
+  /** [nTok, H] f32, cumsummed within chunks */
+  g: Buffer;
+}
+/** The chunk table of the steps that walk chunks. */
+interface GdrChunks {
+  /** u32 [nt, 2] (chunkGatedDeltaRuleLayout) */
+  chunks: Buffer;
+}
+
+export interface GdrCumsumArgs extends GdrStepParams, GdrChunks {
   /** [nTok, H] f32 raw log decay */
   gIn: Buffer;
   /** [nTok, H] f32 (output) */
   gCum: Buffer;
-  /** u32 [nt, 2] (chunkGatedDeltaRuleLayout) */
-  chunks: Buffer;
 }
 
 const cumsumStep = gdrStep<GdrCumsumArgs>({
   kernel: () => CUMSUM,
   buffers: (a) => [['gIn', a.gIn, 'f32', a.nTok * a.nHeads], ['gCum', a.gCum, 'f32', a.nTok * a.nHeads], chunksExpect(a, a.chunks)],
   outputs: ['gCum'],
-  grid: (a) => [a.nt, a.nHeads, 1],
   threads: GDR_BT,
 });
 /**
@@ -290,26 +306,20 @@ export const validateChunkLocalCumsumVarlen = cumsumStep.validate;
 export const chunkLocalCumsumVarlen = cumsumStep.op;
 export const planChunkLocalCumsumVarlen = cumsumStep.plan;
 
-export interface GdrKktArgs extends GdrStepParams {
-  /** [nTok, Hg, K] bf16 */
-  k: Buffer;
-  /** [nTok, H] f32, cumsummed within chunks */
-  g: Buffer;
+export interface GdrKktArgs extends GdrStepParams, GdrKeys, GdrDecay, GdrChunks {
   /** [nTok, H] f32 or bf16 */
   beta: Buffer;
   /** [nTok, H, 64] f32 (output) */
   a: Buffer;
-  chunks: Buffer;
 }
 
 const kktStep = gdrStep<GdrKktArgs>({
   kernel: (a) => (a.beta.dtype === 'bf16' ? KKT_BETA_BF16 : KKT),
   buffers: (a) => [
-    ['k', a.k, 'bf16', a.nTok * a.nQkHeads * a.kDim], ['g', a.g, 'f32', a.nTok * a.nHeads], ['beta', a.beta, ['f32', 'bf16'], a.nTok * a.nHeads],
+    keysExpect(a), decayExpect(a), ['beta', a.beta, ['f32', 'bf16'], a.nTok * a.nHeads],
     ['a', a.a, 'f32', a.nTok * a.nHeads * GDR_BT], chunksExpect(a, a.chunks),
   ],
   outputs: ['a'],
-  grid: (a) => [a.nt, a.nHeads, 1],
   threads: 256,
 });
 export const validateGatedDeltaNetKkt = kktStep.validate;
@@ -321,18 +331,16 @@ export const validateGatedDeltaNetKkt = kktStep.validate;
 export const gatedDeltaNetKkt = kktStep.op;
 export const planGatedDeltaNetKkt = kktStep.plan;
 
-export interface GdrSolveArgs extends GdrStepParams {
+export interface GdrSolveArgs extends GdrStepParams, GdrChunks {
   /** [nTok, H, 64] f32, strictly lower triangular per chunk */
   a: Buffer;
   /** [nTok, H, 64] f32 (output); may be the same buffer as a */
   ai: Buffer;
-  chunks: Buffer;
 }
 
 const solveStep = gdrStep<GdrSolveArgs>({
   kernel: () => SOLVE,
   buffers: (a) => [['a', a.a, 'f32', a.nTok * a.nHeads * GDR_BT], ['ai', a.ai, 'f32', a.nTok * a.nHeads * GDR_BT], chunksExpect(a, a.chunks)],
-  grid: (a) => [a.nt, a.nHeads, 1],
   threads: GDR_BT,
 });
 export const validateChunkTriSolveInvert = solveStep.validate;
@@ -345,34 +353,28 @@ export const validateChunkTriSolveInvert = solveStep.validate;
 export const chunkTriSolveInvert = solveStep.op;
 export const planChunkTriSolveInvert = solveStep.plan;
 
-export interface GdrWuArgs extends GdrStepParams {
-  /** [nTok, Hg, K] bf16 */
-  k: Buffer;
+export interface GdrWuArgs extends GdrStepParams, GdrKeys, GdrDecay, GdrChunks {
   /** [nTok, H, V] bf16 */
   v: Buffer;
   /** [nTok, H] f32 or bf16 */
   beta: Buffer;
-  /** [nTok, H] f32, cumsummed */
-  g: Buffer;
   /** [nTok, H, 64] f32 */
   ai: Buffer;
   /** [nTok, H, K] bf16 (output) */
   w: Buffer;
   /** [nTok, H, V] bf16 (output) */
   u: Buffer;
-  chunks: Buffer;
 }
 
 const wuStep = gdrStep<GdrWuArgs>({
   kernel: (a) => (a.beta.dtype === 'bf16' ? WU_BETA_BF16 : WU),
   buffers: (a) => [
-    ['k', a.k, 'bf16', a.nTok * a.nQkHeads * a.kDim], ['v', a.v, 'bf16', a.nTok * a.nHeads * a.vDim],
-    ['beta', a.beta, ['f32', 'bf16'], a.nTok * a.nHeads], ['g', a.g, 'f32', a.nTok * a.nHeads],
+    keysExpect(a), ['v', a.v, 'bf16', a.nTok * a.nHeads * a.vDim],
+    ['beta', a.beta, ['f32', 'bf16'], a.nTok * a.nHeads], decayExpect(a),
     ['ai', a.ai, 'f32', a.nTok * a.nHeads * GDR_BT], ['w', a.w, 'bf16', a.nTok * a.nHeads * a.kDim],
     ['u', a.u, 'bf16', a.nTok * a.nHeads * a.vDim], chunksExpect(a, a.chunks),
   ],
   outputs: ['w', 'u'],
-  grid: (a) => [a.nt, a.nHeads, 1],
   threads: 256,
 });
 export const validateGatedDeltaNetRecomputeWu = wuStep.validate;
@@ -384,15 +386,11 @@ export const validateGatedDeltaNetRecomputeWu = wuStep.validate;
 export const gatedDeltaNetRecomputeWu = wuStep.op;
 export const planGatedDeltaNetRecomputeWu = wuStep.plan;
 
-export interface GdrInterStateArgs extends GdrStepParams {
-  /** [nTok, Hg, K] bf16 */
-  k: Buffer;
+export interface GdrInterStateArgs extends GdrStepParams, GdrKeys, GdrDecay {
   /** [nTok, H, K] bf16 */
   w: Buffer;
   /** [nTok, H, V] bf16 */
   u: Buffer;
-  /** [nTok, H] f32, cumsummed */
-  g: Buffer;
   /** [nSeq, H, V, K] f32 */
   h0: Buffer;
   /** [nt, H, V, K] bf16 chunk-start states (output) */
@@ -410,8 +408,8 @@ const interStateStep = gdrStep<GdrInterStateArgs>({
   buffers: (a) => {
     const state = a.nSeq * a.nHeads * a.vDim * a.kDim;
     return [
-      ['k', a.k, 'bf16', a.nTok * a.nQkHeads * a.kDim], ['w', a.w, 'bf16', a.nTok * a.nHeads * a.kDim], ['u', a.u, 'bf16', a.nTok * a.nHeads * a.vDim],
-      ['g', a.g, 'f32', a.nTok * a.nHeads], ['h0', a.h0, 'f32', state], ['hOut', a.hOut, 'bf16', a.nt * a.nHeads * a.vDim * a.kDim],
+      keysExpect(a), ['w', a.w, 'bf16', a.nTok * a.nHeads * a.kDim], ['u', a.u, 'bf16', a.nTok * a.nHeads * a.vDim],
+      decayExpect(a), ['h0', a.h0, 'f32', state], ['hOut', a.hOut, 'bf16', a.nt * a.nHeads * a.vDim * a.kDim],
       ['vNew', a.vNew, 'bf16', a.nTok * a.nHeads * a.vDim], ['finalState', a.finalState, 'f32', state], seqsExpect(a, a.seqs),
     ];
   },
@@ -435,27 +433,22 @@ export const validateGatedDeltaNetChunkInterStateVarlen = interStateStep.validat
 export const gatedDeltaNetChunkInterStateVarlen = interStateStep.op;
 export const planGatedDeltaNetChunkInterStateVarlen = interStateStep.plan;
 
-export interface GdrChunkOArgs extends GdrStepParams {
+export interface GdrChunkOArgs extends GdrStepParams, GdrKeys, GdrDecay, GdrChunks {
   /** [nTok, Hg, K] bf16 */
   q: Buffer;
-  /** [nTok, Hg, K] bf16 */
-  k: Buffer;
   /** [nTok, H, V] bf16 */
   vNew: Buffer;
   /** [nt, H, V, K] bf16 chunk-start states */
   h: Buffer;
-  /** [nTok, H] f32, cumsummed */
-  g: Buffer;
   /** [nTok, H, V] bf16 (output) */
   o: Buffer;
-  chunks: Buffer;
 }
 
 const chunkOStep = gdrStep<GdrChunkOArgs>({
   kernel: () => CHUNK_O,
   buffers: (a) => [
-    ['q', a.q, 'bf16', a.nTok * a.nQkHeads * a.kDim], ['k', a.k, 'bf16', a.nTok * a.nQkHeads * a.kDim], ['vNew', a.vNew, 'bf16', a.nTok * a.nHeads * a.vDim],
-    ['h', a.h, 'bf16', a.nt * a.nHeads * a.vDim * a.kDim], ['g', a.g, 'f32', a.nTok * a.nHeads], ['o', a.o, 'bf16', a.nTok * a.nHeads * a.vDim],
+    ['q', a.q, 'bf16', a.nTok * a.nQkHeads * a.kDim], keysExpect(a), ['vNew', a.vNew, 'bf16', a.nTok * a.nHeads * a.vDim],
+    ['h', a.h, 'bf16', a.nt * a.nHeads * a.vDim * a.kDim], decayExpect(a), ['o', a.o, 'bf16', a.nTok * a.nHeads * a.vDim],
     chunksExpect(a, a.chunks),
   ],
   outputs: ['o'],
