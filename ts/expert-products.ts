@@ -12,16 +12,13 @@ import type { Device } from './device.ts';
 import type { DType } from './dtype.ts';
 import { opShape, type Launch, type OpPlan, type OpShape, type PlannedDispatch } from './plan.ts';
 import {
-  checkAtMost, checkBufferRules, checkNoAliasing, checkPositive, checkedProduct, invalid, like, ruleBindings, type BufferRule, type DtypeOf,
+  checkAtMost, checkBufferRules, checkedProduct, checkNoAliasing, checkPositive, invalid, like, ruleBindings, U32_MAX, type BufferRule, type DtypeOf,
 } from './validate.ts';
 
 /** The gate's activation of the fused gate/up products: silu (Qwen3.6), gelu with the tanh approximation (Gemma 4). */
 export type GateActivation = 'silu' | 'gelu_tanh';
 export const GATE_ACTIVATIONS: readonly GateActivation[] = ['silu', 'gelu_tanh'];
 
-const U32_MAX = 0xffff_ffff;
-/** Blocks of a one-dimensional CUDA grid (gridDim.x). */
-export const CUDA_GRID_MAX = 0x7fff_ffff;
 
 /** Tile slots over pairs grouped by expert (moe_tile in the preludes): floor(pairs / bm) + numExperts + 1. */
 export function moeTileSlots(pairs: number, numExperts: number, bm: number): number {
@@ -74,7 +71,8 @@ export interface ExpertForm {
 
 /** What a family of per-expert products decides for itself, for its arguments B. */
 export interface ExpertFamily<B extends FormArgs> {
-  readonly plan: Omit<OpPlan, 'dispatches'>;
+  /** The family's plan of a dispatch (familyPlans). */
+  readonly plan: (dispatch: PlannedDispatch) => OpPlan;
   /** Dtypes of x (and so of the output) in the form. */
   xDtypes(f: ExpertForm): readonly DType[];
   /** The fields of one expert set, as the plain form names them (the gate/up forms prefix them with gate and up). */
@@ -157,7 +155,7 @@ export function expertProductOp<B extends FormArgs, A extends B>(fam: ExpertFami
   return opShape<A>((a, device) => validateForm(fam, f, a, device), (a) => {
     const pairs = a.m * a.nExpertUsed;
     const dispatch: PlannedDispatch = { kernel: `${f.op}_${a.x.dtype}`, ...bindingsOf(fam, f, a), ...fam.launch(f, a, pairs) };
-    return { ...fam.plan, dispatches: [dispatch] };
+    return fam.plan(dispatch);
   });
 }
 

@@ -2,6 +2,14 @@
 
 import type { DeviceLimits } from './device.ts';
 
+/** Blocks of a one-dimensional CUDA grid at most (gridDim.x). */
+export const CUDA_GRID_MAX = 0x7fff_ffff;
+/** gridDim.y and gridDim.z of a CUDA launch at most. */
+export const CUDA_GRID_YZ_MAX = 65535;
+
+/** ceil(a / b). */
+export const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
+
 /** What a launch shape depends on of a device. */
 export type LaunchLimits = Pick<DeviceLimits, 'maxThreadsPerThreadgroup' | 'simdWidth'>;
 

@@ -48,6 +48,11 @@ export interface OpPlan {
   readonly dispatches: readonly PlannedDispatch[];
 }
 
+/** The plans of a family: its name, sources and kernel list around the dispatches of one op call. */
+export function familyPlans(family: string, sources: FamilySources, kernels: readonly string[]): (...dispatches: PlannedDispatch[]) => OpPlan {
+  return (...dispatches) => ({ family, sources, kernels, dispatches });
+}
+
 /** The launch of a planned dispatch on a backend that compiles the given language. */
 export function launchOf(d: PlannedDispatch, language: 'metal' | 'cuda'): Launch {
   return language === 'cuda' && d.cuda !== undefined ? d.cuda : d;

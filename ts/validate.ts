@@ -19,6 +19,12 @@ function show(actual: unknown): string {
   return String(actual);
 }
 
+/** The bounds of the params' integer fields, and the largest finite f32. */
+export const U32_MAX = 0xffff_ffff;
+export const I32_MAX = 0x7fff_ffff;
+export const I16_MAX = 0x7fff;
+export const F32_MAX = 3.4028234663852886e38;
+
 export function invalid(op: string, arg: string, expected: string, actual: unknown): MlxError {
   return new MlxError('InvalidArgument', `${op}: ${arg} must be ${expected} (got ${show(actual)})`);
 }

@@ -25,12 +25,11 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Dim3, Encoder } from '../encoder.ts';
 import {
-  checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct,
-  invalid,
+  checkAtMost, checkBuffer, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkPositive, invalid, U32_MAX,
 } from '../validate.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { opShape, record, type OpPlan, type OpShape, type PlannedDispatch } from '../plan.ts';
+import { familyPlans, opShape, record, type OpPlan, type OpShape, type PlannedDispatch } from '../plan.ts';
 
 const OP = 'chunk_gated_delta_rule';
 const FAMILY = 'chunk_gated_delta_rule';
@@ -51,6 +50,7 @@ export const CHUNK_GATED_DELTA_RULE_KERNELS = [
 ] as const;
 /** The family's sources by backend (the cuda file has the same entry points, bindings and grids). */
 export const CHUNK_GATED_DELTA_RULE_SOURCES = familySources(FAMILY, { header, metal: metalSource, cuda: cudaSrc });
+const planOf = familyPlans(FAMILY, CHUNK_GATED_DELTA_RULE_SOURCES, CHUNK_GATED_DELTA_RULE_KERNELS);
 
 /** Tokens per chunk, fixed in every kernel. */
 export const GDR_BT = 64;
@@ -63,7 +63,6 @@ export const GDR_MAX_V = 256;
 export function interStateBv(k: number): number {
   return k === 256 ? 16 : 32;
 }
-const U32_MAX = 0xffff_ffff;
 
 /** struct ChunkGatedDeltaRuleParams of shaders/chunk_gated_delta_rule.metal, bound last by every step kernel there. */
 export const CHUNK_GATED_DELTA_RULE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'ChunkGatedDeltaRuleParams');
@@ -219,11 +218,6 @@ const chunksExpect = (p: GdrStepParams, b: Buffer): Expect => ['chunks', b, 'u32
 const keysExpect = (p: GdrStepParams & GdrKeys): Expect => ['k', p.k, 'bf16', p.nTok * p.nQkHeads * p.kDim];
 const decayExpect = (p: GdrStepParams & GdrDecay): Expect => ['g', p.g, 'f32', p.nTok * p.nHeads];
 const seqsExpect = (p: GdrStepParams, b: Buffer): Expect => ['seqs', b, 'u32', 2 * (p.nSeq + 1)];
-
-/** A plan of the family. */
-function planOf(...dispatches: PlannedDispatch[]): OpPlan {
-  return { family: FAMILY, sources: CHUNK_GATED_DELTA_RULE_SOURCES, kernels: CHUNK_GATED_DELTA_RULE_KERNELS, dispatches };
-}
 
 /** A step's params struct at the binding after its buffers. */
 function stepBytes(nBuffers: number, p: GdrStepParams): (Uint8Array | undefined)[] {

@@ -11,15 +11,14 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import {
-  checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct,
-} from '../validate.ts';
-import { record, type OpPlan } from '../plan.ts';
+import { checkAtMost, checkBufferRules, checkedProduct, checkNoAliasing, checkPositive, like, ruleBindings, type BufferRule } from '../validate.ts';
+import { familyPlans, record, type OpPlan } from '../plan.ts';
 
 export const COMPUTE_G_BETA_FAMILY = 'compute_g_beta';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const COMPUTE_G_BETA_SOURCES = familySources(COMPUTE_G_BETA_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const COMPUTE_G_BETA_KERNELS = ['compute_g_beta_f32', 'compute_g_beta_bf16'] as const;
+const planOf = familyPlans(COMPUTE_G_BETA_FAMILY, COMPUTE_G_BETA_SOURCES, COMPUTE_G_BETA_KERNELS);
 /** Threads per threadgroup. */
 export const COMPUTE_G_BETA_THREADS = 256;
 /** Elements are indexed with 32-bit unsigned integers. */
@@ -67,23 +66,13 @@ export function validateComputeGBeta(buf: ComputeGBetaArgs, device?: Device): vo
   checkPositive(op, 'nHeads', p.nHeads);
   const n = checkedProduct(op, 'batch * seqLen * nHeads', p.batch, p.seqLen, p.nHeads);
   checkAtMost(op, 'batch * seqLen * nHeads', n, MAX_ELEMENTS_U32, 'the 32-bit index limit');
-  for (const [arg, b] of [['a', buf.a], ['b', buf.b], ['aLog', buf.aLog], ['dtBias', buf.dtBias], ['g', buf.g], ['beta', buf.beta]] as const) {
-    checkBuffer(op, arg, b, device);
-  }
-  checkDtype(op, 'a', buf.a, ['f32', 'bf16']);
-  checkDtype(op, 'b', buf.b, buf.a.dtype);
-  checkDtype(op, 'aLog', buf.aLog, 'f32');
-  checkDtype(op, 'dtBias', buf.dtBias, 'f32');
-  checkDtype(op, 'g', buf.g, 'f32');
-  checkDtype(op, 'beta', buf.beta, 'f32');
-  checkElements(op, 'a', buf.a, n);
-  checkElements(op, 'b', buf.b, n);
-  checkElements(op, 'aLog', buf.aLog, p.nHeads);
-  checkElements(op, 'dtBias', buf.dtBias, p.nHeads);
-  checkElements(op, 'g', buf.g, n);
-  checkElements(op, 'beta', buf.beta, n);
-  checkNoAliasing(op, [['a', buf.a], ['b', buf.b], ['aLog', buf.aLog], ['dtBias', buf.dtBias], ['g', buf.g], ['beta', buf.beta]],
-    ['g', 'beta'], 'the CUDA kernel takes g and beta as __restrict__, and the Metal kernel writes g before it reads b');
+  const rules: BufferRule[] = [
+    ['a', buf.a, ['f32', 'bf16'], n], ['b', buf.b, like('a'), n], ['aLog', buf.aLog, 'f32', p.nHeads], ['dtBias', buf.dtBias, 'f32', p.nHeads],
+    ['g', buf.g, 'f32', n], ['beta', buf.beta, 'f32', n],
+  ];
+  checkBufferRules(op, rules, device);
+  checkNoAliasing(op, ruleBindings(rules), ['g', 'beta'],
+    'the CUDA kernel takes g and beta as __restrict__, and the Metal kernel writes g before it reads b');
 }
 
 /**
@@ -103,16 +92,11 @@ export function computeGBeta(enc: Encoder, args: ComputeGBetaArgs): void {
 export function planComputeGBeta(args: ComputeGBetaArgs, _limits: DeviceLimits, device?: Device): OpPlan {
   validateComputeGBeta(args, device);
   const n = args.batch * args.seqLen * args.nHeads;
-  return {
-    family: COMPUTE_G_BETA_FAMILY,
-    sources: COMPUTE_G_BETA_SOURCES,
-    kernels: COMPUTE_G_BETA_KERNELS,
-    dispatches: [{
-      kernel: args.a.dtype === 'bf16' ? 'compute_g_beta_bf16' : 'compute_g_beta_f32',
-      buffers: [args.a, args.b, args.aLog, args.dtBias, args.g, args.beta],
-      bytes: [, , , , , , packComputeGBetaParams(args)],
-      grid: [Math.ceil(n / COMPUTE_G_BETA_THREADS), 1, 1],
-      threads: [COMPUTE_G_BETA_THREADS, 1, 1],
-    }],
-  };
+  return planOf({
+    kernel: args.a.dtype === 'bf16' ? 'compute_g_beta_bf16' : 'compute_g_beta_f32',
+    buffers: [args.a, args.b, args.aLog, args.dtBias, args.g, args.beta],
+    bytes: [, , , , , , packComputeGBetaParams(args)],
+    grid: [Math.ceil(n / COMPUTE_G_BETA_THREADS), 1, 1],
+    threads: [COMPUTE_G_BETA_THREADS, 1, 1],
+  });
 }

@@ -18,10 +18,10 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid, like, ruleBindings,
-  type BufferRule,
+  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, I16_MAX, I32_MAX, invalid, like, ruleBindings, U32_MAX, type BufferRule,
 } from '../validate.ts';
-import { record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
+import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 
 export const DENSE_FAMILY = 'dense';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -32,6 +32,7 @@ export const DENSE_KERNELS = [
   'hf2q_dense_mm_bf16_f32_tensor', 'hf2q_dense_mm_f16_f32_tensor', 'hf2q_dense_mm_f32_f32_tensor',
   'dense_mm_f32', 'dense_mm_f16', 'dense_mm_bf16', 'dense_mv_f32', 'dense_mv_f16', 'dense_mv_bf16',
 ] as const;
+const planOf = familyPlans(DENSE_FAMILY, DENSE_SOURCES, DENSE_KERNELS);
 
 /** struct DenseGemmParams (buffer 3 of dense_gemm_f16 and dense_matvec_*). */
 export const DENSE_GEMM_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'DenseGemmParams');
@@ -51,13 +52,7 @@ export const DENSE_GEMV_BF16_SHARED_BYTES = 256;
 /** threadgroup(0) of hf2q_dense_mm_*_f32_tensor by weight dtype (mlx-native's sizes). */
 export const DENSE_MM_TENSOR_SHARED_BYTES: Readonly<Record<'f32' | 'f16' | 'bf16', number>> = { bf16: 8192, f16: 8192, f32: 16384 };
 
-const U32_MAX = 0xffff_ffff;
-const I32_MAX = 0x7fff_ffff;
-const I16_MAX = 0x7fff;
-/** Blocks of a one-dimensional CUDA grid (gridDim.x). */
-const CUDA_GRID_MAX = 0x7fff_ffff;
 
-const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
 
 // ---- param packers ----
 
@@ -203,11 +198,6 @@ function checkCudaGrid(op: string, m: number, n: number, mvRows: number, batchAr
   if (batchArg !== null && batch * per > CUDA_GRID_MAX) {
     throw invalid(op, batchArg, `at most ${Math.floor(CUDA_GRID_MAX / per)} (the CUDA grid's 2^31 - 1 blocks over ${per} a batch)`, batch);
   }
-}
-
-/** A plan of the family. */
-function planOf(dispatch: PlannedDispatch): OpPlan {
-  return { family: DENSE_FAMILY, sources: DENSE_SOURCES, kernels: DENSE_KERNELS, dispatches: [dispatch] };
 }
 
 // ---- dense_matmul (x, w and y of one dtype) ----

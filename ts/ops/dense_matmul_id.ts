@@ -22,10 +22,11 @@ import cudaSrc from '../../shaders/cuda/dense_matmul_id.cu' with { type: 'text' 
 import header from '../../shaders/dense_matmul_id.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import type { Launch } from '../plan.ts';
+import { familyPlans, type Launch } from '../plan.ts';
 import { familySources } from '../registry.ts';
-import { checkAtMost, checkedProduct, invalid, like } from '../validate.ts';
-import { CUDA_GRID_MAX, expertProductOp, moeTileSlots, type ExpertFamily, type ExpertProductBase, type GateActivation } from '../expert-products.ts';
+import { checkAtMost, checkedProduct, invalid, like, U32_MAX } from '../validate.ts';
+import { expertProductOp, moeTileSlots, type ExpertFamily, type ExpertProductBase, type GateActivation } from '../expert-products.ts';
+import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 
 export const DENSE_MATMUL_ID_FAMILY = 'dense_matmul_id';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -34,13 +35,12 @@ export const DENSE_MATMUL_ID_KERNELS = [
   'dense_mv_id_f32', 'dense_mv_id_f16', 'dense_mv_id_bf16', 'dense_gate_up_mv_id_f32', 'dense_gate_up_mv_id_f16', 'dense_gate_up_mv_id_bf16',
   'dense_mm_id_f16', 'dense_mm_id_bf16', 'dense_gate_up_mm_id_f16', 'dense_gate_up_mm_id_bf16',
 ] as const;
+const planOf = familyPlans(DENSE_MATMUL_ID_FAMILY, DENSE_MATMUL_ID_SOURCES, DENSE_MATMUL_ID_KERNELS);
 
 /** struct DenseMatmulIdParams (buffer 4 of every kernel of the family). */
 export const DENSE_MATMUL_ID_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'DenseMatmulIdParams');
 
-const U32_MAX = 0xffff_ffff;
 
-const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
 
 export type DenseIdDType = 'f32' | 'f16' | 'bf16';
 
@@ -106,7 +106,7 @@ export interface DenseGateUpMmIdArgs extends DenseGateUpBase {
 }
 
 const DENSE: ExpertFamily<DenseIdBase & { activation?: GateActivation }> = {
-  plan: { family: DENSE_MATMUL_ID_FAMILY, sources: DENSE_MATMUL_ID_SOURCES, kernels: DENSE_MATMUL_ID_KERNELS },
+  plan: planOf,
   // The matrix form runs on 16-bit values only.
   xDtypes: (f) => (f.matrix ? ['f16', 'bf16'] : ['f32', 'f16', 'bf16']),
   set: ['weight'],

@@ -19,8 +19,8 @@ import type { Device, DeviceLimits } from '../device.ts';
 import { dtypeSize, type DType } from '../dtype.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, invalid } from '../validate.ts';
-import { opShape, type OpPlan, type OpShape, type PlannedDispatch } from '../plan.ts';
+import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, F32_MAX, invalid } from '../validate.ts';
+import { familyPlans, opShape, type OpShape, type PlannedDispatch } from '../plan.ts';
 
 export const ELEMENTWISE_FAMILY = 'elementwise';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -32,6 +32,7 @@ export const ELEMENTWISE_KERNELS = [
   'scalar_mul_f32', 'scalar_mul_f16', 'scalar_mul_bf16',
   'cast_f16_to_f32', 'cast_f32_to_f16', 'cast_bf16_to_f32', 'cast_f32_to_bf16', 'cast_f16_to_bf16', 'cast_bf16_to_f16',
 ] as const;
+const planOf = familyPlans(ELEMENTWISE_FAMILY, ELEMENTWISE_SOURCES, ELEMENTWISE_KERNELS);
 /** The dtypes every kernel of the family takes. */
 export const ELEMENTWISE_DTYPES = ['f32', 'f16', 'bf16'] as const;
 export type ElementwiseDType = (typeof ELEMENTWISE_DTYPES)[number];
@@ -39,8 +40,6 @@ export type ElementwiseDType = (typeof ELEMENTWISE_DTYPES)[number];
 export const ELEMENTWISE_THREADS = 256;
 /** The Metal grid counts threads in 32 bits (whole threadgroups of 256), and the params hold n as a u32. */
 export const ELEMENTWISE_MAX_ELEMENTS = 2 ** 32 - ELEMENTWISE_THREADS;
-/** The largest finite f32: scalars past it would be infinite in the params. */
-const F32_MAX = 3.4028234663852886e38;
 
 /** struct ElementwiseParams (elementwise_{add,mul}_<t> buffer 3, cast_* buffer 2). */
 export const ELEMENTWISE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'ElementwiseParams');
@@ -116,10 +115,6 @@ export function elementwiseLaunch(n: number, vec: number, limits: DeviceLimits):
     threads: [threads, 1, 1],
     cuda: { grid: [Math.ceil(n / (cudaThreads * vec)), 1, 1], threads: [cudaThreads, 1, 1] },
   };
-}
-
-function planOf(d: PlannedDispatch): OpPlan {
-  return { family: ELEMENTWISE_FAMILY, sources: ELEMENTWISE_SOURCES, kernels: ELEMENTWISE_KERNELS, dispatches: [d] };
 }
 
 /** An op of the family: one element per thread over n elements, its params after the buffers. */

@@ -21,9 +21,11 @@ import { dtypeSize, type DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { rowCopyLaunch, rowCopyUnit, type LaunchLimits } from '../launch.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { record, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { familyPlans, record, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
-import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import {
+  checkAtMost, checkBuffer, checkDtype, checkedProduct, checkElements, checkNoAliasing, checkPositive, invalid, U32_MAX,
+} from '../validate.ts';
 import { planGgmlEmbedding, validateGgmlEmbedding, type GgmlEmbeddingArgs, type GgmlQuantType } from './quantized_matmul_ggml.ts';
 
 export const EMBEDDING_FAMILY = 'embedding';
@@ -36,11 +38,11 @@ export const EMBEDDING_KERNELS = [
   'embedding_gather_scale_batch_f32', 'embedding_gather_scale_batch_f16', 'embedding_gather_scale_batch_bf16',
   'embedding_gather_scale_batch_f16_to_f32', 'embedding_gather_scale_batch_bf16_to_f32',
 ] as const;
+const planOf = familyPlans(EMBEDDING_FAMILY, EMBEDDING_SOURCES, EMBEDDING_KERNELS);
 /** Threads per threadgroup of the Metal grids at most (mlx-native's). */
 export const EMBEDDING_MAX_THREADS = 256;
 /** Elements an output may have: the grids count threads in 32 bits. */
 export const EMBEDDING_MAX_ELEMENTS = 2 ** 32 - EMBEDDING_MAX_THREADS;
-const U32_MAX = 0xffff_ffff;
 
 /** struct GatherParams (gather_<t>, buffer 3). */
 export const GATHER_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GatherParams');
@@ -187,17 +189,12 @@ export function embeddingThreads(n: number, limits: LaunchLimits): number {
 function rowsDispatch(kernel: string, buffers: PlannedDispatch['buffers'], bytes: PlannedDispatch['bytes'], rows: number, len: number,
   from: DType, to: DType, limits: DeviceLimits): OpPlan {
   const tg = embeddingThreads(len, limits);
-  return {
-    family: EMBEDDING_FAMILY,
-    sources: EMBEDDING_SOURCES,
-    kernels: EMBEDDING_KERNELS,
-    dispatches: [{
-      kernel, buffers, bytes,
-      grid: [Math.ceil(len / tg), rows, 1],
-      threads: [tg, 1, 1],
-      cuda: rowCopyLaunch(rows, len, rowCopyUnit(dtypeSize(from), dtypeSize(to)), limits),
-    }],
-  };
+  return planOf({
+    kernel, buffers, bytes,
+    grid: [Math.ceil(len / tg), rows, 1],
+    threads: [tg, 1, 1],
+    cuda: rowCopyLaunch(rows, len, rowCopyUnit(dtypeSize(from), dtypeSize(to)), limits),
+  });
 }
 
 /**

@@ -17,11 +17,13 @@ import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import type { FunctionConstants } from '../library.ts';
-import { nextPow2 } from '../launch.ts';
+import { ceilDiv, CUDA_GRID_YZ_MAX, nextPow2 } from '../launch.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { record, type Launch, type OpPlan } from '../plan.ts';
+import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
 import { familySources } from '../registry.ts';
-import { checkAtMost, checkBoolean, checkBuffer, checkDtype, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import {
+  checkAtMost, checkBoolean, checkBuffer, checkDtype, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, I32_MAX, invalid, U32_MAX,
+} from '../validate.ts';
 
 export const FLASH_ATTN_PREFILL_FAMILY = 'flash_attn_prefill';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -42,6 +44,7 @@ export const FLASH_ATTN_PREFILL_KERNELS = [
   'flash_attn_prefill_mask_fill_bf16', 'flash_attn_prefill_mask_fill_f16',
   'flash_attn_prefill_blk_bf16', 'flash_attn_prefill_blk_f16',
 ] as const;
+const planOf = familyPlans(FLASH_ATTN_PREFILL_FAMILY, FLASH_ATTN_PREFILL_SOURCES, FLASH_ATTN_PREFILL_KERNELS);
 
 /** struct AttnParams (buffer 4 of the attention entries; 160 bytes). */
 export const ATTN_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'AttnParams');
@@ -66,12 +69,7 @@ export const FLASH_ATTN_PREFILL_FC = {
 /** threadgroup(0) of the llamacpp entries: the crate's 28672 bytes (qs [8][512], kvs [16][512], ss [8][8][16] f32). */
 export const FLASH_ATTN_PREFILL_LLAMACPP_SHARED_BYTES = 28672;
 
-const I32_MAX = 0x7fff_ffff;
-const U32_MAX = 0xffff_ffff;
-/** gridDim.y and gridDim.z of a CUDA launch. */
-const CUDA_GRID_YZ_MAX = 65535;
 
-const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
 
 /** The kernel shape an argument set runs on Metal: which entries, their tiles and the blk tile they read. */
 export interface FlashAttnPrefillTile {
@@ -398,25 +396,20 @@ export function planFlashAttnPrefill(a: FlashAttnPrefillArgs, limits: DeviceLimi
     [FLASH_ATTN_PREFILL_FC.hasSeqlens]: s.varlen,
   };
   const cuda = flashAttnPrefillCudaTile(d, limits);
-  return {
-    family: FLASH_ATTN_PREFILL_FAMILY,
-    sources: FLASH_ATTN_PREFILL_SOURCES,
-    kernels: FLASH_ATTN_PREFILL_KERNELS,
-    dispatches: [{
-      kernel: flashAttnPrefillKernel(s.dt, d, s.boolMask, s.tile.llamacpp),
-      constants,
-      buffers: [a.q, a.k, a.v, a.out, , , a.mask ?? a.q, a.blk ?? a.q, a.cuSeqlensQ ?? a.q, a.cuSeqlensK ?? a.q],
-      bytes: [, , , , params, packAttnMaskParams(a.mask === undefined ? [0, 0, 0] : maskStrides)],
-      grid: [ceilDiv(s.gridRows, s.tile.bq), a.nHeads, a.batch],
-      threads: [32, s.tile.nsg, 1],
-      ...(s.tile.llamacpp ? { threadgroupMemory: [FLASH_ATTN_PREFILL_LLAMACPP_SHARED_BYTES] } : {}),
-      cuda: {
-        grid: [ceilDiv(s.gridRows, cuda.bq), a.nHeads, a.batch],
-        threads: [cuda.threads, 1, 1],
-        threadgroupMemory: [cuda.sharedBytes],
-      },
-    }],
-  };
+  return planOf({
+    kernel: flashAttnPrefillKernel(s.dt, d, s.boolMask, s.tile.llamacpp),
+    constants,
+    buffers: [a.q, a.k, a.v, a.out, , , a.mask ?? a.q, a.blk ?? a.q, a.cuSeqlensQ ?? a.q, a.cuSeqlensK ?? a.q],
+    bytes: [, , , , params, packAttnMaskParams(a.mask === undefined ? [0, 0, 0] : maskStrides)],
+    grid: [ceilDiv(s.gridRows, s.tile.bq), a.nHeads, a.batch],
+    threads: [32, s.tile.nsg, 1],
+    ...(s.tile.llamacpp ? { threadgroupMemory: [FLASH_ATTN_PREFILL_LLAMACPP_SHARED_BYTES] } : {}),
+    cuda: {
+      grid: [ceilDiv(s.gridRows, cuda.bq), a.nHeads, a.batch],
+      threads: [cuda.threads, 1, 1],
+      threadgroupMemory: [cuda.sharedBytes],
+    },
+  });
 }
 
 // ---- the mask builder (mlx-native's build_sdpa_mask_bf16) ----
@@ -482,18 +475,13 @@ export function flashAttnPrefillMask(enc: Encoder, args: FlashAttnPrefillMaskArg
 /** flashAttnPrefillMask's plan: validates, then one dispatch (see flashAttnPrefillMask). */
 export function planFlashAttnPrefillMask(a: FlashAttnPrefillMaskArgs, _limits: DeviceLimits, device?: Device): OpPlan {
   validateFlashAttnPrefillMask(a, device);
-  return {
-    family: FLASH_ATTN_PREFILL_FAMILY,
-    sources: FLASH_ATTN_PREFILL_SOURCES,
-    kernels: FLASH_ATTN_PREFILL_KERNELS,
-    dispatches: [{
-      kernel: `flash_attn_prefill_mask_fill_${a.mask.dtype}`,
-      buffers: [a.mask],
-      bytes: [, packFlashAttnPrefillMaskParams(a)],
-      grid: [a.seqLenQ, 1, 1],
-      threads: [flashAttnPrefillMaskThreads(a.seqLenK), 1, 1],
-    }],
-  };
+  return planOf({
+    kernel: `flash_attn_prefill_mask_fill_${a.mask.dtype}`,
+    buffers: [a.mask],
+    bytes: [, packFlashAttnPrefillMaskParams(a)],
+    grid: [a.seqLenQ, 1, 1],
+    threads: [flashAttnPrefillMaskThreads(a.seqLenK), 1, 1],
+  });
 }
 
 // ---- the tile classifier (mlx-native's flash_attn_prefill_blk) ----
@@ -561,21 +549,16 @@ export function planFlashAttnPrefillBlk(a: FlashAttnPrefillBlkArgs, _limits: Dev
   validateFlashAttnPrefillBlk(a, device);
   const nq = ceilDiv(a.seqLenQ, a.bq);
   const nk = ceilDiv(a.seqLenK, a.bk);
-  return {
-    family: FLASH_ATTN_PREFILL_FAMILY,
-    sources: FLASH_ATTN_PREFILL_SOURCES,
-    kernels: FLASH_ATTN_PREFILL_KERNELS,
-    dispatches: [{
-      kernel: `flash_attn_prefill_blk_${a.mask.dtype}`,
-      constants: {
-        [FLASH_ATTN_PREFILL_FC.blkBq]: { type: 'i32', value: a.bq },
-        [FLASH_ATTN_PREFILL_FC.blkBk]: { type: 'i32', value: a.bk },
-      },
-      buffers: [a.mask, a.blk],
-      bytes: [, , packFlashAttnPrefillBlkParams(a)],
-      grid: [nk, nq, 1],
-      threads: [32, 1, 1],
-      cuda: { grid: [nk * nq, 1, 1], threads: [32, 1, 1] } satisfies Launch,
-    }],
-  };
+  return planOf({
+    kernel: `flash_attn_prefill_blk_${a.mask.dtype}`,
+    constants: {
+      [FLASH_ATTN_PREFILL_FC.blkBq]: { type: 'i32', value: a.bq },
+      [FLASH_ATTN_PREFILL_FC.blkBk]: { type: 'i32', value: a.bk },
+    },
+    buffers: [a.mask, a.blk],
+    bytes: [, , packFlashAttnPrefillBlkParams(a)],
+    grid: [nk, nq, 1],
+    threads: [32, 1, 1],
+    cuda: { grid: [nk * nq, 1, 1], threads: [32, 1, 1] } satisfies Launch,
+  });
 }

@@ -15,11 +15,11 @@ import header from '../../shaders/flash_attn_vec.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
-import { record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { familyPlans, record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBoolean, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid,
+  checkAtMost, checkBoolean, checkBuffer, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkPositive, invalid, U32_MAX,
 } from '../validate.ts';
 
 const OP = 'flash_attn_vec';
@@ -50,6 +50,7 @@ export const FLASH_ATTN_VEC_KERNELS = [
   'flash_attn_vec_reduce_dk256',
   'flash_attn_vec_reduce_dk512',
 ] as const;
+const planOf = familyPlans(FAMILY, FLASH_ATTN_VEC_SOURCES, FLASH_ATTN_VEC_KERNELS);
 
 /** Head dims of the kernels. */
 export const FLASH_ATTN_VEC_HEAD_DIMS = [128, 256, 512] as const;
@@ -71,7 +72,6 @@ export function flashAttnVecThreadgroupBytes(headDim: number): number {
   const padded = Math.ceil(headDim / 128) * 128;
   return (3 * padded + 4 * SIMD) * 2;
 }
-const U32_MAX = 0xffff_ffff;
 /** CUDA main kernels: warps per block (both paths). */
 const CUDA_WARPS = 4;
 /** CUDA f32 K/V (FFMA path): the dynamic shared memory, a cp.async ring of 768 bytes per lane. */
@@ -331,7 +331,7 @@ function planMainAndReduce(a: FlashAttnVecCommon & FlashAttnVecBuffers, kernel: 
       threads: [SIMD * a.nwg, 1, 1],
     });
   }
-  return { family: FAMILY, sources: FLASH_ATTN_VEC_SOURCES, kernels: FLASH_ATTN_VEC_KERNELS, dispatches };
+  return planOf(...dispatches);
 }
 
 /**

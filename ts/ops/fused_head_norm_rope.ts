@@ -11,18 +11,19 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { checkAtMost, checkBoolean, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import {
+  checkAtMost, checkBoolean, checkBuffer, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkPositive, F32_MAX, invalid, U32_MAX,
+} from '../validate.ts';
 import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
-import { record, type OpPlan } from '../plan.ts';
+import { familyPlans, record, type OpPlan } from '../plan.ts';
 
 export const FUSED_HEAD_NORM_ROPE_FAMILY = 'fused_head_norm_rope';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const FUSED_HEAD_NORM_ROPE_SOURCES = familySources(FUSED_HEAD_NORM_ROPE_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const FUSED_HEAD_NORM_ROPE_KERNELS = ['fused_head_norm_rope_f32', 'fused_head_norm_rope_batch_bf16'] as const;
+const planOf = familyPlans(FUSED_HEAD_NORM_ROPE_FAMILY, FUSED_HEAD_NORM_ROPE_SOURCES, FUSED_HEAD_NORM_ROPE_KERNELS);
 /** Threads per row at most (mlx-native's 256). */
 export const FUSED_HEAD_NORM_ROPE_MAX_THREADS = 256;
-const U32_MAX = 0xffff_ffff;
-const F32_MAX = 3.4028234663852886e38;
 
 /** struct FusedHeadNormRopeF32Params (buffer 3 of fused_head_norm_rope_f32). */
 export const FUSED_HEAD_NORM_ROPE_F32_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FusedHeadNormRopeF32Params');
@@ -168,17 +169,12 @@ export function planFusedHeadNormRope(a: FusedHeadNormRopeArgs, limits: DeviceLi
   const buffers: (Buffer | undefined)[] = [a.input, a.output, a.weight ?? a.input, , a.positions, a.freqFactors ?? a.input];
   if (f32) buffers.push(a.outputBf16 ?? a.output, a.outputF32Perm ?? a.output);
   const bytes: (Uint8Array | undefined)[] = [, , , f32 ? packFusedHeadNormRopeF32Params(a) : packFusedHeadNormRopeBatchBf16Params(a)];
-  return {
-    family: FUSED_HEAD_NORM_ROPE_FAMILY,
-    sources: FUSED_HEAD_NORM_ROPE_SOURCES,
-    kernels: FUSED_HEAD_NORM_ROPE_KERNELS,
-    dispatches: [{
-      kernel: f32 ? 'fused_head_norm_rope_f32' : 'fused_head_norm_rope_batch_bf16',
-      buffers,
-      bytes,
-      threadgroupMemory: [sharedBytes],
-      grid: [a.seqLen * a.nHeads, 1, 1],
-      threads: [threads, 1, 1],
-    }],
-  };
+  return planOf({
+    kernel: f32 ? 'fused_head_norm_rope_f32' : 'fused_head_norm_rope_batch_bf16',
+    buffers,
+    bytes,
+    threadgroupMemory: [sharedBytes],
+    grid: [a.seqLen * a.nHeads, 1, 1],
+    threads: [threads, 1, 1],
+  });
 }

@@ -13,7 +13,7 @@ import {
   checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid,
 } from '../validate.ts';
 import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
-import { record, type OpPlan } from '../plan.ts';
+import { familyPlans, record, type OpPlan } from '../plan.ts';
 
 export const FUSED_NORM_FAMILY = 'fused_norm';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -26,6 +26,7 @@ export const FUSED_NORM_KERNELS = [
   'fused_residual_norm_scalar_f32',
   'fused_norm_add_scalar_f32',
 ] as const;
+const planOf = familyPlans(FUSED_NORM_FAMILY, FUSED_NORM_SOURCES, FUSED_NORM_KERNELS);
 
 /** Kernels index rows * dim elements with 32-bit unsigned integers. */
 export const MAX_ELEMENTS_U32 = 0xffff_ffff;
@@ -208,12 +209,7 @@ function rowsPlan(
   buffers: Buffer[], bytes: (Uint8Array | undefined)[],
 ): OpPlan {
   const { threads, sharedBytes } = fusedNormThreadgroup(p.dim, limits);
-  return {
-    family: FUSED_NORM_FAMILY,
-    sources: FUSED_NORM_SOURCES,
-    kernels: FUSED_NORM_KERNELS,
-    dispatches: [{ kernel, buffers, bytes, threadgroupMemory: [sharedBytes], grid: [p.rows, 1, 1], threads: [threads, 1, 1] }],
-  };
+  return planOf({ kernel, buffers, bytes, threadgroupMemory: [sharedBytes], grid: [p.rows, 1, 1], threads: [threads, 1, 1] });
 }
 
 /**
@@ -274,29 +270,27 @@ export function fusedResidualNormScalar(enc: Encoder, args: FusedNormScalarArgs)
 }
 export function planFusedResidualNormScalar(args: FusedNormScalarArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateFusedResidualNormScalar(args, device);
-  const scalarIsVector = args.scalar.elementCount !== 1;
-  return rowsPlan('fused_residual_norm_scalar_f32', args, limits,
-    [args.residual, args.input, args.weight, args.output, args.scalar],
-    [, , , , , packFusedResidualNormScalarParams({ ...args, scalarIsVector })]);
+  return scalarPlan('fused_residual_norm_scalar_f32', args, limits, packFusedResidualNormScalarParams);
+}
+
+/** The plan of the two scalar forms, which bind alike: their params after the scalar, which is a vector unless it has one element. */
+function scalarPlan(kernel: (typeof FUSED_NORM_KERNELS)[number], args: FusedNormScalarArgs, limits: LaunchLimits,
+  pack: (p: FusedNormParams & { scalarIsVector: boolean }) => Uint8Array): OpPlan {
+  return rowsPlan(kernel, args, limits, [args.residual, args.input, args.weight, args.output, args.scalar],
+    [, , , , , pack({ ...args, scalarIsVector: args.scalar.elementCount !== 1 })]);
 }
 
 /**
  * fused_norm_add_scalar: output = (residual + input * rmsInv(input) * weight) * scalar,
  * per row: Gemma 4's end of layer, the norm over input alone.
  *
- * Layouts (f32): residual, input, output [rows, dim]; weight [dim]; scalar [1]
- * (applied to every element) or [dim] (per column).
- * Bindings: 0 residual, 1 input, 2 weight, 3 output, 4 scalar,
- * 5 FusedNormAddScalarF32Params; threadgroup(0) one float per simdgroup.
- * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
+ * Layouts, bindings and grid: fusedResidualNormScalar's, with
+ * FusedNormAddScalarF32Params at 5.
  */
 export function fusedNormAddScalar(enc: Encoder, args: FusedNormScalarArgs): void {
   record(enc, planFusedNormAddScalar(args, enc.device.limits, enc.device));
 }
 export function planFusedNormAddScalar(args: FusedNormScalarArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateFusedNormAddScalar(args, device);
-  const scalarIsVector = args.scalar.elementCount !== 1;
-  return rowsPlan('fused_norm_add_scalar_f32', args, limits,
-    [args.residual, args.input, args.weight, args.output, args.scalar],
-    [, , , , , packFusedNormAddScalarParams({ ...args, scalarIsVector })]);
+  return scalarPlan('fused_norm_add_scalar_f32', args, limits, packFusedNormAddScalarParams);
 }

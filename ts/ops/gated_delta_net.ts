@@ -11,10 +11,9 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct,
-  invalid,
+  checkAtMost, checkBuffer, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkPositive, invalid, U32_MAX,
 } from '../validate.ts';
-import { record, type OpPlan } from '../plan.ts';
+import { familyPlans, record, type OpPlan } from '../plan.ts';
 
 export const GATED_DELTA_NET_FAMILY = 'gated_delta_net';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -25,6 +24,7 @@ export const GATED_DELTA_NET_KERNELS = [
   'gated_delta_net_decode_f32',
   'gated_delta_net_decode_bf16',
 ] as const;
+const planOf = familyPlans(GATED_DELTA_NET_FAMILY, GATED_DELTA_NET_SOURCES, GATED_DELTA_NET_KERNELS);
 type Kernel = (typeof GATED_DELTA_NET_KERNELS)[number];
 
 /** Lanes of a simdgroup: K is split across them. */
@@ -35,7 +35,6 @@ export const GDN_MAX_K = 256;
 export const GDN_BV = 16;
 /** Threads per threadgroup. */
 export const GDN_THREADS = 128;
-const U32_MAX = 0xffff_ffff;
 
 /** struct GatedDeltaNetParams (gated_delta_net_{f32,bf16}, buffer 8). */
 export const GATED_DELTA_NET_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GatedDeltaNetParams');
@@ -200,12 +199,7 @@ export interface GatedDeltaNetDecodeArgs extends GatedDeltaNetDecodeBuffers, Gat
 function plan(kernel: Kernel, buffers: Buffer[], params: Uint8Array, p: GatedDeltaNetDecodeParams): OpPlan {
   const bytes: (Uint8Array | undefined)[] = [];
   bytes[buffers.length] = params;
-  return {
-    family: GATED_DELTA_NET_FAMILY,
-    sources: GATED_DELTA_NET_SOURCES,
-    kernels: GATED_DELTA_NET_KERNELS,
-    dispatches: [{ kernel, buffers, bytes, grid: gatedDeltaNetGrid(p), threads: [GDN_THREADS, 1, 1] }],
-  };
+  return planOf({ kernel, buffers, bytes, grid: gatedDeltaNetGrid(p), threads: [GDN_THREADS, 1, 1] });
 }
 
 /**

@@ -14,7 +14,7 @@ import type { Encoder } from '../encoder.ts';
 import { GATED_DTYPES, GATED_MAX_ELEMENTS, GATED_THREADS, gatedLaunch, validateGatedHalves, validateGatedPair, type GatedDType } from '../gated.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import type { LaunchLimits } from '../launch.ts';
-import { record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { familyPlans, record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing } from '../validate.ts';
 
@@ -26,6 +26,7 @@ export const GELU_KERNELS = [
   'gelu_tanh_mul_f32', 'gelu_tanh_mul_f16', 'gelu_tanh_mul_bf16',
   'gelu_tanh_mul_halves_f32', 'gelu_tanh_mul_halves_f16', 'gelu_tanh_mul_halves_bf16',
 ] as const;
+const planOf = familyPlans(GELU_FAMILY, GELU_SOURCES, GELU_KERNELS);
 
 /** struct GeluTanhMulParams (gelu_tanh_mul_<t>, buffer 3). */
 export const GELU_TANH_MUL_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GeluTanhMulParams');
@@ -159,7 +160,7 @@ export function planGelu(a: GeluArgs, limits: DeviceLimits, device?: Device): Op
       threads: [rest, 1, 1],
     });
   }
-  return { family: GELU_FAMILY, sources: GELU_SOURCES, kernels: GELU_KERNELS, dispatches };
+  return planOf(...dispatches);
 }
 
 /**
@@ -184,17 +185,12 @@ export function planGeluTanhMul(a: GeluTanhMulArgs, limits: DeviceLimits, device
   validateGeluTanhMul(a, device);
   const n = a.gate.elementCount;
   const dtype = a.gate.dtype as GatedDType;
-  return {
-    family: GELU_FAMILY,
-    sources: GELU_SOURCES,
-    kernels: GELU_KERNELS,
-    dispatches: [{
-      kernel: `gelu_tanh_mul_${dtype}`,
-      buffers: [a.gate, a.up, a.output],
-      bytes: [, , , packGeluTanhMulParams({ n })],
-      ...gatedLaunch(1, n, dtype, limits),
-    }],
-  };
+  return planOf({
+    kernel: `gelu_tanh_mul_${dtype}`,
+    buffers: [a.gate, a.up, a.output],
+    bytes: [, , , packGeluTanhMulParams({ n })],
+    ...gatedLaunch(1, n, dtype, limits),
+  });
 }
 
 /**
@@ -221,15 +217,10 @@ export function geluTanhMulHalves(enc: Encoder, args: GeluTanhMulHalvesArgs): vo
 export function planGeluTanhMulHalves(a: GeluTanhMulHalvesArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateGeluTanhMulHalves(a, device);
   const dtype = a.gateUp.dtype as GatedDType;
-  return {
-    family: GELU_FAMILY,
-    sources: GELU_SOURCES,
-    kernels: GELU_KERNELS,
-    dispatches: [{
-      kernel: `gelu_tanh_mul_halves_${dtype}`,
-      buffers: [a.gateUp, a.output],
-      bytes: [, , packGeluTanhMulHalvesParams({ dim: a.dim, rows: a.rows })],
-      ...gatedLaunch(a.rows, a.dim, dtype, limits),
-    }],
-  };
+  return planOf({
+    kernel: `gelu_tanh_mul_halves_${dtype}`,
+    buffers: [a.gateUp, a.output],
+    bytes: [, , packGeluTanhMulHalvesParams({ dim: a.dim, rows: a.rows })],
+    ...gatedLaunch(a.rows, a.dim, dtype, limits),
+  });
 }

@@ -18,9 +18,11 @@ import type { Device, DeviceLimits } from '../device.ts';
 import { dtypeSize, type DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { rowCopyLaunch, rowCopyUnit } from '../launch.ts';
-import { record, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { familyPlans, record, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
-import { checkAtMost, checkBoolean, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import {
+  checkAtMost, checkBoolean, checkBuffer, checkDtype, checkedProduct, checkElements, checkNoAliasing, checkPositive, invalid, U32_MAX,
+} from '../validate.ts';
 
 export const KV_CACHE_COPY_FAMILY = 'kv_cache_copy';
 /** The family's kernel sources by backend (no header: every param is a u32 of its own binding). */
@@ -45,11 +47,11 @@ export const KV_CACHE_COPY_KERNELS = [
   'kv_cache_copy_seq_f16_to_f32_kv_dual', 'kv_cache_copy_seq_f16_to_f16_kv_dual', 'kv_cache_copy_seq_f16_to_bf16_kv_dual',
   'kv_cache_copy_seq_bf16_kv_dual', 'kv_cache_copy_seq_bf16_to_f16_kv_dual', 'kv_cache_copy_seq_bf16_to_bf16_kv_dual',
 ] as const;
+const planOf = familyPlans(KV_CACHE_COPY_FAMILY, KV_CACHE_COPY_SOURCES, KV_CACHE_COPY_KERNELS);
 /** Threads per threadgroup of the Metal grids at most (mlx-native's). */
 export const KV_CACHE_COPY_MAX_THREADS = 256;
 /** Elements one dispatch may copy: the grids count threads in 32 bits. */
 export const KV_CACHE_COPY_MAX_ELEMENTS = 2 ** 32 - KV_CACHE_COPY_MAX_THREADS;
-const U32_MAX = 0xffff_ffff;
 
 export interface KvCacheCopyArgs {
   /** [srcRows, rowSize] with srcRows >= nNew (the first nNew rows are read): f32, f16 or bf16 */
@@ -243,10 +245,6 @@ export function validateKvCacheCopySeqDual(a: KvCacheCopySeqDualArgs, device?: D
     'each cache is written while both sources are read');
 }
 
-function plan(dispatches: PlannedDispatch[]): OpPlan {
-  return { family: KV_CACHE_COPY_FAMILY, sources: KV_CACHE_COPY_SOURCES, kernels: KV_CACHE_COPY_KERNELS, dispatches };
-}
-
 /** Threads of a Metal threadgroup over an extent of n (mlx-native's min(256, n)). */
 function tgOf(n: number, limits: DeviceLimits): number {
   return Math.min(KV_CACHE_COPY_MAX_THREADS, n, limits.maxThreadsPerThreadgroup);
@@ -275,18 +273,18 @@ export function kvCacheCopy(enc: Encoder, args: KvCacheCopyArgs): void {
 /** kvCacheCopy's plan: validates, then one dispatch, or none for nNew = 0 (see kvCacheCopy). */
 export function planKvCacheCopy(a: KvCacheCopyArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateKvCacheCopy(a, device);
-  if (a.nNew === 0) return plan([]);
+  if (a.nNew === 0) return planOf();
   const total = a.nNew * a.rowSize;
   const tg = tgOf(total, limits);
   const dt = a.src.dtype;
-  return plan([{
+  return planOf({
     kernel: dt === 'f32' ? 'kv_cache_copy_f32' : 'kv_cache_copy',
     buffers: [a.src, a.cache],
     bytes: [, , u32(a.writePos), u32(a.rowSize), u32(a.nNew), u32(a.cacheCap), u32(a.isSliding ? 1 : 0)],
     grid: [Math.ceil(total / tg), 1, 1],
     threads: [tg, 1, 1],
     cuda: rowCopyLaunch(a.nNew, a.rowSize, rowCopyUnit(dtypeSize(dt), dtypeSize(dt)), limits),
-  }]);
+  });
 }
 
 /**
@@ -308,14 +306,14 @@ export function kvCacheCopyBatch(enc: Encoder, args: KvCacheCopyBatchArgs): void
 export function planKvCacheCopyBatch(a: KvCacheCopyBatchArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateKvCacheCopyBatch(a, device);
   const tg = tgOf(a.headDim, limits);
-  return plan([{
+  return planOf({
     kernel: a.cache.dtype === 'f16' ? 'kv_cache_copy_batch_f32_to_f16' : 'kv_cache_copy_batch_f32',
     buffers: [a.src, a.cache],
     bytes: [, , u32(a.nHeads), u32(a.headDim), u32(a.capacity), u32(a.seqPos)],
     grid: [Math.ceil(a.headDim / tg), a.nHeads, 1],
     threads: [tg, 1, 1],
     cuda: rowCopyLaunch(a.nHeads, a.headDim, rowCopyUnit(4, dtypeSize(a.cache.dtype)), limits),
-  }]);
+  });
 }
 
 function seqDispatch(kernel: string, buffers: Buffer[], p: KvCacheCopySeqParams, from: DType, to: DType, limits: DeviceLimits,
@@ -365,9 +363,9 @@ export function kvCacheCopySeq(enc: Encoder, args: KvCacheCopySeqArgs): void {
 /** kvCacheCopySeq's plan: validates, then one dispatch, or none for nTokens = 0 (see kvCacheCopySeq). */
 export function planKvCacheCopySeq(a: KvCacheCopySeqArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateKvCacheCopySeq(a, device);
-  if (a.nTokens === 0) return plan([]);
+  if (a.nTokens === 0) return planOf();
   const from = a.src.dtype as Float, to = a.cache.dtype as Float;
-  return plan([seqDispatch(kvCacheCopySeqKernel(from, to), [a.src, a.cache], a, from, to, limits, 2)]);
+  return planOf(seqDispatch(kvCacheCopySeqKernel(from, to), [a.src, a.cache], a, from, to, limits, 2));
 }
 
 /**
@@ -389,9 +387,9 @@ export function kvCacheCopySeqDual(enc: Encoder, args: KvCacheCopySeqDualArgs): 
 /** kvCacheCopySeqDual's plan: validates, then one dispatch, or none for nTokens = 0 (see kvCacheCopySeqDual). */
 export function planKvCacheCopySeqDual(a: KvCacheCopySeqDualArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateKvCacheCopySeqDual(a, device);
-  if (a.nTokens === 0) return plan([]);
+  if (a.nTokens === 0) return planOf();
   const from = a.srcK.dtype as Float, to = a.cacheK.dtype as Float;
-  return plan([seqDispatch(`${kvCacheCopySeqKernel(from, to)}_kv_dual`, [a.srcK, a.srcV, a.cacheK, a.cacheV], a, from, to, limits, 4)]);
+  return planOf(seqDispatch(`${kvCacheCopySeqKernel(from, to)}_kv_dual`, [a.srcK, a.srcV, a.cacheK, a.cacheV], a, from, to, limits, 4));
 }
 
 /**

@@ -10,19 +10,21 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import {
+  checkAtMost, checkBuffer, checkDtype, checkedProduct, checkElements, checkNoAliasing, checkPositive, invalid, U32_MAX,
+} from '../validate.ts';
 import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
-import { record, type OpPlan } from '../plan.ts';
+import { familyPlans, record, type OpPlan } from '../plan.ts';
 
 export const L2_NORM_FAMILY = 'l2_norm';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const L2_NORM_SOURCES = familySources(L2_NORM_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const L2_NORM_KERNELS = ['l2_norm_f32', 'l2_norm_f16', 'l2_norm_bf16'] as const;
+const planOf = familyPlans(L2_NORM_FAMILY, L2_NORM_SOURCES, L2_NORM_KERNELS);
 /** Threads per row the op uses at most. */
 export const L2_NORM_MAX_THREADS = 256;
 /** FLA's default epsilon. */
 export const L2_NORM_DEFAULT_EPS = 1e-6;
-const U32_MAX = 0xffff_ffff;
 
 /** struct L2NormParams (buffer 2). */
 export const L2_NORM_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'L2NormParams');
@@ -89,17 +91,12 @@ export function l2Norm(enc: Encoder, args: L2NormArgs): void {
 export function planL2Norm(a: L2NormArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateL2Norm(a, device);
   const { threads, sharedBytes } = l2NormThreadgroup(a.dim, limits);
-  return {
-    family: L2_NORM_FAMILY,
-    sources: L2_NORM_SOURCES,
-    kernels: L2_NORM_KERNELS,
-    dispatches: [{
-      kernel: `l2_norm_${a.x.dtype}`,
-      buffers: [a.x, a.y],
-      bytes: [, , packL2NormParams(a)],
-      threadgroupMemory: [sharedBytes],
-      grid: [a.rows, 1, 1],
-      threads: [threads, 1, 1],
-    }],
-  };
+  return planOf({
+    kernel: `l2_norm_${a.x.dtype}`,
+    buffers: [a.x, a.y],
+    bytes: [, , packL2NormParams(a)],
+    threadgroupMemory: [sharedBytes],
+    grid: [a.rows, 1, 1],
+    threads: [threads, 1, 1],
+  });
 }

@@ -28,13 +28,12 @@ import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
-import { roundUp16 } from '../launch.ts';
+import { ceilDiv, roundUp16 } from '../launch.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { opShape, record, type OpPlan, type OpShape, type PlannedDispatch } from '../plan.ts';
+import { familyPlans, opShape, record, type OpPlan, type OpShape, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid, like, ruleBindings,
-  type BufferRule,
+  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkElements, checkNoAliasing, checkPositive, invalid, like, ruleBindings, U32_MAX, type BufferRule,
 } from '../validate.ts';
 
 export const MOE_DISPATCH_FAMILY = 'moe_dispatch';
@@ -46,6 +45,7 @@ export const MOE_DISPATCH_KERNELS = [
   'moe_weighted_sum', 'moe_swiglu_seq', 'moe_swiglu_seq_bf16', 'moe_weighted_sum_seq', 'moe_weighted_sum_seq_bf16_input',
   'moe_weighted_sum_seq_f16', 'moe_weighted_sum_seq_bf16', 'moe_gather_topk_weights',
 ] as const;
+const planOf = familyPlans(MOE_DISPATCH_FAMILY, MOE_DISPATCH_SOURCES, MOE_DISPATCH_KERNELS);
 
 export const MOE_DISPATCH_SORT_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'MoeDispatchSortParams');
 export const FUSED_GELU_MUL_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FusedGeluMulParams');
@@ -56,7 +56,6 @@ export const MOE_SWIGLU_SEQ_PARAMS_LAYOUT: readonly ParamField[] = structLayout(
 export const MOE_WEIGHTED_SUM_SEQ_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'MoeWeightedSumSeqParams');
 export const MOE_GATHER_TOPK_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'MoeGatherTopkParams');
 
-const U32_MAX = 0xffff_ffff;
 /** Threads of a glue kernel's threadgroup at most (the crate's min(256, n)). */
 const GLUE_THREADS = 256;
 /** moe_gather_topk_weights' fixed array (mlx-native's limit). */
@@ -64,13 +63,8 @@ export const MOE_GATHER_TOPK_MAX = 8;
 /** Threads of moe_dispatch_sort's one threadgroup at most. */
 export const MOE_DISPATCH_SORT_MAX_THREADS = 1024;
 
-const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
 const u32 = (v: number): Uint8Array => new Uint8Array(new Uint32Array([v]).buffer);
 const GATE_UP_WHY = 'the output would overwrite gate or up values other threads read';
-
-function planOf(dispatches: PlannedDispatch[]): OpPlan {
-  return { family: MOE_DISPATCH_FAMILY, sources: MOE_DISPATCH_SOURCES, kernels: MOE_DISPATCH_KERNELS, dispatches };
-}
 
 /** A count of the crate's: a positive integer that its u32 fields hold. */
 function checkCount(op: string, arg: string, v: number): void {
@@ -161,14 +155,14 @@ export function moeDispatchSort(enc: Encoder, args: MoeDispatchSortArgs): void {
 export function planMoeDispatchSort(a: MoeDispatchSortArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateMoeDispatchSort(a, device, limits);
   const { threads, sharedBytes } = moeDispatchSortLaunch(a.nPairs, a.numExperts, limits);
-  return planOf([{
+  return planOf({
     kernel: 'moe_dispatch_sort',
     buffers: [a.ids, a.offsets, a.order],
     bytes: [, , , packMoeDispatchSortParams(a)],
     threadgroupMemory: [sharedBytes],
     grid: [1, 1, 1],
     threads: [threads, 1, 1],
-  }]);
+  });
 }
 
 // ---- mlx-native's elementwise kernels ----
@@ -206,7 +200,7 @@ function glueOp<A>(g: GlueOp<A>): OpShape<A> {
     const buffers = g.buffers(a).map(([, b]) => b);
     const bytes: (Uint8Array | undefined)[] = [];
     g.bytes(a).forEach((b, i) => (bytes[buffers.length + i] = b));
-    return planOf([{ kernel: g.kernel(a), buffers, bytes, ...g.launch(a) }]);
+    return planOf({ kernel: g.kernel(a), buffers, bytes, ...g.launch(a) });
   });
 }
 

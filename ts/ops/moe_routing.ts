@@ -14,12 +14,13 @@ import {
   checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct,
 } from '../validate.ts';
 import { nextPow2, roundUp16, type LaunchLimits } from '../launch.ts';
-import { record, type OpPlan } from '../plan.ts';
+import { familyPlans, record, type OpPlan } from '../plan.ts';
 
 export const MOE_ROUTING_FAMILY = 'moe_routing';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const MOE_ROUTING_SOURCES = familySources(MOE_ROUTING_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const MOE_ROUTING_KERNELS = ['fused_moe_routing_f32', 'fused_moe_routing_batch_f32'] as const;
+const planOf = familyPlans(MOE_ROUTING_FAMILY, MOE_ROUTING_SOURCES, MOE_ROUTING_KERNELS);
 
 /** Static threadgroup arrays of the kernels: 32 floats + 32 uints of arg-max partials. */
 export const MOE_ROUTING_STATIC_TG_BYTES = 256;
@@ -121,20 +122,15 @@ function plan(kernel: (typeof MOE_ROUTING_KERNELS)[number], p: MoeRoutingBatchPa
   limits: DeviceLimits): OpPlan {
   const { threads, sharedBytes } = moeRoutingThreadgroup(p.numExperts, limits);
   const warp = p.numExperts <= MOE_ROUTING_CUDA_WARP_MAX_EXPERTS && p.topK <= MOE_ROUTING_CUDA_WARP_MAX_TOP_K;
-  return {
-    family: MOE_ROUTING_FAMILY,
-    sources: MOE_ROUTING_SOURCES,
-    kernels: MOE_ROUTING_KERNELS,
-    dispatches: [{
-      kernel,
-      buffers: [b.logits, b.expertIds, b.routingWeights, b.perExpertScale],
-      bytes: [, , , , packFusedMoeRoutingParams(p)],
-      threadgroupMemory: [sharedBytes],
-      grid: [p.nTokens, 1, 1],
-      threads: [threads, 1, 1],
-      cuda: warp ? { grid: [p.nTokens, 1, 1], threads: [32, 1, 1] } : undefined,
-    }],
-  };
+  return planOf({
+    kernel,
+    buffers: [b.logits, b.expertIds, b.routingWeights, b.perExpertScale],
+    bytes: [, , , , packFusedMoeRoutingParams(p)],
+    threadgroupMemory: [sharedBytes],
+    grid: [p.nTokens, 1, 1],
+    threads: [threads, 1, 1],
+    cuda: warp ? { grid: [p.nTokens, 1, 1], threads: [32, 1, 1] } : undefined,
+  });
 }
 
 /**

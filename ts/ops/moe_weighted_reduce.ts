@@ -13,25 +13,23 @@ import type { Device, DeviceLimits } from '../device.ts';
 import { dtypeSize } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { record, type Launch, type OpPlan } from '../plan.ts';
+import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
 import { familySources } from '../registry.ts';
-import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkNoAliasing, checkPositive, checkedProduct } from '../validate.ts';
+import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkedProduct, checkNoAliasing, checkPositive, U32_MAX } from '../validate.ts';
+import { ceilDiv, CUDA_GRID_YZ_MAX } from '../launch.ts';
 
 export const MOE_WEIGHTED_REDUCE_FAMILY = 'moe_weighted_reduce';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const MOE_WEIGHTED_REDUCE_SOURCES = familySources(MOE_WEIGHTED_REDUCE_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const MOE_WEIGHTED_REDUCE_KERNELS = ['moe_weighted_reduce_f32', 'moe_weighted_reduce_f16', 'moe_weighted_reduce_bf16'] as const;
+const planOf = familyPlans(MOE_WEIGHTED_REDUCE_FAMILY, MOE_WEIGHTED_REDUCE_SOURCES, MOE_WEIGHTED_REDUCE_KERNELS);
 
 /** struct MoeWeightedReduceParams (buffer 0 of every kernel of the family). */
 export const MOE_WEIGHTED_REDUCE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'MoeWeightedReduceParams');
 
 /** Threads of a threadgroup: the kernels index by 256 (mlx-native's TG_SIZE). */
 export const MOE_WEIGHTED_REDUCE_THREADS = 256;
-const U32_MAX = 0xffff_ffff;
-/** CUDA's gridDim.y: tokens are the grid's second dimension. */
-const GRID_Y_MAX = 65535;
 
-const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
 
 export interface MoeWeightedReduceArgs {
   /** f32 [nTokens, topK]: the routing weights (fused_moe_routing's, renormalized and scaled) */
@@ -68,7 +66,7 @@ export function validateMoeWeightedReduce(a: MoeWeightedReduceArgs, device?: Dev
     checkPositive(op, arg, a[arg]);
     checkAtMost(op, arg, a[arg], U32_MAX, '2^32 - 1');
   }
-  checkAtMost(op, 'nTokens', a.nTokens, GRID_Y_MAX, `${GRID_Y_MAX} (a grid dimension)`);
+  checkAtMost(op, 'nTokens', a.nTokens, CUDA_GRID_YZ_MAX, `${CUDA_GRID_YZ_MAX} (a grid dimension)`);
   const slots = checkedProduct(op, 'nTokens * topK', a.nTokens, a.topK);
   const ny = checkedProduct(op, 'nTokens * topK * h', slots, a.h);
   const nh = checkedProduct(op, 'nTokens * h', a.nTokens, a.h);
@@ -132,17 +130,12 @@ export function moeWeightedReduce(enc: Encoder, args: MoeWeightedReduceArgs): vo
 export function planMoeWeightedReduce(a: MoeWeightedReduceArgs, _limits: DeviceLimits, device?: Device): OpPlan {
   validateMoeWeightedReduce(a, device);
   const dt = a.yExpert.dtype as 'f32' | 'f16' | 'bf16';
-  return {
-    family: MOE_WEIGHTED_REDUCE_FAMILY,
-    sources: MOE_WEIGHTED_REDUCE_SOURCES,
-    kernels: MOE_WEIGHTED_REDUCE_KERNELS,
-    dispatches: [{
-      kernel: `moe_weighted_reduce_${dt}`,
-      buffers: [, a.expertW, a.yExpert, a.shLogit, a.yShared, a.residual ?? a.yShared, a.output],
-      bytes: [packMoeWeightedReduceParams({ ...a, addResidual: a.residual !== undefined })],
-      grid: [ceilDiv(a.h, MOE_WEIGHTED_REDUCE_THREADS), a.nTokens, 1],
-      threads: [MOE_WEIGHTED_REDUCE_THREADS, 1, 1],
-      cuda: moeWeightedReduceCudaLaunch(a.nTokens, a.h, dt),
-    }],
-  };
+  return planOf({
+    kernel: `moe_weighted_reduce_${dt}`,
+    buffers: [, a.expertW, a.yExpert, a.shLogit, a.yShared, a.residual ?? a.yShared, a.output],
+    bytes: [packMoeWeightedReduceParams({ ...a, addResidual: a.residual !== undefined })],
+    grid: [ceilDiv(a.h, MOE_WEIGHTED_REDUCE_THREADS), a.nTokens, 1],
+    threads: [MOE_WEIGHTED_REDUCE_THREADS, 1, 1],
+    cuda: moeWeightedReduceCudaLaunch(a.nTokens, a.h, dt),
+  });
 }

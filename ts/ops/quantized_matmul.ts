@@ -41,13 +41,13 @@ import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { familyPlans, record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtLeast, checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid, like,
-  ruleBindings, type BufferRule,
+  checkAtLeast, checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, invalid, like, ruleBindings, U32_MAX, type BufferRule,
 } from '../validate.ts';
 import { checkMatmulForm, denseMmCudaTile, matmulForm, type MatmulForm } from './dense.ts';
+import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 
 export const QUANTIZED_MATMUL_FAMILY = 'quantized_matmul';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -56,6 +56,7 @@ export const QUANTIZED_MATMUL_KERNELS = [
   'quantized_matmul', 'quantized_matmul_simd', 'quantized_matmul_simd_bf16',
   'quantized_mv_f32', 'quantized_mv_f16', 'quantized_mv_bf16', 'quantized_mm_f32', 'quantized_mm_f16', 'quantized_mm_bf16',
 ] as const;
+const planOf = familyPlans(QUANTIZED_MATMUL_FAMILY, QUANTIZED_MATMUL_SOURCES, QUANTIZED_MATMUL_KERNELS);
 
 /** struct QuantizedMatmulParams (buffer 5 of every kernel of the family). */
 export const QUANTIZED_MATMUL_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'QuantizedMatmulParams');
@@ -68,11 +69,7 @@ export const AFFINE_GROUP_SIZES = [32, 64, 128] as const;
 /** Rows of x the vector form (quantized_mv_<t>) takes at most: every weight row is read once for all of them. */
 export const QUANTIZED_MV_MAX_ROWS = 8;
 
-const U32_MAX = 0xffff_ffff;
-/** Blocks of a one-dimensional CUDA grid (gridDim.x). */
-const CUDA_GRID_MAX = 0x7fff_ffff;
 
-const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
 
 export function packQuantizedMatmulParams(p: { m: number; k: number; n: number; groupSize: number; bits: number }): Uint8Array {
   return packFields(QUANTIZED_MATMUL_PARAMS_LAYOUT, { M: p.m, K: p.k, N: p.n, group_size: p.groupSize, bits: p.bits });
@@ -148,11 +145,6 @@ function checkCudaGrid(op: string, m: number, n: number): void {
   if (ceilDiv(m, 64) * ceilDiv(n, 128) > CUDA_GRID_MAX) {
     throw invalid(op, 'm', `at most ${Math.floor(CUDA_GRID_MAX / ceilDiv(n, 128)) * 64} for n = ${n} (the CUDA grid's 2^31 - 1 blocks)`, m);
   }
-}
-
-/** A plan of the family. */
-function planOf(dispatch: PlannedDispatch): OpPlan {
-  return { family: QUANTIZED_MATMUL_FAMILY, sources: QUANTIZED_MATMUL_SOURCES, kernels: QUANTIZED_MATMUL_KERNELS, dispatches: [dispatch] };
 }
 
 function checkBits(op: string, bits: number): void {

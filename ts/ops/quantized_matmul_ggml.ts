@@ -49,14 +49,14 @@ import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { familyPlans, record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtLeast, checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid,
-  ruleBindings, type BufferRule,
+  checkAtLeast, checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, I32_MAX, invalid, ruleBindings, U32_MAX, type BufferRule,
 } from '../validate.ts';
 import { ggmlType } from '../weights/gguf.ts';
 import { checkMatmulForm, denseMmCudaTile, matmulForm, type MatmulForm } from './dense.ts';
+import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 
 export const QUANTIZED_MATMUL_GGML_FAMILY = 'quantized_matmul_ggml';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -75,11 +75,7 @@ export const QUANTIZED_MATMUL_GGML_KERNELS = [
   'embedding_gather_scale_batch_q5_K_to_f32', 'embedding_gather_scale_batch_q5_K_to_f16', 'embedding_gather_scale_batch_q5_K_to_bf16',
   'embedding_gather_scale_batch_q6_K_to_f32', 'embedding_gather_scale_batch_q6_K_to_f16', 'embedding_gather_scale_batch_q6_K_to_bf16',
 ] as const;
-
-/** A plan of the family. */
-function planOf(dispatch: PlannedDispatch): OpPlan {
-  return { family: QUANTIZED_MATMUL_GGML_FAMILY, sources: QUANTIZED_MATMUL_GGML_SOURCES, kernels: QUANTIZED_MATMUL_GGML_KERNELS, dispatches: [dispatch] };
-}
+const planOf = familyPlans(QUANTIZED_MATMUL_GGML_FAMILY, QUANTIZED_MATMUL_GGML_SOURCES, QUANTIZED_MATMUL_GGML_KERNELS);
 
 /** struct GgmlMatvecParams (buffer 3 of kernel_mul_mv_<t>_f32). */
 export const GGML_MATVEC_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlMatvecParams');
@@ -104,12 +100,7 @@ export const GGML_MM_SHARED_BYTES = 8192;
 export type GgmlOutputDType = 'f32' | 'f16' | 'bf16';
 const OUTPUT_DTYPES: readonly GgmlOutputDType[] = ['f32', 'f16', 'bf16'];
 
-const I32_MAX = 0x7fff_ffff;
-const U32_MAX = 0xffff_ffff;
-/** Blocks of a one-dimensional CUDA grid (gridDim.x). */
-const CUDA_GRID_MAX = 0x7fff_ffff;
 
-const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
 
 /** Values per block (QK) and bytes per block of a format (ts/weights/gguf.ts's table). */
 export function ggmlBlockOf(type: GgmlQuantType): { qk: number; bytes: number } {

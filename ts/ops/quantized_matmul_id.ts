@@ -36,11 +36,14 @@ import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
-import { CUDA_GRID_MAX, checkPairs, expertProductOp, moeTileSlots, type ExpertFamily, type ExpertProductBase, type GateActivation } from '../expert-products.ts';
+import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
+import { checkPairs, expertProductOp, moeTileSlots, type ExpertFamily, type ExpertProductBase, type GateActivation } from '../expert-products.ts';
 import { familySources } from '../registry.ts';
-import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid, like } from '../validate.ts';
+import {
+  checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, invalid, like, U32_MAX,
+} from '../validate.ts';
 import { AFFINE_BITS, AFFINE_GROUP_SIZES, quantizedRowBytes } from './quantized_matmul.ts';
+import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 
 export const QUANTIZED_MATMUL_ID_FAMILY = 'quantized_matmul_id';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -50,6 +53,7 @@ export const QUANTIZED_MATMUL_ID_KERNELS = [
   'quantized_mv_id_f16', 'quantized_mv_id_bf16', 'quantized_gate_up_mv_id_f16', 'quantized_gate_up_mv_id_bf16',
   'quantized_mm_id_f16', 'quantized_mm_id_bf16', 'quantized_gate_up_mm_id_f16', 'quantized_gate_up_mm_id_bf16',
 ] as const;
+const planOf = familyPlans(QUANTIZED_MATMUL_ID_FAMILY, QUANTIZED_MATMUL_ID_SOURCES, QUANTIZED_MATMUL_ID_KERNELS);
 
 /** struct QuantizedMatmulIdParams (buffer 6 of quantized_matmul_id, quantized_mv_id_<t>, quantized_mm_id_<t>). */
 export const QUANTIZED_MATMUL_ID_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'QuantizedMatmulIdParams');
@@ -59,9 +63,7 @@ export const QUANTIZED_GATE_UP_ID_PARAMS_LAYOUT: readonly ParamField[] = structL
 /** The per-expert products' gate activations and tile slots (ts/expert-products.ts, shared with dense_matmul_id). */
 export { GATE_ACTIVATIONS, moeTileSlots, type GateActivation } from '../expert-products.ts';
 
-const U32_MAX = 0xffff_ffff;
 
-const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
 
 export type QuantizedIdDType = 'f16' | 'bf16';
 const ID_DTYPES: readonly QuantizedIdDType[] = ['f16', 'bf16'];
@@ -215,10 +217,8 @@ function sizesOf(a: TypedArgsBase): IdSizes {
     weightStride: (rows * a.k * a.bits) / 8, scalesStride: (rows * a.k) / a.groupSize };
 }
 
-const plan = (dispatch: PlannedDispatch): OpPlan => ({ ...QUANTIZED.plan, dispatches: [dispatch] });
-
 const QUANTIZED: ExpertFamily<TypedArgsBase & { activation?: GateActivation }> = {
-  plan: { family: QUANTIZED_MATMUL_ID_FAMILY, sources: QUANTIZED_MATMUL_ID_SOURCES, kernels: QUANTIZED_MATMUL_ID_KERNELS },
+  plan: planOf,
   xDtypes: () => ID_DTYPES,
   set: ['weight', 'scales', 'biases'],
   checkSizes(op, a) {
@@ -439,7 +439,7 @@ export function planQuantizedMatmulId(a: QuantizedMatmulIdArgs, _limits: DeviceL
   validateQuantizedMatmulId(a, device);
   const pairs = a.m * a.nExpertUsed;
   const tx = Math.min(16, a.n), ty = Math.min(16, pairs);
-  return plan({
+  return planOf({
     kernel: 'quantized_matmul_id',
     buffers: [a.input, a.weight, a.scales, a.biases, a.ids, a.output],
     bytes: [, , , , , , packQuantizedMatmulIdParams({

@@ -15,9 +15,11 @@ import { dtypeSize, type DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { checkAtMost, checkBoolean, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import {
+  checkAtMost, checkBoolean, checkBuffer, checkDtype, checkedProduct, checkElements, checkNoAliasing, checkPositive, invalid, U32_MAX,
+} from '../validate.ts';
 import { rowLaunch, rowThreadgroup, type LaunchLimits } from '../launch.ts';
-import { record, type OpPlan } from '../plan.ts';
+import { familyPlans, record, type OpPlan } from '../plan.ts';
 
 export const RMS_NORM_FAMILY = 'rms_norm';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -27,13 +29,13 @@ export const RMS_NORM_KERNELS = [
   'rms_norm_one_plus_f32', 'rms_norm_one_plus_f16', 'rms_norm_one_plus_bf16',
   'rms_norm_no_scale_f32', 'rms_norm_no_scale_f16', 'rms_norm_no_scale_bf16',
 ] as const;
+const planOf = familyPlans(RMS_NORM_FAMILY, RMS_NORM_SOURCES, RMS_NORM_KERNELS);
 /** Threads per row the op uses at most (mlx-native's). */
 export const RMS_NORM_MAX_THREADS = 256;
 /** mlx-native's epsilon (Gemma 4). */
 export const RMS_NORM_DEFAULT_EPS = 1e-6;
 /** The params hold dim as an f32: exact up to 2^24. */
 export const RMS_NORM_MAX_DIM = 2 ** 24;
-const U32_MAX = 0xffff_ffff;
 
 /** The weight dtype each activation dtype takes, as mlx-native binds them. */
 export const RMS_NORM_WEIGHT_DTYPE: Readonly<Record<'f32' | 'f16' | 'bf16', DType>> = { f32: 'f32', f16: 'f32', bf16: 'bf16' };
@@ -140,20 +142,15 @@ function planRows(a: RmsNormBuffers & { eps?: number; onePlus?: boolean }, rows:
   const params = packRmsNormParams({ dim, eps: a.eps });
   const weighted = a.weight !== undefined;
   const cuda = rmsNormCudaLaunch(rows, dim, a.input.dtype, limits);
-  return {
-    family: RMS_NORM_FAMILY,
-    sources: RMS_NORM_SOURCES,
-    kernels: RMS_NORM_KERNELS,
-    dispatches: [{
-      kernel: rmsNormKernel(a.input.dtype, weighted, a.onePlus === true),
-      buffers: weighted ? [a.input, a.weight, a.output] : [a.input, a.output],
-      bytes: weighted ? [, , , params] : [, , params],
-      threadgroupMemory: [sharedBytes],
-      grid: [rows, 1, 1],
-      threads: [threads, 1, 1],
-      ...(cuda === null ? {} : { cuda }),
-    }],
-  };
+  return planOf({
+    kernel: rmsNormKernel(a.input.dtype, weighted, a.onePlus === true),
+    buffers: weighted ? [a.input, a.weight, a.output] : [a.input, a.output],
+    bytes: weighted ? [, , , params] : [, , params],
+    threadgroupMemory: [sharedBytes],
+    grid: [rows, 1, 1],
+    threads: [threads, 1, 1],
+    ...(cuda === null ? {} : { cuda }),
+  });
 }
 
 /**

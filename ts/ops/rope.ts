@@ -10,19 +10,20 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
-import { record, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import {
+  checkAtMost, checkBuffer, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkPositive, F32_MAX, invalid, U32_MAX,
+} from '../validate.ts';
+import { familyPlans, record, type OpPlan, type PlannedDispatch } from '../plan.ts';
 
 export const ROPE_FAMILY = 'rope';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const ROPE_SOURCES = familySources(ROPE_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const ROPE_KERNELS = ['rope_f32', 'rope_f16', 'rope_bf16', 'rope_neox_f32', 'rope_neox_f16', 'rope_neox_bf16'] as const;
+const planOf = familyPlans(ROPE_FAMILY, ROPE_SOURCES, ROPE_KERNELS);
 /** Pairs per threadgroup row at most (mlx-native's 64). */
 export const ROPE_MAX_PAIR_THREADS = 64;
 /** The largest head dimension: RopeParams carries dimensions as f32, exact up to 2^24. */
 export const ROPE_MAX_HEAD_DIM = 2 ** 24;
-const U32_MAX = 0xffff_ffff;
-const F32_MAX = 3.4028234663852886e38;
 
 /** struct RopeParams (buffer 2): mlx-native's float4 (theta, head_dim, rope_dim, 0). */
 export const ROPE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'RopeParams');
@@ -175,17 +176,12 @@ export function rope(enc: Encoder, args: RopeArgs): void {
 /** rope's plan: validates, then one dispatch (see rope). */
 export function planRope(a: RopeArgs, _limits: DeviceLimits, device?: Device): OpPlan {
   validateRope(a, device);
-  return {
-    family: ROPE_FAMILY,
-    sources: ROPE_SOURCES,
-    kernels: ROPE_KERNELS,
-    dispatches: [{
-      kernel: `rope_${a.input.dtype}`,
-      buffers: [a.input, a.output, , a.positions],
-      bytes: [, , packRopeParams({ theta: a.theta, headDim: a.headDim })],
-      ...ropeLaunch(a.headDim / 2, a.seqLen),
-    }],
-  };
+  return planOf({
+    kernel: `rope_${a.input.dtype}`,
+    buffers: [a.input, a.output, , a.positions],
+    bytes: [, , packRopeParams({ theta: a.theta, headDim: a.headDim })],
+    ...ropeLaunch(a.headDim / 2, a.seqLen),
+  });
 }
 
 /**
@@ -220,15 +216,10 @@ export function planRopeNeox(a: RopeNeoxArgs, _limits: DeviceLimits, device?: De
   const hasFreqFactors = a.freqFactors !== undefined;
   const buffers: (Buffer | undefined)[] = [a.input, a.output, , a.positions];
   if (dtype !== 'bf16') buffers[5] = a.freqFactors ?? a.input;
-  return {
-    family: ROPE_FAMILY,
-    sources: ROPE_SOURCES,
-    kernels: ROPE_KERNELS,
-    dispatches: [{
-      kernel: `rope_neox_${dtype}`,
-      buffers,
-      bytes: [, , packRopeParams(a), , packRopeNeoxParams({ nHeads: a.nHeads, hasFreqFactors })],
-      ...ropeLaunch(a.ropeDim / 2, a.seqLen * a.nHeads),
-    }],
-  };
+  return planOf({
+    kernel: `rope_neox_${dtype}`,
+    buffers,
+    bytes: [, , packRopeParams(a), , packRopeNeoxParams({ nHeads: a.nHeads, hasFreqFactors })],
+    ...ropeLaunch(a.ropeDim / 2, a.seqLen * a.nHeads),
+  });
 }

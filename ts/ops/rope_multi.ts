@@ -11,17 +11,18 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { checkAtMost, checkBuffer, checkDtype, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
-import { record, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import {
+  checkAtMost, checkBuffer, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkPositive, F32_MAX, invalid, U32_MAX,
+} from '../validate.ts';
+import { familyPlans, record, type OpPlan, type PlannedDispatch } from '../plan.ts';
 
 export const ROPE_MULTI_FAMILY = 'rope_multi';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const ROPE_MULTI_SOURCES = familySources(ROPE_MULTI_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const ROPE_MULTI_KERNELS = ['rope_multi_f32', 'rope_multi_f16', 'rope_multi_bf16'] as const;
+const planOf = familyPlans(ROPE_MULTI_FAMILY, ROPE_MULTI_SOURCES, ROPE_MULTI_KERNELS);
 /** Threads per threadgroup (mlx-native's 256). */
 export const ROPE_MULTI_THREADS = 256;
-const U32_MAX = 0xffff_ffff;
-const F32_MAX = 3.4028234663852886e38;
 
 /** The modes, as ggml's GGML_ROPE_TYPE_* codes that the kernels read. */
 export const ROPE_MULTI_MODES = { mrope: 8, imrope: 40, vision: 24 } as const;
@@ -152,15 +153,10 @@ export function ropeMulti(enc: Encoder, args: RopeMultiArgs): void {
 /** ropeMulti's plan: validates, then one dispatch (see ropeMulti). */
 export function planRopeMulti(a: RopeMultiArgs, _limits: DeviceLimits, device?: Device): OpPlan {
   validateRopeMulti(a, device);
-  return {
-    family: ROPE_MULTI_FAMILY,
-    sources: ROPE_MULTI_SOURCES,
-    kernels: ROPE_MULTI_KERNELS,
-    dispatches: [{
-      kernel: `rope_multi_${a.input.dtype}`,
-      buffers: [a.input, a.output, , a.positions],
-      bytes: [, , packRopeMultiParams(a), , packRopeMultiRopeParams(a), packRopeMultiSections(a.sections)],
-      ...ropeMultiLaunch(a.headDim / 2, a.seqLen * a.nHeads),
-    }],
-  };
+  return planOf({
+    kernel: `rope_multi_${a.input.dtype}`,
+    buffers: [a.input, a.output, , a.positions],
+    bytes: [, , packRopeMultiParams(a), , packRopeMultiRopeParams(a), packRopeMultiSections(a.sections)],
+    ...ropeMultiLaunch(a.headDim / 2, a.seqLen * a.nHeads),
+  });
 }

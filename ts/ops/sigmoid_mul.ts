@@ -12,7 +12,7 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { gatedLaunch, validateGatedHalves, validateGatedPair, type GatedDType } from '../gated.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { record, type OpPlan } from '../plan.ts';
+import { familyPlans, record, type OpPlan } from '../plan.ts';
 import { familySources } from '../registry.ts';
 
 export const SIGMOID_MUL_FAMILY = 'sigmoid_mul';
@@ -22,6 +22,7 @@ export const SIGMOID_MUL_KERNELS = [
   'sigmoid_mul_f32', 'sigmoid_mul_f16', 'sigmoid_mul_bf16',
   'sigmoid_mul_halves_f32', 'sigmoid_mul_halves_f16', 'sigmoid_mul_halves_bf16',
 ] as const;
+const planOf = familyPlans(SIGMOID_MUL_FAMILY, SIGMOID_MUL_SOURCES, SIGMOID_MUL_KERNELS);
 
 /** struct SigmoidMulParams (sigmoid_mul_<t>, buffer 3). */
 export const SIGMOID_MUL_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SigmoidMulParams');
@@ -87,17 +88,12 @@ export function planSigmoidMul(a: SigmoidMulArgs, limits: DeviceLimits, device?:
   validateSigmoidMul(a, device);
   const n = a.x.elementCount;
   const dtype = a.x.dtype as GatedDType;
-  return {
-    family: SIGMOID_MUL_FAMILY,
-    sources: SIGMOID_MUL_SOURCES,
-    kernels: SIGMOID_MUL_KERNELS,
-    dispatches: [{
-      kernel: `sigmoid_mul_${dtype}`,
-      buffers: [a.x, a.gate, a.output],
-      bytes: [, , , packSigmoidMulParams({ n })],
-      ...gatedLaunch(1, n, dtype, limits),
-    }],
-  };
+  return planOf({
+    kernel: `sigmoid_mul_${dtype}`,
+    buffers: [a.x, a.gate, a.output],
+    bytes: [, , , packSigmoidMulParams({ n })],
+    ...gatedLaunch(1, n, dtype, limits),
+  });
 }
 
 /**
@@ -124,15 +120,10 @@ export function sigmoidMulHalves(enc: Encoder, args: SigmoidMulHalvesArgs): void
 export function planSigmoidMulHalves(a: SigmoidMulHalvesArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateSigmoidMulHalves(a, device);
   const dtype = a.gateX.dtype as GatedDType;
-  return {
-    family: SIGMOID_MUL_FAMILY,
-    sources: SIGMOID_MUL_SOURCES,
-    kernels: SIGMOID_MUL_KERNELS,
-    dispatches: [{
-      kernel: `sigmoid_mul_halves_${dtype}`,
-      buffers: [a.gateX, a.output],
-      bytes: [, , packSigmoidMulHalvesParams({ dim: a.dim, rows: a.rows })],
-      ...gatedLaunch(a.rows, a.dim, dtype, limits),
-    }],
-  };
+  return planOf({
+    kernel: `sigmoid_mul_halves_${dtype}`,
+    buffers: [a.gateX, a.output],
+    bytes: [, , packSigmoidMulHalvesParams({ dim: a.dim, rows: a.rows })],
+    ...gatedLaunch(a.rows, a.dim, dtype, limits),
+  });
 }

@@ -11,7 +11,7 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { gatedLaunch, validateGatedHalves, validateGatedPair, type GatedDType } from '../gated.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { record, type OpPlan } from '../plan.ts';
+import { familyPlans, record, type OpPlan } from '../plan.ts';
 import { familySources } from '../registry.ts';
 
 export const SILU_MUL_FAMILY = 'silu_mul';
@@ -21,6 +21,7 @@ export const SILU_MUL_KERNELS = [
   'silu_mul_f32', 'silu_mul_f16', 'silu_mul_bf16',
   'silu_mul_halves_f32', 'silu_mul_halves_f16', 'silu_mul_halves_bf16',
 ] as const;
+const planOf = familyPlans(SILU_MUL_FAMILY, SILU_MUL_SOURCES, SILU_MUL_KERNELS);
 
 /** struct SiluMulParams (silu_mul_<t>, buffer 3). */
 export const SILU_MUL_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SiluMulParams');
@@ -87,17 +88,12 @@ export function planSiluMul(a: SiluMulArgs, limits: DeviceLimits, device?: Devic
   validateSiluMul(a, device);
   const n = a.gate.elementCount;
   const dtype = a.gate.dtype as GatedDType;
-  return {
-    family: SILU_MUL_FAMILY,
-    sources: SILU_MUL_SOURCES,
-    kernels: SILU_MUL_KERNELS,
-    dispatches: [{
-      kernel: `silu_mul_${dtype}`,
-      buffers: [a.gate, a.up, a.output],
-      bytes: [, , , packSiluMulParams({ n })],
-      ...gatedLaunch(1, n, dtype, limits),
-    }],
-  };
+  return planOf({
+    kernel: `silu_mul_${dtype}`,
+    buffers: [a.gate, a.up, a.output],
+    bytes: [, , , packSiluMulParams({ n })],
+    ...gatedLaunch(1, n, dtype, limits),
+  });
 }
 
 /**
@@ -124,15 +120,10 @@ export function siluMulHalves(enc: Encoder, args: SiluMulHalvesArgs): void {
 export function planSiluMulHalves(a: SiluMulHalvesArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateSiluMulHalves(a, device);
   const dtype = a.gateUp.dtype as GatedDType;
-  return {
-    family: SILU_MUL_FAMILY,
-    sources: SILU_MUL_SOURCES,
-    kernels: SILU_MUL_KERNELS,
-    dispatches: [{
-      kernel: `silu_mul_halves_${dtype}`,
-      buffers: [a.gateUp, a.output],
-      bytes: [, , packSiluMulHalvesParams({ dim: a.dim, rows: a.rows })],
-      ...gatedLaunch(a.rows, a.dim, dtype, limits),
-    }],
-  };
+  return planOf({
+    kernel: `silu_mul_halves_${dtype}`,
+    buffers: [a.gateUp, a.output],
+    bytes: [, , packSiluMulHalvesParams({ dim: a.dim, rows: a.rows })],
+    ...gatedLaunch(a.rows, a.dim, dtype, limits),
+  });
 }

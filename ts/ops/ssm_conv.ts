@@ -12,14 +12,15 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBoolean, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid,
+  checkAtMost, checkBoolean, checkBuffer, checkDtype, checkedProduct, checkElements, checkNoAliasing, checkPositive, invalid, U32_MAX,
 } from '../validate.ts';
-import { record, type OpPlan } from '../plan.ts';
+import { familyPlans, record, type OpPlan } from '../plan.ts';
 
 export const SSM_CONV_FAMILY = 'ssm_conv';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const SSM_CONV_SOURCES = familySources(SSM_CONV_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const SSM_CONV_KERNELS = ['ssm_conv_f32', 'ssm_conv_bf16', 'ssm_conv_bf16_wf32'] as const;
+const planOf = familyPlans(SSM_CONV_FAMILY, SSM_CONV_SOURCES, SSM_CONV_KERNELS);
 type Kernel = (typeof SSM_CONV_KERNELS)[number];
 
 /** Kernel sizes the kernels hold in registers: 2 ..= 8. */
@@ -29,7 +30,6 @@ export const SSM_CONV_MAX_KS = 8;
 export const SSM_CONV_THREADS = 128;
 /** Tokens per thread: at least MAX_KS - 1, so only token block 0 reads the state. */
 export const SSM_CONV_TOKENS_PER_THREAD = 16;
-const U32_MAX = 0xffff_ffff;
 /** The kernel indexes the history with int: KS - 1 + T must stay below 2^31. */
 const MAX_T = 0x7fff_ffff - SSM_CONV_MAX_KS;
 
@@ -127,18 +127,13 @@ export function ssmConvGrid(p: Pick<SsmConvParams, 'b' | 't' | 'c'>): [number, n
 
 function plan(p: SsmConvParams, buf: SsmConvBuffers): OpPlan {
   const hasState = buf.state !== undefined;
-  return {
-    family: SSM_CONV_FAMILY,
-    sources: SSM_CONV_SOURCES,
-    kernels: SSM_CONV_KERNELS,
-    dispatches: [{
-      kernel: kernelOf(buf),
-      buffers: [buf.x, buf.weight, buf.state ?? buf.y, buf.y],
-      bytes: [, , , , packSsmConvParams({ ...p, readState: hasState && p.freshState !== true, writeState: hasState })],
-      grid: ssmConvGrid(p),
-      threads: [SSM_CONV_THREADS, 1, 1],
-    }],
-  };
+  return planOf({
+    kernel: kernelOf(buf),
+    buffers: [buf.x, buf.weight, buf.state ?? buf.y, buf.y],
+    bytes: [, , , , packSsmConvParams({ ...p, readState: hasState && p.freshState !== true, writeState: hasState })],
+    grid: ssmConvGrid(p),
+    threads: [SSM_CONV_THREADS, 1, 1],
+  });
 }
 
 /**

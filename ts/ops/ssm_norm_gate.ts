@@ -13,12 +13,13 @@ import {
   checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid,
 } from '../validate.ts';
 import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
-import { record, type OpPlan } from '../plan.ts';
+import { familyPlans, record, type OpPlan } from '../plan.ts';
 
 export const SSM_NORM_GATE_FAMILY = 'ssm_norm_gate';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const SSM_NORM_GATE_SOURCES = familySources(SSM_NORM_GATE_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const SSM_NORM_GATE_KERNELS = ['ssm_norm_gate_f32'] as const;
+const planOf = familyPlans(SSM_NORM_GATE_FAMILY, SSM_NORM_GATE_SOURCES, SSM_NORM_GATE_KERNELS);
 /** d_v travels as an f32, exact up to 2^24. */
 export const SSM_NORM_GATE_MAX_DV = 1 << 24;
 export const SSM_NORM_GATE_MAX_THREADS = 256;
@@ -97,17 +98,12 @@ export function ssmNormGate(enc: Encoder, args: SsmNormGateArgs): void {
 export function planSsmNormGate(args: SsmNormGateArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateSsmNormGate(args, device);
   const { threads, sharedBytes } = ssmNormGateThreadgroup(args.dV, limits);
-  return {
-    family: SSM_NORM_GATE_FAMILY,
-    sources: SSM_NORM_GATE_SOURCES,
-    kernels: SSM_NORM_GATE_KERNELS,
-    dispatches: [{
-      kernel: 'ssm_norm_gate_f32',
-      buffers: [args.attnOut, args.weight, args.z, args.output],
-      bytes: [, , , , packSsmNormGateParams(args)],
-      threadgroupMemory: [sharedBytes],
-      grid: [args.rows, 1, 1],
-      threads: [threads, 1, 1],
-    }],
-  };
+  return planOf({
+    kernel: 'ssm_norm_gate_f32',
+    buffers: [args.attnOut, args.weight, args.z, args.output],
+    bytes: [, , , , packSsmNormGateParams(args)],
+    threadgroupMemory: [sharedBytes],
+    grid: [args.rows, 1, 1],
+    threads: [threads, 1, 1],
+  });
 }
