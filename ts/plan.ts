@@ -49,8 +49,8 @@ export interface OpPlan {
 }
 
 /** The plans of a family: its name, sources and kernel list around the dispatches of one op call. */
-export function familyPlans(family: string, sources: FamilySources, kernels: readonly string[]): (...dispatches: PlannedDispatch[]) => OpPlan {
-  return (...dispatches) => ({ family, sources, kernels, dispatches });
+export function familyPlans(family: Omit<OpPlan, 'dispatches'>): (...dispatches: PlannedDispatch[]) => OpPlan {
+  return (...dispatches) => ({ ...family, dispatches });
 }
 
 /** The launch of a planned dispatch on a backend that compiles the given language. */

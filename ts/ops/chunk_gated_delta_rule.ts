@@ -50,7 +50,7 @@ export const CHUNK_GATED_DELTA_RULE_KERNELS = [
 ] as const;
 /** The family's sources by backend (the cuda file has the same entry points, bindings and grids). */
 export const CHUNK_GATED_DELTA_RULE_SOURCES = familySources(FAMILY, { header, metal: metalSource, cuda: cudaSrc });
-const planOf = familyPlans(FAMILY, CHUNK_GATED_DELTA_RULE_SOURCES, CHUNK_GATED_DELTA_RULE_KERNELS);
+const planOf = familyPlans({ family: FAMILY, sources: CHUNK_GATED_DELTA_RULE_SOURCES, kernels: CHUNK_GATED_DELTA_RULE_KERNELS });
 
 /** Tokens per chunk, fixed in every kernel. */
 export const GDR_BT = 64;
@@ -59,6 +59,10 @@ export const GDR_K_VALUES: readonly number[] = [64, 128, 256];
 /** V is tiled by 64 in chunk_o. */
 export const GDR_V_MULTIPLE = 64;
 export const GDR_MAX_V = 256;
+/** The inter-state kernel of a head dimension K (one of GDR_K_VALUES). */
+function interStateKernel(k: number): string {
+  return k === 64 ? INTER_K64 : k === 128 ? INTER_K128 : INTER_K256;
+}
 /** V rows of the state per inter-state threadgroup, by K: 32 x K f32 must leave room for staging in 32 KiB. */
 export function interStateBv(k: number): number {
   return k === 256 ? 16 : 32;
@@ -235,12 +239,10 @@ function stepBytes(nBuffers: number, p: GdrStepParams): (Uint8Array | undefined)
  * the kernel runs in place), and its launch.
  */
 interface GdrStep<A extends GdrStepParams> {
-  kernel(a: A): string;
   buffers(a: A): Expect[];
   outputs?: readonly string[];
-  /** The grid; a threadgroup per chunk and head, (nt, H, 1), where absent. */
-  grid?(a: A): Dim3;
-  threads: number;
+  /** The kernel, its threads per threadgroup and its grid (a threadgroup per chunk and head, (nt, H, 1), where absent). */
+  launch(a: A): Pick<PlannedDispatch, 'kernel'> & { threads: number; grid?: Dim3 };
 }
 
 /** A step's three functions of the op shape, and its dispatch without validation (for chunkGatedDeltaRule's plan). */
@@ -253,7 +255,8 @@ function gdrStep<A extends GdrStepParams>(s: GdrStep<A>): OpShape<A> & { dispatc
   };
   const dispatch = (a: A): PlannedDispatch => {
     const buffers = s.buffers(a).map(([, buf]) => buf);
-    return { kernel: s.kernel(a), buffers, bytes: stepBytes(buffers.length, a), grid: s.grid?.(a) ?? [a.nt, a.nHeads, 1], threads: [s.threads, 1, 1] };
+    const { kernel, threads, grid = [a.nt, a.nHeads, 1] } = s.launch(a);
+    return { kernel, buffers, bytes: stepBytes(buffers.length, a), grid, threads: [threads, 1, 1] };
   };
   return { ...opShape(validate, (a) => planOf(dispatch(a))), dispatch };
 }
@@ -282,10 +285,9 @@ export interface GdrCumsumArgs extends GdrStepParams, GdrChunks {
 }
 
 const cumsumStep = gdrStep<GdrCumsumArgs>({
-  kernel: () => CUMSUM,
   buffers: (a) => [['gIn', a.gIn, 'f32', a.nTok * a.nHeads], ['gCum', a.gCum, 'f32', a.nTok * a.nHeads], chunksExpect(a, a.chunks)],
   outputs: ['gCum'],
-  threads: GDR_BT,
+  launch: () => ({ kernel: CUMSUM, threads: GDR_BT }),
 });
 /**
  * The chunks table is a device buffer, so its contents are not read here: a
@@ -308,13 +310,12 @@ export interface GdrKktArgs extends GdrStepParams, GdrKeys, GdrDecay, GdrChunks 
 }
 
 const kktStep = gdrStep<GdrKktArgs>({
-  kernel: (a) => (a.beta.dtype === 'bf16' ? KKT_BETA_BF16 : KKT),
   buffers: (a) => [
     keysExpect(a), decayExpect(a), ['beta', a.beta, ['f32', 'bf16'], a.nTok * a.nHeads],
     ['a', a.a, 'f32', a.nTok * a.nHeads * GDR_BT], chunksExpect(a, a.chunks),
   ],
   outputs: ['a'],
-  threads: 256,
+  launch: (a) => ({ kernel: a.beta.dtype === 'bf16' ? KKT_BETA_BF16 : KKT, threads: 256 }),
 });
 export const validateGatedDeltaNetKkt = kktStep.validate;
 /**
@@ -333,9 +334,8 @@ export interface GdrSolveArgs extends GdrStepParams, GdrChunks {
 }
 
 const solveStep = gdrStep<GdrSolveArgs>({
-  kernel: () => SOLVE,
   buffers: (a) => [['a', a.a, 'f32', a.nTok * a.nHeads * GDR_BT], ['ai', a.ai, 'f32', a.nTok * a.nHeads * GDR_BT], chunksExpect(a, a.chunks)],
-  threads: GDR_BT,
+  launch: () => ({ kernel: SOLVE, threads: GDR_BT }),
 });
 export const validateChunkTriSolveInvert = solveStep.validate;
 /**
@@ -361,7 +361,6 @@ export interface GdrWuArgs extends GdrStepParams, GdrKeys, GdrDecay, GdrChunks {
 }
 
 const wuStep = gdrStep<GdrWuArgs>({
-  kernel: (a) => (a.beta.dtype === 'bf16' ? WU_BETA_BF16 : WU),
   buffers: (a) => [
     keysExpect(a), ['v', a.v, 'bf16', a.nTok * a.nHeads * a.vDim],
     ['beta', a.beta, ['f32', 'bf16'], a.nTok * a.nHeads], decayExpect(a),
@@ -369,7 +368,7 @@ const wuStep = gdrStep<GdrWuArgs>({
     ['u', a.u, 'bf16', a.nTok * a.nHeads * a.vDim], chunksExpect(a, a.chunks),
   ],
   outputs: ['w', 'u'],
-  threads: 256,
+  launch: (a) => ({ kernel: a.beta.dtype === 'bf16' ? WU_BETA_BF16 : WU, threads: 256 }),
 });
 export const validateGatedDeltaNetRecomputeWu = wuStep.validate;
 /**
@@ -398,7 +397,6 @@ export interface GdrInterStateArgs extends GdrStepParams, GdrKeys, GdrDecay {
 }
 
 const interStateStep = gdrStep<GdrInterStateArgs>({
-  kernel: (a) => (a.kDim === 64 ? INTER_K64 : a.kDim === 128 ? INTER_K128 : INTER_K256),
   buffers: (a) => {
     const state = a.nSeq * a.nHeads * a.vDim * a.kDim;
     return [
@@ -408,8 +406,7 @@ const interStateStep = gdrStep<GdrInterStateArgs>({
     ];
   },
   outputs: ['hOut', 'vNew', 'finalState'],
-  grid: (a) => [a.vDim / interStateBv(a.kDim), a.nHeads, a.nSeq],
-  threads: 128,
+  launch: (a) => ({ kernel: interStateKernel(a.kDim), threads: 128, grid: [a.vDim / interStateBv(a.kDim), a.nHeads, a.nSeq] }),
 });
 /**
  * The seqs table is a device buffer, so its contents are not read here: the
@@ -439,15 +436,13 @@ export interface GdrChunkOArgs extends GdrStepParams, GdrKeys, GdrDecay, GdrChun
 }
 
 const chunkOStep = gdrStep<GdrChunkOArgs>({
-  kernel: () => CHUNK_O,
   buffers: (a) => [
     ['q', a.q, 'bf16', a.nTok * a.nQkHeads * a.kDim], keysExpect(a), ['vNew', a.vNew, 'bf16', a.nTok * a.nHeads * a.vDim],
     ['h', a.h, 'bf16', a.nt * a.nHeads * a.vDim * a.kDim], decayExpect(a), ['o', a.o, 'bf16', a.nTok * a.nHeads * a.vDim],
     chunksExpect(a, a.chunks),
   ],
   outputs: ['o'],
-  grid: (a) => [a.vDim / GDR_V_MULTIPLE, a.nt, a.nHeads],
-  threads: 256,
+  launch: (a) => ({ kernel: CHUNK_O, threads: 256, grid: [a.vDim / GDR_V_MULTIPLE, a.nt, a.nHeads] }),
 });
 export const validateGatedDeltaNetChunkO = chunkOStep.validate;
 /**

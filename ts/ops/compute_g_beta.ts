@@ -18,7 +18,7 @@ export const COMPUTE_G_BETA_FAMILY = 'compute_g_beta';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const COMPUTE_G_BETA_SOURCES = familySources(COMPUTE_G_BETA_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const COMPUTE_G_BETA_KERNELS = ['compute_g_beta_f32', 'compute_g_beta_bf16'] as const;
-const planOf = familyPlans(COMPUTE_G_BETA_FAMILY, COMPUTE_G_BETA_SOURCES, COMPUTE_G_BETA_KERNELS);
+const planOf = familyPlans({ family: COMPUTE_G_BETA_FAMILY, sources: COMPUTE_G_BETA_SOURCES, kernels: COMPUTE_G_BETA_KERNELS });
 /** Threads per threadgroup. */
 export const COMPUTE_G_BETA_THREADS = 256;
 /** Elements are indexed with 32-bit unsigned integers. */

@@ -32,7 +32,7 @@ export const DENSE_KERNELS = [
   'hf2q_dense_mm_bf16_f32_tensor', 'hf2q_dense_mm_f16_f32_tensor', 'hf2q_dense_mm_f32_f32_tensor',
   'dense_mm_f32', 'dense_mm_f16', 'dense_mm_bf16', 'dense_mv_f32', 'dense_mv_f16', 'dense_mv_bf16',
 ] as const;
-const planOf = familyPlans(DENSE_FAMILY, DENSE_SOURCES, DENSE_KERNELS);
+const planOf = familyPlans({ family: DENSE_FAMILY, sources: DENSE_SOURCES, kernels: DENSE_KERNELS });
 
 /** struct DenseGemmParams (buffer 3 of dense_gemm_f16 and dense_matvec_*). */
 export const DENSE_GEMM_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'DenseGemmParams');

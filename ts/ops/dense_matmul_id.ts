@@ -35,7 +35,7 @@ export const DENSE_MATMUL_ID_KERNELS = [
   'dense_mv_id_f32', 'dense_mv_id_f16', 'dense_mv_id_bf16', 'dense_gate_up_mv_id_f32', 'dense_gate_up_mv_id_f16', 'dense_gate_up_mv_id_bf16',
   'dense_mm_id_f16', 'dense_mm_id_bf16', 'dense_gate_up_mm_id_f16', 'dense_gate_up_mm_id_bf16',
 ] as const;
-const planOf = familyPlans(DENSE_MATMUL_ID_FAMILY, DENSE_MATMUL_ID_SOURCES, DENSE_MATMUL_ID_KERNELS);
+const planOf = familyPlans({ family: DENSE_MATMUL_ID_FAMILY, sources: DENSE_MATMUL_ID_SOURCES, kernels: DENSE_MATMUL_ID_KERNELS });
 
 /** struct DenseMatmulIdParams (buffer 4 of every kernel of the family). */
 export const DENSE_MATMUL_ID_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'DenseMatmulIdParams');

@@ -32,7 +32,7 @@ export const ELEMENTWISE_KERNELS = [
   'scalar_mul_f32', 'scalar_mul_f16', 'scalar_mul_bf16',
   'cast_f16_to_f32', 'cast_f32_to_f16', 'cast_bf16_to_f32', 'cast_f32_to_bf16', 'cast_f16_to_bf16', 'cast_bf16_to_f16',
 ] as const;
-const planOf = familyPlans(ELEMENTWISE_FAMILY, ELEMENTWISE_SOURCES, ELEMENTWISE_KERNELS);
+const planOf = familyPlans({ family: ELEMENTWISE_FAMILY, sources: ELEMENTWISE_SOURCES, kernels: ELEMENTWISE_KERNELS });
 /** The dtypes every kernel of the family takes. */
 export const ELEMENTWISE_DTYPES = ['f32', 'f16', 'bf16'] as const;
 export type ElementwiseDType = (typeof ELEMENTWISE_DTYPES)[number];
@@ -117,7 +117,11 @@ export function elementwiseLaunch(n: number, vec: number, limits: DeviceLimits):
   };
 }
 
-/** An op of the family: one element per thread over n elements, its params after the buffers. */
+/**
+ * An op of the family: one element per thread over n elements, its params
+ * after the buffers; its kernels are named <op>_<dtype> (a cast's
+ * cast_<from>_to_<to>).
+ */
 interface ElementwiseOp<A> {
   op: string;
   /** The scalar argument and its name, checked first. */
@@ -126,7 +130,6 @@ interface ElementwiseOp<A> {
   buffers(a: A): readonly (readonly [name: string, buf: Buffer])[];
   /** The dtypes the output may have (the first input's where absent). */
   outputDtypes?(from: DType): readonly DType[];
-  kernel(from: DType, to: DType): string;
   params(a: A, n: number): Uint8Array;
 }
 
@@ -158,7 +161,7 @@ function elementwiseOp<A>(e: ElementwiseOp<A>): OpShape<A> {
     const bytes: (Uint8Array | undefined)[] = [];
     bytes[buffers.length] = e.params(a, n);
     return planOf({
-      kernel: e.kernel(first.dtype, output.dtype),
+      kernel: e.op === 'cast' ? `cast_${first.dtype}_to_${output.dtype}` : `${e.op}_${first.dtype}`,
       buffers,
       bytes,
       ...elementwiseLaunch(n, elementwiseVector(first.dtype, output.dtype), limits),
@@ -170,22 +173,22 @@ const binary = (a: ElementwiseBinaryArgs) => [['a', a.a], ['b', a.b], ['output',
 const unary = (a: ScalarMulArgs | CastArgs) => [['input', a.input], ['output', a.output]] as const;
 
 const addOp = elementwiseOp<ElementwiseBinaryArgs>({
-  op: 'elementwise_add', buffers: binary, kernel: (t) => `elementwise_add_${t}`, params: (_a, n) => packElementwiseParams({ n }),
+  op: 'elementwise_add', buffers: binary, params: (_a, n) => packElementwiseParams({ n }),
 });
 const mulOp = elementwiseOp<ElementwiseBinaryArgs>({
-  op: 'elementwise_mul', buffers: binary, kernel: (t) => `elementwise_mul_${t}`, params: (_a, n) => packElementwiseParams({ n }),
+  op: 'elementwise_mul', buffers: binary, params: (_a, n) => packElementwiseParams({ n }),
 });
 const addScaledOp = elementwiseOp<ElementwiseAddScaledArgs>({
   op: 'elementwise_add_scaled', scalar: (a) => ['scale', a.scale], buffers: binary,
-  kernel: (t) => `elementwise_add_scaled_${t}`, params: (a, n) => packScalarMulParams({ scalar: a.scale, n }),
+  params: (a, n) => packScalarMulParams({ scalar: a.scale, n }),
 });
 const scalarMulOp = elementwiseOp<ScalarMulArgs>({
   op: 'scalar_mul', scalar: (a) => ['scalar', a.scalar], buffers: unary,
-  kernel: (t) => `scalar_mul_${t}`, params: (a, n) => packScalarMulParams({ scalar: a.scalar, n }),
+  params: (a, n) => packScalarMulParams({ scalar: a.scalar, n }),
 });
 const castOp = elementwiseOp<CastArgs>({
   op: 'cast', buffers: unary, outputDtypes: (from) => ELEMENTWISE_DTYPES.filter((t) => t !== from),
-  kernel: (from, to) => `cast_${from}_to_${to}`, params: (_a, n) => packElementwiseParams({ n }),
+  params: (_a, n) => packElementwiseParams({ n }),
 });
 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */

@@ -38,7 +38,7 @@ export const EMBEDDING_KERNELS = [
   'embedding_gather_scale_batch_f32', 'embedding_gather_scale_batch_f16', 'embedding_gather_scale_batch_bf16',
   'embedding_gather_scale_batch_f16_to_f32', 'embedding_gather_scale_batch_bf16_to_f32',
 ] as const;
-const planOf = familyPlans(EMBEDDING_FAMILY, EMBEDDING_SOURCES, EMBEDDING_KERNELS);
+const planOf = familyPlans({ family: EMBEDDING_FAMILY, sources: EMBEDDING_SOURCES, kernels: EMBEDDING_KERNELS });
 /** Threads per threadgroup of the Metal grids at most (mlx-native's). */
 export const EMBEDDING_MAX_THREADS = 256;
 /** Elements an output may have: the grids count threads in 32 bits. */

@@ -44,7 +44,7 @@ export const FLASH_ATTN_PREFILL_KERNELS = [
   'flash_attn_prefill_mask_fill_bf16', 'flash_attn_prefill_mask_fill_f16',
   'flash_attn_prefill_blk_bf16', 'flash_attn_prefill_blk_f16',
 ] as const;
-const planOf = familyPlans(FLASH_ATTN_PREFILL_FAMILY, FLASH_ATTN_PREFILL_SOURCES, FLASH_ATTN_PREFILL_KERNELS);
+const planOf = familyPlans({ family: FLASH_ATTN_PREFILL_FAMILY, sources: FLASH_ATTN_PREFILL_SOURCES, kernels: FLASH_ATTN_PREFILL_KERNELS });
 
 /** struct AttnParams (buffer 4 of the attention entries; 160 bytes). */
 export const ATTN_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'AttnParams');

@@ -50,7 +50,7 @@ export const FLASH_ATTN_VEC_KERNELS = [
   'flash_attn_vec_reduce_dk256',
   'flash_attn_vec_reduce_dk512',
 ] as const;
-const planOf = familyPlans(FAMILY, FLASH_ATTN_VEC_SOURCES, FLASH_ATTN_VEC_KERNELS);
+const planOf = familyPlans({ family: FAMILY, sources: FLASH_ATTN_VEC_SOURCES, kernels: FLASH_ATTN_VEC_KERNELS });
 
 /** Head dims of the kernels. */
 export const FLASH_ATTN_VEC_HEAD_DIMS = [128, 256, 512] as const;

@@ -21,7 +21,9 @@ export const FUSED_HEAD_NORM_ROPE_FAMILY = 'fused_head_norm_rope';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const FUSED_HEAD_NORM_ROPE_SOURCES = familySources(FUSED_HEAD_NORM_ROPE_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const FUSED_HEAD_NORM_ROPE_KERNELS = ['fused_head_norm_rope_f32', 'fused_head_norm_rope_batch_bf16'] as const;
-const planOf = familyPlans(FUSED_HEAD_NORM_ROPE_FAMILY, FUSED_HEAD_NORM_ROPE_SOURCES, FUSED_HEAD_NORM_ROPE_KERNELS);
+const planOf = familyPlans({
+  family: FUSED_HEAD_NORM_ROPE_FAMILY, sources: FUSED_HEAD_NORM_ROPE_SOURCES, kernels: FUSED_HEAD_NORM_ROPE_KERNELS,
+});
 /** Threads per row at most (mlx-native's 256). */
 export const FUSED_HEAD_NORM_ROPE_MAX_THREADS = 256;
 

@@ -26,7 +26,7 @@ export const FUSED_NORM_KERNELS = [
   'fused_residual_norm_scalar_f32',
   'fused_norm_add_scalar_f32',
 ] as const;
-const planOf = familyPlans(FUSED_NORM_FAMILY, FUSED_NORM_SOURCES, FUSED_NORM_KERNELS);
+const planOf = familyPlans({ family: FUSED_NORM_FAMILY, sources: FUSED_NORM_SOURCES, kernels: FUSED_NORM_KERNELS });
 
 /** Kernels index rows * dim elements with 32-bit unsigned integers. */
 export const MAX_ELEMENTS_U32 = 0xffff_ffff;

@@ -24,7 +24,7 @@ export const GATED_DELTA_NET_KERNELS = [
   'gated_delta_net_decode_f32',
   'gated_delta_net_decode_bf16',
 ] as const;
-const planOf = familyPlans(GATED_DELTA_NET_FAMILY, GATED_DELTA_NET_SOURCES, GATED_DELTA_NET_KERNELS);
+const planOf = familyPlans({ family: GATED_DELTA_NET_FAMILY, sources: GATED_DELTA_NET_SOURCES, kernels: GATED_DELTA_NET_KERNELS });
 type Kernel = (typeof GATED_DELTA_NET_KERNELS)[number];
 
 /** Lanes of a simdgroup: K is split across them. */

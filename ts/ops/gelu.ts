@@ -26,7 +26,7 @@ export const GELU_KERNELS = [
   'gelu_tanh_mul_f32', 'gelu_tanh_mul_f16', 'gelu_tanh_mul_bf16',
   'gelu_tanh_mul_halves_f32', 'gelu_tanh_mul_halves_f16', 'gelu_tanh_mul_halves_bf16',
 ] as const;
-const planOf = familyPlans(GELU_FAMILY, GELU_SOURCES, GELU_KERNELS);
+const planOf = familyPlans({ family: GELU_FAMILY, sources: GELU_SOURCES, kernels: GELU_KERNELS });
 
 /** struct GeluTanhMulParams (gelu_tanh_mul_<t>, buffer 3). */
 export const GELU_TANH_MUL_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GeluTanhMulParams');

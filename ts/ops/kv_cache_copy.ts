@@ -47,7 +47,7 @@ export const KV_CACHE_COPY_KERNELS = [
   'kv_cache_copy_seq_f16_to_f32_kv_dual', 'kv_cache_copy_seq_f16_to_f16_kv_dual', 'kv_cache_copy_seq_f16_to_bf16_kv_dual',
   'kv_cache_copy_seq_bf16_kv_dual', 'kv_cache_copy_seq_bf16_to_f16_kv_dual', 'kv_cache_copy_seq_bf16_to_bf16_kv_dual',
 ] as const;
-const planOf = familyPlans(KV_CACHE_COPY_FAMILY, KV_CACHE_COPY_SOURCES, KV_CACHE_COPY_KERNELS);
+const planOf = familyPlans({ family: KV_CACHE_COPY_FAMILY, sources: KV_CACHE_COPY_SOURCES, kernels: KV_CACHE_COPY_KERNELS });
 /** Threads per threadgroup of the Metal grids at most (mlx-native's). */
 export const KV_CACHE_COPY_MAX_THREADS = 256;
 /** Elements one dispatch may copy: the grids count threads in 32 bits. */

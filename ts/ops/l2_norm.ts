@@ -20,7 +20,7 @@ export const L2_NORM_FAMILY = 'l2_norm';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const L2_NORM_SOURCES = familySources(L2_NORM_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const L2_NORM_KERNELS = ['l2_norm_f32', 'l2_norm_f16', 'l2_norm_bf16'] as const;
-const planOf = familyPlans(L2_NORM_FAMILY, L2_NORM_SOURCES, L2_NORM_KERNELS);
+const planOf = familyPlans({ family: L2_NORM_FAMILY, sources: L2_NORM_SOURCES, kernels: L2_NORM_KERNELS });
 /** Threads per row the op uses at most. */
 export const L2_NORM_MAX_THREADS = 256;
 /** FLA's default epsilon. */

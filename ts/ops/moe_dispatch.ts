@@ -45,7 +45,7 @@ export const MOE_DISPATCH_KERNELS = [
   'moe_weighted_sum', 'moe_swiglu_seq', 'moe_swiglu_seq_bf16', 'moe_weighted_sum_seq', 'moe_weighted_sum_seq_bf16_input',
   'moe_weighted_sum_seq_f16', 'moe_weighted_sum_seq_bf16', 'moe_gather_topk_weights',
 ] as const;
-const planOf = familyPlans(MOE_DISPATCH_FAMILY, MOE_DISPATCH_SOURCES, MOE_DISPATCH_KERNELS);
+const planOf = familyPlans({ family: MOE_DISPATCH_FAMILY, sources: MOE_DISPATCH_SOURCES, kernels: MOE_DISPATCH_KERNELS });
 
 export const MOE_DISPATCH_SORT_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'MoeDispatchSortParams');
 export const FUSED_GELU_MUL_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FusedGeluMulParams');
@@ -181,10 +181,8 @@ interface GlueOp<A> {
   buffers(a: A): readonly BufferRule[];
   /** The outputs that may alias no other binding (but the inPlace pairs), and why; absent with one binding. */
   noAliasing?: { outputs: readonly string[]; why: string; inPlace?: readonly (readonly [string, string])[] };
-  kernel(a: A): string;
-  /** The inline bytes bound after the buffers. */
-  bytes(a: A): readonly Uint8Array[];
-  launch(a: A): Pick<PlannedDispatch, 'grid' | 'threads'>;
+  /** The kernel, the inline bytes bound after the buffers (params) and the launch. */
+  dispatch(a: A): Pick<PlannedDispatch, 'kernel' | 'grid' | 'threads'> & { params: readonly Uint8Array[] };
 }
 
 function glueOp<A>(g: GlueOp<A>): OpShape<A> {
@@ -198,9 +196,10 @@ function glueOp<A>(g: GlueOp<A>): OpShape<A> {
   };
   return opShape(validate, (a) => {
     const buffers = g.buffers(a).map(([, b]) => b);
+    const { params, ...d } = g.dispatch(a);
     const bytes: (Uint8Array | undefined)[] = [];
-    g.bytes(a).forEach((b, i) => (bytes[buffers.length + i] = b));
-    return planOf({ kernel: g.kernel(a), buffers, bytes, ...g.launch(a) });
+    params.forEach((b, i) => (bytes[buffers.length + i] = b));
+    return planOf({ ...d, buffers, bytes });
   });
 }
 
@@ -226,9 +225,11 @@ const fusedGeluMulOp = glueOp<FusedGeluMulArgs>({
     why: 'each element is read before it is written only where the ranges coincide',
     inPlace: [['output', 'gateOut'], ['output', 'upOut']],
   },
-  kernel: (a) => (a.gateOut.dtype === 'bf16' ? 'fused_gelu_mul_bf16' : 'fused_gelu_mul'),
-  bytes: (a) => [packFields(FUSED_GELU_MUL_PARAMS_LAYOUT, { n_elements: a.nElements })],
-  launch: (a) => elementGrid(a.nElements),
+  dispatch: (a) => ({
+    kernel: a.gateOut.dtype === 'bf16' ? 'fused_gelu_mul_bf16' : 'fused_gelu_mul',
+    params: [packFields(FUSED_GELU_MUL_PARAMS_LAYOUT, { n_elements: a.nElements })],
+    ...elementGrid(a.nElements),
+  }),
 });
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
 export const validateFusedGeluMul = fusedGeluMulOp.validate;
@@ -265,9 +266,11 @@ const moeAccumulateOp = glueOp<MoeAccumulateArgs>({
     why: 'each element of the accumulator reads its own element of the expert output',
     inPlace: [['accumulator', 'expertOutput']],
   },
-  kernel: () => 'moe_accumulate',
-  bytes: (a) => [packFields(MOE_ACCUM_PARAMS_LAYOUT, { n_elements: a.nElements, routing_weight: a.routingWeight })],
-  launch: (a) => elementGrid(a.nElements),
+  dispatch: (a) => ({
+    kernel: 'moe_accumulate',
+    params: [packFields(MOE_ACCUM_PARAMS_LAYOUT, { n_elements: a.nElements, routing_weight: a.routingWeight })],
+    ...elementGrid(a.nElements),
+  }),
 });
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
 export const validateMoeAccumulate = moeAccumulateOp.validate;
@@ -290,9 +293,7 @@ const moeZeroBufferOp = glueOp<MoeZeroBufferArgs>({
   op: 'moe_zero_buffer',
   counts: (op, a) => checkCount(op, 'nElements', a.nElements),
   buffers: (a) => [['buffer', a.buffer, 'f32', a.nElements]],
-  kernel: () => 'zero_buffer',
-  bytes: (a) => [packFields(ZERO_PARAMS_LAYOUT, { n_elements: a.nElements })],
-  launch: (a) => elementGrid(a.nElements),
+  dispatch: (a) => ({ kernel: 'zero_buffer', params: [packFields(ZERO_PARAMS_LAYOUT, { n_elements: a.nElements })], ...elementGrid(a.nElements) }),
 });
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
 export const validateMoeZeroBuffer = moeZeroBufferOp.validate;
@@ -320,9 +321,11 @@ const moeSwigluFusedOp = glueOp<MoeSwigluFusedArgs>({
   },
   buffers: (a) => [['gateUp', a.gateUp, 'f32', 2 * a.nElements], ['output', a.output, 'f32', a.nElements]],
   noAliasing: { outputs: ['output'], why: GATE_UP_WHY },
-  kernel: () => 'moe_swiglu_fused',
-  bytes: (a) => [packFields(FUSED_GELU_MUL_PARAMS_LAYOUT, { n_elements: a.nElements })],
-  launch: (a) => elementGrid(a.nElements),
+  dispatch: (a) => ({
+    kernel: 'moe_swiglu_fused',
+    params: [packFields(FUSED_GELU_MUL_PARAMS_LAYOUT, { n_elements: a.nElements })],
+    ...elementGrid(a.nElements),
+  }),
 });
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
 export const validateMoeSwigluFused = moeSwigluFusedOp.validate;
@@ -354,9 +357,7 @@ const moeSwigluBatchOp = glueOp<MoeSwigluBatchArgs>({
   },
   buffers: (a) => [['gateUp', a.gateUp, 'f32', a.topK * 2 * a.intermediate], ['output', a.output, 'f32', a.topK * a.intermediate]],
   noAliasing: { outputs: ['output'], why: GATE_UP_WHY },
-  kernel: () => 'moe_swiglu_batch',
-  bytes: (a) => [u32(a.intermediate), u32(a.topK)],
-  launch: (a) => elementGrid(a.intermediate, a.topK, 1),
+  dispatch: (a) => ({ kernel: 'moe_swiglu_batch', params: [u32(a.intermediate), u32(a.topK)], ...elementGrid(a.intermediate, a.topK, 1) }),
 });
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
 export const validateMoeSwigluBatch = moeSwigluBatchOp.validate;
@@ -392,9 +393,11 @@ const moeWeightedSumOp = glueOp<MoeWeightedSumArgs>({
     ['expertOutputs', a.expertOutputs, 'f32', a.topK * a.hiddenSize], ['weights', a.weights, 'f32', a.topK], ['output', a.output, 'f32', a.hiddenSize],
   ],
   noAliasing: { outputs: ['output'], why: 'every output element reads every slot' },
-  kernel: () => 'moe_weighted_sum',
-  bytes: (a) => [packFields(MOE_WEIGHTED_SUM_PARAMS_LAYOUT, { hidden_size: a.hiddenSize, top_k: a.topK })],
-  launch: (a) => elementGrid(a.hiddenSize),
+  dispatch: (a) => ({
+    kernel: 'moe_weighted_sum',
+    params: [packFields(MOE_WEIGHTED_SUM_PARAMS_LAYOUT, { hidden_size: a.hiddenSize, top_k: a.topK })],
+    ...elementGrid(a.hiddenSize),
+  }),
 });
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
 export const validateMoeWeightedSum = moeWeightedSumOp.validate;
@@ -434,9 +437,11 @@ const moeSwigluSeqOp = glueOp<MoeSwigluSeqArgs>({
     ['output', a.output, like('gateUp'), a.nTokens * a.topK * a.intermediate],
   ],
   noAliasing: { outputs: ['output'], why: GATE_UP_WHY },
-  kernel: (a) => (a.gateUp.dtype === 'bf16' ? 'moe_swiglu_seq_bf16' : 'moe_swiglu_seq'),
-  bytes: (a) => [packFields(MOE_SWIGLU_SEQ_PARAMS_LAYOUT, { intermediate: a.intermediate, top_k: a.topK, n_tokens: a.nTokens })],
-  launch: (a) => elementGrid(a.intermediate, a.topK, a.nTokens),
+  dispatch: (a) => ({
+    kernel: a.gateUp.dtype === 'bf16' ? 'moe_swiglu_seq_bf16' : 'moe_swiglu_seq',
+    params: [packFields(MOE_SWIGLU_SEQ_PARAMS_LAYOUT, { intermediate: a.intermediate, top_k: a.topK, n_tokens: a.nTokens })],
+    ...elementGrid(a.intermediate, a.topK, a.nTokens),
+  }),
 });
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
 export const validateMoeSwigluSeq = moeSwigluSeqOp.validate;
@@ -487,9 +492,11 @@ const moeWeightedSumSeqOp = glueOp<MoeWeightedSumSeqArgs>({
     ['output', a.output, (dtypeOf) => WEIGHTED_SUM_SEQ_OUTPUTS[dtypeOf('expertOutputs')] ?? [], a.nTokens * a.hiddenSize],
   ],
   noAliasing: { outputs: ['output'], why: 'every output element reads every slot of its token' },
-  kernel: (a) => moeWeightedSumSeqKernel(a.expertOutputs.dtype, a.output.dtype)!,
-  bytes: (a) => [packFields(MOE_WEIGHTED_SUM_SEQ_PARAMS_LAYOUT, { hidden_size: a.hiddenSize, top_k: a.topK, n_tokens: a.nTokens })],
-  launch: (a) => elementGrid(a.hiddenSize, a.nTokens, 1),
+  dispatch: (a) => ({
+    kernel: moeWeightedSumSeqKernel(a.expertOutputs.dtype, a.output.dtype)!,
+    params: [packFields(MOE_WEIGHTED_SUM_SEQ_PARAMS_LAYOUT, { hidden_size: a.hiddenSize, top_k: a.topK, n_tokens: a.nTokens })],
+    ...elementGrid(a.hiddenSize, a.nTokens, 1),
+  }),
 });
 /** The output dtypes moeWeightedSumSeq takes for each dtype of the expert outputs. */
 const WEIGHTED_SUM_SEQ_OUTPUTS: Readonly<Record<string, readonly DType[]>> = { f32: ['f32'], bf16: ['f32', 'bf16'], f16: ['f16'] };
@@ -537,9 +544,11 @@ const moeGatherTopkWeightsOp = glueOp<MoeGatherTopkWeightsArgs>({
     ['perExpertScale', a.perExpertScale, 'f32', a.nExperts], ['outExpertIds', a.outExpertIds, 'u32', a.topK], ['outWeights', a.outWeights, 'f32', a.topK],
   ],
   noAliasing: { outputs: ['outExpertIds', 'outWeights'], why: 'the kernel reads its inputs after it has written outputs' },
-  kernel: () => 'moe_gather_topk_weights',
-  bytes: (a) => [packFields(MOE_GATHER_TOPK_PARAMS_LAYOUT, { n_experts: a.nExperts, top_k: a.topK })],
-  launch: () => ({ grid: [1, 1, 1], threads: [1, 1, 1] }),
+  dispatch: (a) => ({
+    kernel: 'moe_gather_topk_weights',
+    params: [packFields(MOE_GATHER_TOPK_PARAMS_LAYOUT, { n_experts: a.nExperts, top_k: a.topK })],
+    grid: [1, 1, 1], threads: [1, 1, 1],
+  }),
 });
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
 export const validateMoeGatherTopkWeights = moeGatherTopkWeightsOp.validate;

@@ -20,7 +20,7 @@ export const MOE_ROUTING_FAMILY = 'moe_routing';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const MOE_ROUTING_SOURCES = familySources(MOE_ROUTING_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const MOE_ROUTING_KERNELS = ['fused_moe_routing_f32', 'fused_moe_routing_batch_f32'] as const;
-const planOf = familyPlans(MOE_ROUTING_FAMILY, MOE_ROUTING_SOURCES, MOE_ROUTING_KERNELS);
+const planOf = familyPlans({ family: MOE_ROUTING_FAMILY, sources: MOE_ROUTING_SOURCES, kernels: MOE_ROUTING_KERNELS });
 
 /** Static threadgroup arrays of the kernels: 32 floats + 32 uints of arg-max partials. */
 export const MOE_ROUTING_STATIC_TG_BYTES = 256;

@@ -22,7 +22,9 @@ export const MOE_WEIGHTED_REDUCE_FAMILY = 'moe_weighted_reduce';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const MOE_WEIGHTED_REDUCE_SOURCES = familySources(MOE_WEIGHTED_REDUCE_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const MOE_WEIGHTED_REDUCE_KERNELS = ['moe_weighted_reduce_f32', 'moe_weighted_reduce_f16', 'moe_weighted_reduce_bf16'] as const;
-const planOf = familyPlans(MOE_WEIGHTED_REDUCE_FAMILY, MOE_WEIGHTED_REDUCE_SOURCES, MOE_WEIGHTED_REDUCE_KERNELS);
+const planOf = familyPlans({
+  family: MOE_WEIGHTED_REDUCE_FAMILY, sources: MOE_WEIGHTED_REDUCE_SOURCES, kernels: MOE_WEIGHTED_REDUCE_KERNELS,
+});
 
 /** struct MoeWeightedReduceParams (buffer 0 of every kernel of the family). */
 export const MOE_WEIGHTED_REDUCE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'MoeWeightedReduceParams');

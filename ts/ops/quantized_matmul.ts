@@ -56,7 +56,7 @@ export const QUANTIZED_MATMUL_KERNELS = [
   'quantized_matmul', 'quantized_matmul_simd', 'quantized_matmul_simd_bf16',
   'quantized_mv_f32', 'quantized_mv_f16', 'quantized_mv_bf16', 'quantized_mm_f32', 'quantized_mm_f16', 'quantized_mm_bf16',
 ] as const;
-const planOf = familyPlans(QUANTIZED_MATMUL_FAMILY, QUANTIZED_MATMUL_SOURCES, QUANTIZED_MATMUL_KERNELS);
+const planOf = familyPlans({ family: QUANTIZED_MATMUL_FAMILY, sources: QUANTIZED_MATMUL_SOURCES, kernels: QUANTIZED_MATMUL_KERNELS });
 
 /** struct QuantizedMatmulParams (buffer 5 of every kernel of the family). */
 export const QUANTIZED_MATMUL_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'QuantizedMatmulParams');

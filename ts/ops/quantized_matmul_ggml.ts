@@ -75,7 +75,9 @@ export const QUANTIZED_MATMUL_GGML_KERNELS = [
   'embedding_gather_scale_batch_q5_K_to_f32', 'embedding_gather_scale_batch_q5_K_to_f16', 'embedding_gather_scale_batch_q5_K_to_bf16',
   'embedding_gather_scale_batch_q6_K_to_f32', 'embedding_gather_scale_batch_q6_K_to_f16', 'embedding_gather_scale_batch_q6_K_to_bf16',
 ] as const;
-const planOf = familyPlans(QUANTIZED_MATMUL_GGML_FAMILY, QUANTIZED_MATMUL_GGML_SOURCES, QUANTIZED_MATMUL_GGML_KERNELS);
+const planOf = familyPlans({
+  family: QUANTIZED_MATMUL_GGML_FAMILY, sources: QUANTIZED_MATMUL_GGML_SOURCES, kernels: QUANTIZED_MATMUL_GGML_KERNELS,
+});
 
 /** struct GgmlMatvecParams (buffer 3 of kernel_mul_mv_<t>_f32). */
 export const GGML_MATVEC_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlMatvecParams');

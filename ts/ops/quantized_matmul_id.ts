@@ -53,7 +53,9 @@ export const QUANTIZED_MATMUL_ID_KERNELS = [
   'quantized_mv_id_f16', 'quantized_mv_id_bf16', 'quantized_gate_up_mv_id_f16', 'quantized_gate_up_mv_id_bf16',
   'quantized_mm_id_f16', 'quantized_mm_id_bf16', 'quantized_gate_up_mm_id_f16', 'quantized_gate_up_mm_id_bf16',
 ] as const;
-const planOf = familyPlans(QUANTIZED_MATMUL_ID_FAMILY, QUANTIZED_MATMUL_ID_SOURCES, QUANTIZED_MATMUL_ID_KERNELS);
+const planOf = familyPlans({
+  family: QUANTIZED_MATMUL_ID_FAMILY, sources: QUANTIZED_MATMUL_ID_SOURCES, kernels: QUANTIZED_MATMUL_ID_KERNELS,
+});
 
 /** struct QuantizedMatmulIdParams (buffer 6 of quantized_matmul_id, quantized_mv_id_<t>, quantized_mm_id_<t>). */
 export const QUANTIZED_MATMUL_ID_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'QuantizedMatmulIdParams');

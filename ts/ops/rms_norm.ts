@@ -29,7 +29,7 @@ export const RMS_NORM_KERNELS = [
   'rms_norm_one_plus_f32', 'rms_norm_one_plus_f16', 'rms_norm_one_plus_bf16',
   'rms_norm_no_scale_f32', 'rms_norm_no_scale_f16', 'rms_norm_no_scale_bf16',
 ] as const;
-const planOf = familyPlans(RMS_NORM_FAMILY, RMS_NORM_SOURCES, RMS_NORM_KERNELS);
+const planOf = familyPlans({ family: RMS_NORM_FAMILY, sources: RMS_NORM_SOURCES, kernels: RMS_NORM_KERNELS });
 /** Threads per row the op uses at most (mlx-native's). */
 export const RMS_NORM_MAX_THREADS = 256;
 /** mlx-native's epsilon (Gemma 4). */

@@ -19,7 +19,7 @@ export const ROPE_FAMILY = 'rope';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const ROPE_SOURCES = familySources(ROPE_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const ROPE_KERNELS = ['rope_f32', 'rope_f16', 'rope_bf16', 'rope_neox_f32', 'rope_neox_f16', 'rope_neox_bf16'] as const;
-const planOf = familyPlans(ROPE_FAMILY, ROPE_SOURCES, ROPE_KERNELS);
+const planOf = familyPlans({ family: ROPE_FAMILY, sources: ROPE_SOURCES, kernels: ROPE_KERNELS });
 /** Pairs per threadgroup row at most (mlx-native's 64). */
 export const ROPE_MAX_PAIR_THREADS = 64;
 /** The largest head dimension: RopeParams carries dimensions as f32, exact up to 2^24. */

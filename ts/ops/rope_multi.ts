@@ -20,7 +20,7 @@ export const ROPE_MULTI_FAMILY = 'rope_multi';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const ROPE_MULTI_SOURCES = familySources(ROPE_MULTI_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const ROPE_MULTI_KERNELS = ['rope_multi_f32', 'rope_multi_f16', 'rope_multi_bf16'] as const;
-const planOf = familyPlans(ROPE_MULTI_FAMILY, ROPE_MULTI_SOURCES, ROPE_MULTI_KERNELS);
+const planOf = familyPlans({ family: ROPE_MULTI_FAMILY, sources: ROPE_MULTI_SOURCES, kernels: ROPE_MULTI_KERNELS });
 /** Threads per threadgroup (mlx-native's 256). */
 export const ROPE_MULTI_THREADS = 256;
 

@@ -22,7 +22,7 @@ export const SIGMOID_MUL_KERNELS = [
   'sigmoid_mul_f32', 'sigmoid_mul_f16', 'sigmoid_mul_bf16',
   'sigmoid_mul_halves_f32', 'sigmoid_mul_halves_f16', 'sigmoid_mul_halves_bf16',
 ] as const;
-const planOf = familyPlans(SIGMOID_MUL_FAMILY, SIGMOID_MUL_SOURCES, SIGMOID_MUL_KERNELS);
+const planOf = familyPlans({ family: SIGMOID_MUL_FAMILY, sources: SIGMOID_MUL_SOURCES, kernels: SIGMOID_MUL_KERNELS });
 
 /** struct SigmoidMulParams (sigmoid_mul_<t>, buffer 3). */
 export const SIGMOID_MUL_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SigmoidMulParams');

@@ -21,7 +21,7 @@ export const SILU_MUL_KERNELS = [
   'silu_mul_f32', 'silu_mul_f16', 'silu_mul_bf16',
   'silu_mul_halves_f32', 'silu_mul_halves_f16', 'silu_mul_halves_bf16',
 ] as const;
-const planOf = familyPlans(SILU_MUL_FAMILY, SILU_MUL_SOURCES, SILU_MUL_KERNELS);
+const planOf = familyPlans({ family: SILU_MUL_FAMILY, sources: SILU_MUL_SOURCES, kernels: SILU_MUL_KERNELS });
 
 /** struct SiluMulParams (silu_mul_<t>, buffer 3). */
 export const SILU_MUL_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SiluMulParams');

@@ -20,7 +20,7 @@ export const SSM_CONV_FAMILY = 'ssm_conv';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const SSM_CONV_SOURCES = familySources(SSM_CONV_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const SSM_CONV_KERNELS = ['ssm_conv_f32', 'ssm_conv_bf16', 'ssm_conv_bf16_wf32'] as const;
-const planOf = familyPlans(SSM_CONV_FAMILY, SSM_CONV_SOURCES, SSM_CONV_KERNELS);
+const planOf = familyPlans({ family: SSM_CONV_FAMILY, sources: SSM_CONV_SOURCES, kernels: SSM_CONV_KERNELS });
 type Kernel = (typeof SSM_CONV_KERNELS)[number];
 
 /** Kernel sizes the kernels hold in registers: 2 ..= 8. */

@@ -19,7 +19,7 @@ export const SSM_NORM_GATE_FAMILY = 'ssm_norm_gate';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const SSM_NORM_GATE_SOURCES = familySources(SSM_NORM_GATE_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const SSM_NORM_GATE_KERNELS = ['ssm_norm_gate_f32'] as const;
-const planOf = familyPlans(SSM_NORM_GATE_FAMILY, SSM_NORM_GATE_SOURCES, SSM_NORM_GATE_KERNELS);
+const planOf = familyPlans({ family: SSM_NORM_GATE_FAMILY, sources: SSM_NORM_GATE_SOURCES, kernels: SSM_NORM_GATE_KERNELS });
 /** d_v travels as an f32, exact up to 2^24. */
 export const SSM_NORM_GATE_MAX_DV = 1 << 24;
 export const SSM_NORM_GATE_MAX_THREADS = 256;
