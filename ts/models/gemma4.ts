@@ -96,10 +96,7 @@ export class Gemma4 extends CausalLM {
   constructor(device: Device, config: Gemma4Config, ckpt: Checkpoint, names: Gemma4Weights, opts: ModelOptions = {}) {
     super(device, config, ckpt, opts);
     const c = config;
-    this.embedTable = ckpt.tensor(names.embed);
-    this.lmHead = names.lmHead !== null
-      ? ckpt.linear([{ ref: names.lmHead }])
-      : { kind: 'dense', weight: this.embedTable, n: c.vocabSize, k: c.hiddenSize };
+    ({ table: this.embedTable, head: this.lmHead } = this.embeddingAndHead(names));
     this.finalNorm = ckpt.f32(ckpt.host(names.finalNorm), [c.hiddenSize]);
     if ((c.perLayerInputSize > 0) !== (names.perLayer !== null)) {
       throw invalid('loadModel', 'the per-layer input tensors', c.perLayerInputSize > 0 ? 'present (hidden_size_per_layer_input > 0)' : 'absent', names.perLayer === null ? 'absent' : 'present');

@@ -9,11 +9,12 @@ import type { Encoder } from '../encoder.ts';
 import { embedding } from '../ops/embedding.ts';
 import { argmax, argmaxScratchElements } from '../ops/sample.ts';
 import { invalid } from '../validate.ts';
-import { Scratch, type ProductPrecision } from './blocks.ts';
+import { Scratch, type Linear, type ProductPrecision } from './blocks.ts';
 import { StepPatches, type PrefillAttention } from './attention.ts';
 import { patchPlan } from '../plan.ts';
 import type { AffineQuantization, Checkpoint } from './checkpoint.ts';
 import type { ModelConfig } from './config.ts';
+import type { TensorRef } from '../weights/names.ts';
 
 export interface ModelOptions {
   /** Slots of a global layer's KV cache: the longest context (prompt and generated tokens); 4096 when absent. */
@@ -103,6 +104,15 @@ export abstract class CausalLM {
 
   protected abstract releaseWeights(): void;
 
+  /** The embedding table, and the output head: the checkpoint's lm_head, else the table (tied embeddings). */
+  protected embeddingAndHead(names: { readonly embed: TensorRef; readonly lmHead: TensorRef | null }): { table: Buffer; head: Linear } {
+    const table = this.ckpt.tensor(names.embed);
+    const head: Linear = names.lmHead !== null
+      ? this.ckpt.linear([{ ref: names.lmHead }])
+      : { kind: 'dense', weight: table, n: this.config.vocabSize, k: this.config.hiddenSize };
+    return { table, head };
+  }
+
   /** Rows of the embedding table for ids, scaled, into out [tokens, hidden] f32. */
   protected embed(enc: Encoder, table: Buffer, ids: Buffer, out: Buffer, tokens: number, scale = 1): void {
     embedding(enc, { table, tokenIds: ids, output: out, vocabSize: table.shape[0]!, hiddenSize: table.shape[1]!, nTokens: tokens, scale });
@@ -186,16 +196,21 @@ export abstract class CausalLM {
     else {
       const t0 = performance.now();
       using enc = this.device.encoder();
-      this.forward(enc, this.next, 1, 1, logits, null);
-      this.pickNext(enc, 1, logits);
-      const recordMs = performance.now() - t0;
-      enc.commitAndWait();
-      this.hostStepMs = recordMs + enc.submitMs;
-      this.stepDispatches = enc.dispatchCount;
+      this.runStep(enc, logits, t0);
     }
     this.position += 1;
     this.logitRows = 1;
     return this.next.read()[0]!;
+  }
+
+  /** Records a decode step into enc and runs it; its host time counts from t0 (ms) through the submission. */
+  private runStep(enc: Encoder, logits: Buffer, t0: number): void {
+    this.forward(enc, this.next, 1, 1, logits, null);
+    this.pickNext(enc, 1, logits);
+    const recordMs = performance.now() - t0;
+    enc.commitAndWait();
+    this.hostStepMs = recordMs + enc.submitMs;
+    this.stepDispatches = enc.dispatchCount;
   }
 
   /**
@@ -218,12 +233,7 @@ export abstract class CausalLM {
     const patches = new StepPatches();
     this.steps = patches;
     try {
-      this.forward(enc, this.next, 1, 1, logits, null);
-      this.pickNext(enc, 1, logits);
-      const recordMs = performance.now() - t0;
-      enc.commitAndWait();
-      this.hostStepMs = recordMs + enc.submitMs;
-      this.stepDispatches = enc.dispatchCount;
+      this.runStep(enc, logits, t0);
     } catch (e) {
       enc.release();
       throw e;

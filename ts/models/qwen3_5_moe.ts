@@ -143,10 +143,7 @@ export class Qwen35Moe extends CausalLM {
   constructor(device: Device, config: Qwen35MoeConfig, ckpt: Checkpoint, names: Qwen35MoeWeights, opts: ModelOptions = {}) {
     super(device, config, ckpt, opts);
     const c = config;
-    this.embedTable = ckpt.tensor(names.embed);
-    this.lmHead = names.lmHead !== null
-      ? ckpt.linear([{ ref: names.lmHead }])
-      : { kind: 'dense', weight: this.embedTable, n: c.vocabSize, k: c.hiddenSize };
+    ({ table: this.embedTable, head: this.lmHead } = this.embeddingAndHead(names));
     this.finalNorm = onePlus(ckpt, names.finalNorm.name);
     this.ropeTheta = c.ropeTheta ** (c.headDim / c.rotaryDim);
     this.layers = names.layers.map((l) => this.loadLayer(l));
