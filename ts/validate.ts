@@ -133,21 +133,26 @@ export type DtypeOf = (dtypeOf: (arg: string) => DType) => DType | readonly DTyp
 /** The dtype of the argument `arg` listed before. */
 export const like = (arg: string): DtypeOf => (dtypeOf) => dtypeOf(arg);
 
+/** An element count, or a byte length the buffer holds at least (mlx-native's rule on packed weights), `of` saying what the bytes are. */
+export type CountRule = number | { readonly bytes: number; readonly of: string };
+
 /** A buffer argument: its name, the buffer, its dtype (or one of them, or a rule on those before it), its element count. */
-export type BufferRule = readonly [arg: string, buf: Buffer, dtype: DType | readonly DType[] | DtypeOf, count: number];
+export type BufferRule = readonly [arg: string, buf: Buffer, dtype: DType | readonly DType[] | DtypeOf, count: CountRule];
 
 /**
  * An op's buffer arguments, checked in phases so that the first rule broken
  * in this order is the one named: every one a live buffer (of `device`),
  * then every dtype, then every element count: exact, or with `atLeast`
- * mlx-native's rule (at least that many).
+ * mlx-native's rule (at least that many); a byte rule is always at least.
  */
 export function checkBufferRules(op: string, rules: readonly BufferRule[], device?: Device, atLeast = false): void {
   for (const [arg, buf] of rules) checkBuffer(op, arg, buf, device);
   const dtypeOf = (name: string): DType => rules.find(([arg]) => arg === name)![1].dtype;
   for (const [arg, buf, dtype] of rules) checkDtype(op, arg, buf, typeof dtype === 'function' ? dtype(dtypeOf) : dtype);
   for (const [arg, buf, , count] of rules) {
-    if (atLeast) checkAtLeast(op, arg, buf, count);
+    if (typeof count === 'object') {
+      if (buf.byteLength < count.bytes) throw invalid(op, `${arg}.byteLength`, `at least ${count.bytes} (${count.of})`, buf.byteLength);
+    } else if (atLeast) checkAtLeast(op, arg, buf, count);
     else checkElements(op, arg, buf, count);
   }
 }

@@ -44,7 +44,8 @@ import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtLeast, checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, invalid, like, ruleBindings, U32_MAX, type BufferRule,
+  checkAtMost, checkBufferRules, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, invalid, like, ruleBindings, U32_MAX,
+  type BufferRule,
 } from '../validate.ts';
 import { checkMatmulForm, denseMmCudaTile, matmulForm, type MatmulForm } from './dense.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
@@ -298,25 +299,12 @@ function validateCrate(op: string, a: QuantizedMatmulArgs, io: 'f32' | 'bf16', d
   const ng = checkedProduct(op, 'n * ceil(k / groupSize)', a.n, ceilDiv(a.k, a.groupSize));
   const ny = checkedProduct(op, 'm * n', a.m, a.n);
   checkCudaGrid(op, a.m, a.n);
-  checkBuffer(op, 'input', a.input, device);
-  checkBuffer(op, 'weight', a.weight, device);
-  checkBuffer(op, 'scales', a.scales, device);
-  checkBuffer(op, 'biases', a.biases, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'input', a.input, io);
-  checkDtype(op, 'weight', a.weight, ['u32', 'u8']);
-  checkDtype(op, 'scales', a.scales, 'bf16');
-  checkDtype(op, 'biases', a.biases, 'bf16');
-  checkDtype(op, 'output', a.output, io);
-  checkAtLeast(op, 'input', a.input, nx);
-  if (a.weight.byteLength < nw) {
-    throw invalid(op, 'weight.byteLength', `at least ${nw} (${a.n} rows of ${quantizedRowBytes(a.k, a.bits)} bytes)`, a.weight.byteLength);
-  }
-  checkAtLeast(op, 'scales', a.scales, ng);
-  checkAtLeast(op, 'biases', a.biases, ng);
-  checkAtLeast(op, 'output', a.output, ny);
-  checkNoAliasing(op, [['input', a.input], ['weight', a.weight], ['scales', a.scales], ['biases', a.biases], ['output', a.output]],
-    ['output'], 'every output reads a row of the input and of the weight that others read too');
+  const rules: BufferRule[] = [
+    ['input', a.input, io, nx], ['weight', a.weight, ['u32', 'u8'], { bytes: nw, of: `${a.n} rows of ${quantizedRowBytes(a.k, a.bits)} bytes` }],
+    ['scales', a.scales, 'bf16', ng], ['biases', a.biases, 'bf16', ng], ['output', a.output, io, ny],
+  ];
+  checkBufferRules(op, rules, device, true);
+  checkNoAliasing(op, ruleBindings(rules), ['output'], 'every output reads a row of the input and of the weight that others read too');
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */

@@ -52,7 +52,8 @@ import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtLeast, checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, I32_MAX, invalid, ruleBindings, U32_MAX, type BufferRule,
+  checkAtMost, checkBufferRules, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, I32_MAX, invalid, ruleBindings, U32_MAX,
+  type BufferRule,
 } from '../validate.ts';
 import { ggmlType } from '../weights/gguf.ts';
 import { checkMatmulForm, denseMmCudaTile, matmulForm, type MatmulForm } from './dense.ts';
@@ -229,20 +230,12 @@ export function validateQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, device?:
   if (ceilDiv(a.m, 64) * ceilDiv(a.n, 128) > CUDA_GRID_MAX) {
     throw invalid(op, 'm', `at most ${Math.floor(CUDA_GRID_MAX / ceilDiv(a.n, 128)) * 64} for n = ${a.n} (the CUDA grid's 2^31 - 1 blocks)`, a.m);
   }
-  checkBuffer(op, 'input', a.input, device);
-  checkBuffer(op, 'weight', a.weight, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'input', a.input, 'f32');
-  checkDtype(op, 'weight', a.weight, 'u8');
-  checkDtype(op, 'output', a.output, 'f32');
-  checkAtLeast(op, 'input', a.input, nx);
-  if (a.weight.byteLength < nw) {
-    throw invalid(op, 'weight.byteLength', `at least ${nw} (${a.n} rows of ${ggmlRowBytesOf(a.ggmlType, a.k)} bytes of ${a.ggmlType})`,
-      a.weight.byteLength);
-  }
-  checkAtLeast(op, 'output', a.output, ny);
-  checkNoAliasing(op, [['input', a.input], ['weight', a.weight], ['output', a.output]], ['output'],
-    'every output reads a row of the input and of the weight that others read too');
+  const rules: BufferRule[] = [
+    ['input', a.input, 'f32', nx], ['weight', a.weight, 'u8', { bytes: nw, of: `${a.n} rows of ${ggmlRowBytesOf(a.ggmlType, a.k)} bytes of ${a.ggmlType}` }],
+    ['output', a.output, 'f32', ny],
+  ];
+  checkBufferRules(op, rules, device, true);
+  checkNoAliasing(op, ruleBindings(rules), ['output'], 'every output reads a row of the input and of the weight that others read too');
 }
 
 /** The form an argument set runs: mlx-native's routing (the matrix form past 8 rows of input) unless one is asked for. */

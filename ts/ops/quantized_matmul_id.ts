@@ -40,7 +40,8 @@ import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
 import { checkPairs, expertProductOp, moeTileSlots, type ExpertFamily, type ExpertProductBase, type GateActivation } from '../expert-products.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, invalid, like, U32_MAX,
+  checkAtMost, checkBufferRules, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, invalid, like, ruleBindings, U32_MAX,
+  type BufferRule,
 } from '../validate.ts';
 import { AFFINE_BITS, AFFINE_GROUP_SIZES, quantizedRowBytes } from './quantized_matmul.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
@@ -394,26 +395,13 @@ export function validateQuantizedMatmulId(a: QuantizedMatmulIdArgs, device?: Dev
   const nx = checkedProduct(op, 'm * k', a.m, a.k);
   const ny = checkedProduct(op, 'm * nExpertUsed * n', pairs, a.n);
   checkMvGrid(op, pairs, a.n, a.k, false);
-  const bindings = [
-    ['input', a.input], ['weight', a.weight], ['scales', a.scales], ['biases', a.biases], ['ids', a.ids], ['output', a.output],
-  ] as const;
-  for (const [arg, b] of bindings) checkBuffer(op, arg, b, device);
-  checkDtype(op, 'input', a.input, 'f32');
-  checkDtype(op, 'weight', a.weight, ['u32', 'u8']);
-  checkDtype(op, 'scales', a.scales, 'bf16');
-  checkDtype(op, 'biases', a.biases, 'bf16');
-  checkDtype(op, 'ids', a.ids, 'u32');
-  checkDtype(op, 'output', a.output, 'f32');
-  checkAtLeast(op, 'input', a.input, nx);
-  if (a.weight.byteLength < nw) {
-    throw invalid(op, 'weight.byteLength', `at least ${nw} (${a.numExperts} experts of ${a.n} rows of ${quantizedRowBytes(a.k, a.bits)} bytes)`,
-      a.weight.byteLength);
-  }
-  checkAtLeast(op, 'scales', a.scales, ng);
-  checkAtLeast(op, 'biases', a.biases, ng);
-  checkAtLeast(op, 'ids', a.ids, pairs);
-  checkAtLeast(op, 'output', a.output, ny);
-  checkNoAliasing(op, bindings, ['output'], 'every output row reads the input and weights that other rows read too');
+  const rules: BufferRule[] = [
+    ['input', a.input, 'f32', nx],
+    ['weight', a.weight, ['u32', 'u8'], { bytes: nw, of: `${a.numExperts} experts of ${a.n} rows of ${quantizedRowBytes(a.k, a.bits)} bytes` }],
+    ['scales', a.scales, 'bf16', ng], ['biases', a.biases, 'bf16', ng], ['ids', a.ids, 'u32', pairs], ['output', a.output, 'f32', ny],
+  ];
+  checkBufferRules(op, rules, device, true);
+  checkNoAliasing(op, ruleBindings(rules), ['output'], 'every output row reads the input and weights that other rows read too');
 }
 
 /**
