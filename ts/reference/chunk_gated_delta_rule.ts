@@ -11,6 +11,7 @@
 // chunk-start states [nt, H, V, K].
 
 import { bf16BitsToF32, f32ToBf16Bits } from '../dtype.ts';
+import type { GatedDeltaNetRefDims } from './gated_delta_net.ts';
 
 /** Chunk size of every step. */
 export const REF_BT = 64;
@@ -286,13 +287,7 @@ export function interStateRef(
   return { hOut, vNew, finalState };
 }
 
-export interface GatedDeltaNetChunkRefShape {
-  b: number;
-  t: number;
-  hg: number;
-  h: number;
-  k: number;
-  v: number;
+export interface GatedDeltaNetChunkRefShape extends GatedDeltaNetRefDims {
   bt: number;
 }
 

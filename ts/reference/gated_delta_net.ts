@@ -1,13 +1,17 @@
 // CPU reference of the gated delta rule token by token (gated_delta_net,
 // gated_delta_net_decode): plain loops, float64 throughout.
 
-export interface GatedDeltaNetRefShape {
+/** The sizes of the gated delta rule: sequences, tokens each, K heads, V heads, K and V head dimensions. */
+export interface GatedDeltaNetRefDims {
   b: number;
   t: number;
   hg: number;
   h: number;
   k: number;
   v: number;
+}
+
+export interface GatedDeltaNetRefShape extends GatedDeltaNetRefDims {
   scale: number;
 }
 
