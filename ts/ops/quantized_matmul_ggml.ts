@@ -56,6 +56,7 @@ import {
   type BufferRule,
 } from '../validate.ts';
 import { ggmlType } from '../weights/gguf.ts';
+import type { EmbeddingArgs } from './embedding.ts';
 import { checkMatmulForm, denseMmCudaTile, matmulForm, type MatmulForm } from './dense.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 
@@ -363,21 +364,11 @@ export function planGgmlDequantize(a: GgmlDequantizeArgs, limits: DeviceLimits, 
 
 // ---- embedding rows from a table of blocks (the embedding op's quantized tables) ----
 
-/** The embedding op's arguments with a table of GGML blocks (ts/ops/embedding.ts, EmbeddingArgs with tableType). */
-export interface GgmlEmbeddingArgs {
-  /** u8: vocabSize rows of hiddenSize / QK blocks of tableType */
-  table: Buffer;
+/** The embedding op's arguments with a table of GGML blocks (ts/ops/embedding.ts). */
+export interface GgmlEmbeddingArgs extends EmbeddingArgs {
   tableType: GgmlQuantType;
-  /** [nTokens] u32; an id >= vocabSize reads row vocabSize - 1 */
-  tokenIds: Buffer;
-  /** [nTokens, hiddenSize] f32, f16 or bf16 */
-  output: Buffer;
-  vocabSize: number;
   /** A multiple of the block. */
   hiddenSize: number;
-  nTokens: number;
-  /** Multiplies every element (in f32); 1 when absent. */
-  scale?: number;
 }
 
 /** The rules of the embedding op with a table of blocks; `op` names it in messages. */
