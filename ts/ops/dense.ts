@@ -20,7 +20,7 @@ import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, I16_MAX, I32_MAX, invalid, like, ruleBindings, U32_MAX, type BufferRule,
 } from '../validate.ts';
-import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
+import { familyPlans, record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 
 export const DENSE_FAMILY = 'dense';
@@ -257,6 +257,18 @@ export function checkMatmulForm(op: string, form: unknown, m: number, maxRows?: 
   if (form === 'vector' && maxRows !== undefined) checkAtMost(op, 'm', m, maxRows, `${maxRows} (the vector form)`);
 }
 
+/**
+ * The Metal launch of a product's form (dense and affine): the vector form
+ * (ceil(n / 8), 1, batch) threadgroups of (32, 2, 1), 4 weight rows a
+ * simdgroup; the matrix form (ceil(n / 64), ceil(m / 32), batch) of 128
+ * threads, a 32 x 64 tile each.
+ */
+export function matmulMetalLaunch(form: MatmulForm, m: number, n: number, batch = 1): Pick<PlannedDispatch, 'grid' | 'threads'> {
+  return form === 'vector'
+    ? { grid: [ceilDiv(n, 8), 1, batch], threads: [32, 2, 1] }
+    : { grid: [ceilDiv(n, 64), ceilDiv(m, 32), batch], threads: [128, 1, 1] };
+}
+
 /** The form an argument set runs: the one asked for, else the vector form for m <= vectorRows. */
 export function matmulForm(a: { m: number; form?: MatmulForm }, vectorRows: number): MatmulForm {
   return a.form ?? (a.m <= vectorRows ? 'vector' : 'matrix');
@@ -296,14 +308,13 @@ export function planDenseMatmul(a: DenseMatmulArgs, limits: DeviceLimits, device
   const dt = a.x.dtype as DenseDType;
   const batch = a.batch ?? 1;
   const params = packDenseParams({ m: a.m, n: a.n, k: a.k, batch, weightBatch: a.weightBatch ?? 1 });
-  const vector = denseMatmulForm(a) === 'vector';
+  const form = denseMatmulForm(a);
   return planOf({
-    kernel: vector ? `dense_mv_${dt}` : `dense_mm_${dt}`,
+    kernel: form === 'vector' ? `dense_mv_${dt}` : `dense_mm_${dt}`,
     buffers: [a.x, a.weight, a.output],
     bytes: [, , , params],
-    grid: vector ? [ceilDiv(a.n, 8), 1, batch] : [ceilDiv(a.n, 64), ceilDiv(a.m, 32), batch],
-    threads: vector ? [32, 2, 1] : [128, 1, 1],
-    cuda: vector ? denseMvCudaLaunch(a.n, batch) : denseMmCudaLaunch(a.m, a.n, batch, dt, limits),
+    ...matmulMetalLaunch(form, a.m, a.n, batch),
+    cuda: form === 'vector' ? denseMvCudaLaunch(a.n, batch) : denseMmCudaLaunch(a.m, a.n, batch, dt, limits),
   });
 }
 

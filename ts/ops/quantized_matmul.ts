@@ -47,7 +47,7 @@ import {
   checkAtMost, checkBufferRules, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, invalid, like, ruleBindings, U32_MAX,
   type BufferRule,
 } from '../validate.ts';
-import { checkMatmulForm, denseMmCudaTile, matmulForm, type MatmulForm } from './dense.ts';
+import { checkMatmulForm, denseMmCudaTile, matmulForm, matmulMetalLaunch, type MatmulForm } from './dense.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 
 export const QUANTIZED_MATMUL_FAMILY = 'quantized_matmul';
@@ -244,14 +244,13 @@ export function affineQuantizedMatmul(enc: Encoder, args: AffineQuantizedMatmulA
 export function planAffineQuantizedMatmul(a: AffineQuantizedMatmulArgs, _limits: DeviceLimits, device?: Device): OpPlan {
   validateAffineQuantizedMatmul(a, device);
   const dt = a.x.dtype as AffineDType;
-  const vector = affineQuantizedMatmulForm(a) === 'vector';
-  const kernel = vector ? `quantized_mv_${dt}` : `quantized_mm_${dt}`;
+  const form = affineQuantizedMatmulForm(a);
+  const kernel = form === 'vector' ? `quantized_mv_${dt}` : `quantized_mm_${dt}`;
   return planOf({
     kernel,
     buffers: [a.x, a.weight, a.scales, a.biases, a.output],
     bytes: [, , , , , packQuantizedMatmulParams(a)],
-    grid: vector ? [ceilDiv(a.n, 8), 1, 1] : [ceilDiv(a.n, 64), ceilDiv(a.m, 32), 1],
-    threads: vector ? [32, 2, 1] : [128, 1, 1],
+    ...matmulMetalLaunch(form, a.m, a.n),
     cuda: quantizedCudaLaunch(kernel, a.m, a.n, a.k, a.groupSize),
   });
 }
