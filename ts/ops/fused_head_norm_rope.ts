@@ -12,10 +12,11 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBoolean, checkBuffer, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkPositive, F32_MAX, invalid, U32_MAX,
+  checkAtMost, checkBoolean, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkPositive, invalid, U32_MAX,
 } from '../validate.ts';
 import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
 import { familyPlans, record, type OpPlan } from '../plan.ts';
+import { checkRopeBuffers, checkTheta } from './rope.ts';
 
 export const FUSED_HEAD_NORM_ROPE_FAMILY = 'fused_head_norm_rope';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -95,25 +96,14 @@ export function validateFusedHeadNormRope(a: FusedHeadNormRopeArgs, device?: Dev
   }
   checkAtMost(op, 'halfRopeDim', a.halfRopeDim, a.headDim / 2, 'headDim / 2');
   if (typeof a.eps !== 'number' || !Number.isFinite(a.eps) || a.eps < 0) throw invalid(op, 'eps', 'a finite number >= 0', a.eps);
-  if (typeof a.theta !== 'number' || !Number.isFinite(a.theta) || a.theta <= 0 || a.theta > F32_MAX) {
-    throw invalid(op, 'theta', 'a finite f32 > 0', a.theta);
-  }
+  checkTheta(op, a.theta);
   checkBoolean(op, 'permuted', a.permuted, true);
   const rows = checkedProduct(op, 'seqLen * nHeads', a.seqLen, a.nHeads);
   checkAtMost(op, 'seqLen * nHeads', rows, U32_MAX, '2^32 - 1');
   const n = checkedProduct(op, 'seqLen * nHeads * headDim', a.seqLen, a.nHeads, a.headDim);
-  checkBuffer(op, 'input', a.input, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkBuffer(op, 'positions', a.positions, device);
-  const optional = [['weight', a.weight], ['freqFactors', a.freqFactors], ['outputBf16', a.outputBf16], ['outputF32Perm', a.outputF32Perm]] as const;
-  for (const [arg, b] of optional) if (b !== undefined) checkBuffer(op, arg, b, device);
-  checkDtype(op, 'input', a.input, ['f32', 'bf16']);
+  checkRopeBuffers(op, a, ['f32', 'bf16'], n, a.seqLen, device,
+    [['weight', a.weight], ['freqFactors', a.freqFactors], ['outputBf16', a.outputBf16], ['outputF32Perm', a.outputF32Perm]]);
   const dt = a.input.dtype;
-  checkDtype(op, 'output', a.output, dt);
-  checkDtype(op, 'positions', a.positions, ['u32', 'i32']);
-  checkElements(op, 'input', a.input, n);
-  checkElements(op, 'output', a.output, n);
-  checkElements(op, 'positions', a.positions, a.seqLen);
   if (a.weight !== undefined) {
     checkDtype(op, 'weight', a.weight, dt);
     checkElements(op, 'weight', a.weight, a.headDim);

@@ -7,6 +7,7 @@ import cudaSrc from '../../shaders/cuda/rope.cu' with { type: 'text' };
 import header from '../../shaders/rope.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
+import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
@@ -71,7 +72,8 @@ export interface RopeNeoxArgs {
   theta: number;
 }
 
-function checkTheta(op: string, theta: number): void {
+/** theta (the frequency base) is a finite f32 > 0. */
+export function checkTheta(op: string, theta: number): void {
   if (typeof theta !== 'number' || !Number.isFinite(theta) || theta <= 0 || theta > F32_MAX) {
     throw invalid(op, 'theta', 'a finite f32 > 0', theta);
   }
@@ -83,6 +85,26 @@ function checkHeadDim(op: string, headDim: number): void {
   checkAtMost(op, 'headDim', headDim, ROPE_MAX_HEAD_DIM, '2^24');
 }
 
+/**
+ * The input, output and positions of a rope op, with its optional buffers
+ * checked live alongside, in phases: every one a live buffer, then the dtypes
+ * (input one of `dtypes`, output input's, positions u32 or i32), then the
+ * counts (n in and out, seqLen positions).
+ */
+export function checkRopeBuffers(op: string, a: { input: Buffer; output: Buffer; positions: Buffer }, dtypes: readonly DType[], n: number,
+  seqLen: number, device?: Device, optional: readonly (readonly [string, Buffer | undefined])[] = []): void {
+  checkBuffer(op, 'input', a.input, device);
+  checkBuffer(op, 'output', a.output, device);
+  checkBuffer(op, 'positions', a.positions, device);
+  for (const [arg, b] of optional) if (b !== undefined) checkBuffer(op, arg, b, device);
+  checkDtype(op, 'input', a.input, dtypes);
+  checkDtype(op, 'output', a.output, a.input.dtype);
+  checkDtype(op, 'positions', a.positions, ['u32', 'i32']);
+  checkElements(op, 'input', a.input, n);
+  checkElements(op, 'output', a.output, n);
+  checkElements(op, 'positions', a.positions, seqLen);
+}
+
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
 export function validateRope(a: RopeArgs, device?: Device): void {
   const op = 'rope';
@@ -91,15 +113,7 @@ export function validateRope(a: RopeArgs, device?: Device): void {
   checkHeadDim(op, a.headDim);
   checkTheta(op, a.theta);
   const n = checkedProduct(op, 'seqLen * headDim', a.seqLen, a.headDim);
-  checkBuffer(op, 'input', a.input, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkBuffer(op, 'positions', a.positions, device);
-  checkDtype(op, 'input', a.input, ['f32', 'f16', 'bf16']);
-  checkDtype(op, 'output', a.output, a.input.dtype);
-  checkDtype(op, 'positions', a.positions, ['u32', 'i32']);
-  checkElements(op, 'input', a.input, n);
-  checkElements(op, 'output', a.output, n);
-  checkElements(op, 'positions', a.positions, a.seqLen);
+  checkRopeBuffers(op, a, ['f32', 'f16', 'bf16'], n, a.seqLen, device);
   // In place (output over exactly input) is safe: each pair is read, then
   // written, by one thread. A partial overlap is not.
   checkNoAliasing(op, [['input', a.input], ['output', a.output], ['positions', a.positions]], ['output'],
@@ -121,16 +135,7 @@ export function validateRopeNeox(a: RopeNeoxArgs, device?: Device): void {
   const rows = checkedProduct(op, 'seqLen * nHeads', a.seqLen, a.nHeads);
   checkAtMost(op, 'seqLen * nHeads', rows, U32_MAX, '2^32 - 1');
   const n = checkedProduct(op, 'seqLen * nHeads * headDim', a.seqLen, a.nHeads, a.headDim);
-  checkBuffer(op, 'input', a.input, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkBuffer(op, 'positions', a.positions, device);
-  if (a.freqFactors !== undefined) checkBuffer(op, 'freqFactors', a.freqFactors, device);
-  checkDtype(op, 'input', a.input, ['f32', 'f16', 'bf16']);
-  checkDtype(op, 'output', a.output, a.input.dtype);
-  checkDtype(op, 'positions', a.positions, ['u32', 'i32']);
-  checkElements(op, 'input', a.input, n);
-  checkElements(op, 'output', a.output, n);
-  checkElements(op, 'positions', a.positions, a.seqLen);
+  checkRopeBuffers(op, a, ['f32', 'f16', 'bf16'], n, a.seqLen, device, [['freqFactors', a.freqFactors]]);
   if (a.freqFactors !== undefined) {
     if (a.input.dtype === 'bf16') {
       throw invalid(op, 'freqFactors', 'absent for bf16 input (rope_neox_bf16 takes none)', 'a buffer');
