@@ -187,6 +187,17 @@ function rowsCudaLaunch(chunks32: number): Launch {
   return { grid: [Math.max(1, Math.min(ceilDiv(chunks32, 256), GGML_ROWS_CUDA_BLOCKS)), 1, 1], threads: [256, 1, 1] };
 }
 
+/**
+ * The launch of a dequantization or embedding kernel over `rows` rows of
+ * `len` values: Metal a chunk of 16 values a thread, (ceil(len / 16 / tg),
+ * rows, 1) threadgroups of tg = min(256, len / 16); CUDA rowsCudaLaunch.
+ */
+function chunksLaunch(len: number, rows: number, limits: DeviceLimits): Pick<PlannedDispatch, 'grid' | 'threads' | 'cuda'> {
+  const chunks = len / 16;
+  const tg = Math.min(256, chunks, limits.maxThreadsPerThreadgroup);
+  return { grid: [ceilDiv(chunks, tg), rows, 1], threads: [tg, 1, 1], cuda: rowsCudaLaunch((rows * len) / 32) };
+}
+
 // ---- quantized_matmul_ggml ----
 
 export interface QuantizedMatmulGgmlArgs {
@@ -350,15 +361,11 @@ export function ggmlDequantize(enc: Encoder, args: GgmlDequantizeArgs): void {
 /** ggmlDequantize's plan: validates, then one dispatch (see ggmlDequantize). */
 export function planGgmlDequantize(a: GgmlDequantizeArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateGgmlDequantize(a, device);
-  const chunks = a.count / 16;
-  const tg = Math.min(256, chunks, limits.maxThreadsPerThreadgroup);
   return planOf({
     kernel: `kernel_dequantize_${KERNEL_TYPE[a.ggmlType]}_${a.output.dtype}`,
     buffers: [a.src, a.output],
-    bytes: [, , packGgmlDequantizeParams({ nChunks: chunks })],
-    grid: [ceilDiv(chunks, tg), 1, 1],
-    threads: [tg, 1, 1],
-    cuda: rowsCudaLaunch(a.count / 32),
+    bytes: [, , packGgmlDequantizeParams({ nChunks: a.count / 16 })],
+    ...chunksLaunch(a.count, 1, limits),
   });
 }
 
@@ -405,14 +412,10 @@ export function validateGgmlEmbedding(a: GgmlEmbeddingArgs, device?: Device, op 
  */
 export function planGgmlEmbedding(a: GgmlEmbeddingArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateGgmlEmbedding(a, device);
-  const chunks = a.hiddenSize / 16;
-  const tg = Math.min(256, chunks, limits.maxThreadsPerThreadgroup);
   return planOf({
     kernel: `embedding_gather_scale_batch_${KERNEL_TYPE[a.tableType]}_to_${a.output.dtype}`,
     buffers: [a.table, a.tokenIds, a.output],
     bytes: [, , , packGgmlEmbeddingParams({ scale: a.scale ?? 1, hiddenSize: a.hiddenSize, nTokens: a.nTokens, vocabSize: a.vocabSize })],
-    grid: [ceilDiv(chunks, tg), a.nTokens, 1],
-    threads: [tg, 1, 1],
-    cuda: rowsCudaLaunch((a.nTokens * a.hiddenSize) / 32),
+    ...chunksLaunch(a.hiddenSize, a.nTokens, limits),
   });
 }
