@@ -413,6 +413,277 @@ gated_delta_net_recompute_wu_bf16_beta_bf16(const bf16* __restrict__ k_in, const
 }
 
 // ---------------------------------------------------------------------------
+// gated_delta_net_kkt_solve_wu_bf16: kkt, the triangular solve and w/u of one
+// (chunk, head) in one block; A and T = (I + A)^-1 stay in shared memory:
+//   A[i, j] = beta_i exp(g_i - g_j) k_i . k_j for j < i < len, else 0   (f32)
+//   w = bf16(T diag(beta exp(g)) k),  u = bf16(T diag(beta) v)
+// the same values as gated_delta_net_kkt_bf16, chunk_tri_solve_invert_f32 and
+// gated_delta_net_recompute_wu_bf16 in turn, up to f32 rounding.
+// Grid (nt, H), 256 threads = 8 warps. Bindings: 0 k, 1 v, 2 beta,
+// 3 g (cumsummed), 4 w, 5 u, 6 chunks, 7 params.
+//
+// The k and v rows pass through a ring of two [64][72] bf16 slices of 64
+// columns (cp.async, slice s + 1 in flight while s is used): K / 64 slices of
+// k for k k^T, the same K / 64 again for w, then V / 64 of v for u, so the
+// first w slice loads during the solve.
+//   kkt  warp w owns rows [16 (w / 2), +16) and columns [32 (w % 2), +32) of
+//        k k^T on tensor cores (bf16 operands, f32 sums); A goes to shared
+//        memory scaled and masked, 0 at rows past len.
+//   T    blocked by 16: the four diagonal blocks T_dd = (I + A_dd)^-1 by
+//        forward substitution (one thread per column), then the blocks below
+//        them by diagonals, T_ij = -T_ii (sum_{j <= m < i} A_im T_mj), one
+//        thread per element of each 16 x 16 block, in f32. The diagonal
+//        blocks overwrite A's (never read again); the six others go to toff,
+//        since A's below-diagonal blocks are read until the last one.
+//   w, u the A operand is T with its columns scaled by beta exp(g) (or beta),
+//        f32, split into bf16 hi + lo and kept as fragments in registers (the
+//        warp's row block, column blocks 0..w / 2); the B operand is the raw
+//        bf16 k or v slice, so each product is hi x + lo x (relative error
+//        ~1e-5, under the bf16 rounding of w and u).
+// Shared memory: ring 18 KiB, A / T 64 x 72 f32 18 KiB, toff 9 KiB, 768 B of
+// row coefficients: 45.75 KiB.
+namespace {
+constexpr u32 FLD = BT + 8;   // bf16 slice rows (144 bytes) and f32 A / T rows
+constexpr u32 TLD = 16 + 8;   // f32 rows of the below-diagonal T blocks
+
+// toff slot of T block (i, j), i > j: by diagonals (1,0) (2,1) (3,2) (2,0) (3,1) (3,0).
+__device__ __forceinline__ u32 toff_slot(u32 i, u32 j) { return i - j == 1u ? j : i - j == 2u ? 3u + j : 5u; }
+
+// T block (i, j), j <= i: the diagonal ones in at (the A / T array), the others in toff.
+__device__ __forceinline__ const float* t_block(const float* at, const float* toff, u32 i, u32 j, u32& ld) {
+    if (i == j) {
+        ld = FLD;
+        return at + 16u * i * FLD + 16u * i;
+    }
+    ld = TLD;
+    return toff + toff_slot(i, j) * 16u * TLD;
+}
+
+// The blocks of one diagonal of T below the main one (dist = i - j), one
+// thread per element (r, c) = (tid / 16, tid % 16) of each: y = sum over
+// j <= m < i of A_im T_mj into the block's toff slot, then T_ij = -T_ii y.
+template <u32 DIST>
+__device__ __forceinline__ void solve_diagonal(float* at, float* toff, u32 tid) {
+    constexpr u32 NB = 4u - DIST;
+    const u32 r = tid >> 4, c = tid & 15u;
+    float y[NB];
+#pragma unroll
+    for (u32 b = 0; b < NB; ++b) {
+        const u32 i = b + DIST, j = b;
+        const float* arow = at + (16u * i + r) * FLD;
+        float s = 0.0f;
+#pragma unroll
+        for (u32 m = j; m < i; ++m) {
+            u32 ld;
+            const float* tm = t_block(at, toff, m, j, ld);
+#pragma unroll
+            for (u32 e = 0; e < 16; ++e) s = fmaf(arow[16u * m + e], tm[e * ld + c], s);
+        }
+        y[b] = s;
+    }
+#pragma unroll
+    for (u32 b = 0; b < NB; ++b) toff[toff_slot(b + DIST, b) * 16u * TLD + r * TLD + c] = y[b];
+    __syncthreads();
+#pragma unroll
+    for (u32 b = 0; b < NB; ++b) {
+        const u32 i = b + DIST;
+        const float* tii = at + (16u * i + r) * FLD + 16u * i;
+        const float* yb = toff + toff_slot(i, b) * 16u * TLD;
+        float s = 0.0f;
+#pragma unroll
+        for (u32 e = 0; e < 16; ++e) s = fmaf(tii[e], yb[e * TLD + c], s);
+        y[b] = -s;
+    }
+    __syncthreads();
+#pragma unroll
+    for (u32 b = 0; b < NB; ++b) toff[toff_slot(b + DIST, b) * 16u * TLD + r * TLD + c] = y[b];
+    __syncthreads();
+}
+}  // namespace
+
+template <typename BetaT>
+__device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
+                                                  const BetaT* __restrict__ beta, const float* __restrict__ g,
+                                                  bf16* __restrict__ w_out, bf16* __restrict__ u_out,
+                                                  const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
+    __shared__ __align__(16) bf16 ring[2][BT * FLD];
+    __shared__ __align__(16) float at[BT * FLD];
+    __shared__ __align__(16) float toff[6 * 16 * TLD];
+    __shared__ float gs[BT], cw[BT], cu[BT];   // g, beta exp(g), beta; 0 past len
+    const Params p = *pp;
+    const uint2 ch = chunks[blockIdx.x];
+    if (!chunk_ok(ch, pp->n_tok)) return;
+    const u32 t0 = ch.x, len = ch.y, head = blockIdx.y;
+    const u32 H = p.h, K = p.k, V = p.v, kh = head / (H / p.hg);
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
+    const u32 mt = warp >> 1, r0 = 16u * mt, c0 = 32u * (warp & 1u);
+
+    const u32 nk = K / 64u, ns = 2u * nk + V / 64u;
+    const bf16* krow = k_in + (u64(t0) * p.hg + kh) * K;
+    const bf16* vrow = v_in + (u64(t0) * H + head) * V;
+    auto issue = [&](u32 s) {
+        const bool is_v = s >= 2u * nk;
+        const u32 col0 = 64u * (is_v ? s - 2u * nk : s % nk);
+        stage_rows(ring[s & 1u], FLD, is_v ? vrow + col0 : krow + col0, is_v ? u64(H) * V : u64(p.hg) * K, 64u, len,
+                   tid, 256u);
+        cp_async_commit();
+    };
+    issue(0u);
+    if (tid < BT) {
+        const bool live = tid < len;
+        const u64 at_i = u64(t0 + tid) * H + head;
+        const float gv = live ? g[at_i] : 0.0f;
+        const float b = live ? load_beta(beta, at_i) : 0.0f;
+        gs[tid] = gv;
+        cw[tid] = live ? b * expf(gv) : 0.0f;
+        cu[tid] = b;
+    }
+
+    float acc[4][4];
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[ni][e] = 0.0f;
+    u32 th[4][4], tl[4][4];   // T fragments (hi, lo) of column blocks 0..mt
+
+    // Fragments of T diag(cf) for the warp's row block: hi + lo = the f32 product.
+    auto load_t = [&](const float* cf) {
+#pragma unroll
+        for (u32 jt = 0; jt < 4; ++jt) {
+            if (jt > mt) break;
+            u32 ld;
+            const float* blk = t_block(at, toff, mt, jt, ld);
+#pragma unroll
+            for (u32 q = 0; q < 4; ++q) {
+                const u32 row = gq + 8u * (q & 1u), col = 2u * tq + 8u * (q >> 1);
+                const float2 t = *reinterpret_cast<const float2*>(blk + row * ld + col);
+                const float x0 = t.x * cf[16u * jt + col], x1 = t.y * cf[16u * jt + col + 1u];
+                const __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
+                const float2 hf = __bfloat1622float2(hi);
+                th[jt][q] = *reinterpret_cast<const u32*>(&hi);
+                tl[jt][q] = pack_bf16(x0 - hf.x, x1 - hf.y);
+            }
+        }
+    };
+
+    for (u32 s = 0; s < ns; ++s) {
+        const bf16* sl = ring[s & 1u];
+        if (s + 1u < ns) {
+            issue(s + 1u);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();   // slice s, and at s = 0 the row coefficients, visible to all
+
+        if (s < nk) {
+            if (c0 < r0 + 16u) {
+#pragma unroll
+                for (u32 kk = 0; kk < 64u; kk += 16u) {
+                    u32 a[4];
+                    frag_a(a, sl, FLD, r0, kk, lane);
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni += 2) {
+                        u32 b[4];
+                        frag_b_nk(b, sl, FLD, c0 + 8u * ni, kk, lane);
+                        mma_bf16(acc[ni], a, b[0], b[1]);
+                        mma_bf16(acc[ni + 1], a, b[2], b[3]);
+                    }
+                }
+            }
+            if (s + 1u == nk) {
+                // A, scaled and masked, then T in place of its diagonal blocks and in toff.
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) {
+                    const u32 i = r0 + gq + 8u * hr;
+                    const bool live = i < len;
+                    const float gi = gs[i], bi = cu[i];
+#pragma unroll
+                    for (int ni = 0; ni < 4; ++ni) {
+                        const u32 j = c0 + 8u * ni + 2u * tq;
+                        const float x0 = live && j < i ? bi * expf(gi - gs[j]) * acc[ni][2 * hr] : 0.0f;
+                        const float x1 = live && j + 1u < i ? bi * expf(gi - gs[j + 1]) * acc[ni][2 * hr + 1] : 0.0f;
+                        *reinterpret_cast<float2*>(at + i * FLD + j) = make_float2(x0, x1);
+                    }
+                }
+                __syncthreads();
+                float x[16];
+                const u32 d = tid >> 4, c = tid & 15u;
+                if (tid < 64u) {
+                    const float* ad = at + 16u * d * FLD + 16u * d;
+#pragma unroll
+                    for (u32 r = 0; r < 16; ++r) {
+                        float sum = 0.0f;
+#pragma unroll
+                        for (u32 j = 0; j < r; ++j) sum = fmaf(ad[r * FLD + j], x[j], sum);
+                        x[r] = (r == c ? 1.0f : 0.0f) - sum;
+                    }
+                }
+                __syncthreads();
+                if (tid < 64u) {
+#pragma unroll
+                    for (u32 r = 0; r < 16; ++r) at[(16u * d + r) * FLD + 16u * d + c] = x[r];
+                }
+                __syncthreads();
+                solve_diagonal<1>(at, toff, tid);
+                solve_diagonal<2>(at, toff, tid);
+                solve_diagonal<3>(at, toff, tid);
+                load_t(cw);
+            }
+        } else {
+            const bool is_w = s < 2u * nk;
+            if (s == 2u * nk) load_t(cu);
+            const u32 col0 = 64u * (is_w ? s - nk : s - 2u * nk);
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[ni][e] = 0.0f;
+#pragma unroll
+            for (u32 jt = 0; jt < 4; ++jt) {
+                if (jt > mt) break;
+#pragma unroll
+                for (int ni = 0; ni < 4; ni += 2) {
+                    u32 b[4];
+                    frag_b_kn(b, sl, FLD, c0 + 8u * ni, 16u * jt, lane);
+                    mma_bf16(acc[ni], tl[jt], b[0], b[1]);
+                    mma_bf16(acc[ni + 1], tl[jt], b[2], b[3]);
+                    mma_bf16(acc[ni], th[jt], b[0], b[1]);
+                    mma_bf16(acc[ni + 1], th[jt], b[2], b[3]);
+                }
+            }
+            bf16* dst = is_w ? w_out + (u64(t0) * H + head) * K + col0 : u_out + (u64(t0) * H + head) * V + col0;
+            const u64 dst_row = is_w ? u64(H) * K : u64(H) * V;
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const u32 i = r0 + gq + 8u * hr;
+                if (i >= len) continue;
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) {
+                    const u32 j = c0 + 8u * ni + 2u * tq;
+                    *reinterpret_cast<u32*>(dst + u64(i) * dst_row + j) = pack_bf16(acc[ni][2 * hr], acc[ni][2 * hr + 1]);
+                }
+            }
+        }
+        __syncthreads();   // slice s's buffer is free for slice s + 2
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+gated_delta_net_kkt_solve_wu_bf16(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
+                                  const float* __restrict__ beta, const float* __restrict__ g,
+                                  bf16* __restrict__ w_out, bf16* __restrict__ u_out,
+                                  const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
+    kkt_solve_wu_body<float>(k_in, v_in, beta, g, w_out, u_out, chunks, pp);
+}
+extern "C" __global__ void __launch_bounds__(256)
+gated_delta_net_kkt_solve_wu_bf16_beta_bf16(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
+                                            const bf16* __restrict__ beta, const float* __restrict__ g,
+                                            bf16* __restrict__ w_out, bf16* __restrict__ u_out,
+                                            const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
+    kkt_solve_wu_body<bf16>(k_in, v_in, beta, g, w_out, u_out, chunks, pp);
+}
+
+// ---------------------------------------------------------------------------
 // The inter-state step: for each (sequence, head) the state h [V, K] f32
 // starts at h0 and walks the sequence's chunks; per chunk of len tokens,
 // last = its last token:
