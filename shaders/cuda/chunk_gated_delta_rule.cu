@@ -21,11 +21,16 @@
 //              Metal kernel; here each operand is split into bf16 hi + lo and
 //              the product is hi hi + hi lo + lo hi (relative error ~1e-5,
 //              far under the bf16 rounding of w and u)
+//   kkt_solve_wu  kkt, the solve and w/u of a chunk in one block (the op's
+//              dispatch): A and T in shared memory, w and u as T diag(c) split
+//              into bf16 hi + lo times the raw bf16 k or v rows
 //   inter_state  w bf16(h)^T and vg k, the state in registers, operands
 //              loaded one chunk ahead
 //   chunk_o    q k^T, q h^T and P v_new; P stays in registers (the C layout of
 //              two m16n8 tiles is the A layout of one m16k16 tile)
-// The tri-solve is f32 forward substitution, one column per thread.
+// The tri-solve is f32 forward substitution, one column per thread; the fused
+// kernel's is blocked by 16 (diagonal blocks by substitution, the rest by
+// f32 block products).
 
 typedef ChunkGatedDeltaRuleParams Params;
 
@@ -441,7 +446,8 @@ gated_delta_net_recompute_wu_bf16_beta_bf16(const bf16* __restrict__ k_in, const
 //        bf16 k or v slice, so each product is hi x + lo x (relative error
 //        ~1e-5, under the bf16 rounding of w and u).
 // Shared memory: ring 18 KiB, A / T 64 x 72 f32 18 KiB, toff 9 KiB, 768 B of
-// row coefficients: 45.75 KiB.
+// row coefficients: 45.75 KiB; with 64 registers (no spills, nvcc 13 at
+// sm_90a) four blocks fit an SM.
 namespace {
 constexpr u32 FLD = BT + 8;   // bf16 slice rows (144 bytes) and f32 A / T rows
 constexpr u32 TLD = 16 + 8;   // f32 rows of the below-diagonal T blocks
@@ -566,116 +572,125 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
         }
     };
 
-    for (u32 s = 0; s < ns; ++s) {
-        const bf16* sl = ring[s & 1u];
+    // Slice s in the ring, visible to every thread (at s = 0 with the row
+    // coefficients); slice s + 1 in flight. After using it, a barrier frees
+    // its buffer for slice s + 2.
+    auto begin = [&](u32 s) -> const bf16* {
         if (s + 1u < ns) {
             issue(s + 1u);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
         }
-        __syncthreads();   // slice s, and at s = 0 the row coefficients, visible to all
+        __syncthreads();
+        return ring[s & 1u];
+    };
 
-        if (s < nk) {
-            if (c0 < r0 + 16u) {
+    for (u32 s = 0; s < nk; ++s) {
+        const bf16* sl = begin(s);
+        if (c0 < r0 + 16u) {
 #pragma unroll
-                for (u32 kk = 0; kk < 64u; kk += 16u) {
-                    u32 a[4];
-                    frag_a(a, sl, FLD, r0, kk, lane);
-#pragma unroll
-                    for (int ni = 0; ni < 4; ni += 2) {
-                        u32 b[4];
-                        frag_b_nk(b, sl, FLD, c0 + 8u * ni, kk, lane);
-                        mma_bf16(acc[ni], a, b[0], b[1]);
-                        mma_bf16(acc[ni + 1], a, b[2], b[3]);
-                    }
-                }
-            }
-            if (s + 1u == nk) {
-                // A, scaled and masked, then T in place of its diagonal blocks and in toff.
-#pragma unroll
-                for (int hr = 0; hr < 2; ++hr) {
-                    const u32 i = r0 + gq + 8u * hr;
-                    const bool live = i < len;
-                    const float gi = gs[i], bi = cu[i];
-#pragma unroll
-                    for (int ni = 0; ni < 4; ++ni) {
-                        const u32 j = c0 + 8u * ni + 2u * tq;
-                        const float x0 = live && j < i ? bi * expf(gi - gs[j]) * acc[ni][2 * hr] : 0.0f;
-                        const float x1 = live && j + 1u < i ? bi * expf(gi - gs[j + 1]) * acc[ni][2 * hr + 1] : 0.0f;
-                        *reinterpret_cast<float2*>(at + i * FLD + j) = make_float2(x0, x1);
-                    }
-                }
-                __syncthreads();
-                float x[16];
-                const u32 d = tid >> 4, c = tid & 15u;
-                if (tid < 64u) {
-                    const float* ad = at + 16u * d * FLD + 16u * d;
-#pragma unroll
-                    for (u32 r = 0; r < 16; ++r) {
-                        float sum = 0.0f;
-#pragma unroll
-                        for (u32 j = 0; j < r; ++j) sum = fmaf(ad[r * FLD + j], x[j], sum);
-                        x[r] = (r == c ? 1.0f : 0.0f) - sum;
-                    }
-                }
-                __syncthreads();
-                if (tid < 64u) {
-#pragma unroll
-                    for (u32 r = 0; r < 16; ++r) at[(16u * d + r) * FLD + 16u * d + c] = x[r];
-                }
-                __syncthreads();
-                solve_diagonal<1>(at, toff, tid);
-                solve_diagonal<2>(at, toff, tid);
-                solve_diagonal<3>(at, toff, tid);
-                load_t(cw);
-            }
-        } else {
-            const bool is_w = s < 2u * nk;
-            if (s == 2u * nk) load_t(cu);
-            const u32 col0 = 64u * (is_w ? s - nk : s - 2u * nk);
-#pragma unroll
-            for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[ni][e] = 0.0f;
-#pragma unroll
-            for (u32 jt = 0; jt < 4; ++jt) {
-                if (jt > mt) break;
+            for (u32 kk = 0; kk < 64u; kk += 16u) {
+                u32 a[4];
+                frag_a(a, sl, FLD, r0, kk, lane);
 #pragma unroll
                 for (int ni = 0; ni < 4; ni += 2) {
                     u32 b[4];
-                    frag_b_kn(b, sl, FLD, c0 + 8u * ni, 16u * jt, lane);
-                    mma_bf16(acc[ni], tl[jt], b[0], b[1]);
-                    mma_bf16(acc[ni + 1], tl[jt], b[2], b[3]);
-                    mma_bf16(acc[ni], th[jt], b[0], b[1]);
-                    mma_bf16(acc[ni + 1], th[jt], b[2], b[3]);
-                }
-            }
-            bf16* dst = is_w ? w_out + (u64(t0) * H + head) * K + col0 : u_out + (u64(t0) * H + head) * V + col0;
-            const u64 dst_row = is_w ? u64(H) * K : u64(H) * V;
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-                const u32 i = r0 + gq + 8u * hr;
-                if (i >= len) continue;
-#pragma unroll
-                for (int ni = 0; ni < 4; ++ni) {
-                    const u32 j = c0 + 8u * ni + 2u * tq;
-                    *reinterpret_cast<u32*>(dst + u64(i) * dst_row + j) = pack_bf16(acc[ni][2 * hr], acc[ni][2 * hr + 1]);
+                    frag_b_nk(b, sl, FLD, c0 + 8u * ni, kk, lane);
+                    mma_bf16(acc[ni], a, b[0], b[1]);
+                    mma_bf16(acc[ni + 1], a, b[2], b[3]);
                 }
             }
         }
-        __syncthreads();   // slice s's buffer is free for slice s + 2
+        __syncthreads();
+    }
+
+    // A, scaled and masked; then T in place of its diagonal blocks and in toff.
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const u32 i = r0 + gq + 8u * hr;
+        const bool live = i < len;
+        const float gi = gs[i], bi = cu[i];
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const u32 j = c0 + 8u * ni + 2u * tq;
+            const float x0 = live && j < i ? bi * expf(gi - gs[j]) * acc[ni][2 * hr] : 0.0f;
+            const float x1 = live && j + 1u < i ? bi * expf(gi - gs[j + 1]) * acc[ni][2 * hr + 1] : 0.0f;
+            *reinterpret_cast<float2*>(at + i * FLD + j) = make_float2(x0, x1);
+        }
+    }
+    __syncthreads();
+    {
+        float x[16];
+        const u32 d = tid >> 4, c = tid & 15u;
+        if (tid < 64u) {
+            const float* ad = at + 16u * d * FLD + 16u * d;
+#pragma unroll
+            for (u32 r = 0; r < 16; ++r) {
+                float sum = 0.0f;
+#pragma unroll
+                for (u32 j = 0; j < r; ++j) sum = fmaf(ad[r * FLD + j], x[j], sum);
+                x[r] = (r == c ? 1.0f : 0.0f) - sum;
+            }
+        }
+        __syncthreads();
+        if (tid < 64u) {
+#pragma unroll
+            for (u32 r = 0; r < 16; ++r) at[(16u * d + r) * FLD + 16u * d + c] = x[r];
+        }
+        __syncthreads();
+    }
+    solve_diagonal<1>(at, toff, tid);
+    solve_diagonal<2>(at, toff, tid);
+    solve_diagonal<3>(at, toff, tid);
+
+    // w from slices nk..2 nk - 1 (k), u from the rest (v): 64 columns each.
+    for (u32 s = nk; s < ns; ++s) {
+        const bool is_w = s < 2u * nk;
+        if (s == nk || s == 2u * nk) load_t(is_w ? cw : cu);
+        const bf16* sl = begin(s);
+        const u32 col0 = 64u * (is_w ? s - nk : s - 2u * nk);
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[ni][e] = 0.0f;
+#pragma unroll
+        for (u32 jt = 0; jt < 4; ++jt) {
+            if (jt > mt) break;
+#pragma unroll
+            for (int ni = 0; ni < 4; ni += 2) {
+                u32 b[4];
+                frag_b_kn(b, sl, FLD, c0 + 8u * ni, 16u * jt, lane);
+                mma_bf16(acc[ni], tl[jt], b[0], b[1]);
+                mma_bf16(acc[ni + 1], tl[jt], b[2], b[3]);
+                mma_bf16(acc[ni], th[jt], b[0], b[1]);
+                mma_bf16(acc[ni + 1], th[jt], b[2], b[3]);
+            }
+        }
+        bf16* dst = is_w ? w_out + (u64(t0) * H + head) * K + col0 : u_out + (u64(t0) * H + head) * V + col0;
+        const u64 dst_row = is_w ? u64(H) * K : u64(H) * V;
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            const u32 i = r0 + gq + 8u * hr;
+            if (i >= len) continue;
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                const u32 j = c0 + 8u * ni + 2u * tq;
+                *reinterpret_cast<u32*>(dst + u64(i) * dst_row + j) = pack_bf16(acc[ni][2 * hr], acc[ni][2 * hr + 1]);
+            }
+        }
+        __syncthreads();
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256, 4)
 gated_delta_net_kkt_solve_wu_bf16(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
                                   const float* __restrict__ beta, const float* __restrict__ g,
                                   bf16* __restrict__ w_out, bf16* __restrict__ u_out,
                                   const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
     kkt_solve_wu_body<float>(k_in, v_in, beta, g, w_out, u_out, chunks, pp);
 }
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256, 4)
 gated_delta_net_kkt_solve_wu_bf16_beta_bf16(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
                                             const bf16* __restrict__ beta, const float* __restrict__ g,
                                             bf16* __restrict__ w_out, bf16* __restrict__ u_out,

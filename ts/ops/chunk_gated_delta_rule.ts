@@ -40,6 +40,8 @@ const KKT_BETA_BF16 = 'gated_delta_net_kkt_bf16_beta_bf16';
 const SOLVE = 'chunk_tri_solve_invert_f32';
 const WU = 'gated_delta_net_recompute_wu_bf16';
 const WU_BETA_BF16 = 'gated_delta_net_recompute_wu_bf16_beta_bf16';
+const KKT_SOLVE_WU = 'gated_delta_net_kkt_solve_wu_bf16';
+const KKT_SOLVE_WU_BETA_BF16 = 'gated_delta_net_kkt_solve_wu_bf16_beta_bf16';
 const INTER_K64 = 'gated_delta_net_chunk_inter_state_k64_bf16';
 const INTER_K128 = 'gated_delta_net_chunk_inter_state_k128_bf16';
 const INTER_K256 = 'gated_delta_net_chunk_inter_state_k256_bf16';
@@ -47,7 +49,7 @@ const CHUNK_O = 'gated_delta_net_chunk_o_bf16';
 const SEED_CUMSUM = 'chunk_local_cumsum_g_f32';
 const SEED_INTER = 'gated_delta_net_chunk_inter_state_bf16';
 export const CHUNK_GATED_DELTA_RULE_KERNELS = [
-  CUMSUM, KKT, KKT_BETA_BF16, SOLVE, WU, WU_BETA_BF16, INTER_K64, INTER_K128, INTER_K256, CHUNK_O, SEED_CUMSUM, SEED_INTER,
+  CUMSUM, KKT, KKT_BETA_BF16, SOLVE, WU, WU_BETA_BF16, KKT_SOLVE_WU, KKT_SOLVE_WU_BETA_BF16, INTER_K64, INTER_K128, INTER_K256, CHUNK_O, SEED_CUMSUM, SEED_INTER,
 ] as const;
 /** The family's sources by backend (the cuda file has the same entry points, bindings and grids). */
 export const CHUNK_GATED_DELTA_RULE_SOURCES = familySources(FAMILY, { header, metal: metalSource, cuda: cudaSrc });
@@ -417,6 +419,60 @@ function wuStep(a: GdrWuArgs): PlannedDispatch {
   };
 }
 
+export interface GdrKktSolveWuArgs extends GdrStepParams {
+  /** [nTok, Hg, K] bf16 */
+  k: Buffer;
+  /** [nTok, H, V] bf16 */
+  v: Buffer;
+  /** [nTok, H] f32 or bf16 */
+  beta: Buffer;
+  /** [nTok, H] f32, cumsummed */
+  g: Buffer;
+  /** [nTok, H, K] bf16 (output) */
+  w: Buffer;
+  /** [nTok, H, V] bf16 (output) */
+  u: Buffer;
+  chunks: Buffer;
+}
+
+export function validateGatedDeltaNetKktSolveWu(a: GdrKktSolveWuArgs, device?: Device): void {
+  const p = a;
+  validateGdrStepParams(p);
+  checkBuffers([
+    ['k', a.k, 'bf16', p.nTok * p.nQkHeads * p.kDim], ['v', a.v, 'bf16', p.nTok * p.nHeads * p.vDim],
+    ['beta', a.beta, ['f32', 'bf16'], p.nTok * p.nHeads], ['g', a.g, 'f32', p.nTok * p.nHeads],
+    ['w', a.w, 'bf16', p.nTok * p.nHeads * p.kDim], ['u', a.u, 'bf16', p.nTok * p.nHeads * p.vDim],
+    chunksExpect(p, a.chunks),
+  ], device);
+  checkNoAliasing(OP, [
+    ['k', a.k], ['v', a.v], ['beta', a.beta], ['g', a.g], ['w', a.w], ['u', a.u], ['chunks', a.chunks],
+  ], ['w', 'u'], RESTRICT);
+}
+
+/**
+ * The kkt, tri-solve and w/u steps in one kernel, A and (I + A)^-1 kept on
+ * chip: w and u as gatedDeltaNetRecomputeWu gives them from the Ai of the
+ * two steps before (up to f32 rounding). Bindings: 0 k, 1 v, 2 beta, 3 g,
+ * 4 w, 5 u, 6 chunks, 7 params. Grid (nt, H), 256 threads.
+ */
+export function gatedDeltaNetKktSolveWu(enc: Encoder, a: GdrKktSolveWuArgs): void {
+  record(enc, planGatedDeltaNetKktSolveWu(a, enc.device.limits, enc.device));
+}
+export function planGatedDeltaNetKktSolveWu(a: GdrKktSolveWuArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateGatedDeltaNetKktSolveWu(a, device);
+  return planOf(kktSolveWuStep(a));
+}
+function kktSolveWuStep(a: GdrKktSolveWuArgs): PlannedDispatch {
+  const p = a;
+  return {
+    kernel: a.beta.dtype === 'bf16' ? KKT_SOLVE_WU_BETA_BF16 : KKT_SOLVE_WU,
+    buffers: [a.k, a.v, a.beta, a.g, a.w, a.u, a.chunks],
+    bytes: stepBytes(7, p),
+    grid: [p.nt, p.nHeads, 1],
+    threads: [256, 1, 1],
+  };
+}
+
 export interface GdrInterStateArgs extends GdrStepParams {
   /** [nTok, Hg, K] bf16 */
   k: Buffer;
@@ -541,8 +597,6 @@ function chunkOStep(a: GdrChunkOArgs): PlannedDispatch {
 /** The buffers a call of chunkGatedDeltaRule works in, besides its arguments. */
 export interface GdrScratch {
   gCum: Buffer;
-  /** A, then Ai in place. */
-  a: Buffer;
   w: Buffer;
   u: Buffer;
   hSnap: Buffer;
@@ -557,7 +611,6 @@ export interface GdrScratch {
 function allocScratch(d: Device, p: GdrStepParams, layout: GdrChunkLayout): GdrScratch {
   const s: GdrScratch = {
     gCum: d.alloc('f32', [p.nTok, p.nHeads]),
-    a: d.alloc('f32', [p.nTok, p.nHeads, GDR_BT]),
     w: d.alloc('bf16', [p.nTok, p.nHeads, p.kDim]),
     u: d.alloc('bf16', [p.nTok, p.nHeads, p.vDim]),
     hSnap: d.alloc('bf16', [p.nt, p.nHeads, p.vDim, p.kDim]),
@@ -583,8 +636,8 @@ export const GDR_SCRATCH_SHAPES = 4;
 
 /**
  * The scratch buffers of chunkGatedDeltaRule on one device: per shape
- * (H, K, V and the sequence offsets, which fix nTok, nt, nSeq), g cumsummed [nTok, H] f32, A / Ai [nTok, H, 64]
- * f32, w [nTok, H, K], u and vNew [nTok, H, V], the chunk-start states
+ * (H, K, V and the sequence offsets, which fix nTok, nt, nSeq), g cumsummed [nTok, H] f32,
+ * w [nTok, H, K], u and vNew [nTok, H, V], the chunk-start states
  * [nt, H, V, K] (bf16), the two chunk tables, and zeros [nSeq, H, V, K] f32 for
  * calls without an initial state. The GDR_SCRATCH_SHAPES most recently used
  * shapes are kept; dispose() releases them all (the next call allocates again).
@@ -607,7 +660,7 @@ export class ChunkGatedDeltaRuleScratch {
   get byteLength(): number {
     let n = 0;
     for (const e of this.entries) {
-      for (const b of [e.gCum, e.a, e.w, e.u, e.hSnap, e.vNew, e.chunks, e.seqs, e.zeros]) n += b?.byteLength ?? 0;
+      for (const b of [e.gCum, e.w, e.u, e.hSnap, e.vNew, e.chunks, e.seqs, e.zeros]) n += b?.byteLength ?? 0;
     }
     return n;
   }
@@ -659,7 +712,7 @@ function claim(e: ScratchEntry, enc: Encoder): void {
 }
 
 function release(e: ScratchEntry): void {
-  for (const b of [e.gCum, e.a, e.w, e.u, e.hSnap, e.vNew, e.chunks, e.seqs, e.zeros]) {
+  for (const b of [e.gCum, e.w, e.u, e.hSnap, e.vNew, e.chunks, e.seqs, e.zeros]) {
     if (b !== null && !b.device.closed) b.release();
   }
 }
@@ -776,13 +829,13 @@ export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs, device?:
  * Steps, each a dispatch, ordered by the barriers the encoder places from
  * what each step reads and writes (chunks of 64 tokens):
  *   1. g cumsummed within chunks: chunk_local_cumsum_varlen_g_f32
- *   2. A = gated_delta_net_kkt_bf16 (beta_i exp(g_i - g_j) k_i . k_j, j < i)
- *   3. Ai = (I + A)^-1 in place: chunk_tri_solve_invert_f32
- *   4. w, u = gated_delta_net_recompute_wu_bf16
- *   5. chunk-start states h, v_new, finalState: gated_delta_net_chunk_inter_state_k{K}_bf16
- *   6. o = gated_delta_net_chunk_o_bf16
- * Stored in bf16: w, u, v_new, the chunk-start states and o; A, Ai, g and the
- * running state are f32.
+ *   2. w, u = gated_delta_net_kkt_solve_wu_bf16: A = beta_i exp(g_i - g_j)
+ *      k_i . k_j (j < i), Ai = (I + A)^-1, w = Ai (beta exp(g) k), u = Ai (beta v),
+ *      A and Ai kept on chip (the steps kkt, tri-solve and w/u in one kernel)
+ *   3. chunk-start states h, v_new, finalState: gated_delta_net_chunk_inter_state_k{K}_bf16
+ *   4. o = gated_delta_net_chunk_o_bf16
+ * Stored in bf16: w, u, v_new, the chunk-start states and o; A, Ai (on chip),
+ * g and the running state are f32.
  *
  * Layouts: q, k [B, T, Hg, K] bf16; v, o [B, T, H, V] bf16; g, beta [B, T, H]
  * (beta f32 or bf16); initialState, finalState [N, H, V, K] f32 (K innermost,
@@ -794,12 +847,12 @@ export function chunkGatedDeltaRule(enc: Encoder, a: ChunkGatedDeltaRuleArgs): v
   const { step, layout } = validateChunkGatedDeltaRule(a, enc.device);
   const s = chunkGatedDeltaRuleScratch(enc.device).entry(step, layout, enc);
   if (a.initialState === undefined) s.zeros ??= enc.device.alloc('f32', [step.nSeq, step.nHeads, step.vDim, step.kDim]);
-  // Six dispatches, recorded atomically: a refusal of any records none of them.
+  // Four dispatches, recorded atomically: a refusal of any records none of them.
   record(enc, stepsPlan(a, step, s));
 }
 
 /**
- * chunkGatedDeltaRule's plan: validates, then its six steps over `scratch`,
+ * chunkGatedDeltaRule's plan: validates, then its four steps over `scratch`,
  * or over scratch of its own allocated on q's device (and a zero initial
  * state when none is given) when absent.
  */
@@ -818,9 +871,7 @@ function stepsPlan(a: ChunkGatedDeltaRuleArgs, step: GdrStepParams, s: GdrScratc
   // same scratch.
   return planOf(
     cumsumStep({ ...step, gIn: a.g, gCum: s.gCum, chunks: s.chunks }),
-    kktStep({ ...step, k: a.k, g: s.gCum, beta: a.beta, a: s.a, chunks: s.chunks }),
-    solveStep({ ...step, a: s.a, ai: s.a, chunks: s.chunks }),
-    wuStep({ ...step, k: a.k, v: a.v, beta: a.beta, g: s.gCum, ai: s.a, w: s.w, u: s.u, chunks: s.chunks }),
+    kktSolveWuStep({ ...step, k: a.k, v: a.v, beta: a.beta, g: s.gCum, w: s.w, u: s.u, chunks: s.chunks }),
     interStateStep({ ...step, k: a.k, w: s.w, u: s.u, g: s.gCum, h0, hOut: s.hSnap, vNew: s.vNew, finalState: a.finalState, seqs: s.seqs }),
     chunkOStep({ ...step, q: a.q, k: a.k, vNew: s.vNew, h: s.hSnap, g: s.gCum, o: a.o, chunks: s.chunks }),
   );
