@@ -424,8 +424,10 @@ gated_delta_net_recompute_wu_bf16_beta_bf16(const bf16* __restrict__ k_in, const
 //   w = bf16(T diag(beta exp(g)) k),  u = bf16(T diag(beta) v)
 // the same values as gated_delta_net_kkt_bf16, chunk_tri_solve_invert_f32 and
 // gated_delta_net_recompute_wu_bf16 in turn, up to f32 rounding.
-// Grid (nt, H), 256 threads = 8 warps. Bindings: 0 k, 1 v, 2 beta,
-// 3 g (cumsummed), 4 w, 5 u, 6 chunks, 7 params.
+// Grid (H, nt) here (the Metal kernel's is (nt, H)): the heads of a chunk run
+// side by side, so the second head of a GQA group finds k in L2 and the w, u
+// rows of a token are written together. 256 threads = 8 warps.
+// Bindings: 0 k, 1 v, 2 beta, 3 g (cumsummed), 4 w, 5 u, 6 chunks, 7 params.
 //
 // The k and v rows pass through a ring of two [64][72] bf16 slices of 64
 // columns (cp.async, slice s + 1 in flight while s is used): K / 64 slices of
@@ -517,9 +519,9 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
     __shared__ __align__(16) float toff[6 * 16 * TLD];
     __shared__ float gs[BT], cw[BT], cu[BT];   // g, beta exp(g), beta; 0 past len
     const Params p = *pp;
-    const uint2 ch = chunks[blockIdx.x];
+    const uint2 ch = chunks[blockIdx.y];
     if (!chunk_ok(ch, pp->n_tok)) return;
-    const u32 t0 = ch.x, len = ch.y, head = blockIdx.y;
+    const u32 t0 = ch.x, len = ch.y, head = blockIdx.x;
     const u32 H = p.h, K = p.k, V = p.v, kh = head / (H / p.hg);
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
     const u32 mt = warp >> 1, r0 = 16u * mt, c0 = 32u * (warp & 1u);

@@ -453,7 +453,8 @@ export function validateGatedDeltaNetKktSolveWu(a: GdrKktSolveWuArgs, device?: D
  * The kkt, tri-solve and w/u steps in one kernel, A and (I + A)^-1 kept on
  * chip: w and u as gatedDeltaNetRecomputeWu gives them from the Ai of the
  * two steps before (up to f32 rounding). Bindings: 0 k, 1 v, 2 beta, 3 g,
- * 4 w, 5 u, 6 chunks, 7 params. Grid (nt, H), 256 threads.
+ * 4 w, 5 u, 6 chunks, 7 params. Grid (nt, H), on CUDA (H, nt) (a chunk's
+ * heads side by side: a GQA group reads k once from memory), 256 threads.
  */
 export function gatedDeltaNetKktSolveWu(enc: Encoder, a: GdrKktSolveWuArgs): void {
   record(enc, planGatedDeltaNetKktSolveWu(a, enc.device.limits, enc.device));
@@ -470,6 +471,7 @@ function kktSolveWuStep(a: GdrKktSolveWuArgs): PlannedDispatch {
     bytes: stepBytes(7, p),
     grid: [p.nt, p.nHeads, 1],
     threads: [256, 1, 1],
+    cuda: { grid: [p.nHeads, p.nt, 1], threads: [256, 1, 1] },
   };
 }
 

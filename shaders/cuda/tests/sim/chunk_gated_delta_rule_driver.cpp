@@ -5,8 +5,8 @@
 //   w = T diag(beta exp(g)) k,  u = T diag(beta) v
 // on the bf16 k, v and f32 g, beta it reads, and the three step kernels it
 // replaces in the op (kkt, tri-solve, w/u) on the same inputs, at the launches
-// of ts/ops/chunk_gated_delta_rule.ts: grid (nt, H), 256 threads (64 for the
-// solve). Sequences of any lengths (chunks of 64 from each start, short
+// of ts/ops/chunk_gated_delta_rule.ts: grid (H, nt) for the fused kernel,
+// (nt, H) for the steps, 256 threads (64 for the solve). Sequences of any lengths (chunks of 64 from each start, short
 // tails), K 64, 128, 256, V 64 to 256, GQA. k rows are L2-normalized, as the
 // models feed them. Outputs start as NaN; w and u rows are all written.
 // Error: max |got - want| / max |want| per output, under the bf16 tolerance.
@@ -64,14 +64,14 @@ void run(const Case& c) {
   Arr<float> a(size_t(n) * H * 64);
   for (auto* x : {&w, &u, &w3, &u3}) x->poison();
   a.poison();
-  const SimDim grid{nt, H, 1};
+  const SimDim grid{nt, H, 1}, fgrid{H, nt, 1};
   if constexpr (std::is_same_v<BetaT, float>) {
-    sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_bf16(k.p, v.p, beta.p, g.p, w.p, u.p, ch, &p); });
+    sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_bf16(k.p, v.p, beta.p, g.p, w.p, u.p, ch, &p); });
     sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_bf16(k.p, g.p, beta.p, a.p, ch, &p); });
     sim_launch(grid, {64, 1, 1}, 0, [&] { chunk_tri_solve_invert_f32(a.p, a.p, ch, &p); });
     sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_recompute_wu_bf16(k.p, v.p, beta.p, g.p, a.p, w3.p, u3.p, ch, &p); });
   } else {
-    sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_bf16_beta_bf16(k.p, v.p, beta.p, g.p, w.p, u.p, ch, &p); });
+    sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_bf16_beta_bf16(k.p, v.p, beta.p, g.p, w.p, u.p, ch, &p); });
     sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_bf16_beta_bf16(k.p, g.p, beta.p, a.p, ch, &p); });
     sim_launch(grid, {64, 1, 1}, 0, [&] { chunk_tri_solve_invert_f32(a.p, a.p, ch, &p); });
     sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_recompute_wu_bf16_beta_bf16(k.p, v.p, beta.p, g.p, a.p, w3.p, u3.p, ch, &p); });
