@@ -1,14 +1,16 @@
 // chunk_gated_delta_rule (CUDA): the steps of the chunked gated delta rule
-// forward; entry points, bindings, grids, threads and semantics as
+// forward; entry points, bindings, threads and semantics as
 // shaders/chunk_gated_delta_rule.metal (read its header for the math, the
-// chunk tables and the layouts). Chunks of BT = 64 tokens; the chunk tables
+// chunk tables and the layouts), grids as well but for kkt_solve_wu and
+// chunk_o (their comments say how). Chunks of BT = 64 tokens; the chunk tables
 // are u32 pairs: chunks [nt] (first token, length 1..64), seqs [n_seq + 1]
 // (first token, first chunk; then n_tok, nt). Token-indexed operands are
 // staged in shared memory with the rows past the chunk's length zeroed, so a
 // short chunk never reads past its sequence and every product runs on full
-// tiles. Every kernel uses static shared memory (at most 48 KiB); only the
-// seed's gated_delta_net_chunk_inter_state_bf16 also takes the 20 KiB of
-// threadgroup memory its host binds (as dynamic shared memory). The seed's two
+// tiles. Every kernel uses static shared memory (at most 48 KiB) but two that
+// take the threadgroup memory their host binds as dynamic shared memory: the
+// seed's gated_delta_net_chunk_inter_state_bf16 (20 KiB) and chunk_o (its
+// operands whole, up to 149 KiB). The seed's two
 // entries (that one and chunk_local_cumsum_g_f32) call the bodies of the
 // varlen kernels.
 //
@@ -26,8 +28,9 @@
 //              into bf16 hi + lo times the raw bf16 k or v rows
 //   inter_state  w bf16(h)^T and vg k, the state in registers, operands
 //              loaded one chunk ahead
-//   chunk_o    q k^T, q h^T and P v_new; P stays in registers (the C layout of
-//              two m16n8 tiles is the A layout of one m16k16 tile)
+//   chunk_o    q k^T, q h^T and P v_new, every operand staged at once; P stays
+//              in registers (the C layout of two m16n8 tiles is the A layout
+//              of one m16k16 tile)
 // The tri-solve is f32 forward substitution, one column per thread; the fused
 // kernel's is blocked by 16 (diagonal blocks by substitution, the rest by
 // f32 block products).
@@ -1010,104 +1013,90 @@ gated_delta_net_chunk_inter_state_bf16(const bf16* __restrict__ k_in, const bf16
 }
 
 // ---------------------------------------------------------------------------
-// gated_delta_net_chunk_o_bf16: per chunk, V columns [v0, v0 + 64),
+// gated_delta_net_chunk_o_bf16: per chunk and V head, V columns [v0, v0 + VB),
 //   S[i, j] = q_i . k_j                                      (bf16 operands, f32 sums)
 //   P[i, j] = bf16(S[i, j] exp(g_i - g_j)) for j <= i < len, 0 elsewhere
 //   o[i, v] = bf16(scale (exp(g_i) sum_k q_i[k] h[v, k] + sum_j P[i, j] v_new[j, v]))
 // with h the chunk-start state (bf16 [V, K]) and q, k of K head kh.
-// Grid (V / 64, nt, H), 256 threads = 8 warps: warp w owns rows
-// [16 (w / 2), +16) and o columns [32 (w % 2), +32); it computes S for its
-// rows and the key tiles on or left of them (the two warps of a row block
-// both do), turns S into P in registers and multiplies by the staged v_new.
-// q, k and h go through shared memory in 32-wide K slices, two buffers deep:
-// slice s + 1's cp.async copies fly while slice s is multiplied; v_new comes
-// with slice 0 and is waited on only before P v_new. Shared memory: 2 x 3
-// arrays 64 x 40 bf16 (q, k, h slices) and v_new 64 x 72 bf16, 40 KiB.
+// VB = 128 where V is a multiple of 128, else 64. Grid (V / VB, nt, H) here
+// (the Metal kernel's is (V / 64, nt, H)), 256 threads = 8 warps: warp w owns
+// rows [16 (w / 2), +16) and o columns [VB / 2 (w % 2), +VB / 2); it computes
+// S for its rows and the key tiles on or left of them (the two warps of a row
+// block both do), turns S into P in registers and multiplies by the staged
+// v_new. Every operand comes in one wave of cp.async copies, so a block waits
+// on memory once (v_new, in a second group, only before P v_new), and q and
+// k are read once per VB columns. Dynamic shared memory, bound by the host
+// (chunkOCudaSharedBytes): q and k [64][K + 8], h [VB][K + 8], v_new
+// [64][VB + 8] bf16, 85 KiB at K = V = 128 (two blocks per SM), 149 KiB at
+// K = 256, V = 128.
 // Bindings: 0 q, 1 k, 2 v_new, 3 h, 4 g (cumsummed), 5 o, 6 chunks, 7 params.
-extern "C" __global__ void __launch_bounds__(256)
-gated_delta_net_chunk_o_bf16(const bf16* __restrict__ q_in, const bf16* __restrict__ k_in,
-                             const bf16* __restrict__ vn_in, const bf16* __restrict__ h_in,
-                             const float* __restrict__ g_in, bf16* __restrict__ o_out,
-                             const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
-    constexpr u32 LD = 64 + 8;   // v_new rows
-    constexpr u32 KS = 32;       // K slice
-    constexpr u32 LQ = KS + 8;   // slice rows (80 bytes: 8 ldmatrix rows fall in distinct banks)
-    __shared__ __align__(16) bf16 qs[2][BT * LQ], ks[2][BT * LQ], hs[2][BT * LQ], vs[BT * LD];
-    __shared__ float gs[BT];
+template <u32 VB>
+__device__ __forceinline__ void chunk_o_body(const bf16* __restrict__ q_in, const bf16* __restrict__ k_in,
+                                             const bf16* __restrict__ vn_in, const bf16* __restrict__ h_in,
+                                             const float* __restrict__ g_in, bf16* __restrict__ o_out,
+                                             const uint2* __restrict__ chunks, const Params* __restrict__ pp,
+                                             bf16* smem, float* gs) {
+    constexpr u32 NI = VB / 16;   // 8-column o tiles per warp
+    constexpr u32 LDV = VB + 8;
     const Params p = *pp;
-    const u32 v0 = blockIdx.x * 64u, cidx = blockIdx.y, head = blockIdx.z;
+    const u32 v0 = blockIdx.x * VB, cidx = blockIdx.y, head = blockIdx.z;
     const uint2 ch = chunks[cidx];
     if (!chunk_ok(ch, pp->n_tok)) return;
     const u32 t0 = ch.x, len = ch.y;
-    const u32 H = p.h, K = p.k, V = p.v, kh = head / (H / p.hg);
+    const u32 H = p.h, K = p.k, V = p.v, kh = head / (H / p.hg), LDK = K + 8;
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
-    const u32 mt = warp >> 1, r0 = 16u * mt, c0 = 32u * (warp & 1u);
+    const u32 mt = warp >> 1, r0 = 16u * mt, c0 = (VB / 2) * (warp & 1u);
+    bf16* qs = smem;
+    bf16* ks = qs + BT * LDK;
+    bf16* hs = ks + BT * LDK;
+    bf16* vs = hs + VB * LDK;
 
-    const bf16* qrow = q_in + (u64(t0) * p.hg + kh) * K;
-    const bf16* krow = k_in + (u64(t0) * p.hg + kh) * K;
-    const bf16* hp = h_in + ((u64(cidx) * H + head) * V + v0) * K;
-    // One 16-byte copy of each of q, k, h per thread per slice (64 rows x 4).
-    auto issue_slice = [&](u32 k0, u32 buf) {
-        const u32 r = tid >> 2, q = tid & 3u;
-        const bool live = r < len;
-        const u64 qk = live ? u64(r) * p.hg * K + k0 + 8u * q : 0u;
-        cp_async16(qs[buf] + r * LQ + 8u * q, qrow + qk, live);
-        cp_async16(ks[buf] + r * LQ + 8u * q, krow + qk, live);
-        cp_async16(hs[buf] + r * LQ + 8u * q, hp + u64(r) * K + k0 + 8u * q, true);
-    };
-    issue_slice(0u, 0u);
+    stage_rows(qs, LDK, q_in + (u64(t0) * p.hg + kh) * K, u64(p.hg) * K, K, len, tid, 256u);
+    stage_rows(ks, LDK, k_in + (u64(t0) * p.hg + kh) * K, u64(p.hg) * K, K, len, tid, 256u);
+    {
+        const bf16* hp = h_in + ((u64(cidx) * H + head) * V + v0) * K;
+        const u32 q8 = K / 8u;
+        for (u32 e = tid; e < VB * q8; e += 256u) {
+            const u32 r = e / q8, q = e % q8;
+            cp_async16(hs + r * LDK + q * 8u, hp + u64(r) * K + q * 8u, true);
+        }
+    }
     cp_async_commit();
-    stage_rows(vs, LD, vn_in + (u64(t0) * H + head) * V + v0, u64(H) * V, 64u, len, tid, 256u);
+    stage_rows(vs, LDV, vn_in + (u64(t0) * H + head) * V + v0, u64(H) * V, VB, len, tid, 256u);
     cp_async_commit();
     if (tid < BT) gs[tid] = tid < len ? g_in[u64(t0 + tid) * H + head] : 0.0f;
 
-    float accs[8][4], acco[4][4];
+    float accs[8][4], acco[NI][4];
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) accs[n][e] = 0.0f;
 #pragma unroll
-    for (int n = 0; n < 4; ++n)
+    for (u32 n = 0; n < NI; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acco[n][e] = 0.0f;
 
-    // Groups in flight: slice 0, v_new, then one per later slice. Before the
-    // products of slice s, everything up to slice s has landed: all but the
-    // newest group (slice s + 1) when one was issued, else all but v_new's
-    // at s = 0 with a single slice, else all.
-    const u32 ns = K / KS;
-    for (u32 sl = 0; sl < ns; ++sl) {
-        const u32 buf = sl & 1u;
-        if (sl + 1u < ns) {
-            issue_slice((sl + 1u) * KS, buf ^ 1u);
-            cp_async_commit();
-            if (sl == 0u) cp_async_wait<2>(); else cp_async_wait<1>();
-        } else {
-            if (sl == 0u) cp_async_wait<1>(); else cp_async_wait<0>();
-        }
-        __syncthreads();
+    cp_async_wait<1>();
+    __syncthreads();   // q, k, h and g landed for every thread
+    for (u32 kk = 0; kk < K; kk += 16) {
+        u32 a[4];
+        frag_a(a, qs, LDK, r0, kk, lane);
 #pragma unroll
-        for (u32 kk = 0; kk < KS; kk += 16) {
-            u32 a[4];
-            frag_a(a, qs[buf], LQ, r0, kk, lane);
-#pragma unroll
-            for (u32 nj = 0; nj < 8; nj += 2) {
-                if (nj < 2u * (mt + 1u)) {
-                    u32 b[4];
-                    frag_b_nk(b, ks[buf], LQ, 8u * nj, kk, lane);
-                    mma_bf16(accs[nj], a, b[0], b[1]);
-                    mma_bf16(accs[nj + 1], a, b[2], b[3]);
-                }
-            }
-#pragma unroll
-            for (u32 ni = 0; ni < 4; ni += 2) {
+        for (u32 nj = 0; nj < 8; nj += 2) {
+            if (nj < 2u * (mt + 1u)) {
                 u32 b[4];
-                frag_b_nk(b, hs[buf], LQ, c0 + 8u * ni, kk, lane);
-                mma_bf16(acco[ni], a, b[0], b[1]);
-                mma_bf16(acco[ni + 1], a, b[2], b[3]);
+                frag_b_nk(b, ks, LDK, 8u * nj, kk, lane);
+                mma_bf16(accs[nj], a, b[0], b[1]);
+                mma_bf16(accs[nj + 1], a, b[2], b[3]);
             }
         }
-        __syncthreads();   // slice s's buffer is free for slice s + 2
+#pragma unroll
+        for (u32 ni = 0; ni < NI; ni += 2) {
+            u32 b[4];
+            frag_b_nk(b, hs, LDK, c0 + 8u * ni, kk, lane);
+            mma_bf16(acco[ni], a, b[0], b[1]);
+            mma_bf16(acco[ni + 1], a, b[2], b[3]);
+        }
     }
     cp_async_wait<0>();
     __syncthreads();   // v_new landed for every thread
@@ -1121,7 +1110,7 @@ gated_delta_net_chunk_o_bf16(const bf16* __restrict__ q_in, const bf16* __restri
         di[hr] = i < len ? expf(gi[hr]) : 0.0f;
     }
 #pragma unroll
-    for (int n = 0; n < 4; ++n) {
+    for (u32 n = 0; n < NI; ++n) {
         acco[n][0] *= di[0];
         acco[n][1] *= di[0];
         acco[n][2] *= di[1];
@@ -1146,9 +1135,9 @@ gated_delta_net_chunk_o_bf16(const bf16* __restrict__ q_in, const bf16* __restri
             }
         }
 #pragma unroll
-        for (u32 ni = 0; ni < 4; ni += 2) {
+        for (u32 ni = 0; ni < NI; ni += 2) {
             u32 b[4];
-            frag_b_kn(b, vs, LD, c0 + 8u * ni, 16u * jt, lane);
+            frag_b_kn(b, vs, LDV, c0 + 8u * ni, 16u * jt, lane);
             mma_bf16(acco[ni], a, b[0], b[1]);
             mma_bf16(acco[ni + 1], a, b[2], b[3]);
         }
@@ -1161,9 +1150,24 @@ gated_delta_net_chunk_o_bf16(const bf16* __restrict__ q_in, const bf16* __restri
         if (i >= len) continue;
         bf16* orow = o_out + (u64(t0 + i) * H + head) * V + v0;
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
+        for (u32 ni = 0; ni < NI; ++ni) {
             const u32 j = c0 + 8u * ni + 2u * tq;
             *reinterpret_cast<u32*>(orow + j) = pack_bf16(scale * acco[ni][2 * hr], scale * acco[ni][2 * hr + 1]);
         }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+gated_delta_net_chunk_o_bf16(const bf16* __restrict__ q_in, const bf16* __restrict__ k_in,
+                             const bf16* __restrict__ vn_in, const bf16* __restrict__ h_in,
+                             const float* __restrict__ g_in, bf16* __restrict__ o_out,
+                             const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
+    extern __shared__ __align__(16) unsigned char dyn[];
+    __shared__ float gs[BT];
+    bf16* smem = reinterpret_cast<bf16*>(dyn);
+    if (pp->v % 128u == 0u) {
+        chunk_o_body<128>(q_in, k_in, vn_in, h_in, g_in, o_out, chunks, pp, smem, gs);
+    } else {
+        chunk_o_body<64>(q_in, k_in, vn_in, h_in, g_in, o_out, chunks, pp, smem, gs);
     }
 }

@@ -51,7 +51,7 @@ const SEED_INTER = 'gated_delta_net_chunk_inter_state_bf16';
 export const CHUNK_GATED_DELTA_RULE_KERNELS = [
   CUMSUM, KKT, KKT_BETA_BF16, SOLVE, WU, WU_BETA_BF16, KKT_SOLVE_WU, KKT_SOLVE_WU_BETA_BF16, INTER_K64, INTER_K128, INTER_K256, CHUNK_O, SEED_CUMSUM, SEED_INTER,
 ] as const;
-/** The family's sources by backend (the cuda file has the same entry points, bindings and grids). */
+/** The family's sources by backend (the cuda file has the same entry points and bindings; grids as each plan's cuda launch says). */
 export const CHUNK_GATED_DELTA_RULE_SOURCES = familySources(FAMILY, { header, metal: metalSource, cuda: cudaSrc });
 
 /** Tokens per chunk, fixed in every kernel. */
@@ -574,7 +574,9 @@ export function validateGatedDeltaNetChunkO(a: GdrChunkOArgs, device?: Device): 
 /**
  * o[i, v] = bf16(scale (exp(g_i) q_i . h[v] + sum_{j <= i} bf16(exp(g_i - g_j) q_i . k_j) vNew[j, v]))
  * per chunk, h its chunk-start state. Bindings: 0 q, 1 k, 2 vNew, 3 h, 4 g,
- * 5 o, 6 chunks, 7 params. Grid (V / 64, nt, H), 256 threads.
+ * 5 o, 6 chunks, 7 params. Grid (V / 64, nt, H), on CUDA (V / VB, nt, H) with
+ * VB = chunkOCudaColumns(V) and chunkOCudaSharedBytes of dynamic shared
+ * memory (every operand of a block staged at once); 256 threads.
  */
 export function gatedDeltaNetChunkO(enc: Encoder, a: GdrChunkOArgs): void {
   record(enc, planGatedDeltaNetChunkO(a, enc.device.limits, enc.device));
@@ -591,7 +593,21 @@ function chunkOStep(a: GdrChunkOArgs): PlannedDispatch {
     bytes: stepBytes(7, p),
     grid: [p.vDim / GDR_V_MULTIPLE, p.nt, p.nHeads],
     threads: [256, 1, 1],
+    cuda: {
+      grid: [p.vDim / chunkOCudaColumns(p.vDim), p.nt, p.nHeads], threads: [256, 1, 1],
+      threadgroupMemory: { 0: chunkOCudaSharedBytes(p.kDim, p.vDim) },
+    },
   };
+}
+
+/** V columns per block of the CUDA chunk_o: 128 where V is a multiple of 128, else 64. */
+export function chunkOCudaColumns(vDim: number): number {
+  return vDim % 128 === 0 ? 128 : 64;
+}
+/** Dynamic shared memory of the CUDA chunk_o: q, k [64][K + 8], h [VB][K + 8], v_new [64][VB + 8] bf16. */
+export function chunkOCudaSharedBytes(kDim: number, vDim: number): number {
+  const vb = chunkOCudaColumns(vDim);
+  return 2 * ((2 * GDR_BT + vb) * (kDim + 8) + GDR_BT * (vb + 8));
 }
 
 // ---- scratch ----

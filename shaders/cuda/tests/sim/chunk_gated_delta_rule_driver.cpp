@@ -10,7 +10,10 @@
 // tails), K 64, 128, 256, V 64 to 256, GQA. k rows are L2-normalized, as the
 // models feed them. Outputs start as NaN; w and u rows are all written.
 // Error: max |got - want| / max |want| per output, under the bf16 tolerance.
-// `big` adds longer sequences.
+// Then gated_delta_net_chunk_o_bf16 at its CUDA launch (grid (V / VB, nt, H),
+// VB = 128 where V is a multiple of 128, else 64; the dynamic shared memory
+// of chunkOCudaSharedBytes) against float64 on random q, k, v_new, chunk-start
+// states and g, o poisoned first. `big` adds longer sequences.
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include <algorithm>
@@ -129,6 +132,79 @@ void run(const Case& c) {
               ew3, eu3);
 }
 
+// The chunk tables of sequences of the given lengths (chunks of 64 from each start).
+std::vector<u32> chunks_of(const std::vector<u32>& lens) {
+  std::vector<u32> chunks;
+  u32 t0 = 0;
+  for (u32 L : lens) {
+    for (u32 s = 0; s < L; s += 64) {
+      chunks.push_back(t0 + s);
+      chunks.push_back(std::min(64u, L - s));
+    }
+    t0 += L;
+  }
+  return chunks;
+}
+
+void run_chunk_o(const Case& c) {
+  const std::vector<u32> chunks = chunks_of(c.lens);
+  u32 n = 0;
+  for (u32 L : c.lens) n += L;
+  const u32 nt = u32(chunks.size() / 2), H = c.h, Hg = c.hg, K = c.K, V = c.V;
+  Arr<__nv_bfloat16> q(size_t(n) * Hg * K), k(size_t(n) * Hg * K), vn(size_t(n) * H * V), h(size_t(nt) * H * V * K);
+  Arr<__nv_bfloat16> o(size_t(n) * H * V);
+  Arr<float> g(size_t(n) * H);
+  q.random(-0.3, 0.3); k.random(-0.3, 0.3); vn.random(); h.random(-0.5, 0.5); o.poison();
+  std::uniform_real_distribution<double> ud(0, 1);
+  for (u32 ci = 0; ci < nt; ++ci)
+    for (u32 hh = 0; hh < H; ++hh) {
+      double acc = 0;
+      for (u32 t = 0; t < chunks[2 * ci + 1]; ++t) {
+        acc += -0.5 * ud(gen);
+        g.p[size_t(chunks[2 * ci] + t) * H + hh] = float(acc);
+      }
+    }
+  const float scale = float(1.0 / std::sqrt(double(K)));
+  ChunkGatedDeltaRuleParams p{n, nt, u32(c.lens.size()), Hg, H, K, V, scale};
+  const uint2* ch = reinterpret_cast<const uint2*>(chunks.data());
+  const u32 vb = V % 128 == 0 ? 128 : 64;
+  const size_t smem = 2 * ((2 * 64 + vb) * (K + 8) + 64 * (vb + 8));
+  sim_launch({V / vb, nt, H}, {256, 1, 1}, smem, [&] { gated_delta_net_chunk_o_bf16(q.p, k.p, vn.p, h.p, g.p, o.p, ch, &p); });
+
+  std::vector<double> want(size_t(n) * H * V);
+  for (u32 ci = 0; ci < nt; ++ci) {
+    const u32 t0 = chunks[2 * ci], len = chunks[2 * ci + 1];
+    for (u32 hh = 0; hh < H; ++hh) {
+      const u32 kh = hh / (H / Hg);
+      for (u32 i = 0; i < len; ++i) {
+        const double gi = g.p[size_t(t0 + i) * H + hh];
+        std::vector<double> pj(i + 1);
+        for (u32 j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (u32 d = 0; d < K; ++d) dot += q.at((size_t(t0 + i) * Hg + kh) * K + d) * k.at((size_t(t0 + j) * Hg + kh) * K + d);
+          pj[j] = dot * std::exp(gi - double(g.p[size_t(t0 + j) * H + hh]));
+        }
+        for (u32 v = 0; v < V; ++v) {
+          double qh = 0;
+          for (u32 d = 0; d < K; ++d) qh += q.at((size_t(t0 + i) * Hg + kh) * K + d) * h.at(((size_t(ci) * H + hh) * V + v) * K + d);
+          double s = std::exp(gi) * qh;
+          for (u32 j = 0; j <= i; ++j) s += pj[j] * vn.at((size_t(t0 + j) * H + hh) * V + v);
+          want[(size_t(t0 + i) * H + hh) * V + v] = scale * s;
+        }
+      }
+    }
+  }
+  double mx = 0, worst = 0;
+  for (double x : want) mx = std::max(mx, std::fabs(x));
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double e = std::fabs(o.at(i) - want[i]) / (mx > 0 ? mx : 1);
+    if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+  }
+  const bool ok = worst < 1e-2;
+  if (!ok) failures++;
+  std::printf("%s chunk_o %-56s VB %3u o %.2e\n", ok ? "ok  " : "FAIL", c.what.c_str(), vb, worst);
+}
+
 int main(int argc, char** argv) {
   const bool big = argc > 1 && std::string(argv[1]) == "big";
   std::vector<Case> cases = {
@@ -141,6 +217,7 @@ int main(int argc, char** argv) {
   if (big) cases.push_back({"K 128, V 128, H 4, Hg 2, T 512", 2, 4, 128, 128, {512}, false});
   for (const Case& c : cases) {
     if (c.beta_bf16) run<__nv_bfloat16>(c); else run<float>(c);
+    run_chunk_o(c);
   }
   std::printf("%s: %d failed\n", failures ? "FAIL" : "ok", failures);
   return failures ? 1 : 0;
