@@ -425,16 +425,20 @@ describeBackends('chunk_gated_delta_rule', ({ device }) => {
       enc.release();
       const exact = recomputeWuRef(rs, d.k, d.v, d.beta, gc, triSolveInvertRef(s.cu, s.h, aWant));
       const w2Got = w2.readNumbers(), u2Got = u2.readNumbers();
-      // One bf16 rounding of an f32 result: 2^-8 of the output's scale at most.
+      // One bf16 rounding of a result within ~1e-5 of exact: half a bf16 ulp,
+      // under 2^-8 of the output's scale; against the steps, whose f32 result
+      // differs in the last bits, a rounding may land one ulp apart: 2^-7 of
+      // the scale at most. On the emulator the Metal kernel runs the steps'
+      // code and order, so there the two are equal.
       const errW2 = maxRelErr(w2Got, exact.w, maxAbs(exact.w));
       const errU2 = maxRelErr(u2Got, exact.u, maxAbs(exact.u));
       const stepsW = maxRelErr(w2Got, w.readNumbers(), maxAbs(exact.w));
       const stepsU = maxRelErr(u2Got, u.readNumbers(), maxAbs(exact.u));
       console.log(`fused kkt/solve/w/u ${name}: w ${errW2.toExponential(2)}, u ${errU2.toExponential(2)}; against the steps w ${stepsW.toExponential(2)}, u ${stepsU.toExponential(2)}`);
-      expect(errW2).toBeLessThan(2 ** -8);
-      expect(errU2).toBeLessThan(2 ** -8);
-      expect(stepsW).toBeLessThan(2 ** -8);
-      expect(stepsU).toBeLessThan(2 ** -8);
+      expect(errW2).toBeLessThan(2 ** -8 + 1e-4);
+      expect(errU2).toBeLessThan(2 ** -8 + 1e-4);
+      expect(stepsW).toBeLessThan(2 ** -7 + 1e-4);
+      expect(stepsU).toBeLessThan(2 ** -7 + 1e-4);
       for (const b of [k, v, g, beta, chunks, a, ai, w, u, w2, u2]) b.release();
     });
   }
