@@ -1018,8 +1018,10 @@ gated_delta_net_chunk_inter_state_bf16(const bf16* __restrict__ k_in, const bf16
 //   P[i, j] = bf16(S[i, j] exp(g_i - g_j)) for j <= i < len, 0 elsewhere
 //   o[i, v] = bf16(scale (exp(g_i) sum_k q_i[k] h[v, k] + sum_j P[i, j] v_new[j, v]))
 // with h the chunk-start state (bf16 [V, K]) and q, k of K head kh.
-// VB = 128 where V is a multiple of 128, else 64. Grid (V / VB, nt, H) here
-// (the Metal kernel's is (V / 64, nt, H)), 256 threads = 8 warps: warp w owns
+// VB = 128 where V is a multiple of 128, else 64. Grid (V / VB, H, nt) here
+// (the Metal kernel's is (V / 64, nt, H)): the heads of a chunk run side by
+// side, so the heads of a GQA group read q and k once from memory, and h and
+// o go to memory in runs across heads. 256 threads = 8 warps: warp w owns
 // rows [16 (w / 2), +16) and o columns [VB / 2 (w % 2), +VB / 2); it computes
 // S for its rows and the key tiles on or left of them (the two warps of a row
 // block both do), turns S into P in registers and multiplies by the staged
@@ -1039,7 +1041,7 @@ __device__ __forceinline__ void chunk_o_body(const bf16* __restrict__ q_in, cons
     constexpr u32 NI = VB / 16;   // 8-column o tiles per warp
     constexpr u32 LDV = VB + 8;
     const Params p = *pp;
-    const u32 v0 = blockIdx.x * VB, cidx = blockIdx.y, head = blockIdx.z;
+    const u32 v0 = blockIdx.x * VB, head = blockIdx.y, cidx = blockIdx.z;
     const uint2 ch = chunks[cidx];
     if (!chunk_ok(ch, pp->n_tok)) return;
     const u32 t0 = ch.x, len = ch.y;

@@ -574,7 +574,7 @@ export function validateGatedDeltaNetChunkO(a: GdrChunkOArgs, device?: Device): 
 /**
  * o[i, v] = bf16(scale (exp(g_i) q_i . h[v] + sum_{j <= i} bf16(exp(g_i - g_j) q_i . k_j) vNew[j, v]))
  * per chunk, h its chunk-start state. Bindings: 0 q, 1 k, 2 vNew, 3 h, 4 g,
- * 5 o, 6 chunks, 7 params. Grid (V / 64, nt, H), on CUDA (V / VB, nt, H) with
+ * 5 o, 6 chunks, 7 params. Grid (V / 64, nt, H), on CUDA (V / VB, H, nt) with
  * VB = chunkOCudaColumns(V) and chunkOCudaSharedBytes of dynamic shared
  * memory (every operand of a block staged at once); 256 threads.
  */
@@ -594,7 +594,7 @@ function chunkOStep(a: GdrChunkOArgs): PlannedDispatch {
     grid: [p.vDim / GDR_V_MULTIPLE, p.nt, p.nHeads],
     threads: [256, 1, 1],
     cuda: {
-      grid: [p.vDim / chunkOCudaColumns(p.vDim), p.nt, p.nHeads], threads: [256, 1, 1],
+      grid: [p.vDim / chunkOCudaColumns(p.vDim), p.nHeads, p.nt], threads: [256, 1, 1],
       threadgroupMemory: { 0: chunkOCudaSharedBytes(p.kDim, p.vDim) },
     },
   };

@@ -10,7 +10,7 @@
 // tails), K 64, 128, 256, V 64 to 256, GQA. k rows are L2-normalized, as the
 // models feed them. Outputs start as NaN; w and u rows are all written.
 // Error: max |got - want| / max |want| per output, under the bf16 tolerance.
-// Then gated_delta_net_chunk_o_bf16 at its CUDA launch (grid (V / VB, nt, H),
+// Then gated_delta_net_chunk_o_bf16 at its CUDA launch (grid (V / VB, H, nt),
 // VB = 128 where V is a multiple of 128, else 64; the dynamic shared memory
 // of chunkOCudaSharedBytes) against float64 on random q, k, v_new, chunk-start
 // states and g, o poisoned first. `big` adds longer sequences.
@@ -169,7 +169,7 @@ void run_chunk_o(const Case& c) {
   const uint2* ch = reinterpret_cast<const uint2*>(chunks.data());
   const u32 vb = V % 128 == 0 ? 128 : 64;
   const size_t smem = 2 * ((2 * 64 + vb) * (K + 8) + 64 * (vb + 8));
-  sim_launch({V / vb, nt, H}, {256, 1, 1}, smem, [&] { gated_delta_net_chunk_o_bf16(q.p, k.p, vn.p, h.p, g.p, o.p, ch, &p); });
+  sim_launch({V / vb, H, nt}, {256, 1, 1}, smem, [&] { gated_delta_net_chunk_o_bf16(q.p, k.p, vn.p, h.p, g.p, o.p, ch, &p); });
 
   std::vector<double> want(size_t(n) * H * V);
   for (u32 ci = 0; ci < nt; ++ci) {
