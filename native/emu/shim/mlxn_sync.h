@@ -359,8 +359,8 @@ typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
 typedef simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
 
 namespace sgm_detail {
-inline int row_of(uint32_t l) { return int(((l / 4) & 4) + (l / 2) % 4); }
-inline int col_of(uint32_t l) { return int(((l / 4) & 2) * 2 + (l % 2) * 2); }
+constexpr int row_of(uint32_t l) { return int(((l / 4) & 4) + (l / 2) % 4); }
+constexpr int col_of(uint32_t l) { return int(((l / 4) & 2) * 2 + (l % 2) * 2); }
 // A collective without data: makes the lanes meet at the caller's site.
 // simdgroup_load and simdgroup_store meet before and after their memory
 // accesses, as one SIMD instruction would act: every lane's earlier
@@ -381,6 +381,23 @@ template <class O> inline void origin_xy(const O& o, int64_t& x, int64_t& y) {
     y = 0;
   }
 }
+// f(k, i) for this lane's two elements k of a matrix at origin in memory of
+// elements_per_row columns: i is the element's index there. The lanes meet
+// before and after, as around simdgroup_load and simdgroup_store.
+template <class O, class F>
+inline void each_element(const O& origin, ulong elements_per_row, bool transpose, const mlxn::srcloc& l, F f) {
+  meet(l);
+  int64_t ox, oy;
+  origin_xy(origin, ox, oy);
+  uint32_t ln = simd_detail::lane();
+  int r = row_of(ln), c0 = col_of(ln);
+  int64_t s = int64_t(elements_per_row);
+  for (int k = 0; k < 2; ++k) {
+    int c = c0 + k;
+    f(k, transpose ? (oy + c) * s + ox + r : (oy + r) * s + ox + c);
+  }
+  meet(l);
+}
 }  // namespace sgm_detail
 
 template <class T, int C, int R>
@@ -398,42 +415,24 @@ inline simdgroup_matrix<T, C, R> make_filled_simdgroup_matrix(T value) {
   return m;
 }
 
-// Element (r, c) of the loaded matrix is src[(origin.y + r) * stride + origin.x + c],
-// or with transpose src[(origin.y + c) * stride + origin.x + r].
+// Element (r, c) of the loaded or stored matrix is p[(origin.y + r) * stride + origin.x + c],
+// or with transpose p[(origin.y + c) * stride + origin.x + r].
 template <class T, int C, int R, class P, class O = ulong2>
 inline void simdgroup_load(simdgroup_matrix<T, C, R>& d, P src, ulong elements_per_row = 8,
                            O matrix_origin = ulong2(0, 0), bool transpose_matrix = false,
                            mlxn::srcloc l = mlxn::srcloc::current()) {
-  sgm_detail::meet(l);
-  int64_t ox, oy;
-  sgm_detail::origin_xy(matrix_origin, ox, oy);
-  uint32_t ln = simd_detail::lane();
-  int r = sgm_detail::row_of(ln), c0 = sgm_detail::col_of(ln);
-  int64_t s = int64_t(elements_per_row);
-  for (int k = 0; k < 2; ++k) {
-    int c = c0 + k;
-    int64_t i = transpose_matrix ? (oy + c) * s + ox + r : (oy + r) * s + ox + c;
+  sgm_detail::each_element(matrix_origin, elements_per_row, transpose_matrix, l, [&](int k, int64_t i) {
     d.e.data[k] = T(*mlxn::access_at(src, i, &l));
-  }
-  sgm_detail::meet(l);
+  });
 }
 template <class T, int C, int R, class P, class O = ulong2>
 inline void simdgroup_store(const simdgroup_matrix<T, C, R>& a, P dst, ulong elements_per_row = 8,
                             O matrix_origin = ulong2(0, 0), bool transpose_matrix = false,
                             mlxn::srcloc l = mlxn::srcloc::current()) {
-  sgm_detail::meet(l);
-  int64_t ox, oy;
-  sgm_detail::origin_xy(matrix_origin, ox, oy);
-  uint32_t ln = simd_detail::lane();
-  int r = sgm_detail::row_of(ln), c0 = sgm_detail::col_of(ln);
-  int64_t s = int64_t(elements_per_row);
-  for (int k = 0; k < 2; ++k) {
-    int c = c0 + k;
-    int64_t i = transpose_matrix ? (oy + c) * s + ox + r : (oy + r) * s + ox + c;
+  sgm_detail::each_element(matrix_origin, elements_per_row, transpose_matrix, l, [&](int k, int64_t i) {
     auto* q = mlxn::access_at(dst, i, &l);
     *q = std::remove_cvref_t<decltype(*q)>(a.e.data[k]);
-  }
-  sgm_detail::meet(l);
+  });
 }
 
 namespace sgm_detail {
@@ -447,7 +446,7 @@ struct pos_table {
 constexpr pos_table make_pos_table() {
   pos_table t{};
   for (uint32_t ln = 0; ln < 32; ++ln) {
-    int r = int(((ln / 4) & 4) + (ln / 2) % 4), c = int(((ln / 4) & 2) * 2 + (ln % 2) * 2);
+    int r = row_of(ln), c = col_of(ln);
     t.at[r][c] = {uint8_t(ln), 0};
     t.at[r][c + 1] = {uint8_t(ln), 1};
   }
