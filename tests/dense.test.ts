@@ -60,15 +60,9 @@ import {
   roundedTo,
   TARGET_LIMITS,
   TOL,
+  run,
 } from './helpers.ts';
 import { a, BF, buf, F, int, opContract, out, type Case } from './op-contract.ts';
-
-function run(dev: Device, rec: (enc: ReturnType<Device['encoder']>) => void): void {
-  const enc = dev.encoder();
-  rec(enc);
-  enc.commitAndWait();
-  enc.release();
-}
 
 /**
  * A buffer of n random values in [-1, 1) (never zeros) as a view at a

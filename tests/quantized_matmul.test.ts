@@ -62,15 +62,9 @@ import {
   roundedTo,
   TARGET_LIMITS,
   TOL,
+  run,
 } from './helpers.ts';
 import { a, BF, buf, EW, int, opContract, out, randomWords, U32, type Case } from './op-contract.ts';
-
-function run(dev: Device, rec: (enc: ReturnType<Device['encoder']>) => void): void {
-  const enc = dev.encoder();
-  rec(enc);
-  enc.commitAndWait();
-  enc.release();
-}
 
 /**
  * Random weights [n, k] quantized (affineQuantize), and x [m, k], uploaded as

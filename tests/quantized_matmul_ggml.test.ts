@@ -65,17 +65,11 @@ import {
   randomArray,
   rng,
   scaledErr,
+  run,
 } from './helpers.ts';
 import { ggufBytes } from './weights-writers.ts';
 import { a, buf, F, ggmlBlocks, int, opContract, out, type Case } from './op-contract.ts';
 import type { Buffer } from '../ts/index.ts';
-
-function run(dev: Device, rec: (enc: ReturnType<Device['encoder']>) => void): void {
-  const enc = dev.encoder();
-  rec(enc);
-  enc.commitAndWait();
-  enc.release();
-}
 
 const f16Bytes = (lo: number, hi: number): number[] => [lo, hi];
 /** Bytes of an f16 (little-endian) for the few values the hand-made blocks use. */
