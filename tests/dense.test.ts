@@ -50,17 +50,7 @@ import {
 import type { Launch } from '../ts/plan.ts';
 import { denseAbsRef, denseRef } from '../ts/reference/dense.ts';
 import {
-  describeBackends,
-  describeValidation,
-  dotErr,
-  dotTolerance,
-  expectInvalid,
-  randomArray,
-  rng,
-  roundedTo,
-  TARGET_LIMITS,
-  TOL,
-  run,
+  describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, roundedTo, run, TARGET_LIMITS, TOL,
 } from './helpers.ts';
 import { a, BF, buf, F, int, opContract, out, type Case } from './op-contract.ts';
 

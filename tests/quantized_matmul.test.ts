@@ -52,17 +52,7 @@ import {
   affineWords,
 } from '../ts/reference/quantized_matmul.ts';
 import {
-  describeBackends,
-  describeValidation,
-  dotErr,
-  dotTolerance,
-  expectInvalid,
-  randomArray,
-  rng,
-  roundedTo,
-  TARGET_LIMITS,
-  TOL,
-  run,
+  describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, roundedTo, run, TARGET_LIMITS, TOL,
 } from './helpers.ts';
 import { a, BF, buf, EW, int, opContract, out, randomWords, U32, type Case } from './op-contract.ts';
 

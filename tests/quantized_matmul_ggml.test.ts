@@ -55,17 +55,7 @@ import { structSize } from '../ts/params.ts';
 import { ggmlDequantizeRef, ggmlEmbeddingRef, ggmlMatmulRef, ggmlQuantize } from '../ts/reference/quantized_matmul_ggml.ts';
 import { GgufFile } from '../ts/weights/index.ts';
 import {
-  TARGET_LIMITS,
-  TOL,
-  describeBackends,
-  describeValidation,
-  dotErr,
-  dotTolerance,
-  expectInvalid,
-  randomArray,
-  rng,
-  scaledErr,
-  run,
+  describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, run, scaledErr, TARGET_LIMITS, TOL,
 } from './helpers.ts';
 import { ggufBytes } from './weights-writers.ts';
 import { a, buf, F, ggmlBlocks, int, opContract, out, type Case } from './op-contract.ts';
