@@ -40,6 +40,16 @@ static double act_of(double g, u32 activation) {
   return activation == 1 ? 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g))) : g / (1 + std::exp(-g));
 }
 
+// Adds to s the weighted sum over token t's K expert outputs ye [T, K, H] at d (weights w [T, K]), to a its terms' |.|.
+template <class TW, class TY>
+static void weighted_sum(const Arr<TW>& w, const Arr<TY>& ye, u32 t, u32 K, u32 H, u32 d, double& s, double& a) {
+  for (u32 k = 0; k < K; ++k) {
+    const double v = w.at(t * K + k) * ye.at((size_t(t) * K + k) * H + d);
+    s += v;
+    a += std::fabs(v);
+  }
+}
+
 // ---- moe_dispatch_sort ----
 
 // The launch of moeDispatchSortLaunch: one block, a multiple of 32 threads up to 1024.
@@ -138,11 +148,7 @@ static void check_glue() {
   for (u32 t = 0; t < T; ++t)
     for (u32 d = 0; d < H; ++d) {
       double s = 0, a = 0;
-      for (u32 k = 0; k < K; ++k) {
-        const double v = w.at(t * K + k) * ye.at((size_t(t) * K + k) * H + d);
-        s += v;
-        a += std::fabs(v);
-      }
+      weighted_sum(w, ye, t, K, H, d, s, a);
       wf = std::max(wf, std::fabs(fo.at(size_t(t) * H + d) - s) / a);
       wb = std::max(wb, std::fabs(yo.at(size_t(t) * H + d) - s) / a);
     }
@@ -433,11 +439,7 @@ static void check_reduce(const char* name, Kern kernel, u32 T_, u32 Kk, u32 H, b
     const double gate = 1 / (1 + std::exp(-sl.at(t)));
     for (u32 d = 0; d < H; ++d) {
       double s = 0, a = 0;
-      for (u32 k = 0; k < Kk; ++k) {
-        const double v = w.at(t * Kk + k) * ye.at((size_t(t) * Kk + k) * H + d);
-        s += v;
-        a += std::fabs(v);
-      }
+      weighted_sum(w, ye, t, Kk, H, d, s, a);
       s += gate * ys.at(size_t(t) * H + d);
       a += std::fabs(gate * ys.at(size_t(t) * H + d));
       if (residual) {
