@@ -23,7 +23,7 @@
 import torch
 import torch.nn.functional as F
 
-from cuda_timing import timed as cuda_timed
+from cuda_timing import peaks, timed as cuda_timed
 
 dev = "cuda"
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -34,17 +34,8 @@ def timed(fn, iters=10):
 
 
 print("device:", torch.cuda.get_device_name(), "torch", torch.__version__)
-peak = 0.0
-for m, n, k in [(8192, 8192, 8192), (16384, 16384, 8192)]:
-    a = torch.randn(m, k, dtype=torch.bfloat16, device=dev)
-    b = torch.randn(k, n, dtype=torch.bfloat16, device=dev)
-    peak = max(peak, 2 * m * n * k / timed(lambda: torch.matmul(a, b), 10) / 1e6)
-    del a, b
+peak, copy_gbs = peaks(dev)
 print(f"peak bf16 {peak:.1f} TFLOP/s (torch.matmul)")
-_src = torch.empty(2**28, dtype=torch.float32, device=dev)
-_dst = torch.empty_like(_src)
-copy_gbs = 2 * _src.numel() * 4 / timed(lambda: _dst.copy_(_src), 10) / 1e3
-del _src, _dst
 print(f"copy {copy_gbs:.0f} GB/s (1 GiB device copy, read + write)")
 
 
