@@ -165,7 +165,7 @@ import { join } from 'node:path';
 import { GgufFile, SafetensorsFile, checkModel, type WeightSource } from '../ts/weights/index.ts';
 import { ggufBytes, safetensorsBytes } from '../tests/weights-writers.ts';
 import { loadModel } from '../ts/models/index.ts';
-import { modelFixture } from '../tests/model-fixtures.ts';
+import { modelFixture, relL2 } from '../tests/model-fixtures.ts';
 
 interface Row {
   kernel: string;
@@ -277,16 +277,6 @@ function sampledProduct(y: Buffer, x: Float64Array, row: (j: number) => Float64A
 function sampledErr(got: Float64Array, cols: number, all: boolean, wantAt: (row: number, col: number) => number): number {
   const samples = all ? Array.from({ length: got.length }, (_, i) => i) : Array.from({ length: 256 }, () => Math.floor(rng.uniform(0, got.length)));
   return scaledErr(samples.map((i) => got[i]!), samples.map((i) => wantAt(Math.floor(i / cols), i % cols)));
-}
-
-/** ||got - want|| / ||want||, over the whole vectors. */
-function rel(got: ArrayLike<number>, want: ArrayLike<number>): number {
-  let n = 0, dd = 0;
-  for (let i = 0; i < want.length; i++) {
-    n += (got[i]! - want[i]!) ** 2;
-    dd += want[i]! ** 2;
-  }
-  return Math.sqrt(n / dd);
 }
 
 function main(): number {
@@ -1157,13 +1147,13 @@ function main(): number {
     const t0 = performance.now();
     const tokens = [m.prefill(fx.prompt)];
     const t1 = performance.now();
-    let err = rel(m.logits.readNumbers(), fx.prefill[fx.prompt.length - 1]!);
+    let err = relL2(m.logits.readNumbers(), fx.prefill[fx.prompt.length - 1]!);
     let decodeMs = 0;
     for (let i = 0; i < steps; i++) {
       const s0 = performance.now();
       tokens.push(m.decode());
       decodeMs += performance.now() - s0;
-      err = Math.max(err, rel(m.logits.readNumbers(), fx.decode[i]!));
+      err = Math.max(err, relL2(m.logits.readNumbers(), fx.decode[i]!));
     }
     if (tokens.some((t, i) => t !== fx.tokens[i])) err = Infinity;
     rows.push({ kernel: `models: ${fixture} vs transformers ${fx.manifest.versions['transformers']}`, model: name,
@@ -1185,7 +1175,7 @@ function main(): number {
       for (let i = 0; i < steps; i++) {
         tokens.push(m.decode());
         if (i > 0) host.push(m.hostStepMs);
-        err = Math.max(err, rel(m.logits.readNumbers(), fx.decode[i]!));
+        err = Math.max(err, relL2(m.logits.readNumbers(), fx.decode[i]!));
       }
       const ms = performance.now() - t0;
       if (tokens.some((t, i) => t !== fx.tokens[i])) err = Infinity;
