@@ -23,6 +23,7 @@
 import { Device, type Buffer, type Encoder, type Library } from '../ts/index.ts';
 import { loadModel } from '../ts/models/index.ts';
 import { writeTinyCheckpoint, type TinyArch } from '../tests/model-checkpoints.ts';
+import { ADD_K } from '../tests/replay-kernels.ts';
 import { uniformBuffer } from './common.ts';
 
 const stepsAt = process.argv.indexOf('--steps');
@@ -30,20 +31,7 @@ const STEPS = stepsAt >= 0 ? Number(process.argv[stepsAt + 1]) : 30;
 const WARMUP = 3;
 const dev = Device.open();
 
-const SOURCE = {
-  metal: `#include <metal_stdlib>
-using namespace metal;
-kernel void add_k(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
-                  constant float& k [[buffer(2)]], constant uint& n [[buffer(3)]], uint i [[thread_position_in_grid]]) {
-  if (i < n) y[i] = x[i] + k;
-}
-`,
-  cuda: `extern "C" __global__ void add_k(const float* x, float* y, const float* k, const unsigned* n) {
-  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < *n) y[i] = x[i] + *k;
-}
-`,
-};
+const SOURCE = ADD_K;
 
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
