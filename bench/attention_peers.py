@@ -23,7 +23,7 @@
 import torch
 import torch.nn.functional as F
 
-from cuda_timing import timed as cuda_timed
+from cuda_timing import peaks, timed as cuda_timed
 
 dev = "cuda"
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -34,17 +34,8 @@ def timed(fn, iters=10):
 
 
 print("device:", torch.cuda.get_device_name(), "torch", torch.__version__)
-peak = 0.0
-for m, n, k in [(8192, 8192, 8192), (16384, 16384, 8192)]:
-    a = torch.randn(m, k, dtype=torch.bfloat16, device=dev)
-    b = torch.randn(k, n, dtype=torch.bfloat16, device=dev)
-    peak = max(peak, 2 * m * n * k / timed(lambda: torch.matmul(a, b), 10) / 1e6)
-    del a, b
+peak, copy_gbs = peaks(dev)
 print(f"peak bf16 {peak:.1f} TFLOP/s (torch.matmul)")
-_src = torch.empty(2**28, dtype=torch.float32, device=dev)
-_dst = torch.empty_like(_src)
-copy_gbs = 2 * _src.numel() * 4 / timed(lambda: _dst.copy_(_src), 10) / 1e3
-del _src, _dst
 print(f"copy {copy_gbs:.0f} GB/s (1 GiB device copy, read + write)")
 
 
@@ -83,6 +74,39 @@ except ImportError as e:
     flex_missing = e
 
 
+def sdpa_rows(name, q, k, v, ke, ve, kw, iters, emit):
+    """SDPA on each of its backends (with enable_gqa; where a backend refuses that, with K and V repeated to the
+    query heads as ke, ve), then torch.compile's SDPA: emit(label, us) for each that runs, skip() for the rest."""
+    for tag, backend in [("default", None), ("flash", "FLASH_ATTENTION"), ("cudnn", "CUDNN_ATTENTION"), ("efficient", "EFFICIENT_ATTENTION")]:
+        for gqa in (True, False):
+            label_ = f"SDPA {tag}{'' if gqa else ' (K, V repeated)'} {name}"
+            try:
+                if gqa:
+                    inner = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kw)
+                else:
+                    inner = lambda: F.scaled_dot_product_attention(q, ke, ve, **kw)
+                if backend is None:
+                    fn = inner
+                else:
+                    if sdpa_kernel is None:
+                        raise RuntimeError("torch.nn.attention.sdpa_kernel is not available")
+                    be = getattr(SDPBackend, backend)
+
+                    def fn(inner=inner, be=be):
+                        with sdpa_kernel(be):
+                            return inner()
+                emit(label_, timed(fn, iters))
+                break
+            except Exception as e:  # a backend that does not take the shape
+                if not gqa:
+                    skip(label_, e)
+    try:
+        compiled = torch.compile(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, enable_gqa=True, **kw))
+        emit(f"torch.compile SDPA {name}", timed(lambda: compiled(q, k, v), iters))
+    except Exception as e:
+        skip(f"torch.compile SDPA {name}", e)
+
+
 def case(label, h, hkv, d, tq, tk, causal, window=0):
     off = tk - tq
     flops = 4 * h * d * visible(tq, tk, off, causal, window)
@@ -102,37 +126,7 @@ def case(label, h, hkv, d, tq, tk, causal, window=0):
             mask &= qi - kj < window
     kw = dict(attn_mask=mask) if mask is not None else dict(is_causal=causal)
     ke, ve = k.repeat_interleave(h // hkv, 1), v.repeat_interleave(h // hkv, 1)
-
-    def sdpa(gqa):
-        if gqa:
-            return lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kw)
-        return lambda: F.scaled_dot_product_attention(q, ke, ve, **kw)
-
-    for tag, backend in [("default", None), ("flash", "FLASH_ATTENTION"), ("cudnn", "CUDNN_ATTENTION"), ("efficient", "EFFICIENT_ATTENTION")]:
-        for gqa in (True, False):
-            label_ = f"SDPA {tag}{'' if gqa else ' (K, V repeated)'} {name}"
-            try:
-                if backend is None:
-                    fn = sdpa(gqa)
-                else:
-                    if sdpa_kernel is None:
-                        raise RuntimeError("torch.nn.attention.sdpa_kernel is not available")
-                    inner = sdpa(gqa)
-                    be = getattr(SDPBackend, backend)
-
-                    def fn(inner=inner, be=be):
-                        with sdpa_kernel(be):
-                            return inner()
-                row(label_, timed(fn, iters), flops)
-                break
-            except Exception as e:  # a backend that does not take the shape
-                if not gqa:
-                    skip(label_, e)
-    try:
-        compiled = torch.compile(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, enable_gqa=True, **kw))
-        row(f"torch.compile SDPA {name}", timed(lambda: compiled(q, k, v), iters), flops)
-    except Exception as e:
-        skip(f"torch.compile SDPA {name}", e)
+    sdpa_rows(name, q, k, v, ke, ve, kw, iters, lambda label_, us: row(label_, us, flops))
     if flash_attn_func is not None:
         try:
             qt, kt, vt = q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
@@ -204,34 +198,7 @@ def decode_case(label, b, h, hkv, d, cap, lens, dtype=torch.bfloat16, ring=False
         kw["attn_mask"] = (torch.arange(tk, device=dev).view(1, 1, 1, tk) < torch.tensor(visible, device=dev).view(b, 1, 1, 1))
     ke, ve = k.repeat_interleave(h // hkv, 1), v.repeat_interleave(h // hkv, 1)
     iters = 50 if nbytes < 2e8 else 10
-    for tag, backend in [("default", None), ("flash", "FLASH_ATTENTION"), ("cudnn", "CUDNN_ATTENTION"), ("efficient", "EFFICIENT_ATTENTION")]:
-        for gqa in (True, False):
-            label_ = f"SDPA {tag}{'' if gqa else ' (K, V repeated)'} {name}"
-            try:
-                if gqa:
-                    inner = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kw)
-                else:
-                    inner = lambda: F.scaled_dot_product_attention(q, ke, ve, **kw)
-                if backend is None:
-                    fn = inner
-                else:
-                    if sdpa_kernel is None:
-                        raise RuntimeError("torch.nn.attention.sdpa_kernel is not available")
-                    be = getattr(SDPBackend, backend)
-
-                    def fn(inner=inner, be=be):
-                        with sdpa_kernel(be):
-                            return inner()
-                drow(label_, timed(fn, iters), nbytes)
-                break
-            except Exception as e:  # a backend that does not take the shape
-                if not gqa:
-                    skip(label_, e)
-    try:
-        compiled = torch.compile(lambda a, bb, c: F.scaled_dot_product_attention(a, bb, c, enable_gqa=True, **kw))
-        drow(f"torch.compile SDPA {name}", timed(lambda: compiled(q, k, v), iters), nbytes)
-    except Exception as e:
-        skip(f"torch.compile SDPA {name}", e)
+    sdpa_rows(name, q, k, v, ke, ve, kw, iters, lambda label_, us: drow(label_, us, nbytes))
     if flash_attn_with_kvcache is not None and dtype != torch.float32:
         try:
             qt, kt, vt = q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 import ggml_torch
 from quantized_torch import dequantize, random_affine
 
-from cuda_timing import timed as cuda_timed
+from cuda_timing import peaks, timed as cuda_timed
 
 dev = "cuda"
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -38,16 +38,7 @@ def timed(fn, iters=20):
 
 
 print("device:", torch.cuda.get_device_name(), "torch", torch.__version__)
-src = torch.empty(2**28, dtype=torch.float32, device=dev)
-dst = torch.empty_like(src)
-copy_gbs = 2 * src.numel() * 4 / timed(lambda: dst.copy_(src), 10) / 1e3
-del src, dst
-peak = 0.0
-for m, n, k in [(8192, 8192, 8192), (16384, 16384, 8192)]:
-    a = torch.randn(m, k, dtype=torch.bfloat16, device=dev)
-    b = torch.randn(k, n, dtype=torch.bfloat16, device=dev)
-    peak = max(peak, 2 * m * n * k / timed(lambda: torch.matmul(a, b), 10) / 1e6)
-    del a, b
+peak, copy_gbs = peaks(dev)
 print(f"peak bf16 {peak:.1f} TFLOP/s (torch.matmul), copy {copy_gbs:.0f} GB/s")
 
 size = {torch.bfloat16: 2, torch.float16: 2, torch.float32: 4}

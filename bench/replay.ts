@@ -15,7 +15,10 @@
 //             flash_attn_vec, plus the submission), loadModel with and
 //             without { replay: true }.
 // Each row: the median over the timed steps (after warm-up steps) and per
-// dispatch. Also checks that both ways give the same results.
+// dispatch. Also checks that both ways give the same results. The chains'
+// last column is the device's time of a replayed step per dispatch: on cuda,
+// what a dependent kernel costs in a graph when it does almost nothing (the
+// floor a model step of that many dispatches cannot go under).
 //
 //   bun run bench/replay.ts [--steps N]
 // Backend: MLX_NATIVE_BACKEND or the default.
@@ -23,6 +26,7 @@
 import { Device, type Buffer, type Encoder, type Library } from '../ts/index.ts';
 import { loadModel } from '../ts/models/index.ts';
 import { writeTinyCheckpoint, type TinyArch } from '../tests/model-checkpoints.ts';
+import { ADD_K } from '../tests/replay-kernels.ts';
 import { uniformBuffer } from './common.ts';
 
 const stepsAt = process.argv.indexOf('--steps');
@@ -30,27 +34,14 @@ const STEPS = stepsAt >= 0 ? Number(process.argv[stepsAt + 1]) : 30;
 const WARMUP = 3;
 const dev = Device.open();
 
-const SOURCE = {
-  metal: `#include <metal_stdlib>
-using namespace metal;
-kernel void add_k(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
-                  constant float& k [[buffer(2)]], constant uint& n [[buffer(3)]], uint i [[thread_position_in_grid]]) {
-  if (i < n) y[i] = x[i] + k;
-}
-`,
-  cuda: `extern "C" __global__ void add_k(const float* x, float* y, const float* k, const unsigned* n) {
-  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < *n) y[i] = x[i] + *k;
-}
-`,
-};
+const SOURCE = ADD_K;
 
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   return s[s.length >> 1]!;
 }
 
-interface Row { what: string; dispatches: number; recordedMs: number; replayedMs: number }
+interface Row { what: string; dispatches: number; recordedMs: number; replayedMs: number; deviceUs?: number }
 
 const ELEMENTS = 256;
 
@@ -81,6 +72,7 @@ function chain(lib: Library, n: number): Row {
   // Recorded once, then patched (the first dispatch's k) and replayed.
   a.write(start);
   const replayed: number[] = [];
+  const device: number[] = [];
   const enc = dev.encoder({ replayable: true });
   record(enc, 0);
   enc.commitAndWait();
@@ -91,14 +83,17 @@ function chain(lib: Library, n: number): Row {
     enc.patch(0, first);
     const patchMs = performance.now() - t0;
     enc.replayAndWait();
-    if (s >= WARMUP) replayed.push(patchMs + enc.submitMs);
+    if (s >= WARMUP) {
+      replayed.push(patchMs + enc.submitMs);
+      device.push(enc.gpuTimeNs / 1e3);
+    }
   }
   const same = a.read().every((v, i) => v === fresh[i]);
   if (!same) throw new Error(`chain ${n}: replayed results differ from those recorded afresh`);
   enc.release();
   a.release();
   b.release();
-  return { what: `chain of ${n} add_k (256 floats)`, dispatches: n, recordedMs: median(recorded), replayedMs: median(replayed) };
+  return { what: `chain of ${n} add_k (256 floats)`, dispatches: n, recordedMs: median(recorded), replayedMs: median(replayed), deviceUs: median(device) };
 }
 
 const PROMPT = [17, 301, 42, 9, 100, 200, 311, 7, 8, 450, 3, 77];
@@ -127,10 +122,10 @@ lib.release();
 for (const arch of ['qwen3_5_moe', 'gemma4'] as TinyArch[]) rows.push(model(arch, writeTinyCheckpoint(arch, 7)));
 
 console.log(`replay host cost on ${dev.backend} (${dev.name}), ${new Date().toISOString().slice(0, 10)}, median of ${STEPS} steps (models: ${Math.min(STEPS, 40)})`);
-console.log('| work | dispatches | recorded: ms/step | us/dispatch | replayed: ms/step | us/dispatch | ratio |');
-console.log('|---|---:|---:|---:|---:|---:|---:|');
+console.log('| work | dispatches | recorded: ms/step | us/dispatch | replayed: ms/step | us/dispatch | ratio | device time replayed: us/dispatch |');
+console.log('|---|---:|---:|---:|---:|---:|---:|---:|');
 for (const r of rows) {
   const us = (ms: number) => ((ms * 1e3) / r.dispatches).toFixed(2);
-  console.log(`| ${r.what} | ${r.dispatches} | ${r.recordedMs.toFixed(3)} | ${us(r.recordedMs)} | ${r.replayedMs.toFixed(3)} | ${us(r.replayedMs)} | ${(r.recordedMs / r.replayedMs).toFixed(1)}x |`);
+  console.log(`| ${r.what} | ${r.dispatches} | ${r.recordedMs.toFixed(3)} | ${us(r.recordedMs)} | ${r.replayedMs.toFixed(3)} | ${us(r.replayedMs)} | ${(r.recordedMs / r.replayedMs).toFixed(1)}x | ${r.deviceUs === undefined ? '' : (r.deviceUs / r.dispatches).toFixed(2)} |`);
 }
 dev.close();

@@ -104,7 +104,7 @@
 // Time: device time of the commit (wall time
 // on the emulator), after the kernel was compiled.
 
-import { Device, type Buffer, type DType } from '../ts/index.ts';
+import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
 import { chunkGatedDeltaRule, chunkLocalCumsum, gatedDeltaNetChunk } from '../ts/ops/chunk_gated_delta_rule.ts';
 import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
 import { elementwiseAdd } from '../ts/ops/elementwise.ts';
@@ -165,7 +165,7 @@ import { join } from 'node:path';
 import { GgufFile, SafetensorsFile, checkModel, type WeightSource } from '../ts/weights/index.ts';
 import { ggufBytes, safetensorsBytes } from '../tests/weights-writers.ts';
 import { loadModel } from '../ts/models/index.ts';
-import { modelFixture } from '../tests/model-fixtures.ts';
+import { modelFixture, relL2 } from '../tests/model-fixtures.ts';
 
 interface Row {
   kernel: string;
@@ -250,26 +250,63 @@ function timed(device: Device, record: (enc: ReturnType<Device['encoder']>) => v
   return enc.gpuTimeNs / 1e6;
 }
 
+/**
+ * Sampled outputs of y [tokens, n] = x w^T against the float64 reference, row
+ * j of w given by row(j): every column of one token, else `perToken` random
+ * columns of every token. The outputs and the reference's, in step.
+ */
+function sampledProduct(y: Buffer, x: Float64Array, row: (j: number) => Float64Array, tokens: number, n: number, k: number,
+  perToken: number): { seen: number[]; want: number[] } {
+  const cols = tokens === 1 ? Array.from({ length: n }, (_, j) => j) : Array.from({ length: perToken }, () => Math.floor(rng.uniform(0, n)));
+  const got = y.readNumbers();
+  const seen: number[] = [];
+  const want: number[] = [];
+  for (let t = 0; t < tokens; t++) {
+    for (const j of cols) {
+      seen.push(got[t * n + j]!);
+      want.push(denseRef(x.subarray(t * k, (t + 1) * k), row(j), 1, 1, k)[0]!);
+    }
+  }
+  return { seen, want };
+}
+
+/**
+ * The error of rows of `cols` outputs against wantAt(row, column): every
+ * output where `all`, else 256 random ones.
+ */
+function sampledErr(got: Float64Array, cols: number, all: boolean, wantAt: (row: number, col: number) => number): number {
+  const samples = all ? Array.from({ length: got.length }, (_, i) => i) : Array.from({ length: 256 }, () => Math.floor(rng.uniform(0, got.length)));
+  return scaledErr(samples.map((i) => got[i]!), samples.map((i) => wantAt(Math.floor(i / cols), i % cols)));
+}
+
 function main(): number {
   using device = Device.open();
   const emu = device.backend === 'emu';
   const rows: Row[] = [];
   const note = emu ? ' (shortened for the emulator)' : '';
+  /**
+   * The row of a kernel with one output: its inputs stored, in order (so
+   * drawn in that order), its output poisoned, the kernel timed, the output
+   * against ref of the inputs' stored values; every buffer released.
+   */
+  const oneOutput = (row: Omit<Row, 'err' | 'ms'>, inputs: [DType, ArrayLike<number>][], output: [DType, number],
+    record: (enc: Encoder, ins: Buffer[], out: Buffer) => void, ref: (values: Float64Array[]) => ArrayLike<number>): void => {
+    const ins = inputs.map(([dtype, data]) => stored(device, dtype, data));
+    const out = poisoned(device, ...output);
+    const ms = timed(device, (enc) => record(enc, ins.map((i) => i.buf), out));
+    rows.push({ ...row, err: scaledErr(out.readNumbers(), ref(ins.map((i) => i.values))), ms });
+    for (const b of [...ins.map((i) => i.buf), out]) b.release();
+  };
 
   // --- Gemma 4 sublayer norms, hidden 4096 ---
   {
     const tokens = 16;
     const dim = 4096;
     const n = tokens * dim;
-    const res = stored(device, 'f32', randn(n));
-    const inp = stored(device, 'f32', randn(n, 3));
-    const w = stored(device, 'f32', uniform(dim, 0.5, 1.5));
-    const out = poisoned(device, 'f32', n);
-    const ms = timed(device, (enc) =>
-      fusedNormAdd(enc, { residual: res.buf, input: inp.buf, weight: w.buf, output: out, rows: tokens, dim, eps: 1e-6 }));
-    const want = fusedNormAddRef(res.values, inp.values, w.values, tokens, dim, 1e-6);
-    rows.push({ kernel: 'fused_norm_add_f32', model: 'Gemma 4 norm', shape: `${tokens} x ${dim}`, err: scaledErr(out.readNumbers(), want), tol: 1e-5, ms });
-    for (const b of [res.buf, inp.buf, w.buf, out]) b.release();
+    oneOutput({ kernel: 'fused_norm_add_f32', model: 'Gemma 4 norm', shape: `${tokens} x ${dim}`, tol: 1e-5 },
+      [['f32', randn(n)], ['f32', randn(n, 3)], ['f32', uniform(dim, 0.5, 1.5)]], ['f32', n],
+      (enc, [res, inp, w], output) => fusedNormAdd(enc, { residual: res!, input: inp!, weight: w!, output, rows: tokens, dim, eps: 1e-6 }),
+      ([res, inp, w]) => fusedNormAddRef(res!, inp!, w!, tokens, dim, 1e-6));
   }
   {
     const tokens = 16;
@@ -322,15 +359,10 @@ function main(): number {
   const T = emu ? 256 : 4096;
   {
     const rowsN = T * H;
-    const a = stored(device, 'f32', randn(rowsN * VD));
-    const z = stored(device, 'f32', randn(rowsN * VD));
-    const w = stored(device, 'f32', uniform(VD, 0.5, 1.5));
-    const out = poisoned(device, 'f32', rowsN * VD);
-    const ms = timed(device, (enc) =>
-      ssmNormGate(enc, { attnOut: a.buf, weight: w.buf, z: z.buf, output: out, rows: rowsN, dV: VD, eps: 1e-6 }));
-    const want = ssmNormGateRef(a.values, w.values, z.values, rowsN, VD, 1e-6);
-    rows.push({ kernel: 'ssm_norm_gate_f32', model: 'Qwen3.6 GDN', shape: `${T} tok x ${H} heads x ${VD}${note}`, err: scaledErr(out.readNumbers(), want), tol: 1e-5, ms });
-    for (const b of [a.buf, z.buf, w.buf, out]) b.release();
+    oneOutput({ kernel: 'ssm_norm_gate_f32', model: 'Qwen3.6 GDN', shape: `${T} tok x ${H} heads x ${VD}${note}`, tol: 1e-5 },
+      [['f32', randn(rowsN * VD)], ['f32', randn(rowsN * VD)], ['f32', uniform(VD, 0.5, 1.5)]], ['f32', rowsN * VD],
+      (enc, [a, z, w], output) => ssmNormGate(enc, { attnOut: a!, weight: w!, z: z!, output, rows: rowsN, dV: VD, eps: 1e-6 }),
+      ([a, z, w]) => ssmNormGateRef(a!, w!, z!, rowsN, VD, 1e-6));
   }
   {
     const BT = 64;
@@ -587,26 +619,19 @@ function main(): number {
   {
     const tokens = 16;
     const dim = 5376;
-    const x = stored(device, 'bf16', randn(tokens * dim, 4));
-    const w = stored(device, 'bf16', uniform(dim, 0.5, 1.5));
-    const y = poisoned(device, 'bf16', tokens * dim);
-    const ms = timed(device, (enc) => rmsNorm(enc, { input: x.buf, weight: w.buf, output: y, rows: tokens, dim }));
-    rows.push({ kernel: 'rms_norm_bf16', model: 'Gemma 4 31B norm', shape: `${tokens} x ${dim}`,
-      err: scaledErr(y.readNumbers(), rmsNormRef(x.values, w.values, tokens, dim, 1e-6)), tol: 1e-2, ms });
-    for (const b of [x.buf, w.buf, y]) b.release();
+    oneOutput({ kernel: 'rms_norm_bf16', model: 'Gemma 4 31B norm', shape: `${tokens} x ${dim}`, tol: 1e-2 },
+      [['bf16', randn(tokens * dim, 4)], ['bf16', uniform(dim, 0.5, 1.5)]], ['bf16', tokens * dim],
+      (enc, [x, w], output) => rmsNorm(enc, { input: x!, weight: w!, output, rows: tokens, dim }),
+      ([x, w]) => rmsNormRef(x!, w!, tokens, dim, 1e-6));
   }
   for (const [model, heads, headDim, weighted] of [['Qwen3.6 q norm', 16, 256, true], ['Gemma 4 v norm', 2, 512, false]] as const) {
     const tokens = 16;
     const n = tokens * heads * headDim;
-    const x = stored(device, 'bf16', randn(n, 5));
-    const w = stored(device, 'bf16', uniform(headDim, 0.5, 1.5));
-    const y = poisoned(device, 'bf16', n);
-    const ms = timed(device, (enc) =>
-      rmsNormPerHead(enc, { input: x.buf, weight: weighted ? w.buf : undefined, output: y, tokens, heads, headDim }));
-    rows.push({ kernel: weighted ? 'rms_norm_bf16 (per head)' : 'rms_norm_no_scale_bf16 (per head)', model,
-      shape: `${tokens} tok x ${heads} heads x ${headDim}`,
-      err: scaledErr(y.readNumbers(), rmsNormRef(x.values, weighted ? w.values : null, tokens * heads, headDim, 1e-6)), tol: 1e-2, ms });
-    for (const b of [x.buf, w.buf, y]) b.release();
+    oneOutput({ kernel: weighted ? 'rms_norm_bf16 (per head)' : 'rms_norm_no_scale_bf16 (per head)', model,
+      shape: `${tokens} tok x ${heads} heads x ${headDim}`, tol: 1e-2 },
+      [['bf16', randn(n, 5)], ['bf16', uniform(headDim, 0.5, 1.5)]], ['bf16', n],
+      (enc, [x, w], output) => rmsNormPerHead(enc, { input: x!, weight: weighted ? w : undefined, output, tokens, heads, headDim }),
+      ([x, w]) => rmsNormRef(x!, weighted ? w! : null, tokens * heads, headDim, 1e-6));
   }
   {
     const [heads, q, keys] = [16, 16, 512];
@@ -649,12 +674,9 @@ function main(): number {
   {
     const tokens = 16;
     const dim = 21504;
-    const x = stored(device, 'bf16', randn(tokens * dim, 3));
-    const y = poisoned(device, 'bf16', tokens * dim);
-    const ms = timed(device, (enc) => gelu(enc, { input: x.buf, output: y }));
-    rows.push({ kernel: 'gelu_bf16', model: 'Gemma 4 31B MLP activation', shape: `${tokens} tok x ${dim}`,
-      err: scaledErr(y.readNumbers(), geluRef(x.values)), tol: 1e-2, ms });
-    for (const b of [x.buf, y]) b.release();
+    oneOutput({ kernel: 'gelu_bf16', model: 'Gemma 4 31B MLP activation', shape: `${tokens} tok x ${dim}`, tol: 1e-2 },
+      [['bf16', randn(tokens * dim, 3)]], ['bf16', tokens * dim],
+      (enc, [x], output) => gelu(enc, { input: x!, output }), ([x]) => geluRef(x!));
   }
   // --- end of glue speed forms ---
 
@@ -662,47 +684,33 @@ function main(): number {
   {
     const tokens = 16;
     const dim = 5376;
-    const h = stored(device, 'bf16', randn(tokens * dim, 2));
-    const sub = stored(device, 'bf16', randn(tokens * dim, 0.5));
-    const y = poisoned(device, 'bf16', tokens * dim);
-    const ms = timed(device, (enc) => elementwiseAdd(enc, { a: h.buf, b: sub.buf, output: y }));
-    rows.push({ kernel: 'elementwise_add_bf16', model: 'Gemma 4 31B residual', shape: `${tokens} x ${dim}`,
-      err: scaledErr(y.readNumbers(), elementwiseAddRef(h.values, sub.values)), tol: 1e-2, ms });
-    for (const b of [h.buf, sub.buf, y]) b.release();
+    oneOutput({ kernel: 'elementwise_add_bf16', model: 'Gemma 4 31B residual', shape: `${tokens} x ${dim}`, tol: 1e-2 },
+      [['bf16', randn(tokens * dim, 2)], ['bf16', randn(tokens * dim, 0.5)]], ['bf16', tokens * dim],
+      (enc, [h, sub], output) => elementwiseAdd(enc, { a: h!, b: sub!, output }), ([h, sub]) => elementwiseAddRef(h!, sub!));
   }
   // --- end of elementwise ---
   // --- the gated activations: silu_mul, gelu, sigmoid_mul ---
   {
     const tokens = 16;
     const dim = 17408;
-    const gateUp = stored(device, 'bf16', randn(tokens * 2 * dim, 2));
-    const y = poisoned(device, 'bf16', tokens * dim);
-    const ms = timed(device, (enc) => siluMulHalves(enc, { gateUp: gateUp.buf, output: y, rows: tokens, dim }));
-    rows.push({ kernel: 'silu_mul_halves_bf16', model: 'Qwen3.6-27B MLP (fused gate_up)', shape: `${tokens} tok x 2 x ${dim}`,
-      err: scaledErr(y.readNumbers(), siluMulHalvesRef(gateUp.values, tokens, dim)), tol: 1e-2, ms });
-    for (const b of [gateUp.buf, y]) b.release();
+    oneOutput({ kernel: 'silu_mul_halves_bf16', model: 'Qwen3.6-27B MLP (fused gate_up)', shape: `${tokens} tok x 2 x ${dim}`, tol: 1e-2 },
+      [['bf16', randn(tokens * 2 * dim, 2)]], ['bf16', tokens * dim],
+      (enc, [gateUp], output) => siluMulHalves(enc, { gateUp: gateUp!, output, rows: tokens, dim }),
+      ([gateUp]) => siluMulHalvesRef(gateUp!, tokens, dim));
   }
   {
     const tokens = 16;
     const dim = 21504;
-    const gate = stored(device, 'bf16', randn(tokens * dim, 2));
-    const up = stored(device, 'bf16', randn(tokens * dim, 2));
-    const y = poisoned(device, 'bf16', tokens * dim);
-    const ms = timed(device, (enc) => geluTanhMul(enc, { gate: gate.buf, up: up.buf, output: y }));
-    rows.push({ kernel: 'gelu_tanh_mul_bf16', model: 'Gemma 4 31B MLP (GeGLU)', shape: `${tokens} tok x ${dim}`,
-      err: scaledErr(y.readNumbers(), geluTanhMulRef(gate.values, up.values)), tol: 1e-2, ms });
-    for (const b of [gate.buf, up.buf, y]) b.release();
+    oneOutput({ kernel: 'gelu_tanh_mul_bf16', model: 'Gemma 4 31B MLP (GeGLU)', shape: `${tokens} tok x ${dim}`, tol: 1e-2 },
+      [['bf16', randn(tokens * dim, 2)], ['bf16', randn(tokens * dim, 2)]], ['bf16', tokens * dim],
+      (enc, [gate, up], output) => geluTanhMul(enc, { gate: gate!, up: up!, output }), ([gate, up]) => geluTanhMulRef(gate!, up!));
   }
   {
     const [tokens, heads, headDim] = [16, 16, 256];
     const n = tokens * heads * headDim;
-    const x = stored(device, 'bf16', randn(n, 1));
-    const gate = stored(device, 'bf16', randn(n, 3));
-    const y = poisoned(device, 'bf16', n);
-    const ms = timed(device, (enc) => sigmoidMul(enc, { x: x.buf, gate: gate.buf, output: y }));
-    rows.push({ kernel: 'sigmoid_mul_bf16', model: 'Qwen3.6 attn output gate', shape: `${tokens} tok x ${heads} heads x ${headDim}`,
-      err: scaledErr(y.readNumbers(), sigmoidMulRef(x.values, gate.values)), tol: 1e-2, ms });
-    for (const b of [x.buf, gate.buf, y]) b.release();
+    oneOutput({ kernel: 'sigmoid_mul_bf16', model: 'Qwen3.6 attn output gate', shape: `${tokens} tok x ${heads} heads x ${headDim}`, tol: 1e-2 },
+      [['bf16', randn(n, 1)], ['bf16', randn(n, 3)]], ['bf16', n],
+      (enc, [x, gate], output) => sigmoidMul(enc, { x: x!, gate: gate!, output }), ([x, gate]) => sigmoidMulRef(x!, gate!));
   }
   // --- end of the gated activations ---
 
@@ -771,17 +779,7 @@ function main(): number {
       const x = stored(device, 'bf16', randn(tokens * k));
       const y = poisoned(device, 'bf16', tokens * n);
       const ms = timed(device, (enc) => denseMatmul(enc, { x: x.buf, weight: w.buf, output: y, m: tokens, n, k }));
-      const cols = tokens === 1 ? Array.from({ length: n }, (_, j) => j)
-        : Array.from({ length: tokens > 64 ? 64 : 512 }, () => Math.floor(rng.uniform(0, n)));
-      const got = y.readNumbers();
-      const seen: number[] = [];
-      const want: number[] = [];
-      for (let t = 0; t < tokens; t++) {
-        for (const j of cols) {
-          seen.push(got[t * n + j]!);
-          want.push(denseRef(x.values.subarray(t * k, (t + 1) * k), w.row(j), 1, 1, k)[0]!);
-        }
-      }
+      const { seen, want } = sampledProduct(y, x.values, w.row, tokens, n, k, tokens > 64 ? 64 : 512);
       rows.push({ kernel: tokens === 1 ? 'dense_mv_bf16' : 'dense_mm_bf16', model: 'Qwen3.6 27B MLP up',
         shape: `${tokens} tok x ${k} -> ${n}${note}`, err: scaledErr(seen, want), tol: 1e-2, ms });
       x.buf.release();
@@ -808,6 +806,7 @@ function main(): number {
     const [k, n, distinct, gs, bits] = [5120, emu ? 1024 : 17408, 1024, 64, 4];
     const qz = affineQuantize(randn(distinct * k, 0.05), distinct, k, gs, bits, 'bf16');
     const w = affineDequantize(qz.packed, qz.scales, qz.biases, distinct, k, gs, bits);
+    const row = (j: number): Float64Array => w.subarray((j % distinct) * k, (j % distinct + 1) * k);
     const rowBytes = (k * bits) / 8;
     const groups = k / gs;
     const weight = device.alloc('u32', [(n * rowBytes) / 4]);
@@ -826,16 +825,7 @@ function main(): number {
       const y = poisoned(device, 'bf16', tokens * n);
       const ms = timed(device, (enc) =>
         affineQuantizedMatmul(enc, { x: x.buf, weight, scales, biases, output: y, m: tokens, n, k, groupSize: gs, bits }));
-      const cols = tokens === 1 ? Array.from({ length: n }, (_, j) => j) : Array.from({ length: 512 }, () => Math.floor(rng.uniform(0, n)));
-      const got = y.readNumbers();
-      const seen: number[] = [];
-      const want: number[] = [];
-      for (let t = 0; t < tokens; t++) {
-        for (const j of cols) {
-          seen.push(got[t * n + j]!);
-          want.push(denseRef(x.values.subarray(t * k, (t + 1) * k), w.subarray((j % distinct) * k, (j % distinct + 1) * k), 1, 1, k)[0]!);
-        }
-      }
+      const { seen, want } = sampledProduct(y, x.values, row, tokens, n, k, 512);
       rows.push({ kernel: tokens === 1 ? 'quantized_mv_bf16' : 'quantized_mm_bf16', model: 'Qwen3.6 27B MLP up, MLX 4-bit g64',
         shape: `${tokens} tok x ${k} -> ${n}${note}`, err: scaledErr(seen, want), tol: 1e-2, ms });
       x.buf.release();
@@ -850,6 +840,7 @@ function main(): number {
     const [k, n, distinct] = [5120, emu ? 1024 : 17408, 1024];
     const q = ggmlQuantize('Q4_K', randn(distinct * k, 0.05), distinct, k);
     const w = ggmlDequantizeRef('Q4_K', q, distinct * k);
+    const row = (j: number): Float64Array => w.subarray((j % distinct) * k, (j % distinct + 1) * k);
     const rowBytes = ggmlRowBytesOf('Q4_K', k);
     const weight = device.alloc('u8', [n * rowBytes]);
     for (let r = 0; r < n; r += distinct) weight.write(q.subarray(0, Math.min(distinct, n - r) * rowBytes), { byteOffset: r * rowBytes });
@@ -857,16 +848,7 @@ function main(): number {
       const x = stored(device, 'f32', randn(tokens * k));
       const y = poisoned(device, 'f32', tokens * n);
       const ms = timed(device, (enc) => quantizedMatmulGgml(enc, { input: x.buf, weight, output: y, m: tokens, n, k, ggmlType: 'Q4_K' }));
-      const cols = tokens === 1 ? Array.from({ length: n }, (_, j) => j) : Array.from({ length: 512 }, () => Math.floor(rng.uniform(0, n)));
-      const got = y.readNumbers();
-      const seen: number[] = [];
-      const want: number[] = [];
-      for (let t = 0; t < tokens; t++) {
-        for (const j of cols) {
-          seen.push(got[t * n + j]!);
-          want.push(denseRef(x.values.subarray(t * k, (t + 1) * k), w.subarray((j % distinct) * k, (j % distinct + 1) * k), 1, 1, k)[0]!);
-        }
-      }
+      const { seen, want } = sampledProduct(y, x.values, row, tokens, n, k, 512);
       // Metal's vector kernel sums f32 products of an f32 weight; its matrix kernel stages the weight in f16,
       // and CUDA's tensor cores take the weight and x in bf16.
       const tol = tokens === 1 && device.backend !== 'cuda' ? 1e-5 : 1e-2;
@@ -987,28 +969,15 @@ function main(): number {
       }
       // gate/up: every output of the decode token, 256 random (pair, column) of the prefill.
       const hv = h.readNumbers();
-      const samples = T === 1 ? Array.from({ length: P * I }, (_, i) => i) : Array.from({ length: 256 }, () => Math.floor(rng.uniform(0, P * I)));
-      const hGot: number[] = [];
-      const hWant: number[] = [];
-      for (const i of samples) {
-        const p = Math.floor(i / I), j = i % I;
-        hGot.push(hv[i]!);
-        hWant.push(act(expertDot(x.values, Math.floor(p / topK), gate.w, idv[p]!, I, j, H)) * expertDot(x.values, Math.floor(p / topK), up.w, idv[p]!, I, j, H));
-      }
+      const hErr = sampledErr(hv, I, T === 1, (p, j) =>
+        act(expertDot(x.values, Math.floor(p / topK), gate.w, idv[p]!, I, j, H)) * expertDot(x.values, Math.floor(p / topK), up.w, idv[p]!, I, j, H));
       rows.push({ kernel: T === 1 ? 'quantized_gate_up_mv_id_bf16' : 'quantized_gate_up_mm_id_bf16', model: 'Qwen3.6-35B-A3B experts, SwiGLU',
-        shape: `${H} -> 2 x ${I}, ${tag}`, err: scaledErr(hGot, hWant), tol: 1e-2, ms: guMs });
-      // down: from the device's h (rounded to bf16), the same samples over [P, H].
+        shape: `${H} -> 2 x ${I}, ${tag}`, err: hErr, tol: 1e-2, ms: guMs });
+      // down: from the device's h (rounded to bf16), sampled alike over [P, H].
       const yv = y.readNumbers();
-      const dSamples = T === 1 ? Array.from({ length: P * H }, (_, i) => i) : Array.from({ length: 256 }, () => Math.floor(rng.uniform(0, P * H)));
-      const yGot: number[] = [];
-      const yWant: number[] = [];
-      for (const i of dSamples) {
-        const p = Math.floor(i / H), j = i % H;
-        yGot.push(yv[i]!);
-        yWant.push(expertDot(hv, p, down.w, idv[p]!, H, j, I));
-      }
+      const yErr = sampledErr(yv, H, T === 1, (p, j) => expertDot(hv, p, down.w, idv[p]!, H, j, I));
       rows.push({ kernel: T === 1 ? 'quantized_mv_id_bf16' : 'quantized_mm_id_bf16', model: 'Qwen3.6-35B-A3B experts, down',
-        shape: `${I} -> ${H} over ${P} pairs, ${tag}`, err: scaledErr(yGot, yWant), tol: 1e-2, ms: downMs });
+        shape: `${I} -> ${H} over ${P} pairs, ${tag}`, err: yErr, tol: 1e-2, ms: downMs });
       // The layer's output: the reduce against the device's expert outputs, shared output and gate logit (each checked above or by its own tests).
       const ysv = ys.readNumbers();
       const lv = logit.readNumbers();
@@ -1175,24 +1144,16 @@ function main(): number {
     const fx = modelFixture(fixture);
     const steps = fx.decode.length;
     using m = loadModel(fx.folder, device, { maxContext: 64, precision: 'exact', prefillAttention: 'vector' });
-    const rel = (got: ArrayLike<number>, want: ArrayLike<number>) => {
-      let n = 0, dd = 0;
-      for (let i = 0; i < want.length; i++) {
-        n += (got[i]! - want[i]!) ** 2;
-        dd += want[i]! ** 2;
-      }
-      return Math.sqrt(n / dd);
-    };
     const t0 = performance.now();
     const tokens = [m.prefill(fx.prompt)];
     const t1 = performance.now();
-    let err = rel(m.logits.readNumbers(), fx.prefill[fx.prompt.length - 1]!);
+    let err = relL2(m.logits.readNumbers(), fx.prefill[fx.prompt.length - 1]!);
     let decodeMs = 0;
     for (let i = 0; i < steps; i++) {
       const s0 = performance.now();
       tokens.push(m.decode());
       decodeMs += performance.now() - s0;
-      err = Math.max(err, rel(m.logits.readNumbers(), fx.decode[i]!));
+      err = Math.max(err, relL2(m.logits.readNumbers(), fx.decode[i]!));
     }
     if (tokens.some((t, i) => t !== fx.tokens[i])) err = Infinity;
     rows.push({ kernel: `models: ${fixture} vs transformers ${fx.manifest.versions['transformers']}`, model: name,
@@ -1204,14 +1165,6 @@ function main(): number {
   {
     const fx = modelFixture('qwen3_5_moe');
     const steps = fx.decode.length;
-    const rel = (got: ArrayLike<number>, want: ArrayLike<number>) => {
-      let n = 0, dd = 0;
-      for (let i = 0; i < want.length; i++) {
-        n += (got[i]! - want[i]!) ** 2;
-        dd += want[i]! ** 2;
-      }
-      return Math.sqrt(n / dd);
-    };
     // Host time per decode step (recording or patching, plus submission), the median of the steps after the first.
     const hostPerStep = (replay: boolean) => {
       using m = loadModel(fx.folder, device, { maxContext: 64, precision: 'exact', prefillAttention: 'vector', replay });
@@ -1222,7 +1175,7 @@ function main(): number {
       for (let i = 0; i < steps; i++) {
         tokens.push(m.decode());
         if (i > 0) host.push(m.hostStepMs);
-        err = Math.max(err, rel(m.logits.readNumbers(), fx.decode[i]!));
+        err = Math.max(err, relL2(m.logits.readNumbers(), fx.decode[i]!));
       }
       const ms = performance.now() - t0;
       if (tokens.some((t, i) => t !== fx.tokens[i])) err = Infinity;

@@ -15,6 +15,8 @@
 //   gated_delta_net_kkt_bf16         A[i, j] = beta_i exp(g_i - g_j) k_i . k_j, j < i; 0 elsewhere
 //   chunk_tri_solve_invert_f32       Ai = (I + A)^-1
 //   gated_delta_net_recompute_wu_bf16  w = Ai (beta exp(g) k),  u = Ai (beta v)
+//   gated_delta_net_kkt_solve_wu_bf16  the three above in one kernel, A and Ai kept on chip:
+//                                    w and u from k, v, beta, g (the op's dispatch)
 //   gated_delta_net_chunk_inter_state_k{64,128,256}_bf16
 //                                    the state recurrence over the chunks of a sequence
 //   (gated_delta_net_chunk_inter_state_bf16: the same recurrence for B sequences of
@@ -358,6 +360,169 @@ typedef decltype(gated_delta_net_recompute_wu<float>)  gated_delta_net_recompute
 typedef decltype(gated_delta_net_recompute_wu<bfloat>) gated_delta_net_recompute_wu_bf16beta_t;
 template [[host_name("gated_delta_net_recompute_wu_bf16")]]           kernel gated_delta_net_recompute_wu_f32beta_t  gated_delta_net_recompute_wu<float>;
 template [[host_name("gated_delta_net_recompute_wu_bf16_beta_bf16")]] kernel gated_delta_net_recompute_wu_bf16beta_t gated_delta_net_recompute_wu<bfloat>;
+
+// ---------------------------------------------------------------------------
+// gated_delta_net_kkt_solve_wu_bf16: kkt, the triangular solve and w/u of one
+// (chunk, head) in one threadgroup, A and Ai never leaving it: the code and
+// summation orders of gated_delta_net_kkt_bf16, chunk_tri_solve_invert_f32
+// and gated_delta_net_recompute_wu_bf16 in turn, so the same w and u.
+// Grid (nt, H), 256 threads. Bindings: 0 k, 1 v, 2 beta, 3 g (cumsummed),
+// 4 w, 5 u, 6 chunks, 7 params.
+//   kkt    simdgroup sg sums rows [8 sg, +8) of k k^T (tiles on or left of the
+//          diagonal) over 64-column k tiles, into s; then A = the scaled,
+//          masked lower triangle, 0 elsewhere and at rows past len.
+//   solve  thread c < 64 solves column c by forward substitution, X
+//          transposed into s's strict upper triangle (as the tri-solve
+//          kernel); then each pair (i, j), i > j, moves X[i, j] to the lower
+//          triangle and zeroes the upper one, the diagonal set to 1: s = Ai.
+//   w, u   32-column slices of beta exp(g) k (then beta v) staged in f32 and
+//          multiplied by Ai's tiles 0..sg, as the w/u kernel.
+// Threadgroup memory: s 64 x 65 f32 (stride 65: the solve's threads read
+// their own rows in distinct banks), one 8 KiB region (the bf16 64 x 64 k
+// tile for kkt, then the f32 64 x 32 slices), 768 bytes of row coefficients:
+// 25 KiB.
+template <typename BetaT>
+kernel void gated_delta_net_kkt_solve_wu(
+    device const bfloat              *k_in   [[buffer(0)]],
+    device const bfloat              *v_in   [[buffer(1)]],
+    device const BetaT               *beta   [[buffer(2)]],
+    device const float               *g      [[buffer(3)]],
+    device bfloat                    *w_out  [[buffer(4)]],
+    device bfloat                    *u_out  [[buffer(5)]],
+    device const uint2               *chunks [[buffer(6)]],
+    constant ChunkGatedDeltaRuleParams &p    [[buffer(7)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort tid   [[thread_index_in_threadgroup]],
+    ushort sg    [[simdgroup_index_in_threadgroup]])
+{
+    constexpr uint NTH = 256;
+    constexpr uint LD = BT + 1;
+    constexpr uint CS = 32;            // columns per w / u slice
+    threadgroup float s[BT * LD];
+    threadgroup float xs[BT * CS];     // the k tile (bf16 [64][64]) during kkt
+    threadgroup float coef[3 * BT];    // g, beta exp(g), beta per row; 0 past len
+    threadgroup bfloat *ks = (threadgroup bfloat *)xs;
+
+    const uint2 ch = chunks[tgpig.x];
+    if (!chunk_ok(ch, p.n_tok)) return;
+    const uint t0 = ch.x, len = ch.y;
+    const uint head = tgpig.y;
+    const uint kh = head / (p.h / p.hg);
+    const uint H = p.h, K = p.k, V = p.v;
+
+    if (tid < BT) {
+        const bool live = tid < len;
+        const ulong at = ulong(t0 + tid) * H + head;
+        const float gv = live ? g[at] : 0.0f;
+        const float b = live ? float(beta[at]) : 0.0f;
+        coef[tid] = gv;
+        coef[BT + tid] = live ? b * exp(gv) : 0.0f;
+        coef[2 * BT + tid] = b;
+    }
+
+    mat_f32 acc[BT / 8];
+    for (uint j = 0; j <= sg; ++j) {
+        acc[j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+    }
+    device const bfloat *krow = k_in + (ulong(t0) * p.hg + kh) * K;
+    for (uint k0 = 0; k0 < K; k0 += KS) {
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        stage_rows_bf16(ks, krow + k0, ulong(p.hg) * K, len, tid, NTH);
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        for (uint c = 0; c < KS; c += 8) {
+            mat_bf16 x;
+            simdgroup_load(x, ks + 8 * sg * KS + c, KS);
+            for (uint j = 0; j <= sg; ++j) {
+                mat_bf16 y;
+                simdgroup_load(y, ks + 8 * j * KS + c, KS, ulong2(0, 0), true);
+                simdgroup_multiply_accumulate(acc[j], x, y, acc[j]);
+            }
+        }
+    }
+    for (uint j = 0; j <= sg; ++j) {
+        simdgroup_store(acc[j], s + 8 * sg * LD + 8 * j, LD);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint e = tid; e < BT * BT; e += NTH) {
+        const uint i = e / BT;
+        const uint j = e % BT;
+        s[i * LD + j] = i < len && j < i ? coef[2 * BT + i] * exp(coef[i] - coef[j]) * s[i * LD + j] : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+
+    if (tid < BT) {
+        const uint c = tid;
+        for (uint i = c + 1; i < len; ++i) {
+            float x = -s[i * LD + c];
+            for (uint j = c + 1; j < i; ++j) {
+                x -= s[i * LD + j] * s[c * LD + j];
+            }
+            s[c * LD + i] = x;
+        }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint e = tid; e < BT * BT; e += NTH) {
+        const uint i = e / BT;
+        const uint j = e % BT;
+        if (i > j) {
+            const float x = s[j * LD + i];
+            s[i * LD + j] = i < len ? x : 0.0f;
+            s[j * LD + i] = 0.0f;
+        } else if (i == j) {
+            s[i * LD + i] = i < len ? 1.0f : 0.0f;
+        }
+    }
+
+    // Slice q < K / CS is of w (k rows), the others of u (v rows).
+    const uint nk = K / CS;
+    for (uint q = 0; q < nk + V / CS; ++q) {
+        const bool is_w = q < nk;
+        const uint c0 = (is_w ? q : q - nk) * CS;
+        device const bfloat *src = is_w ? k_in + (ulong(t0) * p.hg + kh) * K + c0 : v_in + (ulong(t0) * H + head) * V + c0;
+        const ulong src_row = is_w ? ulong(p.hg) * K : ulong(H) * V;
+        threadgroup const float *cf = is_w ? coef + BT : coef + 2 * BT;
+
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        for (uint e = tid; e < BT * CS; e += NTH) {
+            const uint r = e / CS;
+            xs[e] = r < len ? cf[r] * float(src[ulong(r) * src_row + e % CS]) : 0.0f;
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+
+        mat_f32 acc[CS / 8];
+        for (uint n = 0; n < CS / 8; ++n) {
+            acc[n] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+        }
+        for (uint j = 0; j <= sg; ++j) {
+            mat_f32 x;
+            simdgroup_load(x, s + 8 * sg * LD + 8 * j, LD);
+            for (uint n = 0; n < CS / 8; ++n) {
+                mat_f32 y;
+                simdgroup_load(y, xs + 8 * j * CS + 8 * n, CS);
+                simdgroup_multiply_accumulate(acc[n], x, y, acc[n]);
+            }
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        for (uint n = 0; n < CS / 8; ++n) {
+            simdgroup_store(acc[n], xs + 8 * sg * CS + 8 * n, CS);
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+
+        device bfloat *dst = is_w ? w_out + (ulong(t0) * H + head) * K + c0 : u_out + (ulong(t0) * H + head) * V + c0;
+        const ulong dst_row = is_w ? ulong(H) * K : ulong(H) * V;
+        for (uint e = tid; e < BT * CS; e += NTH) {
+            const uint r = e / CS;
+            if (r < len) {
+                dst[ulong(r) * dst_row + e % CS] = bfloat(xs[e]);
+            }
+        }
+    }
+}
+
+typedef decltype(gated_delta_net_kkt_solve_wu<float>)  gated_delta_net_kkt_solve_wu_f32beta_t;
+typedef decltype(gated_delta_net_kkt_solve_wu<bfloat>) gated_delta_net_kkt_solve_wu_bf16beta_t;
+template [[host_name("gated_delta_net_kkt_solve_wu_bf16")]]           kernel gated_delta_net_kkt_solve_wu_f32beta_t  gated_delta_net_kkt_solve_wu<float>;
+template [[host_name("gated_delta_net_kkt_solve_wu_bf16_beta_bf16")]] kernel gated_delta_net_kkt_solve_wu_bf16beta_t gated_delta_net_kkt_solve_wu<bfloat>;
 
 // ---------------------------------------------------------------------------
 // The inter-state step: for each (sequence, head), the state h [V, K] f32

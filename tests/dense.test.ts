@@ -50,25 +50,9 @@ import {
 import type { Launch } from '../ts/plan.ts';
 import { denseAbsRef, denseRef } from '../ts/reference/dense.ts';
 import {
-  describeBackends,
-  describeValidation,
-  dotErr,
-  dotTolerance,
-  expectInvalid,
-  randomArray,
-  rng,
-  roundedTo,
-  TARGET_LIMITS,
-  TOL,
+  describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, roundedTo, run, TARGET_LIMITS, TOL,
 } from './helpers.ts';
 import { a, BF, buf, F, int, opContract, out, type Case } from './op-contract.ts';
-
-function run(dev: Device, rec: (enc: ReturnType<Device['encoder']>) => void): void {
-  const enc = dev.encoder();
-  rec(enc);
-  enc.commitAndWait();
-  enc.release();
-}
 
 /**
  * A buffer of n random values in [-1, 1) (never zeros) as a view at a

@@ -17,7 +17,7 @@
 
 import { describe, expect, test } from 'bun:test';
 import src from '../shaders/dense_matmul_id.metal' with { type: 'text' };
-import type { Buffer, Device, Encoder } from '../ts/index.ts';
+import type { Buffer, Device } from '../ts/index.ts';
 import {
   DENSE_MATMUL_ID_KERNELS,
   denseGateUpMmId,
@@ -29,17 +29,10 @@ import {
   packDenseMatmulIdParams,
 } from '../ts/ops/dense_matmul_id.ts';
 import { moeDispatchSort } from '../ts/ops/moe_dispatch.ts';
-import type { GateActivation } from '../ts/ops/quantized_matmul_id.ts';
 import { denseGateUpIdRef, denseMatmulIdRef } from '../ts/reference/dense_matmul_id.ts';
-import { describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, roundedTo, type Rng } from './helpers.ts';
+import { describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, roundedTo, run } from './helpers.ts';
+import { downErrors, gateUpCasesOver, idsFor, matrixCasesOver, type IdProduct, type IdShape } from './matmul-id.ts';
 import { a, buf, EW, int, opContract, out, U32, type Case } from './op-contract.ts';
-
-function run(dev: Device, rec: (enc: Encoder) => void): void {
-  const enc = dev.encoder();
-  rec(enc);
-  enc.commitAndWait();
-  enc.release();
-}
 
 describe('dense_matmul_id param packer matches the header and the .metal bindings', () => {
   test('DenseMatmulIdParams at buffer(4) of every kernel; the CUDA launches', () => {
@@ -128,32 +121,10 @@ describeValidation('dense_matmul_id validation', ({ enc, buf }) => {
 
 // ---- parity ----
 
-interface Shape {
-  dt: 'f32' | 'f16' | 'bf16';
-  m: number;
-  n: number;
-  k: number;
-  nExpertUsed: number;
-  numExperts: number;
-}
+type Shape = IdShape;
 
-function idsFor(r: Rng, pairs: number, numExperts: number, pick: (p: number) => number | null, bad: boolean): number[] {
-  return Array.from({ length: pairs }, (_, p) => {
-    const fixed = pick(p);
-    if (fixed !== null) return fixed;
-    if (bad && r.next() < 0.1) return numExperts + Math.floor(r.uniform(0, 1e9));
-    return Math.floor(r.uniform(0, numExperts));
-  });
-}
-
-/**
- * One product on the device (the matrix form after moe_dispatch_sort in the
- * same encoder) against the reference, every operand a view at an offset of
- * one allocation with random bytes around it: the error, Infinity where the
- * bytes around the output were written.
- */
-function checkProduct(dev: Device, s: Shape, ids: number[], form: 'vector' | 'matrix', seed: number,
-  gateUp?: { activation: GateActivation; fused: boolean }): number {
+/** IdProduct (tests/matmul-id.ts), every operand a view at an offset of one allocation with random bytes around it. */
+function checkProduct(dev: Device, ...[s, ids, form, seed, gateUp]: Parameters<IdProduct<Shape>>): number {
   const r = rng(seed);
   const { m, n, k, dt } = s;
   const pairs = m * s.nExpertUsed;
@@ -241,47 +212,24 @@ describeBackends('dense_matmul_id parity', ({ device }) => {
 
   test('matrix form after moe_dispatch_sort: an empty expert, one expert taking all, k not a multiple of 8 or 32', () => {
     const dev = device();
-    const over: string[] = [];
-    const cases: [string, Shape, (p: number) => number | null, boolean][] = [
-      ['40 tokens x top-3 of 7, k = 72', { dt: 'bf16', m: 40, n: 70, k: 72, nExpertUsed: 3, numExperts: 7 }, () => null, true],
-      ['one expert takes all 70 pairs, k = 45', { dt: 'f16', m: 35, n: 9, k: 45, nExpertUsed: 2, numExperts: 3 }, () => 1, false],
-      ['one token, top-4 of 6', { dt: 'bf16', m: 1, n: 33, k: 128, nExpertUsed: 4, numExperts: 6 }, (p) => 5 - p, false],
-    ];
-    let seed = 100;
-    for (const [name, s, pick, bad] of cases) {
-      const ids = idsFor(rng(seed), s.m * s.nExpertUsed, s.numExperts, pick, bad).map((e) => (s.numExperts === 7 && e === 2 ? 3 : e));
-      const e = checkProduct(dev, s, ids, 'matrix', seed++);
-      if (!(e < dotTolerance(s.dt, s.k))) over.push(`${name}: ${e}`);
-    }
-    expect(over).toEqual([]);
+    expect(matrixCasesOver<Shape>((...c) => checkProduct(dev, ...c), [
+      ['40 tokens x top-3 of 7, k = 72', { dt: 'bf16', m: 40, n: 70, k: 72, nExpertUsed: 3, numExperts: 7 }, () => null, true, 2],
+      ['one expert takes all 70 pairs, k = 45', { dt: 'f16', m: 35, n: 9, k: 45, nExpertUsed: 2, numExperts: 3 }, () => 1, false, null],
+      ['one token, top-4 of 6', { dt: 'bf16', m: 1, n: 33, k: 128, nExpertUsed: 4, numExperts: 6 }, (p) => 5 - p, false, null],
+    ])).toEqual([]);
   });
 
   test('fused gate/up (silu, gelu_tanh), vector and matrix forms, separate and fused [E, 2 I, k] weights', () => {
     const dev = device();
-    const over: string[] = [];
-    let seed = 200;
-    for (const activation of ['silu', 'gelu_tanh'] as const) {
-      for (const fused of [false, true]) {
-        for (const form of ['vector', 'matrix'] as const) {
-          const s: Shape = form === 'vector'
-            ? { dt: fused ? 'f32' : 'bf16', m: 2, n: 24, k: 40, nExpertUsed: 4, numExperts: 6 }
-            : { dt: 'f16', m: 30, n: 40, k: 64, nExpertUsed: 2, numExperts: 5 };
-          const ids = idsFor(rng(seed), s.m * s.nExpertUsed, s.numExperts, () => null, true);
-          const e = checkProduct(dev, s, ids, form, seed++, { activation, fused });
-          if (!(e < dotTolerance(s.dt, s.k))) over.push(`${activation} ${fused ? 'fused' : 'separate'} ${form}: ${e}`);
-        }
-      }
-    }
-    expect(over).toEqual([]);
+    expect(gateUpCasesOver<Shape>((...c) => checkProduct(dev, ...c), (form, fused): Shape => form === 'vector'
+      ? { dt: fused ? 'f32' : 'bf16', m: 2, n: 24, k: 40, nExpertUsed: 4, numExperts: 6 }
+      : { dt: 'f16', m: 30, n: 40, k: 64, nExpertUsed: 2, numExperts: 5 })).toEqual([]);
   });
 
   test('a down projection over pairs (m = tokens x top-k, nExpertUsed = 1; Gemma 4-like k = 704 trimmed rows)', () => {
     const dev = device();
     const s: Shape = { dt: 'bf16', m: 3 * 8, n: 40, k: 704, nExpertUsed: 1, numExperts: 16 };
-    const ids = idsFor(rng(300), 24, 16, () => null, false);
-    for (const form of ['vector', 'matrix'] as const) {
-      expect(checkProduct(dev, s, ids, form, form === 'vector' ? 301 : 302)).toBeLessThan(dotTolerance('bf16', 704));
-    }
+    for (const e of downErrors<Shape>((...c) => checkProduct(dev, ...c), s)) expect(e).toBeLessThan(dotTolerance('bf16', 704));
   });
 });
 

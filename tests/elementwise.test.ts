@@ -35,7 +35,7 @@ import {
   scalarMulRef,
 } from '../ts/reference/elementwise.ts';
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, type Buffer, type Device, type Encoder } from '../ts/index.ts';
-import { describeBackends, describeValidation, expectInvalid, maxRelErr, poisoned, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
+import { describeBackends, describeValidation, expectInvalid, maxRelErr, poisoned, randomArray, rng, TARGET_LIMITS, run, TOL } from './helpers.ts';
 import { a, buf, EW, opContract, out, type Case } from './op-contract.ts';
 
 const DTYPES = ELEMENTWISE_DTYPES;
@@ -234,16 +234,6 @@ function inexact(dtype: ElementwiseDType, got: ArrayLike<number>, want: ArrayLik
     if (!(Object.is(g, w) || (Number.isNaN(g) && Number.isNaN(w)))) bad.push(`[${i}] got ${g}, want ${w} (exact ${want[i]})`);
   }
   return bad;
-}
-
-function run(dev: Device, fn: (enc: Encoder) => void): void {
-  const enc = dev.encoder();
-  try {
-    fn(enc);
-    enc.commitAndWait();
-  } finally {
-    enc.release();
-  }
 }
 
 describeBackends('elementwise parity', ({ device }) => {

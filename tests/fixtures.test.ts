@@ -17,7 +17,7 @@ import {
 import { gatedDeltaNet, gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
 import { fusedMoeRouting, fusedMoeRoutingBatch } from '../ts/ops/moe_routing.ts';
 import { ssmNormGate } from '../ts/ops/ssm_norm_gate.ts';
-import { TOL, describeBackends, maxRelErr, nmse } from './helpers.ts';
+import { TOL, describeBackends, maxRelErr, nmse, run } from './helpers.ts';
 import { flat } from './gdr-args.ts';
 
 const DIR = join(import.meta.dir, 'fixtures');
@@ -139,16 +139,6 @@ function fixture(name: FixtureName): Fixture {
 
 function releaseAll(bufs: readonly Buffer[]): void {
   for (const b of bufs) b.release();
-}
-
-function run(dev: Device, record: (enc: ReturnType<Device['encoder']>) => void): void {
-  const enc = dev.encoder();
-  try {
-    record(enc);
-    enc.commitAndWait();
-  } finally {
-    enc.release();
-  }
 }
 
 /** An output buffer poisoned, so an unwritten element fails. */

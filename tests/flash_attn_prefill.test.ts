@@ -270,22 +270,11 @@ describeValidation('flash_attn_prefill validation', ({ device, enc, buf }) => {
 
 // ---- parity ----
 
-interface Run {
+/** One argument set: the reference's shape (scale and causal optional, as the op takes them), and how to run it. */
+interface Run extends Omit<FlashAttnPrefillRefShape, 'scale' | 'causal' | 'cuSeqlensQ' | 'cuSeqlensK' | 'mask'>,
+  Partial<Pick<FlashAttnPrefillRefShape, 'scale' | 'causal'>> {
   what: string;
   dtype: 'bf16' | 'f16';
-  batch: number;
-  nHeads: number;
-  nKvHeads: number;
-  headDim: number;
-  seqLenQ: number;
-  seqLenK: number;
-  kvCapacity?: number;
-  scale?: number;
-  causal?: boolean;
-  qOffset?: number;
-  slidingWindow?: number;
-  softcap?: number;
-  layout?: 'headMajor' | 'seqMajor';
   /** Plan with these limits instead of the device's (the CUDA launch follows them). */
   limits?: DeviceLimits;
   mask?: 'additive' | 'additiveHeads' | 'bool' | 'boolHeads';

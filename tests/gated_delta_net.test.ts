@@ -260,6 +260,12 @@ describeBackends('gated_delta_net parity', ({ device }) => {
   ];
 
   const upload = (dev: Device, dtype: DType, data: Float64Array): Buffer => dev.upload(dtype, [data.length], data);
+  /** The inputs on the device (q, k, v in dtype; g, beta, h0 in f32), an output and a final state. */
+  const onDevice = (dev: Device, dtype: DType, x: Inputs, p: Shape) => ({
+    q: upload(dev, dtype, x.q), k: upload(dev, dtype, x.k), v: upload(dev, dtype, x.v),
+    g: upload(dev, 'f32', x.g), beta: upload(dev, 'f32', x.beta), h0: upload(dev, 'f32', x.h0),
+    output: dev.alloc(dtype, [p.b * p.t * p.h * p.v]), finalState: dev.alloc('f32', [x.h0.length]),
+  });
 
   for (const dtype of ['f32', 'bf16'] as const) {
     for (const gates of ['model', 'adversarial'] as const) {
@@ -270,14 +276,7 @@ describeBackends('gated_delta_net parity', ({ device }) => {
         let worstBf16 = 0;
         for (const [si, { name, p }] of shapes.entries()) {
           const x = makeInputs(100 + si * 7 + (gates === 'model' ? 0 : 1000), p, gates);
-          const q = upload(dev, dtype, x.q);
-          const k = upload(dev, dtype, x.k);
-          const v = upload(dev, dtype, x.v);
-          const g = upload(dev, 'f32', x.g);
-          const beta = upload(dev, 'f32', x.beta);
-          const h0 = upload(dev, 'f32', x.h0);
-          const output = dev.alloc(dtype, [p.b * p.t * p.h * p.v]);
-          const finalState = dev.alloc('f32', [x.h0.length]);
+          const { q, k, v, g, beta, h0, output, finalState } = onDevice(dev, dtype, x, p);
           const stored: GatedDeltaNetRefInputs = {
             q: q.readNumbers(), k: k.readNumbers(), v: v.readNumbers(), g: g.readNumbers(), beta: beta.readNumbers(),
           };
@@ -342,14 +341,7 @@ describeBackends('gated_delta_net parity', ({ device }) => {
         const p = { ...p0, ...(scale === undefined ? {} : { scale }) };
         const { b: B, t: T, hg: Hg, h: H, k: K, v: V } = p;
         const x = makeInputs(500 + ci, p, ci === 1 ? 'adversarial' : 'model');
-        const q = upload(dev, dtype, x.q);
-        const k = upload(dev, dtype, x.k);
-        const v = upload(dev, dtype, x.v);
-        const g = upload(dev, 'f32', x.g);
-        const beta = upload(dev, 'f32', x.beta);
-        const h0 = upload(dev, 'f32', x.h0);
-        const output = dev.alloc(dtype, [B * T * H * V]);
-        const finalState = dev.alloc('f32', [x.h0.length]);
+        const { q, k, v, g, beta, h0, output, finalState } = onDevice(dev, dtype, x, p);
         output.fill(Number.NaN);
         finalState.fill(Number.NaN);
         const enc = dev.encoder();

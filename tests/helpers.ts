@@ -152,3 +152,14 @@ export function describeValidation(name: string, fn: (ctx: ValidationContext) =>
     fn({ device, enc, buf: (dtype, n) => device().alloc(dtype, [n]) });
   });
 }
+
+/** Records with rec on a new encoder of dev, commits, waits, and releases the encoder. */
+export function run(dev: Device, rec: (enc: Encoder) => void): void {
+  const enc = dev.encoder();
+  try {
+    rec(enc);
+    enc.commitAndWait();
+  } finally {
+    enc.release();
+  }
+}

@@ -9,6 +9,16 @@ import { join } from 'node:path';
 
 export const MODEL_FIXTURES_DIR = join(import.meta.dir, 'fixtures', 'models');
 
+/** ||got - want|| / ||want|| over want's length: how a model's logits are held to the reference's. */
+export function relL2(got: ArrayLike<number>, want: ArrayLike<number>): number {
+  let n = 0, d = 0;
+  for (let i = 0; i < want.length; i++) {
+    n += (got[i]! - want[i]!) ** 2;
+    d += want[i]! ** 2;
+  }
+  return Math.sqrt(n / d);
+}
+
 interface ArrayEntry {
   name: string;
   dtype: 'f32';

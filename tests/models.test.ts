@@ -23,20 +23,12 @@ import {
 import { affineDequantize, affineQuantize, affineWords } from '../ts/reference/quantized_matmul.ts';
 import { describeBackends, describeValidation, expectInvalid, expectInvalidParts, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
 import { quantizeCheckpoint, relayoutCheckpoint, tinyConfig, writeTinyCheckpoint, type Relayout, type TinyArch } from './model-checkpoints.ts';
-import { modelFixture, modelFixtureNames, type ModelFixture } from './model-fixtures.ts';
+import { modelFixture, modelFixtureNames, relL2, type ModelFixture } from './model-fixtures.ts';
 import { gemmaReference, qwenReference, type ReferenceRun } from './model-reference.ts';
 
 const PROMPT = [17, 301, 42, 9, 100, 200, 311, 7, 8, 450, 3, 77];
 const STEPS = 8;
 
-function relL2(got: ArrayLike<number>, want: ArrayLike<number>): number {
-  let n = 0, d = 0;
-  for (let i = 0; i < want.length; i++) {
-    n += (got[i]! - want[i]!) ** 2;
-    d += want[i]! ** 2;
-  }
-  return Math.sqrt(n / d);
-}
 
 describe('model configs', () => {
   test('Qwen3.6: the tiny config and derived sizes; partial rotary from rope_parameters', () => {

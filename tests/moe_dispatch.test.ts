@@ -36,16 +36,9 @@ import {
 } from '../ts/ops/moe_dispatch.ts';
 import { geluTanhMulRef } from '../ts/reference/gelu.ts';
 import { moeDispatchSortRef, moeGatherTopkWeightsRef, moeSwigluRowsRef, moeWeightedSumRef } from '../ts/reference/moe_dispatch.ts';
-import { describeBackends, describeValidation, dotErr, expectInvalid, maxRelErr, poisoned, randomArray, rng, roundedTo, TARGET_LIMITS, TOL } from './helpers.ts';
+import { describeBackends, describeValidation, dotErr, expectInvalid, maxRelErr, poisoned, randomArray, rng, roundedTo, TARGET_LIMITS, TOL, run } from './helpers.ts';
 import { a, buf, F, int, opContract, out, U32 } from './op-contract.ts';
 import type { Buffer } from '../ts/index.ts';
-
-function run(dev: Device, rec: (enc: ReturnType<Device['encoder']>) => void): void {
-  const enc = dev.encoder();
-  rec(enc);
-  enc.commitAndWait();
-  enc.release();
-}
 
 describe('moe_dispatch param structs match the .metal bindings', () => {
   test('each kernel takes its struct at the crate\'s index', () => {

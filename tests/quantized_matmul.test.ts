@@ -52,25 +52,9 @@ import {
   affineWords,
 } from '../ts/reference/quantized_matmul.ts';
 import {
-  describeBackends,
-  describeValidation,
-  dotErr,
-  dotTolerance,
-  expectInvalid,
-  randomArray,
-  rng,
-  roundedTo,
-  TARGET_LIMITS,
-  TOL,
+  describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, roundedTo, run, TARGET_LIMITS, TOL,
 } from './helpers.ts';
 import { a, BF, buf, EW, int, opContract, out, randomWords, U32, type Case } from './op-contract.ts';
-
-function run(dev: Device, rec: (enc: ReturnType<Device['encoder']>) => void): void {
-  const enc = dev.encoder();
-  rec(enc);
-  enc.commitAndWait();
-  enc.release();
-}
 
 /**
  * Random weights [n, k] quantized (affineQuantize), and x [m, k], uploaded as

@@ -55,27 +55,11 @@ import { structSize } from '../ts/params.ts';
 import { ggmlDequantizeRef, ggmlEmbeddingRef, ggmlMatmulRef, ggmlQuantize } from '../ts/reference/quantized_matmul_ggml.ts';
 import { GgufFile } from '../ts/weights/index.ts';
 import {
-  TARGET_LIMITS,
-  TOL,
-  describeBackends,
-  describeValidation,
-  dotErr,
-  dotTolerance,
-  expectInvalid,
-  randomArray,
-  rng,
-  scaledErr,
+  describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, run, scaledErr, TARGET_LIMITS, TOL,
 } from './helpers.ts';
 import { ggufBytes } from './weights-writers.ts';
 import { a, buf, F, ggmlBlocks, int, opContract, out, type Case } from './op-contract.ts';
 import type { Buffer } from '../ts/index.ts';
-
-function run(dev: Device, rec: (enc: ReturnType<Device['encoder']>) => void): void {
-  const enc = dev.encoder();
-  rec(enc);
-  enc.commitAndWait();
-  enc.release();
-}
 
 const f16Bytes = (lo: number, hi: number): number[] => [lo, hi];
 /** Bytes of an f16 (little-endian) for the few values the hand-made blocks use. */

@@ -20,7 +20,7 @@
 
 import { describe, expect, test } from 'bun:test';
 import src from '../shaders/quantized_matmul_id.metal' with { type: 'text' };
-import type { Buffer, DType, Device, Encoder } from '../ts/index.ts';
+import type { Buffer, DType, Device } from '../ts/index.ts';
 import { moeDispatchSort } from '../ts/ops/moe_dispatch.ts';
 import {
   QUANTIZED_MATMUL_ID_KERNELS,
@@ -35,21 +35,14 @@ import {
   quantizedMatmulId,
   quantizedMmId,
   quantizedMvId,
-  type GateActivation,
 } from '../ts/ops/quantized_matmul_id.ts';
 import { affinePack, affineQuantize, affineRowBytes } from '../ts/reference/quantized_matmul.ts';
 import { quantizedGateUpIdRef, quantizedMatmulIdRef, type AffineExpertsRef, type QuantizedIdSizesRef } from '../ts/reference/quantized_matmul_id.ts';
 import {
-  describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, poisoned, randomArray, rng, roundedTo, TARGET_LIMITS, type Rng,
+  describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, poisoned, randomArray, rng, roundedTo, run, TARGET_LIMITS, type Rng,
 } from './helpers.ts';
+import { downErrors, gateUpCasesOver, idsFor, matrixCasesOver, type IdProduct, type IdShape } from './matmul-id.ts';
 import { a, BF, buf, F, int, opContract, out, randomWords, U32, type Case, type KeySpec } from './op-contract.ts';
-
-function run(dev: Device, rec: (enc: Encoder) => void): void {
-  const enc = dev.encoder();
-  rec(enc);
-  enc.commitAndWait();
-  enc.release();
-}
 
 describe('quantized_matmul_id param packers match the header and the .metal bindings', () => {
   test('QuantizedMatmulIdParams (the crate\'s 10 fields) and QuantizedGateUpIdParams at buffer(6)', () => {
@@ -227,27 +220,12 @@ function experts(r: Rng, rows: number, k: number, gs: number, bits: number, dt: 
   return { packed: q.packed, scales: q.scales, biases: q.biases };
 }
 
-interface Shape extends QuantizedIdSizesRef {
+interface Shape extends QuantizedIdSizesRef, IdShape {
   dt: 'f16' | 'bf16';
 }
 
-/** Ids [m * U]: experts 0 .. E - 1 and, where `bad`, some past them. */
-function idsFor(r: Rng, pairs: number, numExperts: number, pick: (p: number) => number | null, bad: boolean): number[] {
-  return Array.from({ length: pairs }, (_, p) => {
-    const fixed = pick(p);
-    if (fixed !== null) return fixed;
-    if (bad && r.next() < 0.1) return numExperts + Math.floor(r.uniform(0, 1e9));
-    return Math.floor(r.uniform(0, numExperts));
-  });
-}
-
-/**
- * One product on the device, vector or matrix form (the matrix form after
- * moe_dispatch_sort in the same encoder), against the reference: the error,
- * Infinity where the output or the bytes around it are wrong.
- */
-function checkProduct(dev: Device, s: Shape, ids: number[], form: 'vector' | 'matrix', seed: number,
-  gateUp?: { activation: GateActivation; fused: boolean }): number {
+/** IdProduct (tests/matmul-id.ts), every operand a view of one Arena. */
+function checkProduct(dev: Device, ...[s, ids, form, seed, gateUp]: Parameters<IdProduct<Shape>>): number {
   const r = rng(seed);
   const { m, n, k, dt } = s;
   const pairs = m * s.nExpertUsed;
@@ -332,50 +310,27 @@ describeBackends('quantized_matmul_id parity', ({ device }) => {
 
   test('matrix form after moe_dispatch_sort: empty experts, one expert taking all, ids past the experts, n past a tile', () => {
     const dev = device();
-    const over: string[] = [];
-    const cases: [name: string, s: Shape, pick: (p: number) => number | null, bad: boolean, empty: number | null][] = [
+    expect(matrixCasesOver<Shape>((...c) => checkProduct(dev, ...c), [
       ['40 tokens x top-3 of 9, expert 4 empty', { dt: 'bf16', m: 40, n: 70, k: 64, groupSize: 32, bits: 4, nExpertUsed: 3, numExperts: 9 },
         () => null, true, 4],
       ['one expert takes all 75 pairs', { dt: 'f16', m: 25, n: 9, k: 64, groupSize: 64, bits: 6, nExpertUsed: 3, numExperts: 4 }, () => 2, false,
         null],
       ['one token, top-8 of 12 experts', { dt: 'bf16', m: 1, n: 33, k: 128, groupSize: 128, bits: 8, nExpertUsed: 8, numExperts: 12 },
         (p) => 11 - p, false, null],
-    ];
-    let seed = 100;
-    for (const [name, s, pick, bad, empty] of cases) {
-      const ids = idsFor(rng(seed), s.m * s.nExpertUsed, s.numExperts, pick, bad).map((e) => (e === empty ? e + 1 : e));
-      const e = checkProduct(dev, s, ids, 'matrix', seed++);
-      if (!(e < dotTolerance(s.dt, s.k))) over.push(`${name}: ${e}`);
-    }
-    expect(over).toEqual([]);
+    ])).toEqual([]);
   });
 
   test('fused gate/up (silu, gelu_tanh), vector and matrix forms, separate and fused [E, 2 I, k] weights', () => {
     const dev = device();
-    const over: string[] = [];
-    let seed = 200;
-    for (const activation of ['silu', 'gelu_tanh'] as const) {
-      for (const fused of [false, true]) {
-        for (const form of ['vector', 'matrix'] as const) {
-          const s: Shape = form === 'vector'
-            ? { dt: 'bf16', m: 2, n: 24, k: 64, groupSize: 32, bits: 4, nExpertUsed: 4, numExperts: 6 }
-            : { dt: 'f16', m: 30, n: 40, k: 96, groupSize: 32, bits: 6, nExpertUsed: 2, numExperts: 5 };
-          const ids = idsFor(rng(seed), s.m * s.nExpertUsed, s.numExperts, () => null, true);
-          const e = checkProduct(dev, s, ids, form, seed++, { activation, fused });
-          if (!(e < dotTolerance(s.dt, s.k))) over.push(`${activation} ${fused ? 'fused' : 'separate'} ${form}: ${e}`);
-        }
-      }
-    }
-    expect(over).toEqual([]);
+    expect(gateUpCasesOver<Shape>((...c) => checkProduct(dev, ...c), (form): Shape => form === 'vector'
+      ? { dt: 'bf16', m: 2, n: 24, k: 64, groupSize: 32, bits: 4, nExpertUsed: 4, numExperts: 6 }
+      : { dt: 'f16', m: 30, n: 40, k: 96, groupSize: 32, bits: 6, nExpertUsed: 2, numExperts: 5 })).toEqual([]);
   });
 
   test('a down projection over pairs (m = tokens x top-k, nExpertUsed = 1), Qwen3.6-like k = 512 of 2048 rows trimmed to 48', () => {
     const dev = device();
     const s: Shape = { dt: 'bf16', m: 2 * 8, n: 48, k: 512, groupSize: 64, bits: 4, nExpertUsed: 1, numExperts: 16 };
-    const ids = idsFor(rng(300), 16, 16, () => null, false);
-    for (const form of ['vector', 'matrix'] as const) {
-      expect(checkProduct(dev, s, ids, form, form === 'vector' ? 301 : 302)).toBeLessThan(dotTolerance('bf16', 512));
-    }
+    for (const e of downErrors<Shape>((...c) => checkProduct(dev, ...c), s)) expect(e).toBeLessThan(dotTolerance('bf16', 512));
   });
 
   test('the vector and matrix forms agree on the same ids (8 tokens x top-8 of 20 experts)', () => {

@@ -12,33 +12,9 @@ import { Device, MlxError, patchPlan, type Buffer, type Encoder, type Library } 
 import { kvCacheCopySeqDual, l2Norm, planKvCacheCopySeqDual } from '../ts/ops/index.ts';
 import { l2NormRef } from '../ts/reference/index.ts';
 import { describeBackends, expectMlxError, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
+import { ADD_K_AND_SPIN } from './replay-kernels.ts';
 
-// add_k: y = x + k over n elements; spin: one thread iterating n times, long
-// enough on every backend that its work is still running when the test acts.
-const SOURCE = {
-  metal: `#include <metal_stdlib>
-using namespace metal;
-kernel void add_k(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
-                  constant float& k [[buffer(2)]], constant uint& n [[buffer(3)]], uint i [[thread_position_in_grid]]) {
-  if (i < n) y[i] = x[i] + k;
-}
-kernel void spin(device float* y [[buffer(0)]], constant uint& n [[buffer(1)]], uint i [[thread_position_in_grid]]) {
-  float a = y[0];
-  for (uint j = 0; j < n; j++) a = a * 0.999999f + 1.0f;
-  y[0] = a;
-}
-`,
-  cuda: `extern "C" __global__ void add_k(const float* x, float* y, const float* k, const unsigned* n) {
-  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < *n) y[i] = x[i] + *k;
-}
-extern "C" __global__ void spin(float* y, const unsigned* n) {
-  float a = y[0];
-  for (unsigned j = 0; j < *n; j++) a = a * 0.999999f + 1.0f;
-  y[0] = a;
-}
-`,
-};
+const SOURCE = ADD_K_AND_SPIN;
 const SPIN_ITERATIONS = 60_000_000;
 
 function compile(dev: Device): Library {

@@ -17,7 +17,7 @@ import {
   ropeNeox,
 } from '../ts/ops/rope.ts';
 import { ropeAngle, ropeNeoxRef, ropeRef } from '../ts/reference/rope.ts';
-import { describeBackends, describeValidation, expectInvalid, rng, randomArray, runsOnEmulator, scaledErr, TOL } from './helpers.ts';
+import { describeBackends, describeValidation, expectInvalid, rng, randomArray, runsOnEmulator, scaledErr, run, TOL } from './helpers.ts';
 import { bufferParam } from './metal-source.ts';
 import type { Buffer, Device } from '../ts/index.ts';
 import { a, buf, F, int, opContract, out } from './op-contract.ts';
@@ -202,13 +202,6 @@ function tailMismatches(got: ArrayLike<number>, x: ArrayLike<number>, rows: numb
     }
   }
   return bad;
-}
-
-function run(dev: Device, fn: (enc: ReturnType<Device['encoder']>) => void): void {
-  const enc = dev.encoder();
-  fn(enc);
-  enc.commitAndWait();
-  enc.release();
 }
 
 const print = (s: string): void => {

@@ -53,7 +53,7 @@ import {
   topKRef,
   type SampleOptions,
 } from '../ts/reference/sample.ts';
-import { describeBackends, describeValidation, expectInvalid, maxRelErr, poisoned, randomArray, rng, runsOnEmulator, TARGET_LIMITS, TOL } from './helpers.ts';
+import { describeBackends, describeValidation, expectInvalid, maxRelErr, poisoned, randomArray, rng, runsOnEmulator, TARGET_LIMITS, run, TOL } from './helpers.ts';
 import { launchOf } from '../ts/plan.ts';
 import type { Buffer, Device } from '../ts/index.ts';
 import { a, buf, F, int, opContract, out, U32 } from './op-contract.ts';
@@ -66,13 +66,6 @@ const PHILOX_KAT: readonly [readonly number[], readonly number[], readonly numbe
 ];
 
 const F32_MAX = 3.4028234663852886e38;
-
-function run(dev: Device, fn: (enc: ReturnType<Device['encoder']>) => void): void {
-  const enc = dev.encoder();
-  fn(enc);
-  enc.commitAndWait();
-  enc.release();
-}
 
 /** Distinct values, spaced far beyond f32 rounding: a shuffled ramp. */
 function distinctLogits(r: ReturnType<typeof rng>, n: number, lo: number, hi: number): Float64Array {

@@ -13,7 +13,7 @@ import {
   ssmNormGateThreadgroup,
 } from '../ts/ops/ssm_norm_gate.ts';
 import { ssmNormGateRef } from '../ts/reference/ssm_norm_gate.ts';
-import { describeBackends, maxRelErr, randomArray, rng, TOL, TARGET_LIMITS, expectInvalid, describeValidation } from './helpers.ts';
+import { describeBackends, maxRelErr, randomArray, rng, TOL, TARGET_LIMITS, expectInvalid, describeValidation, type Rng } from './helpers.ts';
 import { bufferParam } from './metal-source.ts';
 import * as sngOps from '../ts/ops/ssm_norm_gate.ts';
 import * as mlx from '../ts/index.ts';
@@ -78,6 +78,16 @@ describeValidation('ssm_norm_gate validation', ({ enc, buf }) => {
 
 // ---- parity ----
 
+/** Random attnOut [rows, dV] in [-2, 2], weight [dV] in [0.5, 1.5], z in [-6, 6] (drawn in that order); output poisoned. */
+function inputs(dev: mlx.Device, rows: number, dV: number, r: Rng): { attnOut: mlx.Buffer; weight: mlx.Buffer; z: mlx.Buffer; output: mlx.Buffer } {
+  const attnOut = dev.upload('f32', [rows, dV], randomArray(r, rows * dV, -2, 2));
+  const weight = dev.upload('f32', [dV], randomArray(r, dV, 0.5, 1.5));
+  const z = dev.upload('f32', [rows, dV], randomArray(r, rows * dV, -6, 6));
+  const output = dev.alloc('f32', [rows, dV]);
+  output.fill(Number.NaN);
+  return { attnOut, weight, z, output };
+}
+
 describeBackends('ssm_norm_gate parity', ({ device }) => {
   // Row shapes: dV below, at and past the 256-thread group, odd, not multiples of 4 or 32.
   const SHAPES: readonly [rows: number, dV: number][] = [
@@ -88,12 +98,7 @@ describeBackends('ssm_norm_gate parity', ({ device }) => {
     const over: string[] = [];
     let worst = 0;
     for (const [rows, dV] of SHAPES) {
-      const r = rng(rows * 613 + dV);
-      const attnOut = dev.upload('f32', [rows, dV], randomArray(r, rows * dV, -2, 2));
-      const weight = dev.upload('f32', [dV], randomArray(r, dV, 0.5, 1.5));
-      const z = dev.upload('f32', [rows, dV], randomArray(r, rows * dV, -6, 6));
-      const output = dev.alloc('f32', [rows, dV]);
-      output.fill(Number.NaN);
+      const { attnOut, weight, z, output } = inputs(dev, rows, dV, rng(rows * 613 + dV));
       const eps = 1e-6;
       const enc = dev.encoder();
       ssmNormGate(enc, { attnOut, weight, z, output, rows, dV, eps });
@@ -115,12 +120,7 @@ describeBackends('ssm_norm_gate parity', ({ device }) => {
     for (const threads of [1, 100, 1000]) {
       for (const dV of [5, 257, 1100]) {
         const rows = 2;
-        const r = rng(threads * 3 + dV);
-        const attnOut = dev.upload('f32', [rows, dV], randomArray(r, rows * dV, -2, 2));
-        const weight = dev.upload('f32', [dV], randomArray(r, dV, 0.5, 1.5));
-        const z = dev.upload('f32', [rows, dV], randomArray(r, rows * dV, -6, 6));
-        const output = dev.alloc('f32', [rows, dV]);
-        output.fill(Number.NaN);
+        const { attnOut, weight, z, output } = inputs(dev, rows, dV, rng(threads * 3 + dV));
         const enc = dev.encoder();
         enc.dispatch(pipe, {
           buffers: { 0: attnOut, 1: weight, 2: z, 3: output },

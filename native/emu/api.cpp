@@ -15,6 +15,7 @@
 
 #include "../include/mlx_native.h"
 #include "../common/compile_job.h"
+#include "../common/patch_bytes.h"
 #include "../include/mlx_native_block.h"
 #include "compiler.h"
 #include "executor.h"
@@ -841,32 +842,22 @@ mlxn_status mlxn_encoder_patch_bytes(mlxn_encoder* e, uint64_t dispatch_index, u
                                      const void* data, uint64_t len, char* msg, uint64_t msg_cap) {
   static const char* fn = "mlxn_encoder_patch_bytes";
   if (mlxn_status st = check_replayable(fn, e, msg, msg_cap)) return st;
-  const std::string f = fn;
-  if (dispatch_index >= e->commands.size())
-    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
-                   f + ": dispatch_index must be below " + std::to_string(e->commands.size()) +
-                       ", the recorded dispatch count (got " + std::to_string(dispatch_index) + ")");
+  if (std::string why = mlxn::common::patch_dispatch_refusal(fn, e->commands.size(), dispatch_index); !why.empty())
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, why);
   const Command& c = e->commands[dispatch_index];
-  const Bound* hit = nullptr;
-  std::string have;
+  std::vector<mlxn::common::BytesBinding> bytes;
+  std::vector<uint64_t> at;  // each one's offset into the payload
   for (uint32_t i = 0; i < c.count; ++i) {
     const Bound& b = e->bound[c.first + i];
     if (b.kind != MLXN_BIND_BYTES) continue;
-    if (b.index == binding_index) hit = &b;
-    have += (have.empty() ? "" : ", ") + std::to_string(b.index);
+    bytes.push_back({b.index, b.b});
+    at.push_back(b.a);
   }
-  if (!hit)
-    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
-                   f + ": binding_index must be a bytes binding of dispatch " + std::to_string(dispatch_index) +
-                       " (kernel '" + c.kernel->name + "': " + (have.empty() ? "none" : have) + ") (got " +
-                       std::to_string(binding_index) + ")");
-  if (len != hit->b)
-    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
-                   f + ": len must be " + std::to_string(hit->b) + ", the recorded length (got " +
-                       std::to_string(len) + ")");
-  if (!data && len > 0)
-    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, f + ": data must be non-NULL (got NULL)");
-  if (len) std::memcpy(e->payload.data() + hit->a, data, len);
+  size_t which = 0;
+  if (std::string why = mlxn::common::patch_binding_refusal(fn, dispatch_index, c.kernel->name, bytes, binding_index, len, data, &which);
+      !why.empty())
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, why);
+  if (len) std::memcpy(e->payload.data() + at[which], data, len);
   return ok_msg(msg, msg_cap);
 }
 

@@ -874,21 +874,18 @@ struct InHook {
   }
 };
 
-void hook_threadgroup_barrier(mlxn_emu_thread* t, mlxn_emu_site site, uint32_t) {
+// Parks the fiber of t at a barrier of this kind, reached at site.
+inline void park_at_barrier(mlxn_emu_thread* t, mlxn_emu_site site, State barrier) {
   Fiber* f = fiber_of(t);
   InHook h(f);
-  f->state = State::TgBarrier;
+  f->state = barrier;
   f->site = site;
   park(f);
 }
 
-void hook_simdgroup_barrier(mlxn_emu_thread* t, mlxn_emu_site site, uint32_t) {
-  Fiber* f = fiber_of(t);
-  InHook h(f);
-  f->state = State::SimdBarrier;
-  f->site = site;
-  park(f);
-}
+void hook_threadgroup_barrier(mlxn_emu_thread* t, mlxn_emu_site site, uint32_t) { park_at_barrier(t, site, State::TgBarrier); }
+
+void hook_simdgroup_barrier(mlxn_emu_thread* t, mlxn_emu_site site, uint32_t) { park_at_barrier(t, site, State::SimdBarrier); }
 
 const void* hook_simd_exchange(mlxn_emu_thread* t, mlxn_emu_site site, const void* mine, uint32_t size,
                                uint32_t* mask) {

@@ -60,16 +60,15 @@ bool Stack::allocate(size_t usable_bytes) {
 #define MLXN_FUNC_TYPE(x) ".type " #x ",@function\n"
 #define MLXN_FUNC_SIZE(x) ".size " #x ",.-" #x "\n"
 #endif
+// The start of a global function x in the asm below.
+#define MLXN_FUNC_BEGIN(x) ".globl " MLXN_SYM(x) "\n" MLXN_FUNC_TYPE(x) ".p2align 4\n" MLXN_SYM(x) ":\n"
 
 extern "C" void mlxn_emu_ctx_switch(void** save_sp, void* new_sp);
 extern "C" void mlxn_emu_ctx_start();
 
 #if defined(__x86_64__)
 asm(".text\n"
-    ".globl " MLXN_SYM(mlxn_emu_ctx_switch) "\n"
-    MLXN_FUNC_TYPE(mlxn_emu_ctx_switch)
-    ".p2align 4\n"
-    MLXN_SYM(mlxn_emu_ctx_switch) ":\n"
+    MLXN_FUNC_BEGIN(mlxn_emu_ctx_switch)
     "  pushq %rbp\n"
     "  pushq %rbx\n"
     "  pushq %r12\n"
@@ -86,20 +85,14 @@ asm(".text\n"
     "  popq %rbp\n"
     "  ret\n"
     MLXN_FUNC_SIZE(mlxn_emu_ctx_switch)
-    ".globl " MLXN_SYM(mlxn_emu_ctx_start) "\n"
-    MLXN_FUNC_TYPE(mlxn_emu_ctx_start)
-    ".p2align 4\n"
-    MLXN_SYM(mlxn_emu_ctx_start) ":\n"
+    MLXN_FUNC_BEGIN(mlxn_emu_ctx_start)
     "  movq %r12, %rdi\n"
     "  callq *%rbx\n"
     "  ud2\n"
     MLXN_FUNC_SIZE(mlxn_emu_ctx_start));
 #elif defined(__aarch64__)
 asm(".text\n"
-    ".globl " MLXN_SYM(mlxn_emu_ctx_switch) "\n"
-    MLXN_FUNC_TYPE(mlxn_emu_ctx_switch)
-    ".p2align 4\n"
-    MLXN_SYM(mlxn_emu_ctx_switch) ":\n"
+    MLXN_FUNC_BEGIN(mlxn_emu_ctx_switch)
     "  sub sp, sp, #160\n"
     "  stp x19, x20, [sp, #0]\n"
     "  stp x21, x22, [sp, #16]\n"
@@ -127,10 +120,7 @@ asm(".text\n"
     "  add sp, sp, #160\n"
     "  ret\n"
     MLXN_FUNC_SIZE(mlxn_emu_ctx_switch)
-    ".globl " MLXN_SYM(mlxn_emu_ctx_start) "\n"
-    MLXN_FUNC_TYPE(mlxn_emu_ctx_start)
-    ".p2align 4\n"
-    MLXN_SYM(mlxn_emu_ctx_start) ":\n"
+    MLXN_FUNC_BEGIN(mlxn_emu_ctx_start)
     "  mov x0, x20\n"
     "  blr x19\n"
     "  brk #0\n"

@@ -1,14 +1,16 @@
 // chunk_gated_delta_rule (CUDA): the steps of the chunked gated delta rule
-// forward; entry points, bindings, grids, threads and semantics as
+// forward; entry points, bindings, threads and semantics as
 // shaders/chunk_gated_delta_rule.metal (read its header for the math, the
-// chunk tables and the layouts). Chunks of BT = 64 tokens; the chunk tables
+// chunk tables and the layouts), grids as well but for kkt_solve_wu and
+// chunk_o (their comments say how). Chunks of BT = 64 tokens; the chunk tables
 // are u32 pairs: chunks [nt] (first token, length 1..64), seqs [n_seq + 1]
 // (first token, first chunk; then n_tok, nt). Token-indexed operands are
 // staged in shared memory with the rows past the chunk's length zeroed, so a
 // short chunk never reads past its sequence and every product runs on full
-// tiles. Every kernel uses static shared memory (at most 48 KiB); only the
-// seed's gated_delta_net_chunk_inter_state_bf16 also takes the 20 KiB of
-// threadgroup memory its host binds (as dynamic shared memory). The seed's two
+// tiles. Every kernel uses static shared memory (at most 48 KiB) but two that
+// take the threadgroup memory their host binds as dynamic shared memory: the
+// seed's gated_delta_net_chunk_inter_state_bf16 (20 KiB) and chunk_o (its
+// operands whole, up to 149 KiB). The seed's two
 // entries (that one and chunk_local_cumsum_g_f32) call the bodies of the
 // varlen kernels.
 //
@@ -21,11 +23,17 @@
 //              Metal kernel; here each operand is split into bf16 hi + lo and
 //              the product is hi hi + hi lo + lo hi (relative error ~1e-5,
 //              far under the bf16 rounding of w and u)
+//   kkt_solve_wu  kkt, the solve and w/u of a chunk in one block (the op's
+//              dispatch): A and T in shared memory, w and u as T diag(c) split
+//              into bf16 hi + lo times the raw bf16 k or v rows
 //   inter_state  w bf16(h)^T and vg k, the state in registers, operands
 //              loaded one chunk ahead
-//   chunk_o    q k^T, q h^T and P v_new; P stays in registers (the C layout of
-//              two m16n8 tiles is the A layout of one m16k16 tile)
-// The tri-solve is f32 forward substitution, one column per thread.
+//   chunk_o    q k^T, q h^T and P v_new, every operand staged at once; P stays
+//              in registers (the C layout of two m16n8 tiles is the A layout
+//              of one m16k16 tile)
+// The tri-solve is f32 forward substitution, one column per thread; the fused
+// kernel's is blocked by 16 (diagonal blocks by substitution, the rest by
+// f32 block products).
 
 typedef ChunkGatedDeltaRuleParams Params;
 
@@ -413,6 +421,289 @@ gated_delta_net_recompute_wu_bf16_beta_bf16(const bf16* __restrict__ k_in, const
 }
 
 // ---------------------------------------------------------------------------
+// gated_delta_net_kkt_solve_wu_bf16: kkt, the triangular solve and w/u of one
+// (chunk, head) in one block; A and T = (I + A)^-1 stay in shared memory:
+//   A[i, j] = beta_i exp(g_i - g_j) k_i . k_j for j < i < len, else 0   (f32)
+//   w = bf16(T diag(beta exp(g)) k),  u = bf16(T diag(beta) v)
+// the same values as gated_delta_net_kkt_bf16, chunk_tri_solve_invert_f32 and
+// gated_delta_net_recompute_wu_bf16 in turn, up to f32 rounding.
+// Grid (H, nt) here (the Metal kernel's is (nt, H)): the heads of a chunk run
+// side by side, so the second head of a GQA group finds k in L2 and the w, u
+// rows of a token are written together. 256 threads = 8 warps.
+// Bindings: 0 k, 1 v, 2 beta, 3 g (cumsummed), 4 w, 5 u, 6 chunks, 7 params.
+//
+// The k and v rows pass through a ring of two [64][72] bf16 slices of 64
+// columns (cp.async, slice s + 1 in flight while s is used): K / 64 slices of
+// k for k k^T, the same K / 64 again for w, then V / 64 of v for u, so the
+// first w slice loads during the solve.
+//   kkt  warp w owns rows [16 (w / 2), +16) and columns [32 (w % 2), +32) of
+//        k k^T on tensor cores (bf16 operands, f32 sums); A goes to shared
+//        memory scaled and masked, 0 at rows past len.
+//   T    blocked by 16: the four diagonal blocks T_dd = (I + A_dd)^-1 by
+//        forward substitution (one thread per column), then the blocks below
+//        them by diagonals, T_ij = -T_ii (sum_{j <= m < i} A_im T_mj), one
+//        thread per element of each 16 x 16 block, in f32. The diagonal
+//        blocks overwrite A's (never read again); the six others go to toff,
+//        since A's below-diagonal blocks are read until the last one.
+//   w, u the A operand is T with its columns scaled by beta exp(g) (or beta),
+//        f32, split into bf16 hi + lo and kept as fragments in registers (the
+//        warp's row block, column blocks 0..w / 2); the B operand is the raw
+//        bf16 k or v slice, so each product is hi x + lo x (relative error
+//        ~1e-5, under the bf16 rounding of w and u).
+// Shared memory: ring 18 KiB, A / T 64 x 72 f32 18 KiB, toff 9 KiB, 768 B of
+// row coefficients: 45.75 KiB; with 64 registers (no spills, nvcc 13 at
+// sm_90a) four blocks fit an SM.
+namespace {
+constexpr u32 FLD = BT + 8;   // bf16 slice rows (144 bytes) and f32 A / T rows
+constexpr u32 TLD = 16 + 8;   // f32 rows of the below-diagonal T blocks
+
+// toff slot of T block (i, j), i > j: by diagonals (1,0) (2,1) (3,2) (2,0) (3,1) (3,0).
+__device__ __forceinline__ u32 toff_slot(u32 i, u32 j) { return i - j == 1u ? j : i - j == 2u ? 3u + j : 5u; }
+
+// T block (i, j), j <= i: the diagonal ones in at (the A / T array), the others in toff.
+__device__ __forceinline__ const float* t_block(const float* at, const float* toff, u32 i, u32 j, u32& ld) {
+    if (i == j) {
+        ld = FLD;
+        return at + 16u * i * FLD + 16u * i;
+    }
+    ld = TLD;
+    return toff + toff_slot(i, j) * 16u * TLD;
+}
+
+// The blocks of one diagonal of T below the main one (dist = i - j), one
+// thread per element (r, c) = (tid / 16, tid % 16) of each: y = sum over
+// j <= m < i of A_im T_mj into the block's toff slot, then T_ij = -T_ii y.
+template <u32 DIST>
+__device__ __forceinline__ void solve_diagonal(float* at, float* toff, u32 tid) {
+    constexpr u32 NB = 4u - DIST;
+    const u32 r = tid >> 4, c = tid & 15u;
+    float y[NB];
+#pragma unroll
+    for (u32 b = 0; b < NB; ++b) {
+        const u32 i = b + DIST, j = b;
+        const float* arow = at + (16u * i + r) * FLD;
+        float s = 0.0f;
+#pragma unroll
+        for (u32 m = j; m < i; ++m) {
+            u32 ld;
+            const float* tm = t_block(at, toff, m, j, ld);
+#pragma unroll
+            for (u32 e = 0; e < 16; ++e) s = fmaf(arow[16u * m + e], tm[e * ld + c], s);
+        }
+        y[b] = s;
+    }
+#pragma unroll
+    for (u32 b = 0; b < NB; ++b) toff[toff_slot(b + DIST, b) * 16u * TLD + r * TLD + c] = y[b];
+    __syncthreads();
+#pragma unroll
+    for (u32 b = 0; b < NB; ++b) {
+        const u32 i = b + DIST;
+        const float* tii = at + (16u * i + r) * FLD + 16u * i;
+        const float* yb = toff + toff_slot(i, b) * 16u * TLD;
+        float s = 0.0f;
+#pragma unroll
+        for (u32 e = 0; e < 16; ++e) s = fmaf(tii[e], yb[e * TLD + c], s);
+        y[b] = -s;
+    }
+    __syncthreads();
+#pragma unroll
+    for (u32 b = 0; b < NB; ++b) toff[toff_slot(b + DIST, b) * 16u * TLD + r * TLD + c] = y[b];
+    __syncthreads();
+}
+}  // namespace
+
+template <typename BetaT>
+__device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
+                                                  const BetaT* __restrict__ beta, const float* __restrict__ g,
+                                                  bf16* __restrict__ w_out, bf16* __restrict__ u_out,
+                                                  const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
+    __shared__ __align__(16) bf16 ring[2][BT * FLD];
+    __shared__ __align__(16) float at[BT * FLD];
+    __shared__ __align__(16) float toff[6 * 16 * TLD];
+    __shared__ float gs[BT], cw[BT], cu[BT];   // g, beta exp(g), beta; 0 past len
+    const Params p = *pp;
+    const uint2 ch = chunks[blockIdx.y];
+    if (!chunk_ok(ch, pp->n_tok)) return;
+    const u32 t0 = ch.x, len = ch.y, head = blockIdx.x;
+    const u32 H = p.h, K = p.k, V = p.v, kh = head / (H / p.hg);
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
+    const u32 mt = warp >> 1, r0 = 16u * mt, c0 = 32u * (warp & 1u);
+
+    const u32 nk = K / 64u, ns = 2u * nk + V / 64u;
+    const bf16* krow = k_in + (u64(t0) * p.hg + kh) * K;
+    const bf16* vrow = v_in + (u64(t0) * H + head) * V;
+    auto issue = [&](u32 s) {
+        const bool is_v = s >= 2u * nk;
+        const u32 col0 = 64u * (is_v ? s - 2u * nk : s % nk);
+        stage_rows(ring[s & 1u], FLD, is_v ? vrow + col0 : krow + col0, is_v ? u64(H) * V : u64(p.hg) * K, 64u, len,
+                   tid, 256u);
+        cp_async_commit();
+    };
+    issue(0u);
+    if (tid < BT) {
+        const bool live = tid < len;
+        const u64 at_i = u64(t0 + tid) * H + head;
+        const float gv = live ? g[at_i] : 0.0f;
+        const float b = live ? load_beta(beta, at_i) : 0.0f;
+        gs[tid] = gv;
+        cw[tid] = live ? b * expf(gv) : 0.0f;
+        cu[tid] = b;
+    }
+
+    float acc[4][4];
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[ni][e] = 0.0f;
+    u32 th[4][4], tl[4][4];   // T fragments (hi, lo) of column blocks 0..mt
+
+    // Fragments of T diag(cf) for the warp's row block: hi + lo = the f32 product.
+    auto load_t = [&](const float* cf) {
+#pragma unroll
+        for (u32 jt = 0; jt < 4; ++jt) {
+            if (jt > mt) break;
+            u32 ld;
+            const float* blk = t_block(at, toff, mt, jt, ld);
+#pragma unroll
+            for (u32 q = 0; q < 4; ++q) {
+                const u32 row = gq + 8u * (q & 1u), col = 2u * tq + 8u * (q >> 1);
+                const float2 t = *reinterpret_cast<const float2*>(blk + row * ld + col);
+                const float x0 = t.x * cf[16u * jt + col], x1 = t.y * cf[16u * jt + col + 1u];
+                const __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
+                const float2 hf = __bfloat1622float2(hi);
+                th[jt][q] = *reinterpret_cast<const u32*>(&hi);
+                tl[jt][q] = pack_bf16(x0 - hf.x, x1 - hf.y);
+            }
+        }
+    };
+
+    // Slice s in the ring, visible to every thread (at s = 0 with the row
+    // coefficients); slice s + 1 in flight. After using it, a barrier frees
+    // its buffer for slice s + 2.
+    auto begin = [&](u32 s) -> const bf16* {
+        if (s + 1u < ns) {
+            issue(s + 1u);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        return ring[s & 1u];
+    };
+
+    for (u32 s = 0; s < nk; ++s) {
+        const bf16* sl = begin(s);
+        if (c0 < r0 + 16u) {
+#pragma unroll
+            for (u32 kk = 0; kk < 64u; kk += 16u) {
+                u32 a[4];
+                frag_a(a, sl, FLD, r0, kk, lane);
+#pragma unroll
+                for (int ni = 0; ni < 4; ni += 2) {
+                    u32 b[4];
+                    frag_b_nk(b, sl, FLD, c0 + 8u * ni, kk, lane);
+                    mma_bf16(acc[ni], a, b[0], b[1]);
+                    mma_bf16(acc[ni + 1], a, b[2], b[3]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    // A, scaled and masked; then T in place of its diagonal blocks and in toff.
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const u32 i = r0 + gq + 8u * hr;
+        const bool live = i < len;
+        const float gi = gs[i], bi = cu[i];
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const u32 j = c0 + 8u * ni + 2u * tq;
+            const float x0 = live && j < i ? bi * expf(gi - gs[j]) * acc[ni][2 * hr] : 0.0f;
+            const float x1 = live && j + 1u < i ? bi * expf(gi - gs[j + 1]) * acc[ni][2 * hr + 1] : 0.0f;
+            *reinterpret_cast<float2*>(at + i * FLD + j) = make_float2(x0, x1);
+        }
+    }
+    __syncthreads();
+    {
+        float x[16];
+        const u32 d = tid >> 4, c = tid & 15u;
+        if (tid < 64u) {
+            const float* ad = at + 16u * d * FLD + 16u * d;
+#pragma unroll
+            for (u32 r = 0; r < 16; ++r) {
+                float sum = 0.0f;
+#pragma unroll
+                for (u32 j = 0; j < r; ++j) sum = fmaf(ad[r * FLD + j], x[j], sum);
+                x[r] = (r == c ? 1.0f : 0.0f) - sum;
+            }
+        }
+        __syncthreads();
+        if (tid < 64u) {
+#pragma unroll
+            for (u32 r = 0; r < 16; ++r) at[(16u * d + r) * FLD + 16u * d + c] = x[r];
+        }
+        __syncthreads();
+    }
+    solve_diagonal<1>(at, toff, tid);
+    solve_diagonal<2>(at, toff, tid);
+    solve_diagonal<3>(at, toff, tid);
+
+    // w from slices nk..2 nk - 1 (k), u from the rest (v): 64 columns each.
+    for (u32 s = nk; s < ns; ++s) {
+        const bool is_w = s < 2u * nk;
+        if (s == nk || s == 2u * nk) load_t(is_w ? cw : cu);
+        const bf16* sl = begin(s);
+        const u32 col0 = 64u * (is_w ? s - nk : s - 2u * nk);
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[ni][e] = 0.0f;
+#pragma unroll
+        for (u32 jt = 0; jt < 4; ++jt) {
+            if (jt > mt) break;
+#pragma unroll
+            for (int ni = 0; ni < 4; ni += 2) {
+                u32 b[4];
+                frag_b_kn(b, sl, FLD, c0 + 8u * ni, 16u * jt, lane);
+                mma_bf16(acc[ni], tl[jt], b[0], b[1]);
+                mma_bf16(acc[ni + 1], tl[jt], b[2], b[3]);
+                mma_bf16(acc[ni], th[jt], b[0], b[1]);
+                mma_bf16(acc[ni + 1], th[jt], b[2], b[3]);
+            }
+        }
+        bf16* dst = is_w ? w_out + (u64(t0) * H + head) * K + col0 : u_out + (u64(t0) * H + head) * V + col0;
+        const u64 dst_row = is_w ? u64(H) * K : u64(H) * V;
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            const u32 i = r0 + gq + 8u * hr;
+            if (i >= len) continue;
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                const u32 j = c0 + 8u * ni + 2u * tq;
+                *reinterpret_cast<u32*>(dst + u64(i) * dst_row + j) = pack_bf16(acc[ni][2 * hr], acc[ni][2 * hr + 1]);
+            }
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 4)
+gated_delta_net_kkt_solve_wu_bf16(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
+                                  const float* __restrict__ beta, const float* __restrict__ g,
+                                  bf16* __restrict__ w_out, bf16* __restrict__ u_out,
+                                  const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
+    kkt_solve_wu_body<float>(k_in, v_in, beta, g, w_out, u_out, chunks, pp);
+}
+extern "C" __global__ void __launch_bounds__(256, 4)
+gated_delta_net_kkt_solve_wu_bf16_beta_bf16(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
+                                            const bf16* __restrict__ beta, const float* __restrict__ g,
+                                            bf16* __restrict__ w_out, bf16* __restrict__ u_out,
+                                            const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
+    kkt_solve_wu_body<bf16>(k_in, v_in, beta, g, w_out, u_out, chunks, pp);
+}
+
+// ---------------------------------------------------------------------------
 // The inter-state step: for each (sequence, head) the state h [V, K] f32
 // starts at h0 and walks the sequence's chunks; per chunk of len tokens,
 // last = its last token:
@@ -722,104 +1013,92 @@ gated_delta_net_chunk_inter_state_bf16(const bf16* __restrict__ k_in, const bf16
 }
 
 // ---------------------------------------------------------------------------
-// gated_delta_net_chunk_o_bf16: per chunk, V columns [v0, v0 + 64),
+// gated_delta_net_chunk_o_bf16: per chunk and V head, V columns [v0, v0 + VB),
 //   S[i, j] = q_i . k_j                                      (bf16 operands, f32 sums)
 //   P[i, j] = bf16(S[i, j] exp(g_i - g_j)) for j <= i < len, 0 elsewhere
 //   o[i, v] = bf16(scale (exp(g_i) sum_k q_i[k] h[v, k] + sum_j P[i, j] v_new[j, v]))
 // with h the chunk-start state (bf16 [V, K]) and q, k of K head kh.
-// Grid (V / 64, nt, H), 256 threads = 8 warps: warp w owns rows
-// [16 (w / 2), +16) and o columns [32 (w % 2), +32); it computes S for its
-// rows and the key tiles on or left of them (the two warps of a row block
-// both do), turns S into P in registers and multiplies by the staged v_new.
-// q, k and h go through shared memory in 32-wide K slices, two buffers deep:
-// slice s + 1's cp.async copies fly while slice s is multiplied; v_new comes
-// with slice 0 and is waited on only before P v_new. Shared memory: 2 x 3
-// arrays 64 x 40 bf16 (q, k, h slices) and v_new 64 x 72 bf16, 40 KiB.
+// VB = 128 where V is a multiple of 128, else 64. Grid (V / VB, H, nt) here
+// (the Metal kernel's is (V / 64, nt, H)): the heads of a chunk run side by
+// side, so the heads of a GQA group read q and k once from memory, and h and
+// o go to memory in runs across heads. 256 threads = 8 warps: warp w owns
+// rows [16 (w / 2), +16) and o columns [VB / 2 (w % 2), +VB / 2); it computes
+// S for its rows and the key tiles on or left of them (the two warps of a row
+// block both do), turns S into P in registers and multiplies by the staged
+// v_new. Every operand comes in one wave of cp.async copies, so a block waits
+// on memory once (v_new, in a second group, only before P v_new), and q and
+// k are read once per VB columns. Dynamic shared memory, bound by the host
+// (chunkOCudaSharedBytes): q and k [64][K + 8], h [VB][K + 8], v_new
+// [64][VB + 8] bf16, 85 KiB at K = V = 128 (two blocks per SM), 149 KiB at
+// K = 256, V = 128.
 // Bindings: 0 q, 1 k, 2 v_new, 3 h, 4 g (cumsummed), 5 o, 6 chunks, 7 params.
-extern "C" __global__ void __launch_bounds__(256)
-gated_delta_net_chunk_o_bf16(const bf16* __restrict__ q_in, const bf16* __restrict__ k_in,
-                             const bf16* __restrict__ vn_in, const bf16* __restrict__ h_in,
-                             const float* __restrict__ g_in, bf16* __restrict__ o_out,
-                             const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
-    constexpr u32 LD = 64 + 8;   // v_new rows
-    constexpr u32 KS = 32;       // K slice
-    constexpr u32 LQ = KS + 8;   // slice rows (80 bytes: 8 ldmatrix rows fall in distinct banks)
-    __shared__ __align__(16) bf16 qs[2][BT * LQ], ks[2][BT * LQ], hs[2][BT * LQ], vs[BT * LD];
-    __shared__ float gs[BT];
+template <u32 VB>
+__device__ __forceinline__ void chunk_o_body(const bf16* __restrict__ q_in, const bf16* __restrict__ k_in,
+                                             const bf16* __restrict__ vn_in, const bf16* __restrict__ h_in,
+                                             const float* __restrict__ g_in, bf16* __restrict__ o_out,
+                                             const uint2* __restrict__ chunks, const Params* __restrict__ pp,
+                                             bf16* smem, float* gs) {
+    constexpr u32 NI = VB / 16;   // 8-column o tiles per warp
+    constexpr u32 LDV = VB + 8;
     const Params p = *pp;
-    const u32 v0 = blockIdx.x * 64u, cidx = blockIdx.y, head = blockIdx.z;
+    const u32 v0 = blockIdx.x * VB, head = blockIdx.y, cidx = blockIdx.z;
     const uint2 ch = chunks[cidx];
     if (!chunk_ok(ch, pp->n_tok)) return;
     const u32 t0 = ch.x, len = ch.y;
-    const u32 H = p.h, K = p.k, V = p.v, kh = head / (H / p.hg);
+    const u32 H = p.h, K = p.k, V = p.v, kh = head / (H / p.hg), LDK = K + 8;
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
-    const u32 mt = warp >> 1, r0 = 16u * mt, c0 = 32u * (warp & 1u);
+    const u32 mt = warp >> 1, r0 = 16u * mt, c0 = (VB / 2) * (warp & 1u);
+    bf16* qs = smem;
+    bf16* ks = qs + BT * LDK;
+    bf16* hs = ks + BT * LDK;
+    bf16* vs = hs + VB * LDK;
 
-    const bf16* qrow = q_in + (u64(t0) * p.hg + kh) * K;
-    const bf16* krow = k_in + (u64(t0) * p.hg + kh) * K;
-    const bf16* hp = h_in + ((u64(cidx) * H + head) * V + v0) * K;
-    // One 16-byte copy of each of q, k, h per thread per slice (64 rows x 4).
-    auto issue_slice = [&](u32 k0, u32 buf) {
-        const u32 r = tid >> 2, q = tid & 3u;
-        const bool live = r < len;
-        const u64 qk = live ? u64(r) * p.hg * K + k0 + 8u * q : 0u;
-        cp_async16(qs[buf] + r * LQ + 8u * q, qrow + qk, live);
-        cp_async16(ks[buf] + r * LQ + 8u * q, krow + qk, live);
-        cp_async16(hs[buf] + r * LQ + 8u * q, hp + u64(r) * K + k0 + 8u * q, true);
-    };
-    issue_slice(0u, 0u);
+    stage_rows(qs, LDK, q_in + (u64(t0) * p.hg + kh) * K, u64(p.hg) * K, K, len, tid, 256u);
+    stage_rows(ks, LDK, k_in + (u64(t0) * p.hg + kh) * K, u64(p.hg) * K, K, len, tid, 256u);
+    {
+        const bf16* hp = h_in + ((u64(cidx) * H + head) * V + v0) * K;
+        const u32 q8 = K / 8u;
+        for (u32 e = tid; e < VB * q8; e += 256u) {
+            const u32 r = e / q8, q = e % q8;
+            cp_async16(hs + r * LDK + q * 8u, hp + u64(r) * K + q * 8u, true);
+        }
+    }
     cp_async_commit();
-    stage_rows(vs, LD, vn_in + (u64(t0) * H + head) * V + v0, u64(H) * V, 64u, len, tid, 256u);
+    stage_rows(vs, LDV, vn_in + (u64(t0) * H + head) * V + v0, u64(H) * V, VB, len, tid, 256u);
     cp_async_commit();
     if (tid < BT) gs[tid] = tid < len ? g_in[u64(t0 + tid) * H + head] : 0.0f;
 
-    float accs[8][4], acco[4][4];
+    float accs[8][4], acco[NI][4];
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) accs[n][e] = 0.0f;
 #pragma unroll
-    for (int n = 0; n < 4; ++n)
+    for (u32 n = 0; n < NI; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acco[n][e] = 0.0f;
 
-    // Groups in flight: slice 0, v_new, then one per later slice. Before the
-    // products of slice s, everything up to slice s has landed: all but the
-    // newest group (slice s + 1) when one was issued, else all but v_new's
-    // at s = 0 with a single slice, else all.
-    const u32 ns = K / KS;
-    for (u32 sl = 0; sl < ns; ++sl) {
-        const u32 buf = sl & 1u;
-        if (sl + 1u < ns) {
-            issue_slice((sl + 1u) * KS, buf ^ 1u);
-            cp_async_commit();
-            if (sl == 0u) cp_async_wait<2>(); else cp_async_wait<1>();
-        } else {
-            if (sl == 0u) cp_async_wait<1>(); else cp_async_wait<0>();
-        }
-        __syncthreads();
+    cp_async_wait<1>();
+    __syncthreads();   // q, k, h and g landed for every thread
+    for (u32 kk = 0; kk < K; kk += 16) {
+        u32 a[4];
+        frag_a(a, qs, LDK, r0, kk, lane);
 #pragma unroll
-        for (u32 kk = 0; kk < KS; kk += 16) {
-            u32 a[4];
-            frag_a(a, qs[buf], LQ, r0, kk, lane);
-#pragma unroll
-            for (u32 nj = 0; nj < 8; nj += 2) {
-                if (nj < 2u * (mt + 1u)) {
-                    u32 b[4];
-                    frag_b_nk(b, ks[buf], LQ, 8u * nj, kk, lane);
-                    mma_bf16(accs[nj], a, b[0], b[1]);
-                    mma_bf16(accs[nj + 1], a, b[2], b[3]);
-                }
-            }
-#pragma unroll
-            for (u32 ni = 0; ni < 4; ni += 2) {
+        for (u32 nj = 0; nj < 8; nj += 2) {
+            if (nj < 2u * (mt + 1u)) {
                 u32 b[4];
-                frag_b_nk(b, hs[buf], LQ, c0 + 8u * ni, kk, lane);
-                mma_bf16(acco[ni], a, b[0], b[1]);
-                mma_bf16(acco[ni + 1], a, b[2], b[3]);
+                frag_b_nk(b, ks, LDK, 8u * nj, kk, lane);
+                mma_bf16(accs[nj], a, b[0], b[1]);
+                mma_bf16(accs[nj + 1], a, b[2], b[3]);
             }
         }
-        __syncthreads();   // slice s's buffer is free for slice s + 2
+#pragma unroll
+        for (u32 ni = 0; ni < NI; ni += 2) {
+            u32 b[4];
+            frag_b_nk(b, hs, LDK, c0 + 8u * ni, kk, lane);
+            mma_bf16(acco[ni], a, b[0], b[1]);
+            mma_bf16(acco[ni + 1], a, b[2], b[3]);
+        }
     }
     cp_async_wait<0>();
     __syncthreads();   // v_new landed for every thread
@@ -833,7 +1112,7 @@ gated_delta_net_chunk_o_bf16(const bf16* __restrict__ q_in, const bf16* __restri
         di[hr] = i < len ? expf(gi[hr]) : 0.0f;
     }
 #pragma unroll
-    for (int n = 0; n < 4; ++n) {
+    for (u32 n = 0; n < NI; ++n) {
         acco[n][0] *= di[0];
         acco[n][1] *= di[0];
         acco[n][2] *= di[1];
@@ -858,9 +1137,9 @@ gated_delta_net_chunk_o_bf16(const bf16* __restrict__ q_in, const bf16* __restri
             }
         }
 #pragma unroll
-        for (u32 ni = 0; ni < 4; ni += 2) {
+        for (u32 ni = 0; ni < NI; ni += 2) {
             u32 b[4];
-            frag_b_kn(b, vs, LD, c0 + 8u * ni, 16u * jt, lane);
+            frag_b_kn(b, vs, LDV, c0 + 8u * ni, 16u * jt, lane);
             mma_bf16(acco[ni], a, b[0], b[1]);
             mma_bf16(acco[ni + 1], a, b[2], b[3]);
         }
@@ -873,9 +1152,24 @@ gated_delta_net_chunk_o_bf16(const bf16* __restrict__ q_in, const bf16* __restri
         if (i >= len) continue;
         bf16* orow = o_out + (u64(t0 + i) * H + head) * V + v0;
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
+        for (u32 ni = 0; ni < NI; ++ni) {
             const u32 j = c0 + 8u * ni + 2u * tq;
             *reinterpret_cast<u32*>(orow + j) = pack_bf16(scale * acco[ni][2 * hr], scale * acco[ni][2 * hr + 1]);
         }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+gated_delta_net_chunk_o_bf16(const bf16* __restrict__ q_in, const bf16* __restrict__ k_in,
+                             const bf16* __restrict__ vn_in, const bf16* __restrict__ h_in,
+                             const float* __restrict__ g_in, bf16* __restrict__ o_out,
+                             const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
+    extern __shared__ __align__(16) unsigned char dyn[];
+    __shared__ float gs[BT];
+    bf16* smem = reinterpret_cast<bf16*>(dyn);
+    if (pp->v % 128u == 0u) {
+        chunk_o_body<128>(q_in, k_in, vn_in, h_in, g_in, o_out, chunks, pp, smem, gs);
+    } else {
+        chunk_o_body<64>(q_in, k_in, vn_in, h_in, g_in, o_out, chunks, pp, smem, gs);
     }
 }

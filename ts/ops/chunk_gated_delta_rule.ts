@@ -39,6 +39,8 @@ const KKT_BETA_BF16 = 'gated_delta_net_kkt_bf16_beta_bf16';
 const SOLVE = 'chunk_tri_solve_invert_f32';
 const WU = 'gated_delta_net_recompute_wu_bf16';
 const WU_BETA_BF16 = 'gated_delta_net_recompute_wu_bf16_beta_bf16';
+const KKT_SOLVE_WU = 'gated_delta_net_kkt_solve_wu_bf16';
+const KKT_SOLVE_WU_BETA_BF16 = 'gated_delta_net_kkt_solve_wu_bf16_beta_bf16';
 const INTER_K64 = 'gated_delta_net_chunk_inter_state_k64_bf16';
 const INTER_K128 = 'gated_delta_net_chunk_inter_state_k128_bf16';
 const INTER_K256 = 'gated_delta_net_chunk_inter_state_k256_bf16';
@@ -46,9 +48,9 @@ const CHUNK_O = 'gated_delta_net_chunk_o_bf16';
 const SEED_CUMSUM = 'chunk_local_cumsum_g_f32';
 const SEED_INTER = 'gated_delta_net_chunk_inter_state_bf16';
 export const CHUNK_GATED_DELTA_RULE_KERNELS = [
-  CUMSUM, KKT, KKT_BETA_BF16, SOLVE, WU, WU_BETA_BF16, INTER_K64, INTER_K128, INTER_K256, CHUNK_O, SEED_CUMSUM, SEED_INTER,
+  CUMSUM, KKT, KKT_BETA_BF16, SOLVE, WU, WU_BETA_BF16, KKT_SOLVE_WU, KKT_SOLVE_WU_BETA_BF16, INTER_K64, INTER_K128, INTER_K256, CHUNK_O, SEED_CUMSUM, SEED_INTER,
 ] as const;
-/** The family's sources by backend (the cuda file has the same entry points, bindings and grids). */
+/** The family's sources by backend (the cuda file has the same entry points and bindings; grids as each plan's cuda launch says). */
 export const CHUNK_GATED_DELTA_RULE_SOURCES = familySources(FAMILY, { header, metal: metalSource, cuda: cudaSrc });
 const planOf = familyPlans({ family: FAMILY, sources: CHUNK_GATED_DELTA_RULE_SOURCES, kernels: CHUNK_GATED_DELTA_RULE_KERNELS });
 
@@ -241,8 +243,12 @@ function stepBytes(nBuffers: number, p: GdrStepParams): (Uint8Array | undefined)
 interface GdrStep<A extends GdrStepParams> {
   buffers(a: A): Expect[];
   outputs?: readonly string[];
-  /** The kernel, its threads per threadgroup and its grid (a threadgroup per chunk and head, (nt, H, 1), where absent). */
-  launch(a: A): Pick<PlannedDispatch, 'kernel'> & { threads: number; grid?: Dim3 };
+  /**
+   * The kernel, its threads per threadgroup, its grid (a threadgroup per
+   * chunk and head, (nt, H, 1), where absent) and the CUDA twin's launch
+   * where it differs.
+   */
+  launch(a: A): Pick<PlannedDispatch, 'kernel' | 'cuda'> & { threads: number; grid?: Dim3 };
 }
 
 /** A step's three functions of the op shape, and its dispatch without validation (for chunkGatedDeltaRule's plan). */
@@ -255,8 +261,8 @@ function gdrStep<A extends GdrStepParams>(s: GdrStep<A>): OpShape<A> & { dispatc
   };
   const dispatch = (a: A): PlannedDispatch => {
     const buffers = s.buffers(a).map(([, buf]) => buf);
-    const { kernel, threads, grid = [a.nt, a.nHeads, 1] } = s.launch(a);
-    return { kernel, buffers, bytes: stepBytes(buffers.length, a), grid, threads: [threads, 1, 1] };
+    const { kernel, threads, grid = [a.nt, a.nHeads, 1], cuda } = s.launch(a);
+    return { kernel, buffers, bytes: stepBytes(buffers.length, a), grid, threads: [threads, 1, 1], ...(cuda === undefined ? {} : { cuda }) };
   };
   return { ...opShape(validate, (a) => planOf(dispatch(a))), dispatch };
 }
@@ -379,6 +385,39 @@ export const validateGatedDeltaNetRecomputeWu = wuStep.validate;
 export const gatedDeltaNetRecomputeWu = wuStep.op;
 export const planGatedDeltaNetRecomputeWu = wuStep.plan;
 
+export interface GdrKktSolveWuArgs extends GdrStepParams, GdrKeys, GdrDecay, GdrChunks {
+  /** [nTok, H, V] bf16 */
+  v: Buffer;
+  /** [nTok, H] f32 or bf16 */
+  beta: Buffer;
+  /** [nTok, H, K] bf16 (output) */
+  w: Buffer;
+  /** [nTok, H, V] bf16 (output) */
+  u: Buffer;
+}
+
+const kktSolveWuStep = gdrStep<GdrKktSolveWuArgs>({
+  buffers: (a) => [
+    keysExpect(a), ['v', a.v, 'bf16', a.nTok * a.nHeads * a.vDim], ['beta', a.beta, ['f32', 'bf16'], a.nTok * a.nHeads], decayExpect(a),
+    ['w', a.w, 'bf16', a.nTok * a.nHeads * a.kDim], ['u', a.u, 'bf16', a.nTok * a.nHeads * a.vDim], chunksExpect(a, a.chunks),
+  ],
+  outputs: ['w', 'u'],
+  launch: (a) => ({
+    kernel: a.beta.dtype === 'bf16' ? KKT_SOLVE_WU_BETA_BF16 : KKT_SOLVE_WU, threads: 256,
+    cuda: { grid: [a.nHeads, a.nt, 1], threads: [256, 1, 1] },
+  }),
+});
+export const validateGatedDeltaNetKktSolveWu = kktSolveWuStep.validate;
+/**
+ * The kkt, tri-solve and w/u steps in one kernel, A and (I + A)^-1 kept on
+ * chip: w and u as gatedDeltaNetRecomputeWu gives them from the Ai of the
+ * two steps before (up to f32 rounding). Bindings: 0 k, 1 v, 2 beta, 3 g,
+ * 4 w, 5 u, 6 chunks, 7 params. Grid (nt, H), on CUDA (H, nt) (a chunk's
+ * heads side by side: a GQA group reads k once from memory), 256 threads.
+ */
+export const gatedDeltaNetKktSolveWu = kktSolveWuStep.op;
+export const planGatedDeltaNetKktSolveWu = kktSolveWuStep.plan;
+
 export interface GdrInterStateArgs extends GdrStepParams, GdrKeys, GdrDecay {
   /** [nTok, H, K] bf16 */
   w: Buffer;
@@ -442,24 +481,40 @@ const chunkOStep = gdrStep<GdrChunkOArgs>({
     chunksExpect(a, a.chunks),
   ],
   outputs: ['o'],
-  launch: (a) => ({ kernel: CHUNK_O, threads: 256, grid: [a.vDim / GDR_V_MULTIPLE, a.nt, a.nHeads] }),
+  launch: (a) => ({
+    kernel: CHUNK_O, threads: 256, grid: [a.vDim / GDR_V_MULTIPLE, a.nt, a.nHeads],
+    cuda: {
+      grid: [a.vDim / chunkOCudaColumns(a.vDim), a.nHeads, a.nt], threads: [256, 1, 1],
+      threadgroupMemory: { 0: chunkOCudaSharedBytes(a.kDim, a.vDim) },
+    },
+  }),
 });
 export const validateGatedDeltaNetChunkO = chunkOStep.validate;
 /**
  * o[i, v] = bf16(scale (exp(g_i) q_i . h[v] + sum_{j <= i} bf16(exp(g_i - g_j) q_i . k_j) vNew[j, v]))
  * per chunk, h its chunk-start state. Bindings: 0 q, 1 k, 2 vNew, 3 h, 4 g,
- * 5 o, 6 chunks, 7 params. Grid (V / 64, nt, H), 256 threads.
+ * 5 o, 6 chunks, 7 params. Grid (V / 64, nt, H), on CUDA (V / VB, H, nt) with
+ * VB = chunkOCudaColumns(V) and chunkOCudaSharedBytes of dynamic shared
+ * memory (every operand of a block staged at once); 256 threads.
  */
 export const gatedDeltaNetChunkO = chunkOStep.op;
 export const planGatedDeltaNetChunkO = chunkOStep.plan;
+
+/** V columns per block of the CUDA chunk_o: 128 where V is a multiple of 128, else 64. */
+export function chunkOCudaColumns(vDim: number): number {
+  return vDim % 128 === 0 ? 128 : 64;
+}
+/** Dynamic shared memory of the CUDA chunk_o: q, k [64][K + 8], h [VB][K + 8], v_new [64][VB + 8] bf16. */
+export function chunkOCudaSharedBytes(kDim: number, vDim: number): number {
+  const vb = chunkOCudaColumns(vDim);
+  return 2 * ((2 * GDR_BT + vb) * (kDim + 8) + GDR_BT * (vb + 8));
+}
 
 // ---- scratch ----
 
 /** The buffers a call of chunkGatedDeltaRule works in, besides its arguments. */
 export interface GdrScratch {
   gCum: Buffer;
-  /** A, then Ai in place. */
-  a: Buffer;
   w: Buffer;
   u: Buffer;
   hSnap: Buffer;
@@ -474,7 +529,6 @@ export interface GdrScratch {
 function allocScratch(d: Device, p: GdrStepParams, layout: GdrChunkLayout): GdrScratch {
   const s: GdrScratch = {
     gCum: d.alloc('f32', [p.nTok, p.nHeads]),
-    a: d.alloc('f32', [p.nTok, p.nHeads, GDR_BT]),
     w: d.alloc('bf16', [p.nTok, p.nHeads, p.kDim]),
     u: d.alloc('bf16', [p.nTok, p.nHeads, p.vDim]),
     hSnap: d.alloc('bf16', [p.nt, p.nHeads, p.vDim, p.kDim]),
@@ -500,8 +554,8 @@ export const GDR_SCRATCH_SHAPES = 4;
 
 /**
  * The scratch buffers of chunkGatedDeltaRule on one device: per shape
- * (H, K, V and the sequence offsets, which fix nTok, nt, nSeq), g cumsummed [nTok, H] f32, A / Ai [nTok, H, 64]
- * f32, w [nTok, H, K], u and vNew [nTok, H, V], the chunk-start states
+ * (H, K, V and the sequence offsets, which fix nTok, nt, nSeq), g cumsummed [nTok, H] f32,
+ * w [nTok, H, K], u and vNew [nTok, H, V], the chunk-start states
  * [nt, H, V, K] (bf16), the two chunk tables, and zeros [nSeq, H, V, K] f32 for
  * calls without an initial state. The GDR_SCRATCH_SHAPES most recently used
  * shapes are kept; dispose() releases them all (the next call allocates again).
@@ -524,7 +578,7 @@ export class ChunkGatedDeltaRuleScratch {
   get byteLength(): number {
     let n = 0;
     for (const e of this.entries) {
-      for (const b of [e.gCum, e.a, e.w, e.u, e.hSnap, e.vNew, e.chunks, e.seqs, e.zeros]) n += b?.byteLength ?? 0;
+      for (const b of [e.gCum, e.w, e.u, e.hSnap, e.vNew, e.chunks, e.seqs, e.zeros]) n += b?.byteLength ?? 0;
     }
     return n;
   }
@@ -576,7 +630,7 @@ function claim(e: ScratchEntry, enc: Encoder): void {
 }
 
 function release(e: ScratchEntry): void {
-  for (const b of [e.gCum, e.a, e.w, e.u, e.hSnap, e.vNew, e.chunks, e.seqs, e.zeros]) {
+  for (const b of [e.gCum, e.w, e.u, e.hSnap, e.vNew, e.chunks, e.seqs, e.zeros]) {
     if (b !== null && !b.device.closed) b.release();
   }
 }
@@ -693,13 +747,13 @@ export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs, device?:
  * Steps, each a dispatch, ordered by the barriers the encoder places from
  * what each step reads and writes (chunks of 64 tokens):
  *   1. g cumsummed within chunks: chunk_local_cumsum_varlen_g_f32
- *   2. A = gated_delta_net_kkt_bf16 (beta_i exp(g_i - g_j) k_i . k_j, j < i)
- *   3. Ai = (I + A)^-1 in place: chunk_tri_solve_invert_f32
- *   4. w, u = gated_delta_net_recompute_wu_bf16
- *   5. chunk-start states h, v_new, finalState: gated_delta_net_chunk_inter_state_k{K}_bf16
- *   6. o = gated_delta_net_chunk_o_bf16
- * Stored in bf16: w, u, v_new, the chunk-start states and o; A, Ai, g and the
- * running state are f32.
+ *   2. w, u = gated_delta_net_kkt_solve_wu_bf16: A = beta_i exp(g_i - g_j)
+ *      k_i . k_j (j < i), Ai = (I + A)^-1, w = Ai (beta exp(g) k), u = Ai (beta v),
+ *      A and Ai kept on chip (the steps kkt, tri-solve and w/u in one kernel)
+ *   3. chunk-start states h, v_new, finalState: gated_delta_net_chunk_inter_state_k{K}_bf16
+ *   4. o = gated_delta_net_chunk_o_bf16
+ * Stored in bf16: w, u, v_new, the chunk-start states and o; A, Ai (on chip),
+ * g and the running state are f32.
  *
  * Layouts: q, k [B, T, Hg, K] bf16; v, o [B, T, H, V] bf16; g, beta [B, T, H]
  * (beta f32 or bf16); initialState, finalState [N, H, V, K] f32 (K innermost,
@@ -711,12 +765,12 @@ export function chunkGatedDeltaRule(enc: Encoder, a: ChunkGatedDeltaRuleArgs): v
   const { step, layout } = validateChunkGatedDeltaRule(a, enc.device);
   const s = chunkGatedDeltaRuleScratch(enc.device).entry(step, layout, enc);
   if (a.initialState === undefined) s.zeros ??= enc.device.alloc('f32', [step.nSeq, step.nHeads, step.vDim, step.kDim]);
-  // Six dispatches, recorded atomically: a refusal of any records none of them.
+  // Four dispatches, recorded atomically: a refusal of any records none of them.
   record(enc, stepsPlan(a, step, s));
 }
 
 /**
- * chunkGatedDeltaRule's plan: validates, then its six steps over `scratch`,
+ * chunkGatedDeltaRule's plan: validates, then its four steps over `scratch`,
  * or over scratch of its own allocated on q's device (and a zero initial
  * state when none is given) when absent.
  */
@@ -735,9 +789,7 @@ function stepsPlan(a: ChunkGatedDeltaRuleArgs, step: GdrStepParams, s: GdrScratc
   // same scratch.
   return planOf(
     cumsumStep.dispatch({ ...step, gIn: a.g, gCum: s.gCum, chunks: s.chunks }),
-    kktStep.dispatch({ ...step, k: a.k, g: s.gCum, beta: a.beta, a: s.a, chunks: s.chunks }),
-    solveStep.dispatch({ ...step, a: s.a, ai: s.a, chunks: s.chunks }),
-    wuStep.dispatch({ ...step, k: a.k, v: a.v, beta: a.beta, g: s.gCum, ai: s.a, w: s.w, u: s.u, chunks: s.chunks }),
+    kktSolveWuStep.dispatch({ ...step, k: a.k, v: a.v, beta: a.beta, g: s.gCum, w: s.w, u: s.u, chunks: s.chunks }),
     interStateStep.dispatch({ ...step, k: a.k, w: s.w, u: s.u, g: s.gCum, h0, hOut: s.hSnap, vNew: s.vNew, finalState: a.finalState, seqs: s.seqs }),
     chunkOStep.dispatch({ ...step, q: a.q, k: a.k, vNew: s.vNew, h: s.hSnap, g: s.gCum, o: a.o, chunks: s.chunks }),
   );

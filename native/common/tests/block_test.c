@@ -6,19 +6,8 @@
 #include <string.h>
 
 #include "../../include/mlx_native_block.h"
+#include "check.h"
 
-static int checks, failures;
-
-#define CHECK(cond, ...)                              \
-  do {                                                \
-    ++checks;                                         \
-    if (!(cond)) {                                    \
-      ++failures;                                     \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);     \
-      printf(__VA_ARGS__);                            \
-      printf("\n");                                   \
-    }                                                 \
-  } while (0)
 
 /* A block under construction: header, records, payload. */
 typedef struct {
@@ -336,6 +325,5 @@ int main(void) {
     CHECK(small[0] == 'x', "cap 0 writes nothing");
   }
 
-  printf("%d checks, %d failures\n", checks, failures);
-  return failures != 0;
+  return check_summary();
 }

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "../../common/compile_job.h"
+#include "../../common/patch_bytes.h"
 #include "../../include/mlx_native.h"
 #include "../../include/mlx_native_block.h"
 #include "cuda_api.h"
@@ -1171,31 +1172,22 @@ MLXN_EXPORT mlxn_status mlxn_encoder_patch_bytes(mlxn_encoder* encoder, uint64_t
   const std::string fn = "mlxn_encoder_patch_bytes";
   Encoder* e = reinterpret_cast<Encoder*>(encoder);
   if (mlxn_status st = check_replayable(fn, e, msg, msg_cap)) return st;
-  if (dispatch_index >= e->recorded.size())
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                fn + ": dispatch_index must be below " + std::to_string(e->recorded.size()) +
-                    ", the recorded dispatch count (got " + std::to_string(dispatch_index) + ")");
+  if (std::string why = mlxn::common::patch_dispatch_refusal(fn, e->recorded.size(), dispatch_index); !why.empty())
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, why);
   const Launch& l = e->recorded[dispatch_index];
-  const Arg* hit = nullptr;
-  std::string have;
+  std::vector<mlxn::common::BytesBinding> bytes;
+  std::vector<uint64_t> at;  // each one's offset into the staging
   for (const Arg& a : l.args) {
     if (!a.staged) continue;
-    if (a.index == binding_index) hit = &a;
-    have += (have.empty() ? "" : ", ") + std::to_string(a.index);
+    bytes.push_back({a.index, a.len});
+    at.push_back(a.value);
   }
-  if (!hit)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                fn + ": binding_index must be a bytes binding of dispatch " + std::to_string(dispatch_index) +
-                    " (kernel '" + l.pipe->name + "': " + (have.empty() ? "none" : have) + ") (got " +
-                    std::to_string(binding_index) + ")");
-  if (len != hit->len)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                fn + ": len must be " + std::to_string(hit->len) + ", the recorded length (got " +
-                    std::to_string(len) + ")");
-  if (!data && len > 0)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, fn + ": data must be non-NULL (got NULL)");
+  size_t which = 0;
+  if (std::string why = mlxn::common::patch_binding_refusal(fn, dispatch_index, l.pipe->name, bytes, binding_index, len, data, &which);
+      !why.empty())
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, why);
   if (len) {
-    std::memcpy(e->staging.data() + hit->value, data, len);
+    std::memcpy(e->staging.data() + at[which], data, len);
     e->staging_dirty = e->frozen;  // before the first commit, its upload takes them
   }
   return ok(msg, msg_cap);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../../include/mlx_native.h"
+#include "../../common/tests/check.h"
 
 #define SYMBOLS(X)                                                                              \
   X(mlxn_abi_version) X(mlxn_backend_name) X(mlxn_device_count) X(mlxn_device_open)            \
@@ -38,20 +39,9 @@
 #define DECLARE(name) static __typeof__(&name) f_##name;
 SYMBOLS(DECLARE)
 
-static int failures = 0, checks = 0;
 static char msg[16384];
 #define CAP ((uint64_t)sizeof msg)
 
-#define CHECK(cond, ...)                                       \
-  do {                                                         \
-    ++checks;                                                  \
-    if (!(cond)) {                                             \
-      ++failures;                                              \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);              \
-      printf(__VA_ARGS__);                                     \
-      printf("\n");                                            \
-    }                                                          \
-  } while (0)
 /* A call that must succeed; on failure prints the backend's message. */
 #define OK(call) CHECK((call) == MLXN_OK, "%s -> %s", #call, msg)
 

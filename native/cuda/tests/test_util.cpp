@@ -18,20 +18,10 @@
 #include "../../include/mlx_native.h"
 #include "../src/util.h"
 #include "../../common/private_cache.h"
+#include "../../common/tests/check.h"
 
 using namespace mlxn_cuda;
 
-static int failures = 0, checks = 0;
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    ++checks;                                              \
-    if (!(cond)) {                                         \
-      ++failures;                                          \
-      std::printf("FAIL %s:%d: ", __FILE__, __LINE__);     \
-      std::printf(__VA_ARGS__);                            \
-      std::printf("\n");                                   \
-    }                                                      \
-  } while (0)
 
 static std::string define(uint32_t index, uint32_t type, uint32_t bits) {
   std::string out, err;

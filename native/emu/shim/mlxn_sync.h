@@ -55,14 +55,17 @@ template <class T> inline const T* gather(const T& x, uint32_t* m, const mlxn::s
 }
 inline uint32_t lane() { return mlxn::cur()->thread_index_in_simdgroup; }
 
-template <class X, class Op> inline val_t<X> reduce(const X& xx, Op op, const mlxn::srcloc& l) {
+// Op over the active lanes of this lane's group of `group` lanes (all W lanes,
+// or a quad of four).
+template <class X, class Op> inline val_t<X> reduce(const X& xx, Op op, uint32_t group, const mlxn::srcloc& l) {
   using T = val_t<X>;
   T x = xx;
   uint32_t m;
   const T* all = gather(x, &m, l);
+  uint32_t first_lane = lane() & ~(group - 1);
   bool first = true;
   T acc = x;
-  for (uint32_t i = 0; i < W; ++i) {
+  for (uint32_t i = first_lane; i < first_lane + group; ++i) {
     if (!(m >> i & 1u)) continue;
     acc = first ? all[i] : T(op(acc, all[i]));
     first = false;
@@ -91,6 +94,18 @@ template <class X> inline val_t<X> from_lane(const X& xx, uint32_t src, const ml
   const T* all = gather(x, &m, l);
   return all[src % W];
 }
+// The value `delta` lanes up (from a lower lane) or down within this lane's
+// group of `group` lanes; the lane's own value where that lane is outside it.
+template <class X> inline val_t<X> shift(const X& xx, uint32_t delta, bool up, uint32_t group,
+                                         const mlxn::srcloc& l) {
+  using T = val_t<X>;
+  T v = xx;
+  uint32_t m;
+  const T* all = gather(v, &m, l);
+  uint32_t me = lane(), pos = me & (group - 1);
+  if (up) return delta <= pos ? all[me - delta] : v;
+  return pos + delta < group ? all[me + delta] : v;
+}
 struct add_op { template <class A, class B> auto operator()(const A& a, const B& b) const { return a + b; } };
 struct mul_op { template <class A, class B> auto operator()(const A& a, const B& b) const { return a * b; } };
 struct min_op { template <class A, class B> auto operator()(const A& a, const B& b) const { return metal::min(a, b); } };
@@ -100,75 +115,54 @@ struct or_op { template <class A, class B> auto operator()(const A& a, const B& 
 struct xor_op { template <class A, class B> auto operator()(const A& a, const B& b) const { return a ^ b; } };
 }  // namespace simd_detail
 
-#define MLXN_SIMD_REDUCE(name, op)                                                   \
-  template <class X> requires operand<X>                                             \
-  inline val_t<X> name(const X& x, mlxn::srcloc l = mlxn::srcloc::current()) {       \
-    return simd_detail::reduce(x, simd_detail::op{}, l);                             \
+// One SIMD function on a value: its name, its extra arguments (none, or one
+// uint32_t), and what it returns, written in simd_detail's terms.
+#define MLXN_SIMD_FN(name, args, expr)                                                           \
+  template <class X> requires operand<X>                                                         \
+  inline val_t<X> name(const X& x MLXN_SIMD_ARGS_##args, mlxn::srcloc l = mlxn::srcloc::current()) { \
+    using namespace simd_detail;                                                                 \
+    return expr;                                                                                 \
   }
-MLXN_SIMD_REDUCE(simd_sum, add_op)
-MLXN_SIMD_REDUCE(simd_product, mul_op)
-MLXN_SIMD_REDUCE(simd_min, min_op)
-MLXN_SIMD_REDUCE(simd_max, max_op)
-MLXN_SIMD_REDUCE(simd_and, and_op)
-MLXN_SIMD_REDUCE(simd_or, or_op)
-MLXN_SIMD_REDUCE(simd_xor, xor_op)
+#define MLXN_SIMD_ARGS_none
+#define MLXN_SIMD_ARGS_src , uint32_t src
+#define MLXN_SIMD_ARGS_mask , uint32_t mask
+#define MLXN_SIMD_ARGS_delta , uint32_t delta
+// The reductions, over the SIMD-group (simd_*) and over quads (quad_*).
+#define MLXN_SIMD_REDUCE(name, op)                         \
+  MLXN_SIMD_FN(simd_##name, none, reduce(x, op{}, W, l)) \
+  MLXN_SIMD_FN(quad_##name, none, reduce(x, op{}, 4u, l))
+MLXN_SIMD_REDUCE(sum, add_op)
+MLXN_SIMD_REDUCE(product, mul_op)
+MLXN_SIMD_REDUCE(min, min_op)
+MLXN_SIMD_REDUCE(max, max_op)
+MLXN_SIMD_REDUCE(and, and_op)
+MLXN_SIMD_REDUCE(or, or_op)
+MLXN_SIMD_REDUCE(xor, xor_op)
 #undef MLXN_SIMD_REDUCE
 
-template <class X> requires operand<X>
-inline val_t<X> simd_prefix_inclusive_sum(const X& x, mlxn::srcloc l = mlxn::srcloc::current()) {
-  return simd_detail::scan(x, simd_detail::add_op{}, val_t<X>(0), true, l);
-}
-template <class X> requires operand<X>
-inline val_t<X> simd_prefix_exclusive_sum(const X& x, mlxn::srcloc l = mlxn::srcloc::current()) {
-  return simd_detail::scan(x, simd_detail::add_op{}, val_t<X>(0), false, l);
-}
-template <class X> requires operand<X>
-inline val_t<X> simd_prefix_inclusive_product(const X& x, mlxn::srcloc l = mlxn::srcloc::current()) {
-  return simd_detail::scan(x, simd_detail::mul_op{}, val_t<X>(1), true, l);
-}
-template <class X> requires operand<X>
-inline val_t<X> simd_prefix_exclusive_product(const X& x, mlxn::srcloc l = mlxn::srcloc::current()) {
-  return simd_detail::scan(x, simd_detail::mul_op{}, val_t<X>(1), false, l);
-}
+MLXN_SIMD_FN(simd_prefix_inclusive_sum, none, scan(x, add_op{}, val_t<X>(0), true, l))
+MLXN_SIMD_FN(simd_prefix_exclusive_sum, none, scan(x, add_op{}, val_t<X>(0), false, l))
+MLXN_SIMD_FN(simd_prefix_inclusive_product, none, scan(x, mul_op{}, val_t<X>(1), true, l))
+MLXN_SIMD_FN(simd_prefix_exclusive_product, none, scan(x, mul_op{}, val_t<X>(1), false, l))
 
-template <class X> requires operand<X>
-inline val_t<X> simd_shuffle(const X& x, uint32_t src, mlxn::srcloc l = mlxn::srcloc::current()) {
-  return simd_detail::from_lane(x, src, l);
-}
-template <class X> requires operand<X>
-inline val_t<X> simd_broadcast(const X& x, uint32_t src, mlxn::srcloc l = mlxn::srcloc::current()) {
-  return simd_detail::from_lane(x, src, l);
-}
-template <class X> requires operand<X>
-inline val_t<X> simd_shuffle_xor(const X& x, uint32_t mask, mlxn::srcloc l = mlxn::srcloc::current()) {
-  return simd_detail::from_lane(x, simd_detail::lane() ^ (mask % simd_detail::W), l);
-}
-template <class X> requires operand<X>
-inline val_t<X> simd_shuffle_up(const X& x, uint32_t delta, mlxn::srcloc l = mlxn::srcloc::current()) {
-  using T = val_t<X>;
-  T v = x;
-  uint32_t m;
-  const T* all = simd_detail::gather(v, &m, l);
-  uint32_t me = simd_detail::lane();
-  return delta <= me ? all[me - delta] : v;
-}
-template <class X> requires operand<X>
-inline val_t<X> simd_shuffle_down(const X& x, uint32_t delta, mlxn::srcloc l = mlxn::srcloc::current()) {
-  using T = val_t<X>;
-  T v = x;
-  uint32_t m;
-  const T* all = simd_detail::gather(v, &m, l);
-  uint32_t me = simd_detail::lane();
-  return me + delta < simd_detail::W ? all[me + delta] : v;
-}
-template <class X> requires operand<X>
-inline val_t<X> simd_shuffle_rotate_up(const X& x, uint32_t delta, mlxn::srcloc l = mlxn::srcloc::current()) {
-  return simd_detail::from_lane(x, (simd_detail::lane() + simd_detail::W - delta % simd_detail::W), l);
-}
-template <class X> requires operand<X>
-inline val_t<X> simd_shuffle_rotate_down(const X& x, uint32_t delta, mlxn::srcloc l = mlxn::srcloc::current()) {
-  return simd_detail::from_lane(x, simd_detail::lane() + delta, l);
-}
+MLXN_SIMD_FN(simd_shuffle, src, from_lane(x, src, l))
+MLXN_SIMD_FN(simd_broadcast, src, from_lane(x, src, l))
+MLXN_SIMD_FN(simd_shuffle_xor, mask, from_lane(x, lane() ^ (mask % W), l))
+MLXN_SIMD_FN(simd_shuffle_up, delta, shift(x, delta, true, W, l))
+MLXN_SIMD_FN(simd_shuffle_down, delta, shift(x, delta, false, W, l))
+MLXN_SIMD_FN(simd_shuffle_rotate_up, delta, from_lane(x, (lane() + W - delta % W), l))
+MLXN_SIMD_FN(simd_shuffle_rotate_down, delta, from_lane(x, lane() + delta, l))
+MLXN_SIMD_FN(quad_shuffle, src, from_lane(x, (lane() & ~3u) | (src & 3u), l))
+MLXN_SIMD_FN(quad_broadcast, src, from_lane(x, (lane() & ~3u) | (src & 3u), l))
+MLXN_SIMD_FN(quad_shuffle_xor, mask, from_lane(x, lane() ^ (mask & 3u), l))
+MLXN_SIMD_FN(quad_shuffle_up, delta, shift(x, delta, true, 4u, l))
+MLXN_SIMD_FN(quad_shuffle_down, delta, shift(x, delta, false, 4u, l))
+#undef MLXN_SIMD_FN
+#undef MLXN_SIMD_ARGS_none
+#undef MLXN_SIMD_ARGS_src
+#undef MLXN_SIMD_ARGS_mask
+#undef MLXN_SIMD_ARGS_delta
+
 template <class X> requires operand<X>
 inline val_t<X> simd_broadcast_first(const X& x, mlxn::srcloc l = mlxn::srcloc::current()) {
   using T = val_t<X>;
@@ -187,110 +181,44 @@ struct simd_vote {
   bool all() const { return v == 0xffffffffull; }
   bool any() const { return v != 0; }
 };
-inline simd_vote simd_ballot(bool b, mlxn::srcloc l = mlxn::srcloc::current()) {
+// The bits of the active lanes whose b is true, and the active-lane mask.
+namespace simd_detail {
+inline uint32_t ballot(bool b, uint32_t* m, const mlxn::srcloc& l) {
   uint8_t x = b;
+  const uint8_t* all = gather(x, m, l);
+  uint32_t r = 0;
+  for (uint32_t i = 0; i < W; ++i)
+    if ((*m >> i & 1u) && all[i]) r |= 1u << i;
+  return r;
+}
+}  // namespace simd_detail
+inline simd_vote simd_ballot(bool b, mlxn::srcloc l = mlxn::srcloc::current()) {
   uint32_t m;
-  const uint8_t* all = simd_detail::gather(x, &m, l);
-  uint64_t r = 0;
-  for (uint32_t i = 0; i < simd_detail::W; ++i)
-    if ((m >> i & 1u) && all[i]) r |= uint64_t(1) << i;
-  return simd_vote(r);
+  return simd_vote(simd_detail::ballot(b, &m, l));
 }
 inline simd_vote simd_active_threads_mask(mlxn::srcloc l = mlxn::srcloc::current()) {
-  uint8_t x = 1;
   uint32_t m;
-  simd_detail::gather(x, &m, l);
+  simd_detail::ballot(true, &m, l);
   return simd_vote(m);
 }
 inline bool simd_all(bool b, mlxn::srcloc l = mlxn::srcloc::current()) {
-  uint8_t x = b;
   uint32_t m;
-  const uint8_t* all = simd_detail::gather(x, &m, l);
-  for (uint32_t i = 0; i < simd_detail::W; ++i)
-    if ((m >> i & 1u) && !all[i]) return false;
-  return true;
+  return simd_detail::ballot(b, &m, l) == m;
 }
 inline bool simd_any(bool b, mlxn::srcloc l = mlxn::srcloc::current()) {
-  uint8_t x = b;
   uint32_t m;
-  const uint8_t* all = simd_detail::gather(x, &m, l);
-  for (uint32_t i = 0; i < simd_detail::W; ++i)
-    if ((m >> i & 1u) && all[i]) return true;
-  return false;
+  return simd_detail::ballot(b, &m, l) != 0;
 }
 inline bool simd_is_first(mlxn::srcloc l = mlxn::srcloc::current()) {
-  uint8_t x = 1;
   uint32_t m;
-  simd_detail::gather(x, &m, l);
+  simd_detail::ballot(true, &m, l);
   return uint32_t(__builtin_ctz(m)) == simd_detail::lane();
 }
-
-// quad_*: the same over groups of four lanes (lanes 4q .. 4q+3).
-namespace simd_detail {
-template <class X, class Op> inline val_t<X> quad_reduce(const X& xx, Op op, const mlxn::srcloc& l) {
-  using T = val_t<X>;
-  T x = xx;
-  uint32_t m;
-  const T* all = gather(x, &m, l);
-  uint32_t q = lane() & ~3u;
-  bool first = true;
-  T acc = x;
-  for (uint32_t i = q; i < q + 4; ++i) {
-    if (!(m >> i & 1u)) continue;
-    acc = first ? all[i] : T(op(acc, all[i]));
-    first = false;
-  }
-  return acc;
-}
-}  // namespace simd_detail
-#define MLXN_QUAD_REDUCE(name, op)                                                   \
-  template <class X> requires operand<X>                                             \
-  inline val_t<X> name(const X& x, mlxn::srcloc l = mlxn::srcloc::current()) {       \
-    return simd_detail::quad_reduce(x, simd_detail::op{}, l);                        \
-  }
-MLXN_QUAD_REDUCE(quad_sum, add_op)
-MLXN_QUAD_REDUCE(quad_product, mul_op)
-MLXN_QUAD_REDUCE(quad_min, min_op)
-MLXN_QUAD_REDUCE(quad_max, max_op)
-MLXN_QUAD_REDUCE(quad_and, and_op)
-MLXN_QUAD_REDUCE(quad_or, or_op)
-MLXN_QUAD_REDUCE(quad_xor, xor_op)
-#undef MLXN_QUAD_REDUCE
-template <class X> requires operand<X>
-inline val_t<X> quad_shuffle(const X& x, uint32_t src, mlxn::srcloc l = mlxn::srcloc::current()) {
-  return simd_detail::from_lane(x, (simd_detail::lane() & ~3u) | (src & 3u), l);
-}
-template <class X> requires operand<X>
-inline val_t<X> quad_broadcast(const X& x, uint32_t src, mlxn::srcloc l = mlxn::srcloc::current()) {
-  return simd_detail::from_lane(x, (simd_detail::lane() & ~3u) | (src & 3u), l);
-}
-template <class X> requires operand<X>
-inline val_t<X> quad_shuffle_xor(const X& x, uint32_t mask, mlxn::srcloc l = mlxn::srcloc::current()) {
-  return simd_detail::from_lane(x, simd_detail::lane() ^ (mask & 3u), l);
-}
-template <class X> requires operand<X>
-inline val_t<X> quad_shuffle_up(const X& x, uint32_t delta, mlxn::srcloc l = mlxn::srcloc::current()) {
-  using T = val_t<X>;
-  T v = x;
-  uint32_t m;
-  const T* all = simd_detail::gather(v, &m, l);
-  uint32_t me = simd_detail::lane();
-  return delta <= (me & 3u) ? all[me - delta] : v;
-}
-template <class X> requires operand<X>
-inline val_t<X> quad_shuffle_down(const X& x, uint32_t delta, mlxn::srcloc l = mlxn::srcloc::current()) {
-  using T = val_t<X>;
-  T v = x;
-  uint32_t m;
-  const T* all = simd_detail::gather(v, &m, l);
-  uint32_t me = simd_detail::lane();
-  return (me & 3u) + delta < 4u ? all[me + delta] : v;
-}
 inline bool quad_all(bool b, mlxn::srcloc l = mlxn::srcloc::current()) {
-  return simd_detail::quad_reduce(uint32_t(b), simd_detail::and_op{}, l) != 0;
+  return simd_detail::reduce(uint32_t(b), simd_detail::and_op{}, 4u, l) != 0;
 }
 inline bool quad_any(bool b, mlxn::srcloc l = mlxn::srcloc::current()) {
-  return simd_detail::quad_reduce(uint32_t(b), simd_detail::or_op{}, l) != 0;
+  return simd_detail::reduce(uint32_t(b), simd_detail::or_op{}, 4u, l) != 0;
 }
 
 // ---- atomics ----
@@ -431,8 +359,8 @@ typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
 typedef simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
 
 namespace sgm_detail {
-inline int row_of(uint32_t l) { return int(((l / 4) & 4) + (l / 2) % 4); }
-inline int col_of(uint32_t l) { return int(((l / 4) & 2) * 2 + (l % 2) * 2); }
+constexpr int row_of(uint32_t l) { return int(((l / 4) & 4) + (l / 2) % 4); }
+constexpr int col_of(uint32_t l) { return int(((l / 4) & 2) * 2 + (l % 2) * 2); }
 // A collective without data: makes the lanes meet at the caller's site.
 // simdgroup_load and simdgroup_store meet before and after their memory
 // accesses, as one SIMD instruction would act: every lane's earlier
@@ -453,6 +381,23 @@ template <class O> inline void origin_xy(const O& o, int64_t& x, int64_t& y) {
     y = 0;
   }
 }
+// f(k, i) for this lane's two elements k of a matrix at origin in memory of
+// elements_per_row columns: i is the element's index there. The lanes meet
+// before and after, as around simdgroup_load and simdgroup_store.
+template <class O, class F>
+inline void each_element(const O& origin, ulong elements_per_row, bool transpose, const mlxn::srcloc& l, F f) {
+  meet(l);
+  int64_t ox, oy;
+  origin_xy(origin, ox, oy);
+  uint32_t ln = simd_detail::lane();
+  int r = row_of(ln), c0 = col_of(ln);
+  int64_t s = int64_t(elements_per_row);
+  for (int k = 0; k < 2; ++k) {
+    int c = c0 + k;
+    f(k, transpose ? (oy + c) * s + ox + r : (oy + r) * s + ox + c);
+  }
+  meet(l);
+}
 }  // namespace sgm_detail
 
 template <class T, int C, int R>
@@ -470,42 +415,24 @@ inline simdgroup_matrix<T, C, R> make_filled_simdgroup_matrix(T value) {
   return m;
 }
 
-// Element (r, c) of the loaded matrix is src[(origin.y + r) * stride + origin.x + c],
-// or with transpose src[(origin.y + c) * stride + origin.x + r].
+// Element (r, c) of the loaded or stored matrix is p[(origin.y + r) * stride + origin.x + c],
+// or with transpose p[(origin.y + c) * stride + origin.x + r].
 template <class T, int C, int R, class P, class O = ulong2>
 inline void simdgroup_load(simdgroup_matrix<T, C, R>& d, P src, ulong elements_per_row = 8,
                            O matrix_origin = ulong2(0, 0), bool transpose_matrix = false,
                            mlxn::srcloc l = mlxn::srcloc::current()) {
-  sgm_detail::meet(l);
-  int64_t ox, oy;
-  sgm_detail::origin_xy(matrix_origin, ox, oy);
-  uint32_t ln = simd_detail::lane();
-  int r = sgm_detail::row_of(ln), c0 = sgm_detail::col_of(ln);
-  int64_t s = int64_t(elements_per_row);
-  for (int k = 0; k < 2; ++k) {
-    int c = c0 + k;
-    int64_t i = transpose_matrix ? (oy + c) * s + ox + r : (oy + r) * s + ox + c;
+  sgm_detail::each_element(matrix_origin, elements_per_row, transpose_matrix, l, [&](int k, int64_t i) {
     d.e.data[k] = T(*mlxn::access_at(src, i, &l));
-  }
-  sgm_detail::meet(l);
+  });
 }
 template <class T, int C, int R, class P, class O = ulong2>
 inline void simdgroup_store(const simdgroup_matrix<T, C, R>& a, P dst, ulong elements_per_row = 8,
                             O matrix_origin = ulong2(0, 0), bool transpose_matrix = false,
                             mlxn::srcloc l = mlxn::srcloc::current()) {
-  sgm_detail::meet(l);
-  int64_t ox, oy;
-  sgm_detail::origin_xy(matrix_origin, ox, oy);
-  uint32_t ln = simd_detail::lane();
-  int r = sgm_detail::row_of(ln), c0 = sgm_detail::col_of(ln);
-  int64_t s = int64_t(elements_per_row);
-  for (int k = 0; k < 2; ++k) {
-    int c = c0 + k;
-    int64_t i = transpose_matrix ? (oy + c) * s + ox + r : (oy + r) * s + ox + c;
+  sgm_detail::each_element(matrix_origin, elements_per_row, transpose_matrix, l, [&](int k, int64_t i) {
     auto* q = mlxn::access_at(dst, i, &l);
     *q = std::remove_cvref_t<decltype(*q)>(a.e.data[k]);
-  }
-  sgm_detail::meet(l);
+  });
 }
 
 namespace sgm_detail {
@@ -519,7 +446,7 @@ struct pos_table {
 constexpr pos_table make_pos_table() {
   pos_table t{};
   for (uint32_t ln = 0; ln < 32; ++ln) {
-    int r = int(((ln / 4) & 4) + (ln / 2) % 4), c = int(((ln / 4) & 2) * 2 + (ln % 2) * 2);
+    int r = row_of(ln), c = col_of(ln);
     t.at[r][c] = {uint8_t(ln), 0};
     t.at[r][c + 1] = {uint8_t(ln), 1};
   }

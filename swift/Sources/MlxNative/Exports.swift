@@ -19,6 +19,20 @@ func cString(_ text: UnsafePointer<CChar>?, _ op: String, _ what: String) throws
     return String(cString: text)
 }
 
+/// The object of a handle; MlxnError.invalid("<op>: <what> is null") where there is none of this type.
+func required<T: AnyObject>(_ handle: OpaquePointer?, as type: T.Type, _ op: String, _ what: String) throws -> T {
+    guard let found = object(handle, as: type) else { throw MlxnError.invalid("\(op): \(what) is null") }
+    return found
+}
+
+/// The out parameter of a call that makes an object: an error where it is
+/// null; else null until `make` returns, then the new object's handle.
+func makeInto(_ out: UnsafeMutablePointer<OpaquePointer?>?, _ op: String, _ make: () throws -> AnyObject) throws {
+    guard let out else { throw outIsNull(op) }
+    out.pointee = nil
+    out.pointee = makeHandle(try make())
+}
+
 // ---- backend ----
 
 @_cdecl("mlxn_abi_version")
@@ -42,10 +56,7 @@ public func mlxnDeviceCount() -> UInt32 {
 public func mlxnDeviceOpen(_ ordinal: UInt32, _ out: UnsafeMutablePointer<OpaquePointer?>?,
                            _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
     withStatus(msg, msgCap) {
-        guard let out else { throw outIsNull("device_open") }
-        out.pointee = nil
-        let device = try MetalDevice(ordinal: ordinal)
-        out.pointee = makeHandle(device)
+        try makeInto(out, "device_open") { try MetalDevice(ordinal: ordinal) }
     }
 }
 
@@ -69,10 +80,10 @@ public func mlxnDeviceLimit(_ device: OpaquePointer?, _ key: UInt32) -> UInt64 {
 public func mlxnDeviceSetOption(_ device: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ value: UnsafePointer<CChar>?,
                                 _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
     withStatus(msg, msgCap) {
-        guard let device = object(device, as: MetalDevice.self) else { throw MlxnError.invalid("device_set_option: device is null") }
+        let target = try required(device, as: MetalDevice.self, "device_set_option", "device")
         let keyText = try cString(key, "device_set_option", "key")
         let valueText = try cString(value, "device_set_option", "value")
-        try device.setOption(key: keyText, value: valueText)
+        try target.setOption(key: keyText, value: valueText)
     }
 }
 
@@ -82,11 +93,9 @@ public func mlxnDeviceSetOption(_ device: OpaquePointer?, _ key: UnsafePointer<C
 public func mlxnBufferAlloc(_ device: OpaquePointer?, _ length: UInt64, _ out: UnsafeMutablePointer<OpaquePointer?>?,
                             _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
     withStatus(msg, msgCap) {
-        guard let out else { throw outIsNull("buffer_alloc") }
-        out.pointee = nil
-        guard let device = object(device, as: MetalDevice.self) else { throw MlxnError.invalid("buffer_alloc: device is null") }
-        let buffer = try device.alloc(length: length)
-        out.pointee = makeHandle(buffer)
+        try makeInto(out, "buffer_alloc") {
+            try required(device, as: MetalDevice.self, "buffer_alloc", "device").alloc(length: length)
+        }
     }
 }
 
@@ -109,8 +118,7 @@ public func mlxnBufferHostPtr(_ buffer: OpaquePointer?) -> UnsafeMutableRawPoint
 public func mlxnBufferWrite(_ buffer: OpaquePointer?, _ offset: UInt64, _ src: UnsafeRawPointer?, _ length: UInt64,
                             _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
     withStatus(msg, msgCap) {
-        guard let buffer = object(buffer, as: MetalBuffer.self) else { throw MlxnError.invalid("buffer_write: buffer is null") }
-        try buffer.write(offset: offset, from: src, count: length)
+        try required(buffer, as: MetalBuffer.self, "buffer_write", "buffer").write(offset: offset, from: src, count: length)
     }
 }
 
@@ -118,8 +126,7 @@ public func mlxnBufferWrite(_ buffer: OpaquePointer?, _ offset: UInt64, _ src: U
 public func mlxnBufferRead(_ buffer: OpaquePointer?, _ offset: UInt64, _ dst: UnsafeMutableRawPointer?, _ length: UInt64,
                            _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
     withStatus(msg, msgCap) {
-        guard let buffer = object(buffer, as: MetalBuffer.self) else { throw MlxnError.invalid("buffer_read: buffer is null") }
-        try buffer.read(offset: offset, into: dst, count: length)
+        try required(buffer, as: MetalBuffer.self, "buffer_read", "buffer").read(offset: offset, into: dst, count: length)
     }
 }
 
@@ -163,11 +170,11 @@ public func mlxnLibraryCompile(_ device: OpaquePointer?, _ source: UnsafePointer
                                _ out: UnsafeMutablePointer<OpaquePointer?>?,
                                _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
     withStatus(msg, msgCap) {
-        guard let out else { throw outIsNull("library_compile") }
-        out.pointee = nil
-        guard let device = object(device, as: MetalDevice.self) else { throw MlxnError.invalid("library_compile: device is null") }
-        let request = CompileRequest(source, sourceLen, name, constants, constantsCount)
-        out.pointee = makeHandle(try request.library(on: device, preparePipelines: false))
+        try makeInto(out, "library_compile") {
+            let target = try required(device, as: MetalDevice.self, "library_compile", "device")
+            let request = CompileRequest(source, sourceLen, name, constants, constantsCount)
+            return try request.library(on: target, preparePipelines: false)
+        }
     }
 }
 
@@ -177,13 +184,11 @@ public func mlxnLibraryCompileStart(_ device: OpaquePointer?, _ source: UnsafePo
                                     _ out: UnsafeMutablePointer<OpaquePointer?>?,
                                     _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
     withStatus(msg, msgCap) {
-        guard let out else { throw outIsNull("library_compile_start") }
-        out.pointee = nil
-        guard let device = object(device, as: MetalDevice.self) else {
-            throw MlxnError.invalid("library_compile_start: device is null")
+        try makeInto(out, "library_compile_start") {
+            let target = try required(device, as: MetalDevice.self, "library_compile_start", "device")
+            let request = CompileRequest(source, sourceLen, name, constants, constantsCount)
+            return CompileJob { try request.library(on: target, preparePipelines: true) }
         }
-        let request = CompileRequest(source, sourceLen, name, constants, constantsCount)
-        out.pointee = makeHandle(CompileJob { try request.library(on: device, preparePipelines: true) })
     }
 }
 
@@ -196,12 +201,11 @@ public func mlxnCompileJobDone(_ job: OpaquePointer?) -> Int32 {
 public func mlxnCompileJobFinish(_ job: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?,
                                  _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
     withStatus(msg, msgCap) {
-        guard let out else { throw outIsNull("compile_job_finish") }
-        out.pointee = nil
-        guard let compile = object(job, as: CompileJob.self) else { throw MlxnError.invalid("compile_job_finish: job is null") }
-        let result = compile.wait()
-        releaseHandle(job)
-        out.pointee = makeHandle(try result.get())
+        try makeInto(out, "compile_job_finish") {
+            let result = try required(job, as: CompileJob.self, "compile_job_finish", "job").wait()
+            releaseHandle(job)
+            return try result.get()
+        }
     }
 }
 
@@ -223,11 +227,10 @@ public func mlxnPipelineCreate(_ library: OpaquePointer?, _ kernelName: UnsafePo
                                _ out: UnsafeMutablePointer<OpaquePointer?>?,
                                _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
     withStatus(msg, msgCap) {
-        guard let out else { throw outIsNull("pipeline_create") }
-        out.pointee = nil
-        guard let library = object(library, as: MetalLibrary.self) else { throw MlxnError.invalid("pipeline_create: library is null") }
-        let pipeline = try library.pipeline(try cString(kernelName, "pipeline_create", "kernel_name"))
-        out.pointee = makeHandle(pipeline)
+        try makeInto(out, "pipeline_create") {
+            let source = try required(library, as: MetalLibrary.self, "pipeline_create", "library")
+            return try source.pipeline(try cString(kernelName, "pipeline_create", "kernel_name"))
+        }
     }
 }
 
@@ -252,10 +255,9 @@ public func mlxnPipelineStaticThreadgroupMemory(_ pipeline: OpaquePointer?) -> U
 public func mlxnEncoderCreate(_ device: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?,
                               _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
     withStatus(msg, msgCap) {
-        guard let out else { throw outIsNull("encoder_create") }
-        out.pointee = nil
-        guard let device = object(device, as: MetalDevice.self) else { throw MlxnError.invalid("encoder_create: device is null") }
-        out.pointee = makeHandle(MetalEncoder(device: device))
+        try makeInto(out, "encoder_create") {
+            MetalEncoder(device: try required(device, as: MetalDevice.self, "encoder_create", "device"))
+        }
     }
 }
 
@@ -268,32 +270,28 @@ public func mlxnEncoderRelease(_ encoder: OpaquePointer?) {
 public func mlxnEncoderDispatch(_ encoder: OpaquePointer?, _ block: UnsafeRawPointer?, _ blockLen: UInt64,
                                 _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
     withStatus(msg, msgCap) {
-        guard let encoder = object(encoder, as: MetalEncoder.self) else { throw MlxnError.invalid("dispatch: encoder is null") }
-        try encoder.dispatch(block, length: blockLen)
+        try required(encoder, as: MetalEncoder.self, "dispatch", "encoder").dispatch(block, length: blockLen)
     }
 }
 
 @_cdecl("mlxn_encoder_barrier")
 public func mlxnEncoderBarrier(_ encoder: OpaquePointer?, _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
     withStatus(msg, msgCap) {
-        guard let encoder = object(encoder, as: MetalEncoder.self) else { throw MlxnError.invalid("barrier: encoder is null") }
-        try encoder.barrier()
+        try required(encoder, as: MetalEncoder.self, "barrier", "encoder").barrier()
     }
 }
 
 @_cdecl("mlxn_encoder_commit")
 public func mlxnEncoderCommit(_ encoder: OpaquePointer?, _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
     withStatus(msg, msgCap) {
-        guard let encoder = object(encoder, as: MetalEncoder.self) else { throw MlxnError.invalid("commit: encoder is null") }
-        try encoder.commit()
+        try required(encoder, as: MetalEncoder.self, "commit", "encoder").commit()
     }
 }
 
 @_cdecl("mlxn_encoder_wait")
 public func mlxnEncoderWait(_ encoder: OpaquePointer?, _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
     withStatus(msg, msgCap) {
-        guard let encoder = object(encoder, as: MetalEncoder.self) else { throw MlxnError.invalid("wait: encoder is null") }
-        try encoder.wait()
+        try required(encoder, as: MetalEncoder.self, "wait", "encoder").wait()
     }
 }
 
@@ -313,10 +311,9 @@ public func mlxnEncoderGpuTimeNs(_ encoder: OpaquePointer?) -> UInt64 {
 public func mlxnEncoderCreateReplayable(_ device: OpaquePointer?, _ out: UnsafeMutablePointer<OpaquePointer?>?,
                                         _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
     withStatus(msg, msgCap) {
-        guard let out else { throw outIsNull("encoder_create_replayable") }
-        out.pointee = nil
-        guard let device = object(device, as: MetalDevice.self) else { throw MlxnError.invalid("encoder_create_replayable: device is null") }
-        out.pointee = makeHandle(MetalEncoder(device: device, replayable: true))
+        try makeInto(out, "encoder_create_replayable") {
+            MetalEncoder(device: try required(device, as: MetalDevice.self, "encoder_create_replayable", "device"), replayable: true)
+        }
     }
 }
 

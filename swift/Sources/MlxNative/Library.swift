@@ -36,29 +36,18 @@ public struct FunctionConstant {
 func constantValues(_ constants: [FunctionConstant]) throws -> MTLFunctionConstantValues {
     let values = MTLFunctionConstantValues()
     for c in constants {
-        let index = Int(c.index)
+        // Binds `value` in its own type's size.
+        func bind<T>(_ value: T, _ type: MTLDataType) {
+            withUnsafeBytes(of: value) { values.setConstantValue($0.baseAddress!, type: type, index: Int(c.index)) }
+        }
         switch c.type {
-        case MLXN_CONST_BOOL:
-            var v: Bool = c.bits != 0
-            values.setConstantValue(&v, type: .bool, index: index)
-        case MLXN_CONST_I32:
-            var v = Int32(bitPattern: c.bits)
-            values.setConstantValue(&v, type: .int, index: index)
-        case MLXN_CONST_U32:
-            var v = c.bits
-            values.setConstantValue(&v, type: .uint, index: index)
-        case MLXN_CONST_F32:
-            var v = Float(bitPattern: c.bits)
-            values.setConstantValue(&v, type: .float, index: index)
-        case MLXN_CONST_F16:
-            var v = UInt16(truncatingIfNeeded: c.bits)
-            values.setConstantValue(&v, type: .half, index: index)
-        case MLXN_CONST_I16:
-            var v = Int16(truncatingIfNeeded: c.bits)
-            values.setConstantValue(&v, type: .short, index: index)
-        case MLXN_CONST_U16:
-            var v = UInt16(truncatingIfNeeded: c.bits)
-            values.setConstantValue(&v, type: .ushort, index: index)
+        case MLXN_CONST_BOOL: bind(c.bits != 0, .bool)
+        case MLXN_CONST_I32: bind(Int32(bitPattern: c.bits), .int)
+        case MLXN_CONST_U32: bind(c.bits, .uint)
+        case MLXN_CONST_F32: bind(Float(bitPattern: c.bits), .float)
+        case MLXN_CONST_F16: bind(UInt16(truncatingIfNeeded: c.bits), .half)
+        case MLXN_CONST_I16: bind(Int16(truncatingIfNeeded: c.bits), .short)
+        case MLXN_CONST_U16: bind(UInt16(truncatingIfNeeded: c.bits), .ushort)
         default:
             throw MlxnError.invalid(
                 "library_compile: function constant \(c.index) has unknown type \(c.type) (expected MLXN_CONST_BOOL..MLXN_CONST_U16, 1..7)")

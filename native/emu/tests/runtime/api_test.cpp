@@ -15,20 +15,7 @@
 #include <vector>
 
 #include "../../../include/mlx_native.h"
-
-static int g_failures = 0;
-static int g_checks = 0;
-
-#define CHECK(cond, ...)                                                   \
-  do {                                                                     \
-    ++g_checks;                                                            \
-    if (!(cond)) {                                                         \
-      ++g_failures;                                                        \
-      std::fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                   \
-      std::fprintf(stderr, "\n");                                          \
-    }                                                                      \
-  } while (0)
+#include "../../../common/tests/check.h"
 
 static char msg[8192];
 static bool has(const char* sub) { return std::strstr(msg, sub) != nullptr; }
@@ -221,7 +208,7 @@ int main() {
         "%s", msg);
   auto t1 = std::chrono::steady_clock::now();
   if (!lib) {
-    std::printf("%d checks, %d failures\n", g_checks, g_failures);
+    check_summary();
     return 1;
   }
   char names[256];
@@ -436,6 +423,5 @@ int main() {
 
   std::string rm = std::string("rm -rf ") + cache;
   if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", cache);
-  std::printf("%d checks, %d failures\n", g_checks, g_failures);
-  return g_failures == 0 ? 0 : 1;
+  return check_summary();
 }

@@ -15,22 +15,9 @@
 #include <signal.h>
 
 #include "../../executor.h"
+#include "../../../common/tests/check.h"
 
 using namespace mlxn::emu;
-
-static int g_failures = 0;
-static int g_checks = 0;
-
-#define CHECK(cond, ...)                                           \
-  do {                                                             \
-    ++g_checks;                                                    \
-    if (!(cond)) {                                                 \
-      ++g_failures;                                                \
-      std::fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                           \
-      std::fprintf(stderr, "\n");                                  \
-    }                                                              \
-  } while (0)
 
 static bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 
@@ -712,6 +699,5 @@ int main() {
   test_watchdog_signals_do_not_pile_up();
   test_timeout_huge_grid();
   test_grid_limits();
-  std::printf("%d checks, %d failures\n", g_checks, g_failures);
-  return g_failures == 0 ? 0 : 1;
+  return check_summary();
 }

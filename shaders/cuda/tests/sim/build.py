@@ -38,5 +38,6 @@ for fam in sys.argv[2].split(','):
     cu = cu.replace('extern __shared__ __align__(16) unsigned char smem_raw[];', 'unsigned char* smem_raw = sim_dynamic_smem();')
     cu = cu.replace('extern __shared__ float partials[];', 'float* partials = reinterpret_cast<float*>(sim_dynamic_smem());')
     cu = cu.replace('extern __shared__ float red[];', 'float* red = reinterpret_cast<float*>(sim_dynamic_smem());')
+    cu = cu.replace('extern __shared__ __align__(16) unsigned char dyn[];', 'unsigned char* dyn = sim_dynamic_smem();')
     out += header + '\n' + cu + '\n'
 open(sys.argv[3], 'w').write(out)

@@ -20,8 +20,6 @@
 #include <functional>
 #include <string>
 
-static u64 row_bytes(u32 K, u32 bits) { return bits == 6 ? 3ull * ((K + 3) / 4) : 4ull * ((u64(K) * bits + 31) / 32); }
-
 static void report(const std::string& what, double worst, double tol) {
   const bool ok = worst <= tol;
   if (!ok) failures++;
@@ -42,6 +40,16 @@ static double act_of(double g, u32 activation) {
   return activation == 1 ? 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g))) : g / (1 + std::exp(-g));
 }
 
+// Adds to s the weighted sum over token t's K expert outputs ye [T, K, H] at d (weights w [T, K]), to a its terms' |.|.
+template <class TW, class TY>
+static void weighted_sum(const Arr<TW>& w, const Arr<TY>& ye, u32 t, u32 K, u32 H, u32 d, double& s, double& a) {
+  for (u32 k = 0; k < K; ++k) {
+    const double v = w.at(t * K + k) * ye.at((size_t(t) * K + k) * H + d);
+    s += v;
+    a += std::fabs(v);
+  }
+}
+
 // ---- moe_dispatch_sort ----
 
 // The launch of moeDispatchSortLaunch: one block, a multiple of 32 threads up to 1024.
@@ -55,6 +63,17 @@ static void sort_pairs(const std::vector<u32>& ids, u32 E, std::vector<u32>& off
   offsets.assign(off.p, off.p + E + 2);
   order.assign(ord.p, ord.p + P);
 }
+
+// The grouping of pairs by expert (sort_pairs), in arrays as the matrix kernels read it.
+struct Grouping {
+  Arr<u32> off, ord;
+  Grouping(const std::vector<u32>& ids, u32 E) : off(E + 2), ord(u32(ids.size())) {
+    std::vector<u32> o, r;
+    sort_pairs(ids, E, o, r);
+    std::copy(o.begin(), o.end(), off.p);
+    std::copy(r.begin(), r.end(), ord.p);
+  }
+};
 
 static void check_sort(const char* name, u32 P, u32 E, int only, bool bad) {
   const std::vector<u32> ids = make_ids(P, E, only, bad);
@@ -129,11 +148,7 @@ static void check_glue() {
   for (u32 t = 0; t < T; ++t)
     for (u32 d = 0; d < H; ++d) {
       double s = 0, a = 0;
-      for (u32 k = 0; k < K; ++k) {
-        const double v = w.at(t * K + k) * ye.at((size_t(t) * K + k) * H + d);
-        s += v;
-        a += std::fabs(v);
-      }
+      weighted_sum(w, ye, t, K, H, d, s, a);
       wf = std::max(wf, std::fabs(fo.at(size_t(t) * H + d) - s) / a);
       wb = std::max(wb, std::fabs(yo.at(size_t(t) * H + d) - s) / a);
     }
@@ -168,18 +183,9 @@ struct QExperts {
   QExperts(u32 E_, u32 N_, u32 K_, u32 gs_, u32 bits_, u32 rows_)
       : N(N_), K(K_), gs(gs_), bits(bits_), E(E_), rows(rows_), rb(row_bytes(K_, bits_)), groups((K_ + gs_ - 1) / gs_),
         w(((E_ - 1) * rows_ + N_) * rb, 16), sc(size_t((E_ - 1) * rows_ + N_) * groups), bi(size_t((E_ - 1) * rows_ + N_) * groups) {
-    const u32 all = (E - 1) * rows + N;
     sc.random(0.001, 0.02);
     bi.random(-0.1, 0.1);
-    q.resize(size_t(all) * K);
-    std::uniform_int_distribution<u32> qd(0, (1u << bits) - 1);
-    std::memset(w.p, 0, all * rb);
-    for (u32 j = 0; j < all; ++j)
-      for (u32 k = 0; k < K; ++k) {
-        const u32 v = q[size_t(j) * K + k] = qd(gen);
-        for (u32 b = 0; b < bits; ++b)
-          if ((v >> b) & 1u) w.p[j * rb + (u64(k) * bits + b) / 8] |= (unsigned char)(1u << ((u64(k) * bits + b) % 8));
-      }
+    random_packed(q, w.p, (E - 1) * rows + N, K, bits, rb);
   }
   double wv(u32 e, u32 j, u32 k) const {
     const size_t r = size_t(e) * rows + j, g = r * groups + k / gs;
@@ -187,29 +193,29 @@ struct QExperts {
   }
 };
 
-// The worst error of y [P, N] against the reference of x [M, K] (rounded to bf16 where round_x) and the experts.
-template <class TX, class TY, class TS>
-static double id_error(const Arr<TX>& x, const QExperts<TS>& g, const QExperts<TS>* up, const std::vector<u32>& ids, u32 U,
-                       const Arr<TY>& y, bool round_x, u32 activation) {
-  const u32 P = u32(ids.size()), N = g.N, K = g.K;
+// The worst error of y [P, N] (y_of(p, j)) against the reference products of
+// x [M, K] (x_of(row, k); pair p takes row p / U) and the rows of expert
+// ids[p] (w_of(m, e, j, k): m = 0 the gate or the only weight, 1 the up),
+// zeros for ids past the E experts: |got - want| / sum |x w| per output; for
+// gate/up the first-order bound |act'(g)| sum|x g| |u| + |act(g)| sum|x u|.
+template <class XOf, class WOf, class YOf>
+static double id_error(const std::vector<u32>& ids, u32 U, u32 E, u32 N, u32 K, bool gate_up, u32 activation, bool f16_out, XOf x_of,
+                       WOf w_of, YOf y_of) {
+  const u32 P = u32(ids.size());
   double worst = 0;
   for (u32 p = 0; p < P; ++p)
     for (u32 j = 0; j < N; ++j) {
-      const double got = y.at(size_t(p) * N + j);
+      const double got = y_of(p, j);
       double want = 0, scale = 1;
-      if (ids[p] < g.E) {
+      if (ids[p] < E) {
         double s[2] = {0, 0}, a[2] = {0, 0};
-        for (int m = 0; m < (up ? 2 : 1); ++m) {
-          const QExperts<TS>& ex = m == 0 ? g : *up;
+        for (int m = 0; m < (gate_up ? 2 : 1); ++m)
           for (u32 k = 0; k < K; ++k) {
-            double xv = x.at(size_t(p / U) * K + k);
-            if (round_x) xv = back(cvt<__nv_bfloat16>(xv));
-            const double t = xv * ex.wv(ids[p], j, k);
+            const double t = x_of(p / U, k) * w_of(m, ids[p], j, k);
             s[m] += t;
             a[m] += std::fabs(t);
           }
-        }
-        if (up) {
+        if (gate_up) {
           const double h = 1e-5 * std::max(1.0, std::fabs(s[0]));
           const double slope = (act_of(s[0] + h, activation) - act_of(s[0] - h, activation)) / (2 * h);
           want = act_of(s[0], activation) * s[1];
@@ -219,12 +225,26 @@ static double id_error(const Arr<TX>& x, const QExperts<TS>& g, const QExperts<T
           scale = a[0];
         }
         // f16 below its smallest normal is spaced 2^-24 apart.
-        if (std::is_same_v<TY, __half>) scale += std::ldexp(1.0, -14);
+        if (f16_out) scale += std::ldexp(1.0, -14);
       }
       const double e = std::fabs(got - want) / std::max(scale, 1e-30);
       if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
     }
   return worst;
+}
+
+// id_error of the quantized experts g (and up for gate/up), x rounded to bf16 where round_x.
+template <class TX, class TY, class TS>
+static double qid_error(const Arr<TX>& x, const QExperts<TS>& g, const QExperts<TS>* up, const std::vector<u32>& ids, u32 U,
+                        const Arr<TY>& y, bool round_x, u32 activation) {
+  const u32 N = g.N, K = g.K;
+  return id_error(
+      ids, U, g.E, N, K, up != nullptr, activation, std::is_same_v<TY, __half>,
+      [&](u32 row, u32 k) {
+        const double xv = x.at(size_t(row) * K + k);
+        return round_x ? back(cvt<__nv_bfloat16>(xv)) : xv;
+      },
+      [&](int m, u32 e, u32 j, u32 k) { return (m == 0 ? g : *up).wv(e, j, k); }, [&](u32 p, u32 j) { return y.at(size_t(p) * N + j); });
 }
 
 // The vector engine's launch (quantizedIdMvCudaLaunch).
@@ -283,7 +303,7 @@ static void check_qmv(const char* name, u32 M, u32 U, u32 E, u32 N, u32 K, u32 g
   char what[200];
   std::snprintf(what, sizeof what, "%s M=%u U=%u E=%u N=%u K=%u gs=%u bits=%u%s", name, M, U, E, N, K, gs, bits,
                 gate_up ? (activation ? " gelu" : " silu") : "");
-  report(what, id_error(x, gref, gate_up ? uref : nullptr, ids, U, y, false, activation), tol_of<T>() * std::max(1.0, std::sqrt(K / 4096.0)));
+  report(what, qid_error(x, gref, gate_up ? uref : nullptr, ids, U, y, false, activation), tol_of<T>() * std::max(1.0, std::sqrt(K / 4096.0)));
 }
 
 // misaligned: the weight one byte past a 16-byte boundary (as a u8 buffer may be), so the any engine runs.
@@ -307,7 +327,7 @@ static void check_crate(u32 M, u32 U, u32 E, u32 N, u32 K, u32 gs, u32 bits, boo
   char what[200];
   std::snprintf(what, sizeof what, "quantized_matmul_id M=%u U=%u E=%u N=%u K=%u gs=%u bits=%u%s", M, U, E, N, K, gs, bits,
                 misaligned ? " (misaligned weight)" : "");
-  report(what, id_error(x, ex, (const QExperts<__nv_bfloat16>*)nullptr, ids, U, y, true, 0), 1e-2);
+  report(what, qid_error(x, ex, (const QExperts<__nv_bfloat16>*)nullptr, ids, U, y, true, 0), 1e-2);
 }
 
 template <class T>
@@ -318,11 +338,7 @@ static void check_qmm(const char* name, u32 M, u32 U, u32 E, u32 N, u32 K, u32 g
   x.random();
   y.poison();
   const std::vector<u32> ids = make_ids(P, E, only, only < 0);
-  std::vector<u32> off, ord;
-  sort_pairs(ids, E, off, ord);
-  Arr<u32> offb(E + 2), ordb(P);
-  std::copy(off.begin(), off.end(), offb.p);
-  std::copy(ord.begin(), ord.end(), ordb.p);
+  const Grouping grp(ids, E);
   const u32 slots = P / 64 + E + 1, cols = gate_up ? 64 : 128;
   const SimDim grid{slots * cdiv(N, cols), 1, 1}, block{128, 1, 1};
   const size_t smem = 4 * (64 + 128) * 40 * 2;
@@ -331,25 +347,25 @@ static void check_qmm(const char* name, u32 M, u32 U, u32 E, u32 N, u32 K, u32 g
     QuantizedGateUpIdParams p{M, K, N, gs, bits, U, E, ws, ss, ss, activation};
     sim_launch(grid, block, smem, [&] {
       if constexpr (std::is_same_v<T, __half>)
-        quantized_gate_up_mm_id_f16(x.p, reinterpret_cast<const unsigned*>(gw.w.p), gw.sc.p, gw.bi.p, offb.p, y.p, &p, ordb.p,
+        quantized_gate_up_mm_id_f16(x.p, reinterpret_cast<const unsigned*>(gw.w.p), gw.sc.p, gw.bi.p, grp.off.p, y.p, &p, grp.ord.p,
                                     reinterpret_cast<const unsigned*>(uw.w.p), uw.sc.p, uw.bi.p);
       else
-        quantized_gate_up_mm_id_bf16(x.p, reinterpret_cast<const unsigned*>(gw.w.p), gw.sc.p, gw.bi.p, offb.p, y.p, &p, ordb.p,
+        quantized_gate_up_mm_id_bf16(x.p, reinterpret_cast<const unsigned*>(gw.w.p), gw.sc.p, gw.bi.p, grp.off.p, y.p, &p, grp.ord.p,
                                      reinterpret_cast<const unsigned*>(uw.w.p), uw.sc.p, uw.bi.p);
     });
   } else {
     QuantizedMatmulIdParams p{M, K, N, gs, bits, U, E, ws, ss, ss};
     sim_launch(grid, block, smem, [&] {
       if constexpr (std::is_same_v<T, __half>)
-        quantized_mm_id_f16(x.p, reinterpret_cast<const unsigned*>(gw.w.p), gw.sc.p, gw.bi.p, offb.p, y.p, &p, ordb.p);
+        quantized_mm_id_f16(x.p, reinterpret_cast<const unsigned*>(gw.w.p), gw.sc.p, gw.bi.p, grp.off.p, y.p, &p, grp.ord.p);
       else
-        quantized_mm_id_bf16(x.p, reinterpret_cast<const unsigned*>(gw.w.p), gw.sc.p, gw.bi.p, offb.p, y.p, &p, ordb.p);
+        quantized_mm_id_bf16(x.p, reinterpret_cast<const unsigned*>(gw.w.p), gw.sc.p, gw.bi.p, grp.off.p, y.p, &p, grp.ord.p);
     });
   }
   char what[200];
   std::snprintf(what, sizeof what, "%s M=%u U=%u E=%u N=%u K=%u gs=%u bits=%u%s%s", name, M, U, E, N, K, gs, bits,
                 gate_up ? (activation ? " gelu" : " silu") : "", only >= 0 ? " (one expert)" : "");
-  report(what, id_error(x, gw, gate_up ? &uw : nullptr, ids, U, y, false, activation), tol_of<T>() * std::max(1.0, std::sqrt(K / 4096.0)));
+  report(what, qid_error(x, gw, gate_up ? &uw : nullptr, ids, U, y, false, activation), tol_of<T>() * std::max(1.0, std::sqrt(K / 4096.0)));
 }
 
 // ---- dense_matmul_id ----
@@ -382,46 +398,20 @@ static void check_dense(const char* name, u32 M, u32 U, u32 E, u32 N, u32 K, boo
       }
     });
   } else {
-    std::vector<u32> off, ord;
-    sort_pairs(ids, E, off, ord);
-    Arr<u32> offb(E + 2), ordb(P);
-    std::copy(off.begin(), off.end(), offb.p);
-    std::copy(ord.begin(), ord.end(), ordb.p);
+    const Grouping grp(ids, E);
     const SimDim grid{(P / 64 + E + 1) * cdiv(N, gate_up ? 64 : 128), 1, 1};
     sim_launch(grid, {128, 1, 1}, 4 * (64 + 128) * 40 * 2, [&] {
       if constexpr (std::is_same_v<T, __half>) {
-        if (gate_up) dense_gate_up_mm_id_f16(xp, gw.p, offb.p, y.p, &p, ordb.p, uw.p); else dense_mm_id_f16(xp, gw.p, offb.p, y.p, &p, ordb.p);
+        if (gate_up) dense_gate_up_mm_id_f16(xp, gw.p, grp.off.p, y.p, &p, grp.ord.p, uw.p); else dense_mm_id_f16(xp, gw.p, grp.off.p, y.p, &p, grp.ord.p);
       } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-        if (gate_up) dense_gate_up_mm_id_bf16(xp, gw.p, offb.p, y.p, &p, ordb.p, uw.p); else dense_mm_id_bf16(xp, gw.p, offb.p, y.p, &p, ordb.p);
+        if (gate_up) dense_gate_up_mm_id_bf16(xp, gw.p, grp.off.p, y.p, &p, grp.ord.p, uw.p); else dense_mm_id_bf16(xp, gw.p, grp.off.p, y.p, &p, grp.ord.p);
       }
     });
   }
-  double worst = 0;
-  for (u32 q = 0; q < P; ++q)
-    for (u32 j = 0; j < N; ++j) {
-      double want = 0, scale = 1;
-      if (ids[q] < E) {
-        double s[2] = {0, 0}, a[2] = {0, 0};
-        for (int m = 0; m < (gate_up ? 2 : 1); ++m)
-          for (u32 k = 0; k < K; ++k) {
-            const double t = back(xp[size_t(q / U) * K + k]) * (m == 0 ? gw : uw).at((size_t(ids[q]) * N + j) * K + k);
-            s[m] += t;
-            a[m] += std::fabs(t);
-          }
-        if (gate_up) {
-          const double h = 1e-5 * std::max(1.0, std::fabs(s[0]));
-          const double slope = (act_of(s[0] + h, activation) - act_of(s[0] - h, activation)) / (2 * h);
-          want = act_of(s[0], activation) * s[1];
-          scale = std::fabs(slope) * a[0] * std::fabs(s[1]) + std::fabs(act_of(s[0], activation)) * a[1];
-        } else {
-          want = s[0];
-          scale = a[0];
-        }
-        if (std::is_same_v<T, __half>) scale += std::ldexp(1.0, -14);
-      }
-      const double e = std::fabs(y.at(size_t(q) * N + j) - want) / std::max(scale, 1e-30);
-      if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
-    }
+  const double worst = id_error(
+      ids, U, E, N, K, gate_up, activation, std::is_same_v<T, __half>, [&](u32 row, u32 k) { return back(xp[size_t(row) * K + k]); },
+      [&](int m, u32 e, u32 j, u32 k) { return (m == 0 ? gw : uw).at((size_t(e) * N + j) * K + k); },
+      [&](u32 p, u32 j) { return y.at(size_t(p) * N + j); });
   char what[200];
   std::snprintf(what, sizeof what, "%s M=%u U=%u E=%u N=%u K=%u%s%s%s", name, M, U, E, N, K, gate_up ? (activation ? " gelu" : " silu") : "",
                 only >= 0 ? " (one expert)" : "", misaligned ? " (x misaligned)" : "");
@@ -449,11 +439,7 @@ static void check_reduce(const char* name, Kern kernel, u32 T_, u32 Kk, u32 H, b
     const double gate = 1 / (1 + std::exp(-sl.at(t)));
     for (u32 d = 0; d < H; ++d) {
       double s = 0, a = 0;
-      for (u32 k = 0; k < Kk; ++k) {
-        const double v = w.at(t * Kk + k) * ye.at((size_t(t) * Kk + k) * H + d);
-        s += v;
-        a += std::fabs(v);
-      }
+      weighted_sum(w, ye, t, Kk, H, d, s, a);
       s += gate * ys.at(size_t(t) * H + d);
       a += std::fabs(gate * ys.at(size_t(t) * H + d));
       if (residual) {

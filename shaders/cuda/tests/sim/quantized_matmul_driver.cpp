@@ -10,36 +10,9 @@
 // and runs it; `big` adds larger sizes: many vector blocks, the 128 x 256
 // tiles (minutes).
 #include "sim_kernels.h"  // build.py's output
+#include "sim_util.h"
 #include <random>
 #include <string>
-
-static int failures = 0;
-static std::mt19937 gen(4242);
-
-template <class T> T cvt(double v);
-template <> float cvt<float>(double v) { return float(v); }
-template <> __half cvt<__half>(double v) { return __float2half_rn(float(v)); }
-template <> __nv_bfloat16 cvt<__nv_bfloat16>(double v) { return __float2bfloat16_rn(float(v)); }
-double back(float v) { return v; }
-double back(__half v) { return __half2float(v); }
-double back(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-// An aligned array of T with `pad` garbage elements before and after.
-template <class T> struct Arr {
-  std::vector<unsigned char> raw;
-  T* p;
-  size_t n;
-  Arr(size_t n_, size_t pad = 16) : raw((n_ + 2 * pad) * sizeof(T) + 64), n(n_) {
-    uintptr_t a = (reinterpret_cast<uintptr_t>(raw.data()) + 15) & ~uintptr_t(15);
-    p = reinterpret_cast<T*>(a) + pad;
-  }
-  void uniform(double lo, double hi) { std::uniform_real_distribution<double> d(lo, hi); for (size_t i = 0; i < n; ++i) p[i] = cvt<T>(d(gen)); }
-  void poison() { for (size_t i = 0; i < n; ++i) p[i] = cvt<T>(NAN); }
-  double at(size_t i) const { return back(p[i]); }
-};
-
-u32 cdiv(u64 a, u64 b) { return u32((a + b - 1) / b); }
-u64 row_bytes(u32 K, u32 bits) { return bits == 6 ? 3ull * ((K + 3) / 4) : 4ull * ((u64(K) * bits + 31) / 32); }
 
 enum Engine { VECTOR, MATRIX, MATRIX_SMALL, SIMT, ANY };
 const char* engine_name[] = {"vector", "matrix", "matrix 64x128", "simt", "any"};
@@ -67,23 +40,16 @@ template <class TX, class TS, class TY, class Kern>
 void run(const char* name, Kern kernel, Engine e, u32 M, u32 N, u32 K, u32 gs, u32 bits, bool round_x, double tol) {
   const u64 rb = row_bytes(K, bits);
   const u32 groups = (K + gs - 1) / gs;
-  Arr<TX> x(size_t(M) * K);
-  Arr<unsigned char> w(N * rb);
-  Arr<TS> sc(size_t(N) * groups), bi(size_t(N) * groups);
-  Arr<TY> y(size_t(M) * N);
-  x.uniform(-1, 1);
-  sc.uniform(0.001, 0.02);
-  bi.uniform(-0.1, 0.1);
+  Arr<TX> x(size_t(M) * K, 16);
+  Arr<unsigned char> w(N * rb, 16);
+  Arr<TS> sc(size_t(N) * groups, 16), bi(size_t(N) * groups, 16);
+  Arr<TY> y(size_t(M) * N, 16);
+  x.random(-1, 1);
+  sc.random(0.001, 0.02);
+  bi.random(-0.1, 0.1);
   y.poison();
-  std::vector<u32> q(size_t(N) * K);
-  std::uniform_int_distribution<u32> qd(0, (1u << bits) - 1);
-  std::memset(w.p, 0, N * rb);
-  for (u32 j = 0; j < N; ++j)
-    for (u32 k = 0; k < K; ++k) {
-      const u32 v = q[size_t(j) * K + k] = qd(gen);
-      for (u32 b = 0; b < bits; ++b)
-        if ((v >> b) & 1u) w.p[j * rb + (u64(k) * bits + b) / 8] |= (unsigned char)(1u << ((u64(k) * bits + b) % 8));
-    }
+  std::vector<u32> q;
+  random_packed(q, w.p, N, K, bits, rb);
   QuantizedMatmulParams p{M, K, N, gs, bits};
   launch(e, M, N, [&] { kernel(x.p, reinterpret_cast<const unsigned int*>(w.p), sc.p, bi.p, y.p, &p); });
   double worst = 0;
@@ -109,6 +75,7 @@ void run(const char* name, Kern kernel, Engine e, u32 M, u32 N, u32 K, u32 gs, u
 
 int main(int argc, char** argv) {
   const bool big = argc > 1 && std::string(argv[1]) == "big";
+  gen.seed(4242);
   using bf = __nv_bfloat16;
   for (u32 bits : {4u, 6u, 8u}) {
     // The vector engine: one token to 8; K past one warp step and with dead lanes (K / 32 not a multiple of 4).

@@ -14,6 +14,8 @@
 #           argument runs only the sampler cases holding it)
 #   moe:   moe_dispatch, quantized_matmul_id, dense_matmul_id and
 #          moe_weighted_reduce (moe_driver.cpp)
+#   chunk_gated_delta_rule: the fused kkt / solve / w-u kernel and the three
+#          steps it replaces, and chunk_o (chunk_gated_delta_rule_driver.cpp)
 # `big` adds large sizes. SIM_DEFINES (e.g. "-DMLXN_FC_301=1") go to the
 # compiler, as the registry gives function constants to NVRTC.
 # Needs g++ with C++20 and the CUDA headers (for the f16 / bf16 types).

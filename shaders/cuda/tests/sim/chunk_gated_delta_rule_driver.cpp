@@ -1,0 +1,224 @@
+// The chunk_gated_delta_rule family's CUDA kernels of the WY step on the CPU
+// simulation (sim_runtime.h): gated_delta_net_kkt_solve_wu_bf16 (and its
+// bf16-beta entry) against a float64 reference of
+//   A = strictly lower (beta_i exp(g_i - g_j) k_i . k_j),  T = (I + A)^-1,
+//   w = T diag(beta exp(g)) k,  u = T diag(beta) v
+// on the bf16 k, v and f32 g, beta it reads, and the three step kernels it
+// replaces in the op (kkt, tri-solve, w/u) on the same inputs, at the launches
+// of ts/ops/chunk_gated_delta_rule.ts: grid (H, nt) for the fused kernel,
+// (nt, H) for the steps, 256 threads (64 for the solve). Sequences of any lengths (chunks of 64 from each start, short
+// tails), K 64, 128, 256, V 64 to 256, GQA. k rows are L2-normalized, as the
+// models feed them. Outputs start as NaN; w and u rows are all written.
+// Error: max |got - want| / max |want| per output, under the bf16 tolerance.
+// Then gated_delta_net_chunk_o_bf16 at its CUDA launch (grid (V / VB, H, nt),
+// VB = 128 where V is a multiple of 128, else 64; the dynamic shared memory
+// of chunkOCudaSharedBytes) against float64 on random q, k, v_new, chunk-start
+// states and g, o poisoned first. `big` adds longer sequences.
+#include "sim_kernels.h"  // build.py's output
+#include "sim_util.h"
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+struct Case {
+  std::string what;
+  u32 hg, h, K, V;
+  std::vector<u32> lens;
+  bool beta_bf16;
+};
+
+template <class BetaT>
+void run(const Case& c) {
+  std::vector<u32> chunks, cu{0};
+  for (u32 L : c.lens) {
+    for (u32 s = 0; s < L; s += 64) {
+      chunks.push_back(cu.back() + s);
+      chunks.push_back(std::min(64u, L - s));
+    }
+    cu.push_back(cu.back() + L);
+  }
+  const u32 n = cu.back(), nt = u32(chunks.size() / 2), H = c.h, Hg = c.hg, K = c.K, V = c.V;
+  Arr<__nv_bfloat16> k(size_t(n) * Hg * K), v(size_t(n) * H * V);
+  Arr<float> g(size_t(n) * H);
+  Arr<BetaT> beta(size_t(n) * H);
+  std::normal_distribution<double> nd(0, 1);
+  std::uniform_real_distribution<double> ud(0, 1);
+  for (size_t r = 0; r < size_t(n) * Hg; ++r) {
+    std::vector<double> x(K);
+    double ss = 0;
+    for (auto& e : x) { e = nd(gen); ss += e * e; }
+    for (u32 d = 0; d < K; ++d) k.p[r * K + d] = cvt<__nv_bfloat16>(x[d] / std::sqrt(ss));
+  }
+  v.random();
+  for (size_t i = 0; i < size_t(n) * H; ++i) beta.p[i] = cvt<BetaT>(ud(gen));
+  // g cumsummed within each chunk, per-token log decays in (-0.5, 0).
+  for (u32 ci = 0; ci < nt; ++ci)
+    for (u32 hh = 0; hh < H; ++hh) {
+      double acc = 0;
+      for (u32 t = 0; t < chunks[2 * ci + 1]; ++t) {
+        acc += -0.5 * ud(gen);
+        g.p[size_t(chunks[2 * ci] + t) * H + hh] = float(acc);
+      }
+    }
+  ChunkGatedDeltaRuleParams p{n, nt, u32(c.lens.size()), Hg, H, K, V, float(1.0 / std::sqrt(double(K)))};
+  const uint2* ch = reinterpret_cast<const uint2*>(chunks.data());
+
+  Arr<__nv_bfloat16> w(size_t(n) * H * K), u(size_t(n) * H * V), w3(size_t(n) * H * K), u3(size_t(n) * H * V);
+  Arr<float> a(size_t(n) * H * 64);
+  for (auto* x : {&w, &u, &w3, &u3}) x->poison();
+  a.poison();
+  const SimDim grid{nt, H, 1}, fgrid{H, nt, 1};
+  if constexpr (std::is_same_v<BetaT, float>) {
+    sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_bf16(k.p, v.p, beta.p, g.p, w.p, u.p, ch, &p); });
+    sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_bf16(k.p, g.p, beta.p, a.p, ch, &p); });
+    sim_launch(grid, {64, 1, 1}, 0, [&] { chunk_tri_solve_invert_f32(a.p, a.p, ch, &p); });
+    sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_recompute_wu_bf16(k.p, v.p, beta.p, g.p, a.p, w3.p, u3.p, ch, &p); });
+  } else {
+    sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_bf16_beta_bf16(k.p, v.p, beta.p, g.p, w.p, u.p, ch, &p); });
+    sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_bf16_beta_bf16(k.p, g.p, beta.p, a.p, ch, &p); });
+    sim_launch(grid, {64, 1, 1}, 0, [&] { chunk_tri_solve_invert_f32(a.p, a.p, ch, &p); });
+    sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_recompute_wu_bf16_beta_bf16(k.p, v.p, beta.p, g.p, a.p, w3.p, u3.p, ch, &p); });
+  }
+
+  std::vector<double> ww(size_t(n) * H * K), uw(size_t(n) * H * V);
+  for (u32 ci = 0; ci < nt; ++ci) {
+    const u32 t0 = chunks[2 * ci], len = chunks[2 * ci + 1];
+    for (u32 hh = 0; hh < H; ++hh) {
+      const u32 kh = hh / (H / Hg);
+      auto kk = [&](u32 t, u32 d) { return back(k.p[(size_t(t0 + t) * Hg + kh) * K + d]); };
+      auto gg = [&](u32 t) { return double(g.p[size_t(t0 + t) * H + hh]); };
+      auto bb = [&](u32 t) { return back(beta.p[size_t(t0 + t) * H + hh]); };
+      std::vector<double> A(64 * 64, 0.0), T(64 * 64, 0.0);
+      for (u32 i = 0; i < len; ++i)
+        for (u32 j = 0; j < i; ++j) {
+          double dot = 0;
+          for (u32 d = 0; d < K; ++d) dot += kk(i, d) * kk(j, d);
+          A[i * 64 + j] = bb(i) * std::exp(gg(i) - gg(j)) * dot;
+        }
+      for (u32 cc = 0; cc < len; ++cc)
+        for (u32 i = 0; i < len; ++i) {
+          double x = i == cc ? 1.0 : 0.0;
+          for (u32 j = 0; j < i; ++j) x -= A[i * 64 + j] * T[j * 64 + cc];
+          T[i * 64 + cc] = x;
+        }
+      for (u32 i = 0; i < len; ++i) {
+        for (u32 d = 0; d < K; ++d) {
+          double s = 0;
+          for (u32 j = 0; j <= i; ++j) s += T[i * 64 + j] * bb(j) * std::exp(gg(j)) * kk(j, d);
+          ww[(size_t(t0 + i) * H + hh) * K + d] = s;
+        }
+        for (u32 d = 0; d < V; ++d) {
+          double s = 0;
+          for (u32 j = 0; j <= i; ++j) s += T[i * 64 + j] * bb(j) * back(v.p[(size_t(t0 + j) * H + hh) * V + d]);
+          uw[(size_t(t0 + i) * H + hh) * V + d] = s;
+        }
+      }
+    }
+  }
+  auto err = [](const Arr<__nv_bfloat16>& got, const std::vector<double>& want) {
+    double mx = 0, worst = 0;
+    for (double x : want) mx = std::max(mx, std::fabs(x));
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double e = std::fabs(got.at(i) - want[i]) / (mx > 0 ? mx : 1);
+      if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+    }
+    return worst;
+  };
+  const double ew = err(w, ww), eu = err(u, uw), ew3 = err(w3, ww), eu3 = err(u3, uw);
+  const double tol = 1e-2;
+  const bool ok = ew < tol && eu < tol && ew3 < tol && eu3 < tol;
+  if (!ok) failures++;
+  std::printf("%s %-64s fused w %.2e u %.2e | three steps w %.2e u %.2e\n", ok ? "ok  " : "FAIL", c.what.c_str(), ew, eu,
+              ew3, eu3);
+}
+
+// The chunk tables of sequences of the given lengths (chunks of 64 from each start).
+std::vector<u32> chunks_of(const std::vector<u32>& lens) {
+  std::vector<u32> chunks;
+  u32 t0 = 0;
+  for (u32 L : lens) {
+    for (u32 s = 0; s < L; s += 64) {
+      chunks.push_back(t0 + s);
+      chunks.push_back(std::min(64u, L - s));
+    }
+    t0 += L;
+  }
+  return chunks;
+}
+
+void run_chunk_o(const Case& c) {
+  const std::vector<u32> chunks = chunks_of(c.lens);
+  u32 n = 0;
+  for (u32 L : c.lens) n += L;
+  const u32 nt = u32(chunks.size() / 2), H = c.h, Hg = c.hg, K = c.K, V = c.V;
+  Arr<__nv_bfloat16> q(size_t(n) * Hg * K), k(size_t(n) * Hg * K), vn(size_t(n) * H * V), h(size_t(nt) * H * V * K);
+  Arr<__nv_bfloat16> o(size_t(n) * H * V);
+  Arr<float> g(size_t(n) * H);
+  q.random(-0.3, 0.3); k.random(-0.3, 0.3); vn.random(); h.random(-0.5, 0.5); o.poison();
+  std::uniform_real_distribution<double> ud(0, 1);
+  for (u32 ci = 0; ci < nt; ++ci)
+    for (u32 hh = 0; hh < H; ++hh) {
+      double acc = 0;
+      for (u32 t = 0; t < chunks[2 * ci + 1]; ++t) {
+        acc += -0.5 * ud(gen);
+        g.p[size_t(chunks[2 * ci] + t) * H + hh] = float(acc);
+      }
+    }
+  const float scale = float(1.0 / std::sqrt(double(K)));
+  ChunkGatedDeltaRuleParams p{n, nt, u32(c.lens.size()), Hg, H, K, V, scale};
+  const uint2* ch = reinterpret_cast<const uint2*>(chunks.data());
+  const u32 vb = V % 128 == 0 ? 128 : 64;
+  const size_t smem = 2 * ((2 * 64 + vb) * (K + 8) + 64 * (vb + 8));
+  sim_launch({V / vb, H, nt}, {256, 1, 1}, smem, [&] { gated_delta_net_chunk_o_bf16(q.p, k.p, vn.p, h.p, g.p, o.p, ch, &p); });
+
+  std::vector<double> want(size_t(n) * H * V);
+  for (u32 ci = 0; ci < nt; ++ci) {
+    const u32 t0 = chunks[2 * ci], len = chunks[2 * ci + 1];
+    for (u32 hh = 0; hh < H; ++hh) {
+      const u32 kh = hh / (H / Hg);
+      for (u32 i = 0; i < len; ++i) {
+        const double gi = g.p[size_t(t0 + i) * H + hh];
+        std::vector<double> pj(i + 1);
+        for (u32 j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (u32 d = 0; d < K; ++d) dot += q.at((size_t(t0 + i) * Hg + kh) * K + d) * k.at((size_t(t0 + j) * Hg + kh) * K + d);
+          pj[j] = dot * std::exp(gi - double(g.p[size_t(t0 + j) * H + hh]));
+        }
+        for (u32 v = 0; v < V; ++v) {
+          double qh = 0;
+          for (u32 d = 0; d < K; ++d) qh += q.at((size_t(t0 + i) * Hg + kh) * K + d) * h.at(((size_t(ci) * H + hh) * V + v) * K + d);
+          double s = std::exp(gi) * qh;
+          for (u32 j = 0; j <= i; ++j) s += pj[j] * vn.at((size_t(t0 + j) * H + hh) * V + v);
+          want[(size_t(t0 + i) * H + hh) * V + v] = scale * s;
+        }
+      }
+    }
+  }
+  double mx = 0, worst = 0;
+  for (double x : want) mx = std::max(mx, std::fabs(x));
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double e = std::fabs(o.at(i) - want[i]) / (mx > 0 ? mx : 1);
+    if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+  }
+  const bool ok = worst < 1e-2;
+  if (!ok) failures++;
+  std::printf("%s chunk_o %-56s VB %3u o %.2e\n", ok ? "ok  " : "FAIL", c.what.c_str(), vb, worst);
+}
+
+int main(int argc, char** argv) {
+  const bool big = argc > 1 && std::string(argv[1]) == "big";
+  std::vector<Case> cases = {
+    {"K 128, V 128, H 2, Hg 1, one chunk of 64", 1, 2, 128, 128, {64}, false},
+    {"K 64, V 64, H 4, Hg 2, varlen [1, 70, 64]", 2, 4, 64, 64, {1, 70, 64}, false},
+    {"K 256, V 128, H 1, T 65, beta bf16", 1, 1, 256, 128, {65}, true},
+    {"K 128, V 256, H 2, Hg 2, varlen [17, 50]", 2, 2, 128, 256, {17, 50}, false},
+    {"K 64, V 192, H 1, T 33", 1, 1, 64, 192, {33}, true},
+  };
+  if (big) cases.push_back({"K 128, V 128, H 4, Hg 2, T 512", 2, 4, 128, 128, {512}, false});
+  for (const Case& c : cases) {
+    if (c.beta_bf16) run<__nv_bfloat16>(c); else run<float>(c);
+    run_chunk_o(c);
+  }
+  std::printf("%s: %d failed\n", failures ? "FAIL" : "ok", failures);
+  return failures ? 1 : 0;
+}
