@@ -353,26 +353,33 @@ export const validateChunkTriSolveInvert = solveStep.validate;
 export const chunkTriSolveInvert = solveStep.op;
 export const planChunkTriSolveInvert = solveStep.plan;
 
-export interface GdrWuArgs extends GdrStepParams, GdrKeys, GdrDecay, GdrChunks {
+/** The arguments of the steps that write w and u (recompute_wu, and kkt_solve_wu, which computes Ai itself). */
+export interface GdrKktSolveWuArgs extends GdrStepParams, GdrKeys, GdrDecay, GdrChunks {
   /** [nTok, H, V] bf16 */
   v: Buffer;
   /** [nTok, H] f32 or bf16 */
   beta: Buffer;
-  /** [nTok, H, 64] f32 */
-  ai: Buffer;
   /** [nTok, H, K] bf16 (output) */
   w: Buffer;
   /** [nTok, H, V] bf16 (output) */
   u: Buffer;
 }
 
+export interface GdrWuArgs extends GdrKktSolveWuArgs {
+  /** [nTok, H, 64] f32 */
+  ai: Buffer;
+}
+
+/** The rules of the w/u steps' inputs before Ai (k, v, beta, g) and of what they write (w, u, then the chunk table), in binding order. */
+const wuInputs = (a: GdrKktSolveWuArgs): Expect[] => [
+  keysExpect(a), ['v', a.v, 'bf16', a.nTok * a.nHeads * a.vDim], ['beta', a.beta, ['f32', 'bf16'], a.nTok * a.nHeads], decayExpect(a),
+];
+const wuOutputs = (a: GdrKktSolveWuArgs): Expect[] => [
+  ['w', a.w, 'bf16', a.nTok * a.nHeads * a.kDim], ['u', a.u, 'bf16', a.nTok * a.nHeads * a.vDim], chunksExpect(a, a.chunks),
+];
+
 const wuStep = gdrStep<GdrWuArgs>({
-  buffers: (a) => [
-    keysExpect(a), ['v', a.v, 'bf16', a.nTok * a.nHeads * a.vDim],
-    ['beta', a.beta, ['f32', 'bf16'], a.nTok * a.nHeads], decayExpect(a),
-    ['ai', a.ai, 'f32', a.nTok * a.nHeads * GDR_BT], ['w', a.w, 'bf16', a.nTok * a.nHeads * a.kDim],
-    ['u', a.u, 'bf16', a.nTok * a.nHeads * a.vDim], chunksExpect(a, a.chunks),
-  ],
+  buffers: (a) => [...wuInputs(a), ['ai', a.ai, 'f32', a.nTok * a.nHeads * GDR_BT], ...wuOutputs(a)],
   outputs: ['w', 'u'],
   launch: (a) => ({ kernel: a.beta.dtype === 'bf16' ? WU_BETA_BF16 : WU, threads: 256 }),
 });
@@ -385,22 +392,8 @@ export const validateGatedDeltaNetRecomputeWu = wuStep.validate;
 export const gatedDeltaNetRecomputeWu = wuStep.op;
 export const planGatedDeltaNetRecomputeWu = wuStep.plan;
 
-export interface GdrKktSolveWuArgs extends GdrStepParams, GdrKeys, GdrDecay, GdrChunks {
-  /** [nTok, H, V] bf16 */
-  v: Buffer;
-  /** [nTok, H] f32 or bf16 */
-  beta: Buffer;
-  /** [nTok, H, K] bf16 (output) */
-  w: Buffer;
-  /** [nTok, H, V] bf16 (output) */
-  u: Buffer;
-}
-
 const kktSolveWuStep = gdrStep<GdrKktSolveWuArgs>({
-  buffers: (a) => [
-    keysExpect(a), ['v', a.v, 'bf16', a.nTok * a.nHeads * a.vDim], ['beta', a.beta, ['f32', 'bf16'], a.nTok * a.nHeads], decayExpect(a),
-    ['w', a.w, 'bf16', a.nTok * a.nHeads * a.kDim], ['u', a.u, 'bf16', a.nTok * a.nHeads * a.vDim], chunksExpect(a, a.chunks),
-  ],
+  buffers: (a) => [...wuInputs(a), ...wuOutputs(a)],
   outputs: ['w', 'u'],
   launch: (a) => ({
     kernel: a.beta.dtype === 'bf16' ? KKT_SOLVE_WU_BETA_BF16 : KKT_SOLVE_WU, threads: 256,
