@@ -121,3 +121,38 @@ export function checkedProduct(op: string, arg: string, ...factors: number[]): n
   }
   return p;
 }
+
+/**
+ * An op's buffer argument for checkBuffers: its name, its value, its dtype
+ * (or those allowed), its element count, and whether it may be absent.
+ */
+export type BufferRule = readonly [arg: string, value: Buffer | undefined, dtype: DType | readonly DType[], elements: number, optional?: boolean];
+
+/**
+ * checkBuffer on every rule's value (an optional one only when present),
+ * then checkDtype on each, then checkElements: the order in which an op's
+ * messages name its arguments.
+ */
+export function checkBuffers(op: string, device: Device | undefined, rules: readonly BufferRule[]): void {
+  const present = rules.filter(([, value, , , optional]) => !optional || value !== undefined);
+  for (const [arg, value] of present) checkBuffer(op, arg, value, device);
+  for (const [arg, value, dtype] of present) checkDtype(op, arg, value!, dtype);
+  for (const [arg, value, , elements] of present) checkElements(op, arg, value!, elements);
+}
+
+/**
+ * An input and an output of its dtype and element count: checkBuffer on
+ * both, then the input's dtype (one of `dtypes`) and the output's (the
+ * input's), then the element count of each.
+ */
+export function checkInOut(
+  op: string, device: Device | undefined, input: readonly [string, Buffer], output: readonly [string, Buffer],
+  dtypes: readonly DType[], elements: number,
+): void {
+  checkBuffer(op, input[0], input[1], device);
+  checkBuffer(op, output[0], output[1], device);
+  checkDtype(op, input[0], input[1], dtypes);
+  checkDtype(op, output[0], output[1], input[1].dtype);
+  checkElements(op, input[0], input[1], elements);
+  checkElements(op, output[0], output[1], elements);
+}
