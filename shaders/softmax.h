@@ -53,6 +53,9 @@ struct SoftmaxBlocksParams {
 // SoftmaxBlocksParams. The scratch holds each slice's (max, sum) at
 // [(row * slices + s) * 2] and, from index `barrier` on, one barrier word
 // per round (SOFTMAX_GRID_ROUNDS at most), zero in a new scratch.
+// shared_vectors: the 16-byte vectors of a slice a threadgroup keeps in
+// threadgroup memory past those its threads hold (CUDA, without a mask; 0:
+// none), after the first 144 bytes of threadgroup(0).
 struct SoftmaxGridParams {
     uint  cols;
     uint  seq_q;
@@ -63,5 +66,5 @@ struct SoftmaxGridParams {
     uint  slices;
     uint  slice;
     uint  barrier;
-    uint  reserved;     // 0
+    uint  shared_vectors;
 };

@@ -30,7 +30,8 @@
 // any threadgroup size, threadgroup(0) one float per simdgroup; partials is
 // [rows, n_blocks, 2] f32. softmax_finish may write over its input.
 // softmax_grid runs grid (n, 1, 1) threadgroups of any size, threadgroup(0)
-// one float per simdgroup; each threadgroup takes, each round, the slice of
+// at least one float per simdgroup (the op gives the CUDA twin's 144 bytes
+// and more); each threadgroup takes, each round, the slice of
 // SoftmaxGridParams and the row's max and sum from the whole row, so it
 // needs no grid-wide wait and leaves the scratch unread and unwritten. (The
 // CUDA twin, which the op runs, publishes the slices' pairs to the scratch

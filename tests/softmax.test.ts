@@ -54,9 +54,9 @@ describe('softmax param packers match the .metal declarations', () => {
     expect(src).toMatch(/kernel void softmax_blocks_k\([^{]*constant SoftmaxBlocksParams&\s+params\s+\[\[buffer\(3\)\]\]/);
     expect(src).toMatch(/kernel void softmax_finish_k\([^{]*constant SoftmaxBlocksParams&\s+params\s+\[\[buffer\(4\)\]\]/);
     expect(src).toMatch(/kernel void softmax_grid_k\([^{]*constant SoftmaxGridParams&\s+params\s+\[\[buffer\(4\)\]\]/);
-    const g = words(packSoftmaxGridParams({ cols: 4099, seqQ: 3, scale: 0.125, softcap: 30, rows: 6, rowsPerRound: 2, slices: 3, slice: 1368, barrier: 46 }));
+    const g = words(packSoftmaxGridParams({ cols: 4099, seqQ: 3, scale: 0.125, softcap: 30, rows: 6, rowsPerRound: 2, slices: 3, slice: 1368, barrier: 46, sharedVectors: 7 }));
     expect([g.bytes, g.u(0), g.u(1), g.f(2), g.f(3), g.u(4), g.u(5), g.u(6), g.u(7), g.u(8), g.u(9)])
-      .toEqual([40, 4099, 3, 0.125, 30, 6, 2, 3, 1368, 46, 0]);
+      .toEqual([40, 4099, 3, 0.125, 30, 6, 2, 3, 1368, 46, 7]);
     const b = words(packSoftmaxBlocksParams({ cols: 4099, seqQ: 3, scale: 0.125, softcap: 30, slice: 2048, nBlocks: 3 }));
     expect([b.bytes, b.u(0), b.u(1), b.f(2), b.f(3), b.u(4), b.u(5)]).toEqual([24, 4099, 3, 0.125, 30, 2048, 3]);
     const s = words(packSoftmaxParams({ cols: 4099 }));
@@ -86,22 +86,22 @@ describe('softmax param packers match the .metal declarations', () => {
     expect(softmaxTwoPass({ rows: SOFTMAX_FILL_ROWS, cols: 32769, scratch: s })).toBe(true);
     expect(softmaxTwoPass({ rows: 65536, cols: 65536, scratch: s })).toBe(false);
   });
-  test('one dispatch: the grid of one block an SM, rows in rounds, a row in slices a block holds at two vectors a thread', () => {
+  test('one dispatch: the grid of one block an SM, rows in rounds, a row in slices a block holds (two vectors a thread, the rest in shared memory)', () => {
     const b = (dtype: 'f32' | 'bf16', n: number) => ({ dtype, elementCount: n, byteOffset: 0, byteLength: n * (dtype === 'f32' ? 4 : 2), root: {} }) as never;
     const x = b('f32', 64 * 262144);
     // Decode: one row over the 132 SMs, 1988 elements (497 vectors) a block of 256.
     expect(softmaxGrid({ rows: 1, cols: 262144, input: x, output: b('f32', 262144) }, TARGET_LIMITS.cuda))
-      .toEqual({ blocks: 132, threads: 256, rowsPerRound: 1, slices: 132, slice: 1988 });
-    // 64 rows: 8 a round in 16 slices of 16384 (4 vectors a thread of 1024), 8 rounds.
+      .toEqual({ blocks: 132, threads: 256, rowsPerRound: 1, slices: 132, slice: 1988, sharedVectors: 0, sharedBytes: 144 });
+    // 64 rows: 33 a round in 4 slices of 65536 (4 vectors a thread of 1024 in registers, 12288 in shared memory), 2 rounds.
     expect(softmaxGrid({ rows: 64, cols: 262144, input: x, output: b('f32', 64 * 262144) }, TARGET_LIMITS.cuda))
-      .toEqual({ blocks: 132, threads: 1024, rowsPerRound: 8, slices: 16, slice: 16384 });
-    // A mask: two vectors a thread held; 32 heads of 8192 keys in 4 slices.
+      .toEqual({ blocks: 132, threads: 1024, rowsPerRound: 33, slices: 4, slice: 65536, sharedVectors: 12288, sharedBytes: 144 + 16 * 12288 });
+    // A mask: two vectors a thread held, none in shared memory; 32 heads of 8192 keys in 4 slices.
     expect(softmaxGrid({ rows: 32, cols: 8192, input: x, output: b('f32', 32 * 8192), mask: x }, TARGET_LIMITS.cuda))
-      .toEqual({ blocks: 132, threads: 256, rowsPerRound: 32, slices: 4, slice: 2048 });
+      .toEqual({ blocks: 132, threads: 256, rowsPerRound: 32, slices: 4, slice: 2048, sharedVectors: 0, sharedBytes: 144 });
     // No multiprocessor count (Metal), in place, more rounds than SOFTMAX_GRID_ROUNDS, a row past the grid: none.
     expect(softmaxGrid({ rows: 1, cols: 262144, input: x, output: b('f32', 262144) }, TARGET_LIMITS.metal)).toBeNull();
     expect(softmaxGrid({ rows: 1, cols: 262144, input: x, output: x }, TARGET_LIMITS.cuda)).toBeNull();
-    expect(softmaxGrid({ rows: 8 * (SOFTMAX_GRID_ROUNDS + 1), cols: 262144, input: x, output: b('f32', 262144) }, TARGET_LIMITS.cuda)).toBeNull();
+    expect(softmaxGrid({ rows: 33 * SOFTMAX_GRID_ROUNDS + 1, cols: 262144, input: x, output: b('f32', 262144) }, TARGET_LIMITS.cuda)).toBeNull();
     expect(softmaxGrid({ rows: 1, cols: 2 ** 24, input: x, output: b('f32', 262144) }, TARGET_LIMITS.cuda)).toBeNull();
   });
 });
@@ -424,7 +424,7 @@ describeValidation('softmax and softcap plans', ({ buf }) => {
     // The same on CUDA: one dispatch over 132 blocks of 512, 66 slices of 3972 a row, the barrier words after 2 * 256 pairs.
     const grid = planSoftmax({ input: x, output: y, rows: 2, cols: 262144, scratch, mask, seqQ: 1, scale: 0.5 }, TARGET_LIMITS.cuda);
     expect(grid.dispatches.map((d) => [d.kernel, d.grid, d.threads, d.threadgroupMemory, d.cuda])).toEqual([
-      ['softmax_grid_f32', [132, 1, 1], [512, 1, 1], [64], undefined],
+      ['softmax_grid_f32', [132, 1, 1], [512, 1, 1], [144], undefined],
     ]);
     expect(grid.dispatches[0]!.buffers).toEqual([x, mask, scratch, y]);
     const gp = words(grid.dispatches[0]!.bytes![4] as Uint8Array);

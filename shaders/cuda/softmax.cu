@@ -44,11 +44,13 @@
 // One dispatch: grid (n, 1, 1) of any blockDim.x up to 1024, every block
 // resident at once (__launch_bounds__(1024, 1): at most 64 registers, so an
 // SM holds one block of any size; the op launches one block an SM), dynamic
-// shared memory of one float per warp. Rows go in rounds of
+// shared memory of 144 bytes and the vectors held there. Rows go in rounds of
 // rows_per_round, block b taking slice b % slices of the round's row b /
 // slices (blocks past rows_per_round * slices idle but wait). A block loads
 // its slice into registers (GRID_HOLD vectors a thread, GRID_HOLD_MASKED
-// with a mask; a longer slice is streamed twice), reduces it, writes its
+// with a mask) and, without a mask, its next shared_vectors vectors into
+// dynamic shared memory after the warps' 32 floats and a word (cp.async); a longer
+// slice is streamed twice. It reduces the slice, writes its
 // (max, sum) to the scratch, and arrives at the round's barrier word
 // (grid_arrive_wait); then every warp merges the row's pairs and the block
 // writes its slice from registers: the input is read once. A block that
@@ -522,15 +524,42 @@ __device__ __forceinline__ bool grid_arrive_wait(u32* word, u32 spin) {
     return false;
 }
 
+// A slice's vectors past the reg_v its threads hold in registers (vi =
+// reg_v + tid, + blockDim.x, ... below nv), copied into shared memory at
+// sv[vi - reg_v] (cp.async, no registers held), and used from there: fn(i,
+// v) as SliceChunk::use (no mask). Each thread uses only the vectors it copied.
+// Dynamic shared memory (none static, so it starts aligned): the warps' 32
+// floats, the wait's result word and 3 of padding, then the vectors.
+constexpr u32 GRID_RED_FLOATS = 32;
+template <typename T>
+__device__ __forceinline__ void shared_load(uint4* sv, const T* xs, u32 nv, u32 reg_v) {
+    const uint4* xv = reinterpret_cast<const uint4*>(xs);
+    for (u32 vi = reg_v + threadIdx.x; vi < nv; vi += blockDim.x) cp_async16(sv + (vi - reg_v), xv + vi, true);
+    cp_async_commit();
+}
+template <typename T, typename F>
+__device__ __forceinline__ void shared_use(const uint4* sv, u32 nv, u32 reg_v, const Transform& f, F fn) {
+    constexpr int VEC = VecOf<T>::N;
+    for (u32 vi = reg_v + threadIdx.x; vi < nv; vi += blockDim.x) {
+        float v[VEC];
+        unpack16<T>(sv[vi - reg_v], v);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v[j] = f(v[j], 0.0f);
+        fn(vi * VEC, v);
+    }
+}
+
 // The rounds of softmax_grid_<t> (see the header): a block holds its slice
-// (HOLD vectors a thread; a longer or unaligned slice is streamed twice),
+// (HOLD vectors a thread in registers and, without a mask, up to
+// shared_vectors more in shared memory; a longer or unaligned slice is
+// streamed twice),
 // publishes the slice's (max, sum), waits for the round's blocks, merges its
 // row's pairs and writes the slice. A block that stops waiting takes its
 // row's (max, sum) from the whole row itself: the same result, slower, and
 // not in place (another block may have written the row), where it waits on.
 template <typename T, int HOLD, bool MASKED>
 __device__ __noinline__ void softmax_grid_rounds(const T* x, const bf16* mask, float* scratch, T* y,
-                                                    const SoftmaxGridParams* p, float* red, u32* waited) {
+                                                    const SoftmaxGridParams* p, float* red) {
     constexpr int VEC = VecOf<T>::N;
     const u32 tid = threadIdx.x, bs = blockDim.x, b = blockIdx.x;
     const u32 cols = p->cols, slices = p->slices, per = p->rows_per_round;
@@ -538,6 +567,10 @@ __device__ __noinline__ void softmax_grid_rounds(const T* x, const bf16* mask, f
     const u32 spin = static_cast<const void*>(x) == static_cast<const void*>(y) ? 0xffffffffu : GRID_SPIN;
     u32* words = reinterpret_cast<u32*>(scratch + p->barrier);
     const u32 rounds = (p->rows + per - 1u) / per;
+    // Vectors of a slice held in registers, then in shared memory after the warps' floats and the wait's word.
+    const u32 reg_v = u32(HOLD) * bs, shared_v = MASKED ? 0u : p->shared_vectors;
+    u32* waited = reinterpret_cast<u32*>(red + GRID_RED_FLOATS);
+    uint4* sv = reinterpret_cast<uint4*>(red + GRID_RED_FLOATS + 4u);
     for (u32 r = 0; r < rounds; ++r) {
         const u32 row = r * per + b / slices, s = b % slices, lo = s * p->slice;
         const bool live = b < per * slices && row < p->rows && lo < cols;
@@ -549,13 +582,22 @@ __device__ __noinline__ void softmax_grid_rounds(const T* x, const bf16* mask, f
         const bf16* ms = MASKED && live ? mr + lo : nullptr;
         const bool vec = live && slice_vec(xs, ys, ms, len);
         const u32 nv = vec ? len / VEC : 0u;
-        const bool held = nv <= u32(HOLD) * bs;
+        const bool held = nv <= reg_v + shared_v;
         float m = neg_inf(), sum = 0.0f;
         auto fold = [&](u32, auto& v) { online_vec(v, m, sum); };
         SliceChunk<T, HOLD> c;
         if (vec && held) {
+            if constexpr (!MASKED) {
+                if (nv > reg_v) shared_load(sv, xs, nv, reg_v);
+            }
             c.load(xs, ms, nv, tid, bs);
             c.use(nv, tid, bs, f, fold);
+            if constexpr (!MASKED) {
+                if (nv > reg_v) {
+                    cp_async_wait<0>();
+                    shared_use<T>(sv, nv, reg_v, f, fold);
+                }
+            }
         } else if (vec) {
             for_slice_vec<T, GRID_STREAM>(xs, ms, nv, tid, f, fold);
         } else if (live) {
@@ -592,6 +634,9 @@ __device__ __noinline__ void softmax_grid_rounds(const T* x, const bf16* mask, f
         const Normalize<T> write = normalize_into(ys, mx, total);
         if (vec && held) {
             c.use(nv, tid, bs, f, write);
+            if constexpr (!MASKED) {
+                if (nv > reg_v) shared_use<T>(sv, nv, reg_v, f, write);
+            }
         } else if (vec) {
             for_slice_vec<T, GRID_STREAM>(xs, ms, nv, tid, f, write);
         } else {
@@ -610,11 +655,10 @@ constexpr int GRID_HOLD_MASKED = 2;
 template <typename T>
 __device__ __forceinline__ void softmax_grid(const T* x, const bf16* mask, float* scratch, T* y, const SoftmaxGridParams* p) {
     extern __shared__ float red[];
-    __shared__ u32 waited;
     if (p->seq_q == 0u) {
-        softmax_grid_rounds<T, GRID_HOLD, false>(x, mask, scratch, y, p, red, &waited);
+        softmax_grid_rounds<T, GRID_HOLD, false>(x, mask, scratch, y, p, red);
     } else {
-        softmax_grid_rounds<T, GRID_HOLD_MASKED, true>(x, mask, scratch, y, p, red, &waited);
+        softmax_grid_rounds<T, GRID_HOLD_MASKED, true>(x, mask, scratch, y, p, red);
     }
 }
 
@@ -706,7 +750,8 @@ extern "C" __global__ void softmax_finish_bf16(const bf16* input, const bf16* ma
 // seq_q = 0), (2) scratch f32 (the slices' pairs and the barrier words,
 // written), (3) output [rows, cols], (4) SoftmaxGridParams; grid (n, 1, 1)
 // of blocks all resident at once (the op: one block of at most 1024
-// threads an SM), threadgroup(0) one float per warp.
+// threads an SM), threadgroup(0) 32 floats and 4 words (144 bytes), then
+// shared_vectors 16-byte vectors.
 extern "C" __global__ void __launch_bounds__(1024, 1) softmax_grid_f32(const float* input, const bf16* mask, float* scratch, float* output,
                                                                       const SoftmaxGridParams* p) {
     softmax_grid<float>(input, mask, scratch, output, p);

@@ -14,7 +14,7 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid, overlaps } from '../validate.ts';
+import { checkAtMost, checkBuffer, checkBuffers, checkDtype, checkElements, checkInOut, checkNoAliasing, checkPositive, checkedProduct, invalid, overlaps } from '../validate.ts';
 import { dtypeSize } from '../dtype.ts';
 import { roundUp16, rowBlockThreads, rowLaunch, rowThreadgroup, type LaunchLimits } from '../launch.ts';
 import { record, type OpPlan, type PlannedDispatch } from '../plan.ts';
@@ -129,11 +129,12 @@ export function packSoftcapParams(p: { cap: number; n: number }): Uint8Array {
 }
 
 export function packSoftmaxGridParams(p: {
-  cols: number; seqQ: number; scale: number; softcap: number; rows: number; rowsPerRound: number; slices: number; slice: number; barrier: number;
+  cols: number; seqQ: number; scale: number; softcap: number; rows: number; rowsPerRound: number; slices: number; slice: number;
+  barrier: number; sharedVectors: number;
 }): Uint8Array {
   return packFields(SOFTMAX_GRID_PARAMS_LAYOUT, {
     cols: p.cols, seq_q: p.seqQ, scale: p.scale, softcap: p.softcap, rows: p.rows, rows_per_round: p.rowsPerRound,
-    slices: p.slices, slice: p.slice, barrier: p.barrier, reserved: 0,
+    slices: p.slices, slice: p.slice, barrier: p.barrier, shared_vectors: p.sharedVectors,
   });
 }
 
@@ -182,14 +183,23 @@ function softmaxBarrierAt(rows: number, cols: number): number {
   return Math.ceil(checkedProduct('softmax', 'scratch elements', rows, Math.ceil(cols / SOFTMAX_GRID_MIN_SLICE), 2) / 4) * 4;
 }
 
-/** The one-dispatch form's shape: threadgroups, their threads, rows a round, slices a row and their length. */
+/**
+ * The one-dispatch form's shape: threadgroups, their threads, rows a round,
+ * slices a row and their length, the vectors of a slice kept in threadgroup
+ * memory, and the threadgroup memory's bytes.
+ */
 export interface SoftmaxGrid {
   blocks: number;
   threads: number;
   rowsPerRound: number;
   slices: number;
   slice: number;
+  sharedVectors: number;
+  sharedBytes: number;
 }
+
+/** Bytes of softmax_grid_<t>'s threadgroup(0) before the vectors it keeps there (32 floats, a word, padding). */
+const SOFTMAX_GRID_RED_BYTES = 144;
 
 /**
  * The one-dispatch form (softmax_grid_<t>) for these arguments, or null
@@ -198,26 +208,31 @@ export interface SoftmaxGrid {
  * __launch_bounds__(1024, 1) keeps resident: every block of the grid runs
  * at once, as its grid-wide wait needs), an output apart from the input,
  * and a row cut into at most that many slices of what a threadgroup holds,
- * in at most SOFTMAX_GRID_ROUNDS rounds. Rows go in rounds of as many as
- * the grid holds; a round's rows are cut into as many slices as the grid
- * has threadgroups for them (no shorter than SOFTMAX_GRID_MIN_SLICE), and
- * a threadgroup has the threads to hold its slice at two vectors a thread
- * (at least 64, at most 1024).
+ * in at most SOFTMAX_GRID_ROUNDS rounds. A threadgroup holds 4 vectors a
+ * thread (2 with a mask) and, without a mask, as many more as the device's
+ * threadgroup memory takes. Rows go in rounds of as many as the grid holds;
+ * a round's rows are cut into as many slices as the grid has threadgroups
+ * for them (no shorter than SOFTMAX_GRID_MIN_SLICE), and a threadgroup has
+ * the threads to hold its slice at two vectors a thread (at least 64, at
+ * most 1024), the rest of the slice in threadgroup memory.
  */
 export function softmaxGrid(a: Pick<SoftmaxArgs, 'rows' | 'cols' | 'mask' | 'input' | 'output'>, limits: DeviceLimits): SoftmaxGrid | null {
   const blocks = Math.min(limits.multiprocessors, SOFTMAX_GRID_MAX_BLOCKS);
   if (!(blocks > 0) || limits.simdWidth !== 32 || overlaps(a.input, a.output)) return null;
   const vec = 16 / dtypeSize(a.input.dtype);
-  const hold = (a.mask === undefined ? SOFTMAX_GRID_HOLD : SOFTMAX_GRID_HOLD_MASKED) * vec;
+  const holdVectors = a.mask === undefined ? SOFTMAX_GRID_HOLD : SOFTMAX_GRID_HOLD_MASKED;
   const maxThreads = Math.min(1024, limits.maxThreadsPerThreadgroup);
-  const fewest = Math.ceil(a.cols / (hold * maxThreads));
+  const sharedMax = a.mask === undefined ? Math.max(0, Math.floor((limits.maxThreadgroupMemory - SOFTMAX_GRID_RED_BYTES) / 16)) : 0;
+  const fewest = Math.ceil(a.cols / ((holdVectors * maxThreads + sharedMax) * vec));
   if (fewest > blocks) return null;
   const rowsPerRound = Math.min(a.rows, Math.floor(blocks / fewest));
   if (Math.ceil(a.rows / rowsPerRound) > SOFTMAX_GRID_ROUNDS) return null;
   const want = Math.max(fewest, Math.min(Math.floor(blocks / rowsPerRound), Math.ceil(a.cols / SOFTMAX_GRID_MIN_SLICE)));
   const slice = Math.ceil(Math.ceil(a.cols / want) / vec) * vec;
   const threads = Math.min(maxThreads, Math.max(64, Math.ceil(slice / (2 * vec) / 32) * 32));
-  return { blocks, threads, rowsPerRound, slices: Math.ceil(a.cols / slice), slice };
+  const sharedVectors = Math.max(0, slice / vec - holdVectors * threads);
+  const sharedBytes = SOFTMAX_GRID_RED_BYTES + 16 * sharedVectors;
+  return { blocks, threads, rowsPerRound, slices: Math.ceil(a.cols / slice), slice, sharedVectors, sharedBytes };
 }
 
 /** True when the arguments need scale_mask_softmax (a scale, a softcap or a mask). */
@@ -235,25 +250,16 @@ export function validateSoftmax(a: SoftmaxArgs, device?: Device): void {
   if (a.scale !== undefined && !Number.isFinite(a.scale)) throw invalid(op, 'scale', 'a finite number', a.scale);
   if (a.softcap !== undefined && (!Number.isFinite(a.softcap) || a.softcap < 0)) throw invalid(op, 'softcap', 'a finite number >= 0', a.softcap);
   const n = checkedProduct(op, 'rows * cols', a.rows, a.cols);
-  checkBuffer(op, 'input', a.input, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'input', a.input, ['f32', 'f16', 'bf16']);
-  checkDtype(op, 'output', a.output, a.input.dtype);
-  checkElements(op, 'input', a.input, n);
-  checkElements(op, 'output', a.output, n);
+  checkInOut(op, device, ['input', a.input], ['output', a.output], ['f32', 'f16', 'bf16'], n);
   if (a.mask !== undefined) {
     const seqQ = a.seqQ as number;
     checkPositive(op, 'seqQ', seqQ);
     if (a.rows % seqQ !== 0) throw invalid(op, 'seqQ', `a divisor of rows (${a.rows})`, seqQ);
-    checkBuffer(op, 'mask', a.mask, device);
-    checkDtype(op, 'mask', a.mask, 'bf16');
-    checkElements(op, 'mask', a.mask, seqQ * a.cols);
   }
-  if (a.scratch !== undefined) {
-    checkBuffer(op, 'scratch', a.scratch, device);
-    checkDtype(op, 'scratch', a.scratch, 'f32');
-    checkElements(op, 'scratch', a.scratch, softmaxScratchElements(a.rows, a.cols));
-  }
+  checkBuffers(op, device, [
+    ['mask', a.mask, 'bf16', a.mask === undefined ? 0 : (a.seqQ as number) * a.cols, true],
+    ['scratch', a.scratch, 'f32', a.scratch === undefined ? 0 : softmaxScratchElements(a.rows, a.cols), true],
+  ]);
   // In place (output over exactly input) is safe: each thread reads only the
   // elements it writes. The mask, which other rows read, is not; nor the
   // scratch, which the first pass writes while others read the rows.
@@ -348,8 +354,9 @@ export function softmaxTwoPass(a: Pick<SoftmaxArgs, 'rows' | 'cols' | 'scratch'>
  * One dispatch (where the two passes would run, softmaxGrid gives a shape:
  * CUDA, output apart from input): softmax_grid_<dtype> (0 input, 1 mask or
  * input, 2 scratch, 3 output, 4 SoftmaxGridParams), grid (the SM count, 1,
- * 1) of 64 to 1024 threads, threadgroup(0) one float per simdgroup. Rows go
- * in rounds; each block holds its slice of a round's rows in registers,
+ * 1) of 64 to 1024 threads, threadgroup(0) 144 bytes (32 floats, a word)
+ * and the vectors kept there. Rows go in rounds; each block holds
+ * its slice of a round's rows in registers and threadgroup memory,
  * publishes the slice's (max, sum), waits on the round's barrier word for
  * the grid's other blocks (all resident), merges its row's pairs and writes
  * its slice: the input read once, 2 * rows * cols * the element size.
@@ -369,7 +376,7 @@ export function planSoftmax(a: SoftmaxArgs, limits: DeviceLimits, device?: Devic
   if (grid !== null) {
     const params = packSoftmaxGridParams({
       cols: a.cols, seqQ, scale, softcap, rows: a.rows, rowsPerRound: grid.rowsPerRound, slices: grid.slices, slice: grid.slice,
-      barrier: softmaxBarrierAt(a.rows, a.cols),
+      barrier: softmaxBarrierAt(a.rows, a.cols), sharedVectors: grid.sharedVectors,
     });
     return softmaxPlan([{
       kernel: `softmax_grid_${a.input.dtype}`,
@@ -377,7 +384,7 @@ export function planSoftmax(a: SoftmaxArgs, limits: DeviceLimits, device?: Devic
       bytes: [, , , , params],
       grid: [grid.blocks, 1, 1],
       threads: [grid.threads, 1, 1],
-      threadgroupMemory: [roundUp16(Math.ceil(grid.threads / limits.simdWidth) * 4)],
+      threadgroupMemory: [grid.sharedBytes],
     }]);
   }
   if (softmaxTwoPass(a)) {

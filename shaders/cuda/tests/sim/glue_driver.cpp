@@ -156,10 +156,12 @@ void run_scale_mask(const char* name, K kernel, SoftmaxCase c, SimDim grid, SimD
 // every block but a round's last stops waiting and takes its row's
 // statistics itself, and the last merges the pairs the others published.
 // twice: launched again over the same scratch (its barrier words as the
-// first launch left them); dirty: those words NaN to begin with.
+// first launch left them); dirty: those words NaN to begin with; shared:
+// the vectors of a slice kept in shared memory past the threads' registers.
 struct GridShape {
   u32 blocks, threads, rows_per_round, slices, slice;
   bool twice = false, dirty = false;
+  u32 shared = 0;
 };
 template <class T, class K>
 void run_grid(const char* name, K kernel, SoftmaxCase c, GridShape g) {
@@ -168,12 +170,13 @@ void run_grid(const char* name, K kernel, SoftmaxCase c, GridShape g) {
   Arr<float> scratch(barrier + 16);
   scratch.poison();
   for (u32 i = 0; i < 16; ++i) scratch.p[barrier + i] = g.dirty ? NAN : 0.0f;
-  SoftmaxGridParams p{c.cols, c.seq_q, c.scale, c.cap, c.rows, g.rows_per_round, g.slices, g.slice, barrier, 0};
+  SoftmaxGridParams p{c.cols, c.seq_q, c.scale, c.cap, c.rows, g.rows_per_round, g.slices, g.slice, barrier, g.shared};
   const SimDim grid{g.blocks, 1, 1}, block{g.threads, 1, 1};
   for (int i = 0; i < (g.twice ? 2 : 1); ++i) {
-    sim_launch(grid, block, 4 * 32, [&] { kernel(d.x.p, d.mask.p, scratch.p, d.y.p, &p); });
+    sim_launch(grid, block, 144 + 16 * size_t(g.shared), [&] { kernel(d.x.p, d.mask.p, scratch.p, d.y.p, &p); });
   }
-  std::string what = label(name, c) + " one dispatch," + dims(grid, block) + (g.twice ? " twice" : "") + (g.dirty ? " dirty words" : "");
+  std::string what = label(name, c) + " one dispatch," + dims(grid, block) + (g.twice ? " twice" : "") + (g.dirty ? " dirty words" : "") +
+                     (g.shared > 0 ? " " + std::to_string(g.shared) + " vectors in shared" : "");
   check(what, d.y.p, d.want, tol_of<T>());
   if (!g.dirty) {
     for (u32 i = 0; i < 16; ++i) {
@@ -285,6 +288,9 @@ int main() {
   run_grid<float>("softmax_grid_f32", softmax_grid_f32, {3, 4100, 1, 0, 3, 2}, {6, 64, 3, 2, 2052});
   run_grid<float>("softmax_grid_f32 (streamed)", softmax_grid_f32, {2, 9000}, {2, 64, 1, 2, 4500});
   run_grid<float>("softmax_grid_f32", softmax_grid_f32, {2, 5000}, {3, 256, 1, 3, 1668, true, true});
+  // Slices past the registers, their rest in shared memory (cp.async): a scale and cap, a short last slice, rounds, twice.
+  run_grid<float>("softmax_grid_f32", softmax_grid_f32, {3, 20000, 0.5f, 20}, {3, 128, 1, 3, 6668, true, false, 1155});
+  run_grid<__nv_bfloat16>("softmax_grid_bf16", softmax_grid_bf16, {2, 9000}, {2, 64, 2, 1, 9000, false, false, 869});
 
   // gelu_<t>: the vector launch (blocks (T / 2, 2)) and the element launch of the rest.
   run_gelu<__nv_bfloat16>("gelu_bf16", gelu_bf16, 768, {3, 1, 1}, {16, 2, 1});
