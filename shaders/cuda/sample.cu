@@ -192,22 +192,18 @@ __device__ __forceinline__ void warp_best(u32& key, u32& ix) {
 // The best (key, index) of the block, to every thread; pk, pi: one word per
 // warp. Ends with a barrier.
 __device__ void block_best(u32& key, u32& ix, u32* pk, u32* pi) {
-    const u32 tid = threadIdx.x, bs = blockDim.x;
-    const u32 lane = tid & 31u, warp = tid >> 5;
-    const u32 n = min(32u, bs - (warp << 5));
-    const u32 mask = n == 32u ? 0xffffffffu : ((1u << n) - 1u);
-#pragma unroll
-    for (u32 o = 16; o > 0; o >>= 1) {
-        const u32 k = __shfl_down_sync(mask, key, o);
-        const u32 i = __shfl_down_sync(mask, ix, o);
-        if (lane + o < n) keep_best(key, ix, k, i);
-    }
-    if (lane == 0u) {
-        pk[warp] = key;
-        pi[warp] = ix;
+    const WarpLanes w = warp_lanes();
+    warp_fold_down(w, [&](u32 o, bool live) {
+        const u32 k = __shfl_down_sync(w.mask, key, o);
+        const u32 i = __shfl_down_sync(w.mask, ix, o);
+        if (live) keep_best(key, ix, k, i);
+    });
+    if (w.lane == 0u) {
+        pk[w.warp] = key;
+        pi[w.warp] = ix;
     }
     __syncthreads();
-    const u32 nw = (bs + 31u) >> 5;
+    const u32 nw = (blockDim.x + 31u) >> 5;
     key = pk[0];
     ix = pi[0];
     for (u32 w = 1; w < nw; ++w) keep_best(key, ix, pk[w], pi[w]);
@@ -225,6 +221,27 @@ __device__ __forceinline__ u32 item_pos(u32 c, u32 j) {
     return c * N * blockDim.x + ((j / G) * blockDim.x + threadIdx.x) * G + j % G;
 }
 
+// The bits of a thread's N items of chunk c (item_pos<N, 4>) of the n floats
+// at v, 0 past n: 16-byte loads where v is aligned.
+template <u32 N>
+__device__ __forceinline__ void fetch_bits(const float* v, u32 n, u32 c, u32 (&key)[N]) {
+    const bool vec = aligned16(v);
+#pragma unroll
+    for (u32 q = 0; q < N / 4u; ++q) {
+        const u32 e = item_pos<N, 4u>(c, 4u * q);
+        if (vec && e + 4u <= n) {
+            const uint4 t = *reinterpret_cast<const uint4*>(v + e);
+            key[4u * q] = t.x;
+            key[4u * q + 1u] = t.y;
+            key[4u * q + 2u] = t.z;
+            key[4u * q + 3u] = t.w;
+        } else {
+#pragma unroll
+            for (u32 r = 0; r < 4u; ++r) key[4u * q + r] = e + r < n ? __float_as_uint(v[e + r]) : 0u;
+        }
+    }
+}
+
 // Values in global memory, indices base + item.
 template <u32 N>
 struct FloatSrc {
@@ -237,21 +254,9 @@ struct FloatSrc {
     __device__ u32 index(u32 c, u32 j) const { return base + pos(c, j); }
     __device__ u32 chunks() const { return (n + N * blockDim.x - 1u) / (N * blockDim.x); }
     __device__ void load(u32 c) {
-        const bool vec = aligned16(v);
+        fetch_bits(v, n, c, key);
 #pragma unroll
-        for (u32 q = 0; q < N / 4u; ++q) {
-            const u32 e = pos(c, 4u * q);
-            if (vec && e + 4u <= n) {
-                const float4 t = *reinterpret_cast<const float4*>(v + e);
-                key[4u * q] = order_key(t.x);
-                key[4u * q + 1u] = order_key(t.y);
-                key[4u * q + 2u] = order_key(t.z);
-                key[4u * q + 3u] = order_key(t.w);
-            } else {
-#pragma unroll
-                for (u32 r = 0; r < 4u; ++r) key[4u * q + r] = e + r < n ? order_key(v[e + r]) : 0u;
-            }
-        }
+        for (u32 j = 0; j < N; ++j) key[j] = pos(c, j) < n ? order_key(__uint_as_float(key[j])) : 0u;
     }
 };
 
@@ -889,23 +894,7 @@ struct LogitSrc {
     __device__ u32 index(u32 c, u32 j) const { return base + pos(c, j); }
     __device__ u32 chunks() const { return (n + N * blockDim.x - 1u) / (N * blockDim.x); }
     // The logits' bits into key[] (issued before the penalty's flags are set), then their keys.
-    __device__ void fetch(u32 c) {
-        const bool vec = aligned16(x);
-#pragma unroll
-        for (u32 q = 0; q < N / 4u; ++q) {
-            const u32 e = pos(c, 4u * q);
-            if (vec && e + 4u <= n) {
-                const uint4 t = *reinterpret_cast<const uint4*>(x + e);
-                key[4u * q] = t.x;
-                key[4u * q + 1u] = t.y;
-                key[4u * q + 2u] = t.z;
-                key[4u * q + 3u] = t.w;
-            } else {
-#pragma unroll
-                for (u32 r = 0; r < 4u; ++r) key[4u * q + r] = e + r < n ? __float_as_uint(x[e + r]) : 0u;
-            }
-        }
-    }
+    __device__ void fetch(u32 c) { fetch_bits(x, n, c, key); }
     // The flags of 4 items in a row are one aligned word (flags is 16-byte aligned, SAMPLE_MAX_SLICE bytes).
     __device__ void convert(u32 c) {
 #pragma unroll
