@@ -527,29 +527,6 @@ __device__ void gather_cut(Src& src, Cut cut, u32 m, Sink& sink, u32* counter) {
     }
 }
 
-// Puts each of the m gathered items g[i] (PackSink's keys) at its rank, the
-// number of items ranking before it: p lanes of a warp count for one item
-// (the most that keep every thread busy, up to 32) and add by shuffles.
-template <typename Sink>
-__device__ void rank_sort(const u64* g, u32 m, Sink& sink) {
-    const u32 tid = threadIdx.x, bs = blockDim.x;
-    u32 p = 1u;
-    while (p < 32u && 2u * p * m <= bs) p <<= 1u;
-    const u32 per = bs / p;
-    const u32 part = tid % p;
-    for (u32 base = 0; base < m; base += per) {
-        const u32 i = base + tid / p;
-        u32 cnt = 0u;
-        const u64 mine = i < m ? g[i] : 0ull;
-        if (i < m) {
-#pragma unroll 4
-            for (u32 j = part; j < m; j += p) cnt += g[j] > mine ? 1u : 0u;
-        }
-        for (u32 o = 1u; o < p; o <<= 1u) cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
-        if (i < m && part == 0u) sink.put(cnt, u32(mine >> 32), ~u32(mine));
-    }
-}
-
 // 8 words of a slice's summary, as 16-byte loads issued together where
 // aligned. A summary's entries fill its words from 1 on, zeros after them,
 // so its words past 8 matter only where the 8 before them are all entries.
@@ -617,7 +594,8 @@ __device__ void pack_from_bin(const Src& src, u32 digit, u64* g, u32* counter) {
 
 // Each of g[0, n) (PackSink's keys, distinct) ranked among them by counting
 // the items that rank before it, p lanes of a warp per item (the most, up to
-// 32, with p * n <= bs); those ranked below m go to the sink at their rank.
+// 32, with p * n <= bs, adding by shuffles); those ranked below m go to the
+// sink at their rank (m = n: all of them, sorted).
 template <typename Sink>
 __device__ void rank_top(const u64* g, u32 n, u32 m, Sink& sink) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
@@ -1300,7 +1278,7 @@ __device__ void rank_candidates(Src& src, SumWords& pre, const u32* scratch, con
     const u32 mc = min(p->n_cand, p->n_vocab);
     GroupSink ranked = {sk, si};
     if (gather_top<FAST>(src, row_sums(scratch, L, row), pre, p->n_blocks, mc, sh, g, ranked)) return;
-    rank_sort(g, mc, ranked);
+    rank_top(g, mc, mc, ranked);
     __syncthreads();
 }
 
@@ -1488,7 +1466,7 @@ extern "C" __global__ void __launch_bounds__(1024) top_k_f32(const float* input,
     gather_cut(src, cut, m, kept, &sh.counter);
     __syncthreads();
     OutSink out = {out_values, out_indices, o};
-    rank_sort(g, m, out);
+    rank_top(g, m, m, out);
     for (u32 r = m + tid; r < k; r += bs) {
         out_values[o + r] = neg_inf();
         out_indices[o + r] = 0xffffffffu;
@@ -1539,7 +1517,7 @@ extern "C" __global__ void __launch_bounds__(1024) top_k_merge_f32(const u32* ca
     SumWords pre = prefetch_sums(sums, nb);
     const u64 o = u64(row) * k;
     OutSink out = {out_values, out_indices, o};
-    if (!gather_top<true>(src, sums, pre, nb, m, sh, g, out)) rank_sort(g, m, out);
+    if (!gather_top<true>(src, sums, pre, nb, m, sh, g, out)) rank_top(g, m, m, out);
     for (u32 r = m + threadIdx.x; r < k; r += blockDim.x) {
         out_values[o + r] = neg_inf();
         out_indices[o + r] = 0xffffffffu;
