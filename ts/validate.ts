@@ -136,8 +136,12 @@ export const like = (arg: string): DtypeOf => (dtypeOf) => dtypeOf(arg);
 /** An element count, or a byte length the buffer holds at least (mlx-native's rule on packed weights), `of` saying what the bytes are. */
 export type CountRule = number | { readonly bytes: number; readonly of: string };
 
-/** A buffer argument: its name, the buffer, its dtype (or one of them, or a rule on those before it), its element count. */
-export type BufferRule = readonly [arg: string, buf: Buffer, dtype: DType | readonly DType[] | DtypeOf, count: CountRule];
+/**
+ * A buffer argument: its name, the buffer, its dtype (or one of them, or a
+ * rule on those before it), its element count, and whether it may be absent
+ * (an absent optional argument is not checked).
+ */
+export type BufferRule = readonly [arg: string, buf: Buffer | undefined, dtype: DType | readonly DType[] | DtypeOf, count: CountRule, optional?: boolean];
 
 /**
  * An op's buffer arguments, checked in phases so that the first rule broken
@@ -145,7 +149,8 @@ export type BufferRule = readonly [arg: string, buf: Buffer, dtype: DType | read
  * then every dtype, then every element count: exact, or with `atLeast`
  * mlx-native's rule (at least that many); a byte rule is always at least.
  */
-export function checkBufferRules(op: string, rules: readonly BufferRule[], device?: Device, atLeast = false): void {
+export function checkBufferRules(op: string, all: readonly BufferRule[], device?: Device, atLeast = false): void {
+  const rules = all.filter(([, buf, , , optional]) => !optional || buf !== undefined) as readonly (readonly [string, Buffer, BufferRule[2], CountRule, boolean?])[];
   for (const [arg, buf] of rules) checkBuffer(op, arg, buf, device);
   const dtypeOf = (name: string): DType => rules.find(([arg]) => arg === name)![1].dtype;
   for (const [arg, buf, dtype] of rules) checkDtype(op, arg, buf, typeof dtype === 'function' ? dtype(dtypeOf) : dtype);
@@ -158,6 +163,6 @@ export function checkBufferRules(op: string, rules: readonly BufferRule[], devic
 }
 
 /** The rules' arguments as checkNoAliasing takes them. */
-export function ruleBindings(rules: readonly BufferRule[]): [string, Buffer][] {
+export function ruleBindings(rules: readonly BufferRule[]): [string, Buffer | undefined][] {
   return rules.map(([arg, buf]) => [arg, buf]);
 }

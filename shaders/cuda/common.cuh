@@ -151,22 +151,38 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// The lanes of this thread's warp that the block has (a last warp may be
+// partial): the thread's lane and warp, how many lanes, and their mask.
+struct WarpLanes {
+    u32 lane, warp, n, mask;
+};
+__device__ __forceinline__ WarpLanes warp_lanes() {
+    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const u32 n = min(32u, blockDim.x - (warp << 5));
+    return WarpLanes{lane, warp, n, n == 32u ? 0xffffffffu : ((1u << n) - 1u)};
+}
+
+// Folds a warp's values down to lane 0 over the lanes the block has:
+// fold(o, live) shuffles its values down by o within w.mask and takes lane
+// + o's where live (that lane exists).
+template <typename F>
+__device__ __forceinline__ void warp_fold_down(const WarpLanes& w, F fold) {
+#pragma unroll
+    for (u32 o = 16; o > 0; o >>= 1) fold(o, w.lane + o < w.n);
+}
+
 // Sum over the block, returned to every thread; partials holds one float per
 // warp and is written once per call. A last, partial warp reduces only its
 // existing lanes.
 __device__ __forceinline__ float block_sum(float v, float* partials) {
-    const u32 tid = threadIdx.x, bs = blockDim.x;
-    const u32 lane = tid & 31u, warp = tid >> 5;
-    const u32 n = min(32u, bs - (warp << 5));
-    const u32 mask = n == 32u ? 0xffffffffu : ((1u << n) - 1u);
-#pragma unroll
-    for (u32 o = 16; o > 0; o >>= 1) {
-        const float other = __shfl_down_sync(mask, v, o);
-        if (lane + o < n) v += other;
-    }
-    if (lane == 0) partials[warp] = v;
+    const WarpLanes w = warp_lanes();
+    warp_fold_down(w, [&](u32 o, bool live) {
+        const float other = __shfl_down_sync(w.mask, v, o);
+        if (live) v += other;
+    });
+    if (w.lane == 0) partials[w.warp] = v;
     __syncthreads();
-    const u32 nw = (bs + 31u) >> 5;
+    const u32 nw = (blockDim.x + 31u) >> 5;
     float total = 0.0f;
     for (u32 i = 0; i < nw; ++i) total += partials[i];
     return total;
@@ -176,18 +192,14 @@ __device__ __forceinline__ float block_sum(float v, float* partials) {
 // block_sum (a kernel that calls both with one partials array puts a
 // __syncthreads() between them).
 __device__ __forceinline__ float block_max(float v, float* partials) {
-    const u32 tid = threadIdx.x, bs = blockDim.x;
-    const u32 lane = tid & 31u, warp = tid >> 5;
-    const u32 n = min(32u, bs - (warp << 5));
-    const u32 mask = n == 32u ? 0xffffffffu : ((1u << n) - 1u);
-#pragma unroll
-    for (u32 o = 16; o > 0; o >>= 1) {
-        const float other = __shfl_down_sync(mask, v, o);
-        if (lane + o < n) v = fmaxf(v, other);
-    }
-    if (lane == 0) partials[warp] = v;
+    const WarpLanes w = warp_lanes();
+    warp_fold_down(w, [&](u32 o, bool live) {
+        const float other = __shfl_down_sync(w.mask, v, o);
+        if (live) v = fmaxf(v, other);
+    });
+    if (w.lane == 0) partials[w.warp] = v;
     __syncthreads();
-    const u32 nw = (bs + 31u) >> 5;
+    const u32 nw = (blockDim.x + 31u) >> 5;
     float r = __int_as_float(0xff800000);  // -inf
     for (u32 i = 0; i < nw; ++i) r = fmaxf(r, partials[i]);
     return r;

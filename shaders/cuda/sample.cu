@@ -192,22 +192,18 @@ __device__ __forceinline__ void warp_best(u32& key, u32& ix) {
 // The best (key, index) of the block, to every thread; pk, pi: one word per
 // warp. Ends with a barrier.
 __device__ void block_best(u32& key, u32& ix, u32* pk, u32* pi) {
-    const u32 tid = threadIdx.x, bs = blockDim.x;
-    const u32 lane = tid & 31u, warp = tid >> 5;
-    const u32 n = min(32u, bs - (warp << 5));
-    const u32 mask = n == 32u ? 0xffffffffu : ((1u << n) - 1u);
-#pragma unroll
-    for (u32 o = 16; o > 0; o >>= 1) {
-        const u32 k = __shfl_down_sync(mask, key, o);
-        const u32 i = __shfl_down_sync(mask, ix, o);
-        if (lane + o < n) keep_best(key, ix, k, i);
-    }
-    if (lane == 0u) {
-        pk[warp] = key;
-        pi[warp] = ix;
+    const WarpLanes w = warp_lanes();
+    warp_fold_down(w, [&](u32 o, bool live) {
+        const u32 k = __shfl_down_sync(w.mask, key, o);
+        const u32 i = __shfl_down_sync(w.mask, ix, o);
+        if (live) keep_best(key, ix, k, i);
+    });
+    if (w.lane == 0u) {
+        pk[w.warp] = key;
+        pi[w.warp] = ix;
     }
     __syncthreads();
-    const u32 nw = (bs + 31u) >> 5;
+    const u32 nw = (blockDim.x + 31u) >> 5;
     key = pk[0];
     ix = pi[0];
     for (u32 w = 1; w < nw; ++w) keep_best(key, ix, pk[w], pi[w]);
@@ -225,6 +221,27 @@ __device__ __forceinline__ u32 item_pos(u32 c, u32 j) {
     return c * N * blockDim.x + ((j / G) * blockDim.x + threadIdx.x) * G + j % G;
 }
 
+// The bits of a thread's N items of chunk c (item_pos<N, 4>) of the n floats
+// at v, 0 past n: 16-byte loads where v is aligned.
+template <u32 N>
+__device__ __forceinline__ void fetch_bits(const float* v, u32 n, u32 c, u32 (&key)[N]) {
+    const bool vec = aligned16(v);
+#pragma unroll
+    for (u32 q = 0; q < N / 4u; ++q) {
+        const u32 e = item_pos<N, 4u>(c, 4u * q);
+        if (vec && e + 4u <= n) {
+            const uint4 t = *reinterpret_cast<const uint4*>(v + e);
+            key[4u * q] = t.x;
+            key[4u * q + 1u] = t.y;
+            key[4u * q + 2u] = t.z;
+            key[4u * q + 3u] = t.w;
+        } else {
+#pragma unroll
+            for (u32 r = 0; r < 4u; ++r) key[4u * q + r] = e + r < n ? __float_as_uint(v[e + r]) : 0u;
+        }
+    }
+}
+
 // Values in global memory, indices base + item.
 template <u32 N>
 struct FloatSrc {
@@ -237,21 +254,9 @@ struct FloatSrc {
     __device__ u32 index(u32 c, u32 j) const { return base + pos(c, j); }
     __device__ u32 chunks() const { return (n + N * blockDim.x - 1u) / (N * blockDim.x); }
     __device__ void load(u32 c) {
-        const bool vec = aligned16(v);
+        fetch_bits(v, n, c, key);
 #pragma unroll
-        for (u32 q = 0; q < N / 4u; ++q) {
-            const u32 e = pos(c, 4u * q);
-            if (vec && e + 4u <= n) {
-                const float4 t = *reinterpret_cast<const float4*>(v + e);
-                key[4u * q] = order_key(t.x);
-                key[4u * q + 1u] = order_key(t.y);
-                key[4u * q + 2u] = order_key(t.z);
-                key[4u * q + 3u] = order_key(t.w);
-            } else {
-#pragma unroll
-                for (u32 r = 0; r < 4u; ++r) key[4u * q + r] = e + r < n ? order_key(v[e + r]) : 0u;
-            }
-        }
+        for (u32 j = 0; j < N; ++j) key[j] = pos(c, j) < n ? order_key(__uint_as_float(key[j])) : 0u;
     }
 };
 
@@ -522,29 +527,6 @@ __device__ void gather_cut(Src& src, Cut cut, u32 m, Sink& sink, u32* counter) {
     }
 }
 
-// Puts each of the m gathered items g[i] (PackSink's keys) at its rank, the
-// number of items ranking before it: p lanes of a warp count for one item
-// (the most that keep every thread busy, up to 32) and add by shuffles.
-template <typename Sink>
-__device__ void rank_sort(const u64* g, u32 m, Sink& sink) {
-    const u32 tid = threadIdx.x, bs = blockDim.x;
-    u32 p = 1u;
-    while (p < 32u && 2u * p * m <= bs) p <<= 1u;
-    const u32 per = bs / p;
-    const u32 part = tid % p;
-    for (u32 base = 0; base < m; base += per) {
-        const u32 i = base + tid / p;
-        u32 cnt = 0u;
-        const u64 mine = i < m ? g[i] : 0ull;
-        if (i < m) {
-#pragma unroll 4
-            for (u32 j = part; j < m; j += p) cnt += g[j] > mine ? 1u : 0u;
-        }
-        for (u32 o = 1u; o < p; o <<= 1u) cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
-        if (i < m && part == 0u) sink.put(cnt, u32(mine >> 32), ~u32(mine));
-    }
-}
-
 // 8 words of a slice's summary, as 16-byte loads issued together where
 // aligned. A summary's entries fill its words from 1 on, zeros after them,
 // so its words past 8 matter only where the 8 before them are all entries.
@@ -612,7 +594,8 @@ __device__ void pack_from_bin(const Src& src, u32 digit, u64* g, u32* counter) {
 
 // Each of g[0, n) (PackSink's keys, distinct) ranked among them by counting
 // the items that rank before it, p lanes of a warp per item (the most, up to
-// 32, with p * n <= bs); those ranked below m go to the sink at their rank.
+// 32, with p * n <= bs, adding by shuffles); those ranked below m go to the
+// sink at their rank (m = n: all of them, sorted).
 template <typename Sink>
 __device__ void rank_top(const u64* g, u32 n, u32 m, Sink& sink) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
@@ -889,23 +872,7 @@ struct LogitSrc {
     __device__ u32 index(u32 c, u32 j) const { return base + pos(c, j); }
     __device__ u32 chunks() const { return (n + N * blockDim.x - 1u) / (N * blockDim.x); }
     // The logits' bits into key[] (issued before the penalty's flags are set), then their keys.
-    __device__ void fetch(u32 c) {
-        const bool vec = aligned16(x);
-#pragma unroll
-        for (u32 q = 0; q < N / 4u; ++q) {
-            const u32 e = pos(c, 4u * q);
-            if (vec && e + 4u <= n) {
-                const uint4 t = *reinterpret_cast<const uint4*>(x + e);
-                key[4u * q] = t.x;
-                key[4u * q + 1u] = t.y;
-                key[4u * q + 2u] = t.z;
-                key[4u * q + 3u] = t.w;
-            } else {
-#pragma unroll
-                for (u32 r = 0; r < 4u; ++r) key[4u * q + r] = e + r < n ? __float_as_uint(x[e + r]) : 0u;
-            }
-        }
-    }
+    __device__ void fetch(u32 c) { fetch_bits(x, n, c, key); }
     // The flags of 4 items in a row are one aligned word (flags is 16-byte aligned, SAMPLE_MAX_SLICE bytes).
     __device__ void convert(u32 c) {
 #pragma unroll
@@ -1311,7 +1278,7 @@ __device__ void rank_candidates(Src& src, SumWords& pre, const u32* scratch, con
     const u32 mc = min(p->n_cand, p->n_vocab);
     GroupSink ranked = {sk, si};
     if (gather_top<FAST>(src, row_sums(scratch, L, row), pre, p->n_blocks, mc, sh, g, ranked)) return;
-    rank_sort(g, mc, ranked);
+    rank_top(g, mc, mc, ranked);
     __syncthreads();
 }
 
@@ -1499,7 +1466,7 @@ extern "C" __global__ void __launch_bounds__(1024) top_k_f32(const float* input,
     gather_cut(src, cut, m, kept, &sh.counter);
     __syncthreads();
     OutSink out = {out_values, out_indices, o};
-    rank_sort(g, m, out);
+    rank_top(g, m, m, out);
     for (u32 r = m + tid; r < k; r += bs) {
         out_values[o + r] = neg_inf();
         out_indices[o + r] = 0xffffffffu;
@@ -1550,7 +1517,7 @@ extern "C" __global__ void __launch_bounds__(1024) top_k_merge_f32(const u32* ca
     SumWords pre = prefetch_sums(sums, nb);
     const u64 o = u64(row) * k;
     OutSink out = {out_values, out_indices, o};
-    if (!gather_top<true>(src, sums, pre, nb, m, sh, g, out)) rank_sort(g, m, out);
+    if (!gather_top<true>(src, sums, pre, nb, m, sh, g, out)) rank_top(g, m, m, out);
     for (u32 r = m + threadIdx.x; r < k; r += blockDim.x) {
         out_values[o + r] = neg_inf();
         out_indices[o + r] = 0xffffffffu;

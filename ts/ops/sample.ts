@@ -16,7 +16,7 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import { checkAtMost, checkBufferRules, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
 import { nextPow2, roundUp16, type LaunchLimits } from '../launch.ts';
 import { record, type OpPlan, type PlannedDispatch } from '../plan.ts';
 
@@ -144,20 +144,12 @@ export function validateArgmax(a: ArgmaxArgs, device?: Device): void {
   checkAtMost(op, 'nElements', a.nElements, U32_MAX, '2^32 - 1 (u32 indices)');
   checkAtMost(op, 'nElements', a.nElements, MAX_BLOCKS * ARGMAX_SLICE, `${MAX_BLOCKS} slices of ${ARGMAX_SLICE}`);
   const n = checkedProduct(op, 'rows * nElements', a.rows, a.nElements);
-  checkBuffer(op, 'input', a.input, device);
-  checkBuffer(op, 'outIndex', a.outIndex, device);
-  checkBuffer(op, 'outValue', a.outValue, device);
-  if (a.scratch !== undefined) checkBuffer(op, 'scratch', a.scratch, device);
-  checkDtype(op, 'input', a.input, 'f32');
-  checkDtype(op, 'outIndex', a.outIndex, 'u32');
-  checkDtype(op, 'outValue', a.outValue, 'f32');
-  checkElements(op, 'input', a.input, n);
-  checkElements(op, 'outIndex', a.outIndex, a.rows);
-  checkElements(op, 'outValue', a.outValue, a.rows);
-  if (a.scratch !== undefined) {
-    checkDtype(op, 'scratch', a.scratch, 'u32');
-    checkElements(op, 'scratch', a.scratch, argmaxScratchElements(a.rows, a.nElements));
-  }
+  checkBufferRules(op, [
+    ['input', a.input, 'f32', n],
+    ['outIndex', a.outIndex, 'u32', a.rows],
+    ['outValue', a.outValue, 'f32', a.rows],
+    ['scratch', a.scratch, 'u32', a.scratch === undefined ? 0 : argmaxScratchElements(a.rows, a.nElements), true],
+  ], device);
   checkNoAliasing(op, [['input', a.input], ['outIndex', a.outIndex], ['outValue', a.outValue], ['scratch', a.scratch]],
     ['outIndex', 'outValue', 'scratch'], 'a threadgroup writes while others read the rows');
 }
@@ -255,20 +247,12 @@ export function validateTopK(a: TopKArgs, device?: Device): void {
   checkAtMost(op, 'nElements', a.nElements, MAX_BLOCKS * topKSlice(a.k), `${MAX_BLOCKS} slices of ${topKSlice(a.k)}`);
   const n = checkedProduct(op, 'rows * nElements', a.rows, a.nElements);
   const nk = checkedProduct(op, 'rows * k', a.rows, a.k);
-  checkBuffer(op, 'input', a.input, device);
-  checkBuffer(op, 'outIndices', a.outIndices, device);
-  checkBuffer(op, 'outValues', a.outValues, device);
-  if (a.scratch !== undefined) checkBuffer(op, 'scratch', a.scratch, device);
-  checkDtype(op, 'input', a.input, 'f32');
-  checkDtype(op, 'outIndices', a.outIndices, 'u32');
-  checkDtype(op, 'outValues', a.outValues, 'f32');
-  checkElements(op, 'input', a.input, n);
-  checkElements(op, 'outIndices', a.outIndices, nk);
-  checkElements(op, 'outValues', a.outValues, nk);
-  if (a.scratch !== undefined) {
-    checkDtype(op, 'scratch', a.scratch, 'u32');
-    checkElements(op, 'scratch', a.scratch, topKScratchElements(a.rows, a.nElements, a.k));
-  }
+  checkBufferRules(op, [
+    ['input', a.input, 'f32', n],
+    ['outIndices', a.outIndices, 'u32', nk],
+    ['outValues', a.outValues, 'f32', nk],
+    ['scratch', a.scratch, 'u32', a.scratch === undefined ? 0 : topKScratchElements(a.rows, a.nElements, a.k), true],
+  ], device);
   checkNoAliasing(op, [['input', a.input], ['outIndices', a.outIndices], ['outValues', a.outValues], ['scratch', a.scratch]],
     ['outIndices', 'outValues', 'scratch'], 'a threadgroup writes while others read the rows');
 }
@@ -363,18 +347,12 @@ export function validateSoftmaxSample(a: SoftmaxSampleArgs, device?: Device): vo
   if (typeof a.randomVal !== 'number' || !(a.randomVal >= 0 && Math.fround(a.randomVal) < 1)) {
     throw invalid(op, 'randomVal', 'a number in [0, 1) (as an f32)', a.randomVal);
   }
-  checkBuffer(op, 'logits', a.logits, device);
-  checkBuffer(op, 'scratch', a.scratch, device);
-  checkBuffer(op, 'outToken', a.outToken, device);
-  checkBuffer(op, 'outLogprob', a.outLogprob, device);
-  checkDtype(op, 'logits', a.logits, 'f32');
-  checkDtype(op, 'scratch', a.scratch, 'f32');
-  checkDtype(op, 'outToken', a.outToken, 'u32');
-  checkDtype(op, 'outLogprob', a.outLogprob, 'f32');
-  checkElements(op, 'logits', a.logits, a.nElements);
-  checkElements(op, 'scratch', a.scratch, a.nElements);
-  checkElements(op, 'outToken', a.outToken, 1);
-  checkElements(op, 'outLogprob', a.outLogprob, 1);
+  checkBufferRules(op, [
+    ['logits', a.logits, 'f32', a.nElements],
+    ['scratch', a.scratch, 'f32', a.nElements],
+    ['outToken', a.outToken, 'u32', 1],
+    ['outLogprob', a.outLogprob, 'f32', 1],
+  ], device);
   checkNoAliasing(op, [['logits', a.logits], ['scratch', a.scratch], ['outToken', a.outToken], ['outLogprob', a.outLogprob]],
     ['scratch', 'outToken', 'outLogprob'], 'the kernel reads the logits and the probabilities while it writes');
 }
@@ -526,21 +504,13 @@ export function validateSample(a: SampleArgs, device?: Device): void {
     nPrev = checkedProduct(op, 'rows * nPrev', a.rows, a.nPrev as number);
   }
   const scratch = sampleScratchElements(a.rows, a.vocab);
-  checkBuffer(op, 'logits', a.logits, device);
-  if (a.prevTokens !== undefined) checkBuffer(op, 'prevTokens', a.prevTokens, device);
-  checkBuffer(op, 'outToken', a.outToken, device);
-  checkBuffer(op, 'outLogprob', a.outLogprob, device);
-  checkBuffer(op, 'scratch', a.scratch, device);
-  checkDtype(op, 'logits', a.logits, 'f32');
-  if (a.prevTokens !== undefined) checkDtype(op, 'prevTokens', a.prevTokens, 'u32');
-  checkDtype(op, 'outToken', a.outToken, 'u32');
-  checkDtype(op, 'outLogprob', a.outLogprob, 'f32');
-  checkDtype(op, 'scratch', a.scratch, 'u32');
-  checkElements(op, 'logits', a.logits, n);
-  if (a.prevTokens !== undefined) checkElements(op, 'prevTokens', a.prevTokens, nPrev);
-  checkElements(op, 'outToken', a.outToken, a.rows);
-  checkElements(op, 'outLogprob', a.outLogprob, a.rows);
-  checkElements(op, 'scratch', a.scratch, scratch);
+  checkBufferRules(op, [
+    ['logits', a.logits, 'f32', n],
+    ['prevTokens', a.prevTokens, 'u32', nPrev, true],
+    ['outToken', a.outToken, 'u32', a.rows],
+    ['outLogprob', a.outLogprob, 'f32', a.rows],
+    ['scratch', a.scratch, 'u32', scratch],
+  ], device);
   checkNoAliasing(op, [['logits', a.logits], ['prevTokens', a.prevTokens], ['outToken', a.outToken], ['outLogprob', a.outLogprob],
     ['scratch', a.scratch]], ['outToken', 'outLogprob', 'scratch'], 'the passes read the logits, the ids and the scratch while they write');
 }
@@ -678,9 +648,7 @@ export function validatePhilox4x32(a: Philox4x32Args, device?: Device): void {
   checkAtMost(op, 'n', a.n, PHILOX_MAX_BLOCKS, '2^30');
   checkWords(op, 'key', a.key, 2);
   checkWords(op, 'counter', a.counter, 4);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'output', a.output, 'u32');
-  checkElements(op, 'output', a.output, 4 * a.n);
+  checkBufferRules(op, [['output', a.output, 'u32', 4 * a.n]], device);
 }
 
 /**
