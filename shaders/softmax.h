@@ -2,8 +2,7 @@
 // softmax_{f32,f16,bf16}, ScaleMaskSoftmaxParams at buffer(3) of
 // scale_mask_softmax_{f32,f16,bf16}, SoftcapParams at buffer(2) of
 // softcap_{f32,f16,bf16}, SoftmaxBlocksParams at buffer(3) of
-// softmax_blocks_{f32,f16,bf16} and buffer(4) of softmax_finish_{f32,f16,bf16},
-// SoftmaxGridParams at buffer(4) of softmax_grid_{f32,f16,bf16}.
+// softmax_blocks_{f32,f16,bf16} and buffer(4) of softmax_finish_{f32,f16,bf16}.
 // Plain C, uint and float fields only: shaders/softmax.metal and
 // shaders/cuda/softmax.cu are compiled after this file, and ts/params.ts
 // reads the layouts from it (ts/ops/softmax.ts packs them).
@@ -43,28 +42,4 @@ struct SoftmaxBlocksParams {
     float softcap;
     uint  slice;
     uint  n_blocks;
-};
-
-// The one-dispatch form, softmax_grid_<t> (not in mlx-native: added in its
-// style): rows in rounds of rows_per_round, each row cut into `slices`
-// slices of `slice` elements (the last may be shorter), one threadgroup
-// each (threadgroup b of a round: row b / slices, slice b % slices; those
-// past rows_per_round * slices idle). cols, seq_q, scale and softcap as
-// SoftmaxBlocksParams. The scratch holds each slice's (max, sum) at
-// [(row * slices + s) * 2] and, from index `barrier` on, one barrier word
-// per round (SOFTMAX_GRID_ROUNDS at most), zero in a new scratch.
-// shared_vectors: the 16-byte vectors of a slice a threadgroup keeps in
-// threadgroup memory past those its threads hold (CUDA, without a mask; 0:
-// none), after the first 144 bytes of threadgroup(0).
-struct SoftmaxGridParams {
-    uint  cols;
-    uint  seq_q;
-    float scale;
-    float softcap;
-    uint  rows;
-    uint  rows_per_round;
-    uint  slices;
-    uint  slice;
-    uint  barrier;
-    uint  shared_vectors;
 };

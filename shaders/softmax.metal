@@ -12,9 +12,6 @@
 //                           row, its max m and sum of exp(v - m) to partials;
 //                           then each slice normalized by the row's (max, sum)
 //                           merged from those pairs
-//   softmax_grid_<t>:       the one-dispatch form of either (not in
-//                           mlx-native): rows in rounds, each row's slices
-//                           spread over the grid's threadgroups
 //
 // The softmaxes run one row per threadgroup:
 //   grid        (rows, 1, 1) threadgroups
@@ -29,15 +26,6 @@
 // The two-pass kernels run one threadgroup per slice: grid (n_blocks, rows, 1),
 // any threadgroup size, threadgroup(0) one float per simdgroup; partials is
 // [rows, n_blocks, 2] f32. softmax_finish may write over its input.
-// softmax_grid runs grid (n, 1, 1) threadgroups of any size, threadgroup(0)
-// at least one float per simdgroup (the op gives the CUDA twin's 144 bytes
-// and more); each threadgroup takes, each round, the slice of
-// SoftmaxGridParams and the row's max and sum from the whole row, so it
-// needs no grid-wide wait and leaves the scratch unread and unwritten. (The
-// CUDA twin, which the op runs, publishes the slices' pairs to the scratch
-// and waits for the grid's blocks, all resident, instead: Metal promises no
-// such residency, and the op plans this kernel only where the device
-// reports its multiprocessors.) Not in place.
 
 // v for element i of a row: x scaled, capped, masked.
 template <typename T>
@@ -305,54 +293,6 @@ template [[host_name("softmax_blocks_bf16")]] kernel decltype(softmax_blocks_k<b
 template [[host_name("softmax_finish_f32")]]  kernel decltype(softmax_finish_k<float>)  softmax_finish_k<float>;
 template [[host_name("softmax_finish_f16")]]  kernel decltype(softmax_finish_k<half>)   softmax_finish_k<half>;
 template [[host_name("softmax_finish_bf16")]] kernel decltype(softmax_finish_k<bfloat>) softmax_finish_k<bfloat>;
-
-// buffer(0) input [rows, cols], (1) mask [seq_q, cols] bf16 (unread when
-// seq_q = 0), (2) scratch (the CUDA twin's; unused here), (3) output
-// [rows, cols], (4) params.
-template <typename T>
-kernel void softmax_grid_k(
-    device const T*                  input    [[buffer(0)]],
-    device const bfloat*             mask     [[buffer(1)]],
-    device float*                    scratch  [[buffer(2)]],
-    device T*                        output   [[buffer(3)]],
-    constant SoftmaxGridParams&      params   [[buffer(4)]],
-    threadgroup float*               red      [[threadgroup(0)]],
-    uint b       [[threadgroup_position_in_grid]],
-    uint tid     [[thread_index_in_threadgroup]],
-    uint tg_size [[threads_per_threadgroup]],
-    uint sg      [[simdgroup_index_in_threadgroup]],
-    uint lane    [[thread_index_in_simdgroup]],
-    uint n_sg    [[simdgroups_per_threadgroup]])
-{
-    const uint per = params.rows_per_round, slices = params.slices, cols = params.cols;
-    const uint rounds = (params.rows + per - 1u) / per;
-    for (uint r = 0u; r < rounds; ++r) {
-        const uint row = r * per + b / slices, lo = (b % slices) * params.slice;
-        if (b >= per * slices || row >= params.rows || lo >= cols) {
-            continue;
-        }
-        const ulong base = ulong(row) * cols;
-        device const T* xr = input + base;
-        device const bfloat* mr = params.seq_q == 0u ? nullptr : mask + ulong(row % params.seq_q) * cols;
-        float m = -INFINITY;
-        float s = 0.0f;
-        for (uint i = tid; i < cols; i += tg_size) {
-            softmax_online(softmax_value(xr, mr, i, params.scale, params.softcap), m, s);
-        }
-        const float mx = threadgroup_max(m, red, sg, lane, n_sg);
-        const float total = threadgroup_sum(m == -INFINITY ? 0.0f : s * exp(m - mx), red, sg, lane, n_sg);
-        const float inv = mx == -INFINITY ? 0.0f : 1.0f / total;
-        const uint hi = min(lo + params.slice, cols);
-        for (uint i = lo + tid; i < hi; i += tg_size) {
-            output[base + i] = T(mx == -INFINITY ? 0.0f : exp(softmax_value(xr, mr, i, params.scale, params.softcap) - mx) * inv);
-        }
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-    }
-}
-
-template [[host_name("softmax_grid_f32")]]  kernel decltype(softmax_grid_k<float>)  softmax_grid_k<float>;
-template [[host_name("softmax_grid_f16")]]  kernel decltype(softmax_grid_k<half>)   softmax_grid_k<half>;
-template [[host_name("softmax_grid_bf16")]] kernel decltype(softmax_grid_k<bfloat>) softmax_grid_k<bfloat>;
 
 // buffer(0) input [n], (1) output [n] (may be input), (2) params.
 kernel void softcap_f32(

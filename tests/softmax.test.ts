@@ -3,10 +3,7 @@
 // every backend for f32, f16 and bf16: plain rows (mlx-native's softmax_<t>),
 // scale + softcap + mask (scale_mask_softmax_<t>), fully masked rows, in
 // place, long rows, odd threadgroup sizes; the two-pass form over a scratch
-// (slices of odd lengths, masked slices, in place); the one-dispatch form
-// (CUDA's, planned at a device's multiprocessor count: rounds of rows,
-// its barrier words reused by a second launch, and left dirty, which it
-// survives by taking each row's statistics itself); softcap over arrays of
+// (slices of odd lengths, masked slices, in place); softcap over arrays of
 // many lengths.
 
 import { describe, expect, test } from 'bun:test';
@@ -18,15 +15,12 @@ import {
   packScaleMaskSoftmaxParams,
   packSoftcapParams,
   packSoftmaxBlocksParams,
-  packSoftmaxGridParams,
   packSoftmaxParams,
   SOFTMAX_FILL_ROWS,
-  SOFTMAX_GRID_ROUNDS,
   planSoftcap,
   planSoftmax,
   softcap,
   softmax,
-  softmaxGrid,
   softmaxScratchElements,
   softmaxSlice,
   softmaxThreadgroup,
@@ -35,7 +29,6 @@ import {
 import { softcapRef, softmaxRef } from '../ts/reference/softmax.ts';
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
 import type { Device } from '../ts/index.ts';
-import { record } from '../ts/plan.ts';
 import { a, BF, buf, F, int, opContract, out } from './op-contract.ts';
 
 const words = (b: Uint8Array) => {
@@ -46,17 +39,13 @@ const words = (b: Uint8Array) => {
 describe('softmax param packers match the .metal declarations', () => {
   test('SoftmaxParams at buffer(2), ScaleMaskSoftmaxParams at buffer(3), SoftcapParams at buffer(2), SoftmaxBlocksParams at 3 and 4', () => {
     for (const k of SOFTMAX_KERNELS) {
-      if (k.startsWith('softmax_blocks') || k.startsWith('softmax_finish') || k.startsWith('softmax_grid')) continue;
+      if (k.startsWith('softmax_blocks') || k.startsWith('softmax_finish')) continue;
       const [struct, at] = k.startsWith('scale_mask') ? ['ScaleMaskSoftmaxParams', 3] : k.startsWith('softcap') ? ['SoftcapParams', 2] : ['SoftmaxParams', 2];
       expect(src).toMatch(new RegExp(`kernel void ${k}\\([^{]*constant ${struct}&\\s+params\\s+\\[\\[buffer\\(${at}\\)\\]\\]`));
     }
     // The two-pass kernels are templates instantiated by host_name.
     expect(src).toMatch(/kernel void softmax_blocks_k\([^{]*constant SoftmaxBlocksParams&\s+params\s+\[\[buffer\(3\)\]\]/);
     expect(src).toMatch(/kernel void softmax_finish_k\([^{]*constant SoftmaxBlocksParams&\s+params\s+\[\[buffer\(4\)\]\]/);
-    expect(src).toMatch(/kernel void softmax_grid_k\([^{]*constant SoftmaxGridParams&\s+params\s+\[\[buffer\(4\)\]\]/);
-    const g = words(packSoftmaxGridParams({ cols: 4099, seqQ: 3, scale: 0.125, softcap: 30, rows: 6, rowsPerRound: 2, slices: 3, slice: 1368, barrier: 46, sharedVectors: 7 }));
-    expect([g.bytes, g.u(0), g.u(1), g.f(2), g.f(3), g.u(4), g.u(5), g.u(6), g.u(7), g.u(8), g.u(9)])
-      .toEqual([40, 4099, 3, 0.125, 30, 6, 2, 3, 1368, 46, 7]);
     const b = words(packSoftmaxBlocksParams({ cols: 4099, seqQ: 3, scale: 0.125, softcap: 30, slice: 2048, nBlocks: 3 }));
     expect([b.bytes, b.u(0), b.u(1), b.f(2), b.f(3), b.u(4), b.u(5)]).toEqual([24, 4099, 3, 0.125, 30, 2048, 3]);
     const s = words(packSoftmaxParams({ cols: 4099 }));
@@ -73,10 +62,9 @@ describe('softmax param packers match the .metal declarations', () => {
   });
   test('two passes: slices of 2048 doubled to at most 256 a row; with scratch, for few rows or rows past 32768', () => {
     expect([softmaxSlice(1), softmaxSlice(262144), softmaxSlice(2048 * 256 + 1), softmaxSlice(2 ** 24)]).toEqual([2048, 2048, 4096, 65536]);
-    // A pair per 1024 elements of a row, then the barrier words from a 16-byte boundary.
-    expect([softmaxScratchElements(1, 262144), softmaxScratchElements(3, 4099), softmaxScratchElements(2, 2048)]).toEqual([528, 48, 24]);
+    expect([softmaxScratchElements(1, 262144), softmaxScratchElements(3, 4099), softmaxScratchElements(2, 2048)]).toEqual([256, 18, 4]);
     // Many rows take longer slices while the grid keeps SOFTMAX_FILL_SLICES threadgroups: 64 rows of 262144 in 32 slices of 8192.
-    expect([softmaxSlice(262144, 64), softmaxSlice(262144, 8), softmaxScratchElements(64, 262144)]).toEqual([8192, 2048, 32784]);
+    expect([softmaxSlice(262144, 64), softmaxSlice(262144, 8), softmaxScratchElements(64, 262144)]).toEqual([8192, 2048, 4096]);
     const s = {} as never;
     expect(softmaxTwoPass({ rows: 1, cols: 262144, scratch: s })).toBe(true);
     expect(softmaxTwoPass({ rows: 1, cols: 262144 })).toBe(false);
@@ -85,24 +73,6 @@ describe('softmax param packers match the .metal declarations', () => {
     expect(softmaxTwoPass({ rows: SOFTMAX_FILL_ROWS, cols: 32768, scratch: s })).toBe(false);
     expect(softmaxTwoPass({ rows: SOFTMAX_FILL_ROWS, cols: 32769, scratch: s })).toBe(true);
     expect(softmaxTwoPass({ rows: 65536, cols: 65536, scratch: s })).toBe(false);
-  });
-  test('one dispatch: the grid of one block an SM, rows in rounds, a row in slices a block holds (two vectors a thread, the rest in shared memory)', () => {
-    const b = (dtype: 'f32' | 'bf16', n: number) => ({ dtype, elementCount: n, byteOffset: 0, byteLength: n * (dtype === 'f32' ? 4 : 2), root: {} }) as never;
-    const x = b('f32', 64 * 262144);
-    // Decode: one row over the 132 SMs, 1988 elements (497 vectors) a block of 256.
-    expect(softmaxGrid({ rows: 1, cols: 262144, input: x, output: b('f32', 262144) }, TARGET_LIMITS.cuda))
-      .toEqual({ blocks: 132, threads: 256, rowsPerRound: 1, slices: 132, slice: 1988, sharedVectors: 0, sharedBytes: 144 });
-    // 64 rows: 33 a round in 4 slices of 65536 (4 vectors a thread of 1024 in registers, 12288 in shared memory), 2 rounds.
-    expect(softmaxGrid({ rows: 64, cols: 262144, input: x, output: b('f32', 64 * 262144) }, TARGET_LIMITS.cuda))
-      .toEqual({ blocks: 132, threads: 1024, rowsPerRound: 33, slices: 4, slice: 65536, sharedVectors: 12288, sharedBytes: 144 + 16 * 12288 });
-    // A mask: two vectors a thread held, none in shared memory; 32 heads of 8192 keys in 4 slices.
-    expect(softmaxGrid({ rows: 32, cols: 8192, input: x, output: b('f32', 32 * 8192), mask: x }, TARGET_LIMITS.cuda))
-      .toEqual({ blocks: 132, threads: 256, rowsPerRound: 32, slices: 4, slice: 2048, sharedVectors: 0, sharedBytes: 144 });
-    // No multiprocessor count (Metal), in place, more rounds than SOFTMAX_GRID_ROUNDS, a row past the grid: none.
-    expect(softmaxGrid({ rows: 1, cols: 262144, input: x, output: b('f32', 262144) }, TARGET_LIMITS.metal)).toBeNull();
-    expect(softmaxGrid({ rows: 1, cols: 262144, input: x, output: x }, TARGET_LIMITS.cuda)).toBeNull();
-    expect(softmaxGrid({ rows: 33 * SOFTMAX_GRID_ROUNDS + 1, cols: 262144, input: x, output: b('f32', 262144) }, TARGET_LIMITS.cuda)).toBeNull();
-    expect(softmaxGrid({ rows: 1, cols: 2 ** 24, input: x, output: b('f32', 262144) }, TARGET_LIMITS.cuda)).toBeNull();
   });
 });
 
@@ -157,16 +127,16 @@ describeValidation('softmax validation', ({ enc, buf }) => {
     const cases: Case[] = [
       [{ scratch: null }, 'scratch', 'a Buffer', 'null'],
       [{ scratch: buf('u32', 12) }, 'scratch.dtype', 'f32', 'u32'],
-      [{ scratch: buf('f32', 35) }, 'scratch.elementCount', '36', '35'],
+      [{ scratch: buf('f32', 11) }, 'scratch.elementCount', '12', '11'],
     ];
     for (const [m, arg, expected, actual] of cases) {
       expectInvalid(() => softmax(enc(), { ...base(), ...m }), 'softmax', arg, expected, actual);
     }
     const x = buf('f32', 2 * 4099);
-    expectInvalid(() => softmax(enc(), { ...base(), input: x, scratch: x.view('f32', [36]) }), 'softmax', 'scratch',
+    expectInvalid(() => softmax(enc(), { ...base(), input: x, scratch: x.view('f32', [12]) }), 'softmax', 'scratch',
       'a buffer other than input', 'a view overlapping input');
     const y = buf('f32', 2 * 4099);
-    expectInvalid(() => softmax(enc(), { ...base(), output: y, scratch: y.view('f32', [36], 16) }), 'softmax', 'output',
+    expectInvalid(() => softmax(enc(), { ...base(), output: y, scratch: y.view('f32', [12], 16) }), 'softmax', 'output',
       'a buffer other than scratch', 'a view overlapping scratch');
   });
   test('every rule of softcap', () => {
@@ -207,12 +177,7 @@ describeBackends('softmax parity', ({ device }) => {
     [1, 1], [3, 3], [4, 31], [2, 33], [6, 64], [3, 255], [2, 256], [3, 257], [2, 1000], [1, 4099], [2, 8192],
   ];
   const run = (dev: Device, dtype: 'f32' | 'f16' | 'bf16', rows: number, cols: number,
-    opts: {
-      scale?: number; softcap?: number; seqQ?: number; mask?: boolean | number[]; scratch?: boolean; inPlace?: boolean;
-      // The one-dispatch form planned for this many multiprocessors; twice: recorded twice over one scratch;
-      // dirty: its barrier words NaN as well.
-      grid?: number; twice?: boolean; dirty?: boolean;
-    },
+    opts: { scale?: number; softcap?: number; seqQ?: number; mask?: boolean | number[]; scratch?: boolean; inPlace?: boolean },
     lo: number, hi: number, seed: number): number => {
     const x = dev.upload(dtype, [rows, cols], randomArray(rng(seed), rows * cols, lo, hi));
     const x0 = x.readNumbers();
@@ -220,18 +185,12 @@ describeBackends('softmax parity', ({ device }) => {
     const seqQ = opts.seqQ ?? rows;
     const mask = opts.mask === undefined || opts.mask === false ? undefined
       : dev.upload('bf16', [seqQ, cols], opts.mask === true ? maskOf(seqQ, cols, seed + 1) : opts.mask);
-    // A NaN-filled scratch (the barrier words zero, as in a new buffer, unless dirty): a pass writes every pair it reads.
-    const n = softmaxScratchElements(rows, cols);  // the barrier words its last SOFTMAX_GRID_ROUNDS
-    const scratch = opts.scratch ? dev.alloc('f32', [n]) : undefined;
+    // A NaN-filled scratch: the first pass writes every pair the second reads.
+    const scratch = opts.scratch ? dev.alloc('f32', [softmaxScratchElements(rows, cols)]) : undefined;
     scratch?.fill(Number.NaN);
-    if (!opts.dirty) scratch?.view('f32', [SOFTMAX_GRID_ROUNDS], 4 * (n - SOFTMAX_GRID_ROUNDS)).fill(0);
     if (!opts.inPlace) y.fill(Number.NaN);
     const enc = dev.encoder();
-    const args = { input: x, output: y, rows, cols, scale: opts.scale, softcap: opts.softcap, mask, seqQ: mask ? seqQ : undefined, scratch };
-    for (let i = 0; i < (opts.twice ? 2 : 1); i++) {
-      if (opts.grid === undefined) softmax(enc, args);
-      else record(enc, planSoftmax(args, { ...dev.limits, multiprocessors: opts.grid }, dev));
-    }
+    softmax(enc, { input: x, output: y, rows, cols, scale: opts.scale, softcap: opts.softcap, mask, seqQ: mask ? seqQ : undefined, scratch });
     enc.commitAndWait();
     enc.release();
     const want = softmaxRef(x0, rows, cols, { scale: opts.scale, softcap: opts.softcap, mask: mask?.readNumbers(), seqQ });
@@ -287,27 +246,6 @@ describeBackends('softmax parity', ({ device }) => {
     });
     check('f32 [3, 4100] masked slices', run(dev, 'f32', 3, cols, { mask: m, seqQ: 3, scratch: true }, -4, 4, 15), TOL.f32);
     check('bf16 [1, 524296] (slices of 4096)', run(dev, 'bf16', 1, 2048 * 256 + 8, { scratch: true }, -8, 8, 16), TOL.bf16);
-    expect(over).toEqual([]);
-  });
-
-  test('one dispatch (softmax_grid_<t>): one row over 132 blocks; rounds of rows; masked slices; launched twice; dirty barrier words', () => {
-    const dev = device();
-    const over: string[] = [];
-    const check = (what: string, e: number, tol: number) => {
-      if (!(e < tol)) over.push(`${what}: ${e}`);
-    };
-    check('f32 [1, 50000] over 132, twice', run(dev, 'f32', 1, 50000, { scratch: true, grid: 132, twice: true }, -10, 10, 21), TOL.f32);
-    // 4 blocks: a row a round in 4 slices of 10000, 6 rounds.
-    check('f32 [6, 40000] over 4 blocks, twice', run(dev, 'f32', 6, 40000, { scratch: true, grid: 4, twice: true }, -6, 6, 22), TOL.f32);
-    check('bf16 [6, 4099] scale+softcap+mask over 5 blocks', run(dev, 'bf16', 6, 4099, { scale: 0.125, softcap: 30, mask: true, seqQ: 3, scratch: true, grid: 5 }, -400, 400, 23), TOL.bf16);
-    check('f16 [3, 6144] over 132', run(dev, 'f16', 3, 6144, { scratch: true, grid: 132 }, -4, 4, 24), TOL.f16);
-    const cols = 4100;
-    const m = Array.from({ length: 3 * cols }, (_, i) => {
-      const [r, c] = [Math.floor(i / cols), i % cols];
-      return r === 0 ? (c < 2048 ? -Infinity : 0) : r === 1 ? -Infinity : c === cols - 1 ? 0 : -Infinity;
-    });
-    check('f32 [3, 4100] masked slices over 7 blocks', run(dev, 'f32', 3, cols, { mask: m, seqQ: 3, scratch: true, grid: 7 }, -4, 4, 25), TOL.f32);
-    check('f32 [2, 5000] dirty barrier words over 8 blocks, twice', run(dev, 'f32', 2, 5000, { scratch: true, grid: 8, twice: true, dirty: true }, -4, 4, 26), TOL.f32);
     expect(over).toEqual([]);
   });
 
@@ -409,10 +347,10 @@ describeValidation('softmax and softcap plans', ({ buf }) => {
     expect([short.threads, short.cuda?.grid, short.cuda?.threads]).toEqual([[128, 1, 1], [1, 1, 1], [4, 64, 1]]);
     const odd = planSoftmax({ input: buf('f16', 3 * 128), output: buf('f16', 3 * 128), rows: 3, cols: 128 }, TARGET_LIMITS.cuda).dispatches[0]!;
     expect([odd.cuda?.grid, odd.cuda?.threads]).toEqual([[3, 1, 1], [32, 1, 1]]);
-    // Two passes over a scratch (Metal): [2, 262144] in 128 slices a row, scale and mask.
+    // Two passes over a scratch: [2, 262144] in 128 slices a row, scale and mask.
     const scratch = buf('f32', softmaxScratchElements(2, 262144));
     const mask = buf('bf16', 262144);
-    const two = planSoftmax({ input: x, output: y, rows: 2, cols: 262144, scratch, mask, seqQ: 1, scale: 0.5 }, TARGET_LIMITS.metal);
+    const two = planSoftmax({ input: x, output: y, rows: 2, cols: 262144, scratch, mask, seqQ: 1, scale: 0.5 }, TARGET_LIMITS.cuda);
     expect(two.dispatches.map((d) => [d.kernel, d.grid, d.threads, d.threadgroupMemory, d.cuda])).toEqual([
       ['softmax_blocks_f32', [128, 2, 1], [256, 1, 1], [32], undefined],
       ['softmax_finish_f32', [128, 2, 1], [256, 1, 1], [32], undefined],
@@ -421,17 +359,6 @@ describeValidation('softmax and softcap plans', ({ buf }) => {
     expect(two.dispatches[1]!.buffers).toEqual([x, mask, scratch, y]);
     const tp = words(two.dispatches[1]!.bytes![4] as Uint8Array);
     expect([tp.u(0), tp.u(1), tp.f(2), tp.f(3), tp.u(4), tp.u(5)]).toEqual([262144, 1, 0.5, 0, 2048, 128]);
-    // The same on CUDA: one dispatch over 132 blocks of 512, 66 slices of 3972 a row, the barrier words after 2 * 256 pairs.
-    const grid = planSoftmax({ input: x, output: y, rows: 2, cols: 262144, scratch, mask, seqQ: 1, scale: 0.5 }, TARGET_LIMITS.cuda);
-    expect(grid.dispatches.map((d) => [d.kernel, d.grid, d.threads, d.threadgroupMemory, d.cuda])).toEqual([
-      ['softmax_grid_f32', [132, 1, 1], [512, 1, 1], [144], undefined],
-    ]);
-    expect(grid.dispatches[0]!.buffers).toEqual([x, mask, scratch, y]);
-    const gp = words(grid.dispatches[0]!.bytes![4] as Uint8Array);
-    expect([gp.u(0), gp.u(1), gp.f(2), gp.f(3), gp.u(4), gp.u(5), gp.u(6), gp.u(7), gp.u(8)]).toEqual([262144, 1, 0.5, 0, 2, 2, 66, 3972, 1024]);
-    // A few rows one block each: blocks of 8 elements a thread on CUDA (32 heads of 8192 keys: 1024 threads).
-    const heads = planSoftmax({ input: buf('f32', 32 * 8192), output: buf('f32', 32 * 8192), rows: 32, cols: 8192, scale: 0.5 }, TARGET_LIMITS.cuda);
-    expect([heads.dispatches[0]!.cuda?.grid, heads.dispatches[0]!.cuda?.threads]).toEqual([[32, 1, 1], [1024, 1, 1]]);
     // Many short rows: one pass even with a scratch.
     const many = planSoftmax({ input: buf('f32', 4096 * 2048), output: buf('f32', 4096 * 2048), rows: 4096, cols: 2048,
       scratch: buf('f32', softmaxScratchElements(4096, 2048)) }, TARGET_LIMITS.cuda);
@@ -463,7 +390,7 @@ opContract('softmax', [
     make: (d) => ({ input: a(d, 'bf16', 15), output: a(d, 'bf16', 15), rows: 3, cols: 5 }),
   },
   {
-    // The two-pass form (the one-dispatch form on CUDA): rows past one slice (2048), with a scratch.
+    // The two-pass form: rows past one slice (2048), with a scratch.
     fn: 'softmax', op: 'softmax',
     keys: {
       input: buf(['f32', 'f16', 'bf16']), output: out(['f32', 'f16', 'bf16']), rows: int, cols: int,
@@ -473,7 +400,7 @@ opContract('softmax', [
     inPlace: [['input', 'output']],
     make: (d) => ({
       input: a(d, 'f32', 4200), output: a(d, 'f32', 4200), rows: 2, cols: 2100, scale: 0.5, mask: a(d, 'bf16', 2100), seqQ: 1,
-      scratch: a(d, 'f32', 28),
+      scratch: a(d, 'f32', 8),
     }),
   },
   {

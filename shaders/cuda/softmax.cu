@@ -7,8 +7,6 @@
 //   softmax_blocks_<t>,     the two-pass form of either: per slice of a row
 //   softmax_finish_<t>:     its max and sum of exp(v - max), then each slice
 //                           normalized by the row's (max, sum) merged from those
-//   softmax_grid_<t>:       the one-dispatch form of either: a grid-wide
-//                           wait between the slices' pairs and the output
 //   softcap_<t>:            y = cap * tanh(x / cap)
 //
 // One pass: one block per row, grid (rows, 1, 1), any blockDim.x in [1, 1024];
@@ -40,24 +38,6 @@
 // Both stream their slice with ROW_LOADS vector loads of a thread (and of
 // the mask) in flight at once; a vector masked throughout skips the scale
 // and the tanh.
-//
-// One dispatch: grid (n, 1, 1) of any blockDim.x up to 1024, every block
-// resident at once (__launch_bounds__(1024, 1): at most 64 registers, so an
-// SM holds one block of any size; the op launches one block an SM), dynamic
-// shared memory of 144 bytes and the vectors held there. Rows go in rounds of
-// rows_per_round, block b taking slice b % slices of the round's row b /
-// slices (blocks past rows_per_round * slices idle but wait). A block loads
-// its slice into registers (GRID_HOLD vectors a thread, GRID_HOLD_MASKED
-// with a mask) and, without a mask, its next shared_vectors vectors into
-// dynamic shared memory after the warps' 32 floats and a word (cp.async); a longer
-// slice is streamed twice. It reduces the slice, writes its
-// (max, sum) to the scratch, and arrives at the round's barrier word
-// (grid_arrive_wait); then every warp merges the row's pairs and the block
-// writes its slice from registers: the input is read once. A block that
-// stops waiting (blocks not all resident, a word another kernel wrote)
-// takes its row's statistics from the whole row itself, the same result.
-// The two entries' bodies (with a mask and without) are separate calls,
-// each allocated its own registers.
 //
 // exp is __expf (ex2.approx of x * log2 e: a relative error of about 2 ulp
 // plus |x| 2^-24, a few 1e-7 for the probabilities above 1e-3 of the
@@ -396,70 +376,6 @@ __device__ __forceinline__ void softmax_blocks(const T* x, const bf16* mask, flo
     }
 }
 
-// A (max, sum) pair at p (8-byte aligned): FRESH, one that another block of
-// the same launch wrote, read from L2 (ld.global.cg: past this SM's L1,
-// which may hold the line from before).
-template <bool FRESH>
-__device__ __forceinline__ float2 load_pair(const float* p) {
-    const float2* q = reinterpret_cast<const float2*>(p);
-    if constexpr (FRESH) {
-        return __ldcg(q);
-    } else {
-        return *q;
-    }
-}
-
-// A warp's merge of n (max, sum) pairs at pr, by every warp on its own
-// (no barrier): lanes take pairs lane, lane + 32, ..., four loads in flight
-// before they fold them, then fold the lanes' results by shuffles.
-template <bool FRESH = false>
-__device__ __forceinline__ void merge_pairs(const float* pr, u32 n, float& mx, float& total) {
-    mx = neg_inf();
-    total = 0.0f;
-    for (u32 i0 = threadIdx.x & 31u; i0 < n; i0 += 128u) {
-        float2 q[4];
-#pragma unroll
-        for (u32 k = 0; k < 4; ++k) {
-            const u32 i = i0 + 32u * k;
-            q[k] = i < n ? load_pair<FRESH>(pr + 2u * i) : make_float2(neg_inf(), 0.0f);
-        }
-#pragma unroll
-        for (u32 k = 0; k < 4; ++k) merge_pair(mx, total, q[k].x, q[k].y);
-    }
-#pragma unroll
-    for (u32 o = 16; o > 0; o >>= 1) {
-        const float mo = __shfl_xor_sync(0xffffffffu, mx, o), so = __shfl_xor_sync(0xffffffffu, total, o);
-        merge_pair(mx, total, mo, so);
-    }
-}
-
-// Writes the probabilities of v (a vector's or one element's values) at ys
-// + i, given the row's (max, sum): zeros for a row masked throughout.
-template <typename T>
-struct Normalize {
-    T* ys;
-    float mx;
-    float inv;
-    bool empty;
-    template <int N>
-    __device__ __forceinline__ void operator()(u32 i, float (&v)[N]) const {
-#pragma unroll
-        for (int j = 0; j < N; ++j) v[j] = empty ? 0.0f : __expf(v[j] - mx) * inv;
-        if constexpr (N == VecOf<T>::N) {
-            store_vec(ys + i, v);
-        } else {
-            static_assert(N == 1, "a vector or one element");
-            ys[i] = from_f<T>(v[0]);
-        }
-    }
-};
-
-template <typename T>
-__device__ __forceinline__ Normalize<T> normalize_into(T* ys, float mx, float total) {
-    const bool empty = mx == neg_inf();
-    return Normalize<T>{ys, mx, empty ? 0.0f : 1.0f / total, empty};
-}
-
 template <typename T>
 __device__ __forceinline__ void softmax_finish(const T* x, const bf16* mask, const float* partials, T* y,
                                                const SoftmaxBlocksParams* p) {
@@ -478,187 +394,33 @@ __device__ __forceinline__ void softmax_finish(const T* x, const bf16* mask, con
     // The slice's first loads go out before the row's pairs are read and merged.
     SliceChunk<T> first;
     first.load(xs, ms, nv, tid, bs);
-    float mx, total;
-    merge_pairs(partials + u64(row) * p->n_blocks * 2u, p->n_blocks, mx, total);
-    const Normalize<T> write = normalize_into(ys, mx, total);
+    // Every warp merges the row's pairs itself (no barrier): lanes fold
+    // pairs lane, lane + 32, ..., then the lanes' results by shuffles.
+    const float* pr = partials + u64(row) * p->n_blocks * 2u;
+    float mx = neg_inf(), total = 0.0f;
+    for (u32 i = tid & 31u; i < p->n_blocks; i += 32u) merge_pair(mx, total, pr[2u * i], pr[2u * i + 1u]);
+#pragma unroll
+    for (u32 o = 16; o > 0; o >>= 1) {
+        const float mo = __shfl_xor_sync(0xffffffffu, mx, o), so = __shfl_xor_sync(0xffffffffu, total, o);
+        merge_pair(mx, total, mo, so);
+    }
+    const bool empty = mx == neg_inf();
+    const float inv = empty ? 0.0f : 1.0f / total;
+    auto write = [&](u32 i, auto& v) {
+        constexpr int N = sizeof(v) / sizeof(float);
+#pragma unroll
+        for (int j = 0; j < N; ++j) v[j] = empty ? 0.0f : __expf(v[j] - mx) * inv;
+        if constexpr (N == VEC) {
+            store_vec(ys + i, v);
+        } else {
+            ys[i] = from_f<T>(v[0]);
+        }
+    };
     if (vec) {
         first.use(nv, tid, bs, f, write);
         for_slice_vec<T>(xs, ms, nv, tid + ROW_LOADS * bs, f, write);
     } else {
         for_slice_scalar<T>(xs, ms, len, f, write);
-    }
-}
-
-// ---- the one-dispatch form ----
-
-// Polls of a barrier word before a block stops waiting for the others
-// (tenths of a second on a GPU; the grid's blocks, all resident, arrive
-// within microseconds of each other).
-constexpr u32 GRID_SPIN = 1u << 21;
-// Vectors of a thread in flight where softmax_grid_<t> streams (slices
-// longer than it holds, the whole row of a block that stopped waiting):
-// few, as the held ones keep their registers meanwhile.
-constexpr int GRID_STREAM = 2;
-
-// Thread 0 of each block: arrives at the grid-wide barrier `word` and waits
-// for the grid's other blocks. Block 0 adds 2^31 - (n - 1), the others 1,
-// so the word's top bit flips once all n have added, and each launch leaves
-// its low bits as it found them (zero in a new scratch, so the replays of a
-// CUDA graph find every word as the launch before left it). False, without
-// waiting, where the low bits the block found cannot be those of this
-// barrier (the word was written by something else), or where the flip did
-// not come within `spin` polls (the grid's blocks not all resident).
-__device__ __forceinline__ bool grid_arrive_wait(u32* word, u32 spin) {
-    const u32 n = gridDim.x;
-    __threadfence();
-    const u32 old = atomicAdd(word, blockIdx.x == 0u ? 0x80000000u - (n - 1u) : 1u);
-    const u32 low = old & 0x7fffffffu;
-    if (low >= n && low <= 0x80000000u - n) return false;
-    const volatile u32* w = word;
-    for (u32 i = 0; i < spin; ++i) {
-        if (((old ^ *w) & 0x80000000u) != 0u) {
-            __threadfence();
-            return true;
-        }
-    }
-    return false;
-}
-
-// A slice's vectors past the reg_v its threads hold in registers (vi =
-// reg_v + tid, + blockDim.x, ... below nv), copied into shared memory at
-// sv[vi - reg_v] (cp.async, no registers held), and used from there: fn(i,
-// v) as SliceChunk::use (no mask). Each thread uses only the vectors it copied.
-// Dynamic shared memory (none static, so it starts aligned): the warps' 32
-// floats, the wait's result word and 3 of padding, then the vectors.
-constexpr u32 GRID_RED_FLOATS = 32;
-template <typename T>
-__device__ __forceinline__ void shared_load(uint4* sv, const T* xs, u32 nv, u32 reg_v) {
-    const uint4* xv = reinterpret_cast<const uint4*>(xs);
-    for (u32 vi = reg_v + threadIdx.x; vi < nv; vi += blockDim.x) cp_async16(sv + (vi - reg_v), xv + vi, true);
-    cp_async_commit();
-}
-template <typename T, typename F>
-__device__ __forceinline__ void shared_use(const uint4* sv, u32 nv, u32 reg_v, const Transform& f, F fn) {
-    constexpr int VEC = VecOf<T>::N;
-    for (u32 vi = reg_v + threadIdx.x; vi < nv; vi += blockDim.x) {
-        float v[VEC];
-        unpack16<T>(sv[vi - reg_v], v);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) v[j] = f(v[j], 0.0f);
-        fn(vi * VEC, v);
-    }
-}
-
-// The rounds of softmax_grid_<t> (see the header): a block holds its slice
-// (HOLD vectors a thread in registers and, without a mask, up to
-// shared_vectors more in shared memory; a longer or unaligned slice is
-// streamed twice),
-// publishes the slice's (max, sum), waits for the round's blocks, merges its
-// row's pairs and writes the slice. A block that stops waiting takes its
-// row's (max, sum) from the whole row itself: the same result, slower, and
-// not in place (another block may have written the row), where it waits on.
-template <typename T, int HOLD, bool MASKED>
-__device__ __noinline__ void softmax_grid_rounds(const T* x, const bf16* mask, float* scratch, T* y,
-                                                    const SoftmaxGridParams* p, float* red) {
-    constexpr int VEC = VecOf<T>::N;
-    const u32 tid = threadIdx.x, bs = blockDim.x, b = blockIdx.x;
-    const u32 cols = p->cols, slices = p->slices, per = p->rows_per_round;
-    const Transform f = transform_of(p->scale, p->softcap);
-    const u32 spin = static_cast<const void*>(x) == static_cast<const void*>(y) ? 0xffffffffu : GRID_SPIN;
-    u32* words = reinterpret_cast<u32*>(scratch + p->barrier);
-    const u32 rounds = (p->rows + per - 1u) / per;
-    // Vectors of a slice held in registers, then in shared memory after the warps' floats and the wait's word.
-    const u32 reg_v = u32(HOLD) * bs, shared_v = MASKED ? 0u : p->shared_vectors;
-    u32* waited = reinterpret_cast<u32*>(red + GRID_RED_FLOATS);
-    uint4* sv = reinterpret_cast<uint4*>(red + GRID_RED_FLOATS + 4u);
-    for (u32 r = 0; r < rounds; ++r) {
-        const u32 row = r * per + b / slices, s = b % slices, lo = s * p->slice;
-        const bool live = b < per * slices && row < p->rows && lo < cols;
-        const u32 len = live ? min(p->slice, cols - lo) : 0u;
-        const u64 base = live ? u64(row) * cols : 0u;
-        const bf16* mr = MASKED && live ? mask + u64(row % p->seq_q) * cols : nullptr;
-        const T* xs = x + base + lo;
-        T* ys = y + base + lo;
-        const bf16* ms = MASKED && live ? mr + lo : nullptr;
-        const bool vec = live && slice_vec(xs, ys, ms, len);
-        const u32 nv = vec ? len / VEC : 0u;
-        const bool held = nv <= reg_v + shared_v;
-        float m = neg_inf(), sum = 0.0f;
-        auto fold = [&](u32, auto& v) { online_vec(v, m, sum); };
-        SliceChunk<T, HOLD> c;
-        if (vec && held) {
-            if constexpr (!MASKED) {
-                if (nv > reg_v) shared_load(sv, xs, nv, reg_v);
-            }
-            c.load(xs, ms, nv, tid, bs);
-            c.use(nv, tid, bs, f, fold);
-            if constexpr (!MASKED) {
-                if (nv > reg_v) {
-                    cp_async_wait<0>();
-                    shared_use<T>(sv, nv, reg_v, f, fold);
-                }
-            }
-        } else if (vec) {
-            for_slice_vec<T, GRID_STREAM>(xs, ms, nv, tid, f, fold);
-        } else if (live) {
-            for_slice_scalar<T>(xs, ms, len, f, fold);
-        }
-        float mx = block_max(m, red);
-        __syncthreads();
-        float total = block_sum(m == neg_inf() ? 0.0f : sum * __expf(m - mx), red);
-        if (tid == 0u) {
-            if (live) {
-                float* out = scratch + (u64(row) * slices + s) * 2u;
-                out[0] = mx;
-                out[1] = total;
-            }
-            *waited = grid_arrive_wait(words + r, spin) ? 1u : 0u;
-        }
-        __syncthreads();
-        if (!live) continue;
-        if (*waited != 0u) {
-            merge_pairs<true>(scratch + u64(row) * slices * 2u, slices, mx, total);
-        } else {
-            m = neg_inf();
-            sum = 0.0f;
-            const T* xr = x + base;
-            if (slice_vec(xr, xr, mr, cols)) {
-                for_slice_vec<T, GRID_STREAM>(xr, mr, cols / VEC, tid, f, fold);
-            } else {
-                for_slice_scalar<T>(xr, mr, cols, f, fold);
-            }
-            mx = block_max(m, red);
-            __syncthreads();
-            total = block_sum(m == neg_inf() ? 0.0f : sum * __expf(m - mx), red);
-        }
-        const Normalize<T> write = normalize_into(ys, mx, total);
-        if (vec && held) {
-            c.use(nv, tid, bs, f, write);
-            if constexpr (!MASKED) {
-                if (nv > reg_v) shared_use<T>(sv, nv, reg_v, f, write);
-            }
-        } else if (vec) {
-            for_slice_vec<T, GRID_STREAM>(xs, ms, nv, tid, f, write);
-        } else {
-            for_slice_scalar<T>(xs, ms, len, f, write);
-        }
-        __syncthreads();
-    }
-}
-
-// Vectors a thread of softmax_grid_<t> holds: 4 (64 bytes), 2 with a mask
-// (its words held beside), the most that fit 64 registers (ptxas, sm_90a:
-// none spilled without a mask; 40 to 200 bytes with one, off the held path).
-constexpr int GRID_HOLD = 4;
-constexpr int GRID_HOLD_MASKED = 2;
-
-template <typename T>
-__device__ __forceinline__ void softmax_grid(const T* x, const bf16* mask, float* scratch, T* y, const SoftmaxGridParams* p) {
-    extern __shared__ float red[];
-    if (p->seq_q == 0u) {
-        softmax_grid_rounds<T, GRID_HOLD, false>(x, mask, scratch, y, p, red);
-    } else {
-        softmax_grid_rounds<T, GRID_HOLD_MASKED, true>(x, mask, scratch, y, p, red);
     }
 }
 
@@ -744,25 +506,6 @@ extern "C" __global__ void softmax_finish_f16(const __half* input, const bf16* m
 extern "C" __global__ void softmax_finish_bf16(const bf16* input, const bf16* mask, const float* partials, bf16* output,
                                                const SoftmaxBlocksParams* p) {
     softmax_finish<bf16>(input, mask, partials, output, p);
-}
-
-// buffer(0) input [rows, cols], (1) mask [seq_q, cols] bf16 (unread when
-// seq_q = 0), (2) scratch f32 (the slices' pairs and the barrier words,
-// written), (3) output [rows, cols], (4) SoftmaxGridParams; grid (n, 1, 1)
-// of blocks all resident at once (the op: one block of at most 1024
-// threads an SM), threadgroup(0) 32 floats and 4 words (144 bytes), then
-// shared_vectors 16-byte vectors.
-extern "C" __global__ void __launch_bounds__(1024, 1) softmax_grid_f32(const float* input, const bf16* mask, float* scratch, float* output,
-                                                                      const SoftmaxGridParams* p) {
-    softmax_grid<float>(input, mask, scratch, output, p);
-}
-extern "C" __global__ void __launch_bounds__(1024, 1) softmax_grid_f16(const __half* input, const bf16* mask, float* scratch, __half* output,
-                                                                      const SoftmaxGridParams* p) {
-    softmax_grid<__half>(input, mask, scratch, output, p);
-}
-extern "C" __global__ void __launch_bounds__(1024, 1) softmax_grid_bf16(const bf16* input, const bf16* mask, float* scratch, bf16* output,
-                                                                       const SoftmaxGridParams* p) {
-    softmax_grid<bf16>(input, mask, scratch, output, p);
 }
 
 // buffer(0) input [n], (1) output [n] (may be input), (2) SoftcapParams.

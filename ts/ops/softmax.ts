@@ -14,10 +14,10 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { checkAtMost, checkBufferRules, like, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid, overlaps } from '../validate.ts';
+import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
 import { dtypeSize } from '../dtype.ts';
 import { roundUp16, rowBlockThreads, rowLaunch, rowThreadgroup, type LaunchLimits } from '../launch.ts';
-import { record, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { record, type OpPlan } from '../plan.ts';
 
 export const SOFTMAX_FAMILY = 'softmax';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -28,7 +28,6 @@ export const SOFTMAX_KERNELS = [
   'softcap_f32', 'softcap_f16', 'softcap_bf16',
   'softmax_blocks_f32', 'softmax_blocks_f16', 'softmax_blocks_bf16',
   'softmax_finish_f32', 'softmax_finish_f16', 'softmax_finish_bf16',
-  'softmax_grid_f32', 'softmax_grid_f16', 'softmax_grid_bf16',
 ] as const;
 /** Threads per row the Metal launch uses at most (mlx-native's). */
 export const SOFTMAX_MAX_THREADS = 256;
@@ -65,22 +64,6 @@ export const SCALE_MASK_SOFTMAX_PARAMS_LAYOUT: readonly ParamField[] = structLay
 export const SOFTCAP_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SoftcapParams');
 /** struct SoftmaxBlocksParams (softmax_blocks_<t> buffer 3, softmax_finish_<t> buffer 4). */
 export const SOFTMAX_BLOCKS_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SoftmaxBlocksParams');
-/** struct SoftmaxGridParams (softmax_grid_<t> buffer 4). */
-export const SOFTMAX_GRID_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SoftmaxGridParams');
-
-/**
- * The scratch of the one-dispatch form holds a (max, sum) per slice of at
- * least this many elements: its slices, and the two-pass form's (at least
- * SOFTMAX_SLICE), fit rows * ceil(cols / SOFTMAX_GRID_MIN_SLICE) pairs.
- */
-export const SOFTMAX_GRID_MIN_SLICE = 1024;
-/** Rounds of the one-dispatch form at most: a barrier word each, after the pairs. */
-export const SOFTMAX_GRID_ROUNDS = 16;
-/** Threadgroups of the one-dispatch form at most. */
-export const SOFTMAX_GRID_MAX_BLOCKS = 1024;
-/** 16-byte vectors a thread of softmax_grid_<t> holds (shaders/cuda/softmax.cu GRID_HOLD, GRID_HOLD_MASKED). */
-const SOFTMAX_GRID_HOLD = 4;
-const SOFTMAX_GRID_HOLD_MASKED = 2;
 
 export interface SoftmaxArgs {
   /** [rows, cols], f32, f16 or bf16 */
@@ -99,12 +82,10 @@ export interface SoftmaxArgs {
   /** Mask rows (query positions), given with a mask; rows is a multiple. */
   seqQ?: number;
   /**
-   * f32 of softmaxScratchElements(rows, cols), zero when new (its barrier
-   * words; see there): given, rows of more than one slice run over several
-   * threadgroups a row where one threadgroup per row would leave the GPU
-   * idle (fewer than SOFTMAX_FILL_ROWS rows) or re-read the row anyway
-   * (cols > SOFTMAX_HELD_COLS): in one dispatch on CUDA (softmaxGrid), else
-   * in two passes. Not over input, output or the mask.
+   * f32 of softmaxScratchElements(rows, cols): given, rows of more than one
+   * slice run in two passes where one threadgroup per row would leave the
+   * GPU idle (fewer than SOFTMAX_FILL_ROWS rows) or re-read the row anyway
+   * (cols > SOFTMAX_HELD_COLS). Not over input, output or the mask.
    */
   scratch?: Buffer;
 }
@@ -126,16 +107,6 @@ export function packScaleMaskSoftmaxParams(p: { cols: number; seqQ: number; scal
 }
 export function packSoftcapParams(p: { cap: number; n: number }): Uint8Array {
   return packFields(SOFTCAP_PARAMS_LAYOUT, { cap: p.cap, n_elements: p.n });
-}
-
-export function packSoftmaxGridParams(p: {
-  cols: number; seqQ: number; scale: number; softcap: number; rows: number; rowsPerRound: number; slices: number; slice: number;
-  barrier: number; sharedVectors: number;
-}): Uint8Array {
-  return packFields(SOFTMAX_GRID_PARAMS_LAYOUT, {
-    cols: p.cols, seq_q: p.seqQ, scale: p.scale, softcap: p.softcap, rows: p.rows, rows_per_round: p.rowsPerRound,
-    slices: p.slices, slice: p.slice, barrier: p.barrier, shared_vectors: p.sharedVectors,
-  });
 }
 
 export function packSoftmaxBlocksParams(p: { cols: number; seqQ: number; scale: number; softcap: number; slice: number; nBlocks: number }): Uint8Array {
@@ -164,75 +135,9 @@ export function softmaxSlice(cols: number, rows = 1): number {
   return slice;
 }
 
-/**
- * f32 elements of softmax's scratch: per row, ceil(cols /
- * SOFTMAX_GRID_MIN_SLICE) (max, sum) pairs (room for the slices of either
- * form), then, from the next 16-byte boundary, SOFTMAX_GRID_ROUNDS barrier
- * words of the one-dispatch form,
- * which must be zero the first time the scratch is given (a new buffer is
- * zero-filled) and which softmax leaves as it found them. Give softmax a
- * scratch of its own: another op writing those words makes the
- * one-dispatch form fall back to slower work (never to wrong results).
- */
+/** f32 elements of softmax's scratch: per row and slice (softmaxSlice(cols, rows)), its (max, sum). */
 export function softmaxScratchElements(rows: number, cols: number): number {
-  return softmaxBarrierAt(rows, cols) + SOFTMAX_GRID_ROUNDS;
-}
-
-/** Where the barrier words start in softmax's scratch: after the pairs, at a 16-byte boundary. */
-function softmaxBarrierAt(rows: number, cols: number): number {
-  return Math.ceil(checkedProduct('softmax', 'scratch elements', rows, Math.ceil(cols / SOFTMAX_GRID_MIN_SLICE), 2) / 4) * 4;
-}
-
-/**
- * The one-dispatch form's shape: threadgroups, their threads, rows a round,
- * slices a row and their length, the vectors of a slice kept in threadgroup
- * memory, and the threadgroup memory's bytes.
- */
-export interface SoftmaxGrid {
-  blocks: number;
-  threads: number;
-  rowsPerRound: number;
-  slices: number;
-  slice: number;
-  sharedVectors: number;
-  sharedBytes: number;
-}
-
-/** Bytes of softmax_grid_<t>'s threadgroup(0) before the vectors it keeps there (32 floats, a word, padding). */
-const SOFTMAX_GRID_RED_BYTES = 144;
-
-/**
- * The one-dispatch form (softmax_grid_<t>) for these arguments, or null
- * where it does not run: it needs the device's multiprocessor count (CUDA;
- * one threadgroup of at most 1024 threads an SM, which the kernel's
- * __launch_bounds__(1024, 1) keeps resident: every block of the grid runs
- * at once, as its grid-wide wait needs), an output apart from the input,
- * and a row cut into at most that many slices of what a threadgroup holds,
- * in at most SOFTMAX_GRID_ROUNDS rounds. A threadgroup holds 4 vectors a
- * thread (2 with a mask) and, without a mask, as many more as the device's
- * threadgroup memory takes. Rows go in rounds of as many as the grid holds;
- * a round's rows are cut into as many slices as the grid has threadgroups
- * for them (no shorter than SOFTMAX_GRID_MIN_SLICE), and a threadgroup has
- * the threads to hold its slice at two vectors a thread (at least 64, at
- * most 1024), the rest of the slice in threadgroup memory.
- */
-export function softmaxGrid(a: Pick<SoftmaxArgs, 'rows' | 'cols' | 'mask' | 'input' | 'output'>, limits: DeviceLimits): SoftmaxGrid | null {
-  const blocks = Math.min(limits.multiprocessors, SOFTMAX_GRID_MAX_BLOCKS);
-  if (!(blocks > 0) || limits.simdWidth !== 32 || overlaps(a.input, a.output)) return null;
-  const vec = 16 / dtypeSize(a.input.dtype);
-  const holdVectors = a.mask === undefined ? SOFTMAX_GRID_HOLD : SOFTMAX_GRID_HOLD_MASKED;
-  const maxThreads = Math.min(1024, limits.maxThreadsPerThreadgroup);
-  const sharedMax = a.mask === undefined ? Math.max(0, Math.floor((limits.maxThreadgroupMemory - SOFTMAX_GRID_RED_BYTES) / 16)) : 0;
-  const fewest = Math.ceil(a.cols / ((holdVectors * maxThreads + sharedMax) * vec));
-  if (fewest > blocks) return null;
-  const rowsPerRound = Math.min(a.rows, Math.floor(blocks / fewest));
-  if (Math.ceil(a.rows / rowsPerRound) > SOFTMAX_GRID_ROUNDS) return null;
-  const want = Math.max(fewest, Math.min(Math.floor(blocks / rowsPerRound), Math.ceil(a.cols / SOFTMAX_GRID_MIN_SLICE)));
-  const slice = Math.ceil(Math.ceil(a.cols / want) / vec) * vec;
-  const threads = Math.min(maxThreads, Math.max(64, Math.ceil(slice / (2 * vec) / 32) * 32));
-  const sharedVectors = Math.max(0, slice / vec - holdVectors * threads);
-  const sharedBytes = SOFTMAX_GRID_RED_BYTES + 16 * sharedVectors;
-  return { blocks, threads, rowsPerRound, slices: Math.ceil(a.cols / slice), slice, sharedVectors, sharedBytes };
+  return checkedProduct('softmax', 'scratch elements', rows, Math.ceil(cols / softmaxSlice(cols, rows)), 2);
 }
 
 /** True when the arguments need scale_mask_softmax (a scale, a softcap or a mask). */
@@ -250,16 +155,25 @@ export function validateSoftmax(a: SoftmaxArgs, device?: Device): void {
   if (a.scale !== undefined && !Number.isFinite(a.scale)) throw invalid(op, 'scale', 'a finite number', a.scale);
   if (a.softcap !== undefined && (!Number.isFinite(a.softcap) || a.softcap < 0)) throw invalid(op, 'softcap', 'a finite number >= 0', a.softcap);
   const n = checkedProduct(op, 'rows * cols', a.rows, a.cols);
-  checkBufferRules(op, [['input', a.input, ['f32', 'f16', 'bf16'], n], ['output', a.output, like('input'), n]], device);
+  checkBuffer(op, 'input', a.input, device);
+  checkBuffer(op, 'output', a.output, device);
+  checkDtype(op, 'input', a.input, ['f32', 'f16', 'bf16']);
+  checkDtype(op, 'output', a.output, a.input.dtype);
+  checkElements(op, 'input', a.input, n);
+  checkElements(op, 'output', a.output, n);
   if (a.mask !== undefined) {
     const seqQ = a.seqQ as number;
     checkPositive(op, 'seqQ', seqQ);
     if (a.rows % seqQ !== 0) throw invalid(op, 'seqQ', `a divisor of rows (${a.rows})`, seqQ);
+    checkBuffer(op, 'mask', a.mask, device);
+    checkDtype(op, 'mask', a.mask, 'bf16');
+    checkElements(op, 'mask', a.mask, seqQ * a.cols);
   }
-  checkBufferRules(op, [
-    ['mask', a.mask, 'bf16', a.mask === undefined ? 0 : (a.seqQ as number) * a.cols, true],
-    ['scratch', a.scratch, 'f32', a.scratch === undefined ? 0 : softmaxScratchElements(a.rows, a.cols), true],
-  ], device);
+  if (a.scratch !== undefined) {
+    checkBuffer(op, 'scratch', a.scratch, device);
+    checkDtype(op, 'scratch', a.scratch, 'f32');
+    checkElements(op, 'scratch', a.scratch, softmaxScratchElements(a.rows, a.cols));
+  }
   // In place (output over exactly input) is safe: each thread reads only the
   // elements it writes. The mask, which other rows read, is not; nor the
   // scratch, which the first pass writes while others read the rows.
@@ -293,25 +207,6 @@ export function softmaxThreadgroup(cols: number, limits: LaunchLimits): {
   const { threads, sharedBytes } = rowThreadgroup(cols, SOFTMAX_MAX_THREADS, limits);
   const cudaThreads = rowBlockThreads(cols, limits);
   return { threads, sharedBytes, cudaThreads, cudaSharedBytes: roundUp16(Math.ceil(cudaThreads / limits.simdWidth) * 4) };
-}
-
-/**
- * The CUDA launch of the one-pass kernels: rowLaunch's, but where the rows
- * run one block each and are fewer than the device's multiprocessors, the
- * block has the threads to hold its row at 8 elements a thread (at most
- * 1024): fewer elements a thread shorten the row's serial work when the
- * GPU is mostly idle anyway (a decode step's heads).
- */
-export function softmaxRowLaunch(rows: number, cols: number, elementBytes: number, limits: DeviceLimits): ReturnType<typeof rowLaunch> {
-  const launch = rowLaunch(rows, cols, 16 / elementBytes, limits);
-  if (launch === null || launch.threads[1] !== 1 || !(rows < limits.multiprocessors)) return launch;
-  const threads = Math.min(limits.maxThreadsPerThreadgroup, 1024, Math.max(launch.threads[0], Math.ceil(cols / 8 / 32) * 32));
-  return { grid: launch.grid, threads: [threads, 1, 1], threadgroupMemory: [roundUp16(Math.ceil(threads / 32) * 4)] };
-}
-
-/** A plan of the family's dispatches. */
-function softmaxPlan(dispatches: PlannedDispatch[]): OpPlan {
-  return { family: SOFTMAX_FAMILY, sources: SOFTMAX_SOURCES, kernels: SOFTMAX_KERNELS, dispatches };
 }
 
 /** Whether softmax runs its two-pass form for these arguments (see SoftmaxArgs.scratch). */
@@ -350,16 +245,6 @@ export function softmaxTwoPass(a: Pick<SoftmaxArgs, 'rows' | 'cols' | 'scratch'>
  * the slice. Both grid (n_blocks, rows, 1) of 256 threads, threadgroup(0)
  * one float per simdgroup. The input is read twice (the second time from L2
  * where it still is): up to 3 * rows * cols * the element size.
- *
- * One dispatch (where the two passes would run, softmaxGrid gives a shape:
- * CUDA, output apart from input): softmax_grid_<dtype> (0 input, 1 mask or
- * input, 2 scratch, 3 output, 4 SoftmaxGridParams), grid (the SM count, 1,
- * 1) of 64 to 1024 threads, threadgroup(0) 144 bytes (32 floats, a word)
- * and the vectors kept there. Rows go in rounds; each block holds
- * its slice of a round's rows in registers and threadgroup memory,
- * publishes the slice's (max, sum), waits on the round's barrier word for
- * the grid's other blocks (all resident), merges its row's pairs and writes
- * its slice: the input read once, 2 * rows * cols * the element size.
  */
 export function softmax(enc: Encoder, args: SoftmaxArgs): void {
   record(enc, planSoftmax(args, enc.device.limits, enc.device));
@@ -372,21 +257,6 @@ export function planSoftmax(a: SoftmaxArgs, limits: DeviceLimits, device?: Devic
   const seqQ = a.mask === undefined ? 0 : a.seqQ!;
   const scale = a.scale ?? 1;
   const softcap = a.softcap ?? 0;
-  const grid = softmaxTwoPass(a) ? softmaxGrid(a, limits) : null;
-  if (grid !== null) {
-    const params = packSoftmaxGridParams({
-      cols: a.cols, seqQ, scale, softcap, rows: a.rows, rowsPerRound: grid.rowsPerRound, slices: grid.slices, slice: grid.slice,
-      barrier: softmaxBarrierAt(a.rows, a.cols), sharedVectors: grid.sharedVectors,
-    });
-    return softmaxPlan([{
-      kernel: `softmax_grid_${a.input.dtype}`,
-      buffers: [a.input, a.mask ?? a.input, a.scratch, a.output],
-      bytes: [, , , , params],
-      grid: [grid.blocks, 1, 1],
-      threads: [grid.threads, 1, 1],
-      threadgroupMemory: [grid.sharedBytes],
-    }]);
-  }
   if (softmaxTwoPass(a)) {
     const slice = softmaxSlice(a.cols, a.rows);
     const nBlocks = Math.ceil(a.cols / slice);
@@ -398,32 +268,42 @@ export function planSoftmax(a: SoftmaxArgs, limits: DeviceLimits, device?: Devic
       threadgroupMemory: [roundUp16(Math.ceil(threads / limits.simdWidth) * 4)],
     };
     const mask = a.mask ?? a.input;
-    return softmaxPlan([
-      { kernel: `softmax_blocks_${a.input.dtype}`, buffers: [a.input, mask, a.scratch], bytes: [, , , params], ...launch },
-      { kernel: `softmax_finish_${a.input.dtype}`, buffers: [a.input, mask, a.scratch, a.output], bytes: [, , , , params], ...launch },
-    ]);
+    return {
+      family: SOFTMAX_FAMILY,
+      sources: SOFTMAX_SOURCES,
+      kernels: SOFTMAX_KERNELS,
+      dispatches: [
+        { kernel: `softmax_blocks_${a.input.dtype}`, buffers: [a.input, mask, a.scratch], bytes: [, , , params], ...launch },
+        { kernel: `softmax_finish_${a.input.dtype}`, buffers: [a.input, mask, a.scratch, a.output], bytes: [, , , , params], ...launch },
+      ],
+    };
   }
   const { threads, sharedBytes } = softmaxThreadgroup(a.cols, limits);
-  const cuda = softmaxRowLaunch(a.rows, a.cols, dtypeSize(a.input.dtype), limits);
+  const cuda = rowLaunch(a.rows, a.cols, 16 / dtypeSize(a.input.dtype), limits);
   const launch = {
     grid: [a.rows, 1, 1] as [number, number, number],
     threads: [threads, 1, 1] as [number, number, number],
     threadgroupMemory: [sharedBytes],
     ...(cuda === null ? {} : { cuda }),
   };
-  return softmaxPlan([ext
-    ? {
-      kernel: `scale_mask_softmax_${a.input.dtype}`,
-      buffers: [a.input, a.output, a.mask ?? a.input],
-      bytes: [, , , packScaleMaskSoftmaxParams({ cols: a.cols, seqQ, scale, softcap })],
-      ...launch,
-    }
-    : {
-      kernel: `softmax_${a.input.dtype}`,
-      buffers: [a.input, a.output],
-      bytes: [, , packSoftmaxParams(a)],
-      ...launch,
-    }]);
+  return {
+    family: SOFTMAX_FAMILY,
+    sources: SOFTMAX_SOURCES,
+    kernels: SOFTMAX_KERNELS,
+    dispatches: [ext
+      ? {
+        kernel: `scale_mask_softmax_${a.input.dtype}`,
+        buffers: [a.input, a.output, a.mask ?? a.input],
+        bytes: [, , , packScaleMaskSoftmaxParams({ cols: a.cols, seqQ, scale, softcap })],
+        ...launch,
+      }
+      : {
+        kernel: `softmax_${a.input.dtype}`,
+        buffers: [a.input, a.output],
+        bytes: [, , packSoftmaxParams(a)],
+        ...launch,
+      }],
+  };
 }
 
 /**
@@ -446,12 +326,17 @@ export function planSoftcap(a: SoftcapArgs, limits: DeviceLimits, device?: Devic
   const n = a.input.elementCount;
   const threads = Math.min(SOFTCAP_THREADS, n, limits.maxThreadsPerThreadgroup);
   const vec = 16 / (a.input.dtype === 'f32' ? 4 : 2);
-  return softmaxPlan([{
-    kernel: `softcap_${a.input.dtype}`,
-    buffers: [a.input, a.output],
-    bytes: [, , packSoftcapParams({ cap: a.cap, n })],
-    grid: [Math.ceil(n / threads), 1, 1],
-    threads: [threads, 1, 1],
-    cuda: { grid: [Math.ceil(n / (SOFTCAP_THREADS * vec)), 1, 1], threads: [SOFTCAP_THREADS, 1, 1] },
-  }]);
+  return {
+    family: SOFTMAX_FAMILY,
+    sources: SOFTMAX_SOURCES,
+    kernels: SOFTMAX_KERNELS,
+    dispatches: [{
+      kernel: `softcap_${a.input.dtype}`,
+      buffers: [a.input, a.output],
+      bytes: [, , packSoftcapParams({ cap: a.cap, n })],
+      grid: [Math.ceil(n / threads), 1, 1],
+      threads: [threads, 1, 1],
+      cuda: { grid: [Math.ceil(n / (SOFTCAP_THREADS * vec)), 1, 1], threads: [SOFTCAP_THREADS, 1, 1] },
+    }],
+  };
 }

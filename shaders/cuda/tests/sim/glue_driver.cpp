@@ -150,44 +150,6 @@ void run_scale_mask(const char* name, K kernel, SoftmaxCase c, SimDim grid, SimD
   check(label(name, c) + dims(grid, block), d.out(c), d.want, tol_of<T>());
 }
 
-// softmax_grid_<t> at a grid of `blocks` blocks of `threads`: rows_per_round
-// rows a round, each in `slices` slices of `slice` (the op's softmaxGrid
-// gives these from the device's SMs). Blocks run one at a time here, so
-// every block but a round's last stops waiting and takes its row's
-// statistics itself, and the last merges the pairs the others published.
-// twice: launched again over the same scratch (its barrier words as the
-// first launch left them); dirty: those words NaN to begin with; shared:
-// the vectors of a slice kept in shared memory past the threads' registers.
-struct GridShape {
-  u32 blocks, threads, rows_per_round, slices, slice;
-  bool twice = false, dirty = false;
-  u32 shared = 0;
-};
-template <class T, class K>
-void run_grid(const char* name, K kernel, SoftmaxCase c, GridShape g) {
-  SoftmaxData<T> d(c);
-  const u32 barrier = (c.rows * cdiv(c.cols, 1024) * 2 + 3) / 4 * 4;
-  Arr<float> scratch(barrier + 16);
-  scratch.poison();
-  for (u32 i = 0; i < 16; ++i) scratch.p[barrier + i] = g.dirty ? NAN : 0.0f;
-  SoftmaxGridParams p{c.cols, c.seq_q, c.scale, c.cap, c.rows, g.rows_per_round, g.slices, g.slice, barrier, g.shared};
-  const SimDim grid{g.blocks, 1, 1}, block{g.threads, 1, 1};
-  for (int i = 0; i < (g.twice ? 2 : 1); ++i) {
-    sim_launch(grid, block, 144 + 16 * size_t(g.shared), [&] { kernel(d.x.p, d.mask.p, scratch.p, d.y.p, &p); });
-  }
-  std::string what = label(name, c) + " one dispatch," + dims(grid, block) + (g.twice ? " twice" : "") + (g.dirty ? " dirty words" : "") +
-                     (g.shared > 0 ? " " + std::to_string(g.shared) + " vectors in shared" : "");
-  check(what, d.y.p, d.want, tol_of<T>());
-  if (!g.dirty) {
-    for (u32 i = 0; i < 16; ++i) {
-      if (reinterpret_cast<const u32*>(scratch.p)[barrier + i] & 0x7fffffffu) {
-        std::printf("FAIL %s: barrier word %u left at %08x\n", what.c_str(), i, reinterpret_cast<const u32*>(scratch.p)[barrier + i]);
-        ++failures;
-      }
-    }
-  }
-}
-
 // softmax_blocks_<t> then softmax_finish_<t>: slices of c.slice, 256 threads (the op's plan).
 template <class T, class KB, class KF>
 void run_two_pass(const char* name, KB blocks, KF finish, SoftmaxCase c) {
@@ -276,21 +238,6 @@ int main() {
     c.slice = 16384;
     run_two_pass<float>("softmax_blocks/finish_f32 (slices of 16384)", softmax_blocks_f32, softmax_finish_f32, c);
   }
-
-  // The one-dispatch form: slices held (f32, f16), rounds of rows, a mask
-  // (held at 2 vectors a thread), scalar slices, a slice past what the block
-  // holds (streamed), blocks idle in a round, launched twice, dirty words.
-  run_grid<float>("softmax_grid_f32", softmax_grid_f32, {1, 20000}, {5, 256, 1, 5, 4000});
-  run_grid<float>("softmax_grid_f32", softmax_grid_f32, {6, 40000}, {4, 1024, 1, 4, 10000, true});
-  run_grid<__half>("softmax_grid_f16", softmax_grid_f16, {3, 6144}, {7, 128, 3, 2, 3072});
-  run_grid<float>("softmax_grid_f32", softmax_grid_f32, {4, 6000, 0.125f, 30, 2, 1}, {9, 256, 2, 3, 2000, true});
-  run_grid<__nv_bfloat16>("softmax_grid_bf16 (scalar)", softmax_grid_bf16, {3, 4099, 0.5f, 0, 3, 1}, {4, 128, 3, 1, 4099});
-  run_grid<float>("softmax_grid_f32", softmax_grid_f32, {3, 4100, 1, 0, 3, 2}, {6, 64, 3, 2, 2052});
-  run_grid<float>("softmax_grid_f32 (streamed)", softmax_grid_f32, {2, 9000}, {2, 64, 1, 2, 4500});
-  run_grid<float>("softmax_grid_f32", softmax_grid_f32, {2, 5000}, {3, 256, 1, 3, 1668, true, true});
-  // Slices past the registers, their rest in shared memory (cp.async): a scale and cap, a short last slice, rounds, twice.
-  run_grid<float>("softmax_grid_f32", softmax_grid_f32, {3, 20000, 0.5f, 20}, {3, 128, 1, 3, 6668, true, false, 1155});
-  run_grid<__nv_bfloat16>("softmax_grid_bf16", softmax_grid_bf16, {2, 9000}, {2, 64, 2, 1, 9000, false, false, 869});
 
   // gelu_<t>: the vector launch (blocks (T / 2, 2)) and the element launch of the rest.
   run_gelu<__nv_bfloat16>("gelu_bf16", gelu_bf16, 768, {3, 1, 1}, {16, 2, 1});

@@ -131,11 +131,6 @@ inline int __ffs(int v) { return __builtin_ffs(v); }
 inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz(unsigned(v)); }
 inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }
 // Atomics: the threads of a block run at once, so these are real ones.
-// A fence orders this thread's memory operations (blocks run one at a time,
-// so a grid-wide wait sees only the blocks before it).
-inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-// A load past L1 (ld.global.cg): here, a plain one.
-template <class T> inline T __ldcg(const T* p) { return *p; }
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline unsigned atomicMin(unsigned* p, unsigned v) {
