@@ -927,3 +927,143 @@ __device__ __forceinline__ bool moe_block_rows(const u32* offsets, const u32* or
     }
     return true;
 }
+
+// ---- mma.sync tiles (dense, quantized_matmul, quantized_matmul_ggml, dense_matmul_id, quantized_matmul_id) ----
+//
+// A block's BM x BN output tile, computed by warps each owning WTM x WTN of
+// it (MI x NJ mma tiles of 16 x 8, float accumulators). A stage holds BM rows
+// of x then BN rows of the weight, 32 elements of k each, rows LDS elements
+// apart (T a 16-bit type). The families differ only in how a stage is filled:
+// issue(stage, kt) starts tile kt's loads, park(stage) stores what issue held
+// in registers (nothing where every copy is a cp.async).
+
+template <u32 MI, u32 NJ>
+__device__ __forceinline__ void mma_zero(float (&acc)[MI][NJ][4]) {
+#pragma unroll
+    for (u32 i = 0; i < MI; ++i)
+#pragma unroll
+        for (u32 j = 0; j < NJ; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+}
+
+// One stage's mmas: the warp's x rows from xs (from row wm0), its weight rows
+// (output columns, from wn0) from ws, k 0 .. 31.
+template <typename T, u32 LDS, u32 MI, u32 NJ>
+__device__ __forceinline__ void mma_k32(float (&acc)[MI][NJ][4], const T* xs, const T* ws, u32 wm0, u32 wn0, u32 lane) {
+#pragma unroll
+    for (u32 kk = 0; kk < 32u; kk += 16u) {
+        u32 a[MI][4];
+#pragma unroll
+        for (u32 i = 0; i < MI; ++i) frag_a(a[i], xs, LDS, wm0 + 16 * i, kk, lane);
+        u32 bq[NJ][2];
+#pragma unroll
+        for (u32 j = 0; j < NJ; j += 2) {
+            u32 t4[4];
+            frag_b_nk(t4, ws, LDS, wn0 + 8 * j, kk, lane);
+            bq[j][0] = t4[0];
+            bq[j][1] = t4[1];
+            bq[j + 1][0] = t4[2];
+            bq[j + 1][1] = t4[3];
+        }
+#pragma unroll
+        for (u32 i = 0; i < MI; ++i)
+#pragma unroll
+            for (u32 j = 0; j < NJ; ++j) mma16<T>(acc[i][j], a[i], bq[j][0], bq[j][1]);
+    }
+}
+
+// The k loop over KT tiles of 32, STAGES stages at smem (each (BM + BN) x
+// LDS). CP_ASYNC: issue's copies are cp.async, a commit group a tile; else
+// issue only loads registers that park stores.
+template <typename T, u32 STAGES, u32 BM, u32 BN, u32 LDS, bool CP_ASYNC, u32 MI, u32 NJ, typename Issue, typename Park>
+__device__ __forceinline__ void mma_pipeline(float (&acc)[MI][NJ][4], T* smem, u32 KT, u32 wm0, u32 wn0, u32 lane, Issue&& issue,
+                                             Park&& park) {
+    for (u32 s = 0; s < STAGES - 1; ++s) {
+        if (s < KT) {
+            issue(s, s);
+            park(s);
+        }
+        if constexpr (CP_ASYNC) cp_async_commit();
+    }
+    for (u32 kt = 0; kt < KT; ++kt) {
+        // Tile kt has landed (at most STAGES - 2 later groups pending) or is
+        // parked, and every warp is done with the stage the next issue or park overwrites.
+        if constexpr (CP_ASYNC) cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const u32 next = kt + STAGES - 1;
+        if (next < KT) issue(next % STAGES, next);
+        if constexpr (CP_ASYNC) cp_async_commit();
+        const T* xs = smem + (kt % STAGES) * (BM + BN) * LDS;
+        mma_k32<T, LDS>(acc, xs, xs + BM * LDS, wm0, wn0, lane);
+        // What issue held in registers for stage `next` is stored after the
+        // mmas, so its loads had the step to arrive; nobody reads that stage
+        // before the next barrier.
+        if (next < KT) park(next % STAGES);
+    }
+    if constexpr (CP_ASYNC) cp_async_wait<0>();
+}
+
+// Writes the warp's accumulators: tile row r (wm0 + ..) goes to y's row
+// `row` where row_of(r, row) is true (rows y_row elements apart), tile column
+// c to column n0 + c, N columns. GATE_UP: columns come as 8 gate then 8 up
+// (the per-expert fused products), one output per pair, n0 + c / 2.
+template <typename TY, bool GATE_UP, u32 MI, u32 NJ, typename RowOf>
+__device__ __forceinline__ void mma_store(const float (&acc)[MI][NJ][4], TY* y, u64 y_row, u32 N, u32 n0, u32 wm0, u32 wn0, u32 lane,
+                                          RowOf&& row_of, u32 activation = 0u) {
+    const u32 g = lane >> 2, t = lane & 3u;
+    const bool pair = y_row % 2 == 0 && (reinterpret_cast<u64>(y) % (2 * sizeof(TY))) == 0;
+#pragma unroll
+    for (u32 i = 0; i < MI; ++i)
+#pragma unroll
+        for (u32 h = 0; h < 2; ++h) {
+            u32 row;
+            if (!row_of(wm0 + 16 * i + g + 8 * h, row)) continue;
+            TY* yr = y + u64(row) * y_row;
+#pragma unroll
+            for (u32 j = 0; j < NJ; j += (GATE_UP ? 2u : 1u)) {
+                float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                u32 col = n0 + wn0 + 8 * j + 2 * t;
+                if constexpr (GATE_UP) {
+                    col = n0 + (wn0 + 8 * j) / 2u + 2 * t;
+                    v0 = gate_activation(v0, activation) * acc[i][j + 1][2 * h];
+                    v1 = gate_activation(v1, activation) * acc[i][j + 1][2 * h + 1];
+                }
+                if (pair && col + 1 < N) {
+                    store2(yr + col, v0, v1);
+                } else {
+                    if (col < N) yr[col] = from_f<TY>(v0);
+                    if (col + 1 < N) yr[col + 1] = from_f<TY>(v1);
+                }
+            }
+        }
+}
+
+// Stores the 16-byte chunks a thread held in registers (issue's loads of x
+// or a weight) into a stage's rows: chunk c of thread tid is elements
+// 8 (i % 4) .. + 7 of row i / 4, i = tid + c NT.
+template <u32 NT, u32 LDS, typename T, u32 C>
+__device__ __forceinline__ void park_chunks(T* rows, const uint4 (&r)[C], u32 tid) {
+#pragma unroll
+    for (u32 c = 0; c < C; ++c) {
+        const u32 i = tid + c * NT;
+        *reinterpret_cast<uint4*>(rows + (i >> 2) * LDS + 8 * (i & 3u)) = r[c];
+    }
+}
+
+// A thread's weight row of a stage (32 elements at ws, T): its packed chunk
+// wq dequantized (w = sc q + bi) in natural order, zeros where !live.
+template <typename T, int BITS>
+__device__ __forceinline__ void park_dequantized(T* ws, const u32 (&wq)[BITS], float sc, float bi, bool live) {
+    u32 nat[16];
+    if (live) {
+        u32 pr[16];
+        dequantize<T, BITS>(wq, sc, bi, pr);
+        from_pairs<BITS>(pr, nat);
+    } else {
+#pragma unroll
+        for (int q = 0; q < 16; ++q) nat[q] = 0u;
+    }
+    uint4* dst = reinterpret_cast<uint4*>(ws);
+#pragma unroll
+    for (int v = 0; v < 4; ++v) dst[v] = make_uint4(nat[4 * v], nat[4 * v + 1], nat[4 * v + 2], nat[4 * v + 3]);
+}
+// ---- end of mma.sync tiles ----

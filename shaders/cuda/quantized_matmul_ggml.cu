@@ -516,8 +516,8 @@ __device__ __forceinline__ void gmm_tile(const unsigned char* w, const float* x,
 
     GgmlRaw raw;
     uint4 xr[XC];
-    // Loads stage kt into registers: x (rounded to bf16) and the weight chunk's bytes.
-    auto issue = [&](u32 kt) {
+    // Loads k tile kt into registers (whatever its stage): x (rounded to bf16) and the weight chunk's bytes.
+    auto issue = [&](u32, u32 kt) {
         const u32 k0 = kt * 32u;
 #pragma unroll
         for (u32 c = 0; c < XC; ++c) {
@@ -544,11 +544,7 @@ __device__ __forceinline__ void gmm_tile(const unsigned char* w, const float* x,
     auto park = [&](u32 stage) {
         bf16* xs = smem + stage * (BM + BN) * GLDS;
         bf16* ws = xs + BM * GLDS;
-#pragma unroll
-        for (u32 c = 0; c < XC; ++c) {
-            const u32 i = tid + c * NT;
-            *reinterpret_cast<uint4*>(xs + (i >> 2) * GLDS + 8u * (i & 3u)) = xr[c];
-        }
+        park_chunks<NT, GLDS>(xs, xr, tid);
         uint4* dst = reinterpret_cast<uint4*>(ws + tid * GLDS);
 #pragma unroll
         for (u32 h = 0; h < 2; ++h) {
@@ -565,71 +561,13 @@ __device__ __forceinline__ void gmm_tile(const unsigned char* w, const float* x,
     };
 
     float acc[MI][NJ][4];
-#pragma unroll
-    for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-        for (u32 j = 0; j < NJ; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    mma_zero(acc);
     const u32 wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
-
-    for (u32 s = 0; s < GSTAGES - 1; ++s) {
-        if (s < KT) {
-            issue(s);
-            park(s);
-        }
-    }
-    for (u32 kt = 0; kt < KT; ++kt) {
-        // Stage kt is parked, and every warp is done with the stage the next park overwrites.
-        __syncthreads();
-        const u32 next = kt + GSTAGES - 1;
-        if (next < KT) issue(next);
-        const bf16* xs = smem + (kt % GSTAGES) * (BM + BN) * GLDS;
-        const bf16* ws = xs + BM * GLDS;
-#pragma unroll
-        for (u32 kk = 0; kk < 32u; kk += 16u) {
-            u32 a[MI][4];
-#pragma unroll
-            for (u32 i = 0; i < MI; ++i) frag_a(a[i], xs, GLDS, wm0 + 16 * i, kk, lane);
-            u32 bq[NJ][2];
-#pragma unroll
-            for (u32 j = 0; j < NJ; j += 2) {
-                u32 t4[4];
-                frag_b_nk(t4, ws, GLDS, wn0 + 8 * j, kk, lane);
-                bq[j][0] = t4[0];
-                bq[j][1] = t4[1];
-                bq[j + 1][0] = t4[2];
-                bq[j + 1][1] = t4[3];
-            }
-#pragma unroll
-            for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-                for (u32 j = 0; j < NJ; ++j) mma16<bf16>(acc[i][j], a[i], bq[j][0], bq[j][1]);
-        }
-        // The loads of stage `next` had the step's mmas to arrive; nobody
-        // reads that stage before the next barrier.
-        if (next < KT) park(next % GSTAGES);
-    }
-
-    const u32 g = lane >> 2, t = lane & 3u;
-    const bool pair = y_row % 2u == 0 && (reinterpret_cast<u64>(y) % 8u) == 0;
-#pragma unroll
-    for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-        for (u32 h = 0; h < 2; ++h) {
-            const u32 row = m0 + wm0 + 16 * i + g + 8 * h;
-            if (row >= M) continue;
-            float* yr = y + u64(row) * y_row;
-#pragma unroll
-            for (u32 j = 0; j < NJ; ++j) {
-                const u32 col = n0 + wn0 + 8 * j + 2 * t;
-                const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                if (pair && col + 1 < N) {
-                    store2(yr + col, v0, v1);
-                } else {
-                    if (col < N) yr[col] = v0;
-                    if (col + 1 < N) yr[col + 1] = v1;
-                }
-            }
-        }
+    mma_pipeline<bf16, GSTAGES, BM, BN, GLDS, false>(acc, smem, KT, wm0, wn0, lane, issue, park);
+    mma_store<float, false>(acc, y, y_row, N, n0, wm0, wn0, lane, [&](u32 r, u32& row) {
+        row = m0 + r;
+        return row < M;
+    });
 }
 
 // The tile shape by block size (the op's denseMmCudaTile): 256 threads 128 x 256, 128 threads 64 x 128.
