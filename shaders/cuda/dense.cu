@@ -714,18 +714,14 @@ extern "C" __global__ void __launch_bounds__(256) hf2q_dense_gemv_bf16_f32_4(con
 // ---- mlx-native's hf2q_dense_mm_{bf16,f16,f32}_f32_tensor ----
 
 // buffer(0) DenseMmTensorParams, (1) src0 weight, (2) src1 f32, (3) dst f32.
-extern "C" __global__ void __launch_bounds__(256) hf2q_dense_mm_bf16_f32_tensor(const DenseMmTensorParams* a, const char* src0,
-                                                                              const char* src1, char* dst) {
-    hf2q_mm<bf16>(a, src0, src1, dst);
-}
-extern "C" __global__ void __launch_bounds__(256) hf2q_dense_mm_f16_f32_tensor(const DenseMmTensorParams* a, const char* src0,
-                                                                             const char* src1, char* dst) {
-    hf2q_mm<__half>(a, src0, src1, dst);
-}
-extern "C" __global__ void __launch_bounds__(256) hf2q_dense_mm_f32_f32_tensor(const DenseMmTensorParams* a, const char* src0,
-                                                                             const char* src1, char* dst) {
-    hf2q_mm<float>(a, src0, src1, dst);
-}
+#define HF2Q_MM_ENTRY(TAG, T)                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(256)                                                                          \
+        hf2q_dense_mm_##TAG##_f32_tensor(const DenseMmTensorParams* a, const char* src0, const char* src1, char* dst) {        \
+        hf2q_mm<T>(a, src0, src1, dst);                                                                                        \
+    }
+HF2Q_MM_ENTRY(bf16, bf16)
+HF2Q_MM_ENTRY(f16, __half)
+HF2Q_MM_ENTRY(f32, float)
 
 // ---- dense_mm_<t> and dense_mv_<t> (added) ----
 
@@ -737,22 +733,14 @@ __device__ __forceinline__ void dense_mm(const T* x, const T* w, T* y, const Den
     else mm_tensor<T, T, T>(p->m, p->n, p->k, at);
 }
 
-extern "C" __global__ void __launch_bounds__(256) dense_mm_f32(const float* x, const float* w, float* y, const DenseParams* p) {
-    dense_mm<float>(x, w, y, p);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_mm_f16(const __half* x, const __half* w, __half* y, const DenseParams* p) {
-    dense_mm<__half>(x, w, y, p);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_mm_bf16(const bf16* x, const bf16* w, bf16* y, const DenseParams* p) {
-    dense_mm<bf16>(x, w, y, p);
-}
-
-extern "C" __global__ void __launch_bounds__(256) dense_mv_f32(const float* x, const float* w, float* y, const DenseParams* p) {
-    dense_mv<float>(x, w, y, p);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_mv_f16(const __half* x, const __half* w, __half* y, const DenseParams* p) {
-    dense_mv<__half>(x, w, y, p);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_mv_bf16(const bf16* x, const bf16* w, bf16* y, const DenseParams* p) {
-    dense_mv<bf16>(x, w, y, p);
-}
+// The entries of one type T (name TAG).
+#define DENSE_ENTRIES(T, TAG)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(256) dense_mm_##TAG(const T* x, const T* w, T* y, const DenseParams* p) { \
+        dense_mm<T>(x, w, y, p);                                                                                  \
+    }                                                                                                             \
+    extern "C" __global__ void __launch_bounds__(256) dense_mv_##TAG(const T* x, const T* w, T* y, const DenseParams* p) { \
+        dense_mv<T>(x, w, y, p);                                                                                  \
+    }
+DENSE_ENTRIES(float, f32)
+DENSE_ENTRIES(__half, f16)
+DENSE_ENTRIES(bf16, bf16)

@@ -204,52 +204,34 @@ __device__ __forceinline__ void did_matrix_entry(const T* x, const T* gw, const 
 
 }  // namespace
 
-// buffer(0) x [M, K], (1) weight, (2) ids [M, U], (3) y [M, U, N], (4)
-// DenseMatmulIdParams; gate_up: (1) the gate weight, (5) the up weight.
-extern "C" __global__ void __launch_bounds__(256) dense_mv_id_f32(const float* x, const float* weight, const u32* ids, float* y,
-                                                                  const DenseMatmulIdParams* params) {
-    did_mv<float, false>(x, weight, weight, ids, y, params);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_gate_up_mv_id_f32(const float* x, const float* gate_weight, const u32* ids, float* y,
-                                                                          const DenseMatmulIdParams* params, const float* up_weight) {
-    did_mv<float, true>(x, gate_weight, up_weight, ids, y, params);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_mv_id_f16(const __half* x, const __half* weight, const u32* ids, __half* y,
-                                                                  const DenseMatmulIdParams* params) {
-    did_mv<__half, false>(x, weight, weight, ids, y, params);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_gate_up_mv_id_f16(const __half* x, const __half* gate_weight, const u32* ids,
-                                                                          __half* y, const DenseMatmulIdParams* params,
-                                                                          const __half* up_weight) {
-    did_mv<__half, true>(x, gate_weight, up_weight, ids, y, params);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_mv_id_bf16(const bf16* x, const bf16* weight, const u32* ids, bf16* y,
-                                                                   const DenseMatmulIdParams* params) {
-    did_mv<bf16, false>(x, weight, weight, ids, y, params);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_gate_up_mv_id_bf16(const bf16* x, const bf16* gate_weight, const u32* ids, bf16* y,
-                                                                           const DenseMatmulIdParams* params, const bf16* up_weight) {
-    did_mv<bf16, true>(x, gate_weight, up_weight, ids, y, params);
-}
+// The vector form (T f32, f16 or bf16, name TAG): buffer(0) x [M, K], (1)
+// weight, (2) ids [M, U], (3) y [M, U, N], (4) DenseMatmulIdParams;
+// gate_up: (1) the gate weight, (5) the up weight.
+#define DID_MV_ENTRIES(T, TAG)                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(256)                                                                                 \
+        dense_mv_id_##TAG(const T* x, const T* weight, const u32* ids, T* y, const DenseMatmulIdParams* params) {                     \
+        did_mv<T, false>(x, weight, weight, ids, y, params);                                                                          \
+    }                                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(256) dense_gate_up_mv_id_##TAG(const T* x, const T* gate_weight, const u32* ids, T* y, \
+                                                                               const DenseMatmulIdParams* params, const T* up_weight) { \
+        did_mv<T, true>(x, gate_weight, up_weight, ids, y, params);                                                                   \
+    }
+DID_MV_ENTRIES(float, f32)
+DID_MV_ENTRIES(__half, f16)
+DID_MV_ENTRIES(bf16, bf16)
 
-// buffer(0) x [M, K], (1) weight, (2) offsets [E + 2], (3) y [M, U, N], (4)
-// DenseMatmulIdParams, (5) order [M U]; gate_up: (1) the gate weight, (6)
-// the up weight.
-extern "C" __global__ void __launch_bounds__(128) dense_mm_id_f16(const __half* x, const __half* weight, const u32* offsets, __half* y,
-                                                                  const DenseMatmulIdParams* params, const u32* order) {
-    did_matrix_entry<__half, false>(x, weight, weight, offsets, order, y, params);
-}
-extern "C" __global__ void __launch_bounds__(128) dense_gate_up_mm_id_f16(const __half* x, const __half* gate_weight, const u32* offsets,
-                                                                          __half* y, const DenseMatmulIdParams* params, const u32* order,
-                                                                          const __half* up_weight) {
-    did_matrix_entry<__half, true>(x, gate_weight, up_weight, offsets, order, y, params);
-}
-extern "C" __global__ void __launch_bounds__(128) dense_mm_id_bf16(const bf16* x, const bf16* weight, const u32* offsets, bf16* y,
-                                                                   const DenseMatmulIdParams* params, const u32* order) {
-    did_matrix_entry<bf16, false>(x, weight, weight, offsets, order, y, params);
-}
-extern "C" __global__ void __launch_bounds__(128) dense_gate_up_mm_id_bf16(const bf16* x, const bf16* gate_weight, const u32* offsets,
-                                                                           bf16* y, const DenseMatmulIdParams* params, const u32* order,
-                                                                           const bf16* up_weight) {
-    did_matrix_entry<bf16, true>(x, gate_weight, up_weight, offsets, order, y, params);
-}
+// The matrix form (T f16 or bf16, name TAG): buffer(0) x [M, K], (1)
+// weight, (2) offsets [E + 2], (3) y [M, U, N], (4) DenseMatmulIdParams, (5)
+// order [M U]; gate_up: (1) the gate weight, (6) the up weight.
+#define DID_MM_ENTRIES(T, TAG)                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(128)                                                                                 \
+        dense_mm_id_##TAG(const T* x, const T* weight, const u32* offsets, T* y, const DenseMatmulIdParams* params, const u32* order) { \
+        did_matrix_entry<T, false>(x, weight, weight, offsets, order, y, params);                                                     \
+    }                                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(128) dense_gate_up_mm_id_##TAG(const T* x, const T* gate_weight, const u32* offsets,   \
+                                                                               T* y, const DenseMatmulIdParams* params,               \
+                                                                               const u32* order, const T* up_weight) {                \
+        did_matrix_entry<T, true>(x, gate_weight, up_weight, offsets, order, y, params);                                             \
+    }
+DID_MM_ENTRIES(__half, f16)
+DID_MM_ENTRIES(bf16, bf16)

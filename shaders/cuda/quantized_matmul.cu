@@ -438,27 +438,18 @@ __device__ __forceinline__ void affine_entry(const T* x, const unsigned int* wei
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_f32(const float* x, const unsigned int* weight, const float* scales,
-                                                                   const float* biases, float* y, const QuantizedMatmulParams* params) {
-    affine_entry(x, weight, scales, biases, y, params, false);
-}
-extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_f16(const __half* x, const unsigned int* weight, const __half* scales,
-                                                                   const __half* biases, __half* y, const QuantizedMatmulParams* params) {
-    affine_entry(x, weight, scales, biases, y, params, false);
-}
-extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_bf16(const bf16* x, const unsigned int* weight, const bf16* scales,
-                                                                    const bf16* biases, bf16* y, const QuantizedMatmulParams* params) {
-    affine_entry(x, weight, scales, biases, y, params, false);
-}
-extern "C" __global__ void __launch_bounds__(256, 2) quantized_mm_f32(const float* x, const unsigned int* weight, const float* scales,
-                                                                   const float* biases, float* y, const QuantizedMatmulParams* params) {
-    affine_entry(x, weight, scales, biases, y, params, true);
-}
-extern "C" __global__ void __launch_bounds__(256) quantized_mm_f16(const __half* x, const unsigned int* weight, const __half* scales,
-                                                                   const __half* biases, __half* y, const QuantizedMatmulParams* params) {
-    affine_entry(x, weight, scales, biases, y, params, true);
-}
-extern "C" __global__ void __launch_bounds__(256) quantized_mm_bf16(const bf16* x, const unsigned int* weight, const bf16* scales,
-                                                                    const bf16* biases, bf16* y, const QuantizedMatmulParams* params) {
-    affine_entry(x, weight, scales, biases, y, params, true);
-}
+// The entries of one type T (name TAG); MM_BOUNDS: quantized_mm's launch bounds.
+#define AFFINE_ENTRIES(T, TAG, MM_BOUNDS)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_##TAG(const T* x, const unsigned int* weight, const T* scales, \
+                                                                          const T* biases, T* y,                               \
+                                                                          const QuantizedMatmulParams* params) {               \
+        affine_entry(x, weight, scales, biases, y, params, false);                                                            \
+    }                                                                                                                         \
+    extern "C" __global__ void __launch_bounds__ MM_BOUNDS quantized_mm_##TAG(const T* x, const unsigned int* weight, const T* scales, \
+                                                                            const T* biases, T* y,                             \
+                                                                            const QuantizedMatmulParams* params) {             \
+        affine_entry(x, weight, scales, biases, y, params, true);                                                             \
+    }
+AFFINE_ENTRIES(float, f32, (256, 2))
+AFFINE_ENTRIES(__half, f16, (256))
+AFFINE_ENTRIES(bf16, bf16, (256))

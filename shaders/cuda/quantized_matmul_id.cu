@@ -396,70 +396,38 @@ extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_id(const f
     qid_vector_entry<float, bf16, bf16, float, false, true>(input, weight, scales, biases, weight, scales, biases, ids, output, params, 0u);
 }
 
-// ---- the vector form (added) ----
+// ---- the vector and matrix forms (added) ----
 
-// buffer(0) x [M, K], (1) weight, (2) scales, (3) biases, (4) ids, (5) y
-// [M, U, N], (6) QuantizedMatmulIdParams; gate_up: (1)-(3) the gate's, (6)
-// QuantizedGateUpIdParams, (7)-(9) the up projection's.
-extern "C" __global__ void __launch_bounds__(256, 3) quantized_mv_id_f16(const __half* x, const unsigned int* weight, const __half* scales,
-                                                                      const __half* biases, const u32* ids, __half* y,
-                                                                      const QuantizedMatmulIdParams* params) {
-    qid_vector_entry<__half, __half, __half, __half, false, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0u);
-}
-extern "C" __global__ void __launch_bounds__(256, 3) quantized_mv_id_bf16(const bf16* x, const unsigned int* weight, const bf16* scales,
-                                                                       const bf16* biases, const u32* ids, bf16* y,
-                                                                       const QuantizedMatmulIdParams* params) {
-    qid_vector_entry<bf16, bf16, bf16, bf16, false, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0u);
-}
-extern "C" __global__ void __launch_bounds__(256, 3) quantized_gate_up_mv_id_f16(const __half* x, const unsigned int* gate_weight,
-                                                                              const __half* gate_scales, const __half* gate_biases,
-                                                                              const u32* ids, __half* y,
-                                                                              const QuantizedGateUpIdParams* params,
-                                                                              const unsigned int* up_weight, const __half* up_scales,
-                                                                              const __half* up_biases) {
-    qid_vector_entry<__half, __half, __half, __half, true, false>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases,
-                                                                  ids, y, params, params->activation);
-}
-extern "C" __global__ void __launch_bounds__(256, 3) quantized_gate_up_mv_id_bf16(const bf16* x, const unsigned int* gate_weight,
-                                                                               const bf16* gate_scales, const bf16* gate_biases,
-                                                                               const u32* ids, bf16* y,
-                                                                               const QuantizedGateUpIdParams* params,
-                                                                               const unsigned int* up_weight, const bf16* up_scales,
-                                                                               const bf16* up_biases) {
-    qid_vector_entry<bf16, bf16, bf16, bf16, true, false>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y,
-                                                          params, params->activation);
-}
-
-// ---- the matrix form (added) ----
-
-// buffer(0) x [M, K], (1) weight, (2) scales, (3) biases, (4) offsets
-// [E + 2], (5) y [M, U, N], (6) QuantizedMatmulIdParams, (7) order [M U];
-// gate_up: (6) QuantizedGateUpIdParams, (8)-(10) the up projection's.
-extern "C" __global__ void __launch_bounds__(128) quantized_mm_id_f16(const __half* x, const unsigned int* weight, const __half* scales,
-                                                                   const __half* biases, const u32* offsets, __half* y,
-                                                                   const QuantizedMatmulIdParams* params, const u32* order) {
-    qid_matrix_entry<__half, false>(x, weight, scales, biases, weight, scales, biases, offsets, order, y, params, 0u);
-}
-extern "C" __global__ void __launch_bounds__(128) quantized_mm_id_bf16(const bf16* x, const unsigned int* weight, const bf16* scales,
-                                                                    const bf16* biases, const u32* offsets, bf16* y,
-                                                                    const QuantizedMatmulIdParams* params, const u32* order) {
-    qid_matrix_entry<bf16, false>(x, weight, scales, biases, weight, scales, biases, offsets, order, y, params, 0u);
-}
-extern "C" __global__ void __launch_bounds__(128) quantized_gate_up_mm_id_f16(const __half* x, const unsigned int* gate_weight,
-                                                                           const __half* gate_scales, const __half* gate_biases,
-                                                                           const u32* offsets, __half* y,
-                                                                           const QuantizedGateUpIdParams* params, const u32* order,
-                                                                           const unsigned int* up_weight, const __half* up_scales,
-                                                                           const __half* up_biases) {
-    qid_matrix_entry<__half, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, offsets, order, y, params,
-                                   params->activation);
-}
-extern "C" __global__ void __launch_bounds__(128) quantized_gate_up_mm_id_bf16(const bf16* x, const unsigned int* gate_weight,
-                                                                            const bf16* gate_scales, const bf16* gate_biases,
-                                                                            const u32* offsets, bf16* y,
-                                                                            const QuantizedGateUpIdParams* params, const u32* order,
-                                                                            const unsigned int* up_weight, const bf16* up_scales,
-                                                                            const bf16* up_biases) {
-    qid_matrix_entry<bf16, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, offsets, order, y, params,
-                                 params->activation);
-}
+// The vector form, buffer(0) x [M, K], (1) weight, (2) scales, (3) biases,
+// (4) ids, (5) y [M, U, N], (6) QuantizedMatmulIdParams; gate_up: (1)-(3)
+// the gate's, (6) QuantizedGateUpIdParams, (7)-(9) the up projection's. The
+// matrix form, (4) offsets [E + 2], (5) y [M, U, N], (6)
+// QuantizedMatmulIdParams, (7) order [M U]; gate_up: (6)
+// QuantizedGateUpIdParams, (8)-(10) the up projection's. One type T (name
+// TAG) throughout.
+#define QID_ENTRIES(T, TAG)                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(256, 3)                                                                              \
+        quantized_mv_id_##TAG(const T* x, const unsigned int* weight, const T* scales, const T* biases, const u32* ids, T* y,           \
+                              const QuantizedMatmulIdParams* params) {                                                                \
+        qid_vector_entry<T, T, T, T, false, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0u);             \
+    }                                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(256, 3) quantized_gate_up_mv_id_##TAG(                                              \
+        const T* x, const unsigned int* gate_weight, const T* gate_scales, const T* gate_biases, const u32* ids, T* y,                \
+        const QuantizedGateUpIdParams* params, const unsigned int* up_weight, const T* up_scales, const T* up_biases) {               \
+        qid_vector_entry<T, T, T, T, true, false>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y,   \
+                                                  params, params->activation);                                                        \
+    }                                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(128)                                                                                 \
+        quantized_mm_id_##TAG(const T* x, const unsigned int* weight, const T* scales, const T* biases, const u32* offsets, T* y,       \
+                              const QuantizedMatmulIdParams* params, const u32* order) {                                              \
+        qid_matrix_entry<T, false>(x, weight, scales, biases, weight, scales, biases, offsets, order, y, params, 0u);                  \
+    }                                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(128) quantized_gate_up_mm_id_##TAG(                                                 \
+        const T* x, const unsigned int* gate_weight, const T* gate_scales, const T* gate_biases, const u32* offsets, T* y,            \
+        const QuantizedGateUpIdParams* params, const u32* order, const unsigned int* up_weight, const T* up_scales,                   \
+        const T* up_biases) {                                                                                                         \
+        qid_matrix_entry<T, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, offsets, order, y, params,\
+                                  params->activation);                                                                                \
+    }
+QID_ENTRIES(__half, f16)
+QID_ENTRIES(bf16, bf16)
