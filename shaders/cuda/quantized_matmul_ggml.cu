@@ -113,32 +113,33 @@ template <> __device__ __forceinline__ void raw_load<GGML_Q8_0>(const unsigned c
     r.a[0] = r.a[1] = d;
     r.b[0] = r.b[1] = -128.0f * d;
 }
-// Q4_K: d, dmin, scales[12], qs[128]; sub-block s = c % 8 is nibble s % 2 of qs[32 (s / 2) .. + 32].
-template <> __device__ __forceinline__ void raw_load<GGML_Q4_K>(const unsigned char* row, u64 c, GgmlRaw& r) {
-    const unsigned char* b = row + (c / 8) * 144u;
-    const u32 s = u32(c % 8);
+// Q4_K and Q5_K: d, dmin, scales[12] at the start of a super-block of BYTES,
+// qs[128] at QS; sub-block s = c % 8 is nibble s % 2 of qs[32 (s / 2) .. + 32].
+// Returns the super-block.
+template <u32 BYTES, u32 QS>
+__device__ __forceinline__ const unsigned char* k4_load(const unsigned char* row, u64 c, GgmlRaw& r, u32& s) {
+    const unsigned char* b = row + (c / 8) * BYTES;
+    s = u32(c % 8);
     float sc, m;
     scale_min_k4(b + 4, s, sc, m);
     r.a[0] = r.a[1] = f16_at(b) * sc;
     r.b[0] = r.b[1] = -f16_at(b + 2) * m;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) r.q[i] = ld32_4(b + 16 + 32 * (s / 2) + 4 * i);
+    for (int i = 0; i < 8; ++i) r.q[i] = ld32_4(b + QS + 32 * (s / 2) + 4 * i);
     r.sh_lo = 4 * (s % 2);
+    return b;
 }
-// Q5_K: Q4_K's with qs at +48 and qh[32] at +16, bit s of qh[l] the fifth bit of value l.
+// Q4_K: qs at +16.
+template <> __device__ __forceinline__ void raw_load<GGML_Q4_K>(const unsigned char* row, u64 c, GgmlRaw& r) {
+    u32 s;
+    k4_load<144u, 16u>(row, c, r, s);
+}
+// Q5_K: qs at +48 and qh[32] at +16, bit s of qh[l] the fifth bit of value l.
 template <> __device__ __forceinline__ void raw_load<GGML_Q5_K>(const unsigned char* row, u64 c, GgmlRaw& r) {
-    const unsigned char* b = row + (c / 8) * 176u;
-    const u32 s = u32(c % 8);
-    float sc, m;
-    scale_min_k4(b + 4, s, sc, m);
-    r.a[0] = r.a[1] = f16_at(b) * sc;
-    r.b[0] = r.b[1] = -f16_at(b + 2) * m;
+    u32 s;
+    const unsigned char* b = k4_load<176u, 48u>(row, c, r, s);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        r.q[i] = ld32_4(b + 48 + 32 * (s / 2) + 4 * i);
-        r.h[i] = ld32_4(b + 16 + 4 * i);
-    }
-    r.sh_lo = 4 * (s % 2);
+    for (int i = 0; i < 8; ++i) r.h[i] = ld32_4(b + 16 + 4 * i);
     r.sh_hi = s;
 }
 // Q6_K: ql[128], qh[64], scales[16] int8, d. Values 32 cc + l of a
