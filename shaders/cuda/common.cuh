@@ -558,54 +558,24 @@ __device__ __forceinline__ void acc_fence(float (&d)[N]) {
 // 8 (i / 4) + 2 (lane % 4) + i % 2 (the PTX ISA's accumulator fragment of
 // m64nNk16). Issued asynchronously: d belongs to the wgmma until a
 // wgmma_wait covers its group.
-__device__ __forceinline__ void wgmma_bf16(float (&d)[128], u64 a, u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " MLXN_WG_D128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96)
-                 : "l"(a), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_bf16(float (&d)[96], u64 a, u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " MLXN_WG_D96 ", %96, %97, p, 1, 1, 0, 0;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64)
-                 : "l"(a), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_bf16(float (&d)[64], u64 a, u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " MLXN_WG_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32)
-                 : "l"(a), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_f16(float (&d)[128], u64 a, u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " MLXN_WG_D128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96)
-                 : "l"(a), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_f16(float (&d)[96], u64 a, u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 " MLXN_WG_D96 ", %96, %97, p, 1, 1, 0, 0;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64)
-                 : "l"(a), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_f16(float (&d)[64], u64 a, u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " MLXN_WG_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32)
-                 : "l"(a), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_bf16(float (&d)[32], u64 a, u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " MLXN_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : MLXN_WG_F32(0)
-                 : "l"(a), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_f16(float (&d)[32], u64 a, u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " MLXN_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : MLXN_WG_F32(0)
-                 : "l"(a), "l"(b), "r"(1));
-}
+// Both 16-bit types' overloads for R accumulators (N = 2 R); IA, IB, IP the
+// asm operand numbers of a, b and the scale-d flag (R, R + 1, R + 2), D the
+// accumulator list, then the accumulator operands.
+#define MLXN_WGMMA_SS_T(TY, R, N, IA, IB, IP, D, ...)                                                            \
+    __device__ __forceinline__ void wgmma_##TY(float (&d)[R], u64 a, u64 b) {                                    \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                                           \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #TY "." #TY " " D ", %" #IA ", %" #IB     \
+                     ", p, 1, 1, 0, 0;\n}\n"                                                                     \
+                     : __VA_ARGS__                                                                               \
+                     : "l"(a), "l"(b), "r"(1));                                                                  \
+    }
+#define MLXN_WGMMA_SS(R, N, IA, IB, IP, D, ...)                   \
+    MLXN_WGMMA_SS_T(bf16, R, N, IA, IB, IP, D, __VA_ARGS__)      \
+    MLXN_WGMMA_SS_T(f16, R, N, IA, IB, IP, D, __VA_ARGS__)
+MLXN_WGMMA_SS(128, 256, 128, 129, 130, MLXN_WG_D128, MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96))
+MLXN_WGMMA_SS(96, 192, 96, 97, 98, MLXN_WG_D96, MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64))
+MLXN_WGMMA_SS(64, 128, 64, 65, 66, MLXN_WG_D64, MLXN_WG_F32(0), MLXN_WG_F32(32))
+MLXN_WGMMA_SS(32, 64, 32, 33, 34, MLXN_WG_D32, MLXN_WG_F32(0))
 template <typename T, int R>
 __device__ __forceinline__ void wgmma_ss(float (&d)[R], u64 a, u64 b) {
     if constexpr (SameType<T, __nv_bfloat16>::value) wgmma_bf16(d, a, b);
@@ -622,30 +592,21 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[R], u64 a, u64 b) {
 // 16 bits, the A operand of the next: keys 16 j .. 16 j + 15 are d[8 j ..
 // 8 j + 7] as a[i] = (d[8 j + 2 i], d[8 j + 2 i + 1]). The registers of a
 // belong to the wgmma until a wgmma_wait covers its group.
-__device__ __forceinline__ void wgmma_rs_bf16(float (&d)[128], const u32 (&a)[4], u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " MLXN_WG_D128 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_rs_bf16(float (&d)[64], const u32 (&a)[4], u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " MLXN_WG_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_rs_f16(float (&d)[128], const u32 (&a)[4], u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " MLXN_WG_D128 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_rs_f16(float (&d)[64], const u32 (&a)[4], u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " MLXN_WG_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
+// As MLXN_WGMMA_SS: IA the first of a's four operand numbers (R), IB b's
+// (R + 4), IP the flag's (R + 5).
+#define MLXN_WGMMA_RS_T(TY, R, N, IA0, IA1, IA2, IA3, IB, IP, D, ...)                                          \
+    __device__ __forceinline__ void wgmma_rs_##TY(float (&d)[R], const u32 (&a)[4], u64 b) {                     \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                                           \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #TY "." #TY " " D ", {%" #IA0 ", %" #IA1  \
+                     ", %" #IA2 ", %" #IA3 "}, %" #IB ", p, 1, 1, 1;\n}\n"                                       \
+                     : __VA_ARGS__                                                                               \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                              \
+    }
+#define MLXN_WGMMA_RS(R, N, IA0, IA1, IA2, IA3, IB, IP, D, ...)                       \
+    MLXN_WGMMA_RS_T(bf16, R, N, IA0, IA1, IA2, IA3, IB, IP, D, __VA_ARGS__)          \
+    MLXN_WGMMA_RS_T(f16, R, N, IA0, IA1, IA2, IA3, IB, IP, D, __VA_ARGS__)
+MLXN_WGMMA_RS(128, 256, 128, 129, 130, 131, 132, 133, MLXN_WG_D128, MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96))
+MLXN_WGMMA_RS(64, 128, 64, 65, 66, 67, 68, 69, MLXN_WG_D64, MLXN_WG_F32(0), MLXN_WG_F32(32))
 template <typename T, int R>
 __device__ __forceinline__ void wgmma_rs(float (&d)[R], const u32 (&a)[4], u64 b) {
     if constexpr (SameType<T, __nv_bfloat16>::value) wgmma_rs_bf16(d, a, b);
