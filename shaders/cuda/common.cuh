@@ -375,6 +375,21 @@ template <> __device__ __forceinline__ void unpack16<__half>(uint4 t, float* v) 
     unpack_f16x8(t, *reinterpret_cast<float(*)[8]>(v));
 }
 
+// N elements of T at p (16-byte aligned, N a multiple of T's vector) as
+// floats, read as 16-byte vectors.
+template <typename T, int N>
+__device__ __forceinline__ void load_elems(const T* p, float (&v)[N]) {
+    constexpr int V = VecOf<T>::N;
+    static_assert(N % V == 0, "whole vectors");
+#pragma unroll
+    for (int c = 0; c < N / V; ++c) {
+        float t[V];
+        load_vec(p + c * V, t);
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[c * V + j] = t[j];
+    }
+}
+
 // Floats rounded to T and stored as aligned 16-byte vectors (N a multiple of
 // T's vector).
 template <typename T, int N>

@@ -68,19 +68,6 @@ __device__ __forceinline__ bool rows16(const T* p, u64 row) {
     return aligned16(p) && (row * sizeof(T)) % 16 == 0;
 }
 
-// N elements at p (16-byte aligned, N * sizeof(T) a multiple of 16) as floats.
-template <int N, typename T>
-__device__ __forceinline__ void load_f(const T* p, float (&v)[N]) {
-    constexpr int V = VecOf<T>::N;
-#pragma unroll
-    for (int i = 0; i < N / V; ++i) {
-        float t[V];
-        load_vec(p + i * V, t);
-#pragma unroll
-        for (int j = 0; j < V; ++j) v[i * V + j] = t[j];
-    }
-}
-
 // ---- the vector form, SIMT ----
 
 // Rows row0 .. row0 + rows - 1 of w (those below N) against the m <= MT rows
@@ -110,12 +97,12 @@ __device__ __forceinline__ void mv_simt(const TX* x, u64 x_row, const TW* w, u64
             for (u32 c = tid; c < K / VEC; c += nth) {
                 float wv[R][VEC];
 #pragma unroll
-                for (u32 r = 0; r < R; ++r) load_f<VEC>(wr[r] + u64(c) * VEC, wv[r]);
+                for (u32 r = 0; r < R; ++r) load_elems(wr[r] + u64(c) * VEC, wv[r]);
 #pragma unroll
                 for (u32 i = 0; i < MT; ++i) {
                     if (i < m) {
                         float xv[VEC];
-                        load_f<VEC>(x + i * x_row + u64(c) * VEC, xv);
+                        load_elems(x + i * x_row + u64(c) * VEC, xv);
 #pragma unroll
                         for (u32 r = 0; r < R; ++r)
 #pragma unroll
