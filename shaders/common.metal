@@ -254,3 +254,58 @@ static inline bool moe_tile(device const uint* offsets, uint E, uint P, uint bm,
     end = min(uint(s) + bm, o1);
     return true;
 }
+
+// ---- matrix tiles on simdgroup matrices (dense, quantized_matmul, quantized_matmul_ggml, dense_matmul_id, quantized_matmul_id) ----
+
+// One BK-deep step of a simdgroup's TM x TN tiles of 8 x 8 f32 accumulators
+// (acc += x W^T): x rows sm0 + 8 i from xs, weight rows (output columns)
+// sn0 + 8 j from ws, loaded transposed; rows lda and ldb elements apart, A
+// and B the staged element types.
+template <short BK, typename A, typename B, short TM, short TN>
+static inline void simd_mma_step(thread simdgroup_matrix<float, 8, 8> (&acc)[TM][TN], threadgroup A* xs, short lda,
+                                 threadgroup B* ws, short ldb, short sm0, short sn0) {
+    for (short kk = 0; kk < BK; kk += 8) {
+        simdgroup_matrix<A, 8, 8> a[TM];
+        simdgroup_matrix<B, 8, 8> b[TN];
+        for (short i = 0; i < TM; ++i) {
+            simdgroup_load(a[i], xs + (sm0 + 8 * i) * lda + kk, lda);
+        }
+        for (short j = 0; j < TN; ++j) {
+            simdgroup_load(b[j], ws + (sn0 + 8 * j) * ldb + kk, ldb, ulong2(0, 0), true);
+        }
+        for (short i = 0; i < TM; ++i) {
+            for (short j = 0; j < TN; ++j) {
+                simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
+            }
+        }
+    }
+}
+
+// Stores a simdgroup's TM x TN accumulator tiles (tile rows sm0 + 8 i,
+// columns sn0 + 8 j) as TY into y (rows y_row elements apart), rows below
+// rows_m and columns below rows_n: a lane holds row (q & 4) + (l / 2) % 4,
+// columns (q & 2) * 2 + (l % 2) * 2 and the next of each 8 x 8 tile (l the
+// lane, q = l / 4).
+template <typename TY, short TM, short TN>
+static inline void simd_mma_store(thread simdgroup_matrix<float, 8, 8> (&acc)[TM][TN], device TY* y, ulong y_row, uint rows_m,
+                                  uint rows_n, short sm0, short sn0, uint lane) {
+    const short q = short(lane / 4);
+    const uint lr = uint((q & 4) + (lane / 2) % 4);
+    const uint lc = uint((q & 2) * 2 + (lane % 2) * 2);
+    for (short i = 0; i < TM; ++i) {
+        const uint row = uint(sm0 + 8 * i) + lr;
+        if (row >= rows_m) {
+            continue;
+        }
+        for (short j = 0; j < TN; ++j) {
+            const uint col = uint(sn0 + 8 * j) + lc;
+            thread const auto& e = acc[i][j].thread_elements();
+            if (col < rows_n) {
+                y[ulong(row) * y_row + col] = TY(e[0]);
+            }
+            if (col + 1 < rows_n) {
+                y[ulong(row) * y_row + col + 1] = TY(e[1]);
+            }
+        }
+    }
+}

@@ -349,42 +349,10 @@ static inline void mm_tile(device const TX* x, ulong x_row, device const TW* w, 
             }
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        for (short kk = 0; kk < BK; kk += 8) {
-            simdgroup_matrix<TS, 8, 8> a[TM];
-            simdgroup_matrix<TS, 8, 8> b[TN];
-            for (short i = 0; i < TM; ++i) {
-                simdgroup_load(a[i], xs + (sm0 + 8 * i) * LD + kk, LD);
-            }
-            for (short j = 0; j < TN; ++j) {
-                simdgroup_load(b[j], ws + (sn0 + 8 * j) * LD + kk, LD, ulong2(0, 0), true);
-            }
-            for (short i = 0; i < TM; ++i) {
-                for (short j = 0; j < TN; ++j) {
-                    simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
-                }
-            }
-        }
+        simd_mma_step<BK>(acc, xs, LD, ws, LD, sm0, sn0);
     }
 
-    const short q = short(lane / 4);
-    const uint lr = uint((q & 4) + (lane / 2) % 4);
-    const uint lc = uint((q & 2) * 2 + (lane % 2) * 2);
-    for (short i = 0; i < TM; ++i) {
-        const uint row = uint(sm0 + 8 * i) + lr;
-        if (row >= rows_m) {
-            continue;
-        }
-        for (short j = 0; j < TN; ++j) {
-            const uint col = uint(sn0 + 8 * j) + lc;
-            thread const auto& e = acc[i][j].thread_elements();
-            if (col < rows_n) {
-                y[ulong(row) * y_row + col] = TY(e[0]);
-            }
-            if (col + 1 < rows_n) {
-                y[ulong(row) * y_row + col + 1] = TY(e[1]);
-            }
-        }
-    }
+    simd_mma_store(acc, y, y_row, rows_m, rows_n, sm0, sn0, lane);
 }
 
 // mlx-native's dense_gemm_f16 (M > 1): buffer(0) A [M, K] half, (1) B

@@ -215,21 +215,7 @@ static inline void d_mm_id(device const T* x, device const T* gw, device const T
             }
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        for (short kk = 0; kk < 32; kk += 8) {
-            simdgroup_matrix<T, 8, 8> a[2];
-            simdgroup_matrix<T, 8, 8> b[4];
-            for (short i = 0; i < 2; ++i) {
-                simdgroup_load(a[i], xs + (sm0 + 8 * i) * LD + kk, LD);
-            }
-            for (short j = 0; j < 4; ++j) {
-                simdgroup_load(b[j], ws + (sn0 + 8 * j) * LD + kk, LD, ulong2(0, 0), true);
-            }
-            for (short i = 0; i < 2; ++i) {
-                for (short j = 0; j < 4; ++j) {
-                    simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
-                }
-            }
-        }
+        simd_mma_step<32>(acc, xs, LD, ws, LD, sm0, sn0);
     }
     for (short i = 0; i < 2; ++i) {
         for (short j = 0; j < 4; ++j) {

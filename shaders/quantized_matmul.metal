@@ -208,43 +208,10 @@ static inline void q_mm_tile(device const T* x, device const uchar* w, device co
             }
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        for (short kk = 0; kk < 32; kk += 8) {
-            simdgroup_matrix<T, 8, 8> a[2];
-            simdgroup_matrix<T, 8, 8> b[4];
-            for (short i = 0; i < 2; ++i) {
-                simdgroup_load(a[i], xs + (sm0 + 8 * i) * LD + kk, LD);
-            }
-            for (short j = 0; j < 4; ++j) {
-                simdgroup_load(b[j], ws + (sn0 + 8 * j) * LD + kk, LD, ulong2(0, 0), true);
-            }
-            for (short i = 0; i < 2; ++i) {
-                for (short j = 0; j < 4; ++j) {
-                    simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
-                }
-            }
-        }
+        simd_mma_step<32>(acc, xs, LD, ws, LD, sm0, sn0);
     }
 
-    const short q = short(lane / 4);
-    const uint lr = uint((q & 4) + (lane / 2) % 4);
-    const uint lc = uint((q & 2) * 2 + (lane % 2) * 2);
-    for (short i = 0; i < 2; ++i) {
-        const uint row = uint(sm0 + 8 * i) + lr;
-        if (row >= rows_m) {
-            continue;
-        }
-        for (short j = 0; j < 4; ++j) {
-            const uint col = uint(sn0 + 8 * j) + lc;
-            thread const auto& e = acc[i][j].thread_elements();
-            device T* out = y + ulong(m0 + row) * N + n0;
-            if (col < rows_n) {
-                out[col] = T(e[0]);
-            }
-            if (col + 1 < rows_n) {
-                out[col + 1] = T(e[1]);
-            }
-        }
-    }
+    simd_mma_store(acc, y + ulong(m0) * N + n0, N, rows_m, rows_n, sm0, sn0, lane);
 }
 
 // Grid (ceil(N / 64), ceil(M / 32), 1) threadgroups of 128 threads.

@@ -245,43 +245,10 @@ static inline void ggml_mm(constant GgmlMatmulMmParams& p, device const uchar* w
             sb[xr * 32 + xq + j] = xr < rows_m ? x[ulong(m0 + xr) * x_row + k0 + xq + j] : 0.0f;
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        for (short kk = 0; kk < 32; kk += 8) {
-            simdgroup_float8x8 a[2];
-            simdgroup_half8x8 b[4];
-            for (short i = 0; i < 2; ++i) {
-                simdgroup_load(a[i], sb + (sm0 + 8 * i) * 32 + kk, 32);
-            }
-            for (short j = 0; j < 4; ++j) {
-                simdgroup_load(b[j], sa + (sn0 + 8 * j) * 32 + kk, 32, ulong2(0, 0), true);
-            }
-            for (short i = 0; i < 2; ++i) {
-                for (short j = 0; j < 4; ++j) {
-                    simdgroup_multiply_accumulate(acc[i][j], a[i], b[j], acc[i][j]);
-                }
-            }
-        }
+        simd_mma_step<32>(acc, sb, 32, sa, 32, sm0, sn0);
     }
 
-    const uint q = lane / 4;
-    const uint lr = (q & 4) + (lane / 2) % 4;
-    const uint lc = (q & 2) * 2 + (lane % 2) * 2;
-    for (short i = 0; i < 2; ++i) {
-        const uint row = sm0 + 8 * i + lr;
-        if (row >= rows_m) {
-            continue;
-        }
-        device float* out = y + ulong(m0 + row) * uint(p.ne0) + n0;
-        for (short j = 0; j < 4; ++j) {
-            const uint col = sn0 + 8 * j + lc;
-            thread const auto& e = acc[i][j].thread_elements();
-            if (col < rows_n) {
-                out[col] = e[0];
-            }
-            if (col + 1 < rows_n) {
-                out[col + 1] = e[1];
-            }
-        }
-    }
+    simd_mma_store(acc, y + ulong(m0) * uint(p.ne0) + n0, uint(p.ne0), rows_m, rows_n, sm0, sn0, lane);
 }
 
 // buffer(0) GgmlMatmulMmParams, (1) weight (rows nb01 bytes apart), (2) x

@@ -387,6 +387,21 @@ template <> __device__ __forceinline__ void unpack16<__half>(uint4 t, float* v) 
     unpack_f16x8(t, *reinterpret_cast<float(*)[8]>(v));
 }
 
+// N elements of T at p (16-byte aligned, N a multiple of T's vector) as
+// floats, read as 16-byte vectors.
+template <typename T, int N>
+__device__ __forceinline__ void load_elems(const T* p, float (&v)[N]) {
+    constexpr int V = VecOf<T>::N;
+    static_assert(N % V == 0, "whole vectors");
+#pragma unroll
+    for (int c = 0; c < N / V; ++c) {
+        float t[V];
+        load_vec(p + c * V, t);
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[c * V + j] = t[j];
+    }
+}
+
 // Floats rounded to T and stored as aligned 16-byte vectors (N a multiple of
 // T's vector).
 template <typename T, int N>
@@ -570,54 +585,24 @@ __device__ __forceinline__ void acc_fence(float (&d)[N]) {
 // 8 (i / 4) + 2 (lane % 4) + i % 2 (the PTX ISA's accumulator fragment of
 // m64nNk16). Issued asynchronously: d belongs to the wgmma until a
 // wgmma_wait covers its group.
-__device__ __forceinline__ void wgmma_bf16(float (&d)[128], u64 a, u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " MLXN_WG_D128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96)
-                 : "l"(a), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_bf16(float (&d)[96], u64 a, u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " MLXN_WG_D96 ", %96, %97, p, 1, 1, 0, 0;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64)
-                 : "l"(a), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_bf16(float (&d)[64], u64 a, u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " MLXN_WG_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32)
-                 : "l"(a), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_f16(float (&d)[128], u64 a, u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " MLXN_WG_D128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96)
-                 : "l"(a), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_f16(float (&d)[96], u64 a, u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 " MLXN_WG_D96 ", %96, %97, p, 1, 1, 0, 0;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64)
-                 : "l"(a), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_f16(float (&d)[64], u64 a, u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " MLXN_WG_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32)
-                 : "l"(a), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_bf16(float (&d)[32], u64 a, u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " MLXN_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : MLXN_WG_F32(0)
-                 : "l"(a), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_f16(float (&d)[32], u64 a, u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " MLXN_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : MLXN_WG_F32(0)
-                 : "l"(a), "l"(b), "r"(1));
-}
+// Both 16-bit types' overloads for R accumulators (N = 2 R); IA, IB, IP the
+// asm operand numbers of a, b and the scale-d flag (R, R + 1, R + 2), D the
+// accumulator list, then the accumulator operands.
+#define MLXN_WGMMA_SS_T(TY, R, N, IA, IB, IP, D, ...)                                                            \
+    __device__ __forceinline__ void wgmma_##TY(float (&d)[R], u64 a, u64 b) {                                    \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                                           \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #TY "." #TY " " D ", %" #IA ", %" #IB     \
+                     ", p, 1, 1, 0, 0;\n}\n"                                                                     \
+                     : __VA_ARGS__                                                                               \
+                     : "l"(a), "l"(b), "r"(1));                                                                  \
+    }
+#define MLXN_WGMMA_SS(R, N, IA, IB, IP, D, ...)                   \
+    MLXN_WGMMA_SS_T(bf16, R, N, IA, IB, IP, D, __VA_ARGS__)      \
+    MLXN_WGMMA_SS_T(f16, R, N, IA, IB, IP, D, __VA_ARGS__)
+MLXN_WGMMA_SS(128, 256, 128, 129, 130, MLXN_WG_D128, MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96))
+MLXN_WGMMA_SS(96, 192, 96, 97, 98, MLXN_WG_D96, MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64))
+MLXN_WGMMA_SS(64, 128, 64, 65, 66, MLXN_WG_D64, MLXN_WG_F32(0), MLXN_WG_F32(32))
+MLXN_WGMMA_SS(32, 64, 32, 33, 34, MLXN_WG_D32, MLXN_WG_F32(0))
 template <typename T, int R>
 __device__ __forceinline__ void wgmma_ss(float (&d)[R], u64 a, u64 b) {
     if constexpr (SameType<T, __nv_bfloat16>::value) wgmma_bf16(d, a, b);
@@ -634,30 +619,21 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[R], u64 a, u64 b) {
 // 16 bits, the A operand of the next: keys 16 j .. 16 j + 15 are d[8 j ..
 // 8 j + 7] as a[i] = (d[8 j + 2 i], d[8 j + 2 i + 1]). The registers of a
 // belong to the wgmma until a wgmma_wait covers its group.
-__device__ __forceinline__ void wgmma_rs_bf16(float (&d)[128], const u32 (&a)[4], u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " MLXN_WG_D128 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_rs_bf16(float (&d)[64], const u32 (&a)[4], u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " MLXN_WG_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_rs_f16(float (&d)[128], const u32 (&a)[4], u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " MLXN_WG_D128 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-__device__ __forceinline__ void wgmma_rs_f16(float (&d)[64], const u32 (&a)[4], u64 b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " MLXN_WG_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : MLXN_WG_F32(0), MLXN_WG_F32(32)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
+// As MLXN_WGMMA_SS: IA the first of a's four operand numbers (R), IB b's
+// (R + 4), IP the flag's (R + 5).
+#define MLXN_WGMMA_RS_T(TY, R, N, IA0, IA1, IA2, IA3, IB, IP, D, ...)                                          \
+    __device__ __forceinline__ void wgmma_rs_##TY(float (&d)[R], const u32 (&a)[4], u64 b) {                     \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                                           \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #TY "." #TY " " D ", {%" #IA0 ", %" #IA1  \
+                     ", %" #IA2 ", %" #IA3 "}, %" #IB ", p, 1, 1, 1;\n}\n"                                       \
+                     : __VA_ARGS__                                                                               \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                              \
+    }
+#define MLXN_WGMMA_RS(R, N, IA0, IA1, IA2, IA3, IB, IP, D, ...)                       \
+    MLXN_WGMMA_RS_T(bf16, R, N, IA0, IA1, IA2, IA3, IB, IP, D, __VA_ARGS__)          \
+    MLXN_WGMMA_RS_T(f16, R, N, IA0, IA1, IA2, IA3, IB, IP, D, __VA_ARGS__)
+MLXN_WGMMA_RS(128, 256, 128, 129, 130, 131, 132, 133, MLXN_WG_D128, MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96))
+MLXN_WGMMA_RS(64, 128, 64, 65, 66, 67, 68, 69, MLXN_WG_D64, MLXN_WG_F32(0), MLXN_WG_F32(32))
 template <typename T, int R>
 __device__ __forceinline__ void wgmma_rs(float (&d)[R], const u32 (&a)[4], u64 b) {
     if constexpr (SameType<T, __nv_bfloat16>::value) wgmma_rs_bf16(d, a, b);
@@ -939,3 +915,143 @@ __device__ __forceinline__ bool moe_block_rows(const u32* offsets, const u32* or
     }
     return true;
 }
+
+// ---- mma.sync tiles (dense, quantized_matmul, quantized_matmul_ggml, dense_matmul_id, quantized_matmul_id) ----
+//
+// A block's BM x BN output tile, computed by warps each owning WTM x WTN of
+// it (MI x NJ mma tiles of 16 x 8, float accumulators). A stage holds BM rows
+// of x then BN rows of the weight, 32 elements of k each, rows LDS elements
+// apart (T a 16-bit type). The families differ only in how a stage is filled:
+// issue(stage, kt) starts tile kt's loads, park(stage) stores what issue held
+// in registers (nothing where every copy is a cp.async).
+
+template <u32 MI, u32 NJ>
+__device__ __forceinline__ void mma_zero(float (&acc)[MI][NJ][4]) {
+#pragma unroll
+    for (u32 i = 0; i < MI; ++i)
+#pragma unroll
+        for (u32 j = 0; j < NJ; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+}
+
+// One stage's mmas: the warp's x rows from xs (from row wm0), its weight rows
+// (output columns, from wn0) from ws, k 0 .. 31.
+template <typename T, u32 LDS, u32 MI, u32 NJ>
+__device__ __forceinline__ void mma_k32(float (&acc)[MI][NJ][4], const T* xs, const T* ws, u32 wm0, u32 wn0, u32 lane) {
+#pragma unroll
+    for (u32 kk = 0; kk < 32u; kk += 16u) {
+        u32 a[MI][4];
+#pragma unroll
+        for (u32 i = 0; i < MI; ++i) frag_a(a[i], xs, LDS, wm0 + 16 * i, kk, lane);
+        u32 bq[NJ][2];
+#pragma unroll
+        for (u32 j = 0; j < NJ; j += 2) {
+            u32 t4[4];
+            frag_b_nk(t4, ws, LDS, wn0 + 8 * j, kk, lane);
+            bq[j][0] = t4[0];
+            bq[j][1] = t4[1];
+            bq[j + 1][0] = t4[2];
+            bq[j + 1][1] = t4[3];
+        }
+#pragma unroll
+        for (u32 i = 0; i < MI; ++i)
+#pragma unroll
+            for (u32 j = 0; j < NJ; ++j) mma16<T>(acc[i][j], a[i], bq[j][0], bq[j][1]);
+    }
+}
+
+// The k loop over KT tiles of 32, STAGES stages at smem (each (BM + BN) x
+// LDS). CP_ASYNC: issue's copies are cp.async, a commit group a tile; else
+// issue only loads registers that park stores.
+template <typename T, u32 STAGES, u32 BM, u32 BN, u32 LDS, bool CP_ASYNC, u32 MI, u32 NJ, typename Issue, typename Park>
+__device__ __forceinline__ void mma_pipeline(float (&acc)[MI][NJ][4], T* smem, u32 KT, u32 wm0, u32 wn0, u32 lane, Issue&& issue,
+                                             Park&& park) {
+    for (u32 s = 0; s < STAGES - 1; ++s) {
+        if (s < KT) {
+            issue(s, s);
+            park(s);
+        }
+        if constexpr (CP_ASYNC) cp_async_commit();
+    }
+    for (u32 kt = 0; kt < KT; ++kt) {
+        // Tile kt has landed (at most STAGES - 2 later groups pending) or is
+        // parked, and every warp is done with the stage the next issue or park overwrites.
+        if constexpr (CP_ASYNC) cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const u32 next = kt + STAGES - 1;
+        if (next < KT) issue(next % STAGES, next);
+        if constexpr (CP_ASYNC) cp_async_commit();
+        const T* xs = smem + (kt % STAGES) * (BM + BN) * LDS;
+        mma_k32<T, LDS>(acc, xs, xs + BM * LDS, wm0, wn0, lane);
+        // What issue held in registers for stage `next` is stored after the
+        // mmas, so its loads had the step to arrive; nobody reads that stage
+        // before the next barrier.
+        if (next < KT) park(next % STAGES);
+    }
+    if constexpr (CP_ASYNC) cp_async_wait<0>();
+}
+
+// Writes the warp's accumulators: tile row r (wm0 + ..) goes to y's row
+// `row` where row_of(r, row) is true (rows y_row elements apart), tile column
+// c to column n0 + c, N columns. GATE_UP: columns come as 8 gate then 8 up
+// (the per-expert fused products), one output per pair, n0 + c / 2.
+template <typename TY, bool GATE_UP, u32 MI, u32 NJ, typename RowOf>
+__device__ __forceinline__ void mma_store(const float (&acc)[MI][NJ][4], TY* y, u64 y_row, u32 N, u32 n0, u32 wm0, u32 wn0, u32 lane,
+                                          RowOf&& row_of, u32 activation = 0u) {
+    const u32 g = lane >> 2, t = lane & 3u;
+    const bool pair = y_row % 2 == 0 && (reinterpret_cast<u64>(y) % (2 * sizeof(TY))) == 0;
+#pragma unroll
+    for (u32 i = 0; i < MI; ++i)
+#pragma unroll
+        for (u32 h = 0; h < 2; ++h) {
+            u32 row;
+            if (!row_of(wm0 + 16 * i + g + 8 * h, row)) continue;
+            TY* yr = y + u64(row) * y_row;
+#pragma unroll
+            for (u32 j = 0; j < NJ; j += (GATE_UP ? 2u : 1u)) {
+                float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                u32 col = n0 + wn0 + 8 * j + 2 * t;
+                if constexpr (GATE_UP) {
+                    col = n0 + (wn0 + 8 * j) / 2u + 2 * t;
+                    v0 = gate_activation(v0, activation) * acc[i][j + 1][2 * h];
+                    v1 = gate_activation(v1, activation) * acc[i][j + 1][2 * h + 1];
+                }
+                if (pair && col + 1 < N) {
+                    store2(yr + col, v0, v1);
+                } else {
+                    if (col < N) yr[col] = from_f<TY>(v0);
+                    if (col + 1 < N) yr[col + 1] = from_f<TY>(v1);
+                }
+            }
+        }
+}
+
+// Stores the 16-byte chunks a thread held in registers (issue's loads of x
+// or a weight) into a stage's rows: chunk c of thread tid is elements
+// 8 (i % 4) .. + 7 of row i / 4, i = tid + c NT.
+template <u32 NT, u32 LDS, typename T, u32 C>
+__device__ __forceinline__ void park_chunks(T* rows, const uint4 (&r)[C], u32 tid) {
+#pragma unroll
+    for (u32 c = 0; c < C; ++c) {
+        const u32 i = tid + c * NT;
+        *reinterpret_cast<uint4*>(rows + (i >> 2) * LDS + 8 * (i & 3u)) = r[c];
+    }
+}
+
+// A thread's weight row of a stage (32 elements at ws, T): its packed chunk
+// wq dequantized (w = sc q + bi) in natural order, zeros where !live.
+template <typename T, int BITS>
+__device__ __forceinline__ void park_dequantized(T* ws, const u32 (&wq)[BITS], float sc, float bi, bool live) {
+    u32 nat[16];
+    if (live) {
+        u32 pr[16];
+        dequantize<T, BITS>(wq, sc, bi, pr);
+        from_pairs<BITS>(pr, nat);
+    } else {
+#pragma unroll
+        for (int q = 0; q < 16; ++q) nat[q] = 0u;
+    }
+    uint4* dst = reinterpret_cast<uint4*>(ws);
+#pragma unroll
+    for (int v = 0; v < 4; ++v) dst[v] = make_uint4(nat[4 * v], nat[4 * v + 1], nat[4 * v + 2], nat[4 * v + 3]);
+}
+// ---- end of mma.sync tiles ----

@@ -68,19 +68,6 @@ __device__ __forceinline__ bool rows16(const T* p, u64 row) {
     return aligned16(p) && (row * sizeof(T)) % 16 == 0;
 }
 
-// N elements at p (16-byte aligned, N * sizeof(T) a multiple of 16) as floats.
-template <int N, typename T>
-__device__ __forceinline__ void load_f(const T* p, float (&v)[N]) {
-    constexpr int V = VecOf<T>::N;
-#pragma unroll
-    for (int i = 0; i < N / V; ++i) {
-        float t[V];
-        load_vec(p + i * V, t);
-#pragma unroll
-        for (int j = 0; j < V; ++j) v[i * V + j] = t[j];
-    }
-}
-
 // ---- the vector form, SIMT ----
 
 // Rows row0 .. row0 + rows - 1 of w (those below N) against the m <= MT rows
@@ -110,12 +97,12 @@ __device__ __forceinline__ void mv_simt(const TX* x, u64 x_row, const TW* w, u64
             for (u32 c = tid; c < K / VEC; c += nth) {
                 float wv[R][VEC];
 #pragma unroll
-                for (u32 r = 0; r < R; ++r) load_f<VEC>(wr[r] + u64(c) * VEC, wv[r]);
+                for (u32 r = 0; r < R; ++r) load_elems(wr[r] + u64(c) * VEC, wv[r]);
 #pragma unroll
                 for (u32 i = 0; i < MT; ++i) {
                     if (i < m) {
                         float xv[VEC];
-                        load_f<VEC>(x + i * x_row + u64(c) * VEC, xv);
+                        load_elems(x + i * x_row + u64(c) * VEC, xv);
 #pragma unroll
                         for (u32 r = 0; r < R; ++r)
 #pragma unroll
@@ -268,6 +255,24 @@ __device__ __forceinline__ uint4 load8(const T* row, u32 k, u32 K, bool vec) {
     return make_uint4(pack2<TS>(v[0], v[1]), pack2<TS>(v[2], v[3]), pack2<TS>(v[4], v[5]), pack2<TS>(v[6], v[7]));
 }
 
+// Starts N 16-byte chunks a thread of a stage's rows of one operand (R rows
+// of T from p, `row` elements apart, from row r0; elements k0 .. k0 + 31):
+// chunk c is elements 8 (i % 4) .. of tile row i / 4, i = tid + c NT (as
+// park_chunks stores them), copied into s by cp.async (ASYNC) or loaded into
+// regs[c] as TS pairs; zeros past R and K.
+template <u32 N, u32 NT, u32 LDS, bool ASYNC, typename TS, typename T, u32 C>
+__device__ __forceinline__ void issue_chunks(TS* s, uint4 (&regs)[C], const T* p, u64 row, u32 r0, u32 R, u32 k0, u32 K, bool vec,
+                                             u32 tid) {
+#pragma unroll
+    for (u32 c = 0; c < N; ++c) {
+        const u32 i = tid + c * NT, r = i >> 2, k = k0 + 8 * (i & 3u);
+        const bool live = r0 + r < R && k < K;
+        const T* rp = p + (live ? u64(r0 + r) * row : 0);
+        if constexpr (ASYNC) cp_async16(s + r * LDS + 8 * (i & 3u), rp + (live ? k : 0), live);
+        else regs[c] = live ? load8<TS>(rp, k, K, vec) : make_uint4(0, 0, 0, 0);
+    }
+}
+
 // The BM x BN tile at (m0, n0) of y = x W^T for operands o. X_ASYNC /
 // W_ASYNC: that operand is copied by cp.async (TX the weight's type, 16-byte
 // aligned rows, K a multiple of 8); otherwise through registers (converted
@@ -296,114 +301,25 @@ __device__ __noinline__ void mm_tc(const Operands<TX, TW, TY> o, u32 M, u32 N, u
         TW* xs = smem + stage * (BM + BN) * LDS;
         TW* ws = xs + BM * LDS;
         const u32 k0 = kt * BK;
-#pragma unroll
-        for (u32 c = 0; c < XC; ++c) {
-            const u32 i = tid + c * NT, r = i >> 2, k = k0 + 8 * (i & 3u);
-            const bool live = m0 + r < M && k < K;
-            const TX* row = o.x + (live ? u64(m0 + r) * o.x_row : 0);
-            if constexpr (X_ASYNC) cp_async16(xs + r * LDS + 8 * (i & 3u), row + (live ? k : 0), live);
-            else xr[c] = live ? load8<TW>(row, k, K, xvec) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (u32 c = 0; c < WC; ++c) {
-            const u32 i = tid + c * NT, r = i >> 2, k = k0 + 8 * (i & 3u);
-            const bool live = n0 + r < N && k < K;
-            const TW* row = o.w + (live ? u64(n0 + r) * o.w_row : 0);
-            if constexpr (W_ASYNC) cp_async16(ws + r * LDS + 8 * (i & 3u), row + (live ? k : 0), live);
-            else wr[c] = live ? load8<TW>(row, k, K, wvec) : make_uint4(0, 0, 0, 0);
-        }
+        issue_chunks<XC, NT, LDS, X_ASYNC>(xs, xr, o.x, o.x_row, m0, M, k0, K, xvec, tid);
+        issue_chunks<WC, NT, LDS, W_ASYNC>(ws, wr, o.w, o.w_row, n0, N, k0, K, wvec, tid);
     };
     // Stores the register-staged chunks of stage `stage`.
     auto park = [&](u32 stage) {
         TW* xs = smem + stage * (BM + BN) * LDS;
         TW* ws = xs + BM * LDS;
-        if constexpr (!X_ASYNC) {
-#pragma unroll
-            for (u32 c = 0; c < XC; ++c) {
-                const u32 i = tid + c * NT;
-                *reinterpret_cast<uint4*>(xs + (i >> 2) * LDS + 8 * (i & 3u)) = xr[c];
-            }
-        }
-        if constexpr (!W_ASYNC) {
-#pragma unroll
-            for (u32 c = 0; c < WC; ++c) {
-                const u32 i = tid + c * NT;
-                *reinterpret_cast<uint4*>(ws + (i >> 2) * LDS + 8 * (i & 3u)) = wr[c];
-            }
-        }
+        if constexpr (!X_ASYNC) park_chunks<NT, LDS>(xs, xr, tid);
+        if constexpr (!W_ASYNC) park_chunks<NT, LDS>(ws, wr, tid);
     };
 
     float acc[MI][NJ][4];
-#pragma unroll
-    for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-        for (u32 j = 0; j < NJ; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    mma_zero(acc);
     const u32 wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
-
-    for (u32 s = 0; s < STAGES - 1; ++s) {
-        if (s < KT) {
-            issue(s, s);
-            park(s);
-        }
-        cp_async_commit();
-    }
-    for (u32 kt = 0; kt < KT; ++kt) {
-        // Tile kt has landed (at most STAGES - 2 later groups pending), and
-        // every warp is done with the stage the next issue overwrites.
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
-        const u32 next = kt + STAGES - 1;
-        if (next < KT) issue(next % STAGES, next);
-        cp_async_commit();
-        const TW* xs = smem + (kt % STAGES) * (BM + BN) * LDS;
-        const TW* ws = xs + BM * LDS;
-#pragma unroll
-        for (u32 kk = 0; kk < BK; kk += 16) {
-            u32 a[MI][4];
-#pragma unroll
-            for (u32 i = 0; i < MI; ++i) frag_a(a[i], xs, LDS, wm0 + 16 * i, kk, lane);
-            u32 bq[NJ][2];
-#pragma unroll
-            for (u32 j = 0; j < NJ; j += 2) {
-                u32 t4[4];
-                frag_b_nk(t4, ws, LDS, wn0 + 8 * j, kk, lane);
-                bq[j][0] = t4[0];
-                bq[j][1] = t4[1];
-                bq[j + 1][0] = t4[2];
-                bq[j + 1][1] = t4[3];
-            }
-#pragma unroll
-            for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-                for (u32 j = 0; j < NJ; ++j) mma16<TW>(acc[i][j], a[i], bq[j][0], bq[j][1]);
-        }
-        // The register-staged stage is written after the mmas, so its loads
-        // had the step to arrive; nobody reads that stage before the next barrier.
-        if (next < KT) park(next % STAGES);
-    }
-    cp_async_wait<0>();
-
-    const u32 g = lane >> 2, t = lane & 3u;
-    const bool pair = o.y_row % 2 == 0 && (reinterpret_cast<u64>(o.y) % (2 * sizeof(TY))) == 0;
-#pragma unroll
-    for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-        for (u32 h = 0; h < 2; ++h) {
-            const u32 row = m0 + wm0 + 16 * i + g + 8 * h;
-            if (row >= M) continue;
-            TY* yr = o.y + u64(row) * o.y_row;
-#pragma unroll
-            for (u32 j = 0; j < NJ; ++j) {
-                const u32 col = n0 + wn0 + 8 * j + 2 * t;
-                const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                if (pair && col + 1 < N) {
-                    store2(yr + col, v0, v1);
-                } else {
-                    if (col < N) yr[col] = from_f<TY>(v0);
-                    if (col + 1 < N) yr[col + 1] = from_f<TY>(v1);
-                }
-            }
-        }
+    mma_pipeline<TW, STAGES, BM, BN, LDS, true>(acc, smem, KT, wm0, wn0, lane, issue, park);
+    mma_store<TY, false>(acc, o.y, o.y_row, N, n0, wm0, wn0, lane, [&](u32 r, u32& row) {
+        row = m0 + r;
+        return row < M;
+    });
 }
 
 // One tile shape: the block's tile and batch, and the copy path its operands
@@ -785,18 +701,14 @@ extern "C" __global__ void __launch_bounds__(256) hf2q_dense_gemv_bf16_f32_4(con
 // ---- mlx-native's hf2q_dense_mm_{bf16,f16,f32}_f32_tensor ----
 
 // buffer(0) DenseMmTensorParams, (1) src0 weight, (2) src1 f32, (3) dst f32.
-extern "C" __global__ void __launch_bounds__(256) hf2q_dense_mm_bf16_f32_tensor(const DenseMmTensorParams* a, const char* src0,
-                                                                              const char* src1, char* dst) {
-    hf2q_mm<bf16>(a, src0, src1, dst);
-}
-extern "C" __global__ void __launch_bounds__(256) hf2q_dense_mm_f16_f32_tensor(const DenseMmTensorParams* a, const char* src0,
-                                                                             const char* src1, char* dst) {
-    hf2q_mm<__half>(a, src0, src1, dst);
-}
-extern "C" __global__ void __launch_bounds__(256) hf2q_dense_mm_f32_f32_tensor(const DenseMmTensorParams* a, const char* src0,
-                                                                             const char* src1, char* dst) {
-    hf2q_mm<float>(a, src0, src1, dst);
-}
+#define HF2Q_MM_ENTRY(TAG, T)                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(256)                                                                          \
+        hf2q_dense_mm_##TAG##_f32_tensor(const DenseMmTensorParams* a, const char* src0, const char* src1, char* dst) {        \
+        hf2q_mm<T>(a, src0, src1, dst);                                                                                        \
+    }
+HF2Q_MM_ENTRY(bf16, bf16)
+HF2Q_MM_ENTRY(f16, __half)
+HF2Q_MM_ENTRY(f32, float)
 
 // ---- dense_mm_<t> and dense_mv_<t> (added) ----
 
@@ -808,22 +720,14 @@ __device__ __forceinline__ void dense_mm(const T* x, const T* w, T* y, const Den
     else mm_tensor<T, T, T>(p->m, p->n, p->k, at);
 }
 
-extern "C" __global__ void __launch_bounds__(256) dense_mm_f32(const float* x, const float* w, float* y, const DenseParams* p) {
-    dense_mm<float>(x, w, y, p);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_mm_f16(const __half* x, const __half* w, __half* y, const DenseParams* p) {
-    dense_mm<__half>(x, w, y, p);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_mm_bf16(const bf16* x, const bf16* w, bf16* y, const DenseParams* p) {
-    dense_mm<bf16>(x, w, y, p);
-}
-
-extern "C" __global__ void __launch_bounds__(256) dense_mv_f32(const float* x, const float* w, float* y, const DenseParams* p) {
-    dense_mv<float>(x, w, y, p);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_mv_f16(const __half* x, const __half* w, __half* y, const DenseParams* p) {
-    dense_mv<__half>(x, w, y, p);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_mv_bf16(const bf16* x, const bf16* w, bf16* y, const DenseParams* p) {
-    dense_mv<bf16>(x, w, y, p);
-}
+// The entries of one type T (name TAG).
+#define DENSE_ENTRIES(T, TAG)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(256) dense_mm_##TAG(const T* x, const T* w, T* y, const DenseParams* p) { \
+        dense_mm<T>(x, w, y, p);                                                                                  \
+    }                                                                                                             \
+    extern "C" __global__ void __launch_bounds__(256) dense_mv_##TAG(const T* x, const T* w, T* y, const DenseParams* p) { \
+        dense_mv<T>(x, w, y, p);                                                                                  \
+    }
+DENSE_ENTRIES(float, f32)
+DENSE_ENTRIES(__half, f16)
+DENSE_ENTRIES(bf16, bf16)

@@ -181,77 +181,14 @@ __device__ __forceinline__ void did_mm(const T* x, const T* gw, const T* uw, con
         };
 
         float acc[MI][NJ][4];
-#pragma unroll
-        for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-            for (u32 j = 0; j < NJ; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+        mma_zero(acc);
         const u32 wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
-
-        for (u32 s = 0; s < DSTAGES - 1; ++s) {
-            if (s < KT) issue(s, s);
-            cp_async_commit();
-        }
-        for (u32 kt = 0; kt < KT; ++kt) {
-            // Tile kt has landed (at most DSTAGES - 2 later groups pending), and
-            // every warp is done with the stage the next issue overwrites.
-            cp_async_wait<DSTAGES - 2>();
-            __syncthreads();
-            const u32 next = kt + DSTAGES - 1;
-            if (next < KT) issue(next % DSTAGES, next);
-            cp_async_commit();
-            const T* xs = smem + (kt % DSTAGES) * (BM + BN) * DLDS;
-            const T* ws = xs + BM * DLDS;
-#pragma unroll
-            for (u32 kk = 0; kk < 32u; kk += 16u) {
-                u32 a[MI][4];
-#pragma unroll
-                for (u32 i = 0; i < MI; ++i) frag_a(a[i], xs, DLDS, wm0 + 16 * i, kk, lane);
-                u32 bq[NJ][2];
-#pragma unroll
-                for (u32 j = 0; j < NJ; j += 2) {
-                    u32 t4[4];
-                    frag_b_nk(t4, ws, DLDS, wn0 + 8 * j, kk, lane);
-                    bq[j][0] = t4[0];
-                    bq[j][1] = t4[1];
-                    bq[j + 1][0] = t4[2];
-                    bq[j + 1][1] = t4[3];
-                }
-#pragma unroll
-                for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-                    for (u32 j = 0; j < NJ; ++j) mma16<T>(acc[i][j], a[i], bq[j][0], bq[j][1]);
-            }
-        }
-        cp_async_wait<0>();
-
-        const u32 g = lane >> 2, t = lane & 3u;
-        const bool pair_store = N % 2 == 0 && (reinterpret_cast<u64>(y) % (2 * sizeof(T))) == 0;
-#pragma unroll
-        for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-            for (u32 h = 0; h < 2; ++h) {
-                const u32 row = wm0 + 16 * i + g + 8 * h;
-                if (row >= rows_m) continue;
-                const u32 pr = y_pair[row];
-                if (pr >= P) continue;
-                T* yr = y + u64(pr) * N;
-#pragma unroll
-                for (u32 j = 0; j < NJ; j += (GATE_UP ? 2u : 1u)) {
-                    float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                    u32 col = n0 + wn0 + 8 * j + 2 * t;
-                    if constexpr (GATE_UP) {
-                        col = n0 + (wn0 + 8 * j) / 2u + 2 * t;
-                        v0 = gate_activation(v0, p->activation) * acc[i][j + 1][2 * h];
-                        v1 = gate_activation(v1, p->activation) * acc[i][j + 1][2 * h + 1];
-                    }
-                    if (pair_store && col + 1 < N) {
-                        store2(yr + col, v0, v1);
-                    } else {
-                        if (col < N) yr[col] = from_f<T>(v0);
-                        if (col + 1 < N) yr[col + 1] = from_f<T>(v1);
-                    }
-                }
-            }
+        mma_pipeline<T, DSTAGES, BM, BN, DLDS, true>(acc, smem, KT, wm0, wn0, lane, issue, [](u32) {});
+        mma_store<T, GATE_UP>(acc, y, N, N, n0, wm0, wn0, lane, [&](u32 r, u32& pr) {
+            if (r >= rows_m) return false;
+            pr = y_pair[r];
+            return pr < P;
+        }, p->activation);
     }
 }
 
@@ -267,52 +204,34 @@ __device__ __forceinline__ void did_matrix_entry(const T* x, const T* gw, const 
 
 }  // namespace
 
-// buffer(0) x [M, K], (1) weight, (2) ids [M, U], (3) y [M, U, N], (4)
-// DenseMatmulIdParams; gate_up: (1) the gate weight, (5) the up weight.
-extern "C" __global__ void __launch_bounds__(256) dense_mv_id_f32(const float* x, const float* weight, const u32* ids, float* y,
-                                                                  const DenseMatmulIdParams* params) {
-    did_mv<float, false>(x, weight, weight, ids, y, params);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_gate_up_mv_id_f32(const float* x, const float* gate_weight, const u32* ids, float* y,
-                                                                          const DenseMatmulIdParams* params, const float* up_weight) {
-    did_mv<float, true>(x, gate_weight, up_weight, ids, y, params);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_mv_id_f16(const __half* x, const __half* weight, const u32* ids, __half* y,
-                                                                  const DenseMatmulIdParams* params) {
-    did_mv<__half, false>(x, weight, weight, ids, y, params);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_gate_up_mv_id_f16(const __half* x, const __half* gate_weight, const u32* ids,
-                                                                          __half* y, const DenseMatmulIdParams* params,
-                                                                          const __half* up_weight) {
-    did_mv<__half, true>(x, gate_weight, up_weight, ids, y, params);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_mv_id_bf16(const bf16* x, const bf16* weight, const u32* ids, bf16* y,
-                                                                   const DenseMatmulIdParams* params) {
-    did_mv<bf16, false>(x, weight, weight, ids, y, params);
-}
-extern "C" __global__ void __launch_bounds__(256) dense_gate_up_mv_id_bf16(const bf16* x, const bf16* gate_weight, const u32* ids, bf16* y,
-                                                                           const DenseMatmulIdParams* params, const bf16* up_weight) {
-    did_mv<bf16, true>(x, gate_weight, up_weight, ids, y, params);
-}
+// The vector form (T f32, f16 or bf16, name TAG): buffer(0) x [M, K], (1)
+// weight, (2) ids [M, U], (3) y [M, U, N], (4) DenseMatmulIdParams;
+// gate_up: (1) the gate weight, (5) the up weight.
+#define DID_MV_ENTRIES(T, TAG)                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(256)                                                                                 \
+        dense_mv_id_##TAG(const T* x, const T* weight, const u32* ids, T* y, const DenseMatmulIdParams* params) {                     \
+        did_mv<T, false>(x, weight, weight, ids, y, params);                                                                          \
+    }                                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(256) dense_gate_up_mv_id_##TAG(const T* x, const T* gate_weight, const u32* ids, T* y, \
+                                                                               const DenseMatmulIdParams* params, const T* up_weight) { \
+        did_mv<T, true>(x, gate_weight, up_weight, ids, y, params);                                                                   \
+    }
+DID_MV_ENTRIES(float, f32)
+DID_MV_ENTRIES(__half, f16)
+DID_MV_ENTRIES(bf16, bf16)
 
-// buffer(0) x [M, K], (1) weight, (2) offsets [E + 2], (3) y [M, U, N], (4)
-// DenseMatmulIdParams, (5) order [M U]; gate_up: (1) the gate weight, (6)
-// the up weight.
-extern "C" __global__ void __launch_bounds__(128) dense_mm_id_f16(const __half* x, const __half* weight, const u32* offsets, __half* y,
-                                                                  const DenseMatmulIdParams* params, const u32* order) {
-    did_matrix_entry<__half, false>(x, weight, weight, offsets, order, y, params);
-}
-extern "C" __global__ void __launch_bounds__(128) dense_gate_up_mm_id_f16(const __half* x, const __half* gate_weight, const u32* offsets,
-                                                                          __half* y, const DenseMatmulIdParams* params, const u32* order,
-                                                                          const __half* up_weight) {
-    did_matrix_entry<__half, true>(x, gate_weight, up_weight, offsets, order, y, params);
-}
-extern "C" __global__ void __launch_bounds__(128) dense_mm_id_bf16(const bf16* x, const bf16* weight, const u32* offsets, bf16* y,
-                                                                   const DenseMatmulIdParams* params, const u32* order) {
-    did_matrix_entry<bf16, false>(x, weight, weight, offsets, order, y, params);
-}
-extern "C" __global__ void __launch_bounds__(128) dense_gate_up_mm_id_bf16(const bf16* x, const bf16* gate_weight, const u32* offsets,
-                                                                           bf16* y, const DenseMatmulIdParams* params, const u32* order,
-                                                                           const bf16* up_weight) {
-    did_matrix_entry<bf16, true>(x, gate_weight, up_weight, offsets, order, y, params);
-}
+// The matrix form (T f16 or bf16, name TAG): buffer(0) x [M, K], (1)
+// weight, (2) offsets [E + 2], (3) y [M, U, N], (4) DenseMatmulIdParams, (5)
+// order [M U]; gate_up: (1) the gate weight, (6) the up weight.
+#define DID_MM_ENTRIES(T, TAG)                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(128)                                                                                 \
+        dense_mm_id_##TAG(const T* x, const T* weight, const u32* offsets, T* y, const DenseMatmulIdParams* params, const u32* order) { \
+        did_matrix_entry<T, false>(x, weight, weight, offsets, order, y, params);                                                     \
+    }                                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(128) dense_gate_up_mm_id_##TAG(const T* x, const T* gate_weight, const u32* offsets,   \
+                                                                               T* y, const DenseMatmulIdParams* params,               \
+                                                                               const u32* order, const T* up_weight) {                \
+        did_matrix_entry<T, true>(x, gate_weight, up_weight, offsets, order, y, params);                                             \
+    }
+DID_MM_ENTRIES(__half, f16)
+DID_MM_ENTRIES(bf16, bf16)

@@ -22,34 +22,6 @@ namespace {
 
 enum Op { ADD = 0, MUL = 1, ADD_SCALED = 2 };
 
-// N elements at p (16-byte aligned) as floats: N / VecOf<T>::N vectors.
-template <int N, typename T>
-__device__ __forceinline__ void load_n(const T* p, float (&v)[N]) {
-    constexpr int V = VecOf<T>::N;
-    static_assert(N % V == 0, "whole vectors");
-#pragma unroll
-    for (int k = 0; k < N / V; ++k) {
-        float t[V];
-        load_vec(p + k * V, t);
-#pragma unroll
-        for (int j = 0; j < V; ++j) v[k * V + j] = t[j];
-    }
-}
-
-// N floats rounded to T and stored at p (16-byte aligned) as N / VecOf<T>::N vectors.
-template <int N, typename T>
-__device__ __forceinline__ void store_n(T* p, const float (&v)[N]) {
-    constexpr int V = VecOf<T>::N;
-    static_assert(N % V == 0, "whole vectors");
-#pragma unroll
-    for (int k = 0; k < N / V; ++k) {
-        float t[V];
-#pragma unroll
-        for (int j = 0; j < V; ++j) t[j] = v[k * V + j];
-        store_vec(p + k * V, t);
-    }
-}
-
 template <int OP>
 __device__ __forceinline__ float apply(float x, float y, float s) {
     return OP == ADD ? x + y : OP == MUL ? x * y : fmaf(s, y, x);
@@ -68,11 +40,11 @@ __device__ __forceinline__ void binary(const T* a, const T* b, T* out, u64 n, fl
     if (first >= n) return;
     if (first + VEC <= n && aligned16(a + first) && aligned16(b + first) && aligned16(out + first)) {
         float x[VEC], y[VEC];
-        load_n(a + first, x);
-        load_n(b + first, y);
+        load_elems(a + first, x);
+        load_elems(b + first, y);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) x[j] = apply<OP>(x[j], y[j], s);
-        store_n(out + first, x);
+        store_elems(out + first, x);
     } else {
         const u64 end = min(n, first + VEC);
         for (u64 i = first; i < end; ++i) out[i] = from_f<T>(apply<OP>(to_f(a[i]), to_f(b[i]), s));
@@ -86,10 +58,10 @@ __device__ __forceinline__ void scale(const T* x, T* out, u64 n, float s) {
     if (first >= n) return;
     if (first + VEC <= n && aligned16(x + first) && aligned16(out + first)) {
         float v[VEC];
-        load_n(x + first, v);
+        load_elems(x + first, v);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) v[j] *= s;
-        store_n(out + first, v);
+        store_elems(out + first, v);
     } else {
         const u64 end = min(n, first + VEC);
         for (u64 i = first; i < end; ++i) out[i] = from_f<T>(to_f(x[i]) * s);
@@ -103,8 +75,8 @@ __device__ __forceinline__ void convert(const From* x, To* out, u64 n) {
     if (first >= n) return;
     if (first + VEC <= n && aligned16(x + first) && aligned16(out + first)) {
         float v[VEC];
-        load_n(x + first, v);
-        store_n(out + first, v);
+        load_elems(x + first, v);
+        store_elems(out + first, v);
     } else {
         const u64 end = min(n, first + VEC);
         for (u64 i = first; i < end; ++i) out[i] = from_f<To>(to_f(x[i]));

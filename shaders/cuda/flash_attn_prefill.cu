@@ -222,6 +222,59 @@ __device__ __forceinline__ void apply_mask(bool m, float& x, bool& vis) { vis = 
 __device__ __forceinline__ void apply_mask(__half m, float& x, bool& vis) { x += __half2float(m) * kLog2e; }
 __device__ __forceinline__ void apply_mask(bf16 m, float& x, bool& vis) { x += __bfloat162float(m) * kLog2e; }
 
+// One query row's scores of the key tile at k0 (tile row r; at(n, e) the
+// score of key k0 + 8 n + 2 t + e, n < NS): scaled (softcapped) into log2
+// units and, where edge, hidden keys (past k_len, rows at or past `rows`,
+// causal, outside the window, masked) set to -inf; then each replaced by
+// 2^(x - m), m the row's running maximum, and the running sum l updated.
+// Returns the factor that rescales the row's earlier outputs.
+template <int NS, typename MaskT, typename At>
+__device__ __forceinline__ float softmax_row(At&& at, float& m_run, float& l_run, int r, int t, int k0, int cls, bool edge, int k_len,
+                                             int rows, int q0, int qa0, int W, float scale, float cap, float sl2, const MaskT* mask,
+                                             const AttnMaskParams* mp) {
+    const int qa = qa0 + r;
+    float mx = kMaxInit;
+#pragma unroll
+    for (int n = 0; n < NS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            float x = at(n, e);
+            x = kSoftcap ? cap * tanhf(x * scale / cap) * kLog2e : x * sl2;
+            if (edge) {
+                const int j = k0 + n * 8 + 2 * t + e;
+                bool vis = j < k_len && r < rows;
+                if (kCausal) vis = vis && j <= qa;
+                if (W > 0) vis = vis && qa - j < W;
+                if (kMask && cls != 2 && vis) {
+                    const MaskT mv = mask[u64(blockIdx.z) * mp->M_stride_b + u64(blockIdx.y) * mp->M_stride_h + u64(q0 + r) * mp->M_stride_q +
+                                          u64(j)];
+                    apply_mask(mv, x, vis);
+                }
+                x = vis ? x : __int_as_float(0xff800000);
+            }
+            at(n, e) = x;
+            mx = fmaxf(mx, x);
+        }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m_run, mx);
+    const float f = ex2_approx(m_run - m_new);
+    m_run = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < NS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const float pr = ex2_approx(at(n, e) - m_new);
+            at(n, e) = pr;
+            sum += pr;
+        }
+    }
+    l_run = l_run * f + sum;
+    return f;
+}
+
 // BQB x BKB: the tile of the blk classes (the Metal entry's); C the tile.
 template <typename T, typename MaskT, int D, int BQB, int BKB, typename C>
 __device__ __forceinline__ void attention(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
@@ -316,46 +369,8 @@ __device__ __forceinline__ void attention(const T* __restrict__ Q, const T* __re
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
                 const int r = rg * MT * 16 + mt * 16 + g + 8 * hh;
-                const int qa = qa0 + r;
-                float mx = kMaxInit;
-#pragma unroll
-                for (int n = 0; n < NS; ++n) {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        float x = sc[mt][n][2 * hh + e];
-                        x = kSoftcap ? cap * tanhf(x * scale / cap) * kLog2e : x * sl2;
-                        if (edge) {
-                            const int j = k0 + n * 8 + 2 * t + e;
-                            bool vis = j < s.k_len && r < rows;
-                            if (kCausal) vis = vis && j <= qa;
-                            if (W > 0) vis = vis && qa - j < W;
-                            if (kMask && cls != 2 && vis) {
-                                const MaskT mv = mask[u64(blockIdx.z) * mp->M_stride_b + u64(blockIdx.y) * mp->M_stride_h +
-                                                      u64(q0 + r) * mp->M_stride_q + u64(j)];
-                                apply_mask(mv, x, vis);
-                            }
-                            x = vis ? x : __int_as_float(0xff800000);
-                        }
-                        sc[mt][n][2 * hh + e] = x;
-                        mx = fmaxf(mx, x);
-                    }
-                }
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float m_new = fmaxf(m_run[mt][hh], mx);
-                const float f = ex2_approx(m_run[mt][hh] - m_new);
-                m_run[mt][hh] = m_new;
-                float sum = 0.0f;
-#pragma unroll
-                for (int n = 0; n < NS; ++n) {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const float pr = ex2_approx(sc[mt][n][2 * hh + e] - m_new);
-                        sc[mt][n][2 * hh + e] = pr;
-                        sum += pr;
-                    }
-                }
-                l_run[mt][hh] = l_run[mt][hh] * f + sum;
+                const float f = softmax_row<NS>([&](int n, int e) -> float& { return sc[mt][n][2 * hh + e]; }, m_run[mt][hh], l_run[mt][hh], r,
+                                                t, k0, cls, edge, s.k_len, rows, q0, qa0, W, scale, cap, sl2, mask, mp);
 #pragma unroll
                 for (int n = 0; n < NO; ++n) {
                     o[mt][n][2 * hh] *= f;
@@ -581,46 +596,8 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             const int r = int(wg) * 64 + int(w) * 16 + g + 8 * hh;
-            const int qa = qa0 + r;
-            float mx = kMaxInit;
-#pragma unroll
-            for (int n = 0; n < BK / 8; ++n) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    float x = sc[4 * n + 2 * hh + e];
-                    x = kSoftcap ? cap * tanhf(x * scale / cap) * kLog2e : x * sl2;
-                    if (edge) {
-                        const int jj = k0 + n * 8 + 2 * t + e;
-                        bool vis = jj < s.k_len && r < rows;
-                        if (kCausal) vis = vis && jj <= qa;
-                        if (W > 0) vis = vis && qa - jj < W;
-                        if (kMask && cls != 2 && vis) {
-                            const MaskT mv = mask[u64(blockIdx.z) * mp->M_stride_b + u64(blockIdx.y) * mp->M_stride_h +
-                                                  u64(q0 + r) * mp->M_stride_q + u64(jj)];
-                            apply_mask(mv, x, vis);
-                        }
-                        x = vis ? x : __int_as_float(0xff800000);
-                    }
-                    sc[4 * n + 2 * hh + e] = x;
-                    mx = fmaxf(mx, x);
-                }
-            }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m_run[hh], mx);
-            f[hh] = ex2_approx(m_run[hh] - m_new);
-            m_run[hh] = m_new;
-            float sum = 0.0f;
-#pragma unroll
-            for (int n = 0; n < BK / 8; ++n) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const float pr = ex2_approx(sc[4 * n + 2 * hh + e] - m_new);
-                    sc[4 * n + 2 * hh + e] = pr;
-                    sum += pr;
-                }
-            }
-            l_run[hh] = l_run[hh] * f[hh] + sum;
+            f[hh] = softmax_row<BK / 8>([&](int n, int e) -> float& { return sc[4 * n + 2 * hh + e]; }, m_run[hh], l_run[hh], r, t, k0, cls,
+                                        edge, s.k_len, rows, q0, qa0, W, scale, cap, sl2, mask, mp);
         }
         wgmma_wait<0>();
         acc_fence(o);

@@ -122,6 +122,31 @@ __device__ __forceinline__ void store_row(float* dst, u64 row, u32 f, float4 acc
     }
 }
 
+// The block's merge of its NW warps: warp w left, for each of its H heads h,
+// its running maximum and sum at ms[2 (w H + h)] and its D outputs at
+// ov[(w H + h) D]; for each of the block's hcount heads (rows row0 + h), 4
+// outputs a thread, rescaled to the largest maximum and summed (store_row).
+template <int H, int D>
+__device__ __forceinline__ void merge_warps(const float* ms, const float* ov, u32 hcount, float* dst, u64 row0, u32 nwg, u32 iwg,
+                                            u64 nrows) {
+    for (u32 x = threadIdx.x; x < hcount * (D / 4); x += NW * 32) {
+        const u32 h = x / (D / 4), f = x % (D / 4);
+        float m = -FLT_MAX_F;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) m = fmaxf(m, ms[(w * H + h) * 2]);
+        float st = 0.0f;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+            const float gw = exp2f(ms[(w * H + h) * 2] - m);
+            st += ms[(w * H + h) * 2 + 1] * gw;
+            const float4 y = *reinterpret_cast<const float4*>(ov + (w * H + h) * D + f * 4);
+            acc.x += y.x * gw; acc.y += y.y * gw; acc.z += y.z * gw; acc.w += y.w * gw;
+        }
+        store_row(dst, row0 + h, f, acc, st, m, nwg, iwg, nrows, D);
+    }
+}
+
 // ---------------------------------------------------------------- f16 / bf16 K/V: tensor cores
 
 constexpr int MMA_HEADS = 8;
@@ -320,22 +345,7 @@ __device__ __forceinline__ void attn_mma(const Job& jb, const float* __restrict_
     __syncthreads();
 
     const u64 nrows = u64(gridDim.z / nwg) * jb.n_heads;
-    for (u32 x = threadIdx.x; x < hcount * (D / 4); x += NW * 32) {
-        const u32 h = x / (D / 4), f = x % (D / 4);
-        float m = -FLT_MAX_F;
-#pragma unroll
-        for (int w = 0; w < NW; ++w) m = fmaxf(m, ms[(w * MMA_HEADS + h) * 2]);
-        float st = 0.0f;
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-        for (int w = 0; w < NW; ++w) {
-            const float gw = exp2f(ms[(w * MMA_HEADS + h) * 2] - m);
-            st += ms[(w * MMA_HEADS + h) * 2 + 1] * gw;
-            const float4 y = *reinterpret_cast<const float4*>(ov + (w * MMA_HEADS + h) * D + f * 4);
-            acc.x += y.x * gw; acc.y += y.y * gw; acc.z += y.z * gw; acc.w += y.w * gw;
-        }
-        store_row(dst, row0 + h, f, acc, st, m, nwg, iwg, nrows, D);
-    }
+    merge_warps<MMA_HEADS, D>(ms, ov, hcount, dst, row0, nwg, iwg, nrows);
 }
 
 // ---------------------------------------------------------------- f32 K/V: FFMA
@@ -376,7 +386,6 @@ __device__ __forceinline__ void attn_group(const Job& jb, const float* __restric
     constexpr int P = HG * TK;                  // partial dots per lane per tile
     constexpr int TB = TK * CH * 2;             // 16-byte ring slots per lane per tile (K rows, then V rows)
     constexpr int STAGES = RING_LANE_BYTES / (TB * 16);
-    constexpr int D4 = D / 4;
     static_assert(CH >= 1 && P <= 32 && (32 % P) == 0 && STAGES >= 2, "shape");
 
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
@@ -533,22 +542,7 @@ __device__ __forceinline__ void attn_group(const Job& jb, const float* __restric
     __syncthreads();
 
     const u64 nrows = u64(gridDim.z / nwg) * jb.n_heads;
-    for (u32 x = threadIdx.x; x < hcount * D4; x += NW * 32) {
-        const u32 h = x / D4, f = x % D4;
-        float m = -FLT_MAX_F;
-#pragma unroll
-        for (int w = 0; w < NW; ++w) m = fmaxf(m, ms[(w * HG + h) * 2]);
-        float st = 0.0f;
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-        for (int w = 0; w < NW; ++w) {
-            const float gw = exp2f(ms[(w * HG + h) * 2] - m);
-            st += ms[(w * HG + h) * 2 + 1] * gw;
-            const float4 y = *reinterpret_cast<const float4*>(ov + (w * HG + h) * D + f * 4);
-            acc.x += y.x * gw; acc.y += y.y * gw; acc.z += y.z * gw; acc.w += y.w * gw;
-        }
-        store_row(dst, row0 + h, f, acc, st, m, nwg, iwg, nrows, D);
-    }
+    merge_warps<HG, D>(ms, ov, hcount, dst, row0, nwg, iwg, nrows);
 }
 
 template <int D>

@@ -220,99 +220,18 @@ __device__ __forceinline__ void qmm_tc(const TX* x, const unsigned char* w, cons
     auto park = [&](u32 stage) {
         TC* xs = smem + stage * (BM + BN) * QLDS;
         TC* ws = xs + BM * QLDS;
-        if constexpr (!X_ASYNC) {
-#pragma unroll
-            for (u32 c = 0; c < XC; ++c) {
-                const u32 i = tid + c * NT;
-                *reinterpret_cast<uint4*>(xs + (i >> 2) * QLDS + 8u * (i & 3u)) = xr[c];
-            }
-        }
-        u32 nat[16];
-        if (wlive) {
-            u32 pr[16];
-            dequantize<TC, BITS>(wq, wsc, wbi, pr);
-            from_pairs<BITS>(pr, nat);
-        } else {
-#pragma unroll
-            for (int p = 0; p < 16; ++p) nat[p] = 0u;
-        }
-        uint4* dst = reinterpret_cast<uint4*>(ws + tid * QLDS);
-#pragma unroll
-        for (int v = 0; v < 4; ++v) dst[v] = make_uint4(nat[4 * v], nat[4 * v + 1], nat[4 * v + 2], nat[4 * v + 3]);
+        if constexpr (!X_ASYNC) park_chunks<NT, QLDS>(xs, xr, tid);
+        park_dequantized<TC, BITS>(ws + tid * QLDS, wq, wsc, wbi, wlive);
     };
 
     float acc[MI][NJ][4];
-#pragma unroll
-    for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-        for (u32 j = 0; j < NJ; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    mma_zero(acc);
     const u32 wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
-
-    for (u32 s = 0; s < QSTAGES - 1; ++s) {
-        if (s < KT) {
-            issue(s, s);
-            park(s);
-        }
-        cp_async_commit();
-    }
-    for (u32 kt = 0; kt < KT; ++kt) {
-        // Tile kt has landed (at most QSTAGES - 2 later groups pending), and
-        // every warp is done with the stage the next park overwrites.
-        cp_async_wait<QSTAGES - 2>();
-        __syncthreads();
-        const u32 next = kt + QSTAGES - 1;
-        if (next < KT) issue(next % QSTAGES, next);
-        cp_async_commit();
-        const TC* xs = smem + (kt % QSTAGES) * (BM + BN) * QLDS;
-        const TC* ws = xs + BM * QLDS;
-#pragma unroll
-        for (u32 kk = 0; kk < 32u; kk += 16u) {
-            u32 a[MI][4];
-#pragma unroll
-            for (u32 i = 0; i < MI; ++i) frag_a(a[i], xs, QLDS, wm0 + 16 * i, kk, lane);
-            u32 bq[NJ][2];
-#pragma unroll
-            for (u32 j = 0; j < NJ; j += 2) {
-                u32 t4[4];
-                frag_b_nk(t4, ws, QLDS, wn0 + 8 * j, kk, lane);
-                bq[j][0] = t4[0];
-                bq[j][1] = t4[1];
-                bq[j + 1][0] = t4[2];
-                bq[j + 1][1] = t4[3];
-            }
-#pragma unroll
-            for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-                for (u32 j = 0; j < NJ; ++j) mma16<TC>(acc[i][j], a[i], bq[j][0], bq[j][1]);
-        }
-        // The weight (and a register-staged x) of stage `next` is written
-        // after the mmas, so its loads had the step to arrive; nobody reads
-        // that stage before the next barrier.
-        if (next < KT) park(next % QSTAGES);
-    }
-    cp_async_wait<0>();
-
-    const u32 g = lane >> 2, t = lane & 3u;
-    const bool pair = N % 2 == 0 && (reinterpret_cast<u64>(y) % (2 * sizeof(TY))) == 0;
-#pragma unroll
-    for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-        for (u32 h = 0; h < 2; ++h) {
-            const u32 row = m0 + wm0 + 16 * i + g + 8 * h;
-            if (row >= M) continue;
-            TY* yr = y + u64(row) * N;
-#pragma unroll
-            for (u32 j = 0; j < NJ; ++j) {
-                const u32 col = n0 + wn0 + 8 * j + 2 * t;
-                const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                if (pair && col + 1 < N) {
-                    store2(yr + col, v0, v1);
-                } else {
-                    if (col < N) yr[col] = from_f<TY>(v0);
-                    if (col + 1 < N) yr[col + 1] = from_f<TY>(v1);
-                }
-            }
-        }
+    mma_pipeline<TC, QSTAGES, BM, BN, QLDS, true>(acc, smem, KT, wm0, wn0, lane, issue, park);
+    mma_store<TY, false>(acc, y, N, N, n0, wm0, wn0, lane, [&](u32 r, u32& row) {
+        row = m0 + r;
+        return row < M;
+    });
 }
 
 // One tile shape: the block's tile, then the bit width.
@@ -519,27 +438,18 @@ __device__ __forceinline__ void affine_entry(const T* x, const unsigned int* wei
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_f32(const float* x, const unsigned int* weight, const float* scales,
-                                                                   const float* biases, float* y, const QuantizedMatmulParams* params) {
-    affine_entry(x, weight, scales, biases, y, params, false);
-}
-extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_f16(const __half* x, const unsigned int* weight, const __half* scales,
-                                                                   const __half* biases, __half* y, const QuantizedMatmulParams* params) {
-    affine_entry(x, weight, scales, biases, y, params, false);
-}
-extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_bf16(const bf16* x, const unsigned int* weight, const bf16* scales,
-                                                                    const bf16* biases, bf16* y, const QuantizedMatmulParams* params) {
-    affine_entry(x, weight, scales, biases, y, params, false);
-}
-extern "C" __global__ void __launch_bounds__(256, 2) quantized_mm_f32(const float* x, const unsigned int* weight, const float* scales,
-                                                                   const float* biases, float* y, const QuantizedMatmulParams* params) {
-    affine_entry(x, weight, scales, biases, y, params, true);
-}
-extern "C" __global__ void __launch_bounds__(256) quantized_mm_f16(const __half* x, const unsigned int* weight, const __half* scales,
-                                                                   const __half* biases, __half* y, const QuantizedMatmulParams* params) {
-    affine_entry(x, weight, scales, biases, y, params, true);
-}
-extern "C" __global__ void __launch_bounds__(256) quantized_mm_bf16(const bf16* x, const unsigned int* weight, const bf16* scales,
-                                                                    const bf16* biases, bf16* y, const QuantizedMatmulParams* params) {
-    affine_entry(x, weight, scales, biases, y, params, true);
-}
+// The entries of one type T (name TAG); MM_BOUNDS: quantized_mm's launch bounds.
+#define AFFINE_ENTRIES(T, TAG, MM_BOUNDS)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_##TAG(const T* x, const unsigned int* weight, const T* scales, \
+                                                                          const T* biases, T* y,                               \
+                                                                          const QuantizedMatmulParams* params) {               \
+        affine_entry(x, weight, scales, biases, y, params, false);                                                            \
+    }                                                                                                                         \
+    extern "C" __global__ void __launch_bounds__ MM_BOUNDS quantized_mm_##TAG(const T* x, const unsigned int* weight, const T* scales, \
+                                                                            const T* biases, T* y,                             \
+                                                                            const QuantizedMatmulParams* params) {             \
+        affine_entry(x, weight, scales, biases, y, params, true);                                                             \
+    }
+AFFINE_ENTRIES(float, f32, (256, 2))
+AFFINE_ENTRIES(__half, f16, (256))
+AFFINE_ENTRIES(bf16, bf16, (256))

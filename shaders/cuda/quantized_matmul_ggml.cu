@@ -113,32 +113,33 @@ template <> __device__ __forceinline__ void raw_load<GGML_Q8_0>(const unsigned c
     r.a[0] = r.a[1] = d;
     r.b[0] = r.b[1] = -128.0f * d;
 }
-// Q4_K: d, dmin, scales[12], qs[128]; sub-block s = c % 8 is nibble s % 2 of qs[32 (s / 2) .. + 32].
-template <> __device__ __forceinline__ void raw_load<GGML_Q4_K>(const unsigned char* row, u64 c, GgmlRaw& r) {
-    const unsigned char* b = row + (c / 8) * 144u;
-    const u32 s = u32(c % 8);
+// Q4_K and Q5_K: d, dmin, scales[12] at the start of a super-block of BYTES,
+// qs[128] at QS; sub-block s = c % 8 is nibble s % 2 of qs[32 (s / 2) .. + 32].
+// Returns the super-block.
+template <u32 BYTES, u32 QS>
+__device__ __forceinline__ const unsigned char* k4_load(const unsigned char* row, u64 c, GgmlRaw& r, u32& s) {
+    const unsigned char* b = row + (c / 8) * BYTES;
+    s = u32(c % 8);
     float sc, m;
     scale_min_k4(b + 4, s, sc, m);
     r.a[0] = r.a[1] = f16_at(b) * sc;
     r.b[0] = r.b[1] = -f16_at(b + 2) * m;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) r.q[i] = ld32_4(b + 16 + 32 * (s / 2) + 4 * i);
+    for (int i = 0; i < 8; ++i) r.q[i] = ld32_4(b + QS + 32 * (s / 2) + 4 * i);
     r.sh_lo = 4 * (s % 2);
+    return b;
 }
-// Q5_K: Q4_K's with qs at +48 and qh[32] at +16, bit s of qh[l] the fifth bit of value l.
+// Q4_K: qs at +16.
+template <> __device__ __forceinline__ void raw_load<GGML_Q4_K>(const unsigned char* row, u64 c, GgmlRaw& r) {
+    u32 s;
+    k4_load<144u, 16u>(row, c, r, s);
+}
+// Q5_K: qs at +48 and qh[32] at +16, bit s of qh[l] the fifth bit of value l.
 template <> __device__ __forceinline__ void raw_load<GGML_Q5_K>(const unsigned char* row, u64 c, GgmlRaw& r) {
-    const unsigned char* b = row + (c / 8) * 176u;
-    const u32 s = u32(c % 8);
-    float sc, m;
-    scale_min_k4(b + 4, s, sc, m);
-    r.a[0] = r.a[1] = f16_at(b) * sc;
-    r.b[0] = r.b[1] = -f16_at(b + 2) * m;
+    u32 s;
+    const unsigned char* b = k4_load<176u, 48u>(row, c, r, s);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        r.q[i] = ld32_4(b + 48 + 32 * (s / 2) + 4 * i);
-        r.h[i] = ld32_4(b + 16 + 4 * i);
-    }
-    r.sh_lo = 4 * (s % 2);
+    for (int i = 0; i < 8; ++i) r.h[i] = ld32_4(b + 16 + 4 * i);
     r.sh_hi = s;
 }
 // Q6_K: ql[128], qh[64], scales[16] int8, d. Values 32 cc + l of a
@@ -516,8 +517,8 @@ __device__ __forceinline__ void gmm_tile(const unsigned char* w, const float* x,
 
     GgmlRaw raw;
     uint4 xr[XC];
-    // Loads stage kt into registers: x (rounded to bf16) and the weight chunk's bytes.
-    auto issue = [&](u32 kt) {
+    // Loads k tile kt into registers (whatever its stage): x (rounded to bf16) and the weight chunk's bytes.
+    auto issue = [&](u32, u32 kt) {
         const u32 k0 = kt * 32u;
 #pragma unroll
         for (u32 c = 0; c < XC; ++c) {
@@ -544,11 +545,7 @@ __device__ __forceinline__ void gmm_tile(const unsigned char* w, const float* x,
     auto park = [&](u32 stage) {
         bf16* xs = smem + stage * (BM + BN) * GLDS;
         bf16* ws = xs + BM * GLDS;
-#pragma unroll
-        for (u32 c = 0; c < XC; ++c) {
-            const u32 i = tid + c * NT;
-            *reinterpret_cast<uint4*>(xs + (i >> 2) * GLDS + 8u * (i & 3u)) = xr[c];
-        }
+        park_chunks<NT, GLDS>(xs, xr, tid);
         uint4* dst = reinterpret_cast<uint4*>(ws + tid * GLDS);
 #pragma unroll
         for (u32 h = 0; h < 2; ++h) {
@@ -565,71 +562,13 @@ __device__ __forceinline__ void gmm_tile(const unsigned char* w, const float* x,
     };
 
     float acc[MI][NJ][4];
-#pragma unroll
-    for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-        for (u32 j = 0; j < NJ; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    mma_zero(acc);
     const u32 wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
-
-    for (u32 s = 0; s < GSTAGES - 1; ++s) {
-        if (s < KT) {
-            issue(s);
-            park(s);
-        }
-    }
-    for (u32 kt = 0; kt < KT; ++kt) {
-        // Stage kt is parked, and every warp is done with the stage the next park overwrites.
-        __syncthreads();
-        const u32 next = kt + GSTAGES - 1;
-        if (next < KT) issue(next);
-        const bf16* xs = smem + (kt % GSTAGES) * (BM + BN) * GLDS;
-        const bf16* ws = xs + BM * GLDS;
-#pragma unroll
-        for (u32 kk = 0; kk < 32u; kk += 16u) {
-            u32 a[MI][4];
-#pragma unroll
-            for (u32 i = 0; i < MI; ++i) frag_a(a[i], xs, GLDS, wm0 + 16 * i, kk, lane);
-            u32 bq[NJ][2];
-#pragma unroll
-            for (u32 j = 0; j < NJ; j += 2) {
-                u32 t4[4];
-                frag_b_nk(t4, ws, GLDS, wn0 + 8 * j, kk, lane);
-                bq[j][0] = t4[0];
-                bq[j][1] = t4[1];
-                bq[j + 1][0] = t4[2];
-                bq[j + 1][1] = t4[3];
-            }
-#pragma unroll
-            for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-                for (u32 j = 0; j < NJ; ++j) mma16<bf16>(acc[i][j], a[i], bq[j][0], bq[j][1]);
-        }
-        // The loads of stage `next` had the step's mmas to arrive; nobody
-        // reads that stage before the next barrier.
-        if (next < KT) park(next % GSTAGES);
-    }
-
-    const u32 g = lane >> 2, t = lane & 3u;
-    const bool pair = y_row % 2u == 0 && (reinterpret_cast<u64>(y) % 8u) == 0;
-#pragma unroll
-    for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-        for (u32 h = 0; h < 2; ++h) {
-            const u32 row = m0 + wm0 + 16 * i + g + 8 * h;
-            if (row >= M) continue;
-            float* yr = y + u64(row) * y_row;
-#pragma unroll
-            for (u32 j = 0; j < NJ; ++j) {
-                const u32 col = n0 + wn0 + 8 * j + 2 * t;
-                const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                if (pair && col + 1 < N) {
-                    store2(yr + col, v0, v1);
-                } else {
-                    if (col < N) yr[col] = v0;
-                    if (col + 1 < N) yr[col + 1] = v1;
-                }
-            }
-        }
+    mma_pipeline<bf16, GSTAGES, BM, BN, GLDS, false>(acc, smem, KT, wm0, wn0, lane, issue, park);
+    mma_store<float, false>(acc, y, y_row, N, n0, wm0, wn0, lane, [&](u32 r, u32& row) {
+        row = m0 + r;
+        return row < M;
+    });
 }
 
 // The tile shape by block size (the op's denseMmCudaTile): 256 threads 128 x 256, 128 threads 64 x 128.

@@ -270,49 +270,10 @@ __device__ __forceinline__ void qid_mm_tc(const T* x, Rows<T> gw, Rows<T> uw, co
     const T* bp = src.b + u64(e) * sstride + wr * s_row;
 
     float acc[MI][NJ][4];
-#pragma unroll
-    for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-        for (u32 j = 0; j < NJ; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    mma_zero(acc);
     const u32 wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
-    // One k step of the tile's mmas: x rows from xs, weight columns from ws (natural order), both QLDS apart.
-    auto mma_step = [&](const T* xs, const T* ws) {
-#pragma unroll
-        for (u32 kk = 0; kk < 32u; kk += 16u) {
-            u32 a[MI][4];
-#pragma unroll
-            for (u32 i = 0; i < MI; ++i) frag_a(a[i], xs, QLDS, wm0 + 16 * i, kk, lane);
-            u32 bq[NJ][2];
-#pragma unroll
-            for (u32 j = 0; j < NJ; j += 2) {
-                u32 t4[4];
-                frag_b_nk(t4, ws, QLDS, wn0 + 8 * j, kk, lane);
-                bq[j][0] = t4[0];
-                bq[j][1] = t4[1];
-                bq[j + 1][0] = t4[2];
-                bq[j + 1][1] = t4[3];
-            }
-#pragma unroll
-            for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-                for (u32 j = 0; j < NJ; ++j) mma16<T>(acc[i][j], a[i], bq[j][0], bq[j][1]);
-        }
-    };
     // This thread's weight column of k tile kt, w = s * q + b in natural order, stored at ws (row tid).
-    auto dequant_to = [&](T* ws, const u32 (&wq)[BITS], float sc, float bi) {
-        u32 nat[16];
-        if (wlive) {
-            u32 pr[16];
-            dequantize<T, BITS>(wq, sc, bi, pr);
-            from_pairs<BITS>(pr, nat);
-        } else {
-#pragma unroll
-            for (int q = 0; q < 16; ++q) nat[q] = 0u;
-        }
-        uint4* dst = reinterpret_cast<uint4*>(ws + tid * QLDS);
-#pragma unroll
-        for (int v = 0; v < 4; ++v) dst[v] = make_uint4(nat[4 * v], nat[4 * v + 1], nat[4 * v + 2], nat[4 * v + 3]);
-    };
+    auto dequant_to = [&](T* ws, const u32 (&wq)[BITS], float sc, float bi) { park_dequantized<T, BITS>(ws + tid * QLDS, wq, sc, bi, wlive); };
     // The gathered x rows of k tile kt into xs by cp.async.
     auto issue_x = [&](T* xs, u32 kt) {
         const u32 k0 = kt * 32u;
@@ -338,27 +299,7 @@ __device__ __forceinline__ void qid_mm_tc(const T* x, Rows<T> gw, Rows<T> uw, co
             }
         };
         auto park = [&](u32 stage) { dequant_to(smem + stage * (BM + BN) * QLDS + BM * QLDS, wq, wsc, wbi); };
-        for (u32 s = 0; s < QSTAGES - 1; ++s) {
-            if (s < KT) {
-                issue(s, s);
-                park(s);
-            }
-            cp_async_commit();
-        }
-        for (u32 kt = 0; kt < KT; ++kt) {
-            // Tile kt has landed (at most QSTAGES - 2 later groups pending), and
-            // every warp is done with the stage the next park overwrites.
-            cp_async_wait<QSTAGES - 2>();
-            __syncthreads();
-            const u32 next = kt + QSTAGES - 1;
-            if (next < KT) issue(next % QSTAGES, next);
-            cp_async_commit();
-            const T* xs = smem + (kt % QSTAGES) * (BM + BN) * QLDS;
-            mma_step(xs, xs + BM * QLDS);
-            // The weight of stage `next` is written after the mmas, so its loads
-            // had the step to arrive; nobody reads that stage before the next barrier.
-            if (next < KT) park(next % QSTAGES);
-        }
+        mma_pipeline<T, QSTAGES, BM, BN, QLDS, true>(acc, smem, KT, wm0, wn0, lane, issue, park);
     } else {
         // 16- and 32-byte chunks: the packed chunk of each column goes by cp.async too, QSTAGES k steps
         // ahead like x (a tile of few pairs is bound by the weight's bytes; these keep them in flight),
@@ -411,7 +352,7 @@ __device__ __forceinline__ void qid_mm_tc(const T* x, Rows<T> gw, Rows<T> uw, co
             const u32 next = kt + QSTAGES - 1;
             if (next < KT) issue(next % QSTAGES, next);
             cp_async_commit();
-            mma_step(xs_of(kt % QSTAGES), ws_of(kt));
+            mma_k32<T, QLDS>(acc, xs_of(kt % QSTAGES), ws_of(kt), wm0, wn0, lane);
             if (kt + 1 < KT) {
                 dequant_stage((kt + 1) % QSTAGES, ws_of(kt + 1), sc, bi);
                 if (wlive && kt + 2 < KT) {
@@ -420,37 +361,13 @@ __device__ __forceinline__ void qid_mm_tc(const T* x, Rows<T> gw, Rows<T> uw, co
                 }
             }
         }
+        cp_async_wait<0>();
     }
-    cp_async_wait<0>();
-
-    const u32 g = lane >> 2, t = lane & 3u;
-    const bool pair_store = N % 2 == 0 && (reinterpret_cast<u64>(y) % (2 * sizeof(T))) == 0;
-#pragma unroll
-    for (u32 i = 0; i < MI; ++i)
-#pragma unroll
-        for (u32 h = 0; h < 2; ++h) {
-            const u32 row = wm0 + 16 * i + g + 8 * h;
-            if (row >= rows_m) continue;
-            const u32 pr = y_pair[row];
-            if (pr >= P) continue;
-            T* yr = y + u64(pr) * N;
-#pragma unroll
-            for (u32 j = 0; j < NJ; j += (GATE_UP ? 2u : 1u)) {
-                float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                u32 col = n0 + wn0 + 8 * j + 2 * t;
-                if constexpr (GATE_UP) {
-                    col = n0 + (wn0 + 8 * j) / 2u + 2 * t;
-                    v0 = gate_activation(v0, activation) * acc[i][j + 1][2 * h];
-                    v1 = gate_activation(v1, activation) * acc[i][j + 1][2 * h + 1];
-                }
-                if (pair_store && col + 1 < N) {
-                    store2(yr + col, v0, v1);
-                } else {
-                    if (col < N) yr[col] = from_f<T>(v0);
-                    if (col + 1 < N) yr[col + 1] = from_f<T>(v1);
-                }
-            }
-        }
+    mma_store<T, GATE_UP>(acc, y, N, N, n0, wm0, wn0, lane, [&](u32 r, u32& pr) {
+        if (r >= rows_m) return false;
+        pr = y_pair[r];
+        return pr < P;
+    }, activation);
 }
 
 template <typename T, bool GATE_UP, typename P>
@@ -479,70 +396,38 @@ extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_id(const f
     qid_vector_entry<float, bf16, bf16, float, false, true>(input, weight, scales, biases, weight, scales, biases, ids, output, params, 0u);
 }
 
-// ---- the vector form (added) ----
+// ---- the vector and matrix forms (added) ----
 
-// buffer(0) x [M, K], (1) weight, (2) scales, (3) biases, (4) ids, (5) y
-// [M, U, N], (6) QuantizedMatmulIdParams; gate_up: (1)-(3) the gate's, (6)
-// QuantizedGateUpIdParams, (7)-(9) the up projection's.
-extern "C" __global__ void __launch_bounds__(256, 3) quantized_mv_id_f16(const __half* x, const unsigned int* weight, const __half* scales,
-                                                                      const __half* biases, const u32* ids, __half* y,
-                                                                      const QuantizedMatmulIdParams* params) {
-    qid_vector_entry<__half, __half, __half, __half, false, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0u);
-}
-extern "C" __global__ void __launch_bounds__(256, 3) quantized_mv_id_bf16(const bf16* x, const unsigned int* weight, const bf16* scales,
-                                                                       const bf16* biases, const u32* ids, bf16* y,
-                                                                       const QuantizedMatmulIdParams* params) {
-    qid_vector_entry<bf16, bf16, bf16, bf16, false, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0u);
-}
-extern "C" __global__ void __launch_bounds__(256, 3) quantized_gate_up_mv_id_f16(const __half* x, const unsigned int* gate_weight,
-                                                                              const __half* gate_scales, const __half* gate_biases,
-                                                                              const u32* ids, __half* y,
-                                                                              const QuantizedGateUpIdParams* params,
-                                                                              const unsigned int* up_weight, const __half* up_scales,
-                                                                              const __half* up_biases) {
-    qid_vector_entry<__half, __half, __half, __half, true, false>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases,
-                                                                  ids, y, params, params->activation);
-}
-extern "C" __global__ void __launch_bounds__(256, 3) quantized_gate_up_mv_id_bf16(const bf16* x, const unsigned int* gate_weight,
-                                                                               const bf16* gate_scales, const bf16* gate_biases,
-                                                                               const u32* ids, bf16* y,
-                                                                               const QuantizedGateUpIdParams* params,
-                                                                               const unsigned int* up_weight, const bf16* up_scales,
-                                                                               const bf16* up_biases) {
-    qid_vector_entry<bf16, bf16, bf16, bf16, true, false>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y,
-                                                          params, params->activation);
-}
-
-// ---- the matrix form (added) ----
-
-// buffer(0) x [M, K], (1) weight, (2) scales, (3) biases, (4) offsets
-// [E + 2], (5) y [M, U, N], (6) QuantizedMatmulIdParams, (7) order [M U];
-// gate_up: (6) QuantizedGateUpIdParams, (8)-(10) the up projection's.
-extern "C" __global__ void __launch_bounds__(128) quantized_mm_id_f16(const __half* x, const unsigned int* weight, const __half* scales,
-                                                                   const __half* biases, const u32* offsets, __half* y,
-                                                                   const QuantizedMatmulIdParams* params, const u32* order) {
-    qid_matrix_entry<__half, false>(x, weight, scales, biases, weight, scales, biases, offsets, order, y, params, 0u);
-}
-extern "C" __global__ void __launch_bounds__(128) quantized_mm_id_bf16(const bf16* x, const unsigned int* weight, const bf16* scales,
-                                                                    const bf16* biases, const u32* offsets, bf16* y,
-                                                                    const QuantizedMatmulIdParams* params, const u32* order) {
-    qid_matrix_entry<bf16, false>(x, weight, scales, biases, weight, scales, biases, offsets, order, y, params, 0u);
-}
-extern "C" __global__ void __launch_bounds__(128) quantized_gate_up_mm_id_f16(const __half* x, const unsigned int* gate_weight,
-                                                                           const __half* gate_scales, const __half* gate_biases,
-                                                                           const u32* offsets, __half* y,
-                                                                           const QuantizedGateUpIdParams* params, const u32* order,
-                                                                           const unsigned int* up_weight, const __half* up_scales,
-                                                                           const __half* up_biases) {
-    qid_matrix_entry<__half, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, offsets, order, y, params,
-                                   params->activation);
-}
-extern "C" __global__ void __launch_bounds__(128) quantized_gate_up_mm_id_bf16(const bf16* x, const unsigned int* gate_weight,
-                                                                            const bf16* gate_scales, const bf16* gate_biases,
-                                                                            const u32* offsets, bf16* y,
-                                                                            const QuantizedGateUpIdParams* params, const u32* order,
-                                                                            const unsigned int* up_weight, const bf16* up_scales,
-                                                                            const bf16* up_biases) {
-    qid_matrix_entry<bf16, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, offsets, order, y, params,
-                                 params->activation);
-}
+// The vector form, buffer(0) x [M, K], (1) weight, (2) scales, (3) biases,
+// (4) ids, (5) y [M, U, N], (6) QuantizedMatmulIdParams; gate_up: (1)-(3)
+// the gate's, (6) QuantizedGateUpIdParams, (7)-(9) the up projection's. The
+// matrix form, (4) offsets [E + 2], (5) y [M, U, N], (6)
+// QuantizedMatmulIdParams, (7) order [M U]; gate_up: (6)
+// QuantizedGateUpIdParams, (8)-(10) the up projection's. One type T (name
+// TAG) throughout.
+#define QID_ENTRIES(T, TAG)                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(256, 3)                                                                              \
+        quantized_mv_id_##TAG(const T* x, const unsigned int* weight, const T* scales, const T* biases, const u32* ids, T* y,           \
+                              const QuantizedMatmulIdParams* params) {                                                                \
+        qid_vector_entry<T, T, T, T, false, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0u);             \
+    }                                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(256, 3) quantized_gate_up_mv_id_##TAG(                                              \
+        const T* x, const unsigned int* gate_weight, const T* gate_scales, const T* gate_biases, const u32* ids, T* y,                \
+        const QuantizedGateUpIdParams* params, const unsigned int* up_weight, const T* up_scales, const T* up_biases) {               \
+        qid_vector_entry<T, T, T, T, true, false>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y,   \
+                                                  params, params->activation);                                                        \
+    }                                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(128)                                                                                 \
+        quantized_mm_id_##TAG(const T* x, const unsigned int* weight, const T* scales, const T* biases, const u32* offsets, T* y,       \
+                              const QuantizedMatmulIdParams* params, const u32* order) {                                              \
+        qid_matrix_entry<T, false>(x, weight, scales, biases, weight, scales, biases, offsets, order, y, params, 0u);                  \
+    }                                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(128) quantized_gate_up_mm_id_##TAG(                                                 \
+        const T* x, const unsigned int* gate_weight, const T* gate_scales, const T* gate_biases, const u32* offsets, T* y,            \
+        const QuantizedGateUpIdParams* params, const u32* order, const unsigned int* up_weight, const T* up_scales,                   \
+        const T* up_biases) {                                                                                                         \
+        qid_matrix_entry<T, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, offsets, order, y, params,\
+                                  params->activation);                                                                                \
+    }
+QID_ENTRIES(__half, f16)
+QID_ENTRIES(bf16, bf16)
