@@ -753,16 +753,16 @@ __device__ __forceinline__ void each_state_pair(u32 warp, u32 gq, u32 tq, F&& f)
 // Tokens [bos, eos) of one sequence, its chunks c_first..c_end (chunk c
 // starts at bos + (c - c_first) * 64), its state at index state of h0 and
 // final_state, V rows [v0, v0 + BV) of V head head. Every thread calls it.
-template <u32 KD, u32 BV>
+template <u32 KD, u32 BV, bool WS>
 __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
                                                 const bf16* __restrict__ u_in, const float* __restrict__ g_in,
                                                 const float* __restrict__ h0, bf16* __restrict__ h_out,
                                                 bf16* __restrict__ v_new, float* __restrict__ final_state,
                                                 u32 H, u32 Hg, u32 V, u32 bos, u32 eos, u32 c_first, u32 c_end,
                                                 u32 state, u32 v0, u32 head,
-                                                bf16* kt, bf16* hb, bf16* stage, float* gs) {
+                                                bf16* kt, bf16* hb, bf16* stage, float* gs, bf16* ws) {
     constexpr u32 NTH = 128;
-    constexpr u32 LDH = KD + 8, LDS = BT + 8, LDK = KD + 8;
+    constexpr u32 LDH = KD + 8, LDS = BT + 8, LDK = KD + 8, LDW = KD + 8;
     constexpr u32 MI = BV / 16;               // 16-row tiles of the state slice
     constexpr u32 NI = KD / 32;               // 8-column tiles per warp
     constexpr u32 KW = KD / 4;                // columns per warp
@@ -782,7 +782,7 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
     // (t rows [16 warp, +16), all of K), ur the u pairs step 3 reads, gr
     // g[tid] and glr g[last].
     uint4 kr[KQ];
-    u32 wr[KD / 16][4];
+    u32 wr[WS ? 1 : KD / 16][4];
     u32 ur[BV / 8][2];
     float gr = 0.0f, glr = 0.0f;
     const u32 t_lo = 16u * warp + gq, t_hi = t_lo + 8u;
@@ -818,15 +818,28 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
     auto prefetch_w = [&](u32 c) {
         u32 t0, len;
         chunk_of(c, t0, len);
-        const bf16* w_lo = w_in + (u64(t0 + t_lo) * H + head) * KD;
-        const bf16* w_hi = w_in + (u64(t0 + t_hi) * H + head) * KD;
-        const bool lo_live = t_lo < len, hi_live = t_hi < len;
+        if constexpr (WS) {
+            // The warp's rows of ws: 16 rows of KD columns, 16-byte copies, 0 past len.
+            const bf16* wp = w_in + (u64(t0) * H + head) * KD;
 #pragma unroll
-        for (u32 kk = 0; kk < KD / 16; ++kk) {
-            wr[kk][0] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + 16 * kk + 2 * tq)) : 0u;
-            wr[kk][1] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + 16 * kk + 2 * tq)) : 0u;
-            wr[kk][2] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + 16 * kk + 8 + 2 * tq)) : 0u;
-            wr[kk][3] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + 16 * kk + 8 + 2 * tq)) : 0u;
+            for (u32 r = 0; r < 16u * KD / 8u / 32u; ++r) {
+                const u32 e = lane + 32u * r;
+                const u32 t = 16u * warp + e / (KD / 8), q = e % (KD / 8);
+                const bool live = t < len;
+                cp_async16(ws + t * LDW + q * 8u, wp + (live ? u64(t) * H * KD + q * 8u : 0u), live);
+            }
+            cp_async_commit();
+        } else {
+            const bf16* w_lo = w_in + (u64(t0 + t_lo) * H + head) * KD;
+            const bf16* w_hi = w_in + (u64(t0 + t_hi) * H + head) * KD;
+            const bool lo_live = t_lo < len, hi_live = t_hi < len;
+#pragma unroll
+            for (u32 kk = 0; kk < KD / 16; ++kk) {
+                wr[kk][0] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + 16 * kk + 2 * tq)) : 0u;
+                wr[kk][1] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + 16 * kk + 2 * tq)) : 0u;
+                wr[kk][2] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + 16 * kk + 8 + 2 * tq)) : 0u;
+                wr[kk][3] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + 16 * kk + 8 + 2 * tq)) : 0u;
+            }
         }
     };
     if (c_first < c_end) {
@@ -883,19 +896,26 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
         for (u32 nj = 0; nj < BV / 8; ++nj)
 #pragma unroll
             for (int e = 0; e < 4; ++e) xa[nj][e] = 0.0f;
+        if constexpr (WS) {
+            cp_async_wait<0>();
+            __syncwarp();   // the warp's ws rows landed for every lane
+        }
         if (16u * warp < len) {
 #pragma unroll
             for (u32 kk = 0; kk < KD / 16; ++kk) {
+                if constexpr (WS) frag_a(wr[0], ws, LDW, 16u * warp, 16u * kk, lane);
+                const u32(&a)[4] = wr[WS ? 0 : kk];
 #pragma unroll
                 for (u32 nj = 0; nj < BV / 8; nj += 2) {
                     u32 b[4];
                     frag_b_nk(b, hb, LDH, 8u * nj, 16u * kk, lane);
-                    mma_bf16(xa[nj], wr[kk], b[0], b[1]);
-                    mma_bf16(xa[nj + 1], wr[kk], b[2], b[3]);
+                    mma_bf16(xa[nj], a, b[0], b[1]);
+                    mma_bf16(xa[nj + 1], a, b[2], b[3]);
                 }
             }
         }
 
+        if constexpr (WS) __syncwarp();   // every lane is done reading ws before it is refilled
         if (c + 1 < c_end) prefetch_w(c + 1);
 
         // 3.
@@ -951,7 +971,7 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
 // table. Grid (V / BV, H, n_seq), 128 threads.
 // Bindings: 0 k, 1 w, 2 u, 3 g (cumsummed), 4 h0, 5 h_out, 6 v_new,
 // 7 final_state, 8 seqs, 9 params.
-template <u32 KD, u32 BV>
+template <u32 KD, u32 BV, bool WS>
 __device__ __forceinline__ void inter_state_varlen(const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
                                                    const bf16* __restrict__ u_in, const float* __restrict__ g_in,
                                                    const float* __restrict__ h0, bf16* __restrict__ h_out,
@@ -961,24 +981,34 @@ __device__ __forceinline__ void inter_state_varlen(const bf16* __restrict__ k_in
     __shared__ __align__(16) bf16 hb[BV * (KD + 8)];
     __shared__ __align__(16) bf16 stage[BV * (BT + 8)];
     __shared__ float gs[BT];
+    __shared__ __align__(16) bf16 ws[WS ? BT * (KD + 8) : 8];
     const u32 seq = blockIdx.z;
     const uint2 first = seqs[seq], next = seqs[seq + 1];
     if (!seq_ok(first, next, pp->n_tok, pp->nt)) return;
-    inter_state_seq<KD, BV>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, pp->h, pp->hg, pp->v,
-                            first.x, next.x, first.y, next.y, seq, blockIdx.x * BV, blockIdx.y, kt, hb, stage, gs);
+    inter_state_seq<KD, BV, WS>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, pp->h, pp->hg, pp->v,
+                                first.x, next.x, first.y, next.y, seq, blockIdx.x * BV, blockIdx.y, kt, hb, stage, gs,
+                                ws);
 }
 
-#define GDR_INTER_STATE(KD, BV)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(128) gated_delta_net_chunk_inter_state_k##KD##_bf16(            \
+// Entries by K, BV and where w waits: in registers, loaded 4 bytes at a time
+// (the op's plan), or, with _ws, in 16 KiB of shared memory by cp.async, each
+// warp its own 16 rows, read by ldmatrix (fewer load instructions, L1 requests
+// and registers). The _bv16 and _ws entries at K = 128 let the kernel harness
+// time the variants side by side; the op launches gated_delta_net_chunk_inter_state_k128_bf16.
+#define GDR_INTER_STATE(NAME, KD, BV, WS)                                                                         \
+    extern "C" __global__ void __launch_bounds__(128) gated_delta_net_chunk_inter_state_##NAME##_bf16(           \
         const bf16* __restrict__ k_in, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,             \
         const float* __restrict__ g_in, const float* __restrict__ h0, bf16* __restrict__ h_out,                  \
         bf16* __restrict__ v_new, float* __restrict__ final_state, const uint2* __restrict__ seqs,               \
         const Params* __restrict__ pp) {                                                                         \
-        inter_state_varlen<KD, BV>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, seqs, pp);             \
+        inter_state_varlen<KD, BV, WS>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, seqs, pp);         \
     }
-GDR_INTER_STATE(64, 32)
-GDR_INTER_STATE(128, 32)
-GDR_INTER_STATE(256, 16)
+GDR_INTER_STATE(k64, 64, 32, false)
+GDR_INTER_STATE(k128, 128, 32, false)
+GDR_INTER_STATE(k256, 256, 16, false)
+GDR_INTER_STATE(k128_bv16, 128, 16, false)
+GDR_INTER_STATE(k128_ws, 128, 32, true)
+GDR_INTER_STATE(k128_bv16_ws, 128, 16, true)
 #undef GDR_INTER_STATE
 
 // gated_delta_net_chunk_inter_state_bf16 (the seed's entry, driven by host
@@ -1008,8 +1038,9 @@ gated_delta_net_chunk_inter_state_bf16(const bf16* __restrict__ k_in, const bf16
     const uint2 first = make_uint2(b * p.t, b * p.nt);
     const uint2 next = make_uint2(first.x + p.t, first.y + p.nt);
     if (p.k != KD || b >= p.b || !seq_ok(first, next, p.b * p.t, p.b * p.nt)) return;
-    inter_state_seq<KD, BV>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, p.h, p.hg, p.v,
-                            first.x, next.x, first.y, next.y, b, blockIdx.x * BV, blockIdx.y, kt, hb, stage, gs);
+    inter_state_seq<KD, BV, false>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, p.h, p.hg, p.v,
+                                   first.x, next.x, first.y, next.y, b, blockIdx.x * BV, blockIdx.y, kt, hb, stage, gs,
+                                   nullptr);
 }
 
 // ---------------------------------------------------------------------------

@@ -13,7 +13,12 @@
 // Then gated_delta_net_chunk_o_bf16 at its CUDA launch (grid (V / VB, H, nt),
 // VB = 128 where V is a multiple of 128, else 64; the dynamic shared memory
 // of chunkOCudaSharedBytes) against float64 on random q, k, v_new, chunk-start
-// states and g, o poisoned first. `big` adds longer sequences.
+// states and g, o poisoned first. Then the state walk,
+// gated_delta_net_chunk_inter_state_k{K}_bf16, and at K = 128 its _bv16,
+// _ws and _bv16_ws variants (grid (V / BV, H, n_seq), 128 threads) against a
+// float64 walk with the kernel's storage points (bf16 snapshots, v_new and
+// gated values, f32 state) on random k, w, u, g and h0, outputs poisoned
+// first. `big` adds longer sequences; `inter` runs only the walks.
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include <algorithm>
@@ -205,8 +210,95 @@ void run_chunk_o(const Case& c) {
   std::printf("%s chunk_o %-56s VB %3u o %.2e\n", ok ? "ok  " : "FAIL", c.what.c_str(), vb, worst);
 }
 
+using InterFn = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const float*, const float*,
+                        __nv_bfloat16*, __nv_bfloat16*, float*, const uint2*, const ChunkGatedDeltaRuleParams*);
+
+void run_inter(const Case& c, const char* name, InterFn fn, u32 bv) {
+  const std::vector<u32> chunks = chunks_of(c.lens);
+  std::vector<u32> seqs;
+  u32 n = 0, nt = 0;
+  for (u32 L : c.lens) {
+    seqs.push_back(n); seqs.push_back(nt);
+    n += L; nt += (L + 63) / 64;
+  }
+  seqs.push_back(n); seqs.push_back(nt);
+  const u32 ns = u32(c.lens.size()), H = c.h, Hg = c.hg, K = c.K, V = c.V;
+  Arr<__nv_bfloat16> k(size_t(n) * Hg * K), w(size_t(n) * H * K), u(size_t(n) * H * V);
+  Arr<__nv_bfloat16> snap(size_t(nt) * H * V * K), vn(size_t(n) * H * V);
+  Arr<float> g(size_t(n) * H), h0(size_t(ns) * H * V * K), fin(size_t(ns) * H * V * K);
+  k.random(-0.15, 0.15); w.random(-0.15, 0.15); u.random(); h0.random(-0.3, 0.3);
+  snap.poison(); vn.poison(); fin.poison();
+  std::uniform_real_distribution<double> ud(0, 1);
+  for (u32 ci = 0; ci < nt; ++ci)
+    for (u32 hh = 0; hh < H; ++hh) {
+      double acc = 0;
+      for (u32 t = 0; t < chunks[2 * ci + 1]; ++t) {
+        acc += -0.1 * ud(gen);
+        g.p[size_t(chunks[2 * ci] + t) * H + hh] = float(acc);
+      }
+    }
+  ChunkGatedDeltaRuleParams p{n, nt, ns, Hg, H, K, V, 1.0f};
+  sim_launch({V / bv, H, ns}, {128, 1, 1}, 0, [&] {
+    fn(k.p, w.p, u.p, g.p, h0.p, snap.p, vn.p, fin.p, reinterpret_cast<const uint2*>(seqs.data()), &p);
+  });
+
+  auto bf = [](double x) { return back(cvt<__nv_bfloat16>(x)); };
+  std::vector<double> wsnap(snap.n), wvn(vn.n), wfin(fin.n);
+  for (u32 s = 0; s < ns; ++s)
+    for (u32 hh = 0; hh < H; ++hh) {
+      const u32 kh = hh / (H / Hg);
+      std::vector<double> h(size_t(V) * K);
+      for (size_t e = 0; e < h.size(); ++e) h[e] = h0.p[(size_t(s) * H + hh) * V * K + e];
+      for (u32 ci = seqs[2 * s + 1]; ci < seqs[2 * s + 3]; ++ci) {
+        const u32 t0 = chunks[2 * ci], len = chunks[2 * ci + 1];
+        const double gl = g.p[size_t(t0 + len - 1) * H + hh];
+        std::vector<double> hb(h.size()), vg(size_t(len) * V);
+        for (size_t e = 0; e < h.size(); ++e) wsnap[(size_t(ci) * H + hh) * V * K + e] = hb[e] = bf(h[e]);
+        for (u32 t = 0; t < len; ++t)
+          for (u32 vv = 0; vv < V; ++vv) {
+            double x = 0;
+            for (u32 d = 0; d < K; ++d) x += w.at((size_t(t0 + t) * H + hh) * K + d) * hb[size_t(vv) * K + d];
+            const double r = double(float(u.at((size_t(t0 + t) * H + hh) * V + vv) - x));
+            wvn[(size_t(t0 + t) * H + hh) * V + vv] = bf(r);
+            vg[size_t(t) * V + vv] = bf(r * std::exp(gl - g.p[size_t(t0 + t) * H + hh]));
+          }
+        for (u32 vv = 0; vv < V; ++vv)
+          for (u32 d = 0; d < K; ++d) {
+            double x = h[size_t(vv) * K + d] * std::exp(gl);
+            for (u32 t = 0; t < len; ++t) x += vg[size_t(t) * V + vv] * k.at((size_t(t0 + t) * Hg + kh) * K + d);
+            h[size_t(vv) * K + d] = x;
+          }
+      }
+      for (size_t e = 0; e < h.size(); ++e) wfin[(size_t(s) * H + hh) * V * K + e] = h[e];
+    }
+  auto err = [](auto& got, const std::vector<double>& want) {
+    double mx = 0, worst = 0;
+    for (double x : want) mx = std::max(mx, std::fabs(x));
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double e = std::fabs(got.at(i) - want[i]) / (mx > 0 ? mx : 1);
+      if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+    }
+    return worst;
+  };
+  const double es = err(snap, wsnap), ev = err(vn, wvn), ef = err(fin, wfin);
+  const bool ok = es < 1e-2 && ev < 1e-2 && ef < 1e-2;
+  if (!ok) failures++;
+  std::printf("%s %-40s %-32s h_out %.2e v_new %.2e final %.2e\n", ok ? "ok  " : "FAIL", name, c.what.c_str(), es, ev, ef);
+}
+
+void run_inters(const Case& c) {
+  if (c.K == 64) run_inter(c, "inter_state_k64", gated_delta_net_chunk_inter_state_k64_bf16, 32);
+  if (c.K == 256) run_inter(c, "inter_state_k256", gated_delta_net_chunk_inter_state_k256_bf16, 16);
+  if (c.K != 128) return;
+  run_inter(c, "inter_state_k128", gated_delta_net_chunk_inter_state_k128_bf16, 32);
+  run_inter(c, "inter_state_k128_bv16", gated_delta_net_chunk_inter_state_k128_bv16_bf16, 16);
+  run_inter(c, "inter_state_k128_ws", gated_delta_net_chunk_inter_state_k128_ws_bf16, 32);
+  run_inter(c, "inter_state_k128_bv16_ws", gated_delta_net_chunk_inter_state_k128_bv16_ws_bf16, 16);
+}
+
 int main(int argc, char** argv) {
   const bool big = argc > 1 && std::string(argv[1]) == "big";
+  const bool inter_only = argc > 1 && std::string(argv[1]) == "inter";
   std::vector<Case> cases = {
     {"K 128, V 128, H 2, Hg 1, one chunk of 64", 1, 2, 128, 128, {64}, false},
     {"K 64, V 64, H 4, Hg 2, varlen [1, 70, 64]", 2, 4, 64, 64, {1, 70, 64}, false},
@@ -216,9 +308,13 @@ int main(int argc, char** argv) {
   };
   if (big) cases.push_back({"K 128, V 128, H 4, Hg 2, T 512", 2, 4, 128, 128, {512}, false});
   for (const Case& c : cases) {
-    if (c.beta_bf16) run<__nv_bfloat16>(c); else run<float>(c);
-    run_chunk_o(c);
+    if (!inter_only) {
+      if (c.beta_bf16) run<__nv_bfloat16>(c); else run<float>(c);
+      run_chunk_o(c);
+    }
+    run_inters(c);
   }
+  run_inters({"K 128, V 128, H 4, Hg 2, varlen [130, 3, 64]", 2, 4, 128, 128, {130, 3, 64}, false});
   std::printf("%s: %d failed\n", failures ? "FAIL" : "ok", failures);
   return failures ? 1 : 0;
 }
