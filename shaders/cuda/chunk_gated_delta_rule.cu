@@ -510,9 +510,68 @@ __device__ __forceinline__ void solve_diagonal(float* at, float* toff, u32 tid) 
     for (u32 b = 0; b < NB; ++b) toff[toff_slot(b + DIST, b) * 16u * TLD + r * TLD + c] = y[b];
     __syncthreads();
 }
+
+// The same diagonal, four columns per thread: thread tid < 64 NB takes block
+// b = tid / 64, row r = (tid / 4) % 16 and columns [4 (tid % 4), +4), reading
+// A and T_ii rows and T rows as float4 (a quarter of the shared-memory
+// requests per product of solve_diagonal). Each element's sums run in the
+// same order as there, so T is the same bit for bit.
+template <u32 DIST>
+__device__ __forceinline__ void solve_diagonal4(float* at, float* toff, u32 tid) {
+    constexpr u32 NB = 4u - DIST;
+    const u32 b = tid >> 6, r = (tid >> 2) & 15u, c = 4u * (tid & 3u);
+    const bool act = b < NB;
+    const u32 i = b + DIST, j = b;
+    float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (act) {
+        const float* arow = at + (16u * i + r) * FLD;
+#pragma unroll
+        for (u32 mm = 0; mm < DIST; ++mm) {
+            const u32 m = j + mm;
+            u32 ld;
+            const float* tm = t_block(at, toff, m, j, ld);
+#pragma unroll
+            for (u32 e4 = 0; e4 < 16; e4 += 4) {
+                const float4 a4 = *reinterpret_cast<const float4*>(arow + 16u * m + e4);
+                const float av[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+                for (u32 ee = 0; ee < 4; ++ee) {
+                    const float4 t4 = *reinterpret_cast<const float4*>(tm + (e4 + ee) * ld + c);
+                    y.x = fmaf(av[ee], t4.x, y.x);
+                    y.y = fmaf(av[ee], t4.y, y.y);
+                    y.z = fmaf(av[ee], t4.z, y.z);
+                    y.w = fmaf(av[ee], t4.w, y.w);
+                }
+            }
+        }
+    }
+    float* yb = toff + toff_slot(act ? i : 1u, act ? j : 0u) * 16u * TLD;
+    if (act) *reinterpret_cast<float4*>(yb + r * TLD + c) = y;
+    __syncthreads();
+    float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (act) {
+        const float* tii = at + (16u * i + r) * FLD + 16u * i;
+#pragma unroll
+        for (u32 e4 = 0; e4 < 16; e4 += 4) {
+            const float4 a4 = *reinterpret_cast<const float4*>(tii + e4);
+            const float av[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+            for (u32 ee = 0; ee < 4; ++ee) {
+                const float4 t4 = *reinterpret_cast<const float4*>(yb + (e4 + ee) * TLD + c);
+                s.x = fmaf(av[ee], t4.x, s.x);
+                s.y = fmaf(av[ee], t4.y, s.y);
+                s.z = fmaf(av[ee], t4.z, s.z);
+                s.w = fmaf(av[ee], t4.w, s.w);
+            }
+        }
+    }
+    __syncthreads();
+    if (act) *reinterpret_cast<float4*>(yb + r * TLD + c) = make_float4(-s.x, -s.y, -s.z, -s.w);
+    __syncthreads();
+}
 }  // namespace
 
-template <typename BetaT>
+template <typename BetaT, bool S4>
 __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
                                                   const BetaT* __restrict__ beta, const float* __restrict__ g,
                                                   bf16* __restrict__ w_out, bf16* __restrict__ u_out,
@@ -645,9 +704,15 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
         }
         __syncthreads();
     }
-    solve_diagonal<1>(at, toff, tid);
-    solve_diagonal<2>(at, toff, tid);
-    solve_diagonal<3>(at, toff, tid);
+    if constexpr (S4) {
+        solve_diagonal4<1>(at, toff, tid);
+        solve_diagonal4<2>(at, toff, tid);
+        solve_diagonal4<3>(at, toff, tid);
+    } else {
+        solve_diagonal<1>(at, toff, tid);
+        solve_diagonal<2>(at, toff, tid);
+        solve_diagonal<3>(at, toff, tid);
+    }
 
     // w from slices nk..2 nk - 1 (k), u from the rest (v): 64 columns each.
     for (u32 s = nk; s < ns; ++s) {
@@ -688,20 +753,20 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 4)
-gated_delta_net_kkt_solve_wu_bf16(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
-                                  const float* __restrict__ beta, const float* __restrict__ g,
-                                  bf16* __restrict__ w_out, bf16* __restrict__ u_out,
-                                  const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
-    kkt_solve_wu_body<float>(k_in, v_in, beta, g, w_out, u_out, chunks, pp);
-}
-extern "C" __global__ void __launch_bounds__(256, 4)
-gated_delta_net_kkt_solve_wu_bf16_beta_bf16(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
-                                            const bf16* __restrict__ beta, const float* __restrict__ g,
-                                            bf16* __restrict__ w_out, bf16* __restrict__ u_out,
-                                            const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
-    kkt_solve_wu_body<bf16>(k_in, v_in, beta, g, w_out, u_out, chunks, pp);
-}
+// Entries by beta's type and the off-diagonal solve: solve_diagonal (the op's
+// plan) or, with _s4, solve_diagonal4 (the same T; the harness times both).
+#define GDR_KKT_SOLVE_WU(NAME, BETA_T, S4)                                                                        \
+    extern "C" __global__ void __launch_bounds__(256, 4) gated_delta_net_kkt_solve_wu_##NAME(                  \
+        const bf16* __restrict__ k_in, const bf16* __restrict__ v_in, const BETA_T* __restrict__ beta,           \
+        const float* __restrict__ g, bf16* __restrict__ w_out, bf16* __restrict__ u_out,                         \
+        const uint2* __restrict__ chunks, const Params* __restrict__ pp) {                                       \
+        kkt_solve_wu_body<BETA_T, S4>(k_in, v_in, beta, g, w_out, u_out, chunks, pp);                            \
+    }
+GDR_KKT_SOLVE_WU(bf16, float, false)
+GDR_KKT_SOLVE_WU(bf16_beta_bf16, bf16, false)
+GDR_KKT_SOLVE_WU(s4_bf16, float, true)
+GDR_KKT_SOLVE_WU(s4_bf16_beta_bf16, bf16, true)
+#undef GDR_KKT_SOLVE_WU
 
 // ---------------------------------------------------------------------------
 // The inter-state step: for each (sequence, head) the state h [V, K] f32

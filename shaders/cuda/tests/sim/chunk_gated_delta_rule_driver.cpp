@@ -1,6 +1,6 @@
 // The chunk_gated_delta_rule family's CUDA kernels of the WY step on the CPU
 // simulation (sim_runtime.h): gated_delta_net_kkt_solve_wu_bf16 (and its
-// bf16-beta entry) against a float64 reference of
+// bf16-beta entry; their _s4 variants must equal them bit for bit) against a float64 reference of
 //   A = strictly lower (beta_i exp(g_i - g_j) k_i . k_j),  T = (I + A)^-1,
 //   w = T diag(beta exp(g)) k,  u = T diag(beta) v
 // on the bf16 k, v and f32 g, beta it reads, and the three step kernels it
@@ -10,6 +10,7 @@
 // tails), K 64, 128, 256, V 64 to 256, GQA. k rows are L2-normalized, as the
 // models feed them. Outputs start as NaN; w and u rows are all written.
 // Error: max |got - want| / max |want| per output, under the bf16 tolerance.
+// `wy` as the second argument runs only these WY step cases.
 // Then gated_delta_net_chunk_o_bf16 at its CUDA launch (grid (V / VB, H, nt),
 // VB = 128 where V is a multiple of 128, else 64; the dynamic shared memory
 // of chunkOCudaSharedBytes) against float64 on random q, k, v_new, chunk-start
@@ -23,6 +24,7 @@
 #include "sim_util.h"
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 struct Case {
@@ -69,17 +71,20 @@ void run(const Case& c) {
   const uint2* ch = reinterpret_cast<const uint2*>(chunks.data());
 
   Arr<__nv_bfloat16> w(size_t(n) * H * K), u(size_t(n) * H * V), w3(size_t(n) * H * K), u3(size_t(n) * H * V);
+  Arr<__nv_bfloat16> w4(size_t(n) * H * K), u4(size_t(n) * H * V);
   Arr<float> a(size_t(n) * H * 64);
-  for (auto* x : {&w, &u, &w3, &u3}) x->poison();
+  for (auto* x : {&w, &u, &w3, &u3, &w4, &u4}) x->poison();
   a.poison();
   const SimDim grid{nt, H, 1}, fgrid{H, nt, 1};
   if constexpr (std::is_same_v<BetaT, float>) {
     sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_bf16(k.p, v.p, beta.p, g.p, w.p, u.p, ch, &p); });
+    sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_s4_bf16(k.p, v.p, beta.p, g.p, w4.p, u4.p, ch, &p); });
     sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_bf16(k.p, g.p, beta.p, a.p, ch, &p); });
     sim_launch(grid, {64, 1, 1}, 0, [&] { chunk_tri_solve_invert_f32(a.p, a.p, ch, &p); });
     sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_recompute_wu_bf16(k.p, v.p, beta.p, g.p, a.p, w3.p, u3.p, ch, &p); });
   } else {
     sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_bf16_beta_bf16(k.p, v.p, beta.p, g.p, w.p, u.p, ch, &p); });
+    sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_s4_bf16_beta_bf16(k.p, v.p, beta.p, g.p, w4.p, u4.p, ch, &p); });
     sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_bf16_beta_bf16(k.p, g.p, beta.p, a.p, ch, &p); });
     sim_launch(grid, {64, 1, 1}, 0, [&] { chunk_tri_solve_invert_f32(a.p, a.p, ch, &p); });
     sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_recompute_wu_bf16_beta_bf16(k.p, v.p, beta.p, g.p, a.p, w3.p, u3.p, ch, &p); });
@@ -131,10 +136,13 @@ void run(const Case& c) {
   };
   const double ew = err(w, ww), eu = err(u, uw), ew3 = err(w3, ww), eu3 = err(u3, uw);
   const double tol = 1e-2;
-  const bool ok = ew < tol && eu < tol && ew3 < tol && eu3 < tol;
+  size_t s4_diff = 0;   // elements where _s4 differs from the plan's entry (bits)
+  for (size_t i = 0; i < w.n; ++i) s4_diff += std::memcmp(&w.p[i], &w4.p[i], 2) != 0;
+  for (size_t i = 0; i < u.n; ++i) s4_diff += std::memcmp(&u.p[i], &u4.p[i], 2) != 0;
+  const bool ok = ew < tol && eu < tol && ew3 < tol && eu3 < tol && s4_diff == 0;
   if (!ok) failures++;
-  std::printf("%s %-64s fused w %.2e u %.2e | three steps w %.2e u %.2e\n", ok ? "ok  " : "FAIL", c.what.c_str(), ew, eu,
-              ew3, eu3);
+  std::printf("%s %-64s fused w %.2e u %.2e | three steps w %.2e u %.2e | s4 differs at %zu\n", ok ? "ok  " : "FAIL",
+              c.what.c_str(), ew, eu, ew3, eu3, s4_diff);
 }
 
 // The chunk tables of sequences of the given lengths (chunks of 64 from each start).
@@ -299,6 +307,7 @@ void run_inters(const Case& c) {
 int main(int argc, char** argv) {
   const bool big = argc > 1 && std::string(argv[1]) == "big";
   const bool inter_only = argc > 1 && std::string(argv[1]) == "inter";
+  const bool wy_only = argc > 1 && std::string(argv[1]) == "wy";
   std::vector<Case> cases = {
     {"K 128, V 128, H 2, Hg 1, one chunk of 64", 1, 2, 128, 128, {64}, false},
     {"K 64, V 64, H 4, Hg 2, varlen [1, 70, 64]", 2, 4, 64, 64, {1, 70, 64}, false},
@@ -310,11 +319,12 @@ int main(int argc, char** argv) {
   for (const Case& c : cases) {
     if (!inter_only) {
       if (c.beta_bf16) run<__nv_bfloat16>(c); else run<float>(c);
-      run_chunk_o(c);
     }
+    if (wy_only) continue;
+    if (!inter_only) run_chunk_o(c);
     run_inters(c);
   }
-  run_inters({"K 128, V 128, H 4, Hg 2, varlen [130, 3, 64]", 2, 4, 128, 128, {130, 3, 64}, false});
+  if (!wy_only) run_inters({"K 128, V 128, H 4, Hg 2, varlen [130, 3, 64]", 2, 4, 128, 128, {130, 3, 64}, false});
   std::printf("%s: %d failed\n", failures ? "FAIL" : "ok", failures);
   return failures ? 1 : 0;
 }
