@@ -818,7 +818,7 @@ __device__ __forceinline__ void each_state_pair(u32 warp, u32 gq, u32 tq, F&& f)
 // Tokens [bos, eos) of one sequence, its chunks c_first..c_end (chunk c
 // starts at bos + (c - c_first) * 64), its state at index state of h0 and
 // final_state, V rows [v0, v0 + BV) of V head head. Every thread calls it.
-template <u32 KD, u32 BV, bool WS>
+template <u32 KD, u32 BV, bool WS, u32 NW = 4>
 __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
                                                 const bf16* __restrict__ u_in, const float* __restrict__ g_in,
                                                 const float* __restrict__ h0, bf16* __restrict__ h_out,
@@ -826,14 +826,17 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
                                                 u32 H, u32 Hg, u32 V, u32 bos, u32 eos, u32 c_first, u32 c_end,
                                                 u32 state, u32 v0, u32 head,
                                                 bf16* kt, bf16* hb, bf16* stage, float* gs, bf16* ws) {
-    constexpr u32 NTH = 128;
+    static_assert(NW == 4 || (NW == 8 && WS && BV == 32), "8 warps share w in shared memory and split 32 V rows");
+    constexpr u32 NTH = 32 * NW;
     constexpr u32 LDH = KD + 8, LDS = BT + 8, LDK = KD + 8, LDW = KD + 8;
     constexpr u32 MI = BV / 16;               // 16-row tiles of the state slice
-    constexpr u32 NI = KD / 32;               // 8-column tiles per warp
-    constexpr u32 KW = KD / 4;                // columns per warp
+    constexpr u32 KW = KD / NW;               // columns per warp
+    constexpr u32 NI = KW / 8;                // 8-column tiles per warp
     constexpr u32 KQ = BT * KD / 8 / NTH;     // 16-byte pieces of the k rows per thread
+    constexpr u32 VW = BV * 4 / NW;           // V rows of a warp in steps 2 and 3
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
     const u32 kh = head / (H / Hg);
+    const u32 trow = 16u * (warp % 4u), vw0 = VW * (warp / 4u);   // steps 2, 3: t rows [trow, +16), V rows [vw0, +VW)
 
     float st[MI][NI][4];
     const u64 state0 = ((u64(state) * H + head) * V + v0) * KD;
@@ -844,13 +847,13 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
     });
 
     // The next chunk's operands: kr the k rows, wr this warp's w A fragments
-    // (t rows [16 warp, +16), all of K), ur the u pairs step 3 reads, gr
-    // g[tid] and glr g[last].
+    // (t rows [trow, +16), all of K; with WS the chunk's w rows go to ws
+    // instead), ur the u pairs step 3 reads, gr g[tid] and glr g[last].
     uint4 kr[KQ];
     u32 wr[WS ? 1 : KD / 16][4];
-    u32 ur[BV / 8][2];
+    u32 ur[VW / 8][2];
     float gr = 0.0f, glr = 0.0f;
-    const u32 t_lo = 16u * warp + gq, t_hi = t_lo + 8u;
+    const u32 t_lo = trow + gq, t_hi = t_lo + 8u;
     auto chunk_of = [&](u32 c, u32& t0, u32& len) {
         t0 = bos + (c - c_first) * BT;
         len = min(BT, eos - t0);
@@ -872,11 +875,11 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
         glr = __ldg(g_in + u64(t0 + len - 1) * H + head);
         gr = tid < len ? __ldg(g_in + u64(t0 + tid) * H + head) : 0.0f;
 #pragma unroll
-        for (u32 nj = 0; nj < BV / 8; ++nj)
+        for (u32 nj = 0; nj < VW / 8; ++nj)
 #pragma unroll
             for (u32 hr = 0; hr < 2; ++hr) {
                 const u32 tl = t_lo + 8u * hr;
-                const u64 uv = (u64(t0 + tl) * H + head) * V + v0 + 8u * nj + 2u * tq;
+                const u64 uv = (u64(t0 + tl) * H + head) * V + v0 + vw0 + 8u * nj + 2u * tq;
                 ur[nj][hr] = tl < len ? __ldg(reinterpret_cast<const unsigned int*>(u_in + uv)) : 0u;
             }
     };
@@ -884,12 +887,12 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
         u32 t0, len;
         chunk_of(c, t0, len);
         if constexpr (WS) {
-            // The warp's rows of ws: 16 rows of KD columns, 16-byte copies, 0 past len.
+            // The chunk's w rows into ws by the whole block, 16-byte copies, 0 past len.
             const bf16* wp = w_in + (u64(t0) * H + head) * KD;
 #pragma unroll
-            for (u32 r = 0; r < 16u * KD / 8u / 32u; ++r) {
-                const u32 e = lane + 32u * r;
-                const u32 t = 16u * warp + e / (KD / 8), q = e % (KD / 8);
+            for (u32 r = 0; r < BT * KD / 8u / NTH; ++r) {
+                const u32 e = tid + NTH * r;
+                const u32 t = e / (KD / 8), q = e % (KD / 8);
                 const bool live = t < len;
                 cp_async16(ws + t * LDW + q * 8u, wp + (live ? u64(t) * H * KD + q * 8u : 0u), live);
             }
@@ -919,9 +922,9 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
         // This chunk's u and g out of the prefetch registers, then the next
         // chunk's; its k rows go to shared memory after the barrier, then
         // the next chunk's are loaded.
-        u32 uc[BV / 8][2];
+        u32 uc[VW / 8][2];
 #pragma unroll
-        for (u32 nj = 0; nj < BV / 8; ++nj)
+        for (u32 nj = 0; nj < VW / 8; ++nj)
 #pragma unroll
             for (u32 hr = 0; hr < 2; ++hr) uc[nj][hr] = ur[nj][hr];
         const float g_last = glr, g_tid = gr;
@@ -943,6 +946,7 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
             st[mi][ni][2 * hr + 1] *= decay;
         });
         if (tid < BT) gs[tid] = g_tid;
+        if constexpr (WS) cp_async_wait<0>();   // this chunk's ws rows, published by the barrier
         __syncthreads();
         {
             bf16* hsnap = h_out + ((u64(c) * H + head) * V + v0) * KD;
@@ -956,40 +960,35 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
         }
 
         // 2.
-        float xa[BV / 8][4];
+        float xa[VW / 8][4];
 #pragma unroll
-        for (u32 nj = 0; nj < BV / 8; ++nj)
+        for (u32 nj = 0; nj < VW / 8; ++nj)
 #pragma unroll
             for (int e = 0; e < 4; ++e) xa[nj][e] = 0.0f;
-        if constexpr (WS) {
-            cp_async_wait<0>();
-            __syncwarp();   // the warp's ws rows landed for every lane
-        }
-        if (16u * warp < len) {
+        if (trow < len) {
 #pragma unroll
             for (u32 kk = 0; kk < KD / 16; ++kk) {
-                if constexpr (WS) frag_a(wr[0], ws, LDW, 16u * warp, 16u * kk, lane);
+                if constexpr (WS) frag_a(wr[0], ws, LDW, trow, 16u * kk, lane);
                 const u32(&a)[4] = wr[WS ? 0 : kk];
 #pragma unroll
-                for (u32 nj = 0; nj < BV / 8; nj += 2) {
+                for (u32 nj = 0; nj < VW / 8; nj += 2) {
                     u32 b[4];
-                    frag_b_nk(b, hb, LDH, 8u * nj, 16u * kk, lane);
+                    frag_b_nk(b, hb, LDH, vw0 + 8u * nj, 16u * kk, lane);
                     mma_bf16(xa[nj], a, b[0], b[1]);
                     mma_bf16(xa[nj + 1], a, b[2], b[3]);
                 }
             }
         }
 
-        if constexpr (WS) __syncwarp();   // every lane is done reading ws before it is refilled
-        if (c + 1 < c_end) prefetch_w(c + 1);
+        if (!WS && c + 1 < c_end) prefetch_w(c + 1);
 
         // 3.
 #pragma unroll
-        for (u32 nj = 0; nj < BV / 8; ++nj)
+        for (u32 nj = 0; nj < VW / 8; ++nj)
 #pragma unroll
             for (u32 hr = 0; hr < 2; ++hr) {
                 const u32 tl = t_lo + 8u * hr;
-                const u32 vl = 8u * nj + 2u * tq;
+                const u32 vl = vw0 + 8u * nj + 2u * tq;
                 bf16 g0 = __float2bfloat16_rn(0.0f), g1 = g0;
                 if (tl < len) {
                     const u64 uv = (u64(t0 + tl) * H + head) * V + v0 + vl;
@@ -1005,6 +1004,7 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
                 stage[(vl + 1) * LDS + tl] = g1;
             }
         __syncthreads();
+        if (WS && c + 1 < c_end) prefetch_w(c + 1);   // every warp is past step 2
 
         // 4.
 #pragma unroll
@@ -1036,7 +1036,7 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
 // table. Grid (V / BV, H, n_seq), 128 threads.
 // Bindings: 0 k, 1 w, 2 u, 3 g (cumsummed), 4 h0, 5 h_out, 6 v_new,
 // 7 final_state, 8 seqs, 9 params.
-template <u32 KD, u32 BV, bool WS>
+template <u32 KD, u32 BV, bool WS, u32 NW>
 __device__ __forceinline__ void inter_state_varlen(const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
                                                    const bf16* __restrict__ u_in, const float* __restrict__ g_in,
                                                    const float* __restrict__ h0, bf16* __restrict__ h_out,
@@ -1050,30 +1050,34 @@ __device__ __forceinline__ void inter_state_varlen(const bf16* __restrict__ k_in
     const u32 seq = blockIdx.z;
     const uint2 first = seqs[seq], next = seqs[seq + 1];
     if (!seq_ok(first, next, pp->n_tok, pp->nt)) return;
-    inter_state_seq<KD, BV, WS>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, pp->h, pp->hg, pp->v,
+    inter_state_seq<KD, BV, WS, NW>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, pp->h, pp->hg, pp->v,
                                 first.x, next.x, first.y, next.y, seq, blockIdx.x * BV, blockIdx.y, kt, hb, stage, gs,
                                 ws);
 }
 
-// Entries by K, BV and where w waits: in registers, loaded 4 bytes at a time
-// (the op's plan), or, with _ws, in 16 KiB of shared memory by cp.async, each
-// warp its own 16 rows, read by ldmatrix (fewer load instructions, L1 requests
-// and registers). The _bv16 and _ws entries at K = 128 let the kernel harness
-// time the variants side by side; the op launches gated_delta_net_chunk_inter_state_k128_bf16.
-#define GDR_INTER_STATE(NAME, KD, BV, WS)                                                                         \
-    extern "C" __global__ void __launch_bounds__(128) gated_delta_net_chunk_inter_state_##NAME##_bf16(           \
+// Entries by K, BV, where w waits and the warps: w in registers, loaded 4
+// bytes at a time (the op's plan), or, with _ws, in 16 KiB of shared memory by
+// cp.async, read by ldmatrix (fewer load instructions, L1 requests and
+// registers); 4 warps, or 8 with _w8 (256 threads: warp w holds state columns
+// [16 w, +16) and takes t rows [16 (w % 4), +16) and V rows [16 (w / 4), +16)
+// in steps 2 and 3). The _bv16, _ws and _w8 entries at K = 128 let the kernel
+// harness time the variants side by side; the op launches
+// gated_delta_net_chunk_inter_state_k128_bf16.
+#define GDR_INTER_STATE(NAME, KD, BV, WS, NW)                                                                     \
+    extern "C" __global__ void __launch_bounds__(32 * NW) gated_delta_net_chunk_inter_state_##NAME##_bf16(       \
         const bf16* __restrict__ k_in, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,             \
         const float* __restrict__ g_in, const float* __restrict__ h0, bf16* __restrict__ h_out,                  \
         bf16* __restrict__ v_new, float* __restrict__ final_state, const uint2* __restrict__ seqs,               \
         const Params* __restrict__ pp) {                                                                         \
-        inter_state_varlen<KD, BV, WS>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, seqs, pp);         \
+        inter_state_varlen<KD, BV, WS, NW>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, seqs, pp);     \
     }
-GDR_INTER_STATE(k64, 64, 32, false)
-GDR_INTER_STATE(k128, 128, 32, false)
-GDR_INTER_STATE(k256, 256, 16, false)
-GDR_INTER_STATE(k128_bv16, 128, 16, false)
-GDR_INTER_STATE(k128_ws, 128, 32, true)
-GDR_INTER_STATE(k128_bv16_ws, 128, 16, true)
+GDR_INTER_STATE(k64, 64, 32, false, 4)
+GDR_INTER_STATE(k128, 128, 32, false, 4)
+GDR_INTER_STATE(k256, 256, 16, false, 4)
+GDR_INTER_STATE(k128_bv16, 128, 16, false, 4)
+GDR_INTER_STATE(k128_ws, 128, 32, true, 4)
+GDR_INTER_STATE(k128_bv16_ws, 128, 16, true, 4)
+GDR_INTER_STATE(k128_ws_w8, 128, 32, true, 8)
 #undef GDR_INTER_STATE
 
 // gated_delta_net_chunk_inter_state_bf16 (the seed's entry, driven by host

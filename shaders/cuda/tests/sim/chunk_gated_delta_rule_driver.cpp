@@ -16,7 +16,8 @@
 // of chunkOCudaSharedBytes) against float64 on random q, k, v_new, chunk-start
 // states and g, o poisoned first. Then the state walk,
 // gated_delta_net_chunk_inter_state_k{K}_bf16, and at K = 128 its _bv16,
-// _ws and _bv16_ws variants (grid (V / BV, H, n_seq), 128 threads) against a
+// _ws, _bv16_ws and _ws_w8 variants (grid (V / BV, H, n_seq), 128 threads,
+// 256 for _w8) against a
 // float64 walk with the kernel's storage points (bf16 snapshots, v_new and
 // gated values, f32 state) on random k, w, u, g and h0, outputs poisoned
 // first. `big` adds longer sequences; `inter` runs only the walks.
@@ -221,7 +222,7 @@ void run_chunk_o(const Case& c) {
 using InterFn = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const float*, const float*,
                         __nv_bfloat16*, __nv_bfloat16*, float*, const uint2*, const ChunkGatedDeltaRuleParams*);
 
-void run_inter(const Case& c, const char* name, InterFn fn, u32 bv) {
+void run_inter(const Case& c, const char* name, InterFn fn, u32 bv, u32 threads = 128) {
   const std::vector<u32> chunks = chunks_of(c.lens);
   std::vector<u32> seqs;
   u32 n = 0, nt = 0;
@@ -246,7 +247,7 @@ void run_inter(const Case& c, const char* name, InterFn fn, u32 bv) {
       }
     }
   ChunkGatedDeltaRuleParams p{n, nt, ns, Hg, H, K, V, 1.0f};
-  sim_launch({V / bv, H, ns}, {128, 1, 1}, 0, [&] {
+  sim_launch({V / bv, H, ns}, {threads, 1, 1}, 0, [&] {
     fn(k.p, w.p, u.p, g.p, h0.p, snap.p, vn.p, fin.p, reinterpret_cast<const uint2*>(seqs.data()), &p);
   });
 
@@ -302,6 +303,7 @@ void run_inters(const Case& c) {
   run_inter(c, "inter_state_k128_bv16", gated_delta_net_chunk_inter_state_k128_bv16_bf16, 16);
   run_inter(c, "inter_state_k128_ws", gated_delta_net_chunk_inter_state_k128_ws_bf16, 32);
   run_inter(c, "inter_state_k128_bv16_ws", gated_delta_net_chunk_inter_state_k128_bv16_ws_bf16, 16);
+  run_inter(c, "inter_state_k128_ws_w8", gated_delta_net_chunk_inter_state_k128_ws_w8_bf16, 32, 256);
 }
 
 int main(int argc, char** argv) {
