@@ -692,8 +692,19 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
 #pragma unroll
             for (u32 r = 0; r < 16; ++r) {
                 float sum = 0.0f;
+                if constexpr (S4) {   // A's row by float4 (the block's columns start 16-byte aligned)
 #pragma unroll
-                for (u32 j = 0; j < r; ++j) sum = fmaf(ad[r * FLD + j], x[j], sum);
+                    for (u32 j4 = 0; j4 < r; j4 += 4) {
+                        const float4 a4 = *reinterpret_cast<const float4*>(ad + r * FLD + j4);
+                        const float av[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+                        for (u32 jj = 0; jj < 4; ++jj)
+                            if (j4 + jj < r) sum = fmaf(av[jj], x[j4 + jj], sum);
+                    }
+                } else {
+#pragma unroll
+                    for (u32 j = 0; j < r; ++j) sum = fmaf(ad[r * FLD + j], x[j], sum);
+                }
                 x[r] = (r == c ? 1.0f : 0.0f) - sum;
             }
         }
@@ -753,8 +764,10 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
     }
 }
 
-// Entries by beta's type and the off-diagonal solve: solve_diagonal (the op's
-// plan) or, with _s4, solve_diagonal4 (the same T; the harness times both).
+// Entries by beta's type and the solve's shared-memory reads: scalar (the
+// op's plan) or, with _s4, float4 rows (solve_diagonal4, and the diagonal
+// blocks' substitution reading A's rows by float4): the same T bit for bit,
+// about a third of the shared-memory requests; the harness times both.
 #define GDR_KKT_SOLVE_WU(NAME, BETA_T, S4)                                                                        \
     extern "C" __global__ void __launch_bounds__(256, 4) gated_delta_net_kkt_solve_wu_##NAME(                  \
         const bf16* __restrict__ k_in, const bf16* __restrict__ v_in, const BETA_T* __restrict__ beta,           \
