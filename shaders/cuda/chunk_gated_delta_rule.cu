@@ -571,7 +571,7 @@ __device__ __forceinline__ void solve_diagonal4(float* at, float* toff, u32 tid)
 }
 }  // namespace
 
-template <typename BetaT, bool S4>
+template <typename BetaT, bool S4, bool ST>
 __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
                                                   const BetaT* __restrict__ beta, const float* __restrict__ g,
                                                   bf16* __restrict__ w_out, bf16* __restrict__ u_out,
@@ -750,35 +750,61 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
         }
         bf16* dst = is_w ? w_out + (u64(t0) * H + head) * K + col0 : u_out + (u64(t0) * H + head) * V + col0;
         const u64 dst_row = is_w ? u64(H) * K : u64(H) * V;
+        if constexpr (ST) {
+            // The 64 x 64 tile through the slice's ring buffer: 16-byte
+            // stores of whole 128-byte row pieces instead of 4-byte ones
+            // spread over 8 rows.
+            bf16* ob = ring[s & 1u];
+            __syncthreads();   // every warp is done reading the slice
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-            const u32 i = r0 + gq + 8u * hr;
-            if (i >= len) continue;
+            for (int hr = 0; hr < 2; ++hr) {
+                const u32 i = r0 + gq + 8u * hr;
 #pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                const u32 j = c0 + 8u * ni + 2u * tq;
-                *reinterpret_cast<u32*>(dst + u64(i) * dst_row + j) = pack_bf16(acc[ni][2 * hr], acc[ni][2 * hr + 1]);
+                for (int ni = 0; ni < 4; ++ni) {
+                    const u32 j = c0 + 8u * ni + 2u * tq;
+                    *reinterpret_cast<u32*>(ob + i * FLD + j) = pack_bf16(acc[ni][2 * hr], acc[ni][2 * hr + 1]);
+                }
+            }
+            __syncthreads();
+#pragma unroll
+            for (u32 e = tid; e < BT * 8u; e += 256u) {
+                const u32 r = e / 8u, q = e % 8u;
+                if (r < len) *reinterpret_cast<uint4*>(dst + u64(r) * dst_row + 8u * q) = *reinterpret_cast<const uint4*>(ob + r * FLD + 8u * q);
+            }
+        } else {
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const u32 i = r0 + gq + 8u * hr;
+                if (i >= len) continue;
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) {
+                    const u32 j = c0 + 8u * ni + 2u * tq;
+                    *reinterpret_cast<u32*>(dst + u64(i) * dst_row + j) = pack_bf16(acc[ni][2 * hr], acc[ni][2 * hr + 1]);
+                }
             }
         }
-        __syncthreads();
+        __syncthreads();   // the ring buffer is free for slice s + 2
     }
 }
 
 // Entries by beta's type and the solve's shared-memory reads: scalar (the
 // op's plan) or, with _s4, float4 rows (solve_diagonal4, and the diagonal
 // blocks' substitution reading A's rows by float4): the same T bit for bit,
-// about a third of the shared-memory requests; the harness times both.
-#define GDR_KKT_SOLVE_WU(NAME, BETA_T, S4)                                                                        \
+// about a third of the shared-memory requests; with _st also the w and u
+// tiles through shared memory to 16-byte row stores. The harness times all.
+#define GDR_KKT_SOLVE_WU(NAME, BETA_T, S4, ST)                                                                    \
     extern "C" __global__ void __launch_bounds__(256, 4) gated_delta_net_kkt_solve_wu_##NAME(                  \
         const bf16* __restrict__ k_in, const bf16* __restrict__ v_in, const BETA_T* __restrict__ beta,           \
         const float* __restrict__ g, bf16* __restrict__ w_out, bf16* __restrict__ u_out,                         \
         const uint2* __restrict__ chunks, const Params* __restrict__ pp) {                                       \
-        kkt_solve_wu_body<BETA_T, S4>(k_in, v_in, beta, g, w_out, u_out, chunks, pp);                            \
+        kkt_solve_wu_body<BETA_T, S4, ST>(k_in, v_in, beta, g, w_out, u_out, chunks, pp);                        \
     }
-GDR_KKT_SOLVE_WU(bf16, float, false)
-GDR_KKT_SOLVE_WU(bf16_beta_bf16, bf16, false)
-GDR_KKT_SOLVE_WU(s4_bf16, float, true)
-GDR_KKT_SOLVE_WU(s4_bf16_beta_bf16, bf16, true)
+GDR_KKT_SOLVE_WU(bf16, float, false, false)
+GDR_KKT_SOLVE_WU(bf16_beta_bf16, bf16, false, false)
+GDR_KKT_SOLVE_WU(s4_bf16, float, true, false)
+GDR_KKT_SOLVE_WU(s4_bf16_beta_bf16, bf16, true, false)
+GDR_KKT_SOLVE_WU(s4_st_bf16, float, true, true)
+GDR_KKT_SOLVE_WU(s4_st_bf16_beta_bf16, bf16, true, true)
 #undef GDR_KKT_SOLVE_WU
 
 // ---------------------------------------------------------------------------
