@@ -833,11 +833,14 @@ GDR_KKT_SOLVE_WU(s4_st_bf16_beta_bf16, bf16, true, true)
 // Every global operand of a chunk (0 past len) is loaded into registers
 // during the chunk before, each set as soon as its registers are free: u
 // and g at the chunk's start (after the copy out), the k rows once they are
-// stored to shared memory, the w fragments once step 2 has used them. So the
-// serial walk waits on no global load inside a chunk, and no operand needs a
-// second set of registers (no spills at KD = 256).
+// stored to shared memory, the w fragments once step 2 has used them (with
+// WS, w's rows go to shared memory by cp.async once every warp is past step
+// 2, and the barrier of step 1 publishes them). So the serial walk waits on
+// no global load inside a chunk, and no operand needs a second set of
+// registers (no spills at KD = 256).
 // Shared memory: k rows 64 x (KD + 8), hb BV x (KD + 8), stage BV x 72 bf16,
-// g 64 f32: 44 KiB at KD = 256, 31 KiB at 128, 17 KiB at 64. The varlen
+// g 64 f32: 44 KiB at KD = 256, 31 KiB at 128, 17 KiB at 64; WS adds w's rows,
+// 64 x (KD + 8) bf16 (47 KiB in all at KD = 128, BV = 32). The varlen
 // entries declare it; the seed's takes hb, stage and g from the 20 KiB of
 // dynamic shared memory its host binds and declares the k rows.
 
