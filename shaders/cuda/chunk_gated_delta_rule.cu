@@ -510,9 +510,68 @@ __device__ __forceinline__ void solve_diagonal(float* at, float* toff, u32 tid) 
     for (u32 b = 0; b < NB; ++b) toff[toff_slot(b + DIST, b) * 16u * TLD + r * TLD + c] = y[b];
     __syncthreads();
 }
+
+// The same diagonal, four columns per thread: thread tid < 64 NB takes block
+// b = tid / 64, row r = (tid / 4) % 16 and columns [4 (tid % 4), +4), reading
+// A and T_ii rows and T rows as float4 (a quarter of the shared-memory
+// requests per product of solve_diagonal). Each element's sums run in the
+// same order as there, so T is the same bit for bit.
+template <u32 DIST>
+__device__ __forceinline__ void solve_diagonal4(float* at, float* toff, u32 tid) {
+    constexpr u32 NB = 4u - DIST;
+    const u32 b = tid >> 6, r = (tid >> 2) & 15u, c = 4u * (tid & 3u);
+    const bool act = b < NB;
+    const u32 i = b + DIST, j = b;
+    float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (act) {
+        const float* arow = at + (16u * i + r) * FLD;
+#pragma unroll
+        for (u32 mm = 0; mm < DIST; ++mm) {
+            const u32 m = j + mm;
+            u32 ld;
+            const float* tm = t_block(at, toff, m, j, ld);
+#pragma unroll
+            for (u32 e4 = 0; e4 < 16; e4 += 4) {
+                const float4 a4 = *reinterpret_cast<const float4*>(arow + 16u * m + e4);
+                const float av[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+                for (u32 ee = 0; ee < 4; ++ee) {
+                    const float4 t4 = *reinterpret_cast<const float4*>(tm + (e4 + ee) * ld + c);
+                    y.x = fmaf(av[ee], t4.x, y.x);
+                    y.y = fmaf(av[ee], t4.y, y.y);
+                    y.z = fmaf(av[ee], t4.z, y.z);
+                    y.w = fmaf(av[ee], t4.w, y.w);
+                }
+            }
+        }
+    }
+    float* yb = toff + toff_slot(act ? i : 1u, act ? j : 0u) * 16u * TLD;
+    if (act) *reinterpret_cast<float4*>(yb + r * TLD + c) = y;
+    __syncthreads();
+    float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (act) {
+        const float* tii = at + (16u * i + r) * FLD + 16u * i;
+#pragma unroll
+        for (u32 e4 = 0; e4 < 16; e4 += 4) {
+            const float4 a4 = *reinterpret_cast<const float4*>(tii + e4);
+            const float av[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+            for (u32 ee = 0; ee < 4; ++ee) {
+                const float4 t4 = *reinterpret_cast<const float4*>(yb + (e4 + ee) * TLD + c);
+                s.x = fmaf(av[ee], t4.x, s.x);
+                s.y = fmaf(av[ee], t4.y, s.y);
+                s.z = fmaf(av[ee], t4.z, s.z);
+                s.w = fmaf(av[ee], t4.w, s.w);
+            }
+        }
+    }
+    __syncthreads();
+    if (act) *reinterpret_cast<float4*>(yb + r * TLD + c) = make_float4(-s.x, -s.y, -s.z, -s.w);
+    __syncthreads();
+}
 }  // namespace
 
-template <typename BetaT>
+template <typename BetaT, bool S4, bool ST>
 __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
                                                   const BetaT* __restrict__ beta, const float* __restrict__ g,
                                                   bf16* __restrict__ w_out, bf16* __restrict__ u_out,
@@ -633,8 +692,19 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
 #pragma unroll
             for (u32 r = 0; r < 16; ++r) {
                 float sum = 0.0f;
+                if constexpr (S4) {   // A's row by float4 (the block's columns start 16-byte aligned)
 #pragma unroll
-                for (u32 j = 0; j < r; ++j) sum = fmaf(ad[r * FLD + j], x[j], sum);
+                    for (u32 j4 = 0; j4 < r; j4 += 4) {
+                        const float4 a4 = *reinterpret_cast<const float4*>(ad + r * FLD + j4);
+                        const float av[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+                        for (u32 jj = 0; jj < 4; ++jj)
+                            if (j4 + jj < r) sum = fmaf(av[jj], x[j4 + jj], sum);
+                    }
+                } else {
+#pragma unroll
+                    for (u32 j = 0; j < r; ++j) sum = fmaf(ad[r * FLD + j], x[j], sum);
+                }
                 x[r] = (r == c ? 1.0f : 0.0f) - sum;
             }
         }
@@ -645,9 +715,15 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
         }
         __syncthreads();
     }
-    solve_diagonal<1>(at, toff, tid);
-    solve_diagonal<2>(at, toff, tid);
-    solve_diagonal<3>(at, toff, tid);
+    if constexpr (S4) {
+        solve_diagonal4<1>(at, toff, tid);
+        solve_diagonal4<2>(at, toff, tid);
+        solve_diagonal4<3>(at, toff, tid);
+    } else {
+        solve_diagonal<1>(at, toff, tid);
+        solve_diagonal<2>(at, toff, tid);
+        solve_diagonal<3>(at, toff, tid);
+    }
 
     // w from slices nk..2 nk - 1 (k), u from the rest (v): 64 columns each.
     for (u32 s = nk; s < ns; ++s) {
@@ -674,34 +750,62 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
         }
         bf16* dst = is_w ? w_out + (u64(t0) * H + head) * K + col0 : u_out + (u64(t0) * H + head) * V + col0;
         const u64 dst_row = is_w ? u64(H) * K : u64(H) * V;
+        if constexpr (ST) {
+            // The 64 x 64 tile through the slice's ring buffer: 16-byte
+            // stores of whole 128-byte row pieces instead of 4-byte ones
+            // spread over 8 rows.
+            bf16* ob = ring[s & 1u];
+            __syncthreads();   // every warp is done reading the slice
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-            const u32 i = r0 + gq + 8u * hr;
-            if (i >= len) continue;
+            for (int hr = 0; hr < 2; ++hr) {
+                const u32 i = r0 + gq + 8u * hr;
 #pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                const u32 j = c0 + 8u * ni + 2u * tq;
-                *reinterpret_cast<u32*>(dst + u64(i) * dst_row + j) = pack_bf16(acc[ni][2 * hr], acc[ni][2 * hr + 1]);
+                for (int ni = 0; ni < 4; ++ni) {
+                    const u32 j = c0 + 8u * ni + 2u * tq;
+                    *reinterpret_cast<u32*>(ob + i * FLD + j) = pack_bf16(acc[ni][2 * hr], acc[ni][2 * hr + 1]);
+                }
+            }
+            __syncthreads();
+#pragma unroll
+            for (u32 e = tid; e < BT * 8u; e += 256u) {
+                const u32 r = e / 8u, q = e % 8u;
+                if (r < len) *reinterpret_cast<uint4*>(dst + u64(r) * dst_row + 8u * q) = *reinterpret_cast<const uint4*>(ob + r * FLD + 8u * q);
+            }
+        } else {
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const u32 i = r0 + gq + 8u * hr;
+                if (i >= len) continue;
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) {
+                    const u32 j = c0 + 8u * ni + 2u * tq;
+                    *reinterpret_cast<u32*>(dst + u64(i) * dst_row + j) = pack_bf16(acc[ni][2 * hr], acc[ni][2 * hr + 1]);
+                }
             }
         }
-        __syncthreads();
+        __syncthreads();   // the ring buffer is free for slice s + 2
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 4)
-gated_delta_net_kkt_solve_wu_bf16(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
-                                  const float* __restrict__ beta, const float* __restrict__ g,
-                                  bf16* __restrict__ w_out, bf16* __restrict__ u_out,
-                                  const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
-    kkt_solve_wu_body<float>(k_in, v_in, beta, g, w_out, u_out, chunks, pp);
-}
-extern "C" __global__ void __launch_bounds__(256, 4)
-gated_delta_net_kkt_solve_wu_bf16_beta_bf16(const bf16* __restrict__ k_in, const bf16* __restrict__ v_in,
-                                            const bf16* __restrict__ beta, const float* __restrict__ g,
-                                            bf16* __restrict__ w_out, bf16* __restrict__ u_out,
-                                            const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
-    kkt_solve_wu_body<bf16>(k_in, v_in, beta, g, w_out, u_out, chunks, pp);
-}
+// Entries by beta's type and the solve's shared-memory reads: scalar (the
+// op's plan) or, with _s4, float4 rows (solve_diagonal4, and the diagonal
+// blocks' substitution reading A's rows by float4): the same T bit for bit,
+// about a third of the shared-memory requests; with _st also the w and u
+// tiles through shared memory to 16-byte row stores. The harness times all.
+#define GDR_KKT_SOLVE_WU(NAME, BETA_T, S4, ST)                                                                    \
+    extern "C" __global__ void __launch_bounds__(256, 4) gated_delta_net_kkt_solve_wu_##NAME(                  \
+        const bf16* __restrict__ k_in, const bf16* __restrict__ v_in, const BETA_T* __restrict__ beta,           \
+        const float* __restrict__ g, bf16* __restrict__ w_out, bf16* __restrict__ u_out,                         \
+        const uint2* __restrict__ chunks, const Params* __restrict__ pp) {                                       \
+        kkt_solve_wu_body<BETA_T, S4, ST>(k_in, v_in, beta, g, w_out, u_out, chunks, pp);                        \
+    }
+GDR_KKT_SOLVE_WU(bf16, float, false, false)
+GDR_KKT_SOLVE_WU(bf16_beta_bf16, bf16, false, false)
+GDR_KKT_SOLVE_WU(s4_bf16, float, true, false)
+GDR_KKT_SOLVE_WU(s4_bf16_beta_bf16, bf16, true, false)
+GDR_KKT_SOLVE_WU(s4_st_bf16, float, true, true)
+GDR_KKT_SOLVE_WU(s4_st_bf16_beta_bf16, bf16, true, true)
+#undef GDR_KKT_SOLVE_WU
 
 // ---------------------------------------------------------------------------
 // The inter-state step: for each (sequence, head) the state h [V, K] f32
@@ -729,11 +833,14 @@ gated_delta_net_kkt_solve_wu_bf16_beta_bf16(const bf16* __restrict__ k_in, const
 // Every global operand of a chunk (0 past len) is loaded into registers
 // during the chunk before, each set as soon as its registers are free: u
 // and g at the chunk's start (after the copy out), the k rows once they are
-// stored to shared memory, the w fragments once step 2 has used them. So the
-// serial walk waits on no global load inside a chunk, and no operand needs a
-// second set of registers (no spills at KD = 256).
+// stored to shared memory, the w fragments once step 2 has used them (with
+// WS, w's rows go to shared memory by cp.async once every warp is past step
+// 2, and the barrier of step 1 publishes them). So the serial walk waits on
+// no global load inside a chunk, and no operand needs a second set of
+// registers (no spills at KD = 256).
 // Shared memory: k rows 64 x (KD + 8), hb BV x (KD + 8), stage BV x 72 bf16,
-// g 64 f32: 44 KiB at KD = 256, 31 KiB at 128, 17 KiB at 64. The varlen
+// g 64 f32: 44 KiB at KD = 256, 31 KiB at 128, 17 KiB at 64; WS adds w's rows,
+// 64 x (KD + 8) bf16 (47 KiB in all at KD = 128, BV = 32). The varlen
 // entries declare it; the seed's takes hb, stage and g from the 20 KiB of
 // dynamic shared memory its host binds and declares the k rows.
 
@@ -753,22 +860,25 @@ __device__ __forceinline__ void each_state_pair(u32 warp, u32 gq, u32 tq, F&& f)
 // Tokens [bos, eos) of one sequence, its chunks c_first..c_end (chunk c
 // starts at bos + (c - c_first) * 64), its state at index state of h0 and
 // final_state, V rows [v0, v0 + BV) of V head head. Every thread calls it.
-template <u32 KD, u32 BV>
+template <u32 KD, u32 BV, bool WS, u32 NW = 4>
 __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
                                                 const bf16* __restrict__ u_in, const float* __restrict__ g_in,
                                                 const float* __restrict__ h0, bf16* __restrict__ h_out,
                                                 bf16* __restrict__ v_new, float* __restrict__ final_state,
                                                 u32 H, u32 Hg, u32 V, u32 bos, u32 eos, u32 c_first, u32 c_end,
                                                 u32 state, u32 v0, u32 head,
-                                                bf16* kt, bf16* hb, bf16* stage, float* gs) {
-    constexpr u32 NTH = 128;
-    constexpr u32 LDH = KD + 8, LDS = BT + 8, LDK = KD + 8;
+                                                bf16* kt, bf16* hb, bf16* stage, float* gs, bf16* ws) {
+    static_assert(NW == 4 || (NW == 8 && WS && BV == 32), "8 warps share w in shared memory and split 32 V rows");
+    constexpr u32 NTH = 32 * NW;
+    constexpr u32 LDH = KD + 8, LDS = BT + 8, LDK = KD + 8, LDW = KD + 8;
     constexpr u32 MI = BV / 16;               // 16-row tiles of the state slice
-    constexpr u32 NI = KD / 32;               // 8-column tiles per warp
-    constexpr u32 KW = KD / 4;                // columns per warp
+    constexpr u32 KW = KD / NW;               // columns per warp
+    constexpr u32 NI = KW / 8;                // 8-column tiles per warp
     constexpr u32 KQ = BT * KD / 8 / NTH;     // 16-byte pieces of the k rows per thread
+    constexpr u32 VW = BV * 4 / NW;           // V rows of a warp in steps 2 and 3
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
     const u32 kh = head / (H / Hg);
+    const u32 trow = 16u * (warp % 4u), vw0 = VW * (warp / 4u);   // steps 2, 3: t rows [trow, +16), V rows [vw0, +VW)
 
     float st[MI][NI][4];
     const u64 state0 = ((u64(state) * H + head) * V + v0) * KD;
@@ -779,13 +889,13 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
     });
 
     // The next chunk's operands: kr the k rows, wr this warp's w A fragments
-    // (t rows [16 warp, +16), all of K), ur the u pairs step 3 reads, gr
-    // g[tid] and glr g[last].
+    // (t rows [trow, +16), all of K; with WS the chunk's w rows go to ws
+    // instead), ur the u pairs step 3 reads, gr g[tid] and glr g[last].
     uint4 kr[KQ];
-    u32 wr[KD / 16][4];
-    u32 ur[BV / 8][2];
+    u32 wr[WS ? 1 : KD / 16][4];
+    u32 ur[VW / 8][2];
     float gr = 0.0f, glr = 0.0f;
-    const u32 t_lo = 16u * warp + gq, t_hi = t_lo + 8u;
+    const u32 t_lo = trow + gq, t_hi = t_lo + 8u;
     auto chunk_of = [&](u32 c, u32& t0, u32& len) {
         t0 = bos + (c - c_first) * BT;
         len = min(BT, eos - t0);
@@ -807,26 +917,39 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
         glr = __ldg(g_in + u64(t0 + len - 1) * H + head);
         gr = tid < len ? __ldg(g_in + u64(t0 + tid) * H + head) : 0.0f;
 #pragma unroll
-        for (u32 nj = 0; nj < BV / 8; ++nj)
+        for (u32 nj = 0; nj < VW / 8; ++nj)
 #pragma unroll
             for (u32 hr = 0; hr < 2; ++hr) {
                 const u32 tl = t_lo + 8u * hr;
-                const u64 uv = (u64(t0 + tl) * H + head) * V + v0 + 8u * nj + 2u * tq;
+                const u64 uv = (u64(t0 + tl) * H + head) * V + v0 + vw0 + 8u * nj + 2u * tq;
                 ur[nj][hr] = tl < len ? __ldg(reinterpret_cast<const unsigned int*>(u_in + uv)) : 0u;
             }
     };
     auto prefetch_w = [&](u32 c) {
         u32 t0, len;
         chunk_of(c, t0, len);
-        const bf16* w_lo = w_in + (u64(t0 + t_lo) * H + head) * KD;
-        const bf16* w_hi = w_in + (u64(t0 + t_hi) * H + head) * KD;
-        const bool lo_live = t_lo < len, hi_live = t_hi < len;
+        if constexpr (WS) {
+            // The chunk's w rows into ws by the whole block, 16-byte copies, 0 past len.
+            const bf16* wp = w_in + (u64(t0) * H + head) * KD;
 #pragma unroll
-        for (u32 kk = 0; kk < KD / 16; ++kk) {
-            wr[kk][0] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + 16 * kk + 2 * tq)) : 0u;
-            wr[kk][1] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + 16 * kk + 2 * tq)) : 0u;
-            wr[kk][2] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + 16 * kk + 8 + 2 * tq)) : 0u;
-            wr[kk][3] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + 16 * kk + 8 + 2 * tq)) : 0u;
+            for (u32 r = 0; r < BT * KD / 8u / NTH; ++r) {
+                const u32 e = tid + NTH * r;
+                const u32 t = e / (KD / 8), q = e % (KD / 8);
+                const bool live = t < len;
+                cp_async16(ws + t * LDW + q * 8u, wp + (live ? u64(t) * H * KD + q * 8u : 0u), live);
+            }
+            cp_async_commit();
+        } else {
+            const bf16* w_lo = w_in + (u64(t0 + t_lo) * H + head) * KD;
+            const bf16* w_hi = w_in + (u64(t0 + t_hi) * H + head) * KD;
+            const bool lo_live = t_lo < len, hi_live = t_hi < len;
+#pragma unroll
+            for (u32 kk = 0; kk < KD / 16; ++kk) {
+                wr[kk][0] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + 16 * kk + 2 * tq)) : 0u;
+                wr[kk][1] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + 16 * kk + 2 * tq)) : 0u;
+                wr[kk][2] = lo_live ? __ldg(reinterpret_cast<const unsigned int*>(w_lo + 16 * kk + 8 + 2 * tq)) : 0u;
+                wr[kk][3] = hi_live ? __ldg(reinterpret_cast<const unsigned int*>(w_hi + 16 * kk + 8 + 2 * tq)) : 0u;
+            }
         }
     };
     if (c_first < c_end) {
@@ -841,9 +964,9 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
         // This chunk's u and g out of the prefetch registers, then the next
         // chunk's; its k rows go to shared memory after the barrier, then
         // the next chunk's are loaded.
-        u32 uc[BV / 8][2];
+        u32 uc[VW / 8][2];
 #pragma unroll
-        for (u32 nj = 0; nj < BV / 8; ++nj)
+        for (u32 nj = 0; nj < VW / 8; ++nj)
 #pragma unroll
             for (u32 hr = 0; hr < 2; ++hr) uc[nj][hr] = ur[nj][hr];
         const float g_last = glr, g_tid = gr;
@@ -865,6 +988,7 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
             st[mi][ni][2 * hr + 1] *= decay;
         });
         if (tid < BT) gs[tid] = g_tid;
+        if constexpr (WS) cp_async_wait<0>();   // this chunk's ws rows, published by the barrier
         __syncthreads();
         {
             bf16* hsnap = h_out + ((u64(c) * H + head) * V + v0) * KD;
@@ -878,33 +1002,35 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
         }
 
         // 2.
-        float xa[BV / 8][4];
+        float xa[VW / 8][4];
 #pragma unroll
-        for (u32 nj = 0; nj < BV / 8; ++nj)
+        for (u32 nj = 0; nj < VW / 8; ++nj)
 #pragma unroll
             for (int e = 0; e < 4; ++e) xa[nj][e] = 0.0f;
-        if (16u * warp < len) {
+        if (trow < len) {
 #pragma unroll
             for (u32 kk = 0; kk < KD / 16; ++kk) {
+                if constexpr (WS) frag_a(wr[0], ws, LDW, trow, 16u * kk, lane);
+                const u32(&a)[4] = wr[WS ? 0 : kk];
 #pragma unroll
-                for (u32 nj = 0; nj < BV / 8; nj += 2) {
+                for (u32 nj = 0; nj < VW / 8; nj += 2) {
                     u32 b[4];
-                    frag_b_nk(b, hb, LDH, 8u * nj, 16u * kk, lane);
-                    mma_bf16(xa[nj], wr[kk], b[0], b[1]);
-                    mma_bf16(xa[nj + 1], wr[kk], b[2], b[3]);
+                    frag_b_nk(b, hb, LDH, vw0 + 8u * nj, 16u * kk, lane);
+                    mma_bf16(xa[nj], a, b[0], b[1]);
+                    mma_bf16(xa[nj + 1], a, b[2], b[3]);
                 }
             }
         }
 
-        if (c + 1 < c_end) prefetch_w(c + 1);
+        if (!WS && c + 1 < c_end) prefetch_w(c + 1);
 
         // 3.
 #pragma unroll
-        for (u32 nj = 0; nj < BV / 8; ++nj)
+        for (u32 nj = 0; nj < VW / 8; ++nj)
 #pragma unroll
             for (u32 hr = 0; hr < 2; ++hr) {
                 const u32 tl = t_lo + 8u * hr;
-                const u32 vl = 8u * nj + 2u * tq;
+                const u32 vl = vw0 + 8u * nj + 2u * tq;
                 bf16 g0 = __float2bfloat16_rn(0.0f), g1 = g0;
                 if (tl < len) {
                     const u64 uv = (u64(t0 + tl) * H + head) * V + v0 + vl;
@@ -920,6 +1046,7 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
                 stage[(vl + 1) * LDS + tl] = g1;
             }
         __syncthreads();
+        if (WS && c + 1 < c_end) prefetch_w(c + 1);   // every warp is past step 2
 
         // 4.
 #pragma unroll
@@ -951,7 +1078,7 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
 // table. Grid (V / BV, H, n_seq), 128 threads.
 // Bindings: 0 k, 1 w, 2 u, 3 g (cumsummed), 4 h0, 5 h_out, 6 v_new,
 // 7 final_state, 8 seqs, 9 params.
-template <u32 KD, u32 BV>
+template <u32 KD, u32 BV, bool WS, u32 NW>
 __device__ __forceinline__ void inter_state_varlen(const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
                                                    const bf16* __restrict__ u_in, const float* __restrict__ g_in,
                                                    const float* __restrict__ h0, bf16* __restrict__ h_out,
@@ -961,24 +1088,38 @@ __device__ __forceinline__ void inter_state_varlen(const bf16* __restrict__ k_in
     __shared__ __align__(16) bf16 hb[BV * (KD + 8)];
     __shared__ __align__(16) bf16 stage[BV * (BT + 8)];
     __shared__ float gs[BT];
+    __shared__ __align__(16) bf16 ws[WS ? BT * (KD + 8) : 8];
     const u32 seq = blockIdx.z;
     const uint2 first = seqs[seq], next = seqs[seq + 1];
     if (!seq_ok(first, next, pp->n_tok, pp->nt)) return;
-    inter_state_seq<KD, BV>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, pp->h, pp->hg, pp->v,
-                            first.x, next.x, first.y, next.y, seq, blockIdx.x * BV, blockIdx.y, kt, hb, stage, gs);
+    inter_state_seq<KD, BV, WS, NW>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, pp->h, pp->hg, pp->v,
+                                first.x, next.x, first.y, next.y, seq, blockIdx.x * BV, blockIdx.y, kt, hb, stage, gs,
+                                ws);
 }
 
-#define GDR_INTER_STATE(KD, BV)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(128) gated_delta_net_chunk_inter_state_k##KD##_bf16(            \
+// Entries by K, BV, where w waits and the warps: w in registers, loaded 4
+// bytes at a time (the op's plan), or, with _ws, in 16 KiB of shared memory by
+// cp.async, read by ldmatrix (fewer load instructions, L1 requests and
+// registers); 4 warps, or 8 with _w8 (256 threads: warp w holds state columns
+// [16 w, +16) and takes t rows [16 (w % 4), +16) and V rows [16 (w / 4), +16)
+// in steps 2 and 3). The _bv16, _ws and _w8 entries at K = 128 let the kernel
+// harness time the variants side by side; the op launches
+// gated_delta_net_chunk_inter_state_k128_bf16.
+#define GDR_INTER_STATE(NAME, KD, BV, WS, NW)                                                                     \
+    extern "C" __global__ void __launch_bounds__(32 * NW) gated_delta_net_chunk_inter_state_##NAME##_bf16(       \
         const bf16* __restrict__ k_in, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,             \
         const float* __restrict__ g_in, const float* __restrict__ h0, bf16* __restrict__ h_out,                  \
         bf16* __restrict__ v_new, float* __restrict__ final_state, const uint2* __restrict__ seqs,               \
         const Params* __restrict__ pp) {                                                                         \
-        inter_state_varlen<KD, BV>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, seqs, pp);             \
+        inter_state_varlen<KD, BV, WS, NW>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, seqs, pp);     \
     }
-GDR_INTER_STATE(64, 32)
-GDR_INTER_STATE(128, 32)
-GDR_INTER_STATE(256, 16)
+GDR_INTER_STATE(k64, 64, 32, false, 4)
+GDR_INTER_STATE(k128, 128, 32, false, 4)
+GDR_INTER_STATE(k256, 256, 16, false, 4)
+GDR_INTER_STATE(k128_bv16, 128, 16, false, 4)
+GDR_INTER_STATE(k128_ws, 128, 32, true, 4)
+GDR_INTER_STATE(k128_bv16_ws, 128, 16, true, 4)
+GDR_INTER_STATE(k128_ws_w8, 128, 32, true, 8)
 #undef GDR_INTER_STATE
 
 // gated_delta_net_chunk_inter_state_bf16 (the seed's entry, driven by host
@@ -1008,8 +1149,9 @@ gated_delta_net_chunk_inter_state_bf16(const bf16* __restrict__ k_in, const bf16
     const uint2 first = make_uint2(b * p.t, b * p.nt);
     const uint2 next = make_uint2(first.x + p.t, first.y + p.nt);
     if (p.k != KD || b >= p.b || !seq_ok(first, next, p.b * p.t, p.b * p.nt)) return;
-    inter_state_seq<KD, BV>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, p.h, p.hg, p.v,
-                            first.x, next.x, first.y, next.y, b, blockIdx.x * BV, blockIdx.y, kt, hb, stage, gs);
+    inter_state_seq<KD, BV, false>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, p.h, p.hg, p.v,
+                                   first.x, next.x, first.y, next.y, b, blockIdx.x * BV, blockIdx.y, kt, hb, stage, gs,
+                                   nullptr);
 }
 
 // ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 // The chunk_gated_delta_rule family's CUDA kernels of the WY step on the CPU
 // simulation (sim_runtime.h): gated_delta_net_kkt_solve_wu_bf16 (and its
-// bf16-beta entry) against a float64 reference of
+// bf16-beta entry; their _s4 and _s4_st variants must equal them bit for bit) against a float64 reference of
 //   A = strictly lower (beta_i exp(g_i - g_j) k_i . k_j),  T = (I + A)^-1,
 //   w = T diag(beta exp(g)) k,  u = T diag(beta) v
 // on the bf16 k, v and f32 g, beta it reads, and the three step kernels it
@@ -10,14 +10,23 @@
 // tails), K 64, 128, 256, V 64 to 256, GQA. k rows are L2-normalized, as the
 // models feed them. Outputs start as NaN; w and u rows are all written.
 // Error: max |got - want| / max |want| per output, under the bf16 tolerance.
+// `wy` as the second argument runs only these WY step cases.
 // Then gated_delta_net_chunk_o_bf16 at its CUDA launch (grid (V / VB, H, nt),
 // VB = 128 where V is a multiple of 128, else 64; the dynamic shared memory
 // of chunkOCudaSharedBytes) against float64 on random q, k, v_new, chunk-start
-// states and g, o poisoned first. `big` adds longer sequences.
+// states and g, o poisoned first. Then the state walk,
+// gated_delta_net_chunk_inter_state_k{K}_bf16, and at K = 128 its _bv16,
+// _ws, _bv16_ws and _ws_w8 variants (grid (V / BV, H, n_seq), 128 threads,
+// 256 for _w8) against a
+// float64 walk with the kernel's storage points (bf16 snapshots, v_new and
+// gated values, f32 state) on random k, w, u, g and h0 (the same for every
+// entry of a case), outputs poisoned first; each variant must give the
+// plan's entry's bits. `big` adds longer sequences; `inter` runs only the walks.
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 struct Case {
@@ -64,17 +73,22 @@ void run(const Case& c) {
   const uint2* ch = reinterpret_cast<const uint2*>(chunks.data());
 
   Arr<__nv_bfloat16> w(size_t(n) * H * K), u(size_t(n) * H * V), w3(size_t(n) * H * K), u3(size_t(n) * H * V);
+  Arr<__nv_bfloat16> w4(size_t(n) * H * K), u4(size_t(n) * H * V), w5(size_t(n) * H * K), u5(size_t(n) * H * V);
   Arr<float> a(size_t(n) * H * 64);
-  for (auto* x : {&w, &u, &w3, &u3}) x->poison();
+  for (auto* x : {&w, &u, &w3, &u3, &w4, &u4, &w5, &u5}) x->poison();
   a.poison();
   const SimDim grid{nt, H, 1}, fgrid{H, nt, 1};
   if constexpr (std::is_same_v<BetaT, float>) {
     sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_bf16(k.p, v.p, beta.p, g.p, w.p, u.p, ch, &p); });
+    sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_s4_bf16(k.p, v.p, beta.p, g.p, w4.p, u4.p, ch, &p); });
+    sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_s4_st_bf16(k.p, v.p, beta.p, g.p, w5.p, u5.p, ch, &p); });
     sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_bf16(k.p, g.p, beta.p, a.p, ch, &p); });
     sim_launch(grid, {64, 1, 1}, 0, [&] { chunk_tri_solve_invert_f32(a.p, a.p, ch, &p); });
     sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_recompute_wu_bf16(k.p, v.p, beta.p, g.p, a.p, w3.p, u3.p, ch, &p); });
   } else {
     sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_bf16_beta_bf16(k.p, v.p, beta.p, g.p, w.p, u.p, ch, &p); });
+    sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_s4_bf16_beta_bf16(k.p, v.p, beta.p, g.p, w4.p, u4.p, ch, &p); });
+    sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_s4_st_bf16_beta_bf16(k.p, v.p, beta.p, g.p, w5.p, u5.p, ch, &p); });
     sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_bf16_beta_bf16(k.p, g.p, beta.p, a.p, ch, &p); });
     sim_launch(grid, {64, 1, 1}, 0, [&] { chunk_tri_solve_invert_f32(a.p, a.p, ch, &p); });
     sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_recompute_wu_bf16_beta_bf16(k.p, v.p, beta.p, g.p, a.p, w3.p, u3.p, ch, &p); });
@@ -126,10 +140,15 @@ void run(const Case& c) {
   };
   const double ew = err(w, ww), eu = err(u, uw), ew3 = err(w3, ww), eu3 = err(u3, uw);
   const double tol = 1e-2;
-  const bool ok = ew < tol && eu < tol && ew3 < tol && eu3 < tol;
+  size_t s4_diff = 0, st_diff = 0;   // elements where _s4, _s4_st differ from the plan's entry (bits)
+  for (size_t i = 0; i < w.n; ++i) s4_diff += std::memcmp(&w.p[i], &w4.p[i], 2) != 0;
+  for (size_t i = 0; i < u.n; ++i) s4_diff += std::memcmp(&u.p[i], &u4.p[i], 2) != 0;
+  for (size_t i = 0; i < w.n; ++i) st_diff += std::memcmp(&w.p[i], &w5.p[i], 2) != 0;
+  for (size_t i = 0; i < u.n; ++i) st_diff += std::memcmp(&u.p[i], &u5.p[i], 2) != 0;
+  const bool ok = ew < tol && eu < tol && ew3 < tol && eu3 < tol && s4_diff == 0 && st_diff == 0;
   if (!ok) failures++;
-  std::printf("%s %-64s fused w %.2e u %.2e | three steps w %.2e u %.2e\n", ok ? "ok  " : "FAIL", c.what.c_str(), ew, eu,
-              ew3, eu3);
+  std::printf("%s %-52s fused w %.2e u %.2e | three steps w %.2e u %.2e | s4, s4_st differ at %zu, %zu\n",
+              ok ? "ok  " : "FAIL", c.what.c_str(), ew, eu, ew3, eu3, s4_diff, st_diff);
 }
 
 // The chunk tables of sequences of the given lengths (chunks of 64 from each start).
@@ -205,8 +224,107 @@ void run_chunk_o(const Case& c) {
   std::printf("%s chunk_o %-56s VB %3u o %.2e\n", ok ? "ok  " : "FAIL", c.what.c_str(), vb, worst);
 }
 
+using InterFn = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const float*, const float*,
+                        __nv_bfloat16*, __nv_bfloat16*, float*, const uint2*, const ChunkGatedDeltaRuleParams*);
+
+// The outputs' bytes of the last plan's entry run (snapshots, v_new, final state).
+std::vector<unsigned char> inter_bits;
+
+void run_inter(const Case& c, const char* name, InterFn fn, u32 bv, u32 threads = 128, bool variant = false) {
+  const std::vector<u32> chunks = chunks_of(c.lens);
+  std::vector<u32> seqs;
+  u32 n = 0, nt = 0;
+  for (u32 L : c.lens) {
+    seqs.push_back(n); seqs.push_back(nt);
+    n += L; nt += (L + 63) / 64;
+  }
+  seqs.push_back(n); seqs.push_back(nt);
+  const u32 ns = u32(c.lens.size()), H = c.h, Hg = c.hg, K = c.K, V = c.V;
+  gen.seed(777);   // the same inputs for every entry of a case
+  Arr<__nv_bfloat16> k(size_t(n) * Hg * K), w(size_t(n) * H * K), u(size_t(n) * H * V);
+  Arr<__nv_bfloat16> snap(size_t(nt) * H * V * K), vn(size_t(n) * H * V);
+  Arr<float> g(size_t(n) * H), h0(size_t(ns) * H * V * K), fin(size_t(ns) * H * V * K);
+  k.random(-0.15, 0.15); w.random(-0.15, 0.15); u.random(); h0.random(-0.3, 0.3);
+  snap.poison(); vn.poison(); fin.poison();
+  std::uniform_real_distribution<double> ud(0, 1);
+  for (u32 ci = 0; ci < nt; ++ci)
+    for (u32 hh = 0; hh < H; ++hh) {
+      double acc = 0;
+      for (u32 t = 0; t < chunks[2 * ci + 1]; ++t) {
+        acc += -0.1 * ud(gen);
+        g.p[size_t(chunks[2 * ci] + t) * H + hh] = float(acc);
+      }
+    }
+  ChunkGatedDeltaRuleParams p{n, nt, ns, Hg, H, K, V, 1.0f};
+  sim_launch({V / bv, H, ns}, {threads, 1, 1}, 0, [&] {
+    fn(k.p, w.p, u.p, g.p, h0.p, snap.p, vn.p, fin.p, reinterpret_cast<const uint2*>(seqs.data()), &p);
+  });
+
+  auto bf = [](double x) { return back(cvt<__nv_bfloat16>(x)); };
+  std::vector<double> wsnap(snap.n), wvn(vn.n), wfin(fin.n);
+  for (u32 s = 0; s < ns; ++s)
+    for (u32 hh = 0; hh < H; ++hh) {
+      const u32 kh = hh / (H / Hg);
+      std::vector<double> h(size_t(V) * K);
+      for (size_t e = 0; e < h.size(); ++e) h[e] = h0.p[(size_t(s) * H + hh) * V * K + e];
+      for (u32 ci = seqs[2 * s + 1]; ci < seqs[2 * s + 3]; ++ci) {
+        const u32 t0 = chunks[2 * ci], len = chunks[2 * ci + 1];
+        const double gl = g.p[size_t(t0 + len - 1) * H + hh];
+        std::vector<double> hb(h.size()), vg(size_t(len) * V);
+        for (size_t e = 0; e < h.size(); ++e) wsnap[(size_t(ci) * H + hh) * V * K + e] = hb[e] = bf(h[e]);
+        for (u32 t = 0; t < len; ++t)
+          for (u32 vv = 0; vv < V; ++vv) {
+            double x = 0;
+            for (u32 d = 0; d < K; ++d) x += w.at((size_t(t0 + t) * H + hh) * K + d) * hb[size_t(vv) * K + d];
+            const double r = double(float(u.at((size_t(t0 + t) * H + hh) * V + vv) - x));
+            wvn[(size_t(t0 + t) * H + hh) * V + vv] = bf(r);
+            vg[size_t(t) * V + vv] = bf(r * std::exp(gl - g.p[size_t(t0 + t) * H + hh]));
+          }
+        for (u32 vv = 0; vv < V; ++vv)
+          for (u32 d = 0; d < K; ++d) {
+            double x = h[size_t(vv) * K + d] * std::exp(gl);
+            for (u32 t = 0; t < len; ++t) x += vg[size_t(t) * V + vv] * k.at((size_t(t0 + t) * Hg + kh) * K + d);
+            h[size_t(vv) * K + d] = x;
+          }
+      }
+      for (size_t e = 0; e < h.size(); ++e) wfin[(size_t(s) * H + hh) * V * K + e] = h[e];
+    }
+  auto err = [](auto& got, const std::vector<double>& want) {
+    double mx = 0, worst = 0;
+    for (double x : want) mx = std::max(mx, std::fabs(x));
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double e = std::fabs(got.at(i) - want[i]) / (mx > 0 ? mx : 1);
+      if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+    }
+    return worst;
+  };
+  const double es = err(snap, wsnap), ev = err(vn, wvn), ef = err(fin, wfin);
+  std::vector<unsigned char> bits;
+  for (auto [ptr, bytes] : {std::pair<const void*, size_t>{snap.p, snap.n * 2}, {vn.p, vn.n * 2}, {fin.p, fin.n * 4}})
+    bits.insert(bits.end(), static_cast<const unsigned char*>(ptr), static_cast<const unsigned char*>(ptr) + bytes);
+  const bool same = !variant || bits == inter_bits;   // a variant gives the plan's entry's bits
+  if (!variant) inter_bits = bits;
+  const bool ok = es < 1e-2 && ev < 1e-2 && ef < 1e-2 && same;
+  if (!ok) failures++;
+  std::printf("%s %-40s %-32s h_out %.2e v_new %.2e final %.2e%s\n", ok ? "ok  " : "FAIL", name, c.what.c_str(), es, ev, ef,
+              variant ? (same ? " (bits of the plan's entry)" : " (bits UNLIKE the plan's entry)") : "");
+}
+
+void run_inters(const Case& c) {
+  if (c.K == 64) run_inter(c, "inter_state_k64", gated_delta_net_chunk_inter_state_k64_bf16, 32);
+  if (c.K == 256) run_inter(c, "inter_state_k256", gated_delta_net_chunk_inter_state_k256_bf16, 16);
+  if (c.K != 128) return;
+  run_inter(c, "inter_state_k128", gated_delta_net_chunk_inter_state_k128_bf16, 32);
+  run_inter(c, "inter_state_k128_bv16", gated_delta_net_chunk_inter_state_k128_bv16_bf16, 16, 128, true);
+  run_inter(c, "inter_state_k128_ws", gated_delta_net_chunk_inter_state_k128_ws_bf16, 32, 128, true);
+  run_inter(c, "inter_state_k128_bv16_ws", gated_delta_net_chunk_inter_state_k128_bv16_ws_bf16, 16, 128, true);
+  run_inter(c, "inter_state_k128_ws_w8", gated_delta_net_chunk_inter_state_k128_ws_w8_bf16, 32, 256, true);
+}
+
 int main(int argc, char** argv) {
   const bool big = argc > 1 && std::string(argv[1]) == "big";
+  const bool inter_only = argc > 1 && std::string(argv[1]) == "inter";
+  const bool wy_only = argc > 1 && std::string(argv[1]) == "wy";
   std::vector<Case> cases = {
     {"K 128, V 128, H 2, Hg 1, one chunk of 64", 1, 2, 128, 128, {64}, false},
     {"K 64, V 64, H 4, Hg 2, varlen [1, 70, 64]", 2, 4, 64, 64, {1, 70, 64}, false},
@@ -216,9 +334,14 @@ int main(int argc, char** argv) {
   };
   if (big) cases.push_back({"K 128, V 128, H 4, Hg 2, T 512", 2, 4, 128, 128, {512}, false});
   for (const Case& c : cases) {
-    if (c.beta_bf16) run<__nv_bfloat16>(c); else run<float>(c);
-    run_chunk_o(c);
+    if (!inter_only) {
+      if (c.beta_bf16) run<__nv_bfloat16>(c); else run<float>(c);
+    }
+    if (wy_only) continue;
+    if (!inter_only) run_chunk_o(c);
+    run_inters(c);
   }
+  if (!wy_only) run_inters({"K 128, V 128, H 4, Hg 2, varlen [130, 3, 64]", 2, 4, 128, 128, {130, 3, 64}, false});
   std::printf("%s: %d failed\n", failures ? "FAIL" : "ok", failures);
   return failures ? 1 : 0;
 }

@@ -15,7 +15,9 @@
 #   moe:   moe_dispatch, quantized_matmul_id, dense_matmul_id and
 #          moe_weighted_reduce (moe_driver.cpp)
 #   chunk_gated_delta_rule: the fused kkt / solve / w-u kernel and the three
-#          steps it replaces, and chunk_o (chunk_gated_delta_rule_driver.cpp)
+#          steps it replaces, chunk_o and the state walk with its variants
+#          (chunk_gated_delta_rule_driver.cpp; `inter` or `wy` as the second
+#          argument runs only the walks or only the WY step)
 # `big` adds large sizes. SIM_DEFINES (e.g. "-DMLXN_FC_301=1") go to the
 # compiler, as the registry gives function constants to NVRTC.
 # Needs g++ with C++20 and the CUDA headers (for the f16 / bf16 types).
