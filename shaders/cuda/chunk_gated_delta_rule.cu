@@ -787,11 +787,13 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
     }
 }
 
-// Entries by beta's type and the solve's shared-memory reads: scalar (the
-// op's plan) or, with _s4, float4 rows (solve_diagonal4, and the diagonal
-// blocks' substitution reading A's rows by float4): the same T bit for bit,
-// about a third of the shared-memory requests; with _st also the w and u
-// tiles through shared memory to 16-byte row stores. The harness times all.
+// Entries by beta's type. The op's entries read the solve's shared memory
+// by float4 rows (solve_diagonal4, and the diagonal blocks' substitution
+// reading A's rows by float4) and store the w and u tiles through shared
+// memory as 16-byte row pieces: on an H100, 602 us against 677 us for the
+// scalar reads and stores at B 1, T 32768 (bench/results/gdn-fused-*). The
+// variants, the same T bit for bit, stay for the harness to time beside
+// them: _s4 (float4 reads, scalar stores) and _scalar (both scalar).
 #define GDR_KKT_SOLVE_WU(NAME, BETA_T, S4, ST)                                                                    \
     extern "C" __global__ void __launch_bounds__(256, 4) gated_delta_net_kkt_solve_wu_##NAME(                  \
         const bf16* __restrict__ k_in, const bf16* __restrict__ v_in, const BETA_T* __restrict__ beta,           \
@@ -799,12 +801,12 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
         const uint2* __restrict__ chunks, const Params* __restrict__ pp) {                                       \
         kkt_solve_wu_body<BETA_T, S4, ST>(k_in, v_in, beta, g, w_out, u_out, chunks, pp);                        \
     }
-GDR_KKT_SOLVE_WU(bf16, float, false, false)
-GDR_KKT_SOLVE_WU(bf16_beta_bf16, bf16, false, false)
+GDR_KKT_SOLVE_WU(bf16, float, true, true)
+GDR_KKT_SOLVE_WU(bf16_beta_bf16, bf16, true, true)
 GDR_KKT_SOLVE_WU(s4_bf16, float, true, false)
 GDR_KKT_SOLVE_WU(s4_bf16_beta_bf16, bf16, true, false)
-GDR_KKT_SOLVE_WU(s4_st_bf16, float, true, true)
-GDR_KKT_SOLVE_WU(s4_st_bf16_beta_bf16, bf16, true, true)
+GDR_KKT_SOLVE_WU(scalar_bf16, float, false, false)
+GDR_KKT_SOLVE_WU(scalar_bf16_beta_bf16, bf16, false, false)
 #undef GDR_KKT_SOLVE_WU
 
 // ---------------------------------------------------------------------------

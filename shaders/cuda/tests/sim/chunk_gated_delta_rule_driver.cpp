@@ -1,6 +1,6 @@
 // The chunk_gated_delta_rule family's CUDA kernels of the WY step on the CPU
 // simulation (sim_runtime.h): gated_delta_net_kkt_solve_wu_bf16 (and its
-// bf16-beta entry; their _s4 and _s4_st variants must equal them bit for bit) against a float64 reference of
+// bf16-beta entry; their _s4 and _scalar variants must equal them bit for bit) against a float64 reference of
 //   A = strictly lower (beta_i exp(g_i - g_j) k_i . k_j),  T = (I + A)^-1,
 //   w = T diag(beta exp(g)) k,  u = T diag(beta) v
 // on the bf16 k, v and f32 g, beta it reads, and the three step kernels it
@@ -81,14 +81,14 @@ void run(const Case& c) {
   if constexpr (std::is_same_v<BetaT, float>) {
     sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_bf16(k.p, v.p, beta.p, g.p, w.p, u.p, ch, &p); });
     sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_s4_bf16(k.p, v.p, beta.p, g.p, w4.p, u4.p, ch, &p); });
-    sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_s4_st_bf16(k.p, v.p, beta.p, g.p, w5.p, u5.p, ch, &p); });
+    sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_scalar_bf16(k.p, v.p, beta.p, g.p, w5.p, u5.p, ch, &p); });
     sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_bf16(k.p, g.p, beta.p, a.p, ch, &p); });
     sim_launch(grid, {64, 1, 1}, 0, [&] { chunk_tri_solve_invert_f32(a.p, a.p, ch, &p); });
     sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_recompute_wu_bf16(k.p, v.p, beta.p, g.p, a.p, w3.p, u3.p, ch, &p); });
   } else {
     sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_bf16_beta_bf16(k.p, v.p, beta.p, g.p, w.p, u.p, ch, &p); });
     sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_s4_bf16_beta_bf16(k.p, v.p, beta.p, g.p, w4.p, u4.p, ch, &p); });
-    sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_s4_st_bf16_beta_bf16(k.p, v.p, beta.p, g.p, w5.p, u5.p, ch, &p); });
+    sim_launch(fgrid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_solve_wu_scalar_bf16_beta_bf16(k.p, v.p, beta.p, g.p, w5.p, u5.p, ch, &p); });
     sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_kkt_bf16_beta_bf16(k.p, g.p, beta.p, a.p, ch, &p); });
     sim_launch(grid, {64, 1, 1}, 0, [&] { chunk_tri_solve_invert_f32(a.p, a.p, ch, &p); });
     sim_launch(grid, {256, 1, 1}, 0, [&] { gated_delta_net_recompute_wu_bf16_beta_bf16(k.p, v.p, beta.p, g.p, a.p, w3.p, u3.p, ch, &p); });
@@ -140,14 +140,14 @@ void run(const Case& c) {
   };
   const double ew = err(w, ww), eu = err(u, uw), ew3 = err(w3, ww), eu3 = err(u3, uw);
   const double tol = 1e-2;
-  size_t s4_diff = 0, st_diff = 0;   // elements where _s4, _s4_st differ from the plan's entry (bits)
+  size_t s4_diff = 0, st_diff = 0;   // elements where _s4, _scalar differ from the plan's entry (bits)
   for (size_t i = 0; i < w.n; ++i) s4_diff += std::memcmp(&w.p[i], &w4.p[i], 2) != 0;
   for (size_t i = 0; i < u.n; ++i) s4_diff += std::memcmp(&u.p[i], &u4.p[i], 2) != 0;
   for (size_t i = 0; i < w.n; ++i) st_diff += std::memcmp(&w.p[i], &w5.p[i], 2) != 0;
   for (size_t i = 0; i < u.n; ++i) st_diff += std::memcmp(&u.p[i], &u5.p[i], 2) != 0;
   const bool ok = ew < tol && eu < tol && ew3 < tol && eu3 < tol && s4_diff == 0 && st_diff == 0;
   if (!ok) failures++;
-  std::printf("%s %-52s fused w %.2e u %.2e | three steps w %.2e u %.2e | s4, s4_st differ at %zu, %zu\n",
+  std::printf("%s %-52s fused w %.2e u %.2e | three steps w %.2e u %.2e | s4, scalar differ at %zu, %zu\n",
               ok ? "ok  " : "FAIL", c.what.c_str(), ew, eu, ew3, eu3, s4_diff, st_diff);
 }
 
