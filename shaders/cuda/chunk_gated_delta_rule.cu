@@ -177,10 +177,7 @@ __device__ __forceinline__ void kkt_body(const bf16* __restrict__ k_in, const fl
             frag_a(a, ks, LDK, r0, k0, lane);
 #pragma unroll
             for (int ni = 0; ni < 4; ni += 2) {
-                u32 b[4];
-                frag_b_nk(b, ks, LDK, c0 + 8u * ni, k0, lane);
-                mma_bf16(acc[ni], a, b[0], b[1]);
-                mma_bf16(acc[ni + 1], a, b[2], b[3]);
+                mma_b16<true>(acc[ni], acc[ni + 1], a, ks, LDK, c0 + 8u * ni, k0, lane);
             }
         }
     }
@@ -659,10 +656,7 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
                 frag_a(a, sl, FLD, r0, kk, lane);
 #pragma unroll
                 for (int ni = 0; ni < 4; ni += 2) {
-                    u32 b[4];
-                    frag_b_nk(b, sl, FLD, c0 + 8u * ni, kk, lane);
-                    mma_bf16(acc[ni], a, b[0], b[1]);
-                    mma_bf16(acc[ni + 1], a, b[2], b[3]);
+                    mma_b16<true>(acc[ni], acc[ni + 1], a, sl, FLD, c0 + 8u * ni, kk, lane);
                 }
             }
         }
@@ -1016,10 +1010,7 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
                 const u32(&a)[4] = wr[WS ? 0 : kk];
 #pragma unroll
                 for (u32 nj = 0; nj < VW / 8; nj += 2) {
-                    u32 b[4];
-                    frag_b_nk(b, hb, LDH, vw0 + 8u * nj, 16u * kk, lane);
-                    mma_bf16(xa[nj], a, b[0], b[1]);
-                    mma_bf16(xa[nj + 1], a, b[2], b[3]);
+                    mma_b16<true>(xa[nj], xa[nj + 1], a, hb, LDH, vw0 + 8u * nj, 16u * kk, lane);
                 }
             }
         }
@@ -1230,18 +1221,12 @@ __device__ __forceinline__ void chunk_o_body(const bf16* __restrict__ q_in, cons
 #pragma unroll
         for (u32 nj = 0; nj < 8; nj += 2) {
             if (nj < 2u * (mt + 1u)) {
-                u32 b[4];
-                frag_b_nk(b, ks, LDK, 8u * nj, kk, lane);
-                mma_bf16(accs[nj], a, b[0], b[1]);
-                mma_bf16(accs[nj + 1], a, b[2], b[3]);
+                mma_b16<true>(accs[nj], accs[nj + 1], a, ks, LDK, 8u * nj, kk, lane);
             }
         }
 #pragma unroll
         for (u32 ni = 0; ni < NI; ni += 2) {
-            u32 b[4];
-            frag_b_nk(b, hs, LDK, c0 + 8u * ni, kk, lane);
-            mma_bf16(acco[ni], a, b[0], b[1]);
-            mma_bf16(acco[ni + 1], a, b[2], b[3]);
+            mma_b16<true>(acco[ni], acco[ni + 1], a, hs, LDK, c0 + 8u * ni, kk, lane);
         }
     }
     cp_async_wait<0>();
@@ -1282,10 +1267,7 @@ __device__ __forceinline__ void chunk_o_body(const bf16* __restrict__ q_in, cons
         }
 #pragma unroll
         for (u32 ni = 0; ni < NI; ni += 2) {
-            u32 b[4];
-            frag_b_kn(b, vs, LDV, c0 + 8u * ni, 16u * jt, lane);
-            mma_bf16(acco[ni], a, b[0], b[1]);
-            mma_bf16(acco[ni + 1], a, b[2], b[3]);
+            mma_b16<false>(acco[ni], acco[ni + 1], a, vs, LDV, c0 + 8u * ni, 16u * jt, lane);
         }
     }
 

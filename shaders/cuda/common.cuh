@@ -315,6 +315,18 @@ __device__ __forceinline__ void frag_b_kn(u32 (&b)[4], const T* base, u32 ld, u3
     ldsm_x4_trans(base + (k0 + rr + 8u * (m & 1u)) * ld + n0 + 8u * (m >> 1), b[0], b[1], b[2], b[3]);
 }
 
+// d0, d1 += a times the two 8-column B tiles at columns n0 .. n0 + 15, rows
+// k0 .. k0 + 15 (frag_b_nk's layout when NK, else frag_b_kn's): the step
+// every m16n8k16 loop over column pairs takes.
+template <bool NK, typename T>
+__device__ __forceinline__ void mma_b16(float (&d0)[4], float (&d1)[4], const u32 (&a)[4], const T* base, u32 ld, u32 n0, u32 k0, u32 lane) {
+    u32 b[4];
+    if constexpr (NK) frag_b_nk(b, base, ld, n0, k0, lane);
+    else frag_b_kn(b, base, ld, n0, k0, lane);
+    mma16<T>(d0, a, b[0], b[1]);
+    mma16<T>(d1, a, b[2], b[3]);
+}
+
 // The tile of block blockIdx.x among BM x BN output tiles of a matrix
 // product: batch outermost; within a batch, groups of 8 tile rows, each group
 // walked down its rows first, so that neighbouring blocks share weight
