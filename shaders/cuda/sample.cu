@@ -691,6 +691,20 @@ __device__ void select_slice(Src& src, u32 want, SelectShared& sh, u32* summary,
     rank_top(g, f.count, need, rest);
 }
 
+// select_slice's `want` best items of a slice into out as (value bits,
+// index) pairs, the pairs past them up to k set to (-inf, none): a slice
+// with fewer items than k leaves no pair unwritten. Ends before a barrier,
+// as select_slice does.
+template <typename Src>
+__device__ __forceinline__ void select_pairs(Src& src, u32 want, u32 k, SelectShared& sh, u32* summary, u32* out) {
+    PairSink sink = {out};
+    select_slice(src, want, sh, summary, sink);
+    for (u32 r = want + threadIdx.x; r < k; r += blockDim.x) {
+        out[2u * r] = __float_as_uint(neg_inf());
+        out[2u * r + 1u] = 0xffffffffu;
+    }
+}
+
 // The top m of nb slices' candidates (src, loaded: chunk 0 when they fit),
 // using the slices' summaries for level 0 (or binning every candidate where
 // a summary overflowed); pre: prefetch_sums. Either in rank order straight
@@ -1480,7 +1494,7 @@ extern "C" __global__ void __launch_bounds__(512) top_k_blocks_f32(const float* 
                                                                    const TopKBlocksParams* p) {
     __shared__ SelectShared sh;
     __shared__ u32 summary[SAMPLE_SUM_WORDS];
-    const u32 tid = threadIdx.x, bs = blockDim.x;
+    const u32 tid = threadIdx.x;
     const u32 row = blockIdx.x, b = blockIdx.y;
     const u32 lo = b * p->slice;
     const u32 len = min(p->slice, p->n_elements - lo);
@@ -1493,12 +1507,7 @@ extern "C" __global__ void __launch_bounds__(512) top_k_blocks_f32(const float* 
     __syncthreads();
     u32* base = candidates + u64(row) * p->n_blocks * (2u * p->k + u32(SAMPLE_SUM_WORDS));
     u32* out = base + u64(b) * p->k * 2u;
-    PairSink sink = {out};
-    select_slice(src, m, sh, summary, sink);
-    for (u32 r = m + tid; r < p->k; r += bs) {
-        out[2u * r] = __float_as_uint(neg_inf());
-        out[2u * r + 1u] = 0xffffffffu;
-    }
+    select_pairs(src, m, p->k, sh, summary, out);
     __syncthreads();
     if (tid < u32(SAMPLE_SUM_WORDS)) base[u64(p->n_blocks) * p->k * 2u + b * u32(SAMPLE_SUM_WORDS) + tid] = summary[tid];
 }
@@ -1690,12 +1699,7 @@ extern "C" __global__ void __launch_bounds__(512) sample_blocks_f32(const float*
     if (select) {
         const u32 mc = min(p->n_cand, len);
         u32* out = scratch + L.cand + u64(row) * L.nb4 * 512u + u64(b) * p->n_cand * 2u;
-        PairSink sink = {out};
-        select_slice(src, mc, sh, summary, sink);
-        for (u32 r = mc + tid; r < p->n_cand; r += bs) {
-            out[2u * r] = __float_as_uint(neg_inf());
-            out[2u * r + 1u] = 0xffffffffu;
-        }
+        select_pairs(src, mc, p->n_cand, sh, summary, out);
     }
     __syncthreads();
     if (select && tid < u32(SAMPLE_SUM_WORDS)) sums[tid] = summary[tid];
