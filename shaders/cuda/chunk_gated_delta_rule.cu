@@ -508,6 +508,24 @@ __device__ __forceinline__ void solve_diagonal(float* at, float* toff, u32 tid) 
     __syncthreads();
 }
 
+// acc += a[0 .. 16) times the 16 rows of t (rows ld floats apart) at
+// columns c .. c + 3, by float4 reads of a and of each row of t.
+__device__ __forceinline__ void row16_fma4(float4& acc, const float* a, const float* t, u32 ld, u32 c) {
+#pragma unroll
+    for (u32 e4 = 0; e4 < 16; e4 += 4) {
+        const float4 a4 = *reinterpret_cast<const float4*>(a + e4);
+        const float av[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+        for (u32 ee = 0; ee < 4; ++ee) {
+            const float4 t4 = *reinterpret_cast<const float4*>(t + (e4 + ee) * ld + c);
+            acc.x = fmaf(av[ee], t4.x, acc.x);
+            acc.y = fmaf(av[ee], t4.y, acc.y);
+            acc.z = fmaf(av[ee], t4.z, acc.z);
+            acc.w = fmaf(av[ee], t4.w, acc.w);
+        }
+    }
+}
+
 // The same diagonal, four columns per thread: thread tid < 64 NB takes block
 // b = tid / 64, row r = (tid / 4) % 16 and columns [4 (tid % 4), +4), reading
 // A and T_ii rows and T rows as float4 (a quarter of the shared-memory
@@ -527,19 +545,7 @@ __device__ __forceinline__ void solve_diagonal4(float* at, float* toff, u32 tid)
             const u32 m = j + mm;
             u32 ld;
             const float* tm = t_block(at, toff, m, j, ld);
-#pragma unroll
-            for (u32 e4 = 0; e4 < 16; e4 += 4) {
-                const float4 a4 = *reinterpret_cast<const float4*>(arow + 16u * m + e4);
-                const float av[4] = {a4.x, a4.y, a4.z, a4.w};
-#pragma unroll
-                for (u32 ee = 0; ee < 4; ++ee) {
-                    const float4 t4 = *reinterpret_cast<const float4*>(tm + (e4 + ee) * ld + c);
-                    y.x = fmaf(av[ee], t4.x, y.x);
-                    y.y = fmaf(av[ee], t4.y, y.y);
-                    y.z = fmaf(av[ee], t4.z, y.z);
-                    y.w = fmaf(av[ee], t4.w, y.w);
-                }
-            }
+            row16_fma4(y, arow + 16u * m, tm, ld, c);
         }
     }
     float* yb = toff + toff_slot(act ? i : 1u, act ? j : 0u) * 16u * TLD;
@@ -548,19 +554,7 @@ __device__ __forceinline__ void solve_diagonal4(float* at, float* toff, u32 tid)
     float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (act) {
         const float* tii = at + (16u * i + r) * FLD + 16u * i;
-#pragma unroll
-        for (u32 e4 = 0; e4 < 16; e4 += 4) {
-            const float4 a4 = *reinterpret_cast<const float4*>(tii + e4);
-            const float av[4] = {a4.x, a4.y, a4.z, a4.w};
-#pragma unroll
-            for (u32 ee = 0; ee < 4; ++ee) {
-                const float4 t4 = *reinterpret_cast<const float4*>(yb + (e4 + ee) * TLD + c);
-                s.x = fmaf(av[ee], t4.x, s.x);
-                s.y = fmaf(av[ee], t4.y, s.y);
-                s.z = fmaf(av[ee], t4.z, s.z);
-                s.w = fmaf(av[ee], t4.w, s.w);
-            }
-        }
+        row16_fma4(s, tii, yb, TLD, c);
     }
     __syncthreads();
     if (act) *reinterpret_cast<float4*>(yb + r * TLD + c) = make_float4(-s.x, -s.y, -s.z, -s.w);

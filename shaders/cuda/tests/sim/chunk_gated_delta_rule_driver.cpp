@@ -29,6 +29,19 @@
 #include <cstring>
 #include <string>
 
+// The largest |got - want| over the largest |want| (1 when want is all 0);
+// a NaN anywhere is infinite.
+template <class A>
+static double err(const A& got, const std::vector<double>& want) {
+  double mx = 0, worst = 0;
+  for (double x : want) mx = std::max(mx, std::fabs(x));
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double e = std::fabs(got.at(i) - want[i]) / (mx > 0 ? mx : 1);
+    if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+  }
+  return worst;
+}
+
 struct Case {
   std::string what;
   u32 hg, h, K, V;
@@ -129,15 +142,6 @@ void run(const Case& c) {
       }
     }
   }
-  auto err = [](const Arr<__nv_bfloat16>& got, const std::vector<double>& want) {
-    double mx = 0, worst = 0;
-    for (double x : want) mx = std::max(mx, std::fabs(x));
-    for (size_t i = 0; i < want.size(); ++i) {
-      const double e = std::fabs(got.at(i) - want[i]) / (mx > 0 ? mx : 1);
-      if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
-    }
-    return worst;
-  };
   const double ew = err(w, ww), eu = err(u, uw), ew3 = err(w3, ww), eu3 = err(u3, uw);
   const double tol = 1e-2;
   size_t s4_diff = 0, st_diff = 0;   // elements where _s4, _scalar differ from the plan's entry (bits)
@@ -289,15 +293,6 @@ void run_inter(const Case& c, const char* name, InterFn fn, u32 bv, u32 threads 
       }
       for (size_t e = 0; e < h.size(); ++e) wfin[(size_t(s) * H + hh) * V * K + e] = h[e];
     }
-  auto err = [](auto& got, const std::vector<double>& want) {
-    double mx = 0, worst = 0;
-    for (double x : want) mx = std::max(mx, std::fabs(x));
-    for (size_t i = 0; i < want.size(); ++i) {
-      const double e = std::fabs(got.at(i) - want[i]) / (mx > 0 ? mx : 1);
-      if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
-    }
-    return worst;
-  };
   const double es = err(snap, wsnap), ev = err(vn, wvn), ef = err(fin, wfin);
   std::vector<unsigned char> bits;
   for (auto [ptr, bytes] : {std::pair<const void*, size_t>{snap.p, snap.n * 2}, {vn.p, vn.n * 2}, {fin.p, fin.n * 4}})
