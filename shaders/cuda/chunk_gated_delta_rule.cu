@@ -306,7 +306,7 @@ __device__ __forceinline__ void wu_body(const bf16* __restrict__ k_in, const bf1
     if (!chunk_ok(ch, pp->n_tok)) return;
     const u32 t0 = ch.x, len = ch.y, head = blockIdx.y;
     const u32 H = p.h, K = p.k, V = p.v, kh = head / (H / p.hg);
-    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
 
     for (u32 e = tid; e < BT * BT / 4; e += 256u) {
         const u32 i = e / 16u, j = 4u * (e % 16u);
@@ -388,16 +388,7 @@ __device__ __forceinline__ void wu_body(const bf16* __restrict__ k_in, const bf1
 
         bf16* dst = is_w ? w_out + (u64(t0) * H + head) * K + col0 : u_out + (u64(t0) * H + head) * V + col0;
         const u64 dst_row = is_w ? u64(H) * K : u64(H) * V;
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-            const u32 i = r0 + gq + 8u * hr;
-            if (i >= len) continue;
-#pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                const u32 j = c0 + 8u * ni + 2u * tq;
-                *reinterpret_cast<u32*>(dst + u64(i) * dst_row + j) = pack_bf16(acc[ni][2 * hr], acc[ni][2 * hr + 1]);
-            }
-        }
+        store_acc_rows(dst, dst_row, acc, r0, c0, len, lane);
     }
 }
 
@@ -760,16 +751,7 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
                 if (r < len) *reinterpret_cast<uint4*>(dst + u64(r) * dst_row + 8u * q) = *reinterpret_cast<const uint4*>(ob + r * FLD + 8u * q);
             }
         } else {
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-                const u32 i = r0 + gq + 8u * hr;
-                if (i >= len) continue;
-#pragma unroll
-                for (int ni = 0; ni < 4; ++ni) {
-                    const u32 j = c0 + 8u * ni + 2u * tq;
-                    *reinterpret_cast<u32*>(dst + u64(i) * dst_row + j) = pack_bf16(acc[ni][2 * hr], acc[ni][2 * hr + 1]);
-                }
-            }
+            store_acc_rows(dst, dst_row, acc, r0, c0, len, lane);
         }
         __syncthreads();   // the ring buffer is free for slice s + 2
     }

@@ -327,6 +327,23 @@ __device__ __forceinline__ void mma_b16(float (&d0)[4], float (&d1)[4], const u3
     mma16<T>(d1, a, b[2], b[3]);
 }
 
+// A warp's 16 x 32 mma accumulator (rows r0 .., columns c0 ..; lane's
+// rows gq and gq + 8, column pairs 2 tq of each 8) into dst as bf16 pairs,
+// rows ld elements apart; rows at or past len are left alone.
+__device__ __forceinline__ void store_acc_rows(__nv_bfloat16* dst, u64 ld, const float (&acc)[4][4], u32 r0, u32 c0, u32 len, u32 lane) {
+    const u32 gq = lane >> 2, tq = lane & 3u;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const u32 i = r0 + gq + 8u * hr;
+        if (i >= len) continue;
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const u32 j = c0 + 8u * ni + 2u * tq;
+            *reinterpret_cast<u32*>(dst + u64(i) * ld + j) = pack_bf16(acc[ni][2 * hr], acc[ni][2 * hr + 1]);
+        }
+    }
+}
+
 // The tile of block blockIdx.x among BM x BN output tiles of a matrix
 // product: batch outermost; within a batch, groups of 8 tile rows, each group
 // walked down its rows first, so that neighbouring blocks share weight
