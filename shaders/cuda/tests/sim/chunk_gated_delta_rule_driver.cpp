@@ -49,17 +49,40 @@ struct Case {
   bool beta_bf16;
 };
 
-template <class BetaT>
-void run(const Case& c) {
-  std::vector<u32> chunks, cu{0};
-  for (u32 L : c.lens) {
+// The chunk tables of sequences of the given lengths (chunks of 64 from each start).
+std::vector<u32> chunks_of(const std::vector<u32>& lens) {
+  std::vector<u32> chunks;
+  u32 t0 = 0;
+  for (u32 L : lens) {
     for (u32 s = 0; s < L; s += 64) {
-      chunks.push_back(cu.back() + s);
+      chunks.push_back(t0 + s);
       chunks.push_back(std::min(64u, L - s));
     }
-    cu.push_back(cu.back() + L);
+    t0 += L;
   }
-  const u32 n = cu.back(), nt = u32(chunks.size() / 2), H = c.h, Hg = c.hg, K = c.K, V = c.V;
+  return chunks;
+}
+
+// g cumsummed within each chunk of the table: per-token log decays drawn
+// uniformly in (-step, 0), chunk by chunk and head by head.
+void decay_cumsum(Arr<float>& g, const std::vector<u32>& chunks, u32 H, double step) {
+  std::uniform_real_distribution<double> ud(0, 1);
+  for (size_t ci = 0; ci < chunks.size() / 2; ++ci)
+    for (u32 hh = 0; hh < H; ++hh) {
+      double acc = 0;
+      for (u32 t = 0; t < chunks[2 * ci + 1]; ++t) {
+        acc += -step * ud(gen);
+        g.p[size_t(chunks[2 * ci] + t) * H + hh] = float(acc);
+      }
+    }
+}
+
+template <class BetaT>
+void run(const Case& c) {
+  const std::vector<u32> chunks = chunks_of(c.lens);
+  u32 n = 0;
+  for (u32 L : c.lens) n += L;
+  const u32 nt = u32(chunks.size() / 2), H = c.h, Hg = c.hg, K = c.K, V = c.V;
   Arr<__nv_bfloat16> k(size_t(n) * Hg * K), v(size_t(n) * H * V);
   Arr<float> g(size_t(n) * H);
   Arr<BetaT> beta(size_t(n) * H);
@@ -73,15 +96,7 @@ void run(const Case& c) {
   }
   v.random();
   for (size_t i = 0; i < size_t(n) * H; ++i) beta.p[i] = cvt<BetaT>(ud(gen));
-  // g cumsummed within each chunk, per-token log decays in (-0.5, 0).
-  for (u32 ci = 0; ci < nt; ++ci)
-    for (u32 hh = 0; hh < H; ++hh) {
-      double acc = 0;
-      for (u32 t = 0; t < chunks[2 * ci + 1]; ++t) {
-        acc += -0.5 * ud(gen);
-        g.p[size_t(chunks[2 * ci] + t) * H + hh] = float(acc);
-      }
-    }
+  decay_cumsum(g, chunks, H, 0.5);
   ChunkGatedDeltaRuleParams p{n, nt, u32(c.lens.size()), Hg, H, K, V, float(1.0 / std::sqrt(double(K)))};
   const uint2* ch = reinterpret_cast<const uint2*>(chunks.data());
 
@@ -155,19 +170,6 @@ void run(const Case& c) {
               ok ? "ok  " : "FAIL", c.what.c_str(), ew, eu, ew3, eu3, s4_diff, st_diff);
 }
 
-// The chunk tables of sequences of the given lengths (chunks of 64 from each start).
-std::vector<u32> chunks_of(const std::vector<u32>& lens) {
-  std::vector<u32> chunks;
-  u32 t0 = 0;
-  for (u32 L : lens) {
-    for (u32 s = 0; s < L; s += 64) {
-      chunks.push_back(t0 + s);
-      chunks.push_back(std::min(64u, L - s));
-    }
-    t0 += L;
-  }
-  return chunks;
-}
 
 void run_chunk_o(const Case& c) {
   const std::vector<u32> chunks = chunks_of(c.lens);
@@ -178,15 +180,7 @@ void run_chunk_o(const Case& c) {
   Arr<__nv_bfloat16> o(size_t(n) * H * V);
   Arr<float> g(size_t(n) * H);
   q.random(-0.3, 0.3); k.random(-0.3, 0.3); vn.random(); h.random(-0.5, 0.5); o.poison();
-  std::uniform_real_distribution<double> ud(0, 1);
-  for (u32 ci = 0; ci < nt; ++ci)
-    for (u32 hh = 0; hh < H; ++hh) {
-      double acc = 0;
-      for (u32 t = 0; t < chunks[2 * ci + 1]; ++t) {
-        acc += -0.5 * ud(gen);
-        g.p[size_t(chunks[2 * ci] + t) * H + hh] = float(acc);
-      }
-    }
+  decay_cumsum(g, chunks, H, 0.5);
   const float scale = float(1.0 / std::sqrt(double(K)));
   ChunkGatedDeltaRuleParams p{n, nt, u32(c.lens.size()), Hg, H, K, V, scale};
   const uint2* ch = reinterpret_cast<const uint2*>(chunks.data());
@@ -250,15 +244,7 @@ void run_inter(const Case& c, const char* name, InterFn fn, u32 bv, u32 threads 
   Arr<float> g(size_t(n) * H), h0(size_t(ns) * H * V * K), fin(size_t(ns) * H * V * K);
   k.random(-0.15, 0.15); w.random(-0.15, 0.15); u.random(); h0.random(-0.3, 0.3);
   snap.poison(); vn.poison(); fin.poison();
-  std::uniform_real_distribution<double> ud(0, 1);
-  for (u32 ci = 0; ci < nt; ++ci)
-    for (u32 hh = 0; hh < H; ++hh) {
-      double acc = 0;
-      for (u32 t = 0; t < chunks[2 * ci + 1]; ++t) {
-        acc += -0.1 * ud(gen);
-        g.p[size_t(chunks[2 * ci] + t) * H + hh] = float(acc);
-      }
-    }
+  decay_cumsum(g, chunks, H, 0.1);
   ChunkGatedDeltaRuleParams p{n, nt, ns, Hg, H, K, V, 1.0f};
   sim_launch({V / bv, H, ns}, {threads, 1, 1}, 0, [&] {
     fn(k.p, w.p, u.p, g.p, h0.p, snap.p, vn.p, fin.p, reinterpret_cast<const uint2*>(seqs.data()), &p);
