@@ -98,6 +98,7 @@ describeValidation('quantized_matmul_id_ggml validation', ({ enc, buf }) => {
     [{ k: 288 }, 'k', "a multiple of Q4_K's block (256)", '288'],
     [{ expertStride: 719 }, 'expertStride', 'at least the bytes of an expert (720)', '719'],
     [{ expertStride: -1 }, 'expertStride', 'a safe integer >= 0 or absent', '-1'],
+    [{ expertStride: 722 }, 'expertStride', "a multiple of Q4_K's row alignment (4)", '722'],
     [{ input: buf('bf16', 512) }, 'input.dtype', 'f32', 'bf16'],
     [{ weight: buf('u32', 720) }, 'weight.dtype', 'u8', 'u32'],
     [{ output: buf('f16', 30) }, 'output.dtype', 'f32', 'f16'],
@@ -147,7 +148,7 @@ interface Shape {
   /** k in blocks of the type. */
   blocks: number;
   nExperts: number;
-  /** Bytes between experts beyond their own (expertStride = expert bytes + pad). */
+  /** Bytes between experts beyond their own (expertStride = expert bytes + pad; 2 more for Q4_K and Q5_K, whose rows must be 4-byte aligned). */
   pad?: number;
 }
 
@@ -164,7 +165,7 @@ function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form
   const k = ggmlBlockOf(type).qk * s.blocks;
   const pairs = s.nTokens * s.topK;
   const expertBytes = s.n * ggmlRowBytesOf(type, k);
-  const stride = expertBytes + (s.pad ?? 0);
+  const stride = expertBytes + (s.pad === undefined ? 0 : s.pad + (type === 'Q4_K' || type === 'Q5_K' ? 2 : 0));
   const w = Uint8Array.from({ length: (s.nExperts - 1) * stride + expertBytes }, () => Math.floor(r.uniform(0, 256)));
   for (let e = 0; e < s.nExperts; e++) w.set(ggmlQuantize(type, randomArray(r, s.n * k, -1, 1), s.n, k), e * stride);
   const x = Float32Array.from(randomArray(r, s.nTokens * k, -1, 1));

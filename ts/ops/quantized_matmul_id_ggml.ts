@@ -80,7 +80,7 @@ export interface GgmlIdSizes {
   /** Columns of x and of the weight: a multiple of the block (32 for Q4_0 and Q8_0, 256 for the K formats). */
   k: number;
   nExperts: number;
-  /** Bytes from one expert's weight to the next's; the bytes of one expert (n rows) when absent. */
+  /** Bytes from one expert's weight to the next's (a multiple of 4 for Q4_K and Q5_K, 2 for the others); the bytes of one expert (n rows) when absent. */
   expertStride?: number;
   ggmlType: GgmlQuantType;
 }
@@ -164,6 +164,8 @@ function validateBase(op: string, a: GgmlIdBase, matrix: boolean, routing: Buffe
   if (a.expertStride !== undefined) {
     if (!Number.isSafeInteger(a.expertStride) || a.expertStride < 0) throw invalid(op, 'expertStride', 'a safe integer >= 0 or absent', a.expertStride);
     if (a.expertStride < expertBytes) throw invalid(op, 'expertStride', `at least the bytes of an expert (${expertBytes})`, a.expertStride);
+    const align = a.ggmlType === 'Q4_K' || a.ggmlType === 'Q5_K' ? 4 : 2;
+    checkMultiple(op, 'expertStride', a.expertStride, align, `${a.ggmlType}'s row alignment`);
   }
   const nw = checkedProduct(op, '(nExperts - 1) * expertStride', a.nExperts - 1, stride) + expertBytes;
   if (!Number.isSafeInteger(nw)) throw invalid(op, 'weight bytes', 'a safe integer', nw);
@@ -185,7 +187,9 @@ function validateBase(op: string, a: GgmlIdBase, matrix: boolean, routing: Buffe
 
 /**
  * mlx-native's rules: a supported type; nTokens, k, n, topK, nExperts > 0; k
- * a multiple of the block; expertStride at least the bytes of an expert;
+ * a multiple of the block; expertStride at least the bytes of an expert
+ * (and, not in the crate, a multiple of 4 for Q4_K and Q5_K, 2 for the
+ * others: the decoders read words of the rows of every expert);
  * each buffer at least its size (the weight (nExperts - 1) * expertStride +
  * an expert's bytes). With the int32 fields of the params, dtypes (f32 input
  * and output, u8 weight, u32 ids), the CUDA grid and no aliasing.
