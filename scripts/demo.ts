@@ -883,13 +883,15 @@ function main(): number {
   // --- GGUF experts: Qwen3.6-35B-A3B's gate projection (2048 -> 512) of 256 Q4_K experts, top-8 ---
   {
     // Experts repeat 4 distinct quantized ones (expert e holds e % 4's blocks): 256 experts without their float64 copies.
-    const [E, topK, n, k, distinct] = [256, 8, 512, 2048, 4];
+    // The emulator's prefill takes 16 of them, so that its tiles hold several pairs.
+    const [topK, n, k, distinct] = [8, 512, 2048, 4];
     const q = ggmlQuantize('Q4_K', randn(distinct * n * k, 0.05), distinct * n, k);
     const w = ggmlDequantizeRef('Q4_K', q, distinct * n * k);
     const expertBytes = n * ggmlRowBytesOf('Q4_K', k);
-    const weight = device.alloc('u8', [E * expertBytes]);
-    for (let e = 0; e < E; e += distinct) weight.write(q, { byteOffset: e * expertBytes });
+    const weight = device.alloc('u8', [256 * expertBytes]);
+    for (let e = 0; e < 256; e += distinct) weight.write(q, { byteOffset: e * expertBytes });
     for (const tokens of [1, emu ? 16 : 64]) {
+      const E = tokens > 1 && emu ? 16 : 256;
       const P = tokens * topK;
       const pick = Array.from({ length: P }, () => Math.floor(rng.uniform(0, E)));
       const ids = device.upload('u32', [P], pick);
