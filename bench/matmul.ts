@@ -324,7 +324,7 @@ function moeCases(): Case[] {
 }
 // ---- end of moe ----
 
-// ---- moe, GGUF blocks: per-expert products of quantized_matmul_id_ggml ----
+// ---- moe, GGUF blocks: per-expert products of quantized_matmul_id_ggml (floors and predictions: notes/moe-ggml-2026-11-26.md) ----
 
 /**
  * One expert projection for tokens x topK pairs of numExperts experts with
