@@ -131,6 +131,21 @@ function quantized(label: string, dt: 'bf16' | 'f16', bits: number, gs: number, 
   };
 }
 
+/** quantizedMatmulSimd at one token: f32 x and y, 4 bits, groups of 64, bf16 scales and biases. */
+function simd(label: string, n: number, k: number): Case {
+  const gs = 64;
+  const input = random('f32', k);
+  const weight = wordBuffer(dev, (n * k) / 8);
+  const scales = uniformBuffer(dev, 'bf16', [(n * k) / gs], 0.02);
+  const biases = uniformBuffer(dev, 'bf16', [(n * k) / gs], 0.1);
+  const output = dev.alloc('f32', [n]);
+  return {
+    name: `${label} quantized_matmul_simd q4 g64 f32 m=1 n=${n} k=${k}`, flops: 2 * n * k,
+    bytes: (n * k) / 2 + (4 * n * k) / gs + 4 * (k + n), memoryBound: true,
+    record: (e) => quantizedMatmulSimd(e, { input, weight, scales, biases, output, m: 1, k, n, groupSize: gs, bits: 4 }),
+  };
+}
+
 function quantizedCases(): Case[] {
   if (small) {
     return [quantized('decode', 'bf16', 4, 64, 1, 256, 256), quantized('decode', 'bf16', 6, 32, 8, 256, 256),
@@ -142,17 +157,14 @@ function quantizedCases(): Case[] {
   out.push(quantized('Qwen3.6 down', 'bf16', 4, 64, 1, 5120, 17408));
   for (const bits of [4, 6, 8]) out.push(quantized('Gemma 4 up', 'bf16', bits, 64, 1, 21504, 5376));
   out.push(quantized('Gemma 4 up', 'f16', 4, 32, 1, 21504, 5376), quantized('Gemma 4 up', 'bf16', 4, 64, 8192, 21504, 5376));
-  {
-    // mlx-native's f32-activation SIMD kernel (4 bits, bf16 scales) at one token.
-    const [n, k, gs] = [17408, 5120, 64];
-    const input = random('f32', k);
-    const weight = wordBuffer(dev, (n * k) / 8);
-    const scales = uniformBuffer(dev, 'bf16', [(n * k) / gs], 0.02);
-    const biases = uniformBuffer(dev, 'bf16', [(n * k) / gs], 0.1);
-    const output = dev.alloc('f32', [n]);
-    out.push({ name: `Qwen3.6 up quantized_matmul_simd q4 g64 f32 m=1 n=${n} k=${k}`, flops: 2 * n * k,
-      bytes: (n * k) / 2 + (4 * n * k) / gs + 4 * (k + n), memoryBound: true,
-      record: (e) => quantizedMatmulSimd(e, { input, weight, scales, biases, output, m: 1, k, n, groupSize: gs, bits: 4 }) });
+  // mlx-native's f32-activation SIMD kernel (4 bits, bf16 scales) at one token: what the models' decode steps run
+  // for every non-expert layer (ts/models/blocks.ts linear), at Qwen3.6 up and at Qwen3.6-35B-A3B's own shapes
+  // (hidden 2048): the gated delta net's in_proj (qkv, z, a, b as one product), the attention's (q, gate, k, v),
+  // the out projections, the shared expert's gate/up with its gate logit, its down, and the output projection.
+  out.push(simd('Qwen3.6 up', 17408, 5120));
+  for (const [label, n, k] of [['35B-A3B gdn in_proj', 12352, 2048], ['35B-A3B attn in_proj', 9216, 2048], ['35B-A3B gdn out_proj', 2048, 4096],
+    ['35B-A3B shared gate_up', 1025, 2048], ['35B-A3B shared down', 2048, 512], ['35B-A3B lm_head', 248320, 2048]] as const) {
+    out.push(simd(`Qwen3.6 ${label}`, n, k));
   }
   return out;
 }
