@@ -373,8 +373,9 @@ export class Qwen35Moe extends CausalLM {
     const c = this.config, s = this.scratch, p = this.precision, H = c.hiddenSize, E = c.numExperts, k = c.numExpertsPerTok;
     const [logits, gu, g] = project(enc, s, 'moe.in', w.inProj, x, t, p) as [Buffer, Buffer, Buffer];
     const routed = routedExperts(enc, s, w.experts, x, logits, t, k, p);
+    // f32 and bf16 expert outputs are read as they are (moe_weighted_reduce_bf16_input), f16 ones through f32.
     let yExpert = routed.outputs;
-    if (yExpert.dtype !== 'f32') {
+    if (yExpert.dtype === 'f16') {
       yExpert = s.get('moe.out.f32', 'f32', [t, k, H]);
       cast(enc, { input: routed.outputs, output: yExpert });
     }
