@@ -87,7 +87,11 @@ const SIZES: Record<string, number> = {
   uchar: 1, u8: 1, 'unsigned char': 1, char: 1, bool: 1, ulong: 8, u64: 8, 'unsigned long long': 8, long: 8,
 };
 
-/** Fields of `struct name { ... };` in CUDA code: name, size, offset under natural alignment. */
+/**
+ * Fields of `struct name { ... };` in CUDA code: name, size, offset under
+ * natural alignment. A field `struct Other id;` stands for Other's fields
+ * (at Other's alignment), as structLayout reads it.
+ */
 function cudaStructFields(code: string, name: string): { name: string; size: number; offset: number }[] | null {
   const m = new RegExp(`\\bstruct\\s+${name}\\s*\\{([^}]*)\\}`).exec(code);
   if (!m) return null;
@@ -96,6 +100,15 @@ function cudaStructFields(code: string, name: string): { name: string; size: num
   for (const decl of m[1]!.split(';')) {
     const d = decl.replace(/\s+/g, ' ').trim();
     if (d === '') continue;
+    const held = /^struct ([A-Za-z_]\w*) [A-Za-z_]\w*$/.exec(d);
+    const inner = held ? cudaStructFields(code, held[1]!) : null;
+    if (inner !== null) {
+      const align = Math.max(1, ...inner.map((f) => f.size));
+      const offset = Math.ceil(end / align) * align;
+      for (const f of inner) fields.push({ name: f.name, size: f.size, offset: offset + f.offset });
+      end = offset + Math.ceil(Math.max(0, ...inner.map((f) => f.offset + f.size)) / align) * align;
+      continue;
+    }
     const f = /^(.*\S)\s+([A-Za-z_]\w*)$/.exec(d);
     const size = f ? SIZES[f[1]!] : undefined;
     if (!f || size === undefined) throw new Error(`struct ${name}: "${d}" is not a scalar field`);

@@ -18,7 +18,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import * as ops from '../ts/ops/index.ts';
-import { paramSize, structLayout, structNames, structSize, type ParamField } from '../ts/params.ts';
+import { paramSize, structLayout, structMemberPaths, structNames, structSize, type ParamField } from '../ts/params.ts';
 import type { FamilySources } from '../ts/registry.ts';
 import { stripComments } from '../ts/source-text.ts';
 
@@ -39,18 +39,23 @@ function filesBelow(dir: string): string[] {
   return out;
 }
 
-/** The layout a C compiler gives each struct of the header: [struct, field, type, offset, size] rows. */
-function compiledLayouts(header: string, structs: Map<string, readonly ParamField[]>): string[][] {
+/**
+ * The layout a C compiler gives each struct of the header: [struct, field,
+ * type, offset, size] rows. `paths` gives a field's C member path where it is
+ * not its name (a field of a struct the struct holds: `id.M`).
+ */
+function compiledLayouts(header: string, structs: Map<string, readonly ParamField[]>, paths = new Map<string, readonly string[]>()): string[][] {
   // MSL's names of the field types, as the Linux targets (LP64) size them.
   let prog = '#include <stdio.h>\n#include <stddef.h>\ntypedef unsigned int uint;\ntypedef unsigned long ulong;\n' + header + '\nint main(void) {\n';
   for (const [s, fields] of structs) {
     prog += `  printf("%s sizeof %zu\\n", "${s}", sizeof(struct ${s}));\n`;
-    for (const f of fields) {
+    fields.forEach((f, i) => {
+      const member = paths.get(s)?.[i] ?? f.name;
       prog +=
         `  printf("%s %s %s %zu %zu\\n", "${s}", "${f.name}", ` +
-        `_Generic(((struct ${s}*)0)->${f.name}, unsigned int: "u32", float: "f32", int: "i32", short: "i16", unsigned long: "u64", default: "other"), ` +
-        `offsetof(struct ${s}, ${f.name}), sizeof(((struct ${s}*)0)->${f.name}));\n`;
-    }
+        `_Generic(((struct ${s}*)0)->${member}, unsigned int: "u32", float: "f32", int: "i32", short: "i16", unsigned long: "u64", default: "other"), ` +
+        `offsetof(struct ${s}, ${member}), sizeof(((struct ${s}*)0)->${member}));\n`;
+    });
   }
   prog += '  return 0;\n}\n';
   const dir = mkdtempSync(join(tmpdir(), 'mlxn-structs-'));
@@ -81,12 +86,13 @@ describe.if(CC !== undefined)('the layout TypeScript reads is the one C compiles
     test(h, () => {
       const text = readFileSync(join(SHADERS, h), 'utf8');
       const structs = new Map(structNames(text).map((s) => [s, structLayout(text, s)] as const));
+      const paths = new Map(structNames(text).map((s) => [s, structMemberPaths(text, s)] as const));
       const want: string[][] = [];
       for (const [s, fields] of structs) {
         want.push([s, 'sizeof', String(structSize(fields))]);
         for (const f of fields) want.push([s, f.name, f.type, String(f.offset), String(paramSize(f.type))]);
       }
-      expect(compiledLayouts(text, structs)).toEqual(want);
+      expect(compiledLayouts(text, structs, paths)).toEqual(want);
     });
   }
 
@@ -105,6 +111,19 @@ describe.if(CC !== undefined)('the layout TypeScript reads is the one C compiles
       ['Q', 'sizeof', '24'], ['Q', 'a', 'i32', '0', '4'], ['Q', 'b', 'u64', '8', '8'], ['Q', 'c', 'i16', '16', '2'],
       ['Q', 'd', 'i16', '18', '2'], ['Q', 'e', 'u32', '20', '4'],
     ]);
+  });
+
+  test('a struct that holds another: its fields under their own names, at the held struct\'s alignment', () => {
+    const text = 'struct A { ulong a; short b; };\nstruct B { uint c; struct A inner; uint d; };';
+    const layout = structLayout(text, 'B');
+    expect(layout.map((f) => [f.name, f.type, f.offset])).toEqual([['c', 'u32', 0], ['a', 'u64', 8], ['b', 'i16', 16], ['d', 'u32', 24]]);
+    expect(structMemberPaths(text, 'B')).toEqual(['c', 'inner.a', 'inner.b', 'd']);
+    expect(structSize(layout)).toBe(32);
+    const paths = new Map([['B', structMemberPaths(text, 'B')]]);
+    expect(compiledLayouts(text, new Map([['B', layout]]), paths)).toEqual([
+      ['B', 'sizeof', '32'], ['B', 'c', 'u32', '0', '4'], ['B', 'a', 'u64', '8', '8'], ['B', 'b', 'i16', '16', '2'], ['B', 'd', 'u32', '24', '4'],
+    ]);
+    expect(() => structLayout('struct A { uint x; };\nstruct B { struct A a; uint x; };', 'B')).toThrow('two fields named x');
   });
 });
 
