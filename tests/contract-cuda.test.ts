@@ -50,10 +50,10 @@ function preprocess(text: string, name: string): string {
   }
 }
 
-/** The family's header (shaders/<family>.h), compiled ahead of both sources; '' when it has none. */
+/** shaders/common.h and the family's header (shaders/<family>.h, when it has one): what both sources compile after their preludes. */
 function header(family: string): string {
   const file = join(ROOT, 'shaders', `${family}.h`);
-  return existsSync(file) ? readFileSync(file, 'utf8') : '';
+  return readFileSync(join(ROOT, 'shaders', 'common.h'), 'utf8') + (existsSync(file) ? `\n${readFileSync(file, 'utf8')}` : '');
 }
 
 /** The parameters of every `extern "C" __global__` entry, by name. */
@@ -173,12 +173,12 @@ function mismatches(metal: string, cuda: Map<string, CudaParam[]>, aliases: Map<
       const cudaType = aliases.get(cp.type) ?? cp.type;
       if (metalType !== undefined && /Params$/.test(metalType)) {
         structsUsed.add(metalType);
-        if (cudaType !== metalType) problems.push(`${name}: parameter ${i} is ${metalType} in Metal, ${cp.type} in CUDA`);
+        if (cudaType !== (aliases.get(metalType) ?? metalType)) problems.push(`${name}: parameter ${i} is ${metalType} in Metal, ${cp.type} in CUDA`);
       }
     });
   }
   for (const s of structsUsed) {
-    const c = cudaStructFields(cudaCode, s);
+    const c = cudaStructFields(cudaCode, aliases.get(s) ?? s);
     if (c === null) {
       if (cudaCode !== '') problems.push(`struct ${s}: not defined in the CUDA source`);
       continue;

@@ -1,7 +1,8 @@
 // Kernel parameter structs: their layouts, read from the family headers
-// (shaders/<family>.h, the one definition that MSL and CUDA compile too), and
-// the packer that writes values into one.
+// (shaders/<family>.h, after shaders/common.h: the one definition that MSL
+// and CUDA compile too), and the packer that writes values into one.
 
+import commonHeader from '../shaders/common.h' with { type: 'text' };
 import { stripComments } from './source-text.ts';
 
 export type ParamType = 'u32' | 'f32' | 'i32' | 'i16' | 'u64';
@@ -27,8 +28,10 @@ export function paramSize(type: ParamType): number {
 
 /**
  * The fields of `struct name { ... };` in a header, in order, each at the
- * next offset aligned to its size, as C, MSL and CUDA lay them out. A field
- * `struct Other id;` (Other a struct of the same header) stands for Other's
+ * next offset aligned to its size, as C, MSL and CUDA lay them out. The
+ * header is read as the programs compile it, after shaders/common.h; a name
+ * given by `typedef struct A name;` has A's fields. A field `struct Other
+ * id;` (Other a struct of the header or of common.h) stands for Other's
  * fields, at the next offset aligned to Other's widest field, under their own
  * names: the packers fill a struct that holds another by the inner names.
  * Throws where the struct is missing, a declaration is not one such field, or
@@ -44,7 +47,9 @@ export function structMemberPaths(header: string, name: string): string[] {
 }
 
 function structMembers(header: string, name: string): (ParamField & { path: string })[] {
-  const code = stripComments(header);
+  const code = stripComments(`${commonHeader}\n${header}`);
+  const alias = new RegExp(`\\btypedef\\s+struct\\s+(\\w+)\\s+${name}\\s*;`).exec(code);
+  if (alias) return structMembers(header, alias[1]!);
   const m = new RegExp(`\\bstruct\\s+${name}\\s*\\{([^}]*)\\}\\s*;`).exec(code);
   if (!m) throw new Error(`struct ${name} not found`);
   const fields: (ParamField & { path: string })[] = [];
@@ -94,6 +99,11 @@ export function structSize(layout: readonly ParamField[]): number {
 /** The names of the structs a header defines, in order. */
 export function structNames(header: string): string[] {
   return [...stripComments(header).matchAll(/\bstruct\s+(\w+)\s*\{/g)].map((m) => m[1]!);
+}
+
+/** The names a header gives structs by `typedef struct A name;`, in order, each with its struct A. */
+export function structAliases(header: string): [name: string, struct: string][] {
+  return [...stripComments(header).matchAll(/\btypedef\s+struct\s+(\w+)\s+(\w+)\s*;/g)].map((m) => [m[2]!, m[1]!]);
 }
 
 /**
