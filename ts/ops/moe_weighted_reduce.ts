@@ -15,7 +15,9 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
 import { familySources } from '../registry.ts';
-import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkedProduct, checkNoAliasing, checkPositive, U32_MAX } from '../validate.ts';
+import {
+  checkAtMost, checkBufferRules, checkedProduct, checkNoAliasing, checkPositive, like, ruleBindings, U32_MAX, type BufferRule,
+} from '../validate.ts';
 import { ceilDiv, CUDA_GRID_YZ_MAX } from '../launch.ts';
 
 export const MOE_WEIGHTED_REDUCE_FAMILY = 'moe_weighted_reduce';
@@ -72,29 +74,13 @@ export function validateMoeWeightedReduce(a: MoeWeightedReduceArgs, device?: Dev
   const slots = checkedProduct(op, 'nTokens * topK', a.nTokens, a.topK);
   const ny = checkedProduct(op, 'nTokens * topK * h', slots, a.h);
   const nh = checkedProduct(op, 'nTokens * h', a.nTokens, a.h);
-  checkBuffer(op, 'expertW', a.expertW, device);
-  checkBuffer(op, 'yExpert', a.yExpert, device);
-  checkBuffer(op, 'shLogit', a.shLogit, device);
-  checkBuffer(op, 'yShared', a.yShared, device);
-  if (a.residual !== undefined) checkBuffer(op, 'residual', a.residual, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'expertW', a.expertW, 'f32');
-  checkDtype(op, 'yExpert', a.yExpert, ['f32', 'f16', 'bf16']);
-  const dt = a.yExpert.dtype;
-  checkDtype(op, 'shLogit', a.shLogit, dt);
-  checkDtype(op, 'yShared', a.yShared, dt);
-  if (a.residual !== undefined) checkDtype(op, 'residual', a.residual, dt);
-  checkDtype(op, 'output', a.output, dt);
-  checkAtLeast(op, 'expertW', a.expertW, slots);
-  checkAtLeast(op, 'yExpert', a.yExpert, ny);
-  checkAtLeast(op, 'shLogit', a.shLogit, a.nTokens);
-  checkAtLeast(op, 'yShared', a.yShared, nh);
-  if (a.residual !== undefined) checkAtLeast(op, 'residual', a.residual, nh);
-  checkAtLeast(op, 'output', a.output, nh);
-  checkNoAliasing(op, [
-    ['expertW', a.expertW], ['yExpert', a.yExpert], ['shLogit', a.shLogit], ['yShared', a.yShared], ['residual', a.residual], ['output', a.output],
-  ], ['output'], 'every output element reads its token\'s slots, gate and shared row; only the residual may be read in place',
-  [['output', 'residual']]);
+  const rules: BufferRule[] = [
+    ['expertW', a.expertW, 'f32', slots], ['yExpert', a.yExpert, ['f32', 'f16', 'bf16'], ny], ['shLogit', a.shLogit, like('yExpert'), a.nTokens],
+    ['yShared', a.yShared, like('yExpert'), nh], ['residual', a.residual, like('yExpert'), nh, true], ['output', a.output, like('yExpert'), nh],
+  ];
+  checkBufferRules(op, rules, device, true);
+  checkNoAliasing(op, ruleBindings(rules), ['output'],
+    'every output element reads its token\'s slots, gate and shared row; only the residual may be read in place', [['output', 'residual']]);
 }
 
 /** The CUDA launch: one thread per 16-byte vector of a row, 256 a block (shaders/cuda/moe_weighted_reduce.cu). */
