@@ -25,7 +25,8 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Dim3, Encoder } from '../encoder.ts';
 import {
-  checkAtMost, checkBuffer, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkPositive, invalid, U32_MAX,
+  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkPositive, invalid,
+  U32_MAX,
 } from '../validate.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
@@ -833,12 +834,7 @@ export function validateChunkLocalCumsum(a: ChunkLocalCumsumArgs, device?: Devic
   checkAtMost(op, 'bt', p.bt, device?.limits.maxThreadsPerThreadgroup ?? CHUNK_LOCAL_CUMSUM_MAX_BT, 'the threads per threadgroup limit');
   const n = checkedProduct(op, 'batch * seqLen * nHeads', p.batch, p.seqLen, p.nHeads);
   checkAtMost(op, 'batch * seqLen * nHeads', n, U32_MAX, 'the 32-bit index limit');
-  checkBuffer(op, 'gIn', buf.gIn, device);
-  checkBuffer(op, 'gCumsum', buf.gCumsum, device);
-  checkDtype(op, 'gIn', buf.gIn, 'f32');
-  checkDtype(op, 'gCumsum', buf.gCumsum, 'f32');
-  checkElements(op, 'gIn', buf.gIn, n);
-  checkElements(op, 'gCumsum', buf.gCumsum, n);
+  checkBufferRules(op, [['gIn', buf.gIn, 'f32', n], ['gCumsum', buf.gCumsum, 'f32', n]], device);
 }
 
 /**

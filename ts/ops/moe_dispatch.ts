@@ -33,7 +33,7 @@ import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, opShape, record, type OpPlan, type OpShape, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkElements, checkNoAliasing, checkPositive, invalid, like, ruleBindings, U32_MAX, type BufferRule,
+  checkAtMost, checkBufferRules, checkedProduct, checkNoAliasing, checkPositive, invalid, like, ruleBindings, U32_MAX, type BufferRule,
 } from '../validate.ts';
 
 export const MOE_DISPATCH_FAMILY = 'moe_dispatch';
@@ -118,13 +118,9 @@ export function validateMoeDispatchSort(a: MoeDispatchSortArgs, device?: Device,
     checkAtMost(op, 'numExperts', a.numExperts, max, `${max} (a counter per expert in the device's ${limits.maxThreadgroupMemory} bytes of threadgroup memory)`);
   }
   checkAtMost(op, 'nPairs', a.nPairs, U32_MAX - 1, '2^32 - 2');
-  const bindings = [['ids', a.ids], ['offsets', a.offsets], ['order', a.order]] as const;
-  for (const [arg, b] of bindings) checkBuffer(op, arg, b, device);
-  for (const [arg, b] of bindings) checkDtype(op, arg, b, 'u32');
-  checkElements(op, 'ids', a.ids, a.nPairs);
-  checkElements(op, 'offsets', a.offsets, a.numExperts + 2);
-  checkElements(op, 'order', a.order, a.nPairs);
-  checkNoAliasing(op, bindings, ['offsets', 'order'], 'the kernel reads the ids while it writes');
+  const rules: BufferRule[] = [['ids', a.ids, 'u32', a.nPairs], ['offsets', a.offsets, 'u32', a.numExperts + 2], ['order', a.order, 'u32', a.nPairs]];
+  checkBufferRules(op, rules, device);
+  checkNoAliasing(op, ruleBindings(rules), ['offsets', 'order'], 'the kernel reads the ids while it writes');
 }
 
 /**
