@@ -25,7 +25,7 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Dim3, Encoder } from '../encoder.ts';
 import {
-  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkPositive, invalid,
+  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkedU32Product, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkU32Count, invalid,
   U32_MAX,
 } from '../validate.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
@@ -129,8 +129,7 @@ export function chunkGatedDeltaRuleLayout(batch: number, seqLen: number, cuSeqle
   const b = batch, t = seqLen;
   checkPositive(OP, 'batch', b);
   checkPositive(OP, 'seqLen', t);
-  const nTok = checkedProduct(OP, 'batch * seqLen', b, t);
-  checkAtMost(OP, 'batch * seqLen', nTok, U32_MAX, '2^32 - 1');
+  const nTok = checkedU32Product(OP, 'batch * seqLen', b, t);
   let offset: (s: number) => number;
   let nSeq: number;
   if (cuSeqlens === undefined) {
@@ -191,8 +190,7 @@ export function validateGdrStepParams(p: GdrStepParams): void {
   for (const [arg, value] of [
     ['nTok', p.nTok], ['nt', p.nt], ['nSeq', p.nSeq], ['nQkHeads', p.nQkHeads], ['nHeads', p.nHeads], ['kDim', p.kDim], ['vDim', p.vDim],
   ] as const) {
-    checkPositive(OP, arg, value);
-    checkAtMost(OP, arg, value, U32_MAX, '2^32 - 1');
+    checkU32Count(OP, arg, value);
   }
   checkHeadsAndDims(p);
   if (p.nt < Math.ceil(p.nTok / GDR_BT) || p.nt > p.nTok) throw invalid(OP, 'nt', `between ceil(nTok / 64) and nTok = ${p.nTok}`, p.nt);
@@ -703,11 +701,9 @@ export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs, device?:
   for (const [arg, value] of [
     ['batch', p.batch], ['seqLen', p.seqLen], ['nQkHeads', p.nQkHeads], ['nHeads', p.nHeads], ['kDim', p.kDim], ['vDim', p.vDim],
   ] as const) {
-    checkPositive(OP, arg, value);
-    checkAtMost(OP, arg, value, U32_MAX, '2^32 - 1');
+    checkU32Count(OP, arg, value);
   }
-  const nTok = checkedProduct(OP, 'batch * seqLen', p.batch, p.seqLen);
-  checkAtMost(OP, 'batch * seqLen', nTok, U32_MAX, '2^32 - 1');
+  const nTok = checkedU32Product(OP, 'batch * seqLen', p.batch, p.seqLen);
   checkHeadsAndDims(p);
   const nSeq = p.cuSeqlens === undefined ? p.batch : checkCuSeqlensLength(p.batch, p.seqLen, p.cuSeqlens);
   const qk = checkedProduct(OP, 'batch * seqLen * nQkHeads * kDim', nTok, p.nQkHeads, p.kDim);
@@ -950,8 +946,7 @@ export function validateGatedDeltaNetChunk(a: GatedDeltaNetChunkArgs, device?: D
   for (const [arg, value] of [
     ['batch', p.batch], ['seqLen', p.seqLen], ['nQkHeads', p.nQkHeads], ['nHeads', p.nHeads], ['kDim', p.kDim], ['vDim', p.vDim], ['bt', p.bt],
   ] as const) {
-    checkPositive(GDN_OP, arg, value);
-    checkAtMost(GDN_OP, arg, value, U32_MAX, '2^32 - 1');
+    checkU32Count(GDN_OP, arg, value);
   }
   checkMultiple(GDN_OP, 'nHeads', p.nHeads, p.nQkHeads, 'nQkHeads');
   if (p.kDim !== GDN_CHUNK_MAX_K) {

@@ -24,7 +24,7 @@ import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, record, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkElements, checkNoAliasing, checkPositive, invalid, like,
+  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkElements, checkNoAliasing, checkPositive, checkU32Count, invalid, like,
   ruleBindings, U32_MAX, type BufferRule,
 } from '../validate.ts';
 import { planGgmlEmbedding, validateGgmlEmbedding, type GgmlEmbeddingArgs, type GgmlQuantType } from './quantized_matmul_ggml.ts';
@@ -159,10 +159,7 @@ export function validateEmbeddingToken(a: EmbeddingTokenArgs, device?: Device): 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
 export function validateGather(a: GatherArgs, device?: Device): void {
   const op = 'gather';
-  for (const [arg, v] of [['srcRows', a.srcRows], ['rowWidth', a.rowWidth], ['nIndices', a.nIndices]] as const) {
-    checkPositive(op, arg, v);
-    checkAtMost(op, arg, v, U32_MAX, '2^32 - 1');
-  }
+  for (const [arg, v] of [['srcRows', a.srcRows], ['rowWidth', a.rowWidth], ['nIndices', a.nIndices]] as const) checkU32Count(op, arg, v);
   const srcElems = checkedProduct(op, 'srcRows * rowWidth', a.srcRows, a.rowWidth);
   const outElems = checkedProduct(op, 'nIndices * rowWidth', a.nIndices, a.rowWidth);
   checkAtMost(op, 'nIndices * rowWidth', outElems, EMBEDDING_MAX_ELEMENTS, '2^32 - 256 (the grids count threads in 32 bits)');

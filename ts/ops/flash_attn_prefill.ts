@@ -17,12 +17,12 @@ import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import type { FunctionConstants } from '../library.ts';
-import { ceilDiv, CUDA_GRID_YZ_MAX, nextPow2 } from '../launch.ts';
+import { ceilDiv, nextPow2 } from '../launch.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtLeast, checkAtMost, checkBoolean, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkMultiple, checkNoAliasing, checkPositive,
+  checkAtLeast, checkAtMost, checkBoolean, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkGridDim, checkMultiple, checkNoAliasing, checkPositive,
   I32_MAX, invalid, like, U32_MAX,
 } from '../validate.ts';
 
@@ -214,8 +214,8 @@ function shapeOf(a: FlashAttnPrefillArgs, device?: Device): Shape {
   }
   if (!(HEAD_DIMS as readonly number[]).includes(a.headDim)) throw invalid(op, 'headDim', '64, 128, 256 or 512', a.headDim);
   checkMultiple(op, 'nHeads', a.nHeads, a.nKvHeads, 'nKvHeads');
-  checkAtMost(op, 'nHeads', a.nHeads, CUDA_GRID_YZ_MAX, '65535 (a grid dimension)');
-  checkAtMost(op, 'batch', a.batch, CUDA_GRID_YZ_MAX, '65535 (a grid dimension)');
+  checkGridDim(op, 'nHeads', a.nHeads);
+  checkGridDim(op, 'batch', a.batch);
   checkOptionalInt(op, 'kvCapacity', a.kvCapacity, 1, I32_MAX, '2^31 - 1');
   checkOptionalInt(op, 'qOffset', a.qOffset, 0, I32_MAX, '2^31 - 1');
   checkOptionalInt(op, 'slidingWindow', a.slidingWindow, 1, I32_MAX, '2^31 - 1');

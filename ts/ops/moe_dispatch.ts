@@ -33,7 +33,7 @@ import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, opShape, record, type OpPlan, type OpShape, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBufferRules, checkedProduct, checkNoAliasing, checkPositive, invalid, like, ruleBindings, U32_MAX, type BufferRule,
+  checkAtMost, checkBufferRules, checkedU32Product, checkGridDim, checkNoAliasing, checkU32Count, invalid, like, ruleBindings, U32_MAX, type BufferRule,
 } from '../validate.ts';
 
 export const MOE_DISPATCH_FAMILY = 'moe_dispatch';
@@ -65,12 +65,6 @@ export const MOE_DISPATCH_SORT_MAX_THREADS = 1024;
 
 const u32 = (v: number): Uint8Array => new Uint8Array(new Uint32Array([v]).buffer);
 const GATE_UP_WHY = 'the output would overwrite gate or up values other threads read';
-
-/** A count of the crate's: a positive integer that its u32 fields hold. */
-function checkCount(op: string, arg: string, v: number): void {
-  checkPositive(op, arg, v);
-  checkAtMost(op, arg, v, U32_MAX, '2^32 - 1');
-}
 
 /** One thread per element of n along x (the crate's launch): (ceil(n / tg), y, z) threadgroups of tg = min(256, n). */
 function elementGrid(n: number, y = 1, z = 1): Pick<PlannedDispatch, 'grid' | 'threads'> {
@@ -111,8 +105,8 @@ export function moeDispatchSortLaunch(nPairs: number, numExperts: number, limits
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit (the device's limits when given). */
 export function validateMoeDispatchSort(a: MoeDispatchSortArgs, device?: Device, limits = device?.limits): void {
   const op = 'moe_dispatch_sort';
-  checkCount(op, 'nPairs', a.nPairs);
-  checkCount(op, 'numExperts', a.numExperts);
+  checkU32Count(op, 'nPairs', a.nPairs);
+  checkU32Count(op, 'numExperts', a.numExperts);
   if (limits !== undefined) {
     const max = moeDispatchSortMaxExperts(limits);
     checkAtMost(op, 'numExperts', a.numExperts, max, `${max} (a counter per expert in the device's ${limits.maxThreadgroupMemory} bytes of threadgroup memory)`);
@@ -211,7 +205,7 @@ export interface FusedGeluMulArgs {
 
 const fusedGeluMulOp = glueOp<FusedGeluMulArgs>({
   op: 'fused_gelu_mul',
-  counts: (op, a) => checkCount(op, 'nElements', a.nElements),
+  counts: (op, a) => checkU32Count(op, 'nElements', a.nElements),
   buffers: (a) => [
     ['gateOut', a.gateOut, ['f32', 'bf16'], a.nElements], ['upOut', a.upOut, like('gateOut'), a.nElements],
     ['output', a.output, like('gateOut'), a.nElements],
@@ -253,7 +247,7 @@ export interface MoeAccumulateArgs {
 const moeAccumulateOp = glueOp<MoeAccumulateArgs>({
   op: 'moe_accumulate',
   counts(op, a) {
-    checkCount(op, 'nElements', a.nElements);
+    checkU32Count(op, 'nElements', a.nElements);
     if (typeof a.routingWeight !== 'number' || !Number.isFinite(a.routingWeight)) throw invalid(op, 'routingWeight', 'a finite number', a.routingWeight);
   },
   buffers: (a) => [['accumulator', a.accumulator, 'f32', a.nElements], ['expertOutput', a.expertOutput, 'f32', a.nElements]],
@@ -287,7 +281,7 @@ export interface MoeZeroBufferArgs {
 
 const moeZeroBufferOp = glueOp<MoeZeroBufferArgs>({
   op: 'moe_zero_buffer',
-  counts: (op, a) => checkCount(op, 'nElements', a.nElements),
+  counts: (op, a) => checkU32Count(op, 'nElements', a.nElements),
   buffers: (a) => [['buffer', a.buffer, 'f32', a.nElements]],
   dispatch: (a) => ({ kernel: 'zero_buffer', params: [packFields(ZERO_PARAMS_LAYOUT, { n_elements: a.nElements })], ...elementGrid(a.nElements) }),
 });
@@ -312,7 +306,7 @@ export interface MoeSwigluFusedArgs {
 const moeSwigluFusedOp = glueOp<MoeSwigluFusedArgs>({
   op: 'moe_swiglu_fused',
   counts(op, a) {
-    checkCount(op, 'nElements', a.nElements);
+    checkU32Count(op, 'nElements', a.nElements);
     checkAtMost(op, 'nElements', a.nElements, U32_MAX / 2, '2^31 - 1 (the gate_up buffer holds 2 nElements)');
   },
   buffers: (a) => [['gateUp', a.gateUp, 'f32', 2 * a.nElements], ['output', a.output, 'f32', a.nElements]],
@@ -346,10 +340,10 @@ export interface MoeSwigluBatchArgs {
 const moeSwigluBatchOp = glueOp<MoeSwigluBatchArgs>({
   op: 'moe_swiglu_batch',
   counts(op, a) {
-    checkCount(op, 'intermediate', a.intermediate);
-    checkCount(op, 'topK', a.topK);
-    checkAtMost(op, 'topK', a.topK, 65535, '65535 (a grid dimension)');
-    checkAtMost(op, 'topK * 2 * intermediate', checkedProduct(op, 'topK * 2 * intermediate', a.topK, 2, a.intermediate), U32_MAX, '2^32 - 1');
+    checkU32Count(op, 'intermediate', a.intermediate);
+    checkU32Count(op, 'topK', a.topK);
+    checkGridDim(op, 'topK', a.topK);
+    checkedU32Product(op, 'topK * 2 * intermediate', a.topK, 2, a.intermediate);
   },
   buffers: (a) => [['gateUp', a.gateUp, 'f32', a.topK * 2 * a.intermediate], ['output', a.output, 'f32', a.topK * a.intermediate]],
   noAliasing: { outputs: ['output'], why: GATE_UP_WHY },
@@ -381,9 +375,9 @@ export interface MoeWeightedSumArgs {
 const moeWeightedSumOp = glueOp<MoeWeightedSumArgs>({
   op: 'moe_weighted_sum',
   counts(op, a) {
-    checkCount(op, 'hiddenSize', a.hiddenSize);
-    checkCount(op, 'topK', a.topK);
-    checkAtMost(op, 'topK * hiddenSize', checkedProduct(op, 'topK * hiddenSize', a.topK, a.hiddenSize), U32_MAX, '2^32 - 1');
+    checkU32Count(op, 'hiddenSize', a.hiddenSize);
+    checkU32Count(op, 'topK', a.topK);
+    checkedU32Product(op, 'topK * hiddenSize', a.topK, a.hiddenSize);
   },
   buffers: (a) => [
     ['expertOutputs', a.expertOutputs, 'f32', a.topK * a.hiddenSize], ['weights', a.weights, 'f32', a.topK], ['output', a.output, 'f32', a.hiddenSize],
@@ -420,13 +414,12 @@ export interface MoeSwigluSeqArgs {
 const moeSwigluSeqOp = glueOp<MoeSwigluSeqArgs>({
   op: 'moe_swiglu_seq',
   counts(op, a) {
-    checkCount(op, 'intermediate', a.intermediate);
-    checkCount(op, 'topK', a.topK);
-    checkCount(op, 'nTokens', a.nTokens);
-    checkAtMost(op, 'topK', a.topK, 65535, '65535 (a grid dimension)');
-    checkAtMost(op, 'nTokens', a.nTokens, 65535, '65535 (a grid dimension)');
-    const n = checkedProduct(op, 'nTokens * topK * 2 * intermediate', a.nTokens, a.topK, 2, a.intermediate);
-    checkAtMost(op, 'nTokens * topK * 2 * intermediate', n, U32_MAX, '2^32 - 1');
+    checkU32Count(op, 'intermediate', a.intermediate);
+    checkU32Count(op, 'topK', a.topK);
+    checkU32Count(op, 'nTokens', a.nTokens);
+    checkGridDim(op, 'topK', a.topK);
+    checkGridDim(op, 'nTokens', a.nTokens);
+    checkedU32Product(op, 'nTokens * topK * 2 * intermediate', a.nTokens, a.topK, 2, a.intermediate);
   },
   buffers: (a) => [
     ['gateUp', a.gateUp, ['f32', 'bf16'], a.nTokens * a.topK * 2 * a.intermediate],
@@ -476,12 +469,11 @@ export function moeWeightedSumSeqKernel(expertOutputs: DType, output: DType): st
 const moeWeightedSumSeqOp = glueOp<MoeWeightedSumSeqArgs>({
   op: 'moe_weighted_sum_seq',
   counts(op, a) {
-    checkCount(op, 'hiddenSize', a.hiddenSize);
-    checkCount(op, 'topK', a.topK);
-    checkCount(op, 'nTokens', a.nTokens);
-    checkAtMost(op, 'nTokens', a.nTokens, 65535, '65535 (a grid dimension)');
-    const n = checkedProduct(op, 'nTokens * topK * hiddenSize', a.nTokens, a.topK, a.hiddenSize);
-    checkAtMost(op, 'nTokens * topK * hiddenSize', n, U32_MAX, '2^32 - 1');
+    checkU32Count(op, 'hiddenSize', a.hiddenSize);
+    checkU32Count(op, 'topK', a.topK);
+    checkU32Count(op, 'nTokens', a.nTokens);
+    checkGridDim(op, 'nTokens', a.nTokens);
+    checkedU32Product(op, 'nTokens * topK * hiddenSize', a.nTokens, a.topK, a.hiddenSize);
   },
   buffers: (a) => [
     ['expertOutputs', a.expertOutputs, ['f32', 'bf16', 'f16'], a.nTokens * a.topK * a.hiddenSize], ['weights', a.weights, 'f32', a.nTokens * a.topK],
@@ -530,8 +522,8 @@ export interface MoeGatherTopkWeightsArgs {
 const moeGatherTopkWeightsOp = glueOp<MoeGatherTopkWeightsArgs>({
   op: 'moe_gather_topk_weights',
   counts(op, a) {
-    checkCount(op, 'nExperts', a.nExperts);
-    checkCount(op, 'topK', a.topK);
+    checkU32Count(op, 'nExperts', a.nExperts);
+    checkU32Count(op, 'topK', a.topK);
     checkAtMost(op, 'topK', a.topK, a.nExperts, 'nExperts');
     checkAtMost(op, 'topK', a.topK, MOE_GATHER_TOPK_MAX, `${MOE_GATHER_TOPK_MAX} (the kernel's fixed array)`);
   },

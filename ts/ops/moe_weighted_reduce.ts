@@ -16,9 +16,9 @@ import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBufferRules, checkedProduct, checkNoAliasing, checkPositive, like, ruleBindings, U32_MAX, type BufferRule,
+  checkBufferRules, checkedProduct, checkGridDim, checkNoAliasing, checkU32Count, like, ruleBindings, type BufferRule,
 } from '../validate.ts';
-import { ceilDiv, CUDA_GRID_YZ_MAX } from '../launch.ts';
+import { ceilDiv } from '../launch.ts';
 
 export const MOE_WEIGHTED_REDUCE_FAMILY = 'moe_weighted_reduce';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -66,11 +66,8 @@ export function packMoeWeightedReduceParams(p: { nTokens: number; topK: number; 
  */
 export function validateMoeWeightedReduce(a: MoeWeightedReduceArgs, device?: Device): void {
   const op = 'moe_weighted_reduce';
-  for (const arg of ['nTokens', 'topK', 'h'] as const) {
-    checkPositive(op, arg, a[arg]);
-    checkAtMost(op, arg, a[arg], U32_MAX, '2^32 - 1');
-  }
-  checkAtMost(op, 'nTokens', a.nTokens, CUDA_GRID_YZ_MAX, `${CUDA_GRID_YZ_MAX} (a grid dimension)`);
+  for (const arg of ['nTokens', 'topK', 'h'] as const) checkU32Count(op, arg, a[arg]);
+  checkGridDim(op, 'nTokens', a.nTokens);
   const slots = checkedProduct(op, 'nTokens * topK', a.nTokens, a.topK);
   const ny = checkedProduct(op, 'nTokens * topK * h', slots, a.h);
   const nh = checkedProduct(op, 'nTokens * h', a.nTokens, a.h);

@@ -12,7 +12,7 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBufferRules, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, F32_MAX, invalid, like, ruleBindings, U32_MAX,
+  checkAtMost, checkBufferRules, checkedProduct, checkedU32Product, checkMultiple, checkNoAliasing, checkPositive, F32_MAX, invalid, like, ruleBindings, U32_MAX,
   type BufferRule,
 } from '../validate.ts';
 import { familyPlans, record, type OpPlan, type PlannedDispatch } from '../plan.ts';
@@ -97,8 +97,7 @@ export function validateRopeMulti(a: RopeMultiArgs, device?: Device): void {
       throw invalid(op, 'sections[0] + sections[1]', `headDim / 2 (${a.headDim / 2}) in vision mode`, a.sections[0] + a.sections[1]);
     }
   }
-  const rows = checkedProduct(op, 'seqLen * nHeads', a.seqLen, a.nHeads);
-  checkAtMost(op, 'seqLen * nHeads', rows, U32_MAX, '2^32 - 1');
+  const rows = checkedU32Product(op, 'seqLen * nHeads', a.seqLen, a.nHeads);
   const n = checkedProduct(op, 'seqLen * nHeads * headDim', a.seqLen, a.nHeads, a.headDim);
   const np = checkedProduct(op, '4 * seqLen', 4, a.seqLen);
   const rules: BufferRule[] = [
