@@ -181,6 +181,20 @@ export function checkBufferRules(op: string, all: readonly BufferRule[], device?
   }
 }
 
+/**
+ * An op's buffer arguments, each in turn: a live buffer (of `device`), then
+ * its dtype, then exactly its element count, all of one before the next's.
+ */
+export function checkEachBuffer(
+  op: string, list: readonly (readonly [arg: string, buf: Buffer | undefined, dtype: DType | readonly DType[], count: number])[], device?: Device,
+): void {
+  for (const [arg, buf, dtype, count] of list) {
+    checkBuffer(op, arg, buf, device);
+    checkDtype(op, arg, buf, dtype);
+    checkElements(op, arg, buf, count);
+  }
+}
+
 /** The rules' arguments as checkNoAliasing takes them. */
 export function ruleBindings(rules: readonly BufferRule[]): [string, Buffer | undefined][] {
   return rules.map(([arg, buf]) => [arg, buf]);

@@ -25,7 +25,7 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Dim3, Encoder } from '../encoder.ts';
 import {
-  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkedU32Product, checkElements, checkMultiple, checkNoAliasing, checkPositive, checkU32Count, invalid,
+  checkAtMost, checkBufferRules, checkedProduct, checkedU32Product, checkEachBuffer, checkMultiple, checkNoAliasing, checkPositive, checkU32Count, invalid,
   U32_MAX,
 } from '../validate.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
@@ -210,13 +210,6 @@ function checkHeadsAndDims(p: Pick<GdrStepParams, 'nQkHeads' | 'nHeads' | 'kDim'
 }
 
 type Expect = readonly [name: string, buf: Buffer, dtype: DType | readonly DType[], count: number];
-function checkBuffers(list: readonly Expect[], device: Device | undefined): void {
-  for (const [name, buf, dtype, count] of list) {
-    checkBuffer(OP, name, buf, device);
-    checkDtype(OP, name, buf, dtype);
-    checkElements(OP, name, buf, count);
-  }
-}
 
 const RESTRICT = 'the kernel writes it while other threadgroups read the other, and the CUDA kernels take both as __restrict__';
 const chunksExpect = (p: GdrStepParams, b: Buffer): Expect => ['chunks', b, 'u32', 2 * p.nt];
@@ -255,7 +248,7 @@ function gdrStep<A extends GdrStepParams>(s: GdrStep<A>): OpShape<A> & { dispatc
   const validate = (a: A, device?: Device): void => {
     validateGdrStepParams(a);
     const list = s.buffers(a);
-    checkBuffers(list, device);
+    checkEachBuffer(OP, list, device);
     if (s.outputs !== undefined) checkNoAliasing(OP, list.map(([name, buf]) => [name, buf] as const), s.outputs, RESTRICT);
   };
   const dispatch = (a: A): PlannedDispatch => {
@@ -715,7 +708,7 @@ export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs, device?:
     ['beta', a.beta, ['f32', 'bf16'], gb], ['o', a.o, 'bf16', vo], ['finalState', a.finalState, 'f32', state],
   ];
   if (a.initialState !== undefined) list.push(['initialState', a.initialState, 'f32', state]);
-  checkBuffers(list, device);
+  checkEachBuffer(OP, list, device);
   // o is written by the last step (chunk_o), which reads q and k; v, g and
   // beta are read only by earlier steps. finalState is written by the
   // inter-state step, which reads the initial state (both __restrict__ on CUDA).
@@ -978,11 +971,7 @@ export function validateGatedDeltaNetChunk(a: GatedDeltaNetChunkArgs, device?: D
     ['vNew', 'bf16', checkedProduct(GDN_OP, 'vNew elements', p.batch, p.seqLen, p.nHeads, p.vDim)],
     ['finalState', 'f32', checkedProduct(GDN_OP, 'finalState elements', p.batch, p.nHeads, p.vDim, p.kDim)],
   ];
-  for (const [key, dtype, count] of expected) {
-    checkBuffer(GDN_OP, key, bufs[key], device);
-    checkDtype(GDN_OP, key, bufs[key], dtype);
-    checkElements(GDN_OP, key, bufs[key], count);
-  }
+  checkEachBuffer(GDN_OP, expected.map(([key, dtype, count]) => [key, bufs[key], dtype, count] as const), device);
   checkNoAliasing(GDN_OP, expected.map(([key]) => [key, bufs[key]] as const), ['hOut', 'vNew', 'finalState'],
     'the CUDA kernel takes every binding as __restrict__');
 }
