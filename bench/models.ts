@@ -50,7 +50,7 @@
 // scales) come from the host. Backend: MLX_NATIVE_BACKEND or the default.
 
 import { Device, type Buffer, type DType } from '../ts/index.ts';
-import { Checkpoint, Gemma4, Qwen35Moe, gemma4Config, qwen35MoeConfig, type CausalLM, type Linear } from '../ts/models/index.ts';
+import { Checkpoint, Gemma4, Qwen35Moe, gemma4Config, qwen35MoeConfig, type CausalLM, type Linear, type RowsPart } from '../ts/models/index.ts';
 import { gather } from '../ts/ops/embedding.ts';
 import { philox4x32 } from '../ts/ops/sample.ts';
 import { describeModel, WeightSource, type Gemma4Weights, type Qwen35MoeWeights, type TensorInfo, type TensorRef } from '../ts/weights/index.ts';
@@ -347,10 +347,10 @@ class DeviceFilled extends Checkpoint {
     return b;
   }
 
-  override linear(parts: readonly { ref: TensorRef; rows?: readonly number[] }[]): Linear {
+  override linear(parts: readonly RowsPart[]): Linear {
     const first = parts[0]!.ref;
     const t = this.source.info(first.name);
-    const n = parts.reduce((acc, p) => acc + (p.rows?.length ?? this.source.info(p.ref.name).shape[0]!), 0);
+    const n = parts.reduce((acc, p) => acc + (p.rows?.length ?? this.source.info(p.ref.name).shape[0]!) + (p.pad ?? 0), 0);
     if (first.scales !== undefined) {
       const q = this.quantization!;
       const packed = t.shape[1]!, k = (packed * 32) / q.bits, groups = k / q.groupSize;
@@ -368,7 +368,7 @@ class DeviceFilled extends Checkpoint {
     return { kind: 'dense', weight, n, k };
   }
 
-  override stack(parts: readonly { ref: TensorRef | string; rows?: readonly number[] }[], rowWidth: number, widen: boolean): Buffer {
+  override stack(parts: readonly RowsPart<TensorRef | string>[], rowWidth: number, widen: boolean): Buffer {
     const name = (r: TensorRef | string) => (typeof r === 'string' ? r : r.name);
     const first = this.source.info(name(parts[0]!.ref));
     const rows = parts.reduce((acc, p) => acc + (p.rows?.length ?? this.source.info(name(p.ref)).elementCount / rowWidth), 0);
