@@ -17,6 +17,25 @@ typedef unsigned long ulong;
 static_assert(sizeof(ulong) == 8, "ulong must be 64 bits");
 typedef __nv_bfloat16 bf16;
 
+// ---- programmatic dependent launch ----
+
+// The first statement of every entry of the registry's programs
+// (ts/registry.ts cudaProgram inserts it and marks the program with
+// `#define MLXN_PDL 1`, which lets the backend launch its kernels with
+// programmatic stream serialization): the block waits until the grids this
+// launch depends on have completed and their writes are visible, then lets
+// the next launch in the stream start scheduling its blocks, which wait here
+// in turn. So no kernel reads or writes memory before the kernel ahead of it
+// has finished, as in plain stream order, while the launch of each overlaps
+// the end of the one before. Where a launch has no programmatic dependency
+// (the harness, an unmarked program), both instructions return at once.
+__device__ __forceinline__ void mlxn_entry() {
+#if defined(MLXN_PDL) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ---- conversions ----
 
 __device__ __forceinline__ float to_f(float x) { return x; }
