@@ -16,8 +16,10 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
 import { familySources } from '../registry.ts';
-import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkedProduct, checkNoAliasing, checkPositive, U32_MAX } from '../validate.ts';
-import { ceilDiv, CUDA_GRID_YZ_MAX } from '../launch.ts';
+import {
+  checkBufferRules, checkedProduct, checkGridDim, checkNoAliasing, checkU32Count, like, ruleBindings, type BufferRule,
+} from '../validate.ts';
+import { ceilDiv } from '../launch.ts';
 
 export const MOE_WEIGHTED_REDUCE_FAMILY = 'moe_weighted_reduce';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -67,37 +69,20 @@ export function packMoeWeightedReduceParams(p: { nTokens: number; topK: number; 
  */
 export function validateMoeWeightedReduce(a: MoeWeightedReduceArgs, device?: Device): void {
   const op = 'moe_weighted_reduce';
-  for (const arg of ['nTokens', 'topK', 'h'] as const) {
-    checkPositive(op, arg, a[arg]);
-    checkAtMost(op, arg, a[arg], U32_MAX, '2^32 - 1');
-  }
-  checkAtMost(op, 'nTokens', a.nTokens, CUDA_GRID_YZ_MAX, `${CUDA_GRID_YZ_MAX} (a grid dimension)`);
+  for (const arg of ['nTokens', 'topK', 'h'] as const) checkU32Count(op, arg, a[arg]);
+  checkGridDim(op, 'nTokens', a.nTokens);
   const slots = checkedProduct(op, 'nTokens * topK', a.nTokens, a.topK);
   const ny = checkedProduct(op, 'nTokens * topK * h', slots, a.h);
   const nh = checkedProduct(op, 'nTokens * h', a.nTokens, a.h);
-  checkBuffer(op, 'expertW', a.expertW, device);
-  checkBuffer(op, 'yExpert', a.yExpert, device);
-  checkBuffer(op, 'shLogit', a.shLogit, device);
-  checkBuffer(op, 'yShared', a.yShared, device);
-  if (a.residual !== undefined) checkBuffer(op, 'residual', a.residual, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'expertW', a.expertW, 'f32');
-  checkDtype(op, 'yExpert', a.yExpert, ['f32', 'f16', 'bf16']);
-  checkDtype(op, 'output', a.output, a.yExpert.dtype === 'bf16' ? ['bf16', 'f32'] : a.yExpert.dtype);
-  const dt = a.output.dtype;
-  checkDtype(op, 'shLogit', a.shLogit, dt);
-  checkDtype(op, 'yShared', a.yShared, dt);
-  if (a.residual !== undefined) checkDtype(op, 'residual', a.residual, dt);
-  checkAtLeast(op, 'expertW', a.expertW, slots);
-  checkAtLeast(op, 'yExpert', a.yExpert, ny);
-  checkAtLeast(op, 'shLogit', a.shLogit, a.nTokens);
-  checkAtLeast(op, 'yShared', a.yShared, nh);
-  if (a.residual !== undefined) checkAtLeast(op, 'residual', a.residual, nh);
-  checkAtLeast(op, 'output', a.output, nh);
-  checkNoAliasing(op, [
-    ['expertW', a.expertW], ['yExpert', a.yExpert], ['shLogit', a.shLogit], ['yShared', a.yShared], ['residual', a.residual], ['output', a.output],
-  ], ['output'], 'every output element reads its token\'s slots, gate and shared row; only the residual may be read in place',
-  [['output', 'residual']]);
+  // output's dtype right after yExpert's: it is yExpert's, or f32 beside bf16 (_bf16_input); the rest follow output.
+  const rules: BufferRule[] = [
+    ['expertW', a.expertW, 'f32', slots], ['yExpert', a.yExpert, ['f32', 'f16', 'bf16'], ny],
+    ['output', a.output, (of) => (of('yExpert') === 'bf16' ? ['bf16', 'f32'] : of('yExpert')), nh],
+    ['shLogit', a.shLogit, like('output'), a.nTokens], ['yShared', a.yShared, like('output'), nh], ['residual', a.residual, like('output'), nh, true],
+  ];
+  checkBufferRules(op, rules, device, true);
+  checkNoAliasing(op, ruleBindings(rules), ['output'],
+    'every output element reads its token\'s slots, gate and shared row; only the residual may be read in place', [['output', 'residual']]);
 }
 
 /** The CUDA launch: one thread per 16-byte vector of an output row, 256 a block (shaders/cuda/moe_weighted_reduce.cu). */
