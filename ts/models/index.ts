@@ -37,18 +37,17 @@ export interface LoadOptions extends ModelOptions {
 const GGUF_ARCH = { qwen3_5_moe: 'qwen35moe', gemma4: 'gemma4' } as const;
 
 /**
- * The weights of a checkpoint: a .gguf path (config.json beside it), or a
- * folder holding model.safetensors(.index.json), else exactly one .gguf file.
+ * The weights of a checkpoint: a .gguf path, or a folder holding
+ * model.safetensors(.index.json), else exactly one .gguf file.
  */
-function weightsOf(path: string): { configPath: string; source: ReturnType<typeof openWeights> } {
-  if (path.endsWith('.gguf')) return { configPath: join(dirname(path), 'config.json'), source: openWeights(path) };
-  const folder = existsSync(path) && statSync(path).isDirectory();
+function weightsOf(path: string): ReturnType<typeof openWeights> {
+  const folder = !path.endsWith('.gguf') && existsSync(path) && statSync(path).isDirectory();
   if (folder && !existsSync(join(path, 'model.safetensors')) && !existsSync(join(path, 'model.safetensors.index.json'))) {
     const ggufs = readdirSync(path).filter((f) => f.endsWith('.gguf'));
-    if (ggufs.length === 1) return { configPath: path, source: openWeights(join(path, ggufs[0]!)) };
+    if (ggufs.length === 1) return openWeights(join(path, ggufs[0]!));
     if (ggufs.length > 1) throw invalid('loadModel', `the checkpoint folder ${path}`, 'one .gguf file (or model.safetensors)', `${ggufs.length}: ${ggufs.join(', ')}`);
   }
-  return { configPath: path, source: openWeights(path) };
+  return openWeights(path);
 }
 
 /**
@@ -62,9 +61,9 @@ function weightsOf(path: string): { configPath: string; source: ReturnType<typeo
  * tensors F32, F16, BF16 or blocks of Q4_0, Q8_0, Q4_K, Q5_K or Q6_K.
  */
 export function loadModel(folder: string, device: Device, opts: LoadOptions = {}): Qwen35Moe | Gemma4 {
-  const { configPath, source } = weightsOf(folder);
-  const raw = readConfigFile(configPath);
+  const raw = readConfigFile(folder.endsWith('.gguf') ? join(dirname(folder), 'config.json') : folder);
   const config = modelConfig(raw);
+  const source = weightsOf(folder);
   if (source instanceof GgufFile && source.architecture !== GGUF_ARCH[config.arch]) {
     throw invalid('loadModel', `the GGUF file's general.architecture (${source.description})`, `${GGUF_ARCH[config.arch]} (config.json's ${config.arch})`, source.architecture ?? 'none');
   }
