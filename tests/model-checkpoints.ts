@@ -17,20 +17,22 @@ import { SafetensorsFile } from '../ts/weights/index.ts';
 import { rng, type Rng } from './helpers.ts';
 import { ggufBytes, safetensorsBytes, type GgufTensorSpec, type StTensor } from './weights-writers.ts';
 
-export type TinyArch = 'qwen3_5_moe' | 'gemma4' | 'gemma4_e' | 'qwen3_5_moe_gguf' | 'gemma4_gguf';
+export type TinyArch = 'qwen3_5_moe' | 'gemma4' | 'gemma4_e' | 'qwen3_5_moe_gguf' | 'gemma4_gguf' | 'gemma4_e_gguf';
 
 /**
  * The configurations of scripts/model_fixtures.py (every field the readers
  * take); the _gguf variants are the same models 256 wide (GGUF's K formats
  * take rows of multiples of 256 values), Qwen3.6's with two key heads and
  * four value heads (GGUF stores its value heads tiled) and a shared expert
- * 64 wide (Q4_0's blocks of 32).
+ * 64 wide (Q4_0's blocks of 32), Gemma 4's per-layer inputs 32 wide (Q8_0's
+ * blocks).
  */
 export function tinyConfig(arch: TinyArch): Record<string, unknown> {
   if (arch === 'qwen3_5_moe_gguf') {
     return { ...tinyConfig('qwen3_5_moe'), hidden_size: 256, linear_num_key_heads: 2, linear_num_value_heads: 4, shared_expert_intermediate_size: 64 };
   }
   if (arch === 'gemma4_gguf') return { ...tinyConfig('gemma4'), hidden_size: 256 };
+  if (arch === 'gemma4_e_gguf') return { ...tinyConfig('gemma4_e'), hidden_size: 256, hidden_size_per_layer_input: 32 };
   if (arch === 'qwen3_5_moe') {
     return {
       model_type: 'qwen3_5_moe_text', architectures: ['Qwen3_5MoeForCausalLM'],
@@ -319,9 +321,14 @@ const GGUF_LAYER_NAMES: [RegExp, string][] = [
   [/^post_feedforward_layernorm_1\.weight$/, 'post_ffw_norm_1.weight'],
   [/^post_feedforward_layernorm_2\.weight$/, 'post_ffw_norm_2.weight'],
   [/^layer_scalar$/, 'layer_output_scale.weight'],
+  [/^per_layer_input_gate\.weight$/, 'inp_gate.weight'],
+  [/^per_layer_projection\.weight$/, 'proj.weight'],
+  [/^post_per_layer_input_norm\.weight$/, 'post_norm.weight'],
 ];
 const GGUF_TOP_NAMES: Record<string, string> = {
   'model.embed_tokens.weight': 'token_embd.weight', 'lm_head.weight': 'output.weight', 'model.norm.weight': 'output_norm.weight',
+  'model.embed_tokens_per_layer.weight': 'per_layer_token_embd.weight', 'model.per_layer_model_projection.weight': 'per_layer_model_proj.weight',
+  'model.per_layer_projection_norm.weight': 'per_layer_proj_norm.weight',
 };
 
 /**

@@ -1,5 +1,6 @@
 // mlx-native/models on GGUF checkpoints: tiny Qwen3.6 (qwen3_5_moe) and
-// Gemma 4 (gemma4, MoE and keys-as-values layers) models written as
+// Gemma 4 (gemma4: MoE and keys-as-values layers; and with per-layer inputs,
+// shared KV layers and double-wide MLPs) models written as
 // llama.cpp's converter and quantizer write them (tests/model-checkpoints.ts
 // ggufCheckpoint: GGUF names, Qwen3.6's norms as 1 + w, A_log as
 // -exp(A_log), its value heads tiled, conv1d [C, 4]; linear layers and
@@ -27,7 +28,7 @@ import { ggufBytes } from './weights-writers.ts';
 
 const PROMPT = [17, 301, 42, 9, 100, 200, 311, 7, 8, 450, 3, 77];
 const STEPS = 8;
-const ARCHS = ['qwen3_5_moe_gguf', 'gemma4_gguf'] as const;
+const ARCHS = ['qwen3_5_moe_gguf', 'gemma4_gguf', 'gemma4_e_gguf'] as const;
 
 // Exact path on Metal's kernels (the emulator): the vector forms of the GGUF products dequantize each weight in f32
 // and sum f32 products of the f32 inputs, the reference sums the same dequantized values in float64: what is left is
@@ -59,7 +60,7 @@ function writtenOf(arch: TinyArch): Written {
   if (w === undefined) {
     const dir = mkdtempSync(join(tmpdir(), `mlxn-gguf-${arch}-`));
     dirs.push(dir);
-    writeTinyCheckpoint(arch, arch === 'qwen3_5_moe_gguf' ? 31 : 32, join(dir, 'hf'));
+    writeTinyCheckpoint(arch, arch === 'qwen3_5_moe_gguf' ? 31 : arch === 'gemma4_gguf' ? 32 : 33, join(dir, 'hf'));
     const types = ggufCheckpoint(join(dir, 'hf'), join(dir, 'gguf'), join(dir, 'deq'));
     const ref = arch === 'qwen3_5_moe_gguf' ? qwenReference(join(dir, 'deq'), PROMPT, STEPS) : gemmaReference(join(dir, 'deq'), PROMPT, STEPS);
     w = { gguf: join(dir, 'gguf'), types, ref };
@@ -103,16 +104,19 @@ function clearTokens(ref: ReferenceRun, got: number[], gap: number): [number, nu
 }
 
 describe('GGUF checkpoints written like llama.cpp', () => {
-  test('every GGUF block type the products read occurs, and the float tensors stay F32 / F16', () => {
+  test('every GGUF block type the products read occurs (K formats, Q8_0 in each model), and the float tensors stay F32 / F16', () => {
     for (const arch of ARCHS) {
       const types = new Set(writtenOf(arch).types.values());
-      for (const t of ['Q4_0', 'Q4_K', 'Q6_K', 'F32']) expect(types.has(t)).toBe(true);
+      for (const t of ['Q4_K', 'Q6_K', 'Q8_0', 'F32']) expect(types.has(t)).toBe(true);
     }
-    const all = new Set([...writtenOf('qwen3_5_moe_gguf').types.values(), ...writtenOf('gemma4_gguf').types.values()]);
+    const all = new Set(ARCHS.flatMap((a) => [...writtenOf(a).types.values()]));
     expect([...all].sort()).toEqual(['F16', 'F32', 'Q4_0', 'Q4_K', 'Q5_K', 'Q6_K', 'Q8_0']);
     const q = writtenOf('qwen3_5_moe_gguf').types;
     expect([q.get('token_embd.weight'), q.get('blk.0.attn_qkv.weight'), q.get('blk.0.ffn_gate_exps.weight'), q.get('blk.0.ffn_down_exps.weight')])
       .toEqual(['Q6_K', 'Q5_K', 'Q4_K', 'Q4_0']);
+    const e = writtenOf('gemma4_e_gguf').types;
+    expect([e.get('per_layer_token_embd.weight'), e.get('per_layer_model_proj.weight'), e.get('blk.0.inp_gate.weight'), e.get('blk.0.proj.weight')])
+      .toEqual(['Q8_0', 'Q4_K', 'Q4_K', 'Q8_0']);
   }, 120_000);
 });
 
