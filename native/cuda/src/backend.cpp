@@ -534,7 +534,9 @@ MLXN_EXPORT mlxn_status mlxn_device_open(uint32_t ordinal, mlxn_device** out, ch
   d->cc_major = static_cast<int>(attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR));
   d->cc_minor = static_cast<int>(attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
   d->sms = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
-  d->pdl = d->cc_major >= 9 && cu->cuLaunchKernelEx != nullptr;
+  // MLX_NATIVE_CUDA_PDL=off: the device option's default turned off (a process run without it, e.g. a test suite).
+  const char* pdl_env = std::getenv("MLX_NATIVE_CUDA_PDL");
+  d->pdl = d->cc_major >= 9 && cu->cuLaunchKernelEx != nullptr && !(pdl_env && std::string(pdl_env) == "off");
   size_t total = 0;
   if (cu->cuDeviceTotalMem(&total, d->dev) == CUDA_SUCCESS) d->total_mem = total;
   r = cu->cuStreamCreate(&d->xfer, CU_STREAM_NON_BLOCKING);
