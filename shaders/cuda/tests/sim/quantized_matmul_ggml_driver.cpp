@@ -13,7 +13,8 @@
 // small values. Products: |got - want| / sum |x w| under bf16's 1e-2 (the
 // tensor cores take the weight and x in bf16); dequantization and embedding:
 // |got - want| / max |want| under the output type's tolerance. run.sh builds
-// and runs it; `big` adds the 128 x 256 tiles and many vector blocks.
+// and runs it; `big` adds the 128 x 256 tiles and many vector blocks;
+// `variants` runs only the int8 engine's variants (run_variants).
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include <string>
@@ -125,6 +126,59 @@ void run_matmul(int f, MV mv, MM mm, bool matrix, u32 M, u32 N, u32 K, bool big_
   report(worst <= 1e-2, what, worst, 1e-2);
 }
 
+// The int8 engine's variants (kernel_mul_mv_<t>_f32_vdq*, launched by
+// bench/qmv_variants.ts only) beside the op's vector entry on the same
+// inputs: each against the float64 product (the same 1e-2 as the entry) and
+// against the entry's output (|variant - entry| / sum |x w|, same bound). A
+// grid of 2 blocks makes each block walk several units. (R, S): the
+// variant's rows a warp group and warps a group, for its shared memory.
+struct DqVariant {
+  const char* name;
+  void (*kernel)(const unsigned char*, const float*, float*, const GgmlMatvecParams*);
+  u32 R, S;
+};
+template <class MV>
+void run_variants(int f, MV mv, const std::vector<DqVariant>& vs, u32 M, u32 N, u32 K, u32 shift = 0) {
+  const u64 rb = u64(K) / qk_of(f) * bytes_of(f);
+  std::vector<unsigned char> wraw(N * rb + 16 + shift);
+  unsigned char* w = wraw.data() + ((16 - (reinterpret_cast<uintptr_t>(wraw.data()) & 15)) & 15) + shift;
+  random_blocks(f, w, size_t(N) * K / qk_of(f));
+  Arr<float> x(size_t(M) * K), y0(size_t(M) * N);
+  x.random();
+  y0.poison();
+  GgmlMatvecParams p{K, N, 1, K, 1, N, M, 1, 1};
+  const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
+  sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4, [&] { mv(w, x.p, y0.p, &p); });
+  std::vector<double> want(size_t(M) * N), mag(size_t(M) * N);
+  for (u32 i = 0; i < M; ++i)
+    for (u32 j = 0; j < N; ++j) {
+      double s = 0, a = 0;
+      for (u32 k = 0; k < K; ++k) {
+        const double pr = x.at(size_t(i) * K + k) * wat(f, w, rb, j, k);
+        s += pr;
+        a += std::fabs(pr);
+      }
+      want[size_t(i) * N + j] = s;
+      mag[size_t(i) * N + j] = a;
+    }
+  for (const DqVariant& v : vs) {
+    Arr<float> y(size_t(M) * N);
+    y.poison();
+    const u32 smem = M * K + M * (K / 32) * 8 + 2 * 8 * v.R * 8 * 4;
+    sim_launch({2, 1, 1}, {256, 1, 1}, smem, [&] { v.kernel(w, x.p, y.p, &p); });
+    double worst = 0, vs_entry = 0;
+    for (size_t e = 0; e < want.size(); ++e) {
+      const double a = std::fabs(y.at(e) - want[e]) / mag[e], b = std::fabs(y.at(e) - y0.at(e)) / mag[e];
+      if (!(a <= worst)) worst = std::isnan(a) ? INFINITY : a;
+      if (!(b <= vs_entry)) vs_entry = std::isnan(b) ? INFINITY : b;
+    }
+    const std::string what = std::string(v.name) + " " + fmt_name(f) + " M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" +
+                             std::to_string(K) + (shift ? " weight +" + std::to_string(shift) : "");
+    report(worst <= 1e-2, what + " vs f64", worst, 1e-2);
+    report(vs_entry <= 1e-2, what + " vs entry", vs_entry, 1e-2);
+  }
+}
+
 // kernel_dequantize_<t>_<o> over `blocks` blocks.
 template <class O, class K>
 void run_dequantize(int f, K kernel, const char* out, size_t blocks) {
@@ -179,6 +233,28 @@ void run_embedding(int f, K kernel, const char* out, u32 vocab, u32 hidden, u32 
 
 int main(int argc, char** argv) {
   const bool big = argc > 1 && std::string(argv[1]) == "big";
+  const bool only_variants = argc > 1 && std::string(argv[1]) == "variants";
+#define VARIANTS(F, T)                                                                                               \
+  {                                                                                                                  \
+    const std::vector<DqVariant> vs = {{"vdq1", kernel_mul_mv_##T##_f32_vdq1, 1, 1},                                \
+                                       {"vdq2", kernel_mul_mv_##T##_f32_vdq2, 2, 1},                                \
+                                       {"vdqs4", kernel_mul_mv_##T##_f32_vdqs4, 1, 4}};                             \
+    const u32 kb = qk_of(F) == 32 ? 32 : 256;                                                                        \
+    /* Rows past N in the last unit; one token and 8; the bench shapes' K (Qwen3.6 up, down; Gemma 4 up). */      \
+    run_variants(F, kernel_mul_mv_##T##_f32, vs, 1, 37, 5 * 256);                                                   \
+    run_variants(F, kernel_mul_mv_##T##_f32, vs, 8, 19, 2 * 256 + (kb == 32 ? 96 : 0));                             \
+    run_variants(F, kernel_mul_mv_##T##_f32, vs, 1, 5, 5120);                                                       \
+    run_variants(F, kernel_mul_mv_##T##_f32, vs, 2, 3, 17408);                                                      \
+    run_variants(F, kernel_mul_mv_##T##_f32, vs, 1, 3, 5376);                                                       \
+    /* An odd number of blocks a row (rows 2-byte aligned) and a weight not 16-byte aligned. */                     \
+    run_variants(F, kernel_mul_mv_##T##_f32, vs, 3, 9, kb == 32 ? 288 : 256);                                       \
+    run_variants(F, kernel_mul_mv_##T##_f32, vs, 2, 11, 3 * 256, kb == 32 || F == Q6_K ? 2 : 4);                    \
+  }
+  if (only_variants) {
+    ALL_FORMATS(VARIANTS)
+    std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
+    return failures != 0;
+  }
 #define MATMUL(F, T)                                                                                          \
   {                                                                                                           \
     const u32 kb = qk_of(F) == 32 ? 32 : 256;                                                                 \
@@ -200,6 +276,7 @@ int main(int argc, char** argv) {
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 9, 7, 2 * kb);                      \
   }
   ALL_FORMATS(MATMUL)
+  ALL_FORMATS(VARIANTS)
 #define ROWS(F, T)                                                                                                   \
   run_dequantize<float>(F, kernel_dequantize_##T##_f32, "f32", 3);                                                 \
   run_dequantize<__half>(F, kernel_dequantize_##T##_f16, "f16", 9);                                                \
