@@ -146,6 +146,108 @@ __device__ __forceinline__ void qmv_tc(const TX* x, const unsigned char* w, cons
     }
 }
 
+// The vector engine with k split into parts (quantized_mv_<t>_vks<RT>, for
+// the harness; one token). qmv_tc's tiles are 16 rows: at n = 5120 (the down
+// projections) that is 320 blocks, 1.2 waves of 264 (two blocks an SM), the
+// second wave 56 blocks at half an SM's loads in flight; at n = 17408, 1088
+// blocks are 4.1 waves. Here a block takes RT rows (8 or 4) and the mma's 16
+// rows are RT rows x KP = 16 / RT parts of k: A-row v is row v % RT over the
+// k range of part v / RT; B's column n is x over part n (m = 1 leaves the 8
+// columns free), so C[v][v / RT] is row v % RT's partial sum over its part
+// and the other columns are discarded. Lane (g, t) loads rows g % RT and
+// (g + 8) % RT at their parts' chunks and x at part g % KP's; the rest (the
+// ring of U steps, the decoding, the warps' sums in shared memory) is
+// qmv_tc's. Grids: ceil(n / RT) blocks, 4.9 (RT 4) waves at n = 5120 and 8.2
+// (RT 8) or 16.5 (RT 4) at 17408: a tail of 3-12 % of a block's time.
+template <typename TX, typename TS, typename TC, typename TY, int BITS, u32 RT>
+__device__ __forceinline__ void qmv_ks(const TX* x, const unsigned char* w, const TS* sc, const TS* bi, TY* y, u32 N, u32 K, u32 gs) {
+    constexpr u32 U = QmvDepth<BITS, false>::U, KP = 16u / RT;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    float (*red)[128] = reinterpret_cast<float (*)[128]>(smem_raw);
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const u32 g = lane >> 2, t = lane & 3u;
+    const u32 row0 = blockIdx.x * RT;
+    const u32 chunks = K / 32u, pc = (chunks + KP - 1u) / KP, steps = (pc + 3u) / 4u;
+    const u32 mine = warp < steps ? (steps - warp + QMV_WARPS - 1u) / QMV_WARPS : 0u;
+    const u64 w_row = u64(K) * BITS / 8u, s_row = K / gs;
+    const u32 qa = g / RT, qb = (g + 8u) / RT, qx = g % KP;  // parts of A-rows g, g + 8 and of B's column g
+    const u64 r0 = min(row0 + g % RT, N - 1u), r1 = min(row0 + (g + 8u) % RT, N - 1u);
+    const unsigned char* w0 = w + r0 * w_row;
+    const unsigned char* w1 = w + r1 * w_row;
+    const TS* sc0 = sc + r0 * s_row;
+    const TS* sc1 = sc + r1 * s_row;
+    const TS* bi0 = bi + r0 * s_row;
+    const TS* bi1 = bi + r1 * s_row;
+
+    u32 wq[U][2][BITS];
+    TS sv[U][2], bv[U][2];
+    auto issue = [&](u32 u, u32 i) {
+        const u32 cr = 4u * (warp + QMV_WARPS * i) + t;  // the chunk within a part
+        const u32 ca = qa * pc + cr, cb = qb * pc + cr;
+        const bool live = i < mine && cr < pc;
+#pragma unroll
+        for (u32 h = 0; h < 2; ++h) {
+            const u32 c = h ? cb : ca;
+            if (live && c < chunks) {
+                const u64 gi = u64(c) * 32u / gs;
+                load_chunk<BITS, true>((h ? w1 : w0) + u64(c) * BITS * 4u, wq[u][h]);
+                sv[u][h] = (h ? sc1 : sc0)[gi];
+                bv[u][h] = (h ? bi1 : bi0)[gi];
+            } else {
+#pragma unroll
+                for (int j = 0; j < BITS; ++j) wq[u][h][j] = 0u;
+                sv[u][h] = bv[u][h] = from_f<TS>(0.0f);
+            }
+        }
+    };
+#pragma unroll
+    for (u32 u = 0; u < U; ++u) issue(u, u);
+
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (u32 i0 = 0; i0 < mine; i0 += U) {
+#pragma unroll
+        for (u32 u = 0; u < U; ++u) {
+            const u32 i = i0 + u;
+            if (i < mine) {
+                const u32 cr = 4u * (warp + QMV_WARPS * i) + t, c = qx * pc + cr;
+                u32 xv[16];
+                if (cr < pc && c < chunks) {
+                    load_x32<TC>(x + u64(c) * 32u, xv);
+                } else {
+#pragma unroll
+                    for (int p = 0; p < 16; ++p) xv[p] = 0u;
+                }
+                const float s0 = to_f(sv[u][0]), b0 = to_f(bv[u][0]), s1 = to_f(sv[u][1]), b1 = to_f(bv[u][1]);
+                const u32 s20 = pack2<TC>(s0, s0), b20 = pack2<TC>(b0, b0);
+                const u32 s21 = pack2<TC>(s1, s1), b21 = pack2<TC>(b1, b1);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    u32 x0, x1, a[4];
+                    x_pairs2<BITS>(xv, e, x0, x1);
+                    dequantize2<TC, BITS>(wq[u][0], e, s0, b0, s20, b20, a[0], a[2]);
+                    dequantize2<TC, BITS>(wq[u][1], e, s1, b1, s21, b21, a[1], a[3]);
+                    mma16<TC>(acc, a, x0, x1);
+                }
+                issue(u, i + U);
+            }
+        }
+    }
+#pragma unroll
+    for (u32 e = 0; e < 4; ++e) red[warp][lane * 4 + e] = acc[e];
+    __syncthreads();
+    if (tid < RT) {
+        // Row r: sum over parts q of C[q RT + r][q]; C[v][n] sits at lane (v % 8) * 4 + n / 2, element (v / 8) * 2 + n % 2.
+        float s = 0.0f;
+#pragma unroll
+        for (u32 q = 0; q < KP; ++q) {
+            const u32 v = q * RT + tid, idx = ((v % 8u) * 4u + q / 2u) * 4u + (v / 8u) * 2u + q % 2u;
+#pragma unroll
+            for (u32 ww = 0; ww < QMV_WARPS; ++ww) s += red[ww][idx];
+        }
+        if (row0 + tid < N) y[row0 + tid] = from_f<TY>(s);
+    }
+}
+
 // The vector engine's block: 16 rows.
 template <typename TX, typename TS, typename TC, typename TY, bool SHALLOW>
 __device__ __forceinline__ void qmv(const TX* x, const unsigned char* w, const TS* sc, const TS* bi, TY* y, u32 m, u32 N, u32 K, u32 gs,
@@ -453,3 +555,27 @@ __device__ __forceinline__ void affine_entry(const T* x, const unsigned int* wei
 AFFINE_ENTRIES(float, f32, (256, 2))
 AFFINE_ENTRIES(__half, f16, (256))
 AFFINE_ENTRIES(bf16, bf16, (256))
+
+// quantized_mv_<t>'s harness variants (qmv_ks, RT rows a block): same
+// bindings, one token, MLX's chunked layout with 16-byte aligned x and
+// weight (what the bench gives); grid ceil(N / RT) blocks of 256 threads,
+// 8 x 128 floats of shared memory. The op does not launch them.
+template <typename T, u32 RT>
+__device__ __forceinline__ void affine_ks(const T* x, const unsigned int* weight, const T* sc, const T* bi, T* y, const QuantizedMatmulParams* p) {
+    const unsigned char* w = reinterpret_cast<const unsigned char*>(weight);
+    const u32 N = p->N, K = p->K, gs = p->group_size, bits = p->bits;
+    if (bits == 4) qmv_ks<T, T, T, T, 4, RT>(x, w, sc, bi, y, N, K, gs);
+    else if (bits == 6) qmv_ks<T, T, T, T, 6, RT>(x, w, sc, bi, y, N, K, gs);
+    else qmv_ks<T, T, T, T, 8, RT>(x, w, sc, bi, y, N, K, gs);
+}
+#define AFFINE_KS_ENTRY(T, TAG, RT)                                                                                         \
+    extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_##TAG##_vks##RT(const T* x, const unsigned int* weight,    \
+                                                                                    const T* scales, const T* biases, T* y,    \
+                                                                                    const QuantizedMatmulParams* params) {     \
+        affine_ks<T, RT>(x, weight, scales, biases, y, params);                                                              \
+    }
+AFFINE_KS_ENTRY(__half, f16, 8)
+AFFINE_KS_ENTRY(__half, f16, 4)
+AFFINE_KS_ENTRY(bf16, bf16, 8)
+AFFINE_KS_ENTRY(bf16, bf16, 4)
+#undef AFFINE_KS_ENTRY
