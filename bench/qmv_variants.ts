@@ -4,7 +4,7 @@
 // the same dispatch with the kernel swapped for each variant and the
 // variant's own CUDA launch (shaders/cuda/quantized_matmul_ggml.cu's
 // kernel_mul_mv_<t>_f32_vdq*, shaders/cuda/quantized_matmul.cu's
-// quantized_mv_<t>_v*; floors, analysis and predictions in
+// quantized_mv_<t>_vks* and _vdq*; floors, analysis and predictions in
 // notes/qmv-variants-2026-11-26.md). The kernels are registered under a
 // family of this script's own (the op's sources, the entries and the
 // variants as its kernel list), so nothing of the ops changes.
@@ -51,7 +51,7 @@ interface Variant {
 }
 
 /**
- * gdq<F, R, S, U> (kernel_mul_mv_<t>_f32_vdq*): 256 threads, a block walks
+ * gdq<F, R, S, U> (kernel_mul_mv_<t>_f32_vdq*; common.cuh's i8_mv): 256 threads, a block walks
  * units of 8 / S x R rows; two blocks an SM (the launch bounds), so the grid
  * is min(units, 2 x SMs). Shared: int8 x, {d, sum} a chunk, 2 x 8 x R x 8 floats.
  */
@@ -75,7 +75,12 @@ const GGML_VARIANTS: Variant[] = [gdq('vdq1', 1, 1), gdq('vdq2', 2, 1), gdq('vdq
 function qks(suffix: string, RT: number): Variant {
   return { suffix, launch: (_m, n) => ({ grid: [Math.ceil(n / RT), 1, 1], threads: [256, 1, 1], shared: 8 * 128 * 4 }) };
 }
-const AFFINE_VARIANTS: Variant[] = [qks('vks8', 8), qks('vks4', 4)];
+/**
+ * affine_i8<T, R, S, ...> (quantized_mv_<t>_vdq1 / _vdqs4, 4 and 8 bits):
+ * gdq's launch (common.cuh's i8_mv, R = 1).
+ */
+const AFFINE_I8_VARIANTS: Variant[] = [gdq('vdq1', 1, 1), gdq('vdqs4', 1, 4)];
+const AFFINE_VARIANTS: Variant[] = [qks('vks8', 8), qks('vks4', 4), ...AFFINE_I8_VARIANTS];
 
 // ---- the cases ----
 
@@ -111,7 +116,8 @@ function affine(label: string, bits: number, gs: number, m: number, n: number, k
   return {
     name: `${label} q${bits} g${gs} bf16 m=${m} n=${n} k=${k}`, bytes: (n * k * bits) / 8 + ((2 * n * k) / gs + m * k + m * n) * 2,
     plan: planAffineQuantizedMatmul({ x, weight, scales, biases, output, m, n, k, groupSize: gs, bits }, dev.limits, dev), output,
-    variants: m === 1 ? AFFINE_VARIANTS : [], m, n, k,
+    // _vks: one token; _vdq: 4 and 8 bits.
+    variants: [...(m === 1 ? AFFINE_VARIANTS.slice(0, 2) : []), ...(bits === 6 ? [] : AFFINE_I8_VARIANTS)], m, n, k,
   };
 }
 

@@ -579,3 +579,88 @@ AFFINE_KS_ENTRY(__half, f16, 4)
 AFFINE_KS_ENTRY(bf16, bf16, 8)
 AFFINE_KS_ENTRY(bf16, bf16, 4)
 #undef AFFINE_KS_ENTRY
+
+// quantized_mv_<t>'s int8 variants (common.cuh's i8_mv; 4 and 8 bits, MLX's
+// chunked layout, for the harness). An item is a chunk of 32 values: its
+// 16 (32) bytes of codes in one (two) 16-byte loads and its group's scale
+// s and bias b; x's int8 words meet the codes as they lie: 4 bits, a word's
+// low nibbles (values 8a, + 2, + 4, + 6) against x's even words and its high
+// nibbles against the odd ones (PAIRED); 8 bits, q - 128 as signed bytes
+// (q ^ 0x80). The chunk's sum is s (d_x dot) + b sum_x, with 128 s sum_x
+// more for 8 bits. Estimated ~40 warp instructions a 4-bit item (16 bytes
+// of codes and 2 x 2 of scale and bias a lane): ~16 bytes a warp
+// instruction where qmv_tc takes ~6.
+template <typename TS> struct AffI8Src {
+    const unsigned char* w;
+    const TS* sc;
+    const TS* bi;
+    u64 w_row, s_row;
+    u32 gs;
+};
+template <typename TS, int BITS> struct AffI8Item {
+    static constexpr u32 VALUES = 32;
+    static constexpr bool PAIRED = BITS == 4;
+    uint4 q[BITS / 4];
+    float s, b;
+    __device__ __forceinline__ void load(const AffI8Src<TS>& src, u32 row, u32 it) {
+        const uint4* p = reinterpret_cast<const uint4*>(src.w + u64(row) * src.w_row + u64(it) * (4u * BITS));
+#pragma unroll
+        for (int i = 0; i < BITS / 4; ++i) q[i] = __ldcs(p + i);
+        const u64 g = u64(row) * src.s_row + u64(it) * 32u / src.gs;
+        s = to_f(src.sc[g]);
+        b = to_f(src.bi[g]);
+    }
+    __device__ __forceinline__ void dot(u32 it, const u32* xq, const float2* xds, u32 M, u32 K, float (&acc)[8]) const {
+        u32 c[8];
+#pragma unroll
+        for (int i = 0; i < BITS / 4; ++i) {
+            const u32 w[4] = {q[i].x, q[i].y, q[i].z, q[i].w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                if constexpr (BITS == 4) {
+                    c[2 * j] = w[j] & 0x0F0F0F0Fu;
+                    c[2 * j + 1] = (w[j] >> 4) & 0x0F0F0F0Fu;
+                } else {
+                    c[4 * i + j] = w[j] ^ 0x80808080u;
+                }
+            }
+        }
+#pragma unroll
+        for (u32 i = 0; i < 8; ++i) {
+            if (i < M) {
+                const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + it * 8u);
+                const uint4 x0 = xv[0], x1 = xv[1];
+                const u32 xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                int d = 0;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) d = __dp4a(int(c[j]), int(xw[j]), d);
+                const float2 dx = xds[u64(i) * (K / 32u) + it];
+                acc[i] += s * dx.x * float(d) + (BITS == 8 ? fmaf(128.0f, s, b) : b) * dx.y;
+            }
+        }
+    }
+};
+// R rows a group of S warps; U4 / U8 items a lane in flight at 4 / 8 bits.
+template <typename T, u32 R, u32 S, u32 U4, u32 U8>
+__device__ __forceinline__ void affine_i8(const T* x, const unsigned int* weight, const T* sc, const T* bi, T* y, const QuantizedMatmulParams* p) {
+    const u32 M = p->M, N = p->N, K = p->K, gs = p->group_size, bits = p->bits;
+    const AffI8Src<T> src{reinterpret_cast<const unsigned char*>(weight), sc, bi, u64(K) * bits / 8u, K / gs, gs};
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    if (bits == 4) i8_mv<AffI8Item<T, 4>, R, S, U4>(src, x, y, M, N, K, K, N, smem_raw);
+    else if (bits == 8) i8_mv<AffI8Item<T, 8>, R, S, U8>(src, x, y, M, N, K, K, N, smem_raw);
+}
+// Grid: any (persistent; two blocks an SM), 256 threads, shared memory M x K
+// + M x K / 32 x 8 + 2 x 8 x R x 8 x 4 bytes. _vdq1: a warp a row (Qwen3.6 /
+// Gemma 4 up: a 5120-value row's 160 chunks in one round of 6 a lane);
+// _vdqs4: four warps a row (down: 136 chunks a warp, one round of 5).
+#define AFFINE_I8_ENTRY(T, TAG, NAME, R, S, U4, U8)                                                                         \
+    extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_##TAG##_##NAME(const T* x, const unsigned int* weight,     \
+                                                                                    const T* scales, const T* biases, T* y,    \
+                                                                                    const QuantizedMatmulParams* params) {     \
+        affine_i8<T, R, S, U4, U8>(x, weight, scales, biases, y, params);                                                    \
+    }
+AFFINE_I8_ENTRY(__half, f16, vdq1, 1, 1, 6, 4)
+AFFINE_I8_ENTRY(__half, f16, vdqs4, 1, 4, 5, 3)
+AFFINE_I8_ENTRY(bf16, bf16, vdq1, 1, 1, 6, 4)
+AFFINE_I8_ENTRY(bf16, bf16, vdqs4, 1, 4, 5, 3)
+#undef AFFINE_I8_ENTRY

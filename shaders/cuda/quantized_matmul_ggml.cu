@@ -499,64 +499,18 @@ __device__ __forceinline__ void gmv(const unsigned char* w, const float* x, floa
 // two packed fmas) and x read as float4 and rounded by every lane group (8
 // times over at one token). At 0.85 of an H100's copy rate an SM must take
 // ~10 bytes a clock, i.e. ~2.5 of its 4 warp instructions a clock: issue-bound.
-// This engine, llama.cpp's mmvq in shape, takes ~15 bytes a warp instruction:
-//   - x is quantized once a block to int8 per chunk of 32 values (d = max|x| /
-//     127, and the chunk's f32 sum for the K-quants' mins) in shared memory;
-//   - a lane takes whole items of a row (Q4_K / Q5_K: a pair of sub-blocks,
-//     64 values; Q4_0 / Q8_0 / Q6_K: 32 values), loads their bytes straight
-//     from global memory (16-byte loads where the format allows, else words
-//     realigned by byte_perm), U items issued before any is decoded, and
-//     takes their dot products with dp4a (4 values an instruction) in int32,
-//     scaled once a sub-block in f32;
-//   - 8 warps a block; the block is persistent (the grid the harness gives,
-//     e.g. two blocks an SM, walks units of rows: unit u, u + gridDim.x, ...),
-//     so no wave tail is left but the last unit; a unit is 8 / S groups of S
-//     warps, each group R rows whose R x items items its S warps split into
-//     S ranges (S > 1 for few rows, e.g. the down projections); the lanes'
-//     sums meet by shuffles, the S warps' in shared memory.
-// Dynamic shared memory: M x K bytes of x (int8), M x K / 32 float2 {d, sum},
-// then 2 x 8 x R x M floats (gdqSharedBytes in bench/qmv_variants.ts).
-// The products differ from the bf16 engine's by x's int8 rounding (about
-// max|x| / 254 a value, below bf16's 2^-9 relative where |x| is near the max).
-
-constexpr u32 GDQ_WARPS = 8;
-
-// Token i's chunk c of x: word 8c + j of its K / 4 words holds values 32c + 4j .. + 3.
-__device__ __forceinline__ void gdq_quantize_x(const float* x, u64 x_row, u32 M, u32 K, u32* xq, float2* xds) {
-    const u32 C = K / 32u, total = M * C * 8u;  // 8 lanes a chunk, 4 values a lane
-    const bool vec = aligned16(x) && x_row % 4u == 0;
-    for (u32 base = 0; base < total; base += blockDim.x) {
-        const u32 idx = base + threadIdx.x;
-        const bool live = idx < total;
-        const u32 ci = idx / 8u, j = idx % 8u, tok = live ? ci / C : 0u, c = ci % C;
-        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (live) {
-            const float* p = x + u64(tok) * x_row + 32u * c + 4u * j;
-            if (vec) {
-                const float4 f = __ldg(reinterpret_cast<const float4*>(p));
-                v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
-            } else {
-#pragma unroll
-                for (int k = 0; k < 4; ++k) v[k] = p[k];
-            }
-        }
-        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-        float sum = (v[0] + v[1]) + (v[2] + v[3]);
-#pragma unroll
-        for (u32 o = 4; o > 0; o >>= 1) {
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-            sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        }
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        if (live) {
-            u32 q = 0;
-#pragma unroll
-            for (int k = 0; k < 4; ++k) q |= (u32(__float2int_rn(v[k] * inv)) & 0xFFu) << (8 * k);
-            xq[idx] = q;
-            if (j == 0) xds[ci] = make_float2(amax / 127.0f, sum);
-        }
-    }
-}
+// This engine, llama.cpp's mmvq in shape (common.cuh's i8_mv: x quantized
+// once a block to int8 per chunk of 32, dp4a, a persistent grid of units of
+// rows), takes an estimated ~12 bytes a warp instruction (Q4_K, ~95 a lane
+// and item): a lane takes whole items of a row (Q4_K / Q5_K: a pair of
+// sub-blocks, 64 values; Q4_0 / Q8_0 / Q6_K: 32 values), loads their bytes
+// straight from global memory (16-byte loads where the format allows, else
+// words realigned by byte_perm) and extracts the codes with and / shift,
+// no conversion to floats; each sub-block's dot product is scaled once in
+// f32 (the K-quants' mins against the chunk's f32 sum of x). Floors and
+// predictions at the bench shapes: bench/notes/qmv-variants-2026-11-26.md.
+// The products differ from the bf16 engine's by x's int8 rounding (up to
+// max|x| / 254 a value where the entry rounds x to bf16).
 
 // 16 bytes at p: one load where 16-byte aligned (vec), else four words.
 __device__ __forceinline__ uint4 gdq_ld16(const unsigned char* p, bool vec) {
@@ -753,94 +707,28 @@ __device__ __forceinline__ void gdq_dot(const GdqItem<F>& r, u32 it, const u32* 
     }
 }
 
-// Which of a group's R rows flat item f falls in (f / items without a division).
-template <u32 R>
-__device__ __forceinline__ u32 gdq_row(u32 f, u32 items) {
-    u32 r = 0;
-#pragma unroll
-    for (u32 q = 1; q < R; ++q) r += f >= q * items ? 1u : 0u;
-    return r;
-}
+// The engine's item (common.cuh, i8_mv): a row of blocks rb bytes apart
+// from w, 16-byte loads where w and rb allow (vec).
+struct GdqSrc {
+    const unsigned char* w;
+    u64 rb;
+    bool vec;
+};
+template <int F> struct GdqUnit : GdqItem<F> {
+    static constexpr bool PAIRED = false;
+    __device__ __forceinline__ void load(const GdqSrc& s, u32 row, u32 it) { GdqItem<F>::load(s.w + u64(row) * s.rb, it, s.vec); }
+    __device__ __forceinline__ void dot(u32 it, const u32* xq, const float2* xds, u32 M, u32 K, float (&acc)[8]) const {
+        gdq_dot<F>(*this, it, xq, xds, M, K, acc);
+    }
+};
 
-// y = x W^T for M <= 8 tokens (the vector form's range). R rows a warp group
-// of S warps, U items a lane in flight.
+// y = x W^T for M <= 8 tokens: R rows a group of S warps, U items a lane in flight.
 template <int F, u32 R, u32 S, u32 U>
 __device__ __forceinline__ void gdq(const unsigned char* w, const float* x, float* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row) {
-    static_assert(GDQ_WARPS % S == 0 && R >= 1, "group shape");
-    constexpr u32 V = GdqItem<F>::VALUES, GROUPS = GDQ_WARPS / S;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
-    u32* xq = reinterpret_cast<u32*>(smem_raw);
-    float2* xds = reinterpret_cast<float2*>(smem_raw + u64(M) * K);
-    float* red = reinterpret_cast<float*>(xds + u64(M) * (K / 32u));  // [2][GDQ_WARPS][R][8]
-    gdq_quantize_x(x, x_row, M, K, xq, xds);
-    __syncthreads();
     const u64 rb = ggml_row_bytes<F>(K);
-    const bool vec = aligned16(w) && rb % 16u == 0;
-    const u32 items = K / V, total = R * items;
-    const u32 per = (total + S - 1u) / S;
-    const u32 grp = warp / S, seg = warp % S;
-    const u32 f0 = seg * per, f1 = min(total, f0 + per);
-    const u32 units = (N + GROUPS * R - 1u) / (GROUPS * R);
-    u32 parity = 0;
-    for (u32 unit = blockIdx.x; unit < units; unit += gridDim.x, parity ^= 1u) {
-        const u32 row0 = (unit * GROUPS + grp) * R;  // the group's first row
-        float acc[R][8];
-#pragma unroll
-        for (u32 r = 0; r < R; ++r)
-#pragma unroll
-            for (u32 i = 0; i < 8; ++i) acc[r][i] = 0.0f;
-        for (u32 f = f0 + lane; f < f1; f += 32u * U) {
-            GdqItem<F> it[U];
-#pragma unroll
-            for (u32 u = 0; u < U; ++u) {
-                const u32 ff = f + 32u * u, r = gdq_row<R>(ff, items);
-                if (ff < f1 && row0 + r < N) it[u].load(w + u64(row0 + r) * rb, ff - r * items, vec);
-            }
-#pragma unroll
-            for (u32 u = 0; u < U; ++u) {
-                const u32 ff = f + 32u * u, r = gdq_row<R>(ff, items);
-                if (ff < f1 && row0 + r < N) {
-                    float part[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-                    gdq_dot<F>(it[u], ff - r * items, xq, xds, M, K, part);
-#pragma unroll
-                    for (u32 rr = 0; rr < R; ++rr)
-                        if (rr == r)
-#pragma unroll
-                            for (u32 i = 0; i < 8; ++i) acc[rr][i] += part[i];
-                }
-            }
-        }
-#pragma unroll
-        for (u32 r = 0; r < R; ++r)
-#pragma unroll
-            for (u32 i = 0; i < 8; ++i)
-                if (i < M) acc[r][i] = warp_sum(acc[r][i]);
-        if constexpr (S == 1) {
-#pragma unroll
-            for (u32 r = 0; r < R; ++r)
-#pragma unroll
-                for (u32 i = 0; i < 8; ++i)
-                    if (i < M && lane == i && row0 + r < N) y[u64(i) * y_row + row0 + r] = acc[r][i];
-        } else {
-            float* rd = red + parity * GDQ_WARPS * R * 8u;
-            if (lane == 0) {
-#pragma unroll
-                for (u32 r = 0; r < R; ++r)
-#pragma unroll
-                    for (u32 i = 0; i < 8; ++i) rd[(warp * R + r) * 8u + i] = acc[r][i];
-            }
-            // One barrier a unit: the next unit writes the other half of red.
-            __syncthreads();
-            if (seg == 0 && lane < R * 8u) {
-                const u32 r = lane / 8u, i = lane % 8u;
-                float s = 0.0f;
-#pragma unroll
-                for (u32 q = 0; q < S; ++q) s += rd[((warp + q) * R + r) * 8u + i];
-                if (i < M && row0 + r < N) y[u64(i) * y_row + row0 + r] = s;
-            }
-        }
-    }
+    const GdqSrc src{w, rb, aligned16(w) && rb % 16u == 0};
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    i8_mv<GdqUnit<F>, R, S, U>(src, x, y, M, N, K, x_row, y_row, smem_raw);
 }
 
 // ---- the matrix engine ----
@@ -1011,7 +899,9 @@ GGML_MV_ENTRY(kernel_mul_mv_q6_K_f32, GGML_Q6_K)
 //   _vdq1:  a warp a row, 4 items a lane in flight (Q5_K 3: 4 spill),
 //           for Qwen3.6 / Gemma 4 up.
 //   _vdq2:  a warp two rows, 2 items a lane in flight.
-//   _vdqs4: four warps a row (its items split four ways), 2 in flight (down).
+//   _vdqs4: four warps a row (its items split four ways), 3 in flight: at
+//           k = 17408 (the down projections) a warp's share of a row
+//           (68 Q4_K items, 136 of 32 values) in one or two rounds.
 #define GGML_MV_DQ_ENTRY(NAME, F, R, S, U)                                                                          \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME(const unsigned char* src0, const float* src1, float* dst, \
                                                            const GgmlMatvecParams* p) {                              \
@@ -1020,7 +910,7 @@ GGML_MV_ENTRY(kernel_mul_mv_q6_K_f32, GGML_Q6_K)
 #define GGML_MV_DQ_ENTRIES(T, F)                                    \
     GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdq1, F, 1, 1, F == GGML_Q5_K ? 3 : 4) \
     GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdq2, F, 2, 1, 2)      \
-    GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdqs4, F, 1, 4, 2)
+    GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdqs4, F, 1, 4, 3)
 GGML_MV_DQ_ENTRIES(q4_0, GGML_Q4_0)
 GGML_MV_DQ_ENTRIES(q8_0, GGML_Q8_0)
 GGML_MV_DQ_ENTRIES(q4_K, GGML_Q4_K)
