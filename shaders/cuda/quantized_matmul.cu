@@ -51,6 +51,50 @@ template <int BITS, bool SHALLOW> struct QmvDepth {
     static constexpr u32 U = (BITS == 4 ? 6u : BITS == 6 ? 4u : 3u) - (SHALLOW ? 1u : 0u);
 };
 
+// A lane's share of a warp step: x's chunk at xc (zeros unless live) against
+// its two rows' chunks w[0], w[1] (scales s, biases b): 8 mmas into acc.
+template <typename TC, int BITS, typename TX, typename TS>
+__device__ __forceinline__ void qmv_step(float (&acc)[4], const TX* xc, bool live, const u32 (&w)[2][BITS], const TS (&sv)[2],
+                                         const TS (&bv)[2]) {
+    u32 xv[16];
+    if (live) {
+        load_x32<TC>(xc, xv);
+    } else {
+#pragma unroll
+        for (int p = 0; p < 16; ++p) xv[p] = 0u;
+    }
+    const float s0 = to_f(sv[0]), b0 = to_f(bv[0]), s1 = to_f(sv[1]), b1 = to_f(bv[1]);
+    const u32 s20 = pack2<TC>(s0, s0), b20 = pack2<TC>(b0, b0);
+    const u32 s21 = pack2<TC>(s1, s1), b21 = pack2<TC>(b1, b1);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        u32 x0, x1, a[4];
+        x_pairs2<BITS>(xv, e, x0, x1);
+        dequantize2<TC, BITS>(w[0], e, s0, b0, s20, b20, a[0], a[2]);
+        dequantize2<TC, BITS>(w[1], e, s1, b1, s21, b21, a[1], a[3]);
+        mma16<TC>(acc, a, x0, x1);
+    }
+}
+
+// The ring of a warp's `mine` steps (qmv_tc's comment): issue(u, i) loads
+// step i into slot u, step(u, i) computes slot u's step i, which is then
+// refilled with step i + U.
+template <u32 U, typename Issue, typename Step>
+__device__ __forceinline__ void qmv_ring(u32 mine, Issue& issue, Step step) {
+#pragma unroll
+    for (u32 u = 0; u < U; ++u) issue(u, u);
+    for (u32 i0 = 0; i0 < mine; i0 += U) {
+#pragma unroll
+        for (u32 u = 0; u < U; ++u) {
+            const u32 i = i0 + u;
+            if (i < mine) {
+                step(u, i);
+                issue(u, i + U);
+            }
+        }
+    }
+}
+
 // Rows row0 .. row0 + 15 of w (rows w_row bytes apart, chunked) against the
 // m <= 8 rows of x ([m, K]): y[i * N + row] (the file comment). Warp w takes
 // steps w, w + 8, w + 16, ... (a step: 16 rows x 4 chunks, 1 KiB of 4-bit
@@ -101,38 +145,11 @@ __device__ __forceinline__ void qmv_tc(const TX* x, const unsigned char* w, cons
             sv[u][0] = sv[u][1] = bv[u][0] = bv[u][1] = from_f<TS>(0.0f);
         }
     };
-#pragma unroll
-    for (u32 u = 0; u < U; ++u) issue(u, u);
-
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (u32 i0 = 0; i0 < mine; i0 += U) {
-#pragma unroll
-        for (u32 u = 0; u < U; ++u) {
-            const u32 i = i0 + u;
-            if (i < mine) {
-                const u32 c = 4u * (warp + QMV_WARPS * i) + t;
-                u32 xv[16];
-                if (c < chunks) {
-                    load_x32<TC>(xr + u64(c) * 32u, xv);
-                } else {
-#pragma unroll
-                    for (int p = 0; p < 16; ++p) xv[p] = 0u;
-                }
-                const float s0 = to_f(sv[u][0]), b0 = to_f(bv[u][0]), s1 = to_f(sv[u][1]), b1 = to_f(bv[u][1]);
-                const u32 s20 = pack2<TC>(s0, s0), b20 = pack2<TC>(b0, b0);
-                const u32 s21 = pack2<TC>(s1, s1), b21 = pack2<TC>(b1, b1);
-#pragma unroll
-                for (int e = 0; e < 8; ++e) {
-                    u32 x0, x1, a[4];
-                    x_pairs2<BITS>(xv, e, x0, x1);
-                    dequantize2<TC, BITS>(wq[u][0], e, s0, b0, s20, b20, a[0], a[2]);
-                    dequantize2<TC, BITS>(wq[u][1], e, s1, b1, s21, b21, a[1], a[3]);
-                    mma16<TC>(acc, a, x0, x1);
-                }
-                issue(u, i + U);
-            }
-        }
-    }
+    qmv_ring<U>(mine, issue, [&](u32 u, u32 i) {
+        const u32 c = 4u * (warp + QMV_WARPS * i) + t;
+        qmv_step<TC, BITS>(acc, xr + u64(c) * 32u, c < chunks, wq[u], sv[u], bv[u]);
+    });
 #pragma unroll
     for (u32 e = 0; e < 4; ++e) red[warp][lane * 4 + e] = acc[e];
     __syncthreads();
@@ -200,38 +217,11 @@ __device__ __forceinline__ void qmv_ks(const TX* x, const unsigned char* w, cons
             }
         }
     };
-#pragma unroll
-    for (u32 u = 0; u < U; ++u) issue(u, u);
-
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (u32 i0 = 0; i0 < mine; i0 += U) {
-#pragma unroll
-        for (u32 u = 0; u < U; ++u) {
-            const u32 i = i0 + u;
-            if (i < mine) {
-                const u32 cr = 4u * (warp + QMV_WARPS * i) + t, c = qx * pc + cr;
-                u32 xv[16];
-                if (cr < pc && c < chunks) {
-                    load_x32<TC>(x + u64(c) * 32u, xv);
-                } else {
-#pragma unroll
-                    for (int p = 0; p < 16; ++p) xv[p] = 0u;
-                }
-                const float s0 = to_f(sv[u][0]), b0 = to_f(bv[u][0]), s1 = to_f(sv[u][1]), b1 = to_f(bv[u][1]);
-                const u32 s20 = pack2<TC>(s0, s0), b20 = pack2<TC>(b0, b0);
-                const u32 s21 = pack2<TC>(s1, s1), b21 = pack2<TC>(b1, b1);
-#pragma unroll
-                for (int e = 0; e < 8; ++e) {
-                    u32 x0, x1, a[4];
-                    x_pairs2<BITS>(xv, e, x0, x1);
-                    dequantize2<TC, BITS>(wq[u][0], e, s0, b0, s20, b20, a[0], a[2]);
-                    dequantize2<TC, BITS>(wq[u][1], e, s1, b1, s21, b21, a[1], a[3]);
-                    mma16<TC>(acc, a, x0, x1);
-                }
-                issue(u, i + U);
-            }
-        }
-    }
+    qmv_ring<U>(mine, issue, [&](u32 u, u32 i) {
+        const u32 cr = 4u * (warp + QMV_WARPS * i) + t, c = qx * pc + cr;
+        qmv_step<TC, BITS>(acc, x + u64(c) * 32u, cr < pc && c < chunks, wq[u], sv[u], bv[u]);
+    });
 #pragma unroll
     for (u32 e = 0; e < 4; ++e) red[warp][lane * 4 + e] = acc[e];
     __syncthreads();

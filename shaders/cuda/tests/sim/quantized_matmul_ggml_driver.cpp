@@ -85,15 +85,56 @@ void report(bool ok, const std::string& what, double err, double tol) {
   std::printf("%s %-66s err %.3g (tol %.0e)\n", ok ? "ok  " : "FAIL", what.c_str(), err, tol);
 }
 
+// N random rows of K values, 16-byte aligned (as views and allocations
+// are) plus `shift` bytes: w, rows rb bytes apart.
+struct Weight {
+  std::vector<unsigned char> raw;
+  unsigned char* w;
+  u64 rb;
+};
+Weight random_weight(int f, u32 N, u32 K, u32 shift) {
+  Weight t;
+  t.rb = u64(K) / qk_of(f) * bytes_of(f);
+  t.raw.resize(N * t.rb + 16 + shift);
+  t.w = t.raw.data() + ((16 - (reinterpret_cast<uintptr_t>(t.raw.data()) & 15)) & 15) + shift;
+  random_blocks(f, t.w, size_t(N) * K / qk_of(f));
+  return t;
+}
+
+// The float64 product y = x W^T ([M, N]) and sum |x w| of each output.
+void product(int f, const Weight& t, const Arr<float>& x, u32 M, u32 N, u32 K, std::vector<double>& want, std::vector<double>& mag) {
+  want.assign(size_t(M) * N, 0.0);
+  mag.assign(size_t(M) * N, 0.0);
+  for (u32 i = 0; i < M; ++i)
+    for (u32 j = 0; j < N; ++j) {
+      double s = 0, a = 0;
+      for (u32 k = 0; k < K; ++k) {
+        const double pr = x.at(size_t(i) * K + k) * wat(f, t.w, t.rb, j, k);
+        s += pr;
+        a += std::fabs(pr);
+      }
+      want[size_t(i) * N + j] = s;
+      mag[size_t(i) * N + j] = a;
+    }
+}
+
+// The worst |y - ref| / mag.
+double worst_of(const Arr<float>& y, const std::vector<double>& ref, const std::vector<double>& mag) {
+  double worst = 0;
+  for (size_t e = 0; e < ref.size(); ++e) {
+    const double d = std::fabs(y.at(e) - ref[e]) / mag[e];
+    if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
+  }
+  return worst;
+}
+
 // y = x W^T through kernel_mul_mv_<t>_f32 (vector) or kernel_mul_mm_<t>_f32
-// (matrix), the weight 16-byte aligned (as views and allocations are) plus
-// `shift` bytes.
+// (matrix), the weight 16-byte aligned plus `shift` bytes.
 template <class MV, class MM>
 void run_matmul(int f, MV mv, MM mm, bool matrix, u32 M, u32 N, u32 K, bool big_tile = true, u32 shift = 0) {
-  const u64 rb = u64(K) / qk_of(f) * bytes_of(f);
-  std::vector<unsigned char> wraw(N * rb + 16 + shift);
-  unsigned char* w = wraw.data() + ((16 - (reinterpret_cast<uintptr_t>(wraw.data()) & 15)) & 15) + shift;
-  random_blocks(f, w, size_t(N) * K / qk_of(f));
+  const Weight t = random_weight(f, N, K, shift);
+  const unsigned char* w = t.w;
+  const u64 rb = t.rb;
   Arr<float> x(size_t(M) * K), y(size_t(M) * N);
   x.random();
   y.poison();
@@ -111,18 +152,9 @@ void run_matmul(int f, MV mv, MM mm, bool matrix, u32 M, u32 N, u32 K, bool big_
     const u32 bm = big ? 128 : 64, bn = big ? 256 : 128;
     sim_launch({cdiv(N, bn) * cdiv(M, bm), 1, 1}, {big ? 256u : 128u, 1, 1}, 2 * (bm + bn) * 40 * 2, [&] { mm(&p, w, x.p, y.p); });
   }
-  double worst = 0;
-  for (u32 i = 0; i < M; ++i)
-    for (u32 j = 0; j < N; ++j) {
-      double s = 0, a = 0;
-      for (u32 k = 0; k < K; ++k) {
-        const double pr = x.at(size_t(i) * K + k) * wat(f, w, rb, j, k);
-        s += pr;
-        a += std::fabs(pr);
-      }
-      const double e = std::fabs(y.at(size_t(i) * N + j) - s) / a;
-      if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
-    }
+  std::vector<double> want, mag;
+  product(f, t, x, M, N, K, want, mag);
+  const double worst = worst_of(y, want, mag);
   report(worst <= 1e-2, what, worst, 1e-2);
 }
 
@@ -139,39 +171,22 @@ struct DqVariant {
 };
 template <class MV>
 void run_variants(int f, MV mv, const std::vector<DqVariant>& vs, u32 M, u32 N, u32 K, u32 shift = 0) {
-  const u64 rb = u64(K) / qk_of(f) * bytes_of(f);
-  std::vector<unsigned char> wraw(N * rb + 16 + shift);
-  unsigned char* w = wraw.data() + ((16 - (reinterpret_cast<uintptr_t>(wraw.data()) & 15)) & 15) + shift;
-  random_blocks(f, w, size_t(N) * K / qk_of(f));
+  const Weight t = random_weight(f, N, K, shift);
   Arr<float> x(size_t(M) * K), y0(size_t(M) * N);
   x.random();
   y0.poison();
   GgmlMatvecParams p{K, N, 1, K, 1, N, M, 1, 1};
   const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
-  sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4, [&] { mv(w, x.p, y0.p, &p); });
-  std::vector<double> want(size_t(M) * N), mag(size_t(M) * N);
-  for (u32 i = 0; i < M; ++i)
-    for (u32 j = 0; j < N; ++j) {
-      double s = 0, a = 0;
-      for (u32 k = 0; k < K; ++k) {
-        const double pr = x.at(size_t(i) * K + k) * wat(f, w, rb, j, k);
-        s += pr;
-        a += std::fabs(pr);
-      }
-      want[size_t(i) * N + j] = s;
-      mag[size_t(i) * N + j] = a;
-    }
+  sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4, [&] { mv(t.w, x.p, y0.p, &p); });
+  std::vector<double> want, mag, entry(size_t(M) * N);
+  product(f, t, x, M, N, K, want, mag);
+  for (size_t e = 0; e < entry.size(); ++e) entry[e] = y0.at(e);
   for (const DqVariant& v : vs) {
     Arr<float> y(size_t(M) * N);
     y.poison();
     const u32 smem = M * K + M * (K / 32) * 8 + 2 * 8 * v.R * 8 * 4;
-    sim_launch({2, 1, 1}, {256, 1, 1}, smem, [&] { v.kernel(w, x.p, y.p, &p); });
-    double worst = 0, vs_entry = 0;
-    for (size_t e = 0; e < want.size(); ++e) {
-      const double a = std::fabs(y.at(e) - want[e]) / mag[e], b = std::fabs(y.at(e) - y0.at(e)) / mag[e];
-      if (!(a <= worst)) worst = std::isnan(a) ? INFINITY : a;
-      if (!(b <= vs_entry)) vs_entry = std::isnan(b) ? INFINITY : b;
-    }
+    sim_launch({2, 1, 1}, {256, 1, 1}, smem, [&] { v.kernel(t.w, x.p, y.p, &p); });
+    const double worst = worst_of(y, want, mag), vs_entry = worst_of(y, entry, mag);
     const std::string what = std::string(v.name) + " " + fmt_name(f) + " M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" +
                              std::to_string(K) + (shift ? " weight +" + std::to_string(shift) : "");
     report(worst <= 1e-2, what + " vs f64", worst, 1e-2);
