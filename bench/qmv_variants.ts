@@ -17,9 +17,12 @@
 // "of copy": that rate over a device-to-device copy timed in the same run
 // (elementwise scalar_mul f32 x 1.0 over 256 MiB, read + write counted), and
 // over --copy-gbs when given (e.g. the peers' cudaMemcpy figure). diff: the
-// largest |y_variant - y_entry| over the largest |y_entry| (the entry's own
-// rounding: bf16 operands, about 1e-2 at most). --sms: the SM count the
-// persistent variants' grids are sized by (132: H100 SXM, H200).
+// largest |y_variant - y_entry| over the largest |y_entry|, `ok` under 2e-2
+// (the tests' bf16 tolerance is 1e-2 of sum |x w|, which at these k is some
+// 10x more than max |y|; the entry itself rounds x and w to bf16, the int8
+// variants x to 8 bits a chunk, the bf16 outputs their last bit: expect
+// 1e-3 to 1e-2). --sms: the SM count the persistent variants' grids are
+// sized by (132: H100 SXM, H200).
 // CUDA only: the variants have no Metal twins.
 
 import { Device, type Buffer, type Encoder } from '../ts/index.ts';
@@ -223,7 +226,7 @@ for (const c of cases) {
         const d = Math.abs(got[i]! - want[i]!);
         diff = Number.isNaN(d) ? Infinity : Math.max(diff, d);
       }
-      row(plan.dispatches[0]!.kernel, ns, `diff ${(diff / scale).toExponential(2)} of max|y| ${diff / scale <= 1e-2 ? 'ok' : 'OVER 1e-2'}`);
+      row(plan.dispatches[0]!.kernel, ns, `diff ${(diff / scale).toExponential(2)} of max|y| ${diff / scale <= 2e-2 ? 'ok' : 'OVER 2e-2'}`);
     } catch (e) {
       console.log(`  ${plan.dispatches[0]!.kernel}: ${(e as Error).message}`);
     }
