@@ -32,6 +32,7 @@ import { affineQuantizedMatmul, quantizedMatmulSimd } from '../ts/ops/quantized_
 import { GGML_QUANT_TYPES, ggmlBlockOf, ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId } from '../ts/ops/quantized_matmul_id.ts';
 import { denseGateUpMmId, denseGateUpMvId, denseMmId, denseMvId } from '../ts/ops/dense_matmul_id.ts';
+import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlMm } from '../ts/ops/quantized_matmul_id_ggml.ts';
 import { moeDispatchSortRef } from '../ts/reference/moe_dispatch.ts';
 
 const small = process.argv.includes('--small');
@@ -76,7 +77,7 @@ function dense(label: string, dt: 'bf16' | 'f16' | 'f32', m: number, n: number, 
 function cases(): Case[] {
   if (small) {
     return [dense('square', 'bf16', 64, 64, 64), dense('decode', 'bf16', 1, 256, 256), dense('decode', 'bf16', 8, 256, 256), ...quantizedCases(),
-      ...ggmlCases(), ...moeCases()];
+      ...ggmlCases(), ...moeCases(), ...moeGgmlCases()];
   }
   const out: Case[] = [dense('square', 'bf16', 4096, 4096, 4096), dense('square', 'f16', 4096, 4096, 4096), dense('square', 'f32', 4096, 4096, 4096)];
   // Qwen3.6 27B MLP: hidden 5120, intermediate 17408 (gate/up 5120 -> 17408, down 17408 -> 5120).
@@ -104,7 +105,7 @@ function cases(): Case[] {
     out.push({ name: `square hf2q_dense_mm_bf16_f32_tensor m=${m} n=${n} k=${k}`, flops: 2 * m * n * k, bytes: 2 * n * k + 4 * (m * k + m * n),
       memoryBound: false, record: (e) => denseMatmulTensor(e, { src0, src1, dst, m, n, k, src0Batch: 1, src1Batch: 1 }) });
   }
-  return [...out, ...quantizedCases(), ...ggmlCases(), ...moeCases()];
+  return [...out, ...quantizedCases(), ...ggmlCases(), ...moeCases(), ...moeGgmlCases()];
 }
 
 // ---- quantized_matmul: MLX affine quantization (floors and predictions: notes/quantized-2026-11-25.md) ----
@@ -130,6 +131,21 @@ function quantized(label: string, dt: 'bf16' | 'f16', bits: number, gs: number, 
   };
 }
 
+/** quantizedMatmulSimd at one token: f32 x and y, 4 bits, groups of 64, bf16 scales and biases. */
+function simd(label: string, n: number, k: number): Case {
+  const gs = 64;
+  const input = random('f32', k);
+  const weight = wordBuffer(dev, (n * k) / 8);
+  const scales = uniformBuffer(dev, 'bf16', [(n * k) / gs], 0.02);
+  const biases = uniformBuffer(dev, 'bf16', [(n * k) / gs], 0.1);
+  const output = dev.alloc('f32', [n]);
+  return {
+    name: `${label} quantized_matmul_simd q4 g64 f32 m=1 n=${n} k=${k}`, flops: 2 * n * k,
+    bytes: (n * k) / 2 + (4 * n * k) / gs + 4 * (k + n), memoryBound: true,
+    record: (e) => quantizedMatmulSimd(e, { input, weight, scales, biases, output, m: 1, k, n, groupSize: gs, bits: 4 }),
+  };
+}
+
 function quantizedCases(): Case[] {
   if (small) {
     return [quantized('decode', 'bf16', 4, 64, 1, 256, 256), quantized('decode', 'bf16', 6, 32, 8, 256, 256),
@@ -141,17 +157,14 @@ function quantizedCases(): Case[] {
   out.push(quantized('Qwen3.6 down', 'bf16', 4, 64, 1, 5120, 17408));
   for (const bits of [4, 6, 8]) out.push(quantized('Gemma 4 up', 'bf16', bits, 64, 1, 21504, 5376));
   out.push(quantized('Gemma 4 up', 'f16', 4, 32, 1, 21504, 5376), quantized('Gemma 4 up', 'bf16', 4, 64, 8192, 21504, 5376));
-  {
-    // mlx-native's f32-activation SIMD kernel (4 bits, bf16 scales) at one token.
-    const [n, k, gs] = [17408, 5120, 64];
-    const input = random('f32', k);
-    const weight = wordBuffer(dev, (n * k) / 8);
-    const scales = uniformBuffer(dev, 'bf16', [(n * k) / gs], 0.02);
-    const biases = uniformBuffer(dev, 'bf16', [(n * k) / gs], 0.1);
-    const output = dev.alloc('f32', [n]);
-    out.push({ name: `Qwen3.6 up quantized_matmul_simd q4 g64 f32 m=1 n=${n} k=${k}`, flops: 2 * n * k,
-      bytes: (n * k) / 2 + (4 * n * k) / gs + 4 * (k + n), memoryBound: true,
-      record: (e) => quantizedMatmulSimd(e, { input, weight, scales, biases, output, m: 1, k, n, groupSize: gs, bits: 4 }) });
+  // mlx-native's f32-activation SIMD kernel (4 bits, bf16 scales) at one token: what the models' decode steps run
+  // for every non-expert layer (ts/models/blocks.ts linear), at Qwen3.6 up and at Qwen3.6-35B-A3B's own shapes
+  // (hidden 2048): the gated delta net's in_proj (qkv, z, a, b as one product), the attention's (q, gate, k, v),
+  // the out projections, the shared expert's gate/up with its gate logit, its down, and the output projection.
+  out.push(simd('Qwen3.6 up', 17408, 5120));
+  for (const [label, n, k] of [['35B-A3B gdn in_proj', 12352, 2048], ['35B-A3B attn in_proj', 9216, 2048], ['35B-A3B gdn out_proj', 2048, 4096],
+    ['35B-A3B shared gate_up', 1025, 2048], ['35B-A3B shared down', 2048, 512], ['35B-A3B lm_head', 248320, 2048]] as const) {
+    out.push(simd(`Qwen3.6 ${label}`, n, k));
   }
   return out;
 }
@@ -322,6 +335,63 @@ function moeCases(): Case[] {
   return out;
 }
 // ---- end of moe ----
+
+// ---- moe, GGUF blocks: per-expert products of quantized_matmul_id_ggml (floors and predictions: notes/moe-ggml-2026-11-26.md) ----
+
+/**
+ * One expert projection for tokens x topK pairs of numExperts experts with
+ * [E, n, k] GGUF weights (random blocks, small scales), f32 x and y:
+ * quantizedMatmulIdGgml (vector) or quantizedMatmulIdGgmlMm over the
+ * pairs grouped by expert (grouped here, as the affine rows). A down
+ * projection takes one row per pair (tokens x topK rows, one slot each, the
+ * same experts). Bytes, the vector form's floor: the distinct experts'
+ * blocks read once (n rows of k / 256 x 144 bytes for Q4_K), x read, y
+ * written. At the issue's decode shape (8 tokens x top-8 of 512 experts,
+ * Qwen3.6-35B-A3B's hidden 2048 and expert intermediate 512) the routing
+ * below picks 61 distinct experts: 61 x 512 rows x 8 super-blocks x 144
+ * bytes = 35.98 MB of blocks for the gate (or up) projection, the same for
+ * the down one (2048 rows of 2 super-blocks); with x and y, 36.18 and 36.63
+ * MB: floors of 10.8 and 10.9 us at an H100's 3.35 TB/s.
+ */
+function moeGgml(label: string, type: GgmlQuantType, form: 'vector' | 'matrix', tokens: number, topK: number, numExperts: number, n: number,
+  k: number, down = false): Case {
+  const pairIds = routing(tokens, numExperts, topK, 0x5eed + tokens * 31 + numExperts);
+  const nTokens = down ? tokens * topK : tokens;
+  const U = down ? 1 : topK;
+  const ids = dev.upload('u32', [nTokens * U], pairIds);
+  const distinct = new Set(pairIds).size;
+  const expertBytes = n * ggmlRowBytesOf(type, k);
+  const x = random('f32', nTokens * k);
+  const weight = ggmlBlocksBuffer(dev, type, (numExperts * n * k) / ggmlBlockOf(type).qk);
+  const y = dev.alloc('f32', [nTokens * U * n]);
+  const sizes = { nTokens, topK: U, n, k, nExperts: numExperts, ggmlType: type };
+  const flops = 2 * nTokens * U * n * k;
+  const bytes = distinct * expertBytes + 4 * (nTokens * k + nTokens * U * n);
+  const routed = form === 'matrix' ? sorted(pairIds, numExperts) : null;
+  return {
+    name: `${label} ${type} ${form} pairs=${nTokens * U} E=${numExperts} distinct=${distinct} n=${n} k=${k}`,
+    flops, bytes,
+    memoryBound: form === 'vector' || bytes / 3.35e3 > flops / 990e3,
+    record: (e) => {
+      if (routed) quantizedMatmulIdGgmlMm(e, { input: x, weight, output: y, ...sizes, ...routed });
+      else quantizedMatmulIdGgml(e, { input: x, weight, output: y, ids, ...sizes });
+    },
+  };
+}
+
+function moeGgmlCases(): Case[] {
+  if (small) return [moeGgml('small', 'Q4_K', 'vector', 2, 4, 16, 64, 256), moeGgml('small', 'Q4_0', 'matrix', 16, 4, 16, 64, 128)];
+  return [
+    // The issue's decode shape: 8 tokens x top-8 of 512 experts, hidden 2048, intermediate 512 (gate or up; down).
+    moeGgml('8x top-8/512 gate', 'Q4_K', 'vector', 8, 8, 512, 512, 2048),
+    moeGgml('8x top-8/512 down', 'Q4_K', 'vector', 8, 8, 512, 2048, 512, true),
+    // Qwen3.6-35B-A3B: 256 experts; decode (1 token) and a 512-token prefill.
+    moeGgml('Qwen3.6 35B-A3B decode gate', 'Q4_K', 'vector', 1, 8, 256, 512, 2048),
+    moeGgml('Qwen3.6 35B-A3B prefill 512 gate', 'Q4_K', 'matrix', 512, 8, 256, 512, 2048),
+    moeGgml('Qwen3.6 35B-A3B prefill 512 down', 'Q4_K', 'matrix', 512, 8, 256, 2048, 512, true),
+  ];
+}
+// ---- end of moe, GGUF blocks ----
 
 const time = (c: Case, iters: number): number => gpuTimePerDispatch(dev, c.record, iters);
 

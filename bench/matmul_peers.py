@@ -244,3 +244,55 @@ moe("Qwen3.6 35B-A3B prefill 4096 gate_up", "q4", "matrix", True, 4096, 8, 256, 
 moe("Gemma 4 26B-A4B decode gate_up", "q4", "vector", True, 1, 8, 128, 704, 2816)
 moe("Gemma 4 26B-A4B prefill 512 gate_up", "q4", "matrix", True, 512, 8, 128, 704, 2816)
 # ---- end of moe ----
+# ---- moe, GGUF blocks (bench/matmul.ts's moeGgml cases) ----
+# The same routing. Peers on the GGUF blocks [E, n, row bytes] in f32 (x and
+# y f32, as ours): decode shapes gather the routed experts' blocks,
+# dequantize them and multiply (torch.bmm), eager and compiled; prefill
+# shapes loop over the distinct experts, dequantizing each expert once
+# (F.linear per expert, a host sync for the routing). Floor: the distinct
+# experts' blocks read once, x read, y written.
+
+
+def moe_ggml(label, t, form, tokens, top_k, num_experts, n, k, down=False):
+    pair_ids = routing(tokens, num_experts, top_k, 0x5EED + tokens * 31 + num_experts)
+    pairs = len(pair_ids)
+    m = pairs if down else tokens
+    ids = torch.tensor(pair_ids, device=dev)
+    distinct = len(set(pair_ids))
+    flops = 2 * pairs * n * k
+    nbytes = distinct * n * ggml_torch.row_bytes(t, k) + 4 * (m * k + pairs * n)
+    memory_bound = form == "vector" or nbytes / 3.35e3 > flops / 990e3
+    name = f"{label} {t} {form} pairs={pairs} E={num_experts} distinct={distinct} n={n} k={k}"
+    raw = ggml_torch.random_blocks(t, num_experts * n, k, dev).view(num_experts, n, -1)
+    x = torch.randn(m, k, dtype=torch.float32, device=dev) * 0.5
+    rows = torch.arange(pairs, device=dev) if down else torch.arange(pairs, device=dev) // top_k
+
+    def gather_bmm(x, ids):
+        w = ggml_torch.dequantize(raw[ids].reshape(pairs * n, -1), t, k, torch.float32).view(pairs, n, k)
+        return torch.bmm(w, x[rows].unsqueeze(-1)).squeeze(-1)
+
+    def loop(x, ids):
+        out = torch.empty(pairs, n, dtype=torch.float32, device=dev)
+        for e in ids.unique().tolist():
+            sel = (ids == e).nonzero().squeeze(-1)
+            out[sel] = F.linear(x[rows[sel]], ggml_torch.dequantize(raw[e], t, k, torch.float32))
+        return out
+
+    iters = 5 if flops > 1e11 else 20
+    if form == "vector":
+        row(f"dequant gather+bmm {name}", timed(lambda: gather_bmm(x, ids), iters), flops, nbytes, memory_bound)
+        try:
+            compiled = torch.compile(gather_bmm)
+            row(f"compile dequant gather+bmm {name}", timed(lambda: compiled(x, ids), iters), flops, nbytes, memory_bound)
+        except Exception as e:  # a compile failure costs its row, not the run
+            print(f"compile dequant gather+bmm {name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    row(f"dequant expert loop {name}", timed(lambda: loop(x, ids), iters), flops, nbytes, memory_bound)
+    del raw, x
+
+
+moe_ggml("8x top-8/512 gate", "Q4_K", "vector", 8, 8, 512, 512, 2048)
+moe_ggml("8x top-8/512 down", "Q4_K", "vector", 8, 8, 512, 2048, 512, True)
+moe_ggml("Qwen3.6 35B-A3B decode gate", "Q4_K", "vector", 1, 8, 256, 512, 2048)
+moe_ggml("Qwen3.6 35B-A3B prefill 512 gate", "Q4_K", "matrix", 512, 8, 256, 512, 2048)
+moe_ggml("Qwen3.6 35B-A3B prefill 512 down", "Q4_K", "matrix", 512, 8, 256, 2048, 512, True)
+# ---- end of moe, GGUF blocks ----

@@ -11,7 +11,7 @@
 //
 //   bun run bench/models.ts [--small] [--model qwen3_5_moe|gemma4|all] [--quant q4|bf16]
 //                           [--steps N] [--prompt P] [--prefill T] [--rounds R] [--copy-gbs B]
-//                           [--layers L] [--vocab V]
+//                           [--layers L] [--vocab V] [--pdl on|off]
 //
 // --small: tiny dimensions the emulator runs (the same code path); without
 // it the real configurations (cuda: tens of GB of weights). --quant q4 (the
@@ -21,6 +21,8 @@
 // the experts fused as transformers stores them. --copy-gbs: a copy
 // bandwidth (GB/s, bytes read + written, e.g. bench/matmul_peers.py's) used
 // for the floor beside the one measured here (our gather copying 1 GiB).
+// --pdl on|off (cuda): programmatic dependent launch of the registry's
+// kernels (the cuda device option 'pdl', on by default from sm_90).
 // --layers, --vocab: the configuration cut to L layers and a vocabulary of V
 // (the real widths kept), for a quick check of the real shapes, e.g. on the
 // emulator.
@@ -50,7 +52,7 @@
 // scales) come from the host. Backend: MLX_NATIVE_BACKEND or the default.
 
 import { Device, type Buffer, type DType } from '../ts/index.ts';
-import { Checkpoint, Gemma4, Qwen35Moe, gemma4Config, qwen35MoeConfig, type CausalLM, type Linear } from '../ts/models/index.ts';
+import { Checkpoint, Gemma4, Qwen35Moe, gemma4Config, qwen35MoeConfig, type CausalLM, type Linear, type RowsPart } from '../ts/models/index.ts';
 import { gather } from '../ts/ops/embedding.ts';
 import { philox4x32 } from '../ts/ops/sample.ts';
 import { describeModel, WeightSource, type Gemma4Weights, type Qwen35MoeWeights, type TensorInfo, type TensorRef } from '../ts/weights/index.ts';
@@ -80,6 +82,8 @@ const rounds = num('--rounds', small ? 2 : 3);
 const copyGbsArg = opt('--copy-gbs') === undefined ? null : num('--copy-gbs', 1);
 const layersArg = opt('--layers') === undefined ? null : num('--layers', 1);
 const vocabArg = opt('--vocab') === undefined ? null : num('--vocab', 1);
+const pdlArg = opt('--pdl');
+if (pdlArg !== undefined && pdlArg !== 'on' && pdlArg !== 'off') throw new Error(`--pdl must be on or off (got ${pdlArg})`);
 const GROUP = 64, BITS = 4;
 
 // ---- configurations ----
@@ -347,10 +351,10 @@ class DeviceFilled extends Checkpoint {
     return b;
   }
 
-  override linear(parts: readonly { ref: TensorRef; rows?: readonly number[] }[]): Linear {
+  override linear(parts: readonly RowsPart[]): Linear {
     const first = parts[0]!.ref;
     const t = this.source.info(first.name);
-    const n = parts.reduce((acc, p) => acc + (p.rows?.length ?? this.source.info(p.ref.name).shape[0]!), 0);
+    const n = parts.reduce((acc, p) => acc + (p.rows?.length ?? this.source.info(p.ref.name).shape[0]!) + (p.pad ?? 0), 0);
     if (first.scales !== undefined) {
       const q = this.quantization!;
       const packed = t.shape[1]!, k = (packed * 32) / q.bits, groups = k / q.groupSize;
@@ -368,7 +372,7 @@ class DeviceFilled extends Checkpoint {
     return { kind: 'dense', weight, n, k };
   }
 
-  override stack(parts: readonly { ref: TensorRef | string; rows?: readonly number[] }[], rowWidth: number, widen: boolean): Buffer {
+  override stack(parts: readonly RowsPart<TensorRef | string>[], rowWidth: number, widen: boolean): Buffer {
     const name = (r: TensorRef | string) => (typeof r === 'string' ? r : r.name);
     const first = this.source.info(name(parts[0]!.ref));
     const rows = parts.reduce((acc, p) => acc + (p.rows?.length ?? this.source.info(name(p.ref)).elementCount / rowWidth), 0);
@@ -427,6 +431,7 @@ function decodeBytes(arch: 'qwen3_5_moe' | 'gemma4', c: Json, q4: boolean, ctx: 
 // ---- measurement ----
 
 const dev = Device.open();
+if (pdlArg !== undefined) dev.setOption('pdl', pdlArg);
 
 /** Our copy bandwidth: gather copying `bytes` of f32 rows (read + written), best of 5 in one commit each. */
 function copyGbs(bytes: number): number {

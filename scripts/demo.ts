@@ -117,6 +117,7 @@ import { moeDispatchSort } from '../ts/ops/moe_dispatch.ts';
 import { moeWeightedReduce } from '../ts/ops/moe_weighted_reduce.ts';
 import { moeDispatchSortRef } from '../ts/reference/moe_dispatch.ts';
 import { ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml } from '../ts/ops/quantized_matmul_ggml.ts';
+import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlMm } from '../ts/ops/quantized_matmul_id_ggml.ts';
 import { flashAttnVec, flashAttnVecTmpElements, flashAttnVecVarlen, type FlashAttnVecParams, type FlashAttnVecVarlenParams } from '../ts/ops/flash_attn_vec.ts';
 import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
@@ -878,6 +879,57 @@ function main(): number {
     for (const b of [table, idBuf, out, whole]) b.release();
   }
   // --- end of GGUF blocks ---
+
+  // --- GGUF experts: Qwen3.6-35B-A3B's gate projection (2048 -> 512) of 256 Q4_K experts, top-8 ---
+  {
+    // Experts repeat 4 distinct quantized ones (expert e holds e % 4's blocks): 256 experts without their float64 copies.
+    // The emulator's prefill takes 16 of them, so that its tiles hold several pairs.
+    const [topK, n, k, distinct] = [8, 512, 2048, 4];
+    const q = ggmlQuantize('Q4_K', randn(distinct * n * k, 0.05), distinct * n, k);
+    const w = ggmlDequantizeRef('Q4_K', q, distinct * n * k);
+    const expertBytes = n * ggmlRowBytesOf('Q4_K', k);
+    const weight = device.alloc('u8', [256 * expertBytes]);
+    for (let e = 0; e < 256; e += distinct) weight.write(q, { byteOffset: e * expertBytes });
+    for (const tokens of [1, emu ? 16 : 64]) {
+      const E = tokens > 1 && emu ? 16 : 256;
+      const P = tokens * topK;
+      const pick = Array.from({ length: P }, () => Math.floor(rng.uniform(0, E)));
+      const ids = device.upload('u32', [P], pick);
+      const x = stored(device, 'f32', randn(tokens * k));
+      const y = poisoned(device, 'f32', P * n);
+      const a = { input: x.buf, weight, output: y, nTokens: tokens, topK, n, k, nExperts: E, ggmlType: 'Q4_K' as const };
+      const offsets = device.alloc('u32', [E + 2]);
+      const order = device.alloc('u32', [P]);
+      if (tokens > 1) {
+        const enc = device.encoder();
+        moeDispatchSort(enc, { ids, offsets, order, nPairs: P, numExperts: E });
+        enc.commitAndWait();
+        enc.release();
+      }
+      const ms = timed(device, (enc) => (tokens === 1 ? quantizedMatmulIdGgml(enc, { ...a, ids }) : quantizedMatmulIdGgmlMm(enc, { ...a, offsets, order })));
+      // 512 sampled outputs against the float64 product with the dequantized expert.
+      const got = y.readNumbers();
+      const seen: number[] = [];
+      const want: number[] = [];
+      for (let i = 0; i < 512; i++) {
+        const p = Math.floor(rng.uniform(0, P));
+        const j = Math.floor(rng.uniform(0, n));
+        const base = ((pick[p]! % distinct) * n + j) * k;
+        let v = 0;
+        for (let c = 0; c < k; c++) v += x.values[Math.floor(p / topK) * k + c]! * w[base + c]!;
+        seen.push(got[p * n + j]!);
+        want.push(v);
+      }
+      // As the dense GGUF rows: Metal's vector kernel sums f32 products of an f32 weight; its matrix kernel stages the
+      // weight in f16, and CUDA's tensor cores take the weight and x in bf16.
+      const tol = tokens === 1 && device.backend !== 'cuda' ? 1e-5 : 1e-2;
+      rows.push({ kernel: tokens === 1 ? 'kernel_mul_mv_id_q4_K_f32' : 'kernel_mul_mm_id_q4_K_f32', model: 'Qwen3.6 35B-A3B experts gate, GGUF Q4_K',
+        shape: `${tokens} tok x top-${topK} of ${E}, ${k} -> ${n}${tokens > 1 ? note : ''}`, err: scaledErr(seen, want), tol, ms });
+      for (const b of [ids, x.buf, y, offsets, order]) b.release();
+    }
+    weight.release();
+  }
+  // --- end of GGUF experts ---
 
   // --- per-expert (MoE) products: a Qwen3.6-35B-A3B MoE layer, MLX 4-bit g64, and Gemma 4 26B-A4B's bf16 experts ---
   {

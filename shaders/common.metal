@@ -309,3 +309,151 @@ static inline void simd_mma_store(thread simdgroup_matrix<float, 8, 8> (&acc)[TM
         }
     }
 }
+
+// ---- GGUF block formats (quantized_matmul_ggml, quantized_matmul_id_ggml; ts/ops/quantized_matmul_ggml.ts writes each layout down) ----
+
+enum GgmlFormat { GGML_Q4_0 = 2, GGML_Q8_0 = 8, GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14 };
+
+// Values per block and bytes per block.
+constexpr uint ggml_qk(int f) { return f == GGML_Q4_0 || f == GGML_Q8_0 ? 32u : 256u; }
+constexpr uint ggml_block_bytes(int f) {
+    return f == GGML_Q4_0 ? 18u : f == GGML_Q8_0 ? 34u : f == GGML_Q4_K ? 144u : f == GGML_Q5_K ? 176u : 210u;
+}
+// Bytes of a row of K values (K a multiple of the block).
+static inline ulong ggml_row_bytes(int f, ulong K) {
+    return K / ggml_qk(f) * ggml_block_bytes(f);
+}
+
+// The f16 at p (2 bytes, little-endian), as a float.
+static inline float ggml_f16(device const uchar* p) {
+    return float(as_type<half>(ushort(ushort(p[0]) | (ushort(p[1]) << 8))));
+}
+
+// The 6-bit scale and min of sub-block j (0-7) of a Q4_K / Q5_K super-block
+// from its 12 packed bytes s: sub-blocks 0-3 in the low 6 bits of s[j] (scale)
+// and s[j + 4] (min); sub-blocks 4-7 in the nibbles of s[j + 4] (scale low,
+// min high) with their top 2 bits in the high 2 bits of s[j - 4] (scale) and
+// s[j] (min).
+static inline void ggml_scale_min_k4(device const uchar* s, uint j, thread float& sc, thread float& m) {
+    if (j < 4) {
+        sc = float(s[j] & 63u);
+        m = float(s[j + 4] & 63u);
+    } else {
+        sc = float((s[j + 4] & 0xFu) | ((s[j - 4] >> 6) << 4));
+        m = float((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+// Values 16c .. 16c + 15 of a row of blocks at `row`, as floats.
+template <int F> static inline void ggml_deq16(device const uchar* row, ulong c, thread float (&w)[16]);
+
+// Q4_0, 18 bytes per 32 values: d (f16), qs[16]; value j < 16 is the low
+// nibble of qs[j], value j + 16 its high nibble; w = d * (q - 8).
+template <> inline void ggml_deq16<GGML_Q4_0>(device const uchar* row, ulong c, thread float (&w)[16]) {
+    device const uchar* b = row + (c / 2) * 18;
+    const float d = ggml_f16(b);
+    const uint shift = uint(c % 2) * 4;
+    for (short j = 0; j < 16; ++j) {
+        w[j] = d * (float((b[2 + j] >> shift) & 0xFu) - 8.0f);
+    }
+}
+
+// Q8_0, 34 bytes per 32 values: d (f16), qs[32] int8; w = d * q.
+template <> inline void ggml_deq16<GGML_Q8_0>(device const uchar* row, ulong c, thread float (&w)[16]) {
+    device const uchar* b = row + (c / 2) * 34;
+    const float d = ggml_f16(b);
+    device const char* q = (device const char*)(b + 2 + (c % 2) * 16);
+    for (short j = 0; j < 16; ++j) {
+        w[j] = d * float(q[j]);
+    }
+}
+
+// Q4_K, 144 bytes per 256 values: d, dmin (f16), scales[12], qs[128].
+// Sub-block s (values 32s .. 32s + 31) takes nibble s % 2 of qs[32 (s / 2) ..
+// + 32]; w = d * sc_s * q - dmin * m_s.
+template <> inline void ggml_deq16<GGML_Q4_K>(device const uchar* row, ulong c, thread float (&w)[16]) {
+    device const uchar* b = row + (c / 16) * 144;
+    const uint s = uint(c % 16) / 2, h = uint(c % 2);
+    float sc, m;
+    ggml_scale_min_k4(b + 4, s, sc, m);
+    const float a = ggml_f16(b) * sc, o = ggml_f16(b + 2) * m;
+    device const uchar* q = b + 16 + 32 * (s / 2) + 16 * h;
+    const uint shift = (s % 2) * 4;
+    for (short j = 0; j < 16; ++j) {
+        w[j] = a * float((q[j] >> shift) & 0xFu) - o;
+    }
+}
+
+// Q5_K, 176 bytes per 256 values: d, dmin (f16), scales[12], qh[32],
+// qs[128]: Q4_K's nibbles with a fifth bit, bit s of qh[l] for value l of
+// sub-block s (l < 32).
+template <> inline void ggml_deq16<GGML_Q5_K>(device const uchar* row, ulong c, thread float (&w)[16]) {
+    device const uchar* b = row + (c / 16) * 176;
+    const uint s = uint(c % 16) / 2, h = uint(c % 2);
+    float sc, m;
+    ggml_scale_min_k4(b + 4, s, sc, m);
+    const float a = ggml_f16(b) * sc, o = ggml_f16(b + 2) * m;
+    device const uchar* qh = b + 16 + 16 * h;
+    device const uchar* q = b + 48 + 32 * (s / 2) + 16 * h;
+    const uint shift = (s % 2) * 4;
+    for (short j = 0; j < 16; ++j) {
+        const uint v = ((q[j] >> shift) & 0xFu) | (((qh[j] >> s) & 1u) << 4);
+        w[j] = a * float(v) - o;
+    }
+}
+
+// Q6_K, 210 bytes per 256 values: ql[128], qh[64], scales[16] int8, d (f16).
+// Value v = 128 hh + 32 p + l (l < 32) takes nibble p / 2 of ql[64 hh + 32
+// (p % 2) + l] and bits 2p, 2p + 1 of qh[32 hh + l] as its high two bits;
+// chunk (16 values) i has scale scales[i]; w = d * scales[i] * (q - 32).
+template <> inline void ggml_deq16<GGML_Q6_K>(device const uchar* row, ulong c, thread float (&w)[16]) {
+    device const uchar* b = row + (c / 16) * 210;
+    const uint i = uint(c % 16), hh = i / 8, p = (i % 8) / 2, l0 = 16 * (i % 2);
+    const float a = ggml_f16(b + 208) * float(((device const char*)(b + 192))[i]);
+    device const uchar* ql = b + 64 * hh + 32 * (p % 2) + l0;
+    device const uchar* qh = b + 128 + 32 * hh + l0;
+    const uint lo = (p / 2) * 4, hi = 2 * p;
+    for (short j = 0; j < 16; ++j) {
+        const int v = int(((ql[j] >> lo) & 0xFu) | (((qh[j] >> hi) & 3u) << 4)) - 32;
+        w[j] = a * float(v);
+    }
+}
+
+
+// The vector product of weight rows row0 .. row0 + R - 1 (those below N; w
+// N rows of K values in blocks of F) with the K floats at xr, by one
+// simdgroup: lane takes chunks lane, lane + 32, ... of every row, f32
+// products of the f32 dequantized weight, a simd_sum per row; lane 0 writes
+// yr[row0 + r].
+template <int F, short R>
+static inline void ggml_mv_rows(device const uchar* w, device const float* xr, device float* yr, uint N, uint K, uint row0, uint lane) {
+    if (row0 >= N) {
+        return;
+    }
+    const ulong rb = ggml_row_bytes(F, K);
+    float acc[R];
+    for (short r = 0; r < R; ++r) {
+        acc[r] = 0.0f;
+    }
+    for (uint c = lane; c < K / 16; c += 32) {
+        float xv[16];
+        for (short j = 0; j < 16; ++j) {
+            xv[j] = xr[c * 16 + j];
+        }
+        for (short r = 0; r < R; ++r) {
+            float wv[16];
+            ggml_deq16<F>(w + ulong(min(row0 + uint(r), N - 1)) * rb, c, wv);
+            float d = 0.0f;
+            for (short j = 0; j < 16; ++j) {
+                d += wv[j] * xv[j];
+            }
+            acc[r] += d;
+        }
+    }
+    for (short r = 0; r < R; ++r) {
+        const float s = simd_sum(acc[r]);
+        if (lane == 0 && row0 + uint(r) < N) {
+            yr[row0 + r] = s;
+        }
+    }
+}

@@ -27,6 +27,7 @@ import { join } from 'node:path';
 import { BUFFER_ATTR, kernelParams, metalEntries } from '../ts/metal-source.ts';
 import { paramSize, structLayout } from '../ts/params.ts';
 import { stripComments } from '../ts/source-text.ts';
+import { CUDA_PDL_MARK, cudaProgram } from '../ts/registry.ts';
 
 const ROOT = join(import.meta.dir, '..');
 const CXX = ['clang++-19', 'clang++', 'g++'].find((c) => spawnSync('bash', ['-c', `command -v ${c}`]).status === 0);
@@ -175,3 +176,38 @@ function mismatches(metal: string, cuda: Map<string, CudaParam[]>, aliases: Map<
   }
   return problems;
 }
+
+// cudaProgram (ts/registry.ts): what the registry compiles for cuda. Every entry starts with mlxn_entry() (the
+// backend launches the kernels of a marked program with programmatic dependent launch, which is sound only where
+// every kernel waits for the one ahead of it), and an entry the insertion cannot reach is refused, not skipped.
+describe('cudaProgram: every entry waits for the kernel ahead of it', () => {
+  test('marks the program and starts each entry, macro-made ones too, with mlxn_entry() after its brace, lines kept', () => {
+    const text = [
+      '// a comment',
+      'extern "C" __global__ void a(float* x) { x[0] = 1; }',
+      'extern "C" __global__ void __launch_bounds__(256, 2)',
+      '    b(const float* x,',
+      '      float* y) {',
+      '    y[0] = x[0];',
+      '}',
+      '#define MAKE(N) \\',
+      '    extern "C" __global__ void c_##N(float* x) { \\',
+      '        x[0] = N; \\',
+      '    }',
+      'MAKE(1)',
+    ].join('\n');
+    const out = cudaProgram([{ name: 'x.cu', text }]);
+    expect(out.startsWith(CUDA_PDL_MARK)).toBe(true);
+    expect(out.split('mlxn_entry();').length - 1).toBe(3);
+    expect(out).toContain('extern "C" __global__ void a(float* x) { mlxn_entry(); x[0] = 1; }');
+    expect(out).toContain('      float* y) { mlxn_entry();\n');
+    expect(out).toContain('void c_##N(float* x) { mlxn_entry(); \\\n');
+    // Lines keep their numbers: the joined file has the source's lines after its #line.
+    expect(out.split('\n').length).toBe(CUDA_PDL_MARK.split('\n').length - 1 + 1 + text.split('\n').length + 1);
+  });
+  test('refuses an entry that does not start a line, or whose head has a ; before its body', () => {
+    for (const text of ['/* x */ extern "C" __global__ void a(float* x) { }', 'extern "C" __global__ void a(float* x);\nvoid b() { }']) {
+      expect(() => cudaProgram([{ name: 'bad.cu', text }])).toThrow(/cudaProgram: bad\.cu must start each of its 1 extern "C" __global__ entries/);
+    }
+  });
+});

@@ -1,9 +1,12 @@
-// Every CUDA family compiles as the registry joins it (prelude, header,
-// kernels; ts/registry.ts familySources), with nvcc's front end to PTX for
-// sm_90a, where nvcc is installed: a clash in the shared prelude or a
-// kernel that NVRTC would refuse fails here, not first on the GPU machine.
-// The cuda backend compiles with NVRTC at run time; nvcc's front end is the
-// same one.
+// Every CUDA family compiles as the registry builds it (prelude, header,
+// kernels; ts/registry.ts familySources and cudaProgram, which starts every
+// entry with mlxn_entry()), with nvcc's front end to PTX for sm_90a, where
+// nvcc is installed: a clash in the shared prelude or a kernel that NVRTC
+// would refuse fails here, not first on the GPU machine. The cuda backend
+// compiles with NVRTC at run time; nvcc's front end is the same one. Each
+// PTX then holds one griddepcontrol.wait per entry: every kernel waits for
+// the one ahead of it before it touches memory, as programmatic dependent
+// launch requires of every kernel it launches.
 
 import { expect, test } from 'bun:test';
 import { spawnSync } from 'node:child_process';
@@ -11,7 +14,8 @@ import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import '../ts/ops/index.ts'; // every op module: its family's sources are known
-import { joinSources, knownFamilyNames, knownFamilySources } from '../ts/registry.ts';
+import { readFileSync } from 'node:fs';
+import { cudaProgram, knownFamilyNames, knownFamilySources } from '../ts/registry.ts';
 
 const NVCC = ['nvcc', '/usr/local/cuda/bin/nvcc'].find((c) => spawnSync('bash', ['-c', `command -v ${c}`]).status === 0);
 
@@ -32,10 +36,17 @@ test.skipIf(NVCC === undefined)('every CUDA family compiles with nvcc (sm_90a, P
     const worker = async () => {
       for (let f = queue.shift(); f !== undefined; f = queue.shift()) {
         const file = join(dir, `${f.family}.cu`);
-        writeFileSync(file, joinSources(f.cuda));
-        const p = Bun.spawn([NVCC!, '-std=c++17', '-arch=sm_90a', '-ptx', '-o', join(dir, `${f.family}.ptx`), file], { stdout: 'pipe', stderr: 'pipe' });
+        writeFileSync(file, cudaProgram(f.cuda));
+        const ptx = join(dir, `${f.family}.ptx`);
+        const p = Bun.spawn([NVCC!, '-std=c++17', '-arch=sm_90a', '-ptx', '-o', ptx, file], { stdout: 'pipe', stderr: 'pipe' });
         const [code, err] = await Promise.all([p.exited, new Response(p.stderr).text()]);
-        if (code !== 0) failures.push(`${f.family}: ${err.split('\n').filter((l) => l.includes('error')).slice(0, 3).join(' | ')}`);
+        if (code !== 0) {
+          failures.push(`${f.family}: ${err.split('\n').filter((l) => l.includes('error')).slice(0, 3).join(' | ')}`);
+          continue;
+        }
+        const text = readFileSync(ptx, 'utf8');
+        const entries = text.split('\n.visible .entry ').length - 1, waits = text.split('griddepcontrol.wait').length - 1;
+        if (entries === 0 || waits !== entries) failures.push(`${f.family}: ${entries} entries, ${waits} griddepcontrol.wait`);
       }
     };
     await Promise.all([worker(), worker()]);

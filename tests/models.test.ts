@@ -17,9 +17,11 @@ import { join } from 'node:path';
 import { type Device } from '../ts/index.ts';
 import { fromBf16, toBf16 } from '../ts/index.ts';
 import {
-  Scratch, gemma4Config, loadModel, qwen35MoeConfig, rotaryPermutation, routedExperts,
+  Checkpoint, PROJECTION_ROWS, Scratch, gemma4Config, linear, loadModel, project, qwen35MoeConfig, rotaryPermutation, routedExperts,
   type ExpertWeights, type LoadOptions, type RoutedExperts,
 } from '../ts/models/index.ts';
+import { SafetensorsFile, type TensorRef } from '../ts/weights/index.ts';
+import { safetensorsBytes } from './weights-writers.ts';
 import { affineDequantize, affineQuantize, affineWords } from '../ts/reference/quantized_matmul.ts';
 import { describeBackends, describeValidation, expectInvalid, expectInvalidParts, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
 import { quantizeCheckpoint, relayoutCheckpoint, tinyConfig, writeTinyCheckpoint, type Relayout, type TinyArch } from './model-checkpoints.ts';
@@ -294,6 +296,64 @@ function fixtureReference(fx: ModelFixture): ReferenceRun {
   }
   return r;
 }
+
+describeBackends('model projections', ({ device }) => {
+  // Layers of one input stored alike share one product at a decode step; the padding rows between them are never
+  // seen. Every layer's output is held to the product of the same layer loaded alone (the same kernel over the same
+  // rows, so the same values up to the f32 tolerance).
+  test('Checkpoint.projection and project: one product per format at one row, one per layer at more; the values of each layer alone', () => {
+    const d = device(), r = rng(29), K = 64;
+    const tensors: { name: string; dtype: string; shape: number[]; data: Uint8Array }[] = [];
+    const bytes = (a: ArrayBufferView) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+    const dense = (name: string, n: number, dtype: 'BF16' | 'F32'): TensorRef => {
+      const v = randomArray(r, n * K, -0.5, 0.5);
+      tensors.push({ name, dtype, shape: [n, K], data: bytes(dtype === 'BF16' ? toBf16(v) : Float32Array.from(v)) });
+      return { name, dtype, shape: [n, K], transforms: [] };
+    };
+    const affine = (name: string, n: number): TensorRef => {
+      const q = affineQuantize(randomArray(r, n * K, -0.5, 0.5), n, K, 32, 4, 'bf16');
+      tensors.push({ name, dtype: 'U32', shape: [n, K / 8], data: bytes(affineWords(q.packed)) });
+      tensors.push({ name: `${name}.scales`, dtype: 'BF16', shape: [n, 2], data: bytes(toBf16(q.scales)) });
+      tensors.push({ name: `${name}.biases`, dtype: 'BF16', shape: [n, 2], data: bytes(toBf16(q.biases)) });
+      return { name, dtype: 'U32', shape: [n, K / 8], transforms: [], scales: `${name}.scales`, biases: `${name}.biases` };
+    };
+    const a = dense('a', 5, 'BF16'), b = dense('b', 3, 'BF16'), c = affine('c', 9), e = dense('e', 4, 'F32'), f = affine('f', 6);
+    const layers = [[{ ref: a }], [{ ref: b, rows: [2, 0, 1] }], [{ ref: c }], [{ ref: e }], [{ ref: f }], [{ ref: b }, { ref: a }]];
+    const ck = new Checkpoint(SafetensorsFile.fromBytes(safetensorsBytes(tensors)), d, 'stored', { groupSize: 32, bits: 4 });
+    ck.affineScales16 = true;
+    try {
+      const p = ck.projection(layers);
+      // Three formats: dense bf16 (layers 0, 1, 5), affine with bf16 scales (2, 4), dense f32 (3); each layer but a
+      // group's last starts PROJECTION_ROWS-aligned.
+      expect(p.groups.map((g) => [g.members, g.starts, g.linear.n])).toEqual([
+        [[0, 1, 5], [0, 8, 16], 24], [[2, 4], [0, 16], 22], [[3], [0], 4],
+      ]);
+      expect(PROJECTION_ROWS).toBe(8);
+      expect(p.layers.map((l) => l.n)).toEqual([5, 3, 9, 4, 6, 8]);
+      const alone = layers.map((l) => ck.linear(l));
+      for (const t of [1, 3]) {
+        using s = new Scratch(d);
+        using x = d.upload('f32', [t, K], randomArray(r, t * K, -1, 1));
+        using enc = d.encoder();
+        const before = enc.dispatchCount;
+        const outs = project(enc, s, 'p', p, x, t, 'exact');
+        expect(enc.dispatchCount - before).toBe(t === 1 ? 3 : 6);
+        const want = alone.map((l, i) => {
+          const y = s.get(`alone${i}`, 'f32', [t, l.n]);
+          linear(enc, l, x, y, t, 'exact');
+          return y;
+        });
+        enc.commitAndWait();
+        outs.forEach((o, i) => {
+          expect(o.shape).toEqual([t, p.layers[i]!.n]);
+          expect(maxRelErr(o.readNumbers(), want[i]!.readNumbers())).toBeLessThanOrEqual(TOL.f32);
+        });
+      }
+    } finally {
+      ck.release();
+    }
+  });
+});
 
 describe('model fixtures', () => {
   test('all three are committed, from transformers 5.x, and their own checks hold (cache vs full pass, float32 vs float64)', () => {

@@ -9,7 +9,7 @@
 import { expect, test } from 'bun:test';
 import type { Pointer } from 'bun:ffi';
 import { Device, MlxError, patchPlan, type Buffer, type Encoder, type Library } from '../ts/index.ts';
-import { kvCacheCopySeqDual, l2Norm, planKvCacheCopySeqDual } from '../ts/ops/index.ts';
+import { elementwiseAdd, kvCacheCopySeqDual, l2Norm, planKvCacheCopySeqDual } from '../ts/ops/index.ts';
 import { l2NormRef } from '../ts/reference/index.ts';
 import { describeBackends, expectMlxError, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
 import { ADD_K_AND_SPIN } from './replay-kernels.ts';
@@ -51,6 +51,45 @@ function rawMessage(status: number): string {
 }
 
 describeBackends('replay', ({ device }) => {
+  // cuda launches the registry's kernels with programmatic dependent launch (each waits in mlxn_entry for the
+  // kernel ahead of it); a kernel the caller compiled launches in plain stream order. A long chain of dependent
+  // adds over a buffer large enough that each kernel runs for microseconds, with the caller's add_k between them,
+  // must count exactly (small integers in f32), with the option on and off, committed and replayed.
+  test('cuda: dependent kernels see each other\'s writes with programmatic dependent launch on and off', () => {
+    const dev = device();
+    if (dev.backend !== 'cuda') {
+      expect(() => dev.setOption('pdl', 'on')).toThrow(MlxError);
+      return;
+    }
+    const n = 1 << 22, steps = 48;
+    using lib = compile(dev);
+    using x = dev.upload('f32', [n], new Float32Array(n).fill(1));
+    using y = dev.alloc('f32', [n]);
+    try {
+      for (const pdl of ['on', 'off', 'on']) {
+        dev.setOption('pdl', pdl);
+        using enc = dev.encoder({ replayable: true });
+        for (let i = 0; i < steps; i++) {
+          elementwiseAdd(enc, { a: y, b: x, output: y });
+          if (i % 8 === 7) enc.dispatch(lib.pipeline('add_k'), { buffers: [y, y], bytes: [, , f32(2), u32(n)] }, [n / 128, 1, 1], [128, 1, 1]);
+        }
+        const want = steps + 2 * (steps / 8);
+        for (let round = 0; round < 3; round++) {
+          y.fill(0);
+          if (round === 0) enc.commitAndWait();
+          else enc.replayAndWait();
+          const got = y.read();
+          let bad = 0;
+          for (let i = 0; i < n; i++) if (got[i] !== want) bad++;
+          expect(`pdl ${pdl} round ${round}: ${bad} wrong`).toBe(`pdl ${pdl} round ${round}: 0 wrong`);
+        }
+      }
+      expect(() => dev.setOption('pdl', 'maybe')).toThrow(/option pdl must be on or off \(got 'maybe'\)/);
+    } finally {
+      dev.setOption('pdl', 'on');
+    }
+  });
+
   test('replays equal fresh commits of the same work, for new inputs each step', async () => {
     const dev = device();
     const r = rng(1);

@@ -229,7 +229,10 @@ export class Device {
     return this.registry;
   }
 
-  /** Sets a backend option; the emulator knows "schedule" (sequential | random), "seed" and "timeout_ms". */
+  /**
+   * Sets a backend option; the emulator knows "schedule" (sequential | random), "seed" and "timeout_ms", cuda
+   * "pdl" (on | off: programmatic dependent launch of the registry's kernels, on by default from sm_90).
+   */
   setOption(key: string, value: string): void {
     check(this.state.sym.mlxn_device_set_option(this.handle(), key, value, msgBuf, msgCap), `Device.setOption(${key}=${value})`);
   }

@@ -32,6 +32,38 @@ export function joinSources(files: readonly SourceFile[]): string {
   return out;
 }
 
+/** The first line of cudaProgram's programs (native/cuda/src/backend.cpp reads it). */
+export const CUDA_PDL_MARK = '#define MLXN_PDL 1\n';
+
+/** An entry's head up to its body's brace: at a line start (a comment never matches), no `;` (a declaration). */
+const CUDA_ENTRY_HEAD = /^[ \t]*extern "C" __global__[^{;]*\{/gm;
+
+/**
+ * The CUDA program of files as the registry compiles it: CUDA_PDL_MARK, then
+ * the files joined (joinSources) with `mlxn_entry();` as the first statement
+ * of every `extern "C" __global__` entry (after its body's brace, on the same
+ * line, so lines keep their numbers; entries written by macros included).
+ * The mark tells the cuda backend that every entry waits for the kernel
+ * ahead of it (shaders/cuda/common.cuh mlxn_entry), so it may launch them
+ * with programmatic dependent launch. Refuses a file with an entry whose
+ * head the pattern does not reach (every `extern "C" __global__` must start a
+ * line and reach its brace without a `;`).
+ */
+export function cudaProgram(files: readonly SourceFile[]): string {
+  return CUDA_PDL_MARK + joinSources(files.map((f) => {
+    let heads = 0;
+    const text = f.text.replace(CUDA_ENTRY_HEAD, (head) => {
+      heads++;
+      return `${head} mlxn_entry();`;
+    });
+    const entries = f.text.split('extern "C" __global__').length - 1;
+    if (heads !== entries) {
+      throw new MlxError('InvalidArgument', `cudaProgram: ${f.name} must start each of its ${entries} extern "C" __global__ entries on a line of its own and reach the body's { without a ';' (got ${heads} such entries)`);
+    }
+    return { name: f.name, text };
+  }));
+}
+
 /**
  * The sources of a family, in the order the registry compiles them: the
  * prelude of the language, the family's header of param structs
@@ -194,7 +226,7 @@ export class KernelRegistry {
     if (sources.cuda === undefined) {
       throw new MlxError('KernelNotFound', `KernelRegistry: family ${family} has no CUDA source, so it cannot run on the cuda backend`);
     }
-    return { source: joinSources(sources.cuda), name: `${family}.cu` };
+    return { source: cudaProgram(sources.cuda), name: `${family}.cu` };
   }
 
   private take(key: string, job: CompileJob): Library {

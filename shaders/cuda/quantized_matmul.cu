@@ -76,6 +76,15 @@ __device__ __forceinline__ void qmv_step(float (&acc)[4], const TX* xc, bool liv
     }
 }
 
+// A lane's two weight rows r0 and r1: their packed words, scales and biases.
+template <typename TS> struct QmvRows {
+    const unsigned char* w[2];
+    const TS* sc[2];
+    const TS* bi[2];
+    __device__ __forceinline__ QmvRows(const unsigned char* w_, const TS* sc_, const TS* bi_, u64 r0, u64 r1, u64 w_row, u64 s_row)
+        : w{w_ + r0 * w_row, w_ + r1 * w_row}, sc{sc_ + r0 * s_row, sc_ + r1 * s_row}, bi{bi_ + r0 * s_row, bi_ + r1 * s_row} {}
+};
+
 // The ring of a warp's `mine` steps (qmv_tc's comment): issue(u, i) loads
 // step i into slot u, step(u, i) computes slot u's step i, which is then
 // refilled with step i + U.
@@ -116,13 +125,7 @@ __device__ __forceinline__ void qmv_tc(const TX* x, const unsigned char* w, cons
     // This warp's steps: warp + QMV_WARPS * i for i < mine.
     const u32 mine = warp < steps ? (steps - warp + QMV_WARPS - 1u) / QMV_WARPS : 0u;
     const u64 w_row = u64(K) * BITS / 8u, s_row = K / gs;
-    const u64 r0 = min(row0 + g, N - 1u), r1 = min(row0 + g + 8u, N - 1u);
-    const unsigned char* w0 = w + r0 * w_row;
-    const unsigned char* w1 = w + r1 * w_row;
-    const TS* sc0 = sc + r0 * s_row;
-    const TS* sc1 = sc + r1 * s_row;
-    const TS* bi0 = bi + r0 * s_row;
-    const TS* bi1 = bi + r1 * s_row;
+    const QmvRows<TS> rows(w, sc, bi, min(row0 + g, N - 1u), min(row0 + g + 8u, N - 1u), w_row, s_row);
     const TX* xr = x + u64(min(g, m - 1u)) * K;
 
     u32 wq[U][2][BITS];
@@ -133,12 +136,12 @@ __device__ __forceinline__ void qmv_tc(const TX* x, const unsigned char* w, cons
         const u32 c = 4u * (warp + QMV_WARPS * i) + t;
         if (i < mine && c < chunks) {
             const u64 gi = u64(c) * 32u / gs;
-            load_chunk<BITS, true>(w0 + u64(c) * BITS * 4u, wq[u][0]);
-            load_chunk<BITS, true>(w1 + u64(c) * BITS * 4u, wq[u][1]);
-            sv[u][0] = sc0[gi];
-            sv[u][1] = sc1[gi];
-            bv[u][0] = bi0[gi];
-            bv[u][1] = bi1[gi];
+            load_chunk<BITS, true>(rows.w[0] + u64(c) * BITS * 4u, wq[u][0]);
+            load_chunk<BITS, true>(rows.w[1] + u64(c) * BITS * 4u, wq[u][1]);
+            sv[u][0] = rows.sc[0][gi];
+            sv[u][1] = rows.sc[1][gi];
+            bv[u][0] = rows.bi[0][gi];
+            bv[u][1] = rows.bi[1][gi];
         } else {
 #pragma unroll
             for (int j = 0; j < BITS; ++j) wq[u][0][j] = wq[u][1][j] = 0u;
@@ -188,13 +191,7 @@ __device__ __forceinline__ void qmv_ks(const TX* x, const unsigned char* w, cons
     const u32 mine = warp < steps ? (steps - warp + QMV_WARPS - 1u) / QMV_WARPS : 0u;
     const u64 w_row = u64(K) * BITS / 8u, s_row = K / gs;
     const u32 qa = g / RT, qb = (g + 8u) / RT, qx = g % KP;  // parts of A-rows g, g + 8 and of B's column g
-    const u64 r0 = min(row0 + g % RT, N - 1u), r1 = min(row0 + (g + 8u) % RT, N - 1u);
-    const unsigned char* w0 = w + r0 * w_row;
-    const unsigned char* w1 = w + r1 * w_row;
-    const TS* sc0 = sc + r0 * s_row;
-    const TS* sc1 = sc + r1 * s_row;
-    const TS* bi0 = bi + r0 * s_row;
-    const TS* bi1 = bi + r1 * s_row;
+    const QmvRows<TS> rows(w, sc, bi, min(row0 + g % RT, N - 1u), min(row0 + (g + 8u) % RT, N - 1u), w_row, s_row);
 
     u32 wq[U][2][BITS];
     TS sv[U][2], bv[U][2];
@@ -207,9 +204,9 @@ __device__ __forceinline__ void qmv_ks(const TX* x, const unsigned char* w, cons
             const u32 c = h ? cb : ca;
             if (live && c < chunks) {
                 const u64 gi = u64(c) * 32u / gs;
-                load_chunk<BITS, true>((h ? w1 : w0) + u64(c) * BITS * 4u, wq[u][h]);
-                sv[u][h] = (h ? sc1 : sc0)[gi];
-                bv[u][h] = (h ? bi1 : bi0)[gi];
+                load_chunk<BITS, true>(rows.w[h] + u64(c) * BITS * 4u, wq[u][h]);
+                sv[u][h] = rows.sc[h][gi];
+                bv[u][h] = rows.bi[h][gi];
             } else {
 #pragma unroll
                 for (int j = 0; j < BITS; ++j) wq[u][h][j] = 0u;

@@ -89,6 +89,43 @@ export function linear(enc: Encoder, lin: Linear, x: Buffer, y: Buffer, m: numbe
   }
 }
 
+/**
+ * Linear layers that read one input (Checkpoint.projection): each layer, and
+ * the stacked Linears of the layers stored alike, with the row each layer
+ * starts at in its group's.
+ */
+export interface Projection {
+  readonly layers: readonly Linear[];
+  readonly groups: readonly { readonly linear: Linear; readonly members: readonly number[]; readonly starts: readonly number[] }[];
+}
+
+/**
+ * y_i [t, n_i] f32 = x [t, k] W_i^T for every layer of p, in its order. One
+ * row (a decode step): one product per group, each layer's output a view of
+ * its group's [1, n] row (the padding rows' outputs unread). More rows: one
+ * product per layer, each into its own scratch buffer (the layers' outputs
+ * must each be contiguous). Scratch names start with key.
+ */
+export function project(enc: Encoder, s: Scratch, key: string, p: Projection, x: Buffer, t: number, precision: ProductPrecision): Buffer[] {
+  const out: Buffer[] = new Array(p.layers.length);
+  if (t === 1) {
+    p.groups.forEach((g, i) => {
+      // Named by its width too: one key may serve projections of several shapes (Gemma 4's shared layers).
+      const y = s.get(`${key}.${i}.${g.linear.n}`, 'f32', [1, g.linear.n]);
+      linear(enc, g.linear, x, y, 1, precision);
+      g.members.forEach((m, j) => {
+        out[m] = g.members.length === 1 ? y : y.view('f32', [1, p.layers[m]!.n], g.starts[j]! * 4);
+      });
+    });
+  } else {
+    p.layers.forEach((lin, m) => {
+      out[m] = s.get(`${key}.layer${m}.${lin.n}`, 'f32', [t, lin.n]);
+      linear(enc, lin, x, out[m]!, t, precision);
+    });
+  }
+  return out;
+}
+
 /** Rows [start, start + count) of a buffer seen as [rows, width] (a view; 16-byte aligned starts). */
 export function rows(buf: Buffer, start: number, count: number, width: number): Buffer {
   return buf.view(buf.dtype, [count, width], start * width * sizeOf(buf.dtype));

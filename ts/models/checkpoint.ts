@@ -11,7 +11,7 @@ import type { DType } from '../dtype.ts';
 import { fromBf16, fromF16 } from '../dtype.ts';
 import { MlxError } from '../errors.ts';
 import type { TensorRef, WeightSource } from '../weights/index.ts';
-import type { Linear } from './blocks.ts';
+import type { Linear, Projection } from './blocks.ts';
 
 /** How weights go to the device. */
 export type WeightDtype =
@@ -19,6 +19,20 @@ export type WeightDtype =
   | 'stored'
   /** Every floating-point weight widened to f32 (exact, twice the memory of bf16). */
   | 'f32';
+
+/** Rows of a tensor (all of them, or rows[i] = the stored row at new row i), then pad zero rows. */
+export interface RowsPart<R = TensorRef> {
+  readonly ref: R;
+  readonly rows?: readonly number[];
+  readonly pad?: number;
+}
+
+/**
+ * Layers of a Projection start at multiples of this many rows: their weight
+ * rows, scales and f32 outputs then start at 16-byte multiples (a view's
+ * alignment) whatever the row width.
+ */
+export const PROJECTION_ROWS = 8;
 
 /** MLX affine quantization of a checkpoint (config.json's "quantization"). */
 export interface AffineQuantization {
@@ -86,7 +100,7 @@ export class Checkpoint {
   }
 
   /** A tensor's rows reordered (rowOrder[i] = the stored row at new row i), or stacked from several tensors, as stored. */
-  rowsOf(parts: readonly { ref: TensorRef | string; rows?: readonly number[] }[], rowWidth: number): { data: Uint8Array; dtype: DType; rows: number } {
+  rowsOf(parts: readonly RowsPart<TensorRef | string>[], rowWidth: number): { data: Uint8Array; dtype: DType; rows: number } {
     let dtype: DType | null = null;
     const chunks: Uint8Array[] = [];
     let rows = 0;
@@ -100,10 +114,10 @@ export class Checkpoint {
       const rowBytes = rowWidth * bytesOf(d);
       const n = bytes.byteLength / rowBytes;
       const order = p.rows ?? Array.from({ length: n }, (_, i) => i);
-      const out = new Uint8Array(order.length * rowBytes);
+      const out = new Uint8Array((order.length + (p.pad ?? 0)) * rowBytes);
       order.forEach((r, i) => out.set(bytes.subarray(r * rowBytes, (r + 1) * rowBytes), i * rowBytes));
       chunks.push(out);
-      rows += order.length;
+      rows += order.length + (p.pad ?? 0);
     }
     const data = new Uint8Array(chunks.reduce((s, c) => s + c.byteLength, 0));
     let at = 0;
@@ -133,16 +147,17 @@ export class Checkpoint {
    * (packed u32 too), 16-bit floats widened to f32 when `widen`: a MoE
    * layer's expert tensors.
    */
-  stack(parts: readonly { ref: TensorRef | string; rows?: readonly number[] }[], rowWidth: number, widen: boolean): Buffer {
+  stack(parts: readonly RowsPart<TensorRef | string>[], rowWidth: number, widen: boolean): Buffer {
     return this.uploadRows(this.rowsOf(parts, rowWidth), rowWidth, widen);
   }
 
   /**
    * A linear layer from its weight ([n, k] as stored, or MLX affine: packed
    * u32 [n, k * bits / 32] with scales and biases [n, k / groupSize]); with
-   * parts, the rows of several tensors stacked (each optionally reordered).
+   * parts, the rows of several tensors stacked (each optionally reordered,
+   * and followed by zero rows).
    */
-  linear(parts: readonly { ref: TensorRef; rows?: readonly number[] }[]): Linear {
+  linear(parts: readonly RowsPart[]): Linear {
     const first = parts[0]!.ref;
     const t = this.source.info(first.name);
     if (first.scales !== undefined || first.biases !== undefined) {
@@ -151,20 +166,20 @@ export class Checkpoint {
       const packed = t.shape[1]!;
       const k = (packed * 32) / q.bits;
       const groups = k / q.groupSize;
-      const w = this.uploadRows(this.rawRows(parts.map((p) => ({ name: p.ref.name, rows: p.rows }))), packed);
-      const scaleParts = parts.map((p) => ({ ref: p.ref.scales!, rows: p.rows }));
-      const biasParts = parts.map((p) => ({ ref: p.ref.biases!, rows: p.rows }));
+      const w = this.uploadRows(this.rawRows(parts.map((p) => ({ ...p, ref: p.ref.name }))), packed);
+      const scaleParts = parts.map((p) => ({ ...p, ref: p.ref.scales! }));
+      const biasParts = parts.map((p) => ({ ...p, ref: p.ref.biases! }));
       if (this.keepsScales16([...scaleParts, ...biasParts].map((p) => p.ref))) {
         const scales16 = this.uploadRows(this.rowsOf(scaleParts, groups), groups, false);
         const biases16 = this.uploadRows(this.rowsOf(biasParts, groups), groups, false);
         return { kind: 'affine', weight: w, scales: scales16, biases: biases16, n: w.shape[0]!, k, groupSize: q.groupSize, bits: q.bits };
       }
-      const scales = this.f32Rows(scaleParts.map((p) => ({ name: p.ref, rows: p.rows })), groups);
-      const biases = this.f32Rows(biasParts.map((p) => ({ name: p.ref, rows: p.rows })), groups);
+      const scales = this.f32Rows(scaleParts, groups);
+      const biases = this.f32Rows(biasParts, groups);
       return { kind: 'affine', weight: w, scales, biases, n: w.shape[0]!, k, groupSize: q.groupSize, bits: q.bits };
     }
     const k = t.shape[t.shape.length - 1]!;
-    const single = parts.length === 1 && parts[0]!.rows === undefined;
+    const single = parts.length === 1 && parts[0]!.rows === undefined && !parts[0]!.pad;
     const weight = single ? this.tensor(first, [t.elementCount / k, k]) : this.uploadRows(this.rowsOf(parts, k), k);
     return { kind: 'dense', weight, n: weight.shape[0]!, k };
   }
@@ -179,15 +194,62 @@ export class Checkpoint {
     return { kind: 'dense', weight: this.f32(values, [n, k]), n, k };
   }
 
-  private rawRows(parts: readonly { name: string; rows?: readonly number[] | undefined }[]) {
-    const first = this.source.info(parts[0]!.name);
-    const width = first.storage.shape[first.storage.shape.length - 1]!;
-    return this.rowsOf(parts.map((p) => (p.rows === undefined ? { ref: p.name } : { ref: p.name, rows: p.rows })), width);
+  /**
+   * Linear layers that read one input (each given as linear's parts),
+   * grouped by how they are stored: the layers of a group stacked into one
+   * Linear, each but the last followed by zero rows up to a multiple of
+   * PROJECTION_ROWS; every layer also a row view of its group's Linear.
+   */
+  projection(layers: readonly (readonly RowsPart[])[]): Projection {
+    const byFormat = new Map<string, number[]>();
+    layers.forEach((l, i) => {
+      const key = this.formatOf(l);
+      const members = byFormat.get(key);
+      if (members === undefined) byFormat.set(key, [i]);
+      else members.push(i);
+    });
+    const rowsIn = (layer: readonly RowsPart[]) => layer.reduce((acc, p) => acc + (p.rows?.length ?? this.source.info(p.ref.name).shape[0]!), 0);
+    const out: Linear[] = new Array(layers.length);
+    const groups: Projection['groups'][number][] = [];
+    for (const members of byFormat.values()) {
+      const starts: number[] = [];
+      let at = 0;
+      const parts = members.flatMap((m, j) => {
+        const layer = layers[m]!;
+        const n = rowsIn(layer);
+        starts.push(at);
+        const pad = j === members.length - 1 ? 0 : Math.ceil(n / PROJECTION_ROWS) * PROJECTION_ROWS - n;
+        at += n + pad;
+        return pad === 0 ? layer : [...layer.slice(0, -1), { ...layer[layer.length - 1]!, pad }];
+      });
+      const whole = this.linear(parts);
+      members.forEach((m, j) => {
+        out[m] = members.length === 1 ? whole : Checkpoint.rowsView(whole, starts[j]!, rowsIn(layers[m]!));
+      });
+      groups.push({ linear: whole, members, starts });
+    }
+    return { layers: out, groups };
   }
 
-  private f32Rows(parts: readonly { name: string; rows?: readonly number[] | undefined }[], width: number): Buffer {
-    const values = parts.map((p) => this.host(p.name));
-    const total = parts.reduce((acc, p, i) => acc + (p.rows?.length ?? values[i]!.length / width), 0);
+  /** What decides whether layers can share one product: the kind, the stored (or widened) dtype and the row width. */
+  private formatOf(layer: readonly RowsPart[]): string {
+    const first = layer[0]!.ref;
+    const t = this.source.info(first.name);
+    if (first.scales !== undefined) {
+      return `affine ${t.shape[1]} ${this.keepsScales16([first.scales, first.biases!]) ? 'bf16' : 'f32'}`;
+    }
+    return `dense ${this.dtype === 'f32' || t.dtype === 'F32' ? 'F32' : t.dtype} ${t.shape[t.shape.length - 1]}`;
+  }
+
+  private rawRows(parts: readonly RowsPart<string>[]) {
+    const first = this.source.info(parts[0]!.ref);
+    const width = first.storage.shape[first.storage.shape.length - 1]!;
+    return this.rowsOf(parts, width);
+  }
+
+  private f32Rows(parts: readonly RowsPart<string>[], width: number): Buffer {
+    const values = parts.map((p) => this.host(p.ref));
+    const total = parts.reduce((acc, p, i) => acc + (p.rows?.length ?? values[i]!.length / width) + (p.pad ?? 0), 0);
     const out = new Float32Array(total * width);
     let at = 0;
     parts.forEach((p, i) => {
@@ -198,6 +260,7 @@ export class Checkpoint {
       } else {
         for (const r of p.rows) out.set(v.subarray(r * width, (r + 1) * width), width * at++);
       }
+      at += p.pad ?? 0;
     });
     return this.f32(out, [total, width]);
   }

@@ -27,11 +27,17 @@
 // weight (f32); the routed experts as stored (blocks.ts RoutedExperts;
 // dense ones widened to f32 for the 'exact' precision), the scale per expert
 // applied to the routing weights by fused_moe_routing.
+//
+// A decode step runs the query, key and value projections stored alike as
+// one product (blocks.ts project). Every norm followed by its residual add
+// is one fused_norm_add (the last of a layer with the layer scalar folded
+// in: fused_norm_add_scalar).
 
 import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { cast, elementwiseAdd, scalarMul } from '../ops/elementwise.ts';
+import { fusedNormAdd, fusedNormAddScalar } from '../ops/fused_norm.ts';
 import { moeWeightedSumSeq, moeWeightedSumSeqKernel } from '../ops/moe_dispatch.ts';
 import { embedding } from '../ops/embedding.ts';
 import { fusedHeadNormRope } from '../ops/fused_head_norm_rope.ts';
@@ -40,7 +46,7 @@ import { rmsNorm } from '../ops/rms_norm.ts';
 import { softcap } from '../ops/softmax.ts';
 import type { Gemma4Layer, Gemma4Weights } from '../weights/index.ts';
 import { invalid } from '../validate.ts';
-import { linear, routedExperts, rows, type Linear, type RoutedExperts } from './blocks.ts';
+import { linear, project, routedExperts, rows, type Linear, type Projection, type RoutedExperts } from './blocks.ts';
 import { attentionDecode, attentionPrefill, fillCache, newKvCache, releaseKvCache, type AttentionSpec, type KvCache } from './attention.ts';
 import { Checkpoint } from './checkpoint.ts';
 import type { Gemma4Config, Gemma4LayerConfig } from './config.ts';
@@ -48,6 +54,8 @@ import { expertsFor } from './experts.ts';
 import { CausalLM, type ModelOptions } from './model.ts';
 
 interface AttentionWeights {
+  /** q, then k and v where the layer has them. */
+  readonly inProj: Projection;
   readonly q: Linear;
   readonly o: Linear;
   readonly qNorm: Buffer;
@@ -81,7 +89,9 @@ interface LayerWeights {
   readonly mlpDown: Linear;
   readonly moe: MoeWeights | null;
   readonly perLayer: { readonly gate: Linear; readonly proj: Linear; readonly norm: Buffer } | null;
+  /** The layer scalar, and as f32 [1] where it is not 1. */
   readonly scalar: number;
+  readonly scalarBuf: Buffer | null;
 }
 
 export class Gemma4 extends CausalLM {
@@ -120,13 +130,15 @@ export class Gemma4 extends CausalLM {
     const owns = cfg.kvSource === l.index;
     if (owns && (a.kProj === null || a.kNorm === null)) throw invalid('loadModel', `layer ${l.index}`, 'k_proj and k_norm (it computes its own keys)', 'none');
     if (owns && !cfg.kEqV && a.vProj === null) throw invalid('loadModel', `layer ${l.index}`, 'v_proj (attention_k_eq_v is off here)', 'none');
+    const inProj = ck.projection([[{ ref: a.qProj }], ...(owns ? [[{ ref: a.kProj! }]] : []), ...(owns && !cfg.kEqV ? [[{ ref: a.vProj! }]] : [])]);
     const attn: AttentionWeights = {
-      q: ck.linear([{ ref: a.qProj }]),
+      inProj,
+      q: inProj.layers[0]!,
       o: ck.linear([{ ref: a.oProj }]),
       qNorm: norm(a.qNorm, cfg.headDim),
-      k: owns ? ck.linear([{ ref: a.kProj! }]) : null,
+      k: owns ? inProj.layers[1]! : null,
       kNorm: owns ? norm(a.kNorm!, cfg.headDim) : null,
-      v: owns && !cfg.kEqV ? ck.linear([{ ref: a.vProj! }]) : null,
+      v: owns && !cfg.kEqV ? inProj.layers[2]! : null,
       freqFactors: cfg.ropeFactor === 1 ? null : ck.f32(new Float32Array(Math.max(1, cfg.halfRopeDim)).fill(cfg.ropeFactor), [Math.max(1, cfg.halfRopeDim)]),
     };
     let moe: MoeWeights | null = null;
@@ -148,6 +160,7 @@ export class Gemma4 extends CausalLM {
       throw invalid('loadModel', `layer ${l.index}'s MoE tensors`, 'present (enable_moe_block is on)', 'absent');
     }
     const ple = l.perLayerInput;
+    const scalar = l.layerScalar === null ? 1 : ck.host(l.layerScalar)[0]!;
     return {
       cfg,
       inputNorm: norm(l.inputNorm),
@@ -159,7 +172,8 @@ export class Gemma4 extends CausalLM {
       mlpDown: ck.linear([{ ref: l.mlp.down }]),
       moe,
       perLayer: ple === null ? null : { gate: ck.linear([{ ref: ple.gate }]), proj: ck.linear([{ ref: ple.projection }]), norm: norm(ple.postNorm) },
-      scalar: l.layerScalar === null ? 1 : ck.host(l.layerScalar)[0]!,
+      scalar,
+      scalarBuf: scalar === 1 ? null : ck.f32(Float32Array.of(scalar), [1]),
     };
   }
 
@@ -180,11 +194,15 @@ export class Gemma4 extends CausalLM {
     const pli = this.perLayer === null ? null : this.perLayerInputs(enc, ids, hostIds, h, t);
     const positions = this.positions(t);
     const norm = (input: Buffer, weight: Buffer, output: Buffer) => rmsNorm(enc, { input, weight, output, rows: t, dim: H, eps });
+    // h += rms_norm(y) w, times the layer scalar where `last` and it is not 1.
+    const normAdd = (l: LayerWeights, weight: Buffer, last: boolean) => {
+      if (last && l.scalarBuf !== null) fusedNormAddScalar(enc, { residual: h, input: y, weight, output: h, scalar: l.scalarBuf, rows: t, dim: H, eps });
+      else fusedNormAdd(enc, { residual: h, input: y, weight, output: h, rows: t, dim: H, eps });
+    };
     for (const [i, l] of this.layers.entries()) {
       norm(h, l.inputNorm, x);
       this.attention(enc, i, l, x, y, t, positions);
-      norm(y, l.postAttnNorm, y);
-      elementwiseAdd(enc, { a: h, b: y, output: h });
+      normAdd(l, l.postAttnNorm, false);
       norm(h, l.preFfNorm, x);
       const i2 = l.cfg.intermediateSize;
       const gu = s.get(`mlp.gateUp.${i2}`, 'f32', [t, 2 * i2]);
@@ -193,18 +211,15 @@ export class Gemma4 extends CausalLM {
       geluTanhMulHalves(enc, { gateUp: gu, output: act, rows: t, dim: i2 });
       linear(enc, l.mlpDown, act, y, t, this.precision);
       if (l.moe !== null) this.moe(enc, l.moe, h, y, t);
-      norm(y, l.postFfNorm, y);
-      elementwiseAdd(enc, { a: h, b: y, output: h });
+      normAdd(l, l.postFfNorm, l.perLayer === null);
       if (l.perLayer !== null) {
         const P = c.perLayerInputSize;
         const g = s.get('pli.gate', 'f32', [t, P]);
         linear(enc, l.perLayer.gate, h, g, t, this.precision);
         geluTanhMul(enc, { gate: g, up: rows(pli!, i * t, t, P), output: g });
         linear(enc, l.perLayer.proj, g, y, t, this.precision);
-        norm(y, l.perLayer.norm, y);
-        elementwiseAdd(enc, { a: h, b: y, output: h });
+        normAdd(l, l.perLayer.norm, true);
       }
-      if (l.scalar !== 1) scalarMul(enc, { input: h, output: h, scalar: l.scalar });
     }
     const last = rows(h, t - logitRows, logitRows, H);
     const xn = s.get('xLast', 'f32', [logitRows, H]);
@@ -248,21 +263,30 @@ export class Gemma4 extends CausalLM {
   private attention(enc: Encoder, i: number, l: LayerWeights, x: Buffer, out: Buffer, t: number, positions: Buffer): void {
     const c = this.config, s = this.scratch, p = this.precision, cfg = l.cfg, a = l.attn;
     const d = cfg.headDim, nh = c.numHeads, nkv = cfg.numKvHeads;
-    const q = s.get(`attn.q.${d}`, 'f32', [t, nh, d]);
     const o = s.get(`attn.o.${d}`, 'f32', [t, nh, d]);
-    linear(enc, a.q, x, q, t, p);
+    // This layer's keys and values [t, nkv, d] (kept per layer through a prompt: shared layers read them).
+    const kOut = s.get(`kv.${cfg.kvSource}.k`, 'f32', [t, nkv, d]);
+    const vOut = s.get(`kv.${cfg.kvSource}.v`, 'f32', [t, nkv, d]);
+    const owns = a.k !== null;
+    let q: Buffer, k = kOut, v = vOut;
+    if (t === 1) {
+      // One token: q, k and v in one product (views of its row); a shared layer's reads of k and v come from the cache.
+      const outs = project(enc, s, `attn.in.${d}`, a.inProj, x, 1, p);
+      q = outs[0]!.view('f32', [1, nh, d], 0);
+      if (owns) k = outs[1]!.view('f32', [1, nkv, d], 0);
+      if (a.v !== null) v = outs[2]!.view('f32', [1, nkv, d], 0);
+    } else {
+      q = s.get(`attn.q.${d}`, 'f32', [t, nh, d]);
+      linear(enc, a.q, x, q, t, p);
+      if (owns) linear(enc, a.k!, x, k, t, p);
+      if (a.v !== null) linear(enc, a.v, x, v, t, p);
+    }
     const rope = {
       positions, seqLen: t, headDim: d, halfRopeDim: cfg.halfRopeDim, eps: c.rmsNormEps, theta: cfg.ropeTheta,
       ...(a.freqFactors !== null ? { freqFactors: a.freqFactors } : {}),
     };
     fusedHeadNormRope(enc, { ...rope, input: q, output: q, weight: a.qNorm, nHeads: nh });
-    // This layer's keys and values [t, nkv, d] (kept per layer through a prompt: shared layers read them).
-    const k = s.get(`kv.${cfg.kvSource}.k`, 'f32', [t, nkv, d]);
-    const v = s.get(`kv.${cfg.kvSource}.v`, 'f32', [t, nkv, d]);
-    const owns = a.k !== null;
     if (owns) {
-      linear(enc, a.k!, x, k, t, p);
-      if (a.v !== null) linear(enc, a.v, x, v, t, p);
       // v = rms_norm(raw values) without weight; with keys as values, the raw keys (before k_norm).
       rmsNorm(enc, { input: a.v !== null ? v : k, output: v, rows: t * nkv, dim: d, eps: c.rmsNormEps });
       fusedHeadNormRope(enc, { ...rope, input: k, output: k, weight: a.kNorm!, nHeads: nkv });
@@ -296,7 +320,7 @@ export class Gemma4 extends CausalLM {
     }
     const e = s.get('moe.sum', 'f32', [t, H]);
     moeWeightedSumSeq(enc, { expertOutputs: outputs, weights: routed.weights, output: e, hiddenSize: H, topK: m.topK, nTokens: t });
-    rmsNorm(enc, { input: e, weight: w.postNorm2, output: e, rows: t, dim: H, eps });
-    elementwiseAdd(enc, { a: y, b: e, output: y });
+    // y += rms_norm(e) w_post_ff2
+    fusedNormAdd(enc, { residual: y, input: e, weight: w.postNorm2, output: y, rows: t, dim: H, eps });
   }
 }

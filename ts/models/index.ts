@@ -13,10 +13,11 @@ import { quantizationOf, type ModelOptions } from './model.ts';
 import { Qwen35Moe } from './qwen3_5_moe.ts';
 
 export {
-  linear, routedExperts, rows, Scratch, type ExpertOutputs, type ExpertWeights, type Linear, type ProductPrecision, type RoutedExperts,
+  linear, project, routedExperts, rows, Scratch, type ExpertOutputs, type ExpertWeights, type Linear, type ProductPrecision, type Projection,
+  type RoutedExperts,
 } from './blocks.ts';
 export { attentionDecode, attentionPrefill, fillCache, newKvCache, type AttentionSpec, type KvCache, type PrefillAttention } from './attention.ts';
-export { Checkpoint, type AffineQuantization, type WeightDtype } from './checkpoint.ts';
+export { Checkpoint, PROJECTION_ROWS, type AffineQuantization, type RowsPart, type WeightDtype } from './checkpoint.ts';
 export {
   configArch, gemma4Config, modelConfig, qwen35MoeConfig, readConfigFile,
   type Gemma4Config, type Gemma4LayerConfig, type ModelConfig, type Qwen35MoeConfig,

@@ -36,13 +36,20 @@
 // The MoE block runs each token's top-k experts alone (blocks.ts
 // routedExperts), then moe_weighted_reduce adds their weighted outputs, the
 // shared expert times sigmoid(x w_sg) and the residual in one pass.
+//
+// A decode step runs the projections of one input stored alike as one
+// product (blocks.ts project): the gated delta net's qkv, z, a and b; the
+// attention's query, gate, keys and values; the router, the shared expert's
+// gate and up and its gate logit. The residual add and the next norm are one
+// fused_residual_norm.
 
 import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { computeGBeta } from '../ops/compute_g_beta.ts';
 import { chunkGatedDeltaRule, GDR_K_VALUES, GDR_MAX_V, GDR_V_MULTIPLE } from '../ops/chunk_gated_delta_rule.ts';
-import { cast, elementwiseAdd } from '../ops/elementwise.ts';
+import { cast } from '../ops/elementwise.ts';
+import { fusedResidualNorm } from '../ops/fused_norm.ts';
 import { moeWeightedReduce } from '../ops/moe_weighted_reduce.ts';
 import { fusedHeadNormRope } from '../ops/fused_head_norm_rope.ts';
 import { gatedDeltaNet, gatedDeltaNetDecode } from '../ops/gated_delta_net.ts';
@@ -54,7 +61,7 @@ import { ssmConv, ssmConvDecode } from '../ops/ssm_conv.ts';
 import { ssmNormGate } from '../ops/ssm_norm_gate.ts';
 import type { Qwen35MoeLayer, Qwen35MoeWeights } from '../weights/index.ts';
 import { invalid } from '../validate.ts';
-import { linear, routedExperts, rows, type Linear, type RoutedExperts } from './blocks.ts';
+import { linear, project, routedExperts, rows, type Linear, type Projection, type RoutedExperts } from './blocks.ts';
 import { attentionDecode, attentionPrefill, fillCache, newKvCache, releaseKvCache, type AttentionSpec, type KvCache } from './attention.ts';
 import { Checkpoint } from './checkpoint.ts';
 import type { Qwen35MoeConfig } from './config.ts';
@@ -62,8 +69,9 @@ import { expertsFor } from './experts.ts';
 import { CausalLM, type ModelOptions } from './model.ts';
 
 interface GatedDeltaNetWeights {
-  /** in_proj_qkv whole [C, H], and its q, k and v row blocks. */
-  readonly qkv: Linear;
+  /** in_proj_qkv [C, H], in_proj_z, in_proj_a and in_proj_b, in this order. */
+  readonly inProj: Projection;
+  /** in_proj_qkv's q, k and v row blocks. */
   readonly q: Linear;
   readonly k: Linear;
   readonly v: Linear;
@@ -80,6 +88,8 @@ interface GatedDeltaNetWeights {
 }
 
 interface GatedAttentionWeights {
+  /** q, gate, k and v, in this order. */
+  readonly inProj: Projection;
   readonly q: Linear;
   readonly gate: Linear;
   readonly k: Linear;
@@ -91,6 +101,8 @@ interface GatedAttentionWeights {
 }
 
 interface MoeWeights {
+  /** router, sharedGateUp and sharedGate, in this order. */
+  readonly inProj: Projection;
   readonly router: Linear;
   readonly experts: RoutedExperts;
   /** The shared expert's gate and up stacked [2 Is, H], and its down [H, Is]. */
@@ -157,18 +169,18 @@ export class Qwen35Moe extends CausalLM {
     let attn: GatedAttentionWeights | null = null;
     if (l.linearAttention !== null) {
       const w = l.linearAttention;
-      const qkv = ck.linear([{ ref: w.inProjQkv }]);
       const kd = c.linearNumKeyHeads * c.linearKeyHeadDim, vd = c.linearNumValueHeads * c.linearValueHeadDim;
-      if (qkv.n !== 2 * kd + vd) throw invalid('loadModel', `${w.inProjQkv.name} rows`, `2 * ${kd} + ${vd} (the config's heads)`, qkv.n);
+      const inRows = ck.shape(w.inProjQkv)[0]!;
+      if (inRows !== 2 * kd + vd) throw invalid('loadModel', `${w.inProjQkv.name} rows`, `2 * ${kd} + ${vd} (the config's heads)`, inRows);
+      const inProj = ck.projection([[{ ref: w.inProjQkv }], [{ ref: w.inProjZ }], [{ ref: w.inProjA }], [{ ref: w.inProjB }]]);
+      const [qkv, z, a, b] = inProj.layers as [Linear, Linear, Linear, Linear];
       const convVals = ck.host(w.conv1d);
       gdn = {
-        qkv,
+        inProj,
         q: Checkpoint.rowsView(qkv, 0, kd),
         k: Checkpoint.rowsView(qkv, kd, kd),
         v: Checkpoint.rowsView(qkv, 2 * kd, vd),
-        z: ck.linear([{ ref: w.inProjZ }]),
-        a: ck.linear([{ ref: w.inProjA }]),
-        b: ck.linear([{ ref: w.inProjB }]),
+        z, a, b,
         out: ck.linear([{ ref: w.outProj }]),
         conv: ck.f32(convVals, [qkv.n, c.convKernel]),
         aLog: ck.f32(ck.host(w.aLog), [c.linearNumValueHeads]),
@@ -191,11 +203,10 @@ export class Qwen35Moe extends CausalLM {
         perm.forEach((p, i) => { one[i] = 1 + v[p]!; });
         return ck.f32(one, [d]);
       };
+      const inProj = ck.projection([[{ ref: w.qProj, rows: qRows }], [{ ref: w.qProj, rows: gateRows }], [{ ref: w.kProj, rows: kRows }], [{ ref: w.vProj }]]);
+      const [q, gate, k, v] = inProj.layers as [Linear, Linear, Linear, Linear];
       attn = {
-        q: ck.linear([{ ref: w.qProj, rows: qRows }]),
-        gate: ck.linear([{ ref: w.qProj, rows: gateRows }]),
-        k: ck.linear([{ ref: w.kProj, rows: kRows }]),
-        v: ck.linear([{ ref: w.vProj }]),
+        inProj, q, gate, k, v,
         o: ck.linear([{ ref: w.oProj }]),
         qNorm: permuted(w.qNorm.name),
         kNorm: permuted(w.kNorm.name),
@@ -203,18 +214,18 @@ export class Qwen35Moe extends CausalLM {
     }
     const m = l.moe;
     const s = m.sharedExpert;
+    const inProj = ck.projection([[{ ref: m.router }], [{ ref: s.gate }, { ref: s.up }], [{ ref: m.sharedExpertGate }]]);
+    const [router, sharedGateUp, sharedGate] = inProj.layers as [Linear, Linear, Linear];
     return {
       type: l.type,
       inputNorm: onePlus(ck, l.inputNorm.name),
       postNorm: onePlus(ck, l.postAttentionNorm.name),
       gdn, attn,
       moe: {
-        router: ck.linear([{ ref: m.router }]),
+        inProj, router, sharedGateUp, sharedGate,
         experts: expertsFor(ck, m.experts, c.numExperts, c.moeIntermediateSize, c.hiddenSize, 'silu', null,
           ck.dtype === 'f32' || this.precision === 'exact', `layer ${l.index}`),
-        sharedGateUp: ck.linear([{ ref: s.gate }, { ref: s.up }]),
         sharedDown: ck.linear([{ ref: s.down }]),
-        sharedGate: ck.linear([{ ref: m.sharedExpertGate }]),
       },
     };
   }
@@ -259,8 +270,8 @@ export class Qwen35Moe extends CausalLM {
       rmsNorm(enc, { input: h, weight: l.inputNorm, output: x, rows: t, dim: H, eps: c.rmsNormEps });
       if (l.gdn !== null) this.gatedDeltaNet(enc, l.gdn, this.state[i]!, x, y, t);
       else this.gatedAttention(enc, l.attn!, this.state[i]!.kv!, x, y, t, positions);
-      elementwiseAdd(enc, { a: h, b: y, output: h });
-      rmsNorm(enc, { input: h, weight: l.postNorm, output: x, rows: t, dim: H, eps: c.rmsNormEps });
+      // h += y; x = rms_norm(h) * (1 + w_post)
+      fusedResidualNorm(enc, { residual: h, input: y, weight: l.postNorm, normedOutput: x, sumOutput: h, rows: t, dim: H, eps: c.rmsNormEps });
       this.moe(enc, l.moe, x, h, t);
     }
     const last = rows(h, t - logitRows, logitRows, H);
@@ -274,13 +285,15 @@ export class Qwen35Moe extends CausalLM {
     const hk = c.linearNumKeyHeads, hv = c.linearNumValueHeads, dk = c.linearKeyHeadDim, dv = c.linearValueHeadDim;
     const kd = hk * dk, vd = hv * dv, channels = 2 * kd + vd, ks = c.convKernel;
     const conv = st.conv!, state = st.recurrent!;
-    let q: Buffer, k: Buffer, v: Buffer;
+    let q: Buffer, k: Buffer, v: Buffer, a: Buffer, b: Buffer, z: Buffer;
     if (t === 1) {
-      // One token: one projection and one conv step over all channels; q, k, v are its column blocks.
-      const mixed = s.get('gdn.mixed', 'f32', [1, channels]);
+      // One token: one product for qkv, z, a and b, one conv step over all channels; q, k, v are its column blocks.
+      let mixed: Buffer;
+      [mixed, z, a, b] = project(enc, s, 'gdn.in', w.inProj, x, 1, p) as [Buffer, Buffer, Buffer, Buffer];
       const convOut = s.get('gdn.conv', 'f32', [1, channels]);
-      linear(enc, w.qkv, x, mixed, 1, p);
       ssmConvDecode(enc, { x: mixed, weight: w.conv, state: conv, y: convOut, b: 1, c: channels, ks, silu: true });
+      // q and k are adjacent heads of one buffer: one l2 norm over both.
+      l2Norm(enc, { x: convOut.view('f32', [2 * hk, dk], 0), y: convOut.view('f32', [2 * hk, dk], 0), rows: 2 * hk, dim: dk, eps: 1e-6 });
       q = convOut.view('f32', [1, hk, dk], 0);
       k = convOut.view('f32', [1, hk, dk], kd * 4);
       v = convOut.view('f32', [1, hv, dv], 2 * kd * 4);
@@ -300,18 +313,18 @@ export class Qwen35Moe extends CausalLM {
       q = outs[0]!;
       k = outs[1]!;
       v = outs[2]!;
+      l2Norm(enc, { x: q, y: q, rows: t * hk, dim: dk, eps: 1e-6 });
+      l2Norm(enc, { x: k, y: k, rows: t * hk, dim: dk, eps: 1e-6 });
+      a = s.get('gdn.a', 'f32', [t, hv]);
+      b = s.get('gdn.b', 'f32', [t, hv]);
+      z = s.get('gdn.z', 'f32', [t, vd]);
+      linear(enc, w.a, x, a, t, p);
+      linear(enc, w.b, x, b, t, p);
+      linear(enc, w.z, x, z, t, p);
     }
-    l2Norm(enc, { x: q, y: q, rows: t * hk, dim: dk, eps: 1e-6 });
-    l2Norm(enc, { x: k, y: k, rows: t * hk, dim: dk, eps: 1e-6 });
-    const a = s.get('gdn.a', 'f32', [t, hv]);
-    const b = s.get('gdn.b', 'f32', [t, hv]);
     const g = s.get('gdn.g', 'f32', [t, hv]);
     const beta = s.get('gdn.beta', 'f32', [t, hv]);
-    linear(enc, w.a, x, a, t, p);
-    linear(enc, w.b, x, b, t, p);
     computeGBeta(enc, { a, b, aLog: w.aLog, dtBias: w.dtBias, g, beta, batch: 1, seqLen: t, nHeads: hv });
-    const z = s.get('gdn.z', 'f32', [t, vd]);
-    linear(enc, w.z, x, z, t, p);
     const o = s.get('gdn.o', 'f32', [t, vd]);
     const dims = { batch: 1, nQkHeads: hk, nHeads: hv, kDim: dk, vDim: dv };
     if (t === 1) {
@@ -336,15 +349,11 @@ export class Qwen35Moe extends CausalLM {
 
   private gatedAttention(enc: Encoder, w: GatedAttentionWeights, cache: KvCache, x: Buffer, out: Buffer, t: number, positions: Buffer): void {
     const c = this.config, s = this.scratch, p = this.precision, d = c.headDim;
-    const q = s.get('attn.q', 'f32', [t, c.numHeads, d]);
-    const gate = s.get('attn.gate', 'f32', [t, c.numHeads * d]);
-    const k = s.get('attn.k', 'f32', [t, c.numKvHeads, d]);
-    const v = s.get('attn.v', 'f32', [t, c.numKvHeads, d]);
+    const [qRows, gate, kRows, vRows] = project(enc, s, 'attn.in', w.inProj, x, t, p) as [Buffer, Buffer, Buffer, Buffer];
+    const q = qRows.view('f32', [t, c.numHeads, d], 0);
+    const k = kRows.view('f32', [t, c.numKvHeads, d], 0);
+    const v = vRows.view('f32', [t, c.numKvHeads, d], 0);
     const o = s.get('attn.o', 'f32', [t, c.numHeads, d]);
-    linear(enc, w.q, x, q, t, p);
-    linear(enc, w.gate, x, gate, t, p);
-    linear(enc, w.k, x, k, t, p);
-    linear(enc, w.v, x, v, t, p);
     const rope = { positions, seqLen: t, headDim: d, halfRopeDim: c.rotaryDim / 2, eps: c.rmsNormEps, theta: this.ropeTheta };
     fusedHeadNormRope(enc, { ...rope, input: q, output: q, weight: w.qNorm, nHeads: c.numHeads });
     fusedHeadNormRope(enc, { ...rope, input: k, output: k, weight: w.kNorm, nHeads: c.numKvHeads });
@@ -362,8 +371,7 @@ export class Qwen35Moe extends CausalLM {
   /** h += the MoE block of x: the routed experts, the shared expert gated by sigmoid(x w_sg). */
   private moe(enc: Encoder, w: MoeWeights, x: Buffer, h: Buffer, t: number): void {
     const c = this.config, s = this.scratch, p = this.precision, H = c.hiddenSize, E = c.numExperts, k = c.numExpertsPerTok;
-    const logits = s.get('moe.logits', 'f32', [t, E]);
-    linear(enc, w.router, x, logits, t, p);
+    const [logits, gu, g] = project(enc, s, 'moe.in', w.inProj, x, t, p) as [Buffer, Buffer, Buffer];
     const routed = routedExperts(enc, s, w.experts, x, logits, t, k, p);
     let yExpert = routed.outputs;
     if (yExpert.dtype !== 'f32') {
@@ -371,14 +379,10 @@ export class Qwen35Moe extends CausalLM {
       cast(enc, { input: routed.outputs, output: yExpert });
     }
     const is = c.sharedExpertIntermediateSize;
-    const gu = s.get('moe.sharedGateUp', 'f32', [t, 2 * is]);
     const act = s.get('moe.sharedAct', 'f32', [t, is]);
     const shared = s.get('moe.shared', 'f32', [t, H]);
-    linear(enc, w.sharedGateUp, x, gu, t, p);
     siluMulHalves(enc, { gateUp: gu, output: act, rows: t, dim: is });
     linear(enc, w.sharedDown, act, shared, t, p);
-    const g = s.get('moe.sharedGateLogit', 'f32', [t, 1]);
-    linear(enc, w.sharedGate, x, g, t, p);
     moeWeightedReduce(enc, {
       expertW: routed.weights, yExpert, shLogit: g.view('f32', [t], 0), yShared: shared, residual: h, output: h, nTokens: t, topK: k, h: H,
     });

@@ -94,7 +94,7 @@ export const GGML_EMBEDDING_PARAMS_LAYOUT: readonly ParamField[] = structLayout(
 export const GGML_QUANT_TYPES = ['Q4_0', 'Q8_0', 'Q4_K', 'Q5_K', 'Q6_K'] as const;
 export type GgmlQuantType = (typeof GGML_QUANT_TYPES)[number];
 /** The format's part of the kernel names (llama.cpp's spelling). */
-const KERNEL_TYPE: Readonly<Record<GgmlQuantType, string>> = { Q4_0: 'q4_0', Q8_0: 'q8_0', Q4_K: 'q4_K', Q5_K: 'q5_K', Q6_K: 'q6_K' };
+export const GGML_KERNEL_TYPE: Readonly<Record<GgmlQuantType, string>> = { Q4_0: 'q4_0', Q8_0: 'q8_0', Q4_K: 'q4_K', Q5_K: 'q5_K', Q6_K: 'q6_K' };
 
 /** mlx-native's MM_ROUTING_THRESHOLD (llama.cpp's ne11_mm_min): the vector form up to 8 rows of x, the matrix form past them. */
 export const GGML_MM_ROUTING_THRESHOLD = 8;
@@ -118,7 +118,7 @@ export function ggmlRowBytesOf(type: GgmlQuantType, k: number): number {
   return (k / b.qk) * b.bytes;
 }
 
-function checkType(op: string, arg: string, type: unknown): asserts type is GgmlQuantType {
+export function checkGgmlType(op: string, arg: string, type: unknown): asserts type is GgmlQuantType {
   if (!(GGML_QUANT_TYPES as readonly unknown[]).includes(type)) throw invalid(op, arg, GGML_QUANT_TYPES.join(', '), type);
 }
 
@@ -228,7 +228,7 @@ export interface QuantizedMatmulGgmlArgs {
  */
 export function validateQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, device?: Device): void {
   const op = 'quantized_matmul_ggml';
-  checkType(op, 'ggmlType', a.ggmlType);
+  checkGgmlType(op, 'ggmlType', a.ggmlType);
   for (const arg of ['m', 'k', 'n'] as const) {
     checkPositive(op, arg, a[arg]);
     checkAtMost(op, arg, a[arg], I32_MAX, '2^31 - 1');
@@ -293,7 +293,7 @@ export function quantizedMatmulGgml(enc: Encoder, args: QuantizedMatmulGgmlArgs)
 /** quantizedMatmulGgml's plan: validates, then one dispatch (see quantizedMatmulGgml). */
 export function planQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, _limits: DeviceLimits, device?: Device): OpPlan {
   validateQuantizedMatmulGgml(a, device);
-  const t = KERNEL_TYPE[a.ggmlType];
+  const t = GGML_KERNEL_TYPE[a.ggmlType];
   const form = quantizedMatmulGgmlForm(a);
   const dispatch: PlannedDispatch = form === 'vector'
     ? {
@@ -330,7 +330,7 @@ export interface GgmlDequantizeArgs {
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
 export function validateGgmlDequantize(a: GgmlDequantizeArgs, device?: Device): void {
   const op = 'ggml_dequantize';
-  checkType(op, 'ggmlType', a.ggmlType);
+  checkGgmlType(op, 'ggmlType', a.ggmlType);
   checkPositive(op, 'count', a.count);
   const { qk, bytes } = ggmlBlockOf(a.ggmlType);
   checkMultiple(op, 'count', a.count, qk, `${a.ggmlType}'s block`);
@@ -362,7 +362,7 @@ export function ggmlDequantize(enc: Encoder, args: GgmlDequantizeArgs): void {
 export function planGgmlDequantize(a: GgmlDequantizeArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateGgmlDequantize(a, device);
   return planOf({
-    kernel: `kernel_dequantize_${KERNEL_TYPE[a.ggmlType]}_${a.output.dtype}`,
+    kernel: `kernel_dequantize_${GGML_KERNEL_TYPE[a.ggmlType]}_${a.output.dtype}`,
     buffers: [a.src, a.output],
     bytes: [, , packGgmlDequantizeParams({ nChunks: a.count / 16 })],
     ...chunksLaunch(a.count, 1, limits),
@@ -380,7 +380,7 @@ export interface GgmlEmbeddingArgs extends EmbeddingArgs {
 
 /** The rules of the embedding op with a table of blocks; `op` names it in messages. */
 export function validateGgmlEmbedding(a: GgmlEmbeddingArgs, device?: Device, op = 'embedding'): void {
-  checkType(op, 'tableType', a.tableType);
+  checkGgmlType(op, 'tableType', a.tableType);
   for (const [arg, v] of [['vocabSize', a.vocabSize], ['hiddenSize', a.hiddenSize], ['nTokens', a.nTokens]] as const) {
     checkPositive(op, arg, v);
     checkAtMost(op, arg, v, U32_MAX, '2^32 - 1');
@@ -413,7 +413,7 @@ export function validateGgmlEmbedding(a: GgmlEmbeddingArgs, device?: Device, op 
 export function planGgmlEmbedding(a: GgmlEmbeddingArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateGgmlEmbedding(a, device);
   return planOf({
-    kernel: `embedding_gather_scale_batch_${KERNEL_TYPE[a.tableType]}_to_${a.output.dtype}`,
+    kernel: `embedding_gather_scale_batch_${GGML_KERNEL_TYPE[a.tableType]}_to_${a.output.dtype}`,
     buffers: [a.table, a.tokenIds, a.output],
     bytes: [, , , packGgmlEmbeddingParams({ scale: a.scale ?? 1, hiddenSize: a.hiddenSize, nTokens: a.nTokens, vocabSize: a.vocabSize })],
     ...chunksLaunch(a.hiddenSize, a.nTokens, limits),

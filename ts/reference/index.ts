@@ -21,6 +21,7 @@ export * from './moe_weighted_reduce.ts';
 export * from './quantized_matmul.ts';
 export * from './quantized_matmul_ggml.ts';
 export * from './quantized_matmul_id.ts';
+export * from './quantized_matmul_id_ggml.ts';
 export * from './rope.ts';
 export * from './rope_multi.ts';
 export * from './rms_norm.ts';

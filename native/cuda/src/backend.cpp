@@ -47,6 +47,11 @@ using namespace mlxn_cuda;
 
 namespace {
 
+// The first line of a program whose every entry begins with mlxn_entry()
+// (shaders/cuda/common.cuh), as ts/registry.ts cudaProgram writes it: its
+// kernels may be launched with programmatic stream serialization.
+constexpr char kPdlMark[] = "#define MLXN_PDL 1\n";
+
 // ---- messages ----
 
 mlxn_status fail(mlxn_status code, char* msg, uint64_t cap, const std::string& text) {
@@ -85,6 +90,10 @@ struct Device {
   CUstream xfer = nullptr;  // write/read/zero-fill, each synchronised before returning
   std::string name;
   int cc_major = 0, cc_minor = 0;
+  // Whether kernels of marked programs (kPdlMark) launch with programmatic
+  // stream serialization: compute capability 9.0 on, a driver with
+  // cuLaunchKernelEx, and the "pdl" option not "off".
+  std::atomic<bool> pdl{false};
   uint64_t max_threads = 0, smem_optin = 0, smem_default = 0, warp = 32, total_mem = 0, sms = 0;
   uint64_t max_block[3] = {0, 0, 0}, max_grid[3] = {0, 0, 0};
 };
@@ -105,6 +114,9 @@ struct Library {
   // Parameter sizes of each kernel whose image says them (a CUBIN's
   // .nv.info.<kernel> section); a PTX image says nothing, so has no entries.
   std::map<std::string, std::vector<uint32_t>> param_sizes;
+  // The source began with kPdlMark: every entry waits for the grid ahead of
+  // it before touching memory (shaders/cuda/common.cuh mlxn_entry).
+  bool pdl = false;
 };
 
 struct Pipeline {
@@ -522,6 +534,7 @@ MLXN_EXPORT mlxn_status mlxn_device_open(uint32_t ordinal, mlxn_device** out, ch
   d->cc_major = static_cast<int>(attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR));
   d->cc_minor = static_cast<int>(attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
   d->sms = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+  d->pdl = d->cc_major >= 9 && cu->cuLaunchKernelEx != nullptr;
   size_t total = 0;
   if (cu->cuDeviceTotalMem(&total, d->dev) == CUDA_SUCCESS) d->total_mem = total;
   r = cu->cuStreamCreate(&d->xfer, CU_STREAM_NON_BLOCKING);
@@ -559,12 +572,19 @@ MLXN_EXPORT uint64_t mlxn_device_limit(mlxn_device* device, uint32_t key) {
 
 MLXN_EXPORT mlxn_status mlxn_device_set_option(mlxn_device* device, const char* key,
                                                const char* value, char* msg, uint64_t msg_cap) {
-  (void)value;
-  if (!device || !key)
+  if (!device || !key || !value)
     return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                "mlxn_device_set_option: device and key must be non-NULL");
-  return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-              std::string("cuda: unknown option '") + key + "' (the cuda backend has no options)");
+                "mlxn_device_set_option: device, key and value must be non-NULL");
+  Device* d = reinterpret_cast<Device*>(device);
+  const std::string k = key, v = value;
+  if (k != "pdl")
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
+                "cuda: unknown option '" + k + "' (the cuda backend knows pdl)");
+  if (v != "on" && v != "off")
+    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, "cuda: option pdl must be on or off (got '" + v + "')");
+  // Later launches (and captures) follow it; recorded launches are kept as they are.
+  d->pdl = v == "on" && d->cc_major >= 9 && use(d)->cuLaunchKernelEx != nullptr;
+  return ok(msg, msg_cap);
 }
 
 // ---- buffers ----
@@ -710,6 +730,7 @@ MLXN_EXPORT mlxn_status mlxn_library_compile(mlxn_device* device, const char* so
   l->dev = d;
   l->module = module;
   l->name = file;
+  l->pdl = src.compare(0, sizeof kPdlMark - 1, kPdlMark) == 0;
   l->kernels = kernel_names_of_image(c.image, c.is_ptx);
   for (const std::string& k : l->kernels) {
     std::vector<uint32_t> sizes;
@@ -1006,6 +1027,32 @@ MLXN_EXPORT mlxn_status mlxn_encoder_barrier(mlxn_encoder* encoder, char* msg, u
 
 namespace {
 
+// One launch on the encoder's stream: with programmatic stream serialization
+// where its program is marked and the device allows it, so its blocks may be
+// scheduled (and wait in mlxn_entry) while the kernel ahead finishes; a
+// stream capture turns that into a programmatic edge of the graph.
+CUresult launch_one(const Driver* cu, Encoder* e, const Launch& l, void** params) {
+  if (l.pipe->lib->pdl && e->dev->pdl) {
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = l.grid[0];
+    cfg.gridDimY = l.grid[1];
+    cfg.gridDimZ = l.grid[2];
+    cfg.blockDimX = l.block[0];
+    cfg.blockDimY = l.block[1];
+    cfg.blockDimZ = l.block[2];
+    cfg.sharedMemBytes = l.smem;
+    cfg.hStream = e->stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    return cu->cuLaunchKernelEx(&cfg, l.pipe->fn, params, nullptr);
+  }
+  return cu->cuLaunchKernel(l.pipe->fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
+                            l.smem, e->stream, params, nullptr);
+}
+
 // Queues the launches of `launches` on the encoder's stream, their BYTES
 // arguments pointing into the staging buffer.
 CUresult launch_all(const Driver* cu, Encoder* e, std::vector<Launch>& launches, std::string* what) {
@@ -1016,9 +1063,7 @@ CUresult launch_all(const Driver* cu, Encoder* e, std::vector<Launch>& launches,
     for (const Arg& a : l.args) values.push_back(a.staged ? e->staging_dev + a.value : a.value);
     ptrs.clear();
     for (CUdeviceptr& v : values) ptrs.push_back(&v);
-    const CUresult r = cu->cuLaunchKernel(l.pipe->fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
-                                          l.block[2], l.smem, e->stream, ptrs.empty() ? nullptr : ptrs.data(),
-                                          nullptr);
+    const CUresult r = launch_one(cu, e, l, ptrs.empty() ? nullptr : ptrs.data());
     if (r != CUDA_SUCCESS) {
       *what = "launching kernel " + l.pipe->name;
       return r;

@@ -38,5 +38,14 @@ MLXN_SAME(CU_JIT_ERROR_LOG_BUFFER);
 MLXN_SAME(CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES);
 static_assert(sizeof(mlxn_cuda::CUdeviceptr) == sizeof(::CUdeviceptr), "CUdeviceptr");
 static_assert(sizeof(mlxn_cuda::CUdevice) == sizeof(::CUdevice), "CUdevice");
+MLXN_SAME(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);
+static_assert(sizeof(mlxn_cuda::CUlaunchAttributeValue) == sizeof(::CUlaunchAttributeValue), "CUlaunchAttributeValue");
+static_assert(sizeof(mlxn_cuda::CUlaunchAttribute) == sizeof(::CUlaunchAttribute), "CUlaunchAttribute");
+static_assert(offsetof(mlxn_cuda::CUlaunchAttribute, value) == offsetof(::CUlaunchAttribute, value), "CUlaunchAttribute.value");
+static_assert(sizeof(mlxn_cuda::CUlaunchConfig) == sizeof(::CUlaunchConfig), "CUlaunchConfig");
+static_assert(offsetof(mlxn_cuda::CUlaunchConfig, sharedMemBytes) == offsetof(::CUlaunchConfig, sharedMemBytes), "CUlaunchConfig.sharedMemBytes");
+static_assert(offsetof(mlxn_cuda::CUlaunchConfig, hStream) == offsetof(::CUlaunchConfig, hStream), "CUlaunchConfig.hStream");
+static_assert(offsetof(mlxn_cuda::CUlaunchConfig, attrs) == offsetof(::CUlaunchConfig, attrs), "CUlaunchConfig.attrs");
+static_assert(offsetof(mlxn_cuda::CUlaunchConfig, numAttrs) == offsetof(::CUlaunchConfig, numAttrs), "CUlaunchConfig.numAttrs");
 #undef MLXN_SAME
 #endif

@@ -61,6 +61,29 @@ constexpr int CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4;
 constexpr int CU_JIT_ERROR_LOG_BUFFER = 5;
 constexpr int CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6;
 
+// cuLaunchKernelEx's configuration, with the one attribute used here:
+// programmatic stream serialization (a kernel may start before the one ahead
+// of it in the stream has finished; griddepcontrol.wait in the kernel waits
+// for that grid's completion and writes).
+constexpr int CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
+union CUlaunchAttributeValue {
+  char pad[64];
+  int programmaticStreamSerializationAllowed;
+};
+struct CUlaunchAttribute {
+  int id;
+  char pad[8 - sizeof(int)];
+  CUlaunchAttributeValue value;
+};
+struct CUlaunchConfig {
+  unsigned gridDimX, gridDimY, gridDimZ;
+  unsigned blockDimX, blockDimY, blockDimZ;
+  unsigned sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute* attrs;
+  unsigned numAttrs;
+};
+
 // ---- driver API entry points (the ABI names, _v2 where cuda.h maps to one) ----
 struct Driver {
   CUresult (*cuInit)(unsigned);
@@ -104,6 +127,9 @@ struct Driver {
   CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
   CUresult (*cuGraphExecDestroy)(CUgraphExec);
   CUresult (*cuGraphDestroy)(CUgraph);
+  // Optional (drivers of CUDA 12.0 on): null where absent, and kernels are
+  // then launched without programmatic dependent launch.
+  CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);
 };
 
 // The driver, loaded and initialised (cuInit) once per process; null when

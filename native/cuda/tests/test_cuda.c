@@ -232,6 +232,12 @@ int main(int argc, char** argv) {
   CHECK(f_mlxn_device_limit(dev, 99) == 0, "unknown limit key");
   CHECK(f_mlxn_device_set_option(dev, "schedule", "random", msg, CAP) == MLXN_ERR_INVALID_ARGUMENT,
         "set_option must refuse unknown keys");
+  CHECK(f_mlxn_device_set_option(dev, "pdl", "maybe", msg, CAP) == MLXN_ERR_INVALID_ARGUMENT &&
+            strstr(msg, "pdl must be on or off") != NULL,
+        "set_option must refuse a pdl value other than on / off (got '%s')", msg);
+  CHECK(f_mlxn_device_set_option(dev, "pdl", "off", msg, CAP) == MLXN_OK &&
+            f_mlxn_device_set_option(dev, "pdl", "on", msg, CAP) == MLXN_OK,
+        "set_option pdl on / off: %s", msg);
 
   /* ---- buffers ---- */
   enum { N = 4096, TG = 128, XOFF = 16 };

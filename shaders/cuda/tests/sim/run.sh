@@ -10,6 +10,7 @@
 #   quantized_matmul_ggml: that family (quantized_matmul_ggml_driver.cpp;
 #          `variants` as the second argument runs only the int8 vector
 #          engine's harness variants against the op's entry)
+#   quantized_matmul_id_ggml: that family (quantized_matmul_id_ggml_driver.cpp)
 #   flash_attn_prefill: that family (flash_attn_prefill.sh runs its variants)
 #   flash_attn_vec: that family (flash_attn_vec_driver.cpp: every entry, rings, varlen)
 #   sample: that family (sample_driver.cpp; a name fragment as the second

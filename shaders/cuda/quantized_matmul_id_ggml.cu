@@ -1,0 +1,92 @@
+// Per-expert (MoE) products with GGUF block weights (CUDA), entry names and
+// bindings as shaders/quantized_matmul_id_ggml.metal; the launches are the
+// op's (ts/ops/quantized_matmul_id_ggml.ts). Both forms run
+// quantized_matmul_ggml's engines (shaders/cuda/common.cuh, GGUF block
+// formats) on one expert at a time:
+//   vector (kernel_mul_mv_id_<t>_f32): block b takes pair b / tiles and the
+//     16 rows (b % tiles) * 16 .. of its expert (tiles = ceil(N / 16)): the
+//     vector engine (gmv) with one x row, its pair's token. A block reads
+//     only its expert's rows, the windows of k copied into shared memory by
+//     cp.async in 16-byte units (decoded from 16-byte loads where the
+//     expert's rows allow), bf16 tensor cores with f32 sums.
+//   matrix (kernel_mul_mm_id_<t>_f32): block b takes tile slot b / tiles_n
+//     (moe_tile over moe_dispatch_sort's grouping, up to 64 pairs of one
+//     expert) and weight rows (b % tiles_n) * 128 ..: the matrix engine
+//     (gmm_tile, 64 x 128 by 4 warps) with x rows gathered by the pairs'
+//     tokens and the outputs scattered to the pairs' rows (moe_block_rows).
+// An id at or past the experts gives a row of zeros and reads no weight.
+
+namespace {
+
+template <int F>
+__device__ __forceinline__ void mv_id(unsigned char* smem, const unsigned char* w, const float* x, float* y, const u32* ids,
+                                      const GgmlMatvecIdParams* p) {
+    const u32 N = u32(p->ne01), K = u32(p->ne00);
+    const u32 tiles = (N + 15u) / 16u;
+    const u32 pair = blockIdx.x / tiles, row0 = (blockIdx.x % tiles) * 16u;
+    if (pair >= u32(p->ne1)) return;
+    const u32 e = __ldg(ids + pair);
+    float* yr = y + u64(pair) * p->ne0;
+    if (u64(e) >= p->ne02) {
+        if (threadIdx.x < 16u && row0 + threadIdx.x < N) yr[row0 + threadIdx.x] = 0.0f;
+        return;
+    }
+    gmv<F>(smem, w + u64(e) * p->expert_stride, x + u64(pair / p->top_k) * p->ne10, yr, 1u, N, K, p->ne10, p->ne0, row0);
+}
+
+template <int F>
+__device__ __forceinline__ void mm_id(unsigned char* smem, const GgmlMatmulIdMm_MmParams* p, const unsigned char* w, const float* x,
+                                      const u32* offsets, const u32* order, float* y) {
+    constexpr u32 BM = 64, BN = 128, NT = 128;
+    __shared__ u32 x_row[BM];
+    __shared__ u32 y_pair[BM];
+    const u32 K = u32(p->ne00), N = u32(p->ne0), E = u32(p->ne02), U = u32(p->ne20), P = u32(p->ne21) * U;
+    u32 group, n0, rows_m;
+    if (!moe_block_rows<float, BM, NT>(offsets, order, y, N, U, E, P, BN, x_row, y_pair, group, n0, rows_m)) return;
+    gmm_tile<F, BM, BN, 2, 2>(
+        smem, w + u64(group) * p->nb02, x, y, N, K, p->nb01, p->nb12 / 4u, u64(N), n0,
+        [&](u32 r, u32& row) {
+            row = x_row[r];
+            return y_pair[r] < P;
+        },
+        [&](u32 r, u32& row) {
+            row = y_pair[r];
+            return row < P;
+        });
+}
+
+}  // namespace
+
+// ---- kernel_mul_mv_id_<t>_f32 ----
+
+// buffer(0) weight (experts of N rows of blocks), (1) x [n_tokens, K] f32, (2) y [pairs, N] f32, (3) ids
+// u32 [pairs], (4) GgmlMatvecIdParams. Bounds as kernel_mul_mv_<t>_f32's (the same engine).
+#define GGML_MV_ID_ENTRY(NAME, F)                                                                                             \
+    extern "C" __global__ void __launch_bounds__(128, 4) NAME(const unsigned char* src0, const float* src1, float* dst,        \
+                                                           const u32* ids, const GgmlMatvecIdParams* p) {                  \
+        extern __shared__ __align__(16) unsigned char smem_raw[];                                                         \
+        mv_id<F>(smem_raw, src0, src1, dst, ids, p);                                                                      \
+    }
+GGML_MV_ID_ENTRY(kernel_mul_mv_id_q4_0_f32, GGML_Q4_0)
+GGML_MV_ID_ENTRY(kernel_mul_mv_id_q8_0_f32, GGML_Q8_0)
+GGML_MV_ID_ENTRY(kernel_mul_mv_id_q4_K_f32, GGML_Q4_K)
+GGML_MV_ID_ENTRY(kernel_mul_mv_id_q5_K_f32, GGML_Q5_K)
+GGML_MV_ID_ENTRY(kernel_mul_mv_id_q6_K_f32, GGML_Q6_K)
+
+// ---- kernel_mul_mm_id_<t>_f32 ----
+
+// buffer(0) GgmlMatmulIdMm_MmParams, (1) weight (experts nb02 bytes apart, rows nb01), (2) x [ne21, K]
+// f32 (rows nb12 bytes apart), (3) offsets u32 [ne02 + 2] and (4) order u32 [pairs] (moe_dispatch_sort's),
+// (5) y [pairs, N] f32.
+#define GGML_MM_ID_ENTRY(NAME, F)                                                                                           \
+    extern "C" __global__ void __launch_bounds__(128) NAME(const GgmlMatmulIdMm_MmParams* args, const unsigned char* src0, \
+                                                           const float* src1, const u32* offsets, const u32* order,        \
+                                                           float* dst) {                                                   \
+        extern __shared__ __align__(16) unsigned char smem_raw[];                                                         \
+        mm_id<F>(smem_raw, args, src0, src1, offsets, order, dst);                                                        \
+    }
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_0_f32, GGML_Q4_0)
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q8_0_f32, GGML_Q8_0)
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_K_f32, GGML_Q4_K)
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q5_K_f32, GGML_Q5_K)
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q6_K_f32, GGML_Q6_K)

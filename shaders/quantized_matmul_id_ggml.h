@@ -1,0 +1,57 @@
+// The param structs of the quantized_matmul_id_ggml family (per-expert
+// products with GGUF block weights). Plain C: shaders/quantized_matmul_id_ggml.metal
+// and shaders/cuda/quantized_matmul_id_ggml.cu are compiled after this file,
+// and ts/params.ts reads the layouts from it (ts/ops/quantized_matmul_id_ggml.ts
+// packs them).
+
+// mlx-native's GgmlMatvecIdParams (src/ops/quantized_matmul_id_ggml.rs),
+// buffer(4) of kernel_mul_mv_id_<type>_f32: pair p = token * top_k + slot of
+// y [ne1, ne0] f32 takes x row p / top_k ([n_tokens, ne10] f32) against
+// expert ids[p]'s weight [ne01, ne00] of GGML blocks, expert_stride bytes
+// after the previous expert's. The crate's fields are int64_t; every value is
+// a size >= 0, so ulong gives the same bytes. ne02 holds the number of
+// experts (llama.cpp's meaning of it; the crate passes 1 and reads nothing):
+// an id at or past it gives a row of zeros. ne12, r2 and r3 are carried for
+// the layout (1) and not read.
+struct GgmlMatvecIdParams {
+    ulong ne00;           // K
+    ulong ne01;           // N: rows of an expert
+    ulong ne02;           // experts
+    ulong ne10;           // x row stride, in values (K)
+    ulong ne12;           // (1)
+    ulong ne0;            // y row stride, in values (N)
+    ulong ne1;            // pairs: n_tokens * top_k
+    uint  r2;             // (1)
+    uint  r3;             // (1)
+    uint  top_k;          // slots of a token
+    uint  n_tokens;       // rows of x
+    ulong expert_stride;  // bytes from one expert's weight to the next's
+};
+
+// mlx-native's GgmlMatmulIdMm_MmParams (llama.cpp's
+// ggml_metal_kargs_mul_mm_id), buffer(0) of kernel_mul_mm_id_<type>_f32, with
+// the host struct's explicit padding words: ne00 = K, ne02 = experts, nb01
+// the bytes of a weight row, nb02 the bytes from one expert to the next, nb12
+// the bytes of an x row (a token's; nb11 = 0, every slot of a token reads its
+// row), ne20 = top_k, ne21 = n_tokens, ne0 = N. nb03, ne11, nb10, nb13, ne1,
+// r2 and r3 are carried for the layout and not read.
+struct GgmlMatmulIdMm_MmParams {
+    int   ne00;
+    int   ne02;
+    ulong nb01;
+    ulong nb02;
+    ulong nb03;
+    int   ne11;
+    uint  _pad0;
+    ulong nb10;
+    ulong nb11;
+    ulong nb12;
+    ulong nb13;
+    int   ne20;
+    int   ne21;
+    int   ne0;
+    int   ne1;
+    short r2;
+    short r3;
+    uint  _pad1;
+};

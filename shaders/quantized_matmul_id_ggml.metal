@@ -1,0 +1,183 @@
+// Per-expert (MoE) products with GGUF block weights (ts/ops/quantized_matmul_id_ggml.ts):
+// pair p = (token p / top_k, slot p % top_k) has the output row y[p] = x[p /
+// top_k] W_e^T, e its expert and W_e expert e's [N, K] weight of GGML blocks,
+// expert_stride bytes after expert e - 1's. The blocks are read through the
+// prelude's decoders (ggml_deq16, shaders/common.metal), the ones
+// quantized_matmul_ggml reads.
+//
+// Entries (mlx-native's names, src/ops/quantized_matmul_id_ggml.rs):
+//   kernel_mul_mv_id_<t>_f32, t = q4_0, q8_0, q4_K, q5_K, q6_K: the vector
+//     form, routed by ids (bindings 0 weight, 1 x, 2 y, 3 ids, 4
+//     GgmlMatvecIdParams), the crate's grid.
+//   kernel_mul_mm_id_<t>_f32: the matrix form over the pairs grouped by
+//     expert (bindings 0 GgmlMatmulIdMm_MmParams, 1 weight, 2 x, 3 offsets,
+//     4 order, 5 y; threadgroup(0) 8192 bytes). Where the crate's 3 and 4 are
+//     its map0 kernel's per-expert counts and token lists, these are
+//     moe_dispatch_sort's offsets and order, walked in tile slots by the
+//     prelude's moe_tile; q5_K is added (the crate has no Q5_K matrix form).
+// An id at or past the experts (ne02) gives a row of zeros and reads no weight.
+
+// ---- the vector form: kernel_mul_mv_id_<t>_f32 ----
+
+// The crate's grid: (ceil(N / (2 R)), pairs, 1) threadgroups of 64 threads
+// (two simdgroups; (8, 8, 1) for Q4_0 and Q8_0 with R = 4 rows a simdgroup,
+// (2, 32, 1) for the K formats with R = 1). Threadgroup (b, p) takes pair p's
+// x row against its expert's rows (2b + sg) R .. + R - 1 (ggml_mv_rows).
+// buffer(0) weight (experts of N rows of blocks), (1) x [n_tokens, K] f32,
+// (2) y [pairs, N] f32, (3) ids u32 [pairs], (4) GgmlMatvecIdParams.
+template <int F, short R>
+kernel void ggml_mul_mv_id(
+    device const uchar*          src0 [[buffer(0)]],
+    device const float*          src1 [[buffer(1)]],
+    device float*                dst  [[buffer(2)]],
+    device const uint*           ids  [[buffer(3)]],
+    constant GgmlMatvecIdParams& p    [[buffer(4)]],
+    uint3 tgpig [[threadgroup_position_in_grid]],
+    uint  tiisg [[thread_index_in_simdgroup]],
+    uint  sgitg [[simdgroup_index_in_threadgroup]])
+{
+    const uint pair = tgpig.y;
+    if (pair >= uint(p.ne1)) {
+        return;
+    }
+    const uint N = uint(p.ne01), row0 = (tgpig.x * 2 + sgitg) * uint(R);
+    const uint e = ids[pair];
+    device float* yr = dst + ulong(pair) * p.ne0;
+    if (ulong(e) >= p.ne02) {
+        if (tiisg < uint(R) && row0 + tiisg < N) {
+            yr[row0 + tiisg] = 0.0f;
+        }
+        return;
+    }
+    ggml_mv_rows<F, R>(src0 + ulong(e) * p.expert_stride, src1 + ulong(pair / p.top_k) * p.ne10, yr, N, uint(p.ne00), row0, tiisg);
+}
+
+typedef decltype(ggml_mul_mv_id<GGML_Q4_0, 4>) ggml_mul_mv_id_q4_0_t;
+typedef decltype(ggml_mul_mv_id<GGML_Q8_0, 4>) ggml_mul_mv_id_q8_0_t;
+typedef decltype(ggml_mul_mv_id<GGML_Q4_K, 1>) ggml_mul_mv_id_q4_K_t;
+typedef decltype(ggml_mul_mv_id<GGML_Q5_K, 1>) ggml_mul_mv_id_q5_K_t;
+typedef decltype(ggml_mul_mv_id<GGML_Q6_K, 1>) ggml_mul_mv_id_q6_K_t;
+template [[host_name("kernel_mul_mv_id_q4_0_f32")]] kernel ggml_mul_mv_id_q4_0_t ggml_mul_mv_id<GGML_Q4_0, 4>;
+template [[host_name("kernel_mul_mv_id_q8_0_f32")]] kernel ggml_mul_mv_id_q8_0_t ggml_mul_mv_id<GGML_Q8_0, 4>;
+template [[host_name("kernel_mul_mv_id_q4_K_f32")]] kernel ggml_mul_mv_id_q4_K_t ggml_mul_mv_id<GGML_Q4_K, 1>;
+template [[host_name("kernel_mul_mv_id_q5_K_f32")]] kernel ggml_mul_mv_id_q5_K_t ggml_mul_mv_id<GGML_Q5_K, 1>;
+template [[host_name("kernel_mul_mv_id_q6_K_f32")]] kernel ggml_mul_mv_id_q6_K_t ggml_mul_mv_id<GGML_Q6_K, 1>;
+
+// ---- the matrix form: kernel_mul_mm_id_<t>_f32 ----
+
+// Grid (ceil(N / 64), floor(P / 32) + ne02 + 1, 1) threadgroups of 128 (P =
+// ne21 * ne20 pairs). Threadgroup (b, s) takes tile slot s (moe_tile: up to
+// 32 pairs of one expert) x weight rows 64b .. 64b + 63. Each 32-wide step of
+// K: thread t dequantizes chunk t % 2 of the step of weight row 64b + t / 2
+// into sa (half, 64 x 32) and copies 8 values of the x row of tile row t / 4
+// (its pair's token) into sb (float, 32 x 32), zeros past the valid rows;
+// 2 x 2 simdgroups of 16 x 32 multiply 8 x 8 matrices, summing in f32 (as
+// kernel_mul_mm_<t>_f32). The sums go through threadgroup(0) (32 x 64 floats)
+// to the output rows of their pairs.
+template <int F>
+static inline void ggml_mm_id(constant GgmlMatmulIdMm_MmParams& p, device const uchar* w, device const float* x, device const uint* offsets,
+                              device const uint* order, device float* y, threadgroup uchar* shmem, threadgroup uint* rows, uint3 tg,
+                              uint tid, uint sg) {
+    const uint K = uint(p.ne00), N = uint(p.ne0), E = uint(p.ne02), U = uint(p.ne20), P = uint(p.ne21) * U;
+    uint group, start, end;
+    if (!moe_tile(offsets, E, P, 32, tg.y, group, start, end)) {
+        return;
+    }
+    const uint n0 = tg.x * 64;
+    if (n0 >= N) {
+        return;
+    }
+    const uint rows_m = end - start, rows_n = min(64u, N - n0);
+    if (tid < 32) {
+        rows[tid] = tid < rows_m ? min(order[start + tid], P) : P;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (group >= E) {
+        for (uint i = tid; i < 32 * rows_n; i += 128) {
+            const uint pr = rows[i / rows_n];
+            if (pr < P) {
+                y[ulong(pr) * N + n0 + i % rows_n] = 0.0f;
+            }
+        }
+        return;
+    }
+    threadgroup half* sa = (threadgroup half*)shmem;
+    threadgroup float* sb = (threadgroup float*)(shmem + 4096);
+    device const uchar* we = w + ulong(group) * p.nb02;
+    const short sm0 = short(sg / 2) * 16, sn0 = short(sg % 2) * 32;
+    simdgroup_float8x8 acc[2][4];
+    for (short i = 0; i < 2; ++i) {
+        for (short j = 0; j < 4; ++j) {
+            acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+        }
+    }
+    const uint wr = tid / 2, wh = tid % 2;
+    const uint xr = tid / 4, xq = (tid % 4) * 8;
+    const uint xp = rows[xr];
+    device const float* xrow = x + ulong(xp < P ? xp / U : 0) * (p.nb12 / 4);
+    for (uint k0 = 0; k0 < K; k0 += 32) {
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        if (wr < rows_n) {
+            float v[16];
+            ggml_deq16<F>(we + ulong(n0 + wr) * p.nb01, k0 / 16 + wh, v);
+            for (short j = 0; j < 16; ++j) {
+                sa[wr * 32 + wh * 16 + j] = half(v[j]);
+            }
+        } else {
+            for (short j = 0; j < 16; ++j) {
+                sa[wr * 32 + wh * 16 + j] = half(0.0f);
+            }
+        }
+        for (short j = 0; j < 8; ++j) {
+            sb[xr * 32 + xq + j] = xp < P ? xrow[k0 + xq + j] : 0.0f;
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        simd_mma_step<32>(acc, sb, 32, sa, 32, sm0, sn0);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    threadgroup float* out = (threadgroup float*)shmem;
+    for (short i = 0; i < 2; ++i) {
+        for (short j = 0; j < 4; ++j) {
+            simdgroup_store(acc[i][j], out + (sm0 + 8 * i) * 64 + sn0 + 8 * j, 64);
+        }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint i = tid; i < 32 * rows_n; i += 128) {
+        const uint r = i / rows_n, c = i % rows_n, pr = rows[r];
+        if (pr < P) {
+            y[ulong(pr) * N + n0 + c] = out[r * 64 + c];
+        }
+    }
+}
+
+// buffer(0) GgmlMatmulIdMm_MmParams, (1) weight (experts nb02 bytes apart,
+// rows nb01), (2) x [ne21, K] f32 (rows nb12 bytes apart), (3) offsets u32
+// [ne02 + 2] and (4) order u32 [P] (moe_dispatch_sort's), (5) y [P, N] f32;
+// threadgroup(0) 8192 bytes.
+template <int F>
+kernel void ggml_mul_mm_id(
+    constant GgmlMatmulIdMm_MmParams& args  [[buffer(0)]],
+    device const uchar*               src0  [[buffer(1)]],
+    device const float*               src1  [[buffer(2)]],
+    device const uint*                offsets [[buffer(3)]],
+    device const uint*                order   [[buffer(4)]],
+    device float*                     dst   [[buffer(5)]],
+    threadgroup uchar*                shmem [[threadgroup(0)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort tiitg [[thread_index_in_threadgroup]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]])
+{
+    threadgroup uint rows[32];
+    ggml_mm_id<F>(args, src0, src1, offsets, order, dst, shmem, rows, tgpig, tiitg, sgitg);
+}
+
+typedef decltype(ggml_mul_mm_id<GGML_Q4_0>) ggml_mul_mm_id_q4_0_t;
+typedef decltype(ggml_mul_mm_id<GGML_Q8_0>) ggml_mul_mm_id_q8_0_t;
+typedef decltype(ggml_mul_mm_id<GGML_Q4_K>) ggml_mul_mm_id_q4_K_t;
+typedef decltype(ggml_mul_mm_id<GGML_Q5_K>) ggml_mul_mm_id_q5_K_t;
+typedef decltype(ggml_mul_mm_id<GGML_Q6_K>) ggml_mul_mm_id_q6_K_t;
+template [[host_name("kernel_mul_mm_id_q4_0_f32")]] kernel ggml_mul_mm_id_q4_0_t ggml_mul_mm_id<GGML_Q4_0>;
+template [[host_name("kernel_mul_mm_id_q8_0_f32")]] kernel ggml_mul_mm_id_q8_0_t ggml_mul_mm_id<GGML_Q8_0>;
+template [[host_name("kernel_mul_mm_id_q4_K_f32")]] kernel ggml_mul_mm_id_q4_K_t ggml_mul_mm_id<GGML_Q4_K>;
+template [[host_name("kernel_mul_mm_id_q5_K_f32")]] kernel ggml_mul_mm_id_q5_K_t ggml_mul_mm_id<GGML_Q5_K>;
+template [[host_name("kernel_mul_mm_id_q6_K_f32")]] kernel ggml_mul_mm_id_q6_K_t ggml_mul_mm_id<GGML_Q6_K>;

@@ -1,0 +1,275 @@
+// quantized_matmul_id_ggml: the param packers against the header and the
+// .metal bindings, the launches, the reference against values by hand, every
+// validation rule of both ops, and parity against the float64
+// dequantize-then-multiply reference on every backend: Q4_0, Q8_0, Q4_K,
+// Q5_K and Q6_K, the vector form (routed by ids) and the matrix form (after
+// moe_dispatch_sort of the same ids, in the same encoder), one token and
+// many, odd n (1, 7, 33, 37, 70, 130: under and past a simdgroup's, a
+// threadgroup's and the tiles' rows), experts that get no pair, ids past the
+// experts (rows of zeros), a down projection over pairs (topK 1), experts
+// further apart than their bytes (expertStride, not a multiple of 16), and
+// the input and the weight as views inside one larger allocation with
+// garbage around them, the output a NaN-poisoned view.
+//
+// Error measure: |got - want| / sum_k |x w| per output (w dequantized in
+// float64), as tests/quantized_matmul_ggml.test.ts, with its tolerances:
+// TOL of the type the dequantized weight meets x in, grown as sqrt(k / 4096)
+// past 4096 (dotTolerance): Metal's vector kernels f32, its matrix kernels
+// f16 (the weight staged as f16), CUDA's tensor cores bf16.
+
+import { describe, expect, test } from 'bun:test';
+import src from '../shaders/quantized_matmul_id_ggml.metal' with { type: 'text' };
+import type { Buffer, Device } from '../ts/index.ts';
+import { moeDispatchSort } from '../ts/ops/moe_dispatch.ts';
+import { GGML_QUANT_TYPES, ggmlBlockOf, ggmlMvCudaSharedBytes, ggmlRowBytesOf, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
+import {
+  GGML_MATMUL_ID_MM_PARAMS_LAYOUT, GGML_MATVEC_ID_PARAMS_LAYOUT, ggmlIdMmCudaLaunch, ggmlIdMvCudaLaunch, packGgmlMatmulIdMmParams,
+  packGgmlMatvecIdParams, planQuantizedMatmulIdGgml, planQuantizedMatmulIdGgmlMm, QUANTIZED_MATMUL_ID_GGML_KERNELS, quantizedMatmulIdGgml,
+  quantizedMatmulIdGgmlMm,
+} from '../ts/ops/quantized_matmul_id_ggml.ts';
+import { structSize } from '../ts/params.ts';
+import { ggmlQuantize } from '../ts/reference/quantized_matmul_ggml.ts';
+import { ggmlMatmulIdRef } from '../ts/reference/quantized_matmul_id_ggml.ts';
+import { describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, run, TARGET_LIMITS } from './helpers.ts';
+import { a, buf, F, ggmlBlocks, int, opContract, out, U32, type Case } from './op-contract.ts';
+
+describe('quantized_matmul_id_ggml param packers match the header and the .metal bindings', () => {
+  test("GgmlMatvecIdParams (the crate's 12 fields) at buffer(4), GgmlMatmulIdMm_MmParams at buffer(0)", () => {
+    for (const k of QUANTIZED_MATMUL_ID_GGML_KERNELS) {
+      const re = k.includes('_mv_id_')
+        ? /kernel void ggml_mul_mv_id\([^{]*constant GgmlMatvecIdParams&\s+p\s+\[\[buffer\(4\)\]\]/
+        : /kernel void ggml_mul_mm_id\([^{]*constant GgmlMatmulIdMm_MmParams&\s+args\s+\[\[buffer\(0\)\]\]/;
+      expect(src).toMatch(re);
+      expect(src).toContain(`[[host_name("${k}")]]`);
+    }
+    expect(structSize(GGML_MATVEC_ID_PARAMS_LAYOUT)).toBe(80);
+    expect(structSize(GGML_MATMUL_ID_MM_PARAMS_LAYOUT)).toBe(96);
+    const s = { nTokens: 3, topK: 2, n: 5, k: 256, nExperts: 7, ggmlType: 'Q4_K' as const };
+    const v = new DataView(packGgmlMatvecIdParams(s).buffer);
+    const u64 = (o: number): number => Number(v.getBigUint64(o, true));
+    // ne00, ne01, ne02 (experts), ne10, ne12, ne0, ne1 (pairs); r2, r3, top_k, n_tokens; expert_stride (5 rows of 144 bytes).
+    expect([0, 8, 16, 24, 32, 40, 48].map(u64)).toEqual([256, 5, 7, 256, 1, 5, 6]);
+    expect([56, 60, 64, 68].map((o) => v.getUint32(o, true))).toEqual([1, 1, 2, 3]);
+    expect(u64(72)).toBe(720);
+    expect(Number(new DataView(packGgmlMatvecIdParams({ ...s, expertStride: 1000 }).buffer).getBigUint64(72, true))).toBe(1000);
+    const m = new DataView(packGgmlMatmulIdMmParams(s).buffer);
+    // ne00, ne02; nb01, nb02; ne11; nb10, nb11, nb12; ne20, ne21, ne0, ne1; r2, r3.
+    expect([m.getInt32(0, true), m.getInt32(4, true)]).toEqual([256, 7]);
+    expect([8, 16].map((o) => Number(m.getBigUint64(o, true)))).toEqual([144, 720]);
+    expect(m.getInt32(32, true)).toBe(2);
+    expect([40, 48, 56].map((o) => Number(m.getBigUint64(o, true)))).toEqual([4, 0, 1024]);
+    expect([72, 76, 80, 84].map((o) => m.getInt32(o, true))).toEqual([2, 3, 5, 2]);
+    expect([m.getInt16(88, true), m.getInt16(90, true)]).toEqual([1, 1]);
+  });
+  test('launches: the vector engine per pair and 16 rows, matrix tile slots of 64 pairs, shared memory within an H100\'s', () => {
+    // Qwen3.6-35B-A3B decode, 8 tokens x top-8: gate (k = 2048, n = 512) and down (k = 512, n = 2048).
+    expect(ggmlIdMvCudaLaunch('Q4_K', 64, 512)).toEqual({ grid: [64 * 32, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes('Q4_K') } });
+    expect(ggmlIdMvCudaLaunch('Q6_K', 64, 2048).grid[0]).toBe(64 * 128);
+    // 512 tokens x top-8 of 256 experts: 4096 / 64 + 257 slots x 4 column tiles of 128.
+    expect(ggmlIdMmCudaLaunch(4096, 512, 256)).toEqual({ grid: [321 * 4, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 30720 } });
+    for (const t of GGML_QUANT_TYPES) expect(ggmlMvCudaSharedBytes(t)).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);
+  });
+});
+
+describe('quantized_matmul_id_ggml reference against values by hand', () => {
+  test('two Q8_0 experts of 1 row, k = 32: each pair takes its expert; an id past them gives zeros', () => {
+    // Expert 0: d = 0.5, q = 2 everywhere (w = 1); expert 1: d = 0.25, q = -4 (w = -1). f16 0.5 = 0x3800, 0.25 = 0x3400.
+    const block = (dLo: number, dHi: number, q: number): number[] => [dLo, dHi, ...Array<number>(32).fill(q & 0xff)];
+    const weight = Uint8Array.from([...block(0x00, 0x38, 2), ...block(0x00, 0x34, -4)]);
+    const x = Array.from({ length: 64 }, (_, i) => (i < 32 ? 1 : 2));
+    const r = ggmlMatmulIdRef(x, weight, [1, 0, 9, 0], { nTokens: 2, topK: 2, n: 1, k: 32, nExperts: 2, ggmlType: 'Q8_0' });
+    expect(Array.from(r.y)).toEqual([-32, 32, 0, 64]);
+    expect(Array.from(r.abs)).toEqual([32, 32, 1, 64]);
+  });
+});
+
+describeValidation('quantized_matmul_id_ggml validation', ({ enc, buf }) => {
+  type Case = [mutate: Record<string, unknown>, arg: string, expected: string, actual: string];
+  // Q4_K, 2 tokens x top-3 of 4 experts of n = 5 rows, k = 256: 720 bytes an expert.
+  const sizes = { nTokens: 2, topK: 3, n: 5, k: 256, nExperts: 4, ggmlType: 'Q4_K' };
+  const common = (): Case[] => [
+    [{ ggmlType: 'Q4_1' }, 'ggmlType', 'Q4_0, Q8_0, Q4_K, Q5_K, Q6_K', 'Q4_1'],
+    [{ nTokens: 0 }, 'nTokens', 'a positive integer', '0'],
+    [{ k: 1.5 }, 'k', 'a positive integer', '1.5'],
+    [{ n: -1 }, 'n', 'a positive integer', '-1'],
+    [{ topK: 0 }, 'topK', 'a positive integer', '0'],
+    [{ nExperts: 0 }, 'nExperts', 'a positive integer', '0'],
+    [{ n: 2 ** 31 }, 'n', 'at most 2^31 - 1', `${2 ** 31}`],
+    [{ k: 288 }, 'k', "a multiple of Q4_K's block (256)", '288'],
+    [{ expertStride: 719 }, 'expertStride', 'at least the bytes of an expert (720)', '719'],
+    [{ expertStride: -1 }, 'expertStride', 'a safe integer >= 0 or absent', '-1'],
+    [{ expertStride: 722 }, 'expertStride', "a multiple of Q4_K's row alignment (4)", '722'],
+    [{ input: buf('bf16', 512) }, 'input.dtype', 'f32', 'bf16'],
+    [{ weight: buf('u32', 720) }, 'weight.dtype', 'u8', 'u32'],
+    [{ output: buf('f16', 30) }, 'output.dtype', 'f32', 'f16'],
+    [{ input: buf('f32', 511) }, 'input.elementCount', 'at least 512', '511'],
+    [{ weight: buf('u8', 2879) }, 'weight.byteLength', 'at least 2880 (4 experts of 5 rows of 144 bytes of Q4_K, 720 bytes apart)', '2879'],
+    [{ expertStride: 800 }, 'weight.byteLength', 'at least 3120', '2880'],
+    [{ ggmlType: 'Q6_K' }, 'weight.byteLength', 'at least 4200', '2880'],
+    [{ output: buf('f32', 29) }, 'output.elementCount', 'at least 30', '29'],
+  ];
+  test('quantized_matmul_id_ggml: every rule', () => {
+    const base = () => ({ input: buf('f32', 512), weight: buf('u8', 2880), ids: buf('u32', 6), output: buf('f32', 30), ...sizes });
+    const cases: Case[] = [
+      ...common(),
+      [{ ids: buf('i32', 6) }, 'ids.dtype', 'u32', 'i32'],
+      [{ ids: buf('u32', 5) }, 'ids.elementCount', 'at least 6', '5'],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => quantizedMatmulIdGgml(enc(), { ...base(), ...m } as never), 'quantized_matmul_id_ggml', arg, expected, actual);
+    }
+    // The crate's rule: larger buffers are taken (their first bytes).
+    quantizedMatmulIdGgml(enc(), { ...base(), input: buf('f32', 600), weight: buf('u8', 3000), ids: buf('u32', 8), output: buf('f32', 40) } as never);
+    const x = buf('f32', 1024);
+    expectInvalid(() => quantizedMatmulIdGgml(enc(), { ...base(), input: x.view('f32', [512]), output: x.view('f32', [30], 1024) } as never),
+      'quantized_matmul_id_ggml', 'output', 'a buffer other than input', 'a view overlapping input');
+  });
+  test('quantized_matmul_id_ggml_mm: every rule', () => {
+    const base = () => ({ input: buf('f32', 512), weight: buf('u8', 2880), offsets: buf('u32', 6), order: buf('u32', 6), output: buf('f32', 30), ...sizes });
+    const cases: Case[] = [
+      ...common(),
+      [{ offsets: buf('i32', 6) }, 'offsets.dtype', 'u32', 'i32'],
+      [{ offsets: buf('u32', 5) }, 'offsets.elementCount', 'at least 6', '5'],
+      [{ order: buf('u32', 5) }, 'order.elementCount', 'at least 6', '5'],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => quantizedMatmulIdGgmlMm(enc(), { ...base(), ...m } as never), 'quantized_matmul_id_ggml_mm', arg, expected, actual);
+    }
+    const w = buf('u8', 4096);
+    expectInvalid(() => quantizedMatmulIdGgmlMm(enc(), { ...base(), weight: w.view('u8', [2880]), output: w.view('f32', [30], 2000) } as never),
+      'quantized_matmul_id_ggml_mm', 'output', 'a buffer other than weight', 'a view overlapping weight');
+  });
+});
+
+interface Shape {
+  nTokens: number;
+  topK: number;
+  n: number;
+  /** k in blocks of the type. */
+  blocks: number;
+  nExperts: number;
+  /** Bytes between experts beyond their own (expertStride = expert bytes + pad; 2 more for Q4_K and Q5_K, whose rows must be 4-byte aligned). */
+  pad?: number;
+}
+
+/**
+ * One product on the device against the reference: every expert's weight
+ * quantized from random values (garbage in the pad between experts), x
+ * random; x and the weight as views at non-zero offsets of one u8 allocation
+ * with garbage around them, the output a NaN-poisoned view of another. The
+ * matrix form runs moe_dispatch_sort of the ids first, in the same encoder.
+ * Returns the error (Infinity where anything outside the output view was written).
+ */
+function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form: 'vector' | 'matrix', seed: number): number {
+  const r = rng(seed);
+  const k = ggmlBlockOf(type).qk * s.blocks;
+  const pairs = s.nTokens * s.topK;
+  const expertBytes = s.n * ggmlRowBytesOf(type, k);
+  const stride = expertBytes + (s.pad === undefined ? 0 : s.pad + (type === 'Q4_K' || type === 'Q5_K' ? 2 : 0));
+  const w = Uint8Array.from({ length: (s.nExperts - 1) * stride + expertBytes }, () => Math.floor(r.uniform(0, 256)));
+  for (let e = 0; e < s.nExperts; e++) w.set(ggmlQuantize(type, randomArray(r, s.n * k, -1, 1), s.n, k), e * stride);
+  const x = Float32Array.from(randomArray(r, s.nTokens * k, -1, 1));
+  const al = (b: number): number => Math.ceil(b / 16) * 16;
+  const xAt = 48;
+  const wAt = al(xAt + 4 * x.length) + 32;
+  const root = dev.alloc('u8', [wAt + al(w.length) + 48]);
+  root.write(Uint8Array.from({ length: root.byteLength }, () => Math.floor(r.uniform(0, 256))));
+  const xv = root.view('f32', [s.nTokens, k], xAt);
+  xv.write(x);
+  const wv = root.view('u8', [w.length], wAt);
+  wv.write(w);
+  const outRoot = dev.alloc('f32', [pairs * s.n + 24]);
+  outRoot.fill(Number.NaN);
+  const output = outRoot.view('f32', [pairs, s.n], 32);
+  const idBuf = dev.upload('u32', [pairs], ids);
+  const sizes = { nTokens: s.nTokens, topK: s.topK, n: s.n, k, nExperts: s.nExperts, expertStride: s.pad === undefined ? undefined : stride, ggmlType: type };
+  const held: Buffer[] = [root, outRoot, idBuf];
+  if (form === 'vector') {
+    run(dev, (e) => quantizedMatmulIdGgml(e, { input: xv, weight: wv, ids: idBuf, output, ...sizes }));
+  } else {
+    const offsets = dev.alloc('u32', [s.nExperts + 2]);
+    const order = dev.alloc('u32', [pairs]);
+    held.push(offsets, order);
+    run(dev, (e) => {
+      moeDispatchSort(e, { ids: idBuf, offsets, order, nPairs: pairs, numExperts: s.nExperts });
+      quantizedMatmulIdGgmlMm(e, { input: xv, weight: wv, offsets, order, output, ...sizes });
+    });
+  }
+  const want = ggmlMatmulIdRef(x, w, ids, sizes);
+  const err = dotErr(output.readNumbers(), want.y, want.abs);
+  const all = outRoot.readNumbers();
+  const outside = [...all.slice(0, 8), ...all.slice(8 + pairs * s.n)];
+  for (const b of held) b.release();
+  return outside.every(Number.isNaN) ? err : Infinity;
+}
+
+/** Ids [pairs]: experts below `used` (so experts used .. nExperts - 1 get no pair), and where `bad` some past the experts. */
+function idsOf(seed: number, pairs: number, nExperts: number, used: number, bad: boolean): number[] {
+  const r = rng(seed);
+  return Array.from({ length: pairs }, (_, p) => (bad && p % 5 === 3 ? nExperts + Math.floor(r.uniform(0, 1e9)) : Math.floor(r.uniform(0, used))));
+}
+
+describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
+  const tolOf = (form: 'vector' | 'matrix', k: number): number => dotTolerance(backend === 'cuda' ? 'bf16' : form === 'vector' ? 'f32' : 'f16', k);
+  // [shape, experts used of nExperts, ids past the experts]: one token, several tokens, a down projection over pairs (topK 1),
+  // experts without pairs, odd n under and past the tiles, experts further apart than their bytes.
+  const VECTOR: readonly [Shape, number, boolean][] = [
+    [{ nTokens: 1, topK: 4, n: 7, blocks: 1, nExperts: 9 }, 9, false],
+    [{ nTokens: 3, topK: 2, n: 33, blocks: 2, nExperts: 5, pad: 18 }, 3, true],
+    [{ nTokens: 6, topK: 1, n: 1, blocks: 1, nExperts: 4 }, 4, true],
+  ];
+  const MATRIX: readonly [Shape, number, boolean][] = [
+    [{ nTokens: 9, topK: 2, n: 37, blocks: 1, nExperts: 6 }, 4, true],
+    [{ nTokens: 40, topK: 2, n: 70, blocks: 2, nExperts: 3, pad: 18 }, 3, false],
+    [{ nTokens: 70, topK: 1, n: 130, blocks: 1, nExperts: 5 }, 2, true],
+  ];
+  for (const type of GGML_QUANT_TYPES) {
+    test(`${type}: both forms at odd sizes, empty experts, ids past the experts, views, a NaN-poisoned output`, () => {
+      const dev = device();
+      const over: string[] = [];
+      let seed = 1;
+      for (const [form, shapes] of [['vector', VECTOR], ['matrix', MATRIX]] as const) {
+        for (const [s, used, bad] of shapes) {
+          const k = ggmlBlockOf(type).qk * s.blocks;
+          const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);
+          const e = product(dev, type, s, ids, form, seed++ * 7919 + k);
+          if (!(e <= tolOf(form, k))) over.push(`${form} ${JSON.stringify(s)}: ${e}`);
+        }
+      }
+      expect(over).toEqual([]);
+    }, 120_000);
+  }
+
+  test('the plans name the forms and bind the crate\'s slots', () => {
+    const dev = device();
+    const w = dev.alloc('u8', [4 * 2 * 144]);
+    const base = { input: dev.alloc('f32', [2 * 256]), weight: w, output: dev.alloc('f32', [2 * 2 * 2]), nTokens: 2, topK: 2, n: 2, k: 256, nExperts: 4, ggmlType: 'Q4_K' as const };
+    const mv = planQuantizedMatmulIdGgml({ ...base, ids: dev.alloc('u32', [4]) }, dev.limits, dev).dispatches[0]!;
+    const mm = planQuantizedMatmulIdGgmlMm({ ...base, offsets: dev.alloc('u32', [6]), order: dev.alloc('u32', [4]) }, dev.limits, dev).dispatches[0]!;
+    expect([mv.kernel, mm.kernel]).toEqual(['kernel_mul_mv_id_q4_K_f32', 'kernel_mul_mm_id_q4_K_f32']);
+    expect([mv.grid, mv.threads]).toEqual([[1, 4, 1], [2, 32, 1]]);
+    expect([mm.grid, mm.threads]).toEqual([[1, 0 + 4 + 1, 1], [128, 1, 1]]);
+  });
+});
+
+opContract('quantized_matmul_id_ggml', [
+  // Q4_0, 3 tokens x top-2 of 4 experts of n = 5 rows, k = 64 (2 blocks of 18 bytes a row): 180 bytes an expert.
+  ...(['quantizedMatmulIdGgml', 'quantizedMatmulIdGgmlMm'] as const).map((fn): Case => {
+    const mm = fn.endsWith('Mm');
+    return {
+      fn, op: mm ? 'quantized_matmul_id_ggml_mm' : 'quantized_matmul_id_ggml',
+      keys: {
+        input: buf(F, { freeCount: true }), weight: buf(['u8'], { freeCount: true }), output: out(F, { freeCount: true }),
+        ...(mm ? { offsets: buf(U32, { table: true, freeCount: true }), order: buf(U32, { table: true, freeCount: true }) } : { ids: buf(U32, { table: true, freeCount: true }) }),
+        nTokens: int, topK: int, n: int, k: int, nExperts: int, expertStride: { kind: 'int?' },
+        ggmlType: { kind: 'enum', values: GGML_QUANT_TYPES },
+      },
+      make: (d) => ({
+        input: a(d, 'f32', 3 * 64), weight: a(d, 'u8', 4 * 180), output: a(d, 'f32', 6 * 5),
+        ...(mm ? { offsets: a(d, 'u32', 6), order: a(d, 'u32', 6) } : { ids: a(d, 'u32', 6) }),
+        nTokens: 3, topK: 2, n: 5, k: 64, nExperts: 4, ggmlType: 'Q4_0',
+      }),
+      fill: (args) => ggmlBlocks(args.weight as Buffer, args.ggmlType),
+    };
+  }),
+]);

@@ -1,0 +1,282 @@
+// quantized_matmul_id_ggml: per-expert (MoE) products with weights in GGUF's
+// block formats (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K; the layouts are written down in
+// ts/ops/quantized_matmul_ggml.ts), routed by per-token expert ids. Kernel
+// names, bindings, param structs and validation rules of mlx-native's
+// quantized_matmul_id_ggml module (src/ops/quantized_matmul_id_ggml.rs): the
+// vector form kernel_mul_mv_id_<t>_f32 (GgmlMatvecIdParams) and the matrix
+// form kernel_mul_mm_id_<t>_f32 (GgmlMatmulIdMm_MmParams). Kernels:
+// shaders/quantized_matmul_id_ggml.metal and shaders/cuda/quantized_matmul_id_ggml.cu,
+// reading the blocks through the decoders quantized_matmul_ggml reads
+// (the preludes, shaders/common.metal and shaders/cuda/common.cuh).
+//
+// Pairs: x has nTokens rows, ids [nTokens, topK]; pair p is row p / topK,
+// slot p % topK, and has one output row: y [nTokens * topK, n]. A down
+// projection takes one x row per pair (nTokens = pairs, topK = 1, the same
+// ids). Experts: nExperts of n rows of k / QK blocks, expert e's first byte
+// e * expertStride bytes in (default: the bytes of one expert, a stacked [E,
+// n, k] GGUF tensor; a fused [E, 2 I, H] gate_up tensor is two views of one
+// buffer, the up view I rows in, both with expertStride the bytes of 2 I rows).
+//
+// Where this differs from the crate:
+// - The matrix form reads the pairs grouped by expert on the device by
+//   moe_dispatch_sort (offsets [nExperts + 2], order [pairs]) at the
+//   bindings 3 and 4 where the crate's reads its map0 kernel's per-expert
+//   counts and token lists, so any topK works (the crate's map0 exists for
+//   topK 1 and 8), and Q5_K has a matrix form too. The crate's routing of its
+//   public function (the matrix form past 32 tokens) is the caller's choice
+//   here: the two forms are two ops, as quantized_matmul_id's.
+// - An id at or past nExperts cannot be refused without reading the ids on
+//   the host: its output row is zeros and no weight is read for it (the
+//   crate's kernel reads past the experts). The vector params carry the
+//   count in ne02 (llama.cpp's meaning of the field; the crate passes 1).
+// - The weight must hold (nExperts - 1) * expertStride + the bytes of an
+//   expert (the crate checks nExperts times the bytes of an expert, short of
+//   the last expert's end when expertStride is larger).
+
+import src from '../../shaders/quantized_matmul_id_ggml.metal' with { type: 'text' };
+import cudaSrc from '../../shaders/cuda/quantized_matmul_id_ggml.cu' with { type: 'text' };
+import header from '../../shaders/quantized_matmul_id_ggml.h' with { type: 'text' };
+import type { Buffer } from '../buffer.ts';
+import type { Device, DeviceLimits } from '../device.ts';
+import type { Encoder } from '../encoder.ts';
+import { packFields, structLayout, type ParamField } from '../params.ts';
+import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
+import { familySources } from '../registry.ts';
+import {
+  checkAtMost, checkBufferRules, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, I32_MAX, invalid, ruleBindings, U32_MAX,
+  type BufferRule,
+} from '../validate.ts';
+import { checkPairs, moeTileSlots } from '../expert-products.ts';
+import {
+  checkGgmlType, GGML_KERNEL_TYPE, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlMmCudaTile, ggmlMvCudaSharedBytes, ggmlMvMetalLaunch, ggmlRowBytesOf,
+  GGML_MV_CUDA_ROWS, type GgmlQuantType,
+} from './quantized_matmul_ggml.ts';
+import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
+
+export const QUANTIZED_MATMUL_ID_GGML_FAMILY = 'quantized_matmul_id_ggml';
+/** The family's kernel sources by backend, as registered by every dispatch. */
+export const QUANTIZED_MATMUL_ID_GGML_SOURCES = familySources(QUANTIZED_MATMUL_ID_GGML_FAMILY, { header, metal: src, cuda: cudaSrc });
+export const QUANTIZED_MATMUL_ID_GGML_KERNELS = [
+  'kernel_mul_mv_id_q4_0_f32', 'kernel_mul_mv_id_q8_0_f32', 'kernel_mul_mv_id_q4_K_f32', 'kernel_mul_mv_id_q5_K_f32', 'kernel_mul_mv_id_q6_K_f32',
+  'kernel_mul_mm_id_q4_0_f32', 'kernel_mul_mm_id_q8_0_f32', 'kernel_mul_mm_id_q4_K_f32', 'kernel_mul_mm_id_q5_K_f32', 'kernel_mul_mm_id_q6_K_f32',
+] as const;
+const planOf = familyPlans({
+  family: QUANTIZED_MATMUL_ID_GGML_FAMILY, sources: QUANTIZED_MATMUL_ID_GGML_SOURCES, kernels: QUANTIZED_MATMUL_ID_GGML_KERNELS,
+});
+
+/** struct GgmlMatvecIdParams (buffer 4 of kernel_mul_mv_id_<t>_f32). */
+export const GGML_MATVEC_ID_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlMatvecIdParams');
+/** struct GgmlMatmulIdMm_MmParams (buffer 0 of kernel_mul_mm_id_<t>_f32). */
+export const GGML_MATMUL_ID_MM_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlMatmulIdMm_MmParams');
+
+/** The sizes of a product (the crate's GgmlQuantizedMatmulIdParams). */
+export interface GgmlIdSizes {
+  /** Rows of x. */
+  nTokens: number;
+  /** Slots of a row (1 for a down projection over pairs). */
+  topK: number;
+  /** Output rows of an expert's weight. */
+  n: number;
+  /** Columns of x and of the weight: a multiple of the block (32 for Q4_0 and Q8_0, 256 for the K formats). */
+  k: number;
+  nExperts: number;
+  /** Bytes from one expert's weight to the next's (a multiple of 4 for Q4_K and Q5_K, 2 for the others); the bytes of one expert (n rows) when absent. */
+  expertStride?: number;
+  ggmlType: GgmlQuantType;
+}
+
+const strideOf = (s: GgmlIdSizes): number => s.expertStride ?? s.n * ggmlRowBytesOf(s.ggmlType, s.k);
+
+/** mlx-native's GgmlMatvecIdGpuParams, ne02 the number of experts. */
+export function packGgmlMatvecIdParams(s: GgmlIdSizes): Uint8Array {
+  return packFields(GGML_MATVEC_ID_PARAMS_LAYOUT, {
+    ne00: s.k, ne01: s.n, ne02: s.nExperts, ne10: s.k, ne12: 1, ne0: s.n, ne1: s.nTokens * s.topK, r2: 1, r3: 1, top_k: s.topK,
+    n_tokens: s.nTokens, expert_stride: strideOf(s),
+  });
+}
+
+/** mlx-native's GgmlIdMmMmGpuParams: x rows a token apart (nb11 = 0, nb12 = 4 k). */
+export function packGgmlMatmulIdMmParams(s: GgmlIdSizes): Uint8Array {
+  return packFields(GGML_MATMUL_ID_MM_PARAMS_LAYOUT, {
+    ne00: s.k, ne02: s.nExperts, nb01: ggmlRowBytesOf(s.ggmlType, s.k), nb02: strideOf(s), nb03: 0, ne11: s.topK, _pad0: 0, nb10: 4, nb11: 0,
+    nb12: 4 * s.k, nb13: 0, ne20: s.topK, ne21: s.nTokens, ne0: s.n, ne1: s.topK, r2: 1, r3: 1, _pad1: 0,
+  });
+}
+
+// ---- CUDA launches (shaders/cuda/quantized_matmul_id_ggml.cu; one-dimensional grids) ----
+
+/** The CUDA vector form: quantized_matmul_ggml's vector engine, a 128-thread block per (pair, 16 rows of its expert). */
+export function ggmlIdMvCudaLaunch(type: GgmlQuantType, pairs: number, n: number): Launch {
+  return { grid: [pairs * ceilDiv(n, GGML_MV_CUDA_ROWS), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes(type) } };
+}
+
+/** Pair rows of a tile of the CUDA matrix form (quantized_matmul_ggml's 64 x 128 tile of 4 warps). */
+export const GGML_MM_ID_CUDA_BM = 64;
+const GGML_MM_ID_CUDA_BN = 128;
+
+/** The CUDA matrix form: a 128-thread block per (tile slot of 64 pairs, 128 weight rows). */
+export function ggmlIdMmCudaLaunch(pairs: number, n: number, nExperts: number): Launch {
+  const t = ggmlMmCudaTile(1, 1);
+  return {
+    grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_BM) * ceilDiv(n, GGML_MM_ID_CUDA_BN), 1, 1], threads: [t.threads, 1, 1],
+    threadgroupMemory: { 0: t.sharedBytes },
+  };
+}
+
+/** Pair rows of a tile of the Metal matrix kernels. */
+export const GGML_MM_ID_METAL_BM = 32;
+
+// ---- validation ----
+
+interface GgmlIdBase extends GgmlIdSizes {
+  /** f32 [nTokens, k] at least */
+  input: Buffer;
+  /** u8: nExperts experts of n rows of k / QK blocks, expertStride bytes apart, at least */
+  weight: Buffer;
+  /** f32 [nTokens * topK, n] at least; output */
+  output: Buffer;
+}
+
+export interface QuantizedMatmulIdGgmlArgs extends GgmlIdBase {
+  /** u32 [nTokens, topK] at least: fused_moe_routing's expertIds */
+  ids: Buffer;
+}
+
+export interface QuantizedMatmulIdGgmlMmArgs extends GgmlIdBase {
+  /** u32 [nExperts + 2] at least: moe_dispatch_sort's offsets of the ids */
+  offsets: Buffer;
+  /** u32 [nTokens * topK] at least: moe_dispatch_sort's order */
+  order: Buffer;
+}
+
+function validateBase(op: string, a: GgmlIdBase, matrix: boolean, routing: BufferRule[], device?: Device): void {
+  checkGgmlType(op, 'ggmlType', a.ggmlType);
+  for (const arg of ['nTokens', 'k', 'n', 'topK', 'nExperts'] as const) {
+    checkPositive(op, arg, a[arg]);
+    checkAtMost(op, arg, a[arg], I32_MAX, '2^31 - 1');
+  }
+  const { qk, bytes } = ggmlBlockOf(a.ggmlType);
+  checkMultiple(op, 'k', a.k, qk, `${a.ggmlType}'s block`);
+  const pairs = checkPairs(op, a.nTokens, a.topK);
+  if (matrix) checkAtMost(op, 'nTokens * topK', pairs, I32_MAX, '2^31 - 1');
+  const expertBytes = checkedProduct(op, 'n * k / QK * block bytes', a.n, a.k / qk, bytes);
+  const stride = a.expertStride ?? expertBytes;
+  if (a.expertStride !== undefined) {
+    if (!Number.isSafeInteger(a.expertStride) || a.expertStride < 0) throw invalid(op, 'expertStride', 'a safe integer >= 0 or absent', a.expertStride);
+    if (a.expertStride < expertBytes) throw invalid(op, 'expertStride', `at least the bytes of an expert (${expertBytes})`, a.expertStride);
+    const align = a.ggmlType === 'Q4_K' || a.ggmlType === 'Q5_K' ? 4 : 2;
+    checkMultiple(op, 'expertStride', a.expertStride, align, `${a.ggmlType}'s row alignment`);
+  }
+  const nw = checkedProduct(op, '(nExperts - 1) * expertStride', a.nExperts - 1, stride) + expertBytes;
+  if (!Number.isSafeInteger(nw)) throw invalid(op, 'weight bytes', 'a safe integer', nw);
+  const launch = matrix ? ggmlIdMmCudaLaunch(pairs, a.n, a.nExperts) : ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n);
+  if (launch.grid[0] > CUDA_GRID_MAX) {
+    throw invalid(op, 'nTokens * topK', `small enough for ${CUDA_GRID_MAX} CUDA blocks (${matrix ? 'tile slots' : 'pairs'} x blocks of rows)`, pairs);
+  }
+  const nx = checkedProduct(op, 'nTokens * k', a.nTokens, a.k);
+  const ny = checkedProduct(op, 'nTokens * topK * n', pairs, a.n);
+  const rules: BufferRule[] = [
+    ['input', a.input, 'f32', nx],
+    ['weight', a.weight, 'u8', { bytes: nw, of: `${a.nExperts} experts of ${a.n} rows of ${ggmlRowBytesOf(a.ggmlType, a.k)} bytes of ${a.ggmlType}, ${stride} bytes apart` }],
+    ...routing,
+    ['output', a.output, 'f32', ny],
+  ];
+  checkBufferRules(op, rules, device, true);
+  checkNoAliasing(op, ruleBindings(rules), ['output'], 'every output row reads x and weights that other rows read too');
+}
+
+/**
+ * mlx-native's rules: a supported type; nTokens, k, n, topK, nExperts > 0; k
+ * a multiple of the block; expertStride at least the bytes of an expert
+ * (and, not in the crate, a multiple of 4 for Q4_K and Q5_K, 2 for the
+ * others: the decoders read words of the rows of every expert);
+ * each buffer at least its size (the weight (nExperts - 1) * expertStride +
+ * an expert's bytes). With the int32 fields of the params, dtypes (f32 input
+ * and output, u8 weight, u32 ids), the CUDA grid and no aliasing.
+ */
+export function validateQuantizedMatmulIdGgml(a: QuantizedMatmulIdGgmlArgs, device?: Device): void {
+  const pairs = a.nTokens * a.topK;
+  validateBase('quantized_matmul_id_ggml', a, false, [['ids', a.ids, 'u32', Number.isSafeInteger(pairs) ? pairs : 0]], device);
+}
+
+/** quantizedMatmulIdGgml's rules, with offsets (nExperts + 2) and order (nTokens * topK) u32 in place of ids. */
+export function validateQuantizedMatmulIdGgmlMm(a: QuantizedMatmulIdGgmlMmArgs, device?: Device): void {
+  const pairs = a.nTokens * a.topK;
+  validateBase('quantized_matmul_id_ggml_mm', a, true, [
+    ['offsets', a.offsets, 'u32', a.nExperts + 2], ['order', a.order, 'u32', Number.isSafeInteger(pairs) ? pairs : 0],
+  ], device);
+}
+
+/**
+ * quantized_matmul_id_ggml (mlx-native's): output[p, j] = sum_k input[p /
+ * topK, k] * w_e[j, k], e = ids[p], w_e expert e's weight dequantized from
+ * its GGML blocks; f32 input and output; zeros for an id >= nExperts. The
+ * vector form: each pair reads its expert's rows (decode).
+ *
+ * Numerics: Metal sums f32 products of the weight dequantized in f32 (as
+ * kernel_mul_mv_<t>_f32); CUDA's tensor cores take the weight and x in bf16
+ * (quantized_matmul_ggml's vector engine), summed in f32.
+ *
+ * Rules: validateQuantizedMatmulIdGgml. Kernels: kernel_mul_mv_id_<t>_f32.
+ * Bindings: 0 weight, 1 input, 2 output, 3 ids, 4 GgmlMatvecIdParams (ne00 =
+ * ne10 = k, ne01 = ne0 = n, ne02 = nExperts, ne1 = pairs, top_k, n_tokens,
+ * expert_stride).
+ * Grid (Metal, the crate's): (ceil(n / 8), pairs, 1) threadgroups of (8, 8,
+ * 1) for Q4_0 and Q8_0, (ceil(n / 2), pairs, 1) of (2, 32, 1) for the K
+ * formats. CUDA: ggmlIdMvCudaLaunch (a block of 128 threads per pair and 16
+ * rows of its expert, the k windows copied by cp.async in 16-byte units).
+ */
+export function quantizedMatmulIdGgml(enc: Encoder, args: QuantizedMatmulIdGgmlArgs): void {
+  record(enc, planQuantizedMatmulIdGgml(args, enc.device.limits, enc.device));
+}
+
+/** quantizedMatmulIdGgml's plan: validates, then one dispatch (see quantizedMatmulIdGgml). */
+export function planQuantizedMatmulIdGgml(a: QuantizedMatmulIdGgmlArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateQuantizedMatmulIdGgml(a, device);
+  const pairs = a.nTokens * a.topK;
+  return planOf({
+    kernel: `kernel_mul_mv_id_${GGML_KERNEL_TYPE[a.ggmlType]}_f32`,
+    buffers: [a.weight, a.input, a.output, a.ids],
+    bytes: [, , , , packGgmlMatvecIdParams(a)],
+    ...ggmlMvMetalLaunch(a.ggmlType, pairs, a.n),
+    cuda: ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n),
+  });
+}
+
+/**
+ * quantized_matmul_id_ggml_mm: quantizedMatmulIdGgml's product in the matrix
+ * form, over the pairs grouped by expert (moeDispatchSort of the same ids:
+ * offsets and order): tiles of an expert's pairs (x rows gathered through
+ * the order) against its dequantized weight, the outputs scattered back to
+ * pair order; an expert without pairs costs an empty tile slot (prefill).
+ *
+ * Numerics: Metal stages the weight as f16 and x as f32 (as
+ * kernel_mul_mm_<t>_f32); CUDA's tensor cores take both in bf16, summed in f32.
+ *
+ * Rules: validateQuantizedMatmulIdGgmlMm. Kernels: kernel_mul_mm_id_<t>_f32.
+ * Bindings: 0 GgmlMatmulIdMm_MmParams (ne00 k, ne02 nExperts, nb01 the bytes
+ * of a weight row, nb02 expertStride, nb12 the bytes of an x row, ne20 topK,
+ * ne21 nTokens, ne0 n), 1 weight, 2 input, 3 offsets, 4 order, 5 output;
+ * threadgroup(0) 8192 bytes.
+ * Grid (Metal): (ceil(n / 64), floor(pairs / 32) + nExperts + 1, 1)
+ * threadgroups of 128, a tile of 32 pairs x 64 weight rows (moe_tile).
+ * CUDA: ggmlIdMmCudaLaunch (64 pairs x 128 weight rows, mma.sync).
+ */
+export function quantizedMatmulIdGgmlMm(enc: Encoder, args: QuantizedMatmulIdGgmlMmArgs): void {
+  record(enc, planQuantizedMatmulIdGgmlMm(args, enc.device.limits, enc.device));
+}
+
+/** quantizedMatmulIdGgmlMm's plan: validates, then one dispatch (see quantizedMatmulIdGgmlMm). */
+export function planQuantizedMatmulIdGgmlMm(a: QuantizedMatmulIdGgmlMmArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateQuantizedMatmulIdGgmlMm(a, device);
+  const pairs = a.nTokens * a.topK;
+  return planOf({
+    kernel: `kernel_mul_mm_id_${GGML_KERNEL_TYPE[a.ggmlType]}_f32`,
+    buffers: [, a.weight, a.input, a.offsets, a.order, a.output],
+    bytes: [packGgmlMatmulIdMmParams(a)],
+    threadgroupMemory: [GGML_MM_SHARED_BYTES],
+    grid: [ceilDiv(a.n, 64), moeTileSlots(pairs, a.nExperts, GGML_MM_ID_METAL_BM), 1],
+    threads: [128, 1, 1],
+    cuda: ggmlIdMmCudaLaunch(pairs, a.n, a.nExperts),
+  });
+}
