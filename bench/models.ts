@@ -9,7 +9,7 @@
 // router, one embedding row, the output projection) over the copy bandwidth
 // measured in the same run.
 //
-//   bun run bench/models.ts [--small] [--model qwen3_5_moe|gemma4|all] [--quant q4|bf16]
+//   bun run bench/models.ts [--small] [--model qwen3_5_moe|gemma4|all] [--quant q4|bf16|q4k]
 //                           [--steps N] [--prompt P] [--prefill T] [--rounds R] [--copy-gbs B]
 //                           [--layers L] [--vocab V] [--pdl on|off]
 //
@@ -18,7 +18,13 @@
 // default): every linear layer MLX affine 4-bit, groups of 64, bf16 scales
 // and biases, the experts stacked as mlx's switch layers; the embedding
 // bf16 (one row read a token), the routers dense. bf16: every weight bf16,
-// the experts fused as transformers stores them. --copy-gbs: a copy
+// the experts fused as transformers stores them. q4k: GGUF blocks as a
+// llama.cpp Q4_K file holds them, every linear layer and expert Q4_K where
+// its rows are multiples of 256 values, else Q8_0 (llama.cpp's fallback;
+// Gemma 4's MLP and expert down projections, 2112 and 704 wide), through
+// quantized_matmul_ggml and quantized_matmul_id_ggml; the embedding bf16,
+// the routers dense (Hugging Face's names: the loader's GGUF path is the
+// block type, not the naming). --copy-gbs: a copy
 // bandwidth (GB/s, bytes read + written, e.g. bench/matmul_peers.py's) used
 // for the floor beside the one measured here (our gather copying 1 GiB).
 // --pdl on|off (cuda): programmatic dependent launch of the registry's
@@ -39,16 +45,16 @@
 // embedding; the loader reads a tied head as the bf16 table, which at q4
 // would read 1.5 GB a token where MLX's quantized checkpoints read the
 // quantized table, so the benchmark gives it an untied 4-bit output
-// projection of the same shape. GGUF Q4_K is not run: the per-expert
-// products have no GGUF form (no quantized_matmul_id_ggml) and loadModel
-// refuses GGUF checkpoints.
+// projection of the same shape (q4k: Q4_K).
 //
 // Weights never pass through the host: the packed 4-bit words are Philox
 // random bits (philox4x32; every code is a valid 4-bit value), floats are
 // rows of a small host tile (uniform within the tensor's spread) gathered on
 // the device into place, scales near 1 / (4.6 sqrt(k)) and biases near -7.5
 // times that, so every weight decodes to a finite value of about a fan-in
-// initialization's size. Small tensors (norms, conv, A_log, the routers'
+// initialization's size. GGUF blocks: rows of a host tile of 256 rows
+// quantized by the reference quantizer (finite d and dmin) gathered into
+// place as 4-byte words. Small tensors (norms, conv, A_log, the routers'
 // scales) come from the host. Backend: MLX_NATIVE_BACKEND or the default.
 
 import { Device, type Buffer, type DType } from '../ts/index.ts';
@@ -57,6 +63,8 @@ import { gather } from '../ts/ops/embedding.ts';
 import { philox4x32 } from '../ts/ops/sample.ts';
 import { describeModel, WeightSource, type Gemma4Weights, type Qwen35MoeWeights, type TensorInfo, type TensorRef } from '../ts/weights/index.ts';
 import { toBf16 } from '../ts/index.ts';
+import { ggmlRowBytesOf, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
+import { ggmlQuantize } from '../ts/reference/quantized_matmul_ggml.ts';
 
 const argv = process.argv;
 const small = argv.includes('--small');
@@ -73,8 +81,9 @@ const num = (name: string, fallback: number): number => {
 };
 const which = opt('--model') ?? 'all';
 if (!['qwen3_5_moe', 'gemma4', 'all'].includes(which)) throw new Error(`--model must be qwen3_5_moe, gemma4 or all (got ${which})`);
-const quant = opt('--quant') ?? 'q4';
-if (quant !== 'q4' && quant !== 'bf16') throw new Error(`--quant must be q4 or bf16 (got ${quant})`);
+const quantArg = opt('--quant') ?? 'q4';
+if (quantArg !== 'q4' && quantArg !== 'bf16' && quantArg !== 'q4k') throw new Error(`--quant must be q4, bf16 or q4k (got ${quantArg})`);
+const quant: Mode = quantArg;
 const steps = num('--steps', small ? 4 : 64);
 const promptLen = num('--prompt', small ? 6 : 16);
 const prefillLen = num('--prefill', small ? 24 : 4096);
@@ -120,26 +129,36 @@ const GEMMA_SMALL: Json = {
 // ---- the tensors, by name (Hugging Face's, with mlx's switch layers for quantized experts) ----
 
 /** How a tensor's values are drawn: floats uniform in center +- spread; packed words random. */
-type Init = { readonly kind: 'float'; readonly center: number; readonly spread: number } | { readonly kind: 'words' };
+type Init = { readonly kind: 'float'; readonly center: number; readonly spread: number } | { readonly kind: 'words' } | { readonly kind: 'blocks' };
+
+type Mode = 'q4' | 'bf16' | 'q4k';
+
+/** The GGUF block type of a q4k layer of rows of k values: Q4_K, or Q8_0 where k is not a multiple of 256. */
+const blockTypeOf = (k: number): GgmlQuantType => (k % 256 === 0 ? 'Q4_K' : 'Q8_0');
 
 interface Spec {
   readonly name: string;
   readonly shape: readonly number[];
-  readonly dtype: 'BF16' | 'U32';
+  readonly dtype: 'BF16' | 'U32' | GgmlQuantType;
   readonly init: Init;
 }
 
 const fanIn = (k: number): Init => ({ kind: 'float', center: 0, spread: Math.sqrt(3 / k) });
 const around = (center: number, spread: number): Init => ({ kind: 'float', center, spread });
 
-function tensorSpecs(arch: 'qwen3_5_moe' | 'gemma4', c: Json, q4: boolean): Spec[] {
+function tensorSpecs(arch: 'qwen3_5_moe' | 'gemma4', c: Json, mode: Mode): Spec[] {
   const out: Spec[] = [];
+  const q4 = mode !== 'bf16';
   const plain = (name: string, shape: number[], init: Init) => out.push({ name, shape, dtype: 'BF16', init });
-  // A linear layer [..., n, k]: bf16, or MLX affine (packed words, scales, biases).
+  // A linear layer [..., n, k]: bf16, MLX affine (packed words, scales, biases) or GGUF blocks.
   const lin = (base: string, shape: number[], quantize = q4, init?: Init) => {
     const k = shape[shape.length - 1]!, lead = shape.slice(0, -1);
     if (!quantize) {
       plain(`${base}.weight`, shape, init ?? fanIn(k));
+      return;
+    }
+    if (mode === 'q4k') {
+      out.push({ name: `${base}.weight`, shape, dtype: blockTypeOf(k), init: { kind: 'blocks' } });
       return;
     }
     const scale = 1 / (4.6 * Math.sqrt(k));
@@ -247,6 +266,16 @@ class SpecSource extends WeightSource {
     for (const s of specs) {
       this.specs.set(s.name, s);
       const elementCount = s.shape.reduce((a, b) => a * b, 1);
+      if (s.dtype !== 'U32' && s.dtype !== 'BF16') {
+        // GGUF blocks: u8 rows of whole blocks, as a GGUF file's tensor (the loader reads the block type from it).
+        const k = s.shape[s.shape.length - 1]!, rowBytes = ggmlRowBytesOf(s.dtype, k);
+        const storageShape = [...s.shape.slice(0, -1), rowBytes];
+        map.set(s.name, {
+          name: s.name, format: 'gguf', file: s.name, dtype: s.dtype, shape: s.shape, elementCount, byteOffset: 0, byteLength: (elementCount / k) * rowBytes,
+          storage: { dtype: 'u8', shape: storageShape, raw: true },
+        });
+        continue;
+      }
       const dtype: DType = s.dtype === 'U32' ? 'u32' : 'bf16';
       const byteLength = elementCount * (s.dtype === 'U32' ? 4 : 2);
       map.set(s.name, {
@@ -324,6 +353,34 @@ class Filler {
     enc.commitAndWait();
   }
 
+  /**
+   * GGUF blocks of `type`, rows of k values: rows of a host tile (TILE_ROWS rows of fan-in values quantized by
+   * the reference quantizer, so d and dmin are finite) gathered into place as 4-byte words.
+   */
+  blocks(buf: Buffer, type: GgmlQuantType, k: number): void {
+    const rowBytes = ggmlRowBytesOf(type, k), rows = buf.byteLength / rowBytes;
+    this.bytes += buf.byteLength;
+    if (rowBytes % 4 !== 0) throw new Error(`bench/models: ${type} rows of ${k} values (${rowBytes} bytes) are not whole 4-byte words`);
+    const key = `${type}:${k}`;
+    let tile = this.tiles.get(key);
+    if (tile === undefined) {
+      const spread = Math.sqrt(3 / k);
+      const values = Float32Array.from({ length: TILE_ROWS * k }, () => spread * (2 * this.source.next() - 1));
+      const bytes = ggmlQuantize(type, values, TILE_ROWS, k);
+      const raw = this.dev.alloc('u8', [bytes.byteLength]);
+      raw.write(bytes);
+      tile = raw;
+      this.tiles.set(key, tile);
+    }
+    const words = rowBytes / 4;
+    using indices = this.dev.upload('u32', [rows], Uint32Array.from({ length: rows }, () => Math.floor(this.source.next() * TILE_ROWS)));
+    using enc = this.dev.encoder();
+    gather(enc, {
+      src: tile.view('f32', [TILE_ROWS, words], 0), indices, output: buf.view('f32', [rows, words], 0), srcRows: TILE_ROWS, rowWidth: words, nIndices: rows,
+    });
+    enc.commitAndWait();
+  }
+
   release(): void {
     for (const t of this.tiles.values()) t.release();
     this.tiles.clear();
@@ -367,6 +424,12 @@ class DeviceFilled extends Checkpoint {
       return { kind: 'affine', weight, scales, biases, n, k, groupSize: q.groupSize, bits: q.bits };
     }
     const k = t.shape[t.shape.length - 1]!;
+    const gt = this.ggmlTypeOf(first.name);
+    if (gt !== null) {
+      const weight = this.alloc('u8', [n, ggmlRowBytesOf(gt, k)]);
+      this.fill.blocks(weight, gt, k);
+      return { kind: 'ggml', weight, ggmlType: gt, n, k };
+    }
     const weight = this.alloc(t.storage.dtype, [n, k]);
     this.fill.floats(weight, this.initOf(first.name));
     return { kind: 'dense', weight, n, k };
@@ -375,10 +438,14 @@ class DeviceFilled extends Checkpoint {
   override stack(parts: readonly RowsPart<TensorRef | string>[], rowWidth: number, widen: boolean): Buffer {
     const name = (r: TensorRef | string) => (typeof r === 'string' ? r : r.name);
     const first = this.source.info(name(parts[0]!.ref));
-    const rows = parts.reduce((acc, p) => acc + (p.rows?.length ?? this.source.info(name(p.ref)).elementCount / rowWidth), 0);
+    // GGUF blocks: rowWidth counts bytes.
+    const rowsOf = (t: TensorInfo) => (t.storage.dtype === 'u8' ? t.byteLength : t.elementCount) / rowWidth;
+    const rows = parts.reduce((acc, p) => acc + (p.rows?.length ?? rowsOf(this.source.info(name(p.ref)))), 0);
     const stored = first.storage.dtype;
-    const b = this.alloc(widen && stored !== 'u32' ? 'f32' : stored, [rows, rowWidth]);
-    if (stored === 'u32') this.fill.words(b);
+    const b = this.alloc(widen && stored !== 'u32' && stored !== 'u8' ? 'f32' : stored, [rows, rowWidth]);
+    const gt = this.ggmlTypeOf(first.name);
+    if (gt !== null) this.fill.blocks(b, gt, first.shape[first.shape.length - 1]!);
+    else if (stored === 'u32') this.fill.words(b);
     else this.fill.floats(b, this.initOf(first.name));
     return b;
   }
@@ -386,7 +453,11 @@ class DeviceFilled extends Checkpoint {
 
 // ---- the floor: bytes of weights one decode token reads ----
 
+let benchMode: Mode = 'q4';
+
+/** Bytes of a linear layer's weights: MLX affine (words, bf16 scales and biases), GGUF blocks (q4k) or bf16. */
 function linearBytes(n: number, k: number, q4: boolean): number {
+  if (q4 && benchMode === 'q4k') return n * ggmlRowBytesOf(blockTypeOf(k), k);
   return q4 ? (n * k * BITS) / 8 + 2 * 2 * n * (k / GROUP) : 2 * n * k;
 }
 
@@ -464,7 +535,8 @@ function randomIds(n: number, vocab: number, seed: number): number[] {
 }
 
 function run(arch: 'qwen3_5_moe' | 'gemma4', copy: number): void {
-  const q4 = quant === 'q4';
+  const q4 = quant !== 'bf16';
+  benchMode = quant;
   const raw: Json = { ...(arch === 'qwen3_5_moe' ? (small ? QWEN_SMALL : QWEN_REAL) : (small ? GEMMA_SMALL : GEMMA_REAL)) };
   if (layersArg !== null) {
     raw['num_hidden_layers'] = layersArg;
@@ -473,12 +545,12 @@ function run(arch: 'qwen3_5_moe' | 'gemma4', copy: number): void {
   if (vocabArg !== null) raw['vocab_size'] = vocabArg;
   const cut = [layersArg !== null ? `${layersArg} layers` : '', vocabArg !== null ? `vocabulary ${vocabArg}` : ''].filter((x) => x !== '').join(', ');
   const label = `${arch === 'qwen3_5_moe' ? 'Qwen3.6-35B-A3B' : 'Gemma 4 26B-A4B'}${small ? ' (--small dims)' : ''}${cut !== '' ? ` (cut to ${cut})` : ''}, `
-    + `${q4 ? 'MLX affine 4-bit g64' : 'bf16'}`;
+    + `${quant === 'q4' ? 'MLX affine 4-bit g64' : quant === 'q4k' ? 'GGUF Q4_K (Q8_0 where rows are not multiples of 256)' : 'bf16'}`;
   const t0 = performance.now();
-  const source = new SpecSource(tensorSpecs(arch, raw, q4), label);
+  const source = new SpecSource(tensorSpecs(arch, raw, quant), label);
   const filler = new Filler(dev, source);
   const names = describeModel(source, { config: raw });
-  const ck = new DeviceFilled(source, dev, q4 ? { groupSize: GROUP, bits: BITS } : null, filler);
+  const ck = new DeviceFilled(source, dev, quant === 'q4' ? { groupSize: GROUP, bits: BITS } : null, filler);
   const maxContext = Math.max(prefillLen, promptLen + steps + 1) + 16;
   let model: CausalLM;
   try {
@@ -548,4 +620,3 @@ console.log(`device: ${dev.name} (${dev.backend}), ${new Date().toISOString().sl
 const copy = copyGbs(dev.backend === 'emu' ? 1 << 22 : 1 << 30);
 console.log(`copy bandwidth (gather, f32 rows, read + written): ${copy.toPrecision(4)} GB/s${copyGbsArg !== null ? `; --copy-gbs ${copyGbsArg}` : ''}`);
 for (const arch of ['qwen3_5_moe', 'gemma4'] as const) if (which === 'all' || which === arch) run(arch, copy);
-console.log('\nGGUF Q4_K: not run (no per-expert GGUF product: quantized_matmul_id_ggml does not exist, and loadModel refuses GGUF checkpoints)');

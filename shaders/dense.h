@@ -43,27 +43,12 @@ struct DenseGemvBf16Params {
 };
 
 // mlx-native's DenseMm{Bf16,F16,F32}F32TensorParams (src/ops/dense_mm_*.rs,
-// three structs with one layout), buffer(0) of the
-// hf2q_dense_mm_{bf16,f16,f32}_f32_tensor kernels: ne00 = K, ne0 = N,
-// ne1 = M; src0 (weight) batch stride nb02, row stride nb01; src1 (input)
-// strides nb11 (row), nb12 (batch); src1 batch i uses weight batch i / r2.
-// dst is [batch, M, N], contiguous. nb10 is carried for the layout.
-struct DenseMmTensorParams {
-    int   ne00;
-    int   ne02;
-    ulong nb01;
-    ulong nb02;
-    ulong nb03;
-    int   ne12;
-    ulong nb10;
-    ulong nb11;
-    ulong nb12;
-    ulong nb13;
-    int   ne0;
-    int   ne1;
-    short r2;
-    short r3;
-};
+// three structs with one layout: llama.cpp's mul_mm block, shaders/common.h),
+// buffer(0) of the hf2q_dense_mm_{bf16,f16,f32}_f32_tensor kernels: ne00 = K,
+// ne0 = N, ne1 = M; src0 (weight) batch stride nb02, row stride nb01; src1
+// (input) strides nb11 (row), nb12 (batch); src1 batch i uses weight batch
+// i / r2. dst is [batch, M, N], contiguous. nb10 is carried for the layout.
+typedef struct GgmlMulMmArgs DenseMmTensorParams;
 
 // The param struct of dense_mm_{f32,f16,bf16} and dense_mv_{f32,f16,bf16}
 // (not in mlx-native): x [batch, m, k], w [w_batch, n, k], y [batch, m, n],

@@ -11,7 +11,9 @@
 // shared_expert_gate's raw output), and the decoder layer's residual folded
 // in. Slots summed in order, then the shared term, then the residual, in
 // f32; the _f16 and _bf16 kernels read and write the dtype (sh_logit too;
-// expert_w stays f32) and round once when they store.
+// expert_w stays f32) and round once when they store. _bf16_input (not in
+// mlx-native) reads bf16 expert outputs, as the per-expert products of 16-bit
+// activations write them, and f32 for all the rest.
 //
 // buffer(0) MoeWeightedReduceParams, (1) expert_w f32 [n_tokens, top_k],
 // (2) y_expert [n_tokens, top_k, h], (3) sh_logit [n_tokens], (4) y_shared
@@ -20,8 +22,8 @@
 // Grid: (ceil(h / 256), n_tokens, 1) threadgroups of 256 threads (the crate's:
 // the kernel indexes by 256), one thread per output element.
 
-template <typename T>
-static inline void weighted_reduce_at(constant MoeWeightedReduceParams& p, device const float* expert_w, device const T* y_expert,
+template <typename T, typename E>
+static inline void weighted_reduce_at(constant MoeWeightedReduceParams& p, device const float* expert_w, device const E* y_expert,
                                       device const T* sh_logit, device const T* y_shared, device const T* residual, device T* output,
                                       uint2 tg, uint lid) {
     const uint d = tg.x * 256 + lid, t = tg.y;
@@ -78,6 +80,20 @@ kernel void moe_weighted_reduce_bf16(
     device const bfloat*              y_shared [[buffer(4)]],
     device const bfloat*              residual [[buffer(5)]],
     device bfloat*                    output   [[buffer(6)]],
+    uint2 tgpig [[threadgroup_position_in_grid]],
+    uint  tiitg [[thread_index_in_threadgroup]])
+{
+    weighted_reduce_at(p, expert_w, y_expert, sh_logit, y_shared, residual, output, tgpig, tiitg);
+}
+
+kernel void moe_weighted_reduce_bf16_input(
+    constant MoeWeightedReduceParams& p        [[buffer(0)]],
+    device const float*               expert_w [[buffer(1)]],
+    device const bfloat*              y_expert [[buffer(2)]],
+    device const float*               sh_logit [[buffer(3)]],
+    device const float*               y_shared [[buffer(4)]],
+    device const float*               residual [[buffer(5)]],
+    device float*                     output   [[buffer(6)]],
     uint2 tgpig [[threadgroup_position_in_grid]],
     uint  tiitg [[thread_index_in_threadgroup]])
 {

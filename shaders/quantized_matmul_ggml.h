@@ -22,27 +22,12 @@ struct GgmlMatvecParams {
     uint  r3;    // (1)
 };
 
-// mlx-native's GgmlMatmulMmParams (llama.cpp's ggml_metal_kargs_mul_mm),
-// buffer(0) of the kernel_mul_mm_<type>_f32 kernels: ne00 = K, ne0 = N (the
-// y row stride), ne1 = M; nb01 the bytes of a weight row, nb11 the bytes of
-// an x row. ne02, nb02, nb03, ne12, nb10, nb12, nb13, r2 and r3 are carried
-// for the layout and not read (a batch of 1).
-struct GgmlMatmulMmParams {
-    int   ne00;
-    int   ne02;
-    ulong nb01;
-    ulong nb02;
-    ulong nb03;
-    int   ne12;
-    ulong nb10;
-    ulong nb11;
-    ulong nb12;
-    ulong nb13;
-    int   ne0;
-    int   ne1;
-    short r2;
-    short r3;
-};
+// mlx-native's GgmlMatmulMmParams (llama.cpp's ggml_metal_kargs_mul_mm,
+// shaders/common.h), buffer(0) of the kernel_mul_mm_<type>_f32 kernels:
+// ne00 = K, ne0 = N (the y row stride), ne1 = M; nb01 the bytes of a weight
+// row, nb11 the bytes of an x row. ne02, nb02, nb03, ne12, nb10, nb12, nb13,
+// r2 and r3 are carried for the layout and not read (a batch of 1).
+typedef struct GgmlMulMmArgs GgmlMatmulMmParams;
 
 // kernel_dequantize_<type>_<out> (not in mlx-native): n_chunks runs of 16
 // consecutive values of a tensor of GGML blocks (its rows back to back),

@@ -27,19 +27,11 @@ struct QuantizedMatmulIdParams {
 };
 
 // quantized_gate_up_mv_id_<t> and quantized_gate_up_mm_id_<t> (not in
-// mlx-native), buffer(6): QuantizedMatmulIdParams' fields, the strides those
-// of the gate and of the up weights alike, and the gate's activation
-// (0: silu, Qwen3.6; 1: gelu with the tanh approximation, Gemma 4).
+// mlx-native), buffer(6): a QuantizedMatmulIdParams (the strides those of the
+// gate and of the up weights alike), then the gate's activation (0: silu,
+// Qwen3.6; 1: gelu with the tanh approximation, Gemma 4). The kernels pass
+// `id` to the code of the plain products.
 struct QuantizedGateUpIdParams {
-    uint M;
-    uint K;
-    uint N;
-    uint group_size;
-    uint bits;
-    uint n_expert_used;
-    uint num_experts;
-    uint expert_weight_stride;
-    uint expert_scales_stride;
-    uint expert_biases_stride;
+    struct QuantizedMatmulIdParams id;
     uint activation;
 };

@@ -156,8 +156,8 @@ kernel void quantized_gate_up_mv_id_f16(
     ushort sgitg [[simdgroup_index_in_threadgroup]],
     ushort tiisg [[thread_index_in_simdgroup]])
 {
-    q_mv_id<half, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params, params.activation, tgpig,
-                     sgitg, tiisg);
+    q_mv_id<half, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params.id, params.activation,
+                        tgpig, sgitg, tiisg);
 }
 
 kernel void quantized_gate_up_mv_id_bf16(
@@ -175,8 +175,8 @@ kernel void quantized_gate_up_mv_id_bf16(
     ushort sgitg [[simdgroup_index_in_threadgroup]],
     ushort tiisg [[thread_index_in_simdgroup]])
 {
-    q_mv_id<bfloat, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params, params.activation, tgpig,
-                     sgitg, tiisg);
+    q_mv_id<bfloat, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params.id, params.activation,
+                          tgpig, sgitg, tiisg);
 }
 
 // ---- the matrix form ----
@@ -360,7 +360,7 @@ kernel void quantized_gate_up_mm_id_f16(
     threadgroup half ws[64 * (32 + 8)];
     threadgroup float out[32 * 64];
     threadgroup uint rows[32];
-    q_mm_id<half, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, offsets, order, y, params,
+    q_mm_id<half, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, offsets, order, y, params.id,
                      params.activation, xs, ws, out, rows, tgpig, tiitg, sgitg);
 }
 
@@ -384,6 +384,6 @@ kernel void quantized_gate_up_mm_id_bf16(
     threadgroup bfloat ws[64 * (32 + 8)];
     threadgroup float out[32 * 64];
     threadgroup uint rows[32];
-    q_mm_id<bfloat, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, offsets, order, y, params,
+    q_mm_id<bfloat, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, offsets, order, y, params.id,
                      params.activation, xs, ws, out, rows, tgpig, tiitg, sgitg);
 }

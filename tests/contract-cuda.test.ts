@@ -51,10 +51,10 @@ function preprocess(text: string, name: string): string {
   }
 }
 
-/** The family's header (shaders/<family>.h), compiled ahead of both sources; '' when it has none. */
+/** shaders/common.h and the family's header (shaders/<family>.h, when it has one): what both sources compile after their preludes. */
 function header(family: string): string {
   const file = join(ROOT, 'shaders', `${family}.h`);
-  return existsSync(file) ? readFileSync(file, 'utf8') : '';
+  return readFileSync(join(ROOT, 'shaders', 'common.h'), 'utf8') + (existsSync(file) ? `\n${readFileSync(file, 'utf8')}` : '');
 }
 
 /** The parameters of every `extern "C" __global__` entry, by name. */
@@ -88,7 +88,11 @@ const SIZES: Record<string, number> = {
   uchar: 1, u8: 1, 'unsigned char': 1, char: 1, bool: 1, ulong: 8, u64: 8, 'unsigned long long': 8, long: 8,
 };
 
-/** Fields of `struct name { ... };` in CUDA code: name, size, offset under natural alignment. */
+/**
+ * Fields of `struct name { ... };` in CUDA code: name, size, offset under
+ * natural alignment. A field `struct Other id;` stands for Other's fields
+ * (at Other's alignment), as structLayout reads it.
+ */
 function cudaStructFields(code: string, name: string): { name: string; size: number; offset: number }[] | null {
   const m = new RegExp(`\\bstruct\\s+${name}\\s*\\{([^}]*)\\}`).exec(code);
   if (!m) return null;
@@ -97,6 +101,15 @@ function cudaStructFields(code: string, name: string): { name: string; size: num
   for (const decl of m[1]!.split(';')) {
     const d = decl.replace(/\s+/g, ' ').trim();
     if (d === '') continue;
+    const held = /^struct ([A-Za-z_]\w*) [A-Za-z_]\w*$/.exec(d);
+    const inner = held ? cudaStructFields(code, held[1]!) : null;
+    if (inner !== null) {
+      const align = Math.max(1, ...inner.map((f) => f.size));
+      const offset = Math.ceil(end / align) * align;
+      for (const f of inner) fields.push({ name: f.name, size: f.size, offset: offset + f.offset });
+      end = offset + Math.ceil(Math.max(0, ...inner.map((f) => f.offset + f.size)) / align) * align;
+      continue;
+    }
     const f = /^(.*\S)\s+([A-Za-z_]\w*)$/.exec(d);
     const size = f ? SIZES[f[1]!] : undefined;
     if (!f || size === undefined) throw new Error(`struct ${name}: "${d}" is not a scalar field`);
@@ -161,12 +174,12 @@ function mismatches(metal: string, cuda: Map<string, CudaParam[]>, aliases: Map<
       const cudaType = aliases.get(cp.type) ?? cp.type;
       if (metalType !== undefined && /Params$/.test(metalType)) {
         structsUsed.add(metalType);
-        if (cudaType !== metalType) problems.push(`${name}: parameter ${i} is ${metalType} in Metal, ${cp.type} in CUDA`);
+        if (cudaType !== (aliases.get(metalType) ?? metalType)) problems.push(`${name}: parameter ${i} is ${metalType} in Metal, ${cp.type} in CUDA`);
       }
     });
   }
   for (const s of structsUsed) {
-    const c = cudaStructFields(cudaCode, s);
+    const c = cudaStructFields(cudaCode, aliases.get(s) ?? s);
     if (c === null) {
       if (cudaCode !== '') problems.push(`struct ${s}: not defined in the CUDA source`);
       continue;

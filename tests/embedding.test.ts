@@ -23,14 +23,9 @@ import { bufferParam } from '../ts/metal-source.ts';
 import { joinSources } from '../ts/registry.ts';
 import { rowCopyLaunch } from '../ts/launch.ts';
 import type { Buffer, DType } from '../ts/index.ts';
-import { describeBackends, describeValidation, expectInvalid, maxRelErr, poisoned, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
+import { describeBackends, describeValidation, expectInvalid, maxRelErr, poisoned, randomArray, rng, TARGET_LIMITS, TOL, wordView } from './helpers.ts';
 import { a, buf, ggmlBlocks, int, opContract, out, U32, type Case } from './op-contract.ts';
 import { GGML_QUANT_TYPES, ggmlRowBytesOf } from '../ts/ops/quantized_matmul_ggml.ts';
-
-const words = (b: Uint8Array) => {
-  const v = new DataView(b.buffer, b.byteOffset, b.byteLength);
-  return { u: (i: number) => v.getUint32(4 * i, true), f: (i: number) => v.getFloat32(4 * i, true), bytes: b.byteLength };
-};
 
 describe('embedding param packers and bindings match the .metal declarations', () => {
   const metal = joinSources(EMBEDDING_SOURCES.metal);
@@ -39,14 +34,14 @@ describe('embedding param packers and bindings match the .metal declarations', (
       expect(bufferParam(metal, k, 1)).toContain('device const uint* indices');
       expect(bufferParam(metal, k, 3)).toBe('constant GatherParams& params [[buffer(3)]]');
     }
-    const g = words(packGatherParams({ rowWidth: 5376, nIndices: 3, srcRows: 262144 }));
+    const g = wordView(packGatherParams({ rowWidth: 5376, nIndices: 3, srcRows: 262144 }));
     expect([g.bytes, g.u(0), g.u(1), g.u(2)]).toEqual([12, 5376, 3, 262144]);
   });
   test('embedding_gather_scale_<t>: 0 table, 1 output, 2 EmbedGatherScaleParams (scale, hidden_size, token_id)', () => {
     for (const k of EMBEDDING_KERNELS.filter((k) => k.startsWith('embedding_gather_scale_') && !k.includes('batch'))) {
       expect(bufferParam(metal, k, 2)).toBe('constant EmbedGatherScaleParams& params [[buffer(2)]]');
     }
-    const p = words(packEmbedGatherScaleParams({ scale: 73.5, hiddenSize: 5376, tokenId: 262143 }));
+    const p = wordView(packEmbedGatherScaleParams({ scale: 73.5, hiddenSize: 5376, tokenId: 262143 }));
     expect([p.bytes, p.f(0), p.u(1), p.u(2)]).toEqual([12, 73.5, 5376, 262143]);
   });
   test('embedding_gather_scale_batch_<t>: 0 table, 1 token_ids, 2 output, 3 EmbedGatherScaleBatchParams (+ vocab_size)', () => {
@@ -54,7 +49,7 @@ describe('embedding param packers and bindings match the .metal declarations', (
       expect(bufferParam(metal, k, 1)).toContain('device const uint* token_ids');
       expect(bufferParam(metal, k, 3)).toBe('constant EmbedGatherScaleBatchParams& params [[buffer(3)]]');
     }
-    const p = words(packEmbedGatherScaleBatchParams({ scale: 0.5, hiddenSize: 4096, nTokens: 7, vocabSize: 151936 }));
+    const p = wordView(packEmbedGatherScaleBatchParams({ scale: 0.5, hiddenSize: 4096, nTokens: 7, vocabSize: 151936 }));
     expect([p.bytes, p.f(0), p.u(1), p.u(2), p.u(3)]).toEqual([16, 0.5, 4096, 7, 151936]);
   });
   test('CUDA launch: copy_rows by rows, X threads a row for 4 steps of 16 bytes a thread, 256 / X rows a block', () => {

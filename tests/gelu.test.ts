@@ -23,10 +23,8 @@ import {
 import { geluRef, geluTanhMulHalvesRef, geluTanhMulRef, geluTanhRef } from '../ts/reference/gelu.ts';
 import type { Buffer } from '../ts/index.ts';
 import { describeGatedParity, expectHalvesRules, expectPairRules, FLOATS, gatedErr, gatedOpCases, phantomBuffer, type GatedFamily } from './gated.ts';
-import { describeBackends, describeValidation, expectInvalid, poisoned, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
+import { describeBackends, describeValidation, expectInvalid, poisoned, randomArray, rng, TARGET_LIMITS, TOL, words } from './helpers.ts';
 import { a, buf, EW, opContract, out } from './op-contract.ts';
-
-const words = (b: Uint8Array) => Array.from({ length: b.byteLength / 4 }, (_, i) => new DataView(b.buffer, b.byteOffset).getUint32(4 * i, true));
 
 const FAMILY: GatedFamily = {
   family: GELU_FAMILY, sources: GELU_SOURCES, kernels: GELU_KERNELS,

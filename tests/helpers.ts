@@ -57,6 +57,16 @@ export function runsOnEmulator(d: Device): boolean {
   return d.backend === 'emu' || d.name.startsWith('CPU emulator');
 }
 
+/** The 32-bit words of packed params, as u32. */
+export const words = (b: Uint8Array): number[] =>
+  Array.from({ length: b.byteLength / 4 }, (_, i) => new DataView(b.buffer, b.byteOffset).getUint32(4 * i, true));
+
+/** Packed params read word by word, as u32 (u) or f32 (f), and their size. */
+export const wordView = (b: Uint8Array): { u: (i: number) => number; f: (i: number) => number; bytes: number } => {
+  const v = new DataView(b.buffer, b.byteOffset, b.byteLength);
+  return { u: (i: number) => v.getUint32(4 * i, true), f: (i: number) => v.getFloat32(4 * i, true), bytes: b.byteLength };
+};
+
 /** x rounded to bf16 (round-to-nearest-even), as a number. */
 export const bf16 = (x: number): number => bf16BitsToF32(f32ToBf16Bits(x));
 

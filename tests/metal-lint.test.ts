@@ -56,7 +56,7 @@
 import { describe, expect, test } from 'bun:test';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { joinSources, METAL_PRELUDE } from '../ts/registry.ts';
+import { COMMON_HEADER, joinSources, METAL_PRELUDE } from '../ts/registry.ts';
 import { stripComments } from '../ts/source-text.ts';
 
 const ROOT = resolve(import.meta.dir, '..');
@@ -293,12 +293,12 @@ function metalFiles(): string[] {
 }
 
 /**
- * A family's program as the registry compiles it (the prelude, the header
- * when there is one, the kernels), and where each of its lines comes from.
+ * A family's program as the registry compiles it (the prelude, common.h, the
+ * header when there is one, the kernels), and where each of its lines comes from.
  */
 function familyProgram(file: string): { text: string; where: (line: number) => string } {
   const header = file.replace(/\.metal$/, '.h');
-  const files = [METAL_PRELUDE];
+  const files = [METAL_PRELUDE, COMMON_HEADER];
   if (existsSync(join(SHADERS, header))) files.push({ name: header, text: readFileSync(join(SHADERS, header), 'utf8') });
   files.push({ name: file, text: readFileSync(join(SHADERS, file), 'utf8') });
   const text = joinSources(files);

@@ -9,16 +9,30 @@
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fromBf16, toBf16 } from '../ts/index.ts';
+import { fromBf16, fromF16, toBf16, toF16 } from '../ts/index.ts';
+import type { GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
 import { affineDequantize, affineQuantize, affineWords } from '../ts/reference/quantized_matmul.ts';
+import { ggmlDequantizeRef, ggmlQuantize } from '../ts/reference/quantized_matmul_ggml.ts';
 import { SafetensorsFile } from '../ts/weights/index.ts';
 import { rng, type Rng } from './helpers.ts';
-import { safetensorsBytes, type StTensor } from './weights-writers.ts';
+import { ggufBytes, safetensorsBytes, type GgufTensorSpec, type StTensor } from './weights-writers.ts';
 
-export type TinyArch = 'qwen3_5_moe' | 'gemma4' | 'gemma4_e';
+export type TinyArch = 'qwen3_5_moe' | 'gemma4' | 'gemma4_e' | 'qwen3_5_moe_gguf' | 'gemma4_gguf' | 'gemma4_e_gguf';
 
-/** The configurations of scripts/model_fixtures.py (every field the readers take). */
+/**
+ * The configurations of scripts/model_fixtures.py (every field the readers
+ * take); the _gguf variants are the same models 256 wide (GGUF's K formats
+ * take rows of multiples of 256 values), Qwen3.6's with two key heads and
+ * four value heads (GGUF stores its value heads tiled) and a shared expert
+ * 64 wide (Q4_0's blocks of 32), Gemma 4's per-layer inputs 32 wide (Q8_0's
+ * blocks).
+ */
 export function tinyConfig(arch: TinyArch): Record<string, unknown> {
+  if (arch === 'qwen3_5_moe_gguf') {
+    return { ...tinyConfig('qwen3_5_moe'), hidden_size: 256, linear_num_key_heads: 2, linear_num_value_heads: 4, shared_expert_intermediate_size: 64 };
+  }
+  if (arch === 'gemma4_gguf') return { ...tinyConfig('gemma4'), hidden_size: 256 };
+  if (arch === 'gemma4_e_gguf') return { ...tinyConfig('gemma4_e'), hidden_size: 256, hidden_size_per_layer_input: 32 };
   if (arch === 'qwen3_5_moe') {
     return {
       model_type: 'qwen3_5_moe_text', architectures: ['Qwen3_5MoeForCausalLM'],
@@ -63,8 +77,11 @@ function tensorsOf(arch: TinyArch): [string, number[], Draw][] {
   const H = c['hidden_size'] as number, V = c['vocab_size'] as number, L = c['num_hidden_layers'] as number;
   const out: [string, number[], Draw][] = [];
   const add = (name: string, shape: number[], draw: Draw) => out.push([name, shape, draw]);
-  if (arch === 'qwen3_5_moe') {
-    const D = 256, nh = 2, nkv = 1, hk = 1, hv = 2, dk = 64, dv = 64, E = 8, I = 32, Is = 48;
+  if (arch === 'qwen3_5_moe' || arch === 'qwen3_5_moe_gguf') {
+    const num = (k: string) => c[k] as number;
+    const D = num('head_dim'), nh = num('num_attention_heads'), nkv = num('num_key_value_heads'), hk = num('linear_num_key_heads');
+    const hv = num('linear_num_value_heads'), dk = num('linear_key_head_dim'), dv = num('linear_value_head_dim'), E = num('num_experts');
+    const I = num('moe_intermediate_size'), Is = num('shared_expert_intermediate_size');
     const C = 2 * hk * dk + hv * dv;
     add('model.embed_tokens.weight', [V, H], normal(1));
     add('lm_head.weight', [V, H], fanIn(2));
@@ -261,4 +278,214 @@ export function relayoutCheckpoint(folder: string, out: string, how: Relayout): 
   mkdirSync(out, { recursive: true });
   writeFileSync(join(out, 'model.safetensors'), safetensorsBytes(tensors));
   writeFileSync(join(out, 'config.json'), JSON.stringify({ model_type: type, tie_word_embeddings: config['tie_word_embeddings'], text_config: config }, null, 1));
+}
+
+// ---- GGUF ----
+
+/** A tensor's GGUF name (llama.cpp's, as ts/weights/names.ts maps them) below blk.N. or at the top. */
+const GGUF_LAYER_NAMES: [RegExp, string][] = [
+  [/^input_layernorm\.weight$/, 'attn_norm.weight'],
+  [/^post_attention_layernorm\.weight$/, 'post_attention_norm.weight'],
+  [/^linear_attn\.in_proj_qkv\.weight$/, 'attn_qkv.weight'],
+  [/^linear_attn\.in_proj_z\.weight$/, 'attn_gate.weight'],
+  [/^linear_attn\.in_proj_b\.weight$/, 'ssm_beta.weight'],
+  [/^linear_attn\.in_proj_a\.weight$/, 'ssm_alpha.weight'],
+  [/^linear_attn\.conv1d\.weight$/, 'ssm_conv1d.weight'],
+  [/^linear_attn\.dt_bias$/, 'ssm_dt.bias'],
+  [/^linear_attn\.A_log$/, 'ssm_a'],
+  [/^linear_attn\.norm\.weight$/, 'ssm_norm.weight'],
+  [/^linear_attn\.out_proj\.weight$/, 'ssm_out.weight'],
+  [/^self_attn\.q_proj\.weight$/, 'attn_q.weight'],
+  [/^self_attn\.k_proj\.weight$/, 'attn_k.weight'],
+  [/^self_attn\.v_proj\.weight$/, 'attn_v.weight'],
+  [/^self_attn\.o_proj\.weight$/, 'attn_output.weight'],
+  [/^self_attn\.q_norm\.weight$/, 'attn_q_norm.weight'],
+  [/^self_attn\.k_norm\.weight$/, 'attn_k_norm.weight'],
+  [/^mlp\.gate\.weight$/, 'ffn_gate_inp.weight'],
+  [/^mlp\.experts\.down_proj$/, 'ffn_down_exps.weight'],
+  [/^mlp\.shared_expert\.gate_proj\.weight$/, 'ffn_gate_shexp.weight'],
+  [/^mlp\.shared_expert\.up_proj\.weight$/, 'ffn_up_shexp.weight'],
+  [/^mlp\.shared_expert\.down_proj\.weight$/, 'ffn_down_shexp.weight'],
+  [/^mlp\.shared_expert_gate\.weight$/, 'ffn_gate_inp_shexp.weight'],
+  [/^pre_feedforward_layernorm\.weight$/, 'ffn_norm.weight'],
+  [/^post_feedforward_layernorm\.weight$/, 'post_ffw_norm.weight'],
+  [/^mlp\.gate_proj\.weight$/, 'ffn_gate.weight'],
+  [/^mlp\.up_proj\.weight$/, 'ffn_up.weight'],
+  [/^mlp\.down_proj\.weight$/, 'ffn_down.weight'],
+  [/^router\.proj\.weight$/, 'ffn_gate_inp.weight'],
+  [/^router\.scale$/, 'ffn_gate_inp.scale'],
+  [/^router\.per_expert_scale$/, 'ffn_down_exps.scale'],
+  [/^experts\.gate_up_proj$/, 'ffn_gate_up_exps.weight'],
+  [/^experts\.down_proj$/, 'ffn_down_exps.weight'],
+  [/^pre_feedforward_layernorm_2\.weight$/, 'pre_ffw_norm_2.weight'],
+  [/^post_feedforward_layernorm_1\.weight$/, 'post_ffw_norm_1.weight'],
+  [/^post_feedforward_layernorm_2\.weight$/, 'post_ffw_norm_2.weight'],
+  [/^layer_scalar$/, 'layer_output_scale.weight'],
+  [/^per_layer_input_gate\.weight$/, 'inp_gate.weight'],
+  [/^per_layer_projection\.weight$/, 'proj.weight'],
+  [/^post_per_layer_input_norm\.weight$/, 'post_norm.weight'],
+];
+const GGUF_TOP_NAMES: Record<string, string> = {
+  'model.embed_tokens.weight': 'token_embd.weight', 'lm_head.weight': 'output.weight', 'model.norm.weight': 'output_norm.weight',
+  'model.embed_tokens_per_layer.weight': 'per_layer_token_embd.weight', 'model.per_layer_model_projection.weight': 'per_layer_model_proj.weight',
+  'model.per_layer_projection_norm.weight': 'per_layer_proj_norm.weight',
+};
+
+/**
+ * The block type of each GGUF tensor, after llama.cpp's Q4_K_M mix where
+ * the row width allows (K formats need rows of multiples of 256 values,
+ * Q4_0 / Q8_0 of 32; llama.cpp falls back the same way): every
+ * quantized_matmul_ggml type occurs. Tensors of one vector, norms, the
+ * conv, routers and scales stay F32 (the router of the shared expert F16).
+ */
+function ggufTypeOf(name: string, shape: readonly number[]): string {
+  const k = shape[shape.length - 1]!;
+  if (shape.length < 2 || /norm|ssm_conv1d|ssm_a$|ssm_dt|scale|ffn_gate_inp\.weight/.test(name)) return 'F32';
+  if (name === 'ffn_gate_inp_shexp.weight' || name.endsWith('.ffn_gate_inp_shexp.weight')) return 'F16';
+  if (name === 'output.weight') return 'Q6_K';
+  if (name === 'token_embd.weight') return k % 256 === 0 ? 'Q6_K' : 'Q8_0';
+  if (/attn_v\.weight$/.test(name)) return 'Q6_K';
+  if (/attn_qkv\.weight$/.test(name) || /_shexp\.weight$/.test(name) && !name.includes('down')) return k % 256 === 0 ? 'Q5_K' : 'Q8_0';
+  if (/ssm_(alpha|beta)\.weight$/.test(name)) return 'Q8_0';
+  if (/ffn_down_(exps|shexp)\.weight$/.test(name)) return k % 256 === 0 ? 'Q6_K' : 'Q4_0';
+  if (/ffn_down\.weight$/.test(name)) return k % 256 === 0 ? 'Q6_K' : 'Q8_0';
+  return k % 256 === 0 ? 'Q4_K' : k % 32 === 0 ? 'Q8_0' : 'F16';
+}
+
+/**
+ * The checkpoint in `folder` (HF names, BF16) as llama.cpp's converter and
+ * quantizer write it: `out`/model.gguf (GGUF names; Qwen3.6's norms as 1 + w,
+ * A_log as -exp(A_log), the gated delta net's value heads tiled, conv1d
+ * [C, 4], the experts' gate and up apart; Gemma 4's as they are with the
+ * experts' gate_up fused; linear layers in the blocks of ggufTypeOf) beside
+ * config.json; and `dequantized`: the same model with HF names and layouts
+ * and every weight the value the GGUF file holds (F32), for the float64
+ * reference. Returns each GGUF tensor's type.
+ */
+export function ggufCheckpoint(folder: string, out: string, dequantized: string): Map<string, string> {
+  const src = SafetensorsFile.open(join(folder, 'model.safetensors'));
+  const config = JSON.parse(readFileSync(join(folder, 'config.json'), 'utf8')) as Record<string, unknown>;
+  const qwen = String(config['model_type']).startsWith('qwen');
+  const hk = (config['linear_num_key_heads'] as number | undefined) ?? 1, hv = (config['linear_num_value_heads'] as number | undefined) ?? 1;
+  const dk = (config['linear_key_head_dim'] as number | undefined) ?? 0, dv = (config['linear_value_head_dim'] as number | undefined) ?? 0;
+  // Tiled order: position j holds grouped head (j % hk) * (hv / hk) + floor(j / hk).
+  const tiledHead = (j: number) => (j % hk) * (hv / hk) + Math.floor(j / hk);
+  const tiled = qwen && hk !== hv;
+  // Row permutations (stored row i = HF row perm[i]) of the tensors whose value heads are tiled.
+  const headRows = (offset: number, per: number, total: number) => Array.from({ length: total }, (_, i) => {
+    if (i < offset || !tiled) return i;
+    const r = i - offset, j = Math.floor(r / per);
+    return offset + tiledHead(j) * per + (r % per);
+  });
+  const gg: GgufTensorSpec[] = [], deq: StTensor[] = [];
+  const types = new Map<string, string>();
+  const f32Bytes = (a: Float32Array) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+  const add = (hfName: string, ggName: string, hfShape: number[], values: Float32Array, storedShape: number[], rowPerm: number[] | null, colPerm: number[] | null,
+    transform: ((x: number) => number) | null) => {
+    // Stored = HF values permuted (rows, then columns) and transformed, in the stored shape [rows, k].
+    const k = storedShape[storedShape.length - 1]!, rowsN = values.length / k;
+    const stored = new Float32Array(values.length);
+    for (let i = 0; i < rowsN; i++) {
+      const from = rowPerm === null ? i : rowPerm[i]!;
+      for (let j = 0; j < k; j++) stored[i * k + j] = values[from * k + (colPerm === null ? j : colPerm[j]!)]!;
+    }
+    if (transform !== null) for (let i = 0; i < stored.length; i++) stored[i] = Math.fround(transform(stored[i]!));
+    const type = ggufTypeOf(ggName, storedShape);
+    types.set(ggName, type);
+    let data: Uint8Array, held: Float32Array;
+    if (type === 'F32') {
+      data = f32Bytes(stored);
+      held = values;
+    } else if (type === 'F16') {
+      const bits = toF16(stored);
+      data = new Uint8Array(bits.buffer, bits.byteOffset, bits.byteLength);
+      held = fromF16(bits);
+    } else {
+      data = ggmlQuantize(type as GgmlQuantType, stored, rowsN, k);
+      const back = ggmlDequantizeRef(type as GgmlQuantType, data, stored.length);
+      // Undo the permutations: the HF layout of the values the file holds.
+      held = new Float32Array(values.length);
+      for (let i = 0; i < rowsN; i++) {
+        const to = rowPerm === null ? i : rowPerm[i]!;
+        for (let j = 0; j < k; j++) held[to * k + (colPerm === null ? j : colPerm[j]!)] = back[i * k + j]!;
+      }
+    }
+    gg.push({ name: ggName, type, dims: [...storedShape].reverse(), data });
+    deq.push({ name: hfName, dtype: 'F32', shape: hfShape, data: f32Bytes(held) });
+  };
+  for (const t of src.tensors.values()) {
+    const values = fromBf16(src.view(t.name) as Uint16Array);
+    const shape = [...t.shape];
+    const top = GGUF_TOP_NAMES[t.name];
+    if (top !== undefined) {
+      add(t.name, top, shape, values, shape, null, null, qwen && top === 'output_norm.weight' ? (x) => 1 + x : null);
+      continue;
+    }
+    const m = /^model\.layers\.(\d+)\.(.+)$/.exec(t.name);
+    if (m === null) throw new Error(`ggufCheckpoint: no GGUF name for ${t.name}`);
+    const base = `blk.${m[1]}.`, rest = m[2]!;
+    if (rest === 'mlp.experts.gate_up_proj') {
+      // Qwen3.6: llama.cpp's ffn_gate_exps and ffn_up_exps, [E, I, H] each.
+      const [E, twoI, H] = shape as [number, number, number], I = twoI / 2;
+      for (const [part, r0] of [['gate', 0], ['up', I]] as const) {
+        const v = new Float32Array(E * I * H);
+        for (let e = 0; e < E; e++) v.set(values.subarray((e * twoI + r0) * H, (e * twoI + r0 + I) * H), e * I * H);
+        const hfName = `${t.name}.${part}`;
+        add(hfName, `${base}ffn_${part}_exps.weight`, [E, I, H], v, [E, I, H], null, null, null);
+      }
+      continue;
+    }
+    const hit = GGUF_LAYER_NAMES.find(([re]) => re.test(rest));
+    if (hit === undefined) throw new Error(`ggufCheckpoint: no GGUF name for ${t.name}`);
+    const name = base + hit[1];
+    const plusOne = qwen && /(^|_)norm\.weight$/.test(hit[1]) && hit[1] !== 'ssm_norm.weight';
+    let stored = shape, rowPerm: number[] | null = null, colPerm: number[] | null = null, transform: ((x: number) => number) | null = plusOne ? (x) => 1 + x : null;
+    if (qwen && rest.startsWith('linear_attn.')) {
+      const kd = hk * dk;
+      if (hit[1] === 'attn_qkv.weight' || hit[1] === 'ssm_conv1d.weight') rowPerm = headRows(2 * kd, dv, shape[0]!);
+      if (hit[1] === 'attn_gate.weight') rowPerm = headRows(0, dv, shape[0]!);
+      if (/ssm_(alpha|beta)\.weight|ssm_a$|ssm_dt\.bias/.test(hit[1])) rowPerm = headRows(0, 1, shape[0]!);
+      if (hit[1] === 'ssm_out.weight') colPerm = headRows(0, dv, shape[1]!);
+      if (hit[1] === 'ssm_conv1d.weight') stored = [shape[0]!, shape[2]!];
+      if (hit[1] === 'ssm_a') transform = (x) => -Math.exp(x);
+      if (shape.length === 1) stored = [shape[0]!, 1];
+    }
+    add(t.name, name, shape, values, stored, rowPerm, colPerm, transform);
+    if (stored.length === 2 && shape.length === 1) gg[gg.length - 1]!.dims = [shape[0]!];
+  }
+  // The reference reads HF's fused gate_up: put the dequantized gate and up back together.
+  const byName = new Map(deq.map((d) => [d.name, d]));
+  const refTensors: StTensor[] = [];
+  for (const d of deq) {
+    const m = /^(.*\.gate_up_proj)\.(gate|up)$/.exec(d.name);
+    if (m === null) {
+      refTensors.push(d);
+      continue;
+    }
+    if (m[2] === 'up') continue;
+    const g = d, u = byName.get(`${m[1]}.up`)!;
+    const [E, I, H] = g.shape as [number, number, number];
+    const all = new Uint8Array(2 * g.data.byteLength);
+    for (let e = 0; e < E; e++) {
+      all.set(g.data.subarray(e * I * H * 4, (e + 1) * I * H * 4), 2 * e * I * H * 4);
+      all.set(u.data.subarray(e * I * H * 4, (e + 1) * I * H * 4), (2 * e + 1) * I * H * 4);
+    }
+    refTensors.push({ name: m[1]!, dtype: 'F32', shape: [E, 2 * I, H], data: all });
+  }
+  const arch = qwen ? 'qwen35moe' : 'gemma4';
+  const layers = config['num_hidden_layers'] as number;
+  const file = ggufBytes({
+    metadata: [
+      ['general.architecture', { type: 'string', value: arch }],
+      [`${arch}.block_count`, { type: 'u32', value: layers }],
+    ],
+    tensors: gg,
+  }, rng(0));
+  mkdirSync(out, { recursive: true });
+  writeFileSync(join(out, 'model.gguf'), file.bytes);
+  writeFileSync(join(out, 'config.json'), JSON.stringify(config, null, 1));
+  mkdirSync(dequantized, { recursive: true });
+  writeFileSync(join(dequantized, 'model.safetensors'), safetensorsBytes(refTensors));
+  writeFileSync(join(dequantized, 'config.json'), JSON.stringify(config, null, 1));
+  return types;
 }

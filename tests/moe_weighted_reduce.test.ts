@@ -60,7 +60,8 @@ describeValidation('moe_weighted_reduce validation', ({ enc, buf }) => {
       [{ shLogit: buf('f32', 2) }, 'shLogit.dtype', 'bf16', 'f32'],
       [{ yShared: buf('f16', 18) }, 'yShared.dtype', 'bf16', 'f16'],
       [{ residual: buf('f32', 18) }, 'residual.dtype', 'bf16', 'f32'],
-      [{ output: buf('f32', 18) }, 'output.dtype', 'bf16', 'f32'],
+      [{ output: buf('f16', 18) }, 'output.dtype', 'one of bf16, f32', 'f16'],
+      [{ output: buf('f32', 18) }, 'shLogit.dtype', 'f32', 'bf16'],
       [{ expertW: buf('f32', 5) }, 'expertW.elementCount', 'at least 6', '5'],
       [{ yExpert: buf('bf16', 53) }, 'yExpert.elementCount', 'at least 54', '53'],
       [{ shLogit: buf('bf16', 1) }, 'shLogit.elementCount', 'at least 2', '1'],
@@ -78,16 +79,18 @@ describeValidation('moe_weighted_reduce validation', ({ enc, buf }) => {
 });
 
 describeBackends('moe_weighted_reduce parity', ({ device }) => {
-  function check(dev: Device, dt: 'f32' | 'f16' | 'bf16', T: number, K: number, H: number, form: 'residual' | 'none' | 'in place', seed: number): number {
+  // dt: every activation's dtype; 'bf16_input': bf16 expert outputs, f32 for the rest.
+  function check(dev: Device, form0: 'f32' | 'f16' | 'bf16' | 'bf16_input', T: number, K: number, H: number, form: 'residual' | 'none' | 'in place', seed: number): number {
     const r = rng(seed);
+    const dt = form0 === 'bf16_input' ? 'f32' : form0, et = form0 === 'bf16_input' ? 'bf16' : form0;
     const w = roundedTo('f32', randomArray(r, T * K, 0, 1));
-    const ye = roundedTo(dt, randomArray(r, T * K * H, -2, 2));
+    const ye = roundedTo(et, randomArray(r, T * K * H, -2, 2));
     const sl = roundedTo(dt, randomArray(r, T, -4, 4));
     const ys = roundedTo(dt, randomArray(r, T * H, -2, 2));
     const res = roundedTo(dt, randomArray(r, T * H, -3, 3));
     // The inputs as views at 16-byte offsets of one allocation, garbage between them.
     const size = dt === 'f32' ? 4 : 2;
-    const parts = [T * K * H * size, T * size, T * H * size, T * H * size];
+    const parts = [T * K * H * (et === 'f32' ? 4 : 2), T * size, T * H * size, T * H * size];
     const at: number[] = [];
     let end = 48;
     for (const p of parts) {
@@ -96,7 +99,7 @@ describeBackends('moe_weighted_reduce parity', ({ device }) => {
     }
     const root = dev.alloc('u8', [end]);
     root.write(Uint8Array.from({ length: end }, () => Math.floor(r.uniform(0, 256))));
-    const yExpert = root.view(dt, [T * K, H], at[0]!);
+    const yExpert = root.view(et, [T * K, H], at[0]!);
     yExpert.writeNumbers(ye);
     const shLogit = root.view(dt, [T], at[1]!);
     shLogit.writeNumbers(sl);
@@ -119,7 +122,8 @@ describeBackends('moe_weighted_reduce parity', ({ device }) => {
     return err;
   }
 
-  for (const dt of ['f32', 'f16', 'bf16'] as const) {
+  // bf16_input: the expert outputs rounded to bf16 by the reference's inputs too, so the f32 tolerance.
+  for (const dt of ['f32', 'f16', 'bf16', 'bf16_input'] as const) {
     test(`${dt}: one token and many, odd hidden sizes, with and without the residual, in place`, () => {
       const dev = device();
       const over: string[] = [];
@@ -128,7 +132,7 @@ describeBackends('moe_weighted_reduce parity', ({ device }) => {
       for (const [T, K, H] of shapes) {
         for (const form of ['residual', 'none', 'in place'] as const) {
           const e = check(dev, dt, T, K, H, form, seed++);
-          if (!(e < TOL[dt])) over.push(`[${T}, ${K}, ${H}] ${form}: ${e}`);
+          if (!(e < TOL[dt === 'bf16_input' ? 'f32' : dt])) over.push(`[${T}, ${K}, ${H}] ${form}: ${e}`);
         }
       }
       expect(over).toEqual([]);
@@ -151,6 +155,20 @@ opContract('moe_weighted_reduce', [
     make: (d) => ({
       expertW: a(d, 'f32', 6), yExpert: a(d, 'bf16', 6 * 9), shLogit: a(d, 'bf16', 2), yShared: a(d, 'bf16', 18), residual: a(d, 'bf16', 18),
       output: a(d, 'bf16', 18), nTokens: 2, topK: 3, h: 9,
+    }),
+  },
+  // bf16 expert outputs beside f32 activations (moe_weighted_reduce_bf16_input; f32 ones take the f32 kernel).
+  {
+    fn: 'moeWeightedReduce', op: 'moe_weighted_reduce',
+    keys: {
+      expertW: buf(F, { freeCount: true }), yExpert: buf(['bf16', 'f32'], { freeCount: true }), shLogit: buf(F, { freeCount: true }),
+      yShared: buf(F, { freeCount: true }), residual: { kind: 'buf?', dtypes: F, freeCount: true }, output: out(F, { freeCount: true }),
+      nTokens: int, topK: int, h: int,
+    },
+    inPlace: [['output', 'residual']],
+    make: (d) => ({
+      expertW: a(d, 'f32', 6), yExpert: a(d, 'bf16', 6 * 12), shLogit: a(d, 'f32', 2), yShared: a(d, 'f32', 24), residual: a(d, 'f32', 24),
+      output: a(d, 'f32', 24), nTokens: 2, topK: 3, h: 12,
     }),
   },
 ]);

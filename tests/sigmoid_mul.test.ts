@@ -18,9 +18,7 @@ import {
 import { sigmoidMulHalvesRef, sigmoidMulRef, sigmoidRef } from '../ts/reference/sigmoid_mul.ts';
 import { describeGatedParity, expectHalvesRules, expectPairRules, gatedOpCases, type GatedFamily } from './gated.ts';
 import { opContract } from './op-contract.ts';
-import { describeValidation, TARGET_LIMITS } from './helpers.ts';
-
-const words = (b: Uint8Array) => Array.from({ length: b.byteLength / 4 }, (_, i) => new DataView(b.buffer, b.byteOffset).getUint32(4 * i, true));
+import { describeValidation, TARGET_LIMITS, words } from './helpers.ts';
 
 const FAMILY: GatedFamily = {
   family: SIGMOID_MUL_FAMILY, sources: SIGMOID_MUL_SOURCES, kernels: SIGMOID_MUL_KERNELS,

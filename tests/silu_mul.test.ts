@@ -21,9 +21,7 @@ import { siluMulHalvesRef, siluMulRef, siluRef } from '../ts/reference/silu_mul.
 import { gatedLaunch } from '../ts/gated.ts';
 import { describeGatedParity, expectHalvesRules, expectPairRules, gatedOpCases, type GatedFamily } from './gated.ts';
 import { opContract } from './op-contract.ts';
-import { describeValidation, TARGET_LIMITS } from './helpers.ts';
-
-const words = (b: Uint8Array) => Array.from({ length: b.byteLength / 4 }, (_, i) => new DataView(b.buffer, b.byteOffset).getUint32(4 * i, true));
+import { describeValidation, TARGET_LIMITS, words } from './helpers.ts';
 
 const FAMILY: GatedFamily = {
   family: SILU_MUL_FAMILY, sources: SILU_MUL_SOURCES, kernels: SILU_MUL_KERNELS,

@@ -27,14 +27,9 @@ import {
   softmaxTwoPass,
 } from '../ts/ops/softmax.ts';
 import { softcapRef, softmaxRef } from '../ts/reference/softmax.ts';
-import { describeBackends, describeValidation, expectInvalid, maxRelErr, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
+import { describeBackends, describeValidation, expectInvalid, maxRelErr, randomArray, rng, TARGET_LIMITS, TOL, wordView } from './helpers.ts';
 import type { Device } from '../ts/index.ts';
 import { a, BF, buf, F, int, opContract, out } from './op-contract.ts';
-
-const words = (b: Uint8Array) => {
-  const v = new DataView(b.buffer, b.byteOffset, b.byteLength);
-  return { u: (i: number) => v.getUint32(4 * i, true), f: (i: number) => v.getFloat32(4 * i, true), bytes: b.byteLength };
-};
 
 describe('softmax param packers match the .metal declarations', () => {
   test('SoftmaxParams at buffer(2), ScaleMaskSoftmaxParams at buffer(3), SoftcapParams at buffer(2), SoftmaxBlocksParams at 3 and 4', () => {
@@ -46,13 +41,13 @@ describe('softmax param packers match the .metal declarations', () => {
     // The two-pass kernels are templates instantiated by host_name.
     expect(src).toMatch(/kernel void softmax_blocks_k\([^{]*constant SoftmaxBlocksParams&\s+params\s+\[\[buffer\(3\)\]\]/);
     expect(src).toMatch(/kernel void softmax_finish_k\([^{]*constant SoftmaxBlocksParams&\s+params\s+\[\[buffer\(4\)\]\]/);
-    const b = words(packSoftmaxBlocksParams({ cols: 4099, seqQ: 3, scale: 0.125, softcap: 30, slice: 2048, nBlocks: 3 }));
+    const b = wordView(packSoftmaxBlocksParams({ cols: 4099, seqQ: 3, scale: 0.125, softcap: 30, slice: 2048, nBlocks: 3 }));
     expect([b.bytes, b.u(0), b.u(1), b.f(2), b.f(3), b.u(4), b.u(5)]).toEqual([24, 4099, 3, 0.125, 30, 2048, 3]);
-    const s = words(packSoftmaxParams({ cols: 4099 }));
+    const s = wordView(packSoftmaxParams({ cols: 4099 }));
     expect([s.bytes, s.f(0), s.f(1)]).toEqual([8, 4099, 0]);
-    const m = words(packScaleMaskSoftmaxParams({ cols: 7, seqQ: 3, scale: 0.125, softcap: 30 }));
+    const m = wordView(packScaleMaskSoftmaxParams({ cols: 7, seqQ: 3, scale: 0.125, softcap: 30 }));
     expect([m.bytes, m.u(0), m.u(1), m.f(2), m.f(3)]).toEqual([16, 7, 3, 0.125, 30]);
-    const c = words(packSoftcapParams({ cap: 30, n: 262144 }));
+    const c = wordView(packSoftcapParams({ cap: 30, n: 262144 }));
     expect([c.bytes, c.f(0), c.u(1)]).toEqual([8, 30, 262144]);
   });
   test('launch shapes: Metal min(256, nextPow2(cols)); CUDA a block of ceil(cols / 32) threads rounded up to 32, at most 1024', () => {
@@ -338,7 +333,7 @@ describeValidation('softmax and softcap plans', ({ buf }) => {
     const ext = planSoftmax({ input: x, output: y, rows: 2, cols: 262144, scale: 0.5 }, TARGET_LIMITS.metal).dispatches[0]!;
     expect(ext.kernel).toBe('scale_mask_softmax_f32');
     expect(ext.buffers).toEqual([x, y, x]);
-    const p = words(ext.bytes![3] as Uint8Array);
+    const p = wordView(ext.bytes![3] as Uint8Array);
     expect([p.u(0), p.u(1), p.f(2), p.f(3)]).toEqual([262144, 0, 0.5, 0]);
     const cap = planSoftcap({ input: buf('bf16', 1000), output: buf('bf16', 1000), cap: 30 }, TARGET_LIMITS.cuda).dispatches[0]!;
     expect([cap.kernel, cap.grid, cap.threads, cap.cuda?.grid]).toEqual(['softcap_bf16', [4, 1, 1], [256, 1, 1], [1, 1, 1]]);
@@ -357,7 +352,7 @@ describeValidation('softmax and softcap plans', ({ buf }) => {
     ]);
     expect(two.dispatches[0]!.buffers).toEqual([x, mask, scratch]);
     expect(two.dispatches[1]!.buffers).toEqual([x, mask, scratch, y]);
-    const tp = words(two.dispatches[1]!.bytes![4] as Uint8Array);
+    const tp = wordView(two.dispatches[1]!.bytes![4] as Uint8Array);
     expect([tp.u(0), tp.u(1), tp.f(2), tp.f(3), tp.u(4), tp.u(5)]).toEqual([262144, 1, 0.5, 0, 2048, 128]);
     // Many short rows: one pass even with a scratch.
     const many = planSoftmax({ input: buf('f32', 4096 * 2048), output: buf('f32', 4096 * 2048), rows: 4096, cols: 2048,

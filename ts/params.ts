@@ -1,7 +1,8 @@
 // Kernel parameter structs: their layouts, read from the family headers
-// (shaders/<family>.h, the one definition that MSL and CUDA compile too), and
-// the packer that writes values into one.
+// (shaders/<family>.h, after shaders/common.h: the one definition that MSL
+// and CUDA compile too), and the packer that writes values into one.
 
+import commonHeader from '../shaders/common.h' with { type: 'text' };
 import { stripComments } from './source-text.ts';
 
 export type ParamType = 'u32' | 'f32' | 'i32' | 'i16' | 'u64';
@@ -27,41 +28,82 @@ export function paramSize(type: ParamType): number {
 
 /**
  * The fields of `struct name { ... };` in a header, in order, each at the
- * next offset aligned to its size, as C, MSL and CUDA lay them out. Throws
- * where the struct is missing or a declaration is not one such field.
+ * next offset aligned to its size, as C, MSL and CUDA lay them out. The
+ * header is read as the programs compile it, after shaders/common.h; a name
+ * given by `typedef struct A name;` has A's fields. A field `struct Other
+ * id;` (Other a struct of the header or of common.h) stands for Other's
+ * fields, at the next offset aligned to Other's widest field, under their own
+ * names: the packers fill a struct that holds another by the inner names.
+ * Throws where the struct is missing, a declaration is not one such field, or
+ * two fields get one name.
  */
 export function structLayout(header: string, name: string): ParamField[] {
-  const m = new RegExp(`\\bstruct\\s+${name}\\s*\\{([^}]*)\\}\\s*;`).exec(stripComments(header));
+  return structMembers(header, name).map(({ name, type, offset }) => ({ name, type, offset }));
+}
+
+/** The C member path of each field of structLayout(header, name), in its order: `id.M` for field M of a held struct `id`. */
+export function structMemberPaths(header: string, name: string): string[] {
+  return structMembers(header, name).map((m) => m.path);
+}
+
+function structMembers(header: string, name: string): (ParamField & { path: string })[] {
+  const code = stripComments(`${commonHeader}\n${header}`);
+  const alias = new RegExp(`\\btypedef\\s+struct\\s+(\\w+)\\s+${name}\\s*;`).exec(code);
+  if (alias) return structMembers(header, alias[1]!);
+  const m = new RegExp(`\\bstruct\\s+${name}\\s*\\{([^}]*)\\}\\s*;`).exec(code);
   if (!m) throw new Error(`struct ${name} not found`);
-  const fields: ParamField[] = [];
+  const fields: (ParamField & { path: string })[] = [];
   let end = 0;
   for (const decl of m[1]!.split(';')) {
     if (decl.trim() === '') continue;
+    const held = /^\s*struct\s+(\w+)\s+(\w+)\s*$/.exec(decl);
+    if (held && held[1] !== name) {
+      const inner = structMembers(header, held[1]!);
+      const size = structSize(inner);
+      const offset = Math.ceil(end / structAlign(inner)) * structAlign(inner);
+      for (const f of inner) fields.push({ name: f.name, type: f.type, offset: offset + f.offset, path: `${held[2]!}.${f.path}` });
+      end = offset + size;
+      continue;
+    }
     const f = /^\s*(\w+)\s+(\w+)\s*$/.exec(decl);
     const type = f ? FIELD_TYPES[f[1]!] : undefined;
-    if (!f || type === undefined) throw new Error(`struct ${name}: "${decl.trim()}" is not a uint, float, int, short or ulong field`);
+    if (!f || type === undefined) {
+      throw new Error(`struct ${name}: "${decl.trim()}" is not a uint, float, int, short or ulong field, nor a struct of the header`);
+    }
     const size = paramSize(type);
     const offset = Math.ceil(end / size) * size;
-    fields.push({ name: f[2]!, type, offset });
+    fields.push({ name: f[2]!, type, offset, path: f[2]! });
     end = offset + size;
   }
+  const names = new Set<string>();
+  for (const f of fields) {
+    if (names.has(f.name)) throw new Error(`struct ${name}: two fields named ${f.name}`);
+    names.add(f.name);
+  }
   return fields;
+}
+
+/** The alignment of a struct of the layout: its widest field's. */
+function structAlign(layout: readonly ParamField[]): number {
+  return Math.max(1, ...layout.map((f) => paramSize(f.type)));
 }
 
 /** The struct's size: past its last field, rounded up to its largest field's alignment. */
 export function structSize(layout: readonly ParamField[]): number {
   let end = 0;
-  let align = 1;
-  for (const f of layout) {
-    end = Math.max(end, f.offset + paramSize(f.type));
-    align = Math.max(align, paramSize(f.type));
-  }
+  for (const f of layout) end = Math.max(end, f.offset + paramSize(f.type));
+  const align = structAlign(layout);
   return Math.ceil(end / align) * align;
 }
 
 /** The names of the structs a header defines, in order. */
 export function structNames(header: string): string[] {
   return [...stripComments(header).matchAll(/\bstruct\s+(\w+)\s*\{/g)].map((m) => m[1]!);
+}
+
+/** The names a header gives structs by `typedef struct A name;`, in order, each with its struct A. */
+export function structAliases(header: string): [name: string, struct: string][] {
+  return [...stripComments(header).matchAll(/\btypedef\s+struct\s+(\w+)\s+(\w+)\s*;/g)].map((m) => [m[2]!, m[1]!]);
 }
 
 /**

@@ -6,6 +6,7 @@ import type { Device } from './device.ts';
 import { MlxError } from './errors.ts';
 import metalPrelude from '../shaders/common.metal' with { type: 'text' };
 import cudaPrelude from '../shaders/cuda/common.cuh' with { type: 'text' };
+import commonHeader from '../shaders/common.h' with { type: 'text' };
 import { kernelWrites } from './metal-source.ts';
 import { constantsKey, type CompileJob, type FunctionConstants, type Library, type Pipeline } from './library.ts';
 
@@ -19,6 +20,8 @@ export interface SourceFile {
 export const METAL_PRELUDE: SourceFile = { name: 'common.metal', text: metalPrelude };
 /** What every CUDA family shares (shaders/cuda/common.cuh): CUDA's headers and the helpers. */
 export const CUDA_PRELUDE: SourceFile = { name: 'cuda/common.cuh', text: cudaPrelude };
+/** The param structs of several families (shaders/common.h), compiled by every program of both languages after its prelude. */
+export const COMMON_HEADER: SourceFile = { name: 'common.h', text: commonHeader };
 
 /**
  * One program of the files in order, each after a `#line 1 "name"` directive,
@@ -66,9 +69,10 @@ export function cudaProgram(files: readonly SourceFile[]): string {
 
 /**
  * The sources of a family, in the order the registry compiles them: the
- * prelude of the language, the family's header of param structs
- * (shaders/<family>.h, read by MSL, CUDA and ts/params.ts alike), then its
- * kernels (shaders/<family>.metal, shaders/cuda/<family>.cu).
+ * prelude of the language, the param structs of several families
+ * (shaders/common.h), the family's header of param structs
+ * (shaders/<family>.h; both read by MSL, CUDA and ts/params.ts alike), then
+ * its kernels (shaders/<family>.metal, shaders/cuda/<family>.cu).
  */
 export interface FamilySources {
   /** Metal Shading Language, used by the metal and emu backends. */
@@ -95,9 +99,11 @@ export function knownFamilySources(family: string): FamilySources | undefined {
 /** A family's FamilySources from the texts of its files. */
 export function familySources(family: string, files: { header?: string; metal: string; cuda?: string }): FamilySources {
   const header: SourceFile[] = files.header === undefined ? [] : [{ name: `${family}.h`, text: files.header }];
-  const metal = [METAL_PRELUDE, ...header, { name: `${family}.metal`, text: files.metal }];
+  const metal = [METAL_PRELUDE, COMMON_HEADER, ...header, { name: `${family}.metal`, text: files.metal }];
   const sources: FamilySources =
-    files.cuda === undefined ? { metal } : { metal, cuda: [CUDA_PRELUDE, ...header, { name: `cuda/${family}.cu`, text: files.cuda }] };
+    files.cuda === undefined
+      ? { metal }
+      : { metal, cuda: [CUDA_PRELUDE, COMMON_HEADER, ...header, { name: `cuda/${family}.cu`, text: files.cuda }] };
   if (!knownFamilies.has(family)) knownFamilies.set(family, sources);
   return sources;
 }

@@ -6,6 +6,7 @@ import { Buffer } from './buffer.ts';
 import type { Device } from './device.ts';
 import type { DType } from './dtype.ts';
 import { MlxError } from './errors.ts';
+import { CUDA_GRID_YZ_MAX } from './launch.ts';
 
 /** The value as a message shows it: O(1) in its size (long arrays and strings are cut). */
 function show(actual: unknown): string {
@@ -42,6 +43,17 @@ export function checkMultiple(op: string, arg: string, value: number, of: number
 /** value <= max (named maxName in the message when given). */
 export function checkAtMost(op: string, arg: string, value: number, max: number, maxName?: string): void {
   if (!(value <= max)) throw invalid(op, arg, `at most ${maxName === undefined ? max : `${maxName} (${max})`}`, value);
+}
+
+/** A count of a kernel's: a positive integer that a u32 field holds. */
+export function checkU32Count(op: string, arg: string, value: number): void {
+  checkPositive(op, arg, value);
+  checkAtMost(op, arg, value, U32_MAX, '2^32 - 1');
+}
+
+/** A count that a launch spans along y or z: at most the CUDA grid's limit there (CUDA_GRID_YZ_MAX, 65535). */
+export function checkGridDim(op: string, arg: string, value: number): void {
+  checkAtMost(op, arg, value, CUDA_GRID_YZ_MAX, `${CUDA_GRID_YZ_MAX} (a grid dimension)`);
 }
 
 /**
@@ -128,6 +140,13 @@ export function checkedProduct(op: string, arg: string, ...factors: number[]): n
   return p;
 }
 
+/** checkedProduct, then at most 2^32 - 1: a count that a u32 field or a 32-bit index holds. */
+export function checkedU32Product(op: string, arg: string, ...factors: number[]): number {
+  const p = checkedProduct(op, arg, ...factors);
+  checkAtMost(op, arg, p, U32_MAX, '2^32 - 1');
+  return p;
+}
+
 /** A dtype rule that reads the dtypes of the arguments listed before it (`like`: the same as one of them). */
 export type DtypeOf = (dtypeOf: (arg: string) => DType) => DType | readonly DType[];
 /** The dtype of the argument `arg` listed before. */
@@ -159,6 +178,20 @@ export function checkBufferRules(op: string, all: readonly BufferRule[], device?
       if (buf.byteLength < count.bytes) throw invalid(op, `${arg}.byteLength`, `at least ${count.bytes} (${count.of})`, buf.byteLength);
     } else if (atLeast) checkAtLeast(op, arg, buf, count);
     else checkElements(op, arg, buf, count);
+  }
+}
+
+/**
+ * An op's buffer arguments, each in turn: a live buffer (of `device`), then
+ * its dtype, then exactly its element count, all of one before the next's.
+ */
+export function checkEachBuffer(
+  op: string, list: readonly (readonly [arg: string, buf: Buffer | undefined, dtype: DType | readonly DType[], count: number])[], device?: Device,
+): void {
+  for (const [arg, buf, dtype, count] of list) {
+    checkBuffer(op, arg, buf, device);
+    checkDtype(op, arg, buf, dtype);
+    checkElements(op, arg, buf, count);
   }
 }
 

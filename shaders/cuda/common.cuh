@@ -75,6 +75,14 @@ __device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float (&v)[8]) 
         v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
     }
 }
+// Four bf16 at p (8 aligned bytes), widened to floats: a bf16 row read beside f32 ones.
+__device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float (&v)[4]) {
+    const uint2 t = *reinterpret_cast<const uint2*>(p);
+    v[0] = __uint_as_float(t.x << 16);
+    v[1] = __uint_as_float(t.x & 0xffff0000u);
+    v[2] = __uint_as_float(t.y << 16);
+    v[3] = __uint_as_float(t.y & 0xffff0000u);
+}
 // Eight halves held in 16 raw bytes, widened to floats.
 __device__ __forceinline__ void unpack_f16x8(uint4 t, float (&v)[8]) {
     const u32 w[4] = {t.x, t.y, t.z, t.w};

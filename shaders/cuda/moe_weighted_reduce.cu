@@ -19,8 +19,11 @@ namespace {
 // The shared expert's gate: one value per token, so expf and an exact division.
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-template <typename T>
-__device__ __forceinline__ void weighted_reduce(const MoeWeightedReduceParams* p, const float* expert_w, const T* y_expert,
+// E, the expert outputs' type: T, or bf16 beside f32 (_bf16_input). A thread
+// takes VEC = 16 bytes of T; the expert rows are read VEC elements at a time
+// too (8 bytes of bf16 beside f32).
+template <typename T, typename E>
+__device__ __forceinline__ void weighted_reduce(const MoeWeightedReduceParams* p, const float* expert_w, const E* y_expert,
                                                 const T* sh_logit, const T* y_shared, const T* residual, T* output) {
     constexpr int VEC = VecOf<T>::N;
     const u32 H = p->h, K = p->top_k, t = blockIdx.y;
@@ -29,7 +32,7 @@ __device__ __forceinline__ void weighted_reduce(const MoeWeightedReduceParams* p
     const u64 row = u64(t) * H;
     const float gate = sigmoid_f(to_f(sh_logit[t]));
     const float* w = expert_w + u64(t) * K;
-    const T* ye = y_expert + u64(t) * K * H;
+    const E* ye = y_expert + u64(t) * K * H;
     const u32 chunks = (H + VEC - 1) / VEC;
     const bool vec = H % VEC == 0 && aligned16(y_expert) && aligned16(y_shared) && aligned16(output) && (!add || aligned16(residual));
     for (u32 c = blockIdx.x * blockDim.x + threadIdx.x; c < chunks; c += gridDim.x * blockDim.x) {
@@ -82,5 +85,9 @@ extern "C" __global__ void moe_weighted_reduce_f16(const MoeWeightedReduceParams
 }
 extern "C" __global__ void moe_weighted_reduce_bf16(const MoeWeightedReduceParams* p, const float* expert_w, const bf16* y_expert,
                                                     const bf16* sh_logit, const bf16* y_shared, const bf16* residual, bf16* output) {
+    weighted_reduce(p, expert_w, y_expert, sh_logit, y_shared, residual, output);
+}
+extern "C" __global__ void moe_weighted_reduce_bf16_input(const MoeWeightedReduceParams* p, const float* expert_w, const bf16* y_expert,
+                                                          const float* sh_logit, const float* y_shared, const float* residual, float* output) {
     weighted_reduce(p, expert_w, y_expert, sh_logit, y_shared, residual, output);
 }

@@ -415,7 +415,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_id(const f
         const T* x, const unsigned int* gate_weight, const T* gate_scales, const T* gate_biases, const u32* ids, T* y,                \
         const QuantizedGateUpIdParams* params, const unsigned int* up_weight, const T* up_scales, const T* up_biases) {               \
         qid_vector_entry<T, T, T, T, true, false>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y,   \
-                                                  params, params->activation);                                                        \
+                                                  &params->id, params->activation);                                                   \
     }                                                                                                                                 \
     extern "C" __global__ void __launch_bounds__(128)                                                                                 \
         quantized_mm_id_##TAG(const T* x, const unsigned int* weight, const T* scales, const T* biases, const u32* offsets, T* y,       \
@@ -426,8 +426,8 @@ extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_id(const f
         const T* x, const unsigned int* gate_weight, const T* gate_scales, const T* gate_biases, const u32* offsets, T* y,            \
         const QuantizedGateUpIdParams* params, const u32* order, const unsigned int* up_weight, const T* up_scales,                   \
         const T* up_biases) {                                                                                                         \
-        qid_matrix_entry<T, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, offsets, order, y, params,\
-                                  params->activation);                                                                                \
+        qid_matrix_entry<T, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, offsets, order, y,       \
+                                  &params->id, params->activation);                                                                   \
     }
 QID_ENTRIES(__half, f16)
 QID_ENTRIES(bf16, bf16)

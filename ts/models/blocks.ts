@@ -19,18 +19,24 @@ import { fusedMoeRoutingBatch } from '../ops/moe_routing.ts';
 import { affineQuantizedMatmul, quantizedMatmulSimd } from '../ops/quantized_matmul.ts';
 import { invalid } from '../validate.ts';
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId, type GateActivation } from '../ops/quantized_matmul_id.ts';
+import { quantizedMatmulGgml, type GgmlQuantType } from '../ops/quantized_matmul_ggml.ts';
+import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlMm } from '../ops/quantized_matmul_id_ggml.ts';
+import { geluTanhMul } from '../ops/gelu.ts';
+import { siluMul } from '../ops/silu_mul.ts';
 
 /**
  * A linear layer y = x W^T, W [n, k] as checkpoints store it: dense (f32,
- * bf16 or f16) or MLX affine-quantized (packed u32 rows with f32 scales and
- * biases per group).
+ * bf16 or f16), MLX affine-quantized (packed u32 rows with f32 scales and
+ * biases per group), or GGUF blocks (u8 [n, k / QK * block bytes]: each row
+ * whole blocks of ggmlType, as the file stores them).
  */
 export type Linear =
   | { readonly kind: 'dense'; readonly weight: Buffer; readonly n: number; readonly k: number }
   | {
     readonly kind: 'affine'; readonly weight: Buffer; readonly scales: Buffer; readonly biases: Buffer;
     readonly n: number; readonly k: number; readonly groupSize: number; readonly bits: number;
-  };
+  }
+  | { readonly kind: 'ggml'; readonly weight: Buffer; readonly ggmlType: GgmlQuantType; readonly n: number; readonly k: number };
 
 /**
  * How a prompt's work treats its f32 inputs: matrix products of more than 8
@@ -60,10 +66,18 @@ const VECTOR_ROWS = 8;
  * row by row in the same cases, else the tensor kernel. Affine: with f32
  * scales the f32 quantized product (its vector form for m <= 8), inputs as
  * they are; with bf16 scales mlx-native's quantized_matmul_simd, which rounds
- * the inputs to bf16.
+ * the inputs to bf16. GGUF blocks: quantized_matmul_ggml, its vector form
+ * (f32 inputs as they are, the weight dequantized in f32) for m <= 8 and for
+ * any m when precision is 'exact', else its matrix form (Metal stages the
+ * weight as f16; CUDA's tensor cores take both in bf16).
  */
 export function linear(enc: Encoder, lin: Linear, x: Buffer, y: Buffer, m: number, precision: ProductPrecision = 'fast'): void {
   const { n, k } = lin;
+  if (lin.kind === 'ggml') {
+    const form = m <= VECTOR_ROWS || precision === 'exact' ? 'vector' : 'matrix';
+    quantizedMatmulGgml(enc, { input: x, weight: lin.weight, output: y, m, n, k, ggmlType: lin.ggmlType, form });
+    return;
+  }
   if (lin.kind === 'affine') {
     if (lin.scales.dtype === 'bf16') {
       // bf16 scales (Checkpoint.affineScales16, the 'fast' precision): mlx-native's product of f32 rows, rounded to
@@ -179,10 +193,11 @@ export class Scratch {
  * buffers (a fused [E, 2I, H] gate_up tensor gives its gate and up as two
  * views of one buffer, expertRows 2I). Dense: f32, bf16 or f16 rows. MLX
  * affine: packed u32 rows with scales and biases [rows, k / groupSize] in
- * bf16 or f16.
+ * bf16 or f16. GGUF: u8 rows of whole blocks of ggmlType (rowBytes each).
  */
 export type ExpertWeights =
   | { readonly kind: 'dense'; readonly weight: Buffer; readonly expertRows: number }
+  | { readonly kind: 'ggml'; readonly weight: Buffer; readonly expertRows: number; readonly ggmlType: GgmlQuantType; readonly rowBytes: number }
   | {
     readonly kind: 'affine'; readonly weight: Buffer; readonly scales: Buffer; readonly biases: Buffer; readonly expertRows: number;
     readonly groupSize: number; readonly bits: number;
@@ -201,8 +216,9 @@ export interface RoutedExperts {
   readonly act: GateActivation;
   /**
    * The dtype the products take their activations in: f32 for f32 dense
-   * experts (the inputs as they are), else the weights' (dense) or the
-   * scales' (affine) 16-bit dtype, the layer's f32 input rounded to it once.
+   * experts and GGUF experts (the inputs as they are), else the weights'
+   * (dense) or the scales' (affine) 16-bit dtype, the layer's f32 input
+   * rounded to it once.
    */
   readonly dtype: 'f32' | 'f16' | 'bf16';
   /** f32 [E]: multiplies each expert's routing weight (Gemma 4's per-expert scale; ones for Qwen3.6). */
@@ -227,7 +243,12 @@ export interface ExpertOutputs {
  * (each pair reads its expert's rows; f32 experts always do, as the matrix
  * forms take 16-bit activations); a 'fast' prompt of more than 8 tokens
  * groups the pairs by expert on the device (moe_dispatch_sort) for the
- * matrix forms. Nothing is read back: the routing stays on the device.
+ * matrix forms. GGUF experts (f32 activations) have no fused gate/up
+ * product: gate and up are two quantized_matmul_id_ggml products (the vector
+ * form for decode and 'exact' prompts, the matrix form over
+ * moe_dispatch_sort's grouping for 'fast' prompts past 8 tokens), then the
+ * activation times up (silu_mul / gelu_tanh_mul), then the down product.
+ * Nothing is read back: the routing stays on the device.
  */
 export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Buffer, logits: Buffer, tokens: number, topK: number,
   precision: ProductPrecision): ExpertOutputs {
@@ -246,6 +267,32 @@ export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Bu
   const gateUp = { x: xe, output: act, m: tokens, n: I, k: H, nExpertUsed: topK, numExperts: E, expertRows: ex.gate.expertRows, activation: ex.act };
   const down = { x: actRows, output: outputs, m: pairs, n: H, k: I, nExpertUsed: 1, numExperts: E, expertRows: ex.down.expertRows };
   const g = ex.gate, u = ex.up, d = ex.down;
+  if (g.kind === 'ggml' || u.kind === 'ggml' || d.kind === 'ggml') {
+    if (g.kind !== 'ggml' || u.kind !== 'ggml' || d.kind !== 'ggml') throw invalid('moe', 'the experts', 'gate, up and down of one kind', `${g.kind}, ${u.kind}, ${d.kind}`);
+    const gate = s.get('moe.gate.f32', 'f32', [tokens, topK, I]);
+    const up = s.get('moe.up.f32', 'f32', [tokens, topK, I]);
+    const sizes = (w: GgmlExperts, n: number, k: number) => ({ weight: w.weight, n, k, nExperts: E, expertStride: w.expertRows * w.rowBytes, ggmlType: w.ggmlType });
+    const matrix = tokens > VECTOR_ROWS && precision === 'fast';
+    let route: { ids: Buffer } | { offsets: Buffer; order: Buffer };
+    if (matrix) {
+      const offsets = s.get('moe.offsets', 'u32', [E + 2]);
+      const order = s.get('moe.order', 'u32', [pairs]);
+      moeDispatchSort(enc, { ids, offsets, order, nPairs: pairs, numExperts: E });
+      route = { offsets, order };
+    } else {
+      route = { ids };
+    }
+    const product = (args: Parameters<typeof quantizedMatmulIdGgml>[1] | Parameters<typeof quantizedMatmulIdGgmlMm>[1]) => {
+      if ('ids' in args) quantizedMatmulIdGgml(enc, args);
+      else quantizedMatmulIdGgmlMm(enc, args);
+    };
+    const pairRoute = 'ids' in route ? { ids: ids.view('u32', [pairs, 1], 0) } : route;
+    product({ input: x, output: gate, nTokens: tokens, topK, ...sizes(g, I, H), ...route });
+    product({ input: x, output: up, nTokens: tokens, topK, ...sizes(u, I, H), ...route });
+    (ex.act === 'silu' ? siluMul : geluTanhMul)(enc, { gate, up, output: act });
+    product({ input: actRows, output: outputs, nTokens: pairs, topK: 1, ...sizes(d, H, I), ...pairRoute });
+    return { outputs, weights };
+  }
   if (dt !== 'f32' && tokens > VECTOR_ROWS && precision === 'fast') {
     const offsets = s.get('moe.offsets', 'u32', [E + 2]);
     const order = s.get('moe.order', 'u32', [pairs]);
@@ -275,6 +322,7 @@ export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Bu
 }
 
 type Affine = Extract<ExpertWeights, { kind: 'affine' }>;
+type GgmlExperts = Extract<ExpertWeights, { kind: 'ggml' }>;
 
 function affineOf(w: Affine) {
   return { weight: w.weight, scales: w.scales, biases: w.biases, groupSize: w.groupSize, bits: w.bits };

@@ -24,6 +24,11 @@ export function expertsFor(ck: Checkpoint, ex: Experts, numExperts: number, inte
   const E = numExperts, I = intermediate, H = hidden;
   if (ex.layout === 'per_expert' && ex.count !== E) throw invalid('loadModel', `${where} experts`, `${E} experts (config.json)`, ex.count);
   const refs: TensorRef[] = ex.layout === 'gate_up' ? [ex.gateUp, ex.down] : ex.layout === 'stacked' ? [ex.gate, ex.up, ex.down] : [...ex.gate, ...ex.up, ...ex.down];
+  const ggml = refs.filter((r) => ck.ggmlTypeOf(r.name) !== null);
+  if (ggml.length > 0 && ggml.length < refs.length) {
+    const dense = refs.find((r) => ck.ggmlTypeOf(r.name) === null)!;
+    throw invalid('loadModel', `${where} experts (${dense.name})`, `GGUF blocks like ${ggml[0]!.name}`, ck.source.info(dense.name).dtype);
+  }
   const quantized = refs.filter((r) => r.scales !== undefined);
   if (quantized.length > 0 && quantized.length < refs.length) {
     const dense = refs.find((r) => r.scales === undefined)!;
@@ -52,6 +57,20 @@ export function expertsFor(ck: Checkpoint, ex: Experts, numExperts: number, inte
       }
     };
     const ps = parts(which);
+    if (ggml.length > 0) {
+      const gt = ck.ggmlTypeOf(ps[0]!.name)!;
+      for (const p of ps) {
+        if (ck.ggmlTypeOf(p.name) !== gt) throw invalid('loadModel', `${where} experts' ${which} (${p.name})`, `${gt} like ${ps[0]!.name}`, ck.source.info(p.name).dtype);
+      }
+      const info = ck.source.info(ps[0]!.name);
+      const rowBytes = info.storage.shape[info.storage.shape.length - 1]!;
+      const kStored = info.shape[info.shape.length - 1]!;
+      if (kStored !== k) throw invalid('loadModel', `${where} experts' ${which} inner size`, `${k} (config.json)`, kStored);
+      const w = fused && which === 'up' ? gateUpDense! : ck.stack(ps.map((ref) => ({ ref })), rowBytes, false);
+      if (fused && which === 'gate') gateUpDense = w;
+      check(w, rowBytes, 'blocks');
+      return { kind: 'ggml', weight: at(w, rowBytes), expertRows, ggmlType: gt, rowBytes };
+    }
     if (quantized.length === 0) {
       const w = fused && which === 'up' ? gateUpDense! : ck.stack(ps.map((ref) => ({ ref })), k, widen);
       if (fused && which === 'gate') gateUpDense = w;
@@ -86,7 +105,8 @@ export function expertsFor(ck: Checkpoint, ex: Experts, numExperts: number, inte
   let gateUpDense: Buffer | null = null;
   let gateUpAffine: { weight: Buffer; scales: Buffer; biases: Buffer } | null = null;
   const gate = load('gate'), up = load('up'), down = load('down');
-  const dtypeOf = (w: ExpertWeights) => (w.kind === 'dense' ? w.weight.dtype : w.scales.dtype);
+  // GGUF experts take f32 activations (quantized_matmul_id_ggml).
+  const dtypeOf = (w: ExpertWeights) => (w.kind === 'dense' ? w.weight.dtype : w.kind === 'ggml' ? 'f32' : w.scales.dtype);
   const dtype = dtypeOf(gate);
   for (const [which, w] of [['up', up], ['down', down]] as const) {
     if (dtypeOf(w) !== dtype) throw invalid('loadModel', `${where} experts' ${which} dtype`, `the gate's ${dtype}`, dtypeOf(w));

@@ -48,7 +48,7 @@ import type { Gemma4Layer, Gemma4Weights } from '../weights/index.ts';
 import { invalid } from '../validate.ts';
 import { linear, project, routedExperts, rows, type Linear, type Projection, type RoutedExperts } from './blocks.ts';
 import { attentionDecode, attentionPrefill, fillCache, newKvCache, releaseKvCache, type AttentionSpec, type KvCache } from './attention.ts';
-import { Checkpoint } from './checkpoint.ts';
+import { Checkpoint, type EmbeddingTable } from './checkpoint.ts';
 import type { Gemma4Config, Gemma4LayerConfig } from './config.ts';
 import { expertsFor } from './experts.ts';
 import { CausalLM, type ModelOptions } from './model.ts';
@@ -96,12 +96,12 @@ interface LayerWeights {
 
 export class Gemma4 extends CausalLM {
   declare readonly config: Gemma4Config;
-  private readonly embedTable: Buffer;
+  private readonly embedTable: EmbeddingTable;
   private readonly lmHead: Linear;
   private readonly finalNorm: Buffer;
   private readonly layers: LayerWeights[];
   private readonly caches: (KvCache | null)[];
-  private readonly perLayer: { readonly table: Buffer; readonly proj: Linear; readonly norm: Buffer } | null;
+  private readonly perLayer: { readonly table: EmbeddingTable; readonly proj: Linear; readonly norm: Buffer } | null;
 
   constructor(device: Device, config: Gemma4Config, ckpt: Checkpoint, names: Gemma4Weights, opts: ModelOptions = {}) {
     super(device, config, ckpt, opts);
@@ -112,7 +112,7 @@ export class Gemma4 extends CausalLM {
       throw invalid('loadModel', 'the per-layer input tensors', c.perLayerInputSize > 0 ? 'present (hidden_size_per_layer_input > 0)' : 'absent', names.perLayer === null ? 'absent' : 'present');
     }
     this.perLayer = names.perLayer === null ? null : {
-      table: ckpt.tensor(names.perLayer.embedTokens),
+      table: ckpt.table(names.perLayer.embedTokens),
       proj: ckpt.linear([{ ref: names.perLayer.modelProjection }]),
       norm: ckpt.f32(ckpt.host(names.perLayer.projectionNorm), [c.perLayerInputSize]),
     };
@@ -242,18 +242,22 @@ export class Gemma4 extends CausalLM {
     const embScale = Math.fround(Math.sqrt(P));
     if (t === 1) {
       // One token: its row of the table holds every layer's input, [L, P] = [L, 1, P].
-      embedding(enc, { table: pl.table, tokenIds: ids, output: emb.view('f32', [1, L * P], 0), vocabSize: c.perLayerVocabSize, hiddenSize: L * P, nTokens: 1, scale: embScale });
+      embedding(enc, {
+        table: pl.table.buffer, tableType: pl.table.ggmlType, tokenIds: ids, output: emb.view('f32', [1, L * P], 0), vocabSize: c.perLayerVocabSize,
+        hiddenSize: L * P, nTokens: 1, scale: embScale,
+      });
       const proj = s.get('pli.proj', 'f32', [1, L * P]);
       linear(enc, pl.proj, h0, proj, 1, this.precision);
       finish(proj.view('f32', [L, P], 0), emb, L, out);
       return out;
     }
     if (hostIds === null) throw invalid('forward', 'hostIds', 'the prompt ids on the host (per-layer inputs of a prompt)', 'none');
-    // A prompt: layer i's rows of the table ([V * L, P] seen row by row) are ids * L + i.
-    const table = pl.table.view(pl.table.dtype, [c.perLayerVocabSize * L, P], 0);
+    // A prompt: layer i's rows of the table ([V * L, P] seen row by row; GGUF blocks: P a multiple of the block) are ids * L + i.
+    const tb = pl.table.buffer;
+    const table = tb.view(tb.dtype, [c.perLayerVocabSize * L, tb.shape[1]! / L], 0);
     const idx = s.get('pli.idx', 'u32', [L * t]);
     idx.write(Uint32Array.from({ length: L * t }, (_, k) => hostIds[k % t]! * L + Math.floor(k / t)));
-    embedding(enc, { table, tokenIds: idx, output: emb, vocabSize: c.perLayerVocabSize * L, hiddenSize: P, nTokens: L * t, scale: embScale });
+    embedding(enc, { table, tableType: pl.table.ggmlType, tokenIds: idx, output: emb, vocabSize: c.perLayerVocabSize * L, hiddenSize: P, nTokens: L * t, scale: embScale });
     const proj = s.get('pli.projRows', 'f32', [L * t, P]);
     for (let i = 0; i < L; i++) linear(enc, Checkpoint.rowsView(pl.proj, i * P, P), h0, rows(proj, i * t, t, P), t, this.precision);
     finish(proj, emb, L * t, out);

@@ -1,8 +1,10 @@
 // mlx-native/models: whole forward passes of Qwen3.6 (qwen3_5_moe) and
-// Gemma 4 (gemma4) built from the public ops, loaded from a Hugging Face
-// checkpoint folder (config.json and safetensors), with greedy decoding on
-// the device.
+// Gemma 4 (gemma4) built from the public ops, loaded from a checkpoint
+// folder (config.json beside safetensors or one GGUF file), with greedy
+// decoding on the device.
 
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import type { Device } from '../device.ts';
 import { GgufFile, describeModel, openWeights, type Gemma4Weights, type Qwen35MoeWeights } from '../weights/index.ts';
 import { invalid } from '../validate.ts';
@@ -17,7 +19,7 @@ export {
   type RoutedExperts,
 } from './blocks.ts';
 export { attentionDecode, attentionPrefill, fillCache, newKvCache, type AttentionSpec, type KvCache, type PrefillAttention } from './attention.ts';
-export { Checkpoint, PROJECTION_ROWS, type AffineQuantization, type RowsPart, type WeightDtype } from './checkpoint.ts';
+export { Checkpoint, PROJECTION_ROWS, type AffineQuantization, type EmbeddingTable, type RowsPart, type WeightDtype } from './checkpoint.ts';
 export {
   configArch, gemma4Config, modelConfig, qwen35MoeConfig, readConfigFile,
   type Gemma4Config, type Gemma4LayerConfig, type ModelConfig, type Qwen35MoeConfig,
@@ -31,17 +33,40 @@ export interface LoadOptions extends ModelOptions {
   weights?: WeightDtype;
 }
 
+/** llama.cpp's general.architecture of each model. */
+const GGUF_ARCH = { qwen3_5_moe: 'qwen35moe', gemma4: 'gemma4' } as const;
+
 /**
- * Loads a checkpoint folder (config.json beside model.safetensors or a
- * sharded index) onto the device as the model its config names. Tensor names
- * are checked against the model first (ts/weights describeModel): a missing
- * or unexpected tensor is refused by name.
+ * The weights of a checkpoint: a .gguf path, or a folder holding
+ * model.safetensors(.index.json), else exactly one .gguf file.
+ */
+function weightsOf(path: string): ReturnType<typeof openWeights> {
+  const folder = !path.endsWith('.gguf') && existsSync(path) && statSync(path).isDirectory();
+  if (folder && !existsSync(join(path, 'model.safetensors')) && !existsSync(join(path, 'model.safetensors.index.json'))) {
+    const ggufs = readdirSync(path).filter((f) => f.endsWith('.gguf'));
+    if (ggufs.length === 1) return openWeights(join(path, ggufs[0]!));
+    if (ggufs.length > 1) throw invalid('loadModel', `the checkpoint folder ${path}`, 'one .gguf file (or model.safetensors)', `${ggufs.length}: ${ggufs.join(', ')}`);
+  }
+  return openWeights(path);
+}
+
+/**
+ * Loads a checkpoint onto the device as the model its config.json names: a
+ * folder holding config.json beside model.safetensors, a sharded index or
+ * one .gguf file (or a .gguf path with config.json beside it; the model's
+ * sizes are read from config.json, not from the GGUF metadata). Tensor
+ * names are checked against the model first (ts/weights describeModel, HF
+ * or GGUF naming): a missing or unexpected tensor is refused by name. A
+ * GGUF file must be of the config's architecture (qwen35moe, gemma4), its
+ * tensors F32, F16, BF16 or blocks of Q4_0, Q8_0, Q4_K, Q5_K or Q6_K.
  */
 export function loadModel(folder: string, device: Device, opts: LoadOptions = {}): Qwen35Moe | Gemma4 {
-  const raw = readConfigFile(folder);
+  const raw = readConfigFile(folder.endsWith('.gguf') ? join(dirname(folder), 'config.json') : folder);
   const config = modelConfig(raw);
-  const source = openWeights(folder);
-  if (source instanceof GgufFile) throw invalid('loadModel', 'the checkpoint', 'a safetensors checkpoint (the forward passes do not read GGUF)', source.description);
+  const source = weightsOf(folder);
+  if (source instanceof GgufFile && source.architecture !== GGUF_ARCH[config.arch]) {
+    throw invalid('loadModel', `the GGUF file's general.architecture (${source.description})`, `${GGUF_ARCH[config.arch]} (config.json's ${config.arch})`, source.architecture ?? 'none');
+  }
   const names = describeModel(source, { config: raw });
   const ckpt = new Checkpoint(source, device, opts.weights ?? 'stored', quantizationOf(raw));
   try {

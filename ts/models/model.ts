@@ -12,7 +12,7 @@ import { invalid } from '../validate.ts';
 import { Scratch, type Linear, type ProductPrecision } from './blocks.ts';
 import { StepPatches, type PrefillAttention } from './attention.ts';
 import { patchPlan } from '../plan.ts';
-import type { AffineQuantization, Checkpoint } from './checkpoint.ts';
+import type { AffineQuantization, Checkpoint, EmbeddingTable } from './checkpoint.ts';
 import type { ModelConfig } from './config.ts';
 import type { TensorRef } from '../weights/names.ts';
 
@@ -104,18 +104,27 @@ export abstract class CausalLM {
 
   protected abstract releaseWeights(): void;
 
-  /** The embedding table, and the output head: the checkpoint's lm_head, else the table (tied embeddings). */
-  protected embeddingAndHead(names: { readonly embed: TensorRef; readonly lmHead: TensorRef | null }): { table: Buffer; head: Linear } {
-    const table = this.ckpt.tensor(names.embed);
+  /**
+   * The embedding table, and the output head: the checkpoint's lm_head, else
+   * the table (tied embeddings; a GGUF table of blocks is then a GGUF
+   * Linear over the same buffer).
+   */
+  protected embeddingAndHead(names: { readonly embed: TensorRef; readonly lmHead: TensorRef | null }): { table: EmbeddingTable; head: Linear } {
+    const table = this.ckpt.table(names.embed);
+    const { vocabSize: n, hiddenSize: k } = this.config;
     const head: Linear = names.lmHead !== null
       ? this.ckpt.linear([{ ref: names.lmHead }])
-      : { kind: 'dense', weight: table, n: this.config.vocabSize, k: this.config.hiddenSize };
+      : table.ggmlType !== undefined
+        ? { kind: 'ggml', weight: table.buffer, ggmlType: table.ggmlType, n, k }
+        : { kind: 'dense', weight: table.buffer, n, k };
     return { table, head };
   }
 
   /** Rows of the embedding table for ids, scaled, into out [tokens, hidden] f32. */
-  protected embed(enc: Encoder, table: Buffer, ids: Buffer, out: Buffer, tokens: number, scale = 1): void {
-    embedding(enc, { table, tokenIds: ids, output: out, vocabSize: table.shape[0]!, hiddenSize: table.shape[1]!, nTokens: tokens, scale });
+  protected embed(enc: Encoder, table: EmbeddingTable, ids: Buffer, out: Buffer, tokens: number, scale = 1): void {
+    embedding(enc, {
+      table: table.buffer, tableType: table.ggmlType, tokenIds: ids, output: out, vocabSize: table.vocab, hiddenSize: table.hidden, nTokens: tokens, scale,
+    });
   }
 
   private checkLive(): void {

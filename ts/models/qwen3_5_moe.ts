@@ -59,11 +59,11 @@ import { sigmoidMul } from '../ops/sigmoid_mul.ts';
 import { siluMulHalves } from '../ops/silu_mul.ts';
 import { ssmConv, ssmConvDecode } from '../ops/ssm_conv.ts';
 import { ssmNormGate } from '../ops/ssm_norm_gate.ts';
-import type { Qwen35MoeLayer, Qwen35MoeWeights } from '../weights/index.ts';
+import type { Qwen35MoeLayer, Qwen35MoeWeights, TensorRef } from '../weights/index.ts';
 import { invalid } from '../validate.ts';
 import { linear, project, routedExperts, rows, type Linear, type Projection, type RoutedExperts } from './blocks.ts';
 import { attentionDecode, attentionPrefill, fillCache, newKvCache, releaseKvCache, type AttentionSpec, type KvCache } from './attention.ts';
-import { Checkpoint } from './checkpoint.ts';
+import { Checkpoint, type EmbeddingTable } from './checkpoint.ts';
 import type { Qwen35MoeConfig } from './config.ts';
 import { expertsFor } from './experts.ts';
 import { CausalLM, type ModelOptions } from './model.ts';
@@ -145,19 +145,29 @@ export function rotaryPermutation(headDim: number, rotaryDim: number): number[] 
 
 export class Qwen35Moe extends CausalLM {
   declare readonly config: Qwen35MoeConfig;
-  private readonly embedTable: Buffer;
+  private readonly embedTable: EmbeddingTable;
   private readonly lmHead: Linear;
   private readonly finalNorm: Buffer;
   private readonly layers: LayerWeights[];
   private readonly state: LayerState[];
   private readonly ropeTheta: number;
+  /**
+   * Key heads the gated delta net runs: the config's, or one per value head
+   * where a GGUF file stores the value heads tiled (Hk > 1, Hk != Hv: value
+   * head j reads key head j % Hk, so the key heads are repeated into that
+   * order and every value-head tensor, out_proj's columns included, stays as
+   * stored).
+   */
+  private readonly keyHeads: number;
 
   constructor(device: Device, config: Qwen35MoeConfig, ckpt: Checkpoint, names: Qwen35MoeWeights, opts: ModelOptions = {}) {
     super(device, config, ckpt, opts);
     const c = config;
     ({ table: this.embedTable, head: this.lmHead } = this.embeddingAndHead(names));
-    this.finalNorm = onePlus(ckpt, names.finalNorm.name);
+    this.finalNorm = onePlus(ckpt, names.finalNorm);
     this.ropeTheta = c.ropeTheta ** (c.headDim / c.rotaryDim);
+    const hk = c.linearNumKeyHeads, hv = c.linearNumValueHeads;
+    this.keyHeads = names.naming === 'gguf' && hk > 1 && hk !== hv ? hv : hk;
     this.layers = names.layers.map((l) => this.loadLayer(l));
     this.state = this.layers.map((l) => this.newState(l));
   }
@@ -169,12 +179,20 @@ export class Qwen35Moe extends CausalLM {
     let attn: GatedAttentionWeights | null = null;
     if (l.linearAttention !== null) {
       const w = l.linearAttention;
-      const kd = c.linearNumKeyHeads * c.linearKeyHeadDim, vd = c.linearNumValueHeads * c.linearValueHeadDim;
+      const dk = c.linearKeyHeadDim, storedKd = c.linearNumKeyHeads * dk, kd = this.keyHeads * dk, vd = c.linearNumValueHeads * c.linearValueHeadDim;
       const inRows = ck.shape(w.inProjQkv)[0]!;
-      if (inRows !== 2 * kd + vd) throw invalid('loadModel', `${w.inProjQkv.name} rows`, `2 * ${kd} + ${vd} (the config's heads)`, inRows);
-      const inProj = ck.projection([[{ ref: w.inProjQkv }], [{ ref: w.inProjZ }], [{ ref: w.inProjA }], [{ ref: w.inProjB }]]);
+      if (inRows !== 2 * storedKd + vd) throw invalid('loadModel', `${w.inProjQkv.name} rows`, `2 * ${storedKd} + ${vd} (the config's heads)`, inRows);
+      // Value heads in GGUF's tiled order read key head j % Hk: the q and k rows (and conv channels) repeated per value head.
+      const channelRows = this.keyHeads === c.linearNumKeyHeads ? undefined : [
+        ...Array.from({ length: kd }, (_, i) => (Math.floor(i / dk) % c.linearNumKeyHeads) * dk + (i % dk)),
+        ...Array.from({ length: kd }, (_, i) => storedKd + (Math.floor(i / dk) % c.linearNumKeyHeads) * dk + (i % dk)),
+        ...Array.from({ length: vd }, (_, i) => 2 * storedKd + i),
+      ];
+      const inProj = ck.projection([[{ ref: w.inProjQkv, rows: channelRows }], [{ ref: w.inProjZ }], [{ ref: w.inProjA }], [{ ref: w.inProjB }]]);
       const [qkv, z, a, b] = inProj.layers as [Linear, Linear, Linear, Linear];
-      const convVals = ck.host(w.conv1d);
+      const stored = ck.host(w.conv1d), ks = c.convKernel;
+      const convVals = channelRows === undefined ? stored : new Float32Array(channelRows.length * ks);
+      channelRows?.forEach((r, i) => convVals.set(stored.subarray(r * ks, (r + 1) * ks), i * ks));
       gdn = {
         inProj,
         q: Checkpoint.rowsView(qkv, 0, kd),
@@ -183,7 +201,7 @@ export class Qwen35Moe extends CausalLM {
         z, a, b,
         out: ck.linear([{ ref: w.outProj }]),
         conv: ck.f32(convVals, [qkv.n, c.convKernel]),
-        aLog: ck.f32(ck.host(w.aLog), [c.linearNumValueHeads]),
+        aLog: ck.f32(ck.hf(w.aLog), [c.linearNumValueHeads]),
         dtBias: ck.f32(ck.host(w.dtBias), [c.linearNumValueHeads]),
         norm: ck.f32(ck.host(w.norm), [c.linearValueHeadDim]),
       };
@@ -197,19 +215,17 @@ export class Qwen35Moe extends CausalLM {
         for (let i = 0; i < d; i++) gateRows.push(h * 2 * d + d + i);
       }
       for (let h = 0; h < c.numKvHeads; h++) for (const p of perm) kRows.push(h * d + p);
-      const permuted = (name: string) => {
-        const v = ck.host(name);
-        const one = new Float32Array(d);
-        perm.forEach((p, i) => { one[i] = 1 + v[p]!; });
-        return ck.f32(one, [d]);
+      const permuted = (ref: TensorRef) => {
+        const v = ck.onePlus(ref);
+        return ck.f32(Float32Array.from(perm, (p) => v[p]!), [d]);
       };
       const inProj = ck.projection([[{ ref: w.qProj, rows: qRows }], [{ ref: w.qProj, rows: gateRows }], [{ ref: w.kProj, rows: kRows }], [{ ref: w.vProj }]]);
       const [q, gate, k, v] = inProj.layers as [Linear, Linear, Linear, Linear];
       attn = {
         inProj, q, gate, k, v,
         o: ck.linear([{ ref: w.oProj }]),
-        qNorm: permuted(w.qNorm.name),
-        kNorm: permuted(w.kNorm.name),
+        qNorm: permuted(w.qNorm),
+        kNorm: permuted(w.kNorm),
       };
     }
     const m = l.moe;
@@ -218,8 +234,8 @@ export class Qwen35Moe extends CausalLM {
     const [router, sharedGateUp, sharedGate] = inProj.layers as [Linear, Linear, Linear];
     return {
       type: l.type,
-      inputNorm: onePlus(ck, l.inputNorm.name),
-      postNorm: onePlus(ck, l.postAttentionNorm.name),
+      inputNorm: onePlus(ck, l.inputNorm),
+      postNorm: onePlus(ck, l.postAttentionNorm),
       gdn, attn,
       moe: {
         inProj, router, sharedGateUp, sharedGate,
@@ -233,7 +249,7 @@ export class Qwen35Moe extends CausalLM {
   private newState(l: LayerWeights): LayerState {
     const c = this.config;
     if (l.type === 'linear_attention') {
-      const channels = 2 * c.linearNumKeyHeads * c.linearKeyHeadDim + c.linearNumValueHeads * c.linearValueHeadDim;
+      const channels = 2 * this.keyHeads * c.linearKeyHeadDim + c.linearNumValueHeads * c.linearValueHeadDim;
       return {
         conv: this.device.alloc('f32', [channels, c.convKernel - 1]),
         recurrent: this.device.alloc('f32', [c.linearNumValueHeads, c.linearValueHeadDim, c.linearKeyHeadDim]),
@@ -282,7 +298,7 @@ export class Qwen35Moe extends CausalLM {
 
   private gatedDeltaNet(enc: Encoder, w: GatedDeltaNetWeights, st: LayerState, x: Buffer, out: Buffer, t: number): void {
     const c = this.config, s = this.scratch, p = this.precision;
-    const hk = c.linearNumKeyHeads, hv = c.linearNumValueHeads, dk = c.linearKeyHeadDim, dv = c.linearValueHeadDim;
+    const hk = this.keyHeads, hv = c.linearNumValueHeads, dk = c.linearKeyHeadDim, dv = c.linearValueHeadDim;
     const kd = hk * dk, vd = hv * dv, channels = 2 * kd + vd, ks = c.convKernel;
     const conv = st.conv!, state = st.recurrent!;
     let q: Buffer, k: Buffer, v: Buffer, a: Buffer, b: Buffer, z: Buffer;
@@ -373,8 +389,9 @@ export class Qwen35Moe extends CausalLM {
     const c = this.config, s = this.scratch, p = this.precision, H = c.hiddenSize, E = c.numExperts, k = c.numExpertsPerTok;
     const [logits, gu, g] = project(enc, s, 'moe.in', w.inProj, x, t, p) as [Buffer, Buffer, Buffer];
     const routed = routedExperts(enc, s, w.experts, x, logits, t, k, p);
+    // f32 and bf16 expert outputs are read as they are (moe_weighted_reduce_bf16_input), f16 ones through f32.
     let yExpert = routed.outputs;
-    if (yExpert.dtype !== 'f32') {
+    if (yExpert.dtype === 'f16') {
       yExpert = s.get('moe.out.f32', 'f32', [t, k, H]);
       cast(enc, { input: routed.outputs, output: yExpert });
     }
@@ -394,10 +411,8 @@ function chunked(kDim: number, vDim: number): boolean {
   return (GDR_K_VALUES as readonly number[]).includes(kDim) && vDim % GDR_V_MULTIPLE === 0 && vDim <= GDR_MAX_V;
 }
 
-/** A (1 + w) norm weight as 1 + w in f32. */
-function onePlus(ck: Checkpoint, name: string): Buffer {
-  const w = ck.host(name);
-  const v = new Float32Array(w.length);
-  for (let i = 0; i < w.length; i++) v[i] = 1 + w[i]!;
-  return ck.f32(v, [w.length]);
+/** A (1 + w) norm weight as 1 + w in f32 (as GGUF stores it: Checkpoint.onePlus). */
+function onePlus(ck: Checkpoint, ref: TensorRef): Buffer {
+  const v = ck.onePlus(ref);
+  return ck.f32(v, [v.length]);
 }

@@ -25,7 +25,8 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Dim3, Encoder } from '../encoder.ts';
 import {
-  checkAtMost, checkBuffer, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkPositive, invalid, U32_MAX,
+  checkAtMost, checkBufferRules, checkedProduct, checkedU32Product, checkEachBuffer, checkMultiple, checkNoAliasing, checkPositive, checkU32Count, invalid,
+  U32_MAX,
 } from '../validate.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
@@ -128,8 +129,7 @@ export function chunkGatedDeltaRuleLayout(batch: number, seqLen: number, cuSeqle
   const b = batch, t = seqLen;
   checkPositive(OP, 'batch', b);
   checkPositive(OP, 'seqLen', t);
-  const nTok = checkedProduct(OP, 'batch * seqLen', b, t);
-  checkAtMost(OP, 'batch * seqLen', nTok, U32_MAX, '2^32 - 1');
+  const nTok = checkedU32Product(OP, 'batch * seqLen', b, t);
   let offset: (s: number) => number;
   let nSeq: number;
   if (cuSeqlens === undefined) {
@@ -190,8 +190,7 @@ export function validateGdrStepParams(p: GdrStepParams): void {
   for (const [arg, value] of [
     ['nTok', p.nTok], ['nt', p.nt], ['nSeq', p.nSeq], ['nQkHeads', p.nQkHeads], ['nHeads', p.nHeads], ['kDim', p.kDim], ['vDim', p.vDim],
   ] as const) {
-    checkPositive(OP, arg, value);
-    checkAtMost(OP, arg, value, U32_MAX, '2^32 - 1');
+    checkU32Count(OP, arg, value);
   }
   checkHeadsAndDims(p);
   if (p.nt < Math.ceil(p.nTok / GDR_BT) || p.nt > p.nTok) throw invalid(OP, 'nt', `between ceil(nTok / 64) and nTok = ${p.nTok}`, p.nt);
@@ -211,13 +210,6 @@ function checkHeadsAndDims(p: Pick<GdrStepParams, 'nQkHeads' | 'nHeads' | 'kDim'
 }
 
 type Expect = readonly [name: string, buf: Buffer, dtype: DType | readonly DType[], count: number];
-function checkBuffers(list: readonly Expect[], device: Device | undefined): void {
-  for (const [name, buf, dtype, count] of list) {
-    checkBuffer(OP, name, buf, device);
-    checkDtype(OP, name, buf, dtype);
-    checkElements(OP, name, buf, count);
-  }
-}
 
 const RESTRICT = 'the kernel writes it while other threadgroups read the other, and the CUDA kernels take both as __restrict__';
 const chunksExpect = (p: GdrStepParams, b: Buffer): Expect => ['chunks', b, 'u32', 2 * p.nt];
@@ -256,7 +248,7 @@ function gdrStep<A extends GdrStepParams>(s: GdrStep<A>): OpShape<A> & { dispatc
   const validate = (a: A, device?: Device): void => {
     validateGdrStepParams(a);
     const list = s.buffers(a);
-    checkBuffers(list, device);
+    checkEachBuffer(OP, list, device);
     if (s.outputs !== undefined) checkNoAliasing(OP, list.map(([name, buf]) => [name, buf] as const), s.outputs, RESTRICT);
   };
   const dispatch = (a: A): PlannedDispatch => {
@@ -702,11 +694,9 @@ export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs, device?:
   for (const [arg, value] of [
     ['batch', p.batch], ['seqLen', p.seqLen], ['nQkHeads', p.nQkHeads], ['nHeads', p.nHeads], ['kDim', p.kDim], ['vDim', p.vDim],
   ] as const) {
-    checkPositive(OP, arg, value);
-    checkAtMost(OP, arg, value, U32_MAX, '2^32 - 1');
+    checkU32Count(OP, arg, value);
   }
-  const nTok = checkedProduct(OP, 'batch * seqLen', p.batch, p.seqLen);
-  checkAtMost(OP, 'batch * seqLen', nTok, U32_MAX, '2^32 - 1');
+  const nTok = checkedU32Product(OP, 'batch * seqLen', p.batch, p.seqLen);
   checkHeadsAndDims(p);
   const nSeq = p.cuSeqlens === undefined ? p.batch : checkCuSeqlensLength(p.batch, p.seqLen, p.cuSeqlens);
   const qk = checkedProduct(OP, 'batch * seqLen * nQkHeads * kDim', nTok, p.nQkHeads, p.kDim);
@@ -718,7 +708,7 @@ export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs, device?:
     ['beta', a.beta, ['f32', 'bf16'], gb], ['o', a.o, 'bf16', vo], ['finalState', a.finalState, 'f32', state],
   ];
   if (a.initialState !== undefined) list.push(['initialState', a.initialState, 'f32', state]);
-  checkBuffers(list, device);
+  checkEachBuffer(OP, list, device);
   // o is written by the last step (chunk_o), which reads q and k; v, g and
   // beta are read only by earlier steps. finalState is written by the
   // inter-state step, which reads the initial state (both __restrict__ on CUDA).
@@ -833,12 +823,7 @@ export function validateChunkLocalCumsum(a: ChunkLocalCumsumArgs, device?: Devic
   checkAtMost(op, 'bt', p.bt, device?.limits.maxThreadsPerThreadgroup ?? CHUNK_LOCAL_CUMSUM_MAX_BT, 'the threads per threadgroup limit');
   const n = checkedProduct(op, 'batch * seqLen * nHeads', p.batch, p.seqLen, p.nHeads);
   checkAtMost(op, 'batch * seqLen * nHeads', n, U32_MAX, 'the 32-bit index limit');
-  checkBuffer(op, 'gIn', buf.gIn, device);
-  checkBuffer(op, 'gCumsum', buf.gCumsum, device);
-  checkDtype(op, 'gIn', buf.gIn, 'f32');
-  checkDtype(op, 'gCumsum', buf.gCumsum, 'f32');
-  checkElements(op, 'gIn', buf.gIn, n);
-  checkElements(op, 'gCumsum', buf.gCumsum, n);
+  checkBufferRules(op, [['gIn', buf.gIn, 'f32', n], ['gCumsum', buf.gCumsum, 'f32', n]], device);
 }
 
 /**
@@ -954,8 +939,7 @@ export function validateGatedDeltaNetChunk(a: GatedDeltaNetChunkArgs, device?: D
   for (const [arg, value] of [
     ['batch', p.batch], ['seqLen', p.seqLen], ['nQkHeads', p.nQkHeads], ['nHeads', p.nHeads], ['kDim', p.kDim], ['vDim', p.vDim], ['bt', p.bt],
   ] as const) {
-    checkPositive(GDN_OP, arg, value);
-    checkAtMost(GDN_OP, arg, value, U32_MAX, '2^32 - 1');
+    checkU32Count(GDN_OP, arg, value);
   }
   checkMultiple(GDN_OP, 'nHeads', p.nHeads, p.nQkHeads, 'nQkHeads');
   if (p.kDim !== GDN_CHUNK_MAX_K) {
@@ -987,11 +971,7 @@ export function validateGatedDeltaNetChunk(a: GatedDeltaNetChunkArgs, device?: D
     ['vNew', 'bf16', checkedProduct(GDN_OP, 'vNew elements', p.batch, p.seqLen, p.nHeads, p.vDim)],
     ['finalState', 'f32', checkedProduct(GDN_OP, 'finalState elements', p.batch, p.nHeads, p.vDim, p.kDim)],
   ];
-  for (const [key, dtype, count] of expected) {
-    checkBuffer(GDN_OP, key, bufs[key], device);
-    checkDtype(GDN_OP, key, bufs[key], dtype);
-    checkElements(GDN_OP, key, bufs[key], count);
-  }
+  checkEachBuffer(GDN_OP, expected.map(([key, dtype, count]) => [key, bufs[key], dtype, count] as const), device);
   checkNoAliasing(GDN_OP, expected.map(([key]) => [key, bufs[key]] as const), ['hOut', 'vNew', 'finalState'],
     'the CUDA kernel takes every binding as __restrict__');
 }

@@ -24,7 +24,8 @@ import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, record, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBuffer, checkDtype, checkedProduct, checkElements, checkNoAliasing, checkPositive, invalid, U32_MAX,
+  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkElements, checkNoAliasing, checkPositive, checkU32Count, invalid, like,
+  ruleBindings, U32_MAX, type BufferRule,
 } from '../validate.ts';
 import { planGgmlEmbedding, validateGgmlEmbedding, type GgmlEmbeddingArgs, type GgmlQuantType } from './quantized_matmul_ggml.ts';
 
@@ -122,12 +123,10 @@ function validateTable(op: string, a: { table: Buffer; output: Buffer; vocabSize
   const tableElems = checkedProduct(op, 'vocabSize * hiddenSize', a.vocabSize, a.hiddenSize);
   const outElems = checkedProduct(op, outArg, rows, a.hiddenSize);
   checkAtMost(op, outArg, outElems, EMBEDDING_MAX_ELEMENTS, '2^32 - 256 (the grids count threads in 32 bits)');
-  checkBuffer(op, 'table', a.table, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'table', a.table, ['f32', 'f16', 'bf16']);
-  checkDtype(op, 'output', a.output, a.table.dtype === 'f32' ? 'f32' : [a.table.dtype, 'f32']);
-  checkElements(op, 'table', a.table, tableElems);
-  checkElements(op, 'output', a.output, outElems);
+  checkBufferRules(op, [
+    ['table', a.table, ['f32', 'f16', 'bf16'], tableElems],
+    ['output', a.output, (dtypeOf) => (dtypeOf('table') === 'f32' ? 'f32' : [dtypeOf('table'), 'f32']), outElems],
+  ], device);
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
@@ -160,24 +159,15 @@ export function validateEmbeddingToken(a: EmbeddingTokenArgs, device?: Device): 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
 export function validateGather(a: GatherArgs, device?: Device): void {
   const op = 'gather';
-  for (const [arg, v] of [['srcRows', a.srcRows], ['rowWidth', a.rowWidth], ['nIndices', a.nIndices]] as const) {
-    checkPositive(op, arg, v);
-    checkAtMost(op, arg, v, U32_MAX, '2^32 - 1');
-  }
+  for (const [arg, v] of [['srcRows', a.srcRows], ['rowWidth', a.rowWidth], ['nIndices', a.nIndices]] as const) checkU32Count(op, arg, v);
   const srcElems = checkedProduct(op, 'srcRows * rowWidth', a.srcRows, a.rowWidth);
   const outElems = checkedProduct(op, 'nIndices * rowWidth', a.nIndices, a.rowWidth);
   checkAtMost(op, 'nIndices * rowWidth', outElems, EMBEDDING_MAX_ELEMENTS, '2^32 - 256 (the grids count threads in 32 bits)');
-  checkBuffer(op, 'src', a.src, device);
-  checkBuffer(op, 'indices', a.indices, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'src', a.src, ['f32', 'f16', 'bf16']);
-  checkDtype(op, 'indices', a.indices, 'u32');
-  checkDtype(op, 'output', a.output, a.src.dtype);
-  checkElements(op, 'src', a.src, srcElems);
-  checkElements(op, 'indices', a.indices, a.nIndices);
-  checkElements(op, 'output', a.output, outElems);
-  checkNoAliasing(op, [['src', a.src], ['indices', a.indices], ['output', a.output]], ['output'],
-    'every output row reads its index and any row of src');
+  const rules: BufferRule[] = [
+    ['src', a.src, ['f32', 'f16', 'bf16'], srcElems], ['indices', a.indices, 'u32', a.nIndices], ['output', a.output, like('src'), outElems],
+  ];
+  checkBufferRules(op, rules, device);
+  checkNoAliasing(op, ruleBindings(rules), ['output'], 'every output row reads its index and any row of src');
 }
 
 /** The Metal threadgroup over a row of n elements: min(256, n) threads (mlx-native's). */

@@ -17,12 +17,13 @@ import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import type { FunctionConstants } from '../library.ts';
-import { ceilDiv, CUDA_GRID_YZ_MAX, nextPow2 } from '../launch.ts';
+import { ceilDiv, nextPow2 } from '../launch.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBoolean, checkBuffer, checkDtype, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, I32_MAX, invalid, U32_MAX,
+  checkAtLeast, checkAtMost, checkBoolean, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkGridDim, checkMultiple, checkNoAliasing, checkPositive,
+  I32_MAX, invalid, like, U32_MAX,
 } from '../validate.ts';
 
 export const FLASH_ATTN_PREFILL_FAMILY = 'flash_attn_prefill';
@@ -197,13 +198,6 @@ interface Shape {
   maskBroadcast: boolean;
 }
 
-/** mlx-native's buffer-size rule: at least `expected` elements (a larger buffer's first elements are used). */
-function checkAtLeast(op: string, arg: string, buf: Buffer, expected: number): void {
-  if (buf.elementCount < expected) {
-    throw invalid(op, `${arg}.elementCount`, `at least ${expected}`, `${buf.elementCount}, shape [${buf.shape.join(', ')}]`);
-  }
-}
-
 function checkOptionalInt(op: string, arg: string, value: unknown, min: number, max: number, maxName: string): void {
   if (value === undefined) return;
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
@@ -220,8 +214,8 @@ function shapeOf(a: FlashAttnPrefillArgs, device?: Device): Shape {
   }
   if (!(HEAD_DIMS as readonly number[]).includes(a.headDim)) throw invalid(op, 'headDim', '64, 128, 256 or 512', a.headDim);
   checkMultiple(op, 'nHeads', a.nHeads, a.nKvHeads, 'nKvHeads');
-  checkAtMost(op, 'nHeads', a.nHeads, CUDA_GRID_YZ_MAX, '65535 (a grid dimension)');
-  checkAtMost(op, 'batch', a.batch, CUDA_GRID_YZ_MAX, '65535 (a grid dimension)');
+  checkGridDim(op, 'nHeads', a.nHeads);
+  checkGridDim(op, 'batch', a.batch);
   checkOptionalInt(op, 'kvCapacity', a.kvCapacity, 1, I32_MAX, '2^31 - 1');
   checkOptionalInt(op, 'qOffset', a.qOffset, 0, I32_MAX, '2^31 - 1');
   checkOptionalInt(op, 'slidingWindow', a.slidingWindow, 1, I32_MAX, '2^31 - 1');
@@ -264,14 +258,11 @@ function shapeOf(a: FlashAttnPrefillArgs, device?: Device): Shape {
 
   const qElems = checkedProduct(op, 'q elements', varlen ? 1 : a.batch, a.nHeads, a.seqLenQ, a.headDim);
   const kvElems = checkedProduct(op, 'k elements', varlen ? 1 : a.batch, a.nKvHeads, capacity, a.headDim);
-  for (const arg of ['q', 'k', 'v', 'out'] as const) checkBuffer(op, arg, a[arg], device);
-  checkDtype(op, 'q', a.q, DTYPES);
+  // mlx-native's buffer-size rule: at least the elements (a larger buffer's first elements are used).
+  checkBufferRules(op, [
+    ['q', a.q, DTYPES, qElems], ['k', a.k, like('q'), kvElems], ['v', a.v, like('q'), kvElems], ['out', a.out, like('q'), qElems],
+  ], device, true);
   const dt = a.q.dtype as FlashAttnPrefillDType;
-  for (const arg of ['k', 'v', 'out'] as const) checkDtype(op, arg, a[arg], dt);
-  checkAtLeast(op, 'q', a.q, qElems);
-  checkAtLeast(op, 'k', a.k, kvElems);
-  checkAtLeast(op, 'v', a.v, kvElems);
-  checkAtLeast(op, 'out', a.out, qElems);
   let boolMask = false;
   let maskBroadcast = false;
   if (a.mask !== undefined) {
@@ -290,12 +281,8 @@ function shapeOf(a: FlashAttnPrefillArgs, device?: Device): Shape {
     checkAtLeast(op, 'blk', a.blk, checkedProduct(op, 'blk elements', ceilDiv(a.seqLenQ, tile.bq), ceilDiv(a.seqLenK, tile.bk)));
   }
   if (varlen) {
-    checkBuffer(op, 'cuSeqlensQ', a.cuSeqlensQ, device);
-    checkBuffer(op, 'cuSeqlensK', a.cuSeqlensK, device);
-    checkDtype(op, 'cuSeqlensQ', a.cuSeqlensQ!, ['u32', 'i32']);
-    checkDtype(op, 'cuSeqlensK', a.cuSeqlensK!, ['u32', 'i32']);
-    checkAtLeast(op, 'cuSeqlensQ', a.cuSeqlensQ!, a.batch + 1);
-    checkAtLeast(op, 'cuSeqlensK', a.cuSeqlensK!, a.batch + 1);
+    checkBufferRules(op, [['cuSeqlensQ', a.cuSeqlensQ, ['u32', 'i32'], a.batch + 1], ['cuSeqlensK', a.cuSeqlensK, ['u32', 'i32'], a.batch + 1]],
+      device, true);
   }
   checkNoAliasing(op, [['q', a.q], ['k', a.k], ['v', a.v], ['out', a.out], ['mask', a.mask], ['blk', a.blk],
     ['cuSeqlensQ', a.cuSeqlensQ], ['cuSeqlensK', a.cuSeqlensK]], ['out'],
@@ -518,12 +505,7 @@ export function validateFlashAttnPrefillBlk(a: FlashAttnPrefillBlkArgs, device?:
   const n = checkedProduct(op, 'seqLenQ * seqLenK', a.seqLenQ, a.seqLenK);
   const tiles = checkedProduct(op, 'blk elements', ceilDiv(a.seqLenQ, a.bq), ceilDiv(a.seqLenK, a.bk));
   checkAtMost(op, 'blk elements', tiles, I32_MAX, '2^31 - 1 (the CUDA grid)');
-  checkBuffer(op, 'mask', a.mask, device);
-  checkBuffer(op, 'blk', a.blk, device);
-  checkDtype(op, 'mask', a.mask, DTYPES);
-  checkDtype(op, 'blk', a.blk, 'u8');
-  checkAtLeast(op, 'mask', a.mask, n);
-  checkAtLeast(op, 'blk', a.blk, tiles);
+  checkBufferRules(op, [['mask', a.mask, DTYPES, n], ['blk', a.blk, 'u8', tiles]], device, true);
   checkNoAliasing(op, [['mask', a.mask], ['blk', a.blk]], ['blk'], 'the classes are written while the mask is read');
 }
 

@@ -12,7 +12,7 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBoolean, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkPositive, invalid, U32_MAX,
+  checkAtMost, checkBoolean, checkDtype, checkedProduct, checkedU32Product, checkElements, checkMultiple, checkNoAliasing, checkPositive, invalid, U32_MAX,
 } from '../validate.ts';
 import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
 import { familyPlans, record, type OpPlan } from '../plan.ts';
@@ -98,8 +98,7 @@ export function validateFusedHeadNormRope(a: FusedHeadNormRopeArgs, device?: Dev
   if (typeof a.eps !== 'number' || !Number.isFinite(a.eps) || a.eps < 0) throw invalid(op, 'eps', 'a finite number >= 0', a.eps);
   checkTheta(op, a.theta);
   checkBoolean(op, 'permuted', a.permuted, true);
-  const rows = checkedProduct(op, 'seqLen * nHeads', a.seqLen, a.nHeads);
-  checkAtMost(op, 'seqLen * nHeads', rows, U32_MAX, '2^32 - 1');
+  const rows = checkedU32Product(op, 'seqLen * nHeads', a.seqLen, a.nHeads);
   const n = checkedProduct(op, 'seqLen * nHeads * headDim', a.seqLen, a.nHeads, a.headDim);
   checkRopeBuffers(op, a, ['f32', 'bf16'], n, a.seqLen, device,
     [['weight', a.weight], ['freqFactors', a.freqFactors], ['outputBf16', a.outputBf16], ['outputF32Perm', a.outputF32Perm]]);

@@ -11,7 +11,7 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBuffer, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkPositive, invalid, U32_MAX,
+  checkAtMost, checkBuffer, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkU32Count, invalid,
 } from '../validate.ts';
 import { familyPlans, record, type OpPlan } from '../plan.ts';
 
@@ -114,10 +114,7 @@ export function packGatedDeltaNetDecodeParams(p: GatedDeltaNetDecodeParams): Uin
 
 /** Rules on the dimensions shared by both ops. */
 function validateDims(op: string, dims: readonly (readonly [string, number])[], p: GatedDeltaNetDecodeParams): void {
-  for (const [arg, value] of dims) {
-    checkPositive(op, arg, value);
-    checkAtMost(op, arg, value, U32_MAX, '2^32 - 1');
-  }
+  for (const [arg, value] of dims) checkU32Count(op, arg, value);
   checkMultiple(op, 'nHeads', p.nHeads, p.nQkHeads, 'nQkHeads');
   checkMultiple(op, 'kDim', p.kDim, GDN_LANES, 'the simdgroup width');
   checkAtMost(op, 'kDim', p.kDim, GDN_MAX_K, 'MAX_K');

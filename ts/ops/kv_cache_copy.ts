@@ -21,7 +21,8 @@ import { rowCopyLaunch, rowCopyUnit } from '../launch.ts';
 import { familyPlans, record, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBoolean, checkBuffer, checkDtype, checkedProduct, checkElements, checkNoAliasing, checkPositive, invalid, U32_MAX,
+  checkAtMost, checkBoolean, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkElements, checkNoAliasing, checkPositive, checkU32Count, invalid,
+  ruleBindings, U32_MAX, type BufferRule,
 } from '../validate.ts';
 
 export const KV_CACHE_COPY_FAMILY = 'kv_cache_copy';
@@ -171,30 +172,20 @@ export function validateKvCacheCopy(a: KvCacheCopyArgs, device?: Device): void {
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
 export function validateKvCacheCopyBatch(a: KvCacheCopyBatchArgs, device?: Device): void {
   const op = 'kv_cache_copy_batch';
-  for (const [arg, v] of [['nHeads', a.nHeads], ['headDim', a.headDim], ['capacity', a.capacity]] as const) {
-    checkPositive(op, arg, v);
-    checkAtMost(op, arg, v, U32_MAX, '2^32 - 1');
-  }
+  for (const [arg, v] of [['nHeads', a.nHeads], ['headDim', a.headDim], ['capacity', a.capacity]] as const) checkU32Count(op, arg, v);
   checkCount(op, 'seqPos', a.seqPos);
   checkAtMostWhy(op, 'seqPos', a.seqPos, a.capacity - 1, 'capacity - 1', 'a slot (a ring position wrapped first)');
   const copied = checkedProduct(op, 'nHeads * headDim', a.nHeads, a.headDim);
   checkAtMost(op, 'nHeads * headDim', copied, KV_CACHE_COPY_MAX_ELEMENTS, '2^32 - 256 (the grid counts threads in 32 bits)');
   const cacheElems = checkedProduct(op, 'nHeads * capacity * headDim', a.nHeads, a.capacity, a.headDim);
-  checkBuffer(op, 'src', a.src, device);
-  checkBuffer(op, 'cache', a.cache, device);
-  checkDtype(op, 'src', a.src, 'f32');
-  checkDtype(op, 'cache', a.cache, ['f32', 'f16']);
-  checkElements(op, 'src', a.src, copied);
-  checkElements(op, 'cache', a.cache, cacheElems);
-  checkNoAliasing(op, [['src', a.src], ['cache', a.cache]], ['cache'], 'rows of the cache are written while src is read');
+  const rules: BufferRule[] = [['src', a.src, 'f32', copied], ['cache', a.cache, ['f32', 'f16'], cacheElems]];
+  checkBufferRules(op, rules, device);
+  checkNoAliasing(op, ruleBindings(rules), ['cache'], 'rows of the cache are written while src is read');
 }
 
 /** The rules on the seq params; returns the elements copied per stream and the cache's element count. */
 function validateSeqParams(op: string, p: KvCacheCopySeqParams): { cacheElems: number; rowSize: number; srcNeed: number } {
-  for (const [arg, v] of [['nHeads', p.nHeads], ['headDim', p.headDim], ['capacity', p.capacity]] as const) {
-    checkPositive(op, arg, v);
-    checkAtMost(op, arg, v, U32_MAX, '2^32 - 1');
-  }
+  for (const [arg, v] of [['nHeads', p.nHeads], ['headDim', p.headDim], ['capacity', p.capacity]] as const) checkU32Count(op, arg, v);
   checkCount(op, 'nTokens', p.nTokens);
   checkCount(op, 'seqPosStart', p.seqPosStart);
   checkAtMost(op, 'seqPosStart', p.seqPosStart, U32_MAX, '2^32 - 1');

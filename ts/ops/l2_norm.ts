@@ -11,7 +11,7 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBuffer, checkDtype, checkedProduct, checkElements, checkNoAliasing, checkPositive, invalid, U32_MAX,
+  checkAtMost, checkBufferRules, checkedProduct, checkNoAliasing, checkPositive, invalid, like, ruleBindings, U32_MAX, type BufferRule,
 } from '../validate.ts';
 import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
 import { familyPlans, record, type OpPlan } from '../plan.ts';
@@ -58,15 +58,11 @@ export function validateL2Norm(a: L2NormArgs, device?: Device): void {
   checkAtMost(op, 'dim', a.dim, U32_MAX, '2^32 - 1');
   if (a.eps !== undefined && (!Number.isFinite(a.eps) || a.eps < 0)) throw invalid(op, 'eps', 'a finite number >= 0', a.eps);
   const n = checkedProduct(op, 'rows * dim', a.rows, a.dim);
-  checkBuffer(op, 'x', a.x, device);
-  checkBuffer(op, 'y', a.y, device);
-  checkDtype(op, 'x', a.x, ['f32', 'f16', 'bf16']);
-  checkDtype(op, 'y', a.y, a.x.dtype);
-  checkElements(op, 'x', a.x, n);
-  checkElements(op, 'y', a.y, n);
+  const rules: BufferRule[] = [['x', a.x, ['f32', 'f16', 'bf16'], n], ['y', a.y, like('x'), n]];
+  checkBufferRules(op, rules, device);
   // In place (y over exactly x) is safe: each row is read before it is
   // written, by the one threadgroup that owns it. A partial overlap is not.
-  checkNoAliasing(op, [['x', a.x], ['y', a.y]], ['y'], 'a row of y over another row of x', [['y', 'x']]);
+  checkNoAliasing(op, ruleBindings(rules), ['y'], 'a row of y over another row of x', [['y', 'x']]);
 }
 
 /** Threads per row and the threadgroup(0) bytes (one float per simdgroup, in 16-byte units). */

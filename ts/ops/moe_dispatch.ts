@@ -33,7 +33,7 @@ import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, opShape, record, type OpPlan, type OpShape, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkElements, checkNoAliasing, checkPositive, invalid, like, ruleBindings, U32_MAX, type BufferRule,
+  checkAtMost, checkBufferRules, checkedU32Product, checkGridDim, checkNoAliasing, checkU32Count, invalid, like, ruleBindings, U32_MAX, type BufferRule,
 } from '../validate.ts';
 
 export const MOE_DISPATCH_FAMILY = 'moe_dispatch';
@@ -65,12 +65,6 @@ export const MOE_DISPATCH_SORT_MAX_THREADS = 1024;
 
 const u32 = (v: number): Uint8Array => new Uint8Array(new Uint32Array([v]).buffer);
 const GATE_UP_WHY = 'the output would overwrite gate or up values other threads read';
-
-/** A count of the crate's: a positive integer that its u32 fields hold. */
-function checkCount(op: string, arg: string, v: number): void {
-  checkPositive(op, arg, v);
-  checkAtMost(op, arg, v, U32_MAX, '2^32 - 1');
-}
 
 /** One thread per element of n along x (the crate's launch): (ceil(n / tg), y, z) threadgroups of tg = min(256, n). */
 function elementGrid(n: number, y = 1, z = 1): Pick<PlannedDispatch, 'grid' | 'threads'> {
@@ -111,20 +105,16 @@ export function moeDispatchSortLaunch(nPairs: number, numExperts: number, limits
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit (the device's limits when given). */
 export function validateMoeDispatchSort(a: MoeDispatchSortArgs, device?: Device, limits = device?.limits): void {
   const op = 'moe_dispatch_sort';
-  checkCount(op, 'nPairs', a.nPairs);
-  checkCount(op, 'numExperts', a.numExperts);
+  checkU32Count(op, 'nPairs', a.nPairs);
+  checkU32Count(op, 'numExperts', a.numExperts);
   if (limits !== undefined) {
     const max = moeDispatchSortMaxExperts(limits);
     checkAtMost(op, 'numExperts', a.numExperts, max, `${max} (a counter per expert in the device's ${limits.maxThreadgroupMemory} bytes of threadgroup memory)`);
   }
   checkAtMost(op, 'nPairs', a.nPairs, U32_MAX - 1, '2^32 - 2');
-  const bindings = [['ids', a.ids], ['offsets', a.offsets], ['order', a.order]] as const;
-  for (const [arg, b] of bindings) checkBuffer(op, arg, b, device);
-  for (const [arg, b] of bindings) checkDtype(op, arg, b, 'u32');
-  checkElements(op, 'ids', a.ids, a.nPairs);
-  checkElements(op, 'offsets', a.offsets, a.numExperts + 2);
-  checkElements(op, 'order', a.order, a.nPairs);
-  checkNoAliasing(op, bindings, ['offsets', 'order'], 'the kernel reads the ids while it writes');
+  const rules: BufferRule[] = [['ids', a.ids, 'u32', a.nPairs], ['offsets', a.offsets, 'u32', a.numExperts + 2], ['order', a.order, 'u32', a.nPairs]];
+  checkBufferRules(op, rules, device);
+  checkNoAliasing(op, ruleBindings(rules), ['offsets', 'order'], 'the kernel reads the ids while it writes');
 }
 
 /**
@@ -167,16 +157,27 @@ export function planMoeDispatchSort(a: MoeDispatchSortArgs, limits: DeviceLimits
 
 // ---- mlx-native's elementwise kernels ----
 
+/** The names of A's number fields. */
+type CountOf<A> = { [K in keyof A]: A[K] extends number ? K : never }[keyof A] & string;
+
 /**
- * One of the crate's glue ops: each buffer at least its size (checked in
+ * One of the crate's glue ops: every count > 0 and a u32, the counts a grid
+ * spans along y or z within it, the elements of its largest buffer a u32,
+ * the op's own rules; then each buffer at least its size (checked in
  * binding order: every buffer, then the dtypes, then the sizes), then no
  * output aliasing another binding but the in-place pairs; one dispatch of
  * the buffers in binding order, its params after them.
  */
 interface GlueOp<A> {
   op: string;
-  /** The op's rules on its counts, checked first. */
-  counts(op: string, a: A): void;
+  /** The counts, checked in this order. */
+  counts: readonly CountOf<A>[];
+  /** The counts that a grid spans along y or z. */
+  gridDims?: readonly CountOf<A>[];
+  /** The elements of the largest buffer: their name and factors. */
+  total?(a: A): readonly [name: string, ...factors: number[]];
+  /** The op's own rules, checked after those on the counts. */
+  rules?(op: string, a: A): void;
   /** The buffers in binding order, with their dtypes and the elements each holds at least. */
   buffers(a: A): readonly BufferRule[];
   /** The outputs that may alias no other binding (but the inPlace pairs), and why; absent with one binding. */
@@ -188,7 +189,13 @@ interface GlueOp<A> {
 function glueOp<A>(g: GlueOp<A>): OpShape<A> {
   const validate = (a: A, device?: Device): void => {
     const op = g.op;
-    g.counts(op, a);
+    for (const arg of g.counts) checkU32Count(op, arg, a[arg] as number);
+    for (const arg of g.gridDims ?? []) checkGridDim(op, arg, a[arg] as number);
+    if (g.total !== undefined) {
+      const [name, ...factors] = g.total(a);
+      checkedU32Product(op, name, ...factors);
+    }
+    g.rules?.(op, a);
     const list = g.buffers(a);
     checkBufferRules(op, list, device, true);
     const n = g.noAliasing;
@@ -215,7 +222,7 @@ export interface FusedGeluMulArgs {
 
 const fusedGeluMulOp = glueOp<FusedGeluMulArgs>({
   op: 'fused_gelu_mul',
-  counts: (op, a) => checkCount(op, 'nElements', a.nElements),
+  counts: ['nElements'],
   buffers: (a) => [
     ['gateOut', a.gateOut, ['f32', 'bf16'], a.nElements], ['upOut', a.upOut, like('gateOut'), a.nElements],
     ['output', a.output, like('gateOut'), a.nElements],
@@ -256,8 +263,8 @@ export interface MoeAccumulateArgs {
 
 const moeAccumulateOp = glueOp<MoeAccumulateArgs>({
   op: 'moe_accumulate',
-  counts(op, a) {
-    checkCount(op, 'nElements', a.nElements);
+  counts: ['nElements'],
+  rules(op, a) {
     if (typeof a.routingWeight !== 'number' || !Number.isFinite(a.routingWeight)) throw invalid(op, 'routingWeight', 'a finite number', a.routingWeight);
   },
   buffers: (a) => [['accumulator', a.accumulator, 'f32', a.nElements], ['expertOutput', a.expertOutput, 'f32', a.nElements]],
@@ -291,7 +298,7 @@ export interface MoeZeroBufferArgs {
 
 const moeZeroBufferOp = glueOp<MoeZeroBufferArgs>({
   op: 'moe_zero_buffer',
-  counts: (op, a) => checkCount(op, 'nElements', a.nElements),
+  counts: ['nElements'],
   buffers: (a) => [['buffer', a.buffer, 'f32', a.nElements]],
   dispatch: (a) => ({ kernel: 'zero_buffer', params: [packFields(ZERO_PARAMS_LAYOUT, { n_elements: a.nElements })], ...elementGrid(a.nElements) }),
 });
@@ -315,10 +322,8 @@ export interface MoeSwigluFusedArgs {
 
 const moeSwigluFusedOp = glueOp<MoeSwigluFusedArgs>({
   op: 'moe_swiglu_fused',
-  counts(op, a) {
-    checkCount(op, 'nElements', a.nElements);
-    checkAtMost(op, 'nElements', a.nElements, U32_MAX / 2, '2^31 - 1 (the gate_up buffer holds 2 nElements)');
-  },
+  counts: ['nElements'],
+  rules: (op, a) => checkAtMost(op, 'nElements', a.nElements, U32_MAX / 2, '2^31 - 1 (the gate_up buffer holds 2 nElements)'),
   buffers: (a) => [['gateUp', a.gateUp, 'f32', 2 * a.nElements], ['output', a.output, 'f32', a.nElements]],
   noAliasing: { outputs: ['output'], why: GATE_UP_WHY },
   dispatch: (a) => ({
@@ -349,12 +354,9 @@ export interface MoeSwigluBatchArgs {
 
 const moeSwigluBatchOp = glueOp<MoeSwigluBatchArgs>({
   op: 'moe_swiglu_batch',
-  counts(op, a) {
-    checkCount(op, 'intermediate', a.intermediate);
-    checkCount(op, 'topK', a.topK);
-    checkAtMost(op, 'topK', a.topK, 65535, '65535 (a grid dimension)');
-    checkAtMost(op, 'topK * 2 * intermediate', checkedProduct(op, 'topK * 2 * intermediate', a.topK, 2, a.intermediate), U32_MAX, '2^32 - 1');
-  },
+  counts: ['intermediate', 'topK'],
+  gridDims: ['topK'],
+  total: (a) => ['topK * 2 * intermediate', a.topK, 2, a.intermediate],
   buffers: (a) => [['gateUp', a.gateUp, 'f32', a.topK * 2 * a.intermediate], ['output', a.output, 'f32', a.topK * a.intermediate]],
   noAliasing: { outputs: ['output'], why: GATE_UP_WHY },
   dispatch: (a) => ({ kernel: 'moe_swiglu_batch', params: [u32(a.intermediate), u32(a.topK)], ...elementGrid(a.intermediate, a.topK, 1) }),
@@ -384,11 +386,8 @@ export interface MoeWeightedSumArgs {
 
 const moeWeightedSumOp = glueOp<MoeWeightedSumArgs>({
   op: 'moe_weighted_sum',
-  counts(op, a) {
-    checkCount(op, 'hiddenSize', a.hiddenSize);
-    checkCount(op, 'topK', a.topK);
-    checkAtMost(op, 'topK * hiddenSize', checkedProduct(op, 'topK * hiddenSize', a.topK, a.hiddenSize), U32_MAX, '2^32 - 1');
-  },
+  counts: ['hiddenSize', 'topK'],
+  total: (a) => ['topK * hiddenSize', a.topK, a.hiddenSize],
   buffers: (a) => [
     ['expertOutputs', a.expertOutputs, 'f32', a.topK * a.hiddenSize], ['weights', a.weights, 'f32', a.topK], ['output', a.output, 'f32', a.hiddenSize],
   ],
@@ -423,15 +422,9 @@ export interface MoeSwigluSeqArgs {
 
 const moeSwigluSeqOp = glueOp<MoeSwigluSeqArgs>({
   op: 'moe_swiglu_seq',
-  counts(op, a) {
-    checkCount(op, 'intermediate', a.intermediate);
-    checkCount(op, 'topK', a.topK);
-    checkCount(op, 'nTokens', a.nTokens);
-    checkAtMost(op, 'topK', a.topK, 65535, '65535 (a grid dimension)');
-    checkAtMost(op, 'nTokens', a.nTokens, 65535, '65535 (a grid dimension)');
-    const n = checkedProduct(op, 'nTokens * topK * 2 * intermediate', a.nTokens, a.topK, 2, a.intermediate);
-    checkAtMost(op, 'nTokens * topK * 2 * intermediate', n, U32_MAX, '2^32 - 1');
-  },
+  counts: ['intermediate', 'topK', 'nTokens'],
+  gridDims: ['topK', 'nTokens'],
+  total: (a) => ['nTokens * topK * 2 * intermediate', a.nTokens, a.topK, 2, a.intermediate],
   buffers: (a) => [
     ['gateUp', a.gateUp, ['f32', 'bf16'], a.nTokens * a.topK * 2 * a.intermediate],
     ['output', a.output, like('gateUp'), a.nTokens * a.topK * a.intermediate],
@@ -479,14 +472,9 @@ export function moeWeightedSumSeqKernel(expertOutputs: DType, output: DType): st
 
 const moeWeightedSumSeqOp = glueOp<MoeWeightedSumSeqArgs>({
   op: 'moe_weighted_sum_seq',
-  counts(op, a) {
-    checkCount(op, 'hiddenSize', a.hiddenSize);
-    checkCount(op, 'topK', a.topK);
-    checkCount(op, 'nTokens', a.nTokens);
-    checkAtMost(op, 'nTokens', a.nTokens, 65535, '65535 (a grid dimension)');
-    const n = checkedProduct(op, 'nTokens * topK * hiddenSize', a.nTokens, a.topK, a.hiddenSize);
-    checkAtMost(op, 'nTokens * topK * hiddenSize', n, U32_MAX, '2^32 - 1');
-  },
+  counts: ['hiddenSize', 'topK', 'nTokens'],
+  gridDims: ['nTokens'],
+  total: (a) => ['nTokens * topK * hiddenSize', a.nTokens, a.topK, a.hiddenSize],
   buffers: (a) => [
     ['expertOutputs', a.expertOutputs, ['f32', 'bf16', 'f16'], a.nTokens * a.topK * a.hiddenSize], ['weights', a.weights, 'f32', a.nTokens * a.topK],
     ['output', a.output, (dtypeOf) => WEIGHTED_SUM_SEQ_OUTPUTS[dtypeOf('expertOutputs')] ?? [], a.nTokens * a.hiddenSize],
@@ -533,9 +521,8 @@ export interface MoeGatherTopkWeightsArgs {
 
 const moeGatherTopkWeightsOp = glueOp<MoeGatherTopkWeightsArgs>({
   op: 'moe_gather_topk_weights',
-  counts(op, a) {
-    checkCount(op, 'nExperts', a.nExperts);
-    checkCount(op, 'topK', a.topK);
+  counts: ['nExperts', 'topK'],
+  rules(op, a) {
     checkAtMost(op, 'topK', a.topK, a.nExperts, 'nExperts');
     checkAtMost(op, 'topK', a.topK, MOE_GATHER_TOPK_MAX, `${MOE_GATHER_TOPK_MAX} (the kernel's fixed array)`);
   },

@@ -11,7 +11,7 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct,
+  checkAtMost, checkBufferRules, checkNoAliasing, checkPositive, checkedProduct, ruleBindings, type BufferRule,
 } from '../validate.ts';
 import { nextPow2, roundUp16, type LaunchLimits } from '../launch.ts';
 import { familyPlans, record, type OpPlan } from '../plan.ts';
@@ -79,19 +79,12 @@ function validate(op: string, p: MoeRoutingBatchParams, b: MoeRoutingBuffers, de
   const nLogits = checkedProduct(op, 'nTokens * numExperts', p.nTokens, p.numExperts);
   checkAtMost(op, 'nTokens * numExperts', nLogits, MAX_ELEMENTS_U32, 'the 32-bit index limit');
   const nOut = checkedProduct(op, 'nTokens * topK', p.nTokens, p.topK);
-  const bindings = [
-    ['logits', b.logits], ['expertIds', b.expertIds], ['routingWeights', b.routingWeights], ['perExpertScale', b.perExpertScale],
-  ] as const;
-  for (const [arg, x] of bindings) checkBuffer(op, arg, x, device);
-  checkDtype(op, 'logits', b.logits, 'f32');
-  checkDtype(op, 'expertIds', b.expertIds, 'u32');
-  checkDtype(op, 'routingWeights', b.routingWeights, 'f32');
-  checkDtype(op, 'perExpertScale', b.perExpertScale, 'f32');
-  checkElements(op, 'logits', b.logits, nLogits);
-  checkElements(op, 'expertIds', b.expertIds, nOut);
-  checkElements(op, 'routingWeights', b.routingWeights, nOut);
-  checkElements(op, 'perExpertScale', b.perExpertScale, p.numExperts);
-  checkNoAliasing(op, bindings, ['expertIds', 'routingWeights'], 'the CUDA kernel takes every binding as __restrict__');
+  const rules: BufferRule[] = [
+    ['logits', b.logits, 'f32', nLogits], ['expertIds', b.expertIds, 'u32', nOut], ['routingWeights', b.routingWeights, 'f32', nOut],
+    ['perExpertScale', b.perExpertScale, 'f32', p.numExperts],
+  ];
+  checkBufferRules(op, rules, device);
+  checkNoAliasing(op, ruleBindings(rules), ['expertIds', 'routingWeights'], 'the CUDA kernel takes every binding as __restrict__');
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit (the device's limits when given). */

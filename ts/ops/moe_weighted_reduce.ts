@@ -2,7 +2,8 @@
 // per token, with the shared expert and the residual folded in. Kernel name,
 // bindings, param struct and rules of mlx-native's moe_weighted_reduce module
 // (moe_weighted_reduce_f32); moe_weighted_reduce_f16 and _bf16 are added
-// (16-bit activations, f32 routing weights). Kernels:
+// (16-bit activations, f32 routing weights), and _bf16_input (bf16 expert
+// outputs, f32 for the rest). Kernels:
 // shaders/moe_weighted_reduce.metal and shaders/cuda/moe_weighted_reduce.cu.
 
 import src from '../../shaders/moe_weighted_reduce.metal' with { type: 'text' };
@@ -15,13 +16,17 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
 import { familySources } from '../registry.ts';
-import { checkAtLeast, checkAtMost, checkBuffer, checkDtype, checkedProduct, checkNoAliasing, checkPositive, U32_MAX } from '../validate.ts';
-import { ceilDiv, CUDA_GRID_YZ_MAX } from '../launch.ts';
+import {
+  checkBufferRules, checkedProduct, checkGridDim, checkNoAliasing, checkU32Count, like, ruleBindings, type BufferRule,
+} from '../validate.ts';
+import { ceilDiv } from '../launch.ts';
 
 export const MOE_WEIGHTED_REDUCE_FAMILY = 'moe_weighted_reduce';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const MOE_WEIGHTED_REDUCE_SOURCES = familySources(MOE_WEIGHTED_REDUCE_FAMILY, { header, metal: src, cuda: cudaSrc });
-export const MOE_WEIGHTED_REDUCE_KERNELS = ['moe_weighted_reduce_f32', 'moe_weighted_reduce_f16', 'moe_weighted_reduce_bf16'] as const;
+export const MOE_WEIGHTED_REDUCE_KERNELS = [
+  'moe_weighted_reduce_f32', 'moe_weighted_reduce_f16', 'moe_weighted_reduce_bf16', 'moe_weighted_reduce_bf16_input',
+] as const;
 const planOf = familyPlans({
   family: MOE_WEIGHTED_REDUCE_FAMILY, sources: MOE_WEIGHTED_REDUCE_SOURCES, kernels: MOE_WEIGHTED_REDUCE_KERNELS,
 });
@@ -38,13 +43,13 @@ export interface MoeWeightedReduceArgs {
   expertW: Buffer;
   /** [nTokens, topK, h]: f32, f16 or bf16, the routed experts' outputs in (token, slot) order */
   yExpert: Buffer;
-  /** [nTokens], yExpert's dtype: the shared expert gate's raw output (sigmoid applied here) */
+  /** [nTokens], output's dtype: the shared expert gate's raw output (sigmoid applied here) */
   shLogit: Buffer;
-  /** [nTokens, h], yExpert's dtype: the shared expert's output */
+  /** [nTokens, h], output's dtype: the shared expert's output */
   yShared: Buffer;
-  /** [nTokens, h], yExpert's dtype; added when given; may be output (in place) */
+  /** [nTokens, h], output's dtype; added when given; may be output (in place) */
   residual?: Buffer;
-  /** [nTokens, h], yExpert's dtype; output */
+  /** [nTokens, h], yExpert's dtype, or f32 beside bf16 yExpert; output */
   output: Buffer;
   nTokens: number;
   topK: number;
@@ -64,40 +69,23 @@ export function packMoeWeightedReduceParams(p: { nTokens: number; topK: number; 
  */
 export function validateMoeWeightedReduce(a: MoeWeightedReduceArgs, device?: Device): void {
   const op = 'moe_weighted_reduce';
-  for (const arg of ['nTokens', 'topK', 'h'] as const) {
-    checkPositive(op, arg, a[arg]);
-    checkAtMost(op, arg, a[arg], U32_MAX, '2^32 - 1');
-  }
-  checkAtMost(op, 'nTokens', a.nTokens, CUDA_GRID_YZ_MAX, `${CUDA_GRID_YZ_MAX} (a grid dimension)`);
+  for (const arg of ['nTokens', 'topK', 'h'] as const) checkU32Count(op, arg, a[arg]);
+  checkGridDim(op, 'nTokens', a.nTokens);
   const slots = checkedProduct(op, 'nTokens * topK', a.nTokens, a.topK);
   const ny = checkedProduct(op, 'nTokens * topK * h', slots, a.h);
   const nh = checkedProduct(op, 'nTokens * h', a.nTokens, a.h);
-  checkBuffer(op, 'expertW', a.expertW, device);
-  checkBuffer(op, 'yExpert', a.yExpert, device);
-  checkBuffer(op, 'shLogit', a.shLogit, device);
-  checkBuffer(op, 'yShared', a.yShared, device);
-  if (a.residual !== undefined) checkBuffer(op, 'residual', a.residual, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'expertW', a.expertW, 'f32');
-  checkDtype(op, 'yExpert', a.yExpert, ['f32', 'f16', 'bf16']);
-  const dt = a.yExpert.dtype;
-  checkDtype(op, 'shLogit', a.shLogit, dt);
-  checkDtype(op, 'yShared', a.yShared, dt);
-  if (a.residual !== undefined) checkDtype(op, 'residual', a.residual, dt);
-  checkDtype(op, 'output', a.output, dt);
-  checkAtLeast(op, 'expertW', a.expertW, slots);
-  checkAtLeast(op, 'yExpert', a.yExpert, ny);
-  checkAtLeast(op, 'shLogit', a.shLogit, a.nTokens);
-  checkAtLeast(op, 'yShared', a.yShared, nh);
-  if (a.residual !== undefined) checkAtLeast(op, 'residual', a.residual, nh);
-  checkAtLeast(op, 'output', a.output, nh);
-  checkNoAliasing(op, [
-    ['expertW', a.expertW], ['yExpert', a.yExpert], ['shLogit', a.shLogit], ['yShared', a.yShared], ['residual', a.residual], ['output', a.output],
-  ], ['output'], 'every output element reads its token\'s slots, gate and shared row; only the residual may be read in place',
-  [['output', 'residual']]);
+  // output's dtype right after yExpert's: it is yExpert's, or f32 beside bf16 (_bf16_input); the rest follow output.
+  const rules: BufferRule[] = [
+    ['expertW', a.expertW, 'f32', slots], ['yExpert', a.yExpert, ['f32', 'f16', 'bf16'], ny],
+    ['output', a.output, (of) => (of('yExpert') === 'bf16' ? ['bf16', 'f32'] : of('yExpert')), nh],
+    ['shLogit', a.shLogit, like('output'), a.nTokens], ['yShared', a.yShared, like('output'), nh], ['residual', a.residual, like('output'), nh, true],
+  ];
+  checkBufferRules(op, rules, device, true);
+  checkNoAliasing(op, ruleBindings(rules), ['output'],
+    'every output element reads its token\'s slots, gate and shared row; only the residual may be read in place', [['output', 'residual']]);
 }
 
-/** The CUDA launch: one thread per 16-byte vector of a row, 256 a block (shaders/cuda/moe_weighted_reduce.cu). */
+/** The CUDA launch: one thread per 16-byte vector of an output row, 256 a block (shaders/cuda/moe_weighted_reduce.cu). */
 export function moeWeightedReduceCudaLaunch(nTokens: number, h: number, dtype: 'f32' | 'f16' | 'bf16'): Launch {
   const vec = 16 / dtypeSize(dtype);
   return { grid: [ceilDiv(ceilDiv(h, vec), MOE_WEIGHTED_REDUCE_THREADS), nTokens, 1], threads: [MOE_WEIGHTED_REDUCE_THREADS, 1, 1] };
@@ -114,9 +102,10 @@ export function moeWeightedReduceCudaLaunch(nTokens: number, h: number, dtype: '
  *
  * Layouts: expertW f32 [nTokens, topK]; yExpert [nTokens, topK, h]; shLogit
  * [nTokens]; yShared, residual, output [nTokens, h]; one dtype (f32, f16,
- * bf16) for all but expertW; each buffer at least its size (mlx-native's
- * rule); output may be residual, nothing else.
- * Kernels: moe_weighted_reduce_<dtype>. Bindings: 0 MoeWeightedReduceParams
+ * bf16) for all but expertW, or bf16 yExpert with f32 for the rest (the
+ * per-expert products' 16-bit outputs read without a cast); each buffer at
+ * least its size (mlx-native's rule); output may be residual, nothing else.
+ * Kernels: moe_weighted_reduce_<dtype>, moe_weighted_reduce_bf16_input. Bindings: 0 MoeWeightedReduceParams
  * (n_tokens, top_k, h, add_residual), 1 expert_w, 2 y_expert, 3 sh_logit,
  * 4 y_shared, 5 residual (yShared's buffer in its place when absent; not
  * read), 6 output.
@@ -131,9 +120,9 @@ export function moeWeightedReduce(enc: Encoder, args: MoeWeightedReduceArgs): vo
 /** moeWeightedReduce's plan: validates, then one dispatch (see moeWeightedReduce). */
 export function planMoeWeightedReduce(a: MoeWeightedReduceArgs, _limits: DeviceLimits, device?: Device): OpPlan {
   validateMoeWeightedReduce(a, device);
-  const dt = a.yExpert.dtype as 'f32' | 'f16' | 'bf16';
+  const dt = a.output.dtype as 'f32' | 'f16' | 'bf16';
   return planOf({
-    kernel: `moe_weighted_reduce_${dt}`,
+    kernel: a.yExpert.dtype === dt ? `moe_weighted_reduce_${dt}` : 'moe_weighted_reduce_bf16_input',
     buffers: [, a.expertW, a.yExpert, a.shLogit, a.yShared, a.residual ?? a.yShared, a.output],
     bytes: [packMoeWeightedReduceParams({ ...a, addResidual: a.residual !== undefined })],
     grid: [ceilDiv(a.h, MOE_WEIGHTED_REDUCE_THREADS), a.nTokens, 1],

@@ -44,7 +44,7 @@ import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBufferRules, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, invalid, like, ruleBindings, U32_MAX,
+  checkAtMost, checkBufferRules, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, checkU32Count, invalid, like, ruleBindings, U32_MAX,
   type BufferRule,
 } from '../validate.ts';
 import { checkMatmulForm, denseMmCudaTile, matmulForm, matmulMetalLaunch, type MatmulForm } from './dense.ts';
@@ -289,10 +289,7 @@ export interface QuantizedMatmulArgs {
  */
 function validateCrate(op: string, a: QuantizedMatmulArgs, io: 'f32' | 'bf16', device?: Device): void {
   checkBits(op, a.bits);
-  for (const arg of ['m', 'k', 'n', 'groupSize'] as const) {
-    checkPositive(op, arg, a[arg]);
-    checkAtMost(op, arg, a[arg], U32_MAX, '2^32 - 1');
-  }
+  for (const arg of ['m', 'k', 'n', 'groupSize'] as const) checkU32Count(op, arg, a[arg]);
   const nx = checkedProduct(op, 'm * k', a.m, a.k);
   const nw = checkedProduct(op, 'n * row bytes', a.n, quantizedRowBytes(a.k, a.bits));
   const ng = checkedProduct(op, 'n * ceil(k / groupSize)', a.n, ceilDiv(a.k, a.groupSize));

@@ -52,7 +52,7 @@ import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBufferRules, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, I32_MAX, invalid, ruleBindings, U32_MAX,
+  checkAtMost, checkBufferRules, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, checkU32Count, I32_MAX, invalid, ruleBindings, U32_MAX,
   type BufferRule,
 } from '../validate.ts';
 import { ggmlType } from '../weights/gguf.ts';
@@ -381,10 +381,7 @@ export interface GgmlEmbeddingArgs extends EmbeddingArgs {
 /** The rules of the embedding op with a table of blocks; `op` names it in messages. */
 export function validateGgmlEmbedding(a: GgmlEmbeddingArgs, device?: Device, op = 'embedding'): void {
   checkGgmlType(op, 'tableType', a.tableType);
-  for (const [arg, v] of [['vocabSize', a.vocabSize], ['hiddenSize', a.hiddenSize], ['nTokens', a.nTokens]] as const) {
-    checkPositive(op, arg, v);
-    checkAtMost(op, arg, v, U32_MAX, '2^32 - 1');
-  }
+  for (const [arg, v] of [['vocabSize', a.vocabSize], ['hiddenSize', a.hiddenSize], ['nTokens', a.nTokens]] as const) checkU32Count(op, arg, v);
   const { qk, bytes } = ggmlBlockOf(a.tableType);
   checkMultiple(op, 'hiddenSize', a.hiddenSize, qk, `${a.tableType}'s block`);
   if (a.scale !== undefined && (typeof a.scale !== 'number' || !Number.isFinite(a.scale))) {

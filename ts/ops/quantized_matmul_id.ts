@@ -40,7 +40,7 @@ import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
 import { checkPairs, expertProductOp, moeTileSlots, type ExpertFamily, type ExpertProductBase, type GateActivation } from '../expert-products.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBufferRules, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, invalid, like, ruleBindings, U32_MAX,
+  checkAtMost, checkBufferRules, checkedProduct, checkedU32Product, checkMultiple, checkNoAliasing, checkU32Count, invalid, like, ruleBindings, U32_MAX,
   type BufferRule,
 } from '../validate.ts';
 import { AFFINE_BITS, AFFINE_GROUP_SIZES, quantizedRowBytes } from './quantized_matmul.ts';
@@ -381,15 +381,11 @@ export interface QuantizedMatmulIdArgs {
 export function validateQuantizedMatmulId(a: QuantizedMatmulIdArgs, device?: Device): void {
   const op = 'quantized_matmul_id';
   checkBits(op, a.bits);
-  for (const arg of ['m', 'k', 'n', 'groupSize', 'nExpertUsed', 'numExperts'] as const) {
-    checkPositive(op, arg, a[arg]);
-    checkAtMost(op, arg, a[arg], U32_MAX, '2^32 - 1');
-  }
+  for (const arg of ['m', 'k', 'n', 'groupSize', 'nExpertUsed', 'numExperts'] as const) checkU32Count(op, arg, a[arg]);
   const pairs = checkPairs(op, a.m, a.nExpertUsed);
   const expertBytes = checkedProduct(op, 'n * row bytes', a.n, quantizedRowBytes(a.k, a.bits));
   checkAtMost(op, 'n * row bytes', expertBytes, U32_MAX, '2^32 - 1 (the params hold the expert stride as a u32)');
-  const expertGroups = checkedProduct(op, 'n * ceil(k / groupSize)', a.n, ceilDiv(a.k, a.groupSize));
-  checkAtMost(op, 'n * ceil(k / groupSize)', expertGroups, U32_MAX, '2^32 - 1');
+  const expertGroups = checkedU32Product(op, 'n * ceil(k / groupSize)', a.n, ceilDiv(a.k, a.groupSize));
   const nw = checkedProduct(op, 'numExperts * n * row bytes', a.numExperts, expertBytes);
   const ng = checkedProduct(op, 'numExperts * n * ceil(k / groupSize)', a.numExperts, expertGroups);
   const nx = checkedProduct(op, 'm * k', a.m, a.k);

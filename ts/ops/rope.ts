@@ -12,7 +12,7 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBuffer, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkPositive, F32_MAX, invalid, U32_MAX,
+  checkAtMost, checkBuffer, checkDtype, checkedProduct, checkedU32Product, checkElements, checkMultiple, checkNoAliasing, checkPositive, F32_MAX, invalid, U32_MAX,
 } from '../validate.ts';
 import { familyPlans, record, type OpPlan, type PlannedDispatch } from '../plan.ts';
 
@@ -132,8 +132,7 @@ export function validateRopeNeox(a: RopeNeoxArgs, device?: Device): void {
   checkMultiple(op, 'ropeDim', a.ropeDim, 2);
   checkAtMost(op, 'ropeDim', a.ropeDim, a.headDim, 'headDim');
   checkTheta(op, a.theta);
-  const rows = checkedProduct(op, 'seqLen * nHeads', a.seqLen, a.nHeads);
-  checkAtMost(op, 'seqLen * nHeads', rows, U32_MAX, '2^32 - 1');
+  const rows = checkedU32Product(op, 'seqLen * nHeads', a.seqLen, a.nHeads);
   const n = checkedProduct(op, 'seqLen * nHeads * headDim', a.seqLen, a.nHeads, a.headDim);
   checkRopeBuffers(op, a, ['f32', 'f16', 'bf16'], n, a.seqLen, device, [['freqFactors', a.freqFactors]]);
   if (a.freqFactors !== undefined) {

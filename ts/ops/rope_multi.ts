@@ -12,7 +12,8 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBuffer, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkPositive, F32_MAX, invalid, U32_MAX,
+  checkAtMost, checkBufferRules, checkedProduct, checkedU32Product, checkMultiple, checkNoAliasing, checkPositive, F32_MAX, invalid, like, ruleBindings, U32_MAX,
+  type BufferRule,
 } from '../validate.ts';
 import { familyPlans, record, type OpPlan, type PlannedDispatch } from '../plan.ts';
 
@@ -96,21 +97,14 @@ export function validateRopeMulti(a: RopeMultiArgs, device?: Device): void {
       throw invalid(op, 'sections[0] + sections[1]', `headDim / 2 (${a.headDim / 2}) in vision mode`, a.sections[0] + a.sections[1]);
     }
   }
-  const rows = checkedProduct(op, 'seqLen * nHeads', a.seqLen, a.nHeads);
-  checkAtMost(op, 'seqLen * nHeads', rows, U32_MAX, '2^32 - 1');
+  const rows = checkedU32Product(op, 'seqLen * nHeads', a.seqLen, a.nHeads);
   const n = checkedProduct(op, 'seqLen * nHeads * headDim', a.seqLen, a.nHeads, a.headDim);
   const np = checkedProduct(op, '4 * seqLen', 4, a.seqLen);
-  checkBuffer(op, 'input', a.input, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkBuffer(op, 'positions', a.positions, device);
-  checkDtype(op, 'input', a.input, ['f32', 'f16', 'bf16']);
-  checkDtype(op, 'output', a.output, a.input.dtype);
-  checkDtype(op, 'positions', a.positions, ['i32', 'u32']);
-  checkElements(op, 'input', a.input, n);
-  checkElements(op, 'output', a.output, n);
-  checkElements(op, 'positions', a.positions, np);
-  checkNoAliasing(op, [['input', a.input], ['output', a.output], ['positions', a.positions]], ['output'],
-    'rows of output over other rows of input', [['output', 'input']]);
+  const rules: BufferRule[] = [
+    ['input', a.input, ['f32', 'f16', 'bf16'], n], ['output', a.output, like('input'), n], ['positions', a.positions, ['i32', 'u32'], np],
+  ];
+  checkBufferRules(op, rules, device);
+  checkNoAliasing(op, ruleBindings(rules), ['output'], 'rows of output over other rows of input', [['output', 'input']]);
 }
 
 /**

@@ -14,7 +14,9 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid } from '../validate.ts';
+import {
+  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid, like,
+} from '../validate.ts';
 import { dtypeSize } from '../dtype.ts';
 import { roundUp16, rowBlockThreads, rowLaunch, rowThreadgroup, type LaunchLimits } from '../launch.ts';
 import { record, type OpPlan } from '../plan.ts';
@@ -155,12 +157,7 @@ export function validateSoftmax(a: SoftmaxArgs, device?: Device): void {
   if (a.scale !== undefined && !Number.isFinite(a.scale)) throw invalid(op, 'scale', 'a finite number', a.scale);
   if (a.softcap !== undefined && (!Number.isFinite(a.softcap) || a.softcap < 0)) throw invalid(op, 'softcap', 'a finite number >= 0', a.softcap);
   const n = checkedProduct(op, 'rows * cols', a.rows, a.cols);
-  checkBuffer(op, 'input', a.input, device);
-  checkBuffer(op, 'output', a.output, device);
-  checkDtype(op, 'input', a.input, ['f32', 'f16', 'bf16']);
-  checkDtype(op, 'output', a.output, a.input.dtype);
-  checkElements(op, 'input', a.input, n);
-  checkElements(op, 'output', a.output, n);
+  checkBufferRules(op, [['input', a.input, ['f32', 'f16', 'bf16'], n], ['output', a.output, like('input'), n]], device);
   if (a.mask !== undefined) {
     const seqQ = a.seqQ as number;
     checkPositive(op, 'seqQ', seqQ);

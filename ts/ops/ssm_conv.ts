@@ -12,7 +12,7 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBoolean, checkBuffer, checkDtype, checkedProduct, checkElements, checkNoAliasing, checkPositive, invalid, U32_MAX,
+  checkAtMost, checkBoolean, checkBuffer, checkDtype, checkedProduct, checkElements, checkNoAliasing, checkU32Count, invalid,
 } from '../validate.ts';
 import { familyPlans, record, type OpPlan } from '../plan.ts';
 
@@ -83,10 +83,7 @@ export function validateSsmConv(a: SsmConvArgs, device?: Device): void {
 }
 
 function check(op: string, p: SsmConvParams, buf: SsmConvBuffers, device: Device | undefined): void {
-  for (const [arg, value] of [['b', p.b], ['t', p.t], ['c', p.c], ['ks', p.ks]] as const) {
-    checkPositive(op, arg, value);
-    checkAtMost(op, arg, value, U32_MAX, '2^32 - 1');
-  }
+  for (const [arg, value] of [['b', p.b], ['t', p.t], ['c', p.c], ['ks', p.ks]] as const) checkU32Count(op, arg, value);
   checkAtMost(op, 't', p.t, MAX_T, '2^31 - 9 (the history is indexed with int)');
   if (p.ks < SSM_CONV_MIN_KS || p.ks > SSM_CONV_MAX_KS) {
     throw invalid(op, 'ks', `in [${SSM_CONV_MIN_KS}, ${SSM_CONV_MAX_KS}]`, p.ks);

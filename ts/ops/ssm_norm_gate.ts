@@ -10,7 +10,7 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid,
+  checkAtMost, checkBufferRules, checkNoAliasing, checkPositive, checkedProduct, invalid, ruleBindings, type BufferRule,
 } from '../validate.ts';
 import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
 import { familyPlans, record, type OpPlan } from '../plan.ts';
@@ -61,19 +61,11 @@ export function validateSsmNormGate(a: SsmNormGateArgs, device?: Device): void {
   if (!Number.isFinite(p.eps) || p.eps < 0) throw invalid(op, 'eps', 'a finite number >= 0', p.eps);
   const n = checkedProduct(op, 'rows * dV', p.rows, p.dV);
   checkAtMost(op, 'rows * dV', n, MAX_ELEMENTS_U32, 'the 32-bit index limit');
-  for (const [arg, x] of [['attnOut', b.attnOut], ['weight', b.weight], ['z', b.z], ['output', b.output]] as const) {
-    checkBuffer(op, arg, x, device);
-  }
-  checkDtype(op, 'attnOut', b.attnOut, 'f32');
-  checkDtype(op, 'weight', b.weight, 'f32');
-  checkDtype(op, 'z', b.z, 'f32');
-  checkDtype(op, 'output', b.output, 'f32');
-  checkElements(op, 'attnOut', b.attnOut, n);
-  checkElements(op, 'weight', b.weight, p.dV);
-  checkElements(op, 'z', b.z, n);
-  checkElements(op, 'output', b.output, n);
-  checkNoAliasing(op, [['attnOut', b.attnOut], ['weight', b.weight], ['z', b.z], ['output', b.output]], ['output'],
-    'every row reads the whole weight', [['output', 'attnOut'], ['output', 'z']]);
+  const rules: BufferRule[] = [
+    ['attnOut', b.attnOut, 'f32', n], ['weight', b.weight, 'f32', p.dV], ['z', b.z, 'f32', n], ['output', b.output, 'f32', n],
+  ];
+  checkBufferRules(op, rules, device);
+  checkNoAliasing(op, ruleBindings(rules), ['output'], 'every row reads the whole weight', [['output', 'attnOut'], ['output', 'z']]);
 }
 
 /** Threads per row and the threadgroup(0) bytes (one float per simdgroup, 16-byte multiple). */

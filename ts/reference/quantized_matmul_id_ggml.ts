@@ -3,21 +3,13 @@
 // (ggmlDequantizeRef, ts/reference/quantized_matmul_ggml.ts), then the
 // per-pair products of ts/reference/dense_matmul_id.ts.
 
-import { ggmlRowBytesOf, type GgmlQuantType } from '../ops/quantized_matmul_ggml.ts';
+import { ggmlRowBytesOf } from '../ops/quantized_matmul_ggml.ts';
+import type { GgmlIdSizes } from '../ops/quantized_matmul_id_ggml.ts';
 import { denseMatmulIdRef, type IdRef } from './dense_matmul_id.ts';
 import { ggmlDequantizeRef } from './quantized_matmul_ggml.ts';
 
-/** The sizes of a product: nTokens rows of x, topK slots each, nExperts experts of n rows, expertStride bytes apart. */
-export interface GgmlIdSizesRef {
-  nTokens: number;
-  topK: number;
-  n: number;
-  k: number;
-  nExperts: number;
-  /** The bytes of one expert (n rows) when absent. */
-  expertStride?: number;
-  ggmlType: GgmlQuantType;
-}
+/** The sizes of a product: nTokens rows of x, topK slots each, nExperts experts of n rows, expertStride bytes apart (the op's). */
+export type GgmlIdSizesRef = GgmlIdSizes;
 
 /**
  * y [nTokens * topK, n]: y[p, j] = sum_k x[p / topK, k] w_e[j, k], e =

@@ -97,7 +97,7 @@ static mlxn_pipeline* pipe(const string& family, const string& kernel, const str
   if (it != g_pipes.end()) return it->second;
   if (!g_libs.count(family)) {
     // As the kernel registry (ts/registry.ts joinSources) compiles it: the
-    // prelude, the family header (when the family has one), the kernels.
+    // prelude, common.h, the family header (when the family has one), the kernels.
     auto read = [](const string& path) {
       std::ifstream f(path);
       std::stringstream ss;
@@ -105,9 +105,14 @@ static mlxn_pipeline* pipe(const string& family, const string& kernel, const str
       return std::make_pair(bool(f), ss.str());
     };
     string name = family + ".cu", src;
-    auto prelude = read(dir + "/common.cuh"), header = read(dir + "/../" + family + ".h"), kernels = read(dir + "/" + name);
-    if (prelude.second.empty() || kernels.second.empty()) { fprintf(stderr, "FATAL: cannot read %s/common.cuh or %s\n", dir.c_str(), name.c_str()); exit(2); }
+    auto prelude = read(dir + "/common.cuh"), common = read(dir + "/../common.h"), header = read(dir + "/../" + family + ".h"),
+         kernels = read(dir + "/" + name);
+    if (prelude.second.empty() || common.second.empty() || kernels.second.empty()) {
+      fprintf(stderr, "FATAL: cannot read %s/common.cuh, %s/../common.h or %s\n", dir.c_str(), dir.c_str(), name.c_str());
+      exit(2);
+    }
     src = "#line 1 \"cuda/common.cuh\"\n" + prelude.second + "\n";
+    src += "#line 1 \"common.h\"\n" + common.second + "\n";
     if (header.first) src += "#line 1 \"" + family + ".h\"\n" + header.second + "\n";
     src += "#line 1 \"cuda/" + name + "\"\n" + kernels.second + "\n";
     mlxn_library* lib;

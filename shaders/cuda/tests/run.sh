@@ -2,7 +2,8 @@
 # Builds the cuda backend and the kernel checks, then runs them:
 #   shaders/cuda/tests/run.sh [families...]
 # Each kernel source is also compiled by nvcc (when present, with the prelude
-# common.cuh included first, as the registry compiles it) for the resource
+# common.cuh, then common.h and the family header included first, as the
+# registry compiles it) for the resource
 # report (registers, spills, shared memory). Logs go to $OUT when set, else
 # build/cuda/kernel-tests/. Exit status: the checks' (0 when all pass).
 set -uo pipefail
@@ -16,7 +17,7 @@ nvcc="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 if [[ -x "$nvcc" ]]; then
   for f in "$root"/shaders/cuda/*.cu; do
     h="$root/shaders/$(basename "$f" .cu).h"; [[ -f "$h" ]] || h=/dev/null
-    "$nvcc" -std=c++17 -include "$root/shaders/cuda/common.cuh" -include "$h" -gencode=arch=compute_90a,code=sm_90a -cubin -Xptxas -v -o "$root/build/cuda/$(basename "$f" .cu).cubin" "$f" 2>&1 \
+    "$nvcc" -std=c++17 -include "$root/shaders/cuda/common.cuh" -include "$root/shaders/common.h" -include "$h" -gencode=arch=compute_90a,code=sm_90a -cubin -Xptxas -v -o "$root/build/cuda/$(basename "$f" .cu).cubin" "$f" 2>&1 \
       | grep -E "error|warning|Compiling|registers|spill" >> "$out/resources.log"
   done
 fi

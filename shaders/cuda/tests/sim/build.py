@@ -1,7 +1,7 @@
 # Assembles a family's CUDA program for the CPU simulation (sim_runtime.h):
 #   python3 build.py <repo root> <family[,family...]> <output header>
-# common.cuh without its inline-PTX helpers (sim_runtime.h defines them), the
-# family header, the family's kernels with their dynamic shared memory
+# common.cuh without its inline-PTX helpers (sim_runtime.h defines them),
+# common.h, the family header, the family's kernels with their dynamic shared memory
 # declaration pointed at the simulated block's buffer.
 import os, re, sys
 root = sys.argv[1]
@@ -27,7 +27,7 @@ for m in pat.finditer(common):
         pos = j + 1
 res += common[pos:]
 res = res.replace('#include <cuda_bf16.h>', '').replace('#include <cuda_fp16.h>', '')
-out = '#include "sim_runtime.h"\n' + res + '\n'
+out = '#include "sim_runtime.h"\n' + res + '\n' + open(f'{root}/shaders/common.h').read() + '\n'
 # Several families: each one's header and kernels in turn (their helpers live
 # in anonymous namespaces, so distinct names are all they need).
 for fam in sys.argv[2].split(','):

@@ -420,10 +420,12 @@ static void check_dense(const char* name, u32 M, u32 U, u32 E, u32 N, u32 K, boo
 
 // ---- moe_weighted_reduce ----
 
-template <class T, class Kern>
+// E: the expert outputs' type (T, or bf16 beside f32 for _bf16_input).
+template <class T, class E, class Kern>
 static void check_reduce(const char* name, Kern kernel, u32 T_, u32 Kk, u32 H, bool residual, bool cuda_launch) {
   Arr<float> w(size_t(T_) * Kk);
-  Arr<T> ye(size_t(T_) * Kk * H), sl(T_), ys(size_t(T_) * H), res(size_t(T_) * H), out(size_t(T_) * H);
+  Arr<E> ye(size_t(T_) * Kk * H);
+  Arr<T> sl(T_), ys(size_t(T_) * H), res(size_t(T_) * H), out(size_t(T_) * H);
   w.random(0, 1);
   ye.random(-2, 2);
   sl.random(-4, 4);
@@ -495,9 +497,11 @@ int main() {
   check_dense<__half>("dense_gate_up_mm_id_f16", 30, 2, 3, 40, 104, true, 1, true, -1);
   for (bool res : {false, true})
     for (bool cl : {false, true}) {
-      check_reduce<float>("moe_weighted_reduce_f32", moe_weighted_reduce_f32, 3, 8, 300, res, cl);
-      check_reduce<bf>("moe_weighted_reduce_bf16", moe_weighted_reduce_bf16, 2, 4, 264, res, cl);
-      check_reduce<__half>("moe_weighted_reduce_f16", moe_weighted_reduce_f16, 2, 3, 7, res, cl);
+      check_reduce<float, float>("moe_weighted_reduce_f32", moe_weighted_reduce_f32, 3, 8, 300, res, cl);
+      check_reduce<bf, bf>("moe_weighted_reduce_bf16", moe_weighted_reduce_bf16, 2, 4, 264, res, cl);
+      check_reduce<__half, __half>("moe_weighted_reduce_f16", moe_weighted_reduce_f16, 2, 3, 7, res, cl);
+      check_reduce<float, bf>("moe_weighted_reduce_bf16_input", moe_weighted_reduce_bf16_input, 3, 8, 300, res, cl);
+      check_reduce<float, bf>("moe_weighted_reduce_bf16_input", moe_weighted_reduce_bf16_input, 2, 3, 7, res, cl);
     }
   std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
   return failures != 0;

@@ -1,6 +1,6 @@
 // `mlx-native metallib`: precompiles every family's program with the Metal
 // toolchain (xcrun metal, xcrun metallib) into <out>/<family>.metallib, next to
-// the program it was built from, as <family>.metal (the prelude, the family
+// the program it was built from, as <family>.metal (the prelude, common.h, the family
 // header and the kernels, joined as the TypeScript registry joins them). The library loads such a
 // metallib (from the `metallib` folder next to it) only for a source that is
 // byte-for-byte that copy; any other source is compiled at run time.

@@ -5,6 +5,8 @@ import Foundation
 
 /// The prelude of every family's Metal program (shaders/common.metal).
 let metalPrelude = "common.metal"
+/// The param structs of several families (shaders/common.h), in every program after the prelude.
+let commonHeader = "common.h"
 
 /// One kernel family of a shaders directory: `<name>.metal` and the program
 /// the library compiles for it.
@@ -12,9 +14,9 @@ struct ShaderFamily {
     let name: String
     let file: URL
     /// As the TypeScript registry joins it (ts/registry.ts, familySources and
-    /// joinSources), byte for byte: the prelude common.metal, the family
-    /// header <name>.h when there is one, then <name>.metal, each file after
-    /// a `#line 1 "<file>"` line and followed by a newline.
+    /// joinSources), byte for byte: the prelude common.metal, common.h, the
+    /// family header <name>.h when there is one, then <name>.metal, each file
+    /// after a `#line 1 "<file>"` line and followed by a newline.
     let source: String
 }
 
@@ -28,9 +30,10 @@ func metalFamilies(in directory: String) throws -> [ShaderFamily] {
         throw ValidationError("cannot list \(directory): \(error.localizedDescription)")
     }
     let prelude = try readSource(dir.appendingPathComponent(metalPrelude))
+    let common = try readSource(dir.appendingPathComponent(commonHeader))
     return try names.filter { $0.hasSuffix(".metal") && $0 != metalPrelude }.sorted().map { fileName in
         let family = String(fileName.dropLast(".metal".count))
-        var files = [(metalPrelude, prelude)]
+        var files = [(metalPrelude, prelude), (commonHeader, common)]
         if names.contains(family + ".h") {
             files.append((family + ".h", try readSource(dir.appendingPathComponent(family + ".h"))))
         }

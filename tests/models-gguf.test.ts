@@ -1,0 +1,191 @@
+// mlx-native/models on GGUF checkpoints: tiny Qwen3.6 (qwen3_5_moe) and
+// Gemma 4 (gemma4: MoE and keys-as-values layers; and with per-layer inputs,
+// shared KV layers and double-wide MLPs) models written as
+// llama.cpp's converter and quantizer write them (tests/model-checkpoints.ts
+// ggufCheckpoint: GGUF names, Qwen3.6's norms as 1 + w, A_log as
+// -exp(A_log), its value heads tiled, conv1d [C, 4]; linear layers and
+// experts in Q4_0, Q8_0, Q4_K, Q5_K and Q6_K blocks, the embedding too),
+// loaded by loadModel, against the float64 references of
+// tests/model-reference.ts run on the same models with every weight the
+// value the GGUF file holds (dequantized, in Hugging Face's names and
+// layouts): the logits of every prompt position and of 8 greedy decode
+// steps, and the tokens. And the refusals of GGUF files loadModel does not
+// run.
+
+import { afterAll, describe, expect, test } from 'bun:test';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Device } from '../ts/index.ts';
+import { GgufFile } from '../ts/weights/index.ts';
+import { Checkpoint, loadModel, type LoadOptions } from '../ts/models/index.ts';
+import { ggmlQuantize } from '../ts/reference/quantized_matmul_ggml.ts';
+import { describeBackends, expectInvalidParts, rng } from './helpers.ts';
+import { ggufCheckpoint, tinyConfig, writeTinyCheckpoint, type TinyArch } from './model-checkpoints.ts';
+import { relL2 } from './model-fixtures.ts';
+import { gemmaReference, qwenReference, type ReferenceRun } from './model-reference.ts';
+import { ggufBytes } from './weights-writers.ts';
+
+const PROMPT = [17, 301, 42, 9, 100, 200, 311, 7, 8, 450, 3, 77];
+const STEPS = 8;
+const ARCHS = ['qwen3_5_moe_gguf', 'gemma4_gguf', 'gemma4_e_gguf'] as const;
+
+// Exact path on Metal's kernels (the emulator): the vector forms of the GGUF products dequantize each weight in f32
+// and sum f32 products of the f32 inputs, the reference sums the same dequantized values in float64: what is left is
+// f32 arithmetic, as for stored bf16 weights (tests/models.test.ts's EXACT_TOL and its reasons).
+const EXACT_TOL = 1e-4;
+// The default path (and CUDA, whose GGUF kernels take the weight and x in bf16 in both forms): prompt products past
+// 8 rows on the matrix forms (Metal stages the dequantized weight as f16, 2^-11 relative; CUDA rounds both operands
+// to bf16, 2^-9), attention and the chunked gated delta rule over bf16: tests/models.test.ts's DEFAULT_TOL over the
+// rows whose routing in the reference is wider than ROUTING_GAP, and the tokens whose top-two gap is wider than
+// TOKEN_GAP.
+const DEFAULT_TOL = 3e-2;
+const ROUTING_GAP = 0.05;
+const TOKEN_GAP = 0.25;
+
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+interface Written {
+  gguf: string;
+  types: Map<string, string>;
+  ref: ReferenceRun;
+}
+const written = new Map<TinyArch, Written>();
+
+function writtenOf(arch: TinyArch): Written {
+  let w = written.get(arch);
+  if (w === undefined) {
+    const dir = mkdtempSync(join(tmpdir(), `mlxn-gguf-${arch}-`));
+    dirs.push(dir);
+    writeTinyCheckpoint(arch, arch === 'qwen3_5_moe_gguf' ? 31 : arch === 'gemma4_gguf' ? 32 : 33, join(dir, 'hf'));
+    const types = ggufCheckpoint(join(dir, 'hf'), join(dir, 'gguf'), join(dir, 'deq'));
+    const ref = arch === 'qwen3_5_moe_gguf' ? qwenReference(join(dir, 'deq'), PROMPT, STEPS) : gemmaReference(join(dir, 'deq'), PROMPT, STEPS);
+    w = { gguf: join(dir, 'gguf'), types, ref };
+    written.set(arch, w);
+  }
+  return w;
+}
+
+/** The largest relative L2 error of the prompt's and the decode steps' logits over the rows held (routing gap at least minGap), and the tokens. */
+function runGguf(device: Device, arch: TinyArch, opts: LoadOptions, minGap: number): { err: number; rows: number; tokens: number[]; ref: ReferenceRun } {
+  const { gguf, ref } = writtenOf(arch);
+  using m = loadModel(gguf, device, { maxContext: 32, ...opts });
+  const V = m.config.vocabSize;
+  const tokens = [m.prefill(PROMPT, { allLogits: true })];
+  const logits = m.logits.readNumbers();
+  let err = 0, rows = 0;
+  const held = (i: number) => ref.routingGaps[i]! >= minGap;
+  PROMPT.forEach((_, p) => {
+    if (!held(p)) return;
+    rows++;
+    err = Math.max(err, relL2(logits.subarray(p * V, (p + 1) * V), ref.prefill[p]!));
+  });
+  for (let i = 0; i < STEPS; i++) {
+    tokens.push(m.decode());
+    if (!held(PROMPT.length + i)) continue;
+    rows++;
+    err = Math.max(err, relL2(m.logits.readNumbers(), ref.decode[i]!));
+  }
+  return { err, rows, tokens, ref };
+}
+
+/** Tokens that agree with the reference where its top-two logit gap is wider than `gap`. */
+function clearTokens(ref: ReferenceRun, got: number[], gap: number): [number, number][] {
+  const rows = [ref.prefill[PROMPT.length - 1]!, ...ref.decode];
+  const out: [number, number][] = [];
+  for (let i = 0; i < got.length; i++) {
+    const sorted = [...rows[i]!].sort((a, b) => b - a);
+    if (sorted[0]! - sorted[1]! > gap) out.push([got[i]!, ref.tokens[i]!]);
+  }
+  return out;
+}
+
+describe('GGUF checkpoints written like llama.cpp', () => {
+  test('every GGUF block type the products read occurs (K formats, Q8_0 in each model), and the float tensors stay F32 / F16', () => {
+    for (const arch of ARCHS) {
+      const types = new Set(writtenOf(arch).types.values());
+      for (const t of ['Q4_K', 'Q6_K', 'Q8_0', 'F32']) expect(types.has(t)).toBe(true);
+    }
+    const all = new Set(ARCHS.flatMap((a) => [...writtenOf(a).types.values()]));
+    expect([...all].sort()).toEqual(['F16', 'F32', 'Q4_0', 'Q4_K', 'Q5_K', 'Q6_K', 'Q8_0']);
+    const q = writtenOf('qwen3_5_moe_gguf').types;
+    expect([q.get('token_embd.weight'), q.get('blk.0.attn_qkv.weight'), q.get('blk.0.ffn_gate_exps.weight'), q.get('blk.0.ffn_down_exps.weight')])
+      .toEqual(['Q6_K', 'Q5_K', 'Q4_K', 'Q4_0']);
+    const e = writtenOf('gemma4_e_gguf').types;
+    expect([e.get('per_layer_token_embd.weight'), e.get('per_layer_model_proj.weight'), e.get('blk.0.inp_gate.weight'), e.get('blk.0.proj.weight')])
+      .toEqual(['Q8_0', 'Q4_K', 'Q4_K', 'Q8_0']);
+  }, 120_000);
+});
+
+describeBackends('models on GGUF checkpoints against float64 references', ({ device, label }) => {
+  if (label === 'emu-random') return;
+  for (const arch of ARCHS) {
+    test(`${arch}: prefill and ${STEPS} decode steps, exact products (the vector forms) and f32 prompt attention`, () => {
+      const r = runGguf(device(), arch, { precision: 'exact', prefillAttention: 'vector' }, label === 'emu' ? 0 : ROUTING_GAP);
+      if (label === 'emu') {
+        expect(r.err).toBeLessThan(EXACT_TOL);
+        expect(r.tokens).toEqual(r.ref.tokens);
+      } else {
+        expect(r.rows).toBeGreaterThanOrEqual(PROMPT.length);
+        expect(r.err).toBeLessThan(DEFAULT_TOL);
+        for (const [got, want] of clearTokens(r.ref, r.tokens, TOKEN_GAP)) expect(got).toBe(want);
+      }
+    }, 120_000);
+    test(`${arch}: prefill and ${STEPS} decode steps, the default (the matrix forms past 8 prompt rows, experts grouped by moe_dispatch_sort)`, () => {
+      const r = runGguf(device(), arch, {}, ROUTING_GAP);
+      expect(r.rows).toBeGreaterThanOrEqual(PROMPT.length);
+      expect(r.err).toBeLessThan(DEFAULT_TOL);
+      for (const [got, want] of clearTokens(r.ref, r.tokens, TOKEN_GAP)) expect(got).toBe(want);
+    }, 120_000);
+  }
+
+  test('refusals: a GGUF file of another architecture, a block type the products do not read, two GGUF files in a folder', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'mlxn-gguf-refuse-'));
+    dirs.push(dir);
+    const cfg = JSON.stringify(tinyConfig('qwen3_5_moe_gguf'));
+    // Another architecture: refused before its tensors are read.
+    writeFileSync(join(dir, 'config.json'), cfg);
+    writeFileSync(join(dir, 'llama.gguf'), ggufBytes({
+      metadata: [['general.architecture', { type: 'string', value: 'llama' }]],
+      tensors: [{ name: 'token_embd.weight', type: 'F32', dims: [256, 512] }],
+    }, rng(1)).bytes);
+    expectInvalidParts(() => loadModel(dir, device()), 'loadModel', "the GGUF file's general.architecture", 'must be qwen35moe', '(got llama)');
+    // Two .gguf files: which one is meant is not guessed.
+    writeFileSync(join(dir, 'other.gguf'), new Uint8Array(0));
+    expectInvalidParts(() => loadModel(dir, device()), 'loadModel', 'the checkpoint folder', 'must be one .gguf file', '(got 2: ');
+    // A tensor in a block type the products do not read (Q2_K): refused by name and type.
+    const { gguf } = writtenOf('qwen3_5_moe_gguf');
+    const src = GgufFile.open(join(gguf, 'model.gguf'));
+    const tensors = [...src.tensors.values()].map((t) => (t.name === 'blk.0.attn_gate.weight'
+      ? { name: t.name, type: 'Q2_K', dims: [...t.dims], data: new Uint8Array((t.elementCount / 256) * 84) }
+      : { name: t.name, type: t.dtype, dims: [...t.dims], data: src.bytes(t.name).slice() }));
+    const metadata = [...src.metadata.entries()];
+    writeFileSync(join(dir, 'q2.gguf'), ggufBytes({ metadata, tensors }, rng(2)).bytes);
+    expect(() => loadModel(join(dir, 'q2.gguf'), device())).toThrow(/blk\.0\.attn_gate\.weight must be F32, F16, BF16 or one of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K \(got Q2_K\)/);
+  }, 120_000);
+
+  test('GGUF layers stored alike share one product; row views start at whole rows of blocks, 16-byte aligned', () => {
+    const { gguf } = writtenOf('qwen3_5_moe_gguf');
+    const src = GgufFile.open(join(gguf, 'model.gguf'));
+    const ck = new Checkpoint(src, device(), 'stored', null);
+    try {
+      const ref = (name: string) => ({ name, dtype: null, shape: null, transforms: [] });
+      // ssm_alpha and ssm_beta (Q8_0, 4 rows each) share one Linear; attn_gate (Q4_K) has its own.
+      const p = ck.projection([[{ ref: ref('blk.0.attn_gate.weight') }], [{ ref: ref('blk.0.ssm_alpha.weight') }], [{ ref: ref('blk.0.ssm_beta.weight') }]]);
+      expect(p.groups.map((g) => g.members)).toEqual([[0], [1, 2]]);
+      const [gate, alpha, beta] = p.layers;
+      expect([gate!.kind, alpha!.kind, beta!.kind]).toEqual(['ggml', 'ggml', 'ggml']);
+      if (beta?.kind !== 'ggml') throw new Error('beta must be a GGUF Linear');
+      expect([beta.ggmlType, beta.n, beta.k]).toEqual(['Q8_0', 4, 256]);
+      // beta's rows start 8 rows (PROJECTION_ROWS) into the group's: 8 * 272 bytes.
+      expect(beta.weight.byteOffset - p.groups[1]!.linear.weight.byteOffset).toBe(8 * 272);
+      const q = ggmlQuantize('Q8_0', new Float32Array(256).fill(0.5), 1, 256);
+      expect(beta.weight.shape).toEqual([4, q.byteLength]);
+    } finally {
+      ck.release();
+    }
+  }, 120_000);
+});
