@@ -1112,6 +1112,166 @@ __device__ __forceinline__ void park_dequantized(T* ws, const u32 (&wq)[BITS], f
 }
 // ---- end of mma.sync tiles ----
 
+// ---- int8 vector products (decode: quantized_matmul_ggml's and quantized_matmul's _vdq harness variants) ----
+//
+// y = x W^T for M <= 8 tokens with the weight's integer codes against x
+// quantized once a block to int8 per chunk of 32 values (d = max|x| / 127,
+// and the chunk's f32 sum for offsets and mins), dot products by dp4a in
+// int32, scaled once a group in f32. A format is an item type (whole items
+// of a row: what a lane loads and decodes at a time):
+//   static constexpr u32 VALUES;  values of k an item covers
+//   static constexpr bool PAIRED; x's words as PAIRED wants them (below)
+//   void load(const Src&, u32 row, u32 it);  the item's bytes, as loaded
+//   void dot(u32 it, const u32* xq, const float2* xds, u32 M, u32 K, float (&acc)[8]) const;
+// 8 warps a block; the grid is persistent (any size: a block walks units
+// of 8 / S x R rows, unit blockIdx.x, + gridDim.x, ...); a group of S warps
+// takes R rows, whose R x items items its warps split into S ranges; a lane
+// issues U items' loads before decoding any. The lanes' sums meet by
+// shuffles, a group's warps' in shared memory. Dynamic shared memory: M x K
+// bytes of x, M x K / 32 float2, then 2 x 8 x R x 8 floats.
+
+constexpr u32 I8MV_WARPS = 8;
+
+// x's int8 words: word 8c + j of a token's K / 4 holds values 32c + 4j .. +
+// 3 of chunk c, or with PAIRED, per 8 values 8a .. 8a + 7, the even ones
+// (8a, + 2, + 4, + 6) then the odd ones (what a word of 4-bit codes, low
+// and high nibbles, meets).
+template <bool PAIRED, typename TX>
+__device__ __forceinline__ void i8_quantize_x(const TX* x, u64 x_row, u32 M, u32 K, u32* xq, float2* xds) {
+    const u32 C = K / 32u, total = M * C * 8u;  // 8 lanes a chunk, 4 values a lane
+    const bool vec = (reinterpret_cast<u64>(x) % (4u * sizeof(TX))) == 0 && x_row % 4u == 0;
+    for (u32 base = 0; base < total; base += blockDim.x) {
+        const u32 idx = base + threadIdx.x;
+        const bool live = idx < total;
+        const u32 ci = idx / 8u, j = idx % 8u, tok = live ? ci / C : 0u, c = ci % C;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (live) {
+            const TX* p = x + u64(tok) * x_row + 32u * c + 4u * j;
+            if constexpr (sizeof(TX) == 4) {
+                if (vec) {
+                    const float4 f = __ldg(reinterpret_cast<const float4*>(p));
+                    v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+                } else {
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) v[k] = to_f(p[k]);
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; ++k) v[k] = to_f(p[k]);
+            }
+        }
+        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+        float sum = (v[0] + v[1]) + (v[2] + v[3]);
+#pragma unroll
+        for (u32 o = 4; o > 0; o >>= 1) {
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        }
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        u32 q = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) q |= (u32(__float2int_rn(v[k] * inv)) & 0xFFu) << (8 * k);
+        if constexpr (PAIRED) {
+            // Lanes 2a and 2a + 1 hold values 8a .. + 3 and 8a + 4 .. + 7: the even ones to 2a, the odd to 2a + 1.
+            const u32 other = __shfl_xor_sync(0xffffffffu, q, 1);
+            q = (j & 1u) ? __byte_perm(other, q, 0x7531u) : __byte_perm(q, other, 0x6420u);
+        }
+        if (live) {
+            xq[idx] = q;
+            if (j == 0) xds[ci] = make_float2(amax / 127.0f, sum);
+        }
+    }
+}
+
+// Which of a group's R rows flat item f falls in (f / items without a division).
+template <u32 R>
+__device__ __forceinline__ u32 i8_row(u32 f, u32 items) {
+    u32 r = 0;
+#pragma unroll
+    for (u32 q = 1; q < R; ++q) r += f >= q * items ? 1u : 0u;
+    return r;
+}
+
+// The engine (the section comment): Src the item's row source, items = K / Item::VALUES.
+// smem_raw: the launch's dynamic shared memory (16-byte aligned).
+template <typename Item, u32 R, u32 S, u32 U, typename Src, typename TX, typename TY>
+__device__ __forceinline__ void i8_mv(const Src& src, const TX* x, TY* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row,
+                                      unsigned char* smem_raw) {
+    static_assert(I8MV_WARPS % S == 0 && R >= 1, "group shape");
+    constexpr u32 GROUPS = I8MV_WARPS / S;
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    u32* xq = reinterpret_cast<u32*>(smem_raw);
+    float2* xds = reinterpret_cast<float2*>(smem_raw + u64(M) * K);
+    float* red = reinterpret_cast<float*>(xds + u64(M) * (K / 32u));  // [2][I8MV_WARPS][R][8]
+    i8_quantize_x<Item::PAIRED>(x, x_row, M, K, xq, xds);
+    __syncthreads();
+    const u32 items = K / Item::VALUES, total = R * items;
+    const u32 per = (total + S - 1u) / S;
+    const u32 grp = warp / S, seg = warp % S;
+    const u32 f0 = seg * per, f1 = min(total, f0 + per);
+    const u32 units = (N + GROUPS * R - 1u) / (GROUPS * R);
+    u32 parity = 0;
+    for (u32 unit = blockIdx.x; unit < units; unit += gridDim.x, parity ^= 1u) {
+        const u32 row0 = (unit * GROUPS + grp) * R;  // the group's first row
+        float acc[R][8];
+#pragma unroll
+        for (u32 r = 0; r < R; ++r)
+#pragma unroll
+            for (u32 i = 0; i < 8; ++i) acc[r][i] = 0.0f;
+        for (u32 f = f0 + lane; f < f1; f += 32u * U) {
+            Item it[U];
+#pragma unroll
+            for (u32 u = 0; u < U; ++u) {
+                const u32 ff = f + 32u * u, r = i8_row<R>(ff, items);
+                if (ff < f1 && row0 + r < N) it[u].load(src, row0 + r, ff - r * items);
+            }
+#pragma unroll
+            for (u32 u = 0; u < U; ++u) {
+                const u32 ff = f + 32u * u, r = i8_row<R>(ff, items);
+                if (ff < f1 && row0 + r < N) {
+                    float part[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+                    it[u].dot(ff - r * items, xq, xds, M, K, part);
+#pragma unroll
+                    for (u32 rr = 0; rr < R; ++rr)
+                        if (rr == r)
+#pragma unroll
+                            for (u32 i = 0; i < 8; ++i) acc[rr][i] += part[i];
+                }
+            }
+        }
+#pragma unroll
+        for (u32 r = 0; r < R; ++r)
+#pragma unroll
+            for (u32 i = 0; i < 8; ++i)
+                if (i < M) acc[r][i] = warp_sum(acc[r][i]);
+        if constexpr (S == 1) {
+#pragma unroll
+            for (u32 r = 0; r < R; ++r)
+#pragma unroll
+                for (u32 i = 0; i < 8; ++i)
+                    if (i < M && lane == i && row0 + r < N) y[u64(i) * y_row + row0 + r] = from_f<TY>(acc[r][i]);
+        } else {
+            float* rd = red + parity * I8MV_WARPS * R * 8u;
+            if (lane == 0) {
+#pragma unroll
+                for (u32 r = 0; r < R; ++r)
+#pragma unroll
+                    for (u32 i = 0; i < 8; ++i) rd[(warp * R + r) * 8u + i] = acc[r][i];
+            }
+            // One barrier a unit: the next unit writes the other half of red.
+            __syncthreads();
+            if (seg == 0 && lane < R * 8u) {
+                const u32 r = lane / 8u, i = lane % 8u;
+                float s = 0.0f;
+#pragma unroll
+                for (u32 q = 0; q < S; ++q) s += rd[((warp + q) * R + r) * 8u + i];
+                if (i < M && row0 + r < N) y[u64(i) * y_row + row0 + r] = from_f<TY>(s);
+            }
+        }
+    }
+}
+// ---- end of int8 vector products ----
+
 // ---- GGUF block formats (quantized_matmul_ggml, quantized_matmul_id_ggml) ----
 //
 // The decoders and the vector and matrix engines of shaders/cuda/quantized_matmul_ggml.cu

@@ -51,6 +51,59 @@ template <int BITS, bool SHALLOW> struct QmvDepth {
     static constexpr u32 U = (BITS == 4 ? 6u : BITS == 6 ? 4u : 3u) - (SHALLOW ? 1u : 0u);
 };
 
+// A lane's share of a warp step: x's chunk at xc (zeros unless live) against
+// its two rows' chunks w[0], w[1] (scales s, biases b): 8 mmas into acc.
+template <typename TC, int BITS, typename TX, typename TS>
+__device__ __forceinline__ void qmv_step(float (&acc)[4], const TX* xc, bool live, const u32 (&w)[2][BITS], const TS (&sv)[2],
+                                         const TS (&bv)[2]) {
+    u32 xv[16];
+    if (live) {
+        load_x32<TC>(xc, xv);
+    } else {
+#pragma unroll
+        for (int p = 0; p < 16; ++p) xv[p] = 0u;
+    }
+    const float s0 = to_f(sv[0]), b0 = to_f(bv[0]), s1 = to_f(sv[1]), b1 = to_f(bv[1]);
+    const u32 s20 = pack2<TC>(s0, s0), b20 = pack2<TC>(b0, b0);
+    const u32 s21 = pack2<TC>(s1, s1), b21 = pack2<TC>(b1, b1);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        u32 x0, x1, a[4];
+        x_pairs2<BITS>(xv, e, x0, x1);
+        dequantize2<TC, BITS>(w[0], e, s0, b0, s20, b20, a[0], a[2]);
+        dequantize2<TC, BITS>(w[1], e, s1, b1, s21, b21, a[1], a[3]);
+        mma16<TC>(acc, a, x0, x1);
+    }
+}
+
+// A lane's two weight rows r0 and r1: their packed words, scales and biases.
+template <typename TS> struct QmvRows {
+    const unsigned char* w[2];
+    const TS* sc[2];
+    const TS* bi[2];
+    __device__ __forceinline__ QmvRows(const unsigned char* w_, const TS* sc_, const TS* bi_, u64 r0, u64 r1, u64 w_row, u64 s_row)
+        : w{w_ + r0 * w_row, w_ + r1 * w_row}, sc{sc_ + r0 * s_row, sc_ + r1 * s_row}, bi{bi_ + r0 * s_row, bi_ + r1 * s_row} {}
+};
+
+// The ring of a warp's `mine` steps (qmv_tc's comment): issue(u, i) loads
+// step i into slot u, step(u, i) computes slot u's step i, which is then
+// refilled with step i + U.
+template <u32 U, typename Issue, typename Step>
+__device__ __forceinline__ void qmv_ring(u32 mine, Issue& issue, Step step) {
+#pragma unroll
+    for (u32 u = 0; u < U; ++u) issue(u, u);
+    for (u32 i0 = 0; i0 < mine; i0 += U) {
+#pragma unroll
+        for (u32 u = 0; u < U; ++u) {
+            const u32 i = i0 + u;
+            if (i < mine) {
+                step(u, i);
+                issue(u, i + U);
+            }
+        }
+    }
+}
+
 // Rows row0 .. row0 + 15 of w (rows w_row bytes apart, chunked) against the
 // m <= 8 rows of x ([m, K]): y[i * N + row] (the file comment). Warp w takes
 // steps w, w + 8, w + 16, ... (a step: 16 rows x 4 chunks, 1 KiB of 4-bit
@@ -72,13 +125,7 @@ __device__ __forceinline__ void qmv_tc(const TX* x, const unsigned char* w, cons
     // This warp's steps: warp + QMV_WARPS * i for i < mine.
     const u32 mine = warp < steps ? (steps - warp + QMV_WARPS - 1u) / QMV_WARPS : 0u;
     const u64 w_row = u64(K) * BITS / 8u, s_row = K / gs;
-    const u64 r0 = min(row0 + g, N - 1u), r1 = min(row0 + g + 8u, N - 1u);
-    const unsigned char* w0 = w + r0 * w_row;
-    const unsigned char* w1 = w + r1 * w_row;
-    const TS* sc0 = sc + r0 * s_row;
-    const TS* sc1 = sc + r1 * s_row;
-    const TS* bi0 = bi + r0 * s_row;
-    const TS* bi1 = bi + r1 * s_row;
+    const QmvRows<TS> rows(w, sc, bi, min(row0 + g, N - 1u), min(row0 + g + 8u, N - 1u), w_row, s_row);
     const TX* xr = x + u64(min(g, m - 1u)) * K;
 
     u32 wq[U][2][BITS];
@@ -89,50 +136,23 @@ __device__ __forceinline__ void qmv_tc(const TX* x, const unsigned char* w, cons
         const u32 c = 4u * (warp + QMV_WARPS * i) + t;
         if (i < mine && c < chunks) {
             const u64 gi = u64(c) * 32u / gs;
-            load_chunk<BITS, true>(w0 + u64(c) * BITS * 4u, wq[u][0]);
-            load_chunk<BITS, true>(w1 + u64(c) * BITS * 4u, wq[u][1]);
-            sv[u][0] = sc0[gi];
-            sv[u][1] = sc1[gi];
-            bv[u][0] = bi0[gi];
-            bv[u][1] = bi1[gi];
+            load_chunk<BITS, true>(rows.w[0] + u64(c) * BITS * 4u, wq[u][0]);
+            load_chunk<BITS, true>(rows.w[1] + u64(c) * BITS * 4u, wq[u][1]);
+            sv[u][0] = rows.sc[0][gi];
+            sv[u][1] = rows.sc[1][gi];
+            bv[u][0] = rows.bi[0][gi];
+            bv[u][1] = rows.bi[1][gi];
         } else {
 #pragma unroll
             for (int j = 0; j < BITS; ++j) wq[u][0][j] = wq[u][1][j] = 0u;
             sv[u][0] = sv[u][1] = bv[u][0] = bv[u][1] = from_f<TS>(0.0f);
         }
     };
-#pragma unroll
-    for (u32 u = 0; u < U; ++u) issue(u, u);
-
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (u32 i0 = 0; i0 < mine; i0 += U) {
-#pragma unroll
-        for (u32 u = 0; u < U; ++u) {
-            const u32 i = i0 + u;
-            if (i < mine) {
-                const u32 c = 4u * (warp + QMV_WARPS * i) + t;
-                u32 xv[16];
-                if (c < chunks) {
-                    load_x32<TC>(xr + u64(c) * 32u, xv);
-                } else {
-#pragma unroll
-                    for (int p = 0; p < 16; ++p) xv[p] = 0u;
-                }
-                const float s0 = to_f(sv[u][0]), b0 = to_f(bv[u][0]), s1 = to_f(sv[u][1]), b1 = to_f(bv[u][1]);
-                const u32 s20 = pack2<TC>(s0, s0), b20 = pack2<TC>(b0, b0);
-                const u32 s21 = pack2<TC>(s1, s1), b21 = pack2<TC>(b1, b1);
-#pragma unroll
-                for (int e = 0; e < 8; ++e) {
-                    u32 x0, x1, a[4];
-                    x_pairs2<BITS>(xv, e, x0, x1);
-                    dequantize2<TC, BITS>(wq[u][0], e, s0, b0, s20, b20, a[0], a[2]);
-                    dequantize2<TC, BITS>(wq[u][1], e, s1, b1, s21, b21, a[1], a[3]);
-                    mma16<TC>(acc, a, x0, x1);
-                }
-                issue(u, i + U);
-            }
-        }
-    }
+    qmv_ring<U>(mine, issue, [&](u32 u, u32 i) {
+        const u32 c = 4u * (warp + QMV_WARPS * i) + t;
+        qmv_step<TC, BITS>(acc, xr + u64(c) * 32u, c < chunks, wq[u], sv[u], bv[u]);
+    });
 #pragma unroll
     for (u32 e = 0; e < 4; ++e) red[warp][lane * 4 + e] = acc[e];
     __syncthreads();
@@ -143,6 +163,75 @@ __device__ __forceinline__ void qmv_tc(const TX* x, const unsigned char* w, cons
         const u32 l = tid / 4, e = tid % 4;
         const u32 row = row0 + (l >> 2) + 8 * (e >> 1), tok = 2 * (l & 3u) + (e & 1u);
         if (row < N && tok < m) y[u64(tok) * N + row] = from_f<TY>(s);
+    }
+}
+
+// The vector engine with k split into parts (quantized_mv_<t>_vks<RT>, for
+// the harness; one token). qmv_tc's tiles are 16 rows: at n = 5120 (the down
+// projections) that is 320 blocks, 1.2 waves of 264 (two blocks an SM), the
+// second wave 56 blocks at half an SM's loads in flight; at n = 17408, 1088
+// blocks are 4.1 waves. Here a block takes RT rows (8 or 4) and the mma's 16
+// rows are RT rows x KP = 16 / RT parts of k: A-row v is row v % RT over the
+// k range of part v / RT; B's column n is x over part n (m = 1 leaves the 8
+// columns free), so C[v][v / RT] is row v % RT's partial sum over its part
+// and the other columns are discarded. Lane (g, t) loads rows g % RT and
+// (g + 8) % RT at their parts' chunks and x at part g % KP's; the rest (the
+// ring of U steps, the decoding, the warps' sums in shared memory) is
+// qmv_tc's. Grids: ceil(n / RT) blocks, 4.9 (RT 4) waves at n = 5120 and 8.2
+// (RT 8) or 16.5 (RT 4) at 17408: a tail of 3-12 % of a block's time.
+template <typename TX, typename TS, typename TC, typename TY, int BITS, u32 RT>
+__device__ __forceinline__ void qmv_ks(const TX* x, const unsigned char* w, const TS* sc, const TS* bi, TY* y, u32 N, u32 K, u32 gs) {
+    constexpr u32 U = QmvDepth<BITS, false>::U, KP = 16u / RT;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    float (*red)[128] = reinterpret_cast<float (*)[128]>(smem_raw);
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const u32 g = lane >> 2, t = lane & 3u;
+    const u32 row0 = blockIdx.x * RT;
+    const u32 chunks = K / 32u, pc = (chunks + KP - 1u) / KP, steps = (pc + 3u) / 4u;
+    const u32 mine = warp < steps ? (steps - warp + QMV_WARPS - 1u) / QMV_WARPS : 0u;
+    const u64 w_row = u64(K) * BITS / 8u, s_row = K / gs;
+    const u32 qa = g / RT, qb = (g + 8u) / RT, qx = g % KP;  // parts of A-rows g, g + 8 and of B's column g
+    const QmvRows<TS> rows(w, sc, bi, min(row0 + g % RT, N - 1u), min(row0 + (g + 8u) % RT, N - 1u), w_row, s_row);
+
+    u32 wq[U][2][BITS];
+    TS sv[U][2], bv[U][2];
+    auto issue = [&](u32 u, u32 i) {
+        const u32 cr = 4u * (warp + QMV_WARPS * i) + t;  // the chunk within a part
+        const u32 ca = qa * pc + cr, cb = qb * pc + cr;
+        const bool live = i < mine && cr < pc;
+#pragma unroll
+        for (u32 h = 0; h < 2; ++h) {
+            const u32 c = h ? cb : ca;
+            if (live && c < chunks) {
+                const u64 gi = u64(c) * 32u / gs;
+                load_chunk<BITS, true>(rows.w[h] + u64(c) * BITS * 4u, wq[u][h]);
+                sv[u][h] = rows.sc[h][gi];
+                bv[u][h] = rows.bi[h][gi];
+            } else {
+#pragma unroll
+                for (int j = 0; j < BITS; ++j) wq[u][h][j] = 0u;
+                sv[u][h] = bv[u][h] = from_f<TS>(0.0f);
+            }
+        }
+    };
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    qmv_ring<U>(mine, issue, [&](u32 u, u32 i) {
+        const u32 cr = 4u * (warp + QMV_WARPS * i) + t, c = qx * pc + cr;
+        qmv_step<TC, BITS>(acc, x + u64(c) * 32u, cr < pc && c < chunks, wq[u], sv[u], bv[u]);
+    });
+#pragma unroll
+    for (u32 e = 0; e < 4; ++e) red[warp][lane * 4 + e] = acc[e];
+    __syncthreads();
+    if (tid < RT) {
+        // Row r: sum over parts q of C[q RT + r][q]; C[v][n] sits at lane (v % 8) * 4 + n / 2, element (v / 8) * 2 + n % 2.
+        float s = 0.0f;
+#pragma unroll
+        for (u32 q = 0; q < KP; ++q) {
+            const u32 v = q * RT + tid, idx = ((v % 8u) * 4u + q / 2u) * 4u + (v / 8u) * 2u + q % 2u;
+#pragma unroll
+            for (u32 ww = 0; ww < QMV_WARPS; ++ww) s += red[ww][idx];
+        }
+        if (row0 + tid < N) y[row0 + tid] = from_f<TY>(s);
     }
 }
 
@@ -453,3 +542,112 @@ __device__ __forceinline__ void affine_entry(const T* x, const unsigned int* wei
 AFFINE_ENTRIES(float, f32, (256, 2))
 AFFINE_ENTRIES(__half, f16, (256))
 AFFINE_ENTRIES(bf16, bf16, (256))
+
+// quantized_mv_<t>'s harness variants (qmv_ks, RT rows a block): same
+// bindings, one token, MLX's chunked layout with 16-byte aligned x and
+// weight (what the bench gives); grid ceil(N / RT) blocks of 256 threads,
+// 8 x 128 floats of shared memory. The op does not launch them.
+template <typename T, u32 RT>
+__device__ __forceinline__ void affine_ks(const T* x, const unsigned int* weight, const T* sc, const T* bi, T* y, const QuantizedMatmulParams* p) {
+    const unsigned char* w = reinterpret_cast<const unsigned char*>(weight);
+    const u32 N = p->N, K = p->K, gs = p->group_size, bits = p->bits;
+    if (bits == 4) qmv_ks<T, T, T, T, 4, RT>(x, w, sc, bi, y, N, K, gs);
+    else if (bits == 6) qmv_ks<T, T, T, T, 6, RT>(x, w, sc, bi, y, N, K, gs);
+    else qmv_ks<T, T, T, T, 8, RT>(x, w, sc, bi, y, N, K, gs);
+}
+#define AFFINE_KS_ENTRY(T, TAG, RT)                                                                                         \
+    extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_##TAG##_vks##RT(const T* x, const unsigned int* weight,    \
+                                                                                    const T* scales, const T* biases, T* y,    \
+                                                                                    const QuantizedMatmulParams* params) {     \
+        affine_ks<T, RT>(x, weight, scales, biases, y, params);                                                              \
+    }
+AFFINE_KS_ENTRY(__half, f16, 8)
+AFFINE_KS_ENTRY(__half, f16, 4)
+AFFINE_KS_ENTRY(bf16, bf16, 8)
+AFFINE_KS_ENTRY(bf16, bf16, 4)
+#undef AFFINE_KS_ENTRY
+
+// quantized_mv_<t>'s int8 variants (common.cuh's i8_mv; 4 and 8 bits, MLX's
+// chunked layout, for the harness). An item is a chunk of 32 values: its
+// 16 (32) bytes of codes in one (two) 16-byte loads and its group's scale
+// s and bias b; x's int8 words meet the codes as they lie: 4 bits, a word's
+// low nibbles (values 8a, + 2, + 4, + 6) against x's even words and its high
+// nibbles against the odd ones (PAIRED); 8 bits, q - 128 as signed bytes
+// (q ^ 0x80). The chunk's sum is s (d_x dot) + b sum_x, with 128 s sum_x
+// more for 8 bits. Estimated ~40 warp instructions a 4-bit item (16 bytes
+// of codes and 2 x 2 of scale and bias a lane): ~16 bytes a warp
+// instruction where qmv_tc takes ~6.
+template <typename TS> struct AffI8Src {
+    const unsigned char* w;
+    const TS* sc;
+    const TS* bi;
+    u64 w_row, s_row;
+    u32 gs;
+};
+template <typename TS, int BITS> struct AffI8Item {
+    static constexpr u32 VALUES = 32;
+    static constexpr bool PAIRED = BITS == 4;
+    uint4 q[BITS / 4];
+    float s, b;
+    __device__ __forceinline__ void load(const AffI8Src<TS>& src, u32 row, u32 it) {
+        const uint4* p = reinterpret_cast<const uint4*>(src.w + u64(row) * src.w_row + u64(it) * (4u * BITS));
+#pragma unroll
+        for (int i = 0; i < BITS / 4; ++i) q[i] = __ldcs(p + i);
+        const u64 g = u64(row) * src.s_row + u64(it) * 32u / src.gs;
+        s = to_f(src.sc[g]);
+        b = to_f(src.bi[g]);
+    }
+    __device__ __forceinline__ void dot(u32 it, const u32* xq, const float2* xds, u32 M, u32 K, float (&acc)[8]) const {
+        u32 c[8];
+#pragma unroll
+        for (int i = 0; i < BITS / 4; ++i) {
+            const u32 w[4] = {q[i].x, q[i].y, q[i].z, q[i].w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                if constexpr (BITS == 4) {
+                    c[2 * j] = w[j] & 0x0F0F0F0Fu;
+                    c[2 * j + 1] = (w[j] >> 4) & 0x0F0F0F0Fu;
+                } else {
+                    c[4 * i + j] = w[j] ^ 0x80808080u;
+                }
+            }
+        }
+#pragma unroll
+        for (u32 i = 0; i < 8; ++i) {
+            if (i < M) {
+                const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + it * 8u);
+                const uint4 x0 = xv[0], x1 = xv[1];
+                const u32 xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                int d = 0;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) d = __dp4a(int(c[j]), int(xw[j]), d);
+                const float2 dx = xds[u64(i) * (K / 32u) + it];
+                acc[i] += s * dx.x * float(d) + (BITS == 8 ? fmaf(128.0f, s, b) : b) * dx.y;
+            }
+        }
+    }
+};
+// R rows a group of S warps; U4 / U8 items a lane in flight at 4 / 8 bits.
+template <typename T, u32 R, u32 S, u32 U4, u32 U8>
+__device__ __forceinline__ void affine_i8(const T* x, const unsigned int* weight, const T* sc, const T* bi, T* y, const QuantizedMatmulParams* p) {
+    const u32 M = p->M, N = p->N, K = p->K, gs = p->group_size, bits = p->bits;
+    const AffI8Src<T> src{reinterpret_cast<const unsigned char*>(weight), sc, bi, u64(K) * bits / 8u, K / gs, gs};
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    if (bits == 4) i8_mv<AffI8Item<T, 4>, R, S, U4>(src, x, y, M, N, K, K, N, smem_raw);
+    else if (bits == 8) i8_mv<AffI8Item<T, 8>, R, S, U8>(src, x, y, M, N, K, K, N, smem_raw);
+}
+// Grid: any (persistent; two blocks an SM), 256 threads, shared memory M x K
+// + M x K / 32 x 8 + 2 x 8 x R x 8 x 4 bytes. _vdq1: a warp a row (Qwen3.6 /
+// Gemma 4 up: a 5120-value row's 160 chunks in one round of 6 a lane);
+// _vdqs4: four warps a row (down: 136 chunks a warp, one round of 5).
+#define AFFINE_I8_ENTRY(T, TAG, NAME, R, S, U4, U8)                                                                         \
+    extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_##TAG##_##NAME(const T* x, const unsigned int* weight,     \
+                                                                                    const T* scales, const T* biases, T* y,    \
+                                                                                    const QuantizedMatmulParams* params) {     \
+        affine_i8<T, R, S, U4, U8>(x, weight, scales, biases, y, params);                                                    \
+    }
+AFFINE_I8_ENTRY(__half, f16, vdq1, 1, 1, 6, 4)
+AFFINE_I8_ENTRY(__half, f16, vdqs4, 1, 4, 5, 3)
+AFFINE_I8_ENTRY(bf16, bf16, vdq1, 1, 1, 6, 4)
+AFFINE_I8_ENTRY(bf16, bf16, vdqs4, 1, 4, 5, 3)
+#undef AFFINE_I8_ENTRY

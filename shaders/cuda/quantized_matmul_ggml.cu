@@ -112,6 +112,246 @@ __device__ __forceinline__ void embedding(const unsigned char* table, const u32*
                    [&](u32 r) { return min(ids[r], last); });
 }
 
+// ---- the int8 vector engine (kernel_mul_mv_<t>_f32_vdq*: variants for the harness) ----
+//
+// The vector engine (common.cuh's gmv) spends about 560 warp instructions a window of
+// 16 rows x 256 values (Q4_K: 2304 bytes, ~4 bytes a warp instruction): the
+// cp.async copy loop, the stage reads, 3 instructions a bf16 pair (byte_perm,
+// two packed fmas) and x read as float4 and rounded by every lane group (8
+// times over at one token). At 0.85 of an H100's copy rate an SM must take
+// ~10 bytes a clock, i.e. ~2.5 of its 4 warp instructions a clock: issue-bound.
+// This engine, llama.cpp's mmvq in shape (common.cuh's i8_mv: x quantized
+// once a block to int8 per chunk of 32, dp4a, a persistent grid of units of
+// rows), takes an estimated ~12 bytes a warp instruction (Q4_K, ~95 a lane
+// and item): a lane takes whole items of a row (Q4_K / Q5_K: a pair of
+// sub-blocks, 64 values; Q4_0 / Q8_0 / Q6_K: 32 values), loads their bytes
+// straight from global memory (16-byte loads where the format allows, else
+// words realigned by byte_perm) and extracts the codes with and / shift,
+// no conversion to floats; each sub-block's dot product is scaled once in
+// f32 (the K-quants' mins against the chunk's f32 sum of x). Floors and
+// predictions at the bench shapes: bench/notes/qmv-variants-2026-11-26.md.
+// The products differ from the bf16 engine's by x's int8 rounding (up to
+// max|x| / 254 a value where the entry rounds x to bf16).
+
+// 16 bytes at p: one load where 16-byte aligned (vec), else four words.
+__device__ __forceinline__ uint4 gdq_ld16(const unsigned char* p, bool vec) {
+    if (vec) return __ldg(reinterpret_cast<const uint4*>(p));
+    const u32* w = reinterpret_cast<const u32*>(p);
+    return make_uint4(__ldg(w), __ldg(w + 1), __ldg(w + 2), __ldg(w + 3));
+}
+// N words from p (2-byte aligned), realigned from the N + 1 words at or below
+// it (Q6_K's ql and qh: the extra word lies inside the super-block).
+template <int N>
+__device__ __forceinline__ void gdq_words(const unsigned char* p, u32 (&out)[N]) {
+    const u32* v = reinterpret_cast<const u32*>(reinterpret_cast<u64>(p) & ~u64(3));
+    const u32 sel = (reinterpret_cast<u64>(p) & 2u) ? 0x5432u : 0x3210u;
+    u32 wd[N + 1];
+#pragma unroll
+    for (int i = 0; i <= N; ++i) wd[i] = __ldg(v + i);
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = __byte_perm(wd[i], wd[i + 1], sel);
+}
+
+// One item's bytes as loaded (before any decoding).
+template <int F> struct GdqItem;
+// Q4_K: pair j of super-block sb: the header and qs[32 j .. + 32] (sub-blocks 2j low nibbles, 2j + 1 high).
+template <> struct GdqItem<GGML_Q4_K> {
+    static constexpr u32 VALUES = 64;
+    uint4 hd, q[2];
+    __device__ __forceinline__ void load(const unsigned char* row, u32 it, bool vec) {
+        const unsigned char* b = row + (it / 4u) * 144u;
+        hd = gdq_ld16(b, vec);
+        q[0] = gdq_ld16(b + 16u + 32u * (it % 4u), vec);
+        q[1] = gdq_ld16(b + 32u + 32u * (it % 4u), vec);
+    }
+};
+// Q5_K: the same with qs at 48 and qh[32] at 16 (bit s of qh[l]: value l of sub-block s's fifth bit).
+template <> struct GdqItem<GGML_Q5_K> {
+    static constexpr u32 VALUES = 64;
+    uint4 hd, q[2], h[2];
+    __device__ __forceinline__ void load(const unsigned char* row, u32 it, bool vec) {
+        const unsigned char* b = row + (it / 4u) * 176u;
+        hd = gdq_ld16(b, vec);
+        h[0] = gdq_ld16(b + 16u, vec);
+        h[1] = gdq_ld16(b + 32u, vec);
+        q[0] = gdq_ld16(b + 48u + 32u * (it % 4u), vec);
+        q[1] = gdq_ld16(b + 64u + 32u * (it % 4u), vec);
+    }
+};
+// Q4_0 / Q8_0: block it (d, then 16 / 32 quant bytes).
+// The words overlapping the block (5 / 9 either way: 18 / 34 bytes from a
+// 2-byte aligned start), and whether it starts 2 bytes into the first.
+template <u32 BYTES> struct GdqBlock32 {
+    static constexpr u32 VALUES = 32, NW = (BYTES + 2u + 3u) / 4u;
+    u32 w[NW], odd;
+    __device__ __forceinline__ void load(const unsigned char* row, u32 it, bool) {
+        const unsigned char* p = row + BYTES * it;
+        const u32* v = reinterpret_cast<const u32*>(reinterpret_cast<u64>(p) & ~u64(3));
+        odd = u32(reinterpret_cast<u64>(p) & 2u);
+#pragma unroll
+        for (u32 i = 0; i < NW; ++i) w[i] = __ldg(v + i);
+    }
+    // d's bits and quant word j (the block's bytes 2 + 4j .. 5 + 4j).
+    __device__ __forceinline__ u32 d_bits() const { return odd ? w[0] >> 16 : w[0] & 0xFFFFu; }
+    __device__ __forceinline__ u32 quant(u32 j) const { return __byte_perm(w[j], w[j + 1], odd ? 0x7654u : 0x5432u); }
+};
+template <> struct GdqItem<GGML_Q4_0> : GdqBlock32<18u> {};
+template <> struct GdqItem<GGML_Q8_0> : GdqBlock32<34u> {};
+// Q6_K: chunk cc = it % 8 (= 4 hh + p) of super-block it / 8: its ql and qh words, its two scales, d.
+template <> struct GdqItem<GGML_Q6_K> {
+    static constexpr u32 VALUES = 32;
+    u32 ql[8], qh[8], sc, d;
+    __device__ __forceinline__ void load(const unsigned char* row, u32 it, bool) {
+        const unsigned char* b = row + (it / 8u) * 210u;
+        const u32 cc = it % 8u, hh = cc / 4u, p = cc % 4u;
+        gdq_words<8>(b + 64u * hh + 32u * (p % 2u), ql);
+        gdq_words<8>(b + 128u + 32u * hh, qh);
+        sc = __ldg(reinterpret_cast<const unsigned short*>(b + 192u + 2u * cc));
+        d = __ldg(reinterpret_cast<const unsigned short*>(b + 208u));
+    }
+};
+
+__device__ __forceinline__ float gdq_h2f(u32 bits) { return __half2float(__ushort_as_half(static_cast<unsigned short>(bits))); }
+
+// Scale and min of sub-blocks s and s + 1 (s even) of a K-quant header (kq_raw's decoding).
+__device__ __forceinline__ void gdq_k4_scales(const uint4& hd, u32 s, float (&a)[2], float (&b)[2]) {
+    const float d = gdq_h2f(hd.x & 0xFFFFu), dmin = gdq_h2f(hd.x >> 16);
+#pragma unroll
+    for (u32 e = 0; e < 2; ++e) {
+        const u32 ss = s + e, sh = 8u * (ss & 3u);
+        const u32 lo = (hd.y >> sh) & 0xFFu, mid = (hd.z >> sh) & 0xFFu, hi = (hd.w >> sh) & 0xFFu;
+        const u32 sc = ss < 4 ? lo & 63u : (hi & 0xFu) | ((lo >> 6) << 4);
+        const u32 m = ss < 4 ? mid & 63u : (hi >> 4) | ((mid >> 6) << 4);
+        a[e] = d * float(sc);
+        b[e] = dmin * float(m);
+    }
+}
+
+// Item it's dot products with the M tokens' x, added to acc[0 .. M - 1].
+// xq: token 0's words (K / 4 a token), xds: its chunks' {d, sum} (K / 32 a token).
+template <int F>
+__device__ __forceinline__ void gdq_dot(const GdqItem<F>& r, u32 it, const u32* xq, const float2* xds, u32 M, u32 K, float (&acc)[8]) {
+    constexpr u32 V = GdqItem<F>::VALUES;
+    const u32 k0 = it * V;  // the item's first value
+    if constexpr (F == GGML_Q4_K || F == GGML_Q5_K) {
+        float a[2], b[2];
+        gdq_k4_scales(r.hd, 2u * (it % 4u), a, b);
+        u32 ql[8], qhi[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const uint4& v = r.q[i / 4];
+            const u32 w = (i % 4 == 0) ? v.x : (i % 4 == 1) ? v.y : (i % 4 == 2) ? v.z : v.w;
+            ql[i] = w & 0x0F0F0F0Fu;
+            qhi[i] = (w >> 4) & 0x0F0F0F0Fu;
+            if constexpr (F == GGML_Q5_K) {
+                const uint4& hv = r.h[i / 4];
+                const u32 h = (i % 4 == 0) ? hv.x : (i % 4 == 1) ? hv.y : (i % 4 == 2) ? hv.z : hv.w;
+                const u32 s = 2u * (it % 4u);
+                ql[i] |= ((h >> s) & 0x01010101u) << 4;
+                qhi[i] |= ((h >> (s + 1u)) & 0x01010101u) << 4;
+            }
+        }
+#pragma unroll
+        for (u32 i = 0; i < 8; ++i) {
+            if (i < M) {
+                const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + k0 / 4u);
+                const uint4 x0 = xv[0], x1 = xv[1], x2 = xv[2], x3 = xv[3];
+                const u32 xl[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                const u32 xh[8] = {x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
+                int sl = 0, sh = 0;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    sl = __dp4a(int(ql[j]), int(xl[j]), sl);
+                    sh = __dp4a(int(qhi[j]), int(xh[j]), sh);
+                }
+                const float2 dl = xds[u64(i) * (K / 32u) + k0 / 32u], dh = xds[u64(i) * (K / 32u) + k0 / 32u + 1u];
+                acc[i] += (a[0] * dl.x * float(sl) - b[0] * dl.y) + (a[1] * dh.x * float(sh) - b[1] * dh.y);
+            }
+        }
+    } else if constexpr (F == GGML_Q4_0 || F == GGML_Q8_0) {
+        const float d = gdq_h2f(r.d_bits());
+        constexpr int NQ = F == GGML_Q8_0 ? 8 : 4;
+        u32 q[8];
+#pragma unroll
+        for (int j = 0; j < NQ; ++j) {
+            const u32 w = r.quant(j);  // quant bytes 4j .. 4j + 3
+            if constexpr (F == GGML_Q8_0) {
+                q[j] = w;
+            } else {
+                q[j] = w & 0x0F0F0F0Fu;
+                q[j + 4] = (w >> 4) & 0x0F0F0F0Fu;
+            }
+        }
+#pragma unroll
+        for (u32 i = 0; i < 8; ++i) {
+            if (i < M) {
+                const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + k0 / 4u);
+                const uint4 x0 = xv[0], x1 = xv[1];
+                const u32 xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                int s = 0;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) s = __dp4a(int(q[j]), int(xw[j]), s);
+                const float2 dx = xds[u64(i) * (K / 32u) + k0 / 32u];
+                if constexpr (F == GGML_Q8_0) acc[i] += d * dx.x * float(s);
+                else acc[i] += d * (dx.x * float(s) - 8.0f * dx.y);
+            }
+        }
+    } else {
+        // Q6_K: q - 32 as a signed byte: ((q | 0x80) - 0x20) ^ 0x80, no borrow between bytes (q < 64).
+        const u32 cc = it % 8u, p = cc % 4u;
+        const float d = gdq_h2f(r.d);
+        const float s0 = d * float(static_cast<signed char>(r.sc & 0xFFu)), s1 = d * float(static_cast<signed char>(r.sc >> 8));
+        u32 q[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const u32 v = ((r.ql[j] >> (4u * (p / 2u))) & 0x0F0F0F0Fu) | (((r.qh[j] >> (2u * p)) & 0x03030303u) << 4);
+            q[j] = ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
+        }
+#pragma unroll
+        for (u32 i = 0; i < 8; ++i) {
+            if (i < M) {
+                const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + k0 / 4u);
+                const uint4 x0 = xv[0], x1 = xv[1];
+                int a = 0, b = 0;
+                a = __dp4a(int(q[0]), int(x0.x), a);
+                a = __dp4a(int(q[1]), int(x0.y), a);
+                a = __dp4a(int(q[2]), int(x0.z), a);
+                a = __dp4a(int(q[3]), int(x0.w), a);
+                b = __dp4a(int(q[4]), int(x1.x), b);
+                b = __dp4a(int(q[5]), int(x1.y), b);
+                b = __dp4a(int(q[6]), int(x1.z), b);
+                b = __dp4a(int(q[7]), int(x1.w), b);
+                const float2 dx = xds[u64(i) * (K / 32u) + k0 / 32u];
+                acc[i] += dx.x * (s0 * float(a) + s1 * float(b));
+            }
+        }
+    }
+}
+
+// The engine's item (common.cuh, i8_mv): a row of blocks rb bytes apart
+// from w, 16-byte loads where w and rb allow (vec).
+struct GdqSrc {
+    const unsigned char* w;
+    u64 rb;
+    bool vec;
+};
+template <int F> struct GdqUnit : GdqItem<F> {
+    static constexpr bool PAIRED = false;
+    __device__ __forceinline__ void load(const GdqSrc& s, u32 row, u32 it) { GdqItem<F>::load(s.w + u64(row) * s.rb, it, s.vec); }
+    __device__ __forceinline__ void dot(u32 it, const u32* xq, const float2* xds, u32 M, u32 K, float (&acc)[8]) const {
+        gdq_dot<F>(*this, it, xq, xds, M, K, acc);
+    }
+};
+
+// y = x W^T for M <= 8 tokens: R rows a group of S warps, U items a lane in flight.
+template <int F, u32 R, u32 S, u32 U>
+__device__ __forceinline__ void gdq(const unsigned char* w, const float* x, float* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row) {
+    const u64 rb = ggml_row_bytes<F>(K);
+    const GdqSrc src{w, rb, aligned16(w) && rb % 16u == 0};
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    i8_mv<GdqUnit<F>, R, S, U>(src, x, y, M, N, K, x_row, y_row, smem_raw);
+}
+
 }  // namespace
 
 // ---- kernel_mul_mv_<t>_f32 ----
@@ -131,6 +371,33 @@ GGML_MV_ENTRY(kernel_mul_mv_q8_0_f32, GGML_Q8_0)
 GGML_MV_ENTRY(kernel_mul_mv_q4_K_f32, GGML_Q4_K)
 GGML_MV_ENTRY(kernel_mul_mv_q5_K_f32, GGML_Q5_K)
 GGML_MV_ENTRY(kernel_mul_mv_q6_K_f32, GGML_Q6_K)
+
+// The int8 engine's variants (gdq<F, R, S, U>), same bindings; the op does
+// not launch them. Grid: any (a block walks units of 8 / S x R rows; two
+// blocks an SM cover the rows without a wave tail), 256 threads, dynamic
+// shared memory M x K + M x K / 32 x 8 + 2 x 8 x R x 8 x 4 bytes.
+//   _vdq1:  a warp a row, 4 items a lane in flight (Q5_K 3: 4 spill),
+//           for Qwen3.6 / Gemma 4 up.
+//   _vdq2:  a warp two rows, 2 items a lane in flight.
+//   _vdqs4: four warps a row (its items split four ways), 3 in flight: at
+//           k = 17408 (the down projections) a warp's share of a row
+//           (68 Q4_K items, 136 of 32 values) in one or two rounds.
+#define GGML_MV_DQ_ENTRY(NAME, F, R, S, U)                                                                          \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME(const unsigned char* src0, const float* src1, float* dst, \
+                                                           const GgmlMatvecParams* p) {                              \
+        gdq<F, R, S, U>(src0, src1, dst, u32(p->ne1), u32(p->ne01), u32(p->ne00), p->ne10, p->ne0);                \
+    }
+#define GGML_MV_DQ_ENTRIES(T, F)                                    \
+    GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdq1, F, 1, 1, F == GGML_Q5_K ? 3 : 4) \
+    GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdq2, F, 2, 1, 2)      \
+    GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdqs4, F, 1, 4, 3)
+GGML_MV_DQ_ENTRIES(q4_0, GGML_Q4_0)
+GGML_MV_DQ_ENTRIES(q8_0, GGML_Q8_0)
+GGML_MV_DQ_ENTRIES(q4_K, GGML_Q4_K)
+GGML_MV_DQ_ENTRIES(q5_K, GGML_Q5_K)
+GGML_MV_DQ_ENTRIES(q6_K, GGML_Q6_K)
+#undef GGML_MV_DQ_ENTRIES
+#undef GGML_MV_DQ_ENTRY
 
 // ---- kernel_mul_mm_<t>_f32 ----
 

@@ -8,7 +8,8 @@
 // i * bits). Error: |got - want| / sum |x w|, under TOL of the type the
 // weight meets x in (tests/quantized_matmul.test.ts says why). run.sh builds
 // and runs it; `big` adds larger sizes: many vector blocks, the 128 x 256
-// tiles (minutes).
+// tiles (minutes); `variants` runs only quantized_mv_<t>'s harness variants
+// (_vks, _vdq: run_ks).
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include <random>
@@ -73,10 +74,93 @@ void run(const char* name, Kern kernel, Engine e, u32 M, u32 N, u32 K, u32 gs, u
               gs, bits, worst, tol);
 }
 
+// quantized_mv_<t>'s harness variants _vks<RT> (one token, ceil(N / RT)
+// blocks) beside the entry on the same inputs: each against the float64
+// product and against the entry (|variant - entry| / sum |x w|), both under tol.
+// grid 0: ceil(N / RT) blocks (_vks); else that many (the persistent _vdq
+// variants, with their shared memory for R = 1).
+template <class T, class Kern>
+void run_ks(const char* name, Kern entry, Kern variant, u32 RT, u32 N, u32 K, u32 gs, u32 bits, double tol, u32 M = 1, u32 grid = 0) {
+  const u64 rb = row_bytes(K, bits);
+  const u32 groups = K / gs;
+  Arr<T> x(size_t(M) * K, 16);
+  Arr<unsigned char> w(N * rb, 16);
+  Arr<T> sc(size_t(N) * groups, 16), bi(size_t(N) * groups, 16);
+  Arr<T> y0(size_t(M) * N, 16), y(size_t(M) * N, 16);
+  x.random(-1, 1);
+  sc.random(0.001, 0.02);
+  bi.random(-0.1, 0.1);
+  y0.poison();
+  y.poison();
+  std::vector<u32> q;
+  random_packed(q, w.p, N, K, bits, rb);
+  QuantizedMatmulParams p{M, K, N, gs, bits};
+  const auto* wp = reinterpret_cast<const unsigned int*>(w.p);
+  sim_launch({cdiv(N, 16), 1, 1}, {256, 1, 1}, 4096, [&] { entry(x.p, wp, sc.p, bi.p, y0.p, &p); });
+  if (grid == 0) sim_launch({cdiv(N, RT), 1, 1}, {256, 1, 1}, 4096, [&] { variant(x.p, wp, sc.p, bi.p, y.p, &p); });
+  else sim_launch({grid, 1, 1}, {256, 1, 1}, M * K + M * (K / 32) * 8 + 2 * 8 * 8 * 4, [&] { variant(x.p, wp, sc.p, bi.p, y.p, &p); });
+  double worst = 0, vs_entry = 0;
+  for (u32 i = 0; i < M; ++i)
+    for (u32 j = 0; j < N; ++j) {
+      double s = 0, a = 0;
+      for (u32 k = 0; k < K; ++k) {
+        const size_t g = size_t(j) * groups + k / gs;
+        const double pr = x.at(size_t(i) * K + k) * (sc.at(g) * q[size_t(j) * K + k] + bi.at(g));
+        s += pr;
+        a += std::fabs(pr);
+      }
+      const size_t o = size_t(i) * N + j;
+      const double e = std::fabs(y.at(o) - s) / a, d = std::fabs(y.at(o) - y0.at(o)) / a;
+      if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+      if (!(d <= vs_entry)) vs_entry = std::isnan(d) ? INFINITY : d;
+    }
+  for (int c = 0; c < 2; ++c) {
+    const double err = c ? vs_entry : worst;
+    const bool ok = err <= tol;
+    if (!ok) failures++;
+    std::printf("%s %-28s %-9s M=%u N=%-5u K=%-5u gs=%-3u bits=%u  err %.3g (tol %.0e)\n", ok ? "ok  " : "FAIL", name, c ? "vs entry" : "vs f64",
+                M, N, K, gs, bits, err, tol);
+  }
+}
+
 int main(int argc, char** argv) {
   const bool big = argc > 1 && std::string(argv[1]) == "big";
+  const bool variants = argc > 1 && std::string(argv[1]) == "variants";
   gen.seed(4242);
   using bf = __nv_bfloat16;
+  for (u32 bits : {4u, 6u, 8u}) {
+    // The k-split variants: rows past N, parts of unequal length (K / 32 not a multiple of 16 / RT), the
+    // bench shapes' K (5120, 17408, 5376) with their group sizes, dead lanes.
+    for (u32 RT : {8u, 4u}) {
+      auto vb = RT == 8 ? quantized_mv_bf16_vks8 : quantized_mv_bf16_vks4;
+      auto vh = RT == 8 ? quantized_mv_f16_vks8 : quantized_mv_f16_vks4;
+      const std::string nb = std::string("quantized_mv_bf16_vks") + std::to_string(RT), nh = std::string("quantized_mv_f16_vks") + std::to_string(RT);
+      run_ks<bf>(nb.c_str(), quantized_mv_bf16, vb, RT, 21, 5120, 64, bits, 1e-2);
+      run_ks<bf>(nb.c_str(), quantized_mv_bf16, vb, RT, 9, 17408, 64, bits, 1e-2);
+      run_ks<bf>(nb.c_str(), quantized_mv_bf16, vb, RT, 5, 5376, 64, bits, 1e-2);
+      run_ks<bf>(nb.c_str(), quantized_mv_bf16, vb, RT, 13, 320, 32, bits, 1e-2);
+      run_ks<__half>(nh.c_str(), quantized_mv_f16, vh, RT, 11, 5376, 32, bits, 1e-3);
+      run_ks<__half>(nh.c_str(), quantized_mv_f16, vh, RT, 6, 1152, 128, bits, 1e-3);
+    }
+  }
+  // The int8 variants (_vdq1, _vdqs4; 4 and 8 bits): a grid of 2 blocks walking several units, 1 to 8 tokens,
+  // the bench shapes' K, rows past N.
+  for (u32 bits : {4u, 8u}) {
+    for (int v = 0; v < 2; ++v) {
+      auto vb = v == 0 ? quantized_mv_bf16_vdq1 : quantized_mv_bf16_vdqs4;
+      auto vh = v == 0 ? quantized_mv_f16_vdq1 : quantized_mv_f16_vdqs4;
+      const std::string nb = std::string("quantized_mv_bf16_") + (v == 0 ? "vdq1" : "vdqs4"), nh = std::string("quantized_mv_f16_") + (v == 0 ? "vdq1" : "vdqs4");
+      run_ks<bf>(nb.c_str(), quantized_mv_bf16, vb, 0, 21, 5120, 64, bits, 1e-2, 1, 2);
+      run_ks<bf>(nb.c_str(), quantized_mv_bf16, vb, 0, 9, 17408, 64, bits, 1e-2, 1, 2);
+      run_ks<bf>(nb.c_str(), quantized_mv_bf16, vb, 0, 5, 5376, 64, bits, 1e-2, 1, 2);
+      run_ks<bf>(nb.c_str(), quantized_mv_bf16, vb, 0, 19, 1152, 128, bits, 1e-2, 8, 2);
+      run_ks<__half>(nh.c_str(), quantized_mv_f16, vh, 0, 11, 5376, 32, bits, 1e-2, 3, 2);
+    }
+  }
+  if (variants) {
+    std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
+    return failures != 0;
+  }
   for (u32 bits : {4u, 6u, 8u}) {
     // The vector engine: one token to 8; K past one warp step and with dead lanes (K / 32 not a multiple of 4).
     run<bf, bf, bf>("quantized_mv_bf16", quantized_mv_bf16, VECTOR, 1, 20, 64, 32, bits, false, 1e-2);

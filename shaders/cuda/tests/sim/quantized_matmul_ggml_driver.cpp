@@ -13,21 +13,63 @@
 // small values. Products: |got - want| / sum |x w| under bf16's 1e-2 (the
 // tensor cores take the weight and x in bf16); dequantization and embedding:
 // |got - want| / max |want| under the output type's tolerance. run.sh builds
-// and runs it; `big` adds the 128 x 256 tiles and many vector blocks.
+// and runs it; `big` adds the 128 x 256 tiles and many vector blocks;
+// `variants` runs only the int8 engine's variants (run_variants).
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include "ggml_blocks.h"
 #include <string>
 
+// N random rows of K values, 16-byte aligned (as views and allocations
+// are) plus `shift` bytes: w, rows rb bytes apart.
+struct Weight {
+  std::vector<unsigned char> raw;
+  unsigned char* w;
+  u64 rb;
+};
+Weight random_weight(int f, u32 N, u32 K, u32 shift) {
+  Weight t;
+  t.rb = u64(K) / qk_of(f) * bytes_of(f);
+  t.raw.resize(N * t.rb + 16 + shift);
+  t.w = t.raw.data() + ((16 - (reinterpret_cast<uintptr_t>(t.raw.data()) & 15)) & 15) + shift;
+  random_blocks(f, t.w, size_t(N) * K / qk_of(f));
+  return t;
+}
+
+// The float64 product y = x W^T ([M, N]) and sum |x w| of each output.
+void product(int f, const Weight& t, const Arr<float>& x, u32 M, u32 N, u32 K, std::vector<double>& want, std::vector<double>& mag) {
+  want.assign(size_t(M) * N, 0.0);
+  mag.assign(size_t(M) * N, 0.0);
+  for (u32 i = 0; i < M; ++i)
+    for (u32 j = 0; j < N; ++j) {
+      double s = 0, a = 0;
+      for (u32 k = 0; k < K; ++k) {
+        const double pr = x.at(size_t(i) * K + k) * wat(f, t.w, t.rb, j, k);
+        s += pr;
+        a += std::fabs(pr);
+      }
+      want[size_t(i) * N + j] = s;
+      mag[size_t(i) * N + j] = a;
+    }
+}
+
+// The worst |y - ref| / mag.
+double worst_of(const Arr<float>& y, const std::vector<double>& ref, const std::vector<double>& mag) {
+  double worst = 0;
+  for (size_t e = 0; e < ref.size(); ++e) {
+    const double d = std::fabs(y.at(e) - ref[e]) / mag[e];
+    if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
+  }
+  return worst;
+}
+
 // y = x W^T through kernel_mul_mv_<t>_f32 (vector) or kernel_mul_mm_<t>_f32
-// (matrix), the weight 16-byte aligned (as views and allocations are) plus
-// `shift` bytes.
+// (matrix), the weight 16-byte aligned plus `shift` bytes.
 template <class MV, class MM>
 void run_matmul(int f, MV mv, MM mm, bool matrix, u32 M, u32 N, u32 K, bool big_tile = true, u32 shift = 0) {
-  const u64 rb = u64(K) / qk_of(f) * bytes_of(f);
-  std::vector<unsigned char> wraw(N * rb + 16 + shift);
-  unsigned char* w = wraw.data() + ((16 - (reinterpret_cast<uintptr_t>(wraw.data()) & 15)) & 15) + shift;
-  random_blocks(f, w, size_t(N) * K / qk_of(f));
+  const Weight t = random_weight(f, N, K, shift);
+  const unsigned char* w = t.w;
+  const u64 rb = t.rb;
   Arr<float> x(size_t(M) * K), y(size_t(M) * N);
   x.random();
   y.poison();
@@ -45,19 +87,46 @@ void run_matmul(int f, MV mv, MM mm, bool matrix, u32 M, u32 N, u32 K, bool big_
     const u32 bm = big ? 128 : 64, bn = big ? 256 : 128;
     sim_launch({cdiv(N, bn) * cdiv(M, bm), 1, 1}, {big ? 256u : 128u, 1, 1}, 2 * (bm + bn) * 40 * 2, [&] { mm(&p, w, x.p, y.p); });
   }
-  double worst = 0;
-  for (u32 i = 0; i < M; ++i)
-    for (u32 j = 0; j < N; ++j) {
-      double s = 0, a = 0;
-      for (u32 k = 0; k < K; ++k) {
-        const double pr = x.at(size_t(i) * K + k) * wat(f, w, rb, j, k);
-        s += pr;
-        a += std::fabs(pr);
-      }
-      const double e = std::fabs(y.at(size_t(i) * N + j) - s) / a;
-      if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
-    }
+  std::vector<double> want, mag;
+  product(f, t, x, M, N, K, want, mag);
+  const double worst = worst_of(y, want, mag);
   report(worst <= 1e-2, what, worst, 1e-2);
+}
+
+// The int8 engine's variants (kernel_mul_mv_<t>_f32_vdq*, launched by
+// bench/qmv_variants.ts only) beside the op's vector entry on the same
+// inputs: each against the float64 product (the same 1e-2 as the entry) and
+// against the entry's output (|variant - entry| / sum |x w|, same bound). A
+// grid of 2 blocks makes each block walk several units. (R, S): the
+// variant's rows a warp group and warps a group, for its shared memory.
+struct DqVariant {
+  const char* name;
+  void (*kernel)(const unsigned char*, const float*, float*, const GgmlMatvecParams*);
+  u32 R, S;
+};
+template <class MV>
+void run_variants(int f, MV mv, const std::vector<DqVariant>& vs, u32 M, u32 N, u32 K, u32 shift = 0) {
+  const Weight t = random_weight(f, N, K, shift);
+  Arr<float> x(size_t(M) * K), y0(size_t(M) * N);
+  x.random();
+  y0.poison();
+  GgmlMatvecParams p{K, N, 1, K, 1, N, M, 1, 1};
+  const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
+  sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4, [&] { mv(t.w, x.p, y0.p, &p); });
+  std::vector<double> want, mag, entry(size_t(M) * N);
+  product(f, t, x, M, N, K, want, mag);
+  for (size_t e = 0; e < entry.size(); ++e) entry[e] = y0.at(e);
+  for (const DqVariant& v : vs) {
+    Arr<float> y(size_t(M) * N);
+    y.poison();
+    const u32 smem = M * K + M * (K / 32) * 8 + 2 * 8 * v.R * 8 * 4;
+    sim_launch({2, 1, 1}, {256, 1, 1}, smem, [&] { v.kernel(t.w, x.p, y.p, &p); });
+    const double worst = worst_of(y, want, mag), vs_entry = worst_of(y, entry, mag);
+    const std::string what = std::string(v.name) + " " + fmt_name(f) + " M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" +
+                             std::to_string(K) + (shift ? " weight +" + std::to_string(shift) : "");
+    report(worst <= 1e-2, what + " vs f64", worst, 1e-2);
+    report(vs_entry <= 1e-2, what + " vs entry", vs_entry, 1e-2);
+  }
 }
 
 // kernel_dequantize_<t>_<o> over `blocks` blocks.
@@ -114,6 +183,28 @@ void run_embedding(int f, K kernel, const char* out, u32 vocab, u32 hidden, u32 
 
 int main(int argc, char** argv) {
   const bool big = argc > 1 && std::string(argv[1]) == "big";
+  const bool only_variants = argc > 1 && std::string(argv[1]) == "variants";
+#define VARIANTS(F, T)                                                                                               \
+  {                                                                                                                  \
+    const std::vector<DqVariant> vs = {{"vdq1", kernel_mul_mv_##T##_f32_vdq1, 1, 1},                                \
+                                       {"vdq2", kernel_mul_mv_##T##_f32_vdq2, 2, 1},                                \
+                                       {"vdqs4", kernel_mul_mv_##T##_f32_vdqs4, 1, 4}};                             \
+    const u32 kb = qk_of(F) == 32 ? 32 : 256;                                                                        \
+    /* Rows past N in the last unit; one token and 8; the bench shapes' K (Qwen3.6 up, down; Gemma 4 up). */      \
+    run_variants(F, kernel_mul_mv_##T##_f32, vs, 1, 37, 5 * 256);                                                   \
+    run_variants(F, kernel_mul_mv_##T##_f32, vs, 8, 19, 2 * 256 + (kb == 32 ? 96 : 0));                             \
+    run_variants(F, kernel_mul_mv_##T##_f32, vs, 1, 5, 5120);                                                       \
+    run_variants(F, kernel_mul_mv_##T##_f32, vs, 2, 3, 17408);                                                      \
+    run_variants(F, kernel_mul_mv_##T##_f32, vs, 1, 3, 5376);                                                       \
+    /* An odd number of blocks a row (rows 2-byte aligned) and a weight not 16-byte aligned. */                     \
+    run_variants(F, kernel_mul_mv_##T##_f32, vs, 3, 9, kb == 32 ? 288 : 256);                                       \
+    run_variants(F, kernel_mul_mv_##T##_f32, vs, 2, 11, 3 * 256, kb == 32 || F == Q6_K ? 2 : 4);                    \
+  }
+  if (only_variants) {
+    ALL_FORMATS(VARIANTS)
+    std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
+    return failures != 0;
+  }
 #define MATMUL(F, T)                                                                                          \
   {                                                                                                           \
     const u32 kb = qk_of(F) == 32 ? 32 : 256;                                                                 \
@@ -135,6 +226,7 @@ int main(int argc, char** argv) {
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 9, 7, 2 * kb);                      \
   }
   ALL_FORMATS(MATMUL)
+  ALL_FORMATS(VARIANTS)
 #define ROWS(F, T)                                                                                                   \
   run_dequantize<float>(F, kernel_dequantize_##T##_f32, "f32", 3);                                                 \
   run_dequantize<__half>(F, kernel_dequantize_##T##_f16, "f16", 9);                                                \

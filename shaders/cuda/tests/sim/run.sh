@@ -7,7 +7,9 @@
 #   glue:  rms_norm, softmax and gelu at the op's CUDA launches (glue_driver.cpp)
 #   copy:  embedding and kv_cache_copy (copy_rows) at the op's launches (copy_driver.cpp)
 #   quantized_matmul: that family (quantized_matmul_driver.cpp)
-#   quantized_matmul_ggml: that family (quantized_matmul_ggml_driver.cpp)
+#   quantized_matmul_ggml: that family (quantized_matmul_ggml_driver.cpp;
+#          `variants` as the second argument runs only the int8 vector
+#          engine's harness variants against the op's entry)
 #   quantized_matmul_id_ggml: that family (quantized_matmul_id_ggml_driver.cpp)
 #   flash_attn_prefill: that family (flash_attn_prefill.sh runs its variants)
 #   flash_attn_vec: that family (flash_attn_vec_driver.cpp: every entry, rings, varlen)

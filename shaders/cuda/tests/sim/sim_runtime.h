@@ -129,6 +129,13 @@ inline unsigned __reduce_add_sync(unsigned mask, unsigned v) {
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int __ffs(int v) { return __builtin_ffs(v); }
 inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz(unsigned(v)); }
+// __dp4a(a, b, c): c plus the dot product of a's and b's four signed bytes.
+inline int __dp4a(int a, int b, int c) {
+  for (int k = 0; k < 4; ++k) c += int(static_cast<signed char>(a >> (8 * k))) * int(static_cast<signed char>(b >> (8 * k)));
+  return c;
+}
+// __float2int_rn: round to nearest, ties to even (the default rounding mode).
+inline int __float2int_rn(float x) { return int(std::nearbyint(x)); }
 inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }
 // Atomics: the threads of a block run at once, so these are real ones.
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
