@@ -71,6 +71,7 @@ function writtenOf(arch: TinyArch): Written {
 
 /** The largest relative L2 error of the prompt's and the decode steps' logits over the rows held (routing gap at least minGap), and the tokens. */
 function runGguf(device: Device, arch: TinyArch, opts: LoadOptions, minGap: number): { err: number; rows: number; tokens: number[]; ref: ReferenceRun } {
+  const byRow: string[] = [];
   const { gguf, ref } = writtenOf(arch);
   using m = loadModel(gguf, device, { maxContext: 32, ...opts });
   const V = m.config.vocabSize;
@@ -81,14 +82,20 @@ function runGguf(device: Device, arch: TinyArch, opts: LoadOptions, minGap: numb
   PROMPT.forEach((_, p) => {
     if (!held(p)) return;
     rows++;
-    err = Math.max(err, relL2(logits.subarray(p * V, (p + 1) * V), ref.prefill[p]!));
+    const e = relL2(logits.subarray(p * V, (p + 1) * V), ref.prefill[p]!);
+    byRow.push(`p${p} ${e.toExponential(1)}`);
+    err = Math.max(err, e);
   });
   for (let i = 0; i < STEPS; i++) {
     tokens.push(m.decode());
     if (!held(PROMPT.length + i)) continue;
     rows++;
-    err = Math.max(err, relL2(m.logits.readNumbers(), ref.decode[i]!));
+    const e = relL2(m.logits.readNumbers(), ref.decode[i]!);
+    byRow.push(`d${i} ${e.toExponential(1)}`);
+    err = Math.max(err, e);
   }
+  // The error of each row held, on the log: where a bound is approached, whether prompt or decode rows carry it.
+  console.log(`models-gguf ${arch} ${device.backend} ${opts.precision ?? 'fast'}: ${byRow.join(', ')}`);
   return { err, rows, tokens, ref };
 }
 
