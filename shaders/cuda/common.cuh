@@ -538,6 +538,86 @@ __device__ __forceinline__ void copy_rows(u32 n_rows, u32 len, float scale, Map 
     }
 }
 
+// ---- rows normalized by their sum of squares (rms_norm, l2_norm) ----
+
+// The factors of a row without weights.
+struct UnitFactors {
+    template <int N> __device__ __forceinline__ void operator()(u64, float (&f)[N]) const {
+#pragma unroll
+        for (int j = 0; j < N; ++j) f[j] = 1.0f;
+    }
+    __device__ __forceinline__ float operator()(u64) const { return 1.0f; }
+};
+
+// The row of dim elements at xr into yr, the threads of the row (threadIdx.x,
+// blockDim.x of them) striding over it: y = x * inv * f, inv = inv_of(sq)
+// (sq this thread's sum of the row's squares in f32; inv_of reduces it over
+// the row, all threads of the row call it), f the element's factor:
+// factors(e, f[N]) fills the N factors of elements e .. e + N - 1, factors(i)
+// returns element i's. 16-byte vectors when dim is a multiple of the vector
+// width (VEC: 4 f32, 8 f16/bf16) and vec_ok (the caller's check that xr, yr
+// and what factors reads are 16-byte aligned): a thread keeps its first
+// 32 / VEC vectors in registers as the raw words loaded, all issued before
+// any arithmetic, between the sum and the output, and re-reads the rest.
+// Else a scalar path. Each thread writes only the elements it read, after
+// the sum, so yr may be xr (in place).
+template <typename T, typename InvOf, typename Factors>
+__device__ __forceinline__ void sumsq_scale_row(const T* xr, T* yr, u32 dim, bool vec_ok, InvOf&& inv_of, const Factors& factors) {
+    const u32 tid = threadIdx.x, bs = blockDim.x;
+    constexpr int VEC = VecOf<T>::N;
+    constexpr int CACHE = 32 / VEC;
+
+    float sq = 0.0f;
+    if (dim % VEC == 0 && vec_ok) {
+        const u32 nv = dim / VEC;
+        const uint4* xv = reinterpret_cast<const uint4*>(xr);
+        uint4 xc[CACHE];
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c) {
+            const u32 vi = tid + u32(c) * bs;
+            if (vi < nv) xc[c] = xv[vi];
+        }
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c) {
+            if (tid + u32(c) * bs < nv) {
+                float v[VEC];
+                unpack16<T>(xc[c], v);
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) sq += v[j] * v[j];
+            }
+        }
+        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
+            float v[VEC];
+            unpack16<T>(xv[vi], v);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) sq += v[j] * v[j];
+        }
+        const float inv = inv_of(sq);
+        auto emit = [&](u32 vi, uint4 raw) {
+            float v[VEC];
+            unpack16<T>(raw, v);
+            float f[VEC];
+            factors(u64(vi) * VEC, f);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) v[j] *= inv * f[j];
+            store_vec(yr + u64(vi) * VEC, v);
+        };
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c) {
+            const u32 vi = tid + u32(c) * bs;
+            if (vi < nv) emit(vi, xc[c]);
+        }
+        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) emit(vi, xv[vi]);
+    } else {
+        for (u32 i = tid; i < dim; i += bs) {
+            const float v = to_f(xr[i]);
+            sq += v * v;
+        }
+        const float inv = inv_of(sq);
+        for (u32 i = tid; i < dim; i += bs) yr[i] = from_f<T>(to_f(xr[i]) * inv * factors(u64(i)));
+    }
+}
+
 // ---- Hopper's warpgroup MMA (wgmma, sm_90a) ----
 //
 // MLXN_WGMMA is defined where the program is compiled with sm_90a's

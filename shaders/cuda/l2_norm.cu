@@ -9,11 +9,12 @@
 //
 // When dim is a multiple of the 16-byte vector width (4 f32, 8 f16/bf16) and
 // both row pointers are 16-byte aligned, threads move 16-byte vectors and keep
-// the first CACHE vectors of the row in registers between the sum pass and the
-// output pass, so a row is read from memory once when dim <= 32 * blockDim.x;
-// longer rows re-read the rest. Otherwise a scalar path strides over the row.
-// Either way each thread writes only the elements it read itself, after the
-// block's sum, so y may be x's buffer (in place).
+// their first 32 / VEC vectors of the row in registers between the sum pass
+// and the output pass, so a row is read from memory once when
+// dim <= 32 * blockDim.x; longer rows re-read the rest. Otherwise a scalar
+// path strides over the row (sumsq_scale_row in common.cuh, rms_norm's row
+// too). Either way each thread writes only the elements it read itself,
+// after the block's sum, so y may be x's buffer (in place).
 
 namespace {
 
@@ -24,56 +25,8 @@ __device__ __forceinline__ void l2_norm_row(const T* x, T* y, const L2NormParams
     const u32 dim = p->dim;
     if (row >= p->rows) return;
     const u64 base = u64(row) * dim;
-    const T* xr = x + base;
-    T* yr = y + base;
-    const u32 tid = threadIdx.x, bs = blockDim.x;
-    constexpr int VEC = VecOf<T>::N;
-    constexpr int CACHE = 32 / VEC;
-
-    float sq = 0.0f;
-    if (dim % VEC == 0 && aligned16(xr) && aligned16(yr)) {
-        const u32 nv = dim / VEC;
-        float xc[CACHE][VEC];
-#pragma unroll
-        for (int c = 0; c < CACHE; ++c) {
-            const u32 vi = tid + u32(c) * bs;
-            if (vi < nv) {
-                load_vec(xr + u64(vi) * VEC, xc[c]);
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) sq += xc[c][j] * xc[c][j];
-            }
-        }
-        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
-            float v[VEC];
-            load_vec(xr + u64(vi) * VEC, v);
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) sq += v[j] * v[j];
-        }
-        const float inv = 1.0f / sqrtf(block_sum(sq, partials) + p->eps);
-#pragma unroll
-        for (int c = 0; c < CACHE; ++c) {
-            const u32 vi = tid + u32(c) * bs;
-            if (vi < nv) {
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) xc[c][j] *= inv;
-                store_vec(yr + u64(vi) * VEC, xc[c]);
-            }
-        }
-        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
-            float v[VEC];
-            load_vec(xr + u64(vi) * VEC, v);
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) v[j] *= inv;
-            store_vec(yr + u64(vi) * VEC, v);
-        }
-    } else {
-        for (u32 i = tid; i < dim; i += bs) {
-            const float v = to_f(xr[i]);
-            sq += v * v;
-        }
-        const float inv = 1.0f / sqrtf(block_sum(sq, partials) + p->eps);
-        for (u32 i = tid; i < dim; i += bs) yr[i] = from_f<T>(to_f(xr[i]) * inv);
-    }
+    sumsq_scale_row(x + base, y + base, dim, aligned16(x + base) && aligned16(y + base),
+                    [&](float sq) { return 1.0f / sqrtf(block_sum(sq, partials) + p->eps); }, UnitFactors{});
 }
 
 }  // namespace

@@ -20,8 +20,9 @@
 // words loaded (16 registers for a 16-bit type, 32 for f32), issued before
 // any arithmetic, between the sum and the output: a row is read once when
 // dim <= 32 * (threads of the row); longer rows re-read the rest. Otherwise a
-// scalar path strides over the row. Each thread writes only the elements it
-// read, after the row's sum, so y may be x's buffer (in place).
+// scalar path strides over the row (sumsq_scale_row in common.cuh). Each
+// thread writes only the elements it read, after the row's sum, so y may be
+// x's buffer (in place).
 
 namespace {
 
@@ -46,69 +47,30 @@ __device__ __forceinline__ float weight_factor(float w) {
     return MODE == WEIGHT ? w : MODE == ONE_PLUS ? 1.0f + w : 1.0f;
 }
 
+// The factors of a row: its weights w (as MODE uses them).
+template <typename W, int MODE>
+struct RmsFactors {
+    const W* w;
+    template <int N> __device__ __forceinline__ void operator()(u64 e, float (&f)[N]) const {
+        if constexpr (MODE == NO_SCALE) {
+#pragma unroll
+            for (int j = 0; j < N; ++j) f[j] = 1.0f;
+        } else {
+            load_weight(w + e, f);
+#pragma unroll
+            for (int j = 0; j < N; ++j) f[j] = weight_factor<MODE>(f[j]);
+        }
+    }
+    __device__ __forceinline__ float operator()(u64 i) const { return MODE == NO_SCALE ? 1.0f : weight_factor<MODE>(to_f(w[i])); }
+};
+
 template <typename T, typename W, int MODE>
 __device__ __forceinline__ void rms_norm_row(const T* x, const W* w, T* y, const RmsNormParams* p) {
     extern __shared__ float partials[];
     const u32 dim = u32(p->dim);
     const u64 base = u64(row_index()) * dim;
-    const T* xr = x + base;
-    T* yr = y + base;
-    const u32 tid = threadIdx.x, bs = blockDim.x;
-    constexpr int VEC = VecOf<T>::N;
-    constexpr int CACHE = 32 / VEC;
-
-    float sq = 0.0f;
-    if (dim % VEC == 0 && aligned16(xr) && aligned16(yr) && (MODE == NO_SCALE || aligned16(w))) {
-        const u32 nv = dim / VEC;
-        const uint4* xv = reinterpret_cast<const uint4*>(xr);
-        uint4 xc[CACHE];
-#pragma unroll
-        for (int c = 0; c < CACHE; ++c) {
-            const u32 vi = tid + u32(c) * bs;
-            if (vi < nv) xc[c] = xv[vi];
-        }
-#pragma unroll
-        for (int c = 0; c < CACHE; ++c) {
-            if (tid + u32(c) * bs < nv) {
-                float v[VEC];
-                unpack16<T>(xc[c], v);
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) sq += v[j] * v[j];
-            }
-        }
-        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
-            float v[VEC];
-            unpack16<T>(xv[vi], v);
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) sq += v[j] * v[j];
-        }
-        const float inv = rsqrtf(row_sum(sq, partials) / float(dim) + p->eps);
-        auto emit = [&](u32 vi, uint4 raw) {
-            float v[VEC];
-            unpack16<T>(raw, v);
-            float wv[VEC];
-            if constexpr (MODE != NO_SCALE) load_weight(w + u64(vi) * VEC, wv);
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) v[j] *= inv * (MODE == NO_SCALE ? 1.0f : weight_factor<MODE>(wv[j]));
-            store_vec(yr + u64(vi) * VEC, v);
-        };
-#pragma unroll
-        for (int c = 0; c < CACHE; ++c) {
-            const u32 vi = tid + u32(c) * bs;
-            if (vi < nv) emit(vi, xc[c]);
-        }
-        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) emit(vi, xv[vi]);
-    } else {
-        for (u32 i = tid; i < dim; i += bs) {
-            const float v = to_f(xr[i]);
-            sq += v * v;
-        }
-        const float inv = rsqrtf(row_sum(sq, partials) / float(dim) + p->eps);
-        for (u32 i = tid; i < dim; i += bs) {
-            const float f = MODE == NO_SCALE ? 1.0f : weight_factor<MODE>(to_f(w[i]));
-            yr[i] = from_f<T>(to_f(xr[i]) * inv * f);
-        }
-    }
+    sumsq_scale_row(x + base, y + base, dim, aligned16(x + base) && aligned16(y + base) && (MODE == NO_SCALE || aligned16(w)),
+                    [&](float sq) { return rsqrtf(row_sum(sq, partials) / float(dim) + p->eps); }, RmsFactors<W, MODE>{w});
 }
 
 }  // namespace
