@@ -1,8 +1,8 @@
 // The compile job of mlxn_library_compile_start / _done / _finish
 // (native/include/mlx_native.h), shared by native/emu and native/cuda: each
-// backend checks its handles, keeps its device alive, and hands this file the
-// work, which calls the backend's own mlxn_library_compile on a thread of its
-// own. Header-only.
+// backend says how to keep its device alive and hands this file the rest,
+// which calls the backend's own mlxn_library_compile on a thread of its own.
+// Header-only.
 #pragma once
 
 #include <atomic>
@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "../include/mlx_native.h"
+#include "messages.h"
 
 struct mlxn_compile_job {
   std::thread worker;
@@ -77,6 +78,38 @@ inline mlxn_status finish_compile_job(mlxn_compile_job* job, mlxn_library** out,
   *message = std::move(job->message);
   delete job;
   return status;
+}
+
+// mlxn_library_compile_start of a backend: `hold` takes a reference on the
+// device for the job and `release` drops it (on the job's thread when the
+// compile ends, or here when no thread starts).
+template <typename Hold>
+inline mlxn_status library_compile_start(mlxn_device* device, const char* source, uint64_t source_len, const char* name,
+                                         const void* constants, uint32_t constants_count, Hold&& hold,
+                                         const std::function<void()>& release, mlxn_compile_job** out, char* msg,
+                                         uint64_t msg_cap) {
+  if (!device || !out)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "mlxn_library_compile_start: device and out must be non-NULL");
+  *out = nullptr;
+  hold();
+  std::string err;
+  const mlxn_status st =
+      start_compile_job(device, source, source_len, name, constants, constants_count, release, out, &err);
+  if (st != MLXN_OK) {
+    release();
+    return set_msg(msg, msg_cap, st, err);
+  }
+  return ok_msg(msg, msg_cap);
+}
+
+// mlxn_compile_job_finish: the job's library and message.
+inline mlxn_status library_compile_finish(mlxn_compile_job* job, mlxn_library** out, char* msg, uint64_t msg_cap) {
+  if (!job || !out)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_compile_job_finish: job and out must be non-NULL");
+  std::string text;
+  const mlxn_status st = finish_compile_job(job, out, &text);
+  return st == MLXN_OK ? ok_msg(msg, msg_cap) : set_msg(msg, msg_cap, st, text);
 }
 
 }  // namespace mlxn::common

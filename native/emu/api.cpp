@@ -463,28 +463,15 @@ mlxn_status mlxn_library_compile(mlxn_device* device, const char* source, uint64
 mlxn_status mlxn_library_compile_start(mlxn_device* device, const char* source, uint64_t source_len,
                                        const char* name, const void* constants, uint32_t constants_count,
                                        mlxn_compile_job** out, char* msg, uint64_t msg_cap) {
-  if (!device || !out)
-    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_library_compile_start: null device or out");
-  *out = nullptr;
-  device->refs.fetch_add(1);  // the job's, dropped on its thread when the compile ends
-  std::string err;
-  const mlxn_status st = mlxn::common::start_compile_job(
-      device, source, source_len, name, constants, constants_count, [device] { device_unref(device); }, out, &err);
-  if (st != MLXN_OK) {
-    device_unref(device);
-    return set_msg(msg, msg_cap, st, err);
-  }
-  return ok_msg(msg, msg_cap);
+  return mlxn::common::library_compile_start(
+      device, source, source_len, name, constants, constants_count, [device] { device->refs.fetch_add(1); },
+      [device] { device_unref(device); }, out, msg, msg_cap);
 }
 
 int32_t mlxn_compile_job_done(mlxn_compile_job* job) { return mlxn::common::compile_job_done(job); }
 
 mlxn_status mlxn_compile_job_finish(mlxn_compile_job* job, mlxn_library** out, char* msg, uint64_t msg_cap) {
-  if (!job || !out)
-    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_compile_job_finish: null job or out");
-  std::string text;
-  const mlxn_status st = mlxn::common::finish_compile_job(job, out, &text);
-  return st == MLXN_OK ? ok_msg(msg, msg_cap) : set_msg(msg, msg_cap, st, text);
+  return mlxn::common::library_compile_finish(job, out, msg, msg_cap);
 }
 
 void mlxn_library_release(mlxn_library* library) {

@@ -1,5 +1,5 @@
-// Small helpers shared by the emulator runtime: status messages, hashing,
-// environment lookups.
+// Small helpers shared by the emulator runtime: status messages (those of
+// native/common/messages.h), hashing, environment lookups.
 #pragma once
 
 #include <cstdint>
@@ -7,24 +7,13 @@
 #include <cstring>
 #include <string>
 
+#include "../common/messages.h"
 #include "../include/mlx_native.h"
 
 namespace mlxn::emu {
 
-// Writes `text` NUL-terminated into msg (truncated to cap) and returns code.
-inline mlxn_status set_msg(char* msg, uint64_t cap, mlxn_status code, const std::string& text) {
-  if (msg && cap > 0) {
-    size_t n = text.size() < cap - 1 ? text.size() : size_t(cap - 1);
-    std::memcpy(msg, text.data(), n);
-    msg[n] = '\0';
-  }
-  return code;
-}
-
-inline mlxn_status ok_msg(char* msg, uint64_t cap) {
-  if (msg && cap > 0) msg[0] = '\0';
-  return MLXN_OK;
-}
+using mlxn::common::ok_msg;
+using mlxn::common::set_msg;
 
 // Copies `s` NUL-terminated into out (truncated to cap); returns strlen(s) + 1.
 inline uint64_t copy_out(const std::string& s, char* out, uint64_t cap) {

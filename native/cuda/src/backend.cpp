@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "../../common/compile_job.h"
+#include "../../common/messages.h"
 #include "../../common/patch_bytes.h"
 #include "../../include/mlx_native.h"
 #include "../../include/mlx_native_block.h"
@@ -44,6 +45,8 @@
 #define MLXN_EXPORT extern "C" __attribute__((visibility("default")))
 
 using namespace mlxn_cuda;
+using mlxn::common::ok_msg;
+using mlxn::common::set_msg;
 
 namespace {
 
@@ -53,20 +56,6 @@ namespace {
 constexpr char kPdlMark[] = "#define MLXN_PDL 1\n";
 
 // ---- messages ----
-
-mlxn_status fail(mlxn_status code, char* msg, uint64_t cap, const std::string& text) {
-  if (msg && cap > 0) {
-    const size_t n = std::min<uint64_t>(text.size(), cap - 1);
-    std::memcpy(msg, text.data(), n);
-    msg[n] = '\0';
-  }
-  return code;
-}
-
-mlxn_status ok(char* msg, uint64_t cap) {
-  if (msg && cap > 0) msg[0] = '\0';
-  return MLXN_OK;
-}
 
 uint64_t write_string(const std::string& s, char* out, uint64_t cap) {
   if (out && cap > 0) {
@@ -460,8 +449,8 @@ int32_t poll(Encoder* e) {
 // Before recording: a finished commit leaves the encoder recording afresh.
 mlxn_status begin_recording(Encoder* e, const char* what, char* msg, uint64_t cap) {
   if (poll(e) == MLXN_ENCODER_PENDING)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, cap,
-                std::string(what) + ": the encoder's last commit is still running; wait for it first");
+    return set_msg(msg, cap, MLXN_ERR_INVALID_ARGUMENT,
+                   std::string(what) + ": the encoder's last commit is still running; wait for it first");
   if (e->state != MLXN_ENCODER_RECORDING) {
     e->state = MLXN_ENCODER_RECORDING;
     e->error.clear();
@@ -494,25 +483,25 @@ MLXN_EXPORT uint32_t mlxn_device_count(void) {
 
 MLXN_EXPORT mlxn_status mlxn_device_open(uint32_t ordinal, mlxn_device** out, char* msg,
                                          uint64_t msg_cap) {
-  if (!out) return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, "mlxn_device_open: out is NULL");
+  if (!out) return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_device_open: out is NULL");
   *out = nullptr;
   const Driver* cu = driver();
   if (!cu)
-    return fail(MLXN_ERR_DEVICE_NOT_FOUND, msg, msg_cap,
-                "cuda: no CUDA driver (libcuda.so.1 could not be loaded or initialised)");
+    return set_msg(msg, msg_cap, MLXN_ERR_DEVICE_NOT_FOUND,
+                   "cuda: no CUDA driver (libcuda.so.1 could not be loaded or initialised)");
   const uint32_t count = mlxn_device_count();
   if (ordinal >= count)
-    return fail(MLXN_ERR_DEVICE_NOT_FOUND, msg, msg_cap,
-                "cuda: device ordinal " + std::to_string(ordinal) + " is out of range (" +
-                    std::to_string(count) + " CUDA device(s) present)");
+    return set_msg(msg, msg_cap, MLXN_ERR_DEVICE_NOT_FOUND,
+                   "cuda: device ordinal " + std::to_string(ordinal) + " is out of range (" +
+                       std::to_string(count) + " CUDA device(s) present)");
   std::unique_ptr<Device> d(new Device);
   CUresult r = cu->cuDeviceGet(&d->dev, static_cast<int>(ordinal));
   if (r != CUDA_SUCCESS)
-    return fail(MLXN_ERR_DEVICE_NOT_FOUND, msg, msg_cap, cu_call_error("cuDeviceGet", r));
+    return set_msg(msg, msg_cap, MLXN_ERR_DEVICE_NOT_FOUND, cu_call_error("cuDeviceGet", r));
   r = cu->cuDevicePrimaryCtxRetain(&d->ctx, d->dev);
   if (r != CUDA_SUCCESS)
-    return fail(MLXN_ERR_DEVICE_NOT_FOUND, msg, msg_cap,
-                cu_call_error("cuDevicePrimaryCtxRetain", r));
+    return set_msg(msg, msg_cap, MLXN_ERR_DEVICE_NOT_FOUND,
+                   cu_call_error("cuDevicePrimaryCtxRetain", r));
   cu->cuCtxSetCurrent(d->ctx);
   char name[256] = {0};
   if (cu->cuDeviceGetName(name, sizeof name - 1, d->dev) == CUDA_SUCCESS) d->name = name;
@@ -542,10 +531,10 @@ MLXN_EXPORT mlxn_status mlxn_device_open(uint32_t ordinal, mlxn_device** out, ch
   r = cu->cuStreamCreate(&d->xfer, CU_STREAM_NON_BLOCKING);
   if (r != CUDA_SUCCESS) {
     cu->cuDevicePrimaryCtxRelease(d->dev);
-    return fail(MLXN_ERR_DEVICE_NOT_FOUND, msg, msg_cap, cu_call_error("cuStreamCreate", r));
+    return set_msg(msg, msg_cap, MLXN_ERR_DEVICE_NOT_FOUND, cu_call_error("cuStreamCreate", r));
   }
   *out = reinterpret_cast<mlxn_device*>(d.release());
-  return ok(msg, msg_cap);
+  return ok_msg(msg, msg_cap);
 }
 
 MLXN_EXPORT void mlxn_device_close(mlxn_device* device) {
@@ -575,18 +564,18 @@ MLXN_EXPORT uint64_t mlxn_device_limit(mlxn_device* device, uint32_t key) {
 MLXN_EXPORT mlxn_status mlxn_device_set_option(mlxn_device* device, const char* key,
                                                const char* value, char* msg, uint64_t msg_cap) {
   if (!device || !key || !value)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                "mlxn_device_set_option: device, key and value must be non-NULL");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "mlxn_device_set_option: device, key and value must be non-NULL");
   Device* d = reinterpret_cast<Device*>(device);
   const std::string k = key, v = value;
   if (k != "pdl")
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                "cuda: unknown option '" + k + "' (the cuda backend knows pdl)");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "cuda: unknown option '" + k + "' (the cuda backend knows pdl)");
   if (v != "on" && v != "off")
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, "cuda: option pdl must be on or off (got '" + v + "')");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "cuda: option pdl must be on or off (got '" + v + "')");
   // Later launches (and captures) follow it; recorded launches are kept as they are.
   d->pdl = v == "on" && d->cc_major >= 9 && use(d)->cuLaunchKernelEx != nullptr;
-  return ok(msg, msg_cap);
+  return ok_msg(msg, msg_cap);
 }
 
 // ---- buffers ----
@@ -594,8 +583,8 @@ MLXN_EXPORT mlxn_status mlxn_device_set_option(mlxn_device* device, const char* 
 MLXN_EXPORT mlxn_status mlxn_buffer_alloc(mlxn_device* device, uint64_t length, mlxn_buffer** out,
                                           char* msg, uint64_t msg_cap) {
   if (!device || !out)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                "mlxn_buffer_alloc: device and out must be non-NULL");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "mlxn_buffer_alloc: device and out must be non-NULL");
   *out = nullptr;
   Device* d = reinterpret_cast<Device*>(device);
   const Driver* cu = use(d);
@@ -605,14 +594,14 @@ MLXN_EXPORT mlxn_status mlxn_buffer_alloc(mlxn_device* device, uint64_t length, 
   if (length > 0) {  // a zero-length buffer owns no device memory
     CUresult r = cu->cuMemAlloc(&b->ptr, length);
     if (r != CUDA_SUCCESS)
-      return fail(MLXN_ERR_BUFFER_ALLOCATION, msg, msg_cap,
-                  "cuda: cannot allocate " + std::to_string(length) + " bytes: " + cu_error_text(r));
+      return set_msg(msg, msg_cap, MLXN_ERR_BUFFER_ALLOCATION,
+                     "cuda: cannot allocate " + std::to_string(length) + " bytes: " + cu_error_text(r));
     r = cu->cuMemsetD8Async(b->ptr, 0, length, d->xfer);
     if (r == CUDA_SUCCESS) r = cu->cuStreamSynchronize(d->xfer);
     if (r != CUDA_SUCCESS) {
       cu->cuMemFree(b->ptr);
-      return fail(MLXN_ERR_BUFFER_ALLOCATION, msg, msg_cap,
-                  cu_call_error("zero-filling a new buffer (cuMemsetD8Async)", r));
+      return set_msg(msg, msg_cap, MLXN_ERR_BUFFER_ALLOCATION,
+                     cu_call_error("zero-filling a new buffer (cuMemsetD8Async)", r));
     }
   }
   d->refs.fetch_add(1);
@@ -621,7 +610,7 @@ MLXN_EXPORT mlxn_status mlxn_buffer_alloc(mlxn_device* device, uint64_t length, 
     g_buffers.insert(b.get());
   }
   *out = reinterpret_cast<mlxn_buffer*>(b.release());
-  return ok(msg, msg_cap);
+  return ok_msg(msg, msg_cap);
 }
 
 MLXN_EXPORT void mlxn_buffer_release(mlxn_buffer* buffer) {
@@ -646,15 +635,15 @@ static mlxn_status buffer_copy(mlxn_buffer* buffer, uint64_t offset, void* host,
                                bool to_device, char* msg, uint64_t msg_cap) {
   const char* fn = to_device ? "mlxn_buffer_write" : "mlxn_buffer_read";
   if (!buffer || (!host && length > 0))
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                std::string(fn) + ": buffer and data pointer must be non-NULL");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   std::string(fn) + ": buffer and data pointer must be non-NULL");
   Buffer* b = reinterpret_cast<Buffer*>(buffer);
   if (offset > b->len || length > b->len - offset)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                std::string(fn) + ": range [" + std::to_string(offset) + ", " +
-                    std::to_string(offset) + "+" + std::to_string(length) +
-                    ") is past the buffer's " + std::to_string(b->len) + " bytes");
-  if (length == 0) return ok(msg, msg_cap);
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   std::string(fn) + ": range [" + std::to_string(offset) + ", " +
+                       std::to_string(offset) + "+" + std::to_string(length) +
+                       ") is past the buffer's " + std::to_string(b->len) + " bytes");
+  if (length == 0) return ok_msg(msg, msg_cap);
   const Driver* cu = use(b->dev);
   // Through the device's own stream, synchronised: the copy has fully landed
   // when this returns, so any later dispatch on any stream sees it.
@@ -662,8 +651,8 @@ static mlxn_status buffer_copy(mlxn_buffer* buffer, uint64_t offset, void* host,
                          : cu->cuMemcpyDtoHAsync(host, b->ptr + offset, length, b->dev->xfer);
   if (r == CUDA_SUCCESS) r = cu->cuStreamSynchronize(b->dev->xfer);
   if (r != CUDA_SUCCESS)
-    return fail(MLXN_ERR_COMMAND_BUFFER, msg, msg_cap, cu_call_error(fn, r));
-  return ok(msg, msg_cap);
+    return set_msg(msg, msg_cap, MLXN_ERR_COMMAND_BUFFER, cu_call_error(fn, r));
+  return ok_msg(msg, msg_cap);
 }
 
 MLXN_EXPORT mlxn_status mlxn_buffer_write(mlxn_buffer* buffer, uint64_t offset, const void* src,
@@ -683,21 +672,21 @@ MLXN_EXPORT mlxn_status mlxn_library_compile(mlxn_device* device, const char* so
                                              const void* constants, uint32_t constants_count,
                                              mlxn_library** out, char* msg, uint64_t msg_cap) {
   if (!device || !out || (!source && source_len > 0) || (!constants && constants_count > 0))
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                "mlxn_library_compile: device, out, source and constants must be non-NULL");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "mlxn_library_compile: device, out, source and constants must be non-NULL");
   *out = nullptr;
   Device* d = reinterpret_cast<Device*>(device);
   const std::string src = source ? std::string(source, source_len) : std::string();
   if (src.find('\0') != std::string::npos)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                "mlxn_library_compile: source contains a NUL byte");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "mlxn_library_compile: source contains a NUL byte");
   const std::string file = name && *name ? name : "source.cu";
   // The name is NVRTC's program name, cited in diagnostics and #line: no control characters.
   for (unsigned char c : file)
     if (c < 0x20 || c == 0x7f)
-      return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                  "mlxn_library_compile: name must be a file name without control characters (got byte " +
-                      std::to_string(unsigned(c)) + ")");
+      return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                     "mlxn_library_compile: name must be a file name without control characters (got byte " +
+                         std::to_string(unsigned(c)) + ")");
 
   std::vector<std::string> defines;
   std::vector<uint32_t> seen;
@@ -706,18 +695,18 @@ MLXN_EXPORT mlxn_status mlxn_library_compile(mlxn_device* device, const char* so
     const uint32_t index = load<uint32_t>(rec), type = load<uint32_t>(rec + 4),
                    bits = load<uint32_t>(rec + 8);
     if (std::find(seen.begin(), seen.end(), index) != seen.end())
-      return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                  file + ": function constant " + std::to_string(index) + " is given twice");
+      return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                     file + ": function constant " + std::to_string(index) + " is given twice");
     seen.push_back(index);
     std::string def, err;
     if (!constant_define(index, type, bits, &def, &err))
-      return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, file + ": " + err);
+      return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, file + ": " + err);
     defines.push_back(def);
   }
 
   const Driver* cu = use(d);
   CompileResult c = compile_image(d, src, file, defines);
-  if (c.status != MLXN_OK) return fail(c.status, msg, msg_cap, c.text);
+  if (c.status != MLXN_OK) return set_msg(msg, msg_cap, c.status, c.text);
 
   char log[8192] = {0};
   int opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
@@ -725,9 +714,9 @@ MLXN_EXPORT mlxn_status mlxn_library_compile(mlxn_device* device, const char* so
   CUmodule module = nullptr;
   const CUresult r = cu->cuModuleLoadDataEx(&module, c.image.data(), 2, opts, vals);
   if (r != CUDA_SUCCESS)
-    return fail(MLXN_ERR_SHADER_COMPILATION, msg, msg_cap,
-                file + ": loading the compiled module failed: " + cu_error_text(r) +
-                    (log[0] ? std::string(":\n") + log : std::string()));
+    return set_msg(msg, msg_cap, MLXN_ERR_SHADER_COMPILATION,
+                   file + ": loading the compiled module failed: " + cu_error_text(r) +
+                       (log[0] ? std::string(":\n") + log : std::string()));
   Library* l = new Library;
   l->dev = d;
   l->module = module;
@@ -740,27 +729,17 @@ MLXN_EXPORT mlxn_status mlxn_library_compile(mlxn_device* device, const char* so
   }
   d->refs.fetch_add(1);
   *out = reinterpret_cast<mlxn_library*>(l);
-  return ok(msg, msg_cap);
+  return ok_msg(msg, msg_cap);
 }
 
 MLXN_EXPORT mlxn_status mlxn_library_compile_start(mlxn_device* device, const char* source,
                                                    uint64_t source_len, const char* name,
                                                    const void* constants, uint32_t constants_count,
                                                    mlxn_compile_job** out, char* msg, uint64_t msg_cap) {
-  if (!device || !out)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                "mlxn_library_compile_start: device and out must be non-NULL");
-  *out = nullptr;
   Device* d = reinterpret_cast<Device*>(device);
-  d->refs.fetch_add(1);  // the job's, dropped on its thread when the compile ends
-  std::string err;
-  const mlxn_status st = mlxn::common::start_compile_job(
-      device, source, source_len, name, constants, constants_count, [d] { device_unref(d); }, out, &err);
-  if (st != MLXN_OK) {
-    device_unref(d);
-    return fail(st, msg, msg_cap, err);
-  }
-  return ok(msg, msg_cap);
+  return mlxn::common::library_compile_start(
+      device, source, source_len, name, constants, constants_count, [d] { d->refs.fetch_add(1); },
+      [d] { device_unref(d); }, out, msg, msg_cap);
 }
 
 MLXN_EXPORT int32_t mlxn_compile_job_done(mlxn_compile_job* job) {
@@ -769,12 +748,7 @@ MLXN_EXPORT int32_t mlxn_compile_job_done(mlxn_compile_job* job) {
 
 MLXN_EXPORT mlxn_status mlxn_compile_job_finish(mlxn_compile_job* job, mlxn_library** out,
                                                 char* msg, uint64_t msg_cap) {
-  if (!job || !out)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                "mlxn_compile_job_finish: job and out must be non-NULL");
-  std::string text;
-  const mlxn_status st = mlxn::common::finish_compile_job(job, out, &text);
-  return st == MLXN_OK ? ok(msg, msg_cap) : fail(st, msg, msg_cap, text);
+  return mlxn::common::library_compile_finish(job, out, msg, msg_cap);
 }
 
 MLXN_EXPORT void mlxn_library_release(mlxn_library* library) {
@@ -794,8 +768,8 @@ MLXN_EXPORT uint64_t mlxn_library_kernel_names(mlxn_library* library, char* out,
 MLXN_EXPORT mlxn_status mlxn_pipeline_create(mlxn_library* library, const char* kernel_name,
                                              mlxn_pipeline** out, char* msg, uint64_t msg_cap) {
   if (!library || !kernel_name || !out)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                "mlxn_pipeline_create: library, kernel_name and out must be non-NULL");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "mlxn_pipeline_create: library, kernel_name and out must be non-NULL");
   *out = nullptr;
   Library* l = reinterpret_cast<Library*>(library);
   const Driver* cu = use(l->dev);
@@ -808,10 +782,10 @@ MLXN_EXPORT mlxn_status mlxn_pipeline_create(mlxn_library* library, const char* 
   if (r != CUDA_SUCCESS) {
     std::string names;
     for (const std::string& n : l->kernels) names += (names.empty() ? "" : ", ") + n;
-    return fail(MLXN_ERR_KERNEL_NOT_FOUND, msg, msg_cap,
-                std::string("kernel '") + kernel_name + "' not found in " + l->name +
-                    " (kernels: " + (names.empty() ? "none" : names) +
-                    "; entry points must be extern \"C\" __global__)");
+    return set_msg(msg, msg_cap, MLXN_ERR_KERNEL_NOT_FOUND,
+                   std::string("kernel '") + kernel_name + "' not found in " + l->name +
+                       " (kernels: " + (names.empty() ? "none" : names) +
+                       "; entry points must be extern \"C\" __global__)");
   }
   std::unique_ptr<Pipeline> p(new Pipeline);
   p->lib = l;
@@ -820,7 +794,7 @@ MLXN_EXPORT mlxn_status mlxn_pipeline_create(mlxn_library* library, const char* 
   int v = 0;
   r = cu->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn);
   if (r != CUDA_SUCCESS)
-    return fail(MLXN_ERR_INTERNAL, msg, msg_cap, cu_call_error("cuFuncGetAttribute", r));
+    return set_msg(msg, msg_cap, MLXN_ERR_INTERNAL, cu_call_error("cuFuncGetAttribute", r));
   p->max_threads = static_cast<uint32_t>(v);
   v = 0;
   cu->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn);
@@ -843,7 +817,7 @@ MLXN_EXPORT mlxn_status mlxn_pipeline_create(mlxn_library* library, const char* 
     g_pipelines.insert(p.get());
   }
   *out = reinterpret_cast<mlxn_pipeline*>(p.release());
-  return ok(msg, msg_cap);
+  return ok_msg(msg, msg_cap);
 }
 
 MLXN_EXPORT void mlxn_pipeline_release(mlxn_pipeline* pipeline) {
@@ -868,8 +842,8 @@ MLXN_EXPORT uint64_t mlxn_pipeline_static_threadgroup_memory(mlxn_pipeline* pipe
 MLXN_EXPORT mlxn_status mlxn_encoder_create(mlxn_device* device, mlxn_encoder** out, char* msg,
                                             uint64_t msg_cap) {
   if (!device || !out)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                "mlxn_encoder_create: device and out must be non-NULL");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "mlxn_encoder_create: device and out must be non-NULL");
   *out = nullptr;
   Device* d = reinterpret_cast<Device*>(device);
   const Driver* cu = use(d);
@@ -881,11 +855,11 @@ MLXN_EXPORT mlxn_status mlxn_encoder_create(mlxn_device* device, mlxn_encoder** 
   if (r != CUDA_SUCCESS) {
     if (e->start) cu->cuEventDestroy(e->start);
     if (e->stream) cu->cuStreamDestroy(e->stream);
-    return fail(MLXN_ERR_COMMAND_BUFFER, msg, msg_cap, cu_call_error("creating an encoder", r));
+    return set_msg(msg, msg_cap, MLXN_ERR_COMMAND_BUFFER, cu_call_error("creating an encoder", r));
   }
   d->refs.fetch_add(1);
   *out = reinterpret_cast<mlxn_encoder*>(e.release());
-  return ok(msg, msg_cap);
+  return ok_msg(msg, msg_cap);
 }
 
 MLXN_EXPORT void mlxn_encoder_release(mlxn_encoder* encoder) {
@@ -911,7 +885,7 @@ MLXN_EXPORT void mlxn_encoder_release(mlxn_encoder* encoder) {
 MLXN_EXPORT mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void* block,
                                               uint64_t block_len, char* msg, uint64_t msg_cap) {
   auto bad = [&](const std::string& text) {
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, "dispatch: " + text);
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "dispatch: " + text);
   };
   if (!encoder) return bad("encoder must be non-NULL");
   Encoder* e = reinterpret_cast<Encoder*>(encoder);
@@ -925,7 +899,7 @@ MLXN_EXPORT mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void*
     char text[MLXN_BLOCK_MESSAGE_CAP];
     Pipeline* p = reinterpret_cast<Pipeline*>(static_cast<uintptr_t>(blk.pipeline));
     const char* kernel = live_pipeline(p) && p->lib->dev == d ? p->name.c_str() : nullptr;
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, mlxn_block_message(&blk, kernel, text, sizeof text));
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, mlxn_block_message(&blk, kernel, text, sizeof text));
   };
   if (mlxn_block_decode(block, block_len, &blk) != MLXN_BLOCK_OK) return refuse(blk.error);
   Pipeline* pipe = reinterpret_cast<Pipeline*>(static_cast<uintptr_t>(blk.pipeline));
@@ -1012,19 +986,19 @@ MLXN_EXPORT mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void*
   }
   pipe->refs.fetch_add(1);
   e->recorded.push_back(std::move(l));
-  return ok(msg, msg_cap);
+  return ok_msg(msg, msg_cap);
 }
 
 MLXN_EXPORT mlxn_status mlxn_encoder_barrier(mlxn_encoder* encoder, char* msg, uint64_t msg_cap) {
   if (!encoder)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, "mlxn_encoder_barrier: encoder is NULL");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_encoder_barrier: encoder is NULL");
   if (reinterpret_cast<Encoder*>(encoder)->frozen)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                "barrier: the encoder must be recording (got a replayable encoder whose recording was committed: "
-                "replay it)");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "barrier: the encoder must be recording (got a replayable encoder whose recording was committed: "
+                   "replay it)");
   // Stream order already makes each dispatch see the writes of earlier ones.
   const mlxn_status st = begin_recording(reinterpret_cast<Encoder*>(encoder), "barrier", msg, msg_cap);
-  return st != MLXN_OK ? st : ok(msg, msg_cap);
+  return st != MLXN_OK ? st : ok_msg(msg, msg_cap);
 }
 
 namespace {
@@ -1116,7 +1090,7 @@ mlxn_status submit(Encoder* e, std::vector<Launch>& launches, const std::vector<
     drop_launches(e->inflight);  // a replayable recording keeps its own until release
     e->inflight_staging.clear();
     e->state = MLXN_ENCODER_ERROR;
-    return fail(MLXN_ERR_COMMAND_BUFFER, msg, msg_cap, e->error);
+    return set_msg(msg, msg_cap, MLXN_ERR_COMMAND_BUFFER, e->error);
   };
 
   const uint64_t staged = staging.size();
@@ -1150,19 +1124,19 @@ mlxn_status submit(Encoder* e, std::vector<Launch>& launches, const std::vector<
   }
   r = cu->cuEventRecord(e->stop, e->stream);
   if (r != CUDA_SUCCESS) return abort_commit("cuEventRecord", r);
-  return ok(msg, msg_cap);
+  return ok_msg(msg, msg_cap);
 }
 
 // What replay and patch share: a replayable encoder with no work running.
 mlxn_status check_replayable(const std::string& fn, Encoder* e, char* msg, uint64_t msg_cap) {
-  if (!e) return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, fn + ": encoder must be non-NULL (got NULL)");
+  if (!e) return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, fn + ": encoder must be non-NULL (got NULL)");
   if (!e->replayable)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                fn + ": encoder must be replayable (made by mlxn_encoder_create_replayable) "
-                     "(got an encoder made by mlxn_encoder_create)");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   fn + ": encoder must be replayable (made by mlxn_encoder_create_replayable) "
+                        "(got an encoder made by mlxn_encoder_create)");
   if (poll(e) == MLXN_ENCODER_PENDING)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                fn + ": encoder must have no work running (got a commit or replay still running; wait first)");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   fn + ": encoder must have no work running (got a commit or replay still running; wait first)");
   return MLXN_OK;
 }
 
@@ -1170,12 +1144,12 @@ mlxn_status check_replayable(const std::string& fn, Encoder* e, char* msg, uint6
 
 MLXN_EXPORT mlxn_status mlxn_encoder_commit(mlxn_encoder* encoder, char* msg, uint64_t msg_cap) {
   if (!encoder)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, "mlxn_encoder_commit: encoder is NULL");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_encoder_commit: encoder is NULL");
   Encoder* e = reinterpret_cast<Encoder*>(encoder);
   if (e->frozen)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                "commit: the encoder must be recording (got a replayable encoder whose recording was committed: "
-                "replay it)");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "commit: the encoder must be recording (got a replayable encoder whose recording was committed: "
+                   "replay it)");
   mlxn_status st = begin_recording(e, "commit", msg, msg_cap);
   if (st != MLXN_OK) return st;
   if (e->replayable) {
@@ -1193,8 +1167,8 @@ MLXN_EXPORT mlxn_status mlxn_encoder_commit(mlxn_encoder* encoder, char* msg, ui
 MLXN_EXPORT mlxn_status mlxn_encoder_create_replayable(mlxn_device* device, mlxn_encoder** out, char* msg,
                                                        uint64_t msg_cap) {
   if (!device || !out)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                "mlxn_encoder_create_replayable: device and out must be non-NULL");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "mlxn_encoder_create_replayable: device and out must be non-NULL");
   const mlxn_status st = mlxn_encoder_create(device, out, msg, msg_cap);
   if (st == MLXN_OK) reinterpret_cast<Encoder*>(*out)->replayable = true;
   return st;
@@ -1204,9 +1178,9 @@ MLXN_EXPORT mlxn_status mlxn_encoder_replay(mlxn_encoder* encoder, char* msg, ui
   Encoder* e = reinterpret_cast<Encoder*>(encoder);
   if (mlxn_status st = check_replayable("mlxn_encoder_replay", e, msg, msg_cap)) return st;
   if (!e->frozen)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap,
-                "mlxn_encoder_replay: encoder must have committed its recording once (got a recording never "
-                "committed)");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "mlxn_encoder_replay: encoder must have committed its recording once (got a recording never "
+                   "committed)");
   e->error.clear();
   const bool upload = e->staging_dirty;
   e->staging_dirty = false;
@@ -1220,7 +1194,7 @@ MLXN_EXPORT mlxn_status mlxn_encoder_patch_bytes(mlxn_encoder* encoder, uint64_t
   Encoder* e = reinterpret_cast<Encoder*>(encoder);
   if (mlxn_status st = check_replayable(fn, e, msg, msg_cap)) return st;
   if (std::string why = mlxn::common::patch_dispatch_refusal(fn, e->recorded.size(), dispatch_index); !why.empty())
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, why);
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, why);
   const Launch& l = e->recorded[dispatch_index];
   std::vector<mlxn::common::BytesBinding> bytes;
   std::vector<uint64_t> at;  // each one's offset into the staging
@@ -1232,17 +1206,17 @@ MLXN_EXPORT mlxn_status mlxn_encoder_patch_bytes(mlxn_encoder* encoder, uint64_t
   size_t which = 0;
   if (std::string why = mlxn::common::patch_binding_refusal(fn, dispatch_index, l.pipe->name, bytes, binding_index, len, data, &which);
       !why.empty())
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, why);
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, why);
   if (len) {
     std::memcpy(e->staging.data() + at[which], data, len);
     e->staging_dirty = e->frozen;  // before the first commit, its upload takes them
   }
-  return ok(msg, msg_cap);
+  return ok_msg(msg, msg_cap);
 }
 
 MLXN_EXPORT mlxn_status mlxn_encoder_wait(mlxn_encoder* encoder, char* msg, uint64_t msg_cap) {
   if (!encoder)
-    return fail(MLXN_ERR_INVALID_ARGUMENT, msg, msg_cap, "mlxn_encoder_wait: encoder is NULL");
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_encoder_wait: encoder is NULL");
   Encoder* e = reinterpret_cast<Encoder*>(encoder);
   if (e->state == MLXN_ENCODER_PENDING) {
     const Driver* cu = use(e->dev);
@@ -1250,8 +1224,8 @@ MLXN_EXPORT mlxn_status mlxn_encoder_wait(mlxn_encoder* encoder, char* msg, uint
     if (r == CUDA_SUCCESS) finish_commit(e);
     else fail_commit(e, r);
   }
-  if (e->state == MLXN_ENCODER_ERROR) return fail(MLXN_ERR_COMMAND_BUFFER, msg, msg_cap, e->error);
-  return ok(msg, msg_cap);
+  if (e->state == MLXN_ENCODER_ERROR) return set_msg(msg, msg_cap, MLXN_ERR_COMMAND_BUFFER, e->error);
+  return ok_msg(msg, msg_cap);
 }
 
 MLXN_EXPORT int32_t mlxn_encoder_status(mlxn_encoder* encoder) {
