@@ -28,6 +28,17 @@ namespace mlxn::common {
 // backends write messages into a caller's buffer of a given capacity).
 inline constexpr size_t kCompileMessageCap = size_t(1) << 20;
 
+// "" when `file`, the name mlxn_library_compile gives a library (written
+// into the generated source's #line and cited in diagnostics), has no
+// control characters; else the refusal.
+inline std::string library_name_refusal(const std::string& file) {
+  for (unsigned char c : file)
+    if (c < 0x20 || c == 0x7f)
+      return "mlxn_library_compile: name must be a file name without control characters (got byte " +
+             std::to_string(unsigned(c)) + ")";
+  return "";
+}
+
 // Copies the arguments of mlxn_library_compile and runs it on a new thread;
 // `release` runs there after it, whatever the outcome (it drops what the
 // caller took to keep the device alive). The arguments are checked by

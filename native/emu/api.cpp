@@ -444,12 +444,8 @@ mlxn_status mlxn_library_compile(mlxn_device* device, const char* source, uint64
                          std::to_string(cs[i].type));
   }
   const std::string file = (name && *name) ? name : "source.metal";
-  // The name is written into the generated C++ (#line): no control characters.
-  for (unsigned char c : file)
-    if (c < 0x20 || c == 0x7f)
-      return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
-                     "mlxn_library_compile: name must be a file name without control characters (got byte " +
-                         std::to_string(unsigned(c)) + ")");
+  const std::string bad_name = mlxn::common::library_name_refusal(file);
+  if (!bad_name.empty()) return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, bad_name);
   std::shared_ptr<Code> code;
   std::string err;
   mlxn_status st = compile_metal(std::string(source ? source : "", source_len), file, cs, &code, &err);

@@ -681,12 +681,8 @@ MLXN_EXPORT mlxn_status mlxn_library_compile(mlxn_device* device, const char* so
     return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
                    "mlxn_library_compile: source contains a NUL byte");
   const std::string file = name && *name ? name : "source.cu";
-  // The name is NVRTC's program name, cited in diagnostics and #line: no control characters.
-  for (unsigned char c : file)
-    if (c < 0x20 || c == 0x7f)
-      return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
-                     "mlxn_library_compile: name must be a file name without control characters (got byte " +
-                         std::to_string(unsigned(c)) + ")");
+  const std::string bad_name = mlxn::common::library_name_refusal(file);
+  if (!bad_name.empty()) return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, bad_name);
 
   std::vector<std::string> defines;
   std::vector<uint32_t> seen;
