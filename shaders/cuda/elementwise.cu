@@ -85,47 +85,26 @@ __device__ __forceinline__ void convert(const From* x, To* out, u64 n) {
 
 }  // namespace
 
-// buffer(0) a [n], (1) b [n], (2) output [n] (may be a or b), (3) ElementwiseParams.
-extern "C" __global__ void elementwise_add_f32(const float* a, const float* b, float* output, const ElementwiseParams* p) {
-    binary<float, ADD>(a, b, output, p->n_elements, 0.0f);
-}
-extern "C" __global__ void elementwise_add_f16(const __half* a, const __half* b, __half* output, const ElementwiseParams* p) {
-    binary<__half, ADD>(a, b, output, p->n_elements, 0.0f);
-}
-extern "C" __global__ void elementwise_add_bf16(const bf16* a, const bf16* b, bf16* output, const ElementwiseParams* p) {
-    binary<bf16, ADD>(a, b, output, p->n_elements, 0.0f);
-}
-extern "C" __global__ void elementwise_mul_f32(const float* a, const float* b, float* output, const ElementwiseParams* p) {
-    binary<float, MUL>(a, b, output, p->n_elements, 0.0f);
-}
-extern "C" __global__ void elementwise_mul_f16(const __half* a, const __half* b, __half* output, const ElementwiseParams* p) {
-    binary<__half, MUL>(a, b, output, p->n_elements, 0.0f);
-}
-extern "C" __global__ void elementwise_mul_bf16(const bf16* a, const bf16* b, bf16* output, const ElementwiseParams* p) {
-    binary<bf16, MUL>(a, b, output, p->n_elements, 0.0f);
-}
-
-// buffer(0) a [n], (1) b [n], (2) output [n] (may be a or b), (3) ScalarMulParams (s, n).
-extern "C" __global__ void elementwise_add_scaled_f32(const float* a, const float* b, float* output, const ScalarMulParams* p) {
-    binary<float, ADD_SCALED>(a, b, output, p->count, p->scalar);
-}
-extern "C" __global__ void elementwise_add_scaled_f16(const __half* a, const __half* b, __half* output, const ScalarMulParams* p) {
-    binary<__half, ADD_SCALED>(a, b, output, p->count, p->scalar);
-}
-extern "C" __global__ void elementwise_add_scaled_bf16(const bf16* a, const bf16* b, bf16* output, const ScalarMulParams* p) {
-    binary<bf16, ADD_SCALED>(a, b, output, p->count, p->scalar);
-}
-
-// buffer(0) input [n], (1) output [n] (may be input), (2) ScalarMulParams (s, n).
-extern "C" __global__ void scalar_mul_f32(const float* input, float* output, const ScalarMulParams* p) {
-    scale<float>(input, output, p->count, p->scalar);
-}
-extern "C" __global__ void scalar_mul_f16(const __half* input, __half* output, const ScalarMulParams* p) {
-    scale<__half>(input, output, p->count, p->scalar);
-}
-extern "C" __global__ void scalar_mul_bf16(const bf16* input, bf16* output, const ScalarMulParams* p) {
-    scale<bf16>(input, output, p->count, p->scalar);
-}
+// The entries of one type T (name TAG). elementwise_add / _mul: buffer(0)
+// a [n], (1) b [n], (2) output [n] (may be a or b), (3) ElementwiseParams.
+// elementwise_add_scaled: the same with ScalarMulParams (s, n). scalar_mul:
+// buffer(0) input [n], (1) output [n] (may be input), (2) ScalarMulParams.
+#define ELEMENTWISE_ENTRIES(T, TAG)                                                                                        \
+    extern "C" __global__ void elementwise_add_##TAG(const T* a, const T* b, T* output, const ElementwiseParams* p) {      \
+        binary<T, ADD>(a, b, output, p->n_elements, 0.0f);                                                                 \
+    }                                                                                                                      \
+    extern "C" __global__ void elementwise_mul_##TAG(const T* a, const T* b, T* output, const ElementwiseParams* p) {      \
+        binary<T, MUL>(a, b, output, p->n_elements, 0.0f);                                                                 \
+    }                                                                                                                      \
+    extern "C" __global__ void elementwise_add_scaled_##TAG(const T* a, const T* b, T* output, const ScalarMulParams* p) { \
+        binary<T, ADD_SCALED>(a, b, output, p->count, p->scalar);                                                          \
+    }                                                                                                                      \
+    extern "C" __global__ void scalar_mul_##TAG(const T* input, T* output, const ScalarMulParams* p) {                     \
+        scale<T>(input, output, p->count, p->scalar);                                                                      \
+    }
+ELEMENTWISE_ENTRIES(float, f32)
+ELEMENTWISE_ENTRIES(__half, f16)
+ELEMENTWISE_ENTRIES(bf16, bf16)
 
 // buffer(0) input [n], (1) output [n] (may be input for f16 <-> bf16), (2) ElementwiseParams.
 extern "C" __global__ void cast_f16_to_f32(const __half* input, float* output, const ElementwiseParams* p) {

@@ -43,56 +43,34 @@ __device__ __forceinline__ void gather_batch(const T* table, const u32* ids, O* 
 
 }  // namespace
 
-// buffer(0) src [src_rows, row_width], (1) indices [n_indices] u32,
-// (2) output [n_indices, row_width], (3) GatherParams.
-extern "C" __global__ void gather_f32(const float* src, const u32* indices, float* output, const GatherParams* p) {
-    gather<float>(src, indices, output, p);
-}
-extern "C" __global__ void gather_f16(const __half* src, const u32* indices, __half* output, const GatherParams* p) {
-    gather<__half>(src, indices, output, p);
-}
-extern "C" __global__ void gather_bf16(const bf16* src, const u32* indices, bf16* output, const GatherParams* p) {
-    gather<bf16>(src, indices, output, p);
-}
+// gather_<t>: buffer(0) src [src_rows, row_width], (1) indices [n_indices]
+// u32, (2) output [n_indices, row_width], (3) GatherParams.
+#define GATHER_ENTRY(T, TAG)                                                                                      \
+    extern "C" __global__ void gather_##TAG(const T* src, const u32* indices, T* output, const GatherParams* p) { \
+        gather<T>(src, indices, output, p);                                                                       \
+    }
+GATHER_ENTRY(float, f32)
+GATHER_ENTRY(__half, f16)
+GATHER_ENTRY(bf16, bf16)
 
-// buffer(0) embed_table [vocab, hidden_size], (1) output [hidden_size], (2) EmbedGatherScaleParams.
-extern "C" __global__ void embedding_gather_scale_f32(const float* embed_table, float* output, const EmbedGatherScaleParams* p) {
-    gather_one<float, float>(embed_table, output, p);
-}
-extern "C" __global__ void embedding_gather_scale_f16(const __half* embed_table, __half* output, const EmbedGatherScaleParams* p) {
-    gather_one<__half, __half>(embed_table, output, p);
-}
-extern "C" __global__ void embedding_gather_scale_bf16(const bf16* embed_table, bf16* output, const EmbedGatherScaleParams* p) {
-    gather_one<bf16, bf16>(embed_table, output, p);
-}
-extern "C" __global__ void embedding_gather_scale_f16_to_f32(const __half* embed_table, float* output,
-                                                             const EmbedGatherScaleParams* p) {
-    gather_one<__half, float>(embed_table, output, p);
-}
-extern "C" __global__ void embedding_gather_scale_bf16_to_f32(const bf16* embed_table, float* output,
-                                                              const EmbedGatherScaleParams* p) {
-    gather_one<bf16, float>(embed_table, output, p);
-}
-
-// buffer(0) embed_table [vocab_size, hidden_size], (1) token_ids [n_tokens] u32,
-// (2) output [n_tokens, hidden_size], (3) EmbedGatherScaleBatchParams.
-extern "C" __global__ void embedding_gather_scale_batch_f32(const float* embed_table, const u32* token_ids, float* output,
-                                                            const EmbedGatherScaleBatchParams* p) {
-    gather_batch<float, float>(embed_table, token_ids, output, p);
-}
-extern "C" __global__ void embedding_gather_scale_batch_f16(const __half* embed_table, const u32* token_ids, __half* output,
-                                                            const EmbedGatherScaleBatchParams* p) {
-    gather_batch<__half, __half>(embed_table, token_ids, output, p);
-}
-extern "C" __global__ void embedding_gather_scale_batch_bf16(const bf16* embed_table, const u32* token_ids, bf16* output,
-                                                             const EmbedGatherScaleBatchParams* p) {
-    gather_batch<bf16, bf16>(embed_table, token_ids, output, p);
-}
-extern "C" __global__ void embedding_gather_scale_batch_f16_to_f32(const __half* embed_table, const u32* token_ids,
-                                                                   float* output, const EmbedGatherScaleBatchParams* p) {
-    gather_batch<__half, float>(embed_table, token_ids, output, p);
-}
-extern "C" __global__ void embedding_gather_scale_batch_bf16_to_f32(const bf16* embed_table, const u32* token_ids,
-                                                                    float* output, const EmbedGatherScaleBatchParams* p) {
-    gather_batch<bf16, float>(embed_table, token_ids, output, p);
-}
+// The entries of a table of T into outputs of O (name TAG).
+// embedding_gather_scale: buffer(0) embed_table [vocab, hidden_size], (1)
+// output [hidden_size], (2) EmbedGatherScaleParams.
+// embedding_gather_scale_batch: buffer(0) embed_table [vocab_size,
+// hidden_size], (1) token_ids [n_tokens] u32, (2) output [n_tokens,
+// hidden_size], (3) EmbedGatherScaleBatchParams.
+#define EMBEDDING_ENTRIES(T, O, TAG)                                                                                 \
+    extern "C" __global__ void embedding_gather_scale_##TAG(const T* embed_table, O* output,                         \
+                                                            const EmbedGatherScaleParams* p) {                       \
+        gather_one<T, O>(embed_table, output, p);                                                                    \
+    }                                                                                                                \
+    extern "C" __global__ void embedding_gather_scale_batch_##TAG(const T* embed_table, const u32* token_ids,        \
+                                                                  O* output, const EmbedGatherScaleBatchParams* p) { \
+        gather_batch<T, O>(embed_table, token_ids, output, p);                                                       \
+    }
+#define EMBEDDING_SAME_TYPE(T, TAG) EMBEDDING_ENTRIES(T, T, TAG)
+EMBEDDING_SAME_TYPE(float, f32)
+EMBEDDING_SAME_TYPE(__half, f16)
+EMBEDDING_SAME_TYPE(bf16, bf16)
+EMBEDDING_ENTRIES(__half, float, f16_to_f32)
+EMBEDDING_ENTRIES(bf16, float, bf16_to_f32)

@@ -33,14 +33,10 @@ __device__ __forceinline__ void l2_norm_row(const T* x, T* y, const L2NormParams
 
 // buffer(0) x [rows, dim], (1) y [rows, dim] (may be x), (2) L2NormParams;
 // threadgroup(0) one float per warp.
-extern "C" __global__ void l2_norm_f32(const float* x, float* y, const L2NormParams* p) {
-    l2_norm_row<float>(x, y, p);
-}
-
-extern "C" __global__ void l2_norm_f16(const __half* x, __half* y, const L2NormParams* p) {
-    l2_norm_row<__half>(x, y, p);
-}
-
-extern "C" __global__ void l2_norm_bf16(const __nv_bfloat16* x, __nv_bfloat16* y, const L2NormParams* p) {
-    l2_norm_row<__nv_bfloat16>(x, y, p);
-}
+#define L2_NORM_ENTRY(T, TAG)                                                           \
+    extern "C" __global__ void l2_norm_##TAG(const T* x, T* y, const L2NormParams* p) { \
+        l2_norm_row<T>(x, y, p);                                                        \
+    }
+L2_NORM_ENTRY(float, f32)
+L2_NORM_ENTRY(__half, f16)
+L2_NORM_ENTRY(bf16, bf16)

@@ -450,71 +450,44 @@ __device__ __forceinline__ void softcap_vec(const T* x, T* y, const SoftcapParam
 
 }  // namespace
 
-// buffer(0) input [rows, cols], (1) output [rows, cols] (may be input),
-// (2) SoftmaxParams; threadgroup(0) one float per warp.
-// The 16-bit entries at most 40 registers: 6 blocks of 256 an SM (a row of
-// 8192, one wave of 792 rows), where 44 left 5.
-extern "C" __global__ void __launch_bounds__(1024) softmax_f32(const float* input, float* output, const SoftmaxParams* p) {
-    softmax_row<float, false>(input, output, nullptr, u32(p->cols), 0u, transform_of(1.0f, 0.0f));
-}
-extern "C" __global__ void MLXN_MAX_REGS(40) softmax_f16(const __half* input, __half* output, const SoftmaxParams* p) {
-    softmax_row<__half, false>(input, output, nullptr, u32(p->cols), 0u, transform_of(1.0f, 0.0f));
-}
-extern "C" __global__ void MLXN_MAX_REGS(40) softmax_bf16(const bf16* input, bf16* output, const SoftmaxParams* p) {
-    softmax_row<bf16, false>(input, output, nullptr, u32(p->cols), 0u, transform_of(1.0f, 0.0f));
-}
-
-// buffer(0) input, (1) output (may be input), (2) mask [seq_q, cols] bf16
-// (unread when seq_q = 0), (3) ScaleMaskSoftmaxParams.
-extern "C" __global__ void __launch_bounds__(1024) scale_mask_softmax_f32(const float* input, float* output, const bf16* mask,
-                                                                          const ScaleMaskSoftmaxParams* p) {
-    softmax_row<float, true>(input, output, mask, p->cols, p->seq_q, transform_of(p->scale, p->softcap));
-}
-extern "C" __global__ void __launch_bounds__(1024) scale_mask_softmax_f16(const __half* input, __half* output, const bf16* mask,
-                                                                          const ScaleMaskSoftmaxParams* p) {
-    softmax_row<__half, true>(input, output, mask, p->cols, p->seq_q, transform_of(p->scale, p->softcap));
-}
-extern "C" __global__ void __launch_bounds__(1024) scale_mask_softmax_bf16(const bf16* input, bf16* output, const bf16* mask,
-                                                                           const ScaleMaskSoftmaxParams* p) {
-    softmax_row<bf16, true>(input, output, mask, p->cols, p->seq_q, transform_of(p->scale, p->softcap));
-}
-
-// buffer(0) input [rows, cols], (1) mask [seq_q, cols] bf16 (unread when
-// seq_q = 0), (2) partials [rows, n_blocks, 2] f32 (written), (3)
-// SoftmaxBlocksParams; grid (n_blocks, rows, 1); threadgroup(0) one float per warp.
-extern "C" __global__ void softmax_blocks_f32(const float* input, const bf16* mask, float* partials, const SoftmaxBlocksParams* p) {
-    softmax_blocks<float>(input, mask, partials, p);
-}
-extern "C" __global__ void softmax_blocks_f16(const __half* input, const bf16* mask, float* partials, const SoftmaxBlocksParams* p) {
-    softmax_blocks<__half>(input, mask, partials, p);
-}
-extern "C" __global__ void softmax_blocks_bf16(const bf16* input, const bf16* mask, float* partials, const SoftmaxBlocksParams* p) {
-    softmax_blocks<bf16>(input, mask, partials, p);
-}
-
-// buffer(0) input, (1) mask, (2) partials (softmax_blocks' output), (3)
-// output [rows, cols] (may be input), (4) SoftmaxBlocksParams; the grid and
-// threadgroup memory of softmax_blocks.
-extern "C" __global__ void softmax_finish_f32(const float* input, const bf16* mask, const float* partials, float* output,
-                                              const SoftmaxBlocksParams* p) {
-    softmax_finish<float>(input, mask, partials, output, p);
-}
-extern "C" __global__ void softmax_finish_f16(const __half* input, const bf16* mask, const float* partials, __half* output,
-                                              const SoftmaxBlocksParams* p) {
-    softmax_finish<__half>(input, mask, partials, output, p);
-}
-extern "C" __global__ void softmax_finish_bf16(const bf16* input, const bf16* mask, const float* partials, bf16* output,
-                                               const SoftmaxBlocksParams* p) {
-    softmax_finish<bf16>(input, mask, partials, output, p);
-}
-
-// buffer(0) input [n], (1) output [n] (may be input), (2) SoftcapParams.
-extern "C" __global__ void softcap_f32(const float* input, float* output, const SoftcapParams* p) {
-    softcap_vec<float>(input, output, p);
-}
-extern "C" __global__ void softcap_f16(const __half* input, __half* output, const SoftcapParams* p) {
-    softcap_vec<__half>(input, output, p);
-}
-extern "C" __global__ void softcap_bf16(const bf16* input, bf16* output, const SoftcapParams* p) {
-    softcap_vec<bf16>(input, output, p);
-}
+// The entries of one type T (name TAG).
+// softmax: buffer(0) input [rows, cols], (1) output [rows, cols] (may be
+// input), (2) SoftmaxParams; threadgroup(0) one float per warp. The 16-bit
+// entries at most 40 registers (SOFTMAX_BOUNDS_<t>): 6 blocks of 256 an SM
+// (a row of 8192, one wave of 792 rows), where 44 left 5.
+// scale_mask_softmax: buffer(0) input, (1) output (may be input), (2) mask
+// [seq_q, cols] bf16 (unread when seq_q = 0), (3) ScaleMaskSoftmaxParams.
+// softmax_blocks: buffer(0) input [rows, cols], (1) mask [seq_q, cols] bf16
+// (unread when seq_q = 0), (2) partials [rows, n_blocks, 2] f32 (written),
+// (3) SoftmaxBlocksParams; grid (n_blocks, rows, 1); threadgroup(0) one
+// float per warp.
+// softmax_finish: buffer(0) input, (1) mask, (2) partials (softmax_blocks'
+// output), (3) output [rows, cols] (may be input), (4) SoftmaxBlocksParams;
+// the grid and threadgroup memory of softmax_blocks.
+// softcap: buffer(0) input [n], (1) output [n] (may be input), (2) SoftcapParams.
+#define SOFTMAX_BOUNDS_f32 __launch_bounds__(1024)
+#define SOFTMAX_BOUNDS_f16 MLXN_MAX_REGS(40)
+#define SOFTMAX_BOUNDS_bf16 MLXN_MAX_REGS(40)
+#define SOFTMAX_ENTRIES(T, TAG)                                                                                         \
+    extern "C" __global__ void SOFTMAX_BOUNDS_##TAG softmax_##TAG(const T* input, T* output, const SoftmaxParams* p) {  \
+        softmax_row<T, false>(input, output, nullptr, u32(p->cols), 0u, transform_of(1.0f, 0.0f));                      \
+    }                                                                                                                   \
+    extern "C" __global__ void __launch_bounds__(1024) scale_mask_softmax_##TAG(const T* input, T* output,              \
+                                                                                const bf16* mask,                       \
+                                                                                const ScaleMaskSoftmaxParams* p) {      \
+        softmax_row<T, true>(input, output, mask, p->cols, p->seq_q, transform_of(p->scale, p->softcap));               \
+    }                                                                                                                   \
+    extern "C" __global__ void softmax_blocks_##TAG(const T* input, const bf16* mask, float* partials,                  \
+                                                    const SoftmaxBlocksParams* p) {                                     \
+        softmax_blocks<T>(input, mask, partials, p);                                                                    \
+    }                                                                                                                   \
+    extern "C" __global__ void softmax_finish_##TAG(const T* input, const bf16* mask, const float* partials, T* output, \
+                                                    const SoftmaxBlocksParams* p) {                                     \
+        softmax_finish<T>(input, mask, partials, output, p);                                                            \
+    }                                                                                                                   \
+    extern "C" __global__ void softcap_##TAG(const T* input, T* output, const SoftcapParams* p) {                       \
+        softcap_vec<T>(input, output, p);                                                                               \
+    }
+SOFTMAX_ENTRIES(float, f32)
+SOFTMAX_ENTRIES(__half, f16)
+SOFTMAX_ENTRIES(bf16, bf16)
