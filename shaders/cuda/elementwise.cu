@@ -106,22 +106,15 @@ ELEMENTWISE_ENTRIES(float, f32)
 ELEMENTWISE_ENTRIES(__half, f16)
 ELEMENTWISE_ENTRIES(bf16, bf16)
 
-// buffer(0) input [n], (1) output [n] (may be input for f16 <-> bf16), (2) ElementwiseParams.
-extern "C" __global__ void cast_f16_to_f32(const __half* input, float* output, const ElementwiseParams* p) {
-    convert<__half, float>(input, output, p->n_elements);
-}
-extern "C" __global__ void cast_f32_to_f16(const float* input, __half* output, const ElementwiseParams* p) {
-    convert<float, __half>(input, output, p->n_elements);
-}
-extern "C" __global__ void cast_bf16_to_f32(const bf16* input, float* output, const ElementwiseParams* p) {
-    convert<bf16, float>(input, output, p->n_elements);
-}
-extern "C" __global__ void cast_f32_to_bf16(const float* input, bf16* output, const ElementwiseParams* p) {
-    convert<float, bf16>(input, output, p->n_elements);
-}
-extern "C" __global__ void cast_f16_to_bf16(const __half* input, bf16* output, const ElementwiseParams* p) {
-    convert<__half, bf16>(input, output, p->n_elements);
-}
-extern "C" __global__ void cast_bf16_to_f16(const bf16* input, __half* output, const ElementwiseParams* p) {
-    convert<bf16, __half>(input, output, p->n_elements);
-}
+// cast_<from>_to_<to>: buffer(0) input [n], (1) output [n] (may be input for
+// f16 <-> bf16), (2) ElementwiseParams.
+#define CAST_ENTRY(FROM, TO, NAME)                                                               \
+    extern "C" __global__ void NAME(const FROM* input, TO* output, const ElementwiseParams* p) { \
+        convert<FROM, TO>(input, output, p->n_elements);                                         \
+    }
+CAST_ENTRY(__half, float, cast_f16_to_f32)
+CAST_ENTRY(float, __half, cast_f32_to_f16)
+CAST_ENTRY(bf16, float, cast_bf16_to_f32)
+CAST_ENTRY(float, bf16, cast_f32_to_bf16)
+CAST_ENTRY(__half, bf16, cast_f16_to_bf16)
+CAST_ENTRY(bf16, __half, cast_bf16_to_f16)

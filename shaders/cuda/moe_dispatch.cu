@@ -140,22 +140,16 @@ extern "C" __global__ void moe_swiglu_seq(const float* gate_up_buf, float* outpu
 extern "C" __global__ void moe_swiglu_seq_bf16(const bf16* gate_up_buf, bf16* output_buf, const MoeSwigluSeqParams* params) {
     swiglu_seq(gate_up_buf, output_buf, params);
 }
-extern "C" __global__ void moe_weighted_sum_seq(const float* expert_outputs, const float* weights, float* output,
-                                                const MoeWeightedSumSeqParams* params) {
-    weighted_sum_seq(expert_outputs, weights, output, params);
-}
-extern "C" __global__ void moe_weighted_sum_seq_bf16_input(const bf16* expert_outputs, const float* weights, float* output,
-                                                           const MoeWeightedSumSeqParams* params) {
-    weighted_sum_seq(expert_outputs, weights, output, params);
-}
-extern "C" __global__ void moe_weighted_sum_seq_f16(const __half* expert_outputs, const float* weights, __half* output,
-                                                    const MoeWeightedSumSeqParams* params) {
-    weighted_sum_seq(expert_outputs, weights, output, params);
-}
-extern "C" __global__ void moe_weighted_sum_seq_bf16(const bf16* expert_outputs, const float* weights, bf16* output,
-                                                     const MoeWeightedSumSeqParams* params) {
-    weighted_sum_seq(expert_outputs, weights, output, params);
-}
+// moe_weighted_sum_seq (f32), _bf16_input (bf16 in, f32 out), _f16, _bf16.
+#define MOE_WEIGHTED_SUM_SEQ_ENTRY(TI, TO, NAME)                                                \
+    extern "C" __global__ void NAME(const TI* expert_outputs, const float* weights, TO* output, \
+                                    const MoeWeightedSumSeqParams* params) {                    \
+        weighted_sum_seq(expert_outputs, weights, output, params);                              \
+    }
+MOE_WEIGHTED_SUM_SEQ_ENTRY(float, float, moe_weighted_sum_seq)
+MOE_WEIGHTED_SUM_SEQ_ENTRY(bf16, float, moe_weighted_sum_seq_bf16_input)
+MOE_WEIGHTED_SUM_SEQ_ENTRY(__half, __half, moe_weighted_sum_seq_f16)
+MOE_WEIGHTED_SUM_SEQ_ENTRY(bf16, bf16, moe_weighted_sum_seq_bf16)
 
 extern "C" __global__ void moe_gather_topk_weights(const float* softmax_probs, const u32* sorted_indices, const float* per_expert_scale,
                                                    u32* out_expert_ids, float* out_weights, const MoeGatherTopkParams* params) {
