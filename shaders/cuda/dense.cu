@@ -322,23 +322,35 @@ __device__ __noinline__ void mm_tc(const Operands<TX, TW, TY> o, u32 M, u32 N, u
     });
 }
 
-// One tile shape: the block's tile and batch, and the copy path its operands
-// allow (cp.async where the rows are 16-byte aligned and K a multiple of 8,
-// x only where it is the weight's type).
-template <typename TX, typename TW, typename TY, u32 BM, u32 BN, u32 WM, u32 WN, typename At>
-__device__ __forceinline__ void mm_shape(u32 M, u32 N, u32 K, At at) {
+// The block's tile and batch, and the copy path its operands allow
+// (cp.async where the rows are 16-byte aligned and K a multiple of 8, x only
+// where it is the weight's type): tile(o, m0, n0, path), path a
+// CopyPath<X_ASYNC, W_ASYNC>.
+template <bool X, bool W> struct CopyPath {
+    static constexpr bool X_ASYNC = X, W_ASYNC = W;
+};
+template <typename TX, typename TW, typename TY, u32 BM, u32 BN, typename At, typename Tile>
+__device__ __forceinline__ void with_copy_path(u32 M, u32 N, u32 K, At at, Tile&& tile) {
     u32 b, m0, n0;
     tile_of<BM, BN>(M, N, b, m0, n0);
     const Operands<TX, TW, TY> o = at(b);
     const bool w_async = K % 8 == 0 && rows16(o.w, o.w_row);
     if constexpr (sizeof(TX) == sizeof(TW)) {
         if (w_async && rows16(o.x, o.x_row)) {
-            mm_tc<TX, TW, TY, BM, BN, WM, WN, true, true>(o, M, N, K, m0, n0);
+            tile(o, m0, n0, CopyPath<true, true>());
             return;
         }
     }
-    if (w_async) mm_tc<TX, TW, TY, BM, BN, WM, WN, false, true>(o, M, N, K, m0, n0);
-    else mm_tc<TX, TW, TY, BM, BN, WM, WN, false, false>(o, M, N, K, m0, n0);
+    if (w_async) tile(o, m0, n0, CopyPath<false, true>());
+    else tile(o, m0, n0, CopyPath<false, false>());
+}
+
+// One tile shape of mma.sync tiles.
+template <typename TX, typename TW, typename TY, u32 BM, u32 BN, u32 WM, u32 WN, typename At>
+__device__ __forceinline__ void mm_shape(u32 M, u32 N, u32 K, At at) {
+    with_copy_path<TX, TW, TY, BM, BN>(M, N, K, at, [&](const Operands<TX, TW, TY>& o, u32 m0, u32 n0, auto path) {
+        mm_tc<TX, TW, TY, BM, BN, WM, WN, decltype(path)::X_ASYNC, decltype(path)::W_ASYNC>(o, M, N, K, m0, n0);
+    });
 }
 
 // ---- the matrix form on Hopper: wgmma ----
@@ -482,22 +494,12 @@ __device__ __forceinline__ void wg_tile(const Operands<TX, TW, TY>& o, u32 M, u3
     }
 }
 
-// One Hopper tile width: the block's tile and batch, and the copy path the
-// operands allow (as mm_shape).
+// One Hopper tile width.
 template <typename TX, typename TW, typename TY, u32 BN, typename At>
 __device__ __forceinline__ void wg_shape(u32 M, u32 N, u32 K, At at) {
-    u32 b, m0, n0;
-    tile_of<WG_BM, BN>(M, N, b, m0, n0);
-    const Operands<TX, TW, TY> o = at(b);
-    const bool w_async = K % 8 == 0 && rows16(o.w, o.w_row);
-    if constexpr (sizeof(TX) == sizeof(TW)) {
-        if (w_async && rows16(o.x, o.x_row)) {
-            wg_tile<TX, TW, TY, BN, true, true>(o, M, N, K, m0, n0);
-            return;
-        }
-    }
-    if (w_async) wg_tile<TX, TW, TY, BN, false, true>(o, M, N, K, m0, n0);
-    else wg_tile<TX, TW, TY, BN, false, false>(o, M, N, K, m0, n0);
+    with_copy_path<TX, TW, TY, WG_BM, BN>(M, N, K, at, [&](const Operands<TX, TW, TY>& o, u32 m0, u32 n0, auto path) {
+        wg_tile<TX, TW, TY, BN, decltype(path)::X_ASYNC, decltype(path)::W_ASYNC>(o, M, N, K, m0, n0);
+    });
 }
 #endif  // MLXN_WGMMA
 
