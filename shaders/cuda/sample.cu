@@ -1756,6 +1756,19 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
         return t;
     };
     if (steps == 1u) zz = load4(e0);
+    // f(zi, k, e) for each of this thread's z: its value, order key and
+    // index in the slice (past len: -inf).
+    auto each_z = [&](auto&& f) {
+        for (u32 st = 0; st < steps; ++st) {
+            if (steps > 1u) zz = load4(e0 + 4u * bs * st);
+            const u32 zv[4] = {zz.x, zz.y, zz.z, zz.w};
+#pragma unroll
+            for (u32 r = 0; r < 4u; ++r) {
+                const float zi = __uint_as_float(zv[r]);
+                f(zi, order_key(zi), e0 + 4u * bs * st + r);
+            }
+        }
+    };
     const u32 pass = p->pass;
     if (pass < 2u)
         for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) hmass[i] = 0ull;
@@ -1795,19 +1808,12 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
         if (keep_all) return;
         // 64-bit fixed-point masses by the key's bits [21, 32) (pass 0) or [10, 21) of the open range (pass 1).
         const u32 shift = pass == 0u ? 21u : 10u;
-        for (u32 st = 0; st < steps; ++st) {
-            if (steps > 1u) zz = load4(e0 + 4u * bs * st);
-            const u32 zv[4] = {zz.x, zz.y, zz.z, zz.w};
-#pragma unroll
-            for (u32 r = 0; r < 4u; ++r) {
-                const float zi = __uint_as_float(zv[r]);
-                const u32 k = order_key(zi);
-                if (e0 + 4u * bs * st + r < len && (width == 0u || (k >> (32u - width)) == (prefix >> (32u - width)))) {
-                    const u64 w = fixed_mass(zi, zmax, scale);
-                    if (w != 0ull) add64_shared(reinterpret_cast<u32*>(&hmass[(k >> shift) & (u32(SAMPLE_HIST_BINS) - 1u)]), w);
-                }
+        each_z([&](float zi, u32 k, u32 e) {
+            if (e < len && (width == 0u || (k >> (32u - width)) == (prefix >> (32u - width)))) {
+                const u64 w = fixed_mass(zi, zmax, scale);
+                if (w != 0ull) add64_shared(reinterpret_cast<u32*>(&hmass[(k >> shift) & (u32(SAMPLE_HIST_BINS) - 1u)]), w);
             }
-        }
+        });
         __syncthreads();
         unsigned long long* g = reinterpret_cast<unsigned long long*>(hist + pass * 2u * u32(SAMPLE_HIST_BINS));
         for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) {
@@ -1819,22 +1825,15 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
     // Pass 2: the last 10 bits' counts (one key per bin) and this slice's record.
     u32* counts = reinterpret_cast<u32*>(hmass);
     float kept = 0.0f;
-    for (u32 st = 0; st < steps; ++st) {
-        if (steps > 1u) zz = load4(e0 + 4u * bs * st);
-        const u32 zv[4] = {zz.x, zz.y, zz.z, zz.w};
-#pragma unroll
-        for (u32 r = 0; r < 4u; ++r) {
-            const float zi = __uint_as_float(zv[r]);
-            const u32 k = order_key(zi);
-            if (e0 + 4u * bs * st + r >= len) continue;
-            if (keep_all || (k >> 10) > (prefix >> 10)) {
-                const float w = expf(zi - zmax);
-                kept += w >= p->min_p ? w : 0.0f;
-            } else if ((k >> 10) == (prefix >> 10)) {
-                atomicAdd(&counts[k & 1023u], 1u);
-            }
+    each_z([&](float zi, u32 k, u32 e) {
+        if (e >= len) return;
+        if (keep_all || (k >> 10) > (prefix >> 10)) {
+            const float w = expf(zi - zmax);
+            kept += w >= p->min_p ? w : 0.0f;
+        } else if ((k >> 10) == (prefix >> 10)) {
+            atomicAdd(&counts[k & 1023u], 1u);
         }
-    }
+    });
     kept = block_sum_synced(kept, partials);
     u32* rec = scratch + L.rec + (u64(row) * L.nb4 + b) * u32(SAMPLE_REC_WORDS);
     if (keep_all) {
