@@ -162,7 +162,7 @@ __device__ __forceinline__ void load_rows(T* dst, const T* src, u64 stride, int 
 // causal and window ranges let it see, in key tiles t_lo .. t_hi of BK, its
 // rows' global pointers, and whether they and every stride allow 16-byte
 // copies.
-template <typename T>
+template <typename T, int BQ, int BK>
 struct QTile {
     Seq s;
     int q0, rows, qa0, k_lo, k_hi, t_lo, t_hi;
@@ -171,12 +171,15 @@ struct QTile {
     const T* vg;
     T* og;
     bool vec;
+
+    // The keys of key tile kt this tile copies (fewer than BK at k_hi).
+    __device__ __forceinline__ int keys(int kt) const { return min(BK, k_hi - kt * BK); }
 };
 
 template <typename T, int BQ, int BK>
-__device__ __forceinline__ QTile<T> q_tile(const AttnParams& p, const T* Q, const T* K, const T* V, T* O, const uint* cu_q,
-                                           const uint* cu_k) {
-    QTile<T> r;
+__device__ __forceinline__ QTile<T, BQ, BK> q_tile(const AttnParams& p, const T* Q, const T* K, const T* V, T* O, const uint* cu_q,
+                                                   const uint* cu_k) {
+    QTile<T, BQ, BK> r;
     r.s = seq_of(p, blockIdx.z, blockIdx.y, cu_q, cu_k);
     r.q0 = int(gridDim.x - 1 - blockIdx.x) * BQ;
     r.rows = min(BQ, r.s.q_len - r.q0);
@@ -214,6 +217,22 @@ __device__ __forceinline__ int blk_class_of(const AttnParams& p, const char* blk
         }
     }
     return all0 ? 0 : all2 ? 2 : 1;
+}
+
+// The first key tile at or after kt, below t_hi, that blk does not hide
+// whole (t_hi when none).
+template <int BQ, int BK, int BQB, int BKB>
+__device__ __forceinline__ int next_live(const AttnParams& p, const char* blk, int q0, int kt, int t_hi) {
+    while (kt < t_hi && blk_class_of<BQ, BK, BQB, BKB>(p, blk, q0, kt) == 0) ++kt;
+    return kt;
+}
+
+// 1 / l of a row whose running sum l is spread over the four threads of a
+// quad (0 for a row that saw no key).
+__device__ __forceinline__ float quad_inv_sum(float l) {
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    return l == 0.0f ? 0.0f : 1.0f / l;
 }
 
 // A mask value: a bool one hides the key when false, an additive one is
@@ -297,26 +316,14 @@ __device__ __forceinline__ void attention(const T* __restrict__ Q, const T* __re
     const int rg = int(warp) % RW, cs = int(warp) / RW;
     const int g = int(lane >> 2), t = int(lane & 3u);
 
-    const QTile<T> qt = q_tile<T, BQ, BK>(p, Q, K, V, O, cu_q, cu_k);
+    const QTile<T, BQ, BK> qt = q_tile<T, BQ, BK>(p, Q, K, V, O, cu_q, cu_k);
     if (qt.q0 >= qt.s.q_len) return;
-    const Seq s = qt.s;
-    const int q0 = qt.q0, rows = qt.rows, qa0 = qt.qa0, W = p.window, k_hi = qt.k_hi, t_lo = qt.t_lo, t_hi = qt.t_hi;
-    const u64 qst = p.Q_stride_l, kst = p.K_stride_l, vst = p.V_stride_l, ost = p.O_stride_l;
-    const T* qg = qt.qg;
-    const T* kg = qt.kg;
-    const T* vg = qt.vg;
-    T* og = qt.og;
-    const bool vec = qt.vec;
+    const int W = p.window;
+    const u64 kst = p.K_stride_l, vst = p.V_stride_l, ost = p.O_stride_l;
 
-    auto blk_class = [&](int kt) -> int { return blk_class_of<BQ, BK, BQB, BKB>(p, blk, q0, kt); };
-    auto next_live = [&](int kt) {
-        while (kt < t_hi && blk_class(kt) == 0) ++kt;
-        return kt;
-    };
-
-    load_rows<T, D, LD, NT>(qs, qg, qst, BQ, rows, vec, tid);
-    int kt = next_live(t_lo);
-    if (kt < t_hi) load_rows<T, D, LD, NT>(ks, kg + u64(kt * BK) * kst, kst, BK, min(BK, k_hi - kt * BK), vec, tid);
+    load_rows<T, D, LD, NT>(qs, qt.qg, p.Q_stride_l, BQ, qt.rows, qt.vec, tid);
+    int kt = next_live<BQ, BK, BQB, BKB>(p, blk, qt.q0, qt.t_lo, qt.t_hi);
+    if (kt < qt.t_hi) load_rows<T, D, LD, NT>(ks, qt.kg + u64(kt * BK) * kst, kst, BK, qt.keys(kt), qt.vec, tid);
     cp_async_commit();
 
     float o[MT][NO][4];
@@ -330,12 +337,12 @@ __device__ __forceinline__ void attention(const T* __restrict__ Q, const T* __re
     }
     const float scale = p.scale, cap = p.softcapping, sl2 = scale * kLog2e;
 
-    while (kt < t_hi) {
+    while (kt < qt.t_hi) {
         const int k0 = kt * BK;
-        const int cls = blk_class(kt);
+        const int cls = blk_class_of<BQ, BK, BQB, BKB>(p, blk, qt.q0, kt);
         cp_async_wait<0>();
         __syncthreads();
-        load_rows<T, D, LD, NT>(vs, vg + u64(k0) * vst, vst, BK, min(BK, k_hi - k0), vec, tid);
+        load_rows<T, D, LD, NT>(vs, qt.vg + u64(k0) * vst, vst, BK, qt.keys(kt), qt.vec, tid);
         cp_async_commit();
 
         float sc[MT][NS][4];
@@ -362,7 +369,7 @@ __device__ __forceinline__ void attention(const T* __restrict__ Q, const T* __re
         }
 
         // Scale, cap and mask; the online softmax, row by row.
-        const bool edge = k0 + BK > s.k_len || (kCausal && k0 + BK - 1 > qa0) || (W > 0 && qa0 + BQ - 1 - k0 >= W) ||
+        const bool edge = k0 + BK > qt.s.k_len || (kCausal && k0 + BK - 1 > qt.qa0) || (W > 0 && qt.qa0 + BQ - 1 - k0 >= W) ||
                           (kMask && cls != 2);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -370,7 +377,7 @@ __device__ __forceinline__ void attention(const T* __restrict__ Q, const T* __re
             for (int hh = 0; hh < 2; ++hh) {
                 const int r = rg * MT * 16 + mt * 16 + g + 8 * hh;
                 const float f = softmax_row<NS>([&](int n, int e) -> float& { return sc[mt][n][2 * hh + e]; }, m_run[mt][hh], l_run[mt][hh], r,
-                                                t, k0, cls, edge, s.k_len, rows, q0, qa0, W, scale, cap, sl2, mask, mp);
+                                                t, k0, cls, edge, qt.s.k_len, qt.rows, qt.q0, qt.qa0, W, scale, cap, sl2, mask, mp);
 #pragma unroll
                 for (int n = 0; n < NO; ++n) {
                     o[mt][n][2 * hh] *= f;
@@ -394,8 +401,8 @@ __device__ __forceinline__ void attention(const T* __restrict__ Q, const T* __re
 
         cp_async_wait<0>();
         __syncthreads();
-        const int kn = next_live(kt + 1);
-        if (kn < t_hi) load_rows<T, D, LD, NT>(ks, kg + u64(kn * BK) * kst, kst, BK, min(BK, k_hi - kn * BK), vec, tid);
+        const int kn = next_live<BQ, BK, BQB, BKB>(p, blk, qt.q0, kt + 1, qt.t_hi);
+        if (kn < qt.t_hi) load_rows<T, D, LD, NT>(ks, qt.kg + u64(kn * BK) * kst, kst, BK, qt.keys(kn), qt.vec, tid);
         cp_async_commit();
 
 #pragma unroll
@@ -421,10 +428,7 @@ __device__ __forceinline__ void attention(const T* __restrict__ Q, const T* __re
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-            float l = l_run[mt][hh];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+            const float inv = quad_inv_sum(l_run[mt][hh]);
             const int r = rg * MT * 16 + mt * 16 + g + 8 * hh;
 #pragma unroll
             for (int n = 0; n < NO; ++n) {
@@ -434,15 +438,15 @@ __device__ __forceinline__ void attention(const T* __restrict__ Q, const T* __re
         }
     }
     __syncthreads();
-    if (vec) {
-        for (int i = int(tid); i < rows * (D / 8); i += NT) {
+    if (qt.vec) {
+        for (int i = int(tid); i < qt.rows * (D / 8); i += NT) {
             const int r = i / (D / 8), c = (i % (D / 8)) * 8;
-            *reinterpret_cast<uint4*>(og + u64(r) * ost + c) = *reinterpret_cast<const uint4*>(qs + r * LD + c);
+            *reinterpret_cast<uint4*>(qt.og + u64(r) * ost + c) = *reinterpret_cast<const uint4*>(qs + r * LD + c);
         }
     } else {
-        for (int i = int(tid); i < rows * D; i += NT) {
+        for (int i = int(tid); i < qt.rows * D; i += NT) {
             const int r = i / D, c = i % D;
-            og[u64(r) * ost + c] = qs[r * LD + c];
+            qt.og[u64(r) * ost + c] = qs[r * LD + c];
         }
     }
 }
@@ -520,26 +524,14 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
     const u32 tid = threadIdx.x, lane = tid & 31u, wg = tid >> 7, w = (tid >> 5) & 3u;
     const int g = int(lane >> 2), t = int(lane & 3u);
 
-    const QTile<T> qt = q_tile<T, BQ, BK>(p, Q, K, V, O, cu_q, cu_k);
+    const QTile<T, BQ, BK> qt = q_tile<T, BQ, BK>(p, Q, K, V, O, cu_q, cu_k);
     if (qt.q0 >= qt.s.q_len) return;
-    const Seq s = qt.s;
-    const int q0 = qt.q0, rows = qt.rows, qa0 = qt.qa0, W = p.window, k_hi = qt.k_hi, t_lo = qt.t_lo, t_hi = qt.t_hi;
-    const u64 qst = p.Q_stride_l, kst = p.K_stride_l, vst = p.V_stride_l, ost = p.O_stride_l;
-    const T* qg = qt.qg;
-    const T* kg = qt.kg;
-    const T* vg = qt.vg;
-    T* og = qt.og;
-    const bool vec = qt.vec;
+    const int W = p.window;
+    const u64 kst = p.K_stride_l, vst = p.V_stride_l, ost = p.O_stride_l;
 
-    auto blk_class = [&](int kt) -> int { return blk_class_of<BQ, BK, BQB, BKB>(p, blk, q0, kt); };
-    auto next_live = [&](int kt) {
-        while (kt < t_hi && blk_class(kt) == 0) ++kt;
-        return kt;
-    };
-
-    load_sw<T, D, BQ>(qs, qg, qst, rows, vec, tid);
-    int kt = next_live(t_lo);
-    if (kt < t_hi) load_sw<T, D, BK>(ks, kg + u64(kt * BK) * kst, kst, min(BK, k_hi - kt * BK), vec, tid);
+    load_sw<T, D, BQ>(qs, qt.qg, p.Q_stride_l, qt.rows, qt.vec, tid);
+    int kt = next_live<BQ, BK, BQB, BKB>(p, blk, qt.q0, qt.t_lo, qt.t_hi);
+    if (kt < qt.t_hi) load_sw<T, D, BK>(ks, qt.kg + u64(kt * BK) * kst, kst, qt.keys(kt), qt.vec, tid);
     cp_async_commit();
 
     float o[RO], sc[RS];
@@ -554,15 +546,15 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
     const u64 dv = wgmma_desc_sw128_mn(vs, KCB);
 
     int j = 0;
-    while (kt < t_hi) {
+    while (kt < qt.t_hi) {
         const int k0 = kt * BK;
-        const int cls = blk_class(kt);
-        const int kn = next_live(kt + 1);
+        const int cls = blk_class_of<BQ, BK, BQB, BKB>(p, blk, qt.q0, kt);
+        const int kn = next_live<BQ, BK, BQB, BKB>(p, blk, qt.q0, kt + 1, qt.t_hi);
         cp_async_wait<0>();
         fence_proxy_async_smem();
         __syncthreads();
-        if (kn < t_hi) load_sw<T, D, BK>(ks + u32((j + 1) & 1) * KVT, kg + u64(kn * BK) * kst, kst, min(BK, k_hi - kn * BK), vec, tid);
-        load_sw<T, D, BK>(vs + u32(j & 1) * KVT, vg + u64(k0) * vst, vst, min(BK, k_hi - k0), vec, tid);
+        if (kn < qt.t_hi) load_sw<T, D, BK>(ks + u32((j + 1) & 1) * KVT, qt.kg + u64(kn * BK) * kst, kst, qt.keys(kn), qt.vec, tid);
+        load_sw<T, D, BK>(vs + u32(j & 1) * KVT, qt.vg + u64(k0) * vst, vst, qt.keys(kt), qt.vec, tid);
         cp_async_commit();
 
 #pragma unroll
@@ -590,14 +582,14 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
         acc_fence(sc);
 
         // Scale, cap and mask; the online softmax of the thread's two rows.
-        const bool edge = k0 + BK > s.k_len || (kCausal && k0 + BK - 1 > qa0) || (W > 0 && qa0 + BQ - 1 - k0 >= W) ||
+        const bool edge = k0 + BK > qt.s.k_len || (kCausal && k0 + BK - 1 > qt.qa0) || (W > 0 && qt.qa0 + BQ - 1 - k0 >= W) ||
                           (kMask && cls != 2);
         float f[2];
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             const int r = int(wg) * 64 + int(w) * 16 + g + 8 * hh;
             f[hh] = softmax_row<BK / 8>([&](int n, int e) -> float& { return sc[4 * n + 2 * hh + e]; }, m_run[hh], l_run[hh], r, t, k0, cls,
-                                        edge, s.k_len, rows, q0, qa0, W, scale, cap, sl2, mask, mp);
+                                        edge, qt.s.k_len, qt.rows, qt.q0, qt.qa0, W, scale, cap, sl2, mask, mp);
         }
         wgmma_wait<0>();
         acc_fence(o);
@@ -634,10 +626,7 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
     // finished before the barrier above), store rows below `rows`.
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-        float l = l_run[hh];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+        const float inv = quad_inv_sum(l_run[hh]);
         const u32 r = wg * 64u + w * 16u + u32(g + 8 * hh);
 #pragma unroll
         for (int n = 0; n < D / 8; ++n) {
@@ -646,16 +635,16 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
         }
     }
     __syncthreads();
-    if (vec) {
-        for (int i = int(tid); i < rows * (D / 8); i += NT) {
+    if (qt.vec) {
+        for (int i = int(tid); i < qt.rows * (D / 8); i += NT) {
             const int r = i / (D / 8), c = i % (D / 8);
-            *reinterpret_cast<uint4*>(og + u64(r) * ost + u64(c * 8)) =
+            *reinterpret_cast<uint4*>(qt.og + u64(r) * ost + u64(c * 8)) =
                 *reinterpret_cast<const uint4*>(qs + u32(c >> 3) * QCB + sw128_offset(u32(r), u32(c & 7)));
         }
     } else {
-        for (int i = int(tid); i < rows * D; i += NT) {
+        for (int i = int(tid); i < qt.rows * D; i += NT) {
             const int r = i / D, col = i % D;
-            og[u64(r) * ost + u64(col)] =
+            qt.og[u64(r) * ost + u64(col)] =
                 reinterpret_cast<const T*>(qs + u32(col >> 6) * QCB + sw128_offset(u32(r), u32((col & 63) >> 3)))[col & 7];
         }
     }
