@@ -6,6 +6,8 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <system_error>
@@ -27,6 +29,20 @@ namespace mlxn::common {
 // A compile error's text reaches the job whole up to this many bytes (the
 // backends write messages into a caller's buffer of a given capacity).
 inline constexpr size_t kCompileMessageCap = size_t(1) << 20;
+
+// Record i of mlxn_library_compile's constants: 12-byte records
+// { uint32 index; uint32 type; uint32 bits } at any alignment.
+struct ConstantRecord {
+  uint32_t index, type, bits;
+};
+inline ConstantRecord constant_record(const void* constants, uint32_t i) {
+  ConstantRecord r;
+  const unsigned char* p = static_cast<const unsigned char*>(constants) + size_t(i) * 12;
+  std::memcpy(&r.index, p, 4);
+  std::memcpy(&r.type, p + 4, 4);
+  std::memcpy(&r.bits, p + 8, 4);
+  return r;
+}
 
 // "" when `file`, the name mlxn_library_compile gives a library (written
 // into the generated source's #line and cited in diagnostics), has no

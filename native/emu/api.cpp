@@ -255,12 +255,6 @@ mlxn_status apply_option(Schedule* s, const std::string& key, const char* value,
   return MLXN_ERR_INVALID_ARGUMENT;
 }
 
-template <typename T>
-T load(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
 
 void join_runner(mlxn_encoder* e) {
   if (e->runner.joinable()) e->runner.join();
@@ -433,11 +427,9 @@ mlxn_status mlxn_library_compile(mlxn_device* device, const char* source, uint64
                    "mlxn_library_compile: constants is null but constants_count is " +
                        std::to_string(constants_count));
   std::vector<ConstantValue> cs(constants_count);
-  const uint8_t* cp = static_cast<const uint8_t*>(constants);
   for (uint32_t i = 0; i < constants_count; ++i) {
-    cs[i].index = load<uint32_t>(cp + 12 * i);
-    cs[i].type = load<uint32_t>(cp + 12 * i + 4);
-    cs[i].bits = load<uint32_t>(cp + 12 * i + 8);
+    const mlxn::common::ConstantRecord rec = mlxn::common::constant_record(constants, i);
+    cs[i] = {rec.index, rec.type, rec.bits};
     if (cs[i].type < MLXN_CONST_BOOL || cs[i].type > MLXN_CONST_U16)
       return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
                      "function constant " + std::to_string(cs[i].index) + ": unknown type " +

@@ -458,12 +458,6 @@ mlxn_status begin_recording(Encoder* e, const char* what, char* msg, uint64_t ca
   return MLXN_OK;
 }
 
-template <typename T>
-T load(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
 
 }  // namespace
 
@@ -686,10 +680,9 @@ MLXN_EXPORT mlxn_status mlxn_library_compile(mlxn_device* device, const char* so
 
   std::vector<std::string> defines;
   std::vector<uint32_t> seen;
-  const uint8_t* rec = static_cast<const uint8_t*>(constants);
-  for (uint32_t i = 0; i < constants_count; ++i, rec += 12) {
-    const uint32_t index = load<uint32_t>(rec), type = load<uint32_t>(rec + 4),
-                   bits = load<uint32_t>(rec + 8);
+  for (uint32_t i = 0; i < constants_count; ++i) {
+    const mlxn::common::ConstantRecord rec = mlxn::common::constant_record(constants, i);
+    const uint32_t index = rec.index, type = rec.type, bits = rec.bits;
     if (std::find(seen.begin(), seen.end(), index) != seen.end())
       return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
                      file + ": function constant " + std::to_string(index) + " is given twice");
