@@ -357,22 +357,12 @@ __device__ __forceinline__ void gdq(const unsigned char* w, const float* x, floa
 // ---- kernel_mul_mv_<t>_f32 ----
 
 // buffer(0) weight (N rows of blocks), (1) x [M, K] f32, (2) y [M, N] f32, (3) GgmlMatvecParams.
-// Two engines, told apart by the launch (ts/ops/quantized_matmul_ggml.ts
-// ggmlMatmulCudaLaunch): 256 threads, the int8 engine gdq<F, 1, 1, U> (one
-// token: a warp a row, the grid walking units of 8 rows; its launch and
-// shared memory as _vdq1's below), measured 1.5-1.8x faster than gmv at one
-// token on an H100 and slower at 8 (bench/results/qmv-variants-h100-2026-11-26.md);
-// 128 threads, gmv, 16 rows a block. Bounds of 128 registers (4 blocks of 128
-// or 2 of 256 an SM): the decoders' unrolled loads without spills (97-128
-// registers by format); shared memory allows 3 (Q8_0) to 6 (Q4_0, Q4_K)
-// gmv blocks.
+// Bounds of 4 blocks an SM (128 registers): the decoders' unrolled loads
+// without spills (97-128 registers by format); shared memory allows 3 (Q8_0)
+// to 6 (Q4_0, Q4_K) blocks.
 #define GGML_MV_ENTRY(NAME, F)                                                                                        \
-    extern "C" __global__ void __launch_bounds__(256, 2) NAME(const unsigned char* src0, const float* src1, float* dst,  \
+    extern "C" __global__ void __launch_bounds__(128, 4) NAME(const unsigned char* src0, const float* src1, float* dst,  \
                                                            const GgmlMatvecParams* p) {                              \
-        if (blockDim.x == 256) {                                                                                    \
-            gdq<F, 1, 1, F == GGML_Q5_K ? 3 : 4>(src0, src1, dst, u32(p->ne1), u32(p->ne01), u32(p->ne00), p->ne10, p->ne0); \
-            return;                                                                                                 \
-        }                                                                                                           \
         extern __shared__ __align__(16) unsigned char smem_raw[];                                                   \
         gmv<F>(smem_raw, src0, src1, dst, u32(p->ne1), u32(p->ne01), u32(p->ne00), p->ne10, p->ne0, blockIdx.x * 16u); \
     }
@@ -382,8 +372,8 @@ GGML_MV_ENTRY(kernel_mul_mv_q4_K_f32, GGML_Q4_K)
 GGML_MV_ENTRY(kernel_mul_mv_q5_K_f32, GGML_Q5_K)
 GGML_MV_ENTRY(kernel_mul_mv_q6_K_f32, GGML_Q6_K)
 
-// The int8 engine's variants (gdq<F, R, S, U>), same bindings, timed by
-// bench/qmv_variants.ts; the op launches _vdq1's engine through the entry. Grid: any (a block walks units of 8 / S x R rows; two
+// The int8 engine's variants (gdq<F, R, S, U>), same bindings; the op does
+// not launch them. Grid: any (a block walks units of 8 / S x R rows; two
 // blocks an SM cover the rows without a wave tail), 256 threads, dynamic
 // shared memory M x K + M x K / 32 x 8 + 2 x 8 x R x 8 x 4 bytes.
 //   _vdq1:  a warp a row, 4 items a lane in flight (Q5_K 3: 4 spill),

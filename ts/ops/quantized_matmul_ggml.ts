@@ -159,15 +159,6 @@ export function ggmlMvCudaStageRow(type: GgmlQuantType): number {
   return 16 * Math.floor(((GGML_MV_CUDA_WINDOW / b.qk) * b.bytes + 30 + 15) / 16);
 }
 
-/** Rows a unit of the int8 engine's one-token launch walks (a warp a row, 8 warps). */
-export const GGML_MV_DQ_ROWS = 8;
-/** The int8 engine's shared memory at one token: x as int8 (k bytes), {d, sum} per 32 values, the warps' partial sums. */
-export function ggmlMvDqSharedBytes(k: number): number {
-  return k + (k / 32) * 8 + 2 * 8 * 8 * 4;
-}
-
-type LaunchLimitsOf = Pick<DeviceLimits, 'maxThreadgroupMemory' | 'multiprocessors'>;
-
 /** Dynamic shared memory of the CUDA vector engine: 4 warps x 3 stages x 16 rows, then 4 x 128 floats of sums. */
 export function ggmlMvCudaSharedBytes(type: GgmlQuantType): number {
   return GGML_MV_CUDA_WARPS * GGML_MV_CUDA_STAGES * GGML_MV_CUDA_ROWS * ggmlMvCudaStageRow(type) + GGML_MV_CUDA_WARPS * 128 * 4;
@@ -182,20 +173,9 @@ export function ggmlMmCudaTile(m: number, n: number): { bm: number; bn: number; 
 /** Blocks of the CUDA dequantization and embedding kernels at most (they stride over their chunks of 32 values). */
 const GGML_ROWS_CUDA_BLOCKS = 4096;
 
-/**
- * The CUDA launch of the vector or matrix kernel at these sizes. The vector
- * entries run one of two engines by the launch (shaders/cuda/quantized_matmul_ggml.cu):
- * one token, with limits given and its shared memory within them, the int8
- * engine (256 threads, at most two blocks an SM walking units of
- * GGML_MV_DQ_ROWS rows); otherwise 128 threads over 16 rows a block.
- */
-export function ggmlMatmulCudaLaunch(type: GgmlQuantType, form: 'vector' | 'matrix', m: number, n: number, k = 0, limits?: LaunchLimitsOf): Launch {
+/** The CUDA launch of the vector or matrix kernel at these sizes. */
+export function ggmlMatmulCudaLaunch(type: GgmlQuantType, form: 'vector' | 'matrix', m: number, n: number): Launch {
   if (form === 'vector') {
-    const dq = m === 1 && limits !== undefined ? ggmlMvDqSharedBytes(k) : Infinity;
-    if (limits !== undefined && dq <= limits.maxThreadgroupMemory) {
-      const units = ceilDiv(n, GGML_MV_DQ_ROWS);
-      return { grid: [limits.multiprocessors > 0 ? Math.min(units, 2 * limits.multiprocessors) : units, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: dq } };
-    }
     return { grid: [ceilDiv(n, GGML_MV_CUDA_ROWS), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes(type) } };
   }
   const t = ggmlMmCudaTile(m, n);
@@ -311,7 +291,7 @@ export function quantizedMatmulGgml(enc: Encoder, args: QuantizedMatmulGgmlArgs)
 }
 
 /** quantizedMatmulGgml's plan: validates, then one dispatch (see quantizedMatmulGgml). */
-export function planQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, limits: DeviceLimits, device?: Device): OpPlan {
+export function planQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, _limits: DeviceLimits, device?: Device): OpPlan {
   validateQuantizedMatmulGgml(a, device);
   const t = GGML_KERNEL_TYPE[a.ggmlType];
   const form = quantizedMatmulGgmlForm(a);
@@ -321,7 +301,7 @@ export function planQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, limits: Devi
       buffers: [a.weight, a.input, a.output],
       bytes: [, , , packGgmlMatvecParams(a)],
       ...ggmlMvMetalLaunch(a.ggmlType, a.m, a.n),
-      cuda: ggmlMatmulCudaLaunch(a.ggmlType, 'vector', a.m, a.n, a.k, limits),
+      cuda: ggmlMatmulCudaLaunch(a.ggmlType, 'vector', a.m, a.n),
     }
     : {
       kernel: `kernel_mul_mm_${t}_f32`,
