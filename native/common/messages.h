@@ -27,4 +27,17 @@ inline mlxn_status ok_msg(char* msg, uint64_t cap) {
   return MLXN_OK;
 }
 
+// Writes `s` NUL-terminated into out (truncated to cap; nothing where out is
+// null or cap is 0) and returns s's length in bytes without the NUL: the
+// C ABI's string getters (mlxn_device_name, mlxn_library_kernel_names), whose
+// caller retries with a cap above the length where it was not.
+inline uint64_t write_string(const std::string& s, char* out, uint64_t cap) {
+  if (out && cap > 0) {
+    const size_t n = s.size() < cap - 1 ? s.size() : size_t(cap - 1);
+    std::memcpy(out, s.data(), n);
+    out[n] = '\0';
+  }
+  return s.size();
+}
+
 }  // namespace mlxn::common

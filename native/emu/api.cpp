@@ -314,8 +314,8 @@ mlxn_status mlxn_device_open(uint32_t ordinal, mlxn_device** out, char* msg, uin
 void mlxn_device_close(mlxn_device* device) { device_unref(device); }
 
 uint64_t mlxn_device_name(mlxn_device* device, char* out, uint64_t cap) {
-  if (!device) return copy_out("", out, cap);
-  return copy_out(device->name, out, cap);
+  if (!device) return write_string("", out, cap);
+  return write_string(device->name, out, cap);
 }
 
 uint64_t mlxn_device_limit(mlxn_device* device, uint32_t key) {
@@ -476,7 +476,7 @@ uint64_t mlxn_library_kernel_names(mlxn_library* library, char* out, uint64_t ca
       if (!names.empty()) names += '\n';
       names += k->name;
     }
-  return copy_out(names, out, cap);
+  return write_string(names, out, cap);
 }
 
 // ---- pipelines ----

@@ -14,16 +14,7 @@ namespace mlxn::emu {
 
 using mlxn::common::ok_msg;
 using mlxn::common::set_msg;
-
-// Copies `s` NUL-terminated into out (truncated to cap); returns strlen(s) + 1.
-inline uint64_t copy_out(const std::string& s, char* out, uint64_t cap) {
-  if (out && cap > 0) {
-    size_t n = s.size() < cap - 1 ? s.size() : size_t(cap - 1);
-    std::memcpy(out, s.data(), n);
-    out[n] = '\0';
-  }
-  return s.size() + 1;
-}
+using mlxn::common::write_string;
 
 // 128-bit FNV-1a style hash (two independent 64-bit lanes), good enough to key
 // an on-disk cache whose entries are content-addressed.

@@ -57,7 +57,8 @@ uint32_t    mlxn_device_count(void);
 mlxn_status mlxn_device_open(uint32_t ordinal, mlxn_device** out,
                              char* msg, uint64_t msg_cap);
 void        mlxn_device_close(mlxn_device* device);
-/* Writes the NUL-terminated device name; returns its full length in bytes. */
+/* Writes the NUL-terminated device name (truncated to cap); returns its length
+ * in bytes without the NUL, so a cap above the result holds it whole. */
 uint64_t    mlxn_device_name(mlxn_device* device, char* out, uint64_t cap);
 
 #define MLXN_LIMIT_MAX_THREADS_PER_THREADGROUP 0u
@@ -119,8 +120,8 @@ mlxn_status mlxn_library_compile(mlxn_device* device, const char* source, uint64
                                  const char* name, const void* constants, uint32_t constants_count,
                                  mlxn_library** out, char* msg, uint64_t msg_cap);
 void        mlxn_library_release(mlxn_library* library);
-/* Writes the kernel entry names, '\n'-separated and NUL-terminated; returns
- * the full length in bytes. */
+/* Writes the kernel entry names, '\n'-separated and NUL-terminated (truncated
+ * to cap); returns their length in bytes without the NUL. */
 uint64_t    mlxn_library_kernel_names(mlxn_library* library, char* out, uint64_t cap);
 
 /* ---- compiling off the caller's thread ----

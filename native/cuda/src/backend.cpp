@@ -47,6 +47,7 @@
 using namespace mlxn_cuda;
 using mlxn::common::ok_msg;
 using mlxn::common::set_msg;
+using mlxn::common::write_string;
 
 namespace {
 
@@ -56,15 +57,6 @@ namespace {
 constexpr char kPdlMark[] = "#define MLXN_PDL 1\n";
 
 // ---- messages ----
-
-uint64_t write_string(const std::string& s, char* out, uint64_t cap) {
-  if (out && cap > 0) {
-    const size_t n = std::min<uint64_t>(s.size(), cap - 1);
-    std::memcpy(out, s.data(), n);
-    out[n] = '\0';
-  }
-  return s.size();
-}
 
 // ---- objects ----
 // Objects are reference counted so that a handle the caller releases stays
