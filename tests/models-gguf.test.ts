@@ -34,9 +34,9 @@ const ARCHS = ['qwen3_5_moe_gguf', 'gemma4_gguf', 'gemma4_e_gguf'] as const;
 // and sum f32 products of the f32 inputs, the reference sums the same dequantized values in float64: what is left is
 // f32 arithmetic, as for stored bf16 weights (tests/models.test.ts's EXACT_TOL and its reasons).
 const EXACT_TOL = 1e-4;
-// The default path (and CUDA, whose GGUF kernels take the weight and x in bf16 in both forms): prompt products past
+// The default path (and CUDA, whose GGUF kernels take the weight and x in f16 in both forms): prompt products past
 // 8 rows on the matrix forms (Metal stages the dequantized weight as f16, 2^-11 relative; CUDA rounds both operands
-// to bf16, 2^-9), attention and the chunked gated delta rule over bf16: tests/models.test.ts's DEFAULT_TOL over the
+// to f16), attention and the chunked gated delta rule over bf16: tests/models.test.ts's DEFAULT_TOL over the
 // rows whose routing in the reference is wider than ROUTING_GAP, and the tokens whose top-two gap is wider than
 // TOKEN_GAP.
 const DEFAULT_TOL = 3e-2;

@@ -1619,23 +1619,25 @@ template <int F> __device__ __forceinline__ void deq16(const GgmlRaw& r, u32 hal
     for (int i = 0; i < 16; ++i) w[i] = fmaf(r.a[half], float((qb[i / 4] >> (8 * (i % 4))) & 0xFFu), r.b[half]);
 }
 
-// The 16 values of half `half` as 8 packed bf16 pairs (pair p = values 2p, 2p + 1).
+// The operand type of both engines' tensor-core products: f16, as
+// llama.cpp's Metal kernels stage a dequantized weight (2^-11 relative; bf16's
+// 2^-9 doubled the error of a tiny Qwen3.6 against its float64 reference,
+// tests/models-gguf.test.ts). x is rounded to f16 too (mma.sync takes one
+// type): a value past 65504 becomes infinite, as in llama.cpp's f16 paths.
+typedef __half ggml_t;
+
+// The 16 values of half `half` as 8 packed f16 pairs (pair p = values 2p, 2p + 1):
+// bytes q0, 0x64, q1, 0x64 are the f16 pair 1024 + q (every byte: f16's ulp at
+// 1024 is 1), less 1024 exactly, then one fma per pair with a and b rounded
+// to f16 (the product and the sum rounded once).
 template <int F> __device__ __forceinline__ void pairs16(const GgmlRaw& r, u32 half, u32 (&p)[8]) {
-    if constexpr (F == GGML_Q8_0) {
-        float w[16];
-        deq16<F>(r, half, w);
+    u32 qb[4];
+    unpack16<F>(r, half, qb);
+    const u32 a2 = pack2<ggml_t>(r.a[half], r.a[half]), b2 = pack2<ggml_t>(r.b[half], r.b[half]);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) p[i] = pack2<bf16>(w[2 * i], w[2 * i + 1]);
-    } else {
-        u32 qb[4];
-        unpack16<F>(r, half, qb);
-        const u32 a2 = pack2<bf16>(r.a[half], r.a[half]), b2 = pack2<bf16>(r.b[half], r.b[half]);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            // bytes q0, 0x43, q1, 0x43: the bf16 pair 128 + q (q < 128), less 128 exactly.
-            const u32 m = __byte_perm(qb[i / 2], 0x43u, (i % 2) ? 0x4342u : 0x4140u);
-            p[i] = fma2<bf16>(fma2<bf16>(m, 0x3F803F80u, 0xC300C300u), a2, b2);
-        }
+    for (int i = 0; i < 8; ++i) {
+        const u32 m = __byte_perm(qb[i / 2], 0x64u, (i % 2) ? 0x4342u : 0x4140u);
+        p[i] = fma2<ggml_t>(fma2<ggml_t>(m, 0x3C003C00u, 0xE400E400u), a2, b2);
     }
 }
 
@@ -1678,19 +1680,19 @@ __device__ __forceinline__ void gmv_copy(const unsigned char* w, const unsigned 
 }
 
 // x rows (tokens) m0 .. m0 + 7, values k .. k + 15 of token g (clamped to
-// the last row): 8 bf16 pairs.
+// the last row): 8 f16 pairs.
 __device__ __forceinline__ void gmv_x16(const float* x, u64 x_row, u32 tok, u32 k, bool vec, u32 (&p)[8]) {
     const float* xr = x + u64(tok) * x_row + k;
     if (vec) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const float4 v = __ldg(reinterpret_cast<const float4*>(xr) + i);
-            p[2 * i] = pack2<bf16>(v.x, v.y);
-            p[2 * i + 1] = pack2<bf16>(v.z, v.w);
+            p[2 * i] = pack2<ggml_t>(v.x, v.y);
+            p[2 * i + 1] = pack2<ggml_t>(v.z, v.w);
         }
     } else {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) p[i] = pack2<bf16>(xr[2 * i], xr[2 * i + 1]);
+        for (int i = 0; i < 8; ++i) p[i] = pack2<ggml_t>(xr[2 * i], xr[2 * i + 1]);
     }
 }
 
@@ -1781,7 +1783,7 @@ __device__ __forceinline__ void gmv(unsigned char* smem_raw, const unsigned char
 #pragma unroll
                     for (int j = 0; j < 4; ++j) {
                         const u32 a[4] = {a0[2 * j], a1[2 * j], a0[2 * j + 1], a1[2 * j + 1]};
-                        mma16<bf16>(acc, a, xp[2 * j], xp[2 * j + 1]);
+                        mma16<ggml_t>(acc, a, xp[2 * j], xp[2 * j + 1]);
                     }
                 }
             }
@@ -1813,7 +1815,7 @@ constexpr u32 GLDS = 40;    // a staged row: 32 elements and 16 bytes of padding
 // row r reads x row x_of(r, row) (rows x_row floats apart; zeros where it
 // returns false) and is stored to y row y_of(r, row) (rows y_row floats
 // apart; mma_store's row_of); weight rows rb bytes apart. smem_raw: the
-// block's dynamic shared memory, GSTAGES x (BM + BN) x GLDS bf16.
+// block's dynamic shared memory, GSTAGES x (BM + BN) x GLDS f16.
 template <int F, u32 BM, u32 BN, u32 WM, u32 WN, typename XOf, typename YOf>
 __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned char* w, const float* x, float* y, u32 N, u32 K, u64 rb,
                                          u64 x_row, u64 y_row, u32 n0, XOf&& x_of, YOf&& y_of) {
@@ -1822,7 +1824,7 @@ __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned
     constexpr u32 MI = WTM / 16, NJ = WTN / 8;
     constexpr u32 XC = BM * 4 / NT;  // 8-float pieces of x per thread per stage
     static_assert(BN == NT && XC * NT == BM * 4 && NJ % 2 == 0, "tile shape");
-    bf16* smem = reinterpret_cast<bf16*>(smem_raw);
+    ggml_t* smem = reinterpret_cast<ggml_t*>(smem_raw);
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const u32 KT = K / 32u;
     const bool wlive = n0 + tid < N;
@@ -1831,7 +1833,7 @@ __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned
 
     GgmlRaw raw;
     uint4 xr[XC];
-    // Loads k tile kt into registers (whatever its stage): x (rounded to bf16) and the weight chunk's bytes.
+    // Loads k tile kt into registers (whatever its stage): x (rounded to f16) and the weight chunk's bytes.
     auto issue = [&](u32, u32 kt) {
         const u32 k0 = kt * 32u;
 #pragma unroll
@@ -1849,17 +1851,17 @@ __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned
 #pragma unroll
                     for (int j = 0; j < 8; ++j) v[j] = p[j];
                 }
-                xr[c] = make_uint4(pack2<bf16>(v[0], v[1]), pack2<bf16>(v[2], v[3]), pack2<bf16>(v[4], v[5]), pack2<bf16>(v[6], v[7]));
+                xr[c] = make_uint4(pack2<ggml_t>(v[0], v[1]), pack2<ggml_t>(v[2], v[3]), pack2<ggml_t>(v[4], v[5]), pack2<ggml_t>(v[6], v[7]));
             } else {
                 xr[c] = make_uint4(0u, 0u, 0u, 0u);
             }
         }
         if (wlive) raw_load<F>(wrow, kt, raw);
     };
-    // Stores what issue() holds into stage `stage`: x, and the weight chunk as bf16 in natural order.
+    // Stores what issue() holds into stage `stage`: x, and the weight chunk as f16 in natural order.
     auto park = [&](u32 stage) {
-        bf16* xs = smem + stage * (BM + BN) * GLDS;
-        bf16* ws = xs + BM * GLDS;
+        ggml_t* xs = smem + stage * (BM + BN) * GLDS;
+        ggml_t* ws = xs + BM * GLDS;
         park_chunks<NT, GLDS>(xs, xr, tid);
         uint4* dst = reinterpret_cast<uint4*>(ws + tid * GLDS);
 #pragma unroll
@@ -1879,7 +1881,7 @@ __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned
     float acc[MI][NJ][4];
     mma_zero(acc);
     const u32 wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
-    mma_pipeline<bf16, GSTAGES, BM, BN, GLDS, false>(acc, smem, KT, wm0, wn0, lane, issue, park);
+    mma_pipeline<ggml_t, GSTAGES, BM, BN, GLDS, false>(acc, smem, KT, wm0, wn0, lane, issue, park);
     mma_store<float, false>(acc, y, y_row, N, n0, wm0, wn0, lane, y_of);
 }
 

@@ -11,11 +11,12 @@
 // kept as loaded) and unpacks either half of it (unpack16): 16 values q as
 // bytes, w = a * q + b with a, b the half's scale and offset in f32. From
 // there every kernel finishes alike: floats (fmaf(a, q, b), one rounding),
-// or packed bf16 pairs for the tensor cores (pairs16): for q < 128 the byte
-// and the exponent byte of 128 make the bf16 128 + q in one byte_perm,
-// 128 is taken off exactly and one packed fma applies a and b (each rounded
-// to bf16, the product rounded once); Q8_0's bytes (0-255 with the offset)
-// go through f32 instead.
+// or packed f16 pairs for the tensor cores (pairs16): the byte q (0-255,
+// Q8_0's with its offset) and the exponent byte of 1024 make the f16
+// 1024 + q in one byte_perm, 1024 is taken off exactly and one packed fma
+// applies a and b (each rounded to f16, the product rounded once). f16, not
+// bf16: the weight keeps 11 bits as Metal's matrix stage does (ggml_t in
+// common.cuh says what that bought).
 //
 // Engines:
 //   vector (kernel_mul_mv_<t>_f32): 128 threads (4 warps) over 16 weight
@@ -25,20 +26,20 @@
 //     16-byte units (from the row's address rounded down to 16 bytes), the
 //     next two windows' copies in flight while it computes one. Lane (g, t) =
 //     (lane / 4, lane % 4) decodes 64 values (two chunks) of rows g and g + 8
-//     from the stage as bf16 pairs (Q4_K / Q5_K from a 16-byte aligned
+//     from the stage as f16 pairs (Q4_K / Q5_K from a 16-byte aligned
 //     weight: its bytes of a row's super-block in 16-byte loads, kq_load; Q4_0
 //     and Q8_0 from word-aligned rows in word loads, qs_raw; Q6_K in word loads
 //     realigned by byte_perm, q6_raw); x (tokens as the mma's n = 8, up to 8 at
-//     a time) is read as float4 and rounded to bf16; mma.sync m16n8k16 with
+//     a time) is read as float4 and rounded to f16; mma.sync m16n8k16 with
 //     f32 accumulators. Any order of k works where A and B agree: lane t's
 //     four k positions of each mma are values 4j .. 4j + 3 of its own 16.
 //     The warps' sums meet in shared memory.
 //   matrix (kernel_mul_mm_<t>_f32): the tile shapes of dense.cu
 //     (denseMmCudaTile: 128 x 256 by 8 warps or 64 x 128 by 4), 32-wide k
 //     stages in two shared buffers: while the warps multiply one, each
-//     thread holds the next in registers (8 values of x rounded to bf16 per
+//     thread holds the next in registers (8 values of x rounded to f16 per
 //     piece, and the bytes of its weight row's chunk: thread i owns row
-//     n0 + i) and parks it, decoded to bf16, after the step's mmas; ldmatrix,
+//     n0 + i) and parks it, decoded to f16, after the step's mmas; ldmatrix,
 //     mma.sync with f32 accumulators.
 //   dequantize and embedding: a thread per chunk of 32 values, the grid
 //     striding over them; values in f32, rounded once to the output type.
@@ -116,7 +117,7 @@ __device__ __forceinline__ void embedding(const unsigned char* table, const u32*
 //
 // The vector engine (common.cuh's gmv) spends about 560 warp instructions a window of
 // 16 rows x 256 values (Q4_K: 2304 bytes, ~4 bytes a warp instruction): the
-// cp.async copy loop, the stage reads, 3 instructions a bf16 pair (byte_perm,
+// cp.async copy loop, the stage reads, 3 instructions an f16 pair (byte_perm,
 // two packed fmas) and x read as float4 and rounded by every lane group (8
 // times over at one token). At 0.85 of an H100's copy rate an SM must take
 // ~10 bytes a clock, i.e. ~2.5 of its 4 warp instructions a clock: issue-bound.
@@ -130,8 +131,8 @@ __device__ __forceinline__ void embedding(const unsigned char* table, const u32*
 // no conversion to floats; each sub-block's dot product is scaled once in
 // f32 (the K-quants' mins against the chunk's f32 sum of x). Floors and
 // predictions at the bench shapes: bench/notes/qmv-variants-2026-11-26.md.
-// The products differ from the bf16 engine's by x's int8 rounding (up to
-// max|x| / 254 a value where the entry rounds x to bf16).
+// The products differ from the f16 engine's by x's int8 rounding (up to
+// max|x| / 254 a value where the entry rounds x to f16).
 
 // 16 bytes at p: one load where 16-byte aligned (vec), else four words.
 __device__ __forceinline__ uint4 gdq_ld16(const unsigned char* p, bool vec) {

@@ -8,7 +8,7 @@
 //     vector engine (gmv) with one x row, its pair's token. A block reads
 //     only its expert's rows, the windows of k copied into shared memory by
 //     cp.async in 16-byte units (decoded from 16-byte loads where the
-//     expert's rows allow), bf16 tensor cores with f32 sums.
+//     expert's rows allow), f16 tensor cores with f32 sums.
 //   matrix (kernel_mul_mm_id_<t>_f32): block b takes tile slot b / tiles_n
 //     (moe_tile over moe_dispatch_sort's grouping, up to 64 pairs of one
 //     expert) and weight rows (b % tiles_n) * 128 ..: the matrix engine

@@ -69,7 +69,7 @@ const VECTOR_ROWS = 8;
  * the inputs to bf16. GGUF blocks: quantized_matmul_ggml, its vector form
  * (f32 inputs as they are, the weight dequantized in f32) for m <= 8 and for
  * any m when precision is 'exact', else its matrix form (Metal stages the
- * weight as f16; CUDA's tensor cores take both in bf16).
+ * weight as f16; CUDA's tensor cores take both in f16).
  */
 export function linear(enc: Encoder, lin: Linear, x: Buffer, y: Buffer, m: number, precision: ProductPrecision = 'fast'): void {
   const { n, k } = lin;

@@ -164,7 +164,7 @@ export function ggmlMvCudaSharedBytes(type: GgmlQuantType): number {
   return GGML_MV_CUDA_WARPS * GGML_MV_CUDA_STAGES * GGML_MV_CUDA_ROWS * ggmlMvCudaStageRow(type) + GGML_MV_CUDA_WARPS * 128 * 4;
 }
 
-/** The CUDA matrix engine's tile: denseMmCudaTile's shapes, two stages of (bm + bn) rows of 40 bf16. */
+/** The CUDA matrix engine's tile: denseMmCudaTile's shapes, two stages of (bm + bn) rows of 40 f16. */
 export function ggmlMmCudaTile(m: number, n: number): { bm: number; bn: number; threads: number; sharedBytes: number } {
   const t = denseMmCudaTile(m, n);
   return { bm: t.bm, bn: t.bn, threads: t.threads, sharedBytes: 2 * (t.bm + t.bn) * 40 * 2 };
@@ -268,8 +268,8 @@ export function ggmlMvMetalLaunch(type: GgmlQuantType, m: number, n: number): La
  *
  * Numerics: Metal's vector kernels sum f32 products of the weight dequantized
  * in f32; its matrix kernels stage the weight as f16 (llama.cpp's tile) and
- * x as f32. CUDA's tensor cores take both in bf16 (the weight w = a q + b
- * from a and b rounded to bf16, the product rounded once; x rounded), summed
+ * x as f32. CUDA's tensor cores take both in f16 (the weight w = a q + b
+ * from a and b rounded to f16, the product rounded once; x rounded), summed
  * in f32.
  *
  * Rules: mlx-native's (validateQuantizedMatmulGgml). Kernels:

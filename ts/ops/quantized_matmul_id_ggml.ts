@@ -214,7 +214,7 @@ export function validateQuantizedMatmulIdGgmlMm(a: QuantizedMatmulIdGgmlMmArgs, 
  * vector form: each pair reads its expert's rows (decode).
  *
  * Numerics: Metal sums f32 products of the weight dequantized in f32 (as
- * kernel_mul_mv_<t>_f32); CUDA's tensor cores take the weight and x in bf16
+ * kernel_mul_mv_<t>_f32); CUDA's tensor cores take the weight and x in f16
  * (quantized_matmul_ggml's vector engine), summed in f32.
  *
  * Rules: validateQuantizedMatmulIdGgml. Kernels: kernel_mul_mv_id_<t>_f32.
@@ -251,7 +251,7 @@ export function planQuantizedMatmulIdGgml(a: QuantizedMatmulIdGgmlArgs, _limits:
  * pair order; an expert without pairs costs an empty tile slot (prefill).
  *
  * Numerics: Metal stages the weight as f16 and x as f32 (as
- * kernel_mul_mm_<t>_f32); CUDA's tensor cores take both in bf16, summed in f32.
+ * kernel_mul_mm_<t>_f32); CUDA's tensor cores take both in f16, summed in f32.
  *
  * Rules: validateQuantizedMatmulIdGgmlMm. Kernels: kernel_mul_mm_id_<t>_f32.
  * Bindings: 0 GgmlMatmulIdMm_MmParams (ne00 k, ne02 nExperts, nb01 the bytes
