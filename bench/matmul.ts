@@ -33,7 +33,7 @@ import { GGML_QUANT_TYPES, ggmlBlockOf, ggmlDequantize, ggmlRowBytesOf, quantize
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId } from '../ts/ops/quantized_matmul_id.ts';
 import { denseGateUpMmId, denseGateUpMvId, denseMmId, denseMvId } from '../ts/ops/dense_matmul_id.ts';
 import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlMm } from '../ts/ops/quantized_matmul_id_ggml.ts';
-import { moeDispatchSortRef } from '../ts/reference/moe_dispatch.ts';
+import { moeDispatchSortRef } from '../ts/ops/moe_dispatch.ts';
 
 const small = process.argv.includes('--small');
 const arg = (name: string): number | null => {

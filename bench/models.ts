@@ -63,8 +63,7 @@ import { gather } from '../ts/ops/embedding.ts';
 import { philox4x32 } from '../ts/ops/sample.ts';
 import { describeModel, WeightSource, type Gemma4Weights, type Qwen35MoeWeights, type TensorInfo, type TensorRef } from '../ts/weights/index.ts';
 import { toBf16 } from '../ts/index.ts';
-import { ggmlRowBytesOf, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
-import { ggmlQuantize } from '../ts/reference/quantized_matmul_ggml.ts';
+import { ggmlRowBytesOf, type GgmlQuantType, ggmlQuantize } from '../ts/ops/quantized_matmul_ggml.ts';
 
 const argv = process.argv;
 const small = argv.includes('--small');

@@ -105,61 +105,43 @@
 // on the emulator), after the kernel was compiled.
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
-import { chunkGatedDeltaRule, chunkLocalCumsum, gatedDeltaNetChunk } from '../ts/ops/chunk_gated_delta_rule.ts';
-import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
-import { elementwiseAdd } from '../ts/ops/elementwise.ts';
-import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
-import { flashAttnPrefill } from '../ts/ops/flash_attn_prefill.ts';
-import { affineQuantizedMatmul } from '../ts/ops/quantized_matmul.ts';
+import {
+  chunkGatedDeltaRule, chunkLocalCumsum, gatedDeltaNetChunk, gatedDeltaRuleRecurrentRef, chunkLocalCumsumRef, gatedDeltaNetChunkRef,
+} from '../ts/ops/chunk_gated_delta_rule.ts';
+import { computeGBeta, computeGBetaRef } from '../ts/ops/compute_g_beta.ts';
+import { elementwiseAdd, elementwiseAddRef } from '../ts/ops/elementwise.ts';
+import { denseMatmul, denseMatvec, denseRef } from '../ts/ops/dense.ts';
+import { flashAttnPrefill, flashAttnPrefillRef } from '../ts/ops/flash_attn_prefill.ts';
+import { affineQuantizedMatmul, affineDequantize, affineQuantize } from '../ts/ops/quantized_matmul.ts';
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId } from '../ts/ops/quantized_matmul_id.ts';
 import { denseGateUpMvId } from '../ts/ops/dense_matmul_id.ts';
-import { moeDispatchSort } from '../ts/ops/moe_dispatch.ts';
+import { moeDispatchSort, moeDispatchSortRef } from '../ts/ops/moe_dispatch.ts';
 import { moeWeightedReduce } from '../ts/ops/moe_weighted_reduce.ts';
-import { moeDispatchSortRef } from '../ts/reference/moe_dispatch.ts';
-import { ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml } from '../ts/ops/quantized_matmul_ggml.ts';
+import {
+  ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml, ggmlDequantizeRef, ggmlEmbeddingRef, ggmlQuantize,
+} from '../ts/ops/quantized_matmul_ggml.ts';
 import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlMm } from '../ts/ops/quantized_matmul_id_ggml.ts';
-import { flashAttnVec, flashAttnVecTmpElements, flashAttnVecVarlen, type FlashAttnVecParams, type FlashAttnVecVarlenParams } from '../ts/ops/flash_attn_vec.ts';
-import { fusedNormAdd, fusedResidualNorm } from '../ts/ops/fused_norm.ts';
+import {
+  flashAttnVec, flashAttnVecTmpElements, flashAttnVecVarlen, type FlashAttnVecParams, type FlashAttnVecVarlenParams, flashAttnVecRef,
+  flashAttnVecVarlenRef,
+} from '../ts/ops/flash_attn_vec.ts';
+import { fusedNormAdd, fusedResidualNorm, fusedNormAddRef, fusedResidualNormRef } from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
-import { l2Norm } from '../ts/ops/l2_norm.ts';
-import { fusedHeadNormRope } from '../ts/ops/fused_head_norm_rope.ts';
-import { ropeNeox } from '../ts/ops/rope.ts';
-import { ropeMulti } from '../ts/ops/rope_multi.ts';
-import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
-import { softcap, softmax, softmaxScratchElements } from '../ts/ops/softmax.ts';
-import { embedding } from '../ts/ops/embedding.ts';
-import { kvCacheCopySeqDual } from '../ts/ops/kv_cache_copy.ts';
-import { gelu, geluTanhMul } from '../ts/ops/gelu.ts';
-import { sigmoidMul } from '../ts/ops/sigmoid_mul.ts';
-import { siluMulHalves } from '../ts/ops/silu_mul.ts';
-import { fusedMoeRouting, fusedMoeRoutingBatch } from '../ts/ops/moe_routing.ts';
-import { ssmConv } from '../ts/ops/ssm_conv.ts';
-import { ssmNormGate } from '../ts/ops/ssm_norm_gate.ts';
-import { gatedDeltaRuleRecurrentRef, chunkLocalCumsumRef, gatedDeltaNetChunkRef } from '../ts/reference/chunk_gated_delta_rule.ts';
-import { computeGBetaRef } from '../ts/reference/compute_g_beta.ts';
-import { elementwiseAddRef } from '../ts/reference/elementwise.ts';
-import { denseRef } from '../ts/reference/dense.ts';
-import { flashAttnPrefillRef } from '../ts/reference/flash_attn_prefill.ts';
-import { affineDequantize, affineQuantize } from '../ts/reference/quantized_matmul.ts';
-import { ggmlDequantizeRef, ggmlEmbeddingRef, ggmlQuantize } from '../ts/reference/quantized_matmul_ggml.ts';
-import { flashAttnVecRef, flashAttnVecVarlenRef } from '../ts/reference/flash_attn_vec.ts';
-import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
-import { l2NormRef } from '../ts/reference/l2_norm.ts';
-import { fusedHeadNormRopeRef } from '../ts/reference/fused_head_norm_rope.ts';
-import { ropeNeoxRef } from '../ts/reference/rope.ts';
-import { ropeMultiRef } from '../ts/reference/rope_multi.ts';
-import { rmsNormRef } from '../ts/reference/rms_norm.ts';
-import { softcapRef, softmaxRef } from '../ts/reference/softmax.ts';
-import { embeddingRef } from '../ts/reference/embedding.ts';
-import { kvCacheCopySeqRef } from '../ts/reference/kv_cache_copy.ts';
-import { geluRef, geluTanhMulRef, geluTanhRef } from '../ts/reference/gelu.ts';
-import { sigmoidMulRef } from '../ts/reference/sigmoid_mul.ts';
-import { siluMulHalvesRef } from '../ts/reference/silu_mul.ts';
-import { sample, sampleScratchElements } from '../ts/ops/sample.ts';
-import { sampleRowRef } from '../ts/reference/sample.ts';
-import { moeRoutingRef } from '../ts/reference/moe_routing.ts';
-import { ssmConvRef } from '../ts/reference/ssm_conv.ts';
-import { ssmNormGateRef } from '../ts/reference/ssm_norm_gate.ts';
+import { l2Norm, l2NormRef } from '../ts/ops/l2_norm.ts';
+import { fusedHeadNormRope, fusedHeadNormRopeRef } from '../ts/ops/fused_head_norm_rope.ts';
+import { ropeNeox, ropeNeoxRef } from '../ts/ops/rope.ts';
+import { ropeMulti, ropeMultiRef } from '../ts/ops/rope_multi.ts';
+import { rmsNorm, rmsNormPerHead, rmsNormRef } from '../ts/ops/rms_norm.ts';
+import { softcap, softmax, softmaxScratchElements, softcapRef, softmaxRef } from '../ts/ops/softmax.ts';
+import { embedding, embeddingRef } from '../ts/ops/embedding.ts';
+import { kvCacheCopySeqDual, kvCacheCopySeqRef } from '../ts/ops/kv_cache_copy.ts';
+import { gelu, geluTanhMul, geluRef, geluTanhMulRef, geluTanhRef } from '../ts/ops/gelu.ts';
+import { sigmoidMul, sigmoidMulRef } from '../ts/ops/sigmoid_mul.ts';
+import { siluMulHalves, siluMulHalvesRef } from '../ts/ops/silu_mul.ts';
+import { fusedMoeRouting, fusedMoeRoutingBatch, moeRoutingRef } from '../ts/ops/moe_routing.ts';
+import { ssmConv, ssmConvRef } from '../ts/ops/ssm_conv.ts';
+import { ssmNormGate, ssmNormGateRef } from '../ts/ops/ssm_norm_gate.ts';
+import { sample, sampleScratchElements, sampleRowRef } from '../ts/ops/sample.ts';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

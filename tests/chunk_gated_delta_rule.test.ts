@@ -17,8 +17,6 @@ import {
   validateChunkTriSolveInvert,
   validateGatedDeltaNetChunkInterStateVarlen,
   type ChunkGatedDeltaRuleArgs,
-} from '../ts/ops/chunk_gated_delta_rule.ts';
-import {
   chunkGatedDeltaRuleChunkedRef,
   chunkLocalCumsumVarlenRef,
   chunkORef,
@@ -30,7 +28,7 @@ import {
   triSolveInvertRef,
   type GdrRecurrentInputs,
   type GdrRefShape,
-} from '../ts/reference/chunk_gated_delta_rule.ts';
+} from '../ts/ops/chunk_gated_delta_rule.ts';
 import {
   TOL, describeBackends, describeValidation, maxRelErr, nmse, rng, type Rng, expectInvalidParts, maxAbs, bf16, randomArray,
 } from './helpers.ts';

@@ -10,8 +10,8 @@ import {
   chunkLocalCumsumVarlen,
   numChunks,
   packChunkLocalCumsumParams,
+  chunkLocalCumsumRef,
 } from '../ts/ops/chunk_gated_delta_rule.ts';
-import { chunkLocalCumsumRef } from '../ts/reference/chunk_gated_delta_rule.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, expectInvalid, describeValidation } from './helpers.ts';
 import { flat, flatName, type CumsumShape, type GdrShape, type SeedShape, type StepShape } from './gdr-args.ts';
 import { bufferParam } from './metal-source.ts';

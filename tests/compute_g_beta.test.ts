@@ -12,8 +12,9 @@ import {
   computeGBeta,
   packComputeGBetaParams,
   type ComputeGBetaParams,
+  computeGBetaRef,
+  softplusRef,
 } from '../ts/ops/compute_g_beta.ts';
-import { computeGBetaRef, softplusRef } from '../ts/reference/compute_g_beta.ts';
 import { describeBackends, maxRelErr, rng, TOL, type Rng, expectInvalid, describeValidation } from './helpers.ts';
 import * as gbOps from '../ts/ops/compute_g_beta.ts';
 import * as mlx from '../ts/index.ts';

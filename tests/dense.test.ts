@@ -46,9 +46,10 @@ import {
   packDenseParams,
   planDenseMatmul,
   type DenseDType,
+  denseAbsRef,
+  denseRef,
 } from '../ts/ops/dense.ts';
 import type { Launch } from '../ts/plan.ts';
-import { denseAbsRef, denseRef } from '../ts/reference/dense.ts';
 import {
   describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, roundedTo, run, TARGET_LIMITS, TOL,
 } from './helpers.ts';

@@ -27,9 +27,10 @@ import {
   denseMmId,
   denseMvId,
   packDenseMatmulIdParams,
+  denseGateUpIdRef,
+  denseMatmulIdRef,
 } from '../ts/ops/dense_matmul_id.ts';
 import { moeDispatchSort } from '../ts/ops/moe_dispatch.ts';
-import { denseGateUpIdRef, denseMatmulIdRef } from '../ts/reference/dense_matmul_id.ts';
 import { describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, roundedTo, run } from './helpers.ts';
 import { downErrors, gateUpCasesOver, idsFor, matrixCasesOver, type IdProduct, type IdShape } from './matmul-id.ts';
 import { a, buf, EW, int, opContract, out, U32, type Case } from './op-contract.ts';

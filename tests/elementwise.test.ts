@@ -24,8 +24,6 @@ import {
   packScalarMulParams,
   scalarMul,
   type ElementwiseDType,
-} from '../ts/ops/elementwise.ts';
-import {
   castRef,
   elementwiseAddRef,
   elementwiseAddScaledRef,
@@ -33,7 +31,7 @@ import {
   formatMax,
   roundToDtype,
   scalarMulRef,
-} from '../ts/reference/elementwise.ts';
+} from '../ts/ops/elementwise.ts';
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, type Buffer, type Device, type Encoder } from '../ts/index.ts';
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, poisoned, randomArray, rng, TARGET_LIMITS, run, TOL } from './helpers.ts';
 import { a, buf, EW, opContract, out, type Case } from './op-contract.ts';

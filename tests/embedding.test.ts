@@ -17,8 +17,9 @@ import {
   packEmbedGatherScaleBatchParams,
   packEmbedGatherScaleParams,
   packGatherParams,
+  embeddingRef,
+  gatherRef,
 } from '../ts/ops/embedding.ts';
-import { embeddingRef, gatherRef } from '../ts/reference/embedding.ts';
 import { bufferParam } from '../ts/metal-source.ts';
 import { joinSources } from '../ts/registry.ts';
 import { rowCopyLaunch } from '../ts/launch.ts';

@@ -5,9 +5,8 @@
 import { describe, expect, test } from 'bun:test';
 import moeSrc from '../shaders/moe_routing.metal' with { type: 'text' };
 import { Device, MlxError } from '../ts/index.ts';
-import { MOE_ROUTING_SOURCES, moeRoutingThreadgroup, packFusedMoeRoutingParams } from '../ts/ops/moe_routing.ts';
+import { MOE_ROUTING_SOURCES, moeRoutingThreadgroup, packFusedMoeRoutingParams, moeRoutingRef } from '../ts/ops/moe_routing.ts';
 import { joinSources } from '../ts/registry.ts';
-import { moeRoutingRef } from '../ts/reference/moe_routing.ts';
 import { backendAbsence, maxRelErr, randomArray, rng, TOL, errorOf } from './helpers.ts';
 
 const FILE = 'emu_schedule.metal';

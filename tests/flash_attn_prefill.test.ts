@@ -52,10 +52,13 @@ import {
   packFlashAttnPrefillMaskParams,
   planFlashAttnPrefill,
   type FlashAttnPrefillArgs,
+  flashAttnPrefillBlkRef,
+  flashAttnPrefillMaskRef,
+  flashAttnPrefillRef,
+  type FlashAttnPrefillRefShape,
 } from '../ts/ops/flash_attn_prefill.ts';
 import { structSize } from '../ts/params.ts';
 import { record } from '../ts/plan.ts';
-import { flashAttnPrefillBlkRef, flashAttnPrefillMaskRef, flashAttnPrefillRef, type FlashAttnPrefillRefShape } from '../ts/reference/flash_attn_prefill.ts';
 import { describeBackends, describeValidation, expectInvalid, maxAbs, poisoned, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
 import { a, buf, int, opContract, out, type Case } from './op-contract.ts';
 import type { DType } from '../ts/index.ts';

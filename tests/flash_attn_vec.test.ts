@@ -17,11 +17,13 @@ import {
   type FlashAttnVecMask,
   type FlashAttnVecParams,
   type FlashAttnVecVarlenParams,
+  flashAttnVecRef,
+  flashAttnVecSpan,
+  flashAttnVecVarlenRef,
+  type FlashAttnVecRefShape,
+  type FlashAttnVecVarlenRefShape,
 } from '../ts/ops/flash_attn_vec.ts';
 import { kvCacheCopySeq } from '../ts/ops/kv_cache_copy.ts';
-import {
-  flashAttnVecRef, flashAttnVecSpan, flashAttnVecVarlenRef, type FlashAttnVecRefShape, type FlashAttnVecVarlenRefShape,
-} from '../ts/reference/flash_attn_vec.ts';
 import { describeValidation, TOL, describeBackends, maxRelErr, poisoned, randomArray, rng, roundedTo, scaledErr, expectInvalidParts } from './helpers.ts';
 import { readField } from './metal-source.ts';
 import * as faOps from '../ts/ops/flash_attn_vec.ts';

@@ -15,9 +15,10 @@ import {
   packFusedHeadNormRopeBatchBf16Params,
   packFusedHeadNormRopeF32Params,
   type FusedHeadNormRopeArgs,
+  fusedHeadNormRopeRef,
+  permuteTokensHeads,
 } from '../ts/ops/fused_head_norm_rope.ts';
-import { fusedHeadNormRopeRef, permuteTokensHeads } from '../ts/reference/fused_head_norm_rope.ts';
-import { ropeAngle } from '../ts/reference/rope.ts';
+import { ropeAngle } from '../ts/ops/rope.ts';
 import { bf16, describeBackends, describeValidation, expectInvalid, rng, randomArray, scaledErr, TARGET_LIMITS, TOL } from './helpers.ts';
 import { bufferParam } from './metal-source.ts';
 import type { Buffer, Device } from '../ts/index.ts';

@@ -20,9 +20,10 @@ import {
   packFusedNormAddScalarParams,
   packFusedResidualNormParams,
   packFusedResidualNormScalarParams,
+  fusedNormAddRef,
+  fusedResidualNormRef,
 } from '../ts/ops/fused_norm.ts';
 import type { ParamField } from '../ts/params.ts';
-import { fusedNormAddRef, fusedResidualNormRef } from '../ts/reference/fused_norm.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, TARGET_LIMITS, expectInvalid, describeValidation } from './helpers.ts';
 import { bufferParam, readField } from './metal-source.ts';
 import * as normOps from '../ts/ops/fused_norm.ts';

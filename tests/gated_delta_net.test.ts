@@ -19,9 +19,10 @@ import {
   type GatedDeltaNetDecodeBuffers,
   type GatedDeltaNetDecodeParams,
   type GatedDeltaNetParams,
+  gatedDeltaNetRef,
+  type GatedDeltaNetRefInputs,
 } from '../ts/ops/gated_delta_net.ts';
 import { gatedDeltaNetChunk } from '../ts/ops/chunk_gated_delta_rule.ts';
-import { gatedDeltaNetRef, type GatedDeltaNetRefInputs } from '../ts/reference/gated_delta_net.ts';
 import {
   describeBackends,
   nmse,
@@ -38,7 +39,7 @@ import * as gdnOps from '../ts/ops/gated_delta_net.ts';
 import * as mlx from '../ts/index.ts';
 import { a, buf, F, int, opContract, out } from './op-contract.ts';
 
-/** A shape in the reference's short names (ts/reference/gated_delta_net.ts). */
+/** A shape in the reference's short names (gatedDeltaNetRef, ts/ops/gated_delta_net.ts). */
 interface Shape { b: number; t: number; hg: number; h: number; k: number; v: number; scale?: number }
 /** The ops' flat arguments of a shape. */
 const gdnArgs = (p: Shape): GatedDeltaNetParams => ({ ...decodeArgsOf(p), seqLen: p.t });

@@ -11,8 +11,9 @@ import {
   numChunks,
   validateGatedDeltaNetChunk,
   type GatedDeltaNetChunkBuffers,
+  gatedDeltaNetChunkRef,
+  type GatedDeltaNetChunkRefInputs,
 } from '../ts/ops/chunk_gated_delta_rule.ts';
-import { gatedDeltaNetChunkRef, type GatedDeltaNetChunkRefInputs } from '../ts/reference/chunk_gated_delta_rule.ts';
 import { describeValidation, TOL, describeBackends, maxRelErr, nmse, rng, type Rng, expectInvalidParts, bf16 } from './helpers.ts';
 import { flat, flatName, type CumsumShape, type GdrShape, type SeedShape, type StepShape } from './gdr-args.ts';
 import * as chunkOps from '../ts/ops/chunk_gated_delta_rule.ts';

@@ -19,8 +19,11 @@ import {
   packGeluTanhMulParams,
   geluCudaLaunch,
   planGelu,
+  geluRef,
+  geluTanhMulHalvesRef,
+  geluTanhMulRef,
+  geluTanhRef,
 } from '../ts/ops/gelu.ts';
-import { geluRef, geluTanhMulHalvesRef, geluTanhMulRef, geluTanhRef } from '../ts/reference/gelu.ts';
 import type { Buffer } from '../ts/index.ts';
 import { describeGatedParity, expectHalvesRules, expectPairRules, FLOATS, gatedErr, gatedOpCases, phantomBuffer, type GatedFamily } from './gated.ts';
 import { describeBackends, describeValidation, expectInvalid, poisoned, randomArray, rng, TARGET_LIMITS, TOL, words } from './helpers.ts';

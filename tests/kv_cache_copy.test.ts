@@ -19,10 +19,11 @@ import {
   kvCacheCopySeqKernel,
   kvCacheReadSpan,
   planKvCacheCopySeq,
+  kvCacheCopyRef,
+  kvCacheCopySeqRef,
+  kvCacheLinearRef,
 } from '../ts/ops/kv_cache_copy.ts';
-import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecMask } from '../ts/ops/flash_attn_vec.ts';
-import { kvCacheCopyRef, kvCacheCopySeqRef, kvCacheLinearRef } from '../ts/reference/kv_cache_copy.ts';
-import { flashAttnVecRef } from '../ts/reference/flash_attn_vec.ts';
+import { flashAttnVec, flashAttnVecTmpElements, type FlashAttnVecMask, flashAttnVecRef } from '../ts/ops/flash_attn_vec.ts';
 import { bufferParam } from '../ts/metal-source.ts';
 import { joinSources } from '../ts/registry.ts';
 import { rowCopyLaunch } from '../ts/launch.ts';

@@ -14,8 +14,8 @@ import {
   l2Norm,
   l2NormThreadgroup,
   packL2NormParams,
+  l2NormRef,
 } from '../ts/ops/l2_norm.ts';
-import { l2NormRef } from '../ts/reference/l2_norm.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, TARGET_LIMITS, expectInvalid, describeValidation } from './helpers.ts';
 import * as l2Ops from '../ts/ops/l2_norm.ts';
 import * as mlx from '../ts/index.ts';

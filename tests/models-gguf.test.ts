@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import type { Device } from '../ts/index.ts';
 import { GgufFile } from '../ts/weights/index.ts';
 import { Checkpoint, loadModel, type LoadOptions } from '../ts/models/index.ts';
-import { ggmlQuantize } from '../ts/reference/quantized_matmul_ggml.ts';
+import { ggmlQuantize } from '../ts/ops/quantized_matmul_ggml.ts';
 import { describeBackends, expectInvalidParts, rng } from './helpers.ts';
 import { ggufCheckpoint, tinyConfig, writeTinyCheckpoint, type TinyArch } from './model-checkpoints.ts';
 import { relL2 } from './model-fixtures.ts';

@@ -22,7 +22,7 @@ import {
 } from '../ts/models/index.ts';
 import { SafetensorsFile, type TensorRef } from '../ts/weights/index.ts';
 import { safetensorsBytes } from './weights-writers.ts';
-import { affineDequantize, affineQuantize, affineWords } from '../ts/reference/quantized_matmul.ts';
+import { affineDequantize, affineQuantize, affineWords } from '../ts/ops/quantized_matmul.ts';
 import { describeBackends, describeValidation, expectInvalid, expectInvalidParts, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
 import { quantizeCheckpoint, relayoutCheckpoint, tinyConfig, writeTinyCheckpoint, type Relayout, type TinyArch } from './model-checkpoints.ts';
 import { modelFixture, modelFixtureNames, relL2, type ModelFixture } from './model-fixtures.ts';

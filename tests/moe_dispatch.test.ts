@@ -33,9 +33,12 @@ import {
   moeWeightedSumSeqKernel,
   moeZeroBuffer,
   packMoeDispatchSortParams,
+  moeDispatchSortRef,
+  moeGatherTopkWeightsRef,
+  moeSwigluRowsRef,
+  moeWeightedSumRef,
 } from '../ts/ops/moe_dispatch.ts';
-import { geluTanhMulRef } from '../ts/reference/gelu.ts';
-import { moeDispatchSortRef, moeGatherTopkWeightsRef, moeSwigluRowsRef, moeWeightedSumRef } from '../ts/reference/moe_dispatch.ts';
+import { geluTanhMulRef } from '../ts/ops/gelu.ts';
 import { describeBackends, describeValidation, dotErr, expectInvalid, maxRelErr, poisoned, randomArray, rng, roundedTo, TARGET_LIMITS, TOL, run } from './helpers.ts';
 import { a, buf, F, int, opContract, out, U32 } from './op-contract.ts';
 import type { Buffer } from '../ts/index.ts';

@@ -13,8 +13,8 @@ import {
   fusedMoeRoutingBatch,
   moeRoutingThreadgroup,
   packFusedMoeRoutingParams,
+  moeRoutingRef,
 } from '../ts/ops/moe_routing.ts';
-import { moeRoutingRef } from '../ts/reference/moe_routing.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, TARGET_LIMITS, expectInvalid, describeValidation } from './helpers.ts';
 import { bufferParam } from './metal-source.ts';
 import * as moeOps from '../ts/ops/moe_routing.ts';

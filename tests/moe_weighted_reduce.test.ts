@@ -17,8 +17,8 @@ import {
   moeWeightedReduce,
   moeWeightedReduceCudaLaunch,
   packMoeWeightedReduceParams,
+  moeWeightedReduceRef,
 } from '../ts/ops/moe_weighted_reduce.ts';
-import { moeWeightedReduceRef } from '../ts/reference/moe_weighted_reduce.ts';
 import { describeBackends, describeValidation, dotErr, expectInvalid, poisoned, randomArray, rng, roundedTo, TOL } from './helpers.ts';
 import { a, buf, EW, F, int, opContract, out } from './op-contract.ts';
 

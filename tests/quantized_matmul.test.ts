@@ -41,8 +41,6 @@ import {
   quantizedMatmulSimdBf16,
   quantizedRowBytes,
   type AffineDType,
-} from '../ts/ops/quantized_matmul.ts';
-import {
   affineDequantize,
   affinePack,
   affineQuantize,
@@ -50,7 +48,7 @@ import {
   affineRowBytes,
   affineUnpack,
   affineWords,
-} from '../ts/reference/quantized_matmul.ts';
+} from '../ts/ops/quantized_matmul.ts';
 import {
   describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, roundedTo, run, TARGET_LIMITS, TOL,
 } from './helpers.ts';

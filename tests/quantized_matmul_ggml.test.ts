@@ -49,9 +49,12 @@ import {
   planQuantizedMatmulGgml,
   quantizedMatmulGgml,
   type GgmlQuantType,
+  ggmlDequantizeRef,
+  ggmlEmbeddingRef,
+  ggmlMatmulRef,
+  ggmlQuantize,
 } from '../ts/ops/quantized_matmul_ggml.ts';
 import { structSize } from '../ts/params.ts';
-import { ggmlDequantizeRef, ggmlEmbeddingRef, ggmlMatmulRef, ggmlQuantize } from '../ts/reference/quantized_matmul_ggml.ts';
 import { GgufFile } from '../ts/weights/index.ts';
 import {
   describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, run, scaledErr, TARGET_LIMITS, TOL,

@@ -35,9 +35,12 @@ import {
   quantizedMatmulId,
   quantizedMmId,
   quantizedMvId,
+  quantizedGateUpIdRef,
+  quantizedMatmulIdRef,
+  type AffineExpertsRef,
+  type QuantizedIdSizesRef,
 } from '../ts/ops/quantized_matmul_id.ts';
-import { affinePack, affineQuantize, affineRowBytes } from '../ts/reference/quantized_matmul.ts';
-import { quantizedGateUpIdRef, quantizedMatmulIdRef, type AffineExpertsRef, type QuantizedIdSizesRef } from '../ts/reference/quantized_matmul_id.ts';
+import { affinePack, affineQuantize, affineRowBytes } from '../ts/ops/quantized_matmul.ts';
 import {
   describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, poisoned, randomArray, rng, roundedTo, run, TARGET_LIMITS, type Rng,
 } from './helpers.ts';

@@ -21,15 +21,15 @@ import { describe, expect, test } from 'bun:test';
 import src from '../shaders/quantized_matmul_id_ggml.metal' with { type: 'text' };
 import type { Buffer, Device } from '../ts/index.ts';
 import { moeDispatchSort } from '../ts/ops/moe_dispatch.ts';
-import { GGML_QUANT_TYPES, ggmlBlockOf, ggmlMvCudaSharedBytes, ggmlRowBytesOf, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
+import {
+  GGML_QUANT_TYPES, ggmlBlockOf, ggmlMvCudaSharedBytes, ggmlRowBytesOf, type GgmlQuantType, ggmlQuantize,
+} from '../ts/ops/quantized_matmul_ggml.ts';
 import {
   GGML_MATMUL_ID_MM_PARAMS_LAYOUT, GGML_MATVEC_ID_PARAMS_LAYOUT, ggmlIdMmCudaLaunch, ggmlIdMvCudaLaunch, packGgmlMatmulIdMmParams,
   packGgmlMatvecIdParams, planQuantizedMatmulIdGgml, planQuantizedMatmulIdGgmlMm, QUANTIZED_MATMUL_ID_GGML_KERNELS, quantizedMatmulIdGgml,
-  quantizedMatmulIdGgmlMm,
+  quantizedMatmulIdGgmlMm, ggmlMatmulIdRef,
 } from '../ts/ops/quantized_matmul_id_ggml.ts';
 import { structSize } from '../ts/params.ts';
-import { ggmlQuantize } from '../ts/reference/quantized_matmul_ggml.ts';
-import { ggmlMatmulIdRef } from '../ts/reference/quantized_matmul_id_ggml.ts';
 import { describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, run, TARGET_LIMITS } from './helpers.ts';
 import { a, buf, F, ggmlBlocks, int, opContract, out, U32, type Case } from './op-contract.ts';
 

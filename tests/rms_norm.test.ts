@@ -16,8 +16,8 @@ import {
   rmsNormPerHead,
   rmsNormCudaLaunch,
   rmsNormThreadgroup,
+  rmsNormRef,
 } from '../ts/ops/rms_norm.ts';
-import { rmsNormRef } from '../ts/reference/rms_norm.ts';
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, randomArray, rng, TARGET_LIMITS, TOL } from './helpers.ts';
 import type { Buffer } from '../ts/index.ts';
 import { rowLaunch } from '../ts/launch.ts';

@@ -15,8 +15,10 @@ import {
   rope,
   ropeLaunch,
   ropeNeox,
+  ropeAngle,
+  ropeNeoxRef,
+  ropeRef,
 } from '../ts/ops/rope.ts';
-import { ropeAngle, ropeNeoxRef, ropeRef } from '../ts/reference/rope.ts';
 import { describeBackends, describeValidation, expectInvalid, rng, randomArray, runsOnEmulator, scaledErr, run, TOL } from './helpers.ts';
 import { bufferParam } from './metal-source.ts';
 import type { Buffer, Device } from '../ts/index.ts';

@@ -17,9 +17,11 @@ import {
   ropeMulti,
   ropeMultiLaunch,
   type RopeMultiMode,
+  ropeMultiAngle,
+  ropeMultiAxis,
+  ropeMultiRef,
 } from '../ts/ops/rope_multi.ts';
-import { ropeMultiAngle, ropeMultiAxis, ropeMultiRef } from '../ts/reference/rope_multi.ts';
-import { ropeNeoxRef } from '../ts/reference/rope.ts';
+import { ropeNeoxRef } from '../ts/ops/rope.ts';
 import { describeBackends, describeValidation, expectInvalid, rng, randomArray, runsOnEmulator, scaledErr, TOL } from './helpers.ts';
 import { bufferParam } from './metal-source.ts';
 import type { Device } from '../ts/index.ts';

@@ -40,8 +40,6 @@ import {
   topKScratchElements,
   topKSlice,
   type SampleArgs,
-} from '../ts/ops/sample.ts';
-import {
   argmaxRef,
   orderKey,
   philox4x32_10,
@@ -52,7 +50,7 @@ import {
   softmaxSampleRef,
   topKRef,
   type SampleOptions,
-} from '../ts/reference/sample.ts';
+} from '../ts/ops/sample.ts';
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, poisoned, randomArray, rng, runsOnEmulator, TARGET_LIMITS, run, TOL } from './helpers.ts';
 import { launchOf } from '../ts/plan.ts';
 import type { Buffer, Device } from '../ts/index.ts';

@@ -14,8 +14,10 @@ import {
   planSigmoidMul,
   sigmoidMul,
   sigmoidMulHalves,
+  sigmoidMulHalvesRef,
+  sigmoidMulRef,
+  sigmoidRef,
 } from '../ts/ops/sigmoid_mul.ts';
-import { sigmoidMulHalvesRef, sigmoidMulRef, sigmoidRef } from '../ts/reference/sigmoid_mul.ts';
 import { describeGatedParity, expectHalvesRules, expectPairRules, gatedOpCases, type GatedFamily } from './gated.ts';
 import { opContract } from './op-contract.ts';
 import { describeValidation, TARGET_LIMITS, words } from './helpers.ts';

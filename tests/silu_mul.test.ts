@@ -16,8 +16,10 @@ import {
   planSiluMulHalves,
   siluMul,
   siluMulHalves,
+  siluMulHalvesRef,
+  siluMulRef,
+  siluRef,
 } from '../ts/ops/silu_mul.ts';
-import { siluMulHalvesRef, siluMulRef, siluRef } from '../ts/reference/silu_mul.ts';
 import { gatedLaunch } from '../ts/gated.ts';
 import { describeGatedParity, expectHalvesRules, expectPairRules, gatedOpCases, type GatedFamily } from './gated.ts';
 import { opContract } from './op-contract.ts';

@@ -25,8 +25,9 @@ import {
   softmaxSlice,
   softmaxThreadgroup,
   softmaxTwoPass,
+  softcapRef,
+  softmaxRef,
 } from '../ts/ops/softmax.ts';
-import { softcapRef, softmaxRef } from '../ts/reference/softmax.ts';
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, randomArray, rng, TARGET_LIMITS, TOL, wordView } from './helpers.ts';
 import type { Device } from '../ts/index.ts';
 import { a, BF, buf, F, int, opContract, out } from './op-contract.ts';

@@ -16,8 +16,8 @@ import {
   ssmConvDecode,
   ssmConvGrid,
   type SsmConvParams,
+  ssmConvRef,
 } from '../ts/ops/ssm_conv.ts';
-import { ssmConvRef } from '../ts/reference/ssm_conv.ts';
 import { describeBackends, randomArray, rng, TOL, expectInvalid, describeValidation, scaledErr } from './helpers.ts';
 import * as ssmConvOps from '../ts/ops/ssm_conv.ts';
 import * as mlx from '../ts/index.ts';

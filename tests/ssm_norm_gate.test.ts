@@ -11,8 +11,8 @@ import {
   packSsmNormGateParams,
   ssmNormGate,
   ssmNormGateThreadgroup,
+  ssmNormGateRef,
 } from '../ts/ops/ssm_norm_gate.ts';
-import { ssmNormGateRef } from '../ts/reference/ssm_norm_gate.ts';
 import { describeBackends, maxRelErr, randomArray, rng, TOL, TARGET_LIMITS, expectInvalid, describeValidation, type Rng } from './helpers.ts';
 import { bufferParam } from './metal-source.ts';
 import * as sngOps from '../ts/ops/ssm_norm_gate.ts';

@@ -10,8 +10,7 @@ import type { Device } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import { fromBf16, fromF16 } from '../dtype.ts';
 import { MlxError } from '../errors.ts';
-import { GGML_QUANT_TYPES, type GgmlQuantType } from '../ops/quantized_matmul_ggml.ts';
-import { ggmlDequantizeRef } from '../reference/quantized_matmul_ggml.ts';
+import { GGML_QUANT_TYPES, type GgmlQuantType, ggmlDequantizeRef } from '../ops/quantized_matmul_ggml.ts';
 import type { TensorRef, WeightSource } from '../weights/index.ts';
 import type { Linear, Projection } from './blocks.ts';
 

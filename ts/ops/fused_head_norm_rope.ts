@@ -16,7 +16,7 @@ import {
 } from '../validate.ts';
 import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
 import { familyPlans, record, type OpPlan } from '../plan.ts';
-import { checkRopeBuffers, checkTheta } from './rope.ts';
+import { checkRopeBuffers, checkTheta, ropeNeoxRef } from './rope.ts';
 
 export const FUSED_HEAD_NORM_ROPE_FAMILY = 'fused_head_norm_rope';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -168,4 +168,37 @@ export function planFusedHeadNormRope(a: FusedHeadNormRopeArgs, limits: DeviceLi
     grid: [a.seqLen * a.nHeads, 1, 1],
     threads: [threads, 1, 1],
   });
+}
+
+// ---- the float64 reference ----
+
+// CPU reference of fused_head_norm_rope: float64, the closed form.
+
+/**
+ * Rows [seqLen * nHeads, headDim]: n = x / sqrt(mean(x^2) + eps) * weight,
+ * then NeoX rope over the first halfRopeDim pairs (exponent over headDim).
+ */
+export function fusedHeadNormRopeRef(x: ArrayLike<number>, weight: ArrayLike<number> | undefined, positions: ArrayLike<number>,
+  seqLen: number, nHeads: number, headDim: number, halfRopeDim: number, eps: number, theta: number,
+  freqFactors?: ArrayLike<number>): Float64Array {
+  const n = new Float64Array(seqLen * nHeads * headDim);
+  for (let r = 0; r < seqLen * nHeads; r++) {
+    let sq = 0;
+    for (let i = 0; i < headDim; i++) sq += x[r * headDim + i]! ** 2;
+    const inv = 1 / Math.sqrt(sq / headDim + eps);
+    for (let i = 0; i < headDim; i++) n[r * headDim + i] = x[r * headDim + i]! * inv * (weight === undefined ? 1 : weight[i]!);
+  }
+  if (halfRopeDim === 0) return n;
+  return ropeNeoxRef(n, positions, seqLen, nHeads, headDim, 2 * halfRopeDim, theta, freqFactors);
+}
+
+/** [seqLen, nHeads, headDim] to [nHeads, seqLen, headDim]. */
+export function permuteTokensHeads(y: ArrayLike<number>, seqLen: number, nHeads: number, headDim: number): Float64Array {
+  const out = new Float64Array(seqLen * nHeads * headDim);
+  for (let t = 0; t < seqLen; t++) {
+    for (let h = 0; h < nHeads; h++) {
+      for (let i = 0; i < headDim; i++) out[(h * seqLen + t) * headDim + i] = y[(t * nHeads + h) * headDim + i]!;
+    }
+  }
+  return out;
 }

@@ -1,5 +1,6 @@
-// The ops, one module per kernel family (shaders/<family>.metal, shaders/cuda/<family>.cu).
-// Import as 'mlx-native/ops'.
+// The ops, one module per kernel family (shaders/<family>.metal, shaders/cuda/<family>.cu),
+// each ending with the family's float64 reference. Import as 'mlx-native/ops'
+// ('mlx-native/reference', ts/reference/index.ts, is this index again).
 
 export * from './chunk_gated_delta_rule.ts';
 export * from './compute_g_beta.ts';

@@ -48,10 +48,11 @@ import {
 } from '../validate.ts';
 import { checkPairs, moeTileSlots } from '../expert-products.ts';
 import {
-  checkGgmlType, GGML_KERNEL_TYPE, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlMmCudaTile, ggmlMvCudaSharedBytes, ggmlMvMetalLaunch, ggmlRowBytesOf,
-  GGML_MV_CUDA_ROWS, type GgmlQuantType,
+  checkGgmlType, GGML_KERNEL_TYPE, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlMmCudaTile, ggmlMvCudaSharedBytes, ggmlMvMetalLaunch,
+  ggmlRowBytesOf, GGML_MV_CUDA_ROWS, type GgmlQuantType, ggmlDequantizeRef,
 } from './quantized_matmul_ggml.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
+import { denseMatmulIdRef, type IdRef } from './dense_matmul_id.ts';
 
 export const QUANTIZED_MATMUL_ID_GGML_FAMILY = 'quantized_matmul_id_ggml';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -279,4 +280,29 @@ export function planQuantizedMatmulIdGgmlMm(a: QuantizedMatmulIdGgmlMmArgs, _lim
     threads: [128, 1, 1],
     cuda: ggmlIdMmCudaLaunch(pairs, a.n, a.nExperts),
   });
+}
+
+// ---- the float64 reference ----
+
+// CPU reference of the quantized_matmul_id_ggml family: each expert's GGML
+// blocks dequantized in float64 from the documented formats
+// (ggmlDequantizeRef, ts/ops/quantized_matmul_ggml.ts), then the per-pair
+// products of ts/ops/dense_matmul_id.ts.
+
+/** The sizes of a product: nTokens rows of x, topK slots each, nExperts experts of n rows, expertStride bytes apart (the op's). */
+export type GgmlIdSizesRef = GgmlIdSizes;
+
+/**
+ * y [nTokens * topK, n]: y[p, j] = sum_k x[p / topK, k] w_e[j, k], e =
+ * ids[p], w_e expert e's rows dequantized from the bytes at e * expertStride
+ * of weight; zeros for e >= nExperts (abs 1 there), with sum_k |x w| per output.
+ */
+export function ggmlMatmulIdRef(x: ArrayLike<number>, weight: Uint8Array, ids: ArrayLike<number>, s: GgmlIdSizesRef): IdRef {
+  const expertBytes = s.n * ggmlRowBytesOf(s.ggmlType, s.k);
+  const stride = s.expertStride ?? expertBytes;
+  const w = new Float64Array(s.nExperts * s.n * s.k);
+  for (let e = 0; e < s.nExperts; e++) {
+    w.set(ggmlDequantizeRef(s.ggmlType, weight.subarray(e * stride, e * stride + expertBytes), s.n * s.k), e * s.n * s.k);
+  }
+  return denseMatmulIdRef(x, w, ids, { m: s.nTokens, n: s.n, k: s.k, nExpertUsed: s.topK, numExperts: s.nExperts });
 }

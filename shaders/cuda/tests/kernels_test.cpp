@@ -768,7 +768,7 @@ static void test_gdn(Rng& rng) {
     Dispatch d(pipe(F, "gated_delta_net_chunk_inter_state_bf16", g_dir), c.v / 32, c.h, c.b, 128);
     d.buf(0, bk).buf(1, bw).buf(2, bu).buf(3, bg).buf(4, bh0).buf(5, hout).buf(6, vnew).buf(7, fin).val(8, p).tg(0, 32 * K * 4 + 32 * BT * 2).record();
     commit_wait();
-    // mirror reference (ts/reference/gated_delta_net_chunk.ts with mirrorBf16)
+    // mirror reference (interStateRef of ts/ops/chunk_gated_delta_rule.ts with mirrorBf16)
     vector<double> rho(nho), rvn(nu), rfin(ns);
     vector<double> hs(size_t(c.v) * K), hr(size_t(c.v) * K), vg(size_t(BT) * c.v);
     const uint32_t group = c.h / c.hg;

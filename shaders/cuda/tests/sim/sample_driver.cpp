@@ -1,7 +1,7 @@
 // The sample family's CUDA kernels (shaders/cuda/sample.cu) on the CPU
 // simulation (sim_runtime.h), at the launches of ts/ops/sample.ts (planTopK,
 // planSample: written out again below), against float64 references written
-// as ts/reference/sample.ts's: top-k (one pass and two; ties at the cut and
+// as ts/ops/sample.ts's: top-k (one pass and two; ties at the cut and
 // across slices, k past n, rows of -inf with a few finite values, all
 // equal, values over many octaves so that the slices' summaries overflow)
 // and the sampler on every path (greedy, no filter, candidates, the whole
@@ -73,7 +73,7 @@ struct Opt {
 
 struct RefRow { u32 token; double logprob; double margin; };
 
-// ts/reference/sample.ts: sampleRowRef.
+// ts/ops/sample.ts: sampleRowRef.
 static RefRow reference(const float* x, u32 v, u32 row, const Opt& o, const u32* prev, u32 n_prev) {
   std::vector<double> z(v);
   std::vector<char> flagged(v, 0);
