@@ -4,23 +4,9 @@
 // ts/params.ts reads the layouts from it (ts/ops/quantized_matmul_ggml.ts
 // packs them).
 
-// mlx-native's GgmlMatvecParams (src/ops/quantized_matmul_ggml.rs), buffer(3)
-// of the kernel_mul_mv_<type>_f32 kernels: x [ne1, ne10] f32 against the
-// weight [ne01, ne00] of GGML blocks, y [ne1, ne0] f32. The crate's fields
-// are int64_t; every value is a size >= 0, so ulong gives the same bytes.
-// The batch fields (ne02, ne12, r2, r3) are carried for the layout and not
-// read (the crate always passes a batch of 1).
-struct GgmlMatvecParams {
-    ulong ne00;  // K: values per weight row
-    ulong ne01;  // N: weight rows (outputs)
-    ulong ne02;  // weight batch (1)
-    ulong ne10;  // x row stride, in values (K)
-    ulong ne12;  // x batch (1)
-    ulong ne0;   // y row stride, in values (N)
-    ulong ne1;   // M: rows of x (tokens)
-    uint  r2;    // ne12 / ne02 (1)
-    uint  r3;    // (1)
-};
+// mlx-native's GgmlMatvecParams, buffer(3) of the kernel_mul_mv_<type>_f32
+// kernels, is defined in shaders/common.h: quantized_matmul_id_ggml's
+// GgmlMatvecIdParams holds it.
 
 // mlx-native's GgmlMatmulMmParams (llama.cpp's ggml_metal_kargs_mul_mm,
 // shaders/common.h), buffer(0) of the kernel_mul_mm_<type>_f32 kernels:

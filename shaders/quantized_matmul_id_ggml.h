@@ -5,24 +5,17 @@
 // packs them).
 
 // mlx-native's GgmlMatvecIdParams (src/ops/quantized_matmul_id_ggml.rs),
-// buffer(4) of kernel_mul_mv_id_<type>_f32: pair p = token * top_k + slot of
-// y [ne1, ne0] f32 takes x row p / top_k ([n_tokens, ne10] f32) against
-// expert ids[p]'s weight [ne01, ne00] of GGML blocks, expert_stride bytes
-// after the previous expert's. The crate's fields are int64_t; every value is
-// a size >= 0, so ulong gives the same bytes. ne02 holds the number of
-// experts (llama.cpp's meaning of it; the crate passes 1 and reads nothing):
-// an id at or past it gives a row of zeros. ne12, r2 and r3 are carried for
-// the layout (1) and not read.
+// buffer(4) of kernel_mul_mv_id_<type>_f32: the vector form's
+// GgmlMatvecParams (shaders/common.h) as `mv`, then the routing. Pair p =
+// token * top_k + slot of y [mv.ne1, mv.ne0] f32 takes x row p / top_k
+// ([n_tokens, mv.ne10] f32) against expert ids[p]'s weight [mv.ne01,
+// mv.ne00] of GGML blocks, expert_stride bytes after the previous expert's.
+// mv.ne01 is the rows of an expert, mv.ne1 the pairs (n_tokens * top_k), and
+// mv.ne02 the number of experts (llama.cpp's meaning of it; the crate passes
+// 1 and reads nothing): an id at or past it gives a row of zeros. mv.ne12,
+// mv.r2 and mv.r3 are carried for the layout (1) and not read.
 struct GgmlMatvecIdParams {
-    ulong ne00;           // K
-    ulong ne01;           // N: rows of an expert
-    ulong ne02;           // experts
-    ulong ne10;           // x row stride, in values (K)
-    ulong ne12;           // (1)
-    ulong ne0;            // y row stride, in values (N)
-    ulong ne1;            // pairs: n_tokens * top_k
-    uint  r2;             // (1)
-    uint  r3;             // (1)
+    struct GgmlMatvecParams mv;
     uint  top_k;          // slots of a token
     uint  n_tokens;       // rows of x
     ulong expert_stride;  // bytes from one expert's weight to the next's

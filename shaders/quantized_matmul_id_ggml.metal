@@ -15,7 +15,8 @@
 //     its map0 kernel's per-expert counts and token lists, these are
 //     moe_dispatch_sort's offsets and order, walked in tile slots by the
 //     prelude's moe_tile; q5_K is added (the crate has no Q5_K matrix form).
-// An id at or past the experts (ne02) gives a row of zeros and reads no weight.
+// An id at or past the experts (mv.ne02 of the vector form, ne02 of the matrix
+// form) gives a row of zeros and reads no weight.
 
 // ---- the vector form: kernel_mul_mv_id_<t>_f32 ----
 
@@ -37,19 +38,19 @@ kernel void ggml_mul_mv_id(
     uint  sgitg [[simdgroup_index_in_threadgroup]])
 {
     const uint pair = tgpig.y;
-    if (pair >= uint(p.ne1)) {
+    if (pair >= uint(p.mv.ne1)) {
         return;
     }
-    const uint N = uint(p.ne01), row0 = (tgpig.x * 2 + sgitg) * uint(R);
+    const uint N = uint(p.mv.ne01), row0 = (tgpig.x * 2 + sgitg) * uint(R);
     const uint e = ids[pair];
-    device float* yr = dst + ulong(pair) * p.ne0;
-    if (ulong(e) >= p.ne02) {
+    device float* yr = dst + ulong(pair) * p.mv.ne0;
+    if (ulong(e) >= p.mv.ne02) {
         if (tiisg < uint(R) && row0 + tiisg < N) {
             yr[row0 + tiisg] = 0.0f;
         }
         return;
     }
-    ggml_mv_rows<F, R>(src0 + ulong(e) * p.expert_stride, src1 + ulong(pair / p.top_k) * p.ne10, yr, N, uint(p.ne00), row0, tiisg);
+    ggml_mv_rows<F, R>(src0 + ulong(e) * p.expert_stride, src1 + ulong(pair / p.top_k) * p.mv.ne10, yr, N, uint(p.mv.ne00), row0, tiisg);
 }
 
 typedef decltype(ggml_mul_mv_id<GGML_Q4_0, 4>) ggml_mul_mv_id_q4_0_t;

@@ -21,17 +21,17 @@ namespace {
 template <int F>
 __device__ __forceinline__ void mv_id(unsigned char* smem, const unsigned char* w, const float* x, float* y, const u32* ids,
                                       const GgmlMatvecIdParams* p) {
-    const u32 N = u32(p->ne01), K = u32(p->ne00);
+    const u32 N = u32(p->mv.ne01), K = u32(p->mv.ne00);
     const u32 tiles = (N + 15u) / 16u;
     const u32 pair = blockIdx.x / tiles, row0 = (blockIdx.x % tiles) * 16u;
-    if (pair >= u32(p->ne1)) return;
+    if (pair >= u32(p->mv.ne1)) return;
     const u32 e = __ldg(ids + pair);
-    float* yr = y + u64(pair) * p->ne0;
-    if (u64(e) >= p->ne02) {
+    float* yr = y + u64(pair) * p->mv.ne0;
+    if (u64(e) >= p->mv.ne02) {
         if (threadIdx.x < 16u && row0 + threadIdx.x < N) yr[row0 + threadIdx.x] = 0.0f;
         return;
     }
-    gmv<F>(smem, w + u64(e) * p->expert_stride, x + u64(pair / p->top_k) * p->ne10, yr, 1u, N, K, p->ne10, p->ne0, row0);
+    gmv<F>(smem, w + u64(e) * p->expert_stride, x + u64(pair / p->top_k) * p->mv.ne10, yr, 1u, N, K, p->mv.ne10, p->mv.ne0, row0);
 }
 
 template <int F>
