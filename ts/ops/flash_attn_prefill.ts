@@ -552,27 +552,15 @@ export function planFlashAttnPrefillBlk(a: FlashAttnPrefillBlkArgs, _limits: Dev
 // and the online softmax do not change the math); the mask builder and the
 // tile classifier as their kernels define them.
 
-export interface FlashAttnPrefillRefShape {
-  batch: number;
-  nHeads: number;
-  nKvHeads: number;
-  headDim: number;
-  /** Query rows per sequence (with cuSeqlens: of q in all sequences). */
-  seqLenQ: number;
-  /** Keys per sequence (with cuSeqlens: rows of k in all sequences). */
-  seqLenK: number;
-  /** Rows of the key axis of k and v; seqLenK when absent. */
-  kvCapacity?: number;
+/**
+ * A call's sizes and options as the op takes them (FlashAttnPrefillArgs),
+ * slidingWindow and softcap also disabled by 0; the scale and causality
+ * given; the offsets and the mask as numbers.
+ */
+export interface FlashAttnPrefillRefShape extends Pick<FlashAttnPrefillArgs,
+  'batch' | 'nHeads' | 'nKvHeads' | 'headDim' | 'seqLenQ' | 'seqLenK' | 'kvCapacity' | 'qOffset' | 'slidingWindow' | 'softcap' | 'layout'> {
   scale: number;
   causal: boolean;
-  /** Absolute position of query row 0; 0 when absent. */
-  qOffset?: number;
-  /** Keys with p - j >= slidingWindow are hidden from the query at position p; 0 or absent: no window. */
-  slidingWindow?: number;
-  /** Logit softcap; 0 or absent disables. */
-  softcap?: number;
-  /** headMajor [B, H, L, D] (default) or seqMajor [B, L, H, D]; with cuSeqlens always packed [L, H, D]. */
-  layout?: 'headMajor' | 'seqMajor';
   /** Offsets of each sequence's query rows and key rows (batch + 1 each). */
   cuSeqlensQ?: ArrayLike<number>;
   cuSeqlensK?: ArrayLike<number>;

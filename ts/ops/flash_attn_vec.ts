@@ -410,17 +410,10 @@ export function planFlashAttnVecVarlen(args: FlashAttnVecVarlenArgs, _limits: De
 // form): plain loops, float64. The split over workgroups does not change the
 // math, so the reference is one softmax over the visible keys.
 
-export type FlashAttnVecRefMask = 'none' | 'causal' | 'slidingWindow';
+export type FlashAttnVecRefMask = FlashAttnVecMask;
 
-/** What both forms share. */
-export interface FlashAttnVecRefCommon {
-  batch: number;
-  nHeads: number;
-  nKvHeads: number;
-  headDim: number;
-  kvCapacity: number;
-  scale: number;
-  mask: FlashAttnVecRefMask;
+/** What both forms share: the ops' sizes and scores, with slidingWindow and softcap given. */
+export interface FlashAttnVecRefCommon extends Pick<FlashAttnVecCommon, 'batch' | 'nHeads' | 'nKvHeads' | 'headDim' | 'kvCapacity' | 'scale' | 'mask'> {
   /** Visible keys under 'slidingWindow'; 0 leaves every key visible. */
   slidingWindow: number;
   /** Logit softcap; 0 disables. */

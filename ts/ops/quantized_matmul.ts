@@ -71,9 +71,18 @@ export const AFFINE_GROUP_SIZES = [32, 64, 128] as const;
 /** Rows of x the vector form (quantized_mv_<t>) takes at most: every weight row is read once for all of them. */
 export const QUANTIZED_MV_MAX_ROWS = 8;
 
+/** The sizes of struct QuantizedMatmulParams, mlx-native's (its quantized_matmul_id adds the experts'). */
+export interface QuantizedMatmulSizes {
+  m: number;
+  k: number;
+  n: number;
+  /** Any positive group size (MLX's checkpoints: 32, 64 or 128). */
+  groupSize: number;
+  /** 4, 6 or 8 */
+  bits: number;
+}
 
-
-export function packQuantizedMatmulParams(p: { m: number; k: number; n: number; groupSize: number; bits: number }): Uint8Array {
+export function packQuantizedMatmulParams(p: QuantizedMatmulSizes): Uint8Array {
   return packFields(QUANTIZED_MATMUL_PARAMS_LAYOUT, { M: p.m, K: p.k, N: p.n, group_size: p.groupSize, bits: p.bits });
 }
 
@@ -149,7 +158,8 @@ function checkCudaGrid(op: string, m: number, n: number): void {
   }
 }
 
-function checkBits(op: string, bits: number): void {
+/** bits is one of MLX's affine widths, 4, 6 or 8. */
+export function checkAffineBits(op: string, bits: number): void {
   if (!(AFFINE_BITS as readonly number[]).includes(bits)) throw invalid(op, 'bits', '4, 6 or 8', bits);
 }
 
@@ -189,7 +199,7 @@ export function validateAffineQuantizedMatmul(a: AffineQuantizedMatmulArgs, devi
   checkPositive(op, 'm', a.m);
   checkPositive(op, 'n', a.n);
   checkPositive(op, 'k', a.k);
-  checkBits(op, a.bits);
+  checkAffineBits(op, a.bits);
   if (!(AFFINE_GROUP_SIZES as readonly number[]).includes(a.groupSize)) throw invalid(op, 'groupSize', '32, 64 or 128', a.groupSize);
   for (const [arg, v] of [['m', a.m], ['n', a.n], ['k', a.k]] as const) checkAtMost(op, arg, v, U32_MAX, '2^32 - 1');
   checkMultiple(op, 'k', a.k, a.groupSize, 'groupSize');
@@ -262,7 +272,7 @@ export function planAffineQuantizedMatmul(a: AffineQuantizedMatmulArgs, _limits:
  * mlx-native's arguments (input, weight, scales, biases and the sizes of its
  * QuantizedMatmulParams), with the output it would allocate given here.
  */
-export interface QuantizedMatmulArgs {
+export interface QuantizedMatmulArgs extends QuantizedMatmulSizes {
   /** [m, k]: f32 (quantizedMatmul, quantizedMatmulSimd) or bf16 (quantizedMatmulSimdBf16) */
   input: Buffer;
   /** u32 or u8: n packed rows of quantizedRowBytes(k, bits) bytes */
@@ -273,13 +283,6 @@ export interface QuantizedMatmulArgs {
   biases: Buffer;
   /** [m, n], input's dtype, output */
   output: Buffer;
-  m: number;
-  k: number;
-  n: number;
-  /** Any positive group size (MLX's checkpoints: 32, 64 or 128). */
-  groupSize: number;
-  /** 4, 6 or 8 */
-  bits: number;
 }
 
 /**
@@ -289,7 +292,7 @@ export interface QuantizedMatmulArgs {
  * dtypes and no aliasing.
  */
 function validateCrate(op: string, a: QuantizedMatmulArgs, io: 'f32' | 'bf16', device?: Device): void {
-  checkBits(op, a.bits);
+  checkAffineBits(op, a.bits);
   for (const arg of ['m', 'k', 'n', 'groupSize'] as const) checkU32Count(op, arg, a[arg]);
   const nx = checkedProduct(op, 'm * k', a.m, a.k);
   const nw = checkedProduct(op, 'n * row bytes', a.n, quantizedRowBytes(a.k, a.bits));

@@ -43,7 +43,9 @@ import {
   checkAtMost, checkBufferRules, checkedProduct, checkedU32Product, checkMultiple, checkNoAliasing, checkU32Count, invalid, like, ruleBindings, U32_MAX,
   type BufferRule,
 } from '../validate.ts';
-import { AFFINE_BITS, AFFINE_GROUP_SIZES, quantizedRowBytes, affineDequantize } from './quantized_matmul.ts';
+import {
+  AFFINE_GROUP_SIZES, checkAffineBits, quantizedRowBytes, affineDequantize, type QuantizedMatmulSizes,
+} from './quantized_matmul.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 import { denseGateUpIdRef, denseMatmulIdRef, type IdRef, type IdSizesRef } from './dense_matmul_id.ts';
 
@@ -66,8 +68,6 @@ export const QUANTIZED_GATE_UP_ID_PARAMS_LAYOUT: readonly ParamField[] = structL
 
 /** The per-expert products' gate activations and tile slots (ts/expert-products.ts, shared with dense_matmul_id). */
 export { GATE_ACTIVATIONS, moeTileSlots, type GateActivation } from '../expert-products.ts';
-
-
 
 export type QuantizedIdDType = 'f16' | 'bf16';
 const ID_DTYPES: readonly QuantizedIdDType[] = ['f16', 'bf16'];
@@ -140,10 +140,6 @@ export function quantizedIdMmCudaLaunch(pairs: number, n: number, numExperts: nu
 }
 
 // ---- validation ----
-
-function checkBits(op: string, bits: number): void {
-  if (!(AFFINE_BITS as readonly number[]).includes(bits)) throw invalid(op, 'bits', '4, 6 or 8', bits);
-}
 
 interface TypedArgsBase extends ExpertProductBase {
   /** [m, k]: f16 or bf16 */
@@ -226,7 +222,7 @@ const QUANTIZED: ExpertFamily<TypedArgsBase & { activation?: GateActivation }> =
   xDtypes: () => ID_DTYPES,
   set: ['weight', 'scales', 'biases'],
   checkSizes(op, a) {
-    checkBits(op, a.bits);
+    checkAffineBits(op, a.bits);
     if (!(AFFINE_GROUP_SIZES as readonly number[]).includes(a.groupSize)) throw invalid(op, 'groupSize', '32, 64 or 128', a.groupSize);
     checkMultiple(op, 'k', a.k, a.groupSize, 'groupSize');
   },
@@ -347,7 +343,7 @@ export const planQuantizedGateUpMmId = gateUpMmId.plan;
 // ---- mlx-native's quantized_matmul_id ----
 
 /** mlx-native's arguments (its QuantizedMatmulIdParams' sizes), with the output it would allocate given here. */
-export interface QuantizedMatmulIdArgs {
+export interface QuantizedMatmulIdArgs extends QuantizedMatmulSizes {
   /** f32 [m, k] at least */
   input: Buffer;
   /** u32 or u8: numExperts experts of n rows of quantizedRowBytes(k, bits) bytes, contiguous, at least */
@@ -360,13 +356,6 @@ export interface QuantizedMatmulIdArgs {
   ids: Buffer;
   /** f32 [m, nExpertUsed, n] at least; output */
   output: Buffer;
-  m: number;
-  k: number;
-  n: number;
-  /** Any positive group size (MLX's checkpoints: 32, 64 or 128). */
-  groupSize: number;
-  /** 4, 6 or 8 */
-  bits: number;
   nExpertUsed: number;
   numExperts: number;
 }
@@ -381,7 +370,7 @@ export interface QuantizedMatmulIdArgs {
  */
 export function validateQuantizedMatmulId(a: QuantizedMatmulIdArgs, device?: Device): void {
   const op = 'quantized_matmul_id';
-  checkBits(op, a.bits);
+  checkAffineBits(op, a.bits);
   for (const arg of ['m', 'k', 'n', 'groupSize', 'nExpertUsed', 'numExperts'] as const) checkU32Count(op, arg, a[arg]);
   const pairs = checkPairs(op, a.m, a.nExpertUsed);
   const expertBytes = checkedProduct(op, 'n * row bytes', a.n, quantizedRowBytes(a.k, a.bits));
