@@ -73,21 +73,14 @@ __device__ __forceinline__ void weighted_reduce(const MoeWeightedReduceParams* p
 }  // namespace
 
 // buffer(0) MoeWeightedReduceParams, (1) expert_w f32 [T, top_k], (2)
-// y_expert [T, top_k, h], (3) sh_logit [T], (4) y_shared [T, h], (5)
-// residual [T, h], (6) output [T, h].
-extern "C" __global__ void moe_weighted_reduce_f32(const MoeWeightedReduceParams* p, const float* expert_w, const float* y_expert,
-                                                   const float* sh_logit, const float* y_shared, const float* residual, float* output) {
-    weighted_reduce(p, expert_w, y_expert, sh_logit, y_shared, residual, output);
-}
-extern "C" __global__ void moe_weighted_reduce_f16(const MoeWeightedReduceParams* p, const float* expert_w, const __half* y_expert,
-                                                   const __half* sh_logit, const __half* y_shared, const __half* residual, __half* output) {
-    weighted_reduce(p, expert_w, y_expert, sh_logit, y_shared, residual, output);
-}
-extern "C" __global__ void moe_weighted_reduce_bf16(const MoeWeightedReduceParams* p, const float* expert_w, const bf16* y_expert,
-                                                    const bf16* sh_logit, const bf16* y_shared, const bf16* residual, bf16* output) {
-    weighted_reduce(p, expert_w, y_expert, sh_logit, y_shared, residual, output);
-}
-extern "C" __global__ void moe_weighted_reduce_bf16_input(const MoeWeightedReduceParams* p, const float* expert_w, const bf16* y_expert,
-                                                          const float* sh_logit, const float* y_shared, const float* residual, float* output) {
-    weighted_reduce(p, expert_w, y_expert, sh_logit, y_shared, residual, output);
-}
+// y_expert [T, top_k, h] of E, (3) sh_logit [T], (4) y_shared [T, h], (5)
+// residual [T, h], (6) output [T, h], of T.
+#define MOE_WEIGHTED_REDUCE_ENTRY(NAME, T, E)                                                                            \
+    extern "C" __global__ void NAME(const MoeWeightedReduceParams* p, const float* expert_w, const E* y_expert,            \
+                                    const T* sh_logit, const T* y_shared, const T* residual, T* output) {                 \
+        weighted_reduce(p, expert_w, y_expert, sh_logit, y_shared, residual, output);                                     \
+    }
+MOE_WEIGHTED_REDUCE_ENTRY(moe_weighted_reduce_f32, float, float)
+MOE_WEIGHTED_REDUCE_ENTRY(moe_weighted_reduce_f16, __half, __half)
+MOE_WEIGHTED_REDUCE_ENTRY(moe_weighted_reduce_bf16, bf16, bf16)
+MOE_WEIGHTED_REDUCE_ENTRY(moe_weighted_reduce_bf16_input, float, bf16)
