@@ -75,10 +75,10 @@ __device__ __forceinline__ void weighted_reduce(const MoeWeightedReduceParams* p
 // buffer(0) MoeWeightedReduceParams, (1) expert_w f32 [T, top_k], (2)
 // y_expert [T, top_k, h] of E, (3) sh_logit [T], (4) y_shared [T, h], (5)
 // residual [T, h], (6) output [T, h], of T.
-#define MOE_WEIGHTED_REDUCE_ENTRY(NAME, T, E)                                                                            \
-    extern "C" __global__ void NAME(const MoeWeightedReduceParams* p, const float* expert_w, const E* y_expert,            \
-                                    const T* sh_logit, const T* y_shared, const T* residual, T* output) {                 \
-        weighted_reduce(p, expert_w, y_expert, sh_logit, y_shared, residual, output);                                     \
+#define MOE_WEIGHTED_REDUCE_ENTRY(NAME, T, E)                                                                   \
+    extern "C" __global__ void NAME(const MoeWeightedReduceParams* p, const float* expert_w, const E* y_expert, \
+                                    const T* sh_logit, const T* y_shared, const T* residual, T* output) {       \
+        weighted_reduce(p, expert_w, y_expert, sh_logit, y_shared, residual, output);                           \
     }
 MOE_WEIGHTED_REDUCE_ENTRY(moe_weighted_reduce_f32, float, float)
 MOE_WEIGHTED_REDUCE_ENTRY(moe_weighted_reduce_f16, __half, __half)
