@@ -2,7 +2,8 @@
 // bound last by every kernel of the family but the two of the seed;
 // GatedDeltaNetChunkParams at buffer(8) of gated_delta_net_chunk_inter_state_bf16;
 // ChunkLocalCumsumParams at buffer(2) of chunk_local_cumsum_g_f32.
-// Plain C, uint and float fields only: shaders/chunk_gated_delta_rule.metal and
+// Plain C, uint and float fields (GatedDeltaNetChunkParams begins with the sizes
+// of shaders/common.h, GatedDeltaRuleDims): shaders/chunk_gated_delta_rule.metal and
 // shaders/cuda/chunk_gated_delta_rule.cu are compiled after this file, and
 // ts/params.ts reads the layouts from it (ts/ops/chunk_gated_delta_rule.ts packs them).
 
@@ -18,12 +19,7 @@ struct ChunkGatedDeltaRuleParams {
 };
 
 struct GatedDeltaNetChunkParams {
-    uint b;
-    uint t;
-    uint hg;
-    uint h;
-    uint k;
-    uint v;
+    struct GatedDeltaRuleDims dims;
     uint bt;
     uint nt;
 };

@@ -728,10 +728,10 @@ kernel void gated_delta_net_chunk_inter_state_bf16(
     const uint b = tgpig.z;
     // The sequence as a seqs entry would give it; params inconsistent with
     // themselves (nt != T / 64, K != 128) do nothing.
-    const uint2 first = uint2(b * p.t, b * p.nt);
-    const uint2 next = uint2(first.x + p.t, first.y + p.nt);
-    if (p.k != KD || b >= p.b || !seq_ok(first, next, p.b * p.t, p.b * p.nt)) return;
-    inter_state_seq<KD, BV>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, p.h, p.hg, p.v,
+    const uint2 first = uint2(b * p.dims.t, b * p.nt);
+    const uint2 next = uint2(first.x + p.dims.t, first.y + p.nt);
+    if (p.dims.k != KD || b >= p.dims.b || !seq_ok(first, next, p.dims.b * p.dims.t, p.dims.b * p.nt)) return;
+    inter_state_seq<KD, BV>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, p.dims.h, p.dims.hg, p.dims.v,
                             first.x, next.x, first.y, next.y, b, tgpig.x * BV, tgpig.y,
                             shmem, region, (threadgroup bfloat *)(shmem + BV * KD), tid, sg);
 }

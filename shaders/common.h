@@ -46,3 +46,16 @@ struct GgmlMatvecParams {
     uint  r2;    // ne12 / ne02 (1)
     uint  r3;    // (1)
 };
+
+// The sizes of the gated delta rule, as mlx-native's GatedDeltaNetParams
+// (gated_delta_net) and GatedDeltaNetChunkParams (chunk_gated_delta_rule)
+// begin: b sequences of t tokens, hg key heads, h value heads (a multiple of
+// hg), head dims k (keys) and v (values). Both hold it as `dims`.
+struct GatedDeltaRuleDims {
+    uint b;
+    uint t;
+    uint hg;
+    uint h;
+    uint k;
+    uint v;
+};

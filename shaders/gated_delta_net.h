@@ -1,17 +1,13 @@
 // The param structs of gated_delta_net: GatedDeltaNetParams at buffer(8) of
 // gated_delta_net_{f32,bf16}, GatedDeltaNetDecodeParams at buffer(7) of
 // gated_delta_net_decode_{f32,bf16}.
-// Plain C, uint and float fields only: shaders/gated_delta_net.metal and
+// Plain C, uint and float fields (GatedDeltaNetParams begins with the sizes
+// of shaders/common.h, GatedDeltaRuleDims): shaders/gated_delta_net.metal and
 // shaders/cuda/gated_delta_net.cu are compiled after this file, and ts/params.ts reads
 // the layouts from it (ts/ops/gated_delta_net.ts packs them).
 
 struct GatedDeltaNetParams {
-    uint  b;
-    uint  t;
-    uint  hg;
-    uint  h;
-    uint  k;
-    uint  v;
+    struct GatedDeltaRuleDims dims;
     float scale;
     uint  has_initial_state;   // zero: the state starts at zero and initial_state is not read
 };

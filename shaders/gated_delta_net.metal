@@ -116,11 +116,11 @@ static inline void gated_delta_net_impl(
     constant GatedDeltaNetParams& p, uint3 tg, uint sg, uint lane)
 {
     const uint v0 = tg.x * GDN_BV + sg * GDN_ROWS;
-    if (v0 >= p.v || tg.y >= p.h || tg.z >= p.b) {
+    if (v0 >= p.dims.v || tg.y >= p.dims.h || tg.z >= p.dims.b) {
         return;
     }
     gdn_rows(q, k, v, g, beta, initial_state, p.has_initial_state != 0u, final_state, o,
-             p.t, p.hg, p.h, p.k, p.v, p.scale, tg.z, tg.y, v0, lane);
+             p.dims.t, p.dims.hg, p.dims.h, p.dims.k, p.dims.v, p.scale, tg.z, tg.y, v0, lane);
 }
 
 // buffer(0) q [B, Hg, K], (1) k [B, Hg, K], (2) v [B, H, V], (3) g [B, H],

@@ -236,8 +236,8 @@ extern "C" __global__ void gated_delta_net_f32(const float* q, const float* k, c
                                                const float* beta, const float* initial_state, float* o,
                                                float* final_state, const GatedDeltaNetParams* pp) {
     const GatedDeltaNetParams p = *pp;
-    gdn_dispatch<float>(q, k, v, g, beta, initial_state, p.has_initial_state != 0u, final_state, o, p.t, p.b,
-                        p.hg, p.h, p.k, p.v, p.scale);
+    gdn_dispatch<float>(q, k, v, g, beta, initial_state, p.has_initial_state != 0u, final_state, o, p.dims.t, p.dims.b,
+                        p.dims.hg, p.dims.h, p.dims.k, p.dims.v, p.scale);
 }
 
 // As gated_delta_net_f32 with bf16 q, k, v and o (state, g, beta f32).
@@ -246,8 +246,8 @@ extern "C" __global__ void gated_delta_net_bf16(const __nv_bfloat16* q, const __
                                                 const float* initial_state, __nv_bfloat16* o, float* final_state,
                                                 const GatedDeltaNetParams* pp) {
     const GatedDeltaNetParams p = *pp;
-    gdn_dispatch<__nv_bfloat16>(q, k, v, g, beta, initial_state, p.has_initial_state != 0u, final_state, o, p.t,
-                                p.b, p.hg, p.h, p.k, p.v, p.scale);
+    gdn_dispatch<__nv_bfloat16>(q, k, v, g, beta, initial_state, p.has_initial_state != 0u, final_state, o, p.dims.t,
+                                p.dims.b, p.dims.hg, p.dims.h, p.dims.k, p.dims.v, p.scale);
 }
 
 // buffer(0) q [B, Hg, K], (1) k [B, Hg, K], (2) v [B, H, V], (3) g [B, H],

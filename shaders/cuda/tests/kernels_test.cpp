@@ -25,8 +25,10 @@
 
 #include "../../../native/include/mlx_native.h"
 
-// The param structs, from the family headers the kernels compile with.
+// The param structs, from common.h and the family headers, as the kernels compile them.
 typedef uint32_t uint;
+typedef uint64_t ulong;
+#include "../../common.h"
 #include "../../fused_norm.h"
 #include "../../flash_attn_vec.h"
 #include "../../l2_norm.h"
@@ -764,7 +766,7 @@ static void test_gdn(Rng& rng) {
     Buf bk = upload(hk), bw = upload(hw), bu = upload(hu), bg = upload(fg), bh0 = upload(fh0);
     Buf hout(nho * 2), vnew(nu * 2), fin(ns * 4);
     hout.poison(); vnew.poison(); fin.poison();
-    GatedDeltaNetChunkParams p{c.b, c.t, c.hg, c.h, K, c.v, BT, NT};
+    GatedDeltaNetChunkParams p{{c.b, c.t, c.hg, c.h, K, c.v}, BT, NT};
     Dispatch d(pipe(F, "gated_delta_net_chunk_inter_state_bf16", g_dir), c.v / 32, c.h, c.b, 128);
     d.buf(0, bk).buf(1, bw).buf(2, bu).buf(3, bg).buf(4, bh0).buf(5, hout).buf(6, vnew).buf(7, fin).val(8, p).tg(0, 32 * K * 4 + 32 * BT * 2).record();
     commit_wait();
@@ -834,7 +836,7 @@ static void test_gdn(Rng& rng) {
     vector<float> fg(size_t(B) * T * H, -0.01f), fh0(ns, 0.1f);
     Buf bk = upload(hk), bw = upload(hw), bu = upload(hu), bg = upload(fg), bh0 = upload(fh0);
     Buf hout(size_t(B) * NT * H * V * K * 2), vnew(nu * 2), fin(ns * 4);
-    GatedDeltaNetChunkParams p{B, T, HG, H, K, V, BT, NT};
+    GatedDeltaNetChunkParams p{{B, T, HG, H, K, V}, BT, NT};
     auto fn = [&] {
       Dispatch d(pipe(F, "gated_delta_net_chunk_inter_state_bf16", g_dir), V / 32, H, B, 128);
       d.buf(0, bk).buf(1, bw).buf(2, bu).buf(3, bg).buf(4, bh0).buf(5, hout).buf(6, vnew).buf(7, fin).val(8, p).tg(0, 32 * K * 4 + 32 * BT * 2).record();
