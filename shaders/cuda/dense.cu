@@ -382,6 +382,23 @@ template <u32 BN> constexpr u32 WG_SMEM = WG_STAGES<BN> * (WG_BM + BN) * 128u + 
 // kt + AHEAD into the stage tile kt - 2 held, issue tile kt's four k16
 // wgmma, wait for tile kt - 1's: one group always runs while the next is
 // issued.
+// One operand's part of a stage at k: this thread's R rows first, first + 32,
+// ... of `rows` (rows `stride` elements apart), 16 bytes each at k, into the
+// swizzled stage at dst (rows 4096 bytes apart) by cp.async where ASYNC,
+// otherwise into regs as TW; zeros past rows and K.
+template <bool ASYNC, u32 R, typename TW, typename T>
+__device__ __forceinline__ void wg_issue_rows(unsigned char* dst, uint4* regs, const T* base, u64 stride, u32 first, u32 rows,
+                                              u32 k, u32 K, bool vec) {
+#pragma unroll
+    for (u32 j = 0; j < R; ++j) {
+        const u32 r = first + 32 * j;
+        const bool live = r < rows && k < K;
+        const T* row = base + (live ? u64(r) * stride : 0);
+        if constexpr (ASYNC) cp_async16(dst + 4096 * j, row + (live ? k : 0), live);
+        else regs[j] = live ? load8<TW>(row, k, K, vec) : make_uint4(0, 0, 0, 0);
+    }
+}
+
 template <typename TX, typename TW, typename TY, u32 BN, bool X_ASYNC, bool W_ASYNC>
 __device__ __forceinline__ void wg_tile(const Operands<TX, TW, TY>& o, u32 M, u32 N, u32 K, u32 m0, u32 n0) {
     constexpr u32 STAGES = WG_STAGES<BN>, AHEAD = STAGES - 2;
@@ -404,22 +421,8 @@ __device__ __forceinline__ void wg_tile(const Operands<TX, TW, TY>& o, u32 M, u3
         unsigned char* xs = smem + stage * STAGE;
         unsigned char* ws = xs + WG_BM * 128u;
         const u32 k = kt * WG_BK + 8 * c;
-#pragma unroll
-        for (u32 j = 0; j < XR; ++j) {
-            const u32 r = r0 + 32 * j;
-            const bool live = m0 + r < M && k < K;
-            const TX* row = o.x + (live ? u64(m0 + r) * o.x_row : 0);
-            if constexpr (X_ASYNC) cp_async16(xs + sw + 4096 * j, row + (live ? k : 0), live);
-            else xr[j] = live ? load8<TW>(row, k, K, xvec) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (u32 j = 0; j < WR; ++j) {
-            const u32 r = r0 + 32 * j;
-            const bool live = n0 + r < N && k < K;
-            const TW* row = o.w + (live ? u64(n0 + r) * o.w_row : 0);
-            if constexpr (W_ASYNC) cp_async16(ws + sw + 4096 * j, row + (live ? k : 0), live);
-            else wr[j] = live ? load8<TW>(row, k, K, wvec) : make_uint4(0, 0, 0, 0);
-        }
+        wg_issue_rows<X_ASYNC, XR, TW>(xs + sw, xr, o.x, o.x_row, m0 + r0, M, k, K, xvec);
+        wg_issue_rows<W_ASYNC, WR, TW>(ws + sw, wr, o.w, o.w_row, n0 + r0, N, k, K, wvec);
     };
     // Stores the register-staged chunks of stage `stage`.
     auto park = [&](u32 stage) {
