@@ -165,6 +165,19 @@ __device__ __forceinline__ void gated_rows(const T* a, const T* b, T* y, u32 row
     }
 }
 
+// The gated families' two forms: y[i] = f(gate[i]) * up[i] over n elements,
+// and the halves form, y[r, c] = f(x[r, c]) * x[r, dim + c] over rows of
+// [gate | up] (x [rows, 2 dim], y [rows, dim]).
+template <typename T, typename F>
+__device__ __forceinline__ void gated_pair(const T* gate, const T* up, T* y, u32 n, F f) {
+    gated_rows(gate, up, y, 1u, n, 0, 0, f);
+}
+template <typename T, typename F>
+__device__ __forceinline__ void gated_halves(const T* x, T* y, u32 rows, u32 dim, F f) {
+    const u64 stride = 2ull * dim;
+    gated_rows(x, x + dim, y, rows, dim, stride, stride, f);
+}
+
 // ---- reductions ----
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -43,17 +43,6 @@ __device__ __forceinline__ void gelu_each(const T* input, T* output) {
     }
 }
 
-template <typename T>
-__device__ __forceinline__ void gelu_tanh_mul_pair(const T* gate, const T* up, T* output, const GeluTanhMulParams* p) {
-    gated_rows(gate, up, output, 1u, p->n, 0, 0, GeluTanh());
-}
-
-template <typename T>
-__device__ __forceinline__ void gelu_tanh_mul_rows(const T* input, T* output, const GeluTanhMulHalvesParams* p) {
-    const u64 stride = 2ull * p->dim;
-    gated_rows(input, input + p->dim, output, p->rows, p->dim, stride, stride, GeluTanh());
-}
-
 }  // namespace
 
 // buffer(0) input [n], (1) output [n].
@@ -61,24 +50,16 @@ extern "C" __global__ void gelu_f32(const float* input, float* output) { gelu_ea
 extern "C" __global__ void gelu_f16(const __half* input, __half* output) { gelu_each(input, output); }
 extern "C" __global__ void gelu_bf16(const bf16* input, bf16* output) { gelu_each(input, output); }
 
-// buffer(0) gate [n], (1) up [n], (2) output [n], (3) GeluTanhMulParams.
-extern "C" __global__ void gelu_tanh_mul_f32(const float* gate, const float* up, float* output, const GeluTanhMulParams* p) {
-    gelu_tanh_mul_pair(gate, up, output, p);
-}
-extern "C" __global__ void gelu_tanh_mul_f16(const __half* gate, const __half* up, __half* output, const GeluTanhMulParams* p) {
-    gelu_tanh_mul_pair(gate, up, output, p);
-}
-extern "C" __global__ void gelu_tanh_mul_bf16(const bf16* gate, const bf16* up, bf16* output, const GeluTanhMulParams* p) {
-    gelu_tanh_mul_pair(gate, up, output, p);
-}
-
-// buffer(0) input [rows, 2 * dim], (1) output [rows, dim], (2) GeluTanhMulHalvesParams.
-extern "C" __global__ void gelu_tanh_mul_halves_f32(const float* input, float* output, const GeluTanhMulHalvesParams* p) {
-    gelu_tanh_mul_rows(input, output, p);
-}
-extern "C" __global__ void gelu_tanh_mul_halves_f16(const __half* input, __half* output, const GeluTanhMulHalvesParams* p) {
-    gelu_tanh_mul_rows(input, output, p);
-}
-extern "C" __global__ void gelu_tanh_mul_halves_bf16(const bf16* input, bf16* output, const GeluTanhMulHalvesParams* p) {
-    gelu_tanh_mul_rows(input, output, p);
-}
+// buffer(0) gate [n], (1) up [n], (2) output [n], (3) GeluTanhMulParams; the
+// halves form: buffer(0) input [rows, 2 * dim], (1) output [rows, dim], (2)
+// GeluTanhMulHalvesParams.
+#define GELU_TANH_MUL_ENTRIES(T, TAG)                                                                                    \
+    extern "C" __global__ void gelu_tanh_mul_##TAG(const T* gate, const T* up, T* output, const GeluTanhMulParams* p) {  \
+        gated_pair(gate, up, output, p->n, GeluTanh());                                                                  \
+    }                                                                                                                    \
+    extern "C" __global__ void gelu_tanh_mul_halves_##TAG(const T* input, T* output, const GeluTanhMulHalvesParams* p) { \
+        gated_halves(input, output, p->rows, p->dim, GeluTanh());                                                        \
+    }
+GELU_TANH_MUL_ENTRIES(float, f32)
+GELU_TANH_MUL_ENTRIES(__half, f16)
+GELU_TANH_MUL_ENTRIES(bf16, bf16)

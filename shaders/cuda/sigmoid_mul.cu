@@ -18,37 +18,18 @@ struct Sigmoid {
     __device__ __forceinline__ float operator()(float g) const { return __fdividef(1.0f, 1.0f + __expf(-g)); }
 };
 
-template <typename T>
-__device__ __forceinline__ void sigmoid_mul_pair(const T* x, const T* gate, T* output, const SigmoidMulParams* p) {
-    gated_rows(gate, x, output, 1u, p->n, 0, 0, Sigmoid());
-}
-
-template <typename T>
-__device__ __forceinline__ void sigmoid_mul_rows(const T* input, T* output, const SigmoidMulHalvesParams* p) {
-    const u64 stride = 2ull * p->dim;
-    gated_rows(input, input + p->dim, output, p->rows, p->dim, stride, stride, Sigmoid());
-}
-
 }  // namespace
 
-// buffer(0) x [n], (1) gate [n], (2) output [n], (3) SigmoidMulParams.
-extern "C" __global__ void sigmoid_mul_f32(const float* x, const float* gate, float* output, const SigmoidMulParams* p) {
-    sigmoid_mul_pair(x, gate, output, p);
-}
-extern "C" __global__ void sigmoid_mul_f16(const __half* x, const __half* gate, __half* output, const SigmoidMulParams* p) {
-    sigmoid_mul_pair(x, gate, output, p);
-}
-extern "C" __global__ void sigmoid_mul_bf16(const bf16* x, const bf16* gate, bf16* output, const SigmoidMulParams* p) {
-    sigmoid_mul_pair(x, gate, output, p);
-}
-
-// buffer(0) input [rows, 2 * dim], (1) output [rows, dim], (2) SigmoidMulHalvesParams.
-extern "C" __global__ void sigmoid_mul_halves_f32(const float* input, float* output, const SigmoidMulHalvesParams* p) {
-    sigmoid_mul_rows(input, output, p);
-}
-extern "C" __global__ void sigmoid_mul_halves_f16(const __half* input, __half* output, const SigmoidMulHalvesParams* p) {
-    sigmoid_mul_rows(input, output, p);
-}
-extern "C" __global__ void sigmoid_mul_halves_bf16(const bf16* input, bf16* output, const SigmoidMulHalvesParams* p) {
-    sigmoid_mul_rows(input, output, p);
-}
+// buffer(0) x [n], (1) gate [n], (2) output [n], (3) SigmoidMulParams; the
+// halves form: buffer(0) input [rows, 2 * dim], (1) output [rows, dim], (2)
+// SigmoidMulHalvesParams.
+#define SIGMOID_MUL_ENTRIES(T, TAG)                                                                                   \
+    extern "C" __global__ void sigmoid_mul_##TAG(const T* x, const T* gate, T* output, const SigmoidMulParams* p) {   \
+        gated_pair(gate, x, output, p->n, Sigmoid());                                                                 \
+    }                                                                                                                 \
+    extern "C" __global__ void sigmoid_mul_halves_##TAG(const T* input, T* output, const SigmoidMulHalvesParams* p) { \
+        gated_halves(input, output, p->rows, p->dim, Sigmoid());                                                      \
+    }
+SIGMOID_MUL_ENTRIES(float, f32)
+SIGMOID_MUL_ENTRIES(__half, f16)
+SIGMOID_MUL_ENTRIES(bf16, bf16)
