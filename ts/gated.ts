@@ -1,6 +1,7 @@
 // What the gated activation families share (ts/ops/silu_mul.ts,
 // ts/ops/sigmoid_mul.ts, ts/ops/gelu.ts: y = f(a) * b elementwise): the rules
-// of their two forms and their launch.
+// of their two forms, their launch, and the float64 references of the two
+// forms given f.
 //
 //   pair:   a, b and y of n elements each (any shapes), one dtype
 //   halves: x [rows, 2 * dim] whose rows hold a then b, y [rows, dim]
@@ -87,4 +88,20 @@ export function gatedLaunch(rows: number, dim: number, dtype: GatedDType, limits
     threads: [tg, 1, 1],
     cuda: { grid: [Math.ceil(chunks / block), 1, 1], threads: [block, 1, 1] },
   };
+}
+
+/** The pair form's float64 reference: y[i] = f(a[i]) * b[i], i < a.length. */
+export function gatedPairRef(f: (g: number) => number, a: ArrayLike<number>, b: ArrayLike<number>): Float64Array {
+  const y = new Float64Array(a.length);
+  for (let i = 0; i < a.length; i++) y[i] = f(a[i]!) * b[i]!;
+  return y;
+}
+
+/** The halves form's float64 reference: y[r, c] = f(x[r, c]) * x[r, dim + c], x [rows, 2 * dim] (a half first). */
+export function gatedHalvesRef(f: (g: number) => number, x: ArrayLike<number>, rows: number, dim: number): Float64Array {
+  const y = new Float64Array(rows * dim);
+  for (let r = 0; r < rows; r++) {
+    for (let c = 0; c < dim; c++) y[r * dim + c] = f(x[2 * r * dim + c]!) * x[2 * r * dim + dim + c]!;
+  }
+  return y;
 }

@@ -11,7 +11,9 @@ import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import { dtypeSize } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
-import { GATED_DTYPES, GATED_MAX_ELEMENTS, GATED_THREADS, gatedLaunch, validateGatedHalves, validateGatedPair, type GatedDType } from '../gated.ts';
+import {
+  GATED_DTYPES, GATED_MAX_ELEMENTS, GATED_THREADS, gatedHalvesRef, gatedLaunch, gatedPairRef, validateGatedHalves, validateGatedPair, type GatedDType,
+} from '../gated.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import type { LaunchLimits } from '../launch.ts';
 import { familyPlans, record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
@@ -243,16 +245,10 @@ export function geluRef(input: ArrayLike<number>): Float64Array {
 
 /** output[i] = gelu(gate[i]) * up[i]. */
 export function geluTanhMulRef(gate: ArrayLike<number>, up: ArrayLike<number>): Float64Array {
-  const y = new Float64Array(gate.length);
-  for (let i = 0; i < gate.length; i++) y[i] = geluTanhRef(gate[i]!) * up[i]!;
-  return y;
+  return gatedPairRef(geluTanhRef, gate, up);
 }
 
 /** output[r, c] = gelu(gateUp[r, c]) * gateUp[r, dim + c], gateUp [rows, 2 * dim] (gate half first). */
 export function geluTanhMulHalvesRef(gateUp: ArrayLike<number>, rows: number, dim: number): Float64Array {
-  const y = new Float64Array(rows * dim);
-  for (let r = 0; r < rows; r++) {
-    for (let c = 0; c < dim; c++) y[r * dim + c] = geluTanhRef(gateUp[2 * r * dim + c]!) * gateUp[2 * r * dim + dim + c]!;
-  }
-  return y;
+  return gatedHalvesRef(geluTanhRef, gateUp, rows, dim);
 }

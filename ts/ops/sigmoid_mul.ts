@@ -10,7 +10,7 @@ import header from '../../shaders/sigmoid_mul.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
-import { gatedLaunch, validateGatedHalves, validateGatedPair, type GatedDType } from '../gated.ts';
+import { gatedHalvesRef, gatedLaunch, gatedPairRef, validateGatedHalves, validateGatedPair, type GatedDType } from '../gated.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, record, type OpPlan } from '../plan.ts';
 import { familySources } from '../registry.ts';
@@ -139,16 +139,10 @@ export function sigmoidRef(g: number): number {
 
 /** output[i] = x[i] * sigmoid(gate[i]). */
 export function sigmoidMulRef(x: ArrayLike<number>, gate: ArrayLike<number>): Float64Array {
-  const y = new Float64Array(x.length);
-  for (let i = 0; i < x.length; i++) y[i] = x[i]! * sigmoidRef(gate[i]!);
-  return y;
+  return gatedPairRef(sigmoidRef, gate, x);
 }
 
 /** output[r, c] = gateX[r, dim + c] * sigmoid(gateX[r, c]), gateX [rows, 2 * dim] (gate half first). */
 export function sigmoidMulHalvesRef(gateX: ArrayLike<number>, rows: number, dim: number): Float64Array {
-  const y = new Float64Array(rows * dim);
-  for (let r = 0; r < rows; r++) {
-    for (let c = 0; c < dim; c++) y[r * dim + c] = gateX[2 * r * dim + dim + c]! * sigmoidRef(gateX[2 * r * dim + c]!);
-  }
-  return y;
+  return gatedHalvesRef(sigmoidRef, gateX, rows, dim);
 }

@@ -9,7 +9,7 @@ import header from '../../shaders/silu_mul.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
-import { gatedLaunch, validateGatedHalves, validateGatedPair, type GatedDType } from '../gated.ts';
+import { gatedHalvesRef, gatedLaunch, gatedPairRef, validateGatedHalves, validateGatedPair, type GatedDType } from '../gated.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, record, type OpPlan } from '../plan.ts';
 import { familySources } from '../registry.ts';
@@ -139,16 +139,10 @@ export function siluRef(g: number): number {
 
 /** output[i] = silu(gate[i]) * up[i]. */
 export function siluMulRef(gate: ArrayLike<number>, up: ArrayLike<number>): Float64Array {
-  const y = new Float64Array(gate.length);
-  for (let i = 0; i < gate.length; i++) y[i] = siluRef(gate[i]!) * up[i]!;
-  return y;
+  return gatedPairRef(siluRef, gate, up);
 }
 
 /** output[r, c] = silu(gateUp[r, c]) * gateUp[r, dim + c], gateUp [rows, 2 * dim] (gate half first). */
 export function siluMulHalvesRef(gateUp: ArrayLike<number>, rows: number, dim: number): Float64Array {
-  const y = new Float64Array(rows * dim);
-  for (let r = 0; r < rows; r++) {
-    for (let c = 0; c < dim; c++) y[r * dim + c] = siluRef(gateUp[2 * r * dim + c]!) * gateUp[2 * r * dim + dim + c]!;
-  }
-  return y;
+  return gatedHalvesRef(siluRef, gateUp, rows, dim);
 }
