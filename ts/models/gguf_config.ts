@@ -171,11 +171,13 @@ function entriesOf(file: GgufFile, arch: GgufArch, r: Reader): Entry[] {
     if (n <= 0) throw invalid(OP, `the GGUF key ${k('block_count')}`, `more blocks than ${k('nextn_predict_layers')}`, n);
     return n;
   };
+  // Per-layer arrays hold one item per block (MTP blocks too); the model's layers are the first ones.
+  const blocks = () => r.uint(k('block_count'));
   const uniform = (key: string, values: number[]) => {
     if (values.some((x) => x !== values[0])) throw invalid(OP, `the GGUF key ${key}`, 'the same value in every layer', values);
     return values[0]!;
   };
-  const heads = () => uniform(k('attention.head_count'), r.perLayer(k('attention.head_count'), layers()));
+  const heads = () => uniform(k('attention.head_count'), r.perLayer(k('attention.head_count'), blocks()));
   const defaultHeadDim = () => Math.floor(r.uint(k('embedding_length')) / heads());
   const headDim = (key: string, valueKey: string, fallback: () => number) => {
     const d = r.uint(key, fallback);
@@ -201,12 +203,13 @@ function entriesOf(file: GgufFile, arch: GgufArch, r: Reader): Entry[] {
     { hf: 'tie_word_embeddings', from: ['token_embd.weight'], value: () => !tensor('output.weight') },
     { hf: 'num_attention_heads', from: [k('attention.head_count')], value: heads },
   ];
-  if (arch === 'qwen35moe') return [...common, ...qwenEntries(r, k, layers, heads, defaultHeadDim, headDim)];
+  if (arch === 'qwen35moe') return [...common, ...qwenEntries(r, k, layers, blocks, heads, uniform, defaultHeadDim, headDim)];
   return [...common, ...gemmaEntries(file, r, k, layers, heads, defaultHeadDim, headDim, vocab, vocabKey)];
 }
 
 function qwenEntries(
-  r: Reader, k: (s: string) => string, layers: () => number, heads: () => number, defaultHeadDim: () => number,
+  r: Reader, k: (s: string) => string, layers: () => number, blocks: () => number, heads: () => number,
+  uniform: (key: string, values: number[]) => number, defaultHeadDim: () => number,
   headDim: (key: string, valueKey: string, fallback: () => number) => number,
 ): Entry[] {
   const dim = () => headDim(k('attention.key_length'), k('attention.value_length'), defaultHeadDim);
@@ -225,10 +228,7 @@ function qwenEntries(
     },
     {
       hf: 'num_key_value_heads', from: [k('attention.head_count_kv')],
-      value: () => r.perLayer(k('attention.head_count_kv'), layers(), () => [heads()]).reduce((a, b) => {
-        if (a !== b) throw invalid(OP, `the GGUF key ${k('attention.head_count_kv')}`, 'the same value in every layer', `${a} and ${b}`);
-        return a;
-      }),
+      value: () => uniform(k('attention.head_count_kv'), r.perLayer(k('attention.head_count_kv'), blocks(), () => [heads()])),
     },
     { hf: 'head_dim', from: [k('attention.key_length')], value: dim },
     {
