@@ -13,9 +13,10 @@
 // prompt position and of 8 greedy decode steps, and the tokens. The config
 // the metadata give equals config.json's, and a model loaded either way
 // gives the same logits; config.json beside a GGUF file must agree with its
-// metadata. And the refusals of GGUF files loadModel does not run: another
+// metadata; absent optional keys take llama.cpp's defaults, MTP blocks are
+// set aside. And the refusals of GGUF files loadModel does not run: another
 // architecture, a block type the products do not read, metadata keys
-// missing or of the wrong type.
+// missing, of the wrong type or inconsistent.
 
 import { afterAll, describe, expect, test } from 'bun:test';
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -26,7 +27,7 @@ import { GgufFile, type GgufValue } from '../ts/weights/index.ts';
 import { Checkpoint, ggufConfig, loadModel, modelConfig, readConfigFile, type LoadOptions } from '../ts/models/index.ts';
 import { ggmlQuantize } from '../ts/reference/quantized_matmul_ggml.ts';
 import { describeBackends, expectInvalid, expectInvalidParts, rng } from './helpers.ts';
-import { ggufCheckpoint, tinyConfig, writeTinyCheckpoint, type TinyArch } from './model-checkpoints.ts';
+import { ggufCheckpoint, llamaCppMetadata, tinyConfig, writeTinyCheckpoint, type TinyArch } from './model-checkpoints.ts';
 import { relL2 } from './model-fixtures.ts';
 import { gemmaReference, qwenReference, type ReferenceRun } from './model-reference.ts';
 import { ggufBytes } from './weights-writers.ts';
@@ -165,6 +166,58 @@ describe('GGUF checkpoints written like llama.cpp', () => {
       rope_parameters: { rope_type: 'default', rope_theta: 10_000_000, partial_rotary_factor: 0.25 }, tie_word_embeddings: false,
     });
   }, 120_000);
+});
+
+describe('GGUF metadata read as llama.cpp reads them', () => {
+  /** The config of the metadata llamaCppMetadata writes for `arch`'s tiny config, edited; no tensors (the vocabulary from the tokens). */
+  const configOf = (arch: TinyArch, edit: (m: Map<string, GgufValue>) => void): Record<string, unknown> => {
+    const m = new Map(llamaCppMetadata(tinyConfig(arch)));
+    if (!m.has('tokenizer.ggml.tokens')) m.set('tokenizer.ggml.tokens', { type: 'array', value: { itemType: 'string', items: Array.from({ length: 512 }, (_, i) => `t${i}`) } });
+    edit(m);
+    return ggufConfig(GgufFile.fromBytes(ggufBytes({ metadata: [...m.entries()] }, rng(4)).bytes));
+  };
+  const u32 = (value: number): GgufValue => ({ type: 'u32', value });
+
+  test("MTP blocks past the model's layers, and llama.cpp's defaults where optional keys are absent", () => {
+    // _Qwen35MtpMixin appends the MTP blocks to block_count and says how many in nextn_predict_layers.
+    const mtp = configOf('qwen3_5_moe_gguf', (m) => {
+      m.set('qwen35moe.block_count', u32(5));
+      m.set('qwen35moe.nextn_predict_layers', u32(1));
+    });
+    expect([mtp['num_hidden_layers'], (mtp['layer_types'] as string[]).length]).toEqual([4, 4]);
+    const q = configOf('qwen3_5_moe_gguf', (m) => {
+      for (const key of ['attention.head_count_kv', 'attention.key_length', 'attention.value_length', 'rope.freq_base', 'rope.dimension_count', 'full_attention_interval']) {
+        m.delete(`qwen35moe.${key}`);
+      }
+    });
+    // head_count_kv = head_count, key_length = embedding_length / head_count, every pair rotated at theta 10000, a full layer in 4.
+    expect(q).toMatchObject({
+      num_key_value_heads: 2, head_dim: 128, rope_parameters: { rope_type: 'default', rope_theta: 10_000, partial_rotary_factor: 1 },
+      layer_types: ['linear_attention', 'linear_attention', 'linear_attention', 'full_attention'], tie_word_embeddings: true,
+    });
+    const g = configOf('gemma4_gguf', (m) => {
+      for (const key of ['final_logit_softcapping', 'expert_count', 'rope.freq_base_swa', 'attention.shared_kv_layers']) m.delete(`gemma4.${key}`);
+    });
+    // llama_hparams' final_logit_softcapping 30; no experts; the sliding rope at the full one's theta; no shared layers.
+    expect(g).toMatchObject({
+      final_logit_softcapping: 30, enable_moe_block: false, num_experts: null, num_kv_shared_layers: 0,
+      rope_parameters: { sliding_attention: { rope_theta: 1_000_000 } },
+    });
+    expect(configOf('gemma4_gguf', (m) => m.set('gemma4.final_logit_softcapping', { type: 'f32', value: 0 }))['final_logit_softcapping']).toBeNull();
+    // A vocabulary from A.vocab_size wins over the token list.
+    expect(configOf('gemma4_gguf', (m) => m.set('gemma4.vocab_size', u32(600)))['vocab_size']).toBe(600);
+  });
+
+  test('refusals: a value head count that does not divide ssm.inner_size, a rope that is not the models\'', () => {
+    expectInvalid(() => configOf('qwen3_5_moe_gguf', (m) => m.set('qwen35moe.ssm.inner_size', u32(250))), 'loadModel',
+      'the GGUF key qwen35moe.ssm.inner_size', 'a multiple of qwen35moe.ssm.time_step_rank (4)', '250');
+    expectInvalid(() => configOf('gemma4_gguf', (m) => m.set('gemma4.rope.dimension_count_swa', u32(128))), 'loadModel',
+      'the GGUF key gemma4.rope.dimension_count_swa', 'key_length_swa (256)', '128');
+    expectInvalid(() => configOf('qwen3_5_moe_gguf', (m) => m.set('qwen35moe.attention.value_length', u32(128))), 'loadModel',
+      'the GGUF key qwen35moe.attention.value_length', 'qwen35moe.attention.key_length (256)', '128');
+    expectInvalidParts(() => configOf('qwen3_5_moe_gguf', (m) => m.set('general.architecture', { type: 'string', value: 'qwen3next' })), 'loadModel',
+      "the GGUF file's general.architecture (gguf <memory>) must be qwen35moe or gemma4 (got qwen3next)");
+  });
 });
 
 /** `from`'s GGUF file rewritten to `out` with its metadata edited (tensors as they are). */

@@ -177,7 +177,11 @@ function entriesOf(file: GgufFile, arch: GgufArch, r: Reader): Entry[] {
     if (values.some((x) => x !== values[0])) throw invalid(OP, `the GGUF key ${key}`, 'the same value in every layer', values);
     return values[0]!;
   };
-  const heads = () => uniform(k('attention.head_count'), r.perLayer(k('attention.head_count'), blocks()));
+  const heads = () => {
+    const n = uniform(k('attention.head_count'), r.perLayer(k('attention.head_count'), blocks()));
+    if (n === 0) throw invalid(OP, `the GGUF key ${k('attention.head_count')}`, 'an integer > 0', 0);
+    return n;
+  };
   const defaultHeadDim = () => Math.floor(r.uint(k('embedding_length')) / heads());
   const headDim = (key: string, valueKey: string, fallback: () => number) => {
     const d = r.uint(key, fallback);
