@@ -1,7 +1,8 @@
 // mlx-native/models: whole forward passes of Qwen3.6 (qwen3_5_moe) and
 // Gemma 4 (gemma4) built from the public ops, loaded from a checkpoint
-// folder (config.json beside safetensors or one GGUF file), with greedy
-// decoding on the device.
+// folder (config.json beside safetensors) or a llama.cpp GGUF file (its
+// config from its metadata, or from a config.json beside it that the
+// metadata must agree with), with greedy decoding on the device.
 
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
