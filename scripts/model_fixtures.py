@@ -272,6 +272,7 @@ def qwen3_5_moe(out_root):
         hidden_size=64,
         num_hidden_layers=4,
         layer_types=['linear_attention', 'full_attention', 'linear_attention', 'full_attention'],
+        full_attention_interval=2,
         num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=256,

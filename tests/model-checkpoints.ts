@@ -14,6 +14,7 @@ import { type GgmlQuantType, ggmlDequantizeRef, ggmlQuantize } from '../ts/ops/q
 import { affineDequantize, affineQuantize, affineWords } from '../ts/ops/quantized_matmul.ts';
 import { SafetensorsFile } from '../ts/weights/index.ts';
 import { rng, type Rng } from './helpers.ts';
+import type { GgufValue } from '../ts/weights/gguf.ts';
 import { ggufBytes, safetensorsBytes, type GgufTensorSpec, type StTensor } from './weights-writers.ts';
 
 export type TinyArch = 'qwen3_5_moe' | 'gemma4' | 'gemma4_e' | 'qwen3_5_moe_gguf' | 'gemma4_gguf' | 'gemma4_e_gguf';
@@ -37,7 +38,7 @@ export function tinyConfig(arch: TinyArch): Record<string, unknown> {
       model_type: 'qwen3_5_moe_text', architectures: ['Qwen3_5MoeForCausalLM'],
       vocab_size: 512, hidden_size: 64, num_hidden_layers: 4,
       layer_types: ['linear_attention', 'full_attention', 'linear_attention', 'full_attention'],
-      num_attention_heads: 2, num_key_value_heads: 1, head_dim: 256, hidden_act: 'silu', max_position_embeddings: 256,
+      full_attention_interval: 2, num_attention_heads: 2, num_key_value_heads: 1, head_dim: 256, hidden_act: 'silu', max_position_embeddings: 256,
       rms_norm_eps: 1e-6, tie_word_embeddings: false, attention_bias: false,
       rope_parameters: { rope_type: 'default', rope_theta: 10_000_000, partial_rotary_factor: 0.25, mrope_section: [11, 11, 10], mrope_interleaved: true },
       linear_conv_kernel_dim: 4, linear_key_head_dim: 64, linear_value_head_dim: 64, linear_num_key_heads: 1, linear_num_value_heads: 2,
@@ -352,6 +353,85 @@ function ggufTypeOf(name: string, shape: readonly number[]): string {
 }
 
 /**
+ * The metadata llama.cpp's convert_hf_to_gguf.py writes for a text config
+ * (TextModel.set_gguf_parameters, then Qwen2MoeModel / Qwen3NextModel /
+ * _Qwen35MRopeMixin for qwen35moe, Gemma3Model / Gemma4Model for gemma4),
+ * with the writer's types (gguf_writer.py: counts u32, floats f32, integer
+ * lists i32, flag lists bool; a key written twice keeps the last value).
+ * No tokenizer but a list of placeholder tokens for Qwen3.6 (its length is
+ * the vocabulary); Gemma 4's vocabulary is left to token_embd.weight.
+ */
+export function llamaCppMetadata(config: Record<string, unknown>): [string, GgufValue][] {
+  const c = config;
+  const qwen = String(c['model_type']).startsWith('qwen');
+  const arch = qwen ? 'qwen35moe' : 'gemma4';
+  const kv = new Map<string, GgufValue>();
+  const u32 = (k: string, v: unknown) => kv.set(`${arch}.${k}`, { type: 'u32', value: v as number });
+  const f32 = (k: string, v: unknown) => kv.set(`${arch}.${k}`, { type: 'f32', value: Math.fround(v as number) });
+  const i32s = (k: string, v: number[]) => kv.set(`${arch}.${k}`, { type: 'array', value: { itemType: 'i32', items: Int32Array.from(v) } });
+  const has = (k: string) => c[k] !== undefined && c[k] !== null;
+  kv.set('general.architecture', { type: 'string', value: arch });
+  const layers = c['num_hidden_layers'] as number;
+  const rope = c['rope_parameters'] as Record<string, unknown>;
+  // TextModel.set_gguf_parameters.
+  u32('block_count', layers);
+  u32('context_length', c['max_position_embeddings']);
+  u32('embedding_length', c['hidden_size']);
+  if (has('intermediate_size')) u32('feed_forward_length', c['intermediate_size']);
+  u32('attention.head_count', c['num_attention_heads']);
+  u32('attention.head_count_kv', c['num_key_value_heads']);
+  const ropeFull = (rope['full_attention'] ?? rope) as Record<string, unknown>;
+  if (Array.isArray(rope['mrope_section'])) i32s('rope.dimension_sections', [...(rope['mrope_section'] as number[]), 0, 0, 0, 0].slice(0, 4));
+  f32('rope.freq_base', ropeFull['rope_theta']);
+  const swa = rope['sliding_attention'] as Record<string, unknown> | undefined;
+  if (swa !== undefined) f32('rope.freq_base_swa', swa['rope_theta']);
+  f32('attention.layer_norm_rms_epsilon', c['rms_norm_eps']);
+  if (has('num_experts')) u32('expert_count', c['num_experts']);
+  if (has('num_experts_per_tok') || has('top_k_experts')) u32('expert_used_count', c['num_experts_per_tok'] ?? c['top_k_experts']);
+  u32('attention.key_length', c['head_dim']);
+  u32('attention.value_length', c['head_dim']);
+  kv.set('general.file_type', { type: 'u32', value: 32 });
+  if (qwen) {
+    u32('expert_feed_forward_length', c['moe_intermediate_size']);
+    u32('expert_shared_feed_forward_length', c['shared_expert_intermediate_size']);
+    u32('ssm.conv_kernel', c['linear_conv_kernel_dim']);
+    u32('ssm.state_size', c['linear_key_head_dim']);
+    u32('ssm.group_count', c['linear_num_key_heads']);
+    u32('ssm.time_step_rank', c['linear_num_value_heads']);
+    u32('ssm.inner_size', (c['linear_value_head_dim'] as number) * (c['linear_num_value_heads'] as number));
+    u32('full_attention_interval', c['full_attention_interval'] ?? 4);
+    u32('rope.dimension_count', Math.floor((c['head_dim'] as number) * ((c['partial_rotary_factor'] as number | undefined) ?? 0.25)));
+    if (!kv.has(`${arch}.rope.dimension_sections`)) i32s('rope.dimension_sections', [11, 11, 10, 0]);
+    const vocab = c['vocab_size'] as number;
+    kv.set('tokenizer.ggml.model', { type: 'string', value: 'gpt2' });
+    kv.set('tokenizer.ggml.tokens', { type: 'array', value: { itemType: 'string', items: Array.from({ length: vocab }, (_, i) => `[PAD${i}]`) } });
+  } else {
+    const shared = c['num_kv_shared_layers'] as number;
+    const types = c['layer_types'] as string[];
+    if (has('final_logit_softcapping')) f32('final_logit_softcapping', c['final_logit_softcapping']);
+    u32('attention.sliding_window', c['sliding_window']);
+    u32('attention.shared_kv_layers', shared);
+    u32('embedding_length_per_layer_input', c['hidden_size_per_layer_input'] ?? 0);
+    kv.set(`${arch}.attention.sliding_window_pattern`, { type: 'array', value: { itemType: 'bool', items: types.map((t) => t === 'sliding_attention') } });
+    u32('attention.key_length', c['global_head_dim']);
+    u32('attention.value_length', c['global_head_dim']);
+    u32('attention.key_length_swa', c['head_dim']);
+    u32('attention.value_length_swa', c['head_dim']);
+    if (has('moe_intermediate_size')) u32('expert_feed_forward_length', c['moe_intermediate_size']);
+    if (c['use_double_wide_mlp'] === true) {
+      const n = c['intermediate_size'] as number;
+      i32s('feed_forward_length', Array.from({ length: layers }, (_, i) => (i < layers - shared ? n : 2 * n)));
+    }
+    if (has('num_global_key_value_heads')) {
+      i32s('attention.head_count_kv', types.map((t) => (t === 'sliding_attention' ? c['num_key_value_heads'] : c['num_global_key_value_heads']) as number));
+    }
+    u32('rope.dimension_count', c['global_head_dim']);
+    u32('rope.dimension_count_swa', c['head_dim']);
+  }
+  return [...kv.entries()];
+}
+
+/**
  * The checkpoint in `folder` (HF names, BF16) as llama.cpp's converter and
  * quantizer write it: `out`/model.gguf (GGUF names; Qwen3.6's norms as 1 + w,
  * A_log as -exp(A_log), the gated delta net's value heads tiled, conv1d
@@ -471,15 +551,16 @@ export function ggufCheckpoint(folder: string, out: string, dequantized: string)
     }
     refTensors.push({ name: m[1]!, dtype: 'F32', shape: [E, 2 * I, H], data: all });
   }
-  const arch = qwen ? 'qwen35moe' : 'gemma4';
-  const layers = config['num_hidden_layers'] as number;
-  const file = ggufBytes({
-    metadata: [
-      ['general.architecture', { type: 'string', value: arch }],
-      [`${arch}.block_count`, { type: 'u32', value: layers }],
-    ],
-    tensors: gg,
-  }, rng(0));
+  if (!qwen) {
+    // The converter's rope_freqs.weight (Gemma4Model.generate_extra_tensors): factor 1 for the rotated pairs of the
+    // global layers' proportional rope, 1e30 (still) for the others.
+    const full = (config['rope_parameters'] as Record<string, Record<string, number>>)['full_attention']!;
+    const half = (config['global_head_dim'] as number) / 2, rotated = Math.floor(half * full['partial_rotary_factor']!);
+    const f = Float32Array.from({ length: half }, (_, i) => (i < rotated ? 1 : 1e30));
+    gg.push({ name: 'rope_freqs.weight', type: 'F32', dims: [half], data: f32Bytes(f) });
+    types.set('rope_freqs.weight', 'F32');
+  }
+  const file = ggufBytes({ metadata: llamaCppMetadata(config), tensors: gg }, rng(0));
   mkdirSync(out, { recursive: true });
   writeFileSync(join(out, 'model.gguf'), file.bytes);
   writeFileSync(join(out, 'config.json'), JSON.stringify(config, null, 1));

@@ -5,23 +5,29 @@
 // ggufCheckpoint: GGUF names, Qwen3.6's norms as 1 + w, A_log as
 // -exp(A_log), its value heads tiled, conv1d [C, 4]; linear layers and
 // experts in Q4_0, Q8_0, Q4_K, Q5_K and Q6_K blocks, the embedding too),
-// loaded by loadModel, against the float64 references of
-// tests/model-reference.ts run on the same models with every weight the
-// value the GGUF file holds (dequantized, in Hugging Face's names and
-// layouts): the logits of every prompt position and of 8 greedy decode
-// steps, and the tokens. And the refusals of GGUF files loadModel does not
-// run.
+// with the metadata llama.cpp's converter writes (llamaCppMetadata), loaded
+// by loadModel from the .gguf file alone (the config read from its
+// metadata), against the float64 references of tests/model-reference.ts
+// run on the same models with every weight the value the GGUF file holds
+// (dequantized, in Hugging Face's names and layouts): the logits of every
+// prompt position and of 8 greedy decode steps, and the tokens. The config
+// the metadata give equals config.json's, and a model loaded either way
+// gives the same logits; config.json beside a GGUF file must agree with its
+// metadata; absent optional keys take llama.cpp's defaults, MTP blocks are
+// set aside. And the refusals of GGUF files loadModel does not run: another
+// architecture, a block type the products do not read, metadata keys
+// missing, of the wrong type or inconsistent.
 
 import { afterAll, describe, expect, test } from 'bun:test';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Device } from '../ts/index.ts';
-import { GgufFile } from '../ts/weights/index.ts';
-import { Checkpoint, loadModel, type LoadOptions } from '../ts/models/index.ts';
+import { GgufFile, type GgufValue } from '../ts/weights/index.ts';
+import { Checkpoint, ggufConfig, loadModel, modelConfig, readConfigFile, type LoadOptions } from '../ts/models/index.ts';
 import { ggmlQuantize } from '../ts/ops/quantized_matmul_ggml.ts';
-import { describeBackends, expectInvalidParts, rng } from './helpers.ts';
-import { ggufCheckpoint, tinyConfig, writeTinyCheckpoint, type TinyArch } from './model-checkpoints.ts';
+import { describeBackends, expectInvalid, expectInvalidParts, rng } from './helpers.ts';
+import { ggufCheckpoint, llamaCppMetadata, tinyConfig, writeTinyCheckpoint, type TinyArch } from './model-checkpoints.ts';
 import { relL2 } from './model-fixtures.ts';
 import { gemmaReference, qwenReference, type ReferenceRun } from './model-reference.ts';
 import { ggufBytes } from './weights-writers.ts';
@@ -42,6 +48,9 @@ const EXACT_TOL = 1e-4;
 const DEFAULT_TOL = 3e-2;
 const ROUTING_GAP = 0.05;
 const TOKEN_GAP = 0.25;
+// A model test's time limit: the first run of a path on a fresh cuda machine compiles (NVRTC) every family it uses
+// (158 s on an H100 for the Qwen3.6 exact path beside another test file compiling, then 41 s for its default path).
+const MODEL_TEST_MS = 300_000;
 
 const dirs: string[] = [];
 afterAll(() => {
@@ -49,7 +58,12 @@ afterAll(() => {
 });
 
 interface Written {
+  /** The Hugging Face checkpoint the GGUF file was written from (config.json, model.safetensors). */
+  hf: string;
+  /** model.gguf with the config.json it was written from beside it. */
   gguf: string;
+  /** The same model.gguf alone in its folder: the config comes from its metadata. */
+  bare: string;
   types: Map<string, string>;
   ref: ReferenceRun;
 }
@@ -63,7 +77,9 @@ function writtenOf(arch: TinyArch): Written {
     writeTinyCheckpoint(arch, arch === 'qwen3_5_moe_gguf' ? 31 : arch === 'gemma4_gguf' ? 32 : 33, join(dir, 'hf'));
     const types = ggufCheckpoint(join(dir, 'hf'), join(dir, 'gguf'), join(dir, 'deq'));
     const ref = arch === 'qwen3_5_moe_gguf' ? qwenReference(join(dir, 'deq'), PROMPT, STEPS) : gemmaReference(join(dir, 'deq'), PROMPT, STEPS);
-    w = { gguf: join(dir, 'gguf'), types, ref };
+    mkdirSync(join(dir, 'bare'));
+    copyFileSync(join(dir, 'gguf', 'model.gguf'), join(dir, 'bare', 'model.gguf'));
+    w = { hf: join(dir, 'hf'), gguf: join(dir, 'gguf'), bare: join(dir, 'bare'), types, ref };
     written.set(arch, w);
   }
   return w;
@@ -72,8 +88,8 @@ function writtenOf(arch: TinyArch): Written {
 /** The largest relative L2 error of the prompt's and the decode steps' logits over the rows held (routing gap at least minGap), and the tokens. */
 function runGguf(device: Device, arch: TinyArch, opts: LoadOptions, minGap: number): { err: number; rows: number; tokens: number[]; ref: ReferenceRun } {
   const byRow: string[] = [];
-  const { gguf, ref } = writtenOf(arch);
-  using m = loadModel(gguf, device, { maxContext: 32, ...opts });
+  const { bare, ref } = writtenOf(arch);
+  using m = loadModel(join(bare, 'model.gguf'), device, { maxContext: 32, ...opts });
   const V = m.config.vocabSize;
   const tokens = [m.prefill(PROMPT, { allLogits: true })];
   const logits = m.logits.readNumbers();
@@ -125,7 +141,94 @@ describe('GGUF checkpoints written like llama.cpp', () => {
     expect([e.get('per_layer_token_embd.weight'), e.get('per_layer_model_proj.weight'), e.get('blk.0.inp_gate.weight'), e.get('blk.0.proj.weight')])
       .toEqual(['Q8_0', 'Q4_K', 'Q4_K', 'Q8_0']);
   }, 120_000);
+
+  test('the config read from the metadata llama.cpp writes equals config.json\'s', () => {
+    for (const arch of ARCHS) {
+      const { hf, bare } = writtenOf(arch);
+      const fromGguf = ggufConfig(GgufFile.open(join(bare, 'model.gguf')));
+      expect(modelConfig(fromGguf)).toEqual(modelConfig(readConfigFile(hf)));
+    }
+    // What the metadata say, key by key (Gemma 4 with per-layer inputs, shared KV layers and double-wide MLPs).
+    const e = ggufConfig(GgufFile.open(join(writtenOf('gemma4_e_gguf').bare, 'model.gguf')));
+    expect(e).toMatchObject({
+      model_type: 'gemma4_text', num_hidden_layers: 4, vocab_size: 512, hidden_size: 256, intermediate_size: 96, use_double_wide_mlp: true,
+      num_kv_shared_layers: 2, hidden_size_per_layer_input: 32, head_dim: 256, global_head_dim: 512, attention_k_eq_v: false,
+      sliding_window: 5, final_logit_softcapping: 30, rms_norm_eps: 1e-6, tie_word_embeddings: true, enable_moe_block: false,
+      rope_parameters: {
+        sliding_attention: { rope_type: 'default', rope_theta: 10_000 },
+        full_attention: { rope_type: 'proportional', partial_rotary_factor: 0.25, rope_theta: 1_000_000 },
+      },
+    });
+    const q = ggufConfig(GgufFile.open(join(writtenOf('qwen3_5_moe_gguf').bare, 'model.gguf')));
+    expect(q).toMatchObject({
+      model_type: 'qwen3_5_moe_text', vocab_size: 512, layer_types: ['linear_attention', 'full_attention', 'linear_attention', 'full_attention'],
+      linear_num_key_heads: 2, linear_num_value_heads: 4, linear_key_head_dim: 64, linear_value_head_dim: 64,
+      rope_parameters: { rope_type: 'default', rope_theta: 10_000_000, partial_rotary_factor: 0.25 }, tie_word_embeddings: false,
+    });
+  }, 120_000);
 });
+
+describe('GGUF metadata read as llama.cpp reads them', () => {
+  /** The config of the metadata llamaCppMetadata writes for `arch`'s tiny config, edited; no tensors (the vocabulary from the tokens). */
+  const configOf = (arch: TinyArch, edit: (m: Map<string, GgufValue>) => void): Record<string, unknown> => {
+    const m = new Map(llamaCppMetadata(tinyConfig(arch)));
+    if (!m.has('tokenizer.ggml.tokens')) m.set('tokenizer.ggml.tokens', { type: 'array', value: { itemType: 'string', items: Array.from({ length: 512 }, (_, i) => `t${i}`) } });
+    edit(m);
+    return ggufConfig(GgufFile.fromBytes(ggufBytes({ metadata: [...m.entries()] }, rng(4)).bytes));
+  };
+  const u32 = (value: number): GgufValue => ({ type: 'u32', value });
+
+  test("MTP blocks past the model's layers, and llama.cpp's defaults where optional keys are absent", () => {
+    // _Qwen35MtpMixin appends the MTP blocks to block_count and says how many in nextn_predict_layers.
+    const mtp = configOf('qwen3_5_moe_gguf', (m) => {
+      m.set('qwen35moe.block_count', u32(5));
+      m.set('qwen35moe.nextn_predict_layers', u32(1));
+    });
+    expect([mtp['num_hidden_layers'], (mtp['layer_types'] as string[]).length]).toEqual([4, 4]);
+    const q = configOf('qwen3_5_moe_gguf', (m) => {
+      for (const key of ['attention.head_count_kv', 'attention.key_length', 'attention.value_length', 'rope.freq_base', 'rope.dimension_count', 'full_attention_interval']) {
+        m.delete(`qwen35moe.${key}`);
+      }
+    });
+    // head_count_kv = head_count, key_length = embedding_length / head_count, every pair rotated at theta 10000, a full layer in 4.
+    expect(q).toMatchObject({
+      num_key_value_heads: 2, head_dim: 128, rope_parameters: { rope_type: 'default', rope_theta: 10_000, partial_rotary_factor: 1 },
+      layer_types: ['linear_attention', 'linear_attention', 'linear_attention', 'full_attention'], tie_word_embeddings: true,
+    });
+    const g = configOf('gemma4_gguf', (m) => {
+      for (const key of ['final_logit_softcapping', 'expert_count', 'rope.freq_base_swa', 'attention.shared_kv_layers']) m.delete(`gemma4.${key}`);
+    });
+    // llama_hparams' final_logit_softcapping 30; no experts; the sliding rope at the full one's theta; no shared layers.
+    expect(g).toMatchObject({
+      final_logit_softcapping: 30, enable_moe_block: false, num_experts: null, num_kv_shared_layers: 0,
+      rope_parameters: { sliding_attention: { rope_theta: 1_000_000 } },
+    });
+    expect(configOf('gemma4_gguf', (m) => m.set('gemma4.final_logit_softcapping', { type: 'f32', value: 0 }))['final_logit_softcapping']).toBeNull();
+    // A vocabulary from A.vocab_size wins over the token list.
+    expect(configOf('gemma4_gguf', (m) => m.set('gemma4.vocab_size', u32(600)))['vocab_size']).toBe(600);
+  });
+
+  test('refusals: a value head count that does not divide ssm.inner_size, a rope that is not the models\'', () => {
+    expectInvalid(() => configOf('qwen3_5_moe_gguf', (m) => m.set('qwen35moe.ssm.inner_size', u32(250))), 'loadModel',
+      'the GGUF key qwen35moe.ssm.inner_size', 'a multiple of qwen35moe.ssm.time_step_rank (4)', '250');
+    expectInvalid(() => configOf('gemma4_gguf', (m) => m.set('gemma4.rope.dimension_count_swa', u32(128))), 'loadModel',
+      'the GGUF key gemma4.rope.dimension_count_swa', 'key_length_swa (256)', '128');
+    expectInvalid(() => configOf('qwen3_5_moe_gguf', (m) => m.set('qwen35moe.attention.value_length', u32(128))), 'loadModel',
+      'the GGUF key qwen35moe.attention.value_length', 'qwen35moe.attention.key_length (256)', '128');
+    expectInvalidParts(() => configOf('qwen3_5_moe_gguf', (m) => m.set('general.architecture', { type: 'string', value: 'qwen3next' })), 'loadModel',
+      "the GGUF file's general.architecture (gguf <memory>) must be qwen35moe or gemma4 (got qwen3next)");
+  });
+});
+
+/** `from`'s GGUF file rewritten to `out` with its metadata edited (tensors as they are). */
+function rewriteGguf(from: string, out: string, edit: (m: Map<string, GgufValue>) => void): string {
+  const src = GgufFile.open(from);
+  const tensors = [...src.tensors.values()].map((t) => ({ name: t.name, type: t.dtype, dims: [...t.dims], data: src.bytes(t.name).slice() }));
+  const metadata = new Map(src.metadata);
+  edit(metadata);
+  writeFileSync(out, ggufBytes({ metadata: [...metadata.entries()], tensors }, rng(3)).bytes);
+  return out;
+}
 
 describeBackends('models on GGUF checkpoints against float64 references', ({ device, label }) => {
   if (label === 'emu-random') return;
@@ -140,13 +243,13 @@ describeBackends('models on GGUF checkpoints against float64 references', ({ dev
         expect(r.err).toBeLessThan(DEFAULT_TOL);
         for (const [got, want] of clearTokens(r.ref, r.tokens, TOKEN_GAP)) expect(got).toBe(want);
       }
-    }, 120_000);
+    }, MODEL_TEST_MS);
     test(`${arch}: prefill and ${STEPS} decode steps, the default (the matrix forms past 8 prompt rows, experts grouped by moe_dispatch_sort)`, () => {
       const r = runGguf(device(), arch, {}, ROUTING_GAP);
       expect(r.rows).toBeGreaterThanOrEqual(PROMPT.length);
       expect(r.err).toBeLessThan(DEFAULT_TOL);
       for (const [got, want] of clearTokens(r.ref, r.tokens, TOKEN_GAP)) expect(got).toBe(want);
-    }, 120_000);
+    }, MODEL_TEST_MS);
   }
 
   test('refusals: a GGUF file of another architecture, a block type the products do not read, two GGUF files in a folder', () => {
@@ -172,6 +275,54 @@ describeBackends('models on GGUF checkpoints against float64 references', ({ dev
     const metadata = [...src.metadata.entries()];
     writeFileSync(join(dir, 'q2.gguf'), ggufBytes({ metadata, tensors }, rng(2)).bytes);
     expect(() => loadModel(join(dir, 'q2.gguf'), device())).toThrow(/blk\.0\.attn_gate\.weight must be F32, F16, BF16 or one of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K \(got Q2_K\)/);
+  }, 120_000);
+
+  for (const arch of ARCHS) {
+    test(`${arch}: loaded from its metadata and from config.json, the same logits (prefill and 2 decode steps)`, () => {
+      const { gguf, bare } = writtenOf(arch);
+      const run = (path: string) => {
+        using m = loadModel(path, device(), { maxContext: 32, precision: 'exact', prefillAttention: 'vector' });
+        m.prefill(PROMPT.slice(0, 6));
+        const rows = [m.logits.readNumbers()];
+        for (let i = 0; i < 2; i++) {
+          m.decode();
+          rows.push(m.logits.readNumbers());
+        }
+        return rows;
+      };
+      // config.json beside the file; the folder holding the file alone.
+      const a = run(gguf), b = run(bare);
+      // One config, one computation: the same numbers (bit for bit on the emulator; other backends may sum in another order).
+      a.forEach((row, i) => (label === 'emu' ? expect(b[i]).toEqual(row) : expect(relL2(b[i]!, row)).toBeLessThan(1e-5)));
+    }, MODEL_TEST_MS);
+  }
+
+  test('refusals of GGUF metadata: a required key missing, keys of the wrong type, config.json beside disagreeing', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'mlxn-gguf-meta-'));
+    dirs.push(dir);
+    const q = join(writtenOf('qwen3_5_moe_gguf').bare, 'model.gguf');
+    const g = join(writtenOf('gemma4_gguf').bare, 'model.gguf');
+    const each = (name: string) => {
+      mkdirSync(join(dir, name));
+      return join(dir, name, 'model.gguf');
+    };
+    // A key llama.cpp requires, absent.
+    const noWidth = rewriteGguf(q, each('no-width'), (m) => m.delete('qwen35moe.embedding_length'));
+    expectInvalid(() => loadModel(noWidth, device()), 'loadModel', 'the GGUF key qwen35moe.embedding_length', 'an unsigned integer (u32)', 'absent');
+    const noPattern = rewriteGguf(g, each('no-pattern'), (m) => m.delete('gemma4.attention.sliding_window_pattern'));
+    expectInvalid(() => loadModel(noPattern, device()), 'loadModel', 'the GGUF key gemma4.attention.sliding_window_pattern', 'an array of 4 booleans', 'absent');
+    // Keys of the wrong type: a count as a string, a float as an integer, a per-layer list one item short.
+    const strCount = rewriteGguf(g, each('str-count'), (m) => m.set('gemma4.block_count', { type: 'string', value: '4' }));
+    expectInvalid(() => loadModel(strCount, device()), 'loadModel', 'the GGUF key gemma4.block_count', 'an unsigned integer (u32)', 'a string');
+    const intEps = rewriteGguf(q, each('int-eps'), (m) => m.set('qwen35moe.attention.layer_norm_rms_epsilon', { type: 'u32', value: 0 }));
+    expectInvalid(() => loadModel(intEps, device()), 'loadModel', 'the GGUF key qwen35moe.attention.layer_norm_rms_epsilon', 'a float (f32)', 'a u32');
+    const shortKv = rewriteGguf(g, each('short-kv'), (m) => m.set('gemma4.attention.head_count_kv', { type: 'array', value: { itemType: 'i32', items: Int32Array.of(1, 1, 1) } }));
+    expectInvalid(() => loadModel(shortKv, device()), 'loadModel', 'the GGUF key gemma4.attention.head_count_kv', 'an array of 4 integers', 'an array of 3 i32');
+    // config.json beside the file wins, but must agree with what the metadata say: both values are named.
+    rewriteGguf(g, each('window'), (m) => m.set('gemma4.attention.sliding_window', { type: 'u32', value: 7 }));
+    writeFileSync(join(dir, 'window', 'config.json'), JSON.stringify(tinyConfig('gemma4_gguf')));
+    expectInvalidParts(() => loadModel(join(dir, 'window'), device()), 'loadModel', 'gemma4.attention.sliding_window',
+      'must be what config.json says: slidingWindow = 5', '(got slidingWindow = 7)');
   }, 120_000);
 
   test('GGUF layers stored alike share one product; row views start at whole rows of blocks, 16-byte aligned', () => {
