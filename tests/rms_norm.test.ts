@@ -52,6 +52,14 @@ describe('rms_norm param packer matches the .metal declaration', () => {
     expect(rmsNormCudaLaunch(16384, 5376, 'bf16', c)).toEqual({ grid: [16384, 1, 1], threads: [192, 1, 1], threadgroupMemory: [32] });
     expect(rowLaunch(8, 1025, 8, c)).toEqual({ grid: [8, 1, 1], threads: [64, 1, 1], threadgroupMemory: [16] });
     expect(rowLaunch(1, 2 ** 24, 8, c)).toEqual({ grid: [1, 1, 1], threads: [1024, 1, 1], threadgroupMemory: [128] });
+    // Fewer rows than SMs (decode): one 16-byte vector a thread, at most 1024; rows of lanes and rows
+    // not of whole vectors as before.
+    expect(rmsNormCudaLaunch(1, 2048, 'f32', c, c.multiprocessors)).toEqual({ grid: [1, 1, 1], threads: [512, 1, 1], threadgroupMemory: [64] });
+    expect(rmsNormCudaLaunch(1, 5376, 'bf16', c, c.multiprocessors)).toEqual({ grid: [1, 1, 1], threads: [672, 1, 1], threadgroupMemory: [96] });
+    expect(rowLaunch(131, 2 ** 20, 4, c, 132)).toEqual({ grid: [131, 1, 1], threads: [1024, 1, 1], threadgroupMemory: [128] });
+    expect(rowLaunch(132, 2048, 4, c, 132)).toEqual(rowLaunch(132, 2048, 4, c));
+    expect(rowLaunch(32, 64, 4, c, 132)).toEqual({ grid: [1, 1, 1], threads: [2, 32, 1] });
+    expect(rowLaunch(5, 2049, 4, c, 132)).toEqual(rowLaunch(5, 2049, 4, c));
     // Not a 32-wide SIMD: the Metal launch.
     expect(rowLaunch(8, 128, 8, { ...c, simdWidth: 64 })).toBeNull();
   });

@@ -58,11 +58,15 @@ const ROW_BLOCK = 256;
  *   of 32 lanes is the block form below.
  * - Otherwise, or where no R divides rows: one block per row, grid (rows,
  *   1, 1) of min(1024, t rounded up to 32) threads (at least 32), and
- *   dynamic shared memory of one float per warp.
+ *   dynamic shared memory of one float per warp. Where the rows are fewer
+ *   than `multiprocessors` (the device's SMs, when known), each row has an
+ *   SM to itself, and its block takes one 16-byte vector a thread (n / vec
+ *   threads rounded up to 32, at most 1024): a thread's loads, and whatever
+ *   waits on each of them in turn, are then one deep, not 32 / vec.
  *
  * Null where simdWidth is not 32 (the Metal launch is the only one then).
  */
-export function rowLaunch(rows: number, n: number, vec: number, limits: LaunchLimits): {
+export function rowLaunch(rows: number, n: number, vec: number, limits: LaunchLimits, multiprocessors = 0): {
   grid: [number, number, number]; threads: [number, number, number]; threadgroupMemory?: number[];
 } | null {
   if (limits.simdWidth !== 32) return null;
@@ -73,7 +77,10 @@ export function rowLaunch(rows: number, n: number, vec: number, limits: LaunchLi
       .find((k) => k >= 1 && rows % k === 0 && k * lanes <= limits.maxThreadsPerThreadgroup);
     if (r !== undefined && r > 1) return { grid: [rows / r, 1, 1], threads: [lanes, r, 1] };
   }
-  const threads = rowBlockThreads(n, limits);
+  const spread = rows < multiprocessors && n % vec === 0;
+  const threads = spread
+    ? Math.min(limits.maxThreadsPerThreadgroup, 1024, Math.max(32, Math.ceil(n / vec / 32) * 32))
+    : rowBlockThreads(n, limits);
   return { grid: [rows, 1, 1], threads: [threads, 1, 1], threadgroupMemory: [roundUp16(Math.ceil(threads / 32) * 4)] };
 }
 

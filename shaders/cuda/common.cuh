@@ -540,9 +540,16 @@ __device__ __forceinline__ void copy_rows(u32 n_rows, u32 len, float scale, Map 
 
 // ---- rows normalized by their sum of squares (rms_norm, l2_norm) ----
 
+// A vector's factors as loaded (up to two 16-byte words: N f32 factors of a
+// 16-bit row take two), held from their load to their use.
+struct FactorWords {
+    uint4 w[2];
+};
+
 // The factors of a row without weights.
 struct UnitFactors {
-    template <int N> __device__ __forceinline__ void operator()(u64, float (&f)[N]) const {
+    template <int N> __device__ __forceinline__ void load(u64, FactorWords&) const {}
+    template <int N> __device__ __forceinline__ void apply(const FactorWords&, float (&f)[N]) const {
 #pragma unroll
         for (int j = 0; j < N; ++j) f[j] = 1.0f;
     }
@@ -553,29 +560,42 @@ struct UnitFactors {
 // blockDim.x of them) striding over it: y = x * inv * f, inv = inv_of(sq)
 // (sq this thread's sum of the row's squares in f32; inv_of reduces it over
 // the row, all threads of the row call it), f the element's factor:
-// factors(e, f[N]) fills the N factors of elements e .. e + N - 1, factors(i)
-// returns element i's. 16-byte vectors when dim is a multiple of the vector
-// width (VEC: 4 f32, 8 f16/bf16) and vec_ok (the caller's check that xr, yr
-// and what factors reads are 16-byte aligned): a thread keeps its first
-// 32 / VEC vectors in registers as the raw words loaded, all issued before
-// any arithmetic, between the sum and the output, and re-reads the rest.
-// Else a scalar path. Each thread writes only the elements it read, after
-// the sum, so yr may be xr (in place).
+// factors.load<N>(e, words) issues the loads of the N factors of elements
+// e .. e + N - 1 and factors.apply<N>(words, f) gives them as floats;
+// factors(i) returns element i's. 16-byte vectors when dim is a multiple of
+// the vector width (VEC: 4 f32, 8 f16/bf16) and vec_ok (the caller's check
+// that xr, yr and what factors reads are 16-byte aligned): a thread keeps its
+// first 32 / VEC vectors in registers as the raw words loaded, all issued
+// before any arithmetic, between the sum and the output, and re-reads the
+// rest. The factors of a thread's first vector load with the row: loaded
+// after the sum, a factor's load waits for the store ahead of it (the
+// compiler cannot tell a store to yr from the factors' memory), so a thread
+// of one vector (rowLaunch's launch of few rows) has no memory latency
+// between the sum and its store. Else a scalar path. Each thread writes only
+// the elements it read, after the sum, so yr may be xr (in place).
+// Held vectors whose factors load with the row (the first of each thread):
+// each costs 4 to 8 more registers; the later ones load after the sum.
+constexpr int SUMSQ_EARLY_FACTORS = 1;
 template <typename T, typename InvOf, typename Factors>
 __device__ __forceinline__ void sumsq_scale_row(const T* xr, T* yr, u32 dim, bool vec_ok, InvOf&& inv_of, const Factors& factors) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
     constexpr int VEC = VecOf<T>::N;
     constexpr int CACHE = 32 / VEC;
+    constexpr int EARLY = SUMSQ_EARLY_FACTORS;
 
     float sq = 0.0f;
     if (dim % VEC == 0 && vec_ok) {
         const u32 nv = dim / VEC;
         const uint4* xv = reinterpret_cast<const uint4*>(xr);
         uint4 xc[CACHE];
+        FactorWords fc[EARLY];
 #pragma unroll
         for (int c = 0; c < CACHE; ++c) {
             const u32 vi = tid + u32(c) * bs;
-            if (vi < nv) xc[c] = xv[vi];
+            if (vi < nv) {
+                xc[c] = xv[vi];
+                if (c < EARLY) factors.template load<VEC>(u64(vi) * VEC, fc[c]);
+            }
         }
 #pragma unroll
         for (int c = 0; c < CACHE; ++c) {
@@ -593,11 +613,11 @@ __device__ __forceinline__ void sumsq_scale_row(const T* xr, T* yr, u32 dim, boo
             for (int j = 0; j < VEC; ++j) sq += v[j] * v[j];
         }
         const float inv = inv_of(sq);
-        auto emit = [&](u32 vi, uint4 raw) {
+        auto emit = [&](u32 vi, uint4 raw, const FactorWords& fw) {
             float v[VEC];
             unpack16<T>(raw, v);
             float f[VEC];
-            factors(u64(vi) * VEC, f);
+            factors.template apply<VEC>(fw, f);
 #pragma unroll
             for (int j = 0; j < VEC; ++j) v[j] *= inv * f[j];
             store_vec(yr + u64(vi) * VEC, v);
@@ -605,9 +625,21 @@ __device__ __forceinline__ void sumsq_scale_row(const T* xr, T* yr, u32 dim, boo
 #pragma unroll
         for (int c = 0; c < CACHE; ++c) {
             const u32 vi = tid + u32(c) * bs;
-            if (vi < nv) emit(vi, xc[c]);
+            if (vi < nv) {
+                if (c < EARLY) {
+                    emit(vi, xc[c], fc[c]);
+                } else {
+                    FactorWords fw;
+                    factors.template load<VEC>(u64(vi) * VEC, fw);
+                    emit(vi, xc[c], fw);
+                }
+            }
         }
-        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) emit(vi, xv[vi]);
+        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
+            FactorWords fw;
+            factors.template load<VEC>(u64(vi) * VEC, fw);
+            emit(vi, xv[vi], fw);
+        }
     } else {
         for (u32 i = tid; i < dim; i += bs) {
             const float v = to_f(xr[i]);

@@ -195,6 +195,10 @@ int main() {
   run_rms<float, float>("rms_norm_f32", rms_norm_f32, WEIGHTED, 2, 5376, {2, 1, 1}, {192, 1, 1});
   run_rms<float, float>("rms_norm_f32 (scalar)", rms_norm_f32, WEIGHTED, 6, 65, {3, 1, 1}, {32, 2, 1});
   run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_one_plus_bf16 (scalar)", rms_norm_one_plus_bf16, ONE_PLUS_W, 5, 65, {5, 1, 1}, {32, 1, 1});
+  // Fewer rows than SMs: one vector a thread (the weights of each loaded with the row).
+  run_rms<float, float>("rms_norm_f32 (few rows)", rms_norm_f32, WEIGHTED, 1, 2048, {1, 1, 1}, {512, 1, 1});
+  run_rms<__half, float>("rms_norm_f16 (few rows)", rms_norm_f16, WEIGHTED, 2, 4096, {2, 1, 1}, {512, 1, 1}, true);
+  run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_one_plus_bf16 (few rows)", rms_norm_one_plus_bf16, ONE_PLUS_W, 1, 5376, {1, 1, 1}, {672, 1, 1});
 
   // softmax_<t>: lanes, blocks, rows past the held (online), the scalar path.
   run_softmax<__nv_bfloat16>("softmax_bf16", softmax_bf16, {64, 128}, {1, 1, 1}, {4, 64, 1});
