@@ -16,6 +16,7 @@ import {
   packSoftcapParams,
   packSoftmaxBlocksParams,
   packSoftmaxParams,
+  SOFTMAX_EXT_HELD,
   SOFTMAX_FILL_ROWS,
   planSoftcap,
   planSoftmax,
@@ -29,6 +30,7 @@ import {
 import { softcapRef, softmaxRef } from '../ts/reference/softmax.ts';
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, randomArray, rng, TARGET_LIMITS, TOL, wordView } from './helpers.ts';
 import type { Device } from '../ts/index.ts';
+import { rowLaunch } from '../ts/launch.ts';
 import { a, BF, buf, F, int, opContract, out } from './op-contract.ts';
 
 describe('softmax param packers match the .metal declarations', () => {
@@ -54,6 +56,15 @@ describe('softmax param packers match the .metal declarations', () => {
     expect(softmaxThreadgroup(3, TARGET_LIMITS.metal)).toEqual({ threads: 4, sharedBytes: 16, cudaThreads: 32, cudaSharedBytes: 16 });
     expect(softmaxThreadgroup(2048, TARGET_LIMITS.cuda)).toEqual({ threads: 256, sharedBytes: 32, cudaThreads: 64, cudaSharedBytes: 16 });
     expect(softmaxThreadgroup(262144, TARGET_LIMITS.cuda)).toEqual({ threads: 256, sharedBytes: 32, cudaThreads: 1024, cudaSharedBytes: 128 });
+  });
+  test('CUDA one-pass launch: scale_mask_softmax holds 16 elements a thread; fewer rows than SMs take one vector a thread', () => {
+    const c = TARGET_LIMITS.cuda;
+    // Causal attention scores, 32 heads x 2048 queries over 2048 keys: 128 threads a row (4 f32 vectors each).
+    expect(rowLaunch(65536, 2048, 4, c, c.multiprocessors, SOFTMAX_EXT_HELD)).toEqual({ grid: [65536, 1, 1], threads: [128, 1, 1], threadgroupMemory: [16] });
+    // One decode token's scores, 32 heads over 8192 keys: 1024 threads (2 vectors each).
+    expect(rowLaunch(32, 8192, 4, c, c.multiprocessors, SOFTMAX_EXT_HELD)).toEqual({ grid: [32, 1, 1], threads: [1024, 1, 1], threadgroupMemory: [128] });
+    // Rows of up to 512 take lanes at 16 elements each: 256 bf16 in 16 lanes, 16 rows a block.
+    expect(rowLaunch(4096, 256, 8, c, c.multiprocessors, SOFTMAX_EXT_HELD)).toEqual({ grid: [256, 1, 1], threads: [16, 16, 1] });
   });
   test('two passes: slices of 2048 doubled to at most 256 a row; with scratch, for few rows or rows past 32768', () => {
     expect([softmaxSlice(1), softmaxSlice(262144), softmaxSlice(2048 * 256 + 1), softmaxSlice(2 ** 24)]).toEqual([2048, 2048, 4096, 65536]);

@@ -46,11 +46,12 @@ const ROW_BLOCK = 256;
 /**
  * The CUDA launch of a row kernel (shaders/cuda/common.cuh: row_index,
  * row_sum, row_max) for rows of n elements, sized to the row so that more
- * rows are resident on an SM: as few threads as hold it at ROW_HELD
- * elements a thread, t = ceil(n / 32). vec is the elements of a 16-byte
- * vector; the kernels hold the row only where n is a multiple of it.
+ * rows are resident on an SM: as few threads as hold it at `held` (the
+ * kernel's; ROW_HELD unless given) elements a thread, t = ceil(n / held).
+ * vec is the elements of a 16-byte vector; the kernels hold the row only
+ * where n is a multiple of it.
  *
- * - Short rows (n <= 1024): rows of L lanes, blockDim (L, R, 1), grid
+ * - Short rows (n <= 32 held): rows of L lanes, blockDim (L, R, 1), grid
  *   (rows / R, 1, 1), L = nextPow2(t) where n % vec == 0 (else 32: the
  *   kernels stride element by element), R the largest of 256 / L, 128 / L,
  *   64 / L, 32 / L that divides rows (the kernels have no row count to bound
@@ -66,12 +67,12 @@ const ROW_BLOCK = 256;
  *
  * Null where simdWidth is not 32 (the Metal launch is the only one then).
  */
-export function rowLaunch(rows: number, n: number, vec: number, limits: LaunchLimits, multiprocessors = 0): {
+export function rowLaunch(rows: number, n: number, vec: number, limits: LaunchLimits, multiprocessors = 0, held = ROW_HELD): {
   grid: [number, number, number]; threads: [number, number, number]; threadgroupMemory?: number[];
 } | null {
   if (limits.simdWidth !== 32) return null;
-  const t = Math.ceil(n / ROW_HELD);
-  if (n <= WARP_ROW_MAX) {
+  const t = Math.ceil(n / held);
+  if (n <= 32 * held) {
     const lanes = n % vec === 0 ? nextPow2(t) : 32;
     const r = [ROW_BLOCK, 128, 64, 32].map((b) => b / lanes)
       .find((k) => k >= 1 && rows % k === 0 && k * lanes <= limits.maxThreadsPerThreadgroup);
@@ -80,13 +81,13 @@ export function rowLaunch(rows: number, n: number, vec: number, limits: LaunchLi
   const spread = rows < multiprocessors && n % vec === 0;
   const threads = spread
     ? Math.min(limits.maxThreadsPerThreadgroup, 1024, Math.max(32, Math.ceil(n / vec / 32) * 32))
-    : rowBlockThreads(n, limits);
+    : rowBlockThreads(n, limits, held);
   return { grid: [rows, 1, 1], threads: [threads, 1, 1], threadgroupMemory: [roundUp16(Math.ceil(threads / 32) * 4)] };
 }
 
-/** Threads of rowLaunch's one-block-per-row form: ceil(n / ROW_HELD) rounded up to 32, in [32, min(1024, the device's limit)]. */
-export function rowBlockThreads(n: number, limits: LaunchLimits): number {
-  return Math.min(limits.maxThreadsPerThreadgroup, 1024, Math.max(32, Math.ceil(n / ROW_HELD / 32) * 32));
+/** Threads of rowLaunch's one-block-per-row form: ceil(n / held) rounded up to 32, in [32, min(1024, the device's limit)]. */
+export function rowBlockThreads(n: number, limits: LaunchLimits, held = ROW_HELD): number {
+  return Math.min(limits.maxThreadsPerThreadgroup, 1024, Math.max(32, Math.ceil(n / held / 32) * 32));
 }
 
 /** Steps each thread of copy_rows (shaders/cuda/common.cuh) issues before storing them. */

@@ -13,15 +13,17 @@
 // dynamic shared memory holds one float per warp. Or rows of L lanes:
 // blockDim (L, R), grid (rows / R, 1, 1) (common.cuh row_index). The op's
 // launch is sized to the row (ts/launch.ts rowLaunch): as few threads as
-// hold it at 32 elements a thread. When cols is a multiple of the 16-byte
-// vector width (4 f32, 8 f16/bf16) and the row pointers are 16-byte aligned,
-// threads issue their first 32 / VEC vector loads before any arithmetic and
-// hold them: softmax_<t> as the raw words (16 registers for a 16-bit type)
-// and computes exp(x - max) twice (ex2.approx, two instructions), where
-// scale_mask_softmax_<t> holds v, then exp(v - max), since v costs a tanh
-// and a mask read. The mask moves as 8- or 16-byte vectors beside x. Rows
-// of vectors longer than the block holds (more than 32 elements a thread)
-// hold nothing: they are streamed twice, 4 to 8 vectors of a thread in
+// hold it at SOFTMAX_HELD elements a thread (32 softmax, 16
+// scale_mask_softmax), or one vector a thread for fewer rows than SMs. When
+// cols is a multiple of the 16-byte vector width (4 f32, 8 f16/bf16) and the
+// row pointers are 16-byte aligned, threads issue their first SOFTMAX_HELD /
+// VEC vector loads (and scale_mask_softmax their mask words) before any
+// arithmetic and hold them: softmax_<t> as the raw words (16 registers for a
+// 16-bit type) and computes exp(x - max) twice (ex2.approx, two
+// instructions), where scale_mask_softmax_<t> holds v, then exp(v - max),
+// since v costs a tanh (skipped for a vector masked throughout). The mask
+// moves as 8- or 16-byte vectors beside x. Rows of vectors longer than the
+// block holds hold nothing: they are streamed twice, 4 to 8 vectors of a thread in
 // flight (LONG_ROW_LOADS), once for the row's max and sum (online softmax:
 // a running maximum and a sum rescaled to it), once for the output. The
 // scalar path (other rows) streams element by element, online too. Each
@@ -127,6 +129,13 @@ __device__ __forceinline__ void online(float v, float& m, float& s) {
         s += __expf(v - m);
     }
 }
+
+// Elements a thread of the one-pass kernels holds in registers at most
+// (ts/ops/softmax.ts SOFTMAX_HELD and SOFTMAX_EXT_HELD; the launch gives a
+// row cols / that threads): 32 for softmax, which holds the raw words; 16
+// for scale_mask_softmax, which holds the mask words beside them and then
+// v, within the 64 registers of its 1024-thread blocks.
+template <bool EXT> constexpr int SOFTMAX_HELD = EXT ? 16 : 32;
 
 // Vector loads a thread of the two-pass kernels issues before it uses them,
 // and of the one-pass kernels on rows longer than they hold.
@@ -261,7 +270,7 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
     const bf16* mr = seq_q == 0u ? nullptr : mask + u64(row % seq_q) * cols;
     const u32 tid = threadIdx.x, bs = blockDim.x;
     constexpr int VEC = VecOf<T>::N;
-    constexpr int CACHE = 32 / VEC;
+    constexpr int CACHE = SOFTMAX_HELD<EXT> / VEC;
 
     const bool vec = cols % VEC == 0 && aligned16(xr) && aligned16(yr) && (mr == nullptr || aligned16(mask));
     const u32 nv = vec ? cols / VEC : 0u;
@@ -270,13 +279,19 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
         return;
     }
     const uint4* xv = reinterpret_cast<const uint4*>(xr);
-    // The held vectors: raw words, then (EXT) v and exp(v - mx) in vc.
+    // The held vectors: raw words (and their mask words), then (EXT) v and
+    // exp(v - mx) in vc. The mask loads go out with x's: issued where a
+    // vector is used, each would wait on the arithmetic of the ones before.
     uint4 raw[CACHE];
+    MaskWords<VEC> mw[EXT ? CACHE : 1];
     float vc[EXT ? CACHE : 1][VEC];
 #pragma unroll
     for (int c = 0; c < CACHE; ++c) {
         const u32 vi = tid + u32(c) * bs;
-        if (vi < nv) raw[c] = xv[vi];
+        if (vi < nv) {
+            raw[c] = xv[vi];
+            if constexpr (EXT) mw[c] = load_mask<VEC>(mr, u64(vi) * VEC);
+        }
     }
     // mc: the maximum of the held v; (mu, su): the running maximum and
     // rescaled sum of the others.
@@ -289,12 +304,10 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
             unpack16<T>(raw[c], v);
             if constexpr (EXT) {
                 float m[VEC];
-                mask_values(load_mask<VEC>(mr, u64(vi) * VEC), m);
+                mask_values(mw[c], m);
+                transform_vec<VEC>(f, v, m, vc[c]);
 #pragma unroll
-                for (int j = 0; j < VEC; ++j) {
-                    vc[c][j] = f(v[j], m[j]);
-                    mc = fmaxf(mc, vc[c][j]);
-                }
+                for (int j = 0; j < VEC; ++j) mc = fmaxf(mc, vc[c][j]);
             } else {
 #pragma unroll
                 for (int j = 0; j < VEC; ++j) mc = fmaxf(mc, v[j]);

@@ -18,7 +18,7 @@ import {
   checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid, like,
 } from '../validate.ts';
 import { dtypeSize } from '../dtype.ts';
-import { roundUp16, rowBlockThreads, rowLaunch, rowThreadgroup, type LaunchLimits } from '../launch.ts';
+import { ROW_HELD, roundUp16, rowBlockThreads, rowLaunch, rowThreadgroup, type LaunchLimits } from '../launch.ts';
 import { record, type OpPlan } from '../plan.ts';
 
 export const SOFTMAX_FAMILY = 'softmax';
@@ -50,6 +50,12 @@ export const SOFTMAX_MAX_SLICES = 256;
 export const SOFTMAX_FILL_ROWS = 264;
 /** The longest row the one-pass CUDA kernel holds in registers (1024 threads, 32 elements each); longer ones are read twice. */
 export const SOFTMAX_HELD_COLS = 32768;
+/**
+ * Elements a thread of the CUDA scale_mask_softmax holds (its launch gives a
+ * row cols / 16 threads): 16, half softmax's, since it holds the mask's words
+ * beside x's within 64 registers; rows past 16384 are read twice.
+ */
+export const SOFTMAX_EXT_HELD = 16;
 /** The two-pass grid's second axis holds the rows: CUDA's limit. */
 export const SOFTMAX_TWO_PASS_MAX_ROWS = 65535;
 /** Threads of a two-pass threadgroup. */
@@ -229,7 +235,9 @@ export function softmaxTwoPass(a: Pick<SoftmaxArgs, 'rows' | 'cols' | 'scratch'>
  * ScaleMaskSoftmaxParams. threadgroup(0) one float per simdgroup. Grid:
  * (rows, 1, 1) threadgroups of min(256, nextPow2(cols)) threads; the CUDA
  * twin's launch is sized to the row (rowLaunch: rows of up to 32 lanes
- * where cols <= 1024, else a block of about cols / 32 threads, at most 1024).
+ * where cols <= 1024 (512 for scale_mask_softmax), else a block of about
+ * cols / 32 threads (cols / 16: SOFTMAX_EXT_HELD), at most 1024; fewer rows
+ * than SMs: a block of one 16-byte vector a thread).
  * The bytes that must move: input read and output written once, 2 * rows *
  * cols * the element size (and the mask's rows).
  *
@@ -276,7 +284,7 @@ export function planSoftmax(a: SoftmaxArgs, limits: DeviceLimits, device?: Devic
     };
   }
   const { threads, sharedBytes } = softmaxThreadgroup(a.cols, limits);
-  const cuda = rowLaunch(a.rows, a.cols, 16 / dtypeSize(a.input.dtype), limits);
+  const cuda = rowLaunch(a.rows, a.cols, 16 / dtypeSize(a.input.dtype), limits, limits.multiprocessors, ext ? SOFTMAX_EXT_HELD : ROW_HELD);
   const launch = {
     grid: [a.rows, 1, 1] as [number, number, number],
     threads: [threads, 1, 1] as [number, number, number],

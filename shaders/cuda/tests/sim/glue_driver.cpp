@@ -224,6 +224,13 @@ int main() {
     c.in_place = true;
     run_scale_mask<__nv_bfloat16>("scale_mask_softmax_bf16", scale_mask_softmax_bf16, c, {4, 1, 1}, {64, 1, 1});
   }
+  // The op's launches at 16 elements a thread: a block of cols / 16 (4 f32
+  // vectors a thread, causal), rows of 16 lanes, and fewer rows than SMs (one
+  // vector a thread: 2 of 1024 threads).
+  run_scale_mask<float>("scale_mask_softmax_f32 (16 a thread)", scale_mask_softmax_f32, {8, 2048, 0.0884f, 50, 8, 1}, {8, 1, 1}, {128, 1, 1});
+  run_scale_mask<__nv_bfloat16>("scale_mask_softmax_bf16 (16 a thread)", scale_mask_softmax_bf16, {32, 256, 0.125f, 30, 4, 1}, {2, 1, 1}, {16, 16, 1});
+  run_scale_mask<float>("scale_mask_softmax_f32 (few rows)", scale_mask_softmax_f32, {4, 8192, 0.0884f, 50, 1, 1}, {4, 1, 1}, {1024, 1, 1});
+  run_scale_mask<__half>("scale_mask_softmax_f16 (few rows)", scale_mask_softmax_f16, {2, 8192, 0.5f, 0, 2, 1}, {2, 1, 1}, {1024, 1, 1});
   // The two-pass form: slices of 2048, a short last slice, masked slices and rows, in place.
   run_two_pass<float>("softmax_blocks/finish_f32", softmax_blocks_f32, softmax_finish_f32, {2, 6000});
   run_two_pass<float>("softmax_blocks/finish_f32", softmax_blocks_f32, softmax_finish_f32, {4, 6000, 0.125f, 30, 2, 1});
