@@ -83,6 +83,13 @@ __device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float (&v)[4]) 
     v[2] = __uint_as_float(t.y << 16);
     v[3] = __uint_as_float(t.y & 0xffff0000u);
 }
+// Four halves at p (8 aligned bytes), widened to floats.
+__device__ __forceinline__ void load_vec(const __half* p, float (&v)[4]) {
+    const uint2 t = *reinterpret_cast<const uint2*>(p);
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&t.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&t.y));
+    v[0] = a.x; v[1] = a.y; v[2] = b.x; v[3] = b.y;
+}
 // Eight halves held in 16 raw bytes, widened to floats.
 __device__ __forceinline__ void unpack_f16x8(uint4 t, float (&v)[8]) {
     const u32 w[4] = {t.x, t.y, t.z, t.w};
