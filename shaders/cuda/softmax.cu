@@ -18,10 +18,11 @@
 // cols is a multiple of the 16-byte vector width (4 f32, 8 f16/bf16) and the
 // row pointers are 16-byte aligned, threads issue their first SOFTMAX_HELD /
 // VEC vector loads (and scale_mask_softmax their mask words) before any
-// arithmetic and hold them: softmax_<t> as the raw words (16 registers for a
-// 16-bit type) and computes exp(x - max) twice (ex2.approx, two
-// instructions), where scale_mask_softmax_<t> holds v, then exp(v - max),
-// since v costs a tanh (skipped for a vector masked throughout). The mask
+// arithmetic and hold them, then v (x, or scale_mask_softmax's scaled,
+// capped and masked value; the tanh skipped for a vector masked throughout),
+// then exp(v - max) as floats: one exp an element (ex2.approx, two
+// instructions), the special unit's share of the arithmetic halved against
+// holding the raw words and taking the exp again for the output. The mask
 // moves as 8- or 16-byte vectors beside x. Rows of vectors longer than the
 // block holds hold nothing: they are streamed twice, 4 to 8 vectors of a thread in
 // flight (LONG_ROW_LOADS), once for the row's max and sum (online softmax:
@@ -135,7 +136,7 @@ __device__ __forceinline__ void online(float v, float& m, float& s) {
 // row cols / that threads): 32 for softmax, which holds the raw words; 16
 // for scale_mask_softmax, which holds the mask words beside them and then
 // v, within the 64 registers of its 1024-thread blocks.
-template <bool EXT> constexpr int SOFTMAX_HELD = EXT ? 16 : 32;
+template <typename T, bool EXT> constexpr int SOFTMAX_HELD = EXT ? 16 : 32;
 
 // Vector loads a thread of the two-pass kernels issues before it uses them,
 // and of the one-pass kernels on rows longer than they hold.
@@ -270,7 +271,7 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
     const bf16* mr = seq_q == 0u ? nullptr : mask + u64(row % seq_q) * cols;
     const u32 tid = threadIdx.x, bs = blockDim.x;
     constexpr int VEC = VecOf<T>::N;
-    constexpr int CACHE = SOFTMAX_HELD<EXT> / VEC;
+    constexpr int CACHE = SOFTMAX_HELD<T, EXT> / VEC;
 
     const bool vec = cols % VEC == 0 && aligned16(xr) && aligned16(yr) && (mr == nullptr || aligned16(mask));
     const u32 nv = vec ? cols / VEC : 0u;
@@ -279,12 +280,13 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
         return;
     }
     const uint4* xv = reinterpret_cast<const uint4*>(xr);
-    // The held vectors: raw words (and their mask words), then (EXT) v and
-    // exp(v - mx) in vc. The mask loads go out with x's: issued where a
-    // vector is used, each would wait on the arithmetic of the ones before.
+    // The held vectors: raw words (and their mask words), then v (x itself
+    // without EXT) and exp(v - mx) in vc as floats: one exp an element. The
+    // mask loads go out with x's: issued where a vector is used, each would
+    // wait on the arithmetic of the ones before.
     uint4 raw[CACHE];
     MaskWords<VEC> mw[EXT ? CACHE : 1];
-    float vc[EXT ? CACHE : 1][VEC];
+    float vc[CACHE][VEC];
 #pragma unroll
     for (int c = 0; c < CACHE; ++c) {
         const u32 vi = tid + u32(c) * bs;
@@ -300,18 +302,16 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
     for (int c = 0; c < CACHE; ++c) {
         const u32 vi = tid + u32(c) * bs;
         if (vi < nv) {
-            float v[VEC];
-            unpack16<T>(raw[c], v);
             if constexpr (EXT) {
-                float m[VEC];
+                float v[VEC], m[VEC];
+                unpack16<T>(raw[c], v);
                 mask_values(mw[c], m);
                 transform_vec<VEC>(f, v, m, vc[c]);
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) mc = fmaxf(mc, vc[c][j]);
             } else {
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) mc = fmaxf(mc, v[j]);
+                unpack16<T>(raw[c], vc[c]);
             }
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) mc = fmaxf(mc, vc[c][j]);
         }
     }
     if (!vec) {
@@ -324,17 +324,10 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
 #pragma unroll
     for (int c = 0; c < CACHE; ++c) {
         if (tid + u32(c) * bs < nv) {
-            if constexpr (EXT) {
 #pragma unroll
-                for (int j = 0; j < VEC; ++j) {
-                    vc[c][j] = empty ? 0.0f : __expf(vc[c][j] - mx);
-                    s += vc[c][j];
-                }
-            } else {
-                float v[VEC];
-                unpack16<T>(raw[c], v);
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) s += __expf(v[j] - mx);
+            for (int j = 0; j < VEC; ++j) {
+                vc[c][j] = empty ? 0.0f : __expf(vc[c][j] - mx);
+                s += vc[c][j];
             }
         }
     }
@@ -345,16 +338,9 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
     for (int c = 0; c < CACHE; ++c) {
         const u32 vi = tid + u32(c) * bs;
         if (vi < nv) {
-            float v[VEC];
-            if constexpr (EXT) {
 #pragma unroll
-                for (int j = 0; j < VEC; ++j) v[j] = vc[c][j] * inv;
-            } else {
-                unpack16<T>(raw[c], v);
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) v[j] = prob(v[j]);
-            }
-            store_vec(yr + u64(vi) * VEC, v);
+            for (int j = 0; j < VEC; ++j) vc[c][j] *= inv;
+            store_vec(yr + u64(vi) * VEC, vc[c]);
         }
     }
     if (!vec) {
@@ -572,8 +558,8 @@ __device__ __forceinline__ void softcap_vec(const T* x, T* y, const SoftcapParam
 // The entries of one type T (name TAG).
 // softmax: buffer(0) input [rows, cols], (1) output [rows, cols] (may be
 // input), (2) SoftmaxParams; threadgroup(0) one float per warp. The 16-bit
-// entries at most 40 registers (SOFTMAX_BOUNDS_<t>): 6 blocks of 256 an SM
-// (a row of 8192, one wave of 792 rows), where 44 left 5.
+// entries at most 56 registers (SOFTMAX_BOUNDS_<t>; 62 unbounded): 4 blocks
+// of 256 an SM (a row of 8192), 32 held floats a thread, no spills.
 // scale_mask_softmax: buffer(0) input, (1) output (may be input), (2) mask
 // [seq_q, cols] bf16 (unread when seq_q = 0), (3) ScaleMaskSoftmaxParams.
 // softmax_blocks: buffer(0) input [rows, cols], (1) mask [seq_q, cols] bf16
@@ -589,8 +575,8 @@ __device__ __forceinline__ void softcap_vec(const T* x, T* y, const SoftcapParam
 // (sm_90: compiled in, MLXN_CLUSTER_DIMS), any blockDim.x up to 1024 (one
 // block an SM at most: 64 registers); dynamic shared memory of 34 floats.
 #define SOFTMAX_BOUNDS_f32 __launch_bounds__(1024)
-#define SOFTMAX_BOUNDS_f16 MLXN_MAX_REGS(40)
-#define SOFTMAX_BOUNDS_bf16 MLXN_MAX_REGS(40)
+#define SOFTMAX_BOUNDS_f16 MLXN_MAX_REGS(56)
+#define SOFTMAX_BOUNDS_bf16 MLXN_MAX_REGS(56)
 #define SOFTMAX_ENTRIES(T, TAG)                                                                                         \
     extern "C" __global__ void SOFTMAX_BOUNDS_##TAG softmax_##TAG(const T* input, T* output, const SoftmaxParams* p) {  \
         softmax_row<T, false>(input, output, nullptr, u32(p->cols), 0u, transform_of(1.0f, 0.0f));                      \

@@ -219,6 +219,7 @@ int main() {
   run_softmax<float>("softmax_f32 (rows past the held)", softmax_f32, {2, 9000}, {2, 1, 1}, {32, 1, 1});
   run_softmax<__half>("softmax_f16", softmax_f16, {2, 8192}, {2, 1, 1}, {256, 1, 1});
   run_softmax<__nv_bfloat16>("softmax_bf16 (scalar)", softmax_bf16, {2, 1001}, {2, 1, 1}, {32, 1, 1});
+  run_softmax<__nv_bfloat16>("softmax_bf16 (few rows)", softmax_bf16, {3, 8192}, {3, 1, 1}, {1024, 1, 1});
   {
     SoftmaxCase c{64, 128};
     c.in_place = true;
