@@ -610,35 +610,38 @@ struct UnitFactors {
 // that xr, yr and what factors reads are 16-byte aligned): a thread keeps its
 // first 32 / VEC vectors in registers as the raw words loaded, all issued
 // before any arithmetic, between the sum and the output, and re-reads the
-// rest. The factors of a thread's first vector load with the row: loaded
-// after the sum, a factor's load waits for the store ahead of it (the
-// compiler cannot tell a store to yr from the factors' memory), so a thread
-// of one vector (rowLaunch's launch of few rows) has no memory latency
-// between the sum and its store. Else a scalar path. Each thread writes only
-// the elements it read, after the sum, so yr may be xr (in place).
-// Held vectors whose factors load with the row (the first of each thread):
-// each costs 4 to 8 more registers; the later ones load after the sum.
-constexpr int SUMSQ_EARLY_FACTORS = 1;
+// rest; the factors load after the sum, each before its vector's store.
+// Where the row has at most one vector a thread (the launch of few rows),
+// that vector's factors load with it instead: loaded after the sum, a
+// factor waits a memory latency there (and each later one waits for the
+// store ahead of it, which the compiler cannot tell from the factors'
+// memory), with nothing else to hide it. Else a scalar path. Each thread
+// writes only the elements it read, after the sum, so yr may be xr (in place).
 template <typename T, typename InvOf, typename Factors>
 __device__ __forceinline__ void sumsq_scale_row(const T* xr, T* yr, u32 dim, bool vec_ok, InvOf&& inv_of, const Factors& factors) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
     constexpr int VEC = VecOf<T>::N;
     constexpr int CACHE = 32 / VEC;
-    constexpr int EARLY = SUMSQ_EARLY_FACTORS;
 
     float sq = 0.0f;
     if (dim % VEC == 0 && vec_ok) {
         const u32 nv = dim / VEC;
         const uint4* xv = reinterpret_cast<const uint4*>(xr);
+        // At most one vector a thread (rowLaunch's launch of few rows): that
+        // vector's factors load with it, into the held words the thread
+        // does not need (xc[1], xc[2]), so no registers are added.
+        const bool one = nv <= bs;
         uint4 xc[CACHE];
-        FactorWords fc[EARLY];
 #pragma unroll
         for (int c = 0; c < CACHE; ++c) {
             const u32 vi = tid + u32(c) * bs;
-            if (vi < nv) {
-                xc[c] = xv[vi];
-                if (c < EARLY) factors.template load<VEC>(u64(vi) * VEC, fc[c]);
-            }
+            if (vi < nv) xc[c] = xv[vi];
+        }
+        if (one && tid < nv) {
+            FactorWords fw{};
+            factors.template load<VEC>(u64(tid) * VEC, fw);
+            xc[1] = fw.w[0];
+            xc[2] = fw.w[1];
         }
 #pragma unroll
         for (int c = 0; c < CACHE; ++c) {
@@ -665,24 +668,21 @@ __device__ __forceinline__ void sumsq_scale_row(const T* xr, T* yr, u32 dim, boo
             for (int j = 0; j < VEC; ++j) v[j] *= inv * f[j];
             store_vec(yr + u64(vi) * VEC, v);
         };
+        auto emit_loaded = [&](u32 vi, uint4 raw) {
+            FactorWords fw;
+            factors.template load<VEC>(u64(vi) * VEC, fw);
+            emit(vi, raw, fw);
+        };
+        if (one) {
+            if (tid < nv) emit(tid, xc[0], FactorWords{{xc[1], xc[2]}});
+            return;
+        }
 #pragma unroll
         for (int c = 0; c < CACHE; ++c) {
             const u32 vi = tid + u32(c) * bs;
-            if (vi < nv) {
-                if (c < EARLY) {
-                    emit(vi, xc[c], fc[c]);
-                } else {
-                    FactorWords fw;
-                    factors.template load<VEC>(u64(vi) * VEC, fw);
-                    emit(vi, xc[c], fw);
-                }
-            }
+            if (vi < nv) emit_loaded(vi, xc[c]);
         }
-        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) {
-            FactorWords fw;
-            factors.template load<VEC>(u64(vi) * VEC, fw);
-            emit(vi, xv[vi], fw);
-        }
+        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) emit_loaded(vi, xv[vi]);
     } else {
         for (u32 i = tid; i < dim; i += bs) {
             const float v = to_f(xr[i]);

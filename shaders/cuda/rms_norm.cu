@@ -19,8 +19,8 @@
 // the row and weight pointers are 16-byte aligned, threads move 16-byte
 // vectors and keep their first 32 / VEC vectors in registers as the raw
 // words loaded (16 registers for a 16-bit type, 32 for f32), issued before
-// any arithmetic (with the weights of the first, and eps with dim), between
-// the sum and the output: a row is read once when
+// any arithmetic (eps with dim; a thread of one vector its weights too),
+// between the sum and the output: a row is read once when
 // dim <= 32 * (threads of the row); longer rows re-read the rest. Otherwise a
 // scalar path strides over the row (sumsq_scale_row in common.cuh). Each
 // thread writes only the elements it read, after the row's sum, so y may be

@@ -210,6 +210,8 @@ int main() {
   run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_one_plus_bf16 (scalar)", rms_norm_one_plus_bf16, ONE_PLUS_W, 5, 65, {5, 1, 1}, {32, 1, 1});
   // Fewer rows than SMs: one vector a thread (the weights of each loaded with the row).
   run_rms<float, float>("rms_norm_f32 (few rows)", rms_norm_f32, WEIGHTED, 1, 2048, {1, 1, 1}, {512, 1, 1});
+  run_rms<float, float>("rms_norm_f32 (few rows, idle threads)", rms_norm_f32, WEIGHTED, 2, 2040, {2, 1, 1}, {512, 1, 1});
+  run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_bf16 (one vector a lane)", rms_norm_bf16, WEIGHTED, 64, 128, {2, 1, 1}, {16, 32, 1});
   run_rms<__half, float>("rms_norm_f16 (few rows)", rms_norm_f16, WEIGHTED, 2, 4096, {2, 1, 1}, {512, 1, 1}, true);
   run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_one_plus_bf16 (few rows)", rms_norm_one_plus_bf16, ONE_PLUS_W, 1, 5376, {1, 1, 1}, {672, 1, 1});
 
