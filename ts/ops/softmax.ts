@@ -104,7 +104,8 @@ export interface SoftmaxArgs {
    * f32 of softmaxScratchElements(rows, cols): given, rows of more than one
    * slice run in two passes where one threadgroup per row would leave the
    * GPU idle (fewer than SOFTMAX_FILL_ROWS rows) or re-read the row anyway
-   * (cols > SOFTMAX_HELD_COLS). Not over input, output or the mask.
+   * (cols > SOFTMAX_HELD_COLS), unless the cluster form runs them
+   * (softmaxCluster), which leaves it unused. Not over input, output or the mask.
    */
   scratch?: Buffer;
 }
