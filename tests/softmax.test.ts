@@ -408,8 +408,8 @@ describeValidation('softmax and softcap plans', ({ buf }) => {
     const cap = planSoftcap({ input: buf('bf16', 1000), output: buf('bf16', 1000), cap: 30 }, TARGET_LIMITS.cuda).dispatches[0]!;
     expect([cap.kernel, cap.grid, cap.threads, cap.cuda?.grid]).toEqual(['softcap_bf16', [4, 1, 1], [256, 1, 1], [1, 1, 1]]);
     const short = planSoftmax({ input: buf('f16', 64 * 128), output: buf('f16', 64 * 128), rows: 64, cols: 128 }, TARGET_LIMITS.cuda).dispatches[0]!;
-    // 128 f16 a row: 4 lanes of 4 vectors, 64 rows a block.
-    expect([short.threads, short.cuda?.grid, short.cuda?.threads]).toEqual([[128, 1, 1], [1, 1, 1], [4, 64, 1]]);
+    // 128 f16 a row: 8 lanes of 2 vectors (a whole 128-byte line a load), 32 rows a block.
+    expect([short.threads, short.cuda?.grid, short.cuda?.threads]).toEqual([[128, 1, 1], [2, 1, 1], [8, 32, 1]]);
     const odd = planSoftmax({ input: buf('f16', 3 * 128), output: buf('f16', 3 * 128), rows: 3, cols: 128 }, TARGET_LIMITS.cuda).dispatches[0]!;
     expect([odd.cuda?.grid, odd.cuda?.threads]).toEqual([[3, 1, 1], [32, 1, 1]]);
     // Two passes over a scratch: [2, 262144] in 128 slices a row, scale and mask.

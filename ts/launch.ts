@@ -42,6 +42,13 @@ export const ROW_HELD = 32;
 export const WARP_ROW_MAX = 32 * ROW_HELD;
 /** Threads of a block of short rows at most. */
 const ROW_BLOCK = 256;
+/**
+ * Lanes of a short row at least, where it has that many 16-byte vectors: a
+ * load or store of the row's lanes then covers a whole 128-byte line (fewer
+ * lanes holding more vectors each would touch half lines, twice as many
+ * requests for the same bytes).
+ */
+export const ROW_LINE_LANES = 8;
 
 /**
  * The CUDA launch of a row kernel (shaders/cuda/common.cuh: row_index,
@@ -52,8 +59,9 @@ const ROW_BLOCK = 256;
  * where n is a multiple of it.
  *
  * - Short rows (n <= 32 held): rows of L lanes, blockDim (L, R, 1), grid
- *   (rows / R, 1, 1), L = nextPow2(t) where n % vec == 0 (else 32: the
- *   kernels stride element by element), R the largest of 256 / L, 128 / L,
+ *   (rows / R, 1, 1), L = nextPow2(t), at least ROW_LINE_LANES (or the
+ *   row's vectors, when fewer), where n % vec == 0 (else 32: the kernels
+ *   stride element by element), R the largest of 256 / L, 128 / L,
  *   64 / L, 32 / L that divides rows (the kernels have no row count to bound
  *   a partial block, and whole warps keep the shuffles full); a single row
  *   of 32 lanes is the block form below.
@@ -73,7 +81,7 @@ export function rowLaunch(rows: number, n: number, vec: number, limits: LaunchLi
   if (limits.simdWidth !== 32) return null;
   const t = Math.ceil(n / held);
   if (n <= 32 * held) {
-    const lanes = n % vec === 0 ? nextPow2(t) : 32;
+    const lanes = n % vec === 0 ? Math.max(nextPow2(t), Math.min(ROW_LINE_LANES, nextPow2(n / vec))) : 32;
     const r = [ROW_BLOCK, 128, 64, 32].map((b) => b / lanes)
       .find((k) => k >= 1 && rows % k === 0 && k * lanes <= limits.maxThreadsPerThreadgroup);
     if (r !== undefined && r > 1) return { grid: [rows / r, 1, 1], threads: [lanes, r, 1] };

@@ -198,6 +198,7 @@ void run_gelu(const char* name, K kernel, u32 n, SimDim vgrid, SimDim vblock) {
 
 int main() {
   // rms_norm: rows of L lanes (blockDim (L, R)), blocks per row, held and re-read rows, scalar rows.
+  run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_bf16", rms_norm_bf16, WEIGHTED, 128, 128, {4, 1, 1}, {8, 32, 1});
   run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_bf16", rms_norm_bf16, WEIGHTED, 128, 128, {2, 1, 1}, {4, 64, 1});
   run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_bf16", rms_norm_bf16, WEIGHTED, 64, 128, {1, 1, 1}, {4, 64, 1}, true);
   run_rms<__half, float>("rms_norm_one_plus_f16", rms_norm_one_plus_f16, ONE_PLUS_W, 64, 256, {2, 1, 1}, {8, 32, 1});
@@ -216,6 +217,7 @@ int main() {
   run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_one_plus_bf16 (few rows)", rms_norm_one_plus_bf16, ONE_PLUS_W, 1, 5376, {1, 1, 1}, {672, 1, 1});
 
   // softmax_<t>: lanes, blocks, rows past the held (online), the scalar path.
+  run_softmax<__nv_bfloat16>("softmax_bf16", softmax_bf16, {64, 128}, {2, 1, 1}, {8, 32, 1});
   run_softmax<__nv_bfloat16>("softmax_bf16", softmax_bf16, {64, 128}, {1, 1, 1}, {4, 64, 1});
   run_softmax<float>("softmax_f32", softmax_f32, {3, 2048}, {3, 1, 1}, {64, 1, 1});
   run_softmax<float>("softmax_f32 (rows past the held)", softmax_f32, {2, 9000}, {2, 1, 1}, {32, 1, 1});
