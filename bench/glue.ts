@@ -14,9 +14,11 @@
 // gpuTimeNs / iters. Prints the time, the bytes each dispatch must move
 // (inputs read once, outputs written once) and the rate they imply.
 //
-//   bun run bench/glue.ts [--small] [--only TEXT]
+//   bun run bench/glue.ts [--small] [--only TEXT] [--variants]
 // (--small: shapes the emulator runs; --only: the cases whose name contains
-// TEXT, as for a profiler's run)
+// TEXT, as for a profiler's run; --variants: on cuda, rows of the same ops
+// recorded from their plans with other CUDA launches, the variants' block
+// below, to choose a launch by measurement)
 //
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
@@ -39,8 +41,14 @@ import {
   fusedGeluMul, moeAccumulate, moeDispatchSort, moeGatherTopkWeights, moeSwigluBatch, moeSwigluSeq, moeWeightedSum, moeWeightedSumSeq,
 } from '../ts/ops/moe_dispatch.ts';
 import { moeWeightedReduce } from '../ts/ops/moe_weighted_reduce.ts';
+import { planRmsNormPerHead } from '../ts/ops/rms_norm.ts';
+import { planSoftmax } from '../ts/ops/softmax.ts';
+import { planEmbedding } from '../ts/ops/embedding.ts';
+import { planKvCacheCopySeqDual } from '../ts/ops/kv_cache_copy.ts';
+import { record, type OpPlan } from '../ts/plan.ts';
 
 const small = process.argv.includes('--small');
+const variants = process.argv.includes('--variants');
 const onlyAt = process.argv.indexOf('--only');
 const only = onlyAt >= 0 ? process.argv[onlyAt + 1] ?? '' : undefined;
 const dev = Device.open();
@@ -61,16 +69,19 @@ function cases(): Case[] {
   out.push(...quantizedMatmulGgmlCases());
   out.push(...flashAttnPrefillCases());
   out.push(...moeDispatchCases(), ...moeWeightedReduceCases());
+  if (variants && dev.backend === 'cuda') out.push(...launchVariantCases());
   return out;
 }
 
 // ---- rms_norm, softmax, softcap ----
 // Gemma 4 31B's hidden rows (5376) and Qwen3's q-norm (32 heads x 128), a
 // prefill and one decode token; attention scores with Gemma 2's softcap and
-// a causal mask; the vocabulary (262144) softmax of 64 rows and of one, in
-// one pass and in two over a scratch. Bytes (the floor): inputs read once,
-// outputs written once; the two-pass rows move up to half as much again
-// (the input read twice, the second time from L2 where it still is).
+// a causal mask; the vocabulary (262144) softmax of 64 rows and of one,
+// without a scratch and with one (on sm_90 both run the cluster form, one
+// dispatch that reads the input once; elsewhere the rows with a scratch run
+// in two passes, which move up to half as much again: the input read twice,
+// the second time from L2 where it still is). Bytes (the floor): inputs read
+// once, outputs written once.
 function normSoftmaxCases(): Case[] {
   const out: Case[] = [];
   const rows = small ? 8 : 16384;
@@ -83,6 +94,12 @@ function normSoftmaxCases(): Case[] {
     const x1 = random(dt, [1, dim]);
     const y1 = dev.alloc(dt, [1, dim]);
     out.push({ name: `rms_norm ${dt} [1, ${dim}] (decode)`, bytes: 2 * dim * size(dt), record: (e) => rmsNorm(e, { input: x1, weight: w, output: y1, rows: 1, dim }) });
+    // Qwen3.6-35B-A3B's hidden rows (2048), one decode token: a block of one vector a thread.
+    const d2 = small ? 128 : 2048;
+    const x2 = random(dt, [1, d2]);
+    const w2 = random(dt, [d2]);
+    const y2 = dev.alloc(dt, [1, d2]);
+    out.push({ name: `rms_norm ${dt} [1, ${d2}] (decode)`, bytes: 2 * d2 * size(dt), record: (e) => rmsNorm(e, { input: x2, weight: w2, output: y2, rows: 1, dim: d2 }) });
   }
   for (const tokens of [small ? 4 : 8192, 1]) {
     const [heads, headDim] = small ? [2, 128] : [32, 128]; // Qwen3 q-norm
@@ -114,7 +131,7 @@ function normSoftmaxCases(): Case[] {
     out.push({ name: `softmax ${dt} [${r}, ${c}]${tag}`, bytes: 2 * r * c * size(dt), record: (e) => softmax(e, { input: x, output: y, rows: r, cols: c }) });
     if (dt === 'f32') {
       const scratch = dev.alloc('f32', [softmaxScratchElements(r, c)]);
-      out.push({ name: `softmax ${dt} [${r}, ${c}] two passes${tag}`, bytes: 2 * r * c * size(dt),
+      out.push({ name: `softmax ${dt} [${r}, ${c}] with scratch${tag}`, bytes: 2 * r * c * size(dt),
         record: (e) => softmax(e, { input: x, output: y, rows: r, cols: c, scratch }) });
     }
   }
@@ -127,6 +144,84 @@ function normSoftmaxCases(): Case[] {
   return out;
 }
 // ---- end of rms_norm, softmax, softcap ----
+
+// ---- launch variants (--variants, cuda only) ----
+// Rows whose CUDA launch the bytes alone do not decide: each op's plan, its
+// one dispatch recorded with another CUDA launch (the kernels take any launch
+// of the form their plan's comment gives), beside the planned one. Names end
+// in the launch; bytes as the rows above.
+function launchVariantCases(): Case[] {
+  const out: Case[] = [];
+  const sms = dev.limits.multiprocessors;
+  const variant = (name: string, bytes: number, plan: OpPlan, cuda: { grid: [number, number, number]; threads: [number, number, number]; threadgroupMemory?: number[] }): Case => {
+    const d = plan.dispatches[0]!;
+    const varied: OpPlan = { ...plan, dispatches: [{ ...d, cuda: { ...cuda, threadgroupMemory: cuda.threadgroupMemory ?? d.cuda?.threadgroupMemory } }] };
+    return { name: `${name} [${cuda.grid[0]} x (${cuda.threads[0]}, ${cuda.threads[1]})]`, bytes, record: (e) => record(e, varied) };
+  };
+  {
+    // rms_norm_per_head [8192, 32, 128] bf16: rows of 4, 8 (planned) and 16 lanes (4, 2, 1 vectors a lane), 256 threads a block.
+    const [tokens, heads, headDim] = [8192, 32, 128];
+    const q = random('bf16', [tokens, heads, headDim]);
+    const w = random('bf16', [headDim]);
+    const y = dev.alloc('bf16', [tokens, heads, headDim]);
+    const plan = planRmsNormPerHead({ input: q, weight: w, output: y, tokens, heads, headDim }, dev.limits, dev);
+    const rows = tokens * heads;
+    for (const lanes of [4, 8, 16]) {
+      out.push(variant('rms_norm_per_head bf16 [8192, 32, 128] variant', 4 * rows * headDim, plan, { grid: [rows / (256 / lanes), 1, 1], threads: [lanes, 256 / lanes, 1] }));
+    }
+  }
+  {
+    // softmax bf16 [4096, 8192]: 256 threads a row (planned: 32 elements each), 512, 1024.
+    const [r, c] = [4096, 8192];
+    const x = random('bf16', [r, c]);
+    const y = dev.alloc('bf16', [r, c]);
+    const plan = planSoftmax({ input: x, output: y, rows: r, cols: c }, dev.limits, dev);
+    for (const t of [256, 512, 1024]) out.push(variant('softmax bf16 [4096, 8192] variant', 4 * r * c, plan, { grid: [r, 1, 1], threads: [t, 1, 1], threadgroupMemory: [Math.ceil(t / 32 / 4) * 16] }));
+  }
+  {
+    // The masked scores [32x2048, 2048] f32: 128 threads a row (planned: 16 elements each), 256, 512.
+    const [heads, seq] = [32, 2048];
+    const sc = random('f32', [heads * seq, seq]);
+    const mask = dev.upload('bf16', [seq, seq], Array.from({ length: seq * seq }, (_, i) => (i % seq > Math.floor(i / seq) ? -Infinity : 0)));
+    const p = dev.alloc('f32', [heads * seq, seq]);
+    const plan = planSoftmax({ input: sc, output: p, rows: heads * seq, cols: seq, scale: 0.0884, softcap: 50, mask, seqQ: seq }, dev.limits, dev);
+    for (const t of [128, 256, 512]) {
+      out.push(variant('softmax f32 scale+softcap+mask [32x2048, 2048] variant', 8 * heads * seq * seq + 2 * seq * seq, plan,
+        { grid: [heads * seq, 1, 1], threads: [t, 1, 1], threadgroupMemory: [Math.ceil(t / 32 / 4) * 16] }));
+    }
+  }
+  {
+    // kv_cache_copy_seq bf16 K+V [8192 tok, 8, 256]: 32 steps of 16 bytes a row; 4 steps a thread (8 lanes),
+    // 2 (16 lanes, planned), 1 (32 lanes), 256 threads a block; and 4 steps at a grid of 4 blocks an SM (rows strided).
+    const [tokens, heads, headDim, capacity] = [8192, 8, 256, 8192];
+    const k = random('bf16', [tokens, heads, headDim]);
+    const v = random('bf16', [tokens, heads, headDim]);
+    const ck = dev.alloc('bf16', [heads, capacity, headDim]);
+    const cv = dev.alloc('bf16', [heads, capacity, headDim]);
+    const plan = planKvCacheCopySeqDual({ srcK: k, srcV: v, cacheK: ck, cacheV: cv, nHeads: heads, headDim, capacity, seqPosStart: 0, nTokens: tokens }, dev.limits, dev);
+    const rows = 2 * tokens * heads, bytes = 2 * tokens * heads * headDim * 4;
+    for (const lanes of [8, 16, 32]) {
+      out.push(variant('kv_cache_copy_seq bf16->bf16 K+V [8192 tok, 8, 256] variant', bytes, plan, { grid: [rows / (256 / lanes), 1, 1], threads: [lanes, 256 / lanes, 1] }));
+    }
+    out.push(variant('kv_cache_copy_seq bf16->bf16 K+V [8192 tok, 8, 256] variant', bytes, plan, { grid: [4 * sms, 1, 1], threads: [8, 32, 1] }));
+  }
+  {
+    // embedding bf16 [8192 tok, 5376] of 262144: 672 steps a row; 192 lanes (4 steps each), 352 (2, planned), 672 (1),
+    // and 192 at a grid of 4 blocks an SM (rows strided).
+    const [vocab, hidden, tokens] = [262144, 5376, 8192];
+    const table = random('bf16', [vocab, hidden]);
+    const ids = dev.upload('u32', [tokens], Array.from({ length: tokens }, (_, i) => (i * 2654435761) % vocab));
+    const y = dev.alloc('bf16', [tokens, hidden]);
+    const plan = planEmbedding({ table, tokenIds: ids, output: y, vocabSize: vocab, hiddenSize: hidden, nTokens: tokens, scale: Math.sqrt(hidden) }, dev.limits, dev);
+    const bytes = 2 * tokens * hidden * 2 + 4 * tokens;
+    out.push(variant('embedding bf16 [8192 tok, 5376] of 262144 variant', bytes, plan, { grid: [tokens, 1, 1], threads: [192, 1, 1] }));
+    out.push(variant('embedding bf16 [8192 tok, 5376] of 262144 variant', bytes, plan, { grid: [tokens, 1, 1], threads: [352, 1, 1] }));
+    out.push(variant('embedding bf16 [8192 tok, 5376] of 262144 variant', bytes, plan, { grid: [tokens, 1, 1], threads: [672, 1, 1] }));
+    out.push(variant('embedding bf16 [8192 tok, 5376] of 262144 variant', bytes, plan, { grid: [4 * sms, 1, 1], threads: [192, 1, 1] }));
+  }
+  return out;
+}
+// ---- end of launch variants ----
 
 // ---- flash_attn_prefill: the mask builder and the tile classifier ----
 // Gemma 4's sliding layers (window 1024) over an 8192-token prefill, and one

@@ -44,6 +44,11 @@ def norm_softmax_cases():
         x1 = x[:1].contiguous()
         eager_and_compiled(f"rms_norm {name} [1, 5376] (decode)", lambda x1=x1, w=w: F.rms_norm(x1, (5376,), w, 1e-6),
                            2 * x1.numel() * x1.element_size())
+        # Qwen3.6-35B-A3B's hidden rows (2048), one decode token.
+        x2 = torch.randn(1, 2048, dtype=dt, device=dev)
+        w2 = torch.randn(2048, dtype=dt, device=dev)
+        eager_and_compiled(f"rms_norm {name} [1, 2048] (decode)", lambda x2=x2, w2=w2: F.rms_norm(x2, (2048,), w2, 1e-6),
+                           2 * x2.numel() * x2.element_size())
     for tokens in (8192, 1):
         q = torch.randn(tokens, 32, 128, dtype=torch.bfloat16, device=dev)
         wq = torch.randn(128, dtype=torch.bfloat16, device=dev)

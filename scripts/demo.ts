@@ -132,7 +132,7 @@ import { fusedHeadNormRope, fusedHeadNormRopeRef } from '../ts/ops/fused_head_no
 import { ropeNeox, ropeNeoxRef } from '../ts/ops/rope.ts';
 import { ropeMulti, ropeMultiRef } from '../ts/ops/rope_multi.ts';
 import { rmsNorm, rmsNormPerHead, rmsNormRef } from '../ts/ops/rms_norm.ts';
-import { softcap, softmax, softmaxScratchElements, softcapRef, softmaxRef } from '../ts/ops/softmax.ts';
+import { planSoftmax, softcap, softmax, softmaxScratchElements, softcapRef, softmaxRef } from '../ts/ops/softmax.ts';
 import { embedding, embeddingRef } from '../ts/ops/embedding.ts';
 import { kvCacheCopySeqDual, kvCacheCopySeqRef } from '../ts/ops/kv_cache_copy.ts';
 import { gelu, geluTanhMul, geluRef, geluTanhMulRef, geluTanhRef } from '../ts/ops/gelu.ts';
@@ -637,20 +637,24 @@ function main(): number {
     let ms = timed(device, (enc) => softcap(enc, { input: logits.buf, output: capped, cap: 30 }));
     const cappedWant = softcapRef(logits.values, 30);
     rows.push({ kernel: 'softcap_f32', model: 'Gemma 4 final logits', shape: `${vocab}`, err: scaledErr(capped.readNumbers(), cappedWant), tol: 1e-5, ms });
+    // The kernels the plan picks: softmax_f32, or on sm_90 the cluster form (softmax_cluster_f32).
+    const planned = planSoftmax({ input: capped, output: probs, rows: 1, cols: vocab }, device.limits, device).dispatches.map((d) => d.kernel).join(' + ');
     ms = timed(device, (enc) => softmax(enc, { input: capped, output: probs, rows: 1, cols: vocab }));
-    rows.push({ kernel: 'softmax_f32', model: 'Gemma 4 vocabulary', shape: `1 x ${vocab}`,
+    rows.push({ kernel: planned, model: 'Gemma 4 vocabulary', shape: `1 x ${vocab}`,
       err: scaledErr(probs.readNumbers(), softmaxRef(capped.readNumbers(), 1, vocab)), tol: 1e-5, ms });
     for (const b of [logits.buf, capped, probs]) b.release();
   }
 
-  // --- glue speed forms: softmax in two passes over a scratch, gelu alone (the crate's gelu_bf16) ---
+  // --- glue speed forms: softmax over a scratch (two passes; the cluster form on sm_90), gelu alone (the crate's gelu_bf16) ---
   {
     const vocab = 262144;
     const logits = stored(device, 'f32', randn(vocab, 6));
     const probs = poisoned(device, 'f32', vocab);
     const scratch = device.alloc('f32', [softmaxScratchElements(1, vocab)]);
+    // Two passes (softmax_blocks_f32 + softmax_finish_f32, 128 slices), or on sm_90 the cluster form, the scratch unused.
+    const planned = planSoftmax({ input: logits.buf, output: probs, rows: 1, cols: vocab, scratch }, device.limits, device).dispatches.map((d) => d.kernel).join(' + ');
     const ms = timed(device, (enc) => softmax(enc, { input: logits.buf, output: probs, rows: 1, cols: vocab, scratch }));
-    rows.push({ kernel: 'softmax_blocks_f32 + softmax_finish_f32', model: 'Gemma 4 vocabulary', shape: `1 x ${vocab}, 128 slices`,
+    rows.push({ kernel: planned, model: 'Gemma 4 vocabulary', shape: `1 x ${vocab}, with a scratch`,
       err: scaledErr(probs.readNumbers(), softmaxRef(logits.values, 1, vocab)), tol: 1e-5, ms });
     for (const b of [logits.buf, probs, scratch]) b.release();
   }

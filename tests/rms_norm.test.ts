@@ -40,11 +40,14 @@ describe('rms_norm param packer matches the .metal declaration', () => {
   });
   test('CUDA: launches sized to the row, 32 elements a thread (rowLaunch)', () => {
     const c = TARGET_LIMITS.cuda;
-    // Qwen3's q-norm, 128 bf16 a row: 4 lanes of 4 vectors, 64 rows a block of 256.
-    expect(rmsNormCudaLaunch(262144, 128, 'bf16', c)).toEqual({ grid: [4096, 1, 1], threads: [4, 64, 1] });
-    // f32 rows of 64: 2 lanes, in blocks of at least 16 rows (whole warps): 6 rows take one block per row.
+    // Qwen3's q-norm, 128 bf16 a row: 8 lanes of 2 vectors (ROW_LINE_LANES: a row's load a whole 128-byte line,
+    // where 4 lanes of 4 would each hold 32 elements), 32 rows a block of 256.
+    expect(rmsNormCudaLaunch(262144, 128, 'bf16', c)).toEqual({ grid: [8192, 1, 1], threads: [8, 32, 1] });
+    // f32 rows of 64 (16 vectors): 8 lanes, in blocks of at least 4 rows (whole warps): 6 rows take one block per row.
     expect(rowLaunch(6, 64, 4, c)).toEqual({ grid: [6, 1, 1], threads: [32, 1, 1], threadgroupMemory: [16] });
-    expect(rowLaunch(32, 64, 4, c)).toEqual({ grid: [1, 1, 1], threads: [2, 32, 1] });
+    expect(rowLaunch(32, 64, 4, c)).toEqual({ grid: [1, 1, 1], threads: [8, 32, 1] });
+    // A row of fewer vectors than 8 takes a lane a vector: 16 f32, 4 lanes.
+    expect(rowLaunch(64, 16, 4, c)).toEqual({ grid: [1, 1, 1], threads: [4, 64, 1] });
     // A row not of whole vectors takes 32 lanes (the kernels stride element by element), R = 8, 4 or 2.
     expect(rowLaunch(6, 65, 4, c)).toEqual({ grid: [3, 1, 1], threads: [32, 2, 1] });
     expect(rowLaunch(5, 65, 4, c)).toEqual({ grid: [5, 1, 1], threads: [32, 1, 1], threadgroupMemory: [16] });
@@ -52,6 +55,14 @@ describe('rms_norm param packer matches the .metal declaration', () => {
     expect(rmsNormCudaLaunch(16384, 5376, 'bf16', c)).toEqual({ grid: [16384, 1, 1], threads: [192, 1, 1], threadgroupMemory: [32] });
     expect(rowLaunch(8, 1025, 8, c)).toEqual({ grid: [8, 1, 1], threads: [64, 1, 1], threadgroupMemory: [16] });
     expect(rowLaunch(1, 2 ** 24, 8, c)).toEqual({ grid: [1, 1, 1], threads: [1024, 1, 1], threadgroupMemory: [128] });
+    // Fewer rows than SMs (decode): one 16-byte vector a thread, at most 1024; rows of lanes and rows
+    // not of whole vectors as before.
+    expect(rmsNormCudaLaunch(1, 2048, 'f32', c, c.multiprocessors)).toEqual({ grid: [1, 1, 1], threads: [512, 1, 1], threadgroupMemory: [64] });
+    expect(rmsNormCudaLaunch(1, 5376, 'bf16', c, c.multiprocessors)).toEqual({ grid: [1, 1, 1], threads: [672, 1, 1], threadgroupMemory: [96] });
+    expect(rowLaunch(131, 2 ** 20, 4, c, 132)).toEqual({ grid: [131, 1, 1], threads: [1024, 1, 1], threadgroupMemory: [128] });
+    expect(rowLaunch(132, 2048, 4, c, 132)).toEqual(rowLaunch(132, 2048, 4, c));
+    expect(rowLaunch(32, 64, 4, c, 132)).toEqual({ grid: [1, 1, 1], threads: [8, 32, 1] });
+    expect(rowLaunch(5, 2049, 4, c, 132)).toEqual(rowLaunch(5, 2049, 4, c));
     // Not a 32-wide SIMD: the Metal launch.
     expect(rowLaunch(8, 128, 8, { ...c, simdWidth: 64 })).toBeNull();
   });

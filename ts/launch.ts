@@ -42,50 +42,78 @@ export const ROW_HELD = 32;
 export const WARP_ROW_MAX = 32 * ROW_HELD;
 /** Threads of a block of short rows at most. */
 const ROW_BLOCK = 256;
+/**
+ * Lanes of a short row at least, where it has that many 16-byte vectors: a
+ * load or store of the row's lanes then covers a whole 128-byte line (fewer
+ * lanes holding more vectors each would touch half lines, twice as many
+ * requests for the same bytes).
+ */
+export const ROW_LINE_LANES = 8;
 
 /**
  * The CUDA launch of a row kernel (shaders/cuda/common.cuh: row_index,
  * row_sum, row_max) for rows of n elements, sized to the row so that more
- * rows are resident on an SM: as few threads as hold it at ROW_HELD
- * elements a thread, t = ceil(n / 32). vec is the elements of a 16-byte
- * vector; the kernels hold the row only where n is a multiple of it.
+ * rows are resident on an SM: as few threads as hold it at `held` (the
+ * kernel's; ROW_HELD unless given) elements a thread, t = ceil(n / held).
+ * vec is the elements of a 16-byte vector; the kernels hold the row only
+ * where n is a multiple of it.
  *
- * - Short rows (n <= 1024): rows of L lanes, blockDim (L, R, 1), grid
- *   (rows / R, 1, 1), L = nextPow2(t) where n % vec == 0 (else 32: the
- *   kernels stride element by element), R the largest of 256 / L, 128 / L,
+ * - Short rows (n <= 32 held): rows of L lanes, blockDim (L, R, 1), grid
+ *   (rows / R, 1, 1), L = nextPow2(t), at least ROW_LINE_LANES (or the
+ *   row's vectors, when fewer), where n % vec == 0 (else 32: the kernels
+ *   stride element by element), R the largest of 256 / L, 128 / L,
  *   64 / L, 32 / L that divides rows (the kernels have no row count to bound
  *   a partial block, and whole warps keep the shuffles full); a single row
  *   of 32 lanes is the block form below.
  * - Otherwise, or where no R divides rows: one block per row, grid (rows,
  *   1, 1) of min(1024, t rounded up to 32) threads (at least 32), and
- *   dynamic shared memory of one float per warp.
+ *   dynamic shared memory of one float per warp. Where the rows are fewer
+ *   than `multiprocessors` (the device's SMs, when known), each row has an
+ *   SM to itself, and its block takes one 16-byte vector a thread (n / vec
+ *   threads rounded up to 32, at most 1024): a thread's loads, and whatever
+ *   waits on each of them in turn, are then one deep, not 32 / vec.
  *
  * Null where simdWidth is not 32 (the Metal launch is the only one then).
  */
-export function rowLaunch(rows: number, n: number, vec: number, limits: LaunchLimits): {
+export function rowLaunch(rows: number, n: number, vec: number, limits: LaunchLimits, multiprocessors = 0, held = ROW_HELD): {
   grid: [number, number, number]; threads: [number, number, number]; threadgroupMemory?: number[];
 } | null {
   if (limits.simdWidth !== 32) return null;
-  const t = Math.ceil(n / ROW_HELD);
-  if (n <= WARP_ROW_MAX) {
-    const lanes = n % vec === 0 ? nextPow2(t) : 32;
+  const t = Math.ceil(n / held);
+  if (n <= 32 * held) {
+    const lanes = n % vec === 0 ? Math.max(nextPow2(t), Math.min(ROW_LINE_LANES, nextPow2(n / vec))) : 32;
     const r = [ROW_BLOCK, 128, 64, 32].map((b) => b / lanes)
       .find((k) => k >= 1 && rows % k === 0 && k * lanes <= limits.maxThreadsPerThreadgroup);
     if (r !== undefined && r > 1) return { grid: [rows / r, 1, 1], threads: [lanes, r, 1] };
   }
-  const threads = rowBlockThreads(n, limits);
+  const spread = rows < multiprocessors && n % vec === 0;
+  const threads = spread
+    ? Math.min(limits.maxThreadsPerThreadgroup, 1024, Math.max(32, Math.ceil(n / vec / 32) * 32))
+    : rowBlockThreads(n, limits, held);
   return { grid: [rows, 1, 1], threads: [threads, 1, 1], threadgroupMemory: [roundUp16(Math.ceil(threads / 32) * 4)] };
 }
 
-/** Threads of rowLaunch's one-block-per-row form: ceil(n / ROW_HELD) rounded up to 32, in [32, min(1024, the device's limit)]. */
-export function rowBlockThreads(n: number, limits: LaunchLimits): number {
-  return Math.min(limits.maxThreadsPerThreadgroup, 1024, Math.max(32, Math.ceil(n / ROW_HELD / 32) * 32));
+/** Threads of rowLaunch's one-block-per-row form: ceil(n / held) rounded up to 32, in [32, min(1024, the device's limit)]. */
+export function rowBlockThreads(n: number, limits: LaunchLimits, held = ROW_HELD): number {
+  return Math.min(limits.maxThreadsPerThreadgroup, 1024, Math.max(32, Math.ceil(n / held / 32) * 32));
 }
 
-/** Steps each thread of copy_rows (shaders/cuda/common.cuh) issues before storing them. */
+/** Steps each thread of copy_rows (shaders/cuda/common.cuh) issues before storing them, at most. */
 export const ROW_COPY_STEPS = 4;
-/** Threads per block of the copy_rows launch at most. */
+/**
+ * Steps a thread of the copy_rows launch takes: 2, half what the kernel
+ * holds in flight. A block's bytes, resident until its last step lands, set
+ * how long the last blocks of a dispatch run on after the others (the tail):
+ * at 4 steps a thread a block of 256 moved 16 KB and the copy kernels ran
+ * about 6 us past their bytes at 134 to 176 MB, where the elementwise ones,
+ * 4 to 8 KB a block, ran 2 to 3 us past; 2 steps of 1536 threads an SM
+ * still keep 48 KB of loads in flight.
+ */
+export const ROW_COPY_LAUNCH_STEPS = 2;
+/** Threads per block of the copy_rows launch: rows of up to this many lanes, blocks of at least this many threads when rows are short. */
 export const ROW_COPY_THREADS = 256;
+/** Lanes of one row at most (a block of one row). */
+const ROW_COPY_MAX_LANES = 512;
 
 /**
  * Elements one step of copy_rows moves from a source of srcBytes per element
@@ -98,18 +126,18 @@ export function rowCopyUnit(srcBytes: number, dstBytes: number): number {
 /**
  * The CUDA launch of a kernel built on copy_rows, for rows rows of len
  * elements moved in steps of `unit`: blockDim (X, Y), Y rows a block and X
- * threads a row, X enough for ROW_COPY_STEPS steps a thread (a multiple of
- * 32 up to ROW_COPY_THREADS, or a power of two below 32: whole rows to a
- * warp), Y = ROW_COPY_THREADS / X; grid ceil(rows / Y) (the kernel strides
- * over rows, so any grid covers them).
+ * threads a row, X enough for ROW_COPY_LAUNCH_STEPS steps a thread (a
+ * multiple of 32 up to 512, or a power of two below 32: whole rows to a
+ * warp; a longer row's threads loop), Y = ROW_COPY_THREADS / X (at least 1);
+ * grid ceil(rows / Y) (the kernel strides over rows, so any grid covers them).
  */
 export function rowCopyLaunch(rows: number, len: number, unit: number, limits: LaunchLimits): {
   grid: [number, number, number]; threads: [number, number, number];
 } {
-  const threads = Math.min(ROW_COPY_THREADS, limits.maxThreadsPerThreadgroup);
-  const want = Math.ceil(Math.ceil(len / unit) / ROW_COPY_STEPS);
-  const lanes = want >= 32 ? Math.min(threads, Math.ceil(want / 32) * 32) : nextPow2(want);
-  const perBlock = Math.max(1, Math.floor(threads / lanes));
+  const maxLanes = Math.min(ROW_COPY_MAX_LANES, limits.maxThreadsPerThreadgroup);
+  const want = Math.ceil(Math.ceil(len / unit) / ROW_COPY_LAUNCH_STEPS);
+  const lanes = want >= 32 ? Math.min(maxLanes, Math.ceil(want / 32) * 32) : nextPow2(want);
+  const perBlock = Math.max(1, Math.floor(Math.min(ROW_COPY_THREADS, limits.maxThreadsPerThreadgroup) / lanes));
   // The kernels stride over rows: a grid past CUDA's limit (2^31 - 1 blocks) is cut to it.
   return { grid: [Math.min(Math.ceil(rows / perBlock), 0x7fff_ffff), 1, 1], threads: [lanes, perBlock, 1] };
 }

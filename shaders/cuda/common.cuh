@@ -83,6 +83,13 @@ __device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float (&v)[4]) 
     v[2] = __uint_as_float(t.y << 16);
     v[3] = __uint_as_float(t.y & 0xffff0000u);
 }
+// Four halves at p (8 aligned bytes), widened to floats.
+__device__ __forceinline__ void load_vec(const __half* p, float (&v)[4]) {
+    const uint2 t = *reinterpret_cast<const uint2*>(p);
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&t.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&t.y));
+    v[0] = a.x; v[1] = a.y; v[2] = b.x; v[3] = b.y;
+}
 // Eight halves held in 16 raw bytes, widened to floats.
 __device__ __forceinline__ void unpack_f16x8(uint4 t, float (&v)[8]) {
     const u32 w[4] = {t.x, t.y, t.z, t.w};
@@ -280,6 +287,42 @@ __device__ __forceinline__ float row_sum(float v, float* partials) {
 __device__ __forceinline__ float row_max(float v, float* partials) {
     return blockDim.y > 1 ? lanes_max(v, blockDim.x) : block_max(v, partials);
 }
+
+// ---- thread block clusters (sm_90 and later) ----
+//
+// MLXN_CLUSTERS is defined where the target has clusters (compute capability
+// 9.0 and later) and in the CPU simulation (sim_runtime.h defines
+// MLXN_SIM_CLUSTERS and runs a cluster's blocks at once); an entry declared
+// MLXN_CLUSTER_DIMS(n) launches in clusters of n consecutive blocks of x
+// there, and without clusters elsewhere (where the op never plans it).
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900) || defined(MLXN_SIM_CLUSTERS)
+#define MLXN_CLUSTERS 1
+#define MLXN_CLUSTER_DIMS(n) __cluster_dims__(n, 1, 1)
+#else
+#define MLXN_CLUSTER_DIMS(n)
+#endif
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The block's rank in its cluster (%cluster_ctarank).
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+// The cluster's barrier in two halves: every thread of every block of the
+// cluster arrives (its shared-memory writes released), then waits (acquiring
+// the others'); work may stand between the two.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+// Two floats of block `rank`'s shared memory, at the offset p has in this block's.
+__device__ __forceinline__ float2 dsmem_load2(const void* p, u32 rank) {
+    u32 remote;
+    float2 v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(static_cast<u32>(__cvta_generic_to_shared(p))), "r"(rank));
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+    return v;
+}
+#endif
 
 // ---- tensor cores and asynchronous copies (sm_80 and later) ----
 
@@ -553,9 +596,16 @@ __device__ __forceinline__ void copy_rows(u32 n_rows, u32 len, float scale, Map 
 
 // ---- rows normalized by their sum of squares (rms_norm, l2_norm) ----
 
+// A vector's factors as loaded (up to two 16-byte words: N f32 factors of a
+// 16-bit row take two), held from their load to their use.
+struct FactorWords {
+    uint4 w[2];
+};
+
 // The factors of a row without weights.
 struct UnitFactors {
-    template <int N> __device__ __forceinline__ void operator()(u64, float (&f)[N]) const {
+    template <int N> __device__ __forceinline__ void load(u64, FactorWords&) const {}
+    template <int N> __device__ __forceinline__ void apply(const FactorWords&, float (&f)[N]) const {
 #pragma unroll
         for (int j = 0; j < N; ++j) f[j] = 1.0f;
     }
@@ -566,14 +616,20 @@ struct UnitFactors {
 // blockDim.x of them) striding over it: y = x * inv * f, inv = inv_of(sq)
 // (sq this thread's sum of the row's squares in f32; inv_of reduces it over
 // the row, all threads of the row call it), f the element's factor:
-// factors(e, f[N]) fills the N factors of elements e .. e + N - 1, factors(i)
-// returns element i's. 16-byte vectors when dim is a multiple of the vector
-// width (VEC: 4 f32, 8 f16/bf16) and vec_ok (the caller's check that xr, yr
-// and what factors reads are 16-byte aligned): a thread keeps its first
-// 32 / VEC vectors in registers as the raw words loaded, all issued before
-// any arithmetic, between the sum and the output, and re-reads the rest.
-// Else a scalar path. Each thread writes only the elements it read, after
-// the sum, so yr may be xr (in place).
+// factors.load<N>(e, words) issues the loads of the N factors of elements
+// e .. e + N - 1 and factors.apply<N>(words, f) gives them as floats;
+// factors(i) returns element i's. 16-byte vectors when dim is a multiple of
+// the vector width (VEC: 4 f32, 8 f16/bf16) and vec_ok (the caller's check
+// that xr, yr and what factors reads are 16-byte aligned): a thread keeps its
+// first 32 / VEC vectors in registers as the raw words loaded, all issued
+// before any arithmetic, between the sum and the output, and re-reads the
+// rest; the factors load after the sum, each before its vector's store.
+// Where the row has at most one vector a thread (the launch of few rows),
+// that vector's factors load with it instead: loaded after the sum, a
+// factor waits a memory latency there (and each later one waits for the
+// store ahead of it, which the compiler cannot tell from the factors'
+// memory), with nothing else to hide it. Else a scalar path. Each thread
+// writes only the elements it read, after the sum, so yr may be xr (in place).
 template <typename T, typename InvOf, typename Factors>
 __device__ __forceinline__ void sumsq_scale_row(const T* xr, T* yr, u32 dim, bool vec_ok, InvOf&& inv_of, const Factors& factors) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
@@ -584,11 +640,21 @@ __device__ __forceinline__ void sumsq_scale_row(const T* xr, T* yr, u32 dim, boo
     if (dim % VEC == 0 && vec_ok) {
         const u32 nv = dim / VEC;
         const uint4* xv = reinterpret_cast<const uint4*>(xr);
+        // At most one vector a thread (rowLaunch's launch of few rows): that
+        // vector's factors load with it, into the held words the thread
+        // does not need (xc[1], xc[2]), so no registers are added.
+        const bool one = nv <= bs;
         uint4 xc[CACHE];
 #pragma unroll
         for (int c = 0; c < CACHE; ++c) {
             const u32 vi = tid + u32(c) * bs;
             if (vi < nv) xc[c] = xv[vi];
+        }
+        if (one && tid < nv) {
+            FactorWords fw{};
+            factors.template load<VEC>(u64(tid) * VEC, fw);
+            xc[1] = fw.w[0];
+            xc[2] = fw.w[1];
         }
 #pragma unroll
         for (int c = 0; c < CACHE; ++c) {
@@ -606,21 +672,30 @@ __device__ __forceinline__ void sumsq_scale_row(const T* xr, T* yr, u32 dim, boo
             for (int j = 0; j < VEC; ++j) sq += v[j] * v[j];
         }
         const float inv = inv_of(sq);
-        auto emit = [&](u32 vi, uint4 raw) {
+        auto emit = [&](u32 vi, uint4 raw, const FactorWords& fw) {
             float v[VEC];
             unpack16<T>(raw, v);
             float f[VEC];
-            factors(u64(vi) * VEC, f);
+            factors.template apply<VEC>(fw, f);
 #pragma unroll
             for (int j = 0; j < VEC; ++j) v[j] *= inv * f[j];
             store_vec(yr + u64(vi) * VEC, v);
         };
+        auto emit_loaded = [&](u32 vi, uint4 raw) {
+            FactorWords fw;
+            factors.template load<VEC>(u64(vi) * VEC, fw);
+            emit(vi, raw, fw);
+        };
+        if (one) {
+            if (tid < nv) emit(tid, xc[0], FactorWords{{xc[1], xc[2]}});
+            return;
+        }
 #pragma unroll
         for (int c = 0; c < CACHE; ++c) {
             const u32 vi = tid + u32(c) * bs;
-            if (vi < nv) emit(vi, xc[c]);
+            if (vi < nv) emit_loaded(vi, xc[c]);
         }
-        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) emit(vi, xv[vi]);
+        for (u32 vi = tid + CACHE * bs; vi < nv; vi += bs) emit_loaded(vi, xv[vi]);
     } else {
         for (u32 i = tid; i < dim; i += bs) {
             const float v = to_f(xr[i]);

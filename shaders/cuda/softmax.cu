@@ -13,15 +13,18 @@
 // dynamic shared memory holds one float per warp. Or rows of L lanes:
 // blockDim (L, R), grid (rows / R, 1, 1) (common.cuh row_index). The op's
 // launch is sized to the row (ts/launch.ts rowLaunch): as few threads as
-// hold it at 32 elements a thread. When cols is a multiple of the 16-byte
-// vector width (4 f32, 8 f16/bf16) and the row pointers are 16-byte aligned,
-// threads issue their first 32 / VEC vector loads before any arithmetic and
-// hold them: softmax_<t> as the raw words (16 registers for a 16-bit type)
-// and computes exp(x - max) twice (ex2.approx, two instructions), where
-// scale_mask_softmax_<t> holds v, then exp(v - max), since v costs a tanh
-// and a mask read. The mask moves as 8- or 16-byte vectors beside x. Rows
-// of vectors longer than the block holds (more than 32 elements a thread)
-// hold nothing: they are streamed twice, 4 to 8 vectors of a thread in
+// hold it at SOFTMAX_HELD elements a thread (32 softmax, 16
+// scale_mask_softmax), or one vector a thread for fewer rows than SMs. When
+// cols is a multiple of the 16-byte vector width (4 f32, 8 f16/bf16) and the
+// row pointers are 16-byte aligned, threads issue their first SOFTMAX_HELD /
+// VEC vector loads (and scale_mask_softmax their mask words) before any
+// arithmetic and hold them, then v (x, or scale_mask_softmax's scaled,
+// capped and masked value; the tanh skipped for a vector masked throughout),
+// then exp(v - max) as floats: one exp an element (ex2.approx, two
+// instructions), the special unit's share of the arithmetic halved against
+// holding the raw words and taking the exp again for the output. The mask
+// moves as 8- or 16-byte vectors beside x. Rows of vectors longer than the
+// block holds hold nothing: they are streamed twice, 4 to 8 vectors of a thread in
 // flight (LONG_ROW_LOADS), once for the row's max and sum (online softmax:
 // a running maximum and a sum rescaled to it), once for the output. The
 // scalar path (other rows) streams element by element, online too. Each
@@ -127,6 +130,13 @@ __device__ __forceinline__ void online(float v, float& m, float& s) {
         s += __expf(v - m);
     }
 }
+
+// Elements a thread of the one-pass kernels holds in registers at most
+// (ts/ops/softmax.ts SOFTMAX_HELD and SOFTMAX_EXT_HELD; the launch gives a
+// row cols / that threads): 32 for softmax, which holds the raw words; 16
+// for scale_mask_softmax, which holds the mask words beside them and then
+// v, within the 64 registers of its 1024-thread blocks.
+template <typename T, bool EXT> constexpr int SOFTMAX_HELD = EXT ? 16 : 32;
 
 // Vector loads a thread of the two-pass kernels issues before it uses them,
 // and of the one-pass kernels on rows longer than they hold.
@@ -261,7 +271,7 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
     const bf16* mr = seq_q == 0u ? nullptr : mask + u64(row % seq_q) * cols;
     const u32 tid = threadIdx.x, bs = blockDim.x;
     constexpr int VEC = VecOf<T>::N;
-    constexpr int CACHE = 32 / VEC;
+    constexpr int CACHE = SOFTMAX_HELD<T, EXT> / VEC;
 
     const bool vec = cols % VEC == 0 && aligned16(xr) && aligned16(yr) && (mr == nullptr || aligned16(mask));
     const u32 nv = vec ? cols / VEC : 0u;
@@ -270,13 +280,20 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
         return;
     }
     const uint4* xv = reinterpret_cast<const uint4*>(xr);
-    // The held vectors: raw words, then (EXT) v and exp(v - mx) in vc.
+    // The held vectors: raw words (and their mask words), then v (x itself
+    // without EXT) and exp(v - mx) in vc as floats: one exp an element. The
+    // mask loads go out with x's: issued where a vector is used, each would
+    // wait on the arithmetic of the ones before.
     uint4 raw[CACHE];
-    float vc[EXT ? CACHE : 1][VEC];
+    MaskWords<VEC> mw[EXT ? CACHE : 1];
+    float vc[CACHE][VEC];
 #pragma unroll
     for (int c = 0; c < CACHE; ++c) {
         const u32 vi = tid + u32(c) * bs;
-        if (vi < nv) raw[c] = xv[vi];
+        if (vi < nv) {
+            raw[c] = xv[vi];
+            if constexpr (EXT) mw[c] = load_mask<VEC>(mr, u64(vi) * VEC);
+        }
     }
     // mc: the maximum of the held v; (mu, su): the running maximum and
     // rescaled sum of the others.
@@ -285,20 +302,16 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
     for (int c = 0; c < CACHE; ++c) {
         const u32 vi = tid + u32(c) * bs;
         if (vi < nv) {
-            float v[VEC];
-            unpack16<T>(raw[c], v);
             if constexpr (EXT) {
-                float m[VEC];
-                mask_values(load_mask<VEC>(mr, u64(vi) * VEC), m);
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) {
-                    vc[c][j] = f(v[j], m[j]);
-                    mc = fmaxf(mc, vc[c][j]);
-                }
+                float v[VEC], m[VEC];
+                unpack16<T>(raw[c], v);
+                mask_values(mw[c], m);
+                transform_vec<VEC>(f, v, m, vc[c]);
             } else {
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) mc = fmaxf(mc, v[j]);
+                unpack16<T>(raw[c], vc[c]);
             }
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) mc = fmaxf(mc, vc[c][j]);
         }
     }
     if (!vec) {
@@ -311,17 +324,10 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
 #pragma unroll
     for (int c = 0; c < CACHE; ++c) {
         if (tid + u32(c) * bs < nv) {
-            if constexpr (EXT) {
 #pragma unroll
-                for (int j = 0; j < VEC; ++j) {
-                    vc[c][j] = empty ? 0.0f : __expf(vc[c][j] - mx);
-                    s += vc[c][j];
-                }
-            } else {
-                float v[VEC];
-                unpack16<T>(raw[c], v);
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) s += __expf(v[j] - mx);
+            for (int j = 0; j < VEC; ++j) {
+                vc[c][j] = empty ? 0.0f : __expf(vc[c][j] - mx);
+                s += vc[c][j];
             }
         }
     }
@@ -332,16 +338,9 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
     for (int c = 0; c < CACHE; ++c) {
         const u32 vi = tid + u32(c) * bs;
         if (vi < nv) {
-            float v[VEC];
-            if constexpr (EXT) {
 #pragma unroll
-                for (int j = 0; j < VEC; ++j) v[j] = vc[c][j] * inv;
-            } else {
-                unpack16<T>(raw[c], v);
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) v[j] = prob(v[j]);
-            }
-            store_vec(yr + u64(vi) * VEC, v);
+            for (int j = 0; j < VEC; ++j) vc[c][j] *= inv;
+            store_vec(yr + u64(vi) * VEC, vc[c]);
         }
     }
     if (!vec) {
@@ -424,6 +423,112 @@ __device__ __forceinline__ void softmax_finish(const T* x, const bf16* mask, con
     }
 }
 
+// One row per cluster of SOFTMAX_CLUSTER blocks (softmax_cluster_<t>): block
+// b takes slice b % SOFTMAX_CLUSTER of row b / SOFTMAX_CLUSTER. A thread
+// holds its up to 32 elements of the slice as exp(x - m_t), m_t its own
+// maximum (one exp an element), reduces (m, s) over the block, and puts the
+// block's pair in shared memory after the warps' floats; after the cluster's
+// barrier every warp reads the cluster's 8 pairs (distributed shared memory)
+// and merges them, and each thread scales its held values by exp(m_t - M) /
+// S. The input is read once, each thread reading only the elements it
+// writes, after the barrier, so y may be x (in place). A slice of more
+// vectors than the block holds, or not of whole aligned vectors, is read
+// twice (online sums, then the output). The cluster's second barrier, split
+// around the stores, keeps every block alive until the others have read its
+// pair.
+constexpr u32 SOFTMAX_CLUSTER = 8;
+template <typename T>
+__device__ __forceinline__ void softmax_cluster_row(const T* x, T* y, const SoftmaxClusterParams* p) {
+#ifdef MLXN_CLUSTERS
+    extern __shared__ float partials[];  // [0, 32): one float per warp; [32, 34): the block's (max, sum)
+    constexpr int VEC = VecOf<T>::N;
+    constexpr int CACHE = 32 / VEC;
+    const u32 cols = p->cols, slice = p->slice;
+    const u32 row = blockIdx.x / SOFTMAX_CLUSTER, rank = cluster_rank();
+    const u32 lo = min(cols, rank * slice);
+    const u32 len = min(slice, cols - lo);
+    const T* xs = x + u64(row) * cols + lo;
+    T* ys = y + u64(row) * cols + lo;
+    const u32 tid = threadIdx.x, bs = blockDim.x;
+    const bool vec = len % VEC == 0 && aligned16(xs) && aligned16(ys) && len / VEC <= u32(CACHE) * bs;
+    const u32 nv = vec ? len / VEC : 0u;
+    // m: the thread's maximum; s: its sum of exp(x - m) (0 while m is -inf).
+    float m = neg_inf(), s = 0.0f;
+    float e[CACHE][VEC];
+    if (vec) {
+        const uint4* xv = reinterpret_cast<const uint4*>(xs);
+        uint4 raw[CACHE];
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c) {
+            const u32 vi = tid + u32(c) * bs;
+            if (vi < nv) raw[c] = xv[vi];
+        }
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c) {
+            if (tid + u32(c) * bs < nv) {
+                unpack16<T>(raw[c], e[c]);
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) m = fmaxf(m, e[c][j]);
+            }
+        }
+        const float mt = m == neg_inf() ? 0.0f : m;
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c) {
+            if (tid + u32(c) * bs < nv) {
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) {
+                    e[c][j] = __expf(e[c][j] - mt);
+                    s += e[c][j];
+                }
+            }
+        }
+    } else {
+        for (u32 i = tid; i < len; i += bs) online(to_f(xs[i]), m, s);
+    }
+    const float mb = block_max(m, partials);
+    __syncthreads();
+    const float sb = block_sum(m == neg_inf() ? 0.0f : s * __expf(m - mb), partials);
+    if (tid == 0) {
+        partials[32] = mb;
+        partials[33] = sb;
+    }
+    cluster_arrive();
+    cluster_wait();
+    // Lanes 0-7 of every warp read the 8 pairs; the warp merges them.
+    float mx = neg_inf(), total = 0.0f;
+    if ((tid & 31u) < SOFTMAX_CLUSTER) {
+        const float2 pr = dsmem_load2(partials + 32, tid & 31u);
+        mx = pr.x;
+        total = pr.y;
+    }
+#pragma unroll
+    for (u32 o = SOFTMAX_CLUSTER / 2; o > 0; o >>= 1) {
+        const float mo = __shfl_xor_sync(0xffffffffu, mx, o), so = __shfl_xor_sync(0xffffffffu, total, o);
+        merge_pair(mx, total, mo, so);
+    }
+    mx = __shfl_sync(0xffffffffu, mx, 0);
+    total = __shfl_sync(0xffffffffu, total, 0);
+    cluster_arrive();
+    const bool empty = mx == neg_inf();
+    const float inv = empty ? 0.0f : 1.0f / total;
+    if (vec) {
+        const float f = empty || m == neg_inf() ? 0.0f : __expf(m - mx) * inv;
+#pragma unroll
+        for (int c = 0; c < CACHE; ++c) {
+            const u32 vi = tid + u32(c) * bs;
+            if (vi < nv) {
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) e[c][j] *= f;
+                store_vec(ys + u64(vi) * VEC, e[c]);
+            }
+        }
+    } else {
+        for (u32 i = tid; i < len; i += bs) ys[i] = from_f<T>(empty ? 0.0f : __expf(to_f(xs[i]) - mx) * inv);
+    }
+    cluster_wait();
+#endif
+}
+
 // cap * tanh(x / cap) as the softcap kernels compute it: the division a
 // multiply by 1 / cap; tanh on the special unit for bf16 (its error under
 // half a bf16 ulp), CUDA's accurate tanhf for f16 and f32.
@@ -453,8 +558,8 @@ __device__ __forceinline__ void softcap_vec(const T* x, T* y, const SoftcapParam
 // The entries of one type T (name TAG).
 // softmax: buffer(0) input [rows, cols], (1) output [rows, cols] (may be
 // input), (2) SoftmaxParams; threadgroup(0) one float per warp. The 16-bit
-// entries at most 40 registers (SOFTMAX_BOUNDS_<t>): 6 blocks of 256 an SM
-// (a row of 8192, one wave of 792 rows), where 44 left 5.
+// entries at most 56 registers (SOFTMAX_BOUNDS_<t>; 62 unbounded): 4 blocks
+// of 256 an SM (a row of 8192), 32 held floats a thread, no spills.
 // scale_mask_softmax: buffer(0) input, (1) output (may be input), (2) mask
 // [seq_q, cols] bf16 (unread when seq_q = 0), (3) ScaleMaskSoftmaxParams.
 // softmax_blocks: buffer(0) input [rows, cols], (1) mask [seq_q, cols] bf16
@@ -465,9 +570,13 @@ __device__ __forceinline__ void softcap_vec(const T* x, T* y, const SoftcapParam
 // output), (3) output [rows, cols] (may be input), (4) SoftmaxBlocksParams;
 // the grid and threadgroup memory of softmax_blocks.
 // softcap: buffer(0) input [n], (1) output [n] (may be input), (2) SoftcapParams.
+// softmax_cluster: buffer(0) input [rows, cols], (1) output [rows, cols] (may
+// be input), (2) SoftmaxClusterParams; grid (rows * 8, 1, 1) in clusters of 8
+// (sm_90: compiled in, MLXN_CLUSTER_DIMS), any blockDim.x up to 1024 (one
+// block an SM at most: 64 registers); dynamic shared memory of 34 floats.
 #define SOFTMAX_BOUNDS_f32 __launch_bounds__(1024)
-#define SOFTMAX_BOUNDS_f16 MLXN_MAX_REGS(40)
-#define SOFTMAX_BOUNDS_bf16 MLXN_MAX_REGS(40)
+#define SOFTMAX_BOUNDS_f16 MLXN_MAX_REGS(56)
+#define SOFTMAX_BOUNDS_bf16 MLXN_MAX_REGS(56)
 #define SOFTMAX_ENTRIES(T, TAG)                                                                                         \
     extern "C" __global__ void SOFTMAX_BOUNDS_##TAG softmax_##TAG(const T* input, T* output, const SoftmaxParams* p) {  \
         softmax_row<T, false>(input, output, nullptr, u32(p->cols), 0u, transform_of(1.0f, 0.0f));                      \
@@ -487,6 +596,10 @@ __device__ __forceinline__ void softcap_vec(const T* x, T* y, const SoftcapParam
     }                                                                                                                   \
     extern "C" __global__ void softcap_##TAG(const T* input, T* output, const SoftcapParams* p) {                       \
         softcap_vec<T>(input, output, p);                                                                               \
+    }                                                                                                                   \
+    extern "C" __global__ void MLXN_CLUSTER_DIMS(8) __launch_bounds__(1024, 1)                                          \
+        softmax_cluster_##TAG(const T* input, T* output, const SoftmaxClusterParams* p) {                               \
+        softmax_cluster_row<T>(input, output, p);                                                                       \
     }
 SOFTMAX_ENTRIES(float, f32)
 SOFTMAX_ENTRIES(__half, f16)

@@ -131,17 +131,19 @@ export function rmsNormKernel(dtype: DType, weighted: boolean, onePlus: boolean)
 /**
  * The CUDA twin's launch (shaders/cuda/rms_norm.cu): sized to the row
  * (rowLaunch), rows of up to 32 lanes for dim <= 1024, else one block of
- * ceil(dim / 32) threads (rounded up to 32) per row; null: the Metal launch.
+ * ceil(dim / 32) threads (rounded up to 32) per row, or of one 16-byte
+ * vector a thread where the rows are fewer than `multiprocessors` (decode);
+ * null: the Metal launch.
  */
-export function rmsNormCudaLaunch(rows: number, dim: number, dtype: DType, limits: LaunchLimits): ReturnType<typeof rowLaunch> {
-  return rowLaunch(rows, dim, 16 / dtypeSize(dtype), limits);
+export function rmsNormCudaLaunch(rows: number, dim: number, dtype: DType, limits: LaunchLimits, multiprocessors = 0): ReturnType<typeof rowLaunch> {
+  return rowLaunch(rows, dim, 16 / dtypeSize(dtype), limits, multiprocessors);
 }
 
 function planRows(a: RmsNormBuffers & { eps?: number; onePlus?: boolean }, rows: number, dim: number, limits: DeviceLimits): OpPlan {
   const { threads, sharedBytes } = rmsNormThreadgroup(dim, limits);
   const params = packRmsNormParams({ dim, eps: a.eps });
   const weighted = a.weight !== undefined;
-  const cuda = rmsNormCudaLaunch(rows, dim, a.input.dtype, limits);
+  const cuda = rmsNormCudaLaunch(rows, dim, a.input.dtype, limits, limits.multiprocessors);
   return planOf({
     kernel: rmsNormKernel(a.input.dtype, weighted, a.onePlus === true),
     buffers: weighted ? [a.input, a.weight, a.output] : [a.input, a.output],

@@ -1,5 +1,5 @@
 // embedding and kv_cache_copy's CUDA kernels (shaders/cuda/{embedding,kv_cache_copy}.cu,
-// both built on common.cuh copy_rows) on the CPU simulation (sim_runtime.h),
+// both built on common.cuh copy_rows), and elementwise's casts, on the CPU simulation (sim_runtime.h),
 // against references written here, at the launches ts/launch.ts rowCopyLaunch
 // plans (written out again below, as tests/embedding.test.ts and
 // tests/kv_cache_copy.test.ts hold them) and at grids smaller than the rows
@@ -33,12 +33,12 @@ std::string dims(SimDim g, SimDim b) {
   return " grid " + std::to_string(g.x) + " block " + std::to_string(b.x) + "x" + std::to_string(b.y);
 }
 
-// rowCopyLaunch (ts/launch.ts): X threads a row for 4 steps each (a multiple
-// of 32 up to 256, or a power of two below 32), 256 / X rows a block.
+// rowCopyLaunch (ts/launch.ts): X threads a row for 2 steps each (a multiple
+// of 32 up to 512, or a power of two below 32), 256 / X rows a block (at least 1).
 void row_copy_launch(u32 rows, u32 len, u32 unit, SimDim& grid, SimDim& block) {
-  const u32 want = cdiv(cdiv(len, unit), 4);
+  const u32 want = cdiv(cdiv(len, unit), 2);
   u32 lanes = 1;
-  if (want >= 32) lanes = std::min(256u, cdiv(want, 32) * 32);
+  if (want >= 32) lanes = std::min(512u, cdiv(want, 32) * 32);
   else while (lanes < want) lanes *= 2;
   const u32 per = std::max(1u, 256u / lanes);
   grid = {cdiv(rows, per), 1, 1};
@@ -187,7 +187,33 @@ void run_batch(u32 heads, u32 hd, u32 cap, u32 pos) {
         std::to_string(pos) + dims(grid, block), gg.p, w, 0);
 }
 
+// cast_<from>_to_<to> (elementwise.cu) at the op's launch: 8 elements a
+// thread, blocks of 256, grid ceil(n / 2048); at an offset of `shift`
+// elements (a view whose start is not 16-byte aligned goes element by
+// element). Exact: a widening cast holds every value, a narrowing one
+// rounds once, as the reference's cvt does.
+template <class F, class T, class K>
+void run_cast(const char* name, K kernel, u32 n, u32 shift = 0) {
+  Arr<F> x(n + shift);
+  Arr<T> y(n + shift);
+  x.random(-3, 3);
+  y.poison();
+  std::vector<double> want(n);
+  for (u32 i = 0; i < n; ++i) want[i] = back(cvt<T>(x.at(shift + i)));
+  ElementwiseParams p{n};
+  const SimDim grid{cdiv(n, 2048), 1, 1}, block{256, 1, 1};
+  sim_launch(grid, block, 0, [&] { kernel(x.p + shift, y.p + shift, &p); });
+  check(std::string(name) + " n=" + std::to_string(n) + (shift ? " at +" + std::to_string(shift) : "") + dims(grid, block), y.p + shift, want, 0);
+}
+
 int main() {
+  // Casts: whole warps of 256, a partial last warp, a partial last block, element by element where unaligned.
+  run_cast<__nv_bfloat16, float>("cast_bf16_to_f32", cast_bf16_to_f32, 4096);
+  run_cast<__half, float>("cast_f16_to_f32", cast_f16_to_f32, 2048 * 3 + 300);
+  run_cast<__nv_bfloat16, float>("cast_bf16_to_f32", cast_bf16_to_f32, 1001, 3);
+  run_cast<float, __nv_bfloat16>("cast_f32_to_bf16", cast_f32_to_bf16, 2048 + 13);
+  run_cast<float, __half>("cast_f32_to_f16", cast_f32_to_f16, 777);
+  run_cast<__half, __nv_bfloat16>("cast_f16_to_bf16", cast_f16_to_bf16, 4099);
   // Rows of 672 steps (Gemma 4's 5376 bf16): 192 threads a row; a grid of 3 over 8 rows (striding).
   run_embed<__nv_bfloat16, __nv_bfloat16>("embedding_gather_scale_batch_bf16", embedding_gather_scale_batch_bf16, 50, 5376, 8);
   run_embed<__nv_bfloat16, __nv_bfloat16>("embedding_gather_scale_batch_bf16", embedding_gather_scale_batch_bf16, 50, 5376, 8, 3);

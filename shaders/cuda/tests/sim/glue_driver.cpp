@@ -164,6 +164,19 @@ void run_two_pass(const char* name, KB blocks, KF finish, SoftmaxCase c) {
   check(label(name, c) + " two passes," + dims(grid, block), d.out(c), d.want, tol_of<T>());
 }
 
+// softmax_cluster_<t>: clusters of 8 blocks a row, slices of ceil(cols / 8)
+// rounded up to whole vectors (the op's), 34 floats of shared memory.
+template <class T, class K>
+void run_cluster(const char* name, K kernel, SoftmaxCase c, u32 threads) {
+  SoftmaxData<T> d(c);
+  constexpr u32 vec = 16 / sizeof(T);
+  const u32 slice = (c.cols + 8 * vec - 1) / (8 * vec) * vec;
+  SoftmaxClusterParams p{c.cols, slice};
+  const SimDim grid{c.rows * 8, 1, 1}, block{threads, 1, 1};
+  sim_launch_cluster(grid, block, 34 * 4, 8, [&] { kernel(d.x.p, d.out(c), &p); });
+  check(label(name, c) + " cluster of 8," + dims(grid, block), d.out(c), d.want, tol_of<T>());
+}
+
 // ---- gelu ----
 
 double gelu_ref(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
@@ -185,6 +198,7 @@ void run_gelu(const char* name, K kernel, u32 n, SimDim vgrid, SimDim vblock) {
 
 int main() {
   // rms_norm: rows of L lanes (blockDim (L, R)), blocks per row, held and re-read rows, scalar rows.
+  run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_bf16", rms_norm_bf16, WEIGHTED, 128, 128, {4, 1, 1}, {8, 32, 1});
   run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_bf16", rms_norm_bf16, WEIGHTED, 128, 128, {2, 1, 1}, {4, 64, 1});
   run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_bf16", rms_norm_bf16, WEIGHTED, 64, 128, {1, 1, 1}, {4, 64, 1}, true);
   run_rms<__half, float>("rms_norm_one_plus_f16", rms_norm_one_plus_f16, ONE_PLUS_W, 64, 256, {2, 1, 1}, {8, 32, 1});
@@ -195,13 +209,21 @@ int main() {
   run_rms<float, float>("rms_norm_f32", rms_norm_f32, WEIGHTED, 2, 5376, {2, 1, 1}, {192, 1, 1});
   run_rms<float, float>("rms_norm_f32 (scalar)", rms_norm_f32, WEIGHTED, 6, 65, {3, 1, 1}, {32, 2, 1});
   run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_one_plus_bf16 (scalar)", rms_norm_one_plus_bf16, ONE_PLUS_W, 5, 65, {5, 1, 1}, {32, 1, 1});
+  // Fewer rows than SMs: one vector a thread (the weights of each loaded with the row).
+  run_rms<float, float>("rms_norm_f32 (few rows)", rms_norm_f32, WEIGHTED, 1, 2048, {1, 1, 1}, {512, 1, 1});
+  run_rms<float, float>("rms_norm_f32 (few rows, idle threads)", rms_norm_f32, WEIGHTED, 2, 2040, {2, 1, 1}, {512, 1, 1});
+  run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_bf16 (one vector a lane)", rms_norm_bf16, WEIGHTED, 64, 128, {2, 1, 1}, {16, 32, 1});
+  run_rms<__half, float>("rms_norm_f16 (few rows)", rms_norm_f16, WEIGHTED, 2, 4096, {2, 1, 1}, {512, 1, 1}, true);
+  run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_one_plus_bf16 (few rows)", rms_norm_one_plus_bf16, ONE_PLUS_W, 1, 5376, {1, 1, 1}, {672, 1, 1});
 
   // softmax_<t>: lanes, blocks, rows past the held (online), the scalar path.
+  run_softmax<__nv_bfloat16>("softmax_bf16", softmax_bf16, {64, 128}, {2, 1, 1}, {8, 32, 1});
   run_softmax<__nv_bfloat16>("softmax_bf16", softmax_bf16, {64, 128}, {1, 1, 1}, {4, 64, 1});
   run_softmax<float>("softmax_f32", softmax_f32, {3, 2048}, {3, 1, 1}, {64, 1, 1});
   run_softmax<float>("softmax_f32 (rows past the held)", softmax_f32, {2, 9000}, {2, 1, 1}, {32, 1, 1});
   run_softmax<__half>("softmax_f16", softmax_f16, {2, 8192}, {2, 1, 1}, {256, 1, 1});
   run_softmax<__nv_bfloat16>("softmax_bf16 (scalar)", softmax_bf16, {2, 1001}, {2, 1, 1}, {32, 1, 1});
+  run_softmax<__nv_bfloat16>("softmax_bf16 (few rows)", softmax_bf16, {3, 8192}, {3, 1, 1}, {1024, 1, 1});
   {
     SoftmaxCase c{64, 128};
     c.in_place = true;
@@ -220,6 +242,13 @@ int main() {
     c.in_place = true;
     run_scale_mask<__nv_bfloat16>("scale_mask_softmax_bf16", scale_mask_softmax_bf16, c, {4, 1, 1}, {64, 1, 1});
   }
+  // The op's launches at 16 elements a thread: a block of cols / 16 (4 f32
+  // vectors a thread, causal), rows of 16 lanes, and fewer rows than SMs (one
+  // vector a thread: 2 of 1024 threads).
+  run_scale_mask<float>("scale_mask_softmax_f32 (16 a thread)", scale_mask_softmax_f32, {8, 2048, 0.0884f, 50, 8, 1}, {8, 1, 1}, {128, 1, 1});
+  run_scale_mask<__nv_bfloat16>("scale_mask_softmax_bf16 (16 a thread)", scale_mask_softmax_bf16, {32, 256, 0.125f, 30, 4, 1}, {2, 1, 1}, {16, 16, 1});
+  run_scale_mask<float>("scale_mask_softmax_f32 (few rows)", scale_mask_softmax_f32, {4, 8192, 0.0884f, 50, 1, 1}, {4, 1, 1}, {1024, 1, 1});
+  run_scale_mask<__half>("scale_mask_softmax_f16 (few rows)", scale_mask_softmax_f16, {2, 8192, 0.5f, 0, 2, 1}, {2, 1, 1}, {1024, 1, 1});
   // The two-pass form: slices of 2048, a short last slice, masked slices and rows, in place.
   run_two_pass<float>("softmax_blocks/finish_f32", softmax_blocks_f32, softmax_finish_f32, {2, 6000});
   run_two_pass<float>("softmax_blocks/finish_f32", softmax_blocks_f32, softmax_finish_f32, {4, 6000, 0.125f, 30, 2, 1});
@@ -237,6 +266,19 @@ int main() {
     SoftmaxCase c{4, 40000, 0.125f, 30, 2, 1};
     c.slice = 16384;
     run_two_pass<float>("softmax_blocks/finish_f32 (slices of 16384)", softmax_blocks_f32, softmax_finish_f32, c);
+  }
+
+  // The cluster form: held slices (the op's blocks: ceil(slice / 32) threads), a short last slice, slices
+  // past the block's registers and not of whole vectors (read twice), in place.
+  run_cluster<float>("softmax_cluster_f32", softmax_cluster_f32, {2, 40000}, 160);
+  run_cluster<float>("softmax_cluster_f32", softmax_cluster_f32, {1, 40004}, 160);
+  run_cluster<__nv_bfloat16>("softmax_cluster_bf16", softmax_cluster_bf16, {1, 65536}, 256);
+  run_cluster<__half>("softmax_cluster_f16 (past the held)", softmax_cluster_f16, {1, 65536}, 64);
+  run_cluster<float>("softmax_cluster_f32 (scalar)", softmax_cluster_f32, {1, 33001}, 96);
+  {
+    SoftmaxCase c{1, 36000};
+    c.in_place = true;
+    run_cluster<float>("softmax_cluster_f32", softmax_cluster_f32, c, 128);
   }
 
   // gelu_<t>: the vector launch (blocks (T / 2, 2)) and the element launch of the rest.

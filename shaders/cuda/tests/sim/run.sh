@@ -5,7 +5,7 @@
 #          simulation's wgmma model, or with SIM_DEFINES=-DMLXN_SIM_NO_WGMMA
 #          on the mma.sync tiles a build without sm_90a runs)
 #   glue:  rms_norm, softmax and gelu at the op's CUDA launches (glue_driver.cpp)
-#   copy:  embedding and kv_cache_copy (copy_rows) at the op's launches (copy_driver.cpp)
+#   copy:  embedding and kv_cache_copy (copy_rows) at the op's launches, and the casts (copy_driver.cpp)
 #   quantized_matmul: that family (quantized_matmul_driver.cpp)
 #   quantized_matmul_ggml: that family (quantized_matmul_ggml_driver.cpp;
 #          `variants` as the second argument runs only the int8 vector
@@ -33,7 +33,7 @@ mkdir -p "$out"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 case "$family" in
   glue) families=rms_norm,softmax,gelu ;;
-  copy) families=embedding,kv_cache_copy ;;
+  copy) families=embedding,kv_cache_copy,elementwise ;;
   moe) families=moe_dispatch,quantized_matmul_id,dense_matmul_id,moe_weighted_reduce ;;
   *) families="$family" ;;
 esac
