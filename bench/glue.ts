@@ -77,10 +77,9 @@ function cases(): Case[] {
 // Gemma 4 31B's hidden rows (5376) and Qwen3's q-norm (32 heads x 128), a
 // prefill and one decode token; attention scores with Gemma 2's softcap and
 // a causal mask; the vocabulary (262144) softmax of 64 rows and of one,
-// without a scratch and with one (on sm_90 both run the cluster form, one
-// dispatch that reads the input once; elsewhere the rows with a scratch run
-// in two passes, which move up to half as much again: the input read twice,
-// the second time from L2 where it still is). Bytes (the floor): inputs read
+// without a scratch and with one (the rows with a scratch run in two
+// passes, which move up to half as much again: the input read twice, the
+// second time from L2 where it still is). Bytes (the floor): inputs read
 // once, outputs written once.
 function normSoftmaxCases(): Case[] {
   const out: Case[] = [];
@@ -131,7 +130,7 @@ function normSoftmaxCases(): Case[] {
     out.push({ name: `softmax ${dt} [${r}, ${c}]${tag}`, bytes: 2 * r * c * size(dt), record: (e) => softmax(e, { input: x, output: y, rows: r, cols: c }) });
     if (dt === 'f32') {
       const scratch = dev.alloc('f32', [softmaxScratchElements(r, c)]);
-      out.push({ name: `softmax ${dt} [${r}, ${c}] with scratch${tag}`, bytes: 2 * r * c * size(dt),
+      out.push({ name: `softmax ${dt} [${r}, ${c}] two passes${tag}`, bytes: 2 * r * c * size(dt),
         record: (e) => softmax(e, { input: x, output: y, rows: r, cols: c, scratch }) });
     }
   }

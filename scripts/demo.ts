@@ -637,7 +637,7 @@ function main(): number {
     let ms = timed(device, (enc) => softcap(enc, { input: logits.buf, output: capped, cap: 30 }));
     const cappedWant = softcapRef(logits.values, 30);
     rows.push({ kernel: 'softcap_f32', model: 'Gemma 4 final logits', shape: `${vocab}`, err: scaledErr(capped.readNumbers(), cappedWant), tol: 1e-5, ms });
-    // The kernels the plan picks: softmax_f32, or on sm_90 the cluster form (softmax_cluster_f32).
+    // The kernels the plan picks (one row of the vocabulary without a scratch: softmax_f32).
     const planned = planSoftmax({ input: capped, output: probs, rows: 1, cols: vocab }, device.limits, device).dispatches.map((d) => d.kernel).join(' + ');
     ms = timed(device, (enc) => softmax(enc, { input: capped, output: probs, rows: 1, cols: vocab }));
     rows.push({ kernel: planned, model: 'Gemma 4 vocabulary', shape: `1 x ${vocab}`,
@@ -645,13 +645,13 @@ function main(): number {
     for (const b of [logits.buf, capped, probs]) b.release();
   }
 
-  // --- glue speed forms: softmax over a scratch (two passes; the cluster form on sm_90), gelu alone (the crate's gelu_bf16) ---
+  // --- glue speed forms: softmax over a scratch (two passes), gelu alone (the crate's gelu_bf16) ---
   {
     const vocab = 262144;
     const logits = stored(device, 'f32', randn(vocab, 6));
     const probs = poisoned(device, 'f32', vocab);
     const scratch = device.alloc('f32', [softmaxScratchElements(1, vocab)]);
-    // Two passes (softmax_blocks_f32 + softmax_finish_f32, 128 slices), or on sm_90 the cluster form, the scratch unused.
+    // Two passes (softmax_blocks_f32 + softmax_finish_f32, 128 slices).
     const planned = planSoftmax({ input: logits.buf, output: probs, rows: 1, cols: vocab, scratch }, device.limits, device).dispatches.map((d) => d.kernel).join(' + ');
     const ms = timed(device, (enc) => softmax(enc, { input: logits.buf, output: probs, rows: 1, cols: vocab, scratch }));
     rows.push({ kernel: planned, model: 'Gemma 4 vocabulary', shape: `1 x ${vocab}, with a scratch`,

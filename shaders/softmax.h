@@ -2,8 +2,7 @@
 // softmax_{f32,f16,bf16}, ScaleMaskSoftmaxParams at buffer(3) of
 // scale_mask_softmax_{f32,f16,bf16}, SoftcapParams at buffer(2) of
 // softcap_{f32,f16,bf16}, SoftmaxBlocksParams at buffer(3) of
-// softmax_blocks_{f32,f16,bf16} and buffer(4) of softmax_finish_{f32,f16,bf16},
-// SoftmaxClusterParams at buffer(2) of softmax_cluster_{f32,f16,bf16}.
+// softmax_blocks_{f32,f16,bf16} and buffer(4) of softmax_finish_{f32,f16,bf16}.
 // Plain C, uint and float fields only: shaders/softmax.metal and
 // shaders/cuda/softmax.cu are compiled after this file, and ts/params.ts
 // reads the layouts from it (ts/ops/softmax.ts packs them).
@@ -43,15 +42,4 @@ struct SoftmaxBlocksParams {
     float softcap;
     uint  slice;
     uint  n_blocks;
-};
-
-// The one-dispatch form of a long row, softmax_cluster_<t> (not in
-// mlx-native: added in its style, for rows longer than one threadgroup
-// holds): each row of cols is cut into 8 slices of `slice` elements (the
-// last may be shorter, or empty), one threadgroup each, the 8 of a row
-// consecutive (on CUDA one thread block cluster, which combines the slices'
-// sums in shared memory). The plain softmax: no scale, cap or mask.
-struct SoftmaxClusterParams {
-    uint cols;
-    uint slice;
 };

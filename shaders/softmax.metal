@@ -12,9 +12,6 @@
 //                           row, its max m and sum of exp(v - m) to partials;
 //                           then each slice normalized by the row's (max, sum)
 //                           merged from those pairs
-//   softmax_cluster_<t>:    softmax_<t> in 8 threadgroups a row, one dispatch
-//                           (not in mlx-native: added in its style, for CUDA's
-//                           thread block clusters; see below)
 //
 // The softmaxes run one row per threadgroup:
 //   grid        (rows, 1, 1) threadgroups
@@ -296,51 +293,6 @@ template [[host_name("softmax_blocks_bf16")]] kernel decltype(softmax_blocks_k<b
 template [[host_name("softmax_finish_f32")]]  kernel decltype(softmax_finish_k<float>)  softmax_finish_k<float>;
 template [[host_name("softmax_finish_f16")]]  kernel decltype(softmax_finish_k<half>)   softmax_finish_k<half>;
 template [[host_name("softmax_finish_bf16")]] kernel decltype(softmax_finish_k<bfloat>) softmax_finish_k<bfloat>;
-
-// The one-dispatch form of a long row (softmax_cluster_<t>): threadgroup g
-// writes slice g % 8 (params.slice elements from g % 8 * slice, or fewer at
-// the row's end) of row g / 8. Here each threadgroup takes the row's max and
-// sum from the whole row itself, where the CUDA twin's cluster of 8 blocks
-// combines its slices' sums in shared memory, and reads only its slice: the
-// same result (so not over its input: other threadgroups read the row while
-// this one writes; the op plans this form on CUDA only, never in place).
-// buffer(0) input [rows, cols], (1) output [rows, cols], (2) params; grid
-// (rows * 8, 1, 1), any threadgroup size, threadgroup(0) one float per simdgroup.
-template <typename T>
-kernel void softmax_cluster_k(
-    device const T*                  input    [[buffer(0)]],
-    device T*                        output   [[buffer(1)]],
-    constant SoftmaxClusterParams&   params   [[buffer(2)]],
-    threadgroup float*               partials [[threadgroup(0)]],
-    uint g       [[threadgroup_position_in_grid]],
-    uint tid     [[thread_index_in_threadgroup]],
-    uint tg_size [[threads_per_threadgroup]],
-    uint sg      [[simdgroup_index_in_threadgroup]],
-    uint lane    [[thread_index_in_simdgroup]],
-    uint n_sg    [[simdgroups_per_threadgroup]])
-{
-    const uint cols = params.cols;
-    device const T* xr = input + ulong(g / 8u) * cols;
-    device T* yr = output + ulong(g / 8u) * cols;
-    float m = -INFINITY;
-    float s = 0.0f;
-    for (uint i = tid; i < cols; i += tg_size) {
-        softmax_online(float(xr[i]), m, s);
-    }
-    const float mx = threadgroup_max(m, partials, sg, lane, n_sg);
-    const float total = threadgroup_sum(m == -INFINITY ? 0.0f : s * exp(m - mx), partials, sg, lane, n_sg);
-    const bool empty = mx == -INFINITY;
-    const float inv = empty ? 0.0f : 1.0f / total;
-    const uint lo = min(cols, (g % 8u) * params.slice);
-    const uint hi = min(cols, lo + params.slice);
-    for (uint i = lo + tid; i < hi; i += tg_size) {
-        yr[i] = T(empty ? 0.0f : exp(float(xr[i]) - mx) * inv);
-    }
-}
-
-template [[host_name("softmax_cluster_f32")]]  kernel decltype(softmax_cluster_k<float>)  softmax_cluster_k<float>;
-template [[host_name("softmax_cluster_f16")]]  kernel decltype(softmax_cluster_k<half>)   softmax_cluster_k<half>;
-template [[host_name("softmax_cluster_bf16")]] kernel decltype(softmax_cluster_k<bfloat>) softmax_cluster_k<bfloat>;
 
 // buffer(0) input [n], (1) output [n] (may be input), (2) params.
 kernel void softcap_f32(

@@ -60,8 +60,8 @@ function header(family: string): string {
 /** The parameters of every `extern "C" __global__` entry, by name. */
 export function cudaEntries(code: string): Map<string, CudaParam[]> {
   const out = new Map<string, CudaParam[]>();
-  // An entry may carry launch attributes: __launch_bounds__(...), common.cuh's MLXN_MAX_REGS(n) and MLXN_CLUSTER_DIMS(n).
-  const re = /extern\s+"C"\s+__global__\s+void\s+(?:(?:__launch_bounds__|MLXN_MAX_REGS|MLXN_CLUSTER_DIMS)\s*\([^)]*\)\s*)*([A-Za-z_]\w*)\s*\(([^)]*)\)/g;
+  // An entry may carry a launch attribute: __launch_bounds__(...) or common.cuh's MLXN_MAX_REGS(n).
+  const re = /extern\s+"C"\s+__global__\s+void\s+(?:(?:__launch_bounds__|MLXN_MAX_REGS)\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\(([^)]*)\)/g;
   for (const m of code.matchAll(re)) {
     const params = m[2]!.trim() === '' ? [] : m[2]!.split(',').map((p) => {
       const decl = p.replace(/__restrict__/g, ' ').replace(/\s+/g, ' ').trim();

@@ -17,9 +17,6 @@ import {
   packSoftmaxBlocksParams,
   packSoftmaxParams,
   SOFTMAX_EXT_HELD,
-  packSoftmaxClusterParams,
-  softmaxCluster,
-  softmaxClusterSlice,
   SOFTMAX_FILL_ROWS,
   planSoftcap,
   planSoftmax,
@@ -35,22 +32,18 @@ import {
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, randomArray, rng, TARGET_LIMITS, TOL, wordView } from './helpers.ts';
 import type { Device } from '../ts/index.ts';
 import { rowLaunch } from '../ts/launch.ts';
-import { record } from '../ts/plan.ts';
 import { a, BF, buf, F, int, opContract, out } from './op-contract.ts';
 
 describe('softmax param packers match the .metal declarations', () => {
-  test('SoftmaxParams at buffer(2), ScaleMaskSoftmaxParams at buffer(3), SoftcapParams at buffer(2), SoftmaxBlocksParams at 3 and 4, SoftmaxClusterParams at 2', () => {
+  test('SoftmaxParams at buffer(2), ScaleMaskSoftmaxParams at buffer(3), SoftcapParams at buffer(2), SoftmaxBlocksParams at 3 and 4', () => {
     for (const k of SOFTMAX_KERNELS) {
-      if (k.startsWith('softmax_blocks') || k.startsWith('softmax_finish') || k.startsWith('softmax_cluster')) continue;
+      if (k.startsWith('softmax_blocks') || k.startsWith('softmax_finish')) continue;
       const [struct, at] = k.startsWith('scale_mask') ? ['ScaleMaskSoftmaxParams', 3] : k.startsWith('softcap') ? ['SoftcapParams', 2] : ['SoftmaxParams', 2];
       expect(src).toMatch(new RegExp(`kernel void ${k}\\([^{]*constant ${struct}&\\s+params\\s+\\[\\[buffer\\(${at}\\)\\]\\]`));
     }
     // The two-pass kernels are templates instantiated by host_name.
     expect(src).toMatch(/kernel void softmax_blocks_k\([^{]*constant SoftmaxBlocksParams&\s+params\s+\[\[buffer\(3\)\]\]/);
     expect(src).toMatch(/kernel void softmax_finish_k\([^{]*constant SoftmaxBlocksParams&\s+params\s+\[\[buffer\(4\)\]\]/);
-    expect(src).toMatch(/kernel void softmax_cluster_k\([^{]*constant SoftmaxClusterParams&\s+params\s+\[\[buffer\(2\)\]\]/);
-    const k = wordView(packSoftmaxClusterParams({ cols: 262144, slice: 32768 }));
-    expect([k.bytes, k.u(0), k.u(1)]).toEqual([8, 262144, 32768]);
     const b = wordView(packSoftmaxBlocksParams({ cols: 4099, seqQ: 3, scale: 0.125, softcap: 30, slice: 2048, nBlocks: 3 }));
     expect([b.bytes, b.u(0), b.u(1), b.f(2), b.f(3), b.u(4), b.u(5)]).toEqual([24, 4099, 3, 0.125, 30, 2048, 3]);
     const s = wordView(packSoftmaxParams({ cols: 4099 }));
@@ -64,22 +57,6 @@ describe('softmax param packers match the .metal declarations', () => {
     expect(softmaxThreadgroup(3, TARGET_LIMITS.metal)).toEqual({ threads: 4, sharedBytes: 16, cudaThreads: 32, cudaSharedBytes: 16 });
     expect(softmaxThreadgroup(2048, TARGET_LIMITS.cuda)).toEqual({ threads: 256, sharedBytes: 32, cudaThreads: 64, cudaSharedBytes: 16 });
     expect(softmaxThreadgroup(262144, TARGET_LIMITS.cuda)).toEqual({ threads: 256, sharedBytes: 32, cudaThreads: 1024, cudaSharedBytes: 128 });
-  });
-  test('the cluster form: plain rows past 32768 up to 8 x 32768 of whole vectors, on sm_90, not in place', () => {
-    const c = TARGET_LIMITS.cuda;
-    const f32 = (n: number) => ({ dtype: 'f32', root: {} }) as never;
-    const args = (rows: number, cols: number, extra: Record<string, unknown> = {}) => ({ rows, cols, input: f32(rows * cols), output: f32(rows * cols), ...extra }) as never;
-    expect(softmaxCluster(args(1, 262144), c)).toBe(true);
-    expect(softmaxCluster(args(64, 262144, { scratch: {} }), c)).toBe(true);
-    expect(softmaxCluster(args(1, 32768), c)).toBe(false);
-    expect(softmaxCluster(args(1, 262148), c)).toBe(false);
-    expect(softmaxCluster(args(1, 40002), c)).toBe(false);
-    expect(softmaxCluster(args(1, 262144, { scale: 0.5 }), c)).toBe(false);
-    expect(softmaxCluster(args(1, 262144), { ...c, computeCapability: 80 })).toBe(false);
-    expect(softmaxCluster(args(1, 262144), TARGET_LIMITS.metal)).toBe(false);
-    const x = f32(262144);
-    expect(softmaxCluster({ rows: 1, cols: 262144, input: x, output: x } as never, c)).toBe(false);
-    expect([softmaxClusterSlice(262144, 4), softmaxClusterSlice(40004, 4), softmaxClusterSlice(65544, 8)]).toEqual([32768, 5004, 8200]);
   });
   test('CUDA one-pass launch: scale_mask_softmax holds 16 elements a thread; fewer rows than SMs take one vector a thread', () => {
     const c = TARGET_LIMITS.cuda;
@@ -279,35 +256,6 @@ describeBackends('softmax parity', ({ device }) => {
     expect(over).toEqual([]);
   });
 
-  test('the cluster form (planned for an H100; here its Metal twin): vocabulary rows, a short last slice, -inf elements', () => {
-    const dev = device();
-    const over: string[] = [];
-    const one = (dtype: 'f32' | 'f16' | 'bf16', rows: number, cols: number, lo: number, hi: number, seed: number, edit?: (x: Float64Array) => void) => {
-      const data = randomArray(rng(seed), rows * cols, lo, hi);
-      edit?.(data);
-      const x = dev.upload(dtype, [rows, cols], data);
-      const y = dev.alloc(dtype, [rows, cols]);
-      y.fill(Number.NaN);
-      const plan = planSoftmax({ input: x, output: y, rows, cols }, TARGET_LIMITS.cuda, dev);
-      expect(plan.dispatches.map((d) => d.kernel)).toEqual([`softmax_cluster_${dtype}`]);
-      const enc = dev.encoder();
-      record(enc, plan);
-      enc.commitAndWait();
-      enc.release();
-      const e = probErr(dtype, y.readNumbers(), softmaxRef(x.readNumbers(), rows, cols));
-      if (!(e < TOL[dtype])) over.push(`${dtype} [${rows}, ${cols}]: ${e}`);
-    };
-    one('f32', 2, 262144, -10, 10, 21);
-    one('bf16', 1, 65536 + 8, -8, 8, 22);
-    one('f16', 3, 40000, -4, 4, 23);
-    // A slice of -inf throughout (the first eighth of row 0), and -inf scattered in row 1.
-    one('f32', 2, 40000, -4, 4, 24, (x) => {
-      for (let i = 0; i < 5000; i++) x[i] = -Infinity;
-      for (let i = 40000; i < 80000; i += 7) x[i] = -Infinity;
-    });
-    expect(over).toEqual([]);
-  });
-
   test('a fully masked row gives zeros; in place (output is input)', () => {
     const dev = device();
     const [rows, cols] = [3, 40];
@@ -390,17 +338,10 @@ describeValidation('softmax and softcap plans', ({ buf }) => {
   test('kernels, bindings and launches at Metal and CUDA limits', () => {
     const x = buf('f32', 2 * 262144);
     const y = buf('f32', 2 * 262144);
-    // Without clusters (compute capability 8.0): one block of 1024 a row, read twice.
-    const plain = planSoftmax({ input: x, output: y, rows: 2, cols: 262144 }, { ...TARGET_LIMITS.cuda, computeCapability: 80 }).dispatches[0]!;
+    const plain = planSoftmax({ input: x, output: y, rows: 2, cols: 262144 }, TARGET_LIMITS.cuda).dispatches[0]!;
     expect(plain.kernel).toBe('softmax_f32');
     expect(plain.buffers).toEqual([x, y]);
     expect([plain.grid, plain.threads, plain.cuda?.threads]).toEqual([[2, 1, 1], [256, 1, 1], [1024, 1, 1]]);
-    // With them: a cluster of 8 blocks of 1024 a row, 32768 elements each.
-    const cl = planSoftmax({ input: x, output: y, rows: 2, cols: 262144 }, TARGET_LIMITS.cuda).dispatches[0]!;
-    expect([cl.kernel, cl.buffers, cl.grid, cl.threads, cl.threadgroupMemory, cl.cuda]).toEqual(['softmax_cluster_f32', [x, y], [16, 1, 1],
-      [256, 1, 1], [32], { grid: [16, 1, 1], threads: [1024, 1, 1], threadgroupMemory: [144] }]);
-    const cp = wordView(cl.bytes![2] as Uint8Array);
-    expect([cp.u(0), cp.u(1)]).toEqual([262144, 32768]);
     const ext = planSoftmax({ input: x, output: y, rows: 2, cols: 262144, scale: 0.5 }, TARGET_LIMITS.metal).dispatches[0]!;
     expect(ext.kernel).toBe('scale_mask_softmax_f32');
     expect(ext.buffers).toEqual([x, y, x]);

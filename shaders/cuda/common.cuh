@@ -288,42 +288,6 @@ __device__ __forceinline__ float row_max(float v, float* partials) {
     return blockDim.y > 1 ? lanes_max(v, blockDim.x) : block_max(v, partials);
 }
 
-// ---- thread block clusters (sm_90 and later) ----
-//
-// MLXN_CLUSTERS is defined where the target has clusters (compute capability
-// 9.0 and later) and in the CPU simulation (sim_runtime.h defines
-// MLXN_SIM_CLUSTERS and runs a cluster's blocks at once); an entry declared
-// MLXN_CLUSTER_DIMS(n) launches in clusters of n consecutive blocks of x
-// there, and without clusters elsewhere (where the op never plans it).
-#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900) || defined(MLXN_SIM_CLUSTERS)
-#define MLXN_CLUSTERS 1
-#define MLXN_CLUSTER_DIMS(n) __cluster_dims__(n, 1, 1)
-#else
-#define MLXN_CLUSTER_DIMS(n)
-#endif
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// The block's rank in its cluster (%cluster_ctarank).
-__device__ __forceinline__ u32 cluster_rank() {
-    u32 r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-// The cluster's barrier in two halves: every thread of every block of the
-// cluster arrives (its shared-memory writes released), then waits (acquiring
-// the others'); work may stand between the two.
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
-// Two floats of block `rank`'s shared memory, at the offset p has in this block's.
-__device__ __forceinline__ float2 dsmem_load2(const void* p, u32 rank) {
-    u32 remote;
-    float2 v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(static_cast<u32>(__cvta_generic_to_shared(p))), "r"(rank));
-    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
-    return v;
-}
-#endif
-
 // ---- tensor cores and asynchronous copies (sm_80 and later) ----
 
 // 2^x on the special function unit (ex2.approx.ftz: about 2 ulp, subnormal

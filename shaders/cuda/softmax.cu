@@ -423,112 +423,6 @@ __device__ __forceinline__ void softmax_finish(const T* x, const bf16* mask, con
     }
 }
 
-// One row per cluster of SOFTMAX_CLUSTER blocks (softmax_cluster_<t>): block
-// b takes slice b % SOFTMAX_CLUSTER of row b / SOFTMAX_CLUSTER. A thread
-// holds its up to 32 elements of the slice as exp(x - m_t), m_t its own
-// maximum (one exp an element), reduces (m, s) over the block, and puts the
-// block's pair in shared memory after the warps' floats; after the cluster's
-// barrier every warp reads the cluster's 8 pairs (distributed shared memory)
-// and merges them, and each thread scales its held values by exp(m_t - M) /
-// S. The input is read once, each thread reading only the elements it
-// writes, after the barrier, so y may be x (in place). A slice of more
-// vectors than the block holds, or not of whole aligned vectors, is read
-// twice (online sums, then the output). The cluster's second barrier, split
-// around the stores, keeps every block alive until the others have read its
-// pair.
-constexpr u32 SOFTMAX_CLUSTER = 8;
-template <typename T>
-__device__ __forceinline__ void softmax_cluster_row(const T* x, T* y, const SoftmaxClusterParams* p) {
-#ifdef MLXN_CLUSTERS
-    extern __shared__ float partials[];  // [0, 32): one float per warp; [32, 34): the block's (max, sum)
-    constexpr int VEC = VecOf<T>::N;
-    constexpr int CACHE = 32 / VEC;
-    const u32 cols = p->cols, slice = p->slice;
-    const u32 row = blockIdx.x / SOFTMAX_CLUSTER, rank = cluster_rank();
-    const u32 lo = min(cols, rank * slice);
-    const u32 len = min(slice, cols - lo);
-    const T* xs = x + u64(row) * cols + lo;
-    T* ys = y + u64(row) * cols + lo;
-    const u32 tid = threadIdx.x, bs = blockDim.x;
-    const bool vec = len % VEC == 0 && aligned16(xs) && aligned16(ys) && len / VEC <= u32(CACHE) * bs;
-    const u32 nv = vec ? len / VEC : 0u;
-    // m: the thread's maximum; s: its sum of exp(x - m) (0 while m is -inf).
-    float m = neg_inf(), s = 0.0f;
-    float e[CACHE][VEC];
-    if (vec) {
-        const uint4* xv = reinterpret_cast<const uint4*>(xs);
-        uint4 raw[CACHE];
-#pragma unroll
-        for (int c = 0; c < CACHE; ++c) {
-            const u32 vi = tid + u32(c) * bs;
-            if (vi < nv) raw[c] = xv[vi];
-        }
-#pragma unroll
-        for (int c = 0; c < CACHE; ++c) {
-            if (tid + u32(c) * bs < nv) {
-                unpack16<T>(raw[c], e[c]);
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) m = fmaxf(m, e[c][j]);
-            }
-        }
-        const float mt = m == neg_inf() ? 0.0f : m;
-#pragma unroll
-        for (int c = 0; c < CACHE; ++c) {
-            if (tid + u32(c) * bs < nv) {
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) {
-                    e[c][j] = __expf(e[c][j] - mt);
-                    s += e[c][j];
-                }
-            }
-        }
-    } else {
-        for (u32 i = tid; i < len; i += bs) online(to_f(xs[i]), m, s);
-    }
-    const float mb = block_max(m, partials);
-    __syncthreads();
-    const float sb = block_sum(m == neg_inf() ? 0.0f : s * __expf(m - mb), partials);
-    if (tid == 0) {
-        partials[32] = mb;
-        partials[33] = sb;
-    }
-    cluster_arrive();
-    cluster_wait();
-    // Lanes 0-7 of every warp read the 8 pairs; the warp merges them.
-    float mx = neg_inf(), total = 0.0f;
-    if ((tid & 31u) < SOFTMAX_CLUSTER) {
-        const float2 pr = dsmem_load2(partials + 32, tid & 31u);
-        mx = pr.x;
-        total = pr.y;
-    }
-#pragma unroll
-    for (u32 o = SOFTMAX_CLUSTER / 2; o > 0; o >>= 1) {
-        const float mo = __shfl_xor_sync(0xffffffffu, mx, o), so = __shfl_xor_sync(0xffffffffu, total, o);
-        merge_pair(mx, total, mo, so);
-    }
-    mx = __shfl_sync(0xffffffffu, mx, 0);
-    total = __shfl_sync(0xffffffffu, total, 0);
-    cluster_arrive();
-    const bool empty = mx == neg_inf();
-    const float inv = empty ? 0.0f : 1.0f / total;
-    if (vec) {
-        const float f = empty || m == neg_inf() ? 0.0f : __expf(m - mx) * inv;
-#pragma unroll
-        for (int c = 0; c < CACHE; ++c) {
-            const u32 vi = tid + u32(c) * bs;
-            if (vi < nv) {
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) e[c][j] *= f;
-                store_vec(ys + u64(vi) * VEC, e[c]);
-            }
-        }
-    } else {
-        for (u32 i = tid; i < len; i += bs) ys[i] = from_f<T>(empty ? 0.0f : __expf(to_f(xs[i]) - mx) * inv);
-    }
-    cluster_wait();
-#endif
-}
-
 // cap * tanh(x / cap) as the softcap kernels compute it: the division a
 // multiply by 1 / cap; tanh on the special unit for bf16 (its error under
 // half a bf16 ulp), CUDA's accurate tanhf for f16 and f32.
@@ -570,10 +464,6 @@ __device__ __forceinline__ void softcap_vec(const T* x, T* y, const SoftcapParam
 // output), (3) output [rows, cols] (may be input), (4) SoftmaxBlocksParams;
 // the grid and threadgroup memory of softmax_blocks.
 // softcap: buffer(0) input [n], (1) output [n] (may be input), (2) SoftcapParams.
-// softmax_cluster: buffer(0) input [rows, cols], (1) output [rows, cols] (may
-// be input), (2) SoftmaxClusterParams; grid (rows * 8, 1, 1) in clusters of 8
-// (sm_90: compiled in, MLXN_CLUSTER_DIMS), any blockDim.x up to 1024 (one
-// block an SM at most: 64 registers); dynamic shared memory of 34 floats.
 #define SOFTMAX_BOUNDS_f32 __launch_bounds__(1024)
 #define SOFTMAX_BOUNDS_f16 MLXN_MAX_REGS(56)
 #define SOFTMAX_BOUNDS_bf16 MLXN_MAX_REGS(56)
@@ -596,10 +486,6 @@ __device__ __forceinline__ void softcap_vec(const T* x, T* y, const SoftcapParam
     }                                                                                                                   \
     extern "C" __global__ void softcap_##TAG(const T* input, T* output, const SoftcapParams* p) {                       \
         softcap_vec<T>(input, output, p);                                                                               \
-    }                                                                                                                   \
-    extern "C" __global__ void MLXN_CLUSTER_DIMS(8) __launch_bounds__(1024, 1)                                          \
-        softmax_cluster_##TAG(const T* input, T* output, const SoftmaxClusterParams* p) {                               \
-        softmax_cluster_row<T>(input, output, p);                                                                       \
     }
 SOFTMAX_ENTRIES(float, f32)
 SOFTMAX_ENTRIES(__half, f16)

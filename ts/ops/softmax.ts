@@ -4,9 +4,7 @@
 // with scale_mask_softmax in f16 and bf16 and its pad word holding the softcap;
 // and, not in the crate (added in its style), a two-pass form for rows too
 // long or too few to fill the GPU one threadgroup per row, over a scratch
-// buffer the caller gives, and a one-dispatch form of long rows in 8
-// threadgroups a row (a CUDA thread block cluster). Kernels:
-// shaders/softmax.metal and shaders/cuda/softmax.cu.
+// buffer the caller gives. Kernels: shaders/softmax.metal and shaders/cuda/softmax.cu.
 
 import src from '../../shaders/softmax.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/softmax.cu' with { type: 'text' };
@@ -20,7 +18,7 @@ import {
   checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid, like,
 } from '../validate.ts';
 import { dtypeSize } from '../dtype.ts';
-import { CUDA_GRID_MAX, ROW_HELD, roundUp16, rowBlockThreads, rowLaunch, rowThreadgroup, type LaunchLimits } from '../launch.ts';
+import { ROW_HELD, roundUp16, rowBlockThreads, rowLaunch, rowThreadgroup, type LaunchLimits } from '../launch.ts';
 import { record, type OpPlan } from '../plan.ts';
 
 export const SOFTMAX_FAMILY = 'softmax';
@@ -32,7 +30,6 @@ export const SOFTMAX_KERNELS = [
   'softcap_f32', 'softcap_f16', 'softcap_bf16',
   'softmax_blocks_f32', 'softmax_blocks_f16', 'softmax_blocks_bf16',
   'softmax_finish_f32', 'softmax_finish_f16', 'softmax_finish_bf16',
-  'softmax_cluster_f32', 'softmax_cluster_f16', 'softmax_cluster_bf16',
 ] as const;
 /** Threads per row the Metal launch uses at most (mlx-native's). */
 export const SOFTMAX_MAX_THREADS = 256;
@@ -75,14 +72,6 @@ export const SCALE_MASK_SOFTMAX_PARAMS_LAYOUT: readonly ParamField[] = structLay
 export const SOFTCAP_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SoftcapParams');
 /** struct SoftmaxBlocksParams (softmax_blocks_<t> buffer 3, softmax_finish_<t> buffer 4). */
 export const SOFTMAX_BLOCKS_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SoftmaxBlocksParams');
-/** struct SoftmaxClusterParams (softmax_cluster_<t>, buffer 2). */
-export const SOFTMAX_CLUSTER_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SoftmaxClusterParams');
-/** Threadgroups of a row in the cluster form (a CUDA thread block cluster of 8, the portable size). */
-export const SOFTMAX_CLUSTER = 8;
-/** The longest row of the cluster form: 8 blocks of 1024 threads holding 32 elements each. */
-export const SOFTMAX_CLUSTER_MAX_COLS = SOFTMAX_CLUSTER * SOFTMAX_HELD_COLS;
-/** Bytes of the CUDA cluster kernel's dynamic shared memory: 32 warps' floats, then the block's (max, sum). */
-const SOFTMAX_CLUSTER_SHARED = 144;
 
 export interface SoftmaxArgs {
   /** [rows, cols], f32, f16 or bf16 */
@@ -104,8 +93,7 @@ export interface SoftmaxArgs {
    * f32 of softmaxScratchElements(rows, cols): given, rows of more than one
    * slice run in two passes where one threadgroup per row would leave the
    * GPU idle (fewer than SOFTMAX_FILL_ROWS rows) or re-read the row anyway
-   * (cols > SOFTMAX_HELD_COLS), unless the cluster form runs them
-   * (softmaxCluster), which leaves it unused. Not over input, output or the mask.
+   * (cols > SOFTMAX_HELD_COLS). Not over input, output or the mask.
    */
   scratch?: Buffer;
 }
@@ -127,10 +115,6 @@ export function packScaleMaskSoftmaxParams(p: { cols: number; seqQ: number; scal
 }
 export function packSoftcapParams(p: { cap: number; n: number }): Uint8Array {
   return packFields(SOFTCAP_PARAMS_LAYOUT, { cap: p.cap, n_elements: p.n });
-}
-
-export function packSoftmaxClusterParams(p: { cols: number; slice: number }): Uint8Array {
-  return packFields(SOFTMAX_CLUSTER_PARAMS_LAYOUT, { cols: p.cols, slice: p.slice });
 }
 
 export function packSoftmaxBlocksParams(p: { cols: number; seqQ: number; scale: number; softcap: number; slice: number; nBlocks: number }): Uint8Array {
@@ -228,25 +212,6 @@ export function softmaxThreadgroup(cols: number, limits: LaunchLimits): {
   return { threads, sharedBytes, cudaThreads, cudaSharedBytes: roundUp16(Math.ceil(cudaThreads / limits.simdWidth) * 4) };
 }
 
-/**
- * Whether softmax runs its cluster form (softmax_cluster_<t>) for these
- * arguments on a device of these limits: the plain softmax (no scale, cap or
- * mask) of rows longer than one block holds (SOFTMAX_HELD_COLS) up to
- * SOFTMAX_CLUSTER_MAX_COLS, of whole 16-byte vectors, not in place, on CUDA
- * devices with thread block clusters (compute capability 9.0 and later), with
- * or without a scratch (which it leaves unused).
- */
-export function softmaxCluster(a: SoftmaxArgs, limits: Pick<DeviceLimits, 'computeCapability' | 'multiprocessors' | 'simdWidth'>): boolean {
-  return !extended(a) && limits.computeCapability >= 90 && limits.multiprocessors > 0 && limits.simdWidth === 32 &&
-    a.cols > SOFTMAX_HELD_COLS && a.cols <= SOFTMAX_CLUSTER_MAX_COLS && a.cols % (16 / dtypeSize(a.input.dtype)) === 0 &&
-    a.rows * SOFTMAX_CLUSTER <= CUDA_GRID_MAX && a.output.root !== a.input.root;
-}
-
-/** Elements of a threadgroup's slice in the cluster form: cols / 8 rounded up to whole 16-byte vectors. */
-export function softmaxClusterSlice(cols: number, vec: number): number {
-  return Math.ceil(cols / SOFTMAX_CLUSTER / vec) * vec;
-}
-
 /** Whether softmax runs its two-pass form for these arguments (see SoftmaxArgs.scratch). */
 export function softmaxTwoPass(a: Pick<SoftmaxArgs, 'rows' | 'cols' | 'scratch'>): boolean {
   return a.scratch !== undefined && Math.ceil(a.cols / softmaxSlice(a.cols, a.rows)) > 1 && a.rows <= SOFTMAX_TWO_PASS_MAX_ROWS &&
@@ -285,18 +250,6 @@ export function softmaxTwoPass(a: Pick<SoftmaxArgs, 'rows' | 'cols' | 'scratch'>
  * the slice. Both grid (n_blocks, rows, 1) of 256 threads, threadgroup(0)
  * one float per simdgroup. The input is read twice (the second time from L2
  * where it still is): up to 3 * rows * cols * the element size.
- *
- * The cluster form (softmaxCluster: the plain softmax of rows past
- * SOFTMAX_HELD_COLS up to SOFTMAX_CLUSTER_MAX_COLS of whole vectors, not in
- * place, on CUDA devices of compute capability 9.0 and later; taken before
- * the two-pass form, a scratch left unused): softmax_cluster_<dtype> (0
- * input, 1 output, 2 SoftmaxClusterParams (cols, slice)), grid (rows * 8, 1,
- * 1), threadgroup g writing slice g % 8 of row g / 8 (slices of
- * softmaxClusterSlice(cols)); on CUDA a thread block cluster of 8 a row,
- * ceil(slice / 32) threads a block (up to 1024), whose blocks combine their
- * slices' (max, sum) in each other's shared memory: one dispatch, the input
- * read once. The Metal twin, never planned there (Metal has no clusters),
- * computes each threadgroup's row statistics from the whole row.
  */
 export function softmax(enc: Encoder, args: SoftmaxArgs): void {
   record(enc, planSoftmax(args, enc.device.limits, enc.device));
@@ -309,24 +262,6 @@ export function planSoftmax(a: SoftmaxArgs, limits: DeviceLimits, device?: Devic
   const seqQ = a.mask === undefined ? 0 : a.seqQ!;
   const scale = a.scale ?? 1;
   const softcap = a.softcap ?? 0;
-  if (softmaxCluster(a, limits)) {
-    const slice = softmaxClusterSlice(a.cols, 16 / dtypeSize(a.input.dtype));
-    const { threads, sharedBytes } = softmaxThreadgroup(slice, limits);
-    return {
-      family: SOFTMAX_FAMILY,
-      sources: SOFTMAX_SOURCES,
-      kernels: SOFTMAX_KERNELS,
-      dispatches: [{
-        kernel: `softmax_cluster_${a.input.dtype}`,
-        buffers: [a.input, a.output],
-        bytes: [, , packSoftmaxClusterParams({ cols: a.cols, slice })],
-        grid: [a.rows * SOFTMAX_CLUSTER, 1, 1],
-        threads: [threads, 1, 1],
-        threadgroupMemory: [sharedBytes],
-        cuda: { grid: [a.rows * SOFTMAX_CLUSTER, 1, 1], threads: [rowBlockThreads(slice, limits), 1, 1], threadgroupMemory: [SOFTMAX_CLUSTER_SHARED] },
-      }],
-    };
-  }
   if (softmaxTwoPass(a)) {
     const slice = softmaxSlice(a.cols, a.rows);
     const nBlocks = Math.ceil(a.cols / slice);

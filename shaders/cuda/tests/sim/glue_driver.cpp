@@ -164,19 +164,6 @@ void run_two_pass(const char* name, KB blocks, KF finish, SoftmaxCase c) {
   check(label(name, c) + " two passes," + dims(grid, block), d.out(c), d.want, tol_of<T>());
 }
 
-// softmax_cluster_<t>: clusters of 8 blocks a row, slices of ceil(cols / 8)
-// rounded up to whole vectors (the op's), 34 floats of shared memory.
-template <class T, class K>
-void run_cluster(const char* name, K kernel, SoftmaxCase c, u32 threads) {
-  SoftmaxData<T> d(c);
-  constexpr u32 vec = 16 / sizeof(T);
-  const u32 slice = (c.cols + 8 * vec - 1) / (8 * vec) * vec;
-  SoftmaxClusterParams p{c.cols, slice};
-  const SimDim grid{c.rows * 8, 1, 1}, block{threads, 1, 1};
-  sim_launch_cluster(grid, block, 34 * 4, 8, [&] { kernel(d.x.p, d.out(c), &p); });
-  check(label(name, c) + " cluster of 8," + dims(grid, block), d.out(c), d.want, tol_of<T>());
-}
-
 // ---- gelu ----
 
 double gelu_ref(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
@@ -266,19 +253,6 @@ int main() {
     SoftmaxCase c{4, 40000, 0.125f, 30, 2, 1};
     c.slice = 16384;
     run_two_pass<float>("softmax_blocks/finish_f32 (slices of 16384)", softmax_blocks_f32, softmax_finish_f32, c);
-  }
-
-  // The cluster form: held slices (the op's blocks: ceil(slice / 32) threads), a short last slice, slices
-  // past the block's registers and not of whole vectors (read twice), in place.
-  run_cluster<float>("softmax_cluster_f32", softmax_cluster_f32, {2, 40000}, 160);
-  run_cluster<float>("softmax_cluster_f32", softmax_cluster_f32, {1, 40004}, 160);
-  run_cluster<__nv_bfloat16>("softmax_cluster_bf16", softmax_cluster_bf16, {1, 65536}, 256);
-  run_cluster<__half>("softmax_cluster_f16 (past the held)", softmax_cluster_f16, {1, 65536}, 64);
-  run_cluster<float>("softmax_cluster_f32 (scalar)", softmax_cluster_f32, {1, 33001}, 96);
-  {
-    SoftmaxCase c{1, 36000};
-    c.in_place = true;
-    run_cluster<float>("softmax_cluster_f32", softmax_cluster_f32, c, 128);
   }
 
   // gelu_<t>: the vector launch (blocks (T / 2, 2)) and the element launch of the rest.

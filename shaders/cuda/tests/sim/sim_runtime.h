@@ -1,9 +1,7 @@
 // A CPU simulation of the CUDA execution model, to check a kernel's logic
 // (indexing, mma fragment layouts, the cp.async pipeline, barriers) on a
 // machine without a GPU: each CUDA thread a std::thread, blocks one at a
-// time (or the blocks of one thread block cluster at once: sim_launch_cluster,
-// with the cluster's split barrier and reads of another block's shared
-// memory, so a read before the barrier sees garbage), warp collectives (shuffles, ldmatrix, mma.sync m16n8k16) exchanging
+// time, warp collectives (shuffles, ldmatrix, mma.sync m16n8k16) exchanging
 // through per-warp slots between warp barriers, following the PTX ISA's
 // fragment layouts; cp.async copies queued per thread and performed at
 // cp.async.wait_group, so a kernel that reads a stage before waiting for it
@@ -23,7 +21,6 @@
 #ifndef MLXN_SIM_NO_WGMMA
 #define MLXN_SIM_WGMMA 1
 #endif
-#define MLXN_SIM_CLUSTERS 1
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <vector_types.h>
@@ -37,13 +34,11 @@
 #include <vector>
 #include <deque>
 #include <cmath>
-#include <optional>
 
 #undef __device__
 #undef __global__
 #undef __shared__
 #undef __launch_bounds__
-#undef __cluster_dims__
 #undef __forceinline__
 #undef __noinline__
 #define __device__
@@ -52,7 +47,6 @@
 #define __noinline__ __attribute__((noinline))
 #define __shared__ static
 #define __launch_bounds__(...)
-#define __cluster_dims__(...)
 
 struct SimDim { unsigned x = 1, y = 1, z = 1; };
 inline thread_local SimDim threadIdx, blockIdx;
@@ -72,9 +66,7 @@ struct SimBlock {
 // Where dynamic shared memory starts in the window: a multiple of 16 (the
 // kernels' __align__(16)), not of 1024, as when static shared memory comes first.
 constexpr size_t kSimDynOffset = 528;
-// The block of the calling thread (each simulated thread runs in one).
-inline thread_local SimBlock* sim_cur = nullptr;
-#define sim_block (*sim_cur)
+inline SimBlock sim_block;
 
 // Warps are 32 consecutive threads of the block, counted x first, then y, then z.
 inline unsigned sim_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
@@ -429,100 +421,47 @@ inline void fence_proxy_async_smem() {}
 template <int N> inline void acc_fence(float (&)[N]) {}
 template <int N> inline void reg_fence(sim_u32 (&)[N][4]) {}
 
-// A thread block cluster (sm_90): the blocks of one cluster run at once, so
-// that they can wait for each other (barrier.cluster, split into arrive and
-// wait) and read each other's shared memory (mapa / ld.shared::cluster).
-// Clusters are one-dimensional, `size` consecutive blocks of x.
-struct SimCluster {
-  unsigned size = 1;
-  std::vector<SimBlock*> blocks;
-  std::barrier<>* bar = nullptr;
-};
-inline thread_local SimCluster* sim_cl = nullptr;
-inline thread_local std::optional<std::barrier<>::arrival_token> sim_cl_token;
-inline unsigned cluster_rank() { return blockIdx.x % sim_cl->size; }
-inline void cluster_arrive() {
-  if (sim_cl_token) sim_fail("barrier.cluster.arrive twice without a wait");
-  sim_cl_token.emplace(sim_cl->bar->arrive());
-}
-inline void cluster_wait() {
-  if (!sim_cl_token) sim_fail("barrier.cluster.wait without an arrive");
-  sim_cl->bar->wait(std::move(*sim_cl_token));
-  sim_cl_token.reset();
-}
-// Two floats of block `rank`'s shared memory at p's offset in this block's.
-inline float2 dsmem_load2(const void* p, unsigned rank) {
-  const unsigned off = smem_addr(p);
-  if (rank >= sim_cl->size) sim_fail("mapa: a rank outside the cluster");
-  float2 v;
-  std::memcpy(&v, sim_cl->blocks[rank]->shared + off, sizeof(v));
-  return v;
-}
-
-// Runs kernel(args...) over the grid: clusters of `cluster` blocks of x (1:
-// none), one cluster at a time, its blocks at once.
+// Runs kernel(args...) over the grid, blocks one at a time.
 template <class F>
-inline void sim_launch_cluster(SimDim grid, SimDim block, size_t smem, unsigned cluster, F&& kernel) {
-  if (grid.x % cluster != 0) sim_fail("the grid is not whole clusters");
+inline void sim_launch(SimDim grid, SimDim block, size_t smem, F&& kernel) {
   gridDim = grid;
   blockDim = block;
   const unsigned n = block.x * block.y * block.z;
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bc = 0; bc < grid.x; bc += cluster) {
-        std::vector<SimBlock> blks(cluster);
-        std::deque<std::barrier<>> bbs;
-        std::barrier<> cbar(n * cluster);
-        SimCluster cl;
-        cl.size = cluster;
-        cl.bar = &cbar;
-        for (unsigned k = 0; k < cluster; ++k) {
-          SimBlock& b = blks[k];
-          bbs.emplace_back(n);
-          b.block = &bbs.back();
-          for (unsigned w = 0; w < (n + 31) / 32; ++w) b.warps.push_back(new std::barrier<>(std::min(32u, n - 32 * w)));
-          b.slots.assign(((n + 31) / 32) * 32 * 64, 0);
-          b.window.assign(1024 + kSimDynOffset + smem + 16, 0xAB);  // garbage, so unwritten reads show
-          b.shared = b.window.data() + ((1024 - reinterpret_cast<uintptr_t>(b.window.data()) % 1024) % 1024);
-          b.shared_len = kSimDynOffset + smem + 16;
-          b.dyn_bytes = smem;
-          cl.blocks.push_back(&b);
-        }
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        std::barrier<> bb(n);
+        std::vector<std::barrier<>*> ws;
+        for (unsigned w = 0; w < (n + 31) / 32; ++w) ws.push_back(new std::barrier<>(std::min(32u, n - 32 * w)));
+        sim_block.block = &bb;
+        sim_block.warps = ws;
+        sim_block.slots.assign(((n + 31) / 32) * 32 * 64, 0);
+        sim_block.window.assign(1024 + kSimDynOffset + smem + 16, 0xAB);  // garbage, so unwritten reads show
+        sim_block.shared = sim_block.window.data() + ((1024 - reinterpret_cast<uintptr_t>(sim_block.window.data()) % 1024) % 1024);
+        sim_block.shared_len = kSimDynOffset + smem + 16;
+        sim_block.dyn_bytes = smem;
         std::vector<std::thread> ts;
-        for (unsigned k = 0; k < cluster; ++k)
-          for (unsigned t = 0; t < n; ++t) {
-            ts.emplace_back([&, k, t] {
-              sim_cur = &blks[k];
-              sim_cl = &cl;
-              sim_cl_token.reset();
-              threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-              blockIdx = {bc + k, by, bz};
+        for (unsigned t = 0; t < n; ++t) {
+          ts.emplace_back([&, t] {
+            threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+            blockIdx = {bx, by, bz};
+            sim_groups.clear();
+            sim_open.clear();
+            sim_wg_groups.clear();
+            sim_wg_open.clear();
+            sim_wg_fenced = false;
+            kernel();
+            if (!sim_wg_groups.empty() || !sim_wg_open.empty()) sim_fail("wgmma: the kernel ended with wgmma not waited for");
+            if (!sim_groups.empty() || !sim_open.empty()) {
+              // Copies never waited on: a kernel bug unless nothing reads them.
               sim_groups.clear();
               sim_open.clear();
-              sim_wg_groups.clear();
-              sim_wg_open.clear();
-              sim_wg_fenced = false;
-              kernel();
-              if (!sim_wg_groups.empty() || !sim_wg_open.empty()) sim_fail("wgmma: the kernel ended with wgmma not waited for");
-              if (sim_cl_token) sim_fail("barrier.cluster.arrive not waited for at the kernel's end");
-              if (!sim_groups.empty() || !sim_open.empty()) {
-                // Copies never waited on: a kernel bug unless nothing reads them.
-                sim_groups.clear();
-                sim_open.clear();
-              }
-              sim_block.warps[t / 32]->arrive_and_drop();
-              sim_block.block->arrive_and_drop();
-              cl.bar->arrive_and_drop();
-            });
-          }
+            }
+            sim_block.warps[t / 32]->arrive_and_drop();
+            sim_block.block->arrive_and_drop();
+          });
+        }
         for (auto& th : ts) th.join();
-        for (auto& b : blks)
-          for (auto* w : b.warps) delete w;
+        for (auto* w : ws) delete w;
       }
-}
-
-// Runs kernel(args...) over the grid, blocks one at a time.
-template <class F>
-inline void sim_launch(SimDim grid, SimDim block, size_t smem, F&& kernel) {
-  sim_launch_cluster(grid, block, smem, 1, kernel);
 }
