@@ -158,7 +158,7 @@ function launchVariantCases(): Case[] {
     return { name: `${name} [${cuda.grid[0]} x (${cuda.threads[0]}, ${cuda.threads[1]})]`, bytes, record: (e) => record(e, varied) };
   };
   {
-    // rms_norm_per_head [8192, 32, 128] bf16: rows of 4, 8 (planned) and 16 lanes (4, 2, 1 vectors a lane), 256 threads a block.
+    // rms_norm_per_head [8192, 32, 128] bf16: rows of 4 (planned), 8 and 16 lanes (4, 2, 1 vectors a lane), 256 threads a block.
     const [tokens, heads, headDim] = [8192, 32, 128];
     const q = random('bf16', [tokens, heads, headDim]);
     const w = random('bf16', [headDim]);
@@ -190,8 +190,8 @@ function launchVariantCases(): Case[] {
     }
   }
   {
-    // kv_cache_copy_seq bf16 K+V [8192 tok, 8, 256]: 32 steps of 16 bytes a row; 4 steps a thread (8 lanes),
-    // 2 (16 lanes, planned), 1 (32 lanes), 256 threads a block; and 4 steps at a grid of 4 blocks an SM (rows strided).
+    // kv_cache_copy_seq bf16 K+V [8192 tok, 8, 256]: 32 steps of 16 bytes a row; 4 steps a thread (planned, 8 lanes),
+    // 2 (16 lanes), 1 (32 lanes), 256 threads a block; and 4 steps at a grid of 4 blocks an SM (rows strided).
     const [tokens, heads, headDim, capacity] = [8192, 8, 256, 8192];
     const k = random('bf16', [tokens, heads, headDim]);
     const v = random('bf16', [tokens, heads, headDim]);
@@ -205,8 +205,8 @@ function launchVariantCases(): Case[] {
     out.push(variant('kv_cache_copy_seq bf16->bf16 K+V [8192 tok, 8, 256] variant', bytes, plan, { grid: [4 * sms, 1, 1], threads: [8, 32, 1] }));
   }
   {
-    // embedding bf16 [8192 tok, 5376] of 262144: 672 steps a row; 192 lanes (4 steps each), 352 (2, planned), 672 (1),
-    // and 192 at a grid of 4 blocks an SM (rows strided).
+    // embedding bf16 [8192 tok, 5376] of 262144: 672 steps a row; 192 lanes (planned: 4 steps each), 256 (3 or 2), and
+    // the planned block at a grid of 4 blocks an SM (rows strided).
     const [vocab, hidden, tokens] = [262144, 5376, 8192];
     const table = random('bf16', [vocab, hidden]);
     const ids = dev.upload('u32', [tokens], Array.from({ length: tokens }, (_, i) => (i * 2654435761) % vocab));
@@ -214,8 +214,7 @@ function launchVariantCases(): Case[] {
     const plan = planEmbedding({ table, tokenIds: ids, output: y, vocabSize: vocab, hiddenSize: hidden, nTokens: tokens, scale: Math.sqrt(hidden) }, dev.limits, dev);
     const bytes = 2 * tokens * hidden * 2 + 4 * tokens;
     out.push(variant('embedding bf16 [8192 tok, 5376] of 262144 variant', bytes, plan, { grid: [tokens, 1, 1], threads: [192, 1, 1] }));
-    out.push(variant('embedding bf16 [8192 tok, 5376] of 262144 variant', bytes, plan, { grid: [tokens, 1, 1], threads: [352, 1, 1] }));
-    out.push(variant('embedding bf16 [8192 tok, 5376] of 262144 variant', bytes, plan, { grid: [tokens, 1, 1], threads: [672, 1, 1] }));
+    out.push(variant('embedding bf16 [8192 tok, 5376] of 262144 variant', bytes, plan, { grid: [tokens, 1, 1], threads: [256, 1, 1] }));
     out.push(variant('embedding bf16 [8192 tok, 5376] of 262144 variant', bytes, plan, { grid: [4 * sms, 1, 1], threads: [192, 1, 1] }));
   }
   return out;

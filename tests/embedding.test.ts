@@ -53,16 +53,16 @@ describe('embedding param packers and bindings match the .metal declarations', (
     const p = wordView(packEmbedGatherScaleBatchParams({ scale: 0.5, hiddenSize: 4096, nTokens: 7, vocabSize: 151936 }));
     expect([p.bytes, p.f(0), p.u(1), p.u(2), p.u(3)]).toEqual([16, 0.5, 4096, 7, 151936]);
   });
-  test('CUDA launch: copy_rows by rows, X threads a row for 2 steps of 16 bytes a thread, 256 / X rows a block', () => {
-    // 8192 tokens x 5376 bf16: 672 steps a row, 336 threads' worth rounded up to 352: one row a block.
-    expect(rowCopyLaunch(8192, 5376, 8, TARGET_LIMITS.cuda)).toEqual({ grid: [8192, 1, 1], threads: [352, 1, 1] });
-    // One token: one block of 352.
-    expect(rowCopyLaunch(1, 5376, 8, TARGET_LIMITS.cuda)).toEqual({ grid: [1, 1, 1], threads: [352, 1, 1] });
-    // Rows of 32 steps: 16 threads a row, 16 rows a block; rows of one step: 256 rows a block.
-    expect(rowCopyLaunch(64, 256, 8, TARGET_LIMITS.cuda)).toEqual({ grid: [4, 1, 1], threads: [16, 16, 1] });
+  test('CUDA launch: copy_rows by rows, X threads a row for 4 steps of 16 bytes a thread, 256 / X rows a block', () => {
+    // 8192 tokens x 5376 bf16: 672 steps a row, 168 threads' worth rounded up to 192: one row a block.
+    expect(rowCopyLaunch(8192, 5376, 8, TARGET_LIMITS.cuda)).toEqual({ grid: [8192, 1, 1], threads: [192, 1, 1] });
+    // One token: one block of 192.
+    expect(rowCopyLaunch(1, 5376, 8, TARGET_LIMITS.cuda)).toEqual({ grid: [1, 1, 1], threads: [192, 1, 1] });
+    // Rows of 32 steps: 8 threads a row, 32 rows a block; rows of one step: 256 rows a block.
+    expect(rowCopyLaunch(64, 256, 8, TARGET_LIMITS.cuda)).toEqual({ grid: [2, 1, 1], threads: [8, 32, 1] });
     expect(rowCopyLaunch(1000, 3, 8, TARGET_LIMITS.cuda)).toEqual({ grid: [4, 1, 1], threads: [1, 256, 1] });
-    // Rows past 1024 steps: 512 threads, each looping over its steps up to 4 at a time.
-    expect(rowCopyLaunch(3, 16384, 8, TARGET_LIMITS.cuda)).toEqual({ grid: [3, 1, 1], threads: [512, 1, 1] });
+    // Rows past 1024 steps: 256 threads, each looping over its steps 4 at a time.
+    expect(rowCopyLaunch(3, 16384, 8, TARGET_LIMITS.cuda)).toEqual({ grid: [3, 1, 1], threads: [256, 1, 1] });
   });
 });
 

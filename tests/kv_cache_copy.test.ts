@@ -63,10 +63,10 @@ describe('kv_cache_copy bindings match mlx-native', () => {
     }
   });
   test('CUDA launch: copy_rows over (token, head) rows of 16-byte steps', () => {
-    // A prefill of 8192 tokens x 8 heads x 256, bf16: 65536 rows of 32 steps, 16 threads a row (2 steps each), 16 rows a block.
-    expect(rowCopyLaunch(8192 * 8, 256, 8, TARGET_LIMITS.cuda)).toEqual({ grid: [4096, 1, 1], threads: [16, 16, 1] });
+    // A prefill of 8192 tokens x 8 heads x 256, bf16: 65536 rows of 32 steps, 8 threads a row (4 steps each), 32 rows a block.
+    expect(rowCopyLaunch(8192 * 8, 256, 8, TARGET_LIMITS.cuda)).toEqual({ grid: [2048, 1, 1], threads: [8, 32, 1] });
     // One decode token: 8 rows, one block.
-    expect(rowCopyLaunch(8, 256, 8, TARGET_LIMITS.cuda)).toEqual({ grid: [1, 1, 1], threads: [16, 16, 1] });
+    expect(rowCopyLaunch(8, 256, 8, TARGET_LIMITS.cuda)).toEqual({ grid: [1, 1, 1], threads: [8, 32, 1] });
   });
 });
 

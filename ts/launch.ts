@@ -98,22 +98,10 @@ export function rowBlockThreads(n: number, limits: LaunchLimits, held = ROW_HELD
   return Math.min(limits.maxThreadsPerThreadgroup, 1024, Math.max(32, Math.ceil(n / held / 32) * 32));
 }
 
-/** Steps each thread of copy_rows (shaders/cuda/common.cuh) issues before storing them, at most. */
+/** Steps each thread of copy_rows (shaders/cuda/common.cuh) issues before storing them. */
 export const ROW_COPY_STEPS = 4;
-/**
- * Steps a thread of the copy_rows launch takes: 2, half what the kernel
- * holds in flight. A block's bytes, resident until its last step lands, set
- * how long the last blocks of a dispatch run on after the others (the tail):
- * at 4 steps a thread a block of 256 moved 16 KB and the copy kernels ran
- * about 6 us past their bytes at 134 to 176 MB, where the elementwise ones,
- * 4 to 8 KB a block, ran 2 to 3 us past; 2 steps of 1536 threads an SM
- * still keep 48 KB of loads in flight.
- */
-export const ROW_COPY_LAUNCH_STEPS = 2;
-/** Threads per block of the copy_rows launch: rows of up to this many lanes, blocks of at least this many threads when rows are short. */
+/** Threads per block of the copy_rows launch at most. */
 export const ROW_COPY_THREADS = 256;
-/** Lanes of one row at most (a block of one row). */
-const ROW_COPY_MAX_LANES = 512;
 
 /**
  * Elements one step of copy_rows moves from a source of srcBytes per element
@@ -126,18 +114,18 @@ export function rowCopyUnit(srcBytes: number, dstBytes: number): number {
 /**
  * The CUDA launch of a kernel built on copy_rows, for rows rows of len
  * elements moved in steps of `unit`: blockDim (X, Y), Y rows a block and X
- * threads a row, X enough for ROW_COPY_LAUNCH_STEPS steps a thread (a
- * multiple of 32 up to 512, or a power of two below 32: whole rows to a
- * warp; a longer row's threads loop), Y = ROW_COPY_THREADS / X (at least 1);
- * grid ceil(rows / Y) (the kernel strides over rows, so any grid covers them).
+ * threads a row, X enough for ROW_COPY_STEPS steps a thread (a multiple of
+ * 32 up to ROW_COPY_THREADS, or a power of two below 32: whole rows to a
+ * warp), Y = ROW_COPY_THREADS / X; grid ceil(rows / Y) (the kernel strides
+ * over rows, so any grid covers them).
  */
 export function rowCopyLaunch(rows: number, len: number, unit: number, limits: LaunchLimits): {
   grid: [number, number, number]; threads: [number, number, number];
 } {
-  const maxLanes = Math.min(ROW_COPY_MAX_LANES, limits.maxThreadsPerThreadgroup);
-  const want = Math.ceil(Math.ceil(len / unit) / ROW_COPY_LAUNCH_STEPS);
-  const lanes = want >= 32 ? Math.min(maxLanes, Math.ceil(want / 32) * 32) : nextPow2(want);
-  const perBlock = Math.max(1, Math.floor(Math.min(ROW_COPY_THREADS, limits.maxThreadsPerThreadgroup) / lanes));
+  const threads = Math.min(ROW_COPY_THREADS, limits.maxThreadsPerThreadgroup);
+  const want = Math.ceil(Math.ceil(len / unit) / ROW_COPY_STEPS);
+  const lanes = want >= 32 ? Math.min(threads, Math.ceil(want / 32) * 32) : nextPow2(want);
+  const perBlock = Math.max(1, Math.floor(threads / lanes));
   // The kernels stride over rows: a grid past CUDA's limit (2^31 - 1 blocks) is cut to it.
   return { grid: [Math.min(Math.ceil(rows / perBlock), 0x7fff_ffff), 1, 1], threads: [lanes, perBlock, 1] };
 }

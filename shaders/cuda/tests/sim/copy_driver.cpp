@@ -33,12 +33,12 @@ std::string dims(SimDim g, SimDim b) {
   return " grid " + std::to_string(g.x) + " block " + std::to_string(b.x) + "x" + std::to_string(b.y);
 }
 
-// rowCopyLaunch (ts/launch.ts): X threads a row for 2 steps each (a multiple
-// of 32 up to 512, or a power of two below 32), 256 / X rows a block (at least 1).
+// rowCopyLaunch (ts/launch.ts): X threads a row for 4 steps each (a multiple
+// of 32 up to 256, or a power of two below 32), 256 / X rows a block.
 void row_copy_launch(u32 rows, u32 len, u32 unit, SimDim& grid, SimDim& block) {
-  const u32 want = cdiv(cdiv(len, unit), 2);
+  const u32 want = cdiv(cdiv(len, unit), 4);
   u32 lanes = 1;
-  if (want >= 32) lanes = std::min(512u, cdiv(want, 32) * 32);
+  if (want >= 32) lanes = std::min(256u, cdiv(want, 32) * 32);
   else while (lanes < want) lanes *= 2;
   const u32 per = std::max(1u, 256u / lanes);
   grid = {cdiv(rows, per), 1, 1};
