@@ -236,6 +236,12 @@ int main() {
   run_scale_mask<__nv_bfloat16>("scale_mask_softmax_bf16 (16 a thread)", scale_mask_softmax_bf16, {32, 256, 0.125f, 30, 4, 1}, {2, 1, 1}, {16, 16, 1});
   run_scale_mask<float>("scale_mask_softmax_f32 (few rows)", scale_mask_softmax_f32, {4, 8192, 0.0884f, 50, 1, 1}, {4, 1, 1}, {1024, 1, 1});
   run_scale_mask<__half>("scale_mask_softmax_f16 (few rows)", scale_mask_softmax_f16, {2, 8192, 0.5f, 0, 2, 1}, {2, 1, 1}, {1024, 1, 1});
+  // Blocks whose last warp is partial (block_sum / block_max fold the
+  // per-warp values from shared memory there), and rows of 8 heads over a
+  // mask of 6 queries (taken query-major: mask_major_row).
+  run_softmax<float>("softmax_f32 (a partial last warp)", softmax_f32, {3, 2000}, {3, 1, 1}, {100, 1, 1});
+  run_scale_mask<float>("scale_mask_softmax_f32 (a partial last warp)", scale_mask_softmax_f32, {4, 1000, 0.125f, 30, 2, 1}, {4, 1, 1}, {48, 1, 1});
+  run_scale_mask<__nv_bfloat16>("scale_mask_softmax_bf16 (8 heads x 6 queries)", scale_mask_softmax_bf16, {48, 512, 0.125f, 30, 6, 1}, {48, 1, 1}, {64, 1, 1});
   // The two-pass form: slices of 2048, a short last slice, masked slices and rows, in place.
   run_two_pass<float>("softmax_blocks/finish_f32", softmax_blocks_f32, softmax_finish_f32, {2, 6000});
   run_two_pass<float>("softmax_blocks/finish_f32", softmax_blocks_f32, softmax_finish_f32, {4, 6000, 0.125f, 30, 2, 1});
