@@ -220,36 +220,34 @@ __device__ __forceinline__ void warp_fold_down(const WarpLanes& w, F fold) {
 
 // The fold of the block's per-warp values partials[0, nw) with op (id its
 // identity), the same bits in every thread, after the barrier that published
-// them: a full warp folds partials[lane] by xor shuffles, a lane's own value
-// first (op commutes, so every lane ends with the same bits: the tree that
-// pairs i with i + 16, then i + 8, ...); a last, partial warp folds that
-// same tree from shared memory, as it cannot shuffle with lanes it lacks.
-// One shared load a lane instead of nw a thread: a 1024-thread block's
-// fold is 1 load and 10 instructions a warp, not 32 loads and adds.
+// them. In a block of whole warps each warp folds partials[lane] by xor
+// shuffles, a lane's own value first: op commutes, so every lane of every
+// warp ends with the same bits (the tree that pairs i with i + 16, then
+// i + 8, ...): one shared load and ten instructions a warp, where folding
+// the nw values in each thread took nw loads and adds. A block whose last
+// warp is partial (it cannot shuffle with lanes it lacks) has warp 0 fold
+// the same tree and publish it in partials[0] behind a second barrier
+// (warp 0's lanes have all loaded by then: lane 0's value waits on every
+// lane's through the shuffles).
 template <typename Op>
-__device__ __forceinline__ float fold_partials(const WarpLanes& w, const float* partials, float id, Op op) {
+__device__ __forceinline__ float fold_partials(const WarpLanes& w, float* partials, float id, Op op) {
     const u32 nw = (blockDim.x + 31u) >> 5;
     if (nw == 1u) return partials[0];
-    if (w.n == 32u) {
+    const bool whole = (blockDim.x & 31u) == 0u;
+    if (whole || w.warp == 0u) {
         float t = w.lane < nw ? partials[w.lane] : id;
 #pragma unroll
         for (u32 o = 16; o > 0; o >>= 1) t = op(t, __shfl_xor_sync(0xffffffffu, t, o));
-        return t;
+        if (whole) return t;
+        if (w.lane == 0u) partials[0] = t;
     }
-    float t[32];
-#pragma unroll
-    for (u32 i = 0; i < 32u; ++i) t[i] = i < nw ? partials[i] : id;
-#pragma unroll
-    for (u32 o = 16; o > 0; o >>= 1) {
-#pragma unroll
-        for (u32 i = 0; i < o; ++i) t[i] = op(t[i], t[i + o]);
-    }
-    return t[0];
+    __syncthreads();
+    return partials[0];
 }
 
 // Sum over the block, returned to every thread (the same bits in each);
-// partials holds one float per warp and is written once per call. A last,
-// partial warp reduces only its existing lanes.
+// partials holds one float per warp, the call's until the caller's next
+// barrier. A last, partial warp reduces only its existing lanes.
 __device__ __forceinline__ float block_sum(float v, float* partials) {
     const WarpLanes w = warp_lanes();
     warp_fold_down(w, [&](u32 o, bool live) {
