@@ -190,6 +190,19 @@ function launchVariantCases(): Case[] {
     }
   }
   {
+    // Its decode row [32x1, 8192] f32: 1024 threads a row (planned, fewer rows than SMs: 2 vectors each), 512 (4,
+    // the most a thread holds), 256 (the row streamed twice).
+    const [heads, keys] = [32, 8192];
+    const sc = random('f32', [heads, keys]);
+    const mask = dev.upload('bf16', [1, keys], new Array(keys).fill(0));
+    const p = dev.alloc('f32', [heads, keys]);
+    const plan = planSoftmax({ input: sc, output: p, rows: heads, cols: keys, scale: 0.0884, softcap: 50, mask, seqQ: 1 }, dev.limits, dev);
+    for (const t of [1024, 512, 256]) {
+      out.push(variant('softmax f32 scale+softcap+mask [32x1, 8192] (decode) variant', 8 * heads * keys + 2 * keys, plan,
+        { grid: [heads, 1, 1], threads: [t, 1, 1], threadgroupMemory: [Math.ceil(t / 32 / 4) * 16] }));
+    }
+  }
+  {
     // kv_cache_copy_seq bf16 K+V [8192 tok, 8, 256]: 32 steps of 16 bytes a row; 4 steps a thread (planned, 8 lanes),
     // 2 (16 lanes), 1 (32 lanes), 256 threads a block; and 4 steps at a grid of 4 blocks an SM (rows strided).
     const [tokens, heads, headDim, capacity] = [8192, 8, 256, 8192];
