@@ -58,12 +58,14 @@ describe('softmax param packers match the .metal declarations', () => {
     expect(softmaxThreadgroup(2048, TARGET_LIMITS.cuda)).toEqual({ threads: 256, sharedBytes: 32, cudaThreads: 64, cudaSharedBytes: 16 });
     expect(softmaxThreadgroup(262144, TARGET_LIMITS.cuda)).toEqual({ threads: 256, sharedBytes: 32, cudaThreads: 1024, cudaSharedBytes: 128 });
   });
-  test('CUDA one-pass launch: scale_mask_softmax holds 16 elements a thread; fewer rows than SMs take one vector a thread', () => {
+  test('CUDA one-pass launch: scale_mask_softmax holds 16 elements a thread, for few rows too; softmax with fewer rows than SMs takes one vector a thread', () => {
     const c = TARGET_LIMITS.cuda;
     // Causal attention scores, 32 heads x 2048 queries over 2048 keys: 128 threads a row (4 f32 vectors each).
     expect(rowLaunch(65536, 2048, 4, c, c.multiprocessors, SOFTMAX_EXT_HELD)).toEqual({ grid: [65536, 1, 1], threads: [128, 1, 1], threadgroupMemory: [16] });
-    // One decode token's scores, 32 heads over 8192 keys: 1024 threads (2 vectors each).
+    // One decode token's scores, 32 heads over 8192 keys: rowLaunch would spread them to 1024 threads (2 vectors
+    // each); the op's plan keeps 16 elements a thread, 512 threads.
     expect(rowLaunch(32, 8192, 4, c, c.multiprocessors, SOFTMAX_EXT_HELD)).toEqual({ grid: [32, 1, 1], threads: [1024, 1, 1], threadgroupMemory: [128] });
+    // (The op's plans for those rows: the plans' test below.)
     // Rows of up to 512 take lanes at 16 elements each: 256 bf16 in 16 lanes, 16 rows a block.
     expect(rowLaunch(4096, 256, 8, c, c.multiprocessors, SOFTMAX_EXT_HELD)).toEqual({ grid: [256, 1, 1], threads: [16, 16, 1] });
   });
@@ -335,6 +337,13 @@ describeBackends('softcap parity', ({ device }) => {
 });
 
 describeValidation('softmax and softcap plans', ({ buf }) => {
+  test('CUDA, fewer rows than SMs: scale_mask_softmax keeps 16 elements a thread, softmax spreads the row over up to 1024 threads', () => {
+    const scores = buf('f32', 32 * 8192), mask = buf('bf16', 8192);
+    const dec = planSoftmax({ input: scores, output: scores, rows: 32, cols: 8192, scale: 0.0884, softcap: 50, mask, seqQ: 1 }, TARGET_LIMITS.cuda).dispatches[0]!;
+    expect([dec.kernel, dec.cuda]).toEqual(['scale_mask_softmax_f32', { grid: [32, 1, 1], threads: [512, 1, 1], threadgroupMemory: [64] }]);
+    const plain = planSoftmax({ input: scores, output: scores, rows: 32, cols: 8192 }, TARGET_LIMITS.cuda).dispatches[0]!;
+    expect([plain.kernel, plain.cuda]).toEqual(['softmax_f32', { grid: [32, 1, 1], threads: [1024, 1, 1], threadgroupMemory: [128] }]);
+  });
   test('kernels, bindings and launches at Metal and CUDA limits', () => {
     const x = buf('f32', 2 * 262144);
     const y = buf('f32', 2 * 262144);

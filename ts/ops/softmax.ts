@@ -236,8 +236,8 @@ export function softmaxTwoPass(a: Pick<SoftmaxArgs, 'rows' | 'cols' | 'scratch'>
  * (rows, 1, 1) threadgroups of min(256, nextPow2(cols)) threads; the CUDA
  * twin's launch is sized to the row (rowLaunch: rows of up to 32 lanes
  * where cols <= 1024 (512 for scale_mask_softmax), else a block of about
- * cols / 32 threads (cols / 16: SOFTMAX_EXT_HELD), at most 1024; fewer rows
- * than SMs: a block of one 16-byte vector a thread).
+ * cols / 32 threads (cols / 16: SOFTMAX_EXT_HELD), at most 1024; softmax_<t>
+ * with fewer rows than SMs: a block of one 16-byte vector a thread).
  * The bytes that must move: input read and output written once, 2 * rows *
  * cols * the element size (and the mask's rows).
  *
@@ -284,7 +284,12 @@ export function planSoftmax(a: SoftmaxArgs, limits: DeviceLimits, device?: Devic
     };
   }
   const { threads, sharedBytes } = softmaxThreadgroup(a.cols, limits);
-  const cuda = rowLaunch(a.rows, a.cols, 16 / dtypeSize(a.input.dtype), limits, limits.multiprocessors, ext ? SOFTMAX_EXT_HELD : ROW_HELD);
+  // scale_mask_softmax keeps SOFTMAX_EXT_HELD elements a thread for fewer
+  // rows than SMs too (no spread to one vector a thread): its work an element
+  // (the tanh, the mask) outweighs the depth of a thread's loads. H100, one
+  // decode token's [32x1, 8192] scores: 4.76 us at 512 threads, 5.07 at 1024
+  // (bench/results/glue-h100-2026-11-26b.md).
+  const cuda = rowLaunch(a.rows, a.cols, 16 / dtypeSize(a.input.dtype), limits, ext ? 0 : limits.multiprocessors, ext ? SOFTMAX_EXT_HELD : ROW_HELD);
   const launch = {
     grid: [a.rows, 1, 1] as [number, number, number],
     threads: [threads, 1, 1] as [number, number, number],

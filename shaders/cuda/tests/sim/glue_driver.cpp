@@ -230,11 +230,13 @@ int main() {
     run_scale_mask<__nv_bfloat16>("scale_mask_softmax_bf16", scale_mask_softmax_bf16, c, {4, 1, 1}, {64, 1, 1});
   }
   // The op's launches at 16 elements a thread: a block of cols / 16 (4 f32
-  // vectors a thread, causal), rows of 16 lanes, and fewer rows than SMs (one
-  // vector a thread: 2 of 1024 threads).
+  // vectors a thread, causal), rows of 16 lanes, fewer rows than SMs (the op
+  // keeps 16 a thread there too: 512 threads), and 1024 threads (2 vectors a
+  // thread, some held slots empty).
   run_scale_mask<float>("scale_mask_softmax_f32 (16 a thread)", scale_mask_softmax_f32, {8, 2048, 0.0884f, 50, 8, 1}, {8, 1, 1}, {128, 1, 1});
   run_scale_mask<__nv_bfloat16>("scale_mask_softmax_bf16 (16 a thread)", scale_mask_softmax_bf16, {32, 256, 0.125f, 30, 4, 1}, {2, 1, 1}, {16, 16, 1});
-  run_scale_mask<float>("scale_mask_softmax_f32 (few rows)", scale_mask_softmax_f32, {4, 8192, 0.0884f, 50, 1, 1}, {4, 1, 1}, {1024, 1, 1});
+  run_scale_mask<float>("scale_mask_softmax_f32 (few rows)", scale_mask_softmax_f32, {4, 8192, 0.0884f, 50, 1, 1}, {4, 1, 1}, {512, 1, 1});
+  run_scale_mask<float>("scale_mask_softmax_f32 (2 vectors a thread)", scale_mask_softmax_f32, {4, 8192, 0.0884f, 50, 1, 1}, {4, 1, 1}, {1024, 1, 1});
   run_scale_mask<__half>("scale_mask_softmax_f16 (few rows)", scale_mask_softmax_f16, {2, 8192, 0.5f, 0, 2, 1}, {2, 1, 1}, {1024, 1, 1});
   // Blocks whose last warp is partial (block_sum / block_max fold the
   // per-warp values from shared memory there), and rows of 8 heads over a
