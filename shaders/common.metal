@@ -426,10 +426,11 @@ template <> inline void ggml_deq16<GGML_Q6_K>(device const uchar* row, ulong c, 
 // row, f32 products of the f32 dequantized weight; sw[r] is row r's
 // simd_sum, in every lane. With GU the same rows of a second weight u (the
 // up projection of a fused gate/up product) meet the same x values in the
-// same pass, into su.
-template <int F, short R, bool GU>
-static inline void ggml_mv_sums(device const uchar* w, device const uchar* u, device const float* xr, uint N, uint K, uint row0, uint lane,
-                                thread float (&sw)[R], thread float (&su)[R]) {
+// same pass, into su. With SW the x values are silu(xr[i]) * xu[i] (a
+// SwiGLU's gate and up rows, the down projection's input made on the way).
+template <int F, short R, bool GU, bool SW>
+static inline void ggml_mv_sums(device const uchar* w, device const uchar* u, device const float* xr, device const float* xu, uint N, uint K,
+                                uint row0, uint lane, thread float (&sw)[R], thread float (&su)[R]) {
     const ulong rb = ggml_row_bytes(F, K);
     for (short r = 0; r < R; ++r) {
         sw[r] = 0.0f;
@@ -438,7 +439,7 @@ static inline void ggml_mv_sums(device const uchar* w, device const uchar* u, de
     for (uint c = lane; c < K / 16; c += 32) {
         float xv[16];
         for (short j = 0; j < 16; ++j) {
-            xv[j] = xr[c * 16 + j];
+            xv[j] = SW ? silu(xr[c * 16 + j]) * xu[c * 16 + j] : xr[c * 16 + j];
         }
         for (short r = 0; r < R; ++r) {
             const ulong ro = ulong(min(row0 + uint(r), N - 1)) * rb;
@@ -475,7 +476,7 @@ static inline void ggml_mv_rows(device const uchar* w, device const float* xr, d
         return;
     }
     float s[R], unused[R];
-    ggml_mv_sums<F, R, false>(w, w, xr, N, K, row0, lane, s, unused);
+    ggml_mv_sums<F, R, false, false>(w, w, xr, xr, N, K, row0, lane, s, unused);
     for (short r = 0; r < R; ++r) {
         if (lane == 0 && row0 + uint(r) < N) {
             yr[row0 + r] = s[r];
@@ -493,10 +494,27 @@ static inline void ggml_mv_rows_gate_up(device const uchar* g, device const ucha
         return;
     }
     float sg[R], su[R];
-    ggml_mv_sums<F, R, true>(g, u, xr, N, K, row0, lane, sg, su);
+    ggml_mv_sums<F, R, true, false>(g, u, xr, xr, N, K, row0, lane, sg, su);
     for (short r = 0; r < R; ++r) {
         if (lane == 0 && row0 + uint(r) < N) {
             yr[row0 + r] = gate_activation(sg[r], activation) * su[r];
+        }
+    }
+}
+
+// ggml_mv_rows of x = silu(g) * u (g and u K floats each): the down
+// projection of a SwiGLU over its gate and up rows.
+template <int F, short R>
+static inline void ggml_mv_rows_swiglu(device const uchar* w, device const float* g, device const float* u, device float* yr, uint N, uint K,
+                                       uint row0, uint lane) {
+    if (row0 >= N) {
+        return;
+    }
+    float s[R], unused[R];
+    ggml_mv_sums<F, R, false, true>(w, w, g, u, N, K, row0, lane, s, unused);
+    for (short r = 0; r < R; ++r) {
+        if (lane == 0 && row0 + uint(r) < N) {
+            yr[row0 + r] = s[r];
         }
     }
 }

@@ -13,6 +13,10 @@
 //     vector form, act(x W_gate^T) * (x W_up^T) in one pass (bindings 0 gate
 //     weight, 1 x, 2 y, 3 ids, 4 GgmlMatvecIdGateUpParams, 5 up weight), the
 //     vector form's grid.
+//   kernel_mul_mv_id_q4_0_f32_swiglu: the crate's SwiGLU down projection,
+//     Q4_0 experts against silu(gate) * up of each pair's own rows
+//     (bindings 0 weight, 1 gate, 2 up, 3 y, 4 ids, 5 GgmlMatvecIdParams),
+//     the Q4_0 vector form's grid.
 //   kernel_mul_mm_id_<t>_f32: the matrix form over the pairs grouped by
 //     expert (bindings 0 GgmlMatmulIdMm_MmParams, 1 weight, 2 x, 3 offsets,
 //     4 order, 5 y; threadgroup(0) 8192 bytes). Where the crate's 3 and 4 are
@@ -124,6 +128,34 @@ template [[host_name("kernel_mul_mv_id_q8_0_f32_gate_up")]] kernel ggml_mul_mv_i
 template [[host_name("kernel_mul_mv_id_q4_K_f32_gate_up")]] kernel ggml_mul_mv_id_gate_up_q4_K_t ggml_mul_mv_id_gate_up<GGML_Q4_K, 1>;
 template [[host_name("kernel_mul_mv_id_q5_K_f32_gate_up")]] kernel ggml_mul_mv_id_gate_up_q5_K_t ggml_mul_mv_id_gate_up<GGML_Q5_K, 1>;
 template [[host_name("kernel_mul_mv_id_q6_K_f32_gate_up")]] kernel ggml_mul_mv_id_gate_up_q6_K_t ggml_mul_mv_id_gate_up<GGML_Q6_K, 1>;
+
+// ---- mlx-native's kernel_mul_mv_id_q4_0_f32_swiglu ----
+
+// The down projection of a SwiGLU fused with its activation: y[p, n] =
+// W_e[n] . (silu(gate[p]) * up[p]) for pair p, e = ids[p], gate and up one
+// row per pair (mv.ne10 floats apart), Q4_0 experts. The crate's bindings
+// and grid: buffer(0) weight, (1) gate f32 [pairs, K], (2) up f32 [pairs,
+// K], (3) y f32 [pairs, N], (4) ids u32 [pairs], (5) GgmlMatvecIdParams;
+// (ceil(N / 8), pairs, 1) threadgroups of (8, 8, 1), 4 rows a simdgroup.
+kernel void kernel_mul_mv_id_q4_0_f32_swiglu(
+    device const uchar*          src0 [[buffer(0)]],
+    device const float*          gate [[buffer(1)]],
+    device const float*          up   [[buffer(2)]],
+    device float*                dst  [[buffer(3)]],
+    device const uint*           ids  [[buffer(4)]],
+    constant GgmlMatvecIdParams& p    [[buffer(5)]],
+    uint3 tgpig [[threadgroup_position_in_grid]],
+    uint  tiisg [[thread_index_in_simdgroup]],
+    uint  sgitg [[simdgroup_index_in_threadgroup]])
+{
+    uint e, row0;
+    if (!ggml_mv_id_pair<4>(p, ids, dst, tgpig, sgitg, tiisg, e, row0)) {
+        return;
+    }
+    const ulong xo = ulong(tgpig.y) * p.mv.ne10;
+    ggml_mv_rows_swiglu<GGML_Q4_0, 4>(src0 + ulong(e) * p.expert_stride, gate + xo, up + xo, dst + ulong(tgpig.y) * p.mv.ne0,
+                                      uint(p.mv.ne01), uint(p.mv.ne00), row0, tiisg);
+}
 
 // ---- the matrix form: kernel_mul_mm_id_<t>_f32 ----
 

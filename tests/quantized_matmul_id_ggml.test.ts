@@ -28,9 +28,10 @@ import {
 import {
   GGML_MATMUL_ID_MM_PARAMS_LAYOUT, GGML_MATVEC_ID_GATE_UP_PARAMS_LAYOUT, GGML_MATVEC_ID_PARAMS_LAYOUT, ggmlGateUpIdRef, ggmlIdMmCudaLaunch,
   ggmlIdMvCudaLaunch, packGgmlMatmulIdMmParams, packGgmlMatvecIdGateUpParams, packGgmlMatvecIdParams, planQuantizedMatmulIdGgml,
-  planQuantizedMatmulIdGgmlGateUp, planQuantizedMatmulIdGgmlMm, QUANTIZED_MATMUL_ID_GGML_KERNELS, quantizedMatmulIdGgml,
-  quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm, ggmlMatmulIdRef,
+  planQuantizedMatmulIdGgmlGateUp, planQuantizedMatmulIdGgmlMm, planQuantizedMatmulIdSwigluQ4_0, QUANTIZED_MATMUL_ID_GGML_KERNELS,
+  quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm, quantizedMatmulIdSwigluQ4_0, ggmlMatmulIdRef, ggmlSwigluIdRef,
 } from '../ts/ops/quantized_matmul_id_ggml.ts';
+import { siluRef } from '../ts/ops/silu_mul.ts';
 import { GATE_ACTIVATIONS, type GateActivation } from '../ts/expert-products.ts';
 import { gateActivationRef } from '../ts/ops/dense_matmul_id.ts';
 import { structSize } from '../ts/params.ts';
@@ -40,6 +41,14 @@ import { a, buf, F, ggmlBlocks, int, opContract, out, U32, type Case } from './o
 describe('quantized_matmul_id_ggml param packers match the header and the .metal bindings', () => {
   test("GgmlMatvecIdParams (the crate's 12 fields) at buffer(4), GgmlMatmulIdMm_MmParams at buffer(0)", () => {
     for (const k of QUANTIZED_MATMUL_ID_GGML_KERNELS) {
+      if (k.endsWith('_swiglu')) {
+        // The crate's own bindings: 0 weight, 1 gate, 2 up, 3 y, 4 ids, 5 GgmlMatvecIdParams.
+        expect(src).toMatch(new RegExp(`kernel void ${k}\\(\\s*device const uchar\\*\\s+src0\\s+\\[\\[buffer\\(0\\)\\]\\],\\s*` +
+          'device const float\\*\\s+gate\\s+\\[\\[buffer\\(1\\)\\]\\],\\s*device const float\\*\\s+up\\s+\\[\\[buffer\\(2\\)\\]\\],\\s*' +
+          'device float\\*\\s+dst\\s+\\[\\[buffer\\(3\\)\\]\\],\\s*device const uint\\*\\s+ids\\s+\\[\\[buffer\\(4\\)\\]\\],\\s*' +
+          'constant GgmlMatvecIdParams&\\s+p\\s+\\[\\[buffer\\(5\\)\\]\\]'));
+        continue;
+      }
       const re = k.endsWith('_gate_up')
         ? /kernel void ggml_mul_mv_id_gate_up\([^{]*constant GgmlMatvecIdGateUpParams&\s+p\s+\[\[buffer\(4\)\]\],\s*device const uchar\*\s+up\s+\[\[buffer\(5\)\]\]/
         : k.includes('_mv_id_')
@@ -111,6 +120,16 @@ describe('quantized_matmul_id_ggml reference against values by hand', () => {
       expect(r.abs[3]).toBe(1);
     }
   });
+  test('swiglu: each pair\'s own silu(gate) * up against its expert\'s Q4_0 rows; an id past them gives zeros', () => {
+    // Expert 0: d = 0.5, q = 10 (w = 1); expert 1: q = 6 (w = -1). Pair p's gate g_p and up 2 everywhere: y = +-32 silu(g_p) 2.
+    const block = (q: number): number[] => [0x00, 0x38, ...Array<number>(16).fill(q | (q << 4))];
+    const weight = Uint8Array.from([...block(10), ...block(6)]);
+    const gs = [1, -0.5, 3];
+    const gate = gs.flatMap((g) => Array<number>(32).fill(g)), up = Array<number>(96).fill(2);
+    const r = ggmlSwigluIdRef(gate, up, weight, [1, 0, 7], { nTokens: 3, topK: 1, n: 1, k: 32, nExperts: 2, ggmlType: 'Q4_0' });
+    [-64 * siluRef(1), 64 * siluRef(-0.5), 0].forEach((v, i) => expect(r.y[i]!).toBeCloseTo(v, 12));
+    [64 * siluRef(1), 64 * Math.abs(siluRef(-0.5)), 1].forEach((v, i) => expect(r.abs[i]!).toBeCloseTo(v, 12));
+  });
 });
 
 describeValidation('quantized_matmul_id_ggml validation', ({ enc, buf }) => {
@@ -181,6 +200,39 @@ describeValidation('quantized_matmul_id_ggml validation', ({ enc, buf }) => {
     expectInvalid(() => quantizedMatmulIdGgmlGateUp(enc(), { ...base(), upWeight: w.view('u8', [2880]), output: w.view('f32', [30], 2000) } as never),
       'quantized_matmul_id_ggml_gate_up', 'output', 'a buffer other than upWeight', 'a view overlapping upWeight');
   });
+  test('quantized_matmul_id_swiglu_q4_0: the crate\'s rules (Q4_0 alone, gate and up a row per pair) and the family\'s', () => {
+    // Q4_0, 2 tokens x top-3 (6 pairs) of 4 experts of n = 5 rows, k = 64 (2 blocks of 18 bytes a row): 180 bytes an expert.
+    const q = { nTokens: 2, topK: 3, n: 5, k: 64, nExperts: 4, ggmlType: 'Q4_0' };
+    const base = () => ({ gate: buf('f32', 384), up: buf('f32', 384), weight: buf('u8', 720), ids: buf('u32', 6), output: buf('f32', 30), ...q });
+    const cases: Case[] = [
+      [{ ggmlType: 'Q8_0' }, 'ggmlType', 'Q4_0', 'Q8_0'],
+      [{ ggmlType: 'Q4_1' }, 'ggmlType', 'Q4_0', 'Q4_1'],
+      [{ nTokens: 0 }, 'nTokens', 'a positive integer', '0'],
+      [{ k: 0 }, 'k', 'a positive integer', '0'],
+      [{ n: 0 }, 'n', 'a positive integer', '0'],
+      [{ topK: 0 }, 'topK', 'a positive integer', '0'],
+      [{ nExperts: 0 }, 'nExperts', 'a positive integer', '0'],
+      [{ k: 48 }, 'k', "a multiple of Q4_0's block (32)", '48'],
+      [{ expertStride: 179 }, 'expertStride', 'at least the bytes of an expert (180)', '179'],
+      [{ expertStride: 181 }, 'expertStride', "a multiple of Q4_0's row alignment (2)", '181'],
+      [{ gate: buf('bf16', 384) }, 'gate.dtype', 'f32', 'bf16'],
+      [{ up: buf('f16', 384) }, 'up.dtype', 'f32', 'f16'],
+      [{ gate: buf('f32', 383) }, 'gate.elementCount', 'at least 384', '383'],
+      [{ up: buf('f32', 383) }, 'up.elementCount', 'at least 384', '383'],
+      [{ weight: buf('u32', 720) }, 'weight.dtype', 'u8', 'u32'],
+      [{ weight: buf('u8', 719) }, 'weight.byteLength', 'at least 720 (4 experts of 5 rows of 36 bytes of Q4_0, 180 bytes apart)', '719'],
+      [{ ids: buf('i32', 6) }, 'ids.dtype', 'u32', 'i32'],
+      [{ ids: buf('u32', 5) }, 'ids.elementCount', 'at least 6', '5'],
+      [{ output: buf('f32', 29) }, 'output.elementCount', 'at least 30', '29'],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => quantizedMatmulIdSwigluQ4_0(enc(), { ...base(), ...m } as never), 'quantized_matmul_id_swiglu_q4_0', arg, expected, actual);
+    }
+    quantizedMatmulIdSwigluQ4_0(enc(), { ...base(), gate: buf('f32', 400), weight: buf('u8', 800), output: buf('f32', 31) } as never);
+    const g = buf('f32', 1024);
+    expectInvalid(() => quantizedMatmulIdSwigluQ4_0(enc(), { ...base(), gate: g.view('f32', [384]), output: g.view('f32', [30], 1024) } as never),
+      'quantized_matmul_id_swiglu_q4_0', 'output', 'a buffer other than gate', 'a view overlapping gate');
+  });
   test('quantized_matmul_id_ggml_mm: every rule', () => {
     const base = () => ({ input: buf('f32', 512), weight: buf('u8', 2880), offsets: buf('u32', 6), order: buf('u32', 6), output: buf('f32', 30), ...sizes });
     const cases: Case[] = [
@@ -209,8 +261,8 @@ interface Shape {
   pad?: number;
 }
 
-/** The vector form, the matrix form, or the fused gate/up vector form with its activation. */
-type Form = 'vector' | 'matrix' | { gateUp: GateActivation };
+/** The vector form, the matrix form, the fused gate/up vector form with its activation, or the swiglu down projection (Q4_0). */
+type Form = 'vector' | 'matrix' | 'swiglu' | { gateUp: GateActivation };
 
 /**
  * One product on the device against the reference: every expert's weight
@@ -222,7 +274,9 @@ type Form = 'vector' | 'matrix' | { gateUp: GateActivation };
  * layout, a view after the gate's in the same allocation; its bound is the
  * reference's first-order one plus tol sum |x g| sum |x u| (errors of tol
  * times their sums of |x w| in both products, multiplied: what is left where
- * the gate and up sums are both near 0), tol the one it is held to.
+ * the gate and up sums are both near 0), tol the one it is held to. The
+ * swiglu form takes gate and up rows of each pair (gate in [-3, 3]) where
+ * the others take x, up a view after the weight's.
  * Returns the error (Infinity where anything outside the output view was written).
  */
 function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form: Form, seed: number, tol = 0): number {
@@ -238,14 +292,17 @@ function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form
   };
   const w = experts();
   const u = typeof form === 'object' ? experts() : new Uint8Array(0);
-  const x = Float32Array.from(randomArray(r, s.nTokens * k, -1, 1));
+  const swiglu = form === 'swiglu';
+  const xRows = swiglu ? pairs : s.nTokens;
+  const x = Float32Array.from(randomArray(r, xRows * k, swiglu ? -3 : -1, swiglu ? 3 : 1));
+  const xu = swiglu ? Float32Array.from(randomArray(r, pairs * k, -1, 1)) : new Float32Array(0);
   const al = (b: number): number => Math.ceil(b / 16) * 16;
   const xAt = 48;
   const wAt = al(xAt + 4 * x.length) + 32;
   const uAt = wAt + al(w.length) + 16;
-  const root = dev.alloc('u8', [uAt + al(u.length) + 48]);
+  const root = dev.alloc('u8', [uAt + al(Math.max(u.length, 4 * xu.length)) + 48]);
   root.write(Uint8Array.from({ length: root.byteLength }, () => Math.floor(r.uniform(0, 256))));
-  const xv = root.view('f32', [s.nTokens, k], xAt);
+  const xv = root.view('f32', [xRows, k], xAt);
   xv.write(x);
   const wv = root.view('u8', [w.length], wAt);
   wv.write(w);
@@ -255,8 +312,13 @@ function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form
   const idBuf = dev.upload('u32', [pairs], ids);
   const sizes = { nTokens: s.nTokens, topK: s.topK, n: s.n, k, nExperts: s.nExperts, expertStride: s.pad === undefined ? undefined : stride, ggmlType: type };
   const held: Buffer[] = [root, outRoot, idBuf];
-  const want = typeof form === 'object' ? ggmlGateUpIdRef(x, w, u, ids, sizes, form.gateUp) : ggmlMatmulIdRef(x, w, ids, sizes);
-  if (typeof form === 'object') {
+  const want = typeof form === 'object' ? ggmlGateUpIdRef(x, w, u, ids, sizes, form.gateUp)
+    : swiglu ? ggmlSwigluIdRef(x, xu, w, ids, sizes) : ggmlMatmulIdRef(x, w, ids, sizes);
+  if (swiglu) {
+    const upv = root.view('f32', [pairs, k], uAt);
+    upv.write(xu);
+    run(dev, (e) => quantizedMatmulIdSwigluQ4_0(e, { gate: xv, up: upv, weight: wv, ids: idBuf, output, ...sizes }));
+  } else if (typeof form === 'object') {
     const uv = root.view('u8', [u.length], uAt);
     uv.write(u);
     run(dev, (e) => quantizedMatmulIdGgmlGateUp(e, { input: xv, gateWeight: wv, upWeight: uv, ids: idBuf, output, activation: form.gateUp, ...sizes }));
@@ -350,6 +412,27 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
     }, 120_000);
   }
 
+  // The swiglu down projection (Q4_0 only): decode's 8 pairs of top-8 from 5 of 12 experts (n = 9 past a simdgroup's
+  // 4 rows and a threadgroup's 8), several tokens with ids past the experts and experts further apart than their bytes,
+  // a one-row n.
+  const SWIGLU: readonly [Shape, number, boolean][] = [
+    [{ nTokens: 1, topK: 8, n: 9, blocks: 4, nExperts: 12 }, 5, false],
+    [{ nTokens: 3, topK: 2, n: 37, blocks: 1, nExperts: 5, pad: 18 }, 3, true],
+    [{ nTokens: 4, topK: 1, n: 1, blocks: 2, nExperts: 3 }, 3, true],
+  ];
+  test('Q4_0: the swiglu down projection at odd sizes, repeated and empty experts, ids past them, views, a NaN-poisoned output', () => {
+    const dev = device();
+    const over: string[] = [];
+    let seed = 201;
+    for (const [s, used, bad] of SWIGLU) {
+      const k = 32 * s.blocks;
+      const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);
+      const e = product(dev, 'Q4_0', s, ids, 'swiglu', seed++ * 7919 + k);
+      if (!(e <= tolOf('swiglu', k))) over.push(`${JSON.stringify(s)}: ${e}`);
+    }
+    expect(over).toEqual([]);
+  });
+
   test('the plans name the forms and bind the crate\'s slots', () => {
     const dev = device();
     const w = dev.alloc('u8', [4 * 2 * 144]);
@@ -364,10 +447,31 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
     const gu = planQuantizedMatmulIdGgmlGateUp({ ...io, gateWeight: w, upWeight: u, ids: dev.alloc('u32', [4]) }, dev.limits, dev).dispatches[0]!;
     expect([gu.kernel, gu.grid, gu.threads]).toEqual(['kernel_mul_mv_id_q4_K_f32_gate_up', [1, 4, 1], [2, 32, 1]]);
     expect([0, 1, 2, 3, 5].map((i) => gu.buffers?.[i])).toEqual([w, io.input, io.output, expect.anything(), u]);
+    // The crate's swiglu: Q4_0 experts of 2 rows of 2 blocks, gate and up a row per pair; its grid (ceil(n / 8), pairs) of (8, 8).
+    const q = { nTokens: 2, topK: 2, n: 2, k: 64, nExperts: 4, ggmlType: 'Q4_0' as const };
+    const [gate, upRows] = [dev.alloc('f32', [4 * 64]), dev.alloc('f32', [4 * 64])];
+    const sw = planQuantizedMatmulIdSwigluQ4_0({ ...q, gate, up: upRows, weight: dev.alloc('u8', [4 * 72]), ids: dev.alloc('u32', [4]), output: io.output }, dev.limits, dev)
+      .dispatches[0]!;
+    expect([sw.kernel, sw.grid, sw.threads]).toEqual(['kernel_mul_mv_id_q4_0_f32_swiglu', [1, 4, 1], [8, 8, 1]]);
+    expect([1, 2, 3].map((i) => sw.buffers?.[i])).toEqual([gate, upRows, io.output]);
   });
 });
 
 opContract('quantized_matmul_id_ggml', [
+  // The crate's swiglu: Q4_0, 3 tokens x top-2 (6 pairs) of 4 experts of n = 5 rows, k = 64; gate and up a row per pair.
+  {
+    fn: 'quantizedMatmulIdSwigluQ4_0', op: 'quantized_matmul_id_swiglu_q4_0',
+    keys: {
+      gate: buf(F, { freeCount: true }), up: buf(F, { freeCount: true }), weight: buf(['u8'], { freeCount: true }),
+      output: out(F, { freeCount: true }), ids: buf(U32, { table: true, freeCount: true }),
+      nTokens: int, topK: int, n: int, k: int, nExperts: int, expertStride: { kind: 'int?' }, ggmlType: { kind: 'enum', values: GGML_QUANT_TYPES },
+    },
+    make: (d) => ({
+      gate: a(d, 'f32', 6 * 64), up: a(d, 'f32', 6 * 64), weight: a(d, 'u8', 4 * 180), output: a(d, 'f32', 6 * 5), ids: a(d, 'u32', 6),
+      nTokens: 3, topK: 2, n: 5, k: 64, nExperts: 4, ggmlType: 'Q4_0',
+    }),
+    fill: (args) => ggmlBlocks(args.weight as Buffer, args.ggmlType),
+  },
   // The gate/up form at the same shape, gate and up two buffers of 4 experts of 180 bytes.
   {
     fn: 'quantizedMatmulIdGgmlGateUp', op: 'quantized_matmul_id_ggml_gate_up',

@@ -1736,19 +1736,25 @@ __device__ __forceinline__ void gmv_copy(const unsigned char* w, const unsigned 
 }
 
 // x rows (tokens) m0 .. m0 + 7, values k .. k + 15 of token g (clamped to
-// the last row): 8 f16 pairs.
-__device__ __forceinline__ void gmv_x16(const float* x, u64 x_row, u32 tok, u32 k, bool vec, u32 (&p)[8]) {
+// the last row): 8 f16 pairs. SW: the values are silu(x) * xu (xu laid out
+// as x), a SwiGLU's activation made on the way.
+template <bool SW>
+__device__ __forceinline__ void gmv_x16(const float* x, const float* xu, u64 x_row, u32 tok, u32 k, bool vec, u32 (&p)[8]) {
     const float* xr = x + u64(tok) * x_row + k;
+    const float* ur = xu + u64(tok) * x_row + k;
+    auto at = [&](float v, float u) { return SW ? Silu()(v) * u : v; };
     if (vec) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const float4 v = __ldg(reinterpret_cast<const float4*>(xr) + i);
-            p[2 * i] = pack2<ggml_t>(v.x, v.y);
-            p[2 * i + 1] = pack2<ggml_t>(v.z, v.w);
+            float4 u = v;
+            if constexpr (SW) u = __ldg(reinterpret_cast<const float4*>(ur) + i);
+            p[2 * i] = pack2<ggml_t>(at(v.x, u.x), at(v.y, u.y));
+            p[2 * i + 1] = pack2<ggml_t>(at(v.z, u.z), at(v.w, u.w));
         }
     } else {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) p[i] = pack2<ggml_t>(xr[2 * i], xr[2 * i + 1]);
+        for (int i = 0; i < 8; ++i) p[i] = pack2<ggml_t>(at(xr[2 * i], SW ? ur[2 * i] : 0.0f), at(xr[2 * i + 1], SW ? ur[2 * i + 1] : 0.0f));
     }
 }
 
@@ -1758,12 +1764,13 @@ __device__ __forceinline__ void gmv_x16(const float* x, u64 x_row, u32 tok, u32 
 // w[row]. Fused gate/up (GU): tile rows r < 8 are rows row0 + r of w (the
 // gate), rows r >= 8 rows row0 + r - 8 of wb (the up projection, same
 // blocks and rows), y[i * y_row + row0 + r] = act(x_i . w[row0 + r]) * (x_i .
-// wb[row0 + r]) for r < 8 (gate_activation's activation). smem_raw: the
+// wb[row0 + r]) for r < 8 (gate_activation's activation). SW: x's values
+// are silu(x) * xu (gmv_x16), the product otherwise plain. smem_raw: the
 // block's dynamic shared memory, GMV_WARPS x GMV_STAGES x 16 rows x
 // GmvStage<F>::SP, then 4 x 128 floats for the warps' sums.
-template <int F, bool GU>
-__device__ __forceinline__ void gmv_rows(unsigned char* smem_raw, const unsigned char* w, const unsigned char* wb, const float* x, float* y,
-                                         u32 M, u32 N, u32 K, u64 x_row, u64 y_row, u32 row0, u32 activation) {
+template <int F, bool GU, bool SW = false>
+__device__ __forceinline__ void gmv_rows(unsigned char* smem_raw, const unsigned char* w, const unsigned char* wb, const float* x,
+                                         const float* xu, float* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row, u32 row0, u32 activation) {
     constexpr u32 SP = GmvStage<F>::SP;
     constexpr u32 HB = GU ? 0u : 8u;  // the weight row of tile row 8 + g, less row0 + g
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
@@ -1772,7 +1779,7 @@ __device__ __forceinline__ void gmv_rows(unsigned char* smem_raw, const unsigned
     unsigned char* stages = smem_raw + warp * GMV_STAGES * 16u * SP;
     float (*red)[128] = reinterpret_cast<float (*)[128]>(smem_raw + GMV_WARPS * GMV_STAGES * 16u * SP);
     const u32 wins = (K + GMV_WINDOW - 1) / GMV_WINDOW;
-    const bool xvec = aligned16(x) && x_row % 4u == 0;
+    const bool xvec = aligned16(x) && aligned16(xu) && x_row % 4u == 0;
     // The row of each lane's two rows inside a window: its address's offset from 16.
     const u64 wbase = reinterpret_cast<u64>(w), bbase = reinterpret_cast<u64>(wb);
     const bool wvec = ((wbase | bbase) & 15u) == 0;
@@ -1837,7 +1844,7 @@ __device__ __forceinline__ void gmv_rows(unsigned char* smem_raw, const unsigned
                     if (live) {
                         pairs16<F>(wa, h, a0);
                         pairs16<F>(wb, h, a1);
-                        gmv_x16(x, x_row, tok, v0 + 32u * c + 16u * h, xvec, xp);
+                        gmv_x16<SW>(x, xu, x_row, tok, v0 + 32u * c + 16u * h, xvec, xp);
                     } else {
 #pragma unroll
                         for (int j = 0; j < 8; ++j) a0[j] = a1[j] = xp[j] = 0u;
@@ -1885,7 +1892,7 @@ __device__ __forceinline__ void gmv_rows(unsigned char* smem_raw, const unsigned
 template <int F>
 __device__ __forceinline__ void gmv(unsigned char* smem_raw, const unsigned char* w, const float* x, float* y, u32 M, u32 N, u32 K, u64 x_row,
                                     u64 y_row, u32 row0) {
-    gmv_rows<F, false>(smem_raw, w, w, x, y, M, N, K, x_row, y_row, row0, 0u);
+    gmv_rows<F, false>(smem_raw, w, w, x, x, y, M, N, K, x_row, y_row, row0, 0u);
 }
 
 // ---- the matrix engine ----

@@ -7,8 +7,9 @@
 // form kernel_mul_mm_id_<t>_f32 (GgmlMatmulIdMm_MmParams); added in its
 // style, the fused gate/up vector form kernel_mul_mv_id_<t>_f32_gate_up
 // (GgmlMatvecIdGateUpParams: every type, silu or gelu_tanh; the crate has
-// none such, only kernel_mul_mv_id_q4_0_f32_swiglu, Q4_0 and silu alone,
-// with other bindings). Kernels:
+// none such); and the crate's SwiGLU down projection
+// kernel_mul_mv_id_q4_0_f32_swiglu (quantized_matmul_id_swiglu_q4_0: Q4_0
+// experts against silu(gate) * up of each pair's own rows). Kernels:
 // shaders/quantized_matmul_id_ggml.metal and shaders/cuda/quantized_matmul_id_ggml.cu,
 // reading the blocks through the decoders quantized_matmul_ggml reads
 // (the preludes, shaders/common.metal and shaders/cuda/common.cuh).
@@ -57,6 +58,7 @@ import {
 } from './quantized_matmul_ggml.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 import { denseGateUpIdRef, denseMatmulIdRef, type IdRef } from './dense_matmul_id.ts';
+import { siluRef } from './silu_mul.ts';
 
 export const QUANTIZED_MATMUL_ID_GGML_FAMILY = 'quantized_matmul_id_ggml';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -65,7 +67,7 @@ export const QUANTIZED_MATMUL_ID_GGML_KERNELS = [
   'kernel_mul_mv_id_q4_0_f32', 'kernel_mul_mv_id_q8_0_f32', 'kernel_mul_mv_id_q4_K_f32', 'kernel_mul_mv_id_q5_K_f32', 'kernel_mul_mv_id_q6_K_f32',
   'kernel_mul_mm_id_q4_0_f32', 'kernel_mul_mm_id_q8_0_f32', 'kernel_mul_mm_id_q4_K_f32', 'kernel_mul_mm_id_q5_K_f32', 'kernel_mul_mm_id_q6_K_f32',
   'kernel_mul_mv_id_q4_0_f32_gate_up', 'kernel_mul_mv_id_q8_0_f32_gate_up', 'kernel_mul_mv_id_q4_K_f32_gate_up', 'kernel_mul_mv_id_q5_K_f32_gate_up',
-  'kernel_mul_mv_id_q6_K_f32_gate_up',
+  'kernel_mul_mv_id_q6_K_f32_gate_up', 'kernel_mul_mv_id_q4_0_f32_swiglu',
 ] as const;
 const planOf = familyPlans({
   family: QUANTIZED_MATMUL_ID_GGML_FAMILY, sources: QUANTIZED_MATMUL_ID_GGML_SOURCES, kernels: QUANTIZED_MATMUL_ID_GGML_KERNELS,
@@ -175,6 +177,20 @@ export interface QuantizedMatmulIdGgmlMmArgs extends GgmlIdBase {
   order: Buffer;
 }
 
+/** mlx-native's quantized_matmul_id_swiglu_q4_0 arguments (its GgmlQuantizedMatmulIdParams' sizes), ggmlType Q4_0. */
+export interface QuantizedMatmulIdSwigluQ4_0Args extends GgmlIdSizes {
+  /** f32 [nTokens * topK, k] at least: each pair's gate row */
+  gate: Buffer;
+  /** f32 [nTokens * topK, k] at least: each pair's up row */
+  up: Buffer;
+  /** u8: nExperts experts of n rows of k / 32 Q4_0 blocks, expertStride bytes apart, at least */
+  weight: Buffer;
+  /** u32 [nTokens * topK] at least */
+  ids: Buffer;
+  /** f32 [nTokens * topK, n] at least; output */
+  output: Buffer;
+}
+
 export interface QuantizedMatmulIdGgmlGateUpArgs extends GgmlIdIo {
   /** u8: the gate projection's experts, laid out as the vector form's weight */
   gateWeight: Buffer;
@@ -189,7 +205,12 @@ export interface QuantizedMatmulIdGgmlGateUpArgs extends GgmlIdIo {
 /** The weights of a form by argument name: the plain forms' weight, the gate/up form's gateWeight and upWeight. */
 type Weights = readonly (readonly [name: string, buffer: Buffer])[];
 
-function validateBase(op: string, a: GgmlIdIo, form: 'vector' | 'matrix' | 'gateUp', weights: Weights, routing: BufferRule[], device?: Device): void {
+/**
+ * The family's rules for a form. inputs: x (input), or the swiglu form's
+ * gate and up rows, which hold a row per pair (else per token).
+ */
+function validateBase(op: string, a: GgmlIdSizes & { output: Buffer }, form: 'vector' | 'matrix' | 'gateUp' | 'swiglu', inputs: Weights,
+  weights: Weights, routing: BufferRule[], device?: Device): void {
   const matrix = form === 'matrix';
   checkGgmlType(op, 'ggmlType', a.ggmlType);
   for (const arg of ['nTokens', 'k', 'n', 'topK', 'nExperts'] as const) {
@@ -214,11 +235,11 @@ function validateBase(op: string, a: GgmlIdIo, form: 'vector' | 'matrix' | 'gate
   if (launch.grid[0] > CUDA_GRID_MAX) {
     throw invalid(op, 'nTokens * topK', `small enough for ${CUDA_GRID_MAX} CUDA blocks (${matrix ? 'tile slots' : 'pairs'} x blocks of rows)`, pairs);
   }
-  const nx = checkedProduct(op, 'nTokens * k', a.nTokens, a.k);
+  const nx = form === 'swiglu' ? checkedProduct(op, 'nTokens * topK * k', pairs, a.k) : checkedProduct(op, 'nTokens * k', a.nTokens, a.k);
   const ny = checkedProduct(op, 'nTokens * topK * n', pairs, a.n);
   const of = `${a.nExperts} experts of ${a.n} rows of ${ggmlRowBytesOf(a.ggmlType, a.k)} bytes of ${a.ggmlType}, ${stride} bytes apart`;
   const rules: BufferRule[] = [
-    ['input', a.input, 'f32', nx],
+    ...inputs.map(([name, x]): BufferRule => [name, x, 'f32', nx]),
     ...weights.map(([name, w]): BufferRule => [name, w, 'u8', { bytes: nw, of }]),
     ...routing,
     ['output', a.output, 'f32', ny],
@@ -238,13 +259,13 @@ function validateBase(op: string, a: GgmlIdIo, form: 'vector' | 'matrix' | 'gate
  */
 export function validateQuantizedMatmulIdGgml(a: QuantizedMatmulIdGgmlArgs, device?: Device): void {
   const pairs = a.nTokens * a.topK;
-  validateBase('quantized_matmul_id_ggml', a, 'vector', [['weight', a.weight]], [['ids', a.ids, 'u32', Number.isSafeInteger(pairs) ? pairs : 0]], device);
+  validateBase('quantized_matmul_id_ggml', a, 'vector', [['input', a.input]], [['weight', a.weight]], [['ids', a.ids, 'u32', Number.isSafeInteger(pairs) ? pairs : 0]], device);
 }
 
 /** quantizedMatmulIdGgml's rules, with offsets (nExperts + 2) and order (nTokens * topK) u32 in place of ids. */
 export function validateQuantizedMatmulIdGgmlMm(a: QuantizedMatmulIdGgmlMmArgs, device?: Device): void {
   const pairs = a.nTokens * a.topK;
-  validateBase('quantized_matmul_id_ggml_mm', a, 'matrix', [['weight', a.weight]], [
+  validateBase('quantized_matmul_id_ggml_mm', a, 'matrix', [['input', a.input]], [['weight', a.weight]], [
     ['offsets', a.offsets, 'u32', a.nExperts + 2], ['order', a.order, 'u32', Number.isSafeInteger(pairs) ? pairs : 0],
   ], device);
 }
@@ -260,7 +281,22 @@ export function validateQuantizedMatmulIdGgmlGateUp(a: QuantizedMatmulIdGgmlGate
     throw invalid(op, 'activation', "'silu', 'gelu_tanh' or absent", a.activation);
   }
   const pairs = a.nTokens * a.topK;
-  validateBase(op, a, 'gateUp', [['gateWeight', a.gateWeight], ['upWeight', a.upWeight]],
+  validateBase(op, a, 'gateUp', [['input', a.input]], [['gateWeight', a.gateWeight], ['upWeight', a.upWeight]],
+    [['ids', a.ids, 'u32', Number.isSafeInteger(pairs) ? pairs : 0]], device);
+}
+
+/**
+ * mlx-native's rules for quantized_matmul_id_swiglu_q4_0: ggmlType Q4_0;
+ * nTokens, k, n, topK > 0; k a multiple of 32; gate and up at least nTokens
+ * * topK * k floats, the output nTokens * topK * n. With the family's rules
+ * on nExperts, expertStride and the weight (the crate checks no weight
+ * size), dtypes (u32 ids of every pair), the CUDA grid and no aliasing.
+ */
+export function validateQuantizedMatmulIdSwigluQ4_0(a: QuantizedMatmulIdSwigluQ4_0Args, device?: Device): void {
+  const op = 'quantized_matmul_id_swiglu_q4_0';
+  if (a.ggmlType !== 'Q4_0') throw invalid(op, 'ggmlType', 'Q4_0', a.ggmlType);
+  const pairs = a.nTokens * a.topK;
+  validateBase(op, a, 'swiglu', [['gate', a.gate], ['up', a.up]], [['weight', a.weight]],
     [['ids', a.ids, 'u32', Number.isSafeInteger(pairs) ? pairs : 0]], device);
 }
 
@@ -340,6 +376,43 @@ export function planQuantizedMatmulIdGgmlGateUp(a: QuantizedMatmulIdGgmlGateUpAr
 }
 
 /**
+ * quantized_matmul_id_swiglu_q4_0 (mlx-native's): the down projection of
+ * the experts fused with the SwiGLU before it, output[p, j] = sum_k
+ * w_e[j, k] * silu(gate[p, k]) * up[p, k], e = ids[p], w_e expert e's Q4_0
+ * rows: gate and up hold a row per pair (the unfused gate and up products'
+ * outputs), so one dispatch replaces silu_mul and the down product. Zeros
+ * for an id >= nExperts (the crate passes 1 for the params' experts and
+ * reads past them).
+ *
+ * Numerics: silu(gate) * up in f32 (the prelude's silu), then as
+ * quantizedMatmulIdGgml's vector form (Metal f32; CUDA's tensor cores take
+ * it and the weight in f16, summed in f32).
+ *
+ * Rules: validateQuantizedMatmulIdSwigluQ4_0. Kernel:
+ * kernel_mul_mv_id_q4_0_f32_swiglu. Bindings (the crate's): 0 weight, 1
+ * gate, 2 up, 3 output, 4 ids, 5 GgmlMatvecIdParams (the vector form's
+ * fields, ne1 the pairs, ne02 nExperts).
+ * Grid (Metal, the crate's): (ceil(n / 8), pairs, 1) threadgroups of (8, 8,
+ * 1). CUDA: ggmlIdMvCudaLaunch (the vector form's, 16 rows a block).
+ */
+export function quantizedMatmulIdSwigluQ4_0(enc: Encoder, args: QuantizedMatmulIdSwigluQ4_0Args): void {
+  record(enc, planQuantizedMatmulIdSwigluQ4_0(args, enc.device.limits, enc.device));
+}
+
+/** quantizedMatmulIdSwigluQ4_0's plan: validates, then one dispatch (see quantizedMatmulIdSwigluQ4_0). */
+export function planQuantizedMatmulIdSwigluQ4_0(a: QuantizedMatmulIdSwigluQ4_0Args, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateQuantizedMatmulIdSwigluQ4_0(a, device);
+  const pairs = a.nTokens * a.topK;
+  return planOf({
+    kernel: 'kernel_mul_mv_id_q4_0_f32_swiglu',
+    buffers: [a.weight, a.gate, a.up, a.output, a.ids],
+    bytes: [, , , , , packGgmlMatvecIdParams(a)],
+    ...ggmlMvMetalLaunch('Q4_0', pairs, a.n),
+    cuda: ggmlIdMvCudaLaunch('Q4_0', pairs, a.n),
+  });
+}
+
+/**
  * quantized_matmul_id_ggml_mm: quantizedMatmulIdGgml's product in the matrix
  * form, over the pairs grouped by expert (moeDispatchSort of the same ids:
  * offsets and order): tiles of an expert's pairs (x rows gathered through
@@ -404,6 +477,18 @@ export function ggmlMatmulIdRef(x: ArrayLike<number>, weight: Uint8Array, ids: A
 export function ggmlGateUpIdRef(x: ArrayLike<number>, gate: Uint8Array, up: Uint8Array, ids: ArrayLike<number>, s: GgmlIdSizesRef,
   activation: GateActivation): IdRef {
   return denseGateUpIdRef(x, dequantizeExperts(gate, s), dequantizeExperts(up, s), ids, idSizesOf(s), activation);
+}
+
+/**
+ * The SwiGLU down projection: y[p, j] = sum_k w_e[j, k] h[p, k], h[p, k] =
+ * silu(gate[p, k]) * up[p, k] in float64, e = ids[p] (gate and up a row per
+ * pair); zeros for e >= nExperts (abs 1 there), with sum_k |h w| per output.
+ */
+export function ggmlSwigluIdRef(gate: ArrayLike<number>, up: ArrayLike<number>, weight: Uint8Array, ids: ArrayLike<number>,
+  s: GgmlIdSizesRef): IdRef {
+  const h = Float64Array.from(gate, (g, i) => siluRef(g) * up[i]!);
+  const pairs = s.nTokens * s.topK;
+  return denseMatmulIdRef(h, dequantizeExperts(weight, s), ids, { m: pairs, n: s.n, k: s.k, nExpertUsed: 1, numExperts: s.nExperts });
 }
 
 /** Every expert's n rows dequantized in float64, [nExperts, n, k]. */

@@ -16,7 +16,10 @@
 // cores take the weight and x in f16); gate/up: |got - want| over the bound
 // |act'(g)| sum |x g| |u| + |act(g)| sum |x u| + 1e-3 sum |x g| sum |x u| (the
 // first order, and the product of the two sums' errors, which is what is
-// left where g and u are both near 0). run.sh builds and runs it.
+// left where g and u are both near 0). The crate's
+// kernel_mul_mv_id_q4_0_f32_swiglu: Q4_0 experts against silu(gate) * up of
+// each pair's rows, |got - want| / sum |h w| under 1e-3. run.sh builds and
+// runs it.
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include "ggml_blocks.h"
@@ -132,6 +135,47 @@ void run_id(int f, MV mv, MM mm, bool matrix, u32 T, u32 U, u32 N, u32 K, u32 E,
   report(worst <= 1e-3, what, worst, 1e-3);
 }
 
+// The swiglu down projection: P pairs of gate and up rows of K floats (gate in [-3, 3]), Q4_0 experts as run_id's.
+void run_swiglu(u32 P, u32 N, u32 K, u32 E, u32 used, bool bad, u32 pad) {
+  const int f = Q4_0;
+  const u64 rb = u64(K) / 32 * 18, stride = rb * N + pad;
+  Experts ex(f, N, K, E, stride, 0);
+  std::vector<u32> ids(P);
+  std::uniform_int_distribution<u32> pick(0, used - 1);
+  for (u32 p = 0; p < P; ++p) ids[p] = bad && p % 5 == 3 ? E + 7 * p : pick(gen);
+  Arr<u32> idv(P);
+  for (u32 p = 0; p < P; ++p) idv.p[p] = ids[p];
+  Arr<float> g(size_t(P) * K), u(size_t(P) * K), y(size_t(P) * N);
+  g.random(-3, 3);
+  u.random();
+  y.poison();
+  GgmlMatvecIdParams p{{K, N, E, K, 1, N, P, 1, 1}, 1, P, stride};
+  const u32 sp = 16 * ((256 / 32 * 18 + 30 + 15) / 16);
+  sim_launch({P * cdiv(N, 16), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4,
+             [&] { kernel_mul_mv_id_q4_0_f32_swiglu(ex.w, g.p, u.p, y.p, idv.p, &p); });
+  double worst = 0;
+  for (u32 q = 0; q < P; ++q)
+    for (u32 j = 0; j < N; ++j) {
+      double e;
+      if (ids[q] >= E) {
+        e = y.at(size_t(q) * N + j) == 0.0 ? 0.0 : INFINITY;
+      } else {
+        double s = 0, a = 0;
+        for (u32 k = 0; k < K; ++k) {
+          const double gv = g.at(size_t(q) * K + k), h = gv / (1.0 + std::exp(-gv)) * u.at(size_t(q) * K + k);
+          const double pr = h * wat(f, ex.w + ids[q] * stride, rb, j, k);
+          s += pr;
+          a += std::fabs(pr);
+        }
+        e = std::fabs(y.at(size_t(q) * N + j) - s) / a;
+      }
+      if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+    }
+  report(worst <= 1e-3, "swiglu Q4_0 P=" + std::to_string(P) + " N=" + std::to_string(N) + " K=" + std::to_string(K) + " E=" +
+                            std::to_string(E) + (pad ? " stride +" + std::to_string(pad) : "") + (bad ? " bad ids" : ""),
+         worst, 1e-3);
+}
+
 #define ALL_FORMATS(X) X(Q4_0, q4_0) X(Q8_0, q8_0) X(Q4_K, q4_K) X(Q5_K, q5_K) X(Q6_K, q6_K)
 
 int main() {
@@ -157,6 +201,11 @@ int main() {
     }                                                                                                                  \
   }
   ALL_FORMATS(ID)
+  // The crate's swiglu: decode's 8 pairs (repeated experts, N past a block's 16 rows), bad ids with experts off
+  // 16-byte alignment and a partial window, one row.
+  run_swiglu(8, 37, 512, 12, 5, false, 0);
+  run_swiglu(10, 20, 288, 6, 4, true, 18);
+  run_swiglu(3, 1, 64, 3, 3, true, 0);
   std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
   return failures != 0;
 }
