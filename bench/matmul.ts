@@ -32,7 +32,8 @@ import { affineQuantizedMatmul, quantizedMatmulSimd } from '../ts/ops/quantized_
 import { GGML_QUANT_TYPES, ggmlBlockOf, ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId } from '../ts/ops/quantized_matmul_id.ts';
 import { denseGateUpMmId, denseGateUpMvId, denseMmId, denseMvId } from '../ts/ops/dense_matmul_id.ts';
-import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlMm } from '../ts/ops/quantized_matmul_id_ggml.ts';
+import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm } from '../ts/ops/quantized_matmul_id_ggml.ts';
+import { siluMul } from '../ts/ops/silu_mul.ts';
 import { moeDispatchSortRef } from '../ts/ops/moe_dispatch.ts';
 
 const small = process.argv.includes('--small');
@@ -379,14 +380,58 @@ function moeGgml(label: string, type: GgmlQuantType, form: 'vector' | 'matrix', 
   };
 }
 
+/**
+ * The gate/up projection of tokens x topK pairs in the vector form, f32 x:
+ * fused, one quantizedMatmulIdGgmlGateUp (silu); or unfused, what it
+ * replaces: two quantizedMatmulIdGgml products (gate, up) and silu_mul,
+ * timed as one record of three dispatches. Bytes (both rows): the fused
+ * floor, the distinct experts' gate and up blocks read once, x read, y
+ * written (notes/ggml-gate-up-2026-11-26.md).
+ */
+function moeGgmlGateUp(label: string, type: GgmlQuantType, fused: boolean, tokens: number, topK: number, numExperts: number, n: number,
+  k: number): Case {
+  const pairIds = routing(tokens, numExperts, topK, 0x5eed + tokens * 31 + numExperts);
+  const pairs = tokens * topK;
+  const ids = dev.upload('u32', [pairs], pairIds);
+  const distinct = new Set(pairIds).size;
+  const x = random('f32', tokens * k);
+  const gateWeight = ggmlBlocksBuffer(dev, type, (numExperts * n * k) / ggmlBlockOf(type).qk);
+  const upWeight = ggmlBlocksBuffer(dev, type, (numExperts * n * k) / ggmlBlockOf(type).qk);
+  const y = dev.alloc('f32', [pairs * n]);
+  const gate = dev.alloc('f32', [pairs * n]);
+  const up = dev.alloc('f32', [pairs * n]);
+  const sizes = { nTokens: tokens, topK, n, k, nExperts: numExperts, ggmlType: type };
+  return {
+    name: `${label} ${type} ${fused ? 'fused' : 'unfused (gate, up, silu_mul)'} pairs=${pairs} E=${numExperts} distinct=${distinct} n=${n} k=${k}`,
+    flops: 2 * 2 * pairs * n * k,
+    bytes: 2 * distinct * n * ggmlRowBytesOf(type, k) + 4 * (tokens * k + pairs * n),
+    memoryBound: true,
+    record: (e) => {
+      if (fused) {
+        quantizedMatmulIdGgmlGateUp(e, { input: x, gateWeight, upWeight, output: y, ids, ...sizes });
+      } else {
+        quantizedMatmulIdGgml(e, { input: x, weight: gateWeight, output: gate, ids, ...sizes });
+        quantizedMatmulIdGgml(e, { input: x, weight: upWeight, output: up, ids, ...sizes });
+        siluMul(e, { gate, up, output: y });
+      }
+    },
+  };
+}
+
 function moeGgmlCases(): Case[] {
-  if (small) return [moeGgml('small', 'Q4_K', 'vector', 2, 4, 16, 64, 256), moeGgml('small', 'Q4_0', 'matrix', 16, 4, 16, 64, 128)];
+  if (small) {
+    return [moeGgml('small', 'Q4_K', 'vector', 2, 4, 16, 64, 256), moeGgml('small', 'Q4_0', 'matrix', 16, 4, 16, 64, 128),
+      moeGgmlGateUp('small GGUF gate_up', 'Q4_K', true, 1, 4, 16, 64, 256), moeGgmlGateUp('small GGUF gate_up', 'Q4_K', false, 1, 4, 16, 64, 256)];
+  }
   return [
     // The issue's decode shape: 8 tokens x top-8 of 512 experts, hidden 2048, intermediate 512 (gate or up; down).
     moeGgml('8x top-8/512 gate', 'Q4_K', 'vector', 8, 8, 512, 512, 2048),
     moeGgml('8x top-8/512 down', 'Q4_K', 'vector', 8, 8, 512, 2048, 512, true),
     // Qwen3.6-35B-A3B: 256 experts; decode (1 token) and a 512-token prefill.
     moeGgml('Qwen3.6 35B-A3B decode gate', 'Q4_K', 'vector', 1, 8, 256, 512, 2048),
+    // Its gate/up projection fused (one dispatch) beside the unfused pair and silu_mul (three).
+    moeGgmlGateUp('Qwen3.6 35B-A3B decode GGUF gate_up', 'Q4_K', true, 1, 8, 256, 512, 2048),
+    moeGgmlGateUp('Qwen3.6 35B-A3B decode GGUF gate_up', 'Q4_K', false, 1, 8, 256, 512, 2048),
     moeGgml('Qwen3.6 35B-A3B prefill 512 gate', 'Q4_K', 'matrix', 512, 8, 256, 512, 2048),
     moeGgml('Qwen3.6 35B-A3B prefill 512 down', 'Q4_K', 'matrix', 512, 8, 256, 2048, 512, true),
   ];

@@ -420,40 +420,101 @@ template <> inline void ggml_deq16<GGML_Q6_K>(device const uchar* row, ulong c, 
 }
 
 
-// The vector product of weight rows row0 .. row0 + R - 1 (those below N; w
-// N rows of K values in blocks of F) with the K floats at xr, by one
-// simdgroup: lane takes chunks lane, lane + 32, ... of every row, f32
-// products of the f32 dequantized weight, a simd_sum per row; lane 0 writes
-// yr[row0 + r].
+// The dot products of weight rows row0 .. row0 + R - 1 (row0 < N, rows past
+// N clamped to N - 1; w N rows of K values in blocks of F) with the K floats
+// at xr, by one simdgroup: lane takes chunks lane, lane + 32, ... of every
+// row, f32 products of the f32 dequantized weight; sw[r] is row r's
+// simd_sum, in every lane. With GU the same rows of a second weight u (the
+// up projection of a fused gate/up product) meet the same x values in the
+// same pass, into su. With SW the x values are silu(xr[i]) * xu[i] (a
+// SwiGLU's gate and up rows, the down projection's input made on the way).
+template <int F, short R, bool GU, bool SW>
+static inline void ggml_mv_sums(device const uchar* w, device const uchar* u, device const float* xr, device const float* xu, uint N, uint K,
+                                uint row0, uint lane, thread float (&sw)[R], thread float (&su)[R]) {
+    const ulong rb = ggml_row_bytes(F, K);
+    for (short r = 0; r < R; ++r) {
+        sw[r] = 0.0f;
+        su[r] = 0.0f;
+    }
+    for (uint c = lane; c < K / 16; c += 32) {
+        float xv[16];
+        for (short j = 0; j < 16; ++j) {
+            xv[j] = SW ? silu(xr[c * 16 + j]) * xu[c * 16 + j] : xr[c * 16 + j];
+        }
+        for (short r = 0; r < R; ++r) {
+            const ulong ro = ulong(min(row0 + uint(r), N - 1)) * rb;
+            float wv[16];
+            ggml_deq16<F>(w + ro, c, wv);
+            float d = 0.0f;
+            for (short j = 0; j < 16; ++j) {
+                d += wv[j] * xv[j];
+            }
+            sw[r] += d;
+            if (GU) {
+                ggml_deq16<F>(u + ro, c, wv);
+                float e = 0.0f;
+                for (short j = 0; j < 16; ++j) {
+                    e += wv[j] * xv[j];
+                }
+                su[r] += e;
+            }
+        }
+    }
+    for (short r = 0; r < R; ++r) {
+        sw[r] = simd_sum(sw[r]);
+        if (GU) {
+            su[r] = simd_sum(su[r]);
+        }
+    }
+}
+
+// The vector product of weight rows row0 .. row0 + R - 1 (those below N)
+// with the K floats at xr (ggml_mv_sums); lane 0 writes yr[row0 + r].
 template <int F, short R>
 static inline void ggml_mv_rows(device const uchar* w, device const float* xr, device float* yr, uint N, uint K, uint row0, uint lane) {
     if (row0 >= N) {
         return;
     }
-    const ulong rb = ggml_row_bytes(F, K);
-    float acc[R];
+    float s[R], unused[R];
+    ggml_mv_sums<F, R, false, false>(w, w, xr, xr, N, K, row0, lane, s, unused);
     for (short r = 0; r < R; ++r) {
-        acc[r] = 0.0f;
-    }
-    for (uint c = lane; c < K / 16; c += 32) {
-        float xv[16];
-        for (short j = 0; j < 16; ++j) {
-            xv[j] = xr[c * 16 + j];
-        }
-        for (short r = 0; r < R; ++r) {
-            float wv[16];
-            ggml_deq16<F>(w + ulong(min(row0 + uint(r), N - 1)) * rb, c, wv);
-            float d = 0.0f;
-            for (short j = 0; j < 16; ++j) {
-                d += wv[j] * xv[j];
-            }
-            acc[r] += d;
-        }
-    }
-    for (short r = 0; r < R; ++r) {
-        const float s = simd_sum(acc[r]);
         if (lane == 0 && row0 + uint(r) < N) {
-            yr[row0 + r] = s;
+            yr[row0 + r] = s[r];
+        }
+    }
+}
+
+// The fused gate/up form of ggml_mv_rows: yr[row0 + r] = act(x . g[row0 +
+// r]) * (x . u[row0 + r]), g and u of the same shape and blocks,
+// activation as gate_activation's.
+template <int F, short R>
+static inline void ggml_mv_rows_gate_up(device const uchar* g, device const uchar* u, device const float* xr, device float* yr, uint N,
+                                        uint K, uint row0, uint lane, uint activation) {
+    if (row0 >= N) {
+        return;
+    }
+    float sg[R], su[R];
+    ggml_mv_sums<F, R, true, false>(g, u, xr, xr, N, K, row0, lane, sg, su);
+    for (short r = 0; r < R; ++r) {
+        if (lane == 0 && row0 + uint(r) < N) {
+            yr[row0 + r] = gate_activation(sg[r], activation) * su[r];
+        }
+    }
+}
+
+// ggml_mv_rows of x = silu(g) * u (g and u K floats each): the down
+// projection of a SwiGLU over its gate and up rows.
+template <int F, short R>
+static inline void ggml_mv_rows_swiglu(device const uchar* w, device const float* g, device const float* u, device float* yr, uint N, uint K,
+                                       uint row0, uint lane) {
+    if (row0 >= N) {
+        return;
+    }
+    float s[R], unused[R];
+    ggml_mv_sums<F, R, false, true>(w, w, g, u, N, K, row0, lane, s, unused);
+    for (short r = 0; r < R; ++r) {
+        if (lane == 0 && row0 + uint(r) < N) {
+            yr[row0 + r] = s[r];
         }
     }
 }

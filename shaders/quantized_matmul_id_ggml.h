@@ -48,3 +48,14 @@ struct GgmlMatmulIdMm_MmParams {
     short r3;
     uint  _pad1;
 };
+
+// buffer(4) of kernel_mul_mv_id_<type>_f32_gate_up (not in mlx-native): the
+// fused gate/up vector form. `id` is the GgmlMatvecIdParams of both weights
+// (gate at buffer(0), up at buffer(5): one block type, one expert_stride,
+// mv.ne01 rows an expert each), then the gate's activation (0: silu, Qwen3.6;
+// 1: gelu with the tanh approximation, Gemma 4). Pair p's output row is
+// act(x W_gate^T) * (x W_up^T), mv.ne01 values.
+struct GgmlMatvecIdGateUpParams {
+    struct GgmlMatvecIdParams id;
+    uint activation;
+};

@@ -9,6 +9,14 @@
 //   kernel_mul_mv_id_<t>_f32, t = q4_0, q8_0, q4_K, q5_K, q6_K: the vector
 //     form, routed by ids (bindings 0 weight, 1 x, 2 y, 3 ids, 4
 //     GgmlMatvecIdParams), the crate's grid.
+//   kernel_mul_mv_id_<t>_f32_gate_up (not in the crate): the fused gate/up
+//     vector form, act(x W_gate^T) * (x W_up^T) in one pass (bindings 0 gate
+//     weight, 1 x, 2 y, 3 ids, 4 GgmlMatvecIdGateUpParams, 5 up weight), the
+//     vector form's grid.
+//   kernel_mul_mv_id_q4_0_f32_swiglu: the crate's SwiGLU down projection,
+//     Q4_0 experts against silu(gate) * up of each pair's own rows
+//     (bindings 0 weight, 1 gate, 2 up, 3 y, 4 ids, 5 GgmlMatvecIdParams),
+//     the Q4_0 vector form's grid.
 //   kernel_mul_mm_id_<t>_f32: the matrix form over the pairs grouped by
 //     expert (bindings 0 GgmlMatmulIdMm_MmParams, 1 weight, 2 x, 3 offsets,
 //     4 order, 5 y; threadgroup(0) 8192 bytes). Where the crate's 3 and 4 are
@@ -24,6 +32,29 @@
 // (two simdgroups; (8, 8, 1) for Q4_0 and Q8_0 with R = 4 rows a simdgroup,
 // (2, 32, 1) for the K formats with R = 1). Threadgroup (b, p) takes pair p's
 // x row against its expert's rows (2b + sg) R .. + R - 1 (ggml_mv_rows).
+//
+// ggml_mv_id_pair: the expert e and first row row0 of simdgroup sg of
+// threadgroup tg (pair tg.y); false where there is nothing to compute (past
+// the pairs, or an id past the experts, whose R rows of y it zeroes).
+template <short R>
+static inline bool ggml_mv_id_pair(constant GgmlMatvecIdParams& p, device const uint* ids, device float* dst, uint3 tg, uint sg, uint lane,
+                                   thread uint& e, thread uint& row0) {
+    const uint pair = tg.y;
+    if (pair >= uint(p.mv.ne1)) {
+        return false;
+    }
+    const uint N = uint(p.mv.ne01);
+    row0 = (tg.x * 2 + sg) * uint(R);
+    e = ids[pair];
+    if (ulong(e) >= p.mv.ne02) {
+        if (lane < uint(R) && row0 + lane < N) {
+            dst[ulong(pair) * p.mv.ne0 + row0 + lane] = 0.0f;
+        }
+        return false;
+    }
+    return true;
+}
+
 // buffer(0) weight (experts of N rows of blocks), (1) x [n_tokens, K] f32,
 // (2) y [pairs, N] f32, (3) ids u32 [pairs], (4) GgmlMatvecIdParams.
 template <int F, short R>
@@ -37,20 +68,12 @@ kernel void ggml_mul_mv_id(
     uint  tiisg [[thread_index_in_simdgroup]],
     uint  sgitg [[simdgroup_index_in_threadgroup]])
 {
-    const uint pair = tgpig.y;
-    if (pair >= uint(p.mv.ne1)) {
+    uint e, row0;
+    if (!ggml_mv_id_pair<R>(p, ids, dst, tgpig, sgitg, tiisg, e, row0)) {
         return;
     }
-    const uint N = uint(p.mv.ne01), row0 = (tgpig.x * 2 + sgitg) * uint(R);
-    const uint e = ids[pair];
-    device float* yr = dst + ulong(pair) * p.mv.ne0;
-    if (ulong(e) >= p.mv.ne02) {
-        if (tiisg < uint(R) && row0 + tiisg < N) {
-            yr[row0 + tiisg] = 0.0f;
-        }
-        return;
-    }
-    ggml_mv_rows<F, R>(src0 + ulong(e) * p.expert_stride, src1 + ulong(pair / p.top_k) * p.mv.ne10, yr, N, uint(p.mv.ne00), row0, tiisg);
+    ggml_mv_rows<F, R>(src0 + ulong(e) * p.expert_stride, src1 + ulong(tgpig.y / p.top_k) * p.mv.ne10, dst + ulong(tgpig.y) * p.mv.ne0, uint(p.mv.ne01),
+                       uint(p.mv.ne00), row0, tiisg);
 }
 
 typedef decltype(ggml_mul_mv_id<GGML_Q4_0, 4>) ggml_mul_mv_id_q4_0_t;
@@ -63,6 +86,76 @@ template [[host_name("kernel_mul_mv_id_q8_0_f32")]] kernel ggml_mul_mv_id_q8_0_t
 template [[host_name("kernel_mul_mv_id_q4_K_f32")]] kernel ggml_mul_mv_id_q4_K_t ggml_mul_mv_id<GGML_Q4_K, 1>;
 template [[host_name("kernel_mul_mv_id_q5_K_f32")]] kernel ggml_mul_mv_id_q5_K_t ggml_mul_mv_id<GGML_Q5_K, 1>;
 template [[host_name("kernel_mul_mv_id_q6_K_f32")]] kernel ggml_mul_mv_id_q6_K_t ggml_mul_mv_id<GGML_Q6_K, 1>;
+
+// ---- the fused gate/up vector form: kernel_mul_mv_id_<t>_f32_gate_up ----
+
+// Not in mlx-native (its one fused kernel, kernel_mul_mv_id_q4_0_f32_swiglu,
+// is Q4_0 and silu only, with other bindings): y[p, i] = act(x . gate_e[i]) *
+// (x . up_e[i]) for pair p, e = ids[p], over the vector form's grid, each
+// simdgroup reading its R rows of gate and of up in one pass over x
+// (ggml_mv_rows_gate_up). buffer(0) gate weight, (1) x [n_tokens, K] f32,
+// (2) y [pairs, N] f32, (3) ids u32 [pairs], (4) GgmlMatvecIdGateUpParams,
+// (5) up weight (the gate's block type, rows and expert_stride).
+template <int F, short R>
+kernel void ggml_mul_mv_id_gate_up(
+    device const uchar*                gate [[buffer(0)]],
+    device const float*                src1 [[buffer(1)]],
+    device float*                      dst  [[buffer(2)]],
+    device const uint*                 ids  [[buffer(3)]],
+    constant GgmlMatvecIdGateUpParams& p    [[buffer(4)]],
+    device const uchar*                up   [[buffer(5)]],
+    uint3 tgpig [[threadgroup_position_in_grid]],
+    uint  tiisg [[thread_index_in_simdgroup]],
+    uint  sgitg [[simdgroup_index_in_threadgroup]])
+{
+    uint e, row0;
+    if (!ggml_mv_id_pair<R>(p.id, ids, dst, tgpig, sgitg, tiisg, e, row0)) {
+        return;
+    }
+    const ulong off = ulong(e) * p.id.expert_stride;
+    ggml_mv_rows_gate_up<F, R>(gate + off, up + off, src1 + ulong(tgpig.y / p.id.top_k) * p.id.mv.ne10, dst + ulong(tgpig.y) * p.id.mv.ne0,
+                               uint(p.id.mv.ne01),
+                               uint(p.id.mv.ne00), row0, tiisg, p.activation);
+}
+
+typedef decltype(ggml_mul_mv_id_gate_up<GGML_Q4_0, 4>) ggml_mul_mv_id_gate_up_q4_0_t;
+typedef decltype(ggml_mul_mv_id_gate_up<GGML_Q8_0, 4>) ggml_mul_mv_id_gate_up_q8_0_t;
+typedef decltype(ggml_mul_mv_id_gate_up<GGML_Q4_K, 1>) ggml_mul_mv_id_gate_up_q4_K_t;
+typedef decltype(ggml_mul_mv_id_gate_up<GGML_Q5_K, 1>) ggml_mul_mv_id_gate_up_q5_K_t;
+typedef decltype(ggml_mul_mv_id_gate_up<GGML_Q6_K, 1>) ggml_mul_mv_id_gate_up_q6_K_t;
+template [[host_name("kernel_mul_mv_id_q4_0_f32_gate_up")]] kernel ggml_mul_mv_id_gate_up_q4_0_t ggml_mul_mv_id_gate_up<GGML_Q4_0, 4>;
+template [[host_name("kernel_mul_mv_id_q8_0_f32_gate_up")]] kernel ggml_mul_mv_id_gate_up_q8_0_t ggml_mul_mv_id_gate_up<GGML_Q8_0, 4>;
+template [[host_name("kernel_mul_mv_id_q4_K_f32_gate_up")]] kernel ggml_mul_mv_id_gate_up_q4_K_t ggml_mul_mv_id_gate_up<GGML_Q4_K, 1>;
+template [[host_name("kernel_mul_mv_id_q5_K_f32_gate_up")]] kernel ggml_mul_mv_id_gate_up_q5_K_t ggml_mul_mv_id_gate_up<GGML_Q5_K, 1>;
+template [[host_name("kernel_mul_mv_id_q6_K_f32_gate_up")]] kernel ggml_mul_mv_id_gate_up_q6_K_t ggml_mul_mv_id_gate_up<GGML_Q6_K, 1>;
+
+// ---- mlx-native's kernel_mul_mv_id_q4_0_f32_swiglu ----
+
+// The down projection of a SwiGLU fused with its activation: y[p, n] =
+// W_e[n] . (silu(gate[p]) * up[p]) for pair p, e = ids[p], gate and up one
+// row per pair (mv.ne10 floats apart), Q4_0 experts. The crate's bindings
+// and grid: buffer(0) weight, (1) gate f32 [pairs, K], (2) up f32 [pairs,
+// K], (3) y f32 [pairs, N], (4) ids u32 [pairs], (5) GgmlMatvecIdParams;
+// (ceil(N / 8), pairs, 1) threadgroups of (8, 8, 1), 4 rows a simdgroup.
+kernel void kernel_mul_mv_id_q4_0_f32_swiglu(
+    device const uchar*          src0 [[buffer(0)]],
+    device const float*          gate [[buffer(1)]],
+    device const float*          up   [[buffer(2)]],
+    device float*                dst  [[buffer(3)]],
+    device const uint*           ids  [[buffer(4)]],
+    constant GgmlMatvecIdParams& p    [[buffer(5)]],
+    uint3 tgpig [[threadgroup_position_in_grid]],
+    uint  tiisg [[thread_index_in_simdgroup]],
+    uint  sgitg [[simdgroup_index_in_threadgroup]])
+{
+    uint e, row0;
+    if (!ggml_mv_id_pair<4>(p, ids, dst, tgpig, sgitg, tiisg, e, row0)) {
+        return;
+    }
+    const ulong xo = ulong(tgpig.y) * p.mv.ne10;
+    ggml_mv_rows_swiglu<GGML_Q4_0, 4>(src0 + ulong(e) * p.expert_stride, gate + xo, up + xo, dst + ulong(tgpig.y) * p.mv.ne0,
+                                      uint(p.mv.ne01), uint(p.mv.ne00), row0, tiisg);
+}
 
 // ---- the matrix form: kernel_mul_mm_id_<t>_f32 ----
 

@@ -24,9 +24,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Device } from '../ts/index.ts';
 import { GgufFile, type GgufValue } from '../ts/weights/index.ts';
-import { Checkpoint, ggufConfig, loadModel, modelConfig, readConfigFile, type LoadOptions } from '../ts/models/index.ts';
-import { ggmlQuantize } from '../ts/ops/quantized_matmul_ggml.ts';
-import { describeBackends, expectInvalid, expectInvalidParts, rng } from './helpers.ts';
+import {
+  Checkpoint, ggufConfig, loadModel, modelConfig, readConfigFile, routedExperts, Scratch, type ExpertWeights, type LoadOptions,
+  type ProductPrecision, type RoutedExperts,
+} from '../ts/models/index.ts';
+import type { GateActivation } from '../ts/expert-products.ts';
+import { geluTanhMul } from '../ts/ops/gelu.ts';
+import { ggmlQuantize, ggmlRowBytesOf, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
+import { quantizedMatmulIdGgml } from '../ts/ops/quantized_matmul_id_ggml.ts';
+import { siluMul } from '../ts/ops/silu_mul.ts';
+import { describeBackends, expectInvalid, expectInvalidParts, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
 import { ggufCheckpoint, llamaCppMetadata, tinyConfig, writeTinyCheckpoint, type TinyArch } from './model-checkpoints.ts';
 import { relL2 } from './model-fixtures.ts';
 import { gemmaReference, qwenReference, type ReferenceRun } from './model-reference.ts';
@@ -346,4 +353,49 @@ describeBackends('models on GGUF checkpoints against float64 references', ({ dev
       ck.release();
     }
   }, 120_000);
+});
+
+describeBackends('routed GGUF experts', ({ device }) => {
+  // Decode and 'exact' prompts take the fused gate/up vector product where gate and up share a block type (routing,
+  // gate/up, down: 3 dispatches), else the two products and the activation (5); 'fast' prompts past 8 tokens the two
+  // matrix products over moe_dispatch_sort (6; their values are the model tests'). The vector paths' values: the
+  // unfused vector composition written out here, on the same ids (Metal's kernels sum the same f32 products in the
+  // same order, fused or not; CUDA's activation may differ from silu_mul's / gelu_tanh_mul's by an ulp, which the
+  // down product carries: f16's tolerance there).
+  test('the fused gate/up product at decode and exact prompts, the unfused forms elsewhere; the values of the composition', () => {
+    const d = device(), r = rng(43);
+    const E = 6, H = 256, I = 64, topK = 2;
+    const experts = (type: GgmlQuantType, n: number, k: number): Extract<ExpertWeights, { kind: 'ggml' }> => {
+      const q = ggmlQuantize(type, randomArray(r, E * n * k, -1, 1), E * n, k);
+      return { kind: 'ggml', weight: d.upload('u8', [q.length], q), expertRows: n, ggmlType: type, rowBytes: ggmlRowBytesOf(type, k) };
+    };
+    const gate = experts('Q4_K', I, H), upK = experts('Q4_K', I, H), up5 = experts('Q5_K', I, H), down = experts('Q4_0', H, I);
+    using perExpertScale = d.upload('f32', [E], Array<number>(E).fill(1));
+    const cases: [tokens: number, precision: ProductPrecision, up: typeof upK, act: GateActivation, dispatches: number][] = [
+      [1, 'fast', upK, 'silu', 3], [3, 'exact', upK, 'gelu_tanh', 3], [12, 'exact', upK, 'silu', 3],
+      [1, 'fast', up5, 'gelu_tanh', 5], [12, 'fast', upK, 'silu', 6],
+    ];
+    for (const [tokens, precision, up, act, dispatches] of cases) {
+      const ex: RoutedExperts = { gate, up, down, numExperts: E, intermediate: I, hidden: H, act, dtype: 'f32', perExpertScale };
+      using s = new Scratch(d);
+      using x = d.upload('f32', [tokens, H], randomArray(r, tokens * H, -1, 1));
+      using logits = d.upload('f32', [tokens, E], randomArray(r, tokens * E, -2, 2));
+      using enc = d.encoder();
+      const before = enc.dispatchCount;
+      const { outputs } = routedExperts(enc, s, ex, x, logits, tokens, topK, precision);
+      expect(enc.dispatchCount - before).toBe(dispatches);
+      if (precision === 'fast' && tokens > 8) continue;
+      const pairs = tokens * topK;
+      const ids = s.get('moe.ids', 'u32', [tokens, topK]);
+      const [g, u, h, y] = ['g', 'u', 'h', 'y'].map((n) => s.get(`want.${n}`, 'f32', [pairs, n === 'y' ? H : I]));
+      const sizes = (w: typeof gate, n: number, k: number) => ({ weight: w.weight, n, k, nExperts: E, ggmlType: w.ggmlType });
+      quantizedMatmulIdGgml(enc, { input: x, output: g!, nTokens: tokens, topK, ids, ...sizes(gate, I, H) });
+      quantizedMatmulIdGgml(enc, { input: x, output: u!, nTokens: tokens, topK, ids, ...sizes(up, I, H) });
+      (act === 'silu' ? siluMul : geluTanhMul)(enc, { gate: g!, up: u!, output: h! });
+      quantizedMatmulIdGgml(enc, { input: h!, output: y!, nTokens: pairs, topK: 1, ids: ids.view('u32', [pairs, 1], 0), ...sizes(down, H, I) });
+      enc.commitAndWait();
+      expect(maxRelErr(outputs.readNumbers(), y!.readNumbers())).toBeLessThanOrEqual(d.backend === 'cuda' ? TOL.f16 : TOL.f32);
+    }
+    for (const w of [gate, upK, up5, down]) w.weight.release();
+  });
 });

@@ -1,15 +1,16 @@
 // quantized_matmul_id_ggml: the param packers against the header and the
 // .metal bindings, the launches, the reference against values by hand, every
-// validation rule of both ops, and parity against the float64
+// validation rule of the three ops, and parity against the float64
 // dequantize-then-multiply reference on every backend: Q4_0, Q8_0, Q4_K,
-// Q5_K and Q6_K, the vector form (routed by ids) and the matrix form (after
-// moe_dispatch_sort of the same ids, in the same encoder), one token and
-// many, odd n (1, 7, 33, 37, 70, 130: under and past a simdgroup's, a
-// threadgroup's and the tiles' rows), experts that get no pair, ids past the
-// experts (rows of zeros), a down projection over pairs (topK 1), experts
-// further apart than their bytes (expertStride, not a multiple of 16), and
-// the input and the weight as views inside one larger allocation with
-// garbage around them, the output a NaN-poisoned view.
+// Q5_K and Q6_K, the vector form (routed by ids), the matrix form (after
+// moe_dispatch_sort of the same ids, in the same encoder) and the fused
+// gate/up vector form (silu and gelu_tanh), one token and many, odd n (1, 7,
+// 9, 33, 37, 70, 130: under and past a simdgroup's, a threadgroup's and the
+// tiles' rows), experts that get several pairs and experts that get none,
+// ids past the experts (rows of zeros), a down projection over pairs (topK
+// 1), experts further apart than their bytes (expertStride, not a multiple
+// of 16), and the input and the weights as views inside one larger
+// allocation with garbage around them, the output a NaN-poisoned view.
 //
 // Error measure: |got - want| / sum_k |x w| per output (w dequantized in
 // float64), as tests/quantized_matmul_ggml.test.ts, with its tolerances:
@@ -25,10 +26,14 @@ import {
   GGML_QUANT_TYPES, ggmlBlockOf, ggmlMvCudaSharedBytes, ggmlRowBytesOf, type GgmlQuantType, ggmlQuantize,
 } from '../ts/ops/quantized_matmul_ggml.ts';
 import {
-  GGML_MATMUL_ID_MM_PARAMS_LAYOUT, GGML_MATVEC_ID_PARAMS_LAYOUT, ggmlIdMmCudaLaunch, ggmlIdMvCudaLaunch, packGgmlMatmulIdMmParams,
-  packGgmlMatvecIdParams, planQuantizedMatmulIdGgml, planQuantizedMatmulIdGgmlMm, QUANTIZED_MATMUL_ID_GGML_KERNELS, quantizedMatmulIdGgml,
-  quantizedMatmulIdGgmlMm, ggmlMatmulIdRef,
+  GGML_MATMUL_ID_MM_PARAMS_LAYOUT, GGML_MATVEC_ID_GATE_UP_PARAMS_LAYOUT, GGML_MATVEC_ID_PARAMS_LAYOUT, ggmlGateUpIdRef, ggmlIdMmCudaLaunch,
+  ggmlIdMvCudaLaunch, packGgmlMatmulIdMmParams, packGgmlMatvecIdGateUpParams, packGgmlMatvecIdParams, planQuantizedMatmulIdGgml,
+  planQuantizedMatmulIdGgmlGateUp, planQuantizedMatmulIdGgmlMm, planQuantizedMatmulIdSwigluQ4_0, QUANTIZED_MATMUL_ID_GGML_KERNELS,
+  quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm, quantizedMatmulIdSwigluQ4_0, ggmlMatmulIdRef, ggmlSwigluIdRef,
 } from '../ts/ops/quantized_matmul_id_ggml.ts';
+import { siluRef } from '../ts/ops/silu_mul.ts';
+import { GATE_ACTIVATIONS, type GateActivation } from '../ts/expert-products.ts';
+import { gateActivationRef } from '../ts/ops/dense_matmul_id.ts';
 import { structSize } from '../ts/params.ts';
 import { describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, run, TARGET_LIMITS } from './helpers.ts';
 import { a, buf, F, ggmlBlocks, int, opContract, out, U32, type Case } from './op-contract.ts';
@@ -36,9 +41,19 @@ import { a, buf, F, ggmlBlocks, int, opContract, out, U32, type Case } from './o
 describe('quantized_matmul_id_ggml param packers match the header and the .metal bindings', () => {
   test("GgmlMatvecIdParams (the crate's 12 fields) at buffer(4), GgmlMatmulIdMm_MmParams at buffer(0)", () => {
     for (const k of QUANTIZED_MATMUL_ID_GGML_KERNELS) {
-      const re = k.includes('_mv_id_')
-        ? /kernel void ggml_mul_mv_id\([^{]*constant GgmlMatvecIdParams&\s+p\s+\[\[buffer\(4\)\]\]/
-        : /kernel void ggml_mul_mm_id\([^{]*constant GgmlMatmulIdMm_MmParams&\s+args\s+\[\[buffer\(0\)\]\]/;
+      if (k.endsWith('_swiglu')) {
+        // The crate's own bindings: 0 weight, 1 gate, 2 up, 3 y, 4 ids, 5 GgmlMatvecIdParams.
+        expect(src).toMatch(new RegExp(`kernel void ${k}\\(\\s*device const uchar\\*\\s+src0\\s+\\[\\[buffer\\(0\\)\\]\\],\\s*` +
+          'device const float\\*\\s+gate\\s+\\[\\[buffer\\(1\\)\\]\\],\\s*device const float\\*\\s+up\\s+\\[\\[buffer\\(2\\)\\]\\],\\s*' +
+          'device float\\*\\s+dst\\s+\\[\\[buffer\\(3\\)\\]\\],\\s*device const uint\\*\\s+ids\\s+\\[\\[buffer\\(4\\)\\]\\],\\s*' +
+          'constant GgmlMatvecIdParams&\\s+p\\s+\\[\\[buffer\\(5\\)\\]\\]'));
+        continue;
+      }
+      const re = k.endsWith('_gate_up')
+        ? /kernel void ggml_mul_mv_id_gate_up\([^{]*constant GgmlMatvecIdGateUpParams&\s+p\s+\[\[buffer\(4\)\]\],\s*device const uchar\*\s+up\s+\[\[buffer\(5\)\]\]/
+        : k.includes('_mv_id_')
+          ? /kernel void ggml_mul_mv_id\([^{]*constant GgmlMatvecIdParams&\s+p\s+\[\[buffer\(4\)\]\]/
+          : /kernel void ggml_mul_mm_id\([^{]*constant GgmlMatmulIdMm_MmParams&\s+args\s+\[\[buffer\(0\)\]\]/;
       expect(src).toMatch(re);
       expect(src).toContain(`[[host_name("${k}")]]`);
     }
@@ -52,6 +67,12 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     expect([56, 60, 64, 68].map((o) => v.getUint32(o, true))).toEqual([1, 1, 2, 3]);
     expect(u64(72)).toBe(720);
     expect(Number(new DataView(packGgmlMatvecIdParams({ ...s, expertStride: 1000 }).buffer).getBigUint64(72, true))).toBe(1000);
+    // The gate/up params: the same 80 bytes, then activation (0 silu, 1 gelu_tanh), padded to 88.
+    expect(structSize(GGML_MATVEC_ID_GATE_UP_PARAMS_LAYOUT)).toBe(88);
+    const gu = packGgmlMatvecIdGateUpParams({ ...s, activation: 'gelu_tanh' });
+    expect(gu.subarray(0, 80)).toEqual(packGgmlMatvecIdParams(s));
+    expect(new DataView(gu.buffer).getUint32(80, true)).toBe(1);
+    expect(new DataView(packGgmlMatvecIdGateUpParams(s).buffer).getUint32(80, true)).toBe(0);
     const m = new DataView(packGgmlMatmulIdMmParams(s).buffer);
     // ne00, ne02; nb01, nb02; ne11; nb10, nb11, nb12; ne20, ne21, ne0, ne1; r2, r3.
     expect([m.getInt32(0, true), m.getInt32(4, true)]).toEqual([256, 7]);
@@ -65,6 +86,9 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     // Qwen3.6-35B-A3B decode, 8 tokens x top-8: gate (k = 2048, n = 512) and down (k = 512, n = 2048).
     expect(ggmlIdMvCudaLaunch('Q4_K', 64, 512)).toEqual({ grid: [64 * 32, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes('Q4_K') } });
     expect(ggmlIdMvCudaLaunch('Q6_K', 64, 2048).grid[0]).toBe(64 * 128);
+    // The gate/up form: 8 output rows a block (their gate and up rows the engine's 16), the same shared memory.
+    expect(ggmlIdMvCudaLaunch('Q4_K', 8, 512, true)).toEqual({ grid: [8 * 64, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes('Q4_K') } });
+    expect(ggmlIdMvCudaLaunch('Q4_0', 3, 9, true).grid[0]).toBe(3 * 2);
     // 512 tokens x top-8 of 256 experts: 4096 / 64 + 257 slots x 4 column tiles of 128.
     expect(ggmlIdMmCudaLaunch(4096, 512, 256)).toEqual({ grid: [321 * 4, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 30720 } });
     for (const t of GGML_QUANT_TYPES) expect(ggmlMvCudaSharedBytes(t)).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);
@@ -80,6 +104,31 @@ describe('quantized_matmul_id_ggml reference against values by hand', () => {
     const r = ggmlMatmulIdRef(x, weight, [1, 0, 9, 0], { nTokens: 2, topK: 2, n: 1, k: 32, nExperts: 2, ggmlType: 'Q8_0' });
     expect(Array.from(r.y)).toEqual([-32, 32, 0, 64]);
     expect(Array.from(r.abs)).toEqual([32, 32, 1, 64]);
+  });
+  test('gate/up: act(x . gate) * (x . up) of each pair\'s expert; an id past them gives zeros', () => {
+    // Expert 0: gate w = 1, up w = -1; expert 1: gate w = -1, up w = 1 (d = 0.5 with q = +-2). x = 0.25 / 0.125 per token.
+    const block = (q: number): number[] => [0x00, 0x38, ...Array<number>(32).fill(q & 0xff)];
+    const gate = Uint8Array.from([...block(2), ...block(-2)]);
+    const up = Uint8Array.from([...block(-2), ...block(2)]);
+    const x = Array.from({ length: 64 }, (_, i) => (i < 32 ? 0.25 : 0.125));
+    const sizes = { nTokens: 2, topK: 2, n: 1, k: 32, nExperts: 2, ggmlType: 'Q8_0' as const };
+    for (const act of GATE_ACTIVATIONS) {
+      const r = ggmlGateUpIdRef(x, gate, up, [0, 1, 1, 5], sizes, act);
+      // Token 0 (dots +-8): expert 0 act(8) * -8, expert 1 act(-8) * 8; token 1 (dots +-4): expert 1 act(-4) * 4; then zeros.
+      const f = (g: number): number => gateActivationRef(g, act);
+      expect(Array.from(r.y)).toEqual([f(8) * -8, f(-8) * 8, f(-4) * 4, 0]);
+      expect(r.abs[3]).toBe(1);
+    }
+  });
+  test('swiglu: each pair\'s own silu(gate) * up against its expert\'s Q4_0 rows; an id past them gives zeros', () => {
+    // Expert 0: d = 0.5, q = 10 (w = 1); expert 1: q = 6 (w = -1). Pair p's gate g_p and up 2 everywhere: y = +-32 silu(g_p) 2.
+    const block = (q: number): number[] => [0x00, 0x38, ...Array<number>(16).fill(q | (q << 4))];
+    const weight = Uint8Array.from([...block(10), ...block(6)]);
+    const gs = [1, -0.5, 3];
+    const gate = gs.flatMap((g) => Array<number>(32).fill(g)), up = Array<number>(96).fill(2);
+    const r = ggmlSwigluIdRef(gate, up, weight, [1, 0, 7], { nTokens: 3, topK: 1, n: 1, k: 32, nExperts: 2, ggmlType: 'Q4_0' });
+    [-64 * siluRef(1), 64 * siluRef(-0.5), 0].forEach((v, i) => expect(r.y[i]!).toBeCloseTo(v, 12));
+    [64 * siluRef(1), 64 * Math.abs(siluRef(-0.5)), 1].forEach((v, i) => expect(r.abs[i]!).toBeCloseTo(v, 12));
   });
 });
 
@@ -124,6 +173,66 @@ describeValidation('quantized_matmul_id_ggml validation', ({ enc, buf }) => {
     expectInvalid(() => quantizedMatmulIdGgml(enc(), { ...base(), input: x.view('f32', [512]), output: x.view('f32', [30], 1024) } as never),
       'quantized_matmul_id_ggml', 'output', 'a buffer other than input', 'a view overlapping input');
   });
+  test('quantized_matmul_id_ggml_gate_up: every rule, each weight held to the weight\'s', () => {
+    const base = () => ({
+      input: buf('f32', 512), gateWeight: buf('u8', 2880), upWeight: buf('u8', 2880), ids: buf('u32', 6), output: buf('f32', 30), ...sizes,
+    });
+    const cases: Case[] = [
+      [{ activation: 'gelu' }, 'activation', "'silu', 'gelu_tanh' or absent", 'gelu'],
+      [{ ids: buf('i32', 6) }, 'ids.dtype', 'u32', 'i32'],
+      [{ ids: buf('u32', 5) }, 'ids.elementCount', 'at least 6', '5'],
+    ];
+    for (const [m, arg, expected, actual] of common()) {
+      if ('weight' in m) {
+        for (const w of ['gateWeight', 'upWeight']) cases.push([{ [w]: m.weight }, arg.replace('weight', w), expected, actual]);
+      } else {
+        cases.push([m, arg.replace(/^weight\./, 'gateWeight.'), expected, actual]);
+      }
+    }
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => quantizedMatmulIdGgmlGateUp(enc(), { ...base(), ...m } as never), 'quantized_matmul_id_ggml_gate_up', arg, expected, actual);
+    }
+    // Larger buffers are taken; gate and up may be views of one buffer (a fused gate_up tensor), the output not.
+    quantizedMatmulIdGgmlGateUp(enc(), { ...base(), gateWeight: buf('u8', 3000), upWeight: buf('u8', 2900), activation: 'gelu_tanh' } as never);
+    // A fused [4, 2 x 5 rows] gate_up tensor: experts 1440 bytes apart, the up view 720 bytes in.
+    const w = buf('u8', 4 * 1440);
+    quantizedMatmulIdGgmlGateUp(enc(), { ...base(), gateWeight: w.view('u8', [5040]), upWeight: w.view('u8', [5040], 720), expertStride: 1440 } as never);
+    expectInvalid(() => quantizedMatmulIdGgmlGateUp(enc(), { ...base(), upWeight: w.view('u8', [2880]), output: w.view('f32', [30], 2000) } as never),
+      'quantized_matmul_id_ggml_gate_up', 'output', 'a buffer other than upWeight', 'a view overlapping upWeight');
+  });
+  test('quantized_matmul_id_swiglu_q4_0: the crate\'s rules (Q4_0 alone, gate and up a row per pair) and the family\'s', () => {
+    // Q4_0, 2 tokens x top-3 (6 pairs) of 4 experts of n = 5 rows, k = 64 (2 blocks of 18 bytes a row): 180 bytes an expert.
+    const q = { nTokens: 2, topK: 3, n: 5, k: 64, nExperts: 4, ggmlType: 'Q4_0' };
+    const base = () => ({ gate: buf('f32', 384), up: buf('f32', 384), weight: buf('u8', 720), ids: buf('u32', 6), output: buf('f32', 30), ...q });
+    const cases: Case[] = [
+      [{ ggmlType: 'Q8_0' }, 'ggmlType', 'Q4_0', 'Q8_0'],
+      [{ ggmlType: 'Q4_1' }, 'ggmlType', 'Q4_0', 'Q4_1'],
+      [{ nTokens: 0 }, 'nTokens', 'a positive integer', '0'],
+      [{ k: 0 }, 'k', 'a positive integer', '0'],
+      [{ n: 0 }, 'n', 'a positive integer', '0'],
+      [{ topK: 0 }, 'topK', 'a positive integer', '0'],
+      [{ nExperts: 0 }, 'nExperts', 'a positive integer', '0'],
+      [{ k: 48 }, 'k', "a multiple of Q4_0's block (32)", '48'],
+      [{ expertStride: 179 }, 'expertStride', 'at least the bytes of an expert (180)', '179'],
+      [{ expertStride: 181 }, 'expertStride', "a multiple of Q4_0's row alignment (2)", '181'],
+      [{ gate: buf('bf16', 384) }, 'gate.dtype', 'f32', 'bf16'],
+      [{ up: buf('f16', 384) }, 'up.dtype', 'f32', 'f16'],
+      [{ gate: buf('f32', 383) }, 'gate.elementCount', 'at least 384', '383'],
+      [{ up: buf('f32', 383) }, 'up.elementCount', 'at least 384', '383'],
+      [{ weight: buf('u32', 720) }, 'weight.dtype', 'u8', 'u32'],
+      [{ weight: buf('u8', 719) }, 'weight.byteLength', 'at least 720 (4 experts of 5 rows of 36 bytes of Q4_0, 180 bytes apart)', '719'],
+      [{ ids: buf('i32', 6) }, 'ids.dtype', 'u32', 'i32'],
+      [{ ids: buf('u32', 5) }, 'ids.elementCount', 'at least 6', '5'],
+      [{ output: buf('f32', 29) }, 'output.elementCount', 'at least 30', '29'],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => quantizedMatmulIdSwigluQ4_0(enc(), { ...base(), ...m } as never), 'quantized_matmul_id_swiglu_q4_0', arg, expected, actual);
+    }
+    quantizedMatmulIdSwigluQ4_0(enc(), { ...base(), gate: buf('f32', 400), weight: buf('u8', 800), output: buf('f32', 31) } as never);
+    const g = buf('f32', 1024);
+    expectInvalid(() => quantizedMatmulIdSwigluQ4_0(enc(), { ...base(), gate: g.view('f32', [384]), output: g.view('f32', [30], 1024) } as never),
+      'quantized_matmul_id_swiglu_q4_0', 'output', 'a buffer other than gate', 'a view overlapping gate');
+  });
   test('quantized_matmul_id_ggml_mm: every rule', () => {
     const base = () => ({ input: buf('f32', 512), weight: buf('u8', 2880), offsets: buf('u32', 6), order: buf('u32', 6), output: buf('f32', 30), ...sizes });
     const cases: Case[] = [
@@ -152,29 +261,48 @@ interface Shape {
   pad?: number;
 }
 
+/** The vector form, the matrix form, the fused gate/up vector form with its activation, or the swiglu down projection (Q4_0). */
+type Form = 'vector' | 'matrix' | 'swiglu' | { gateUp: GateActivation };
+
 /**
  * One product on the device against the reference: every expert's weight
  * quantized from random values (garbage in the pad between experts), x
  * random; x and the weight as views at non-zero offsets of one u8 allocation
  * with garbage around them, the output a NaN-poisoned view of another. The
  * matrix form runs moe_dispatch_sort of the ids first, in the same encoder.
+ * The gate/up form takes a second weight (the up projection) of the same
+ * layout, a view after the gate's in the same allocation; its bound is the
+ * reference's first-order one plus tol sum |x g| sum |x u| (errors of tol
+ * times their sums of |x w| in both products, multiplied: what is left where
+ * the gate and up sums are both near 0), tol the one it is held to. The
+ * swiglu form takes gate and up rows of each pair (gate in [-3, 3]) where
+ * the others take x, up a view after the weight's.
  * Returns the error (Infinity where anything outside the output view was written).
  */
-function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form: 'vector' | 'matrix', seed: number): number {
+function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form: Form, seed: number, tol = 0): number {
   const r = rng(seed);
   const k = ggmlBlockOf(type).qk * s.blocks;
   const pairs = s.nTokens * s.topK;
   const expertBytes = s.n * ggmlRowBytesOf(type, k);
   const stride = expertBytes + (s.pad === undefined ? 0 : s.pad + (type === 'Q4_K' || type === 'Q5_K' ? 2 : 0));
-  const w = Uint8Array.from({ length: (s.nExperts - 1) * stride + expertBytes }, () => Math.floor(r.uniform(0, 256)));
-  for (let e = 0; e < s.nExperts; e++) w.set(ggmlQuantize(type, randomArray(r, s.n * k, -1, 1), s.n, k), e * stride);
-  const x = Float32Array.from(randomArray(r, s.nTokens * k, -1, 1));
+  const experts = (): Uint8Array => {
+    const w = Uint8Array.from({ length: (s.nExperts - 1) * stride + expertBytes }, () => Math.floor(r.uniform(0, 256)));
+    for (let e = 0; e < s.nExperts; e++) w.set(ggmlQuantize(type, randomArray(r, s.n * k, -1, 1), s.n, k), e * stride);
+    return w;
+  };
+  const w = experts();
+  const u = typeof form === 'object' ? experts() : new Uint8Array(0);
+  const swiglu = form === 'swiglu';
+  const xRows = swiglu ? pairs : s.nTokens;
+  const x = Float32Array.from(randomArray(r, xRows * k, swiglu ? -3 : -1, swiglu ? 3 : 1));
+  const xu = swiglu ? Float32Array.from(randomArray(r, pairs * k, -1, 1)) : new Float32Array(0);
   const al = (b: number): number => Math.ceil(b / 16) * 16;
   const xAt = 48;
   const wAt = al(xAt + 4 * x.length) + 32;
-  const root = dev.alloc('u8', [wAt + al(w.length) + 48]);
+  const uAt = wAt + al(w.length) + 16;
+  const root = dev.alloc('u8', [uAt + al(Math.max(u.length, 4 * xu.length)) + 48]);
   root.write(Uint8Array.from({ length: root.byteLength }, () => Math.floor(r.uniform(0, 256))));
-  const xv = root.view('f32', [s.nTokens, k], xAt);
+  const xv = root.view('f32', [xRows, k], xAt);
   xv.write(x);
   const wv = root.view('u8', [w.length], wAt);
   wv.write(w);
@@ -184,7 +312,17 @@ function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form
   const idBuf = dev.upload('u32', [pairs], ids);
   const sizes = { nTokens: s.nTokens, topK: s.topK, n: s.n, k, nExperts: s.nExperts, expertStride: s.pad === undefined ? undefined : stride, ggmlType: type };
   const held: Buffer[] = [root, outRoot, idBuf];
-  if (form === 'vector') {
+  const want = typeof form === 'object' ? ggmlGateUpIdRef(x, w, u, ids, sizes, form.gateUp)
+    : swiglu ? ggmlSwigluIdRef(x, xu, w, ids, sizes) : ggmlMatmulIdRef(x, w, ids, sizes);
+  if (swiglu) {
+    const upv = root.view('f32', [pairs, k], uAt);
+    upv.write(xu);
+    run(dev, (e) => quantizedMatmulIdSwigluQ4_0(e, { gate: xv, up: upv, weight: wv, ids: idBuf, output, ...sizes }));
+  } else if (typeof form === 'object') {
+    const uv = root.view('u8', [u.length], uAt);
+    uv.write(u);
+    run(dev, (e) => quantizedMatmulIdGgmlGateUp(e, { input: xv, gateWeight: wv, upWeight: uv, ids: idBuf, output, activation: form.gateUp, ...sizes }));
+  } else if (form === 'vector') {
     run(dev, (e) => quantizedMatmulIdGgml(e, { input: xv, weight: wv, ids: idBuf, output, ...sizes }));
   } else {
     const offsets = dev.alloc('u32', [s.nExperts + 2]);
@@ -195,8 +333,17 @@ function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form
       quantizedMatmulIdGgmlMm(e, { input: xv, weight: wv, offsets, order, output, ...sizes });
     });
   }
-  const want = ggmlMatmulIdRef(x, w, ids, sizes);
-  const err = dotErr(output.readNumbers(), want.y, want.abs);
+  const got = output.readNumbers();
+  if (typeof form === 'object') {
+    // An activation deep in its tail (gelu_tanh of a gate below about -10) gives products below f32's smallest normal,
+    // which Metal flushes to zero: an absolute error within 2^-126 counts as none.
+    for (let i = 0; i < got.length; i++) if (Math.abs(got[i]! - want.y[i]!) <= 2 ** -126) got[i] = want.y[i]!;
+  }
+  if (typeof form === 'object') {
+    const ga = ggmlMatmulIdRef(x, w, ids, sizes).abs, ua = ggmlMatmulIdRef(x, u, ids, sizes).abs;
+    for (let i = 0; i < got.length; i++) if (ids[Math.floor(i / s.n)]! < s.nExperts) want.abs[i]! += tol * ga[i]! * ua[i]!;
+  }
+  const err = dotErr(got, want.y, want.abs);
   const all = outRoot.readNumbers();
   const outside = [...all.slice(0, 8), ...all.slice(8 + pairs * s.n)];
   for (const b of held) b.release();
@@ -210,7 +357,7 @@ function idsOf(seed: number, pairs: number, nExperts: number, used: number, bad:
 }
 
 describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
-  const tolOf = (form: 'vector' | 'matrix', k: number): number => dotTolerance(backend !== 'cuda' && form === 'vector' ? 'f32' : 'f16', k);
+  const tolOf = (form: Form, k: number): number => dotTolerance(backend !== 'cuda' && form !== 'matrix' ? 'f32' : 'f16', k);
   // [shape, experts used of nExperts, ids past the experts]: one token, several tokens, a down projection over pairs (topK 1),
   // experts without pairs, odd n under and past the tiles, experts further apart than their bytes.
   const VECTOR: readonly [Shape, number, boolean][] = [
@@ -240,6 +387,52 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
     }, 120_000);
   }
 
+  // The gate/up form: decode (1 token, top-8 of 12 experts drawn from the first 5, so experts repeat and 7 get none; n = 9 past
+  // a CUDA block's 8 rows), several tokens with ids past the experts and experts further apart than their bytes, a one-row n.
+  const GATE_UP: readonly [Shape, number, boolean][] = [
+    [{ nTokens: 1, topK: 8, n: 9, blocks: 2, nExperts: 12 }, 5, false],
+    [{ nTokens: 3, topK: 2, n: 33, blocks: 1, nExperts: 5, pad: 18 }, 3, true],
+    [{ nTokens: 2, topK: 3, n: 1, blocks: 1, nExperts: 4 }, 4, true],
+  ];
+  for (const type of GGML_QUANT_TYPES) {
+    test(`${type}: the gate/up form, silu and gelu_tanh, repeated and empty experts, ids past them, views, a NaN-poisoned output`, () => {
+      const dev = device();
+      const over: string[] = [];
+      let seed = 101;
+      for (const act of GATE_ACTIVATIONS) {
+        for (const [s, used, bad] of GATE_UP) {
+          const k = ggmlBlockOf(type).qk * s.blocks;
+          const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);
+          const form: Form = { gateUp: act };
+          const e = product(dev, type, s, ids, form, seed++ * 7919 + k, tolOf(form, k));
+          if (!(e <= tolOf(form, k))) over.push(`${act} ${JSON.stringify(s)}: ${e}`);
+        }
+      }
+      expect(over).toEqual([]);
+    }, 120_000);
+  }
+
+  // The swiglu down projection (Q4_0 only): decode's 8 pairs of top-8 from 5 of 12 experts (n = 9 past a simdgroup's
+  // 4 rows and a threadgroup's 8), several tokens with ids past the experts and experts further apart than their bytes,
+  // a one-row n.
+  const SWIGLU: readonly [Shape, number, boolean][] = [
+    [{ nTokens: 1, topK: 8, n: 9, blocks: 4, nExperts: 12 }, 5, false],
+    [{ nTokens: 3, topK: 2, n: 37, blocks: 1, nExperts: 5, pad: 18 }, 3, true],
+    [{ nTokens: 4, topK: 1, n: 1, blocks: 2, nExperts: 3 }, 3, true],
+  ];
+  test('Q4_0: the swiglu down projection at odd sizes, repeated and empty experts, ids past them, views, a NaN-poisoned output', () => {
+    const dev = device();
+    const over: string[] = [];
+    let seed = 201;
+    for (const [s, used, bad] of SWIGLU) {
+      const k = 32 * s.blocks;
+      const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);
+      const e = product(dev, 'Q4_0', s, ids, 'swiglu', seed++ * 7919 + k);
+      if (!(e <= tolOf('swiglu', k))) over.push(`${JSON.stringify(s)}: ${e}`);
+    }
+    expect(over).toEqual([]);
+  });
+
   test('the plans name the forms and bind the crate\'s slots', () => {
     const dev = device();
     const w = dev.alloc('u8', [4 * 2 * 144]);
@@ -249,10 +442,54 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
     expect([mv.kernel, mm.kernel]).toEqual(['kernel_mul_mv_id_q4_K_f32', 'kernel_mul_mm_id_q4_K_f32']);
     expect([mv.grid, mv.threads]).toEqual([[1, 4, 1], [2, 32, 1]]);
     expect([mm.grid, mm.threads]).toEqual([[1, 0 + 4 + 1, 1], [128, 1, 1]]);
+    const u = dev.alloc('u8', [4 * 2 * 144]);
+    const { weight: _, ...io } = base;
+    const gu = planQuantizedMatmulIdGgmlGateUp({ ...io, gateWeight: w, upWeight: u, ids: dev.alloc('u32', [4]) }, dev.limits, dev).dispatches[0]!;
+    expect([gu.kernel, gu.grid, gu.threads]).toEqual(['kernel_mul_mv_id_q4_K_f32_gate_up', [1, 4, 1], [2, 32, 1]]);
+    expect([0, 1, 2, 3, 5].map((i) => gu.buffers?.[i])).toEqual([w, io.input, io.output, expect.anything(), u]);
+    // The crate's swiglu: Q4_0 experts of 2 rows of 2 blocks, gate and up a row per pair; its grid (ceil(n / 8), pairs) of (8, 8).
+    const q = { nTokens: 2, topK: 2, n: 2, k: 64, nExperts: 4, ggmlType: 'Q4_0' as const };
+    const [gate, upRows] = [dev.alloc('f32', [4 * 64]), dev.alloc('f32', [4 * 64])];
+    const sw = planQuantizedMatmulIdSwigluQ4_0({ ...q, gate, up: upRows, weight: dev.alloc('u8', [4 * 72]), ids: dev.alloc('u32', [4]), output: io.output }, dev.limits, dev)
+      .dispatches[0]!;
+    expect([sw.kernel, sw.grid, sw.threads]).toEqual(['kernel_mul_mv_id_q4_0_f32_swiglu', [1, 4, 1], [8, 8, 1]]);
+    expect([1, 2, 3].map((i) => sw.buffers?.[i])).toEqual([gate, upRows, io.output]);
   });
 });
 
 opContract('quantized_matmul_id_ggml', [
+  // The crate's swiglu: Q4_0, 3 tokens x top-2 (6 pairs) of 4 experts of n = 5 rows, k = 64; gate and up a row per pair.
+  {
+    fn: 'quantizedMatmulIdSwigluQ4_0', op: 'quantized_matmul_id_swiglu_q4_0',
+    keys: {
+      gate: buf(F, { freeCount: true }), up: buf(F, { freeCount: true }), weight: buf(['u8'], { freeCount: true }),
+      output: out(F, { freeCount: true }), ids: buf(U32, { table: true, freeCount: true }),
+      nTokens: int, topK: int, n: int, k: int, nExperts: int, expertStride: { kind: 'int?' }, ggmlType: { kind: 'enum', values: GGML_QUANT_TYPES },
+    },
+    make: (d) => ({
+      gate: a(d, 'f32', 6 * 64), up: a(d, 'f32', 6 * 64), weight: a(d, 'u8', 4 * 180), output: a(d, 'f32', 6 * 5), ids: a(d, 'u32', 6),
+      nTokens: 3, topK: 2, n: 5, k: 64, nExperts: 4, ggmlType: 'Q4_0',
+    }),
+    fill: (args) => ggmlBlocks(args.weight as Buffer, args.ggmlType),
+  },
+  // The gate/up form at the same shape, gate and up two buffers of 4 experts of 180 bytes.
+  {
+    fn: 'quantizedMatmulIdGgmlGateUp', op: 'quantized_matmul_id_ggml_gate_up',
+    keys: {
+      input: buf(F, { freeCount: true }), gateWeight: buf(['u8'], { freeCount: true }), upWeight: buf(['u8'], { freeCount: true }),
+      output: out(F, { freeCount: true }), ids: buf(U32, { table: true, freeCount: true }),
+      nTokens: int, topK: int, n: int, k: int, nExperts: int, expertStride: { kind: 'int?' },
+      ggmlType: { kind: 'enum', values: GGML_QUANT_TYPES }, activation: { kind: 'enum', values: [...GATE_ACTIVATIONS, undefined] },
+    },
+    make: (d) => ({
+      input: a(d, 'f32', 3 * 64), gateWeight: a(d, 'u8', 4 * 180), upWeight: a(d, 'u8', 4 * 180), output: a(d, 'f32', 6 * 5),
+      ids: a(d, 'u32', 6), nTokens: 3, topK: 2, n: 5, k: 64, nExperts: 4, ggmlType: 'Q4_0', activation: 'gelu_tanh',
+    }),
+    fill: (args) => {
+      ggmlBlocks(args.gateWeight as Buffer, args.ggmlType);
+      ggmlBlocks(args.upWeight as Buffer, args.ggmlType);
+    },
+  },
   // Q4_0, 3 tokens x top-2 of 4 experts of n = 5 rows, k = 64 (2 blocks of 18 bytes a row): 180 bytes an expert.
   ...(['quantizedMatmulIdGgml', 'quantizedMatmulIdGgmlMm'] as const).map((fn): Case => {
     const mm = fn.endsWith('Mm');

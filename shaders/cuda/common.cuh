@@ -1726,20 +1726,24 @@ template <int F> struct GmvStage {
     static constexpr u32 SP = 16u * ((GMV_WINDOW / GgmlFmt<F>::QK * GgmlFmt<F>::BYTES + 30u + 15u) / 16u);
 };
 
-// Copies rows row0 .. row0 + 15 (those below N) of window `win` into `stage`
-// (16 rows of GmvStage<F>::SP bytes): the bytes of row r start at stage + r
-// * SP + (their address & 15). Lanes 2r and 2r + 1 take row r's 16-byte
-// units in turn. The weight ends at `end`: a unit past it is copied byte by
-// byte up to it.
+// Copies the 16 rows of a block (gmv_rows' tile rows: r < 8 row row0 + r of
+// w, r >= 8 row row0 + r - 8 + hb of wb; those below N) of window `win`
+// into `stage` (16 rows of GmvStage<F>::SP bytes): the bytes of tile row r
+// start at stage + r * SP + (their address & 15). Lanes 2r and 2r + 1 take
+// tile row r's 16-byte units in turn. A weight's N rows end at N * rb bytes:
+// a unit past it is copied byte by byte up to it.
 template <int F>
-__device__ __forceinline__ void gmv_copy(const unsigned char* w, const unsigned char* end, u64 rb, u32 N, u32 K, u32 row0, u32 win,
+__device__ __forceinline__ void gmv_copy(const unsigned char* w, const unsigned char* wb, u32 hb, u64 rb, u32 N, u32 K, u32 row0, u32 win,
                                          unsigned char* stage, u32 lane) {
     constexpr u32 SP = GmvStage<F>::SP;
     const u32 r = lane >> 1;
-    if (row0 + r >= N) return;
+    const unsigned char* base = r < 8u ? w : wb;
+    const u32 row = r < 8u ? row0 + r : row0 + r - 8u + hb;
+    if (row >= N) return;
+    const unsigned char* end = base + u64(N) * rb;
     const u32 v0 = win * GMV_WINDOW;
     const u32 bytes = min(GMV_WINDOW, K - v0) / GgmlFmt<F>::QK * GgmlFmt<F>::BYTES;
-    const unsigned char* src = w + u64(row0 + r) * rb + u64(v0) / GgmlFmt<F>::QK * GgmlFmt<F>::BYTES;
+    const unsigned char* src = base + u64(row) * rb + u64(v0) / GgmlFmt<F>::QK * GgmlFmt<F>::BYTES;
     const unsigned char* stop = src + bytes;
     const unsigned char* from = reinterpret_cast<const unsigned char*>(reinterpret_cast<u64>(src) & ~u64(15)) + 16u * (lane & 1u);
     unsigned char* dst = stage + r * SP + 16u * (lane & 1u);
@@ -1753,63 +1757,76 @@ __device__ __forceinline__ void gmv_copy(const unsigned char* w, const unsigned 
 }
 
 // x rows (tokens) m0 .. m0 + 7, values k .. k + 15 of token g (clamped to
-// the last row): 8 f16 pairs.
-__device__ __forceinline__ void gmv_x16(const float* x, u64 x_row, u32 tok, u32 k, bool vec, u32 (&p)[8]) {
+// the last row): 8 f16 pairs. SW: the values are silu(x) * xu (xu laid out
+// as x), a SwiGLU's activation made on the way.
+template <bool SW>
+__device__ __forceinline__ void gmv_x16(const float* x, const float* xu, u64 x_row, u32 tok, u32 k, bool vec, u32 (&p)[8]) {
     const float* xr = x + u64(tok) * x_row + k;
+    const float* ur = xu + u64(tok) * x_row + k;
+    auto at = [&](float v, float u) { return SW ? Silu()(v) * u : v; };
     if (vec) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const float4 v = __ldg(reinterpret_cast<const float4*>(xr) + i);
-            p[2 * i] = pack2<ggml_t>(v.x, v.y);
-            p[2 * i + 1] = pack2<ggml_t>(v.z, v.w);
+            float4 u = v;
+            if constexpr (SW) u = __ldg(reinterpret_cast<const float4*>(ur) + i);
+            p[2 * i] = pack2<ggml_t>(at(v.x, u.x), at(v.y, u.y));
+            p[2 * i + 1] = pack2<ggml_t>(at(v.z, u.z), at(v.w, u.w));
         }
     } else {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) p[i] = pack2<ggml_t>(xr[2 * i], xr[2 * i + 1]);
+        for (int i = 0; i < 8; ++i) p[i] = pack2<ggml_t>(at(xr[2 * i], SW ? ur[2 * i] : 0.0f), at(xr[2 * i + 1], SW ? ur[2 * i + 1] : 0.0f));
     }
 }
 
-// Rows row0 .. row0 + 15 of the weight against every row of x ([M, K], rows
-// x_row floats apart), 8 at a time: y[i * y_row + row]. smem_raw: the
+// The vector engine: the mma's 16 A rows (tile rows) against every row of
+// x ([M, K], rows x_row floats apart), 8 tokens at a time. Plain (GU
+// false): tile row r is weight row row0 + r of w, y[i * y_row + row] = x_i .
+// w[row]. Fused gate/up (GU): tile rows r < 8 are rows row0 + r of w (the
+// gate), rows r >= 8 rows row0 + r - 8 of wb (the up projection, same
+// blocks and rows), y[i * y_row + row0 + r] = act(x_i . w[row0 + r]) * (x_i .
+// wb[row0 + r]) for r < 8 (gate_activation's activation). SW: x's values
+// are silu(x) * xu (gmv_x16), the product otherwise plain. smem_raw: the
 // block's dynamic shared memory, GMV_WARPS x GMV_STAGES x 16 rows x
 // GmvStage<F>::SP, then 4 x 128 floats for the warps' sums.
-template <int F>
-__device__ __forceinline__ void gmv(unsigned char* smem_raw, const unsigned char* w, const float* x, float* y, u32 M, u32 N, u32 K, u64 x_row,
-                                    u64 y_row, u32 row0) {
+template <int F, bool GU, bool SW = false>
+__device__ __forceinline__ void gmv_rows(unsigned char* smem_raw, const unsigned char* w, const unsigned char* wb, const float* x,
+                                         const float* xu, float* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row, u32 row0, u32 activation) {
     constexpr u32 SP = GmvStage<F>::SP;
+    constexpr u32 HB = GU ? 0u : 8u;  // the weight row of tile row 8 + g, less row0 + g
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const u32 g = lane >> 2, t = lane & 3u;
     const u64 rb = ggml_row_bytes<F>(K);
-    const unsigned char* end = w + u64(N) * rb;
     unsigned char* stages = smem_raw + warp * GMV_STAGES * 16u * SP;
     float (*red)[128] = reinterpret_cast<float (*)[128]>(smem_raw + GMV_WARPS * GMV_STAGES * 16u * SP);
     const u32 wins = (K + GMV_WINDOW - 1) / GMV_WINDOW;
-    const bool xvec = aligned16(x) && x_row % 4u == 0;
+    const bool xvec = aligned16(x) && aligned16(xu) && x_row % 4u == 0;
     // The row of each lane's two rows inside a window: its address's offset from 16.
-    const u64 wbase = reinterpret_cast<u64>(w);
-    const bool wvec = (wbase & 15u) == 0;
-    const bool w4 = (wbase & 3u) == 0 && rb % 4u == 0;
+    const u64 wbase = reinterpret_cast<u64>(w), bbase = reinterpret_cast<u64>(wb);
+    const bool wvec = ((wbase | bbase) & 15u) == 0;
+    const bool w4 = ((wbase | bbase) & 3u) == 0 && rb % 4u == 0;
     for (u32 m0 = 0; m0 < M; m0 += 8u) {
         const u32 tok = min(m0 + g, M - 1u);
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (u32 s = 0; s < GMV_STAGES - 1; ++s) {
             const u32 win = warp + s * GMV_WARPS;
-            if (win < wins) gmv_copy<F>(w, end, rb, N, K, row0, win, stages + s * 16u * SP, lane);
+            if (win < wins) gmv_copy<F>(w, wb, HB, rb, N, K, row0, win, stages + s * 16u * SP, lane);
             cp_async_commit();
         }
         for (u32 win = warp, i = 0; win < wins; win += GMV_WARPS, ++i) {
             const u32 next = win + (GMV_STAGES - 1) * GMV_WARPS;
-            if (next < wins) gmv_copy<F>(w, end, rb, N, K, row0, next, stages + ((i + GMV_STAGES - 1) % GMV_STAGES) * 16u * SP, lane);
+            if (next < wins) gmv_copy<F>(w, wb, HB, rb, N, K, row0, next, stages + ((i + GMV_STAGES - 1) % GMV_STAGES) * 16u * SP, lane);
             cp_async_commit();
             cp_async_wait<GMV_STAGES - 1>();
             __syncwarp();
             const unsigned char* st = stages + (i % GMV_STAGES) * 16u * SP;
             const u32 v0 = win * GMV_WINDOW;
             const u64 off = u64(v0) / GgmlFmt<F>::QK * GgmlFmt<F>::BYTES;
-            // Rows g and g + 8 (clamped: rows past N compute what nobody stores).
-            const u32 ra = min(row0 + g, N - 1u) - row0, rbw = min(row0 + g + 8u, N - 1u) - row0;
-            const unsigned char* pa = st + ra * SP + ((wbase + u64(row0 + ra) * rb + off) & 15u);
-            const unsigned char* pb = st + rbw * SP + ((wbase + u64(row0 + rbw) * rb + off) & 15u);
+            // Tile rows g and 8 + g (weight rows clamped below N: rows past N compute what nobody stores).
+            const u32 rowa = min(row0 + g, N - 1u), rowb = min(row0 + HB + g, N - 1u);
+            const u32 ta = rowa - row0, tb = GU ? 8u + rowb - row0 : rowb - row0;
+            const unsigned char* pa = st + ta * SP + ((wbase + u64(rowa) * rb + off) & 15u);
+            const unsigned char* pb = st + tb * SP + ((bbase + u64(rowb) * rb + off) & 15u);
             // Q4_K / Q5_K in whole 16-byte units: the lane's bytes of both rows' super-block in 16-byte loads.
             constexpr bool KQ = F == GGML_Q4_K || F == GGML_Q5_K;
             KqRegs ka, kb;
@@ -1848,7 +1865,7 @@ __device__ __forceinline__ void gmv(unsigned char* smem_raw, const unsigned char
                     if (live) {
                         pairs16<F>(wa, h, a0);
                         pairs16<F>(wb, h, a1);
-                        gmv_x16(x, x_row, tok, v0 + 32u * c + 16u * h, xvec, xp);
+                        gmv_x16<SW>(x, xu, x_row, tok, v0 + 32u * c + 16u * h, xvec, xp);
                     } else {
 #pragma unroll
                         for (int j = 0; j < 8; ++j) a0[j] = a1[j] = xp[j] = 0u;
@@ -1868,15 +1885,35 @@ __device__ __forceinline__ void gmv(unsigned char* smem_raw, const unsigned char
         for (u32 e = 0; e < 4; ++e) red[warp][lane * 4 + e] = acc[e];
         __syncthreads();
         {
+            // Thread tid sums element tid % 4 of lane tid / 4 over the warps: tile row (l >> 2) + 8 (e >> 1),
+            // token m0 + 2 (l & 3) + (e & 1). Gate/up: elements e and e + 2 are one output's gate and up.
             float s = 0.0f;
 #pragma unroll
             for (u32 q = 0; q < GMV_WARPS; ++q) s += red[q][tid];
             const u32 l = tid / 4, e = tid % 4;
-            const u32 row = row0 + (l >> 2) + 8 * (e >> 1), i = m0 + 2 * (l & 3u) + (e & 1u);
-            if (row < N && i < M) y[u64(i) * y_row + row] = s;
+            const u32 i = m0 + 2 * (l & 3u) + (e & 1u);
+            if constexpr (GU) {
+                if (e < 2u) {
+                    float su = 0.0f;
+#pragma unroll
+                    for (u32 q = 0; q < GMV_WARPS; ++q) su += red[q][tid + 2u];
+                    const u32 row = row0 + (l >> 2);
+                    if (row < N && i < M) y[u64(i) * y_row + row] = gate_activation(s, activation) * su;
+                }
+            } else {
+                const u32 row = row0 + (l >> 2) + 8 * (e >> 1);
+                if (row < N && i < M) y[u64(i) * y_row + row] = s;
+            }
         }
         __syncthreads();
     }
+}
+
+// Rows row0 .. row0 + 15 of the weight against every row of x: gmv_rows' plain form.
+template <int F>
+__device__ __forceinline__ void gmv(unsigned char* smem_raw, const unsigned char* w, const float* x, float* y, u32 M, u32 N, u32 K, u64 x_row,
+                                    u64 y_row, u32 row0) {
+    gmv_rows<F, false>(smem_raw, w, w, x, x, y, M, N, K, x_row, y_row, row0, 0u);
 }
 
 // ---- the matrix engine ----

@@ -14,24 +14,35 @@
 //     expert) and weight rows (b % tiles_n) * 128 ..: the matrix engine
 //     (gmm_tile, 64 x 128 by 4 warps) with x rows gathered by the pairs'
 //     tokens and the outputs scattered to the pairs' rows (moe_block_rows).
+//   gate/up (kernel_mul_mv_id_<t>_f32_gate_up, not in the crate): the vector
+//     form with 8 output rows a block, the engine's 16 rows being their gate
+//     and up rows; act(gate) * up written from the sums.
+//   swiglu (kernel_mul_mv_id_q4_0_f32_swiglu, the crate's): the vector form
+//     over x = silu(gate) * up of each pair's own row, made as x is loaded.
 // An id at or past the experts gives a row of zeros and reads no weight.
 
 namespace {
 
-template <int F>
-__device__ __forceinline__ void mv_id(unsigned char* smem, const unsigned char* w, const float* x, float* y, const u32* ids,
-                                      const GgmlMatvecIdParams* p) {
+// The vector forms: block b takes pair b / tiles and the ROWS rows (b % tiles) * ROWS .. of its
+// expert (tiles = ceil(N / ROWS)); gmv_rows with one x row, its pair's token. ROWS: 16 (plain), 8
+// (gate/up: 8 gate and 8 up rows as the engine's 16). `up` is the gate/up form's second weight.
+// SW (the swiglu form): each pair p's own x row, silu(x[p]) * xu[p].
+template <int F, bool GU, bool SW = false>
+__device__ __forceinline__ void mv_id(unsigned char* smem, const unsigned char* w, const unsigned char* up, const float* x, const float* xu,
+                                      float* y, const u32* ids, const GgmlMatvecIdParams* p, u32 activation) {
+    constexpr u32 ROWS = GU ? 8u : 16u;
     const u32 N = u32(p->mv.ne01), K = u32(p->mv.ne00);
-    const u32 tiles = (N + 15u) / 16u;
-    const u32 pair = blockIdx.x / tiles, row0 = (blockIdx.x % tiles) * 16u;
+    const u32 tiles = (N + ROWS - 1u) / ROWS;
+    const u32 pair = blockIdx.x / tiles, row0 = (blockIdx.x % tiles) * ROWS;
     if (pair >= u32(p->mv.ne1)) return;
     const u32 e = __ldg(ids + pair);
     float* yr = y + u64(pair) * p->mv.ne0;
     if (u64(e) >= p->mv.ne02) {
-        if (threadIdx.x < 16u && row0 + threadIdx.x < N) yr[row0 + threadIdx.x] = 0.0f;
+        if (threadIdx.x < ROWS && row0 + threadIdx.x < N) yr[row0 + threadIdx.x] = 0.0f;
         return;
     }
-    gmv<F>(smem, w + u64(e) * p->expert_stride, x + u64(pair / p->top_k) * p->mv.ne10, yr, 1u, N, K, p->mv.ne10, p->mv.ne0, row0);
+    const u64 off = u64(e) * p->expert_stride, xo = u64(SW ? pair : pair / p->top_k) * p->mv.ne10;
+    gmv_rows<F, GU, SW>(smem, w + off, up + off, x + xo, xu + xo, yr, 1u, N, K, p->mv.ne10, p->mv.ne0, row0, activation);
 }
 
 template <int F>
@@ -65,13 +76,43 @@ __device__ __forceinline__ void mm_id(unsigned char* smem, const GgmlMatmulIdMm_
     extern "C" __global__ void __launch_bounds__(128, 4) NAME(const unsigned char* src0, const float* src1, float* dst,        \
                                                            const u32* ids, const GgmlMatvecIdParams* p) {                  \
         extern __shared__ __align__(16) unsigned char smem_raw[];                                                         \
-        mv_id<F>(smem_raw, src0, src1, dst, ids, p);                                                                      \
+        mv_id<F, false>(smem_raw, src0, src0, src1, src1, dst, ids, p, 0u);                                               \
     }
 GGML_MV_ID_ENTRY(kernel_mul_mv_id_q4_0_f32, GGML_Q4_0)
 GGML_MV_ID_ENTRY(kernel_mul_mv_id_q8_0_f32, GGML_Q8_0)
 GGML_MV_ID_ENTRY(kernel_mul_mv_id_q4_K_f32, GGML_Q4_K)
 GGML_MV_ID_ENTRY(kernel_mul_mv_id_q5_K_f32, GGML_Q5_K)
 GGML_MV_ID_ENTRY(kernel_mul_mv_id_q6_K_f32, GGML_Q6_K)
+
+// ---- kernel_mul_mv_id_<t>_f32_gate_up (not in mlx-native) ----
+
+// buffer(0) gate weight, (1) x [n_tokens, K] f32, (2) y [pairs, N] f32, (3) ids u32 [pairs], (4)
+// GgmlMatvecIdGateUpParams, (5) up weight (the gate's blocks, rows and expert stride). The vector
+// form's engine with 8 output rows a block: their gate rows and up rows as its 16.
+#define GGML_MV_ID_GATE_UP_ENTRY(NAME, F)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(128, 4) NAME(const unsigned char* gate, const float* src1, float* dst,        \
+                                                           const u32* ids, const GgmlMatvecIdGateUpParams* p,              \
+                                                           const unsigned char* up) {                                      \
+        extern __shared__ __align__(16) unsigned char smem_raw[];                                                         \
+        mv_id<F, true>(smem_raw, gate, up, src1, src1, dst, ids, &p->id, p->activation);                                  \
+    }
+GGML_MV_ID_GATE_UP_ENTRY(kernel_mul_mv_id_q4_0_f32_gate_up, GGML_Q4_0)
+GGML_MV_ID_GATE_UP_ENTRY(kernel_mul_mv_id_q8_0_f32_gate_up, GGML_Q8_0)
+GGML_MV_ID_GATE_UP_ENTRY(kernel_mul_mv_id_q4_K_f32_gate_up, GGML_Q4_K)
+GGML_MV_ID_GATE_UP_ENTRY(kernel_mul_mv_id_q5_K_f32_gate_up, GGML_Q5_K)
+GGML_MV_ID_GATE_UP_ENTRY(kernel_mul_mv_id_q6_K_f32_gate_up, GGML_Q6_K)
+
+// ---- mlx-native's kernel_mul_mv_id_q4_0_f32_swiglu ----
+
+// buffer(0) weight (Q4_0 experts of N rows), (1) gate f32 [pairs, K], (2) up f32 [pairs, K], (3) y
+// [pairs, N] f32, (4) ids u32 [pairs], (5) GgmlMatvecIdParams. The vector form's engine, 16 rows a
+// block, x = silu(gate) * up of the pair's own row made as the engine loads it.
+extern "C" __global__ void __launch_bounds__(128, 4) kernel_mul_mv_id_q4_0_f32_swiglu(const unsigned char* src0, const float* gate,
+                                                                                   const float* up, float* dst, const u32* ids,
+                                                                                   const GgmlMatvecIdParams* p) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    mv_id<GGML_Q4_0, false, true>(smem_raw, src0, src0, gate, up, dst, ids, p, 0u);
+}
 
 // ---- kernel_mul_mm_id_<t>_f32 ----
 

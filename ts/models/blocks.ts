@@ -20,7 +20,7 @@ import { affineQuantizedMatmul, quantizedMatmulSimd } from '../ops/quantized_mat
 import { invalid } from '../validate.ts';
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId, type GateActivation } from '../ops/quantized_matmul_id.ts';
 import { quantizedMatmulGgml, type GgmlQuantType } from '../ops/quantized_matmul_ggml.ts';
-import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlMm } from '../ops/quantized_matmul_id_ggml.ts';
+import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm } from '../ops/quantized_matmul_id_ggml.ts';
 import { geluTanhMul } from '../ops/gelu.ts';
 import { siluMul } from '../ops/silu_mul.ts';
 
@@ -243,11 +243,13 @@ export interface ExpertOutputs {
  * (each pair reads its expert's rows; f32 experts always do, as the matrix
  * forms take 16-bit activations); a 'fast' prompt of more than 8 tokens
  * groups the pairs by expert on the device (moe_dispatch_sort) for the
- * matrix forms. GGUF experts (f32 activations) have no fused gate/up
- * product: gate and up are two quantized_matmul_id_ggml products (the vector
- * form for decode and 'exact' prompts, the matrix form over
- * moe_dispatch_sort's grouping for 'fast' prompts past 8 tokens), then the
- * activation times up (silu_mul / gelu_tanh_mul), then the down product.
+ * matrix forms. GGUF experts (f32 activations): for decode and 'exact'
+ * prompts the fused gate/up vector form (quantized_matmul_id_ggml's
+ * kernel_mul_mv_id_<t>_f32_gate_up) where gate and up share a block type
+ * and expert stride, else two quantized_matmul_id_ggml vector products and
+ * the activation times up (silu_mul / gelu_tanh_mul); for 'fast' prompts past
+ * 8 tokens the two matrix products over moe_dispatch_sort's grouping (the
+ * family has no fused matrix form) and the activation; then the down product.
  * Nothing is read back: the routing stays on the device.
  */
 export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Buffer, logits: Buffer, tokens: number, topK: number,
@@ -269,8 +271,6 @@ export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Bu
   const g = ex.gate, u = ex.up, d = ex.down;
   if (g.kind === 'ggml' || u.kind === 'ggml' || d.kind === 'ggml') {
     if (g.kind !== 'ggml' || u.kind !== 'ggml' || d.kind !== 'ggml') throw invalid('moe', 'the experts', 'gate, up and down of one kind', `${g.kind}, ${u.kind}, ${d.kind}`);
-    const gate = s.get('moe.gate.f32', 'f32', [tokens, topK, I]);
-    const up = s.get('moe.up.f32', 'f32', [tokens, topK, I]);
     const sizes = (w: GgmlExperts, n: number, k: number) => ({ weight: w.weight, n, k, nExperts: E, expertStride: w.expertRows * w.rowBytes, ggmlType: w.ggmlType });
     const matrix = tokens > VECTOR_ROWS && precision === 'fast';
     let route: { ids: Buffer } | { offsets: Buffer; order: Buffer };
@@ -287,9 +287,16 @@ export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Bu
       else quantizedMatmulIdGgmlMm(enc, args);
     };
     const pairRoute = 'ids' in route ? { ids: ids.view('u32', [pairs, 1], 0) } : route;
-    product({ input: x, output: gate, nTokens: tokens, topK, ...sizes(g, I, H), ...route });
-    product({ input: x, output: up, nTokens: tokens, topK, ...sizes(u, I, H), ...route });
-    (ex.act === 'silu' ? siluMul : geluTanhMul)(enc, { gate, up, output: act });
+    if ('ids' in route && g.ggmlType === u.ggmlType && g.expertRows * g.rowBytes === u.expertRows * u.rowBytes) {
+      const { weight: gateWeight, ...gs } = sizes(g, I, H);
+      quantizedMatmulIdGgmlGateUp(enc, { input: x, output: act, nTokens: tokens, topK, ...gs, gateWeight, upWeight: u.weight, ids, activation: ex.act });
+    } else {
+      const gate = s.get('moe.gate.f32', 'f32', [tokens, topK, I]);
+      const up = s.get('moe.up.f32', 'f32', [tokens, topK, I]);
+      product({ input: x, output: gate, nTokens: tokens, topK, ...sizes(g, I, H), ...route });
+      product({ input: x, output: up, nTokens: tokens, topK, ...sizes(u, I, H), ...route });
+      (ex.act === 'silu' ? siluMul : geluTanhMul)(enc, { gate, up, output: act });
+    }
     product({ input: actRows, output: outputs, nTokens: pairs, topK: 1, ...sizes(d, H, I), ...pairRoute });
     return { outputs, weights };
   }

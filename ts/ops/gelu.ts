@@ -229,11 +229,19 @@ export function planGeluTanhMulHalves(a: GeluTanhMulHalvesArgs, limits: DeviceLi
 
 // ---- the float64 reference ----
 
-// CPU reference of gelu: float64 arithmetic, the tanh approximation as written.
+// CPU reference of gelu: float64 arithmetic, the tanh approximation.
 
-/** gelu(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). */
+/**
+ * gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3),
+ * evaluated as x / (1 + exp(-2 u)) (the same function): 1 + tanh(u) as
+ * written cancels to 0 in float64 for u below about -19 (x below about -7.2),
+ * where the function is x times a tiny positive number, which the kernels'
+ * f32 form (shaders/common.metal's gelu_tanh) still gives for x down to about
+ * -10; a zero there would make every relative error bound of a gated product
+ * zero.
+ */
 export function geluTanhRef(x: number): number {
-  return 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x * x * x)));
+  return x / (1 + Math.exp(-2 * Math.sqrt(2 / Math.PI) * (x + 0.044715 * x * x * x)));
 }
 
 /** output[i] = gelu(input[i]). */

@@ -4,7 +4,12 @@
 // names, bindings, param structs and validation rules of mlx-native's
 // quantized_matmul_id_ggml module (src/ops/quantized_matmul_id_ggml.rs): the
 // vector form kernel_mul_mv_id_<t>_f32 (GgmlMatvecIdParams) and the matrix
-// form kernel_mul_mm_id_<t>_f32 (GgmlMatmulIdMm_MmParams). Kernels:
+// form kernel_mul_mm_id_<t>_f32 (GgmlMatmulIdMm_MmParams); added in its
+// style, the fused gate/up vector form kernel_mul_mv_id_<t>_f32_gate_up
+// (GgmlMatvecIdGateUpParams: every type, silu or gelu_tanh; the crate has
+// none such); and the crate's SwiGLU down projection
+// kernel_mul_mv_id_q4_0_f32_swiglu (quantized_matmul_id_swiglu_q4_0: Q4_0
+// experts against silu(gate) * up of each pair's own rows). Kernels:
 // shaders/quantized_matmul_id_ggml.metal and shaders/cuda/quantized_matmul_id_ggml.cu,
 // reading the blocks through the decoders quantized_matmul_ggml reads
 // (the preludes, shaders/common.metal and shaders/cuda/common.cuh).
@@ -46,13 +51,14 @@ import {
   checkAtMost, checkBufferRules, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, I32_MAX, invalid, ruleBindings, U32_MAX,
   type BufferRule,
 } from '../validate.ts';
-import { checkPairs, moeTileSlots } from '../expert-products.ts';
+import { checkPairs, GATE_ACTIVATIONS, moeTileSlots, type GateActivation } from '../expert-products.ts';
 import {
   checkGgmlType, GGML_KERNEL_TYPE, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlMmCudaTile, ggmlMvCudaSharedBytes, ggmlMvMetalLaunch,
   ggmlRowBytesOf, GGML_MV_CUDA_ROWS, type GgmlQuantType, ggmlDequantizeRef,
 } from './quantized_matmul_ggml.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
-import { denseMatmulIdRef, type IdRef } from './dense_matmul_id.ts';
+import { denseGateUpIdRef, denseMatmulIdRef, type IdRef } from './dense_matmul_id.ts';
+import { siluRef } from './silu_mul.ts';
 
 export const QUANTIZED_MATMUL_ID_GGML_FAMILY = 'quantized_matmul_id_ggml';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -60,6 +66,8 @@ export const QUANTIZED_MATMUL_ID_GGML_SOURCES = familySources(QUANTIZED_MATMUL_I
 export const QUANTIZED_MATMUL_ID_GGML_KERNELS = [
   'kernel_mul_mv_id_q4_0_f32', 'kernel_mul_mv_id_q8_0_f32', 'kernel_mul_mv_id_q4_K_f32', 'kernel_mul_mv_id_q5_K_f32', 'kernel_mul_mv_id_q6_K_f32',
   'kernel_mul_mm_id_q4_0_f32', 'kernel_mul_mm_id_q8_0_f32', 'kernel_mul_mm_id_q4_K_f32', 'kernel_mul_mm_id_q5_K_f32', 'kernel_mul_mm_id_q6_K_f32',
+  'kernel_mul_mv_id_q4_0_f32_gate_up', 'kernel_mul_mv_id_q8_0_f32_gate_up', 'kernel_mul_mv_id_q4_K_f32_gate_up', 'kernel_mul_mv_id_q5_K_f32_gate_up',
+  'kernel_mul_mv_id_q6_K_f32_gate_up', 'kernel_mul_mv_id_q4_0_f32_swiglu',
 ] as const;
 const planOf = familyPlans({
   family: QUANTIZED_MATMUL_ID_GGML_FAMILY, sources: QUANTIZED_MATMUL_ID_GGML_SOURCES, kernels: QUANTIZED_MATMUL_ID_GGML_KERNELS,
@@ -67,6 +75,8 @@ const planOf = familyPlans({
 
 /** struct GgmlMatvecIdParams (buffer 4 of kernel_mul_mv_id_<t>_f32). */
 export const GGML_MATVEC_ID_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlMatvecIdParams');
+/** struct GgmlMatvecIdGateUpParams (buffer 4 of kernel_mul_mv_id_<t>_f32_gate_up). */
+export const GGML_MATVEC_ID_GATE_UP_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlMatvecIdGateUpParams');
 /** struct GgmlMatmulIdMm_MmParams (buffer 0 of kernel_mul_mm_id_<t>_f32). */
 export const GGML_MATMUL_ID_MM_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlMatmulIdMm_MmParams');
 
@@ -88,12 +98,21 @@ export interface GgmlIdSizes {
 
 const strideOf = (s: GgmlIdSizes): number => s.expertStride ?? s.n * ggmlRowBytesOf(s.ggmlType, s.k);
 
-/** mlx-native's GgmlMatvecIdGpuParams, ne02 the number of experts. */
-export function packGgmlMatvecIdParams(s: GgmlIdSizes): Uint8Array {
-  return packFields(GGML_MATVEC_ID_PARAMS_LAYOUT, {
+function matvecIdFields(s: GgmlIdSizes): Record<string, number> {
+  return {
     ne00: s.k, ne01: s.n, ne02: s.nExperts, ne10: s.k, ne12: 1, ne0: s.n, ne1: s.nTokens * s.topK, r2: 1, r3: 1, top_k: s.topK,
     n_tokens: s.nTokens, expert_stride: strideOf(s),
-  });
+  };
+}
+
+/** mlx-native's GgmlMatvecIdGpuParams, ne02 the number of experts. */
+export function packGgmlMatvecIdParams(s: GgmlIdSizes): Uint8Array {
+  return packFields(GGML_MATVEC_ID_PARAMS_LAYOUT, matvecIdFields(s));
+}
+
+/** GgmlMatvecIdGateUpParams: the vector form's params of both weights, then the activation (0 silu, 1 gelu_tanh). */
+export function packGgmlMatvecIdGateUpParams(s: GgmlIdSizes & { activation?: GateActivation }): Uint8Array {
+  return packFields(GGML_MATVEC_ID_GATE_UP_PARAMS_LAYOUT, { ...matvecIdFields(s), activation: s.activation === 'gelu_tanh' ? 1 : 0 });
 }
 
 /** mlx-native's GgmlIdMmMmGpuParams: x rows a token apart (nb11 = 0, nb12 = 4 k). */
@@ -106,9 +125,14 @@ export function packGgmlMatmulIdMmParams(s: GgmlIdSizes): Uint8Array {
 
 // ---- CUDA launches (shaders/cuda/quantized_matmul_id_ggml.cu; one-dimensional grids) ----
 
-/** The CUDA vector form: quantized_matmul_ggml's vector engine, a 128-thread block per (pair, 16 rows of its expert). */
-export function ggmlIdMvCudaLaunch(type: GgmlQuantType, pairs: number, n: number): Launch {
-  return { grid: [pairs * ceilDiv(n, GGML_MV_CUDA_ROWS), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes(type) } };
+/**
+ * The CUDA vector forms: quantized_matmul_ggml's vector engine, a 128-thread
+ * block per (pair, 16 rows of its expert); the gate/up form's blocks take 8
+ * output rows, their gate and up rows the engine's 16.
+ */
+export function ggmlIdMvCudaLaunch(type: GgmlQuantType, pairs: number, n: number, gateUp = false): Launch {
+  const rows = gateUp ? GGML_MV_CUDA_ROWS / 2 : GGML_MV_CUDA_ROWS;
+  return { grid: [pairs * ceilDiv(n, rows), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes(type) } };
 }
 
 /** Pair rows of a tile of the CUDA matrix form (quantized_matmul_ggml's 64 x 128 tile of 4 warps). */
@@ -129,13 +153,16 @@ export const GGML_MM_ID_METAL_BM = 32;
 
 // ---- validation ----
 
-interface GgmlIdBase extends GgmlIdSizes {
+interface GgmlIdIo extends GgmlIdSizes {
   /** f32 [nTokens, k] at least */
   input: Buffer;
-  /** u8: nExperts experts of n rows of k / QK blocks, expertStride bytes apart, at least */
-  weight: Buffer;
   /** f32 [nTokens * topK, n] at least; output */
   output: Buffer;
+}
+
+interface GgmlIdBase extends GgmlIdIo {
+  /** u8: nExperts experts of n rows of k / QK blocks, expertStride bytes apart, at least */
+  weight: Buffer;
 }
 
 export interface QuantizedMatmulIdGgmlArgs extends GgmlIdBase {
@@ -150,7 +177,41 @@ export interface QuantizedMatmulIdGgmlMmArgs extends GgmlIdBase {
   order: Buffer;
 }
 
-function validateBase(op: string, a: GgmlIdBase, matrix: boolean, routing: BufferRule[], device?: Device): void {
+/** mlx-native's quantized_matmul_id_swiglu_q4_0 arguments (its GgmlQuantizedMatmulIdParams' sizes), ggmlType Q4_0. */
+export interface QuantizedMatmulIdSwigluQ4_0Args extends GgmlIdSizes {
+  /** f32 [nTokens * topK, k] at least: each pair's gate row */
+  gate: Buffer;
+  /** f32 [nTokens * topK, k] at least: each pair's up row */
+  up: Buffer;
+  /** u8: nExperts experts of n rows of k / 32 Q4_0 blocks, expertStride bytes apart, at least */
+  weight: Buffer;
+  /** u32 [nTokens * topK] at least */
+  ids: Buffer;
+  /** f32 [nTokens * topK, n] at least; output */
+  output: Buffer;
+}
+
+export interface QuantizedMatmulIdGgmlGateUpArgs extends GgmlIdIo {
+  /** u8: the gate projection's experts, laid out as the vector form's weight */
+  gateWeight: Buffer;
+  /** u8: the up projection's experts, the gate's block type, rows and expertStride */
+  upWeight: Buffer;
+  /** u32 [nTokens, topK] at least: fused_moe_routing's expertIds */
+  ids: Buffer;
+  /** The gate's activation; silu when absent. */
+  activation?: GateActivation;
+}
+
+/** The weights of a form by argument name: the plain forms' weight, the gate/up form's gateWeight and upWeight. */
+type Weights = readonly (readonly [name: string, buffer: Buffer])[];
+
+/**
+ * The family's rules for a form. inputs: x (input), or the swiglu form's
+ * gate and up rows, which hold a row per pair (else per token).
+ */
+function validateBase(op: string, a: GgmlIdSizes & { output: Buffer }, form: 'vector' | 'matrix' | 'gateUp' | 'swiglu', inputs: Weights,
+  weights: Weights, routing: BufferRule[], device?: Device): void {
+  const matrix = form === 'matrix';
   checkGgmlType(op, 'ggmlType', a.ggmlType);
   for (const arg of ['nTokens', 'k', 'n', 'topK', 'nExperts'] as const) {
     checkPositive(op, arg, a[arg]);
@@ -170,15 +231,16 @@ function validateBase(op: string, a: GgmlIdBase, matrix: boolean, routing: Buffe
   }
   const nw = checkedProduct(op, '(nExperts - 1) * expertStride', a.nExperts - 1, stride) + expertBytes;
   if (!Number.isSafeInteger(nw)) throw invalid(op, 'weight bytes', 'a safe integer', nw);
-  const launch = matrix ? ggmlIdMmCudaLaunch(pairs, a.n, a.nExperts) : ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n);
+  const launch = matrix ? ggmlIdMmCudaLaunch(pairs, a.n, a.nExperts) : ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n, form === 'gateUp');
   if (launch.grid[0] > CUDA_GRID_MAX) {
     throw invalid(op, 'nTokens * topK', `small enough for ${CUDA_GRID_MAX} CUDA blocks (${matrix ? 'tile slots' : 'pairs'} x blocks of rows)`, pairs);
   }
-  const nx = checkedProduct(op, 'nTokens * k', a.nTokens, a.k);
+  const nx = form === 'swiglu' ? checkedProduct(op, 'nTokens * topK * k', pairs, a.k) : checkedProduct(op, 'nTokens * k', a.nTokens, a.k);
   const ny = checkedProduct(op, 'nTokens * topK * n', pairs, a.n);
+  const of = `${a.nExperts} experts of ${a.n} rows of ${ggmlRowBytesOf(a.ggmlType, a.k)} bytes of ${a.ggmlType}, ${stride} bytes apart`;
   const rules: BufferRule[] = [
-    ['input', a.input, 'f32', nx],
-    ['weight', a.weight, 'u8', { bytes: nw, of: `${a.nExperts} experts of ${a.n} rows of ${ggmlRowBytesOf(a.ggmlType, a.k)} bytes of ${a.ggmlType}, ${stride} bytes apart` }],
+    ...inputs.map(([name, x]): BufferRule => [name, x, 'f32', nx]),
+    ...weights.map(([name, w]): BufferRule => [name, w, 'u8', { bytes: nw, of }]),
     ...routing,
     ['output', a.output, 'f32', ny],
   ];
@@ -197,15 +259,45 @@ function validateBase(op: string, a: GgmlIdBase, matrix: boolean, routing: Buffe
  */
 export function validateQuantizedMatmulIdGgml(a: QuantizedMatmulIdGgmlArgs, device?: Device): void {
   const pairs = a.nTokens * a.topK;
-  validateBase('quantized_matmul_id_ggml', a, false, [['ids', a.ids, 'u32', Number.isSafeInteger(pairs) ? pairs : 0]], device);
+  validateBase('quantized_matmul_id_ggml', a, 'vector', [['input', a.input]], [['weight', a.weight]], [['ids', a.ids, 'u32', Number.isSafeInteger(pairs) ? pairs : 0]], device);
 }
 
 /** quantizedMatmulIdGgml's rules, with offsets (nExperts + 2) and order (nTokens * topK) u32 in place of ids. */
 export function validateQuantizedMatmulIdGgmlMm(a: QuantizedMatmulIdGgmlMmArgs, device?: Device): void {
   const pairs = a.nTokens * a.topK;
-  validateBase('quantized_matmul_id_ggml_mm', a, true, [
+  validateBase('quantized_matmul_id_ggml_mm', a, 'matrix', [['input', a.input]], [['weight', a.weight]], [
     ['offsets', a.offsets, 'u32', a.nExperts + 2], ['order', a.order, 'u32', Number.isSafeInteger(pairs) ? pairs : 0],
   ], device);
+}
+
+/**
+ * quantizedMatmulIdGgml's rules with two weights, gateWeight and upWeight,
+ * each held to the weight's rule (one ggmlType and expertStride for both),
+ * and the activation 'silu', 'gelu_tanh' or absent.
+ */
+export function validateQuantizedMatmulIdGgmlGateUp(a: QuantizedMatmulIdGgmlGateUpArgs, device?: Device): void {
+  const op = 'quantized_matmul_id_ggml_gate_up';
+  if (a.activation !== undefined && !(GATE_ACTIVATIONS as readonly unknown[]).includes(a.activation)) {
+    throw invalid(op, 'activation', "'silu', 'gelu_tanh' or absent", a.activation);
+  }
+  const pairs = a.nTokens * a.topK;
+  validateBase(op, a, 'gateUp', [['input', a.input]], [['gateWeight', a.gateWeight], ['upWeight', a.upWeight]],
+    [['ids', a.ids, 'u32', Number.isSafeInteger(pairs) ? pairs : 0]], device);
+}
+
+/**
+ * mlx-native's rules for quantized_matmul_id_swiglu_q4_0: ggmlType Q4_0;
+ * nTokens, k, n, topK > 0; k a multiple of 32; gate and up at least nTokens
+ * * topK * k floats, the output nTokens * topK * n. With the family's rules
+ * on nExperts, expertStride and the weight (the crate checks no weight
+ * size), dtypes (u32 ids of every pair), the CUDA grid and no aliasing.
+ */
+export function validateQuantizedMatmulIdSwigluQ4_0(a: QuantizedMatmulIdSwigluQ4_0Args, device?: Device): void {
+  const op = 'quantized_matmul_id_swiglu_q4_0';
+  if (a.ggmlType !== 'Q4_0') throw invalid(op, 'ggmlType', 'Q4_0', a.ggmlType);
+  const pairs = a.nTokens * a.topK;
+  validateBase(op, a, 'swiglu', [['gate', a.gate], ['up', a.up]], [['weight', a.weight]],
+    [['ids', a.ids, 'u32', Number.isSafeInteger(pairs) ? pairs : 0]], device);
 }
 
 /**
@@ -241,6 +333,82 @@ export function planQuantizedMatmulIdGgml(a: QuantizedMatmulIdGgmlArgs, _limits:
     bytes: [, , , , packGgmlMatvecIdParams(a)],
     ...ggmlMvMetalLaunch(a.ggmlType, pairs, a.n),
     cuda: ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n),
+  });
+}
+
+/**
+ * quantized_matmul_id_ggml_gate_up: the fused gate/up projection of the
+ * experts in the vector form, output[p, j] = act(sum_k x[p / topK, k]
+ * g_e[j, k]) * sum_k x[p / topK, k] u_e[j, k], g and u expert e = ids[p]'s
+ * gate and up weights dequantized from their GGML blocks (one type, one
+ * expertStride), act silu (default; SwiGLU, Qwen3.6) or gelu_tanh (GeGLU,
+ * Gemma 4); zeros for an id >= nExperts. One dispatch where the plain form
+ * takes two products and silu_mul / gelu_tanh_mul: each pair's gate and up
+ * rows are read by one threadgroup (block) in one pass over its x row, and
+ * the two [pairs, n] products are never written.
+ *
+ * Numerics: quantizedMatmulIdGgml's for each sum (Metal f32, CUDA's tensor
+ * cores f16 operands with f32 sums), then the activation in f32.
+ *
+ * Rules: validateQuantizedMatmulIdGgmlGateUp. Kernels:
+ * kernel_mul_mv_id_<t>_f32_gate_up (not in the crate). Bindings: 0
+ * gateWeight, 1 input, 2 output, 3 ids, 4 GgmlMatvecIdGateUpParams (the
+ * vector form's GgmlMatvecIdParams, then activation), 5 upWeight.
+ * Grid (Metal): the vector form's, each simdgroup taking R gate and R up
+ * rows. CUDA: ggmlIdMvCudaLaunch(.., true): a 128-thread block per pair and 8
+ * output rows, whose 8 gate and 8 up rows are the vector engine's 16.
+ */
+export function quantizedMatmulIdGgmlGateUp(enc: Encoder, args: QuantizedMatmulIdGgmlGateUpArgs): void {
+  record(enc, planQuantizedMatmulIdGgmlGateUp(args, enc.device.limits, enc.device));
+}
+
+/** quantizedMatmulIdGgmlGateUp's plan: validates, then one dispatch (see quantizedMatmulIdGgmlGateUp). */
+export function planQuantizedMatmulIdGgmlGateUp(a: QuantizedMatmulIdGgmlGateUpArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateQuantizedMatmulIdGgmlGateUp(a, device);
+  const pairs = a.nTokens * a.topK;
+  return planOf({
+    kernel: `kernel_mul_mv_id_${GGML_KERNEL_TYPE[a.ggmlType]}_f32_gate_up`,
+    buffers: [a.gateWeight, a.input, a.output, a.ids, , a.upWeight],
+    bytes: [, , , , packGgmlMatvecIdGateUpParams(a)],
+    ...ggmlMvMetalLaunch(a.ggmlType, pairs, a.n),
+    cuda: ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n, true),
+  });
+}
+
+/**
+ * quantized_matmul_id_swiglu_q4_0 (mlx-native's): the down projection of
+ * the experts fused with the SwiGLU before it, output[p, j] = sum_k
+ * w_e[j, k] * silu(gate[p, k]) * up[p, k], e = ids[p], w_e expert e's Q4_0
+ * rows: gate and up hold a row per pair (the unfused gate and up products'
+ * outputs), so one dispatch replaces silu_mul and the down product. Zeros
+ * for an id >= nExperts (the crate passes 1 for the params' experts and
+ * reads past them).
+ *
+ * Numerics: silu(gate) * up in f32 (the prelude's silu), then as
+ * quantizedMatmulIdGgml's vector form (Metal f32; CUDA's tensor cores take
+ * it and the weight in f16, summed in f32).
+ *
+ * Rules: validateQuantizedMatmulIdSwigluQ4_0. Kernel:
+ * kernel_mul_mv_id_q4_0_f32_swiglu. Bindings (the crate's): 0 weight, 1
+ * gate, 2 up, 3 output, 4 ids, 5 GgmlMatvecIdParams (the vector form's
+ * fields, ne1 the pairs, ne02 nExperts).
+ * Grid (Metal, the crate's): (ceil(n / 8), pairs, 1) threadgroups of (8, 8,
+ * 1). CUDA: ggmlIdMvCudaLaunch (the vector form's, 16 rows a block).
+ */
+export function quantizedMatmulIdSwigluQ4_0(enc: Encoder, args: QuantizedMatmulIdSwigluQ4_0Args): void {
+  record(enc, planQuantizedMatmulIdSwigluQ4_0(args, enc.device.limits, enc.device));
+}
+
+/** quantizedMatmulIdSwigluQ4_0's plan: validates, then one dispatch (see quantizedMatmulIdSwigluQ4_0). */
+export function planQuantizedMatmulIdSwigluQ4_0(a: QuantizedMatmulIdSwigluQ4_0Args, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateQuantizedMatmulIdSwigluQ4_0(a, device);
+  const pairs = a.nTokens * a.topK;
+  return planOf({
+    kernel: 'kernel_mul_mv_id_q4_0_f32_swiglu',
+    buffers: [a.weight, a.gate, a.up, a.output, a.ids],
+    bytes: [, , , , , packGgmlMatvecIdParams(a)],
+    ...ggmlMvMetalLaunch('Q4_0', pairs, a.n),
+    cuda: ggmlIdMvCudaLaunch('Q4_0', pairs, a.n),
   });
 }
 
@@ -298,11 +466,40 @@ export type GgmlIdSizesRef = GgmlIdSizes;
  * of weight; zeros for e >= nExperts (abs 1 there), with sum_k |x w| per output.
  */
 export function ggmlMatmulIdRef(x: ArrayLike<number>, weight: Uint8Array, ids: ArrayLike<number>, s: GgmlIdSizesRef): IdRef {
+  return denseMatmulIdRef(x, dequantizeExperts(weight, s), ids, idSizesOf(s));
+}
+
+/**
+ * The fused gate/up product: y[p, j] = act(g) * u, g and u pair p's sums
+ * against expert e's gate and up rows (each dequantized as ggmlMatmulIdRef's
+ * weight); denseGateUpIdRef's error bound in abs.
+ */
+export function ggmlGateUpIdRef(x: ArrayLike<number>, gate: Uint8Array, up: Uint8Array, ids: ArrayLike<number>, s: GgmlIdSizesRef,
+  activation: GateActivation): IdRef {
+  return denseGateUpIdRef(x, dequantizeExperts(gate, s), dequantizeExperts(up, s), ids, idSizesOf(s), activation);
+}
+
+/**
+ * The SwiGLU down projection: y[p, j] = sum_k w_e[j, k] h[p, k], h[p, k] =
+ * silu(gate[p, k]) * up[p, k] in float64, e = ids[p] (gate and up a row per
+ * pair); zeros for e >= nExperts (abs 1 there), with sum_k |h w| per output.
+ */
+export function ggmlSwigluIdRef(gate: ArrayLike<number>, up: ArrayLike<number>, weight: Uint8Array, ids: ArrayLike<number>,
+  s: GgmlIdSizesRef): IdRef {
+  const h = Float64Array.from(gate, (g, i) => siluRef(g) * up[i]!);
+  const pairs = s.nTokens * s.topK;
+  return denseMatmulIdRef(h, dequantizeExperts(weight, s), ids, { m: pairs, n: s.n, k: s.k, nExpertUsed: 1, numExperts: s.nExperts });
+}
+
+/** Every expert's n rows dequantized in float64, [nExperts, n, k]. */
+function dequantizeExperts(weight: Uint8Array, s: GgmlIdSizesRef): Float64Array {
   const expertBytes = s.n * ggmlRowBytesOf(s.ggmlType, s.k);
   const stride = s.expertStride ?? expertBytes;
   const w = new Float64Array(s.nExperts * s.n * s.k);
   for (let e = 0; e < s.nExperts; e++) {
     w.set(ggmlDequantizeRef(s.ggmlType, weight.subarray(e * stride, e * stride + expertBytes), s.n * s.k), e * s.n * s.k);
   }
-  return denseMatmulIdRef(x, w, ids, { m: s.nTokens, n: s.n, k: s.k, nExpertUsed: s.topK, numExperts: s.nExperts });
+  return w;
 }
+
+const idSizesOf = (s: GgmlIdSizesRef) => ({ m: s.nTokens, n: s.n, k: s.k, nExpertUsed: s.topK, numExperts: s.nExperts });

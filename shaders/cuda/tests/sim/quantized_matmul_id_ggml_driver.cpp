@@ -8,13 +8,23 @@
 // format's aligned and unaligned stage reads) and the matrix form over a
 // grouping of the pairs by expert written here as moe_dispatch_sort's
 // (partial tiles, experts without pairs, several tiles of one expert). Ids
-// past the experts must give rows of exact zeros. Products: |got - want| /
-// sum |x w| under f16's 1e-3 (the tensor cores take the weight and x in
-// f16). run.sh builds and runs it.
+// past the experts must give rows of exact zeros. The fused gate/up vector
+// form (kernel_mul_mv_id_<t>_f32_gate_up, silu and gelu_tanh) at the same
+// vector shapes, its up weight a second allocation 16-byte aligned or 4
+// bytes off (each engine path with both weights aligned, and the unaligned
+// one). Products: |got - want| / sum |x w| under f16's 1e-3 (the tensor
+// cores take the weight and x in f16); gate/up: |got - want| over the bound
+// |act'(g)| sum |x g| |u| + |act(g)| sum |x u| + 1e-3 sum |x g| sum |x u| (the
+// first order, and the product of the two sums' errors, which is what is
+// left where g and u are both near 0). The crate's
+// kernel_mul_mv_id_q4_0_f32_swiglu: Q4_0 experts against silu(gate) * up of
+// each pair's rows, |got - want| / sum |h w| under 1e-3. run.sh builds and
+// runs it.
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include "ggml_blocks.h"
 #include <string>
+#include <type_traits>
 
 // moe_dispatch_sort's outputs: offsets [E + 2] (the pairs of the groups
 // before each; group E the ids past the experts) and the pairs in group order.
@@ -27,17 +37,34 @@ void group_pairs(const std::vector<u32>& ids, u32 E, std::vector<u32>& offsets, 
   for (u32 p = 0; p < ids.size(); ++p) order[at[std::min(ids[p], E)]++] = p;
 }
 
+// The gate activations as the kernels' gate_activation (0 silu, 1 gelu_tanh), in double.
+double act_of(int a, double g) {
+  if (a == 0) return g / (1.0 + std::exp(-g));
+  return g / (1.0 + std::exp(-1.5957691216057308 * g * (1.0 + 0.044715 * g * g)));
+}
+
+// E experts of N rows of K values, expert e at e * stride bytes of a weight `skew` bytes past a 16-byte boundary.
+struct Experts {
+  std::vector<unsigned char> raw;
+  unsigned char* w;
+  Experts(int f, u32 N, u32 K, u32 E, u64 stride, u32 skew) : raw((E - 1) * stride + u64(K) / qk_of(f) * bytes_of(f) * N + 48) {
+    w = raw.data() + ((16 - (reinterpret_cast<uintptr_t>(raw.data()) & 15)) & 15) + skew;
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (auto& b : raw) b = (unsigned char)byte(gen);
+    for (u32 e = 0; e < E; ++e) random_blocks(f, w + e * stride, size_t(N) * K / qk_of(f));
+  }
+};
+
 // T tokens x U slots of E experts of N rows of K values, expert e at e * (expert bytes + pad) bytes of a
-// 16-byte aligned weight; ids below `used`, every fifth pair past the experts where `bad`.
+// 16-byte aligned weight; ids below `used`, every fifth pair past the experts where `bad`. gu >= 0: the
+// gate/up form (mv the gate/up entry, gu its activation) with an up weight `up_skew` bytes past 16.
 template <class MV, class MM>
-void run_id(int f, MV mv, MM mm, bool matrix, u32 T, u32 U, u32 N, u32 K, u32 E, u32 used, bool bad, u32 pad) {
+void run_id(int f, MV mv, MM mm, bool matrix, u32 T, u32 U, u32 N, u32 K, u32 E, u32 used, bool bad, u32 pad, int gu = -1,
+            u32 up_skew = 0) {
   const u64 rb = u64(K) / qk_of(f) * bytes_of(f), eb = rb * N, stride = eb + pad;
   const u32 P = T * U;
-  std::vector<unsigned char> wraw((E - 1) * stride + eb + 32);
-  unsigned char* w = wraw.data() + ((16 - (reinterpret_cast<uintptr_t>(wraw.data()) & 15)) & 15);
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (auto& b : wraw) b = (unsigned char)byte(gen);
-  for (u32 e = 0; e < E; ++e) random_blocks(f, w + e * stride, size_t(N) * K / qk_of(f));
+  Experts gate(f, N, K, E, stride, 0), up(f, N, K, E, stride, up_skew);
+  unsigned char* w = gate.w;
   std::vector<u32> ids(P);
   std::uniform_int_distribution<u32> pick(0, used - 1);
   for (u32 p = 0; p < P; ++p) ids[p] = bad && p % 5 == 3 ? E + 1000 * p : pick(gen);
@@ -46,14 +73,22 @@ void run_id(int f, MV mv, MM mm, bool matrix, u32 T, u32 U, u32 N, u32 K, u32 E,
   Arr<float> x(size_t(T) * K), y(size_t(P) * N);
   x.random();
   y.poison();
-  const std::string what = std::string(matrix ? "mm_id " : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
+  const std::string what = std::string(matrix ? "mm_id " : gu >= 0 ? (gu ? "gate_up gelu_tanh " : "gate_up silu ") : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
                            " N=" + std::to_string(N) + " K=" + std::to_string(K) + " E=" + std::to_string(E) +
-                           (pad ? " stride +" + std::to_string(pad) : "") + (bad ? " bad ids" : "");
-  if (!matrix) {
+                           (pad ? " stride +" + std::to_string(pad) : "") + (bad ? " bad ids" : "") +
+                           (up_skew ? " up +" + std::to_string(up_skew) : "");
+  constexpr bool GU = std::is_invocable_v<MV, const unsigned char*, const float*, float*, const u32*, const GgmlMatvecIdGateUpParams*,
+                                           const unsigned char*>;
+  if constexpr (GU) {
+    GgmlMatvecIdGateUpParams p{{{K, N, E, K, 1, N, P, 1, 1}, U, T, stride}, u32(gu)};
+    const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
+    sim_launch({P * cdiv(N, 8), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4, [&] { mv(w, x.p, y.p, idv.p, &p, up.w); });
+  } else if (!matrix) {
     GgmlMatvecIdParams p{{K, N, E, K, 1, N, P, 1, 1}, U, T, stride};
     const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
     sim_launch({P * cdiv(N, 16), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4, [&] { mv(w, x.p, y.p, idv.p, &p); });
-  } else {
+  }
+  if (matrix) {
     std::vector<u32> offsets, order;
     group_pairs(ids, E, offsets, order);
     Arr<u32> off(E + 2), ord(P);
@@ -72,9 +107,63 @@ void run_id(int f, MV mv, MM mm, bool matrix, u32 T, u32 U, u32 N, u32 K, u32 E,
       if (ids[q] >= E) {
         e = y.at(size_t(q) * N + j) == 0.0 ? 0.0 : INFINITY;
       } else {
+        double s = 0, a = 0, su = 0, au = 0;
+        for (u32 k = 0; k < K; ++k) {
+          const double xv = x.at(size_t(q / U) * K + k);
+          const double pr = xv * wat(f, w + ids[q] * stride, rb, j, k);
+          s += pr;
+          a += std::fabs(pr);
+          if (gu >= 0) {
+            const double pu = xv * wat(f, up.w + ids[q] * stride, rb, j, k);
+            su += pu;
+            au += std::fabs(pu);
+          }
+        }
+        if (gu >= 0) {
+          const double h = 1e-5 * std::max(1.0, std::fabs(s));
+          const double slope = (act_of(gu, s + h) - act_of(gu, s - h)) / (2 * h);
+          // First order, and the second-order term of errors 1e-3 a and 1e-3 au in the sums (their product over 1e-3).
+          const double bound = std::fabs(slope) * a * std::fabs(su) + std::fabs(act_of(gu, s)) * au + 1e-3 * a * au;
+          const double d = std::fabs(y.at(size_t(q) * N + j) - act_of(gu, s) * su);
+          e = d <= 0x1p-126 ? 0.0 : d / bound;  // below f32's smallest normal: flushed
+        } else {
+          e = std::fabs(y.at(size_t(q) * N + j) - s) / a;
+        }
+      }
+      if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+    }
+  report(worst <= 1e-3, what, worst, 1e-3);
+}
+
+// The swiglu down projection: P pairs of gate and up rows of K floats (gate in [-3, 3]), Q4_0 experts as run_id's.
+void run_swiglu(u32 P, u32 N, u32 K, u32 E, u32 used, bool bad, u32 pad) {
+  const int f = Q4_0;
+  const u64 rb = u64(K) / 32 * 18, stride = rb * N + pad;
+  Experts ex(f, N, K, E, stride, 0);
+  std::vector<u32> ids(P);
+  std::uniform_int_distribution<u32> pick(0, used - 1);
+  for (u32 p = 0; p < P; ++p) ids[p] = bad && p % 5 == 3 ? E + 7 * p : pick(gen);
+  Arr<u32> idv(P);
+  for (u32 p = 0; p < P; ++p) idv.p[p] = ids[p];
+  Arr<float> g(size_t(P) * K), u(size_t(P) * K), y(size_t(P) * N);
+  g.random(-3, 3);
+  u.random();
+  y.poison();
+  GgmlMatvecIdParams p{{K, N, E, K, 1, N, P, 1, 1}, 1, P, stride};
+  const u32 sp = 16 * ((256 / 32 * 18 + 30 + 15) / 16);
+  sim_launch({P * cdiv(N, 16), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4,
+             [&] { kernel_mul_mv_id_q4_0_f32_swiglu(ex.w, g.p, u.p, y.p, idv.p, &p); });
+  double worst = 0;
+  for (u32 q = 0; q < P; ++q)
+    for (u32 j = 0; j < N; ++j) {
+      double e;
+      if (ids[q] >= E) {
+        e = y.at(size_t(q) * N + j) == 0.0 ? 0.0 : INFINITY;
+      } else {
         double s = 0, a = 0;
         for (u32 k = 0; k < K; ++k) {
-          const double pr = x.at(size_t(q / U) * K + k) * wat(f, w + ids[q] * stride, rb, j, k);
+          const double gv = g.at(size_t(q) * K + k), h = gv / (1.0 + std::exp(-gv)) * u.at(size_t(q) * K + k);
+          const double pr = h * wat(f, ex.w + ids[q] * stride, rb, j, k);
           s += pr;
           a += std::fabs(pr);
         }
@@ -82,7 +171,9 @@ void run_id(int f, MV mv, MM mm, bool matrix, u32 T, u32 U, u32 N, u32 K, u32 E,
       }
       if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
     }
-  report(worst <= 1e-3, what, worst, 1e-3);
+  report(worst <= 1e-3, "swiglu Q4_0 P=" + std::to_string(P) + " N=" + std::to_string(N) + " K=" + std::to_string(K) + " E=" +
+                            std::to_string(E) + (pad ? " stride +" + std::to_string(pad) : "") + (bad ? " bad ids" : ""),
+         worst, 1e-3);
 }
 
 #define ALL_FORMATS(X) X(Q4_0, q4_0) X(Q8_0, q8_0) X(Q4_K, q4_K) X(Q5_K, q5_K) X(Q6_K, q6_K)
@@ -100,8 +191,21 @@ int main() {
     /* The matrix form: partial tiles, experts without pairs, bad ids; an expert with more than a tile of pairs. */    \
     run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32, true, 40, 2, 130, 256, 5, 3, true, 0);             \
     run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32, true, 70, 1, 37, 2 * kb, 3, 1, false, pad);       \
+    /* The gate/up form, each activation: decode (top-8 of 16 experts from 5: repeats and empty experts), N past a */  \
+    /* block's 8 rows; 3 tokens with bad ids, unaligned experts and the up weight 4 bytes off 16; a one-row N. */       \
+    for (int a = 0; a < 2; ++a) {                                                                                      \
+      run_id(F, kernel_mul_mv_id_##T##_f32_gate_up, kernel_mul_mm_id_##T##_f32, false, 1, 8, 20, 2 * 256, 16, 5, false, 0, a); \
+      run_id(F, kernel_mul_mv_id_##T##_f32_gate_up, kernel_mul_mm_id_##T##_f32, false, 3, 2, 37, 256 + 3 * kb % 256, 6, 4, true, \
+             pad, a, 4);                                                                                               \
+      run_id(F, kernel_mul_mv_id_##T##_f32_gate_up, kernel_mul_mm_id_##T##_f32, false, 2, 3, 1, 256, 4, 4, true, 0, a);    \
+    }                                                                                                                  \
   }
   ALL_FORMATS(ID)
+  // The crate's swiglu: decode's 8 pairs (repeated experts, N past a block's 16 rows), bad ids with experts off
+  // 16-byte alignment and a partial window, one row.
+  run_swiglu(8, 37, 512, 12, 5, false, 0);
+  run_swiglu(10, 20, 288, 6, 4, true, 18);
+  run_swiglu(3, 1, 64, 3, 3, true, 0);
   std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
   return failures != 0;
 }
