@@ -1832,6 +1832,20 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
             }
         }
     };
+    // f(zi, k) for each of this thread's z below len (its value and key),
+    // returning whether to list it; with `word` (a list's count word; 0:
+    // none) the listed ones are appended at each step. Every thread calls it.
+    auto each_z = [&](u32 word, auto&& f) {
+        each_step([&](const u32 (&zv)[4], u32 e) {
+            u32 keep = 0u;
+#pragma unroll
+            for (u32 r = 0; r < 4u; ++r) {
+                const float zi = __uint_as_float(zv[r]);
+                if (e + r < len && f(zi, order_key(zi))) keep |= 1u << r;
+            }
+            if (word != 0u) append(word, zv, e, keep);
+        });
+    };
     const u32 pass = p->pass;
     if (pass < 2u)
         for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) hmass[i] = 0ull;
@@ -1847,17 +1861,11 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
         // Min-p alone (pass 2): this slice's kept mass into its record, its
         // kept tokens onto the min-p list.
         float kept = 0.0f;
-        each_step([&](const u32 (&zv)[4], u32 e) {
-            u32 keep = 0u;
-#pragma unroll
-            for (u32 r = 0; r < 4u; ++r) {
-                const float w = expf(__uint_as_float(zv[r]) - zmax);
-                if (e + r < len && w >= p->min_p) {
-                    kept += w;
-                    keep |= 1u << r;
-                }
-            }
-            append(u32(SAMPLE_LIST_MINP), zv, e, keep);
+        each_z(u32(SAMPLE_LIST_MINP), [&](float zi, u32) {
+            const float w = expf(zi - zmax);
+            if (!(w >= p->min_p)) return false;
+            kept += w;
+            return true;
         });
         kept = block_sum_synced(kept, partials);
         if (tid == 0u) {
@@ -1901,23 +1909,14 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
         // [10, 21) of the open range (pass 1). Pass 0 lists the min-p set
         // (min_p > 0), pass 1 the tokens at or above the cut's level-0 bin.
         const u32 shift = pass == 0u ? 21u : 10u;
-        const bool listing = pass == 1u || p->min_p > 0.0f;
-        each_step([&](const u32 (&zv)[4], u32 e) {
-            u32 keep = 0u;
-#pragma unroll
-            for (u32 r = 0; r < 4u; ++r) {
-                const float zi = __uint_as_float(zv[r]);
-                const u32 k = order_key(zi);
-                if (e + r < len) {
-                    const float wf = expf(zi - zmax);
-                    if (width == 0u || (k >> (32u - width)) == (prefix >> (32u - width))) {
-                        const u64 w = zi == neg_inf() ? 0ull : u64(wf * scale);
-                        if (w != 0ull) add64_shared(reinterpret_cast<u32*>(&hmass[(k >> shift) & (u32(SAMPLE_HIST_BINS) - 1u)]), w);
-                    }
-                    if (pass == 0u ? wf >= p->min_p : (k >> 21) >= (prefix >> 21)) keep |= 1u << r;
-                }
+        const u32 word = pass == 1u ? u32(SAMPLE_LIST_BIN) : p->min_p > 0.0f ? u32(SAMPLE_LIST_MINP) : 0u;
+        each_z(word, [&](float zi, u32 k) {
+            const float wf = expf(zi - zmax);
+            if (width == 0u || (k >> (32u - width)) == (prefix >> (32u - width))) {
+                const u64 w = zi == neg_inf() ? 0ull : u64(wf * scale);
+                if (w != 0ull) add64_shared(reinterpret_cast<u32*>(&hmass[(k >> shift) & (u32(SAMPLE_HIST_BINS) - 1u)]), w);
             }
-            if (listing) append(pass == 0u ? u32(SAMPLE_LIST_MINP) : u32(SAMPLE_LIST_BIN), zv, e, keep);
+            return pass == 0u ? wf >= p->min_p : (k >> 21) >= (prefix >> 21);
         });
         __syncthreads();
         unsigned long long* g = reinterpret_cast<unsigned long long*>(hist + pass * 2u * u32(SAMPLE_HIST_BINS));
@@ -1931,23 +1930,14 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
     // record, and the tokens at or above the range listed.
     u32* counts = reinterpret_cast<u32*>(hmass);
     float kept = 0.0f;
-    each_step([&](const u32 (&zv)[4], u32 e) {
-        u32 keep = 0u;
-#pragma unroll
-        for (u32 r = 0; r < 4u; ++r) {
-            const float zi = __uint_as_float(zv[r]);
-            const u32 k = order_key(zi);
-            if (e + r < len) {
-                if (keep_all || (k >> 10) > (prefix >> 10)) {
-                    const float w = expf(zi - zmax);
-                    kept += w >= p->min_p ? w : 0.0f;
-                } else if ((k >> 10) == (prefix >> 10)) {
-                    atomicAdd(&counts[k & 1023u], 1u);
-                }
-                if ((k >> 10) >= (prefix >> 10)) keep |= 1u << r;
-            }
+    each_z(keep_all ? 0u : u32(SAMPLE_LIST_RANGE), [&](float zi, u32 k) {
+        if (keep_all || (k >> 10) > (prefix >> 10)) {
+            const float w = expf(zi - zmax);
+            kept += w >= p->min_p ? w : 0.0f;
+        } else if ((k >> 10) == (prefix >> 10)) {
+            atomicAdd(&counts[k & 1023u], 1u);
         }
-        if (!keep_all) append(u32(SAMPLE_LIST_RANGE), zv, e, keep);
+        return (k >> 10) >= (prefix >> 10);
     });
     kept = block_sum_synced(kept, partials);
     if (keep_all) {
