@@ -44,7 +44,7 @@ enum SampleLimits : uint {
     SAMPLE_HIST_BINS = 2048,   // bins of the whole-row rounds 0 and 1 (11-bit digits)
     SAMPLE_LAST_BINS = 1024,   // bins of round 2 (the last 10 bits)
     SAMPLE_HIST_WORDS = 9216,  // per row: rounds 0 and 1 (2048 64-bit masses each), round 2 (1024 counts)
-    SAMPLE_STATE_WORDS = 24,   // per row: what rounds 0 and 1 decided, 8 words each; 8 for CUDA's candidate draw
+    SAMPLE_STATE_WORDS = 24,   // per row: what rounds 0 and 1 decided, 8 words each; 8 for CUDA's list counts
     SAMPLE_REC_CAP = 32,       // distinct keys a slice's record lists
     SAMPLE_REC_WORDS = 36,     // per slice: kept mass, key count, SAMPLE_REC_CAP keys, padding
     SAMPLE_SUM_WORDS = 32,     // per slice: the summary of its candidates that CUDA's passes write (these leave it)
@@ -820,13 +820,16 @@ kernel void philox4x32_10_u32(
 //   z       [rows, zs]              zs = n_vocab rounded up to 4; float bits
 //   stats   [rows, nb2, 4]          per slice (max, sum, index of max, 0);
 //                                   nb2 = slices of 2048
-//   cand    [rows, nb4 * 512]       n_blocks * n_cand (value bits, index)
+//   cand    [rows, nb4 * 512]       n_blocks * n_cand (value bits, index);
+//                                   shaders/cuda/sample.cu's whole-row
+//                                   passes keep a row list of up to 256
+//                                   pairs there instead
 //   hist    [rows, HIST_WORDS]      rounds 0 and 1: 2048 (lo, hi) masses;
 //                                   round 2: 1024 counts
 //   state   [rows, STATE_WORDS]     rounds 0 and 1: (prefix, above lo, hi,
 //                                   target lo, hi, keep all, 0, 0); then
 //                                   8 words of shaders/cuda/sample.cu's
-//                                   candidate draw
+//                                   (its lists' counts)
 //   records [rows, nb4, REC_WORDS]  per slice of 4096: kept mass, key
 //                                   count (0xffffffff: more than REC_CAP),
 //                                   keys (last digit | count << 10)

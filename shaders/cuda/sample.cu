@@ -25,11 +25,22 @@
 //   otherwise its levels only see the candidates of one bin. A slice whose
 //   candidates span more bins than a summary lists makes the merging block
 //   bin them all.
-// - The sampler's whole-row passes (top_k = 0 with top-p or min-p): the
-//   first of them is launched with one block more per row, which ranks the
-//   candidates and draws from them while the others bin the row; it leaves
-//   the token in the row's state, and the finish only copies it out unless
-//   the kept set reaches past the candidates.
+// - The sampler's whole-row configurations (top_k = 0 with top-p or min-p)
+//   select no candidates in the slice pass. Their kept set is a prefix of
+//   the rank order, so the mass passes list the tokens of prefixes that
+//   hold it, each (value bits, index) onto one row list in the candidates'
+//   region, counted on a state word that the slice pass zeroes: the min-p
+//   set, exp(z - z_max) >= min_p (min-p alone: the record pass; with top-p:
+//   pass 0, where the exp is computed anyway); the tokens at or above the
+//   top-p cut's level-0 bin (pass 1); at or above its level-1 range (pass
+//   2). A list is complete where its count is below SAMPLE_MAX_K; a pass
+//   after a complete one returns at once, and a later list overwrites an
+//   incomplete one. The finish ranks a complete list by counting and draws
+//   in rank order (the reference's path for a kept set of fewer than 256
+//   tokens); otherwise the fixed-point cut and the records, in index order,
+//   but for a top-p kept set of fewer than 256 tokens whose lists overflowed
+//   (ties or values within 1024 keys of the cut crowd its bins): the finish
+//   gathers it from z (scan_kept).
 //
 // Block reductions run in a fixed order and the 64-bit masses are integers,
 // so every result is independent of the warps' timing (the order in which
@@ -54,6 +65,12 @@ enum SampleLimits : u32 {
     SAMPLE_REC_CAP = 32,
     SAMPLE_REC_WORDS = 36,
     SAMPLE_SUM_WORDS = 32,
+    // Words of a row's state counting the tokens of the whole-row passes'
+    // lists (sample_mass_f32): the min-p set, the tokens at or above the
+    // top-p cut's level-0 bin, and at or above its level-1 range.
+    SAMPLE_LIST_MINP = 20,
+    SAMPLE_LIST_BIN = 21,
+    SAMPLE_LIST_RANGE = 22,
 };
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
@@ -170,6 +187,16 @@ __device__ __forceinline__ u32 warp_take(u32* counter, bool take) {
     if (lane == leader) base = atomicAdd(counter, __popc(ballot));
     base = __shfl_sync(0xffffffffu, base, leader);
     return take ? base + __popc(ballot & ((1u << lane) - 1u)) : 0xffffffffu;
+}
+
+// The first of `own` consecutive slots of this lane, counted on *counter
+// (shared or global): one atomic per warp, the lanes' counts scanned. Every
+// lane of a full warp calls it.
+__device__ __forceinline__ u32 warp_append(u32* counter, u32 own) {
+    const u32 incl = warp_inclusive(own);
+    u32 base = 0u;
+    if ((threadIdx.x & 31u) == 31u && incl != 0u) base = atomicAdd(counter, incl);
+    return __shfl_sync(0xffffffffu, base, 31) + incl - own;
 }
 
 __device__ __forceinline__ void keep_best(u32& key, u32& ix, u32 k, u32 i) {
@@ -1172,9 +1199,65 @@ __device__ float row_max(const u32* stats, u32 nb, float* partials) {
     return block_max_synced(m, partials);
 }
 
-// The finish's whole-row draw (sample.metal: finish_whole_row).
+// The finish's draw from m < SAMPLE_MAX_K tokens that hold the kept set as
+// a prefix of their rank order, packed in g as (key, ~index): ranked by
+// counting, then draw_ranked over SAMPLE_MAX_K ranks, as the candidates'
+// draw runs, the ranks past m holding key 0, whose NaN weight ends the kept
+// prefix there. Writes the row's outputs.
+__device__ void rank_draw(const u64* g, u32 m, float zmax, float mass, const SampleParams* p, float u, u32 row,
+                          u32* out_token, float* out_logprob, u32* sk, u32* si, u32* res) {
+    for (u32 r = m + threadIdx.x; r < u32(SAMPLE_MAX_K); r += blockDim.x) sk[r] = 0u;
+    GroupSink ranked = {sk, si};
+    rank_top(g, m, m, ranked);
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        draw_ranked(sk, u32(SAMPLE_MAX_K), zmax, mass, p, u, res);
+        if (threadIdx.x == 0u) {
+            const u32 r = res[0];
+            out_token[row] = si[r];
+            out_logprob[row] = (key_value(sk[r]) - zmax) - logf(__uint_as_float(res[1]));
+        }
+    }
+}
+
+// The first m pairs (value bits, index) of a row's list into g as (key, ~index); ends with a barrier.
+__device__ void load_list(const u32* list, u32 m, u64* g) {
+    for (u32 i = threadIdx.x; i < m; i += blockDim.x)
+        g[i] = (u64(order_key(__uint_as_float(list[2u * i]))) << 32) | ~list[2u * i + 1u];
+    __syncthreads();
+}
+
+// The top-p kept set where no list holds it but it has fewer than
+// SAMPLE_MAX_K tokens (ties or values within 1024 keys of the cut crowd its
+// bins): the tokens of z [0, n) with keys above t and the first `need`
+// (lowest indices) equal to t, into g as (key, ~index), scanned by
+// contiguous chunks. *counter is 0, visibly to every thread, when called;
+// ends with a barrier.
+__device__ void scan_kept(const u32* z, u32 n, u32 t, u32 need, u64* g, u32* counter, float* partials) {
+    const u32 chunk = (n + blockDim.x - 1u) / blockDim.x;
+    const u32 i0 = min(n, threadIdx.x * chunk);
+    const u32 i1 = min(n, i0 + chunk);
+    float own = 0.0f;
+    for (u32 i = i0; i < i1; ++i) own += order_key(__uint_as_float(z[i])) == t ? 1.0f : 0.0f;
+    float all;
+    u32 rank = u32(block_prefix_sum(own, all, partials));
+    for (u32 i = i0; i < i1; ++i) {
+        const u32 k = order_key(__uint_as_float(z[i]));
+        if (k > t || (k == t && rank++ < need)) {
+            const u32 slot = atomicAdd(counter, 1u);
+            if (slot < u32(SAMPLE_MAX_K)) g[slot] = (u64(k) << 32) | ~i;
+        }
+    }
+    __syncthreads();
+}
+
+// The finish's whole-row draw (sample.metal: finish_whole_row), where no
+// list holds the kept set; a top-p kept set of fewer than SAMPLE_MAX_K
+// tokens is gathered from z (scan_kept) and drawn in rank order. mass: the
+// row's (the candidates' draw's top-p reference).
 __device__ void finish_whole_row(u32* scratch, u32* out_token, float* out_logprob, const SampleParams* p, const SampleLayout& L,
-                                 u32 row, float zmax, float u, u64* warp_sums, u32* res, float* partials, DrawShared* draw) {
+                                 u32 row, float zmax, float mass, float u, u64* warp_sums, u32* res, float* partials, DrawShared* draw,
+                                 u64* g, u32* sk, u32* si, u32* counter) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
     const u32 lane = tid & 31u, warp = tid >> 5, nw = bs >> 5;
     const u32 n = p->n_vocab, nb = p->n_blocks;
@@ -1195,6 +1278,18 @@ __device__ void finish_whole_row(u32* scratch, u32* out_token, float* out_logpro
             const u64 wt = fixed_mass(key_value(t), zmax, scale);
             const u32 ties = hist[4u * u32(SAMPLE_HIST_BINS) + d.digit];
             need = u32(min(u64(ties), max(1ull, (d.target - d.above + wt - 1ull) / wt)));
+            // The tokens with keys above t: those at or above the range (the
+            // range list's count) less the range's up to t.
+            float own = 0.0f;
+            for (u32 e = tid; e <= d.digit; e += bs) own += float(hist[4u * u32(SAMPLE_HIST_BINS) + e]);
+            const u32 upto = u32(block_sum_synced(own, partials));
+            if (state[u32(SAMPLE_LIST_RANGE) - 8u] - upto + need < u32(SAMPLE_MAX_K)) {
+                if (tid == 0u) *counter = 0u;
+                __syncthreads();
+                scan_kept(z, n, t, need, g, counter, partials);
+                rank_draw(g, min(*counter, u32(SAMPLE_MAX_K) - 1u), zmax, mass, p, u, row, out_token, out_logprob, sk, si, res);
+                return;
+            }
         }
     }
     const float q = expf(key_value(t) - zmax);
@@ -1294,51 +1389,6 @@ __device__ void rank_candidates(Src& src, SumWords& pre, const u32* scratch, con
     if (gather_top<FAST>(src, row_sums(scratch, L, row), pre, p->n_blocks, mc, sh, g, ranked)) return;
     rank_top(g, mc, mc, ranked);
     __syncthreads();
-}
-
-// The extra block of the first whole-row pass (grid y = n_blocks): the draw
-// from the candidates, into the row's state (words 16..18: 1 where the
-// candidates hold the kept set, the token, its log-probability's bits).
-__device__ void candidate_draw(u32* scratch, const SampleParams* p) {
-    __shared__ SelectShared sh;
-    __shared__ u64 g[SAMPLE_MAX_K];
-    __shared__ u32 sk[SAMPLE_MAX_K];
-    __shared__ u32 si[SAMPLE_MAX_K];
-    __shared__ float partials[32];
-    __shared__ u32 res[4];
-    const u32 tid = threadIdx.x, row = blockIdx.x, nb = p->n_blocks;
-    const SampleLayout L = sample_layout(p);
-    const u32* stats = scratch + L.stats + u64(row) * L.nb2 * 4u;
-    u32* state = scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS) + 16u;
-    // The candidates' loads first: they arrive while the stats are reduced.
-    PairSrc<SAMPLE_ITEMS> src = row_candidates<SAMPLE_ITEMS>(scratch, p, L, row);
-    src.load(0u);
-    SumWords pre = prefetch_sums(row_sums(scratch, L, row), nb);
-    const float zmax = row_max(stats, nb, partials);
-    if (zmax == neg_inf()) {
-        if (tid == 0u) {
-            state[0] = 1u;
-            state[1] = 0xffffffffu;
-            state[2] = __float_as_uint(neg_inf());
-        }
-        return;
-    }
-    BlockWeights blocks = {stats, zmax};
-    float zs = 0.0f;
-    for (u32 b = tid; b < nb; b += blockDim.x) zs += blocks.weight(b);
-    const float mass = block_sum_synced(zs, partials);
-    // The radix levels only: 256 of 64 slices' 16384 candidates rarely fit
-    // the fast path, and its code would cost this 1024-thread kernel spills.
-    rank_candidates<false>(src, pre, scratch, p, L, row, sh, g, sk, si);
-    if (tid < 32u) {
-        draw_ranked(sk, min(p->n_cand, p->n_vocab), zmax, mass, p, sample_uniform(p, row), res);
-        if (tid == 0u) {
-            const u32 r = res[0];
-            state[0] = res[2] == 0u ? 1u : 0u;
-            state[1] = si[r];
-            state[2] = __float_as_uint((key_value(sk[r]) - zmax) - logf(__uint_as_float(res[1])));
-        }
-    }
 }
 
 // The finish where the candidates hold the kept set (top-k, or every
@@ -1617,14 +1667,18 @@ extern "C" __global__ void __launch_bounds__(512) sample_blocks_f32(const float*
     const u32 lo = b * p->slice;
     const u32 len = min(p->slice, n - lo);
     const SampleLayout L = sample_layout(p);
-    const bool select = p->n_cand > 0u && p->temperature > 0.0f;
+    // The whole-row configurations take no candidates: their mass passes
+    // list the tokens that may be kept, on counters zeroed here.
+    const bool whole = sample_whole_row(p);
+    const bool select = p->n_cand > 0u && p->temperature > 0.0f && !whole;
+    if (whole && b == 0u && tid < 3u) scratch[L.state + u64(row) * u32(SAMPLE_STATE_WORDS) + u32(SAMPLE_LIST_MINP) + tid] = 0u;
     if (select) {
         clear_hist(sh.hist[0]);
         if (tid < u32(SAMPLE_SUM_WORDS)) summary[tid] = 0u;
         if (tid == 0u) sh.counter = sh.packed = 0u;
     }
     // The mass passes add into this row's histograms: each slice clears its share.
-    if (sample_whole_row(p) && p->top_p < 1.0f) {
+    if (whole && p->top_p < 1.0f) {
         const u32 share = (u32(SAMPLE_HIST_WORDS) + p->n_blocks - 1u) / p->n_blocks;
         u32* h = scratch + L.hist + u64(row) * u32(SAMPLE_HIST_WORDS);
         for (u32 i = b * share + tid; i < min(u32(SAMPLE_HIST_WORDS), (b + 1u) * share); i += bs) h[i] = 0u;
@@ -1719,13 +1773,8 @@ extern "C" __global__ void __launch_bounds__(512) sample_blocks_f32(const float*
     }
 }
 
-// buffer(0) scratch, (1) SampleParams (pass 0, 1, 2); grid (rows, n_blocks), one block more per row in
-// the first pass of the plan (candidate_draw).
+// buffer(0) scratch, (1) SampleParams (pass 0, 1, 2); grid (rows, n_blocks).
 extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch, const SampleParams* p) {
-    if (blockIdx.y >= p->n_blocks) {
-        candidate_draw(scratch, p);
-        return;
-    }
     __shared__ unsigned long long hmass[SAMPLE_HIST_BINS];
     __shared__ u64 warp_sums[32];
     __shared__ u32 res[8];
@@ -1756,18 +1805,46 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
         return t;
     };
     if (steps == 1u) zz = load4(e0);
-    // f(zi, k, e) for each of this thread's z: its value, order key and
-    // index in the slice (past len: -inf).
-    auto each_z = [&](auto&& f) {
+    // f(zv, e) for each step of this thread's z: the bits of 4 z and the
+    // slice index of the first (past len: -inf).
+    auto each_step = [&](auto&& f) {
         for (u32 st = 0; st < steps; ++st) {
             if (steps > 1u) zz = load4(e0 + 4u * bs * st);
             const u32 zv[4] = {zz.x, zz.y, zz.z, zz.w};
+            f(zv, e0 + 4u * bs * st);
+        }
+    };
+    // Appends the z of zv that `keep` marks to the row's list, counted on
+    // state word `word`: the first SAMPLE_MAX_K stored, every one counted.
+    // Every thread of the block calls it at each step.
+    u32* list = scratch + L.cand + u64(row) * L.nb4 * 512u;
+    u32* state = scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS);
+    auto append = [&](u32 word, const u32 (&zv)[4], u32 e, u32 keep) {
+        u32 slot = warp_append(state + word, u32(__popc(keep)));
+#pragma unroll
+        for (u32 r = 0; r < 4u; ++r) {
+            if ((keep >> r) & 1u) {
+                if (slot < u32(SAMPLE_MAX_K)) {
+                    list[2u * slot] = zv[r];
+                    list[2u * slot + 1u] = lo + e + r;
+                }
+                ++slot;
+            }
+        }
+    };
+    // f(zi, k) for each of this thread's z below len (its value and key),
+    // returning whether to list it; with `word` (a list's count word; 0:
+    // none) the listed ones are appended at each step. Every thread calls it.
+    auto each_z = [&](u32 word, auto&& f) {
+        each_step([&](const u32 (&zv)[4], u32 e) {
+            u32 keep = 0u;
 #pragma unroll
             for (u32 r = 0; r < 4u; ++r) {
                 const float zi = __uint_as_float(zv[r]);
-                f(zi, order_key(zi), e0 + 4u * bs * st + r);
+                if (e + r < len && f(zi, order_key(zi))) keep |= 1u << r;
             }
-        }
+            if (word != 0u) append(word, zv, e, keep);
+        });
     };
     const u32 pass = p->pass;
     if (pass < 2u)
@@ -1779,17 +1856,39 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
     if (zmax == neg_inf()) return;
     const float scale = mass_scale(n);
     u32* hist = scratch + L.hist + u64(row) * u32(SAMPLE_HIST_WORDS);
-    u32* state = scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS);
+    u32* rec = scratch + L.rec + (u64(row) * L.nb4 + b) * u32(SAMPLE_REC_WORDS);
+    if (p->top_p >= 1.0f) {
+        // Min-p alone (pass 2): this slice's kept mass into its record, its
+        // kept tokens onto the min-p list.
+        float kept = 0.0f;
+        each_z(u32(SAMPLE_LIST_MINP), [&](float zi, u32) {
+            const float w = expf(zi - zmax);
+            if (!(w >= p->min_p)) return false;
+            kept += w;
+            return true;
+        });
+        kept = block_sum_synced(kept, partials);
+        if (tid == 0u) {
+            rec[0] = __float_as_uint(kept);
+            rec[1] = 0u;
+        }
+        return;
+    }
+    // Top-p: a list of fewer than SAMPLE_MAX_K tokens that holds the kept
+    // set ends the work (the finish draws from it).
+    const bool minp_listed = p->min_p > 0.0f && state[SAMPLE_LIST_MINP] < u32(SAMPLE_MAX_K);
+    if (pass == 1u && minp_listed) return;
+    if (pass == 2u && (minp_listed || (state[5] == 0u && state[SAMPLE_LIST_BIN] < u32(SAMPLE_MAX_K)))) return;
     u32 prefix = 0u, width = 0u;
-    bool keep_all = p->top_p >= 1.0f;
-    if (!keep_all && pass == 1u) {
+    bool keep_all = false;
+    if (pass == 1u) {
         const HistMass h = {hist};
         const Derived d = derive_digit(h, u32(SAMPLE_HIST_BINS), 0ull, 0ull, true, p->top_p, warp_sums, res);
         keep_all = d.keep_all;
         prefix = keep_all ? 0u : d.digit << 21;
         width = 11u;
         if (b == 0u && tid == 0u) put_state(state, prefix, d);
-    } else if (!keep_all && pass == 2u) {
+    } else if (pass == 2u) {
         keep_all = state[5] != 0u;
         if (!keep_all) {
             const u64 above = u64(state[1]) | (u64(state[2]) << 32);
@@ -1806,13 +1905,18 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
     }
     if (pass < 2u) {
         if (keep_all) return;
-        // 64-bit fixed-point masses by the key's bits [21, 32) (pass 0) or [10, 21) of the open range (pass 1).
+        // 64-bit fixed-point masses by the key's bits [21, 32) (pass 0) or
+        // [10, 21) of the open range (pass 1). Pass 0 lists the min-p set
+        // (min_p > 0), pass 1 the tokens at or above the cut's level-0 bin.
         const u32 shift = pass == 0u ? 21u : 10u;
-        each_z([&](float zi, u32 k, u32 e) {
-            if (e < len && (width == 0u || (k >> (32u - width)) == (prefix >> (32u - width)))) {
-                const u64 w = fixed_mass(zi, zmax, scale);
+        const u32 word = pass == 1u ? u32(SAMPLE_LIST_BIN) : p->min_p > 0.0f ? u32(SAMPLE_LIST_MINP) : 0u;
+        each_z(word, [&](float zi, u32 k) {
+            const float wf = expf(zi - zmax);
+            if (width == 0u || (k >> (32u - width)) == (prefix >> (32u - width))) {
+                const u64 w = zi == neg_inf() ? 0ull : u64(wf * scale);
                 if (w != 0ull) add64_shared(reinterpret_cast<u32*>(&hmass[(k >> shift) & (u32(SAMPLE_HIST_BINS) - 1u)]), w);
             }
+            return pass == 0u ? wf >= p->min_p : (k >> 21) >= (prefix >> 21);
         });
         __syncthreads();
         unsigned long long* g = reinterpret_cast<unsigned long long*>(hist + pass * 2u * u32(SAMPLE_HIST_BINS));
@@ -1822,20 +1926,20 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
         }
         return;
     }
-    // Pass 2: the last 10 bits' counts (one key per bin) and this slice's record.
+    // Pass 2: the last 10 bits' counts (one key per bin), this slice's
+    // record, and the tokens at or above the range listed.
     u32* counts = reinterpret_cast<u32*>(hmass);
     float kept = 0.0f;
-    each_z([&](float zi, u32 k, u32 e) {
-        if (e >= len) return;
+    each_z(keep_all ? 0u : u32(SAMPLE_LIST_RANGE), [&](float zi, u32 k) {
         if (keep_all || (k >> 10) > (prefix >> 10)) {
             const float w = expf(zi - zmax);
             kept += w >= p->min_p ? w : 0.0f;
         } else if ((k >> 10) == (prefix >> 10)) {
             atomicAdd(&counts[k & 1023u], 1u);
         }
+        return (k >> 10) >= (prefix >> 10);
     });
     kept = block_sum_synced(kept, partials);
-    u32* rec = scratch + L.rec + (u64(row) * L.nb4 + b) * u32(SAMPLE_REC_WORDS);
     if (keep_all) {
         if (tid == 0u) {
             rec[0] = __float_as_uint(kept);
@@ -1891,17 +1995,6 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
             finish_candidates<SAMPLE_ITEMS>(scratch, out_token, out_logprob, p, row, u, sh, g, sk, si, res);
         return;
     }
-    if (sample_whole_row(p)) {
-        // The first mass pass's extra block drew from the candidates.
-        const u32* drawn = scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS) + 16u;
-        if (drawn[0] != 0u) {
-            if (tid == 0u) {
-                out_token[row] = drawn[1];
-                out_logprob[row] = __uint_as_float(drawn[2]);
-            }
-            return;
-        }
-    }
     const u32* z = scratch + L.z + u64(row) * L.zs;
     const u32* stats = scratch + L.stats + u64(row) * L.nb2 * 4u;
     u32 best = 0u, at = 0xffffffffu;
@@ -1932,5 +2025,32 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
         }
         return;
     }
-    finish_whole_row(scratch, out_token, out_logprob, p, L, row, zmax, u, warp_sums, res, partials, &draw);
+    // The whole row (top_k = 0, top-p or min-p): the first list of the
+    // mass passes that holds the kept set with fewer than SAMPLE_MAX_K tokens
+    // (each later one is written only where the ones before overflowed), in
+    // rank order; otherwise the records, in index order.
+    const u32* st = scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS);
+    u32 m = 0xffffffffu;
+    if (p->min_p > 0.0f && st[SAMPLE_LIST_MINP] < u32(SAMPLE_MAX_K)) {
+        m = st[SAMPLE_LIST_MINP];
+    } else if (p->top_p < 1.0f && st[5] == 0u) {
+        if (st[SAMPLE_LIST_BIN] < u32(SAMPLE_MAX_K))
+            m = st[SAMPLE_LIST_BIN];
+        else if (st[13] == 0u && st[SAMPLE_LIST_RANGE] < u32(SAMPLE_MAX_K))
+            m = st[SAMPLE_LIST_RANGE];
+    }
+    float mass = 0.0f;
+    if (p->top_p < 1.0f) {
+        BlockWeights blocks = {stats, zmax};
+        float zs = 0.0f;
+        for (u32 b = tid; b < nb; b += bs) zs += blocks.weight(b);
+        mass = block_sum_synced(zs, partials);
+    }
+    if (m != 0xffffffffu) {
+        load_list(scratch + L.cand + u64(row) * L.nb4 * 512u, m, g);
+        rank_draw(g, m, zmax, mass, p, u, row, out_token, out_logprob, sk, si, res);
+        return;
+    }
+    finish_whole_row(scratch, out_token, out_logprob, p, L, row, zmax, mass, u, warp_sums, res, partials, &draw, g, sk, si,
+                     &sh.counter);
 }

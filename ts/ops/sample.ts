@@ -574,9 +574,11 @@ export function sampleMassPasses(a: Pick<SampleArgs, 'vocab' | 'topK' | 'topP' |
  * their summary), and with topK = 0 its z; then, with topK = 0 and topP or
  * minP over more than 256 tokens, sample_mass_f32 (0 scratch, 1 SampleParams
  * with `pass`; the same grid) for each of sampleMassPasses (the top-p cut's
- * histograms over the whole row, spread over the slices; on CUDA the first
- * of them has one block more per row, which ranks the candidates and draws
- * from them while the others bin the row); then sample_finish_f32 (0
+ * histograms over the whole row, spread over the slices; on CUDA, where
+ * the slice pass selects no candidates for them, they also list the tokens
+ * that may be kept: the min-p set, the tokens from the top-p cut's bin up,
+ * and the finish draws from a list of fewer than 256 in rank order); then
+ * sample_finish_f32 (0
  * scratch, 1 outToken, 2 outLogprob, 3 SampleParams; grid (rows, 1, 1) of
  * 256 to 1024 threads; CUDA: 1024 where it walks z, one per 8
  * candidates otherwise).
@@ -604,11 +606,10 @@ export function planSample(a: SampleArgs, limits: DeviceLimits, device?: Device)
   const blocks: PlannedDispatch = {
     kernel: 'sample_blocks_f32', buffers: [a.logits, a.prevTokens ?? a.logits, a.scratch], bytes: [, , , params], ...rowPass,
   };
-  // CUDA: the first whole-row pass has one block more per row, which draws from the candidates.
   const cudaRow: [number, number, number] = [threadsFor(CUDA_ROW_THREADS, CUDA_ROW_THREADS, limits), 1, 1];
-  const mass: PlannedDispatch[] = sampleMassPasses(a).map((pass, i) => ({
+  const mass: PlannedDispatch[] = sampleMassPasses(a).map((pass) => ({
     kernel: 'sample_mass_f32', buffers: [a.scratch], bytes: [, packSampleParams(a, pass)], grid, threads: rowPass.threads,
-    cuda: { grid: [a.rows, i === 0 ? nb + 1 : nb, 1], threads: cudaRow },
+    cuda: { grid, threads: cudaRow },
   }));
   // The finish holds its candidates in registers: SAMPLE_ITEMS per thread
   // (Metal); CUDA's 8 per thread up to 1024 threads (16 past 8192

@@ -5,8 +5,8 @@
 // across slices, k past n, rows of -inf with a few finite values, all
 // equal, values over many octaves so that the slices' summaries overflow)
 // and the sampler on every path (greedy, no filter, candidates, the whole
-// row with its three mass passes and the candidate draw of the first one's
-// extra block, min-p's record pass, overflowing summaries), comparing tokens
+// row with its three mass passes and the lists they leave, min-p's record
+// pass, overflowing summaries), comparing tokens
 // where every decision is 1e-5 away from flipping (the test's margin) and
 // the log-probabilities to 1e-4. run.sh builds and runs it (`sample`).
 #include "sim_kernels.h"  // build.py's output
@@ -163,27 +163,32 @@ static u32 run_sample(const std::string& name, u32 rows, u32 v, const Opt& o, co
   for (u32 pass : passes) {
     SampleParams q = p;
     q.pass = pass;
-    // The first pass has one block more per row: the draw from the candidates.
-    sim_launch({rows, pass == passes[0] ? nb + 1 : nb, 1}, {1024, 1, 1}, 0, [&] { sample_mass_f32(scratch.data(), &q); });
+    sim_launch({rows, nb, 1}, {1024, 1, 1}, 0, [&] { sample_mass_f32(scratch.data(), &q); });
   }
   const bool walks = o.t > 0 && (cand == 0 || !passes.empty());
   const u32 tf = walks ? 1024 : threads_for(std::max(256.0, std::ceil(double(nb) * cand / 8)), 1024);
   sim_launch({rows, 1, 1}, {tf, 1, 1}, 0, [&] { sample_finish_f32(scratch.data(), tok.data(), lp.data(), &p); });
-  // What the extra block decided (rows the candidates held), and the slices whose summaries overflowed.
-  u32 drawn = 0, overflowed = 0;
+  // Which list of the mass passes held the kept set (sample.cu: the min-p
+  // set, the top-p cut's level-0 bin and up, its level-1 range and up), and
+  // the slices whose summaries overflowed.
+  u32 listed[3] = {0, 0, 0}, overflowed = 0;
   const u64 nb2 = cdiv(v, 2048), nb4 = cdiv(v, 4096);
   const u64 state = rows * (u64(cdiv(v, 4)) * 4 + 4 * nb2 + 512 * nb4 + 9216);
   const u64 sums = state + rows * (24 + 36 * nb4);
   // The rows whose finish took the merge's fast path (sample.cu:
-  // gather_top; the whole-row paths' extra block takes the radix levels
-  // only): no summary overflowed and the candidates in level-0 bins at or
+  // gather_top): no summary overflowed and the candidates in level-0 bins at or
   // above the one holding the m-th are at most SAMPLE_FAST_CAP (256).
   u32 fast = 0;
   const u64 cand_at = rows * (u64(cdiv(v, 4)) * 4 + 4 * nb2);
   for (u32 r = 0; r < rows; ++r) {
-    if (!passes.empty()) drawn += scratch[state + r * 24 + 16] != 0;
+    if (!passes.empty()) {
+      const u32* st = &scratch[state + r * 24];
+      if (o.min_p > 0 && st[20] < 256) listed[0]++;
+      else if (o.top_p < 1 && st[5] == 0 && st[21] < 256) listed[1]++;
+      else if (o.top_p < 1 && st[5] == 0 && st[13] == 0 && st[22] < 256) listed[2]++;
+    }
     u32 row_overflowed = 0;
-    if (cand > 0 && o.t > 0)
+    if (cand > 0 && o.t > 0 && passes.empty())
       for (u32 b = 0; b < nb; ++b) row_overflowed += scratch[sums + (r * nb2 + b) * 32] != 0;
     overflowed += row_overflowed;
     if (cand > 0 && o.t > 0 && passes.empty() && row_overflowed == 0) {
@@ -216,7 +221,7 @@ static u32 run_sample(const std::string& name, u32 rows, u32 v, const Opt& o, co
   if (!ok) failures++;
   std::printf("%s sample %-34s [%u, %u] %zu passes: %u rows compared, %u skipped", ok ? "ok  " : "FAIL", name.c_str(), rows, v,
               passes.size() + 2, compared, skipped);
-  if (!passes.empty()) std::printf("; %u drawn from the candidates", drawn);
+  if (!passes.empty()) std::printf("; lists min-p %u, bin %u, range %u", listed[0], listed[1], listed[2]);
   if (overflowed) std::printf("; %u summaries overflowed", overflowed);
   if (cand > 0 && o.t > 0 && passes.empty()) std::printf("; %u of %u merges on the fast path", fast, rows);
   std::printf("\n");
@@ -338,6 +343,39 @@ int main(int argc, char** argv) {
     Opt m{1, 1, 0.4f};
     compared += run_sample("whole row, ties, min-p alone", rows, v, m, x, {}, 0, 1);
   }
+  // The lists of the whole-row passes: a crowded level-0 bin at the top-p
+  // cut (1000 values uniform in [20, 24), the rest N(0, 1): the bin's list
+  // overflows, the level-1 range's holds the kept set), and 300 ties at 5.0
+  // below 20 values in (5.2, 6), the rest N(0, 1) below 4.5, with the top-p
+  // cut among the ties: both lists overflow while the kept set has ~150
+  // tokens (scan_kept; rank order differs from index order above the ties),
+  // with min-p too (its list overflowing) and alone.
+  {
+    const u32 rows = 8, v = 20000;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> band(20.0f, 24.0f), top(5.2f, 6.0f);
+    std::vector<float> crowd(size_t(rows) * v), ties(size_t(rows) * v);
+    for (u32 r = 0; r < rows; ++r) {
+      std::vector<u32> order(v);
+      std::iota(order.begin(), order.end(), 0u);
+      std::shuffle(order.begin(), order.end(), gen);
+      for (u32 j = 0; j < v; ++j) {
+        const float e = std::min(normal(gen), 4.5f);
+        crowd[size_t(r) * v + order[j]] = j < 1000 ? band(gen) : e;
+        ties[size_t(r) * v + order[j]] = j < 20 ? top(gen) : j < 320 ? 5.0f : e;
+      }
+    }
+    Opt o{1, 0.1f};
+    o.seed = 41;
+    o.counter = 12;
+    compared += run_sample("lists, crowded cut bin, top-p", rows, v, o, crowd, {}, 0);
+    o.top_p = 0.3f;
+    compared += run_sample("lists, 300 ties at the top, top-p", rows, v, o, ties, {}, 0);
+    o.min_p = 0.001f;
+    compared += run_sample("lists, 300 ties at the top, top-p + min-p", rows, v, o, ties, {}, 0);
+    Opt m{1, 1, 0.5f};
+    compared += run_sample("lists, 300 ties at the top, min-p alone", rows, v, m, ties, {}, 0);
+  }
   // More distinct keys at the cut than a slice's record lists: 300 values a
   // few ulps apart around 1.0, so the last digit's range holds them all.
   {
@@ -359,7 +397,7 @@ int main(int argc, char** argv) {
   // grid: many candidates equal at the cut, ranked by index; with top-k 200
   // some rows hold more than 256 from the cut's bin up: the radix levels), k larger than
   // a slice's count (the last slice of 4196 holds 100 < 256), top-p alone
-  // and min-p alone over N(0, 36) (the extra block's 256 of 16384), and the
+  // and min-p alone over N(0, 36) (the lists of the whole-row passes), and the
   // penalty over ids that hit the top, and ties inside small cut bins.
   {
     const u32 rows = 3, v = 20000;
