@@ -1,0 +1,204 @@
+// The vocabulary softmax's forms outside the library (f32 rows of 262144):
+// two passes over a scratch of per-slice (max, sum) pairs, the second pass
+// with its loads before or after its programmatic-launch wait, against one
+// thread-block cluster a row (8 or 16 blocks of 512 or 1024 threads, each
+// slice held in registers, the slices' pairs merged through distributed
+// shared memory), each with programmatic dependent launch off and on, and
+// a device copy of the same bytes. Each form is checked against a float64
+// softmax. Results and reading: bench/notes/glue-speed-2026-11-26b.md.
+//
+//   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -o /tmp/softmax_forms bench/softmax_forms.cu && /tmp/softmax_forms
+#include <cstdio>
+#include <cstdlib>
+#include <cmath>
+#include <vector>
+#include <cuda_runtime.h>
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
+
+__device__ __forceinline__ float wmax(float v) { for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(~0u, v, o)); return v; }
+__device__ __forceinline__ float wsum(float v) { for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(~0u, v, o); return v; }
+__device__ __forceinline__ float bmax(float v, float* sh) {
+  v = wmax(v); if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v; __syncthreads();
+  float t = (threadIdx.x & 31) < (blockDim.x >> 5) ? sh[threadIdx.x & 31] : -INFINITY; return wmax(t);
+}
+__device__ __forceinline__ float bsum(float v, float* sh) {
+  v = wsum(v); if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v; __syncthreads();
+  float t = (threadIdx.x & 31) < (blockDim.x >> 5) ? sh[threadIdx.x & 31] : 0.f; return wsum(t);
+}
+
+// One cluster of C blocks a row; each thread holds V float4.
+template <int V>
+__global__ void __launch_bounds__(1024, 1) cl_softmax(const float* x, float* y, int cols, int C, int pdl) {
+  __shared__ float sh[32];
+  __shared__ float2 pair;
+  if (pdl) { asm volatile("griddepcontrol.wait;" ::: "memory"); asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+  cg::cluster_group cl = cg::this_cluster();
+  const int rank = cl.block_rank();
+  const int row = blockIdx.x / C;
+  const int slice = cols / C;
+  const float4* xs = reinterpret_cast<const float4*>(x + size_t(row) * cols + size_t(rank) * slice);
+  float4* ys = reinterpret_cast<float4*>(y + size_t(row) * cols + size_t(rank) * slice);
+  const int nv = slice / 4;
+  float4 r[V];
+#pragma unroll
+  for (int c = 0; c < V; ++c) { int i = threadIdx.x + c * blockDim.x; r[c] = i < nv ? xs[i] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY); }
+  float m = -INFINITY;
+#pragma unroll
+  for (int c = 0; c < V; ++c) m = fmaxf(m, fmaxf(fmaxf(r[c].x, r[c].y), fmaxf(r[c].z, r[c].w)));
+  const float mb = bmax(m, sh);
+  __syncthreads();
+  float s = 0.f;
+#pragma unroll
+  for (int c = 0; c < V; ++c) { r[c].x = __expf(r[c].x - mb); r[c].y = __expf(r[c].y - mb); r[c].z = __expf(r[c].z - mb); r[c].w = __expf(r[c].w - mb); s += (r[c].x + r[c].y) + (r[c].z + r[c].w); }
+  const float sb = bsum(s, sh);
+  if (threadIdx.x == 0) pair = make_float2(mb, sb);
+  cl.sync();
+  float M = -INFINITY, S = 0.f;
+  const int lane = threadIdx.x & 31;
+  if (lane < C) { float2 p = *cl.map_shared_rank(&pair, lane); M = p.x; S = p.y; }
+  float Mx = wmax(M);
+  float t = lane < C ? S * __expf(M - Mx) : 0.f;
+  float St = wsum(t);
+  const float f = __expf(mb - Mx) / St;
+  // keep our smem alive until every block read it
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#pragma unroll
+  for (int c = 0; c < V; ++c) { int i = threadIdx.x + c * blockDim.x; if (i < nv) { float4 v = r[c]; v.x *= f; v.y *= f; v.z *= f; v.w *= f; ys[i] = v; } }
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// Two passes: blocks of 256 threads, 2048 elements each (8 a thread).
+__global__ void tp_blocks(const float* x, float2* part, int cols, int nb, int pdl) {
+  __shared__ float sh[32];
+  if (pdl) { asm volatile("griddepcontrol.wait;" ::: "memory"); asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+  const int b = blockIdx.x, row = blockIdx.y;
+  const float4* xs = reinterpret_cast<const float4*>(x + size_t(row) * cols + size_t(b) * 2048);
+  float4 r0 = xs[threadIdx.x], r1 = xs[threadIdx.x + 256];
+  float m = fmaxf(fmaxf(fmaxf(r0.x, r0.y), fmaxf(r0.z, r0.w)), fmaxf(fmaxf(r1.x, r1.y), fmaxf(r1.z, r1.w)));
+  const float mb = bmax(m, sh);
+  __syncthreads();
+  float s = __expf(r0.x - mb) + __expf(r0.y - mb) + __expf(r0.z - mb) + __expf(r0.w - mb) + __expf(r1.x - mb) + __expf(r1.y - mb) + __expf(r1.z - mb) + __expf(r1.w - mb);
+  const float sb = bsum(s, sh);
+  if (threadIdx.x == 0) part[size_t(row) * nb + b] = make_float2(mb, sb);
+}
+__global__ void tp_finish(const float* x, const float2* part, float* y, int cols, int nb, int pdl) {
+  if (pdl) { asm volatile("griddepcontrol.wait;" ::: "memory"); asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+  const int b = blockIdx.x, row = blockIdx.y;
+  const float4* xs = reinterpret_cast<const float4*>(x + size_t(row) * cols + size_t(b) * 2048);
+  float4* ys = reinterpret_cast<float4*>(y + size_t(row) * cols + size_t(b) * 2048);
+  float4 r0 = xs[threadIdx.x], r1 = xs[threadIdx.x + 256];
+  float M = -INFINITY, S = 0.f;
+  for (int i = threadIdx.x & 31; i < nb; i += 32) { float2 p = part[size_t(row) * nb + i]; float mx = fmaxf(M, p.x); S = S * __expf(M - mx) + p.y * __expf(p.x - mx); M = mx; }
+  for (int o = 16; o; o >>= 1) { float mo = __shfl_xor_sync(~0u, M, o), so = __shfl_xor_sync(~0u, S, o); float mx = fmaxf(M, mo); S = S * __expf(M - mx) + so * __expf(mo - mx); M = mx; }
+  const float inv = 1.f / S;
+  r0.x = __expf(r0.x - M) * inv; r0.y = __expf(r0.y - M) * inv; r0.z = __expf(r0.z - M) * inv; r0.w = __expf(r0.w - M) * inv;
+  r1.x = __expf(r1.x - M) * inv; r1.y = __expf(r1.y - M) * inv; r1.z = __expf(r1.z - M) * inv; r1.w = __expf(r1.w - M) * inv;
+  ys[threadIdx.x] = r0; ys[threadIdx.x + 256] = r1;
+}
+
+// The same finish, its slice's loads issued before the wait on the blocks pass (x is not written by it).
+__global__ void tp_finish_late(const float* x, const float2* part, float* y, int cols, int nb, int pdl) {
+  const int b = blockIdx.x, row = blockIdx.y;
+  const float4* xs = reinterpret_cast<const float4*>(x + size_t(row) * cols + size_t(b) * 2048);
+  float4* ys = reinterpret_cast<float4*>(y + size_t(row) * cols + size_t(b) * 2048);
+  float4 r0 = xs[threadIdx.x], r1 = xs[threadIdx.x + 256];
+  if (pdl) { asm volatile("griddepcontrol.wait;" ::: "memory"); asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+  float M = -INFINITY, S = 0.f;
+  for (int i = threadIdx.x & 31; i < nb; i += 32) { float2 p = part[size_t(row) * nb + i]; float mx = fmaxf(M, p.x); S = S * __expf(M - mx) + p.y * __expf(p.x - mx); M = mx; }
+  for (int o = 16; o; o >>= 1) { float mo = __shfl_xor_sync(~0u, M, o), so = __shfl_xor_sync(~0u, S, o); float mx = fmaxf(M, mo); S = S * __expf(M - mx) + so * __expf(mo - mx); M = mx; }
+  const float inv = 1.f / S;
+  r0.x = __expf(r0.x - M) * inv; r0.y = __expf(r0.y - M) * inv; r0.z = __expf(r0.z - M) * inv; r0.w = __expf(r0.w - M) * inv;
+  r1.x = __expf(r1.x - M) * inv; r1.y = __expf(r1.y - M) * inv; r1.z = __expf(r1.z - M) * inv; r1.w = __expf(r1.w - M) * inv;
+  ys[threadIdx.x] = r0; ys[threadIdx.x + 256] = r1;
+}
+template <typename F> float timeit(F launch, int n) {
+  cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  for (int i = 0; i < 10; ++i) launch();
+  CK(cudaDeviceSynchronize());
+  float best = 1e30f;
+  for (int rep = 0; rep < 5; ++rep) {
+    CK(cudaEventRecord(a)); for (int i = 0; i < n; ++i) launch(); CK(cudaEventRecord(b)); CK(cudaEventSynchronize(b));
+    float ms; CK(cudaEventElapsedTime(&ms, a, b)); best = fminf(best, ms * 1000.f / n);
+  }
+  return best;
+}
+
+double check(const std::vector<float>& hx, float* dy, int rows, int cols) {
+  std::vector<float> hy(size_t(rows) * cols); CK(cudaMemcpy(hy.data(), dy, hy.size() * 4, cudaMemcpyDeviceToHost));
+  double worst = 0;
+  for (int r = 0; r < rows; r += (rows > 4 ? rows / 4 : 1)) {
+    double m = -1e300, s = 0; for (int c = 0; c < cols; ++c) m = fmax(m, hx[size_t(r) * cols + c]);
+    for (int c = 0; c < cols; ++c) s += exp(hx[size_t(r) * cols + c] - m);
+    for (int c = 0; c < cols; ++c) { double w = exp(hx[size_t(r) * cols + c] - m) / s; double e = fabs(hy[size_t(r) * cols + c] - w) / fmax(w, 1e-3 / s); worst = fmax(worst, e); }
+  }
+  return worst;
+}
+
+int main() {
+  int sms; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int cols = 262144;
+  for (int rows : {1, 64}) {
+    size_t n = size_t(rows) * cols;
+    std::vector<float> hx(n); srand(1); for (auto& v : hx) v = (rand() / float(RAND_MAX)) * 20.f - 10.f;
+    float *dx, *dy; float2* dp; CK(cudaMalloc(&dx, n * 4)); CK(cudaMalloc(&dy, n * 4)); CK(cudaMalloc(&dp, rows * 128 * 8));
+    CK(cudaMemcpy(dx, hx.data(), n * 4, cudaMemcpyHostToDevice));
+    const double bytes = 8.0 * n;
+    for (int pdl : {0, 1}) {
+      // two passes
+      {
+        const int nb = cols / 2048;
+        auto go = [&]() {
+          cudaLaunchConfig_t c = {}; c.gridDim = dim3(nb, rows); c.blockDim = dim3(256); cudaLaunchAttribute a[1]; int k = 0;
+          if (pdl) { a[k].id = cudaLaunchAttributeProgrammaticStreamSerialization; a[k].val.programmaticStreamSerializationAllowed = 1; ++k; }
+          c.attrs = a; c.numAttrs = k;
+          CK(cudaLaunchKernelEx(&c, tp_blocks, (const float*)dx, dp, cols, nb, pdl));
+          CK(cudaLaunchKernelEx(&c, tp_finish, (const float*)dx, (const float2*)dp, dy, cols, nb, pdl));
+        };
+        CK(cudaMemset(dy, 0xff, n * 4)); go(); CK(cudaDeviceSynchronize());
+        double err = check(hx, dy, rows, cols);
+        float us = timeit(go, 200);
+        printf("rows %2d two passes        pdl %d: %8.2f us  %6.0f GB/s  err %.2e\n", rows, pdl, us, bytes / us / 1e3, err);
+      }
+      // two passes, the finish loading its slice before its wait
+      {
+        const int nb = cols / 2048;
+        auto go = [&]() {
+          cudaLaunchConfig_t c = {}; c.gridDim = dim3(nb, rows); c.blockDim = dim3(256); cudaLaunchAttribute a[1]; int k = 0;
+          if (pdl) { a[k].id = cudaLaunchAttributeProgrammaticStreamSerialization; a[k].val.programmaticStreamSerializationAllowed = 1; ++k; }
+          c.attrs = a; c.numAttrs = k;
+          CK(cudaLaunchKernelEx(&c, tp_blocks, (const float*)dx, dp, cols, nb, pdl));
+          CK(cudaLaunchKernelEx(&c, tp_finish_late, (const float*)dx, (const float2*)dp, dy, cols, nb, pdl));
+        };
+        CK(cudaMemset(dy, 0xff, n * 4)); go(); CK(cudaDeviceSynchronize());
+        double err = check(hx, dy, rows, cols);
+        float us = timeit(go, 200);
+        printf("rows %2d two passes late   pdl %d: %8.2f us  %6.0f GB/s  err %.2e\n", rows, pdl, us, bytes / us / 1e3, err);
+      }
+      for (int C : {8, 16}) for (int threads : {512, 1024}) {
+        const int per = cols / C / 4 / threads;  // float4 a thread
+        auto kern = per == 16 ? cl_softmax<16> : per == 8 ? cl_softmax<8> : per == 4 ? cl_softmax<4> : per == 2 ? cl_softmax<2> : nullptr;
+        if (!kern) continue;
+        if (C > 8) CK(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        auto go = [&]() {
+          cudaLaunchConfig_t c = {}; c.gridDim = dim3(rows * C); c.blockDim = dim3(threads); cudaLaunchAttribute a[2]; int k = 0;
+          a[k].id = cudaLaunchAttributeClusterDimension; a[k].val.clusterDim.x = C; a[k].val.clusterDim.y = 1; a[k].val.clusterDim.z = 1; ++k;
+          if (pdl) { a[k].id = cudaLaunchAttributeProgrammaticStreamSerialization; a[k].val.programmaticStreamSerializationAllowed = 1; ++k; }
+          c.attrs = a; c.numAttrs = k;
+          cudaError_t e = cudaLaunchKernelEx(&c, kern, (const float*)dx, dy, cols, C, pdl);
+          if (e != cudaSuccess) { printf("launch C %d t %d: %s\n", C, threads, cudaGetErrorString(e)); exit(1); }
+        };
+        CK(cudaMemset(dy, 0xff, n * 4)); go(); CK(cudaDeviceSynchronize());
+        double err = check(hx, dy, rows, cols);
+        float us = timeit(go, 200);
+        int ncl = 0; { cudaLaunchConfig_t c = {}; c.gridDim = dim3(rows * C); c.blockDim = dim3(threads); cudaLaunchAttribute a[1]; a[0].id = cudaLaunchAttributeClusterDimension; a[0].val.clusterDim.x = C; a[0].val.clusterDim.y = 1; a[0].val.clusterDim.z = 1; c.attrs = a; c.numAttrs = 1; cudaOccupancyMaxActiveClusters(&ncl, kern, &c); }
+        printf("rows %2d cluster %2d x %4d pdl %d: %8.2f us  %6.0f GB/s  err %.2e  (%d float4 a thread, %d clusters at once)\n", rows, C, threads, pdl, us, bytes / us / 1e3, err, per, ncl);
+      }
+    }
+    // copy ceiling
+    { auto go = [&]() { CK(cudaMemcpyAsync(dy, dx, n * 4, cudaMemcpyDeviceToDevice)); }; float us = timeit(go, 200); printf("rows %2d copy: %8.2f us  %6.0f GB/s\n", rows, us, bytes / us / 1e3); }
+    CK(cudaFree(dx)); CK(cudaFree(dy)); CK(cudaFree(dp));
+  }
+  return 0;
+}
