@@ -83,12 +83,15 @@ __global__ void tp_blocks(const float* x, float2* part, int cols, int nb, int pd
   const float sb = bsum(s, sh);
   if (threadIdx.x == 0) part[size_t(row) * nb + b] = make_float2(mb, sb);
 }
-__global__ void tp_finish(const float* x, const float2* part, float* y, int cols, int nb, int pdl) {
-  if (pdl) { asm volatile("griddepcontrol.wait;" ::: "memory"); asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+// The second pass; late: the slice's loads go out before the wait on the
+// first pass (x is not written by it; only the pairs are).
+__global__ void tp_finish(const float* x, const float2* part, float* y, int cols, int nb, int pdl, int late) {
+  if (pdl && !late) { asm volatile("griddepcontrol.wait;" ::: "memory"); asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
   const int b = blockIdx.x, row = blockIdx.y;
   const float4* xs = reinterpret_cast<const float4*>(x + size_t(row) * cols + size_t(b) * 2048);
   float4* ys = reinterpret_cast<float4*>(y + size_t(row) * cols + size_t(b) * 2048);
   float4 r0 = xs[threadIdx.x], r1 = xs[threadIdx.x + 256];
+  if (pdl && late) { asm volatile("griddepcontrol.wait;" ::: "memory"); asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
   float M = -INFINITY, S = 0.f;
   for (int i = threadIdx.x & 31; i < nb; i += 32) { float2 p = part[size_t(row) * nb + i]; float mx = fmaxf(M, p.x); S = S * __expf(M - mx) + p.y * __expf(p.x - mx); M = mx; }
   for (int o = 16; o; o >>= 1) { float mo = __shfl_xor_sync(~0u, M, o), so = __shfl_xor_sync(~0u, S, o); float mx = fmaxf(M, mo); S = S * __expf(M - mx) + so * __expf(mo - mx); M = mx; }
@@ -98,21 +101,6 @@ __global__ void tp_finish(const float* x, const float2* part, float* y, int cols
   ys[threadIdx.x] = r0; ys[threadIdx.x + 256] = r1;
 }
 
-// The same finish, its slice's loads issued before the wait on the blocks pass (x is not written by it).
-__global__ void tp_finish_late(const float* x, const float2* part, float* y, int cols, int nb, int pdl) {
-  const int b = blockIdx.x, row = blockIdx.y;
-  const float4* xs = reinterpret_cast<const float4*>(x + size_t(row) * cols + size_t(b) * 2048);
-  float4* ys = reinterpret_cast<float4*>(y + size_t(row) * cols + size_t(b) * 2048);
-  float4 r0 = xs[threadIdx.x], r1 = xs[threadIdx.x + 256];
-  if (pdl) { asm volatile("griddepcontrol.wait;" ::: "memory"); asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-  float M = -INFINITY, S = 0.f;
-  for (int i = threadIdx.x & 31; i < nb; i += 32) { float2 p = part[size_t(row) * nb + i]; float mx = fmaxf(M, p.x); S = S * __expf(M - mx) + p.y * __expf(p.x - mx); M = mx; }
-  for (int o = 16; o; o >>= 1) { float mo = __shfl_xor_sync(~0u, M, o), so = __shfl_xor_sync(~0u, S, o); float mx = fmaxf(M, mo); S = S * __expf(M - mx) + so * __expf(mo - mx); M = mx; }
-  const float inv = 1.f / S;
-  r0.x = __expf(r0.x - M) * inv; r0.y = __expf(r0.y - M) * inv; r0.z = __expf(r0.z - M) * inv; r0.w = __expf(r0.w - M) * inv;
-  r1.x = __expf(r1.x - M) * inv; r1.y = __expf(r1.y - M) * inv; r1.z = __expf(r1.z - M) * inv; r1.w = __expf(r1.w - M) * inv;
-  ys[threadIdx.x] = r0; ys[threadIdx.x + 256] = r1;
-}
 template <typename F> float timeit(F launch, int n) {
   cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
   for (int i = 0; i < 10; ++i) launch();
@@ -146,35 +134,20 @@ int main() {
     CK(cudaMemcpy(dx, hx.data(), n * 4, cudaMemcpyHostToDevice));
     const double bytes = 8.0 * n;
     for (int pdl : {0, 1}) {
-      // two passes
-      {
+      // two passes; late: the finish's loads before its wait
+      for (int late : {0, 1}) {
         const int nb = cols / 2048;
         auto go = [&]() {
           cudaLaunchConfig_t c = {}; c.gridDim = dim3(nb, rows); c.blockDim = dim3(256); cudaLaunchAttribute a[1]; int k = 0;
           if (pdl) { a[k].id = cudaLaunchAttributeProgrammaticStreamSerialization; a[k].val.programmaticStreamSerializationAllowed = 1; ++k; }
           c.attrs = a; c.numAttrs = k;
           CK(cudaLaunchKernelEx(&c, tp_blocks, (const float*)dx, dp, cols, nb, pdl));
-          CK(cudaLaunchKernelEx(&c, tp_finish, (const float*)dx, (const float2*)dp, dy, cols, nb, pdl));
+          CK(cudaLaunchKernelEx(&c, tp_finish, (const float*)dx, (const float2*)dp, dy, cols, nb, pdl, late));
         };
         CK(cudaMemset(dy, 0xff, n * 4)); go(); CK(cudaDeviceSynchronize());
         double err = check(hx, dy, rows, cols);
         float us = timeit(go, 200);
-        printf("rows %2d two passes        pdl %d: %8.2f us  %6.0f GB/s  err %.2e\n", rows, pdl, us, bytes / us / 1e3, err);
-      }
-      // two passes, the finish loading its slice before its wait
-      {
-        const int nb = cols / 2048;
-        auto go = [&]() {
-          cudaLaunchConfig_t c = {}; c.gridDim = dim3(nb, rows); c.blockDim = dim3(256); cudaLaunchAttribute a[1]; int k = 0;
-          if (pdl) { a[k].id = cudaLaunchAttributeProgrammaticStreamSerialization; a[k].val.programmaticStreamSerializationAllowed = 1; ++k; }
-          c.attrs = a; c.numAttrs = k;
-          CK(cudaLaunchKernelEx(&c, tp_blocks, (const float*)dx, dp, cols, nb, pdl));
-          CK(cudaLaunchKernelEx(&c, tp_finish_late, (const float*)dx, (const float2*)dp, dy, cols, nb, pdl));
-        };
-        CK(cudaMemset(dy, 0xff, n * 4)); go(); CK(cudaDeviceSynchronize());
-        double err = check(hx, dy, rows, cols);
-        float us = timeit(go, 200);
-        printf("rows %2d two passes late   pdl %d: %8.2f us  %6.0f GB/s  err %.2e\n", rows, pdl, us, bytes / us / 1e3, err);
+        printf("rows %2d two passes%s pdl %d: %8.2f us  %6.0f GB/s  err %.2e\n", rows, late ? " late  " : "       ", pdl, us, bytes / us / 1e3, err);
       }
       for (int C : {8, 16}) for (int threads : {512, 1024}) {
         const int per = cols / C / 4 / threads;  // float4 a thread
