@@ -3,8 +3,11 @@
 // with its loads before or after its programmatic-launch wait, against one
 // thread-block cluster a row (8 or 16 blocks of 512 or 1024 threads, each
 // slice held in registers, the slices' pairs merged through distributed
-// shared memory), each with programmatic dependent launch off and on, and
-// a device copy of the same bytes. Each form is checked against a float64
+// shared memory), each with programmatic dependent launch off and on; one
+// dispatch streaming the rows over a persistent grid (st_softmax, below:
+// launch shapes, loads into shared memory ahead, release atomics, load
+// hints); two copy kernels and a device copy of the same bytes; each timed
+// by back-to-back launches and, where it says "graph", in one CUDA graph. Each form is checked against a float64
 // softmax. Results and reading: bench/notes/glue-speed-2026-11-26b.md.
 //
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -o /tmp/softmax_forms bench/softmax_forms.cu && /tmp/softmax_forms
@@ -101,6 +104,95 @@ __global__ void tp_finish(const float* x, const float2* part, float* y, int cols
   ys[threadIdx.x] = r0; ys[threadIdx.x + 256] = r1;
 }
 
+
+// One dispatch, rows streamed: a persistent grid of G blocks (all resident)
+// takes units u = blockIdx.x + i G in order, a unit being a slice of T x 4V
+// elements of row u / U. A block holds its slice in registers, writes the
+// slice's (max, sum), arrives at its row's word (the slice-0 block adds
+// 2^31 - (U - 1), the others 1: the top bit flips once all U arrived, the
+// low bits return to 0), waits for the flip, folds the row's U pairs from L2
+// and writes its slice. Row r's units come before any unit of a later row in
+// every block's order and G >= U, so the wait always ends. Blocks at
+// different units keep both DRAM directions busy.
+__device__ __forceinline__ float4 ld256(const float4* p) { float4 v; asm volatile("ld.global.nc.L2::256B.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p)); return v; }
+__device__ __forceinline__ float4 ld128na(const float4* p) { float4 v; asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p)); return v; }
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) { unsigned v; asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v; }
+template <int T, int V, int PF, int REL, int H = 0>
+__global__ void __launch_bounds__(T) st_softmax(const float* x, float* y, float2* part, unsigned* word, int rows, int cols, int pdl) {
+  __shared__ float sh[32];
+  extern __shared__ float4 buf[];  // PF: two stages of T x V vectors
+  if (pdl) { asm volatile("griddepcontrol.wait;" ::: "memory"); asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+  const int per = T * 4 * V, U = cols / per;
+  const int units = rows * U;
+  auto issue = [&](int u, int stage) {
+    const int row = u / U, c = u - row * U;
+    const float4* xs = reinterpret_cast<const float4*>(x + size_t(row) * cols + size_t(c) * per);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      unsigned d = unsigned(__cvta_generic_to_shared(buf + stage * T * V + threadIdx.x + j * T));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d), "l"(xs + threadIdx.x + j * T) : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+  int stage = 0;
+  if (PF && blockIdx.x < units) issue(blockIdx.x, 0);
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const int row = u / U, c = u - row * U;
+    float4* ys = reinterpret_cast<float4*>(y + size_t(row) * cols + size_t(c) * per);
+    float4 r[V];
+    if (PF) {
+      if (u + int(gridDim.x) < units) { issue(u + gridDim.x, stage ^ 1); asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+      else asm volatile("cp.async.wait_group 0;" ::: "memory");
+#pragma unroll
+      for (int j = 0; j < V; ++j) r[j] = buf[stage * T * V + threadIdx.x + j * T];
+      stage ^= 1;
+    } else {
+      const float4* xs = reinterpret_cast<const float4*>(x + size_t(row) * cols + size_t(c) * per);
+#pragma unroll
+      for (int j = 0; j < V; ++j) r[j] = H == 0 ? __ldcs(xs + threadIdx.x + j * T) : H == 1 ? ld256(xs + threadIdx.x + j * T) : ld128na(xs + threadIdx.x + j * T);
+    }
+    float m = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < V; ++j) m = fmaxf(m, fmaxf(fmaxf(r[j].x, r[j].y), fmaxf(r[j].z, r[j].w)));
+    __syncthreads();
+    const float mb = bmax(m, sh);
+    __syncthreads();
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < V; ++j) { r[j].x = __expf(r[j].x - mb); r[j].y = __expf(r[j].y - mb); r[j].z = __expf(r[j].z - mb); r[j].w = __expf(r[j].w - mb); s += (r[j].x + r[j].y) + (r[j].z + r[j].w); }
+    const float sb = bsum(s, sh);
+    if (threadIdx.x == 0) {
+      __stcg(part + u, make_float2(mb, sb));
+      const unsigned inc = c == 0 ? 0x80000000u - unsigned(U - 1) : 1u;
+      unsigned old;
+      if (REL) asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(word + row), "r"(inc) : "memory");
+      else { __threadfence(); old = atomicAdd(word + row, inc); }
+      const unsigned b0 = old >> 31;
+      while ((ld_acquire(word + row) >> 31) == b0) { if (REL) __nanosleep(32); }
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    float M = -INFINITY, S = 0.f;
+    for (int i = lane; i < U; i += 32) { float2 p = __ldcg(part + size_t(row) * U + i); float mx = fmaxf(M, p.x); S = S * __expf(M - mx) + p.y * __expf(p.x - mx); M = mx; }
+    for (int o = 16; o; o >>= 1) { float mo = __shfl_xor_sync(~0u, M, o), so = __shfl_xor_sync(~0u, S, o); float mx = fmaxf(M, mo); S = (mx == -INFINITY) ? 0.f : S * __expf(M - mx) + so * __expf(mo - mx); M = mx; }
+    const float f = __expf(mb - M) / S;
+#pragma unroll
+    for (int j = 0; j < V; ++j) { float4 v = r[j]; v.x *= f; v.y *= f; v.z *= f; v.w *= f; __stcs(ys + threadIdx.x + j * T, v); }
+  }
+}
+__global__ void copy16(const float4* x, float4* y, size_t n) {
+  for (size_t i = (blockIdx.x * size_t(blockDim.x)) * 4 + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x * 4) {
+    float4 v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) if (i + j * blockDim.x < n) v[j] = ld256(x + i + j * blockDim.x);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) if (i + j * blockDim.x < n) __stcs(y + i + j * blockDim.x, v[j]);
+  }
+}
+__global__ void copy4(const float4* x, float4* y, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) y[i] = x[i];
+}
+
 template <typename F> float timeit(F launch, int n) {
   cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
   for (int i = 0; i < 10; ++i) launch();
@@ -110,6 +202,26 @@ template <typename F> float timeit(F launch, int n) {
     CK(cudaEventRecord(a)); for (int i = 0; i < n; ++i) launch(); CK(cudaEventRecord(b)); CK(cudaEventSynchronize(b));
     float ms; CK(cudaEventElapsedTime(&ms, a, b)); best = fminf(best, ms * 1000.f / n);
   }
+  return best;
+}
+
+
+// The same launches captured into one CUDA graph (n of them), so the host's
+// launch pace cannot set the time: best of 5 graph launches, per launch.
+template <typename F> float timeg(F launch, int n) {
+  cudaStream_t st; CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaGraph_t gr; cudaGraphExec_t ex;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < n; ++i) launch(st);
+  CK(cudaStreamEndCapture(st, &gr)); CK(cudaGraphInstantiate(&ex, gr, 0));
+  cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  CK(cudaGraphLaunch(ex, st)); CK(cudaStreamSynchronize(st));
+  float best = 1e30f;
+  for (int rep = 0; rep < 5; ++rep) {
+    CK(cudaEventRecord(a, st)); CK(cudaGraphLaunch(ex, st)); CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
+    float ms; CK(cudaEventElapsedTime(&ms, a, b)); best = fminf(best, ms * 1000.f / n);
+  }
+  CK(cudaGraphExecDestroy(ex)); CK(cudaGraphDestroy(gr)); CK(cudaStreamDestroy(st));
   return best;
 }
 
@@ -137,17 +249,19 @@ int main() {
       // two passes; late: the finish's loads before its wait
       for (int late : {0, 1}) {
         const int nb = cols / 2048;
-        auto go = [&]() {
-          cudaLaunchConfig_t c = {}; c.gridDim = dim3(nb, rows); c.blockDim = dim3(256); cudaLaunchAttribute a[1]; int k = 0;
+        auto gs = [&](cudaStream_t st) {
+          cudaLaunchConfig_t c = {}; c.gridDim = dim3(nb, rows); c.blockDim = dim3(256); c.stream = st; cudaLaunchAttribute a[1]; int k = 0;
           if (pdl) { a[k].id = cudaLaunchAttributeProgrammaticStreamSerialization; a[k].val.programmaticStreamSerializationAllowed = 1; ++k; }
           c.attrs = a; c.numAttrs = k;
           CK(cudaLaunchKernelEx(&c, tp_blocks, (const float*)dx, dp, cols, nb, pdl));
           CK(cudaLaunchKernelEx(&c, tp_finish, (const float*)dx, (const float2*)dp, dy, cols, nb, pdl, late));
         };
+        auto go = [&]() { gs(0); };
         CK(cudaMemset(dy, 0xff, n * 4)); go(); CK(cudaDeviceSynchronize());
         double err = check(hx, dy, rows, cols);
         float us = timeit(go, 200);
-        printf("rows %2d two passes%s pdl %d: %8.2f us  %6.0f GB/s  err %.2e\n", rows, late ? " late  " : "       ", pdl, us, bytes / us / 1e3, err);
+        float ug = timeg(gs, 100);
+        printf("rows %2d two passes%s pdl %d: %8.2f us  %6.0f GB/s  err %.2e  graph %8.2f us\n", rows, late ? " late  " : "       ", pdl, us, bytes / us / 1e3, err, ug);
       }
       for (int C : {8, 16}) for (int threads : {512, 1024}) {
         const int per = cols / C / 4 / threads;  // float4 a thread
@@ -169,6 +283,46 @@ int main() {
         printf("rows %2d cluster %2d x %4d pdl %d: %8.2f us  %6.0f GB/s  err %.2e  (%d float4 a thread, %d clusters at once)\n", rows, C, threads, pdl, us, bytes / us / 1e3, err, per, ncl);
       }
     }
+
+    // one dispatch, rows streamed
+    {
+      unsigned* dw; CK(cudaMalloc(&dw, rows * 4)); CK(cudaMemset(dw, 0, rows * 4));
+      float2* dq; CK(cudaMalloc(&dq, size_t(rows) * 128 * 8));
+      struct Cfg { void (*k)(const float*, float*, float2*, unsigned*, int, int, int); int T, V, PF, REL; };
+      const Cfg cfgs[] = {
+        {st_softmax<256, 8, 0, 1, 0>, 256, 8, 0, 1}, {st_softmax<256, 8, 0, 1, 1>, 256, 8, 0, 1}, {st_softmax<256, 8, 0, 1, 2>, 256, 8, 0, 1},
+        {st_softmax<128, 16, 0, 1, 0>, 128, 16, 0, 1}, {st_softmax<128, 16, 0, 1, 1>, 128, 16, 0, 1}, {st_softmax<128, 16, 0, 1, 2>, 128, 16, 0, 1},
+        {st_softmax<128, 8, 0, 1, 1>, 128, 8, 0, 1}, {st_softmax<64, 16, 0, 1, 1>, 64, 16, 0, 1},
+      };
+      for (const Cfg& cf : cfgs) for (int bps : {3, 4, 5, 6, 8, 10, 12}) {
+        auto kern = cf.k; const int V = cf.V, T = cf.T;
+        const int smem = cf.PF ? 2 * T * V * 16 : 0;
+        CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        int occ = 0; CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, T, smem));
+        if (bps > occ) continue;
+        const int per = T * 4 * V, U = cols / per;
+        const int G = sms * bps;
+        if (G < U) continue;
+        for (int pdl : {0, 1}) {
+          if (rows == 64 && pdl) continue;
+          auto gs = [&](cudaStream_t st) {
+            cudaLaunchConfig_t c = {}; c.gridDim = dim3(G); c.blockDim = dim3(T); c.stream = st; c.dynamicSmemBytes = smem; cudaLaunchAttribute a[1]; int k = 0;
+            if (pdl) { a[k].id = cudaLaunchAttributeProgrammaticStreamSerialization; a[k].val.programmaticStreamSerializationAllowed = 1; ++k; }
+            c.attrs = a; c.numAttrs = k;
+            CK(cudaLaunchKernelEx(&c, kern, (const float*)dx, dy, dq, dw, rows, cols, pdl));
+          };
+          auto go = [&]() { gs(0); };
+          CK(cudaMemset(dy, 0xff, n * 4)); go(); CK(cudaDeviceSynchronize());
+          double err = check(hx, dy, rows, cols);
+          float us = timeit(go, 200);
+          float ug = timeg(gs, 100);
+          printf("rows %2d stream T %4d V %2d pf %d rel %d G %4d (%d/SM, occ %d) pdl %d: %8.2f us  %6.0f GB/s  err %.2e  graph %8.2f us\n", rows, T, V, cf.PF, cf.REL, G, bps, occ, pdl, us, bytes / us / 1e3, err, ug);
+        }
+      }
+      CK(cudaFree(dw)); CK(cudaFree(dq));
+    }
+    { auto gs = [&](cudaStream_t st) { copy16<<<sms * 8, 256, 0, st>>>((const float4*)dx, (float4*)dy, n / 4); }; auto go = [&]() { gs(0); }; float us = timeit(go, 200); float ug = timeg(gs, 100); printf("rows %2d copy16 kernel: %8.2f us  %6.0f GB/s  graph %8.2f us\n", rows, us, bytes / us / 1e3, ug); }
+    { auto gs = [&](cudaStream_t st) { copy4<<<sms * 8, 256, 0, st>>>((const float4*)dx, (float4*)dy, n / 4); }; auto go = [&]() { gs(0); }; float us = timeit(go, 200); float ug = timeg(gs, 100); printf("rows %2d copy kernel: %8.2f us  %6.0f GB/s  graph %8.2f us\n", rows, us, bytes / us / 1e3, ug); }
     // copy ceiling
     { auto go = [&]() { CK(cudaMemcpyAsync(dy, dx, n * 4, cudaMemcpyDeviceToDevice)); }; float us = timeit(go, 200); printf("rows %2d copy: %8.2f us  %6.0f GB/s\n", rows, us, bytes / us / 1e3); }
     CK(cudaFree(dx)); CK(cudaFree(dy)); CK(cudaFree(dp));
