@@ -32,7 +32,7 @@ import { affineQuantizedMatmul, quantizedMatmulSimd } from '../ts/ops/quantized_
 import { GGML_QUANT_TYPES, ggmlBlockOf, ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId } from '../ts/ops/quantized_matmul_id.ts';
 import { denseGateUpMmId, denseGateUpMvId, denseMmId, denseMvId } from '../ts/ops/dense_matmul_id.ts';
-import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm } from '../ts/ops/quantized_matmul_id_ggml.ts';
+import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm, quantizedMatmulIdSwigluQ4_0 } from '../ts/ops/quantized_matmul_id_ggml.ts';
 import { siluMul } from '../ts/ops/silu_mul.ts';
 import { moeDispatchSortRef } from '../ts/ops/moe_dispatch.ts';
 
@@ -418,10 +418,46 @@ function moeGgmlGateUp(label: string, type: GgmlQuantType, fused: boolean, token
   };
 }
 
+/**
+ * The down projection of tokens x topK pairs with the SwiGLU before it, Q4_0
+ * experts [E, n, k] (k the expert intermediate), f32 gate and up rows a
+ * pair: fused, mlx-native's quantizedMatmulIdSwigluQ4_0 (one dispatch); or
+ * unfused, what it replaces: silu_mul then quantizedMatmulIdGgml over the
+ * pairs (two). Bytes (both rows): the fused floor, the distinct experts'
+ * blocks read once, gate and up read, y written.
+ */
+function moeGgmlSwiglu(label: string, fused: boolean, tokens: number, topK: number, numExperts: number, n: number, k: number): Case {
+  const pairIds = routing(tokens, numExperts, topK, 0x5eed + tokens * 31 + numExperts);
+  const pairs = tokens * topK;
+  const ids = dev.upload('u32', [pairs], pairIds);
+  const distinct = new Set(pairIds).size;
+  const gate = random('f32', pairs * k);
+  const up = random('f32', pairs * k);
+  const h = dev.alloc('f32', [pairs * k]);
+  const weight = ggmlBlocksBuffer(dev, 'Q4_0', (numExperts * n * k) / ggmlBlockOf('Q4_0').qk);
+  const y = dev.alloc('f32', [pairs * n]);
+  const sizes = { nTokens: pairs, topK: 1, n, k, nExperts: numExperts, ggmlType: 'Q4_0' as const };
+  return {
+    name: `${label} Q4_0 ${fused ? 'fused (swiglu)' : 'unfused (silu_mul, down)'} pairs=${pairs} E=${numExperts} distinct=${distinct} n=${n} k=${k}`,
+    flops: 2 * pairs * n * k,
+    bytes: distinct * n * ggmlRowBytesOf('Q4_0', k) + 4 * (2 * pairs * k + pairs * n),
+    memoryBound: true,
+    record: (e) => {
+      if (fused) {
+        quantizedMatmulIdSwigluQ4_0(e, { gate, up, weight, ids, output: y, ...sizes });
+      } else {
+        siluMul(e, { gate, up, output: h });
+        quantizedMatmulIdGgml(e, { input: h, weight, output: y, ids, ...sizes });
+      }
+    },
+  };
+}
+
 function moeGgmlCases(): Case[] {
   if (small) {
     return [moeGgml('small', 'Q4_K', 'vector', 2, 4, 16, 64, 256), moeGgml('small', 'Q4_0', 'matrix', 16, 4, 16, 64, 128),
-      moeGgmlGateUp('small GGUF gate_up', 'Q4_K', true, 1, 4, 16, 64, 256), moeGgmlGateUp('small GGUF gate_up', 'Q4_K', false, 1, 4, 16, 64, 256)];
+      moeGgmlGateUp('small GGUF gate_up', 'Q4_K', true, 1, 4, 16, 64, 256), moeGgmlGateUp('small GGUF gate_up', 'Q4_K', false, 1, 4, 16, 64, 256),
+      moeGgmlSwiglu('small GGUF down', true, 1, 4, 16, 256, 64), moeGgmlSwiglu('small GGUF down', false, 1, 4, 16, 256, 64)];
   }
   return [
     // The issue's decode shape: 8 tokens x top-8 of 512 experts, hidden 2048, intermediate 512 (gate or up; down).
@@ -432,6 +468,9 @@ function moeGgmlCases(): Case[] {
     // Its gate/up projection fused (one dispatch) beside the unfused pair and silu_mul (three).
     moeGgmlGateUp('Qwen3.6 35B-A3B decode GGUF gate_up', 'Q4_K', true, 1, 8, 256, 512, 2048),
     moeGgmlGateUp('Qwen3.6 35B-A3B decode GGUF gate_up', 'Q4_K', false, 1, 8, 256, 512, 2048),
+    // Its down projection with the SwiGLU fused (mlx-native's Q4_0 kernel) beside silu_mul and the plain product.
+    moeGgmlSwiglu('Qwen3.6 35B-A3B decode GGUF down', true, 1, 8, 256, 2048, 512),
+    moeGgmlSwiglu('Qwen3.6 35B-A3B decode GGUF down', false, 1, 8, 256, 2048, 512),
     moeGgml('Qwen3.6 35B-A3B prefill 512 gate', 'Q4_K', 'matrix', 512, 8, 256, 512, 2048),
     moeGgml('Qwen3.6 35B-A3B prefill 512 down', 'Q4_K', 'matrix', 512, 8, 256, 2048, 512, true),
   ];
