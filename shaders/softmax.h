@@ -2,7 +2,8 @@
 // softmax_{f32,f16,bf16}, ScaleMaskSoftmaxParams at buffer(3) of
 // scale_mask_softmax_{f32,f16,bf16}, SoftcapParams at buffer(2) of
 // softcap_{f32,f16,bf16}, SoftmaxBlocksParams at buffer(3) of
-// softmax_blocks_{f32,f16,bf16} and buffer(4) of softmax_finish_{f32,f16,bf16}.
+// softmax_blocks_{f32,f16,bf16} and buffer(4) of softmax_finish_{f32,f16,bf16},
+// SoftmaxStreamParams at buffer(4) of softmax_stream_{f32,f16,bf16}.
 // Plain C, uint and float fields only: shaders/softmax.metal and
 // shaders/cuda/softmax.cu are compiled after this file, and ts/params.ts
 // reads the layouts from it (ts/ops/softmax.ts packs them).
@@ -38,6 +39,21 @@ struct SoftcapParams {
 struct SoftmaxBlocksParams {
     uint  cols;
     uint  seq_q;
+    float scale;
+    float softcap;
+    uint  slice;
+    uint  n_blocks;
+};
+
+// The streamed form, softmax_stream_<t> (not in mlx-native): one dispatch
+// over a grid of blocks that all run at once, taking the units u = block,
+// block + grid, ... of rows * n_blocks in turn, unit u being slice u %
+// n_blocks of row u / n_blocks (slices of `slice` elements, the last of a
+// row shorter); scale and softcap as ScaleMaskSoftmaxParams (1 and 0 for
+// the plain softmax); no mask.
+struct SoftmaxStreamParams {
+    uint  cols;
+    uint  rows;
     float scale;
     float softcap;
     uint  slice;

@@ -12,6 +12,9 @@
 //                           row, its max m and sum of exp(v - m) to partials;
 //                           then each slice normalized by the row's (max, sum)
 //                           merged from those pairs
+//   softmax_stream_<t>:     the streamed form of the softmax without a mask
+//                           (not in mlx-native): one dispatch, threadgroups
+//                           taking slices of rows in turn
 //
 // The softmaxes run one row per threadgroup:
 //   grid        (rows, 1, 1) threadgroups
@@ -293,6 +296,63 @@ template [[host_name("softmax_blocks_bf16")]] kernel decltype(softmax_blocks_k<b
 template [[host_name("softmax_finish_f32")]]  kernel decltype(softmax_finish_k<float>)  softmax_finish_k<float>;
 template [[host_name("softmax_finish_f16")]]  kernel decltype(softmax_finish_k<half>)   softmax_finish_k<half>;
 template [[host_name("softmax_finish_bf16")]] kernel decltype(softmax_finish_k<bfloat>) softmax_finish_k<bfloat>;
+
+// ---- the streamed form ----
+
+// softmax_stream_<t>: threadgroup g takes units g, g + G, ... of rows *
+// n_blocks (unit u: slice u % n_blocks of row u / n_blocks) and writes the
+// slice normalized by its row's max and sum. The CUDA twin merges the
+// row's per-slice pairs once every slice has arrived at the row's word, its
+// blocks all resident at once; Metal promises no such residency, so here
+// each threadgroup takes its row's statistics from the whole row itself
+// (the CUDA twin's fallback), and partials and words are bound but neither
+// read nor written. The op plans this form on CUDA only (it needs the
+// multiprocessor count); the emulator runs this twin against the reference.
+// buffer(0) input [rows, cols], (1) partials, (2) output [rows, cols] (not
+// over input), (3) words, (4) params; threadgroup(0) one float per
+// simdgroup; grid (G, 1, 1), any threadgroup size.
+template <typename T>
+kernel void softmax_stream_k(
+    device const T*                  input    [[buffer(0)]],
+    device float*                    partials [[buffer(1)]],
+    device T*                        output   [[buffer(2)]],
+    device uint*                     words    [[buffer(3)]],
+    constant SoftmaxStreamParams&    params   [[buffer(4)]],
+    threadgroup float*               red      [[threadgroup(0)]],
+    uint pos     [[threadgroup_position_in_grid]],
+    uint n_tg    [[threadgroups_per_grid]],
+    uint tid     [[thread_index_in_threadgroup]],
+    uint tg_size [[threads_per_threadgroup]],
+    uint sg      [[simdgroup_index_in_threadgroup]],
+    uint lane    [[thread_index_in_simdgroup]],
+    uint n_sg    [[simdgroups_per_threadgroup]])
+{
+    const ulong units = ulong(params.rows) * params.n_blocks;
+    for (ulong u = pos; u < units; u += n_tg) {
+        const ulong row = u / params.n_blocks;
+        const uint b = uint(u - row * params.n_blocks);
+        device const T* xr = input + row * params.cols;
+        float m = -INFINITY;
+        float s = 0.0f;
+        for (uint i = tid; i < params.cols; i += tg_size) {
+            softmax_online(softmax_value(xr, nullptr, i, params.scale, params.softcap), m, s);
+        }
+        const float mx = threadgroup_max(m, red, sg, lane, n_sg);
+        const float total = threadgroup_sum(m == -INFINITY ? 0.0f : s * exp(m - mx), red, sg, lane, n_sg);
+        const bool empty = mx == -INFINITY;
+        const float inv = empty ? 0.0f : 1.0f / total;
+        const uint lo = b * params.slice;
+        const uint len = min(params.slice, params.cols - lo);
+        device T* ys = output + row * params.cols + lo;
+        for (uint i = tid; i < len; i += tg_size) {
+            ys[i] = T(empty ? 0.0f : exp(softmax_value(xr, nullptr, lo + i, params.scale, params.softcap) - mx) * inv);
+        }
+    }
+}
+
+template [[host_name("softmax_stream_f32")]]  kernel decltype(softmax_stream_k<float>)  softmax_stream_k<float>;
+template [[host_name("softmax_stream_f16")]]  kernel decltype(softmax_stream_k<half>)   softmax_stream_k<half>;
+template [[host_name("softmax_stream_bf16")]] kernel decltype(softmax_stream_k<bfloat>) softmax_stream_k<bfloat>;
 
 // buffer(0) input [n], (1) output [n] (may be input), (2) params.
 kernel void softcap_f32(

@@ -3,8 +3,10 @@
 // every backend for f32, f16 and bf16: plain rows (mlx-native's softmax_<t>),
 // scale + softcap + mask (scale_mask_softmax_<t>), fully masked rows, in
 // place, long rows, odd threadgroup sizes; the two-pass form over a scratch
-// (slices of odd lengths, masked slices, in place); softcap over arrays of
-// many lengths.
+// (slices of odd lengths, masked slices, in place); the streamed form (one
+// dispatch, blocks meeting at the encoder's words: several units a block,
+// ragged and unaligned slices, replays and several in one recording);
+// softcap over arrays of many lengths.
 
 import { describe, expect, test } from 'bun:test';
 import src from '../shaders/softmax.metal' with { type: 'text' };
@@ -16,6 +18,7 @@ import {
   packSoftcapParams,
   packSoftmaxBlocksParams,
   packSoftmaxParams,
+  packSoftmaxStreamParams,
   SOFTMAX_EXT_HELD,
   SOFTMAX_FILL_ROWS,
   planSoftcap,
@@ -24,6 +27,7 @@ import {
   softmax,
   softmaxScratchElements,
   softmaxSlice,
+  softmaxStream,
   softmaxThreadgroup,
   softmaxTwoPass,
   softcapRef,
@@ -32,18 +36,22 @@ import {
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, randomArray, rng, TARGET_LIMITS, TOL, wordView } from './helpers.ts';
 import type { Device } from '../ts/index.ts';
 import { rowLaunch } from '../ts/launch.ts';
+import { record } from '../ts/plan.ts';
 import { a, BF, buf, F, int, opContract, out } from './op-contract.ts';
 
 describe('softmax param packers match the .metal declarations', () => {
-  test('SoftmaxParams at buffer(2), ScaleMaskSoftmaxParams at buffer(3), SoftcapParams at buffer(2), SoftmaxBlocksParams at 3 and 4', () => {
+  test('SoftmaxParams at buffer(2), ScaleMaskSoftmaxParams at buffer(3), SoftcapParams at buffer(2), SoftmaxBlocksParams at 3 and 4, SoftmaxStreamParams at 4', () => {
     for (const k of SOFTMAX_KERNELS) {
-      if (k.startsWith('softmax_blocks') || k.startsWith('softmax_finish')) continue;
+      if (k.startsWith('softmax_blocks') || k.startsWith('softmax_finish') || k.startsWith('softmax_stream')) continue;
       const [struct, at] = k.startsWith('scale_mask') ? ['ScaleMaskSoftmaxParams', 3] : k.startsWith('softcap') ? ['SoftcapParams', 2] : ['SoftmaxParams', 2];
       expect(src).toMatch(new RegExp(`kernel void ${k}\\([^{]*constant ${struct}&\\s+params\\s+\\[\\[buffer\\(${at}\\)\\]\\]`));
     }
     // The two-pass kernels are templates instantiated by host_name.
     expect(src).toMatch(/kernel void softmax_blocks_k\([^{]*constant SoftmaxBlocksParams&\s+params\s+\[\[buffer\(3\)\]\]/);
     expect(src).toMatch(/kernel void softmax_finish_k\([^{]*constant SoftmaxBlocksParams&\s+params\s+\[\[buffer\(4\)\]\]/);
+    expect(src).toMatch(/kernel void softmax_stream_k\([^{]*constant SoftmaxStreamParams&\s+params\s+\[\[buffer\(4\)\]\]/);
+    const st = wordView(packSoftmaxStreamParams({ cols: 262144, rows: 64, scale: 0.5, softcap: 30, slice: 8192, nBlocks: 32 }));
+    expect([st.bytes, st.u(0), st.u(1), st.f(2), st.f(3), st.u(4), st.u(5)]).toEqual([24, 262144, 64, 0.5, 30, 8192, 32]);
     const b = wordView(packSoftmaxBlocksParams({ cols: 4099, seqQ: 3, scale: 0.125, softcap: 30, slice: 2048, nBlocks: 3 }));
     expect([b.bytes, b.u(0), b.u(1), b.f(2), b.f(3), b.u(4), b.u(5)]).toEqual([24, 4099, 3, 0.125, 30, 2048, 3]);
     const s = wordView(packSoftmaxParams({ cols: 4099 }));
@@ -274,6 +282,74 @@ describeBackends('softmax parity', ({ device }) => {
     expect(probErr('f32', got, want)).toBeLessThan(TOL.f32);
   });
 
+  // The streamed form as a device with `sms` multiprocessors plans it (4
+  // blocks each): on cuda the real kernel, blocks taking several units and
+  // meeting at the encoder's words; on the emulator the Metal twin.
+  const streamed = (dev: Device, enc: ReturnType<Device['encoder']>, x: ReturnType<Device['alloc']>, y: ReturnType<Device['alloc']>,
+    rows: number, cols: number, sms: number, scratch: ReturnType<Device['alloc']>, opts: { scale?: number; softcap?: number } = {}) => {
+    const plan = planSoftmax({ input: x, output: y, rows, cols, scratch, ...opts }, { ...dev.limits, multiprocessors: sms }, dev);
+    expect(plan.dispatches.map((d) => d.kernel)).toEqual([`softmax_stream_${x.dtype}`]);
+    record(enc, plan);
+  };
+  test('streamed: several units a block, ragged and unaligned slices, scale and softcap, f32 / f16 / bf16', () => {
+    const dev = device();
+    const over: string[] = [];
+    const cases: [dtype: 'f32' | 'f16' | 'bf16', rows: number, cols: number, sms: number, opts: { scale?: number; softcap?: number }][] = [
+      ['f32', 5, 20000, 1, {}], // 3 slices a row (the last 3616), 15 units over 4 blocks
+      ['bf16', 3, 40000, 1, { softcap: 30 }],
+      ['f16', 7, 16385, 1, { scale: 0.25 }], // a last slice of one element (no whole vector), rows past the first unaligned
+      ['f32', 2, 8193, 2, {}],
+      ['f32', 3, 9001, 1, {}], // rows 1 and 2 start off 16-byte alignment: their slices element by element
+      ['f32', 1, 262144, 132, {}],
+    ];
+    for (const [dtype, rows, cols, sms, opts] of cases) {
+      const x = dev.upload(dtype, [rows, cols], randomArray(rng(rows * cols + sms), rows * cols, -6, 6));
+      const y = dev.alloc(dtype, [rows, cols]);
+      y.fill(Number.NaN);
+      const scratch = dev.alloc('f32', [softmaxScratchElements(rows, cols)]);
+      scratch.fill(Number.NaN);
+      const enc = dev.encoder();
+      streamed(dev, enc, x, y, rows, cols, sms, scratch, opts);
+      enc.commitAndWait();
+      enc.release();
+      const e = probErr(dtype, y.readNumbers(), softmaxRef(x.readNumbers(), rows, cols, opts));
+      if (!(e < TOL[dtype])) over.push(`${dtype} [${rows}, ${cols}] over ${sms} SMs: ${e}`);
+      for (const b of [x, y, scratch]) b.release();
+    }
+    expect(over).toEqual([]);
+  });
+  test('streamed: two in one recording, then replayed with new inputs (the words left as found)', () => {
+    const dev = device();
+    const [rows, cols] = [4, 20000];
+    const x1 = dev.upload('f32', [rows, cols], randomArray(rng(31), rows * cols, -5, 5));
+    const x2 = dev.upload('bf16', [rows, cols], randomArray(rng(32), rows * cols, -5, 5));
+    const y1 = dev.alloc('f32', [rows, cols]);
+    const y2 = dev.alloc('bf16', [rows, cols]);
+    const s1 = dev.alloc('f32', [softmaxScratchElements(rows, cols)]);
+    const s2 = dev.alloc('f32', [softmaxScratchElements(rows, cols)]);
+    const enc = dev.encoder({ replayable: true });
+    streamed(dev, enc, x1, y1, rows, cols, 1, s1);
+    streamed(dev, enc, x2, y2, rows, cols, 1, s2, { scale: 2 });
+    const over: string[] = [];
+    for (let round = 0; round < 3; round++) {
+      if (round > 0) {
+        x1.write(Float32Array.from(randomArray(rng(40 + round), rows * cols, -5, 5)));
+        x2.writeNumbers(randomArray(rng(50 + round), rows * cols, -5, 5));
+      }
+      y1.fill(Number.NaN);
+      y2.fill(Number.NaN);
+      if (round === 0) enc.commitAndWait();
+      else enc.replayAndWait();
+      const e1 = probErr('f32', y1.readNumbers(), softmaxRef(x1.readNumbers(), rows, cols));
+      const e2 = probErr('bf16', y2.readNumbers(), softmaxRef(x2.readNumbers(), rows, cols, { scale: 2 }));
+      if (!(e1 < TOL.f32)) over.push(`round ${round} f32: ${e1}`);
+      if (!(e2 < TOL.bf16)) over.push(`round ${round} bf16: ${e2}`);
+    }
+    enc.release();
+    for (const b of [x1, x2, y1, y2, s1, s2]) b.release();
+    expect(over).toEqual([]);
+  });
+
   test('any threadgroup size: 1, 40, 96, 1000 threads', () => {
     const dev = device();
     dev.kernels.register(SOFTMAX_FAMILY, SOFTMAX_SOURCES, SOFTMAX_KERNELS);
@@ -375,6 +451,22 @@ describeValidation('softmax and softcap plans', ({ buf }) => {
     expect(two.dispatches[1]!.buffers).toEqual([x, mask, scratch, y]);
     const tp = wordView(two.dispatches[1]!.bytes![4] as Uint8Array);
     expect([tp.u(0), tp.u(1), tp.f(2), tp.f(3), tp.u(4), tp.u(5)]).toEqual([262144, 1, 0.5, 0, 2048, 128]);
+    // The streamed form on CUDA: no mask, not in place, rows of at most 4 x SMs slices that fit the scratch.
+    const vs = buf('f32', softmaxScratchElements(64, 262144));
+    const vx = buf('f32', 64 * 262144), vy = buf('f32', 64 * 262144);
+    const st = planSoftmax({ input: vx, output: vy, rows: 64, cols: 262144, scratch: vs }, TARGET_LIMITS.cuda).dispatches;
+    expect(st.map((d) => [d.kernel, d.grid, d.threads, d.threadgroupMemory, d.syncWords])).toEqual([
+      ['softmax_stream_f32', [528, 1, 1], [256, 1, 1], [48], { binding: 3, count: 64 }],
+    ]);
+    expect(st[0]!.buffers).toEqual([vx, vs, vy]);
+    const sp = wordView(st[0]!.bytes![4] as Uint8Array);
+    expect([sp.u(0), sp.u(1), sp.f(2), sp.f(3), sp.u(4), sp.u(5)]).toEqual([262144, 64, 1, 0, 8192, 32]);
+    expect(softmaxStream({ input: buf('bf16', 262144), output: buf('bf16', 262144), rows: 1, cols: 262144, scratch: vs }, TARGET_LIMITS.cuda))
+      .toEqual({ slice: 16384, nBlocks: 16, blocks: 16 });
+    expect(softmaxStream({ input: vx, output: vy, rows: 64, cols: 262144, scratch: vs }, TARGET_LIMITS.metal)).toBe(null);
+    expect(softmaxStream({ input: vx, output: vx, rows: 64, cols: 262144, scratch: vs }, TARGET_LIMITS.cuda)).toBe(null);
+    expect(softmaxStream({ input: vx, output: vy, rows: 64, cols: 262144, scratch: vs, mask: buf('bf16', 262144) }, TARGET_LIMITS.cuda)).toBe(null);
+    expect(softmaxStream({ input: vx, output: vy, rows: 1, cols: 2 ** 24, scratch: buf('f32', softmaxScratchElements(1, 2 ** 24)) }, TARGET_LIMITS.cuda)).toBe(null);
     // Many short rows: one pass even with a scratch.
     const many = planSoftmax({ input: buf('f32', 4096 * 2048), output: buf('f32', 4096 * 2048), rows: 4096, cols: 2048,
       scratch: buf('f32', softmaxScratchElements(4096, 2048)) }, TARGET_LIMITS.cuda);

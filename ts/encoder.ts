@@ -107,6 +107,10 @@ export interface DispatchBindings<B extends BindableBuffer = Buffer> {
 export type Dim3 = readonly [number, number, number];
 
 const TWO_32 = 0x1_0000_0000;
+/** Words of an encoder's first syncWords arena (4 KiB). */
+const SYNC_ARENA_WORDS = 1024;
+/** syncWords' count at most (64 MiB of words). */
+const SYNC_WORDS_MAX = 2 ** 24;
 // The block's fields as indices into its u32 words (u64 fields: low word, then high).
 const W_PIPELINE = BLOCK_PIPELINE / 4;
 const W_GRID = BLOCK_GRID / 4;
@@ -513,6 +517,13 @@ export class Encoder {
   /** Replayable only: what the kept recording binds, and what it may write (held until release). */
   private replayHeld: (BindableBuffer | Pipeline)[] = [];
   private replayWritten: BindableBuffer[] = [];
+  /** syncWords' zeroed words: the arena the recording takes from, and earlier (smaller) ones, held until release. */
+  private syncArena: Buffer | null = null;
+  private syncOld: Buffer[] = [];
+  /** The next free word of the arena in this recording. */
+  private syncNext = 0;
+  /** Replayable only: the words handed out by dispatch index, what patch's plans bind again. */
+  private syncByDispatch: Map<number, readonly [Buffer, number]> | null = null;
 
   /** @internal made by Device.encoder. */
   constructor(device: Device, state: DeviceState, autoBarriers: boolean, replayable = false) {
@@ -599,6 +610,52 @@ export class Encoder {
     }
     this.recorded++;
     if (this.blocks !== null) this.blocks.push(block.bytes.slice(0, len));
+  }
+
+  /**
+   * `count` u32 words in which the blocks of the next dispatch recorded meet
+   * (arrival counters, flags), bound as [buffer, byteOffset], 16-byte
+   * aligned. They belong to this encoder: zero when first bound, never
+   * bound by another dispatch of the same recording, and no caller can
+   * write them. A kernel that binds them must leave them as it found them in
+   * the bits it reads (softmax_stream leaves each word's low 31 bits zero
+   * and flips its top bit), so every commit or replay finds them so. Words
+   * are taken afresh by each recording; those of a replayable recording stay
+   * its own. A dispatch that never runs (an atomic section refused) leaves
+   * its words unused.
+   */
+  syncWords(count: number): readonly [Buffer, number] {
+    this.handle('syncWords');
+    if (!(Number.isInteger(count) && count > 0 && count <= SYNC_WORDS_MAX)) {
+      throw new MlxError('InvalidArgument', `Encoder.syncWords: count must be an integer in [1, ${SYNC_WORDS_MAX}] (got ${String(count)})`);
+    }
+    const at = Math.ceil(this.syncNext / 4) * 4;
+    let arena = this.syncArena;
+    let first = at;
+    if (arena === null || at + count > arena.elementCount) {
+      // Earlier dispatches of this recording may bind the full arena: keep
+      // it (until release) and take a larger one from its start.
+      if (arena !== null) this.syncOld.push(arena);
+      let n = SYNC_ARENA_WORDS;
+      while (n < count) n *= 2;
+      if (arena !== null) n = Math.max(n, 2 * arena.elementCount);
+      arena = this.device.alloc('u32', [n]);
+      this.syncArena = arena;
+      first = 0;
+    }
+    this.syncNext = first + count;
+    const binding = [arena, first * 4] as const;
+    if (this.replayable) (this.syncByDispatch ??= new Map()).set(this.dispatchCount, binding);
+    return binding;
+  }
+
+  /**
+   * @internal the words syncWords gave dispatch `index` of a replayable
+   * recording (what a patch of that dispatch binds again), if `count` of them.
+   */
+  _syncWordsOf(index: number, count: number): readonly [Buffer, number] | undefined {
+    const b = this.syncByDispatch?.get(index);
+    return b !== undefined && b[0].elementCount - b[1] / 4 >= count ? b : undefined;
   }
 
   /**
@@ -744,6 +801,7 @@ export class Encoder {
       this.replayWritten = written;
     }
     this.held = [];
+    this.syncNext = 0; // the next recording's dispatches run after this commit's, which leave the words as found
     this.stamp = nextStamp++;
     this.segment = nextStamp++; // commits of one encoder run in order
     return h;
@@ -939,6 +997,13 @@ export class Encoder {
     this.replayHeld = [];
     this.replayWritten = [];
     this.blocks = this.replayable ? [] : null;
+    // The native encoder's work is over (its release waited for it).
+    for (const a of this.syncOld) a.release();
+    this.syncArena?.release();
+    this.syncArena = null;
+    this.syncOld = [];
+    this.syncNext = 0;
+    this.syncByDispatch = null;
   }
 
   [Symbol.dispose](): void {

@@ -16,6 +16,7 @@ import type { Buffer } from './buffer.ts';
 import type { Device, DeviceLimits } from './device.ts';
 import type { DispatchBindings, Dim3, Encoder } from './encoder.ts';
 import type { FunctionConstants } from './library.ts';
+import { MlxError } from './errors.ts';
 import { kernelWrites } from './metal-source.ts';
 import { joinSources, type FamilySources } from './registry.ts';
 
@@ -38,6 +39,11 @@ export interface PlannedDispatch extends Launch {
    * shared memory.
    */
   readonly cuda?: Launch;
+  /**
+   * A binding the encoder fills at record time with `count` of its own
+   * zeroed words (Encoder.syncWords), where the dispatch's blocks meet.
+   */
+  readonly syncWords?: { readonly binding: number; readonly count: number };
 }
 
 export interface OpPlan {
@@ -114,8 +120,19 @@ export function opShape<A>(validate: (a: A, device?: Device) => void, planValid:
 function dispatchOne(enc: Encoder, d: PlannedDispatch): void {
   const kernels = enc.device.kernels;
   const l = launchOf(d, kernels.language);
-  const bindings: DispatchBindings = { buffers: d.buffers, bytes: d.bytes, threadgroupMemory: l.threadgroupMemory };
-  enc.dispatch(kernels.pipeline(d.kernel, d.constants), bindings, l.grid, l.threads);
+  const pipeline = kernels.pipeline(d.kernel, d.constants);
+  const buffers = d.syncWords === undefined ? d.buffers : { ...d.buffers, [d.syncWords.binding]: enc.syncWords(d.syncWords.count) };
+  enc.dispatch(pipeline, { buffers, bytes: d.bytes, threadgroupMemory: l.threadgroupMemory }, l.grid, l.threads);
+}
+
+/** The buffers of a planned dispatch given again to dispatch `index` of a recording: its sync words those recorded. */
+function patchBuffers(enc: Encoder, d: PlannedDispatch, index: number): DispatchBindings['buffers'] {
+  if (d.syncWords === undefined) return d.buffers;
+  const words = enc._syncWordsOf(index, d.syncWords.count);
+  if (words === undefined) {
+    throw new MlxError('InvalidArgument', `patchPlan: dispatch ${index} (${d.kernel}) must have been recorded with ${d.syncWords.count} sync words (got a dispatch recorded without them)`);
+  }
+  return { ...d.buffers, [d.syncWords.binding]: words };
 }
 
 /**
@@ -128,11 +145,11 @@ function dispatchOne(enc: Encoder, d: PlannedDispatch): void {
  */
 export function patchPlan(enc: Encoder, first: number, plan: OpPlan): void {
   const kernels = enc.device.kernels;
-  enc.patch(first, plan.dispatches.map((d) => {
+  enc.patch(first, plan.dispatches.map((d, i) => {
     const l = launchOf(d, kernels.language);
     return {
       pipeline: kernels.pipeline(d.kernel, d.constants),
-      bindings: { buffers: d.buffers, bytes: d.bytes, threadgroupMemory: l.threadgroupMemory },
+      bindings: { buffers: patchBuffers(enc, d, first + i), bytes: d.bytes, threadgroupMemory: l.threadgroupMemory },
       grid: l.grid,
       threads: l.threads,
     };

@@ -441,6 +441,150 @@ __device__ __forceinline__ void softmax_finish(const T* x, const bf16* mask, con
     }
 }
 
+// ---- the streamed form ----
+
+// Vectors of its unit a thread holds (the op's slice: 256 threads x
+// STREAM_HELD vectors, 32 KB of registers a block).
+constexpr int STREAM_HELD = 8;
+// Polls of a row's word before a block stops waiting for the row's other
+// slices and takes the row's statistics from the whole row itself.
+constexpr u32 STREAM_POLLS = 1u << 20;
+
+// Whether a word's low bits, as an arrival found them, can be those of this
+// form's count for a row of n slices: up to n - 2 arrivals before it, or
+// slice 0's 2^31 - (n - 1) plus up to n - 2 more.
+__device__ __forceinline__ bool stream_word_valid(u32 old, u32 n) {
+    const u32 low = old & 0x7fffffffu;
+    return low + 1u < n || low >= 0x80000000u - (n - 1u);
+}
+
+// A row's max and sum of exp(v - max) from the whole row, by the block
+// (every thread gets the same bits): where the row's pairs cannot be waited for.
+template <typename T>
+__device__ __forceinline__ void stream_row_stats(const T* xr, u32 cols, const Transform& f, float* red, float& mx, float& total) {
+    constexpr int VEC = VecOf<T>::N;
+    float m = neg_inf(), s = 0.0f;
+    auto fold = [&](u32, auto& v) { online_vec(v, m, s); };
+    if (slice_vec(xr, xr, static_cast<const bf16*>(nullptr), cols)) {
+        for_slice_vec<T, 1, false>(xr, nullptr, cols / VEC, threadIdx.x, f, fold);
+    } else {
+        for_slice_scalar<T>(xr, nullptr, cols, f, fold);
+    }
+    __syncthreads();
+    mx = block_max(m, red);
+    __syncthreads();
+    total = block_sum(m == neg_inf() ? 0.0f : s * __expf(m - mx), red);
+}
+
+// softmax_stream_<t>: each unit's slice is loaded once, held in registers
+// (STREAM_HELD vectors a thread; a slice that does not move as vectors is
+// read again from L2 for the output), its (max, sum) written to partials,
+// then one thread arrives at the row's word: slice 0 adds 2^31 - (n - 1),
+// the others 1, so the word's top bit flips when all n slices have arrived
+// and its low bits come back to what they were (zero: the words are the
+// encoder's, zero when first bound, Encoder.syncWords). It polls for the
+// flip, every warp merges the row's pairs, and the block writes its slice.
+// A block takes its units in increasing order and row r's come before any
+// of a later row, so with every block resident and at least n blocks, the
+// blocks holding r's slices have finished every earlier unit: the wait
+// ends. Where it does not within STREAM_POLLS polls (blocks not all
+// resident: another stream's kernels on the SMs, MPS limits) or the word
+// is not this form's, the block takes the row's statistics from the whole
+// row itself: slower, the same result within rounding, never a hang. It
+// has arrived all the same, so the word ends the dispatch as it began.
+// The output never overlaps the input (the op plans two passes in place):
+// that fallback reads slices other blocks write.
+template <typename T>
+__device__ __forceinline__ void softmax_stream(const T* x, float* partials, T* y, u32* words, const SoftmaxStreamParams* p) {
+    extern __shared__ float red[];  // one float a warp, then the block's wait outcome
+    constexpr int VEC = VecOf<T>::N;
+    const u32 cols = p->cols, slice = p->slice, nb = p->n_blocks;
+    const u64 units = u64(p->rows) * nb;
+    const Transform f = transform_of(p->scale, p->softcap);
+    const u32 tid = threadIdx.x, bs = blockDim.x, lane = tid & 31u;
+    const u32 flag = (bs + 31u) / 32u;
+    for (u64 u = blockIdx.x; u < units; u += gridDim.x) {
+        const u64 row = u / nb;
+        const u32 b = u32(u - row * nb);
+        const u32 lo = b * slice, len = min(slice, cols - lo);
+        const T* xs = x + row * cols + lo;
+        T* ys = y + row * cols + lo;
+        const u32 nv = len / VEC;
+        const bool held = slice_vec(xs, ys, static_cast<const bf16*>(nullptr), len) && nv <= STREAM_HELD * bs;
+        uint4 raw[STREAM_HELD];
+        float m = neg_inf(), s = 0.0f;
+        auto fold = [&](u32, auto& v) { online_vec(v, m, s); };
+        if (held) {
+            const uint4* xv = reinterpret_cast<const uint4*>(xs);
+#pragma unroll
+            for (int k = 0; k < STREAM_HELD; ++k) {
+                const u32 vi = tid + u32(k) * bs;
+                if (vi < nv) raw[k] = xv[vi];
+            }
+#pragma unroll
+            for (int k = 0; k < STREAM_HELD; ++k) {
+                if (tid + u32(k) * bs < nv) {
+                    float xf[VEC], v[VEC];
+                    unpack16<T>(raw[k], xf);
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j) v[j] = f(xf[j], 0.0f);
+                    online_vec(v, m, s);
+                }
+            }
+        } else {
+            for_slice_scalar<T>(xs, nullptr, len, f, fold);
+        }
+        const float bmx = block_max(m, red);
+        __syncthreads();
+        const float btotal = block_sum(m == neg_inf() ? 0.0f : s * __expf(m - bmx), red);
+        float* pr = partials + row * nb * 2u;
+        if (tid == 0) {
+            pr[2u * b] = bmx;
+            pr[2u * b + 1u] = btotal;
+            __threadfence();
+            const u32 old = atomicAdd(words + row, b == 0u ? 0x80000000u - (nb - 1u) : 1u);
+            bool ok = stream_word_valid(old, nb);
+            for (u32 polls = 0; ok && (*reinterpret_cast<volatile u32*>(words + row) >> 31) == (old >> 31); ++polls) {
+                if (polls == STREAM_POLLS) ok = false;
+                else __nanosleep(128);
+            }
+            __threadfence();
+            red[flag] = ok ? 1.0f : 0.0f;
+        }
+        __syncthreads();
+        float mx = neg_inf(), total = 0.0f;
+        if (red[flag] != 0.0f) {
+            // Every warp merges the row's pairs (from L2: other SMs wrote them).
+            for (u32 i = lane; i < nb; i += 32u) merge_pair(mx, total, __ldcg(pr + 2u * i), __ldcg(pr + 2u * i + 1u));
+#pragma unroll
+            for (u32 o = 16; o > 0; o >>= 1) {
+                const float mo = __shfl_xor_sync(0xffffffffu, mx, o), so = __shfl_xor_sync(0xffffffffu, total, o);
+                merge_pair(mx, total, mo, so);
+            }
+        } else {
+            stream_row_stats<T>(x + row * cols, cols, f, red, mx, total);
+        }
+        const bool empty = mx == neg_inf();
+        const float inv = empty ? 0.0f : 1.0f / total;
+        if (held) {
+#pragma unroll
+            for (int k = 0; k < STREAM_HELD; ++k) {
+                const u32 vi = tid + u32(k) * bs;
+                if (vi < nv) {
+                    float xf[VEC], v[VEC];
+                    unpack16<T>(raw[k], xf);
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j) v[j] = empty ? 0.0f : __expf(f(xf[j], 0.0f) - mx) * inv;
+                    store_vec(ys + u64(vi) * VEC, v);
+                }
+            }
+        } else {
+            for_slice_scalar<T>(xs, nullptr, len, f, [&](u32 i, auto& v) { ys[i] = from_f<T>(empty ? 0.0f : __expf(v[0] - mx) * inv); });
+        }
+        __syncthreads();  // red's flag is read before the next unit's reductions write red
+    }
+}
+
 // cap * tanh(x / cap) as the softcap kernels compute it: the division a
 // multiply by 1 / cap; tanh on the special unit for bf16 (its error under
 // half a bf16 ulp), CUDA's accurate tanhf for f16 and f32.
@@ -481,6 +625,12 @@ __device__ __forceinline__ void softcap_vec(const T* x, T* y, const SoftcapParam
 // softmax_finish: buffer(0) input, (1) mask, (2) partials (softmax_blocks'
 // output), (3) output [rows, cols] (may be input), (4) SoftmaxBlocksParams;
 // the grid and threadgroup memory of softmax_blocks.
+// softmax_stream: buffer(0) input [rows, cols], (1) partials [rows,
+// n_blocks, 2] f32 (written), (2) output [rows, cols] (not over input), (3)
+// words: a u32 a row (Encoder.syncWords: zero low bits when the dispatch
+// starts, and so again when it ends), (4) SoftmaxStreamParams; grid (G, 1,
+// 1) of 256 threads, every block resident (at most 4 an SM: 64 registers)
+// and G >= n_blocks; threadgroup(0) one float a warp and one more.
 // softcap: buffer(0) input [n], (1) output [n] (may be input), (2) SoftcapParams.
 #define SOFTMAX_BOUNDS_f32 __launch_bounds__(1024)
 #define SOFTMAX_BOUNDS_f16 MLXN_MAX_REGS(56)
@@ -501,6 +651,10 @@ __device__ __forceinline__ void softcap_vec(const T* x, T* y, const SoftcapParam
     extern "C" __global__ void softmax_finish_##TAG(const T* input, const bf16* mask, const float* partials, T* output, \
                                                     const SoftmaxBlocksParams* p) {                                     \
         softmax_finish<T>(input, mask, partials, output, p);                                                            \
+    }                                                                                                                   \
+    extern "C" __global__ void __launch_bounds__(256, 4) softmax_stream_##TAG(const T* input, float* partials, T* output, \
+                                                                              u32* words, const SoftmaxStreamParams* p) { \
+        softmax_stream<T>(input, partials, output, words, p);                                                           \
     }                                                                                                                   \
     extern "C" __global__ void softcap_##TAG(const T* input, T* output, const SoftcapParams* p) {                       \
         softcap_vec<T>(input, output, p);                                                                               \

@@ -15,7 +15,7 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid, like,
+  checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid, like, overlaps,
 } from '../validate.ts';
 import { dtypeSize } from '../dtype.ts';
 import { ROW_HELD, roundUp16, rowBlockThreads, rowLaunch, rowThreadgroup, type LaunchLimits } from '../launch.ts';
@@ -30,6 +30,7 @@ export const SOFTMAX_KERNELS = [
   'softcap_f32', 'softcap_f16', 'softcap_bf16',
   'softmax_blocks_f32', 'softmax_blocks_f16', 'softmax_blocks_bf16',
   'softmax_finish_f32', 'softmax_finish_f16', 'softmax_finish_bf16',
+  'softmax_stream_f32', 'softmax_stream_f16', 'softmax_stream_bf16',
 ] as const;
 /** Threads per row the Metal launch uses at most (mlx-native's). */
 export const SOFTMAX_MAX_THREADS = 256;
@@ -72,6 +73,14 @@ export const SCALE_MASK_SOFTMAX_PARAMS_LAYOUT: readonly ParamField[] = structLay
 export const SOFTCAP_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SoftcapParams');
 /** struct SoftmaxBlocksParams (softmax_blocks_<t> buffer 3, softmax_finish_<t> buffer 4). */
 export const SOFTMAX_BLOCKS_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SoftmaxBlocksParams');
+/** struct SoftmaxStreamParams (softmax_stream_<t> buffer 4). */
+export const SOFTMAX_STREAM_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SoftmaxStreamParams');
+/** Threads of a softmax_stream block; each holds SOFTMAX_STREAM_HELD 16-byte vectors of its slice. */
+export const SOFTMAX_STREAM_THREADS = 256;
+/** The CUDA kernel's STREAM_HELD: a slice is 256 x 8 vectors (8192 f32, 16384 f16 or bf16 elements, 32 KB). */
+export const SOFTMAX_STREAM_HELD = 8;
+/** softmax_stream blocks resident an SM (its launch bounds: 256 threads, 4 blocks, 64 registers). */
+export const SOFTMAX_STREAM_BLOCKS_PER_SM = 4;
 
 export interface SoftmaxArgs {
   /** [rows, cols], f32, f16 or bf16 */
@@ -112,6 +121,11 @@ export function packSoftmaxParams(p: { cols: number }): Uint8Array {
 }
 export function packScaleMaskSoftmaxParams(p: { cols: number; seqQ: number; scale: number; softcap: number }): Uint8Array {
   return packFields(SCALE_MASK_SOFTMAX_PARAMS_LAYOUT, { cols: p.cols, seq_q: p.seqQ, scale: p.scale, softcap: p.softcap });
+}
+export function packSoftmaxStreamParams(p: { cols: number; rows: number; scale: number; softcap: number; slice: number; nBlocks: number }): Uint8Array {
+  return packFields(SOFTMAX_STREAM_PARAMS_LAYOUT, {
+    cols: p.cols, rows: p.rows, scale: p.scale, softcap: p.softcap, slice: p.slice, n_blocks: p.nBlocks,
+  });
 }
 export function packSoftcapParams(p: { cap: number; n: number }): Uint8Array {
   return packFields(SOFTCAP_PARAMS_LAYOUT, { cap: p.cap, n_elements: p.n });
@@ -219,6 +233,23 @@ export function softmaxTwoPass(a: Pick<SoftmaxArgs, 'rows' | 'cols' | 'scratch'>
 }
 
 /**
+ * The streamed form's shape where softmax runs it (CUDA, instead of the two
+ * passes): the two-pass form's conditions, no mask, output not over input,
+ * and rows of at most SOFTMAX_STREAM_BLOCKS_PER_SM x SMs slices that fit the
+ * scratch; else null. Slices of SOFTMAX_STREAM_THREADS x SOFTMAX_STREAM_HELD
+ * 16-byte vectors, one block per slice up to every block an SM holds.
+ */
+export function softmaxStream(a: Pick<SoftmaxArgs, 'input' | 'output' | 'rows' | 'cols' | 'scratch' | 'mask'>, limits: DeviceLimits):
+  { slice: number; nBlocks: number; blocks: number } | null {
+  if (limits.multiprocessors <= 0 || a.mask !== undefined || !softmaxTwoPass(a) || overlaps(a.output, a.input)) return null;
+  const slice = SOFTMAX_STREAM_THREADS * SOFTMAX_STREAM_HELD * (16 / dtypeSize(a.input.dtype));
+  const nBlocks = Math.ceil(a.cols / slice);
+  const resident = SOFTMAX_STREAM_BLOCKS_PER_SM * limits.multiprocessors;
+  if (nBlocks > resident || a.rows * nBlocks * 2 > a.scratch!.elementCount) return null;
+  return { slice, nBlocks, blocks: Math.min(a.rows * nBlocks, resident) };
+}
+
+/**
  * softmax over rows: v = c(x * scale) + mask[r % seqQ] with c(s) = softcap *
  * tanh(s / softcap) when softcap > 0; y[r, i] = exp(v[r, i] - max_r) /
  * sum_j exp(v[r, j] - max_r); a row whose every v is -inf gives zeros. Sums in f32.
@@ -250,6 +281,15 @@ export function softmaxTwoPass(a: Pick<SoftmaxArgs, 'rows' | 'cols' | 'scratch'>
  * the slice. Both grid (n_blocks, rows, 1) of 256 threads, threadgroup(0)
  * one float per simdgroup. The input is read twice (the second time from L2
  * where it still is): up to 3 * rows * cols * the element size.
+ *
+ * Streamed (CUDA, where softmaxStream gives a shape: the two-pass cases
+ * without a mask, output not over input): one dispatch,
+ * softmax_stream_<dtype> (0 input, 1 scratch, 2 output, 3 a word a row of
+ * the encoder's (Encoder.syncWords), 4 SoftmaxStreamParams), grid
+ * (blocks, 1, 1) of 256 threads, every block resident, threadgroup(0) one
+ * float per simdgroup and one more. Each block holds a slice, writes its
+ * pair, waits for its row's other slices at the row's word, merges the
+ * pairs and writes the slice: the input is read once.
  */
 export function softmax(enc: Encoder, args: SoftmaxArgs): void {
   record(enc, planSoftmax(args, enc.device.limits, enc.device));
@@ -262,6 +302,25 @@ export function planSoftmax(a: SoftmaxArgs, limits: DeviceLimits, device?: Devic
   const seqQ = a.mask === undefined ? 0 : a.seqQ!;
   const scale = a.scale ?? 1;
   const softcap = a.softcap ?? 0;
+  const stream = softmaxStream(a, limits);
+  if (stream !== null) {
+    const { slice, nBlocks, blocks } = stream;
+    const threads = SOFTMAX_STREAM_THREADS;
+    return {
+      family: SOFTMAX_FAMILY,
+      sources: SOFTMAX_SOURCES,
+      kernels: SOFTMAX_KERNELS,
+      dispatches: [{
+        kernel: `softmax_stream_${a.input.dtype}`,
+        buffers: [a.input, a.scratch, a.output],
+        bytes: [, , , , packSoftmaxStreamParams({ cols: a.cols, rows: a.rows, scale, softcap, slice, nBlocks })],
+        syncWords: { binding: 3, count: a.rows },
+        grid: [blocks, 1, 1],
+        threads: [threads, 1, 1],
+        threadgroupMemory: [roundUp16((Math.ceil(threads / limits.simdWidth) + 1) * 4)],
+      }],
+    };
+  }
   if (softmaxTwoPass(a)) {
     const slice = softmaxSlice(a.cols, a.rows);
     const nBlocks = Math.ceil(a.cols / slice);

@@ -164,6 +164,35 @@ void run_two_pass(const char* name, KB blocks, KF finish, SoftmaxCase c) {
   check(label(name, c) + " two passes," + dims(grid, block), d.out(c), d.want, tol_of<T>());
 }
 
+// softmax_stream_<t>: slices of threads x 8 vectors (the kernel's STREAM_HELD),
+// rows * n_blocks units over `blocks` blocks. resident: every block at once
+// (sim_launch_resident; the blocks wait for their rows' slices); else one
+// block at a time, so each block that waits for a slice a later block holds
+// polls in vain and takes the row's statistics from the whole row. `word`:
+// what the rows' words hold when the dispatch starts; they must end the
+// dispatch with the same low bits, every arrival counted.
+template <class T, class K>
+void run_stream(const char* name, K kernel, SoftmaxCase c, u32 blocks, u32 threads, bool resident, u32 word = 0) {
+  SoftmaxData<T> d(c);
+  const u32 slice = threads * 8 * (16 / sizeof(T)), n_blocks = (c.cols + slice - 1) / slice;
+  Arr<float> partials(size_t(c.rows) * n_blocks * 2);
+  partials.poison();
+  std::vector<u32> words(c.rows, word);
+  SoftmaxStreamParams p{c.cols, c.rows, c.scale, c.cap, slice, n_blocks};
+  const SimDim grid{blocks, 1, 1}, block{threads, 1, 1};
+  const size_t smem = 4 * ((threads + 31) / 32 + 1);
+  auto go = [&] { kernel(d.x.p, partials.p, d.out(c), words.data(), &p); };
+  if (resident) sim_launch_resident(grid, block, smem, go);
+  else sim_launch(grid, block, smem, go);
+  std::string what = label(name, c) + (resident ? " resident," : " one block at a time,") + dims(grid, block) +
+                     (word != 0 ? " (a foreign word)" : "");
+  check(what, d.out(c), d.want, tol_of<T>());
+  u32 bad = 0;
+  for (u32 r = 0; r < c.rows; ++r) bad += (words[r] & 0x7fffffffu) != (word & 0x7fffffffu);
+  if (bad != 0) failures++;
+  std::printf("%s %-72s %u of %u words changed\n", bad == 0 ? "ok  " : "FAIL", (what + ": the words' low bits as they began").c_str(), bad, c.rows);
+}
+
 // ---- gelu ----
 
 double gelu_ref(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
@@ -262,6 +291,17 @@ int main() {
     c.slice = 16384;
     run_two_pass<float>("softmax_blocks/finish_f32 (slices of 16384)", softmax_blocks_f32, softmax_finish_f32, c);
   }
+
+  // The streamed form: several units a block, blocks waiting for each
+  // other (resident), a short last slice, a slice element by element
+  // (rows off 16-byte alignment), scale and cap; blocks that cannot wait (one at a
+  // time: the bounded poll, then the whole row); a word another op wrote.
+  run_stream<float>("softmax_stream_f32", softmax_stream_f32, {5, 2500}, 4, 32, true);
+  run_stream<__nv_bfloat16>("softmax_stream_bf16", softmax_stream_bf16, {3, 5000, 0.5f, 30}, 3, 32, true);
+  run_stream<__half>("softmax_stream_f16 (rows off alignment)", softmax_stream_f16, {4, 2051}, 2, 32, true);
+  run_stream<float>("softmax_stream_f32", softmax_stream_f32, {1, 4096}, 16, 32, true);
+  run_stream<float>("softmax_stream_f32", softmax_stream_f32, {2, 1500}, 2, 32, false);
+  run_stream<float>("softmax_stream_f32", softmax_stream_f32, {3, 2500}, 4, 32, true, 5);
 
   // gelu_<t>: the vector launch (blocks (T / 2, 2)) and the element launch of the rest.
   run_gelu<__nv_bfloat16>("gelu_bf16", gelu_bf16, 768, {3, 1, 1}, {16, 2, 1});

@@ -31,6 +31,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <memory>
+#include <atomic>
 #include <vector>
 #include <deque>
 #include <cmath>
@@ -66,7 +68,11 @@ struct SimBlock {
 // Where dynamic shared memory starts in the window: a multiple of 16 (the
 // kernels' __align__(16)), not of 1024, as when static shared memory comes first.
 constexpr size_t kSimDynOffset = 528;
-inline SimBlock sim_block;
+// The block of the calling thread: sim_launch runs one block at a time,
+// sim_launch_resident every block of the grid at once, each with its own.
+inline SimBlock sim_block_default;
+inline thread_local SimBlock* sim_block_of = &sim_block_default;
+#define sim_block (*sim_block_of)
 
 // Warps are 32 consecutive threads of the block, counted x first, then y, then z.
 inline unsigned sim_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
@@ -137,6 +143,11 @@ inline int __dp4a(int a, int b, int c) {
 // __float2int_rn: round to nearest, ties to even (the default rounding mode).
 inline int __float2int_rn(float x) { return int(std::nearbyint(x)); }
 inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) * b) >> 32); }
+// Fences and back-off: the simulation's threads share one memory, so a
+// fence is a sequentially consistent one and a sleep a yield.
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __nanosleep(unsigned) { std::this_thread::yield(); }
+template <class T> inline T __ldcg(const T* p) { return *reinterpret_cast<const volatile T*>(p); }
 // Atomics: the threads of a block run at once, so these are real ones.
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
@@ -464,4 +475,46 @@ inline void sim_launch(SimDim grid, SimDim block, size_t smem, F&& kernel) {
         for (auto& th : ts) th.join();
         for (auto* w : ws) delete w;
       }
+}
+
+// Runs kernel(args...) with every block of the grid at once (a kernel whose
+// blocks wait for each other, as on a GPU where all are resident), each
+// block with its own shared memory and barriers. Keep grid x block small:
+// one host thread a simulated thread.
+template <class F>
+inline void sim_launch_resident(SimDim grid, SimDim block, size_t smem, F&& kernel) {
+  gridDim = grid;
+  blockDim = block;
+  const unsigned n = block.x * block.y * block.z;
+  const unsigned nb = grid.x * grid.y * grid.z;
+  std::vector<SimBlock> blocks(nb);
+  std::vector<std::unique_ptr<std::barrier<>>> bars;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  for (unsigned b = 0; b < nb; ++b) {
+    SimBlock& sb = blocks[b];
+    bars.push_back(std::make_unique<std::barrier<>>(n));
+    sb.block = bars.back().get();
+    for (unsigned w = 0; w < (n + 31) / 32; ++w) {
+      warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, n - 32 * w)));
+      sb.warps.push_back(warps.back().get());
+    }
+    sb.slots.assign(((n + 31) / 32) * 32 * 64, 0);
+    sb.window.assign(1024 + kSimDynOffset + smem + 16, 0xAB);
+    sb.shared = sb.window.data() + ((1024 - reinterpret_cast<uintptr_t>(sb.window.data()) % 1024) % 1024);
+    sb.shared_len = kSimDynOffset + smem + 16;
+    sb.dyn_bytes = smem;
+  }
+  std::vector<std::thread> ts;
+  for (unsigned b = 0; b < nb; ++b)
+    for (unsigned t = 0; t < n; ++t)
+      ts.emplace_back([&, b, t] {
+        SimBlock& sb = blocks[b];
+        sim_block_of = &sb;
+        threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+        blockIdx = {b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y)};
+        kernel();
+        sb.warps[t / 32]->arrive_and_drop();
+        sb.block->arrive_and_drop();
+      });
+  for (auto& th : ts) th.join();
 }
