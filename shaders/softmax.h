@@ -49,13 +49,11 @@ struct SoftmaxBlocksParams {
 // over a grid of blocks that all run at once, taking the units u = block,
 // block + grid, ... of rows * n_blocks in turn, unit u being slice u %
 // n_blocks of row u / n_blocks (slices of `slice` elements, the last of a
-// row shorter); scale and softcap as ScaleMaskSoftmaxParams (1 and 0 for
-// the plain softmax); no mask.
+// row shorter); v = x * scale (1 for the plain softmax); no softcap, no mask.
 struct SoftmaxStreamParams {
     uint  cols;
     uint  rows;
     float scale;
-    float softcap;
     uint  slice;
     uint  n_blocks;
 };

@@ -12,7 +12,7 @@
 //                           row, its max m and sum of exp(v - m) to partials;
 //                           then each slice normalized by the row's (max, sum)
 //                           merged from those pairs
-//   softmax_stream_<t>:     the streamed form of the softmax without a mask
+//   softmax_stream_<t>:     the streamed form of the softmax with a scale only
 //                           (not in mlx-native): one dispatch, threadgroups
 //                           taking slices of rows in turn
 //
@@ -335,7 +335,7 @@ kernel void softmax_stream_k(
         float m = -INFINITY;
         float s = 0.0f;
         for (uint i = tid; i < params.cols; i += tg_size) {
-            softmax_online(softmax_value(xr, nullptr, i, params.scale, params.softcap), m, s);
+            softmax_online(softmax_value(xr, nullptr, i, params.scale, 0.0f), m, s);
         }
         const float mx = threadgroup_max(m, red, sg, lane, n_sg);
         const float total = threadgroup_sum(m == -INFINITY ? 0.0f : s * exp(m - mx), red, sg, lane, n_sg);
@@ -345,7 +345,7 @@ kernel void softmax_stream_k(
         const uint len = min(params.slice, params.cols - lo);
         device T* ys = output + row * params.cols + lo;
         for (uint i = tid; i < len; i += tg_size) {
-            ys[i] = T(empty ? 0.0f : exp(softmax_value(xr, nullptr, lo + i, params.scale, params.softcap) - mx) * inv);
+            ys[i] = T(empty ? 0.0f : exp(softmax_value(xr, nullptr, lo + i, params.scale, 0.0f) - mx) * inv);
         }
     }
 }

@@ -50,8 +50,8 @@ describe('softmax param packers match the .metal declarations', () => {
     expect(src).toMatch(/kernel void softmax_blocks_k\([^{]*constant SoftmaxBlocksParams&\s+params\s+\[\[buffer\(3\)\]\]/);
     expect(src).toMatch(/kernel void softmax_finish_k\([^{]*constant SoftmaxBlocksParams&\s+params\s+\[\[buffer\(4\)\]\]/);
     expect(src).toMatch(/kernel void softmax_stream_k\([^{]*constant SoftmaxStreamParams&\s+params\s+\[\[buffer\(4\)\]\]/);
-    const st = wordView(packSoftmaxStreamParams({ cols: 262144, rows: 64, scale: 0.5, softcap: 30, slice: 8192, nBlocks: 32 }));
-    expect([st.bytes, st.u(0), st.u(1), st.f(2), st.f(3), st.u(4), st.u(5)]).toEqual([24, 262144, 64, 0.5, 30, 8192, 32]);
+    const st = wordView(packSoftmaxStreamParams({ cols: 262144, rows: 64, scale: 0.5, slice: 8192, nBlocks: 32 }));
+    expect([st.bytes, st.u(0), st.u(1), st.f(2), st.u(3), st.u(4)]).toEqual([20, 262144, 64, 0.5, 8192, 32]);
     const b = wordView(packSoftmaxBlocksParams({ cols: 4099, seqQ: 3, scale: 0.125, softcap: 30, slice: 2048, nBlocks: 3 }));
     expect([b.bytes, b.u(0), b.u(1), b.f(2), b.f(3), b.u(4), b.u(5)]).toEqual([24, 4099, 3, 0.125, 30, 2048, 3]);
     const s = wordView(packSoftmaxParams({ cols: 4099 }));
@@ -286,17 +286,17 @@ describeBackends('softmax parity', ({ device }) => {
   // blocks each): on cuda the real kernel, blocks taking several units and
   // meeting at the encoder's words; on the emulator the Metal twin.
   const streamed = (dev: Device, enc: ReturnType<Device['encoder']>, x: ReturnType<Device['alloc']>, y: ReturnType<Device['alloc']>,
-    rows: number, cols: number, sms: number, scratch: ReturnType<Device['alloc']>, opts: { scale?: number; softcap?: number } = {}) => {
+    rows: number, cols: number, sms: number, scratch: ReturnType<Device['alloc']>, opts: { scale?: number } = {}) => {
     const plan = planSoftmax({ input: x, output: y, rows, cols, scratch, ...opts }, { ...dev.limits, multiprocessors: sms }, dev);
     expect(plan.dispatches.map((d) => d.kernel)).toEqual([`softmax_stream_${x.dtype}`]);
     record(enc, plan);
   };
-  test('streamed: several units a block, ragged and unaligned slices, scale and softcap, f32 / f16 / bf16', () => {
+  test('streamed: several units a block, ragged and unaligned slices, a scale, f32 / f16 / bf16', () => {
     const dev = device();
     const over: string[] = [];
-    const cases: [dtype: 'f32' | 'f16' | 'bf16', rows: number, cols: number, sms: number, opts: { scale?: number; softcap?: number }][] = [
+    const cases: [dtype: 'f32' | 'f16' | 'bf16', rows: number, cols: number, sms: number, opts: { scale?: number }][] = [
       ['f32', 5, 20000, 1, {}], // 3 slices a row (the last 3616), 15 units over 4 blocks
-      ['bf16', 3, 40000, 1, { softcap: 30 }],
+      ['bf16', 3, 40000, 1, { scale: 3 }],
       ['f16', 7, 16385, 1, { scale: 0.25 }], // a last slice of one element (no whole vector), rows past the first unaligned
       ['f32', 2, 8193, 2, {}],
       ['f32', 3, 9001, 1, {}], // rows 1 and 2 start off 16-byte alignment: their slices element by element
@@ -460,12 +460,13 @@ describeValidation('softmax and softcap plans', ({ buf }) => {
     ]);
     expect(st[0]!.buffers).toEqual([vx, vs, vy]);
     const sp = wordView(st[0]!.bytes![4] as Uint8Array);
-    expect([sp.u(0), sp.u(1), sp.f(2), sp.f(3), sp.u(4), sp.u(5)]).toEqual([262144, 64, 1, 0, 8192, 32]);
+    expect([sp.u(0), sp.u(1), sp.f(2), sp.u(3), sp.u(4)]).toEqual([262144, 64, 1, 8192, 32]);
     expect(softmaxStream({ input: buf('bf16', 262144), output: buf('bf16', 262144), rows: 1, cols: 262144, scratch: vs }, TARGET_LIMITS.cuda))
       .toEqual({ slice: 16384, nBlocks: 16, blocks: 16 });
     expect(softmaxStream({ input: vx, output: vy, rows: 64, cols: 262144, scratch: vs }, TARGET_LIMITS.metal)).toBe(null);
     expect(softmaxStream({ input: vx, output: vx, rows: 64, cols: 262144, scratch: vs }, TARGET_LIMITS.cuda)).toBe(null);
     expect(softmaxStream({ input: vx, output: vy, rows: 64, cols: 262144, scratch: vs, mask: buf('bf16', 262144) }, TARGET_LIMITS.cuda)).toBe(null);
+    expect(softmaxStream({ input: vx, output: vy, rows: 64, cols: 262144, scratch: vs, softcap: 30 }, TARGET_LIMITS.cuda)).toBe(null);
     expect(softmaxStream({ input: vx, output: vy, rows: 1, cols: 2 ** 24, scratch: buf('f32', softmaxScratchElements(1, 2 ** 24)) }, TARGET_LIMITS.cuda)).toBe(null);
     // Many short rows: one pass even with a scratch.
     const many = planSoftmax({ input: buf('f32', 4096 * 2048), output: buf('f32', 4096 * 2048), rows: 4096, cols: 2048,

@@ -328,6 +328,15 @@ __device__ __forceinline__ float tanh_approx(float x) {
     return y;
 }
 
+// A load with acquire semantics at GPU scope: what other blocks wrote before
+// their release (a fence, then the atomic this load observes) is visible to
+// the loads after it, and to the block's loads after a barrier.
+__device__ __forceinline__ u32 ld_acquire_gpu(const u32* p) {
+    u32 v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
 __device__ __forceinline__ u32 smem_addr(const void* p) {
     return static_cast<u32>(__cvta_generic_to_shared(p));
 }

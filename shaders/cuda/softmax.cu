@@ -451,11 +451,12 @@ constexpr int STREAM_HELD = 8;
 constexpr u32 STREAM_POLLS = 1u << 20;
 
 // Whether a word's low bits, as an arrival found them, can be those of this
-// form's count for a row of n slices: up to n - 2 arrivals before it, or
-// slice 0's 2^31 - (n - 1) plus up to n - 2 more.
+// form's count for a row of n slices: before slice 0 has arrived, up to n -
+// 1 others (n - 1 when slice 0 arrives last); after, slice 0's 2^31 - (n -
+// 1) plus up to n - 2 others.
 __device__ __forceinline__ bool stream_word_valid(u32 old, u32 n) {
     const u32 low = old & 0x7fffffffu;
-    return low + 1u < n || low >= 0x80000000u - (n - 1u);
+    return low < n || low >= 0x80000000u - (n - 1u);
 }
 
 // A row's max and sum of exp(v - max) from the whole row, by the block
@@ -474,6 +475,30 @@ __device__ __forceinline__ void stream_row_stats(const T* xr, u32 cols, const Tr
     mx = block_max(m, red);
     __syncthreads();
     total = block_sum(m == neg_inf() ? 0.0f : s * __expf(m - mx), red);
+}
+
+// A slice's output read again from x (L2, where the slice was just read):
+// exp(v - mx) / total, zeros for a row whose every v is -inf.
+template <typename T>
+__device__ __forceinline__ void stream_write_again(const T* xs, T* ys, u32 len, const Transform& f, float mx, float total) {
+    constexpr int VEC = VecOf<T>::N;
+    const bool empty = mx == neg_inf();
+    const float inv = empty ? 0.0f : 1.0f / total;
+    auto write = [&](u32 i, auto& v) {
+        constexpr int N = sizeof(v) / sizeof(float);
+#pragma unroll
+        for (int j = 0; j < N; ++j) v[j] = empty ? 0.0f : __expf(v[j] - mx) * inv;
+        if constexpr (N == VEC) {
+            store_vec(ys + i, v);
+        } else {
+            ys[i] = from_f<T>(v[0]);
+        }
+    };
+    if (slice_vec(xs, ys, static_cast<const bf16*>(nullptr), len)) {
+        for_slice_vec<T, 1, false>(xs, nullptr, len / VEC, threadIdx.x, f, write);
+    } else {
+        for_slice_scalar<T>(xs, nullptr, len, f, write);
+    }
 }
 
 // softmax_stream_<t>: each unit's slice is loaded once, held in registers
@@ -500,7 +525,8 @@ __device__ __forceinline__ void softmax_stream(const T* x, float* partials, T* y
     constexpr int VEC = VecOf<T>::N;
     const u32 cols = p->cols, slice = p->slice, nb = p->n_blocks;
     const u64 units = u64(p->rows) * nb;
-    const Transform f = transform_of(p->scale, p->softcap);
+    const Transform f = transform_of(p->scale, 0.0f);
+    auto value = [&](float xe) { return xe * f.scale; };
     const u32 tid = threadIdx.x, bs = blockDim.x, lane = tid & 31u;
     const u32 flag = (bs + 31u) / 32u;
     for (u64 u = blockIdx.x; u < units; u += gridDim.x) {
@@ -513,26 +539,52 @@ __device__ __forceinline__ void softmax_stream(const T* x, float* partials, T* y
         const bool held = slice_vec(xs, ys, static_cast<const bf16*>(nullptr), len) && nv <= STREAM_HELD * bs;
         uint4 raw[STREAM_HELD];
         float m = neg_inf(), s = 0.0f;
-        auto fold = [&](u32, auto& v) { online_vec(v, m, s); };
         if (held) {
             const uint4* xv = reinterpret_cast<const uint4*>(xs);
 #pragma unroll
             for (int k = 0; k < STREAM_HELD; ++k) {
                 const u32 vi = tid + u32(k) * bs;
-                if (vi < nv) raw[k] = xv[vi];
+                if (vi < nv) raw[k] = __ldcs(xv + vi);
             }
+            if constexpr (VEC == 4) {
+                // f32: exp(v - m) over the thread's max m held in place of x,
+                // so the output is one multiply an element.
 #pragma unroll
-            for (int k = 0; k < STREAM_HELD; ++k) {
-                if (tid + u32(k) * bs < nv) {
-                    float xf[VEC], v[VEC];
-                    unpack16<T>(raw[k], xf);
+                for (int k = 0; k < STREAM_HELD; ++k) {
+                    if (tid + u32(k) * bs < nv) {
+                        float v[VEC];
+                        unpack16<T>(raw[k], v);
 #pragma unroll
-                    for (int j = 0; j < VEC; ++j) v[j] = f(xf[j], 0.0f);
-                    online_vec(v, m, s);
+                        for (int j = 0; j < VEC; ++j) m = fmaxf(m, value(v[j]));
+                    }
+                }
+#pragma unroll
+                for (int k = 0; k < STREAM_HELD; ++k) {
+                    if (tid + u32(k) * bs < nv) {
+                        float v[VEC];
+                        unpack16<T>(raw[k], v);
+#pragma unroll
+                        for (int j = 0; j < VEC; ++j) {
+                            v[j] = m == neg_inf() ? 0.0f : __expf(value(v[j]) - m);
+                            s += v[j];
+                        }
+                        raw[k] = make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < STREAM_HELD; ++k) {
+                    if (tid + u32(k) * bs < nv) {
+                        float v[VEC];
+                        unpack16<T>(raw[k], v);
+#pragma unroll
+                        for (int j = 0; j < VEC; ++j) v[j] = value(v[j]);
+                        online_vec(v, m, s);
+                    }
                 }
             }
         } else {
-            for_slice_scalar<T>(xs, nullptr, len, f, fold);
+            for_slice_scalar<T>(xs, nullptr, len, f, [&](u32, auto& v) { online_vec(v, m, s); });
         }
         const float bmx = block_max(m, red);
         __syncthreads();
@@ -544,11 +596,10 @@ __device__ __forceinline__ void softmax_stream(const T* x, float* partials, T* y
             __threadfence();
             const u32 old = atomicAdd(words + row, b == 0u ? 0x80000000u - (nb - 1u) : 1u);
             bool ok = stream_word_valid(old, nb);
-            for (u32 polls = 0; ok && (*reinterpret_cast<volatile u32*>(words + row) >> 31) == (old >> 31); ++polls) {
+            for (u32 polls = 0; ok && (ld_acquire_gpu(words + row) >> 31) == (old >> 31); ++polls) {
                 if (polls == STREAM_POLLS) ok = false;
-                else __nanosleep(128);
+                else __nanosleep(32);
             }
-            __threadfence();
             red[flag] = ok ? 1.0f : 0.0f;
         }
         __syncthreads();
@@ -564,24 +615,32 @@ __device__ __forceinline__ void softmax_stream(const T* x, float* partials, T* y
         } else {
             stream_row_stats<T>(x + row * cols, cols, f, red, mx, total);
         }
-        const bool empty = mx == neg_inf();
-        const float inv = empty ? 0.0f : 1.0f / total;
         if (held) {
+            const bool empty = mx == neg_inf();
+            const float inv = empty ? 0.0f : 1.0f / total;
+            // f32: the held exp(v - m) times exp(m - mx) / total, stored
+            // streaming (nothing reads y back here); 16-bit: exp(v - mx) / total.
+            const float g = empty || m == neg_inf() ? 0.0f : __expf(m - mx) * inv;
 #pragma unroll
             for (int k = 0; k < STREAM_HELD; ++k) {
                 const u32 vi = tid + u32(k) * bs;
                 if (vi < nv) {
-                    float xf[VEC], v[VEC];
-                    unpack16<T>(raw[k], xf);
+                    float v[VEC];
+                    unpack16<T>(raw[k], v);
+                    if constexpr (VEC == 4) {
+                        __stcs(reinterpret_cast<float4*>(ys) + vi, make_float4(v[0] * g, v[1] * g, v[2] * g, v[3] * g));
+                    } else {
 #pragma unroll
-                    for (int j = 0; j < VEC; ++j) v[j] = empty ? 0.0f : __expf(f(xf[j], 0.0f) - mx) * inv;
-                    store_vec(ys + u64(vi) * VEC, v);
+                        for (int j = 0; j < VEC; ++j) v[j] = empty ? 0.0f : __expf(value(v[j]) - mx) * inv;
+                        store_vec(ys + u64(vi) * VEC, v);
+                    }
                 }
             }
         } else {
-            for_slice_scalar<T>(xs, nullptr, len, f, [&](u32 i, auto& v) { ys[i] = from_f<T>(empty ? 0.0f : __expf(v[0] - mx) * inv); });
+            stream_write_again<T>(xs, ys, len, f, mx, total);
         }
-        __syncthreads();  // red's flag is read before the next unit's reductions write red
+        // No barrier here: red's flag is read before the next unit's first
+        // barrier, and thread 0 writes it again only after two more.
     }
 }
 

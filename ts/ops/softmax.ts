@@ -122,10 +122,8 @@ export function packSoftmaxParams(p: { cols: number }): Uint8Array {
 export function packScaleMaskSoftmaxParams(p: { cols: number; seqQ: number; scale: number; softcap: number }): Uint8Array {
   return packFields(SCALE_MASK_SOFTMAX_PARAMS_LAYOUT, { cols: p.cols, seq_q: p.seqQ, scale: p.scale, softcap: p.softcap });
 }
-export function packSoftmaxStreamParams(p: { cols: number; rows: number; scale: number; softcap: number; slice: number; nBlocks: number }): Uint8Array {
-  return packFields(SOFTMAX_STREAM_PARAMS_LAYOUT, {
-    cols: p.cols, rows: p.rows, scale: p.scale, softcap: p.softcap, slice: p.slice, n_blocks: p.nBlocks,
-  });
+export function packSoftmaxStreamParams(p: { cols: number; rows: number; scale: number; slice: number; nBlocks: number }): Uint8Array {
+  return packFields(SOFTMAX_STREAM_PARAMS_LAYOUT, { cols: p.cols, rows: p.rows, scale: p.scale, slice: p.slice, n_blocks: p.nBlocks });
 }
 export function packSoftcapParams(p: { cap: number; n: number }): Uint8Array {
   return packFields(SOFTCAP_PARAMS_LAYOUT, { cap: p.cap, n_elements: p.n });
@@ -234,14 +232,15 @@ export function softmaxTwoPass(a: Pick<SoftmaxArgs, 'rows' | 'cols' | 'scratch'>
 
 /**
  * The streamed form's shape where softmax runs it (CUDA, instead of the two
- * passes): the two-pass form's conditions, no mask, output not over input,
- * and rows of at most SOFTMAX_STREAM_BLOCKS_PER_SM x SMs slices that fit the
- * scratch; else null. Slices of SOFTMAX_STREAM_THREADS x SOFTMAX_STREAM_HELD
+ * passes): the two-pass form's conditions, no mask and no softcap (held in
+ * 64 registers, its tanh would spill), output not over input, and rows of
+ * at most SOFTMAX_STREAM_BLOCKS_PER_SM x SMs slices that fit the scratch;
+ * else null. Slices of SOFTMAX_STREAM_THREADS x SOFTMAX_STREAM_HELD
  * 16-byte vectors, one block per slice up to every block an SM holds.
  */
-export function softmaxStream(a: Pick<SoftmaxArgs, 'input' | 'output' | 'rows' | 'cols' | 'scratch' | 'mask'>, limits: DeviceLimits):
+export function softmaxStream(a: Pick<SoftmaxArgs, 'input' | 'output' | 'rows' | 'cols' | 'scratch' | 'mask' | 'softcap'>, limits: DeviceLimits):
   { slice: number; nBlocks: number; blocks: number } | null {
-  if (limits.multiprocessors <= 0 || a.mask !== undefined || !softmaxTwoPass(a) || overlaps(a.output, a.input)) return null;
+  if (limits.multiprocessors <= 0 || a.mask !== undefined || (a.softcap ?? 0) !== 0 || !softmaxTwoPass(a) || overlaps(a.output, a.input)) return null;
   const slice = SOFTMAX_STREAM_THREADS * SOFTMAX_STREAM_HELD * (16 / dtypeSize(a.input.dtype));
   const nBlocks = Math.ceil(a.cols / slice);
   const resident = SOFTMAX_STREAM_BLOCKS_PER_SM * limits.multiprocessors;
@@ -283,7 +282,7 @@ export function softmaxStream(a: Pick<SoftmaxArgs, 'input' | 'output' | 'rows' |
  * where it still is): up to 3 * rows * cols * the element size.
  *
  * Streamed (CUDA, where softmaxStream gives a shape: the two-pass cases
- * without a mask, output not over input): one dispatch,
+ * without a mask or softcap, output not over input): one dispatch,
  * softmax_stream_<dtype> (0 input, 1 scratch, 2 output, 3 a word a row of
  * the encoder's (Encoder.syncWords), 4 SoftmaxStreamParams), grid
  * (blocks, 1, 1) of 256 threads, every block resident, threadgroup(0) one
@@ -313,7 +312,7 @@ export function planSoftmax(a: SoftmaxArgs, limits: DeviceLimits, device?: Devic
       dispatches: [{
         kernel: `softmax_stream_${a.input.dtype}`,
         buffers: [a.input, a.scratch, a.output],
-        bytes: [, , , , packSoftmaxStreamParams({ cols: a.cols, rows: a.rows, scale, softcap, slice, nBlocks })],
+        bytes: [, , , , packSoftmaxStreamParams({ cols: a.cols, rows: a.rows, scale, slice, nBlocks })],
         syncWords: { binding: 3, count: a.rows },
         grid: [blocks, 1, 1],
         threads: [threads, 1, 1],

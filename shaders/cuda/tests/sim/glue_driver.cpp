@@ -178,7 +178,7 @@ void run_stream(const char* name, K kernel, SoftmaxCase c, u32 blocks, u32 threa
   Arr<float> partials(size_t(c.rows) * n_blocks * 2);
   partials.poison();
   std::vector<u32> words(c.rows, word);
-  SoftmaxStreamParams p{c.cols, c.rows, c.scale, c.cap, slice, n_blocks};
+  SoftmaxStreamParams p{c.cols, c.rows, c.scale, slice, n_blocks};
   const SimDim grid{blocks, 1, 1}, block{threads, 1, 1};
   const size_t smem = 4 * ((threads + 31) / 32 + 1);
   auto go = [&] { kernel(d.x.p, partials.p, d.out(c), words.data(), &p); };
@@ -191,6 +191,29 @@ void run_stream(const char* name, K kernel, SoftmaxCase c, u32 blocks, u32 threa
   for (u32 r = 0; r < c.rows; ++r) bad += (words[r] & 0x7fffffffu) != (word & 0x7fffffffu);
   if (bad != 0) failures++;
   std::printf("%s %-72s %u of %u words changed\n", bad == 0 ? "ok  " : "FAIL", (what + ": the words' low bits as they began").c_str(), bad, c.rows);
+}
+
+// stream_word_valid against every state an arrival can find: slice 0
+// arriving at each place in the order, either top bit to begin with; after
+// the last arrival the top bit has flipped and the low bits are zero again.
+// Words another op wrote (a float, a count past the row's slices) are not
+// valid.
+void check_stream_words() {
+  u32 bad = 0;
+  for (u32 n : {1u, 2u, 3u, 32u, 528u})
+    for (u32 first0 = 0; first0 < n; ++first0)
+      for (u32 top : {0u, 0x80000000u}) {
+        u32 w = top;
+        for (u32 a = 0; a < n; ++a) {
+          if (!stream_word_valid(w, n)) bad++;
+          w += a == first0 ? 0x80000000u - (n - 1u) : 1u;
+        }
+        if ((w & 0x7fffffffu) != 0 || (w >> 31) == (top >> 31)) bad++;
+      }
+  for (u32 foreign : {0x3f800000u, 32u, 1000u, 0x7fff0000u})
+    if (stream_word_valid(foreign, 32)) bad++;
+  if (bad != 0) failures++;
+  std::printf("%s %-72s %u wrong\n", bad == 0 ? "ok  " : "FAIL", "stream_word_valid: every arrival order, foreign words", bad);
 }
 
 // ---- gelu ----
@@ -294,10 +317,11 @@ int main() {
 
   // The streamed form: several units a block, blocks waiting for each
   // other (resident), a short last slice, a slice element by element
-  // (rows off 16-byte alignment), scale and cap; blocks that cannot wait (one at a
+  // (rows off 16-byte alignment), a scale; blocks that cannot wait (one at a
   // time: the bounded poll, then the whole row); a word another op wrote.
+  check_stream_words();
   run_stream<float>("softmax_stream_f32", softmax_stream_f32, {5, 2500}, 4, 32, true);
-  run_stream<__nv_bfloat16>("softmax_stream_bf16", softmax_stream_bf16, {3, 5000, 0.5f, 30}, 3, 32, true);
+  run_stream<__nv_bfloat16>("softmax_stream_bf16", softmax_stream_bf16, {3, 5000, 3.0f}, 3, 32, true);
   run_stream<__half>("softmax_stream_f16 (rows off alignment)", softmax_stream_f16, {4, 2051}, 2, 32, true);
   run_stream<float>("softmax_stream_f32", softmax_stream_f32, {1, 4096}, 16, 32, true);
   run_stream<float>("softmax_stream_f32", softmax_stream_f32, {2, 1500}, 2, 32, false);
