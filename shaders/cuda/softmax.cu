@@ -366,6 +366,39 @@ __device__ __forceinline__ void softmax_row(const T* x, T* y, const bf16* mask, 
     }
 }
 
+// A row's (max, sum) merged from its n pairs [max, sum of exp(v - max)]
+// by every warp itself (no barrier; each warp gets the same bits): lanes fold
+// pairs lane, lane + 32, ..., then the lanes' results by shuffles. The loads
+// go to L2: other blocks of the same dispatch may have written the pairs.
+__device__ __forceinline__ void merge_row_pairs(const float* pr, u32 n, float& mx, float& total) {
+    mx = neg_inf();
+    total = 0.0f;
+    for (u32 i = threadIdx.x & 31u; i < n; i += 32u) merge_pair(mx, total, __ldcg(pr + 2u * i), __ldcg(pr + 2u * i + 1u));
+#pragma unroll
+    for (u32 o = 16; o > 0; o >>= 1) {
+        const float mo = __shfl_xor_sync(0xffffffffu, mx, o), so = __shfl_xor_sync(0xffffffffu, total, o);
+        merge_pair(mx, total, mo, so);
+    }
+}
+
+// fn(i, v) for for_slice_vec / for_slice_scalar that writes exp(v - mx) /
+// total at ys + i (zeros for a row whose every v is -inf).
+template <typename T>
+__device__ __forceinline__ auto normalized_store(T* ys, float mx, float total) {
+    const bool empty = mx == neg_inf();
+    const float inv = empty ? 0.0f : 1.0f / total;
+    return [=](u32 i, auto& v) {
+        constexpr int N = sizeof(v) / sizeof(float);
+#pragma unroll
+        for (int j = 0; j < N; ++j) v[j] = empty ? 0.0f : __expf(v[j] - mx) * inv;
+        if constexpr (N == VecOf<T>::N) {
+            store_vec(ys + i, v);
+        } else {
+            ys[i] = from_f<T>(v[0]);
+        }
+    };
+}
+
 template <typename T>
 __device__ __forceinline__ void softmax_blocks(const T* x, const bf16* mask, float* partials, const SoftmaxBlocksParams* p) {
     extern __shared__ float red[];
@@ -411,28 +444,9 @@ __device__ __forceinline__ void softmax_finish(const T* x, const bf16* mask, con
     // The slice's first loads go out before the row's pairs are read and merged.
     SliceChunk<T> first;
     first.load(xs, ms, nv, tid, bs);
-    // Every warp merges the row's pairs itself (no barrier): lanes fold
-    // pairs lane, lane + 32, ..., then the lanes' results by shuffles.
-    const float* pr = partials + u64(row) * p->n_blocks * 2u;
-    float mx = neg_inf(), total = 0.0f;
-    for (u32 i = tid & 31u; i < p->n_blocks; i += 32u) merge_pair(mx, total, pr[2u * i], pr[2u * i + 1u]);
-#pragma unroll
-    for (u32 o = 16; o > 0; o >>= 1) {
-        const float mo = __shfl_xor_sync(0xffffffffu, mx, o), so = __shfl_xor_sync(0xffffffffu, total, o);
-        merge_pair(mx, total, mo, so);
-    }
-    const bool empty = mx == neg_inf();
-    const float inv = empty ? 0.0f : 1.0f / total;
-    auto write = [&](u32 i, auto& v) {
-        constexpr int N = sizeof(v) / sizeof(float);
-#pragma unroll
-        for (int j = 0; j < N; ++j) v[j] = empty ? 0.0f : __expf(v[j] - mx) * inv;
-        if constexpr (N == VEC) {
-            store_vec(ys + i, v);
-        } else {
-            ys[i] = from_f<T>(v[0]);
-        }
-    };
+    float mx, total;
+    merge_row_pairs(partials + u64(row) * p->n_blocks * 2u, p->n_blocks, mx, total);
+    const auto write = normalized_store(ys, mx, total);
     if (vec) {
         first.use(nv, tid, bs, f, write);
         for_slice_vec<T>(xs, ms, nv, tid + ROW_LOADS * bs, f, write);
@@ -482,18 +496,7 @@ __device__ __forceinline__ void stream_row_stats(const T* xr, u32 cols, const Tr
 template <typename T>
 __device__ __forceinline__ void stream_write_again(const T* xs, T* ys, u32 len, const Transform& f, float mx, float total) {
     constexpr int VEC = VecOf<T>::N;
-    const bool empty = mx == neg_inf();
-    const float inv = empty ? 0.0f : 1.0f / total;
-    auto write = [&](u32 i, auto& v) {
-        constexpr int N = sizeof(v) / sizeof(float);
-#pragma unroll
-        for (int j = 0; j < N; ++j) v[j] = empty ? 0.0f : __expf(v[j] - mx) * inv;
-        if constexpr (N == VEC) {
-            store_vec(ys + i, v);
-        } else {
-            ys[i] = from_f<T>(v[0]);
-        }
-    };
+    const auto write = normalized_store(ys, mx, total);
     if (slice_vec(xs, ys, static_cast<const bf16*>(nullptr), len)) {
         for_slice_vec<T, 1, false>(xs, nullptr, len / VEC, threadIdx.x, f, write);
     } else {
@@ -527,7 +530,7 @@ __device__ __forceinline__ void softmax_stream(const T* x, float* partials, T* y
     const u64 units = u64(p->rows) * nb;
     const Transform f = transform_of(p->scale, 0.0f);
     auto value = [&](float xe) { return xe * f.scale; };
-    const u32 tid = threadIdx.x, bs = blockDim.x, lane = tid & 31u;
+    const u32 tid = threadIdx.x, bs = blockDim.x;
     const u32 flag = (bs + 31u) / 32u;
     for (u64 u = blockIdx.x; u < units; u += gridDim.x) {
         const u64 row = u / nb;
@@ -603,15 +606,9 @@ __device__ __forceinline__ void softmax_stream(const T* x, float* partials, T* y
             red[flag] = ok ? 1.0f : 0.0f;
         }
         __syncthreads();
-        float mx = neg_inf(), total = 0.0f;
+        float mx, total;
         if (red[flag] != 0.0f) {
-            // Every warp merges the row's pairs (from L2: other SMs wrote them).
-            for (u32 i = lane; i < nb; i += 32u) merge_pair(mx, total, __ldcg(pr + 2u * i), __ldcg(pr + 2u * i + 1u));
-#pragma unroll
-            for (u32 o = 16; o > 0; o >>= 1) {
-                const float mo = __shfl_xor_sync(0xffffffffu, mx, o), so = __shfl_xor_sync(0xffffffffu, total, o);
-                merge_pair(mx, total, mo, so);
-            }
+            merge_row_pairs(pr, nb, mx, total);
         } else {
             stream_row_stats<T>(x + row * cols, cols, f, red, mx, total);
         }
