@@ -979,16 +979,20 @@ struct DrawShared {
     float before;
 };
 
-// sample.metal: draw_in_order (contiguous chunks per thread, two walks).
+// The chunk of n items that draw_in_order gives this thread: [b0, b1).
+__device__ __forceinline__ void draw_chunk(u32 n, u32& b0, u32& b1) {
+    const u32 chunk = (n + blockDim.x - 1u) / blockDim.x;
+    b0 = min(n, threadIdx.x * chunk);
+    b1 = min(n, b0 + chunk);
+}
+
+// draw_in_order after its first walk: `own` is the sum of this thread's
+// weights over its chunk (draw_chunk), added in index order.
 template <typename W>
-__device__ u32 draw_in_order(W& w, u32 n, float u, float& before, float& total, float* partials, DrawShared* sh) {
-    const u32 tid = threadIdx.x, bs = blockDim.x;
-    const u32 chunk = (n + bs - 1u) / bs;
-    const u32 b0 = min(n, tid * chunk);
-    const u32 b1 = min(n, b0 + chunk);
-    w.reset();
-    float own = 0.0f;
-    for (u32 i = b0; i < b1; ++i) own += w.weight(i);
+__device__ u32 draw_in_order_from(W& w, u32 n, float own, float u, float& before, float& total, float* partials, DrawShared* sh) {
+    const u32 tid = threadIdx.x;
+    u32 b0, b1;
+    draw_chunk(n, b0, b1);
     if (tid == 0u) {
         sh->pick = 0xffffffffu;
         sh->last = 0u;
@@ -1026,6 +1030,17 @@ __device__ u32 draw_in_order(W& w, u32 n, float u, float& before, float& total, 
     }
     before = sh->before;
     return chosen;
+}
+
+// sample.metal: draw_in_order (contiguous chunks per thread, two walks).
+template <typename W>
+__device__ u32 draw_in_order(W& w, u32 n, float u, float& before, float& total, float* partials, DrawShared* sh) {
+    u32 b0, b1;
+    draw_chunk(n, b0, b1);
+    w.reset();
+    float own = 0.0f;
+    for (u32 i = b0; i < b1; ++i) own += w.weight(i);
+    return draw_in_order_from(w, n, own, u, before, total, partials, sh);
 }
 
 // Warp 0 only: exclusive prefix of v over the lanes, and the total.
@@ -1251,6 +1266,81 @@ __device__ void scan_kept(const u32* z, u32 n, u32 t, u32 need, u64* g, u32* cou
     __syncthreads();
 }
 
+// The draw inside the picked slice of z [0, len): draw_in_order over
+// KeptWeights (t: the cut key, 0 for none; the first kept_ties ties at t by
+// index are kept) with the same chunks and float additions, but where a
+// chunk is at most 4 z (a 4096 slice at 1024 threads) they are loaded once,
+// together, and held in registers through the tie count and both walks.
+__device__ u32 draw_kept(const u32* z, u32 len, float zmax, u32 t, u32 kept_ties, float min_p, float u, float* partials,
+                         DrawShared* sh) {
+    const u32 tid = threadIdx.x, bs = blockDim.x;
+    u32 i0, i1;
+    draw_chunk(len, i0, i1);
+    if (len > 4u * bs) {
+        float own = 0.0f;
+        for (u32 i = i0; i < i1; ++i) own += t != 0u && order_key(__uint_as_float(z[i])) == t ? 1.0f : 0.0f;
+        float all_ties;
+        const u32 rank0 = u32(block_prefix_sum(own, all_ties, partials));
+        KeptWeights w = {z, zmax, t, kept_ties, min_p, rank0, rank0};
+        float sb, st;
+        return draw_in_order(w, len, u, sb, st, partials, sh);
+    }
+    u32 bits[4];
+    if (i0 + 4u == i1 && aligned16(z + i0)) {
+        const uint4 v = *reinterpret_cast<const uint4*>(z + i0);
+        bits[0] = v.x, bits[1] = v.y, bits[2] = v.z, bits[3] = v.w;
+    } else {
+#pragma unroll
+        for (u32 r = 0; r < 4u; ++r) bits[r] = i0 + r < i1 ? z[i0 + r] : 0u;
+    }
+    u32 rank = 0u;
+    if (t != 0u) {
+        float own = 0.0f;
+#pragma unroll
+        for (u32 r = 0; r < 4u; ++r) own += i0 + r < i1 && order_key(__uint_as_float(bits[r])) == t ? 1.0f : 0.0f;
+        float all_ties;
+        rank = u32(block_prefix_sum(own, all_ties, partials));
+    }
+    float w[4];
+    float own = 0.0f;
+#pragma unroll
+    for (u32 r = 0; r < 4u; ++r) {
+        const float zi = __uint_as_float(bits[r]);
+        const u32 k = order_key(zi);
+        w[r] = 0.0f;
+        if (i0 + r < i1 && k >= t && !(k == t && rank++ >= kept_ties)) {
+            const float wr = expf(zi - zmax);
+            w[r] = wr >= min_p ? wr : 0.0f;
+        }
+        own += w[r];
+    }
+    if (tid == 0u) {
+        sh->pick = 0xffffffffu;
+        sh->last = 0u;
+    }
+    float all;
+    const float start = block_prefix_sum(own, all, partials);
+    const float target = u * all;
+    float c = start;
+    u32 mine = 0xffffffffu, last_positive = 0u;
+#pragma unroll
+    for (u32 r = 0; r < 4u; ++r) {
+        if (mine == 0xffffffffu && w[r] > 0.0f) {
+            last_positive = i0 + r + 1u;
+            if (c + w[r] > target)
+                mine = i0 + r;
+            else
+                c += w[r];
+        }
+    }
+    if (mine != 0xffffffffu) atomicMin(&sh->pick, mine);
+    if (last_positive != 0u) atomicMax(&sh->last, last_positive);
+    __syncthreads();
+    const u32 picked = sh->pick, latest = sh->last;
+    if (picked == 0xffffffffu && latest == 0u) return 0u;
+    return picked != 0xffffffffu ? picked : latest - 1u;
+}
+
 // The finish's whole-row draw (sample.metal: finish_whole_row), where no
 // list holds the kept set; a top-p kept set of fewer than SAMPLE_MAX_K
 // tokens is gathered from z (scan_kept) and drawn in rank order. mass: the
@@ -1293,76 +1383,84 @@ __device__ void finish_whole_row(u32* scratch, u32* out_token, float* out_logpro
         }
     }
     const float q = expf(key_value(t) - zmax);
-    for (u32 b = warp; b < nb; b += nw) {
-        u32* r = rec + b * u32(SAMPLE_REC_WORDS);
-        const u32 ne = r[1];
-        float mass = 0.0f;
-        u32 ties = 0u;
-        if (t != 0u && ne <= u32(SAMPLE_REC_CAP)) {
-            if (lane < ne) {
-                const u32 e = r[2u + lane];
-                const u32 k = (prefix & ~1023u) | (e & 1023u);
-                const float w = expf(key_value(k) - zmax);
-                mass = k > t && w >= p->min_p ? float(e >> 10) * w : 0.0f;
-                ties = k == t ? e >> 10 : 0u;
-            }
-        } else if (t != 0u) {
-            const u32 lo = b * p->slice;
-            const u32 len = min(p->slice, n - lo);
-            for (u32 i = lane; i < len; i += 32u) {
-                const float zi = __uint_as_float(z[lo + i]);
-                const u32 k = order_key(zi);
-                if ((k >> 10) == (prefix >> 10)) {
-                    const float w = expf(zi - zmax);
-                    mass += k > t && w >= p->min_p ? w : 0.0f;
-                    ties += k == t ? 1u : 0u;
+    // With a cut key t (top-p), each slice's record gets the kept mass of
+    // its keys in the cut's range above t and, in word 1, its ties at t;
+    // without one (min-p alone, every token kept) the records hold each
+    // slice's kept mass already and no tie is kept. A record's words are
+    // loaded together (entries past ne go unused).
+    if (t != 0u) {
+        for (u32 b = warp; b < nb; b += nw) {
+            u32* r = rec + b * u32(SAMPLE_REC_WORDS);
+            const u32 r0 = r[0], ne = r[1], e = r[2u + lane];
+            float mass = 0.0f;
+            u32 ties = 0u;
+            if (ne <= u32(SAMPLE_REC_CAP)) {
+                if (lane < ne) {
+                    const u32 k = (prefix & ~1023u) | (e & 1023u);
+                    const float w = expf(key_value(k) - zmax);
+                    mass = k > t && w >= p->min_p ? float(e >> 10) * w : 0.0f;
+                    ties = k == t ? e >> 10 : 0u;
+                }
+            } else {
+                const u32 lo = b * p->slice;
+                const u32 len = min(p->slice, n - lo);
+                for (u32 i = lane; i < len; i += 32u) {
+                    const float zi = __uint_as_float(z[lo + i]);
+                    const u32 k = order_key(zi);
+                    if ((k >> 10) == (prefix >> 10)) {
+                        const float w = expf(zi - zmax);
+                        mass += k > t && w >= p->min_p ? w : 0.0f;
+                        ties += k == t ? 1u : 0u;
+                    }
                 }
             }
+            mass = warp_sum(mass);
+            ties = __reduce_add_sync(0xffffffffu, ties);
+            if (lane == 0u) {
+                r[0] = __float_as_uint(__uint_as_float(r0) + mass);
+                r[1] = ties;
+            }
         }
-        mass = warp_sum(mass);
-        ties = __reduce_add_sync(0xffffffffu, ties);
-        if (lane == 0u) {
-            r[0] = __float_as_uint(__uint_as_float(r[0]) + mass);
-            r[1] = ties;
-        }
+        __syncthreads();
     }
-    __syncthreads();
+    // The slices' weights: with t, the first `need` ties by index are kept
+    // (each slice's share by the ties before it), the record's final weight
+    // and kept ties written back; this thread's sum is draw_in_order's first
+    // walk, so the draw over the records reads them once more.
+    float own = 0.0f;
     {
-        const u32 chunk = (nb + bs - 1u) / bs;
-        const u32 b0 = min(nb, tid * chunk);
-        const u32 b1 = min(nb, b0 + chunk);
-        float own = 0.0f;
-        for (u32 b = b0; b < b1; ++b) own += float(rec[b * u32(SAMPLE_REC_WORDS) + 1u]);
-        float all;
-        u32 before = u32(block_prefix_sum(own, all, partials));
+        u32 b0, b1;
+        draw_chunk(nb, b0, b1);
+        u32 before = 0u;
+        if (t != 0u) {
+            float ties = 0.0f;
+            for (u32 b = b0; b < b1; ++b) ties += float(rec[b * u32(SAMPLE_REC_WORDS) + 1u]);
+            float all;
+            before = u32(block_prefix_sum(ties, all, partials));
+        }
         for (u32 b = b0; b < b1; ++b) {
             u32* r = rec + b * u32(SAMPLE_REC_WORDS);
-            const u32 ties = r[1];
-            const u32 kept = need > before ? min(ties, need - before) : 0u;
-            r[0] = __float_as_uint(__uint_as_float(r[0]) + (q >= p->min_p ? float(kept) * q : 0.0f));
-            r[1] = kept;
-            before += ties;
+            float wb = __uint_as_float(r[0]);
+            if (t != 0u) {
+                const u32 ties = r[1];
+                const u32 kept = need > before ? min(ties, need - before) : 0u;
+                wb = wb + (q >= p->min_p ? float(kept) * q : 0.0f);
+                r[0] = __float_as_uint(wb);
+                r[1] = kept;
+                before += ties;
+            }
+            own += wb;
         }
     }
-    __syncthreads();
     RecordWeights blocks = {rec};
     float before, total;
-    const u32 b = draw_in_order(blocks, nb, u, before, total, partials, draw);
+    const u32 b = draw_in_order_from(blocks, nb, own, u, before, total, partials, draw);
     const float wb = blocks.weight(b);
     const float ub = fminf(fmaxf((u * total - before) / wb, 0.0f), 0.99999994f);
-    const u32 kept_ties = rec[b * u32(SAMPLE_REC_WORDS) + 1u];
     const u32 lo = b * p->slice;
     const u32 len = min(p->slice, n - lo);
-    const u32 chunk = (len + bs - 1u) / bs;
-    const u32 i0 = min(len, tid * chunk);
-    const u32 i1 = min(len, i0 + chunk);
-    float own = 0.0f;
-    for (u32 i = i0; i < i1; ++i) own += t != 0u && order_key(__uint_as_float(z[lo + i])) == t ? 1.0f : 0.0f;
-    float all_ties;
-    const u32 rank0 = u32(block_prefix_sum(own, all_ties, partials));
-    KeptWeights w = {z + lo, zmax, t, kept_ties, p->min_p, rank0, rank0};
-    float sb, st;
-    const u32 i = draw_in_order(w, len, ub, sb, st, partials, draw);
+    const u32 kept_ties = t != 0u ? rec[b * u32(SAMPLE_REC_WORDS) + 1u] : 0u;
+    const u32 i = draw_kept(z + lo, len, zmax, t, kept_ties, p->min_p, ub, partials, draw);
     if (tid == 0u) {
         out_token[row] = lo + i;
         out_logprob[row] = (__uint_as_float(z[lo + i]) - zmax) - logf(total);
