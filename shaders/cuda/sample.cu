@@ -1341,26 +1341,37 @@ __device__ u32 draw_kept(const u32* z, u32 len, float zmax, u32 t, u32 kept_ties
     return picked != 0xffffffffu ? picked : latest - 1u;
 }
 
+// The words of a row's state that the whole-row finish reads (the level-0
+// cut's keep-all flag, the level-1 cut's prefix, above, target and
+// keep-all, the lists' counts), loaded together at the finish's start, so
+// their loads leave the chain of reductions before they are used.
+struct RowState {
+    u32 keep_all0, prefix, above_lo, above_hi, target_lo, target_hi, keep_all1, minp, bin, range;
+};
+
+__device__ __forceinline__ RowState load_row_state(const u32* st) {
+    return {st[5], st[8], st[9], st[10], st[11], st[12], st[13], st[SAMPLE_LIST_MINP], st[SAMPLE_LIST_BIN], st[SAMPLE_LIST_RANGE]};
+}
+
 // The finish's whole-row draw (sample.metal: finish_whole_row), where no
 // list holds the kept set; a top-p kept set of fewer than SAMPLE_MAX_K
 // tokens is gathered from z (scan_kept) and drawn in rank order. mass: the
 // row's (the candidates' draw's top-p reference).
 __device__ void finish_whole_row(u32* scratch, u32* out_token, float* out_logprob, const SampleParams* p, const SampleLayout& L,
-                                 u32 row, float zmax, float mass, float u, u64* warp_sums, u32* res, float* partials, DrawShared* draw,
-                                 u64* g, u32* sk, u32* si, u32* counter) {
+                                 u32 row, const RowState& state, float zmax, float mass, float u, u64* warp_sums, u32* res,
+                                 float* partials, DrawShared* draw, u64* g, u32* sk, u32* si, u32* counter) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
     const u32 lane = tid & 31u, warp = tid >> 5, nw = bs >> 5;
     const u32 n = p->n_vocab, nb = p->n_blocks;
     const float scale = mass_scale(n);
     const u32* z = scratch + L.z + u64(row) * L.zs;
     const u32* hist = scratch + L.hist + u64(row) * u32(SAMPLE_HIST_WORDS);
-    const u32* state = scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS) + 8u;
     u32* rec = scratch + L.rec + u64(row) * L.nb4 * u32(SAMPLE_REC_WORDS);
     u32 t = 0u, need = 0u;
-    const u32 prefix = state[0];
-    if (p->top_p < 1.0f && state[5] == 0u) {
-        const u64 above = u64(state[1]) | (u64(state[2]) << 32);
-        const u64 target = u64(state[3]) | (u64(state[4]) << 32);
+    const u32 prefix = state.prefix;
+    if (p->top_p < 1.0f && state.keep_all1 == 0u) {
+        const u64 above = u64(state.above_lo) | (u64(state.above_hi) << 32);
+        const u64 target = u64(state.target_lo) | (u64(state.target_hi) << 32);
         const CountMass h = {hist + 4u * u32(SAMPLE_HIST_BINS), prefix, zmax, scale};
         const Derived d = derive_digit(h, u32(SAMPLE_LAST_BINS), above, target, false, p->top_p, warp_sums, res);
         if (!d.keep_all) {
@@ -1373,7 +1384,7 @@ __device__ void finish_whole_row(u32* scratch, u32* out_token, float* out_logpro
             float own = 0.0f;
             for (u32 e = tid; e <= d.digit; e += bs) own += float(hist[4u * u32(SAMPLE_HIST_BINS) + e]);
             const u32 upto = u32(block_sum_synced(own, partials));
-            if (state[u32(SAMPLE_LIST_RANGE) - 8u] - upto + need < u32(SAMPLE_MAX_K)) {
+            if (state.range - upto + need < u32(SAMPLE_MAX_K)) {
                 if (tid == 0u) *counter = 0u;
                 __syncthreads();
                 scan_kept(z, n, t, need, g, counter, partials);
@@ -2095,6 +2106,8 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
     }
     const u32* z = scratch + L.z + u64(row) * L.zs;
     const u32* stats = scratch + L.stats + u64(row) * L.nb2 * 4u;
+    RowState st = {};
+    if (p->temperature > 0.0f && p->n_cand > 0u) st = load_row_state(scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS));
     u32 best = 0u, at = 0xffffffffu;
     for (u32 b = tid; b < nb; b += bs) keep_best(best, at, order_key(__uint_as_float(stats[4u * b])), stats[4u * b + 2u]);
     block_best(best, at, pk, pi);
@@ -2127,15 +2140,14 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
     // mass passes that holds the kept set with fewer than SAMPLE_MAX_K tokens
     // (each later one is written only where the ones before overflowed), in
     // rank order; otherwise the records, in index order.
-    const u32* st = scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS);
     u32 m = 0xffffffffu;
-    if (p->min_p > 0.0f && st[SAMPLE_LIST_MINP] < u32(SAMPLE_MAX_K)) {
-        m = st[SAMPLE_LIST_MINP];
-    } else if (p->top_p < 1.0f && st[5] == 0u) {
-        if (st[SAMPLE_LIST_BIN] < u32(SAMPLE_MAX_K))
-            m = st[SAMPLE_LIST_BIN];
-        else if (st[13] == 0u && st[SAMPLE_LIST_RANGE] < u32(SAMPLE_MAX_K))
-            m = st[SAMPLE_LIST_RANGE];
+    if (p->min_p > 0.0f && st.minp < u32(SAMPLE_MAX_K)) {
+        m = st.minp;
+    } else if (p->top_p < 1.0f && st.keep_all0 == 0u) {
+        if (st.bin < u32(SAMPLE_MAX_K))
+            m = st.bin;
+        else if (st.keep_all1 == 0u && st.range < u32(SAMPLE_MAX_K))
+            m = st.range;
     }
     float mass = 0.0f;
     if (p->top_p < 1.0f) {
@@ -2149,6 +2161,6 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
         rank_draw(g, m, zmax, mass, p, u, row, out_token, out_logprob, sk, si, res);
         return;
     }
-    finish_whole_row(scratch, out_token, out_logprob, p, L, row, zmax, mass, u, warp_sums, res, partials, &draw, g, sk, si,
+    finish_whole_row(scratch, out_token, out_logprob, p, L, row, st, zmax, mass, u, warp_sums, res, partials, &draw, g, sk, si,
                      &sh.counter);
 }
