@@ -189,16 +189,6 @@ __device__ __forceinline__ u32 warp_take(u32* counter, bool take) {
     return take ? base + __popc(ballot & ((1u << lane) - 1u)) : 0xffffffffu;
 }
 
-// The first of `own` consecutive slots of this lane, counted on *counter
-// (shared or global): one atomic per warp, the lanes' counts scanned. Every
-// lane of a full warp calls it.
-__device__ __forceinline__ u32 warp_append(u32* counter, u32 own) {
-    const u32 incl = warp_inclusive(own);
-    u32 base = 0u;
-    if ((threadIdx.x & 31u) == 31u && incl != 0u) base = atomicAdd(counter, incl);
-    return __shfl_sync(0xffffffffu, base, 31) + incl - own;
-}
-
 __device__ __forceinline__ void keep_best(u32& key, u32& ix, u32 k, u32 i) {
     if (k > key || (k == key && i < ix)) {
         key = k;
@@ -1888,6 +1878,9 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
     __shared__ u64 warp_sums[32];
     __shared__ u32 res[8];
     __shared__ float partials[32];
+    // A step's listed tokens per warp, then each warp's first slot in the row's list.
+    __shared__ u32 list_count[32];
+    __shared__ u32 list_first[32];
     const u32 tid = threadIdx.x, bs = blockDim.x;
     const u32 row = blockIdx.x, b = blockIdx.y;
     const u32 n = p->n_vocab;
@@ -1925,11 +1918,29 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
     };
     // Appends the z of zv that `keep` marks to the row's list, counted on
     // state word `word`: the first SAMPLE_MAX_K stored, every one counted.
-    // Every thread of the block calls it at each step.
+    // The block counts its own first (warp scans, then warp 0 over the
+    // warps), so the row's count takes one atomic per block and step, not
+    // one per warp (a list past the cut's bin holds most of a slice, and
+    // every block's warps would queue on the one word). Every thread of the
+    // block calls it at each step.
     u32* list = scratch + L.cand + u64(row) * L.nb4 * 512u;
     u32* state = scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS);
     auto append = [&](u32 word, const u32 (&zv)[4], u32 e, u32 keep) {
-        u32 slot = warp_append(state + word, u32(__popc(keep)));
+        const u32 lane = tid & 31u, warp = tid >> 5;
+        const u32 own = u32(__popc(keep));
+        const u32 incl = warp_inclusive(own);
+        if (lane == 31u) list_count[warp] = incl;
+        __syncthreads();
+        if (warp == 0u) {
+            const u32 c = lane < (bs >> 5) ? list_count[lane] : 0u;
+            const u32 ci = warp_inclusive(c);
+            u32 base = 0u;
+            if (lane == 31u && ci != 0u) base = atomicAdd(state + word, ci);
+            base = __shfl_sync(0xffffffffu, base, 31);
+            if (lane < (bs >> 5)) list_first[lane] = base + ci - c;
+        }
+        __syncthreads();
+        u32 slot = list_first[warp] + incl - own;
 #pragma unroll
         for (u32 r = 0; r < 4u; ++r) {
             if ((keep >> r) & 1u) {
