@@ -1256,6 +1256,18 @@ __device__ void scan_kept(const u32* z, u32 n, u32 t, u32 need, u64* g, u32* cou
     __syncthreads();
 }
 
+// Up to 4 weights a thread holds in registers for draw_in_order_from, items
+// i0 to i0 + 3 (selected, not indexed, so they stay in registers).
+struct HeldWeights {
+    float w[4];
+    u32 i0;
+    __device__ void reset() {}
+    __device__ float weight(u32 i) const {
+        const u32 r = i - i0;
+        return r == 0u ? w[0] : r == 1u ? w[1] : r == 2u ? w[2] : w[3];
+    }
+};
+
 // The draw inside the picked slice of z [0, len): draw_in_order over
 // KeptWeights (t: the cut key, 0 for none; the first kept_ties ties at t by
 // index are kept) with the same chunks and float additions, but where a
@@ -1263,10 +1275,9 @@ __device__ void scan_kept(const u32* z, u32 n, u32 t, u32 need, u64* g, u32* cou
 // together, and held in registers through the tie count and both walks.
 __device__ u32 draw_kept(const u32* z, u32 len, float zmax, u32 t, u32 kept_ties, float min_p, float u, float* partials,
                          DrawShared* sh) {
-    const u32 tid = threadIdx.x, bs = blockDim.x;
     u32 i0, i1;
     draw_chunk(len, i0, i1);
-    if (len > 4u * bs) {
+    if (len > 4u * blockDim.x) {
         float own = 0.0f;
         for (u32 i = i0; i < i1; ++i) own += t != 0u && order_key(__uint_as_float(z[i])) == t ? 1.0f : 0.0f;
         float all_ties;
@@ -1291,44 +1302,20 @@ __device__ u32 draw_kept(const u32* z, u32 len, float zmax, u32 t, u32 kept_ties
         float all_ties;
         rank = u32(block_prefix_sum(own, all_ties, partials));
     }
-    float w[4];
+    HeldWeights held = {{0.0f, 0.0f, 0.0f, 0.0f}, i0};
     float own = 0.0f;
 #pragma unroll
     for (u32 r = 0; r < 4u; ++r) {
         const float zi = __uint_as_float(bits[r]);
         const u32 k = order_key(zi);
-        w[r] = 0.0f;
         if (i0 + r < i1 && k >= t && !(k == t && rank++ >= kept_ties)) {
             const float wr = expf(zi - zmax);
-            w[r] = wr >= min_p ? wr : 0.0f;
+            held.w[r] = wr >= min_p ? wr : 0.0f;
         }
-        own += w[r];
+        own += held.w[r];
     }
-    if (tid == 0u) {
-        sh->pick = 0xffffffffu;
-        sh->last = 0u;
-    }
-    float all;
-    const float start = block_prefix_sum(own, all, partials);
-    const float target = u * all;
-    float c = start;
-    u32 mine = 0xffffffffu, last_positive = 0u;
-#pragma unroll
-    for (u32 r = 0; r < 4u; ++r) {
-        if (mine == 0xffffffffu && w[r] > 0.0f) {
-            last_positive = i0 + r + 1u;
-            if (c + w[r] > target)
-                mine = i0 + r;
-            else
-                c += w[r];
-        }
-    }
-    if (mine != 0xffffffffu) atomicMin(&sh->pick, mine);
-    if (last_positive != 0u) atomicMax(&sh->last, last_positive);
-    __syncthreads();
-    const u32 picked = sh->pick, latest = sh->last;
-    if (picked == 0xffffffffu && latest == 0u) return 0u;
-    return picked != 0xffffffffu ? picked : latest - 1u;
+    float sb, st;
+    return draw_in_order_from(held, len, own, u, sb, st, partials, sh);
 }
 
 // The words of a row's state that the whole-row finish reads (the level-0
