@@ -189,16 +189,6 @@ __device__ __forceinline__ u32 warp_take(u32* counter, bool take) {
     return take ? base + __popc(ballot & ((1u << lane) - 1u)) : 0xffffffffu;
 }
 
-// The first of `own` consecutive slots of this lane, counted on *counter
-// (shared or global): one atomic per warp, the lanes' counts scanned. Every
-// lane of a full warp calls it.
-__device__ __forceinline__ u32 warp_append(u32* counter, u32 own) {
-    const u32 incl = warp_inclusive(own);
-    u32 base = 0u;
-    if ((threadIdx.x & 31u) == 31u && incl != 0u) base = atomicAdd(counter, incl);
-    return __shfl_sync(0xffffffffu, base, 31) + incl - own;
-}
-
 __device__ __forceinline__ void keep_best(u32& key, u32& ix, u32 k, u32 i) {
     if (k > key || (k == key && i < ix)) {
         key = k;
@@ -979,16 +969,20 @@ struct DrawShared {
     float before;
 };
 
-// sample.metal: draw_in_order (contiguous chunks per thread, two walks).
+// The chunk of n items that draw_in_order gives this thread: [b0, b1).
+__device__ __forceinline__ void draw_chunk(u32 n, u32& b0, u32& b1) {
+    const u32 chunk = (n + blockDim.x - 1u) / blockDim.x;
+    b0 = min(n, threadIdx.x * chunk);
+    b1 = min(n, b0 + chunk);
+}
+
+// draw_in_order after its first walk: `own` is the sum of this thread's
+// weights over its chunk (draw_chunk), added in index order.
 template <typename W>
-__device__ u32 draw_in_order(W& w, u32 n, float u, float& before, float& total, float* partials, DrawShared* sh) {
-    const u32 tid = threadIdx.x, bs = blockDim.x;
-    const u32 chunk = (n + bs - 1u) / bs;
-    const u32 b0 = min(n, tid * chunk);
-    const u32 b1 = min(n, b0 + chunk);
-    w.reset();
-    float own = 0.0f;
-    for (u32 i = b0; i < b1; ++i) own += w.weight(i);
+__device__ u32 draw_in_order_from(W& w, u32 n, float own, float u, float& before, float& total, float* partials, DrawShared* sh) {
+    const u32 tid = threadIdx.x;
+    u32 b0, b1;
+    draw_chunk(n, b0, b1);
     if (tid == 0u) {
         sh->pick = 0xffffffffu;
         sh->last = 0u;
@@ -1026,6 +1020,17 @@ __device__ u32 draw_in_order(W& w, u32 n, float u, float& before, float& total, 
     }
     before = sh->before;
     return chosen;
+}
+
+// sample.metal: draw_in_order (contiguous chunks per thread, two walks).
+template <typename W>
+__device__ u32 draw_in_order(W& w, u32 n, float u, float& before, float& total, float* partials, DrawShared* sh) {
+    u32 b0, b1;
+    draw_chunk(n, b0, b1);
+    w.reset();
+    float own = 0.0f;
+    for (u32 i = b0; i < b1; ++i) own += w.weight(i);
+    return draw_in_order_from(w, n, own, u, before, total, partials, sh);
 }
 
 // Warp 0 only: exclusive prefix of v over the lanes, and the total.
@@ -1251,26 +1256,99 @@ __device__ void scan_kept(const u32* z, u32 n, u32 t, u32 need, u64* g, u32* cou
     __syncthreads();
 }
 
+// Up to 4 weights a thread holds in registers for draw_in_order_from, items
+// i0 to i0 + 3 (selected, not indexed, so they stay in registers).
+struct HeldWeights {
+    float w[4];
+    u32 i0;
+    __device__ void reset() {}
+    __device__ float weight(u32 i) const {
+        const u32 r = i - i0;
+        return r == 0u ? w[0] : r == 1u ? w[1] : r == 2u ? w[2] : w[3];
+    }
+};
+
+// The draw inside the picked slice of z [0, len): draw_in_order over
+// KeptWeights (t: the cut key, 0 for none; the first kept_ties ties at t by
+// index are kept) with the same chunks and float additions, but where a
+// chunk is at most 4 z (a 4096 slice at 1024 threads) they are loaded once,
+// together, and held in registers through the tie count and both walks.
+__device__ u32 draw_kept(const u32* z, u32 len, float zmax, u32 t, u32 kept_ties, float min_p, float u, float* partials,
+                         DrawShared* sh) {
+    u32 i0, i1;
+    draw_chunk(len, i0, i1);
+    if (len > 4u * blockDim.x) {
+        float own = 0.0f;
+        for (u32 i = i0; i < i1; ++i) own += t != 0u && order_key(__uint_as_float(z[i])) == t ? 1.0f : 0.0f;
+        float all_ties;
+        const u32 rank0 = u32(block_prefix_sum(own, all_ties, partials));
+        KeptWeights w = {z, zmax, t, kept_ties, min_p, rank0, rank0};
+        float sb, st;
+        return draw_in_order(w, len, u, sb, st, partials, sh);
+    }
+    u32 bits[4];
+    if (i0 + 4u == i1 && aligned16(z + i0)) {
+        const uint4 v = *reinterpret_cast<const uint4*>(z + i0);
+        bits[0] = v.x, bits[1] = v.y, bits[2] = v.z, bits[3] = v.w;
+    } else {
+#pragma unroll
+        for (u32 r = 0; r < 4u; ++r) bits[r] = i0 + r < i1 ? z[i0 + r] : 0u;
+    }
+    u32 rank = 0u;
+    if (t != 0u) {
+        float own = 0.0f;
+#pragma unroll
+        for (u32 r = 0; r < 4u; ++r) own += i0 + r < i1 && order_key(__uint_as_float(bits[r])) == t ? 1.0f : 0.0f;
+        float all_ties;
+        rank = u32(block_prefix_sum(own, all_ties, partials));
+    }
+    HeldWeights held = {{0.0f, 0.0f, 0.0f, 0.0f}, i0};
+    float own = 0.0f;
+#pragma unroll
+    for (u32 r = 0; r < 4u; ++r) {
+        const float zi = __uint_as_float(bits[r]);
+        const u32 k = order_key(zi);
+        if (i0 + r < i1 && k >= t && !(k == t && rank++ >= kept_ties)) {
+            const float wr = expf(zi - zmax);
+            held.w[r] = wr >= min_p ? wr : 0.0f;
+        }
+        own += held.w[r];
+    }
+    float sb, st;
+    return draw_in_order_from(held, len, own, u, sb, st, partials, sh);
+}
+
+// The words of a row's state that the whole-row finish reads (the level-0
+// cut's keep-all flag, the level-1 cut's prefix, above, target and
+// keep-all, the lists' counts), loaded together at the finish's start, so
+// their loads leave the chain of reductions before they are used.
+struct RowState {
+    u32 keep_all0, prefix, above_lo, above_hi, target_lo, target_hi, keep_all1, minp, bin, range;
+};
+
+__device__ __forceinline__ RowState load_row_state(const u32* st) {
+    return {st[5], st[8], st[9], st[10], st[11], st[12], st[13], st[SAMPLE_LIST_MINP], st[SAMPLE_LIST_BIN], st[SAMPLE_LIST_RANGE]};
+}
+
 // The finish's whole-row draw (sample.metal: finish_whole_row), where no
 // list holds the kept set; a top-p kept set of fewer than SAMPLE_MAX_K
 // tokens is gathered from z (scan_kept) and drawn in rank order. mass: the
 // row's (the candidates' draw's top-p reference).
 __device__ void finish_whole_row(u32* scratch, u32* out_token, float* out_logprob, const SampleParams* p, const SampleLayout& L,
-                                 u32 row, float zmax, float mass, float u, u64* warp_sums, u32* res, float* partials, DrawShared* draw,
-                                 u64* g, u32* sk, u32* si, u32* counter) {
+                                 u32 row, const RowState& state, float zmax, float mass, float u, u64* warp_sums, u32* res,
+                                 float* partials, DrawShared* draw, u64* g, u32* sk, u32* si, u32* counter) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
     const u32 lane = tid & 31u, warp = tid >> 5, nw = bs >> 5;
     const u32 n = p->n_vocab, nb = p->n_blocks;
     const float scale = mass_scale(n);
     const u32* z = scratch + L.z + u64(row) * L.zs;
     const u32* hist = scratch + L.hist + u64(row) * u32(SAMPLE_HIST_WORDS);
-    const u32* state = scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS) + 8u;
     u32* rec = scratch + L.rec + u64(row) * L.nb4 * u32(SAMPLE_REC_WORDS);
     u32 t = 0u, need = 0u;
-    const u32 prefix = state[0];
-    if (p->top_p < 1.0f && state[5] == 0u) {
-        const u64 above = u64(state[1]) | (u64(state[2]) << 32);
-        const u64 target = u64(state[3]) | (u64(state[4]) << 32);
+    const u32 prefix = state.prefix;
+    if (p->top_p < 1.0f && state.keep_all1 == 0u) {
+        const u64 above = u64(state.above_lo) | (u64(state.above_hi) << 32);
+        const u64 target = u64(state.target_lo) | (u64(state.target_hi) << 32);
         const CountMass h = {hist + 4u * u32(SAMPLE_HIST_BINS), prefix, zmax, scale};
         const Derived d = derive_digit(h, u32(SAMPLE_LAST_BINS), above, target, false, p->top_p, warp_sums, res);
         if (!d.keep_all) {
@@ -1283,7 +1361,7 @@ __device__ void finish_whole_row(u32* scratch, u32* out_token, float* out_logpro
             float own = 0.0f;
             for (u32 e = tid; e <= d.digit; e += bs) own += float(hist[4u * u32(SAMPLE_HIST_BINS) + e]);
             const u32 upto = u32(block_sum_synced(own, partials));
-            if (state[u32(SAMPLE_LIST_RANGE) - 8u] - upto + need < u32(SAMPLE_MAX_K)) {
+            if (state.range - upto + need < u32(SAMPLE_MAX_K)) {
                 if (tid == 0u) *counter = 0u;
                 __syncthreads();
                 scan_kept(z, n, t, need, g, counter, partials);
@@ -1293,76 +1371,84 @@ __device__ void finish_whole_row(u32* scratch, u32* out_token, float* out_logpro
         }
     }
     const float q = expf(key_value(t) - zmax);
-    for (u32 b = warp; b < nb; b += nw) {
-        u32* r = rec + b * u32(SAMPLE_REC_WORDS);
-        const u32 ne = r[1];
-        float mass = 0.0f;
-        u32 ties = 0u;
-        if (t != 0u && ne <= u32(SAMPLE_REC_CAP)) {
-            if (lane < ne) {
-                const u32 e = r[2u + lane];
-                const u32 k = (prefix & ~1023u) | (e & 1023u);
-                const float w = expf(key_value(k) - zmax);
-                mass = k > t && w >= p->min_p ? float(e >> 10) * w : 0.0f;
-                ties = k == t ? e >> 10 : 0u;
-            }
-        } else if (t != 0u) {
-            const u32 lo = b * p->slice;
-            const u32 len = min(p->slice, n - lo);
-            for (u32 i = lane; i < len; i += 32u) {
-                const float zi = __uint_as_float(z[lo + i]);
-                const u32 k = order_key(zi);
-                if ((k >> 10) == (prefix >> 10)) {
-                    const float w = expf(zi - zmax);
-                    mass += k > t && w >= p->min_p ? w : 0.0f;
-                    ties += k == t ? 1u : 0u;
+    // With a cut key t (top-p), each slice's record gets the kept mass of
+    // its keys in the cut's range above t and, in word 1, its ties at t;
+    // without one (min-p alone, every token kept) the records hold each
+    // slice's kept mass already and no tie is kept. A record's words are
+    // loaded together (entries past ne go unused).
+    if (t != 0u) {
+        for (u32 b = warp; b < nb; b += nw) {
+            u32* r = rec + b * u32(SAMPLE_REC_WORDS);
+            const u32 r0 = r[0], ne = r[1], e = r[2u + lane];
+            float mass = 0.0f;
+            u32 ties = 0u;
+            if (ne <= u32(SAMPLE_REC_CAP)) {
+                if (lane < ne) {
+                    const u32 k = (prefix & ~1023u) | (e & 1023u);
+                    const float w = expf(key_value(k) - zmax);
+                    mass = k > t && w >= p->min_p ? float(e >> 10) * w : 0.0f;
+                    ties = k == t ? e >> 10 : 0u;
+                }
+            } else {
+                const u32 lo = b * p->slice;
+                const u32 len = min(p->slice, n - lo);
+                for (u32 i = lane; i < len; i += 32u) {
+                    const float zi = __uint_as_float(z[lo + i]);
+                    const u32 k = order_key(zi);
+                    if ((k >> 10) == (prefix >> 10)) {
+                        const float w = expf(zi - zmax);
+                        mass += k > t && w >= p->min_p ? w : 0.0f;
+                        ties += k == t ? 1u : 0u;
+                    }
                 }
             }
+            mass = warp_sum(mass);
+            ties = __reduce_add_sync(0xffffffffu, ties);
+            if (lane == 0u) {
+                r[0] = __float_as_uint(__uint_as_float(r0) + mass);
+                r[1] = ties;
+            }
         }
-        mass = warp_sum(mass);
-        ties = __reduce_add_sync(0xffffffffu, ties);
-        if (lane == 0u) {
-            r[0] = __float_as_uint(__uint_as_float(r[0]) + mass);
-            r[1] = ties;
-        }
+        __syncthreads();
     }
-    __syncthreads();
+    // The slices' weights: with t, the first `need` ties by index are kept
+    // (each slice's share by the ties before it), the record's final weight
+    // and kept ties written back; this thread's sum is draw_in_order's first
+    // walk, so the draw over the records reads them once more.
+    float own = 0.0f;
     {
-        const u32 chunk = (nb + bs - 1u) / bs;
-        const u32 b0 = min(nb, tid * chunk);
-        const u32 b1 = min(nb, b0 + chunk);
-        float own = 0.0f;
-        for (u32 b = b0; b < b1; ++b) own += float(rec[b * u32(SAMPLE_REC_WORDS) + 1u]);
-        float all;
-        u32 before = u32(block_prefix_sum(own, all, partials));
+        u32 b0, b1;
+        draw_chunk(nb, b0, b1);
+        u32 before = 0u;
+        if (t != 0u) {
+            float ties = 0.0f;
+            for (u32 b = b0; b < b1; ++b) ties += float(rec[b * u32(SAMPLE_REC_WORDS) + 1u]);
+            float all;
+            before = u32(block_prefix_sum(ties, all, partials));
+        }
         for (u32 b = b0; b < b1; ++b) {
             u32* r = rec + b * u32(SAMPLE_REC_WORDS);
-            const u32 ties = r[1];
-            const u32 kept = need > before ? min(ties, need - before) : 0u;
-            r[0] = __float_as_uint(__uint_as_float(r[0]) + (q >= p->min_p ? float(kept) * q : 0.0f));
-            r[1] = kept;
-            before += ties;
+            float wb = __uint_as_float(r[0]);
+            if (t != 0u) {
+                const u32 ties = r[1];
+                const u32 kept = need > before ? min(ties, need - before) : 0u;
+                wb = wb + (q >= p->min_p ? float(kept) * q : 0.0f);
+                r[0] = __float_as_uint(wb);
+                r[1] = kept;
+                before += ties;
+            }
+            own += wb;
         }
     }
-    __syncthreads();
     RecordWeights blocks = {rec};
     float before, total;
-    const u32 b = draw_in_order(blocks, nb, u, before, total, partials, draw);
+    const u32 b = draw_in_order_from(blocks, nb, own, u, before, total, partials, draw);
     const float wb = blocks.weight(b);
     const float ub = fminf(fmaxf((u * total - before) / wb, 0.0f), 0.99999994f);
-    const u32 kept_ties = rec[b * u32(SAMPLE_REC_WORDS) + 1u];
     const u32 lo = b * p->slice;
     const u32 len = min(p->slice, n - lo);
-    const u32 chunk = (len + bs - 1u) / bs;
-    const u32 i0 = min(len, tid * chunk);
-    const u32 i1 = min(len, i0 + chunk);
-    float own = 0.0f;
-    for (u32 i = i0; i < i1; ++i) own += t != 0u && order_key(__uint_as_float(z[lo + i])) == t ? 1.0f : 0.0f;
-    float all_ties;
-    const u32 rank0 = u32(block_prefix_sum(own, all_ties, partials));
-    KeptWeights w = {z + lo, zmax, t, kept_ties, p->min_p, rank0, rank0};
-    float sb, st;
-    const u32 i = draw_in_order(w, len, ub, sb, st, partials, draw);
+    const u32 kept_ties = t != 0u ? rec[b * u32(SAMPLE_REC_WORDS) + 1u] : 0u;
+    const u32 i = draw_kept(z + lo, len, zmax, t, kept_ties, p->min_p, ub, partials, draw);
     if (tid == 0u) {
         out_token[row] = lo + i;
         out_logprob[row] = (__uint_as_float(z[lo + i]) - zmax) - logf(total);
@@ -1779,6 +1865,9 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
     __shared__ u64 warp_sums[32];
     __shared__ u32 res[8];
     __shared__ float partials[32];
+    // A step's listed tokens per warp, then each warp's first slot in the row's list.
+    __shared__ u32 list_count[32];
+    __shared__ u32 list_first[32];
     const u32 tid = threadIdx.x, bs = blockDim.x;
     const u32 row = blockIdx.x, b = blockIdx.y;
     const u32 n = p->n_vocab;
@@ -1816,11 +1905,29 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
     };
     // Appends the z of zv that `keep` marks to the row's list, counted on
     // state word `word`: the first SAMPLE_MAX_K stored, every one counted.
-    // Every thread of the block calls it at each step.
+    // The block counts its own first (warp scans, then warp 0 over the
+    // warps), so the row's count takes one atomic per block and step, not
+    // one per warp (a list past the cut's bin holds most of a slice, and
+    // every block's warps would queue on the one word). Every thread of the
+    // block calls it at each step.
     u32* list = scratch + L.cand + u64(row) * L.nb4 * 512u;
     u32* state = scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS);
     auto append = [&](u32 word, const u32 (&zv)[4], u32 e, u32 keep) {
-        u32 slot = warp_append(state + word, u32(__popc(keep)));
+        const u32 lane = tid & 31u, warp = tid >> 5;
+        const u32 own = u32(__popc(keep));
+        const u32 incl = warp_inclusive(own);
+        if (lane == 31u) list_count[warp] = incl;
+        __syncthreads();
+        if (warp == 0u) {
+            const u32 c = lane < (bs >> 5) ? list_count[lane] : 0u;
+            const u32 ci = warp_inclusive(c);
+            u32 base = 0u;
+            if (lane == 31u && ci != 0u) base = atomicAdd(state + word, ci);
+            base = __shfl_sync(0xffffffffu, base, 31);
+            if (lane < (bs >> 5)) list_first[lane] = base + ci - c;
+        }
+        __syncthreads();
+        u32 slot = list_first[warp] + incl - own;
 #pragma unroll
         for (u32 r = 0; r < 4u; ++r) {
             if ((keep >> r) & 1u) {
@@ -1997,6 +2104,8 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
     }
     const u32* z = scratch + L.z + u64(row) * L.zs;
     const u32* stats = scratch + L.stats + u64(row) * L.nb2 * 4u;
+    RowState st = {};
+    if (p->temperature > 0.0f && p->n_cand > 0u) st = load_row_state(scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS));
     u32 best = 0u, at = 0xffffffffu;
     for (u32 b = tid; b < nb; b += bs) keep_best(best, at, order_key(__uint_as_float(stats[4u * b])), stats[4u * b + 2u]);
     block_best(best, at, pk, pi);
@@ -2029,15 +2138,14 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
     // mass passes that holds the kept set with fewer than SAMPLE_MAX_K tokens
     // (each later one is written only where the ones before overflowed), in
     // rank order; otherwise the records, in index order.
-    const u32* st = scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS);
     u32 m = 0xffffffffu;
-    if (p->min_p > 0.0f && st[SAMPLE_LIST_MINP] < u32(SAMPLE_MAX_K)) {
-        m = st[SAMPLE_LIST_MINP];
-    } else if (p->top_p < 1.0f && st[5] == 0u) {
-        if (st[SAMPLE_LIST_BIN] < u32(SAMPLE_MAX_K))
-            m = st[SAMPLE_LIST_BIN];
-        else if (st[13] == 0u && st[SAMPLE_LIST_RANGE] < u32(SAMPLE_MAX_K))
-            m = st[SAMPLE_LIST_RANGE];
+    if (p->min_p > 0.0f && st.minp < u32(SAMPLE_MAX_K)) {
+        m = st.minp;
+    } else if (p->top_p < 1.0f && st.keep_all0 == 0u) {
+        if (st.bin < u32(SAMPLE_MAX_K))
+            m = st.bin;
+        else if (st.keep_all1 == 0u && st.range < u32(SAMPLE_MAX_K))
+            m = st.range;
     }
     float mass = 0.0f;
     if (p->top_p < 1.0f) {
@@ -2051,6 +2159,6 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
         rank_draw(g, m, zmax, mass, p, u, row, out_token, out_logprob, sk, si, res);
         return;
     }
-    finish_whole_row(scratch, out_token, out_logprob, p, L, row, zmax, mass, u, warp_sums, res, partials, &draw, g, sk, si,
+    finish_whole_row(scratch, out_token, out_logprob, p, L, row, st, zmax, mass, u, warp_sums, res, partials, &draw, g, sk, si,
                      &sh.counter);
 }

@@ -376,6 +376,27 @@ int main(int argc, char** argv) {
     Opt m{1, 1, 0.5f};
     compared += run_sample("lists, 300 ties at the top, min-p alone", rows, v, m, ties, {}, 0);
   }
+  // The whole row in index order, as the bench's N(0, 4) rows take it, at a
+  // vocabulary small enough that the top-p cut is rarely within 1e-5 of a
+  // rounding boundary: N(0, 9) logits over 4500 tokens (a slice of 4096, 4
+  // z a thread, and a partial one), where the top-p 0.95 kept set is ~390
+  // tokens and min-p 0.0005's a few hundred (past 256 in most rows: the
+  // records and the draw inside one slice; the others take the min-p list).
+  // A token at the top-p cut holds ~1.5e-4 of the mass, so some rows sit
+  // on a boundary: 12 rows, any of them skipped.
+  {
+    const u32 rows = 12, v = 4500;
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> x(size_t(rows) * v);
+    for (auto& e : x) e = normal(gen);
+    for (auto [name, o] : std::vector<std::pair<std::string, Opt>>{{"N(0, 9), top-p alone", {1, 0.95f}},
+                                                                   {"N(0, 9), min-p alone", {1, 1, 0.0005f}},
+                                                                   {"N(0, 9), top-p + min-p", {1, 0.95f, 0.0005f}}}) {
+      o.seed = 47;
+      o.counter = 10;
+      compared += run_sample(name, rows, v, o, x, {}, 0, 1);
+    }
+  }
   // More distinct keys at the cut than a slice's record lists: 300 values a
   // few ulps apart around 1.0, so the last digit's range holds them all.
   {
