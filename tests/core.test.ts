@@ -574,25 +574,25 @@ describeBackends('core', ({ device, label }) => {
     lib.release();
   });
 
-  test('syncWords: zero, 16-byte aligned, distinct within a recording, taken afresh by the next, grown past the arena; refusals', () => {
+  test('_syncWords (internal): zero, 16-byte aligned, distinct within a recording, taken afresh by the next, grown past the arena; refusals', () => {
     const d = device();
     using enc = d.encoder();
-    const [a, ao] = enc.syncWords(3);
-    const [b, bo] = enc.syncWords(5);
+    const [a, ao] = enc._syncWords(3);
+    const [b, bo] = enc._syncWords(5);
     expect([ao % 16, bo % 16]).toEqual([0, 0]);
     expect(b === a && bo < ao + 12).toBe(false); // no overlap with the first three words
     expect(a.readNumbers().every((v) => v === 0)).toBe(true);
     // More than the arena holds: a larger one, the first kept (earlier dispatches may bind it).
-    const [c, co] = enc.syncWords(5000);
+    const [c, co] = enc._syncWords(5000);
     expect([c === a, co, c.elementCount >= 5000]).toEqual([false, 0, true]);
     expect(a.released).toBe(false);
     enc.commitAndWait();
     // The next recording takes from the start of the current arena again.
-    const [e, eo] = enc.syncWords(2);
+    const [e, eo] = enc._syncWords(2);
     expect([e === c, eo]).toEqual([true, 0]);
     for (const bad of [0, -1, 1.5, NaN, 2 ** 24 + 1]) {
-      const err = mlxError(() => enc.syncWords(bad));
-      expect(err.message).toContain('Encoder.syncWords: count must be an integer in [1, 16777216]');
+      const err = mlxError(() => enc._syncWords(bad));
+      expect(err.message).toContain('Encoder._syncWords: count must be an integer in [1, 16777216]');
     }
     enc.release();
     expect([a.released, c.released]).toEqual([true, true]);

@@ -107,9 +107,9 @@ export interface DispatchBindings<B extends BindableBuffer = Buffer> {
 export type Dim3 = readonly [number, number, number];
 
 const TWO_32 = 0x1_0000_0000;
-/** Words of an encoder's first syncWords arena (4 KiB). */
+/** Words of an encoder's first _syncWords arena (4 KiB). */
 const SYNC_ARENA_WORDS = 1024;
-/** syncWords' count at most (64 MiB of words). */
+/** _syncWords' count at most (64 MiB of words). */
 const SYNC_WORDS_MAX = 2 ** 24;
 // The block's fields as indices into its u32 words (u64 fields: low word, then high).
 const W_PIPELINE = BLOCK_PIPELINE / 4;
@@ -517,7 +517,7 @@ export class Encoder {
   /** Replayable only: what the kept recording binds, and what it may write (held until release). */
   private replayHeld: (BindableBuffer | Pipeline)[] = [];
   private replayWritten: BindableBuffer[] = [];
-  /** syncWords' zeroed words: the arena the recording takes from, and earlier (smaller) ones, held until release. */
+  /** _syncWords' zeroed words: the arena the recording takes from, and earlier (smaller) ones, held until release. */
   private syncArena: Buffer | null = null;
   private syncOld: Buffer[] = [];
   /** The next free word of the arena in this recording. */
@@ -613,21 +613,23 @@ export class Encoder {
   }
 
   /**
-   * `count` u32 words in which the blocks of the next dispatch recorded meet
-   * (arrival counters, flags), bound as [buffer, byteOffset], 16-byte
-   * aligned. They belong to this encoder: zero when first bound, never
-   * bound by another dispatch of the same recording, and no caller can
-   * write them. A kernel that binds them must leave them as it found them in
-   * the bits it reads (softmax_stream leaves each word's low 31 bits zero
-   * and flips its top bit), so every commit or replay finds them so. Words
-   * are taken afresh by each recording; those of a replayable recording stay
-   * its own. A dispatch that never runs (an atomic section refused) leaves
-   * its words unused.
+   * @internal `count` u32 words in which the blocks of the next dispatch
+   * recorded meet (arrival counters, flags), bound as [buffer, byteOffset],
+   * 16-byte aligned; plans ask for them by PlannedDispatch.syncWords and
+   * record() binds them. They belong to this encoder: zero when first
+   * bound, never bound by another dispatch of the same recording, and not
+   * reachable through the public API, so no caller writes or frees them. A
+   * kernel that binds them must leave them as it found them in the bits it
+   * reads (softmax_stream leaves each word's low 31 bits zero and flips its
+   * top bit), so every commit or replay finds them so. Words are taken
+   * afresh by each recording; those of a replayable recording stay its own.
+   * A dispatch that never runs (an atomic section refused) leaves its words
+   * unused.
    */
-  syncWords(count: number): readonly [Buffer, number] {
+  _syncWords(count: number): readonly [Buffer, number] {
     this.handle('syncWords');
     if (!(Number.isInteger(count) && count > 0 && count <= SYNC_WORDS_MAX)) {
-      throw new MlxError('InvalidArgument', `Encoder.syncWords: count must be an integer in [1, ${SYNC_WORDS_MAX}] (got ${String(count)})`);
+      throw new MlxError('InvalidArgument', `Encoder._syncWords: count must be an integer in [1, ${SYNC_WORDS_MAX}] (got ${String(count)})`);
     }
     const at = Math.ceil(this.syncNext / 4) * 4;
     let arena = this.syncArena;
@@ -650,7 +652,7 @@ export class Encoder {
   }
 
   /**
-   * @internal the words syncWords gave dispatch `index` of a replayable
+   * @internal the words _syncWords gave dispatch `index` of a replayable
    * recording (what a patch of that dispatch binds again), if `count` of them.
    */
   _syncWordsOf(index: number, count: number): readonly [Buffer, number] | undefined {

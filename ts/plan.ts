@@ -41,7 +41,7 @@ export interface PlannedDispatch extends Launch {
   readonly cuda?: Launch;
   /**
    * A binding the encoder fills at record time with `count` of its own
-   * zeroed words (Encoder.syncWords), where the dispatch's blocks meet.
+   * zeroed words (Encoder._syncWords), where the dispatch's blocks meet.
    */
   readonly syncWords?: { readonly binding: number; readonly count: number };
 }
@@ -121,7 +121,7 @@ function dispatchOne(enc: Encoder, d: PlannedDispatch): void {
   const kernels = enc.device.kernels;
   const l = launchOf(d, kernels.language);
   const pipeline = kernels.pipeline(d.kernel, d.constants);
-  const buffers = d.syncWords === undefined ? d.buffers : { ...d.buffers, [d.syncWords.binding]: enc.syncWords(d.syncWords.count) };
+  const buffers = d.syncWords === undefined ? d.buffers : { ...d.buffers, [d.syncWords.binding]: enc._syncWords(d.syncWords.count) };
   enc.dispatch(pipeline, { buffers, bytes: d.bytes, threadgroupMemory: l.threadgroupMemory }, l.grid, l.threads);
 }
 

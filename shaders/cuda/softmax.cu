@@ -510,7 +510,7 @@ __device__ __forceinline__ void stream_write_again(const T* xs, T* ys, u32 len, 
 // then one thread arrives at the row's word: slice 0 adds 2^31 - (n - 1),
 // the others 1, so the word's top bit flips when all n slices have arrived
 // and its low bits come back to what they were (zero: the words are the
-// encoder's, zero when first bound, Encoder.syncWords). It polls for the
+// encoder's, zero when first bound, Encoder._syncWords). It polls for the
 // flip, every warp merges the row's pairs, and the block writes its slice.
 // A block takes its units in increasing order and row r's come before any
 // of a later row, so with every block resident and at least n blocks, the
@@ -683,7 +683,7 @@ __device__ __forceinline__ void softcap_vec(const T* x, T* y, const SoftcapParam
 // the grid and threadgroup memory of softmax_blocks.
 // softmax_stream: buffer(0) input [rows, cols], (1) partials [rows,
 // n_blocks, 2] f32 (written), (2) output [rows, cols] (not over input), (3)
-// words: a u32 a row (Encoder.syncWords: zero low bits when the dispatch
+// words: a u32 a row (Encoder._syncWords: zero low bits when the dispatch
 // starts, and so again when it ends), (4) SoftmaxStreamParams; grid (G, 1,
 // 1) of 256 threads, every block resident (at most 4 an SM: 64 registers)
 // and G >= n_blocks; threadgroup(0) one float a warp and one more.

@@ -284,7 +284,7 @@ export function softmaxStream(a: Pick<SoftmaxArgs, 'input' | 'output' | 'rows' |
  * Streamed (CUDA, where softmaxStream gives a shape: the two-pass cases
  * without a mask or softcap, output not over input): one dispatch,
  * softmax_stream_<dtype> (0 input, 1 scratch, 2 output, 3 a word a row of
- * the encoder's (Encoder.syncWords), 4 SoftmaxStreamParams), grid
+ * the encoder's (Encoder._syncWords), 4 SoftmaxStreamParams), grid
  * (blocks, 1, 1) of 256 threads, every block resident, threadgroup(0) one
  * float per simdgroup and one more. Each block holds a slice, writes its
  * pair, waits for its row's other slices at the row's word, merges the
