@@ -218,18 +218,6 @@ describe('cudaProgram: every entry waits for the kernel ahead of it', () => {
     // Lines keep their numbers: the joined file has the source's lines after its #line.
     expect(out.split('\n').length).toBe(CUDA_PDL_MARK.split('\n').length - 1 + 1 + text.split('\n').length + 1);
   });
-  test('fetches each param struct an entry points at before the wait, and nothing else', () => {
-    const text = [
-      'extern "C" __global__ void a(const float* x, const FooParams* p, const Params* __restrict__ pp, FooParams q) { }',
-      'extern "C" __global__ void b(const float* x,',
-      '                             const BarParams *params) { }',
-      'extern "C" __global__ void c(const float* x, const u32* n) { }',
-    ].join('\n');
-    const out = cudaProgram([{ name: 'x.cu', text }]);
-    expect(out).toContain('FooParams q) { mlxn_prefetch(p); mlxn_prefetch(pp); mlxn_entry(); }');
-    expect(out).toContain('const BarParams *params) { mlxn_prefetch(params); mlxn_entry(); }');
-    expect(out).toContain('const u32* n) { mlxn_entry(); }');
-  });
   test('refuses an entry that does not start a line, or whose head has a ; before its body', () => {
     for (const text of ['/* x */ extern "C" __global__ void a(float* x) { }', 'extern "C" __global__ void a(float* x);\nvoid b() { }']) {
       expect(() => cudaProgram([{ name: 'bad.cu', text }])).toThrow(/cudaProgram: bad\.cu must start each of its 1 extern "C" __global__ entries/);

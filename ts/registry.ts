@@ -41,9 +41,6 @@ export const CUDA_PDL_MARK = '#define MLXN_PDL 1\n';
 /** An entry's head up to its body's brace: at a line start (a comment never matches), no `;` (a declaration). */
 const CUDA_ENTRY_HEAD = /^[ \t]*extern "C" __global__[^{;]*\{/gm;
 
-/** A parameter of an entry's head that points at a param struct (`const <Name>Params* [__restrict__] <name>`): its name. */
-const CUDA_PARAMS_ARG = /\bconst\s+\w*Params\s*\*\s*(?:__restrict__\s+)?(\w+)/g;
-
 /**
  * The CUDA program of files as the registry compiles it: CUDA_PDL_MARK, then
  * the files joined (joinSources) with `mlxn_entry();` as the first statement
@@ -51,11 +48,7 @@ const CUDA_PARAMS_ARG = /\bconst\s+\w*Params\s*\*\s*(?:__restrict__\s+)?(\w+)/g;
  * line, so lines keep their numbers; entries written by macros included).
  * The mark tells the cuda backend that every entry waits for the kernel
  * ahead of it (shaders/cuda/common.cuh mlxn_entry), so it may launch them
- * with programmatic dependent launch. Before it, `mlxn_prefetch(<name>);` for
- * each parameter of the head that points at a param struct (CUDA_PARAMS_ARG):
- * the params live in the encoder's staging buffer, which no kernel writes, so
- * their lines may be fetched while the block waits for the kernel ahead, and
- * the first reads after the wait hit L1. Refuses a file with an entry whose
+ * with programmatic dependent launch. Refuses a file with an entry whose
  * head the pattern does not reach (every `extern "C" __global__` must start a
  * line and reach its brace without a `;`).
  */
@@ -64,8 +57,7 @@ export function cudaProgram(files: readonly SourceFile[]): string {
     let heads = 0;
     const text = f.text.replace(CUDA_ENTRY_HEAD, (head) => {
       heads++;
-      const prefetch = [...head.matchAll(CUDA_PARAMS_ARG)].map((m) => ` mlxn_prefetch(${m[1]});`).join('');
-      return `${head}${prefetch} mlxn_entry();`;
+      return `${head} mlxn_entry();`;
     });
     const entries = f.text.split('extern "C" __global__').length - 1;
     if (heads !== entries) {

@@ -36,22 +36,6 @@ __device__ __forceinline__ void mlxn_entry() {
 #endif
 }
 
-// Placed before mlxn_entry() for each param-struct pointer of an entry (ts/
-// registry.ts cudaProgram): the struct's lines are fetched into L1 while the
-// block waits for the kernel ahead, so the reads after the wait, on which
-// every address of the kernel depends, hit L1 rather than start a round trip
-// to L2 or memory. Sound because the params are the encoder's staging
-// buffer, written by the host before the commit's launches (or by a patch
-// before a replay) and never by a kernel. Only a hint: no value is read.
-template <typename T> __device__ __forceinline__ void mlxn_prefetch(const T* p) {
-#if defined(MLXN_PDL) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const char* c = reinterpret_cast<const char*>(p);
-#pragma unroll
-    for (u32 o = 0; o < sizeof(T); o += 128u) asm volatile("prefetch.global.L1 [%0];" ::"l"(c + o));
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(c + sizeof(T) - 1u));
-#endif
-}
-
 // ---- conversions ----
 
 __device__ __forceinline__ float to_f(float x) { return x; }
