@@ -4,7 +4,7 @@
 // the same dispatch with the kernel swapped for each variant and the
 // variant's own CUDA launch (shaders/cuda/quantized_matmul_ggml.cu's
 // kernel_mul_mv_<t>_f32_vdq*, shaders/cuda/quantized_matmul.cu's
-// quantized_mv_<t>_vks* and _vdq*; floors, analysis and predictions in
+// quantized_mv_<t>_vks*, _vdq* and _vgc*; floors, analysis and predictions in
 // notes/qmv-variants-2026-11-26.md). The kernels are registered under a
 // family of this script's own (the op's sources, the entries and the
 // variants as its kernel list), so nothing of the ops changes.
@@ -84,6 +84,22 @@ function qks(suffix: string, RT: number): Variant {
  */
 const AFFINE_I8_VARIANTS: Variant[] = [gdq('vdq1', 1, 1), gdq('vdqs4', 1, 4)];
 const AFFINE_VARIANTS: Variant[] = [qks('vks8', 8), qks('vks4', 4), ...AFFINE_I8_VARIANTS];
+/**
+ * qmv_gc<T, GS, W> (quantized_mv_<t>_vgc1 / 2 / 4; 4 bits, one token): the
+ * eight groups of a round as the mma's columns, W warps a 16-row tile, 128
+ * threads: grid ceil(ceil(n / 16) W / 4); shared x permuted (K padded to
+ * whole rounds of 8 groups, 2 bytes a value), its group sums and 512 bytes.
+ */
+function qgc(suffix: string, W: number, gs: number): Variant {
+  return {
+    suffix,
+    launch: (_m, n, k) => {
+      const R = Math.ceil(k / gs / 8);
+      return { grid: [Math.ceil((Math.ceil(n / 16) * W) / 4), 1, 1], threads: [128, 1, 1], shared: R * 8 * gs * 2 + R * 8 * 4 + 512 };
+    },
+  };
+}
+const GC_SUFFIXES: [string, number][] = [['vgc1', 1], ['vgc2', 2], ['vgc4', 4]];
 
 // ---- the cases ----
 
@@ -120,7 +136,10 @@ function affine(label: string, bits: number, gs: number, m: number, n: number, k
     name: `${label} q${bits} g${gs} bf16 m=${m} n=${n} k=${k}`, bytes: (n * k * bits) / 8 + ((2 * n * k) / gs + m * k + m * n) * 2,
     plan: planAffineQuantizedMatmul({ x, weight, scales, biases, output, m, n, k, groupSize: gs, bits }, dev.limits, dev), output,
     // _vks: one token; _vdq: 4 and 8 bits.
-    variants: [...(m === 1 ? AFFINE_VARIANTS.slice(0, 2) : []), ...(bits === 6 ? [] : AFFINE_I8_VARIANTS)], m, n, k,
+    variants: [
+      ...(m === 1 ? AFFINE_VARIANTS.slice(0, 2) : []), ...(bits === 6 ? [] : AFFINE_I8_VARIANTS),
+      ...(m === 1 && bits === 4 ? GC_SUFFIXES.map(([sfx, W]) => qgc(sfx, W, gs)) : []),
+    ], m, n, k,
   };
 }
 
@@ -142,6 +161,10 @@ const cases: Case[] = [
   affine('Gemma 4 up', 6, 64, 1, 21504, 5376),
   affine('Gemma 4 up', 8, 64, 1, 21504, 5376),
   affine('Qwen3.6 up', 4, 64, 8, 17408, 5120),
+  // Qwen3.6-35B-A3B's decode products (hidden 2048): the gated delta net's in_proj, attention's out_proj, lm_head.
+  affine('Qwen3.6-35B in_proj', 4, 64, 1, 12352, 2048),
+  affine('Qwen3.6-35B out_proj', 4, 64, 1, 2048, 4096),
+  affine('Qwen3.6-35B lm_head', 4, 64, 1, 248320, 2048),
 ].filter((c) => only === undefined || c.name.includes(only));
 
 // ---- one family of this script's own per source file: the entries and every variant ----
@@ -149,7 +172,7 @@ const cases: Case[] = [
 const ggmlVariantKernels = QUANTIZED_MATMUL_GGML_KERNELS.filter((k) => k.startsWith('kernel_mul_mv_'))
   .flatMap((k) => GGML_VARIANTS.map((v) => `${k}_${v.suffix}`));
 const affineVariantKernels = QUANTIZED_MATMUL_KERNELS.filter((k) => /^quantized_mv_(f16|bf16)$/.test(k))
-  .flatMap((k) => AFFINE_VARIANTS.map((v) => `${k}_${v.suffix}`));
+  .flatMap((k) => [...AFFINE_VARIANTS.map((v) => v.suffix), ...GC_SUFFIXES.map(([sfx]) => sfx)].map((sfx) => `${k}_${sfx}`));
 const FAMILIES = {
   ggml: { family: 'qmv_variants_ggml', sources: QUANTIZED_MATMUL_GGML_SOURCES, kernels: [...QUANTIZED_MATMUL_GGML_KERNELS, ...ggmlVariantKernels] },
   affine: { family: 'qmv_variants_affine', sources: QUANTIZED_MATMUL_SOURCES, kernels: [...QUANTIZED_MATMUL_KERNELS, ...affineVariantKernels] },

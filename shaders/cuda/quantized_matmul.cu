@@ -651,3 +651,158 @@ AFFINE_I8_ENTRY(__half, f16, vdqs4, 1, 4, 5, 3)
 AFFINE_I8_ENTRY(bf16, bf16, vdq1, 1, 1, 6, 4)
 AFFINE_I8_ENTRY(bf16, bf16, vdqs4, 1, 4, 5, 3)
 #undef AFFINE_I8_ENTRY
+
+// quantized_mv_<t>'s group-column variants (_vgc<W>; 4 bits, one token, for
+// the harness). What held qmv_tc at 0.3-0.6 of copy (ncu, H100, Qwen3.6 up
+// q4: issue slots 34 % busy, DRAM 29 %, 16 warps an SM, 10.5 cycles a warp
+// between issues) is its instructions a weight byte at its occupancy: each
+// pair takes a shift, a mask, two packed fmas (the magic off, then s q + b)
+// and x's pairs two byte_perms an mma. Here an mma's A is the codes as
+// 16-bit numbers M + q (M = 128 for bf16, 1024 for f16: the code OR'd into
+// the mantissa of M, exact; one shift and one lop3 a pair), and its eight
+// columns are the eight groups of a round instead of tokens: lane (g, t)
+// takes groups 2t and 2t + 1 of rows g and g + 8 (16 rows x 8 groups a
+// warp round), so B's column n holds x on group n's k and zeros elsewhere
+// (a lane masks its x pairs unless g is the group of its current half),
+// and C[row][n] is sum_k x (M + q) over group n. The scale and bias come in
+// once a group and row in f32: y += s C + (b - M s) X_n, X_n = sum of x
+// over the group (the products x (M + q) are exact in f32; the M X term
+// cancels at the cost of about 4 bits of the f32 sum for bf16, 7 for f16).
+// x is permuted once a block into shared memory as pairs (0, 4), (1, 5),
+// (2, 6), (3, 7) of each 8 values (the nibbles a shift of 0, 4, 8, 12 and
+// one mask pair), zeros past K, with its group sums. A warp streams whole
+// rounds of its tile (W warps a tile split the rounds, their sums meeting
+// in shared memory), D rounds of loads in flight; 128 threads, 4 blocks an
+// SM by the launch bounds; grid ceil(ceil(N / 16) W / 4). Dynamic shared
+// memory: Kp x 2 (K padded to whole rounds of 8 groups) + Kp / gs x 4 + 512
+// bytes. ~11 instructions an mma (128 bytes of codes) against qmv_tc's ~20.
+template <typename T, u32 GS, u32 W>
+__device__ __forceinline__ void qmv_gc(const T* x, const unsigned char* w, const T* sc, const T* bi, T* y, u32 N, u32 K) {
+    constexpr u32 V = GS / 16u;        // 16-byte loads of a row a lane a round (its two groups)
+    constexpr u32 HALF = V / 2u;       // those of its first group
+    constexpr u32 D = GS == 128u ? 1u : 2u;
+    constexpr u32 TPB = 4u / W;
+    constexpr float M = SameType<T, __half>::value ? 1024.0f : 128.0f;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const u32 G = K / GS, R = (G + 7u) / 8u, Kp = R * 8u * GS;
+    uint4* xp = reinterpret_cast<uint4*>(smem_raw);
+    float* xsum = reinterpret_cast<float*>(smem_raw + u64(Kp) * 2u);
+    float* red = xsum + R * 8u;
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const u32 g = lane >> 2, t = lane & 3u;
+    // Kp / 8 is a multiple of 32, so whole warps take each pass; a group's
+    // GS / 8 words are consecutive lanes.
+    for (u32 wd = tid; wd < Kp / 8u; wd += blockDim.x) {
+        uint4 r = make_uint4(0u, 0u, 0u, 0u);
+        if (wd * 8u < K) r = *reinterpret_cast<const uint4*>(x + u64(wd) * 8u);
+        xp[wd] = make_uint4(__byte_perm(r.x, r.z, 0x5410), __byte_perm(r.x, r.z, 0x7632), __byte_perm(r.y, r.w, 0x5410),
+                            __byte_perm(r.y, r.w, 0x7632));
+        float v[8];
+        unpack16<T>(r, v);
+        float s = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+#pragma unroll
+        for (u32 o = 1; o < GS / 8u; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (wd % (GS / 8u) == 0u) xsum[wd / (GS / 8u)] = s;
+    }
+    __syncthreads();
+    const u32 tile = blockIdx.x * TPB + warp / W, part = warp % W, row0 = tile * 16u;
+    const u32 mine = row0 < N && part < R ? (R - part + W - 1u) / W : 0u;
+    const u32 ra = min(row0 + g, N - 1u), rb = min(row0 + g + 8u, N - 1u);
+    const unsigned char* wa = w + u64(ra) * (K / 2u);
+    const unsigned char* wb = w + u64(rb) * (K / 2u);
+    const T* sa = sc + u64(ra) * G;
+    const T* sb = sc + u64(rb) * G;
+    const T* ba = bi + u64(ra) * G;
+    const T* bb = bi + u64(rb) * G;
+    uint4 qa[D][V], qb[D][V];
+    float sv[D][4], bv[D][4];  // (row a, first group), (a, second), (b, first), (b, second)
+    auto issue = [&](u32 u, u32 j) {
+        const u32 g0 = (part + j * W) * 8u + 2u * t;
+#pragma unroll
+        for (u32 v = 0; v < V; ++v) {
+            if (j < mine && g0 + v / HALF < G) {
+                const u64 off = u64(g0) * (GS / 2u) + v * 16u;
+                qa[u][v] = __ldcs(reinterpret_cast<const uint4*>(wa + off));
+                qb[u][v] = __ldcs(reinterpret_cast<const uint4*>(wb + off));
+            } else {
+                qa[u][v] = qb[u][v] = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+#pragma unroll
+        for (u32 h = 0; h < 2; ++h) {
+            const bool ok = j < mine && g0 + h < G;
+            sv[u][h] = ok ? to_f(sa[g0 + h]) : 0.0f;
+            sv[u][2 + h] = ok ? to_f(sb[g0 + h]) : 0.0f;
+            bv[u][h] = ok ? to_f(ba[g0 + h]) : 0.0f;
+            bv[u][2 + h] = ok ? to_f(bb[g0 + h]) : 0.0f;
+        }
+    };
+    auto ext = [](u32 word, u32 sh) { return ((word >> sh) & 0x000F000Fu) | QMagic<T>::P2; };
+    float acc_a = 0.0f, acc_b = 0.0f;
+    qmv_ring<D>(mine, issue, [&](u32 u, u32 j) {
+        const u32 g0 = (part + j * W) * 8u + 2u * t;
+        const uint4* xr = xp + g0 * (GS / 8u);
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (u32 v = 0; v < V; ++v) {
+            const u32 mask = g == 2u * t + v / HALF ? 0xffffffffu : 0u;
+            const u32 wa4[4] = {qa[u][v].x, qa[u][v].y, qa[u][v].z, qa[u][v].w};
+            const u32 wb4[4] = {qb[u][v].x, qb[u][v].y, qb[u][v].z, qb[u][v].w};
+#pragma unroll
+            for (u32 e = 0; e < 4; ++e) {
+                const uint4 xv = xr[v * 4u + e];
+                u32 a[4] = {ext(wa4[e], 0), ext(wb4[e], 0), ext(wa4[e], 4), ext(wb4[e], 4)};
+                mma16<T>(c, a, xv.x & mask, xv.y & mask);
+                a[0] = ext(wa4[e], 8);
+                a[1] = ext(wb4[e], 8);
+                a[2] = ext(wa4[e], 12);
+                a[3] = ext(wb4[e], 12);
+                mma16<T>(c, a, xv.z & mask, xv.w & mask);
+            }
+        }
+        const float x0 = xsum[g0], x1 = xsum[g0 + 1u];
+        acc_a += fmaf(sv[u][0], c[0], (bv[u][0] - M * sv[u][0]) * x0) + fmaf(sv[u][1], c[1], (bv[u][1] - M * sv[u][1]) * x1);
+        acc_b += fmaf(sv[u][2], c[2], (bv[u][2] - M * sv[u][2]) * x0) + fmaf(sv[u][3], c[3], (bv[u][3] - M * sv[u][3]) * x1);
+    });
+    acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 1);
+    acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 2);
+    acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 1);
+    acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 2);
+    if constexpr (W > 1u) {
+        if (t == 0u) {
+            red[warp * 16u + g] = acc_a;
+            red[warp * 16u + g + 8u] = acc_b;
+        }
+        __syncthreads();
+        if (part == 0u && lane < 16u) {
+            float s = 0.0f;
+#pragma unroll
+            for (u32 q = 0; q < W; ++q) s += red[(warp + q) * 16u + lane];
+            if (row0 + lane < N) y[row0 + lane] = from_f<T>(s);
+        }
+    } else if (t == 0u) {
+        if (row0 + g < N) y[row0 + g] = from_f<T>(acc_a);
+        if (row0 + g + 8u < N) y[row0 + g + 8u] = from_f<T>(acc_b);
+    }
+}
+template <typename T, u32 W>
+__device__ __forceinline__ void affine_gc(const T* x, const unsigned int* weight, const T* sc, const T* bi, T* y, const QuantizedMatmulParams* p) {
+    const unsigned char* w = reinterpret_cast<const unsigned char*>(weight);
+    const u32 N = p->N, K = p->K, gs = p->group_size;
+    if (gs == 32u) qmv_gc<T, 32u, W>(x, w, sc, bi, y, N, K);
+    else if (gs == 64u) qmv_gc<T, 64u, W>(x, w, sc, bi, y, N, K);
+    else qmv_gc<T, 128u, W>(x, w, sc, bi, y, N, K);
+}
+#define AFFINE_GC_ENTRY(T, TAG, W)                                                                                           \
+    extern "C" __global__ void __launch_bounds__(128, 4) quantized_mv_##TAG##_vgc##W(const T* x, const unsigned int* weight,     \
+                                                                                   const T* scales, const T* biases, T* y,     \
+                                                                                   const QuantizedMatmulParams* params) {      \
+        affine_gc<T, W>(x, weight, scales, biases, y, params);                                                               \
+    }
+AFFINE_GC_ENTRY(__half, f16, 1)
+AFFINE_GC_ENTRY(__half, f16, 2)
+AFFINE_GC_ENTRY(__half, f16, 4)
+AFFINE_GC_ENTRY(bf16, bf16, 1)
+AFFINE_GC_ENTRY(bf16, bf16, 2)
+AFFINE_GC_ENTRY(bf16, bf16, 4)
+#undef AFFINE_GC_ENTRY

@@ -9,7 +9,7 @@
 // weight meets x in (tests/quantized_matmul.test.ts says why). run.sh builds
 // and runs it; `big` adds larger sizes: many vector blocks, the 128 x 256
 // tiles (minutes); `variants` runs only quantized_mv_<t>'s harness variants
-// (_vks, _vdq: run_ks).
+// (_vks, _vdq, _vgc: run_ks), `vgc` only the _vgc ones.
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include <random>
@@ -79,8 +79,10 @@ void run(const char* name, Kern kernel, Engine e, u32 M, u32 N, u32 K, u32 gs, u
 // product and against the entry (|variant - entry| / sum |x w|), both under tol.
 // grid 0: ceil(N / RT) blocks (_vks); else that many (the persistent _vdq
 // variants, with their shared memory for R = 1).
+// threads, smem: the variant's block and shared memory where they differ (the _vgc variants: 128 threads).
 template <class T, class Kern>
-void run_ks(const char* name, Kern entry, Kern variant, u32 RT, u32 N, u32 K, u32 gs, u32 bits, double tol, u32 M = 1, u32 grid = 0) {
+void run_ks(const char* name, Kern entry, Kern variant, u32 RT, u32 N, u32 K, u32 gs, u32 bits, double tol, u32 M = 1, u32 grid = 0,
+            u32 threads = 256, u32 smem = 0) {
   const u64 rb = row_bytes(K, bits);
   const u32 groups = K / gs;
   Arr<T> x(size_t(M) * K, 16);
@@ -98,7 +100,8 @@ void run_ks(const char* name, Kern entry, Kern variant, u32 RT, u32 N, u32 K, u3
   const auto* wp = reinterpret_cast<const unsigned int*>(w.p);
   sim_launch({cdiv(N, 16), 1, 1}, {256, 1, 1}, 4096, [&] { entry(x.p, wp, sc.p, bi.p, y0.p, &p); });
   if (grid == 0) sim_launch({cdiv(N, RT), 1, 1}, {256, 1, 1}, 4096, [&] { variant(x.p, wp, sc.p, bi.p, y.p, &p); });
-  else sim_launch({grid, 1, 1}, {256, 1, 1}, M * K + M * (K / 32) * 8 + 2 * 8 * 8 * 4, [&] { variant(x.p, wp, sc.p, bi.p, y.p, &p); });
+  else sim_launch({grid, 1, 1}, {threads, 1, 1}, smem != 0 ? smem : M * K + M * (K / 32) * 8 + 2 * 8 * 8 * 4,
+                  [&] { variant(x.p, wp, sc.p, bi.p, y.p, &p); });
   double worst = 0, vs_entry = 0;
   for (u32 i = 0; i < M; ++i)
     for (u32 j = 0; j < N; ++j) {
@@ -125,10 +128,12 @@ void run_ks(const char* name, Kern entry, Kern variant, u32 RT, u32 N, u32 K, u3
 
 int main(int argc, char** argv) {
   const bool big = argc > 1 && std::string(argv[1]) == "big";
-  const bool variants = argc > 1 && std::string(argv[1]) == "variants";
+  const bool vgc = argc > 1 && std::string(argv[1]) == "vgc";
+  const bool variants = vgc || (argc > 1 && std::string(argv[1]) == "variants");
   gen.seed(4242);
   using bf = __nv_bfloat16;
   for (u32 bits : {4u, 6u, 8u}) {
+    if (vgc) break;
     // The k-split variants: rows past N, parts of unequal length (K / 32 not a multiple of 16 / RT), the
     // bench shapes' K (5120, 17408, 5376) with their group sizes, dead lanes.
     for (u32 RT : {8u, 4u}) {
@@ -146,6 +151,7 @@ int main(int argc, char** argv) {
   // The int8 variants (_vdq1, _vdqs4; 4 and 8 bits): a grid of 2 blocks walking several units, 1 to 8 tokens,
   // the bench shapes' K, rows past N.
   for (u32 bits : {4u, 8u}) {
+    if (vgc) break;
     for (int v = 0; v < 2; ++v) {
       auto vb = v == 0 ? quantized_mv_bf16_vdq1 : quantized_mv_bf16_vdqs4;
       auto vh = v == 0 ? quantized_mv_f16_vdq1 : quantized_mv_f16_vdqs4;
@@ -156,6 +162,26 @@ int main(int argc, char** argv) {
       run_ks<bf>(nb.c_str(), quantized_mv_bf16, vb, 0, 19, 1152, 128, bits, 1e-2, 8, 2);
       run_ks<__half>(nh.c_str(), quantized_mv_f16, vh, 0, 11, 5376, 32, bits, 1e-2, 3, 2);
     }
+  }
+  // The group-column variants (_vgc<W>; 4 bits, one token): rows past N, rounds of fewer than 8 groups (K / gs
+  // not a multiple of 8, odd too), every group size, the bench shapes' K, W warps a tile.
+  for (u32 W : {1u, 2u, 4u}) {
+    auto vb = W == 1 ? quantized_mv_bf16_vgc1 : W == 2 ? quantized_mv_bf16_vgc2 : quantized_mv_bf16_vgc4;
+    auto vh = W == 1 ? quantized_mv_f16_vgc1 : W == 2 ? quantized_mv_f16_vgc2 : quantized_mv_f16_vgc4;
+    const std::string nb = std::string("quantized_mv_bf16_vgc") + std::to_string(W), nh = std::string("quantized_mv_f16_vgc") + std::to_string(W);
+    auto gc = [&](auto tag, const std::string& name, auto entry, auto variant, u32 N, u32 K, u32 gs, double tol) {
+      using T = decltype(tag);
+      const u32 R = (K / gs + 7) / 8, Kp = R * 8 * gs;
+      run_ks<T>(name.c_str(), entry, variant, 0, N, K, gs, 4, tol, 1, cdiv(cdiv(N, 16) * W, 4), 128, Kp * 2 + R * 8 * 4 + 512);
+    };
+    gc(bf{}, nb, quantized_mv_bf16, vb, 21, 5120, 64, 1e-2);
+    gc(bf{}, nb, quantized_mv_bf16, vb, 37, 5376, 64, 1e-2);
+    gc(bf{}, nb, quantized_mv_bf16, vb, 9, 17408, 64, 1e-2);
+    gc(bf{}, nb, quantized_mv_bf16, vb, 16, 320, 32, 1e-2);
+    gc(bf{}, nb, quantized_mv_bf16, vb, 70, 1152, 128, 1e-2);
+    gc(__half{}, nh, quantized_mv_f16, vh, 11, 5376, 32, 1e-3);
+    gc(__half{}, nh, quantized_mv_f16, vh, 33, 2048, 64, 1e-3);
+    gc(__half{}, nh, quantized_mv_f16, vh, 5, 1152, 128, 1e-3);
   }
   if (variants) {
     std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
