@@ -88,18 +88,19 @@ const AFFINE_VARIANTS: Variant[] = [qks('vks8', 8), qks('vks4', 4), ...AFFINE_I8
  * qmv_gc<T, GS, W> (quantized_mv_<t>_vgc1 / 2 / 4; 4 bits, one token): the
  * eight groups of a round as the mma's columns, W warps a 16-row tile, 128
  * threads: grid ceil(ceil(n / 16) W / 4); shared x permuted (K padded to
- * whole rounds of 8 groups, 2 bytes a value), its group sums and 512 bytes.
+ * whole rounds of 8 groups, 2 bytes a value), its group sums and 1024 bytes.
  */
 function qgc(suffix: string, W: number, gs: number): Variant {
   return {
     suffix,
     launch: (_m, n, k) => {
       const R = Math.ceil(k / gs / 8);
-      return { grid: [Math.ceil((Math.ceil(n / 16) * W) / 4), 1, 1], threads: [128, 1, 1], shared: R * 8 * gs * 2 + R * 8 * 4 + 512 };
+      return { grid: [Math.ceil((Math.ceil(n / 16) * W) / 4), 1, 1], threads: [128, 1, 1], shared: R * 8 * gs * 2 + R * 8 * 4 + 1024 };
     },
   };
 }
-const GC_SUFFIXES: [string, number][] = [['vgc1', 1], ['vgc2', 2], ['vgc4', 4]];
+/** _vgd<W>: a round more in flight, 3 blocks an SM. */
+const GC_SUFFIXES: [string, number][] = [['vgc1', 1], ['vgc2', 2], ['vgc4', 4], ['vgd1', 1], ['vgd2', 2], ['vgd4', 4]];
 
 // ---- the cases ----
 

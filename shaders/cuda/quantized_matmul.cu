@@ -663,7 +663,7 @@ AFFINE_I8_ENTRY(bf16, bf16, vdqs4, 1, 4, 5, 3)
 // columns are the eight groups of a round instead of tokens: lane (g, t)
 // takes groups 2t and 2t + 1 of rows g and g + 8 (16 rows x 8 groups a
 // warp round), so B's column n holds x on group n's k and zeros elsewhere
-// (a lane masks its x pairs unless g is the group of its current half),
+// (a lane reads zeros unless g is the group of its current half),
 // and C[row][n] is sum_k x (M + q) over group n. The scale and bias come in
 // once a group and row in f32: y += s C + (b - M s) X_n, X_n = sum of x
 // over the group (the products x (M + q) are exact in f32; the M X term
@@ -674,20 +674,22 @@ AFFINE_I8_ENTRY(bf16, bf16, vdqs4, 1, 4, 5, 3)
 // rounds of its tile (W warps a tile split the rounds, their sums meeting
 // in shared memory), D rounds of loads in flight; 128 threads, 4 blocks an
 // SM by the launch bounds; grid ceil(ceil(N / 16) W / 4). Dynamic shared
-// memory: Kp x 2 (K padded to whole rounds of 8 groups) + Kp / gs x 4 + 512
-// bytes. ~11 instructions an mma (128 bytes of codes) against qmv_tc's ~20.
-template <typename T, u32 GS, u32 W>
+// memory: Kp x 2 (K padded to whole rounds of 8 groups) + Kp / gs x 4 + 1024
+// bytes. A lane outside its column reads zeros for B (zb). ~8 instructions an
+// mma (128 bytes of codes) against qmv_tc's ~20.
+template <typename T, u32 GS, u32 W, u32 DEEP>
 __device__ __forceinline__ void qmv_gc(const T* x, const unsigned char* w, const T* sc, const T* bi, T* y, u32 N, u32 K) {
     constexpr u32 V = GS / 16u;        // 16-byte loads of a row a lane a round (its two groups)
     constexpr u32 HALF = V / 2u;       // those of its first group
-    constexpr u32 D = GS == 128u ? 1u : 2u;
+    constexpr u32 D = (GS == 128u ? 1u : 2u) + DEEP;
     constexpr u32 TPB = 4u / W;
     constexpr float M = SameType<T, __half>::value ? 1024.0f : 128.0f;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const u32 G = K / GS, R = (G + 7u) / 8u, Kp = R * 8u * GS;
     uint4* xp = reinterpret_cast<uint4*>(smem_raw);
     float* xsum = reinterpret_cast<float*>(smem_raw + u64(Kp) * 2u);
-    float* red = xsum + R * 8u;
+    uint4* zb = reinterpret_cast<uint4*>(xsum + R * 8u);  // 4 V x 16 zero bytes: B's pairs of a lane not in its column
+    float* red = reinterpret_cast<float*>(zb + 4u * V);
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const u32 g = lane >> 2, t = lane & 3u;
     // Kp / 8 is a multiple of 32, so whole warps take each pass; a group's
@@ -704,6 +706,7 @@ __device__ __forceinline__ void qmv_gc(const T* x, const unsigned char* w, const
         for (u32 o = 1; o < GS / 8u; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
         if (wd % (GS / 8u) == 0u) xsum[wd / (GS / 8u)] = s;
     }
+    for (u32 i = tid; i < 4u * V; i += blockDim.x) zb[i] = make_uint4(0u, 0u, 0u, 0u);
     __syncthreads();
     const u32 tile = blockIdx.x * TPB + warp / W, part = warp % W, row0 = tile * 16u;
     const u32 mine = row0 < N && part < R ? (R - part + W - 1u) / W : 0u;
@@ -715,7 +718,15 @@ __device__ __forceinline__ void qmv_gc(const T* x, const unsigned char* w, const
     const T* ba = bi + u64(ra) * G;
     const T* bb = bi + u64(rb) * G;
     uint4 qa[D][V], qb[D][V];
-    float sv[D][4], bv[D][4];  // (row a, first group), (a, second), (b, first), (b, second)
+    // Scales and biases as 16-bit pairs (first group low): rows a and b.
+    u32 sp[D][2], bp[D][2];
+    auto pair = [](const T* p, u32 i, bool first, bool second) {
+        const u32 lo = first ? u32(*reinterpret_cast<const unsigned short*>(p + i)) : 0u;
+        const u32 hi = second ? u32(*reinterpret_cast<const unsigned short*>(p + i + 1u)) : 0u;
+        return lo | (hi << 16);
+    };
+    auto lo_f = [](u32 v) { return to_f(*reinterpret_cast<const T*>(&v)); };
+    auto hi_f = [](u32 v) { const u32 h = v >> 16; return to_f(*reinterpret_cast<const T*>(&h)); };
     auto issue = [&](u32 u, u32 j) {
         const u32 g0 = (part + j * W) * 8u + 2u * t;
 #pragma unroll
@@ -728,14 +739,11 @@ __device__ __forceinline__ void qmv_gc(const T* x, const unsigned char* w, const
                 qa[u][v] = qb[u][v] = make_uint4(0u, 0u, 0u, 0u);
             }
         }
-#pragma unroll
-        for (u32 h = 0; h < 2; ++h) {
-            const bool ok = j < mine && g0 + h < G;
-            sv[u][h] = ok ? to_f(sa[g0 + h]) : 0.0f;
-            sv[u][2 + h] = ok ? to_f(sb[g0 + h]) : 0.0f;
-            bv[u][h] = ok ? to_f(ba[g0 + h]) : 0.0f;
-            bv[u][2 + h] = ok ? to_f(bb[g0 + h]) : 0.0f;
-        }
+        const bool f = j < mine && g0 < G, sc2 = j < mine && g0 + 1u < G;
+        sp[u][0] = pair(sa, g0, f, sc2);
+        sp[u][1] = pair(sb, g0, f, sc2);
+        bp[u][0] = pair(ba, g0, f, sc2);
+        bp[u][1] = pair(bb, g0, f, sc2);
     };
     auto ext = [](u32 word, u32 sh) { return ((word >> sh) & 0x000F000Fu) | QMagic<T>::P2; };
     float acc_a = 0.0f, acc_b = 0.0f;
@@ -745,24 +753,26 @@ __device__ __forceinline__ void qmv_gc(const T* x, const unsigned char* w, const
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (u32 v = 0; v < V; ++v) {
-            const u32 mask = g == 2u * t + v / HALF ? 0xffffffffu : 0u;
+            const uint4* xs = g == 2u * t + v / HALF ? xr : zb;
             const u32 wa4[4] = {qa[u][v].x, qa[u][v].y, qa[u][v].z, qa[u][v].w};
             const u32 wb4[4] = {qb[u][v].x, qb[u][v].y, qb[u][v].z, qb[u][v].w};
 #pragma unroll
             for (u32 e = 0; e < 4; ++e) {
-                const uint4 xv = xr[v * 4u + e];
+                const uint4 xv = xs[v * 4u + e];
                 u32 a[4] = {ext(wa4[e], 0), ext(wb4[e], 0), ext(wa4[e], 4), ext(wb4[e], 4)};
-                mma16<T>(c, a, xv.x & mask, xv.y & mask);
+                mma16<T>(c, a, xv.x, xv.y);
                 a[0] = ext(wa4[e], 8);
                 a[1] = ext(wb4[e], 8);
                 a[2] = ext(wa4[e], 12);
                 a[3] = ext(wb4[e], 12);
-                mma16<T>(c, a, xv.z & mask, xv.w & mask);
+                mma16<T>(c, a, xv.z, xv.w);
             }
         }
         const float x0 = xsum[g0], x1 = xsum[g0 + 1u];
-        acc_a += fmaf(sv[u][0], c[0], (bv[u][0] - M * sv[u][0]) * x0) + fmaf(sv[u][1], c[1], (bv[u][1] - M * sv[u][1]) * x1);
-        acc_b += fmaf(sv[u][2], c[2], (bv[u][2] - M * sv[u][2]) * x0) + fmaf(sv[u][3], c[3], (bv[u][3] - M * sv[u][3]) * x1);
+        const float sa0 = lo_f(sp[u][0]), sa1 = hi_f(sp[u][0]), sb0 = lo_f(sp[u][1]), sb1 = hi_f(sp[u][1]);
+        const float ba0 = lo_f(bp[u][0]), ba1 = hi_f(bp[u][0]), bb0 = lo_f(bp[u][1]), bb1 = hi_f(bp[u][1]);
+        acc_a += fmaf(sa0, c[0], (ba0 - M * sa0) * x0) + fmaf(sa1, c[1], (ba1 - M * sa1) * x1);
+        acc_b += fmaf(sb0, c[2], (bb0 - M * sb0) * x0) + fmaf(sb1, c[3], (bb1 - M * sb1) * x1);
     });
     acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 1);
     acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 2);
@@ -785,24 +795,31 @@ __device__ __forceinline__ void qmv_gc(const T* x, const unsigned char* w, const
         if (row0 + g + 8u < N) y[row0 + g + 8u] = from_f<T>(acc_b);
     }
 }
-template <typename T, u32 W>
+template <typename T, u32 W, u32 DEEP>
 __device__ __forceinline__ void affine_gc(const T* x, const unsigned int* weight, const T* sc, const T* bi, T* y, const QuantizedMatmulParams* p) {
     const unsigned char* w = reinterpret_cast<const unsigned char*>(weight);
     const u32 N = p->N, K = p->K, gs = p->group_size;
-    if (gs == 32u) qmv_gc<T, 32u, W>(x, w, sc, bi, y, N, K);
-    else if (gs == 64u) qmv_gc<T, 64u, W>(x, w, sc, bi, y, N, K);
-    else qmv_gc<T, 128u, W>(x, w, sc, bi, y, N, K);
+    if (gs == 32u) qmv_gc<T, 32u, W, DEEP>(x, w, sc, bi, y, N, K);
+    else if (gs == 64u) qmv_gc<T, 64u, W, DEEP>(x, w, sc, bi, y, N, K);
+    else qmv_gc<T, 128u, W, DEEP>(x, w, sc, bi, y, N, K);
 }
-#define AFFINE_GC_ENTRY(T, TAG, W)                                                                                           \
-    extern "C" __global__ void __launch_bounds__(128, 4) quantized_mv_##TAG##_vgc##W(const T* x, const unsigned int* weight,     \
+// _vgd<W>: a round more in flight, 3 blocks an SM (at most 170 registers).
+#define AFFINE_GC_ENTRY(T, TAG, NAME, W, DEEP, BLOCKS)                                                                       \
+    extern "C" __global__ void __launch_bounds__(128, BLOCKS) quantized_mv_##TAG##_##NAME##W(const T* x, const unsigned int* weight, \
                                                                                    const T* scales, const T* biases, T* y,     \
                                                                                    const QuantizedMatmulParams* params) {      \
-        affine_gc<T, W>(x, weight, scales, biases, y, params);                                                               \
+        affine_gc<T, W, DEEP>(x, weight, scales, biases, y, params);                                                         \
     }
-AFFINE_GC_ENTRY(__half, f16, 1)
-AFFINE_GC_ENTRY(__half, f16, 2)
-AFFINE_GC_ENTRY(__half, f16, 4)
-AFFINE_GC_ENTRY(bf16, bf16, 1)
-AFFINE_GC_ENTRY(bf16, bf16, 2)
-AFFINE_GC_ENTRY(bf16, bf16, 4)
+AFFINE_GC_ENTRY(__half, f16, vgc, 1, 0, 4)
+AFFINE_GC_ENTRY(__half, f16, vgc, 2, 0, 4)
+AFFINE_GC_ENTRY(__half, f16, vgc, 4, 0, 4)
+AFFINE_GC_ENTRY(bf16, bf16, vgc, 1, 0, 4)
+AFFINE_GC_ENTRY(bf16, bf16, vgc, 2, 0, 4)
+AFFINE_GC_ENTRY(bf16, bf16, vgc, 4, 0, 4)
+AFFINE_GC_ENTRY(__half, f16, vgd, 1, 1, 3)
+AFFINE_GC_ENTRY(__half, f16, vgd, 2, 1, 3)
+AFFINE_GC_ENTRY(__half, f16, vgd, 4, 1, 3)
+AFFINE_GC_ENTRY(bf16, bf16, vgd, 1, 1, 3)
+AFFINE_GC_ENTRY(bf16, bf16, vgd, 2, 1, 3)
+AFFINE_GC_ENTRY(bf16, bf16, vgd, 4, 1, 3)
 #undef AFFINE_GC_ENTRY

@@ -165,14 +165,17 @@ int main(int argc, char** argv) {
   }
   // The group-column variants (_vgc<W>; 4 bits, one token): rows past N, rounds of fewer than 8 groups (K / gs
   // not a multiple of 8, odd too), every group size, the bench shapes' K, W warps a tile.
-  for (u32 W : {1u, 2u, 4u}) {
-    auto vb = W == 1 ? quantized_mv_bf16_vgc1 : W == 2 ? quantized_mv_bf16_vgc2 : quantized_mv_bf16_vgc4;
-    auto vh = W == 1 ? quantized_mv_f16_vgc1 : W == 2 ? quantized_mv_f16_vgc2 : quantized_mv_f16_vgc4;
-    const std::string nb = std::string("quantized_mv_bf16_vgc") + std::to_string(W), nh = std::string("quantized_mv_f16_vgc") + std::to_string(W);
+  for (u32 W : {1u, 2u, 4u, 11u, 12u, 14u}) {  // 1x: _vgd<x> (a round more in flight)
+    auto vb = W == 1 ? quantized_mv_bf16_vgc1 : W == 2 ? quantized_mv_bf16_vgc2 : W == 4 ? quantized_mv_bf16_vgc4
+            : W == 11 ? quantized_mv_bf16_vgd1 : W == 12 ? quantized_mv_bf16_vgd2 : quantized_mv_bf16_vgd4;
+    auto vh = W == 1 ? quantized_mv_f16_vgc1 : W == 2 ? quantized_mv_f16_vgc2 : W == 4 ? quantized_mv_f16_vgc4
+            : W == 11 ? quantized_mv_f16_vgd1 : W == 12 ? quantized_mv_f16_vgd2 : quantized_mv_f16_vgd4;
+    const std::string sfx = (W > 10 ? "vgd" : "vgc") + std::to_string(W % 10);
+    const std::string nb = "quantized_mv_bf16_" + sfx, nh = "quantized_mv_f16_" + sfx;
     auto gc = [&](auto tag, const std::string& name, auto entry, auto variant, u32 N, u32 K, u32 gs, double tol) {
       using T = decltype(tag);
       const u32 R = (K / gs + 7) / 8, Kp = R * 8 * gs;
-      run_ks<T>(name.c_str(), entry, variant, 0, N, K, gs, 4, tol, 1, cdiv(cdiv(N, 16) * W, 4), 128, Kp * 2 + R * 8 * 4 + 512);
+      run_ks<T>(name.c_str(), entry, variant, 0, N, K, gs, 4, tol, 1, cdiv(cdiv(N, 16) * (W % 10), 4), 128, Kp * 2 + R * 8 * 4 + 1024);
     };
     gc(bf{}, nb, quantized_mv_bf16, vb, 21, 5120, 64, 1e-2);
     gc(bf{}, nb, quantized_mv_bf16, vb, 37, 5376, 64, 1e-2);
