@@ -35,6 +35,8 @@ import {
   quantizedChunked,
   quantizedCudaEngine,
   quantizedCudaLaunch,
+  GC_MIN_N,
+  gcSharedBytes,
   quantizedMatmul,
   quantizedMatmulSimd,
   quantizedMatmulSimdApplies,
@@ -144,23 +146,35 @@ describe('quantized_matmul param packer matches the header and the .metal bindin
     expect([p.byteLength, ...Array.from({ length: 5 }, (_, i) => v.getUint32(4 * i, true))]).toEqual([20, 3, 64, 7, 32, 6]);
   });
   test('launches: the CUDA engine by kernel and size, the crate\'s SIMD rule, shared memory within an H100\'s', () => {
-    expect(quantizedCudaEngine('quantized_mv_bf16', 3, 64, 32)).toBe('vector');
-    expect(quantizedCudaEngine('quantized_mm_f16', 3, 64, 32)).toBe('matrix');
-    expect(quantizedCudaEngine('quantized_mv_f32', 3, 64, 32)).toBe('simt');
-    expect([8, 9].map((m) => quantizedCudaEngine('quantized_matmul', m, 256, 64))).toEqual(['vector', 'matrix']);
-    expect(quantizedCudaEngine('quantized_matmul_simd_bf16', 1, 100, 4)).toBe('any');
-    expect(quantizedCudaLaunch('quantized_mv_bf16', 1, 17408, 5120, 64)).toEqual({
+    expect(quantizedCudaEngine('quantized_mv_bf16', 3, 7, 64, 32, 4)).toBe('vector');
+    expect(quantizedCudaEngine('quantized_mm_f16', 3, 7, 64, 32, 4)).toBe('matrix');
+    expect(quantizedCudaEngine('quantized_mv_f32', 1, 8192, 64, 32, 4)).toBe('simt');
+    expect([8, 9].map((m) => quantizedCudaEngine('quantized_matmul', m, 7, 256, 64, 4))).toEqual(['vector', 'matrix']);
+    expect(quantizedCudaEngine('quantized_matmul_simd_bf16', 1, 8192, 100, 4, 4)).toBe('any');
+    // The group-column engine: one token, 4 bits, n from GC_MIN_N, x's shared copy within its bound.
+    expect([
+      ['quantized_mv_bf16', 1, GC_MIN_N, 5120, 64, 4], ['quantized_mv_f16', 1, GC_MIN_N - 1, 5120, 64, 4], ['quantized_mv_bf16', 2, 8192, 5120, 64, 4],
+      ['quantized_mv_bf16', 1, 8192, 5120, 64, 6], ['quantized_matmul_simd', 1, 248320, 2048, 64, 4], ['quantized_matmul', 1, 8192, 49152, 128, 4],
+    ].map(([kn, m, n, k, gs, bits]) => quantizedCudaEngine(kn as string, m as number, n as number, k as number, gs as number, bits as number)))
+      .toEqual(['groups', 'vector', 'vector', 'vector', 'groups', 'vector']);
+    expect(quantizedCudaLaunch('quantized_mv_bf16', 1, 17408, 5120, 64, 6)).toEqual({
       grid: [1088, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: QUANTIZED_MV_CUDA_SHARED_BYTES },
     });
-    expect(quantizedCudaLaunch('quantized_mv_bf16', 1, 4096, 4096, 64).grid).toEqual([256, 1, 1]);
-    expect(quantizedCudaLaunch('quantized_mm_bf16', 4096, 4096, 4096, 64)).toEqual({
+    // 1088 tiles (past 1024): 2 warps a tile; 772: 4. Shared: 10 rounds of 8 groups of 64 as 16-bit values, their sums, 1 KiB.
+    expect(quantizedCudaLaunch('quantized_mv_bf16', 1, 17408, 5120, 64, 4)).toEqual({
+      grid: [544, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 10 * 512 * 2 + 10 * 8 * 4 + 1024 },
+    });
+    expect(quantizedCudaLaunch('quantized_matmul_simd', 1, 12352, 2048, 64, 4).grid).toEqual([772, 1, 1]);
+    expect(gcSharedBytes(5376, 64)).toBe(11 * 512 * 2 + 11 * 8 * 4 + 1024);
+    expect(quantizedCudaLaunch('quantized_mv_bf16', 1, 4096, 4096, 64, 8).grid).toEqual([256, 1, 1]);
+    expect(quantizedCudaLaunch('quantized_mm_bf16', 4096, 4096, 4096, 64, 4)).toEqual({
       grid: [16 * 32, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: 122880 },
     });
     // mlx-native's kernels take the 64 x 128 tiles at every size.
-    expect(quantizedCudaLaunch('quantized_matmul_simd_bf16', 4096, 4096, 4096, 64)).toEqual({
+    expect(quantizedCudaLaunch('quantized_matmul_simd_bf16', 4096, 4096, 4096, 64, 4)).toEqual({
       grid: [32 * 64, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 61440 },
     });
-    expect(quantizedCudaLaunch('quantized_matmul', 3, 10, 100, 48).grid).toEqual([1, 1, 1]);
+    expect(quantizedCudaLaunch('quantized_matmul', 3, 10, 100, 48, 4).grid).toEqual([1, 1, 1]);
     expect(122880).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);
     expect([[4, 8, 256], [8, 16, 512], [6, 8, 256], [4, 12, 256], [4, 8, 128]].map(([bits, n, k]) =>
       quantizedMatmulSimdApplies({ bits: bits!, n: n!, k: k! }))).toEqual([true, true, false, false, false]);
@@ -391,6 +405,26 @@ describeBackends('quantized_matmul parity', ({ device }) => {
     ] as const) {
       const e = affine(dev, dt, m, n, k, 32, bits, form);
       if (!(e <= dotTolerance(dt, k))) over.push(`${dt} ${form} bits ${bits} [${m}, ${n}, ${k}]: ${e}`);
+    }
+    expect(over).toEqual([]);
+  }, 120_000);
+
+  test('one token of 4-bit codes from n = GC_MIN_N (CUDA\'s group-column engine): every group size, partial rounds and tiles, both warp splits, mlx-native\'s f32 entries', () => {
+    const dev = device();
+    const over: string[] = [];
+    // k / gs of 10 and 9 groups: a round of 8 and a partial one; n past a 16-row tile; 1025 tiles take 2 warps a tile.
+    for (const [dt, n, k, gs] of [['bf16', GC_MIN_N + 4, 320, 32], ['f16', GC_MIN_N + 8, 1152, 128], ['bf16', 16400, 640, 64]] as const) {
+      const e = affine(dev, dt, 1, n, k, gs, 4, 'vector');
+      if (!(e <= dotTolerance(dt, k))) over.push(`${dt} [1, ${n}, ${k}] gs ${gs}: ${e}`);
+    }
+    for (const [fn, op, io, n, k, gs] of [
+      [quantizedMatmulSimd, 'quantized_matmul_simd', 'f32', GC_MIN_N + 1, 512, 64], [quantizedMatmul, 'quantized_matmul', 'f32', GC_MIN_N, 1152, 128],
+      [quantizedMatmulSimdBf16, 'quantized_matmul_simd_bf16', 'bf16', GC_MIN_N + 15, 256, 32],
+    ] as const) {
+      const s = setup(dev, { m: 1, n, k, gs, bits: 4, xdt: io, sdt: 'bf16', roundX: true, seed: n + k + gs });
+      run(dev, (e) => fn(e, { input: s.x, weight: s.weight, scales: s.scales, biases: s.biases, output: s.output, m: 1, k, n, groupSize: gs, bits: 4 }));
+      const err = errOf(s);
+      if (!(err <= dotTolerance('bf16', k))) over.push(`${op} [1, ${n}, ${k}] gs ${gs}: ${err}`);
     }
     expect(over).toEqual([]);
   }, 120_000);

@@ -106,6 +106,10 @@ export function quantizedChunked(k: number, groupSize: number): boolean {
  * The CUDA kernels' ways of computing, by what the launch gives them:
  *   'vector': tensor cores, the weight dequantized to 16-bit in registers,
  *     m <= 8 tokens as the mma's n = 8 (256 threads over 16 weight rows);
+ *   'groups': one token of 4-bit codes (gcTakes): tensor cores with the
+ *     codes as 16-bit numbers and eight groups of k as the mma's n, scales
+ *     and biases applied in f32 once a group (128 threads, W = gcWarps
+ *     warps over 16 weight rows, x permuted in shared memory);
  *   'matrix': tensor cores over tiles (denseMmCudaTile's shapes; mlx-native's
  *     kernels the 64 x 128 one), the weight dequantized into shared memory a
  *     stage at a time;
@@ -113,14 +117,40 @@ export function quantizedChunked(k: number, groupSize: number): boolean {
  *     tokens 4 at a time;
  *   'any': mlx-native's layouts other than MLX's, a thread per output.
  */
-export type QuantizedCudaEngine = 'vector' | 'matrix' | 'simt' | 'any';
+export type QuantizedCudaEngine = 'vector' | 'groups' | 'matrix' | 'simt' | 'any';
+
+/**
+ * The 'groups' engine's rule (shaders/cuda/quantized_matmul.cu gc_takes,
+ * gc_warps, gc_shared decide alike): one token of 4-bit codes, n at least
+ * GC_MIN_N (below it the vector engine's 8 warps a tile are faster), x
+ * permuted in at most GC_MAX_SHARED bytes; 2 warps a 16-row tile past
+ * GC_W2_TILES tiles, else 4 (bench/results/qmv-gc-h100-2026-11-26.md).
+ */
+export const GC_MIN_N = 4096;
+const GC_W2_TILES = 1024;
+const GC_MAX_SHARED = 98304;
+/** The 'groups' engine's dynamic shared memory: x as 16-bit pairs over whole rounds of 8 groups, the groups' sums, 1 KiB more. */
+export function gcSharedBytes(k: number, groupSize: number): number {
+  const rounds = Math.ceil(Math.floor(k / groupSize) / 8);
+  return rounds * 8 * groupSize * 2 + rounds * 8 * 4 + 1024;
+}
+/** Whether the 'groups' engine takes these sizes (chunked k assumed). */
+export function gcTakes(m: number, n: number, k: number, groupSize: number, bits: number): boolean {
+  return m === 1 && bits === 4 && n >= GC_MIN_N && gcSharedBytes(k, groupSize) <= GC_MAX_SHARED;
+}
+/** Warps of the 'groups' engine over each 16-row tile. */
+export function gcWarps(n: number): number {
+  return ceilDiv(n, 16) > GC_W2_TILES ? 2 : 4;
+}
 
 /** The engine of a kernel at these sizes (the CUDA entries decide alike). */
-export function quantizedCudaEngine(kernel: string, m: number, k: number, groupSize: number): QuantizedCudaEngine {
+export function quantizedCudaEngine(kernel: string, m: number, n: number, k: number, groupSize: number, bits: number): QuantizedCudaEngine {
   if (kernel === 'quantized_mv_f32' || kernel === 'quantized_mm_f32') return 'simt';
-  if (kernel.startsWith('quantized_mv_')) return 'vector';
   if (kernel.startsWith('quantized_mm_')) return 'matrix';
-  if (!quantizedChunked(k, groupSize)) return 'any';
+  const chunked = quantizedChunked(k, groupSize);
+  if (kernel.startsWith('quantized_mv_')) return chunked && gcTakes(m, n, k, groupSize, bits) ? 'groups' : 'vector';
+  if (!chunked) return 'any';
+  if (gcTakes(m, n, k, groupSize, bits)) return 'groups';
   return m <= QUANTIZED_MV_MAX_ROWS ? 'vector' : 'matrix';
 }
 
@@ -135,10 +165,12 @@ const SIMT_SHARED_BYTES = 8 * QUANTIZED_SIMT_CUDA_ROWS * 4 * 4;
 const ANY_CUDA_BLOCKS = 65536;
 
 /** The CUDA launch of a kernel of the family at these sizes (its engine's: quantizedCudaEngine). */
-export function quantizedCudaLaunch(kernel: string, m: number, n: number, k: number, groupSize: number): Launch {
-  switch (quantizedCudaEngine(kernel, m, k, groupSize)) {
+export function quantizedCudaLaunch(kernel: string, m: number, n: number, k: number, groupSize: number, bits: number): Launch {
+  switch (quantizedCudaEngine(kernel, m, n, k, groupSize, bits)) {
     case 'vector':
       return { grid: [ceilDiv(n, QUANTIZED_MV_CUDA_ROWS), 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: QUANTIZED_MV_CUDA_SHARED_BYTES } };
+    case 'groups':
+      return { grid: [ceilDiv(ceilDiv(n, 16) * gcWarps(n), 4), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: gcSharedBytes(k, groupSize) } };
     case 'matrix': {
       // mlx-native's kernels take the 64 x 128 tile (denseMmCudaTile below 1024 rows) at every size.
       const t = kernel.startsWith('quantized_mm_') ? denseMmCudaTile(m, n) : denseMmCudaTile(1, 1);
@@ -262,7 +294,7 @@ export function planAffineQuantizedMatmul(a: AffineQuantizedMatmulArgs, _limits:
     buffers: [a.x, a.weight, a.scales, a.biases, a.output],
     bytes: [, , , , , packQuantizedMatmulParams(a)],
     ...matmulMetalLaunch(form, a.m, a.n),
-    cuda: quantizedCudaLaunch(kernel, a.m, a.n, a.k, a.groupSize),
+    cuda: quantizedCudaLaunch(kernel, a.m, a.n, a.k, a.groupSize, a.bits),
   });
 }
 
@@ -321,7 +353,7 @@ function scalarDispatch(a: QuantizedMatmulArgs): PlannedDispatch {
     bytes: [, , , , , packQuantizedMatmulParams(a)],
     grid: [ceilDiv(a.n, tx), ceilDiv(a.m, ty), 1],
     threads: [tx, ty, 1],
-    cuda: quantizedCudaLaunch('quantized_matmul', a.m, a.n, a.k, a.groupSize),
+    cuda: quantizedCudaLaunch('quantized_matmul', a.m, a.n, a.k, a.groupSize, a.bits),
   };
 }
 
@@ -367,7 +399,7 @@ function simdDispatch(kernel: string, a: QuantizedMatmulArgs): PlannedDispatch {
     bytes: [, , , , , packQuantizedMatmulParams(a)],
     grid: [a.m, ceilDiv(a.n, 8), 1],
     threads: [32, 2, 1],
-    cuda: quantizedCudaLaunch(kernel, a.m, a.n, a.k, a.groupSize),
+    cuda: quantizedCudaLaunch(kernel, a.m, a.n, a.k, a.groupSize, a.bits),
   };
 }
 

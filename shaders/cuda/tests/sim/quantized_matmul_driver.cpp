@@ -15,13 +15,19 @@
 #include <random>
 #include <string>
 
-enum Engine { VECTOR, MATRIX, MATRIX_SMALL, SIMT, ANY };
-const char* engine_name[] = {"vector", "matrix", "matrix 64x128", "simt", "any"};
+enum Engine { VECTOR, MATRIX, MATRIX_SMALL, SIMT, ANY, GROUPS };
+const char* engine_name[] = {"vector", "matrix", "matrix 64x128", "simt", "any", "groups"};
 
 // The launch of quantizedCudaLaunch for an engine.
+// GROUPS: the group-column engine (one token, 4 bits, N >= 4096): gcWarps, gcSharedBytes.
 template <class K>
-void launch(Engine e, u32 M, u32 N, K&& body) {
+void launch(Engine e, u32 M, u32 N, K&& body, u32 K_ = 0, u32 gs = 0) {
   switch (e) {
+    case GROUPS: {
+      const u32 W = cdiv(N, 16) > 1024 ? 2 : 4, R = (K_ / gs + 7) / 8;
+      sim_launch({cdiv(cdiv(N, 16) * W, 4), 1, 1}, {128, 1, 1}, R * 8 * gs * 2 + R * 8 * 4 + 1024, body);
+      break;
+    }
     case VECTOR: sim_launch({cdiv(N, 16), 1, 1}, {256, 1, 1}, 4096, body); break;
     case MATRIX:
     case MATRIX_SMALL: {
@@ -52,7 +58,7 @@ void run(const char* name, Kern kernel, Engine e, u32 M, u32 N, u32 K, u32 gs, u
   std::vector<u32> q;
   random_packed(q, w.p, N, K, bits, rb);
   QuantizedMatmulParams p{M, K, N, gs, bits};
-  launch(e, M, N, [&] { kernel(x.p, reinterpret_cast<const unsigned int*>(w.p), sc.p, bi.p, y.p, &p); });
+  launch(e, M, N, [&] { kernel(x.p, reinterpret_cast<const unsigned int*>(w.p), sc.p, bi.p, y.p, &p); }, K, gs);
   double worst = 0;
   for (u32 i = 0; i < M; ++i)
     for (u32 j = 0; j < N; ++j) {
@@ -213,6 +219,11 @@ int main(int argc, char** argv) {
     run<float, bf, float>("quantized_matmul", quantized_matmul, ANY, 3, 7, 10, 4, bits, true, 1e-2);
     run<bf, bf, bf>("quantized_matmul_simd_bf16", quantized_matmul_simd_bf16, ANY, 9, 5, 100, 48, bits, true, 1e-2);
   }
+  // The group-column engine through the entries (one token, 4 bits, N >= 4096): partial rounds, rows past a
+  // tile, 4 and 2 warps a tile, f32 x rounded to bf16.
+  run<bf, bf, bf>("quantized_mv_bf16", quantized_mv_bf16, GROUPS, 1, 4100, 320, 32, 4, false, 1e-2);
+  run<__half, __half, __half>("quantized_mv_f16", quantized_mv_f16, GROUPS, 1, 4104, 1152, 128, 4, false, 1e-3);
+  run<float, bf, float>("quantized_matmul_simd", quantized_matmul_simd, GROUPS, 1, 16400, 192, 64, 4, true, 1e-2);
   if (big) {
     run<bf, bf, bf>("quantized_mv_bf16", quantized_mv_bf16, VECTOR, 3, 8200, 64, 64, 4, false, 1e-2);
     run<__half, __half, __half>("quantized_mv_f16", quantized_mv_f16, VECTOR, 8, 2000, 4096, 128, 6, false, 1e-3);
