@@ -122,11 +122,12 @@ export type QuantizedCudaEngine = 'vector' | 'groups' | 'matrix' | 'simt' | 'any
 /**
  * The 'groups' engine's rule (shaders/cuda/quantized_matmul.cu gc_takes,
  * gc_warps, gc_shared decide alike): one token of 4-bit codes, n at least
- * GC_MIN_N (below it the vector engine's 8 warps a tile are faster), x
+ * GC_MIN_N (below it the vector engine's 8 warps a tile are faster: n 4096
+ * at k 4096, 7.1 against 9.4 us on an H100), x
  * permuted in at most GC_MAX_SHARED bytes; 2 warps a 16-row tile past
  * GC_W2_TILES tiles, else 4 (bench/results/qmv-gc-h100-2026-11-26.md).
  */
-export const GC_MIN_N = 4096;
+export const GC_MIN_N = 5120;
 const GC_W2_TILES = 1024;
 const GC_MAX_SHARED = 98304;
 /** The 'groups' engine's dynamic shared memory: x as 16-bit pairs over whole rounds of 8 groups, the groups' sums, 1 KiB more. */
