@@ -3,7 +3,7 @@
 // (planQuantizedMatmulGgml / planAffineQuantizedMatmul) as it stands, then
 // the same dispatch with the kernel swapped for each variant and the
 // variant's own CUDA launch (shaders/cuda/quantized_matmul_ggml.cu's
-// kernel_mul_mv_<t>_f32_vdq*, shaders/cuda/quantized_matmul.cu's
+// kernel_mul_mv_<t>_f32_vdq* and kernel_mul_mv_q4_K_f32_vgc*, shaders/cuda/quantized_matmul.cu's
 // quantized_mv_<t>_vks*, _vdq* and _vgc*; floors, analysis and predictions in
 // notes/qmv-variants-2026-11-26.md). The kernels are registered under a
 // family of this script's own (the op's sources, the entries and the
@@ -69,6 +69,19 @@ function gdq(suffix: string, R: number, S: number): Variant {
   };
 }
 const GGML_VARIANTS: Variant[] = [gdq('vdq1', 1, 1), gdq('vdq2', 2, 1), gdq('vdqs4', 1, 4)];
+/**
+ * gmv_gc_q4k<W> (kernel_mul_mv_q4_K_f32_vgc2 / 4; one token): the group-column
+ * engine on Q4_K's super-blocks, W warps a 16-row tile, 128 threads: grid
+ * ceil(ceil(n / 16) W / 4); shared x as bf16 pairs (2 bytes a value), its
+ * sub-blocks' sums and 1 KiB.
+ */
+function ggc(suffix: string, W: number): Variant {
+  return {
+    suffix,
+    launch: (_m, n, k) => ({ grid: [Math.ceil((Math.ceil(n / 16) * W) / 4), 1, 1], threads: [128, 1, 1], shared: k * 2 + (k / 32) * 4 + 1024 }),
+  };
+}
+const GGML_GC_VARIANTS: Variant[] = [ggc('vgc2', 2), ggc('vgc4', 4)];
 
 /**
  * qmv_ks<..., RT> (quantized_mv_<t>_vks8 / _vks4): the vector engine with
@@ -123,7 +136,8 @@ function ggml(label: string, type: GgmlQuantType, m: number, n: number, k: numbe
   const output = dev.alloc('f32', [m * n]);
   return {
     name: `${label} ${type} f32 m=${m} n=${n} k=${k}`, bytes: n * ggmlRowBytesOf(type, k) + 4 * (m * k + m * n),
-    plan: planQuantizedMatmulGgml({ input, weight, output, m, n, k, ggmlType: type }, dev.limits, dev), output, variants: GGML_VARIANTS, m, n, k,
+    plan: planQuantizedMatmulGgml({ input, weight, output, m, n, k, ggmlType: type }, dev.limits, dev), output,
+    variants: [...GGML_VARIANTS, ...(type === 'Q4_K' && m === 1 ? GGML_GC_VARIANTS : [])], m, n, k,
   };
 }
 
@@ -163,6 +177,8 @@ const cases: Case[] = [
   affine('Gemma 4 up', 8, 64, 1, 21504, 5376),
   affine('Qwen3.6 up', 4, 64, 8, 17408, 5120),
   // Qwen3.6-35B-A3B's decode products (hidden 2048): the gated delta net's in_proj, attention's out_proj, lm_head.
+  ggml('Qwen3.6-35B in_proj', 'Q4_K', 1, 12352, 2048),
+  ggml('Qwen3.6-35B lm_head', 'Q4_K', 1, 248320, 2048),
   affine('Qwen3.6-35B in_proj', 4, 64, 1, 12352, 2048),
   affine('Qwen3.6-35B out_proj', 4, 64, 1, 2048, 4096),
   affine('Qwen3.6-35B lm_head', 4, 64, 1, 248320, 2048),
@@ -171,7 +187,8 @@ const cases: Case[] = [
 // ---- one family of this script's own per source file: the entries and every variant ----
 
 const ggmlVariantKernels = QUANTIZED_MATMUL_GGML_KERNELS.filter((k) => k.startsWith('kernel_mul_mv_'))
-  .flatMap((k) => GGML_VARIANTS.map((v) => `${k}_${v.suffix}`));
+  .flatMap((k) => GGML_VARIANTS.map((v) => `${k}_${v.suffix}`))
+  .concat(GGML_GC_VARIANTS.map((v) => `kernel_mul_mv_q4_K_f32_${v.suffix}`));
 const affineVariantKernels = QUANTIZED_MATMUL_KERNELS.filter((k) => /^quantized_mv_(f16|bf16)$/.test(k))
   .flatMap((k) => [...AFFINE_VARIANTS.map((v) => v.suffix), ...GC_SUFFIXES.map(([sfx]) => sfx)].map((sfx) => `${k}_${sfx}`));
 const FAMILIES = {

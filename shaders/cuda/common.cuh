@@ -959,6 +959,26 @@ __device__ __forceinline__ u32 triple(const u32 (&w)[6], int a) {
 
 // The constants of the exact q of dequantize(): a power of two P whose
 // mantissa unit is 1, P with the sign flipped, and 1, as packed pairs.
+// A warp's ring of loads over its `mine` steps (quantized_matmul.cu's vector
+// and group-column engines, quantized_matmul_ggml.cu's group-column variant):
+// issue(u, i) loads step i into slot u, step(u, i) computes slot u's step i,
+// which is then refilled with step i + U, so the loads stay U steps ahead.
+template <u32 U, typename Issue, typename Step>
+__device__ __forceinline__ void qmv_ring(u32 mine, Issue& issue, Step step) {
+#pragma unroll
+    for (u32 u = 0; u < U; ++u) issue(u, u);
+    for (u32 i0 = 0; i0 < mine; i0 += U) {
+#pragma unroll
+        for (u32 u = 0; u < U; ++u) {
+            const u32 i = i0 + u;
+            if (i < mine) {
+                step(u, i);
+                issue(u, i + U);
+            }
+        }
+    }
+}
+
 template <typename T> struct QMagic;
 template <> struct QMagic<__half> {
     static constexpr u32 P2 = 0x64006400u;    // 1024

@@ -85,25 +85,6 @@ template <typename TS> struct QmvRows {
         : w{w_ + r0 * w_row, w_ + r1 * w_row}, sc{sc_ + r0 * s_row, sc_ + r1 * s_row}, bi{bi_ + r0 * s_row, bi_ + r1 * s_row} {}
 };
 
-// The ring of a warp's `mine` steps (qmv_tc's comment): issue(u, i) loads
-// step i into slot u, step(u, i) computes slot u's step i, which is then
-// refilled with step i + U.
-template <u32 U, typename Issue, typename Step>
-__device__ __forceinline__ void qmv_ring(u32 mine, Issue& issue, Step step) {
-#pragma unroll
-    for (u32 u = 0; u < U; ++u) issue(u, u);
-    for (u32 i0 = 0; i0 < mine; i0 += U) {
-#pragma unroll
-        for (u32 u = 0; u < U; ++u) {
-            const u32 i = i0 + u;
-            if (i < mine) {
-                step(u, i);
-                issue(u, i + U);
-            }
-        }
-    }
-}
-
 // Rows row0 .. row0 + 15 of w (rows w_row bytes apart, chunked) against the
 // m <= 8 rows of x ([m, K]): y[i * N + row] (the file comment). Warp w takes
 // steps w, w + 8, w + 16, ... (a step: 16 rows x 4 chunks, 1 KiB of 4-bit

@@ -15,7 +15,8 @@
 // 1e-2; dequantization and embedding:
 // |got - want| / max |want| under the output type's tolerance. run.sh builds
 // and runs it; `big` adds the 128 x 256 tiles and many vector blocks;
-// `variants` runs only the int8 engine's variants (run_variants).
+// `variants` runs only the int8 engine's variants (run_variants) and Q4_K's
+// group-column ones (run_gc), `vgc` only the latter.
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include "ggml_blocks.h"
@@ -130,6 +131,31 @@ void run_variants(int f, MV mv, const std::vector<DqVariant>& vs, u32 M, u32 N, 
   }
 }
 
+// The group-column variants of Q4_K (kernel_mul_mv_q4_K_f32_vgc<W>, one
+// token, launched by bench/qmv_variants.ts only) beside the entry: against
+// the float64 product and the entry's output, as run_variants; their launch
+// (grid ceil(ceil(N / 16) W / 4) of 128 threads).
+template <class MV, class GC>
+void run_gc(MV mv, GC gc, u32 W, u32 N, u32 K) {
+  const int f = Q4_K;
+  const Weight t = random_weight(f, N, K, 0);
+  Arr<float> x(K, 16), y0(N), y(N);
+  x.random();
+  y0.poison();
+  y.poison();
+  GgmlMatvecParams p{K, N, 1, K, 1, N, 1, 1, 1};
+  const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
+  sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4, [&] { mv(t.w, x.p, y0.p, &p); });
+  sim_launch({cdiv(cdiv(N, 16) * W, 4), 1, 1}, {128, 1, 1}, K * 2 + K / 32 * 4 + 1024, [&] { gc(t.w, x.p, y.p, &p); });
+  std::vector<double> want, mag, entry(N);
+  product(f, t, x, 1, N, K, want, mag);
+  for (size_t e = 0; e < entry.size(); ++e) entry[e] = y0.at(e);
+  const double worst = worst_of(y, want, mag), vs_entry = worst_of(y, entry, mag);
+  const std::string what = "vgc" + std::to_string(W) + " Q4_K M=1 N=" + std::to_string(N) + " K=" + std::to_string(K);
+  report(worst <= 1e-2, what + " vs f64", worst, 1e-2);
+  report(vs_entry <= 1e-2, what + " vs entry", vs_entry, 1e-2);
+}
+
 // kernel_dequantize_<t>_<o> over `blocks` blocks.
 template <class O, class K>
 void run_dequantize(int f, K kernel, const char* out, size_t blocks) {
@@ -200,6 +226,19 @@ int main(int argc, char** argv) {
     /* An odd number of blocks a row (rows 2-byte aligned) and a weight not 16-byte aligned. */                     \
     run_variants(F, kernel_mul_mv_##T##_f32, vs, 3, 9, kb == 32 ? 288 : 256);                                       \
     run_variants(F, kernel_mul_mv_##T##_f32, vs, 2, 11, 3 * 256, kb == 32 || F == Q6_K ? 2 : 4);                    \
+  }
+  const bool only_gc = argc > 1 && std::string(argv[1]) == "vgc";
+  if (only_variants || only_gc) {
+    // Rows past N (a partial tile), one super-block, several, the bench shapes' K, W = 2 and 4.
+    for (u32 W : {2u, 4u}) {
+      auto gc = W == 2 ? kernel_mul_mv_q4_K_f32_vgc2 : kernel_mul_mv_q4_K_f32_vgc4;
+      for (const auto& [N, K] : std::vector<std::pair<u32, u32>>{{37, 5 * 256}, {16, 256}, {70, 2048}, {5, 5120}, {3, 5376}})
+        run_gc(kernel_mul_mv_q4_K_f32, gc, W, N, K);
+    }
+  }
+  if (only_gc) {
+    std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
+    return failures != 0;
   }
   if (only_variants) {
     ALL_FORMATS(VARIANTS)
