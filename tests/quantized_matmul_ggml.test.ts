@@ -36,6 +36,7 @@ import {
   QUANTIZED_MATMUL_GGML_KERNELS,
   ggmlBlockOf,
   ggmlDequantize,
+  ggmlGcTakes,
   ggmlMatmulCudaLaunch,
   ggmlMmCudaTile,
   ggmlMvCudaSharedBytes,
@@ -169,9 +170,13 @@ describe('quantized_matmul_ggml params, bindings and launches', () => {
     expect(ggmlMvMetalLaunch('Q6_K', 1, 17)).toEqual({ grid: [9, 1, 1], threads: [2, 32, 1] });
     // A window of 256 values from 16-byte units: Q4_0 144 bytes (176), Q8_0 272 (304), Q4_K 144, Q5_K 176 (208), Q6_K 210 (240).
     expect(GGML_QUANT_TYPES.map((t) => ggmlMvCudaStageRow(t))).toEqual([176, 304, 176, 208, 240]);
-    expect(ggmlMatmulCudaLaunch('Q4_K', 'vector', 1, 17408)).toEqual({ grid: [1088, 1, 1], threads: [128, 1, 1],
+    expect(ggmlMatmulCudaLaunch('Q4_K', 'vector', 2, 17408, 5120)).toEqual({ grid: [1088, 1, 1], threads: [128, 1, 1],
       threadgroupMemory: { 0: 4 * 3 * 16 * 176 + 2048 } });
-    expect(ggmlMatmulCudaLaunch('Q4_K', 'matrix', 8192, 17408)).toEqual({ grid: [68 * 64, 1, 1], threads: [256, 1, 1],
+    // One token of Q4_K: the group-column engine on the same grid, with x's copy where it is the larger (k 17408), under the bound.
+    expect([5120, 17408, 49152].map((k) => [ggmlGcTakes('Q4_K', 1, k), ggmlMatmulCudaLaunch('Q4_K', 'vector', 1, 5120, k).threadgroupMemory![0]]))
+      .toEqual([[true, 4 * 3 * 16 * 176 + 2048], [true, 17408 * 2 + 544 * 4 + 1024], [false, 4 * 3 * 16 * 176 + 2048]]);
+    expect([ggmlGcTakes('Q4_0', 1, 5120), ggmlGcTakes('Q4_K', 2, 5120)]).toEqual([false, false]);
+    expect(ggmlMatmulCudaLaunch('Q4_K', 'matrix', 8192, 17408, 5120)).toEqual({ grid: [68 * 64, 1, 1], threads: [256, 1, 1],
       threadgroupMemory: { 0: 61440 } });
     expect(ggmlMmCudaTile(100, 100)).toEqual({ bm: 64, bn: 128, threads: 128, sharedBytes: 30720 });
     for (const t of GGML_QUANT_TYPES) expect(ggmlMvCudaSharedBytes(t)).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory / 2);
@@ -413,6 +418,16 @@ describeBackends('quantized_matmul_ggml parity', ({ device, backend }) => {
         const e = product(dev, type, m, 24, 2048, undefined, m * 31 + type.length);
         if (!(e <= tolOf(form, 2048))) over.push(`${type} m ${m}: ${e}`);
       }
+    }
+    expect(over).toEqual([]);
+  }, 120_000);
+
+  test('one token of Q4_K (CUDA\'s group-column engine): k of one super-block to past the vector engine\'s shared memory, rows past a tile', () => {
+    const dev = device();
+    const over: string[] = [];
+    for (const [n, k] of [[19, 256], [40, 17408], [3, 5376]] as const) {
+      const e = product(dev, 'Q4_K', 1, n, k, 'vector', n + k);
+      if (!(e <= tolOf('vector', k))) over.push(`[1, ${n}, ${k}]: ${e}`);
     }
     expect(over).toEqual([]);
   }, 120_000);

@@ -959,6 +959,11 @@ __device__ __forceinline__ u32 triple(const u32 (&w)[6], int a) {
 
 // The constants of the exact q of dequantize(): a power of two P whose
 // mantissa unit is 1, P with the sign flipped, and 1, as packed pairs.
+// The group-column engines' bound on x's copy in shared memory (one token:
+// quantized_matmul.cu's qmv_gc, quantized_matmul_ggml.cu's Q4_K form; ts:
+// GC_MAX_SHARED): past it the vector engines take the product.
+constexpr u32 GC_MAX_SHARED = 98304;
+
 // A warp's ring of loads over its `mine` steps (quantized_matmul.cu's vector
 // and group-column engines, quantized_matmul_ggml.cu's group-column variant):
 // issue(u, i) loads step i into slot u, step(u, i) computes slot u's step i,

@@ -580,7 +580,7 @@ __device__ __forceinline__ void qmv_gc(const TX* x, const unsigned char* w, cons
 // tile are faster: N 4096 at K 4096, 7.1 against 9.4 us), x permuted in at most
 // GC_MAX_SHARED bytes; W = 2 warps a tile past GC_W2_TILES tiles, else 4
 // (measured on an H100: bench/results/qmv-gc-h100-2026-11-26.md).
-constexpr u32 GC_MIN_N = 5120, GC_W2_TILES = 1024, GC_MAX_SHARED = 98304;
+constexpr u32 GC_MIN_N = 5120, GC_W2_TILES = 1024;
 __device__ __forceinline__ u32 gc_shared(u32 K, u32 gs) {
     const u32 r = (K / gs + 7u) / 8u;
     return r * 8u * gs * 2u + r * 8u * 4u + 1024u;

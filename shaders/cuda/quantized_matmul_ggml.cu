@@ -353,57 +353,13 @@ __device__ __forceinline__ void gdq(const unsigned char* w, const float* x, floa
     i8_mv<GdqUnit<F>, R, S, U>(src, x, y, M, N, K, x_row, y_row, smem_raw);
 }
 
-}  // namespace
+// ---- Q4_K at one token: the group-column engine ----
 
-// ---- kernel_mul_mv_<t>_f32 ----
-
-// buffer(0) weight (N rows of blocks), (1) x [M, K] f32, (2) y [M, N] f32, (3) GgmlMatvecParams.
-// Bounds of 4 blocks an SM (128 registers): the decoders' unrolled loads
-// without spills (97-128 registers by format); shared memory allows 3 (Q8_0)
-// to 6 (Q4_0, Q4_K) blocks.
-#define GGML_MV_ENTRY(NAME, F)                                                                                        \
-    extern "C" __global__ void __launch_bounds__(128, 4) NAME(const unsigned char* src0, const float* src1, float* dst,  \
-                                                           const GgmlMatvecParams* p) {                              \
-        extern __shared__ __align__(16) unsigned char smem_raw[];                                                   \
-        gmv<F>(smem_raw, src0, src1, dst, u32(p->ne1), u32(p->ne01), u32(p->ne00), p->ne10, p->ne0, blockIdx.x * 16u); \
-    }
-GGML_MV_ENTRY(kernel_mul_mv_q4_0_f32, GGML_Q4_0)
-GGML_MV_ENTRY(kernel_mul_mv_q8_0_f32, GGML_Q8_0)
-GGML_MV_ENTRY(kernel_mul_mv_q4_K_f32, GGML_Q4_K)
-GGML_MV_ENTRY(kernel_mul_mv_q5_K_f32, GGML_Q5_K)
-GGML_MV_ENTRY(kernel_mul_mv_q6_K_f32, GGML_Q6_K)
-
-// The int8 engine's variants (gdq<F, R, S, U>), same bindings; the op does
-// not launch them. Grid: any (a block walks units of 8 / S x R rows; two
-// blocks an SM cover the rows without a wave tail), 256 threads, dynamic
-// shared memory M x K + M x K / 32 x 8 + 2 x 8 x R x 8 x 4 bytes.
-//   _vdq1:  a warp a row, 4 items a lane in flight (Q5_K 3: 4 spill),
-//           for Qwen3.6 / Gemma 4 up.
-//   _vdq2:  a warp two rows, 2 items a lane in flight.
-//   _vdqs4: four warps a row (its items split four ways), 3 in flight: at
-//           k = 17408 (the down projections) a warp's share of a row
-//           (68 Q4_K items, 136 of 32 values) in one or two rounds.
-#define GGML_MV_DQ_ENTRY(NAME, F, R, S, U)                                                                          \
-    extern "C" __global__ void __launch_bounds__(256, 2) NAME(const unsigned char* src0, const float* src1, float* dst, \
-                                                           const GgmlMatvecParams* p) {                              \
-        gdq<F, R, S, U>(src0, src1, dst, u32(p->ne1), u32(p->ne01), u32(p->ne00), p->ne10, p->ne0);                \
-    }
-#define GGML_MV_DQ_ENTRIES(T, F)                                    \
-    GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdq1, F, 1, 1, F == GGML_Q5_K ? 3 : 4) \
-    GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdq2, F, 2, 1, 2)      \
-    GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdqs4, F, 1, 4, 3)
-GGML_MV_DQ_ENTRIES(q4_0, GGML_Q4_0)
-GGML_MV_DQ_ENTRIES(q8_0, GGML_Q8_0)
-GGML_MV_DQ_ENTRIES(q4_K, GGML_Q4_K)
-GGML_MV_DQ_ENTRIES(q5_K, GGML_Q5_K)
-GGML_MV_DQ_ENTRIES(q6_K, GGML_Q6_K)
-#undef GGML_MV_DQ_ENTRIES
-#undef GGML_MV_DQ_ENTRY
-
-// kernel_mul_mv_q4_K_f32_vgc<W>: quantized_matmul.cu's group-column engine
-// (qmv_gc) for Q4_K, one token, for the harness; the op does not launch it.
-// A round is a super-block (8 sub-blocks of 32 values, 144 bytes a row):
-// lane (g, t) takes sub-blocks 2t and 2t + 1 of rows g and g + 8, whose
+// quantized_matmul.cu's group-column engine (qmv_gc) for Q4_K: what
+// kernel_mul_mv_q4_K_f32 runs for one token (gc_q4k_takes; W = 4, so its
+// grid is the vector engine's), and at W = 2 and 4 the harness variants
+// kernel_mul_mv_q4_K_f32_vgc<W>. A round is a super-block (8 sub-blocks of
+// 32 values, 144 bytes a row): lane (g, t) takes sub-blocks 2t and 2t + 1 of rows g and g + 8, whose
 // quant bytes are the same 32 (32t ..: low nibbles sub-block 2t, high
 // nibbles 2t + 1), and its 16-byte header (d, dmin, scales). A word of them
 // gives 4 values of each sub-block; the nibble shifts 0 and 4 (8 and 12)
@@ -416,9 +372,8 @@ GGML_MV_DQ_ENTRIES(q6_K, GGML_Q6_K)
 // rounds it). x in shared memory: per word of 4 values (x0, x2) and (x1,
 // x3) as bf16 pairs, 8 words a sub-block. W warps a 16-row tile split the
 // super-blocks; 2 rounds of loads in flight; 128 threads; grid
-// ceil(ceil(N / 16) W / 4); dynamic shared memory K x 2 + K / 32 x 4 + 1024
-// bytes. Needs a 16-byte aligned weight and x, and K a multiple of 256 (the
-// harness's inputs).
+// ceil(ceil(N / 16) W / 4); dynamic shared memory gc_q4k_shared(K). Needs a
+// 16-byte aligned weight and x (K is a multiple of 256).
 template <u32 W>
 __device__ __forceinline__ void gmv_gc_q4k(const unsigned char* w, const float* x, float* y, u32 N, u32 K) {
     constexpr u32 D = 2, TPB = 4u / W;
@@ -514,6 +469,64 @@ __device__ __forceinline__ void gmv_gc_q4k(const unsigned char* w, const float* 
         if (row0 + g + 8u < N) y[row0 + g + 8u] = acc_b;
     }
 }
+__device__ __forceinline__ u32 gc_q4k_shared(u32 K) { return K * 2u + K / 32u * 4u + 1024u; }
+// The entry's choice, made alike by ts/ops/quantized_matmul_ggml.ts
+// (ggmlGcTakes, ggmlMatmulCudaLaunch's shared memory).
+__device__ __forceinline__ bool gc_q4k_takes(const void* w, const float* x, u32 M, u32 K) {
+    return M == 1u && gc_q4k_shared(K) <= GC_MAX_SHARED && aligned16(w) && aligned16(x);
+}
+
+}  // namespace
+
+// ---- kernel_mul_mv_<t>_f32 ----
+
+// buffer(0) weight (N rows of blocks), (1) x [M, K] f32, (2) y [M, N] f32, (3) GgmlMatvecParams.
+// Bounds of 4 blocks an SM (128 registers): the decoders' unrolled loads
+// without spills (97-128 registers by format); shared memory allows 3 (Q8_0)
+// to 6 (Q4_0, Q4_K) blocks.
+#define GGML_MV_ENTRY(NAME, F)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(128, 4) NAME(const unsigned char* src0, const float* src1, float* dst,  \
+                                                           const GgmlMatvecParams* p) {                              \
+        extern __shared__ __align__(16) unsigned char smem_raw[];                                                   \
+        if (F == GGML_Q4_K && gc_q4k_takes(src0, src1, u32(p->ne1), u32(p->ne00))) {                                \
+            gmv_gc_q4k<4>(src0, src1, dst, u32(p->ne01), u32(p->ne00));                                             \
+            return;                                                                                                  \
+        }                                                                                                            \
+        gmv<F>(smem_raw, src0, src1, dst, u32(p->ne1), u32(p->ne01), u32(p->ne00), p->ne10, p->ne0, blockIdx.x * 16u); \
+    }
+GGML_MV_ENTRY(kernel_mul_mv_q4_0_f32, GGML_Q4_0)
+GGML_MV_ENTRY(kernel_mul_mv_q8_0_f32, GGML_Q8_0)
+GGML_MV_ENTRY(kernel_mul_mv_q4_K_f32, GGML_Q4_K)
+GGML_MV_ENTRY(kernel_mul_mv_q5_K_f32, GGML_Q5_K)
+GGML_MV_ENTRY(kernel_mul_mv_q6_K_f32, GGML_Q6_K)
+
+// The int8 engine's variants (gdq<F, R, S, U>), same bindings; the op does
+// not launch them. Grid: any (a block walks units of 8 / S x R rows; two
+// blocks an SM cover the rows without a wave tail), 256 threads, dynamic
+// shared memory M x K + M x K / 32 x 8 + 2 x 8 x R x 8 x 4 bytes.
+//   _vdq1:  a warp a row, 4 items a lane in flight (Q5_K 3: 4 spill),
+//           for Qwen3.6 / Gemma 4 up.
+//   _vdq2:  a warp two rows, 2 items a lane in flight.
+//   _vdqs4: four warps a row (its items split four ways), 3 in flight: at
+//           k = 17408 (the down projections) a warp's share of a row
+//           (68 Q4_K items, 136 of 32 values) in one or two rounds.
+#define GGML_MV_DQ_ENTRY(NAME, F, R, S, U)                                                                          \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME(const unsigned char* src0, const float* src1, float* dst, \
+                                                           const GgmlMatvecParams* p) {                              \
+        gdq<F, R, S, U>(src0, src1, dst, u32(p->ne1), u32(p->ne01), u32(p->ne00), p->ne10, p->ne0);                \
+    }
+#define GGML_MV_DQ_ENTRIES(T, F)                                    \
+    GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdq1, F, 1, 1, F == GGML_Q5_K ? 3 : 4) \
+    GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdq2, F, 2, 1, 2)      \
+    GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdqs4, F, 1, 4, 3)
+GGML_MV_DQ_ENTRIES(q4_0, GGML_Q4_0)
+GGML_MV_DQ_ENTRIES(q8_0, GGML_Q8_0)
+GGML_MV_DQ_ENTRIES(q4_K, GGML_Q4_K)
+GGML_MV_DQ_ENTRIES(q5_K, GGML_Q5_K)
+GGML_MV_DQ_ENTRIES(q6_K, GGML_Q6_K)
+#undef GGML_MV_DQ_ENTRIES
+#undef GGML_MV_DQ_ENTRY
+
 #define GGML_MV_GC_ENTRY(W)                                                                                                  \
     extern "C" __global__ void __launch_bounds__(128, 4) kernel_mul_mv_q4_K_f32_vgc##W(const unsigned char* src0, const float* src1, \
                                                                                      float* dst, const GgmlMatvecParams* p) {  \

@@ -129,7 +129,8 @@ export type QuantizedCudaEngine = 'vector' | 'groups' | 'matrix' | 'simt' | 'any
  */
 export const GC_MIN_N = 5120;
 const GC_W2_TILES = 1024;
-const GC_MAX_SHARED = 98304;
+/** The group-column engines' bound on x's copy in shared memory (shaders/cuda/common.cuh GC_MAX_SHARED). */
+export const GC_MAX_SHARED = 98304;
 /** The 'groups' engine's dynamic shared memory: x as 16-bit pairs over whole rounds of 8 groups, the groups' sums, 1 KiB more. */
 export function gcSharedBytes(k: number, groupSize: number): number {
   const rounds = Math.ceil(Math.floor(k / groupSize) / 8);

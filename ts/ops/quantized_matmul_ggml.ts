@@ -58,6 +58,7 @@ import {
 import { ggmlType } from '../weights/gguf.ts';
 import type { EmbeddingArgs } from './embedding.ts';
 import { checkMatmulForm, denseMmCudaTile, matmulForm, type MatmulForm, denseAbsRef, denseRef } from './dense.ts';
+import { GC_MAX_SHARED } from './quantized_matmul.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 import { f16BitsToF32, f32ToF16Bits } from '../dtype.ts';
 
@@ -174,10 +175,25 @@ export function ggmlMmCudaTile(m: number, n: number): { bm: number; bn: number; 
 /** Blocks of the CUDA dequantization and embedding kernels at most (they stride over their chunks of 32 values). */
 const GGML_ROWS_CUDA_BLOCKS = 4096;
 
+/** The shared memory of the Q4_K group-column engine (quantized_matmul_ggml.cu gc_q4k_shared): x as bf16 pairs, the sub-blocks' sums, 1 KiB. */
+export function ggmlGcSharedBytes(k: number): number {
+  return k * 2 + (k / 32) * 4 + 1024;
+}
+/**
+ * Whether kernel_mul_mv_q4_K_f32 takes the group-column engine (one token,
+ * x's copy within GC_MAX_SHARED; the kernel decides alike, gc_q4k_takes, and
+ * keeps the vector engine for operands a 16-byte load cannot take). Its grid
+ * is the vector engine's (4 warps a 16-row tile).
+ */
+export function ggmlGcTakes(type: GgmlQuantType, m: number, k: number): boolean {
+  return type === 'Q4_K' && m === 1 && ggmlGcSharedBytes(k) <= GC_MAX_SHARED;
+}
+
 /** The CUDA launch of the vector or matrix kernel at these sizes. */
-export function ggmlMatmulCudaLaunch(type: GgmlQuantType, form: 'vector' | 'matrix', m: number, n: number): Launch {
+export function ggmlMatmulCudaLaunch(type: GgmlQuantType, form: 'vector' | 'matrix', m: number, n: number, k: number): Launch {
   if (form === 'vector') {
-    return { grid: [ceilDiv(n, GGML_MV_CUDA_ROWS), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes(type) } };
+    const shared = Math.max(ggmlMvCudaSharedBytes(type), ggmlGcTakes(type, m, k) ? ggmlGcSharedBytes(k) : 0);
+    return { grid: [ceilDiv(n, GGML_MV_CUDA_ROWS), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: shared } };
   }
   const t = ggmlMmCudaTile(m, n);
   return { grid: [ceilDiv(n, t.bn) * ceilDiv(m, t.bm), 1, 1], threads: [t.threads, 1, 1], threadgroupMemory: { 0: t.sharedBytes } };
@@ -302,7 +318,7 @@ export function planQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, _limits: Dev
       buffers: [a.weight, a.input, a.output],
       bytes: [, , , packGgmlMatvecParams(a)],
       ...ggmlMvMetalLaunch(a.ggmlType, a.m, a.n),
-      cuda: ggmlMatmulCudaLaunch(a.ggmlType, 'vector', a.m, a.n),
+      cuda: ggmlMatmulCudaLaunch(a.ggmlType, 'vector', a.m, a.n, a.k),
     }
     : {
       kernel: `kernel_mul_mm_${t}_f32`,
@@ -311,7 +327,7 @@ export function planQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, _limits: Dev
       threadgroupMemory: [GGML_MM_SHARED_BYTES],
       grid: [ceilDiv(a.m, 32), ceilDiv(a.n, 64), 1],
       threads: [128, 1, 1],
-      cuda: ggmlMatmulCudaLaunch(a.ggmlType, 'matrix', a.m, a.n),
+      cuda: ggmlMatmulCudaLaunch(a.ggmlType, 'matrix', a.m, a.n, a.k),
     };
   return planOf(dispatch);
 }
