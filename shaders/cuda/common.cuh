@@ -964,6 +964,37 @@ __device__ __forceinline__ u32 triple(const u32 (&w)[6], int a) {
 // GC_MAX_SHARED): past it the vector engines take the product.
 constexpr u32 GC_MAX_SHARED = 98304;
 
+// The group-column engines' end (quantized_matmul.cu qmv_gc,
+// quantized_matmul_ggml.cu gmv_gc_q4k): lane (g, t)'s sums of rows g (a) and
+// g + 8 (b) over its groups, added over the warp's 4 lanes t, then over the
+// W warps of the tile (warp part 0's 16 lanes add red's rows, one barrier
+// that every warp of the block reaches), and stored to y[row0 ..] below N.
+// red: 4 warps x 16 floats of shared memory.
+template <u32 W, typename TY>
+__device__ __forceinline__ void gc_store(float a, float b, float* red, u32 warp, u32 lane, u32 part, u32 row0, u32 N, TY* y) {
+    const u32 g = lane >> 2, t = lane & 3u;
+    a += __shfl_xor_sync(0xffffffffu, a, 1);
+    a += __shfl_xor_sync(0xffffffffu, a, 2);
+    b += __shfl_xor_sync(0xffffffffu, b, 1);
+    b += __shfl_xor_sync(0xffffffffu, b, 2);
+    if constexpr (W > 1u) {
+        if (t == 0u) {
+            red[warp * 16u + g] = a;
+            red[warp * 16u + g + 8u] = b;
+        }
+        __syncthreads();
+        if (part == 0u && lane < 16u) {
+            float s = 0.0f;
+#pragma unroll
+            for (u32 q = 0; q < W; ++q) s += red[(warp + q) * 16u + lane];
+            if (row0 + lane < N) y[row0 + lane] = from_f<TY>(s);
+        }
+    } else if (t == 0u) {
+        if (row0 + g < N) y[row0 + g] = from_f<TY>(a);
+        if (row0 + g + 8u < N) y[row0 + g + 8u] = from_f<TY>(b);
+    }
+}
+
 // A warp's ring of loads over its `mine` steps (quantized_matmul.cu's vector
 // and group-column engines, quantized_matmul_ggml.cu's group-column variant):
 // issue(u, i) loads step i into slot u, step(u, i) computes slot u's step i,

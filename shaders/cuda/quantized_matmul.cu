@@ -553,26 +553,7 @@ __device__ __forceinline__ void qmv_gc(const TX* x, const unsigned char* w, cons
         acc_a += fmaf(sa0, c[0], (ba0 - M * sa0) * x0) + fmaf(sa1, c[1], (ba1 - M * sa1) * x1);
         acc_b += fmaf(sb0, c[2], (bb0 - M * sb0) * x0) + fmaf(sb1, c[3], (bb1 - M * sb1) * x1);
     });
-    acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 1);
-    acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 2);
-    acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 1);
-    acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 2);
-    if constexpr (W > 1u) {
-        if (t == 0u) {
-            red[warp * 16u + g] = acc_a;
-            red[warp * 16u + g + 8u] = acc_b;
-        }
-        __syncthreads();
-        if (part == 0u && lane < 16u) {
-            float s = 0.0f;
-#pragma unroll
-            for (u32 q = 0; q < W; ++q) s += red[(warp + q) * 16u + lane];
-            if (row0 + lane < N) y[row0 + lane] = from_f<TY>(s);
-        }
-    } else if (t == 0u) {
-        if (row0 + g < N) y[row0 + g] = from_f<TY>(acc_a);
-        if (row0 + g + 8u < N) y[row0 + g + 8u] = from_f<TY>(acc_b);
-    }
+    gc_store<W>(acc_a, acc_b, red, warp, lane, part, row0, N, y);
 }
 // The engine's choice, made alike by ts/ops/quantized_matmul.ts
 // (quantizedCudaEngine, gcWarps, gcSharedBytes): one token of 4-bit codes

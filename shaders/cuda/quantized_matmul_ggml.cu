@@ -448,26 +448,7 @@ __device__ __forceinline__ void gmv_gc_q4k(const unsigned char* w, const float* 
         acc_a += fmaf(aa0, c[0], (ba0 - M * aa0) * x0s) + fmaf(aa1, c[1], (ba1 - M * aa1) * x1s);
         acc_b += fmaf(ab0, c[2], (bb0 - M * ab0) * x0s) + fmaf(ab1, c[3], (bb1 - M * ab1) * x1s);
     });
-    acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 1);
-    acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 2);
-    acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 1);
-    acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 2);
-    if constexpr (W > 1u) {
-        if (t == 0u) {
-            red[warp * 16u + g] = acc_a;
-            red[warp * 16u + g + 8u] = acc_b;
-        }
-        __syncthreads();
-        if (part == 0u && lane < 16u) {
-            float s = 0.0f;
-#pragma unroll
-            for (u32 q = 0; q < W; ++q) s += red[(warp + q) * 16u + lane];
-            if (row0 + lane < N) y[row0 + lane] = s;
-        }
-    } else if (t == 0u) {
-        if (row0 + g < N) y[row0 + g] = acc_a;
-        if (row0 + g + 8u < N) y[row0 + g + 8u] = acc_b;
-    }
+    gc_store<W>(acc_a, acc_b, red, warp, lane, part, row0, N, y);
 }
 __device__ __forceinline__ u32 gc_q4k_shared(u32 K) { return K * 2u + K / 32u * 4u + 1024u; }
 // The entry's choice, made alike by ts/ops/quantized_matmul_ggml.ts
