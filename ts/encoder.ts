@@ -627,7 +627,7 @@ export class Encoder {
    * unused.
    */
   _syncWords(count: number): readonly [Buffer, number] {
-    this.handle('syncWords');
+    this.handle('_syncWords');
     if (!(Number.isInteger(count) && count > 0 && count <= SYNC_WORDS_MAX)) {
       throw new MlxError('InvalidArgument', `Encoder._syncWords: count must be an integer in [1, ${SYNC_WORDS_MAX}] (got ${String(count)})`);
     }
