@@ -14,8 +14,11 @@
 // gpuTimeNs / iters. Prints the time, the bytes each dispatch must move
 // (inputs read once, outputs written once) and the rate they imply.
 //
-//   bun run bench/glue.ts [--small] [--only TEXT] [--variants]
-// (--small: shapes the emulator runs; --only: the cases whose name contains
+//   bun run bench/glue.ts [--small] [--only TEXT] [--variants] [--replay]
+// (--replay: each case's dispatches recorded once in a replayable encoder,
+// then 5 replays, device time a dispatch, median: on cuda one CUDA graph, so
+// the host's launch pace cannot set the time, as in a replayed decode step;
+// --small: shapes the emulator runs; --only: the cases whose name contains
 // TEXT, as for a profiler's run; --variants: on cuda, rows of the same ops
 // recorded from their plans with other CUDA launches, the variants' block
 // below, to choose a launch by measurement)
@@ -29,7 +32,7 @@ import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
 import { affineQuantizedMatmul, quantizedMatmul, quantizedMatmulSimd, quantizedMatmulSimdBf16 } from '../ts/ops/quantized_matmul.ts';
 import { GGML_QUANT_TYPES, ggmlBlockOf, ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml } from '../ts/ops/quantized_matmul_ggml.ts';
 import { rmsNorm, rmsNormPerHead } from '../ts/ops/rms_norm.ts';
-import { softcap, softmax, softmaxScratchElements } from '../ts/ops/softmax.ts';
+import { packSoftmaxStreamParams, SOFTMAX_STREAM_HELD, softcap, softmax, softmaxScratchElements } from '../ts/ops/softmax.ts';
 import { embedding } from '../ts/ops/embedding.ts';
 import { kvCacheCopySeqDual } from '../ts/ops/kv_cache_copy.ts';
 import { gelu, geluTanhMul, geluTanhMulHalves } from '../ts/ops/gelu.ts';
@@ -49,6 +52,7 @@ import { record, type OpPlan } from '../ts/plan.ts';
 
 const small = process.argv.includes('--small');
 const variants = process.argv.includes('--variants');
+const replay = process.argv.includes('--replay');
 const onlyAt = process.argv.indexOf('--only');
 const only = onlyAt >= 0 ? process.argv[onlyAt + 1] ?? '' : undefined;
 const dev = Device.open();
@@ -177,6 +181,35 @@ function launchVariantCases(): Case[] {
     const y = dev.alloc('bf16', [r, c]);
     const plan = planSoftmax({ input: x, output: y, rows: r, cols: c }, dev.limits, dev);
     for (const t of [256, 512, 1024]) out.push(variant('softmax bf16 [4096, 8192] variant', 4 * r * c, plan, { grid: [r, 1, 1], threads: [t, 1, 1], threadgroupMemory: [Math.ceil(t / 32 / 4) * 16] }));
+  }
+  {
+    // The vocabulary softmax streamed (softmax_stream_f32) at 1 to 8 rows and 64: slices of 8192 (256 threads x 8
+    // vectors), 4096, 2048 and 1024 at 256 and 128 threads; grids of 4 blocks an SM and, at 128 threads (64
+    // registers: 8 fit an SM), of 5, 6 and 8; every block resident. Beside them, the two passes.
+    const c = 262144;
+    for (const r of [1, 2, 4, 8, 64]) {
+      const x = random('f32', [r, c]);
+      const y = dev.alloc('f32', [r, c]);
+      const plan = planSoftmax({ input: x, output: y, rows: r, cols: c, scratch: dev.alloc('f32', [softmaxScratchElements(r, c)]) }, dev.limits, dev);
+      const d = plan.dispatches[0]!;
+      if (!d.kernel.startsWith('softmax_stream')) continue;
+      // The two passes (softmax_blocks, softmax_finish), planned as where no streamed shape is given.
+      const twoPass = planSoftmax({ input: x, output: y, rows: r, cols: c, scratch: d.buffers[1] }, { ...dev.limits, multiprocessors: 0 }, dev);
+      out.push({ name: `softmax f32 [${r}, ${c}] streamed variant: two passes`, bytes: 8 * r * c, record: (e) => record(e, twoPass) });
+      const scratch = dev.alloc('f32', [r * (c / 1024) * 2]);
+      for (const [slice, threads, perSm] of [[8192, 256, 4], [4096, 256, 4], [2048, 256, 4], [4096, 128, 4], [4096, 128, 5], [4096, 128, 6],
+        [4096, 128, 8], [2048, 128, 4], [2048, 128, 8], [1024, 128, 4]] as const) {
+        const nBlocks = c / slice;
+        if (nBlocks > perSm * sms || slice / 4 > threads * SOFTMAX_STREAM_HELD || (r < 64 && (perSm !== 4 || slice < 4096))) continue;
+        const bytes = { ...d.bytes, 4: packSoftmaxStreamParams({ cols: c, rows: r, scale: 1, slice, nBlocks }) };
+        const grid: [number, number, number] = [Math.min(r * nBlocks, perSm * sms), 1, 1];
+        const varied: OpPlan = {
+          ...plan,
+          dispatches: [{ ...d, buffers: { ...d.buffers, 1: scratch }, bytes, cuda: { grid, threads: [threads, 1, 1], threadgroupMemory: [Math.ceil((threads / 32 + 1) / 4) * 16] } }],
+        };
+        out.push({ name: `softmax f32 [${r}, ${c}] streamed variant slice ${slice} [${grid[0]} x ${threads}]`, bytes: 8 * r * c, record: (e) => record(e, varied) });
+      }
+    }
   }
   {
     // The masked scores [32x2048, 2048] f32: 128 threads a row (planned: 16 elements each), 256, 512.
@@ -683,13 +716,26 @@ function moeWeightedReduceCases(): Case[] {
 }
 // ---- end of moe_weighted_reduce ----
 
+/** --replay: the iters dispatches recorded once (a replayable encoder), then 5 replays: device time a dispatch, median. */
+function replayedTimes(c: Case, iters: number): number[] {
+  const enc = dev.encoder({ replayable: true });
+  for (let i = 0; i < iters; i++) c.record(enc);
+  enc.commitAndWait();
+  const ts = Array.from({ length: 5 }, () => {
+    enc.replayAndWait();
+    return enc.gpuTimeNs / iters;
+  });
+  enc.release();
+  return ts;
+}
+
 const time = (c: Case, iters: number): number => gpuTimePerDispatch(dev, c.record, iters);
 
-console.log(`device: ${dev.name} (${dev.backend})`);
+console.log(`device: ${dev.name} (${dev.backend})${replay ? ', replayed' : ''}`);
 for (const c of cases().filter((x) => only === undefined || x.name.includes(only))) {
   const probe = time(c, 1);
   const iters = Math.max(1, Math.min(200, Math.round(2e7 / Math.max(probe, 1))));
-  const ts = Array.from({ length: 5 }, () => time(c, iters)).sort((a, b) => a - b);
+  const ts = (replay ? replayedTimes(c, iters) : Array.from({ length: 5 }, () => time(c, iters))).sort((a, b) => a - b);
   const ns = ts[2]!;
   console.log(`${c.name.padEnd(52)} ${(ns / 1000).toFixed(2).padStart(9)} us  ${(c.bytes / 1e6).toFixed(1).padStart(8)} MB  ${(c.bytes / ns).toFixed(0).padStart(5)} GB/s`);
 }

@@ -462,7 +462,12 @@ describeValidation('softmax and softcap plans', ({ buf }) => {
     const sp = wordView(st[0]!.bytes![4] as Uint8Array);
     expect([sp.u(0), sp.u(1), sp.f(2), sp.u(3), sp.u(4)]).toEqual([262144, 64, 1, 8192, 32]);
     expect(softmaxStream({ input: buf('bf16', 262144), output: buf('bf16', 262144), rows: 1, cols: 262144, scratch: vs }, TARGET_LIMITS.cuda))
-      .toEqual({ slice: 16384, nBlocks: 16, blocks: 16 });
+      .toEqual({ slice: 8192, nBlocks: 32, blocks: 32, threads: 128 });
+    // A quarter of the SMs or fewer takes half blocks; two rows of f32 (64 slices of 8192 on 132 SMs) keep 256 threads.
+    expect(softmaxStream({ input: buf('f32', 262144), output: buf('f32', 262144), rows: 1, cols: 262144, scratch: vs }, TARGET_LIMITS.cuda))
+      .toEqual({ slice: 4096, nBlocks: 64, blocks: 64, threads: 128 });
+    expect(softmaxStream({ input: buf('f32', 2 * 262144), output: buf('f32', 2 * 262144), rows: 2, cols: 262144, scratch: vs }, TARGET_LIMITS.cuda))
+      .toEqual({ slice: 8192, nBlocks: 32, blocks: 64, threads: 256 });
     expect(softmaxStream({ input: vx, output: vy, rows: 64, cols: 262144, scratch: vs }, TARGET_LIMITS.metal)).toBe(null);
     expect(softmaxStream({ input: vx, output: vx, rows: 64, cols: 262144, scratch: vs }, TARGET_LIMITS.cuda)).toBe(null);
     expect(softmaxStream({ input: vx, output: vy, rows: 64, cols: 262144, scratch: vs, mask: buf('bf16', 262144) }, TARGET_LIMITS.cuda)).toBe(null);

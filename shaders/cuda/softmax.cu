@@ -685,7 +685,8 @@ __device__ __forceinline__ void softcap_vec(const T* x, T* y, const SoftcapParam
 // n_blocks, 2] f32 (written), (2) output [rows, cols] (not over input), (3)
 // words: a u32 a row (Encoder._syncWords: zero low bits when the dispatch
 // starts, and so again when it ends), (4) SoftmaxStreamParams; grid (G, 1,
-// 1) of 256 threads, every block resident (at most 4 an SM: 64 registers)
+// 1) of 256 threads (128 where the op plans a few rows), every block resident
+// (at most 4 of 256 an SM: 64 registers; the held vectors fit either size)
 // and G >= n_blocks; threadgroup(0) one float a warp and one more.
 // softcap: buffer(0) input [n], (1) output [n] (may be input), (2) SoftcapParams.
 #define SOFTMAX_BOUNDS_f32 __launch_bounds__(1024)

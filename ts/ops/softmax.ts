@@ -75,7 +75,7 @@ export const SOFTCAP_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header,
 export const SOFTMAX_BLOCKS_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SoftmaxBlocksParams');
 /** struct SoftmaxStreamParams (softmax_stream_<t> buffer 4). */
 export const SOFTMAX_STREAM_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'SoftmaxStreamParams');
-/** Threads of a softmax_stream block; each holds SOFTMAX_STREAM_HELD 16-byte vectors of its slice. */
+/** Threads of a softmax_stream block (half for a few rows: softmaxStream); each holds SOFTMAX_STREAM_HELD 16-byte vectors of its slice. */
 export const SOFTMAX_STREAM_THREADS = 256;
 /** The CUDA kernel's STREAM_HELD: a slice is 256 x 8 vectors (8192 f32, 16384 f16 or bf16 elements, 32 KB). */
 export const SOFTMAX_STREAM_HELD = 8;
@@ -236,16 +236,25 @@ export function softmaxTwoPass(a: Pick<SoftmaxArgs, 'rows' | 'cols' | 'scratch'>
  * 64 registers, its tanh would spill), output not over input, and rows of
  * at most SOFTMAX_STREAM_BLOCKS_PER_SM x SMs slices that fit the scratch;
  * else null. Slices of SOFTMAX_STREAM_THREADS x SOFTMAX_STREAM_HELD
- * 16-byte vectors, one block per slice up to every block an SM holds.
+ * 16-byte vectors, one block per slice up to every block an SM holds; where
+ * those slices would fill at most a quarter of the SMs, blocks of half the
+ * threads and slices of half the length.
  */
 export function softmaxStream(a: Pick<SoftmaxArgs, 'input' | 'output' | 'rows' | 'cols' | 'scratch' | 'mask' | 'softcap'>, limits: DeviceLimits):
-  { slice: number; nBlocks: number; blocks: number } | null {
+  { slice: number; nBlocks: number; blocks: number; threads: number } | null {
   if (limits.multiprocessors <= 0 || a.mask !== undefined || (a.softcap ?? 0) !== 0 || !softmaxTwoPass(a) || overlaps(a.output, a.input)) return null;
-  const slice = SOFTMAX_STREAM_THREADS * SOFTMAX_STREAM_HELD * (16 / dtypeSize(a.input.dtype));
+  const perThread = SOFTMAX_STREAM_HELD * (16 / dtypeSize(a.input.dtype));
+  // Where the slices of 256 threads would fill at most a quarter of the SMs
+  // (one vocabulary row), blocks of 128 and half the slice, so twice the SMs
+  // read the row; from two such rows on, the longer slices are faster
+  // (measured: bench/results/softmax-rows-h100-2026-11-26.md).
+  const threads = 4 * a.rows * Math.ceil(a.cols / (SOFTMAX_STREAM_THREADS * perThread)) <= limits.multiprocessors
+    ? SOFTMAX_STREAM_THREADS / 2 : SOFTMAX_STREAM_THREADS;
+  const slice = threads * perThread;
   const nBlocks = Math.ceil(a.cols / slice);
   const resident = SOFTMAX_STREAM_BLOCKS_PER_SM * limits.multiprocessors;
   if (nBlocks > resident || a.rows * nBlocks * 2 > a.scratch!.elementCount) return null;
-  return { slice, nBlocks, blocks: Math.min(a.rows * nBlocks, resident) };
+  return { slice, nBlocks, blocks: Math.min(a.rows * nBlocks, resident), threads };
 }
 
 /**
@@ -285,8 +294,8 @@ export function softmaxStream(a: Pick<SoftmaxArgs, 'input' | 'output' | 'rows' |
  * without a mask or softcap, output not over input): one dispatch,
  * softmax_stream_<dtype> (0 input, 1 scratch, 2 output, 3 a word a row of
  * the encoder's (Encoder._syncWords), 4 SoftmaxStreamParams), grid
- * (blocks, 1, 1) of 256 threads, every block resident, threadgroup(0) one
- * float per simdgroup and one more. Each block holds a slice, writes its
+ * (blocks, 1, 1) of 256 threads (128 for a few rows: softmaxStream), every
+ * block resident, threadgroup(0) one float per simdgroup and one more. Each block holds a slice, writes its
  * pair, waits for its row's other slices at the row's word, merges the
  * pairs and writes the slice: the input is read once.
  */
@@ -303,8 +312,7 @@ export function planSoftmax(a: SoftmaxArgs, limits: DeviceLimits, device?: Devic
   const softcap = a.softcap ?? 0;
   const stream = softmaxStream(a, limits);
   if (stream !== null) {
-    const { slice, nBlocks, blocks } = stream;
-    const threads = SOFTMAX_STREAM_THREADS;
+    const { slice, nBlocks, blocks, threads } = stream;
     return {
       family: SOFTMAX_FAMILY,
       sources: SOFTMAX_SOURCES,
