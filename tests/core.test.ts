@@ -598,6 +598,26 @@ describeBackends('core', ({ device, label }) => {
     expect([a.released, c.released]).toEqual([true, true]);
   });
 
+  test('_scratchWords (internal): 16-byte aligned, distinct within a recording and from the sync words, taken afresh by the next, grown; refusals', () => {
+    const d = device();
+    using enc = d.encoder();
+    const [s0] = enc._syncWords(4);
+    const [a, ao] = enc._scratchWords(3);
+    const [b, bo] = enc._scratchWords(5);
+    expect([a === s0, ao % 16, bo % 16, b === a && bo < ao + 12]).toEqual([false, 0, 0, false]);
+    const [c, co] = enc._scratchWords(5000);
+    expect([c === a, co, c.elementCount >= 5000, a.released]).toEqual([false, 0, true, false]);
+    enc.commitAndWait();
+    const [e, eo] = enc._scratchWords(2);
+    expect([e === c, eo]).toEqual([true, 0]);
+    for (const bad of [0, -1, 1.5, NaN, 2 ** 24 + 1]) {
+      const err = mlxError(() => enc._scratchWords(bad));
+      expect(err.message).toContain('Encoder._scratchWords: count must be an integer in [1, 16777216]');
+    }
+    enc.release();
+    expect([a.released, c.released, s0.released]).toEqual([true, true, true]);
+  });
+
   test('commit() polls without blocking the event loop', async () => {
     const d = device();
     const lib = coreLib(d);

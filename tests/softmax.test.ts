@@ -28,15 +28,16 @@ import {
   softmaxScratchElements,
   softmaxSlice,
   softmaxStream,
+  SOFTMAX_STREAM_WORDS_MAX,
   softmaxThreadgroup,
   softmaxTwoPass,
   softcapRef,
   softmaxRef,
 } from '../ts/ops/softmax.ts';
-import { describeBackends, describeValidation, expectInvalid, maxRelErr, randomArray, rng, TARGET_LIMITS, TOL, wordView } from './helpers.ts';
+import { describeBackends, describeValidation, expectInvalid, expectMlxError, maxRelErr, randomArray, rng, TARGET_LIMITS, TOL, wordView } from './helpers.ts';
 import type { Device } from '../ts/index.ts';
 import { rowLaunch } from '../ts/launch.ts';
-import { record } from '../ts/plan.ts';
+import { patchPlan, record } from '../ts/plan.ts';
 import { a, BF, buf, F, int, opContract, out } from './op-contract.ts';
 
 describe('softmax param packers match the .metal declarations', () => {
@@ -286,9 +287,9 @@ describeBackends('softmax parity', ({ device }) => {
   // blocks each): on cuda the real kernel, blocks taking several units and
   // meeting at the encoder's words; on the emulator the Metal twin.
   const streamed = (dev: Device, enc: ReturnType<Device['encoder']>, x: ReturnType<Device['alloc']>, y: ReturnType<Device['alloc']>,
-    rows: number, cols: number, sms: number, scratch: ReturnType<Device['alloc']>, opts: { scale?: number } = {}) => {
+    rows: number, cols: number, sms: number, scratch: ReturnType<Device['alloc']> | undefined, opts: { scale?: number } = {}) => {
     const plan = planSoftmax({ input: x, output: y, rows, cols, scratch, ...opts }, { ...dev.limits, multiprocessors: sms }, dev);
-    expect(plan.dispatches.map((d) => d.kernel)).toEqual([`softmax_stream_${x.dtype}`]);
+    expect(plan.dispatches.map((d) => [d.kernel, d.scratchWords?.binding])).toEqual([[`softmax_stream_${x.dtype}`, scratch === undefined ? 1 : undefined]]);
     record(enc, plan);
   };
   test('streamed: several units a block, ragged and unaligned slices, a scale, f32 / f16 / bf16', () => {
@@ -303,19 +304,60 @@ describeBackends('softmax parity', ({ device }) => {
       ['f32', 1, 262144, 132, {}],
     ];
     for (const [dtype, rows, cols, sms, opts] of cases) {
-      const x = dev.upload(dtype, [rows, cols], randomArray(rng(rows * cols + sms), rows * cols, -6, 6));
-      const y = dev.alloc(dtype, [rows, cols]);
-      y.fill(Number.NaN);
-      const scratch = dev.alloc('f32', [softmaxScratchElements(rows, cols)]);
-      scratch.fill(Number.NaN);
-      const enc = dev.encoder();
-      streamed(dev, enc, x, y, rows, cols, sms, scratch, opts);
-      enc.commitAndWait();
-      enc.release();
-      const e = probErr(dtype, y.readNumbers(), softmaxRef(x.readNumbers(), rows, cols, opts));
-      if (!(e < TOL[dtype])) over.push(`${dtype} [${rows}, ${cols}] over ${sms} SMs: ${e}`);
-      for (const b of [x, y, scratch]) b.release();
+      // With the caller's scratch, then without one (the partials in the encoder's words).
+      for (const given of [true, false]) {
+        const x = dev.upload(dtype, [rows, cols], randomArray(rng(rows * cols + sms + (given ? 0 : 7)), rows * cols, -6, 6));
+        const y = dev.alloc(dtype, [rows, cols]);
+        y.fill(Number.NaN);
+        const scratch = given ? dev.alloc('f32', [softmaxScratchElements(rows, cols)]) : undefined;
+        scratch?.fill(Number.NaN);
+        const enc = dev.encoder();
+        streamed(dev, enc, x, y, rows, cols, sms, scratch, opts);
+        enc.commitAndWait();
+        enc.release();
+        const e = probErr(dtype, y.readNumbers(), softmaxRef(x.readNumbers(), rows, cols, opts));
+        if (!(e < TOL[dtype])) over.push(`${dtype} [${rows}, ${cols}] over ${sms} SMs${given ? '' : ' without a scratch'}: ${e}`);
+        for (const b of [x, y, scratch]) b?.release();
+      }
     }
+    expect(over).toEqual([]);
+  });
+  test('streamed without a scratch: working words of the encoder, distinct for two in one recording, kept by a replayed one', () => {
+    const dev = device();
+    const [rows, cols] = [3, 30000];
+    const xs = [0, 1].map((i) => dev.upload('f32', [rows, cols], randomArray(rng(60 + i), rows * cols, -5, 5)));
+    const ys = [0, 1].map(() => dev.alloc('f32', [rows, cols]));
+    const enc = dev.encoder({ replayable: true });
+    streamed(dev, enc, xs[0]!, ys[0]!, rows, cols, 1, undefined);
+    streamed(dev, enc, xs[1]!, ys[1]!, rows, cols, 1, undefined, { scale: 0.5 });
+    const over: string[] = [];
+    for (let round = 0; round < 3; round++) {
+      if (round > 0) for (const [i, x] of xs.entries()) x.write(Float32Array.from(randomArray(rng(70 + 2 * round + i), rows * cols, -5, 5)));
+      for (const y of ys) y.fill(Number.NaN);
+      if (round === 0) enc.commitAndWait();
+      else enc.replayAndWait();
+      for (const [i, y] of ys.entries()) {
+        const e = probErr('f32', y.readNumbers(), softmaxRef(xs[i]!.readNumbers(), rows, cols, i === 1 ? { scale: 0.5 } : {}));
+        if (!(e < TOL.f32)) over.push(`round ${round}, softmax ${i}: ${e}`);
+      }
+    }
+    // A patch (a new scale) binds the recorded words again; a plan with words onto a dispatch recorded with the
+    // caller's scratch is refused.
+    const limits = { ...dev.limits, multiprocessors: 1 };
+    patchPlan(enc, 1, planSoftmax({ input: xs[1]!, output: ys[1]!, rows, cols, scale: 2 }, limits, dev));
+    ys[1]!.fill(Number.NaN);
+    enc.replayAndWait();
+    const e = probErr('f32', ys[1]!.readNumbers(), softmaxRef(xs[1]!.readNumbers(), rows, cols, { scale: 2 }));
+    if (!(e < TOL.f32)) over.push(`patched: ${e}`);
+    enc.release();
+    const s = dev.alloc('f32', [softmaxScratchElements(rows, cols)]);
+    const given = dev.encoder({ replayable: true });
+    streamed(dev, given, xs[0]!, ys[0]!, rows, cols, 1, s);
+    given.commitAndWait();
+    expectMlxError(() => patchPlan(given, 0, planSoftmax({ input: xs[0]!, output: ys[0]!, rows, cols }, limits, dev)),
+      'patchPlan: dispatch 0 (softmax_stream_f32) must have been recorded with 24 scratch words (got a dispatch recorded without them)');
+    given.release();
+    for (const b of [...xs, ...ys, s]) b.release();
     expect(over).toEqual([]);
   });
   test('streamed: two in one recording, then replayed with new inputs (the words left as found)', () => {
@@ -423,9 +465,11 @@ describeValidation('softmax and softcap plans', ({ buf }) => {
   test('kernels, bindings and launches at Metal and CUDA limits', () => {
     const x = buf('f32', 2 * 262144);
     const y = buf('f32', 2 * 262144);
-    const plain = planSoftmax({ input: x, output: y, rows: 2, cols: 262144 }, TARGET_LIMITS.cuda).dispatches[0]!;
+    // In place, one pass (the streamed form, not over its input, takes them otherwise: below).
+    const plain = planSoftmax({ input: x, output: x, rows: 2, cols: 262144 }, TARGET_LIMITS.cuda).dispatches[0]!;
     expect(plain.kernel).toBe('softmax_f32');
-    expect(plain.buffers).toEqual([x, y]);
+    expect(plain.buffers).toEqual([x, x]);
+    expect(planSoftmax({ input: x, output: y, rows: 2, cols: 262144 }, TARGET_LIMITS.cuda).dispatches.map((d) => d.kernel)).toEqual(['softmax_stream_f32']);
     expect([plain.grid, plain.threads, plain.cuda?.threads]).toEqual([[2, 1, 1], [256, 1, 1], [1024, 1, 1]]);
     const ext = planSoftmax({ input: x, output: y, rows: 2, cols: 262144, scale: 0.5 }, TARGET_LIMITS.metal).dispatches[0]!;
     expect(ext.kernel).toBe('scale_mask_softmax_f32');
@@ -473,6 +517,20 @@ describeValidation('softmax and softcap plans', ({ buf }) => {
     expect(softmaxStream({ input: vx, output: vy, rows: 64, cols: 262144, scratch: vs, mask: buf('bf16', 262144) }, TARGET_LIMITS.cuda)).toBe(null);
     expect(softmaxStream({ input: vx, output: vy, rows: 64, cols: 262144, scratch: vs, softcap: 30 }, TARGET_LIMITS.cuda)).toBe(null);
     expect(softmaxStream({ input: vx, output: vy, rows: 1, cols: 2 ** 24, scratch: buf('f32', softmaxScratchElements(1, 2 ** 24)) }, TARGET_LIMITS.cuda)).toBe(null);
+    // Without a scratch: the partials in the encoder's words, up to SOFTMAX_STREAM_WORDS_MAX of them; past it one pass.
+    const ns = planSoftmax({ input: vx, output: vy, rows: 64, cols: 262144 }, TARGET_LIMITS.cuda).dispatches;
+    expect(ns.map((d) => [d.kernel, d.grid, d.threads, d.buffers[1], d.syncWords, d.scratchWords])).toEqual([
+      ['softmax_stream_f32', [528, 1, 1], [256, 1, 1], undefined, { binding: 3, count: 64 }, { binding: 1, count: 64 * 32 * 2 }],
+    ]);
+    // Rows of 528 slices (the most the grid holds): 992 of them take 1047552 words, 993 more than the 2^20 (softmaxStream
+    // reads only the dtype and the ranges of input and output: stand-ins for buffers of billions of elements).
+    const big = (n: number) => ({ dtype: 'f32', root: {}, byteOffset: 0, byteLength: 4 * n }) as unknown as ReturnType<typeof buf>;
+    const cols = 528 * 8192;
+    const at = (rows: number) => softmaxStream({ input: big(rows * cols), output: big(rows * cols), rows, cols }, TARGET_LIMITS.cuda);
+    expect(at(992)).toEqual({ slice: 8192, nBlocks: 528, blocks: 528, threads: 256 });
+    expect([992 * 528 * 2 <= SOFTMAX_STREAM_WORDS_MAX, 993 * 528 * 2 > SOFTMAX_STREAM_WORDS_MAX]).toEqual([true, true]);
+    expect(at(993)).toBe(null);
+    expect(planSoftmax({ input: vx, output: vy, rows: 64, cols: 262144 }, TARGET_LIMITS.metal).dispatches.map((d) => d.kernel)).toEqual(['softmax_f32']);
     // Many short rows: one pass even with a scratch.
     const many = planSoftmax({ input: buf('f32', 4096 * 2048), output: buf('f32', 4096 * 2048), rows: 4096, cols: 2048,
       scratch: buf('f32', softmaxScratchElements(4096, 2048)) }, TARGET_LIMITS.cuda);

@@ -106,10 +106,67 @@ export interface DispatchBindings<B extends BindableBuffer = Buffer> {
 
 export type Dim3 = readonly [number, number, number];
 
+/**
+ * u32 words an encoder hands to the dispatches it records (_syncWords,
+ * _scratchWords): one arena the recording takes from, a distinct 16-byte
+ * aligned range a dispatch, from its start again for each recording;
+ * earlier (smaller) arenas kept, as dispatches of the recording may bind
+ * them, until release. Zeroed when allocated.
+ */
+class WordArena {
+  private arena: Buffer | null = null;
+  private old: Buffer[] = [];
+  /** The next free word of the arena in this recording. */
+  private next = 0;
+  /** Replayable only: the words handed out by dispatch index, what patch's plans bind again. */
+  private byDispatch: Map<number, readonly [Buffer, number]> | null = null;
+
+  take(enc: Encoder, method: string, count: number): readonly [Buffer, number] {
+    if (!(Number.isInteger(count) && count > 0 && count <= SYNC_WORDS_MAX)) {
+      throw new MlxError('InvalidArgument', `Encoder.${method}: count must be an integer in [1, ${SYNC_WORDS_MAX}] (got ${String(count)})`);
+    }
+    const at = Math.ceil(this.next / 4) * 4;
+    let arena = this.arena;
+    let first = at;
+    if (arena === null || at + count > arena.elementCount) {
+      if (arena !== null) this.old.push(arena);
+      let n = SYNC_ARENA_WORDS;
+      while (n < count) n *= 2;
+      if (arena !== null) n = Math.max(n, 2 * arena.elementCount);
+      arena = enc.device.alloc('u32', [n]);
+      this.arena = arena;
+      first = 0;
+    }
+    this.next = first + count;
+    const binding = [arena, first * 4] as const;
+    if (enc.replayable) (this.byDispatch ??= new Map()).set(enc.dispatchCount, binding);
+    return binding;
+  }
+
+  of(index: number, count: number): readonly [Buffer, number] | undefined {
+    const b = this.byDispatch?.get(index);
+    return b !== undefined && b[0].elementCount - b[1] / 4 >= count ? b : undefined;
+  }
+
+  restart(): void {
+    this.next = 0;
+  }
+
+  /** Frees every arena (the encoder's work is over). */
+  release(): void {
+    for (const a of this.old) a.release();
+    this.arena?.release();
+    this.arena = null;
+    this.old = [];
+    this.next = 0;
+    this.byDispatch = null;
+  }
+}
+
 const TWO_32 = 0x1_0000_0000;
-/** Words of an encoder's first _syncWords arena (4 KiB). */
+/** Words of an encoder's first _syncWords or _scratchWords arena (4 KiB). */
 const SYNC_ARENA_WORDS = 1024;
-/** _syncWords' count at most (64 MiB of words). */
+/** _syncWords' and _scratchWords' count at most (64 MiB of words). */
 const SYNC_WORDS_MAX = 2 ** 24;
 // The block's fields as indices into its u32 words (u64 fields: low word, then high).
 const W_PIPELINE = BLOCK_PIPELINE / 4;
@@ -517,13 +574,9 @@ export class Encoder {
   /** Replayable only: what the kept recording binds, and what it may write (held until release). */
   private replayHeld: (BindableBuffer | Pipeline)[] = [];
   private replayWritten: BindableBuffer[] = [];
-  /** _syncWords' zeroed words: the arena the recording takes from, and earlier (smaller) ones, held until release. */
-  private syncArena: Buffer | null = null;
-  private syncOld: Buffer[] = [];
-  /** The next free word of the arena in this recording. */
-  private syncNext = 0;
-  /** Replayable only: the words handed out by dispatch index, what patch's plans bind again. */
-  private syncByDispatch: Map<number, readonly [Buffer, number]> | null = null;
+  /** _syncWords' zeroed words and _scratchWords' words (WordArena). */
+  private readonly syncArena = new WordArena();
+  private readonly scratchArena = new WordArena();
 
   /** @internal made by Device.encoder. */
   constructor(device: Device, state: DeviceState, autoBarriers: boolean, replayable = false) {
@@ -628,27 +681,23 @@ export class Encoder {
    */
   _syncWords(count: number): readonly [Buffer, number] {
     this.handle('_syncWords');
-    if (!(Number.isInteger(count) && count > 0 && count <= SYNC_WORDS_MAX)) {
-      throw new MlxError('InvalidArgument', `Encoder._syncWords: count must be an integer in [1, ${SYNC_WORDS_MAX}] (got ${String(count)})`);
-    }
-    const at = Math.ceil(this.syncNext / 4) * 4;
-    let arena = this.syncArena;
-    let first = at;
-    if (arena === null || at + count > arena.elementCount) {
-      // Earlier dispatches of this recording may bind the full arena: keep
-      // it (until release) and take a larger one from its start.
-      if (arena !== null) this.syncOld.push(arena);
-      let n = SYNC_ARENA_WORDS;
-      while (n < count) n *= 2;
-      if (arena !== null) n = Math.max(n, 2 * arena.elementCount);
-      arena = this.device.alloc('u32', [n]);
-      this.syncArena = arena;
-      first = 0;
-    }
-    this.syncNext = first + count;
-    const binding = [arena, first * 4] as const;
-    if (this.replayable) (this.syncByDispatch ??= new Map()).set(this.dispatchCount, binding);
-    return binding;
+    return this.syncArena.take(this, '_syncWords', count);
+  }
+
+  /**
+   * @internal `count` u32 words of working memory for the next dispatch
+   * recorded (per-block partial results it writes, then reads back within
+   * the dispatch), bound as [buffer, byteOffset], 16-byte aligned; plans ask
+   * for them by PlannedDispatch.scratchWords and record() binds them. As
+   * _syncWords' words, they are this encoder's alone, never bound by another
+   * dispatch of the same recording, taken afresh by each recording, kept by
+   * a replayable one and freed with the encoder; unlike them, their contents
+   * are whatever the last dispatch that bound them left (a kernel writes
+   * before it reads).
+   */
+  _scratchWords(count: number): readonly [Buffer, number] {
+    this.handle('_scratchWords');
+    return this.scratchArena.take(this, '_scratchWords', count);
   }
 
   /**
@@ -656,8 +705,12 @@ export class Encoder {
    * recording (what a patch of that dispatch binds again), if `count` of them.
    */
   _syncWordsOf(index: number, count: number): readonly [Buffer, number] | undefined {
-    const b = this.syncByDispatch?.get(index);
-    return b !== undefined && b[0].elementCount - b[1] / 4 >= count ? b : undefined;
+    return this.syncArena.of(index, count);
+  }
+
+  /** @internal the words _scratchWords gave dispatch `index` of a replayable recording, if `count` of them. */
+  _scratchWordsOf(index: number, count: number): readonly [Buffer, number] | undefined {
+    return this.scratchArena.of(index, count);
   }
 
   /**
@@ -803,7 +856,10 @@ export class Encoder {
       this.replayWritten = written;
     }
     this.held = [];
-    this.syncNext = 0; // the next recording's dispatches run after this commit's, which leave the words as found
+    // The next recording's dispatches run after this commit's (which leave
+    // the sync words as they found them): both arenas from their start again.
+    this.syncArena.restart();
+    this.scratchArena.restart();
     this.stamp = nextStamp++;
     this.segment = nextStamp++; // commits of one encoder run in order
     return h;
@@ -1000,12 +1056,8 @@ export class Encoder {
     this.replayWritten = [];
     this.blocks = this.replayable ? [] : null;
     // The native encoder's work is over (its release waited for it).
-    for (const a of this.syncOld) a.release();
-    this.syncArena?.release();
-    this.syncArena = null;
-    this.syncOld = [];
-    this.syncNext = 0;
-    this.syncByDispatch = null;
+    this.syncArena.release();
+    this.scratchArena.release();
   }
 
   [Symbol.dispose](): void {

@@ -44,6 +44,12 @@ export interface PlannedDispatch extends Launch {
    * zeroed words (Encoder._syncWords), where the dispatch's blocks meet.
    */
   readonly syncWords?: { readonly binding: number; readonly count: number };
+  /**
+   * A binding the encoder fills at record time with `count` words of its
+   * own working memory (Encoder._scratchWords), which the dispatch writes
+   * before it reads: where an op's caller gave no scratch.
+   */
+  readonly scratchWords?: { readonly binding: number; readonly count: number };
 }
 
 export interface OpPlan {
@@ -121,18 +127,26 @@ function dispatchOne(enc: Encoder, d: PlannedDispatch): void {
   const kernels = enc.device.kernels;
   const l = launchOf(d, kernels.language);
   const pipeline = kernels.pipeline(d.kernel, d.constants);
-  const buffers = d.syncWords === undefined ? d.buffers : { ...d.buffers, [d.syncWords.binding]: enc._syncWords(d.syncWords.count) };
+  let buffers: DispatchBindings['buffers'] = d.buffers;
+  if (d.syncWords !== undefined) buffers = { ...buffers, [d.syncWords.binding]: enc._syncWords(d.syncWords.count) };
+  if (d.scratchWords !== undefined) buffers = { ...buffers, [d.scratchWords.binding]: enc._scratchWords(d.scratchWords.count) };
   enc.dispatch(pipeline, { buffers, bytes: d.bytes, threadgroupMemory: l.threadgroupMemory }, l.grid, l.threads);
 }
 
-/** The buffers of a planned dispatch given again to dispatch `index` of a recording: its sync words those recorded. */
+/** The buffers of a planned dispatch given again to dispatch `index` of a recording: its sync and scratch words those recorded. */
 function patchBuffers(enc: Encoder, d: PlannedDispatch, index: number): DispatchBindings['buffers'] {
-  if (d.syncWords === undefined) return d.buffers;
-  const words = enc._syncWordsOf(index, d.syncWords.count);
-  if (words === undefined) {
-    throw new MlxError('InvalidArgument', `patchPlan: dispatch ${index} (${d.kernel}) must have been recorded with ${d.syncWords.count} sync words (got a dispatch recorded without them)`);
+  let buffers: DispatchBindings['buffers'] = d.buffers;
+  for (const [kind, want, words] of [
+    ['sync', d.syncWords, d.syncWords && enc._syncWordsOf(index, d.syncWords.count)],
+    ['scratch', d.scratchWords, d.scratchWords && enc._scratchWordsOf(index, d.scratchWords.count)],
+  ] as const) {
+    if (want === undefined) continue;
+    if (words === undefined) {
+      throw new MlxError('InvalidArgument', `patchPlan: dispatch ${index} (${d.kernel}) must have been recorded with ${want.count} ${kind} words (got a dispatch recorded without them)`);
+    }
+    buffers = { ...buffers, [want.binding]: words };
   }
-  return { ...d.buffers, [d.syncWords.binding]: words };
+  return buffers;
 }
 
 /**

@@ -2,9 +2,11 @@
 // bf16 mask; and softcap on its own. Kernel names, bindings and params bytes
 // are mlx-native's (src/ops/softmax.rs, scale_mask_softmax.rs, softcap.rs),
 // with scale_mask_softmax in f16 and bf16 and its pad word holding the softcap;
-// and, not in the crate (added in its style), a two-pass form for rows too
-// long or too few to fill the GPU one threadgroup per row, over a scratch
-// buffer the caller gives. Kernels: shaders/softmax.metal and shaders/cuda/softmax.cu.
+// and, not in the crate (added in its style), for rows too long or too few
+// to fill the GPU one threadgroup per row, a two-pass form over a scratch
+// buffer the caller gives and, on CUDA, a streamed form of one dispatch
+// (with that scratch or the encoder's words). Kernels: shaders/softmax.metal
+// and shaders/cuda/softmax.cu.
 
 import src from '../../shaders/softmax.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/softmax.cu' with { type: 'text' };
@@ -79,6 +81,12 @@ export const SOFTMAX_STREAM_PARAMS_LAYOUT: readonly ParamField[] = structLayout(
 export const SOFTMAX_STREAM_THREADS = 256;
 /** The CUDA kernel's STREAM_HELD: a slice is 256 x 8 vectors (8192 f32, 16384 f16 or bf16 elements, 32 KB). */
 export const SOFTMAX_STREAM_HELD = 8;
+/**
+ * The encoder's working words (Encoder._scratchWords) the streamed form
+ * takes for its partials where the caller gives no scratch, at most (4 MiB):
+ * rows needing more run in one pass.
+ */
+export const SOFTMAX_STREAM_WORDS_MAX = 2 ** 20;
 /** softmax_stream blocks resident an SM (its launch bounds: 256 threads, 4 blocks, 64 registers). */
 export const SOFTMAX_STREAM_BLOCKS_PER_SM = 4;
 
@@ -102,7 +110,9 @@ export interface SoftmaxArgs {
    * f32 of softmaxScratchElements(rows, cols): given, rows of more than one
    * slice run in two passes where one threadgroup per row would leave the
    * GPU idle (fewer than SOFTMAX_FILL_ROWS rows) or re-read the row anyway
-   * (cols > SOFTMAX_HELD_COLS). Not over input, output or the mask.
+   * (cols > SOFTMAX_HELD_COLS). Not over input, output or the mask. On
+   * CUDA the streamed form (softmaxStream) takes those rows in one dispatch
+   * with or without it.
    */
   scratch?: Buffer;
 }
@@ -224,25 +234,36 @@ export function softmaxThreadgroup(cols: number, limits: LaunchLimits): {
   return { threads, sharedBytes, cudaThreads, cudaSharedBytes: roundUp16(Math.ceil(cudaThreads / limits.simdWidth) * 4) };
 }
 
+/**
+ * Whether rows of this shape are better split in slices over several
+ * threadgroups (the two-pass and streamed forms) than one threadgroup a row:
+ * more than one slice a row, and fewer rows than fill the GPU or rows too
+ * long to hold.
+ */
+function softmaxSliced(a: Pick<SoftmaxArgs, 'rows' | 'cols'>): boolean {
+  return Math.ceil(a.cols / softmaxSlice(a.cols, a.rows)) > 1 && a.rows <= SOFTMAX_TWO_PASS_MAX_ROWS &&
+    (a.rows < SOFTMAX_FILL_ROWS || a.cols > SOFTMAX_HELD_COLS);
+}
+
 /** Whether softmax runs its two-pass form for these arguments (see SoftmaxArgs.scratch). */
 export function softmaxTwoPass(a: Pick<SoftmaxArgs, 'rows' | 'cols' | 'scratch'>): boolean {
-  return a.scratch !== undefined && Math.ceil(a.cols / softmaxSlice(a.cols, a.rows)) > 1 && a.rows <= SOFTMAX_TWO_PASS_MAX_ROWS &&
-    (a.rows < SOFTMAX_FILL_ROWS || a.cols > SOFTMAX_HELD_COLS);
+  return a.scratch !== undefined && softmaxSliced(a);
 }
 
 /**
  * The streamed form's shape where softmax runs it (CUDA, instead of the two
- * passes): the two-pass form's conditions, no mask and no softcap (held in
- * 64 registers, its tanh would spill), output not over input, and rows of
- * at most SOFTMAX_STREAM_BLOCKS_PER_SM x SMs slices that fit the scratch;
- * else null. Slices of SOFTMAX_STREAM_THREADS x SOFTMAX_STREAM_HELD
+ * passes, or the one pass where no scratch is given): the two-pass form's
+ * shapes, no mask and no softcap (held in 64 registers, its tanh would
+ * spill), output not over input, and rows of at most
+ * SOFTMAX_STREAM_BLOCKS_PER_SM x SMs slices whose partials fit the scratch
+ * (without one, SOFTMAX_STREAM_WORDS_MAX of the encoder's words); else null. Slices of SOFTMAX_STREAM_THREADS x SOFTMAX_STREAM_HELD
  * 16-byte vectors, one block per slice up to every block an SM holds; where
  * those slices would fill at most a quarter of the SMs, blocks of half the
  * threads and slices of half the length.
  */
 export function softmaxStream(a: Pick<SoftmaxArgs, 'input' | 'output' | 'rows' | 'cols' | 'scratch' | 'mask' | 'softcap'>, limits: DeviceLimits):
   { slice: number; nBlocks: number; blocks: number; threads: number } | null {
-  if (limits.multiprocessors <= 0 || a.mask !== undefined || (a.softcap ?? 0) !== 0 || !softmaxTwoPass(a) || overlaps(a.output, a.input)) return null;
+  if (limits.multiprocessors <= 0 || a.mask !== undefined || (a.softcap ?? 0) !== 0 || !softmaxSliced(a) || overlaps(a.output, a.input)) return null;
   const perThread = SOFTMAX_STREAM_HELD * (16 / dtypeSize(a.input.dtype));
   // Where the slices of 256 threads would fill at most a quarter of the SMs
   // (one vocabulary row), blocks of 128 and half the slice, so twice the SMs
@@ -253,7 +274,8 @@ export function softmaxStream(a: Pick<SoftmaxArgs, 'input' | 'output' | 'rows' |
   const slice = threads * perThread;
   const nBlocks = Math.ceil(a.cols / slice);
   const resident = SOFTMAX_STREAM_BLOCKS_PER_SM * limits.multiprocessors;
-  if (nBlocks > resident || a.rows * nBlocks * 2 > a.scratch!.elementCount) return null;
+  const partials = a.rows * nBlocks * 2;
+  if (nBlocks > resident || partials > (a.scratch === undefined ? SOFTMAX_STREAM_WORDS_MAX : a.scratch.elementCount)) return null;
   return { slice, nBlocks, blocks: Math.min(a.rows * nBlocks, resident), threads };
 }
 
@@ -290,14 +312,16 @@ export function softmaxStream(a: Pick<SoftmaxArgs, 'input' | 'output' | 'rows' |
  * one float per simdgroup. The input is read twice (the second time from L2
  * where it still is): up to 3 * rows * cols * the element size.
  *
- * Streamed (CUDA, where softmaxStream gives a shape: the two-pass cases
- * without a mask or softcap, output not over input): one dispatch,
- * softmax_stream_<dtype> (0 input, 1 scratch, 2 output, 3 a word a row of
- * the encoder's (Encoder._syncWords), 4 SoftmaxStreamParams), grid
- * (blocks, 1, 1) of 256 threads (128 for a few rows: softmaxStream), every
- * block resident, threadgroup(0) one float per simdgroup and one more. Each block holds a slice, writes its
- * pair, waits for its row's other slices at the row's word, merges the
- * pairs and writes the slice: the input is read once.
+ * Streamed (CUDA, where softmaxStream gives a shape: the two-pass shapes
+ * without a mask or softcap, output not over input, with or without a
+ * scratch): one dispatch, softmax_stream_<dtype> (0 input, 1 the scratch,
+ * or without one words of the encoder's (Encoder._scratchWords), 2 output,
+ * 3 a word a row of the encoder's (Encoder._syncWords), 4
+ * SoftmaxStreamParams), grid (blocks, 1, 1) of 256 threads (128 for a few
+ * rows: softmaxStream), every block resident, threadgroup(0) one float per
+ * simdgroup and one more. Each block holds a slice, writes its pair, waits
+ * for its row's other slices at the row's word, merges the pairs and
+ * writes the slice: the input is read once.
  */
 export function softmax(enc: Encoder, args: SoftmaxArgs): void {
   record(enc, planSoftmax(args, enc.device.limits, enc.device));
@@ -322,6 +346,8 @@ export function planSoftmax(a: SoftmaxArgs, limits: DeviceLimits, device?: Devic
         buffers: [a.input, a.scratch, a.output],
         bytes: [, , , , packSoftmaxStreamParams({ cols: a.cols, rows: a.rows, scale, slice, nBlocks })],
         syncWords: { binding: 3, count: a.rows },
+        // Without the caller's scratch, the partials in the encoder's words.
+        ...(a.scratch === undefined ? { scratchWords: { binding: 1, count: a.rows * nBlocks * 2 } } : {}),
         grid: [blocks, 1, 1],
         threads: [threads, 1, 1],
         threadgroupMemory: [roundUp16((Math.ceil(threads / limits.simdWidth) + 1) * 4)],
