@@ -85,3 +85,16 @@ export function ggmlBlocksBuffer(dev: Device, type: GgmlQuantType, blocks: numbe
   for (let b = 0; b < blocks; b += runBlocks) buf.write(run.subarray(0, Math.min(runBlocks, blocks - b) * bytes), { byteOffset: b * bytes });
   return buf;
 }
+
+/** Seeded routing: m tokens, each to topK distinct experts of numExperts, uniform. */
+export function routing(m: number, numExperts: number, topK: number, seed: number): number[] {
+  let s = seed >>> 0;
+  const next = (): number => (s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32;
+  const ids: number[] = [];
+  for (let t = 0; t < m; t++) {
+    const picked = new Set<number>();
+    while (picked.size < topK) picked.add(Math.floor(next() * numExperts));
+    ids.push(...picked);
+  }
+  return ids;
+}

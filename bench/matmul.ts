@@ -26,7 +26,7 @@
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
-import { ggmlBlocksBuffer, gpuTimePerDispatch, uniformBuffer, wordBuffer } from './common.ts';
+import { ggmlBlocksBuffer, gpuTimePerDispatch, routing, uniformBuffer, wordBuffer } from './common.ts';
 import { denseMatmul, denseMatmulTensor, denseMatvec } from '../ts/ops/dense.ts';
 import { affineQuantizedMatmul, quantizedMatmulSimd } from '../ts/ops/quantized_matmul.ts';
 import { GGML_QUANT_TYPES, ggmlBlockOf, ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
@@ -229,18 +229,6 @@ function ggmlCases(): Case[] {
 // ---- end of quantized_matmul_ggml ----
 // ---- moe: per-expert products (quantized_matmul_id, dense_matmul_id; floors and predictions: notes/moe-2026-11-26.md) ----
 
-/** Seeded routing: m tokens, each to topK distinct experts of numExperts, uniform. */
-function routing(m: number, numExperts: number, topK: number, seed: number): number[] {
-  let s = seed >>> 0;
-  const next = (): number => (s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32;
-  const ids: number[] = [];
-  for (let t = 0; t < m; t++) {
-    const picked = new Set<number>();
-    while (picked.size < topK) picked.add(Math.floor(next() * numExperts));
-    ids.push(...picked);
-  }
-  return ids;
-}
 
 /** moeDispatchSort's result for ids, computed here and uploaded (the matrix rows time the products alone). */
 function sorted(ids: number[], numExperts: number): { offsets: Buffer; order: Buffer } {

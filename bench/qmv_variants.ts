@@ -4,8 +4,10 @@
 // the same dispatch with the kernel swapped for each variant and the
 // variant's own CUDA launch (shaders/cuda/quantized_matmul_ggml.cu's
 // kernel_mul_mv_<t>_f32_vdq* and kernel_mul_mv_q4_K_f32_vgc*, shaders/cuda/quantized_matmul.cu's
-// quantized_mv_<t>_vks*, _vdq* and _vgc*; floors, analysis and predictions in
-// notes/qmv-variants-2026-11-26.md). The kernels are registered under a
+// quantized_mv_<t>_vks*, _vdq* and _vgc*; shaders/cuda/quantized_matmul_id.cu's
+// quantized_mv_id_bf16_vgc* and quantized_gate_up_mv_id_bf16_vgc*; floors,
+// analysis and predictions in notes/qmv-variants-2026-11-26.md and
+// notes/qmv-gc-2026-11-26.md). The kernels are registered under a
 // family of this script's own (the op's sources, the entries and the
 // variants as its kernel list), so nothing of the ops changes.
 //
@@ -26,13 +28,16 @@
 // CUDA only: the variants have no Metal twins.
 
 import { Device, type Buffer, type Encoder } from '../ts/index.ts';
-import { ggmlBlocksBuffer, gpuTimePerDispatch, uniformBuffer, wordBuffer } from './common.ts';
+import { ggmlBlocksBuffer, gpuTimePerDispatch, routing, uniformBuffer, wordBuffer } from './common.ts';
 import { record, type OpPlan, type PlannedDispatch } from '../ts/plan.ts';
 import { scalarMul } from '../ts/ops/elementwise.ts';
 import {
   ggmlBlockOf, ggmlRowBytesOf, planQuantizedMatmulGgml, QUANTIZED_MATMUL_GGML_KERNELS, QUANTIZED_MATMUL_GGML_SOURCES, type GgmlQuantType,
 } from '../ts/ops/quantized_matmul_ggml.ts';
 import { planAffineQuantizedMatmul, QUANTIZED_MATMUL_KERNELS, QUANTIZED_MATMUL_SOURCES } from '../ts/ops/quantized_matmul.ts';
+import {
+  planQuantizedGateUpMvId, planQuantizedMvId, QUANTIZED_MATMUL_ID_KERNELS, QUANTIZED_MATMUL_ID_SOURCES,
+} from '../ts/ops/quantized_matmul_id.ts';
 
 const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(name);
@@ -114,6 +119,22 @@ function qgc(suffix: string, W: number, gs: number): Variant {
 }
 /** _vgd<W>: a round more in flight, 3 blocks an SM. */
 const GC_SUFFIXES: [string, number][] = [['vgc1', 1], ['vgc2', 2], ['vgc4', 4], ['vgd1', 1], ['vgd2', 2], ['vgd4', 4]];
+/**
+ * qid_gc<T, GU, W> (quantized_mv_id_<t>_vgc<W>, quantized_gate_up_mv_id_<t>_vgc<W>;
+ * 4 bits, one token a pair): qmv_gc over each pair's expert, 16-row tiles
+ * (8 outputs for gate_up), 128 threads: grid pairs x ceil(tiles W / 4); qgc's
+ * shared memory. The launch's m is the pairs.
+ */
+function qidgc(W: number, gs: number, gateUp: boolean): Variant {
+  return {
+    suffix: `vgc${W}`,
+    launch: (pairs, n, k) => {
+      const R = Math.ceil(k / gs / 8);
+      const tiles = Math.ceil(n / (gateUp ? 8 : 16));
+      return { grid: [pairs * Math.ceil((tiles * W) / 4), 1, 1], threads: [128, 1, 1], shared: R * 8 * gs * 2 + R * 8 * 4 + 1024 };
+    },
+  };
+}
 
 // ---- the cases ----
 
@@ -124,7 +145,7 @@ interface Case {
   plan: OpPlan;
   output: Buffer;
   variants: Variant[];
-  /** The variants apply at this m (the affine ones take one token). */
+  /** The variants apply at this m (the affine ones take one token; the per-expert ones: the pairs). */
   m: number;
   n: number;
   k: number;
@@ -158,6 +179,44 @@ function affine(label: string, bits: number, gs: number, m: number, n: number, k
   };
 }
 
+/**
+ * Per-expert products (quantized_gate_up_mv_id / quantized_mv_id, q4 g64 bf16)
+ * at bench/matmul.ts's moe shapes and routing: tokens x topK pairs of
+ * numExperts experts; down (k the intermediate) takes the pairs as its rows,
+ * one expert each. Bytes: the distinct experts' weights, x and y.
+ */
+function moeId(label: string, gateUp: boolean, tokens: number, topK: number, numExperts: number, n: number, k: number): Case {
+  const gs = 64, dt = 'bf16' as const;
+  const pairIds = routing(tokens, numExperts, topK, 0x5eed + tokens * 31 + numExperts);
+  const m = gateUp ? tokens : tokens * topK, U = gateUp ? topK : 1, pairs = m * U;
+  const ids = dev.upload('u32', [pairs], pairIds);
+  const set = () => ({
+    weight: wordBuffer(dev, (numExperts * n * k) / 8),
+    scales: uniformBuffer(dev, dt, [(numExperts * n * k) / gs], 0.02),
+    biases: uniformBuffer(dev, dt, [(numExperts * n * k) / gs], 0.1),
+  });
+  const g = set();
+  const x = uniformBuffer(dev, dt, [m * k], 0.5);
+  const output = dev.alloc(dt, [pairs * n]);
+  const q = { m, n, k, nExpertUsed: U, numExperts, groupSize: gs, bits: 4 };
+  const mats = gateUp ? 2 : 1;
+  const bytes = mats * new Set(pairIds).size * ((n * k) / 2 + ((2 * n * k) / gs) * 2) + (m * k + pairs * n) * 2;
+  let plan: OpPlan;
+  if (gateUp) {
+    const u = set();
+    plan = planQuantizedGateUpMvId({
+      x, gateWeight: g.weight, gateScales: g.scales, gateBiases: g.biases, upWeight: u.weight, upScales: u.scales, upBiases: u.biases,
+      ids, output, ...q,
+    }, dev.limits, dev);
+  } else {
+    plan = planQuantizedMvId({ x, ...g, ids, output, ...q }, dev.limits, dev);
+  }
+  return {
+    name: `${label} q4 g${gs} bf16 pairs=${pairs} E=${numExperts} n=${n} k=${k}`, bytes, plan, output,
+    variants: [1, 2, 4].map((W) => qidgc(W, gs, gateUp)), m: pairs, n, k,
+  };
+}
+
 // The shapes of the issue's table (bench/matmul.ts's " m=1 " rows), GGUF first, and two 8-token rows.
 const cases: Case[] = [
   ggml('Qwen3.6 up', 'Q4_K', 1, 17408, 5120),
@@ -182,6 +241,12 @@ const cases: Case[] = [
   affine('Qwen3.6-35B in_proj', 4, 64, 1, 12352, 2048),
   affine('Qwen3.6-35B out_proj', 4, 64, 1, 2048, 4096),
   affine('Qwen3.6-35B lm_head', 4, 64, 1, 248320, 2048),
+  // The per-expert products: issue 14's 8 tokens x top-8 of 512, and Qwen3.6-35B-A3B's and Gemma 4 26B-A4B's decode.
+  moeId('8x top-8/512 gate_up', true, 8, 8, 512, 512, 2048),
+  moeId('8x top-8/512 down', false, 8, 8, 512, 2048, 512),
+  moeId('Qwen3.6 35B-A3B decode gate_up', true, 1, 8, 256, 512, 2048),
+  moeId('Qwen3.6 35B-A3B decode down', false, 1, 8, 256, 2048, 512),
+  moeId('Gemma 4 26B-A4B decode gate_up', true, 1, 8, 128, 704, 2816),
 ].filter((c) => only === undefined || c.name.includes(only));
 
 // ---- one family of this script's own per source file: the entries and every variant ----
@@ -191,14 +256,16 @@ const ggmlVariantKernels = QUANTIZED_MATMUL_GGML_KERNELS.filter((k) => k.startsW
   .concat(GGML_GC_VARIANTS.map((v) => `kernel_mul_mv_q4_K_f32_${v.suffix}`));
 const affineVariantKernels = QUANTIZED_MATMUL_KERNELS.filter((k) => /^quantized_mv_(f16|bf16)$/.test(k))
   .flatMap((k) => [...AFFINE_VARIANTS.map((v) => v.suffix), ...GC_SUFFIXES.map(([sfx]) => sfx)].map((sfx) => `${k}_${sfx}`));
+const idVariantKernels = ['quantized_mv_id_bf16', 'quantized_gate_up_mv_id_bf16'].flatMap((k) => [1, 2, 4].map((W) => `${k}_vgc${W}`));
 const FAMILIES = {
   ggml: { family: 'qmv_variants_ggml', sources: QUANTIZED_MATMUL_GGML_SOURCES, kernels: [...QUANTIZED_MATMUL_GGML_KERNELS, ...ggmlVariantKernels] },
   affine: { family: 'qmv_variants_affine', sources: QUANTIZED_MATMUL_SOURCES, kernels: [...QUANTIZED_MATMUL_KERNELS, ...affineVariantKernels] },
+  id: { family: 'qmv_variants_id', sources: QUANTIZED_MATMUL_ID_SOURCES, kernels: [...QUANTIZED_MATMUL_ID_KERNELS, ...idVariantKernels] },
 };
 
 /** The op's plan recorded under this script's family, its dispatch's kernel and CUDA launch swapped where a variant is given. */
 function planFor(c: Case, v: Variant | null, output: Buffer): OpPlan {
-  const fam = c.plan.family === 'quantized_matmul_ggml' ? FAMILIES.ggml : FAMILIES.affine;
+  const fam = c.plan.family === 'quantized_matmul_ggml' ? FAMILIES.ggml : c.plan.family === 'quantized_matmul_id' ? FAMILIES.id : FAMILIES.affine;
   if (c.plan.dispatches.length !== 1) throw new Error(`${c.name}: expected one dispatch, got ${c.plan.dispatches.length}`);
   const d = c.plan.dispatches[0]!;
   // The output binding: the one bound to the case's output buffer.

@@ -424,137 +424,6 @@ __device__ __forceinline__ void qf32(const float* x, const unsigned char* w, con
 
 // ---- the group-column engine (4 bits, one token) ----
 
-// What holds the vector engine at 0.3-0.6 of copy at one token (ncu, H100,
-// Qwen3.6 up q4: issue slots 34 % busy, DRAM 29 %, 16 warps an SM, 10.5
-// cycles a warp between issues) is its instructions a weight byte at its
-// occupancy: each pair takes a shift, a mask, two packed fmas (the magic
-// off, then s q + b) and x's pairs two byte_perms an mma, for one token of
-// the mma's eight. Here an mma's A is the codes as 16-bit numbers M + q (M
-// = 128 for bf16, 1024 for f16: the code OR'd into the mantissa of M,
-// exact; one shift and one lop3 a pair), and its eight columns are the
-// eight groups of a round instead of tokens: lane (g, t) takes groups 2t
-// and 2t + 1 of rows g and g + 8 (16 rows x 8 groups a warp round), so B's
-// column n holds x on group n's k and zeros elsewhere (a lane reads zeros,
-// zb, unless g is the group of its current half), and C[row][n] is sum_k x
-// (M + q) over group n. The scale and bias come in once a group and row in
-// f32: y += s C + (b - M s) X_n, X_n = sum of x over the group (the
-// products x (M + q) are exact in f32; the M X term cancels at the cost of
-// about 4 bits of the f32 sum for bf16, 7 for f16). x (f32 rounded to T as
-// the vector engine rounds it) is permuted once a block into shared memory
-// as pairs (0, 4), (1, 5), (2, 6), (3, 7) of each 8 values (the nibbles a
-// shift of 0, 4, 8, 12 and one mask pair), zeros past K, with its group
-// sums of the rounded values. A warp streams whole rounds of its tile (W
-// warps a tile split the rounds, their sums meeting in shared memory), D
-// rounds of loads in flight; 128 threads, grid ceil(ceil(N / 16) W / 4)
-// (gc_warps); dynamic shared memory gc_shared. About 8 instructions an mma
-// (128 bytes of codes) against the vector engine's ~20.
-template <typename TX, typename T, typename TY, u32 GS, u32 W, u32 DEEP>
-__device__ __forceinline__ void qmv_gc(const TX* x, const unsigned char* w, const T* sc, const T* bi, TY* y, u32 N, u32 K) {
-    constexpr u32 V = GS / 16u;        // 16-byte loads of a row a lane a round (its two groups)
-    constexpr u32 HALF = V / 2u;       // those of its first group
-    constexpr u32 D = (GS == 128u ? 1u : 2u) + DEEP;
-    constexpr u32 TPB = 4u / W;
-    constexpr float M = SameType<T, __half>::value ? 1024.0f : 128.0f;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    const u32 G = K / GS, R = (G + 7u) / 8u, Kp = R * 8u * GS;
-    uint4* xp = reinterpret_cast<uint4*>(smem_raw);
-    float* xsum = reinterpret_cast<float*>(smem_raw + u64(Kp) * 2u);
-    uint4* zb = reinterpret_cast<uint4*>(xsum + R * 8u);  // 4 V x 16 zero bytes: B's pairs of a lane not in its column
-    float* red = reinterpret_cast<float*>(zb + 4u * V);
-    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
-    const u32 g = lane >> 2, t = lane & 3u;
-    // Kp / 8 is a multiple of 32, so whole warps take each pass; a group's
-    // GS / 8 words are consecutive lanes.
-    for (u32 wd = tid; wd < Kp / 8u; wd += blockDim.x) {
-        uint4 r = make_uint4(0u, 0u, 0u, 0u);
-        if (wd * 8u < K) {
-            if constexpr (sizeof(TX) == 4) {
-                // f32 x rounded to T, as the vector engine rounds it.
-                const float4 lo = *reinterpret_cast<const float4*>(x + u64(wd) * 8u);
-                const float4 hi = *reinterpret_cast<const float4*>(x + u64(wd) * 8u + 4u);
-                r = make_uint4(pack2<T>(lo.x, lo.y), pack2<T>(lo.z, lo.w), pack2<T>(hi.x, hi.y), pack2<T>(hi.z, hi.w));
-            } else {
-                r = *reinterpret_cast<const uint4*>(x + u64(wd) * 8u);
-            }
-        }
-        xp[wd] = make_uint4(__byte_perm(r.x, r.z, 0x5410), __byte_perm(r.x, r.z, 0x7632), __byte_perm(r.y, r.w, 0x5410),
-                            __byte_perm(r.y, r.w, 0x7632));
-        float v[8];
-        unpack16<T>(r, v);
-        float s = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
-#pragma unroll
-        for (u32 o = 1; o < GS / 8u; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (wd % (GS / 8u) == 0u) xsum[wd / (GS / 8u)] = s;
-    }
-    for (u32 i = tid; i < 4u * V; i += blockDim.x) zb[i] = make_uint4(0u, 0u, 0u, 0u);
-    __syncthreads();
-    const u32 tile = blockIdx.x * TPB + warp / W, part = warp % W, row0 = tile * 16u;
-    const u32 mine = row0 < N && part < R ? (R - part + W - 1u) / W : 0u;
-    const u32 ra = min(row0 + g, N - 1u), rb = min(row0 + g + 8u, N - 1u);
-    // Row b as row a's pointers plus (rb - ra) rows (8 but at the last tile).
-    const unsigned char* wa = w + u64(ra) * (K / 2u);
-    const T* sa = sc + u64(ra) * G;
-    const T* ba = bi + u64(ra) * G;
-    const u32 db = rb - ra;
-    uint4 qa[D][V], qb[D][V];
-    // Scales and biases as 16-bit pairs (first group low): rows a and b.
-    u32 sp[D][2], bp[D][2];
-    auto pair = [](const T* p, u32 i, bool first, bool second) {
-        const u32 lo = first ? u32(*reinterpret_cast<const unsigned short*>(p + i)) : 0u;
-        const u32 hi = second ? u32(*reinterpret_cast<const unsigned short*>(p + i + 1u)) : 0u;
-        return lo | (hi << 16);
-    };
-    auto lo_f = [](u32 v) { return to_f(*reinterpret_cast<const T*>(&v)); };
-    auto hi_f = [](u32 v) { const u32 h = v >> 16; return to_f(*reinterpret_cast<const T*>(&h)); };
-    auto issue = [&](u32 u, u32 j) {
-        const u32 g0 = (part + j * W) * 8u + 2u * t;
-#pragma unroll
-        for (u32 v = 0; v < V; ++v) {
-            if (j < mine && g0 + v / HALF < G) {
-                const u64 off = u64(g0) * (GS / 2u) + v * 16u;
-                qa[u][v] = __ldcs(reinterpret_cast<const uint4*>(wa + off));
-                qb[u][v] = __ldcs(reinterpret_cast<const uint4*>(wa + u64(db) * (K / 2u) + off));
-            } else {
-                qa[u][v] = qb[u][v] = make_uint4(0u, 0u, 0u, 0u);
-            }
-        }
-        const bool f = j < mine && g0 < G, sc2 = j < mine && g0 + 1u < G;
-        sp[u][0] = pair(sa, g0, f, sc2);
-        sp[u][1] = pair(sa, g0 + db * G, f, sc2);
-        bp[u][0] = pair(ba, g0, f, sc2);
-        bp[u][1] = pair(ba, g0 + db * G, f, sc2);
-    };
-    auto ext = [](u32 word, u32 sh) { return ((word >> sh) & 0x000F000Fu) | QMagic<T>::P2; };
-    float acc_a = 0.0f, acc_b = 0.0f;
-    qmv_ring<D>(mine, issue, [&](u32 u, u32 j) {
-        const u32 g0 = (part + j * W) * 8u + 2u * t;
-        const uint4* xr = xp + g0 * (GS / 8u);
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (u32 v = 0; v < V; ++v) {
-            const uint4* xs = g == 2u * t + v / HALF ? xr : zb;
-            const u32 wa4[4] = {qa[u][v].x, qa[u][v].y, qa[u][v].z, qa[u][v].w};
-            const u32 wb4[4] = {qb[u][v].x, qb[u][v].y, qb[u][v].z, qb[u][v].w};
-#pragma unroll
-            for (u32 e = 0; e < 4; ++e) {
-                const uint4 xv = xs[v * 4u + e];
-                u32 a[4] = {ext(wa4[e], 0), ext(wb4[e], 0), ext(wa4[e], 4), ext(wb4[e], 4)};
-                mma16<T>(c, a, xv.x, xv.y);
-                a[0] = ext(wa4[e], 8);
-                a[1] = ext(wb4[e], 8);
-                a[2] = ext(wa4[e], 12);
-                a[3] = ext(wb4[e], 12);
-                mma16<T>(c, a, xv.z, xv.w);
-            }
-        }
-        const float x0 = xsum[g0], x1 = xsum[g0 + 1u];
-        const float sa0 = lo_f(sp[u][0]), sa1 = hi_f(sp[u][0]), sb0 = lo_f(sp[u][1]), sb1 = hi_f(sp[u][1]);
-        const float ba0 = lo_f(bp[u][0]), ba1 = hi_f(bp[u][0]), bb0 = lo_f(bp[u][1]), bb1 = hi_f(bp[u][1]);
-        acc_a += fmaf(sa0, c[0], (ba0 - M * sa0) * x0) + fmaf(sa1, c[1], (ba1 - M * sa1) * x1);
-        acc_b += fmaf(sb0, c[2], (bb0 - M * sb0) * x0) + fmaf(sb1, c[3], (bb1 - M * sb1) * x1);
-    });
-    gc_store<W>(acc_a, acc_b, red, warp, lane, part, row0, N, y);
-}
 // The engine's choice, made alike by ts/ops/quantized_matmul.ts
 // (quantizedCudaEngine, gcWarps, gcSharedBytes): one token of 4-bit codes
 // in MLX's chunks, N >= GC_MIN_N (below it the vector engine's 8 warps a
@@ -573,9 +442,9 @@ __device__ __forceinline__ u32 gc_warps(u32 N) { return (N + 15u) / 16u > GC_W2_
 template <typename TX, typename T, typename TY>
 __device__ __noinline__ void qmv_gc_entry(const TX* x, const unsigned char* w, const T* sc, const T* bi, TY* y, u32 N, u32 K, u32 gs) {
     const bool two = gc_warps(N) == 2u;
-    if (gs == 32u) two ? qmv_gc<TX, T, TY, 32u, 2u, 0u>(x, w, sc, bi, y, N, K) : qmv_gc<TX, T, TY, 32u, 4u, 0u>(x, w, sc, bi, y, N, K);
-    else if (gs == 64u) two ? qmv_gc<TX, T, TY, 64u, 2u, 0u>(x, w, sc, bi, y, N, K) : qmv_gc<TX, T, TY, 64u, 4u, 0u>(x, w, sc, bi, y, N, K);
-    else two ? qmv_gc<TX, T, TY, 128u, 2u, 0u>(x, w, sc, bi, y, N, K) : qmv_gc<TX, T, TY, 128u, 4u, 0u>(x, w, sc, bi, y, N, K);
+    if (gs == 32u) two ? qmv_gc<TX, T, TY, 32u, 2u, 0u>(x, w, sc, bi, y, N, K, blockIdx.x) : qmv_gc<TX, T, TY, 32u, 4u, 0u>(x, w, sc, bi, y, N, K, blockIdx.x);
+    else if (gs == 64u) two ? qmv_gc<TX, T, TY, 64u, 2u, 0u>(x, w, sc, bi, y, N, K, blockIdx.x) : qmv_gc<TX, T, TY, 64u, 4u, 0u>(x, w, sc, bi, y, N, K, blockIdx.x);
+    else two ? qmv_gc<TX, T, TY, 128u, 2u, 0u>(x, w, sc, bi, y, N, K, blockIdx.x) : qmv_gc<TX, T, TY, 128u, 4u, 0u>(x, w, sc, bi, y, N, K, blockIdx.x);
 }
 
 // ---- any layout ----
@@ -800,9 +669,9 @@ template <typename T, u32 W, u32 DEEP>
 __device__ __forceinline__ void affine_gc(const T* x, const unsigned int* weight, const T* sc, const T* bi, T* y, const QuantizedMatmulParams* p) {
     const unsigned char* w = reinterpret_cast<const unsigned char*>(weight);
     const u32 N = p->N, K = p->K, gs = p->group_size;
-    if (gs == 32u) qmv_gc<T, T, T, 32u, W, DEEP>(x, w, sc, bi, y, N, K);
-    else if (gs == 64u) qmv_gc<T, T, T, 64u, W, DEEP>(x, w, sc, bi, y, N, K);
-    else qmv_gc<T, T, T, 128u, W, DEEP>(x, w, sc, bi, y, N, K);
+    if (gs == 32u) qmv_gc<T, T, T, 32u, W, DEEP>(x, w, sc, bi, y, N, K, blockIdx.x);
+    else if (gs == 64u) qmv_gc<T, T, T, 64u, W, DEEP>(x, w, sc, bi, y, N, K, blockIdx.x);
+    else qmv_gc<T, T, T, 128u, W, DEEP>(x, w, sc, bi, y, N, K, blockIdx.x);
 }
 #define AFFINE_GC_ENTRY(T, TAG, NAME, W, DEEP, BLOCKS)                                                                       \
     extern "C" __global__ void __launch_bounds__(128, BLOCKS) quantized_mv_##TAG##_##NAME##W(const T* x, const unsigned int* weight, \

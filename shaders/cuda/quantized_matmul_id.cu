@@ -431,3 +431,51 @@ extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_id(const f
     }
 QID_ENTRIES(__half, f16)
 QID_ENTRIES(bf16, bf16)
+
+// ---- harness variants: the group-column engine per pair (one token a pair, 4 bits) ----
+
+// quantized_mv_id_<t>_vgc<W> and quantized_gate_up_mv_id_<t>_vgc<W>: the
+// vector form's bindings; each pair's product by the prelude's qmv_gc (its
+// gate-up form for gate_up: 8 outputs a tile) over the pair's expert, W
+// warps a tile, 128 threads: grid pairs x ceil(tiles W / 4), tiles =
+// ceil(N / 16) (ceil(N / 8) for gate_up); dynamic shared memory gc_shared.
+// MLX's chunks and 16-byte aligned operands only (the harness gives them).
+// The op does not launch them.
+template <typename T, bool GU, u32 W>
+__device__ __forceinline__ void qid_gc(const T* x, const unsigned int* gw, const T* gsc, const T* gbi, const unsigned int* uw, const T* usc,
+                                       const T* ubi, const u32* ids, T* y, const QuantizedMatmulIdParams* p, u32 activation) {
+    const u32 M = p->M, N = p->N, K = p->K, gs = p->group_size, U = p->n_expert_used, E = p->num_experts;
+    const u32 tiles = (N + (GU ? 7u : 15u)) / (GU ? 8u : 16u), blocks = (tiles * W + 3u) / 4u;
+    const u32 pair = blockIdx.x / blocks, blk = blockIdx.x % blocks;
+    if (pair >= M * U) return;
+    T* yr = y + u64(pair) * N;
+    const u32 e = ids[pair];
+    if (e >= E) {
+        const u32 rows = (4u / W) * (GU ? 8u : 16u), r0 = blk * rows;
+        for (u32 i = threadIdx.x; i < rows && r0 + i < N; i += blockDim.x) yr[r0 + i] = from_f<T>(0.0f);
+        return;
+    }
+    const u64 wo = u64(e) * p->expert_weight_stride, so = u64(e) * p->expert_scales_stride, bo = u64(e) * p->expert_biases_stride;
+    const unsigned char* gwb = reinterpret_cast<const unsigned char*>(gw) + wo;
+    const unsigned char* uwb = reinterpret_cast<const unsigned char*>(uw) + wo;
+    const T* xr = x + u64(pair / U) * K;
+    if (gs == 32u) qmv_gc<T, T, T, 32u, W, 0u, GU>(xr, gwb, gsc + so, gbi + bo, yr, N, K, blk, uwb, usc + so, ubi + bo, activation);
+    else if (gs == 64u) qmv_gc<T, T, T, 64u, W, 0u, GU>(xr, gwb, gsc + so, gbi + bo, yr, N, K, blk, uwb, usc + so, ubi + bo, activation);
+    else qmv_gc<T, T, T, 128u, W, 0u, GU>(xr, gwb, gsc + so, gbi + bo, yr, N, K, blk, uwb, usc + so, ubi + bo, activation);
+}
+#define QID_GC_ENTRIES(T, TAG, W)                                                                                                     \
+    extern "C" __global__ void __launch_bounds__(128, 4) quantized_mv_id_##TAG##_vgc##W(                                             \
+        const T* x, const unsigned int* weight, const T* scales, const T* biases, const u32* ids, T* y,                               \
+        const QuantizedMatmulIdParams* params) {                                                                                      \
+        qid_gc<T, false, W>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0u);                                   \
+    }                                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(128, 4) quantized_gate_up_mv_id_##TAG##_vgc##W(                                     \
+        const T* x, const unsigned int* gate_weight, const T* gate_scales, const T* gate_biases, const u32* ids, T* y,                \
+        const QuantizedGateUpIdParams* params, const unsigned int* up_weight, const T* up_scales, const T* up_biases) {               \
+        qid_gc<T, true, W>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, &params->id,            \
+                           params->activation);                                                                                       \
+    }
+QID_GC_ENTRIES(bf16, bf16, 1)
+QID_GC_ENTRIES(bf16, bf16, 2)
+QID_GC_ENTRIES(bf16, bf16, 4)
+#undef QID_GC_ENTRIES
