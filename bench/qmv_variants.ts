@@ -4,10 +4,9 @@
 // the same dispatch with the kernel swapped for each variant and the
 // variant's own CUDA launch (shaders/cuda/quantized_matmul_ggml.cu's
 // kernel_mul_mv_<t>_f32_vdq* and kernel_mul_mv_q4_K_f32_vgc*, shaders/cuda/quantized_matmul.cu's
-// quantized_mv_<t>_vks*, _vdq* and _vgc*; shaders/cuda/quantized_matmul_id.cu's
-// quantized_mv_id_bf16_vgc* and quantized_gate_up_mv_id_bf16_vgc*; floors,
-// analysis and predictions in notes/qmv-variants-2026-11-26.md and
-// notes/qmv-gc-2026-11-26.md). The kernels are registered under a
+// quantized_mv_<t>_vks*, _vdq* and _vgc*; floors, analysis and predictions
+// in notes/qmv-variants-2026-11-26.md and notes/qmv-gc-2026-11-26.md; the
+// per-expert rows time the ops' entries alone). The kernels are registered under a
 // family of this script's own (the op's sources, the entries and the
 // variants as its kernel list), so nothing of the ops changes.
 //
@@ -119,22 +118,6 @@ function qgc(suffix: string, W: number, gs: number): Variant {
 }
 /** _vgd<W>: a round more in flight, 3 blocks an SM. */
 const GC_SUFFIXES: [string, number][] = [['vgc1', 1], ['vgc2', 2], ['vgc4', 4], ['vgd1', 1], ['vgd2', 2], ['vgd4', 4]];
-/**
- * qid_gc<T, GU, W> (quantized_mv_id_<t>_vgc<W>, quantized_gate_up_mv_id_<t>_vgc<W>;
- * 4 bits, one token a pair): qmv_gc over each pair's expert, 16-row tiles
- * (8 outputs for gate_up), 128 threads: grid pairs x ceil(tiles W / 4); qgc's
- * shared memory. The launch's m is the pairs.
- */
-function qidgc(W: number, gs: number, gateUp: boolean): Variant {
-  return {
-    suffix: `vgc${W}`,
-    launch: (pairs, n, k) => {
-      const R = Math.ceil(k / gs / 8);
-      const tiles = Math.ceil(n / (gateUp ? 8 : 16));
-      return { grid: [pairs * Math.ceil((tiles * W) / 4), 1, 1], threads: [128, 1, 1], shared: R * 8 * gs * 2 + R * 8 * 4 + 1024 };
-    },
-  };
-}
 
 // ---- the cases ----
 
@@ -180,27 +163,30 @@ function affine(label: string, bits: number, gs: number, m: number, n: number, k
 }
 
 /**
- * Per-expert products (quantized_gate_up_mv_id / quantized_mv_id, q4 g64 bf16)
- * at bench/matmul.ts's moe shapes and routing: tokens x topK pairs of
- * numExperts experts; down (k the intermediate) takes the pairs as its rows,
- * one expert each. Bytes: the distinct experts' weights, x and y.
+ * Per-expert products (quantized_gate_up_mv_id / quantized_mv_id, g64 bf16;
+ * at 4 bits the ops' _gc kernels) at bench/matmul.ts's moe shapes and
+ * routing: tokens x topK pairs of numExperts experts; down (k the
+ * intermediate) takes the pairs as its rows, one expert each. Bytes: the
+ * distinct experts' weights, x and y. No variants: the W of the
+ * group-column path was chosen by the harness variants of 2026-11-26
+ * (notes/moe-gc-2026-11-26.md), since folded into the op.
  */
-function moeId(label: string, gateUp: boolean, tokens: number, topK: number, numExperts: number, n: number, k: number): Case {
+function moeId(label: string, gateUp: boolean, tokens: number, topK: number, numExperts: number, n: number, k: number, bits = 4): Case {
   const gs = 64, dt = 'bf16' as const;
   const pairIds = routing(tokens, numExperts, topK, 0x5eed + tokens * 31 + numExperts);
   const m = gateUp ? tokens : tokens * topK, U = gateUp ? topK : 1, pairs = m * U;
   const ids = dev.upload('u32', [pairs], pairIds);
   const set = () => ({
-    weight: wordBuffer(dev, (numExperts * n * k) / 8),
+    weight: wordBuffer(dev, (numExperts * n * k * bits) / 32),
     scales: uniformBuffer(dev, dt, [(numExperts * n * k) / gs], 0.02),
     biases: uniformBuffer(dev, dt, [(numExperts * n * k) / gs], 0.1),
   });
   const g = set();
   const x = uniformBuffer(dev, dt, [m * k], 0.5);
   const output = dev.alloc(dt, [pairs * n]);
-  const q = { m, n, k, nExpertUsed: U, numExperts, groupSize: gs, bits: 4 };
+  const q = { m, n, k, nExpertUsed: U, numExperts, groupSize: gs, bits };
   const mats = gateUp ? 2 : 1;
-  const bytes = mats * new Set(pairIds).size * ((n * k) / 2 + ((2 * n * k) / gs) * 2) + (m * k + pairs * n) * 2;
+  const bytes = mats * new Set(pairIds).size * ((n * k * bits) / 8 + ((2 * n * k) / gs) * 2) + (m * k + pairs * n) * 2;
   let plan: OpPlan;
   if (gateUp) {
     const u = set();
@@ -212,8 +198,8 @@ function moeId(label: string, gateUp: boolean, tokens: number, topK: number, num
     plan = planQuantizedMvId({ x, ...g, ids, output, ...q }, dev.limits, dev);
   }
   return {
-    name: `${label} q4 g${gs} bf16 pairs=${pairs} E=${numExperts} n=${n} k=${k}`, bytes, plan, output,
-    variants: [1, 2, 4].map((W) => qidgc(W, gs, gateUp)), m: pairs, n, k,
+    name: `${label} q${bits} g${gs} bf16 pairs=${pairs} E=${numExperts} n=${n} k=${k}`, bytes, plan, output,
+    variants: [], m: pairs, n, k,
   };
 }
 
@@ -247,6 +233,8 @@ const cases: Case[] = [
   moeId('Qwen3.6 35B-A3B decode gate_up', true, 1, 8, 256, 512, 2048),
   moeId('Qwen3.6 35B-A3B decode down', false, 1, 8, 256, 2048, 512),
   moeId('Gemma 4 26B-A4B decode gate_up', true, 1, 8, 128, 704, 2816),
+  moeId('Qwen3.6 35B-A3B decode gate_up', true, 1, 8, 256, 512, 2048, 8),
+  moeId('8x top-8/512 gate_up', true, 8, 8, 512, 512, 2048, 6),
 ].filter((c) => only === undefined || c.name.includes(only));
 
 // ---- one family of this script's own per source file: the entries and every variant ----
@@ -256,11 +244,10 @@ const ggmlVariantKernels = QUANTIZED_MATMUL_GGML_KERNELS.filter((k) => k.startsW
   .concat(GGML_GC_VARIANTS.map((v) => `kernel_mul_mv_q4_K_f32_${v.suffix}`));
 const affineVariantKernels = QUANTIZED_MATMUL_KERNELS.filter((k) => /^quantized_mv_(f16|bf16)$/.test(k))
   .flatMap((k) => [...AFFINE_VARIANTS.map((v) => v.suffix), ...GC_SUFFIXES.map(([sfx]) => sfx)].map((sfx) => `${k}_${sfx}`));
-const idVariantKernels = ['quantized_mv_id_bf16', 'quantized_gate_up_mv_id_bf16'].flatMap((k) => [1, 2, 4].map((W) => `${k}_vgc${W}`));
 const FAMILIES = {
   ggml: { family: 'qmv_variants_ggml', sources: QUANTIZED_MATMUL_GGML_SOURCES, kernels: [...QUANTIZED_MATMUL_GGML_KERNELS, ...ggmlVariantKernels] },
   affine: { family: 'qmv_variants_affine', sources: QUANTIZED_MATMUL_SOURCES, kernels: [...QUANTIZED_MATMUL_KERNELS, ...affineVariantKernels] },
-  id: { family: 'qmv_variants_id', sources: QUANTIZED_MATMUL_ID_SOURCES, kernels: [...QUANTIZED_MATMUL_ID_KERNELS, ...idVariantKernels] },
+  id: { family: 'qmv_variants_id', sources: QUANTIZED_MATMUL_ID_SOURCES, kernels: [...QUANTIZED_MATMUL_ID_KERNELS] },
 };
 
 /** The op's plan recorded under this script's family, its dispatch's kernel and CUDA launch swapped where a variant is given. */

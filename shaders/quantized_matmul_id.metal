@@ -179,6 +179,79 @@ kernel void quantized_gate_up_mv_id_bf16(
                           tgpig, sgitg, tiisg);
 }
 
+// quantized_mv_id_gc_<t>, quantized_gate_up_mv_id_gc_<t> (ours): the names
+// the typed ops give their vector form for 4-bit codes in MLX's chunks
+// (ts/ops/quantized_matmul_id.ts quantizedIdMvKernel), where the CUDA twins
+// run another engine at another occupancy; here the kernels above, under
+// those names, with the same bindings and launch.
+kernel void quantized_mv_id_gc_f16(
+    device const half* x [[buffer(0)]],
+    device const uint* weight [[buffer(1)]],
+    device const half* scales [[buffer(2)]],
+    device const half* biases [[buffer(3)]],
+    device const uint* ids [[buffer(4)]],
+    device half* y [[buffer(5)]],
+    constant QuantizedMatmulIdParams& params [[buffer(6)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    q_mv_id<half, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0, tgpig, sgitg, tiisg);
+}
+
+kernel void quantized_mv_id_gc_bf16(
+    device const bfloat* x [[buffer(0)]],
+    device const uint* weight [[buffer(1)]],
+    device const bfloat* scales [[buffer(2)]],
+    device const bfloat* biases [[buffer(3)]],
+    device const uint* ids [[buffer(4)]],
+    device bfloat* y [[buffer(5)]],
+    constant QuantizedMatmulIdParams& params [[buffer(6)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    q_mv_id<bfloat, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0, tgpig, sgitg, tiisg);
+}
+
+kernel void quantized_gate_up_mv_id_gc_f16(
+    device const half* x [[buffer(0)]],
+    device const uint* gate_weight [[buffer(1)]],
+    device const half* gate_scales [[buffer(2)]],
+    device const half* gate_biases [[buffer(3)]],
+    device const uint* ids [[buffer(4)]],
+    device half* y [[buffer(5)]],
+    constant QuantizedGateUpIdParams& params [[buffer(6)]],
+    device const uint* up_weight [[buffer(7)]],
+    device const half* up_scales [[buffer(8)]],
+    device const half* up_biases [[buffer(9)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    q_mv_id<half, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params.id, params.activation,
+                        tgpig, sgitg, tiisg);
+}
+
+kernel void quantized_gate_up_mv_id_gc_bf16(
+    device const bfloat* x [[buffer(0)]],
+    device const uint* gate_weight [[buffer(1)]],
+    device const bfloat* gate_scales [[buffer(2)]],
+    device const bfloat* gate_biases [[buffer(3)]],
+    device const uint* ids [[buffer(4)]],
+    device bfloat* y [[buffer(5)]],
+    constant QuantizedGateUpIdParams& params [[buffer(6)]],
+    device const uint* up_weight [[buffer(7)]],
+    device const bfloat* up_scales [[buffer(8)]],
+    device const bfloat* up_biases [[buffer(9)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    q_mv_id<bfloat, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params.id, params.activation,
+                          tgpig, sgitg, tiisg);
+}
+
 // ---- the matrix form ----
 
 // One tile: slot tg.y's pairs (moe_tile, 32 rows) x weight rows n0 = 64 tg.x

@@ -30,6 +30,9 @@ import {
   quantizedGateUpMmId,
   quantizedGateUpMvId,
   quantizedIdMmCudaLaunch,
+  quantizedIdGcTakes,
+  quantizedIdGcWarps,
+  quantizedIdMvKernel,
   quantizedIdMvCudaLaunch,
   quantizedIdMvTiles,
   quantizedMatmulId,
@@ -40,7 +43,8 @@ import {
   type AffineExpertsRef,
   type QuantizedIdSizesRef,
 } from '../ts/ops/quantized_matmul_id.ts';
-import { affinePack, affineQuantize, affineRowBytes } from '../ts/ops/quantized_matmul.ts';
+import { affinePack, affineQuantize, affineRowBytes, gcSharedBytes } from '../ts/ops/quantized_matmul.ts';
+import type { Launch } from '../ts/plan.ts';
 import {
   describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, poisoned, randomArray, rng, roundedTo, run, TARGET_LIMITS, type Rng,
 } from './helpers.ts';
@@ -62,9 +66,26 @@ describe('quantized_matmul_id param packers match the header and the .metal bind
   });
   test('launches: vector tiles by k steps, matrix tile slots, shared memory within an H100\'s', () => {
     expect([32, 512, 704, 2048, 5120].map(quantizedIdMvTiles)).toEqual([4, 2, 2, 1, 1]);
-    // Qwen3.6 decode, 8 tokens x top-8: gate/up (k = 2048, 8 outputs a tile) and down (k = 512, 32 rows a block).
-    expect(quantizedIdMvCudaLaunch(64, 512, 2048, true)).toEqual({ grid: [64 * 64, 1, 1], threads: [256, 1, 1] });
-    expect(quantizedIdMvCudaLaunch(64, 2048, 512, false)).toEqual({ grid: [64 * 64, 1, 1], threads: [256, 1, 1] });
+    // 6 and 8 bits, the vector engine: 8 tokens x top-8, gate/up (k = 2048, 8 outputs a tile) and down (k = 512, 32 rows a block).
+    expect(quantizedIdMvCudaLaunch(64, 512, 2048, true, 6, 64)).toEqual({ grid: [64 * 64, 1, 1], threads: [256, 1, 1] });
+    expect(quantizedIdMvCudaLaunch(64, 2048, 512, false, 8, 64)).toEqual({ grid: [64 * 64, 1, 1], threads: [256, 1, 1] });
+    // 4 bits, the group-column path: W = 1 from 2048 tiles, 2 from 1024 (and for the plain form below), else 4.
+    const gc = (blocks: number, k: number, gs: number): Launch => ({ grid: [blocks, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: gcSharedBytes(k, gs) } });
+    expect(quantizedIdMvCudaLaunch(64, 512, 2048, true, 4, 64)).toEqual(gc(64 * 16, 2048, 64)); // 4096 tiles, W 1
+    expect(quantizedIdMvCudaLaunch(64, 2048, 512, false, 4, 64)).toEqual(gc(64 * 32, 512, 64)); // 8192 tiles, W 1
+    expect(quantizedIdMvCudaLaunch(8, 512, 2048, true, 4, 64)).toEqual(gc(8 * 64, 2048, 64)); // 512 tiles, W 4
+    expect(quantizedIdMvCudaLaunch(8, 2048, 512, false, 4, 64)).toEqual(gc(8 * 64, 512, 64)); // 1024 tiles, W 2
+    expect(quantizedIdMvCudaLaunch(8, 704, 2816, true, 4, 64)).toEqual(gc(8 * 88, 2816, 64)); // 704 tiles, W 4
+    expect(quantizedIdMvCudaLaunch(2, 40, 256, false, 4, 32)).toEqual(gc(2 * 2, 256, 32)); // 6 tiles, plain: W 2
+    expect([[64, 512, true], [8, 2048, false], [8, 512, true], [1, 16, false]].map(([p, n, g]) => quantizedIdGcWarps(p as number, n as number, g as boolean)))
+      .toEqual([1, 2, 4, 2]);
+    expect(quantizedIdGcTakes(2048, 64, 4)).toBe(true);
+    // The typed ops' kernels: the _gc ones where the path takes the sizes.
+    expect([
+      quantizedIdMvKernel('quantized_gate_up_mv_id', 'bf16', 2048, 64, 4), quantizedIdMvKernel('quantized_mv_id', 'f16', 512, 32, 4),
+      quantizedIdMvKernel('quantized_gate_up_mv_id', 'bf16', 2048, 64, 8), quantizedIdMvKernel('quantized_mv_id', 'f16', 512, 32, 6),
+    ]).toEqual(['quantized_gate_up_mv_id_gc_bf16', 'quantized_mv_id_gc_f16', 'quantized_gate_up_mv_id_bf16', 'quantized_mv_id_f16']);
+    expect([quantizedIdGcTakes(2048, 64, 8), quantizedIdGcTakes(2048, 64, 6), quantizedIdGcTakes(65536, 32, 4)]).toEqual([false, false, false]);
     expect(moeTileSlots(4096, 256, 64)).toBe(64 + 257);
     expect(quantizedIdMmCudaLaunch(4096, 512, 256, true)).toEqual({
       grid: [321 * 8, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 61440 },

@@ -85,8 +85,12 @@ export interface ExpertFamily<B extends FormArgs> {
   expect(op: string, a: B, rows: number): readonly (readonly [dtype: DType | DtypeOf, count: number])[];
   /** The params struct of the form. */
   params(f: ExpertForm, a: B): Uint8Array;
-  /** The Metal launch and the CUDA one of the form. */
-  launch(f: ExpertForm, a: B, pairs: number): Pick<PlannedDispatch, 'grid' | 'threads'> & { cuda: Launch };
+  /**
+   * The Metal launch and the CUDA one of the form, and where the family
+   * takes another kernel of its own for these sizes, its name (else
+   * `<op>_<dtype>`).
+   */
+  launch(f: ExpertForm, a: B, pairs: number): Pick<PlannedDispatch, 'grid' | 'threads'> & { cuda: Launch; kernel?: string };
 }
 
 function checkActivation(op: string, activation: unknown): void {

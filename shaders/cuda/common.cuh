@@ -963,6 +963,13 @@ __device__ __forceinline__ u32 triple(const u32 (&w)[6], int a) {
 // quantized_matmul.cu's qmv_gc, quantized_matmul_ggml.cu's Q4_K form; ts:
 // GC_MAX_SHARED): past it the vector engines take the product.
 constexpr u32 GC_MAX_SHARED = 98304;
+// The engine's dynamic shared memory: x permuted (K padded to whole rounds
+// of 8 groups, 2 bytes a value), its group sums, and 1 KiB (the zero area
+// and the warps' sums).
+__device__ __forceinline__ u32 gc_shared(u32 K, u32 gs) {
+    const u32 r = (K / gs + 7u) / 8u;
+    return r * 8u * gs * 2u + r * 8u * 4u + 1024u;
+}
 
 // The group-column engines' end (quantized_matmul.cu qmv_gc,
 // quantized_matmul_ggml.cu gmv_gc_q4k): lane (g, t)'s sums of rows g (a) and

@@ -431,10 +431,6 @@ __device__ __forceinline__ void qf32(const float* x, const unsigned char* w, con
 // GC_MAX_SHARED bytes; W = 2 warps a tile past GC_W2_TILES tiles, else 4
 // (measured on an H100: bench/results/qmv-gc-h100-2026-11-26.md).
 constexpr u32 GC_MIN_N = 5120, GC_W2_TILES = 1024;
-__device__ __forceinline__ u32 gc_shared(u32 K, u32 gs) {
-    const u32 r = (K / gs + 7u) / 8u;
-    return r * 8u * gs * 2u + r * 8u * 4u + 1024u;
-}
 __device__ __forceinline__ bool gc_takes(u32 M, u32 N, u32 K, u32 gs, u32 bits) {
     return M == 1u && bits == 4u && N >= GC_MIN_N && gc_shared(K, gs) <= GC_MAX_SHARED;
 }

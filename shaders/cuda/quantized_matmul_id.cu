@@ -36,6 +36,9 @@
 //     registers a step ahead instead (quantized_matmul's way). gate_up interleaves the tile's columns by 8 (8 gate rows,
 //     then the same 8 up rows), so a thread holds gate and up of the same
 //     outputs (64 a tile). A tile of the ids past the experts writes zeros.
+//   group-column (4-bit codes in MLX's chunks, one token a pair; the _gc
+//     entries the typed ops launch there, and mlx-native's quantized_matmul_id):
+//     the prelude's qmv_gc over each pair's expert (qid_gc below).
 //   any (mlx-native's layouts other than MLX's, or operands a vector load
 //     cannot take): a thread per output, values decoded one at a time.
 
@@ -202,9 +205,57 @@ __device__ __forceinline__ bool vec_ok(const void* x, const void* gw, const void
     return aligned16(x) && aligned16(gw) && aligned16(uw) && wstride % align == 0u;
 }
 
+// The group-column engine per pair (the prelude's qmv_gc; its gate-up
+// form for gate_up: a tile is 8 outputs, their gate and up rows), for one
+// token a pair of 4-bit codes in MLX's chunks: 128 threads, W warps a tile,
+// grid pairs x ceil(tiles W / 4) (tiles = ceil(N / 16), ceil(N / 8) for
+// gate_up), dynamic shared memory gc_shared(K, gs). W (gc_id_warps): the
+// smallest of 1, 2, 4 whose grid reaches GC_ID_BLOCKS blocks, else 4
+// (measured on an H100: bench/notes/moe-gc-2026-11-26.md). The same choice
+// as ts/ops/quantized_matmul_id.ts quantizedIdGcWarps.
+constexpr u32 GC_ID_BLOCKS = 512;
+__device__ __forceinline__ bool gc_id_takes(u32 K, u32 gs, u32 bits) { return bits == 4u && gc_shared(K, gs) <= GC_MAX_SHARED; }
+__device__ __forceinline__ u32 gc_id_tiles(u32 N, bool gate_up) { return gate_up ? (N + 7u) / 8u : (N + 15u) / 16u; }
+__device__ __forceinline__ u32 gc_id_warps(u32 pairs, u32 N, bool gate_up) {
+    const u32 tiles = pairs * gc_id_tiles(N, gate_up);
+    return tiles >= 4u * GC_ID_BLOCKS ? 1u : tiles >= 2u * GC_ID_BLOCKS || !gate_up ? 2u : 4u;
+}
+template <typename TX, typename T, typename TY, bool GU, u32 W>
+__device__ __forceinline__ void qid_gc_w(const TX* xr, const unsigned char* gw, const T* gs_, const T* gb, const unsigned char* uw, const T* us,
+                                         const T* ub, TY* yr, u32 N, u32 K, u32 gs, u32 blk, u32 activation) {
+    if (gs == 32u) qmv_gc<TX, T, TY, 32u, W, 0u, GU>(xr, gw, gs_, gb, yr, N, K, blk, uw, us, ub, activation);
+    else if (gs == 64u) qmv_gc<TX, T, TY, 64u, W, 0u, GU>(xr, gw, gs_, gb, yr, N, K, blk, uw, us, ub, activation);
+    else qmv_gc<TX, T, TY, 128u, W, 0u, GU>(xr, gw, gs_, gb, yr, N, K, blk, uw, us, ub, activation);
+}
+// The block's pair and expert, then the engine at gc_id_warps' W; an id past the experts writes zeros.
+template <typename TX, typename T, typename TY, bool GU>
+__device__ __forceinline__ void qid_gc(const TX* x, const unsigned char* gw, const T* gsc, const T* gbi, const unsigned char* uw, const T* usc,
+                                       const T* ubi, const u32* ids, TY* y, u32 M, u32 N, u32 K, u32 gs, u32 U, u32 E, u32 ws, u32 ss, u32 bs,
+                                       u32 activation) {
+    const u32 W = gc_id_warps(M * U, N, GU);
+    const u32 blocks = (gc_id_tiles(N, GU) * W + 3u) / 4u;
+    const u32 pair = blockIdx.x / blocks, blk = blockIdx.x % blocks;
+    if (pair >= M * U) return;
+    TY* yr = y + u64(pair) * N;
+    const u32 e = ids[pair];
+    if (e >= E) {
+        const u32 rows = (4u / W) * (GU ? 8u : 16u), r0 = blk * rows;
+        for (u32 i = threadIdx.x; i < rows && r0 + i < N; i += blockDim.x) yr[r0 + i] = from_f<TY>(0.0f);
+        return;
+    }
+    const u64 wo = u64(e) * ws, so = u64(e) * ss, bo = u64(e) * bs;
+    const TX* xr = x + u64(pair / U) * K;
+    if (W == 1u) qid_gc_w<TX, T, TY, GU, 1u>(xr, gw + wo, gsc + so, gbi + bo, uw + wo, usc + so, ubi + bo, yr, N, K, gs, blk, activation);
+    else if (W == 2u || !GU) qid_gc_w<TX, T, TY, GU, 2u>(xr, gw + wo, gsc + so, gbi + bo, uw + wo, usc + so, ubi + bo, yr, N, K, gs, blk, activation);
+    else qid_gc_w<TX, T, TY, GU, 4u>(xr, gw + wo, gsc + so, gbi + bo, uw + wo, usc + so, ubi + bo, yr, N, K, gs, blk, activation);
+}
 // The vector entries: the block's pair, its expert, then the engine (the
 // any engine where the layout or alignment rules the vector one out).
-template <typename TX, typename TS, typename TC, typename TY, bool GATE_UP, bool ROUND_X, typename P>
+// GC: the group-column path first where it takes the sizes (gc_id_takes;
+// mlx-native's quantized_matmul_id, whose launch bounds give it 128
+// registers anyway, and the _gc entries); the typed entries keep the vector
+// engine's three blocks an SM for their 6- and 8-bit codes.
+template <typename TX, typename TS, typename TC, typename TY, bool GATE_UP, bool ROUND_X, bool GC, typename P>
 __device__ __forceinline__ void qid_vector_entry(const TX* x, const unsigned int* gw, const TS* gsc, const TS* gbi, const unsigned int* uw,
                                                  const TS* usc, const TS* ubi, const u32* ids, TY* y, const P* p, u32 activation) {
     const u32 M = p->M, N = p->N, K = p->K, gs = p->group_size, bits = p->bits, U = p->n_expert_used, E = p->num_experts;
@@ -213,6 +264,10 @@ __device__ __forceinline__ void qid_vector_entry(const TX* x, const unsigned int
     const unsigned char* uwb = reinterpret_cast<const unsigned char*>(uw);
     if (!q_chunked(K, gs) || !vec_ok(x, gwb, uwb, ws, bits)) {
         qid_any<TX, TS, TY, ROUND_X, GATE_UP>(x, {gwb, gsc, gbi}, {uwb, usc, ubi}, ids, y, M, N, K, gs, bits, U, E, ws, ss, activation);
+        return;
+    }
+    if (GC && gc_id_takes(K, gs, bits)) {
+        qid_gc<TX, TS, TY, GATE_UP>(x, gwb, gsc, gbi, uwb, usc, ubi, ids, y, M, N, K, gs, U, E, ws, ss, p->expert_biases_stride, activation);
         return;
     }
     const u32 rt = mv_tiles(K), rows = rt * (GATE_UP ? 8u : 16u);
@@ -393,7 +448,7 @@ __device__ __forceinline__ void qid_matrix_entry(const T* x, const unsigned int*
 extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_id(const float* input, const unsigned int* weight, const bf16* scales,
                                                                       const bf16* biases, const u32* ids, float* output,
                                                                       const QuantizedMatmulIdParams* params) {
-    qid_vector_entry<float, bf16, bf16, float, false, true>(input, weight, scales, biases, weight, scales, biases, ids, output, params, 0u);
+    qid_vector_entry<float, bf16, bf16, float, false, true, true>(input, weight, scales, biases, weight, scales, biases, ids, output, params, 0u);
 }
 
 // ---- the vector and matrix forms (added) ----
@@ -409,13 +464,13 @@ extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_id(const f
     extern "C" __global__ void __launch_bounds__(256, 3)                                                                              \
         quantized_mv_id_##TAG(const T* x, const unsigned int* weight, const T* scales, const T* biases, const u32* ids, T* y,           \
                               const QuantizedMatmulIdParams* params) {                                                                \
-        qid_vector_entry<T, T, T, T, false, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0u);             \
+        qid_vector_entry<T, T, T, T, false, false, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0u);      \
     }                                                                                                                                 \
     extern "C" __global__ void __launch_bounds__(256, 3) quantized_gate_up_mv_id_##TAG(                                              \
         const T* x, const unsigned int* gate_weight, const T* gate_scales, const T* gate_biases, const u32* ids, T* y,                \
         const QuantizedGateUpIdParams* params, const unsigned int* up_weight, const T* up_scales, const T* up_biases) {               \
-        qid_vector_entry<T, T, T, T, true, false>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y,   \
-                                                  &params->id, params->activation);                                                   \
+        qid_vector_entry<T, T, T, T, true, false, false>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases,     \
+                                                         ids, y, &params->id, params->activation);                                    \
     }                                                                                                                                 \
     extern "C" __global__ void __launch_bounds__(128)                                                                                 \
         quantized_mm_id_##TAG(const T* x, const unsigned int* weight, const T* scales, const T* biases, const u32* offsets, T* y,       \
@@ -432,50 +487,24 @@ extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_id(const f
 QID_ENTRIES(__half, f16)
 QID_ENTRIES(bf16, bf16)
 
-// ---- harness variants: the group-column engine per pair (one token a pair, 4 bits) ----
-
-// quantized_mv_id_<t>_vgc<W> and quantized_gate_up_mv_id_<t>_vgc<W>: the
-// vector form's bindings; each pair's product by the prelude's qmv_gc (its
-// gate-up form for gate_up: 8 outputs a tile) over the pair's expert, W
-// warps a tile, 128 threads: grid pairs x ceil(tiles W / 4), tiles =
-// ceil(N / 16) (ceil(N / 8) for gate_up); dynamic shared memory gc_shared.
-// MLX's chunks and 16-byte aligned operands only (the harness gives them).
-// The op does not launch them.
-template <typename T, bool GU, u32 W>
-__device__ __forceinline__ void qid_gc(const T* x, const unsigned int* gw, const T* gsc, const T* gbi, const unsigned int* uw, const T* usc,
-                                       const T* ubi, const u32* ids, T* y, const QuantizedMatmulIdParams* p, u32 activation) {
-    const u32 M = p->M, N = p->N, K = p->K, gs = p->group_size, U = p->n_expert_used, E = p->num_experts;
-    const u32 tiles = (N + (GU ? 7u : 15u)) / (GU ? 8u : 16u), blocks = (tiles * W + 3u) / 4u;
-    const u32 pair = blockIdx.x / blocks, blk = blockIdx.x % blocks;
-    if (pair >= M * U) return;
-    T* yr = y + u64(pair) * N;
-    const u32 e = ids[pair];
-    if (e >= E) {
-        const u32 rows = (4u / W) * (GU ? 8u : 16u), r0 = blk * rows;
-        for (u32 i = threadIdx.x; i < rows && r0 + i < N; i += blockDim.x) yr[r0 + i] = from_f<T>(0.0f);
-        return;
-    }
-    const u64 wo = u64(e) * p->expert_weight_stride, so = u64(e) * p->expert_scales_stride, bo = u64(e) * p->expert_biases_stride;
-    const unsigned char* gwb = reinterpret_cast<const unsigned char*>(gw) + wo;
-    const unsigned char* uwb = reinterpret_cast<const unsigned char*>(uw) + wo;
-    const T* xr = x + u64(pair / U) * K;
-    if (gs == 32u) qmv_gc<T, T, T, 32u, W, 0u, GU>(xr, gwb, gsc + so, gbi + bo, yr, N, K, blk, uwb, usc + so, ubi + bo, activation);
-    else if (gs == 64u) qmv_gc<T, T, T, 64u, W, 0u, GU>(xr, gwb, gsc + so, gbi + bo, yr, N, K, blk, uwb, usc + so, ubi + bo, activation);
-    else qmv_gc<T, T, T, 128u, W, 0u, GU>(xr, gwb, gsc + so, gbi + bo, yr, N, K, blk, uwb, usc + so, ubi + bo, activation);
-}
-#define QID_GC_ENTRIES(T, TAG, W)                                                                                                     \
-    extern "C" __global__ void __launch_bounds__(128, 4) quantized_mv_id_##TAG##_vgc##W(                                             \
+// quantized_mv_id_gc_<t>, quantized_gate_up_mv_id_gc_<t> (ours: the typed
+// ops' kernels for 4-bit codes in MLX's chunks, ts quantizedIdMvKernel):
+// the vector entries' bindings, the group-column path (qid_gc, W by
+// gc_id_warps) at its launch (ts quantizedIdMvCudaLaunch), 128 registers;
+// the any engine where a vector load cannot read the operands.
+#define QID_GC_OP_ENTRIES(T, TAG)                                                                                                      \
+    extern "C" __global__ void __launch_bounds__(128, 4) quantized_mv_id_gc_##TAG(                                                   \
         const T* x, const unsigned int* weight, const T* scales, const T* biases, const u32* ids, T* y,                               \
         const QuantizedMatmulIdParams* params) {                                                                                      \
-        qid_gc<T, false, W>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0u);                                   \
+        qid_vector_entry<T, T, T, T, false, false, true>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0u);       \
     }                                                                                                                                 \
-    extern "C" __global__ void __launch_bounds__(128, 4) quantized_gate_up_mv_id_##TAG##_vgc##W(                                     \
+    extern "C" __global__ void __launch_bounds__(128, 4) quantized_gate_up_mv_id_gc_##TAG(                                           \
         const T* x, const unsigned int* gate_weight, const T* gate_scales, const T* gate_biases, const u32* ids, T* y,                \
         const QuantizedGateUpIdParams* params, const unsigned int* up_weight, const T* up_scales, const T* up_biases) {               \
-        qid_gc<T, true, W>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, &params->id,            \
-                           params->activation);                                                                                       \
+        qid_vector_entry<T, T, T, T, true, false, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases,      \
+                                                        ids, y, &params->id, params->activation);                                     \
     }
-QID_GC_ENTRIES(bf16, bf16, 1)
-QID_GC_ENTRIES(bf16, bf16, 2)
-QID_GC_ENTRIES(bf16, bf16, 4)
-#undef QID_GC_ENTRIES
+QID_GC_OP_ENTRIES(__half, f16)
+QID_GC_OP_ENTRIES(bf16, bf16)
+#undef QID_GC_OP_ENTRIES
+

@@ -44,7 +44,8 @@ import {
   type BufferRule,
 } from '../validate.ts';
 import {
-  AFFINE_GROUP_SIZES, checkAffineBits, quantizedRowBytes, affineDequantize, type QuantizedMatmulSizes,
+  AFFINE_GROUP_SIZES, checkAffineBits, quantizedRowBytes, affineDequantize, GC_MAX_SHARED, gcSharedBytes, quantizedChunked,
+  type QuantizedMatmulSizes,
 } from './quantized_matmul.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 import { denseGateUpIdRef, denseMatmulIdRef, type IdRef, type IdSizesRef } from './dense_matmul_id.ts';
@@ -55,6 +56,7 @@ export const QUANTIZED_MATMUL_ID_SOURCES = familySources(QUANTIZED_MATMUL_ID_FAM
 export const QUANTIZED_MATMUL_ID_KERNELS = [
   'quantized_matmul_id',
   'quantized_mv_id_f16', 'quantized_mv_id_bf16', 'quantized_gate_up_mv_id_f16', 'quantized_gate_up_mv_id_bf16',
+  'quantized_mv_id_gc_f16', 'quantized_mv_id_gc_bf16', 'quantized_gate_up_mv_id_gc_f16', 'quantized_gate_up_mv_id_gc_bf16',
   'quantized_mm_id_f16', 'quantized_mm_id_bf16', 'quantized_gate_up_mm_id_f16', 'quantized_gate_up_mm_id_bf16',
 ] as const;
 const planOf = familyPlans({
@@ -118,9 +120,57 @@ export function quantizedIdMvCudaRows(k: number, gateUp: boolean): number {
   return quantizedIdMvTiles(k) * (gateUp ? 8 : 16);
 }
 
-/** The CUDA vector engine's launch: a 256-thread block per (pair, block of rows). */
-export function quantizedIdMvCudaLaunch(pairs: number, n: number, k: number, gateUp: boolean): Launch {
+/**
+ * The group-column path (shaders/cuda/quantized_matmul_id.cu qid_gc; the
+ * prelude's qmv_gc per pair, one token a pair) takes 4-bit codes in MLX's
+ * chunks whose x fits GC_MAX_SHARED bytes permuted; the kernel decides alike
+ * (gc_id_takes), and its any engine still takes operands a vector load
+ * cannot read, at any launch.
+ */
+export function quantizedIdGcTakes(k: number, groupSize: number, bits: number): boolean {
+  return bits === 4 && quantizedChunked(k, groupSize) && gcSharedBytes(k, groupSize) <= GC_MAX_SHARED;
+}
+/** Blocks of 128 threads the group-column path's grid reaches before it takes fewer warps a tile (gc_id_warps). */
+export const QUANTIZED_ID_GC_BLOCKS = 512;
+/**
+ * Warps a tile of the group-column path (gc_id_warps): the smallest of 1, 2
+ * and 4 (1 and 2 for the plain form, whose 4 spills) whose grid reaches
+ * QUANTIZED_ID_GC_BLOCKS blocks (bench/notes/moe-gc-2026-11-26.md).
+ */
+export function quantizedIdGcWarps(pairs: number, n: number, gateUp: boolean): number {
+  const tiles = pairs * ceilDiv(n, gateUp ? 8 : 16);
+  return tiles >= 4 * QUANTIZED_ID_GC_BLOCKS ? 1 : tiles >= 2 * QUANTIZED_ID_GC_BLOCKS || !gateUp ? 2 : 4;
+}
+
+/**
+ * The CUDA vector form's launch: the group-column path's where it takes
+ * the sizes (quantizedIdGcTakes: 128 threads, pairs x ceil(tiles W / 4)
+ * blocks, tiles of 16 rows or 8 gate-up outputs, dynamic shared memory
+ * gcSharedBytes), else the vector engine's (a 256-thread block per pair and
+ * block of rows). The typed ops run that path by their _gc kernels
+ * (quantizedIdMvKernel), mlx-native's quantized_matmul_id inside its entry.
+ */
+export function quantizedIdMvCudaLaunch(pairs: number, n: number, k: number, gateUp: boolean, bits: number, groupSize: number): Launch {
+  if (quantizedIdGcTakes(k, groupSize, bits)) {
+    const w = quantizedIdGcWarps(pairs, n, gateUp);
+    return {
+      grid: [pairs * ceilDiv(ceilDiv(n, gateUp ? 8 : 16) * w, 4), 1, 1], threads: [128, 1, 1],
+      threadgroupMemory: { 0: gcSharedBytes(k, groupSize) },
+    };
+  }
   return { grid: [pairs * ceilDiv(n, quantizedIdMvCudaRows(k, gateUp)), 1, 1], threads: [256, 1, 1] };
+}
+
+/**
+ * The kernel of the typed vector forms: quantized_mv_id_gc_<t> and
+ * quantized_gate_up_mv_id_gc_<t> (ours) where the group-column path takes
+ * the sizes (their CUDA entries are that path alone, at 128 registers; the
+ * Metal ones the crate's kernels under another name), else the crate's
+ * quantized_mv_id_<t> and quantized_gate_up_mv_id_<t> (the vector engine,
+ * whose 6- and 8-bit rows need its three blocks an SM).
+ */
+export function quantizedIdMvKernel(op: string, dtype: string, k: number, groupSize: number, bits: number): string {
+  return quantizedIdGcTakes(k, groupSize, bits) ? `${op}_gc_${dtype}` : `${op}_${dtype}`;
 }
 
 /** Pair rows of a tile of the CUDA matrix engine (64 x 128 weight rows, 4 warps). */
@@ -195,8 +245,8 @@ export interface QuantizedGateUpMmIdArgs extends QuantizedGateUpBase {
 }
 
 /** The vector form's CUDA grid (a block per pair and block of rows) within 2^31 - 1 blocks. */
-function checkMvGrid(op: string, pairs: number, n: number, k: number, gateUpForm: boolean): void {
-  const blocks = quantizedIdMvCudaLaunch(pairs, n, k, gateUpForm).grid[0];
+function checkMvGrid(op: string, pairs: number, n: number, k: number, gateUpForm: boolean, bits: number, groupSize: number): void {
+  const blocks = quantizedIdMvCudaLaunch(pairs, n, k, gateUpForm, bits, groupSize).grid[0];
   if (blocks > CUDA_GRID_MAX) {
     throw invalid(op, 'm * nExpertUsed', `small enough for ${CUDA_GRID_MAX} CUDA blocks (one per pair and ${quantizedIdMvCudaRows(k, gateUpForm)} rows)`, pairs);
   }
@@ -226,7 +276,8 @@ const QUANTIZED: ExpertFamily<TypedArgsBase & { activation?: GateActivation }> =
     if (!(AFFINE_GROUP_SIZES as readonly number[]).includes(a.groupSize)) throw invalid(op, 'groupSize', '32, 64 or 128', a.groupSize);
     checkMultiple(op, 'k', a.k, a.groupSize, 'groupSize');
   },
-  checkGrid: (f, a, pairs) => (f.matrix ? checkMmGrid(f.op, pairs, a.n, a.numExperts, f.gateUp) : checkMvGrid(f.op, pairs, a.n, a.k, f.gateUp)),
+  checkGrid: (f, a, pairs) => (f.matrix ? checkMmGrid(f.op, pairs, a.n, a.numExperts, f.gateUp)
+    : checkMvGrid(f.op, pairs, a.n, a.k, f.gateUp, a.bits, a.groupSize)),
   expect(op, a, rows) {
     const rowBytes = (a.k * a.bits) / 8;
     const groups = a.k / a.groupSize;
@@ -244,7 +295,10 @@ const QUANTIZED: ExpertFamily<TypedArgsBase & { activation?: GateActivation }> =
     return f.matrix
       ? { grid: [ceilDiv(a.n, f.gateUp ? 32 : 64), moeTileSlots(pairs, a.numExperts, QUANTIZED_MM_ID_METAL_BM), 1], threads: [128, 1, 1],
         cuda: quantizedIdMmCudaLaunch(pairs, a.n, a.numExperts, f.gateUp) }
-      : { grid: [ceilDiv(a.n, 8), pairs, 1], threads: [32, 2, 1], cuda: quantizedIdMvCudaLaunch(pairs, a.n, a.k, f.gateUp) };
+      : {
+        grid: [ceilDiv(a.n, 8), pairs, 1], threads: [32, 2, 1], cuda: quantizedIdMvCudaLaunch(pairs, a.n, a.k, f.gateUp, a.bits, a.groupSize),
+        kernel: quantizedIdMvKernel(f.op, a.x.dtype, a.k, a.groupSize, a.bits),
+      };
   },
 };
 
@@ -274,12 +328,14 @@ export const validateQuantizedGateUpMmId = gateUpMmId.validate;
  * [m, nExpertUsed, n]; x, scales, biases and output f16 or bf16; exact
  * element counts; the output overlaps no input. bits 4, 6, 8; groupSize 32,
  * 64, 128 dividing k.
- * Kernels: quantized_mv_id_<dtype>. Bindings: 0 x, 1 weight, 2 scales, 3
- * biases, 4 ids, 5 output, 6 QuantizedMatmulIdParams (the crate's struct;
- * strides from expertRows).
+ * Kernels: quantized_mv_id_<dtype>, or for 4-bit codes (quantizedIdMvKernel)
+ * quantized_mv_id_gc_<dtype> (ours; on CUDA the group-column path).
+ * Bindings: 0 x, 1 weight, 2 scales, 3 biases, 4 ids, 5 output, 6
+ * QuantizedMatmulIdParams (the crate's struct; strides from expertRows).
  * Grid (Metal): (ceil(n / 8), pairs, 1) threadgroups of (32, 2, 1), 4 rows a
- * simdgroup, lanes splitting k. CUDA: quantizedIdMvCudaLaunch (tensor cores,
- * 256 threads over 16-row tiles of one pair).
+ * simdgroup, lanes splitting k. CUDA: quantizedIdMvCudaLaunch (tensor cores:
+ * 256 threads over 16-row tiles of one pair, or at 4 bits the group-column
+ * path, 128 threads, the eight groups of a round as the mma's columns).
  */
 export const quantizedMvId = mvId.op;
 /** quantizedMvId's plan: validates, then one dispatch (see quantizedMvId). */
@@ -313,7 +369,8 @@ export const planQuantizedMmId = mmId.plan;
  * sums, y rounded once; zeros for an id >= numExperts.
  *
  * Layouts: as quantizedMvId, with gate* and up* expert sets of one shape.
- * Kernels: quantized_gate_up_mv_id_<dtype>. Bindings: 0 x, 1 gate_weight, 2
+ * Kernels: quantized_gate_up_mv_id_<dtype>, or for 4-bit codes
+ * quantized_gate_up_mv_id_gc_<dtype> (as quantizedMvId). Bindings: 0 x, 1 gate_weight, 2
  * gate_scales, 3 gate_biases, 4 ids, 5 output, 6 QuantizedGateUpIdParams, 7
  * up_weight, 8 up_scales, 9 up_biases.
  * Grid: as quantizedMvId (CUDA: 8 output rows a tile, their gate and up rows
@@ -380,7 +437,7 @@ export function validateQuantizedMatmulId(a: QuantizedMatmulIdArgs, device?: Dev
   const ng = checkedProduct(op, 'numExperts * n * ceil(k / groupSize)', a.numExperts, expertGroups);
   const nx = checkedProduct(op, 'm * k', a.m, a.k);
   const ny = checkedProduct(op, 'm * nExpertUsed * n', pairs, a.n);
-  checkMvGrid(op, pairs, a.n, a.k, false);
+  checkMvGrid(op, pairs, a.n, a.k, false, a.bits, a.groupSize);
   const rules: BufferRule[] = [
     ['input', a.input, 'f32', nx],
     ['weight', a.weight, ['u32', 'u8'], { bytes: nw, of: `${a.numExperts} experts of ${a.n} rows of ${quantizedRowBytes(a.k, a.bits)} bytes` }],
@@ -424,7 +481,7 @@ export function planQuantizedMatmulId(a: QuantizedMatmulIdArgs, _limits: DeviceL
     })],
     grid: [ceilDiv(a.n, tx), ceilDiv(pairs, ty), 1],
     threads: [tx, ty, 1],
-    cuda: quantizedIdMvCudaLaunch(pairs, a.n, a.k, false),
+    cuda: quantizedIdMvCudaLaunch(pairs, a.n, a.k, false, a.bits, a.groupSize),
   });
 }
 

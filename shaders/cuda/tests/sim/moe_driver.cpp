@@ -2,7 +2,8 @@
 // quantized_matmul_id.cu, dense_matmul_id.cu, moe_weighted_reduce.cu) on the
 // CPU simulation (sim_runtime.h), against float64 references, at the
 // launches of their ops (ts/ops/moe_dispatch.ts moeDispatchSortLaunch,
-// ts/ops/quantized_matmul_id.ts quantizedIdMvCudaLaunch and
+// ts/ops/quantized_matmul_id.ts quantizedIdMvCudaLaunch (the group-column
+// path at 4 bits) and
 // quantizedIdMmCudaLaunch, ts/ops/dense_matmul_id.ts, ts/ops/moe_weighted_reduce.ts;
 // written out again below): the grouping of pairs by expert (ids past the
 // experts, empty experts, one expert taking all); the vector engine at k of
@@ -247,14 +248,32 @@ static double qid_error(const Arr<TX>& x, const QExperts<TS>& g, const QExperts<
       [&](int m, u32 e, u32 j, u32 k) { return (m == 0 ? g : *up).wv(e, j, k); }, [&](u32 p, u32 j) { return y.at(size_t(p) * N + j); });
 }
 
-// The vector engine's launch (quantizedIdMvCudaLaunch).
-static u32 mv_rows(u32 K, bool gate_up) {
+// The vector form's launch (quantizedIdMvCudaLaunch): the group-column
+// path's for 4-bit codes in MLX's chunks whose x fits 96 KiB permuted
+// (quantizedIdGcTakes; W by quantizedIdGcWarps), else the vector engine's.
+// The typed ops launch their _gc kernels there (quantizedIdMvKernel).
+struct MvLaunch {
+  SimDim grid, block;
+  size_t smem;
+  bool gc;
+};
+static MvLaunch mv_launch(u32 P, u32 N, u32 K, u32 gs, u32 bits, bool gate_up, bool vector = false) {
+  const u32 r = (K / gs + 7) / 8, shared = r * 8 * gs * 2 + r * 8 * 4 + 1024;
+  const bool chunked = (gs == 32 || gs == 64 || gs == 128) && K % gs == 0;
+  if (!vector && bits == 4 && chunked && shared <= 98304) {
+    const u32 tiles = cdiv(N, gate_up ? 8 : 16), all = P * tiles;
+    const u32 w = all >= 2048 ? 1 : (all >= 1024 || !gate_up) ? 2 : 4;
+    return {{P * cdiv(tiles * w, 4), 1, 1}, {128, 1, 1}, shared, true};
+  }
   const u32 steps = (cdiv(K, 32) + 3) / 4;
-  return (steps >= 8 ? 1 : steps >= 4 ? 2 : 4) * (gate_up ? 8 : 16);
+  const u32 rows = (steps >= 8 ? 1 : steps >= 4 ? 2 : 4) * (gate_up ? 8 : 16);
+  return {{P * cdiv(N, rows), 1, 1}, {256, 1, 1}, 0, false};
 }
 
 template <class T>
-static void check_qmv(const char* name, u32 M, u32 U, u32 E, u32 N, u32 K, u32 gs, u32 bits, bool gate_up, u32 activation, bool fused) {
+// vector: the crate-named entries at 4 bits too (host code may launch them; the ops take the _gc ones there).
+static void check_qmv(const char* name, u32 M, u32 U, u32 E, u32 N, u32 K, u32 gs, u32 bits, bool gate_up, u32 activation, bool fused,
+                      bool vector = false) {
   const u32 P = M * U, rows = fused ? 2 * N : N;
   QExperts<T> gw(E, fused ? 2 * N : N, K, gs, bits, rows), uwsep(E, N, K, gs, bits, rows);
   // The fused layout: the up view starts N rows into the gate's buffer.
@@ -280,28 +299,29 @@ static void check_qmv(const char* name, u32 M, u32 U, u32 E, u32 N, u32 K, u32 g
     upv.q.erase(upv.q.begin(), upv.q.begin() + size_t(N) * K);
     uref = &upv;
   }
-  const SimDim grid{P * cdiv(N, mv_rows(K, gate_up)), 1, 1}, block{256, 1, 1};
+  const MvLaunch l = mv_launch(P, N, K, gs, bits, gate_up, vector);
   if (gate_up) {
     QuantizedGateUpIdParams p{M, K, N, gs, bits, U, E, ws, ss, ss, activation};
-    sim_launch(grid, block, 0, [&] {
+    sim_launch(l.grid, l.block, l.smem, [&] {
+      const unsigned* gwu = reinterpret_cast<const unsigned*>(gw.w.p);
+      const unsigned* uwu = reinterpret_cast<const unsigned*>(upw);
       if constexpr (std::is_same_v<T, __half>)
-        quantized_gate_up_mv_id_f16(x.p, reinterpret_cast<const unsigned*>(gw.w.p), gw.sc.p, gw.bi.p, idb.p, y.p, &p,
-                                    reinterpret_cast<const unsigned*>(upw), ups, upb);
+        (l.gc ? quantized_gate_up_mv_id_gc_f16 : quantized_gate_up_mv_id_f16)(x.p, gwu, gw.sc.p, gw.bi.p, idb.p, y.p, &p, uwu, ups, upb);
       else
-        quantized_gate_up_mv_id_bf16(x.p, reinterpret_cast<const unsigned*>(gw.w.p), gw.sc.p, gw.bi.p, idb.p, y.p, &p,
-                                     reinterpret_cast<const unsigned*>(upw), ups, upb);
+        (l.gc ? quantized_gate_up_mv_id_gc_bf16 : quantized_gate_up_mv_id_bf16)(x.p, gwu, gw.sc.p, gw.bi.p, idb.p, y.p, &p, uwu, ups, upb);
     });
   } else {
     QuantizedMatmulIdParams p{M, K, N, gs, bits, U, E, ws, ss, ss};
-    sim_launch(grid, block, 0, [&] {
+    sim_launch(l.grid, l.block, l.smem, [&] {
+      const unsigned* gwu = reinterpret_cast<const unsigned*>(gw.w.p);
       if constexpr (std::is_same_v<T, __half>)
-        quantized_mv_id_f16(x.p, reinterpret_cast<const unsigned*>(gw.w.p), gw.sc.p, gw.bi.p, idb.p, y.p, &p);
+        (l.gc ? quantized_mv_id_gc_f16 : quantized_mv_id_f16)(x.p, gwu, gw.sc.p, gw.bi.p, idb.p, y.p, &p);
       else
-        quantized_mv_id_bf16(x.p, reinterpret_cast<const unsigned*>(gw.w.p), gw.sc.p, gw.bi.p, idb.p, y.p, &p);
+        (l.gc ? quantized_mv_id_gc_bf16 : quantized_mv_id_bf16)(x.p, gwu, gw.sc.p, gw.bi.p, idb.p, y.p, &p);
     });
   }
   char what[200];
-  std::snprintf(what, sizeof what, "%s M=%u U=%u E=%u N=%u K=%u gs=%u bits=%u%s", name, M, U, E, N, K, gs, bits,
+  std::snprintf(what, sizeof what, "%s%s M=%u U=%u E=%u N=%u K=%u gs=%u bits=%u%s", name, l.gc ? " [gc]" : "", M, U, E, N, K, gs, bits,
                 gate_up ? (activation ? " gelu" : " silu") : "");
   report(what, qid_error(x, gref, gate_up ? uref : nullptr, ids, U, y, false, activation), tol_of<T>() * std::max(1.0, std::sqrt(K / 4096.0)));
 }
@@ -321,7 +341,8 @@ static void check_crate(u32 M, u32 U, u32 E, u32 N, u32 K, u32 gs, u32 bits, boo
   Arr<u32> idb(P);
   std::copy(ids.begin(), ids.end(), idb.p);
   QuantizedMatmulIdParams p{M, K, N, gs, bits, U, E, u32(N * ex.rb), N * ex.groups, N * ex.groups};
-  sim_launch({P * cdiv(N, mv_rows(K, false)), 1, 1}, {256, 1, 1}, 0, [&] {
+  const MvLaunch l = mv_launch(P, N, K, gs, bits, false);
+  sim_launch(l.grid, l.block, l.smem, [&] {
     quantized_matmul_id(x.p, reinterpret_cast<const unsigned*>(ex.w.p), ex.sc.p, ex.bi.p, idb.p, y.p, &p);
   });
   char what[200];
@@ -480,6 +501,13 @@ int main() {
     check_qmm<bf>("quantized_gate_up_mm_id_bf16", 25, 2, 6, 70, 64, 64, bits, true, 0, -1);
     check_qmm<__half>("quantized_gate_up_mm_id_f16", 35, 2, 3, 40, 128, 128, bits, true, 1, -1);
   }
+  // The crate-named vector entries at 4 bits (the ops launch the _gc ones there).
+  check_qmv<bf>("quantized_mv_id_bf16 (vector engine)", 2, 3, 5, 37, 512, 64, 4, false, 0, false, true);
+  check_qmv<__half>("quantized_gate_up_mv_id_f16 (vector engine)", 2, 2, 4, 13, 256, 64, 4, true, 1, false, true);
+  // The group-column path at 1 and 2 warps a tile (2048 and 1024 tiles; 20 groups: 3 rounds, the last of 4), 4 bits.
+  check_qmv<bf>("quantized_gate_up_mv_id_bf16 (W 1)", 32, 8, 12, 64, 640, 32, 4, true, 0, false);
+  check_qmv<__half>("quantized_gate_up_mv_id_f16 (W 2)", 16, 8, 12, 61, 640, 32, 4, true, 1, false);
+  check_qmv<bf>("quantized_mv_id_bf16 (W 1)", 16, 8, 12, 256, 1152, 128, 4, false, 0, false);
   // The matrix engine's cp.async weight pipeline past its 4 stages (k = 320: 10 steps), 4 and 8 bits.
   check_qmm<bf>("quantized_gate_up_mm_id_bf16", 20, 2, 3, 40, 320, 64, 4, true, 0, -1);
   check_qmm<__half>("quantized_mm_id_f16", 20, 2, 3, 70, 320, 32, 8, false, 0, -1);
