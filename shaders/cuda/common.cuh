@@ -971,45 +971,19 @@ __device__ __forceinline__ u32 gc_shared(u32 K, u32 gs) {
     return r * 8u * gs * 2u + r * 8u * 4u + 1024u;
 }
 
-// The group-column engines' end (quantized_matmul.cu qmv_gc,
-// quantized_matmul_ggml.cu gmv_gc_q4k): lane (g, t)'s sums of rows g (a) and
-// g + 8 (b) over its groups, added over the warp's 4 lanes t, then over the
-// W warps of the tile (warp part 0's 16 lanes add red's rows, one barrier
-// that every warp of the block reaches), and stored to y[row0 ..] below N.
-// red: 4 warps x 16 floats of shared memory.
-template <u32 W, typename TY>
-__device__ __forceinline__ void gc_store(float a, float b, float* red, u32 warp, u32 lane, u32 part, u32 row0, u32 N, TY* y) {
-    const u32 g = lane >> 2, t = lane & 3u;
-    a += __shfl_xor_sync(0xffffffffu, a, 1);
-    a += __shfl_xor_sync(0xffffffffu, a, 2);
-    b += __shfl_xor_sync(0xffffffffu, b, 1);
-    b += __shfl_xor_sync(0xffffffffu, b, 2);
-    if constexpr (W > 1u) {
-        if (t == 0u) {
-            red[warp * 16u + g] = a;
-            red[warp * 16u + g + 8u] = b;
-        }
-        __syncthreads();
-        if (part == 0u && lane < 16u) {
-            float s = 0.0f;
-#pragma unroll
-            for (u32 q = 0; q < W; ++q) s += red[(warp + q) * 16u + lane];
-            if (row0 + lane < N) y[row0 + lane] = from_f<TY>(s);
-        }
-    } else if (t == 0u) {
-        if (row0 + g < N) y[row0 + g] = from_f<TY>(a);
-        if (row0 + g + 8u < N) y[row0 + g + 8u] = from_f<TY>(b);
-    }
-}
-
 __device__ __forceinline__ float gate_activation(float g, u32 activation);  // below, with the gated products
 
-// gc_store's end for the gate-up form: rows a the gate's and b the up
-// projection's of outputs row0 + g (8 a tile), y[row0 + g] = act(a) * b
-// (gate_activation) below N.
-template <u32 W, typename TY>
-__device__ __forceinline__ void gc_store_gate_up(float a, float b, float* red, u32 warp, u32 lane, u32 part, u32 row0, u32 N, TY* y,
-                                                 u32 activation) {
+// The group-column engines' end (qmv_gc, quantized_matmul_ggml.cu
+// gmv_gc_q4k): lane (g, t)'s sums of rows g (a) and g + 8 (b) over its
+// groups, added over the warp's 4 lanes t, then over the W warps of the
+// tile (warp part 0's lanes add red's rows, one barrier that every warp of
+// the block reaches), and stored below N: y[row0 + r] for the tile's 16 rows,
+// or with GU (rows a a gate's, b the up projection's of the same 8 outputs)
+// y[row0 + g] = act(a) * b (gate_activation). red: 4 warps x 16 floats of
+// shared memory.
+template <u32 W, bool GU, typename TY>
+__device__ __forceinline__ void gc_store(float a, float b, float* red, u32 warp, u32 lane, u32 part, u32 row0, u32 N, TY* y,
+                                         u32 activation = 0u) {
     const u32 g = lane >> 2, t = lane & 3u;
     a += __shfl_xor_sync(0xffffffffu, a, 1);
     a += __shfl_xor_sync(0xffffffffu, a, 2);
@@ -1021,17 +995,22 @@ __device__ __forceinline__ void gc_store_gate_up(float a, float b, float* red, u
             red[warp * 16u + g + 8u] = b;
         }
         __syncthreads();
-        if (part == 0u && lane < 8u) {
+        if (part == 0u && lane < (GU ? 8u : 16u)) {
             float sa = 0.0f, sb = 0.0f;
 #pragma unroll
             for (u32 q = 0; q < W; ++q) {
                 sa += red[(warp + q) * 16u + lane];
-                sb += red[(warp + q) * 16u + lane + 8u];
+                if constexpr (GU) sb += red[(warp + q) * 16u + lane + 8u];
             }
-            if (row0 + lane < N) y[row0 + lane] = from_f<TY>(gate_activation(sa, activation) * sb);
+            if (row0 + lane < N) y[row0 + lane] = from_f<TY>(GU ? gate_activation(sa, activation) * sb : sa);
         }
-    } else if (t == 0u && row0 + g < N) {
-        y[row0 + g] = from_f<TY>(gate_activation(a, activation) * b);
+    } else if (t == 0u) {
+        if constexpr (GU) {
+            if (row0 + g < N) y[row0 + g] = from_f<TY>(gate_activation(a, activation) * b);
+        } else {
+            if (row0 + g < N) y[row0 + g] = from_f<TY>(a);
+            if (row0 + g + 8u < N) y[row0 + g + 8u] = from_f<TY>(b);
+        }
     }
 }
 
@@ -1097,7 +1076,7 @@ template <> struct QMagic<__nv_bfloat16> {
 //
 // GU (the gate-up form of the per-expert products): a tile is 8 outputs,
 // its rows a the gate's rows and rows b the up projection's (uw, usc, ubi)
-// of the same outputs, stored as act(gate) * up (gc_store_gate_up). blk:
+// of the same outputs, stored as act(gate) * up (gc_store). blk:
 // the block's index among the product's blocks (blockIdx.x for one
 // matrix; a pair's own for the per-expert forms).
 template <typename TX, typename T, typename TY, u32 GS, u32 W, u32 DEEP, bool GU = false>
@@ -1209,8 +1188,7 @@ __device__ __forceinline__ void qmv_gc(const TX* x, const unsigned char* w, cons
         acc_a += fmaf(sa0, c[0], (ba0 - M * sa0) * x0) + fmaf(sa1, c[1], (ba1 - M * sa1) * x1);
         acc_b += fmaf(sb0, c[2], (bb0 - M * sb0) * x0) + fmaf(sb1, c[3], (bb1 - M * sb1) * x1);
     });
-    if constexpr (GU) gc_store_gate_up<W>(acc_a, acc_b, red, warp, lane, part, row0, N, y, activation);
-    else gc_store<W>(acc_a, acc_b, red, warp, lane, part, row0, N, y);
+    gc_store<W, GU>(acc_a, acc_b, red, warp, lane, part, row0, N, y, activation);
 }
 
 // The pair order of a chunk's 16 pairs (which two of its 32 values pair p

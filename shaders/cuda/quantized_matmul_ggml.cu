@@ -448,7 +448,7 @@ __device__ __forceinline__ void gmv_gc_q4k(const unsigned char* w, const float* 
         acc_a += fmaf(aa0, c[0], (ba0 - M * aa0) * x0s) + fmaf(aa1, c[1], (ba1 - M * aa1) * x1s);
         acc_b += fmaf(ab0, c[2], (bb0 - M * ab0) * x0s) + fmaf(ab1, c[3], (bb1 - M * ab1) * x1s);
     });
-    gc_store<W>(acc_a, acc_b, red, warp, lane, part, row0, N, y);
+    gc_store<W, false>(acc_a, acc_b, red, warp, lane, part, row0, N, y);
 }
 __device__ __forceinline__ u32 gc_q4k_shared(u32 K) { return K * 2u + K / 32u * 4u + 1024u; }
 // The entry's choice, made alike by ts/ops/quantized_matmul_ggml.ts
