@@ -187,15 +187,20 @@ __device__ __forceinline__ void gated_halves(const T* x, T* y, u32 rows, u32 dim
 
 // ---- reductions ----
 
-__device__ __forceinline__ float warp_sum(float v) {
+// op over a full warp's t by xor shuffles, a lane's own value first: op
+// commutes, so every lane ends with the same bits.
+template <typename Op>
+__device__ __forceinline__ float warp_xor_fold(float t, Op op) {
 #pragma unroll
-    for (u32 o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
+    for (u32 o = 16; o > 0; o >>= 1) t = op(t, __shfl_xor_sync(0xffffffffu, t, o));
+    return t;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    return warp_xor_fold(v, [](float a, float b) { return a + b; });
 }
 __device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (u32 o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
+    return warp_xor_fold(v, [](float a, float b) { return fmaxf(a, b); });
 }
 
 // The lanes of this thread's warp that the block has (a last warp may be
@@ -235,9 +240,7 @@ __device__ __forceinline__ float fold_partials(const WarpLanes& w, float* partia
     if (nw == 1u) return partials[0];
     const bool whole = (blockDim.x & 31u) == 0u;
     if (whole || w.warp == 0u) {
-        float t = w.lane < nw ? partials[w.lane] : id;
-#pragma unroll
-        for (u32 o = 16; o > 0; o >>= 1) t = op(t, __shfl_xor_sync(0xffffffffu, t, o));
+        const float t = warp_xor_fold(w.lane < nw ? partials[w.lane] : id, op);
         if (whole) return t;
         if (w.lane == 0u) partials[0] = t;
     }
@@ -245,10 +248,27 @@ __device__ __forceinline__ float fold_partials(const WarpLanes& w, float* partia
     return partials[0];
 }
 
+// block_sum / block_max over whole warps: v is the warp's value (the same
+// in every lane), published by lane 0, folded by each warp as fold_partials
+// does in a block of whole warps.
+template <typename Op>
+__device__ __forceinline__ float whole_block_fold(float v, float* partials, float id, Op op) {
+    const u32 lane = threadIdx.x & 31u;
+    if (lane == 0u) partials[threadIdx.x >> 5] = v;
+    __syncthreads();
+    return warp_xor_fold(lane < (blockDim.x >> 5) ? partials[lane] : id, op);
+}
+
 // Sum over the block, returned to every thread (the same bits in each);
 // partials holds one float per warp, the call's until the caller's next
-// barrier. A last, partial warp reduces only its existing lanes.
+// barrier. A last, partial warp reduces only its existing lanes. WHOLE:
+// the caller's blocks are whole warps (blockDim.x a multiple of 32): each
+// warp folds by xor shuffles over its full mask, with none of the lane and
+// warp count checks, which a kernel that reduces between its loads and its
+// stores waits on (softmax_stream: 1-2 us of 59 at [64, 262144]).
+template <bool WHOLE = false>
 __device__ __forceinline__ float block_sum(float v, float* partials) {
+    if constexpr (WHOLE) return whole_block_fold(warp_sum(v), partials, 0.0f, [](float a, float b) { return a + b; });
     const WarpLanes w = warp_lanes();
     warp_fold_down(w, [&](u32 o, bool live) {
         const float other = __shfl_down_sync(w.mask, v, o);
@@ -262,7 +282,9 @@ __device__ __forceinline__ float block_sum(float v, float* partials) {
 // Maximum over the block, returned to every thread; the same contract as
 // block_sum (a kernel that calls both with one partials array puts a
 // __syncthreads() between them).
+template <bool WHOLE = false>
 __device__ __forceinline__ float block_max(float v, float* partials) {
+    if constexpr (WHOLE) return whole_block_fold(warp_max(v), partials, __int_as_float(0xff800000), [](float a, float b) { return fmaxf(a, b); });
     const WarpLanes w = warp_lanes();
     warp_fold_down(w, [&](u32 o, bool live) {
         const float other = __shfl_down_sync(w.mask, v, o);

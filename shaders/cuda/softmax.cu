@@ -504,6 +504,89 @@ __device__ __forceinline__ void stream_write_again(const T* xs, T* ys, u32 len, 
     }
 }
 
+// A held unit's loads (nv 16-byte vectors of xs into raw, STREAM_HELD a
+// thread; FULL: nv is STREAM_HELD x the block) folded into the thread's
+// (m, s). f32 holds exp(v - m) in place of x, over the thread's max m, so its
+// output is one multiply an element; 16-bit types keep x and fold online.
+template <typename T, bool FULL>
+__device__ __forceinline__ void stream_load(const T* xs, u32 nv, const Transform& f, uint4 (&raw)[STREAM_HELD], float& m, float& s) {
+    constexpr int VEC = VecOf<T>::N;
+    const u32 tid = threadIdx.x, bs = blockDim.x;
+    auto value = [&](float xe) { return xe * f.scale; };
+    const uint4* xv = reinterpret_cast<const uint4*>(xs);
+#pragma unroll
+    for (int k = 0; k < STREAM_HELD; ++k) {
+        const u32 vi = tid + u32(k) * bs;
+        if (FULL || vi < nv) raw[k] = __ldcs(xv + vi);
+    }
+    if constexpr (VEC == 4) {
+#pragma unroll
+        for (int k = 0; k < STREAM_HELD; ++k) {
+            if (FULL || tid + u32(k) * bs < nv) {
+                float v[VEC];
+                unpack16<T>(raw[k], v);
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) m = fmaxf(m, value(v[j]));
+            }
+        }
+        // x * scale - m in one rounding; a thread whose every value is -inf
+        // subtracts 0 instead, so each exp is 0, not NaN.
+        const float mm = m == neg_inf() ? 0.0f : m;
+#pragma unroll
+        for (int k = 0; k < STREAM_HELD; ++k) {
+            if (FULL || tid + u32(k) * bs < nv) {
+                float v[VEC];
+                unpack16<T>(raw[k], v);
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) {
+                    v[j] = __expf(fmaf(v[j], f.scale, -mm));
+                    s += v[j];
+                }
+                raw[k] = make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+            }
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < STREAM_HELD; ++k) {
+            if (FULL || tid + u32(k) * bs < nv) {
+                float v[VEC];
+                unpack16<T>(raw[k], v);
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) v[j] = value(v[j]);
+                online_vec(v, m, s);
+            }
+        }
+    }
+}
+
+// A held unit's stores: f32, the held exp(v - m) times exp(m - mx) / total,
+// stored streaming (nothing reads y back here); 16-bit, exp(v - mx) / total.
+// Zeros for a row whose every v is -inf.
+template <typename T, bool FULL>
+__device__ __forceinline__ void stream_store(T* ys, u32 nv, const Transform& f, const uint4 (&raw)[STREAM_HELD], float m, float mx,
+                                             float total) {
+    constexpr int VEC = VecOf<T>::N;
+    const u32 tid = threadIdx.x, bs = blockDim.x;
+    const bool empty = mx == neg_inf();
+    const float inv = empty ? 0.0f : 1.0f / total;
+    const float g = empty || m == neg_inf() ? 0.0f : __expf(m - mx) * inv;
+#pragma unroll
+    for (int k = 0; k < STREAM_HELD; ++k) {
+        const u32 vi = tid + u32(k) * bs;
+        if (FULL || vi < nv) {
+            float v[VEC];
+            unpack16<T>(raw[k], v);
+            if constexpr (VEC == 4) {
+                __stcs(reinterpret_cast<float4*>(ys) + vi, make_float4(v[0] * g, v[1] * g, v[2] * g, v[3] * g));
+            } else {
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) v[j] = empty ? 0.0f : __expf(v[j] * f.scale - mx) * inv;
+                store_vec(ys + u64(vi) * VEC, v);
+            }
+        }
+    }
+}
+
 // softmax_stream_<t>: each unit's slice is loaded once, held in registers
 // (STREAM_HELD vectors a thread; a slice that does not move as vectors is
 // read again from L2 for the output), its (max, sum) written to partials,
@@ -529,7 +612,6 @@ __device__ __forceinline__ void softmax_stream(const T* x, float* partials, T* y
     const u32 cols = p->cols, slice = p->slice, nb = p->n_blocks;
     const u64 units = u64(p->rows) * nb;
     const Transform f = transform_of(p->scale, 0.0f);
-    auto value = [&](float xe) { return xe * f.scale; };
     const u32 tid = threadIdx.x, bs = blockDim.x;
     const u32 flag = (bs + 31u) / 32u;
     for (u64 u = blockIdx.x; u < units; u += gridDim.x) {
@@ -540,58 +622,24 @@ __device__ __forceinline__ void softmax_stream(const T* x, float* partials, T* y
         T* ys = y + row * cols + lo;
         const u32 nv = len / VEC;
         const bool held = slice_vec(xs, ys, static_cast<const bf16*>(nullptr), len) && nv <= STREAM_HELD * bs;
+        // A full slice (every unit but a row's last where cols is not a
+        // multiple of the slice) loads and stores without a check a vector:
+        // the checked form kept fewer bytes in flight (10% slower at [64,
+        // 262144], bench/notes/softmax-stream-2026-11-27.md).
+        const bool full = nv == STREAM_HELD * bs;
         uint4 raw[STREAM_HELD];
         float m = neg_inf(), s = 0.0f;
-        if (held) {
-            const uint4* xv = reinterpret_cast<const uint4*>(xs);
-#pragma unroll
-            for (int k = 0; k < STREAM_HELD; ++k) {
-                const u32 vi = tid + u32(k) * bs;
-                if (vi < nv) raw[k] = __ldcs(xv + vi);
-            }
-            if constexpr (VEC == 4) {
-                // f32: exp(v - m) over the thread's max m held in place of x,
-                // so the output is one multiply an element.
-#pragma unroll
-                for (int k = 0; k < STREAM_HELD; ++k) {
-                    if (tid + u32(k) * bs < nv) {
-                        float v[VEC];
-                        unpack16<T>(raw[k], v);
-#pragma unroll
-                        for (int j = 0; j < VEC; ++j) m = fmaxf(m, value(v[j]));
-                    }
-                }
-#pragma unroll
-                for (int k = 0; k < STREAM_HELD; ++k) {
-                    if (tid + u32(k) * bs < nv) {
-                        float v[VEC];
-                        unpack16<T>(raw[k], v);
-#pragma unroll
-                        for (int j = 0; j < VEC; ++j) {
-                            v[j] = m == neg_inf() ? 0.0f : __expf(value(v[j]) - m);
-                            s += v[j];
-                        }
-                        raw[k] = make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
-                    }
-                }
-            } else {
-#pragma unroll
-                for (int k = 0; k < STREAM_HELD; ++k) {
-                    if (tid + u32(k) * bs < nv) {
-                        float v[VEC];
-                        unpack16<T>(raw[k], v);
-#pragma unroll
-                        for (int j = 0; j < VEC; ++j) v[j] = value(v[j]);
-                        online_vec(v, m, s);
-                    }
-                }
-            }
+        if (held && full) {
+            stream_load<T, true>(xs, nv, f, raw, m, s);
+        } else if (held) {
+            stream_load<T, false>(xs, nv, f, raw, m, s);
         } else {
             for_slice_scalar<T>(xs, nullptr, len, f, [&](u32, auto& v) { online_vec(v, m, s); });
         }
-        const float bmx = block_max(m, red);
+        // The op launches whole warps (128 or 256 threads).
+        const float bmx = block_max<true>(m, red);
         __syncthreads();
-        const float btotal = block_sum(m == neg_inf() ? 0.0f : s * __expf(m - bmx), red);
+        const float btotal = block_sum<true>(m == neg_inf() ? 0.0f : s * __expf(m - bmx), red);
         float* pr = partials + row * nb * 2u;
         if (tid == 0) {
             pr[2u * b] = bmx;
@@ -612,27 +660,10 @@ __device__ __forceinline__ void softmax_stream(const T* x, float* partials, T* y
         } else {
             stream_row_stats<T>(x + row * cols, cols, f, red, mx, total);
         }
-        if (held) {
-            const bool empty = mx == neg_inf();
-            const float inv = empty ? 0.0f : 1.0f / total;
-            // f32: the held exp(v - m) times exp(m - mx) / total, stored
-            // streaming (nothing reads y back here); 16-bit: exp(v - mx) / total.
-            const float g = empty || m == neg_inf() ? 0.0f : __expf(m - mx) * inv;
-#pragma unroll
-            for (int k = 0; k < STREAM_HELD; ++k) {
-                const u32 vi = tid + u32(k) * bs;
-                if (vi < nv) {
-                    float v[VEC];
-                    unpack16<T>(raw[k], v);
-                    if constexpr (VEC == 4) {
-                        __stcs(reinterpret_cast<float4*>(ys) + vi, make_float4(v[0] * g, v[1] * g, v[2] * g, v[3] * g));
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < VEC; ++j) v[j] = empty ? 0.0f : __expf(value(v[j]) - mx) * inv;
-                        store_vec(ys + u64(vi) * VEC, v);
-                    }
-                }
-            }
+        if (held && full) {
+            stream_store<T, true>(ys, nv, f, raw, m, mx, total);
+        } else if (held) {
+            stream_store<T, false>(ys, nv, f, raw, m, mx, total);
         } else {
             stream_write_again<T>(xs, ys, len, f, mx, total);
         }
