@@ -5,31 +5,26 @@
 // slice held in registers, the slices' pairs merged through distributed
 // shared memory), each with programmatic dependent launch off and on; one
 // dispatch streaming the rows over a persistent grid (st_softmax, below:
-// launch shapes, loads into shared memory ahead, release atomics, load
-// hints); two copy kernels and a device copy of the same bytes; each timed
-// by back-to-back launches and, where it says "graph", in one CUDA graph. Each form is checked against a float64
-// softmax. Results and reading: bench/notes/glue-speed-2026-11-26b.md.
+// launch shapes, loads ahead, release atomics, load hints), and the same
+// with each unit moved by the bulk-copy engine through shared-memory stages
+// (bt_softmax; with SOFTMAX false, its pipeline without the arithmetic); two copy
+// kernels and a device copy of the same bytes; each timed by back-to-back
+// launches and, where it says "graph", in one CUDA graph. Each form is
+// checked against a float64 softmax. Results and reading:
+// bench/notes/glue-speed-2026-11-26b.md, bench/notes/softmax-stream-2026-11-27.md.
+// The argument "bulk" runs the bulk forms, st_softmax's two best launches
+// and the copies only.
 //
-//   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -o /tmp/softmax_forms bench/softmax_forms.cu && /tmp/softmax_forms
+//   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -o /tmp/softmax_forms bench/softmax_forms.cu && /tmp/softmax_forms [bulk]
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
 #include <vector>
+#include <string>
 #include <cuda_runtime.h>
 #include <cooperative_groups.h>
 namespace cg = cooperative_groups;
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
-
-__device__ __forceinline__ float wmax(float v) { for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(~0u, v, o)); return v; }
-__device__ __forceinline__ float wsum(float v) { for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(~0u, v, o); return v; }
-__device__ __forceinline__ float bmax(float v, float* sh) {
-  v = wmax(v); if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v; __syncthreads();
-  float t = (threadIdx.x & 31) < (blockDim.x >> 5) ? sh[threadIdx.x & 31] : -INFINITY; return wmax(t);
-}
-__device__ __forceinline__ float bsum(float v, float* sh) {
-  v = wsum(v); if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v; __syncthreads();
-  float t = (threadIdx.x & 31) < (blockDim.x >> 5) ? sh[threadIdx.x & 31] : 0.f; return wsum(t);
-}
+#include "harness.cuh"
 
 // One cluster of C blocks a row; each thread holds V float4.
 template <int V>
@@ -180,6 +175,80 @@ __global__ void __launch_bounds__(T) st_softmax(const float* x, float* y, float2
     for (int j = 0; j < V; ++j) { float4 v = r[j]; v.x *= f; v.y *= f; v.z *= f; v.w *= f; __stcs(ys + threadIdx.x + j * T, v); }
   }
 }
+// One dispatch, rows streamed as st_softmax (bt_softmax), each unit's slice moved by the
+// Hopper bulk-copy engine (cp.async.bulk, no tensor map): thread 0 loads the
+// block's next S units into S shared-memory stages ahead (an mbarrier a
+// stage, its phase flipping with each use), the block reads a stage into
+// registers, reduces, arrives and waits as st_softmax, writes the scaled
+// values back into the stage, and thread 0 stores the stage to y with one
+// bulk store; the stage of the unit before is loaded again once its store
+// has read it (wait_group.read 1), so S - 1 loads and one store are in flight
+// a block behind the unit in use. SOFTMAX false: the same pipeline without the
+// arithmetic, the bulk engine's copy ceiling. rows x cols a multiple of SL.
+
+template <int T, int SL, int S, bool SOFTMAX>
+__global__ void __launch_bounds__(T) bt_softmax(const float* x, float* y, float2* part, unsigned* word, int rows, int cols, int pdl) {
+  extern __shared__ __align__(128) float4 stage[];  // S x SL floats
+  __shared__ __align__(8) unsigned long long bars[S];
+  __shared__ float sh[33];
+  constexpr int V = SL / 4 / T;
+  constexpr unsigned BYTES = SL * 4u;
+  if (pdl) { asm volatile("griddepcontrol.wait;" ::: "memory"); asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+  const int U = cols / SL, units = rows * U, G = gridDim.x;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) bar_init(&bars[s]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (int s = 0; s < S; ++s) { const int u = blockIdx.x + s * G; if (u < units) bulk_load(stage + s * (SL / 4), x + size_t(u) * SL, BYTES, &bars[s]); }
+  }
+  __syncthreads();
+  int i = 0;
+  for (int u = blockIdx.x; u < units; u += G, ++i) {
+    const int s = i % S;
+    float4* b = stage + s * (SL / 4);
+    if (SOFTMAX || threadIdx.x == 0) bar_wait(&bars[s], unsigned(i / S) & 1u);
+    if (SOFTMAX) {
+      const int row = u / U, c = u - row * U;
+      float4 r[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) r[j] = b[threadIdx.x + j * T];
+      float m = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < V; ++j) m = fmaxf(m, fmaxf(fmaxf(r[j].x, r[j].y), fmaxf(r[j].z, r[j].w)));
+      const float mb = bmax(m, sh);
+      __syncthreads();
+      float sm = 0.f;
+#pragma unroll
+      for (int j = 0; j < V; ++j) { r[j].x = __expf(r[j].x - mb); r[j].y = __expf(r[j].y - mb); r[j].z = __expf(r[j].z - mb); r[j].w = __expf(r[j].w - mb); sm += (r[j].x + r[j].y) + (r[j].z + r[j].w); }
+      const float sb = bsum(sm, sh);
+      if (threadIdx.x == 0) {
+        __stcg(part + u, make_float2(mb, sb));
+        const unsigned inc = c == 0 ? 0x80000000u - unsigned(U - 1) : 1u;
+        unsigned old;
+        asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(word + row), "r"(inc) : "memory");
+        const unsigned b0 = old >> 31;
+        while ((ld_acquire(word + row) >> 31) == b0) __nanosleep(32);
+      }
+      __syncthreads();
+      const int lane = threadIdx.x & 31;
+      float M = -INFINITY, Sm = 0.f;
+      for (int k = lane; k < U; k += 32) { float2 p = __ldcg(part + size_t(row) * U + k); float mx = fmaxf(M, p.x); Sm = Sm * __expf(M - mx) + p.y * __expf(p.x - mx); M = mx; }
+      for (int o = 16; o; o >>= 1) { float mo = __shfl_xor_sync(~0u, M, o), so = __shfl_xor_sync(~0u, Sm, o); float mx = fmaxf(M, mo); Sm = (mx == -INFINITY) ? 0.f : Sm * __expf(M - mx) + so * __expf(mo - mx); M = mx; }
+      const float f = __expf(mb - M) / Sm;
+#pragma unroll
+      for (int j = 0; j < V; ++j) { float4 v = r[j]; v.x *= f; v.y *= f; v.z *= f; v.w *= f; b[threadIdx.x + j * T] = v; }
+      fence_async_smem();
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      bulk_store(y + size_t(u) * SL, b, BYTES);
+      if (i >= 1) {
+        const int un = u + (S - 1) * G;  // the unit after the one before, S on
+        if (un < units) { bulk_wait_read<1>(); bulk_load(stage + ((i - 1) % S) * (SL / 4), x + size_t(un) * SL, BYTES, &bars[(i - 1) % S]); }
+      }
+    }
+  }
+  if (threadIdx.x == 0) bulk_wait_all();
+}
 __global__ void copy16(const float4* x, float4* y, size_t n) {
   for (size_t i = (blockIdx.x * size_t(blockDim.x)) * 4 + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x * 4) {
     float4 v[4];
@@ -193,37 +262,8 @@ __global__ void copy4(const float4* x, float4* y, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) y[i] = x[i];
 }
 
-template <typename F> float timeit(F launch, int n) {
-  cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
-  for (int i = 0; i < 10; ++i) launch();
-  CK(cudaDeviceSynchronize());
-  float best = 1e30f;
-  for (int rep = 0; rep < 5; ++rep) {
-    CK(cudaEventRecord(a)); for (int i = 0; i < n; ++i) launch(); CK(cudaEventRecord(b)); CK(cudaEventSynchronize(b));
-    float ms; CK(cudaEventElapsedTime(&ms, a, b)); best = fminf(best, ms * 1000.f / n);
-  }
-  return best;
-}
 
 
-// The same launches captured into one CUDA graph (n of them), so the host's
-// launch pace cannot set the time: best of 5 graph launches, per launch.
-template <typename F> float timeg(F launch, int n) {
-  cudaStream_t st; CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cudaGraph_t gr; cudaGraphExec_t ex;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < n; ++i) launch(st);
-  CK(cudaStreamEndCapture(st, &gr)); CK(cudaGraphInstantiate(&ex, gr, 0));
-  cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
-  CK(cudaGraphLaunch(ex, st)); CK(cudaStreamSynchronize(st));
-  float best = 1e30f;
-  for (int rep = 0; rep < 5; ++rep) {
-    CK(cudaEventRecord(a, st)); CK(cudaGraphLaunch(ex, st)); CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
-    float ms; CK(cudaEventElapsedTime(&ms, a, b)); best = fminf(best, ms * 1000.f / n);
-  }
-  CK(cudaGraphExecDestroy(ex)); CK(cudaGraphDestroy(gr)); CK(cudaStreamDestroy(st));
-  return best;
-}
 
 double check(const std::vector<float>& hx, float* dy, int rows, int cols) {
   std::vector<float> hy(size_t(rows) * cols); CK(cudaMemcpy(hy.data(), dy, hy.size() * 4, cudaMemcpyDeviceToHost));
@@ -236,7 +276,9 @@ double check(const std::vector<float>& hx, float* dy, int rows, int cols) {
   return worst;
 }
 
-int main() {
+int main(int argc, char** argv) {
+  // "bulk": the bulk-copy forms, st_softmax's two best launches and the copies only.
+  const bool bulk_only = argc > 1 && std::string(argv[1]) == "bulk";
   int sms; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int cols = 262144;
   for (int rows : {1, 64}) {
@@ -246,6 +288,7 @@ int main() {
     CK(cudaMemcpy(dx, hx.data(), n * 4, cudaMemcpyHostToDevice));
     const double bytes = 8.0 * n;
     for (int pdl : {0, 1}) {
+      if (bulk_only) break;
       // two passes; late: the finish's loads before its wait
       for (int late : {0, 1}) {
         const int nb = cols / 2048;
@@ -296,6 +339,7 @@ int main() {
       };
       for (const Cfg& cf : cfgs) for (int bps : {3, 4, 5, 6, 8, 10, 12}) {
         auto kern = cf.k; const int V = cf.V, T = cf.T;
+        if (bulk_only && !(cf.REL == 1 && ((T == 256 && V == 8 && bps == 4 && cf.k == st_softmax<256, 8, 0, 1, 0>) || (T == 128 && V == 16 && bps == 5 && cf.k == st_softmax<128, 16, 0, 1, 2>)))) continue;
         const int smem = cf.PF ? 2 * T * V * 16 : 0;
         CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         int occ = 0; CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, T, smem));
@@ -317,6 +361,48 @@ int main() {
           float us = timeit(go, 200);
           float ug = timeg(gs, 100);
           printf("rows %2d stream T %4d V %2d pf %d rel %d G %4d (%d/SM, occ %d) pdl %d: %8.2f us  %6.0f GB/s  err %.2e  graph %8.2f us\n", rows, T, V, cf.PF, cf.REL, G, bps, occ, pdl, us, bytes / us / 1e3, err, ug);
+        }
+      }
+      CK(cudaFree(dw)); CK(cudaFree(dq));
+    }
+    // the bulk-copy forms
+    {
+      unsigned* dw; CK(cudaMalloc(&dw, rows * 4)); CK(cudaMemset(dw, 0, rows * 4));
+      float2* dq; CK(cudaMalloc(&dq, size_t(rows) * 256 * 8));
+      struct Bcfg { void (*k)(const float*, float*, float2*, unsigned*, int, int, int); int T, SL, S; bool sm; const char* name; };
+      const Bcfg bcfgs[] = {
+        {bt_softmax<256, 8192, 6, true>, 256, 8192, 6, true, "softmax"}, {bt_softmax<256, 8192, 3, true>, 256, 8192, 3, true, "softmax"},
+        {bt_softmax<256, 8192, 2, true>, 256, 8192, 2, true, "softmax"},
+        {bt_softmax<256, 4096, 12, true>, 256, 4096, 12, true, "softmax"}, {bt_softmax<256, 4096, 6, true>, 256, 4096, 6, true, "softmax"},
+        {bt_softmax<256, 4096, 4, true>, 256, 4096, 4, true, "softmax"}, {bt_softmax<128, 4096, 3, true>, 128, 4096, 3, true, "softmax"},
+        {bt_softmax<256, 2048, 8, true>, 256, 2048, 8, true, "softmax"},
+        {bt_softmax<32, 8192, 6, false>, 32, 8192, 6, false, "copy"}, {bt_softmax<32, 8192, 3, false>, 32, 8192, 3, false, "copy"},
+        {bt_softmax<32, 4096, 6, false>, 32, 4096, 6, false, "copy"}, {bt_softmax<32, 16384, 3, false>, 32, 16384, 3, false, "copy"},
+      };
+      for (const Bcfg& cf : bcfgs) for (int bps : {1, 2, 3, 4}) {
+        const int smem = cf.S * cf.SL * 4;
+        if (bps * (smem + 1024) > 227 * 1024) continue;
+        CK(cudaFuncSetAttribute(cf.k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        int occ = 0; CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, cf.k, cf.T, smem));
+        if (bps > occ) continue;
+        const int U = cols / cf.SL, G = sms * bps;
+        if (G < U) continue;
+        for (int pdl : {0, 1}) {
+          if (rows == 64 && pdl) continue;
+          auto gs = [&](cudaStream_t st) {
+            cudaLaunchConfig_t c = {}; c.gridDim = dim3(G); c.blockDim = dim3(cf.T); c.stream = st; c.dynamicSmemBytes = smem; cudaLaunchAttribute a[1]; int k = 0;
+            if (pdl) { a[k].id = cudaLaunchAttributeProgrammaticStreamSerialization; a[k].val.programmaticStreamSerializationAllowed = 1; ++k; }
+            c.attrs = a; c.numAttrs = k;
+            CK(cudaLaunchKernelEx(&c, cf.k, (const float*)dx, dy, dq, dw, rows, cols, pdl));
+          };
+          auto go = [&]() { gs(0); };
+          CK(cudaMemset(dy, 0xff, n * 4)); go(); CK(cudaDeviceSynchronize());
+          double err = 0;
+          if (cf.sm) err = check(hx, dy, rows, cols);
+          else { std::vector<float> hy(n); CK(cudaMemcpy(hy.data(), dy, n * 4, cudaMemcpyDeviceToHost)); for (size_t q = 0; q < n; ++q) if (hy[q] != hx[q]) { err = 1; break; } }
+          float us = timeit(go, 200);
+          float ug = timeg(gs, 100);
+          printf("rows %2d bulk %-7s T %4d slice %5d stages %2d G %4d (%d/SM, occ %d) pdl %d: %8.2f us  %6.0f GB/s  err %.2e  graph %8.2f us\n", rows, cf.name, cf.T, cf.SL, cf.S, G, bps, occ, pdl, us, bytes / us / 1e3, err, ug);
         }
       }
       CK(cudaFree(dw)); CK(cudaFree(dq));

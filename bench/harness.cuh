@@ -1,0 +1,75 @@
+// What the standalone CUDA harnesses of bench/ share (softmax_forms.cu,
+// qmv_bulk.cu): the error check, timing by back-to-back launches and by one
+// CUDA graph, and the Hopper bulk-copy engine's PTX (cp.async.bulk with
+// mbarrier completion, sm_90).
+#pragma once
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_runtime.h>
+
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
+
+// Warp and block reductions of whole warps (every lane gets the result; sh
+// holds a float a warp).
+__device__ __forceinline__ float wmax(float v) { for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(~0u, v, o)); return v; }
+__device__ __forceinline__ float wsum(float v) { for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(~0u, v, o); return v; }
+__device__ __forceinline__ float bmax(float v, float* sh) {
+  v = wmax(v); if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v; __syncthreads();
+  float t = (threadIdx.x & 31) < (blockDim.x >> 5) ? sh[threadIdx.x & 31] : -INFINITY; return wmax(t);
+}
+__device__ __forceinline__ float bsum(float v, float* sh) {
+  v = wsum(v); if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v; __syncthreads();
+  float t = (threadIdx.x & 31) < (blockDim.x >> 5) ? sh[threadIdx.x & 31] : 0.f; return wsum(t);
+}
+
+// n back-to-back launches timed by events: best of 5, per launch.
+template <typename F> float timeit(F launch, int n) {
+  cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  for (int i = 0; i < 10; ++i) launch();
+  CK(cudaDeviceSynchronize());
+  float best = 1e30f;
+  for (int rep = 0; rep < 5; ++rep) {
+    CK(cudaEventRecord(a)); for (int i = 0; i < n; ++i) launch(); CK(cudaEventRecord(b)); CK(cudaEventSynchronize(b));
+    float ms; CK(cudaEventElapsedTime(&ms, a, b)); best = fminf(best, ms * 1000.f / n);
+  }
+  return best;
+}
+
+// The same launches captured into one CUDA graph (n of them), so the host's
+// launch pace cannot set the time: best of 5 graph launches, per launch.
+template <typename F> float timeg(F launch, int n) {
+  cudaStream_t st; CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaGraph_t gr; cudaGraphExec_t ex;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < n; ++i) launch(st);
+  CK(cudaStreamEndCapture(st, &gr)); CK(cudaGraphInstantiate(&ex, gr, 0));
+  cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  CK(cudaGraphLaunch(ex, st)); CK(cudaStreamSynchronize(st));
+  float best = 1e30f;
+  for (int rep = 0; rep < 5; ++rep) {
+    CK(cudaEventRecord(a, st)); CK(cudaGraphLaunch(ex, st)); CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
+    float ms; CK(cudaEventElapsedTime(&ms, a, b)); best = fminf(best, ms * 1000.f / n);
+  }
+  CK(cudaGraphExecDestroy(ex)); CK(cudaGraphDestroy(gr)); CK(cudaStreamDestroy(st));
+  return best;
+}
+
+// The bulk-copy engine: loads into shared memory complete on an mbarrier
+// (its phase flips when the bytes expected have landed); stores from shared
+// memory are committed as bulk groups and waited on by count.
+__device__ __forceinline__ unsigned sm32(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void bar_init(unsigned long long* b) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(sm32(b)) : "memory"); }
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, unsigned long long* b) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(sm32(b)), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" :: "r"(sm32(dst)), "l"(src), "r"(bytes), "r"(sm32(b)) : "memory");
+}
+__device__ __forceinline__ void bar_wait(unsigned long long* b, unsigned phase) {
+  asm volatile("{\n .reg .pred p;\n W%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W%=;\n}" :: "r"(sm32(b)), "r"(phase) : "memory");
+}
+__device__ __forceinline__ void bulk_store(void* dst, const void* src, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" :: "l"(dst), "r"(sm32(src)), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
