@@ -164,14 +164,15 @@ function affine(label: string, bits: number, gs: number, m: number, n: number, k
 
 /**
  * Per-expert products (quantized_gate_up_mv_id / quantized_mv_id, g64 bf16;
- * at 4 bits the ops' _gc kernels) at bench/matmul.ts's moe shapes and
+ * at 4 bits the ops' _gc kernels; x bf16, or f32 for the _xf32 kernels) at bench/matmul.ts's moe shapes and
  * routing: tokens x topK pairs of numExperts experts; down (k the
  * intermediate) takes the pairs as its rows, one expert each. Bytes: the
  * distinct experts' weights, x and y. No variants: the W of the
  * group-column path was chosen by the harness variants of 2026-11-26
  * (notes/moe-gc-2026-11-26.md), since folded into the op.
  */
-function moeId(label: string, gateUp: boolean, tokens: number, topK: number, numExperts: number, n: number, k: number, bits = 4): Case {
+function moeId(label: string, gateUp: boolean, tokens: number, topK: number, numExperts: number, n: number, k: number, bits = 4,
+  xDtype: 'bf16' | 'f32' = 'bf16'): Case {
   const gs = 64, dt = 'bf16' as const;
   const pairIds = routing(tokens, numExperts, topK, 0x5eed + tokens * 31 + numExperts);
   const m = gateUp ? tokens : tokens * topK, U = gateUp ? topK : 1, pairs = m * U;
@@ -182,11 +183,11 @@ function moeId(label: string, gateUp: boolean, tokens: number, topK: number, num
     biases: uniformBuffer(dev, dt, [(numExperts * n * k) / gs], 0.1),
   });
   const g = set();
-  const x = uniformBuffer(dev, dt, [m * k], 0.5);
+  const x = uniformBuffer(dev, xDtype, [m * k], 0.5);
   const output = dev.alloc(dt, [pairs * n]);
   const q = { m, n, k, nExpertUsed: U, numExperts, groupSize: gs, bits };
   const mats = gateUp ? 2 : 1;
-  const bytes = mats * new Set(pairIds).size * ((n * k * bits) / 8 + ((2 * n * k) / gs) * 2) + (m * k + pairs * n) * 2;
+  const bytes = mats * new Set(pairIds).size * ((n * k * bits) / 8 + ((2 * n * k) / gs) * 2) + m * k * (xDtype === 'f32' ? 4 : 2) + pairs * n * 2;
   let plan: OpPlan;
   if (gateUp) {
     const u = set();
@@ -198,7 +199,7 @@ function moeId(label: string, gateUp: boolean, tokens: number, topK: number, num
     plan = planQuantizedMvId({ x, ...g, ids, output, ...q }, dev.limits, dev);
   }
   return {
-    name: `${label} q${bits} g${gs} bf16 pairs=${pairs} E=${numExperts} n=${n} k=${k}`, bytes, plan, output,
+    name: `${label} q${bits} g${gs} bf16${xDtype === 'f32' ? ' x f32' : ''} pairs=${pairs} E=${numExperts} n=${n} k=${k}`, bytes, plan, output,
     variants: [], m: pairs, n, k,
   };
 }
@@ -233,6 +234,9 @@ const cases: Case[] = [
   moeId('Qwen3.6 35B-A3B decode gate_up', true, 1, 8, 256, 512, 2048),
   moeId('Qwen3.6 35B-A3B decode down', false, 1, 8, 256, 2048, 512),
   moeId('Gemma 4 26B-A4B decode gate_up', true, 1, 8, 128, 704, 2816),
+  // The same two decode gate_up products over the models' f32 x (the _xf32 kernels, no cast dispatch before them).
+  moeId('Qwen3.6 35B-A3B decode gate_up', true, 1, 8, 256, 512, 2048, 4, 'f32'),
+  moeId('Gemma 4 26B-A4B decode gate_up', true, 1, 8, 128, 704, 2816, 4, 'f32'),
   moeId('Qwen3.6 35B-A3B decode gate_up', true, 1, 8, 256, 512, 2048, 8),
   moeId('8x top-8/512 gate_up', true, 8, 8, 512, 512, 2048, 6),
 ].filter((c) => only === undefined || c.name.includes(only));

@@ -120,11 +120,11 @@ static inline void q_chunk(device const uint* w, thread float (&q)[32]) {
     }
 }
 
-// x[k] as a float; rounded to bf16 first where ROUND_X.
-template <typename TX, bool ROUND_X>
+// x[k] as a float; rounded to TS (the scales' type) first where ROUND_X.
+template <typename TX, typename TS, bool ROUND_X>
 static inline float q_x(device const TX* x, ulong k) {
     const float v = float(x[k]);
-    return ROUND_X ? float(bfloat(v)) : v;
+    return ROUND_X ? float(TS(v)) : v;
 }
 
 // acc[r][i] += sum over this thread's share of K of w[row, k] * x[i, k], for
@@ -145,7 +145,7 @@ static inline void q_dots_chunked(thread float (&acc)[R][MT], device const TX* x
             xsum[i] = 0.0f;
             if (uint(i) < m) {
                 for (short j = 0; j < 32; ++j) {
-                    xsum[i] += q_x<TX, ROUND_X>(x, ulong(i) * x_row + k0 + j);
+                    xsum[i] += q_x<TX, TS, ROUND_X>(x, ulong(i) * x_row + k0 + j);
                 }
             }
         }
@@ -160,7 +160,7 @@ static inline void q_dots_chunked(thread float (&acc)[R][MT], device const TX* x
                 if (uint(i) < m) {
                     float d = 0.0f;
                     for (short j = 0; j < 32; ++j) {
-                        d += q[j] * q_x<TX, ROUND_X>(x, ulong(i) * x_row + k0 + j);
+                        d += q[j] * q_x<TX, TS, ROUND_X>(x, ulong(i) * x_row + k0 + j);
                     }
                     acc[r][i] += s * d + b * xsum[i];
                 }
@@ -184,7 +184,7 @@ static inline void q_dots_any(thread float (&acc)[R][MT], device const TX* x, ul
             const float wv = float(scales[row * s_row + g]) * float(q_value(w + row * w_row, k, bits)) + float(biases[row * s_row + g]);
             for (short i = 0; i < MT; ++i) {
                 if (uint(i) < m) {
-                    acc[r][i] += wv * q_x<TX, ROUND_X>(x, ulong(i) * x_row + k);
+                    acc[r][i] += wv * q_x<TX, TS, ROUND_X>(x, ulong(i) * x_row + k);
                 }
             }
         }

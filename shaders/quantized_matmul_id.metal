@@ -70,8 +70,8 @@ kernel void quantized_matmul_id(
 // threadgroups of (32, 2, 1); simdgroup sg of threadgroup (b, p) takes rows
 // 8b + 4sg .. 8b + 4sg + 3 of pair p's expert (of the gate and of the up
 // weights for gate_up), lanes splitting K by 32-value chunks, then a simd_sum.
-template <typename T, bool GATE_UP, typename P>
-static inline void q_mv_id(device const T* x, device const uint* gw, device const T* gs, device const T* gb, device const uint* uw,
+template <typename TX, typename T, bool GATE_UP, typename P>
+static inline void q_mv_id(device const TX* x, device const uint* gw, device const T* gs, device const T* gb, device const uint* uw,
                            device const T* us, device const T* ub, device const uint* ids, device T* y, constant P& p, uint activation,
                            uint3 tg, uint sg, uint lane) {
     const uint pair = tg.y, n0 = tg.x * 8 + sg * 4, N = p.N;
@@ -88,15 +88,17 @@ static inline void q_mv_id(device const T* x, device const uint* gw, device cons
         }
         return;
     }
-    device const T* xr = x + ulong(pair / p.n_expert_used) * p.K;
+    device const TX* xr = x + ulong(pair / p.n_expert_used) * p.K;
     const ulong so = ulong(e) * p.expert_scales_stride, bo = ulong(e) * p.expert_biases_stride;
+    // f32 x is rounded to T as it is read (the _xf32 entries): the 16-bit entry's result over x cast first.
+    constexpr bool ROUND_X = sizeof(TX) != sizeof(T);
     float acc[4][1];
-    q_dots<T, T, 4, 1, false>(acc, xr, 0, expert_weight(gw, p.expert_weight_stride, e), gs + so, gb + bo, 1, N, p.K, p.group_size,
-                              p.bits, n0, lane, 32);
+    q_dots<TX, T, 4, 1, ROUND_X>(acc, xr, 0, expert_weight(gw, p.expert_weight_stride, e), gs + so, gb + bo, 1, N, p.K, p.group_size,
+                                 p.bits, n0, lane, 32);
     float up[4][1];
     if (GATE_UP) {
-        q_dots<T, T, 4, 1, false>(up, xr, 0, expert_weight(uw, p.expert_weight_stride, e), us + so, ub + bo, 1, N, p.K, p.group_size,
-                                  p.bits, n0, lane, 32);
+        q_dots<TX, T, 4, 1, ROUND_X>(up, xr, 0, expert_weight(uw, p.expert_weight_stride, e), us + so, ub + bo, 1, N, p.K, p.group_size,
+                                     p.bits, n0, lane, 32);
     }
     for (short r = 0; r < 4; ++r) {
         const float g = simd_sum(acc[r][0]);
@@ -123,7 +125,7 @@ kernel void quantized_mv_id_f16(
     ushort sgitg [[simdgroup_index_in_threadgroup]],
     ushort tiisg [[thread_index_in_simdgroup]])
 {
-    q_mv_id<half, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0, tgpig, sgitg, tiisg);
+    q_mv_id<half, half, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0, tgpig, sgitg, tiisg);
 }
 
 kernel void quantized_mv_id_bf16(
@@ -138,7 +140,7 @@ kernel void quantized_mv_id_bf16(
     ushort sgitg [[simdgroup_index_in_threadgroup]],
     ushort tiisg [[thread_index_in_simdgroup]])
 {
-    q_mv_id<bfloat, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0, tgpig, sgitg, tiisg);
+    q_mv_id<bfloat, bfloat, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0, tgpig, sgitg, tiisg);
 }
 
 kernel void quantized_gate_up_mv_id_f16(
@@ -156,7 +158,7 @@ kernel void quantized_gate_up_mv_id_f16(
     ushort sgitg [[simdgroup_index_in_threadgroup]],
     ushort tiisg [[thread_index_in_simdgroup]])
 {
-    q_mv_id<half, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params.id, params.activation,
+    q_mv_id<half, half, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params.id, params.activation,
                         tgpig, sgitg, tiisg);
 }
 
@@ -175,7 +177,7 @@ kernel void quantized_gate_up_mv_id_bf16(
     ushort sgitg [[simdgroup_index_in_threadgroup]],
     ushort tiisg [[thread_index_in_simdgroup]])
 {
-    q_mv_id<bfloat, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params.id, params.activation,
+    q_mv_id<bfloat, bfloat, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params.id, params.activation,
                           tgpig, sgitg, tiisg);
 }
 
@@ -196,7 +198,7 @@ kernel void quantized_mv_id_gc_f16(
     ushort sgitg [[simdgroup_index_in_threadgroup]],
     ushort tiisg [[thread_index_in_simdgroup]])
 {
-    q_mv_id<half, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0, tgpig, sgitg, tiisg);
+    q_mv_id<half, half, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0, tgpig, sgitg, tiisg);
 }
 
 kernel void quantized_mv_id_gc_bf16(
@@ -211,7 +213,7 @@ kernel void quantized_mv_id_gc_bf16(
     ushort sgitg [[simdgroup_index_in_threadgroup]],
     ushort tiisg [[thread_index_in_simdgroup]])
 {
-    q_mv_id<bfloat, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0, tgpig, sgitg, tiisg);
+    q_mv_id<bfloat, bfloat, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0, tgpig, sgitg, tiisg);
 }
 
 kernel void quantized_gate_up_mv_id_gc_f16(
@@ -229,7 +231,7 @@ kernel void quantized_gate_up_mv_id_gc_f16(
     ushort sgitg [[simdgroup_index_in_threadgroup]],
     ushort tiisg [[thread_index_in_simdgroup]])
 {
-    q_mv_id<half, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params.id, params.activation,
+    q_mv_id<half, half, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params.id, params.activation,
                         tgpig, sgitg, tiisg);
 }
 
@@ -248,8 +250,148 @@ kernel void quantized_gate_up_mv_id_gc_bf16(
     ushort sgitg [[simdgroup_index_in_threadgroup]],
     ushort tiisg [[thread_index_in_simdgroup]])
 {
-    q_mv_id<bfloat, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params.id, params.activation,
+    q_mv_id<bfloat, bfloat, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params.id, params.activation,
                           tgpig, sgitg, tiisg);
+}
+
+// quantized_{,gate_up_}mv_id_<t>_xf32 and quantized_{,gate_up_}mv_id_gc_<t>_xf32
+// (ours): the vector entries above with x f32, rounded to t as the kernels
+// read it (the t entries' result over x cast to t first); the bindings of
+// those entries, x f32. The _gc names are these kernels too, as above.
+kernel void quantized_mv_id_f16_xf32(
+    device const float* x [[buffer(0)]],
+    device const uint* weight [[buffer(1)]],
+    device const half* scales [[buffer(2)]],
+    device const half* biases [[buffer(3)]],
+    device const uint* ids [[buffer(4)]],
+    device half* y [[buffer(5)]],
+    constant QuantizedMatmulIdParams& params [[buffer(6)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    q_mv_id<float, half, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0, tgpig, sgitg, tiisg);
+}
+
+kernel void quantized_gate_up_mv_id_f16_xf32(
+    device const float* x [[buffer(0)]],
+    device const uint* gate_weight [[buffer(1)]],
+    device const half* gate_scales [[buffer(2)]],
+    device const half* gate_biases [[buffer(3)]],
+    device const uint* ids [[buffer(4)]],
+    device half* y [[buffer(5)]],
+    constant QuantizedGateUpIdParams& params [[buffer(6)]],
+    device const uint* up_weight [[buffer(7)]],
+    device const half* up_scales [[buffer(8)]],
+    device const half* up_biases [[buffer(9)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    q_mv_id<float, half, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params.id, params.activation,
+                               tgpig, sgitg, tiisg);
+}
+
+kernel void quantized_mv_id_bf16_xf32(
+    device const float* x [[buffer(0)]],
+    device const uint* weight [[buffer(1)]],
+    device const bfloat* scales [[buffer(2)]],
+    device const bfloat* biases [[buffer(3)]],
+    device const uint* ids [[buffer(4)]],
+    device bfloat* y [[buffer(5)]],
+    constant QuantizedMatmulIdParams& params [[buffer(6)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    q_mv_id<float, bfloat, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0, tgpig, sgitg, tiisg);
+}
+
+kernel void quantized_gate_up_mv_id_bf16_xf32(
+    device const float* x [[buffer(0)]],
+    device const uint* gate_weight [[buffer(1)]],
+    device const bfloat* gate_scales [[buffer(2)]],
+    device const bfloat* gate_biases [[buffer(3)]],
+    device const uint* ids [[buffer(4)]],
+    device bfloat* y [[buffer(5)]],
+    constant QuantizedGateUpIdParams& params [[buffer(6)]],
+    device const uint* up_weight [[buffer(7)]],
+    device const bfloat* up_scales [[buffer(8)]],
+    device const bfloat* up_biases [[buffer(9)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    q_mv_id<float, bfloat, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params.id, params.activation,
+                                 tgpig, sgitg, tiisg);
+}
+
+kernel void quantized_mv_id_gc_f16_xf32(
+    device const float* x [[buffer(0)]],
+    device const uint* weight [[buffer(1)]],
+    device const half* scales [[buffer(2)]],
+    device const half* biases [[buffer(3)]],
+    device const uint* ids [[buffer(4)]],
+    device half* y [[buffer(5)]],
+    constant QuantizedMatmulIdParams& params [[buffer(6)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    q_mv_id<float, half, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0, tgpig, sgitg, tiisg);
+}
+
+kernel void quantized_gate_up_mv_id_gc_f16_xf32(
+    device const float* x [[buffer(0)]],
+    device const uint* gate_weight [[buffer(1)]],
+    device const half* gate_scales [[buffer(2)]],
+    device const half* gate_biases [[buffer(3)]],
+    device const uint* ids [[buffer(4)]],
+    device half* y [[buffer(5)]],
+    constant QuantizedGateUpIdParams& params [[buffer(6)]],
+    device const uint* up_weight [[buffer(7)]],
+    device const half* up_scales [[buffer(8)]],
+    device const half* up_biases [[buffer(9)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    q_mv_id<float, half, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params.id, params.activation,
+                               tgpig, sgitg, tiisg);
+}
+
+kernel void quantized_mv_id_gc_bf16_xf32(
+    device const float* x [[buffer(0)]],
+    device const uint* weight [[buffer(1)]],
+    device const bfloat* scales [[buffer(2)]],
+    device const bfloat* biases [[buffer(3)]],
+    device const uint* ids [[buffer(4)]],
+    device bfloat* y [[buffer(5)]],
+    constant QuantizedMatmulIdParams& params [[buffer(6)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    q_mv_id<float, bfloat, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0, tgpig, sgitg, tiisg);
+}
+
+kernel void quantized_gate_up_mv_id_gc_bf16_xf32(
+    device const float* x [[buffer(0)]],
+    device const uint* gate_weight [[buffer(1)]],
+    device const bfloat* gate_scales [[buffer(2)]],
+    device const bfloat* gate_biases [[buffer(3)]],
+    device const uint* ids [[buffer(4)]],
+    device bfloat* y [[buffer(5)]],
+    constant QuantizedGateUpIdParams& params [[buffer(6)]],
+    device const uint* up_weight [[buffer(7)]],
+    device const bfloat* up_scales [[buffer(8)]],
+    device const bfloat* up_biases [[buffer(9)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    q_mv_id<float, bfloat, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, params.id, params.activation,
+                                 tgpig, sgitg, tiisg);
 }
 
 // ---- the matrix form ----

@@ -7,7 +7,8 @@
 // moe_dispatch_sort with experts that get no pair, one expert that gets all
 // of them (more than a tile), many tokens; the fused gate/up projections
 // (silu and gelu) in both forms over a fused [E, 2 I, k] tensor taken as two
-// views; a down projection over pairs (nExpertUsed = 1); mlx-native's
+// views; a down projection over pairs (nExpertUsed = 1); the vector forms
+// over f32 x (the bits of casting x first, and the reference); mlx-native's
 // quantized_matmul_id on its odd layouts (any k and group size) and MLX's.
 //
 // Error measure: |got - want| / sum_k |x w| per output (dotErr, as
@@ -21,6 +22,7 @@
 import { describe, expect, test } from 'bun:test';
 import src from '../shaders/quantized_matmul_id.metal' with { type: 'text' };
 import type { Buffer, DType, Device } from '../ts/index.ts';
+import { cast } from '../ts/ops/elementwise.ts';
 import { moeDispatchSort } from '../ts/ops/moe_dispatch.ts';
 import {
   QUANTIZED_MATMUL_ID_KERNELS,
@@ -128,7 +130,12 @@ describeValidation('quantized_matmul_id validation', ({ enc, buf }) => {
       [{ m: 2 ** 31, nExpertUsed: 2 }, 'm * nExpertUsed', 'at most 2^32 - 2', `${2 ** 32}`],
       [{ n: 5, expertRows: 2 ** 27 }, 'expertRows * k * bits / 8', 'at most 2^32 - 1', `${2 ** 32}`],
       [{ m: 2 ** 30, n: 5000 }, 'm * nExpertUsed', 'small enough for', `${2 ** 31}`],
-      [{ x: buf('f32', 192) }, 'x.dtype', 'one of f16, bf16', 'f32'],
+      [{ x: buf('u32', 192) }, 'x.dtype', 'one of f32, f16, bf16', 'u32'],
+      // f32 x: scales, biases and output of one 16-bit dtype.
+      [{ x: buf('f32', 192), output: buf('f32', 30) }, 'output.dtype', 'one of f16, bf16', 'f32'],
+      [{ x: buf('f32', 192), scales: buf('f16', 40) }, 'scales.dtype', 'bf16', 'f16'],
+      [{ x: buf('f32', 192), output: buf('f16', 30) }, 'scales.dtype', 'f16', 'bf16'],
+      [{ x: buf('f32', 191) }, 'x.elementCount', '192', '191'],
       [{ weight: buf('u8', 640) }, 'weight.dtype', 'u32', 'u8'],
       [{ scales: buf('f16', 40) }, 'scales.dtype', 'bf16', 'f16'],
       [{ biases: buf('f32', 40) }, 'biases.dtype', 'bf16', 'f32'],
@@ -156,6 +163,7 @@ describeValidation('quantized_matmul_id validation', ({ enc, buf }) => {
       [{ order: buf('u32', 7) }, 'order.elementCount', '6', '7'],
       [{ order: buf('f32', 6) }, 'order.dtype', 'u32', 'f32'],
       [{ offsets: undefined }, 'offsets', 'a Buffer', 'none'],
+      [{ x: buf('f32', 192) }, 'x.dtype', 'one of f16, bf16', 'f32'],
       [{ numExperts: 2 ** 31 }, 'numExperts', 'small enough for', `${2 ** 31}`],
       [{ m: 2 ** 31 - 1, nExpertUsed: 2, n: 2 ** 20 }, 'm * nExpertUsed', 'small enough for', `${2 ** 32 - 2}`],
     ];
@@ -170,6 +178,7 @@ describeValidation('quantized_matmul_id validation', ({ enc, buf }) => {
       [{ activation: 'relu' }, 'activation', "'silu', 'gelu_tanh' or absent", 'relu'],
       [{ gateWeight: buf('u32', 159) }, 'gateWeight.elementCount', '160', '159'],
       [{ upScales: buf('f16', 40) }, 'upScales.dtype', 'bf16', 'f16'],
+      [{ x: buf('f32', 192), upBiases: buf('f16', 40) }, 'upBiases.dtype', 'bf16', 'f16'],
       [{ upBiases: buf('bf16', 39) }, 'upBiases.elementCount', '40', '39'],
       [{ upWeight: undefined }, 'upWeight', 'a Buffer', 'none'],
     ];
@@ -365,6 +374,65 @@ describeBackends('quantized_matmul_id parity', ({ device }) => {
     expect(checkProduct(dev, s, ids, 'matrix', 401)).toBeLessThan(dotTolerance('bf16', 64));
   });
 
+  test('the vector forms over f32 x: the bits of x cast to the scales\' type first, and the reference; every bits, both dtypes, plain and gate/up', () => {
+    const dev = device();
+    const over: string[] = [];
+    let seed = 500;
+    for (const dt of ['f16', 'bf16'] as const) {
+      for (const bits of [4, 6, 8]) {
+        for (const gateUp of [false, true]) {
+          const r = rng(seed++);
+          // k 256 in groups of 64: the group-column path's sizes for 4 bits (quantizedIdGcTakes), the vector engine's else.
+          const m = 2, n = 24, k = 256, gs = 64, U = 3, E = 5, pairs = m * U;
+          const x = randomArray(r, m * k, -2, 2);
+          const ids = [4, 0, 9, 2, 2, 1];
+          const gate = experts(r, E * n, k, gs, bits, dt);
+          const up = experts(r, E * n, k, gs, bits, dt);
+          const xb = dev.alloc('f32', [m * k]);
+          xb.writeNumbers(x);
+          const xc = dev.alloc(dt, [m * k]);
+          const idb = dev.alloc('u32', [pairs]);
+          idb.writeNumbers(ids);
+          const put = (e: AffineExpertsRef & { packed: Uint8Array }) => {
+            const w = dev.alloc('u32', [e.packed.length / 4]);
+            w.write(new Uint32Array(e.packed.buffer, e.packed.byteOffset, e.packed.length / 4));
+            const sc = dev.alloc(dt, [e.scales.length]);
+            sc.writeNumbers(e.scales);
+            const bi = dev.alloc(dt, [e.biases.length]);
+            bi.writeNumbers(e.biases);
+            return { weight: w, scales: sc, biases: bi };
+          };
+          const g = put(gate), u = put(up);
+          const outs = [poisoned(dev, dt, [pairs * n]), poisoned(dev, dt, [pairs * n])];
+          const sizes = { m, n, k, groupSize: gs, bits, nExpertUsed: U, numExperts: E };
+          run(dev, (enc) => {
+            cast(enc, { input: xb, output: xc });
+            for (const [xin, output] of [[xb, outs[0]!], [xc, outs[1]!]] as const) {
+              if (gateUp) {
+                quantizedGateUpMvId(enc, {
+                  x: xin, gateWeight: g.weight, gateScales: g.scales, gateBiases: g.biases, upWeight: u.weight, upScales: u.scales,
+                  upBiases: u.biases, ids: idb, output, ...sizes,
+                });
+              } else {
+                quantizedMvId(enc, { x: xin, ...g, ids: idb, output, ...sizes });
+              }
+            }
+          });
+          const got = outs[0]!.readNumbers(), cast16 = outs[1]!.readNumbers();
+          const xr = roundedTo(dt, x);
+          const want = gateUp ? quantizedGateUpIdRef(xr, gate, up, ids, sizes, 'silu') : quantizedMatmulIdRef(xr, gate, ids, sizes);
+          const floor = dt === 'f16' ? 2 ** -14 : 0;
+          const err = dotErr(got, want.y, want.abs.map((v) => v + floor));
+          const what = `${dt} ${bits} bits${gateUp ? ' gate/up' : ''}`;
+          if (!Array.from(got).every((v, i) => Object.is(v, cast16[i]))) over.push(`${what}: not the cast's bits`);
+          if (!(err < dotTolerance(dt, k))) over.push(`${what}: error ${err}`);
+          for (const b of [xb, xc, idb, g.weight, g.scales, g.biases, u.weight, u.scales, u.biases, ...outs]) b.release();
+        }
+      }
+    }
+    expect(over).toEqual([]);
+  });
+
   test('mlx-native\'s quantized_matmul_id: its odd layouts (k = 10, group 4, 6-bit rows as u8) and MLX\'s; larger buffers; a bad id gives zeros', () => {
     const dev = device();
     const over: string[] = [];
@@ -419,7 +487,7 @@ opContract('quantized_matmul_id', [
     return {
       fn, op,
       keys: {
-        x: buf(['f16', 'bf16']), ...experts('gate'), ...(gu ? experts('up') : {}), ...routing, output: out(['f16', 'bf16']),
+        x: buf(mm ? ['f16', 'bf16'] : ['f32', 'f16', 'bf16']), ...experts('gate'), ...(gu ? experts('up') : {}), ...routing, output: out(['f16', 'bf16']),
         m: int, n: int, k: int, groupSize: { kind: 'enum', values: [32, 64, 128] }, bits: { kind: 'enum', values: [4, 6, 8] },
         nExpertUsed: int, numExperts: int, expertRows: { kind: 'int?' },
         ...(gu ? { activation: { kind: 'enum', values: [undefined, 'silu', 'gelu_tanh'] } } : {}),

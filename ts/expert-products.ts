@@ -73,8 +73,13 @@ export interface ExpertForm {
 export interface ExpertFamily<B extends FormArgs> {
   /** The family's plan of a dispatch (familyPlans). */
   readonly plan: (dispatch: PlannedDispatch) => OpPlan;
-  /** Dtypes of x (and so of the output) in the form. */
+  /** Dtypes of x in the form (and of the output, unless outputDtype says otherwise). */
   xDtypes(f: ExpertForm): readonly DType[];
+  /**
+   * The output's dtype where it is not x's: then the output is checked right
+   * after x, so the expert sets' rules may be like('output').
+   */
+  readonly outputDtype?: DtypeOf;
   /** The fields of one expert set, as the plain form names them (the gate/up forms prefix them with gate and up). */
   readonly set: readonly string[];
   /** The family's own rules on the sizes, checked once they are positive u32 values. */
@@ -131,9 +136,10 @@ function validateForm<B extends FormArgs>(fam: ExpertFamily<B>, f: ExpertForm, a
   const ny = checkedProduct(op, 'm * nExpertUsed * n', pairs, a.n);
   const routingCount: Record<string, number> = { ids: pairs, offsets: a.numExperts + 2, order: pairs };
   const list: BufferRule[] = [['x', a.x, fam.xDtypes(f), nx]];
+  if (fam.outputDtype !== undefined) list.push(['output', a.output, fam.outputDtype, ny]);
   for (const set of setsOf(fam, f)) set.forEach((name, i) => list.push([name, field(a, name), ...perField[i]!]));
   for (const name of routingOf(f)) list.push([name, field(a, name), 'u32', routingCount[name]!]);
-  list.push(['output', a.output, like('x'), ny]);
+  if (fam.outputDtype === undefined) list.push(['output', a.output, like('x'), ny]);
   checkBufferRules(op, list, device);
   checkNoAliasing(op, ruleBindings(list), ['output'], 'every output row reads x and weights that other rows read too');
 }

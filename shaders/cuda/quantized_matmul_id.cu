@@ -166,7 +166,8 @@ __device__ __forceinline__ void qid_mv(const TX* xr, Rows<TS> g0, Rows<TS> u0, T
 // ---- any layout ----
 
 // A thread per output, the grid striding over them: y[p, j] (both dots for
-// gate_up), values decoded one at a time; ROUND_X rounds x to bf16.
+// gate_up), values decoded one at a time; ROUND_X rounds x to TS (bf16 in
+// mlx-native's entry).
 template <typename TX, typename TS, typename TY, bool ROUND_X, bool GATE_UP>
 __device__ __forceinline__ void qid_any(const TX* x, Rows<TS> gw, Rows<TS> uw, const u32* ids, TY* y, u32 M, u32 N, u32 K, u32 gs,
                                         u32 bits, u32 U, u32 E, u32 wstride, u32 sstride, u32 activation) {
@@ -190,7 +191,7 @@ __device__ __forceinline__ void qid_any(const TX* x, Rows<TS> gw, Rows<TS> uw, c
             for (u32 k = 0; k < K; ++k) {
                 const float wv = fmaf(to_f(sr[k / gs]), float(q_value(row, k, bits)), to_f(br[k / gs]));
                 float xv = to_f(xr[k]);
-                if constexpr (ROUND_X) xv = __bfloat162float(__float2bfloat16_rn(xv));
+                if constexpr (ROUND_X) xv = to_f(from_f<TS>(xv));
                 acc[m] = fmaf(wv, xv, acc[m]);
             }
         }
@@ -507,4 +508,37 @@ QID_ENTRIES(bf16, bf16)
 QID_GC_OP_ENTRIES(__half, f16)
 QID_GC_OP_ENTRIES(bf16, bf16)
 #undef QID_GC_OP_ENTRIES
+
+// The vector entries with x f32 (name TAG_xf32: the scales', biases' and
+// y's type T): each engine rounds x to T as it reads it, so y is the bits
+// of the T entry's over x cast to T first (a model's f32 activations go in
+// without a cast dispatch). The same bindings, engines and launches as the
+// entries above: quantized_{,gate_up_}mv_id_<t>_xf32 the vector engine,
+// ..._gc_<t>_xf32 the group-column path.
+#define QID_XF32_ENTRIES(T, TAG)                                                                                                       \
+    extern "C" __global__ void __launch_bounds__(256, 2)                                                                              \
+        quantized_mv_id_##TAG##_xf32(const float* x, const unsigned int* weight, const T* scales, const T* biases, const u32* ids,     \
+                                     T* y, const QuantizedMatmulIdParams* params) {                                                  \
+        qid_vector_entry<float, T, T, T, false, true, false>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0u);   \
+    }                                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(256, 2) quantized_gate_up_mv_id_##TAG##_xf32(                                       \
+        const float* x, const unsigned int* gate_weight, const T* gate_scales, const T* gate_biases, const u32* ids, T* y,            \
+        const QuantizedGateUpIdParams* params, const unsigned int* up_weight, const T* up_scales, const T* up_biases) {               \
+        qid_vector_entry<float, T, T, T, true, true, false>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, \
+                                                            ids, y, &params->id, params->activation);                                 \
+    }                                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(128, 4) quantized_mv_id_gc_##TAG##_xf32(                                            \
+        const float* x, const unsigned int* weight, const T* scales, const T* biases, const u32* ids, T* y,                           \
+        const QuantizedMatmulIdParams* params) {                                                                                      \
+        qid_vector_entry<float, T, T, T, false, true, true>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0u);    \
+    }                                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(128, 4) quantized_gate_up_mv_id_gc_##TAG##_xf32(                                    \
+        const float* x, const unsigned int* gate_weight, const T* gate_scales, const T* gate_biases, const u32* ids, T* y,            \
+        const QuantizedGateUpIdParams* params, const unsigned int* up_weight, const T* up_scales, const T* up_biases) {               \
+        qid_vector_entry<float, T, T, T, true, true, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases,  \
+                                                           ids, y, &params->id, params->activation);                                  \
+    }
+QID_XF32_ENTRIES(__half, f16)
+QID_XF32_ENTRIES(bf16, bf16)
+#undef QID_XF32_ENTRIES
 

@@ -258,15 +258,18 @@ export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Bu
   const ids = s.get('moe.ids', 'u32', [tokens, topK]);
   const weights = s.get('moe.weights', 'f32', [tokens, topK]);
   fusedMoeRoutingBatch(enc, { logits, expertIds: ids, routingWeights: weights, perExpertScale: ex.perExpertScale, numExperts: E, topK, nTokens: tokens });
-  let xe = x;
-  if (dt !== 'f32') {
-    xe = s.get(`moe.x.${dt}`, dt, [tokens, H]);
+  // x in the experts' dtype where a kernel needs it so: the dense forms and the matrix forms (the affine vector
+  // forms round f32 x as they read it, the same values without a cast dispatch; the GGUF forms take f32).
+  const castX = (): Buffer => {
+    if (dt === 'f32') return x;
+    const xe = s.get(`moe.x.${dt}`, dt, [tokens, H]);
     cast(enc, { input: x, output: xe });
-  }
+    return xe;
+  };
   const act = s.get(`moe.act.${dt}`, dt, [tokens, topK, I]);
   const outputs = s.get(`moe.out.${dt}`, dt, [tokens, topK, H]);
   const actRows = act.view(dt, [pairs, I], 0);
-  const gateUp = { x: xe, output: act, m: tokens, n: I, k: H, nExpertUsed: topK, numExperts: E, expertRows: ex.gate.expertRows, activation: ex.act };
+  const gateUp = { output: act, m: tokens, n: I, k: H, nExpertUsed: topK, numExperts: E, expertRows: ex.gate.expertRows, activation: ex.act };
   const down = { x: actRows, output: outputs, m: pairs, n: H, k: I, nExpertUsed: 1, numExperts: E, expertRows: ex.down.expertRows };
   const g = ex.gate, u = ex.up, d = ex.down;
   if (g.kind === 'ggml' || u.kind === 'ggml' || d.kind === 'ggml') {
@@ -305,10 +308,10 @@ export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Bu
     const order = s.get('moe.order', 'u32', [pairs]);
     moeDispatchSort(enc, { ids, offsets, order, nPairs: pairs, numExperts: E });
     if (g.kind === 'dense' && u.kind === 'dense' && d.kind === 'dense') {
-      denseGateUpMmId(enc, { ...gateUp, gateWeight: g.weight, upWeight: u.weight, offsets, order });
+      denseGateUpMmId(enc, { ...gateUp, x: castX(), gateWeight: g.weight, upWeight: u.weight, offsets, order });
       denseMmId(enc, { ...down, weight: d.weight, offsets, order });
     } else if (g.kind === 'affine' && u.kind === 'affine' && d.kind === 'affine') {
-      quantizedGateUpMmId(enc, { ...gateUp, ...affineGateUp(g, u), offsets, order });
+      quantizedGateUpMmId(enc, { ...gateUp, x: castX(), ...affineGateUp(g, u), offsets, order });
       quantizedMmId(enc, { ...down, ...affineOf(d), offsets, order });
     } else {
       throw invalid('moe', 'the experts', 'gate, up and down of one kind', `${g.kind}, ${u.kind}, ${d.kind}`);
@@ -316,10 +319,10 @@ export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Bu
   } else {
     const pairIds = ids.view('u32', [pairs, 1], 0);
     if (g.kind === 'dense' && u.kind === 'dense' && d.kind === 'dense') {
-      denseGateUpMvId(enc, { ...gateUp, gateWeight: g.weight, upWeight: u.weight, ids });
+      denseGateUpMvId(enc, { ...gateUp, x: castX(), gateWeight: g.weight, upWeight: u.weight, ids });
       denseMvId(enc, { ...down, weight: d.weight, ids: pairIds });
     } else if (g.kind === 'affine' && u.kind === 'affine' && d.kind === 'affine') {
-      quantizedGateUpMvId(enc, { ...gateUp, ...affineGateUp(g, u), ids });
+      quantizedGateUpMvId(enc, { ...gateUp, x, ...affineGateUp(g, u), ids });
       quantizedMvId(enc, { ...down, ...affineOf(d), ids: pairIds });
     } else {
       throw invalid('moe', 'the experts', 'gate, up and down of one kind', `${g.kind}, ${u.kind}, ${d.kind}`);

@@ -40,8 +40,8 @@ import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
 import { checkPairs, expertProductOp, moeTileSlots, type ExpertFamily, type ExpertProductBase, type GateActivation } from '../expert-products.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBufferRules, checkedProduct, checkedU32Product, checkMultiple, checkNoAliasing, checkU32Count, invalid, like, ruleBindings, U32_MAX,
-  type BufferRule,
+  checkAtMost, checkBufferRules, checkedProduct, checkedU32Product, checkMultiple, checkNoAliasing, checkU32Count, invalid, ruleBindings, U32_MAX,
+  type BufferRule, type DtypeOf,
 } from '../validate.ts';
 import {
   AFFINE_GROUP_SIZES, checkAffineBits, quantizedRowBytes, affineDequantize, GC_MAX_SHARED, gcSharedBytes, quantizedChunked,
@@ -57,6 +57,8 @@ export const QUANTIZED_MATMUL_ID_KERNELS = [
   'quantized_matmul_id',
   'quantized_mv_id_f16', 'quantized_mv_id_bf16', 'quantized_gate_up_mv_id_f16', 'quantized_gate_up_mv_id_bf16',
   'quantized_mv_id_gc_f16', 'quantized_mv_id_gc_bf16', 'quantized_gate_up_mv_id_gc_f16', 'quantized_gate_up_mv_id_gc_bf16',
+  'quantized_mv_id_f16_xf32', 'quantized_mv_id_bf16_xf32', 'quantized_gate_up_mv_id_f16_xf32', 'quantized_gate_up_mv_id_bf16_xf32',
+  'quantized_mv_id_gc_f16_xf32', 'quantized_mv_id_gc_bf16_xf32', 'quantized_gate_up_mv_id_gc_f16_xf32', 'quantized_gate_up_mv_id_gc_bf16_xf32',
   'quantized_mm_id_f16', 'quantized_mm_id_bf16', 'quantized_gate_up_mm_id_f16', 'quantized_gate_up_mm_id_bf16',
 ] as const;
 const planOf = familyPlans({
@@ -167,10 +169,13 @@ export function quantizedIdMvCudaLaunch(pairs: number, n: number, k: number, gat
  * the sizes (their CUDA entries are that path alone, at 128 registers; the
  * Metal ones the crate's kernels under another name), else the crate's
  * quantized_mv_id_<t> and quantized_gate_up_mv_id_<t> (the vector engine,
- * whose 6- and 8-bit rows need its three blocks an SM).
+ * whose 6- and 8-bit rows need its three blocks an SM). dtype: the output's
+ * (and the scales'); xF32: x f32, the kernels' _xf32 twins (ours), which
+ * round x to dtype as they read it (the CUDA vector engine's at two blocks
+ * an SM).
  */
-export function quantizedIdMvKernel(op: string, dtype: string, k: number, groupSize: number, bits: number): string {
-  return quantizedIdGcTakes(k, groupSize, bits) ? `${op}_gc_${dtype}` : `${op}_${dtype}`;
+export function quantizedIdMvKernel(op: string, dtype: string, k: number, groupSize: number, bits: number, xF32 = false): string {
+  return (quantizedIdGcTakes(k, groupSize, bits) ? `${op}_gc_${dtype}` : `${op}_${dtype}`) + (xF32 ? '_xf32' : '');
 }
 
 /** Pair rows of a tile of the CUDA matrix engine (64 x 128 weight rows, 4 warps). */
@@ -192,7 +197,7 @@ export function quantizedIdMmCudaLaunch(pairs: number, n: number, numExperts: nu
 // ---- validation ----
 
 interface TypedArgsBase extends ExpertProductBase {
-  /** [m, k]: f16 or bf16 */
+  /** [m, k]: f16 or bf16 (the output's dtype); f32 in the vector forms */
   x: Buffer;
   /** Columns of x and of the unpacked weight: a multiple of groupSize. */
   k: number;
@@ -202,11 +207,11 @@ interface TypedArgsBase extends ExpertProductBase {
   bits: number;
 }
 
-/** One expert set: u32 packed rows, scales and biases in x's dtype, numExperts of them expertRows rows apart. */
+/** One expert set: u32 packed rows, scales and biases in the output's dtype, numExperts of them expertRows rows apart. */
 export interface QuantizedExperts {
   /** u32 [((numExperts - 1) * expertRows + n) * k * bits / 32] */
   weight: Buffer;
-  /** [((numExperts - 1) * expertRows + n) * k / groupSize], x's dtype */
+  /** [((numExperts - 1) * expertRows + n) * k / groupSize], the output's dtype */
   scales: Buffer;
   /** as scales */
   biases: Buffer;
@@ -269,7 +274,9 @@ function sizesOf(a: TypedArgsBase): IdSizes {
 
 const QUANTIZED: ExpertFamily<TypedArgsBase & { activation?: GateActivation }> = {
   plan: planOf,
-  xDtypes: () => ID_DTYPES,
+  // The vector forms take f32 x as well (their _xf32 kernels round it to the scales' type as they read it).
+  xDtypes: (f) => (f.matrix ? ID_DTYPES : ['f32', ...ID_DTYPES]),
+  outputDtype: (of) => (of('x') === 'f32' ? ID_DTYPES : of('x')),
   set: ['weight', 'scales', 'biases'],
   checkSizes(op, a) {
     checkAffineBits(op, a.bits);
@@ -286,7 +293,8 @@ const QUANTIZED: ExpertFamily<TypedArgsBase & { activation?: GateActivation }> =
     const allRows = checkedProduct(op, '(numExperts - 1) * expertRows + n', a.numExperts - 1, rows) + a.n;
     const nw = checkedProduct(op, 'weight words', allRows, rowBytes / 4);
     const ng = checkedProduct(op, 'scale groups', allRows, groups);
-    return [['u32', nw], [like('x'), ng], [like('x'), ng]];
+    const t: DtypeOf = (of) => of(of('x') === 'f32' ? 'output' : 'x');
+    return [['u32', nw], [t, ng], [t, ng]];
   },
   params: (f, a) => (f.gateUp
     ? packQuantizedGateUpIdParams({ ...sizesOf(a), activation: a.activation })
@@ -297,7 +305,7 @@ const QUANTIZED: ExpertFamily<TypedArgsBase & { activation?: GateActivation }> =
         cuda: quantizedIdMmCudaLaunch(pairs, a.n, a.numExperts, f.gateUp) }
       : {
         grid: [ceilDiv(a.n, 8), pairs, 1], threads: [32, 2, 1], cuda: quantizedIdMvCudaLaunch(pairs, a.n, a.k, f.gateUp, a.bits, a.groupSize),
-        kernel: quantizedIdMvKernel(f.op, a.x.dtype, a.k, a.groupSize, a.bits),
+        kernel: quantizedIdMvKernel(f.op, a.output.dtype, a.k, a.groupSize, a.bits, a.x.dtype === 'f32'),
       };
   },
 };
@@ -325,11 +333,14 @@ export const validateQuantizedGateUpMmId = gateUpMmId.validate;
  *
  * Layouts: x [m, k]; weight u32, scales, biases: numExperts experts of n rows
  * (QuantizedExperts), expertRows apart; ids u32 [m, nExpertUsed]; output
- * [m, nExpertUsed, n]; x, scales, biases and output f16 or bf16; exact
- * element counts; the output overlaps no input. bits 4, 6, 8; groupSize 32,
- * 64, 128 dividing k.
+ * [m, nExpertUsed, n]; scales, biases and output f16 or bf16, one dtype; x
+ * that dtype, or f32, rounded to it as the kernels read it (the result of
+ * casting x first, bit for bit: a model's f32 activations need no cast
+ * dispatch); exact element counts; the output overlaps no input. bits 4, 6,
+ * 8; groupSize 32, 64, 128 dividing k.
  * Kernels: quantized_mv_id_<dtype>, or for 4-bit codes (quantizedIdMvKernel)
- * quantized_mv_id_gc_<dtype> (ours; on CUDA the group-column path).
+ * quantized_mv_id_gc_<dtype> (ours; on CUDA the group-column path); with
+ * f32 x the same names with _xf32 (ours), dtype the output's.
  * Bindings: 0 x, 1 weight, 2 scales, 3 biases, 4 ids, 5 output, 6
  * QuantizedMatmulIdParams (the crate's struct; strides from expertRows).
  * Grid (Metal): (ceil(n / 8), pairs, 1) threadgroups of (32, 2, 1), 4 rows a
@@ -370,7 +381,7 @@ export const planQuantizedMmId = mmId.plan;
  *
  * Layouts: as quantizedMvId, with gate* and up* expert sets of one shape.
  * Kernels: quantized_gate_up_mv_id_<dtype>, or for 4-bit codes
- * quantized_gate_up_mv_id_gc_<dtype> (as quantizedMvId). Bindings: 0 x, 1 gate_weight, 2
+ * quantized_gate_up_mv_id_gc_<dtype>, with _xf32 for f32 x (as quantizedMvId). Bindings: 0 x, 1 gate_weight, 2
  * gate_scales, 3 gate_biases, 4 ids, 5 output, 6 QuantizedGateUpIdParams, 7
  * up_weight, 8 up_scales, 9 up_biases.
  * Grid: as quantizedMvId (CUDA: 8 output rows a tile, their gate and up rows
