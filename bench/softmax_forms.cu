@@ -26,6 +26,23 @@
 namespace cg = cooperative_groups;
 #include "harness.cuh"
 
+// The block's max over its held vectors r and sum of exp(v - max), as
+// (max, sum) in every thread; r becomes exp(v - max). Begins with a barrier,
+// so sh may still be in use by the caller's previous reduction.
+template <int V>
+__device__ __forceinline__ float2 block_exp_sum(float4 (&r)[V], float* sh) {
+  float m = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < V; ++j) m = fmaxf(m, fmaxf(fmaxf(r[j].x, r[j].y), fmaxf(r[j].z, r[j].w)));
+  __syncthreads();
+  const float mb = bmax(m, sh);
+  __syncthreads();
+  float s = 0.f;
+#pragma unroll
+  for (int j = 0; j < V; ++j) { r[j].x = __expf(r[j].x - mb); r[j].y = __expf(r[j].y - mb); r[j].z = __expf(r[j].z - mb); r[j].w = __expf(r[j].w - mb); s += (r[j].x + r[j].y) + (r[j].z + r[j].w); }
+  return make_float2(mb, bsum(s, sh));
+}
+
 // One cluster of C blocks a row; each thread holds V float4.
 template <int V>
 __global__ void __launch_bounds__(1024, 1) cl_softmax(const float* x, float* y, int cols, int C, int pdl) {
@@ -42,16 +59,9 @@ __global__ void __launch_bounds__(1024, 1) cl_softmax(const float* x, float* y, 
   float4 r[V];
 #pragma unroll
   for (int c = 0; c < V; ++c) { int i = threadIdx.x + c * blockDim.x; r[c] = i < nv ? xs[i] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY); }
-  float m = -INFINITY;
-#pragma unroll
-  for (int c = 0; c < V; ++c) m = fmaxf(m, fmaxf(fmaxf(r[c].x, r[c].y), fmaxf(r[c].z, r[c].w)));
-  const float mb = bmax(m, sh);
-  __syncthreads();
-  float s = 0.f;
-#pragma unroll
-  for (int c = 0; c < V; ++c) { r[c].x = __expf(r[c].x - mb); r[c].y = __expf(r[c].y - mb); r[c].z = __expf(r[c].z - mb); r[c].w = __expf(r[c].w - mb); s += (r[c].x + r[c].y) + (r[c].z + r[c].w); }
-  const float sb = bsum(s, sh);
-  if (threadIdx.x == 0) pair = make_float2(mb, sb);
+  const float2 ms = block_exp_sum(r, sh);
+  const float mb = ms.x;
+  if (threadIdx.x == 0) pair = ms;
   cl.sync();
   float M = -INFINITY, S = 0.f;
   const int lane = threadIdx.x & 31;
@@ -112,6 +122,35 @@ __global__ void tp_finish(const float* x, const float2* part, float* y, int cols
 __device__ __forceinline__ float4 ld256(const float4* p) { float4 v; asm volatile("ld.global.nc.L2::256B.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p)); return v; }
 __device__ __forceinline__ float4 ld128na(const float4* p) { float4 v; asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p)); return v; }
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) { unsigned v; asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v; }
+// A streamed unit's statistics, every thread of the block holding V float4
+// of it in r: the block's max and sum of exp (block_exp_sum), the
+// unit's pair written and its arrival at the row's word (the slice-0 block
+// adds 2^31 - (U - 1), the others 1: the top bit flips when all U have
+// arrived, the low bits return to 0; REL: a release atomic and a back-off
+// in the poll, else a fence and a relaxed atomic), the wait for the flip,
+// the row's U pairs folded from L2 in every warp. Returns the factor each
+// held exp is scaled by.
+template <int V, bool REL>
+__device__ __forceinline__ float unit_stats(float4 (&r)[V], int u, int row, int c, int U, float2* part, unsigned* word, float* sh) {
+  const float2 ms = block_exp_sum(r, sh);
+  const float mb = ms.x;
+  if (threadIdx.x == 0) {
+    __stcg(part + u, ms);
+    const unsigned inc = c == 0 ? 0x80000000u - unsigned(U - 1) : 1u;
+    unsigned old;
+    if (REL) asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(word + row), "r"(inc) : "memory");
+    else { __threadfence(); old = atomicAdd(word + row, inc); }
+    const unsigned b0 = old >> 31;
+    while ((ld_acquire(word + row) >> 31) == b0) { if (REL) __nanosleep(32); }
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  float M = -INFINITY, S = 0.f;
+  for (int i = lane; i < U; i += 32) { float2 p = __ldcg(part + size_t(row) * U + i); float mx = fmaxf(M, p.x); S = S * __expf(M - mx) + p.y * __expf(p.x - mx); M = mx; }
+  for (int o = 16; o; o >>= 1) { float mo = __shfl_xor_sync(~0u, M, o), so = __shfl_xor_sync(~0u, S, o); float mx = fmaxf(M, mo); S = (mx == -INFINITY) ? 0.f : S * __expf(M - mx) + so * __expf(mo - mx); M = mx; }
+  return __expf(mb - M) / S;
+}
+
 template <int T, int V, int PF, int REL, int H = 0>
 __global__ void __launch_bounds__(T) st_softmax(const float* x, float* y, float2* part, unsigned* word, int rows, int cols, int pdl) {
   __shared__ float sh[32];
@@ -146,31 +185,7 @@ __global__ void __launch_bounds__(T) st_softmax(const float* x, float* y, float2
 #pragma unroll
       for (int j = 0; j < V; ++j) r[j] = H == 0 ? __ldcs(xs + threadIdx.x + j * T) : H == 1 ? ld256(xs + threadIdx.x + j * T) : ld128na(xs + threadIdx.x + j * T);
     }
-    float m = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < V; ++j) m = fmaxf(m, fmaxf(fmaxf(r[j].x, r[j].y), fmaxf(r[j].z, r[j].w)));
-    __syncthreads();
-    const float mb = bmax(m, sh);
-    __syncthreads();
-    float s = 0.f;
-#pragma unroll
-    for (int j = 0; j < V; ++j) { r[j].x = __expf(r[j].x - mb); r[j].y = __expf(r[j].y - mb); r[j].z = __expf(r[j].z - mb); r[j].w = __expf(r[j].w - mb); s += (r[j].x + r[j].y) + (r[j].z + r[j].w); }
-    const float sb = bsum(s, sh);
-    if (threadIdx.x == 0) {
-      __stcg(part + u, make_float2(mb, sb));
-      const unsigned inc = c == 0 ? 0x80000000u - unsigned(U - 1) : 1u;
-      unsigned old;
-      if (REL) asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(word + row), "r"(inc) : "memory");
-      else { __threadfence(); old = atomicAdd(word + row, inc); }
-      const unsigned b0 = old >> 31;
-      while ((ld_acquire(word + row) >> 31) == b0) { if (REL) __nanosleep(32); }
-    }
-    __syncthreads();
-    const int lane = threadIdx.x & 31;
-    float M = -INFINITY, S = 0.f;
-    for (int i = lane; i < U; i += 32) { float2 p = __ldcg(part + size_t(row) * U + i); float mx = fmaxf(M, p.x); S = S * __expf(M - mx) + p.y * __expf(p.x - mx); M = mx; }
-    for (int o = 16; o; o >>= 1) { float mo = __shfl_xor_sync(~0u, M, o), so = __shfl_xor_sync(~0u, S, o); float mx = fmaxf(M, mo); S = (mx == -INFINITY) ? 0.f : S * __expf(M - mx) + so * __expf(mo - mx); M = mx; }
-    const float f = __expf(mb - M) / S;
+    const float f = unit_stats<V, REL>(r, u, row, c, U, part, word, sh);
 #pragma unroll
     for (int j = 0; j < V; ++j) { float4 v = r[j]; v.x *= f; v.y *= f; v.z *= f; v.w *= f; __stcs(ys + threadIdx.x + j * T, v); }
   }
@@ -211,29 +226,7 @@ __global__ void __launch_bounds__(T) bt_softmax(const float* x, float* y, float2
       float4 r[V];
 #pragma unroll
       for (int j = 0; j < V; ++j) r[j] = b[threadIdx.x + j * T];
-      float m = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < V; ++j) m = fmaxf(m, fmaxf(fmaxf(r[j].x, r[j].y), fmaxf(r[j].z, r[j].w)));
-      const float mb = bmax(m, sh);
-      __syncthreads();
-      float sm = 0.f;
-#pragma unroll
-      for (int j = 0; j < V; ++j) { r[j].x = __expf(r[j].x - mb); r[j].y = __expf(r[j].y - mb); r[j].z = __expf(r[j].z - mb); r[j].w = __expf(r[j].w - mb); sm += (r[j].x + r[j].y) + (r[j].z + r[j].w); }
-      const float sb = bsum(sm, sh);
-      if (threadIdx.x == 0) {
-        __stcg(part + u, make_float2(mb, sb));
-        const unsigned inc = c == 0 ? 0x80000000u - unsigned(U - 1) : 1u;
-        unsigned old;
-        asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(word + row), "r"(inc) : "memory");
-        const unsigned b0 = old >> 31;
-        while ((ld_acquire(word + row) >> 31) == b0) __nanosleep(32);
-      }
-      __syncthreads();
-      const int lane = threadIdx.x & 31;
-      float M = -INFINITY, Sm = 0.f;
-      for (int k = lane; k < U; k += 32) { float2 p = __ldcg(part + size_t(row) * U + k); float mx = fmaxf(M, p.x); Sm = Sm * __expf(M - mx) + p.y * __expf(p.x - mx); M = mx; }
-      for (int o = 16; o; o >>= 1) { float mo = __shfl_xor_sync(~0u, M, o), so = __shfl_xor_sync(~0u, Sm, o); float mx = fmaxf(M, mo); Sm = (mx == -INFINITY) ? 0.f : Sm * __expf(M - mx) + so * __expf(mo - mx); M = mx; }
-      const float f = __expf(mb - M) / Sm;
+      const float f = unit_stats<V, true>(r, u, row, c, U, part, word, sh);
 #pragma unroll
       for (int j = 0; j < V; ++j) { float4 v = r[j]; v.x *= f; v.y *= f; v.z *= f; v.w *= f; b[threadIdx.x + j * T] = v; }
       fence_async_smem();
