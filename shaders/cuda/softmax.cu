@@ -512,50 +512,45 @@ template <typename T, bool FULL>
 __device__ __forceinline__ void stream_load(const T* xs, u32 nv, const Transform& f, uint4 (&raw)[STREAM_HELD], float& m, float& s) {
     constexpr int VEC = VecOf<T>::N;
     const u32 tid = threadIdx.x, bs = blockDim.x;
-    auto value = [&](float xe) { return xe * f.scale; };
     const uint4* xv = reinterpret_cast<const uint4*>(xs);
 #pragma unroll
     for (int k = 0; k < STREAM_HELD; ++k) {
         const u32 vi = tid + u32(k) * bs;
         if (FULL || vi < nv) raw[k] = __ldcs(xv + vi);
     }
-    if constexpr (VEC == 4) {
+    // fn(k, v) over the thread's held vectors, each unpacked to floats.
+    auto each = [&](auto&& fn) {
 #pragma unroll
         for (int k = 0; k < STREAM_HELD; ++k) {
             if (FULL || tid + u32(k) * bs < nv) {
                 float v[VEC];
                 unpack16<T>(raw[k], v);
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) m = fmaxf(m, value(v[j]));
+                fn(k, v);
             }
         }
+    };
+    if constexpr (VEC == 4) {
+        each([&](int, float (&v)[VEC]) {
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) m = fmaxf(m, v[j] * f.scale);
+        });
         // x * scale - m in one rounding; a thread whose every value is -inf
         // subtracts 0 instead, so each exp is 0, not NaN.
         const float mm = m == neg_inf() ? 0.0f : m;
+        each([&](int k, float (&v)[VEC]) {
 #pragma unroll
-        for (int k = 0; k < STREAM_HELD; ++k) {
-            if (FULL || tid + u32(k) * bs < nv) {
-                float v[VEC];
-                unpack16<T>(raw[k], v);
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) {
-                    v[j] = __expf(fmaf(v[j], f.scale, -mm));
-                    s += v[j];
-                }
-                raw[k] = make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+            for (int j = 0; j < VEC; ++j) {
+                v[j] = __expf(fmaf(v[j], f.scale, -mm));
+                s += v[j];
             }
-        }
+            raw[k] = make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+        });
     } else {
+        each([&](int, float (&v)[VEC]) {
 #pragma unroll
-        for (int k = 0; k < STREAM_HELD; ++k) {
-            if (FULL || tid + u32(k) * bs < nv) {
-                float v[VEC];
-                unpack16<T>(raw[k], v);
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) v[j] = value(v[j]);
-                online_vec(v, m, s);
-            }
-        }
+            for (int j = 0; j < VEC; ++j) v[j] *= f.scale;
+            online_vec(v, m, s);
+        });
     }
 }
 
