@@ -2,7 +2,8 @@
 // kv_cache_copy, the gated activations (silu_mul, gelu_tanh_mul, sigmoid_mul
 // and their halves forms, gelu), the sample family (argmax, top-k, sampling),
 // the MoE glue (moe_dispatch: the grouping of pairs by expert and
-// mlx-native's glue kernels; moe_weighted_reduce),
+// mlx-native's glue kernels; moe_weighted_reduce), the gated delta net's
+// decode step (its glue chain against gated_delta_net_decode_fused),
 // the dense decode products, the MLX affine quantized products (every kernel
 // of quantized_matmul, decode and a 64-token prefill), the GGUF block
 // products, dequantization and quantized embedding rows
@@ -44,6 +45,9 @@ import {
   fusedGeluMul, moeAccumulate, moeDispatchSort, moeGatherTopkWeights, moeSwigluBatch, moeSwigluSeq, moeWeightedSum, moeWeightedSumSeq,
 } from '../ts/ops/moe_dispatch.ts';
 import { moeWeightedReduce } from '../ts/ops/moe_weighted_reduce.ts';
+import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
+import { gatedDeltaNetDecode, gatedDeltaNetDecodeFused } from '../ts/ops/gated_delta_net.ts';
+import { l2Norm } from '../ts/ops/l2_norm.ts';
 import { planRmsNormPerHead } from '../ts/ops/rms_norm.ts';
 import { planSoftmax } from '../ts/ops/softmax.ts';
 import { planEmbedding } from '../ts/ops/embedding.ts';
@@ -73,6 +77,7 @@ function cases(): Case[] {
   out.push(...quantizedMatmulGgmlCases());
   out.push(...flashAttnPrefillCases());
   out.push(...moeDispatchCases(), ...moeWeightedReduceCases());
+  out.push(...gdnDecodeCases());
   if (variants && dev.backend === 'cuda') out.push(...launchVariantCases());
   return out;
 }
@@ -625,6 +630,40 @@ function sigmoidMulCases(): Case[] {
   });
 }
 // ---- end of the gated activations ----
+
+// ---- the gated delta net's decode step (Qwen3.6-35B-A3B: 16 key / 32 value heads of 128) ----
+// The chain a layer ran (l2_norm over q and k, compute_g_beta,
+// gated_delta_net_decode) beside gated_delta_net_decode_fused, which does
+// the three in one dispatch; f32 as the model holds them. Bytes: the state
+// read and written, q, k, v, the gates and the output.
+function gdnDecodeCases(): Case[] {
+  const hk = small ? 2 : 16, hv = small ? 4 : 32, dk = small ? 32 : 128, dv = small ? 32 : 128;
+  const qk = random('f32', [2 * hk, dk]);
+  const q = qk.view('f32', [1, hk, dk], 0), k = qk.view('f32', [1, hk, dk], hk * dk * 4);
+  const v = random('f32', [1, hv, dv]), a = random('f32', [1, hv]), b = random('f32', [1, hv]);
+  const aLog = random('f32', [hv]), dtBias = random('f32', [hv]);
+  const g = dev.alloc('f32', [1, hv]), beta = dev.alloc('f32', [1, hv]);
+  const state = uniformBuffer(dev, 'f32', [1, hv, dv, dk], 0.1);
+  const output = dev.alloc('f32', [1, hv, dv]);
+  const dims = { batch: 1, nQkHeads: hk, nHeads: hv, kDim: dk, vDim: dv };
+  const bytes = 4 * (2 * hv * dv * dk + 2 * hk * dk + 2 * hv * dv + 4 * hv);
+  const what = `[${hk} / ${hv} heads, ${dk}, ${dv}] f32 (decode)`;
+  return [
+    {
+      name: `gated delta net step ${what}: l2_norm + compute_g_beta + gated_delta_net_decode`, bytes,
+      record: (e) => {
+        l2Norm(e, { x: qk, y: qk, rows: 2 * hk, dim: dk, eps: 1e-6 });
+        computeGBeta(e, { a, b, aLog, dtBias, g, beta, batch: 1, seqLen: 1, nHeads: hv });
+        gatedDeltaNetDecode(e, { ...dims, q, k, v, g, beta, state, output });
+      },
+    },
+    {
+      name: `gated delta net step ${what}: gated_delta_net_decode_fused`, bytes,
+      record: (e) => gatedDeltaNetDecodeFused(e, { ...dims, q, k, v, a, b, aLog, dtBias, state, output, eps: 1e-6 }),
+    },
+  ];
+}
+// ---- end of the gated delta net's decode step ----
 
 // ---- moe_dispatch: the grouping of (token, slot) pairs by expert, and mlx-native's glue kernels ----
 // moe_dispatch_sort at Qwen3.6-35B-A3B's 256 experts, top-8: one token and

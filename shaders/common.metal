@@ -42,6 +42,27 @@ static inline float threadgroup_max(float v, threadgroup float* partials, uint s
     return r;
 }
 
+// ---- the linear-attention gates (compute_g_beta, gated_delta_net's fused decode step) ----
+
+// log(1 + e), keeping full relative precision where e is far below 1 (MSL
+// has no log1p): with u = 1 + e, log1p(e) = log(u) * e / (u - 1), exact to
+// f32 rounding (u == 1 means log1p(e) = e to f32 precision).
+static inline float log1p_f32(float e) {
+    const float u = 1.0f + e;
+    return u == 1.0f ? e : log(u) * (e / (u - 1.0f));
+}
+
+// softplus(x) = x for x > 20 (PyTorch's threshold), else log(1 + exp(x)).
+static inline float softplus_f32(float x) {
+    return x > 20.0f ? x : log1p_f32(exp(x));
+}
+
+// g = -exp(A_log) softplus(a + dt_bias) (the log decay), beta = sigmoid(b).
+static inline void gdn_gates(float a, float b, float a_log, float dt_bias, thread float& g, thread float& beta) {
+    g = -exp(a_log) * softplus_f32(a + dt_bias);
+    beta = 1.0f / (1.0f + exp(-b));
+}
+
 // ---- gated activations (silu_mul, gelu, and the per-expert gate/up products) ----
 
 // silu(g) = g * sigmoid(g) = g / (1 + exp(-g)). For g < -88.7 exp(-g)

@@ -3,22 +3,13 @@
 //   beta[b, t, h] = sigmoid(b_in[b, t, h])
 // softplus(x) = x for x > 20 (PyTorch's threshold), else log(1 + exp(x)),
 // computed so that it keeps full relative precision where exp(x) is far
-// below 1 (MSL has no log1p): with u = 1 + e, log1p(e) = log(u) * e / (u - 1),
-// exact to f32 rounding (u == 1 means log1p(e) = e to f32 precision).
+// below 1 (the prelude's gdn_gates, which gated_delta_net's fused decode
+// step shares).
 //
 // Layouts: a, b_in [B, T, H] (f32, or bf16 in compute_g_beta_bf16);
 // A_log, dt_bias [H] f32; g, beta [B, T, H] f32, h innermost.
 // Grid: (ceil(n / CGB_THREADS), 1, 1) threadgroups of CGB_THREADS threads,
 // one element each; threads past n return.
-
-static inline float log1p_f32(float e) {
-    const float u = 1.0f + e;
-    return u == 1.0f ? e : log(u) * (e / (u - 1.0f));
-}
-
-static inline float softplus_f32(float x) {
-    return x > 20.0f ? x : log1p_f32(exp(x));
-}
 
 // buffer(0) a, (1) b_in, (2) A_log, (3) dt_bias, (4) g, (5) beta, (6) params.
 template <typename T>
@@ -31,8 +22,10 @@ static inline void compute_g_beta_impl(device const T* a, device const T* b_in,
         return;
     }
     const uint h = i % p.h;
-    g[i] = -exp(a_log[h]) * softplus_f32(float(a[i]) + dt_bias[h]);
-    beta[i] = 1.0f / (1.0f + exp(-float(b_in[i])));
+    float gi, bi;
+    gdn_gates(float(a[i]), float(b_in[i]), a_log[h], dt_bias[h], gi, bi);
+    g[i] = gi;
+    beta[i] = bi;
 }
 
 kernel void compute_g_beta_f32(

@@ -4,6 +4,8 @@
 
 import { describe, expect, test } from 'bun:test';
 import src from '../shaders/compute_g_beta.metal' with { type: 'text' };
+import prelude from '../shaders/common.metal' with { type: 'text' };
+import cudaPrelude from '../shaders/cuda/common.cuh' with { type: 'text' };
 import type { Buffer } from '../ts/index.ts';
 import {
   COMPUTE_G_BETA_KERNELS,
@@ -30,8 +32,9 @@ describe('compute_g_beta param packer matches the .metal declaration', () => {
     expect(bytes.byteLength).toBe(8);
     expect([v.getUint32(0, true), v.getUint32(4, true)]).toEqual([144000, 48]);
   });
-  test('the kernel uses the softplus threshold the op documents', () => {
-    expect(src).toContain(`x > ${SOFTPLUS_THRESHOLD}.0f ? x :`);
+  test('the kernels use the softplus threshold the op documents (the preludes\' gdn_gates, which gated_delta_net shares)', () => {
+    expect(src).toContain('gdn_gates(');
+    for (const text of [prelude, cudaPrelude]) expect(text).toContain(`x > ${SOFTPLUS_THRESHOLD}.0f ? x :`);
   });
 });
 

@@ -7,10 +7,15 @@ import { describe, expect, test } from 'bun:test';
 import src from '../shaders/gated_delta_net.metal' with { type: 'text' };
 import type { Buffer, DType, Device } from '../ts/index.ts';
 import {
+  GATED_DELTA_NET_DECODE_FUSED_PARAMS_LAYOUT,
   GATED_DELTA_NET_DECODE_PARAMS_LAYOUT,
   GATED_DELTA_NET_PARAMS_LAYOUT,
   gatedDeltaNet,
   gatedDeltaNetDecode,
+  gatedDeltaNetDecodeFused,
+  gatedDeltaNetDecodeFusedRef,
+  packGatedDeltaNetDecodeFusedParams,
+  type GatedDeltaNetDecodeFusedArgs,
   gatedDeltaNetGrid,
   gatedDeltaNetScale,
   packGatedDeltaNetDecodeParams,
@@ -23,6 +28,8 @@ import {
   type GatedDeltaNetRefInputs,
 } from '../ts/ops/gated_delta_net.ts';
 import { gatedDeltaNetChunk } from '../ts/ops/chunk_gated_delta_rule.ts';
+import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
+import { l2Norm } from '../ts/ops/l2_norm.ts';
 import {
   describeBackends,
   nmse,
@@ -68,6 +75,16 @@ describe('gated_delta_net param packers match the .metal declarations', () => {
     const bytes = packGatedDeltaNetDecodeParams({ batch: 5, nQkHeads: 4, nHeads: 16, kDim: 256, vDim: 64, scale: -1.5 });
     expect(bytes.byteLength).toBe(24);
     expect(readFields(bytes, GATED_DELTA_NET_DECODE_PARAMS_LAYOUT)).toEqual([5, 4, 16, 256, 64, -1.5]);
+  });
+  test('GatedDeltaNetDecodeFusedParams: the decode fields and l2_eps, bound at buffer(9); packed values', () => {
+    for (const k of ['gated_delta_net_decode_fused_f32', 'gated_delta_net_decode_fused_bf16']) {
+      expect(bufferParam(src, k, 9)).toMatch(/^constant GatedDeltaNetDecodeFusedParams& params /);
+    }
+    const bytes = packGatedDeltaNetDecodeFusedParams({ batch: 5, nQkHeads: 4, nHeads: 16, kDim: 256, vDim: 64, scale: -1.5, eps: 0.25 });
+    expect(bytes.byteLength).toBe(28);
+    expect(readFields(bytes, GATED_DELTA_NET_DECODE_FUSED_PARAMS_LAYOUT)).toEqual([5, 4, 16, 256, 64, -1.5, 0.25]);
+    expect(readFields(packGatedDeltaNetDecodeFusedParams({ batch: 1, nQkHeads: 1, nHeads: 1, kDim: 64, vDim: 8 }),
+      GATED_DELTA_NET_DECODE_FUSED_PARAMS_LAYOUT).slice(5)).toEqual([0.125, Math.fround(1e-6)]);
   });
   test('scale default K^-1/2, grid (ceil(V / 16), H, B)', () => {
     expect(gatedDeltaNetScale({ kDim: 64 })).toBe(0.125);
@@ -184,6 +201,40 @@ describeValidation('gated_delta_net validation', ({ enc, buf }) => {
     for (const [pm, bm, arg, expected, actual] of cases) {
       expectInvalid(() => gatedDeltaNetDecode(enc(), { ...base(), ...bm, ...D, ...pm }), op, arg, expected, actual);
     }
+  });
+
+  test('gated_delta_net_decode_fused: every rule', () => {
+    const op = 'gated_delta_net_decode_fused';
+    const D: GatedDeltaNetDecodeParams = { batch: 2, nQkHeads: 1, nHeads: 2, kDim: 64, vDim: 16 };
+    const qk = 2 * 64;
+    const vo = 2 * 2 * 16;
+    const gb = 2 * 2;
+    const base = () => ({
+      q: buf('f32', qk), k: buf('f32', qk), v: buf('f32', vo), a: buf('f32', gb), b: buf('f32', gb), aLog: buf('f32', 2),
+      dtBias: buf('f32', 2), state: buf('f32', ST), output: buf('f32', vo),
+    });
+    const cases: [Record<string, unknown>, Record<string, unknown>, string, string, string][] = [
+      ...dimCases(['batch', 'nQkHeads', 'nHeads', 'kDim', 'vDim']),
+      [{ eps: -1 }, {}, 'eps', 'a finite number >= 0', '-1'],
+      [{ eps: Number.NaN }, {}, 'eps', 'a finite number >= 0', 'NaN'],
+      [{}, { q: buf('u32', qk) }, 'q.dtype', 'one of f32, bf16', 'u32'],
+      [{}, { k: buf('bf16', qk) }, 'k.dtype', 'f32', 'bf16'],
+      [{}, { output: buf('bf16', vo) }, 'output.dtype', 'f32', 'bf16'],
+      [{}, { v: buf('f32', VO) }, 'v.elementCount', `${vo}`, `${VO}`],
+      [{}, { a: buf('bf16', gb) }, 'a.dtype', 'f32', 'bf16'],
+      [{}, { a: buf('f32', gb + 1) }, 'a.elementCount', `${gb}`, `${gb + 1}`],
+      [{}, { b: buf('f32', gb - 1) }, 'b.elementCount', `${gb}`, `${gb - 1}`],
+      [{}, { aLog: buf('f16', 2) }, 'aLog.dtype', 'f32', 'f16'],
+      [{}, { dtBias: buf('f32', 3) }, 'dtBias.elementCount', '2', '3'],
+      [{}, { state: buf('f32', ST / 2) }, 'state.elementCount', `${ST}`, `${ST / 2}`],
+      [{}, { b: undefined }, 'b', 'a Buffer', 'none'],
+    ];
+    for (const [pm, bm, arg, expected, actual] of cases) {
+      expectInvalid(() => gatedDeltaNetDecodeFused(enc(), { ...base(), ...bm, ...D, ...pm } as GatedDeltaNetDecodeFusedArgs), op, arg, expected, actual);
+    }
+    const st = buf('f32', ST);
+    expectInvalid(() => gatedDeltaNetDecodeFused(enc(), { ...base(), state: st, output: st.view('f32', [vo], 0), ...D } as GatedDeltaNetDecodeFusedArgs),
+      op, 'state', 'a buffer other than output', 'a view overlapping output');
   });
 });
 
@@ -305,6 +356,59 @@ describeBackends('gated_delta_net parity', ({ device }) => {
       });
     }
   }
+
+  test('gated_delta_net_decode_fused f32 / bf16: the float64 reference of l2_norm, compute_g_beta and the decode step; f32 also the three ops run in turn', () => {
+    const dev = device();
+    const over: string[] = [];
+    const fusedShapes: Omit<Shape, 't'>[] = [
+      { b: 1, hg: 16, h: 32, k: 128, v: 128 }, { b: 2, hg: 1, h: 2, k: 64, v: 40 }, { b: 1, hg: 2, h: 2, k: 256, v: 16, scale: 0.3 },
+    ];
+    for (const [si, p] of fusedShapes.entries()) {
+      for (const dtype of ['f32', 'bf16'] as const) {
+        const r = rng(700 + si * 3 + (dtype === 'bf16' ? 1 : 0));
+        const nqk = p.b * p.hg * p.k, nv = p.b * p.h * p.v, ng = p.b * p.h, nst = p.b * p.h * p.v * p.k;
+        const normal = (n: number, sc: number) => new Float64Array(n).map(() => sc * r.normal());
+        const x = {
+          q: normal(nqk, 3), k: normal(nqk, 3), v: normal(nv, 1), a: normal(ng, 2), b: normal(ng, 2),
+          aLog: new Float64Array(p.h).map(() => r.uniform(-2, 1)), dtBias: normal(p.h, 0.5), state: normal(nst, 0.5),
+        };
+        const up = (dt: DType, d: Float64Array) => dev.upload(dt, [d.length], d);
+        const q = up(dtype, x.q), k = up(dtype, x.k), v = up(dtype, x.v), a = up('f32', x.a), b = up('f32', x.b);
+        const aLog = up('f32', x.aLog), dtBias = up('f32', x.dtBias), state = up('f32', x.state);
+        const output = dev.alloc(dtype, [nv]);
+        output.fill(Number.NaN);
+        const eps = 1e-6;
+        const enc = dev.encoder();
+        gatedDeltaNetDecodeFused(enc, { q, k, v, a, b, aLog, dtBias, state, output, ...decodeArgsOf(p), eps });
+        enc.commitAndWait();
+        enc.release();
+        const stored = { ...x, q: q.readNumbers(), k: k.readNumbers(), v: v.readNumbers() };
+        const ref = gatedDeltaNetDecodeFusedRef({ ...p, scale: gatedDeltaNetScale(decodeArgsOf(p)), eps }, stored);
+        const name = `${dtype} b ${p.b} hg ${p.hg} h ${p.h} k ${p.k} v ${p.v}`;
+        const eo = scaledErr(output.readNumbers(), dtype === 'bf16' ? ref.output.map(bf16) : ref.output);
+        const es = scaledErr(state.readNumbers(), ref.finalState);
+        if (!(eo < (dtype === 'bf16' ? TOL.bf16 : TOL.f32))) over.push(`${name}: output ${eo}`);
+        if (!(es < TOL.f32)) over.push(`${name}: state ${es}`);
+        if (dtype === 'f32') {
+          // The ops the fused step replaces, over the same inputs: within f32 rounding of it.
+          const q2 = up('f32', x.q), k2 = up('f32', x.k), st2 = up('f32', x.state), g = dev.alloc('f32', [ng]), beta = dev.alloc('f32', [ng]);
+          const out2 = dev.alloc('f32', [nv]);
+          const e2 = dev.encoder();
+          l2Norm(e2, { x: q2, y: q2, rows: p.b * p.hg, dim: p.k, eps });
+          l2Norm(e2, { x: k2, y: k2, rows: p.b * p.hg, dim: p.k, eps });
+          computeGBeta(e2, { a, b, aLog, dtBias, g, beta, batch: p.b, seqLen: 1, nHeads: p.h });
+          gatedDeltaNetDecode(e2, { q: q2, k: k2, v, g, beta, state: st2, output: out2, ...decodeArgsOf(p) });
+          e2.commitAndWait();
+          e2.release();
+          const d1 = scaledErr(output.readNumbers(), out2.readNumbers()), d2 = scaledErr(state.readNumbers(), st2.readNumbers());
+          if (!(d1 < TOL.f32 && d2 < TOL.f32)) over.push(`${name}: against the three ops ${d1} / ${d2}`);
+          for (const buf of [q2, k2, st2, g, beta, out2]) buf.release();
+        }
+        for (const buf of [q, k, v, a, b, aLog, dtBias, state, output]) buf.release();
+      }
+    }
+    expect(over).toEqual([]);
+  });
 
   test('initialState may be finalState (in place): same result as separate buffers', () => {
     const dev = device();
@@ -534,6 +638,19 @@ opContract('gated_delta_net', [
     make: (d) => ({
       q: a(d, 'bf16', 32), k: a(d, 'bf16', 32), v: a(d, 'bf16', 32), g: a(d, 'f32', 2), beta: a(d, 'f32', 2),
       state: a(d, 'f32', 1024), output: a(d, 'bf16', 32), batch: 1, nQkHeads: 1, nHeads: 2, kDim: 32, vDim: 16, scale: 0.5,
+    }),
+  },
+  {
+    fn: 'gatedDeltaNetDecodeFused', op: 'gated_delta_net_decode_fused',
+    keys: {
+      q: buf(['f32', 'bf16']), k: buf(['f32', 'bf16']), v: buf(['f32', 'bf16']), a: buf(F), b: buf(F), aLog: buf(F), dtBias: buf(F),
+      state: out(F), output: out(['f32', 'bf16']),
+      batch: int, nQkHeads: int, nHeads: int, kDim: int, vDim: int, scale: { kind: 'num?' }, eps: { kind: 'num?' },
+    },
+    make: (d) => ({
+      q: a(d, 'bf16', 32), k: a(d, 'bf16', 32), v: a(d, 'bf16', 32), a: a(d, 'f32', 2), b: a(d, 'f32', 2), aLog: a(d, 'f32', 2),
+      dtBias: a(d, 'f32', 2), state: a(d, 'f32', 1024), output: a(d, 'bf16', 32), batch: 1, nQkHeads: 1, nHeads: 2, kDim: 32, vDim: 16,
+      eps: 1e-6,
     }),
   },
 ]);

@@ -886,6 +886,18 @@ __device__ __forceinline__ void reg_fence(u32 (&a)[N][4]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+r"(a[i][0]), "+r"(a[i][1]), "+r"(a[i][2]), "+r"(a[i][3]) :: "memory");
 }
 #endif  // MLXN_WGMMA
+// ---- the linear-attention gates (compute_g_beta, gated_delta_net's fused decode step) ----
+
+// softplus(x) = x for x > 20 (PyTorch's threshold), else log1p(exp(x)).
+__device__ __forceinline__ float softplus_f32(float x) {
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+// g = -exp(A_log) softplus(a + dt_bias) (the log decay), beta = sigmoid(b), f32 with the accurate expf / log1pf.
+__device__ __forceinline__ void gdn_gates(float a, float b, float a_log, float dt_bias, float& g, float& beta) {
+    g = -expf(a_log) * softplus_f32(a + dt_bias);
+    beta = 1.0f / (1.0f + expf(-b));
+}
+
 // ---- gated activations (silu_mul, gelu, and the per-expert gate/up products) ----
 
 // silu(g) = g / (1 + exp(-g)) with the fast exp and division (__expf,

@@ -2,7 +2,8 @@
 // as shaders/compute_g_beta.metal, elementwise over [B, T, H]:
 //   g[i]    = -exp(A_log[h]) * softplus(a[i] + dt_bias[h])   h = i % H
 //   beta[i] = sigmoid(b_in[i]) = 1 / (1 + exp(-b_in[i]))
-// softplus(x) = x for x > 20 (PyTorch's threshold), else log1p(exp(x)).
+// softplus(x) = x for x > 20 (PyTorch's threshold), else log1p(exp(x))
+// (the prelude's gdn_gates, which gated_delta_net's fused decode step shares).
 //
 // Layouts: a, b_in [B, T, H] (f32, or bf16 in compute_g_beta_bf16);
 // A_log, dt_bias [H] f32; g, beta [B, T, H] f32.
@@ -13,10 +14,6 @@
 // All arithmetic is f32 with the accurate expf / log1pf.
 
 namespace {
-
-__device__ __forceinline__ float softplus_f32(float x) {
-    return x > 20.0f ? x : log1pf(expf(x));
-}
 
 template <typename T>
 __device__ __forceinline__ void compute_g_beta_impl(const T* __restrict__ a, const T* __restrict__ b_in,
@@ -30,8 +27,7 @@ __device__ __forceinline__ void compute_g_beta_impl(const T* __restrict__ a, con
     const u32 h = i % p->h;
     const float av = to_f(__ldg(a + i));
     const float bv = to_f(__ldg(b_in + i));
-    g[i] = -expf(__ldg(a_log + h)) * softplus_f32(av + __ldg(dt_bias + h));
-    beta[i] = 1.0f / (1.0f + expf(-bv));
+    gdn_gates(av, bv, __ldg(a_log + h), __ldg(dt_bias + h), g[i], beta[i]);
 }
 
 }  // namespace

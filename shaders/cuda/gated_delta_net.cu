@@ -104,15 +104,27 @@ __device__ __forceinline__ float reduce_rows4(float a0, float a1, float a2, floa
     return k;
 }
 
+// The fused decode step's inputs (gated_delta_net_decode_fused): g and
+// beta come from the gates' inputs (the prelude's gdn_gates), and q and k
+// are l2-normalized as they are loaded.
+struct GdnFused {
+    const float* a = nullptr;
+    const float* b = nullptr;
+    const float* a_log = nullptr;
+    const float* dt_bias = nullptr;
+    float eps = 0.0f;
+};
+
 // Runs the recurrence over t_len tokens for rows [v0, v0 + 4) ∩ [0, V) of
 // (b, head) in one warp. s_in is read only when has_s_in; s_out receives the
 // final rows and may be s_in.
-template <typename T, int KPL>
+template <typename T, int KPL, bool FUSED>
 __device__ __forceinline__ void gdn_rows(const T* __restrict__ q, const T* __restrict__ k,
                                          const T* __restrict__ v, const float* __restrict__ g,
                                          const float* __restrict__ beta, const float* s_in, bool has_s_in,
                                          float* s_out, T* __restrict__ o, u32 t_len, u32 hg, u32 h_count,
-                                         u32 kdim, u32 vdim, float scale, u32 b, u32 head, u32 v0, u32 lane) {
+                                         u32 kdim, u32 vdim, float scale, u32 b, u32 head, u32 v0, u32 lane,
+                                         const GdnFused& fz) {
     constexpr int VE = KPL % 4 == 0 ? 4 : (KPL % 2 == 0 ? 2 : 1);
     constexpr int G = KPL / VE;  // groups per lane; group gi holds elements (gi * 32 + lane) * VE + e
     const u32 kh = head / (h_count / hg);
@@ -141,8 +153,12 @@ __device__ __forceinline__ void gdn_rows(const T* __restrict__ q, const T* __res
     auto load_token = [&](u32 t) {
         const u64 tok = u64(b) * t_len + t;
         const u64 gh = tok * h_count + head;
-        ng = g[gh];
-        nb = beta[gh];
+        if constexpr (FUSED) {
+            gdn_gates(fz.a[gh], fz.b[gh], fz.a_log[head], fz.dt_bias[head], ng, nb);
+        } else {
+            ng = g[gh];
+            nb = beta[gh];
+        }
         const u64 qk0 = (tok * hg + kh) * kdim;
 #pragma unroll
         for (int gi = 0; gi < G; ++gi) {
@@ -153,6 +169,21 @@ __device__ __forceinline__ void gdn_rows(const T* __restrict__ q, const T* __res
         const u64 vo0 = gh * vdim + v0;
 #pragma unroll
         for (u32 r = 0; r < GDN_ROWS; ++r) nv[r] = r < nrows ? to_f(v[vo0 + r]) : 0.0f;
+        if constexpr (FUSED) {
+            // q and k over their sums of squares, as l2_norm: x / sqrt(sum x^2 + eps), the sums over the warp.
+            float sk = 0.0f, sq = 0.0f;
+#pragma unroll
+            for (int j = 0; j < KPL; ++j) {
+                sk += nk[j] * nk[j];
+                sq += nq[j] * nq[j];
+            }
+            const float rk = 1.0f / sqrtf(warp_sum(sk) + fz.eps), rq = 1.0f / sqrtf(warp_sum(sq) + fz.eps);
+#pragma unroll
+            for (int j = 0; j < KPL; ++j) {
+                nk[j] *= rk;
+                nq[j] *= rq;
+            }
+        }
     };
     if (t_len > 0) load_token(0);
 
@@ -210,17 +241,17 @@ __device__ __forceinline__ void gdn_rows(const T* __restrict__ q, const T* __res
     }
 }
 
-template <typename T>
+template <typename T, bool FUSED = false>
 __device__ __forceinline__ void gdn_dispatch(const T* q, const T* k, const T* v, const float* g,
                                              const float* beta, const float* s_in, bool has_s_in, float* s_out,
                                              T* o, u32 t_len, u32 bn, u32 hg, u32 h_count, u32 kdim, u32 vdim,
-                                             float scale) {
+                                             float scale, const GdnFused& fz = GdnFused{}) {
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     const u32 v0 = blockIdx.x * GDN_BV + warp * GDN_ROWS;
     const u32 head = blockIdx.y, b = blockIdx.z;
     if (v0 >= vdim || head >= h_count || b >= bn) return;
 #define GDN_CASE(n) \
-    case n: gdn_rows<T, n>(q, k, v, g, beta, s_in, has_s_in, s_out, o, t_len, hg, h_count, kdim, vdim, scale, b, head, v0, lane); break;
+    case n: gdn_rows<T, n, FUSED>(q, k, v, g, beta, s_in, has_s_in, s_out, o, t_len, hg, h_count, kdim, vdim, scale, b, head, v0, lane, fz); break;
     switch (kdim / GDN_LANES) {
         GDN_CASE(1) GDN_CASE(2) GDN_CASE(3) GDN_CASE(4) GDN_CASE(5) GDN_CASE(6) GDN_CASE(7) GDN_CASE(8)
         default: break;  // the op accepts K = 32 * (1 ..= 8) only
@@ -268,3 +299,23 @@ extern "C" __global__ void gated_delta_net_decode_bf16(const __nv_bfloat16* q, c
     const GatedDeltaNetDecodeParams p = *pp;
     gdn_dispatch<__nv_bfloat16>(q, k, v, g, beta, state, true, state, o, 1u, p.b, p.hg, p.h, p.k, p.v, p.scale);
 }
+
+// The decode step with its gates and q / k norms in it (ours): buffer(0) q
+// [B, Hg, K] and (1) k before their l2 norm, (2) v [B, H, V], (3) a and (4)
+// b [B, H] f32 (the gates' inputs: g = -exp(A_log) softplus(a + dt_bias),
+// beta = sigmoid(b)), (5) A_log and (6) dt_bias [H] f32, (7) state [B, H,
+// V, K] read and written in place, (8) o [B, H, V], (9) params. The
+// arithmetic of l2_norm, compute_g_beta and gated_delta_net_decode in turn,
+// the norms' sums over a warp.
+#define GDN_FUSED_ENTRY(T, TAG)                                                                                      \
+    extern "C" __global__ void gated_delta_net_decode_fused_##TAG(                                                   \
+        const T* q, const T* k, const T* v, const float* a, const float* b, const float* a_log, const float* dt_bias, \
+        float* state, T* o, const GatedDeltaNetDecodeFusedParams* pp) {                                              \
+        const GatedDeltaNetDecodeFusedParams p = *pp;                                                                \
+        const GdnFused fz{a, b, a_log, dt_bias, p.l2_eps};                                                           \
+        gdn_dispatch<T, true>(q, k, v, nullptr, nullptr, state, true, state, o, 1u, p.decode.b, p.decode.hg,          \
+                              p.decode.h, p.decode.k, p.decode.v, p.decode.scale, fz);                              \
+    }
+GDN_FUSED_ENTRY(float, f32)
+GDN_FUSED_ENTRY(__nv_bfloat16, bf16)
+#undef GDN_FUSED_ENTRY

@@ -41,7 +41,8 @@
 // product (blocks.ts project): the gated delta net's qkv, z, a and b; the
 // attention's query, gate, keys and values; the router, the shared expert's
 // gate and up and its gate logit. The residual add and the next norm are one
-// fused_residual_norm.
+// fused_residual_norm; the gated delta net's q / k norms, gates and
+// recurrence one gated_delta_net_decode_fused.
 
 import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
@@ -52,7 +53,7 @@ import { cast } from '../ops/elementwise.ts';
 import { fusedResidualNorm } from '../ops/fused_norm.ts';
 import { moeWeightedReduce } from '../ops/moe_weighted_reduce.ts';
 import { fusedHeadNormRope } from '../ops/fused_head_norm_rope.ts';
-import { gatedDeltaNet, gatedDeltaNetDecode } from '../ops/gated_delta_net.ts';
+import { gatedDeltaNet, gatedDeltaNetDecodeFused, type GatedDeltaNetDecodeFusedArgs } from '../ops/gated_delta_net.ts';
 import { l2Norm } from '../ops/l2_norm.ts';
 import { rmsNorm } from '../ops/rms_norm.ts';
 import { sigmoidMul } from '../ops/sigmoid_mul.ts';
@@ -308,8 +309,7 @@ export class Qwen35Moe extends CausalLM {
       [mixed, z, a, b] = project(enc, s, 'gdn.in', w.inProj, x, 1, p) as [Buffer, Buffer, Buffer, Buffer];
       const convOut = s.get('gdn.conv', 'f32', [1, channels]);
       ssmConvDecode(enc, { x: mixed, weight: w.conv, state: conv, y: convOut, b: 1, c: channels, ks, silu: true });
-      // q and k are adjacent heads of one buffer: one l2 norm over both.
-      l2Norm(enc, { x: convOut.view('f32', [2 * hk, dk], 0), y: convOut.view('f32', [2 * hk, dk], 0), rows: 2 * hk, dim: dk, eps: 1e-6 });
+      // q and k before their l2 norm: the fused decode step below applies it.
       q = convOut.view('f32', [1, hk, dk], 0);
       k = convOut.view('f32', [1, hk, dk], kd * 4);
       v = convOut.view('f32', [1, hv, dv], 2 * kd * 4);
@@ -338,14 +338,27 @@ export class Qwen35Moe extends CausalLM {
       linear(enc, w.b, x, b, t, p);
       linear(enc, w.z, x, z, t, p);
     }
-    const g = s.get('gdn.g', 'f32', [t, hv]);
-    const beta = s.get('gdn.beta', 'f32', [t, hv]);
-    computeGBeta(enc, { a, b, aLog: w.aLog, dtBias: w.dtBias, g, beta, batch: 1, seqLen: t, nHeads: hv });
     const o = s.get('gdn.o', 'f32', [t, vd]);
     const dims = { batch: 1, nQkHeads: hk, nHeads: hv, kDim: dk, vDim: dv };
     if (t === 1) {
-      gatedDeltaNetDecode(enc, { ...dims, q, k, v, g, beta, state, output: o });
-    } else if (p === 'fast' && chunked(dk, dv)) {
+      // One dispatch for the l2 norms of q and k, the gates and the recurrence.
+      gatedDeltaNetDecodeFused(enc, { ...dims, q, k, v, a, b, aLog: w.aLog, dtBias: w.dtBias, state, output: o, eps: 1e-6 });
+    } else {
+      this.gatedDeltaRule(enc, { ...dims, q, k, v, a, b, aLog: w.aLog, dtBias: w.dtBias, state, output: o }, t);
+    }
+    ssmNormGate(enc, { attnOut: o, weight: w.norm, z, output: o, rows: t * hv, dV: dv, eps: c.rmsNormEps });
+    linear(enc, w.out, o, out, t, p);
+  }
+
+  /** A prompt's gates and recurrence: compute_g_beta, then the chunked form ('fast', K and V it takes) or the recurrent one. */
+  private gatedDeltaRule(enc: Encoder, r: GatedDeltaRuleInputs, t: number): void {
+    const s = this.scratch, p = this.precision;
+    const { q, k, v, a, b, aLog, dtBias, state, output: o, ...dims } = r;
+    const hv = dims.nHeads, dk = dims.kDim, dv = dims.vDim, kd = dims.nQkHeads * dk, vd = hv * dv;
+    const g = s.get('gdn.g', 'f32', [t, hv]);
+    const beta = s.get('gdn.beta', 'f32', [t, hv]);
+    computeGBeta(enc, { a, b, aLog, dtBias, g, beta, batch: 1, seqLen: t, nHeads: hv });
+    if (p === 'fast' && chunked(dk, dv)) {
       // The chunked form (64-token chunks on matrix units) over bf16 q, k, v; its output bf16, the state f32.
       const q16 = s.get('gdn.q16', 'bf16', [t, kd]);
       const k16 = s.get('gdn.k16', 'bf16', [t, kd]);
@@ -359,8 +372,6 @@ export class Qwen35Moe extends CausalLM {
     } else {
       gatedDeltaNet(enc, { ...dims, seqLen: t, q, k, v, g, beta, output: o, finalState: state });
     }
-    ssmNormGate(enc, { attnOut: o, weight: w.norm, z, output: o, rows: t * hv, dV: dv, eps: c.rmsNormEps });
-    linear(enc, w.out, o, out, t, p);
   }
 
   private gatedAttention(enc: Encoder, w: GatedAttentionWeights, cache: KvCache, x: Buffer, out: Buffer, t: number, positions: Buffer): void {
@@ -405,6 +416,9 @@ export class Qwen35Moe extends CausalLM {
     });
   }
 }
+
+/** The gated delta rule's inputs as a layer holds them (q and k normalized for a prompt, before the norm at one token). */
+type GatedDeltaRuleInputs = Omit<GatedDeltaNetDecodeFusedArgs, 'eps'>;
 
 /** Head dims the chunked gated delta rule takes. */
 function chunked(kDim: number, vDim: number): boolean {

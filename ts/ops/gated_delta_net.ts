@@ -14,6 +14,8 @@ import {
   checkAtMost, checkBuffer, checkDtype, checkedProduct, checkElements, checkMultiple, checkNoAliasing, checkU32Count, invalid,
 } from '../validate.ts';
 import { familyPlans, record, type OpPlan } from '../plan.ts';
+import { computeGBetaRef } from './compute_g_beta.ts';
+import { l2NormRef } from './l2_norm.ts';
 
 export const GATED_DELTA_NET_FAMILY = 'gated_delta_net';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -23,6 +25,8 @@ export const GATED_DELTA_NET_KERNELS = [
   'gated_delta_net_bf16',
   'gated_delta_net_decode_f32',
   'gated_delta_net_decode_bf16',
+  'gated_delta_net_decode_fused_f32',
+  'gated_delta_net_decode_fused_bf16',
 ] as const;
 const planOf = familyPlans({ family: GATED_DELTA_NET_FAMILY, sources: GATED_DELTA_NET_SOURCES, kernels: GATED_DELTA_NET_KERNELS });
 type Kernel = (typeof GATED_DELTA_NET_KERNELS)[number];
@@ -40,6 +44,8 @@ export const GDN_THREADS = 128;
 export const GATED_DELTA_NET_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GatedDeltaNetParams');
 /** struct GatedDeltaNetDecodeParams (gated_delta_net_decode_{f32,bf16}, buffer 7). */
 export const GATED_DELTA_NET_DECODE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GatedDeltaNetDecodeParams');
+/** struct GatedDeltaNetDecodeFusedParams (gated_delta_net_decode_fused_{f32,bf16}, buffer 9). */
+export const GATED_DELTA_NET_DECODE_FUSED_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GatedDeltaNetDecodeFusedParams');
 
 export interface GatedDeltaNetDecodeParams {
   /** Sequences B. */
@@ -122,12 +128,13 @@ function validateDims(op: string, dims: readonly (readonly [string, number])[], 
 }
 
 /**
- * The rules both ops share on q, k, v, output, g and beta (q f32 or bf16, k, v
- * and output of its dtype, g and beta f32, element counts over seqLen tokens
- * per sequence, or one when absent); returns the state's element count.
+ * The rules the ops share on q, k, v, output and the per-head gates (g and
+ * beta, or the fused step's a and b): q f32 or bf16, k, v and output of its
+ * dtype, the gates f32, element counts over seqLen tokens per sequence, or
+ * one when absent; returns the state's element count.
  */
 function checkInputs(op: string, p: GatedDeltaNetDecodeParams, seqLen: number | undefined,
-  b: { q: Buffer; k: Buffer; v: Buffer; output: Buffer; g: Buffer; beta: Buffer }): number {
+  b: { q: Buffer; k: Buffer; v: Buffer; output: Buffer }, gates: readonly (readonly [string, Buffer])[]): number {
   checkDtype(op, 'q', b.q, ['f32', 'bf16']);
   checkDtype(op, 'k', b.k, b.q.dtype);
   checkDtype(op, 'v', b.v, b.q.dtype);
@@ -141,10 +148,10 @@ function checkInputs(op: string, p: GatedDeltaNetDecodeParams, seqLen: number | 
   checkElements(op, 'k', b.k, qk);
   checkElements(op, 'v', b.v, vo);
   checkElements(op, 'output', b.output, vo);
-  checkDtype(op, 'g', b.g, 'f32');
-  checkElements(op, 'g', b.g, gb);
-  checkDtype(op, 'beta', b.beta, 'f32');
-  checkElements(op, 'beta', b.beta, gb);
+  for (const [arg, x] of gates) {
+    checkDtype(op, arg, x, 'f32');
+    checkElements(op, arg, x, gb);
+  }
   return st;
 }
 
@@ -158,7 +165,7 @@ export function validateGatedDeltaNet(b: GatedDeltaNetArgs, device?: Device): vo
     ['finalState', b.finalState],
   ] as const;
   for (const [arg, x] of bindings) if (x !== undefined || arg !== 'initialState') checkBuffer(op, arg, x, device);
-  const st = checkInputs(op, p, p.seqLen, b);
+  const st = checkInputs(op, p, p.seqLen, b, [['g', b.g], ['beta', b.beta]]);
   checkNoAliasing(op, bindings, ['output', 'finalState'],
     'the CUDA kernel takes q, k, v, g, beta and output as __restrict__; only finalState may be initialState',
     [['initialState', 'finalState']]);
@@ -179,13 +186,68 @@ export function validateGatedDeltaNetDecode(b: GatedDeltaNetDecodeArgs, device?:
     ['q', b.q], ['k', b.k], ['v', b.v], ['g', b.g], ['beta', b.beta], ['state', b.state], ['output', b.output],
   ] as const;
   for (const [arg, x] of bindings) checkBuffer(op, arg, x, device);
-  const st = checkInputs(op, p, undefined, b);
+  const st = checkInputs(op, p, undefined, b, [['g', b.g], ['beta', b.beta]]);
   checkDtype(op, 'state', b.state, 'f32');
   checkElements(op, 'state', b.state, st);
   checkNoAliasing(op, bindings, ['state', 'output'], 'the CUDA kernel takes q, k, v, g, beta and output as __restrict__');
 }
 
-/** Grid of both kernels: (ceil(V / 16), H, B) threadgroups of 128 threads. */
+/** The l2 norm's eps of the fused decode step when absent (l2_norm's default). */
+export const GDN_FUSED_DEFAULT_EPS = 1e-6;
+
+export interface GatedDeltaNetDecodeFusedBuffers {
+  /** [B, Hg, K] before its l2 norm, f32 or bf16 (q, k, v and output share one dtype) */
+  q: Buffer;
+  /** [B, Hg, K] before its l2 norm */
+  k: Buffer;
+  /** [B, H, V] */
+  v: Buffer;
+  /** [B, H] f32: the decay gate's input (compute_g_beta's a) */
+  a: Buffer;
+  /** [B, H] f32: beta's input (compute_g_beta's b) */
+  b: Buffer;
+  /** [H] f32 */
+  aLog: Buffer;
+  /** [H] f32 */
+  dtBias: Buffer;
+  /** [B, H, V, K] f32, read and updated in place */
+  state: Buffer;
+  /** [B, H, V], output */
+  output: Buffer;
+}
+export interface GatedDeltaNetDecodeFusedArgs extends GatedDeltaNetDecodeFusedBuffers, GatedDeltaNetDecodeParams {
+  /** The l2 norm's eps, inside the square root: finite, >= 0; GDN_FUSED_DEFAULT_EPS when absent. */
+  eps?: number;
+}
+
+export function packGatedDeltaNetDecodeFusedParams(p: GatedDeltaNetDecodeParams & { eps?: number }): Uint8Array {
+  return packFields(GATED_DELTA_NET_DECODE_FUSED_PARAMS_LAYOUT, {
+    b: p.batch, hg: p.nQkHeads, h: p.nHeads, k: p.kDim, v: p.vDim, scale: gatedDeltaNetScale(p), l2_eps: p.eps ?? GDN_FUSED_DEFAULT_EPS,
+  });
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateGatedDeltaNetDecodeFused(b: GatedDeltaNetDecodeFusedArgs, device?: Device): void {
+  const op = 'gated_delta_net_decode_fused';
+  const p = b;
+  validateDims(op, [['batch', p.batch], ['nQkHeads', p.nQkHeads], ['nHeads', p.nHeads], ['kDim', p.kDim], ['vDim', p.vDim]], p);
+  if (p.eps !== undefined && (!Number.isFinite(p.eps) || p.eps < 0)) throw invalid(op, 'eps', 'a finite number >= 0', p.eps);
+  const bindings = [
+    ['q', b.q], ['k', b.k], ['v', b.v], ['a', b.a], ['b', b.b], ['aLog', b.aLog], ['dtBias', b.dtBias], ['state', b.state],
+    ['output', b.output],
+  ] as const;
+  for (const [arg, x] of bindings) checkBuffer(op, arg, x, device);
+  const st = checkInputs(op, p, undefined, b, [['a', b.a], ['b', b.b]]);
+  for (const arg of ['aLog', 'dtBias'] as const) {
+    checkDtype(op, arg, b[arg], 'f32');
+    checkElements(op, arg, b[arg], p.nHeads);
+  }
+  checkDtype(op, 'state', b.state, 'f32');
+  checkElements(op, 'state', b.state, st);
+  checkNoAliasing(op, bindings, ['state', 'output'], 'the kernel reads every input while it writes the state and the output');
+}
+
+/** Grid of the kernels: (ceil(V / 16), H, B) threadgroups of 128 threads. */
 export function gatedDeltaNetGrid(p: Pick<GatedDeltaNetDecodeParams, 'batch' | 'nHeads' | 'vDim'>): [number, number, number] {
   return [Math.ceil(p.vDim / GDN_BV), p.nHeads, p.batch];
 }
@@ -254,6 +316,34 @@ export function planGatedDeltaNetDecode(args: GatedDeltaNetDecodeArgs, _limits: 
     args.q.dtype === 'bf16' ? 'gated_delta_net_decode_bf16' : 'gated_delta_net_decode_f32',
     [args.q, args.k, args.v, args.g, args.beta, args.state, args.output],
     packGatedDeltaNetDecodeParams(args),
+    args,
+  );
+}
+
+/**
+ * gated_delta_net_decode_fused (ours): one decode step with its inputs'
+ * norms and gates in it, where a model runs l2_norm on q and k,
+ * compute_g_beta and gated_delta_net_decode in turn:
+ *   q, k = x / sqrt(sum x^2 + eps) per head;  g = -exp(aLog[h]) softplus(a + dtBias[h]);
+ *   beta = sigmoid(b);  then gated_delta_net_decode's step.
+ * The arithmetic of those three ops (the norms' sums over a simdgroup), in one dispatch.
+ *
+ * Layouts: q, k [B, Hg, K] (before the norm); v, output [B, H, V] (all f32 or
+ * all bf16); a, b [B, H] f32; aLog, dtBias [H] f32; state [B, H, V, K] f32
+ * (read and written).
+ *
+ * Bindings: 0 q, 1 k, 2 v, 3 a, 4 b, 5 aLog, 6 dtBias, 7 state, 8 output, 9
+ * GatedDeltaNetDecodeFusedParams. Grid (ceil(V / 16), H, B) threadgroups of 128 threads.
+ */
+export function gatedDeltaNetDecodeFused(enc: Encoder, args: GatedDeltaNetDecodeFusedArgs): void {
+  record(enc, planGatedDeltaNetDecodeFused(args, enc.device.limits, enc.device));
+}
+export function planGatedDeltaNetDecodeFused(args: GatedDeltaNetDecodeFusedArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+  validateGatedDeltaNetDecodeFused(args, device);
+  return plan(
+    args.q.dtype === 'bf16' ? 'gated_delta_net_decode_fused_bf16' : 'gated_delta_net_decode_fused_f32',
+    [args.q, args.k, args.v, args.a, args.b, args.aLog, args.dtBias, args.state, args.output],
+    packGatedDeltaNetDecodeFusedParams(args),
     args,
   );
 }
@@ -341,4 +431,20 @@ export function gatedDeltaNetRef(s: GatedDeltaNetRefShape, x: GatedDeltaNetRefIn
     }
   }
   return { output, finalState };
+}
+
+/**
+ * The fused decode step: q and k l2-normalized per head (l2NormRef), the
+ * gates (computeGBetaRef), then gatedDeltaNetRef over one token from state.
+ */
+export function gatedDeltaNetDecodeFusedRef(
+  s: Omit<GatedDeltaNetRefShape, 't'> & { eps: number },
+  x: { q: ArrayLike<number>; k: ArrayLike<number>; v: ArrayLike<number>; a: ArrayLike<number>; b: ArrayLike<number>;
+    aLog: ArrayLike<number>; dtBias: ArrayLike<number>; state: ArrayLike<number> },
+): GatedDeltaNetRefOutputs {
+  const rows = s.b * s.hg;
+  const { g, beta } = computeGBetaRef(s.h, x.a, x.b, x.aLog, x.dtBias);
+  return gatedDeltaNetRef({ ...s, t: 1 }, {
+    q: l2NormRef(x.q, rows, s.k, s.eps), k: l2NormRef(x.k, rows, s.k, s.eps), v: x.v, g, beta, initialState: x.state,
+  });
 }
