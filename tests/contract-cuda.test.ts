@@ -218,6 +218,23 @@ describe('cudaProgram: every entry waits for the kernel ahead of it', () => {
     // Lines keep their numbers: the joined file has the source's lines after its #line.
     expect(out.split('\n').length).toBe(CUDA_PDL_MARK.split('\n').length - 1 + 1 + text.split('\n').length + 1);
   });
+  test('leaves an entry that starts with MLXN_PREFETCH_ENTRY( as it is (that statement calls mlxn_entry() itself)', () => {
+    const text = [
+      'extern "C" __global__ void a(float* x) { MLXN_PREFETCH_ENTRY(f(x)); x[0] = 1; }',
+      'extern "C" __global__ void b(float* x) {',
+      '    MLXN_PREFETCH_ENTRY(f(x));',
+      '}',
+      '#define MAKE(N) \\',
+      '    extern "C" __global__ void c_##N(float* x) { \\',
+      '        MLXN_PREFETCH_ENTRY(f(x)); \\',
+      '    }',
+      'extern "C" __global__ void d(float* x) { x[0] = 1; MLXN_PREFETCH_ENTRY(f(x)); }',
+    ].join('\n');
+    const out = cudaProgram([{ name: 'x.cu', text }]);
+    expect(out.split('mlxn_entry();').length - 1).toBe(1);
+    expect(out).toContain('void d(float* x) { mlxn_entry(); x[0] = 1;');
+    expect(out).toContain('void a(float* x) { MLXN_PREFETCH_ENTRY(f(x));');
+  });
   test('refuses an entry that does not start a line, or whose head has a ; before its body', () => {
     for (const text of ['/* x */ extern "C" __global__ void a(float* x) { }', 'extern "C" __global__ void a(float* x);\nvoid b() { }']) {
       expect(() => cudaProgram([{ name: 'bad.cu', text }])).toThrow(/cudaProgram: bad\.cu must start each of its 1 extern "C" __global__ entries/);

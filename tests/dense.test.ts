@@ -35,6 +35,7 @@ import {
   denseMatmulTensor,
   denseMatvec,
   DENSE_MM_HOPPER_WIDTHS,
+  denseGemvBf16CudaRows,
   denseMmCudaLaunch,
   denseMmHopperBytes,
   denseMmHopperWidth,
@@ -465,7 +466,7 @@ describeBackends('dense parity', ({ device, backend }) => {
       const xr = roundedTo('bf16', xDense);
       const mmLaunch = denseMmCudaLaunch(m, n, b1, 'bf16', dev.limits);
       for (const [kernel, params, grid, threads, shared, x] of [
-        ['hf2q_dense_gemv_bf16_f32_4', gemv, cuda ? [5 * m * b1, 1, 1] : [35, m, b1], cuda ? [256, 1, 1] : [32, 1, 1], 256, xDense],
+        ['hf2q_dense_gemv_bf16_f32_4', gemv, cuda ? [Math.ceil(n / denseGemvBf16CudaRows(n)) * m * b1, 1, 1] : [35, m, b1], cuda ? [256, 1, 1] : [32, 1, 1], 256, xDense],
         ['hf2q_dense_mm_bf16_f32_tensor', mm, cuda ? mmLaunch.grid : [1, 2, b1], cuda ? mmLaunch.threads : [128, 1, 1],
           cuda ? mmLaunch.threadgroupMemory![0]! : 8192, xr],
       ] as const) {

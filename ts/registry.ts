@@ -40,12 +40,16 @@ export const CUDA_PDL_MARK = '#define MLXN_PDL 1\n';
 
 /** An entry's head up to its body's brace: at a line start (a comment never matches), no `;` (a declaration). */
 const CUDA_ENTRY_HEAD = /^[ \t]*extern "C" __global__[^{;]*\{/gm;
+/** A body that starts with the prefetching entry's statement (blanks and a macro's line continuations before it). */
+const CUDA_PREFETCH_ENTRY = /^(?:[ \t\n]|\\\n)*MLXN_PREFETCH_ENTRY\(/;
 
 /**
  * The CUDA program of files as the registry compiles it: CUDA_PDL_MARK, then
  * the files joined (joinSources) with `mlxn_entry();` as the first statement
  * of every `extern "C" __global__` entry (after its body's brace, on the same
  * line, so lines keep their numbers; entries written by macros included).
+ * An entry whose body starts with `MLXN_PREFETCH_ENTRY(...)` is left as it
+ * is: that statement asks L2 for bytes, then calls mlxn_entry() itself.
  * The mark tells the cuda backend that every entry waits for the kernel
  * ahead of it (shaders/cuda/common.cuh mlxn_entry), so it may launch them
  * with programmatic dependent launch. Refuses a file with an entry whose
@@ -55,9 +59,10 @@ const CUDA_ENTRY_HEAD = /^[ \t]*extern "C" __global__[^{;]*\{/gm;
 export function cudaProgram(files: readonly SourceFile[]): string {
   return CUDA_PDL_MARK + joinSources(files.map((f) => {
     let heads = 0;
-    const text = f.text.replace(CUDA_ENTRY_HEAD, (head) => {
+    const text = f.text.replace(CUDA_ENTRY_HEAD, (head: string, at: number, all: string) => {
       heads++;
-      return `${head} mlxn_entry();`;
+      // An entry that prefetches first calls mlxn_entry() itself, right after (common.cuh MLXN_PREFETCH_ENTRY).
+      return CUDA_PREFETCH_ENTRY.test(all.slice(at + head.length, at + head.length + 200)) ? head : `${head} mlxn_entry();`;
     });
     const entries = f.text.split('extern "C" __global__').length - 1;
     if (heads !== entries) {

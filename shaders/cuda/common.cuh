@@ -36,6 +36,66 @@ __device__ __forceinline__ void mlxn_entry() {
 #endif
 }
 
+// ---- bytes into L2 before the wait ----
+
+// An entry whose body starts `{ MLXN_PREFETCH_ENTRY(stmt);` runs stmt and
+// then mlxn_entry() (cudaProgram inserts no mlxn_entry() into such an
+// entry): its blocks, scheduled while the kernel ahead still runs, ask L2 for
+// bytes they will read (a decode product's weights) so that the memory
+// latency and part of the transfer pass under the kernel ahead. stmt reads
+// only the dispatch's bytes bindings (its params, which the host uploads
+// before the commit's first launch and no kernel writes) and, where a family
+// says so, index words whose values only aim prefetches; it writes nothing
+// and issues mlxn_prefetch_l2. A prefetch is a hint to L2, the point of
+// coherence of global memory: it cannot make any later load return stale
+// bytes, whoever writes them and whenever, so the kernel's results are those
+// it computes after mlxn_entry() as for any other entry.
+#define MLXN_PREFETCH_ENTRY(...) \
+    do {                         \
+        __VA_ARGS__;             \
+        mlxn_entry();            \
+    } while (0)
+
+// Asks L2 for the whole 16-byte units of [p, p + bytes) (bulk prefetches of
+// up to 1 MiB each, from the calling thread; no unit outside the range).
+// Nothing before sm_90.
+__device__ __forceinline__ void mlxn_prefetch_l2(const void* p, u64 bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const u64 a = u64(__cvta_generic_to_global(p));
+    u64 lo = (a + 15u) & ~u64(15), hi = (a + bytes) & ~u64(15);
+    while (lo < hi) {
+        const u32 n = u32(hi - lo < (u64(1) << 20) ? hi - lo : (u64(1) << 20));
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"(n) : "memory");
+        lo += n;
+    }
+#endif
+}
+
+// Part `part` of `parts` equal parts of [p, p + bytes), from the block's
+// first thread: where a grid's blocks split a range, each asks for its own.
+__device__ __forceinline__ void mlxn_prefetch_part(const void* p, u64 bytes, u32 part, u32 parts) {
+    if (threadIdx.x != 0 || threadIdx.y != 0 || threadIdx.z != 0 || parts == 0u || part >= parts) return;
+    const u64 lo = bytes * part / parts, hi = bytes * (part + 1u) / parts;
+    mlxn_prefetch_l2(static_cast<const unsigned char*>(p) + lo, hi - lo);
+}
+
+// Whether the grid has at most one block an SM. Such a grid is bound by the
+// bytes each SM keeps in flight, and one bulk prefetch of a block's whole
+// part asks for all of them at once: decode products of 17 to 128 blocks
+// with their weights out of L2 ran 3-22 % faster for it on an H100, while
+// grids of 512 and 772 blocks ran up to 11 % slower, their prefetches
+// queued ahead of the loads of the kernels running
+// (bench/notes/prefetch-2026-11-27.md).
+__device__ __forceinline__ bool mlxn_grid_within_sms() {
+#if defined(__CUDA_ARCH__)
+    u32 sms;
+    asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
+    return u64(gridDim.x) * gridDim.y * gridDim.z <= sms;
+#else
+    return false;
+#endif
+}
+
 // ---- conversions ----
 
 __device__ __forceinline__ float to_f(float x) { return x; }

@@ -689,18 +689,39 @@ extern "C" __global__ void __launch_bounds__(256) dense_gemm_f16(const __half* A
 
 // buffer(0) DenseGemvBf16Params, (1) src0 bf16 [ne02, ne01, ne00], (2) src1
 // f32, (3) dst f32 [ne12, ne1, ne0]. blockIdx.x = (im * ne11 + r1) *
-// ceil(ne01 / 16) + row block: 16 rows of one row r1 of src1, 256 threads.
-extern "C" __global__ void __launch_bounds__(256) hf2q_dense_gemv_bf16_f32_4(const DenseGemvBf16Params* a, const char* src0,
-                                                                           const char* src1, char* dst) {
-    const u32 K = u32(a->ne00), N = u32(a->ne01), M = u32(a->ne11);
-    const u32 blocks = (N + 15) / 16;
+// ceil(ne01 / rows) + row block: `rows` rows (gemv_rows; ts:
+// denseGemvBf16CudaRows) of one row r1 of src1, 256 threads.
+__device__ __forceinline__ u32 gemv_rows(u32 N) { return N < 1024u ? 8u : 16u; }
+struct GemvBlock {
+    u32 rb, r1, im;
+    const char* w;  // the batch's matrix in src0
+};
+__device__ __forceinline__ GemvBlock gemv_block(const DenseGemvBf16Params* a, const char* src0) {
+    const u32 N = u32(a->ne01), rows = gemv_rows(N), blocks = (N + rows - 1) / rows, M = u32(a->ne11);
     const u32 rb = blockIdx.x % blocks, rest = blockIdx.x / blocks;
     const u32 r1 = rest % M, im = rest / M;
     const u32 i12 = im % u32(a->ne12), i13 = im / u32(a->ne12);
-    const float* x = reinterpret_cast<const float*>(src1 + u64(r1) * a->nb11 + u64(i12) * a->nb12 + u64(i13) * a->nb13);
-    const bf16* w = reinterpret_cast<const bf16*>(src0 + u64(i12 / u32(a->r2)) * a->nb02 + u64(i13 / u32(a->r3)) * a->nb03);
-    float* y = reinterpret_cast<float*>(dst) + u64(im) * u32(a->ne0) * u32(a->ne1) + u64(r1) * u32(a->ne0);
-    mv_simt<float, bf16, float, 1, 8>(x, 0, w, a->nb01 / sizeof(bf16), y, 0, 1, N, K, rb * 16, 16);
+    return {rb, r1, im, src0 + u64(i12 / u32(a->r2)) * a->nb02 + u64(i13 / u32(a->r3)) * a->nb03};
+}
+// Before the wait (common.cuh MLXN_PREFETCH_ENTRY): the block's rows into
+// L2, asked by the blocks of src1's first row where the grid has at most
+// one block an SM.
+__device__ __forceinline__ void gemv_prefetch(const DenseGemvBf16Params* a, const char* src0) {
+    if (threadIdx.x != 0 || !mlxn_grid_within_sms()) return;
+    const GemvBlock b = gemv_block(a, src0);
+    const u32 rows = gemv_rows(u32(a->ne01)), r0 = b.rb * rows, r1 = min(u32(a->ne01), r0 + rows);
+    if (b.r1 == 0 && r0 < r1) mlxn_prefetch_l2(b.w + u64(r0) * a->nb01, u64(r1 - r0 - 1) * a->nb01 + u64(u32(a->ne00)) * 2);
+}
+extern "C" __global__ void __launch_bounds__(256) hf2q_dense_gemv_bf16_f32_4(const DenseGemvBf16Params* a, const char* src0,
+                                                                           const char* src1, char* dst) {
+    MLXN_PREFETCH_ENTRY(gemv_prefetch(a, src0));
+    const u32 K = u32(a->ne00), N = u32(a->ne01);
+    const GemvBlock b = gemv_block(a, src0);
+    const u32 i12 = b.im % u32(a->ne12), i13 = b.im / u32(a->ne12);
+    const float* x = reinterpret_cast<const float*>(src1 + u64(b.r1) * a->nb11 + u64(i12) * a->nb12 + u64(i13) * a->nb13);
+    float* y = reinterpret_cast<float*>(dst) + u64(b.im) * u32(a->ne0) * u32(a->ne1) + u64(b.r1) * u32(a->ne0);
+    const u32 rows = gemv_rows(N);
+    mv_simt<float, bf16, float, 1, 8>(x, 0, reinterpret_cast<const bf16*>(b.w), a->nb01 / sizeof(bf16), y, 0, 1, N, K, b.rb * rows, rows);
 }
 
 // ---- mlx-native's hf2q_dense_mm_{bf16,f16,f32}_f32_tensor ----

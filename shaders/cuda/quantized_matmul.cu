@@ -487,6 +487,21 @@ __device__ __forceinline__ void crate_entry(const TX* x, const unsigned char* w,
     else qmm_shape<TX, bf16, bf16, TY, 64, 128, 2, 2, sizeof(TX) == 2>(x, w, sc, bi, y, M, N, K, gs, bits);
 }
 
+// The entries' statement before the wait (common.cuh MLXN_PREFETCH_ENTRY):
+// a block of a vector form (M <= 8, a one-dimensional grid over the rows)
+// asks L2 for its part of the codes, scales and biases, where the grid has
+// at most one block an SM. The matrix forms read each weight tile from
+// several blocks, and are bound by their arithmetic.
+template <typename TS>
+__device__ __forceinline__ void mv_prefetch(const unsigned int* w, const TS* sc, const TS* bi, const QuantizedMatmulParams* p) {
+    const u32 N = p->N, K = p->K, gs = p->group_size;
+    if (p->M > 8u || gs == 0u || !mlxn_grid_within_sms()) return;
+    const u64 groups = u64(N) * ((K + gs - 1u) / gs) * sizeof(TS);
+    mlxn_prefetch_part(w, u64(N) * q_row_bytes(K, p->bits), blockIdx.x, gridDim.x);
+    mlxn_prefetch_part(sc, groups, blockIdx.x, gridDim.x);
+    mlxn_prefetch_part(bi, groups, blockIdx.x, gridDim.x);
+}
+
 }  // namespace
 
 // ---- mlx-native's quantized_matmul module ----
@@ -496,16 +511,19 @@ __device__ __forceinline__ void crate_entry(const TX* x, const unsigned char* w,
 // (5) QuantizedMatmulParams.
 extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul(const float* input, const unsigned int* weight, const bf16* scales,
                                                                    const bf16* biases, float* output, const QuantizedMatmulParams* params) {
+    MLXN_PREFETCH_ENTRY(mv_prefetch(weight, scales, biases, params));
     crate_entry(input, reinterpret_cast<const unsigned char*>(weight), scales, biases, output, params);
 }
 extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_simd(const float* input, const unsigned int* weight, const bf16* scales,
                                                                         const bf16* biases, float* output,
                                                                         const QuantizedMatmulParams* params) {
+    MLXN_PREFETCH_ENTRY(mv_prefetch(weight, scales, biases, params));
     crate_entry(input, reinterpret_cast<const unsigned char*>(weight), scales, biases, output, params);
 }
 extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_simd_bf16(const bf16* input, const unsigned int* weight, const bf16* scales,
                                                                              const bf16* biases, bf16* output,
                                                                              const QuantizedMatmulParams* params) {
+    MLXN_PREFETCH_ENTRY(mv_prefetch(weight, scales, biases, params));
     crate_entry(input, reinterpret_cast<const unsigned char*>(weight), scales, biases, output, params);
 }
 
@@ -537,6 +555,7 @@ __device__ __forceinline__ void affine_entry(const T* x, const unsigned int* wei
     extern "C" __global__ void __launch_bounds__(256, 2) quantized_mv_##TAG(const T* x, const unsigned int* weight, const T* scales, \
                                                                           const T* biases, T* y,                               \
                                                                           const QuantizedMatmulParams* params) {               \
+        MLXN_PREFETCH_ENTRY(mv_prefetch(weight, scales, biases, params));                                                     \
         affine_entry(x, weight, scales, biases, y, params, false);                                                            \
     }                                                                                                                         \
     extern "C" __global__ void __launch_bounds__ MM_BOUNDS quantized_mm_##TAG(const T* x, const unsigned int* weight, const T* scales, \

@@ -106,8 +106,18 @@ export function denseMvCudaLaunch(n: number, batch: number): Launch {
   return { grid: [ceilDiv(n, denseMvCudaRows(n)) * batch, 1, 1], threads: [256, 1, 1] };
 }
 
-/** Weight rows per block of the CUDA crate vector kernels (dense_matvec_*, hf2q_dense_gemv_bf16_f32_4). */
+/** Weight rows per block of the CUDA crate vector kernels (dense_matvec_*; hf2q_dense_gemv_bf16_f32_4 from 1024 rows on). */
 export const DENSE_MATVEC_CUDA_ROWS = 16;
+
+/**
+ * Weight rows per block of hf2q_dense_gemv_bf16_f32_4 on CUDA (the kernel's
+ * gemv_rows): 8 below 1024 rows, else DENSE_MATVEC_CUDA_ROWS. A MoE router
+ * ([256, 2048] bf16, one token) has few rows: 16 a block put its 1 MB on 17
+ * SMs, two rounds of loads each; 8 a block, one round on 33.
+ */
+export function denseGemvBf16CudaRows(n: number): number {
+  return n < 1024 ? 8 : DENSE_MATVEC_CUDA_ROWS;
+}
 
 /**
  * The two mma.sync tile shapes of the CUDA tensor-core matrix kernels
@@ -499,7 +509,7 @@ export function planDenseGemvBf16F32(a: DenseBatchArgs, _limits: DeviceLimits, d
     threadgroupMemory: [DENSE_GEMV_BF16_SHARED_BYTES],
     grid: [ceilDiv(a.n, 2), a.m, a.src1Batch],
     threads: [32, denseGemvBf16Simdgroups(a.k), 1],
-    cuda: { grid: [ceilDiv(a.n, DENSE_MATVEC_CUDA_ROWS) * a.m * a.src1Batch, 1, 1], threads: [256, 1, 1] },
+    cuda: { grid: [ceilDiv(a.n, denseGemvBf16CudaRows(a.n)) * a.m * a.src1Batch, 1, 1], threads: [256, 1, 1] },
   });
 }
 

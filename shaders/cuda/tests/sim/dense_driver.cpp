@@ -109,7 +109,8 @@ void run_hf2q(const char* name, K kernel, u32 m, u32 n, u32 k, u32 b0, u32 b1, u
     p.ne00 = k; p.ne01 = n; p.ne02 = b0; p.nb00 = 2; p.nb01 = u64(wrow) * 2; p.nb02 = u64(n) * wrow * 2; p.nb03 = 0;
     p.ne10 = k; p.ne11 = m; p.ne12 = b1; p.nb10 = 4; p.nb11 = u64(xrow) * 4; p.nb12 = u64(m) * xrow * 4; p.nb13 = 0;
     p.ne0 = n; p.ne1 = m; p.nr0 = 2; p.r2 = short(b1 / b0); p.r3 = 1;
-    sim_launch({cdiv(n, 16) * m * b1, 1, 1}, {256, 1, 1}, 0, [&] { kernel(&p, (const char*)w.p, (const char*)x.p, (char*)y.p); });
+    // The op's launch (ts/ops/dense.ts denseGemvBf16CudaRows): 8 rows a block below 1024 rows, else 16.
+    sim_launch({cdiv(n, n < 1024 ? 8 : 16) * m * b1, 1, 1}, {256, 1, 1}, 0, [&] { kernel(&p, (const char*)w.p, (const char*)x.p, (char*)y.p); });
   } else {
     DenseMmTensorParams p{};
     p.ne00 = k; p.ne02 = b0; p.nb01 = u64(wrow) * sizeof(TW); p.nb02 = u64(n) * wrow * sizeof(TW); p.nb03 = 0; p.ne12 = b1;
@@ -150,6 +151,7 @@ int main(int argc, char** argv) {
   run_matvec<__half, __half>("dense_matvec_f16", dense_matvec_f16, 17, 72);
   run_hf2q<true, __nv_bfloat16>("hf2q_dense_gemv_bf16_f32_4", hf2q_dense_gemv_bf16_f32_4, 3, 37, 64, 2, 4, 64, 64);
   run_hf2q<true, __nv_bfloat16>("hf2q_dense_gemv_bf16_f32_4", hf2q_dense_gemv_bf16_f32_4, 2, 20, 40, 1, 2, 45, 41);
+  run_hf2q<true, __nv_bfloat16>("hf2q_dense_gemv_bf16_f32_4", hf2q_dense_gemv_bf16_f32_4, 1, 1031, 72, 1, 1, 72, 72);
   run_hf2q<false, __nv_bfloat16>("hf2q_dense_mm_bf16_f32_tensor", hf2q_dense_mm_bf16_f32_tensor, 35, 67, 64, 2, 4, 64, 64);
   run_hf2q<false, __nv_bfloat16>("hf2q_dense_mm_bf16_f32_tensor", hf2q_dense_mm_bf16_f32_tensor, 35, 67, 40, 2, 4, 48, 44);
   run_hf2q<false, __half>("hf2q_dense_mm_f16_f32_tensor", hf2q_dense_mm_f16_f32_tensor, 70, 130, 100, 1, 2, 100, 100);

@@ -191,6 +191,14 @@ inline unsigned char* sim_dynamic_smem() { return sim_block.shared + kSimDynOffs
 // %dynamic_smem_size: what the launch gave.
 inline unsigned dynamic_smem_bytes() { return unsigned(sim_block.dyn_bytes); }
 
+// ---- common.cuh's programmatic-launch wait and L2 prefetches ----
+// One simulated launch runs alone and the CPU has no L2 to ask: the wait
+// returns, the prefetches fetch nothing, and every grid counts as within the
+// SMs so that the prefetching entries' index arithmetic runs.
+inline void mlxn_entry() {}
+inline void mlxn_prefetch_l2(const void*, unsigned long long) {}
+inline bool mlxn_grid_within_sms() { return true; }
+
 // ---- the tensor-core and cp.async helpers of common.cuh ----
 typedef unsigned int sim_u32;
 

@@ -1,0 +1,179 @@
+// The decode products of a model where they run: behind a small kernel, with
+// their weights out of L2. A decode step reads each layer's weights once,
+// long after the step before read them (a Qwen3.6-35B-A3B step reads 1.7
+// GB, the H100's L2 holds 50 MB), and most products follow a one-block glue
+// kernel (a norm, the routing, an activation). bench/qmv_variants.ts times a
+// product back to back with itself over one weight, which stays in L2 when
+// it is smaller than L2: not the model's case.
+//
+// Each case records, in one replayable encoder, L pairs [glue, product],
+// every product over weights of its own (L sets, together past twice the
+// L2), and times the replays: device time a pair. Beside it, the same L
+// products back to back without the glue and the L glue kernels alone, so
+// that a pair's time reads against its parts: where the product's blocks
+// ask L2 for their weights while the glue runs (common.cuh
+// MLXN_PREFETCH_ENTRY), a pair takes less than glue + product.
+//
+//   MLX_NATIVE_BACKEND=cuda bun run bench/decode_products.ts [--only TEXT] [--l2-mb 50]
+//
+// Shapes: Qwen3.6-35B-A3B's decode (hidden 2048, MLX affine 4-bit groups of
+// 64 with bf16 scales and biases, as bench/models.ts builds it; the router
+// bf16), f32 activations as the models keep them. The per-expert rows route
+// each pair's token to 8 random experts of 256, new ones a pair (the ids
+// uploaded before the commit). Glue: rms_norm f32 over the product's input
+// row (what precedes the in_proj; the others' glue is of the same size).
+
+import { Device, type Buffer, type Encoder } from '../ts/index.ts';
+import { routing, uniformBuffer, wordBuffer } from './common.ts';
+import { rmsNorm } from '../ts/ops/rms_norm.ts';
+import { denseGemvBf16F32 } from '../ts/ops/dense.ts';
+import { quantizedMatmulSimd } from '../ts/ops/quantized_matmul.ts';
+import { quantizedGateUpMvId, quantizedMvId } from '../ts/ops/quantized_matmul_id.ts';
+
+const arg = (name: string): string | undefined => {
+  const i = process.argv.indexOf(name);
+  return i < 0 ? undefined : process.argv[i + 1];
+};
+const only = arg('--only');
+const L2_BYTES = Number(arg('--l2-mb') ?? 50) * 1e6;
+
+const dev = Device.open();
+const GS = 64;
+
+interface Case {
+  name: string;
+  /** Bytes a product reads from memory: its weights (codes, scales, biases), x and y. */
+  bytes: number;
+  /** Input width (the glue's row). */
+  k: number;
+  /** Records product i (0 <= i < sets) reading x. */
+  product: (enc: Encoder, i: number, x: Buffer) => void;
+  /** Distinct weight sets. */
+  sets: number;
+  release: () => void;
+}
+
+/** Sets enough to pass twice the L2 (at least 4), capped at 64. */
+const setsFor = (bytes: number): number => Math.min(64, Math.max(4, Math.ceil((2 * L2_BYTES) / bytes)));
+
+function affine(name: string, n: number, k: number): Case {
+  const wBytes = (n * k) / 2, sBytes = ((n * k) / GS) * 2;
+  const bytes = wBytes + 2 * sBytes + 4 * (k + n);
+  const sets = setsFor(bytes);
+  const ws = Array.from({ length: sets }, () => ({
+    weight: wordBuffer(dev, (n * k) / 8),
+    scales: uniformBuffer(dev, 'bf16', [(n * k) / GS], 0.02),
+    biases: uniformBuffer(dev, 'bf16', [(n * k) / GS], 0.1),
+  }));
+  const y = dev.alloc('f32', [1, n]);
+  return {
+    name: `${name} q4 g64 [${n}, ${k}]`, bytes, k, sets,
+    product: (enc, i, x) => quantizedMatmulSimd(enc, { input: x, ...ws[i]!, output: y, m: 1, n, k, groupSize: GS, bits: 4 }),
+    release: () => {
+      for (const w of ws) for (const b of Object.values(w)) b.release();
+      y.release();
+    },
+  };
+}
+
+function dense(name: string, n: number, k: number): Case {
+  const bytes = n * k * 2 + 4 * (k + n);
+  const sets = setsFor(bytes);
+  const ws = Array.from({ length: sets }, () => uniformBuffer(dev, 'bf16', [n, k], 0.05));
+  const y = dev.alloc('f32', [1, n]);
+  return {
+    name: `${name} bf16 [${n}, ${k}]`, bytes, k, sets,
+    product: (enc, i, x) => denseGemvBf16F32(enc, { src0: ws[i]!, src1: x, dst: y, m: 1, n, k, src0Batch: 1, src1Batch: 1 }),
+    release: () => {
+      for (const w of ws) w.release();
+      y.release();
+    },
+  };
+}
+
+/** 8 of E experts, q4 g64 bf16; gate/up (n the intermediate, k hidden) or down (pairs as rows, k the intermediate). */
+function experts(name: string, gateUp: boolean, E: number, n: number, k: number): Case {
+  const topK = 8, mats = gateUp ? 2 : 1;
+  const perExpert = (n * k) / 2 + 2 * ((n * k) / GS) * 2;
+  const stacked = () => ({
+    weight: wordBuffer(dev, (E * n * k) / 8),
+    scales: uniformBuffer(dev, 'bf16', [(E * n * k) / GS], 0.02),
+    biases: uniformBuffer(dev, 'bf16', [(E * n * k) / GS], 0.1),
+  });
+  const g = stacked(), u = gateUp ? stacked() : null;
+  const bytes = mats * topK * perExpert + (gateUp ? 4 * k : 2 * topK * k) + 2 * topK * n;
+  // Routings of their own: the products' experts rarely repeat across a replay (8 of 256 a pair).
+  const sets = 32;
+  const ids = Array.from({ length: sets }, (_, i) => dev.upload('u32', [gateUp ? 1 : topK, gateUp ? topK : 1], routing(1, E, topK, 0x51ed + 97 * i)));
+  const y = dev.alloc('bf16', [topK * n]);
+  const xDown = uniformBuffer(dev, 'bf16', [topK, k], 0.5);
+  const common = { m: gateUp ? 1 : topK, n, k, numExperts: E, expertRows: n, groupSize: GS, bits: 4 };
+  return {
+    name: `${name} q4 g64 8 of ${E} [${n}, ${k}]`, bytes, k, sets,
+    product: (enc, i, x) => {
+      if (u !== null) {
+        quantizedGateUpMvId(enc, {
+          ...common, x, nExpertUsed: topK, activation: 'silu', output: y, ids: ids[i]!,
+          gateWeight: g.weight, gateScales: g.scales, gateBiases: g.biases, upWeight: u.weight, upScales: u.scales, upBiases: u.biases,
+        });
+      } else {
+        quantizedMvId(enc, { ...common, x: xDown, nExpertUsed: 1, output: y, ids: ids[i]!, ...g });
+      }
+    },
+    release: () => {
+      for (const b of [...Object.values(g), ...(u ? Object.values(u) : []), ...ids, y, xDown]) b.release();
+    },
+  };
+}
+
+const makers: [string, () => Case][] = [
+  ['gdn in_proj', () => affine('gdn in_proj', 12352, 2048)],
+  ['gdn out_proj', () => affine('gdn out_proj', 2048, 4096)],
+  ['shared gate_up', () => affine('shared gate_up', 1024, 2048)],
+  ['shared down', () => affine('shared down', 2048, 512)],
+  ['router', () => dense('router', 257, 2048)],
+  ['experts gate_up', () => experts('experts gate_up', true, 256, 512, 2048)],
+  ['experts down', () => experts('experts down', false, 256, 2048, 512)],
+];
+
+/** Device time of one replay of `record`, over `per` units: median of 7 replays after one. */
+function replayed(record: (enc: Encoder) => void, per: number): number {
+  const enc = dev.encoder({ replayable: true });
+  record(enc);
+  enc.commitAndWait();
+  const ts: number[] = [];
+  for (let r = 0; r < 8; r++) {
+    enc.replayAndWait();
+    if (r > 0) ts.push(enc.gpuTimeNs / per);
+  }
+  enc.release();
+  return ts.sort((a, b) => a - b)[3]!;
+}
+
+console.log(`device: ${dev.name} (${dev.backend}); weights out of L2: sets past 2 x ${L2_BYTES / 1e6} MB`);
+console.log('case | sets | glue + product, a pair | product alone | glue alone | pair - (product + glue) | product alone GB/s');
+for (const [label, make] of makers) {
+  if (only !== undefined && !label.includes(only)) continue;
+  const c = make();
+  const x = uniformBuffer(dev, 'f32', [1, c.k], 1);
+  const xn = dev.alloc('f32', [1, c.k]);
+  const norm = uniformBuffer(dev, 'f32', [c.k], 1);
+  const glue = (enc: Encoder) => rmsNorm(enc, { input: x, weight: norm, output: xn, rows: 1, dim: c.k, eps: 1e-6 });
+  const pair = replayed((enc) => {
+    for (let i = 0; i < c.sets; i++) {
+      glue(enc);
+      c.product(enc, i, xn);
+    }
+  }, c.sets);
+  const product = replayed((enc) => {
+    for (let i = 0; i < c.sets; i++) c.product(enc, i, xn);
+  }, c.sets);
+  const glueAlone = replayed((enc) => {
+    for (let i = 0; i < c.sets; i++) glue(enc);
+  }, c.sets);
+  const us = (ns: number) => (ns / 1000).toFixed(2);
+  console.log(`${c.name} | ${c.sets} | ${us(pair)} | ${us(product)} | ${us(glueAlone)} | ${us(pair - product - glueAlone)} | ${(c.bytes / product).toFixed(0)}`);
+  for (const b of [x, xn, norm]) b.release();
+  c.release();
+}
+dev.close();
