@@ -18,7 +18,8 @@
 //
 // Shapes: Qwen3.6-35B-A3B's decode (hidden 2048, MLX affine 4-bit groups of
 // 64 with bf16 scales and biases, as bench/models.ts builds it; the router
-// bf16), f32 activations as the models keep them. The per-expert rows route
+// bf16), and Gemma 4 26B-A4B's router (f32, [128, 2816]); f32 activations as
+// the models keep them. The per-expert rows route
 // each pair's token to 8 random experts of 256, new ones a pair (the ids
 // uploaded before the commit). Glue: rms_norm f32 over the product's input
 // row (what precedes the in_proj; the others' glue is of the same size).
@@ -26,7 +27,7 @@
 import { Device, type Buffer, type Encoder } from '../ts/index.ts';
 import { routing, uniformBuffer, wordBuffer } from './common.ts';
 import { rmsNorm } from '../ts/ops/rms_norm.ts';
-import { denseGemvBf16F32 } from '../ts/ops/dense.ts';
+import { denseGemvBf16F32, denseMatmul } from '../ts/ops/dense.ts';
 import { quantizedMatmulSimd } from '../ts/ops/quantized_matmul.ts';
 import { quantizedGateUpMvId, quantizedMvId } from '../ts/ops/quantized_matmul_id.ts';
 
@@ -76,14 +77,17 @@ function affine(name: string, n: number, k: number): Case {
   };
 }
 
-function dense(name: string, n: number, k: number): Case {
-  const bytes = n * k * 2 + 4 * (k + n);
+/** A dense router as the models call it (blocks.ts linear): bf16 through hf2q_dense_gemv_bf16_f32_4, f32 through dense_mv_f32. */
+function dense(name: string, dtype: 'bf16' | 'f32', n: number, k: number): Case {
+  const bytes = n * k * (dtype === 'f32' ? 4 : 2) + 4 * (k + n);
   const sets = setsFor(bytes);
-  const ws = Array.from({ length: sets }, () => uniformBuffer(dev, 'bf16', [n, k], 0.05));
+  const ws = Array.from({ length: sets }, () => uniformBuffer(dev, dtype, [n, k], 0.05));
   const y = dev.alloc('f32', [1, n]);
   return {
-    name: `${name} bf16 [${n}, ${k}]`, bytes, k, sets,
-    product: (enc, i, x) => denseGemvBf16F32(enc, { src0: ws[i]!, src1: x, dst: y, m: 1, n, k, src0Batch: 1, src1Batch: 1 }),
+    name: `${name} ${dtype} [${n}, ${k}]`, bytes, k, sets,
+    product: (enc, i, x) => dtype === 'f32'
+      ? denseMatmul(enc, { x, weight: ws[i]!, output: y, m: 1, n, k })
+      : denseGemvBf16F32(enc, { src0: ws[i]!, src1: x, dst: y, m: 1, n, k, src0Batch: 1, src1Batch: 1 }),
     release: () => {
       for (const w of ws) w.release();
       y.release();
@@ -131,7 +135,8 @@ const makers: [string, () => Case][] = [
   ['gdn out_proj', () => affine('gdn out_proj', 2048, 4096)],
   ['shared gate_up', () => affine('shared gate_up', 1024, 2048)],
   ['shared down', () => affine('shared down', 2048, 512)],
-  ['router', () => dense('router', 257, 2048)],
+  ['router', () => dense('router', 'bf16', 257, 2048)],
+  ['gemma4 router', () => dense('gemma4 router', 'f32', 128, 2816)],
   ['experts gate_up', () => experts('experts gate_up', true, 256, 512, 2048)],
   ['experts down', () => experts('experts down', false, 256, 2048, 512)],
 ];

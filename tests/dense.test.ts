@@ -114,9 +114,13 @@ describe('dense param packers match the header and the .metal bindings', () => {
     const v = view(packDenseParams({ m: 2, n: 3, k: 4, batch: 6, weightBatch: 3 }));
     expect(Array.from({ length: 5 }, (_, i) => v.getUint32(4 * i, true))).toEqual([2, 3, 4, 6, 3]);
   });
-  test('launches: the vector form in 16- or 32-row CUDA blocks, tile shapes by size, the crate kernels\' grids', () => {
-    expect(denseMvCudaLaunch(17408, 2)).toEqual({ grid: [2 * 544, 1, 1], threads: [256, 1, 1] });
-    expect(denseMvCudaLaunch(1000, 1)).toEqual({ grid: [63, 1, 1], threads: [256, 1, 1] });
+  test('launches: the vector form in 8- (f32), 16- or 32-row CUDA blocks, tile shapes by size, the crate kernels\' grids', () => {
+    expect(denseMvCudaLaunch(17408, 2, 'bf16')).toEqual({ grid: [2 * 544, 1, 1], threads: [256, 1, 1] });
+    expect(denseMvCudaLaunch(1000, 1, 'bf16')).toEqual({ grid: [63, 1, 1], threads: [256, 1, 1] });
+    expect(denseMvCudaLaunch(1000, 1, 'f32')).toEqual({ grid: [125, 1, 1], threads: [256, 1, 1] });
+    expect(denseMvCudaLaunch(1024, 3, 'f32')).toEqual({ grid: [3 * 64, 1, 1], threads: [256, 1, 1] });
+    expect(denseGemvBf16CudaRows(257)).toBe(8);
+    expect(denseGemvBf16CudaRows(1024)).toBe(16);
     // Off Hopper (an A100's limits): the mma.sync tiles.
     const a100 = { ...TARGET_LIMITS.cuda, computeCapability: 80, multiprocessors: 108, maxThreadgroupMemory: 166912 };
     expect(denseMmCudaLaunch(4096, 4096, 1, 'bf16', a100)).toEqual({ grid: [16 * 32, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: 122880 } });

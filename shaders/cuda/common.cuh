@@ -44,8 +44,7 @@ __device__ __forceinline__ void mlxn_entry() {
 // bytes they will read (a decode product's weights) so that the memory
 // latency and part of the transfer pass under the kernel ahead. stmt reads
 // only the dispatch's bytes bindings (its params, which the host uploads
-// before the commit's first launch and no kernel writes) and, where a family
-// says so, index words whose values only aim prefetches; it writes nothing
+// before the commit's first launch and no kernel writes), writes nothing
 // and issues mlxn_prefetch_l2. A prefetch is a hint to L2, the point of
 // coherence of global memory: it cannot make any later load return stale
 // bytes, whoever writes them and whenever, so the kernel's results are those

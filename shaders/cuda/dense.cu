@@ -207,13 +207,31 @@ __device__ __forceinline__ void mv_tc(const T* x, const T* w, T* y, u32 m, u32 N
     }
 }
 
-// dense_mv_<t>: blockIdx.x = batch * blocks + row block; a block takes 16
-// rows, or 32 where the grid is too short for 16 (the op's launch takes 32
-// from n = 8192 on).
+// Rows a block of dense_mv takes, from the grid (ts: denseMvCudaRows): f32
+// 8 below 1024 rows, else 16, and 32 from 8192 rows on.
+template <typename T>
+__device__ __forceinline__ u32 mv_rows(u32 blocks, u32 n) {
+    if (sizeof(T) == 4 && blocks * 8u >= n) return 8u;
+    return blocks * 16u >= n ? 16u : 32u;
+}
+// Before the wait (common.cuh MLXN_PREFETCH_ENTRY): the block's weight rows
+// into L2, where the grid has at most one block an SM.
+template <typename T>
+__device__ __forceinline__ void dense_mv_prefetch(const T* w, const DenseParams* p) {
+    if (threadIdx.x != 0 || p->batch == 0u || !mlxn_grid_within_sms()) return;
+    const u32 blocks = gridDim.x / p->batch, rows = mv_rows<T>(blocks, p->n);
+    if (blocks == 0u) return;
+    const u32 b = blockIdx.x / blocks, row0 = (blockIdx.x % blocks) * rows, wb = b / (p->batch / p->w_batch);
+    if (row0 >= p->n) return;
+    const u32 r1 = min(p->n, row0 + rows);
+    mlxn_prefetch_l2(w + (u64(wb) * p->n + row0) * p->k, u64(r1 - row0) * p->k * sizeof(T));
+}
+
+// dense_mv_<t>: blockIdx.x = batch * blocks + row block; a block takes
+// mv_rows rows (the grid tells which).
 template <typename T>
 __device__ __forceinline__ void dense_mv(const T* x, const T* w, T* y, const DenseParams* p) {
-    const u32 blocks = gridDim.x / p->batch;
-    const u32 rows = blocks * 16 >= p->n ? 16 : 32;
+    const u32 blocks = gridDim.x / p->batch, rows = mv_rows<T>(blocks, p->n);
     const u32 b = blockIdx.x / blocks, row0 = (blockIdx.x % blocks) * rows;
     const u32 wb = b / (p->batch / p->w_batch);
     const T* xb = x + u64(b) * p->m * p->k;
@@ -752,6 +770,7 @@ __device__ __forceinline__ void dense_mm(const T* x, const T* w, T* y, const Den
         dense_mm<T>(x, w, y, p);                                                                                  \
     }                                                                                                             \
     extern "C" __global__ void __launch_bounds__(256) dense_mv_##TAG(const T* x, const T* w, T* y, const DenseParams* p) { \
+        MLXN_PREFETCH_ENTRY(dense_mv_prefetch<T>(w, p));                                                          \
         dense_mv<T>(x, w, y, p);                                                                                  \
     }
 DENSE_ENTRIES(float, f32)

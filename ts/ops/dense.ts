@@ -96,14 +96,19 @@ export function packDenseParams(p: { m: number; n: number; k: number; batch: num
 
 // ---- CUDA launches (shaders/cuda/dense.cu; one-dimensional grids, the kernels decode blockIdx.x) ----
 
-/** Rows of the weight one block of the CUDA vector kernels takes: 32 from 8192 rows on, else 16 (the kernels infer it from the grid). */
-export function denseMvCudaRows(n: number): number {
-  return n >= 8192 ? 32 : 16;
+/**
+ * Rows of the weight one block of dense_mv_<t> takes on CUDA (the kernel's
+ * mv_rows infers it from the grid): 32 from 8192 rows on, else 16, and for
+ * f32 (no tensor-core tile of 16 rows to fill) 8 below 1024 rows, so that a
+ * small weight (Gemma 4's f32 router, [128, 2816]) spreads over twice the SMs.
+ */
+export function denseMvCudaRows(n: number, dtype: DenseDType): number {
+  return dtype === 'f32' && n < 1024 ? 8 : n >= 8192 ? 32 : 16;
 }
 
-/** dense_mv_<t> on CUDA: 256 threads a block (8 warps splitting k) over denseMvCudaRows(n) rows of one batch. */
-export function denseMvCudaLaunch(n: number, batch: number): Launch {
-  return { grid: [ceilDiv(n, denseMvCudaRows(n)) * batch, 1, 1], threads: [256, 1, 1] };
+/** dense_mv_<t> on CUDA: 256 threads a block (8 warps splitting k) over denseMvCudaRows rows of one batch. */
+export function denseMvCudaLaunch(n: number, batch: number, dtype: DenseDType): Launch {
+  return { grid: [ceilDiv(n, denseMvCudaRows(n, dtype)) * batch, 1, 1], threads: [256, 1, 1] };
 }
 
 /** Weight rows per block of the CUDA crate vector kernels (dense_matvec_*; hf2q_dense_gemv_bf16_f32_4 from 1024 rows on). */
@@ -324,7 +329,7 @@ export function planDenseMatmul(a: DenseMatmulArgs, limits: DeviceLimits, device
     buffers: [a.x, a.weight, a.output],
     bytes: [, , , params],
     ...matmulMetalLaunch(form, a.m, a.n, batch),
-    cuda: form === 'vector' ? denseMvCudaLaunch(a.n, batch) : denseMmCudaLaunch(a.m, a.n, batch, dt, limits),
+    cuda: form === 'vector' ? denseMvCudaLaunch(a.n, batch, dt) : denseMmCudaLaunch(a.m, a.n, batch, dt, limits),
   });
 }
 

@@ -65,7 +65,8 @@ void run_dense(const char* name, K kernel, u32 m, u32 n, u32 k, u32 batch, u32 w
   x.random(); w.random(); y.poison();
   DenseParams p{m, n, k, batch, wbatch};
   if (vector) {
-    const u32 rows = n >= 8192 ? 32 : 16;
+    // ts/ops/dense.ts denseMvCudaRows: f32 8 below 1024 rows; 32 from 8192; else 16.
+    const u32 rows = sizeof(T) == 4 && n < 1024 ? 8 : n >= 8192 ? 32 : 16;
     sim_launch({cdiv(n, rows) * batch, 1, 1}, {256, 1, 1}, 0, [&] { kernel(x.p, w.p, y.p, &p); });
   } else if (sizeof(T) == 4) {
     sim_launch({cdiv(n, 64) * cdiv(m, 64) * batch, 1, 1}, {256, 1, 1}, 0, [&] { kernel(x.p, w.p, y.p, &p); });
@@ -135,6 +136,8 @@ int main(int argc, char** argv) {
   run_dense<__nv_bfloat16>("dense_mv_bf16 (simt)", dense_mv_bf16, 5, 20, 33, 1, 1, true);
   run_dense<float>("dense_mv_f32", dense_mv_f32, 5, 40, 36, 2, 1, true);
   run_dense<float>("dense_mv_f32", dense_mv_f32, 1, 7, 33, 1, 1, true);
+  run_dense<float>("dense_mv_f32", dense_mv_f32, 1, 1030, 72, 2, 1, true);
+  run_dense<float>("dense_mv_f32", dense_mv_f32, 3, 128, 2816, 1, 1, true);
   // Matrix form, 64 x 128 tiles: cp.async path and the register path (k % 8 != 0).
   run_dense<__nv_bfloat16>("dense_mm_bf16", dense_mm_bf16, 100, 200, 96, 1, 1, false);
   run_dense<__nv_bfloat16>("dense_mm_bf16", dense_mm_bf16, 70, 130, 100, 2, 1, false);
