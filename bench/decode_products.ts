@@ -18,11 +18,12 @@
 //
 // Shapes: Qwen3.6-35B-A3B's decode (hidden 2048, MLX affine 4-bit groups of
 // 64 with bf16 scales and biases, as bench/models.ts builds it; the router
-// bf16), and Gemma 4 26B-A4B's router (f32, [128, 2816]); f32 activations as
-// the models keep them. The per-expert rows route
-// each pair's token to 8 random experts of 256, new ones a pair (the ids
-// uploaded before the commit). Glue: rms_norm f32 over the product's input
-// row (what precedes the in_proj; the others' glue is of the same size).
+// bf16), and Gemma 4 26B-A4B's (hidden 2816; the router f32, [128, 2816],
+// as its loader folds it); f32 activations as the models keep them. The
+// per-expert rows route each pair's token to 8 random experts of 256 (Gemma
+// 4: of 128), new ones a pair (the ids uploaded before the commit). Glue:
+// rms_norm f32 over the product's input row (what precedes an in_proj; the
+// other products' glue kernels are one-block kernels of the same size).
 
 import { Device, type Buffer, type Encoder } from '../ts/index.ts';
 import { routing, uniformBuffer, wordBuffer } from './common.ts';
@@ -139,6 +140,15 @@ const makers: [string, () => Case][] = [
   ['gemma4 router', () => dense('gemma4 router', 'f32', 128, 2816)],
   ['experts gate_up', () => experts('experts gate_up', true, 256, 512, 2048)],
   ['experts down', () => experts('experts down', false, 256, 2048, 512)],
+  // Gemma 4 26B-A4B (hidden 2816): a sliding layer's q and o projections and its keys (values alike), the dense
+  // MLP's gate/up (stacked) and down, the routed experts (8 of 128, intermediate 704).
+  ['gemma4 q_proj', () => affine('gemma4 q_proj', 4096, 2816)],
+  ['gemma4 k_proj', () => affine('gemma4 k_proj', 2048, 2816)],
+  ['gemma4 o_proj', () => affine('gemma4 o_proj', 2816, 4096)],
+  ['gemma4 mlp gate_up', () => affine('gemma4 mlp gate_up', 4224, 2816)],
+  ['gemma4 mlp down', () => affine('gemma4 mlp down', 2816, 2112)],
+  ['gemma4 experts gate_up', () => experts('gemma4 experts gate_up', true, 128, 704, 2816)],
+  ['gemma4 experts down', () => experts('gemma4 experts down', false, 128, 2816, 704)],
 ];
 
 /** Device time of one replay of `record`, over `per` units: median of 7 replays after one. */
