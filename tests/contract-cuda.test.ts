@@ -20,60 +20,12 @@
 // tests/contract-structs.test.ts checks that nothing defines them again.
 
 import { describe, expect, test } from 'bun:test';
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BUFFER_ATTR, kernelParams, metalEntries } from '../ts/metal-source.ts';
 import { paramSize, structLayout } from '../ts/params.ts';
-import { stripComments } from '../ts/source-text.ts';
 import { CUDA_PDL_MARK, cudaProgram } from '../ts/registry.ts';
-
-const ROOT = join(import.meta.dir, '..');
-const CXX = ['clang++-19', 'clang++', 'g++'].find((c) => spawnSync('bash', ['-c', `command -v ${c}`]).status === 0);
-
-interface CudaParam {
-  type: string;
-  isConst: boolean;
-  isPointer: boolean;
-}
-
-function preprocess(text: string, name: string): string {
-  const dir = mkdtempSync(join(tmpdir(), 'mlxn-contract-cuda-'));
-  try {
-    const file = join(dir, name);
-    writeFileSync(file, text);
-    const r = spawnSync(CXX!, ['-E', '-P', '-x', 'c++', file], { encoding: 'utf8' });
-    if (r.status !== 0) throw new Error(`preprocessing ${name} failed:\n${r.stderr}`);
-    return stripComments(r.stdout);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
-
-/** shaders/common.h and the family's header (shaders/<family>.h, when it has one): what both sources compile after their preludes. */
-function header(family: string): string {
-  const file = join(ROOT, 'shaders', `${family}.h`);
-  return readFileSync(join(ROOT, 'shaders', 'common.h'), 'utf8') + (existsSync(file) ? `\n${readFileSync(file, 'utf8')}` : '');
-}
-
-/** The parameters of every `extern "C" __global__` entry, by name. */
-export function cudaEntries(code: string): Map<string, CudaParam[]> {
-  const out = new Map<string, CudaParam[]>();
-  // An entry may carry a launch attribute: __launch_bounds__(...) or common.cuh's MLXN_MAX_REGS(n).
-  const re = /extern\s+"C"\s+__global__\s+void\s+(?:(?:__launch_bounds__|MLXN_MAX_REGS)\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\(([^)]*)\)/g;
-  for (const m of code.matchAll(re)) {
-    const params = m[2]!.trim() === '' ? [] : m[2]!.split(',').map((p) => {
-      const decl = p.replace(/__restrict__/g, ' ').replace(/\s+/g, ' ').trim();
-      const isPointer = decl.includes('*');
-      const isConst = /\bconst\b/.test(decl.split('*')[0]!);
-      const type = decl.split('*')[0]!.replace(/\bconst\b/g, '').trim();
-      return { type, isConst, isPointer };
-    });
-    out.set(m[1]!, params);
-  }
-  return out;
-}
+import { CXX, cudaEntries, header, preprocess, ROOT, type CudaParam } from './cuda-source.ts';
 
 /** typedef A B; as B -> A. */
 function typedefs(code: string): Map<string, string> {

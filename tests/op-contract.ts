@@ -14,8 +14,9 @@
 //   buffers and writes nothing around the views;
 // - plans (ts/plan.ts), for an Apple GPU and an H100 (TARGET_LIMITS) on a
 //   machine with neither: within the limits, binding only the kernel's
-//   bindings, writing only what they bind; recorded on every backend, a plan
-//   does what the op does.
+//   bindings, writing only what they bind, a compact CUDA entry (CudaLaunch)
+//   taking the kernel's parameters; recorded on every backend, a plan does
+//   what the op does.
 // tests/contract-families.test.ts holds every family's test file to the call.
 
 import { afterAll, expect, test } from 'bun:test';
@@ -25,6 +26,7 @@ import * as ops from '../ts/ops/index.ts';
 import { GGML_QUANT_TYPES, ggmlBlockOf, type GgmlQuantType, ggmlQuantize } from '../ts/ops/quantized_matmul_ggml.ts';
 import { launchOf, planAccess, record, type OpPlan } from '../ts/plan.ts';
 import { joinSources } from '../ts/registry.ts';
+import { compactEntryProblem, CXX } from './cuda-source.ts';
 import { fuzzAliasing, fuzzBufferRefusals, fuzzMutations, fuzzValidSets, opsOf } from './fuzz-validation.ts';
 import { TARGET_LIMITS, backends, describeBackends, maxRelErr, rng, TOL, type Rng } from './helpers.ts';
 
@@ -199,6 +201,8 @@ function checkPlan(device: Device, c: Case, target: string, limits: (typeof TARG
   for (const [i, d] of plan.dispatches.entries()) {
     expect(plan.kernels).toContain(d.kernel);
     const l = launchOf(d, target === 'cuda' ? 'cuda' : 'metal');
+    // A compact CUDA entry named by the plan takes the kernel's parameters (tests/cuda-source.ts).
+    if (l.entry !== undefined && CXX !== undefined) expect(compactEntryProblem(plan.family, d.kernel, l.entry)).toBe('');
     const threads = l.threads[0] * l.threads[1] * l.threads[2];
     expect(threads).toBeGreaterThan(0);
     expect(threads).toBeLessThanOrEqual(limits.maxThreadsPerThreadgroup);

@@ -31,9 +31,12 @@ import {
   affineQuantizedMatmul,
   packQuantizedMatmulParams,
   planAffineQuantizedMatmul,
+  planQuantizedMatmul,
   planQuantizedMatmulSimd,
+  planQuantizedMatmulSimdBf16,
   quantizedChunked,
   quantizedCudaEngine,
+  quantizedCudaEntry,
   quantizedCudaLaunch,
   GC_MIN_N,
   gcSharedBytes,
@@ -55,6 +58,8 @@ import {
   describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, roundedTo, run, TARGET_LIMITS, TOL,
 } from './helpers.ts';
 import { a, BF, buf, EW, int, opContract, out, randomWords, U32, type Case } from './op-contract.ts';
+import { compactEntryProblem, CXX } from './cuda-source.ts';
+import { record } from '../ts/plan.ts';
 
 /**
  * Random weights [n, k] quantized (affineQuantize), and x [m, k], uploaded as
@@ -178,6 +183,35 @@ describe('quantized_matmul param packer matches the header and the .metal bindin
     expect(122880).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);
     expect([[4, 8, 256], [8, 16, 512], [6, 8, 256], [4, 12, 256], [4, 8, 128]].map(([bits, n, k]) =>
       quantizedMatmulSimdApplies({ bits: bits!, n: n!, k: k! }))).toEqual([true, true, false, false, false]);
+  });
+});
+
+describe('compact CUDA entries of mlx-native\'s kernels (quantizedCudaEntry)', () => {
+  test('the engine\'s entry where the sizes name one: vector by bits, group-column by group size and warps; none elsewhere', () => {
+    expect([
+      ['quantized_matmul_simd', 1, 2048, 4096, 64, 4], ['quantized_matmul', 8, 2048, 4096, 32, 6], ['quantized_matmul_simd_bf16', 3, 100, 256, 128, 8],
+      ['quantized_matmul_simd', 1, 12352, 2048, 64, 4], ['quantized_matmul_simd', 1, 248320, 2048, 64, 4],
+      ['quantized_matmul_simd_bf16', 1, 8192, 5120, 128, 4],
+      // the matrix engine (m 9), the any-layout one (k not a multiple of the group), the family's own kernels
+      ['quantized_matmul_simd', 9, 2048, 4096, 64, 4], ['quantized_matmul', 1, 2048, 96, 48, 4], ['quantized_mv_bf16', 1, 2048, 4096, 64, 4],
+      ['quantized_mm_bf16', 1, 2048, 4096, 64, 4],
+    ].map(([kn, m, n, k, gs, bits]) => quantizedCudaLaunch(kn as string, m as number, n as number, k as number, gs as number, bits as number).entry))
+      .toEqual([
+        'quantized_matmul_vec4', 'quantized_matmul_vec6', 'quantized_matmul_simd_bf16_vec8',
+        'quantized_matmul_gc64_w4', 'quantized_matmul_gc64_w2', 'quantized_matmul_simd_bf16_gc128_w4',
+        undefined, undefined, undefined, undefined,
+      ]);
+  });
+  test.if(CXX !== undefined)('every entry the rule names is in shaders/cuda/quantized_matmul.cu with the kernel\'s parameters', () => {
+    const named = new Map<string, string>();
+    for (const kernel of ['quantized_matmul', 'quantized_matmul_simd', 'quantized_matmul_simd_bf16']) {
+      for (const bits of [4, 6, 8]) for (const gs of [32, 64, 128]) for (const [m, n] of [[1, 64], [8, 64], [1, GC_MIN_N], [1, 16 * 1025]]) {
+        const e = quantizedCudaEntry(kernel, m!, n!, 2 * 128, gs, bits);
+        if (e !== undefined) named.set(e, kernel);
+      }
+    }
+    expect(named.size).toBe(18);
+    expect([...named].map(([e, kernel]) => compactEntryProblem('quantized_matmul', kernel, e)).filter((p) => p !== '')).toEqual([]);
   });
 });
 
@@ -427,6 +461,32 @@ describeBackends('quantized_matmul parity', ({ device }) => {
       if (!(err <= dotTolerance('bf16', k))) over.push(`${op} [1, ${n}, ${k}] gs ${gs}: ${err}`);
     }
     expect(over).toEqual([]);
+  }, 120_000);
+
+  test('mlx-native\'s kernels through their compact CUDA entries: the kernel\'s own entry\'s results bit for bit (vector at every bits, group-column)', () => {
+    const dev = device();
+    const wrong: string[] = [];
+    for (const [kernel, io, m, n, k, gs, bits] of [
+      ['quantized_matmul_simd', 'f32', 3, 40, 256, 64, 4], ['quantized_matmul', 'f32', 8, 17, 192, 32, 6], ['quantized_matmul_simd_bf16', 'bf16', 1, 33, 256, 128, 8],
+      ['quantized_matmul_simd', 'f32', 1, GC_MIN_N + 3, 320, 32, 4], ['quantized_matmul_simd_bf16', 'bf16', 1, 16 * 1025, 128, 64, 4],
+    ] as const) {
+      const s = setup(dev, { m, n, k, gs, bits, xdt: io, sdt: 'bf16', roundX: true, seed: n * 3 + k + bits });
+      const args = { input: s.x, weight: s.weight, scales: s.scales, biases: s.biases, output: s.output, m, k, n, groupSize: gs, bits };
+      const plan = kernel === 'quantized_matmul' ? planQuantizedMatmul(args, dev.limits, dev)
+        : kernel === 'quantized_matmul_simd' ? planQuantizedMatmulSimd(args, dev.limits, dev) : planQuantizedMatmulSimdBf16(args, dev.limits, dev);
+      const d = plan.dispatches[0]!;
+      if (d.cuda?.entry === undefined) wrong.push(`${kernel} [${m}, ${n}, ${k}]: no compact entry planned`);
+      run(dev, (e) => record(e, plan));
+      const viaEntry = s.output.readNumbers();
+      s.output.fill(Number.NaN);
+      run(dev, (e) => record(e, { ...plan, dispatches: [{ ...d, cuda: { grid: d.cuda!.grid, threads: d.cuda!.threads, threadgroupMemory: d.cuda!.threadgroupMemory } }] }));
+      const viaKernel = s.output.readNumbers();
+      const differ = viaEntry.findIndex((v, i) => !Object.is(v, viaKernel[i]));
+      if (differ >= 0) wrong.push(`${kernel} [${m}, ${n}, ${k}] gs ${gs} bits ${bits}: output ${differ} ${viaEntry[differ]} vs ${viaKernel[differ]}`);
+      const err = errOf(s);
+      if (!(err <= dotTolerance('bf16', k))) wrong.push(`${kernel} [${m}, ${n}, ${k}]: error ${err}`);
+    }
+    expect(wrong).toEqual([]);
   }, 120_000);
 
   test('mlx-native\'s own examples (its quantized_matmul tests): values by hand', () => {

@@ -29,6 +29,6 @@ export {
   type WarmupOptions,
   type WarmupProgress,
 } from './registry.ts';
-export { launchOf, patchPlan, planAccess, record, type Launch, type OpPlan, type PlannedDispatch } from './plan.ts';
+export { launchOf, patchPlan, planAccess, record, type CudaLaunch, type Launch, type OpPlan, type PlannedDispatch } from './plan.ts';
 export * from './validate.ts';
 export { packFields, paramSize, structLayout, structSize, type ParamField, type ParamType } from './params.ts';

@@ -28,6 +28,19 @@ export interface Launch {
   readonly threadgroupMemory?: Record<number, number | undefined>;
 }
 
+/**
+ * The launch of a kernel's CUDA twin. `entry`: the CUDA-only entry of the
+ * family that runs this dispatch instead of the kernel's own, where the
+ * kernel's entry holds several ways of computing chosen at run time and the
+ * sizes name one of them (a compact entry: the kernel's parameters, and that
+ * way's code alone, so its results are the kernel's bit for bit). A large
+ * entry costs a decode dispatch microseconds of instruction fetch once its
+ * code has left the caches (docs/internals.md, "Compact CUDA entries").
+ */
+export interface CudaLaunch extends Launch {
+  readonly entry?: string;
+}
+
 export interface PlannedDispatch extends Launch {
   readonly kernel: string;
   readonly constants?: FunctionConstants;
@@ -36,9 +49,10 @@ export interface PlannedDispatch extends Launch {
   /**
    * The launch of the CUDA twin (shaders/cuda/<family>.cu) where it is not
    * the Metal one: same kernel, bindings and results, another grid, block or
-   * shared memory.
+   * shared memory (or, where `entry` names one, a compact entry of the
+   * kernel: CudaLaunch).
    */
-  readonly cuda?: Launch;
+  readonly cuda?: CudaLaunch;
   /**
    * A binding the encoder fills at record time with `count` of its own
    * zeroed words (Encoder._syncWords), where the dispatch's blocks meet.
@@ -65,9 +79,10 @@ export function familyPlans(family: Omit<OpPlan, 'dispatches'>): (...dispatches:
   return (...dispatches) => ({ ...family, dispatches });
 }
 
-/** The launch of a planned dispatch on a backend that compiles the given language. */
-export function launchOf(d: PlannedDispatch, language: 'metal' | 'cuda'): Launch {
-  return language === 'cuda' && d.cuda !== undefined ? d.cuda : d;
+/** The launch of a planned dispatch on a backend that compiles the given language (a compact entry only on cuda). */
+export function launchOf(d: PlannedDispatch, language: 'metal' | 'cuda'): CudaLaunch {
+  if (language === 'cuda') return d.cuda ?? d;
+  return { grid: d.grid, threads: d.threads, threadgroupMemory: d.threadgroupMemory };
 }
 
 /**
@@ -126,7 +141,7 @@ export function opShape<A>(validate: (a: A, device?: Device) => void, planValid:
 function dispatchOne(enc: Encoder, d: PlannedDispatch): void {
   const kernels = enc.device.kernels;
   const l = launchOf(d, kernels.language);
-  const pipeline = kernels.pipeline(d.kernel, d.constants);
+  const pipeline = kernels.pipeline(d.kernel, d.constants, l.entry);
   let buffers: DispatchBindings['buffers'] = d.buffers;
   if (d.syncWords !== undefined) buffers = { ...buffers, [d.syncWords.binding]: enc._syncWords(d.syncWords.count) };
   if (d.scratchWords !== undefined) buffers = { ...buffers, [d.scratchWords.binding]: enc._scratchWords(d.scratchWords.count) };
@@ -162,7 +177,7 @@ export function patchPlan(enc: Encoder, first: number, plan: OpPlan): void {
   enc.patch(first, plan.dispatches.map((d, i) => {
     const l = launchOf(d, kernels.language);
     return {
-      pipeline: kernels.pipeline(d.kernel, d.constants),
+      pipeline: kernels.pipeline(d.kernel, d.constants, l.entry),
       bindings: { buffers: patchBuffers(enc, d, first + i), bytes: d.bytes, threadgroupMemory: l.threadgroupMemory },
       grid: l.grid,
       threads: l.threads,

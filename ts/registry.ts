@@ -196,10 +196,19 @@ export class KernelRegistry {
     return this.families.has(family);
   }
 
-  /** The pipeline of a registered kernel, compiling its family's source on first use. */
-  pipeline(kernel: string, constants?: FunctionConstants): Pipeline {
+  /**
+   * The pipeline of a registered kernel, compiling its family's source on
+   * first use. `entry` (cuda only): a compact entry of the kernel's family
+   * that runs it instead of the kernel's own (CudaLaunch in ts/plan.ts); what
+   * it writes is the kernel's.
+   */
+  pipeline(kernel: string, constants?: FunctionConstants, entry?: string): Pipeline {
+    if (entry !== undefined && this.language !== 'cuda') {
+      throw new MlxError('InvalidArgument', `KernelRegistry.pipeline: entry ${entry} of kernel ${kernel} is a CUDA entry (this device compiles ${this.language})`);
+    }
     const ckey = constants === undefined ? '' : constantsKey(constants);
-    const key = ckey === '' ? kernel : `${kernel}|${ckey}`;
+    const name = entry === undefined ? kernel : `${kernel}>${entry}`;
+    const key = ckey === '' ? name : `${name}|${ckey}`;
     const hit = this.pipelines.get(key);
     if (hit !== undefined && !hit.released) return hit;
 
@@ -211,7 +220,7 @@ export class KernelRegistry {
         `KernelRegistry.pipeline: kernel ${kernel} is not registered (families registered: ${known.length > 0 ? known.join(', ') : 'none'})`,
       );
     }
-    const p = this.library(family, constants, ckey).pipeline(kernel);
+    const p = this.library(family, constants, ckey).pipeline(entry ?? kernel);
     // A CUDA kernel has the bindings of its Metal twin: what it writes is read there.
     if (this.language === 'cuda') p._writes = kernelWrites(this.families.get(family)!.metal, kernel);
     this.pipelines.set(key, p);

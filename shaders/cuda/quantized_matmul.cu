@@ -527,6 +527,70 @@ extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_simd_bf16(
     crate_entry(input, reinterpret_cast<const unsigned char*>(weight), scales, biases, output, params);
 }
 
+// ---- compact entries of mlx-native's kernels (CUDA only) ----
+
+// Each runs one engine of crate_entry at one bit width (vector) or group
+// size and warp count (group-column), with the entry's prefetch and the
+// any-layout fallback for unaligned operands: for the sizes the host gives
+// it (ts/ops/quantized_matmul.ts quantizedCudaEntry) the same code as the
+// kernel's entry, so the same results bit for bit. quantized_matmul_simd is
+// about 19,200 instructions with every engine inlined; one of these about
+// 2,000-2,500. In a decode step a product runs once a layer with its code
+// out of the caches, and the large entry then takes 3.9-6.6 us more a
+// dispatch than the compact one (H100, bench/code_cold.cu:
+// bench/notes/code-cold-2026-11-27.md).
+namespace {
+template <typename TX, typename TY, int BITS>
+__device__ __forceinline__ void crate_vec(const TX* x, const unsigned int* weight, const bf16* sc, const bf16* bi, TY* y,
+                                          const QuantizedMatmulParams* p) {
+    const unsigned char* w = reinterpret_cast<const unsigned char*>(weight);
+    const u32 M = p->M, N = p->N, K = p->K, gs = p->group_size;
+    if (!q_vec_ok(x, w)) q_any<TX, bf16, TY, sizeof(TX) == 4>(x, w, sc, bi, y, M, N, K, gs, p->bits);
+    else qmv_tc<TX, bf16, bf16, TY, BITS, true>(x, w, sc, bi, y, M, N, K, gs, blockIdx.x * 16u);
+}
+template <typename TX, typename TY, u32 GS, u32 W>
+__device__ __forceinline__ void crate_gc(const TX* x, const unsigned int* weight, const bf16* sc, const bf16* bi, TY* y,
+                                         const QuantizedMatmulParams* p) {
+    const unsigned char* w = reinterpret_cast<const unsigned char*>(weight);
+    if (!q_vec_ok(x, w)) q_any<TX, bf16, TY, sizeof(TX) == 4>(x, w, sc, bi, y, p->M, p->N, p->K, p->group_size, p->bits);
+    else qmv_gc<TX, bf16, TY, GS, W, 0u>(x, w, sc, bi, y, p->N, p->K, blockIdx.x);
+}
+}  // namespace
+
+// NAME_vec<BITS>: the vector engine (m <= 8, MLX's chunks); NAME_gc<GS>_w<W>:
+// the group-column engine (gc_takes). quantized_matmul_* stand in for
+// quantized_matmul and quantized_matmul_simd (f32 input and output),
+// quantized_matmul_simd_bf16_* for quantized_matmul_simd_bf16.
+#define CRATE_VEC_ENTRY(NAME, TX, TY, BITS)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME##_vec##BITS(const TX* input, const unsigned int* weight,         \
+                                                                         const bf16* scales, const bf16* biases, TY* output, \
+                                                                         const QuantizedMatmulParams* params) {              \
+        MLXN_PREFETCH_ENTRY(mv_prefetch(weight, scales, biases, params));                                                     \
+        crate_vec<TX, TY, BITS>(input, weight, scales, biases, output, params);                                               \
+    }
+#define CRATE_GC_ENTRY(NAME, TX, TY, GS, W)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(128, 4) NAME##_gc##GS##_w##W(const TX* input, const unsigned int* weight,     \
+                                                                             const bf16* scales, const bf16* biases,        \
+                                                                             TY* output, const QuantizedMatmulParams* params) { \
+        MLXN_PREFETCH_ENTRY(mv_prefetch(weight, scales, biases, params));                                                     \
+        crate_gc<TX, TY, GS, W>(input, weight, scales, biases, output, params);                                               \
+    }
+#define CRATE_COMPACT_ENTRIES(NAME, TX, TY)                                                                                   \
+    CRATE_VEC_ENTRY(NAME, TX, TY, 4)                                                                                          \
+    CRATE_VEC_ENTRY(NAME, TX, TY, 6)                                                                                          \
+    CRATE_VEC_ENTRY(NAME, TX, TY, 8)                                                                                          \
+    CRATE_GC_ENTRY(NAME, TX, TY, 32, 2)                                                                                       \
+    CRATE_GC_ENTRY(NAME, TX, TY, 32, 4)                                                                                       \
+    CRATE_GC_ENTRY(NAME, TX, TY, 64, 2)                                                                                       \
+    CRATE_GC_ENTRY(NAME, TX, TY, 64, 4)                                                                                       \
+    CRATE_GC_ENTRY(NAME, TX, TY, 128, 2)                                                                                      \
+    CRATE_GC_ENTRY(NAME, TX, TY, 128, 4)
+CRATE_COMPACT_ENTRIES(quantized_matmul, float, float)
+CRATE_COMPACT_ENTRIES(quantized_matmul_simd_bf16, bf16, bf16)
+#undef CRATE_COMPACT_ENTRIES
+#undef CRATE_GC_ENTRY
+#undef CRATE_VEC_ENTRY
+
 // ---- quantized_mv_<t> and quantized_mm_<t> (added) ----
 
 // buffer(0) x [M, K], (1) weight u32 [N, K * bits / 32], (2) scales, (3)

@@ -41,7 +41,7 @@ import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { familyPlans, record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { familyPlans, record, type CudaLaunch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBufferRules, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, checkU32Count, invalid, like, ruleBindings, U32_MAX,
@@ -166,13 +166,38 @@ const SIMT_SHARED_BYTES = 8 * QUANTIZED_SIMT_CUDA_ROWS * 4 * 4;
 /** Blocks of the 'any' engine at most: it strides over the outputs. */
 const ANY_CUDA_BLOCKS = 65536;
 
-/** The CUDA launch of a kernel of the family at these sizes (its engine's: quantizedCudaEngine). */
-export function quantizedCudaLaunch(kernel: string, m: number, n: number, k: number, groupSize: number, bits: number): Launch {
+/**
+ * The compact CUDA entry (shaders/cuda/quantized_matmul.cu, "compact entries")
+ * that runs mlx-native's kernel at these sizes: its engine alone, at one bit
+ * width (vector: `<name>_vec<bits>`) or one group size and warp count
+ * (groups: `<name>_gc<groupSize>_w<gcWarps>`), where `<name>` is
+ * quantized_matmul for quantized_matmul and quantized_matmul_simd (f32 input
+ * and output) and quantized_matmul_simd_bf16 for itself. Undefined for the
+ * other engines and kernels: the kernel's own entry runs.
+ */
+export function quantizedCudaEntry(kernel: string, m: number, n: number, k: number, groupSize: number, bits: number): string | undefined {
+  const f32Io = kernel === 'quantized_matmul' || kernel === 'quantized_matmul_simd';
+  if (!f32Io && kernel !== 'quantized_matmul_simd_bf16') return undefined;
+  const name = f32Io ? 'quantized_matmul' : 'quantized_matmul_simd_bf16';
   switch (quantizedCudaEngine(kernel, m, n, k, groupSize, bits)) {
     case 'vector':
-      return { grid: [ceilDiv(n, QUANTIZED_MV_CUDA_ROWS), 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: QUANTIZED_MV_CUDA_SHARED_BYTES } };
+      return `${name}_vec${bits}`;
     case 'groups':
-      return { grid: [ceilDiv(ceilDiv(n, 16) * gcWarps(n), 4), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: gcSharedBytes(k, groupSize) } };
+      return `${name}_gc${groupSize}_w${gcWarps(n)}`;
+    default:
+      return undefined;
+  }
+}
+
+/** The CUDA launch of a kernel of the family at these sizes (its engine's: quantizedCudaEngine; the entry: quantizedCudaEntry). */
+export function quantizedCudaLaunch(kernel: string, m: number, n: number, k: number, groupSize: number, bits: number): CudaLaunch {
+  const entry = quantizedCudaEntry(kernel, m, n, k, groupSize, bits);
+  const at = entry === undefined ? {} : { entry };
+  switch (quantizedCudaEngine(kernel, m, n, k, groupSize, bits)) {
+    case 'vector':
+      return { grid: [ceilDiv(n, QUANTIZED_MV_CUDA_ROWS), 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: QUANTIZED_MV_CUDA_SHARED_BYTES }, ...at };
+    case 'groups':
+      return { grid: [ceilDiv(ceilDiv(n, 16) * gcWarps(n), 4), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: gcSharedBytes(k, groupSize) }, ...at };
     case 'matrix': {
       // mlx-native's kernels take the 64 x 128 tile (denseMmCudaTile below 1024 rows) at every size.
       const t = kernel.startsWith('quantized_mm_') ? denseMmCudaTile(m, n) : denseMmCudaTile(1, 1);

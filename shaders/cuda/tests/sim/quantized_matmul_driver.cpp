@@ -224,6 +224,15 @@ int main(int argc, char** argv) {
   run<bf, bf, bf>("quantized_mv_bf16", quantized_mv_bf16, GROUPS, 1, 5124, 320, 32, 4, false, 1e-2);
   run<__half, __half, __half>("quantized_mv_f16", quantized_mv_f16, GROUPS, 1, 5128, 1152, 128, 4, false, 1e-3);
   run<float, bf, float>("quantized_matmul_simd", quantized_matmul_simd, GROUPS, 1, 16400, 192, 64, 4, true, 1e-2);
+  // The compact entries of mlx-native's kernels (quantizedCudaEntry) at their engines' launches: the vector one at
+  // every bits, the group-column one at every group size and both warp splits.
+  run<float, bf, float>("quantized_matmul_vec4", quantized_matmul_vec4, VECTOR, 3, 40, 6272, 64, 4, true, 1e-2);
+  run<float, bf, float>("quantized_matmul_vec6", quantized_matmul_vec6, VECTOR, 8, 17, 192, 32, 6, true, 1e-2);
+  run<float, bf, float>("quantized_matmul_vec8", quantized_matmul_vec8, VECTOR, 1, 33, 256, 128, 8, true, 1e-2);
+  run<bf, bf, bf>("quantized_matmul_simd_bf16_vec4", quantized_matmul_simd_bf16_vec4, VECTOR, 2, 24, 256, 64, 4, true, 1e-2);
+  run<float, bf, float>("quantized_matmul_gc32_w4", quantized_matmul_gc32_w4, GROUPS, 1, 5124, 320, 32, 4, true, 1e-2);
+  run<float, bf, float>("quantized_matmul_gc64_w2", quantized_matmul_gc64_w2, GROUPS, 1, 16400, 192, 64, 4, true, 1e-2);
+  run<bf, bf, bf>("quantized_matmul_simd_bf16_gc128_w4", quantized_matmul_simd_bf16_gc128_w4, GROUPS, 1, 5128, 1152, 128, 4, true, 1e-2);
   if (big) {
     run<bf, bf, bf>("quantized_mv_bf16", quantized_mv_bf16, VECTOR, 3, 8200, 64, 64, 4, false, 1e-2);
     run<__half, __half, __half>("quantized_mv_f16", quantized_mv_f16, VECTOR, 8, 2000, 4096, 128, 6, false, 1e-3);
