@@ -35,18 +35,22 @@ import {
   quantizedIdGcTakes,
   quantizedIdGcWarps,
   quantizedIdMvKernel,
+  quantizedIdMvCudaEntry,
   quantizedIdMvCudaLaunch,
   quantizedIdMvTiles,
   quantizedMatmulId,
   quantizedMmId,
   quantizedMvId,
+  planQuantizedMvId,
+  planQuantizedGateUpMvId,
   quantizedGateUpIdRef,
   quantizedMatmulIdRef,
   type AffineExpertsRef,
   type QuantizedIdSizesRef,
 } from '../ts/ops/quantized_matmul_id.ts';
 import { affinePack, affineQuantize, affineRowBytes, gcSharedBytes } from '../ts/ops/quantized_matmul.ts';
-import type { Launch } from '../ts/plan.ts';
+import { record, type Launch } from '../ts/plan.ts';
+import { compactEntryProblem, CXX } from './cuda-source.ts';
 import {
   describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, poisoned, randomArray, rng, roundedTo, run, TARGET_LIMITS, type Rng,
 } from './helpers.ts';
@@ -93,6 +97,31 @@ describe('quantized_matmul_id param packers match the header and the .metal bind
       grid: [321 * 8, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 61440 },
     });
     expect(61440).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);
+  });
+});
+
+describe('compact CUDA entries of the _gc kernels (quantizedIdMvCudaEntry)', () => {
+  test('the group-column path\'s entry at the group size and warps of the sizes; none for the other kernels', () => {
+    expect([
+      quantizedIdMvCudaEntry('quantized_gate_up_mv_id_gc_bf16_xf32', 8, 512, true, 64), quantizedIdMvCudaEntry('quantized_mv_id_gc_bf16', 8, 2048, false, 64),
+      quantizedIdMvCudaEntry('quantized_gate_up_mv_id_gc_f16', 64, 512, true, 32), quantizedIdMvCudaEntry('quantized_mv_id_gc_f16_xf32', 2, 40, false, 128),
+      quantizedIdMvCudaEntry('quantized_mv_id_bf16', 8, 2048, false, 64), quantizedIdMvCudaEntry('quantized_matmul_id', 8, 2048, false, 64),
+    ]).toEqual([
+      'quantized_gate_up_mv_id_gc_bf16_xf32_g64_w4', 'quantized_mv_id_gc_bf16_g64_w2', 'quantized_gate_up_mv_id_gc_f16_g32_w1',
+      'quantized_mv_id_gc_f16_xf32_g128_w2', undefined, undefined,
+    ]);
+  });
+  test.if(CXX !== undefined)('every entry the rule names is in shaders/cuda/quantized_matmul_id.cu with its kernel\'s parameters', () => {
+    const named = new Map<string, string>();
+    for (const op of ['quantized_mv_id', 'quantized_gate_up_mv_id']) for (const dt of ['f16', 'bf16']) for (const xF32 of [false, true]) {
+      for (const gs of [32, 64, 128]) for (const pairs of [1, 8, 16, 64]) {
+        const kernel = quantizedIdMvKernel(op, dt, 2048, gs, 4, xF32);
+        const e = quantizedIdMvCudaEntry(kernel, pairs, 1024, op === 'quantized_gate_up_mv_id', gs);
+        if (e !== undefined) named.set(e, kernel);
+      }
+    }
+    expect(named.size).toBe(60);
+    expect([...named].map(([e, kernel]) => compactEntryProblem('quantized_matmul_id', kernel, e)).filter((p) => p !== '')).toEqual([]);
   });
 });
 
@@ -432,6 +461,59 @@ describeBackends('quantized_matmul_id parity', ({ device }) => {
     }
     expect(over).toEqual([]);
   });
+
+  test('the _gc kernels through their compact CUDA entries: the kernel\'s own entry\'s bits, every warp count, group sizes, x f32 and 16-bit, an id past the experts', () => {
+    const dev = device();
+    const over: string[] = [];
+    let seed = 900;
+    for (const [gateUp, xF32, dt, m, U, n, k, gs] of [
+      [true, true, 'bf16', 1, 2, 24, 256, 64], [true, false, 'f16', 2, 4, 1024, 128, 32], [true, true, 'f16', 4, 4, 1024, 128, 128],
+      [false, false, 'bf16', 1, 3, 40, 256, 128], [false, true, 'bf16', 4, 4, 2048, 64, 32],
+    ] as const) {
+      const r = rng(seed++);
+      const E = 5, pairs = m * U, bits = 4;
+      const x = roundedTo(xF32 ? 'f32' : dt, randomArray(r, m * k, -2, 2));
+      const ids = Array.from({ length: pairs }, (_, i) => (i === 1 ? 7 : Math.floor(r.uniform(0, E))));
+      const gate = experts(r, E * n, k, gs, bits, dt);
+      const up = experts(r, E * n, k, gs, bits, dt);
+      const xb = dev.alloc(xF32 ? 'f32' : dt, [m * k]);
+      xb.writeNumbers(x);
+      const idb = dev.alloc('u32', [pairs]);
+      idb.writeNumbers(ids);
+      const put = (e: AffineExpertsRef & { packed: Uint8Array }) => {
+        const w = dev.alloc('u32', [e.packed.length / 4]);
+        w.write(new Uint32Array(e.packed.buffer, e.packed.byteOffset, e.packed.length / 4));
+        const sc = dev.alloc(dt, [e.scales.length]);
+        sc.writeNumbers(e.scales);
+        const bi = dev.alloc(dt, [e.biases.length]);
+        bi.writeNumbers(e.biases);
+        return { weight: w, scales: sc, biases: bi };
+      };
+      const g = put(gate), u = put(up);
+      const output = poisoned(dev, dt, [pairs * n]);
+      const sizes = { m, n, k, groupSize: gs, bits, nExpertUsed: U, numExperts: E };
+      const plan = gateUp
+        ? planQuantizedGateUpMvId({ x: xb, gateWeight: g.weight, gateScales: g.scales, gateBiases: g.biases, upWeight: u.weight, upScales: u.scales,
+          upBiases: u.biases, ids: idb, output, ...sizes }, dev.limits, dev)
+        : planQuantizedMvId({ x: xb, ...g, ids: idb, output, ...sizes }, dev.limits, dev);
+      const d = plan.dispatches[0]!;
+      const what = `${gateUp ? 'gate/up' : 'plain'} ${xF32 ? 'f32' : dt} x ${pairs} pairs n ${n} gs ${gs}`;
+      if (d.cuda?.entry !== quantizedIdMvCudaEntry(d.kernel, pairs, n, gateUp, gs) || d.cuda?.entry === undefined) over.push(`${what}: entry ${d.cuda?.entry}`);
+      run(dev, (enc) => record(enc, plan));
+      const viaEntry = output.readNumbers();
+      output.fill(Number.NaN);
+      run(dev, (enc) => record(enc, { ...plan, dispatches: [{ ...d, cuda: { grid: d.cuda!.grid, threads: d.cuda!.threads, threadgroupMemory: d.cuda!.threadgroupMemory } }] }));
+      const viaKernel = output.readNumbers();
+      if (!Array.from(viaEntry).every((v, i) => Object.is(v, viaKernel[i]))) over.push(`${what}: not the _gc kernel's bits`);
+      const xr = roundedTo(dt, x);
+      const want = gateUp ? quantizedGateUpIdRef(xr, gate, up, ids, sizes, 'silu') : quantizedMatmulIdRef(xr, gate, ids, sizes);
+      const floor = dt === 'f16' ? 2 ** -14 : 0;
+      const err = dotErr(viaEntry, want.y, want.abs.map((v) => v + floor));
+      if (!(err < dotTolerance(dt, k))) over.push(`${what}: error ${err}`);
+      for (const b of [xb, idb, g.weight, g.scales, g.biases, u.weight, u.scales, u.biases, output]) b.release();
+    }
+    expect(over).toEqual([]);
+  }, 120_000);
 
   test('mlx-native\'s quantized_matmul_id: its odd layouts (k = 10, group 4, 6-bit rows as u8) and MLX\'s; larger buffers; a bad id gives zeros', () => {
     const dev = device();

@@ -10,7 +10,7 @@
 import type { Buffer } from './buffer.ts';
 import type { Device } from './device.ts';
 import type { DType } from './dtype.ts';
-import { opShape, type Launch, type OpPlan, type OpShape, type PlannedDispatch } from './plan.ts';
+import { opShape, type CudaLaunch, type OpPlan, type OpShape, type PlannedDispatch } from './plan.ts';
 import {
   checkAtMost, checkBufferRules, checkedProduct, checkNoAliasing, checkPositive, invalid, like, ruleBindings, U32_MAX, type BufferRule, type DtypeOf,
 } from './validate.ts';
@@ -95,7 +95,7 @@ export interface ExpertFamily<B extends FormArgs> {
    * takes another kernel of its own for these sizes, its name (else
    * `<op>_<dtype>`).
    */
-  launch(f: ExpertForm, a: B, pairs: number): Pick<PlannedDispatch, 'grid' | 'threads'> & { cuda: Launch; kernel?: string };
+  launch(f: ExpertForm, a: B, pairs: number): Pick<PlannedDispatch, 'grid' | 'threads'> & { cuda: CudaLaunch; kernel?: string };
 }
 
 function checkActivation(op: string, activation: unknown): void {

@@ -228,12 +228,12 @@ __device__ __forceinline__ void qid_gc_w(const TX* xr, const unsigned char* gw, 
     else if (gs == 64u) qmv_gc<TX, T, TY, 64u, W, 0u, GU>(xr, gw, gs_, gb, yr, N, K, blk, uw, us, ub, activation);
     else qmv_gc<TX, T, TY, 128u, W, 0u, GU>(xr, gw, gs_, gb, yr, N, K, blk, uw, us, ub, activation);
 }
-// The block's pair and expert, then the engine at gc_id_warps' W; an id past the experts writes zeros.
-template <typename TX, typename T, typename TY, bool GU>
-__device__ __forceinline__ void qid_gc(const TX* x, const unsigned char* gw, const T* gsc, const T* gbi, const unsigned char* uw, const T* usc,
-                                       const T* ubi, const u32* ids, TY* y, u32 M, u32 N, u32 K, u32 gs, u32 U, u32 E, u32 ws, u32 ss, u32 bs,
-                                       u32 activation) {
-    const u32 W = gc_id_warps(M * U, N, GU);
+// The block's pair and expert at W warps a tile, then the engine at group
+// size GS (0: gs, read at run time); an id past the experts writes zeros.
+template <typename TX, typename T, typename TY, bool GU, u32 W, u32 GS>
+__device__ __forceinline__ void qid_gc_at(const TX* x, const unsigned char* gw, const T* gsc, const T* gbi, const unsigned char* uw, const T* usc,
+                                          const T* ubi, const u32* ids, TY* y, u32 M, u32 N, u32 K, u32 gs, u32 U, u32 E, u32 ws, u32 ss, u32 bs,
+                                          u32 activation) {
     const u32 blocks = (gc_id_tiles(N, GU) * W + 3u) / 4u;
     const u32 pair = blockIdx.x / blocks, blk = blockIdx.x % blocks;
     if (pair >= M * U) return;
@@ -246,9 +246,18 @@ __device__ __forceinline__ void qid_gc(const TX* x, const unsigned char* gw, con
     }
     const u64 wo = u64(e) * ws, so = u64(e) * ss, bo = u64(e) * bs;
     const TX* xr = x + u64(pair / U) * K;
-    if (W == 1u) qid_gc_w<TX, T, TY, GU, 1u>(xr, gw + wo, gsc + so, gbi + bo, uw + wo, usc + so, ubi + bo, yr, N, K, gs, blk, activation);
-    else if (W == 2u || !GU) qid_gc_w<TX, T, TY, GU, 2u>(xr, gw + wo, gsc + so, gbi + bo, uw + wo, usc + so, ubi + bo, yr, N, K, gs, blk, activation);
-    else qid_gc_w<TX, T, TY, GU, 4u>(xr, gw + wo, gsc + so, gbi + bo, uw + wo, usc + so, ubi + bo, yr, N, K, gs, blk, activation);
+    if constexpr (GS == 0u) qid_gc_w<TX, T, TY, GU, W>(xr, gw + wo, gsc + so, gbi + bo, uw + wo, usc + so, ubi + bo, yr, N, K, gs, blk, activation);
+    else qmv_gc<TX, T, TY, GS, W, 0u, GU>(xr, gw + wo, gsc + so, gbi + bo, yr, N, K, blk, uw + wo, usc + so, ubi + bo, activation);
+}
+// The engine at gc_id_warps' W.
+template <typename TX, typename T, typename TY, bool GU>
+__device__ __forceinline__ void qid_gc(const TX* x, const unsigned char* gw, const T* gsc, const T* gbi, const unsigned char* uw, const T* usc,
+                                       const T* ubi, const u32* ids, TY* y, u32 M, u32 N, u32 K, u32 gs, u32 U, u32 E, u32 ws, u32 ss, u32 bs,
+                                       u32 activation) {
+    const u32 W = gc_id_warps(M * U, N, GU);
+    if (W == 1u) qid_gc_at<TX, T, TY, GU, 1u, 0u>(x, gw, gsc, gbi, uw, usc, ubi, ids, y, M, N, K, gs, U, E, ws, ss, bs, activation);
+    else if (W == 2u || !GU) qid_gc_at<TX, T, TY, GU, 2u, 0u>(x, gw, gsc, gbi, uw, usc, ubi, ids, y, M, N, K, gs, U, E, ws, ss, bs, activation);
+    else qid_gc_at<TX, T, TY, GU, 4u, 0u>(x, gw, gsc, gbi, uw, usc, ubi, ids, y, M, N, K, gs, U, E, ws, ss, bs, activation);
 }
 // The vector entries: the block's pair, its expert, then the engine (the
 // any engine where the layout or alignment rules the vector one out).
@@ -541,4 +550,61 @@ QID_GC_OP_ENTRIES(bf16, bf16)
 QID_XF32_ENTRIES(__half, f16)
 QID_XF32_ENTRIES(bf16, bf16)
 #undef QID_XF32_ENTRIES
+
+// Compact entries (CUDA only; docs/internals.md "Compact CUDA entries") of
+// the _gc kernels: <kernel>_g<GS>_w<W> runs the group-column path at group
+// size GS and W warps a tile alone (with the any engine where a vector load
+// cannot read the operands), for the sizes whose launch names it
+// (ts/ops/quantized_matmul_id.ts quantizedIdMvCudaEntry: 4-bit codes,
+// gc_id_takes, W = gc_id_warps): the _gc kernel's code for those sizes, so
+// its results bit for bit, in about a sixth of its instructions.
+namespace {
+template <typename TX, typename T, bool GU, bool ROUND_X, u32 GS, u32 W, typename P>
+__device__ __forceinline__ void qid_gc_compact(const TX* x, const unsigned int* gw, const T* gsc, const T* gbi, const unsigned int* uw,
+                                               const T* usc, const T* ubi, const u32* ids, T* y, const P* p, u32 activation) {
+    const u32 M = p->M, N = p->N, K = p->K, gs = p->group_size, bits = p->bits, U = p->n_expert_used, E = p->num_experts;
+    const u32 ws = p->expert_weight_stride, ss = p->expert_scales_stride;
+    const unsigned char* gwb = reinterpret_cast<const unsigned char*>(gw);
+    const unsigned char* uwb = reinterpret_cast<const unsigned char*>(uw);
+    if (!vec_ok(x, gwb, uwb, ws, bits)) {
+        qid_any<TX, T, T, ROUND_X, GU>(x, {gwb, gsc, gbi}, {uwb, usc, ubi}, ids, y, M, N, K, gs, bits, U, E, ws, ss, activation);
+        return;
+    }
+    qid_gc_at<TX, T, T, GU, W, GS>(x, gwb, gsc, gbi, uwb, usc, ubi, ids, y, M, N, K, gs, U, E, ws, ss, p->expert_biases_stride, activation);
+}
+}  // namespace
+#define QID_MV_GC_AT(KNAME, TX, T, ROUND_X, GS, W)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(128, 4) KNAME##_g##GS##_w##W(                                                      \
+        const TX* x, const unsigned int* weight, const T* scales, const T* biases, const u32* ids, T* y,                              \
+        const QuantizedMatmulIdParams* params) {                                                                                      \
+        qid_gc_compact<TX, T, false, ROUND_X, GS, W>(x, weight, scales, biases, weight, scales, biases, ids, y, params, 0u);          \
+    }
+#define QID_GATE_UP_GC_AT(KNAME, TX, T, ROUND_X, GS, W)                                                                                \
+    extern "C" __global__ void __launch_bounds__(128, 4) KNAME##_g##GS##_w##W(                                                      \
+        const TX* x, const unsigned int* gate_weight, const T* gate_scales, const T* gate_biases, const u32* ids, T* y,               \
+        const QuantizedGateUpIdParams* params, const unsigned int* up_weight, const T* up_scales, const T* up_biases) {              \
+        qid_gc_compact<TX, T, true, ROUND_X, GS, W>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, ids, y, \
+                                                    &params->id, params->activation);                                                \
+    }
+// gc_id_warps: 1 or 2 warps a tile for the plain form, 1, 2 or 4 for gate_up.
+#define QID_GC_COMPACT_ENTRIES(GS, TAG, T)                                                                                             \
+    QID_MV_GC_AT(quantized_mv_id_gc_##TAG, T, T, false, GS, 1)                                                                        \
+    QID_MV_GC_AT(quantized_mv_id_gc_##TAG, T, T, false, GS, 2)                                                                        \
+    QID_MV_GC_AT(quantized_mv_id_gc_##TAG##_xf32, float, T, true, GS, 1)                                                              \
+    QID_MV_GC_AT(quantized_mv_id_gc_##TAG##_xf32, float, T, true, GS, 2)                                                              \
+    QID_GATE_UP_GC_AT(quantized_gate_up_mv_id_gc_##TAG, T, T, false, GS, 1)                                                           \
+    QID_GATE_UP_GC_AT(quantized_gate_up_mv_id_gc_##TAG, T, T, false, GS, 2)                                                           \
+    QID_GATE_UP_GC_AT(quantized_gate_up_mv_id_gc_##TAG, T, T, false, GS, 4)                                                           \
+    QID_GATE_UP_GC_AT(quantized_gate_up_mv_id_gc_##TAG##_xf32, float, T, true, GS, 1)                                                 \
+    QID_GATE_UP_GC_AT(quantized_gate_up_mv_id_gc_##TAG##_xf32, float, T, true, GS, 2)                                                 \
+    QID_GATE_UP_GC_AT(quantized_gate_up_mv_id_gc_##TAG##_xf32, float, T, true, GS, 4)
+QID_GC_COMPACT_ENTRIES(32, bf16, bf16)
+QID_GC_COMPACT_ENTRIES(64, bf16, bf16)
+QID_GC_COMPACT_ENTRIES(128, bf16, bf16)
+QID_GC_COMPACT_ENTRIES(32, f16, __half)
+QID_GC_COMPACT_ENTRIES(64, f16, __half)
+QID_GC_COMPACT_ENTRIES(128, f16, __half)
+#undef QID_GC_COMPACT_ENTRIES
+#undef QID_GATE_UP_GC_AT
+#undef QID_MV_GC_AT
 

@@ -36,7 +36,7 @@ import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
+import { familyPlans, record, type CudaLaunch, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { checkPairs, expertProductOp, moeTileSlots, type ExpertFamily, type ExpertProductBase, type GateActivation } from '../expert-products.ts';
 import { familySources } from '../registry.ts';
 import {
@@ -178,6 +178,18 @@ export function quantizedIdMvKernel(op: string, dtype: string, k: number, groupS
   return (quantizedIdGcTakes(k, groupSize, bits) ? `${op}_gc_${dtype}` : `${op}_${dtype}`) + (xF32 ? '_xf32' : '');
 }
 
+/**
+ * The compact CUDA entry (shaders/cuda/quantized_matmul_id.cu, docs/internals.md
+ * "Compact CUDA entries") of a typed vector form's _gc kernel at these
+ * sizes: `<kernel>_g<groupSize>_w<quantizedIdGcWarps>`, the group-column
+ * path at that group size and warp count alone. Undefined for the other
+ * kernels (their own entries run).
+ */
+export function quantizedIdMvCudaEntry(kernel: string, pairs: number, n: number, gateUp: boolean, groupSize: number): string | undefined {
+  if (!/^quantized_(gate_up_)?mv_id_gc_(f16|bf16)(_xf32)?$/.test(kernel)) return undefined;
+  return `${kernel}_g${groupSize}_w${quantizedIdGcWarps(pairs, n, gateUp)}`;
+}
+
 /** Pair rows of a tile of the CUDA matrix engine (64 x 128 weight rows, 4 warps). */
 export const QUANTIZED_MM_ID_CUDA_BM = 64;
 /** Dynamic shared memory of the CUDA matrix engine: 4 stages of (64 + 128) rows of 40 16-bit values. */
@@ -303,12 +315,17 @@ const QUANTIZED: ExpertFamily<TypedArgsBase & { activation?: GateActivation }> =
     return f.matrix
       ? { grid: [ceilDiv(a.n, f.gateUp ? 32 : 64), moeTileSlots(pairs, a.numExperts, QUANTIZED_MM_ID_METAL_BM), 1], threads: [128, 1, 1],
         cuda: quantizedIdMmCudaLaunch(pairs, a.n, a.numExperts, f.gateUp) }
-      : {
-        grid: [ceilDiv(a.n, 8), pairs, 1], threads: [32, 2, 1], cuda: quantizedIdMvCudaLaunch(pairs, a.n, a.k, f.gateUp, a.bits, a.groupSize),
-        kernel: quantizedIdMvKernel(f.op, a.output.dtype, a.k, a.groupSize, a.bits, a.x.dtype === 'f32'),
-      };
+      : mvLaunch(f.op, f.gateUp, a, pairs);
   },
 };
+
+/** A typed vector form's launch: its kernel, and on CUDA the compact entry of a _gc kernel (quantizedIdMvCudaEntry). */
+function mvLaunch(op: string, gateUp: boolean, a: TypedArgsBase, pairs: number): Pick<PlannedDispatch, 'grid' | 'threads'> & { cuda: CudaLaunch; kernel: string } {
+  const kernel = quantizedIdMvKernel(op, a.output.dtype, a.k, a.groupSize, a.bits, a.x.dtype === 'f32');
+  const entry = quantizedIdMvCudaEntry(kernel, pairs, a.n, gateUp, a.groupSize);
+  const cuda = quantizedIdMvCudaLaunch(pairs, a.n, a.k, gateUp, a.bits, a.groupSize);
+  return { grid: [ceilDiv(a.n, 8), pairs, 1], threads: [32, 2, 1], cuda: entry === undefined ? cuda : { ...cuda, entry }, kernel };
+}
 
 const mvId = expertProductOp<TypedArgsBase, QuantizedMvIdArgs>(QUANTIZED, { op: 'quantized_mv_id', matrix: false, gateUp: false });
 const mmId = expertProductOp<TypedArgsBase, QuantizedMmIdArgs>(QUANTIZED, { op: 'quantized_mm_id', matrix: true, gateUp: false });

@@ -271,9 +271,16 @@ static MvLaunch mv_launch(u32 P, u32 N, u32 K, u32 gs, u32 bits, bool gate_up, b
 }
 
 template <class T>
+using QmvIdFn = void (*)(const T*, const unsigned*, const T*, const T*, const u32*, T*, const QuantizedMatmulIdParams*);
+template <class T>
+using QguIdFn = void (*)(const T*, const unsigned*, const T*, const T*, const u32*, T*, const QuantizedGateUpIdParams*, const unsigned*,
+                         const T*, const T*);
+
+template <class T>
 // vector: the crate-named entries at 4 bits too (host code may launch them; the ops take the _gc ones there).
+// compact, compact_gu: a compact entry (quantizedIdMvCudaEntry) run in place of the _gc kernel.
 static void check_qmv(const char* name, u32 M, u32 U, u32 E, u32 N, u32 K, u32 gs, u32 bits, bool gate_up, u32 activation, bool fused,
-                      bool vector = false) {
+                      bool vector = false, QmvIdFn<T> compact = nullptr, QguIdFn<T> compact_gu = nullptr) {
   const u32 P = M * U, rows = fused ? 2 * N : N;
   QExperts<T> gw(E, fused ? 2 * N : N, K, gs, bits, rows), uwsep(E, N, K, gs, bits, rows);
   // The fused layout: the up view starts N rows into the gate's buffer.
@@ -305,7 +312,8 @@ static void check_qmv(const char* name, u32 M, u32 U, u32 E, u32 N, u32 K, u32 g
     sim_launch(l.grid, l.block, l.smem, [&] {
       const unsigned* gwu = reinterpret_cast<const unsigned*>(gw.w.p);
       const unsigned* uwu = reinterpret_cast<const unsigned*>(upw);
-      if constexpr (std::is_same_v<T, __half>)
+      if (compact_gu != nullptr) compact_gu(x.p, gwu, gw.sc.p, gw.bi.p, idb.p, y.p, &p, uwu, ups, upb);
+      else if constexpr (std::is_same_v<T, __half>)
         (l.gc ? quantized_gate_up_mv_id_gc_f16 : quantized_gate_up_mv_id_f16)(x.p, gwu, gw.sc.p, gw.bi.p, idb.p, y.p, &p, uwu, ups, upb);
       else
         (l.gc ? quantized_gate_up_mv_id_gc_bf16 : quantized_gate_up_mv_id_bf16)(x.p, gwu, gw.sc.p, gw.bi.p, idb.p, y.p, &p, uwu, ups, upb);
@@ -314,7 +322,8 @@ static void check_qmv(const char* name, u32 M, u32 U, u32 E, u32 N, u32 K, u32 g
     QuantizedMatmulIdParams p{M, K, N, gs, bits, U, E, ws, ss, ss};
     sim_launch(l.grid, l.block, l.smem, [&] {
       const unsigned* gwu = reinterpret_cast<const unsigned*>(gw.w.p);
-      if constexpr (std::is_same_v<T, __half>)
+      if (compact != nullptr) compact(x.p, gwu, gw.sc.p, gw.bi.p, idb.p, y.p, &p);
+      else if constexpr (std::is_same_v<T, __half>)
         (l.gc ? quantized_mv_id_gc_f16 : quantized_mv_id_f16)(x.p, gwu, gw.sc.p, gw.bi.p, idb.p, y.p, &p);
       else
         (l.gc ? quantized_mv_id_gc_bf16 : quantized_mv_id_bf16)(x.p, gwu, gw.sc.p, gw.bi.p, idb.p, y.p, &p);
@@ -508,6 +517,15 @@ int main() {
   check_qmv<bf>("quantized_gate_up_mv_id_bf16 (W 1)", 32, 8, 12, 64, 640, 32, 4, true, 0, false);
   check_qmv<__half>("quantized_gate_up_mv_id_f16 (W 2)", 16, 8, 12, 61, 640, 32, 4, true, 1, false);
   check_qmv<bf>("quantized_mv_id_bf16 (W 1)", 16, 8, 12, 256, 1152, 128, 4, false, 0, false);
+  // The compact entries of the _gc kernels at those launches: every warp count, group sizes 32, 64 and 128.
+  check_qmv<bf>("quantized_gate_up_mv_id_gc_bf16_g32_w1", 32, 8, 12, 64, 640, 32, 4, true, 0, false, false, nullptr,
+                quantized_gate_up_mv_id_gc_bf16_g32_w1);
+  check_qmv<__half>("quantized_gate_up_mv_id_gc_f16_g32_w2", 16, 8, 12, 61, 640, 32, 4, true, 1, false, false, nullptr,
+                    quantized_gate_up_mv_id_gc_f16_g32_w2);
+  check_qmv<bf>("quantized_gate_up_mv_id_gc_bf16_g64_w4", 2, 2, 4, 13, 256, 64, 4, true, 0, false, false, nullptr,
+                quantized_gate_up_mv_id_gc_bf16_g64_w4);
+  check_qmv<bf>("quantized_mv_id_gc_bf16_g128_w1", 16, 8, 12, 256, 1152, 128, 4, false, 0, false, false, quantized_mv_id_gc_bf16_g128_w1);
+  check_qmv<__half>("quantized_mv_id_gc_f16_g64_w2", 1, 4, 6, 20, 512, 64, 4, false, 0, false, false, quantized_mv_id_gc_f16_g64_w2);
   // The matrix engine's cp.async weight pipeline past its 4 stages (k = 320: 10 steps), 4 and 8 bits.
   check_qmm<bf>("quantized_gate_up_mm_id_bf16", 20, 2, 3, 40, 320, 64, 4, true, 0, -1);
   check_qmm<__half>("quantized_mm_id_f16", 20, 2, 3, 70, 320, 32, 8, false, 0, -1);
