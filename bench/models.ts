@@ -11,7 +11,7 @@
 //
 //   bun run bench/models.ts [--small] [--model qwen3_5_moe|gemma4|all] [--quant q4|bf16|q4k]
 //                           [--steps N] [--prompt P] [--prefill T] [--rounds R] [--copy-gbs B]
-//                           [--layers L] [--vocab V] [--pdl on|off]
+//                           [--layers L] [--vocab V] [--pdl on|off] [--cold-kernels]
 //
 // --small: tiny dimensions the emulator runs (the same code path); without
 // it the real configurations (cuda: tens of GB of weights). --quant q4 (the
@@ -32,6 +32,12 @@
 // --layers, --vocab: the configuration cut to L layers and a vocabulary of V
 // (the real widths kept), for a quick check of the real shapes, e.g. on the
 // emulator.
+// --cold-kernels (cuda): instead of the speed table, what each distinct
+// dispatch of one decode step takes alone with its weights out of L2 and
+// with its code out of the caches too (bench/code_cold.cu's fronts: an 80
+// MiB read, then 16,384 straight-line FFMAs on every SM), each behind the
+// step's first norm, 16 times in one replay; the dispatches are the step's
+// own (captured as the model records it: its buffers, grids and entries).
 //
 // Configurations: Qwen3.6-35B-A3B is Qwen3_5MoeTextConfig's defaults
 // (ts/models/config.ts reads them; hidden 2048, 40 layers of which every
@@ -57,7 +63,8 @@
 // place as 4-byte words. Small tensors (norms, conv, A_log, the routers'
 // scales) come from the host. Backend: MLX_NATIVE_BACKEND or the default.
 
-import { Device, type Buffer, type DType } from '../ts/index.ts';
+import { Device, type Buffer, type DType, type Encoder, type Pipeline } from '../ts/index.ts';
+import { Encoder as EncoderClass, type DispatchBindings, type Dim3 } from '../ts/encoder.ts';
 import { Checkpoint, Gemma4, Qwen35Moe, gemma4Config, qwen35MoeConfig, type CausalLM, type Linear, type RowsPart } from '../ts/models/index.ts';
 import { gather } from '../ts/ops/embedding.ts';
 import { philox4x32 } from '../ts/ops/sample.ts';
@@ -91,6 +98,7 @@ const copyGbsArg = opt('--copy-gbs') === undefined ? null : num('--copy-gbs', 1)
 const layersArg = opt('--layers') === undefined ? null : num('--layers', 1);
 const vocabArg = opt('--vocab') === undefined ? null : num('--vocab', 1);
 const pdlArg = opt('--pdl');
+const coldKernels = argv.includes('--cold-kernels');
 if (pdlArg !== undefined && pdlArg !== 'on' && pdlArg !== 'off') throw new Error(`--pdl must be on or off (got ${pdlArg})`);
 const GROUP = 64, BITS = 4;
 
@@ -569,6 +577,10 @@ function run(arch: 'qwen3_5_moe' | 'gemma4', copy: number): void {
     // Warm-up: the first prompt and steps compile and load every kernel.
     model.prefill(prompt);
     for (let i = 0; i < 2; i++) model.decode();
+    if (coldKernels) {
+      coldKernelTable(model, prompt, label);
+      return;
+    }
     const recordedWall: number[] = [], recordedHost: number[] = [], replayWall: number[] = [], replayHost: number[] = [];
     let finite = true;
     for (let r = 0; r < rounds; r++) {
@@ -612,6 +624,108 @@ function run(arch: 'qwen3_5_moe' | 'gemma4', copy: number): void {
   } finally {
     model.release();
   }
+}
+
+// ---- --cold-kernels ----
+
+const COLD_FRONTS = `
+#define R2(x) x x
+#define R4(x) R2(R2(x))
+#define R16(x) R4(R4(x))
+#define R256(x) R16(R16(x))
+#define R2048(x) R256(R4(R2(x)))
+// Reads 80 MiB through L2 (the default policy): nothing of a kernel ahead stays there.
+extern "C" __global__ void __launch_bounds__(256) cold_flush(const float4* p, float* out) {
+    const unsigned long long n = (80ull << 20) / 16;
+    float s = 0.f;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (unsigned long long)gridDim.x * blockDim.x) {
+        const float4 v = p[i];
+        s += v.x + v.y + v.z + v.w;
+    }
+    if (s == 1.2345e30f) out[0] = s;
+}
+// 16,384 straight-line FFMAs (256 KB of code), a block of 4 warps an SM: nothing of a kernel ahead stays in the SMs' instruction caches.
+extern "C" __global__ void __launch_bounds__(128, 1) cold_pollute(float* out) {
+    const float a = out[1], b = out[2];
+    float v0 = threadIdx.x, v1 = v0 + 1.f, v2 = v0 + 2.f, v3 = v0 + 3.f, v4 = v0 + 4.f, v5 = v0 + 5.f, v6 = v0 + 6.f, v7 = v0 + 7.f;
+    R2048(v0 = fmaf(v0, a, b); v1 = fmaf(v1, a, b); v2 = fmaf(v2, a, b); v3 = fmaf(v3, a, b);
+          v4 = fmaf(v4, a, b); v5 = fmaf(v5, a, b); v6 = fmaf(v6, a, b); v7 = fmaf(v7, a, b);)
+    const float s = v0 + v1 + v2 + v3 + v4 + v5 + v6 + v7;
+    if (s == 1.2345e30f) out[0] = s;
+}
+`;
+
+interface Captured { p: Pipeline; b: DispatchBindings; g: Dim3; t: Dim3 }
+
+/** The dispatches of one decode step as the model records it (the first step after a prompt is recorded, not replayed). */
+function captureStep(model: CausalLM, prompt: number[]): Captured[] {
+  const out: Captured[] = [];
+  const proto = EncoderClass.prototype as unknown as { dispatch: (p: Pipeline, b: DispatchBindings, g: Dim3, t: Dim3) => void };
+  const orig = proto.dispatch;
+  model.prefill(prompt);
+  proto.dispatch = function (this: Encoder, p, b, g, t) {
+    out.push({ p, b, g, t });
+    orig.call(this, p, b, g, t);
+  };
+  try {
+    model.decode();
+  } finally {
+    proto.dispatch = orig;
+  }
+  return out;
+}
+
+function coldKernelTable(model: CausalLM, prompt: number[], label: string): void {
+  if (dev.backend !== 'cuda') throw new Error('--cold-kernels: the fronts are CUDA kernels; run on the cuda backend');
+  const step = captureStep(model, prompt);
+  const lib = dev.compile(COLD_FRONTS, { name: 'cold_fronts.cu' });
+  using flushBuf = dev.alloc('f32', [(80 << 20) / 4]);
+  flushBuf.fill(0.5);
+  using sink = dev.upload('f32', [4], Float32Array.from([0, 1.0001, 0.5, 0]));
+  const flush = lib.pipeline('cold_flush'), pollute = lib.pipeline('cold_pollute');
+  const sms = Math.max(1, dev.limits.multiprocessors);
+  const fronts = {
+    flush: (enc: Encoder) => enc.dispatch(flush, { buffers: { 0: flushBuf, 1: sink } }, [sms * 8, 1, 1], [256, 1, 1]),
+    pollute: (enc: Encoder) => enc.dispatch(pollute, { buffers: { 0: sink } }, [sms, 1, 1], [128, 1, 1]),
+  };
+  const run1 = (enc: Encoder, d: Captured) => enc.dispatch(d.p, d.b, d.g, d.t);
+  const glue = step.find((d) => d.p.name.startsWith('rms_norm'))!;
+  const reps = 16;
+  const time = (seq: (enc: Encoder) => void): number => {
+    const enc = dev.encoder({ replayable: true });
+    for (let i = 0; i < reps; i++) seq(enc);
+    enc.commitAndWait();
+    const ts: number[] = [];
+    for (let r = 0; r < 6; r++) {
+      enc.replayAndWait();
+      if (r > 0) ts.push(enc.gpuTimeNs / reps / 1000);
+    }
+    enc.release();
+    return median(ts);
+  };
+  const warm0 = time((e) => run1(e, glue));
+  const a0 = time((e) => { fronts.flush(e); run1(e, glue); });
+  const b0 = time((e) => { fronts.flush(e); fronts.pollute(e); run1(e, glue); });
+  console.log(`\n${label}: ${step.length} dispatches a decode step; each distinct one (entry, grid x block) in step order, us a dispatch`);
+  console.log(`behind the step's first norm (${glue.p.name}): fronts alone ${warm0.toFixed(2)} / ${a0.toFixed(2)} / ${b0.toFixed(2)} us`);
+  console.log('dispatch | count in the step | warm (same dispatch again) | weights cold | code and weights cold | code\'s share');
+  const seen = new Map<string, number>();
+  for (const d of step) {
+    const key = `${d.p.name} ${d.g.join('x')} x ${d.t.join('x')}`;
+    seen.set(key, (seen.get(key) ?? 0) + 1);
+  }
+  const done = new Set<string>();
+  for (const d of step) {
+    const key = `${d.p.name} ${d.g.join('x')} x ${d.t.join('x')}`;
+    // Kernels bound to the recording encoder's own words (the sampler's) are not run again here.
+    if (done.has(key) || /^(argmax|sample|top_k|philox)/.test(d.p.name)) continue;
+    done.add(key);
+    const warm = time((e) => { run1(e, glue); run1(e, d); }) - warm0;
+    const a = time((e) => { fronts.flush(e); run1(e, glue); run1(e, d); }) - a0;
+    const b = time((e) => { fronts.flush(e); fronts.pollute(e); run1(e, glue); run1(e, d); }) - b0;
+    console.log(`${key} | ${seen.get(key)} | ${warm.toFixed(2)} | ${a.toFixed(2)} | ${b.toFixed(2)} | ${(b - a).toFixed(2)}`);
+  }
+  lib.release();
 }
 
 console.log(`device: ${dev.name} (${dev.backend}), ${new Date().toISOString().slice(0, 10)}`);
