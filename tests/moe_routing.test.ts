@@ -9,7 +9,10 @@ import {
   MOE_ROUTING_KERNELS,
   MOE_ROUTING_SOURCES,
   moeRoutingMaxExperts,
+  moeRoutingCudaEntry,
   fusedMoeRouting,
+  planFusedMoeRouting,
+  planFusedMoeRoutingBatch,
   fusedMoeRoutingBatch,
   moeRoutingThreadgroup,
   packFusedMoeRoutingParams,
@@ -20,6 +23,8 @@ import { bufferParam } from './metal-source.ts';
 import * as moeOps from '../ts/ops/moe_routing.ts';
 import * as mlx from '../ts/index.ts';
 import { a, buf, F, int, opContract, out, U32 } from './op-contract.ts';
+import { compactEntryProblem, CXX } from './cuda-source.ts';
+import { record } from '../ts/plan.ts';
 
 // ---- the param structs against the .metal source ----
 
@@ -38,6 +43,23 @@ describe('moe_routing param packer matches the .metal declaration', () => {
     expect(moeRoutingThreadgroup(5, TARGET_LIMITS.metal)).toEqual({ threads: 8, sharedBytes: 32 });
     expect(moeRoutingThreadgroup(128, TARGET_LIMITS.metal)).toEqual({ threads: 128, sharedBytes: 512 });
     expect(moeRoutingThreadgroup(513, TARGET_LIMITS.metal)).toEqual({ threads: 256, sharedBytes: 2064 });
+  });
+});
+
+describe('moe_routing compact CUDA entries (moeRoutingCudaEntry)', () => {
+  test('the warp path\'s entry by logits a lane; none past the warp path', () => {
+    expect([[1, 1], [32, 8], [33, 2], [128, 8], [129, 8], [256, 8], [257, 5], [1024, 32], [1025, 8], [256, 33]]
+      .map(([e, k]) => moeRoutingCudaEntry('fused_moe_routing_batch_f32', e!, k!))).toEqual([
+      'fused_moe_routing_batch_f32_w1', 'fused_moe_routing_batch_f32_w1', 'fused_moe_routing_batch_f32_w2', 'fused_moe_routing_batch_f32_w4',
+      'fused_moe_routing_batch_f32_w8', 'fused_moe_routing_batch_f32_w8', 'fused_moe_routing_batch_f32_w16', 'fused_moe_routing_batch_f32_w32',
+      undefined, undefined,
+    ]);
+  });
+  test.if(CXX !== undefined)('every entry the rule names is in shaders/cuda/moe_routing.cu with its kernel\'s parameters', () => {
+    const named = new Map<string, string>();
+    for (const kernel of MOE_ROUTING_KERNELS) for (let e = 1; e <= 1024; e++) named.set(moeRoutingCudaEntry(kernel, e, 8)!, kernel);
+    expect(named.size).toBe(12);
+    expect([...named].map(([e, kernel]) => compactEntryProblem('moe_routing', kernel, e)).filter((p) => p !== '')).toEqual([]);
   });
 });
 
@@ -151,6 +173,38 @@ describeBackends('moe_routing parity', ({ device }) => {
       const r = rng(t * 7 + e * 131 + k);
       check(randomArray(r, t * e, -4, 4), randomArray(r, e, 0.5, 2), t, e, k, true);
     }
+  });
+
+  test('through the compact CUDA entries: the kernel\'s own entry\'s ids and weights bit for bit, every width of the warp path', () => {
+    const dev = device();
+    const wrong: string[] = [];
+    for (const [t, e, k, batch] of [[1, 20, 4, false], [1, 64, 8, false], [3, 100, 8, true], [1, 256, 8, true], [2, 400, 16, true], [1, 1000, 32, false]] as const) {
+      const r = rng(t * 7 + e * 13 + k);
+      const lg = dev.upload('f32', [t, e], randomArray(r, t * e, -4, 4));
+      const sc = dev.upload('f32', [e], randomArray(r, e, 0.5, 2));
+      const ids = dev.alloc('u32', [t, k]);
+      const w = dev.alloc('f32', [t, k]);
+      const args = { logits: lg, expertIds: ids, routingWeights: w, perExpertScale: sc, numExperts: e, topK: k };
+      const plan = batch ? planFusedMoeRoutingBatch({ ...args, nTokens: t }, dev.limits, dev) : planFusedMoeRouting(args, dev.limits, dev);
+      const d = plan.dispatches[0]!;
+      const runWith = (cuda: typeof d.cuda): [number[], number[]] => {
+        ids.write(new Uint32Array(t * k).fill(0xffff_ffff));
+        w.fill(Number.NaN);
+        const enc = dev.encoder();
+        record(enc, { ...plan, dispatches: [{ ...d, cuda }] });
+        enc.commitAndWait();
+        return [[...(ids.read() as Uint32Array)], [...w.readNumbers()]];
+      };
+      const [ie, we] = runWith(d.cuda);
+      const [ik, wk] = runWith(d.cuda === undefined ? undefined : { grid: d.cuda.grid, threads: d.cuda.threads });
+      const label = `${batch ? 'batch' : 'single'} tokens ${t} experts ${e} topK ${k}`;
+      if (d.cuda?.entry === undefined) wrong.push(`${label}: no compact entry planned`);
+      if (JSON.stringify(ie) !== JSON.stringify(ik) || !we.every((v, i) => Object.is(v, wk[i]))) wrong.push(`${label}: differs from the kernel's entry`);
+      const want = moeRoutingRef(lg.readNumbers(), sc.readNumbers(), t, e, k);
+      if (JSON.stringify(ie) !== JSON.stringify([...want.expertIds]) || !(maxRelErr(we, want.weights) < TOL.f32)) wrong.push(`${label}: against the reference`);
+      for (const b of [lg, sc, ids, w]) b.release();
+    }
+    expect(wrong).toEqual([]);
   });
 
   test('ties go to the lowest index; all-equal logits; underflowed experts', () => {

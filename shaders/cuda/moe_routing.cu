@@ -429,3 +429,51 @@ extern "C" __global__ void __launch_bounds__(1024) fused_moe_routing_batch_f32(c
     }
     route_token(logits + token * e, expert_ids + token * k, routing_weights + token * k, per_expert_scale, e, k);
 }
+
+// Compact entries (CUDA only; docs/internals.md "Compact CUDA entries"):
+// <kernel>_w<PER> runs the warp path at PER logits a lane alone, for the
+// sizes whose launch names it (ts/ops/moe_routing.ts moeRoutingCudaEntry:
+// one warp a token, num_experts in (16 PER, 32 PER] (1 to 32 for PER 1),
+// top_k <= 32), the code the kernel runs there, so its results bit for bit.
+// A decode step routes one token with one warp, whose instruction fetch
+// nothing hides: behind an 80 MB read and 256 KB of other code the kernel
+// took 2.8-3.3 us more than with its code warm (H100, bench/models.ts
+// --cold-kernels). Other sizes take route_token, the block path, called
+// out of line so that it adds nothing to the warp path's instructions.
+namespace {
+__device__ __noinline__ void route_token_call(const float* logits, u32* expert_ids, float* routing_weights, const float* per_expert_scale,
+                                              u32 num_experts, u32 top_k) {
+    route_token(logits, expert_ids, routing_weights, per_expert_scale, num_experts, top_k);
+}
+template <int PER>
+__device__ __forceinline__ void route_compact(const float* logits, u32* expert_ids, float* routing_weights, const float* per_expert_scale,
+                                              const FusedMoeRoutingParams* p, float2* cand) {
+    const u32 e = p->num_experts, k = p->top_k;
+    const unsigned long long token = blockIdx.x;
+    if (warp_path(e, k) && e <= 32u * PER && (PER == 1 || e > 16u * PER)) {
+        route_warp<PER>(logits + token * e, expert_ids + token * k, routing_weights + token * k, per_expert_scale, e, k, threadIdx.x, cand);
+        return;
+    }
+    route_token_call(logits + token * e, expert_ids + token * k, routing_weights + token * k, per_expert_scale, e, k);
+}
+}  // namespace
+#define ROUTING_COMPACT(PER)                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(1024) fused_moe_routing_f32_w##PER(                                          \
+        const float* logits, u32* expert_ids, float* routing_weights, const float* per_expert_scale,                          \
+        const FusedMoeRoutingParams* p) {                                                                                     \
+        __shared__ float2 cand[32];                                                                                           \
+        route_compact<PER>(logits, expert_ids, routing_weights, per_expert_scale, p, cand);                                   \
+    }                                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(1024) fused_moe_routing_batch_f32_w##PER(                                    \
+        const float* logits, u32* expert_ids, float* routing_weights, const float* per_expert_scale,                          \
+        const FusedMoeRoutingParams* p) {                                                                                     \
+        __shared__ float2 cand[32];                                                                                           \
+        route_compact<PER>(logits, expert_ids, routing_weights, per_expert_scale, p, cand);                                   \
+    }
+ROUTING_COMPACT(1)
+ROUTING_COMPACT(2)
+ROUTING_COMPACT(4)
+ROUTING_COMPACT(8)
+ROUTING_COMPACT(16)
+ROUTING_COMPACT(32)
+#undef ROUTING_COMPACT

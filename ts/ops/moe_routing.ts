@@ -110,6 +110,17 @@ export function moeRoutingThreadgroup(numExperts: number, limits: LaunchLimits):
 export const MOE_ROUTING_CUDA_WARP_MAX_EXPERTS = 1024;
 export const MOE_ROUTING_CUDA_WARP_MAX_TOP_K = 32;
 
+/**
+ * The compact CUDA entry (shaders/cuda/moe_routing.cu, docs/internals.md
+ * "Compact CUDA entries") of either kernel where the launch takes the warp
+ * path: `<kernel>_w<PER>`, PER logits a lane (the smallest power of two with
+ * 32 PER >= numExperts); undefined elsewhere.
+ */
+export function moeRoutingCudaEntry(kernel: string, numExperts: number, topK: number): string | undefined {
+  if (numExperts > MOE_ROUTING_CUDA_WARP_MAX_EXPERTS || topK > MOE_ROUTING_CUDA_WARP_MAX_TOP_K) return undefined;
+  return `${kernel}_w${Math.max(1, nextPow2(Math.ceil(numExperts / 32)))}`;
+}
+
 /** The plan of either kernel, after validation. */
 function plan(kernel: (typeof MOE_ROUTING_KERNELS)[number], p: MoeRoutingBatchParams, b: MoeRoutingBuffers,
   limits: DeviceLimits): OpPlan {
@@ -122,7 +133,7 @@ function plan(kernel: (typeof MOE_ROUTING_KERNELS)[number], p: MoeRoutingBatchPa
     threadgroupMemory: [sharedBytes],
     grid: [p.nTokens, 1, 1],
     threads: [threads, 1, 1],
-    cuda: warp ? { grid: [p.nTokens, 1, 1], threads: [32, 1, 1] } : undefined,
+    cuda: warp ? { grid: [p.nTokens, 1, 1], threads: [32, 1, 1], entry: moeRoutingCudaEntry(kernel, p.numExperts, p.topK) } : undefined,
   });
 }
 
