@@ -244,7 +244,10 @@ __device__ __forceinline__ void dense_mv(const T* x, const T* w, T* y, const Den
             return;
         }
     }
-    mv_simt<T, T, T, 8, 2>(xb, p->k, wp, p->k, yb, p->n, p->m, p->n, p->k, row0, rows);
+    // One token: the block's rows 8 at a time, so their loads go out together (f32's 8-row blocks in one pass: Gemma 4's
+    // router, bench/notes/code-cold-2026-11-27.md); the same sums in the same order as 2 at a time.
+    if (p->m == 1u) mv_simt<T, T, T, 1, 8>(xb, p->k, wp, p->k, yb, p->n, 1u, p->n, p->k, row0, rows);
+    else mv_simt<T, T, T, 8, 2>(xb, p->k, wp, p->k, yb, p->n, p->m, p->n, p->k, row0, rows);
 }
 
 // ---- the matrix form, tensor cores ----

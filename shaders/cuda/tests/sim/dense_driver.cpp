@@ -138,6 +138,10 @@ int main(int argc, char** argv) {
   run_dense<float>("dense_mv_f32", dense_mv_f32, 1, 7, 33, 1, 1, true);
   run_dense<float>("dense_mv_f32", dense_mv_f32, 1, 1030, 72, 2, 1, true);
   run_dense<float>("dense_mv_f32", dense_mv_f32, 3, 128, 2816, 1, 1, true);
+  // One token: 8 rows a pass (Gemma 4's router; rows past n in the last block; the simt form of a 16-bit type).
+  run_dense<float>("dense_mv_f32", dense_mv_f32, 1, 128, 2816, 1, 1, true);
+  run_dense<float>("dense_mv_f32", dense_mv_f32, 1, 13, 2816, 3, 3, true);
+  run_dense<__nv_bfloat16>("dense_mv_bf16 (simt)", dense_mv_bf16, 1, 20, 33, 1, 1, true);
   // Matrix form, 64 x 128 tiles: cp.async path and the register path (k % 8 != 0).
   run_dense<__nv_bfloat16>("dense_mm_bf16", dense_mm_bf16, 100, 200, 96, 1, 1, false);
   run_dense<__nv_bfloat16>("dense_mm_bf16", dense_mm_bf16, 70, 130, 100, 2, 1, false);
