@@ -163,11 +163,11 @@ describe('quantized_matmul param packer matches the header and the .metal bindin
     ].map(([kn, m, n, k, gs, bits]) => quantizedCudaEngine(kn as string, m as number, n as number, k as number, gs as number, bits as number)))
       .toEqual(['groups', 'vector', 'vector', 'vector', 'groups', 'vector']);
     expect(quantizedCudaLaunch('quantized_mv_bf16', 1, 17408, 5120, 64, 6)).toEqual({
-      grid: [1088, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: QUANTIZED_MV_CUDA_SHARED_BYTES },
+      grid: [1088, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: QUANTIZED_MV_CUDA_SHARED_BYTES }, entry: 'quantized_mv_bf16_vec6',
     });
     // 1088 tiles (past 1024): 2 warps a tile; 772: 4. Shared: 10 rounds of 8 groups of 64 as 16-bit values, their sums, 1 KiB.
     expect(quantizedCudaLaunch('quantized_mv_bf16', 1, 17408, 5120, 64, 4)).toEqual({
-      grid: [544, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 10 * 512 * 2 + 10 * 8 * 4 + 1024 },
+      grid: [544, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 10 * 512 * 2 + 10 * 8 * 4 + 1024 }, entry: 'quantized_mv_bf16_gc64_w2',
     });
     expect(quantizedCudaLaunch('quantized_matmul_simd', 1, 12352, 2048, 64, 4).grid).toEqual([772, 1, 1]);
     expect(gcSharedBytes(5376, 64)).toBe(11 * 512 * 2 + 11 * 8 * 4 + 1024);
@@ -186,31 +186,34 @@ describe('quantized_matmul param packer matches the header and the .metal bindin
   });
 });
 
-describe('compact CUDA entries of mlx-native\'s kernels (quantizedCudaEntry)', () => {
+describe('compact CUDA entries of the vector forms (quantizedCudaEntry)', () => {
   test('the engine\'s entry where the sizes name one: vector by bits, group-column by group size and warps; none elsewhere', () => {
     expect([
       ['quantized_matmul_simd', 1, 2048, 4096, 64, 4], ['quantized_matmul', 8, 2048, 4096, 32, 6], ['quantized_matmul_simd_bf16', 3, 100, 256, 128, 8],
       ['quantized_matmul_simd', 1, 12352, 2048, 64, 4], ['quantized_matmul_simd', 1, 248320, 2048, 64, 4],
       ['quantized_matmul_simd_bf16', 1, 8192, 5120, 128, 4],
       // the matrix engine (m 9), the any-layout one (k not a multiple of the group), the family's own kernels
-      ['quantized_matmul_simd', 9, 2048, 4096, 64, 4], ['quantized_matmul', 1, 2048, 96, 48, 4], ['quantized_mv_bf16', 1, 2048, 4096, 64, 4],
+      ['quantized_mv_bf16', 1, 2048, 4096, 64, 4], ['quantized_mv_f16', 1, 17408, 5120, 32, 4],
+      // the matrix engine (m 9), the any-layout one (k not a multiple of the group), f32's SIMT engine, the matrix kernels
+      ['quantized_matmul_simd', 9, 2048, 4096, 64, 4], ['quantized_matmul', 1, 2048, 96, 48, 4], ['quantized_mv_f32', 1, 2048, 4096, 64, 4],
       ['quantized_mm_bf16', 1, 2048, 4096, 64, 4],
     ].map(([kn, m, n, k, gs, bits]) => quantizedCudaLaunch(kn as string, m as number, n as number, k as number, gs as number, bits as number).entry))
       .toEqual([
         'quantized_matmul_vec4', 'quantized_matmul_vec6', 'quantized_matmul_simd_bf16_vec8',
         'quantized_matmul_gc64_w4', 'quantized_matmul_gc64_w2', 'quantized_matmul_simd_bf16_gc128_w4',
+        'quantized_mv_bf16_vec4', 'quantized_mv_f16_gc32_w2',
         undefined, undefined, undefined, undefined,
       ]);
   });
   test.if(CXX !== undefined)('every entry the rule names is in shaders/cuda/quantized_matmul.cu with the kernel\'s parameters', () => {
     const named = new Map<string, string>();
-    for (const kernel of ['quantized_matmul', 'quantized_matmul_simd', 'quantized_matmul_simd_bf16']) {
+    for (const kernel of ['quantized_matmul', 'quantized_matmul_simd', 'quantized_matmul_simd_bf16', 'quantized_mv_f16', 'quantized_mv_bf16']) {
       for (const bits of [4, 6, 8]) for (const gs of [32, 64, 128]) for (const [m, n] of [[1, 64], [8, 64], [1, GC_MIN_N], [1, 16 * 1025]]) {
         const e = quantizedCudaEntry(kernel, m!, n!, 2 * 128, gs, bits);
         if (e !== undefined) named.set(e, kernel);
       }
     }
-    expect(named.size).toBe(18);
+    expect(named.size).toBe(36);
     expect([...named].map(([e, kernel]) => compactEntryProblem('quantized_matmul', kernel, e)).filter((p) => p !== '')).toEqual([]);
   });
 });
@@ -463,17 +466,22 @@ describeBackends('quantized_matmul parity', ({ device }) => {
     expect(over).toEqual([]);
   }, 120_000);
 
-  test('mlx-native\'s kernels through their compact CUDA entries: the kernel\'s own entry\'s results bit for bit (vector at every bits, group-column)', () => {
+  test('the vector forms through their compact CUDA entries: the kernel\'s own entry\'s results bit for bit (vector at every bits, group-column)', () => {
     const dev = device();
     const wrong: string[] = [];
     for (const [kernel, io, m, n, k, gs, bits] of [
       ['quantized_matmul_simd', 'f32', 3, 40, 256, 64, 4], ['quantized_matmul', 'f32', 8, 17, 192, 32, 6], ['quantized_matmul_simd_bf16', 'bf16', 1, 33, 256, 128, 8],
       ['quantized_matmul_simd', 'f32', 1, GC_MIN_N + 3, 320, 32, 4], ['quantized_matmul_simd_bf16', 'bf16', 1, 16 * 1025, 128, 64, 4],
+      ['quantized_mv_bf16', 'bf16', 5, 24, 256, 64, 6], ['quantized_mv_f16', 'f16', 1, GC_MIN_N + 9, 384, 128, 4],
     ] as const) {
-      const s = setup(dev, { m, n, k, gs, bits, xdt: io, sdt: 'bf16', roundX: true, seed: n * 3 + k + bits });
+      const crate = kernel.startsWith('quantized_matmul');
+      const s = setup(dev, { m, n, k, gs, bits, xdt: io, sdt: crate ? 'bf16' : io, roundX: crate, seed: n * 3 + k + bits });
       const args = { input: s.x, weight: s.weight, scales: s.scales, biases: s.biases, output: s.output, m, k, n, groupSize: gs, bits };
       const plan = kernel === 'quantized_matmul' ? planQuantizedMatmul(args, dev.limits, dev)
-        : kernel === 'quantized_matmul_simd' ? planQuantizedMatmulSimd(args, dev.limits, dev) : planQuantizedMatmulSimdBf16(args, dev.limits, dev);
+        : kernel === 'quantized_matmul_simd' ? planQuantizedMatmulSimd(args, dev.limits, dev)
+        : kernel === 'quantized_matmul_simd_bf16' ? planQuantizedMatmulSimdBf16(args, dev.limits, dev)
+        : planAffineQuantizedMatmul({ x: s.x, weight: s.weight, scales: s.scales, biases: s.biases, output: s.output, m, n, k, groupSize: gs, bits },
+          dev.limits, dev);
       const d = plan.dispatches[0]!;
       if (d.cuda?.entry === undefined) wrong.push(`${kernel} [${m}, ${n}, ${k}]: no compact entry planned`);
       run(dev, (e) => record(e, plan));
@@ -484,7 +492,7 @@ describeBackends('quantized_matmul parity', ({ device }) => {
       const differ = viaEntry.findIndex((v, i) => !Object.is(v, viaKernel[i]));
       if (differ >= 0) wrong.push(`${kernel} [${m}, ${n}, ${k}] gs ${gs} bits ${bits}: output ${differ} ${viaEntry[differ]} vs ${viaKernel[differ]}`);
       const err = errOf(s);
-      if (!(err <= dotTolerance('bf16', k))) wrong.push(`${kernel} [${m}, ${n}, ${k}]: error ${err}`);
+      if (!(err <= dotTolerance(crate ? 'bf16' : io, k))) wrong.push(`${kernel} [${m}, ${n}, ${k}]: error ${err}`);
     }
     expect(wrong).toEqual([]);
   }, 120_000);

@@ -527,69 +527,83 @@ extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_simd_bf16(
     crate_entry(input, reinterpret_cast<const unsigned char*>(weight), scales, biases, output, params);
 }
 
-// ---- compact entries of mlx-native's kernels (CUDA only) ----
+// ---- compact entries (CUDA only) ----
 
-// Each runs one engine of crate_entry at one bit width (vector) or group
-// size and warp count (group-column), with the entry's prefetch and the
-// any-layout fallback for unaligned operands: for the sizes the host gives
-// it (ts/ops/quantized_matmul.ts quantizedCudaEntry) the same code as the
-// kernel's entry, so the same results bit for bit. quantized_matmul_simd is
-// about 19,200 instructions with every engine inlined; one of these about
-// 2,000-2,500. In a decode step a product runs once a layer with its code
-// out of the caches, and the large entry then takes 3.9-6.6 us more a
-// dispatch than the compact one (H100, bench/code_cold.cu:
-// bench/notes/code-cold-2026-11-27.md).
+// Each runs one engine of an entry at one bit width (vector) or group size
+// and warp count (group-column), with the entry's prefetch: for the sizes
+// the host gives it (ts/ops/quantized_matmul.ts quantizedCudaEntry) the same
+// code as the kernel's entry, so the same results bit for bit. Sizes of
+// another engine (a plan made by hand) and operands a vector load cannot
+// read take the any-layout engine, exact at any size and grid.
+// quantized_matmul_simd is about 19,200 instructions with every engine
+// inlined, quantized_mv_bf16 14,300; one of these 2,000-3,000. In a decode
+// step a product runs once a layer with its code out of the caches, and the
+// large entry then takes 3.9-6.6 us more a dispatch than the compact one
+// (H100, bench/code_cold.cu: bench/notes/code-cold-2026-11-27.md).
+// CRATE: mlx-native's entries (bf16 scales, x rounded to them, the vector
+// engine one ring step shallower: crate_entry); else quantized_mv_<t>'s
+// (x, scales and y of one type: affine_entry).
 namespace {
-template <typename TX, typename TY, int BITS>
-__device__ __forceinline__ void crate_vec(const TX* x, const unsigned int* weight, const bf16* sc, const bf16* bi, TY* y,
-                                          const QuantizedMatmulParams* p) {
+template <typename TX, typename TS, typename TY, int BITS, bool CRATE>
+__device__ __forceinline__ void compact_vec(const TX* x, const unsigned int* weight, const TS* sc, const TS* bi, TY* y,
+                                            const QuantizedMatmulParams* p) {
     const unsigned char* w = reinterpret_cast<const unsigned char*>(weight);
     const u32 M = p->M, N = p->N, K = p->K, gs = p->group_size;
-    if (!q_vec_ok(x, w)) q_any<TX, bf16, TY, sizeof(TX) == 4>(x, w, sc, bi, y, M, N, K, gs, p->bits);
-    else qmv_tc<TX, bf16, bf16, TY, BITS, true>(x, w, sc, bi, y, M, N, K, gs, blockIdx.x * 16u);
+    if (M > 8u || p->bits != u32(BITS) || !q_chunked(K, gs) || !q_vec_ok(x, w)) {
+        q_any<TX, TS, TY, CRATE && sizeof(TX) == 4>(x, w, sc, bi, y, M, N, K, gs, p->bits);
+    } else {
+        qmv_tc<TX, TS, TS, TY, BITS, CRATE>(x, w, sc, bi, y, M, N, K, gs, blockIdx.x * 16u);
+    }
 }
-template <typename TX, typename TY, u32 GS, u32 W>
-__device__ __forceinline__ void crate_gc(const TX* x, const unsigned int* weight, const bf16* sc, const bf16* bi, TY* y,
-                                         const QuantizedMatmulParams* p) {
+template <typename TX, typename TS, typename TY, u32 GS, u32 W, bool CRATE>
+__device__ __forceinline__ void compact_gc(const TX* x, const unsigned int* weight, const TS* sc, const TS* bi, TY* y,
+                                           const QuantizedMatmulParams* p) {
     const unsigned char* w = reinterpret_cast<const unsigned char*>(weight);
-    if (!q_vec_ok(x, w)) q_any<TX, bf16, TY, sizeof(TX) == 4>(x, w, sc, bi, y, p->M, p->N, p->K, p->group_size, p->bits);
-    else qmv_gc<TX, bf16, TY, GS, W, 0u>(x, w, sc, bi, y, p->N, p->K, blockIdx.x);
+    const u32 M = p->M, N = p->N, K = p->K, gs = p->group_size;
+    if (gs != GS || !gc_takes(M, N, K, gs, p->bits) || gc_warps(N) != W || !q_chunked(K, gs) || !q_vec_ok(x, w)) {
+        q_any<TX, TS, TY, CRATE && sizeof(TX) == 4>(x, w, sc, bi, y, M, N, K, gs, p->bits);
+    } else {
+        qmv_gc<TX, TS, TY, GS, W, 0u>(x, w, sc, bi, y, N, K, blockIdx.x);
+    }
 }
 }  // namespace
 
 // NAME_vec<BITS>: the vector engine (m <= 8, MLX's chunks); NAME_gc<GS>_w<W>:
 // the group-column engine (gc_takes). quantized_matmul_* stand in for
 // quantized_matmul and quantized_matmul_simd (f32 input and output),
-// quantized_matmul_simd_bf16_* for quantized_matmul_simd_bf16.
-#define CRATE_VEC_ENTRY(NAME, TX, TY, BITS)                                                                                   \
+// quantized_matmul_simd_bf16_* for quantized_matmul_simd_bf16,
+// quantized_mv_<t>_* for quantized_mv_<t> (f16, bf16).
+#define COMPACT_VEC_ENTRY(NAME, TX, TS, TY, BITS, CRATE)                                                                       \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME##_vec##BITS(const TX* input, const unsigned int* weight,         \
-                                                                         const bf16* scales, const bf16* biases, TY* output, \
+                                                                         const TS* scales, const TS* biases, TY* output,   \
                                                                          const QuantizedMatmulParams* params) {              \
         MLXN_PREFETCH_ENTRY(mv_prefetch(weight, scales, biases, params));                                                     \
-        crate_vec<TX, TY, BITS>(input, weight, scales, biases, output, params);                                               \
+        compact_vec<TX, TS, TY, BITS, CRATE>(input, weight, scales, biases, output, params);                                  \
     }
-#define CRATE_GC_ENTRY(NAME, TX, TY, GS, W)                                                                                   \
+#define COMPACT_GC_ENTRY(NAME, TX, TS, TY, GS, W, CRATE)                                                                       \
     extern "C" __global__ void __launch_bounds__(128, 4) NAME##_gc##GS##_w##W(const TX* input, const unsigned int* weight,     \
-                                                                             const bf16* scales, const bf16* biases,        \
+                                                                             const TS* scales, const TS* biases,            \
                                                                              TY* output, const QuantizedMatmulParams* params) { \
         MLXN_PREFETCH_ENTRY(mv_prefetch(weight, scales, biases, params));                                                     \
-        crate_gc<TX, TY, GS, W>(input, weight, scales, biases, output, params);                                               \
+        compact_gc<TX, TS, TY, GS, W, CRATE>(input, weight, scales, biases, output, params);                                  \
     }
-#define CRATE_COMPACT_ENTRIES(NAME, TX, TY)                                                                                   \
-    CRATE_VEC_ENTRY(NAME, TX, TY, 4)                                                                                          \
-    CRATE_VEC_ENTRY(NAME, TX, TY, 6)                                                                                          \
-    CRATE_VEC_ENTRY(NAME, TX, TY, 8)                                                                                          \
-    CRATE_GC_ENTRY(NAME, TX, TY, 32, 2)                                                                                       \
-    CRATE_GC_ENTRY(NAME, TX, TY, 32, 4)                                                                                       \
-    CRATE_GC_ENTRY(NAME, TX, TY, 64, 2)                                                                                       \
-    CRATE_GC_ENTRY(NAME, TX, TY, 64, 4)                                                                                       \
-    CRATE_GC_ENTRY(NAME, TX, TY, 128, 2)                                                                                      \
-    CRATE_GC_ENTRY(NAME, TX, TY, 128, 4)
-CRATE_COMPACT_ENTRIES(quantized_matmul, float, float)
-CRATE_COMPACT_ENTRIES(quantized_matmul_simd_bf16, bf16, bf16)
-#undef CRATE_COMPACT_ENTRIES
-#undef CRATE_GC_ENTRY
-#undef CRATE_VEC_ENTRY
+#define COMPACT_ENTRIES(NAME, TX, TS, TY, CRATE)                                                                               \
+    COMPACT_VEC_ENTRY(NAME, TX, TS, TY, 4, CRATE)                                                                             \
+    COMPACT_VEC_ENTRY(NAME, TX, TS, TY, 6, CRATE)                                                                             \
+    COMPACT_VEC_ENTRY(NAME, TX, TS, TY, 8, CRATE)                                                                             \
+    COMPACT_GC_ENTRY(NAME, TX, TS, TY, 32, 2, CRATE)                                                                          \
+    COMPACT_GC_ENTRY(NAME, TX, TS, TY, 32, 4, CRATE)                                                                          \
+    COMPACT_GC_ENTRY(NAME, TX, TS, TY, 64, 2, CRATE)                                                                          \
+    COMPACT_GC_ENTRY(NAME, TX, TS, TY, 64, 4, CRATE)                                                                          \
+    COMPACT_GC_ENTRY(NAME, TX, TS, TY, 128, 2, CRATE)                                                                         \
+    COMPACT_GC_ENTRY(NAME, TX, TS, TY, 128, 4, CRATE)
+COMPACT_ENTRIES(quantized_matmul, float, bf16, float, true)
+COMPACT_ENTRIES(quantized_matmul_simd_bf16, bf16, bf16, bf16, true)
+COMPACT_ENTRIES(quantized_mv_f16, __half, __half, __half, false)
+COMPACT_ENTRIES(quantized_mv_bf16, bf16, bf16, bf16, false)
+#undef COMPACT_ENTRIES
+#undef COMPACT_GC_ENTRY
+#undef COMPACT_VEC_ENTRY
 
 // ---- quantized_mv_<t> and quantized_mm_<t> (added) ----
 

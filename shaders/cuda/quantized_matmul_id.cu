@@ -557,7 +557,8 @@ QID_XF32_ENTRIES(bf16, bf16)
 // cannot read the operands), for the sizes whose launch names it
 // (ts/ops/quantized_matmul_id.ts quantizedIdMvCudaEntry: 4-bit codes,
 // gc_id_takes, W = gc_id_warps): the _gc kernel's code for those sizes, so
-// its results bit for bit, in about a sixth of its instructions.
+// its results bit for bit, in about a sixth of its instructions. A plan made
+// by hand that names one for other sizes gets the any engine's exact sums.
 namespace {
 template <typename TX, typename T, bool GU, bool ROUND_X, u32 GS, u32 W, typename P>
 __device__ __forceinline__ void qid_gc_compact(const TX* x, const unsigned int* gw, const T* gsc, const T* gbi, const unsigned int* uw,
@@ -566,7 +567,8 @@ __device__ __forceinline__ void qid_gc_compact(const TX* x, const unsigned int* 
     const u32 ws = p->expert_weight_stride, ss = p->expert_scales_stride;
     const unsigned char* gwb = reinterpret_cast<const unsigned char*>(gw);
     const unsigned char* uwb = reinterpret_cast<const unsigned char*>(uw);
-    if (!vec_ok(x, gwb, uwb, ws, bits)) {
+    // Sizes of another path (a plan made by hand) and operands a vector load cannot read: the any engine, exact at any size.
+    if (gs != GS || !q_chunked(K, gs) || !gc_id_takes(K, gs, bits) || gc_id_warps(M * U, N, GU) != W || !vec_ok(x, gwb, uwb, ws, bits)) {
         qid_any<TX, T, T, ROUND_X, GU>(x, {gwb, gsc, gbi}, {uwb, usc, ubi}, ids, y, M, N, K, gs, bits, U, E, ws, ss, activation);
         return;
     }

@@ -168,17 +168,19 @@ const ANY_CUDA_BLOCKS = 65536;
 
 /**
  * The compact CUDA entry (shaders/cuda/quantized_matmul.cu, "compact entries")
- * that runs mlx-native's kernel at these sizes: its engine alone, at one bit
- * width (vector: `<name>_vec<bits>`) or one group size and warp count
- * (groups: `<name>_gc<groupSize>_w<gcWarps>`), where `<name>` is
- * quantized_matmul for quantized_matmul and quantized_matmul_simd (f32 input
- * and output) and quantized_matmul_simd_bf16 for itself. Undefined for the
- * other engines and kernels: the kernel's own entry runs.
+ * that runs a kernel at these sizes: its engine alone, at one bit width
+ * (vector: `<name>_vec<bits>`) or one group size and warp count (groups:
+ * `<name>_gc<groupSize>_w<gcWarps>`), where `<name>` is quantized_matmul for
+ * mlx-native's quantized_matmul and quantized_matmul_simd (f32 input and
+ * output), and the kernel's own name for quantized_matmul_simd_bf16,
+ * quantized_mv_f16 and quantized_mv_bf16. Undefined for the other engines,
+ * layouts and kernels: the kernel's own entry runs.
  */
 export function quantizedCudaEntry(kernel: string, m: number, n: number, k: number, groupSize: number, bits: number): string | undefined {
   const f32Io = kernel === 'quantized_matmul' || kernel === 'quantized_matmul_simd';
-  if (!f32Io && kernel !== 'quantized_matmul_simd_bf16') return undefined;
-  const name = f32Io ? 'quantized_matmul' : 'quantized_matmul_simd_bf16';
+  if (!f32Io && !['quantized_matmul_simd_bf16', 'quantized_mv_f16', 'quantized_mv_bf16'].includes(kernel)) return undefined;
+  if (!quantizedChunked(k, groupSize) || m > QUANTIZED_MV_MAX_ROWS) return undefined;
+  const name = f32Io ? 'quantized_matmul' : kernel;
   switch (quantizedCudaEngine(kernel, m, n, k, groupSize, bits)) {
     case 'vector':
       return `${name}_vec${bits}`;

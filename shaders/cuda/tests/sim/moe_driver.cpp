@@ -526,6 +526,8 @@ int main() {
                 quantized_gate_up_mv_id_gc_bf16_g64_w4);
   check_qmv<bf>("quantized_mv_id_gc_bf16_g128_w1", 16, 8, 12, 256, 1152, 128, 4, false, 0, false, false, quantized_mv_id_gc_bf16_g128_w1);
   check_qmv<__half>("quantized_mv_id_gc_f16_g64_w2", 1, 4, 6, 20, 512, 64, 4, false, 0, false, false, quantized_mv_id_gc_f16_g64_w2);
+  // A compact entry given another group size (a plan made by hand): the any engine's exact sums.
+  check_qmv<bf>("quantized_mv_id_gc_bf16_g32_w2 (group 64)", 1, 4, 6, 20, 512, 64, 4, false, 0, false, false, quantized_mv_id_gc_bf16_g32_w2);
   // The matrix engine's cp.async weight pipeline past its 4 stages (k = 320: 10 steps), 4 and 8 bits.
   check_qmm<bf>("quantized_gate_up_mm_id_bf16", 20, 2, 3, 40, 320, 64, 4, true, 0, -1);
   check_qmm<__half>("quantized_mm_id_f16", 20, 2, 3, 70, 320, 32, 8, false, 0, -1);

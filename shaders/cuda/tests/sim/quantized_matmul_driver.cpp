@@ -233,6 +233,15 @@ int main(int argc, char** argv) {
   run<float, bf, float>("quantized_matmul_gc32_w4", quantized_matmul_gc32_w4, GROUPS, 1, 5124, 320, 32, 4, true, 1e-2);
   run<float, bf, float>("quantized_matmul_gc64_w2", quantized_matmul_gc64_w2, GROUPS, 1, 16400, 192, 64, 4, true, 1e-2);
   run<bf, bf, bf>("quantized_matmul_simd_bf16_gc128_w4", quantized_matmul_simd_bf16_gc128_w4, GROUPS, 1, 5128, 1152, 128, 4, true, 1e-2);
+  run<bf, bf, bf>("quantized_mv_bf16_vec6", quantized_mv_bf16_vec6, VECTOR, 5, 24, 6272, 64, 6, false, 1e-2);
+  run<__half, __half, __half>("quantized_mv_f16_vec4", quantized_mv_f16_vec4, VECTOR, 1, 33, 320, 32, 4, false, 1e-3);
+  run<__half, __half, __half>("quantized_mv_f16_gc128_w4", quantized_mv_f16_gc128_w4, GROUPS, 1, 5128, 1152, 128, 4, false, 1e-3);
+  run<bf, bf, bf>("quantized_mv_bf16_gc32_w2", quantized_mv_bf16_gc32_w2, GROUPS, 1, 16400, 320, 32, 4, false, 1e-2);
+  // A compact entry given sizes of another engine (bits 8 to the 4-bit entry, m 12 past the vector engine's 8, group 64 to
+  // the group-column entry of 32): the any engine's exact sums at that launch.
+  run<float, bf, float>("quantized_matmul_vec4 (8 bits)", quantized_matmul_vec4, VECTOR, 2, 24, 256, 64, 8, true, 1e-2);
+  run<float, bf, float>("quantized_matmul_vec4 (m 12)", quantized_matmul_vec4, VECTOR, 12, 24, 256, 64, 4, true, 1e-2);
+  run<float, bf, float>("quantized_matmul_gc32_w4 (group 64)", quantized_matmul_gc32_w4, GROUPS, 1, 5124, 320, 64, 4, true, 1e-2);
   if (big) {
     run<bf, bf, bf>("quantized_mv_bf16", quantized_mv_bf16, VECTOR, 3, 8200, 64, 64, 4, false, 1e-2);
     run<__half, __half, __half>("quantized_mv_f16", quantized_mv_f16, VECTOR, 8, 2000, 4096, 128, 6, false, 1e-3);
