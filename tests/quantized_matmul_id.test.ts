@@ -282,6 +282,17 @@ function experts(r: Rng, rows: number, k: number, gs: number, bits: number, dt: 
   return { packed: q.packed, scales: q.scales, biases: q.biases };
 }
 
+/** Experts packed by affineQuantize as device buffers: the words, scales and biases of dtype dt. */
+function uploadExperts(dev: Device, e: AffineExpertsRef & { packed: Uint8Array }, dt: 'f16' | 'bf16'): { weight: Buffer; scales: Buffer; biases: Buffer } {
+  const weight = dev.alloc('u32', [e.packed.length / 4]);
+  weight.write(new Uint32Array(e.packed.buffer, e.packed.byteOffset, e.packed.length / 4));
+  const scales = dev.alloc(dt, [e.scales.length]);
+  scales.writeNumbers(e.scales);
+  const biases = dev.alloc(dt, [e.biases.length]);
+  biases.writeNumbers(e.biases);
+  return { weight, scales, biases };
+}
+
 interface Shape extends QuantizedIdSizesRef, IdShape {
   dt: 'f16' | 'bf16';
 }
@@ -422,16 +433,7 @@ describeBackends('quantized_matmul_id parity', ({ device }) => {
           const xc = dev.alloc(dt, [m * k]);
           const idb = dev.alloc('u32', [pairs]);
           idb.writeNumbers(ids);
-          const put = (e: AffineExpertsRef & { packed: Uint8Array }) => {
-            const w = dev.alloc('u32', [e.packed.length / 4]);
-            w.write(new Uint32Array(e.packed.buffer, e.packed.byteOffset, e.packed.length / 4));
-            const sc = dev.alloc(dt, [e.scales.length]);
-            sc.writeNumbers(e.scales);
-            const bi = dev.alloc(dt, [e.biases.length]);
-            bi.writeNumbers(e.biases);
-            return { weight: w, scales: sc, biases: bi };
-          };
-          const g = put(gate), u = put(up);
+          const g = uploadExperts(dev, gate, dt), u = uploadExperts(dev, up, dt);
           const outs = [poisoned(dev, dt, [pairs * n]), poisoned(dev, dt, [pairs * n])];
           const sizes = { m, n, k, groupSize: gs, bits, nExpertUsed: U, numExperts: E };
           run(dev, (enc) => {
@@ -480,16 +482,7 @@ describeBackends('quantized_matmul_id parity', ({ device }) => {
       xb.writeNumbers(x);
       const idb = dev.alloc('u32', [pairs]);
       idb.writeNumbers(ids);
-      const put = (e: AffineExpertsRef & { packed: Uint8Array }) => {
-        const w = dev.alloc('u32', [e.packed.length / 4]);
-        w.write(new Uint32Array(e.packed.buffer, e.packed.byteOffset, e.packed.length / 4));
-        const sc = dev.alloc(dt, [e.scales.length]);
-        sc.writeNumbers(e.scales);
-        const bi = dev.alloc(dt, [e.biases.length]);
-        bi.writeNumbers(e.biases);
-        return { weight: w, scales: sc, biases: bi };
-      };
-      const g = put(gate), u = put(up);
+      const g = uploadExperts(dev, gate, dt), u = uploadExperts(dev, up, dt);
       const output = poisoned(dev, dt, [pairs * n]);
       const sizes = { m, n, k, groupSize: gs, bits, nExpertUsed: U, numExperts: E };
       const plan = gateUp
