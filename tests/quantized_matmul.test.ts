@@ -27,6 +27,7 @@ import src from '../shaders/quantized_matmul.metal' with { type: 'text' };
 import type { Buffer, DType, Device } from '../ts/index.ts';
 import {
   QUANTIZED_MATMUL_KERNELS,
+  QUANTIZED_MATMUL_SOURCES,
   QUANTIZED_MV_CUDA_SHARED_BYTES,
   affineQuantizedMatmul,
   packQuantizedMatmulParams,
@@ -60,6 +61,8 @@ import {
 import { a, BF, buf, EW, int, opContract, out, randomWords, U32, type Case } from './op-contract.ts';
 import { compactEntryProblem, CXX } from './cuda-source.ts';
 import { record } from '../ts/plan.ts';
+import { joinSources } from '../ts/registry.ts';
+import { kernelWrites } from '../ts/metal-source.ts';
 
 /**
  * Random weights [n, k] quantized (affineQuantize), and x [m, k], uploaded as
@@ -215,6 +218,10 @@ describe('compact CUDA entries of the vector forms (quantizedCudaEntry)', () => 
     }
     expect(named.size).toBe(36);
     expect([...named].map(([e, kernel]) => compactEntryProblem('quantized_matmul', kernel, e)).filter((p) => p !== '')).toEqual([]);
+    // Kernels that share an entry (quantized_matmul, quantized_matmul_simd) write alike: the registry gives an entry's
+    // pipeline the writes of the kernel it stands for, one mask for both.
+    const metal = joinSources(QUANTIZED_MATMUL_SOURCES.metal);
+    expect(kernelWrites(metal, 'quantized_matmul')).toBe(kernelWrites(metal, 'quantized_matmul_simd'));
   });
 });
 

@@ -36,6 +36,8 @@ export interface Launch {
  * way's code alone, so its results are the kernel's bit for bit). A large
  * entry costs a decode dispatch microseconds of instruction fetch once its
  * code has left the caches (docs/internals.md, "Compact CUDA entries").
+ * Kernels that share an entry write alike (their Metal declarations): the
+ * entry's one pipeline takes the writes of the kernel it runs for.
  */
 export interface CudaLaunch extends Launch {
   readonly entry?: string;
