@@ -21,8 +21,10 @@
 //   both     flush, then pollute: the product's code comes from memory.
 // A condition's figure is the device time of [front..., glue, product] less
 // that of [front..., glue], each the best of 5 replays of one CUDA graph
-// of L such sequences, per sequence. Beside the library's entry, a compact
-// 4-bit matrix-vector kernel of this file (tiny_q4mv: a warp a row, a few
+// of L such sequences, per sequence. Beside the library's entry, its
+// compact entry of the same engine (quantized_matmul_vec4,
+// quantized_matmul_gc64_w4; docs/internals.md "Compact CUDA entries") and a
+// compact 4-bit matrix-vector kernel of this file (tiny_q4mv: a warp a row, a few
 // hundred instructions; its output checked against the library's) shows the
 // same conditions for small code. Every kernel starts with mlxn_entry() and
 // is launched with programmatic stream serialization, as the library's are.
@@ -100,22 +102,6 @@ __global__ void __launch_bounds__(256) tiny_q4mv(const float* x, const uint4* w,
     }
     for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(~0u, acc, o);
     if (lane == 0) y[row] = acc;
-}
-
-// The library's vector engine alone (quantized_matmul_simd's path for one
-// token of 4-bit codes at N < GC_MIN_N), with the entry's prefetch: the same
-// code as the library runs, without the other engines beside it.
-__global__ void __launch_bounds__(256, 2) compact_mv(const float* x, const unsigned int* w, const bf16* sc, const bf16* bi, float* y,
-                                                     const QuantizedMatmulParams* p) {
-    MLXN_PREFETCH_ENTRY(mv_prefetch(w, sc, bi, p));
-    qmv_tc<float, bf16, bf16, float, 4, true>(x, reinterpret_cast<const unsigned char*>(w), sc, bi, y, p->M, p->N, p->K, p->group_size,
-                                              blockIdx.x * 16u);
-}
-// The group-column engine alone (N >= GC_MIN_N, groups of 64, 4 warps a tile).
-__global__ void __launch_bounds__(128, 4) compact_gc(const float* x, const unsigned int* w, const bf16* sc, const bf16* bi, float* y,
-                                                     const QuantizedMatmulParams* p) {
-    MLXN_PREFETCH_ENTRY(mv_prefetch(w, sc, bi, p));
-    qmv_gc<float, bf16, float, 64u, 4u, 0u>(x, reinterpret_cast<const unsigned char*>(w), sc, bi, y, p->N, p->K, blockIdx.x);
 }
 
 // S straight-line FFMAs (8 chains), no memory: what fetching S instructions costs.
@@ -264,7 +250,8 @@ int main() {
             });
         };
         const Launch lib = entry(quantized_matmul_simd, lt);
-        const Launch compact = gc ? entry(compact_gc, 128u) : entry(compact_mv, 256u);
+        // The library's compact entries of the same engines (shaders/cuda/quantized_matmul.cu, quantizedCudaEntry at these sizes).
+        const Launch compact = gc ? entry(quantized_matmul_gc64_w4, 128u) : entry(quantized_matmul_vec4, 256u);
         const Launch tiny = [&](cudaStream_t st, int i) {
             const Set& s = sets[i];
             go(st, tiny_q4mv, (N + 7u) / 8u, 256u, 0u, (const float*)x, (const uint4*)s.w, (const bf16*)s.s, (const bf16*)s.b, y2, N, K);

@@ -536,7 +536,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_simd_bf16(
 // another engine (a plan made by hand) and operands a vector load cannot
 // read take the any-layout engine, exact at any size and grid.
 // quantized_matmul_simd is about 19,200 instructions with every engine
-// inlined, quantized_mv_bf16 14,300; one of these 2,000-3,000. In a decode
+// inlined, quantized_mv_bf16 14,300; one of these 1,950-3,150. In a decode
 // step a product runs once a layer with its code out of the caches, and the
 // large entry then takes 3.9-6.6 us more a dispatch than the compact one
 // (H100, bench/code_cold.cu: bench/notes/code-cold-2026-11-27.md).
