@@ -13,7 +13,9 @@
 // f32; the _f16 and _bf16 kernels read and write the dtype (sh_logit too;
 // expert_w stays f32) and round once when they store. _bf16_input (not in
 // mlx-native) reads bf16 expert outputs, as the per-expert products of 16-bit
-// activations write them, and f32 for all the rest.
+// activations write them, and f32 for all the rest; _bf16_shared (not in
+// mlx-native) reads the shared row in bf16 too, where the shared expert ran
+// as one more slot of those products.
 //
 // buffer(0) MoeWeightedReduceParams, (1) expert_w f32 [n_tokens, top_k],
 // (2) y_expert [n_tokens, top_k, h], (3) sh_logit [n_tokens], (4) y_shared
@@ -22,9 +24,9 @@
 // Grid: (ceil(h / 256), n_tokens, 1) threadgroups of 256 threads (the crate's:
 // the kernel indexes by 256), one thread per output element.
 
-template <typename T, typename E>
+template <typename T, typename E, typename S>
 static inline void weighted_reduce_at(constant MoeWeightedReduceParams& p, device const float* expert_w, device const E* y_expert,
-                                      device const T* sh_logit, device const T* y_shared, device const T* residual, device T* output,
+                                      device const T* sh_logit, device const S* y_shared, device const T* residual, device T* output,
                                       uint2 tg, uint lid) {
     const uint d = tg.x * 256 + lid, t = tg.y;
     if (d >= p.h || t >= p.n_tokens) {
@@ -92,6 +94,20 @@ kernel void moe_weighted_reduce_bf16_input(
     device const bfloat*              y_expert [[buffer(2)]],
     device const float*               sh_logit [[buffer(3)]],
     device const float*               y_shared [[buffer(4)]],
+    device const float*               residual [[buffer(5)]],
+    device float*                     output   [[buffer(6)]],
+    uint2 tgpig [[threadgroup_position_in_grid]],
+    uint  tiitg [[thread_index_in_threadgroup]])
+{
+    weighted_reduce_at(p, expert_w, y_expert, sh_logit, y_shared, residual, output, tgpig, tiitg);
+}
+
+kernel void moe_weighted_reduce_bf16_shared(
+    constant MoeWeightedReduceParams& p        [[buffer(0)]],
+    device const float*               expert_w [[buffer(1)]],
+    device const bfloat*              y_expert [[buffer(2)]],
+    device const float*               sh_logit [[buffer(3)]],
+    device const bfloat*              y_shared [[buffer(4)]],
     device const float*               residual [[buffer(5)]],
     device float*                     output   [[buffer(6)]],
     uint2 tgpig [[threadgroup_position_in_grid]],

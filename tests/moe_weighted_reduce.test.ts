@@ -71,6 +71,9 @@ describeValidation('moe_weighted_reduce validation', ({ enc, buf }) => {
       [{ yShared: big.view('bf16', [18]), output: big.view('bf16', [18], 16) }, 'output', 'a buffer other than yShared', 'a view overlapping yShared'],
       [{ residual: big.view('bf16', [18]), output: big.view('bf16', [18], 16) }, 'output', 'a buffer other than residual', 'a view overlapping residual'],
       [{ residual: null }, 'residual', 'a Buffer', 'null'],
+      // The shared row in bf16 only beside bf16 expert outputs and f32 activations (_bf16_shared).
+      [{ output: buf('f32', 18), shLogit: buf('f32', 2), residual: buf('f32', 18), yShared: buf('f16', 18) }, 'yShared.dtype', 'one of f32, bf16', 'f16'],
+      [{ yExpert: buf('f32', 54), output: buf('f32', 18), shLogit: buf('f32', 2), residual: buf('f32', 18) }, 'yShared.dtype', 'f32', 'bf16'],
     ];
     for (const [m, arg, expected, actual] of cases) {
       expectInvalid(() => moeWeightedReduce(enc(), { ...base(), ...m } as never), 'moe_weighted_reduce', arg, expected, actual);
@@ -79,18 +82,21 @@ describeValidation('moe_weighted_reduce validation', ({ enc, buf }) => {
 });
 
 describeBackends('moe_weighted_reduce parity', ({ device }) => {
-  // dt: every activation's dtype; 'bf16_input': bf16 expert outputs, f32 for the rest.
-  function check(dev: Device, form0: 'f32' | 'f16' | 'bf16' | 'bf16_input', T: number, K: number, H: number, form: 'residual' | 'none' | 'in place', seed: number): number {
+  // dt: every activation's dtype; 'bf16_input': bf16 expert outputs, f32 for the rest; 'bf16_shared': the shared
+  // row in bf16 too.
+  type Form0 = 'f32' | 'f16' | 'bf16' | 'bf16_input' | 'bf16_shared';
+  function check(dev: Device, form0: Form0, T: number, K: number, H: number, form: 'residual' | 'none' | 'in place', seed: number): number {
     const r = rng(seed);
-    const dt = form0 === 'bf16_input' ? 'f32' : form0, et = form0 === 'bf16_input' ? 'bf16' : form0;
+    const mixed = form0 === 'bf16_input' || form0 === 'bf16_shared';
+    const dt = mixed ? 'f32' : form0, et = mixed ? 'bf16' : form0, st = form0 === 'bf16_shared' ? 'bf16' : dt;
     const w = roundedTo('f32', randomArray(r, T * K, 0, 1));
     const ye = roundedTo(et, randomArray(r, T * K * H, -2, 2));
     const sl = roundedTo(dt, randomArray(r, T, -4, 4));
-    const ys = roundedTo(dt, randomArray(r, T * H, -2, 2));
+    const ys = roundedTo(st, randomArray(r, T * H, -2, 2));
     const res = roundedTo(dt, randomArray(r, T * H, -3, 3));
     // The inputs as views at 16-byte offsets of one allocation, garbage between them.
     const size = dt === 'f32' ? 4 : 2;
-    const parts = [T * K * H * (et === 'f32' ? 4 : 2), T * size, T * H * size, T * H * size];
+    const parts = [T * K * H * (et === 'f32' ? 4 : 2), T * size, T * H * (st === 'f32' ? 4 : 2), T * H * size];
     const at: number[] = [];
     let end = 48;
     for (const p of parts) {
@@ -103,7 +109,7 @@ describeBackends('moe_weighted_reduce parity', ({ device }) => {
     yExpert.writeNumbers(ye);
     const shLogit = root.view(dt, [T], at[1]!);
     shLogit.writeNumbers(sl);
-    const yShared = root.view(dt, [T, H], at[2]!);
+    const yShared = root.view(st, [T, H], at[2]!);
     yShared.writeNumbers(ys);
     const residual = root.view(dt, [T, H], at[3]!);
     residual.writeNumbers(res);
@@ -122,8 +128,8 @@ describeBackends('moe_weighted_reduce parity', ({ device }) => {
     return err;
   }
 
-  // bf16_input: the expert outputs rounded to bf16 by the reference's inputs too, so the f32 tolerance.
-  for (const dt of ['f32', 'f16', 'bf16', 'bf16_input'] as const) {
+  // bf16_input, bf16_shared: the bf16 rows rounded to bf16 by the reference's inputs too, so the f32 tolerance.
+  for (const dt of ['f32', 'f16', 'bf16', 'bf16_input', 'bf16_shared'] as const) {
     test(`${dt}: one token and many, odd hidden sizes, with and without the residual, in place`, () => {
       const dev = device();
       const over: string[] = [];
@@ -132,7 +138,7 @@ describeBackends('moe_weighted_reduce parity', ({ device }) => {
       for (const [T, K, H] of shapes) {
         for (const form of ['residual', 'none', 'in place'] as const) {
           const e = check(dev, dt, T, K, H, form, seed++);
-          if (!(e < TOL[dt === 'bf16_input' ? 'f32' : dt])) over.push(`[${T}, ${K}, ${H}] ${form}: ${e}`);
+          if (!(e < TOL[dt === 'bf16_input' || dt === 'bf16_shared' ? 'f32' : dt])) over.push(`[${T}, ${K}, ${H}] ${form}: ${e}`);
         }
       }
       expect(over).toEqual([]);
@@ -157,17 +163,32 @@ opContract('moe_weighted_reduce', [
       output: a(d, 'bf16', 18), nTokens: 2, topK: 3, h: 9,
     }),
   },
-  // bf16 expert outputs beside f32 activations (moe_weighted_reduce_bf16_input; f32 ones take the f32 kernel).
+  // bf16 expert outputs beside f32 activations (moe_weighted_reduce_bf16_input; f32 ones take the f32 kernel; a bf16
+  // shared row _bf16_shared).
   {
     fn: 'moeWeightedReduce', op: 'moe_weighted_reduce',
     keys: {
       expertW: buf(F, { freeCount: true }), yExpert: buf(['bf16', 'f32'], { freeCount: true }), shLogit: buf(F, { freeCount: true }),
-      yShared: buf(F, { freeCount: true }), residual: { kind: 'buf?', dtypes: F, freeCount: true }, output: out(F, { freeCount: true }),
+      yShared: buf(['f32', 'bf16'], { freeCount: true }), residual: { kind: 'buf?', dtypes: F, freeCount: true }, output: out(F, { freeCount: true }),
       nTokens: int, topK: int, h: int,
     },
     inPlace: [['output', 'residual']],
     make: (d) => ({
       expertW: a(d, 'f32', 6), yExpert: a(d, 'bf16', 6 * 12), shLogit: a(d, 'f32', 2), yShared: a(d, 'f32', 24), residual: a(d, 'f32', 24),
+      output: a(d, 'f32', 24), nTokens: 2, topK: 3, h: 12,
+    }),
+  },
+  // The shared row in bf16 too (moe_weighted_reduce_bf16_shared: the shared expert as one more slot of the products).
+  {
+    fn: 'moeWeightedReduce', op: 'moe_weighted_reduce',
+    keys: {
+      expertW: buf(F, { freeCount: true }), yExpert: buf(['bf16', 'f32'], { freeCount: true }), shLogit: buf(F, { freeCount: true }),
+      yShared: buf(['bf16', 'f32'], { freeCount: true }), residual: { kind: 'buf?', dtypes: F, freeCount: true }, output: out(F, { freeCount: true }),
+      nTokens: int, topK: int, h: int,
+    },
+    inPlace: [['output', 'residual']],
+    make: (d) => ({
+      expertW: a(d, 'f32', 6), yExpert: a(d, 'bf16', 6 * 12), shLogit: a(d, 'f32', 2), yShared: a(d, 'bf16', 24), residual: a(d, 'f32', 24),
       output: a(d, 'f32', 24), nTokens: 2, topK: 3, h: 12,
     }),
   },

@@ -19,12 +19,13 @@ namespace {
 // The shared expert's gate: one value per token, so expf and an exact division.
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// E, the expert outputs' type: T, or bf16 beside f32 (_bf16_input). A thread
-// takes VEC = 16 bytes of T; the expert rows are read VEC elements at a time
-// too (8 bytes of bf16 beside f32).
-template <typename T, typename E>
+// E, the expert outputs' type: T, or bf16 beside f32 (_bf16_input); S, the
+// shared row's: T, or bf16 with the experts' (_bf16_shared). A thread takes
+// VEC = 16 bytes of T; the expert and shared rows are read VEC elements at a
+// time too (8 bytes of bf16 beside f32).
+template <typename T, typename E, typename S>
 __device__ __forceinline__ void weighted_reduce(const MoeWeightedReduceParams* p, const float* expert_w, const E* y_expert,
-                                                const T* sh_logit, const T* y_shared, const T* residual, T* output) {
+                                                const T* sh_logit, const S* y_shared, const T* residual, T* output) {
     constexpr int VEC = VecOf<T>::N;
     const u32 H = p->h, K = p->top_k, t = blockIdx.y;
     if (t >= p->n_tokens) return;
@@ -73,14 +74,15 @@ __device__ __forceinline__ void weighted_reduce(const MoeWeightedReduceParams* p
 }  // namespace
 
 // buffer(0) MoeWeightedReduceParams, (1) expert_w f32 [T, top_k], (2)
-// y_expert [T, top_k, h] of E, (3) sh_logit [T], (4) y_shared [T, h], (5)
-// residual [T, h], (6) output [T, h], of T.
-#define MOE_WEIGHTED_REDUCE_ENTRY(NAME, T, E)                                                                   \
+// y_expert [T, top_k, h] of E, (3) sh_logit [T] of T, (4) y_shared [T, h]
+// of S, (5) residual [T, h], (6) output [T, h], of T.
+#define MOE_WEIGHTED_REDUCE_ENTRY(NAME, T, E, S)                                                                \
     extern "C" __global__ void NAME(const MoeWeightedReduceParams* p, const float* expert_w, const E* y_expert, \
-                                    const T* sh_logit, const T* y_shared, const T* residual, T* output) {       \
+                                    const T* sh_logit, const S* y_shared, const T* residual, T* output) {       \
         weighted_reduce(p, expert_w, y_expert, sh_logit, y_shared, residual, output);                           \
     }
-MOE_WEIGHTED_REDUCE_ENTRY(moe_weighted_reduce_f32, float, float)
-MOE_WEIGHTED_REDUCE_ENTRY(moe_weighted_reduce_f16, __half, __half)
-MOE_WEIGHTED_REDUCE_ENTRY(moe_weighted_reduce_bf16, bf16, bf16)
-MOE_WEIGHTED_REDUCE_ENTRY(moe_weighted_reduce_bf16_input, float, bf16)
+MOE_WEIGHTED_REDUCE_ENTRY(moe_weighted_reduce_f32, float, float, float)
+MOE_WEIGHTED_REDUCE_ENTRY(moe_weighted_reduce_f16, __half, __half, __half)
+MOE_WEIGHTED_REDUCE_ENTRY(moe_weighted_reduce_bf16, bf16, bf16, bf16)
+MOE_WEIGHTED_REDUCE_ENTRY(moe_weighted_reduce_bf16_input, float, bf16, float)
+MOE_WEIGHTED_REDUCE_ENTRY(moe_weighted_reduce_bf16_shared, float, bf16, bf16)

@@ -26,6 +26,7 @@ export const MOE_WEIGHTED_REDUCE_FAMILY = 'moe_weighted_reduce';
 export const MOE_WEIGHTED_REDUCE_SOURCES = familySources(MOE_WEIGHTED_REDUCE_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const MOE_WEIGHTED_REDUCE_KERNELS = [
   'moe_weighted_reduce_f32', 'moe_weighted_reduce_f16', 'moe_weighted_reduce_bf16', 'moe_weighted_reduce_bf16_input',
+  'moe_weighted_reduce_bf16_shared',
 ] as const;
 const planOf = familyPlans({
   family: MOE_WEIGHTED_REDUCE_FAMILY, sources: MOE_WEIGHTED_REDUCE_SOURCES, kernels: MOE_WEIGHTED_REDUCE_KERNELS,
@@ -45,7 +46,7 @@ export interface MoeWeightedReduceArgs {
   yExpert: Buffer;
   /** [nTokens], output's dtype: the shared expert gate's raw output (sigmoid applied here) */
   shLogit: Buffer;
-  /** [nTokens, h], output's dtype: the shared expert's output */
+  /** [nTokens, h], output's dtype, or bf16 beside bf16 yExpert and f32 output: the shared expert's output */
   yShared: Buffer;
   /** [nTokens, h], output's dtype; added when given; may be output (in place) */
   residual?: Buffer;
@@ -74,11 +75,14 @@ export function validateMoeWeightedReduce(a: MoeWeightedReduceArgs, device?: Dev
   const slots = checkedProduct(op, 'nTokens * topK', a.nTokens, a.topK);
   const ny = checkedProduct(op, 'nTokens * topK * h', slots, a.h);
   const nh = checkedProduct(op, 'nTokens * h', a.nTokens, a.h);
-  // output's dtype right after yExpert's: it is yExpert's, or f32 beside bf16 (_bf16_input); the rest follow output.
+  // output's dtype right after yExpert's: it is yExpert's, or f32 beside bf16 (_bf16_input); the rest follow output,
+  // but yShared may be bf16 with yExpert beside f32 (_bf16_shared).
   const rules: BufferRule[] = [
     ['expertW', a.expertW, 'f32', slots], ['yExpert', a.yExpert, ['f32', 'f16', 'bf16'], ny],
     ['output', a.output, (of) => (of('yExpert') === 'bf16' ? ['bf16', 'f32'] : of('yExpert')), nh],
-    ['shLogit', a.shLogit, like('output'), a.nTokens], ['yShared', a.yShared, like('output'), nh], ['residual', a.residual, like('output'), nh, true],
+    ['shLogit', a.shLogit, like('output'), a.nTokens],
+    ['yShared', a.yShared, (of) => (of('yExpert') === 'bf16' && of('output') === 'f32' ? ['f32', 'bf16'] : of('output')), nh],
+    ['residual', a.residual, like('output'), nh, true],
   ];
   checkBufferRules(op, rules, device, true);
   checkNoAliasing(op, ruleBindings(rules), ['output'],
@@ -103,9 +107,11 @@ export function moeWeightedReduceCudaLaunch(nTokens: number, h: number, dtype: '
  * Layouts: expertW f32 [nTokens, topK]; yExpert [nTokens, topK, h]; shLogit
  * [nTokens]; yShared, residual, output [nTokens, h]; one dtype (f32, f16,
  * bf16) for all but expertW, or bf16 yExpert with f32 for the rest (the
- * per-expert products' 16-bit outputs read without a cast); each buffer at
+ * per-expert products' 16-bit outputs read without a cast), yShared bf16
+ * too (the shared expert run as one more slot of those products); each buffer at
  * least its size (mlx-native's rule); output may be residual, nothing else.
- * Kernels: moe_weighted_reduce_<dtype>, moe_weighted_reduce_bf16_input. Bindings: 0 MoeWeightedReduceParams
+ * Kernels: moe_weighted_reduce_<dtype>, moe_weighted_reduce_bf16_input,
+ * moe_weighted_reduce_bf16_shared (ours, the two mixed forms). Bindings: 0 MoeWeightedReduceParams
  * (n_tokens, top_k, h, add_residual), 1 expert_w, 2 y_expert, 3 sh_logit,
  * 4 y_shared, 5 residual (yShared's buffer in its place when absent; not
  * read), 6 output.
@@ -122,7 +128,7 @@ export function planMoeWeightedReduce(a: MoeWeightedReduceArgs, _limits: DeviceL
   validateMoeWeightedReduce(a, device);
   const dt = a.output.dtype as 'f32' | 'f16' | 'bf16';
   return planOf({
-    kernel: a.yExpert.dtype === dt ? `moe_weighted_reduce_${dt}` : 'moe_weighted_reduce_bf16_input',
+    kernel: a.yExpert.dtype === dt ? `moe_weighted_reduce_${dt}` : a.yShared.dtype === dt ? 'moe_weighted_reduce_bf16_input' : 'moe_weighted_reduce_bf16_shared',
     buffers: [, a.expertW, a.yExpert, a.shLogit, a.yShared, a.residual ?? a.yShared, a.output],
     bytes: [packMoeWeightedReduceParams({ ...a, addResidual: a.residual !== undefined })],
     grid: [ceilDiv(a.h, MOE_WEIGHTED_REDUCE_THREADS), a.nTokens, 1],

@@ -450,12 +450,14 @@ static void check_dense(const char* name, u32 M, u32 U, u32 E, u32 N, u32 K, boo
 
 // ---- moe_weighted_reduce ----
 
-// E: the expert outputs' type (T, or bf16 beside f32 for _bf16_input).
-template <class T, class E, class Kern>
+// E: the expert outputs' type (T, or bf16 beside f32 for _bf16_input); S:
+// the shared row's (T, or bf16 with E for _bf16_shared).
+template <class T, class E, class Kern, class S = T>
 static void check_reduce(const char* name, Kern kernel, u32 T_, u32 Kk, u32 H, bool residual, bool cuda_launch) {
   Arr<float> w(size_t(T_) * Kk);
   Arr<E> ye(size_t(T_) * Kk * H);
-  Arr<T> sl(T_), ys(size_t(T_) * H), res(size_t(T_) * H), out(size_t(T_) * H);
+  Arr<S> ys(size_t(T_) * H);
+  Arr<T> sl(T_), res(size_t(T_) * H), out(size_t(T_) * H);
   w.random(0, 1);
   ye.random(-2, 2);
   sl.random(-4, 4);
@@ -550,6 +552,8 @@ int main() {
       check_reduce<__half, __half>("moe_weighted_reduce_f16", moe_weighted_reduce_f16, 2, 3, 7, res, cl);
       check_reduce<float, bf>("moe_weighted_reduce_bf16_input", moe_weighted_reduce_bf16_input, 3, 8, 300, res, cl);
       check_reduce<float, bf>("moe_weighted_reduce_bf16_input", moe_weighted_reduce_bf16_input, 2, 3, 7, res, cl);
+      check_reduce<float, bf, decltype(&moe_weighted_reduce_bf16_shared), bf>("moe_weighted_reduce_bf16_shared", moe_weighted_reduce_bf16_shared, 1, 9, 2048, res, cl);
+      check_reduce<float, bf, decltype(&moe_weighted_reduce_bf16_shared), bf>("moe_weighted_reduce_bf16_shared", moe_weighted_reduce_bf16_shared, 2, 3, 7, res, cl);
     }
   std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
   return failures != 0;
