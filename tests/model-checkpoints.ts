@@ -72,8 +72,8 @@ const around = (center: number, spread: number): Draw => (r, shape) => normal(sp
 const fanIn = (scale = 1): Draw => (r, shape) => normal(scale / Math.sqrt(shape[shape.length - 1]!))(r, shape);
 
 /** The tensors of a tiny checkpoint: name, shape, how its values are drawn. */
-function tensorsOf(arch: TinyArch): [string, number[], Draw][] {
-  const c = tinyConfig(arch);
+function tensorsOf(arch: TinyArch, overrides: Record<string, unknown> = {}): [string, number[], Draw][] {
+  const c = { ...tinyConfig(arch), ...overrides };
   const H = c['hidden_size'] as number, V = c['vocab_size'] as number, L = c['num_hidden_layers'] as number;
   const out: [string, number[], Draw][] = [];
   const add = (name: string, shape: number[], draw: Draw) => out.push([name, shape, draw]);
@@ -165,17 +165,21 @@ function tensorsOf(arch: TinyArch): [string, number[], Draw][] {
   return out;
 }
 
-/** Writes a tiny checkpoint into a new folder (under the system's temp folder unless given) and returns the folder. */
-export function writeTinyCheckpoint(arch: TinyArch, seed: number, folder?: string): string {
+/**
+ * Writes a tiny checkpoint into a new folder (under the system's temp folder
+ * unless given) and returns the folder; overrides replace fields of
+ * tinyConfig(arch), and the tensors follow them.
+ */
+export function writeTinyCheckpoint(arch: TinyArch, seed: number, folder?: string, overrides: Record<string, unknown> = {}): string {
   const dir = folder ?? mkdtempSync(join(tmpdir(), `mlxn-${arch}-`));
   mkdirSync(dir, { recursive: true });
   const r = rng(seed);
-  const tensors: StTensor[] = tensorsOf(arch).map(([name, shape, draw]) => {
+  const tensors: StTensor[] = tensorsOf(arch, overrides).map(([name, shape, draw]) => {
     const bits = toBf16(draw(r, shape));
     return { name, dtype: 'BF16', shape, data: new Uint8Array(bits.buffer, bits.byteOffset, bits.byteLength) };
   });
   writeFileSync(join(dir, 'model.safetensors'), safetensorsBytes(tensors, { metadata: { format: 'pt' } }));
-  writeFileSync(join(dir, 'config.json'), JSON.stringify(tinyConfig(arch), null, 1));
+  writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...tinyConfig(arch), ...overrides }, null, 1));
   return dir;
 }
 

@@ -376,7 +376,7 @@ describeBackends('routed GGUF experts', ({ device }) => {
       [1, 'fast', up5, 'gelu_tanh', 5], [12, 'fast', upK, 'silu', 6],
     ];
     for (const [tokens, precision, up, act, dispatches] of cases) {
-      const ex: RoutedExperts = { gate, up, down, numExperts: E, intermediate: I, hidden: H, act, dtype: 'f32', perExpertScale };
+      const ex: RoutedExperts = { gate, up, down, numExperts: E, sharedSlot: false, intermediate: I, hidden: H, act, dtype: 'f32', perExpertScale };
       using s = new Scratch(d);
       using x = d.upload('f32', [tokens, H], randomArray(r, tokens * H, -1, 1));
       using logits = d.upload('f32', [tokens, E], randomArray(r, tokens * E, -2, 2));
@@ -394,6 +394,30 @@ describeBackends('routed GGUF experts', ({ device }) => {
       (act === 'silu' ? siluMul : geluTanhMul)(enc, { gate: g!, up: u!, output: h! });
       quantizedMatmulIdGgml(enc, { input: h!, output: y!, nTokens: pairs, topK: 1, ids: ids.view('u32', [pairs, 1], 0), ...sizes(down, H, I) });
       enc.commitAndWait();
+      expect(maxRelErr(outputs.readNumbers(), y!.readNumbers())).toBeLessThanOrEqual(d.backend === 'cuda' ? TOL.f16 : TOL.f32);
+    }
+    // The last of the E stacked experts as a shared slot: E - 1 routed, one token runs topK + 1 slots (3 dispatches),
+    // the composition on the same ids.
+    for (const [up, act, dispatches] of [[upK, 'silu', 3], [up5, 'gelu_tanh', 5]] as const) {
+      using routedScale = d.upload('f32', [E - 1], Array<number>(E - 1).fill(1));
+      const ex: RoutedExperts = { gate, up, down, numExperts: E - 1, sharedSlot: true, intermediate: I, hidden: H, act, dtype: 'f32', perExpertScale: routedScale };
+      const slots = topK + 1;
+      using s = new Scratch(d);
+      using x = d.upload('f32', [1, H], randomArray(r, H, -1, 1));
+      using logits = d.upload('f32', [1, E - 1], randomArray(r, E - 1, -2, 2));
+      using ids = d.upload('u32', [1, slots], [0xffffffff, 0xffffffff, E - 1]);
+      using enc = d.encoder();
+      const { outputs } = routedExperts(enc, s, ex, x, logits, 1, topK, 'fast', ids);
+      expect(enc.dispatchCount).toBe(dispatches);
+      expect(outputs.shape).toEqual([1, slots, H]);
+      const [g, u, h, y] = ['g', 'u', 'h', 'y'].map((n) => s.get(`want.${n}`, 'f32', [slots, n === 'y' ? H : I]));
+      const sizes = (w: typeof gate, n: number, k: number) => ({ weight: w.weight, n, k, nExperts: E, ggmlType: w.ggmlType });
+      quantizedMatmulIdGgml(enc, { input: x, output: g!, nTokens: 1, topK: slots, ids, ...sizes(gate, I, H) });
+      quantizedMatmulIdGgml(enc, { input: x, output: u!, nTokens: 1, topK: slots, ids, ...sizes(up, I, H) });
+      (act === 'silu' ? siluMul : geluTanhMul)(enc, { gate: g!, up: u!, output: h! });
+      quantizedMatmulIdGgml(enc, { input: h!, output: y!, nTokens: slots, topK: 1, ids: ids.view('u32', [slots, 1], 0), ...sizes(down, H, I) });
+      enc.commitAndWait();
+      expect(ids.readNumbers()[topK]).toBe(E - 1);
       expect(maxRelErr(outputs.readNumbers(), y!.readNumbers())).toBeLessThanOrEqual(d.backend === 'cuda' ? TOL.f16 : TOL.f32);
     }
     for (const w of [gate, upK, up5, down]) w.weight.release();

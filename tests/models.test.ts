@@ -104,15 +104,22 @@ function routingRef(logits: Float64Array, tokens: number, experts: number, k: nu
 describeBackends('model blocks', ({ device }) => {
   // Each token's top k experts alone, through the per-expert products: the weighted sum of the pairs' outputs
   // against float64 over the same values (the 16-bit forms round x to the experts' dtype once, as the block does).
-  test('routedExperts: each token\'s top-k experts, dense f32 / bf16 and 4- and 8-bit affine, vector and grouped matrix forms', () => {
+  // shared: the stacks hold one expert more (a shared expert, sharedSlot), run at one token as slot k through
+  // sharedIds; its unweighted output is checked as well. A prompt with such stacks runs the routed experts alone.
+  test('routedExperts: each token\'s top-k experts, dense f32 / bf16 and 4- and 8-bit affine, vector and grouped matrix forms, a shared slot', () => {
     const d = device(), r = rng(13);
-    type Case = readonly [tokens: number, E: number, I: number, H: number, k: number, act: 'silu' | 'gelu_tanh', kind: 'f32' | 'bf16' | 'q4' | 'q8', fast: boolean];
+    type Case = readonly [tokens: number, E: number, I: number, H: number, k: number, act: 'silu' | 'gelu_tanh', kind: 'f32' | 'bf16' | 'q4' | 'q8', fast: boolean, shared?: boolean];
     const cases: Case[] = [
       [1, 4, 8, 16, 2, 'silu', 'f32', false], [5, 8, 16, 32, 8, 'gelu_tanh', 'f32', true],
       [3, 8, 16, 32, 2, 'gelu_tanh', 'bf16', true], [12, 8, 32, 64, 2, 'silu', 'bf16', true],
       [1, 8, 32, 64, 2, 'silu', 'q4', true], [12, 16, 32, 64, 3, 'gelu_tanh', 'q8', true],
+      [1, 4, 8, 16, 2, 'silu', 'f32', false, true], [1, 8, 16, 32, 8, 'silu', 'bf16', true, true],
+      [1, 8, 32, 64, 2, 'silu', 'q4', true, true], [1, 16, 32, 64, 3, 'gelu_tanh', 'q8', false, true],
+      [12, 8, 32, 64, 2, 'silu', 'q4', true, true], [3, 8, 16, 32, 2, 'gelu_tanh', 'f32', true, true],
     ];
-    for (const [tokens, E, I, H, k, act, kind, fast] of cases) {
+    for (const [tokens, E, I, H, k, act, kind, fast, shared = false] of cases) {
+      const slot = shared && tokens === 1;
+      const nE = E + (shared ? 1 : 0), slots = k + (slot ? 1 : 0);
       const logits = randomArray(r, tokens * E, -3, 3);
       const x = randomArray(r, tokens * H, -1, 1);
       const scale = randomArray(r, E, 0.5, 1.5);
@@ -121,61 +128,71 @@ describeBackends('model blocks', ({ device }) => {
       const up = <T extends { release(): void }>(b: T): T => { owned.push(b); return b; };
       // Host values of each projection [E * n, k] as the device sees them, and the device form.
       const project = (n: number, kk: number): { values: Float64Array; w: ExpertWeights } => {
-        const raw = randomArray(r, E * n * kk, -0.5, 0.5);
+        const raw = randomArray(r, nE * n * kk, -0.5, 0.5);
         if (kind === 'f32' || kind === 'bf16') {
-          const b = up(d.upload(kind, [E * n, kk], raw));
+          const b = up(d.upload(kind, [nE * n, kk], raw));
           return { values: Float64Array.from(b.readNumbers()), w: { kind: 'dense', weight: b, expertRows: n } };
         }
         const bits = kind === 'q4' ? 4 : 8, g = 32;
-        const q = affineQuantize(raw, E * n, kk, g, bits, 'bf16');
-        const weight = up(d.upload('u32', [E * n, (kk * bits) / 32], affineWords(q.packed)));
-        const scales = up(d.upload('bf16', [E * n, kk / g], fromBf16(toBf16(q.scales))));
-        const biases = up(d.upload('bf16', [E * n, kk / g], fromBf16(toBf16(q.biases))));
-        const values = affineDequantize(q.packed, scales.readNumbers(), biases.readNumbers(), E * n, kk, g, bits);
+        const q = affineQuantize(raw, nE * n, kk, g, bits, 'bf16');
+        const weight = up(d.upload('u32', [nE * n, (kk * bits) / 32], affineWords(q.packed)));
+        const scales = up(d.upload('bf16', [nE * n, kk / g], fromBf16(toBf16(q.scales))));
+        const biases = up(d.upload('bf16', [nE * n, kk / g], fromBf16(toBf16(q.biases))));
+        const values = affineDequantize(q.packed, scales.readNumbers(), biases.readNumbers(), nE * n, kk, g, bits);
         return { values, w: { kind: 'affine', weight, scales, biases, expertRows: n, groupSize: g, bits } };
       };
       const gate = project(I, H), upP = project(I, H), down = project(H, I);
       const dtype = kind === 'f32' ? 'f32' : 'bf16';
       const ex: RoutedExperts = {
-        gate: gate.w, up: upP.w, down: down.w, numExperts: E, intermediate: I, hidden: H, act, dtype,
+        gate: gate.w, up: upP.w, down: down.w, numExperts: E, sharedSlot: shared, intermediate: I, hidden: H, act, dtype,
         perExpertScale: up(d.upload('f32', [E], scale)),
       };
       using xb = d.upload('f32', [tokens, H], x);
       using lb = d.upload('f32', [tokens, E], logits);
-      s.get(`moe.out.${dtype}`, dtype, [tokens, k, H]).fill(Number.NaN);
+      s.get(`moe.out.${dtype}`, dtype, [tokens, slots, H]).fill(Number.NaN);
+      // The shared slot's ids: poisoned where the routing writes, E after.
+      const sharedIds = slot ? up(d.upload('u32', [1, k + 1], Array.from({ length: k + 1 }, (_, i) => (i === k ? E : 0xffffffff)))) : undefined;
       using enc = d.encoder();
-      const out = routedExperts(enc, s, ex, xb, lb, tokens, k, fast ? 'fast' : 'exact');
+      const out = routedExperts(enc, s, ex, xb, lb, tokens, k, fast ? 'fast' : 'exact', sharedIds);
       enc.commitAndWait();
       const ys = out.outputs.readNumbers(), ws = out.weights.readNumbers();
+      expect(out.outputs.shape).toEqual([tokens, slots, H]);
       const got = new Float64Array(tokens * H);
-      for (let t = 0; t < tokens; t++) for (let j = 0; j < k; j++) for (let h = 0; h < H; h++) got[t * H + h]! += ws[t * k + j]! * ys[(t * k + j) * H + h]!;
+      for (let t = 0; t < tokens; t++) for (let j = 0; j < k; j++) for (let h = 0; h < H; h++) got[t * H + h]! += ws[t * k + j]! * ys[(t * slots + j) * H + h]!;
       const routing = routingRef(Float64Array.from(logits, Math.fround), tokens, E, k);
       const xr = dtype === 'bf16' ? fromBf16(toBf16(Float32Array.from(x))) : Float32Array.from(x);
       const f = act === 'silu' ? (z: number) => z / (1 + Math.exp(-z)) : (z: number) => 0.5 * z * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (z + 0.044715 * z ** 3)));
+      // Expert e's output for token t, unweighted.
+      const expertOut = (t: number, e: number): Float64Array => {
+        const a = Array.from({ length: I }, (_, i) => {
+          let gs = 0, us = 0;
+          for (let j = 0; j < H; j++) {
+            gs += gate.values[(e * I + i) * H + j]! * xr[t * H + j]!;
+            us += upP.values[(e * I + i) * H + j]! * xr[t * H + j]!;
+          }
+          return f(gs) * us;
+        });
+        return Float64Array.from({ length: H }, (_, h) => {
+          let sum = 0;
+          for (let i = 0; i < I; i++) sum += down.values[(e * H + h) * I + i]! * a[i]!;
+          return sum;
+        });
+      };
       const want = new Float64Array(tokens * H);
       for (let t = 0; t < tokens; t++) {
         for (let e = 0; e < E; e++) {
           const rw = routing[t * E + e]! * Math.fround(scale[e]!);
           if (rw === 0) continue;
-          const a = Array.from({ length: I }, (_, i) => {
-            let gs = 0, us = 0;
-            for (let j = 0; j < H; j++) {
-              gs += gate.values[(e * I + i) * H + j]! * xr[t * H + j]!;
-              us += upP.values[(e * I + i) * H + j]! * xr[t * H + j]!;
-            }
-            return f(gs) * us;
-          });
-          for (let h = 0; h < H; h++) {
-            let sum = 0;
-            for (let i = 0; i < I; i++) sum += down.values[(e * H + h) * I + i]! * a[i]!;
-            want[t * H + h]! += rw * sum;
-          }
+          const y = expertOut(t, e);
+          for (let h = 0; h < H; h++) want[t * H + h]! += rw * y[h]!;
         }
       }
       // f32: sums of f32 products in another order, TOL.f32. bf16: the activations and the outputs are stored in
       // bf16 (2^-9 each), TOL.bf16. Routing weights: the kernel's softmax in f32 (TOL.f32 of the reference's).
+      const tol = dtype === 'f32' ? TOL.f32 : TOL.bf16;
       for (let i = 0; i < tokens * k; i++) expect(Number.isFinite(ws[i]!)).toBe(true);
-      expect(relL2(got, want)).toBeLessThan(dtype === 'f32' ? TOL.f32 : TOL.bf16);
+      expect(relL2(got, want)).toBeLessThan(tol);
+      if (slot) expect(relL2(Float64Array.from(ys.slice(k * H, (k + 1) * H)), expertOut(0, E))).toBeLessThan(tol);
       for (const b of owned) b.release();
     }
   });
@@ -471,6 +488,51 @@ describeBackends('models against float64 references (random checkpoints)', ({ de
         expect(rows).toBeGreaterThanOrEqual(PROMPT.length / 2);
         expect(err).toBeLessThan(DEFAULT_TOL);
         for (const [got, want] of clearTokensOf(ref, tokens, TOKEN_GAP)) expect(got).toBe(want);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    }, 120_000);
+    // A shared expert as wide as the routed ones (Qwen3.6-35B-A3B's: 512 and 512) is stacked after them, and a
+    // decode step runs it as one more slot of the per-expert products: the shared gate/up product, the activation
+    // and the shared down leave the step (2 dispatches a layer here, where the router and the shared gate/up share
+    // one bf16 product; 3 where they are stored apart). Against the float64 reference: the hub's fused gate_up
+    // layout exact (f32 experts) and default (bf16 outputs), and mlx's stacked layout with 4-bit experts (bf16
+    // outputs read by moe_weighted_reduce_bf16_shared). The prompts run the shared expert on its own.
+    test('qwen3_5_moe with the shared expert as wide as the experts: decode runs it as one more expert slot', () => {
+      const dir = mkdtempSync(join(tmpdir(), 'mlxn-shared-'));
+      try {
+        const folder = writeTinyCheckpoint('qwen3_5_moe', 24, join(dir, 'w'), { shared_expert_intermediate_size: 32 });
+        relayoutCheckpoint(folder, join(dir, 's'), { prefix: 'model.', experts: 'stacked', extra: 'mtp.fc.weight' });
+        quantizeCheckpoint(join(dir, 's'), join(dir, 'q'), join(dir, 'd'), 32, 4, true);
+        const run = (path: string, opts: LoadOptions, refPath: string, tol: number, gap: number) => {
+          const ref = qwenReference(refPath, PROMPT, 4);
+          using m = loadModel(path, device(), { maxContext: 32, ...opts });
+          const held = (i: number) => ref.routingGaps[i]! >= gap;
+          const tokens = [m.prefill(PROMPT)];
+          let err = held(PROMPT.length - 1) ? relL2(m.logits.readNumbers(), ref.prefill[PROMPT.length - 1]!) : 0, rows = 0;
+          for (let i = 0; i < 4; i++) {
+            tokens.push(m.decode());
+            if (!held(PROMPT.length + i)) continue;
+            rows++;
+            err = Math.max(err, relL2(m.logits.readNumbers(), ref.decode[i]!));
+          }
+          expect(rows).toBeGreaterThanOrEqual(2);
+          expect(err).toBeLessThan(tol);
+          return { tokens, ref, dispatches: m.stepDispatches };
+        };
+        const exact = run(folder, { precision: 'exact', prefillAttention: 'vector' }, folder, EXACT_TOL, 0);
+        expect(exact.tokens).toEqual(exact.ref.tokens);
+        const fast = run(folder, {}, folder, DEFAULT_TOL, ROUTING_GAP);
+        for (const [got, want] of clearTokensOf(fast.ref, fast.tokens, TOKEN_GAP)) expect(got).toBe(want);
+        run(join(dir, 'q'), {}, join(dir, 'd'), DEFAULT_TOL, ROUTING_GAP);
+        // Replayed decode steps (the shared slot's id stays in place across replays).
+        const replayed = run(folder, { replay: true }, folder, DEFAULT_TOL, ROUTING_GAP);
+        expect(replayed.tokens).toEqual(fast.tokens);
+        // The same model with a narrower shared expert (the suite's) keeps its own products.
+        using narrow = loadModel(folderOf('qwen3_5_moe'), device(), { maxContext: 32 });
+        narrow.prefill(PROMPT);
+        narrow.decode();
+        expect(narrow.stepDispatches - fast.dispatches).toBe(2 * narrow.config.numLayers);
       } finally {
         rmSync(dir, { recursive: true, force: true });
       }

@@ -210,7 +210,14 @@ export interface RoutedExperts {
   readonly up: ExpertWeights;
   /** [E][H, I] */
   readonly down: ExpertWeights;
+  /** The routed experts (the router's logits). */
   readonly numExperts: number;
+  /**
+   * Whether the stacks hold one expert more, numExperts, the layer's shared
+   * expert (experts.ts expertsFor), which a decode step runs as one more slot
+   * of the products (routedExperts' sharedIds).
+   */
+  readonly sharedSlot: boolean;
   readonly intermediate: number;
   readonly hidden: number;
   readonly act: GateActivation;
@@ -227,7 +234,7 @@ export interface RoutedExperts {
 
 /** Where a MoE layer's routed experts left their work: one row per (token, slot) pair. */
 export interface ExpertOutputs {
-  /** [tokens, topK, H] in the experts' dtype: each pair's expert output, unweighted. */
+  /** [tokens, topK, H] in the experts' dtype: each pair's expert output, unweighted ([1, topK + 1, H], the shared expert's last, with sharedIds). */
   readonly outputs: Buffer;
   /** f32 [tokens, topK]: the pairs' routing weights (renormalized top-k softmax, times the per-expert scale). */
   readonly weights: Buffer;
@@ -251,11 +258,26 @@ export interface ExpertOutputs {
  * 8 tokens the two matrix products over moe_dispatch_sort's grouping (the
  * family has no fused matrix form) and the activation; then the down product.
  * Nothing is read back: the routing stays on the device.
+ *
+ * sharedIds (one token, experts with a sharedSlot): u32 [1, topK + 1] whose
+ * last id is numExperts, the shared expert's slot in the stacks; the routing
+ * writes the first topK, and the products run topK + 1 slots, so that the
+ * shared expert costs no dispatch of its own.
  */
 export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Buffer, logits: Buffer, tokens: number, topK: number,
-  precision: ProductPrecision): ExpertOutputs {
-  const E = ex.numExperts, I = ex.intermediate, H = ex.hidden, dt = ex.dtype, pairs = tokens * topK;
-  const ids = s.get('moe.ids', 'u32', [tokens, topK]);
+  precision: ProductPrecision, sharedIds?: Buffer): ExpertOutputs {
+  const E = ex.numExperts, I = ex.intermediate, H = ex.hidden, dt = ex.dtype;
+  // Experts in the stacks, and slots a token runs.
+  const nE = E + (ex.sharedSlot ? 1 : 0);
+  const slots = topK + (sharedIds === undefined ? 0 : 1), pairs = tokens * slots;
+  if (sharedIds !== undefined) {
+    if (!ex.sharedSlot) throw invalid('moe', 'sharedIds', 'experts stacked with their shared expert (sharedSlot)', 'experts without it');
+    if (tokens !== 1) throw invalid('moe', 'tokens', '1 with sharedIds (a decode step)', tokens);
+    if (sharedIds.dtype !== 'u32' || sharedIds.elementCount !== slots) throw invalid('moe', 'sharedIds', `u32 [1, ${slots}]`, `${sharedIds.dtype} [${sharedIds.shape.join(', ')}]`);
+  }
+  // The products' ids: the routing's, or the routing's and the shared slot's.
+  const slotIds = sharedIds ?? s.get('moe.ids', 'u32', [tokens, topK]);
+  const ids = sharedIds === undefined ? slotIds : sharedIds.view('u32', [1, topK], 0);
   const weights = s.get('moe.weights', 'f32', [tokens, topK]);
   fusedMoeRoutingBatch(enc, { logits, expertIds: ids, routingWeights: weights, perExpertScale: ex.perExpertScale, numExperts: E, topK, nTokens: tokens });
   // x in the experts' dtype where a kernel needs it so: the dense forms and the matrix forms (the affine vector
@@ -266,47 +288,47 @@ export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Bu
     cast(enc, { input: x, output: xe });
     return xe;
   };
-  const act = s.get(`moe.act.${dt}`, dt, [tokens, topK, I]);
-  const outputs = s.get(`moe.out.${dt}`, dt, [tokens, topK, H]);
+  const act = s.get(`moe.act.${dt}`, dt, [tokens, slots, I]);
+  const outputs = s.get(`moe.out.${dt}`, dt, [tokens, slots, H]);
   const actRows = act.view(dt, [pairs, I], 0);
-  const gateUp = { output: act, m: tokens, n: I, k: H, nExpertUsed: topK, numExperts: E, expertRows: ex.gate.expertRows, activation: ex.act };
-  const down = { x: actRows, output: outputs, m: pairs, n: H, k: I, nExpertUsed: 1, numExperts: E, expertRows: ex.down.expertRows };
+  const gateUp = { output: act, m: tokens, n: I, k: H, nExpertUsed: slots, numExperts: nE, expertRows: ex.gate.expertRows, activation: ex.act };
+  const down = { x: actRows, output: outputs, m: pairs, n: H, k: I, nExpertUsed: 1, numExperts: nE, expertRows: ex.down.expertRows };
   const g = ex.gate, u = ex.up, d = ex.down;
   if (g.kind === 'ggml' || u.kind === 'ggml' || d.kind === 'ggml') {
     if (g.kind !== 'ggml' || u.kind !== 'ggml' || d.kind !== 'ggml') throw invalid('moe', 'the experts', 'gate, up and down of one kind', `${g.kind}, ${u.kind}, ${d.kind}`);
-    const sizes = (w: GgmlExperts, n: number, k: number) => ({ weight: w.weight, n, k, nExperts: E, expertStride: w.expertRows * w.rowBytes, ggmlType: w.ggmlType });
+    const sizes = (w: GgmlExperts, n: number, k: number) => ({ weight: w.weight, n, k, nExperts: nE, expertStride: w.expertRows * w.rowBytes, ggmlType: w.ggmlType });
     const matrix = tokens > VECTOR_ROWS && precision === 'fast';
     let route: { ids: Buffer } | { offsets: Buffer; order: Buffer };
     if (matrix) {
-      const offsets = s.get('moe.offsets', 'u32', [E + 2]);
+      const offsets = s.get('moe.offsets', 'u32', [nE + 2]);
       const order = s.get('moe.order', 'u32', [pairs]);
-      moeDispatchSort(enc, { ids, offsets, order, nPairs: pairs, numExperts: E });
+      moeDispatchSort(enc, { ids, offsets, order, nPairs: pairs, numExperts: nE });
       route = { offsets, order };
     } else {
-      route = { ids };
+      route = { ids: slotIds };
     }
     const product = (args: Parameters<typeof quantizedMatmulIdGgml>[1] | Parameters<typeof quantizedMatmulIdGgmlMm>[1]) => {
       if ('ids' in args) quantizedMatmulIdGgml(enc, args);
       else quantizedMatmulIdGgmlMm(enc, args);
     };
-    const pairRoute = 'ids' in route ? { ids: ids.view('u32', [pairs, 1], 0) } : route;
+    const pairRoute = 'ids' in route ? { ids: slotIds.view('u32', [pairs, 1], 0) } : route;
     if ('ids' in route && g.ggmlType === u.ggmlType && g.expertRows * g.rowBytes === u.expertRows * u.rowBytes) {
       const { weight: gateWeight, ...gs } = sizes(g, I, H);
-      quantizedMatmulIdGgmlGateUp(enc, { input: x, output: act, nTokens: tokens, topK, ...gs, gateWeight, upWeight: u.weight, ids, activation: ex.act });
+      quantizedMatmulIdGgmlGateUp(enc, { input: x, output: act, nTokens: tokens, topK: slots, ...gs, gateWeight, upWeight: u.weight, ids: slotIds, activation: ex.act });
     } else {
-      const gate = s.get('moe.gate.f32', 'f32', [tokens, topK, I]);
-      const up = s.get('moe.up.f32', 'f32', [tokens, topK, I]);
-      product({ input: x, output: gate, nTokens: tokens, topK, ...sizes(g, I, H), ...route });
-      product({ input: x, output: up, nTokens: tokens, topK, ...sizes(u, I, H), ...route });
+      const gate = s.get('moe.gate.f32', 'f32', [tokens, slots, I]);
+      const up = s.get('moe.up.f32', 'f32', [tokens, slots, I]);
+      product({ input: x, output: gate, nTokens: tokens, topK: slots, ...sizes(g, I, H), ...route });
+      product({ input: x, output: up, nTokens: tokens, topK: slots, ...sizes(u, I, H), ...route });
       (ex.act === 'silu' ? siluMul : geluTanhMul)(enc, { gate, up, output: act });
     }
     product({ input: actRows, output: outputs, nTokens: pairs, topK: 1, ...sizes(d, H, I), ...pairRoute });
     return { outputs, weights };
   }
   if (dt !== 'f32' && tokens > VECTOR_ROWS && precision === 'fast') {
-    const offsets = s.get('moe.offsets', 'u32', [E + 2]);
+    const offsets = s.get('moe.offsets', 'u32', [nE + 2]);
     const order = s.get('moe.order', 'u32', [pairs]);
-    moeDispatchSort(enc, { ids, offsets, order, nPairs: pairs, numExperts: E });
+    moeDispatchSort(enc, { ids, offsets, order, nPairs: pairs, numExperts: nE });
     if (g.kind === 'dense' && u.kind === 'dense' && d.kind === 'dense') {
       denseGateUpMmId(enc, { ...gateUp, x: castX(), gateWeight: g.weight, upWeight: u.weight, offsets, order });
       denseMmId(enc, { ...down, weight: d.weight, offsets, order });
@@ -317,12 +339,12 @@ export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Bu
       throw invalid('moe', 'the experts', 'gate, up and down of one kind', `${g.kind}, ${u.kind}, ${d.kind}`);
     }
   } else {
-    const pairIds = ids.view('u32', [pairs, 1], 0);
+    const pairIds = slotIds.view('u32', [pairs, 1], 0);
     if (g.kind === 'dense' && u.kind === 'dense' && d.kind === 'dense') {
-      denseGateUpMvId(enc, { ...gateUp, x: castX(), gateWeight: g.weight, upWeight: u.weight, ids });
+      denseGateUpMvId(enc, { ...gateUp, x: castX(), gateWeight: g.weight, upWeight: u.weight, ids: slotIds });
       denseMvId(enc, { ...down, weight: d.weight, ids: pairIds });
     } else if (g.kind === 'affine' && u.kind === 'affine' && d.kind === 'affine') {
-      quantizedGateUpMvId(enc, { ...gateUp, x, ...affineGateUp(g, u), ids });
+      quantizedGateUpMvId(enc, { ...gateUp, x, ...affineGateUp(g, u), ids: slotIds });
       quantizedMvId(enc, { ...down, ...affineOf(d), ids: pairIds });
     } else {
       throw invalid('moe', 'the experts', 'gate, up and down of one kind', `${g.kind}, ${u.kind}, ${d.kind}`);

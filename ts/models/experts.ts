@@ -12,15 +12,27 @@ import { invalid } from '../validate.ts';
 import type { ExpertWeights, RoutedExperts } from './blocks.ts';
 import type { Checkpoint } from './checkpoint.ts';
 
+/** A shared expert's three projections ([I, H], [I, H], [H, I] as stored). */
+export interface SharedExpertRefs {
+  readonly gate: TensorRef;
+  readonly up: TensorRef;
+  readonly down: TensorRef;
+}
+
 /**
  * The experts of one layer. `widen`: dense 16-bit experts go to the device
  * as f32 (what the 'exact' precision takes: the products then see the f32
  * activations unrounded, at twice the memory). perExpertScale (Gemma 4's
  * router scale per expert) multiplies each expert's routing weight; ones
- * when null.
+ * when null. `shared`: a shared expert of the experts' width, stored as they
+ * are (the same block type, or quantization and dtypes); its rows are then
+ * stacked after the routed experts' as expert numExperts (sharedSlot), so
+ * that a decode step runs it as one more slot of the per-expert products.
+ * Another shared expert is left out (sharedSlot false).
  */
 export function expertsFor(ck: Checkpoint, ex: Experts, numExperts: number, intermediate: number, hidden: number,
-  act: RoutedExperts['act'], perExpertScale: Float32Array | null, widen: boolean, where: string): RoutedExperts {
+  act: RoutedExperts['act'], perExpertScale: Float32Array | null, widen: boolean, where: string,
+  shared: SharedExpertRefs | null = null): RoutedExperts {
   const E = numExperts, I = intermediate, H = hidden;
   if (ex.layout === 'per_expert' && ex.count !== E) throw invalid('loadModel', `${where} experts`, `${E} experts (config.json)`, ex.count);
   const refs: TensorRef[] = ex.layout === 'gate_up' ? [ex.gateUp, ex.down] : ex.layout === 'stacked' ? [ex.gate, ex.up, ex.down] : [...ex.gate, ...ex.up, ...ex.down];
@@ -34,26 +46,36 @@ export function expertsFor(ck: Checkpoint, ex: Experts, numExperts: number, inte
     const dense = refs.find((r) => r.scales === undefined)!;
     throw invalid('loadModel', `${where} experts (${dense.name})`, 'MLX affine-quantized like the other expert tensors', 'dense');
   }
-  const parts = (which: 'gate' | 'up' | 'down'): TensorRef[] => {
+  const routedParts = (which: 'gate' | 'up' | 'down'): TensorRef[] => {
     if (ex.layout === 'per_expert') return [...ex[which]];
     if (ex.layout === 'stacked') return [ex[which]];
     return [which === 'down' ? ex.down : ex.gateUp];
   };
+  // The shared expert as expert E where it is stored as the routed ones are (a fused gate_up tensor's expert rows
+  // are its gate's, then its up's).
+  const slot = shared !== null && (['gate', 'up', 'down'] as const).every((w) => sameStorage(ck, routedParts(w)[0]!, shared[w]));
+  const parts = (which: 'gate' | 'up' | 'down'): TensorRef[] => {
+    if (!slot) return routedParts(which);
+    const extra = ex.layout === 'gate_up' && which !== 'down' ? [shared!.gate, shared!.up] : [shared![which]];
+    return [...routedParts(which), ...extra];
+  };
+  // Experts in the stacks.
+  const nE = E + (slot ? 1 : 0);
   // Rows (n) and columns (k) of one expert's projection.
   const dims = { gate: [I, H], up: [I, H], down: [H, I] } as const;
   const load = (which: 'gate' | 'up' | 'down'): ExpertWeights => {
     const [n, k] = dims[which];
     const fused = ex.layout === 'gate_up' && which !== 'down';
     const expertRows = fused ? 2 * n : n;
-    const rows = E * expertRows;
-    // A fused tensor's gate and up: views of (E - 1) * 2I + I rows, the up's starting I rows in (the products
+    const rows = nE * expertRows;
+    // A fused tensor's gate and up: views of (nE - 1) * 2I + I rows, the up's starting I rows in (the products
     // take exact sizes).
     const at = (b: Buffer, width: number) => (fused
-      ? b.view(b.dtype, [(E - 1) * expertRows + n, width], (which === 'up' ? n : 0) * width * (b.byteLength / b.elementCount))
+      ? b.view(b.dtype, [(nE - 1) * expertRows + n, width], (which === 'up' ? n : 0) * width * (b.byteLength / b.elementCount))
       : b);
     const check = (b: Buffer, width: number, what: string) => {
       if (b.elementCount !== rows * width) {
-        throw invalid('loadModel', `${where} experts' ${which} ${what}`, `${rows} rows of ${width} (${E} experts)`, `${b.elementCount} elements`);
+        throw invalid('loadModel', `${where} experts' ${which} ${what}`, `${rows} rows of ${width} (${nE} experts)`, `${b.elementCount} elements`);
       }
     };
     const ps = parts(which);
@@ -114,5 +136,19 @@ export function expertsFor(ck: Checkpoint, ex: Experts, numExperts: number, inte
   if (dtype !== 'f32' && dtype !== 'bf16' && dtype !== 'f16') throw invalid('loadModel', `${where} experts' dtype`, 'f32, bf16 or f16', dtype);
   const scale = perExpertScale ?? new Float32Array(E).fill(1);
   if (scale.length !== E) throw invalid('loadModel', `${where} per-expert scale`, `${E} values`, scale.length);
-  return { gate, up, down, numExperts: E, intermediate: I, hidden: H, act, dtype, perExpertScale: ck.f32(scale, [E]) };
+  return { gate, up, down, numExperts: E, sharedSlot: slot, intermediate: I, hidden: H, act, dtype, perExpertScale: ck.f32(scale, [E]) };
+}
+
+/**
+ * Whether tensor b is stored as a (one GGUF block type; or both MLX affine
+ * with the same packed, scale and bias dtypes; or both dense of one dtype),
+ * with the same inner size: b's rows then stack after a's.
+ */
+function sameStorage(ck: Checkpoint, a: TensorRef, b: TensorRef): boolean {
+  const ia = ck.source.info(a.name), ib = ck.source.info(b.name);
+  if (ia.dtype !== ib.dtype || ia.shape[ia.shape.length - 1] !== ib.shape[ib.shape.length - 1]) return false;
+  if (ck.ggmlTypeOf(a.name) !== ck.ggmlTypeOf(b.name)) return false;
+  if ((a.scales === undefined) !== (b.scales === undefined) || (a.biases === undefined) !== (b.biases === undefined)) return false;
+  const dt = (r: string | undefined) => (r === undefined ? null : ck.source.info(r).dtype);
+  return dt(a.scales) === dt(b.scales) && dt(a.biases) === dt(b.biases);
 }

@@ -102,11 +102,15 @@ interface GatedAttentionWeights {
 }
 
 interface MoeWeights {
-  /** router, sharedGateUp and sharedGate, in this order. */
+  /**
+   * router, sharedGateUp and sharedGate, in this order; router and
+   * sharedGate alone where the experts hold the shared expert (a decode step
+   * then runs it as one more slot: experts.sharedSlot).
+   */
   readonly inProj: Projection;
   readonly router: Linear;
   readonly experts: RoutedExperts;
-  /** The shared expert's gate and up stacked [2 Is, H], and its down [H, Is]. */
+  /** The shared expert's gate and up stacked [2 Is, H], and its down [H, Is] (what a prompt runs). */
   readonly sharedGateUp: Linear;
   readonly sharedDown: Linear;
   /** [1, H] */
@@ -160,6 +164,12 @@ export class Qwen35Moe extends CausalLM {
    * stored).
    */
   private readonly keyHeads: number;
+  /**
+   * u32 [1, k + 1] where a layer's experts hold its shared expert: a decode
+   * step's routing writes the first k ids, the last stays numExperts (the
+   * shared expert's slot in the stacks). Null otherwise.
+   */
+  private readonly sharedIds: Buffer | null;
 
   constructor(device: Device, config: Qwen35MoeConfig, ckpt: Checkpoint, names: Qwen35MoeWeights, opts: ModelOptions = {}) {
     super(device, config, ckpt, opts);
@@ -171,6 +181,11 @@ export class Qwen35Moe extends CausalLM {
     this.keyHeads = names.naming === 'gguf' && hk > 1 && hk !== hv ? hv : hk;
     this.layers = names.layers.map((l) => this.loadLayer(l));
     this.state = this.layers.map((l) => this.newState(l));
+    this.sharedIds = null;
+    if (this.layers.some((l) => l.moe.experts.sharedSlot)) {
+      this.sharedIds = device.alloc('u32', [1, c.numExpertsPerTok + 1]);
+      this.sharedIds.writeNumbers(Array.from({ length: c.numExpertsPerTok + 1 }, (_, i) => (i === c.numExpertsPerTok ? c.numExperts : 0)));
+    }
   }
 
   private loadLayer(l: Qwen35MoeLayer): LayerWeights {
@@ -231,19 +246,25 @@ export class Qwen35Moe extends CausalLM {
     }
     const m = l.moe;
     const s = m.sharedExpert;
-    const inProj = ck.projection([[{ ref: m.router }], [{ ref: s.gate }, { ref: s.up }], [{ ref: m.sharedExpertGate }]]);
-    const [router, sharedGateUp, sharedGate] = inProj.layers as [Linear, Linear, Linear];
+    // A shared expert as wide as the routed ones, stored as they are, is stacked after them as one more expert.
+    const experts = expertsFor(ck, m.experts, c.numExperts, c.moeIntermediateSize, c.hiddenSize, 'silu', null,
+      ck.dtype === 'f32' || this.precision === 'exact', `layer ${l.index}`,
+      c.sharedExpertIntermediateSize === c.moeIntermediateSize ? s : null);
+    let inProj: Projection, router: Linear, sharedGateUp: Linear, sharedGate: Linear;
+    if (experts.sharedSlot) {
+      inProj = ck.projection([[{ ref: m.router }], [{ ref: m.sharedExpertGate }]]);
+      [router, sharedGate] = inProj.layers as [Linear, Linear];
+      sharedGateUp = ck.linear([{ ref: s.gate }, { ref: s.up }]);
+    } else {
+      inProj = ck.projection([[{ ref: m.router }], [{ ref: s.gate }, { ref: s.up }], [{ ref: m.sharedExpertGate }]]);
+      [router, sharedGateUp, sharedGate] = inProj.layers as [Linear, Linear, Linear];
+    }
     return {
       type: l.type,
       inputNorm: onePlus(ck, l.inputNorm),
       postNorm: onePlus(ck, l.postAttentionNorm),
       gdn, attn,
-      moe: {
-        inProj, router, sharedGateUp, sharedGate,
-        experts: expertsFor(ck, m.experts, c.numExperts, c.moeIntermediateSize, c.hiddenSize, 'silu', null,
-          ck.dtype === 'f32' || this.precision === 'exact', `layer ${l.index}`),
-        sharedDown: ck.linear([{ ref: s.down }]),
-      },
+      moe: { inProj, router, sharedGateUp, sharedGate, experts, sharedDown: ck.linear([{ ref: s.down }]) },
     };
   }
 
@@ -269,6 +290,7 @@ export class Qwen35Moe extends CausalLM {
   }
 
   protected releaseWeights(): void {
+    this.sharedIds?.release();
     for (const s of this.state ?? []) {
       s.conv?.release();
       s.recurrent?.release();
@@ -397,8 +419,36 @@ export class Qwen35Moe extends CausalLM {
 
   /** h += the MoE block of x: the routed experts, the shared expert gated by sigmoid(x w_sg). */
   private moe(enc: Encoder, w: MoeWeights, x: Buffer, h: Buffer, t: number): void {
-    const c = this.config, s = this.scratch, p = this.precision, H = c.hiddenSize, E = c.numExperts, k = c.numExpertsPerTok;
+    const c = this.config, s = this.scratch, p = this.precision, H = c.hiddenSize, k = c.numExpertsPerTok;
+    if (w.experts.sharedSlot) {
+      const [logits, g] = project(enc, s, 'moe.in', w.inProj, x, t, p) as [Buffer, Buffer];
+      if (t === 1) {
+        // The shared expert as slot k of the products (its id, numExperts, stays in sharedIds after the routed ones).
+        const routed = routedExperts(enc, s, w.experts, x, logits, 1, k, p, this.sharedIds!);
+        let y = routed.outputs;
+        if (y.dtype === 'f16') {
+          y = s.get('moe.out.f32', 'f32', [1, k + 1, H]);
+          cast(enc, { input: routed.outputs, output: y });
+        }
+        const size = y.dtype === 'f32' ? 4 : 2;
+        moeWeightedReduce(enc, {
+          expertW: routed.weights, yExpert: y.view(y.dtype, [1, k, H], 0), shLogit: g.view('f32', [1], 0),
+          yShared: y.view(y.dtype, [1, H], k * H * size), residual: h, output: h, nTokens: 1, topK: k, h: H,
+        });
+        return;
+      }
+      const gu = s.get('moe.sharedGateUp', 'f32', [t, w.sharedGateUp.n]);
+      linear(enc, w.sharedGateUp, x, gu, t, p);
+      this.moeRest(enc, w, x, h, t, logits, gu, g);
+      return;
+    }
     const [logits, gu, g] = project(enc, s, 'moe.in', w.inProj, x, t, p) as [Buffer, Buffer, Buffer];
+    this.moeRest(enc, w, x, h, t, logits, gu, g);
+  }
+
+  /** The MoE block after its input products: the routed experts, the shared expert's activation and down, the sum. */
+  private moeRest(enc: Encoder, w: MoeWeights, x: Buffer, h: Buffer, t: number, logits: Buffer, gu: Buffer, g: Buffer): void {
+    const c = this.config, s = this.scratch, p = this.precision, H = c.hiddenSize, k = c.numExpertsPerTok;
     const routed = routedExperts(enc, s, w.experts, x, logits, t, k, p);
     // f32 and bf16 expert outputs are read as they are (moe_weighted_reduce_bf16_input), f16 ones through f32.
     let yExpert = routed.outputs;
