@@ -35,12 +35,15 @@
 //
 // The MoE block runs each token's top-k experts alone (blocks.ts
 // routedExperts), then moe_weighted_reduce adds their weighted outputs, the
-// shared expert times sigmoid(x w_sg) and the residual in one pass.
+// shared expert times sigmoid(x w_sg) and the residual in one pass. A
+// shared expert as wide as the routed ones and stored as they are is also
+// stacked after them as expert E, and a decode step runs it as slot k of the
+// per-expert products (sharedIds) instead of its own products.
 //
 // A decode step runs the projections of one input stored alike as one
 // product (blocks.ts project): the gated delta net's qkv, z, a and b; the
 // attention's query, gate, keys and values; the router, the shared expert's
-// gate and up and its gate logit. The residual add and the next norm are one
+// gate and up (unless it runs as a slot) and its gate logit. The residual add and the next norm are one
 // fused_residual_norm; the gated delta net's q / k norms, gates and
 // recurrence one gated_delta_net_decode_fused.
 
