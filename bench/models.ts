@@ -581,7 +581,7 @@ function run(arch: 'qwen3_5_moe' | 'gemma4', copy: number): void {
       coldKernelTable(model, prompt, label);
       return;
     }
-    const recordedWall: number[] = [], recordedHost: number[] = [], replayWall: number[] = [], replayHost: number[] = [];
+    const recordedWall: number[] = [], recordedHost: number[] = [], replayWall: number[] = [], replayHost: number[] = [], replayDevice: number[] = [];
     let finite = true;
     for (let r = 0; r < rounds; r++) {
       model.prefill(prompt);
@@ -591,6 +591,7 @@ function run(arch: 'qwen3_5_moe' | 'gemma4', copy: number): void {
         const wall = performance.now() - t;
         (i === 0 ? recordedWall : replayWall).push(wall);
         (i === 0 ? recordedHost : replayHost).push(model.hostStepMs);
+        if (i > 0) replayDevice.push(model.deviceStepMs);
       }
       const last = model.logits.readNumbers();
       finite &&= last.every(Number.isFinite);
@@ -603,12 +604,17 @@ function run(arch: 'qwen3_5_moe' | 'gemma4', copy: number): void {
       + (finite ? '' : '  (logits not finite)'));
     console.log(`  decode step recorded afresh (the first after each prompt): ${median(recordedWall).toFixed(3)} ms = ${(1000 / median(recordedWall)).toFixed(1)} tokens/s`);
     console.log(`  host time a step: recorded ${median(recordedHost).toFixed(3)} ms, replayed ${median(replayHost).toFixed(3)} ms`);
+    // A replayed step's wall time is its host share (the patches and the submission), then the device's, then the
+    // wait's and the token's read: nothing of the host's share runs under the device's.
+    const deviceMs = median(replayDevice);
+    console.log(`  device time a replayed step: ${deviceMs.toFixed(3)} ms (the rest of the step's ${stepMs.toFixed(3)} ms: host ${median(replayHost).toFixed(3)}, `
+      + `wait and read ${(stepMs - deviceMs - median(replayHost)).toFixed(3)})`);
     const floors: [string, number][] = [[`measured copy ${copy.toPrecision(4)} GB/s`, copy]];
     if (copyGbsArg !== null) floors.push([`--copy-gbs ${copyGbsArg}`, copyGbsArg]);
     for (const [what, bw] of floors) {
       const us = weights / bw / 1000;
       console.log(`  floor (${what}): ${(weights / 1e6).toFixed(1)} MB of weights a token = ${us.toFixed(1)} us = ${(1e6 / us).toFixed(0)} tokens/s;`
-        + ` decode at ${((100 * us) / (stepMs * 1000)).toFixed(1)}% of it`
+        + ` decode at ${((100 * us) / (stepMs * 1000)).toFixed(1)}% of it (its device time at ${((100 * us) / (deviceMs * 1000)).toFixed(1)}%)`
         + ` (with ${(state / 1e6).toFixed(1)} MB of state read and written at context ${ctx}: ${((100 * (weights + state) / bw / 1000) / (stepMs * 1000)).toFixed(1)}%)`);
     }
     // Printed before the prompt of prefillLen: its first run (a warm-up, the matrix kernels' first use) and two timed.

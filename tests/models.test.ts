@@ -657,6 +657,18 @@ describeBackends('decode steps replayed', ({ device, label }) => {
       expect(replayed.tokens.slice(0, STEPS + 1)).toEqual(ref.tokens);
     }, 120_000);
   }
+  // The steps' two recordings alternate, each patched for the next position while the other runs: up to the last
+  // position of the context (nothing prepared past it), then the same refusal as without replay.
+  test('replayed steps up to maxContext: the same tokens, then the same refusal', () => {
+    const tokens = (replay: boolean) => {
+      using m = loadModel(folderOf('qwen3_5_moe'), device(), { maxContext: PROMPT.length + 4, replay });
+      const out = [m.prefill(PROMPT)];
+      for (let i = 0; i < 4; i++) out.push(m.decode());
+      expectInvalid(() => m.decode(), 'decode', 'the context', `shorter than maxContext (${PROMPT.length + 4})`, PROMPT.length + 4);
+      return out;
+    };
+    expect(tokens(true)).toEqual(tokens(false));
+  }, 120_000);
   test('loadModel refuses a replay option that is not a boolean', () => {
     expectInvalid(() => loadModel(folderOf('qwen3_5_moe'), device(), { replay: 1 as unknown as boolean }), 'loadModel', 'opts.replay', 'a boolean', '1');
   });

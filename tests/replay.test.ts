@@ -11,7 +11,7 @@ import type { Pointer } from 'bun:ffi';
 import { Device, MlxError, patchPlan, type Buffer, type Encoder, type Library } from '../ts/index.ts';
 import { elementwiseAdd, kvCacheCopySeqDual, l2Norm, planKvCacheCopySeqDual } from '../ts/ops/index.ts';
 import { l2NormRef } from '../ts/reference/index.ts';
-import { describeBackends, expectMlxError, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
+import { describeBackends, expectInvalidParts, expectMlxError, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
 import { ADD_K_AND_SPIN } from './replay-kernels.ts';
 
 const SOURCE = ADD_K_AND_SPIN;
@@ -149,6 +149,48 @@ describeBackends('replay', ({ device }) => {
     const got = y.read();
     for (let i = 0; i < 7; i++) expect(got[i]).toBe(Math.fround(Math.fround(xs[i]!) + 1));
     for (let i = 7; i < DIM; i++) expect(got[i]).toBeNaN();
+  });
+
+  // replayStart and wait: one encoder runs while the host patches another (CausalLM's decode steps do so).
+  test('replayStart returns with the replay in flight; the host patches another encoder meanwhile; wait settles it', async () => {
+    const dev = device();
+    const r = rng(4);
+    using lib = compile(dev);
+    const xs = randomArray(r, DIM, -1, 1);
+    using x = dev.upload('f32', [DIM], xs);
+    using y0 = dev.alloc('f32', [DIM]);
+    using y1 = dev.alloc('f32', [DIM]);
+    const pipe = lib.pipeline('add_k');
+    const grid = [Math.ceil(DIM / 128), 1, 1] as const, threads = [128, 1, 1] as const;
+    const encs = [y0, y1].map((y, i) => {
+      const e = dev.encoder({ replayable: true });
+      e.dispatch(pipe, { buffers: [x, y], bytes: [, , f32(i), u32(DIM)] }, grid, threads);
+      e.commitAndWait();
+      return e;
+    });
+    try {
+      const [a, b] = encs as [Encoder, Encoder];
+      a.wait(); // nothing in flight: returns
+      for (const k of [1.5, -2, 4]) {
+        y0.fill(Number.NaN);
+        a.replayStart();
+        // a writes y0: the host may not read it, nor patch a, until wait().
+        expect(() => y0.read()).toThrow(MlxError);
+        expect(() => a.patch(0, [{ pipeline: pipe, bindings: { buffers: [x, y0], bytes: [, , f32(k), u32(DIM)] }, grid, threads }])).toThrow(MlxError);
+        b.patch(0, [{ pipeline: pipe, bindings: { buffers: [x, y1], bytes: [, , f32(k), u32(DIM)] }, grid, threads }]);
+        a.wait();
+        expect(a.gpuTimeNs).toBeGreaterThanOrEqual(0);
+        b.replayAndWait();
+        expect(Array.from(y1.read())).toEqual(Array.from(xs, (v) => Math.fround(Math.fround(v) + k)));
+        expect(Array.from(y0.read())).toEqual(Array.from(xs, (v) => Math.fround(Math.fround(v) + 0)));
+      }
+      // The work of replay() is its promise's to settle.
+      const pending = a.replay();
+      expectInvalidParts(() => a.wait(), 'Encoder.wait', "replayStart()'s");
+      await pending;
+    } finally {
+      for (const e of encs) e.release();
+    }
   });
 
   test("an op's plan for new arguments patches its recorded dispatches (kv_cache_copy's position)", () => {

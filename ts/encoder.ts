@@ -540,6 +540,8 @@ export class Encoder {
   /** @internal native handle; 0 once released. */
   _h: number;
   private inFlight = false;
+  /** The work in flight is replayStart()'s, which wait() settles. */
+  private started = false;
   private lastGpuTimeNs = 0;
   private lastSubmitMs = 0;
   /** Buffers and pipelines of the dispatches recorded since the last commit. */
@@ -884,6 +886,7 @@ export class Encoder {
     this.heldInFlight = [];
     this.writtenInFlight = [];
     this.inFlight = false;
+    this.started = false;
     // A replayable recording is never over before the encoder is released.
     if (!this.replayable) this._epoch++;
   }
@@ -969,6 +972,31 @@ export class Encoder {
   /** replay(), blocking until the work ends. */
   replayAndWait(): void {
     this.finish(this.submitReplay());
+  }
+
+  /**
+   * Submits a replay (as replay()) and returns at once, the work in flight
+   * until wait(): the host can meanwhile prepare other work (patch another
+   * encoder, write buffers this one does not bind).
+   */
+  replayStart(): void {
+    this.submitReplay();
+    this.started = true;
+  }
+
+  /**
+   * Blocks until the work replayStart() submitted ends, and settles it as
+   * replayAndWait() does (its errors thrown here); returns at once when
+   * nothing is in flight. Work of commit() or replay() is theirs to settle.
+   */
+  wait(): void {
+    if (this._h === 0 || this._state.closed) throw releasedError('encoder');
+    if (!this.inFlight) return;
+    if (!this.started) {
+      throw new MlxError('InvalidArgument', 'Encoder.wait: the work in flight must be replayStart()\'s (got a commit or replay whose promise settles it; await that)');
+    }
+    this.started = false;
+    this.finish(this._h as Pointer);
   }
 
   /**

@@ -33,6 +33,16 @@ export interface ModelOptions {
   replay?: boolean;
 }
 
+/** A decode step recorded for replay (CausalLM.replayStep). */
+interface StepEncoder {
+  readonly enc: Encoder;
+  readonly patches: StepPatches;
+  /** u32 [1]: the position its rotary embeddings read. */
+  readonly positions: Buffer;
+  /** The position its positions buffer and per-step ops are patched for. */
+  patchedAt: number;
+}
+
 export interface PrefillOptions {
   /** Keep the logits of every prompt position (default: the last one only). */
   allLogits?: boolean;
@@ -53,6 +63,12 @@ export abstract class CausalLM {
    * submitting it (Encoder.submitMs); not the device's work or the wait.
    */
   hostStepMs = 0;
+  /**
+   * Device time of the last decode step in milliseconds (Encoder.gpuTimeNs
+   * of its commit or replay): the kernels' time from the first one's start
+   * to the last one's end, without the host's share of the step.
+   */
+  deviceStepMs = 0;
   /** Dispatches of the last decode step's recording. */
   stepDispatches = 0;
   protected readonly maxContext: number;
@@ -61,8 +77,15 @@ export abstract class CausalLM {
   protected readonly replay: boolean;
   /** Non-null while a decode step is recorded for replay: where its per-step ops note their plans. */
   protected steps: StepPatches | null = null;
-  /** The recorded decode step and its per-step ops (replay only), until the next prompt. */
-  private stepEncoder: { enc: Encoder; patches: StepPatches } | null = null;
+  /**
+   * The recorded decode steps (replay only), until the next prompt: one for
+   * even positions and one for odd, each with its per-step ops, its own
+   * positions buffer and the position it is patched for, so that one is
+   * patched for the next position while the other runs.
+   */
+  private stepEncoders: [StepEncoder | null, StepEncoder | null] = [null, null];
+  /** While a decode step is recorded for replay: its slot (positions() then writes that slot's buffer). */
+  private recordingSlot: number | null = null;
   private released = false;
 
   protected constructor(
@@ -219,42 +242,69 @@ export abstract class CausalLM {
     const recordMs = performance.now() - t0;
     enc.commitAndWait();
     this.hostStepMs = recordMs + enc.submitMs;
+    this.deviceStepMs = enc.gpuTimeNs / 1e6;
     this.stepDispatches = enc.dispatchCount;
   }
 
   /**
-   * One decode step through the recorded one: recorded (and run) at the
-   * first step after a prompt, replayed with its per-step ops re-planned for
-   * this position at every later one.
+   * One decode step through a recorded one: the slot of this position's
+   * parity is recorded (and run) at its first step after a prompt, then
+   * replayed with its per-step ops re-planned for each position. While a
+   * replay runs, the other slot is patched for the next position (its
+   * positions buffer and inline bytes are its own: nothing the running step
+   * reads), so a step's host share is its submission alone; a patch made
+   * ahead for a position that does not come (a prompt in between) is
+   * dropped with the encoders.
    */
   private replayStep(logits: Buffer): void {
     const t0 = performance.now();
-    const kept = this.stepEncoder;
-    if (kept !== null) {
-      this.positions(1);
-      for (const op of kept.patches.ops) patchPlan(kept.enc, op.first, op.planAt(this.position));
-      const patchMs = performance.now() - t0;
-      kept.enc.replayAndWait();
-      this.hostStepMs = patchMs + kept.enc.submitMs;
+    const slot = this.position % 2;
+    const kept = this.stepEncoders[slot]!;
+    if (kept === null) {
+      const enc = this.device.encoder({ replayable: true });
+      const patches = new StepPatches();
+      this.steps = patches;
+      this.recordingSlot = slot;
+      try {
+        this.runStep(enc, logits, t0);
+      } catch (e) {
+        enc.release();
+        throw e;
+      } finally {
+        this.steps = null;
+        this.recordingSlot = null;
+      }
+      this.stepEncoders[slot] = { enc, patches, positions: this.slotPositions(slot), patchedAt: this.position };
       return;
     }
-    const enc = this.device.encoder({ replayable: true });
-    const patches = new StepPatches();
-    this.steps = patches;
+    if (kept.patchedAt !== this.position) this.patchStep(kept, this.position);
+    const patchMs = performance.now() - t0;
+    kept.enc.replayStart();
     try {
-      this.runStep(enc, logits, t0);
-    } catch (e) {
-      enc.release();
-      throw e;
+      const other = this.stepEncoders[1 - slot]!;
+      if (other !== null && this.position + 1 < this.maxContext) this.patchStep(other, this.position + 1);
     } finally {
-      this.steps = null;
+      kept.enc.wait();
     }
-    this.stepEncoder = { enc, patches };
+    this.hostStepMs = patchMs + kept.enc.submitMs;
+    this.deviceStepMs = kept.enc.gpuTimeNs / 1e6;
+  }
+
+  /** Patches a recorded step for `position`: its positions buffer and its per-step ops' inline bytes. */
+  private patchStep(s: StepEncoder, position: number): void {
+    s.positions.write(Uint32Array.of(position));
+    for (const op of s.patches.ops) patchPlan(s.enc, op.first, op.planAt(position));
+    s.patchedAt = position;
+  }
+
+  /** A recorded step's positions buffer (u32 [1]). */
+  private slotPositions(slot: number): Buffer {
+    return this.scratch.get(`positions.step${slot}`, 'u32', [1]);
   }
 
   private dropStepEncoder(): void {
-    this.stepEncoder?.enc.release();
-    this.stepEncoder = null;
+    for (const s of this.stepEncoders) s?.enc.release();
+    this.stepEncoders = [null, null];
   }
 
   /** The prompt's greedy continuation: the token after the prompt, then `steps` more. */
@@ -264,9 +314,12 @@ export abstract class CausalLM {
     return out;
   }
 
-  /** Positions position .. position + n - 1 as u32 [n] on the device. */
+  /**
+   * Positions position .. position + n - 1 as u32 [n] on the device (while
+   * a decode step is recorded for replay, its slot's buffer).
+   */
   protected positions(n: number): Buffer {
-    const p = this.scratch.get('positions', 'u32', [n]);
+    const p = this.recordingSlot === null ? this.scratch.get('positions', 'u32', [n]) : this.slotPositions(this.recordingSlot);
     p.write(Uint32Array.from({ length: n }, (_, i) => this.position + i));
     return p;
   }
