@@ -664,7 +664,7 @@ describeBackends('decode steps replayed', ({ device, label }) => {
       using m = loadModel(folderOf('qwen3_5_moe'), device(), { maxContext: PROMPT.length + 4, replay });
       const out = [m.prefill(PROMPT)];
       for (let i = 0; i < 4; i++) out.push(m.decode());
-      expectInvalid(() => m.decode(), 'decode', 'the context', `shorter than maxContext (${PROMPT.length + 4})`, PROMPT.length + 4);
+      expectInvalid(() => m.decode(), 'decode', 'the context', `shorter than maxContext (${PROMPT.length + 4})`, String(PROMPT.length + 4));
       return out;
     };
     expect(tokens(true)).toEqual(tokens(false));
