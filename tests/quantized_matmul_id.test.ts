@@ -75,16 +75,21 @@ describe('quantized_matmul_id param packers match the header and the .metal bind
     // 6 and 8 bits, the vector engine: 8 tokens x top-8, gate/up (k = 2048, 8 outputs a tile) and down (k = 512, 32 rows a block).
     expect(quantizedIdMvCudaLaunch(64, 512, 2048, true, 6, 64)).toEqual({ grid: [64 * 64, 1, 1], threads: [256, 1, 1] });
     expect(quantizedIdMvCudaLaunch(64, 2048, 512, false, 8, 64)).toEqual({ grid: [64 * 64, 1, 1], threads: [256, 1, 1] });
-    // 4 bits, the group-column path: W = 1 from 2048 tiles, 2 from 1024 (and for the plain form below), else 4.
+    // 4 bits, the group-column path: W = 1 from 2048 tiles, 2 from 1024 (and for the plain form below), else 4; at most
+    // the tile's rounds of 8 groups (k / groupSize / 8, to a power of two).
     const gc = (blocks: number, k: number, gs: number): Launch => ({ grid: [blocks, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: gcSharedBytes(k, gs) } });
     expect(quantizedIdMvCudaLaunch(64, 512, 2048, true, 4, 64)).toEqual(gc(64 * 16, 2048, 64)); // 4096 tiles, W 1
     expect(quantizedIdMvCudaLaunch(64, 2048, 512, false, 4, 64)).toEqual(gc(64 * 32, 512, 64)); // 8192 tiles, W 1
-    expect(quantizedIdMvCudaLaunch(8, 512, 2048, true, 4, 64)).toEqual(gc(8 * 64, 2048, 64)); // 512 tiles, W 4
-    expect(quantizedIdMvCudaLaunch(8, 2048, 512, false, 4, 64)).toEqual(gc(8 * 64, 512, 64)); // 1024 tiles, W 2
-    expect(quantizedIdMvCudaLaunch(8, 704, 2816, true, 4, 64)).toEqual(gc(8 * 88, 2816, 64)); // 704 tiles, W 4
-    expect(quantizedIdMvCudaLaunch(2, 40, 256, false, 4, 32)).toEqual(gc(2 * 2, 256, 32)); // 6 tiles, plain: W 2
-    expect([[64, 512, true], [8, 2048, false], [8, 512, true], [1, 16, false]].map(([p, n, g]) => quantizedIdGcWarps(p as number, n as number, g as boolean)))
-      .toEqual([1, 2, 4, 2]);
+    expect(quantizedIdMvCudaLaunch(8, 512, 2048, true, 4, 64)).toEqual(gc(8 * 64, 2048, 64)); // 512 tiles, W 4 (4 rounds)
+    expect(quantizedIdMvCudaLaunch(8, 2048, 512, false, 4, 64)).toEqual(gc(8 * 32, 512, 64)); // 1024 tiles, one round: W 1
+    expect(quantizedIdMvCudaLaunch(8, 2048, 1024, false, 4, 64)).toEqual(gc(8 * 64, 1024, 64)); // 1024 tiles, 2 rounds: W 2
+    expect(quantizedIdMvCudaLaunch(8, 704, 2816, true, 4, 64)).toEqual(gc(8 * 88, 2816, 64)); // 704 tiles, W 4 (6 rounds)
+    expect(quantizedIdMvCudaLaunch(8, 2816, 704, false, 4, 64)).toEqual(gc(8 * 88, 704, 64)); // 1408 tiles, 2 rounds: W 2
+    expect(quantizedIdMvCudaLaunch(2, 40, 256, false, 4, 32)).toEqual(gc(2 * 1, 256, 32)); // 6 tiles, one round: W 1
+    expect(quantizedIdMvCudaLaunch(8, 512, 1536, true, 4, 64)).toEqual(gc(8 * 32, 1536, 64)); // 512 tiles, 3 rounds: W 2
+    expect([[64, 512, true, 2048], [8, 2048, false, 2048], [8, 512, true, 2048], [1, 16, false, 2048], [9, 2048, false, 512], [9, 512, true, 2048]]
+      .map(([p, n, g, k]) => quantizedIdGcWarps(p as number, n as number, g as boolean, k as number, 64)))
+      .toEqual([1, 2, 4, 2, 1, 4]);
     expect(quantizedIdGcTakes(2048, 64, 4)).toBe(true);
     // The typed ops' kernels: the _gc ones where the path takes the sizes.
     expect([
@@ -103,20 +108,21 @@ describe('quantized_matmul_id param packers match the header and the .metal bind
 describe('compact CUDA entries of the _gc kernels (quantizedIdMvCudaEntry)', () => {
   test('the group-column path\'s entry at the group size and warps of the sizes; none for the other kernels', () => {
     expect([
-      quantizedIdMvCudaEntry('quantized_gate_up_mv_id_gc_bf16_xf32', 8, 512, true, 64), quantizedIdMvCudaEntry('quantized_mv_id_gc_bf16', 8, 2048, false, 64),
-      quantizedIdMvCudaEntry('quantized_gate_up_mv_id_gc_f16', 64, 512, true, 32), quantizedIdMvCudaEntry('quantized_mv_id_gc_f16_xf32', 2, 40, false, 128),
-      quantizedIdMvCudaEntry('quantized_mv_id_bf16', 8, 2048, false, 64), quantizedIdMvCudaEntry('quantized_matmul_id', 8, 2048, false, 64),
+      quantizedIdMvCudaEntry('quantized_gate_up_mv_id_gc_bf16_xf32', 8, 512, 2048, true, 64), quantizedIdMvCudaEntry('quantized_mv_id_gc_bf16', 8, 2048, 1024, false, 64),
+      quantizedIdMvCudaEntry('quantized_gate_up_mv_id_gc_f16', 64, 512, 2048, true, 32), quantizedIdMvCudaEntry('quantized_mv_id_gc_f16_xf32', 2, 40, 2048, false, 128),
+      quantizedIdMvCudaEntry('quantized_mv_id_gc_bf16', 9, 2048, 512, false, 64),
+      quantizedIdMvCudaEntry('quantized_mv_id_bf16', 8, 2048, 512, false, 64), quantizedIdMvCudaEntry('quantized_matmul_id', 8, 2048, 512, false, 64),
     ]).toEqual([
       'quantized_gate_up_mv_id_gc_bf16_xf32_g64_w4', 'quantized_mv_id_gc_bf16_g64_w2', 'quantized_gate_up_mv_id_gc_f16_g32_w1',
-      'quantized_mv_id_gc_f16_xf32_g128_w2', undefined, undefined,
+      'quantized_mv_id_gc_f16_xf32_g128_w2', 'quantized_mv_id_gc_bf16_g64_w1', undefined, undefined,
     ]);
   });
   test.if(CXX !== undefined)('every entry the rule names is in shaders/cuda/quantized_matmul_id.cu with its kernel\'s parameters', () => {
     const named = new Map<string, string>();
     for (const op of ['quantized_mv_id', 'quantized_gate_up_mv_id']) for (const dt of ['f16', 'bf16']) for (const xF32 of [false, true]) {
-      for (const gs of [32, 64, 128]) for (const pairs of [1, 8, 16, 64]) {
-        const kernel = quantizedIdMvKernel(op, dt, 2048, gs, 4, xF32);
-        const e = quantizedIdMvCudaEntry(kernel, pairs, 1024, op === 'quantized_gate_up_mv_id', gs);
+      for (const gs of [32, 64, 128]) for (const pairs of [1, 8, 16, 64]) for (const k of [512, 4096]) {
+        const kernel = quantizedIdMvKernel(op, dt, k, gs, 4, xF32);
+        const e = quantizedIdMvCudaEntry(kernel, pairs, 1024, k, op === 'quantized_gate_up_mv_id', gs);
         if (e !== undefined) named.set(e, kernel);
       }
     }
@@ -467,10 +473,12 @@ describeBackends('quantized_matmul_id parity', ({ device }) => {
   test('the _gc kernels through their compact CUDA entries: the kernel\'s own entry\'s bits, every warp count, group sizes, x f32 and 16-bit, an id past the experts', () => {
     const dev = device();
     const over: string[] = [];
+    const warps = new Set<string>();
     let seed = 900;
     for (const [gateUp, xF32, dt, m, U, n, k, gs] of [
-      [true, true, 'bf16', 1, 2, 24, 256, 64], [true, false, 'f16', 2, 4, 1024, 128, 32], [true, true, 'f16', 4, 4, 1024, 128, 128],
-      [false, false, 'bf16', 1, 3, 40, 256, 128], [false, true, 'bf16', 4, 4, 2048, 64, 32],
+      // W 4, 2, 1 for gate/up; 2 and 1 for the plain form (k sets the rounds that bound W).
+      [true, true, 'bf16', 1, 2, 24, 2048, 64], [true, false, 'f16', 2, 4, 1024, 512, 32], [true, true, 'f16', 4, 4, 1024, 128, 128],
+      [false, false, 'bf16', 1, 3, 40, 2048, 128], [false, true, 'bf16', 4, 4, 2048, 64, 32],
     ] as const) {
       const r = rng(seed++);
       const E = 5, pairs = m * U, bits = 4;
@@ -491,7 +499,8 @@ describeBackends('quantized_matmul_id parity', ({ device }) => {
         : planQuantizedMvId({ x: xb, ...g, ids: idb, output, ...sizes }, dev.limits, dev);
       const d = plan.dispatches[0]!;
       const what = `${gateUp ? 'gate/up' : 'plain'} ${xF32 ? 'f32' : dt} x ${pairs} pairs n ${n} gs ${gs}`;
-      if (d.cuda?.entry !== quantizedIdMvCudaEntry(d.kernel, pairs, n, gateUp, gs) || d.cuda?.entry === undefined) over.push(`${what}: entry ${d.cuda?.entry}`);
+      if (d.cuda?.entry !== quantizedIdMvCudaEntry(d.kernel, pairs, n, k, gateUp, gs) || d.cuda?.entry === undefined) over.push(`${what}: entry ${d.cuda?.entry}`);
+      warps.add(`${gateUp ? 'gate/up' : 'plain'} ${d.cuda?.entry?.replace(/.*_w/, 'w')}`);
       run(dev, (enc) => record(enc, plan));
       const viaEntry = output.readNumbers();
       output.fill(Number.NaN);
@@ -506,6 +515,7 @@ describeBackends('quantized_matmul_id parity', ({ device }) => {
       for (const b of [xb, idb, g.weight, g.scales, g.biases, u.weight, u.scales, u.biases, output]) b.release();
     }
     expect(over).toEqual([]);
+    expect([...warps].sort()).toEqual(['gate/up w1', 'gate/up w2', 'gate/up w4', 'plain w1', 'plain w2']);
   }, 120_000);
 
   test('mlx-native\'s quantized_matmul_id: its odd layouts (k = 10, group 4, 6-bit rows as u8) and MLX\'s; larger buffers; a bad id gives zeros', () => {

@@ -212,14 +212,18 @@ __device__ __forceinline__ bool vec_ok(const void* x, const void* gw, const void
 // grid pairs x ceil(tiles W / 4) (tiles = ceil(N / 16), ceil(N / 8) for
 // gate_up), dynamic shared memory gc_shared(K, gs). W (gc_id_warps): the
 // smallest of 1, 2, 4 whose grid reaches GC_ID_BLOCKS blocks, else 4
-// (measured on an H100: bench/notes/moe-gc-2026-11-26.md). The same choice
-// as ts/ops/quantized_matmul_id.ts quantizedIdGcWarps.
+// (measured on an H100: bench/notes/moe-gc-2026-11-26.md), and no more than
+// the tile's rounds of 8 groups (to a power of two: a warp past them would
+// have none). The same choice as ts/ops/quantized_matmul_id.ts
+// quantizedIdGcWarps.
 constexpr u32 GC_ID_BLOCKS = 512;
 __device__ __forceinline__ bool gc_id_takes(u32 K, u32 gs, u32 bits) { return bits == 4u && gc_shared(K, gs) <= GC_MAX_SHARED; }
 __device__ __forceinline__ u32 gc_id_tiles(u32 N, bool gate_up) { return gate_up ? (N + 7u) / 8u : (N + 15u) / 16u; }
-__device__ __forceinline__ u32 gc_id_warps(u32 pairs, u32 N, bool gate_up) {
+__device__ __forceinline__ u32 gc_id_warps(u32 pairs, u32 N, bool gate_up, u32 K, u32 gs) {
     const u32 tiles = pairs * gc_id_tiles(N, gate_up);
-    return tiles >= 4u * GC_ID_BLOCKS ? 1u : tiles >= 2u * GC_ID_BLOCKS || !gate_up ? 2u : 4u;
+    const u32 w = tiles >= 4u * GC_ID_BLOCKS ? 1u : tiles >= 2u * GC_ID_BLOCKS || !gate_up ? 2u : 4u;
+    const u32 rounds = (K / gs + 7u) / 8u;
+    return min(w, rounds >= 4u ? 4u : rounds >= 2u ? 2u : 1u);
 }
 template <typename TX, typename T, typename TY, bool GU, u32 W>
 __device__ __forceinline__ void qid_gc_w(const TX* xr, const unsigned char* gw, const T* gs_, const T* gb, const unsigned char* uw, const T* us,
@@ -254,7 +258,7 @@ template <typename TX, typename T, typename TY, bool GU>
 __device__ __forceinline__ void qid_gc(const TX* x, const unsigned char* gw, const T* gsc, const T* gbi, const unsigned char* uw, const T* usc,
                                        const T* ubi, const u32* ids, TY* y, u32 M, u32 N, u32 K, u32 gs, u32 U, u32 E, u32 ws, u32 ss, u32 bs,
                                        u32 activation) {
-    const u32 W = gc_id_warps(M * U, N, GU);
+    const u32 W = gc_id_warps(M * U, N, GU, K, gs);
     if (W == 1u) qid_gc_at<TX, T, TY, GU, 1u, 0u>(x, gw, gsc, gbi, uw, usc, ubi, ids, y, M, N, K, gs, U, E, ws, ss, bs, activation);
     else if (W == 2u || !GU) qid_gc_at<TX, T, TY, GU, 2u, 0u>(x, gw, gsc, gbi, uw, usc, ubi, ids, y, M, N, K, gs, U, E, ws, ss, bs, activation);
     else qid_gc_at<TX, T, TY, GU, 4u, 0u>(x, gw, gsc, gbi, uw, usc, ubi, ids, y, M, N, K, gs, U, E, ws, ss, bs, activation);
@@ -568,7 +572,7 @@ __device__ __forceinline__ void qid_gc_compact(const TX* x, const unsigned int* 
     const unsigned char* gwb = reinterpret_cast<const unsigned char*>(gw);
     const unsigned char* uwb = reinterpret_cast<const unsigned char*>(uw);
     // Sizes of another path (a plan made by hand) and operands a vector load cannot read: the any engine, exact at any size.
-    if (gs != GS || !q_chunked(K, gs) || !gc_id_takes(K, gs, bits) || gc_id_warps(M * U, N, GU) != W || !vec_ok(x, gwb, uwb, ws, bits)) {
+    if (gs != GS || !q_chunked(K, gs) || !gc_id_takes(K, gs, bits) || gc_id_warps(M * U, N, GU, K, gs) != W || !vec_ok(x, gwb, uwb, ws, bits)) {
         qid_any<TX, T, T, ROUND_X, GU>(x, {gwb, gsc, gbi}, {uwb, usc, ubi}, ids, y, M, N, K, gs, bits, U, E, ws, ss, activation);
         return;
     }

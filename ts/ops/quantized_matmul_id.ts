@@ -137,11 +137,17 @@ export const QUANTIZED_ID_GC_BLOCKS = 512;
 /**
  * Warps a tile of the group-column path (gc_id_warps): the smallest of 1, 2
  * and 4 (1 and 2 for the plain form, whose 4 spills) whose grid reaches
- * QUANTIZED_ID_GC_BLOCKS blocks (bench/notes/moe-gc-2026-11-26.md).
+ * QUANTIZED_ID_GC_BLOCKS blocks (bench/notes/moe-gc-2026-11-26.md), and no
+ * more than the tile's rounds of 8 groups (ceil(k / groupSize / 8), to a
+ * power of two): the warps of a tile split its rounds, and one past them
+ * would have none (Qwen3.6's down product, k 512 in groups of 64: one round,
+ * one warp; bench/results/shared-slot-h100-2026-11-27.md).
  */
-export function quantizedIdGcWarps(pairs: number, n: number, gateUp: boolean): number {
+export function quantizedIdGcWarps(pairs: number, n: number, gateUp: boolean, k: number, groupSize: number): number {
   const tiles = pairs * ceilDiv(n, gateUp ? 8 : 16);
-  return tiles >= 4 * QUANTIZED_ID_GC_BLOCKS ? 1 : tiles >= 2 * QUANTIZED_ID_GC_BLOCKS || !gateUp ? 2 : 4;
+  const w = tiles >= 4 * QUANTIZED_ID_GC_BLOCKS ? 1 : tiles >= 2 * QUANTIZED_ID_GC_BLOCKS || !gateUp ? 2 : 4;
+  const rounds = ceilDiv(Math.floor(k / groupSize), 8);
+  return Math.min(w, rounds >= 4 ? 4 : rounds >= 2 ? 2 : 1);
 }
 
 /**
@@ -154,7 +160,7 @@ export function quantizedIdGcWarps(pairs: number, n: number, gateUp: boolean): n
  */
 export function quantizedIdMvCudaLaunch(pairs: number, n: number, k: number, gateUp: boolean, bits: number, groupSize: number): Launch {
   if (quantizedIdGcTakes(k, groupSize, bits)) {
-    const w = quantizedIdGcWarps(pairs, n, gateUp);
+    const w = quantizedIdGcWarps(pairs, n, gateUp, k, groupSize);
     return {
       grid: [pairs * ceilDiv(ceilDiv(n, gateUp ? 8 : 16) * w, 4), 1, 1], threads: [128, 1, 1],
       threadgroupMemory: { 0: gcSharedBytes(k, groupSize) },
@@ -185,9 +191,9 @@ export function quantizedIdMvKernel(op: string, dtype: string, k: number, groupS
  * path at that group size and warp count alone. Undefined for the other
  * kernels (their own entries run).
  */
-export function quantizedIdMvCudaEntry(kernel: string, pairs: number, n: number, gateUp: boolean, groupSize: number): string | undefined {
+export function quantizedIdMvCudaEntry(kernel: string, pairs: number, n: number, k: number, gateUp: boolean, groupSize: number): string | undefined {
   if (!/^quantized_(gate_up_)?mv_id_gc_(f16|bf16)(_xf32)?$/.test(kernel)) return undefined;
-  return `${kernel}_g${groupSize}_w${quantizedIdGcWarps(pairs, n, gateUp)}`;
+  return `${kernel}_g${groupSize}_w${quantizedIdGcWarps(pairs, n, gateUp, k, groupSize)}`;
 }
 
 /** Pair rows of a tile of the CUDA matrix engine (64 x 128 weight rows, 4 warps). */
@@ -322,7 +328,7 @@ const QUANTIZED: ExpertFamily<TypedArgsBase & { activation?: GateActivation }> =
 /** A typed vector form's launch: its kernel, and on CUDA the compact entry of a _gc kernel (quantizedIdMvCudaEntry). */
 function mvLaunch(op: string, gateUp: boolean, a: TypedArgsBase, pairs: number): Pick<PlannedDispatch, 'grid' | 'threads'> & { cuda: CudaLaunch; kernel: string } {
   const kernel = quantizedIdMvKernel(op, a.output.dtype, a.k, a.groupSize, a.bits, a.x.dtype === 'f32');
-  const entry = quantizedIdMvCudaEntry(kernel, pairs, a.n, gateUp, a.groupSize);
+  const entry = quantizedIdMvCudaEntry(kernel, pairs, a.n, a.k, gateUp, a.groupSize);
   const cuda = quantizedIdMvCudaLaunch(pairs, a.n, a.k, gateUp, a.bits, a.groupSize);
   return { grid: [ceilDiv(a.n, 8), pairs, 1], threads: [32, 2, 1], cuda: entry === undefined ? cuda : { ...cuda, entry }, kernel };
 }

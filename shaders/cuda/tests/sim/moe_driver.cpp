@@ -262,7 +262,8 @@ static MvLaunch mv_launch(u32 P, u32 N, u32 K, u32 gs, u32 bits, bool gate_up, b
   const bool chunked = (gs == 32 || gs == 64 || gs == 128) && K % gs == 0;
   if (!vector && bits == 4 && chunked && shared <= 98304) {
     const u32 tiles = cdiv(N, gate_up ? 8 : 16), all = P * tiles;
-    const u32 w = all >= 2048 ? 1 : (all >= 1024 || !gate_up) ? 2 : 4;
+    const u32 rounds = (K / gs + 7) / 8;
+    const u32 w = std::min(all >= 2048 ? 1u : (all >= 1024 || !gate_up) ? 2u : 4u, rounds >= 4 ? 4u : rounds >= 2 ? 2u : 1u);
     return {{P * cdiv(tiles * w, 4), 1, 1}, {128, 1, 1}, shared, true};
   }
   const u32 steps = (cdiv(K, 32) + 3) / 4;
