@@ -1,10 +1,13 @@
 // What the standalone CUDA harnesses of bench/ share (softmax_forms.cu,
-// qmv_bulk.cu): the error check, timing by back-to-back launches and by one
-// CUDA graph, and the Hopper bulk-copy engine's PTX (cp.async.bulk with
-// mbarrier completion, sm_90).
+// softmax_lag.cu, qmv_bulk.cu, code_cold.cu): the error check, the softmax
+// check, timing by back-to-back launches and by one CUDA graph, and the
+// Hopper bulk-copy engine's PTX (cp.async.bulk with mbarrier completion,
+// sm_90).
 #pragma once
 #include <cstdio>
 #include <cstdlib>
+#include <cmath>
+#include <vector>
 #include <cuda_runtime.h>
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
@@ -73,3 +76,17 @@ __device__ __forceinline__ void bulk_store(void* dst, const void* src, unsigned 
 template <int N> __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// The softmax harnesses' check: the worst relative error of the rows of y
+// (device) against a float64 softmax of x (host), every (rows / 4)-th row,
+// each element against max(w, 1e-3 / sum).
+inline double softmax_check(const std::vector<float>& hx, float* dy, int rows, int cols) {
+  std::vector<float> hy(size_t(rows) * cols); CK(cudaMemcpy(hy.data(), dy, hy.size() * 4, cudaMemcpyDeviceToHost));
+  double worst = 0;
+  for (int r = 0; r < rows; r += (rows > 4 ? rows / 4 : 1)) {
+    double m = -1e300, s = 0; for (int c = 0; c < cols; ++c) m = fmax(m, hx[size_t(r) * cols + c]);
+    for (int c = 0; c < cols; ++c) s += exp(hx[size_t(r) * cols + c] - m);
+    for (int c = 0; c < cols; ++c) { double w = exp(hx[size_t(r) * cols + c] - m) / s; double e = fabs(hy[size_t(r) * cols + c] - w) / fmax(w, 1e-3 / s); worst = fmax(worst, e); }
+  }
+  return worst;
+}

@@ -258,16 +258,6 @@ __global__ void copy4(const float4* x, float4* y, size_t n) {
 
 
 
-double check(const std::vector<float>& hx, float* dy, int rows, int cols) {
-  std::vector<float> hy(size_t(rows) * cols); CK(cudaMemcpy(hy.data(), dy, hy.size() * 4, cudaMemcpyDeviceToHost));
-  double worst = 0;
-  for (int r = 0; r < rows; r += (rows > 4 ? rows / 4 : 1)) {
-    double m = -1e300, s = 0; for (int c = 0; c < cols; ++c) m = fmax(m, hx[size_t(r) * cols + c]);
-    for (int c = 0; c < cols; ++c) s += exp(hx[size_t(r) * cols + c] - m);
-    for (int c = 0; c < cols; ++c) { double w = exp(hx[size_t(r) * cols + c] - m) / s; double e = fabs(hy[size_t(r) * cols + c] - w) / fmax(w, 1e-3 / s); worst = fmax(worst, e); }
-  }
-  return worst;
-}
 
 int main(int argc, char** argv) {
   // "bulk": the bulk-copy forms, st_softmax's two best launches and the copies only.
@@ -294,7 +284,7 @@ int main(int argc, char** argv) {
         };
         auto go = [&]() { gs(0); };
         CK(cudaMemset(dy, 0xff, n * 4)); go(); CK(cudaDeviceSynchronize());
-        double err = check(hx, dy, rows, cols);
+        double err = softmax_check(hx, dy, rows, cols);
         float us = timeit(go, 200);
         float ug = timeg(gs, 100);
         printf("rows %2d two passes%s pdl %d: %8.2f us  %6.0f GB/s  err %.2e  graph %8.2f us\n", rows, late ? " late  " : "       ", pdl, us, bytes / us / 1e3, err, ug);
@@ -313,7 +303,7 @@ int main(int argc, char** argv) {
           if (e != cudaSuccess) { printf("launch C %d t %d: %s\n", C, threads, cudaGetErrorString(e)); exit(1); }
         };
         CK(cudaMemset(dy, 0xff, n * 4)); go(); CK(cudaDeviceSynchronize());
-        double err = check(hx, dy, rows, cols);
+        double err = softmax_check(hx, dy, rows, cols);
         float us = timeit(go, 200);
         int ncl = 0; { cudaLaunchConfig_t c = {}; c.gridDim = dim3(rows * C); c.blockDim = dim3(threads); cudaLaunchAttribute a[1]; a[0].id = cudaLaunchAttributeClusterDimension; a[0].val.clusterDim.x = C; a[0].val.clusterDim.y = 1; a[0].val.clusterDim.z = 1; c.attrs = a; c.numAttrs = 1; cudaOccupancyMaxActiveClusters(&ncl, kern, &c); }
         printf("rows %2d cluster %2d x %4d pdl %d: %8.2f us  %6.0f GB/s  err %.2e  (%d float4 a thread, %d clusters at once)\n", rows, C, threads, pdl, us, bytes / us / 1e3, err, per, ncl);
@@ -350,7 +340,7 @@ int main(int argc, char** argv) {
           };
           auto go = [&]() { gs(0); };
           CK(cudaMemset(dy, 0xff, n * 4)); go(); CK(cudaDeviceSynchronize());
-          double err = check(hx, dy, rows, cols);
+          double err = softmax_check(hx, dy, rows, cols);
           float us = timeit(go, 200);
           float ug = timeg(gs, 100);
           printf("rows %2d stream T %4d V %2d pf %d rel %d G %4d (%d/SM, occ %d) pdl %d: %8.2f us  %6.0f GB/s  err %.2e  graph %8.2f us\n", rows, T, V, cf.PF, cf.REL, G, bps, occ, pdl, us, bytes / us / 1e3, err, ug);
@@ -391,7 +381,7 @@ int main(int argc, char** argv) {
           auto go = [&]() { gs(0); };
           CK(cudaMemset(dy, 0xff, n * 4)); go(); CK(cudaDeviceSynchronize());
           double err = 0;
-          if (cf.sm) err = check(hx, dy, rows, cols);
+          if (cf.sm) err = softmax_check(hx, dy, rows, cols);
           else { std::vector<float> hy(n); CK(cudaMemcpy(hy.data(), dy, n * 4, cudaMemcpyDeviceToHost)); for (size_t q = 0; q < n; ++q) if (hy[q] != hx[q]) { err = 1; break; } }
           float us = timeit(go, 200);
           float ug = timeg(gs, 100);

@@ -127,16 +127,6 @@ __global__ void __launch_bounds__(T) ab_softmax(const float* x, float* y, float2
   }
 }
 
-double check(const std::vector<float>& hx, float* dy, int rows, int cols) {
-  std::vector<float> hy(size_t(rows) * cols); CK(cudaMemcpy(hy.data(), dy, hy.size() * 4, cudaMemcpyDeviceToHost));
-  double worst = 0;
-  for (int r = 0; r < rows; r += (rows > 4 ? rows / 4 : 1)) {
-    double m = -1e300, s = 0; for (int c = 0; c < cols; ++c) m = fmax(m, hx[size_t(r) * cols + c]);
-    for (int c = 0; c < cols; ++c) s += exp(hx[size_t(r) * cols + c] - m);
-    for (int c = 0; c < cols; ++c) { double w = exp(hx[size_t(r) * cols + c] - m) / s; double e = fabs(hy[size_t(r) * cols + c] - w) / fmax(w, 1e-3 / s); worst = fmax(worst, e); }
-  }
-  return worst;
-}
 
 int main() {
   int sms; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -166,7 +156,7 @@ int main() {
       auto gs = [&](cudaStream_t st) { cf.k<<<G, cf.T, 0, st>>>(dx, dy, dp, dw, rows, cols); };
       auto go = [&]() { gs(0); };
       CK(cudaMemset(dy, 0xff, n * 4)); go(); CK(cudaDeviceSynchronize());
-      const double err = check(hx, dy, rows, cols);
+      const double err = softmax_check(hx, dy, rows, cols);
       const float us = timeit(go, 200), ug = timeg(gs, 100);
       printf("rows %2d lag T %3d V %d (slice %5d) L %d H %d G %4d (%d/SM, occ %d): %8.2f us  %6.0f GB/s  err %.2e  graph %8.2f us %6.0f GB/s\n",
              rows, cf.T, cf.V, per, cf.L, cf.H, G, bps, occ, us, bytes / us / 1e3, err, ug, bytes / ug / 1e3);
