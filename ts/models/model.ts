@@ -59,8 +59,10 @@ export abstract class CausalLM {
   logitRows = 0;
   /**
    * Host time of the last decode step in milliseconds: recording it (or, when
-   * replayed, writing its position and patching its per-step ops) and
-   * submitting it (Encoder.submitMs); not the device's work or the wait.
+   * replayed, writing its position and patching its per-step ops where that
+   * was not done while the step before ran) and submitting it
+   * (Encoder.submitMs); not the device's work, the wait, or the patches
+   * made ahead for the next step while this one ran.
    */
   hostStepMs = 0;
   /**
