@@ -43,8 +43,12 @@
 // heads at once, and accumulates V with each weight broadcast by a shuffle.
 // The warps' (M, S, O) merge through shared memory at the end.
 //
-// Reduce kernel: grid (rows, 1, 1), 32 * NWG threads; lane w of each warp
-// stands for workgroup w; warp s combines float4 columns s, s + NWG, ...
+// Reduce kernel: grid (rows, 1, 1), 32 * NWG threads (mlx-native's launch);
+// every thread folds the row's NWG (sum, max) pairs itself (from L1), then
+// thread t combines float4 columns t, t + 32 NWG, ...: its NWG partials of a
+// column loaded together, summed in workgroup order. One dependent round of
+// loads a column, where a warp a column group with the lanes as workgroups
+// took one round and four warp sums for each column it visited in turn.
 
 namespace {
 
@@ -574,27 +578,42 @@ __device__ __forceinline__ void attn_combine(const FlashAttnVecReduceParams* p, 
                                              const u32* nwgp) {
     constexpr u32 D4 = D / 4;
     const u32 nwg = *nwgp;
-    const u32 lane = threadIdx.x & 31u, sg = threadIdx.x >> 5;
     const u32 row = blockIdx.x;
-    const bool mine = lane < nwg;   // lane w stands for workgroup w
 
+    // The row's pairs (sum, max) of each workgroup: the max, then the sum of
+    // the sums rescaled to it.
     const float* sm = tmp + u64(p->nrows) * D * nwg + u64(row) * 2 * nwg;
-    const float s_w = mine ? sm[2 * lane] : 0.0f;
-    const float m_w = mine ? sm[2 * lane + 1] : -FLT_MAX_F;
-    const float m = warp_max(m_w);
-    const float f = mine ? expf(m_w - m) : 0.0f;
-    const float s = warp_sum(s_w * f);
+    float m = -FLT_MAX_F;
+    for (u32 w = 0; w < nwg; ++w) m = fmaxf(m, sm[2 * w + 1]);
+    float s = 0.0f;
+    for (u32 w = 0; w < nwg; ++w) s += sm[2 * w] * expf(sm[2 * w + 1] - m);
     const float inv = (s == 0.0f) ? 0.0f : 1.0f / s;
 
+    // Column i's partials are t4[i * nwg .. i * nwg + nwg - 1] (workgroup order).
     const float4* t4 = reinterpret_cast<const float4*>(tmp) + u64(row) * D4 * nwg;
     float4* o4 = reinterpret_cast<float4*>(dst) + u64(row) * D4;
-    for (u32 i = sg; i < D4; i += nwg) {
-        float4 x = mine ? t4[u64(i) * nwg + lane] : make_float4(0.f, 0.f, 0.f, 0.f);
-        x.x = warp_sum(x.x * f);
-        x.y = warp_sum(x.y * f);
-        x.z = warp_sum(x.z * f);
-        x.w = warp_sum(x.w * f);
-        if (lane == 0) o4[i] = make_float4(x.x * inv, x.y * inv, x.z * inv, x.w * inv);
+    for (u32 i = threadIdx.x; i < D4; i += blockDim.x) {
+        const float4* c = t4 + u64(i) * nwg;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        u32 w = 0;
+        // Four partials' loads in flight at a time.
+        for (; w + 4u <= nwg; w += 4u) {
+            const float4 x0 = c[w], x1 = c[w + 1u], x2 = c[w + 2u], x3 = c[w + 3u];
+            const float f0 = expf(sm[2 * w + 1] - m), f1 = expf(sm[2 * w + 3] - m), f2 = expf(sm[2 * w + 5] - m), f3 = expf(sm[2 * w + 7] - m);
+            acc.x = fmaf(f3, x3.x, fmaf(f2, x2.x, fmaf(f1, x1.x, fmaf(f0, x0.x, acc.x))));
+            acc.y = fmaf(f3, x3.y, fmaf(f2, x2.y, fmaf(f1, x1.y, fmaf(f0, x0.y, acc.y))));
+            acc.z = fmaf(f3, x3.z, fmaf(f2, x2.z, fmaf(f1, x1.z, fmaf(f0, x0.z, acc.z))));
+            acc.w = fmaf(f3, x3.w, fmaf(f2, x2.w, fmaf(f1, x1.w, fmaf(f0, x0.w, acc.w))));
+        }
+        for (; w < nwg; ++w) {
+            const float4 x = c[w];
+            const float f = expf(sm[2 * w + 1] - m);
+            acc.x = fmaf(f, x.x, acc.x);
+            acc.y = fmaf(f, x.y, acc.y);
+            acc.z = fmaf(f, x.z, acc.z);
+            acc.w = fmaf(f, x.w, acc.w);
+        }
+        o4[i] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
     }
 }
 
