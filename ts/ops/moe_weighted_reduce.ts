@@ -128,7 +128,7 @@ export function planMoeWeightedReduce(a: MoeWeightedReduceArgs, _limits: DeviceL
   validateMoeWeightedReduce(a, device);
   const dt = a.output.dtype as 'f32' | 'f16' | 'bf16';
   return planOf({
-    kernel: a.yExpert.dtype === dt ? `moe_weighted_reduce_${dt}` : a.yShared.dtype === dt ? 'moe_weighted_reduce_bf16_input' : 'moe_weighted_reduce_bf16_shared',
+    kernel: a.yExpert.dtype === dt ? `moe_weighted_reduce_${dt}` : `moe_weighted_reduce_bf16_${a.yShared.dtype === dt ? 'input' : 'shared'}`,
     buffers: [, a.expertW, a.yExpert, a.shLogit, a.yShared, a.residual ?? a.yShared, a.output],
     bytes: [packMoeWeightedReduceParams({ ...a, addResidual: a.residual !== undefined })],
     grid: [ceilDiv(a.h, MOE_WEIGHTED_REDUCE_THREADS), a.nTokens, 1],
