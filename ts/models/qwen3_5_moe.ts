@@ -43,9 +43,9 @@
 // A decode step runs the projections of one input stored alike as one
 // product (blocks.ts project): the gated delta net's qkv, z, a and b; the
 // attention's query, gate, keys and values; the router, the shared expert's
-// gate and up (unless it runs as a slot) and its gate logit. The residual add and the next norm are one
-// fused_residual_norm; the gated delta net's q / k norms, gates and
-// recurrence one gated_delta_net_decode_fused.
+// gate and up (unless it runs as a slot) and its gate logit. The residual
+// add and the next norm are one fused_residual_norm; the gated delta net's
+// q / k norms, gates and recurrence one gated_delta_net_decode_fused.
 
 import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
