@@ -751,6 +751,22 @@ function moeWeightedReduceCases(): Case[] {
       record: (e) => moeWeightedReduce(e, { expertW, yExpert, shLogit, yShared, residual, output, nTokens: tokens, topK: k, h }),
     });
   }
+  // The models' decode forms: bf16 expert rows beside f32 activations (_bf16_input), and the shared expert as a
+  // ninth bf16 row of the products' output (_bf16_shared, a view of that row).
+  for (const shared of [false, true]) {
+    const rows = random('bf16', [1, k + 1, h]);
+    const yExpert = rows.view('bf16', [1, k, h], 0);
+    const yShared = shared ? rows.view('bf16', [1, h], k * h * 2) : random('f32', [1, h]);
+    const expertW = random('f32', [1, k]);
+    const shLogit = random('f32', [1]);
+    const residual = random('f32', [1, h]);
+    const output = dev.alloc('f32', [1, h]);
+    out.push({
+      name: `moe_weighted_reduce_bf16_${shared ? 'shared' : 'input'} [1, top-${k}, ${h}] +shared +residual (decode)`,
+      bytes: h * (2 * k + (shared ? 2 : 4) + 8) + 4 * k + 4,
+      record: (e) => moeWeightedReduce(e, { expertW, yExpert, shLogit, yShared, residual, output, nTokens: 1, topK: k, h }),
+    });
+  }
   return out;
 }
 // ---- end of moe_weighted_reduce ----
