@@ -263,6 +263,15 @@ __device__ __forceinline__ void qid_gc(const TX* x, const unsigned char* gw, con
     else if (W == 2u || !GU) qid_gc_at<TX, T, TY, GU, 2u, 0u>(x, gw, gsc, gbi, uw, usc, ubi, ids, y, M, N, K, gs, U, E, ws, ss, bs, activation);
     else qid_gc_at<TX, T, TY, GU, 4u, 0u>(x, gw, gsc, gbi, uw, usc, ubi, ids, y, M, N, K, gs, U, E, ws, ss, bs, activation);
 }
+// The sizes of a vector entry's params (QuantizedMatmulIdParams, or the
+// gate-up form's id part): what qid_vector_entry and qid_gc_compact read.
+struct QidSizes {
+    u32 M, N, K, gs, bits, U, E, ws, ss;
+};
+template <typename P>
+__device__ __forceinline__ QidSizes qid_sizes(const P* p) {
+    return {p->M, p->N, p->K, p->group_size, p->bits, p->n_expert_used, p->num_experts, p->expert_weight_stride, p->expert_scales_stride};
+}
 // The vector entries: the block's pair, its expert, then the engine (the
 // any engine where the layout or alignment rules the vector one out).
 // GC: the group-column path first where it takes the sizes (gc_id_takes;
@@ -272,8 +281,8 @@ __device__ __forceinline__ void qid_gc(const TX* x, const unsigned char* gw, con
 template <typename TX, typename TS, typename TC, typename TY, bool GATE_UP, bool ROUND_X, bool GC, typename P>
 __device__ __forceinline__ void qid_vector_entry(const TX* x, const unsigned int* gw, const TS* gsc, const TS* gbi, const unsigned int* uw,
                                                  const TS* usc, const TS* ubi, const u32* ids, TY* y, const P* p, u32 activation) {
-    const u32 M = p->M, N = p->N, K = p->K, gs = p->group_size, bits = p->bits, U = p->n_expert_used, E = p->num_experts;
-    const u32 ws = p->expert_weight_stride, ss = p->expert_scales_stride;
+    const QidSizes q = qid_sizes(p);
+    const u32 M = q.M, N = q.N, K = q.K, gs = q.gs, bits = q.bits, U = q.U, E = q.E, ws = q.ws, ss = q.ss;
     const unsigned char* gwb = reinterpret_cast<const unsigned char*>(gw);
     const unsigned char* uwb = reinterpret_cast<const unsigned char*>(uw);
     if (!q_chunked(K, gs) || !vec_ok(x, gwb, uwb, ws, bits)) {
@@ -567,8 +576,8 @@ namespace {
 template <typename TX, typename T, bool GU, bool ROUND_X, u32 GS, u32 W, typename P>
 __device__ __forceinline__ void qid_gc_compact(const TX* x, const unsigned int* gw, const T* gsc, const T* gbi, const unsigned int* uw,
                                                const T* usc, const T* ubi, const u32* ids, T* y, const P* p, u32 activation) {
-    const u32 M = p->M, N = p->N, K = p->K, gs = p->group_size, bits = p->bits, U = p->n_expert_used, E = p->num_experts;
-    const u32 ws = p->expert_weight_stride, ss = p->expert_scales_stride;
+    const QidSizes q = qid_sizes(p);
+    const u32 M = q.M, N = q.N, K = q.K, gs = q.gs, bits = q.bits, U = q.U, E = q.E, ws = q.ws, ss = q.ss;
     const unsigned char* gwb = reinterpret_cast<const unsigned char*>(gw);
     const unsigned char* uwb = reinterpret_cast<const unsigned char*>(uw);
     // Sizes of another path (a plan made by hand) and operands a vector load cannot read: the any engine, exact at any size.
