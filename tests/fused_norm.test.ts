@@ -9,10 +9,14 @@ import {
   FUSED_NORM_KERNELS,
   FUSED_NORM_SOURCES,
   FUSED_NORM_ADD_SCALAR_PARAMS_LAYOUT,
+  FUSED_NORM_ADD_NORMS_PARAMS_LAYOUT,
+  FUSED_NORM_MOE_SUM_PARAMS_LAYOUT,
   FUSED_RESIDUAL_NORM_PARAMS_LAYOUT,
   FUSED_RESIDUAL_NORM_SCALAR_PARAMS_LAYOUT,
   fusedNormAdd,
   fusedNormAddScalar,
+  fusedNormAddNorms,
+  fusedNormMoeSum,
   fusedNormThreadgroup,
   fusedResidualNorm,
   fusedResidualNormScalar,
@@ -20,7 +24,11 @@ import {
   packFusedNormAddScalarParams,
   packFusedResidualNormParams,
   packFusedResidualNormScalarParams,
+  packFusedNormAddNormsParams,
+  packFusedNormMoeSumParams,
   fusedNormAddRef,
+  fusedNormAddNormsRef,
+  fusedNormMoeSumRef,
   fusedResidualNormRef,
 } from '../ts/ops/fused_norm.ts';
 import type { ParamField } from '../ts/params.ts';
@@ -37,12 +45,26 @@ describe('fused_norm param packers match the .metal declarations', () => {
     ['FusedResidualNormParams', FUSED_RESIDUAL_NORM_PARAMS_LAYOUT, ['fused_residual_norm_f32', 'fused_residual_norm_bf16']],
     ['FusedResidualNormScalarF32Params', FUSED_RESIDUAL_NORM_SCALAR_PARAMS_LAYOUT, ['fused_residual_norm_scalar_f32']],
     ['FusedNormAddScalarF32Params', FUSED_NORM_ADD_SCALAR_PARAMS_LAYOUT, ['fused_norm_add_scalar_f32']],
+    ['FusedNormAddNormsF32Params', FUSED_NORM_ADD_NORMS_PARAMS_LAYOUT, ['fused_norm_add_norms_f32']],
   ];
-  for (const [name, layout, kernels] of structs) {
-    test(`${name}: fields, order, offsets; bound at buffer(5)`, () => {
+  for (const [name, , kernels] of structs) {
+    test(`${name}: bound at buffer(5)`, () => {
       for (const k of kernels) expect(bufferParam(src, k, 5)).toMatch(new RegExp(`^constant ${name}& params `));
     });
   }
+  test('FusedNormMoeSumParams: bound at buffer(6)', () => {
+    for (const k of ['fused_norm_moe_sum_f32', 'fused_norm_moe_sum_bf16_input']) {
+      expect(bufferParam(src, k, 6)).toMatch(/^constant FusedNormMoeSumParams& params /);
+    }
+  });
+  test('packFusedNormAddNormsParams and packFusedNormMoeSumParams write each field at its offset', () => {
+    const a = packFusedNormAddNormsParams({ ...p, scalarMode: 2, norms: 3, weighted: 5 });
+    expect(a.byteLength).toBe(24);
+    expect(FUSED_NORM_ADD_NORMS_PARAMS_LAYOUT.map((x) => readField(a, x))).toEqual([4099, 7, Math.fround(1e-6), 2, 3, 5]);
+    const b = packFusedNormMoeSumParams({ ...p, topK: 8 });
+    expect(b.byteLength).toBe(16);
+    expect(FUSED_NORM_MOE_SUM_PARAMS_LAYOUT.map((x) => readField(b, x))).toEqual([4099, 7, 8, Math.fround(1e-6)]);
+  });
 
   const p = { dim: 4099, rows: 7, eps: 1e-6 };
   test('packFusedResidualNormParams writes each field at its offset', () => {
@@ -94,6 +116,21 @@ describe('fused_norm reference against hand-computed values', () => {
     const { normed, sum } = fusedResidualNormRef([1, 2, 0, 0], [3, 2, 1, 1], [1, 1], 2, 2, 0, [3]);
     expect([...sum]).toEqual([4, 4, 1, 1]);
     for (const v of normed) expect(v).toBeCloseTo(3, 14);
+  });
+  test('fused_norm_add_norms: h = [10 + 3 inv, 20 + 8 inv], then its norms, weighted [2, 1] and not', () => {
+    const inv = 1 / Math.sqrt(12.5);
+    const h = [10 + 3 * inv, 20 + 8 * inv];
+    const hInv = 1 / Math.sqrt((h[0]! ** 2 + h[1]! ** 2) / 2);
+    const { output, normed } = fusedNormAddNormsRef([10, 20], [3, 4], [1, 2], 1, 2, 0, undefined, [[2, 1], null]);
+    expect(output[1]).toBeCloseTo(h[1]!, 14);
+    expect(normed[0]![0]).toBeCloseTo(h[0]! * hInv * 2, 14);
+    expect(normed[1]![1]).toBeCloseTo(h[1]! * hInv, 14);
+  });
+  test('fused_norm_moe_sum: x = [3, 4], e = 0.5 [2, 0] + 2 [0, 1] = [1, 2]', () => {
+    const out = fusedNormMoeSumRef([3, 4], [1, 1], [0.5, 2], [2, 0, 0, 1], [1, 3], 1, 2, 2, 0);
+    const rx = 1 / Math.sqrt(12.5), re = 1 / Math.sqrt(2.5);
+    expect(out[0]).toBeCloseTo(3 * rx + 1 * re, 14);
+    expect(out[1]).toBeCloseTo(4 * rx + 2 * re * 3, 14);
   });
 });
 
@@ -181,6 +218,69 @@ describeValidation('fused_norm validation', ({ enc, buf }) => {
       }
     });
   }
+  test('fused_norm_add_norms: every rule', () => {
+    const base = () => ({
+      residual: buf('f32', n), input: buf('f32', n), weight: buf('f32', dim), output: buf('f32', n), rows, dim, eps: 1e-6,
+      normed0: buf('f32', n), normWeight0: buf('f32', dim), normed1: buf('f32', n),
+    });
+    const cases: Case[] = [
+      ...shapeCases(),
+      [{ input: buf('bf16', n) }, 'input.dtype', 'f32', 'bf16'],
+      [{ residual: buf('f16', n) }, 'residual.dtype', 'f32', 'f16'],
+      [{ normed1: buf('bf16', n) }, 'normed1.dtype', 'f32', 'bf16'],
+      [{ normWeight0: buf('bf16', dim) }, 'normWeight0.dtype', 'f32', 'bf16'],
+      [{ scalar: buf('bf16', 1) }, 'scalar.dtype', 'f32', 'bf16'],
+      [{ weight: buf('f32', 1) }, 'weight.elementCount', '8', '1'],
+      [{ output: buf('f32', 17) }, 'output.elementCount', '16', '17'],
+      [{ normed0: buf('f32', 8) }, 'normed0.elementCount', '16', '8'],
+      [{ normWeight0: buf('f32', 16) }, 'normWeight0.elementCount', '8', '16'],
+      [{ scalar: buf('f32', 3) }, 'scalar', '1 or dim (8) elements', '3 elements'],
+      [{ normed2: buf('f32', n), normed1: undefined }, 'normed2', 'absent, as normed1 is', 'a Buffer'],
+      [{ normWeight1: buf('f32', dim), normed1: undefined }, 'normWeight1', 'absent, as normed1 is', 'a Buffer'],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => fusedNormAddNorms(enc(), { ...base(), ...m }), 'fused_norm_add_norms', arg, expected, actual);
+    }
+    // Every output may be residual or input (each thread reads its elements before it writes them), no two outputs one
+    // buffer, no output a weight or the scalar.
+    const b = base();
+    fusedNormAddNorms(enc(), { ...b, normed1: b.residual, output: b.input });
+    expectInvalid(() => fusedNormAddNorms(enc(), { ...b, normed1: b.normWeight0 }), 'fused_norm_add_norms', 'normed1',
+      'a buffer other than normWeight0', 'the buffer of normWeight0');
+    expectInvalid(() => fusedNormAddNorms(enc(), { ...b, normed0: b.output }), 'fused_norm_add_norms', 'output',
+      'a buffer other than normed0', 'the buffer of normed0');
+    fusedNormAddNorms(enc(), { ...b, output: b.residual });
+  });
+
+  test('fused_norm_moe_sum: every rule', () => {
+    const topK = 3;
+    const base = () => ({
+      input: buf('f32', n), weight: buf('f32', dim), expertW: buf('f32', rows * topK), yExpert: buf('bf16', n * topK),
+      moeWeight: buf('f32', dim), output: buf('f32', n), rows, dim, topK, eps: 1e-6,
+    });
+    const cases: Case[] = [
+      ...shapeCases(),
+      [{ topK: 0 }, 'topK', 'a positive integer', '0'],
+      [{ rows: 65537, dim: 8192, topK: 8 }, 'rows * topK * dim', 'at most the 32-bit index limit (4294967295)', '4295032832'],
+      [{ input: buf('bf16', n) }, 'input.dtype', 'f32', 'bf16'],
+      [{ yExpert: buf('f16', n * topK) }, 'yExpert.dtype', 'one of f32, bf16', 'f16'],
+      [{ expertW: buf('bf16', rows * topK) }, 'expertW.dtype', 'f32', 'bf16'],
+      [{ moeWeight: buf('bf16', dim) }, 'moeWeight.dtype', 'f32', 'bf16'],
+      [{ output: buf('bf16', n) }, 'output.dtype', 'f32', 'bf16'],
+      [{ expertW: buf('f32', rows * topK + 1) }, 'expertW.elementCount', '6', '7'],
+      [{ yExpert: buf('bf16', n) }, 'yExpert.elementCount', '48', '16'],
+      [{ moeWeight: buf('f32', n) }, 'moeWeight.elementCount', '8', '16'],
+      [{ weight: buf('f32', 9) }, 'weight.elementCount', '8', '9'],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => fusedNormMoeSum(enc(), { ...base(), ...m }), 'fused_norm_moe_sum', arg, expected, actual);
+    }
+    const b = base();
+    fusedNormMoeSum(enc(), { ...b, output: b.input });
+    const big = buf('f32', n + 4);
+    expectInvalid(() => fusedNormMoeSum(enc(), { ...b, input: big.view('f32', [n], 0), output: big.view('f32', [n], 16) }),
+      'fused_norm_moe_sum', 'output', 'a buffer other than input', 'a view overlapping input');
+  });
 });
 
 // ---- parity ----
@@ -343,6 +443,80 @@ describeBackends('fused_norm parity', ({ device }) => {
   }
 });
 
+describeBackends('fused_norm parity: the norms after a residual update, the two branches joined', ({ device }) => {
+  const eps = 1e-6;
+
+  test('fused_norm_add_norms f32: 0 to 3 normed outputs, weighted or not, no scalar, one or per column, in place', () => {
+    const dev = device();
+    const errs = new ErrorLog('fused_norm_add_norms f32');
+    // (normed outputs, weighted mask, scalar: 0 none / 1 one / 2 per column)
+    const forms: [number, number, number][] = [[0, 0, 1], [1, 1, 0], [2, 2, 2], [3, 5, 1], [3, 7, 0], [3, 0, 2]];
+    for (const [si, [rows, dim]] of SHAPES.entries()) {
+      const r = rng(rows * 7717 + dim);
+      const [norms, weighted, mode] = forms[si % forms.length]!;
+      const hostRes = randomArray(r, rows * dim, -1, 1);
+      const hostIn = randomArray(r, rows * dim, -2, 2);
+      const hostW = randomArray(r, dim, 0.5, 1.5);
+      const hostNw = [0, 1, 2].map(() => randomArray(r, dim, 0.5, 1.5));
+      const hostSc = mode === 0 ? undefined : randomArray(r, mode === 1 ? 1 : dim, 0.25, 2);
+      const residual = dev.upload('f32', [rows, dim], hostRes);
+      const input = dev.upload('f32', [rows, dim], hostIn);
+      const weight = dev.upload('f32', [dim], hostW);
+      const normWeights = hostNw.map((w) => dev.upload('f32', [dim], w));
+      const scalar = hostSc === undefined ? undefined : dev.upload('f32', [hostSc.length], hostSc);
+      const normed = [0, 1, 2].map(() => dev.alloc('f32', [rows, dim]));
+      for (const o of normed) o.fill(Number.NaN);
+      const want = fusedNormAddNormsRef(hostRes, hostIn, hostW, rows, dim, eps, hostSc,
+        Array.from({ length: norms }, (_, j) => ((weighted >> j) & 1 ? hostNw[j]! : null)));
+      // In place: output is residual.
+      const args: Record<string, unknown> = { residual, input, weight, output: residual, rows, dim, eps, ...(scalar ? { scalar } : {}) };
+      for (let j = 0; j < norms; j++) {
+        args[`normed${j}`] = normed[j];
+        if ((weighted >> j) & 1) args[`normWeight${j}`] = normWeights[j];
+      }
+      const enc = dev.encoder();
+      fusedNormAddNorms(enc, args as never);
+      enc.commitAndWait();
+      const what = `[${rows}, ${dim}] norms ${norms} weighted ${weighted} scalar ${mode}`;
+      errs.record(`${what} output`, sumErr(residual.readNumbers(), want.output), TOL.f32);
+      // The normed outputs are h scaled per element: they carry h's rounding
+      // (of terms that may cancel), measured as h's is.
+      for (let j = 0; j < 3; j++) {
+        const got = normed[j]!.readNumbers();
+        if (j < norms) errs.record(`${what} normed${j}`, sumErr(got, want.normed[j]!), TOL.f32);
+        else expect(got.every(Number.isNaN)).toBe(true);
+      }
+    }
+    errs.check();
+  });
+
+  for (const yDtype of ['f32', 'bf16'] as const) {
+    test(`fused_norm_moe_sum, ${yDtype} expert outputs: top-k 1, 3 and 8, in place and not`, () => {
+      const dev = device();
+      const errs = new ErrorLog(`fused_norm_moe_sum ${yDtype}`);
+      for (const [si, [rows, dim]] of SHAPES.entries()) {
+        const topK = [1, 3, 8][si % 3]!;
+        const r = rng(rows * 3571 + dim + topK);
+        const input = dev.upload('f32', [rows, dim], randomArray(r, rows * dim, -2, 2));
+        const weight = dev.upload('f32', [dim], randomArray(r, dim, 0.5, 1.5));
+        const expertW = dev.upload('f32', [rows, topK], randomArray(r, rows * topK, 0.05, 1));
+        const yExpert = dev.upload(yDtype, [rows, topK, dim], randomArray(r, rows * topK * dim, -3, 3));
+        const moeWeight = dev.upload('f32', [dim], randomArray(r, dim, 0.5, 1.5));
+        const want = fusedNormMoeSumRef(input.readNumbers(), weight.readNumbers(), expertW.readNumbers(), yExpert.readNumbers(),
+          moeWeight.readNumbers(), rows, topK, dim, eps);
+        const inPlace = si % 2 === 1;
+        const output = inPlace ? input : dev.alloc('f32', [rows, dim]);
+        if (!inPlace) output.fill(Number.NaN);
+        const enc = dev.encoder();
+        fusedNormMoeSum(enc, { input, weight, expertW, yExpert, moeWeight, output, rows, dim, topK, eps });
+        enc.commitAndWait();
+        errs.record(`[${rows}, ${dim}] top-k ${topK} in place ${inPlace}`, sumErr(output.readNumbers(), want), TOL.f32);
+      }
+      errs.check();
+    });
+  }
+});
+
 // ---- buffers that are not live buffers of the device; aliasing ----
 
 describeValidation('fused_norm: buffers and aliasing', ({ device, enc, buf }) => {
@@ -416,4 +590,31 @@ opContract('fused_norm', [
       },
     };
   }),
+  {
+    fn: 'fusedNormAddNorms', op: 'fused_norm_add_norms',
+    keys: {
+      residual: buf(F), input: buf(F), weight: buf(F), output: out(F), rows: int, dim: int, eps: { kind: 'nonneg' },
+      scalar: { kind: 'buf?', dtypes: F, freeCount: true },
+      normed0: { kind: 'buf?', dtypes: F, output: true }, normed1: { kind: 'buf?', dtypes: F, output: true },
+      normed2: { kind: 'buf?', dtypes: F, output: true },
+      normWeight0: { kind: 'buf?', dtypes: F }, normWeight1: { kind: 'buf?', dtypes: F }, normWeight2: { kind: 'buf?', dtypes: F },
+    },
+    make: (d) => ({
+      residual: a(d, 'f32', 16), input: a(d, 'f32', 16), weight: a(d, 'f32', 8), output: a(d, 'f32', 16), rows: 2, dim: 8, eps: 1e-6,
+      scalar: a(d, 'f32', 1), normed0: a(d, 'f32', 16), normed1: a(d, 'f32', 16), normed2: a(d, 'f32', 16),
+      normWeight0: a(d, 'f32', 8), normWeight2: a(d, 'f32', 8),
+    }),
+  },
+  {
+    fn: 'fusedNormMoeSum', op: 'fused_norm_moe_sum',
+    keys: {
+      input: buf(F), weight: buf(F), expertW: buf(F), yExpert: buf(['f32', 'bf16']), moeWeight: buf(F), output: out(F),
+      rows: int, dim: int, topK: int, eps: { kind: 'nonneg' },
+    },
+    inPlace: [['output', 'input']],
+    make: (d) => ({
+      input: a(d, 'f32', 16), weight: a(d, 'f32', 8), expertW: a(d, 'f32', 6), yExpert: a(d, 'bf16', 48), moeWeight: a(d, 'f32', 8),
+      output: a(d, 'f32', 16), rows: 2, dim: 8, topK: 3, eps: 1e-6,
+    }),
+  },
 ]);

@@ -30,15 +30,18 @@
 //
 // A decode step runs the query, key and value projections stored alike as
 // one product (blocks.ts project). Every norm followed by its residual add
-// is one fused_norm_add (the last of a layer with the layer scalar folded
-// in: fused_norm_add_scalar).
+// is one fused_norm_add_norms, which also writes the norms of the updated h
+// that the next products read (after attention: the MLP's, the router's and
+// the experts' inputs; at a layer's end, the next layer's input norm, with
+// the layer scalar folded in). The MLP's and the experts' branches meet in
+// one fused_norm_moe_sum (the weighted sum of the experts' outputs, the two
+// norms and their sum).
 
 import type { Buffer } from '../buffer.ts';
 import type { Device } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { cast, elementwiseAdd, scalarMul } from '../ops/elementwise.ts';
-import { fusedNormAdd, fusedNormAddScalar } from '../ops/fused_norm.ts';
-import { moeWeightedSumSeq, moeWeightedSumSeqKernel } from '../ops/moe_dispatch.ts';
+import { fusedNormAddNorms, fusedNormMoeSum, type FusedNormAddNormsArgs } from '../ops/fused_norm.ts';
 import { embedding } from '../ops/embedding.ts';
 import { fusedHeadNormRope } from '../ops/fused_head_norm_rope.ts';
 import { geluTanhMul, geluTanhMulHalves } from '../ops/gelu.ts';
@@ -193,32 +196,39 @@ export class Gemma4 extends CausalLM {
     this.embed(enc, this.embedTable, ids, h, t, Math.fround(Math.sqrt(H)));
     const pli = this.perLayer === null ? null : this.perLayerInputs(enc, ids, hostIds, h, t);
     const positions = this.positions(t);
-    const norm = (input: Buffer, weight: Buffer, output: Buffer) => rmsNorm(enc, { input, weight, output, rows: t, dim: H, eps });
-    // h += rms_norm(y) w, times the layer scalar where `last` and it is not 1.
-    const normAdd = (l: LayerWeights, weight: Buffer, last: boolean) => {
-      if (last && l.scalarBuf !== null) fusedNormAddScalar(enc, { residual: h, input: y, weight, output: h, scalar: l.scalarBuf, rows: t, dim: H, eps });
-      else fusedNormAdd(enc, { residual: h, input: y, weight, output: h, rows: t, dim: H, eps });
+    // The MoE block's inputs: the router's (rms_norm(h), no weight) and the experts' (rms_norm(h) w_pre_ff2).
+    const routerX = s.get('moe.routerX', 'f32', [t, H]);
+    const expertX = s.get('moe.x', 'f32', [t, H]);
+    // h += rms_norm(y) w (times the layer scalar where `last` and it is not 1), and the norms of the new h given.
+    const normAdd = (l: LayerWeights, weight: Buffer, last: boolean, norms: Partial<FusedNormAddNormsArgs>) => {
+      const scalar = last && l.scalarBuf !== null ? { scalar: l.scalarBuf } : {};
+      fusedNormAddNorms(enc, { residual: h, input: y, weight, output: h, rows: t, dim: H, eps, ...scalar, ...norms });
     };
+    rmsNorm(enc, { input: h, weight: this.layers[0]!.inputNorm, output: x, rows: t, dim: H, eps });
     for (const [i, l] of this.layers.entries()) {
-      norm(h, l.inputNorm, x);
+      // x = rms_norm(h) w_in here: written by the step before (the first norm, or the layer before's last residual update).
       this.attention(enc, i, l, x, y, t, positions);
-      normAdd(l, l.postAttnNorm, false);
-      norm(h, l.preFfNorm, x);
+      normAdd(l, l.postAttnNorm, false, {
+        normed0: x, normWeight0: l.preFfNorm,
+        ...(l.moe !== null ? { normed1: routerX, normed2: expertX, normWeight2: l.moe.preNorm2 } : {}),
+      });
       const i2 = l.cfg.intermediateSize;
       const gu = s.get(`mlp.gateUp.${i2}`, 'f32', [t, 2 * i2]);
       const act = s.get(`mlp.act.${i2}`, 'f32', [t, i2]);
       linear(enc, l.mlpGateUp, x, gu, t, this.precision);
       geluTanhMulHalves(enc, { gateUp: gu, output: act, rows: t, dim: i2 });
       linear(enc, l.mlpDown, act, y, t, this.precision);
-      if (l.moe !== null) this.moe(enc, l.moe, h, y, t);
-      normAdd(l, l.postFfNorm, l.perLayer === null);
+      if (l.moe !== null) this.moe(enc, l.moe, routerX, expertX, y, t);
+      const next = this.layers[i + 1];
+      const nextNorm = next === undefined ? {} : { normed0: x, normWeight0: next.inputNorm };
+      normAdd(l, l.postFfNorm, l.perLayer === null, l.perLayer === null ? nextNorm : {});
       if (l.perLayer !== null) {
         const P = c.perLayerInputSize;
         const g = s.get('pli.gate', 'f32', [t, P]);
         linear(enc, l.perLayer.gate, h, g, t, this.precision);
         geluTanhMul(enc, { gate: g, up: rows(pli!, i * t, t, P), output: g });
         linear(enc, l.perLayer.proj, g, y, t, this.precision);
-        normAdd(l, l.perLayer.norm, true);
+        normAdd(l, l.perLayer.norm, true, nextNorm);
       }
     }
     const last = rows(h, t - logitRows, logitRows, H);
@@ -306,25 +316,25 @@ export class Gemma4 extends CausalLM {
     linear(enc, a.o, o.view('f32', [t, nh * d], 0), out, t, p);
   }
 
-  /** The MoE block beside the MLP: y (the MLP's output) becomes rms_norm(y) w1 + rms_norm(experts) w2. */
-  private moe(enc: Encoder, w: MoeWeights, h: Buffer, y: Buffer, t: number): void {
+  /**
+   * The MoE block beside the MLP, from the router's input rms_norm(h) and the
+   * experts' rms_norm(h) w_pre_ff2: y (the MLP's output) becomes
+   * rms_norm(y) w1 + rms_norm(experts) w2.
+   */
+  private moe(enc: Encoder, w: MoeWeights, routerX: Buffer, expertX: Buffer, y: Buffer, t: number): void {
     const c = this.config, s = this.scratch, H = c.hiddenSize, m = c.moe!, eps = c.rmsNormEps;
-    rmsNorm(enc, { input: y, weight: w.postNorm1, output: y, rows: t, dim: H, eps });
-    const rx = s.get('moe.x', 'f32', [t, H]);
     const logits = s.get('moe.logits', 'f32', [t, m.numExperts]);
-    rmsNorm(enc, { input: h, output: rx, rows: t, dim: H, eps });
-    linear(enc, w.router, rx, logits, t, this.precision);
-    rmsNorm(enc, { input: h, weight: w.preNorm2, output: rx, rows: t, dim: H, eps });
-    const routed = routedExperts(enc, s, w.experts, rx, logits, t, m.topK, this.precision);
-    // The weighted sum over the slots: f32 and bf16 expert outputs straight to f32, f16 ones through f32.
+    linear(enc, w.router, routerX, logits, t, this.precision);
+    const routed = routedExperts(enc, s, w.experts, expertX, logits, t, m.topK, this.precision);
+    // f32 and bf16 expert outputs are read as they are, f16 ones through f32.
     let outputs = routed.outputs;
-    if (moeWeightedSumSeqKernel(outputs.dtype, 'f32') === null) {
+    if (outputs.dtype === 'f16') {
       outputs = s.get('moe.out.f32', 'f32', [t, m.topK, H]);
       cast(enc, { input: routed.outputs, output: outputs });
     }
-    const e = s.get('moe.sum', 'f32', [t, H]);
-    moeWeightedSumSeq(enc, { expertOutputs: outputs, weights: routed.weights, output: e, hiddenSize: H, topK: m.topK, nTokens: t });
-    // y += rms_norm(e) w_post_ff2
-    fusedNormAdd(enc, { residual: y, input: e, weight: w.postNorm2, output: y, rows: t, dim: H, eps });
+    fusedNormMoeSum(enc, {
+      input: y, weight: w.postNorm1, expertW: routed.weights, yExpert: outputs, moeWeight: w.postNorm2, output: y,
+      rows: t, dim: H, topK: m.topK, eps,
+    });
   }
 }

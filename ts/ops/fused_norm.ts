@@ -25,6 +25,9 @@ export const FUSED_NORM_KERNELS = [
   'fused_residual_norm_bf16',
   'fused_residual_norm_scalar_f32',
   'fused_norm_add_scalar_f32',
+  'fused_norm_add_norms_f32',
+  'fused_norm_moe_sum_f32',
+  'fused_norm_moe_sum_bf16_input',
 ] as const;
 const planOf = familyPlans({ family: FUSED_NORM_FAMILY, sources: FUSED_NORM_SOURCES, kernels: FUSED_NORM_KERNELS });
 
@@ -52,6 +55,12 @@ export const FUSED_RESIDUAL_NORM_PARAMS_LAYOUT: readonly ParamField[] = structLa
 export const FUSED_RESIDUAL_NORM_SCALAR_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FusedResidualNormScalarF32Params');
 /** struct FusedNormAddScalarF32Params (fused_norm_add_scalar_f32, buffer 5). */
 export const FUSED_NORM_ADD_SCALAR_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FusedNormAddScalarF32Params');
+/** struct FusedNormAddNormsF32Params (fused_norm_add_norms_f32, buffer 5). */
+export const FUSED_NORM_ADD_NORMS_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FusedNormAddNormsF32Params');
+/** struct FusedNormMoeSumParams (fused_norm_moe_sum_{f32,bf16_input}, buffer 6). */
+export const FUSED_NORM_MOE_SUM_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FusedNormMoeSumParams');
+/** Normed outputs fused_norm_add_norms writes at most. */
+export const FUSED_NORM_MAX_NORMS = 3;
 
 /** Shape and epsilon shared by every fused norm op. */
 export interface FusedNormParams {
@@ -86,7 +95,43 @@ export interface FusedNormScalarBuffers {
   scalar: Buffer;
 }
 
+export interface FusedNormAddNormsBuffers {
+  residual: Buffer;
+  input: Buffer;
+  weight: Buffer;
+  output: Buffer;
+  /** When given: one element (applied to all) or dim elements (per column), h = (residual + normed input) * scalar. */
+  scalar?: Buffer;
+  /** The normed outputs of h, written in order: normed0, then normed1, then normed2 (each needs the ones before it). */
+  normed0?: Buffer;
+  normed1?: Buffer;
+  normed2?: Buffer;
+  /** normedJ's weight [dim]; absent: normedJ = h * rmsInv(h). */
+  normWeight0?: Buffer;
+  normWeight1?: Buffer;
+  normWeight2?: Buffer;
+}
+export interface FusedNormMoeSumBuffers {
+  /** f32 [rows, dim]: one branch's output (Gemma 4's MLP). */
+  input: Buffer;
+  /** f32 [dim]: its norm's weight. */
+  weight: Buffer;
+  /** f32 [rows, topK]: the routing weights. */
+  expertW: Buffer;
+  /** f32 or bf16 [rows, topK, dim]: the routed experts' outputs, slots in routing order. */
+  yExpert: Buffer;
+  /** f32 [dim]: the weight of the norm of their weighted sum. */
+  moeWeight: Buffer;
+  /** f32 [rows, dim]; may be input (in place). */
+  output: Buffer;
+}
+
 export interface FusedNormAddArgs extends FusedNormAddBuffers, FusedNormParams {}
+export interface FusedNormAddNormsArgs extends FusedNormAddNormsBuffers, FusedNormParams {}
+export interface FusedNormMoeSumArgs extends FusedNormMoeSumBuffers, FusedNormParams {
+  /** Experts a row: the slots of yExpert and expertW. */
+  topK: number;
+}
 export interface FusedResidualNormArgs extends FusedResidualNormBuffers, FusedNormParams {}
 export interface FusedNormScalarArgs extends FusedNormScalarBuffers, FusedNormParams {}
 
@@ -109,6 +154,17 @@ export function packFusedNormAddScalarParams(p: FusedNormParams & { scalarIsVect
   return packFields(FUSED_NORM_ADD_SCALAR_PARAMS_LAYOUT, {
     dim: p.dim, rows: p.rows, eps: p.eps, scalar_is_vector: p.scalarIsVector ? 1 : 0,
   });
+}
+
+export function packFusedNormAddNormsParams(
+  p: FusedNormParams & { scalarMode: 0 | 1 | 2; norms: number; weighted: number },
+): Uint8Array {
+  return packFields(FUSED_NORM_ADD_NORMS_PARAMS_LAYOUT, {
+    dim: p.dim, rows: p.rows, eps: p.eps, scalar_mode: p.scalarMode, norms: p.norms, weighted: p.weighted,
+  });
+}
+export function packFusedNormMoeSumParams(p: FusedNormParams & { topK: number }): Uint8Array {
+  return packFields(FUSED_NORM_MOE_SUM_PARAMS_LAYOUT, { dim: p.dim, rows: p.rows, top_k: p.topK, eps: p.eps });
 }
 
 /** Rules shared by every fused norm op; returns rows * dim. */
@@ -135,7 +191,7 @@ function checkBindings(op: string, bindings: readonly (readonly [string, Buffer 
   const inPlace = outputs.flatMap((o) => [[o, 'residual'], [o, 'input']] as const);
   checkNoAliasing(op, bindings, outputs, 'only residual or input may be updated in place', inPlace);
 }
-const optionalOutputs = ['sumOutput'];
+const optionalOutputs = ['sumOutput', 'scalar', 'normed0', 'normed1', 'normed2', 'normWeight0', 'normWeight1', 'normWeight2'];
 
 export function validateFusedNormAdd(b: FusedNormAddArgs, device?: Device): void {
   const op = 'fused_norm_add';
@@ -198,6 +254,72 @@ export function validateFusedNormAddScalar(a: FusedNormScalarArgs, device?: Devi
   validateScalarOp('fused_norm_add_scalar', a, device);
 }
 
+const NORMED = ['normed0', 'normed1', 'normed2'] as const;
+const NORM_WEIGHTS = ['normWeight0', 'normWeight1', 'normWeight2'] as const;
+
+/** The normed outputs given, in order (a gap is refused by validateFusedNormAddNorms). */
+function normsOf(b: FusedNormAddNormsBuffers): number {
+  let n = 0;
+  while (n < FUSED_NORM_MAX_NORMS && b[NORMED[n]!] !== undefined) n++;
+  return n;
+}
+
+export function validateFusedNormAddNorms(b: FusedNormAddNormsArgs, device?: Device): void {
+  const op = 'fused_norm_add_norms';
+  const n = validateShape(op, b);
+  const bindings: [string, Buffer | undefined][] = [
+    ['residual', b.residual], ['input', b.input], ['weight', b.weight], ['output', b.output], ['scalar', b.scalar],
+    ...NORMED.flatMap((o, j) => [[o, b[o]], [NORM_WEIGHTS[j]!, b[NORM_WEIGHTS[j]!]]] as [string, Buffer | undefined][]),
+  ];
+  checkBindings(op, bindings, ['output', ...NORMED], device);
+  const norms = normsOf(b);
+  for (let j = 0; j < FUSED_NORM_MAX_NORMS; j++) {
+    if (j >= norms && b[NORMED[j]!] !== undefined) throw invalid(op, NORMED[j]!, `absent, as ${NORMED[norms]} is`, 'a Buffer');
+    if (j >= norms && b[NORM_WEIGHTS[j]!] !== undefined) throw invalid(op, NORM_WEIGHTS[j]!, `absent, as ${NORMED[j]} is`, 'a Buffer');
+  }
+  for (const [arg, buf] of bindings) {
+    if (buf === undefined) continue;
+    checkDtype(op, arg, buf, 'f32');
+  }
+  checkElements(op, 'residual', b.residual, n);
+  checkElements(op, 'input', b.input, n);
+  checkElements(op, 'weight', b.weight, b.dim);
+  checkElements(op, 'output', b.output, n);
+  if (b.scalar !== undefined && b.scalar.elementCount !== 1 && b.scalar.elementCount !== b.dim) {
+    throw invalid(op, 'scalar', `1 or dim (${b.dim}) elements`, `${b.scalar.elementCount} elements`);
+  }
+  for (let j = 0; j < norms; j++) {
+    checkElements(op, NORMED[j]!, b[NORMED[j]!]!, n);
+    const w = b[NORM_WEIGHTS[j]!];
+    if (w !== undefined) checkElements(op, NORM_WEIGHTS[j]!, w, b.dim);
+  }
+}
+
+export function validateFusedNormMoeSum(b: FusedNormMoeSumArgs, device?: Device): void {
+  const op = 'fused_norm_moe_sum';
+  const n = validateShape(op, b);
+  checkPositive(op, 'topK', b.topK);
+  const ne = checkedProduct(op, 'rows * topK * dim', b.rows, b.topK, b.dim);
+  checkAtMost(op, 'rows * topK * dim', ne, MAX_ELEMENTS_U32, 'the 32-bit index limit');
+  const bindings: [string, Buffer][] = [
+    ['input', b.input], ['weight', b.weight], ['expertW', b.expertW], ['yExpert', b.yExpert], ['moeWeight', b.moeWeight], ['output', b.output],
+  ];
+  for (const [arg, buf] of bindings) checkBuffer(op, arg, buf, device);
+  checkNoAliasing(op, bindings, ['output'], 'only input may be updated in place', [['output', 'input']]);
+  checkDtype(op, 'input', b.input, 'f32');
+  checkDtype(op, 'weight', b.weight, 'f32');
+  checkDtype(op, 'expertW', b.expertW, 'f32');
+  checkDtype(op, 'yExpert', b.yExpert, ['f32', 'bf16']);
+  checkDtype(op, 'moeWeight', b.moeWeight, 'f32');
+  checkDtype(op, 'output', b.output, 'f32');
+  checkElements(op, 'input', b.input, n);
+  checkElements(op, 'weight', b.weight, b.dim);
+  checkElements(op, 'expertW', b.expertW, b.rows * b.topK);
+  checkElements(op, 'yExpert', b.yExpert, ne);
+  checkElements(op, 'moeWeight', b.moeWeight, b.dim);
+  checkElements(op, 'output', b.output, n);
+}
+
 /** Threads per row and the threadgroup(0) bytes (one float per simdgroup, 16-byte multiple). */
 export function fusedNormThreadgroup(dim: number, limits: LaunchLimits): { threads: number; sharedBytes: number } {
   return rowThreadgroup(dim, FUSED_NORM_MAX_THREADS, limits);
@@ -206,7 +328,7 @@ export function fusedNormThreadgroup(dim: number, limits: LaunchLimits): { threa
 /** The plan of one row-per-threadgroup dispatch of a fused norm kernel. */
 function rowsPlan(
   kernel: (typeof FUSED_NORM_KERNELS)[number], p: FusedNormParams, limits: LaunchLimits,
-  buffers: Buffer[], bytes: (Uint8Array | undefined)[],
+  buffers: Buffer[] | Record<number, Buffer>, bytes: (Uint8Array | undefined)[],
 ): OpPlan {
   const { threads, sharedBytes } = fusedNormThreadgroup(p.dim, limits);
   return planOf({ kernel, buffers, bytes, threadgroupMemory: [sharedBytes], grid: [p.rows, 1, 1], threads: [threads, 1, 1] });
@@ -295,6 +417,63 @@ export function planFusedNormAddScalar(args: FusedNormScalarArgs, limits: Device
   return scalarPlan('fused_norm_add_scalar_f32', args, limits, packFusedNormAddScalarParams);
 }
 
+/**
+ * fused_norm_add_norms: a residual update and the norms of its result, per
+ * row (Gemma 4's sub-layer boundaries, where the next products read norms of
+ * the updated residual stream):
+ *   h = (residual + input * rmsInv(input) * weight) * scalar (scalar absent: 1)
+ *   output = h; normedJ = h * rmsInv(h) * normWeightJ (absent: 1), for each normedJ given.
+ *
+ * Layouts (f32): residual, input, output, normedJ [rows, dim]; weight,
+ * normWeightJ [dim]; scalar [1] (applied to every element) or [dim]. Any
+ * output may be residual or input (in place); no two outputs are one buffer.
+ * Bindings: 0 residual, 1 input, 2 weight, 3 output, 4 scalar (weight stands
+ * in when absent), 5 FusedNormAddNormsF32Params, 6 + 2j normWeightJ (weight
+ * stands in), 7 + 2j normedJ (output stands in, unwritten);
+ * threadgroup(0) one float per simdgroup.
+ * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
+ */
+export function fusedNormAddNorms(enc: Encoder, args: FusedNormAddNormsArgs): void {
+  record(enc, planFusedNormAddNorms(args, enc.device.limits, enc.device));
+}
+export function planFusedNormAddNorms(args: FusedNormAddNormsArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateFusedNormAddNorms(args, device);
+  const norms = normsOf(args);
+  const scalarMode = args.scalar === undefined ? 0 : args.scalar.elementCount === 1 ? 1 : 2;
+  let weighted = 0;
+  for (let j = 0; j < norms; j++) if (args[NORM_WEIGHTS[j]!] !== undefined) weighted |= 1 << j;
+  // Binding 5 is the params.
+  const buffers: Record<number, Buffer> = { 0: args.residual, 1: args.input, 2: args.weight, 3: args.output, 4: args.scalar ?? args.weight };
+  for (let j = 0; j < FUSED_NORM_MAX_NORMS; j++) {
+    buffers[6 + 2 * j] = args[NORM_WEIGHTS[j]!] ?? args.weight;
+    buffers[7 + 2 * j] = args[NORMED[j]!] ?? args.output;
+  }
+  return rowsPlan('fused_norm_add_norms_f32', args, limits, buffers,
+    [, , , , , packFusedNormAddNormsParams({ ...args, scalarMode, norms, weighted })]);
+}
+
+/**
+ * fused_norm_moe_sum: Gemma 4's two feed-forward branches joined, per row:
+ *   e = sum_k expertW[k] yExpert[k] (slots in order, f32)
+ *   output = input * rmsInv(input) * weight + e * rmsInv(e) * moeWeight.
+ *
+ * Layouts: input, output f32 [rows, dim]; weight, moeWeight f32 [dim];
+ * expertW f32 [rows, topK]; yExpert [rows, topK, dim] f32
+ * (fused_norm_moe_sum_f32) or bf16 (fused_norm_moe_sum_bf16_input). output
+ * may be input (in place).
+ * Bindings: 0 input, 1 weight, 2 expertW, 3 yExpert, 4 moeWeight, 5 output,
+ * 6 FusedNormMoeSumParams; threadgroup(0) one float per simdgroup.
+ * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
+ */
+export function fusedNormMoeSum(enc: Encoder, args: FusedNormMoeSumArgs): void {
+  record(enc, planFusedNormMoeSum(args, enc.device.limits, enc.device));
+}
+export function planFusedNormMoeSum(args: FusedNormMoeSumArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateFusedNormMoeSum(args, device);
+  return rowsPlan(args.yExpert.dtype === 'bf16' ? 'fused_norm_moe_sum_bf16_input' : 'fused_norm_moe_sum_f32', args, limits,
+    [args.input, args.weight, args.expertW, args.yExpert, args.moeWeight, args.output], [, , , , , , packFusedNormMoeSumParams(args)]);
+}
+
 // ---- the float64 reference ----
 
 // CPU references of the fused RMS norm family: plain loops, float64
@@ -355,4 +534,46 @@ export function fusedResidualNormRef(
     }
   }
   return { normed, sum };
+}
+
+/**
+ * h = (residual + input * rmsInv(input) * weight) * scalar per row; normed[j]
+ * = h * rmsInv(h) * normWeights[j] (null: unweighted), one array per entry.
+ */
+export function fusedNormAddNormsRef(
+  residual: ArrayLike<number>, input: ArrayLike<number>, weight: ArrayLike<number>,
+  rows: number, dim: number, eps: number, scalar: ArrayLike<number> | undefined,
+  normWeights: readonly (ArrayLike<number> | null)[],
+): { output: Float64Array; normed: Float64Array[] } {
+  const output = fusedNormAddRef(residual, input, weight, rows, dim, eps, scalar);
+  const normed = normWeights.map(() => new Float64Array(rows * dim));
+  for (let r = 0; r < rows; r++) {
+    const base = r * dim;
+    const inv = rmsInv(output, base, dim, eps);
+    for (const [j, w] of normWeights.entries()) {
+      for (let i = 0; i < dim; i++) normed[j]![base + i] = output[base + i]! * inv * (w === null ? 1 : w[i]!);
+    }
+  }
+  return { output, normed };
+}
+
+/** output = input * rmsInv(input) * weight + e * rmsInv(e) * moeWeight per row, e = sum_k expertW[k] yExpert[k]. */
+export function fusedNormMoeSumRef(
+  input: ArrayLike<number>, weight: ArrayLike<number>, expertW: ArrayLike<number>, yExpert: ArrayLike<number>,
+  moeWeight: ArrayLike<number>, rows: number, topK: number, dim: number, eps: number,
+): Float64Array {
+  const out = new Float64Array(rows * dim);
+  const e = new Float64Array(dim);
+  for (let r = 0; r < rows; r++) {
+    const base = r * dim;
+    e.fill(0);
+    for (let k = 0; k < topK; k++) {
+      const wk = expertW[r * topK + k]!;
+      for (let i = 0; i < dim; i++) e[i] = e[i]! + wk * yExpert[(r * topK + k) * dim + i]!;
+    }
+    const rx = rmsInv(input, base, dim, eps);
+    const re = rmsInv(e, 0, dim, eps);
+    for (let i = 0; i < dim; i++) out[base + i] = input[base + i]! * rx * weight[i]! + e[i]! * re * moeWeight[i]!;
+  }
+  return out;
 }
