@@ -116,3 +116,57 @@ kernel void fused_head_norm_rope_batch_bf16(
                    p.theta, positions, p.has_freq_factors != 0u, freq_factors, (device bfloat*)nullptr,
                    (device float*)nullptr, 1u, false, partials, row, tid, tg_size, sg, lane, n_sg);
 }
+
+// The q, k and v rows of one attention layer in one dispatch (ours, for
+// decode steps that would otherwise run three): q and k rows as
+// fused_head_norm_rope_f32 with their weights (in place), and, by
+// params.v_mode, v's rows normalized without weight or rope in place (1) or
+// written from k's values before k's norm (2: a layer whose keys are its
+// values; the block of a k row writes its v row first, then its k row).
+// Threadgroups: seq_len * n_heads q rows, then seq_len * n_kv_heads k rows,
+// then (v_mode 1) seq_len * n_kv_heads v rows, each token-major as
+// fused_head_norm_rope_f32 indexes them.
+// buffer(0) q [seq_len, n_heads, head_dim] f32, (1) k [seq_len, n_kv_heads,
+// head_dim] f32, (2) v as k (written for v_mode 1 or 2), (3) params, (4)
+// positions [seq_len], (5) q_weight [head_dim], (6) k_weight [head_dim], (7)
+// freq_factors [half_rope_dim] (read when has_freq_factors).
+kernel void fused_head_norm_rope_qkv_f32(
+    device float*                           q            [[buffer(0)]],
+    device float*                           k            [[buffer(1)]],
+    device float*                           v            [[buffer(2)]],
+    constant FusedHeadNormRopeQkvF32Params& params       [[buffer(3)]],
+    device const uint*                      positions    [[buffer(4)]],
+    device const float*                     q_weight     [[buffer(5)]],
+    device const float*                     k_weight     [[buffer(6)]],
+    device const float*                     freq_factors [[buffer(7)]],
+    threadgroup float*                      partials     [[threadgroup(0)]],
+    uint row     [[threadgroup_position_in_grid]],
+    uint tid     [[thread_index_in_threadgroup]],
+    uint tg_size [[threads_per_threadgroup]],
+    uint sg      [[simdgroup_index_in_threadgroup]],
+    uint lane    [[thread_index_in_simdgroup]],
+    uint n_sg    [[simdgroups_per_threadgroup]])
+{
+    const constant FusedHeadNormRopeQkvF32Params& p = params;
+    const uint q_rows = p.seq_len * p.n_heads;
+    const uint kv_rows = p.seq_len * p.n_kv_heads;
+    const bool ff = p.has_freq_factors != 0u;
+    device bfloat* no_bf16 = (device bfloat*)nullptr;
+    device float* no_perm = (device float*)nullptr;
+    if (row < q_rows) {
+        head_norm_rope<float, float>(q, q, q_weight, true, p.eps, p.head_dim, p.n_heads, p.half_rope_dim, p.theta, positions, ff,
+                       freq_factors, no_bf16, no_perm, p.seq_len, false, partials, row, tid, tg_size, sg, lane, n_sg);
+    } else if (row < q_rows + kv_rows) {
+        const uint r = row - q_rows;
+        if (p.v_mode == 2u) {
+            head_norm_rope<float, float>(k, v, k_weight, false, p.eps, p.head_dim, p.n_kv_heads, 0u, p.theta, positions, false,
+                           freq_factors, no_bf16, no_perm, p.seq_len, false, partials, r, tid, tg_size, sg, lane, n_sg);
+        }
+        head_norm_rope<float, float>(k, k, k_weight, true, p.eps, p.head_dim, p.n_kv_heads, p.half_rope_dim, p.theta, positions, ff,
+                       freq_factors, no_bf16, no_perm, p.seq_len, false, partials, r, tid, tg_size, sg, lane, n_sg);
+    } else if (p.v_mode == 1u && row < q_rows + 2u * kv_rows) {
+        head_norm_rope<float, float>(v, v, k_weight, false, p.eps, p.head_dim, p.n_kv_heads, 0u, p.theta, positions, false,
+                       freq_factors, no_bf16, no_perm, p.seq_len, false, partials, row - q_rows - kv_rows, tid, tg_size,
+                       sg, lane, n_sg);
+    }
+}

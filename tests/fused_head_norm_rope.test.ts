@@ -10,7 +10,11 @@ import src from '../shaders/fused_head_norm_rope.metal' with { type: 'text' };
 import {
   FUSED_HEAD_NORM_ROPE_BATCH_BF16_PARAMS_LAYOUT,
   FUSED_HEAD_NORM_ROPE_F32_PARAMS_LAYOUT,
+  FUSED_HEAD_NORM_ROPE_QKV_F32_PARAMS_LAYOUT,
   fusedHeadNormRope,
+  fusedHeadNormRopeQkv,
+  packFusedHeadNormRopeQkvF32Params,
+  type FusedHeadNormRopeQkvArgs,
   fusedHeadNormRopeThreadgroup,
   packFusedHeadNormRopeBatchBf16Params,
   packFusedHeadNormRopeF32Params,
@@ -41,6 +45,17 @@ describe('fused_head_norm_rope param packers match the .metal declarations', () 
     const w = new DataView(packFusedHeadNormRopeBatchBf16Params(a).buffer);
     expect(FUSED_HEAD_NORM_ROPE_BATCH_BF16_PARAMS_LAYOUT.map((f) => (f.type === 'f32' ? w.getFloat32(f.offset, true) : w.getUint32(f.offset, true))))
       .toEqual([256, 4, 32, Math.fround(1e-6), 1, 1e6, 0, 0]);
+  });
+  test('the qkv struct at buffer(3): fields, offsets, v_mode from v and vFromK', () => {
+    expect(bufferParam(src, 'fused_head_norm_rope_qkv_f32', 3)).toMatch(/^constant FusedHeadNormRopeQkvF32Params& params /);
+    const fake = { byteLength: 0 } as unknown as Buffer;
+    const base = { seqLen: 3, nHeads: 16, nKvHeads: 8, headDim: 256, halfRopeDim: 32, eps: 1e-6, theta: 1e6, freqFactors: fake } as
+      unknown as FusedHeadNormRopeQkvArgs;
+    for (const [extra, mode] of [[{}, 0], [{ v: fake }, 1], [{ v: fake, vFromK: true }, 2]] as const) {
+      const v = new DataView(packFusedHeadNormRopeQkvF32Params({ ...base, ...extra }).buffer);
+      const got = FUSED_HEAD_NORM_ROPE_QKV_F32_PARAMS_LAYOUT.map((f) => (f.type === 'f32' ? v.getFloat32(f.offset, true) : v.getUint32(f.offset, true)));
+      expect(got).toEqual([256, 16, 8, 32, Math.fround(1e-6), 1e6, 1, mode, 3]);
+    }
   });
   test('threadgroup: min(256, nextPow2(headDim)) threads, one float per simdgroup', () => {
     expect(fusedHeadNormRopeThreadgroup(64, TARGET_LIMITS.metal)).toEqual({ threads: 64, sharedBytes: 16 });
@@ -99,6 +114,47 @@ describeValidation('fused_head_norm_rope validation', ({ enc, buf }) => {
     const o = buf('f32', 48);
     expectInvalid(() => fusedHeadNormRope(enc(), { ...base(), output: o, outputF32Perm: o }), 'fused_head_norm_rope', 'output',
       'a buffer other than outputF32Perm', 'the buffer of outputF32Perm');
+  });
+});
+
+describeValidation('fused_head_norm_rope_qkv validation', ({ enc, buf }) => {
+  test('every rule', () => {
+    const op = 'fused_head_norm_rope_qkv';
+    const base = () => ({
+      q: buf('f32', 2 * 3 * 8), k: buf('f32', 2 * 1 * 8), v: buf('f32', 2 * 1 * 8) as Buffer | undefined, qWeight: buf('f32', 8), kWeight: buf('f32', 8),
+      positions: buf('u32', 2), freqFactors: buf('f32', 4) as Buffer | undefined, seqLen: 2, nHeads: 3, nKvHeads: 1, headDim: 8,
+      halfRopeDim: 2, eps: 1e-6, theta: 1e6, vFromK: false,
+    });
+    const cases: [Record<string, unknown>, string, string, string][] = [
+      [{ seqLen: 0 }, 'seqLen', 'a positive integer', '0'],
+      [{ nKvHeads: 0 }, 'nKvHeads', 'a positive integer', '0'],
+      [{ headDim: 7 }, 'headDim', 'a multiple of 2', '7'],
+      [{ halfRopeDim: 5 }, 'halfRopeDim', 'at most headDim / 2 (4)', '5'],
+      [{ halfRopeDim: -1 }, 'halfRopeDim', 'an integer >= 0', '-1'],
+      [{ eps: -1 }, 'eps', 'a finite number >= 0', '-1'],
+      [{ theta: 0 }, 'theta', 'a finite f32 > 0', '0'],
+      [{ vFromK: 1 }, 'vFromK', 'true, false or absent', '1'],
+      [{ seqLen: 2 ** 31, nHeads: 1, nKvHeads: 1 }, 'seqLen * (nHeads + 2 * nKvHeads)', 'at most 2^32 - 1', ''],
+      [{ v: undefined, vFromK: true }, 'v', 'a Buffer (vFromK writes it)', 'undefined'],
+      [{ q: buf('bf16', 48) }, 'q.dtype', 'f32', 'bf16'],
+      [{ v: buf('f16', 16) }, 'v.dtype', 'f32', 'f16'],
+      [{ kWeight: buf('bf16', 8) }, 'kWeight.dtype', 'f32', 'bf16'],
+      [{ positions: buf('f32', 2) }, 'positions.dtype', 'one of u32, i32', 'f32'],
+      [{ q: buf('f32', 47) }, 'q.elementCount', '48', '47'],
+      [{ k: buf('f32', 48) }, 'k.elementCount', '16', '48'],
+      [{ v: buf('f32', 8) }, 'v.elementCount', '16', '8'],
+      [{ qWeight: buf('f32', 4) }, 'qWeight.elementCount', '8', '4'],
+      [{ positions: buf('u32', 3) }, 'positions.elementCount', '2', '3'],
+      [{ freqFactors: buf('f32', 1) }, 'freqFactors.elementCount', 'at least halfRopeDim (2)', '1'],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => fusedHeadNormRopeQkv(enc(), { ...base(), ...m } as never), op, arg, expected, actual);
+    }
+    const b = base();
+    expectInvalid(() => fusedHeadNormRopeQkv(enc(), { ...b, v: b.k }), op, 'k', 'a buffer other than v', 'the buffer of v');
+    expectInvalid(() => fusedHeadNormRopeQkv(enc(), { ...b, q: b.qWeight.view('f32', [8], 0), nHeads: 1, seqLen: 1, positions: buf('u32', 1), k: buf('f32', 8), v: buf('f32', 8) }),
+      op, 'q', 'a buffer other than qWeight', 'the buffer of qWeight');
+    fusedHeadNormRopeQkv(enc(), { ...b, v: undefined, freqFactors: undefined });
   });
 });
 
@@ -221,6 +277,61 @@ describeBackends('fused_head_norm_rope parity', ({ device }) => {
   });
 });
 
+describeBackends('fused_head_norm_rope_qkv parity', ({ device }) => {
+  // Gemma 4 sliding (256, full rotation, v in place), global (512, a quarter, factors, v from k), Qwen3.6 (256, a
+  // quarter, no v), small odd shapes; one token and several.
+  const SHAPES = [
+    { seqLen: 1, nHeads: 16, nKvHeads: 8, headDim: 256, halfRopeDim: 128, theta: 1e4, ff: false, v: 'own' },
+    { seqLen: 3, nHeads: 4, nKvHeads: 2, headDim: 512, halfRopeDim: 64, theta: 1e6, ff: true, v: 'fromK' },
+    { seqLen: 2, nHeads: 5, nKvHeads: 1, headDim: 256, halfRopeDim: 32, theta: 1e7, ff: false, v: 'none' },
+    { seqLen: 4, nHeads: 3, nKvHeads: 3, headDim: 6, halfRopeDim: 1, theta: 1e4, ff: true, v: 'own' },
+  ] as const;
+  test('q, k and v in one dispatch: bit for bit the three single ops, and the float64 reference within its bound', () => {
+    const dev = device();
+    const over: string[] = [];
+    SHAPES.forEach((sh, si) => {
+      const g = rng(500 + si);
+      const nq = sh.seqLen * sh.nHeads * sh.headDim, nk = sh.seqLen * sh.nKvHeads * sh.headDim;
+      const hq = randomArray(g, nq, -3, 3), hk = randomArray(g, nk, -3, 3), hv = randomArray(g, nk, -3, 3);
+      const qw = dev.upload('f32', [sh.headDim], randomArray(g, sh.headDim, 0.5, 1.5));
+      const kw = dev.upload('f32', [sh.headDim], randomArray(g, sh.headDim, 0.5, 1.5));
+      const ffs = sh.ff ? Array.from({ length: sh.headDim / 2 }, (_, i) => 1 + (i % 4)) : undefined;
+      const freqFactors = ffs ? dev.upload('f32', [ffs.length], ffs) : undefined;
+      const pos = Array.from({ length: sh.seqLen }, () => Math.floor(g.next() * 131072));
+      const positions = dev.upload('u32', [sh.seqLen], pos);
+      const rope = { positions, freqFactors, seqLen: sh.seqLen, headDim: sh.headDim, halfRopeDim: sh.halfRopeDim, eps: 1e-6, theta: sh.theta };
+      // The fused op.
+      const q = dev.upload('f32', [nq], hq), k = dev.upload('f32', [nk], hk);
+      const v = sh.v === 'none' ? undefined : dev.upload('f32', [nk], sh.v === 'own' ? hv : Array(nk).fill(Number.NaN));
+      let enc = dev.encoder();
+      fusedHeadNormRopeQkv(enc, { ...rope, q, k, v, vFromK: sh.v === 'fromK', qWeight: qw, kWeight: kw, nHeads: sh.nHeads, nKvHeads: sh.nKvHeads });
+      enc.commitAndWait();
+      // The single ops.
+      const q1 = dev.upload('f32', [nq], hq), k1 = dev.upload('f32', [nk], hk), v1 = dev.upload('f32', [nk], hv);
+      enc = dev.encoder();
+      fusedHeadNormRope(enc, { ...rope, input: q1, output: q1, weight: qw, nHeads: sh.nHeads });
+      if (sh.v !== 'none') fusedHeadNormRope(enc, { ...rope, input: sh.v === 'own' ? v1 : k1, output: v1, nHeads: sh.nKvHeads, halfRopeDim: 0 });
+      fusedHeadNormRope(enc, { ...rope, input: k1, output: k1, weight: kw, nHeads: sh.nKvHeads });
+      enc.commitAndWait();
+      const what = JSON.stringify(sh);
+      if (!Bun.deepEquals(q.readNumbers(), q1.readNumbers())) over.push(`${what}: q differs from fused_head_norm_rope's`);
+      if (!Bun.deepEquals(k.readNumbers(), k1.readNumbers())) over.push(`${what}: k differs`);
+      if (v !== undefined && !Bun.deepEquals(v.readNumbers(), v1.readNumbers())) over.push(`${what}: v differs`);
+      const shq = { ...sh, nHeads: sh.nHeads }, shk = { ...sh, nHeads: sh.nKvHeads };
+      const wantQ = fusedHeadNormRopeRef(hq, qw.readNumbers(), pos, sh.seqLen, sh.nHeads, sh.headDim, sh.halfRopeDim, 1e-6, sh.theta, ffs);
+      const wantK = fusedHeadNormRopeRef(hk, kw.readNumbers(), pos, sh.seqLen, sh.nKvHeads, sh.headDim, sh.halfRopeDim, 1e-6, sh.theta, ffs);
+      const eq = boundRatio(false, q.readNumbers(), wantQ, pos, shq, ffs), ek = boundRatio(false, k.readNumbers(), wantK, pos, shk, ffs);
+      if (!(eq <= 1 && ek <= 1)) over.push(`${what}: q ${eq}, k ${ek} of the bound`);
+      if (v !== undefined) {
+        const wantV = fusedHeadNormRopeRef(sh.v === 'own' ? hv : hk, undefined, pos, sh.seqLen, sh.nKvHeads, sh.headDim, 0, 1e-6, sh.theta);
+        const ev = boundRatio(false, v.readNumbers(), wantV, pos, { ...shk, halfRopeDim: 0 });
+        if (!(ev <= 1)) over.push(`${what}: v ${ev} of the bound`);
+      }
+    });
+    expect(over).toEqual([]);
+  });
+});
+
 // ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
 
 opContract('fused_head_norm_rope', [
@@ -240,4 +351,17 @@ opContract('fused_head_norm_rope', [
     }),
     fill: (args) => (args.positions as Buffer).writeNumbers([6, 131071]),
   })),
+  {
+    fn: 'fusedHeadNormRopeQkv', op: 'fused_head_norm_rope_qkv',
+    keys: {
+      q: out(F), k: out(F), v: { kind: 'buf?', dtypes: F, output: true }, vFromK: { kind: 'bool?' }, qWeight: buf(F), kWeight: buf(F),
+      positions: buf(['u32', 'i32']), freqFactors: { kind: 'buf?', dtypes: F, freeCount: true },
+      seqLen: int, nHeads: int, nKvHeads: int, headDim: int, halfRopeDim: { kind: 'nonneg' }, eps: { kind: 'nonneg' }, theta: { kind: 'num' },
+    },
+    make: (d) => ({
+      q: a(d, 'f32', 48), k: a(d, 'f32', 16), v: a(d, 'f32', 16), vFromK: true, qWeight: a(d, 'f32', 8), kWeight: a(d, 'f32', 8),
+      positions: a(d, 'u32', 2), freqFactors: a(d, 'f32', 2), seqLen: 2, nHeads: 3, nKvHeads: 1, headDim: 8, halfRopeDim: 2, eps: 1e-6, theta: 1e6,
+    }),
+    fill: (args) => (args.positions as Buffer).writeNumbers([6, 131071]),
+  },
 ]);

@@ -43,7 +43,7 @@ import type { Encoder } from '../encoder.ts';
 import { cast, elementwiseAdd, scalarMul } from '../ops/elementwise.ts';
 import { fusedNormAddNorms, fusedNormMoeSum, type FusedNormAddNormsArgs } from '../ops/fused_norm.ts';
 import { embedding } from '../ops/embedding.ts';
-import { fusedHeadNormRope } from '../ops/fused_head_norm_rope.ts';
+import { fusedHeadNormRope, fusedHeadNormRopeQkv } from '../ops/fused_head_norm_rope.ts';
 import { geluTanhMul, geluTanhMulHalves } from '../ops/gelu.ts';
 import { rmsNorm } from '../ops/rms_norm.ts';
 import { softcap } from '../ops/softmax.ts';
@@ -299,11 +299,11 @@ export class Gemma4 extends CausalLM {
       positions, seqLen: t, headDim: d, halfRopeDim: cfg.halfRopeDim, eps: c.rmsNormEps, theta: cfg.ropeTheta,
       ...(a.freqFactors !== null ? { freqFactors: a.freqFactors } : {}),
     };
-    fusedHeadNormRope(enc, { ...rope, input: q, output: q, weight: a.qNorm, nHeads: nh });
     if (owns) {
-      // v = rms_norm(raw values) without weight; with keys as values, the raw keys (before k_norm).
-      rmsNorm(enc, { input: a.v !== null ? v : k, output: v, rows: t * nkv, dim: d, eps: c.rmsNormEps });
-      fusedHeadNormRope(enc, { ...rope, input: k, output: k, weight: a.kNorm!, nHeads: nkv });
+      // q, k: norm and rotation; v = rms_norm(raw values) without weight (with keys as values, the raw keys before k_norm).
+      fusedHeadNormRopeQkv(enc, { ...rope, q, k, v, vFromK: a.v === null, qWeight: a.qNorm, kWeight: a.kNorm!, nHeads: nh, nKvHeads: nkv });
+    } else {
+      fusedHeadNormRope(enc, { ...rope, input: q, output: q, weight: a.qNorm, nHeads: nh });
     }
     const spec: AttentionSpec = { nHeads: nh, nKvHeads: nkv, headDim: d, scale: 1, window: cfg.type === 'sliding_attention' ? c.slidingWindow : null };
     const cache = this.caches[cfg.kvSource]!;

@@ -55,7 +55,7 @@ import { chunkGatedDeltaRule, GDR_K_VALUES, GDR_MAX_V, GDR_V_MULTIPLE } from '..
 import { cast } from '../ops/elementwise.ts';
 import { fusedResidualNorm } from '../ops/fused_norm.ts';
 import { moeWeightedReduce } from '../ops/moe_weighted_reduce.ts';
-import { fusedHeadNormRope } from '../ops/fused_head_norm_rope.ts';
+import { fusedHeadNormRopeQkv } from '../ops/fused_head_norm_rope.ts';
 import { gatedDeltaNet, gatedDeltaNetDecodeFused, type GatedDeltaNetDecodeFusedArgs } from '../ops/gated_delta_net.ts';
 import { l2Norm } from '../ops/l2_norm.ts';
 import { rmsNorm } from '../ops/rms_norm.ts';
@@ -407,8 +407,7 @@ export class Qwen35Moe extends CausalLM {
     const v = vRows.view('f32', [t, c.numKvHeads, d], 0);
     const o = s.get('attn.o', 'f32', [t, c.numHeads, d]);
     const rope = { positions, seqLen: t, headDim: d, halfRopeDim: c.rotaryDim / 2, eps: c.rmsNormEps, theta: this.ropeTheta };
-    fusedHeadNormRope(enc, { ...rope, input: q, output: q, weight: w.qNorm, nHeads: c.numHeads });
-    fusedHeadNormRope(enc, { ...rope, input: k, output: k, weight: w.kNorm, nHeads: c.numKvHeads });
+    fusedHeadNormRopeQkv(enc, { ...rope, q, k, qWeight: w.qNorm, kWeight: w.kNorm, nHeads: c.numHeads, nKvHeads: c.numKvHeads });
     const spec: AttentionSpec = { nHeads: c.numHeads, nKvHeads: c.numKvHeads, headDim: d, scale: 1 / Math.sqrt(d), window: null };
     if (t === 1) {
       attentionDecode(enc, s, spec, cache, q, k, v, o, this.position, this.steps);

@@ -12,7 +12,7 @@ import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkAtMost, checkBoolean, checkDtype, checkedProduct, checkedU32Product, checkElements, checkMultiple, checkNoAliasing, checkPositive, invalid, U32_MAX,
+  checkAtMost, checkBoolean, checkBuffer, checkDtype, checkedProduct, checkedU32Product, checkElements, checkMultiple, checkNoAliasing, checkPositive, invalid, U32_MAX,
 } from '../validate.ts';
 import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
 import { familyPlans, record, type OpPlan } from '../plan.ts';
@@ -21,7 +21,7 @@ import { checkRopeBuffers, checkTheta, ropeNeoxRef } from './rope.ts';
 export const FUSED_HEAD_NORM_ROPE_FAMILY = 'fused_head_norm_rope';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const FUSED_HEAD_NORM_ROPE_SOURCES = familySources(FUSED_HEAD_NORM_ROPE_FAMILY, { header, metal: src, cuda: cudaSrc });
-export const FUSED_HEAD_NORM_ROPE_KERNELS = ['fused_head_norm_rope_f32', 'fused_head_norm_rope_batch_bf16'] as const;
+export const FUSED_HEAD_NORM_ROPE_KERNELS = ['fused_head_norm_rope_f32', 'fused_head_norm_rope_batch_bf16', 'fused_head_norm_rope_qkv_f32'] as const;
 const planOf = familyPlans({
   family: FUSED_HEAD_NORM_ROPE_FAMILY, sources: FUSED_HEAD_NORM_ROPE_SOURCES, kernels: FUSED_HEAD_NORM_ROPE_KERNELS,
 });
@@ -32,6 +32,8 @@ export const FUSED_HEAD_NORM_ROPE_MAX_THREADS = 256;
 export const FUSED_HEAD_NORM_ROPE_F32_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FusedHeadNormRopeF32Params');
 /** struct FusedHeadNormRopeBatchBf16Params (buffer 3 of fused_head_norm_rope_batch_bf16). */
 export const FUSED_HEAD_NORM_ROPE_BATCH_BF16_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FusedHeadNormRopeBatchBf16Params');
+/** struct FusedHeadNormRopeQkvF32Params (buffer 3 of fused_head_norm_rope_qkv_f32). */
+export const FUSED_HEAD_NORM_ROPE_QKV_F32_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'FusedHeadNormRopeQkvF32Params');
 
 export interface FusedHeadNormRopeArgs {
   /** [seqLen, nHeads, headDim], f32 (fused_head_norm_rope_f32) or bf16 (fused_head_norm_rope_batch_bf16) */
@@ -166,6 +168,119 @@ export function planFusedHeadNormRope(a: FusedHeadNormRopeArgs, limits: DeviceLi
     bytes,
     threadgroupMemory: [sharedBytes],
     grid: [a.seqLen * a.nHeads, 1, 1],
+    threads: [threads, 1, 1],
+  });
+}
+
+export interface FusedHeadNormRopeQkvArgs {
+  /** [seqLen, nHeads, headDim] f32, normalized with qWeight and rotated in place. */
+  q: Buffer;
+  /** [seqLen, nKvHeads, headDim] f32, normalized with kWeight and rotated in place. */
+  k: Buffer;
+  /**
+   * [seqLen, nKvHeads, headDim] f32, optional: normalized without weight or
+   * rotation, in place, or (vFromK) written from k's values before k's norm.
+   */
+  v?: Buffer;
+  /** v = k * rmsInv(k) from k's values (a layer whose keys are its values); requires v. Default false. */
+  vFromK?: boolean;
+  /** [headDim] f32 */
+  qWeight: Buffer;
+  /** [headDim] f32 */
+  kWeight: Buffer;
+  /** [seqLen] u32 (or i32 >= 0, read as its bits) */
+  positions: Buffer;
+  /** [halfRopeDim] f32 or longer, optional: pair i's frequency is divided by freqFactors[i] (q and k). */
+  freqFactors?: Buffer;
+  seqLen: number;
+  nHeads: number;
+  nKvHeads: number;
+  /** Elements per head, even. */
+  headDim: number;
+  /** Rotated pairs of q and k, at most headDim / 2. */
+  halfRopeDim: number;
+  eps: number;
+  theta: number;
+}
+
+export function packFusedHeadNormRopeQkvF32Params(a: FusedHeadNormRopeQkvArgs): Uint8Array {
+  return packFields(FUSED_HEAD_NORM_ROPE_QKV_F32_PARAMS_LAYOUT, {
+    head_dim: a.headDim, n_heads: a.nHeads, n_kv_heads: a.nKvHeads, half_rope_dim: a.halfRopeDim, eps: a.eps, theta: a.theta,
+    has_freq_factors: a.freqFactors ? 1 : 0, v_mode: a.v === undefined ? 0 : a.vFromK === true ? 2 : 1, seq_len: a.seqLen,
+  });
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateFusedHeadNormRopeQkv(a: FusedHeadNormRopeQkvArgs, device?: Device): void {
+  const op = 'fused_head_norm_rope_qkv';
+  checkPositive(op, 'seqLen', a.seqLen);
+  checkPositive(op, 'nHeads', a.nHeads);
+  checkPositive(op, 'nKvHeads', a.nKvHeads);
+  checkPositive(op, 'headDim', a.headDim);
+  checkMultiple(op, 'headDim', a.headDim, 2);
+  if (typeof a.halfRopeDim !== 'number' || !Number.isSafeInteger(a.halfRopeDim) || a.halfRopeDim < 0) {
+    throw invalid(op, 'halfRopeDim', 'an integer >= 0', a.halfRopeDim);
+  }
+  checkAtMost(op, 'halfRopeDim', a.halfRopeDim, a.headDim / 2, 'headDim / 2');
+  if (typeof a.eps !== 'number' || !Number.isFinite(a.eps) || a.eps < 0) throw invalid(op, 'eps', 'a finite number >= 0', a.eps);
+  checkTheta(op, a.theta);
+  checkBoolean(op, 'vFromK', a.vFromK, true);
+  // Every row of q, k and v is a threadgroup: the grid's count and the kernel's 32-bit row indices.
+  checkedU32Product(op, 'seqLen * (nHeads + 2 * nKvHeads)', a.seqLen, a.nHeads + 2 * a.nKvHeads);
+  const nq = checkedProduct(op, 'seqLen * nHeads * headDim', a.seqLen, a.nHeads, a.headDim);
+  const nk = checkedProduct(op, 'seqLen * nKvHeads * headDim', a.seqLen, a.nKvHeads, a.headDim);
+  const bindings: [string, Buffer | undefined][] = [
+    ['q', a.q], ['k', a.k], ['v', a.v], ['qWeight', a.qWeight], ['kWeight', a.kWeight], ['positions', a.positions], ['freqFactors', a.freqFactors],
+  ];
+  for (const [arg, b] of bindings) if (b !== undefined || (arg !== 'v' && arg !== 'freqFactors')) checkBuffer(op, arg, b, device);
+  if (a.vFromK === true && a.v === undefined) throw invalid(op, 'v', 'a Buffer (vFromK writes it)', 'undefined');
+  for (const [arg, b] of bindings) if (b !== undefined && arg !== 'positions') checkDtype(op, arg, b, 'f32');
+  checkDtype(op, 'positions', a.positions, ['u32', 'i32']);
+  checkElements(op, 'q', a.q, nq);
+  checkElements(op, 'k', a.k, nk);
+  if (a.v !== undefined) checkElements(op, 'v', a.v, nk);
+  checkElements(op, 'qWeight', a.qWeight, a.headDim);
+  checkElements(op, 'kWeight', a.kWeight, a.headDim);
+  checkElements(op, 'positions', a.positions, a.seqLen);
+  if (a.freqFactors !== undefined && a.freqFactors.elementCount < a.halfRopeDim) {
+    throw invalid(op, 'freqFactors.elementCount', `at least halfRopeDim (${a.halfRopeDim})`, a.freqFactors.elementCount);
+  }
+  // q, k and v are each updated in place, row by row; none may overlap another or an input.
+  checkNoAliasing(op, bindings, ['q', 'k', 'v'], 'each is updated in place by its own rows');
+}
+
+/**
+ * fusedHeadNormRopeQkv: one attention layer's per-head norms in one dispatch
+ * (ours): q's and k's rows as fusedHeadNormRope with their weights and the
+ * same rotation (positions, theta, halfRopeDim, freqFactors), in place; v's
+ * rows, where v is given, normalized without weight or rotation, in place or
+ * (vFromK) from k's values before k's norm.
+ *
+ * Layouts (f32): q [seqLen, nHeads, headDim]; k, v [seqLen, nKvHeads,
+ * headDim]; qWeight, kWeight [headDim]; positions [seqLen] u32;
+ * freqFactors [>= halfRopeDim].
+ * Bindings: 0 q, 1 k, 2 v (k stands in when absent, never written), 3
+ * FusedHeadNormRopeQkvF32Params, 4 positions, 5 qWeight, 6 kWeight, 7
+ * freqFactors (qWeight stands in when absent, never read); threadgroup(0)
+ * one float per simdgroup.
+ * Grid: (seqLen * (nHeads + nKvHeads, + nKvHeads for v in place), 1, 1)
+ * threadgroups of min(256, nextPow2(headDim)) threads.
+ */
+export function fusedHeadNormRopeQkv(enc: Encoder, args: FusedHeadNormRopeQkvArgs): void {
+  record(enc, planFusedHeadNormRopeQkv(args, enc.device.limits, enc.device));
+}
+
+/** fusedHeadNormRopeQkv's plan: validates, then one dispatch (see fusedHeadNormRopeQkv). */
+export function planFusedHeadNormRopeQkv(a: FusedHeadNormRopeQkvArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateFusedHeadNormRopeQkv(a, device);
+  const { threads, sharedBytes } = fusedHeadNormRopeThreadgroup(a.headDim, limits);
+  const vRows = a.v !== undefined && a.vFromK !== true ? a.nKvHeads : 0;
+  return planOf({
+    kernel: 'fused_head_norm_rope_qkv_f32',
+    buffers: [a.q, a.k, a.v ?? a.k, , a.positions, a.qWeight, a.kWeight, a.freqFactors ?? a.qWeight],
+    bytes: [, , , packFusedHeadNormRopeQkvF32Params(a)],
+    threadgroupMemory: [sharedBytes],
+    grid: [a.seqLen * (a.nHeads + a.nKvHeads + vRows), 1, 1],
     threads: [threads, 1, 1],
   });
 }
