@@ -1,4 +1,4 @@
-// The param struct of the moe_weighted_reduce family. Plain C, uint fields:
+// The param structs of the moe_weighted_reduce family. Plain C, uint and float fields:
 // shaders/moe_weighted_reduce.metal and shaders/cuda/moe_weighted_reduce.cu
 // are compiled after this file, and ts/params.ts reads the layout from it
 // (ts/ops/moe_weighted_reduce.ts packs it).
@@ -11,4 +11,14 @@ struct MoeWeightedReduceParams {
     uint top_k;
     uint h;
     uint add_residual;
+};
+
+// The param struct of moe_weighted_reduce_norm_* (ours; buffer(0)): the
+// fields of MoeWeightedReduceParams, then the norm's epsilon.
+struct MoeWeightedReduceNormParams {
+    uint  n_tokens;
+    uint  top_k;
+    uint  h;
+    uint  add_residual;
+    float eps;
 };

@@ -35,7 +35,9 @@
 //
 // The MoE block runs each token's top-k experts alone (blocks.ts
 // routedExperts), then moe_weighted_reduce adds their weighted outputs, the
-// shared expert times sigmoid(x w_sg) and the residual in one pass. A
+// shared expert times sigmoid(x w_sg) and the residual in one pass (before
+// another layer, moe_weighted_reduce_norm, which also writes that layer's
+// input norm). A
 // shared expert as wide as the routed ones and stored as they are is also
 // stacked after them as expert E, and a decode step runs it as slot k of the
 // per-expert products (sharedIds) instead of its own products.
@@ -54,7 +56,7 @@ import { computeGBeta } from '../ops/compute_g_beta.ts';
 import { chunkGatedDeltaRule, GDR_K_VALUES, GDR_MAX_V, GDR_V_MULTIPLE } from '../ops/chunk_gated_delta_rule.ts';
 import { cast } from '../ops/elementwise.ts';
 import { fusedResidualNorm } from '../ops/fused_norm.ts';
-import { moeWeightedReduce } from '../ops/moe_weighted_reduce.ts';
+import { moeWeightedReduce, moeWeightedReduceNorm, type MoeWeightedReduceArgs } from '../ops/moe_weighted_reduce.ts';
 import { fusedHeadNormRopeQkv } from '../ops/fused_head_norm_rope.ts';
 import { gatedDeltaNet, gatedDeltaNetDecodeFused, type GatedDeltaNetDecodeFusedArgs } from '../ops/gated_delta_net.ts';
 import { l2Norm } from '../ops/l2_norm.ts';
@@ -308,13 +310,14 @@ export class Qwen35Moe extends CausalLM {
     const y = s.get('y', 'f32', [t, H]);
     this.embed(enc, this.embedTable, ids, h, t);
     const positions = this.positions(t);
+    rmsNorm(enc, { input: h, weight: this.layers[0]!.inputNorm, output: x, rows: t, dim: H, eps: c.rmsNormEps });
     for (const [i, l] of this.layers.entries()) {
-      rmsNorm(enc, { input: h, weight: l.inputNorm, output: x, rows: t, dim: H, eps: c.rmsNormEps });
+      // x = rms_norm(h) * (1 + w_in) here: the first norm, or the layer before's MoE reduction wrote it.
       if (l.gdn !== null) this.gatedDeltaNet(enc, l.gdn, this.state[i]!, x, y, t);
       else this.gatedAttention(enc, l.attn!, this.state[i]!.kv!, x, y, t, positions);
       // h += y; x = rms_norm(h) * (1 + w_post)
       fusedResidualNorm(enc, { residual: h, input: y, weight: l.postNorm, normedOutput: x, sumOutput: h, rows: t, dim: H, eps: c.rmsNormEps });
-      this.moe(enc, l.moe, x, h, t);
+      this.moe(enc, l.moe, x, h, t, this.layers[i + 1]?.inputNorm);
     }
     const last = rows(h, t - logitRows, logitRows, H);
     const xn = s.get('xLast', 'f32', [logitRows, H]);
@@ -419,8 +422,12 @@ export class Qwen35Moe extends CausalLM {
     linear(enc, w.o, o.view('f32', [t, c.numHeads * d], 0), out, t, p);
   }
 
-  /** h += the MoE block of x: the routed experts, the shared expert gated by sigmoid(x w_sg). */
-  private moe(enc: Encoder, w: MoeWeights, x: Buffer, h: Buffer, t: number): void {
+  /**
+   * h += the MoE block of x: the routed experts, the shared expert gated by
+   * sigmoid(x w_sg); then, given the next layer's input norm weight, x =
+   * rms_norm(h) * it (in the reduction's dispatch).
+   */
+  private moe(enc: Encoder, w: MoeWeights, x: Buffer, h: Buffer, t: number, nextNorm: Buffer | undefined): void {
     const c = this.config, s = this.scratch, p = this.precision, H = c.hiddenSize, k = c.numExpertsPerTok;
     if (w.experts.sharedSlot) {
       const [logits, g] = project(enc, s, 'moe.in', w.inProj, x, t, p) as [Buffer, Buffer];
@@ -433,23 +440,30 @@ export class Qwen35Moe extends CausalLM {
           cast(enc, { input: routed.outputs, output: y });
         }
         const size = y.dtype === 'f32' ? 4 : 2;
-        moeWeightedReduce(enc, {
+        this.reduce(enc, {
           expertW: routed.weights, yExpert: y.view(y.dtype, [1, k, H], 0), shLogit: g.view('f32', [1], 0),
           yShared: y.view(y.dtype, [1, H], k * H * size), residual: h, output: h, nTokens: 1, topK: k, h: H,
-        });
+        }, x, nextNorm);
         return;
       }
       const gu = s.get('moe.sharedGateUp', 'f32', [t, w.sharedGateUp.n]);
       linear(enc, w.sharedGateUp, x, gu, t, p);
-      this.moeRest(enc, w, x, h, t, logits, gu, g);
+      this.moeRest(enc, w, x, h, t, logits, gu, g, nextNorm);
       return;
     }
     const [logits, gu, g] = project(enc, s, 'moe.in', w.inProj, x, t, p) as [Buffer, Buffer, Buffer];
-    this.moeRest(enc, w, x, h, t, logits, gu, g);
+    this.moeRest(enc, w, x, h, t, logits, gu, g, nextNorm);
+  }
+
+  /** moe_weighted_reduce into h, and where the next layer's norm weight is given, x = rms_norm(h) * it in the same dispatch. */
+  private reduce(enc: Encoder, args: MoeWeightedReduceArgs, x: Buffer, nextNorm: Buffer | undefined): void {
+    if (nextNorm === undefined) moeWeightedReduce(enc, args);
+    else moeWeightedReduceNorm(enc, { ...args, normWeight: nextNorm, normed: x, eps: this.config.rmsNormEps });
   }
 
   /** The MoE block after its input products: the routed experts, the shared expert's activation and down, the sum. */
-  private moeRest(enc: Encoder, w: MoeWeights, x: Buffer, h: Buffer, t: number, logits: Buffer, gu: Buffer, g: Buffer): void {
+  private moeRest(enc: Encoder, w: MoeWeights, x: Buffer, h: Buffer, t: number, logits: Buffer, gu: Buffer, g: Buffer,
+    nextNorm: Buffer | undefined): void {
     const c = this.config, s = this.scratch, p = this.precision, H = c.hiddenSize, k = c.numExpertsPerTok;
     const routed = routedExperts(enc, s, w.experts, x, logits, t, k, p);
     // f32 and bf16 expert outputs are read as they are (moe_weighted_reduce_bf16_input), f16 ones through f32.
@@ -463,9 +477,9 @@ export class Qwen35Moe extends CausalLM {
     const shared = s.get('moe.shared', 'f32', [t, H]);
     siluMulHalves(enc, { gateUp: gu, output: act, rows: t, dim: is });
     linear(enc, w.sharedDown, act, shared, t, p);
-    moeWeightedReduce(enc, {
+    this.reduce(enc, {
       expertW: routed.weights, yExpert, shLogit: g.view('f32', [t], 0), yShared: shared, residual: h, output: h, nTokens: t, topK: k, h: H,
-    });
+    }, x, nextNorm);
   }
 }
 

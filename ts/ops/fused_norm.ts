@@ -14,6 +14,7 @@ import {
 } from '../validate.ts';
 import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
 import { familyPlans, record, type OpPlan } from '../plan.ts';
+import { rmsNormRef } from './rms_norm.ts';
 
 export const FUSED_NORM_FAMILY = 'fused_norm';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -546,15 +547,7 @@ export function fusedNormAddNormsRef(
   normWeights: readonly (ArrayLike<number> | null)[],
 ): { output: Float64Array; normed: Float64Array[] } {
   const output = fusedNormAddRef(residual, input, weight, rows, dim, eps, scalar);
-  const normed = normWeights.map(() => new Float64Array(rows * dim));
-  for (let r = 0; r < rows; r++) {
-    const base = r * dim;
-    const inv = rmsInv(output, base, dim, eps);
-    for (const [j, w] of normWeights.entries()) {
-      for (let i = 0; i < dim; i++) normed[j]![base + i] = output[base + i]! * inv * (w === null ? 1 : w[i]!);
-    }
-  }
-  return { output, normed };
+  return { output, normed: normWeights.map((w) => rmsNormRef(output, w, rows, dim, eps)) };
 }
 
 /** output = input * rmsInv(input) * weight + e * rmsInv(e) * moeWeight per row, e = sum_k expertW[k] yExpert[k]. */

@@ -17,16 +17,17 @@ import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
-  checkBufferRules, checkedProduct, checkGridDim, checkNoAliasing, checkU32Count, like, ruleBindings, type BufferRule,
+  checkBufferRules, checkDtype, checkedProduct, checkGridDim, checkNoAliasing, checkU32Count, invalid, like, ruleBindings, type BufferRule,
 } from '../validate.ts';
-import { ceilDiv } from '../launch.ts';
+import { ceilDiv, rowThreadgroup } from '../launch.ts';
 
 export const MOE_WEIGHTED_REDUCE_FAMILY = 'moe_weighted_reduce';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const MOE_WEIGHTED_REDUCE_SOURCES = familySources(MOE_WEIGHTED_REDUCE_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const MOE_WEIGHTED_REDUCE_KERNELS = [
   'moe_weighted_reduce_f32', 'moe_weighted_reduce_f16', 'moe_weighted_reduce_bf16', 'moe_weighted_reduce_bf16_input',
-  'moe_weighted_reduce_bf16_shared',
+  'moe_weighted_reduce_bf16_shared', 'moe_weighted_reduce_norm_f32', 'moe_weighted_reduce_norm_bf16_input',
+  'moe_weighted_reduce_norm_bf16_shared',
 ] as const;
 const planOf = familyPlans({
   family: MOE_WEIGHTED_REDUCE_FAMILY, sources: MOE_WEIGHTED_REDUCE_SOURCES, kernels: MOE_WEIGHTED_REDUCE_KERNELS,
@@ -34,6 +35,9 @@ const planOf = familyPlans({
 
 /** struct MoeWeightedReduceParams (buffer 0 of every kernel of the family). */
 export const MOE_WEIGHTED_REDUCE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'MoeWeightedReduceParams');
+
+/** struct MoeWeightedReduceNormParams (buffer 0 of moe_weighted_reduce_norm_*). */
+export const MOE_WEIGHTED_REDUCE_NORM_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'MoeWeightedReduceNormParams');
 
 /** Threads of a threadgroup: the kernels index by 256 (mlx-native's TG_SIZE). */
 export const MOE_WEIGHTED_REDUCE_THREADS = 256;
@@ -58,6 +62,21 @@ export interface MoeWeightedReduceArgs {
   h: number;
 }
 
+export interface MoeWeightedReduceNormArgs extends MoeWeightedReduceArgs {
+  /** f32 [h]: the weight of the norm of each output row */
+  normWeight: Buffer;
+  /** f32 [nTokens, h]: output * rmsInv(output) * normWeight, per row */
+  normed: Buffer;
+  /** Added to mean(output^2) under the square root. */
+  eps: number;
+}
+
+export function packMoeWeightedReduceNormParams(p: { nTokens: number; topK: number; h: number; addResidual: boolean; eps: number }): Uint8Array {
+  return packFields(MOE_WEIGHTED_REDUCE_NORM_PARAMS_LAYOUT, {
+    n_tokens: p.nTokens, top_k: p.topK, h: p.h, add_residual: p.addResidual ? 1 : 0, eps: p.eps,
+  });
+}
+
 export function packMoeWeightedReduceParams(p: { nTokens: number; topK: number; h: number; addResidual: boolean }): Uint8Array {
   return packFields(MOE_WEIGHTED_REDUCE_PARAMS_LAYOUT, { n_tokens: p.nTokens, top_k: p.topK, h: p.h, add_residual: p.addResidual ? 1 : 0 });
 }
@@ -69,7 +88,11 @@ export function packMoeWeightedReduceParams(p: { nTokens: number; topK: number; 
  * an input but the residual exactly (in place).
  */
 export function validateMoeWeightedReduce(a: MoeWeightedReduceArgs, device?: Device): void {
-  const op = 'moe_weighted_reduce';
+  checkReduce('moe_weighted_reduce', a, [], device);
+}
+
+/** moe_weighted_reduce's rules, with the further buffers of a form that has them (their rules after the reduction's). */
+function checkReduce(op: string, a: MoeWeightedReduceArgs, more: readonly BufferRule[], device?: Device): void {
   for (const arg of ['nTokens', 'topK', 'h'] as const) checkU32Count(op, arg, a[arg]);
   checkGridDim(op, 'nTokens', a.nTokens);
   const slots = checkedProduct(op, 'nTokens * topK', a.nTokens, a.topK);
@@ -83,10 +106,23 @@ export function validateMoeWeightedReduce(a: MoeWeightedReduceArgs, device?: Dev
     ['shLogit', a.shLogit, like('output'), a.nTokens],
     ['yShared', a.yShared, (of) => (of('yExpert') === 'bf16' && of('output') === 'f32' ? ['f32', 'bf16'] : of('output')), nh],
     ['residual', a.residual, like('output'), nh, true],
+    ...more,
   ];
   checkBufferRules(op, rules, device, true);
-  checkNoAliasing(op, ruleBindings(rules), ['output'],
+  checkNoAliasing(op, ruleBindings(rules), ['output', ...more.filter((r) => r[0] === 'normed').map((r) => r[0])],
     'every output element reads its token\'s slots, gate and shared row; only the residual may be read in place', [['output', 'residual']]);
+}
+
+/**
+ * Throws MlxError('InvalidArgument') naming the argument unless the
+ * arguments fit: moe_weighted_reduce's rules with f32 output, normWeight f32
+ * [h], normed f32 [nTokens, h] (a buffer of its own), eps finite and >= 0.
+ */
+export function validateMoeWeightedReduceNorm(a: MoeWeightedReduceNormArgs, device?: Device): void {
+  const op = 'moe_weighted_reduce_norm';
+  checkReduce(op, a, [['normWeight', a.normWeight, 'f32', a.h], ['normed', a.normed, 'f32', a.nTokens * a.h]], device);
+  checkDtype(op, 'output', a.output, 'f32');
+  if (typeof a.eps !== 'number' || !Number.isFinite(a.eps) || a.eps < 0) throw invalid(op, 'eps', 'a finite number >= 0', a.eps);
 }
 
 /** The CUDA launch: one thread per 16-byte vector of an output row, 256 a block (shaders/cuda/moe_weighted_reduce.cu). */
@@ -137,6 +173,39 @@ export function planMoeWeightedReduce(a: MoeWeightedReduceArgs, _limits: DeviceL
   });
 }
 
+/**
+ * moe_weighted_reduce_norm (ours): moeWeightedReduce with f32 output, and
+ * normed[t] = output[t] * rmsInv(output[t]) * normWeight per row,
+ * rmsInv(x) = 1 / sqrt(mean(x^2) + eps): a decoder layer's end and the next
+ * layer's input norm in one dispatch.
+ *
+ * Layouts: moeWeightedReduce's with output f32 (f32 throughout, or bf16
+ * yExpert, or bf16 yExpert and yShared); normWeight f32 [h]; normed f32
+ * [nTokens, h]; output may be residual.
+ * Kernels: moe_weighted_reduce_norm_f32, _bf16_input, _bf16_shared.
+ * Bindings: 0 MoeWeightedReduceNormParams (n_tokens, top_k, h,
+ * add_residual, eps), 1 to 6 as moeWeightedReduce's, 7 normWeight, 8 normed;
+ * threadgroup(0) one float per simdgroup.
+ * Grid: (nTokens, 1, 1) threadgroups of min(256, nextPow2(h)) threads.
+ */
+export function moeWeightedReduceNorm(enc: Encoder, args: MoeWeightedReduceNormArgs): void {
+  record(enc, planMoeWeightedReduceNorm(args, enc.device.limits, enc.device));
+}
+
+/** moeWeightedReduceNorm's plan: validates, then one dispatch (see moeWeightedReduceNorm). */
+export function planMoeWeightedReduceNorm(a: MoeWeightedReduceNormArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateMoeWeightedReduceNorm(a, device);
+  const { threads, sharedBytes } = rowThreadgroup(a.h, MOE_WEIGHTED_REDUCE_THREADS, limits);
+  return planOf({
+    kernel: a.yExpert.dtype === 'f32' ? 'moe_weighted_reduce_norm_f32' : `moe_weighted_reduce_norm_bf16_${a.yShared.dtype === 'f32' ? 'input' : 'shared'}`,
+    buffers: [, a.expertW, a.yExpert, a.shLogit, a.yShared, a.residual ?? a.yShared, a.output, a.normWeight, a.normed],
+    bytes: [packMoeWeightedReduceNormParams({ ...a, addResidual: a.residual !== undefined })],
+    threadgroupMemory: [sharedBytes],
+    grid: [a.nTokens, 1, 1],
+    threads: [threads, 1, 1],
+  });
+}
+
 // ---- the float64 reference ----
 
 // CPU reference of moe_weighted_reduce: float64.
@@ -162,3 +231,4 @@ export function moeWeightedReduceRef(expertW: ArrayLike<number>, yExpert: ArrayL
   }
   return out;
 }
+
