@@ -2,7 +2,8 @@
 // kv_cache_copy, the gated activations (silu_mul, gelu_tanh_mul, sigmoid_mul
 // and their halves forms, gelu), the sample family (argmax, top-k, sampling),
 // the MoE glue (moe_dispatch: the grouping of pairs by expert and
-// mlx-native's glue kernels; moe_weighted_reduce), the gated delta net's
+// mlx-native's glue kernels; moe_weighted_reduce), the fused norms of the
+// models' decode steps, the gated delta net's
 // decode step (its glue chain against gated_delta_net_decode_fused),
 // the dense decode products, the MLX affine quantized products (every kernel
 // of quantized_matmul, decode and a 64-token prefill), the GGUF block
@@ -44,7 +45,9 @@ import { flashAttnPrefillBlk, flashAttnPrefillMask } from '../ts/ops/flash_attn_
 import {
   fusedGeluMul, moeAccumulate, moeDispatchSort, moeGatherTopkWeights, moeSwigluBatch, moeSwigluSeq, moeWeightedSum, moeWeightedSumSeq,
 } from '../ts/ops/moe_dispatch.ts';
-import { moeWeightedReduce } from '../ts/ops/moe_weighted_reduce.ts';
+import { moeWeightedReduce, moeWeightedReduceNorm } from '../ts/ops/moe_weighted_reduce.ts';
+import { fusedNormAddNorms, fusedNormMoeSum } from '../ts/ops/fused_norm.ts';
+import { fusedHeadNormRopeQkv } from '../ts/ops/fused_head_norm_rope.ts';
 import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
 import { gatedDeltaNetDecode, gatedDeltaNetDecodeFused } from '../ts/ops/gated_delta_net.ts';
 import { l2Norm } from '../ts/ops/l2_norm.ts';
@@ -76,7 +79,7 @@ function cases(): Case[] {
   out.push(...quantizedMatmulCases());
   out.push(...quantizedMatmulGgmlCases());
   out.push(...flashAttnPrefillCases());
-  out.push(...moeDispatchCases(), ...moeWeightedReduceCases());
+  out.push(...moeDispatchCases(), ...moeWeightedReduceCases(), ...fusedDecodeNormCases());
   out.push(...gdnDecodeCases());
   if (variants && dev.backend === 'cuda') out.push(...launchVariantCases());
   return out;
@@ -770,6 +773,61 @@ function moeWeightedReduceCases(): Case[] {
   return out;
 }
 // ---- end of moe_weighted_reduce ----
+
+// ---- the fused norms of the models' decode steps: Gemma 4 26B-A4B (hidden 2816, 16 query and 8 key heads of
+// 256, top-8 experts) and Qwen3.6-35B-A3B (hidden 2048, top-8 and the shared row). One token each; the floor:
+// every input row read once, every output written once.
+function fusedDecodeNormCases(): Case[] {
+  const out: Case[] = [];
+  const H = small ? 256 : 2816, k = 8;
+  {
+    const residual = random('f32', [1, H]), input = random('f32', [1, H]), weight = random('f32', [H]), scalar = random('f32', [1]);
+    const nw = [0, 1, 2].map(() => random('f32', [H]));
+    const normed = [0, 1, 2].map(() => dev.alloc('f32', [1, H]));
+    out.push({
+      name: `fused_norm_add_norms f32 [1, ${H}] +3 norms (2 weighted) (decode)`, bytes: 4 * H * (3 + 2 + 4),
+      record: (e) => fusedNormAddNorms(e, {
+        residual, input, weight, output: residual, rows: 1, dim: H, eps: 1e-6,
+        normed0: normed[0], normWeight0: nw[0], normed1: normed[1], normed2: normed[2], normWeight2: nw[2],
+      }),
+    });
+    out.push({
+      name: `fused_norm_add_norms f32 [1, ${H}] +scalar +1 norm (decode)`, bytes: 4 * H * (3 + 1 + 2),
+      record: (e) => fusedNormAddNorms(e, { residual, input, weight, output: residual, scalar, rows: 1, dim: H, eps: 1e-6, normed0: normed[0], normWeight0: nw[0] }),
+    });
+    const yExpert = random('bf16', [1, k, H]), expertW = random('f32', [1, k]);
+    out.push({
+      name: `fused_norm_moe_sum_bf16_input [1, top-${k}, ${H}] (decode)`, bytes: 2 * k * H + 4 * H * 4 + 4 * k,
+      record: (e) => fusedNormMoeSum(e, { input, weight, expertW, yExpert, moeWeight: nw[1]!, output: input, rows: 1, dim: H, topK: k, eps: 1e-6 }),
+    });
+  }
+  {
+    const [nh, nkv, d] = small ? [4, 2, 64] : [16, 8, 256];
+    const q = random('f32', [1, nh, d]), kk = random('f32', [1, nkv, d]), v = random('f32', [1, nkv, d]);
+    const qWeight = random('f32', [d]), kWeight = random('f32', [d]);
+    const positions = dev.upload('u32', [1], [1234]);
+    out.push({
+      name: `fused_head_norm_rope_qkv f32 q [1, ${nh}, ${d}] k, v [1, ${nkv}, ${d}] (decode)`, bytes: 8 * d * (nh + 2 * nkv) + 8 * d,
+      record: (e) => fusedHeadNormRopeQkv(e, { q, k: kk, v, qWeight, kWeight, positions, seqLen: 1, nHeads: nh, nKvHeads: nkv, headDim: d,
+        halfRopeDim: d / 2, eps: 1e-6, theta: 1e4 }),
+    });
+  }
+  {
+    const h = small ? 256 : 2048;
+    const rows = random('bf16', [1, k + 1, h]);
+    const expertW = random('f32', [1, k]), shLogit = random('f32', [1]), residual = random('f32', [1, h]), normWeight = random('f32', [h]);
+    const normed = dev.alloc('f32', [1, h]);
+    out.push({
+      name: `moe_weighted_reduce_norm_bf16_shared [1, top-${k}, ${h}] +shared +residual +norm (decode)`, bytes: h * (2 * (k + 1) + 4 * 4) + 4 * k + 4,
+      record: (e) => moeWeightedReduceNorm(e, {
+        expertW, yExpert: rows.view('bf16', [1, k, h], 0), shLogit, yShared: rows.view('bf16', [1, h], k * h * 2), residual, output: residual,
+        normWeight, normed, nTokens: 1, topK: k, h, eps: 1e-6,
+      }),
+    });
+  }
+  return out;
+}
+// ---- end of the fused norms ----
 
 /** --replay: the iters dispatches recorded once (a replayable encoder), then 5 replays: device time a dispatch, median. */
 function replayedTimes(c: Case, iters: number): number[] {
