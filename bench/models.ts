@@ -498,8 +498,8 @@ function decodeBytes(arch: 'qwen3_5_moe' | 'gemma4', c: Json, q4: boolean, ctx: 
     w += linearBytes(g.numHeads * D, H, q4) + linearBytes(H, g.numHeads * D, q4) + linearBytes(l.numKvHeads * D, H, q4);
     if (!l.kEqV) w += linearBytes(l.numKvHeads * D, H, q4);
     w += 3 * linearBytes(l.intermediateSize, H, q4);
-    // The router folded to f32 at load.
-    w += 4 * m.numExperts * H + m.topK * 3 * linearBytes(m.intermediateSize, H, q4);
+    // The router bf16 as stored.
+    w += 2 * m.numExperts * H + m.topK * 3 * linearBytes(m.intermediateSize, H, q4);
     const span = l.type === 'sliding_attention' ? Math.min(ctx, g.slidingWindow) : ctx;
     state += (l.kEqV ? 1 : 2) * 4 * l.numKvHeads * D * span;
   }

@@ -23,8 +23,8 @@
 // with h0 the scaled embedding.
 //
 // Load-time rearrangements (exact up to f32 rounding): the MLP's gate and up
-// stacked [2I, H]; the router's scale and 1 / sqrt(H) folded into its
-// weight (f32); the routed experts as stored (blocks.ts RoutedExperts;
+// stacked [2I, H]; the router's scale and 1 / sqrt(H) as the weight of its
+// input's norm (the router's weight as stored); the routed experts as stored (blocks.ts RoutedExperts;
 // dense ones widened to f32 for the 'exact' precision), the scale per expert
 // applied to the routing weights by fused_moe_routing.
 //
@@ -72,8 +72,10 @@ interface AttentionWeights {
 }
 
 interface MoeWeights {
-  /** [E, H] f32: the router's weight times its scale and 1 / sqrt(H). */
+  /** [E, H]: the router's weight as stored. */
   readonly router: Linear;
+  /** f32 [H]: its input's scale times 1 / sqrt(H), the weight of the router's input norm. */
+  readonly routerNorm: Buffer;
   readonly experts: RoutedExperts;
   readonly preNorm2: Buffer;
   readonly postNorm1: Buffer;
@@ -148,11 +150,10 @@ export class Gemma4 extends CausalLM {
     if (l.moe !== null) {
       const m = c.moe;
       if (m === null) throw invalid('loadModel', `layer ${l.index}'s MoE tensors`, 'absent (enable_moe_block is off)', 'present');
-      const w = ck.host(l.moe.router), scale = ck.host(l.moe.routerScale), root = 1 / Math.sqrt(H);
-      const folded = new Float32Array(m.numExperts * H);
-      for (let e = 0; e < m.numExperts; e++) for (let j = 0; j < H; j++) folded[e * H + j] = w[e * H + j]! * scale[j]! * root;
+      const scale = ck.host(l.moe.routerScale), root = 1 / Math.sqrt(H);
       moe = {
-        router: ck.linearF32(folded, m.numExperts, H),
+        router: ck.linear([{ ref: l.moe.router }]),
+        routerNorm: ck.f32(Float32Array.from(scale, (v) => v * root), [H]),
         experts: expertsFor(ck, l.moe.experts, m.numExperts, m.intermediateSize, H, 'gelu_tanh', ck.host(l.moe.perExpertScale),
           ck.dtype === 'f32' || this.precision === 'exact', `layer ${l.index}`),
         preNorm2: norm(l.moe.preFeedforwardNorm2),
@@ -196,7 +197,7 @@ export class Gemma4 extends CausalLM {
     this.embed(enc, this.embedTable, ids, h, t, Math.fround(Math.sqrt(H)));
     const pli = this.perLayer === null ? null : this.perLayerInputs(enc, ids, hostIds, h, t);
     const positions = this.positions(t);
-    // The MoE block's inputs: the router's (rms_norm(h), no weight) and the experts' (rms_norm(h) w_pre_ff2).
+    // The MoE block's inputs: the router's (rms_norm(h) * scale / sqrt(H)) and the experts' (rms_norm(h) w_pre_ff2).
     const routerX = s.get('moe.routerX', 'f32', [t, H]);
     const expertX = s.get('moe.x', 'f32', [t, H]);
     // h += rms_norm(y) w (times the layer scalar where `last` and it is not 1), and the norms of the new h given.
@@ -210,7 +211,7 @@ export class Gemma4 extends CausalLM {
       this.attention(enc, i, l, x, y, t, positions);
       normAdd(l, l.postAttnNorm, false, {
         normed0: x, normWeight0: l.preFfNorm,
-        ...(l.moe !== null ? { normed1: routerX, normed2: expertX, normWeight2: l.moe.preNorm2 } : {}),
+        ...(l.moe !== null ? { normed1: routerX, normWeight1: l.moe.routerNorm, normed2: expertX, normWeight2: l.moe.preNorm2 } : {}),
       });
       const i2 = l.cfg.intermediateSize;
       const gu = s.get(`mlp.gateUp.${i2}`, 'f32', [t, 2 * i2]);
@@ -317,8 +318,8 @@ export class Gemma4 extends CausalLM {
   }
 
   /**
-   * The MoE block beside the MLP, from the router's input rms_norm(h) and the
-   * experts' rms_norm(h) w_pre_ff2: y (the MLP's output) becomes
+   * The MoE block beside the MLP, from the router's input rms_norm(h) * scale
+   * / sqrt(H) and the experts' rms_norm(h) w_pre_ff2: y (the MLP's output) becomes
    * rms_norm(y) w1 + rms_norm(experts) w2.
    */
   private moe(enc: Encoder, w: MoeWeights, routerX: Buffer, expertX: Buffer, y: Buffer, t: number): void {
