@@ -23,7 +23,7 @@ import src from '../shaders/quantized_matmul_id_ggml.metal' with { type: 'text' 
 import type { Buffer, Device } from '../ts/index.ts';
 import { moeDispatchSort } from '../ts/ops/moe_dispatch.ts';
 import {
-  GGML_QUANT_TYPES, ggmlBlockOf, ggmlMvCudaSharedBytes, ggmlRowBytesOf, type GgmlQuantType, ggmlQuantize,
+  GGML_QUANT_TYPES, ggmlBlockOf, ggmlGcSharedBytes, ggmlMvCudaSharedBytes, ggmlRowBytesOf, type GgmlQuantType, ggmlQuantize,
 } from '../ts/ops/quantized_matmul_ggml.ts';
 import {
   GGML_MATMUL_ID_MM_PARAMS_LAYOUT, GGML_MATVEC_ID_GATE_UP_PARAMS_LAYOUT, GGML_MATVEC_ID_PARAMS_LAYOUT, ggmlGateUpIdRef, ggmlIdMmCudaLaunch,
@@ -84,11 +84,17 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
   });
   test('launches: the vector engine per pair and 16 rows, matrix tile slots of 64 pairs, shared memory within an H100\'s', () => {
     // Qwen3.6-35B-A3B decode, 8 tokens x top-8: gate (k = 2048, n = 512) and down (k = 512, n = 2048).
-    expect(ggmlIdMvCudaLaunch('Q4_K', 64, 512)).toEqual({ grid: [64 * 32, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes('Q4_K') } });
-    expect(ggmlIdMvCudaLaunch('Q6_K', 64, 2048).grid[0]).toBe(64 * 128);
+    expect(ggmlIdMvCudaLaunch('Q4_K', 64, 512, 2048)).toEqual({ grid: [64 * 32, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes('Q4_K') } });
+    expect(ggmlIdMvCudaLaunch('Q6_K', 64, 2048, 512).grid[0]).toBe(64 * 128);
     // The gate/up form: 8 output rows a block (their gate and up rows the engine's 16), the same shared memory.
-    expect(ggmlIdMvCudaLaunch('Q4_K', 8, 512, true)).toEqual({ grid: [8 * 64, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes('Q4_K') } });
-    expect(ggmlIdMvCudaLaunch('Q4_0', 3, 9, true).grid[0]).toBe(3 * 2);
+    expect(ggmlIdMvCudaLaunch('Q4_K', 8, 512, 2048, true)).toEqual({ grid: [8 * 64, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes('Q4_K') } });
+    expect(ggmlIdMvCudaLaunch('Q4_0', 3, 9, 32, true).grid[0]).toBe(3 * 2);
+    // Q4_K's group-column engine on the same grid: its shared memory (x of the pair's token) where that is more, up
+    // to x's copy within GC_MAX_SHARED; past it the vector engine's alone (the kernel decides alike).
+    expect(ggmlIdMvCudaLaunch('Q4_K', 8, 2048, 32768).threadgroupMemory).toEqual({ 0: ggmlGcSharedBytes(32768) });
+    expect(ggmlGcSharedBytes(32768)).toBeGreaterThan(ggmlMvCudaSharedBytes('Q4_K'));
+    expect(ggmlIdMvCudaLaunch('Q4_K', 8, 2048, 65536).threadgroupMemory).toEqual({ 0: ggmlMvCudaSharedBytes('Q4_K') });
+    expect(ggmlIdMvCudaLaunch('Q6_K', 8, 2048, 32768).threadgroupMemory).toEqual({ 0: ggmlMvCudaSharedBytes('Q6_K') });
     // 512 tokens x top-8 of 256 experts: 4096 / 64 + 257 slots x 4 column tiles of 128.
     expect(ggmlIdMmCudaLaunch(4096, 512, 256)).toEqual({ grid: [321 * 4, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 30720 } });
     for (const t of GGML_QUANT_TYPES) expect(ggmlMvCudaSharedBytes(t)).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);

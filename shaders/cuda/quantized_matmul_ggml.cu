@@ -355,102 +355,9 @@ __device__ __forceinline__ void gdq(const unsigned char* w, const float* x, floa
 
 // ---- Q4_K at one token: the group-column engine ----
 
-// quantized_matmul.cu's group-column engine (qmv_gc) for Q4_K: what
-// kernel_mul_mv_q4_K_f32 runs for one token (gc_q4k_takes; W = 4, so its
-// grid is the vector engine's), and at W = 2 and 4 the harness variants
-// kernel_mul_mv_q4_K_f32_vgc<W>. A round is a super-block (8 sub-blocks of
-// 32 values, 144 bytes a row): lane (g, t) takes sub-blocks 2t and 2t + 1 of rows g and g + 8, whose
-// quant bytes are the same 32 (32t ..: low nibbles sub-block 2t, high
-// nibbles 2t + 1), and its 16-byte header (d, dmin, scales). A word of them
-// gives 4 values of each sub-block; the nibble shifts 0 and 4 (8 and 12)
-// give both sub-blocks' values l, l + 2 (l + 1, l + 3) as 128 + q in bf16,
-// so an mma's a0 / a1 hold sub-block 2t and a2 / a3 sub-block 2t + 1, and
-// B's b0 is x on sub-block 2t for lane g = 2t, b1 x on sub-block 2t + 1 for
-// g = 2t + 1, zeros otherwise: C[row][n] is sub-block n's sum of x (128 +
-// q). Then y += a C + (b - 128 a) X_n, a = d sc, b = -dmin m (kq_raw), X_n
-// the sub-block's sum of x rounded to bf16 (x is rounded as the entry
-// rounds it). x in shared memory: per word of 4 values (x0, x2) and (x1,
-// x3) as bf16 pairs, 8 words a sub-block. W warps a 16-row tile split the
-// super-blocks; 2 rounds of loads in flight; 128 threads; grid
-// ceil(ceil(N / 16) W / 4); dynamic shared memory gc_q4k_shared(K). Needs a
-// 16-byte aligned weight and x (K is a multiple of 256).
-template <u32 W>
-__device__ __forceinline__ void gmv_gc_q4k(const unsigned char* w, const float* x, float* y, u32 N, u32 K) {
-    constexpr u32 D = 2, TPB = 4u / W;
-    constexpr float M = 128.0f;
-    constexpr u32 P2 = 0x43004300u;  // bf16 128 in both halves
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    const u32 R = K / 256u, SUBS = K / 32u;
-    uint2* xs = reinterpret_cast<uint2*>(smem_raw);  // SUBS x 8 words
-    uint2* zb = xs + SUBS * 8u;                      // 8 zero words
-    float* xsum = reinterpret_cast<float*>(zb + 8);  // SUBS
-    float* red = xsum + SUBS;                        // 4 warps x 16
-    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
-    const u32 g = lane >> 2, t = lane & 3u;
-    // K / 4 words, a multiple of 64: whole warps a pass; a sub-block's 8 words are 8 consecutive lanes.
-    for (u32 wd = tid; wd < K / 4u; wd += blockDim.x) {
-        const float4 v = *reinterpret_cast<const float4*>(x + u64(wd) * 4u);
-        const u32 p0 = pack_bf16(v.x, v.z), p1 = pack_bf16(v.y, v.w);
-        xs[wd] = make_uint2(p0, p1);
-        const __nv_bfloat162 h0 = *reinterpret_cast<const __nv_bfloat162*>(&p0), h1 = *reinterpret_cast<const __nv_bfloat162*>(&p1);
-        float s = (__low2float(h0) + __high2float(h0)) + (__low2float(h1) + __high2float(h1));
-#pragma unroll
-        for (u32 o = 1; o < 8u; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (wd % 8u == 0u) xsum[wd / 8u] = s;
-    }
-    if (tid < 8u) zb[tid] = make_uint2(0u, 0u);
-    __syncthreads();
-    const u32 tile = blockIdx.x * TPB + warp / W, part = warp % W, row0 = tile * 16u;
-    const u32 mine = row0 < N && part < R ? (R - part + W - 1u) / W : 0u;
-    const u64 row_bytes = u64(R) * 144u;
-    const unsigned char* wa = w + u64(min(row0 + g, N - 1u)) * row_bytes;
-    const unsigned char* wb = w + u64(min(row0 + g + 8u, N - 1u)) * row_bytes;
-    KqRegs ka[D], kb[D];
-    auto issue = [&](u32 u, u32 j) {
-        if (j < mine) {
-            const u64 off = u64(part + j * W) * 144u;
-            kq_load<GGML_Q4_K>(wa + off, t, ka[u]);
-            kq_load<GGML_Q4_K>(wb + off, t, kb[u]);
-        } else {
-            ka[u].hd = kb[u].hd = ka[u].qs[0] = kb[u].qs[0] = ka[u].qs[1] = kb[u].qs[1] = make_uint4(0u, 0u, 0u, 0u);
-        }
-    };
-    auto ext = [](u32 word, u32 sh) { return ((word >> sh) & 0x000F000Fu) | P2; };
-    float acc_a = 0.0f, acc_b = 0.0f;
-    qmv_ring<D>(mine, issue, [&](u32 u, u32 j) {
-        const u32 s0 = (part + j * W) * 8u + 2u * t;  // this lane's first sub-block, over the row
-        const uint2* x0 = g == 2u * t ? xs + u64(s0) * 8u : zb;
-        const uint2* x1 = g == 2u * t + 1u ? xs + u64(s0 + 1u) * 8u : zb;
-        const u32 qa[8] = {ka[u].qs[0].x, ka[u].qs[0].y, ka[u].qs[0].z, ka[u].qs[0].w, ka[u].qs[1].x, ka[u].qs[1].y, ka[u].qs[1].z, ka[u].qs[1].w};
-        const u32 qb[8] = {kb[u].qs[0].x, kb[u].qs[0].y, kb[u].qs[0].z, kb[u].qs[0].w, kb[u].qs[1].x, kb[u].qs[1].y, kb[u].qs[1].z, kb[u].qs[1].w};
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (u32 q = 0; q < 8; ++q) {
-            const uint2 u0 = x0[q], u1 = x1[q];
-            u32 a[4] = {ext(qa[q], 0), ext(qb[q], 0), ext(qa[q], 4), ext(qb[q], 4)};
-            mma_bf16(c, a, u0.x, u1.x);
-            a[0] = ext(qa[q], 8);
-            a[1] = ext(qb[q], 8);
-            a[2] = ext(qa[q], 12);
-            a[3] = ext(qb[q], 12);
-            mma_bf16(c, a, u0.y, u1.y);
-        }
-        GgmlRaw r;
-        kq_raw(ka[u], 2u * t, r);
-        const float aa0 = r.a[0], ba0 = r.b[0];
-        kq_raw(ka[u], 2u * t + 1u, r);
-        const float aa1 = r.a[0], ba1 = r.b[0];
-        kq_raw(kb[u], 2u * t, r);
-        const float ab0 = r.a[0], bb0 = r.b[0];
-        kq_raw(kb[u], 2u * t + 1u, r);
-        const float ab1 = r.a[0], bb1 = r.b[0];
-        const float x0s = xsum[s0], x1s = xsum[s0 + 1u];
-        acc_a += fmaf(aa0, c[0], (ba0 - M * aa0) * x0s) + fmaf(aa1, c[1], (ba1 - M * aa1) * x1s);
-        acc_b += fmaf(ab0, c[2], (bb0 - M * ab0) * x0s) + fmaf(ab1, c[3], (bb1 - M * ab1) * x1s);
-    });
-    gc_store<W, false>(acc_a, acc_b, red, warp, lane, part, row0, N, y);
-}
-__device__ __forceinline__ u32 gc_q4k_shared(u32 K) { return K * 2u + K / 32u * 4u + 1024u; }
+// kernel_mul_mv_q4_K_f32 runs the prelude's gmv_gc_q4k (shaders/cuda/common.cuh)
+// for one token (gc_q4k_takes; W = 4, so its grid is the vector engine's),
+// and at W = 2 and 4 the harness variants kernel_mul_mv_q4_K_f32_vgc<W>.
 // The entry's choice, made alike by ts/ops/quantized_matmul_ggml.ts
 // (ggmlGcTakes, ggmlMatmulCudaLaunch's shared memory).
 __device__ __forceinline__ bool gc_q4k_takes(const void* w, const float* x, u32 M, u32 K) {
@@ -470,7 +377,7 @@ __device__ __forceinline__ bool gc_q4k_takes(const void* w, const float* x, u32 
                                                            const GgmlMatvecParams* p) {                              \
         extern __shared__ __align__(16) unsigned char smem_raw[];                                                   \
         if (F == GGML_Q4_K && gc_q4k_takes(src0, src1, u32(p->ne1), u32(p->ne00))) {                                \
-            gmv_gc_q4k<4>(src0, src1, dst, u32(p->ne01), u32(p->ne00));                                             \
+            gmv_gc_q4k<4>(src0, src1, dst, u32(p->ne01), u32(p->ne00), blockIdx.x);                                             \
             return;                                                                                                  \
         }                                                                                                            \
         gmv<F>(smem_raw, src0, src1, dst, u32(p->ne1), u32(p->ne01), u32(p->ne00), p->ne10, p->ne0, blockIdx.x * 16u); \
@@ -511,7 +418,7 @@ GGML_MV_DQ_ENTRIES(q6_K, GGML_Q6_K)
 #define GGML_MV_GC_ENTRY(W)                                                                                                  \
     extern "C" __global__ void __launch_bounds__(128, 4) kernel_mul_mv_q4_K_f32_vgc##W(const unsigned char* src0, const float* src1, \
                                                                                      float* dst, const GgmlMatvecParams* p) {  \
-        gmv_gc_q4k<W>(src0, src1, dst, u32(p->ne01), u32(p->ne00));                                                          \
+        gmv_gc_q4k<W>(src0, src1, dst, u32(p->ne01), u32(p->ne00), blockIdx.x);                                                          \
     }
 GGML_MV_GC_ENTRY(2)
 GGML_MV_GC_ENTRY(4)

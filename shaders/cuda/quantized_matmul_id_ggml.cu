@@ -17,11 +17,22 @@
 //   gate/up (kernel_mul_mv_id_<t>_f32_gate_up, not in the crate): the vector
 //     form with 8 output rows a block, the engine's 16 rows being their gate
 //     and up rows; act(gate) * up written from the sums.
+//   Q4_K, both vector forms: the prelude's group-column engine
+//     (gmv_gc_q4k, its gate-up form for gate/up) per pair, 4 warps a tile,
+//     one tile a block: the vector form's grid, x of the pair's token
+//     copied into shared memory by each block.
 //   swiglu (kernel_mul_mv_id_q4_0_f32_swiglu, the crate's): the vector form
 //     over x = silu(gate) * up of each pair's own row, made as x is loaded.
 // An id at or past the experts gives a row of zeros and reads no weight.
 
 namespace {
+
+// Whether a pair's Q4_K product takes the group-column engine: x's copy in
+// shared memory within GC_MAX_SHARED (ts/ops/quantized_matmul_id_ggml.ts
+// ggmlIdGcTakes gives the launch that much) and 16-byte aligned operands.
+__device__ __forceinline__ bool gc_q4k_id_takes(const unsigned char* w, const unsigned char* up, const float* x, u32 K) {
+    return gc_q4k_shared(K) <= GC_MAX_SHARED && aligned16(w) && aligned16(up) && aligned16(x);
+}
 
 // The vector forms: block b takes pair b / tiles and the ROWS rows (b % tiles) * ROWS .. of its
 // expert (tiles = ceil(N / ROWS)); gmv_rows with one x row, its pair's token. ROWS: 16 (plain), 8
@@ -42,6 +53,14 @@ __device__ __forceinline__ void mv_id(unsigned char* smem, const unsigned char* 
         return;
     }
     const u64 off = u64(e) * p->expert_stride, xo = u64(SW ? pair : pair / p->top_k) * p->mv.ne10;
+    if constexpr (F == GGML_Q4_K && !SW) {
+        // Q4_K: the group-column engine (gmv_gc_q4k) at W = 4, one tile a block, so the vector form's grid;
+        // where it takes the sizes and operands (gc_q4k_id_takes), else the vector engine below.
+        if (gc_q4k_id_takes(w + off, up + off, x + xo, K)) {
+            gmv_gc_q4k<4u, GU>(w + off, x + xo, yr, N, K, row0 / ROWS, up + off, activation);
+            return;
+        }
+    }
     gmv_rows<F, GU, SW>(smem, w + off, up + off, x + xo, xu + xo, yr, 1u, N, K, p->mv.ne10, p->mv.ne0, row0, activation);
 }
 

@@ -53,7 +53,7 @@ import {
 } from '../validate.ts';
 import { checkPairs, GATE_ACTIVATIONS, moeTileSlots, type GateActivation } from '../expert-products.ts';
 import {
-  checkGgmlType, GGML_KERNEL_TYPE, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlMmCudaTile, ggmlMvCudaSharedBytes, ggmlMvMetalLaunch,
+  checkGgmlType, GGML_KERNEL_TYPE, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlGcSharedBytes, ggmlGcTakes, ggmlMmCudaTile, ggmlMvCudaSharedBytes, ggmlMvMetalLaunch,
   ggmlRowBytesOf, GGML_MV_CUDA_ROWS, type GgmlQuantType, ggmlDequantizeRef,
 } from './quantized_matmul_ggml.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
@@ -126,13 +126,26 @@ export function packGgmlMatmulIdMmParams(s: GgmlIdSizes): Uint8Array {
 // ---- CUDA launches (shaders/cuda/quantized_matmul_id_ggml.cu; one-dimensional grids) ----
 
 /**
+ * Whether the CUDA vector forms run a pair's Q4_K product on the
+ * group-column engine (shaders/cuda/quantized_matmul_id_ggml.cu
+ * gc_q4k_id_takes, which also asks for 16-byte aligned operands and else
+ * runs the vector engine on the same grid): x's copy within GC_MAX_SHARED.
+ */
+export function ggmlIdGcTakes(type: GgmlQuantType, k: number): boolean {
+  return ggmlGcTakes(type, 1, k);
+}
+
+/**
  * The CUDA vector forms: quantized_matmul_ggml's vector engine, a 128-thread
  * block per (pair, 16 rows of its expert); the gate/up form's blocks take 8
- * output rows, their gate and up rows the engine's 16.
+ * output rows, their gate and up rows the engine's 16. Q4_K (ggmlIdGcTakes):
+ * the group-column engine on the same grid, 4 warps over a block's tile, its
+ * shared memory (x of the pair's token) where that is more.
  */
-export function ggmlIdMvCudaLaunch(type: GgmlQuantType, pairs: number, n: number, gateUp = false): Launch {
+export function ggmlIdMvCudaLaunch(type: GgmlQuantType, pairs: number, n: number, k: number, gateUp = false): Launch {
   const rows = gateUp ? GGML_MV_CUDA_ROWS / 2 : GGML_MV_CUDA_ROWS;
-  return { grid: [pairs * ceilDiv(n, rows), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes(type) } };
+  const shared = Math.max(ggmlMvCudaSharedBytes(type), ggmlIdGcTakes(type, k) ? ggmlGcSharedBytes(k) : 0);
+  return { grid: [pairs * ceilDiv(n, rows), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: shared } };
 }
 
 /** Pair rows of a tile of the CUDA matrix form (quantized_matmul_ggml's 64 x 128 tile of 4 warps). */
@@ -231,7 +244,7 @@ function validateBase(op: string, a: GgmlIdSizes & { output: Buffer }, form: 've
   }
   const nw = checkedProduct(op, '(nExperts - 1) * expertStride', a.nExperts - 1, stride) + expertBytes;
   if (!Number.isSafeInteger(nw)) throw invalid(op, 'weight bytes', 'a safe integer', nw);
-  const launch = matrix ? ggmlIdMmCudaLaunch(pairs, a.n, a.nExperts) : ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n, form === 'gateUp');
+  const launch = matrix ? ggmlIdMmCudaLaunch(pairs, a.n, a.nExperts) : ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n, a.k, form === 'gateUp');
   if (launch.grid[0] > CUDA_GRID_MAX) {
     throw invalid(op, 'nTokens * topK', `small enough for ${CUDA_GRID_MAX} CUDA blocks (${matrix ? 'tile slots' : 'pairs'} x blocks of rows)`, pairs);
   }
@@ -332,7 +345,7 @@ export function planQuantizedMatmulIdGgml(a: QuantizedMatmulIdGgmlArgs, _limits:
     buffers: [a.weight, a.input, a.output, a.ids],
     bytes: [, , , , packGgmlMatvecIdParams(a)],
     ...ggmlMvMetalLaunch(a.ggmlType, pairs, a.n),
-    cuda: ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n),
+    cuda: ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n, a.k),
   });
 }
 
@@ -371,7 +384,7 @@ export function planQuantizedMatmulIdGgmlGateUp(a: QuantizedMatmulIdGgmlGateUpAr
     buffers: [a.gateWeight, a.input, a.output, a.ids, , a.upWeight],
     bytes: [, , , , packGgmlMatvecIdGateUpParams(a)],
     ...ggmlMvMetalLaunch(a.ggmlType, pairs, a.n),
-    cuda: ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n, true),
+    cuda: ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n, a.k, true),
   });
 }
 
@@ -408,7 +421,7 @@ export function planQuantizedMatmulIdSwigluQ4_0(a: QuantizedMatmulIdSwigluQ4_0Ar
     buffers: [a.weight, a.gate, a.up, a.output, a.ids],
     bytes: [, , , , , packGgmlMatvecIdParams(a)],
     ...ggmlMvMetalLaunch('Q4_0', pairs, a.n),
-    cuda: ggmlIdMvCudaLaunch('Q4_0', pairs, a.n),
+    cuda: ggmlIdMvCudaLaunch('Q4_0', pairs, a.n, a.k),
   });
 }
 

@@ -35,6 +35,7 @@ DYNAMIC = [
     ('extern __shared__ float partials[];', 'float* partials = reinterpret_cast<float*>(sim_dynamic_smem());'),
     ('extern __shared__ float red[];', 'float* red = reinterpret_cast<float*>(sim_dynamic_smem());'),
     ('extern __shared__ __align__(16) unsigned char dyn[];', 'unsigned char* dyn = sim_dynamic_smem();'),
+    ('extern __shared__ __align__(16) unsigned char gc_q4k_smem[];', 'unsigned char* gc_q4k_smem = sim_dynamic_smem();'),
 ]
 def dynamic(text):
     for a, b in DYNAMIC:

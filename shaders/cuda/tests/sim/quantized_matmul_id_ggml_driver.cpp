@@ -201,6 +201,13 @@ int main() {
     }                                                                                                                  \
   }
   ALL_FORMATS(ID)
+  // Q4_K's group-column engine (aligned experts and x; the cases above with experts or the up weight off 16 bytes
+  // take the vector engine): decode's gate/up at Gemma 4's k (11 super-blocks, so warps with 3 and 2 rounds) and a
+  // partial tile; a down projection over pairs with bad ids and k of 3 super-blocks (a warp with none).
+  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32_gate_up, kernel_mul_mm_id_q4_K_f32, false, 1, 8, 37, 2816, 8, 8, false, 0, 1);
+  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32_gate_up, kernel_mul_mm_id_q4_K_f32, false, 2, 4, 20, 2048, 6, 6, true, 0, 0);
+  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32, kernel_mul_mm_id_q4_K_f32, false, 1, 8, 37, 2048, 16, 16, false, 0);
+  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32, kernel_mul_mm_id_q4_K_f32, false, 8, 1, 100, 768, 6, 4, true, 0);
   // The crate's swiglu: decode's 8 pairs (repeated experts, N past a block's 16 rows), bad ids with experts off
   // 16-byte alignment and a partial window, one row.
   run_swiglu(8, 37, 512, 12, 5, false, 0);
