@@ -18,9 +18,10 @@
 //     form with 8 output rows a block, the engine's 16 rows being their gate
 //     and up rows; act(gate) * up written from the sums.
 //   Q4_K, both vector forms: the prelude's group-column engine
-//     (gmv_gc_q4k, its gate-up form for gate/up) per pair, 4 warps a tile,
-//     one tile a block: the vector form's grid, x of the pair's token
-//     copied into shared memory by each block.
+//     (gmv_gc_q4k, its gate-up form for gate/up) per pair on the vector
+//     form's grid, W warps a tile (4; 2 below 4 super-blocks of k but for
+//     gate/up), a block 4 / W tiles (the pair's blocks between those idle),
+//     x of the pair's token copied into shared memory by each working block.
 //   swiglu (kernel_mul_mv_id_q4_0_f32_swiglu, the crate's): the vector form
 //     over x = silu(gate) * up of each pair's own row, made as x is loaded.
 // An id at or past the experts gives a row of zeros and reads no weight.
@@ -54,10 +55,18 @@ __device__ __forceinline__ void mv_id(unsigned char* smem, const unsigned char* 
     }
     const u64 off = u64(e) * p->expert_stride, xo = u64(SW ? pair : pair / p->top_k) * p->mv.ne10;
     if constexpr (F == GGML_Q4_K && !SW) {
-        // Q4_K: the group-column engine (gmv_gc_q4k) at W = 4, one tile a block, so the vector form's grid;
-        // where it takes the sizes and operands (gc_q4k_id_takes), else the vector engine below.
+        // Q4_K: the group-column engine (gmv_gc_q4k) where it takes the sizes and operands (gc_q4k_id_takes),
+        // else the vector engine below, on the vector form's grid either way (the host need not know which):
+        // W = 4 warps a tile from 4 rounds (super-blocks) of k and for gate/up (at fewer rounds, warps without
+        // one: correct, and the gate/up form keeps one instance of the engine), else 2, so a block takes 4 / W
+        // tiles and the pair's odd blocks at W = 2 have none.
         if (gc_q4k_id_takes(w + off, up + off, x + xo, K)) {
-            gmv_gc_q4k<4u, GU>(w + off, x + xo, yr, N, K, row0 / ROWS, up + off, activation);
+            const u32 local = row0 / ROWS;
+            if (GU || K >= 4u * 256u) {
+                gmv_gc_q4k<4u, GU>(w + off, x + xo, yr, N, K, local, up + off, activation);
+            } else if (local % 2u == 0u) {
+                gmv_gc_q4k<2u, GU>(w + off, x + xo, yr, N, K, local / 2u, up + off, activation);
+            }
             return;
         }
     }
