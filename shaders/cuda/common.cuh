@@ -1389,6 +1389,21 @@ __device__ __forceinline__ float gate_activation(float g, u32 activation) {
     return activation == 1u ? GeluTanh()(g) : Silu()(g);
 }
 
+// acc[j] += sum_k w[k] rows[k * stride + j] for j < N, the slots in order
+// (fmaf): an MoE layer's weighted sum of its experts' rows
+// (moe_weighted_reduce, fused_norm_moe_sum), N elements of E (8 or 16 aligned
+// bytes) read at once a slot.
+template <int N, typename E>
+__device__ __forceinline__ void weighted_rows(const float* w, const E* rows, u64 stride, u32 K, float (&acc)[N]) {
+    for (u32 k = 0; k < K; ++k) {
+        float v[N];
+        load_vec(rows + u64(k) * stride, v);
+        const float wk = __ldg(w + k);
+#pragma unroll
+        for (int j = 0; j < N; ++j) acc[j] = fmaf(wk, v[j], acc[j]);
+    }
+}
+
 // The tile of slot `slot` among tiles of bm rows over the pairs that
 // moe_dispatch_sort grouped (shaders/common.metal's moe_tile, the same
 // arithmetic): group b owns slots floor(offsets[b] / bm) + b ..

@@ -343,13 +343,7 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
 template <typename E>
 __device__ __forceinline__ float4 moe_sum4(const float* w, const E* ye, u32 top_k, u32 dim, u32 vi) {
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    for (u32 k = 0; k < top_k; ++k) {
-        float v[4];
-        load_vec(ye + u64(k) * dim + 4 * u64(vi), v);
-        const float wk = w[k];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) acc[q] = fmaf(wk, v[q], acc[q]);
-    }
+    weighted_rows(w, ye + 4 * u64(vi), dim, top_k, acc);
     return make_float4(acc[0], acc[1], acc[2], acc[3]);
 }
 

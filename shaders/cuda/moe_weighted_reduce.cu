@@ -43,12 +43,7 @@ __device__ __forceinline__ void weighted_reduce(const MoeWeightedReduceParams* p
             float acc[VEC], v[VEC];
 #pragma unroll
             for (int j = 0; j < VEC; ++j) acc[j] = 0.0f;
-            for (u32 k = 0; k < K; ++k) {
-                load_vec(ye + u64(k) * H + d0, v);
-                const float wk = __ldg(w + k);
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) acc[j] = fmaf(wk, v[j], acc[j]);
-            }
+            weighted_rows(w, ye + d0, H, K, acc);
             load_vec(y_shared + row + d0, v);
 #pragma unroll
             for (int j = 0; j < VEC; ++j) acc[j] = fmaf(gate, v[j], acc[j]);
@@ -105,12 +100,7 @@ __device__ __forceinline__ void weighted_reduce_norm(const MoeWeightedReduceNorm
         auto sum_at = [&](u32 vi) {
             float acc[4] = {0.f, 0.f, 0.f, 0.f}, v[4];
             const u64 d0 = 4 * u64(vi);
-            for (u32 k = 0; k < K; ++k) {
-                load_vec(ye + u64(k) * H + d0, v);
-                const float wk = __ldg(w + k);
-#pragma unroll
-                for (int j = 0; j < 4; ++j) acc[j] = fmaf(wk, v[j], acc[j]);
-            }
+            weighted_rows(w, ye + d0, H, K, acc);
             load_vec(y_shared + row + d0, v);
 #pragma unroll
             for (int j = 0; j < 4; ++j) acc[j] = fmaf(gate, v[j], acc[j]);

@@ -83,6 +83,16 @@ export function packFusedHeadNormRopeBatchBf16Params(a: FusedHeadNormRopeArgs): 
   });
 }
 
+/** The norm's and the rotation's scalars of both ops: halfRopeDim in [0, headDim / 2], eps finite >= 0, theta. */
+function checkNormRope(op: string, a: { halfRopeDim: number; headDim: number; eps: number; theta: number }): void {
+  if (typeof a.halfRopeDim !== 'number' || !Number.isSafeInteger(a.halfRopeDim) || a.halfRopeDim < 0) {
+    throw invalid(op, 'halfRopeDim', 'an integer >= 0', a.halfRopeDim);
+  }
+  checkAtMost(op, 'halfRopeDim', a.halfRopeDim, a.headDim / 2, 'headDim / 2');
+  if (typeof a.eps !== 'number' || !Number.isFinite(a.eps) || a.eps < 0) throw invalid(op, 'eps', 'a finite number >= 0', a.eps);
+  checkTheta(op, a.theta);
+}
+
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
 export function validateFusedHeadNormRope(a: FusedHeadNormRopeArgs, device?: Device): void {
   const op = 'fused_head_norm_rope';
@@ -93,12 +103,7 @@ export function validateFusedHeadNormRope(a: FusedHeadNormRopeArgs, device?: Dev
   checkAtMost(op, 'seqLen', a.seqLen, U32_MAX, '2^32 - 1');
   checkAtMost(op, 'nHeads', a.nHeads, U32_MAX, '2^32 - 1');
   checkAtMost(op, 'headDim', a.headDim, U32_MAX, '2^32 - 1');
-  if (typeof a.halfRopeDim !== 'number' || !Number.isSafeInteger(a.halfRopeDim) || a.halfRopeDim < 0) {
-    throw invalid(op, 'halfRopeDim', 'an integer >= 0', a.halfRopeDim);
-  }
-  checkAtMost(op, 'halfRopeDim', a.halfRopeDim, a.headDim / 2, 'headDim / 2');
-  if (typeof a.eps !== 'number' || !Number.isFinite(a.eps) || a.eps < 0) throw invalid(op, 'eps', 'a finite number >= 0', a.eps);
-  checkTheta(op, a.theta);
+  checkNormRope(op, a);
   checkBoolean(op, 'permuted', a.permuted, true);
   const rows = checkedU32Product(op, 'seqLen * nHeads', a.seqLen, a.nHeads);
   const n = checkedProduct(op, 'seqLen * nHeads * headDim', a.seqLen, a.nHeads, a.headDim);
@@ -218,12 +223,7 @@ export function validateFusedHeadNormRopeQkv(a: FusedHeadNormRopeQkvArgs, device
   checkPositive(op, 'nKvHeads', a.nKvHeads);
   checkPositive(op, 'headDim', a.headDim);
   checkMultiple(op, 'headDim', a.headDim, 2);
-  if (typeof a.halfRopeDim !== 'number' || !Number.isSafeInteger(a.halfRopeDim) || a.halfRopeDim < 0) {
-    throw invalid(op, 'halfRopeDim', 'an integer >= 0', a.halfRopeDim);
-  }
-  checkAtMost(op, 'halfRopeDim', a.halfRopeDim, a.headDim / 2, 'headDim / 2');
-  if (typeof a.eps !== 'number' || !Number.isFinite(a.eps) || a.eps < 0) throw invalid(op, 'eps', 'a finite number >= 0', a.eps);
-  checkTheta(op, a.theta);
+  checkNormRope(op, a);
   checkBoolean(op, 'vFromK', a.vFromK, true);
   // Every row of q, k and v is a threadgroup: the grid's count and the kernel's 32-bit row indices.
   checkedU32Product(op, 'seqLen * (nHeads + 2 * nKvHeads)', a.seqLen, a.nHeads + 2 * a.nKvHeads);
