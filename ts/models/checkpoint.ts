@@ -288,11 +288,6 @@ export class Checkpoint {
     return this.affineScales16 && this.dtype === 'stored' && names.every((n) => this.source.info(n).dtype === 'BF16');
   }
 
-  /** A dense f32 linear layer from host values [n, k]. */
-  linearF32(values: Float32Array, n: number, k: number): Linear {
-    return { kind: 'dense', weight: this.f32(values, [n, k]), n, k };
-  }
-
   /**
    * Linear layers that read one input (each given as linear's parts),
    * grouped by how they are stored: the layers of a group stacked into one
