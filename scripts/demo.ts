@@ -116,7 +116,7 @@ import { affineQuantizedMatmul, affineDequantize, affineQuantize } from '../ts/o
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId } from '../ts/ops/quantized_matmul_id.ts';
 import { denseGateUpMvId } from '../ts/ops/dense_matmul_id.ts';
 import { moeDispatchSort, moeDispatchSortRef } from '../ts/ops/moe_dispatch.ts';
-import { moeWeightedReduce } from '../ts/ops/moe_weighted_reduce.ts';
+import { moeWeightedReduce, moeWeightedReduceNorm, moeWeightedReduceRef } from '../ts/ops/moe_weighted_reduce.ts';
 import {
   ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml, ggmlDequantizeRef, ggmlEmbeddingRef, ggmlQuantize,
 } from '../ts/ops/quantized_matmul_ggml.ts';
@@ -125,10 +125,12 @@ import {
   flashAttnVec, flashAttnVecTmpElements, flashAttnVecVarlen, type FlashAttnVecParams, type FlashAttnVecVarlenParams, flashAttnVecRef,
   flashAttnVecVarlenRef,
 } from '../ts/ops/flash_attn_vec.ts';
-import { fusedNormAdd, fusedResidualNorm, fusedNormAddRef, fusedResidualNormRef } from '../ts/ops/fused_norm.ts';
+import {
+  fusedNormAdd, fusedNormAddNorms, fusedNormAddNormsRef, fusedNormMoeSum, fusedNormMoeSumRef, fusedResidualNorm, fusedNormAddRef, fusedResidualNormRef,
+} from '../ts/ops/fused_norm.ts';
 import { gatedDeltaNetDecode } from '../ts/ops/gated_delta_net.ts';
 import { l2Norm, l2NormRef } from '../ts/ops/l2_norm.ts';
-import { fusedHeadNormRope, fusedHeadNormRopeRef } from '../ts/ops/fused_head_norm_rope.ts';
+import { fusedHeadNormRope, fusedHeadNormRopeQkv, fusedHeadNormRopeRef } from '../ts/ops/fused_head_norm_rope.ts';
 import { ropeNeox, ropeNeoxRef } from '../ts/ops/rope.ts';
 import { ropeMulti, ropeMultiRef } from '../ts/ops/rope_multi.ts';
 import { rmsNorm, rmsNormPerHead, rmsNormRef } from '../ts/ops/rms_norm.ts';
@@ -309,6 +311,55 @@ function main(): number {
     const err = Math.max(scaledErr(normed.readNumbers(), want.normed), scaledErr(sum.readNumbers(), want.sum));
     rows.push({ kernel: 'fused_residual_norm_bf16', model: 'Gemma 4 norm', shape: `${tokens} x ${dim}`, err, tol: 1e-2, ms });
     for (const b of [res.buf, inp.buf, w.buf, normed, sum]) b.release();
+  }
+  // Gemma 4 26B-A4B's decode-step fusions (hidden 2816): the post-attention residual update with its three norms
+  // (the MLP's, the router's, the experts' inputs), and the MLP and expert branches joined (top-8, bf16 expert rows).
+  {
+    const tokens = 4;
+    const dim = 2816;
+    const n = tokens * dim;
+    const res = stored(device, 'f32', randn(n)), inp = stored(device, 'f32', randn(n, 3)), w = stored(device, 'f32', uniform(dim, 0.5, 1.5));
+    const nw = [uniform(dim, 0.5, 1.5), null, uniform(dim, 0.5, 1.5)].map((v) => (v === null ? null : stored(device, 'f32', v)));
+    const out = poisoned(device, 'f32', n);
+    const normed = [0, 1, 2].map(() => poisoned(device, 'f32', n));
+    const ms = timed(device, (enc) => fusedNormAddNorms(enc, {
+      residual: res.buf, input: inp.buf, weight: w.buf, output: out, rows: tokens, dim, eps: 1e-6,
+      normed0: normed[0], normWeight0: nw[0]!.buf, normed1: normed[1], normed2: normed[2], normWeight2: nw[2]!.buf,
+    }));
+    const want = fusedNormAddNormsRef(res.values, inp.values, w.values, tokens, dim, 1e-6, undefined, nw.map((v) => v?.values ?? null));
+    const err = Math.max(scaledErr(out.readNumbers(), want.output), ...normed.map((b, j) => scaledErr(b.readNumbers(), want.normed[j]!)));
+    rows.push({ kernel: 'fused_norm_add_norms_f32', model: 'Gemma 4 26B-A4B norms', shape: `${tokens} x ${dim}, 3 norms`, err, tol: 1e-5, ms });
+    for (const b of [res.buf, inp.buf, w.buf, out, ...normed, ...nw.flatMap((v) => (v === null ? [] : [v.buf]))]) b.release();
+  }
+  {
+    const tokens = 4;
+    const dim = 2816;
+    const topK = 8;
+    oneOutput({ kernel: 'fused_norm_moe_sum_bf16_input', model: 'Gemma 4 26B-A4B MLP + experts', shape: `${tokens} x ${dim}, top-${topK}`, tol: 1e-5 },
+      [['f32', randn(tokens * dim)], ['f32', uniform(dim, 0.5, 1.5)], ['f32', uniform(tokens * topK, 0.05, 1)],
+        ['bf16', randn(tokens * topK * dim, 2)], ['f32', uniform(dim, 0.5, 1.5)]], ['f32', tokens * dim],
+      (enc, [x, w, ew, ye, mw], output) => fusedNormMoeSum(enc, {
+        input: x!, weight: w!, expertW: ew!, yExpert: ye!, moeWeight: mw!, output, rows: tokens, dim, topK, eps: 1e-6,
+      }),
+      ([x, w, ew, ye, mw]) => fusedNormMoeSumRef(x!, w!, ew!, ye!, mw!, tokens, topK, dim, 1e-6));
+  }
+  // Qwen3.6-35B-A3B's decode-step end (hidden 2048): the MoE reduction over top-8 and the shared expert as a ninth
+  // bf16 row, the residual, and the next layer's input norm of the result.
+  {
+    const H = 2048, topK = 8;
+    const rowsIn = stored(device, 'bf16', randn((topK + 1) * H, 2));
+    const ew = stored(device, 'f32', uniform(topK, 0.05, 1)), logit = stored(device, 'f32', randn(1));
+    const residual = stored(device, 'f32', randn(H, 3)), nw = stored(device, 'f32', uniform(H, 0.5, 1.5));
+    const out = poisoned(device, 'f32', H), normed = poisoned(device, 'f32', H);
+    const ms = timed(device, (enc) => moeWeightedReduceNorm(enc, {
+      expertW: ew.buf, yExpert: rowsIn.buf.view('bf16', [1, topK, H], 0), shLogit: logit.buf, yShared: rowsIn.buf.view('bf16', [1, H], topK * H * 2),
+      residual: residual.buf, output: out, normWeight: nw.buf, normed, nTokens: 1, topK, h: H, eps: 1e-6,
+    }));
+    const want = moeWeightedReduceRef(ew.values, rowsIn.values, logit.values, rowsIn.values.subarray(topK * H), residual.values, 1, topK, H);
+    const err = Math.max(scaledErr(out.readNumbers(), want), scaledErr(normed.readNumbers(), rmsNormRef(want, nw.values, 1, H, 1e-6)));
+    rows.push({ kernel: 'moe_weighted_reduce_norm_bf16_shared', model: 'Qwen3.6-35B-A3B layer end', shape: `1 tok x ${H}, top-${topK} + shared + norm`,
+      err, tol: 1e-5, ms });
+    for (const b of [rowsIn.buf, ew.buf, logit.buf, residual.buf, nw.buf, out, normed]) b.release();
   }
 
   // --- MoE router, 512 experts, top-8 ---
@@ -593,6 +644,29 @@ function main(): number {
       rows.push({ kernel: 'fused_head_norm_rope_batch_bf16', model: `Gemma 4 ${kind} attn q`,
         shape: `${T} tok x ${heads} x ${hd}, rot ${2 * half}${note}`, err: scaledErr(out.readNumbers(), want), tol: 1e-2, ms });
       for (const b of [x.buf, w.buf, out]) b.release();
+    }
+    {
+      // A Gemma 4 sliding layer's q (16 heads), k and v (8 heads) of 256 in one dispatch: q and k normalized and
+      // rotated, v normalized, each in place.
+      const [nh, nkv, hd] = [16, 8, 256];
+      const q = stored(device, 'f32', randn(T * nh * hd, 5)), k = stored(device, 'f32', randn(T * nkv * hd, 6));
+      const v = stored(device, 'f32', randn(T * nkv * hd, 7));
+      const qw = stored(device, 'f32', uniform(hd, 0.5, 1.5)), kw = stored(device, 'f32', uniform(hd, 0.5, 1.5));
+      const ms = timed(device, (enc) => fusedHeadNormRopeQkv(enc, {
+        q: q.buf, k: k.buf, v: v.buf, qWeight: qw.buf, kWeight: kw.buf, positions, seqLen: T, nHeads: nh, nKvHeads: nkv, headDim: hd,
+        halfRopeDim: hd / 2, eps: 1e-6, theta: 1e4,
+      }));
+      // One timed dispatch (timed runs the work once): the buffers hold its results.
+      const err = Math.max(
+        scaledErr(q.buf.readNumbers(), fusedHeadNormRopeRef(q.values, qw.values, pos, T, nh, hd, hd / 2, 1e-6, 1e4)),
+        scaledErr(k.buf.readNumbers(), fusedHeadNormRopeRef(k.values, kw.values, pos, T, nkv, hd, hd / 2, 1e-6, 1e4)),
+        scaledErr(v.buf.readNumbers(), fusedHeadNormRopeRef(v.values, undefined, pos, T, nkv, hd, 0, 1e-6, 1e4)));
+      // The tolerance: the f32 angle's error bound at the largest position (tests/rope.test.ts: |angle| (ln(theta)
+      // 2i / d + 8) 2^-24 + 2^-23, here at its largest i) plus the norm's 2^-20.
+      const tol = pos[T - 1]! * (Math.log(1e4) + 8) * 2 ** -24 + 2 ** -23 + 2 ** -20;
+      rows.push({ kernel: 'fused_head_norm_rope_qkv_f32', model: 'Gemma 4 sliding attn q, k, v',
+        shape: `${T} tok x (${nh} + 2 x ${nkv}) x ${hd}${note}`, err, tol, ms });
+      for (const b of [q.buf, k.buf, v.buf, qw.buf, kw.buf]) b.release();
     }
     positions.release();
     positions4.release();
