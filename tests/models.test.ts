@@ -14,11 +14,12 @@ import { describe, expect, test } from 'bun:test';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type Device } from '../ts/index.ts';
+import { type Device, type Pipeline } from '../ts/index.ts';
 import { fromBf16, toBf16 } from '../ts/index.ts';
+import { Encoder as EncoderClass } from '../ts/encoder.ts';
 import {
   Checkpoint, PROJECTION_ROWS, Scratch, gemma4Config, linear, loadModel, project, qwen35MoeConfig, rotaryPermutation, routedExperts,
-  type ExpertWeights, type LoadOptions, type RoutedExperts,
+  type CausalLM, type ExpertWeights, type Gemma4Config, type LoadOptions, type Qwen35MoeConfig, type RoutedExperts,
 } from '../ts/models/index.ts';
 import { SafetensorsFile, type TensorRef } from '../ts/weights/index.ts';
 import { safetensorsBytes } from './weights-writers.ts';
@@ -537,6 +538,58 @@ describeBackends('models against float64 references (random checkpoints)', ({ de
         rmSync(dir, { recursive: true, force: true });
       }
     }, 120_000);
+    // A decode step's kernels, as the models fuse their norms (ts/models/gemma4.ts, qwen3_5_moe.ts): one rms_norm
+    // before the first layer and one after the last (Gemma 4 with per-layer inputs: one more, over those inputs); every
+    // other norm rides with the residual update, the MoE sum or the reduction before it, and q, k (and Gemma 4's v)
+    // are normalized in one dispatch a layer that owns its keys.
+    test('a decode step\'s norms ride with the dispatches before them', () => {
+      const proto = EncoderClass.prototype as unknown as { dispatch: (p: Pipeline, ...rest: unknown[]) => void };
+      const stepKernels = (arch: TinyArch): { names: string[]; m: CausalLM } => {
+        const m = loadModel(folderOf(arch), device(), { maxContext: 32 });
+        const names: string[] = [];
+        const orig = proto.dispatch;
+        try {
+          m.prefill(PROMPT);
+          proto.dispatch = function (this: unknown, p: Pipeline, ...rest: unknown[]) {
+            names.push(p.name);
+            orig.call(this, p, ...rest);
+          };
+          m.decode();
+        } catch (e) {
+          m.release();
+          throw e;
+        } finally {
+          proto.dispatch = orig;
+        }
+        return { names, m };
+      };
+      const count = (names: string[], f: (n: string) => boolean) => names.filter(f).length;
+      {
+        const { names, m } = stepKernels('qwen3_5_moe');
+        using _ = m;
+        const c = m.config as Qwen35MoeConfig;
+        const attn = c.layerTypes.filter((t) => t === 'full_attention').length;
+        expect(count(names, (n) => n.startsWith('rms_norm'))).toBe(2);
+        expect(count(names, (n) => n.startsWith('moe_weighted_reduce_norm_'))).toBe(c.numLayers - 1);
+        expect(count(names, (n) => n.startsWith('moe_weighted_reduce_') && !n.startsWith('moe_weighted_reduce_norm_'))).toBe(1);
+        expect(count(names, (n) => n === 'fused_head_norm_rope_qkv_f32')).toBe(attn);
+        expect(count(names, (n) => n === 'fused_head_norm_rope_f32')).toBe(0);
+      }
+      for (const arch of ['gemma4', 'gemma4_e'] as const) {
+        const { names, m } = stepKernels(arch);
+        using _ = m;
+        const c = m.config as Gemma4Config;
+        const owning = c.layers.filter((l, i) => l.kvSource === i).length, perLayer = c.perLayerInputSize > 0;
+        expect(count(names, (n) => n.startsWith('rms_norm'))).toBe(perLayer ? 3 : 2);
+        expect(count(names, (n) => n === 'fused_norm_add_norms_f32')).toBe((perLayer ? 3 : 2) * c.numLayers);
+        expect(count(names, (n) => n.startsWith('fused_norm_moe_sum_'))).toBe(c.moe === null ? 0 : c.numLayers);
+        expect(count(names, (n) => n === 'fused_head_norm_rope_qkv_f32')).toBe(owning);
+        expect(count(names, (n) => n === 'fused_head_norm_rope_f32')).toBe(c.numLayers - owning);
+        for (const gone of ['fused_norm_add_f32', 'fused_norm_add_scalar_f32', 'moe_weighted_sum_seq']) {
+          expect(names.filter((n) => n.startsWith(gone))).toEqual([]);
+        }
+      }
+    });
     // Multimodal checkpoints hold the text model under model.language_model. beside a vision tower, the hub's
     // Qwen3.6 stores its experts one tensor each, mlx's checkpoints stacked: the same values give the same logits.
     for (const [arch, how] of [
