@@ -88,11 +88,14 @@ export function packMoeWeightedReduceParams(p: { nTokens: number; topK: number; 
  * an input but the residual exactly (in place).
  */
 export function validateMoeWeightedReduce(a: MoeWeightedReduceArgs, device?: Device): void {
-  checkReduce('moe_weighted_reduce', a, [], device);
+  checkReduce('moe_weighted_reduce', a, [], [], device);
 }
 
-/** moe_weighted_reduce's rules, with the further buffers of a form that has them (their rules after the reduction's). */
-function checkReduce(op: string, a: MoeWeightedReduceArgs, more: readonly BufferRule[], device?: Device): void {
+/**
+ * moe_weighted_reduce's rules, with the further buffers of a form that has
+ * them (their rules after the reduction's) and which of those it writes.
+ */
+function checkReduce(op: string, a: MoeWeightedReduceArgs, more: readonly BufferRule[], moreOutputs: readonly string[], device?: Device): void {
   for (const arg of ['nTokens', 'topK', 'h'] as const) checkU32Count(op, arg, a[arg]);
   checkGridDim(op, 'nTokens', a.nTokens);
   const slots = checkedProduct(op, 'nTokens * topK', a.nTokens, a.topK);
@@ -109,7 +112,7 @@ function checkReduce(op: string, a: MoeWeightedReduceArgs, more: readonly Buffer
     ...more,
   ];
   checkBufferRules(op, rules, device, true);
-  checkNoAliasing(op, ruleBindings(rules), ['output', ...more.filter((r) => r[0] === 'normed').map((r) => r[0])],
+  checkNoAliasing(op, ruleBindings(rules), ['output', ...moreOutputs],
     'every output element reads its token\'s slots, gate and shared row; only the residual may be read in place', [['output', 'residual']]);
 }
 
@@ -120,7 +123,7 @@ function checkReduce(op: string, a: MoeWeightedReduceArgs, more: readonly Buffer
  */
 export function validateMoeWeightedReduceNorm(a: MoeWeightedReduceNormArgs, device?: Device): void {
   const op = 'moe_weighted_reduce_norm';
-  checkReduce(op, a, [['normWeight', a.normWeight, 'f32', a.h], ['normed', a.normed, 'f32', a.nTokens * a.h]], device);
+  checkReduce(op, a, [['normWeight', a.normWeight, 'f32', a.h], ['normed', a.normed, 'f32', a.nTokens * a.h]], ['normed'], device);
   checkDtype(op, 'output', a.output, 'f32');
   if (typeof a.eps !== 'number' || !Number.isFinite(a.eps) || a.eps < 0) throw invalid(op, 'eps', 'a finite number >= 0', a.eps);
 }
