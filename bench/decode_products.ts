@@ -24,13 +24,17 @@
 // 4: of 128), new ones a pair (the ids uploaded before the commit). Glue:
 // rms_norm f32 over the product's input row (what precedes an in_proj; the
 // other products' glue kernels are one-block kernels of the same size).
+// The `gguf` rows: GGUF blocks at the same shapes (quantized_matmul_ggml,
+// quantized_matmul_id_ggml; random blocks with scales 0.01, common.ts).
 
 import { Device, type Buffer, type Encoder } from '../ts/index.ts';
-import { routing, uniformBuffer, wordBuffer } from './common.ts';
+import { ggmlBlocksBuffer, routing, uniformBuffer, wordBuffer } from './common.ts';
 import { rmsNorm } from '../ts/ops/rms_norm.ts';
 import { denseGemvBf16F32, denseMatmul } from '../ts/ops/dense.ts';
 import { quantizedMatmulSimd } from '../ts/ops/quantized_matmul.ts';
 import { quantizedGateUpMvId, quantizedMvId } from '../ts/ops/quantized_matmul_id.ts';
+import { ggmlBlockOf, ggmlRowBytesOf, quantizedMatmulGgml, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
+import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp } from '../ts/ops/quantized_matmul_id_ggml.ts';
 
 const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(name);
@@ -131,6 +135,49 @@ function experts(name: string, gateUp: boolean, E: number, n: number, k: number)
   };
 }
 
+/** A GGUF product at one token (quantized_matmul_ggml's vector form): n rows of k values in blocks of `type`. */
+function ggml(name: string, type: GgmlQuantType, n: number, k: number): Case {
+  const bytes = n * ggmlRowBytesOf(type, k) + 4 * (k + n);
+  const sets = setsFor(bytes);
+  const ws = Array.from({ length: sets }, () => ggmlBlocksBuffer(dev, type, (n * k) / ggmlBlockOf(type).qk));
+  const y = dev.alloc('f32', [1, n]);
+  return {
+    name: `${name} ${type} [${n}, ${k}]`, bytes, k, sets,
+    product: (enc, i, x) => quantizedMatmulGgml(enc, { input: x, weight: ws[i]!, output: y, m: 1, n, k, ggmlType: type }),
+    release: () => {
+      for (const w of ws) w.release();
+      y.release();
+    },
+  };
+}
+
+/** 8 of E experts in GGUF blocks: gate/up (n the intermediate, k hidden; silu) or down (8 pairs as rows, k the intermediate). */
+function ggmlExperts(name: string, type: GgmlQuantType, gateUp: boolean, E: number, n: number, k: number): Case {
+  const topK = 8, mats = gateUp ? 2 : 1;
+  const perExpert = n * ggmlRowBytesOf(type, k);
+  const stacked = () => ggmlBlocksBuffer(dev, type, (E * n * k) / ggmlBlockOf(type).qk);
+  const g = stacked(), u = gateUp ? stacked() : null;
+  const bytes = mats * topK * perExpert + (gateUp ? 4 * k : 4 * topK * k) + 4 * topK * n;
+  const sets = 32;
+  const ids = Array.from({ length: sets }, (_, i) => dev.upload('u32', [gateUp ? 1 : topK, gateUp ? topK : 1], routing(1, E, topK, 0x51ed + 97 * i)));
+  const y = dev.alloc('f32', [topK * n]);
+  const xDown = uniformBuffer(dev, 'f32', [topK, k], 0.5);
+  const sizes = { nTokens: gateUp ? 1 : topK, topK: gateUp ? topK : 1, n, k, nExperts: E, ggmlType: type };
+  return {
+    name: `${name} ${type} 8 of ${E} [${n}, ${k}]`, bytes, k, sets,
+    product: (enc, i, x) => {
+      if (u !== null) {
+        quantizedMatmulIdGgmlGateUp(enc, { ...sizes, input: x, gateWeight: g, upWeight: u, ids: ids[i]!, output: y, activation: 'silu' });
+      } else {
+        quantizedMatmulIdGgml(enc, { ...sizes, input: xDown, weight: g, ids: ids[i]!, output: y });
+      }
+    },
+    release: () => {
+      for (const b of [g, ...(u ? [u] : []), ...ids, y, xDown]) b.release();
+    },
+  };
+}
+
 const makers: [string, () => Case][] = [
   ['gdn in_proj', () => affine('gdn in_proj', 12352, 2048)],
   ['gdn out_proj', () => affine('gdn out_proj', 2048, 4096)],
@@ -149,6 +196,15 @@ const makers: [string, () => Case][] = [
   ['gemma4 mlp down', () => affine('gemma4 mlp down', 2816, 2112)],
   ['gemma4 experts gate_up', () => experts('gemma4 experts gate_up', true, 128, 704, 2816)],
   ['gemma4 experts down', () => experts('gemma4 experts down', false, 128, 2816, 704)],
+  // GGUF at one token, as bench/models.ts builds a Q4_K model (Q8_0 where rows are not multiples of 256: Gemma 4's
+  // dense MLP down, k 2112, and its experts' down, k 704), and Q8_0 at Qwen3.6-35B-A3B's in_proj and experts.
+  ['gguf gemma4 o_proj', () => ggml('gguf gemma4 o_proj', 'Q4_K', 2816, 4096)],
+  ['gguf gemma4 mlp down', () => ggml('gguf gemma4 mlp down', 'Q8_0', 2816, 2112)],
+  ['gguf gemma4 experts gate_up', () => ggmlExperts('gguf gemma4 experts gate_up', 'Q4_K', true, 128, 704, 2816)],
+  ['gguf gemma4 experts down', () => ggmlExperts('gguf gemma4 experts down', 'Q8_0', false, 128, 2816, 704)],
+  ['gguf q8_0 gdn in_proj', () => ggml('gguf q8_0 gdn in_proj', 'Q8_0', 12352, 2048)],
+  ['gguf q8_0 experts gate_up', () => ggmlExperts('gguf q8_0 experts gate_up', 'Q8_0', true, 256, 512, 2048)],
+  ['gguf q8_0 experts down', () => ggmlExperts('gguf q8_0 experts down', 'Q8_0', false, 256, 2048, 512)],
 ];
 
 /** Device time of one replay of `record`, over `per` units: median of 7 replays after one. */

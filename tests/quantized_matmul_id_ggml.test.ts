@@ -91,10 +91,15 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     expect(ggmlIdMvCudaLaunch('Q4_0', 3, 9, 32, true).grid[0]).toBe(3 * 2);
     // Q4_K's group-column engine on the same grid: its shared memory (x of the pair's token) where that is more, up
     // to x's copy within GC_MAX_SHARED; past it the vector engine's alone (the kernel decides alike).
-    expect(ggmlIdMvCudaLaunch('Q4_K', 8, 2048, 32768).threadgroupMemory).toEqual({ 0: ggmlGcSharedBytes(32768) });
-    expect(ggmlGcSharedBytes(32768)).toBeGreaterThan(ggmlMvCudaSharedBytes('Q4_K'));
+    expect(ggmlIdMvCudaLaunch('Q4_K', 8, 2048, 32768).threadgroupMemory).toEqual({ 0: ggmlGcSharedBytes('Q4_K', 32768) });
+    expect(ggmlGcSharedBytes('Q4_K', 32768)).toBeGreaterThan(ggmlMvCudaSharedBytes('Q4_K'));
     expect(ggmlIdMvCudaLaunch('Q4_K', 8, 2048, 65536).threadgroupMemory).toEqual({ 0: ggmlMvCudaSharedBytes('Q4_K') });
     expect(ggmlIdMvCudaLaunch('Q6_K', 8, 2048, 32768).threadgroupMemory).toEqual({ 0: ggmlMvCudaSharedBytes('Q6_K') });
+    // Q8_0's group-column engine (k a multiple of 64): Gemma 4's expert down (k 704) within the vector engine's shared
+    // memory, k 2112 past it; k 352 the vector engine alone.
+    expect([704, 2112, 352].map((k) => ggmlIdMvCudaLaunch('Q8_0', 8, 2816, k).threadgroupMemory![0]))
+      .toEqual([ggmlMvCudaSharedBytes('Q8_0'), ggmlGcSharedBytes('Q8_0', 2112), ggmlMvCudaSharedBytes('Q8_0')]);
+    expect(ggmlGcSharedBytes('Q8_0', 2112)).toBe(4 * 3 * 16 * 304 + 9 * 8 * 68 + 320);
     // 512 tokens x top-8 of 256 experts: 4096 / 64 + 257 slots x 4 column tiles of 128.
     expect(ggmlIdMmCudaLaunch(4096, 512, 256)).toEqual({ grid: [321 * 4, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 30720 } });
     for (const t of GGML_QUANT_TYPES) expect(ggmlMvCudaSharedBytes(t)).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);
@@ -417,6 +422,28 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
       expect(over).toEqual([]);
     }, 120_000);
   }
+
+  // Q8_0 where CUDA takes its group-column engine (k a multiple of 64): decode's 8 pairs at Gemma 4's expert down (k 704:
+  // two rounds of 8 blocks and 6 more) with n past a tile, experts 4 bytes further apart than their bytes (4-byte aligned)
+  // at k 2112 with ids past them; the gate/up form at both.
+  test('Q8_0: the vector and gate/up forms at k 704 and 2112, experts 4-byte aligned, ids past them', () => {
+    const dev = device();
+    const over: string[] = [];
+    const shapes: readonly [Shape, number, boolean][] = [
+      [{ nTokens: 1, topK: 8, n: 37, blocks: 22, nExperts: 16 }, 16, false],
+      [{ nTokens: 3, topK: 2, n: 20, blocks: 66, nExperts: 6, pad: 4 }, 4, true],
+    ];
+    let seed = 501;
+    for (const form of ['vector', { gateUp: 'silu' }, { gateUp: 'gelu_tanh' }] as const) {
+      for (const [s, used, bad] of shapes) {
+        const k = 32 * s.blocks;
+        const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);
+        const e = product(dev, 'Q8_0', s, ids, form, seed++ * 7919 + k, tolOf(form, k));
+        if (!(e <= tolOf(form, k))) over.push(`${JSON.stringify(form)} ${JSON.stringify(s)}: ${e}`);
+      }
+    }
+    expect(over).toEqual([]);
+  }, 120_000);
 
   // The swiglu down projection (Q4_0 only): decode's 8 pairs of top-8 from 5 of 12 experts (n = 9 past a simdgroup's
   // 4 rows and a threadgroup's 8), several tokens with ids past the experts and experts further apart than their bytes,

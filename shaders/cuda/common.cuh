@@ -2439,4 +2439,135 @@ __device__ __forceinline__ void gmv_gc_q4k(const unsigned char* w, const float* 
 }
 __device__ __forceinline__ u32 gc_q4k_shared(u32 K) { return K * 2u + K / 32u * 4u + 1024u; }
 
+// ---- Q8_0 at one token: the group-column engine (quantized_matmul_ggml,
+// quantized_matmul_id_ggml) ----
+
+// The group-column engine for Q8_0 (34-byte blocks: an f16 scale d, then 32
+// int8 codes q; w = d q): what kernel_mul_mv_q8_0_f32 runs for one token and
+// kernel_mul_mv_id_q8_0_f32 (_gate_up) for each pair. A round is 8 blocks
+// (256 values, 272 bytes a row): lane (g, t) takes blocks 2t and 2t + 1 of
+// rows g and g + 8, 68 consecutive bytes of each row. Mma step s (16 a round)
+// takes codes 2s and 2s + 1 of both blocks: a code pair as f16 is one
+// byte_perm of its word (sign bit flipped) with the byte 0x64, 1024 + (q +
+// 128), exact; a0 / a1 hold block 2t's pair of rows g / g + 8, a2 / a3 block
+// 2t + 1's, and B's column n is x on block n's values 2s, 2s + 1 (b0 for lane
+// g = 2t, b1 for g = 2t + 1, zeros otherwise), so C[row][n] is block n's sum
+// of x (1152 + q). Then y += d (C - 1152 X_n), X_n the block's sum of x
+// rounded to f16 (as the vector engine rounds x; the products x (1152 + q)
+// are exact in f32, and the offset costs about 4 bits of the f32 sums). Rows
+// are not 16-byte aligned (34-byte blocks), so the rounds come through
+// shared memory: each warp copies its rounds' 16 rows (gmv_copy, 16-byte
+// units from each row's bytes rounded down to 16; GMV_STAGES stages a warp,
+// two in flight while one is read) and reads a lane's 17 words of a row from
+// its stage. W warps a 16-row tile split the rounds (a partial last round:
+// blocks past the row's end have x zero and d taken as 0); x in shared
+// memory as f16 pairs, 16 a block, with the blocks' sums. 128 threads, grid
+// ceil(ceil(N / 16) W / 4), dynamic shared memory gc_q8_0_shared(K) from
+// `smem`. Needs rows of a whole number of words (K a multiple of 64), a
+// 4-byte aligned weight and a 16-byte aligned x. blk: the block's index
+// among the product's blocks. GU (the per-expert gate-up form): a tile is 8
+// outputs, rows a the gate's (w) and rows b the up projection's (uw) of the
+// same outputs, stored as act(gate) * up (gc_store).
+// The stages are the vector engine's (GmvStage<GGML_Q8_0>::SP: 304 bytes a row, rows 12 banks apart).
+constexpr u32 GC_Q8_SP = GmvStage<GGML_Q8_0>::SP;
+__device__ __forceinline__ u32 gc_q8_0_shared(u32 K) {
+    const u32 R = (K / 32u + 7u) / 8u;
+    return GMV_WARPS * GMV_STAGES * 16u * GC_Q8_SP + R * 8u * 64u + R * 8u * 4u + 64u + 256u;
+}
+template <u32 W, bool GU = false>
+__device__ __forceinline__ void gmv_gc_q8_0(unsigned char* smem, const unsigned char* w, const float* x, float* y, u32 N, u32 K, u32 blk,
+                                            const unsigned char* uw = nullptr, u32 activation = 0u) {
+    constexpr u32 TPB = 4u / W, SP = GC_Q8_SP;
+    constexpr float M = 1152.0f;
+    const u32 G = K / 32u, R = (G + 7u) / 8u;
+    const u64 rb = u64(G) * 34u;
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const u32 g = lane >> 2, t = lane & 3u;
+    unsigned char* stages = smem + warp * GMV_STAGES * 16u * SP;
+    uint4* xs = reinterpret_cast<uint4*>(smem + GMV_WARPS * GMV_STAGES * 16u * SP);  // R x 8 blocks x 4 units (16 f16 pairs)
+    float* xsum = reinterpret_cast<float*>(xs + R * 32u);                           // R x 8
+    uint4* zb = reinterpret_cast<uint4*>(xsum + R * 8u);                             // a block's 4 units of zeros
+    float* red = reinterpret_cast<float*>(zb + 4);                                   // 4 warps x 16
+    const u32 tile = blk * TPB + warp / W, part = warp % W, row0 = tile * (GU ? 8u : 16u);
+    const u32 mine = row0 < N && part < R ? (R - part + W - 1u) / W : 0u;
+    // Tile rows r < 8: rows row0 + r of w; r >= 8: the gate/up form's up rows row0 + r - 8, else rows row0 + r.
+    const unsigned char* wb = GU ? uw : w;
+    constexpr u32 HB = GU ? 0u : 8u;
+    // The weight's first rounds are on their way while x is staged.
+#pragma unroll
+    for (u32 s = 0; s < GMV_STAGES - 1u; ++s) {
+        if (s < mine) gmv_copy<GGML_Q8_0>(w, wb, HB, rb, N, K, row0, part + s * W, stages + s * 16u * SP, lane);
+        cp_async_commit();
+    }
+    // x as f16 pairs, zeros past K to whole rounds; a block's 8 float4 are 8 consecutive threads (R x 64 of them, whole warps).
+    for (u32 wd = tid; wd < R * 64u; wd += blockDim.x) {
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (wd * 4u < K) v = *reinterpret_cast<const float4*>(x + u64(wd) * 4u);
+        const u32 p0 = pack2<__half>(v.x, v.y), p1 = pack2<__half>(v.z, v.w);
+        reinterpret_cast<uint2*>(xs)[wd] = make_uint2(p0, p1);
+        const __half2 h0 = *reinterpret_cast<const __half2*>(&p0), h1 = *reinterpret_cast<const __half2*>(&p1);
+        float s = (__low2float(h0) + __high2float(h0)) + (__low2float(h1) + __high2float(h1));
+#pragma unroll
+        for (u32 o = 1; o < 8u; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (wd % 8u == 0u) xsum[wd / 8u] = s;
+    }
+    if (tid < 4u) zb[tid] = make_uint4(0u, 0u, 0u, 0u);
+    __syncthreads();
+    // Tile rows of this lane (weight rows clamped below N: rows past N compute what nobody stores).
+    const u32 rowa = min(row0 + g, N - 1u), rowb = min(row0 + HB + g, N - 1u);
+    const u32 ta = rowa - row0, tb = GU ? 8u + rowb - row0 : rowb - row0;
+    const u64 abase = reinterpret_cast<u64>(w) + u64(rowa) * rb, bbase = reinterpret_cast<u64>(wb) + u64(rowb) * rb;
+    auto cvt = [](u32 word, u32 sel) { return __byte_perm(word, 0x64646464u, sel); };
+    float acc_a = 0.0f, acc_b = 0.0f;
+    for (u32 i = 0; i < mine; ++i) {
+        const u32 next = i + GMV_STAGES - 1u;
+        if (next < mine) gmv_copy<GGML_Q8_0>(w, wb, HB, rb, N, K, row0, part + next * W, stages + (next % GMV_STAGES) * 16u * SP, lane);
+        cp_async_commit();
+        cp_async_wait<GMV_STAGES - 1>();
+        __syncwarp();
+        const u32 rr = part + i * W;  // the round
+        const u64 off = u64(rr) * 272u;
+        const unsigned char* st = stages + (i % GMV_STAGES) * 16u * SP;
+        const u32* pa = reinterpret_cast<const u32*>(st + ta * SP + ((abase + off) & 15u) + 68u * t);
+        const u32* pb = reinterpret_cast<const u32*>(st + tb * SP + ((bbase + off) & 15u) + 68u * t);
+        u32 qa[17], qb[17];
+#pragma unroll
+        for (u32 j = 0; j < 17u; ++j) {
+            qa[j] = pa[j];
+            qb[j] = pb[j];
+        }
+        const u32 b0 = rr * 8u + 2u * t;  // this lane's first block of the row
+        const uint4* x0 = g == 2u * t ? xs + u64(b0) * 4u : zb;
+        const uint4* x1 = g == 2u * t + 1u ? xs + u64(b0 + 1u) * 4u : zb;
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (u32 u = 0; u < 4u; ++u) {
+            const uint4 v0 = x0[u], v1 = x1[u];
+            const u32 xv0[4] = {v0.x, v0.y, v0.z, v0.w}, xv1[4] = {v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+            for (u32 e = 0; e < 4u; ++e) {
+                const u32 s = 4u * u + e;  // codes 2s, 2s + 1: block 2t's at bytes 2 + 2s (word (s + 1) / 2), block 2t + 1's at 36 + 2s
+                const u32 wa0 = qa[(s + 1u) / 2u] ^ 0x80808080u, wb0 = qb[(s + 1u) / 2u] ^ 0x80808080u;
+                const u32 wa1 = qa[9u + s / 2u] ^ 0x80808080u, wb1 = qb[9u + s / 2u] ^ 0x80808080u;
+                const u32 sel0 = (s & 1u) == 0u ? 0x4342u : 0x4140u, sel1 = (s & 1u) == 0u ? 0x4140u : 0x4342u;
+                const u32 a[4] = {cvt(wa0, sel0), cvt(wb0, sel0), cvt(wa1, sel1), cvt(wb1, sel1)};
+                mma16<__half>(c, a, xv0[e], xv1[e]);
+            }
+        }
+        // d of both blocks (bytes 0 and 34 of the lane's 68), 0 past the row's blocks.
+        const bool live0 = b0 < G, live1 = b0 + 1u < G;
+        const float da0 = live0 ? __half2float(__ushort_as_half(static_cast<unsigned short>(qa[0] & 0xffffu))) : 0.0f;
+        const float da1 = live1 ? __half2float(__ushort_as_half(static_cast<unsigned short>(qa[8] >> 16))) : 0.0f;
+        const float db0 = live0 ? __half2float(__ushort_as_half(static_cast<unsigned short>(qb[0] & 0xffffu))) : 0.0f;
+        const float db1 = live1 ? __half2float(__ushort_as_half(static_cast<unsigned short>(qb[8] >> 16))) : 0.0f;
+        const float x0s = xsum[b0], x1s = xsum[b0 + 1u];
+        acc_a += da0 * fmaf(-M, x0s, c[0]) + da1 * fmaf(-M, x1s, c[1]);
+        acc_b += db0 * fmaf(-M, x0s, c[2]) + db1 * fmaf(-M, x1s, c[3]);
+        // Every lane is done with this stage before a later copy refills it.
+        __syncwarp();
+    }
+    cp_async_wait<0>();
+    gc_store<W, GU>(acc_a, acc_b, red, warp, lane, part, row0, N, y, activation);
+}
+
 // ---- end of GGUF block formats ----

@@ -126,25 +126,25 @@ export function packGgmlMatmulIdMmParams(s: GgmlIdSizes): Uint8Array {
 // ---- CUDA launches (shaders/cuda/quantized_matmul_id_ggml.cu; one-dimensional grids) ----
 
 /**
- * Whether the CUDA vector forms run a pair's Q4_K product on the
+ * Whether the CUDA vector forms run a pair's Q4_K or Q8_0 product on a
  * group-column engine (shaders/cuda/quantized_matmul_id_ggml.cu
- * gc_q4k_id_takes, which also asks for 16-byte aligned operands and else
- * runs the vector engine on the same grid): x's copy within GC_MAX_SHARED.
+ * gc_q4k_id_takes, gc_q8_0_id_takes, which also ask for aligned operands and
+ * else run the vector engine on the same grid): as ggmlGcTakes at one token.
  */
-export function ggmlIdGcTakes(type: GgmlQuantType, k: number): boolean {
+export function ggmlIdGcTakes(type: GgmlQuantType, k: number): type is 'Q4_K' | 'Q8_0' {
   return ggmlGcTakes(type, 1, k);
 }
 
 /**
  * The CUDA vector forms: quantized_matmul_ggml's vector engine, a 128-thread
  * block per (pair, 16 rows of its expert); the gate/up form's blocks take 8
- * output rows, their gate and up rows the engine's 16. Q4_K (ggmlIdGcTakes):
- * the group-column engine on the same grid, 4 warps over a block's tile, its
- * shared memory (x of the pair's token) where that is more.
+ * output rows, their gate and up rows the engine's 16. Q4_K and Q8_0
+ * (ggmlIdGcTakes): a group-column engine on the same grid, 4 warps over a
+ * block's tile, its shared memory where that is more.
  */
 export function ggmlIdMvCudaLaunch(type: GgmlQuantType, pairs: number, n: number, k: number, gateUp = false): Launch {
   const rows = gateUp ? GGML_MV_CUDA_ROWS / 2 : GGML_MV_CUDA_ROWS;
-  const shared = Math.max(ggmlMvCudaSharedBytes(type), ggmlIdGcTakes(type, k) ? ggmlGcSharedBytes(k) : 0);
+  const shared = Math.max(ggmlMvCudaSharedBytes(type), ggmlIdGcTakes(type, k) ? ggmlGcSharedBytes(type, k) : 0);
   return { grid: [pairs * ceilDiv(n, rows), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: shared } };
 }
 

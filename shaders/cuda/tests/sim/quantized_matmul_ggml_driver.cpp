@@ -16,7 +16,8 @@
 // |got - want| / max |want| under the output type's tolerance. run.sh builds
 // and runs it; `big` adds the 128 x 256 tiles and many vector blocks;
 // `variants` runs only the int8 engine's variants (run_variants) and Q4_K's
-// group-column ones (run_gc), `vgc` only the latter.
+// group-column ones (run_gc), `vgc` only the latter, `q8_0` only Q8_0's
+// products.
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include "ggml_blocks.h"
@@ -80,7 +81,11 @@ void run_matmul(int f, MV mv, MM mm, bool matrix, u32 M, u32 N, u32 K, bool big_
   if (!matrix) {
     GgmlMatvecParams p{K, N, 1, K, 1, N, M, 1, 1};
     const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
-    sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4, [&] { mv(w, x.p, y.p, &p); });
+    // ggmlMatmulCudaLaunch's shared memory: the vector engine's, or a group-column engine's where it takes more.
+    u32 smem = 4 * 3 * 16 * sp + 4 * 128 * 4;
+    if (M == 1 && f == Q4_K) smem = std::max(smem, K * 2 + K / 32 * 4 + 1024);
+    if (M == 1 && f == Q8_0 && K % 64 == 0) smem = std::max(smem, 4 * 3 * 16 * sp + cdiv(K, 256) * 8 * 68 + 320);
+    sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, smem, [&] { mv(w, x.p, y.p, &p); });
   } else {
     GgmlMatmulMmParams p{};
     p.ne00 = int(K); p.ne02 = 1; p.nb01 = rb; p.nb02 = rb * N; p.ne12 = 1; p.nb10 = 4; p.nb11 = 4ull * K; p.nb12 = 4ull * K * M;
@@ -261,9 +266,23 @@ int main(int argc, char** argv) {
     /* Q4_0 / Q8_0 with K / 32 even (qs_raw's word reads) and a partial last window. */                         \
     if (F == Q4_0 || F == Q8_0)                                                                              \
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 2, 21, 5 * 256 + 64);            \
+    /* Q8_0 at one token (the group-column engine): a partial last round (704: 2 rounds and 6 blocks; 64: one  \
+       of 2 blocks), rows past a tile, the weight 4-byte aligned only; 2-byte aligned, the vector engine. */    \
+    if (F == Q8_0) {                                                                                          \
+      run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 37, 704);                      \
+      run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 5, 64);                        \
+      run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 16, 2112, true, 4);            \
+      run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 9, 17408, true, 12);           \
+      run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 3, 704, true, 2);              \
+    }                                                                                                         \
     /* The matrix engine, 64 x 128 tiles: partial tiles. */                                                  \
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 70, 130, 256);                      \
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 9, 7, 2 * kb);                      \
+  }
+  if (argc > 1 && std::string(argv[1]) == "q8_0") {
+    MATMUL(Q8_0, q8_0)
+    std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
+    return failures != 0;
   }
   ALL_FORMATS(MATMUL)
   ALL_FORMATS(VARIANTS)

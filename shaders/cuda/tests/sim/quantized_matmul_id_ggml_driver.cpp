@@ -77,16 +77,19 @@ void run_id(int f, MV mv, MM mm, bool matrix, u32 T, u32 U, u32 N, u32 K, u32 E,
                            " N=" + std::to_string(N) + " K=" + std::to_string(K) + " E=" + std::to_string(E) +
                            (pad ? " stride +" + std::to_string(pad) : "") + (bad ? " bad ids" : "") +
                            (up_skew ? " up +" + std::to_string(up_skew) : "");
+  // ggmlIdMvCudaLaunch's shared memory: the vector engine's, or a group-column engine's where it takes more.
+  const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
+  u32 smem = 4 * 3 * 16 * sp + 4 * 128 * 4;
+  if (f == Q4_K) smem = std::max(smem, K * 2 + K / 32 * 4 + 1024);
+  if (f == Q8_0 && K % 64 == 0) smem = std::max(smem, 4 * 3 * 16 * sp + cdiv(K, 256) * 8 * 68 + 320);
   constexpr bool GU = std::is_invocable_v<MV, const unsigned char*, const float*, float*, const u32*, const GgmlMatvecIdGateUpParams*,
                                            const unsigned char*>;
   if constexpr (GU) {
     GgmlMatvecIdGateUpParams p{{{K, N, E, K, 1, N, P, 1, 1}, U, T, stride}, u32(gu)};
-    const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
-    sim_launch({P * cdiv(N, 8), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4, [&] { mv(w, x.p, y.p, idv.p, &p, up.w); });
+    sim_launch({P * cdiv(N, 8), 1, 1}, {128, 1, 1}, smem, [&] { mv(w, x.p, y.p, idv.p, &p, up.w); });
   } else if (!matrix) {
     GgmlMatvecIdParams p{{K, N, E, K, 1, N, P, 1, 1}, U, T, stride};
-    const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
-    sim_launch({P * cdiv(N, 16), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4, [&] { mv(w, x.p, y.p, idv.p, &p); });
+    sim_launch({P * cdiv(N, 16), 1, 1}, {128, 1, 1}, smem, [&] { mv(w, x.p, y.p, idv.p, &p); });
   }
   if (matrix) {
     std::vector<u32> offsets, order;
@@ -208,6 +211,14 @@ int main() {
   run_id(Q4_K, kernel_mul_mv_id_q4_K_f32_gate_up, kernel_mul_mm_id_q4_K_f32, false, 2, 4, 20, 2048, 6, 6, true, 0, 0);
   run_id(Q4_K, kernel_mul_mv_id_q4_K_f32, kernel_mul_mm_id_q4_K_f32, false, 1, 8, 37, 2048, 16, 16, false, 0);
   run_id(Q4_K, kernel_mul_mv_id_q4_K_f32, kernel_mul_mm_id_q4_K_f32, false, 8, 1, 100, 768, 6, 4, true, 0);
+  // Q8_0's group-column engine (k a multiple of 64, experts and the up weight 4-byte aligned; the cases above at
+  // k 352 or with experts 18 bytes apart take the vector engine): Gemma 4's expert down (k 704: 2 rounds and 6
+  // blocks, a warp with none) over decode's 8 pairs, N past a tile; 8 tokens with bad ids, experts 4 bytes off 16
+  // and k 2112; the gate/up form at both k, its up weight 4 bytes off 16.
+  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32, kernel_mul_mm_id_q8_0_f32, false, 1, 8, 37, 704, 16, 16, false, 0);
+  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32, kernel_mul_mm_id_q8_0_f32, false, 8, 1, 100, 2112, 6, 4, true, 4);
+  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_gate_up, kernel_mul_mm_id_q8_0_f32, false, 1, 8, 20, 704, 8, 8, false, 0, 0);
+  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_gate_up, kernel_mul_mm_id_q8_0_f32, false, 2, 4, 37, 2112, 6, 6, true, 4, 1, 4);
   // The crate's swiglu: decode's 8 pairs (repeated experts, N past a block's 16 rows), bad ids with experts off
   // 16-byte alignment and a partial window, one row.
   run_swiglu(8, 37, 512, 12, 5, false, 0);
