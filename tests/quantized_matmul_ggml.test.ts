@@ -176,11 +176,12 @@ describe('quantized_matmul_ggml params, bindings and launches', () => {
     expect([5120, 17408, 49152].map((k) => [ggmlGcTakes('Q4_K', 1, k), ggmlMatmulCudaLaunch('Q4_K', 'vector', 1, 5120, k).threadgroupMemory![0]]))
       .toEqual([[true, 4 * 3 * 16 * 176 + 2048], [true, 17408 * 2 + 544 * 4 + 1024], [false, 4 * 3 * 16 * 176 + 2048]]);
     expect([ggmlGcTakes('Q4_0', 1, 5120), ggmlGcTakes('Q4_K', 2, 5120)]).toEqual([false, false]);
-    // One token of Q8_0 at k a multiple of 64: its group-column engine, the vector engine's stages plus x (68 bytes a
-    // block of 32, whole rounds of 256) and 320 bytes; k 704 fits the vector engine's own, 2112 takes more.
+    // One token of Q8_0: its group-column engine at any k whose x fits, with shared memory of its own: 4 warps' stages
+    // of 16 rows of 304 bytes (one a round a warp takes, up to 3), x (68 bytes a block of 32, whole rounds of 256)
+    // and 320 bytes. k 704: 3 rounds, a stage a warp; 2112: 9 rounds, 3 stages; 96: one partial round.
+    const q8 = (stages: number, rounds: number) => 4 * stages * 16 * 304 + rounds * 8 * 68 + 320;
     expect([704, 2112, 96, 46080, 46336].map((k) => [ggmlGcTakes('Q8_0', 1, k), ggmlMatmulCudaLaunch('Q8_0', 'vector', 1, 2816, k).threadgroupMemory![0]]))
-      .toEqual([[true, 4 * 3 * 16 * 304 + 2048], [true, 4 * 3 * 16 * 304 + 9 * 8 * 68 + 320], [false, 4 * 3 * 16 * 304 + 2048],
-        [true, 4 * 3 * 16 * 304 + 180 * 8 * 68 + 320], [false, 4 * 3 * 16 * 304 + 2048]]);
+      .toEqual([[true, q8(1, 3)], [true, q8(3, 9)], [true, q8(1, 1)], [true, q8(3, 180)], [false, 4 * 3 * 16 * 304 + 2048]]);
     expect(ggmlGcTakes('Q8_0', 2, 2112)).toBe(false);
     expect(ggmlMatmulCudaLaunch('Q4_K', 'matrix', 8192, 17408, 5120)).toEqual({ grid: [68 * 64, 1, 1], threads: [256, 1, 1],
       threadgroupMemory: { 0: 61440 } });
@@ -438,10 +439,10 @@ describeBackends('quantized_matmul_ggml parity', ({ device, backend }) => {
     expect(over).toEqual([]);
   }, 120_000);
 
-  test('one token of Q8_0 (CUDA\'s group-column engine): a partial last round, one of two blocks, rows past a tile, k past the vector engine\'s shared memory', () => {
+  test('one token of Q8_0 (CUDA\'s group-column engine): a partial last round, one of two blocks, rows on 2 bytes, rows past a tile, long rows', () => {
     const dev = device();
     const over: string[] = [];
-    for (const [n, k] of [[37, 704], [5, 64], [16, 2112], [9, 17408]] as const) {
+    for (const [n, k] of [[37, 704], [5, 64], [7, 96], [19, 736], [16, 2112], [9, 17408]] as const) {
       const e = product(dev, 'Q8_0', 1, n, k, 'vector', n * 3 + k);
       if (!(e <= tolOf('vector', k))) over.push(`[1, ${n}, ${k}]: ${e}`);
     }

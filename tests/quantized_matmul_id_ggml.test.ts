@@ -95,11 +95,11 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     expect(ggmlGcSharedBytes('Q4_K', 32768)).toBeGreaterThan(ggmlMvCudaSharedBytes('Q4_K'));
     expect(ggmlIdMvCudaLaunch('Q4_K', 8, 2048, 65536).threadgroupMemory).toEqual({ 0: ggmlMvCudaSharedBytes('Q4_K') });
     expect(ggmlIdMvCudaLaunch('Q6_K', 8, 2048, 32768).threadgroupMemory).toEqual({ 0: ggmlMvCudaSharedBytes('Q6_K') });
-    // Q8_0's group-column engine (k a multiple of 64): Gemma 4's expert down (k 704) within the vector engine's shared
-    // memory, k 2112 past it; k 352 the vector engine alone.
+    // Q8_0's group-column engine at one token a pair, its own shared memory (ggmlGcSharedBytes): Gemma 4's expert down
+    // (k 704, a stage a warp), k 2112 (3 stages), k 352 (2 rounds, one stage).
     expect([704, 2112, 352].map((k) => ggmlIdMvCudaLaunch('Q8_0', 8, 2816, k).threadgroupMemory![0]))
-      .toEqual([ggmlMvCudaSharedBytes('Q8_0'), ggmlGcSharedBytes('Q8_0', 2112), ggmlMvCudaSharedBytes('Q8_0')]);
-    expect(ggmlGcSharedBytes('Q8_0', 2112)).toBe(4 * 3 * 16 * 304 + 9 * 8 * 68 + 320);
+      .toEqual([ggmlGcSharedBytes('Q8_0', 704), ggmlGcSharedBytes('Q8_0', 2112), ggmlGcSharedBytes('Q8_0', 352)]);
+    expect([704, 2112].map((k) => ggmlGcSharedBytes('Q8_0', k))).toEqual([4 * 16 * 304 + 3 * 8 * 68 + 320, 4 * 3 * 16 * 304 + 9 * 8 * 68 + 320]);
     // 512 tokens x top-8 of 256 experts: 4096 / 64 + 257 slots x 4 column tiles of 128.
     expect(ggmlIdMmCudaLaunch(4096, 512, 256)).toEqual({ grid: [321 * 4, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 30720 } });
     for (const t of GGML_QUANT_TYPES) expect(ggmlMvCudaSharedBytes(t)).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);
@@ -423,15 +423,17 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
     }, 120_000);
   }
 
-  // Q8_0 where CUDA takes its group-column engine (k a multiple of 64): decode's 8 pairs at Gemma 4's expert down (k 704:
-  // two rounds of 8 blocks and 6 more) with n past a tile, experts 4 bytes further apart than their bytes (4-byte aligned)
-  // at k 2112 with ids past them; the gate/up form at both.
-  test('Q8_0: the vector and gate/up forms at k 704 and 2112, experts 4-byte aligned, ids past them', () => {
+  // Q8_0 at CUDA's group-column engine (one token a pair): decode's 8 pairs at Gemma 4's expert down (k 704: two rounds
+  // of 8 blocks and 6 more) with n past a tile; experts 4 bytes further apart than their bytes (rows on 4 bytes) at k
+  // 2112 with ids past them; k 736 (23 blocks: rows on 2 bytes) with experts 18 bytes apart past theirs; the gate/up
+  // form at each.
+  test('Q8_0: the vector and gate/up forms at k 704, 2112 and 736, experts on 4 and on 2 bytes, ids past them', () => {
     const dev = device();
     const over: string[] = [];
     const shapes: readonly [Shape, number, boolean][] = [
       [{ nTokens: 1, topK: 8, n: 37, blocks: 22, nExperts: 16 }, 16, false],
       [{ nTokens: 3, topK: 2, n: 20, blocks: 66, nExperts: 6, pad: 4 }, 4, true],
+      [{ nTokens: 2, topK: 4, n: 17, blocks: 23, nExperts: 5, pad: 18 }, 5, false],
     ];
     let seed = 501;
     for (const form of ['vector', { gateUp: 'silu' }, { gateUp: 'gelu_tanh' }] as const) {

@@ -2457,52 +2457,64 @@ __device__ __forceinline__ u32 gc_q4k_shared(u32 K) { return K * 2u + K / 32u * 
 // are exact in f32, and the offset costs about 4 bits of the f32 sums). Rows
 // are not 16-byte aligned (34-byte blocks), so the rounds come through
 // shared memory: each warp copies its rounds' 16 rows (gmv_copy, 16-byte
-// units from each row's bytes rounded down to 16; GMV_STAGES stages a warp,
-// two in flight while one is read) and reads a lane's 17 words of a row from
-// its stage. W warps a 16-row tile split the rounds (a partial last round:
-// blocks past the row's end have x zero and d taken as 0); x in shared
-// memory as f16 pairs, 16 a block, with the blocks' sums. 128 threads, grid
-// ceil(ceil(N / 16) W / 4), dynamic shared memory gc_q8_0_shared(K) from
-// `smem`. Needs rows of a whole number of words (K a multiple of 64), a
-// 4-byte aligned weight and a 16-byte aligned x. blk: the block's index
-// among the product's blocks. GU (the per-expert gate-up form): a tile is 8
-// outputs, rows a the gate's (w) and rows b the up projection's (uw) of the
-// same outputs, stored as act(gate) * up (gc_store).
-// The stages are the vector engine's (GmvStage<GGML_Q8_0>::SP: 304 bytes a row, rows 12 banks apart).
-constexpr u32 GC_Q8_SP = GmvStage<GGML_Q8_0>::SP;
-__device__ __forceinline__ u32 gc_q8_0_shared(u32 K) {
+// units from each row's bytes rounded down to 16, into stages of the vector
+// engine's row pitch) and reads a lane's 68 bytes of a row from there, as 17
+// words where the row's bytes start on 4 (every row where k is a multiple of
+// 64 and the weight 4-byte aligned), else as 34 halves. A warp holds
+// gc_q8_0_stages(K, W) stages: one a round it takes, up to 3 (two in flight
+// while one is read), so short rows leave the block less shared memory and
+// the SM more blocks. W warps a 16-row tile split the rounds (a partial last
+// round: blocks past the row's end have x zero and d taken as 0); x in
+// shared memory as f16 pairs, 16 a block, with the blocks' sums. 128
+// threads, grid ceil(ceil(N / 16) W / 4), dynamic shared memory
+// gc_q8_0_shared(K, W) from `smem`. Any k (a multiple of 32) and alignment
+// that Q8_0 rows have; the engine's choice is made from the sizes alone, so
+// the host that sizes the launch makes it alike (ts/ops/quantized_matmul_ggml.ts
+// ggmlGcTakes, ggmlGcSharedBytes). blk: the block's index among the
+// product's blocks. GU (the per-expert gate-up form): a tile is 8 outputs,
+// rows a the gate's (w) and rows b the up projection's (uw) of the same
+// outputs, stored as act(gate) * up (gc_store).
+constexpr u32 GC_Q8_SP = GmvStage<GGML_Q8_0>::SP;  // 304 bytes a stage row: rows 12 banks apart
+__device__ __forceinline__ u32 gc_q8_0_stages(u32 K, u32 W) {
     const u32 R = (K / 32u + 7u) / 8u;
-    return GMV_WARPS * GMV_STAGES * 16u * GC_Q8_SP + R * 8u * 64u + R * 8u * 4u + 64u + 256u;
+    return min(GMV_STAGES, (R + W - 1u) / W);
 }
+// The stages, x (68 bytes a block of 32, to whole rounds), 64 bytes of zeros and the warps' 256 bytes of sums.
+__device__ __forceinline__ u32 gc_q8_0_shared(u32 K, u32 W) {
+    return GMV_WARPS * gc_q8_0_stages(K, W) * 16u * GC_Q8_SP + (K / 32u + 7u) / 8u * 8u * 68u + 320u;
+}
+// Whether one token's Q8_0 product of rows of K values takes the engine: x's copy within GC_MAX_SHARED.
+__device__ __forceinline__ bool gc_q8_0_takes(u32 K) { return (K / 32u + 7u) / 8u * 8u * 68u + 320u <= GC_MAX_SHARED; }
 template <u32 W, bool GU = false>
 __device__ __forceinline__ void gmv_gc_q8_0(unsigned char* smem, const unsigned char* w, const float* x, float* y, u32 N, u32 K, u32 blk,
                                             const unsigned char* uw = nullptr, u32 activation = 0u) {
     constexpr u32 TPB = 4u / W, SP = GC_Q8_SP;
     constexpr float M = 1152.0f;
-    const u32 G = K / 32u, R = (G + 7u) / 8u;
+    const u32 G = K / 32u, R = (G + 7u) / 8u, S = gc_q8_0_stages(K, W);
     const u64 rb = u64(G) * 34u;
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const u32 g = lane >> 2, t = lane & 3u;
-    unsigned char* stages = smem + warp * GMV_STAGES * 16u * SP;
-    uint4* xs = reinterpret_cast<uint4*>(smem + GMV_WARPS * GMV_STAGES * 16u * SP);  // R x 8 blocks x 4 units (16 f16 pairs)
-    float* xsum = reinterpret_cast<float*>(xs + R * 32u);                           // R x 8
-    uint4* zb = reinterpret_cast<uint4*>(xsum + R * 8u);                             // a block's 4 units of zeros
-    float* red = reinterpret_cast<float*>(zb + 4);                                   // 4 warps x 16
+    unsigned char* stages = smem + warp * S * 16u * SP;
+    uint4* xs = reinterpret_cast<uint4*>(smem + GMV_WARPS * S * 16u * SP);  // R x 8 blocks x 4 units (16 f16 pairs)
+    float* xsum = reinterpret_cast<float*>(xs + R * 32u);                   // R x 8
+    uint4* zb = reinterpret_cast<uint4*>(xsum + R * 8u);                     // a block's 4 units of zeros
+    float* red = reinterpret_cast<float*>(zb + 4);                           // 4 warps x 16
     const u32 tile = blk * TPB + warp / W, part = warp % W, row0 = tile * (GU ? 8u : 16u);
     const u32 mine = row0 < N && part < R ? (R - part + W - 1u) / W : 0u;
     // Tile rows r < 8: rows row0 + r of w; r >= 8: the gate/up form's up rows row0 + r - 8, else rows row0 + r.
     const unsigned char* wb = GU ? uw : w;
     constexpr u32 HB = GU ? 0u : 8u;
     // The weight's first rounds are on their way while x is staged.
-#pragma unroll
-    for (u32 s = 0; s < GMV_STAGES - 1u; ++s) {
+    for (u32 s = 0; s + 1u < S; ++s) {
         if (s < mine) gmv_copy<GGML_Q8_0>(w, wb, HB, rb, N, K, row0, part + s * W, stages + s * 16u * SP, lane);
         cp_async_commit();
     }
-    // x as f16 pairs, zeros past K to whole rounds; a block's 8 float4 are 8 consecutive threads (R x 64 of them, whole warps).
+    // x as f16 pairs, zeros past K to whole rounds; a block's 8 quads of values are 8 consecutive threads (R x 64 of
+    // them, whole warps). x is 16-byte aligned wherever it comes from a buffer (views start on 16); else value by value.
+    const bool xvec = aligned16(x);
     for (u32 wd = tid; wd < R * 64u; wd += blockDim.x) {
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (wd * 4u < K) v = *reinterpret_cast<const float4*>(x + u64(wd) * 4u);
+        if (wd * 4u < K) v = xvec ? *reinterpret_cast<const float4*>(x + u64(wd) * 4u) : make_float4(x[wd * 4u], x[wd * 4u + 1u], x[wd * 4u + 2u], x[wd * 4u + 3u]);
         const u32 p0 = pack2<__half>(v.x, v.y), p1 = pack2<__half>(v.z, v.w);
         reinterpret_cast<uint2*>(xs)[wd] = make_uint2(p0, p1);
         const __half2 h0 = *reinterpret_cast<const __half2*>(&p0), h1 = *reinterpret_cast<const __half2*>(&p1);
@@ -2517,25 +2529,36 @@ __device__ __forceinline__ void gmv_gc_q8_0(unsigned char* smem, const unsigned 
     const u32 rowa = min(row0 + g, N - 1u), rowb = min(row0 + HB + g, N - 1u);
     const u32 ta = rowa - row0, tb = GU ? 8u + rowb - row0 : rowb - row0;
     const u64 abase = reinterpret_cast<u64>(w) + u64(rowa) * rb, bbase = reinterpret_cast<u64>(wb) + u64(rowb) * rb;
+    // A lane's 68 bytes of a row in its stage as 17 words: 4-byte loads where they start on 4, else 2-byte ones.
+    auto words = [](const unsigned char* p, u32 (&q)[17]) {
+        if ((reinterpret_cast<u64>(p) & 3u) == 0u) {
+#pragma unroll
+            for (u32 j = 0; j < 17u; ++j) q[j] = reinterpret_cast<const u32*>(p)[j];
+        } else {
+#pragma unroll
+            for (u32 j = 0; j < 17u; ++j) q[j] = ld32_2(p + 4u * j);
+        }
+    };
     auto cvt = [](u32 word, u32 sel) { return __byte_perm(word, 0x64646464u, sel); };
     float acc_a = 0.0f, acc_b = 0.0f;
     for (u32 i = 0; i < mine; ++i) {
-        const u32 next = i + GMV_STAGES - 1u;
-        if (next < mine) gmv_copy<GGML_Q8_0>(w, wb, HB, rb, N, K, row0, part + next * W, stages + (next % GMV_STAGES) * 16u * SP, lane);
+        const u32 next = i + S - 1u;
+        if (next < mine) gmv_copy<GGML_Q8_0>(w, wb, HB, rb, N, K, row0, part + next * W, stages + (next % S) * 16u * SP, lane);
         cp_async_commit();
-        cp_async_wait<GMV_STAGES - 1>();
+        if (S >= 3u) {
+            cp_async_wait<2>();
+        } else if (S == 2u) {
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
         __syncwarp();
         const u32 rr = part + i * W;  // the round
         const u64 off = u64(rr) * 272u;
-        const unsigned char* st = stages + (i % GMV_STAGES) * 16u * SP;
-        const u32* pa = reinterpret_cast<const u32*>(st + ta * SP + ((abase + off) & 15u) + 68u * t);
-        const u32* pb = reinterpret_cast<const u32*>(st + tb * SP + ((bbase + off) & 15u) + 68u * t);
+        const unsigned char* st = stages + (i % S) * 16u * SP;
         u32 qa[17], qb[17];
-#pragma unroll
-        for (u32 j = 0; j < 17u; ++j) {
-            qa[j] = pa[j];
-            qb[j] = pb[j];
-        }
+        words(st + ta * SP + ((abase + off) & 15u) + 68u * t, qa);
+        words(st + tb * SP + ((bbase + off) & 15u) + 68u * t, qb);
         const u32 b0 = rr * 8u + 2u * t;  // this lane's first block of the row
         const uint4* x0 = g == 2u * t ? xs + u64(b0) * 4u : zb;
         const uint4* x1 = g == 2u * t + 1u ? xs + u64(b0 + 1u) * 4u : zb;

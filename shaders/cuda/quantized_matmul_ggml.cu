@@ -364,15 +364,9 @@ __device__ __forceinline__ bool gc_q4k_takes(const void* w, const float* x, u32 
     return M == 1u && gc_q4k_shared(K) <= GC_MAX_SHARED && aligned16(w) && aligned16(x);
 }
 
-// kernel_mul_mv_q8_0_f32 runs the prelude's gmv_gc_q8_0 for one token
-// where its operands allow (gc_q8_0_takes: rows of whole words, x's copy in
-// shared memory within GC_MAX_SHARED, a 4-byte aligned weight and a 16-byte
-// aligned x; W = 4, the vector engine's grid), the choice made alike by
-// ggmlGcTakes and ggmlMatmulCudaLaunch's shared memory.
-__device__ __forceinline__ bool gc_q8_0_takes(const void* w, const float* x, u32 M, u32 K) {
-    return M == 1u && K % 64u == 0u && gc_q8_0_shared(K) <= GMV_WARPS * GMV_STAGES * 16u * GC_Q8_SP + GC_MAX_SHARED &&
-           (reinterpret_cast<u64>(w) & 3u) == 0u && aligned16(x);
-}
+// kernel_mul_mv_q8_0_f32 runs the prelude's gmv_gc_q8_0 for one token where
+// x's copy fits (gc_q8_0_takes; W = 4, the vector engine's grid), the
+// choice made alike by ggmlGcTakes and ggmlMatmulCudaLaunch's shared memory.
 
 }  // namespace
 
@@ -390,7 +384,7 @@ __device__ __forceinline__ bool gc_q8_0_takes(const void* w, const float* x, u32
             gmv_gc_q4k<4>(src0, src1, dst, u32(p->ne01), u32(p->ne00), blockIdx.x);                                             \
             return;                                                                                                  \
         }                                                                                                            \
-        if (F == GGML_Q8_0 && gc_q8_0_takes(src0, src1, u32(p->ne1), u32(p->ne00))) {                              \
+        if (F == GGML_Q8_0 && p->ne1 == 1 && gc_q8_0_takes(u32(p->ne00))) {                                           \
             gmv_gc_q8_0<4>(smem_raw, src0, src1, dst, u32(p->ne01), u32(p->ne00), blockIdx.x);                                   \
             return;                                                                                                  \
         }                                                                                                            \

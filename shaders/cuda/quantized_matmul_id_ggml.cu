@@ -23,8 +23,8 @@
 //     gate/up), a block 4 / W tiles (the pair's blocks between those idle),
 //     x of the pair's token copied into shared memory by each working block.
 //   Q8_0, both vector forms: gmv_gc_q8_0 (its gate-up form for gate/up) per
-//     pair on the vector form's grid, 4 warps a tile, where k is a multiple
-//     of 64 and the weights 4-byte aligned.
+//     pair on the vector form's grid, 4 warps a tile, where x's copy fits
+//     (gc_q8_0_takes), whatever the experts' alignment.
 //   swiglu (kernel_mul_mv_id_q4_0_f32_swiglu, the crate's): the vector form
 //     over x = silu(gate) * up of each pair's own row, made as x is loaded.
 // An id at or past the experts gives a row of zeros and reads no weight.
@@ -42,13 +42,6 @@ __device__ __forceinline__ bool gc_q4k_id_takes(const unsigned char* w, const un
 // expert (tiles = ceil(N / ROWS)); gmv_rows with one x row, its pair's token. ROWS: 16 (plain), 8
 // (gate/up: 8 gate and 8 up rows as the engine's 16). `up` is the gate/up form's second weight.
 // SW (the swiglu form): each pair p's own x row, silu(x[p]) * xu[p].
-// Whether a pair's Q8_0 product takes the group-column engine (gmv_gc_q8_0): as
-// quantized_matmul_ggml.cu's gc_q8_0_takes, the up weight 4-byte aligned too.
-__device__ __forceinline__ bool gc_q8_0_id_takes(const unsigned char* w, const unsigned char* up, const float* x, u32 K) {
-    return K % 64u == 0u && gc_q8_0_shared(K) <= GMV_WARPS * GMV_STAGES * 16u * GC_Q8_SP + GC_MAX_SHARED &&
-           ((reinterpret_cast<u64>(w) | reinterpret_cast<u64>(up)) & 3u) == 0u && aligned16(x);
-}
-
 template <int F, bool GU, bool SW = false>
 __device__ __forceinline__ void mv_id(unsigned char* smem, const unsigned char* w, const unsigned char* up, const float* x, const float* xu,
                                       float* y, const u32* ids, const GgmlMatvecIdParams* p, u32 activation) {
@@ -81,8 +74,8 @@ __device__ __forceinline__ void mv_id(unsigned char* smem, const unsigned char* 
         }
     }
     if constexpr (F == GGML_Q8_0 && !SW) {
-        // Q8_0: the group-column engine (gmv_gc_q8_0, 4 warps a tile: the vector form's grid) where it takes the operands.
-        if (gc_q8_0_id_takes(w + off, up + off, x + xo, K)) {
+        // Q8_0: the group-column engine (gmv_gc_q8_0, 4 warps a tile: the vector form's grid) where x's copy fits.
+        if (gc_q8_0_takes(K)) {
             gmv_gc_q8_0<4u, GU>(smem, w + off, x + xo, yr, N, K, row0 / ROWS, up + off, activation);
             return;
         }

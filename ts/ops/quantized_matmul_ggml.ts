@@ -178,37 +178,44 @@ const GGML_ROWS_CUDA_BLOCKS = 4096;
 /**
  * The shared memory of the group-column engines (shaders/cuda/common.cuh):
  * Q4_K (gc_q4k_shared) x as bf16 pairs, the sub-blocks' sums, 1 KiB; Q8_0
- * (gc_q8_0_shared) the vector engine's stages (4 warps x 3 x 16 rows), x to whole rounds of 256 as
- * f16 pairs with the blocks' sums, 64 bytes of zeros and 256 of the warps' sums.
+ * (gc_q8_0_shared, 4 warps a tile) each warp's stages of 16 rows of the
+ * vector engine's pitch, one a round it takes up to 3, then x to whole
+ * rounds of 256 values as f16 pairs with the blocks' sums (68 bytes a block
+ * of 32) and 320 bytes.
  */
 export function ggmlGcSharedBytes(type: 'Q4_K' | 'Q8_0', k: number): number {
   if (type === 'Q4_K') return k * 2 + (k / 32) * 4 + 1024;
-  return GGML_MV_CUDA_WARPS * GGML_MV_CUDA_STAGES * GGML_MV_CUDA_ROWS * ggmlMvCudaStageRow('Q8_0') + ggmlGcQ8XBytes(k);
+  const rounds = Math.ceil(k / 256);
+  const stages = Math.min(GGML_MV_CUDA_STAGES, Math.ceil(rounds / GGML_MV_CUDA_WARPS));
+  return GGML_MV_CUDA_WARPS * stages * GGML_MV_CUDA_ROWS * ggmlMvCudaStageRow('Q8_0') + ggmlGcQ8XBytes(k);
 }
-/** Its shared memory past the stages: x as f16 pairs and the blocks' sums (68 bytes a block of 32) to whole rounds of 8 blocks, 320 bytes. */
-function ggmlGcQ8XBytes(k: number): number {
-  return Math.ceil(k / 256) * 8 * 68 + 320;
-}
+/** The Q8_0 engine's shared memory past its stages. */
+const ggmlGcQ8XBytes = (k: number): number => Math.ceil(k / 256) * 8 * 68 + 320;
 /**
- * Whether kernel_mul_mv_q4_K_f32 / kernel_mul_mv_q8_0_f32 take the
- * group-column engine: one token, x's copy within GC_MAX_SHARED, and for
- * Q8_0 rows of whole words (k a multiple of 64). The kernels decide alike
- * (gc_q4k_takes, gc_q8_0_takes) and keep the vector engine for operands
- * their loads cannot take (Q4_K: a weight or x not 16-byte aligned; Q8_0: a
- * weight not 4-byte aligned, x not 16-byte aligned). The grid is the vector
- * engine's (4 warps a 16-row tile).
+ * Whether kernel_mul_mv_q4_K_f32 / kernel_mul_mv_q8_0_f32 take a
+ * group-column engine: one token, x's copy within GC_MAX_SHARED (the kernels
+ * decide alike: gc_q4k_takes, gc_q8_0_takes). Q4_K's kernel also keeps the
+ * vector engine for a weight or x not 16-byte aligned, so its launch holds
+ * the larger of both engines' shared memory; Q8_0's engine reads any
+ * alignment and its launch holds its own. The grid is the vector engine's
+ * (4 warps a 16-row tile).
  */
 export function ggmlGcTakes(type: GgmlQuantType, m: number, k: number): type is 'Q4_K' | 'Q8_0' {
   if (m !== 1) return false;
   if (type === 'Q4_K') return ggmlGcSharedBytes(type, k) <= GC_MAX_SHARED;
-  return type === 'Q8_0' && k % 64 === 0 && ggmlGcQ8XBytes(k) <= GC_MAX_SHARED;
+  return type === 'Q8_0' && ggmlGcQ8XBytes(k) <= GC_MAX_SHARED;
+}
+
+/** The CUDA shared memory of a one-token vector launch (both forms): a group-column engine's where it takes the product. */
+export function ggmlMvCudaShared(type: GgmlQuantType, m: number, k: number): number {
+  if (!ggmlGcTakes(type, m, k)) return ggmlMvCudaSharedBytes(type);
+  return type === 'Q8_0' ? ggmlGcSharedBytes(type, k) : Math.max(ggmlMvCudaSharedBytes(type), ggmlGcSharedBytes(type, k));
 }
 
 /** The CUDA launch of the vector or matrix kernel at these sizes. */
 export function ggmlMatmulCudaLaunch(type: GgmlQuantType, form: 'vector' | 'matrix', m: number, n: number, k: number): Launch {
   if (form === 'vector') {
-    const shared = Math.max(ggmlMvCudaSharedBytes(type), ggmlGcTakes(type, m, k) ? ggmlGcSharedBytes(type, k) : 0);
-    return { grid: [ceilDiv(n, GGML_MV_CUDA_ROWS), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: shared } };
+    return { grid: [ceilDiv(n, GGML_MV_CUDA_ROWS), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaShared(type, m, k) } };
   }
   const t = ggmlMmCudaTile(m, n);
   return { grid: [ceilDiv(n, t.bn) * ceilDiv(m, t.bm), 1, 1], threads: [t.threads, 1, 1], threadgroupMemory: { 0: t.sharedBytes } };

@@ -53,7 +53,7 @@ import {
 } from '../validate.ts';
 import { checkPairs, GATE_ACTIVATIONS, moeTileSlots, type GateActivation } from '../expert-products.ts';
 import {
-  checkGgmlType, GGML_KERNEL_TYPE, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlGcSharedBytes, ggmlGcTakes, ggmlMmCudaTile, ggmlMvCudaSharedBytes, ggmlMvMetalLaunch,
+  checkGgmlType, GGML_KERNEL_TYPE, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlGcTakes, ggmlMmCudaTile, ggmlMvCudaShared, ggmlMvMetalLaunch,
   ggmlRowBytesOf, GGML_MV_CUDA_ROWS, type GgmlQuantType, ggmlDequantizeRef,
 } from './quantized_matmul_ggml.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
@@ -128,8 +128,9 @@ export function packGgmlMatmulIdMmParams(s: GgmlIdSizes): Uint8Array {
 /**
  * Whether the CUDA vector forms run a pair's Q4_K or Q8_0 product on a
  * group-column engine (shaders/cuda/quantized_matmul_id_ggml.cu
- * gc_q4k_id_takes, gc_q8_0_id_takes, which also ask for aligned operands and
- * else run the vector engine on the same grid): as ggmlGcTakes at one token.
+ * gc_q4k_id_takes, which also asks for 16-byte aligned operands and else
+ * runs the vector engine on the same grid, and gc_q8_0_takes): as
+ * ggmlGcTakes at one token, the shared memory ggmlMvCudaShared's.
  */
 export function ggmlIdGcTakes(type: GgmlQuantType, k: number): type is 'Q4_K' | 'Q8_0' {
   return ggmlGcTakes(type, 1, k);
@@ -144,8 +145,7 @@ export function ggmlIdGcTakes(type: GgmlQuantType, k: number): type is 'Q4_K' | 
  */
 export function ggmlIdMvCudaLaunch(type: GgmlQuantType, pairs: number, n: number, k: number, gateUp = false): Launch {
   const rows = gateUp ? GGML_MV_CUDA_ROWS / 2 : GGML_MV_CUDA_ROWS;
-  const shared = Math.max(ggmlMvCudaSharedBytes(type), ggmlIdGcTakes(type, k) ? ggmlGcSharedBytes(type, k) : 0);
-  return { grid: [pairs * ceilDiv(n, rows), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: shared } };
+  return { grid: [pairs * ceilDiv(n, rows), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaShared(type, 1, k) } };
 }
 
 /** Pair rows of a tile of the CUDA matrix form (quantized_matmul_ggml's 64 x 128 tile of 4 warps). */

@@ -84,7 +84,7 @@ void run_matmul(int f, MV mv, MM mm, bool matrix, u32 M, u32 N, u32 K, bool big_
     // ggmlMatmulCudaLaunch's shared memory: the vector engine's, or a group-column engine's where it takes more.
     u32 smem = 4 * 3 * 16 * sp + 4 * 128 * 4;
     if (M == 1 && f == Q4_K) smem = std::max(smem, K * 2 + K / 32 * 4 + 1024);
-    if (M == 1 && f == Q8_0 && K % 64 == 0) smem = std::max(smem, 4 * 3 * 16 * sp + cdiv(K, 256) * 8 * 68 + 320);
+    if (M == 1 && f == Q8_0) smem = 4 * std::min(3u, cdiv(cdiv(K, 256), 4)) * 16 * sp + cdiv(K, 256) * 8 * 68 + 320;
     sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, smem, [&] { mv(w, x.p, y.p, &p); });
   } else {
     GgmlMatmulMmParams p{};
@@ -267,13 +267,17 @@ int main(int argc, char** argv) {
     if (F == Q4_0 || F == Q8_0)                                                                              \
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 2, 21, 5 * 256 + 64);            \
     /* Q8_0 at one token (the group-column engine): a partial last round (704: 2 rounds and 6 blocks; 64: one  \
-       of 2 blocks), rows past a tile, the weight 4-byte aligned only; 2-byte aligned, the vector engine. */    \
+       of 2 blocks), rows past a tile, the weight 4 bytes off 16; rows on 2 bytes (k 736, 23 blocks; the      \
+       weight 2 off), 1, 2 and 3 stages a warp (k up to 1024, 2048, past). */                                  \
     if (F == Q8_0) {                                                                                          \
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 37, 704);                      \
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 5, 64);                        \
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 16, 2112, true, 4);            \
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 9, 17408, true, 12);           \
+      run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 19, 736);                      \
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 3, 704, true, 2);              \
+      run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 21, 2048, true, 6);            \
+      run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 7, 96);                        \
     }                                                                                                         \
     /* The matrix engine, 64 x 128 tiles: partial tiles. */                                                  \
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 70, 130, 256);                      \

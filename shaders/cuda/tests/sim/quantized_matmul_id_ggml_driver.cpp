@@ -81,7 +81,7 @@ void run_id(int f, MV mv, MM mm, bool matrix, u32 T, u32 U, u32 N, u32 K, u32 E,
   const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
   u32 smem = 4 * 3 * 16 * sp + 4 * 128 * 4;
   if (f == Q4_K) smem = std::max(smem, K * 2 + K / 32 * 4 + 1024);
-  if (f == Q8_0 && K % 64 == 0) smem = std::max(smem, 4 * 3 * 16 * sp + cdiv(K, 256) * 8 * 68 + 320);
+  if (f == Q8_0) smem = 4 * std::min(3u, cdiv(cdiv(K, 256), 4)) * 16 * sp + cdiv(K, 256) * 8 * 68 + 320;
   constexpr bool GU = std::is_invocable_v<MV, const unsigned char*, const float*, float*, const u32*, const GgmlMatvecIdGateUpParams*,
                                            const unsigned char*>;
   if constexpr (GU) {
@@ -211,10 +211,10 @@ int main() {
   run_id(Q4_K, kernel_mul_mv_id_q4_K_f32_gate_up, kernel_mul_mm_id_q4_K_f32, false, 2, 4, 20, 2048, 6, 6, true, 0, 0);
   run_id(Q4_K, kernel_mul_mv_id_q4_K_f32, kernel_mul_mm_id_q4_K_f32, false, 1, 8, 37, 2048, 16, 16, false, 0);
   run_id(Q4_K, kernel_mul_mv_id_q4_K_f32, kernel_mul_mm_id_q4_K_f32, false, 8, 1, 100, 768, 6, 4, true, 0);
-  // Q8_0's group-column engine (k a multiple of 64, experts and the up weight 4-byte aligned; the cases above at
-  // k 352 or with experts 18 bytes apart take the vector engine): Gemma 4's expert down (k 704: 2 rounds and 6
-  // blocks, a warp with none) over decode's 8 pairs, N past a tile; 8 tokens with bad ids, experts 4 bytes off 16
-  // and k 2112; the gate/up form at both k, its up weight 4 bytes off 16.
+  // Q8_0's group-column engine (every vector case of Q8_0 above too, rows on 2 bytes at k 352 and with experts
+  // 18 bytes apart): Gemma 4's expert down (k 704: 2 rounds and 6 blocks, a warp with none) over decode's 8 pairs,
+  // N past a tile; 8 tokens with bad ids, experts 4 bytes off 16 and k 2112; the gate/up form at both k, its up
+  // weight 4 bytes off 16.
   run_id(Q8_0, kernel_mul_mv_id_q8_0_f32, kernel_mul_mm_id_q8_0_f32, false, 1, 8, 37, 704, 16, 16, false, 0);
   run_id(Q8_0, kernel_mul_mv_id_q8_0_f32, kernel_mul_mm_id_q8_0_f32, false, 8, 1, 100, 2112, 6, 4, true, 4);
   run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_gate_up, kernel_mul_mm_id_q8_0_f32, false, 1, 8, 20, 704, 8, 8, false, 0, 0);
