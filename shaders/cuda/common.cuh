@@ -2510,18 +2510,33 @@ __device__ __forceinline__ void gmv_gc_q8_0(unsigned char* smem, const unsigned 
         cp_async_commit();
     }
     // x as f16 pairs, zeros past K to whole rounds; a block's 8 quads of values are 8 consecutive threads (R x 64 of
-    // them, whole warps). x is 16-byte aligned wherever it comes from a buffer (views start on 16); else value by value.
+    // them, whole warps). A thread's loads of a pass (XB quads) are issued together, so a pass waits for L2 once.
+    // x is 16-byte aligned wherever it comes from a buffer (views start on 16); else value by value.
+    constexpr u32 XB = 2;
     const bool xvec = aligned16(x);
-    for (u32 wd = tid; wd < R * 64u; wd += blockDim.x) {
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (wd * 4u < K) v = xvec ? *reinterpret_cast<const float4*>(x + u64(wd) * 4u) : make_float4(x[wd * 4u], x[wd * 4u + 1u], x[wd * 4u + 2u], x[wd * 4u + 3u]);
-        const u32 p0 = pack2<__half>(v.x, v.y), p1 = pack2<__half>(v.z, v.w);
-        reinterpret_cast<uint2*>(xs)[wd] = make_uint2(p0, p1);
-        const __half2 h0 = *reinterpret_cast<const __half2*>(&p0), h1 = *reinterpret_cast<const __half2*>(&p1);
-        float s = (__low2float(h0) + __high2float(h0)) + (__low2float(h1) + __high2float(h1));
+    for (u32 w0 = tid; w0 < R * 64u; w0 += XB * blockDim.x) {
+        float4 v[XB];
 #pragma unroll
-        for (u32 o = 1; o < 8u; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (wd % 8u == 0u) xsum[wd / 8u] = s;
+        for (u32 j = 0; j < XB; ++j) {
+            const u32 wd = w0 + j * blockDim.x;
+            v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (wd * 4u < K) {
+                v[j] = xvec ? *reinterpret_cast<const float4*>(x + u64(wd) * 4u)
+                            : make_float4(x[wd * 4u], x[wd * 4u + 1u], x[wd * 4u + 2u], x[wd * 4u + 3u]);
+            }
+        }
+#pragma unroll
+        for (u32 j = 0; j < XB; ++j) {
+            const u32 wd = w0 + j * blockDim.x;
+            if (wd >= R * 64u) break;  // the same for the whole warp: R x 64 is a multiple of 32
+            const u32 p0 = pack2<__half>(v[j].x, v[j].y), p1 = pack2<__half>(v[j].z, v[j].w);
+            reinterpret_cast<uint2*>(xs)[wd] = make_uint2(p0, p1);
+            const __half2 h0 = *reinterpret_cast<const __half2*>(&p0), h1 = *reinterpret_cast<const __half2*>(&p1);
+            float s = (__low2float(h0) + __high2float(h0)) + (__low2float(h1) + __high2float(h1));
+#pragma unroll
+            for (u32 o = 1; o < 8u; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (wd % 8u == 0u) xsum[wd / 8u] = s;
+        }
     }
     if (tid < 4u) zb[tid] = make_uint4(0u, 0u, 0u, 0u);
     __syncthreads();
@@ -2562,7 +2577,8 @@ __device__ __forceinline__ void gmv_gc_q8_0(unsigned char* smem, const unsigned 
         const u32 b0 = rr * 8u + 2u * t;  // this lane's first block of the row
         const uint4* x0 = g == 2u * t ? xs + u64(b0) * 4u : zb;
         const uint4* x1 = g == 2u * t + 1u ? xs + u64(b0 + 1u) * 4u : zb;
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        // Two chains of 8 mmas (even and odd steps), added at the end: half the dependent latency of one.
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (u32 u = 0; u < 4u; ++u) {
             const uint4 v0 = x0[u], v1 = x1[u];
@@ -2574,9 +2590,15 @@ __device__ __forceinline__ void gmv_gc_q8_0(unsigned char* smem, const unsigned 
                 const u32 wa1 = qa[9u + s / 2u] ^ 0x80808080u, wb1 = qb[9u + s / 2u] ^ 0x80808080u;
                 const u32 sel0 = (s & 1u) == 0u ? 0x4342u : 0x4140u, sel1 = (s & 1u) == 0u ? 0x4140u : 0x4342u;
                 const u32 a[4] = {cvt(wa0, sel0), cvt(wb0, sel0), cvt(wa1, sel1), cvt(wb1, sel1)};
-                mma16<__half>(c, a, xv0[e], xv1[e]);
+                if ((s & 1u) == 0u) {
+                    mma16<__half>(c, a, xv0[e], xv1[e]);
+                } else {
+                    mma16<__half>(c1, a, xv0[e], xv1[e]);
+                }
             }
         }
+#pragma unroll
+        for (u32 q = 0; q < 4u; ++q) c[q] += c1[q];
         // d of both blocks (bytes 0 and 34 of the lane's 68), 0 past the row's blocks.
         const bool live0 = b0 < G, live1 = b0 + 1u < G;
         const float da0 = live0 ? __half2float(__ushort_as_half(static_cast<unsigned short>(qa[0] & 0xffffu))) : 0.0f;

@@ -111,7 +111,7 @@ __device__ __forceinline__ void mm_id(unsigned char* smem, const GgmlMatmulIdMm_
 // buffer(0) weight (experts of N rows of blocks), (1) x [n_tokens, K] f32, (2) y [pairs, N] f32, (3) ids
 // u32 [pairs], (4) GgmlMatvecIdParams. Bounds as kernel_mul_mv_<t>_f32's (the same engine).
 #define GGML_MV_ID_ENTRY(NAME, F)                                                                                             \
-    extern "C" __global__ void __launch_bounds__(128, 4) NAME(const unsigned char* src0, const float* src1, float* dst,        \
+    extern "C" __global__ void __launch_bounds__(128, F == GGML_Q8_0 ? 5 : 4) NAME(const unsigned char* src0, const float* src1, float* dst,        \
                                                            const u32* ids, const GgmlMatvecIdParams* p) {                  \
         extern __shared__ __align__(16) unsigned char smem_raw[];                                                         \
         mv_id<F, false>(smem_raw, src0, src0, src1, src1, dst, ids, p, 0u);                                               \
@@ -128,7 +128,7 @@ GGML_MV_ID_ENTRY(kernel_mul_mv_id_q6_K_f32, GGML_Q6_K)
 // GgmlMatvecIdGateUpParams, (5) up weight (the gate's blocks, rows and expert stride). The vector
 // form's engine with 8 output rows a block: their gate rows and up rows as its 16.
 #define GGML_MV_ID_GATE_UP_ENTRY(NAME, F)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(128, 4) NAME(const unsigned char* gate, const float* src1, float* dst,        \
+    extern "C" __global__ void __launch_bounds__(128, F == GGML_Q8_0 ? 5 : 4) NAME(const unsigned char* gate, const float* src1, float* dst,        \
                                                            const u32* ids, const GgmlMatvecIdGateUpParams* p,              \
                                                            const unsigned char* up) {                                      \
         extern __shared__ __align__(16) unsigned char smem_raw[];                                                         \
