@@ -1139,6 +1139,55 @@ template <> struct QMagic<__nv_bfloat16> {
     static constexpr u32 ONE2 = 0x3F803F80u;
 };
 
+// x of a group-column engine (qmv_gc, gmv_gc_q4k, gmv_gc_q8_0) on its way
+// into shared memory: units of NV 16-byte vectors of x (NV x 16 / sizeof(TX)
+// values), unit wd for wd = threadIdx.x, + blockDim.x, ... below `units`,
+// zeros for units at or past K values. A thread issues the loads of XB units
+// before it hands any to put(wd, r), so a pass waits for L2 once, not once a
+// unit (a put that shuffles keeps the compiler from moving later loads above
+// it). units is a multiple of 32, so the lanes of a warp take each pass
+// together and put may shuffle among them. x 16-byte aligned where vec, else
+// read value by value.
+template <typename TX, u32 NV, u32 XB, typename Put>
+__device__ __forceinline__ void gc_stage_x(const TX* x, u32 K, u32 units, bool vec, Put put) {
+    constexpr u32 VPU = NV * 16u / sizeof(TX);
+    for (u32 w0 = threadIdx.x; w0 < units; w0 += XB * blockDim.x) {
+        uint4 r[XB][NV];
+#pragma unroll
+        for (u32 j = 0; j < XB; ++j) {
+            const u32 wd = w0 + j * blockDim.x;
+#pragma unroll
+            for (u32 v = 0; v < NV; ++v) r[j][v] = make_uint4(0u, 0u, 0u, 0u);
+            if (wd < units && wd * VPU < K) {
+                const TX* p = x + u64(wd) * VPU;
+                if (vec) {
+#pragma unroll
+                    for (u32 v = 0; v < NV; ++v) r[j][v] = reinterpret_cast<const uint4*>(p)[v];
+                } else {
+                    const unsigned char* b = reinterpret_cast<const unsigned char*>(p);
+#pragma unroll
+                    for (u32 v = 0; v < NV; ++v) {
+                        u32 wv[4];
+#pragma unroll
+                        for (u32 i = 0; i < 4u; ++i) {
+                            const unsigned char* q = b + 16u * v + 4u * i;
+                            const u32 lo = *reinterpret_cast<const unsigned short*>(q), hi = *reinterpret_cast<const unsigned short*>(q + 2);
+                            wv[i] = sizeof(TX) == 4 ? *reinterpret_cast<const u32*>(q) : lo | (hi << 16);
+                        }
+                        r[j][v] = make_uint4(wv[0], wv[1], wv[2], wv[3]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (u32 j = 0; j < XB; ++j) {
+            const u32 wd = w0 + j * blockDim.x;
+            if (wd >= units) break;
+            put(wd, r[j]);
+        }
+    }
+}
+
 // ---- the group-column engine (4 bits, one token; quantized_matmul.cu and
 // quantized_matmul_id.cu) ----
 
@@ -1189,19 +1238,15 @@ __device__ __forceinline__ void qmv_gc(const TX* x, const unsigned char* w, cons
     float* red = reinterpret_cast<float*>(zb + 4u * V);
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const u32 g = lane >> 2, t = lane & 3u;
-    // Kp / 8 is a multiple of 32, so whole warps take each pass; a group's
-    // GS / 8 words are consecutive lanes.
-    for (u32 wd = tid; wd < Kp / 8u; wd += blockDim.x) {
-        uint4 r = make_uint4(0u, 0u, 0u, 0u);
-        if (wd * 8u < K) {
-            if constexpr (sizeof(TX) == 4) {
-                // f32 x rounded to T, as the vector engine rounds it.
-                const float4 lo = *reinterpret_cast<const float4*>(x + u64(wd) * 8u);
-                const float4 hi = *reinterpret_cast<const float4*>(x + u64(wd) * 8u + 4u);
-                r = make_uint4(pack2<T>(lo.x, lo.y), pack2<T>(lo.z, lo.w), pack2<T>(hi.x, hi.y), pack2<T>(hi.z, hi.w));
-            } else {
-                r = *reinterpret_cast<const uint4*>(x + u64(wd) * 8u);
-            }
+    // Kp / 8 units of 8 values, a multiple of 32: whole warps take each pass; a group's
+    // GS / 8 units are consecutive lanes.
+    constexpr u32 NV = sizeof(TX) == 4 ? 2u : 1u;
+    gc_stage_x<TX, NV, 4u>(x, K, Kp / 8u, true, [&](u32 wd, const uint4 (&raw)[NV]) {
+        uint4 r = raw[0];
+        if constexpr (sizeof(TX) == 4) {
+            // f32 x rounded to T, as the vector engine rounds it.
+            const float4 lo = *reinterpret_cast<const float4*>(&raw[0]), hi = *reinterpret_cast<const float4*>(&raw[NV - 1u]);
+            r = make_uint4(pack2<T>(lo.x, lo.y), pack2<T>(lo.z, lo.w), pack2<T>(hi.x, hi.y), pack2<T>(hi.z, hi.w));
         }
         xp[wd] = make_uint4(__byte_perm(r.x, r.z, 0x5410), __byte_perm(r.x, r.z, 0x7632), __byte_perm(r.y, r.w, 0x5410),
                             __byte_perm(r.y, r.w, 0x7632));
@@ -1211,7 +1256,7 @@ __device__ __forceinline__ void qmv_gc(const TX* x, const unsigned char* w, cons
 #pragma unroll
         for (u32 o = 1; o < GS / 8u; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
         if (wd % (GS / 8u) == 0u) xsum[wd / (GS / 8u)] = s;
-    }
+    });
     for (u32 i = tid; i < 4u * V; i += blockDim.x) zb[i] = make_uint4(0u, 0u, 0u, 0u);
     __syncthreads();
     const u32 tile = blk * TPB + warp / W, part = warp % W, row0 = tile * (GU ? 8u : 16u);
@@ -2374,8 +2419,8 @@ __device__ __forceinline__ void gmv_gc_q4k(const unsigned char* w, const float* 
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const u32 g = lane >> 2, t = lane & 3u;
     // K / 4 words, a multiple of 64: whole warps a pass; a sub-block's 8 words are 8 consecutive lanes.
-    for (u32 wd = tid; wd < K / 4u; wd += blockDim.x) {
-        const float4 v = *reinterpret_cast<const float4*>(x + u64(wd) * 4u);
+    gc_stage_x<float, 1u, 4u>(x, K, K / 4u, true, [&](u32 wd, const uint4 (&raw)[1]) {
+        const float4 v = *reinterpret_cast<const float4*>(&raw[0]);
         const u32 p0 = pack_bf16(v.x, v.z), p1 = pack_bf16(v.y, v.w);
         xs[wd] = make_uint2(p0, p1);
         const __nv_bfloat162 h0 = *reinterpret_cast<const __nv_bfloat162*>(&p0), h1 = *reinterpret_cast<const __nv_bfloat162*>(&p1);
@@ -2383,7 +2428,7 @@ __device__ __forceinline__ void gmv_gc_q4k(const unsigned char* w, const float* 
 #pragma unroll
         for (u32 o = 1; o < 8u; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
         if (wd % 8u == 0u) xsum[wd / 8u] = s;
-    }
+    });
     if (tid < 8u) zb[tid] = make_uint2(0u, 0u);
     __syncthreads();
     const u32 tile = blk * TPB + warp / W, part = warp % W, row0 = tile * (GU ? 8u : 16u);
@@ -2510,34 +2555,17 @@ __device__ __forceinline__ void gmv_gc_q8_0(unsigned char* smem, const unsigned 
         cp_async_commit();
     }
     // x as f16 pairs, zeros past K to whole rounds; a block's 8 quads of values are 8 consecutive threads (R x 64 of
-    // them, whole warps). A thread's loads of a pass (XB quads) are issued together, so a pass waits for L2 once.
-    // x is 16-byte aligned wherever it comes from a buffer (views start on 16); else value by value.
-    constexpr u32 XB = 2;
-    const bool xvec = aligned16(x);
-    for (u32 w0 = tid; w0 < R * 64u; w0 += XB * blockDim.x) {
-        float4 v[XB];
+    // them, whole warps). x is 16-byte aligned wherever it comes from a buffer (views start on 16); else value by value.
+    gc_stage_x<float, 1u, 4u>(x, K, R * 64u, aligned16(x), [&](u32 wd, const uint4 (&raw)[1]) {
+        const float4 v = *reinterpret_cast<const float4*>(&raw[0]);
+        const u32 p0 = pack2<__half>(v.x, v.y), p1 = pack2<__half>(v.z, v.w);
+        reinterpret_cast<uint2*>(xs)[wd] = make_uint2(p0, p1);
+        const __half2 h0 = *reinterpret_cast<const __half2*>(&p0), h1 = *reinterpret_cast<const __half2*>(&p1);
+        float s = (__low2float(h0) + __high2float(h0)) + (__low2float(h1) + __high2float(h1));
 #pragma unroll
-        for (u32 j = 0; j < XB; ++j) {
-            const u32 wd = w0 + j * blockDim.x;
-            v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (wd * 4u < K) {
-                v[j] = xvec ? *reinterpret_cast<const float4*>(x + u64(wd) * 4u)
-                            : make_float4(x[wd * 4u], x[wd * 4u + 1u], x[wd * 4u + 2u], x[wd * 4u + 3u]);
-            }
-        }
-#pragma unroll
-        for (u32 j = 0; j < XB; ++j) {
-            const u32 wd = w0 + j * blockDim.x;
-            if (wd >= R * 64u) break;  // the same for the whole warp: R x 64 is a multiple of 32
-            const u32 p0 = pack2<__half>(v[j].x, v[j].y), p1 = pack2<__half>(v[j].z, v[j].w);
-            reinterpret_cast<uint2*>(xs)[wd] = make_uint2(p0, p1);
-            const __half2 h0 = *reinterpret_cast<const __half2*>(&p0), h1 = *reinterpret_cast<const __half2*>(&p1);
-            float s = (__low2float(h0) + __high2float(h0)) + (__low2float(h1) + __high2float(h1));
-#pragma unroll
-            for (u32 o = 1; o < 8u; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (wd % 8u == 0u) xsum[wd / 8u] = s;
-        }
-    }
+        for (u32 o = 1; o < 8u; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (wd % 8u == 0u) xsum[wd / 8u] = s;
+    });
     if (tid < 4u) zb[tid] = make_uint4(0u, 0u, 0u, 0u);
     __syncthreads();
     // Tile rows of this lane (weight rows clamped below N: rows past N compute what nobody stores).
