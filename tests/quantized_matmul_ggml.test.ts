@@ -183,6 +183,10 @@ describe('quantized_matmul_ggml params, bindings and launches', () => {
     expect([704, 2112, 96, 46080, 46336].map((k) => [ggmlGcTakes('Q8_0', 1, k), ggmlMatmulCudaLaunch('Q8_0', 'vector', 1, 2816, k).threadgroupMemory![0]]))
       .toEqual([[true, q8(1, 3)], [true, q8(3, 9)], [true, q8(1, 1)], [true, q8(3, 180)], [false, 4 * 3 * 16 * 304 + 2048]]);
     expect(ggmlGcTakes('Q8_0', 2, 2112)).toBe(false);
+    // One token of Q6_K: its group-column engine alike, x as f16 with a sum a group of 16 values (k 2 + k / 4 + 320 bytes).
+    expect([512, 5376, 43520, 43776].map((k) => [ggmlGcTakes('Q6_K', 1, k), ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 2048, k).threadgroupMemory![0]]))
+      .toEqual([[true, 4 * 16 * 240 + 1024 + 128 + 320], [true, 4 * 3 * 16 * 240 + 5376 * 2 + 1344 + 320],
+        [true, 4 * 3 * 16 * 240 + 43520 * 2 + 10880 + 320], [false, 4 * 3 * 16 * 240 + 2048]]);
     expect(ggmlMatmulCudaLaunch('Q4_K', 'matrix', 8192, 17408, 5120)).toEqual({ grid: [68 * 64, 1, 1], threads: [256, 1, 1],
       threadgroupMemory: { 0: 61440 } });
     expect(ggmlMmCudaTile(100, 100)).toEqual({ bm: 64, bn: 128, threads: 128, sharedBytes: 30720 });
@@ -444,6 +448,16 @@ describeBackends('quantized_matmul_ggml parity', ({ device, backend }) => {
     const over: string[] = [];
     for (const [n, k] of [[37, 704], [5, 64], [7, 96], [19, 736], [16, 2112], [9, 17408]] as const) {
       const e = product(dev, 'Q8_0', 1, n, k, 'vector', n * 3 + k);
+      if (!(e <= tolOf('vector', k))) over.push(`[1, ${n}, ${k}]: ${e}`);
+    }
+    expect(over).toEqual([]);
+  }, 120_000);
+
+  test('one token of Q6_K (CUDA\'s group-column engine): one super-block, rows on 2 bytes (odd super-blocks), rows past a tile, long rows', () => {
+    const dev = device();
+    const over: string[] = [];
+    for (const [n, k] of [[37, 256], [19, 768], [16, 2048], [9, 17408]] as const) {
+      const e = product(dev, 'Q6_K', 1, n, k, 'vector', n * 5 + k);
       if (!(e <= tolOf('vector', k))) over.push(`[1, ${n}, ${k}]: ${e}`);
     }
     expect(over).toEqual([]);

@@ -94,7 +94,10 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     expect(ggmlIdMvCudaLaunch('Q4_K', 8, 2048, 32768).threadgroupMemory).toEqual({ 0: ggmlGcSharedBytes('Q4_K', 32768) });
     expect(ggmlGcSharedBytes('Q4_K', 32768)).toBeGreaterThan(ggmlMvCudaSharedBytes('Q4_K'));
     expect(ggmlIdMvCudaLaunch('Q4_K', 8, 2048, 65536).threadgroupMemory).toEqual({ 0: ggmlMvCudaSharedBytes('Q4_K') });
-    expect(ggmlIdMvCudaLaunch('Q6_K', 8, 2048, 32768).threadgroupMemory).toEqual({ 0: ggmlMvCudaSharedBytes('Q6_K') });
+    // Q6_K's engine alike (x as f16 with a sum a group of 16): its own shared memory up to x's copy within the bound.
+    expect(ggmlIdMvCudaLaunch('Q6_K', 8, 2048, 32768).threadgroupMemory).toEqual({ 0: ggmlGcSharedBytes('Q6_K', 32768) });
+    expect(ggmlGcSharedBytes('Q6_K', 32768)).toBe(4 * 3 * 16 * 240 + 32768 * 2 + 32768 / 4 + 320);
+    expect(ggmlIdMvCudaLaunch('Q6_K', 8, 2048, 65536).threadgroupMemory).toEqual({ 0: ggmlMvCudaSharedBytes('Q6_K') });
     // Q8_0's group-column engine at one token a pair, its own shared memory (ggmlGcSharedBytes): Gemma 4's expert down
     // (k 704, a stage a warp), k 2112 (3 stages), k 352 (2 rounds, one stage).
     expect([704, 2112, 352].map((k) => ggmlIdMvCudaLaunch('Q8_0', 8, 2816, k).threadgroupMemory![0]))

@@ -2643,4 +2643,148 @@ __device__ __forceinline__ void gmv_gc_q8_0(unsigned char* smem, const unsigned 
     gc_store<W, GU>(acc_a, acc_b, red, warp, lane, part, row0, N, y, activation);
 }
 
+// ---- Q6_K at one token: the group-column engine (quantized_matmul_ggml,
+// quantized_matmul_id_ggml) ----
+
+// The group-column engine for Q6_K (210-byte super-blocks of 256 values:
+// ql[128] low nibbles, qh[64] high bit pairs, 16 int8 scales, f16 d; w = d
+// sc (q - 32)): what kernel_mul_mv_q6_K_f32 runs for one token and
+// kernel_mul_mv_id_q6_K_f32 (_gate_up) for each pair. A round is a
+// super-block, two mma halves of 128 values (ql 64 bytes, qh 32); a half's
+// 8 groups of 16 values (one scale each) are the mma's 8 columns. Lane (g,
+// t) takes groups 2t and 2t + 1 of rows g and g + 8: values 32t .. 32t + 31
+// of the half, whose low nibbles are ql[32 (t % 2) + l] >> 4 (t / 2) and
+// high bits qh[l] >> 2t (l = 0 .. 31), as llama.cpp lays them out. Mma step
+// s (8 a half) takes values l = 2s, 2s + 1 of group 2t (a0, a1: rows g, g +
+// 8) and l = 16 + 2s, 17 + 2s of group 2t + 1 (a2, a3), each as f16 1024 +
+// q, exact (a byte pair spread to 16-bit lanes by one byte_perm, the
+// nibbles and bits masked in); B's column n is x on group n's values 2s, 2s
+// + 1. Then y += d sc_n (C_n - 1056 X_n), X_n the group's sum of x rounded
+// to f16. The rounds come through shared memory as gmv_gc_q8_0's (rows on 2
+// bytes; gmv_copy into the vector engine's stages, gc_q6k_stages a warp).
+// 128 threads, grid ceil(ceil(N / 16) W / 4), dynamic shared memory
+// gc_q6k_shared(K, W) from `smem`; chosen from the sizes alone
+// (gc_q6k_takes; ts: ggmlGcTakes, ggmlGcSharedBytes). GU as gmv_gc_q8_0's.
+constexpr u32 GC_Q6_SP = GmvStage<GGML_Q6_K>::SP;  // 240 bytes a stage row
+__device__ __forceinline__ u32 gc_q6k_stages(u32 K, u32 W) { return min(GMV_STAGES, (K / 256u + W - 1u) / W); }
+// The stages, x (K f16 values and a sum a group of 16), 64 bytes of zeros and the warps' 256 bytes of sums.
+__device__ __forceinline__ u32 gc_q6k_shared(u32 K, u32 W) { return GMV_WARPS * gc_q6k_stages(K, W) * 16u * GC_Q6_SP + K * 2u + K / 4u + 320u; }
+// Whether one token's Q6_K product of rows of K values takes the engine: x's copy within GC_MAX_SHARED.
+__device__ __forceinline__ bool gc_q6k_takes(u32 K) { return K * 2u + K / 4u + 320u <= GC_MAX_SHARED; }
+template <u32 W, bool GU = false>
+__device__ __forceinline__ void gmv_gc_q6k(unsigned char* smem, const unsigned char* w, const float* x, float* y, u32 N, u32 K, u32 blk,
+                                           const unsigned char* uw = nullptr, u32 activation = 0u) {
+    constexpr u32 TPB = 4u / W, SP = GC_Q6_SP;
+    constexpr float M = 1056.0f;  // 1024 + 32: the f16 offset and Q6_K's own
+    const u32 R = K / 256u, S = gc_q6k_stages(K, W);
+    const u64 rb = u64(R) * 210u;
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const u32 g = lane >> 2, t = lane & 3u;
+    unsigned char* stages = smem + warp * S * 16u * SP;
+    uint4* xs = reinterpret_cast<uint4*>(smem + GMV_WARPS * S * 16u * SP);  // K / 16 groups x 2 units (8 f16 pairs)
+    float* xsum = reinterpret_cast<float*>(xs + K / 8u);                    // K / 16
+    uint4* zb = reinterpret_cast<uint4*>(xsum + K / 16u);                    // a group's 2 units of zeros (4 held)
+    float* red = reinterpret_cast<float*>(zb + 4);                           // 4 warps x 16
+    const u32 tile = blk * TPB + warp / W, part = warp % W, row0 = tile * (GU ? 8u : 16u);
+    const u32 mine = row0 < N && part < R ? (R - part + W - 1u) / W : 0u;
+    const unsigned char* wb = GU ? uw : w;
+    constexpr u32 HB = GU ? 0u : 8u;
+    for (u32 s = 0; s + 1u < S; ++s) {
+        if (s < mine) gmv_copy<GGML_Q6_K>(w, wb, HB, rb, N, K, row0, part + s * W, stages + s * 16u * SP, lane);
+        cp_async_commit();
+    }
+    // x as f16 pairs in order, a group of 16 values 4 consecutive threads (K / 4 units, whole warps), with its sum.
+    gc_stage_x<float, 1u, 4u>(x, K, K / 4u, aligned16(x), [&](u32 wd, const uint4 (&raw)[1]) {
+        const float4 v = *reinterpret_cast<const float4*>(&raw[0]);
+        const u32 p0 = pack2<__half>(v.x, v.y), p1 = pack2<__half>(v.z, v.w);
+        reinterpret_cast<uint2*>(xs)[wd] = make_uint2(p0, p1);
+        const __half2 h0 = *reinterpret_cast<const __half2*>(&p0), h1 = *reinterpret_cast<const __half2*>(&p1);
+        float sm = (__low2float(h0) + __high2float(h0)) + (__low2float(h1) + __high2float(h1));
+        sm += __shfl_xor_sync(0xffffffffu, sm, 1);
+        sm += __shfl_xor_sync(0xffffffffu, sm, 2);
+        if (wd % 4u == 0u) xsum[wd / 4u] = sm;
+    });
+    if (tid < 4u) zb[tid] = make_uint4(0u, 0u, 0u, 0u);
+    __syncthreads();
+    const u32 rowa = min(row0 + g, N - 1u), rowb = min(row0 + HB + g, N - 1u);
+    const u32 ta = rowa - row0, tb = GU ? 8u + rowb - row0 : rowb - row0;
+    const u64 abase = reinterpret_cast<u64>(w) + u64(rowa) * rb, bbase = reinterpret_cast<u64>(wb) + u64(rowb) * rb;
+    // 8 words at p: 4-byte loads where p is on 4, else 2-byte ones (rows of 210-byte super-blocks are on 2).
+    auto words = [](const unsigned char* p, u32 (&q)[8]) {
+        if ((reinterpret_cast<u64>(p) & 3u) == 0u) {
+#pragma unroll
+            for (u32 j = 0; j < 8u; ++j) q[j] = reinterpret_cast<const u32*>(p)[j];
+        } else {
+#pragma unroll
+            for (u32 j = 0; j < 8u; ++j) q[j] = ld32_2(p + 4u * j);
+        }
+    };
+    const u32 sh_lo = 4u * (t >> 1), sh_hi = 2u * t;
+    // Values l, l + 1 (halfword hw of a word) as f16 1024 + q: low nibbles of ql's word, high bits of qh's.
+    auto cvt = [&](u32 lw, u32 hw2, u32 hw) {
+        const u32 sel = hw ? 0x4342u : 0x4140u;
+        const u32 lo = (__byte_perm(lw, 0u, sel) >> sh_lo) & 0x000F000Fu;
+        const u32 hi = (__byte_perm(hw2, 0u, sel) >> sh_hi) & 0x00030003u;
+        return lo | (hi << 4) | 0x64006400u;
+    };
+    float acc_a = 0.0f, acc_b = 0.0f;
+    for (u32 i = 0; i < mine; ++i) {
+        const u32 next = i + S - 1u;
+        if (next < mine) gmv_copy<GGML_Q6_K>(w, wb, HB, rb, N, K, row0, part + next * W, stages + (next % S) * 16u * SP, lane);
+        cp_async_commit();
+        if (S >= 3u) {
+            cp_async_wait<2>();
+        } else if (S == 2u) {
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncwarp();
+        const u32 rr = part + i * W;  // the round: super-block rr of each row
+        const u64 off = u64(rr) * 210u;
+        const unsigned char* st = stages + (i % S) * 16u * SP;
+        const unsigned char* pa = st + ta * SP + ((abase + off) & 15u);
+        const unsigned char* pb = st + tb * SP + ((bbase + off) & 15u);
+        const float da = f16_at(pa + 208), db = f16_at(pb + 208);
+#pragma unroll
+        for (u32 n = 0; n < 2u; ++n) {
+            u32 la[8], lb[8], ha[8], hb[8];
+            words(pa + 64u * n + 32u * (t & 1u), la);
+            words(pb + 64u * n + 32u * (t & 1u), lb);
+            words(pa + 128u + 32u * n, ha);
+            words(pb + 128u + 32u * n, hb);
+            const u32 g0 = rr * 16u + 8u * n + 2u * t;  // this lane's first group over the row
+            const uint4* x0 = g == 2u * t ? xs + u64(g0) * 2u : zb;
+            const uint4* x1 = g == 2u * t + 1u ? xs + u64(g0 + 1u) * 2u : zb;
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (u32 u = 0; u < 2u; ++u) {
+                const uint4 v0 = x0[u], v1 = x1[u];
+                const u32 xv0[4] = {v0.x, v0.y, v0.z, v0.w}, xv1[4] = {v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+                for (u32 e = 0; e < 4u; ++e) {
+                    const u32 s = 4u * u + e;  // values 2s, 2s + 1 of each group: word s / 2 (group 2t), 4 + s / 2 (2t + 1)
+                    const u32 hw = s & 1u, j0 = s / 2u, j1 = 4u + s / 2u;
+                    const u32 a[4] = {cvt(la[j0], ha[j0], hw), cvt(lb[j0], hb[j0], hw), cvt(la[j1], ha[j1], hw), cvt(lb[j1], hb[j1], hw)};
+                    if (hw == 0u) {
+                        mma16<__half>(c, a, xv0[e], xv1[e]);
+                    } else {
+                        mma16<__half>(c1, a, xv0[e], xv1[e]);
+                    }
+                }
+            }
+            // Scales of groups 2t, 2t + 1 of the half (int8 at 192 + 8n + 2t), times d.
+            const u32 sca = ld16(pa + 192u + 8u * n + 2u * t), scb = ld16(pb + 192u + 8u * n + 2u * t);
+            const float x0s = xsum[g0], x1s = xsum[g0 + 1u];
+            acc_a += da * (float(static_cast<signed char>(sca & 0xffu)) * fmaf(-M, x0s, c[0] + c1[0]) +
+                           float(static_cast<signed char>(sca >> 8)) * fmaf(-M, x1s, c[1] + c1[1]));
+            acc_b += db * (float(static_cast<signed char>(scb & 0xffu)) * fmaf(-M, x0s, c[2] + c1[2]) +
+                           float(static_cast<signed char>(scb >> 8)) * fmaf(-M, x1s, c[3] + c1[3]));
+        }
+        __syncwarp();
+    }
+    cp_async_wait<0>();
+    gc_store<W, GU>(acc_a, acc_b, red, warp, lane, part, row0, N, y, activation);
+}
+
 // ---- end of GGUF block formats ----

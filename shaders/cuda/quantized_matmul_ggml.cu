@@ -364,9 +364,10 @@ __device__ __forceinline__ bool gc_q4k_takes(const void* w, const float* x, u32 
     return M == 1u && gc_q4k_shared(K) <= GC_MAX_SHARED && aligned16(w) && aligned16(x);
 }
 
-// kernel_mul_mv_q8_0_f32 runs the prelude's gmv_gc_q8_0 for one token where
-// x's copy fits (gc_q8_0_takes; W = 4, the vector engine's grid), the
-// choice made alike by ggmlGcTakes and ggmlMatmulCudaLaunch's shared memory.
+// kernel_mul_mv_q8_0_f32 and kernel_mul_mv_q6_K_f32 run the prelude's
+// gmv_gc_q8_0 / gmv_gc_q6k for one token where x's copy fits
+// (gc_q8_0_takes, gc_q6k_takes; W = 4, the vector engine's grid), the choice
+// made alike by ggmlGcTakes and ggmlMatmulCudaLaunch's shared memory.
 
 }  // namespace
 
@@ -386,6 +387,10 @@ __device__ __forceinline__ bool gc_q4k_takes(const void* w, const float* x, u32 
         }                                                                                                            \
         if (F == GGML_Q8_0 && p->ne1 == 1 && gc_q8_0_takes(u32(p->ne00))) {                                           \
             gmv_gc_q8_0<4>(smem_raw, src0, src1, dst, u32(p->ne01), u32(p->ne00), blockIdx.x);                                   \
+            return;                                                                                                  \
+        }                                                                                                            \
+        if (F == GGML_Q6_K && p->ne1 == 1 && gc_q6k_takes(u32(p->ne00))) {                                            \
+            gmv_gc_q6k<4>(smem_raw, src0, src1, dst, u32(p->ne01), u32(p->ne00), blockIdx.x);                                    \
             return;                                                                                                  \
         }                                                                                                            \
         gmv<F>(smem_raw, src0, src1, dst, u32(p->ne1), u32(p->ne01), u32(p->ne00), p->ne10, p->ne0, blockIdx.x * 16u); \

@@ -22,9 +22,10 @@
 //     form's grid, W warps a tile (4; 2 below 4 super-blocks of k but for
 //     gate/up), a block 4 / W tiles (the pair's blocks between those idle),
 //     x of the pair's token copied into shared memory by each working block.
-//   Q8_0, both vector forms: gmv_gc_q8_0 (its gate-up form for gate/up) per
-//     pair on the vector form's grid, 4 warps a tile, where x's copy fits
-//     (gc_q8_0_takes), whatever the experts' alignment.
+//   Q8_0 and Q6_K, both vector forms: gmv_gc_q8_0 / gmv_gc_q6k (their
+//     gate-up forms for gate/up) per pair on the vector form's grid, 4 warps
+//     a tile, where x's copy fits (gc_q8_0_takes, gc_q6k_takes), whatever
+//     the experts' alignment.
 //   swiglu (kernel_mul_mv_id_q4_0_f32_swiglu, the crate's): the vector form
 //     over x = silu(gate) * up of each pair's own row, made as x is loaded.
 // An id at or past the experts gives a row of zeros and reads no weight.
@@ -77,6 +78,13 @@ __device__ __forceinline__ void mv_id(unsigned char* smem, const unsigned char* 
         // Q8_0: the group-column engine (gmv_gc_q8_0, 4 warps a tile: the vector form's grid) where x's copy fits.
         if (gc_q8_0_takes(K)) {
             gmv_gc_q8_0<4u, GU>(smem, w + off, x + xo, yr, N, K, row0 / ROWS, up + off, activation);
+            return;
+        }
+    }
+    if constexpr (F == GGML_Q6_K && !SW) {
+        // Q6_K: its group-column engine (gmv_gc_q6k, as Q8_0's) where x's copy fits.
+        if (gc_q6k_takes(K)) {
+            gmv_gc_q6k<4u, GU>(smem, w + off, x + xo, yr, N, K, row0 / ROWS, up + off, activation);
             return;
         }
     }

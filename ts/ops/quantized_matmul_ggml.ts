@@ -178,38 +178,38 @@ const GGML_ROWS_CUDA_BLOCKS = 4096;
 /**
  * The shared memory of the group-column engines (shaders/cuda/common.cuh):
  * Q4_K (gc_q4k_shared) x as bf16 pairs, the sub-blocks' sums, 1 KiB; Q8_0
- * (gc_q8_0_shared, 4 warps a tile) each warp's stages of 16 rows of the
- * vector engine's pitch, one a round it takes up to 3, then x to whole
- * rounds of 256 values as f16 pairs with the blocks' sums (68 bytes a block
- * of 32) and 320 bytes.
+ * and Q6_K (gc_q8_0_shared, gc_q6k_shared, 4 warps a tile) each warp's
+ * stages of 16 rows of the vector engine's pitch, one a round (256 values)
+ * it takes up to 3, then x as f16 pairs with their sums (ggmlGcXBytes).
  */
-export function ggmlGcSharedBytes(type: 'Q4_K' | 'Q8_0', k: number): number {
+export function ggmlGcSharedBytes(type: 'Q4_K' | 'Q8_0' | 'Q6_K', k: number): number {
   if (type === 'Q4_K') return k * 2 + (k / 32) * 4 + 1024;
   const rounds = Math.ceil(k / 256);
   const stages = Math.min(GGML_MV_CUDA_STAGES, Math.ceil(rounds / GGML_MV_CUDA_WARPS));
-  return GGML_MV_CUDA_WARPS * stages * GGML_MV_CUDA_ROWS * ggmlMvCudaStageRow('Q8_0') + ggmlGcQ8XBytes(k);
+  return GGML_MV_CUDA_WARPS * stages * GGML_MV_CUDA_ROWS * ggmlMvCudaStageRow(type) + ggmlGcXBytes(type, k);
 }
-/** The Q8_0 engine's shared memory past its stages. */
-const ggmlGcQ8XBytes = (k: number): number => Math.ceil(k / 256) * 8 * 68 + 320;
+/** The Q8_0 and Q6_K engines' shared memory past their stages: x as f16 with a sum a block of 32 (Q8_0, whole rounds of 256) or a group of 16 (Q6_K), 320 bytes. */
+const ggmlGcXBytes = (type: 'Q8_0' | 'Q6_K', k: number): number =>
+  (type === 'Q8_0' ? Math.ceil(k / 256) * 8 * 68 : k * 2 + k / 4) + 320;
 /**
- * Whether kernel_mul_mv_q4_K_f32 / kernel_mul_mv_q8_0_f32 take a
- * group-column engine: one token, x's copy within GC_MAX_SHARED (the kernels
- * decide alike: gc_q4k_takes, gc_q8_0_takes). Q4_K's kernel also keeps the
+ * Whether kernel_mul_mv_<q4_K|q8_0|q6_K>_f32 take a group-column engine:
+ * one token, x's copy within GC_MAX_SHARED (the kernels decide alike:
+ * gc_q4k_takes, gc_q8_0_takes, gc_q6k_takes). Q4_K's kernel also keeps the
  * vector engine for a weight or x not 16-byte aligned, so its launch holds
- * the larger of both engines' shared memory; Q8_0's engine reads any
- * alignment and its launch holds its own. The grid is the vector engine's
- * (4 warps a 16-row tile).
+ * the larger of both engines' shared memory; the Q8_0 and Q6_K engines read
+ * any alignment their rows have and their launches hold their own. The
+ * grid is the vector engine's (4 warps a 16-row tile).
  */
-export function ggmlGcTakes(type: GgmlQuantType, m: number, k: number): type is 'Q4_K' | 'Q8_0' {
+export function ggmlGcTakes(type: GgmlQuantType, m: number, k: number): type is 'Q4_K' | 'Q8_0' | 'Q6_K' {
   if (m !== 1) return false;
   if (type === 'Q4_K') return ggmlGcSharedBytes(type, k) <= GC_MAX_SHARED;
-  return type === 'Q8_0' && ggmlGcQ8XBytes(k) <= GC_MAX_SHARED;
+  return (type === 'Q8_0' || type === 'Q6_K') && ggmlGcXBytes(type, k) <= GC_MAX_SHARED;
 }
 
 /** The CUDA shared memory of a one-token vector launch (both forms): a group-column engine's where it takes the product. */
 export function ggmlMvCudaShared(type: GgmlQuantType, m: number, k: number): number {
   if (!ggmlGcTakes(type, m, k)) return ggmlMvCudaSharedBytes(type);
-  return type === 'Q8_0' ? ggmlGcSharedBytes(type, k) : Math.max(ggmlMvCudaSharedBytes(type), ggmlGcSharedBytes(type, k));
+  return type === 'Q4_K' ? Math.max(ggmlMvCudaSharedBytes(type), ggmlGcSharedBytes(type, k)) : ggmlGcSharedBytes(type, k);
 }
 
 /** The CUDA launch of the vector or matrix kernel at these sizes. */

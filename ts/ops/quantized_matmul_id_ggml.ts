@@ -126,20 +126,20 @@ export function packGgmlMatmulIdMmParams(s: GgmlIdSizes): Uint8Array {
 // ---- CUDA launches (shaders/cuda/quantized_matmul_id_ggml.cu; one-dimensional grids) ----
 
 /**
- * Whether the CUDA vector forms run a pair's Q4_K or Q8_0 product on a
+ * Whether the CUDA vector forms run a pair's Q4_K, Q8_0 or Q6_K product on a
  * group-column engine (shaders/cuda/quantized_matmul_id_ggml.cu
  * gc_q4k_id_takes, which also asks for 16-byte aligned operands and else
- * runs the vector engine on the same grid, and gc_q8_0_takes): as
+ * runs the vector engine on the same grid, gc_q8_0_takes, gc_q6k_takes): as
  * ggmlGcTakes at one token, the shared memory ggmlMvCudaShared's.
  */
-export function ggmlIdGcTakes(type: GgmlQuantType, k: number): type is 'Q4_K' | 'Q8_0' {
+export function ggmlIdGcTakes(type: GgmlQuantType, k: number): type is 'Q4_K' | 'Q8_0' | 'Q6_K' {
   return ggmlGcTakes(type, 1, k);
 }
 
 /**
  * The CUDA vector forms: quantized_matmul_ggml's vector engine, a 128-thread
  * block per (pair, 16 rows of its expert); the gate/up form's blocks take 8
- * output rows, their gate and up rows the engine's 16. Q4_K and Q8_0
+ * output rows, their gate and up rows the engine's 16. Q4_K, Q8_0 and Q6_K
  * (ggmlIdGcTakes): a group-column engine on the same grid, 4 warps over a
  * block's tile, its shared memory where that is more.
  */

@@ -16,8 +16,8 @@
 // |got - want| / max |want| under the output type's tolerance. run.sh builds
 // and runs it; `big` adds the 128 x 256 tiles and many vector blocks;
 // `variants` runs only the int8 engine's variants (run_variants) and Q4_K's
-// group-column ones (run_gc), `vgc` only the latter, `q8_0` only Q8_0's
-// products.
+// group-column ones (run_gc), `vgc` only the latter, `q8_0` / `q6_K` only
+// that format's products.
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include "ggml_blocks.h"
@@ -85,6 +85,7 @@ void run_matmul(int f, MV mv, MM mm, bool matrix, u32 M, u32 N, u32 K, bool big_
     u32 smem = 4 * 3 * 16 * sp + 4 * 128 * 4;
     if (M == 1 && f == Q4_K) smem = std::max(smem, K * 2 + K / 32 * 4 + 1024);
     if (M == 1 && f == Q8_0) smem = 4 * std::min(3u, cdiv(cdiv(K, 256), 4)) * 16 * sp + cdiv(K, 256) * 8 * 68 + 320;
+    if (M == 1 && f == Q6_K) smem = 4 * std::min(3u, cdiv(K / 256, 4)) * 16 * sp + K * 2 + K / 4 + 320;
     sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, smem, [&] { mv(w, x.p, y.p, &p); });
   } else {
     GgmlMatmulMmParams p{};
@@ -279,9 +280,22 @@ int main(int argc, char** argv) {
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 21, 2048, true, 6);            \
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 7, 96);                        \
     }                                                                                                         \
+    /* Q6_K at one token (its group-column engine): rows past a tile, rows on 2 bytes (odd super-blocks),      \
+       1, 2 and 3 stages a warp, the weight 2 and 4 bytes off 16. */                                           \
+    if (F == Q6_K) {                                                                                          \
+      run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 37, 256);                      \
+      run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 19, 3 * 256, true, 2);         \
+      run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 16, 2048, true, 4);            \
+      run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 9, 5376);                      \
+    }                                                                                                         \
     /* The matrix engine, 64 x 128 tiles: partial tiles. */                                                  \
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 70, 130, 256);                      \
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 9, 7, 2 * kb);                      \
+  }
+  if (argc > 1 && std::string(argv[1]) == "q6_K") {
+    MATMUL(Q6_K, q6_K)
+    std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
+    return failures != 0;
   }
   if (argc > 1 && std::string(argv[1]) == "q8_0") {
     MATMUL(Q8_0, q8_0)

@@ -82,6 +82,7 @@ void run_id(int f, MV mv, MM mm, bool matrix, u32 T, u32 U, u32 N, u32 K, u32 E,
   u32 smem = 4 * 3 * 16 * sp + 4 * 128 * 4;
   if (f == Q4_K) smem = std::max(smem, K * 2 + K / 32 * 4 + 1024);
   if (f == Q8_0) smem = 4 * std::min(3u, cdiv(cdiv(K, 256), 4)) * 16 * sp + cdiv(K, 256) * 8 * 68 + 320;
+  if (f == Q6_K) smem = 4 * std::min(3u, cdiv(K / 256, 4)) * 16 * sp + K * 2 + K / 4 + 320;
   constexpr bool GU = std::is_invocable_v<MV, const unsigned char*, const float*, float*, const u32*, const GgmlMatvecIdGateUpParams*,
                                            const unsigned char*>;
   if constexpr (GU) {
@@ -219,6 +220,13 @@ int main() {
   run_id(Q8_0, kernel_mul_mv_id_q8_0_f32, kernel_mul_mm_id_q8_0_f32, false, 8, 1, 100, 2112, 6, 4, true, 4);
   run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_gate_up, kernel_mul_mm_id_q8_0_f32, false, 1, 8, 20, 704, 8, 8, false, 0, 0);
   run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_gate_up, kernel_mul_mm_id_q8_0_f32, false, 2, 4, 37, 2112, 6, 6, true, 4, 1, 4);
+  // Q6_K's group-column engine (every vector case of Q6_K above too): Qwen3.6's expert down (k 512) over decode's
+  // 8 pairs, N past a tile; 8 tokens with bad ids, experts 2 bytes off 4 (an odd number of super-blocks apart)
+  // and k 2304; the gate/up form, its up weight 4 bytes off 16.
+  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32, kernel_mul_mm_id_q6_K_f32, false, 1, 8, 37, 512, 16, 16, false, 0);
+  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32, kernel_mul_mm_id_q6_K_f32, false, 8, 1, 100, 2304, 6, 4, true, 18);
+  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_gate_up, kernel_mul_mm_id_q6_K_f32, false, 1, 8, 20, 1280, 8, 8, false, 0, 0);
+  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_gate_up, kernel_mul_mm_id_q6_K_f32, false, 2, 4, 37, 512, 6, 6, true, 2, 1, 4);
   // The crate's swiglu: decode's 8 pairs (repeated experts, N past a block's 16 rows), bad ids with experts off
   // 16-byte alignment and a partial window, one row.
   run_swiglu(8, 37, 512, 12, 5, false, 0);
