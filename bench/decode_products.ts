@@ -205,6 +205,7 @@ const makers: [string, () => Case][] = [
   ['gguf q8_0 gdn in_proj', () => ggml('gguf q8_0 gdn in_proj', 'Q8_0', 12352, 2048)],
   ['gguf q8_0 experts gate_up', () => ggmlExperts('gguf q8_0 experts gate_up', 'Q8_0', true, 256, 512, 2048)],
   ['gguf q8_0 experts down', () => ggmlExperts('gguf q8_0 experts down', 'Q8_0', false, 256, 2048, 512)],
+  ['gguf q8_0 lm_head', () => ggml('gguf q8_0 lm_head', 'Q8_0', 262144, 2816)],
   // Q6_K where a Q4_K_M file holds it (llama.cpp's mix: about half the layers' down projections, experts' too, and
   // the output): Qwen3.6-35B-A3B's experts' down and out_proj, Gemma 4's output over its 262144-token vocabulary.
   ['gguf q6_k experts down', () => ggmlExperts('gguf q6_k experts down', 'Q6_K', false, 256, 2048, 512)],

@@ -37,6 +37,7 @@ import {
   ggmlBlockOf,
   ggmlDequantize,
   ggmlGcTakes,
+  GC_Q6_MAX_BLOCKS,
   ggmlMatmulCudaLaunch,
   ggmlMmCudaTile,
   ggmlMvCudaSharedBytes,
@@ -173,20 +174,23 @@ describe('quantized_matmul_ggml params, bindings and launches', () => {
     expect(ggmlMatmulCudaLaunch('Q4_K', 'vector', 2, 17408, 5120)).toEqual({ grid: [1088, 1, 1], threads: [128, 1, 1],
       threadgroupMemory: { 0: 4 * 3 * 16 * 176 + 2048 } });
     // One token of Q4_K: the group-column engine on the same grid, with x's copy where it is the larger (k 17408), under the bound.
-    expect([5120, 17408, 49152].map((k) => [ggmlGcTakes('Q4_K', 1, k), ggmlMatmulCudaLaunch('Q4_K', 'vector', 1, 5120, k).threadgroupMemory![0]]))
+    expect([5120, 17408, 49152].map((k) => [ggmlGcTakes('Q4_K', 1, k, 320), ggmlMatmulCudaLaunch('Q4_K', 'vector', 1, 5120, k).threadgroupMemory![0]]))
       .toEqual([[true, 4 * 3 * 16 * 176 + 2048], [true, 17408 * 2 + 544 * 4 + 1024], [false, 4 * 3 * 16 * 176 + 2048]]);
-    expect([ggmlGcTakes('Q4_0', 1, 5120), ggmlGcTakes('Q4_K', 2, 5120)]).toEqual([false, false]);
+    expect([ggmlGcTakes('Q4_0', 1, 5120, 320), ggmlGcTakes('Q4_K', 2, 5120, 320)]).toEqual([false, false]);
     // One token of Q8_0: its group-column engine at any k whose x fits, with shared memory of its own: 4 warps' stages
     // of 16 rows of 304 bytes (one a round a warp takes, up to 3), x (68 bytes a block of 32, whole rounds of 256)
     // and 320 bytes. k 704: 3 rounds, a stage a warp; 2112: 9 rounds, 3 stages; 96: one partial round.
     const q8 = (stages: number, rounds: number) => 4 * stages * 16 * 304 + rounds * 8 * 68 + 320;
-    expect([704, 2112, 96, 46080, 46336].map((k) => [ggmlGcTakes('Q8_0', 1, k), ggmlMatmulCudaLaunch('Q8_0', 'vector', 1, 2816, k).threadgroupMemory![0]]))
+    expect([704, 2112, 96, 46080, 46336].map((k) => [ggmlGcTakes('Q8_0', 1, k, 176), ggmlMatmulCudaLaunch('Q8_0', 'vector', 1, 2816, k).threadgroupMemory![0]]))
       .toEqual([[true, q8(1, 3)], [true, q8(3, 9)], [true, q8(1, 1)], [true, q8(3, 180)], [false, 4 * 3 * 16 * 304 + 2048]]);
-    expect(ggmlGcTakes('Q8_0', 2, 2112)).toBe(false);
+    expect(ggmlGcTakes('Q8_0', 2, 2112, 176)).toBe(false);
     // One token of Q6_K: its group-column engine alike, x as f16 with a sum a group of 16 values (k 2 + k / 4 + 320 bytes).
-    expect([512, 5376, 43520, 43776].map((k) => [ggmlGcTakes('Q6_K', 1, k), ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 2048, k).threadgroupMemory![0]]))
+    expect([512, 5376, 43520, 43776].map((k) => [ggmlGcTakes('Q6_K', 1, k, 128), ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 2048, k).threadgroupMemory![0]]))
       .toEqual([[true, 4 * 16 * 240 + 1024 + 128 + 320], [true, 4 * 3 * 16 * 240 + 5376 * 2 + 1344 + 320],
         [true, 4 * 3 * 16 * 240 + 43520 * 2 + 10880 + 320], [false, 4 * 3 * 16 * 240 + 2048]]);
+    // Past GC_Q6_MAX_BLOCKS blocks (an output projection over a large vocabulary), Q6_K's vector engine.
+    expect([ggmlGcTakes('Q6_K', 1, 2816, GC_Q6_MAX_BLOCKS), ggmlGcTakes('Q6_K', 1, 2816, GC_Q6_MAX_BLOCKS + 1)]).toEqual([true, false]);
+    expect(ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 262144, 2816).threadgroupMemory![0]).toBe(4 * 3 * 16 * 240 + 2048);
     expect(ggmlMatmulCudaLaunch('Q4_K', 'matrix', 8192, 17408, 5120)).toEqual({ grid: [68 * 64, 1, 1], threads: [256, 1, 1],
       threadgroupMemory: { 0: 61440 } });
     expect(ggmlMmCudaTile(100, 100)).toEqual({ bm: 64, bn: 128, threads: 128, sharedBytes: 30720 });

@@ -193,29 +193,41 @@ const ggmlGcXBytes = (type: 'Q8_0' | 'Q6_K', k: number): number =>
   (type === 'Q8_0' ? Math.ceil(k / 256) * 8 * 68 : k * 2 + k / 4) + 320;
 /**
  * Whether kernel_mul_mv_<q4_K|q8_0|q6_K>_f32 take a group-column engine:
- * one token, x's copy within GC_MAX_SHARED (the kernels decide alike:
- * gc_q4k_takes, gc_q8_0_takes, gc_q6k_takes). Q4_K's kernel also keeps the
+ * one token, x's copy within GC_MAX_SHARED, and for Q6_K a grid of at most
+ * GC_Q6_MAX_BLOCKS blocks (the kernels decide alike: gc_q4k_takes,
+ * gc_q8_0_takes, gc_q6k_takes). Q4_K's kernel also keeps the
  * vector engine for a weight or x not 16-byte aligned, so its launch holds
  * the larger of both engines' shared memory; the Q8_0 and Q6_K engines read
  * any alignment their rows have and their launches hold their own. The
  * grid is the vector engine's (4 warps a 16-row tile).
  */
-export function ggmlGcTakes(type: GgmlQuantType, m: number, k: number): type is 'Q4_K' | 'Q8_0' | 'Q6_K' {
+export function ggmlGcTakes(type: GgmlQuantType, m: number, k: number, blocks: number): type is 'Q4_K' | 'Q8_0' | 'Q6_K' {
   if (m !== 1) return false;
   if (type === 'Q4_K') return ggmlGcSharedBytes(type, k) <= GC_MAX_SHARED;
+  if (type === 'Q6_K' && blocks > GC_Q6_MAX_BLOCKS) return false;
   return (type === 'Q8_0' || type === 'Q6_K') && ggmlGcXBytes(type, k) <= GC_MAX_SHARED;
 }
+/**
+ * The grid (blocks of the vector launch) past which Q6_K keeps the vector
+ * engine (common.cuh GC_Q6_MAX_BLOCKS): its group-column engine spends more
+ * instructions a byte than the others, and over a 605 MB output projection
+ * (16384 blocks) the vector engine ran faster on an H100 (360 against 404
+ * us), while at 128 and 1024 blocks it ran 16 % and 2 % slower
+ * (bench/results/ggml-gc-q8-h100-2026-11-27.md).
+ */
+export const GC_Q6_MAX_BLOCKS = 2048;
 
-/** The CUDA shared memory of a one-token vector launch (both forms): a group-column engine's where it takes the product. */
-export function ggmlMvCudaShared(type: GgmlQuantType, m: number, k: number): number {
-  if (!ggmlGcTakes(type, m, k)) return ggmlMvCudaSharedBytes(type);
+/** The CUDA shared memory of a one-token vector launch (both forms) of `blocks` blocks: a group-column engine's where it takes the product. */
+export function ggmlMvCudaShared(type: GgmlQuantType, m: number, k: number, blocks: number): number {
+  if (!ggmlGcTakes(type, m, k, blocks)) return ggmlMvCudaSharedBytes(type);
   return type === 'Q4_K' ? Math.max(ggmlMvCudaSharedBytes(type), ggmlGcSharedBytes(type, k)) : ggmlGcSharedBytes(type, k);
 }
 
 /** The CUDA launch of the vector or matrix kernel at these sizes. */
 export function ggmlMatmulCudaLaunch(type: GgmlQuantType, form: 'vector' | 'matrix', m: number, n: number, k: number): Launch {
   if (form === 'vector') {
-    return { grid: [ceilDiv(n, GGML_MV_CUDA_ROWS), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaShared(type, m, k) } };
+    const blocks = ceilDiv(n, GGML_MV_CUDA_ROWS);
+    return { grid: [blocks, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaShared(type, m, k, blocks) } };
   }
   const t = ggmlMmCudaTile(m, n);
   return { grid: [ceilDiv(n, t.bn) * ceilDiv(m, t.bm), 1, 1], threads: [t.threads, 1, 1], threadgroupMemory: { 0: t.sharedBytes } };

@@ -132,8 +132,8 @@ export function packGgmlMatmulIdMmParams(s: GgmlIdSizes): Uint8Array {
  * runs the vector engine on the same grid, gc_q8_0_takes, gc_q6k_takes): as
  * ggmlGcTakes at one token, the shared memory ggmlMvCudaShared's.
  */
-export function ggmlIdGcTakes(type: GgmlQuantType, k: number): type is 'Q4_K' | 'Q8_0' | 'Q6_K' {
-  return ggmlGcTakes(type, 1, k);
+export function ggmlIdGcTakes(type: GgmlQuantType, k: number, blocks: number): type is 'Q4_K' | 'Q8_0' | 'Q6_K' {
+  return ggmlGcTakes(type, 1, k, blocks);
 }
 
 /**
@@ -145,7 +145,8 @@ export function ggmlIdGcTakes(type: GgmlQuantType, k: number): type is 'Q4_K' | 
  */
 export function ggmlIdMvCudaLaunch(type: GgmlQuantType, pairs: number, n: number, k: number, gateUp = false): Launch {
   const rows = gateUp ? GGML_MV_CUDA_ROWS / 2 : GGML_MV_CUDA_ROWS;
-  return { grid: [pairs * ceilDiv(n, rows), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaShared(type, 1, k) } };
+  const blocks = pairs * ceilDiv(n, rows);
+  return { grid: [blocks, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaShared(type, 1, k, blocks) } };
 }
 
 /** Pair rows of a tile of the CUDA matrix form (quantized_matmul_ggml's 64 x 128 tile of 4 warps). */
