@@ -2484,6 +2484,51 @@ __device__ __forceinline__ void gmv_gc_q4k(const unsigned char* w, const float* 
 }
 __device__ __forceinline__ u32 gc_q4k_shared(u32 K) { return K * 2u + K / 32u * 4u + 1024u; }
 
+// ---- the Q8_0 and Q6_K group-column engines' shared parts ----
+
+// NW words at p in shared memory: 4-byte loads where p is on 4, else 2-byte
+// ones (Q8_0's and Q6_K's rows start on 2 bytes).
+template <u32 NW>
+__device__ __forceinline__ void gc_stage_words(const unsigned char* p, u32 (&q)[NW]) {
+    if ((reinterpret_cast<u64>(p) & 3u) == 0u) {
+#pragma unroll
+        for (u32 j = 0; j < NW; ++j) q[j] = reinterpret_cast<const u32*>(p)[j];
+    } else {
+#pragma unroll
+        for (u32 j = 0; j < NW; ++j) q[j] = ld32_2(p + 4u * j);
+    }
+}
+
+// x of one token as f16 pairs in order into xs (units of 4 values, `units`
+// of them, zeros past K) with the sum of each group of GU4 units (the
+// rounded values: a Q8_0 block's 32 values, GU4 8; a Q6_K group's 16, 4)
+// into xsum, through gc_stage_x.
+template <u32 GU4>
+__device__ __forceinline__ void gc_stage_x_f16(const float* x, u32 K, u32 units, uint4* xs, float* xsum) {
+    gc_stage_x<float, 1u, 4u>(x, K, units, aligned16(x), [&](u32 wd, const uint4 (&raw)[1]) {
+        const float4 v = *reinterpret_cast<const float4*>(&raw[0]);
+        const u32 p0 = pack2<__half>(v.x, v.y), p1 = pack2<__half>(v.z, v.w);
+        reinterpret_cast<uint2*>(xs)[wd] = make_uint2(p0, p1);
+        const __half2 h0 = *reinterpret_cast<const __half2*>(&p0), h1 = *reinterpret_cast<const __half2*>(&p1);
+        float sm = (__low2float(h0) + __high2float(h0)) + (__low2float(h1) + __high2float(h1));
+#pragma unroll
+        for (u32 o = 1; o < GU4; o <<= 1) sm += __shfl_xor_sync(0xffffffffu, sm, o);
+        if (wd % GU4 == 0u) xsum[wd / GU4] = sm;
+    });
+}
+
+// Waits until at most S - 1 of the thread's copy groups are in flight (S, a
+// warp's stages, 1 to GMV_STAGES: a run-time value).
+__device__ __forceinline__ void gc_stage_wait(u32 S) {
+    if (S >= 3u) {
+        cp_async_wait<2>();
+    } else if (S == 2u) {
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+}
+
 // ---- Q8_0 at one token: the group-column engine (quantized_matmul_ggml,
 // quantized_matmul_id_ggml) ----
 
@@ -2554,54 +2599,29 @@ __device__ __forceinline__ void gmv_gc_q8_0(unsigned char* smem, const unsigned 
         if (s < mine) gmv_copy<GGML_Q8_0>(w, wb, HB, rb, N, K, row0, part + s * W, stages + s * 16u * SP, lane);
         cp_async_commit();
     }
-    // x as f16 pairs, zeros past K to whole rounds; a block's 8 quads of values are 8 consecutive threads (R x 64 of
-    // them, whole warps). x is 16-byte aligned wherever it comes from a buffer (views start on 16); else value by value.
-    gc_stage_x<float, 1u, 4u>(x, K, R * 64u, aligned16(x), [&](u32 wd, const uint4 (&raw)[1]) {
-        const float4 v = *reinterpret_cast<const float4*>(&raw[0]);
-        const u32 p0 = pack2<__half>(v.x, v.y), p1 = pack2<__half>(v.z, v.w);
-        reinterpret_cast<uint2*>(xs)[wd] = make_uint2(p0, p1);
-        const __half2 h0 = *reinterpret_cast<const __half2*>(&p0), h1 = *reinterpret_cast<const __half2*>(&p1);
-        float s = (__low2float(h0) + __high2float(h0)) + (__low2float(h1) + __high2float(h1));
-#pragma unroll
-        for (u32 o = 1; o < 8u; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (wd % 8u == 0u) xsum[wd / 8u] = s;
-    });
+    // x as f16 pairs, zeros past K to whole rounds (R x 64 units of 4 values), a sum a block of 32.
+    gc_stage_x_f16<8u>(x, K, R * 64u, xs, xsum);
     if (tid < 4u) zb[tid] = make_uint4(0u, 0u, 0u, 0u);
     __syncthreads();
     // Tile rows of this lane (weight rows clamped below N: rows past N compute what nobody stores).
     const u32 rowa = min(row0 + g, N - 1u), rowb = min(row0 + HB + g, N - 1u);
     const u32 ta = rowa - row0, tb = GU ? 8u + rowb - row0 : rowb - row0;
     const u64 abase = reinterpret_cast<u64>(w) + u64(rowa) * rb, bbase = reinterpret_cast<u64>(wb) + u64(rowb) * rb;
-    // A lane's 68 bytes of a row in its stage as 17 words: 4-byte loads where they start on 4, else 2-byte ones.
-    auto words = [](const unsigned char* p, u32 (&q)[17]) {
-        if ((reinterpret_cast<u64>(p) & 3u) == 0u) {
-#pragma unroll
-            for (u32 j = 0; j < 17u; ++j) q[j] = reinterpret_cast<const u32*>(p)[j];
-        } else {
-#pragma unroll
-            for (u32 j = 0; j < 17u; ++j) q[j] = ld32_2(p + 4u * j);
-        }
-    };
     auto cvt = [](u32 word, u32 sel) { return __byte_perm(word, 0x64646464u, sel); };
     float acc_a = 0.0f, acc_b = 0.0f;
     for (u32 i = 0; i < mine; ++i) {
         const u32 next = i + S - 1u;
         if (next < mine) gmv_copy<GGML_Q8_0>(w, wb, HB, rb, N, K, row0, part + next * W, stages + (next % S) * 16u * SP, lane);
         cp_async_commit();
-        if (S >= 3u) {
-            cp_async_wait<2>();
-        } else if (S == 2u) {
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        gc_stage_wait(S);
         __syncwarp();
         const u32 rr = part + i * W;  // the round
         const u64 off = u64(rr) * 272u;
         const unsigned char* st = stages + (i % S) * 16u * SP;
+        // A lane's 68 bytes of each row as 17 words.
         u32 qa[17], qb[17];
-        words(st + ta * SP + ((abase + off) & 15u) + 68u * t, qa);
-        words(st + tb * SP + ((bbase + off) & 15u) + 68u * t, qb);
+        gc_stage_words(st + ta * SP + ((abase + off) & 15u) + 68u * t, qa);
+        gc_stage_words(st + tb * SP + ((bbase + off) & 15u) + 68u * t, qb);
         const u32 b0 = rr * 8u + 2u * t;  // this lane's first block of the row
         const uint4* x0 = g == 2u * t ? xs + u64(b0) * 4u : zb;
         const uint4* x1 = g == 2u * t + 1u ? xs + u64(b0 + 1u) * 4u : zb;
@@ -2698,32 +2718,13 @@ __device__ __forceinline__ void gmv_gc_q6k(unsigned char* smem, const unsigned c
         if (s < mine) gmv_copy<GGML_Q6_K>(w, wb, HB, rb, N, K, row0, part + s * W, stages + s * 16u * SP, lane);
         cp_async_commit();
     }
-    // x as f16 pairs in order, a group of 16 values 4 consecutive threads (K / 4 units, whole warps), with its sum.
-    gc_stage_x<float, 1u, 4u>(x, K, K / 4u, aligned16(x), [&](u32 wd, const uint4 (&raw)[1]) {
-        const float4 v = *reinterpret_cast<const float4*>(&raw[0]);
-        const u32 p0 = pack2<__half>(v.x, v.y), p1 = pack2<__half>(v.z, v.w);
-        reinterpret_cast<uint2*>(xs)[wd] = make_uint2(p0, p1);
-        const __half2 h0 = *reinterpret_cast<const __half2*>(&p0), h1 = *reinterpret_cast<const __half2*>(&p1);
-        float sm = (__low2float(h0) + __high2float(h0)) + (__low2float(h1) + __high2float(h1));
-        sm += __shfl_xor_sync(0xffffffffu, sm, 1);
-        sm += __shfl_xor_sync(0xffffffffu, sm, 2);
-        if (wd % 4u == 0u) xsum[wd / 4u] = sm;
-    });
+    // x as f16 pairs in order (K / 4 units of 4 values), a sum a group of 16.
+    gc_stage_x_f16<4u>(x, K, K / 4u, xs, xsum);
     if (tid < 4u) zb[tid] = make_uint4(0u, 0u, 0u, 0u);
     __syncthreads();
     const u32 rowa = min(row0 + g, N - 1u), rowb = min(row0 + HB + g, N - 1u);
     const u32 ta = rowa - row0, tb = GU ? 8u + rowb - row0 : rowb - row0;
     const u64 abase = reinterpret_cast<u64>(w) + u64(rowa) * rb, bbase = reinterpret_cast<u64>(wb) + u64(rowb) * rb;
-    // 8 words at p: 4-byte loads where p is on 4, else 2-byte ones (rows of 210-byte super-blocks are on 2).
-    auto words = [](const unsigned char* p, u32 (&q)[8]) {
-        if ((reinterpret_cast<u64>(p) & 3u) == 0u) {
-#pragma unroll
-            for (u32 j = 0; j < 8u; ++j) q[j] = reinterpret_cast<const u32*>(p)[j];
-        } else {
-#pragma unroll
-            for (u32 j = 0; j < 8u; ++j) q[j] = ld32_2(p + 4u * j);
-        }
-    };
     const u32 sh_lo = 4u * (t >> 1), sh_hi = 2u * t;
     // Values l, l + 1 (halfword hw of a word) as f16 1024 + q: low nibbles of ql's word, high bits of qh's.
     auto cvt = [&](u32 lw, u32 hw2, u32 hw) {
@@ -2737,13 +2738,7 @@ __device__ __forceinline__ void gmv_gc_q6k(unsigned char* smem, const unsigned c
         const u32 next = i + S - 1u;
         if (next < mine) gmv_copy<GGML_Q6_K>(w, wb, HB, rb, N, K, row0, part + next * W, stages + (next % S) * 16u * SP, lane);
         cp_async_commit();
-        if (S >= 3u) {
-            cp_async_wait<2>();
-        } else if (S == 2u) {
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        gc_stage_wait(S);
         __syncwarp();
         const u32 rr = part + i * W;  // the round: super-block rr of each row
         const u64 off = u64(rr) * 210u;
@@ -2754,10 +2749,10 @@ __device__ __forceinline__ void gmv_gc_q6k(unsigned char* smem, const unsigned c
 #pragma unroll
         for (u32 n = 0; n < 2u; ++n) {
             u32 la[8], lb[8], ha[8], hb[8];
-            words(pa + 64u * n + 32u * (t & 1u), la);
-            words(pb + 64u * n + 32u * (t & 1u), lb);
-            words(pa + 128u + 32u * n, ha);
-            words(pb + 128u + 32u * n, hb);
+            gc_stage_words(pa + 64u * n + 32u * (t & 1u), la);
+            gc_stage_words(pb + 64u * n + 32u * (t & 1u), lb);
+            gc_stage_words(pa + 128u + 32u * n, ha);
+            gc_stage_words(pb + 128u + 32u * n, hb);
             const u32 g0 = rr * 16u + 8u * n + 2u * t;  // this lane's first group over the row
             const uint4* x0 = g == 2u * t ? xs + u64(g0) * 2u : zb;
             const uint4* x1 = g == 2u * t + 1u ? xs + u64(g0 + 1u) * 2u : zb;
