@@ -9,7 +9,7 @@
 // router, one embedding row, the output projection) over the copy bandwidth
 // measured in the same run.
 //
-//   bun run bench/models.ts [--small] [--model qwen3_5_moe|gemma4|all] [--quant q4|bf16|q4k]
+//   bun run bench/models.ts [--small] [--model qwen3_5_moe|gemma4|all] [--quant q4|bf16|q4k|q4km]
 //                           [--steps N] [--prompt P] [--prefill T] [--rounds R] [--copy-gbs B]
 //                           [--layers L] [--vocab V] [--pdl on|off] [--cold-kernels]
 //
@@ -24,7 +24,11 @@
 // Gemma 4's MLP and expert down projections, 2112 and 704 wide), through
 // quantized_matmul_ggml and quantized_matmul_id_ggml; the embedding bf16,
 // the routers dense (Hugging Face's names: the loader's GGUF path is the
-// block type, not the naming). --copy-gbs: a copy
+// block type, not the naming). q4km: as q4k with llama.cpp's Q4_K_M mix
+// (llama-quant.cpp): Q6_K for the output projection, and for the down
+// projections (dense, shared and routed experts') and v projections of the
+// layers its use_more_bits picks (the first and last eighth, every third
+// between), Q8_0 where those rows are not multiples of 256. --copy-gbs: a copy
 // bandwidth (GB/s, bytes read + written, e.g. bench/matmul_peers.py's) used
 // for the floor beside the one measured here (our gather copying 1 GiB).
 // --pdl on|off (cuda): programmatic dependent launch of the registry's
@@ -88,7 +92,9 @@ const num = (name: string, fallback: number): number => {
 const which = opt('--model') ?? 'all';
 if (!['qwen3_5_moe', 'gemma4', 'all'].includes(which)) throw new Error(`--model must be qwen3_5_moe, gemma4 or all (got ${which})`);
 const quantArg = opt('--quant') ?? 'q4';
-if (quantArg !== 'q4' && quantArg !== 'bf16' && quantArg !== 'q4k') throw new Error(`--quant must be q4, bf16 or q4k (got ${quantArg})`);
+if (quantArg !== 'q4' && quantArg !== 'bf16' && quantArg !== 'q4k' && quantArg !== 'q4km') {
+  throw new Error(`--quant must be q4, bf16, q4k or q4km (got ${quantArg})`);
+}
 const quant: Mode = quantArg;
 const steps = num('--steps', small ? 4 : 64);
 const promptLen = num('--prompt', small ? 6 : 16);
@@ -138,10 +144,31 @@ const GEMMA_SMALL: Json = {
 /** How a tensor's values are drawn: floats uniform in center +- spread; packed words random. */
 type Init = { readonly kind: 'float'; readonly center: number; readonly spread: number } | { readonly kind: 'words' } | { readonly kind: 'blocks' };
 
-type Mode = 'q4' | 'bf16' | 'q4k';
+type Mode = 'q4' | 'bf16' | 'q4k' | 'q4km';
+const gguf = (mode: Mode): boolean => mode === 'q4k' || mode === 'q4km';
 
 /** The GGUF block type of a q4k layer of rows of k values: Q4_K, or Q8_0 where k is not a multiple of 256. */
 const blockTypeOf = (k: number): GgmlQuantType => (k % 256 === 0 ? 'Q4_K' : 'Q8_0');
+
+/** llama.cpp's use_more_bits (its integer divisions): the first and last eighth of the layers and every third between. */
+const moreBits = (i: number, n: number): boolean => {
+  const e = Math.floor(n / 8);
+  return i < e || i >= Math.floor((7 * n) / 8) || (i - e) % 3 === 2;
+};
+
+/**
+ * The GGUF block type of linear layer `name` (Hugging Face's) of rows of k values in a model of nLayers: q4k's
+ * blockTypeOf; q4km's Q6_K (Q8_0 where k is not a multiple of 256) for the output projection and, in the layers
+ * moreBits picks, the down and v projections.
+ */
+function ggufTypeOf(mode: Mode, name: string, k: number, nLayers: number): GgmlQuantType {
+  if (mode === 'q4km') {
+    const layer = /layers\.(\d+)\./.exec(name);
+    const wide = name === 'lm_head' || (layer !== null && /(down_proj|v_proj)$/.test(name) && moreBits(Number(layer[1]), nLayers));
+    if (wide) return k % 256 === 0 ? 'Q6_K' : 'Q8_0';
+  }
+  return blockTypeOf(k);
+}
 
 interface Spec {
   readonly name: string;
@@ -164,8 +191,8 @@ function tensorSpecs(arch: 'qwen3_5_moe' | 'gemma4', c: Json, mode: Mode): Spec[
       plain(`${base}.weight`, shape, init ?? fanIn(k));
       return;
     }
-    if (mode === 'q4k') {
-      out.push({ name: `${base}.weight`, shape, dtype: blockTypeOf(k), init: { kind: 'blocks' } });
+    if (gguf(mode)) {
+      out.push({ name: `${base}.weight`, shape, dtype: ggufTypeOf(mode, base, k, L), init: { kind: 'blocks' } });
       return;
     }
     const scale = 1 / (4.6 * Math.sqrt(k));
@@ -462,9 +489,12 @@ class DeviceFilled extends Checkpoint {
 
 let benchMode: Mode = 'q4';
 
-/** Bytes of a linear layer's weights: MLX affine (words, bf16 scales and biases), GGUF blocks (q4k) or bf16. */
-function linearBytes(n: number, k: number, q4: boolean): number {
-  if (q4 && benchMode === 'q4k') return n * ggmlRowBytesOf(blockTypeOf(k), k);
+/**
+ * Bytes of linear layer `name`'s weights (n rows of k): MLX affine (words, bf16 scales and biases), GGUF blocks
+ * (q4k, q4km: ggufTypeOf's type in a model of nLayers) or bf16.
+ */
+function linearBytes(n: number, k: number, q4: boolean, name = '', nLayers = 0): number {
+  if (q4 && gguf(benchMode)) return n * ggmlRowBytesOf(ggufTypeOf(benchMode, name, k, nLayers), k);
   return q4 ? (n * k * BITS) / 8 + 2 * 2 * n * (k / GROUP) : 2 * n * k;
 }
 
@@ -474,32 +504,36 @@ function decodeBytes(arch: 'qwen3_5_moe' | 'gemma4', c: Json, q4: boolean, ctx: 
   if (arch === 'qwen3_5_moe') {
     const g = qwen35MoeConfig(c), H = g.hiddenSize;
     const C = 2 * g.linearNumKeyHeads * g.linearKeyHeadDim + g.linearNumValueHeads * g.linearValueHeadDim;
-    const vd = g.linearNumValueHeads * g.linearValueHeadDim;
-    w += 2 * H + linearBytes(g.vocabSize, H, q4);
-    for (const type of g.layerTypes) {
+    const vd = g.linearNumValueHeads * g.linearValueHeadDim, L = g.layerTypes.length;
+    w += 2 * H + linearBytes(g.vocabSize, H, q4, 'lm_head');
+    for (const [i, type] of g.layerTypes.entries()) {
+      const p = `model.layers.${i}.`;
       if (type === 'linear_attention') {
         w += linearBytes(C, H, q4) + linearBytes(vd, H, q4) + 2 * linearBytes(g.linearNumValueHeads, H, q4) + linearBytes(H, vd, q4) + 4 * C * 4;
         // The recurrent state [Hv, V, K] f32 read and written, the conv state [C, 3] too.
         state += 2 * 4 * (g.linearNumValueHeads * g.linearValueHeadDim * g.linearKeyHeadDim + C * 3);
       } else {
-        w += linearBytes(2 * g.numHeads * g.headDim, H, q4) + 2 * linearBytes(g.numKvHeads * g.headDim, H, q4) + linearBytes(H, g.numHeads * g.headDim, q4);
+        w += linearBytes(2 * g.numHeads * g.headDim, H, q4) + linearBytes(g.numKvHeads * g.headDim, H, q4)
+          + linearBytes(g.numKvHeads * g.headDim, H, q4, `${p}self_attn.v_proj`, L) + linearBytes(H, g.numHeads * g.headDim, q4);
         state += 2 * 4 * g.numKvHeads * g.headDim * ctx;
       }
       w += 2 * g.numExperts * H + 2 * H;
-      w += g.numExpertsPerTok * 3 * linearBytes(g.moeIntermediateSize, H, q4);
-      w += 3 * linearBytes(g.sharedExpertIntermediateSize, H, q4);
+      w += g.numExpertsPerTok * (2 * linearBytes(g.moeIntermediateSize, H, q4)
+        + linearBytes(H, g.moeIntermediateSize, q4, `${p}mlp.switch_mlp.down_proj`, L));
+      w += 2 * linearBytes(g.sharedExpertIntermediateSize, H, q4) + linearBytes(H, g.sharedExpertIntermediateSize, q4, `${p}mlp.shared_expert.down_proj`, L);
     }
     return { weights: w, state };
   }
-  const g = gemma4Config(c), H = g.hiddenSize, m = g.moe!;
-  w += 2 * H + linearBytes(g.vocabSize, H, q4);
-  for (const l of g.layers) {
-    const D = l.headDim;
+  const g = gemma4Config(c), H = g.hiddenSize, m = g.moe!, L = g.layers.length;
+  w += 2 * H + linearBytes(g.vocabSize, H, q4, 'lm_head');
+  for (const [i, l] of g.layers.entries()) {
+    const D = l.headDim, p = `model.layers.${i}.`;
     w += linearBytes(g.numHeads * D, H, q4) + linearBytes(H, g.numHeads * D, q4) + linearBytes(l.numKvHeads * D, H, q4);
-    if (!l.kEqV) w += linearBytes(l.numKvHeads * D, H, q4);
-    w += 3 * linearBytes(l.intermediateSize, H, q4);
+    if (!l.kEqV) w += linearBytes(l.numKvHeads * D, H, q4, `${p}self_attn.v_proj`, L);
+    w += 2 * linearBytes(l.intermediateSize, H, q4) + linearBytes(H, l.intermediateSize, q4, `${p}mlp.down_proj`, L);
     // The router bf16 as stored.
-    w += 2 * m.numExperts * H + m.topK * 3 * linearBytes(m.intermediateSize, H, q4);
+    w += 2 * m.numExperts * H
+      + m.topK * (2 * linearBytes(m.intermediateSize, H, q4) + linearBytes(H, m.intermediateSize, q4, `${p}experts.switch_glu.down_proj`, L));
     const span = l.type === 'sliding_attention' ? Math.min(ctx, g.slidingWindow) : ctx;
     state += (l.kEqV ? 1 : 2) * 4 * l.numKvHeads * D * span;
   }
@@ -552,7 +586,8 @@ function run(arch: 'qwen3_5_moe' | 'gemma4', copy: number): void {
   if (vocabArg !== null) raw['vocab_size'] = vocabArg;
   const cut = [layersArg !== null ? `${layersArg} layers` : '', vocabArg !== null ? `vocabulary ${vocabArg}` : ''].filter((x) => x !== '').join(', ');
   const label = `${arch === 'qwen3_5_moe' ? 'Qwen3.6-35B-A3B' : 'Gemma 4 26B-A4B'}${small ? ' (--small dims)' : ''}${cut !== '' ? ` (cut to ${cut})` : ''}, `
-    + `${quant === 'q4' ? 'MLX affine 4-bit g64' : quant === 'q4k' ? 'GGUF Q4_K (Q8_0 where rows are not multiples of 256)' : 'bf16'}`;
+    + `${quant === 'q4' ? 'MLX affine 4-bit g64' : quant === 'q4k' ? 'GGUF Q4_K (Q8_0 where rows are not multiples of 256)'
+      : quant === 'q4km' ? "GGUF Q4_K_M's mix (Q6_K output, down and v projections of llama.cpp's use_more_bits layers; Q8_0 where rows are not multiples of 256)" : 'bf16'}`;
   const t0 = performance.now();
   const source = new SpecSource(tensorSpecs(arch, raw, quant), label);
   const filler = new Filler(dev, source);
