@@ -34,6 +34,10 @@
 //     f32 accumulators. Any order of k works where A and B agree: lane t's
 //     four k positions of each mma are values 4j .. 4j + 3 of its own 16.
 //     The warps' sums meet in shared memory.
+//   group-column (one token of Q4_K, Q8_0 and Q6_K, the vector entries;
+//     gmv_gc_q4k, gmv_gc_q8_0, gmv_gc_q6k in common.cuh): the codes as
+//     16-bit numbers with the format's scale groups as the mma's 8 columns,
+//     on the vector engine's grid (see the entries below for when each runs).
 //   matrix (kernel_mul_mm_<t>_f32): the tile shapes of dense.cu
 //     (denseMmCudaTile: 128 x 256 by 8 warps or 64 x 128 by 4), 32-wide k
 //     stages in two shared buffers: while the warps multiply one, each
