@@ -389,12 +389,14 @@ class Filler {
 
   /**
    * GGUF blocks of `type`, rows of k values: rows of a host tile (TILE_ROWS rows of fan-in values quantized by
-   * the reference quantizer, so d and dmin are finite) gathered into place as 4-byte words.
+   * the reference quantizer, so d and dmin are finite) gathered into place as 4-byte words, `span` rows at a time
+   * where a row is not whole words (Q6_K's 210-byte and Q8_0's 34-byte blocks in odd numbers: rows of 2 bytes).
    */
   blocks(buf: Buffer, type: GgmlQuantType, k: number): void {
     const rowBytes = ggmlRowBytesOf(type, k), rows = buf.byteLength / rowBytes;
     this.bytes += buf.byteLength;
-    if (rowBytes % 4 !== 0) throw new Error(`bench/models: ${type} rows of ${k} values (${rowBytes} bytes) are not whole 4-byte words`);
+    const span = [1, 2, 4].find((r) => (r * rowBytes) % 4 === 0 && rows % r === 0 && TILE_ROWS % r === 0);
+    if (span === undefined) throw new Error(`bench/models: ${rows} ${type} rows of ${k} values (${rowBytes} bytes) make no whole 4-byte words`);
     const key = `${type}:${k}`;
     let tile = this.tiles.get(key);
     if (tile === undefined) {
@@ -406,11 +408,12 @@ class Filler {
       tile = raw;
       this.tiles.set(key, tile);
     }
-    const words = rowBytes / 4;
-    using indices = this.dev.upload('u32', [rows], Uint32Array.from({ length: rows }, () => Math.floor(this.source.next() * TILE_ROWS)));
+    const words = (span * rowBytes) / 4, units = rows / span, tileUnits = TILE_ROWS / span;
+    using indices = this.dev.upload('u32', [units], Uint32Array.from({ length: units }, () => Math.floor(this.source.next() * tileUnits)));
     using enc = this.dev.encoder();
     gather(enc, {
-      src: tile.view('f32', [TILE_ROWS, words], 0), indices, output: buf.view('f32', [rows, words], 0), srcRows: TILE_ROWS, rowWidth: words, nIndices: rows,
+      src: tile.view('f32', [tileUnits, words], 0), indices, output: buf.view('f32', [units, words], 0), srcRows: tileUnits, rowWidth: words,
+      nIndices: units,
     });
     enc.commitAndWait();
   }
