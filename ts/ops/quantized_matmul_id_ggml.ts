@@ -53,7 +53,7 @@ import {
 } from '../validate.ts';
 import { checkPairs, GATE_ACTIVATIONS, moeTileSlots, type GateActivation } from '../expert-products.ts';
 import {
-  checkGgmlType, GGML_KERNEL_TYPE, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlGcTakes, ggmlMmCudaTile, ggmlMvCudaShared, ggmlMvMetalLaunch,
+  checkGgmlType, GGML_KERNEL_TYPE, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlMmCudaTile, ggmlMvCudaShared, ggmlMvMetalLaunch,
   ggmlRowBytesOf, GGML_MV_CUDA_ROWS, type GgmlQuantType, ggmlDequantizeRef,
 } from './quantized_matmul_ggml.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
@@ -126,22 +126,14 @@ export function packGgmlMatmulIdMmParams(s: GgmlIdSizes): Uint8Array {
 // ---- CUDA launches (shaders/cuda/quantized_matmul_id_ggml.cu; one-dimensional grids) ----
 
 /**
- * Whether the CUDA vector forms run a pair's Q4_K, Q8_0 or Q6_K product on a
- * group-column engine (shaders/cuda/quantized_matmul_id_ggml.cu
- * gc_q4k_id_takes, which also asks for 16-byte aligned operands and else
- * runs the vector engine on the same grid, gc_q8_0_takes, gc_q6k_takes): as
- * ggmlGcTakes at one token, the shared memory ggmlMvCudaShared's.
- */
-export function ggmlIdGcTakes(type: GgmlQuantType, k: number, blocks: number): type is 'Q4_K' | 'Q8_0' | 'Q6_K' {
-  return ggmlGcTakes(type, 1, k, blocks);
-}
-
-/**
  * The CUDA vector forms: quantized_matmul_ggml's vector engine, a 128-thread
  * block per (pair, 16 rows of its expert); the gate/up form's blocks take 8
  * output rows, their gate and up rows the engine's 16. Q4_K, Q8_0 and Q6_K
- * (ggmlIdGcTakes): a group-column engine on the same grid, 4 warps over a
- * block's tile, its shared memory where that is more.
+ * where ggmlGcTakes says so at one token (the kernels decide alike:
+ * gc_q4k_id_takes, which also asks for 16-byte aligned operands and else
+ * runs the vector engine, gc_q8_0_takes, gc_q6k_takes): a group-column
+ * engine on the same grid, 4 warps over a block's tile, with the shared
+ * memory of ggmlMvCudaShared.
  */
 export function ggmlIdMvCudaLaunch(type: GgmlQuantType, pairs: number, n: number, k: number, gateUp = false): Launch {
   const rows = gateUp ? GGML_MV_CUDA_ROWS / 2 : GGML_MV_CUDA_ROWS;
