@@ -437,35 +437,26 @@ describeBackends('quantized_matmul_ggml parity', ({ device, backend }) => {
     expect(over).toEqual([]);
   }, 120_000);
 
-  test('one token of Q4_K (CUDA\'s group-column engine): k of one super-block to past the vector engine\'s shared memory, rows past a tile', () => {
-    const dev = device();
-    const over: string[] = [];
-    for (const [n, k] of [[19, 256], [40, 17408], [3, 5376]] as const) {
-      const e = product(dev, 'Q4_K', 1, n, k, 'vector', n + k);
-      if (!(e <= tolOf('vector', k))) over.push(`[1, ${n}, ${k}]: ${e}`);
-    }
-    expect(over).toEqual([]);
-  }, 120_000);
-
-  test('one token of Q8_0 (CUDA\'s group-column engine): a partial last round, one of two blocks, rows on 2 bytes, rows past a tile, long rows', () => {
-    const dev = device();
-    const over: string[] = [];
-    for (const [n, k] of [[37, 704], [5, 64], [7, 96], [19, 736], [16, 2112], [9, 17408]] as const) {
-      const e = product(dev, 'Q8_0', 1, n, k, 'vector', n * 3 + k);
-      if (!(e <= tolOf('vector', k))) over.push(`[1, ${n}, ${k}]: ${e}`);
-    }
-    expect(over).toEqual([]);
-  }, 120_000);
-
-  test('one token of Q6_K (CUDA\'s group-column engine): one super-block, rows on 2 bytes (odd super-blocks), rows past a tile, long rows', () => {
-    const dev = device();
-    const over: string[] = [];
-    for (const [n, k] of [[37, 256], [19, 768], [16, 2048], [9, 17408]] as const) {
-      const e = product(dev, 'Q6_K', 1, n, k, 'vector', n * 5 + k);
-      if (!(e <= tolOf('vector', k))) over.push(`[1, ${n}, ${k}]: ${e}`);
-    }
-    expect(over).toEqual([]);
-  }, 120_000);
+  // One token where CUDA takes a group-column engine, [n, k] a format and the seed's multiplier of n: Q4_K from one
+  // super-block to past the vector engine's shared memory; Q8_0 with a partial last round (704), one of two blocks (64),
+  // rows on 2 bytes (96, 736: odd blocks), long rows; Q6_K from one super-block, rows on 2 bytes (768: odd
+  // super-blocks), long rows. Rows past a tile in each.
+  const ONE_TOKEN: readonly [GgmlQuantType, number, readonly (readonly [number, number])[]][] = [
+    ['Q4_K', 1, [[19, 256], [40, 17408], [3, 5376]]],
+    ['Q8_0', 3, [[37, 704], [5, 64], [7, 96], [19, 736], [16, 2112], [9, 17408]]],
+    ['Q6_K', 5, [[37, 256], [19, 768], [16, 2048], [9, 17408]]],
+  ];
+  for (const [type, seedOf, shapes] of ONE_TOKEN) {
+    test(`one token of ${type} (CUDA's group-column engine): ${shapes.map(([n, k]) => `[${n}, ${k}]`).join(', ')}`, () => {
+      const dev = device();
+      const over: string[] = [];
+      for (const [n, k] of shapes) {
+        const e = product(dev, type, 1, n, k, 'vector', n * seedOf + k);
+        if (!(e <= tolOf('vector', k))) over.push(`[1, ${n}, ${k}]: ${e}`);
+      }
+      expect(over).toEqual([]);
+    }, 120_000);
+  }
 
   test('blocks by hand through the kernels: ggml_dequantize to f32 gives the values worked out by hand', () => {
     const dev = device();
