@@ -11,10 +11,11 @@
 // dequantization in torch followed by F.linear) and measures the peak it
 // divides by.
 //
-//   bun run bench/matmul.ts [--small] [--only TEXT] [--peak-tflops T] [--copy-gbs B]
+//   bun run bench/matmul.ts [--small] [--only TEXT]... [--peak-tflops T] [--copy-gbs B]
 //
-// --small: shapes the emulator runs; --only: the cases whose name contains
-// TEXT (e.g. "m=512" or "square bf16", for a profiler's run). With the peak
+// --small: shapes the emulator runs; --only (repeatable): the cases whose
+// name contains one of the TEXTs (e.g. "m=512" or "square bf16", for a
+// profiler's run). With the peak
 // bf16 TFLOP/s and the copy bandwidth (GB/s, bytes read + written) that
 // matmul_peers.py printed on the same machine, each row also gets its floor
 // and our fraction of it:
@@ -41,8 +42,7 @@ const arg = (name: string): number | null => {
   const i = process.argv.indexOf(name);
   return i < 0 ? null : Number(process.argv[i + 1]);
 };
-const onlyAt = process.argv.indexOf('--only');
-const only = onlyAt >= 0 ? process.argv[onlyAt + 1] ?? '' : undefined;
+const only = process.argv.flatMap((a, i) => (a === '--only' ? [process.argv[i + 1] ?? ''] : []));
 const peakTflops = arg('--peak-tflops');
 const copyGbs = arg('--copy-gbs');
 const dev = Device.open();
@@ -468,7 +468,7 @@ function moeGgmlCases(): Case[] {
 const time = (c: Case, iters: number): number => gpuTimePerDispatch(dev, c.record, iters);
 
 console.log(`device: ${dev.name} (${dev.backend})${peakTflops ? `, peak ${peakTflops} TFLOP/s` : ''}${copyGbs ? `, copy ${copyGbs} GB/s` : ''}`);
-for (const c of cases().filter((x) => only === undefined || x.name.includes(only))) {
+for (const c of cases().filter((x) => only.length === 0 || only.some((t) => x.name.includes(t)))) {
   const probe = time(c, 1);
   const iters = Math.max(1, Math.min(200, Math.round(2e8 / Math.max(probe, 1))));
   const ts = Array.from({ length: 5 }, () => time(c, iters)).sort((a, b) => a - b);

@@ -5,8 +5,9 @@
 # of: bf16 tensor-core TFLOP/s (the best of torch.matmul at 8192^3 and
 # 16384 x 16384 x 8192) and the copy bandwidth (a 1 GiB device-to-device
 # copy, bytes read + written). Pass them to matmul.ts:
-#   python3 bench/matmul_peers.py
+#   python3 bench/matmul_peers.py [--only TEXT]...
 #   bun run bench/matmul.ts --peak-tflops <peak> --copy-gbs <copy>
+# --only (repeatable), as matmul.ts's: the cases whose name holds a TEXT.
 # Floors: matrix shapes 2 m n k / peak; decode shapes (m <= 8) the bytes of
 # the weight, x and y / copy bandwidth.
 #
@@ -22,6 +23,8 @@
 # followed by F.linear, eager and compiled (dequantize-then-matmul, the peer
 # of the quantized prefill rows). Their floor column is the quantized one:
 # the packed words, scales and biases, x and y over the copy bandwidth.
+import sys
+
 import torch
 import torch.nn.functional as F
 import ggml_torch
@@ -31,6 +34,13 @@ from cuda_timing import peaks, timed as cuda_timed
 
 dev = "cuda"
 torch.backends.cuda.matmul.allow_tf32 = False
+
+
+ONLY = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--only"]
+
+
+def wanted(name):
+    return not ONLY or any(t in name for t in ONLY)
 
 
 def timed(fn, iters=20):
@@ -51,10 +61,12 @@ def row(name, us, flops, nbytes, memory_bound):
 
 
 def dense(label, dt, m, n, k):
+    name = f"{label} {str(dt)[6:]} m={m} n={n} k={k}"
+    if not wanted(name):
+        return
     x = torch.randn(m, k, dtype=dt, device=dev) * 0.5
     w = torch.randn(n, k, dtype=dt, device=dev) * 0.5
     flops, nbytes = 2 * m * n * k, (n * k + m * k + m * n) * size[dt]
-    name = f"{label} {str(dt)[6:]} m={m} n={n} k={k}"
     iters = 5 if flops > 1e12 else 20
     row(f"F.linear {name}", timed(lambda: F.linear(x, w), iters), flops, nbytes, m <= 8)
     compiled = torch.compile(lambda a, b: F.linear(a, b))
@@ -74,23 +86,28 @@ for m in (512, 8192):
     dense("Gemma 4 down", torch.bfloat16, m, 5376, 21504)
 dense("Gemma 4 lm_head", torch.bfloat16, 1, 262144, 5376)
 # mlx-native's f32-activation kernels: f32 x, bf16 W, f32 y (PyTorch upcasts W or casts x).
-x = torch.randn(1, 5376, device=dev)
-w = torch.randn(262144, 5376, dtype=torch.bfloat16, device=dev)
-row("F.linear(x, W.float()) lm_head f32 x bf16 W m=1 n=262144 k=5376",
-    timed(lambda: F.linear(x, w.float()), 5), 2 * 262144 * 5376, 2 * 262144 * 5376 + 4 * (5376 + 262144), True)
-row("F.linear(x.bfloat16(), W) lm_head f32 x bf16 W m=1 n=262144 k=5376",
-    timed(lambda: F.linear(x.bfloat16(), w).float(), 20), 2 * 262144 * 5376, 2 * 262144 * 5376 + 4 * (5376 + 262144), True)
-del x, w
-x = torch.randn(4096, 4096, device=dev)
-w = torch.randn(4096, 4096, dtype=torch.bfloat16, device=dev)
-row("F.linear(x.bfloat16(), W).float() square f32 x bf16 W m=4096 n=4096 k=4096",
-    timed(lambda: F.linear(x.bfloat16(), w).float(), 10), 2 * 4096**3, 2 * 4096**2 + 8 * 4096**2, False)
+if wanted("lm_head f32 x bf16 W m=1 n=262144 k=5376"):
+    x = torch.randn(1, 5376, device=dev)
+    w = torch.randn(262144, 5376, dtype=torch.bfloat16, device=dev)
+    row("F.linear(x, W.float()) lm_head f32 x bf16 W m=1 n=262144 k=5376",
+        timed(lambda: F.linear(x, w.float()), 5), 2 * 262144 * 5376, 2 * 262144 * 5376 + 4 * (5376 + 262144), True)
+    row("F.linear(x.bfloat16(), W) lm_head f32 x bf16 W m=1 n=262144 k=5376",
+        timed(lambda: F.linear(x.bfloat16(), w).float(), 20), 2 * 262144 * 5376, 2 * 262144 * 5376 + 4 * (5376 + 262144), True)
+    del x, w
+if wanted("square f32 x bf16 W m=4096 n=4096 k=4096"):
+    x = torch.randn(4096, 4096, device=dev)
+    w = torch.randn(4096, 4096, dtype=torch.bfloat16, device=dev)
+    row("F.linear(x.bfloat16(), W).float() square f32 x bf16 W m=4096 n=4096 k=4096",
+        timed(lambda: F.linear(x.bfloat16(), w).float(), 10), 2 * 4096**3, 2 * 4096**2 + 8 * 4096**2, False)
+    del x, w
 
 
 # ---- quantized_matmul: MLX affine quantization ----
 
 
 def quantized(label, dt, bits, gs, m, n, k):
+    if not wanted(f"{label} q{bits} g{gs} {str(dt)[6:]} m={m} n={n} k={k}"):
+        return
     x = torch.randn(m, k, dtype=dt, device=dev) * 0.5
     wq, scales, biases = random_affine(n, k, bits, gs, dt, dev)
     w = dequantize(wq, scales, biases, bits, gs)
@@ -124,6 +141,8 @@ quantized("Gemma 4 up", torch.bfloat16, 4, 64, 8192, 21504, 5376)
 
 
 def ggml(label, t, m, n, k):
+    if not wanted(f"{label} {t} m={m} n={n} k={k}"):
+        return
     x = torch.randn(m, k, dtype=torch.bfloat16, device=dev) * 0.5
     raw = ggml_torch.random_blocks(t, n, k, dev)
     w = ggml_torch.dequantize(raw, t, k)
@@ -190,6 +209,8 @@ def moe(label, weight, form, gate_up, tokens, top_k, num_experts, n, k, down=Fal
     nbytes = mats * len(set(pair_ids)) * expert_bytes + (m * k + pairs * n) * 2
     memory_bound = form == "vector" or nbytes / 3.35e3 > flops / 990e3
     name = f"{label} {weight} {form}{' gate_up' if gate_up else ''} pairs={pairs} E={num_experts} n={n} k={k}"
+    if not wanted(name):
+        return
     w = [(torch.rand(num_experts, n, k, dtype=dt, device=dev) - 0.5) for _ in range(mats)]
     x = torch.randn(m, k, dtype=dt, device=dev) * 0.5
     rows = torch.arange(pairs, device=dev) if down else torch.arange(pairs, device=dev) // top_k
@@ -263,6 +284,8 @@ def moe_ggml(label, t, form, tokens, top_k, num_experts, n, k, down=False):
     nbytes = distinct * n * ggml_torch.row_bytes(t, k) + 4 * (m * k + pairs * n)
     memory_bound = form == "vector" or nbytes / 3.35e3 > flops / 990e3
     name = f"{label} {t} {form} pairs={pairs} E={num_experts} distinct={distinct} n={n} k={k}"
+    if not wanted(name):
+        return
     raw = ggml_torch.random_blocks(t, num_experts * n, k, dev).view(num_experts, n, -1)
     x = torch.randn(m, k, dtype=torch.float32, device=dev) * 0.5
     rows = torch.arange(pairs, device=dev) if down else torch.arange(pairs, device=dev) // top_k
