@@ -38,6 +38,7 @@ import {
   denseGemvBf16CudaRows,
   denseMmCudaLaunch,
   denseMmHopperBytes,
+  denseMmHopperRate,
   denseMmHopperWidth,
   denseMmUsesWgmma,
   denseMvCudaLaunch,
@@ -133,25 +134,31 @@ describe('dense param packers match the header and the .metal bindings', () => {
     expect(DENSE_MM_TENSOR_SHARED_BYTES).toEqual({ bf16: 8192, f16: 8192, f32: 16384 });
     expect(DENSE_GEMV_BF16_SHARED_BYTES).toBe(256);
   });
-  test('Hopper launches: 128 x 256, 192 or 128 tiles by the waves they leave on the SMs, the shared memory naming the width', () => {
+  test('Hopper launches: 128 x 256 to 128 x 128 tiles by the waves they leave on the SMs, the shared memory naming the width', () => {
     const h100 = TARGET_LIMITS.cuda;
     expect([denseMmUsesWgmma(h100), denseMmUsesWgmma({ ...h100, computeCapability: 80 }), denseMmUsesWgmma({ ...h100, computeCapability: 100 }),
       denseMmUsesWgmma({ ...h100, maxThreadgroupMemory: 166912 })]).toEqual([true, false, false, false]);
-    expect(DENSE_MM_HOPPER_WIDTHS.map(denseMmHopperBytes)).toEqual([197632, 205824, 164864]);
+    expect(DENSE_MM_HOPPER_WIDTHS.map(denseMmHopperBytes)).toEqual([197632, 226304, 205824, 185344, 164864]);
+    expect(new Set(DENSE_MM_HOPPER_WIDTHS.map(denseMmHopperBytes)).size).toBe(DENSE_MM_HOPPER_WIDTHS.length);
+    // The rate by shared-memory bytes a clock: 128 at 256, 8192 / bn + 96 below.
+    expect(DENSE_MM_HOPPER_WIDTHS.map((bn) => Number(denseMmHopperRate(bn).toFixed(3)))).toEqual([1, 0.966, 0.923, 0.87, 0.8]);
     for (const bn of DENSE_MM_HOPPER_WIDTHS) expect(denseMmHopperBytes(bn)).toBeLessThanOrEqual(h100.maxThreadgroupMemory);
     const launch = (m: number, n: number, batch = 1) => denseMmCudaLaunch(m, n, batch, 'bf16', h100);
     const hopper = (bn: number, tiles: number): Launch => ({ grid: [tiles, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: denseMmHopperBytes(bn) } });
     // 4096^3: 512 tiles of 128 x 256 in 4 rounds of 132 beat 704 of 128 x 192 in 6.
     expect(launch(4096, 4096)).toEqual(hopper(256, 512));
-    // Qwen3.6 up at 512 tokens: 364 tiles of 128 x 192 (3 rounds) beat 272 of 128 x 256 (3 rounds of wider tiles).
+    // Qwen3.6 up at 512 tokens: 364 tiles of 128 x 192 (3 rounds) beat 272 of 128 x 256 and 312 of 128 x 224 (3 rounds of wider tiles).
     expect(launch(512, 17408)).toEqual(hopper(192, 4 * 91));
-    expect(launch(512, 5120)).toEqual(hopper(192, 4 * 27));
+    // Qwen3.6 down at 512: one round at 160 (128 tiles) or wider; the narrowest of them.
+    expect(launch(512, 5120)).toEqual(hopper(160, 4 * 32));
+    // Gemma 4 up at 512: 384 tiles of 128 x 224 in 3 rounds beat 336 of 128 x 256 in 3 and 448 of 128 x 192 in 4.
+    expect(launch(512, 21504)).toEqual(hopper(224, 4 * 96));
     expect(launch(8192, 17408)).toEqual(hopper(256, 64 * 68));
     // One round at every width: the narrowest finishes first.
     expect(launch(9, 7)).toEqual(hopper(128, 1));
     expect(launch(1000, 1000, 2)).toEqual(hopper(128, 8 * 8 * 2));
-    // An H100 PCIe's 114 SMs: 272 tiles of 128 x 256 in 3 rounds beat 364 of 128 x 192 in 4; unknown SMs: the widest.
-    expect([denseMmHopperWidth(4096, 4096, 1, 132), denseMmHopperWidth(512, 17408, 1, 114), denseMmHopperWidth(9, 7, 1, 0)]).toEqual([256, 256, 256]);
+    // An H100 PCIe's 114 SMs: 312 tiles of 128 x 224 in 3 rounds beat 364 of 128 x 192 in 4; unknown SMs: the widest.
+    expect([denseMmHopperWidth(4096, 4096, 1, 132), denseMmHopperWidth(512, 17408, 1, 114), denseMmHopperWidth(9, 7, 1, 0)]).toEqual([256, 224, 256]);
     // The f16 and the crate's kernels take the same launches.
     expect(denseMmCudaLaunch(512, 17408, 1, 'f16', h100)).toEqual(launch(512, 17408));
   });

@@ -870,17 +870,20 @@ __device__ __forceinline__ void acc_fence(float (&d)[N]) {
 #define MLXN_WG_R7 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 #define MLXN_WG_D32 "{" MLXN_WG_R0 ", " MLXN_WG_R1 "}"
 #define MLXN_WG_D64 "{" MLXN_WG_R0 ", " MLXN_WG_R1 ", " MLXN_WG_R2 ", " MLXN_WG_R3 "}"
+#define MLXN_WG_D80 "{" MLXN_WG_R0 ", " MLXN_WG_R1 ", " MLXN_WG_R2 ", " MLXN_WG_R3 ", " MLXN_WG_R4 "}"
 #define MLXN_WG_D96 "{" MLXN_WG_R0 ", " MLXN_WG_R1 ", " MLXN_WG_R2 ", " MLXN_WG_R3 ", " MLXN_WG_R4 ", " MLXN_WG_R5 "}"
+#define MLXN_WG_D112 "{" MLXN_WG_R0 ", " MLXN_WG_R1 ", " MLXN_WG_R2 ", " MLXN_WG_R3 ", " MLXN_WG_R4 ", " MLXN_WG_R5 ", " \
+                     MLXN_WG_R6 "}"
 #define MLXN_WG_D128 "{" MLXN_WG_R0 ", " MLXN_WG_R1 ", " MLXN_WG_R2 ", " MLXN_WG_R3 ", " MLXN_WG_R4 ", " MLXN_WG_R5 ", " \
                      MLXN_WG_R6 ", " MLXN_WG_R7 "}"
 #define MLXN_WG_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define MLXN_WG_F16(i) MLXN_WG_F4(i), MLXN_WG_F4(i + 4), MLXN_WG_F4(i + 8), MLXN_WG_F4(i + 12)
 #define MLXN_WG_F32(i) MLXN_WG_F16(i), MLXN_WG_F16(i + 16)
 // d += A B^T on the warpgroup's tensor cores (wgmma.mma_async m64nNk16,
-// N = 2 R: 256, 192, 128 or 64): A the 64 x 16 operand of descriptor a, B the
-// N x 16 operand of descriptor b, both K-major (no transpose), 16-bit floats
-// (bf16 or f16), f32 accumulators. d is the thread's share of the 64 x N
-// tile: d[i] at row 16 (warp % 4) + lane / 4 + 8 ((i / 2) % 2), column
+// N = 2 R: 256, 224, 192, 160, 128 or 64): A the 64 x 16 operand of
+// descriptor a, B the N x 16 operand of descriptor b, both K-major (no
+// transpose), 16-bit floats (bf16 or f16), f32 accumulators. d is the
+// thread's share of the 64 x N tile: d[i] at row 16 (warp % 4) + lane / 4 + 8 ((i / 2) % 2), column
 // 8 (i / 4) + 2 (lane % 4) + i % 2 (the PTX ISA's accumulator fragment of
 // m64nNk16). Issued asynchronously: d belongs to the wgmma until a
 // wgmma_wait covers its group.
@@ -899,7 +902,9 @@ __device__ __forceinline__ void acc_fence(float (&d)[N]) {
     MLXN_WGMMA_SS_T(bf16, R, N, IA, IB, IP, D, __VA_ARGS__)      \
     MLXN_WGMMA_SS_T(f16, R, N, IA, IB, IP, D, __VA_ARGS__)
 MLXN_WGMMA_SS(128, 256, 128, 129, 130, MLXN_WG_D128, MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96))
+MLXN_WGMMA_SS(112, 224, 112, 113, 114, MLXN_WG_D112, MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F16(96))
 MLXN_WGMMA_SS(96, 192, 96, 97, 98, MLXN_WG_D96, MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64))
+MLXN_WGMMA_SS(80, 160, 80, 81, 82, MLXN_WG_D80, MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F16(64))
 MLXN_WGMMA_SS(64, 128, 64, 65, 66, MLXN_WG_D64, MLXN_WG_F32(0), MLXN_WG_F32(32))
 MLXN_WGMMA_SS(32, 64, 32, 33, 34, MLXN_WG_D32, MLXN_WG_F32(0))
 template <typename T, int R>
@@ -1618,12 +1623,14 @@ __device__ __forceinline__ void mma_store(const float (&acc)[MI][NJ][4], TY* y, 
 
 // Stores the 16-byte chunks a thread held in registers (issue's loads of x
 // or a weight) into a stage's rows: chunk c of thread tid is elements
-// 8 (i % 4) .. + 7 of row i / 4, i = tid + c NT.
-template <u32 NT, u32 LDS, typename T, u32 C>
+// 8 (i % 4) .. + 7 of row i / 4, i = tid + c NT, for i < TOTAL where it is
+// given (the operand's chunks, where they are not a multiple of NT).
+template <u32 NT, u32 LDS, u32 TOTAL = 0u, typename T, u32 C>
 __device__ __forceinline__ void park_chunks(T* rows, const uint4 (&r)[C], u32 tid) {
 #pragma unroll
     for (u32 c = 0; c < C; ++c) {
         const u32 i = tid + c * NT;
+        if (TOTAL != 0u && TOTAL % NT != 0 && i >= TOTAL) break;
         *reinterpret_cast<uint4*>(rows + (i >> 2) * LDS + 8 * (i & 3u)) = r[c];
     }
 }

@@ -23,10 +23,11 @@
 // Matrix form (prefill: dense_mm_<t>, dense_gemm_f16, hf2q_dense_mm_*):
 //   - 16-bit weights on Hopper (compiled for sm_90a, MLXN_WGMMA; the launch
 //     names the tile: 256 threads and WG_SMEM<BN> bytes of dynamic shared
-//     memory): 128 x BN tiles (BN = 256, 192 or 128), two warpgroups of
-//     64 x BN on wgmma.mma_async m64nBNk16 reading x and the weight from
-//     shared memory in the 128-byte swizzled layout through matrix
-//     descriptors (common.cuh), f32 accumulators in registers. k is staged
+//     memory): 128 x BN tiles (BN = 256, 224, 192, 160 or 128, the
+//     op's choice by the rounds of tiles they leave on the SMs), two
+//     warpgroups of 64 x BN on wgmma.mma_async m64nBNk16 reading x and the
+//     weight from shared memory in the 128-byte swizzled layout through
+//     matrix descriptors (common.cuh), f32 accumulators in registers. k is staged
 //     64 at a time through 4 or 5 stages filled by cp.async 16-byte copies
 //     (or registers and st.shared for an f32 x or unaligned rows) two or
 //     three tiles ahead; see wg_tile for the step. TMA would need a tensor map made by
@@ -280,13 +281,15 @@ __device__ __forceinline__ uint4 load8(const T* row, u32 k, u32 K, bool vec) {
 // of T from p, `row` elements apart, from row r0; elements k0 .. k0 + 31):
 // chunk c is elements 8 (i % 4) .. of tile row i / 4, i = tid + c NT (as
 // park_chunks stores them), copied into s by cp.async (ASYNC) or loaded into
-// regs[c] as TS pairs; zeros past R and K.
-template <u32 N, u32 NT, u32 LDS, bool ASYNC, typename TS, typename T, u32 C>
+// regs[c] as TS pairs; zeros past R and K. Chunks i >= TOTAL (the tile's 4
+// a row, where they are not a multiple of NT) are not the tile's: skipped.
+template <u32 N, u32 NT, u32 LDS, bool ASYNC, u32 TOTAL = N * NT, typename TS, typename T, u32 C>
 __device__ __forceinline__ void issue_chunks(TS* s, uint4 (&regs)[C], const T* p, u64 row, u32 r0, u32 R, u32 k0, u32 K, bool vec,
                                              u32 tid) {
 #pragma unroll
     for (u32 c = 0; c < N; ++c) {
         const u32 i = tid + c * NT, r = i >> 2, k = k0 + 8 * (i & 3u);
+        if (TOTAL % NT != 0 && i >= TOTAL) break;
         const bool live = r0 + r < R && k < K;
         const T* rp = p + (live ? u64(r0 + r) * row : 0);
         if constexpr (ASYNC) cp_async16(s + r * LDS + 8 * (i & 3u), rp + (live ? k : 0), live);
@@ -307,8 +310,10 @@ __device__ __noinline__ void mm_tc(const Operands<TX, TW, TY> o, u32 M, u32 N, u
     constexpr u32 NT = WM * WN * 32;
     constexpr u32 WTM = BM / WM, WTN = BN / WN;
     constexpr u32 MI = WTM / 16, NJ = WTN / 8;
-    constexpr u32 XC = BM * 4 / NT, WC = BN * 4 / NT;  // 16-byte chunks per thread per stage
-    static_assert(XC * NT == BM * 4 && WC * NT == BN * 4 && NJ % 2 == 0, "tile shape");
+    // 16-byte chunks per thread per stage (the weight's last partial where BN
+    // is not a multiple of NT / 4: the Hopper widths on this path)
+    constexpr u32 XC = BM * 4 / NT, WC = (BN * 4 + NT - 1) / NT;
+    static_assert(XC * NT == BM * 4 && NJ % 2 == 0 && WTM * WM == BM && WTN * WN == BN, "tile shape");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     TW* smem = reinterpret_cast<TW*>(smem_raw);
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
@@ -323,14 +328,14 @@ __device__ __noinline__ void mm_tc(const Operands<TX, TW, TY> o, u32 M, u32 N, u
         TW* ws = xs + BM * LDS;
         const u32 k0 = kt * BK;
         issue_chunks<XC, NT, LDS, X_ASYNC>(xs, xr, o.x, o.x_row, m0, M, k0, K, xvec, tid);
-        issue_chunks<WC, NT, LDS, W_ASYNC>(ws, wr, o.w, o.w_row, n0, N, k0, K, wvec, tid);
+        issue_chunks<WC, NT, LDS, W_ASYNC, BN * 4>(ws, wr, o.w, o.w_row, n0, N, k0, K, wvec, tid);
     };
     // Stores the register-staged chunks of stage `stage`.
     auto park = [&](u32 stage) {
         TW* xs = smem + stage * (BM + BN) * LDS;
         TW* ws = xs + BM * LDS;
         if constexpr (!X_ASYNC) park_chunks<NT, LDS>(xs, xr, tid);
-        if constexpr (!W_ASYNC) park_chunks<NT, LDS>(ws, wr, tid);
+        if constexpr (!W_ASYNC) park_chunks<NT, LDS, BN * 4>(ws, wr, tid);
     };
 
     float acc[MI][NJ][4];
@@ -386,7 +391,7 @@ template <u32 BN> constexpr u32 WG_STAGES = BN == 256 ? 4u : 5u;
 // Dynamic shared memory of the Hopper launch of a 128 x BN tile (the op's
 // denseMmHopperBytes): WG_STAGES stages of 128 + BN swizzled rows of 128
 // bytes (x's rows, then the weight's), and 1024 bytes to align them; the
-// three widths' sizes differ, so the size names the width.
+// widths' sizes all differ, so the size names the width.
 template <u32 BN> constexpr u32 WG_SMEM = WG_STAGES<BN> * (WG_BM + BN) * 128u + 1024u;
 
 #ifdef MLXN_WGMMA
@@ -528,22 +533,24 @@ __device__ __forceinline__ void wg_shape(u32 M, u32 N, u32 K, At at) {
 #endif  // MLXN_WGMMA
 
 // The 128 x BN tile of a Hopper launch: wgmma where compiled for sm_90a, else
-// mma.sync tiles of the same shape (8 warps of 64 x BN / 4), so that the
-// grid the launch was made for stays right.
+// mma.sync tiles of the same shape, so that the grid the launch was made for
+// stays right: 8 warps of 64 x BN / 4, or of 32 x BN / 2 where BN / 4 is
+// not a whole number of 16-column pairs (ldmatrix's: 160 and 224).
 template <typename TX, typename TW, typename TY, u32 BN, typename At>
 __device__ __forceinline__ void wide_shape(u32 M, u32 N, u32 K, At at) {
 #ifdef MLXN_WGMMA
     wg_shape<TX, TW, TY, BN>(M, N, K, at);
 #else
-    mm_shape<TX, TW, TY, WG_BM, BN, 2, 4>(M, N, K, at);
+    constexpr u32 WN = BN % 64 == 0 ? 4u : 2u;
+    mm_shape<TX, TW, TY, WG_BM, BN, 8 / WN, WN>(M, N, K, at);
 #endif
 }
 
 // The tile shape the launch names (the op's denseMmCudaLaunch): 128 threads
 // 64 x 128 on mma.sync; 256 threads with the dynamic shared memory of a
-// Hopper launch (WG_SMEM of 256, 192 or 128) 128 x that width, on
-// wgmma where compiled for it; any other 256-thread launch 128 x 256 on
-// mma.sync.
+// Hopper launch (WG_SMEM of 256, 224, 192, 160 or 128) 128 x that
+// width, on wgmma where compiled for it; any other 256-thread launch
+// 128 x 256 on mma.sync.
 template <typename TX, typename TW, typename TY, typename At>
 __device__ __forceinline__ void mm_tensor(u32 M, u32 N, u32 K, At at) {
     if (blockDim.x != 256) {
@@ -552,7 +559,9 @@ __device__ __forceinline__ void mm_tensor(u32 M, u32 N, u32 K, At at) {
     }
     const u32 bytes = dynamic_smem_bytes();
     if (bytes == WG_SMEM<256>) wide_shape<TX, TW, TY, 256>(M, N, K, at);
+    else if (bytes == WG_SMEM<224>) wide_shape<TX, TW, TY, 224>(M, N, K, at);
     else if (bytes == WG_SMEM<192>) wide_shape<TX, TW, TY, 192>(M, N, K, at);
+    else if (bytes == WG_SMEM<160>) wide_shape<TX, TW, TY, 160>(M, N, K, at);
     else if (bytes == WG_SMEM<128>) wide_shape<TX, TW, TY, 128>(M, N, K, at);
     else mm_shape<TX, TW, TY, 128, 256, 2, 4>(M, N, K, at);
 }

@@ -138,20 +138,32 @@ export function denseMmCudaTile(m: number, n: number): { bm: number; bn: number;
   return { bm, bn, threads, sharedBytes: 4 * (bm + bn) * (32 + 8) * 2 };
 }
 
-/** The widths of the Hopper tiles: 128 x bn outputs, two warpgroups of 64 x bn on wgmma. */
-export const DENSE_MM_HOPPER_WIDTHS = [256, 192, 128] as const;
 /**
- * Each Hopper tile's expected rate against 128 x 256's: the shared-memory
- * bytes it moves per MMA (wgmma operand reads and the copies' writes: 128,
- * 136 and 160 bytes a clock at full rate, against the SM's 128).
+ * The widths of the Hopper tiles: 128 x bn outputs, two warpgroups of 64 x bn
+ * on wgmma; multiples of 32, as the kernel's copies take them (a 176-wide
+ * tile, tried, ran a round 20 % slower than 192 on an H100:
+ * bench/notes/dense-widths-2026-11-27.md).
  */
-const HOPPER_RATE: Readonly<Record<number, number>> = { 256: 1, 192: 0.94, 128: 0.8 };
+export const DENSE_MM_HOPPER_WIDTHS = [256, 224, 192, 160, 128] as const;
+
+/**
+ * A Hopper tile's expected rate against full MMA rate: the shared-memory
+ * bytes it moves per MMA clock against the SM's 128 a clock. A k16 step of
+ * a 128 x bn tile takes bn clocks of MMA (4096 flops a clock) and moves
+ * 8192 + 96 bn bytes (each warpgroup's wgmma reads its 64 rows of x and the
+ * bn of the weight, the copies write 128 + bn rows): 128 bytes a clock at
+ * 256 (1), 139 at 192 (0.92), 160 at 128 (0.8).
+ */
+export function denseMmHopperRate(bn: number): number {
+  return Math.min(1, 128 / (96 + 8192 / bn));
+}
 
 /**
  * Dynamic shared memory of a Hopper tile's launch (shaders/cuda/dense.cu,
  * WG_SMEM): 4 stages (bn = 256) or 5 of 128 + bn swizzled rows of 128
  * bytes, and 1024 bytes to align them. The kernel reads the tile width from
- * this size (197632, 205824 and 164864 bytes for 256, 192 and 128).
+ * this size (one size a width: 197632, 226304, 205824, 185344 and 164864
+ * bytes for 256, 224, 192, 160 and 128).
  */
 export function denseMmHopperBytes(bn: number): number {
   return (bn === 256 ? 4 : 5) * (128 + bn) * 128 + 1024;
@@ -165,8 +177,9 @@ export function denseMmUsesWgmma(limits: Pick<DeviceLimits, 'computeCapability' 
 /**
  * The Hopper tile width for a product: for each width, tiles = ceil(m / 128)
  * ceil(n / bn) batch and rounds = ceil(tiles / SMs); the least rounds x bn /
- * rate wins (ties to the wider), so 512 tokens take narrower tiles that fill
- * the SMs and large products the widest. Unknown SMs (0): 256.
+ * rate (denseMmHopperRate) wins (ties to the wider), so 512 tokens take the
+ * width whose tiles fill the SMs' last round and large products the widest.
+ * Unknown SMs (0): 256.
  */
 export function denseMmHopperWidth(m: number, n: number, batch: number, multiprocessors: number): number {
   if (!(multiprocessors > 0)) return 256;
@@ -174,7 +187,7 @@ export function denseMmHopperWidth(m: number, n: number, batch: number, multipro
   let bestCost = Infinity;
   for (const bn of DENSE_MM_HOPPER_WIDTHS) {
     const rounds = Math.ceil((ceilDiv(m, 128) * ceilDiv(n, bn) * batch) / multiprocessors);
-    const cost = (rounds * bn) / HOPPER_RATE[bn]!;
+    const cost = (rounds * bn) / denseMmHopperRate(bn);
     if (cost < bestCost * (1 - 1e-9)) [best, bestCost] = [bn, cost];
   }
   return best;

@@ -3,8 +3,9 @@
 // of ts/ops/dense.ts (denseMvCudaLaunch, denseMmCudaLaunch and the crate
 // kernels' grids, written out again below): every copy path (cp.async,
 // registers, unaligned rows), the mma.sync tile shapes and the Hopper
-// launches' 128 x 256, 192 and 128 tiles (wgmma in the simulation's model,
-// or mma.sync tiles of the same shape when built with -DMLXN_SIM_NO_WGMMA),
+// launches' tiles of each width, 128 x 256 to 128 x 128 (wgmma in the
+// simulation's model, or mma.sync tiles of the same shape when built with
+// -DMLXN_SIM_NO_WGMMA),
 // both vector row counts, the crate's byte strides. Error: |got - want| /
 // sum |x w|, under the dtype's tolerance (tests/dense.test.ts says why).
 // run.sh builds and runs it; `big` adds the sizes that take the mma.sync
@@ -167,7 +168,7 @@ int main(int argc, char** argv) {
   // Hopper launches: each tile width; k tails (k % 64), more k tiles than
   // stages (k = 520: 9), the register paths (k % 8 != 0; f32 x), rows and
   // columns past M and N, batches.
-  for (u32 wide : {256u, 192u, 128u}) {
+  for (u32 wide : {256u, 224u, 192u, 160u, 128u}) {
     run_dense<__nv_bfloat16>("dense_mm_bf16", dense_mm_bf16, 200, 300, 520, 1, 1, false, wide);
     run_dense<__half>("dense_mm_f16", dense_mm_f16, 130, 70, 100, 2, 1, false, wide);
     run_dense<__nv_bfloat16>("dense_mm_bf16 (register path)", dense_mm_bf16, 9, 7, 36, 1, 1, false, wide);

@@ -389,7 +389,7 @@ inline void sim_wg_perform(const SimWgmma& op) {
 }
 template <int R>
 inline void sim_wgmma(float (&d)[R], uint64_t a, uint64_t b, bool bf) {
-  static_assert(R == 32 || R == 64 || R == 96 || R == 128, "m64nNk16 with N = 64, 128, 192 or 256");
+  static_assert(R % 4 == 0 && R >= 4 && R <= 128, "m64nNk16 with N a multiple of 8 from 8 to 256 (the PTX ISA's 16-bit shapes)");
   if ((blockDim.x * blockDim.y * blockDim.z) % 128 != 0) sim_fail("wgmma: the block is not whole warpgroups");
   if (!sim_wg_fenced) sim_fail("wgmma: issued without a wgmma.fence since the last wait_group");
   struct Desc { uint64_t a, b; };
