@@ -405,9 +405,10 @@ template <u32 BN> constexpr u32 WG_SMEM = WG_STAGES<BN> * (WG_BM + BN) * 128u + 
 // AHEAD = STAGES - 2 tiles ahead. A step: wait for this thread's copies of
 // tile kt, make them visible to the async proxy, barrier (every copy of tile
 // kt landed; both warpgroups are past tile kt - 2's wgmma), start tile
-// kt + AHEAD into the stage tile kt - 2 held, issue tile kt's four k16
-// wgmma, wait for tile kt - 1's: one group always runs while the next is
-// issued.
+// kt + AHEAD into the stage tile kt - 2 held and issue tile kt's four k16
+// wgmma (in that order where both operands go by cp.async, the other way
+// round with a register path), wait for tile kt - 1's: one group always
+// runs while the next is issued.
 // One operand's part of a stage at k: this thread's R rows first, first + 32,
 // ... of `rows` (rows `stride` elements apart), 16 bytes each at k, into the
 // swizzled stage at dst (rows 4096 bytes apart) by cp.async where ASYNC,
@@ -483,14 +484,25 @@ __device__ __forceinline__ void wg_tile(const Operands<TX, TW, TY>& o, u32 M, u3
         fence_proxy_async_smem();
         __syncthreads();
         const u32 next = kt + AHEAD;
-        if (next < KT) issue(next % STAGES, next);
-        cp_async_commit();
+        auto start_next = [&] {
+            if (next < KT) issue(next % STAGES, next);
+            cp_async_commit();
+        };
+        // Both operands by cp.async: the copies go out before the wgmma.
+        // With a register path they go after it, so that the loads into
+        // registers wait behind the tensor work instead of ahead of it
+        // (measured: hf2q_dense_mm_bf16_f32_tensor 4096^3 -9 %, while the
+        // cp.async path lost up to 9 % at 512 tokens in that order:
+        // bench/notes/dense-widths-2026-11-27.md).
+        constexpr bool COPIES_FIRST = X_ASYNC && W_ASYNC;
+        if constexpr (COPIES_FIRST) start_next();
         const u64 at = u64((kt % STAGES) * STAGE) >> 4;
         acc_fence(acc);
         wgmma_fence();
 #pragma unroll
         for (u32 j = 0; j < WG_BK / 16; ++j) wgmma_ss<TW>(acc, da + at + 2 * j, db + at + 2 * j);
         wgmma_commit();
+        if constexpr (!COPIES_FIRST) start_next();
         wgmma_wait<1>();
         acc_fence(acc);
         // Tile kt + AHEAD's stage held tile kt - 2, whose wgmma every thread
