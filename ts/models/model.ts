@@ -73,6 +73,14 @@ export abstract class CausalLM {
   deviceStepMs = 0;
   /** Dispatches of the last decode step's recording. */
   stepDispatches = 0;
+  /**
+   * Host time of the last prefill in milliseconds: recording its one
+   * encoder, from the scratch buffers' sizing through the last dispatch, and
+   * submitting it; not the device's work or the wait.
+   */
+  hostPrefillMs = 0;
+  /** Device time of the last prefill in milliseconds (Encoder.gpuTimeNs of its commit). */
+  devicePrefillMs = 0;
   protected readonly maxContext: number;
   protected readonly precision: ProductPrecision;
   protected readonly prefillAttention: PrefillAttention;
@@ -174,6 +182,7 @@ export abstract class CausalLM {
     if (n === 0) throw invalid('prefill', 'tokens', 'a non-empty array of token ids', '[]');
     if (n > this.maxContext) throw invalid('prefill', 'tokens.length', `at most maxContext (${this.maxContext})`, n);
     this.checkIds('prefill', tokens);
+    const t0 = performance.now();
     // A prompt re-sizes the scratch buffers a recorded decode step binds: the next step records afresh.
     this.dropStepEncoder();
     this.resetState();
@@ -185,7 +194,10 @@ export abstract class CausalLM {
     using enc = this.device.encoder();
     this.forward(enc, ids, n, rows, logits, tokens);
     this.pickNext(enc, rows, logits);
+    const recorded = performance.now() - t0;
     enc.commitAndWait();
+    this.hostPrefillMs = recorded + enc.submitMs;
+    this.devicePrefillMs = enc.gpuTimeNs / 1e6;
     this.position = n;
     this.logitRows = rows;
     return this.next.read()[0]!;
