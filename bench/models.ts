@@ -11,7 +11,7 @@
 //
 //   bun run bench/models.ts [--small] [--model qwen3_5_moe|gemma4|all] [--quant q4|bf16|q4k|q4km]
 //                           [--steps N] [--prompt P] [--prefill T] [--rounds R] [--copy-gbs B]
-//                           [--layers L] [--vocab V] [--pdl on|off] [--cold-kernels]
+//                           [--layers L] [--vocab V] [--pdl on|off] [--cold-kernels] [--prefill-parts]
 //
 // --small: tiny dimensions the emulator runs (the same code path); without
 // it the real configurations (cuda: tens of GB of weights). --quant q4 (the
@@ -42,6 +42,11 @@
 // MiB read, then 16,384 straight-line FFMAs on every SM), each behind the
 // step's first norm, 16 times in one replay; the dispatches are the step's
 // own (captured as the model records it: its buffers, grids and entries).
+// --prefill-parts: instead of the speed table, the prompt of --prefill
+// tokens by parts: its dispatches captured as the model records them, each
+// distinct one (entry, grid x block) run alone 16 times in one replay
+// (warm: its weights and code as the one before left them), listed by its
+// count x time, beside the whole prompt's device time.
 //
 // Configurations: Qwen3.6-35B-A3B is Qwen3_5MoeTextConfig's defaults
 // (ts/models/config.ts reads them; hidden 2048, 40 layers of which every
@@ -105,6 +110,7 @@ const layersArg = opt('--layers') === undefined ? null : num('--layers', 1);
 const vocabArg = opt('--vocab') === undefined ? null : num('--vocab', 1);
 const pdlArg = opt('--pdl');
 const coldKernels = argv.includes('--cold-kernels');
+const prefillParts = argv.includes('--prefill-parts');
 if (pdlArg !== undefined && pdlArg !== 'on' && pdlArg !== 'off') throw new Error(`--pdl must be on or off (got ${pdlArg})`);
 const GROUP = 64, BITS = 4;
 
@@ -619,6 +625,10 @@ function run(arch: 'qwen3_5_moe' | 'gemma4', copy: number): void {
       coldKernelTable(model, prompt, label);
       return;
     }
+    if (prefillParts) {
+      prefillPartsTable(model, randomIds(prefillLen, vocab, 11), label);
+      return;
+    }
     const recordedWall: number[] = [], recordedHost: number[] = [], replayWall: number[] = [], replayHost: number[] = [], replayDevice: number[] = [];
     let finite = true;
     for (let r = 0; r < rounds; r++) {
@@ -722,6 +732,58 @@ function captureStep(model: CausalLM, prompt: number[]): Captured[] {
   return out;
 }
 
+/** A replayable encoder of seq repeated reps times: the median device time of one (us), over 5 replays after a first. */
+function timeAlone(seq: (enc: Encoder) => void, reps: number): number {
+  const enc = dev.encoder({ replayable: true });
+  for (let i = 0; i < reps; i++) seq(enc);
+  enc.commitAndWait();
+  const ts: number[] = [];
+  for (let r = 0; r < 6; r++) {
+    enc.replayAndWait();
+    if (r > 0) ts.push(enc.gpuTimeNs / reps / 1000);
+  }
+  enc.release();
+  return median(ts);
+}
+
+function prefillPartsTable(model: CausalLM, tokens: number[], label: string): void {
+  model.prefill(tokens);
+  const parts: Captured[] = [];
+  const proto = EncoderClass.prototype as unknown as { dispatch: (p: Pipeline, b: DispatchBindings, g: Dim3, t: Dim3) => void };
+  const orig = proto.dispatch;
+  proto.dispatch = function (this: Encoder, p, b, g, t) {
+    parts.push({ p, b, g, t });
+    orig.call(this, p, b, g, t);
+  };
+  try {
+    model.prefill(tokens);
+  } finally {
+    proto.dispatch = orig;
+  }
+  const whole = model.devicePrefillMs * 1000;
+  const groups = new Map<string, { d: Captured; count: number }>();
+  for (const d of parts) {
+    const key = `${d.p.name} ${d.g.join('x')} x ${d.t.join('x')}`;
+    const g = groups.get(key);
+    if (g) g.count++;
+    else groups.set(key, { d, count: 1 });
+  }
+  const rows: { key: string; count: number; us: number }[] = [];
+  for (const [key, { d, count }] of groups) {
+    // The sampler's kernels bind the recording encoder's own words: not run again.
+    if (/^(argmax|sample|top_k|philox)/.test(d.p.name)) continue;
+    rows.push({ key, count, us: timeAlone((e) => e.dispatch(d.p, d.b, d.g, d.t), 16) });
+  }
+  rows.sort((a, b) => b.count * b.us - a.count * a.us);
+  const sum = rows.reduce((acc, r) => acc + r.count * r.us, 0);
+  console.log(`\n${label}: a prompt of ${tokens.length} tokens, ${parts.length} dispatches, device ${(whole / 1000).toFixed(2)} ms,`
+    + ` host ${model.hostPrefillMs.toFixed(2)} ms; the distinct dispatches alone sum to ${(sum / 1000).toFixed(2)} ms`);
+  console.log('dispatch | count | us each, alone | us in all | share of the sum');
+  for (const r of rows) {
+    console.log(`${r.key} | ${r.count} | ${r.us.toFixed(2)} | ${(r.count * r.us).toFixed(1)} | ${(100 * r.count * r.us / sum).toFixed(1)} %`);
+  }
+}
+
 function coldKernelTable(model: CausalLM, prompt: number[], label: string): void {
   if (dev.backend !== 'cuda') throw new Error('--cold-kernels: the fronts are CUDA kernels; run on the cuda backend');
   const step = captureStep(model, prompt);
@@ -737,19 +799,7 @@ function coldKernelTable(model: CausalLM, prompt: number[], label: string): void
   };
   const run1 = (enc: Encoder, d: Captured) => enc.dispatch(d.p, d.b, d.g, d.t);
   const glue = step.find((d) => d.p.name.startsWith('rms_norm'))!;
-  const reps = 16;
-  const time = (seq: (enc: Encoder) => void): number => {
-    const enc = dev.encoder({ replayable: true });
-    for (let i = 0; i < reps; i++) seq(enc);
-    enc.commitAndWait();
-    const ts: number[] = [];
-    for (let r = 0; r < 6; r++) {
-      enc.replayAndWait();
-      if (r > 0) ts.push(enc.gpuTimeNs / reps / 1000);
-    }
-    enc.release();
-    return median(ts);
-  };
+  const time = (seq: (enc: Encoder) => void): number => timeAlone(seq, 16);
   const warm0 = time((e) => run1(e, glue));
   const a0 = time((e) => { fronts.flush(e); run1(e, glue); });
   const b0 = time((e) => { fronts.flush(e); fronts.pollute(e); run1(e, glue); });
