@@ -434,6 +434,32 @@ describeBackends('models against float64 references (random checkpoints)', ({ de
       for (const [got, want] of clearTokens(arch, r.tokens, TOKEN_GAP)) expect(got).toBe(want);
     }, 120_000);
   }
+  for (const arch of ARCHS) {
+    // A prompt clears only what it reads (Model.resetState): after a decoded context, a prompt of several tokens and
+    // one of a single token give the logits a fresh model gives them. A state left over would move them by far more
+    // than the bound (the recurrent state alone is a whole context's sum).
+    test(`${arch}: a second prompt (of 5 tokens, then of 1) after a decoded context matches a fresh model's`, () => {
+      const opts = { maxContext: 32, precision: 'exact', prefillAttention: 'vector' } as const;
+      const second = [PROMPT[3]!, PROMPT[1]!, PROMPT[10]!, PROMPT[0]!, PROMPT[6]!];
+      using used = loadModel(folderOf(arch), device(), opts);
+      const after: number[][] = [];
+      const want: number[][] = [];
+      for (const prompt of [second, [PROMPT[5]!]]) {
+        used.prefill(PROMPT);
+        for (let i = 0; i < 3; i++) used.decode();
+        used.prefill(prompt);
+        after.push(used.logits.readNumbers());
+        used.decode();
+        after.push(used.logits.readNumbers());
+        using fresh = loadModel(folderOf(arch), device(), opts);
+        fresh.prefill(prompt);
+        want.push(fresh.logits.readNumbers());
+        fresh.decode();
+        want.push(fresh.logits.readNumbers());
+      }
+      for (const [i, got] of after.entries()) expect(relL2(got, want[i]!)).toBeLessThan(1e-6);
+    }, 120_000);
+  }
   {
     // MLX affine-quantized linear layers (the projections of attention, the gated delta net, the shared expert and
     // the output; the experts stay dense here, the next test quantizes them) against the reference run on the same

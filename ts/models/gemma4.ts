@@ -181,7 +181,7 @@ export class Gemma4 extends CausalLM {
     };
   }
 
-  protected resetState(): void {
+  protected resetState(_tokens: number): void {
     // A prompt writes every slot it reads before reading it: nothing to clear.
   }
 

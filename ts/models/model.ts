@@ -132,8 +132,12 @@ export abstract class CausalLM {
    */
   protected abstract forward(enc: Encoder, ids: Buffer, tokens: number, logitRows: number, logitsOut: Buffer, hostIds: readonly number[] | null): void;
 
-  /** Sets every cache and state back to an empty context. */
-  protected abstract resetState(): void;
+  /**
+   * Sets every cache and state that a prompt of `tokens` tokens reads back
+   * to an empty context (what the prompt writes before reading, or never
+   * reads, may keep an earlier context's values).
+   */
+  protected abstract resetState(tokens: number): void;
 
   protected abstract releaseWeights(): void;
 
@@ -185,7 +189,7 @@ export abstract class CausalLM {
     const t0 = performance.now();
     // A prompt re-sizes the scratch buffers a recorded decode step binds: the next step records afresh.
     this.dropStepEncoder();
-    this.resetState();
+    this.resetState(n);
     this.position = 0;
     const ids = this.scratch.get('ids', 'u32', [n]);
     ids.write(Uint32Array.from(tokens));
