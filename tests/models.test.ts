@@ -442,8 +442,8 @@ describeBackends('models against float64 references (random checkpoints)', ({ de
       const opts = { maxContext: 32, precision: 'exact', prefillAttention: 'vector' } as const;
       const second = [PROMPT[3]!, PROMPT[1]!, PROMPT[10]!, PROMPT[0]!, PROMPT[6]!];
       using used = loadModel(folderOf(arch), device(), opts);
-      const after: number[][] = [];
-      const want: number[][] = [];
+      const after: Float64Array[] = [];
+      const want: Float64Array[] = [];
       for (const prompt of [second, [PROMPT[5]!]]) {
         used.prefill(PROMPT);
         for (let i = 0; i < 3; i++) used.decode();
