@@ -2536,6 +2536,36 @@ __device__ __forceinline__ void gc_stage_wait(u32 S) {
     }
 }
 
+// The mma steps of the Q8_0 and Q6_K engines over two units of staged x
+// (xs as f16 pairs, UNITS uint4 a unit: a Q8_0 block of 32 values, a Q6_K
+// group of 16): lane (g, t)'s B operand is unit `first` for g == 2t,
+// `first + 1` for g == 2t + 1, zeros (zb) for the other lanes;
+// step s = 4 u + e takes word e of unit u and the A that a_of(s, a) writes,
+// adding the even steps into c, the odd into c1 (two chains of half the
+// dependent latency, which the caller adds up).
+template <u32 UNITS, typename AOf>
+__device__ __forceinline__ void gc_mma_chains(float (&c)[4], float (&c1)[4], const uint4* xs, const uint4* zb, u32 g, u32 t, u32 first,
+                                              AOf&& a_of) {
+    const uint4* x0 = g == 2u * t ? xs + u64(first) * UNITS : zb;
+    const uint4* x1 = g == 2u * t + 1u ? xs + u64(first + 1u) * UNITS : zb;
+#pragma unroll
+    for (u32 u = 0; u < UNITS; ++u) {
+        const uint4 v0 = x0[u], v1 = x1[u];
+        const u32 xv0[4] = {v0.x, v0.y, v0.z, v0.w}, xv1[4] = {v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+        for (u32 e = 0; e < 4u; ++e) {
+            const u32 s = 4u * u + e;
+            u32 a[4];
+            a_of(s, a);
+            if ((s & 1u) == 0u) {
+                mma16<__half>(c, a, xv0[e], xv1[e]);
+            } else {
+                mma16<__half>(c1, a, xv0[e], xv1[e]);
+            }
+        }
+    }
+}
+
 // ---- Q8_0 at one token: the group-column engine (quantized_matmul_ggml,
 // quantized_matmul_id_ggml) ----
 
@@ -2630,28 +2660,17 @@ __device__ __forceinline__ void gmv_gc_q8_0(unsigned char* smem, const unsigned 
         gc_stage_words(st + ta * SP + ((abase + off) & 15u) + 68u * t, qa);
         gc_stage_words(st + tb * SP + ((bbase + off) & 15u) + 68u * t, qb);
         const u32 b0 = rr * 8u + 2u * t;  // this lane's first block of the row
-        const uint4* x0 = g == 2u * t ? xs + u64(b0) * 4u : zb;
-        const uint4* x1 = g == 2u * t + 1u ? xs + u64(b0 + 1u) * 4u : zb;
-        // Two chains of 8 mmas (even and odd steps), added at the end: half the dependent latency of one.
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (u32 u = 0; u < 4u; ++u) {
-            const uint4 v0 = x0[u], v1 = x1[u];
-            const u32 xv0[4] = {v0.x, v0.y, v0.z, v0.w}, xv1[4] = {v1.x, v1.y, v1.z, v1.w};
-#pragma unroll
-            for (u32 e = 0; e < 4u; ++e) {
-                const u32 s = 4u * u + e;  // codes 2s, 2s + 1: block 2t's at bytes 2 + 2s (word (s + 1) / 2), block 2t + 1's at 36 + 2s
-                const u32 wa0 = qa[(s + 1u) / 2u] ^ 0x80808080u, wb0 = qb[(s + 1u) / 2u] ^ 0x80808080u;
-                const u32 wa1 = qa[9u + s / 2u] ^ 0x80808080u, wb1 = qb[9u + s / 2u] ^ 0x80808080u;
-                const u32 sel0 = (s & 1u) == 0u ? 0x4342u : 0x4140u, sel1 = (s & 1u) == 0u ? 0x4140u : 0x4342u;
-                const u32 a[4] = {cvt(wa0, sel0), cvt(wb0, sel0), cvt(wa1, sel1), cvt(wb1, sel1)};
-                if ((s & 1u) == 0u) {
-                    mma16<__half>(c, a, xv0[e], xv1[e]);
-                } else {
-                    mma16<__half>(c1, a, xv0[e], xv1[e]);
-                }
-            }
-        }
+        gc_mma_chains<4>(c, c1, xs, zb, g, t, b0, [&](u32 s, u32 (&a)[4]) {
+            // Codes 2s, 2s + 1: block 2t's at bytes 2 + 2s (word (s + 1) / 2), block 2t + 1's at 36 + 2s.
+            const u32 wa0 = qa[(s + 1u) / 2u] ^ 0x80808080u, wb0 = qb[(s + 1u) / 2u] ^ 0x80808080u;
+            const u32 wa1 = qa[9u + s / 2u] ^ 0x80808080u, wb1 = qb[9u + s / 2u] ^ 0x80808080u;
+            const u32 sel0 = (s & 1u) == 0u ? 0x4342u : 0x4140u, sel1 = (s & 1u) == 0u ? 0x4140u : 0x4342u;
+            a[0] = cvt(wa0, sel0);
+            a[1] = cvt(wb0, sel0);
+            a[2] = cvt(wa1, sel1);
+            a[3] = cvt(wb1, sel1);
+        });
 #pragma unroll
         for (u32 q = 0; q < 4u; ++q) c[q] += c1[q];
         // d of both blocks (bytes 0 and 34 of the lane's 68), 0 past the row's blocks.
@@ -2761,25 +2780,15 @@ __device__ __forceinline__ void gmv_gc_q6k(unsigned char* smem, const unsigned c
             gc_stage_words(pa + 128u + 32u * n, ha);
             gc_stage_words(pb + 128u + 32u * n, hb);
             const u32 g0 = rr * 16u + 8u * n + 2u * t;  // this lane's first group over the row
-            const uint4* x0 = g == 2u * t ? xs + u64(g0) * 2u : zb;
-            const uint4* x1 = g == 2u * t + 1u ? xs + u64(g0 + 1u) * 2u : zb;
             float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (u32 u = 0; u < 2u; ++u) {
-                const uint4 v0 = x0[u], v1 = x1[u];
-                const u32 xv0[4] = {v0.x, v0.y, v0.z, v0.w}, xv1[4] = {v1.x, v1.y, v1.z, v1.w};
-#pragma unroll
-                for (u32 e = 0; e < 4u; ++e) {
-                    const u32 s = 4u * u + e;  // values 2s, 2s + 1 of each group: word s / 2 (group 2t), 4 + s / 2 (2t + 1)
-                    const u32 hw = s & 1u, j0 = s / 2u, j1 = 4u + s / 2u;
-                    const u32 a[4] = {cvt(la[j0], ha[j0], hw), cvt(lb[j0], hb[j0], hw), cvt(la[j1], ha[j1], hw), cvt(lb[j1], hb[j1], hw)};
-                    if (hw == 0u) {
-                        mma16<__half>(c, a, xv0[e], xv1[e]);
-                    } else {
-                        mma16<__half>(c1, a, xv0[e], xv1[e]);
-                    }
-                }
-            }
+            gc_mma_chains<2>(c, c1, xs, zb, g, t, g0, [&](u32 s, u32 (&a)[4]) {
+                // Values 2s, 2s + 1 of each group: word s / 2 (group 2t), 4 + s / 2 (2t + 1).
+                const u32 hw = s & 1u, j0 = s / 2u, j1 = 4u + s / 2u;
+                a[0] = cvt(la[j0], ha[j0], hw);
+                a[1] = cvt(lb[j0], hb[j0], hw);
+                a[2] = cvt(la[j1], ha[j1], hw);
+                a[3] = cvt(lb[j1], hb[j1], hw);
+            });
             // Scales of groups 2t, 2t + 1 of the half (int8 at 192 + 8n + 2t), times d.
             const u32 sca = ld16(pa + 192u + 8u * n + 2u * t), scb = ld16(pb + 192u + 8u * n + 2u * t);
             const float x0s = xsum[g0], x1s = xsum[g0 + 1u];
