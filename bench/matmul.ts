@@ -30,11 +30,14 @@ import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
 import { ggmlBlocksBuffer, gpuTimePerDispatch, routing, uniformBuffer, wordBuffer } from './common.ts';
 import { denseMatmul, denseMatmulTensor, denseMatvec } from '../ts/ops/dense.ts';
 import { affineQuantizedMatmul, quantizedMatmulSimd } from '../ts/ops/quantized_matmul.ts';
-import { GGML_QUANT_TYPES, ggmlBlockOf, ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
+import {
+  GGML_QUANT_TYPES, ggmlBlockOf, ggmlDequantize, ggmlMatmulSplit, ggmlRowBytesOf, planQuantizedMatmulGgml, quantizedMatmulGgml, type GgmlQuantType,
+} from '../ts/ops/quantized_matmul_ggml.ts';
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId } from '../ts/ops/quantized_matmul_id.ts';
 import { denseGateUpMmId, denseGateUpMvId, denseMmId, denseMvId } from '../ts/ops/dense_matmul_id.ts';
 import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm, quantizedMatmulIdSwigluQ4_0 } from '../ts/ops/quantized_matmul_id_ggml.ts';
 import { siluMul } from '../ts/ops/silu_mul.ts';
+import { record } from '../ts/plan.ts';
 import { moeDispatchSortRef } from '../ts/ops/moe_dispatch.ts';
 
 const small = process.argv.includes('--small');
@@ -178,10 +181,23 @@ function quantizedCases(): Case[] {
  * scales), f32 x and y: quantizedMatmulGgml (the vector form for m <= 8).
  * Bytes: the blocks read once, x read, y written.
  */
-function ggml(label: string, type: GgmlQuantType, m: number, n: number, k: number): Case {
+function ggml(label: string, type: GgmlQuantType, m: number, n: number, k: number, splitSms?: number): Case {
   const x = random('f32', m * k);
   const weight = ggmlBlocksBuffer(dev, type, (n * k) / ggmlBlockOf(type).qk);
   const y = dev.alloc('f32', [m * n]);
+  if (splitSms !== undefined) {
+    // Split k as a device of splitSms multiprocessors splits it (the device's own count, or more: blocks an SM).
+    const sp = ggmlMatmulSplit(m, n, k, splitSms, Infinity);
+    const scratch = dev.alloc('f32', [Math.max(1, (sp?.splits ?? 1) * m * n)]);
+    const plan = planQuantizedMatmulGgml({ input: x, weight, output: y, m, n, k, ggmlType: type, scratch }, { ...dev.limits, multiprocessors: splitSms }, dev);
+    return {
+      name: `${label} ${type} f32 m=${m} n=${n} k=${k} split ${sp?.splits ?? 1}${splitSms === dev.limits.multiprocessors ? '' : ` (as ${splitSms} SMs)`}`,
+      flops: 2 * m * n * k,
+      bytes: n * ggmlRowBytesOf(type, k) + 4 * (m * k + m * n),
+      memoryBound: false,
+      record: (e) => record(e, plan),
+    };
+  }
   return {
     name: `${label} ${type} f32 m=${m} n=${n} k=${k}`,
     flops: 2 * m * n * k,
@@ -224,6 +240,17 @@ function ggmlCases(): Case[] {
   for (const m of [512, 8192]) out.push(ggml('Qwen3.6 up', 'Q4_K', m, 17408, 5120));
   out.push(ggml('Qwen3.6 up', 'Q4_0', 512, 17408, 5120), ggml('Gemma 4 up', 'Q6_K', 8192, 21504, 5376));
   out.push(ggmlDequantMatmul('Qwen3.6 up', 'Q4_K', 8192, 17408, 5120));
+  // A short prompt's products (Qwen3.6-35B-A3B, hidden 2048; notes/prompt-splitk-2026-11-27.md): the gated delta
+  // net's out_proj, q / k, v / z, a / b and the shared expert's down at 64 tokens, whole and with k split; the
+  // out_proj split as a device of twice the SMs would (two blocks an SM); q / k at 1024 tokens.
+  const sms = dev.limits.multiprocessors;
+  if (sms > 0) {
+    for (const [n, k] of [[2048, 4096], [2048, 2048], [4096, 2048], [32, 2048], [2048, 512]] as const) {
+      out.push(ggml('35B-A3B prompt', 'Q4_K', 64, n, k), ggml('35B-A3B prompt', 'Q4_K', 64, n, k, sms));
+    }
+    out.push(ggml('35B-A3B prompt', 'Q4_K', 64, 2048, 4096, 2 * sms));
+    out.push(ggml('35B-A3B prompt', 'Q4_K', 1024, 2048, 2048), ggml('35B-A3B prompt', 'Q4_K', 1024, 2048, 2048, sms));
+  }
   return out;
 }
 // ---- end of quantized_matmul_ggml ----

@@ -44,7 +44,7 @@
 // own (captured as the model records it: its buffers, grids and entries).
 // --prefill-parts: instead of the speed table, the prompt of --prefill
 // tokens by parts: its dispatches captured as the model records them, each
-// distinct one (entry, grid x block) run alone 16 times in one replay
+// distinct one (entry, grid x block, inline params) run alone 16 times in one replay
 // (warm: its weights and code as the one before left them), listed by its
 // count x time, beside the whole prompt's device time.
 //
@@ -764,16 +764,26 @@ function prefillPartsTable(model: CausalLM, tokens: number[], label: string): vo
     proto.dispatch = orig;
   }
   const whole = model.devicePrefillMs * 1000;
-  const groups = new Map<string, { d: Captured; count: number }>();
+  // Distinct by entry, grid, block and inline params (a product's k is in its params): dispatches of one entry and
+  // grid but other params are listed apart, numbered #1, #2, ... in prompt order.
+  const groups = new Map<string, { d: Captured; count: number; label: string }>();
+  const variants = new Map<string, number>();
   for (const d of parts) {
-    const key = `${d.p.name} ${d.g.join('x')} x ${d.t.join('x')}`;
+    const shape = `${d.p.name} ${d.g.join('x')} x ${d.t.join('x')}`;
+    const params = Object.entries(d.b.bytes ?? {}).map(([i, v]) => `${i}:${Array.from(new Uint8Array(v!.buffer, v!.byteOffset, v!.byteLength)).join(',')}`).join(' ');
+    const key = `${shape} ${params}`;
     const g = groups.get(key);
-    if (g) g.count++;
-    else groups.set(key, { d, count: 1 });
+    if (g) {
+      g.count++;
+    } else {
+      const j = (variants.get(shape) ?? 0) + 1;
+      variants.set(shape, j);
+      groups.set(key, { d, count: 1, label: `${shape} #${j}` });
+    }
   }
   const rows: { key: string; count: number; us: number }[] = [];
   const gone: string[] = [];
-  for (const [key, { d, count }] of groups) {
+  for (const { d, count, label: key } of groups.values()) {
     // The sampler's kernels bind the recording encoder's own words: not run again.
     if (/^(argmax|sample|top_k|philox)/.test(d.p.name)) continue;
     try {

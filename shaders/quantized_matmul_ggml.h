@@ -15,6 +15,16 @@
 // r2 and r3 are carried for the layout and not read (a batch of 1).
 typedef struct GgmlMulMmArgs GgmlMatmulMmParams;
 
+// kernel_mul_mm_<type>_f32_splitk (not in mlx-native), buffer(6): the
+// matrix form with k cut into `splits` slices of `chunks` runs of 32 values
+// (the last slice takes what is left), each slice's block writing its
+// partial tile, the tile's last block to arrive summing them in slice
+// order.
+struct GgmlMatmulSplitParams {
+    uint splits;
+    uint chunks;
+};
+
 // kernel_dequantize_<type>_<out> (not in mlx-native): n_chunks runs of 16
 // consecutive values of a tensor of GGML blocks (its rows back to back),
 // written as f32, f16 or bf16.

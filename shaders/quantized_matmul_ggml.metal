@@ -19,7 +19,10 @@
 //     8192 bytes), with the crate's grids.
 //   added in the same style: kernel_mul_mv_q5_K_f32, kernel_mul_mm_q4_K_f32,
 //     kernel_mul_mm_q5_K_f32; kernel_dequantize_<t>_<o> (o = f32, f16, bf16)
-//     and embedding_gather_scale_batch_<t>_to_<o>, for the five formats.
+//     and embedding_gather_scale_batch_<t>_to_<o>, for the five formats;
+//     kernel_mul_mm_<t>_f32_splitk, the matrix form with k split across
+//     blocks on CUDA (its bindings: the matrix form's, 4 partials, 5 words,
+//     6 GgmlMatmulSplitParams).
 
 // ---- the vector form: kernel_mul_mv_<t>_f32 ----
 
@@ -143,6 +146,46 @@ template [[host_name("kernel_mul_mm_q8_0_f32")]] kernel ggml_mul_mm_q8_0_t ggml_
 template [[host_name("kernel_mul_mm_q4_K_f32")]] kernel ggml_mul_mm_q4_K_t ggml_mul_mm<GGML_Q4_K>;
 template [[host_name("kernel_mul_mm_q5_K_f32")]] kernel ggml_mul_mm_q5_K_t ggml_mul_mm<GGML_Q5_K>;
 template [[host_name("kernel_mul_mm_q6_K_f32")]] kernel ggml_mul_mm_q6_K_t ggml_mul_mm<GGML_Q6_K>;
+
+// kernel_mul_mm_<t>_f32_splitk: the matrix form the op plans on CUDA where
+// its tiles leave multiprocessors idle and the caller gives a scratch
+// (ts/ops/quantized_matmul_ggml.ts, ggmlMatmulSplit). The CUDA twin cuts k
+// into split.splits slices, writes each slice's partial tile to partials
+// and sums them in slice order in the tile's last block to arrive at its
+// word. The op plans no split where the multiprocessor count is unknown
+// (Metal), so here k is one slice (ggml_mm, the same tiles and grid as
+// kernel_mul_mm_<t>_f32): partials, words and split are bound but neither
+// read nor written. The emulator runs this twin against the reference.
+// buffer(0) GgmlMatmulMmParams, (1) weight, (2) x, (3) y, (4) partials, (5)
+// words, (6) GgmlMatmulSplitParams; threadgroup(0) 8192 bytes.
+template <int F>
+kernel void ggml_mul_mm_splitk(
+    constant GgmlMatmulMmParams&    args     [[buffer(0)]],
+    device const uchar*             src0     [[buffer(1)]],
+    device const float*             src1     [[buffer(2)]],
+    device float*                   dst      [[buffer(3)]],
+    device float*                   partials [[buffer(4)]],
+    device uint*                    words    [[buffer(5)]],
+    constant GgmlMatmulSplitParams& split    [[buffer(6)]],
+    threadgroup uchar*              shmem    [[threadgroup(0)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort tiitg [[thread_index_in_threadgroup]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]],
+    ushort tiisg [[thread_index_in_simdgroup]])
+{
+    ggml_mm<F>(args, src0, src1, dst, shmem, tgpig, tiitg, sgitg, tiisg);
+}
+
+typedef decltype(ggml_mul_mm_splitk<GGML_Q4_0>) ggml_mul_mm_splitk_q4_0_t;
+typedef decltype(ggml_mul_mm_splitk<GGML_Q8_0>) ggml_mul_mm_splitk_q8_0_t;
+typedef decltype(ggml_mul_mm_splitk<GGML_Q4_K>) ggml_mul_mm_splitk_q4_K_t;
+typedef decltype(ggml_mul_mm_splitk<GGML_Q5_K>) ggml_mul_mm_splitk_q5_K_t;
+typedef decltype(ggml_mul_mm_splitk<GGML_Q6_K>) ggml_mul_mm_splitk_q6_K_t;
+template [[host_name("kernel_mul_mm_q4_0_f32_splitk")]] kernel ggml_mul_mm_splitk_q4_0_t ggml_mul_mm_splitk<GGML_Q4_0>;
+template [[host_name("kernel_mul_mm_q8_0_f32_splitk")]] kernel ggml_mul_mm_splitk_q8_0_t ggml_mul_mm_splitk<GGML_Q8_0>;
+template [[host_name("kernel_mul_mm_q4_K_f32_splitk")]] kernel ggml_mul_mm_splitk_q4_K_t ggml_mul_mm_splitk<GGML_Q4_K>;
+template [[host_name("kernel_mul_mm_q5_K_f32_splitk")]] kernel ggml_mul_mm_splitk_q5_K_t ggml_mul_mm_splitk<GGML_Q5_K>;
+template [[host_name("kernel_mul_mm_q6_K_f32_splitk")]] kernel ggml_mul_mm_splitk_q6_K_t ggml_mul_mm_splitk<GGML_Q6_K>;
 
 // ---- dequantization: kernel_dequantize_<t>_<o> ----
 

@@ -30,7 +30,12 @@ import { bufferParam } from '../ts/metal-source.ts';
 import { embedding } from '../ts/ops/embedding.ts';
 import {
   GGML_MATMUL_MM_PARAMS_LAYOUT,
+  GGML_MATMUL_SPLIT_PARAMS_LAYOUT,
   GGML_MATVEC_PARAMS_LAYOUT,
+  GGML_KERNEL_TYPE,
+  ggmlMatmulSplit,
+  packGgmlMatmulSplitParams,
+  quantizedMatmulGgmlScratchElements,
   GGML_MM_SHARED_BYTES,
   GGML_QUANT_TYPES,
   QUANTIZED_MATMUL_GGML_KERNELS,
@@ -57,6 +62,7 @@ import {
   ggmlQuantize,
 } from '../ts/ops/quantized_matmul_ggml.ts';
 import { structSize } from '../ts/params.ts';
+import { record } from '../ts/plan.ts';
 import { GgufFile } from '../ts/weights/index.ts';
 import {
   describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, run, scaledErr, TARGET_LIMITS, TOL,
@@ -164,7 +170,21 @@ describe('quantized_matmul_ggml params, bindings and launches', () => {
     expect([v.getFloat32(0, true), v.getUint32(4, true), v.getUint32(8, true), v.getUint32(12, true)]).toEqual([2, 256, 3, 9]);
     expect(bufferParam(src, 'kernel_dequantize_q4_K_bf16', 2)).toContain('constant GgmlDequantizeParams&');
     expect(bufferParam(src, 'embedding_gather_scale_batch_q6_K_to_f16', 3)).toContain('constant GgmlEmbeddingParams&');
-    expect(QUANTIZED_MATMUL_GGML_KERNELS.length).toBe(40);
+    expect(QUANTIZED_MATMUL_GGML_KERNELS.length).toBe(45);
+  });
+  test('the split-k form: GgmlMatmulSplitParams (8 bytes), buffer(6); partials and words writable (4, 5)', () => {
+    expect(structSize(GGML_MATMUL_SPLIT_PARAMS_LAYOUT)).toBe(8);
+    const sp = packGgmlMatmulSplitParams({ splits: 7, chunks: 0x10203 });
+    expect(Array.from(sp)).toEqual([7, 0, 0, 0, 3, 2, 1, 0]);
+    for (const t of GGML_QUANT_TYPES) {
+      const k = `kernel_mul_mm_${GGML_KERNEL_TYPE[t]}_f32_splitk`;
+      expect(QUANTIZED_MATMUL_GGML_KERNELS as readonly string[]).toContain(k);
+      expect(bufferParam(src, k, 0)).toContain('constant GgmlMatmulMmParams&');
+      expect(bufferParam(src, k, 3)).toMatch(/^device float\*/);
+      expect(bufferParam(src, k, 4)).toMatch(/^device float\*/);
+      expect(bufferParam(src, k, 5)).toMatch(/^device uint\*/);
+      expect(bufferParam(src, k, 6)).toContain('constant GgmlMatmulSplitParams&');
+    }
   });
   test("launches: the crate's Metal grids, the CUDA engines, shared memory within an H100's", () => {
     expect(ggmlMvMetalLaunch('Q4_0', 3, 17)).toEqual({ grid: [3, 3, 1], threads: [8, 8, 1] });
@@ -195,6 +215,20 @@ describe('quantized_matmul_ggml params, bindings and launches', () => {
       threadgroupMemory: { 0: 61440 } });
     expect(ggmlMmCudaTile(100, 100)).toEqual({ bm: 64, bn: 128, threads: 128, sharedBytes: 30720 });
     for (const t of GGML_QUANT_TYPES) expect(ggmlMvCudaSharedBytes(t)).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory / 2);
+  });
+  test('split k: slices where the tiles leave SMs idle, at least 8 chunks of 32 each, none empty, within the scratch', () => {
+    const sp = (m: number, n: number, k: number, scratch = Infinity, sms = 132) => ggmlMatmulSplit(m, n, k, sms, scratch);
+    // 64 tokens of Qwen3.6: 16 tiles of 64 x 128 at k 4096, 2048 and 512; one tile ([32, 2048]); 1024 tokens on 64
+    // tiles of 128 x 256 (two slices), on 128 (none).
+    expect([sp(64, 2048, 4096), sp(64, 2048, 2048), sp(64, 2048, 512), sp(64, 32, 2048), sp(1024, 2048, 2048), sp(1024, 4096, 2048)])
+      .toEqual([{ splits: 8, chunks: 16 }, { splits: 8, chunks: 8 }, { splits: 2, chunks: 8 }, { splits: 8, chunks: 8 }, { splits: 2, chunks: 32 }, null]);
+    // The scratch holds 3 slices: 128 chunks as 3 of 43 (the last 42); 72 chunks over 4 tiles: 9 of 8.
+    expect([sp(64, 2048, 4096, 3 * 64 * 2048), sp(70, 130, 2304), sp(64, 2048, 4096, 2 * 64 * 2048 - 1), sp(64, 2048, 4096, Infinity, 0)])
+      .toEqual([{ splits: 3, chunks: 43 }, { splits: 9, chunks: 8 }, null, null]);
+    // 16 slices at most; k under 16 chunks never splits.
+    expect([sp(9, 7, 32 * 1024), sp(9, 7, 32 * 15)]).toEqual([{ splits: 16, chunks: 64 }, null]);
+    expect([quantizedMatmulGgmlScratchElements(64, 2048, 4096, TARGET_LIMITS.cuda), quantizedMatmulGgmlScratchElements(64, 2048, 4096, TARGET_LIMITS.metal)])
+      .toEqual([8 * 64 * 2048, 0]);
   });
 });
 
@@ -287,6 +321,8 @@ describeValidation('quantized_matmul_ggml validation', ({ enc, buf }) => {
       [{ weight: buf('u8', 719) }, 'weight.byteLength', 'at least 720 (5 rows of 144 bytes of Q4_K)', '719'],
       [{ ggmlType: 'Q6_K' }, 'weight.byteLength', 'at least 1050 (5 rows of 210 bytes of Q6_K)', '720'],
       [{ output: buf('f32', 14) }, 'output.elementCount', 'at least 15', '14'],
+      [{ scratch: buf('f16', 15) }, 'scratch.dtype', 'f32', 'f16'],
+      [{ scratch: buf('f32', 14) }, 'scratch.elementCount', 'at least 15', '14'],
     ];
     for (const [m, arg, expected, actual] of cases) {
       expectInvalid(() => quantizedMatmulGgml(enc(), { ...base(), ...m } as never), 'quantized_matmul_ggml', arg, expected, actual);
@@ -300,6 +336,9 @@ describeValidation('quantized_matmul_ggml validation', ({ enc, buf }) => {
     const w = buf('u8', 1024);
     expectInvalid(() => quantizedMatmulGgml(enc(), { ...base(), weight: w, output: w.view('f32', [15], 16) } as never), 'quantized_matmul_ggml',
       'output', 'a buffer other than weight', 'a view overlapping weight');
+    const o = buf('f32', 64);
+    expectInvalid(() => quantizedMatmulGgml(enc(), { ...base(), output: o.view('f32', [15]), scratch: o.view('f32', [20], 32) } as never),
+      'quantized_matmul_ggml', 'output', 'a buffer other than scratch', 'a view overlapping scratch');
   });
   test('ggml_dequantize: every rule', () => {
     const base = () => ({ src: buf('u8', 2 * 34), output: buf('bf16', 64), count: 64, ggmlType: 'Q8_0' });
@@ -353,8 +392,12 @@ describeValidation('quantized_matmul_ggml validation', ({ enc, buf }) => {
  * views at non-zero offsets of one u8 allocation with garbage around them;
  * the output a NaN-poisoned view of another. Returns the error of the
  * product (Infinity where anything outside the output view was written).
+ * split: the matrix form planned as a device of `sms` multiprocessors plans
+ * it, with a NaN-poisoned scratch of `scratch` floats, its splits checked
+ * (on cuda the split-k kernel, on the emulator its Metal twin).
  */
-function product(dev: Device, type: GgmlQuantType, m: number, n: number, k: number, form: 'vector' | 'matrix' | undefined, seed: number): number {
+function product(dev: Device, type: GgmlQuantType, m: number, n: number, k: number, form: 'vector' | 'matrix' | undefined, seed: number,
+  split?: { sms: number; scratch: number; splits: number }): number {
   const r = rng(seed);
   const w = ggmlQuantize(type, randomArray(r, n * k, -1, 1), n, k);
   const x = Float32Array.from(randomArray(r, m * k, -1, 1));
@@ -370,7 +413,19 @@ function product(dev: Device, type: GgmlQuantType, m: number, n: number, k: numb
   const outRoot = dev.alloc('f32', [m * n + 24]);
   outRoot.fill(Number.NaN);
   const out = outRoot.view('f32', [m, n], 32);
-  run(dev, (e) => quantizedMatmulGgml(e, { input: xv, weight: wv, output: out, m, n, k, ggmlType: type, form }));
+  if (split === undefined) {
+    run(dev, (e) => quantizedMatmulGgml(e, { input: xv, weight: wv, output: out, m, n, k, ggmlType: type, form }));
+  } else {
+    using scratch = dev.alloc('f32', [split.scratch]);
+    scratch.fill(Number.NaN);
+    const plan = planQuantizedMatmulGgml({ input: xv, weight: wv, output: out, m, n, k, ggmlType: type, form: 'matrix', scratch },
+      { ...dev.limits, multiprocessors: split.sms }, dev);
+    const d = plan.dispatches[0]!;
+    const bytes = d.bytes?.[6];
+    const splits = bytes === undefined ? 1 : new DataView(bytes.buffer, bytes.byteOffset).getUint32(0, true);
+    expect([d.kernel.endsWith('_splitk'), splits]).toEqual([split.splits > 1, split.splits]);
+    run(dev, (e) => record(e, plan));
+  }
   const want = ggmlMatmulRef(type, x, w, m, n, k);
   const err = dotErr(out.readNumbers(), want.y, want.abs);
   const all = outRoot.readNumbers();
@@ -403,6 +458,52 @@ describeBackends('quantized_matmul_ggml parity', ({ device, backend }) => {
       expect(over).toEqual([]);
     }, 120_000);
   }
+
+  // Split k, [m, n, k, scratch in m x n planes, splits] at 132 SMs: ragged m and n tiles with 72 chunks as 9 slices;
+  // 50 chunks as 6 (the last 5); one tile as 16; a scratch of 3 planes; one plane (no split: the matrix kernel).
+  const SPLIT: readonly [GgmlQuantType, number, number, number, number, number][] = [
+    ['Q4_K', 70, 130, 2304, 64, 9], ['Q8_0', 33, 65, 1600, 64, 6], ['Q6_K', 9, 7, 8192, 64, 16], ['Q5_K', 64, 200, 4096, 3, 3],
+    ['Q4_0', 40, 24, 1024, 1, 1],
+  ];
+  test(`split k: ${SPLIT.map(([t, m, n, k, , s]) => `${t} [${m}, ${n}, ${k}] / ${s}`).join(', ')}, poisoned scratch`, () => {
+    const dev = device();
+    const over: string[] = [];
+    // On cuda also two of a 64-token prompt's products at the 35B-A3B's sizes (its out_proj; a / b).
+    const real: typeof SPLIT = backend === 'cuda' ? [['Q4_K', 64, 2048, 4096, 8, 8], ['Q6_K', 64, 32, 2048, 8, 8]] : [];
+    for (const [type, m, n, k, planes, splits] of [...SPLIT, ...real]) {
+      const e = product(dev, type, m, n, k, 'matrix', m * 17 + n + k, { sms: 132, scratch: planes * m * n, splits });
+      if (!(e <= tolOf('matrix', k))) over.push(`${type} [${m}, ${n}, ${k}]: ${e}`);
+    }
+    expect(over).toEqual([]);
+  }, 120_000);
+
+  test('split k: the same result whichever slice arrives last, and again from a replay (the words end as they began)', () => {
+    const dev = device();
+    const [m, n, k] = [64, 256, 4096];
+    const r = rng(77);
+    const wq = ggmlQuantize('Q4_K', randomArray(r, n * k, -1, 1), n, k);
+    const xa = Float32Array.from(randomArray(r, m * k, -1, 1));
+    const w = dev.upload('u8', [wq.length], wq);
+    const x = dev.upload('f32', [m, k], xa);
+    const ys = [dev.alloc('f32', [m, n]), dev.alloc('f32', [m, n])];
+    const scratch = dev.alloc('f32', [16 * m * n]);
+    const limits = { ...dev.limits, multiprocessors: 132 };
+    const enc = dev.encoder({ replayable: true });
+    for (const y of ys) record(enc, planQuantizedMatmulGgml({ input: x, weight: w, output: y, m, n, k, ggmlType: 'Q4_K', scratch }, limits, dev));
+    const got: Float32Array[] = [];
+    for (let round = 0; round < 3; round++) {
+      for (const y of ys) y.fill(Number.NaN);
+      if (round === 0) enc.commitAndWait();
+      else enc.replayAndWait();
+      got.push(...ys.map((y) => Float32Array.from(y.readNumbers())));
+    }
+    enc.release();
+    const want = ggmlMatmulRef('Q4_K', xa, wq, m, n, k);
+    const e = dotErr(got[0]!, want.y, want.abs);
+    expect(e).toBeLessThanOrEqual(tolOf('matrix', k));
+    for (const g of got) expect(g).toEqual(got[0]!);
+    for (const b of [w, x, ...ys, scratch]) b.release();
+  }, 120_000);
 
   test("mlx-native's routing: the vector form up to 8 tokens, the matrix form past them (Q4_K too); either form at any m", () => {
     const dev = device();

@@ -506,15 +506,20 @@ __device__ __forceinline__ void store_acc_rows(__nv_bfloat16* dst, u64 ld, const
 // product: batch outermost; within a batch, groups of 8 tile rows, each group
 // walked down its rows first, so that neighbouring blocks share weight
 // columns in L2.
+// blk: the tile's index (blockIdx.x, or a split-k entry's tile of its block).
 template <u32 BM, u32 BN>
-__device__ __forceinline__ void tile_of(u32 M, u32 N, u32& b, u32& m0, u32& n0) {
+__device__ __forceinline__ void tile_of(u32 M, u32 N, u32& b, u32& m0, u32& n0, u32 blk) {
     const u32 tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
     const u32 per = tiles_m * tiles_n;
-    b = blockIdx.x / per;
-    const u32 p = blockIdx.x % per;
+    b = blk / per;
+    const u32 p = blk % per;
     const u32 first = p / (8 * tiles_n) * 8, gsize = min(8u, tiles_m - first), pin = p % (8 * tiles_n);
     m0 = (first + pin % gsize) * BM;
     n0 = pin / gsize * BN;
+}
+template <u32 BM, u32 BN>
+__device__ __forceinline__ void tile_of(u32 M, u32 N, u32& b, u32& m0, u32& n0) {
+    tile_of<BM, BN>(M, N, b, m0, n0, blockIdx.x);
 }
 
 // Packed pairs of 16-bit floats (T bf16 or f16) in a u32, low element first:
@@ -2313,11 +2318,13 @@ constexpr u32 GLDS = 40;    // a staged row: 32 elements and 16 bytes of padding
 // A BM x BN tile of y = x W^T at weight rows (output columns) n0 ..: tile
 // row r reads x row x_of(r, row) (rows x_row floats apart; zeros where it
 // returns false) and is stored to y row y_of(r, row) (rows y_row floats
-// apart; mma_store's row_of); weight rows rb bytes apart. smem_raw: the
-// block's dynamic shared memory, GSTAGES x (BM + BN) x GLDS f16.
+// apart; mma_store's row_of); weight rows rb bytes apart; k over the KT
+// chunks of 32 values from chunk kt0 (the whole row: 0, K / 32; a split-k
+// slice: its own). smem_raw: the block's dynamic shared memory, GSTAGES x
+// (BM + BN) x GLDS f16.
 template <int F, u32 BM, u32 BN, u32 WM, u32 WN, typename XOf, typename YOf>
-__device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned char* w, const float* x, float* y, u32 N, u32 K, u64 rb,
-                                         u64 x_row, u64 y_row, u32 n0, XOf&& x_of, YOf&& y_of) {
+__device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned char* w, const float* x, float* y, u32 N, u32 kt0, u32 KT,
+                                         u64 rb, u64 x_row, u64 y_row, u32 n0, XOf&& x_of, YOf&& y_of) {
     constexpr u32 NT = WM * WN * 32;
     constexpr u32 WTM = BM / WM, WTN = BN / WN;
     constexpr u32 MI = WTM / 16, NJ = WTN / 8;
@@ -2325,7 +2332,6 @@ __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned
     static_assert(BN == NT && XC * NT == BM * 4 && NJ % 2 == 0, "tile shape");
     ggml_t* smem = reinterpret_cast<ggml_t*>(smem_raw);
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
-    const u32 KT = K / 32u;
     const bool wlive = n0 + tid < N;
     const unsigned char* wrow = w + u64(wlive ? n0 + tid : 0u) * rb;
     const bool xvec = aligned16(x) && x_row % 4u == 0;
@@ -2333,8 +2339,8 @@ __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned
     GgmlRaw raw;
     uint4 xr[XC];
     // Loads k tile kt into registers (whatever its stage): x (rounded to f16) and the weight chunk's bytes.
-    auto issue = [&](u32, u32 kt) {
-        const u32 k0 = kt * 32u;
+    auto issue = [&](u32, u32 step) {
+        const u32 kt = kt0 + step, k0 = kt * 32u;
 #pragma unroll
         for (u32 c = 0; c < XC; ++c) {
             const u32 i = tid + c * NT, r = i >> 2, q = i & 3u;
@@ -2382,6 +2388,37 @@ __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned
     const u32 wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
     mma_pipeline<ggml_t, GSTAGES, BM, BN, GLDS, false>(acc, smem, KT, wm0, wn0, lane, issue, park);
     mma_store<float, false>(acc, y, y_row, N, n0, wm0, wn0, lane, y_of);
+}
+
+// Split k: the S blocks of a BM x BN output tile (y rows m0 .., columns n0
+// ..) have each stored their slice's partial tile at partials + s M N (rows
+// N floats apart). Each arrives at the tile's word; the block whose arrival
+// makes it S sums the S partials in slice order 0 .. S - 1 into y (rows
+// y_row apart) and sets the word back to zero. So y is the same whichever
+// block arrives last, no block waits for another, and the word ends the
+// dispatch as it began (zero: the encoder's, Encoder._syncWords).
+template <u32 BM, u32 BN>
+__device__ __forceinline__ void split_reduce(const float* partials, u32* word, float* y, u64 y_row, u32 M, u32 N, u32 m0, u32 n0,
+                                             u32 S) {
+    __shared__ u32 arrived;
+    // Each thread's partial stores are visible device-wide before the block arrives.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) arrived = atomicAdd(word, 1u);
+    __syncthreads();
+    if (arrived + 1u != S) return;
+    __threadfence();
+    const u32 rows = min(BM, M - m0), cols = min(BN, N - n0);
+    const u64 plane = u64(M) * N;
+    for (u32 i = threadIdx.x; i < rows * cols; i += blockDim.x) {
+        const u32 r = i / cols, c = i - r * cols;
+        const float* at = partials + u64(m0 + r) * N + n0 + c;
+        // From L2: other blocks wrote them.
+        float v = __ldcg(at);
+        for (u32 q = 1; q < S; ++q) v += __ldcg(at + q * plane);
+        y[u64(m0 + r) * y_row + n0 + c] = v;
+    }
+    if (threadIdx.x == 0) *word = 0u;
 }
 
 // ---- Q4_K at one token: the group-column engine (quantized_matmul_ggml,

@@ -62,10 +62,40 @@ __device__ __forceinline__ void gmm(const GgmlMatmulMmParams* p, const unsigned 
     };
     if (blockDim.x == 256) {
         tile_of<128, 256>(M, N, b, m0, n0);
-        gmm_tile<F, 128, 256, 2, 4>(smem_raw, w, x, y, N, K, p->nb01, p->nb11 / 4u, u64(p->ne0), n0, rows, rows);
+        gmm_tile<F, 128, 256, 2, 4>(smem_raw, w, x, y, N, 0u, K / 32u, p->nb01, p->nb11 / 4u, u64(p->ne0), n0, rows, rows);
     } else {
         tile_of<64, 128>(M, N, b, m0, n0);
-        gmm_tile<F, 64, 128, 2, 2>(smem_raw, w, x, y, N, K, p->nb01, p->nb11 / 4u, u64(p->ne0), n0, rows, rows);
+        gmm_tile<F, 64, 128, 2, 2>(smem_raw, w, x, y, N, 0u, K / 32u, p->nb01, p->nb11 / 4u, u64(p->ne0), n0, rows, rows);
+    }
+}
+
+// Split k (kernel_mul_mm_<t>_f32_splitk): block i takes tile i / S of
+// gmm's tiles (the same shapes by block size) and slice s = i % S of k,
+// chunks of 32 values s C .. min(s C + C, K / 32) - 1 (the op plans no
+// empty slice); it writes the slice's partial tile to partials + s M N,
+// then split_reduce sums the tile's S partials into y.
+template <int F>
+__device__ __forceinline__ void gmm_split(const GgmlMatmulMmParams* p, const unsigned char* w, const float* x, float* y, float* partials,
+                                          u32* words, const GgmlMatmulSplitParams* sp) {
+    const u32 K = u32(p->ne00), N = u32(p->ne0), M = u32(p->ne1);
+    const u32 S = sp->splits, C = sp->chunks;
+    const u32 tile = blockIdx.x / S, s = blockIdx.x % S;
+    const u32 kt0 = s * C, kts = min(C, K / 32u - kt0);
+    float* part = partials + u64(s) * M * N;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    u32 b, m0, n0;
+    auto rows = [&](u32 r, u32& row) {
+        row = m0 + r;
+        return row < M;
+    };
+    if (blockDim.x == 256) {
+        tile_of<128, 256>(M, N, b, m0, n0, tile);
+        gmm_tile<F, 128, 256, 2, 4>(smem_raw, w, x, part, N, kt0, kts, p->nb01, p->nb11 / 4u, u64(N), n0, rows, rows);
+        split_reduce<128, 256>(partials, words + tile, y, u64(p->ne0), M, N, m0, n0, S);
+    } else {
+        tile_of<64, 128>(M, N, b, m0, n0, tile);
+        gmm_tile<F, 64, 128, 2, 2>(smem_raw, w, x, part, N, kt0, kts, p->nb01, p->nb11 / 4u, u64(N), n0, rows, rows);
+        split_reduce<64, 128>(partials, words + tile, y, u64(p->ne0), M, N, m0, n0, S);
     }
 }
 
@@ -455,6 +485,22 @@ GGML_MM_ENTRY(kernel_mul_mm_q8_0_f32, GGML_Q8_0)
 GGML_MM_ENTRY(kernel_mul_mm_q4_K_f32, GGML_Q4_K)
 GGML_MM_ENTRY(kernel_mul_mm_q5_K_f32, GGML_Q5_K)
 GGML_MM_ENTRY(kernel_mul_mm_q6_K_f32, GGML_Q6_K)
+
+// kernel_mul_mm_<t>_f32_splitk: the matrix form's bindings, then (4)
+// partials [S, M, N] f32, (5) words (a u32 a tile, zero), (6)
+// GgmlMatmulSplitParams; grid tiles x S blocks of the matrix form's size.
+#define GGML_MM_SPLIT_ENTRY(NAME, F)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(256) NAME(const GgmlMatmulMmParams* args, const unsigned char* src0,      \
+                                                           const float* src1, float* dst, float* partials, u32* words,    \
+                                                           const GgmlMatmulSplitParams* split) {                          \
+        gmm_split<F>(args, src0, src1, dst, partials, words, split);                                                       \
+    }
+GGML_MM_SPLIT_ENTRY(kernel_mul_mm_q4_0_f32_splitk, GGML_Q4_0)
+GGML_MM_SPLIT_ENTRY(kernel_mul_mm_q8_0_f32_splitk, GGML_Q8_0)
+GGML_MM_SPLIT_ENTRY(kernel_mul_mm_q4_K_f32_splitk, GGML_Q4_K)
+GGML_MM_SPLIT_ENTRY(kernel_mul_mm_q5_K_f32_splitk, GGML_Q5_K)
+GGML_MM_SPLIT_ENTRY(kernel_mul_mm_q6_K_f32_splitk, GGML_Q6_K)
+#undef GGML_MM_SPLIT_ENTRY
 
 // ---- kernel_dequantize_<t>_<o> ----
 

@@ -19,7 +19,7 @@ import { fusedMoeRoutingBatch } from '../ops/moe_routing.ts';
 import { affineQuantizedMatmul, quantizedMatmulSimd } from '../ops/quantized_matmul.ts';
 import { invalid } from '../validate.ts';
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId, type GateActivation } from '../ops/quantized_matmul_id.ts';
-import { quantizedMatmulGgml, type GgmlQuantType } from '../ops/quantized_matmul_ggml.ts';
+import { quantizedMatmulGgml, quantizedMatmulGgmlScratchElements, type GgmlQuantType } from '../ops/quantized_matmul_ggml.ts';
 import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm } from '../ops/quantized_matmul_id_ggml.ts';
 import { geluTanhMul } from '../ops/gelu.ts';
 import { siluMul } from '../ops/silu_mul.ts';
@@ -69,13 +69,18 @@ const VECTOR_ROWS = 8;
  * the inputs to bf16. GGUF blocks: quantized_matmul_ggml, its vector form
  * (f32 inputs as they are, the weight dequantized in f32) for m <= 8 and for
  * any m when precision is 'exact', else its matrix form (Metal stages the
- * weight as f16; CUDA's tensor cores take both in f16).
+ * weight as f16; CUDA's tensor cores take both in f16), which on CUDA splits
+ * k across blocks where its tiles leave multiprocessors idle, its partials
+ * in s's 'products.split' (absent s: never split).
  */
-export function linear(enc: Encoder, lin: Linear, x: Buffer, y: Buffer, m: number, precision: ProductPrecision = 'fast'): void {
+export function linear(enc: Encoder, lin: Linear, x: Buffer, y: Buffer, m: number, precision: ProductPrecision = 'fast', s?: Scratch): void {
   const { n, k } = lin;
   if (lin.kind === 'ggml') {
     const form = m <= VECTOR_ROWS || precision === 'exact' ? 'vector' : 'matrix';
-    quantizedMatmulGgml(enc, { input: x, weight: lin.weight, output: y, m, n, k, ggmlType: lin.ggmlType, form });
+    // Where the matrix form splits k (a short prompt's products on CUDA), its partials in one scratch all share.
+    const words = form === 'matrix' && s !== undefined ? quantizedMatmulGgmlScratchElements(m, n, k, enc.device.limits) : 0;
+    const scratch = words > 0 ? s!.atLeast('products.split', 'f32', words) : undefined;
+    quantizedMatmulGgml(enc, { input: x, weight: lin.weight, output: y, m, n, k, ggmlType: lin.ggmlType, form, scratch });
     return;
   }
   if (lin.kind === 'affine') {
@@ -126,7 +131,7 @@ export function project(enc: Encoder, s: Scratch, key: string, p: Projection, x:
     p.groups.forEach((g, i) => {
       // Named by its width too: one key may serve projections of several shapes (Gemma 4's shared layers).
       const y = s.get(`${key}.${i}.${g.linear.n}`, 'f32', [1, g.linear.n]);
-      linear(enc, g.linear, x, y, 1, precision);
+      linear(enc, g.linear, x, y, 1, precision, s);
       g.members.forEach((m, j) => {
         out[m] = g.members.length === 1 ? y : y.view('f32', [1, p.layers[m]!.n], g.starts[j]! * 4);
       });
@@ -134,7 +139,7 @@ export function project(enc: Encoder, s: Scratch, key: string, p: Projection, x:
   } else {
     p.layers.forEach((lin, m) => {
       out[m] = s.get(`${key}.layer${m}.${lin.n}`, 'f32', [t, lin.n]);
-      linear(enc, lin, x, out[m]!, t, precision);
+      linear(enc, lin, x, out[m]!, t, precision, s);
     });
   }
   return out;
@@ -163,6 +168,20 @@ export class Scratch {
     if (have !== undefined && have.dtype === dtype && have.shape.length === shape.length && have.shape.every((d, i) => d === shape[i])) return have;
     have?.release();
     const b = this.device.alloc(dtype, shape);
+    this.bufs.set(name, b);
+    return b;
+  }
+
+  /**
+   * A buffer of at least `count` elements, kept while it is large enough
+   * (working memory of varying size: a split product's partials), else
+   * replaced by one of `count`.
+   */
+  atLeast(name: string, dtype: DType, count: number): Buffer {
+    const have = this.bufs.get(name);
+    if (have !== undefined && have.dtype === dtype && have.elementCount >= count) return have;
+    have?.release();
+    const b = this.device.alloc(dtype, [count]);
     this.bufs.set(name, b);
     return b;
   }

@@ -216,9 +216,9 @@ export class Gemma4 extends CausalLM {
       const i2 = l.cfg.intermediateSize;
       const gu = s.get(`mlp.gateUp.${i2}`, 'f32', [t, 2 * i2]);
       const act = s.get(`mlp.act.${i2}`, 'f32', [t, i2]);
-      linear(enc, l.mlpGateUp, x, gu, t, this.precision);
+      linear(enc, l.mlpGateUp, x, gu, t, this.precision, this.scratch);
       geluTanhMulHalves(enc, { gateUp: gu, output: act, rows: t, dim: i2 });
-      linear(enc, l.mlpDown, act, y, t, this.precision);
+      linear(enc, l.mlpDown, act, y, t, this.precision, this.scratch);
       if (l.moe !== null) this.moe(enc, l.moe, routerX, expertX, y, t);
       const next = this.layers[i + 1];
       const nextNorm = next === undefined ? {} : { normed0: x, normWeight0: next.inputNorm };
@@ -226,16 +226,16 @@ export class Gemma4 extends CausalLM {
       if (l.perLayer !== null) {
         const P = c.perLayerInputSize;
         const g = s.get('pli.gate', 'f32', [t, P]);
-        linear(enc, l.perLayer.gate, h, g, t, this.precision);
+        linear(enc, l.perLayer.gate, h, g, t, this.precision, this.scratch);
         geluTanhMul(enc, { gate: g, up: rows(pli!, i * t, t, P), output: g });
-        linear(enc, l.perLayer.proj, g, y, t, this.precision);
+        linear(enc, l.perLayer.proj, g, y, t, this.precision, this.scratch);
         normAdd(l, l.perLayer.norm, true, nextNorm);
       }
     }
     const last = rows(h, t - logitRows, logitRows, H);
     const xn = s.get('xLast', 'f32', [logitRows, H]);
     rmsNorm(enc, { input: last, weight: this.finalNorm, output: xn, rows: logitRows, dim: H, eps });
-    linear(enc, this.lmHead, xn, logitsOut, logitRows, this.precision);
+    linear(enc, this.lmHead, xn, logitsOut, logitRows, this.precision, this.scratch);
     if (c.finalLogitSoftcap !== null) softcap(enc, { input: logitsOut, output: logitsOut, cap: c.finalLogitSoftcap });
   }
 
@@ -258,7 +258,7 @@ export class Gemma4 extends CausalLM {
         hiddenSize: L * P, nTokens: 1, scale: embScale,
       });
       const proj = s.get('pli.proj', 'f32', [1, L * P]);
-      linear(enc, pl.proj, h0, proj, 1, this.precision);
+      linear(enc, pl.proj, h0, proj, 1, this.precision, this.scratch);
       finish(proj.view('f32', [L, P], 0), emb, L, out);
       return out;
     }
@@ -270,7 +270,7 @@ export class Gemma4 extends CausalLM {
     idx.write(Uint32Array.from({ length: L * t }, (_, k) => hostIds[k % t]! * L + Math.floor(k / t)));
     embedding(enc, { table, tableType: pl.table.ggmlType, tokenIds: idx, output: emb, vocabSize: c.perLayerVocabSize * L, hiddenSize: P, nTokens: L * t, scale: embScale });
     const proj = s.get('pli.projRows', 'f32', [L * t, P]);
-    for (let i = 0; i < L; i++) linear(enc, Checkpoint.rowsView(pl.proj, i * P, P), h0, rows(proj, i * t, t, P), t, this.precision);
+    for (let i = 0; i < L; i++) linear(enc, Checkpoint.rowsView(pl.proj, i * P, P), h0, rows(proj, i * t, t, P), t, this.precision, this.scratch);
     finish(proj, emb, L * t, out);
     return out;
   }
@@ -292,9 +292,9 @@ export class Gemma4 extends CausalLM {
       if (a.v !== null) v = outs[2]!.view('f32', [1, nkv, d], 0);
     } else {
       q = s.get(`attn.q.${d}`, 'f32', [t, nh, d]);
-      linear(enc, a.q, x, q, t, p);
-      if (owns) linear(enc, a.k!, x, k, t, p);
-      if (a.v !== null) linear(enc, a.v, x, v, t, p);
+      linear(enc, a.q, x, q, t, p, this.scratch);
+      if (owns) linear(enc, a.k!, x, k, t, p, this.scratch);
+      if (a.v !== null) linear(enc, a.v, x, v, t, p, this.scratch);
     }
     const rope = {
       positions, seqLen: t, headDim: d, halfRopeDim: cfg.halfRopeDim, eps: c.rmsNormEps, theta: cfg.ropeTheta,
@@ -314,7 +314,7 @@ export class Gemma4 extends CausalLM {
       attentionPrefill(enc, s, spec, q, k, v, o, t, this.prefillAttention);
       if (owns) fillCache(enc, cache, k, v, t);
     }
-    linear(enc, a.o, o.view('f32', [t, nh * d], 0), out, t, p);
+    linear(enc, a.o, o.view('f32', [t, nh * d], 0), out, t, p, this.scratch);
   }
 
   /**
@@ -325,7 +325,7 @@ export class Gemma4 extends CausalLM {
   private moe(enc: Encoder, w: MoeWeights, routerX: Buffer, expertX: Buffer, y: Buffer, t: number): void {
     const c = this.config, s = this.scratch, H = c.hiddenSize, m = c.moe!, eps = c.rmsNormEps;
     const logits = s.get('moe.logits', 'f32', [t, m.numExperts]);
-    linear(enc, w.router, routerX, logits, t, this.precision);
+    linear(enc, w.router, routerX, logits, t, this.precision, this.scratch);
     const routed = routedExperts(enc, s, w.experts, expertX, logits, t, m.topK, this.precision);
     // f32 and bf16 expert outputs are read as they are, f16 ones through f32.
     let outputs = routed.outputs;

@@ -330,7 +330,7 @@ export class Qwen35Moe extends CausalLM {
     const last = rows(h, t - logitRows, logitRows, H);
     const xn = s.get('xLast', 'f32', [logitRows, H]);
     rmsNorm(enc, { input: last, weight: this.finalNorm, output: xn, rows: logitRows, dim: H, eps: c.rmsNormEps });
-    linear(enc, this.lmHead, xn, logitsOut, logitRows, this.precision);
+    linear(enc, this.lmHead, xn, logitsOut, logitRows, this.precision, this.scratch);
   }
 
   private gatedDeltaNet(enc: Encoder, w: GatedDeltaNetWeights, st: LayerState, x: Buffer, out: Buffer, t: number): void {
@@ -355,7 +355,7 @@ export class Qwen35Moe extends CausalLM {
       const outs = parts.map(([lin, at, n], j) => {
         const proj = s.get(`gdn.proj${j}`, 'f32', [t, n]);
         const y = s.get(`gdn.conv${j}`, 'f32', [t, n]);
-        linear(enc, lin, x, proj, t, p);
+        linear(enc, lin, x, proj, t, p, this.scratch);
         ssmConv(enc, {
           x: proj, weight: rows(w.conv, at, n, ks), state: rows(conv, at, n, ks - 1), y,
           b: 1, t, c: n, ks, silu: true, freshState: true,
@@ -370,9 +370,9 @@ export class Qwen35Moe extends CausalLM {
       a = s.get('gdn.a', 'f32', [t, hv]);
       b = s.get('gdn.b', 'f32', [t, hv]);
       z = s.get('gdn.z', 'f32', [t, vd]);
-      linear(enc, w.a, x, a, t, p);
-      linear(enc, w.b, x, b, t, p);
-      linear(enc, w.z, x, z, t, p);
+      linear(enc, w.a, x, a, t, p, this.scratch);
+      linear(enc, w.b, x, b, t, p, this.scratch);
+      linear(enc, w.z, x, z, t, p, this.scratch);
     }
     const o = s.get('gdn.o', 'f32', [t, vd]);
     const dims = { batch: 1, nQkHeads: hk, nHeads: hv, kDim: dk, vDim: dv };
@@ -383,7 +383,7 @@ export class Qwen35Moe extends CausalLM {
       this.gatedDeltaRule(enc, { ...dims, q, k, v, a, b, aLog: w.aLog, dtBias: w.dtBias, state, output: o }, t);
     }
     ssmNormGate(enc, { attnOut: o, weight: w.norm, z, output: o, rows: t * hv, dV: dv, eps: c.rmsNormEps });
-    linear(enc, w.out, o, out, t, p);
+    linear(enc, w.out, o, out, t, p, this.scratch);
   }
 
   /** A prompt's gates and recurrence: compute_g_beta, then the chunked form ('fast', K and V it takes) or the recurrent one. */
@@ -427,7 +427,7 @@ export class Qwen35Moe extends CausalLM {
       fillCache(enc, cache, k, v, t);
     }
     sigmoidMul(enc, { x: o, gate, output: o });
-    linear(enc, w.o, o.view('f32', [t, c.numHeads * d], 0), out, t, p);
+    linear(enc, w.o, o.view('f32', [t, c.numHeads * d], 0), out, t, p, this.scratch);
   }
 
   /**
@@ -455,7 +455,7 @@ export class Qwen35Moe extends CausalLM {
         return;
       }
       const gu = s.get('moe.sharedGateUp', 'f32', [t, w.sharedGateUp.n]);
-      linear(enc, w.sharedGateUp, x, gu, t, p);
+      linear(enc, w.sharedGateUp, x, gu, t, p, this.scratch);
       this.moeRest(enc, w, x, h, t, logits, gu, g, nextNorm);
       return;
     }
@@ -484,7 +484,7 @@ export class Qwen35Moe extends CausalLM {
     const act = s.get('moe.sharedAct', 'f32', [t, is]);
     const shared = s.get('moe.shared', 'f32', [t, H]);
     siluMulHalves(enc, { gateUp: gu, output: act, rows: t, dim: is });
-    linear(enc, w.sharedDown, act, shared, t, p);
+    linear(enc, w.sharedDown, act, shared, t, p, this.scratch);
     this.reduce(enc, {
       expertW: routed.weights, yExpert, shLogit: g.view('f32', [t], 0), yShared: shared, residual: h, output: h, nTokens: t, topK: k, h: H,
     }, x, nextNorm);

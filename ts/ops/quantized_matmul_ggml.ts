@@ -68,6 +68,8 @@ export const QUANTIZED_MATMUL_GGML_SOURCES = familySources(QUANTIZED_MATMUL_GGML
 export const QUANTIZED_MATMUL_GGML_KERNELS = [
   'kernel_mul_mv_q4_0_f32', 'kernel_mul_mv_q8_0_f32', 'kernel_mul_mv_q4_K_f32', 'kernel_mul_mv_q5_K_f32', 'kernel_mul_mv_q6_K_f32',
   'kernel_mul_mm_q4_0_f32', 'kernel_mul_mm_q8_0_f32', 'kernel_mul_mm_q4_K_f32', 'kernel_mul_mm_q5_K_f32', 'kernel_mul_mm_q6_K_f32',
+  'kernel_mul_mm_q4_0_f32_splitk', 'kernel_mul_mm_q8_0_f32_splitk', 'kernel_mul_mm_q4_K_f32_splitk', 'kernel_mul_mm_q5_K_f32_splitk',
+  'kernel_mul_mm_q6_K_f32_splitk',
   'kernel_dequantize_q4_0_f32', 'kernel_dequantize_q4_0_f16', 'kernel_dequantize_q4_0_bf16',
   'kernel_dequantize_q8_0_f32', 'kernel_dequantize_q8_0_f16', 'kernel_dequantize_q8_0_bf16',
   'kernel_dequantize_q4_K_f32', 'kernel_dequantize_q4_K_f16', 'kernel_dequantize_q4_K_bf16',
@@ -87,6 +89,8 @@ const planOf = familyPlans({
 export const GGML_MATVEC_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlMatvecParams');
 /** struct GgmlMatmulMmParams (buffer 0 of kernel_mul_mm_<t>_f32). */
 export const GGML_MATMUL_MM_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlMatmulMmParams');
+/** struct GgmlMatmulSplitParams (buffer 6 of kernel_mul_mm_<t>_f32_splitk). */
+export const GGML_MATMUL_SPLIT_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlMatmulSplitParams');
 /** struct GgmlDequantizeParams (buffer 2 of kernel_dequantize_<t>_<o>). */
 export const GGML_DEQUANTIZE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlDequantizeParams');
 /** struct GgmlEmbeddingParams (buffer 3 of embedding_gather_scale_batch_<t>_to_<o>). */
@@ -135,6 +139,10 @@ export function packGgmlMatmulMmParams(p: { m: number; n: number; k: number; ggm
   return packFields(GGML_MATMUL_MM_PARAMS_LAYOUT, {
     ne00: p.k, ne02: 1, nb01, nb02: nb01 * p.n, nb03: 0, ne12: 1, nb10: 4, nb11, nb12: nb11 * p.m, nb13: 0, ne0: p.n, ne1: p.m, r2: 1, r3: 1,
   });
+}
+
+export function packGgmlMatmulSplitParams(p: { splits: number; chunks: number }): Uint8Array {
+  return packFields(GGML_MATMUL_SPLIT_PARAMS_LAYOUT, p);
 }
 
 export function packGgmlDequantizeParams(p: { nChunks: number }): Uint8Array {
@@ -223,6 +231,46 @@ export function ggmlMvCudaShared(type: GgmlQuantType, m: number, k: number, bloc
   return type === 'Q4_K' ? Math.max(ggmlMvCudaSharedBytes(type), ggmlGcSharedBytes(type, k)) : ggmlGcSharedBytes(type, k);
 }
 
+/** Slices of k a split matrix product takes at most. */
+export const GGML_SPLIT_MAX = 16;
+/** Chunks of 32 values a slice of k takes at least (a K super-block): its walk's first loads and its partial's reduction cost a slice alike. */
+export const GGML_SPLIT_MIN_CHUNKS = 8;
+
+/**
+ * How the CUDA matrix form splits k (kernel_mul_mm_<t>_f32_splitk), or null
+ * where it does not: where its tiles (ggmlMmCudaTile) number fewer than the
+ * multiprocessors, S = min(floor(SMs / tiles), chunks of 32 / 8,
+ * GGML_SPLIT_MAX, the slices whose partials [S, m, n] f32 the scratch
+ * holds) slices when that is 2 or more, each `chunks` runs of 32 values of k
+ * (the last what is left; none empty), so the tiles x S blocks fill at most
+ * one block an SM. Each block walks a slice as the unsplit form walks the
+ * whole k, one dependent load round a step on one block an SM: at 64
+ * tokens a [2048, 4096] product ran 16 blocks for 117 us
+ * (bench/results/prefill-parts-h100-2026-11-27.md). Unknown SMs (0: Metal,
+ * the emulator): null.
+ */
+export function ggmlMatmulSplit(m: number, n: number, k: number, multiprocessors: number, scratchElements: number):
+  { splits: number; chunks: number } | null {
+  if (!(multiprocessors > 0)) return null;
+  const t = ggmlMmCudaTile(m, n);
+  const tiles = ceilDiv(n, t.bn) * ceilDiv(m, t.bm);
+  const kt = k / 32;
+  const s = Math.min(Math.floor(multiprocessors / tiles), Math.floor(kt / GGML_SPLIT_MIN_CHUNKS), GGML_SPLIT_MAX, Math.floor(scratchElements / (m * n)));
+  if (!(s >= 2)) return null;
+  const chunks = ceilDiv(kt, s);
+  return { splits: ceilDiv(kt, chunks), chunks };
+}
+
+/**
+ * The f32 elements of scratch with which quantized_matmul_ggml's matrix
+ * form splits k as far as it would on a device of these limits (splits x m
+ * x n; 0 where it does not split): what a caller sizes its scratch by.
+ */
+export function quantizedMatmulGgmlScratchElements(m: number, n: number, k: number, limits: Pick<DeviceLimits, 'multiprocessors'>): number {
+  const sp = ggmlMatmulSplit(m, n, k, limits.multiprocessors, Infinity);
+  return sp === null ? 0 : sp.splits * m * n;
+}
+
 /** The CUDA launch of the vector or matrix kernel at these sizes. */
 export function ggmlMatmulCudaLaunch(type: GgmlQuantType, form: 'vector' | 'matrix', m: number, n: number, k: number): Launch {
   if (form === 'vector') {
@@ -268,6 +316,14 @@ export interface QuantizedMatmulGgmlArgs {
   ggmlType: GgmlQuantType;
   /** The vector or the matrix kernel; by default mlx-native's routing: the vector form for m <= 8. */
   form?: MatmulForm;
+  /**
+   * f32 working memory, at least m * n elements, for the matrix form's
+   * partial sums where it splits k across blocks (CUDA, where its tiles
+   * leave multiprocessors idle: ggmlMatmulSplit, as many slices as the
+   * scratch holds, quantizedMatmulGgmlScratchElements the most it takes);
+   * absent, k is never split. Its contents before and after are not read.
+   */
+  scratch?: Buffer;
 }
 
 /**
@@ -295,10 +351,10 @@ export function validateQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, device?:
   }
   const rules: BufferRule[] = [
     ['input', a.input, 'f32', nx], ['weight', a.weight, 'u8', { bytes: nw, of: `${a.n} rows of ${ggmlRowBytesOf(a.ggmlType, a.k)} bytes of ${a.ggmlType}` }],
-    ['output', a.output, 'f32', ny],
+    ['output', a.output, 'f32', ny], ['scratch', a.scratch, 'f32', ny, true],
   ];
   checkBufferRules(op, rules, device, true);
-  checkNoAliasing(op, ruleBindings(rules), ['output'], 'every output reads a row of the input and of the weight that others read too');
+  checkNoAliasing(op, ruleBindings(rules), ['output', 'scratch'], 'every output reads a row of the input and of the weight that others read too');
 }
 
 /** The form an argument set runs: mlx-native's routing (the matrix form past 8 rows of input) unless one is asked for. */
@@ -330,7 +386,12 @@ export function ggmlMvMetalLaunch(type: GgmlQuantType, m: number, n: number): La
  * (ne00 = ne10 = k, ne01 = ne0 = n, ne1 = m; batch fields 1). Matrix form:
  * 0 GgmlMatmulMmParams (ne00 k, nb01 the bytes of a weight row, nb11 of an
  * input row, ne0 n, ne1 m), 1 weight, 2 input, 3 output; threadgroup(0)
- * 8192 bytes.
+ * 8192 bytes. Split k (kernel_mul_mm_<t>_f32_splitk, given a scratch, on
+ * CUDA where ggmlMatmulSplit splits): the matrix form's bindings, then 4
+ * scratch (the slices' partials), 5 a word a tile of the encoder's
+ * (Encoder._syncWords), 6 GgmlMatmulSplitParams; tiles x S blocks, the
+ * tile's last block to arrive summing its S partials in slice order, so
+ * the result does not depend on which arrives last.
  * Grid (Metal, the crate's): vector (ceil(n / 8), m, 1) threadgroups of
  * (8, 8, 1) for Q4_0 and Q8_0, (ceil(n / 2), m, 1) of (2, 32, 1) for the K
  * formats; matrix (ceil(m / 32), ceil(n / 64), 1) of 128 threads, a 32 x 64
@@ -342,10 +403,25 @@ export function quantizedMatmulGgml(enc: Encoder, args: QuantizedMatmulGgmlArgs)
 }
 
 /** quantizedMatmulGgml's plan: validates, then one dispatch (see quantizedMatmulGgml). */
-export function planQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+export function planQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateQuantizedMatmulGgml(a, device);
   const t = GGML_KERNEL_TYPE[a.ggmlType];
   const form = quantizedMatmulGgmlForm(a);
+  const split = form === 'matrix' && a.scratch !== undefined ? ggmlMatmulSplit(a.m, a.n, a.k, limits.multiprocessors, a.scratch.elementCount) : null;
+  if (split !== null) {
+    const launch = ggmlMatmulCudaLaunch(a.ggmlType, 'matrix', a.m, a.n, a.k);
+    const tiles = launch.grid[0];
+    return planOf({
+      kernel: `kernel_mul_mm_${t}_f32_splitk`,
+      buffers: [, a.weight, a.input, a.output, a.scratch],
+      bytes: [packGgmlMatmulMmParams(a), , , , , , packGgmlMatmulSplitParams(split)],
+      syncWords: { binding: 5, count: tiles },
+      threadgroupMemory: [GGML_MM_SHARED_BYTES],
+      grid: [ceilDiv(a.m, 32), ceilDiv(a.n, 64), 1],
+      threads: [128, 1, 1],
+      cuda: { ...launch, grid: [tiles * split.splits, 1, 1] },
+    });
+  }
   const dispatch: PlannedDispatch = form === 'vector'
     ? {
       kernel: `kernel_mul_mv_${t}_f32`,

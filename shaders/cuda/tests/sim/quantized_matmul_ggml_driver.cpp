@@ -8,7 +8,7 @@
 // 16-byte aligned, the weight's last bytes; each format's stage reads:
 // kq_load and raw_load for Q4_K / Q5_K, qs_raw and raw_load for Q4_0 / Q8_0,
 // q6_raw at both word alignments), the matrix engine in both tile
-// shapes, dequantization to f32, f16 and bf16, and embedding rows (a bad id
+// shapes and its split-k entries, dequantization to f32, f16 and bf16, and embedding rows (a bad id
 // clamped, a scale). Blocks are random bytes with their f16 scales set to
 // small values. Products: |got - want| / sum |x w| under f16's 1e-3 (the
 // tensor cores take the weight and x in f16); the int8 variants under
@@ -99,6 +99,36 @@ void run_matmul(int f, MV mv, MM mm, bool matrix, u32 M, u32 N, u32 K, bool big_
   product(f, t, x, M, N, K, want, mag);
   const double worst = worst_of(y, want, mag);
   report(worst <= 1e-3, what, worst, 1e-3);
+}
+
+// y = x W^T through kernel_mul_mm_<t>_f32_splitk: S slices of C chunks
+// of 32 (the last what is left), the matrix form's tiles by size, partials
+// poisoned, the words zero before; y against the float64 product, the words
+// zero again after.
+template <class MMS>
+void run_split(int f, MMS mms, u32 M, u32 N, u32 K, u32 S, u32 C, u32 shift = 0) {
+  const Weight t = random_weight(f, N, K, shift);
+  Arr<float> x(size_t(M) * K), y(size_t(M) * N), partials(size_t(S) * M * N);
+  x.random();
+  y.poison();
+  partials.poison();
+  GgmlMatmulMmParams p{};
+  p.ne00 = int(K); p.ne02 = 1; p.nb01 = t.rb; p.nb02 = t.rb * N; p.ne12 = 1; p.nb10 = 4; p.nb11 = 4ull * K; p.nb12 = 4ull * K * M;
+  p.ne0 = int(N); p.ne1 = int(M); p.r2 = 1; p.r3 = 1;
+  const GgmlMatmulSplitParams sp{S, C};
+  const bool big = M >= 1024 && N >= 1024;
+  const u32 bm = big ? 128 : 64, bn = big ? 256 : 128, tiles = cdiv(N, bn) * cdiv(M, bm);
+  std::vector<u32> words(tiles, 0u);
+  sim_launch({tiles * S, 1, 1}, {big ? 256u : 128u, 1, 1}, 2 * (bm + bn) * 40 * 2,
+             [&] { mms(&p, t.w, x.p, y.p, partials.p, words.data(), &sp); });
+  std::vector<double> want, mag;
+  product(f, t, x, M, N, K, want, mag);
+  const double worst = worst_of(y, want, mag);
+  bool zero = true;
+  for (u32 v : words) zero = zero && v == 0u;
+  const std::string what = std::string("mm split ") + fmt_name(f) + " M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" +
+                           std::to_string(K) + " S=" + std::to_string(S) + " C=" + std::to_string(C) + (zero ? "" : " (words not zero after)");
+  report(zero && worst <= 1e-3, what, worst, 1e-3);
 }
 
 // The int8 engine's variants (kernel_mul_mv_<t>_f32_vdq*, launched by
@@ -291,6 +321,10 @@ int main(int argc, char** argv) {
     /* The matrix engine, 64 x 128 tiles: partial tiles. */                                                  \
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 70, 130, 256);                      \
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 9, 7, 2 * kb);                      \
+    /* Split k: partial tiles, the last slice shorter (72 chunks as 9 of 8; 50 as 6 of 9); one tile, 2 slices. */ \
+    if (kb == 256) run_split(F, kernel_mul_mm_##T##_f32_splitk, 70, 130, 9 * 256, 9, 8);                      \
+    else run_split(F, kernel_mul_mm_##T##_f32_splitk, 70, 130, 1600, 6, 9);                                    \
+    run_split(F, kernel_mul_mm_##T##_f32_splitk, 9, 7, 2 * 256, 2, 8);                                          \
   }
   if (argc > 1 && std::string(argv[1]) == "q6_K") {
     MATMUL(Q6_K, q6_K)
@@ -316,6 +350,7 @@ int main(int argc, char** argv) {
     run_matmul(Q4_K, kernel_mul_mv_q4_K_f32, kernel_mul_mm_q4_K_f32, false, 2, 2000, 1024);
     run_matmul(Q6_K, kernel_mul_mv_q6_K_f32, kernel_mul_mm_q6_K_f32, true, 1030, 1040, 256);
     run_matmul(Q4_0, kernel_mul_mv_q4_0_f32, kernel_mul_mm_q4_0_f32, true, 1024, 1024, 64);
+    run_split(Q4_K, kernel_mul_mm_q4_K_f32_splitk, 1030, 1040, 512, 2, 8);
   }
   std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
   return failures != 0;
