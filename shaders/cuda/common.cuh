@@ -2396,7 +2396,33 @@ __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned
 // makes it S sums the S partials in slice order 0 .. S - 1 into y (rows
 // y_row apart) and sets the word back to zero. So y is the same whichever
 // block arrives last, no block waits for another, and the word ends the
-// dispatch as it began (zero: the encoder's, Encoder._syncWords).
+// dispatch as it began (zero: the encoder's, Encoder._syncWords). The sum
+// reads a thread's S partials of 4 outputs (one of 16 bytes where the rows
+// and buffers allow) before adding any: one L2 round trip a group, not S.
+constexpr u32 SPLIT_MAX = 16;  // slices at most (the op's GGML_SPLIT_MAX)
+template <u32 V>
+__device__ __forceinline__ void split_sum(const float* at, u64 plane, u32 S, float* dst) {
+    float v[SPLIT_MAX][V];
+#pragma unroll
+    for (u32 q = 0; q < SPLIT_MAX; ++q) {
+        if (q < S) {
+            if constexpr (V == 4) {
+                const float4 a = __ldcg(reinterpret_cast<const float4*>(at + q * plane));
+                v[q][0] = a.x; v[q][1] = a.y; v[q][2] = a.z; v[q][3] = a.w;
+            } else {
+                v[q][0] = __ldcg(at + q * plane);
+            }
+        }
+    }
+#pragma unroll
+    for (u32 e = 0; e < V; ++e) {
+        float t = v[0][e];
+#pragma unroll
+        for (u32 q = 1; q < SPLIT_MAX; ++q)
+            if (q < S) t += v[q][e];
+        dst[e] = t;
+    }
+}
 template <u32 BM, u32 BN>
 __device__ __forceinline__ void split_reduce(const float* partials, u32* word, float* y, u64 y_row, u32 M, u32 N, u32 m0, u32 n0,
                                              u32 S) {
@@ -2410,13 +2436,20 @@ __device__ __forceinline__ void split_reduce(const float* partials, u32* word, f
     __threadfence();
     const u32 rows = min(BM, M - m0), cols = min(BN, N - n0);
     const u64 plane = u64(M) * N;
-    for (u32 i = threadIdx.x; i < rows * cols; i += blockDim.x) {
-        const u32 r = i / cols, c = i - r * cols;
-        const float* at = partials + u64(m0 + r) * N + n0 + c;
-        // From L2: other blocks wrote them.
-        float v = __ldcg(at);
-        for (u32 q = 1; q < S; ++q) v += __ldcg(at + q * plane);
-        y[u64(m0 + r) * y_row + n0 + c] = v;
+    // From L2 (__ldcg): other blocks wrote them.
+    if (N % 4u == 0 && y_row % 4u == 0 && aligned16(partials) && aligned16(y)) {
+        const u32 c4 = cols / 4u;
+        for (u32 i = threadIdx.x; i < rows * c4; i += blockDim.x) {
+            const u32 r = i / c4, c = 4u * (i - r * c4);
+            float t[4];
+            split_sum<4>(partials + u64(m0 + r) * N + n0 + c, plane, S, t);
+            *reinterpret_cast<float4*>(y + u64(m0 + r) * y_row + n0 + c) = make_float4(t[0], t[1], t[2], t[3]);
+        }
+    } else {
+        for (u32 i = threadIdx.x; i < rows * cols; i += blockDim.x) {
+            const u32 r = i / cols, c = i - r * cols;
+            split_sum<1>(partials + u64(m0 + r) * N + n0 + c, plane, S, y + u64(m0 + r) * y_row + n0 + c);
+        }
     }
     if (threadIdx.x == 0) *word = 0u;
 }

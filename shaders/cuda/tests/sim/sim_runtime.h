@@ -148,6 +148,11 @@ inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((uint64_t(a) 
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void __nanosleep(unsigned) { std::this_thread::yield(); }
 template <class T> inline T __ldcg(const T* p) { return *reinterpret_cast<const volatile T*>(p); }
+// A vector's lanes read one by one (a volatile float4 has no copy).
+inline float4 __ldcg(const float4* p) {
+  const volatile float* f = reinterpret_cast<const volatile float*>(p);
+  return make_float4(f[0], f[1], f[2], f[3]);
+}
 template <class T> inline void __stcs(T* p, T v) { *p = v; }
 inline unsigned ld_acquire_gpu(const unsigned* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 // Atomics: the threads of a block run at once, so these are real ones.
