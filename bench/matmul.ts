@@ -486,6 +486,9 @@ function moeGgmlCases(): Case[] {
     // Its down projection with the SwiGLU fused (mlx-native's Q4_0 kernel) beside silu_mul and the plain product.
     moeGgmlSwiglu('Qwen3.6 35B-A3B decode GGUF down', true, 1, 8, 256, 2048, 512),
     moeGgmlSwiglu('Qwen3.6 35B-A3B decode GGUF down', false, 1, 8, 256, 2048, 512),
+    // A 64-token prompt's expert products (about 2 rows an expert): the gate and up rows as one [1024, 2048], and down.
+    moeGgml('Qwen3.6 35B-A3B prefill 64 gate_up', 'Q4_K', 'matrix', 64, 8, 256, 1024, 2048),
+    moeGgml('Qwen3.6 35B-A3B prefill 64 down', 'Q4_K', 'matrix', 64, 8, 256, 2048, 512, true),
     moeGgml('Qwen3.6 35B-A3B prefill 512 gate', 'Q4_K', 'matrix', 512, 8, 256, 512, 2048),
     moeGgml('Qwen3.6 35B-A3B prefill 512 down', 'Q4_K', 'matrix', 512, 8, 256, 2048, 512, true),
   ];

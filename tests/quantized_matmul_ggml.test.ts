@@ -218,15 +218,17 @@ describe('quantized_matmul_ggml params, bindings and launches', () => {
   });
   test('split k: slices where the tiles leave SMs idle, at least 8 chunks of 32 each, none empty, within the scratch', () => {
     const sp = (m: number, n: number, k: number, scratch = Infinity, sms = 132) => ggmlMatmulSplit(m, n, k, sms, scratch);
-    // 64 tokens of Qwen3.6: 16 tiles of 64 x 128 at k 4096, 2048 and 512; one tile ([32, 2048]); 1024 tokens on 64
-    // tiles of 128 x 256 (two slices), on 128 (none).
+    // 64 tokens of Qwen3.6: 16 tiles of 64 x 128 at k 4096, 2048 and 512 (under GGML_SPLIT_MIN_K: none); one tile
+    // ([32, 2048]); 1024 tokens on 64 tiles of 128 x 256 (two slices), on 128 (none).
     expect([sp(64, 2048, 4096), sp(64, 2048, 2048), sp(64, 2048, 512), sp(64, 32, 2048), sp(1024, 2048, 2048), sp(1024, 4096, 2048)])
-      .toEqual([{ splits: 8, chunks: 16 }, { splits: 8, chunks: 8 }, { splits: 2, chunks: 8 }, { splits: 8, chunks: 8 }, { splits: 2, chunks: 32 }, null]);
+      .toEqual([{ splits: 8, chunks: 16 }, { splits: 8, chunks: 8 }, null, { splits: 8, chunks: 8 }, { splits: 2, chunks: 32 }, null]);
+    // From k 1024 (32 chunks: 4 slices of 8); k 992 (31 chunks) never.
+    expect([sp(64, 2048, 1024), sp(64, 2048, 992)]).toEqual([{ splits: 4, chunks: 8 }, null]);
     // The scratch holds 3 slices: 128 chunks as 3 of 43 (the last 42); 72 chunks over 4 tiles: 9 of 8.
     expect([sp(64, 2048, 4096, 3 * 64 * 2048), sp(70, 130, 2304), sp(64, 2048, 4096, 2 * 64 * 2048 - 1), sp(64, 2048, 4096, Infinity, 0)])
       .toEqual([{ splits: 3, chunks: 43 }, { splits: 9, chunks: 8 }, null, null]);
-    // 16 slices at most; k under 16 chunks never splits.
-    expect([sp(9, 7, 32 * 1024), sp(9, 7, 32 * 15)]).toEqual([{ splits: 16, chunks: 64 }, null]);
+    // 16 slices at most.
+    expect(sp(9, 7, 32 * 1024)).toEqual({ splits: 16, chunks: 64 });
     expect([quantizedMatmulGgmlScratchElements(64, 2048, 4096, TARGET_LIMITS.cuda), quantizedMatmulGgmlScratchElements(64, 2048, 4096, TARGET_LIMITS.metal)])
       .toEqual([8 * 64 * 2048, 0]);
   });

@@ -1852,14 +1852,19 @@ __device__ __forceinline__ float f16_at(const unsigned char* p) {
 
 // The bytes of one chunk of 32 values: quant bytes q (and high bits h), the
 // shifts that pick each value's bits out of them, and per half of 16 the
-// scale a and offset b (w = a * q + b).
+// scale a and offset b (w = a * q + b); hd and sub: raw_fetch's words and
+// sub-block, which raw_finish computes a and b from.
 struct GgmlRaw {
     u32 q[8];
     u32 h[8];
     u32 sh_lo, sh_hi;
     float a[2], b[2];
+    u32 hd[4];
+    u32 sub;
 };
 
+// Chunk c (values 32c .. 32c + 31) of the row of blocks at `row` (global or
+// shared memory; Q4_K and Q5_K rows 4-byte aligned, the others 2).
 // The 6-bit scale and min of sub-block j of a Q4_K / Q5_K super-block, from
 // its 12 packed bytes s (get_scale_min_k4).
 __device__ __forceinline__ void scale_min_k4(const unsigned char* s, u32 j, float& sc, float& m) {
@@ -1943,6 +1948,114 @@ template <> __device__ __forceinline__ void raw_load<GGML_Q6_K>(const unsigned c
     }
     r.sh_lo = 4 * (p / 2);
     r.sh_hi = 2 * p;
+}
+
+// The same chunk in two parts for the matrix engine's late form (gmm_tile
+// LATE): raw_fetch<F> only loads (the quant bytes as raw_load does, and in
+// hd the words a and b come from), raw_finish<F> computes a, b and Q8_0's
+// offset bytes from them, so a step's mmas run while the loads arrive. The
+// same values as raw_load's; raw_load stays as it is for its other callers
+// (the per-expert matrix forms ran 4-20 % slower with the two parts, the
+// early form included: bench/results/prompt-splitk-h100-2026-11-27.md).
+template <int F> __device__ __forceinline__ void raw_fetch(const unsigned char* row, u64 c, GgmlRaw& r);
+template <int F> __device__ __forceinline__ void raw_finish(GgmlRaw& r);
+__device__ __forceinline__ float f16_bits(u32 bits) { return __half2float(__ushort_as_half(static_cast<unsigned short>(bits))); }
+
+// Q4_0: d, qs[16]; value j < 16 the low nibble of qs[j], j + 16 its high nibble; w = d (q - 8).
+template <> __device__ __forceinline__ void raw_fetch<GGML_Q4_0>(const unsigned char* row, u64 c, GgmlRaw& r) {
+    const unsigned char* b = row + c * 18u;
+    r.hd[0] = ld16(b);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.q[i] = ld32_2(b + 2 + 4 * i);
+}
+template <> __device__ __forceinline__ void raw_finish<GGML_Q4_0>(GgmlRaw& r) {
+    const float d = f16_bits(r.hd[0]);
+    r.a[0] = r.a[1] = d;
+    r.b[0] = r.b[1] = -8.0f * d;
+}
+// Q8_0: d, qs[32] int8; q taken as the byte + 128 (w = d q - 128 d).
+template <> __device__ __forceinline__ void raw_fetch<GGML_Q8_0>(const unsigned char* row, u64 c, GgmlRaw& r) {
+    const unsigned char* b = row + c * 34u;
+    r.hd[0] = ld16(b);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) r.q[i] = ld32_2(b + 2 + 4 * i);
+}
+template <> __device__ __forceinline__ void raw_finish<GGML_Q8_0>(GgmlRaw& r) {
+    const float d = f16_bits(r.hd[0]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) r.q[i] ^= 0x80808080u;
+    r.a[0] = r.a[1] = d;
+    r.b[0] = r.b[1] = -128.0f * d;
+}
+// Q4_K and Q5_K: d, dmin, scales[12] at the start of a super-block of BYTES
+// (hd: its 16 bytes as words), qs[128] at QS; sub-block s = c % 8 is nibble
+// s % 2 of qs[32 (s / 2) .. + 32]. Returns the super-block.
+template <u32 BYTES, u32 QS>
+__device__ __forceinline__ const unsigned char* k4_fetch(const unsigned char* row, u64 c, GgmlRaw& r) {
+    const unsigned char* b = row + (c / 8) * BYTES;
+    const u32 s = u32(c % 8);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.hd[i] = ld32_4(b + 4 * i);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) r.q[i] = ld32_4(b + QS + 32 * (s / 2) + 4 * i);
+    r.sub = s;
+    r.sh_lo = 4 * (s % 2);
+    return b;
+}
+// a and b of sub-block j = r.sub from the header words: its 6-bit scale and
+// min from the 12 packed scale bytes (llama.cpp's get_scale_min_k4; byte i
+// of them is byte i % 4 of word 1 + i / 4), times d and dmin.
+__device__ __forceinline__ void k4_finish(GgmlRaw& r) {
+    const u32 j = r.sub;
+    auto byte = [&](u32 i) { return (r.hd[1 + i / 4] >> (8 * (i % 4))) & 0xFFu; };
+    float sc, m;
+    if (j < 4) {
+        sc = float(byte(j) & 63u);
+        m = float(byte(j + 4) & 63u);
+    } else {
+        sc = float((byte(j + 4) & 0xFu) | ((byte(j - 4) >> 6) << 4));
+        m = float((byte(j + 4) >> 4) | ((byte(j) >> 6) << 4));
+    }
+    r.a[0] = r.a[1] = f16_bits(r.hd[0] & 0xFFFFu) * sc;
+    r.b[0] = r.b[1] = -f16_bits(r.hd[0] >> 16) * m;
+}
+// Q4_K: qs at +16.
+template <> __device__ __forceinline__ void raw_fetch<GGML_Q4_K>(const unsigned char* row, u64 c, GgmlRaw& r) {
+    k4_fetch<144u, 16u>(row, c, r);
+}
+template <> __device__ __forceinline__ void raw_finish<GGML_Q4_K>(GgmlRaw& r) { k4_finish(r); }
+// Q5_K: qs at +48 and qh[32] at +16, bit s of qh[l] the fifth bit of value l.
+template <> __device__ __forceinline__ void raw_fetch<GGML_Q5_K>(const unsigned char* row, u64 c, GgmlRaw& r) {
+    const unsigned char* b = k4_fetch<176u, 48u>(row, c, r);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) r.h[i] = ld32_4(b + 16 + 4 * i);
+    r.sh_hi = r.sub;
+}
+template <> __device__ __forceinline__ void raw_finish<GGML_Q5_K>(GgmlRaw& r) { k4_finish(r); }
+// Q6_K: ql[128], qh[64], scales[16] int8, d. Values 32 cc + l of a
+// super-block (cc = c % 8 = 4 hh + p): nibble p / 2 of ql[64 hh + 32 (p % 2)
+// + l], bits 2p, 2p + 1 of qh[32 hh + l]; sub-block (16 values) 2 cc + half
+// scaled by scales[2 cc + half]; w = d sc (q - 32). hd: d, then the two scales.
+template <> __device__ __forceinline__ void raw_fetch<GGML_Q6_K>(const unsigned char* row, u64 c, GgmlRaw& r) {
+    const unsigned char* b = row + (c / 8) * 210u;
+    const u32 cc = u32(c % 8), hh = cc / 4, p = cc % 4;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        r.q[i] = ld32_2(b + 64 * hh + 32 * (p % 2) + 4 * i);
+        r.h[i] = ld32_2(b + 128 + 32 * hh + 4 * i);
+    }
+    r.hd[0] = ld16(b + 208);
+    r.hd[1] = ld16(b + 192 + 2 * cc);
+    r.sh_lo = 4 * (p / 2);
+    r.sh_hi = 2 * p;
+}
+template <> __device__ __forceinline__ void raw_finish<GGML_Q6_K>(GgmlRaw& r) {
+    const float d = f16_bits(r.hd[0]);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        r.a[i] = d * float(static_cast<signed char>((r.hd[1] >> (8 * i)) & 0xFFu));
+        r.b[i] = -32.0f * r.a[i];
+    }
 }
 
 // Q4_K and Q5_K super-blocks (144 and 176 bytes) are whole 16-byte units:
@@ -2321,8 +2434,13 @@ constexpr u32 GLDS = 40;    // a staged row: 32 elements and 16 bytes of padding
 // apart; mma_store's row_of); weight rows rb bytes apart; k over the KT
 // chunks of 32 values from chunk kt0 (the whole row: 0, K / 32; a split-k
 // slice: its own). smem_raw: the block's dynamic shared memory, GSTAGES x
-// (BM + BN) x GLDS f16.
-template <int F, u32 BM, u32 BN, u32 WM, u32 WN, typename XOf, typename YOf>
+// (BM + BN) x GLDS f16. LATE: a step's loads are computed from (x rounded,
+// the chunk decoded: raw_finish) after its mmas, not before them, so the
+// mmas run while they arrive (the GGUF matrix form on an H100: 5-19 % less
+// time). The per-expert forms (four blocks an SM, whose other warps hide
+// the loads) keep the early form: late, a 64-token prompt of Qwen3.6 took
+// 5 % more device time, most of it theirs.
+template <int F, u32 BM, u32 BN, u32 WM, u32 WN, bool LATE = true, typename XOf, typename YOf>
 __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned char* w, const float* x, float* y, u32 N, u32 kt0, u32 KT,
                                          u64 rb, u64 x_row, u64 y_row, u32 n0, XOf&& x_of, YOf&& y_of) {
     constexpr u32 NT = WM * WN * 32;
@@ -2337,8 +2455,16 @@ __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned
     const bool xvec = aligned16(x) && x_row % 4u == 0;
 
     GgmlRaw raw;
+    float xv[XC][8];
     uint4 xr[XC];
-    // Loads k tile kt into registers (whatever its stage): x (rounded to f16) and the weight chunk's bytes.
+    // Piece c of x rounded to f16 pairs: after the step's mmas (LATE, with the chunk's raw_finish) or at once.
+    auto round_x = [&](u32 c) {
+        xr[c] = make_uint4(pack2<ggml_t>(xv[c][0], xv[c][1]), pack2<ggml_t>(xv[c][2], xv[c][3]), pack2<ggml_t>(xv[c][4], xv[c][5]),
+                           pack2<ggml_t>(xv[c][6], xv[c][7]));
+    };
+    // Loads k tile kt into registers (whatever its stage): x, and the weight
+    // chunk (LATE: raw_fetch's words, nothing computed from them yet; else
+    // x rounded at once and raw_load).
     auto issue = [&](u32, u32 step) {
         const u32 kt = kt0 + step, k0 = kt * 32u;
 #pragma unroll
@@ -2347,26 +2473,38 @@ __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned
             u32 xr_row;
             if (x_of(r, xr_row)) {
                 const float* p = x + u64(xr_row) * x_row + k0 + 8u * q;
-                float v[8];
                 if (xvec) {
                     const float4 a = __ldg(reinterpret_cast<const float4*>(p));
                     const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
-                    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+                    xv[c][0] = a.x; xv[c][1] = a.y; xv[c][2] = a.z; xv[c][3] = a.w;
+                    xv[c][4] = b.x; xv[c][5] = b.y; xv[c][6] = b.z; xv[c][7] = b.w;
                 } else {
 #pragma unroll
-                    for (int j = 0; j < 8; ++j) v[j] = p[j];
+                    for (int j = 0; j < 8; ++j) xv[c][j] = p[j];
                 }
-                xr[c] = make_uint4(pack2<ggml_t>(v[0], v[1]), pack2<ggml_t>(v[2], v[3]), pack2<ggml_t>(v[4], v[5]), pack2<ggml_t>(v[6], v[7]));
+                if constexpr (!LATE) round_x(c);
             } else {
-                xr[c] = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) xv[c][j] = 0.0f;
+                if constexpr (!LATE) xr[c] = make_uint4(0u, 0u, 0u, 0u);
             }
         }
-        if (wlive) raw_load<F>(wrow, kt, raw);
+        if constexpr (LATE) {
+            if (wlive) raw_fetch<F>(wrow, kt, raw);
+        } else {
+            if (wlive) raw_load<F>(wrow, kt, raw);
+        }
     };
-    // Stores what issue() holds into stage `stage`: x, and the weight chunk as f16 in natural order.
+    // Stores what issue() holds into stage `stage`: x as f16, and the weight
+    // chunk as f16 in natural order.
     auto park = [&](u32 stage) {
         ggml_t* xs = smem + stage * (BM + BN) * GLDS;
         ggml_t* ws = xs + BM * GLDS;
+        if constexpr (LATE) {
+#pragma unroll
+            for (u32 c = 0; c < XC; ++c) round_x(c);
+            if (wlive) raw_finish<F>(raw);
+        }
         park_chunks<NT, GLDS>(xs, xr, tid);
         uint4* dst = reinterpret_cast<uint4*>(ws + tid * GLDS);
 #pragma unroll

@@ -100,7 +100,7 @@ __device__ __forceinline__ void mm_id(unsigned char* smem, const GgmlMatmulIdMm_
     const u32 K = u32(p->ne00), N = u32(p->ne0), E = u32(p->ne02), U = u32(p->ne20), P = u32(p->ne21) * U;
     u32 group, n0, rows_m;
     if (!moe_block_rows<float, BM, NT>(offsets, order, y, N, U, E, P, BN, x_row, y_pair, group, n0, rows_m)) return;
-    gmm_tile<F, BM, BN, 2, 2>(
+    gmm_tile<F, BM, BN, 2, 2, false>(
         smem, w + u64(group) * p->nb02, x, y, N, 0u, K / 32u, p->nb01, p->nb12 / 4u, u64(N), n0,
         [&](u32 r, u32& row) {
             row = x_row[r];

@@ -235,11 +235,18 @@ export function ggmlMvCudaShared(type: GgmlQuantType, m: number, k: number, bloc
 export const GGML_SPLIT_MAX = 16;
 /** Chunks of 32 values a slice of k takes at least (a K super-block): its walk's first loads and its partial's reduction cost a slice alike. */
 export const GGML_SPLIT_MIN_CHUNKS = 8;
+/**
+ * Values of k under which the matrix form is not split: on an H100 at 64
+ * tokens, k 512 unsplit (16 steps) ran 19.7 us and in two slices 21.2; k
+ * 2048 in eight ran 4x faster than unsplit. 1024, between them, is not
+ * measured (bench/results/prompt-splitk-h100-2026-11-27.md).
+ */
+export const GGML_SPLIT_MIN_K = 1024;
 
 /**
  * How the CUDA matrix form splits k (kernel_mul_mm_<t>_f32_splitk), or null
  * where it does not: where its tiles (ggmlMmCudaTile) number fewer than the
- * multiprocessors, S = min(floor(SMs / tiles), chunks of 32 / 8,
+ * multiprocessors and k is at least GGML_SPLIT_MIN_K, S = min(floor(SMs / tiles), chunks of 32 / 8,
  * GGML_SPLIT_MAX, the slices whose partials [S, m, n] f32 the scratch
  * holds) slices when that is 2 or more, each `chunks` runs of 32 values of k
  * (the last what is left; none empty), so the tiles x S blocks fill at most
@@ -251,7 +258,7 @@ export const GGML_SPLIT_MIN_CHUNKS = 8;
  */
 export function ggmlMatmulSplit(m: number, n: number, k: number, multiprocessors: number, scratchElements: number):
   { splits: number; chunks: number } | null {
-  if (!(multiprocessors > 0)) return null;
+  if (!(multiprocessors > 0) || k < GGML_SPLIT_MIN_K) return null;
   const t = ggmlMmCudaTile(m, n);
   const tiles = ceilDiv(n, t.bn) * ceilDiv(m, t.bm);
   const kt = k / 32;
