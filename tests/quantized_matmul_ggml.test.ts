@@ -341,6 +341,9 @@ describeValidation('quantized_matmul_ggml validation', ({ enc, buf }) => {
     const o = buf('f32', 64);
     expectInvalid(() => quantizedMatmulGgml(enc(), { ...base(), output: o.view('f32', [15]), scratch: o.view('f32', [20], 32) } as never),
       'quantized_matmul_ggml', 'output', 'a buffer other than scratch', 'a view overlapping scratch');
+    const xs = buf('f32', 3 * 256 + 64);
+    expectInvalid(() => quantizedMatmulGgml(enc(), { ...base(), input: xs.view('f32', [768]), scratch: xs.view('f32', [20], 3008) } as never),
+      'quantized_matmul_ggml', 'scratch', 'a buffer other than input', 'a view overlapping input');
   });
   test('ggml_dequantize: every rule', () => {
     const base = () => ({ src: buf('u8', 2 * 34), output: buf('bf16', 64), count: 64, ggmlType: 'Q8_0' });

@@ -1961,31 +1961,28 @@ template <int F> __device__ __forceinline__ void raw_fetch(const unsigned char* 
 template <int F> __device__ __forceinline__ void raw_finish(GgmlRaw& r);
 __device__ __forceinline__ float f16_bits(u32 bits) { return __half2float(__ushort_as_half(static_cast<unsigned short>(bits))); }
 
-// Q4_0: d, qs[16]; value j < 16 the low nibble of qs[j], j + 16 its high nibble; w = d (q - 8).
-template <> __device__ __forceinline__ void raw_fetch<GGML_Q4_0>(const unsigned char* row, u64 c, GgmlRaw& r) {
-    const unsigned char* b = row + c * 18u;
+// Q4_0 and Q8_0 (raw_load's layouts): blocks of BYTES, d then WORDS words of
+// qs; w = d q - OFFSET d (Q8_0's q the byte + 128).
+template <u32 BYTES, u32 WORDS>
+__device__ __forceinline__ void d_block_fetch(const unsigned char* row, u64 c, GgmlRaw& r) {
+    const unsigned char* b = row + c * BYTES;
     r.hd[0] = ld16(b);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) r.q[i] = ld32_2(b + 2 + 4 * i);
+    for (u32 i = 0; i < WORDS; ++i) r.q[i] = ld32_2(b + 2 + 4 * i);
 }
-template <> __device__ __forceinline__ void raw_finish<GGML_Q4_0>(GgmlRaw& r) {
+template <u32 OFFSET>
+__device__ __forceinline__ void d_block_finish(GgmlRaw& r) {
     const float d = f16_bits(r.hd[0]);
     r.a[0] = r.a[1] = d;
-    r.b[0] = r.b[1] = -8.0f * d;
+    r.b[0] = r.b[1] = -float(OFFSET) * d;
 }
-// Q8_0: d, qs[32] int8; q taken as the byte + 128 (w = d q - 128 d).
-template <> __device__ __forceinline__ void raw_fetch<GGML_Q8_0>(const unsigned char* row, u64 c, GgmlRaw& r) {
-    const unsigned char* b = row + c * 34u;
-    r.hd[0] = ld16(b);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) r.q[i] = ld32_2(b + 2 + 4 * i);
-}
+template <> __device__ __forceinline__ void raw_fetch<GGML_Q4_0>(const unsigned char* row, u64 c, GgmlRaw& r) { d_block_fetch<18u, 4u>(row, c, r); }
+template <> __device__ __forceinline__ void raw_finish<GGML_Q4_0>(GgmlRaw& r) { d_block_finish<8u>(r); }
+template <> __device__ __forceinline__ void raw_fetch<GGML_Q8_0>(const unsigned char* row, u64 c, GgmlRaw& r) { d_block_fetch<34u, 8u>(row, c, r); }
 template <> __device__ __forceinline__ void raw_finish<GGML_Q8_0>(GgmlRaw& r) {
-    const float d = f16_bits(r.hd[0]);
 #pragma unroll
     for (int i = 0; i < 8; ++i) r.q[i] ^= 0x80808080u;
-    r.a[0] = r.a[1] = d;
-    r.b[0] = r.b[1] = -128.0f * d;
+    d_block_finish<128u>(r);
 }
 // Q4_K and Q5_K: d, dmin, scales[12] at the start of a super-block of BYTES
 // (hd: its 16 bytes as words), qs[128] at QS; sub-block s = c % 8 is nibble
@@ -2455,7 +2452,7 @@ __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned
     const bool xvec = aligned16(x) && x_row % 4u == 0;
 
     GgmlRaw raw;
-    float xv[XC][8];
+    float xv[XC][8] = {};
     uint4 xr[XC];
     // Piece c of x rounded to f16 pairs: after the step's mmas (LATE, with the chunk's raw_finish) or at once.
     auto round_x = [&](u32 c) {

@@ -50,38 +50,21 @@
 
 namespace {
 
-// The tile shape by block size (the op's denseMmCudaTile): 256 threads 128 x 256, 128 threads 64 x 128.
-template <int F>
-__device__ __forceinline__ void gmm(const GgmlMatmulMmParams* p, const unsigned char* w, const float* x, float* y) {
+// A block of the matrix form: the tile shape by block size (the op's
+// denseMmCudaTile: 256 threads 128 x 256, 128 threads 64 x 128). Unsplit
+// (kernel_mul_mm_<t>_f32), block i takes tile i and the whole k into y.
+// Split k (kernel_mul_mm_<t>_f32_splitk), block i takes tile i / S and
+// slice s = i % S of k, chunks of 32 values s C .. min(s C + C, K / 32) - 1
+// (the op plans no empty slice); it writes the slice's partial tile to
+// partials + s M N, then split_reduce sums the tile's S partials into y.
+template <int F, bool SPLIT>
+__device__ __forceinline__ void gmm(const GgmlMatmulMmParams* p, const unsigned char* w, const float* x, float* y, float* partials,
+                                    u32* words, const GgmlMatmulSplitParams* sp) {
     const u32 K = u32(p->ne00), N = u32(p->ne0), M = u32(p->ne1);
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    u32 b, m0, n0;
-    auto rows = [&](u32 r, u32& row) {
-        row = m0 + r;
-        return row < M;
-    };
-    if (blockDim.x == 256) {
-        tile_of<128, 256>(M, N, b, m0, n0);
-        gmm_tile<F, 128, 256, 2, 4>(smem_raw, w, x, y, N, 0u, K / 32u, p->nb01, p->nb11 / 4u, u64(p->ne0), n0, rows, rows);
-    } else {
-        tile_of<64, 128>(M, N, b, m0, n0);
-        gmm_tile<F, 64, 128, 2, 2>(smem_raw, w, x, y, N, 0u, K / 32u, p->nb01, p->nb11 / 4u, u64(p->ne0), n0, rows, rows);
-    }
-}
-
-// Split k (kernel_mul_mm_<t>_f32_splitk): block i takes tile i / S of
-// gmm's tiles (the same shapes by block size) and slice s = i % S of k,
-// chunks of 32 values s C .. min(s C + C, K / 32) - 1 (the op plans no
-// empty slice); it writes the slice's partial tile to partials + s M N,
-// then split_reduce sums the tile's S partials into y.
-template <int F>
-__device__ __forceinline__ void gmm_split(const GgmlMatmulMmParams* p, const unsigned char* w, const float* x, float* y, float* partials,
-                                          u32* words, const GgmlMatmulSplitParams* sp) {
-    const u32 K = u32(p->ne00), N = u32(p->ne0), M = u32(p->ne1);
-    const u32 S = sp->splits, C = sp->chunks;
-    const u32 tile = blockIdx.x / S, s = blockIdx.x % S;
-    const u32 kt0 = s * C, kts = min(C, K / 32u - kt0);
-    float* part = partials + u64(s) * M * N;
+    const u32 S = SPLIT ? sp->splits : 1u, C = SPLIT ? sp->chunks : K / 32u;
+    const u32 tile = SPLIT ? blockIdx.x / S : blockIdx.x, s = SPLIT ? blockIdx.x % S : 0u;
+    const u32 kt0 = s * C, kts = SPLIT ? min(C, K / 32u - kt0) : C;
+    float* out = SPLIT ? partials + u64(s) * M * N : y;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     u32 b, m0, n0;
     auto rows = [&](u32 r, u32& row) {
@@ -90,12 +73,12 @@ __device__ __forceinline__ void gmm_split(const GgmlMatmulMmParams* p, const uns
     };
     if (blockDim.x == 256) {
         tile_of<128, 256>(M, N, b, m0, n0, tile);
-        gmm_tile<F, 128, 256, 2, 4>(smem_raw, w, x, part, N, kt0, kts, p->nb01, p->nb11 / 4u, u64(N), n0, rows, rows);
-        split_reduce<128, 256>(partials, words + tile, y, u64(p->ne0), M, N, m0, n0, S);
+        gmm_tile<F, 128, 256, 2, 4>(smem_raw, w, x, out, N, kt0, kts, p->nb01, p->nb11 / 4u, u64(N), n0, rows, rows);
+        if constexpr (SPLIT) split_reduce<128, 256>(partials, words + tile, y, u64(N), M, N, m0, n0, S);
     } else {
         tile_of<64, 128>(M, N, b, m0, n0, tile);
-        gmm_tile<F, 64, 128, 2, 2>(smem_raw, w, x, part, N, kt0, kts, p->nb01, p->nb11 / 4u, u64(N), n0, rows, rows);
-        split_reduce<64, 128>(partials, words + tile, y, u64(p->ne0), M, N, m0, n0, S);
+        gmm_tile<F, 64, 128, 2, 2>(smem_raw, w, x, out, N, kt0, kts, p->nb01, p->nb11 / 4u, u64(N), n0, rows, rows);
+        if constexpr (SPLIT) split_reduce<64, 128>(partials, words + tile, y, u64(N), M, N, m0, n0, S);
     }
 }
 
@@ -478,7 +461,7 @@ GGML_MV_GC_ENTRY(4)
 #define GGML_MM_ENTRY(NAME, F)                                                                                           \
     extern "C" __global__ void __launch_bounds__(256) NAME(const GgmlMatmulMmParams* args, const unsigned char* src0,   \
                                                            const float* src1, float* dst) {                             \
-        gmm<F>(args, src0, src1, dst);                                                                                  \
+        gmm<F, false>(args, src0, src1, dst, nullptr, nullptr, nullptr);                                                                                  \
     }
 GGML_MM_ENTRY(kernel_mul_mm_q4_0_f32, GGML_Q4_0)
 GGML_MM_ENTRY(kernel_mul_mm_q8_0_f32, GGML_Q8_0)
@@ -493,7 +476,7 @@ GGML_MM_ENTRY(kernel_mul_mm_q6_K_f32, GGML_Q6_K)
     extern "C" __global__ void __launch_bounds__(256) NAME(const GgmlMatmulMmParams* args, const unsigned char* src0,      \
                                                            const float* src1, float* dst, float* partials, u32* words,    \
                                                            const GgmlMatmulSplitParams* split) {                          \
-        gmm_split<F>(args, src0, src1, dst, partials, words, split);                                                       \
+        gmm<F, true>(args, src0, src1, dst, partials, words, split);                                                       \
     }
 GGML_MM_SPLIT_ENTRY(kernel_mul_mm_q4_0_f32_splitk, GGML_Q4_0)
 GGML_MM_SPLIT_ENTRY(kernel_mul_mm_q8_0_f32_splitk, GGML_Q8_0)
