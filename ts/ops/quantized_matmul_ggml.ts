@@ -246,14 +246,14 @@ export const GGML_SPLIT_MIN_K = 1024;
 /**
  * How the CUDA matrix form splits k (kernel_mul_mm_<t>_f32_splitk), or null
  * where it does not: where its tiles (ggmlMmCudaTile) number fewer than the
- * multiprocessors and k is at least GGML_SPLIT_MIN_K, S = min(floor(SMs / tiles), chunks of 32 / 8,
- * GGML_SPLIT_MAX, the slices whose partials [S, m, n] f32 the scratch
- * holds) slices when that is 2 or more, each `chunks` runs of 32 values of k
- * (the last what is left; none empty), so the tiles x S blocks fill at most
- * one block an SM. Each block walks a slice as the unsplit form walks the
- * whole k, one dependent load round a step on one block an SM: at 64
- * tokens a [2048, 4096] product ran 16 blocks for 117 us
- * (bench/results/prefill-parts-h100-2026-11-27.md). Unknown SMs (0: Metal,
+ * multiprocessors and k is at least GGML_SPLIT_MIN_K, S = min(floor(SMs /
+ * tiles), chunks of 32 / 8, GGML_SPLIT_MAX, the slices whose partials [S,
+ * m, n] f32 the scratch holds) slices when that is 2 or more, each `chunks`
+ * runs of 32 values of k (the last what is left; none empty), so the tiles
+ * x S blocks fill at most one block an SM. Each block walks a slice as the
+ * unsplit form walks the whole k: at 64 tokens a [2048, 2048] Q4_K product
+ * ran 16 blocks for 118 us unsplit and 128 in 8 slices for 28 us on an H100
+ * (bench/results/prompt-splitk-h100-2026-11-27.md). Unknown SMs (0: Metal,
  * the emulator): null.
  */
 export function ggmlMatmulSplit(m: number, n: number, k: number, multiprocessors: number, scratchElements: number):
