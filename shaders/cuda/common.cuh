@@ -1863,8 +1863,6 @@ struct GgmlRaw {
     u32 sub;
 };
 
-// Chunk c (values 32c .. 32c + 31) of the row of blocks at `row` (global or
-// shared memory; Q4_K and Q5_K rows 4-byte aligned, the others 2).
 // The 6-bit scale and min of sub-block j of a Q4_K / Q5_K super-block, from
 // its 12 packed bytes s (get_scale_min_k4).
 __device__ __forceinline__ void scale_min_k4(const unsigned char* s, u32 j, float& sc, float& m) {

@@ -461,7 +461,7 @@ GGML_MV_GC_ENTRY(4)
 #define GGML_MM_ENTRY(NAME, F)                                                                                           \
     extern "C" __global__ void __launch_bounds__(256) NAME(const GgmlMatmulMmParams* args, const unsigned char* src0,   \
                                                            const float* src1, float* dst) {                             \
-        gmm<F, false>(args, src0, src1, dst, nullptr, nullptr, nullptr);                                                                                  \
+        gmm<F, false>(args, src0, src1, dst, nullptr, nullptr, nullptr);                                                \
     }
 GGML_MM_ENTRY(kernel_mul_mm_q4_0_f32, GGML_Q4_0)
 GGML_MM_ENTRY(kernel_mul_mm_q8_0_f32, GGML_Q8_0)
