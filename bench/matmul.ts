@@ -35,7 +35,9 @@ import {
 } from '../ts/ops/quantized_matmul_ggml.ts';
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId } from '../ts/ops/quantized_matmul_id.ts';
 import { denseGateUpMmId, denseGateUpMvId, denseMmId, denseMvId } from '../ts/ops/dense_matmul_id.ts';
-import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm, quantizedMatmulIdSwigluQ4_0 } from '../ts/ops/quantized_matmul_id_ggml.ts';
+import {
+  planQuantizedMatmulIdGgmlMm, quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdSwigluQ4_0,
+} from '../ts/ops/quantized_matmul_id_ggml.ts';
 import { siluMul } from '../ts/ops/silu_mul.ts';
 import { record } from '../ts/plan.ts';
 import { moeDispatchSortRef } from '../ts/ops/moe_dispatch.ts';
@@ -367,10 +369,13 @@ function moeCases(): Case[] {
  * below picks 61 distinct experts: 61 x 512 rows x 8 super-blocks x 144
  * bytes = 35.98 MB of blocks for the gate (or up) projection, the same for
  * the down one (2048 rows of 2 super-blocks); with x and y, 36.18 and 36.63
- * MB: floors of 10.8 and 10.9 us at an H100's 3.35 TB/s.
+ * MB: floors of 10.8 and 10.9 us at an H100's 3.35 TB/s. The matrix form as
+ * the op plans it ('matrix': on CUDA the few-pairs form where the pairs
+ * average at most 8 an expert), or always the 64-row tiles ('matrix 64':
+ * planned as for a device without CUDA's engines, launched as CUDA's).
  */
-function moeGgml(label: string, type: GgmlQuantType, form: 'vector' | 'matrix', tokens: number, topK: number, numExperts: number, n: number,
-  k: number, down = false): Case {
+function moeGgml(label: string, type: GgmlQuantType, form: 'vector' | 'matrix' | 'matrix 64', tokens: number, topK: number, numExperts: number,
+  n: number, k: number, down = false): Case {
   const pairIds = routing(tokens, numExperts, topK, 0x5eed + tokens * 31 + numExperts);
   const nTokens = down ? tokens * topK : tokens;
   const U = down ? 1 : topK;
@@ -383,13 +388,14 @@ function moeGgml(label: string, type: GgmlQuantType, form: 'vector' | 'matrix', 
   const sizes = { nTokens, topK: U, n, k, nExperts: numExperts, ggmlType: type };
   const flops = 2 * nTokens * U * n * k;
   const bytes = distinct * expertBytes + 4 * (nTokens * k + nTokens * U * n);
-  const routed = form === 'matrix' ? sorted(pairIds, numExperts) : null;
+  const routed = form !== 'vector' ? sorted(pairIds, numExperts) : null;
+  const limits = form === 'matrix 64' ? { ...dev.limits, computeCapability: 0 } : dev.limits;
   return {
     name: `${label} ${type} ${form} pairs=${nTokens * U} E=${numExperts} distinct=${distinct} n=${n} k=${k}`,
     flops, bytes,
     memoryBound: form === 'vector' || bytes / 3.35e3 > flops / 990e3,
     record: (e) => {
-      if (routed) quantizedMatmulIdGgmlMm(e, { input: x, weight, output: y, ...sizes, ...routed });
+      if (routed) record(e, planQuantizedMatmulIdGgmlMm({ input: x, weight, output: y, ...sizes, ...routed }, limits, dev));
       else quantizedMatmulIdGgml(e, { input: x, weight, output: y, ids, ...sizes });
     },
   };
@@ -486,11 +492,20 @@ function moeGgmlCases(): Case[] {
     // Its down projection with the SwiGLU fused (mlx-native's Q4_0 kernel) beside silu_mul and the plain product.
     moeGgmlSwiglu('Qwen3.6 35B-A3B decode GGUF down', true, 1, 8, 256, 2048, 512),
     moeGgmlSwiglu('Qwen3.6 35B-A3B decode GGUF down', false, 1, 8, 256, 2048, 512),
-    // A 64-token prompt's expert products (about 2 rows an expert): the gate and up rows as one [1024, 2048], and down.
-    moeGgml('Qwen3.6 35B-A3B prefill 64 gate_up', 'Q4_K', 'matrix', 64, 8, 256, 1024, 2048),
-    moeGgml('Qwen3.6 35B-A3B prefill 64 down', 'Q4_K', 'matrix', 64, 8, 256, 2048, 512, true),
-    moeGgml('Qwen3.6 35B-A3B prefill 512 gate', 'Q4_K', 'matrix', 512, 8, 256, 512, 2048),
-    moeGgml('Qwen3.6 35B-A3B prefill 512 down', 'Q4_K', 'matrix', 512, 8, 256, 2048, 512, true),
+    // A 64-token prompt's expert products (about 2 rows an expert): the gate and up rows as one [1024, 2048], and down;
+    // the gate at 128, 256 and 512 tokens (4, 8 and 16 pairs an expert), each as planned and in 64-row tiles.
+    ...(['matrix', 'matrix 64'] as const).flatMap((form) => [
+      moeGgml('Qwen3.6 35B-A3B prefill 64 gate_up', 'Q4_K', form, 64, 8, 256, 1024, 2048),
+      moeGgml('Qwen3.6 35B-A3B prefill 64 down', 'Q4_K', form, 64, 8, 256, 2048, 512, true),
+      moeGgml('Qwen3.6 35B-A3B prefill 128 gate', 'Q4_K', form, 128, 8, 256, 512, 2048),
+      moeGgml('Qwen3.6 35B-A3B prefill 256 gate', 'Q4_K', form, 256, 8, 256, 512, 2048),
+      moeGgml('Qwen3.6 35B-A3B prefill 256 down', 'Q4_K', form, 256, 8, 256, 2048, 512, true),
+      moeGgml('Qwen3.6 35B-A3B prefill 512 gate', 'Q4_K', form, 512, 8, 256, 512, 2048),
+      moeGgml('Qwen3.6 35B-A3B prefill 512 down', 'Q4_K', form, 512, 8, 256, 2048, 512, true),
+      // Gemma 4 26B-A4B at 64 tokens: 128 experts (4 pairs an expert), its Q8_0 down (k 704).
+      moeGgml('Gemma 4 26B-A4B prefill 64 gate', 'Q4_K', form, 64, 8, 128, 704, 2816),
+      moeGgml('Gemma 4 26B-A4B prefill 64 down', 'Q8_0', form, 64, 8, 128, 2816, 704, true),
+    ]),
   ];
 }
 // ---- end of moe, GGUF blocks ----

@@ -23,6 +23,8 @@
 //     its map0 kernel's per-expert counts and token lists, these are
 //     moe_dispatch_sort's offsets and order, walked in tile slots by the
 //     prelude's moe_tile; q5_K is added (the crate has no Q5_K matrix form).
+//   kernel_mul_mm_id_<t>_f32_few (not in the crate): the matrix form's
+//     bindings and, here, its code; CUDA's for experts of few pairs.
 // An id at or past the experts (mv.ne02 of the vector form, ne02 of the matrix
 // form) gives a row of zeros and reads no weight.
 
@@ -275,3 +277,15 @@ template [[host_name("kernel_mul_mm_id_q8_0_f32")]] kernel ggml_mul_mm_id_q8_0_t
 template [[host_name("kernel_mul_mm_id_q4_K_f32")]] kernel ggml_mul_mm_id_q4_K_t ggml_mul_mm_id<GGML_Q4_K>;
 template [[host_name("kernel_mul_mm_id_q5_K_f32")]] kernel ggml_mul_mm_id_q5_K_t ggml_mul_mm_id<GGML_Q5_K>;
 template [[host_name("kernel_mul_mm_id_q6_K_f32")]] kernel ggml_mul_mm_id_q6_K_t ggml_mul_mm_id<GGML_Q6_K>;
+
+// kernel_mul_mm_id_<t>_f32_few (not in the crate): the matrix form the op
+// plans on CUDA where the pairs average few an expert (ggmlIdMmCudaLaunch);
+// there the vector engine takes up to 8 of an expert's pairs a block. The op
+// plans it on CUDA only, so here it is the matrix form itself (the same
+// bindings, threadgroup memory and grid); the emulator runs this twin
+// against the reference.
+template [[host_name("kernel_mul_mm_id_q4_0_f32_few")]] kernel ggml_mul_mm_id_q4_0_t ggml_mul_mm_id<GGML_Q4_0>;
+template [[host_name("kernel_mul_mm_id_q8_0_f32_few")]] kernel ggml_mul_mm_id_q8_0_t ggml_mul_mm_id<GGML_Q8_0>;
+template [[host_name("kernel_mul_mm_id_q4_K_f32_few")]] kernel ggml_mul_mm_id_q4_K_t ggml_mul_mm_id<GGML_Q4_K>;
+template [[host_name("kernel_mul_mm_id_q5_K_f32_few")]] kernel ggml_mul_mm_id_q5_K_t ggml_mul_mm_id<GGML_Q5_K>;
+template [[host_name("kernel_mul_mm_id_q6_K_f32_few")]] kernel ggml_mul_mm_id_q6_K_t ggml_mul_mm_id<GGML_Q6_K>;

@@ -27,7 +27,7 @@ import {
 } from '../ts/ops/quantized_matmul_ggml.ts';
 import {
   GGML_MATMUL_ID_MM_PARAMS_LAYOUT, GGML_MATVEC_ID_GATE_UP_PARAMS_LAYOUT, GGML_MATVEC_ID_PARAMS_LAYOUT, ggmlGateUpIdRef, ggmlIdMmCudaLaunch,
-  ggmlIdMvCudaLaunch, packGgmlMatmulIdMmParams, packGgmlMatvecIdGateUpParams, packGgmlMatvecIdParams, planQuantizedMatmulIdGgml,
+  ggmlIdMmFew, ggmlIdMmFewCudaLaunch, ggmlIdMvCudaLaunch, packGgmlMatmulIdMmParams, packGgmlMatvecIdGateUpParams, packGgmlMatvecIdParams, planQuantizedMatmulIdGgml,
   planQuantizedMatmulIdGgmlGateUp, planQuantizedMatmulIdGgmlMm, planQuantizedMatmulIdSwigluQ4_0, QUANTIZED_MATMUL_ID_GGML_KERNELS,
   quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm, quantizedMatmulIdSwigluQ4_0, ggmlMatmulIdRef, ggmlSwigluIdRef,
 } from '../ts/ops/quantized_matmul_id_ggml.ts';
@@ -35,6 +35,7 @@ import { siluRef } from '../ts/ops/silu_mul.ts';
 import { GATE_ACTIVATIONS, type GateActivation } from '../ts/expert-products.ts';
 import { gateActivationRef } from '../ts/ops/dense_matmul_id.ts';
 import { structSize } from '../ts/params.ts';
+import { record } from '../ts/plan.ts';
 import { describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, run, TARGET_LIMITS } from './helpers.ts';
 import { a, buf, F, ggmlBlocks, int, opContract, out, U32, type Case } from './op-contract.ts';
 
@@ -82,7 +83,7 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     expect([72, 76, 80, 84].map((o) => m.getInt32(o, true))).toEqual([2, 3, 5, 2]);
     expect([m.getInt16(88, true), m.getInt16(90, true)]).toEqual([1, 1]);
   });
-  test('launches: the vector engine per pair and 16 rows, matrix tile slots of 64 pairs, shared memory within an H100\'s', () => {
+  test('launches: the vector engine per pair and 16 rows, matrix tile slots of 64 pairs or of 8 (few pairs an expert), shared memory within an H100\'s', () => {
     // Qwen3.6-35B-A3B decode, 8 tokens x top-8: gate (k = 2048, n = 512) and down (k = 512, n = 2048).
     expect(ggmlIdMvCudaLaunch('Q4_K', 64, 512, 2048)).toEqual({ grid: [64 * 32, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes('Q4_K') } });
     expect(ggmlIdMvCudaLaunch('Q6_K', 64, 2048, 512).grid[0]).toBe(64 * 128);
@@ -105,6 +106,14 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     expect([704, 2112].map((k) => ggmlGcSharedBytes('Q8_0', k))).toEqual([4 * 16 * 304 + 3 * 8 * 68 + 320, 4 * 3 * 16 * 304 + 9 * 8 * 68 + 320]);
     // 512 tokens x top-8 of 256 experts: 4096 / 64 + 257 slots x 4 column tiles of 128.
     expect(ggmlIdMmCudaLaunch(4096, 512, 256)).toEqual({ grid: [321 * 4, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 30720 } });
+    // The few-pairs form at 64 tokens x top-8 of 256: 512 / 8 + 257 slots x 32 blocks of 16 rows, the vector engine's memory.
+    expect(ggmlIdMmFewCudaLaunch('Q4_K', 512, 512, 256)).toEqual({ grid: [321 * 32, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes('Q4_K') } });
+    // Taken on CUDA up to 8 pairs an expert on average (256 tokens x top-8 of 256), not past it nor off CUDA.
+    const cuda = { computeCapability: 90 };
+    expect([512, 2048, 2049].map((p) => ggmlIdMmFew('Q4_K', p, 512, 256, cuda))).toEqual([true, true, false]);
+    expect(ggmlIdMmFew('Q4_K', 512, 512, 256, { computeCapability: 0 })).toBe(false);
+    // Nor where its grid would pass CUDA's.
+    expect(ggmlIdMmFew('Q4_K', 64, 2 ** 31 - 1, 8, cuda)).toBe(false);
     for (const t of GGML_QUANT_TYPES) expect(ggmlMvCudaSharedBytes(t)).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);
   });
 });
@@ -276,7 +285,7 @@ interface Shape {
 }
 
 /** The vector form, the matrix form, the fused gate/up vector form with its activation, or the swiglu down projection (Q4_0). */
-type Form = 'vector' | 'matrix' | 'swiglu' | { gateUp: GateActivation };
+type Form = 'vector' | 'matrix' | 'swiglu' | { gateUp: GateActivation } | { matrix: 'few' | 'tiles' };
 
 /**
  * One product on the device against the reference: every expert's weight
@@ -290,7 +299,10 @@ type Form = 'vector' | 'matrix' | 'swiglu' | { gateUp: GateActivation };
  * times their sums of |x w| in both products, multiplied: what is left where
  * the gate and up sums are both near 0), tol the one it is held to. The
  * swiglu form takes gate and up rows of each pair (gate in [-3, 3]) where
- * the others take x, up a view after the weight's.
+ * the others take x, up a view after the weight's. { matrix }: the matrix
+ * form planned for a CUDA device ('few': kernel_mul_mm_id_<t>_f32_few where
+ * ggmlIdMmFew takes it, whose Metal twin the emulator runs; 'tiles': the
+ * 64-row tiles of kernel_mul_mm_id_<t>_f32), whatever the device.
  * Returns the error (Infinity where anything outside the output view was written).
  */
 function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form: Form, seed: number, tol = 0): number {
@@ -305,7 +317,7 @@ function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form
     return w;
   };
   const w = experts();
-  const u = typeof form === 'object' ? experts() : new Uint8Array(0);
+  const u = typeof form === 'object' && 'gateUp' in form ? experts() : new Uint8Array(0);
   const swiglu = form === 'swiglu';
   const xRows = swiglu ? pairs : s.nTokens;
   const x = Float32Array.from(randomArray(r, xRows * k, swiglu ? -3 : -1, swiglu ? 3 : 1));
@@ -326,34 +338,42 @@ function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form
   const idBuf = dev.upload('u32', [pairs], ids);
   const sizes = { nTokens: s.nTokens, topK: s.topK, n: s.n, k, nExperts: s.nExperts, expertStride: s.pad === undefined ? undefined : stride, ggmlType: type };
   const held: Buffer[] = [root, outRoot, idBuf];
-  const want = typeof form === 'object' ? ggmlGateUpIdRef(x, w, u, ids, sizes, form.gateUp)
+  const gateUp = typeof form === 'object' && 'gateUp' in form ? form.gateUp : null;
+  const want = gateUp ? ggmlGateUpIdRef(x, w, u, ids, sizes, gateUp)
     : swiglu ? ggmlSwigluIdRef(x, xu, w, ids, sizes) : ggmlMatmulIdRef(x, w, ids, sizes);
   if (swiglu) {
     const upv = root.view('f32', [pairs, k], uAt);
     upv.write(xu);
     run(dev, (e) => quantizedMatmulIdSwigluQ4_0(e, { gate: xv, up: upv, weight: wv, ids: idBuf, output, ...sizes }));
-  } else if (typeof form === 'object') {
+  } else if (gateUp) {
     const uv = root.view('u8', [u.length], uAt);
     uv.write(u);
-    run(dev, (e) => quantizedMatmulIdGgmlGateUp(e, { input: xv, gateWeight: wv, upWeight: uv, ids: idBuf, output, activation: form.gateUp, ...sizes }));
+    run(dev, (e) => quantizedMatmulIdGgmlGateUp(e, { input: xv, gateWeight: wv, upWeight: uv, ids: idBuf, output, activation: gateUp, ...sizes }));
   } else if (form === 'vector') {
     run(dev, (e) => quantizedMatmulIdGgml(e, { input: xv, weight: wv, ids: idBuf, output, ...sizes }));
   } else {
     const offsets = dev.alloc('u32', [s.nExperts + 2]);
     const order = dev.alloc('u32', [pairs]);
     held.push(offsets, order);
+    const args = { input: xv, weight: wv, offsets, order, output, ...sizes };
+    const plan = typeof form === 'object' && 'matrix' in form ? form.matrix : null;
+    const limits = plan ? { ...dev.limits, computeCapability: plan === 'few' ? 90 : 0 } : dev.limits;
+    if (plan) {
+      const few = plan === 'few' && ggmlIdMmFew(type, pairs, s.n, s.nExperts, limits);
+      expect(planQuantizedMatmulIdGgmlMm(args, limits, dev).dispatches[0]!.kernel.endsWith('_few')).toBe(few);
+    }
     run(dev, (e) => {
       moeDispatchSort(e, { ids: idBuf, offsets, order, nPairs: pairs, numExperts: s.nExperts });
-      quantizedMatmulIdGgmlMm(e, { input: xv, weight: wv, offsets, order, output, ...sizes });
+      record(e, planQuantizedMatmulIdGgmlMm(args, limits, dev));
     });
   }
   const got = output.readNumbers();
-  if (typeof form === 'object') {
+  if (gateUp) {
     // An activation deep in its tail (gelu_tanh of a gate below about -10) gives products below f32's smallest normal,
     // which Metal flushes to zero: an absolute error within 2^-126 counts as none.
     for (let i = 0; i < got.length; i++) if (Math.abs(got[i]! - want.y[i]!) <= 2 ** -126) got[i] = want.y[i]!;
   }
-  if (typeof form === 'object') {
+  if (gateUp) {
     const ga = ggmlMatmulIdRef(x, w, ids, sizes).abs, ua = ggmlMatmulIdRef(x, u, ids, sizes).abs;
     for (let i = 0; i < got.length; i++) if (ids[Math.floor(i / s.n)]! < s.nExperts) want.abs[i]! += tol * ga[i]! * ua[i]!;
   }
@@ -395,6 +415,32 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
           const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);
           const e = product(dev, type, s, ids, form, seed++ * 7919 + k);
           if (!(e <= tolOf(form, k))) over.push(`${form} ${JSON.stringify(s)}: ${e}`);
+        }
+      }
+      expect(over).toEqual([]);
+    }, 120_000);
+  }
+
+  // The matrix form planned both ways on every backend (cuda: the few-pairs engine and the 64-row tiles; the emulator:
+  // the few-pairs entry's Metal twin and the matrix kernel): a short prompt's spread (64 pairs over 20 of 24 experts,
+  // ids past them, n past a CUDA block's 16 rows, experts further apart than their bytes); 80 pairs over 3 of 12
+  // experts (slots of 8 of one expert, the last short); n 1.
+  const FEW: readonly [Shape, number, boolean][] = [
+    [{ nTokens: 16, topK: 4, n: 37, blocks: 2, nExperts: 24, pad: 18 }, 20, true],
+    [{ nTokens: 40, topK: 2, n: 20, blocks: 1, nExperts: 12 }, 3, false],
+    [{ nTokens: 5, topK: 3, n: 1, blocks: 3, nExperts: 4 }, 4, true],
+  ];
+  for (const type of GGML_QUANT_TYPES) {
+    test(`${type}: the matrix form as the few-pairs form and as 64-row tiles, a short prompt's spread, a NaN-poisoned output`, () => {
+      const dev = device();
+      const over: string[] = [];
+      let seed = 301;
+      for (const plan of ['few', 'tiles'] as const) {
+        for (const [s, used, bad] of FEW) {
+          const k = ggmlBlockOf(type).qk * s.blocks;
+          const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);
+          const e = product(dev, type, s, ids, { matrix: plan }, seed++ * 7919 + k);
+          if (!(e <= tolOf('matrix', k))) over.push(`${plan} ${JSON.stringify(s)}: ${e}`);
         }
       }
       expect(over).toEqual([]);
@@ -477,7 +523,8 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
     const base = { input: dev.alloc('f32', [2 * 256]), weight: w, output: dev.alloc('f32', [2 * 2 * 2]), nTokens: 2, topK: 2, n: 2, k: 256, nExperts: 4, ggmlType: 'Q4_K' as const };
     const mv = planQuantizedMatmulIdGgml({ ...base, ids: dev.alloc('u32', [4]) }, dev.limits, dev).dispatches[0]!;
     const mm = planQuantizedMatmulIdGgmlMm({ ...base, offsets: dev.alloc('u32', [6]), order: dev.alloc('u32', [4]) }, dev.limits, dev).dispatches[0]!;
-    expect([mv.kernel, mm.kernel]).toEqual(['kernel_mul_mv_id_q4_K_f32', 'kernel_mul_mm_id_q4_K_f32']);
+    // 4 pairs over 4 experts: on cuda the few-pairs form, elsewhere the matrix kernel.
+    expect([mv.kernel, mm.kernel]).toEqual(['kernel_mul_mv_id_q4_K_f32', `kernel_mul_mm_id_q4_K_f32${backend === 'cuda' ? '_few' : ''}`]);
     expect([mv.grid, mv.threads]).toEqual([[1, 4, 1], [2, 32, 1]]);
     expect([mm.grid, mm.threads]).toEqual([[1, 0 + 4 + 1, 1], [128, 1, 1]]);
     const u = dev.alloc('u8', [4 * 2 * 144]);

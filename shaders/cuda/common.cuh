@@ -2290,10 +2290,23 @@ __device__ __forceinline__ void gmv_x16(const float* x, const float* xu, u64 x_r
 // wb[row0 + r]) for r < 8 (gate_activation's activation). SW: x's values
 // are silu(x) * xu (gmv_x16), the product otherwise plain. smem_raw: the
 // block's dynamic shared memory, GMV_WARPS x GMV_STAGES x 16 rows x
-// GmvStage<F>::SP, then 4 x 128 floats for the warps' sums.
-template <int F, bool GU, bool SW = false>
+// GmvStage<F>::SP, then 4 x 128 floats for the warps' sums. Row i of the
+// product (i < M) reads x row x_of(i) and writes y row y_of(i) (the
+// identity where they are not given; the per-expert form over
+// moe_dispatch_sort's grouping gathers and scatters through them), where
+// y_of returns true.
+// y_of(i, row) gives the row and whether to store it at all.
+struct RowSame {
+    __device__ __forceinline__ u32 operator()(u32 i) const { return i; }
+    __device__ __forceinline__ bool operator()(u32 i, u32& row) const {
+        row = i;
+        return true;
+    }
+};
+template <int F, bool GU, bool SW = false, typename XOf = RowSame, typename YOf = RowSame>
 __device__ __forceinline__ void gmv_rows(unsigned char* smem_raw, const unsigned char* w, const unsigned char* wb, const float* x,
-                                         const float* xu, float* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row, u32 row0, u32 activation) {
+                                         const float* xu, float* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row, u32 row0, u32 activation,
+                                         XOf x_of = {}, YOf y_of = {}) {
     constexpr u32 SP = GmvStage<F>::SP;
     constexpr u32 HB = GU ? 0u : 8u;  // the weight row of tile row 8 + g, less row0 + g
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
@@ -2308,7 +2321,7 @@ __device__ __forceinline__ void gmv_rows(unsigned char* smem_raw, const unsigned
     const bool wvec = ((wbase | bbase) & 15u) == 0;
     const bool w4 = ((wbase | bbase) & 3u) == 0 && rb % 4u == 0;
     for (u32 m0 = 0; m0 < M; m0 += 8u) {
-        const u32 tok = min(m0 + g, M - 1u);
+        const u32 tok = x_of(min(m0 + g, M - 1u));
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (u32 s = 0; s < GMV_STAGES - 1; ++s) {
             const u32 win = warp + s * GMV_WARPS;
@@ -2400,11 +2413,13 @@ __device__ __forceinline__ void gmv_rows(unsigned char* smem_raw, const unsigned
 #pragma unroll
                     for (u32 q = 0; q < GMV_WARPS; ++q) su += red[q][tid + 2u];
                     const u32 row = row0 + (l >> 2);
-                    if (row < N && i < M) y[u64(i) * y_row + row] = gate_activation(s, activation) * su;
+                    u32 yr;
+                    if (row < N && i < M && y_of(i, yr)) y[u64(yr) * y_row + row] = gate_activation(s, activation) * su;
                 }
             } else {
                 const u32 row = row0 + (l >> 2) + 8 * (e >> 1);
-                if (row < N && i < M) y[u64(i) * y_row + row] = s;
+                u32 yr;
+                if (row < N && i < M && y_of(i, yr)) y[u64(yr) * y_row + row] = s;
             }
         }
         __syncthreads();

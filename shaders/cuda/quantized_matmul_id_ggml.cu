@@ -14,6 +14,12 @@
 //     expert) and weight rows (b % tiles_n) * 128 ..: the matrix engine
 //     (gmm_tile, 64 x 128 by 4 warps) with x rows gathered by the pairs'
 //     tokens and the outputs scattered to the pairs' rows (moe_block_rows).
+//   matrix, few pairs an expert (kernel_mul_mm_id_<t>_f32_few, not in the
+//     crate; the matrix form's bindings): block b takes slot b / tiles
+//     (moe_tile over up to 8 pairs of one expert) and the 16 rows (b %
+//     tiles) * 16 .. of its expert: the vector engine with the slot's pairs
+//     as the mma's 8 columns, x rows gathered and outputs scattered as the
+//     matrix form's. Each slot reads its expert's rows once.
 //   gate/up (kernel_mul_mv_id_<t>_f32_gate_up, not in the crate): the vector
 //     form with 8 output rows a block, the engine's 16 rows being their gate
 //     and up rows; act(gate) * up written from the sums.
@@ -31,6 +37,8 @@
 // An id at or past the experts gives a row of zeros and reads no weight.
 
 namespace {
+
+constexpr u32 GGML_MM_ID_FEW = 8;  // pairs a slot of kernel_mul_mm_id_<t>_f32_few (the op's GGML_MM_ID_CUDA_FEW)
 
 // Whether a pair's Q4_K product takes the group-column engine: x's copy in
 // shared memory within GC_MAX_SHARED (ts/ops/quantized_matmul_id_ggml.ts
@@ -112,6 +120,30 @@ __device__ __forceinline__ void mm_id(unsigned char* smem, const GgmlMatmulIdMm_
         });
 }
 
+// The matrix form for experts of few pairs (kernel_mul_mm_id_<t>_f32_few):
+// block b takes slot b / tiles (moe_tile, GGML_MM_ID_FEW pairs of one
+// expert) and rows (b % tiles) * 16 .. of its expert (tiles = ceil(N / 16)):
+// the vector engine (gmv_rows) with the slot's pairs as the mma's columns,
+// x rows gathered by their tokens, outputs scattered to their rows. A
+// slot's expert rows are read once and decoded once for all its pairs.
+template <int F>
+__device__ __forceinline__ void mm_id_few(unsigned char* smem, const GgmlMatmulIdMm_MmParams* p, const unsigned char* w, const float* x,
+                                          const u32* offsets, const u32* order, float* y) {
+    constexpr u32 BM = GGML_MM_ID_FEW, ROWS = 16, NT = 128;
+    __shared__ u32 x_row[BM];
+    __shared__ u32 y_pair[BM];
+    const u32 K = u32(p->ne00), N = u32(p->ne0), E = u32(p->ne02), U = u32(p->ne20), P = u32(p->ne21) * U;
+    u32 group, n0, rows_m;
+    if (!moe_block_rows<float, BM, NT>(offsets, order, y, N, U, E, P, ROWS, x_row, y_pair, group, n0, rows_m)) return;
+    const unsigned char* we = w + u64(group) * p->nb02;
+    gmv_rows<F, false>(
+        smem, we, we, x, x, y, rows_m, N, K, p->nb12 / 4u, u64(N), n0, 0u, [&](u32 i) { return x_row[i]; },
+        [&](u32 i, u32& row) {
+            row = y_pair[i];
+            return row < P;
+        });
+}
+
 }  // namespace
 
 // ---- kernel_mul_mv_id_<t>_f32 ----
@@ -177,3 +209,21 @@ GGML_MM_ID_ENTRY(kernel_mul_mm_id_q8_0_f32, GGML_Q8_0)
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_K_f32, GGML_Q4_K)
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q5_K_f32, GGML_Q5_K)
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q6_K_f32, GGML_Q6_K)
+
+// ---- kernel_mul_mm_id_<t>_f32_few (not in mlx-native) ----
+
+// kernel_mul_mm_id_<t>_f32's bindings; the op plans it where the pairs
+// average few an expert (ts/ops/quantized_matmul_id_ggml.ts
+// ggmlIdMmCudaLaunch). Bounds as the vector form's (the same engine).
+#define GGML_MM_ID_FEW_ENTRY(NAME, F)                                                                                       \
+    extern "C" __global__ void __launch_bounds__(128, F == GGML_Q8_0 ? 5 : 4) NAME(const GgmlMatmulIdMm_MmParams* args,    \
+                                                                                   const unsigned char* src0, const float* src1, \
+                                                                                   const u32* offsets, const u32* order, float* dst) { \
+        extern __shared__ __align__(16) unsigned char smem_raw[];                                                         \
+        mm_id_few<F>(smem_raw, args, src0, src1, offsets, order, dst);                                                    \
+    }
+GGML_MM_ID_FEW_ENTRY(kernel_mul_mm_id_q4_0_f32_few, GGML_Q4_0)
+GGML_MM_ID_FEW_ENTRY(kernel_mul_mm_id_q8_0_f32_few, GGML_Q8_0)
+GGML_MM_ID_FEW_ENTRY(kernel_mul_mm_id_q4_K_f32_few, GGML_Q4_K)
+GGML_MM_ID_FEW_ENTRY(kernel_mul_mm_id_q5_K_f32_few, GGML_Q5_K)
+GGML_MM_ID_FEW_ENTRY(kernel_mul_mm_id_q6_K_f32_few, GGML_Q6_K)

@@ -53,8 +53,8 @@ import {
 } from '../validate.ts';
 import { checkPairs, GATE_ACTIVATIONS, moeTileSlots, type GateActivation } from '../expert-products.ts';
 import {
-  checkGgmlType, GGML_KERNEL_TYPE, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlMmCudaTile, ggmlMvCudaShared, ggmlMvMetalLaunch,
-  ggmlRowBytesOf, GGML_MV_CUDA_ROWS, type GgmlQuantType, ggmlDequantizeRef,
+  checkGgmlType, GGML_KERNEL_TYPE, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlMmCudaTile, ggmlMvCudaShared, ggmlMvCudaSharedBytes,
+  ggmlMvMetalLaunch, ggmlRowBytesOf, GGML_MV_CUDA_ROWS, type GgmlQuantType, ggmlDequantizeRef,
 } from './quantized_matmul_ggml.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 import { denseGateUpIdRef, denseMatmulIdRef, type IdRef } from './dense_matmul_id.ts';
@@ -68,6 +68,8 @@ export const QUANTIZED_MATMUL_ID_GGML_KERNELS = [
   'kernel_mul_mm_id_q4_0_f32', 'kernel_mul_mm_id_q8_0_f32', 'kernel_mul_mm_id_q4_K_f32', 'kernel_mul_mm_id_q5_K_f32', 'kernel_mul_mm_id_q6_K_f32',
   'kernel_mul_mv_id_q4_0_f32_gate_up', 'kernel_mul_mv_id_q8_0_f32_gate_up', 'kernel_mul_mv_id_q4_K_f32_gate_up', 'kernel_mul_mv_id_q5_K_f32_gate_up',
   'kernel_mul_mv_id_q6_K_f32_gate_up', 'kernel_mul_mv_id_q4_0_f32_swiglu',
+  'kernel_mul_mm_id_q4_0_f32_few', 'kernel_mul_mm_id_q8_0_f32_few', 'kernel_mul_mm_id_q4_K_f32_few', 'kernel_mul_mm_id_q5_K_f32_few',
+  'kernel_mul_mm_id_q6_K_f32_few',
 ] as const;
 const planOf = familyPlans({
   family: QUANTIZED_MATMUL_ID_GGML_FAMILY, sources: QUANTIZED_MATMUL_ID_GGML_SOURCES, kernels: QUANTIZED_MATMUL_ID_GGML_KERNELS,
@@ -144,6 +146,13 @@ export function ggmlIdMvCudaLaunch(type: GgmlQuantType, pairs: number, n: number
 /** Pair rows of a tile of the CUDA matrix form (quantized_matmul_ggml's 64 x 128 tile of 4 warps). */
 export const GGML_MM_ID_CUDA_BM = 64;
 const GGML_MM_ID_CUDA_BN = 128;
+/** Pairs of a slot of the CUDA few-pairs form (kernel_mul_mm_id_<t>_f32_few: the vector engine's 8 mma columns). */
+export const GGML_MM_ID_CUDA_FEW = 8;
+/**
+ * Pairs an expert on average (pairs / nExperts) up to which the CUDA matrix
+ * form takes the few-pairs form: there the 64-row tile is mostly padding.
+ */
+export const GGML_MM_ID_FEW_AVERAGE = 8;
 
 /** The CUDA matrix form: a 128-thread block per (tile slot of 64 pairs, 128 weight rows). */
 export function ggmlIdMmCudaLaunch(pairs: number, n: number, nExperts: number): Launch {
@@ -152,6 +161,28 @@ export function ggmlIdMmCudaLaunch(pairs: number, n: number, nExperts: number): 
     grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_BM) * ceilDiv(n, GGML_MM_ID_CUDA_BN), 1, 1], threads: [t.threads, 1, 1],
     threadgroupMemory: { 0: t.sharedBytes },
   };
+}
+
+/**
+ * The CUDA few-pairs form (kernel_mul_mm_id_<t>_f32_few): a 128-thread block
+ * per (slot of up to 8 pairs of one expert, 16 of its rows), the vector
+ * engine's shared memory.
+ */
+export function ggmlIdMmFewCudaLaunch(type: GgmlQuantType, pairs: number, n: number, nExperts: number): Launch {
+  return {
+    grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_FEW) * ceilDiv(n, GGML_MV_CUDA_ROWS), 1, 1], threads: [128, 1, 1],
+    threadgroupMemory: { 0: ggmlMvCudaSharedBytes(type) },
+  };
+}
+
+/**
+ * Whether the matrix form runs as kernel_mul_mm_id_<t>_f32_few: on CUDA
+ * (computeCapability > 0; elsewhere the form is one kernel) where the pairs
+ * average at most GGML_MM_ID_FEW_AVERAGE an expert and its grid fits.
+ */
+export function ggmlIdMmFew(type: GgmlQuantType, pairs: number, n: number, nExperts: number, limits: Pick<DeviceLimits, 'computeCapability'>): boolean {
+  return limits.computeCapability > 0 && pairs <= GGML_MM_ID_FEW_AVERAGE * nExperts &&
+    ggmlIdMmFewCudaLaunch(type, pairs, n, nExperts).grid[0] <= CUDA_GRID_MAX;
 }
 
 /** Pair rows of a tile of the Metal matrix kernels. */
@@ -435,24 +466,30 @@ export function planQuantizedMatmulIdSwigluQ4_0(a: QuantizedMatmulIdSwigluQ4_0Ar
  * threadgroup(0) 8192 bytes.
  * Grid (Metal): (ceil(n / 64), floor(pairs / 32) + nExperts + 1, 1)
  * threadgroups of 128, a tile of 32 pairs x 64 weight rows (moe_tile).
- * CUDA: ggmlIdMmCudaLaunch (64 pairs x 128 weight rows, mma.sync).
+ * CUDA: ggmlIdMmCudaLaunch (64 pairs x 128 weight rows, mma.sync); where the
+ * pairs average few an expert (ggmlIdMmFew: a short prompt),
+ * kernel_mul_mm_id_<t>_f32_few (not in the crate; the same bindings) on
+ * ggmlIdMmFewCudaLaunch: the vector engine over slots of up to 8 pairs of
+ * one expert, which reads the expert's rows once a slot where the 64-row
+ * tile computes mostly padding.
  */
 export function quantizedMatmulIdGgmlMm(enc: Encoder, args: QuantizedMatmulIdGgmlMmArgs): void {
   record(enc, planQuantizedMatmulIdGgmlMm(args, enc.device.limits, enc.device));
 }
 
 /** quantizedMatmulIdGgmlMm's plan: validates, then one dispatch (see quantizedMatmulIdGgmlMm). */
-export function planQuantizedMatmulIdGgmlMm(a: QuantizedMatmulIdGgmlMmArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+export function planQuantizedMatmulIdGgmlMm(a: QuantizedMatmulIdGgmlMmArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateQuantizedMatmulIdGgmlMm(a, device);
   const pairs = a.nTokens * a.topK;
+  const few = ggmlIdMmFew(a.ggmlType, pairs, a.n, a.nExperts, limits);
   return planOf({
-    kernel: `kernel_mul_mm_id_${GGML_KERNEL_TYPE[a.ggmlType]}_f32`,
+    kernel: `kernel_mul_mm_id_${GGML_KERNEL_TYPE[a.ggmlType]}_f32${few ? '_few' : ''}`,
     buffers: [, a.weight, a.input, a.offsets, a.order, a.output],
     bytes: [packGgmlMatmulIdMmParams(a)],
     threadgroupMemory: [GGML_MM_SHARED_BYTES],
     grid: [ceilDiv(a.n, 64), moeTileSlots(pairs, a.nExperts, GGML_MM_ID_METAL_BM), 1],
     threads: [128, 1, 1],
-    cuda: ggmlIdMmCudaLaunch(pairs, a.n, a.nExperts),
+    cuda: few ? ggmlIdMmFewCudaLaunch(a.ggmlType, pairs, a.n, a.nExperts) : ggmlIdMmCudaLaunch(pairs, a.n, a.nExperts),
   });
 }
 

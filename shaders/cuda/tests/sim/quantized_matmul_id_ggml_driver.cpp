@@ -2,12 +2,15 @@
 // (shaders/cuda/quantized_matmul_id_ggml.cu) on the CPU simulation
 // (sim_runtime.h), against a float64 dequantization written from the layouts
 // (ggml_blocks.h), at the launches of ts/ops/quantized_matmul_id_ggml.ts
-// (ggmlIdMvCudaLaunch, ggmlIdMmCudaLaunch, written out again below): the
+// (ggmlIdMvCudaLaunch, ggmlIdMmCudaLaunch, ggmlIdMmFewCudaLaunch, written
+// out again below): the
 // vector form (one token, several, a down projection over pairs; rows past
 // N; experts whose rows are 16-byte aligned and experts that are not, so each
 // format's aligned and unaligned stage reads) and the matrix form over a
 // grouping of the pairs by expert written here as moe_dispatch_sort's
-// (partial tiles, experts without pairs, several tiles of one expert). Ids
+// (partial tiles, experts without pairs, several tiles of one expert), and
+// the few-pairs form (kernel_mul_mm_id_<t>_f32_few, ggmlIdMmFewCudaLaunch)
+// over the same grouping (slots of 8 pairs, a short prompt's spread). Ids
 // past the experts must give rows of exact zeros. The fused gate/up vector
 // form (kernel_mul_mv_id_<t>_f32_gate_up, silu and gelu_tanh) at the same
 // vector shapes, its up weight a second allocation 16-byte aligned or 4
@@ -59,8 +62,9 @@ struct Experts {
 // 16-byte aligned weight; ids below `used`, every fifth pair past the experts where `bad`. gu >= 0: the
 // gate/up form (mv the gate/up entry, gu its activation) with an up weight `up_skew` bytes past 16.
 template <class MV, class MM>
-void run_id(int f, MV mv, MM mm, bool matrix, u32 T, u32 U, u32 N, u32 K, u32 E, u32 used, bool bad, u32 pad, int gu = -1,
+void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u32 used, bool bad, u32 pad, int gu = -1,
             u32 up_skew = 0) {
+  const bool matrix = form != 0;
   const u64 rb = u64(K) / qk_of(f) * bytes_of(f), eb = rb * N, stride = eb + pad;
   const u32 P = T * U;
   Experts gate(f, N, K, E, stride, 0), up(f, N, K, E, stride, up_skew);
@@ -73,7 +77,7 @@ void run_id(int f, MV mv, MM mm, bool matrix, u32 T, u32 U, u32 N, u32 K, u32 E,
   Arr<float> x(size_t(T) * K), y(size_t(P) * N);
   x.random();
   y.poison();
-  const std::string what = std::string(matrix ? "mm_id " : gu >= 0 ? (gu ? "gate_up gelu_tanh " : "gate_up silu ") : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
+  const std::string what = std::string(form == 2 ? "mm_id_few " : matrix ? "mm_id " : gu >= 0 ? (gu ? "gate_up gelu_tanh " : "gate_up silu ") : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
                            " N=" + std::to_string(N) + " K=" + std::to_string(K) + " E=" + std::to_string(E) +
                            (pad ? " stride +" + std::to_string(pad) : "") + (bad ? " bad ids" : "") +
                            (up_skew ? " up +" + std::to_string(up_skew) : "");
@@ -101,8 +105,14 @@ void run_id(int f, MV mv, MM mm, bool matrix, u32 T, u32 U, u32 N, u32 K, u32 E,
     GgmlMatmulIdMm_MmParams p{};
     p.ne00 = int(K); p.ne02 = int(E); p.nb01 = rb; p.nb02 = stride; p.ne11 = int(U); p.nb10 = 4; p.nb11 = 0; p.nb12 = 4ull * K;
     p.ne20 = int(U); p.ne21 = int(T); p.ne0 = int(N); p.ne1 = int(U); p.r2 = 1; p.r3 = 1;
-    const u32 slots = P / 64 + E + 1;
-    sim_launch({slots * cdiv(N, 128), 1, 1}, {128, 1, 1}, 2 * (64 + 128) * 40 * 2, [&] { mm(&p, w, x.p, off.p, ord.p, y.p); });
+    if (form == 2) {
+      // ggmlIdMmFewCudaLaunch: slots of 8 pairs x 16 rows, the vector engine's shared memory.
+      sim_launch({(P / 8 + E + 1) * cdiv(N, 16), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4,
+                 [&] { mm(&p, w, x.p, off.p, ord.p, y.p); });
+    } else {
+      const u32 slots = P / 64 + E + 1;
+      sim_launch({slots * cdiv(N, 128), 1, 1}, {128, 1, 1}, 2 * (64 + 128) * 40 * 2, [&] { mm(&p, w, x.p, off.p, ord.p, y.p); });
+    }
   }
   double worst = 0;
   for (u32 q = 0; q < P; ++q)
@@ -189,44 +199,50 @@ int main() {
     const u32 pad = F == Q4_K || F == Q5_K ? 20 : 18; /* experts off 16-byte alignment, as the op allows */           \
     /* The vector form: one token of top-8 over 16 experts; 3 tokens, bad ids, unaligned experts, a partial window; */ \
     /* a down projection over pairs. */                                                                                \
-    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32, false, 1, 8, 20, 2 * 256, 16, 16, false, 0);       \
-    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32, false, 3, 2, 37, 256 + 3 * kb % 256, 6, 4, true, pad); \
-    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32, false, 6, 1, 16, 256, 4, 4, true, 0);              \
+    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32, 0, 1, 8, 20, 2 * 256, 16, 16, false, 0);       \
+    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32, 0, 3, 2, 37, 256 + 3 * kb % 256, 6, 4, true, pad); \
+    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32, 0, 6, 1, 16, 256, 4, 4, true, 0);              \
     /* The matrix form: partial tiles, experts without pairs, bad ids; an expert with more than a tile of pairs. */    \
-    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32, true, 40, 2, 130, 256, 5, 3, true, 0);             \
-    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32, true, 70, 1, 37, 2 * kb, 3, 1, false, pad);       \
+    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32, 1, 40, 2, 130, 256, 5, 3, true, 0);             \
+    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32, 1, 70, 1, 37, 2 * kb, 3, 1, false, pad);       \
+    /* The few-pairs form: several slots of one expert (a last slot short of 8), bad ids; one expert of 70 pairs; */  \
+    /* a short prompt's spread (about 3 pairs an expert, experts without pairs), N past a block's 16 rows, a */         \
+    /* partial window, unaligned experts. */                                                                         \
+    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32_few, 2, 40, 2, 130, 256, 5, 3, true, 0);          \
+    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32_few, 2, 70, 1, 37, 2 * kb, 3, 1, false, pad);     \
+    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32_few, 2, 16, 4, 37, 256 + 3 * kb % 256, 24, 20, true, pad); \
     /* The gate/up form, each activation: decode (top-8 of 16 experts from 5: repeats and empty experts), N past a */  \
     /* block's 8 rows; 3 tokens with bad ids, unaligned experts and the up weight 4 bytes off 16; a one-row N. */       \
     for (int a = 0; a < 2; ++a) {                                                                                      \
-      run_id(F, kernel_mul_mv_id_##T##_f32_gate_up, kernel_mul_mm_id_##T##_f32, false, 1, 8, 20, 2 * 256, 16, 5, false, 0, a); \
-      run_id(F, kernel_mul_mv_id_##T##_f32_gate_up, kernel_mul_mm_id_##T##_f32, false, 3, 2, 37, 256 + 3 * kb % 256, 6, 4, true, \
+      run_id(F, kernel_mul_mv_id_##T##_f32_gate_up, kernel_mul_mm_id_##T##_f32, 0, 1, 8, 20, 2 * 256, 16, 5, false, 0, a); \
+      run_id(F, kernel_mul_mv_id_##T##_f32_gate_up, kernel_mul_mm_id_##T##_f32, 0, 3, 2, 37, 256 + 3 * kb % 256, 6, 4, true, \
              pad, a, 4);                                                                                               \
-      run_id(F, kernel_mul_mv_id_##T##_f32_gate_up, kernel_mul_mm_id_##T##_f32, false, 2, 3, 1, 256, 4, 4, true, 0, a);    \
+      run_id(F, kernel_mul_mv_id_##T##_f32_gate_up, kernel_mul_mm_id_##T##_f32, 0, 2, 3, 1, 256, 4, 4, true, 0, a);    \
     }                                                                                                                  \
   }
   ALL_FORMATS(ID)
   // Q4_K's group-column engine (aligned experts and x; the cases above with experts or the up weight off 16 bytes
   // take the vector engine): decode's gate/up at Gemma 4's k (11 super-blocks, so warps with 3 and 2 rounds) and a
   // partial tile; a down projection over pairs with bad ids and k of 3 super-blocks (a warp with none).
-  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32_gate_up, kernel_mul_mm_id_q4_K_f32, false, 1, 8, 37, 2816, 8, 8, false, 0, 1);
-  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32_gate_up, kernel_mul_mm_id_q4_K_f32, false, 2, 4, 20, 2048, 6, 6, true, 0, 0);
-  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32, kernel_mul_mm_id_q4_K_f32, false, 1, 8, 37, 2048, 16, 16, false, 0);
-  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32, kernel_mul_mm_id_q4_K_f32, false, 8, 1, 100, 768, 6, 4, true, 0);
+  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32_gate_up, kernel_mul_mm_id_q4_K_f32, 0, 1, 8, 37, 2816, 8, 8, false, 0, 1);
+  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32_gate_up, kernel_mul_mm_id_q4_K_f32, 0, 2, 4, 20, 2048, 6, 6, true, 0, 0);
+  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32, kernel_mul_mm_id_q4_K_f32, 0, 1, 8, 37, 2048, 16, 16, false, 0);
+  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32, kernel_mul_mm_id_q4_K_f32, 0, 8, 1, 100, 768, 6, 4, true, 0);
   // Q8_0's group-column engine (every vector case of Q8_0 above too, rows on 2 bytes at k 352 and with experts
   // 18 bytes apart): Gemma 4's expert down (k 704: 2 rounds and 6 blocks, a warp with none) over decode's 8 pairs,
   // N past a tile; 8 tokens with bad ids, experts 4 bytes off 16 and k 2112; the gate/up form at both k, its up
   // weight 4 bytes off 16.
-  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32, kernel_mul_mm_id_q8_0_f32, false, 1, 8, 37, 704, 16, 16, false, 0);
-  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32, kernel_mul_mm_id_q8_0_f32, false, 8, 1, 100, 2112, 6, 4, true, 4);
-  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_gate_up, kernel_mul_mm_id_q8_0_f32, false, 1, 8, 20, 704, 8, 8, false, 0, 0);
-  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_gate_up, kernel_mul_mm_id_q8_0_f32, false, 2, 4, 37, 2112, 6, 6, true, 4, 1, 4);
+  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32, kernel_mul_mm_id_q8_0_f32, 0, 1, 8, 37, 704, 16, 16, false, 0);
+  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32, kernel_mul_mm_id_q8_0_f32, 0, 8, 1, 100, 2112, 6, 4, true, 4);
+  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_gate_up, kernel_mul_mm_id_q8_0_f32, 0, 1, 8, 20, 704, 8, 8, false, 0, 0);
+  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_gate_up, kernel_mul_mm_id_q8_0_f32, 0, 2, 4, 37, 2112, 6, 6, true, 4, 1, 4);
   // Q6_K's group-column engine (every vector case of Q6_K above too): Qwen3.6's expert down (k 512) over decode's
   // 8 pairs, N past a tile; 8 tokens with bad ids, experts 2 bytes off 4 (an odd number of super-blocks apart)
   // and k 2304; the gate/up form, its up weight 4 bytes off 16.
-  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32, kernel_mul_mm_id_q6_K_f32, false, 1, 8, 37, 512, 16, 16, false, 0);
-  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32, kernel_mul_mm_id_q6_K_f32, false, 8, 1, 100, 2304, 6, 4, true, 18);
-  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_gate_up, kernel_mul_mm_id_q6_K_f32, false, 1, 8, 20, 1280, 8, 8, false, 0, 0);
-  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_gate_up, kernel_mul_mm_id_q6_K_f32, false, 2, 4, 37, 512, 6, 6, true, 2, 1, 4);
+  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32, kernel_mul_mm_id_q6_K_f32, 0, 1, 8, 37, 512, 16, 16, false, 0);
+  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32, kernel_mul_mm_id_q6_K_f32, 0, 8, 1, 100, 2304, 6, 4, true, 18);
+  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_gate_up, kernel_mul_mm_id_q6_K_f32, 0, 1, 8, 20, 1280, 8, 8, false, 0, 0);
+  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_gate_up, kernel_mul_mm_id_q6_K_f32, 0, 2, 4, 37, 512, 6, 6, true, 2, 1, 4);
   // The crate's swiglu: decode's 8 pairs (repeated experts, N past a block's 16 rows), bad ids with experts off
   // 16-byte alignment and a partial window, one row.
   run_swiglu(8, 37, 512, 12, 5, false, 0);
