@@ -106,14 +106,14 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     expect([704, 2112].map((k) => ggmlGcSharedBytes('Q8_0', k))).toEqual([4 * 16 * 304 + 3 * 8 * 68 + 320, 4 * 3 * 16 * 304 + 9 * 8 * 68 + 320]);
     // 512 tokens x top-8 of 256 experts: 4096 / 64 + 257 slots x 4 column tiles of 128.
     expect(ggmlIdMmCudaLaunch(4096, 512, 256)).toEqual({ grid: [321 * 4, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 30720 } });
-    // The few-pairs form at 64 tokens x top-8 of 256: 512 / 8 + 257 slots x 32 blocks of 16 rows, the vector engine's memory.
-    expect(ggmlIdMmFewCudaLaunch('Q4_K', 512, 512, 256)).toEqual({ grid: [321 * 32, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes('Q4_K') } });
+    // The few-pairs form at 64 tokens x top-8 of 256: 512 / 8 + 257 slots x 8 blocks of 64 rows, the vector engine's memory.
+    expect(ggmlIdMmFewCudaLaunch('Q4_K', 512, 512, 256)).toEqual({ grid: [321 * 8, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes('Q4_K') } });
     // Taken on CUDA up to 8 pairs an expert on average (256 tokens x top-8 of 256), not past it nor off CUDA.
     const cuda = { computeCapability: 90 };
     expect([512, 2048, 2049].map((p) => ggmlIdMmFew('Q4_K', p, 512, 256, cuda))).toEqual([true, true, false]);
     expect(ggmlIdMmFew('Q4_K', 512, 512, 256, { computeCapability: 0 })).toBe(false);
     // Nor where its grid would pass CUDA's.
-    expect(ggmlIdMmFew('Q4_K', 64, 2 ** 31 - 1, 8, cuda)).toBe(false);
+    expect(ggmlIdMmFew('Q4_K', 64, 2 ** 33, 8, cuda)).toBe(false);
     for (const t of GGML_QUANT_TYPES) expect(ggmlMvCudaSharedBytes(t)).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);
   });
 });

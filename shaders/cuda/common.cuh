@@ -2290,12 +2290,13 @@ __device__ __forceinline__ void gmv_x16(const float* x, const float* xu, u64 x_r
 // wb[row0 + r]) for r < 8 (gate_activation's activation). SW: x's values
 // are silu(x) * xu (gmv_x16), the product otherwise plain. smem_raw: the
 // block's dynamic shared memory, GMV_WARPS x GMV_STAGES x 16 rows x
-// GmvStage<F>::SP, then 4 x 128 floats for the warps' sums. Row i of the
-// product (i < M) reads x row x_of(i) and writes y row y_of(i) (the
-// identity where they are not given; the per-expert form over
-// moe_dispatch_sort's grouping gathers and scatters through them), where
-// y_of returns true.
-// y_of(i, row) gives the row and whether to store it at all.
+// GmvStage<F>::SP, then 4 x 128 floats for the warps' sums. WR (warp rows,
+// the plain form): warp w takes the 16 rows row0 + 16 w .. and every window
+// of k, and stores its sums itself (a block covers 64 rows; no barrier).
+// Row i of the product (i < M) reads x row x_of(i) and writes y row
+// y_of(i, row) where that returns true (the identity where they are not
+// given; the per-expert form over moe_dispatch_sort's grouping gathers and
+// scatters through them).
 struct RowSame {
     __device__ __forceinline__ u32 operator()(u32 i) const { return i; }
     __device__ __forceinline__ bool operator()(u32 i, u32& row) const {
@@ -2303,14 +2304,19 @@ struct RowSame {
         return true;
     }
 };
-template <int F, bool GU, bool SW = false, typename XOf = RowSame, typename YOf = RowSame>
+template <int F, bool GU, bool SW = false, bool WR = false, typename XOf = RowSame, typename YOf = RowSame>
 __device__ __forceinline__ void gmv_rows(unsigned char* smem_raw, const unsigned char* w, const unsigned char* wb, const float* x,
-                                         const float* xu, float* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row, u32 row0, u32 activation,
-                                         XOf x_of = {}, YOf y_of = {}) {
+                                         const float* xu, float* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row, u32 row0_block,
+                                         u32 activation, XOf x_of = {}, YOf y_of = {}) {
+    static_assert(!(WR && GU), "warp rows: the plain form");
     constexpr u32 SP = GmvStage<F>::SP;
     constexpr u32 HB = GU ? 0u : 8u;  // the weight row of tile row 8 + g, less row0 + g
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const u32 g = lane >> 2, t = lane & 3u;
+    // The warp's tile rows from row0; its first window and the step between its windows.
+    const u32 row0 = WR ? row0_block + 16u * warp : row0_block;
+    const u32 win0 = WR ? 0u : warp, wstep = WR ? 1u : GMV_WARPS;
+    if (WR && row0 >= N) return;
     const u64 rb = ggml_row_bytes<F>(K);
     unsigned char* stages = smem_raw + warp * GMV_STAGES * 16u * SP;
     float (*red)[128] = reinterpret_cast<float (*)[128]>(smem_raw + GMV_WARPS * GMV_STAGES * 16u * SP);
@@ -2324,12 +2330,12 @@ __device__ __forceinline__ void gmv_rows(unsigned char* smem_raw, const unsigned
         const u32 tok = x_of(min(m0 + g, M - 1u));
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (u32 s = 0; s < GMV_STAGES - 1; ++s) {
-            const u32 win = warp + s * GMV_WARPS;
+            const u32 win = win0 + s * wstep;
             if (win < wins) gmv_copy<F>(w, wb, HB, rb, N, K, row0, win, stages + s * 16u * SP, lane);
             cp_async_commit();
         }
-        for (u32 win = warp, i = 0; win < wins; win += GMV_WARPS, ++i) {
-            const u32 next = win + (GMV_STAGES - 1) * GMV_WARPS;
+        for (u32 win = win0, i = 0; win < wins; win += wstep, ++i) {
+            const u32 next = win + (GMV_STAGES - 1) * wstep;
             if (next < wins) gmv_copy<F>(w, wb, HB, rb, N, K, row0, next, stages + ((i + GMV_STAGES - 1) % GMV_STAGES) * 16u * SP, lane);
             cp_async_commit();
             cp_async_wait<GMV_STAGES - 1>();
@@ -2396,10 +2402,20 @@ __device__ __forceinline__ void gmv_rows(unsigned char* smem_raw, const unsigned
             __syncwarp();
         }
         cp_async_wait<0>();
+        if constexpr (WR) {
+            // Element e of lane (g, t): tile row g + 8 (e >> 1), token m0 + 2 t + (e & 1).
 #pragma unroll
-        for (u32 e = 0; e < 4; ++e) red[warp][lane * 4 + e] = acc[e];
-        __syncthreads();
-        {
+            for (u32 e = 0; e < 4; ++e) {
+                const u32 row = row0 + g + 8u * (e >> 1), i = m0 + 2u * t + (e & 1u);
+                u32 yr;
+                if (row < N && i < M && y_of(i, yr)) y[u64(yr) * y_row + row] = acc[e];
+            }
+            // Every lane is done with the stages before the next rows' copies refill them.
+            __syncwarp();
+        } else {
+#pragma unroll
+            for (u32 e = 0; e < 4; ++e) red[warp][lane * 4 + e] = acc[e];
+            __syncthreads();
             // Thread tid sums element tid % 4 of lane tid / 4 over the warps: tile row (l >> 2) + 8 (e >> 1),
             // token m0 + 2 (l & 3) + (e & 1). Gate/up: elements e and e + 2 are one output's gate and up.
             float s = 0.0f;
@@ -2421,8 +2437,8 @@ __device__ __forceinline__ void gmv_rows(unsigned char* smem_raw, const unsigned
                 u32 yr;
                 if (row < N && i < M && y_of(i, yr)) y[u64(yr) * y_row + row] = s;
             }
+            __syncthreads();
         }
-        __syncthreads();
     }
 }
 

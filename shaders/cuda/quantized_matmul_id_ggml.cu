@@ -16,10 +16,11 @@
 //     tokens and the outputs scattered to the pairs' rows (moe_block_rows).
 //   matrix, few pairs an expert (kernel_mul_mm_id_<t>_f32_few, not in the
 //     crate; the matrix form's bindings): block b takes slot b / tiles
-//     (moe_tile over up to 8 pairs of one expert) and the 16 rows (b %
-//     tiles) * 16 .. of its expert: the vector engine with the slot's pairs
-//     as the mma's 8 columns, x rows gathered and outputs scattered as the
-//     matrix form's. Each slot reads its expert's rows once.
+//     (moe_tile over up to 8 pairs of one expert) and the 64 rows (b %
+//     tiles) * 64 .. of its expert, a warp's 16 over all of k: the vector
+//     engine with the slot's pairs as the mma's 8 columns, x rows gathered
+//     and outputs scattered as the matrix form's. Each slot reads its
+//     expert's rows once.
 //   gate/up (kernel_mul_mv_id_<t>_f32_gate_up, not in the crate): the vector
 //     form with 8 output rows a block, the engine's 16 rows being their gate
 //     and up rows; act(gate) * up written from the sums.
@@ -122,21 +123,22 @@ __device__ __forceinline__ void mm_id(unsigned char* smem, const GgmlMatmulIdMm_
 
 // The matrix form for experts of few pairs (kernel_mul_mm_id_<t>_f32_few):
 // block b takes slot b / tiles (moe_tile, GGML_MM_ID_FEW pairs of one
-// expert) and rows (b % tiles) * 16 .. of its expert (tiles = ceil(N / 16)):
-// the vector engine (gmv_rows) with the slot's pairs as the mma's columns,
-// x rows gathered by their tokens, outputs scattered to their rows. A
-// slot's expert rows are read once and decoded once for all its pairs.
+// expert) and rows (b % tiles) * 64 .. of its expert (tiles = ceil(N /
+// 64)): the vector engine (gmv_rows) with warp rows, a warp's 16 rows
+// against the slot's pairs as the mma's columns over all of k, x rows
+// gathered by their tokens, outputs scattered to their rows. A slot's
+// expert rows are read once and decoded once for all its pairs.
 template <int F>
 __device__ __forceinline__ void mm_id_few(unsigned char* smem, const GgmlMatmulIdMm_MmParams* p, const unsigned char* w, const float* x,
                                           const u32* offsets, const u32* order, float* y) {
-    constexpr u32 BM = GGML_MM_ID_FEW, ROWS = 16, NT = 128;
+    constexpr u32 BM = GGML_MM_ID_FEW, ROWS = 16 * GMV_WARPS, NT = 128;
     __shared__ u32 x_row[BM];
     __shared__ u32 y_pair[BM];
     const u32 K = u32(p->ne00), N = u32(p->ne0), E = u32(p->ne02), U = u32(p->ne20), P = u32(p->ne21) * U;
     u32 group, n0, rows_m;
     if (!moe_block_rows<float, BM, NT>(offsets, order, y, N, U, E, P, ROWS, x_row, y_pair, group, n0, rows_m)) return;
     const unsigned char* we = w + u64(group) * p->nb02;
-    gmv_rows<F, false>(
+    gmv_rows<F, false, false, true>(
         smem, we, we, x, x, y, rows_m, N, K, p->nb12 / 4u, u64(N), n0, 0u, [&](u32 i) { return x_row[i]; },
         [&](u32 i, u32& row) {
             row = y_pair[i];

@@ -165,12 +165,12 @@ export function ggmlIdMmCudaLaunch(pairs: number, n: number, nExperts: number): 
 
 /**
  * The CUDA few-pairs form (kernel_mul_mm_id_<t>_f32_few): a 128-thread block
- * per (slot of up to 8 pairs of one expert, 16 of its rows), the vector
- * engine's shared memory.
+ * per (slot of up to 8 pairs of one expert, 64 of its rows: a warp's 16
+ * over all of k), the vector engine's shared memory.
  */
 export function ggmlIdMmFewCudaLaunch(type: GgmlQuantType, pairs: number, n: number, nExperts: number): Launch {
   return {
-    grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_FEW) * ceilDiv(n, GGML_MV_CUDA_ROWS), 1, 1], threads: [128, 1, 1],
+    grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_FEW) * ceilDiv(n, 4 * GGML_MV_CUDA_ROWS), 1, 1], threads: [128, 1, 1],
     threadgroupMemory: { 0: ggmlMvCudaSharedBytes(type) },
   };
 }

@@ -106,8 +106,8 @@ void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u3
     p.ne00 = int(K); p.ne02 = int(E); p.nb01 = rb; p.nb02 = stride; p.ne11 = int(U); p.nb10 = 4; p.nb11 = 0; p.nb12 = 4ull * K;
     p.ne20 = int(U); p.ne21 = int(T); p.ne0 = int(N); p.ne1 = int(U); p.r2 = 1; p.r3 = 1;
     if (form == 2) {
-      // ggmlIdMmFewCudaLaunch: slots of 8 pairs x 16 rows, the vector engine's shared memory.
-      sim_launch({(P / 8 + E + 1) * cdiv(N, 16), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4,
+      // ggmlIdMmFewCudaLaunch: slots of 8 pairs x 64 rows (a warp's 16), the vector engine's shared memory.
+      sim_launch({(P / 8 + E + 1) * cdiv(N, 64), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4,
                  [&] { mm(&p, w, x.p, off.p, ord.p, y.p); });
     } else {
       const u32 slots = P / 64 + E + 1;
