@@ -36,10 +36,10 @@ import {
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId } from '../ts/ops/quantized_matmul_id.ts';
 import { denseGateUpMmId, denseGateUpMvId, denseMmId, denseMvId } from '../ts/ops/dense_matmul_id.ts';
 import {
-  planQuantizedMatmulIdGgmlMm, quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdSwigluQ4_0,
+  ggmlIdMmFewCudaLaunch, planQuantizedMatmulIdGgmlMm, quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdSwigluQ4_0,
 } from '../ts/ops/quantized_matmul_id_ggml.ts';
 import { siluMul } from '../ts/ops/silu_mul.ts';
-import { record } from '../ts/plan.ts';
+import { record, type OpPlan } from '../ts/plan.ts';
 import { moeDispatchSortRef } from '../ts/ops/moe_dispatch.ts';
 
 const small = process.argv.includes('--small');
@@ -371,11 +371,14 @@ function moeCases(): Case[] {
  * the down one (2048 rows of 2 super-blocks); with x and y, 36.18 and 36.63
  * MB: floors of 10.8 and 10.9 us at an H100's 3.35 TB/s. The matrix form as
  * the op plans it ('matrix': on CUDA the few-pairs form where the pairs
- * average at most 8 an expert), or always the 64-row tiles ('matrix 64':
- * planned as for a device without CUDA's engines, launched as CUDA's).
+ * average at most GGML_MM_ID_FEW_AVERAGE an expert), always the 64-row
+ * tiles ('matrix 64': planned as for a device without CUDA's engines,
+ * launched as CUDA's), or always the few-pairs form ('matrix few': that
+ * plan's dispatch given the few-pairs entry and launch, to place the
+ * threshold).
  */
-function moeGgml(label: string, type: GgmlQuantType, form: 'vector' | 'matrix' | 'matrix 64', tokens: number, topK: number, numExperts: number,
-  n: number, k: number, down = false): Case {
+function moeGgml(label: string, type: GgmlQuantType, form: 'vector' | 'matrix' | 'matrix 64' | 'matrix few', tokens: number, topK: number,
+  numExperts: number, n: number, k: number, down = false): Case {
   const pairIds = routing(tokens, numExperts, topK, 0x5eed + tokens * 31 + numExperts);
   const nTokens = down ? tokens * topK : tokens;
   const U = down ? 1 : topK;
@@ -389,13 +392,19 @@ function moeGgml(label: string, type: GgmlQuantType, form: 'vector' | 'matrix' |
   const flops = 2 * nTokens * U * n * k;
   const bytes = distinct * expertBytes + 4 * (nTokens * k + nTokens * U * n);
   const routed = form !== 'vector' ? sorted(pairIds, numExperts) : null;
-  const limits = form === 'matrix 64' ? { ...dev.limits, computeCapability: 0 } : dev.limits;
+  const limits = form === 'matrix' ? dev.limits : { ...dev.limits, computeCapability: 0 };
+  const plan = (): OpPlan => {
+    const p = planQuantizedMatmulIdGgmlMm({ input: x, weight, output: y, ...sizes, ...routed! }, limits, dev);
+    if (form !== 'matrix few') return p;
+    const d = p.dispatches[0]!;
+    return { ...p, dispatches: [{ ...d, kernel: `${d.kernel}_few`, cuda: ggmlIdMmFewCudaLaunch(type, nTokens * U, n, numExperts) }] };
+  };
   return {
     name: `${label} ${type} ${form} pairs=${nTokens * U} E=${numExperts} distinct=${distinct} n=${n} k=${k}`,
     flops, bytes,
     memoryBound: form === 'vector' || bytes / 3.35e3 > flops / 990e3,
     record: (e) => {
-      if (routed) record(e, planQuantizedMatmulIdGgmlMm({ input: x, weight, output: y, ...sizes, ...routed }, limits, dev));
+      if (routed) record(e, plan());
       else quantizedMatmulIdGgml(e, { input: x, weight, output: y, ids, ...sizes });
     },
   };
@@ -505,6 +514,13 @@ function moeGgmlCases(): Case[] {
       // Gemma 4 26B-A4B at 64 tokens: 128 experts (4 pairs an expert), its Q8_0 down (k 704).
       moeGgml('Gemma 4 26B-A4B prefill 64 gate', 'Q4_K', form, 64, 8, 128, 704, 2816),
       moeGgml('Gemma 4 26B-A4B prefill 64 down', 'Q8_0', form, 64, 8, 128, 2816, 704, true),
+    ]),
+    // Where the few-pairs form stops paying: 16 and 32 pairs an expert (512 and 1024 tokens), forced, beside the tiles.
+    ...(['matrix few', 'matrix 64'] as const).flatMap((form) => [
+      moeGgml('Qwen3.6 35B-A3B prefill 512 gate', 'Q4_K', form, 512, 8, 256, 512, 2048),
+      moeGgml('Qwen3.6 35B-A3B prefill 512 down', 'Q4_K', form, 512, 8, 256, 2048, 512, true),
+      moeGgml('Qwen3.6 35B-A3B prefill 1024 gate', 'Q4_K', form, 1024, 8, 256, 512, 2048),
+      moeGgml('Qwen3.6 35B-A3B prefill 1024 down', 'Q4_K', form, 1024, 8, 256, 2048, 512, true),
     ]),
   ];
 }
