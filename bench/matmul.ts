@@ -371,7 +371,7 @@ function moeCases(): Case[] {
  * the down one (2048 rows of 2 super-blocks); with x and y, 36.18 and 36.63
  * MB: floors of 10.8 and 10.9 us at an H100's 3.35 TB/s. The matrix form as
  * the op plans it ('matrix': on CUDA the few-pairs form where the pairs
- * average at most GGML_MM_ID_FEW_AVERAGE an expert), always the 64-row
+ * average at most ggmlIdMmFewAverage(k) an expert), always the 64-row
  * tiles ('matrix 64': planned as for a device without CUDA's engines,
  * launched as CUDA's), or always the few-pairs form ('matrix few': that
  * plan's dispatch given the few-pairs entry and launch, to place the

@@ -108,12 +108,14 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     expect(ggmlIdMmCudaLaunch(4096, 512, 256)).toEqual({ grid: [321 * 4, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 30720 } });
     // The few-pairs form at 64 tokens x top-8 of 256: 512 / 8 + 257 slots x 8 blocks of 64 rows, the vector engine's memory.
     expect(ggmlIdMmFewCudaLaunch('Q4_K', 512, 512, 256)).toEqual({ grid: [321 * 8, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes('Q4_K') } });
-    // Taken on CUDA up to 8 pairs an expert on average (256 tokens x top-8 of 256), not past it nor off CUDA.
+    // Taken on CUDA up to 8 pairs an expert on average (256 tokens x top-8 of 256), 16 from k 2048; not past them nor
+    // off CUDA.
     const cuda = { computeCapability: 90 };
-    expect([512, 2048, 2049].map((p) => ggmlIdMmFew('Q4_K', p, 512, 256, cuda))).toEqual([true, true, false]);
-    expect(ggmlIdMmFew('Q4_K', 512, 512, 256, { computeCapability: 0 })).toBe(false);
+    expect([512, 2048, 2049].map((p) => ggmlIdMmFew('Q4_K', p, 2048, 512, 256, cuda))).toEqual([true, true, false]);
+    expect([2049, 4096, 4097].map((p) => ggmlIdMmFew('Q4_K', p, 512, 2048, 256, cuda))).toEqual([true, true, false]);
+    expect(ggmlIdMmFew('Q4_K', 512, 512, 2048, 256, { computeCapability: 0 })).toBe(false);
     // Nor where its grid would pass CUDA's.
-    expect(ggmlIdMmFew('Q4_K', 64, 2 ** 33, 8, cuda)).toBe(false);
+    expect(ggmlIdMmFew('Q4_K', 64, 2 ** 33, 256, 8, cuda)).toBe(false);
     for (const t of GGML_QUANT_TYPES) expect(ggmlMvCudaSharedBytes(t)).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);
   });
 });
@@ -359,7 +361,7 @@ function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form
     const plan = typeof form === 'object' && 'matrix' in form ? form.matrix : null;
     const limits = plan ? { ...dev.limits, computeCapability: plan === 'few' ? 90 : 0 } : dev.limits;
     if (plan) {
-      const few = plan === 'few' && ggmlIdMmFew(type, pairs, s.n, s.nExperts, limits);
+      const few = plan === 'few' && ggmlIdMmFew(type, pairs, s.n, k, s.nExperts, limits);
       expect(planQuantizedMatmulIdGgmlMm(args, limits, dev).dispatches[0]!.kernel.endsWith('_few')).toBe(few);
     }
     run(dev, (e) => {

@@ -1,6 +1,6 @@
 // Per-expert (MoE) products with GGUF block weights (CUDA), entry names and
 // bindings as shaders/quantized_matmul_id_ggml.metal; the launches are the
-// op's (ts/ops/quantized_matmul_id_ggml.ts). Both forms run
+// op's (ts/ops/quantized_matmul_id_ggml.ts). The forms run
 // quantized_matmul_ggml's engines (shaders/cuda/common.cuh, GGUF block
 // formats) on one expert at a time:
 //   vector (kernel_mul_mv_id_<t>_f32): block b takes pair b / tiles and the
@@ -215,8 +215,8 @@ GGML_MM_ID_ENTRY(kernel_mul_mm_id_q6_K_f32, GGML_Q6_K)
 // ---- kernel_mul_mm_id_<t>_f32_few (not in mlx-native) ----
 
 // kernel_mul_mm_id_<t>_f32's bindings; the op plans it where the pairs
-// average few an expert (ts/ops/quantized_matmul_id_ggml.ts
-// ggmlIdMmCudaLaunch). Bounds as the vector form's (the same engine).
+// average few an expert (ts/ops/quantized_matmul_id_ggml.ts ggmlIdMmFew),
+// on ggmlIdMmFewCudaLaunch. Bounds as the vector form's (the same engine).
 #define GGML_MM_ID_FEW_ENTRY(NAME, F)                                                                                       \
     extern "C" __global__ void __launch_bounds__(128, F == GGML_Q8_0 ? 5 : 4) NAME(const GgmlMatmulIdMm_MmParams* args,    \
                                                                                    const unsigned char* src0, const float* src1, \

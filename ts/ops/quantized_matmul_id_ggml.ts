@@ -150,9 +150,15 @@ const GGML_MM_ID_CUDA_BN = 128;
 export const GGML_MM_ID_CUDA_FEW = 8;
 /**
  * Pairs an expert on average (pairs / nExperts) up to which the CUDA matrix
- * form takes the few-pairs form: there the 64-row tile is mostly padding.
+ * form takes the few-pairs form, by k: where the 64-row tile is mostly
+ * padding. Measured on an H100 (bench/results/moe-few-h100-2026-11-27.md,
+ * Qwen3.6-35B-A3B's experts): at 8 pairs an expert the few-pairs form took
+ * 0.42x the tiles' time at k 2048 and 0.87x at k 512; at 16, 0.71x at k 2048
+ * and 1.43x at k 512; at 32, 1.25x at k 2048.
  */
-export const GGML_MM_ID_FEW_AVERAGE = 8;
+export function ggmlIdMmFewAverage(k: number): number {
+  return k >= 2048 ? 16 : 8;
+}
 
 /** The CUDA matrix form: a 128-thread block per (tile slot of 64 pairs, 128 weight rows). */
 export function ggmlIdMmCudaLaunch(pairs: number, n: number, nExperts: number): Launch {
@@ -178,10 +184,11 @@ export function ggmlIdMmFewCudaLaunch(type: GgmlQuantType, pairs: number, n: num
 /**
  * Whether the matrix form runs as kernel_mul_mm_id_<t>_f32_few: on CUDA
  * (computeCapability > 0; elsewhere the form is one kernel) where the pairs
- * average at most GGML_MM_ID_FEW_AVERAGE an expert and its grid fits.
+ * average at most ggmlIdMmFewAverage(k) an expert and its grid fits.
  */
-export function ggmlIdMmFew(type: GgmlQuantType, pairs: number, n: number, nExperts: number, limits: Pick<DeviceLimits, 'computeCapability'>): boolean {
-  return limits.computeCapability > 0 && pairs <= GGML_MM_ID_FEW_AVERAGE * nExperts &&
+export function ggmlIdMmFew(type: GgmlQuantType, pairs: number, n: number, k: number, nExperts: number,
+  limits: Pick<DeviceLimits, 'computeCapability'>): boolean {
+  return limits.computeCapability > 0 && pairs <= ggmlIdMmFewAverage(k) * nExperts &&
     ggmlIdMmFewCudaLaunch(type, pairs, n, nExperts).grid[0] <= CUDA_GRID_MAX;
 }
 
@@ -481,7 +488,7 @@ export function quantizedMatmulIdGgmlMm(enc: Encoder, args: QuantizedMatmulIdGgm
 export function planQuantizedMatmulIdGgmlMm(a: QuantizedMatmulIdGgmlMmArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateQuantizedMatmulIdGgmlMm(a, device);
   const pairs = a.nTokens * a.topK;
-  const few = ggmlIdMmFew(a.ggmlType, pairs, a.n, a.nExperts, limits);
+  const few = ggmlIdMmFew(a.ggmlType, pairs, a.n, a.k, a.nExperts, limits);
   return planOf({
     kernel: `kernel_mul_mm_id_${GGML_KERNEL_TYPE[a.ggmlType]}_f32${few ? '_few' : ''}`,
     buffers: [, a.weight, a.input, a.offsets, a.order, a.output],
