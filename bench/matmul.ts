@@ -227,6 +227,30 @@ function ggmlDequantMatmul(label: string, type: GgmlQuantType, m: number, n: num
   };
 }
 
+/**
+ * Ours dequantize-then-product on f32 activations: ggmlDequantize to f16
+ * (the weight type of the GGUF matrix form's tensor cores), then
+ * denseMatmulTensor (hf2q_dense_mm_f16_f32_tensor: x rounded to f16 as it
+ * is staged, f32 sums and output): what a prompt's linear could run past
+ * some m, beside quantizedMatmulGgml's matrix form on the same sizes.
+ */
+function ggmlDequantTensor(label: string, type: GgmlQuantType, m: number, n: number, k: number): Case {
+  const x = random('f32', m * k);
+  const weight = ggmlBlocksBuffer(dev, type, (n * k) / ggmlBlockOf(type).qk);
+  const w = dev.alloc('f16', [n * k]);
+  const y = dev.alloc('f32', [m * n]);
+  return {
+    name: `${label} ${type} dequantize f16 + hf2q_dense_mm_f16_f32_tensor m=${m} n=${n} k=${k}`,
+    flops: 2 * m * n * k,
+    bytes: n * ggmlRowBytesOf(type, k) + 4 * (m * k + m * n),
+    memoryBound: false,
+    record: (e) => {
+      ggmlDequantize(e, { src: weight, output: w, count: n * k, ggmlType: type });
+      denseMatmulTensor(e, { src0: w, src1: x, dst: y, m, n, k, src0Batch: 1, src1Batch: 1 });
+    },
+  };
+}
+
 function ggmlCases(): Case[] {
   if (small) {
     return [ggml('decode', 'Q4_K', 1, 256, 256), ggml('decode', 'Q6_K', 8, 256, 512), ggml('decode', 'Q4_0', 1, 256, 256),
@@ -252,6 +276,14 @@ function ggmlCases(): Case[] {
     }
     out.push(ggml('35B-A3B prompt', 'Q4_K', 64, 2048, 4096, 2 * sms));
     out.push(ggml('35B-A3B prompt', 'Q4_K', 1024, 2048, 2048), ggml('35B-A3B prompt', 'Q4_K', 1024, 2048, 2048, sms));
+  }
+  // Long prompts' products as the matrix form and dequantized to f16 then dense (notes/ggml-dequant-2026-11-27.md).
+  for (const m of [512, 8192]) out.push(ggmlDequantTensor('Qwen3.6 up', 'Q4_K', m, 17408, 5120));
+  for (const m of [256, 1024, 4096]) {
+    for (const [n, k] of [[2048, 2048], [4096, 2048], [2048, 4096]] as const) {
+      out.push(ggml('35B-A3B long', 'Q4_K', m, n, k), ggmlDequantTensor('35B-A3B long', 'Q4_K', m, n, k));
+      if (sms > 0) out.push(ggml('35B-A3B long', 'Q4_K', m, n, k, sms));
+    }
   }
   return out;
 }
