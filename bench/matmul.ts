@@ -279,7 +279,7 @@ function ggmlCases(): Case[] {
   }
   // Long prompts' products as the matrix form and dequantized to f16 then dense (notes/ggml-dequant-2026-11-27.md).
   for (const m of [512, 8192]) out.push(ggmlDequantTensor('Qwen3.6 up', 'Q4_K', m, 17408, 5120));
-  for (const m of [256, 1024, 4096]) {
+  for (const m of [64, 128, 256, 1024, 4096]) {
     for (const [n, k] of [[2048, 2048], [4096, 2048], [2048, 4096]] as const) {
       out.push(ggml('35B-A3B long', 'Q4_K', m, n, k), ggmlDequantTensor('35B-A3B long', 'Q4_K', m, n, k));
       if (sms > 0) out.push(ggml('35B-A3B long', 'Q4_K', m, n, k, sms));

@@ -25,15 +25,16 @@ import { join } from 'node:path';
 import type { Device } from '../ts/index.ts';
 import { GgufFile, type GgufValue } from '../ts/weights/index.ts';
 import {
-  Checkpoint, ggufConfig, loadModel, modelConfig, readConfigFile, routedExperts, Scratch, type ExpertWeights, type LoadOptions,
+  Checkpoint, ggufConfig, linear, loadModel, modelConfig, readConfigFile, routedExperts, Scratch, type ExpertWeights, type LoadOptions,
   type ProductPrecision, type RoutedExperts,
 } from '../ts/models/index.ts';
 import type { GateActivation } from '../ts/expert-products.ts';
 import { geluTanhMul } from '../ts/ops/gelu.ts';
-import { ggmlQuantize, ggmlRowBytesOf, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
+import { ggmlMatmulRef, ggmlQuantize, ggmlRowBytesOf, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
+import { GGML_DEQUANT_MIN_ROWS, ggmlDequantTakes } from '../ts/models/blocks.ts';
 import { quantizedMatmulIdGgml } from '../ts/ops/quantized_matmul_id_ggml.ts';
 import { siluMul } from '../ts/ops/silu_mul.ts';
-import { describeBackends, expectInvalid, expectInvalidParts, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
+import { describeBackends, dotErr, dotTolerance, expectInvalid, expectInvalidParts, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
 import { ggufCheckpoint, llamaCppMetadata, tinyConfig, writeTinyCheckpoint, type TinyArch } from './model-checkpoints.ts';
 import { relL2 } from './model-fixtures.ts';
 import { gemmaReference, qwenReference, type ReferenceRun } from './model-reference.ts';
@@ -353,6 +354,36 @@ describeBackends('models on GGUF checkpoints against float64 references', ({ dev
       ck.release();
     }
   }, 120_000);
+});
+
+describeBackends('GGUF linear layers', ({ device }) => {
+  // Past 8 rows the matrix form; on cuda from GGML_DEQUANT_MIN_ROWS rows (given a scratch) the weight dequantized to
+  // f16, then the dense family's tensor tiles (2 dispatches). Either way the float64 reference of the GGUF weight at
+  // f16's tolerance (both round the weight and x to f16), rows and columns off every tile, a NaN-poisoned output.
+  test('the matrix form, and from GGML_DEQUANT_MIN_ROWS rows on cuda dequantize + dense: the reference', () => {
+    const d = device(), r = rng(47);
+    const cases: [GgmlQuantType, number, number, number][] = [['Q4_K', 130, 72, 512], ['Q6_K', 129, 40, 256], ['Q8_0', 200, 33, 96], ['Q4_K', 40, 72, 512]];
+    for (const [type, m, n, k] of cases) {
+      const q = ggmlQuantize(type, randomArray(r, n * k, -1, 1), n, k);
+      const xv = Float32Array.from(randomArray(r, m * k, -1, 1));
+      using w = d.upload('u8', [q.length], q);
+      using x = d.upload('f32', [m, k], xv);
+      using y = d.alloc('f32', [m, n]);
+      y.fill(Number.NaN);
+      using s = new Scratch(d);
+      using enc = d.encoder();
+      linear(enc, { kind: 'ggml', weight: w, ggmlType: type, n, k }, x, y, m, 'fast', s);
+      expect(enc.dispatchCount).toBe(ggmlDequantTakes(m, n, k, d.limits) ? 2 : 1);
+      enc.commitAndWait();
+      const want = ggmlMatmulRef(type, xv, q, m, n, k);
+      expect(dotErr(y.readNumbers(), want.y, want.abs)).toBeLessThanOrEqual(dotTolerance('f16', k));
+    }
+    const cuda = { computeCapability: 90 };
+    expect([GGML_DEQUANT_MIN_ROWS - 1, GGML_DEQUANT_MIN_ROWS].map((m) => ggmlDequantTakes(m, 2048, 2048, cuda))).toEqual([false, true]);
+    // Not a prompt's logits over a large vocabulary (a 1 GB f16 weight), nor off cuda.
+    expect(ggmlDequantTakes(4096, 248320, 2048, cuda)).toBe(false);
+    expect(ggmlDequantTakes(4096, 2048, 2048, { computeCapability: 0 })).toBe(false);
+  });
 });
 
 describeBackends('routed GGUF experts', ({ device }) => {

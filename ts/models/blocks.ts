@@ -8,7 +8,7 @@
 // the loader was asked to widen them.
 
 import type { Buffer } from '../buffer.ts';
-import type { Device } from '../device.ts';
+import type { Device, DeviceLimits } from '../device.ts';
 import type { DType } from '../dtype.ts';
 import type { Encoder } from '../encoder.ts';
 import { denseGemvBf16F32, denseMatmul, denseMatmulTensor, denseMatvec, DENSE_MM_TENSOR_MIN_K } from '../ops/dense.ts';
@@ -19,7 +19,7 @@ import { fusedMoeRoutingBatch } from '../ops/moe_routing.ts';
 import { affineQuantizedMatmul, quantizedMatmulSimd } from '../ops/quantized_matmul.ts';
 import { invalid } from '../validate.ts';
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId, type GateActivation } from '../ops/quantized_matmul_id.ts';
-import { quantizedMatmulGgml, quantizedMatmulGgmlScratchElements, type GgmlQuantType } from '../ops/quantized_matmul_ggml.ts';
+import { ggmlDequantize, quantizedMatmulGgml, quantizedMatmulGgmlScratchElements, type GgmlQuantType } from '../ops/quantized_matmul_ggml.ts';
 import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm } from '../ops/quantized_matmul_id_ggml.ts';
 import { geluTanhMul } from '../ops/gelu.ts';
 import { siluMul } from '../ops/silu_mul.ts';
@@ -60,6 +60,21 @@ export type ProductPrecision =
 const VECTOR_ROWS = 8;
 
 /**
+ * A GGUF product on CUDA from this many rows of x runs on its weight
+ * dequantized to f16 (linear): on an H100, 1.8-3.7x faster than the matrix
+ * form (split or not) from 256 rows at Qwen3.6-35B-A3B's sizes and 3.1-3.4x
+ * at Qwen3.6 27B's up projection (bench/results/ggml-dequant-h100-2026-11-27.md).
+ */
+export const GGML_DEQUANT_MIN_ROWS = 128;
+/** Bytes of f16 weight the dequantized path holds at most (a prompt's full logits over a large vocabulary stay on the matrix form). */
+export const GGML_DEQUANT_MAX_BYTES = 256 * 2 ** 20;
+
+/** Whether linear runs a GGUF matrix-form product of m rows on its weight dequantized to f16 (on CUDA; see linear). */
+export function ggmlDequantTakes(m: number, n: number, k: number, limits: Pick<DeviceLimits, 'computeCapability'>): boolean {
+  return m >= GGML_DEQUANT_MIN_ROWS && limits.computeCapability > 0 && 2 * n * k <= GGML_DEQUANT_MAX_BYTES;
+}
+
+/**
  * y [m, n] f32 = x [m, k] f32 · W^T. f32 weights: dense_matmul. bf16: the
  * vector kernel (f32 inputs unrounded) for m <= 8, or for any m when
  * precision is 'exact' or k < 32; else the tensor kernel. f16: dense_matvec
@@ -71,12 +86,23 @@ const VECTOR_ROWS = 8;
  * any m when precision is 'exact', else its matrix form (Metal stages the
  * weight as f16; CUDA's tensor cores take both in f16), which on CUDA splits
  * k across blocks where its tiles leave multiprocessors idle, its partials
- * in s's 'products.split' (absent s: never split).
+ * in s's 'products.split' (absent s: never split). On CUDA from
+ * GGML_DEQUANT_MIN_ROWS rows (given s, the f16 weight within
+ * GGML_DEQUANT_MAX_BYTES): the weight dequantized to f16 into s's
+ * 'products.dequant' (ggmlDequantize), then the dense family's tensor tiles
+ * on the f32 rows (hf2q_dense_mm_f16_f32_tensor: x rounded to f16 as it is
+ * staged, f32 sums), the matrix form's numerics on wgmma.
  */
 export function linear(enc: Encoder, lin: Linear, x: Buffer, y: Buffer, m: number, precision: ProductPrecision = 'fast', s?: Scratch): void {
   const { n, k } = lin;
   if (lin.kind === 'ggml') {
     const form = m <= VECTOR_ROWS || precision === 'exact' ? 'vector' : 'matrix';
+    if (form === 'matrix' && s !== undefined && ggmlDequantTakes(m, n, k, enc.device.limits)) {
+      const w = s.atLeast('products.dequant', 'f16', n * k);
+      ggmlDequantize(enc, { src: lin.weight, output: w, count: n * k, ggmlType: lin.ggmlType });
+      denseMatmulTensor(enc, { src0: w, src1: x, dst: y, m, n, k, src0Batch: 1, src1Batch: 1 });
+      return;
+    }
     // Where the matrix form splits k (a short prompt's products on CUDA), its partials in one scratch all share.
     const words = form === 'matrix' && s !== undefined ? quantizedMatmulGgmlScratchElements(m, n, k, enc.device.limits) : 0;
     const scratch = words > 0 ? s!.atLeast('products.split', 'f32', words) : undefined;
