@@ -359,9 +359,11 @@ describeBackends('models on GGUF checkpoints against float64 references', ({ dev
 describeBackends('GGUF linear layers', ({ device }) => {
   // Past 8 rows the matrix form; on cuda from GGML_DEQUANT_MIN_ROWS rows (given a scratch) the weight dequantized to
   // f16, then the dense family's tensor tiles (2 dispatches). Either way the float64 reference of the GGUF weight at
-  // f16's tolerance (both round the weight and x to f16), rows and columns off every tile, a NaN-poisoned output.
+  // f16's tolerance (both round the weight and x to f16), rows and columns off every tile, a NaN-poisoned output; one
+  // scratch throughout, the largest weight first (the later weights dequantized into part of its buffer).
   test('the matrix form, and from GGML_DEQUANT_MIN_ROWS rows on cuda dequantize + dense: the reference', () => {
     const d = device(), r = rng(47);
+    using s = new Scratch(d);
     const cases: [GgmlQuantType, number, number, number][] = [['Q4_K', 130, 72, 512], ['Q6_K', 129, 40, 256], ['Q8_0', 200, 33, 96], ['Q4_K', 40, 72, 512]];
     for (const [type, m, n, k] of cases) {
       const q = ggmlQuantize(type, randomArray(r, n * k, -1, 1), n, k);
@@ -370,7 +372,6 @@ describeBackends('GGUF linear layers', ({ device }) => {
       using x = d.upload('f32', [m, k], xv);
       using y = d.alloc('f32', [m, n]);
       y.fill(Number.NaN);
-      using s = new Scratch(d);
       using enc = d.encoder();
       linear(enc, { kind: 'ggml', weight: w, ggmlType: type, n, k }, x, y, m, 'fast', s);
       expect(enc.dispatchCount).toBe(ggmlDequantTakes(m, n, k, d.limits) ? 2 : 1);

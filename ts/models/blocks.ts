@@ -98,7 +98,7 @@ export function linear(enc: Encoder, lin: Linear, x: Buffer, y: Buffer, m: numbe
   if (lin.kind === 'ggml') {
     const form = m <= VECTOR_ROWS || precision === 'exact' ? 'vector' : 'matrix';
     if (form === 'matrix' && s !== undefined && ggmlDequantTakes(m, n, k, enc.device.limits)) {
-      const w = s.atLeast('products.dequant', 'f16', n * k);
+      const w = s.atLeast('products.dequant', 'f16', n * k).view('f16', [n, k], 0);
       ggmlDequantize(enc, { src: lin.weight, output: w, count: n * k, ggmlType: lin.ggmlType });
       denseMatmulTensor(enc, { src0: w, src1: x, dst: y, m, n, k, src0Batch: 1, src1Batch: 1 });
       return;
