@@ -209,44 +209,30 @@ function ggml(label: string, type: GgmlQuantType, m: number, n: number, k: numbe
   };
 }
 
-/** Ours dequantize-then-matmul: ggmlDequantize to bf16, then denseMatmul on bf16 x (the peer's composition). */
-function ggmlDequantMatmul(label: string, type: GgmlQuantType, m: number, n: number, k: number): Case {
-  const x = random('bf16', m * k);
-  const weight = ggmlBlocksBuffer(dev, type, (n * k) / ggmlBlockOf(type).qk);
-  const w = dev.alloc('bf16', [n * k]);
-  const y = dev.alloc('bf16', [m * n]);
-  return {
-    name: `${label} ${type} dequantize + dense_mm_bf16 m=${m} n=${n} k=${k}`,
-    flops: 2 * m * n * k,
-    bytes: n * ggmlRowBytesOf(type, k) + 2 * (m * k + m * n),
-    memoryBound: false,
-    record: (e) => {
-      ggmlDequantize(e, { src: weight, output: w, count: n * k, ggmlType: type });
-      denseMatmul(e, { x, weight: w, output: y, m, n, k });
-    },
-  };
-}
-
 /**
- * Ours dequantize-then-product on f32 activations: ggmlDequantize to f16
- * (the weight type of the GGUF matrix form's tensor cores), then
+ * Ours dequantize-then-product. 'bf16': ggmlDequantize to bf16, then
+ * denseMatmul on bf16 x (the peer's composition). 'f32 x': to f16 (the
+ * weight type of the GGUF matrix form's tensor cores), then
  * denseMatmulTensor (hf2q_dense_mm_f16_f32_tensor: x rounded to f16 as it
- * is staged, f32 sums and output): what a prompt's linear could run past
- * some m, beside quantizedMatmulGgml's matrix form on the same sizes.
+ * is staged, f32 sums and output): what ts/models/blocks.ts linear runs from
+ * GGML_DEQUANT_MIN_ROWS rows on CUDA, beside quantizedMatmulGgml's matrix
+ * form on the same sizes.
  */
-function ggmlDequantTensor(label: string, type: GgmlQuantType, m: number, n: number, k: number): Case {
-  const x = random('f32', m * k);
+function ggmlDequantMatmul(label: string, type: GgmlQuantType, m: number, n: number, k: number, form: 'bf16' | 'f32 x'): Case {
+  const f32x = form === 'f32 x';
+  const x = random(f32x ? 'f32' : 'bf16', m * k);
   const weight = ggmlBlocksBuffer(dev, type, (n * k) / ggmlBlockOf(type).qk);
-  const w = dev.alloc('f16', [n * k]);
-  const y = dev.alloc('f32', [m * n]);
+  const w = dev.alloc(f32x ? 'f16' : 'bf16', [n * k]);
+  const y = dev.alloc(f32x ? 'f32' : 'bf16', [m * n]);
   return {
-    name: `${label} ${type} dequantize f16 + hf2q_dense_mm_f16_f32_tensor m=${m} n=${n} k=${k}`,
+    name: `${label} ${type} ${f32x ? 'dequantize f16 + hf2q_dense_mm_f16_f32_tensor' : 'dequantize + dense_mm_bf16'} m=${m} n=${n} k=${k}`,
     flops: 2 * m * n * k,
-    bytes: n * ggmlRowBytesOf(type, k) + 4 * (m * k + m * n),
+    bytes: n * ggmlRowBytesOf(type, k) + (f32x ? 4 : 2) * (m * k + m * n),
     memoryBound: false,
     record: (e) => {
       ggmlDequantize(e, { src: weight, output: w, count: n * k, ggmlType: type });
-      denseMatmulTensor(e, { src0: w, src1: x, dst: y, m, n, k, src0Batch: 1, src1Batch: 1 });
+      if (f32x) denseMatmulTensor(e, { src0: w, src1: x, dst: y, m, n, k, src0Batch: 1, src1Batch: 1 });
+      else denseMatmul(e, { x, weight: w, output: y, m, n, k });
     },
   };
 }
@@ -265,7 +251,7 @@ function ggmlCases(): Case[] {
   for (const t of ['Q4_K', 'Q6_K', 'Q8_0'] as const) out.push(ggml('Gemma 4 up', t, 1, 21504, 5376));
   for (const m of [512, 8192]) out.push(ggml('Qwen3.6 up', 'Q4_K', m, 17408, 5120));
   out.push(ggml('Qwen3.6 up', 'Q4_0', 512, 17408, 5120), ggml('Gemma 4 up', 'Q6_K', 8192, 21504, 5376));
-  out.push(ggmlDequantMatmul('Qwen3.6 up', 'Q4_K', 8192, 17408, 5120));
+  out.push(ggmlDequantMatmul('Qwen3.6 up', 'Q4_K', 8192, 17408, 5120, 'bf16'));
   // A short prompt's products (Qwen3.6-35B-A3B, hidden 2048; notes/prompt-splitk-2026-11-27.md): the gated delta
   // net's out_proj, q / k, v / z, a / b and the shared expert's down at 64 tokens, whole and with k split; the
   // out_proj split as a device of twice the SMs would (two blocks an SM); q / k at 1024 tokens.
@@ -278,10 +264,10 @@ function ggmlCases(): Case[] {
     out.push(ggml('35B-A3B prompt', 'Q4_K', 1024, 2048, 2048), ggml('35B-A3B prompt', 'Q4_K', 1024, 2048, 2048, sms));
   }
   // Long prompts' products as the matrix form and dequantized to f16 then dense (notes/ggml-dequant-2026-11-27.md).
-  for (const m of [512, 8192]) out.push(ggmlDequantTensor('Qwen3.6 up', 'Q4_K', m, 17408, 5120));
+  for (const m of [512, 8192]) out.push(ggmlDequantMatmul('Qwen3.6 up', 'Q4_K', m, 17408, 5120, 'f32 x'));
   for (const m of [64, 128, 256, 1024, 4096]) {
     for (const [n, k] of [[2048, 2048], [4096, 2048], [2048, 4096]] as const) {
-      out.push(ggml('35B-A3B long', 'Q4_K', m, n, k), ggmlDequantTensor('35B-A3B long', 'Q4_K', m, n, k));
+      out.push(ggml('35B-A3B long', 'Q4_K', m, n, k), ggmlDequantMatmul('35B-A3B long', 'Q4_K', m, n, k, 'f32 x'));
       if (sms > 0) out.push(ggml('35B-A3B long', 'Q4_K', m, n, k, sms));
     }
   }

@@ -194,38 +194,27 @@ extern "C" __global__ void __launch_bounds__(128, 4) kernel_mul_mv_id_q4_0_f32_s
     mv_id<GGML_Q4_0, false, true>(smem_raw, src0, src0, gate, up, dst, ids, p, 0u);
 }
 
-// ---- kernel_mul_mm_id_<t>_f32 ----
+// ---- kernel_mul_mm_id_<t>_f32, and kernel_mul_mm_id_<t>_f32_few (not in mlx-native) ----
 
 // buffer(0) GgmlMatmulIdMm_MmParams, (1) weight (experts nb02 bytes apart, rows nb01), (2) x [ne21, K]
 // f32 (rows nb12 bytes apart), (3) offsets u32 [ne02 + 2] and (4) order u32 [pairs] (moe_dispatch_sort's),
-// (5) y [pairs, N] f32.
-#define GGML_MM_ID_ENTRY(NAME, F)                                                                                           \
-    extern "C" __global__ void __launch_bounds__(128) NAME(const GgmlMatmulIdMm_MmParams* args, const unsigned char* src0, \
-                                                           const float* src1, const u32* offsets, const u32* order,        \
-                                                           float* dst) {                                                   \
+// (5) y [pairs, N] f32. FORM: mm_id (the tiles) or mm_id_few, which the op plans where the pairs average few an
+// expert (ts/ops/quantized_matmul_id_ggml.ts ggmlIdMmFew) on ggmlIdMmFewCudaLaunch, with the vector form's bounds
+// (the same engine). BOUNDS: __launch_bounds__'s arguments, in parentheses.
+#define GGML_MM_ID_ENTRY(NAME, F, FORM, BOUNDS)                                                                             \
+    extern "C" __global__ void __launch_bounds__ BOUNDS NAME(const GgmlMatmulIdMm_MmParams* args, const unsigned char* src0, \
+                                                             const float* src1, const u32* offsets, const u32* order,      \
+                                                             float* dst) {                                                 \
         extern __shared__ __align__(16) unsigned char smem_raw[];                                                         \
-        mm_id<F>(smem_raw, args, src0, src1, offsets, order, dst);                                                        \
+        FORM<F>(smem_raw, args, src0, src1, offsets, order, dst);                                                         \
     }
-GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_0_f32, GGML_Q4_0)
-GGML_MM_ID_ENTRY(kernel_mul_mm_id_q8_0_f32, GGML_Q8_0)
-GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_K_f32, GGML_Q4_K)
-GGML_MM_ID_ENTRY(kernel_mul_mm_id_q5_K_f32, GGML_Q5_K)
-GGML_MM_ID_ENTRY(kernel_mul_mm_id_q6_K_f32, GGML_Q6_K)
-
-// ---- kernel_mul_mm_id_<t>_f32_few (not in mlx-native) ----
-
-// kernel_mul_mm_id_<t>_f32's bindings; the op plans it where the pairs
-// average few an expert (ts/ops/quantized_matmul_id_ggml.ts ggmlIdMmFew),
-// on ggmlIdMmFewCudaLaunch. Bounds as the vector form's (the same engine).
-#define GGML_MM_ID_FEW_ENTRY(NAME, F)                                                                                       \
-    extern "C" __global__ void __launch_bounds__(128, F == GGML_Q8_0 ? 5 : 4) NAME(const GgmlMatmulIdMm_MmParams* args,    \
-                                                                                   const unsigned char* src0, const float* src1, \
-                                                                                   const u32* offsets, const u32* order, float* dst) { \
-        extern __shared__ __align__(16) unsigned char smem_raw[];                                                         \
-        mm_id_few<F>(smem_raw, args, src0, src1, offsets, order, dst);                                                    \
-    }
-GGML_MM_ID_FEW_ENTRY(kernel_mul_mm_id_q4_0_f32_few, GGML_Q4_0)
-GGML_MM_ID_FEW_ENTRY(kernel_mul_mm_id_q8_0_f32_few, GGML_Q8_0)
-GGML_MM_ID_FEW_ENTRY(kernel_mul_mm_id_q4_K_f32_few, GGML_Q4_K)
-GGML_MM_ID_FEW_ENTRY(kernel_mul_mm_id_q5_K_f32_few, GGML_Q5_K)
-GGML_MM_ID_FEW_ENTRY(kernel_mul_mm_id_q6_K_f32_few, GGML_Q6_K)
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_0_f32, GGML_Q4_0, mm_id, (128))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q8_0_f32, GGML_Q8_0, mm_id, (128))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_K_f32, GGML_Q4_K, mm_id, (128))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q5_K_f32, GGML_Q5_K, mm_id, (128))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q6_K_f32, GGML_Q6_K, mm_id, (128))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_0_f32_few, GGML_Q4_0, mm_id_few, (128, 4))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q8_0_f32_few, GGML_Q8_0, mm_id_few, (128, 5))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_K_f32_few, GGML_Q4_K, mm_id_few, (128, 4))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q5_K_f32_few, GGML_Q5_K, mm_id_few, (128, 4))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q6_K_f32_few, GGML_Q6_K, mm_id_few, (128, 4))

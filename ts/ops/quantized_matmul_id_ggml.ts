@@ -27,7 +27,10 @@
 //   moe_dispatch_sort (offsets [nExperts + 2], order [pairs]) at the
 //   bindings 3 and 4 where the crate's reads its map0 kernel's per-expert
 //   counts and token lists, so any topK works (the crate's map0 exists for
-//   topK 1 and 8), and Q5_K has a matrix form too. The crate's routing of its
+//   topK 1 and 8), and Q5_K has a matrix form too. On CUDA, where the
+//   pairs average few an expert (ggmlIdMmFew: a short prompt), it runs as
+//   kernel_mul_mm_id_<t>_f32_few (not in the crate; the same bindings): up
+//   to 8 of an expert's pairs a block on the vector engine. The crate's routing of its
 //   public function (the matrix form past 32 tokens) is the caller's choice
 //   here: the two forms are two ops, as quantized_matmul_id's.
 // - An id at or past nExperts cannot be refused without reading the ids on
