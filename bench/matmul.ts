@@ -540,6 +540,9 @@ function moeGgmlCases(): Case[] {
       moeGgml('Qwen3.6 35B-A3B prefill 1024 gate', 'Q4_K', form, 1024, 8, 256, 512, 2048),
       moeGgml('Qwen3.6 35B-A3B prefill 1024 down', 'Q4_K', form, 1024, 8, 256, 2048, 512, true),
     ]),
+    // A long prompt's (128 pairs an expert): the 64-row tiles.
+    moeGgml('Qwen3.6 35B-A3B prefill 4096 gate', 'Q4_K', 'matrix', 4096, 8, 256, 512, 2048),
+    moeGgml('Qwen3.6 35B-A3B prefill 4096 down', 'Q4_K', 'matrix', 4096, 8, 256, 2048, 512, true),
   ];
 }
 // ---- end of moe, GGUF blocks ----
