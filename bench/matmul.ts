@@ -365,6 +365,9 @@ function moeCases(): Case[] {
     out.push(moe('Qwen3.6 35B-A3B prefill 512 down', w, 'matrix', false, 512, 8, 256, 2048, 512, true));
   }
   out.push(moe('Qwen3.6 35B-A3B prefill 4096 gate_up', 'q4', 'matrix', true, 4096, 8, 256, 512, 2048));
+  // bf16 experts at 4096 tokens (128 pairs an expert): what a long prompt's GGUF experts would run dequantized.
+  out.push(moe('Qwen3.6 35B-A3B prefill 4096 gate_up', 'bf16', 'matrix', true, 4096, 8, 256, 512, 2048));
+  out.push(moe('Qwen3.6 35B-A3B prefill 4096 down', 'bf16', 'matrix', false, 4096, 8, 256, 2048, 512, true));
   // Gemma 4 26B-A4B: 128 experts, top-8, hidden 2816, moe_intermediate 704, GELU gate (the same kernels).
   out.push(moe('Gemma 4 26B-A4B decode gate_up', 'q4', 'vector', true, 1, 8, 128, 704, 2816));
   out.push(moe('Gemma 4 26B-A4B prefill 512 gate_up', 'q4', 'matrix', true, 512, 8, 128, 704, 2816));
