@@ -279,7 +279,7 @@ template [[host_name("kernel_mul_mm_id_q5_K_f32")]] kernel ggml_mul_mm_id_q5_K_t
 template [[host_name("kernel_mul_mm_id_q6_K_f32")]] kernel ggml_mul_mm_id_q6_K_t ggml_mul_mm_id<GGML_Q6_K>;
 
 // kernel_mul_mm_id_<t>_f32_few (not in the crate): the matrix form the op
-// plans on CUDA where the pairs average few an expert (ggmlIdMmCudaLaunch);
+// plans on CUDA where the pairs average few an expert (ggmlIdMmFew);
 // there the vector engine takes up to 8 of an expert's pairs a block. The op
 // plans it on CUDA only, so here it is the matrix form itself (the same
 // bindings, threadgroup memory and grid); the emulator runs this twin

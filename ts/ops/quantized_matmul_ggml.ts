@@ -157,7 +157,8 @@ export function packGgmlEmbeddingParams(p: { scale: number; hiddenSize: number; 
 
 /** Weight rows a block of the CUDA vector engine takes (128 threads: 4 warps splitting k). */
 export const GGML_MV_CUDA_ROWS = 16;
-const GGML_MV_CUDA_WARPS = 4;
+/** Warps of a block of the CUDA vector engine (common.cuh GMV_WARPS). */
+export const GGML_MV_CUDA_WARPS = 4;
 /** Windows in a warp's shared stages: one computed, two being copied. */
 const GGML_MV_CUDA_STAGES = 3;
 /** Values of k a warp of the vector engine copies into shared memory and computes at a time. */

@@ -30,9 +30,9 @@
 //   topK 1 and 8), and Q5_K has a matrix form too. On CUDA, where the
 //   pairs average few an expert (ggmlIdMmFew: a short prompt), it runs as
 //   kernel_mul_mm_id_<t>_f32_few (not in the crate; the same bindings): up
-//   to 8 of an expert's pairs a block on the vector engine. The crate's routing of its
-//   public function (the matrix form past 32 tokens) is the caller's choice
-//   here: the two forms are two ops, as quantized_matmul_id's.
+//   to 8 of an expert's pairs a block on the vector engine. The crate's
+//   routing of its public function (the matrix form past 32 tokens) is the
+//   caller's choice here: the two forms are two ops, as quantized_matmul_id's.
 // - An id at or past nExperts cannot be refused without reading the ids on
 //   the host: its output row is zeros and no weight is read for it (the
 //   crate's kernel reads past the experts). The vector params carry the
@@ -57,7 +57,7 @@ import {
 import { checkPairs, GATE_ACTIVATIONS, moeTileSlots, type GateActivation } from '../expert-products.ts';
 import {
   checkGgmlType, GGML_KERNEL_TYPE, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlMmCudaTile, ggmlMvCudaShared, ggmlMvCudaSharedBytes,
-  ggmlMvMetalLaunch, ggmlRowBytesOf, GGML_MV_CUDA_ROWS, type GgmlQuantType, ggmlDequantizeRef,
+  ggmlMvMetalLaunch, ggmlRowBytesOf, GGML_MV_CUDA_ROWS, GGML_MV_CUDA_WARPS, type GgmlQuantType, ggmlDequantizeRef,
 } from './quantized_matmul_ggml.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 import { denseGateUpIdRef, denseMatmulIdRef, type IdRef } from './dense_matmul_id.ts';
@@ -179,7 +179,7 @@ export function ggmlIdMmCudaLaunch(pairs: number, n: number, nExperts: number): 
  */
 export function ggmlIdMmFewCudaLaunch(type: GgmlQuantType, pairs: number, n: number, nExperts: number): Launch {
   return {
-    grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_FEW) * ceilDiv(n, 4 * GGML_MV_CUDA_ROWS), 1, 1], threads: [128, 1, 1],
+    grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_FEW) * ceilDiv(n, GGML_MV_CUDA_WARPS * GGML_MV_CUDA_ROWS), 1, 1], threads: [128, 1, 1],
     threadgroupMemory: { 0: ggmlMvCudaSharedBytes(type) },
   };
 }
