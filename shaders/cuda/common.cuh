@@ -2002,7 +2002,8 @@ __device__ __forceinline__ const unsigned char* k4_fetch(const unsigned char* ro
 // of them is byte i % 4 of word 1 + i / 4), times d and dmin.
 __device__ __forceinline__ void k4_finish(GgmlRaw& r) {
     const u32 j = r.sub;
-    auto byte = [&](u32 i) { return (r.hd[1 + i / 4] >> (8 * (i % 4))) & 0xFFu; };
+    // The word picked by selects, not an index (which a caller's code may keep in local memory).
+    auto byte = [&](u32 i) { return ((i < 4u ? r.hd[1] : i < 8u ? r.hd[2] : r.hd[3]) >> (8 * (i % 4))) & 0xFFu; };
     float sc, m;
     if (j < 4) {
         sc = float(byte(j) & 63u);
