@@ -954,6 +954,69 @@ __device__ __forceinline__ void reg_fence(u32 (&a)[N][4]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+r"(a[i][0]), "+r"(a[i][1]), "+r"(a[i][2]), "+r"(a[i][3]) :: "memory");
 }
+
+// The k loop of a 128 x BN tile on wgmma (dense's wg_tile, the GGUF tiles'
+// gwg_tile): 256 threads, warpgroup g takes tile rows 64 g .. 64 g + 63 with
+// m64nBNk16 (acc: the thread's BN / 2 accumulators). smem (1024-byte
+// aligned) holds STAGES stages of 128 + BN rows of 128 swizzled bytes (x's
+// rows, then the weight's), 64 values of k a stage. issue(stage, kt) starts
+// k tile kt's copies into `stage` (cp.async, committed here) or its loads
+// into registers; park(stage) stores what issue held in registers. Copies
+// run AHEAD = STAGES - 2 tiles ahead. A step: wait for this thread's copies
+// of tile kt, make them visible to the async proxy, barrier (every copy of
+// tile kt landed; both warpgroups are past tile kt - 2's wgmma), start tile
+// kt + AHEAD into the stage tile kt - 2 held and issue tile kt's four k16
+// wgmma (in that order where every copy is a cp.async, COPIES_FIRST, the
+// other way round with a register path), wait for tile kt - 1's: one group
+// always runs while the next is issued. Then park tile kt + AHEAD.
+template <typename TW, u32 BN, u32 STAGES, bool COPIES_FIRST, typename Issue, typename Park>
+__device__ __forceinline__ void wg_pipeline(float (&acc)[BN / 2], unsigned char* smem, u32 KT, Issue&& issue, Park&& park) {
+    constexpr u32 AHEAD = STAGES - 2;
+    constexpr u32 STAGE = (128u + BN) * 128u;  // bytes of a stage
+    static_assert(STAGES >= 3, "a stage computed, one still read by the wgmma before it, one filled");
+    // Stage 0's descriptors: this warpgroup's 64 rows of x, and the weight's BN rows.
+    const u64 da = wgmma_desc_sw128(smem + (threadIdx.x >> 7) * 64u * 128u);
+    const u64 db = wgmma_desc_sw128(smem + 128u * 128u);
+    for (u32 s = 0; s < AHEAD; ++s) {
+        if (s < KT) {
+            issue(s, s);
+            park(s);
+        }
+        cp_async_commit();
+    }
+    for (u32 kt = 0; kt < KT; ++kt) {
+        cp_async_wait<AHEAD - 1>();
+        fence_proxy_async_smem();
+        __syncthreads();
+        const u32 next = kt + AHEAD;
+        auto start_next = [&] {
+            if (next < KT) issue(next % STAGES, next);
+            cp_async_commit();
+        };
+        // Both operands by cp.async: the copies go out before the wgmma.
+        // With a register path they go after it, so that the loads into
+        // registers wait behind the tensor work instead of ahead of it
+        // (measured: hf2q_dense_mm_bf16_f32_tensor 4096^3 -9 %, while the
+        // cp.async path lost up to 9 % at 512 tokens in that order:
+        // bench/notes/dense-widths-2026-11-27.md).
+        if constexpr (COPIES_FIRST) start_next();
+        const u64 at = u64((kt % STAGES) * STAGE) >> 4;
+        acc_fence(acc);
+        wgmma_fence();
+#pragma unroll
+        for (u32 j = 0; j < 4; ++j) wgmma_ss<TW>(acc, da + at + 2 * j, db + at + 2 * j);
+        wgmma_commit();
+        if constexpr (!COPIES_FIRST) start_next();
+        wgmma_wait<1>();
+        acc_fence(acc);
+        // Tile kt + AHEAD's stage held tile kt - 2, whose wgmma every thread
+        // waited for before this step's barrier.
+        if (next < KT) park(next % STAGES);
+    }
+    wgmma_wait<0>();
+    acc_fence(acc);
+    cp_async_wait<0>();
+}
 #endif  // MLXN_WGMMA
 // ---- the linear-attention gates (compute_g_beta, gated_delta_net's fused decode step) ----
 

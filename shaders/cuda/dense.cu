@@ -401,14 +401,8 @@ template <u32 BN> constexpr u32 WG_SMEM = WG_STAGES<BN> * (WG_BM + BN) * 128u + 
 // 16-byte chunk t % 8 of rows t / 8 + 32 j of each stage (8 threads a
 // 128-byte row), by cp.async where X_ASYNC / W_ASYNC (TX the weight's type,
 // 16-byte aligned rows, K a multiple of 8), otherwise through registers
-// (converted to TW, any alignment), zeros past M, N and K. Copies run
-// AHEAD = STAGES - 2 tiles ahead. A step: wait for this thread's copies of
-// tile kt, make them visible to the async proxy, barrier (every copy of tile
-// kt landed; both warpgroups are past tile kt - 2's wgmma), start tile
-// kt + AHEAD into the stage tile kt - 2 held and issue tile kt's four k16
-// wgmma (in that order where both operands go by cp.async, the other way
-// round with a register path), wait for tile kt - 1's: one group always
-// runs while the next is issued.
+// (converted to TW, any alignment), zeros past M, N and K; the k loop is
+// common.cuh's wg_pipeline.
 // One operand's part of a stage at k: this thread's R rows first, first + 32,
 // ... of `rows` (rows `stride` elements apart), 16 bytes each at k, into the
 // swizzled stage at dst (rows 4096 bytes apart) by cp.async where ASYNC,
@@ -428,7 +422,7 @@ __device__ __forceinline__ void wg_issue_rows(unsigned char* dst, uint4* regs, c
 
 template <typename TX, typename TW, typename TY, u32 BN, bool X_ASYNC, bool W_ASYNC>
 __device__ __forceinline__ void wg_tile(const Operands<TX, TW, TY>& o, u32 M, u32 N, u32 K, u32 m0, u32 n0) {
-    constexpr u32 STAGES = WG_STAGES<BN>, AHEAD = STAGES - 2;
+    constexpr u32 STAGES = WG_STAGES<BN>;
     constexpr u32 STAGE = (WG_BM + BN) * 128u;   // bytes of a stage
     constexpr u32 XR = WG_BM / 32, WR = BN / 32;  // rows a thread copies a stage, 32 apart
     constexpr u32 R = BN / 2;                     // accumulators a thread
@@ -468,50 +462,7 @@ __device__ __forceinline__ void wg_tile(const Operands<TX, TW, TY>& o, u32 M, u3
     float acc[R];
 #pragma unroll
     for (u32 i = 0; i < R; ++i) acc[i] = 0.0f;
-    // Stage 0's descriptors: this warpgroup's 64 rows of x, and the weight's BN rows.
-    const u64 da = wgmma_desc_sw128(smem + (tid >> 7) * 64u * 128u);
-    const u64 db = wgmma_desc_sw128(smem + WG_BM * 128u);
-
-    for (u32 s = 0; s < AHEAD; ++s) {
-        if (s < KT) {
-            issue(s, s);
-            park(s);
-        }
-        cp_async_commit();
-    }
-    for (u32 kt = 0; kt < KT; ++kt) {
-        cp_async_wait<AHEAD - 1>();
-        fence_proxy_async_smem();
-        __syncthreads();
-        const u32 next = kt + AHEAD;
-        auto start_next = [&] {
-            if (next < KT) issue(next % STAGES, next);
-            cp_async_commit();
-        };
-        // Both operands by cp.async: the copies go out before the wgmma.
-        // With a register path they go after it, so that the loads into
-        // registers wait behind the tensor work instead of ahead of it
-        // (measured: hf2q_dense_mm_bf16_f32_tensor 4096^3 -9 %, while the
-        // cp.async path lost up to 9 % at 512 tokens in that order:
-        // bench/notes/dense-widths-2026-11-27.md).
-        constexpr bool COPIES_FIRST = X_ASYNC && W_ASYNC;
-        if constexpr (COPIES_FIRST) start_next();
-        const u64 at = u64((kt % STAGES) * STAGE) >> 4;
-        acc_fence(acc);
-        wgmma_fence();
-#pragma unroll
-        for (u32 j = 0; j < WG_BK / 16; ++j) wgmma_ss<TW>(acc, da + at + 2 * j, db + at + 2 * j);
-        wgmma_commit();
-        if constexpr (!COPIES_FIRST) start_next();
-        wgmma_wait<1>();
-        acc_fence(acc);
-        // Tile kt + AHEAD's stage held tile kt - 2, whose wgmma every thread
-        // waited for before this step's barrier.
-        if (next < KT) park(next % STAGES);
-    }
-    wgmma_wait<0>();
-    acc_fence(acc);
-    cp_async_wait<0>();
+    wg_pipeline<TW, BN, STAGES, X_ASYNC && W_ASYNC>(acc, smem, KT, issue, park);
 
     const u32 lane = tid & 31u, g = lane >> 2, t = lane & 3u;
     const u32 row0 = m0 + (tid >> 7) * 64u + ((tid >> 5) & 3u) * 16u + g;
