@@ -36,7 +36,7 @@ import {
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId } from '../ts/ops/quantized_matmul_id.ts';
 import { denseGateUpMmId, denseGateUpMvId, denseMmId, denseMvId } from '../ts/ops/dense_matmul_id.ts';
 import {
-  ggmlIdMmFewCudaLaunch, planQuantizedMatmulIdGgmlMm, quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdSwigluQ4_0,
+  ggmlIdMmFewCudaLaunch, ggmlIdMmWgCudaLaunch, planQuantizedMatmulIdGgmlMm, quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdSwigluQ4_0,
 } from '../ts/ops/quantized_matmul_id_ggml.ts';
 import { siluMul } from '../ts/ops/silu_mul.ts';
 import { record, type OpPlan } from '../ts/plan.ts';
@@ -396,9 +396,10 @@ function moeCases(): Case[] {
  * tiles ('matrix 64': planned as for a device without CUDA's engines,
  * launched as CUDA's), or always the few-pairs form ('matrix few': that
  * plan's dispatch given the few-pairs entry and launch, to place the
- * threshold).
+ * threshold), or always the many-pairs form ('matrix wg': the same with the
+ * wgmma entry and launch; compute capability 9.0 only).
  */
-function moeGgml(label: string, type: GgmlQuantType, form: 'vector' | 'matrix' | 'matrix 64' | 'matrix few', tokens: number, topK: number,
+function moeGgml(label: string, type: GgmlQuantType, form: 'vector' | 'matrix' | 'matrix 64' | 'matrix few' | 'matrix wg', tokens: number, topK: number,
   numExperts: number, n: number, k: number, down = false): Case {
   const pairIds = routing(tokens, numExperts, topK, 0x5eed + tokens * 31 + numExperts);
   const nTokens = down ? tokens * topK : tokens;
@@ -416,9 +417,10 @@ function moeGgml(label: string, type: GgmlQuantType, form: 'vector' | 'matrix' |
   const limits = form === 'matrix' ? dev.limits : { ...dev.limits, computeCapability: 0 };
   const plan = (): OpPlan => {
     const p = planQuantizedMatmulIdGgmlMm({ input: x, weight, output: y, ...sizes, ...routed! }, limits, dev);
-    if (form !== 'matrix few') return p;
     const d = p.dispatches[0]!;
-    return { ...p, dispatches: [{ ...d, kernel: `${d.kernel}_few`, cuda: ggmlIdMmFewCudaLaunch(type, nTokens * U, n, numExperts) }] };
+    if (form === 'matrix few') return { ...p, dispatches: [{ ...d, kernel: `${d.kernel}_few`, cuda: ggmlIdMmFewCudaLaunch(type, nTokens * U, n, numExperts) }] };
+    if (form === 'matrix wg') return { ...p, dispatches: [{ ...d, kernel: `${d.kernel}_wg`, cuda: ggmlIdMmWgCudaLaunch(type, nTokens * U, n, numExperts) }] };
+    return p;
   };
   return {
     name: `${label} ${type} ${form} pairs=${nTokens * U} E=${numExperts} distinct=${distinct} n=${n} k=${k}`,
@@ -543,7 +545,18 @@ function moeGgmlCases(): Case[] {
       moeGgml('Qwen3.6 35B-A3B prefill 1024 gate', 'Q4_K', form, 1024, 8, 256, 512, 2048),
       moeGgml('Qwen3.6 35B-A3B prefill 1024 down', 'Q4_K', form, 1024, 8, 256, 2048, 512, true),
     ]),
-    // A long prompt's (128 pairs an expert): the 64-row tiles.
+    // Where the many-pairs form (wgmma, 128 pairs a tile) starts paying, and long prompts: 8 to 128 pairs an expert
+    // (256 to 4096 tokens over Qwen3.6's 256 experts; Gemma 4's 128 at 4096 tokens, 256 an expert), forced, beside
+    // the 64-row tiles.
+    ...(['matrix wg', 'matrix 64'] as const).flatMap((form) => [
+      ...[256, 512, 1024, 2048, 4096].flatMap((t) => [
+        moeGgml(`Qwen3.6 35B-A3B prefill ${t} gate`, 'Q4_K', form, t, 8, 256, 512, 2048),
+        moeGgml(`Qwen3.6 35B-A3B prefill ${t} down`, 'Q4_K', form, t, 8, 256, 2048, 512, true),
+      ]),
+      moeGgml('Gemma 4 26B-A4B prefill 4096 gate', 'Q4_K', form, 4096, 8, 128, 704, 2816),
+      moeGgml('Gemma 4 26B-A4B prefill 4096 down', 'Q8_0', form, 4096, 8, 128, 2816, 704, true),
+    ]),
+    // A long prompt's as the op plans it.
     moeGgml('Qwen3.6 35B-A3B prefill 4096 gate', 'Q4_K', 'matrix', 4096, 8, 256, 512, 2048),
     moeGgml('Qwen3.6 35B-A3B prefill 4096 down', 'Q4_K', 'matrix', 4096, 8, 256, 2048, 512, true),
   ];

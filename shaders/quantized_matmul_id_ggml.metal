@@ -23,8 +23,9 @@
 //     its map0 kernel's per-expert counts and token lists, these are
 //     moe_dispatch_sort's offsets and order, walked in tile slots by the
 //     prelude's moe_tile; q5_K is added (the crate has no Q5_K matrix form).
-//   kernel_mul_mm_id_<t>_f32_few (not in the crate): the matrix form's
-//     bindings and, here, its code; CUDA's for experts of few pairs.
+//   kernel_mul_mm_id_<t>_f32_few and kernel_mul_mm_id_<t>_f32_wg (not in
+//     the crate): the matrix form's bindings and, here, its code; CUDA's for
+//     experts of few pairs and, on Hopper, of many.
 // An id at or past the experts (mv.ne02 of the vector form, ne02 of the matrix
 // form) gives a row of zeros and reads no weight.
 
@@ -289,3 +290,14 @@ template [[host_name("kernel_mul_mm_id_q8_0_f32_few")]] kernel ggml_mul_mm_id_q8
 template [[host_name("kernel_mul_mm_id_q4_K_f32_few")]] kernel ggml_mul_mm_id_q4_K_t ggml_mul_mm_id<GGML_Q4_K>;
 template [[host_name("kernel_mul_mm_id_q5_K_f32_few")]] kernel ggml_mul_mm_id_q5_K_t ggml_mul_mm_id<GGML_Q5_K>;
 template [[host_name("kernel_mul_mm_id_q6_K_f32_few")]] kernel ggml_mul_mm_id_q6_K_t ggml_mul_mm_id<GGML_Q6_K>;
+
+// kernel_mul_mm_id_<t>_f32_wg (not in the crate): the matrix form the op
+// plans on CUDA's compute capability 9.0 where the pairs average many an
+// expert (ggmlIdMmWg); there 128 of an expert's pairs a block on Hopper's
+// warpgroup MMA. Here, as _few, the matrix form itself, which the emulator
+// runs against the reference.
+template [[host_name("kernel_mul_mm_id_q4_0_f32_wg")]] kernel ggml_mul_mm_id_q4_0_t ggml_mul_mm_id<GGML_Q4_0>;
+template [[host_name("kernel_mul_mm_id_q8_0_f32_wg")]] kernel ggml_mul_mm_id_q8_0_t ggml_mul_mm_id<GGML_Q8_0>;
+template [[host_name("kernel_mul_mm_id_q4_K_f32_wg")]] kernel ggml_mul_mm_id_q4_K_t ggml_mul_mm_id<GGML_Q4_K>;
+template [[host_name("kernel_mul_mm_id_q5_K_f32_wg")]] kernel ggml_mul_mm_id_q5_K_t ggml_mul_mm_id<GGML_Q5_K>;
+template [[host_name("kernel_mul_mm_id_q6_K_f32_wg")]] kernel ggml_mul_mm_id_q6_K_t ggml_mul_mm_id<GGML_Q6_K>;

@@ -27,7 +27,7 @@ import {
 } from '../ts/ops/quantized_matmul_ggml.ts';
 import {
   GGML_MATMUL_ID_MM_PARAMS_LAYOUT, GGML_MATVEC_ID_GATE_UP_PARAMS_LAYOUT, GGML_MATVEC_ID_PARAMS_LAYOUT, ggmlGateUpIdRef, ggmlIdMmCudaLaunch,
-  ggmlIdMmFew, ggmlIdMmFewCudaLaunch, ggmlIdMvCudaLaunch, packGgmlMatmulIdMmParams, packGgmlMatvecIdGateUpParams, packGgmlMatvecIdParams, planQuantizedMatmulIdGgml,
+  ggmlIdMmFew, ggmlIdMmFewCudaLaunch, ggmlIdMmWg, ggmlIdMmWgCudaLaunch, ggmlIdMmWgSharedBytes, ggmlIdMvCudaLaunch, packGgmlMatmulIdMmParams, packGgmlMatvecIdGateUpParams, packGgmlMatvecIdParams, planQuantizedMatmulIdGgml,
   planQuantizedMatmulIdGgmlGateUp, planQuantizedMatmulIdGgmlMm, planQuantizedMatmulIdSwigluQ4_0, QUANTIZED_MATMUL_ID_GGML_KERNELS,
   quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm, quantizedMatmulIdSwigluQ4_0, ggmlMatmulIdRef, ggmlSwigluIdRef,
 } from '../ts/ops/quantized_matmul_id_ggml.ts';
@@ -116,6 +116,21 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     expect(ggmlIdMmFew('Q4_K', 512, 512, 2048, 256, { computeCapability: 0 })).toBe(false);
     // Nor where its grid would pass CUDA's.
     expect(ggmlIdMmFew('Q4_K', 64, 2 ** 33, 256, 8, cuda)).toBe(false);
+    // The many-pairs form at 4096 tokens x top-8 of 256: 32768 / 128 + 257 slots x 4 column tiles of 128, 256
+    // threads, 3 stages of 256 swizzled rows of 128 bytes (and 1024 to align them), for Q4_K and Q5_K two steps of
+    // 128 rows' units (3 and 5 of 16 bytes); two blocks of Q4_K's (each with 2 KiB of static and driver memory)
+    // within an H100's 228 KiB.
+    expect(ggmlIdMmWgCudaLaunch('Q4_K', 32768, 512, 256)).toEqual({ grid: [513 * 4, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: 111616 } });
+    expect(GGML_QUANT_TYPES.map((t) => ggmlIdMmWgSharedBytes(t))).toEqual([99328, 99328, 111616, 119808, 99328]);
+    expect(2 * (ggmlIdMmWgSharedBytes('Q4_K') + 2048)).toBeLessThanOrEqual(228 * 1024);
+    for (const t of GGML_QUANT_TYPES) expect(ggmlIdMmWgSharedBytes(t)).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);
+    // Taken on compute capability 9.0 from 8 pairs an expert on average (256 tokens x top-8 of 256), before the
+    // few-pairs form, with room for its stages; not below, not elsewhere, not where its grid would pass CUDA's.
+    const hopper = { computeCapability: 90, maxThreadgroupMemory: TARGET_LIMITS.cuda.maxThreadgroupMemory };
+    expect([2047, 2048, 32768].map((p) => ggmlIdMmWg('Q4_K', p, 512, 256, hopper))).toEqual([false, true, true]);
+    expect(ggmlIdMmWg('Q4_K', 32768, 512, 256, { ...hopper, computeCapability: 89 })).toBe(false);
+    expect(ggmlIdMmWg('Q4_K', 32768, 512, 256, { ...hopper, maxThreadgroupMemory: 111615 })).toBe(false);
+    expect(ggmlIdMmWg('Q4_K', 2 ** 26, 2 ** 20, 1, hopper)).toBe(false);
     for (const t of GGML_QUANT_TYPES) expect(ggmlMvCudaSharedBytes(t)).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);
   });
 });
@@ -287,7 +302,7 @@ interface Shape {
 }
 
 /** The vector form, the matrix form, the fused gate/up vector form with its activation, or the swiglu down projection (Q4_0). */
-type Form = 'vector' | 'matrix' | 'swiglu' | { gateUp: GateActivation } | { matrix: 'few' | 'tiles' };
+type Form = 'vector' | 'matrix' | 'swiglu' | { gateUp: GateActivation } | { matrix: 'few' | 'wg' | 'tiles' };
 
 /**
  * One product on the device against the reference: every expert's weight
@@ -303,8 +318,10 @@ type Form = 'vector' | 'matrix' | 'swiglu' | { gateUp: GateActivation } | { matr
  * swiglu form takes gate and up rows of each pair (gate in [-3, 3]) where
  * the others take x, up a view after the weight's. { matrix }: the matrix
  * form planned for a CUDA device ('few': kernel_mul_mm_id_<t>_f32_few where
- * ggmlIdMmFew takes it, whose Metal twin the emulator runs; 'tiles': the
- * 64-row tiles of kernel_mul_mm_id_<t>_f32), whatever the device.
+ * ggmlIdMmFew takes it, 'wg': kernel_mul_mm_id_<t>_f32_wg on compute
+ * capability 9.0 where ggmlIdMmWg takes it, whose Metal twins the emulator
+ * runs; 'tiles': the 64-row tiles of kernel_mul_mm_id_<t>_f32), whatever
+ * the device.
  * Returns the error (Infinity where anything outside the output view was written).
  */
 function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form: Form, seed: number, tol = 0): number {
@@ -359,10 +376,12 @@ function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form
     held.push(offsets, order);
     const args = { input: xv, weight: wv, offsets, order, output, ...sizes };
     const plan = typeof form === 'object' && 'matrix' in form ? form.matrix : null;
-    const limits = plan ? { ...dev.limits, computeCapability: plan === 'few' ? 90 : 0 } : dev.limits;
+    const limits = plan === null ? dev.limits : plan === 'tiles' ? { ...dev.limits, computeCapability: 0 }
+      : { ...dev.limits, computeCapability: 90, maxThreadgroupMemory: Math.max(dev.limits.maxThreadgroupMemory, ggmlIdMmWgSharedBytes(type)) };
     if (plan) {
-      const few = plan === 'few' && ggmlIdMmFew(type, pairs, s.n, k, s.nExperts, limits);
-      expect(planQuantizedMatmulIdGgmlMm(args, limits, dev).dispatches[0]!.kernel.endsWith('_few')).toBe(few);
+      // Each plan's shapes are ones it takes: the few-pairs form's average under 8 an expert, the many-pairs form's 8 or more.
+      const kernel = planQuantizedMatmulIdGgmlMm(args, limits, dev).dispatches[0]!.kernel;
+      expect(kernel.slice(kernel.lastIndexOf('_f32') + 4)).toBe(plan === 'tiles' ? '' : `_${plan}`);
     }
     run(dev, (e) => {
       moeDispatchSort(e, { ids: idBuf, offsets, order, nPairs: pairs, numExperts: s.nExperts });
@@ -439,6 +458,32 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
       let seed = 301;
       for (const plan of ['few', 'tiles'] as const) {
         for (const [s, used, bad] of FEW) {
+          const k = ggmlBlockOf(type).qk * s.blocks;
+          const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);
+          const e = product(dev, type, s, ids, { matrix: plan }, seed++ * 7919 + k);
+          if (!(e <= tolOf('matrix', k))) over.push(`${plan} ${JSON.stringify(s)}: ${e}`);
+        }
+      }
+      expect(over).toEqual([]);
+    }, 120_000);
+  }
+
+  // The matrix form as the many-pairs form (cuda: wgmma tiles of 128 pairs on compute capability 9.0; the emulator: its
+  // Metal twin) and as 64-row tiles: 200 pairs over 4 of 5 experts (about 40 an expert, one without pairs, ids past
+  // them, n past a tile's 128 rows, experts further apart than their bytes); one expert of 160 pairs (two slots, the
+  // second short); n 1 with k of 3 blocks (Q4_0 and Q8_0: a last k step of one 32-value chunk).
+  const WG: readonly [Shape, number, boolean][] = [
+    [{ nTokens: 100, topK: 2, n: 130, blocks: 1, nExperts: 5, pad: 18 }, 4, true],
+    [{ nTokens: 160, topK: 1, n: 20, blocks: 2, nExperts: 1 }, 1, false],
+    [{ nTokens: 40, topK: 1, n: 1, blocks: 3, nExperts: 1 }, 1, false],
+  ];
+  for (const type of GGML_QUANT_TYPES) {
+    test(`${type}: the matrix form as the many-pairs form and as 64-row tiles, a long prompt's spread, a NaN-poisoned output`, () => {
+      const dev = device();
+      const over: string[] = [];
+      let seed = 501;
+      for (const plan of ['wg', 'tiles'] as const) {
+        for (const [s, used, bad] of WG) {
           const k = ggmlBlockOf(type).qk * s.blocks;
           const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);
           const e = product(dev, type, s, ids, { matrix: plan }, seed++ * 7919 + k);

@@ -2618,6 +2618,238 @@ __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned
     mma_store<float, false>(acc, y, y_row, N, n0, wm0, wn0, lane, y_of);
 }
 
+// A 128 x 128 tile of y = x W^T at weight rows (output columns) n0 .. on
+// Hopper's warpgroup MMA, the per-expert GGUF form of many pairs an expert
+// (kernel_mul_mm_id_<t>_f32_wg): tile row r reads x row x_of(r, row) (rows
+// x_row floats apart; zeros where it returns false) and is stored to y row
+// y_of(r, row) (rows y_row floats apart); weight rows rb bytes apart, K a
+// multiple of 32. 256 threads, two warpgroups of 64 tile rows on m64n128k16
+// (f16, f32 sums) from 3 stages of 128 + 128 rows of 128 swizzled bytes (64
+// values of k; dynamic shared memory: GWG_SMEM<F>). A step's x: thread t
+// loads 8 values (f32, rounded to f16 as the matrix engine rounds them) at
+// k + 8 (t % 8) of tile rows t / 8 + 32 j into registers after the wgmma of
+// the step before, stored once the wgmma before that is done. A step's
+// weight: thread t
+// decodes chunk 2 kt + t % 2 (32 values) of row n0 + t / 2 into the
+// swizzled rows at the same point, from
+// - Q4_K and Q5_K with 16-byte aligned rows: the chunk's 16-byte units of
+//   its super-block (the header, Q5_K's high bits, the quant bytes of its
+//   sub-block pair: GWG_UNITS) copied into shared memory by the whole block
+//   by cp.async GWG_FAR steps ahead, many rows' units a warp's copy (a
+//   thread's own row's scalar loads were the L1's bottleneck);
+// - otherwise raw_fetch's words, loaded with x.
+// Every tile row's weight rows are read and decoded once for its 128
+// pairs, where the mma.sync tiles (gmm_tile) take 64. Built without sm_90a
+// (the op plans the form on compute capability 9.0 only) each thread sums
+// its outputs one at a time from the same decoded values.
+constexpr u32 GWG_STAGES = 3;  // one stage computed, one read by the wgmma before it, one stored
+constexpr u32 GWG_FAR = 2;     // steps the cp.async copies of the weight's units run ahead
+template <int F> constexpr u32 GWG_UNITS = F == GGML_Q5_K ? 5u : F == GGML_Q4_K ? 3u : 0u;  // 16-byte units a row a step
+// The op's ggmlIdMmWgSharedBytes: the stages, GWG_FAR steps of units, 1024 bytes to align the stages.
+template <int F> constexpr u32 GWG_SMEM = GWG_STAGES * (128u + 128u) * 128u + GWG_FAR * 128u * GWG_UNITS<F> * 16u + 1024u;
+template <int F, typename XOf, typename YOf>
+__device__ __forceinline__ void gwg_tile(unsigned char* smem_raw, const unsigned char* w, const float* x, float* y, u32 N, u32 K, u64 rb,
+                                         u64 x_row, u64 y_row, u32 n0, XOf&& x_of, YOf&& y_of) {
+    const u32 tid = threadIdx.x;
+    const u32 wr = tid >> 1, wh = tid & 1u;  // this thread's weight row of the tile and its chunk of a step
+    const bool wlive = n0 + wr < N;
+    const unsigned char* wrow = w + u64(wlive ? n0 + wr : 0u) * rb;
+#ifdef MLXN_WGMMA
+    constexpr u32 STAGE = (128u + 128u) * 128u;
+    unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    const u32 c = tid & 7u, r0 = tid >> 3;
+    // Rows r0 + 32 j share r0's swizzle: their chunks sit 4096 j bytes apart.
+    const u32 sw = sw128_offset(r0, c);
+    const bool xvec = aligned16(x) && x_row % 4u == 0;
+    const u32 KT = (K + 63u) / 64u;
+
+    uint4 xr[4];
+    auto issue_x = [&](u32 kt) {
+        const u32 k = kt * 64u + 8u * c;
+#pragma unroll
+        for (u32 j = 0; j < 4; ++j) {
+            u32 row;
+            if (k < K && x_of(r0 + 32u * j, row)) {
+                const float* p = x + u64(row) * x_row + k;
+                float v[8];
+                if (xvec) {
+                    const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+                    const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+                    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+                    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) v[e] = p[e];
+                }
+                xr[j] = make_uint4(pack2<ggml_t>(v[0], v[1]), pack2<ggml_t>(v[2], v[3]), pack2<ggml_t>(v[4], v[5]),
+                                   pack2<ggml_t>(v[6], v[7]));
+            } else {
+                xr[j] = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+    };
+    // Stores x's registers and the decoded chunk r (zeros where !live) into stage `stage`.
+    auto park = [&](u32 stage, GgmlRaw& r, bool live) {
+        unsigned char* xs = smem + stage * STAGE;
+        unsigned char* ws = xs + 128u * 128u;
+#pragma unroll
+        for (u32 j = 0; j < 4; ++j) *reinterpret_cast<uint4*>(xs + sw + 4096u * j) = xr[j];
+#pragma unroll
+        for (u32 h = 0; h < 2; ++h) {
+            u32 p[8];
+            if (live) {
+                pairs16<F>(r, h, p);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; ++e) p[e] = 0u;
+            }
+            // Values 16 h .. 16 h + 15 of the chunk: 16-byte pieces 4 wh + 2 h and + 1 of the row.
+            *reinterpret_cast<uint4*>(ws + sw128_offset(wr, 4u * wh + 2u * h)) = make_uint4(p[0], p[1], p[2], p[3]);
+            *reinterpret_cast<uint4*>(ws + sw128_offset(wr, 4u * wh + 2u * h + 1u)) = make_uint4(p[4], p[5], p[6], p[7]);
+        }
+    };
+
+    float acc[64];
+#pragma unroll
+    for (u32 i = 0; i < 64; ++i) acc[i] = 0.0f;
+    bool units = false;
+    if constexpr (GWG_UNITS<F> != 0) units = aligned16(w) && rb % 16u == 0;
+    if (units) {
+        if constexpr (GWG_UNITS<F> != 0) {
+            constexpr u32 U = GWG_UNITS<F>, SLOT = 128u * U * 16u;
+            unsigned char* const units0 = smem + GWG_STAGES * STAGE;
+            // Step kt's units into slot kt % GWG_FAR, row-major (row i / U, unit i % U): the header, Q5_K's
+            // high bits, then the two 16-byte units of sub-block pair kt % 4's quant bytes.
+            auto fetch = [&](u32 kt) {
+                unsigned char* dst = units0 + (kt % GWG_FAR) * SLOT;
+                const u64 sb = u64(kt / 4u) * GgmlFmt<F>::BYTES;
+                const u32 q0 = (U - 2u) + 2u * (kt % 4u);  // the pair's first quant unit in the super-block
+#pragma unroll
+                for (u32 j = 0; j < (128u * U + 255u) / 256u; ++j) {
+                    const u32 i = tid + 256u * j;
+                    if (i < 128u * U) {
+                        const u32 row = i / U, u = i % U;
+                        const bool live = n0 + row < N;
+                        const u32 unit = u < U - 2u ? u : q0 + (u - (U - 2u));
+                        cp_async16(dst + 16u * i, w + (live ? u64(n0 + row) * rb + sb + 16u * unit : 0u), live);
+                    }
+                }
+            };
+            // Decodes this thread's chunk of step kt from its row's units (published by a barrier).
+            auto decode = [&](u32 kt, GgmlRaw& r) {
+                const unsigned char* ur = units0 + (kt % GWG_FAR) * SLOT + wr * U * 16u;
+                KqRegs kq;
+                kq_load<F>(ur, 0u, kq);
+                kq_raw(kq, (2u * kt + wh) % 8u, r);
+                if constexpr (F == GGML_Q5_K) kq_high(ur, r);
+            };
+            for (u32 s = 0; s < GWG_FAR; ++s) {
+                if (s < KT) fetch(s);
+                cp_async_commit();
+            }
+            issue_x(0);
+            cp_async_wait<GWG_FAR - 1>();
+            __syncthreads();
+            {
+                GgmlRaw r;
+                decode(0, r);
+                park(0, r, wlive);
+            }
+            const u64 da = wgmma_desc_sw128(smem + (tid >> 7) * 64u * 128u);
+            const u64 db = wgmma_desc_sw128(smem + 128u * 128u);
+            for (u32 kt = 0; kt < KT; ++kt) {
+                // This thread's copies of step kt + 1 landed (a group a step, GWG_FAR - 2 later ones in flight); the
+                // barrier publishes stage kt and every copy of step kt + 1, and frees the units of step kt (decoded
+                // at the step before) and stage kt - 2 (every warpgroup waited for its wgmma at the step before).
+                cp_async_wait<GWG_FAR - 2>();
+                fence_proxy_async_smem();
+                __syncthreads();
+                if (kt + GWG_FAR < KT) fetch(kt + GWG_FAR);
+                cp_async_commit();
+                const u64 at = u64((kt % GWG_STAGES) * STAGE) >> 4;
+                acc_fence(acc);
+                wgmma_fence();
+#pragma unroll
+                for (u32 j = 0; j < 4; ++j) wgmma_ss<ggml_t>(acc, da + at + 2 * j, db + at + 2 * j);
+                wgmma_commit();
+                if (kt + 1u < KT) issue_x(kt + 1u);
+                wgmma_wait<1>();
+                acc_fence(acc);
+                if (kt + 1u < KT) {
+                    GgmlRaw r;
+                    decode(kt + 1u, r);
+                    park((kt + 1u) % GWG_STAGES, r, wlive);
+                }
+            }
+            wgmma_wait<0>();
+            acc_fence(acc);
+            cp_async_wait<0>();
+        }
+    } else {
+        GgmlRaw raw;
+        bool clive = false;
+        auto issue = [&](u32, u32 kt) {
+            issue_x(kt);
+            const u32 chunk = 2u * kt + wh;
+            clive = wlive && chunk * 32u < K;
+            if (clive) raw_fetch<F>(wrow, chunk, raw);
+        };
+        auto park_raw = [&](u32 stage) {
+            if (clive) raw_finish<F>(raw);
+            park(stage, raw, clive);
+        };
+        wg_pipeline<ggml_t, 128, GWG_STAGES, false>(acc, smem, KT, issue, park_raw);
+    }
+
+    // acc[4 q + 2 h + e]: tile row 64 (warpgroup) + 16 (warp % 4) + lane / 4 + 8 h, column 8 q + 2 (lane % 4) + e.
+    const u32 lane = tid & 31u;
+    const u32 rt = (tid >> 7) * 64u + ((tid >> 5) & 3u) * 16u + (lane >> 2);
+#pragma unroll
+    for (u32 h = 0; h < 2; ++h) {
+        u32 yr;
+        if (!y_of(rt + 8u * h, yr)) continue;
+        float* yp = y + u64(yr) * y_row;
+#pragma unroll
+        for (u32 q = 0; q < 16; ++q) {
+            const u32 col = n0 + 8u * q + 2u * (lane & 3u);
+            if (col < N) yp[col] = acc[4 * q + 2 * h];
+            if (col + 1u < N) yp[col + 1u] = acc[4 * q + 2 * h + 1];
+        }
+    }
+#else
+    (void)smem_raw;
+    (void)wrow;
+    // Thread t: outputs (tile row i / 128, column n0 + i % 128) for i = t, t + 256, ...
+    for (u32 i = tid; i < 128u * 128u; i += blockDim.x) {
+        const u32 r = i / 128u, n = n0 + i % 128u;
+        u32 xrw, yr;
+        if (n >= N || !y_of(r, yr)) continue;
+        const bool xl = x_of(r, xrw);
+        const unsigned char* row = w + u64(n) * rb;
+        float s = 0.0f;
+        for (u32 ch = 0; xl && ch < K / 32u; ++ch) {
+            GgmlRaw cr;
+            raw_load<F>(row, ch, cr);
+#pragma unroll
+            for (u32 h = 0; h < 2; ++h) {
+                u32 p[8];
+                pairs16<F>(cr, h, p);
+#pragma unroll
+                for (u32 e = 0; e < 8; ++e) {
+                    const float* xp = x + u64(xrw) * x_row + 32u * ch + 16u * h + 2u * e;
+                    const u32 xq = pack2<ggml_t>(xp[0], xp[1]);
+                    const float2 wv = __half22float2(*reinterpret_cast<const __half2*>(&p[e]));
+                    const float2 xv = __half22float2(*reinterpret_cast<const __half2*>(&xq));
+                    s = fmaf(xv.x, wv.x, s);
+                    s = fmaf(xv.y, wv.y, s);
+                }
+            }
+        }
+        y[u64(yr) * y_row + n] = s;
+    }
+#endif
+}
+
 // Split k: the S blocks of a BM x BN output tile (y rows m0 .., columns n0
 // ..) have each stored their slice's partial tile at partials + s M N (rows
 // N floats apart). Each arrives at the tile's word; the block whose arrival

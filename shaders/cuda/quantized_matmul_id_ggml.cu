@@ -146,6 +146,32 @@ __device__ __forceinline__ void mm_id_few(unsigned char* smem, const GgmlMatmulI
         });
 }
 
+// The matrix form for experts of many pairs (kernel_mul_mm_id_<t>_f32_wg,
+// not in the crate): block b takes slot b / tiles (moe_tile, 128 pairs of
+// one expert) and rows (b % tiles) * 128 .. of its expert (tiles = ceil(N /
+// 128)): gwg_tile, two warpgroups of 64 pairs on wgmma, x rows gathered by
+// their tokens, outputs scattered to their rows.
+template <int F>
+__device__ __forceinline__ void mm_id_wg(unsigned char* smem, const GgmlMatmulIdMm_MmParams* p, const unsigned char* w, const float* x,
+                                         const u32* offsets, const u32* order, float* y) {
+    constexpr u32 BM = 128, BN = 128, NT = 256;
+    __shared__ u32 x_row[BM];
+    __shared__ u32 y_pair[BM];
+    const u32 K = u32(p->ne00), N = u32(p->ne0), E = u32(p->ne02), U = u32(p->ne20), P = u32(p->ne21) * U;
+    u32 group, n0, rows_m;
+    if (!moe_block_rows<float, BM, NT>(offsets, order, y, N, U, E, P, BN, x_row, y_pair, group, n0, rows_m)) return;
+    gwg_tile<F>(
+        smem, w + u64(group) * p->nb02, x, y, N, K, p->nb01, p->nb12 / 4u, u64(N), n0,
+        [&](u32 r, u32& row) {
+            row = x_row[r];
+            return y_pair[r] < P;
+        },
+        [&](u32 r, u32& row) {
+            row = y_pair[r];
+            return row < P;
+        });
+}
+
 }  // namespace
 
 // ---- kernel_mul_mv_id_<t>_f32 ----
@@ -218,3 +244,8 @@ GGML_MM_ID_ENTRY(kernel_mul_mm_id_q8_0_f32_few, GGML_Q8_0, mm_id_few, (128, 5))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_K_f32_few, GGML_Q4_K, mm_id_few, (128, 4))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q5_K_f32_few, GGML_Q5_K, mm_id_few, (128, 4))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q6_K_f32_few, GGML_Q6_K, mm_id_few, (128, 4))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_0_f32_wg, GGML_Q4_0, mm_id_wg, (256, 2))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q8_0_f32_wg, GGML_Q8_0, mm_id_wg, (256, 2))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_K_f32_wg, GGML_Q4_K, mm_id_wg, (256, 2))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q5_K_f32_wg, GGML_Q5_K, mm_id_wg, (256, 1))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q6_K_f32_wg, GGML_Q6_K, mm_id_wg, (256, 2))

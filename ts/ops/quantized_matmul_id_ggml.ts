@@ -30,7 +30,10 @@
 //   topK 1 and 8), and Q5_K has a matrix form too. On CUDA, where the
 //   pairs average few an expert (ggmlIdMmFew: a short prompt), it runs as
 //   kernel_mul_mm_id_<t>_f32_few (not in the crate; the same bindings): up
-//   to 8 of an expert's pairs a block on the vector engine. The crate's
+//   to 8 of an expert's pairs a block on the vector engine; but on compute
+//   capability 9.0 where they average 8 or more (ggmlIdMmWg: from a
+//   256-token prompt of 256 experts), as kernel_mul_mm_id_<t>_f32_wg: 128 of
+//   an expert's pairs a block on Hopper's warpgroup MMA. The crate's
 //   routing of its public function (the matrix form past 32 tokens) is the
 //   caller's choice here: the two forms are two ops, as quantized_matmul_id's.
 // - An id at or past nExperts cannot be refused without reading the ids on
@@ -73,6 +76,8 @@ export const QUANTIZED_MATMUL_ID_GGML_KERNELS = [
   'kernel_mul_mv_id_q6_K_f32_gate_up', 'kernel_mul_mv_id_q4_0_f32_swiglu',
   'kernel_mul_mm_id_q4_0_f32_few', 'kernel_mul_mm_id_q8_0_f32_few', 'kernel_mul_mm_id_q4_K_f32_few', 'kernel_mul_mm_id_q5_K_f32_few',
   'kernel_mul_mm_id_q6_K_f32_few',
+  'kernel_mul_mm_id_q4_0_f32_wg', 'kernel_mul_mm_id_q8_0_f32_wg', 'kernel_mul_mm_id_q4_K_f32_wg', 'kernel_mul_mm_id_q5_K_f32_wg',
+  'kernel_mul_mm_id_q6_K_f32_wg',
 ] as const;
 const planOf = familyPlans({
   family: QUANTIZED_MATMUL_ID_GGML_FAMILY, sources: QUANTIZED_MATMUL_ID_GGML_SOURCES, kernels: QUANTIZED_MATMUL_ID_GGML_KERNELS,
@@ -154,7 +159,8 @@ export const GGML_MM_ID_CUDA_FEW = 8;
 /**
  * Pairs an expert on average (pairs / nExperts) up to which the CUDA matrix
  * form takes the few-pairs form, by k: where the 64-row tile is mostly
- * padding. Measured on an H100 (bench/results/moe-few-h100-2026-11-27.md,
+ * padding (on compute capability 9.0 the many-pairs form comes first, from
+ * 8: ggmlIdMmWg). Measured on an H100 (bench/results/moe-few-h100-2026-11-27.md,
  * Qwen3.6-35B-A3B's experts): at 8 pairs an expert the few-pairs form took
  * 0.42x the tiles' time at k 2048 and 0.87x at k 512; at 16, 0.71x at k 2048
  * and 1.43x at k 512; at 32, 1.25x at k 2048.
@@ -193,6 +199,54 @@ export function ggmlIdMmFew(type: GgmlQuantType, pairs: number, n: number, k: nu
   limits: Pick<DeviceLimits, 'computeCapability'>): boolean {
   return limits.computeCapability > 0 && pairs <= ggmlIdMmFewAverage(k) * nExperts &&
     ggmlIdMmFewCudaLaunch(type, pairs, n, nExperts).grid[0] <= CUDA_GRID_MAX;
+}
+
+/** Pair rows of a tile of the CUDA many-pairs form (kernel_mul_mm_id_<t>_f32_wg: two warpgroups of 64 on wgmma). */
+export const GGML_MM_ID_CUDA_WG_BM = 128;
+/**
+ * Dynamic shared memory of the many-pairs form (shaders/cuda/common.cuh
+ * GWG_SMEM): 3 stages of 128 x rows and 128 weight rows, 128 swizzled bytes
+ * each (64 values of k as f16); for Q4_K and Q5_K two steps of a row's
+ * 16-byte units (the super-block's header, Q5_K's high bits, a sub-block
+ * pair's quant bytes: 3 and 5) for 128 rows; and 1024 bytes to align the
+ * stages. Q4_K's leaves room for two blocks an SM on an H100 (its 228 KiB).
+ */
+export function ggmlIdMmWgSharedBytes(type: GgmlQuantType): number {
+  const units = type === 'Q4_K' ? 3 : type === 'Q5_K' ? 5 : 0;
+  return 3 * 256 * 128 + 2 * 128 * units * 16 + 1024;
+}
+/**
+ * Pairs an expert on average (pairs / nExperts) from which the matrix form
+ * runs as the many-pairs form on Hopper, before the few-pairs form is
+ * considered. Measured on an H100 (bench/results/moe-wg-h100-2026-11-28.md,
+ * Qwen3.6-35B-A3B's experts, k 2048 and 512): at 8 pairs an expert 0.83x
+ * and 0.88x the few-pairs form's time (0.35x and 0.76x the 64-row tiles'),
+ * at 16 0.51x and 0.54x.
+ */
+export const GGML_MM_ID_WG_AVERAGE = 8;
+
+/**
+ * The CUDA many-pairs form (kernel_mul_mm_id_<t>_f32_wg): a 256-thread
+ * block per (tile slot of 128 pairs, 128 weight rows), ggmlIdMmWgSharedBytes
+ * of shared memory.
+ */
+export function ggmlIdMmWgCudaLaunch(type: GgmlQuantType, pairs: number, n: number, nExperts: number): Launch {
+  return {
+    grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_WG_BM) * ceilDiv(n, 128), 1, 1], threads: [256, 1, 1],
+    threadgroupMemory: { 0: ggmlIdMmWgSharedBytes(type) },
+  };
+}
+
+/**
+ * Whether the matrix form runs as kernel_mul_mm_id_<t>_f32_wg: on compute
+ * capability 9.0 (sm_90a's wgmma) with room for its stages, where the pairs
+ * average at least GGML_MM_ID_WG_AVERAGE an expert and its grid fits (the
+ * op asks before ggmlIdMmFew).
+ */
+export function ggmlIdMmWg(type: GgmlQuantType, pairs: number, n: number, nExperts: number,
+  limits: Pick<DeviceLimits, 'computeCapability' | 'maxThreadgroupMemory'>): boolean {
+  return limits.computeCapability === 90 && limits.maxThreadgroupMemory >= ggmlIdMmWgSharedBytes(type) &&
+    pairs >= GGML_MM_ID_WG_AVERAGE * nExperts && ggmlIdMmWgCudaLaunch(type, pairs, n, nExperts).grid[0] <= CUDA_GRID_MAX;
 }
 
 /** Pair rows of a tile of the Metal matrix kernels. */
@@ -481,7 +535,10 @@ export function planQuantizedMatmulIdSwigluQ4_0(a: QuantizedMatmulIdSwigluQ4_0Ar
  * kernel_mul_mm_id_<t>_f32_few (not in the crate; the same bindings) on
  * ggmlIdMmFewCudaLaunch: the vector engine over slots of up to 8 pairs of
  * one expert, which reads the expert's rows once a slot where the 64-row
- * tile computes mostly padding.
+ * tile computes mostly padding; but on compute capability 9.0 where they
+ * average 8 or more (ggmlIdMmWg, taken first), kernel_mul_mm_id_<t>_f32_wg
+ * (not in the crate; the same bindings) on ggmlIdMmWgCudaLaunch: 128 pairs
+ * x 128 weight rows on wgmma, an expert's rows decoded once a slot.
  */
 export function quantizedMatmulIdGgmlMm(enc: Encoder, args: QuantizedMatmulIdGgmlMmArgs): void {
   record(enc, planQuantizedMatmulIdGgmlMm(args, enc.device.limits, enc.device));
@@ -491,15 +548,17 @@ export function quantizedMatmulIdGgmlMm(enc: Encoder, args: QuantizedMatmulIdGgm
 export function planQuantizedMatmulIdGgmlMm(a: QuantizedMatmulIdGgmlMmArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateQuantizedMatmulIdGgmlMm(a, device);
   const pairs = a.nTokens * a.topK;
-  const few = ggmlIdMmFew(a.ggmlType, pairs, a.n, a.k, a.nExperts, limits);
+  const wg = ggmlIdMmWg(a.ggmlType, pairs, a.n, a.nExperts, limits);
+  const few = !wg && ggmlIdMmFew(a.ggmlType, pairs, a.n, a.k, a.nExperts, limits);
   return planOf({
-    kernel: `kernel_mul_mm_id_${GGML_KERNEL_TYPE[a.ggmlType]}_f32${few ? '_few' : ''}`,
+    kernel: `kernel_mul_mm_id_${GGML_KERNEL_TYPE[a.ggmlType]}_f32${few ? '_few' : wg ? '_wg' : ''}`,
     buffers: [, a.weight, a.input, a.offsets, a.order, a.output],
     bytes: [packGgmlMatmulIdMmParams(a)],
     threadgroupMemory: [GGML_MM_SHARED_BYTES],
     grid: [ceilDiv(a.n, 64), moeTileSlots(pairs, a.nExperts, GGML_MM_ID_METAL_BM), 1],
     threads: [128, 1, 1],
-    cuda: few ? ggmlIdMmFewCudaLaunch(a.ggmlType, pairs, a.n, a.nExperts) : ggmlIdMmCudaLaunch(pairs, a.n, a.nExperts),
+    cuda: few ? ggmlIdMmFewCudaLaunch(a.ggmlType, pairs, a.n, a.nExperts)
+      : wg ? ggmlIdMmWgCudaLaunch(a.ggmlType, pairs, a.n, a.nExperts) : ggmlIdMmCudaLaunch(pairs, a.n, a.nExperts),
   });
 }
 

@@ -2,15 +2,18 @@
 // (shaders/cuda/quantized_matmul_id_ggml.cu) on the CPU simulation
 // (sim_runtime.h), against a float64 dequantization written from the layouts
 // (ggml_blocks.h), at the launches of ts/ops/quantized_matmul_id_ggml.ts
-// (ggmlIdMvCudaLaunch, ggmlIdMmCudaLaunch, ggmlIdMmFewCudaLaunch, written
-// out again below): the
+// (ggmlIdMvCudaLaunch, ggmlIdMmCudaLaunch, ggmlIdMmFewCudaLaunch,
+// ggmlIdMmWgCudaLaunch, written out again below): the
 // vector form (one token, several, a down projection over pairs; rows past
 // N; experts whose rows are 16-byte aligned and experts that are not, so each
 // format's aligned and unaligned stage reads) and the matrix form over a
 // grouping of the pairs by expert written here as moe_dispatch_sort's
 // (partial tiles, experts without pairs, several tiles of one expert), and
 // the few-pairs form (kernel_mul_mm_id_<t>_f32_few, ggmlIdMmFewCudaLaunch)
-// over the same grouping (slots of 8 pairs, a short prompt's spread). Ids
+// over the same grouping (slots of 8 pairs, a short prompt's spread), and
+// the many-pairs form (kernel_mul_mm_id_<t>_f32_wg: wgmma on the
+// simulation's model, or with SIM_DEFINES=-DMLXN_SIM_NO_WGMMA the path a
+// build without sm_90a runs; slots of 128 pairs, a long prompt's spread). Ids
 // past the experts must give rows of exact zeros. The fused gate/up vector
 // form (kernel_mul_mv_id_<t>_f32_gate_up, silu and gelu_tanh) at the same
 // vector shapes, its up weight a second allocation 16-byte aligned or 4
@@ -77,7 +80,7 @@ void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u3
   Arr<float> x(size_t(T) * K), y(size_t(P) * N);
   x.random();
   y.poison();
-  const std::string what = std::string(form == 2 ? "mm_id_few " : matrix ? "mm_id " : gu >= 0 ? (gu ? "gate_up gelu_tanh " : "gate_up silu ") : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
+  const std::string what = std::string(form == 3 ? "mm_id_wg " : form == 2 ? "mm_id_few " : matrix ? "mm_id " : gu >= 0 ? (gu ? "gate_up gelu_tanh " : "gate_up silu ") : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
                            " N=" + std::to_string(N) + " K=" + std::to_string(K) + " E=" + std::to_string(E) +
                            (pad ? " stride +" + std::to_string(pad) : "") + (bad ? " bad ids" : "") +
                            (up_skew ? " up +" + std::to_string(up_skew) : "");
@@ -105,7 +108,12 @@ void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u3
     GgmlMatmulIdMm_MmParams p{};
     p.ne00 = int(K); p.ne02 = int(E); p.nb01 = rb; p.nb02 = stride; p.ne11 = int(U); p.nb10 = 4; p.nb11 = 0; p.nb12 = 4ull * K;
     p.ne20 = int(U); p.ne21 = int(T); p.ne0 = int(N); p.ne1 = int(U); p.r2 = 1; p.r3 = 1;
-    if (form == 2) {
+    if (form == 3) {
+      // ggmlIdMmWgCudaLaunch: slots of 128 pairs x 128 rows, 256 threads, ggmlIdMmWgSharedBytes.
+      const u32 units = f == Q4_K ? 3 : f == Q5_K ? 5 : 0;
+      sim_launch({(P / 128 + E + 1) * cdiv(N, 128), 1, 1}, {256, 1, 1}, 3 * 256 * 128 + 2 * 128 * units * 16 + 1024,
+                 [&] { mm(&p, w, x.p, off.p, ord.p, y.p); });
+    } else if (form == 2) {
       // ggmlIdMmFewCudaLaunch: slots of 8 pairs x 64 rows (a warp's 16), the vector engine's shared memory.
       sim_launch({(P / 8 + E + 1) * cdiv(N, 64), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4,
                  [&] { mm(&p, w, x.p, off.p, ord.p, y.p); });
@@ -211,6 +219,11 @@ int main() {
     run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32_few, 2, 40, 2, 130, 256, 5, 3, true, 0);          \
     run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32_few, 2, 70, 1, 37, 2 * kb, 3, 1, false, pad);     \
     run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32_few, 2, 16, 4, 37, 256 + 3 * kb % 256, 24, 20, true, pad); \
+    /* The many-pairs form: about 40 pairs an expert (one without), bad ids, N past a tile's 128 rows, unaligned */   \
+    /* experts (Q4_K and Q5_K: their units' copies need 16-byte rows, so raw_fetch's path); one expert of 160 */      \
+    /* pairs (two slots, the second short), k of 3 blocks, aligned (Q4_K and Q5_K: the units' copies). */             \
+    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32_wg, 3, 100, 2, 130, 256, 5, 4, true, pad);         \
+    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32_wg, 3, 160, 1, 37, 3 * kb, 1, 1, false, 0);        \
     /* The gate/up form, each activation: decode (top-8 of 16 experts from 5: repeats and empty experts), N past a */  \
     /* block's 8 rows; 3 tokens with bad ids, unaligned experts and the up weight 4 bytes off 16; a one-row N. */       \
     for (int a = 0; a < 2; ++a) {                                                                                      \
