@@ -442,56 +442,47 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
     }, 120_000);
   }
 
-  // The matrix form planned both ways on every backend (cuda: the few-pairs engine and the 64-row tiles; the emulator:
-  // the few-pairs entry's Metal twin and the matrix kernel): a short prompt's spread (64 pairs over 20 of 24 experts,
-  // ids past them, n past a CUDA block's 16 rows, experts further apart than their bytes); 80 pairs over 3 of 12
-  // experts (slots of 8 of one expert, the last short); n 1.
+  // The matrix form planned two ways on every backend (cuda: the few-pairs engine or the wgmma tiles, and the 64-row
+  // tiles; the emulator: their entries' Metal twins and the matrix kernel), each form at shapes it takes.
+  // Few pairs: a short prompt's spread (64 pairs over 20 of 24 experts, ids past them, n past a CUDA block's 16 rows,
+  // experts further apart than their bytes); 80 pairs over 3 of 12 experts (slots of 8 of one expert, the last
+  // short); n 1.
   const FEW: readonly [Shape, number, boolean][] = [
     [{ nTokens: 16, topK: 4, n: 37, blocks: 2, nExperts: 24, pad: 18 }, 20, true],
     [{ nTokens: 40, topK: 2, n: 20, blocks: 1, nExperts: 12 }, 3, false],
     [{ nTokens: 5, topK: 3, n: 1, blocks: 3, nExperts: 4 }, 4, true],
   ];
-  for (const type of GGML_QUANT_TYPES) {
-    test(`${type}: the matrix form as the few-pairs form and as 64-row tiles, a short prompt's spread, a NaN-poisoned output`, () => {
-      const dev = device();
-      const over: string[] = [];
-      let seed = 301;
-      for (const plan of ['few', 'tiles'] as const) {
-        for (const [s, used, bad] of FEW) {
-          const k = ggmlBlockOf(type).qk * s.blocks;
-          const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);
-          const e = product(dev, type, s, ids, { matrix: plan }, seed++ * 7919 + k);
-          if (!(e <= tolOf('matrix', k))) over.push(`${plan} ${JSON.stringify(s)}: ${e}`);
-        }
-      }
-      expect(over).toEqual([]);
-    }, 120_000);
-  }
-
-  // The matrix form as the many-pairs form (cuda: wgmma tiles of 128 pairs on compute capability 9.0; the emulator: its
-  // Metal twin) and as 64-row tiles: 200 pairs over 4 of 5 experts (about 40 an expert, one without pairs, ids past
-  // them, n past a tile's 128 rows, experts further apart than their bytes); one expert of 160 pairs (two slots, the
-  // second short); n 1 with k of 3 blocks (Q4_0 and Q8_0: a last k step of one 32-value chunk).
+  // Many pairs (cuda: wgmma tiles of 128 pairs on compute capability 9.0): 200 pairs over 4 of 5 experts (about 40
+  // an expert, one without pairs, ids past them, n past a tile's 128 rows, experts further apart than their bytes:
+  // Q4_K's and Q5_K's rows off 16-byte alignment, so raw_fetch's path); one expert of 160 pairs (two slots, the
+  // second short; aligned: Q4_K's and Q5_K's units' copies); n 1 with k of 3 blocks (Q4_0 and Q8_0: a last k step
+  // of one 32-value chunk).
   const WG: readonly [Shape, number, boolean][] = [
     [{ nTokens: 100, topK: 2, n: 130, blocks: 1, nExperts: 5, pad: 18 }, 4, true],
     [{ nTokens: 160, topK: 1, n: 20, blocks: 2, nExperts: 1 }, 1, false],
     [{ nTokens: 40, topK: 1, n: 1, blocks: 3, nExperts: 1 }, 1, false],
   ];
-  for (const type of GGML_QUANT_TYPES) {
-    test(`${type}: the matrix form as the many-pairs form and as 64-row tiles, a long prompt's spread, a NaN-poisoned output`, () => {
-      const dev = device();
-      const over: string[] = [];
-      let seed = 501;
-      for (const plan of ['wg', 'tiles'] as const) {
-        for (const [s, used, bad] of WG) {
-          const k = ggmlBlockOf(type).qk * s.blocks;
-          const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);
-          const e = product(dev, type, s, ids, { matrix: plan }, seed++ * 7919 + k);
-          if (!(e <= tolOf('matrix', k))) over.push(`${plan} ${JSON.stringify(s)}: ${e}`);
+  const PLANNED: readonly ['few' | 'wg', string, readonly [Shape, number, boolean][], number][] = [
+    ['few', 'the few-pairs form', FEW, 301],
+    ['wg', 'the many-pairs form', WG, 501],
+  ];
+  for (const [form, what, shapes, seed0] of PLANNED) {
+    for (const type of GGML_QUANT_TYPES) {
+      test(`${type}: the matrix form as ${what} and as 64-row tiles, a NaN-poisoned output`, () => {
+        const dev = device();
+        const over: string[] = [];
+        let seed = seed0;
+        for (const plan of [form, 'tiles'] as const) {
+          for (const [s, used, bad] of shapes) {
+            const k = ggmlBlockOf(type).qk * s.blocks;
+            const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);
+            const e = product(dev, type, s, ids, { matrix: plan }, seed++ * 7919 + k);
+            if (!(e <= tolOf('matrix', k))) over.push(`${plan} ${JSON.stringify(s)}: ${e}`);
+          }
         }
-      }
-      expect(over).toEqual([]);
-    }, 120_000);
+        expect(over).toEqual([]);
+      }, 120_000);
+    }
   }
 
   // The gate/up form: decode (1 token, top-8 of 12 experts drawn from the first 5, so experts repeat and 7 get none; n = 9 past

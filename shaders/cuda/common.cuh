@@ -955,6 +955,19 @@ __device__ __forceinline__ void reg_fence(u32 (&a)[N][4]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+r"(a[i][0]), "+r"(a[i][1]), "+r"(a[i][2]), "+r"(a[i][3]) :: "memory");
 }
 
+// The four k16 wgmma of a stage (64 values of k) at byte offset `offset`
+// from the descriptors' tiles (da: this warpgroup's 64 rows of x, db: the
+// weight's BN rows), committed as one group.
+template <typename TW, int R>
+__device__ __forceinline__ void wg_stage(float (&acc)[R], u64 da, u64 db, u32 offset) {
+    const u64 at = u64(offset) >> 4;
+    acc_fence(acc);
+    wgmma_fence();
+#pragma unroll
+    for (u32 j = 0; j < 4; ++j) wgmma_ss<TW>(acc, da + at + 2 * j, db + at + 2 * j);
+    wgmma_commit();
+}
+
 // The k loop of a 128 x BN tile on wgmma (dense's wg_tile, the GGUF tiles'
 // gwg_tile): 256 threads, warpgroup g takes tile rows 64 g .. 64 g + 63 with
 // m64nBNk16 (acc: the thread's BN / 2 accumulators). smem (1024-byte
@@ -1000,12 +1013,7 @@ __device__ __forceinline__ void wg_pipeline(float (&acc)[BN / 2], unsigned char*
         // cp.async path lost up to 9 % at 512 tokens in that order:
         // bench/notes/dense-widths-2026-11-27.md).
         if constexpr (COPIES_FIRST) start_next();
-        const u64 at = u64((kt % STAGES) * STAGE) >> 4;
-        acc_fence(acc);
-        wgmma_fence();
-#pragma unroll
-        for (u32 j = 0; j < 4; ++j) wgmma_ss<TW>(acc, da + at + 2 * j, db + at + 2 * j);
-        wgmma_commit();
+        wg_stage<TW>(acc, da, db, (kt % STAGES) * STAGE);
         if constexpr (!COPIES_FIRST) start_next();
         wgmma_wait<1>();
         acc_fence(acc);
@@ -2280,6 +2288,17 @@ template <int F> __device__ __forceinline__ void pairs16(const GgmlRaw& r, u32 h
     }
 }
 
+// pairs16, or zeros where the chunk is not live (rows past N, k past K).
+template <int F>
+__device__ __forceinline__ void pairs16_live(const GgmlRaw& r, u32 half, bool live, u32 (&p)[8]) {
+    if (live) {
+        pairs16<F>(r, half, p);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) p[i] = 0u;
+    }
+}
+
 // ---- the vector engine ----
 
 constexpr u32 GMV_WARPS = 4;
@@ -2600,12 +2619,7 @@ __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned
 #pragma unroll
         for (u32 h = 0; h < 2; ++h) {
             u32 p[8];
-            if (wlive) {
-                pairs16<F>(raw, h, p);
-            } else {
-#pragma unroll
-                for (int j = 0; j < 8; ++j) p[j] = 0u;
-            }
+            pairs16_live<F>(raw, h, wlive, p);
             dst[2 * h] = make_uint4(p[0], p[1], p[2], p[3]);
             dst[2 * h + 1] = make_uint4(p[4], p[5], p[6], p[7]);
         }
@@ -2697,12 +2711,7 @@ __device__ __forceinline__ void gwg_tile(unsigned char* smem_raw, const unsigned
 #pragma unroll
         for (u32 h = 0; h < 2; ++h) {
             u32 p[8];
-            if (live) {
-                pairs16<F>(r, h, p);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 8; ++e) p[e] = 0u;
-            }
+            pairs16_live<F>(r, h, live, p);
             // Values 16 h .. 16 h + 15 of the chunk: 16-byte pieces 4 wh + 2 h and + 1 of the row.
             *reinterpret_cast<uint4*>(ws + sw128_offset(wr, 4u * wh + 2u * h)) = make_uint4(p[0], p[1], p[2], p[3]);
             *reinterpret_cast<uint4*>(ws + sw128_offset(wr, 4u * wh + 2u * h + 1u)) = make_uint4(p[4], p[5], p[6], p[7]);
@@ -2766,12 +2775,7 @@ __device__ __forceinline__ void gwg_tile(unsigned char* smem_raw, const unsigned
                 __syncthreads();
                 if (kt + GWG_FAR < KT) fetch(kt + GWG_FAR);
                 cp_async_commit();
-                const u64 at = u64((kt % GWG_STAGES) * STAGE) >> 4;
-                acc_fence(acc);
-                wgmma_fence();
-#pragma unroll
-                for (u32 j = 0; j < 4; ++j) wgmma_ss<ggml_t>(acc, da + at + 2 * j, db + at + 2 * j);
-                wgmma_commit();
+                wg_stage<ggml_t>(acc, da, db, (kt % GWG_STAGES) * STAGE);
                 if (kt + 1u < KT) issue_x(kt + 1u);
                 wgmma_wait<1>();
                 acc_fence(acc);

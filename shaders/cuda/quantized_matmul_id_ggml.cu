@@ -100,25 +100,36 @@ __device__ __forceinline__ void mv_id(unsigned char* smem, const unsigned char* 
     gmv_rows<F, GU, SW>(smem, w + off, up + off, x + xo, xu + xo, yr, 1u, N, K, p->mv.ne10, p->mv.ne0, row0, activation);
 }
 
+// The matrix forms' frame: the block's slot of BM pairs (moe_block_rows, NT
+// threads, COLS weight rows a tile), then tile(the expert's weight, n0, the
+// slot's pairs, x_of, y_of): x_of(r, row) gives tile row r's token (false
+// past the slot's pairs), y_of(r, row) its pair's output row.
+template <u32 BM, u32 NT, u32 COLS, class Tile>
+__device__ __forceinline__ void mm_id_frame(const GgmlMatmulIdMm_MmParams* p, const unsigned char* w, const u32* offsets, const u32* order,
+                                            float* y, Tile&& tile) {
+    __shared__ u32 x_row[BM];
+    __shared__ u32 y_pair[BM];
+    const u32 N = u32(p->ne0), E = u32(p->ne02), U = u32(p->ne20), P = u32(p->ne21) * U;
+    u32 group, n0, rows_m;
+    if (!moe_block_rows<float, BM, NT>(offsets, order, y, N, U, E, P, COLS, x_row, y_pair, group, n0, rows_m)) return;
+    tile(w + u64(group) * p->nb02, n0, rows_m,
+         [&](u32 r, u32& row) {
+             row = x_row[r];
+             return y_pair[r] < P;
+         },
+         [&](u32 r, u32& row) {
+             row = y_pair[r];
+             return row < P;
+         });
+}
+
 template <int F>
 __device__ __forceinline__ void mm_id(unsigned char* smem, const GgmlMatmulIdMm_MmParams* p, const unsigned char* w, const float* x,
                                       const u32* offsets, const u32* order, float* y) {
-    constexpr u32 BM = 64, BN = 128, NT = 128;
-    __shared__ u32 x_row[BM];
-    __shared__ u32 y_pair[BM];
-    const u32 K = u32(p->ne00), N = u32(p->ne0), E = u32(p->ne02), U = u32(p->ne20), P = u32(p->ne21) * U;
-    u32 group, n0, rows_m;
-    if (!moe_block_rows<float, BM, NT>(offsets, order, y, N, U, E, P, BN, x_row, y_pair, group, n0, rows_m)) return;
-    gmm_tile<F, BM, BN, 2, 2, false>(
-        smem, w + u64(group) * p->nb02, x, y, N, 0u, K / 32u, p->nb01, p->nb12 / 4u, u64(N), n0,
-        [&](u32 r, u32& row) {
-            row = x_row[r];
-            return y_pair[r] < P;
-        },
-        [&](u32 r, u32& row) {
-            row = y_pair[r];
-            return row < P;
-        });
+    const u32 K = u32(p->ne00), N = u32(p->ne0);
+    mm_id_frame<64, 128, 128>(p, w, offsets, order, y, [&](const unsigned char* we, u32 n0, u32, auto&& x_of, auto&& y_of) {
+        gmm_tile<F, 64, 128, 2, 2, false>(smem, we, x, y, N, 0u, K / 32u, p->nb01, p->nb12 / 4u, u64(N), n0, x_of, y_of);
+    });
 }
 
 // The matrix form for experts of few pairs (kernel_mul_mm_id_<t>_f32_few):
@@ -131,19 +142,18 @@ __device__ __forceinline__ void mm_id(unsigned char* smem, const GgmlMatmulIdMm_
 template <int F>
 __device__ __forceinline__ void mm_id_few(unsigned char* smem, const GgmlMatmulIdMm_MmParams* p, const unsigned char* w, const float* x,
                                           const u32* offsets, const u32* order, float* y) {
-    constexpr u32 BM = GGML_MM_ID_FEW, ROWS = 16 * GMV_WARPS, NT = 128;
-    __shared__ u32 x_row[BM];
-    __shared__ u32 y_pair[BM];
-    const u32 K = u32(p->ne00), N = u32(p->ne0), E = u32(p->ne02), U = u32(p->ne20), P = u32(p->ne21) * U;
-    u32 group, n0, rows_m;
-    if (!moe_block_rows<float, BM, NT>(offsets, order, y, N, U, E, P, ROWS, x_row, y_pair, group, n0, rows_m)) return;
-    const unsigned char* we = w + u64(group) * p->nb02;
-    gmv_rows<F, false, false, true>(
-        smem, we, we, x, x, y, rows_m, N, K, p->nb12 / 4u, u64(N), n0, 0u, [&](u32 i) { return x_row[i]; },
-        [&](u32 i, u32& row) {
-            row = y_pair[i];
-            return row < P;
-        });
+    const u32 K = u32(p->ne00), N = u32(p->ne0);
+    mm_id_frame<GGML_MM_ID_FEW, 128, 16 * GMV_WARPS>(p, w, offsets, order, y,
+                                                     [&](const unsigned char* we, u32 n0, u32 rows_m, auto&& x_of, auto&& y_of) {
+        gmv_rows<F, false, false, true>(
+            smem, we, we, x, x, y, rows_m, N, K, p->nb12 / 4u, u64(N), n0, 0u,
+            [&](u32 i) {
+                u32 row;
+                x_of(i, row);
+                return row;
+            },
+            y_of);
+    });
 }
 
 // The matrix form for experts of many pairs (kernel_mul_mm_id_<t>_f32_wg,
@@ -154,22 +164,10 @@ __device__ __forceinline__ void mm_id_few(unsigned char* smem, const GgmlMatmulI
 template <int F>
 __device__ __forceinline__ void mm_id_wg(unsigned char* smem, const GgmlMatmulIdMm_MmParams* p, const unsigned char* w, const float* x,
                                          const u32* offsets, const u32* order, float* y) {
-    constexpr u32 BM = 128, BN = 128, NT = 256;
-    __shared__ u32 x_row[BM];
-    __shared__ u32 y_pair[BM];
-    const u32 K = u32(p->ne00), N = u32(p->ne0), E = u32(p->ne02), U = u32(p->ne20), P = u32(p->ne21) * U;
-    u32 group, n0, rows_m;
-    if (!moe_block_rows<float, BM, NT>(offsets, order, y, N, U, E, P, BN, x_row, y_pair, group, n0, rows_m)) return;
-    gwg_tile<F>(
-        smem, w + u64(group) * p->nb02, x, y, N, K, p->nb01, p->nb12 / 4u, u64(N), n0,
-        [&](u32 r, u32& row) {
-            row = x_row[r];
-            return y_pair[r] < P;
-        },
-        [&](u32 r, u32& row) {
-            row = y_pair[r];
-            return row < P;
-        });
+    const u32 K = u32(p->ne00), N = u32(p->ne0);
+    mm_id_frame<128, 256, 128>(p, w, offsets, order, y, [&](const unsigned char* we, u32 n0, u32, auto&& x_of, auto&& y_of) {
+        gwg_tile<F>(smem, we, x, y, N, K, p->nb01, p->nb12 / 4u, u64(N), n0, x_of, y_of);
+    });
 }
 
 }  // namespace
