@@ -13,6 +13,10 @@
 //                           [--steps N] [--prompt P] [--prefill T] [--rounds R] [--copy-gbs B]
 //                           [--layers L] [--vocab V] [--pdl on|off] [--cold-kernels] [--prefill-parts]
 //
+// Every kernel family is compiled first (KernelRegistry.warmup, a thread a
+// core, or loaded from the disk cache), and the time that took printed, so
+// that no phase times a compile.
+//
 // --small: tiny dimensions the emulator runs (the same code path); without
 // it the real configurations (cuda: tens of GB of weights). --quant q4 (the
 // default): every linear layer MLX affine 4-bit, groups of 64, bf16 scales
@@ -864,6 +868,17 @@ function coldKernelTable(model: CausalLM, prompt: number[], label: string): void
 }
 
 console.log(`device: ${dev.name} (${dev.backend}), ${new Date().toISOString().slice(0, 10)}`);
+{
+  // Every family compiled first, on as many threads as there are cores (or loaded from the disk cache), so that no
+  // phase below times a compile and a fresh machine does not compile them one at a time on first use.
+  const t0 = performance.now();
+  let cached = 0, families = 0;
+  await dev.kernels.warmup(undefined, {
+    concurrency: Math.max(1, navigator.hardwareConcurrency),
+    onProgress: (p) => { families = p.total; if (p.cached) cached++; },
+  });
+  console.log(`kernels: ${families} families ready in ${((performance.now() - t0) / 1000).toFixed(1)} s (${cached} already loaded)`);
+}
 // The emulator copies 4 MiB (a GiB would take it minutes); a GPU 1 GiB.
 const copy = copyGbs(dev.backend === 'emu' ? 1 << 22 : 1 << 30);
 console.log(`copy bandwidth (gather, f32 rows, read + written): ${copy.toPrecision(4)} GB/s${copyGbsArg !== null ? `; --copy-gbs ${copyGbsArg}` : ''}`);
