@@ -2643,19 +2643,18 @@ __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned
 // loads 8 values (f32, rounded to f16 as the matrix engine rounds them) at
 // k + 8 (t % 8) of tile rows t / 8 + 32 j into registers after the wgmma of
 // the step before, stored once the wgmma before that is done. A step's
-// weight: thread t
-// decodes chunk 2 kt + t % 2 (32 values) of row n0 + t / 2 into the
-// swizzled rows at the same point, from
+// weight: thread t decodes chunk 2 kt + t % 2 (32 values) of row n0 + t / 2
+// into the swizzled rows at the same point, from
 // - Q4_K and Q5_K with 16-byte aligned rows: the chunk's 16-byte units of
 //   its super-block (the header, Q5_K's high bits, the quant bytes of its
 //   sub-block pair: GWG_UNITS) copied into shared memory by the whole block
 //   by cp.async GWG_FAR steps ahead, many rows' units a warp's copy (a
 //   thread's own row's scalar loads were the L1's bottleneck);
 // - otherwise raw_fetch's words, loaded with x.
-// Every tile row's weight rows are read and decoded once for its 128
-// pairs, where the mma.sync tiles (gmm_tile) take 64. Built without sm_90a
-// (the op plans the form on compute capability 9.0 only) each thread sums
-// its outputs one at a time from the same decoded values.
+// A tile's 128 weight rows are read and decoded once for a slot of up to
+// 128 pairs, where the mma.sync tiles (gmm_tile) take 64. Built without
+// sm_90a (the op plans the form on compute capability 9.0 only) each thread
+// sums its outputs one at a time from the same decoded values.
 constexpr u32 GWG_STAGES = 3;  // one stage computed, one read by the wgmma before it, one stored
 constexpr u32 GWG_FAR = 2;     // steps the cp.async copies of the weight's units run ahead
 template <int F> constexpr u32 GWG_UNITS = F == GGML_Q5_K ? 5u : F == GGML_Q4_K ? 3u : 0u;  // 16-byte units a row a step
