@@ -51,7 +51,7 @@ import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
+import { type CudaLaunch, familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBufferRules, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, I32_MAX, invalid, ruleBindings, U32_MAX,
@@ -234,6 +234,21 @@ export function ggmlIdMmWgCudaLaunch(type: GgmlQuantType, pairs: number, n: numb
   return {
     grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_WG_BM) * ceilDiv(n, 128), 1, 1], threads: [256, 1, 1],
     threadgroupMemory: { 0: ggmlIdMmWgSharedBytes(type) },
+  };
+}
+
+/**
+ * The launch of kernel_mul_mm_id_q4_K_f32_wg256, a CUDA-only variant of the
+ * Q4_K many-pairs form with tiles of 256 weight rows (half of x's loads an
+ * output; one block an SM), run as the wg kernel's launch entry. The op does
+ * not plan it: bench/matmul.ts ('matrix wg256') times it beside the wg form,
+ * tests/quantized_matmul_id_ggml.test.ts checks it. Grid: slots of 128 pairs
+ * x ceil(n / 256); shared memory GWG_SMEM<GGML_Q4_K, 256>.
+ */
+export function ggmlIdMmWg256CudaLaunch(pairs: number, n: number, nExperts: number): CudaLaunch {
+  return {
+    grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_WG_BM) * ceilDiv(n, 256), 1, 1], threads: [256, 1, 1],
+    threadgroupMemory: { 0: 3 * 384 * 128 + 2 * 256 * 3 * 16 + 1024 }, entry: 'kernel_mul_mm_id_q4_K_f32_wg256',
   };
 }
 
