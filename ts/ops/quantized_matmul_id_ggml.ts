@@ -205,15 +205,16 @@ export function ggmlIdMmFew(type: GgmlQuantType, pairs: number, n: number, k: nu
 export const GGML_MM_ID_CUDA_WG_BM = 128;
 /**
  * Dynamic shared memory of the many-pairs form (shaders/cuda/common.cuh
- * GWG_SMEM): 3 stages of 128 x rows and 128 weight rows, 128 swizzled bytes
- * each (64 values of k as f16); for Q4_K and Q5_K two steps of a row's
- * 16-byte units (the super-block's header, Q5_K's high bits, a sub-block
- * pair's quant bytes: 3 and 5) for 128 rows; and 1024 bytes to align the
- * stages. Q4_K's leaves room for two blocks an SM on an H100 (its 228 KiB).
+ * GWG_SMEM) with tiles of bn weight rows: 3 stages of 128 x rows and bn
+ * weight rows, 128 swizzled bytes each (64 values of k as f16); for Q4_K and
+ * Q5_K two steps of a row's 16-byte units (the super-block's header, Q5_K's
+ * high bits, a sub-block pair's quant bytes: 3 and 5) for bn rows; and 1024
+ * bytes to align the stages. Q4_K's at 128 leaves room for two blocks an SM
+ * on an H100 (its 228 KiB).
  */
-export function ggmlIdMmWgSharedBytes(type: GgmlQuantType): number {
+export function ggmlIdMmWgSharedBytes(type: GgmlQuantType, bn = 128): number {
   const units = type === 'Q4_K' ? 3 : type === 'Q5_K' ? 5 : 0;
-  return 3 * 256 * 128 + 2 * 128 * units * 16 + 1024;
+  return 3 * (128 + bn) * 128 + 2 * bn * units * 16 + 1024;
 }
 /**
  * Pairs an expert on average (pairs / nExperts) from which the matrix form
@@ -243,12 +244,12 @@ export function ggmlIdMmWgCudaLaunch(type: GgmlQuantType, pairs: number, n: numb
  * output; one block an SM), run as the wg kernel's launch entry. The op does
  * not plan it: bench/matmul.ts ('matrix wg256') times it beside the wg form,
  * tests/quantized_matmul_id_ggml.test.ts checks it. Grid: slots of 128 pairs
- * x ceil(n / 256); shared memory GWG_SMEM<GGML_Q4_K, 256>.
+ * x ceil(n / 256); shared memory ggmlIdMmWgSharedBytes('Q4_K', 256).
  */
 export function ggmlIdMmWg256CudaLaunch(pairs: number, n: number, nExperts: number): CudaLaunch {
   return {
     grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_WG_BM) * ceilDiv(n, 256), 1, 1], threads: [256, 1, 1],
-    threadgroupMemory: { 0: 3 * 384 * 128 + 2 * 256 * 3 * 16 + 1024 }, entry: 'kernel_mul_mm_id_q4_K_f32_wg256',
+    threadgroupMemory: { 0: ggmlIdMmWgSharedBytes('Q4_K', 256) }, entry: 'kernel_mul_mm_id_q4_K_f32_wg256',
   };
 }
 
