@@ -36,7 +36,7 @@ import {
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId } from '../ts/ops/quantized_matmul_id.ts';
 import { denseGateUpMmId, denseGateUpMvId, denseMmId, denseMvId } from '../ts/ops/dense_matmul_id.ts';
 import {
-  ggmlIdMmFewCudaLaunch, ggmlIdMmWg256CudaLaunch, ggmlIdMmWgCudaLaunch, planQuantizedMatmulIdGgmlMm, quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdSwigluQ4_0,
+  ggmlIdMmFewCudaLaunch, ggmlIdMmWgCudaLaunch, planQuantizedMatmulIdGgmlMm, quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdSwigluQ4_0,
 } from '../ts/ops/quantized_matmul_id_ggml.ts';
 import { siluMul } from '../ts/ops/silu_mul.ts';
 import { record, type OpPlan } from '../ts/plan.ts';
@@ -397,11 +397,9 @@ function moeCases(): Case[] {
  * launched as CUDA's), or always the few-pairs form ('matrix few': that
  * plan's dispatch given the few-pairs entry and launch, to place the
  * threshold), or always the many-pairs form ('matrix wg': the same with the
- * wgmma entry and launch; compute capability 9.0 only), or its Q4_K variant
- * of 256-row tiles ('matrix wg256': kernel_mul_mm_id_q4_K_f32_wg256 as the
- * wg kernel's launch entry).
+ * wgmma entry and launch; compute capability 9.0 only).
  */
-function moeGgml(label: string, type: GgmlQuantType, form: 'vector' | 'matrix' | 'matrix 64' | 'matrix few' | 'matrix wg' | 'matrix wg256', tokens: number, topK: number,
+function moeGgml(label: string, type: GgmlQuantType, form: 'vector' | 'matrix' | 'matrix 64' | 'matrix few' | 'matrix wg', tokens: number, topK: number,
   numExperts: number, n: number, k: number, down = false): Case {
   const pairIds = routing(tokens, numExperts, topK, 0x5eed + tokens * 31 + numExperts);
   const nTokens = down ? tokens * topK : tokens;
@@ -422,7 +420,6 @@ function moeGgml(label: string, type: GgmlQuantType, form: 'vector' | 'matrix' |
     const d = p.dispatches[0]!;
     if (form === 'matrix few') return { ...p, dispatches: [{ ...d, kernel: `${d.kernel}_few`, cuda: ggmlIdMmFewCudaLaunch(type, nTokens * U, n, numExperts) }] };
     if (form === 'matrix wg') return { ...p, dispatches: [{ ...d, kernel: `${d.kernel}_wg`, cuda: ggmlIdMmWgCudaLaunch(type, nTokens * U, n, numExperts) }] };
-    if (form === 'matrix wg256') return { ...p, dispatches: [{ ...d, kernel: `${d.kernel}_wg`, cuda: ggmlIdMmWg256CudaLaunch(nTokens * U, n, numExperts) }] };
     return p;
   };
   return {
@@ -559,12 +556,6 @@ function moeGgmlCases(): Case[] {
       moeGgml('Gemma 4 26B-A4B prefill 4096 gate', 'Q4_K', form, 4096, 8, 128, 704, 2816),
       moeGgml('Gemma 4 26B-A4B prefill 4096 down', 'Q8_0', form, 4096, 8, 128, 2816, 704, true),
     ]),
-    // The 256-row variant (Q4_K) at the same rows, to set beside 'matrix wg'.
-    ...[256, 512, 1024, 2048, 4096].flatMap((t) => [
-      moeGgml(`Qwen3.6 35B-A3B prefill ${t} gate`, 'Q4_K', 'matrix wg256', t, 8, 256, 512, 2048),
-      moeGgml(`Qwen3.6 35B-A3B prefill ${t} down`, 'Q4_K', 'matrix wg256', t, 8, 256, 2048, 512, true),
-    ]),
-    moeGgml('Gemma 4 26B-A4B prefill 4096 gate', 'Q4_K', 'matrix wg256', 4096, 8, 128, 704, 2816),
     // A long prompt's as the op plans it.
     moeGgml('Qwen3.6 35B-A3B prefill 4096 gate', 'Q4_K', 'matrix', 4096, 8, 256, 512, 2048),
     moeGgml('Qwen3.6 35B-A3B prefill 4096 down', 'Q4_K', 'matrix', 4096, 8, 256, 2048, 512, true),

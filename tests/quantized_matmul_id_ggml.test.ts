@@ -27,7 +27,7 @@ import {
 } from '../ts/ops/quantized_matmul_ggml.ts';
 import {
   GGML_MATMUL_ID_MM_PARAMS_LAYOUT, GGML_MATVEC_ID_GATE_UP_PARAMS_LAYOUT, GGML_MATVEC_ID_PARAMS_LAYOUT, ggmlGateUpIdRef, ggmlIdMmCudaLaunch,
-  ggmlIdMmFew, ggmlIdMmFewCudaLaunch, ggmlIdMmWg, ggmlIdMmWg256CudaLaunch, ggmlIdMmWgCudaLaunch, ggmlIdMmWgSharedBytes, ggmlIdMvCudaLaunch, packGgmlMatmulIdMmParams, packGgmlMatvecIdGateUpParams, packGgmlMatvecIdParams, planQuantizedMatmulIdGgml,
+  ggmlIdMmFew, ggmlIdMmFewCudaLaunch, ggmlIdMmWg, ggmlIdMmWgCudaLaunch, ggmlIdMmWgSharedBytes, ggmlIdMvCudaLaunch, packGgmlMatmulIdMmParams, packGgmlMatvecIdGateUpParams, packGgmlMatvecIdParams, planQuantizedMatmulIdGgml,
   planQuantizedMatmulIdGgmlGateUp, planQuantizedMatmulIdGgmlMm, planQuantizedMatmulIdSwigluQ4_0, QUANTIZED_MATMUL_ID_GGML_KERNELS,
   quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm, quantizedMatmulIdSwigluQ4_0, ggmlMatmulIdRef, ggmlSwigluIdRef,
 } from '../ts/ops/quantized_matmul_id_ggml.ts';
@@ -123,12 +123,6 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     expect(ggmlIdMmWgCudaLaunch('Q4_K', 32768, 512, 256)).toEqual({ grid: [513 * 4, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: 111616 } });
     expect(GGML_QUANT_TYPES.map((t) => ggmlIdMmWgSharedBytes(t))).toEqual([99328, 99328, 111616, 119808, 99328]);
     expect(2 * (ggmlIdMmWgSharedBytes('Q4_K') + 2048)).toBeLessThanOrEqual(228 * 1024);
-    // Its Q4_K variant of 256-row tiles (not planned): half the column tiles, 3 stages of 384 rows and two steps of
-    // 256 rows' units, through the wg kernel's entry.
-    expect(ggmlIdMmWg256CudaLaunch(32768, 512, 256)).toEqual({
-      grid: [513 * 2, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: 173056 }, entry: 'kernel_mul_mm_id_q4_K_f32_wg256',
-    });
-    expect(173056).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);
     for (const t of GGML_QUANT_TYPES) expect(ggmlIdMmWgSharedBytes(t)).toBeLessThanOrEqual(TARGET_LIMITS.cuda.maxThreadgroupMemory);
     // Taken on compute capability 9.0 from 8 pairs an expert on average (256 tokens x top-8 of 256), before the
     // few-pairs form, with room for its stages; not below, not elsewhere, not where its grid would pass CUDA's.
@@ -308,7 +302,7 @@ interface Shape {
 }
 
 /** The vector form, the matrix form, the fused gate/up vector form with its activation, or the swiglu down projection (Q4_0). */
-type Form = 'vector' | 'matrix' | 'swiglu' | { gateUp: GateActivation } | { matrix: 'few' | 'wg' | 'wg256' | 'tiles' };
+type Form = 'vector' | 'matrix' | 'swiglu' | { gateUp: GateActivation } | { matrix: 'few' | 'wg' | 'tiles' };
 
 /**
  * One product on the device against the reference: every expert's weight
@@ -326,10 +320,8 @@ type Form = 'vector' | 'matrix' | 'swiglu' | { gateUp: GateActivation } | { matr
  * form planned for a CUDA device ('few': kernel_mul_mm_id_<t>_f32_few where
  * ggmlIdMmFew takes it, 'wg': kernel_mul_mm_id_<t>_f32_wg on compute
  * capability 9.0 where ggmlIdMmWg takes it, whose Metal twins the emulator
- * runs; 'wg256': Q4_K's wg dispatch run through the CUDA-only variant of
- * 256-row tiles, ggmlIdMmWg256CudaLaunch's entry, where the backend is cuda;
- * 'tiles': the 64-row tiles of kernel_mul_mm_id_<t>_f32), whatever the
- * device.
+ * runs; 'tiles': the 64-row tiles of kernel_mul_mm_id_<t>_f32), whatever
+ * the device.
  * Returns the error (Infinity where anything outside the output view was written).
  */
 function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form: Form, seed: number, tol = 0): number {
@@ -386,16 +378,14 @@ function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form
     const plan = typeof form === 'object' && 'matrix' in form ? form.matrix : null;
     const limits = plan === null ? dev.limits : plan === 'tiles' ? { ...dev.limits, computeCapability: 0 }
       : { ...dev.limits, computeCapability: 90, maxThreadgroupMemory: Math.max(dev.limits.maxThreadgroupMemory, ggmlIdMmWgSharedBytes(type)) };
-    let planned = planQuantizedMatmulIdGgmlMm(args, limits, dev);
     if (plan) {
       // Each plan's shapes are ones it takes: the few-pairs form's average under 8 an expert, the many-pairs form's 8 or more.
-      const kernel = planned.dispatches[0]!.kernel;
-      expect(kernel.slice(kernel.lastIndexOf('_f32') + 4)).toBe(plan === 'tiles' ? '' : plan === 'wg256' ? '_wg' : `_${plan}`);
+      const kernel = planQuantizedMatmulIdGgmlMm(args, limits, dev).dispatches[0]!.kernel;
+      expect(kernel.slice(kernel.lastIndexOf('_f32') + 4)).toBe(plan === 'tiles' ? '' : `_${plan}`);
     }
-    if (plan === 'wg256') planned = { ...planned, dispatches: [{ ...planned.dispatches[0]!, cuda: ggmlIdMmWg256CudaLaunch(pairs, s.n, s.nExperts) }] };
     run(dev, (e) => {
       moeDispatchSort(e, { ids: idBuf, offsets, order, nPairs: pairs, numExperts: s.nExperts });
-      record(e, planned);
+      record(e, planQuantizedMatmulIdGgmlMm(args, limits, dev));
     });
   }
   const got = output.readNumbers();
@@ -478,13 +468,11 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
   ];
   for (const [form, what, shapes, seed0] of PLANNED) {
     for (const type of GGML_QUANT_TYPES) {
-      // Q4_K's many-pairs shapes also through the 256-row variant (on cuda; elsewhere the same twin again).
-      const plans = form === 'wg' && type === 'Q4_K' ? [form, 'wg256', 'tiles'] as const : [form, 'tiles'] as const;
       test(`${type}: the matrix form as ${what} and as 64-row tiles, a NaN-poisoned output`, () => {
         const dev = device();
         const over: string[] = [];
         let seed = seed0;
-        for (const plan of plans) {
+        for (const plan of [form, 'tiles'] as const) {
           for (const [s, used, bad] of shapes) {
             const k = ggmlBlockOf(type).qk * s.blocks;
             const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);

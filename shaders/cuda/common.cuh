@@ -552,8 +552,6 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 
 template <typename A, typename B> struct SameType { static constexpr bool value = false; };
 template <typename A> struct SameType<A, A> { static constexpr bool value = true; };
-// A u32 as a type, for a lambda's compile-time argument.
-template <u32 V> struct U32c { static constexpr u32 value = V; };
 
 // Elements a row copy moves per step: 16 bytes of the narrower of the source
 // and destination types (4 f32, 8 of a 16-bit type; 8 when one side is f32
@@ -2660,21 +2658,17 @@ __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned
 constexpr u32 GWG_STAGES = 3;  // one stage computed, one read by the wgmma before it, one stored
 constexpr u32 GWG_FAR = 2;     // steps the cp.async copies of the weight's units run ahead
 template <int F> constexpr u32 GWG_UNITS = F == GGML_Q5_K ? 5u : F == GGML_Q4_K ? 3u : 0u;  // 16-byte units a row a step
-// The op's ggmlIdMmWgSharedBytes (BN 128): the stages, GWG_FAR steps of units, 1024 bytes to align the stages.
-template <int F, u32 BN = 128>
-constexpr u32 GWG_SMEM = GWG_STAGES * (128u + BN) * 128u + GWG_FAR * BN * GWG_UNITS<F> * 16u + 1024u;
-// BN: the tile's weight rows, 128 (the op's entries) or 256 (the _wg256 variant: a thread decodes tile rows
-// t / 2 and t / 2 + 128 a step; the register path runs the two halves of 128 in turn).
-template <int F, u32 BN, typename XOf, typename YOf>
+// The op's ggmlIdMmWgSharedBytes: the stages, GWG_FAR steps of units, 1024 bytes to align the stages.
+template <int F> constexpr u32 GWG_SMEM = GWG_STAGES * (128u + 128u) * 128u + GWG_FAR * 128u * GWG_UNITS<F> * 16u + 1024u;
+template <int F, typename XOf, typename YOf>
 __device__ __forceinline__ void gwg_tile(unsigned char* smem_raw, const unsigned char* w, const float* x, float* y, u32 N, u32 K, u64 rb,
                                          u64 x_row, u64 y_row, u32 n0, XOf&& x_of, YOf&& y_of) {
-    static_assert(BN == 128 || BN == 256, "tile width");
     const u32 tid = threadIdx.x;
     const u32 wr = tid >> 1, wh = tid & 1u;  // this thread's weight row of the tile and its chunk of a step
     const bool wlive = n0 + wr < N;
     const unsigned char* wrow = w + u64(wlive ? n0 + wr : 0u) * rb;
 #ifdef MLXN_WGMMA
-    constexpr u32 STAGE = (128u + BN) * 128u;
+    constexpr u32 STAGE = (128u + 128u) * 128u;
     unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     const u32 c = tid & 7u, r0 = tid >> 3;
     // Rows r0 + 32 j share r0's swizzle: their chunks sit 4096 j bytes apart.
@@ -2707,55 +2701,30 @@ __device__ __forceinline__ void gwg_tile(unsigned char* smem_raw, const unsigned
             }
         }
     };
-    // Stores the decoded chunk r (zeros where !live) as tile row `row`'s into stage `stage` of stages `stride` bytes
-    // apart (U32c: STAGE, or the 128-row pipeline's that BN 256's register path runs).
-    auto park_w_in = [&](auto stride, u32 stage, u32 row, GgmlRaw& r, bool live) {
-        unsigned char* ws = smem + stage * decltype(stride)::value + 128u * 128u;
+    // Stores x's registers and the decoded chunk r (zeros where !live) into stage `stage`.
+    auto park = [&](u32 stage, GgmlRaw& r, bool live) {
+        unsigned char* xs = smem + stage * STAGE;
+        unsigned char* ws = xs + 128u * 128u;
+#pragma unroll
+        for (u32 j = 0; j < 4; ++j) *reinterpret_cast<uint4*>(xs + sw + 4096u * j) = xr[j];
 #pragma unroll
         for (u32 h = 0; h < 2; ++h) {
             u32 p[8];
             pairs16_live<F>(r, h, live, p);
             // Values 16 h .. 16 h + 15 of the chunk: 16-byte pieces 4 wh + 2 h and + 1 of the row.
-            *reinterpret_cast<uint4*>(ws + sw128_offset(row, 4u * wh + 2u * h)) = make_uint4(p[0], p[1], p[2], p[3]);
-            *reinterpret_cast<uint4*>(ws + sw128_offset(row, 4u * wh + 2u * h + 1u)) = make_uint4(p[4], p[5], p[6], p[7]);
-        }
-    };
-    // Stores x's registers and the decoded chunk r (zeros where !live) of row wr into stage `stage` (as park_w_in).
-    auto park_in = [&](auto stride, u32 stage, GgmlRaw& r, bool live) {
-        unsigned char* xs = smem + stage * decltype(stride)::value;
-#pragma unroll
-        for (u32 j = 0; j < 4; ++j) *reinterpret_cast<uint4*>(xs + sw + 4096u * j) = xr[j];
-        park_w_in(stride, stage, wr, r, live);
-    };
-    auto park = [&](u32 stage, GgmlRaw& r, bool live) { park_in(U32c<STAGE>(), stage, r, live); };
-    auto park_w = [&](u32 stage, u32 row, GgmlRaw& r, bool live) { park_w_in(U32c<STAGE>(), stage, row, r, live); };
-    // acc[4 q + 2 h + e]: tile row 64 (warpgroup) + 16 (warp % 4) + lane / 4 + 8 h, column c0 + 8 q + 2 (lane % 4) + e.
-    auto store = [&](auto& a, u32 c0) {
-        constexpr u32 Q = sizeof(a) / sizeof(a[0]) / 4u;
-        const u32 lane = tid & 31u;
-        const u32 rt = (tid >> 7) * 64u + ((tid >> 5) & 3u) * 16u + (lane >> 2);
-#pragma unroll
-        for (u32 h = 0; h < 2; ++h) {
-            u32 yr;
-            if (!y_of(rt + 8u * h, yr)) continue;
-            float* yp = y + u64(yr) * y_row;
-#pragma unroll
-            for (u32 q = 0; q < Q; ++q) {
-                const u32 col = c0 + 8u * q + 2u * (lane & 3u);
-                if (col < N) yp[col] = a[4 * q + 2 * h];
-                if (col + 1u < N) yp[col + 1u] = a[4 * q + 2 * h + 1];
-            }
+            *reinterpret_cast<uint4*>(ws + sw128_offset(wr, 4u * wh + 2u * h)) = make_uint4(p[0], p[1], p[2], p[3]);
+            *reinterpret_cast<uint4*>(ws + sw128_offset(wr, 4u * wh + 2u * h + 1u)) = make_uint4(p[4], p[5], p[6], p[7]);
         }
     };
 
-    float acc[BN / 2];
+    float acc[64];
 #pragma unroll
-    for (u32 i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    for (u32 i = 0; i < 64; ++i) acc[i] = 0.0f;
     bool units = false;
     if constexpr (GWG_UNITS<F> != 0) units = aligned16(w) && rb % 16u == 0;
     if (units) {
         if constexpr (GWG_UNITS<F> != 0) {
-            constexpr u32 U = GWG_UNITS<F>, SLOT = BN * U * 16u;
+            constexpr u32 U = GWG_UNITS<F>, SLOT = 128u * U * 16u;
             unsigned char* const units0 = smem + GWG_STAGES * STAGE;
             // Step kt's units into slot kt % GWG_FAR, row-major (row i / U, unit i % U): the header, Q5_K's
             // high bits, then the two 16-byte units of sub-block pair kt % 4's quant bytes.
@@ -2764,9 +2733,9 @@ __device__ __forceinline__ void gwg_tile(unsigned char* smem_raw, const unsigned
                 const u64 sb = u64(kt / 4u) * GgmlFmt<F>::BYTES;
                 const u32 q0 = (U - 2u) + 2u * (kt % 4u);  // the pair's first quant unit in the super-block
 #pragma unroll
-                for (u32 j = 0; j < (BN * U + 255u) / 256u; ++j) {
+                for (u32 j = 0; j < (128u * U + 255u) / 256u; ++j) {
                     const u32 i = tid + 256u * j;
-                    if (i < BN * U) {
+                    if (i < 128u * U) {
                         const u32 row = i / U, u = i % U;
                         const bool live = n0 + row < N;
                         const u32 unit = u < U - 2u ? u : q0 + (u - (U - 2u));
@@ -2774,9 +2743,9 @@ __device__ __forceinline__ void gwg_tile(unsigned char* smem_raw, const unsigned
                     }
                 }
             };
-            // Decodes this thread's chunk of step kt of tile row `row` from its units (published by a barrier).
-            auto decode = [&](u32 kt, GgmlRaw& r, u32 row) {
-                const unsigned char* ur = units0 + (kt % GWG_FAR) * SLOT + row * U * 16u;
+            // Decodes this thread's chunk of step kt from its row's units (published by a barrier).
+            auto decode = [&](u32 kt, GgmlRaw& r) {
+                const unsigned char* ur = units0 + (kt % GWG_FAR) * SLOT + wr * U * 16u;
                 KqRegs kq;
                 kq_load<F>(ur, 0u, kq);
                 kq_raw(kq, (2u * kt + wh) % 8u, r);
@@ -2791,12 +2760,8 @@ __device__ __forceinline__ void gwg_tile(unsigned char* smem_raw, const unsigned
             __syncthreads();
             {
                 GgmlRaw r;
-                decode(0, r, wr);
+                decode(0, r);
                 park(0, r, wlive);
-                if constexpr (BN == 256) {
-                    decode(0, r, wr + 128u);
-                    park_w(0, wr + 128u, r, n0 + wr + 128u < N);
-                }
             }
             const u64 da = wgmma_desc_sw128(smem + (tid >> 7) * 64u * 128u);
             const u64 db = wgmma_desc_sw128(smem + 128u * 128u);
@@ -2815,12 +2780,8 @@ __device__ __forceinline__ void gwg_tile(unsigned char* smem_raw, const unsigned
                 acc_fence(acc);
                 if (kt + 1u < KT) {
                     GgmlRaw r;
-                    decode(kt + 1u, r, wr);
+                    decode(kt + 1u, r);
                     park((kt + 1u) % GWG_STAGES, r, wlive);
-                    if constexpr (BN == 256) {
-                        decode(kt + 1u, r, wr + 128u);
-                        park_w((kt + 1u) % GWG_STAGES, wr + 128u, r, n0 + wr + 128u < N);
-                    }
                 }
             }
             wgmma_wait<0>();
@@ -2828,47 +2789,42 @@ __device__ __forceinline__ void gwg_tile(unsigned char* smem_raw, const unsigned
             cp_async_wait<0>();
         }
     } else {
-        // raw_fetch's path, 128 weight rows at a time (BN 256: the two halves in turn, each stored at its end).
-        auto half_tile = [&](float (&a)[64], bool live, const unsigned char* row) {
-            GgmlRaw raw;
-            bool clive = false;
-            auto issue = [&](u32, u32 kt) {
-                issue_x(kt);
-                const u32 chunk = 2u * kt + wh;
-                clive = live && chunk * 32u < K;
-                if (clive) raw_fetch<F>(row, chunk, raw);
-            };
-            auto park_raw = [&](u32 stage) {
-                if (clive) raw_finish<F>(raw);
-                park_in(U32c<256u * 128u>(), stage, raw, clive);  // wg_pipeline's stages of 128 + 128 rows
-            };
-            wg_pipeline<ggml_t, 128, GWG_STAGES, false>(a, smem, KT, issue, park_raw);
+        GgmlRaw raw;
+        bool clive = false;
+        auto issue = [&](u32, u32 kt) {
+            issue_x(kt);
+            const u32 chunk = 2u * kt + wh;
+            clive = wlive && chunk * 32u < K;
+            if (clive) raw_fetch<F>(wrow, chunk, raw);
         };
-        if constexpr (BN == 128) {
-            half_tile(acc, wlive, wrow);
-        } else {
-            float a[64];
+        auto park_raw = [&](u32 stage) {
+            if (clive) raw_finish<F>(raw);
+            park(stage, raw, clive);
+        };
+        wg_pipeline<ggml_t, 128, GWG_STAGES, false>(acc, smem, KT, issue, park_raw);
+    }
+
+    // acc[4 q + 2 h + e]: tile row 64 (warpgroup) + 16 (warp % 4) + lane / 4 + 8 h, column 8 q + 2 (lane % 4) + e.
+    const u32 lane = tid & 31u;
+    const u32 rt = (tid >> 7) * 64u + ((tid >> 5) & 3u) * 16u + (lane >> 2);
 #pragma unroll
-            for (u32 i = 0; i < 64; ++i) a[i] = 0.0f;
-            half_tile(a, wlive, wrow);
-            store(a, n0);
+    for (u32 h = 0; h < 2; ++h) {
+        u32 yr;
+        if (!y_of(rt + 8u * h, yr)) continue;
+        float* yp = y + u64(yr) * y_row;
 #pragma unroll
-            for (u32 i = 0; i < 64; ++i) a[i] = 0.0f;
-            const bool live = n0 + 128u + wr < N;
-            // The first half is done with every stage (each warpgroup waited for its wgmma; this barrier for both).
-            __syncthreads();
-            half_tile(a, live, w + u64(live ? n0 + 128u + wr : 0u) * rb);
-            store(a, n0 + 128u);
-            return;
+        for (u32 q = 0; q < 16; ++q) {
+            const u32 col = n0 + 8u * q + 2u * (lane & 3u);
+            if (col < N) yp[col] = acc[4 * q + 2 * h];
+            if (col + 1u < N) yp[col + 1u] = acc[4 * q + 2 * h + 1];
         }
     }
-    store(acc, n0);
 #else
     (void)smem_raw;
     (void)wrow;
-    // Thread t: outputs (tile row i / BN, column n0 + i % BN) for i = t, t + 256, ...
-    for (u32 i = tid; i < 128u * BN; i += blockDim.x) {
-        const u32 r = i / BN, n = n0 + i % BN;
+    // Thread t: outputs (tile row i / 128, column n0 + i % 128) for i = t, t + 256, ...
+    for (u32 i = tid; i < 128u * 128u; i += blockDim.x) {
+        const u32 r = i / 128u, n = n0 + i % 128u;
         u32 xrw, yr;
         if (n >= N || !y_of(r, yr)) continue;
         const bool xl = x_of(r, xrw);

@@ -161,19 +161,13 @@ __device__ __forceinline__ void mm_id_few(unsigned char* smem, const GgmlMatmulI
 // one expert) and rows (b % tiles) * 128 .. of its expert (tiles = ceil(N /
 // 128)): gwg_tile, two warpgroups of 64 pairs on wgmma, x rows gathered by
 // their tokens, outputs scattered to their rows.
-// BN: 128 weight rows a tile (the op's entries), or 256 (the _wg256 variant below).
-template <int F, u32 BN = 128>
+template <int F>
 __device__ __forceinline__ void mm_id_wg(unsigned char* smem, const GgmlMatmulIdMm_MmParams* p, const unsigned char* w, const float* x,
                                          const u32* offsets, const u32* order, float* y) {
     const u32 K = u32(p->ne00), N = u32(p->ne0);
-    mm_id_frame<128, 256, BN>(p, w, offsets, order, y, [&](const unsigned char* we, u32 n0, u32, auto&& x_of, auto&& y_of) {
-        gwg_tile<F, BN>(smem, we, x, y, N, K, p->nb01, p->nb12 / 4u, u64(N), n0, x_of, y_of);
+    mm_id_frame<128, 256, 128>(p, w, offsets, order, y, [&](const unsigned char* we, u32 n0, u32, auto&& x_of, auto&& y_of) {
+        gwg_tile<F>(smem, we, x, y, N, K, p->nb01, p->nb12 / 4u, u64(N), n0, x_of, y_of);
     });
-}
-template <int F>
-__device__ __forceinline__ void mm_id_wg256(unsigned char* smem, const GgmlMatmulIdMm_MmParams* p, const unsigned char* w, const float* x,
-                                            const u32* offsets, const u32* order, float* y) {
-    mm_id_wg<F, 256>(smem, p, w, x, offsets, order, y);
 }
 
 }  // namespace
@@ -253,9 +247,3 @@ GGML_MM_ID_ENTRY(kernel_mul_mm_id_q8_0_f32_wg, GGML_Q8_0, mm_id_wg, (256, 2))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_K_f32_wg, GGML_Q4_K, mm_id_wg, (256, 2))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q5_K_f32_wg, GGML_Q5_K, mm_id_wg, (256, 1))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q6_K_f32_wg, GGML_Q6_K, mm_id_wg, (256, 2))
-
-// kernel_mul_mm_id_q4_K_f32_wg256 (CUDA only, a variant the op does not plan): the many-pairs form with tiles of
-// 256 weight rows (half of x's loads and conversions an output; one block an SM), run in place of
-// kernel_mul_mm_id_q4_K_f32_wg through a launch's entry (bench/matmul.ts 'matrix wg256'): grid slots of 128 pairs x
-// ceil(N / 256), 256 threads, GWG_SMEM<GGML_Q4_K, 256> bytes of shared memory.
-GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_K_f32_wg256, GGML_Q4_K, mm_id_wg256, (256, 1))

@@ -51,7 +51,7 @@ import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { type CudaLaunch, familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
+import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBufferRules, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, I32_MAX, invalid, ruleBindings, U32_MAX,
@@ -205,16 +205,15 @@ export function ggmlIdMmFew(type: GgmlQuantType, pairs: number, n: number, k: nu
 export const GGML_MM_ID_CUDA_WG_BM = 128;
 /**
  * Dynamic shared memory of the many-pairs form (shaders/cuda/common.cuh
- * GWG_SMEM) with tiles of bn weight rows: 3 stages of 128 x rows and bn
- * weight rows, 128 swizzled bytes each (64 values of k as f16); for Q4_K and
- * Q5_K two steps of a row's 16-byte units (the super-block's header, Q5_K's
- * high bits, a sub-block pair's quant bytes: 3 and 5) for bn rows; and 1024
- * bytes to align the stages. Q4_K's at 128 leaves room for two blocks an SM
- * on an H100 (its 228 KiB).
+ * GWG_SMEM): 3 stages of 128 x rows and 128 weight rows, 128 swizzled bytes
+ * each (64 values of k as f16); for Q4_K and Q5_K two steps of a row's
+ * 16-byte units (the super-block's header, Q5_K's high bits, a sub-block
+ * pair's quant bytes: 3 and 5) for 128 rows; and 1024 bytes to align the
+ * stages. Q4_K's leaves room for two blocks an SM on an H100 (its 228 KiB).
  */
-export function ggmlIdMmWgSharedBytes(type: GgmlQuantType, bn = 128): number {
+export function ggmlIdMmWgSharedBytes(type: GgmlQuantType): number {
   const units = type === 'Q4_K' ? 3 : type === 'Q5_K' ? 5 : 0;
-  return 3 * (128 + bn) * 128 + 2 * bn * units * 16 + 1024;
+  return 3 * 256 * 128 + 2 * 128 * units * 16 + 1024;
 }
 /**
  * Pairs an expert on average (pairs / nExperts) from which the matrix form
@@ -235,21 +234,6 @@ export function ggmlIdMmWgCudaLaunch(type: GgmlQuantType, pairs: number, n: numb
   return {
     grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_WG_BM) * ceilDiv(n, 128), 1, 1], threads: [256, 1, 1],
     threadgroupMemory: { 0: ggmlIdMmWgSharedBytes(type) },
-  };
-}
-
-/**
- * The launch of kernel_mul_mm_id_q4_K_f32_wg256, a CUDA-only variant of the
- * Q4_K many-pairs form with tiles of 256 weight rows (half of x's loads an
- * output; one block an SM), run as the wg kernel's launch entry. The op does
- * not plan it: bench/matmul.ts ('matrix wg256') times it beside the wg form,
- * tests/quantized_matmul_id_ggml.test.ts checks it. Grid: slots of 128 pairs
- * x ceil(n / 256); shared memory ggmlIdMmWgSharedBytes('Q4_K', 256).
- */
-export function ggmlIdMmWg256CudaLaunch(pairs: number, n: number, nExperts: number): CudaLaunch {
-  return {
-    grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_WG_BM) * ceilDiv(n, 256), 1, 1], threads: [256, 1, 1],
-    threadgroupMemory: { 0: ggmlIdMmWgSharedBytes('Q4_K', 256) }, entry: 'kernel_mul_mm_id_q4_K_f32_wg256',
   };
 }
 

@@ -80,7 +80,7 @@ void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u3
   Arr<float> x(size_t(T) * K), y(size_t(P) * N);
   x.random();
   y.poison();
-  const std::string what = std::string(form == 4 ? "mm_id_wg256 " : form == 3 ? "mm_id_wg " : form == 2 ? "mm_id_few " : matrix ? "mm_id " : gu >= 0 ? (gu ? "gate_up gelu_tanh " : "gate_up silu ") : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
+  const std::string what = std::string(form == 3 ? "mm_id_wg " : form == 2 ? "mm_id_few " : matrix ? "mm_id " : gu >= 0 ? (gu ? "gate_up gelu_tanh " : "gate_up silu ") : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
                            " N=" + std::to_string(N) + " K=" + std::to_string(K) + " E=" + std::to_string(E) +
                            (pad ? " stride +" + std::to_string(pad) : "") + (bad ? " bad ids" : "") +
                            (up_skew ? " up +" + std::to_string(up_skew) : "");
@@ -108,12 +108,7 @@ void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u3
     GgmlMatmulIdMm_MmParams p{};
     p.ne00 = int(K); p.ne02 = int(E); p.nb01 = rb; p.nb02 = stride; p.ne11 = int(U); p.nb10 = 4; p.nb11 = 0; p.nb12 = 4ull * K;
     p.ne20 = int(U); p.ne21 = int(T); p.ne0 = int(N); p.ne1 = int(U); p.r2 = 1; p.r3 = 1;
-    if (form == 4) {
-      // The _wg256 variant's launch (bench/matmul.ts 'matrix wg256'): slots of 128 pairs x 256 rows, 256 threads,
-      // GWG_SMEM<GGML_Q4_K, 256>.
-      sim_launch({(P / 128 + E + 1) * cdiv(N, 256), 1, 1}, {256, 1, 1}, 3 * 384 * 128 + 2 * 256 * 3 * 16 + 1024,
-                 [&] { mm(&p, w, x.p, off.p, ord.p, y.p); });
-    } else if (form == 3) {
+    if (form == 3) {
       // ggmlIdMmWgCudaLaunch: slots of 128 pairs x 128 rows, 256 threads, ggmlIdMmWgSharedBytes.
       const u32 units = f == Q4_K ? 3 : f == Q5_K ? 5 : 0;
       sim_launch({(P / 128 + E + 1) * cdiv(N, 128), 1, 1}, {256, 1, 1}, 3 * 256 * 128 + 2 * 128 * units * 16 + 1024,
@@ -261,11 +256,6 @@ int main() {
   run_id(Q6_K, kernel_mul_mv_id_q6_K_f32, kernel_mul_mm_id_q6_K_f32, 0, 8, 1, 100, 2304, 6, 4, true, 18);
   run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_gate_up, kernel_mul_mm_id_q6_K_f32, 0, 1, 8, 20, 1280, 8, 8, false, 0, 0);
   run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_gate_up, kernel_mul_mm_id_q6_K_f32, 0, 2, 4, 37, 512, 6, 6, true, 2, 1, 4);
-  // The many-pairs form's 256-row variant (Q4_K): N past 256 with unaligned experts (the register path's two halves)
-  // and aligned (the units' copies, two rows a thread); N under 128 (the second half of rows dead) aligned.
-  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32, kernel_mul_mm_id_q4_K_f32_wg256, 4, 100, 2, 300, 512, 5, 4, true, 20);
-  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32, kernel_mul_mm_id_q4_K_f32_wg256, 4, 160, 1, 300, 768, 2, 2, false, 0);
-  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32, kernel_mul_mm_id_q4_K_f32_wg256, 4, 40, 1, 37, 256, 1, 1, false, 0);
   // The crate's swiglu: decode's 8 pairs (repeated experts, N past a block's 16 rows), bad ids with experts off
   // 16-byte alignment and a partial window, one row.
   run_swiglu(8, 37, 512, 12, 5, false, 0);
