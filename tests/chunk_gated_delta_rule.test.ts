@@ -16,6 +16,7 @@ import {
   validateChunkGatedDeltaRule,
   validateChunkTriSolveInvert,
   validateGatedDeltaNetChunkInterStateVarlen,
+  planGatedDeltaNetChunkInterStateVarlen,
   type ChunkGatedDeltaRuleArgs,
   chunkGatedDeltaRuleChunkedRef,
   chunkLocalCumsumVarlenRef,
@@ -762,6 +763,23 @@ describeValidation('chunk_gated_delta_rule: buffers and aliasing', ({ device, en
   const interArgs = () => ({
     k: buf('bf16', 4096), w: buf('bf16', 4096), u: buf('bf16', 4096), g: buf('f32', 64), h0: buf('f32', 4096),
     hOut: buf('bf16', 4096), vNew: buf('bf16', 4096), finalState: buf('f32', 4096), seqs: buf('u32', 4), ...flat(p),
+  });
+
+  test('the state walk launches V / 32 (K 256: V / 16) blocks of 128 threads, on CUDA at K 128 the entry of 8 warps: 256', () => {
+    for (const k of [64, 128, 256]) {
+      const s: StepShape = { nTok: 128, nt: 2, nSeq: 2, hg: 2, h: 4, k, v: 64 };
+      const a = {
+        k: buf('bf16', 128 * 2 * k), w: buf('bf16', 128 * 4 * k), u: buf('bf16', 128 * 4 * 64), g: buf('f32', 128 * 4),
+        h0: buf('f32', 2 * 4 * 64 * k), hOut: buf('bf16', 2 * 4 * 64 * k), vNew: buf('bf16', 128 * 4 * 64),
+        finalState: buf('f32', 2 * 4 * 64 * k), seqs: buf('u32', 6), ...flat(s),
+      };
+      const dev = device();
+      const [d] = planGatedDeltaNetChunkInterStateVarlen(a, dev.limits, dev).dispatches;
+      expect(d!.kernel).toBe(`gated_delta_net_chunk_inter_state_k${k}_bf16`);
+      expect(d!.threads).toEqual([128, 1, 1]);
+      expect(d!.grid).toEqual([k === 256 ? 4 : 2, 4, 2]);
+      expect(d!.cuda).toEqual(k === 128 ? { grid: [2, 4, 2], threads: [256, 1, 1] } : undefined);
+    }
   });
 
   test('an output bound as an input the kernel reads elsewhere is refused (vNew as w, o as q, finalState as initialState)', () => {

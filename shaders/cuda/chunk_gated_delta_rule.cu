@@ -1044,7 +1044,7 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
 }
 
 // gated_delta_net_chunk_inter_state_k{KD}_bf16: the sequences of the seqs
-// table. Grid (V / BV, H, n_seq), 128 threads.
+// table. Grid (V / BV, H, n_seq), 32 NW threads.
 // Bindings: 0 k, 1 w, 2 u, 3 g (cumsummed), 4 h0, 5 h_out, 6 v_new,
 // 7 final_state, 8 seqs, 9 params.
 template <u32 KD, u32 BV, bool WS, u32 NW>
@@ -1067,13 +1067,14 @@ __device__ __forceinline__ void inter_state_varlen(const bf16* __restrict__ k_in
 }
 
 // Entries by K, BV, where w waits and the warps: w in registers, loaded 4
-// bytes at a time (the op's plan), or, with _ws, in 16 KiB of shared memory by
-// cp.async, read by ldmatrix (fewer load instructions, L1 requests and
-// registers); 4 warps, or 8 with _w8 (256 threads: warp w holds state columns
-// [16 w, +16) and takes t rows [16 (w % 4), +16) and V rows [16 (w / 4), +16)
-// in steps 2 and 3). The _bv16, _ws and _w8 entries at K = 128 let the kernel
-// harness time the variants side by side; the op launches
-// gated_delta_net_chunk_inter_state_k128_bf16.
+// bytes at a time, or, with WS, in 16 KiB of shared memory by cp.async, read
+// by ldmatrix (fewer load instructions, L1 requests and registers); 4 warps,
+// or 8 (256 threads: warp w holds state columns [16 w, +16) and takes t rows
+// [16 (w % 4), +16) and V rows [16 (w / 4), +16) in steps 2 and 3). The op's
+// entry at K = 128 is the fastest on an H100 (bench/notes/gdn-fused-2026-11-26.md):
+// WS and 8 warps, 256 threads. The variants _w4 (w in registers, 4 warps),
+// _bv16, _ws and _bv16_ws, all of them giving the entry's bits, let the kernel
+// harness time them side by side.
 #define GDR_INTER_STATE(NAME, KD, BV, WS, NW)                                                                     \
     extern "C" __global__ void __launch_bounds__(32 * NW) gated_delta_net_chunk_inter_state_##NAME##_bf16(       \
         const bf16* __restrict__ k_in, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,             \
@@ -1083,12 +1084,12 @@ __device__ __forceinline__ void inter_state_varlen(const bf16* __restrict__ k_in
         inter_state_varlen<KD, BV, WS, NW>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, seqs, pp);     \
     }
 GDR_INTER_STATE(k64, 64, 32, false, 4)
-GDR_INTER_STATE(k128, 128, 32, false, 4)
+GDR_INTER_STATE(k128, 128, 32, true, 8)
 GDR_INTER_STATE(k256, 256, 16, false, 4)
+GDR_INTER_STATE(k128_w4, 128, 32, false, 4)
 GDR_INTER_STATE(k128_bv16, 128, 16, false, 4)
 GDR_INTER_STATE(k128_ws, 128, 32, true, 4)
 GDR_INTER_STATE(k128_bv16_ws, 128, 16, true, 4)
-GDR_INTER_STATE(k128_ws_w8, 128, 32, true, 8)
 #undef GDR_INTER_STATE
 
 // gated_delta_net_chunk_inter_state_bf16 (the seed's entry, driven by host

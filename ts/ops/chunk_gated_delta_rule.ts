@@ -431,7 +431,11 @@ const interStateStep = gdrStep<GdrInterStateArgs>({
     ];
   },
   outputs: ['hOut', 'vNew', 'finalState'],
-  launch: (a) => ({ kernel: interStateKernel(a.kDim), threads: 128, grid: [a.vDim / interStateBv(a.kDim), a.nHeads, a.nSeq] }),
+  launch: (a) => ({
+    kernel: interStateKernel(a.kDim), threads: 128, grid: [a.vDim / interStateBv(a.kDim), a.nHeads, a.nSeq],
+    // CUDA's entry at K 128 runs 8 warps (shaders/cuda/chunk_gated_delta_rule.cu).
+    ...(a.kDim === 128 ? { cuda: { grid: [a.vDim / 32, a.nHeads, a.nSeq], threads: [256, 1, 1] } } : {}),
+  }),
 });
 /**
  * The seqs table is a device buffer, so its contents are not read here: the
@@ -444,7 +448,8 @@ export const validateGatedDeltaNetChunkInterStateVarlen = interStateStep.validat
  * The inter-chunk state recurrence, per sequence and head (the math and the
  * kernel body of gatedDeltaNetChunk, for any chunk lengths, sequences and K of 64, 128, 256).
  * Bindings: 0 k, 1 w, 2 u, 3 g, 4 h0, 5 hOut, 6 vNew, 7 finalState, 8 seqs,
- * 9 params. Grid (V / BV, H, nSeq), 128 threads, BV = interStateBv(k).
+ * 9 params. Grid (V / BV, H, nSeq), 128 threads, BV = interStateBv(k); on
+ * CUDA at K 128, 256 threads.
  */
 export const gatedDeltaNetChunkInterStateVarlen = interStateStep.op;
 export const planGatedDeltaNetChunkInterStateVarlen = interStateStep.plan;

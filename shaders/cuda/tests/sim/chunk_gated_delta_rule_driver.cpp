@@ -15,9 +15,9 @@
 // VB = 128 where V is a multiple of 128, else 64; the dynamic shared memory
 // of chunkOCudaSharedBytes) against float64 on random q, k, v_new, chunk-start
 // states and g, o poisoned first. Then the state walk,
-// gated_delta_net_chunk_inter_state_k{K}_bf16, and at K = 128 its _bv16,
-// _ws, _bv16_ws and _ws_w8 variants (grid (V / BV, H, n_seq), 128 threads,
-// 256 for _w8) against a
+// gated_delta_net_chunk_inter_state_k{K}_bf16, and at K = 128 its _w4,
+// _bv16, _ws and _bv16_ws variants (grid (V / BV, H, n_seq), 128 threads;
+// 256 for the K = 128 entry) against a
 // float64 walk with the kernel's storage points (bf16 snapshots, v_new and
 // gated values, f32 state) on random k, w, u, g and h0 (the same for every
 // entry of a case), outputs poisoned first; each variant must give the
@@ -295,11 +295,11 @@ void run_inters(const Case& c) {
   if (c.K == 64) run_inter(c, "inter_state_k64", gated_delta_net_chunk_inter_state_k64_bf16, 32);
   if (c.K == 256) run_inter(c, "inter_state_k256", gated_delta_net_chunk_inter_state_k256_bf16, 16);
   if (c.K != 128) return;
-  run_inter(c, "inter_state_k128", gated_delta_net_chunk_inter_state_k128_bf16, 32);
+  run_inter(c, "inter_state_k128", gated_delta_net_chunk_inter_state_k128_bf16, 32, 256);
+  run_inter(c, "inter_state_k128_w4", gated_delta_net_chunk_inter_state_k128_w4_bf16, 32, 128, true);
   run_inter(c, "inter_state_k128_bv16", gated_delta_net_chunk_inter_state_k128_bv16_bf16, 16, 128, true);
   run_inter(c, "inter_state_k128_ws", gated_delta_net_chunk_inter_state_k128_ws_bf16, 32, 128, true);
   run_inter(c, "inter_state_k128_bv16_ws", gated_delta_net_chunk_inter_state_k128_bv16_ws_bf16, 16, 128, true);
-  run_inter(c, "inter_state_k128_ws_w8", gated_delta_net_chunk_inter_state_k128_ws_w8_bf16, 32, 256, true);
 }
 
 int main(int argc, char** argv) {
