@@ -50,7 +50,8 @@ import { fusedNormAddNorms, fusedNormMoeSum } from '../ts/ops/fused_norm.ts';
 import { fusedHeadNormRopeQkv } from '../ts/ops/fused_head_norm_rope.ts';
 import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
 import { gatedDeltaNetDecode, gatedDeltaNetDecodeFused } from '../ts/ops/gated_delta_net.ts';
-import { l2Norm } from '../ts/ops/l2_norm.ts';
+import { l2Norm, planL2Norm } from '../ts/ops/l2_norm.ts';
+import { planSsmNormGate, ssmNormGate } from '../ts/ops/ssm_norm_gate.ts';
 import { planRmsNormPerHead } from '../ts/ops/rms_norm.ts';
 import { planSoftmax } from '../ts/ops/softmax.ts';
 import { planEmbedding } from '../ts/ops/embedding.ts';
@@ -111,6 +112,19 @@ function normSoftmaxCases(): Case[] {
     const w2 = random(dt, [d2]);
     const y2 = dev.alloc(dt, [1, d2]);
     out.push({ name: `rms_norm ${dt} [1, ${d2}] (decode)`, bytes: 2 * d2 * size(dt), record: (e) => rmsNorm(e, { input: x2, weight: w2, output: y2, rows: 1, dim: d2 }) });
+  }
+  // The gated delta net's per-head norms of Qwen3.6-35B-A3B: l2_norm of q and k ([tokens x 2 x 16, 128] f32) and
+  // the output's ssm_norm_gate ([tokens x 32, 128] f32, z and the weight beside), a 4096-token prompt and one token.
+  for (const tokens of [small ? 4 : 4096, 1]) {
+    const tag = tokens === 1 ? ' (decode)' : '';
+    const qkRows = tokens * 2 * 16, vRows = tokens * 32, d = 128;
+    const qk = random('f32', [qkRows, d]);
+    const qky = dev.alloc('f32', [qkRows, d]);
+    out.push({ name: `l2_norm f32 [${qkRows}, ${d}]${tag}`, bytes: 8 * qkRows * d, record: (e) => l2Norm(e, { x: qk, y: qky, rows: qkRows, dim: d }) });
+    const x = random('f32', [vRows, d]), z = random('f32', [vRows, d]), w = random('f32', [d]);
+    const y = dev.alloc('f32', [vRows, d]);
+    out.push({ name: `ssm_norm_gate f32 [${vRows}, ${d}]${tag}`, bytes: 12 * vRows * d + 4 * d,
+      record: (e) => ssmNormGate(e, { attnOut: x, weight: w, z, output: y, rows: vRows, dV: d, eps: 1e-6 }) });
   }
   for (const tokens of [small ? 4 : 8192, 1]) {
     const [heads, headDim] = small ? [2, 128] : [32, 128]; // Qwen3 q-norm
@@ -180,6 +194,23 @@ function launchVariantCases(): Case[] {
     const rows = tokens * heads;
     for (const lanes of [4, 8, 16]) {
       out.push(variant('rms_norm_per_head bf16 [8192, 32, 128] variant', 4 * rows * headDim, plan, { grid: [rows / (256 / lanes), 1, 1], threads: [lanes, 256 / lanes, 1] }));
+    }
+  }
+  {
+    // l2_norm and ssm_norm_gate at a 4096-token prompt's gated delta net heads (f32 [rows, 128]): rows of 8 lanes
+    // (planned) beside a block of 128 threads a row (the launch before the row kernels' form).
+    const d = 128;
+    const qkRows = 4096 * 32, vRows = 4096 * 32;
+    const qk = random('f32', [qkRows, d]);
+    const qky = dev.alloc('f32', [qkRows, d]);
+    const l2 = planL2Norm({ x: qk, y: qky, rows: qkRows, dim: d }, dev.limits, dev);
+    const x = random('f32', [vRows, d]), z = random('f32', [vRows, d]), w = random('f32', [d]);
+    const y = dev.alloc('f32', [vRows, d]);
+    const gate = planSsmNormGate({ attnOut: x, weight: w, z, output: y, rows: vRows, dV: d, eps: 1e-6 }, dev.limits, dev);
+    for (const [lanes, r] of [[8, 32], [128, 1]] as const) {
+      const launch = { grid: [qkRows / r, 1, 1] as [number, number, number], threads: [lanes, r, 1] as [number, number, number], threadgroupMemory: [16] };
+      out.push(variant(`l2_norm f32 [${qkRows}, ${d}] variant`, 8 * qkRows * d, l2, launch));
+      out.push(variant(`ssm_norm_gate f32 [${vRows}, ${d}] variant`, 12 * vRows * d + 4 * d, gate, launch));
     }
   }
   {

@@ -12,6 +12,7 @@ import {
   L2_NORM_PARAMS_LAYOUT,
   L2_NORM_SOURCES,
   l2Norm,
+  l2NormCudaLaunch,
   l2NormThreadgroup,
   packL2NormParams,
   l2NormRef,
@@ -36,6 +37,16 @@ describe('l2_norm param packer matches the .metal declaration', () => {
     expect(l2NormThreadgroup(1, TARGET_LIMITS.metal)).toEqual({ threads: 1, sharedBytes: 16 });
     expect(l2NormThreadgroup(100, TARGET_LIMITS.metal)).toEqual({ threads: 128, sharedBytes: 16 });
     expect(l2NormThreadgroup(5000, TARGET_LIMITS.metal)).toEqual({ threads: 256, sharedBytes: 32 });
+  });
+  test('CUDA: rowLaunch, sized to the row (rows of 8 lanes for heads of 128; a block per row otherwise)', () => {
+    const c = TARGET_LIMITS.cuda;
+    // Qwen3.6's q and k of a 4096-token prompt: [4096 x 16, 128] f32, 8 lanes of 4 vectors, 32 rows a block.
+    expect(l2NormCudaLaunch(65536, 128, 'f32', c)).toEqual({ grid: [2048, 1, 1], threads: [8, 32, 1] });
+    expect(l2NormCudaLaunch(64, 128, 'bf16', c)).toEqual({ grid: [2, 1, 1], threads: [8, 32, 1] });
+    // 6 rows: no whole-warp row count divides them: a block per row (of one vector a thread, with fewer rows than SMs).
+    expect(l2NormCudaLaunch(6, 64, 'f32', c, 132)).toEqual({ grid: [6, 1, 1], threads: [32, 1, 1], threadgroupMemory: [16] });
+    expect(l2NormCudaLaunch(3, 2000, 'bf16', c)).toEqual({ grid: [3, 1, 1], threads: [64, 1, 1], threadgroupMemory: [16] });
+    expect(l2NormCudaLaunch(64, 128, 'f32', { ...c, simdWidth: 64 })).toBeNull();
   });
 });
 
@@ -90,7 +101,7 @@ function l2Err(dtype: 'f32' | 'f16' | 'bf16', got: ArrayLike<number>, want: Arra
 describeBackends('l2_norm parity', ({ device }) => {
   /** Rows: one element, under, at and past a simdgroup and the 256-thread group, head sizes 64 / 128 / 256. */
   const SHAPES: readonly [rows: number, dim: number][] = [
-    [1, 1], [4, 31], [6, 64], [3, 128], [2, 255], [2, 256], [3, 257], [2, 1000], [1, 4099],
+    [1, 1], [4, 31], [6, 64], [3, 128], [2, 255], [2, 256], [3, 257], [2, 1000], [1, 4099], [40, 64], [64, 128],
   ];
   for (const dtype of ['f32', 'f16', 'bf16'] as const) {
     test(`${dtype}, eps 1e-6 and 0.5, a zero row`, () => {

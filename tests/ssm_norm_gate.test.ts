@@ -10,6 +10,7 @@ import {
   SSM_NORM_GATE_PARAMS_LAYOUT,
   packSsmNormGateParams,
   ssmNormGate,
+  ssmNormGateCudaLaunch,
   ssmNormGateThreadgroup,
   ssmNormGateRef,
 } from '../ts/ops/ssm_norm_gate.ts';
@@ -33,6 +34,15 @@ describe('ssm_norm_gate param packer matches the .metal declaration', () => {
     expect(ssmNormGateThreadgroup(1, TARGET_LIMITS.metal)).toEqual({ threads: 1, sharedBytes: 16 });
     expect(ssmNormGateThreadgroup(128, TARGET_LIMITS.metal)).toEqual({ threads: 128, sharedBytes: 16 });
     expect(ssmNormGateThreadgroup(1000, TARGET_LIMITS.metal)).toEqual({ threads: 256, sharedBytes: 32 });
+  });
+  test('CUDA: rowLaunch, sized to the row (rows of 8 lanes for heads of 128; a block per row otherwise)', () => {
+    const c = TARGET_LIMITS.cuda;
+    // Qwen3.6's gated delta net output of a 4096-token prompt: [4096 x 32, 128], 8 lanes of 4 vectors, 32 rows a block.
+    expect(ssmNormGateCudaLaunch(131072, 128, c)).toEqual({ grid: [4096, 1, 1], threads: [8, 32, 1] });
+    // One decode token's 32 heads: one block of 32 rows.
+    expect(ssmNormGateCudaLaunch(32, 128, c, 132)).toEqual({ grid: [1, 1, 1], threads: [8, 32, 1] });
+    expect(ssmNormGateCudaLaunch(3, 1000, c)).toEqual({ grid: [3, 1, 1], threads: [32, 1, 1], threadgroupMemory: [16] });
+    expect(ssmNormGateCudaLaunch(32, 128, { ...c, simdWidth: 64 })).toBeNull();
   });
 });
 
@@ -91,7 +101,7 @@ function inputs(dev: mlx.Device, rows: number, dV: number, r: Rng): { attnOut: m
 describeBackends('ssm_norm_gate parity', ({ device }) => {
   // Row shapes: dV below, at and past the 256-thread group, odd, not multiples of 4 or 32.
   const SHAPES: readonly [rows: number, dV: number][] = [
-    [1, 1], [4, 3], [3, 31], [2, 33], [32, 128], [2, 255], [2, 257], [3, 1000], [1, 4099],
+    [1, 1], [4, 3], [3, 31], [2, 33], [32, 128], [2, 255], [2, 257], [3, 1000], [1, 4099], [40, 64], [96, 128],
   ];
   test('f32 against the float64 reference', () => {
     const dev = device();

@@ -6,6 +6,7 @@ import src from '../../shaders/l2_norm.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/l2_norm.cu' with { type: 'text' };
 import header from '../../shaders/l2_norm.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
+import { dtypeSize, type DType } from '../dtype.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
@@ -13,7 +14,7 @@ import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBufferRules, checkedProduct, checkNoAliasing, checkPositive, invalid, like, ruleBindings, U32_MAX, type BufferRule,
 } from '../validate.ts';
-import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
+import { rowLaunch, rowThreadgroup, type LaunchLimits } from '../launch.ts';
 import { familyPlans, record, type OpPlan } from '../plan.ts';
 
 export const L2_NORM_FAMILY = 'l2_norm';
@@ -71,13 +72,22 @@ export function l2NormThreadgroup(dim: number, limits: LaunchLimits): { threads:
 }
 
 /**
+ * The CUDA twin's launch (shaders/cuda/l2_norm.cu, a row kernel): rowLaunch's,
+ * sized to the row; null: the Metal launch.
+ */
+export function l2NormCudaLaunch(rows: number, dim: number, dtype: DType, limits: LaunchLimits, multiprocessors = 0): ReturnType<typeof rowLaunch> {
+  return rowLaunch(rows, dim, 16 / dtypeSize(dtype), limits, multiprocessors);
+}
+
+/**
  * l2_norm: y[r, i] = x[r, i] / sqrt(sum_j x[r, j]^2 + eps), eps inside the
  * square root as FLA's l2norm (default 1e-6); sums in f32.
  *
  * Layouts: x, y [rows, dim], one dtype: f32, f16 or bf16 (l2_norm_<dtype>).
  * y may be x's buffer.
  * Bindings: 0 x, 1 y, 2 L2NormParams; threadgroup(0) one float per simdgroup.
- * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
+ * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads; on
+ * CUDA l2NormCudaLaunch's.
  */
 export function l2Norm(enc: Encoder, args: L2NormArgs): void {
   record(enc, planL2Norm(args, enc.device.limits, enc.device));
@@ -87,6 +97,7 @@ export function l2Norm(enc: Encoder, args: L2NormArgs): void {
 export function planL2Norm(a: L2NormArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateL2Norm(a, device);
   const { threads, sharedBytes } = l2NormThreadgroup(a.dim, limits);
+  const cuda = l2NormCudaLaunch(a.rows, a.dim, a.x.dtype, limits, limits.multiprocessors);
   return planOf({
     kernel: `l2_norm_${a.x.dtype}`,
     buffers: [a.x, a.y],
@@ -94,6 +105,7 @@ export function planL2Norm(a: L2NormArgs, limits: DeviceLimits, device?: Device)
     threadgroupMemory: [sharedBytes],
     grid: [a.rows, 1, 1],
     threads: [threads, 1, 1],
+    ...(cuda === null ? {} : { cuda }),
   });
 }
 

@@ -12,7 +12,7 @@ import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBufferRules, checkNoAliasing, checkPositive, checkedProduct, invalid, ruleBindings, type BufferRule,
 } from '../validate.ts';
-import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
+import { rowLaunch, rowThreadgroup, type LaunchLimits } from '../launch.ts';
 import { familyPlans, record, type OpPlan } from '../plan.ts';
 
 export const SSM_NORM_GATE_FAMILY = 'ssm_norm_gate';
@@ -74,6 +74,15 @@ export function ssmNormGateThreadgroup(dV: number, limits: LaunchLimits): { thre
 }
 
 /**
+ * The CUDA twin's launch (shaders/cuda/ssm_norm_gate.cu, a row kernel):
+ * rowLaunch's, sized to the row (f32: 4 elements a vector); null: the Metal
+ * launch.
+ */
+export function ssmNormGateCudaLaunch(rows: number, dV: number, limits: LaunchLimits, multiprocessors = 0): ReturnType<typeof rowLaunch> {
+  return rowLaunch(rows, dV, 4, limits, multiprocessors);
+}
+
+/**
  * ssm_norm_gate: output[r, d] = attnOut[r, d] * rmsInv(attnOut[r, :]) * weight[d] * silu(z[r, d]),
  * rmsInv(x) = 1 / sqrt(mean(x^2) + eps), silu(x) = x / (1 + exp(-x)).
  *
@@ -82,7 +91,8 @@ export function ssmNormGateThreadgroup(dV: number, limits: LaunchLimits): { thre
  * its elements before it writes them, and the norm's sum is taken first).
  * Bindings: 0 attnOut, 1 weight, 2 z, 3 output, 4 SsmNormGateParams
  * [eps, dV as f32, 0, 0]; threadgroup(0) one float per simdgroup.
- * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dV)) threads.
+ * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dV)) threads; on
+ * CUDA ssmNormGateCudaLaunch's.
  */
 export function ssmNormGate(enc: Encoder, args: SsmNormGateArgs): void {
   record(enc, planSsmNormGate(args, enc.device.limits, enc.device));
@@ -90,6 +100,7 @@ export function ssmNormGate(enc: Encoder, args: SsmNormGateArgs): void {
 export function planSsmNormGate(args: SsmNormGateArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateSsmNormGate(args, device);
   const { threads, sharedBytes } = ssmNormGateThreadgroup(args.dV, limits);
+  const cuda = ssmNormGateCudaLaunch(args.rows, args.dV, limits, limits.multiprocessors);
   return planOf({
     kernel: 'ssm_norm_gate_f32',
     buffers: [args.attnOut, args.weight, args.z, args.output],
@@ -97,6 +108,7 @@ export function planSsmNormGate(args: SsmNormGateArgs, limits: DeviceLimits, dev
     threadgroupMemory: [sharedBytes],
     grid: [args.rows, 1, 1],
     threads: [threads, 1, 1],
+    ...(cuda === null ? {} : { cuda }),
   });
 }
 

@@ -1,4 +1,5 @@
-// rms_norm, softmax and gelu's CUDA kernels (shaders/cuda/{rms_norm,softmax,gelu}.cu)
+// rms_norm, l2_norm, ssm_norm_gate, softmax and gelu's CUDA kernels
+// (shaders/cuda/{rms_norm,l2_norm,ssm_norm_gate,softmax,gelu}.cu)
 // on the CPU simulation (sim_runtime.h), against float64 references, at
 // the launches the ops plan for an H100 (ts/launch.ts rowLaunch,
 // ts/ops/softmax.ts two passes, ts/ops/gelu.ts geluCudaLaunch; written out
@@ -68,6 +69,51 @@ void run_rms(const char* name, K kernel, NormMode mode, u32 rows, u32 dim, SimDi
 template <class T, class K>
 void run_rms_unscaled(const char* name, K kernel, u32 rows, u32 dim, SimDim grid, SimDim block) {
   run_rms<T, T>(name, [&](const T* x, const T*, T* y, const RmsNormParams* p) { kernel(x, y, p); }, UNSCALED, rows, dim, grid, block);
+}
+
+// ---- l2_norm and ssm_norm_gate (rows through sumsq_scale_row, as rms_norm's) ----
+
+template <class T, class K>
+void run_l2(const char* name, K kernel, u32 rows, u32 dim, SimDim grid, SimDim block, bool in_place = false) {
+  Arr<T> x(size_t(rows) * dim), y(size_t(rows) * dim);
+  x.random(-3, 3);
+  y.poison();
+  std::vector<double> want(size_t(rows) * dim);
+  for (u32 r = 0; r < rows; ++r) {
+    double sq = 0;
+    for (u32 j = 0; j < dim; ++j) sq += x.at(size_t(r) * dim + j) * x.at(size_t(r) * dim + j);
+    for (u32 j = 0; j < dim; ++j) want[size_t(r) * dim + j] = x.at(size_t(r) * dim + j) / std::sqrt(sq + 1e-6);
+  }
+  T* out = in_place ? x.p : y.p;
+  L2NormParams p{rows, dim, 1e-6f};
+  sim_launch(grid, block, 4 * 32, [&] { kernel(x.p, out, &p); });
+  check(std::string(name) + " [" + std::to_string(rows) + ", " + std::to_string(dim) + "]" + dims(grid, block) + (in_place ? " in place" : ""),
+        out, want, tol_of<T>());
+}
+
+// out: 0 a buffer of its own, 1 attn_out's, 2 z's.
+void run_gate(u32 rows, u32 dv, SimDim grid, SimDim block, int out_at = 0) {
+  Arr<float> x(size_t(rows) * dv), z(size_t(rows) * dv), y(size_t(rows) * dv), w(dv);
+  x.random(-2, 2);
+  z.random(-6, 6);
+  w.random(0.5, 1.5);
+  y.poison();
+  std::vector<double> want(size_t(rows) * dv);
+  for (u32 r = 0; r < rows; ++r) {
+    double sq = 0;
+    for (u32 j = 0; j < dv; ++j) sq += x.at(size_t(r) * dv + j) * x.at(size_t(r) * dv + j);
+    const double inv = 1 / std::sqrt(sq / dv + 1e-6);
+    for (u32 j = 0; j < dv; ++j) {
+      const double zv = z.at(size_t(r) * dv + j);
+      want[size_t(r) * dv + j] = x.at(size_t(r) * dv + j) * inv * w.at(j) * (zv / (1 + std::exp(-zv)));
+    }
+  }
+  float* out = out_at == 1 ? x.p : out_at == 2 ? z.p : y.p;
+  SsmNormGateParams p{1e-6f, float(dv), 0, 0};
+  sim_launch(grid, block, 4 * 32, [&] { ssm_norm_gate_f32(x.p, w.p, z.p, out, &p); });
+  check("ssm_norm_gate_f32 [" + std::to_string(rows) + ", " + std::to_string(dv) + "]" + dims(grid, block) +
+            (out_at == 1 ? " over attn_out" : out_at == 2 ? " over z" : ""),
+        out, want, tol_of<float>());
 }
 
 // ---- softmax ----
@@ -254,6 +300,23 @@ int main() {
   run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_bf16 (one vector a lane)", rms_norm_bf16, WEIGHTED, 64, 128, {2, 1, 1}, {16, 32, 1});
   run_rms<__half, float>("rms_norm_f16 (few rows)", rms_norm_f16, WEIGHTED, 2, 4096, {2, 1, 1}, {512, 1, 1}, true);
   run_rms<__nv_bfloat16, __nv_bfloat16>("rms_norm_one_plus_bf16 (few rows)", rms_norm_one_plus_bf16, ONE_PLUS_W, 1, 5376, {1, 1, 1}, {672, 1, 1});
+
+  // l2_norm_<t> and ssm_norm_gate_f32 at rowLaunch's forms (tests/l2_norm.test.ts,
+  // tests/ssm_norm_gate.test.ts): rows of 8 lanes (the models' heads of 128),
+  // a block per row, fewer rows than SMs (a vector a thread), the scalar path.
+  run_l2<float>("l2_norm_f32", l2_norm_f32, 64, 128, {2, 1, 1}, {8, 32, 1});
+  run_l2<__nv_bfloat16>("l2_norm_bf16", l2_norm_bf16, 64, 128, {2, 1, 1}, {8, 32, 1}, true);
+  run_l2<__half>("l2_norm_f16", l2_norm_f16, 40, 64, {5, 1, 1}, {8, 8, 1});
+  run_l2<float>("l2_norm_f32 (few rows)", l2_norm_f32, 3, 128, {3, 1, 1}, {32, 1, 1});
+  run_l2<__nv_bfloat16>("l2_norm_bf16 (a block a row)", l2_norm_bf16, 3, 2000, {3, 1, 1}, {64, 1, 1});
+  run_l2<float>("l2_norm_f32 (scalar)", l2_norm_f32, 4, 31, {1, 1, 1}, {32, 4, 1});
+  run_gate(64, 128, {2, 1, 1}, {8, 32, 1});
+  run_gate(64, 128, {2, 1, 1}, {8, 32, 1}, 1);
+  run_gate(40, 64, {5, 1, 1}, {8, 8, 1}, 2);
+  run_gate(32, 128, {32, 1, 1}, {32, 1, 1});
+  run_gate(3, 1000, {3, 1, 1}, {32, 1, 1});
+  run_gate(4, 3, {1, 1, 1}, {32, 4, 1});
+  run_gate(2, 257, {2, 1, 1}, {1000, 1, 1});
 
   // softmax_<t>: lanes, blocks, rows past the held (online), the scalar path.
   run_softmax<__nv_bfloat16>("softmax_bf16", softmax_bf16, {64, 128}, {2, 1, 1}, {8, 32, 1});

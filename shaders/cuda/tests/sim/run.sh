@@ -4,7 +4,7 @@
 #   dense: the dense family (dense_driver.cpp; the Hopper tiles on the
 #          simulation's wgmma model, or with SIM_DEFINES=-DMLXN_SIM_NO_WGMMA
 #          on the mma.sync tiles a build without sm_90a runs)
-#   glue:  rms_norm, softmax and gelu at the op's CUDA launches (glue_driver.cpp)
+#   glue:  rms_norm, l2_norm, ssm_norm_gate, softmax and gelu at the op's CUDA launches (glue_driver.cpp)
 #   copy:  embedding and kv_cache_copy (copy_rows) at the op's launches, and the casts (copy_driver.cpp)
 #   quantized_matmul: that family (quantized_matmul_driver.cpp)
 #   quantized_matmul_ggml: that family (quantized_matmul_ggml_driver.cpp;
@@ -32,7 +32,7 @@ out="$root/build/cuda/sim"
 mkdir -p "$out"
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 case "$family" in
-  glue) families=rms_norm,softmax,gelu ;;
+  glue) families=rms_norm,l2_norm,ssm_norm_gate,softmax,gelu ;;
   copy) families=embedding,kv_cache_copy,elementwise ;;
   moe) families=moe_dispatch,quantized_matmul_id,dense_matmul_id,moe_weighted_reduce ;;
   *) families="$family" ;;
