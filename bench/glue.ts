@@ -20,8 +20,8 @@
 // (--replay: each case's dispatches recorded once in a replayable encoder,
 // then 5 replays, device time a dispatch, median: on cuda one CUDA graph, so
 // the host's launch pace cannot set the time, as in a replayed decode step;
-// --small: shapes the emulator runs; --only: the cases whose name contains
-// TEXT, as for a profiler's run; --variants: on cuda, rows of the same ops
+// --small: shapes the emulator runs; --only (repeatable): the cases whose
+// name contains one of the TEXTs, as for a profiler's run; --variants: on cuda, rows of the same ops
 // recorded from their plans with other CUDA launches, the variants' block
 // below, to choose a launch by measurement)
 //
@@ -61,8 +61,7 @@ import { record, type OpPlan } from '../ts/plan.ts';
 const small = process.argv.includes('--small');
 const variants = process.argv.includes('--variants');
 const replay = process.argv.includes('--replay');
-const onlyAt = process.argv.indexOf('--only');
-const only = onlyAt >= 0 ? process.argv[onlyAt + 1] ?? '' : undefined;
+const only = process.argv.flatMap((a, i) => (a === '--only' ? [process.argv[i + 1] ?? ''] : []));
 const dev = Device.open();
 const size = (d: DType) => (d === 'f32' ? 4 : 2);
 
@@ -876,7 +875,7 @@ function replayedTimes(c: Case, iters: number): number[] {
 const time = (c: Case, iters: number): number => gpuTimePerDispatch(dev, c.record, iters);
 
 console.log(`device: ${dev.name} (${dev.backend})${replay ? ', replayed' : ''}`);
-for (const c of cases().filter((x) => only === undefined || x.name.includes(only))) {
+for (const c of cases().filter((x) => only.length === 0 || only.some((t) => x.name.includes(t)))) {
   const probe = time(c, 1);
   const iters = Math.max(1, Math.min(200, Math.round(2e7 / Math.max(probe, 1))));
   const ts = (replay ? replayedTimes(c, iters) : Array.from({ length: 5 }, () => time(c, iters))).sort((a, b) => a - b);
