@@ -36,7 +36,7 @@ export function rowThreadgroup(n: number, maxThreads: number, limits: LaunchLimi
   return { threads, sharedBytes: roundUp16(Math.ceil(threads / limits.simdWidth) * 4) };
 }
 
-/** Elements a thread of a CUDA row kernel holds in registers (rms_norm, softmax: 32 floats, or their raw words). */
+/** Elements a thread of a CUDA row kernel holds in registers (rms_norm, l2_norm, ssm_norm_gate, softmax: 32 floats, or their raw words). */
 export const ROW_HELD = 32;
 /** Elements a row may have for the launch of rows of up to 32 lanes (32 lanes holding ROW_HELD each). */
 export const WARP_ROW_MAX = 32 * ROW_HELD;
