@@ -38,7 +38,15 @@ std::string dims(SimDim g, SimDim b) {
   return " grid " + std::to_string(g.x) + "x" + std::to_string(g.y) + " block " + std::to_string(b.x) + "x" + std::to_string(b.y);
 }
 
-// ---- rms_norm ----
+// ---- rms_norm, l2_norm and ssm_norm_gate (rows through sumsq_scale_row) ----
+
+// The sum of squares of row r of x [rows, dim], in float64.
+template <class A>
+double row_sumsq(const A& x, u32 r, u32 dim) {
+  double sq = 0;
+  for (u32 j = 0; j < dim; ++j) sq += x.at(size_t(r) * dim + j) * x.at(size_t(r) * dim + j);
+  return sq;
+}
 
 enum NormMode { WEIGHTED, ONE_PLUS_W, UNSCALED };
 
@@ -51,9 +59,7 @@ void run_rms(const char* name, K kernel, NormMode mode, u32 rows, u32 dim, SimDi
   y.poison();
   std::vector<double> want(size_t(rows) * dim);
   for (u32 r = 0; r < rows; ++r) {
-    double sq = 0;
-    for (u32 j = 0; j < dim; ++j) sq += x.at(size_t(r) * dim + j) * x.at(size_t(r) * dim + j);
-    const double inv = 1 / std::sqrt(sq / dim + 1e-6);
+    const double inv = 1 / std::sqrt(row_sumsq(x, r, dim) / dim + 1e-6);
     for (u32 j = 0; j < dim; ++j) {
       const double s = mode == WEIGHTED ? w.at(j) : mode == ONE_PLUS_W ? 1 + w.at(j) : 1;
       want[size_t(r) * dim + j] = x.at(size_t(r) * dim + j) * inv * s;
@@ -71,8 +77,6 @@ void run_rms_unscaled(const char* name, K kernel, u32 rows, u32 dim, SimDim grid
   run_rms<T, T>(name, [&](const T* x, const T*, T* y, const RmsNormParams* p) { kernel(x, y, p); }, UNSCALED, rows, dim, grid, block);
 }
 
-// ---- l2_norm and ssm_norm_gate (rows through sumsq_scale_row, as rms_norm's) ----
-
 template <class T, class K>
 void run_l2(const char* name, K kernel, u32 rows, u32 dim, SimDim grid, SimDim block, bool in_place = false) {
   Arr<T> x(size_t(rows) * dim), y(size_t(rows) * dim);
@@ -80,9 +84,8 @@ void run_l2(const char* name, K kernel, u32 rows, u32 dim, SimDim grid, SimDim b
   y.poison();
   std::vector<double> want(size_t(rows) * dim);
   for (u32 r = 0; r < rows; ++r) {
-    double sq = 0;
-    for (u32 j = 0; j < dim; ++j) sq += x.at(size_t(r) * dim + j) * x.at(size_t(r) * dim + j);
-    for (u32 j = 0; j < dim; ++j) want[size_t(r) * dim + j] = x.at(size_t(r) * dim + j) / std::sqrt(sq + 1e-6);
+    const double inv = 1 / std::sqrt(row_sumsq(x, r, dim) + 1e-6);
+    for (u32 j = 0; j < dim; ++j) want[size_t(r) * dim + j] = x.at(size_t(r) * dim + j) * inv;
   }
   T* out = in_place ? x.p : y.p;
   L2NormParams p{rows, dim, 1e-6f};
@@ -100,9 +103,7 @@ void run_gate(u32 rows, u32 dv, SimDim grid, SimDim block, int out_at = 0) {
   y.poison();
   std::vector<double> want(size_t(rows) * dv);
   for (u32 r = 0; r < rows; ++r) {
-    double sq = 0;
-    for (u32 j = 0; j < dv; ++j) sq += x.at(size_t(r) * dv + j) * x.at(size_t(r) * dv + j);
-    const double inv = 1 / std::sqrt(sq / dv + 1e-6);
+    const double inv = 1 / std::sqrt(row_sumsq(x, r, dv) / dv + 1e-6);
     for (u32 j = 0; j < dv; ++j) {
       const double zv = z.at(size_t(r) * dv + j);
       want[size_t(r) * dv + j] = x.at(size_t(r) * dv + j) * inv * w.at(j) * (zv / (1 + std::exp(-zv)));
