@@ -24,7 +24,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BUFFER_ATTR, kernelParams, metalEntries } from '../ts/metal-source.ts';
 import { paramSize, structLayout } from '../ts/params.ts';
-import { CUDA_PDL_MARK, cudaProgram } from '../ts/registry.ts';
+import { CUDA_PDL_MARK, cudaPartCount, cudaPartOf, cudaPartProgram, cudaProgram, familySources } from '../ts/registry.ts';
 import { CXX, cudaEntries, header, preprocess, ROOT, type CudaParam } from './cuda-source.ts';
 
 /** typedef A B; as B -> A. */
@@ -191,5 +191,29 @@ describe('cudaProgram: every entry waits for the kernel ahead of it', () => {
     for (const text of ['/* x */ extern "C" __global__ void a(float* x) { }', 'extern "C" __global__ void a(float* x);\nvoid b() { }']) {
       expect(() => cudaProgram([{ name: 'bad.cu', text }])).toThrow(/cudaProgram: bad\.cu must start each of its 1 extern "C" __global__ entries/);
     }
+  });
+});
+
+// A family compiled in parts (FamilySources.cudaParts): the part of a kernel, and each part's program (the
+// backend's cache keys the source, so each part is its own image).
+describe('cudaPartProgram, cudaPartOf: a family compiled in parts', () => {
+  const metal = 'kernel void k() {}\n';
+  const cuda = '#if MLXN_CUDA_PART_IS(0)\nextern "C" __global__ void a(float* x) { x[0] = 1; }\n#endif\n';
+  test('part k is cudaProgram with `#define MLXN_CUDA_PART k` after the mark; a family without parts is cudaProgram', () => {
+    const plain = familySources('parts_plain', { metal, cuda });
+    expect(cudaPartCount(plain)).toBe(1);
+    expect(cudaPartOf(plain, 'a')).toBe(0);
+    expect(cudaPartProgram(plain, 0)).toBe(cudaProgram(plain.cuda!));
+    const parted = familySources('parts_two', { metal, cuda, cudaParts: [['b', 'c'], ['d']] });
+    expect(cudaPartCount(parted)).toBe(3);
+    expect(['a', 'b', 'c', 'd', 'e'].map((k) => cudaPartOf(parted, k))).toEqual([0, 1, 1, 2, 0]);
+    for (const part of [0, 1, 2]) {
+      expect(cudaPartProgram(parted, part)).toBe(CUDA_PDL_MARK + `#define MLXN_CUDA_PART ${part}\n` + cudaProgram(parted.cuda!).slice(CUDA_PDL_MARK.length));
+    }
+  });
+  test('refuses a part out of range, and parts without a CUDA source', () => {
+    const parted = familySources('parts_range', { metal, cuda, cudaParts: [['b']] });
+    for (const part of [-1, 2, 0.5]) expect(() => cudaPartProgram(parted, part)).toThrow(`cudaPartProgram: part must be an integer in [0, 2) (got ${part})`);
+    expect(() => familySources('parts_nocuda', { metal, cudaParts: [['b']] })).toThrow('familySources: parts_nocuda has cudaParts but no CUDA source');
   });
 });

@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import '../ts/ops/index.ts'; // every op module: its family's sources are known
 import { readFileSync } from 'node:fs';
-import { cudaProgram, knownFamilyNames, knownFamilySources } from '../ts/registry.ts';
+import { cudaPartOf, cudaPartProgram, cudaProgram, knownFamilyNames, knownFamilySources } from '../ts/registry.ts';
 
 const NVCC = ['nvcc', '/usr/local/cuda/bin/nvcc'].find((c) => spawnSync('bash', ['-c', `command -v ${c}`]).status === 0);
 
@@ -55,3 +55,39 @@ test.skipIf(NVCC === undefined)('every CUDA family compiles with nvcc (sm_90a, P
     rmSync(dir, { recursive: true, force: true });
   }
 }, 600_000);
+
+// A family compiled in parts (FamilySources.cudaParts): each part's program,
+// preprocessed by nvcc, holds exactly its group's entries (part 0: every entry
+// outside the groups), and the parts together hold every entry once: a
+// kernel is looked up in the part that has it, and no part compiles another's.
+test.skipIf(NVCC === undefined)('every CUDA family with parts: each part holds its group of entries, every entry in one part', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'mlxn-cuda-parts-'));
+  const entriesOf = (source: string, label: string): string[] => {
+    const file = join(dir, `${label}.cu`);
+    writeFileSync(file, source);
+    const p = spawnSync(NVCC!, ['-std=c++17', '-arch=sm_90a', '-E', '-x', 'cu', file], { encoding: 'utf8', maxBuffer: 1 << 30 });
+    if (p.status !== 0) throw new Error(`${label}: nvcc -E failed: ${p.stderr.split('\n').slice(0, 3).join(' | ')}`);
+    // nvcc's preprocessor writes __global__ and __launch_bounds__(n) as attributes.
+    const head = /extern "C" __attribute__\(\(global\)\) void (?:__attribute__\(\(launch_bounds\([^)]*\)\)\)\s*)?(\w+)\s*\(/g;
+    return [...p.stdout.matchAll(head)].map((m) => m[1]!).sort();
+  };
+  try {
+    const withParts = knownFamilyNames().flatMap((family) => {
+      const s = knownFamilySources(family);
+      return s?.cudaParts === undefined ? [] : [{ family, s }];
+    });
+    expect(withParts.length).toBeGreaterThan(0);
+    for (const { family, s } of withParts) {
+      const all = entriesOf(cudaProgram(s.cuda!), `${family}-all`);
+      const grouped = s.cudaParts!.flat();
+      expect(new Set(grouped).size).toBe(grouped.length);
+      const want = [all.filter((e) => !grouped.includes(e)), ...s.cudaParts!.map((g) => [...g].sort())];
+      const got = want.map((_, part) => entriesOf(cudaPartProgram(s, part), `${family}-part${part}`));
+      expect({ family, parts: got }).toEqual({ family, parts: want });
+      expect(got.flat().sort()).toEqual(all);
+      for (const [part, names] of got.entries()) for (const n of names) expect(cudaPartOf(s, n)).toBe(part);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}, 120_000);

@@ -25,7 +25,9 @@ export function preprocess(text: string, name: string): string {
   const dir = mkdtempSync(join(tmpdir(), 'mlxn-contract-cuda-'));
   try {
     const file = join(dir, name);
-    writeFileSync(file, text);
+    // The prelude's (shaders/cuda/common.cuh) macro that #if reads: a program
+    // without parts, every entry in it.
+    writeFileSync(file, `#define MLXN_CUDA_PART_IS(k) 1\n${text}`);
     const r = spawnSync(CXX!, ['-E', '-P', '-x', 'c++', file], { encoding: 'utf8' });
     if (r.status !== 0) throw new Error(`preprocessing ${name} failed:\n${r.stderr}`);
     return stripComments(r.stdout);

@@ -123,6 +123,54 @@ describeBackends('compile off the event loop', ({ device }) => {
     expect(again[0]!.cached).toBe(true);
   });
 
+  test('a family in CUDA parts: warmup reports it once, each kernel runs from the part that has it, nothing compiles again', async () => {
+    using d = Device.open({ backend: device().backend });
+    const family = `parts_${d.backend}`;
+    const sources = familySources(family, {
+      metal: `#include <metal_stdlib>
+using namespace metal;
+kernel void parts_twice(device const float* x [[buffer(0)]], device float* y [[buffer(1)]], uint i [[thread_position_in_grid]]) {
+  y[i] = 2.0f * x[i];
+}
+kernel void parts_thrice(device const float* x [[buffer(0)]], device float* y [[buffer(1)]], uint i [[thread_position_in_grid]]) {
+  y[i] = 3.0f * x[i];
+}
+`,
+      cuda: `#if MLXN_CUDA_PART_IS(0)
+extern "C" __global__ void parts_twice(const float* x, float* y) { y[threadIdx.x] = 2.0f * x[threadIdx.x]; }
+#endif
+#if MLXN_CUDA_PART_IS(1)
+extern "C" __global__ void parts_thrice(const float* x, float* y) { y[threadIdx.x] = 3.0f * x[threadIdx.x]; }
+#endif
+`,
+      cudaParts: [['parts_thrice']],
+    });
+    d.kernels.register(family, sources, ['parts_twice', 'parts_thrice']);
+    const seen: WarmupProgress[] = [];
+    await d.kernels.warmup([family], { onProgress: (p) => seen.push(p) });
+    expect(seen.map((p) => [p.family, p.done, p.total, p.cached])).toEqual([[family, 1, 1, false]]);
+    const compile = d.compile;
+    d.compile = () => {
+      throw new Error('compiled again after warm-up');
+    };
+    try {
+      const x = randomArray(rng(3), 32);
+      using xb = d.upload('f32', [32], x);
+      for (const [kernel, k] of [['parts_twice', 2], ['parts_thrice', 3]] as const) {
+        using yb = d.alloc('f32', [32]);
+        using enc = d.encoder();
+        enc.dispatch(d.kernels.pipeline(kernel), { buffers: { 0: xb, 1: yb } }, [1, 1, 1], [32, 1, 1]);
+        await enc.commit();
+        expect([...yb.readNumbers()]).toEqual(Array.from(Float32Array.from(x), (v) => Math.fround(k * v)));
+      }
+    } finally {
+      d.compile = compile;
+    }
+    const again: WarmupProgress[] = [];
+    await d.kernels.warmup([family], { onProgress: (p) => again.push(p) });
+    expect(again.map((p) => [p.done, p.cached])).toEqual([[1, true]]);
+  });
+
   test('warmup: a kernel used while its family compiles waits for that compile', async () => {
     using d = Device.open({ backend: device().backend });
     const warm = d.kernels.warmup(['l2_norm']);

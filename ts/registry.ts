@@ -84,6 +84,40 @@ export interface FamilySources {
   readonly metal: readonly SourceFile[];
   /** CUDA C++ with the same entry names and binding order, used by the cuda backend. */
   readonly cuda?: readonly SourceFile[];
+  /**
+   * CUDA only: the groups of entries (kernel or entry names) compiled as parts
+   * 1, 2, ... of the family, each its own program and module, so that they
+   * compile side by side and a kernel compiles only its part; every other
+   * entry is part 0's. The .cu puts each group inside `#if
+   * MLXN_CUDA_PART_IS(k)` (shaders/cuda/common.cuh), part 0's entries inside
+   * `#if MLXN_CUDA_PART_IS(0)`.
+   */
+  readonly cudaParts?: readonly (readonly string[])[];
+}
+
+/** The part of a family's CUDA program that holds a kernel or entry (FamilySources.cudaParts; 0 without parts). */
+export function cudaPartOf(sources: FamilySources, name: string): number {
+  const i = sources.cudaParts?.findIndex((g) => g.includes(name)) ?? -1;
+  return i + 1;
+}
+
+/** How many parts a family's CUDA program compiles in (1 without cudaParts). */
+export function cudaPartCount(sources: FamilySources): number {
+  return (sources.cudaParts?.length ?? 0) + 1;
+}
+
+/**
+ * Part k of a family's CUDA program: cudaProgram's, with `#define
+ * MLXN_CUDA_PART k` after its first line where the family has parts.
+ */
+export function cudaPartProgram(sources: FamilySources, part: number): string {
+  if (sources.cuda === undefined) throw new MlxError('InvalidArgument', 'cudaPartProgram: the family has no CUDA source');
+  const parts = cudaPartCount(sources);
+  if (!Number.isSafeInteger(part) || part < 0 || part >= parts) {
+    throw new MlxError('InvalidArgument', `cudaPartProgram: part must be an integer in [0, ${parts}) (got ${part})`);
+  }
+  const program = cudaProgram(sources.cuda);
+  return parts === 1 ? program : CUDA_PDL_MARK + `#define MLXN_CUDA_PART ${part}\n` + program.slice(CUDA_PDL_MARK.length);
 }
 
 // Every family whose sources were made in this process (each op module makes
@@ -102,13 +136,21 @@ export function knownFamilySources(family: string): FamilySources | undefined {
 }
 
 /** A family's FamilySources from the texts of its files. */
-export function familySources(family: string, files: { header?: string; metal: string; cuda?: string }): FamilySources {
+export function familySources(
+  family: string, files: { header?: string; metal: string; cuda?: string; cudaParts?: readonly (readonly string[])[] },
+): FamilySources {
   const header: SourceFile[] = files.header === undefined ? [] : [{ name: `${family}.h`, text: files.header }];
   const metal = [METAL_PRELUDE, COMMON_HEADER, ...header, { name: `${family}.metal`, text: files.metal }];
+  if (files.cudaParts !== undefined && files.cuda === undefined) {
+    throw new MlxError('InvalidArgument', `familySources: ${family} has cudaParts but no CUDA source`);
+  }
   const sources: FamilySources =
     files.cuda === undefined
       ? { metal }
-      : { metal, cuda: [CUDA_PRELUDE, COMMON_HEADER, ...header, { name: `cuda/${family}.cu`, text: files.cuda }] };
+      : {
+        metal, cuda: [CUDA_PRELUDE, COMMON_HEADER, ...header, { name: `cuda/${family}.cu`, text: files.cuda }],
+        ...(files.cudaParts === undefined ? {} : { cudaParts: files.cudaParts }),
+      };
   if (!knownFamilies.has(family)) knownFamilies.set(family, sources);
   return sources;
 }
@@ -169,6 +211,7 @@ export class KernelRegistry {
       const same =
         sameFiles(known.sources.metal, sources.metal) &&
         sameFiles(known.sources.cuda, sources.cuda) &&
+        JSON.stringify(known.sources.cudaParts) === JSON.stringify(sources.cudaParts) &&
         known.kernels.length === kernels.length &&
         known.kernels.every((k, i) => k === kernels[i]);
       if (!same) {
@@ -220,33 +263,40 @@ export class KernelRegistry {
         `KernelRegistry.pipeline: kernel ${kernel} is not registered (families registered: ${known.length > 0 ? known.join(', ') : 'none'})`,
       );
     }
-    const p = this.library(family, constants, ckey).pipeline(entry ?? kernel);
+    const sources = this.families.get(family)!.sources;
+    const part = this.language === 'cuda' ? cudaPartOf(sources, entry ?? kernel) : 0;
+    const p = this.library(family, part, constants, ckey).pipeline(entry ?? kernel);
     // A CUDA kernel has the bindings of its Metal twin: what it writes is read there.
     if (this.language === 'cuda') p._writes = kernelWrites(this.families.get(family)!.metal, kernel);
     this.pipelines.set(key, p);
     return p;
   }
 
-  private library(family: string, constants: FunctionConstants | undefined, ckey: string): Library {
-    const key = `${family}|${ckey}`;
+  /** The key of a library: the family, its CUDA part (where it has parts) and the constants' key. */
+  private static libraryKey(family: string, part: number, ckey: string): string {
+    return part === 0 ? `${family}|${ckey}` : `${family}#${part}|${ckey}`;
+  }
+
+  private library(family: string, part: number, constants: FunctionConstants | undefined, ckey: string): Library {
+    const key = KernelRegistry.libraryKey(family, part, ckey);
     const hit = this.libraries.get(key);
     if (hit !== undefined && hit._h !== 0) return hit;
-    // A warm-up compile of this family still running: wait for it here.
+    // A warm-up compile of this library still running: wait for it here.
     const job = this.compiling.get(key);
     if (job !== undefined) return this.take(key, job);
-    const { source, name } = this.program(family, this.families.get(family)!.sources);
+    const { source, name } = this.program(family, this.families.get(family)!.sources, part);
     const lib = this.device.compile(source, constants === undefined ? { name } : { name, constants });
     this.libraries.set(key, lib);
     return lib;
   }
 
-  /** The program and file name a family compiles to on this device. */
-  private program(family: string, sources: FamilySources): { source: string; name: string } {
+  /** The program and file name of a family (on cuda: of its part) on this device. */
+  private program(family: string, sources: FamilySources, part = 0): { source: string; name: string } {
     if (this.language === 'metal') return { source: joinSources(sources.metal), name: `${family}.metal` };
     if (sources.cuda === undefined) {
       throw new MlxError('KernelNotFound', `KernelRegistry: family ${family} has no CUDA source, so it cannot run on the cuda backend`);
     }
-    return { source: cudaProgram(sources.cuda), name: `${family}.cu` };
+    return { source: cudaPartProgram(sources, part), name: `${family}.cu` };
   }
 
   private take(key: string, job: CompileJob): Library {
@@ -296,20 +346,28 @@ export class KernelRegistry {
     if (!Number.isSafeInteger(concurrency) || concurrency < 1) {
       throw new MlxError('InvalidArgument', `KernelRegistry.warmup: opts.concurrency must be an integer >= 1 (got ${concurrency})`);
     }
-    // Everything is checked before any compile starts.
-    const programs = names.map((f) => ({ family: f, ...this.program(f, sourcesOf(f)!) }));
+    // Everything is checked before any compile starts. On cuda a family with
+    // parts is one compile a part.
+    const parts = (f: string) => (this.language === 'cuda' ? cudaPartCount(sourcesOf(f)!) : 1);
+    const programs = names.flatMap((f) =>
+      Array.from({ length: parts(f) }, (_, part) => ({ family: f, part, ...this.program(f, sourcesOf(f)!, part) })));
+    const left = new Map(names.map((f) => [f, { parts: parts(f), cached: true }]));
 
     let done = 0;
     let firstError: unknown = null;
+    // A family is reported once every part of it is ready (cached: all of them were).
     const report = (family: string, cached: boolean) => {
+      const l = left.get(family)!;
+      l.cached &&= cached;
+      if (--l.parts > 0) return;
       done++;
-      onProgress?.({ family, done, total: programs.length, ms: performance.now() - t0, cached });
+      onProgress?.({ family, done, total: names.length, ms: performance.now() - t0, cached: l.cached });
     };
     let next = 0;
     const worker = async () => {
       while (next < programs.length) {
-        const { family, source, name } = programs[next++]!;
-        const key = `${family}|`;
+        const { family, part, source, name } = programs[next++]!;
+        const key = KernelRegistry.libraryKey(family, part, '');
         const hit = this.libraries.get(key);
         if (hit !== undefined && hit._h !== 0) {
           report(family, true);

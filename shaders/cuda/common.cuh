@@ -36,6 +36,21 @@ __device__ __forceinline__ void mlxn_entry() {
 #endif
 }
 
+// ---- a family compiled in parts ----
+
+// A family whose entries take long to compile declares groups of them, its
+// parts (FamilySources.cudaParts, ts/registry.ts), and puts each group's
+// entries inside `#if MLXN_CUDA_PART_IS(k)` (k from 1). The registry compiles
+// part k's program with `#define MLXN_CUDA_PART k` (each part is its own
+// NVRTC program and module, so the parts compile side by side); entries
+// outside every group are part 0's. A program without the define (the
+// harness, the CPU simulation, nvcc) holds every entry.
+#ifdef MLXN_CUDA_PART
+#define MLXN_CUDA_PART_IS(k) (MLXN_CUDA_PART == (k))
+#else
+#define MLXN_CUDA_PART_IS(k) 1
+#endif
+
 // ---- bytes into L2 before the wait ----
 
 // An entry whose body starts `{ MLXN_PREFETCH_ENTRY(stmt);` runs stmt and

@@ -649,6 +649,11 @@ __device__ __forceinline__ Operands<T, T, T> dense_operands(const T* x, const T*
 
 // buffer(0) A [M, K], (1) B [N, K], (2) C [M, N], (3) DenseGemmParams.
 // dense_matvec_*: M = 1, blockIdx.x = block of DENSE rows (16), 256 threads.
+// The family compiles in six parts (ts/ops/dense.ts DENSE_CUDA_PARTS): each
+// tensor-tile entry of 16-bit weights, about a megabyte of machine code
+// (five wgmma widths and two mma.sync shapes chosen by the launch), is a part
+// of its own; the rest are part 0.
+#if MLXN_CUDA_PART_IS(0)
 extern "C" __global__ void __launch_bounds__(256) dense_matvec_f16(const __half* A, const __half* B, __half* C, const DenseGemmParams* p) {
     mv_simt<__half, __half, __half, 1, 8>(A, 0, B, p->K, C, 0, 1, p->N, p->K, blockIdx.x * 16, 16);
 }
@@ -661,8 +666,10 @@ extern "C" __global__ void __launch_bounds__(256) dense_matvec_bf16w_f32io(const
 extern "C" __global__ void __launch_bounds__(256) dense_matvec_f32(const float* A, const float* B, float* C, const DenseGemmParams* p) {
     mv_simt<float, float, float, 1, 8>(A, 0, B, p->K, C, 0, 1, p->N, p->K, blockIdx.x * 16, 16);
 }
+#endif
 
 // dense_gemm_f16 (M > 1): the tensor-core tiles, one batch.
+#if MLXN_CUDA_PART_IS(3)
 extern "C" __global__ void __launch_bounds__(256) dense_gemm_f16(const __half* A, const __half* B, __half* C, const DenseGemmParams* p) {
     const u32 M = p->M, N = p->N, K = p->K;
     auto at = [&](u32) {
@@ -677,6 +684,7 @@ extern "C" __global__ void __launch_bounds__(256) dense_gemm_f16(const __half* A
     };
     mm_tensor<__half, __half, __half>(M, N, K, at);
 }
+#endif
 
 // ---- mlx-native's hf2q_dense_gemv_bf16_f32_4 ----
 
@@ -705,6 +713,7 @@ __device__ __forceinline__ void gemv_prefetch(const DenseGemvBf16Params* a, cons
     const u32 rows = gemv_rows(u32(a->ne01)), r0 = b.rb * rows, r1 = min(u32(a->ne01), r0 + rows);
     if (b.r1 == 0 && r0 < r1) mlxn_prefetch_l2(b.w + u64(r0) * a->nb01, u64(r1 - r0 - 1) * a->nb01 + u64(u32(a->ne00)) * 2);
 }
+#if MLXN_CUDA_PART_IS(0)
 extern "C" __global__ void __launch_bounds__(256) hf2q_dense_gemv_bf16_f32_4(const DenseGemvBf16Params* a, const char* src0,
                                                                            const char* src1, char* dst) {
     MLXN_PREFETCH_ENTRY(gemv_prefetch(a, src0));
@@ -716,6 +725,7 @@ extern "C" __global__ void __launch_bounds__(256) hf2q_dense_gemv_bf16_f32_4(con
     const u32 rows = gemv_rows(N);
     mv_simt<float, bf16, float, 1, 8>(x, 0, reinterpret_cast<const bf16*>(b.w), a->nb01 / sizeof(bf16), y, 0, 1, N, K, b.rb * rows, rows);
 }
+#endif
 
 // ---- mlx-native's hf2q_dense_mm_{bf16,f16,f32}_f32_tensor ----
 
@@ -725,9 +735,15 @@ extern "C" __global__ void __launch_bounds__(256) hf2q_dense_gemv_bf16_f32_4(con
         hf2q_dense_mm_##TAG##_f32_tensor(const DenseMmTensorParams* a, const char* src0, const char* src1, char* dst) {        \
         hf2q_mm<T>(a, src0, src1, dst);                                                                                        \
     }
+#if MLXN_CUDA_PART_IS(4)
 HF2Q_MM_ENTRY(bf16, bf16)
+#endif
+#if MLXN_CUDA_PART_IS(5)
 HF2Q_MM_ENTRY(f16, __half)
+#endif
+#if MLXN_CUDA_PART_IS(0)
 HF2Q_MM_ENTRY(f32, float)
+#endif
 
 // ---- dense_mm_<t> and dense_mv_<t> (added) ----
 
@@ -740,14 +756,24 @@ __device__ __forceinline__ void dense_mm(const T* x, const T* w, T* y, const Den
 }
 
 // The entries of one type T (name TAG).
-#define DENSE_ENTRIES(T, TAG)                                                                                     \
+#define DENSE_MM_ENTRY(T, TAG)                                                                                    \
     extern "C" __global__ void __launch_bounds__(256) dense_mm_##TAG(const T* x, const T* w, T* y, const DenseParams* p) { \
         dense_mm<T>(x, w, y, p);                                                                                  \
-    }                                                                                                             \
+    }
+#define DENSE_MV_ENTRY(T, TAG)                                                                                    \
     extern "C" __global__ void __launch_bounds__(256) dense_mv_##TAG(const T* x, const T* w, T* y, const DenseParams* p) { \
         MLXN_PREFETCH_ENTRY(dense_mv_prefetch<T>(w, p));                                                          \
         dense_mv<T>(x, w, y, p);                                                                                  \
     }
-DENSE_ENTRIES(float, f32)
-DENSE_ENTRIES(__half, f16)
-DENSE_ENTRIES(bf16, bf16)
+#if MLXN_CUDA_PART_IS(0)
+DENSE_MM_ENTRY(float, f32)
+DENSE_MV_ENTRY(float, f32)
+DENSE_MV_ENTRY(__half, f16)
+DENSE_MV_ENTRY(bf16, bf16)
+#endif
+#if MLXN_CUDA_PART_IS(2)
+DENSE_MM_ENTRY(__half, f16)
+#endif
+#if MLXN_CUDA_PART_IS(1)
+DENSE_MM_ENTRY(bf16, bf16)
+#endif

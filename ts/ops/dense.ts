@@ -25,7 +25,16 @@ import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 
 export const DENSE_FAMILY = 'dense';
 /** The family's kernel sources by backend, as registered by every dispatch. */
-export const DENSE_SOURCES = familySources(DENSE_FAMILY, { header, metal: src, cuda: cudaSrc });
+/**
+ * The CUDA program's parts 1 to 5 (FamilySources.cudaParts): each tensor-tile
+ * entry of 16-bit weights, about a megabyte of machine code and 12 to 27 s of
+ * NVRTC on one thread, compiles as a program of its own; the other entries
+ * are part 0 (under 2 s).
+ */
+export const DENSE_CUDA_PARTS: readonly (readonly string[])[] = [
+  ['dense_mm_bf16'], ['dense_mm_f16'], ['dense_gemm_f16'], ['hf2q_dense_mm_bf16_f32_tensor'], ['hf2q_dense_mm_f16_f32_tensor'],
+];
+export const DENSE_SOURCES = familySources(DENSE_FAMILY, { header, metal: src, cuda: cudaSrc, cudaParts: DENSE_CUDA_PARTS });
 export const DENSE_KERNELS = [
   'dense_gemm_f16', 'dense_matvec_f16', 'dense_matvec_f16w_f32io', 'dense_matvec_bf16w_f32io', 'dense_matvec_f32',
   'hf2q_dense_gemv_bf16_f32_4',
