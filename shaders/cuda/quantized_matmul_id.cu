@@ -468,6 +468,11 @@ __device__ __forceinline__ void qid_matrix_entry(const T* x, const unsigned int*
 // buffer(0) input f32 [M, K] (rounded to bf16), (1) weight, (2) scales bf16,
 // (3) biases bf16, (4) ids [M, U], (5) output f32 [M, U, N], (6)
 // QuantizedMatmulIdParams.
+// The family compiles in five parts (ts/ops/quantized_matmul_id.ts
+// QUANTIZED_MATMUL_ID_CUDA_PARTS): the group-column vector entries of bf16
+// (1) and f16 (2), their compact entries of bf16 (3) and f16 (4); the rest
+// are part 0.
+#if MLXN_CUDA_PART_IS(0)
 extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_id(const float* input, const unsigned int* weight, const bf16* scales,
                                                                       const bf16* biases, const u32* ids, float* output,
                                                                       const QuantizedMatmulIdParams* params) {
@@ -509,6 +514,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_id(const f
     }
 QID_ENTRIES(__half, f16)
 QID_ENTRIES(bf16, bf16)
+#endif
 
 // quantized_mv_id_gc_<t>, quantized_gate_up_mv_id_gc_<t> (ours: the typed
 // ops' kernels for 4-bit codes in MLX's chunks, ts quantizedIdMvKernel):
@@ -527,8 +533,12 @@ QID_ENTRIES(bf16, bf16)
         qid_vector_entry<T, T, T, T, true, false, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases,      \
                                                         ids, y, &params->id, params->activation);                                     \
     }
+#if MLXN_CUDA_PART_IS(2)
 QID_GC_OP_ENTRIES(__half, f16)
+#endif
+#if MLXN_CUDA_PART_IS(1)
 QID_GC_OP_ENTRIES(bf16, bf16)
+#endif
 #undef QID_GC_OP_ENTRIES
 
 // The vector entries with x f32 (name TAG_xf32: the scales', biases' and
@@ -548,7 +558,8 @@ QID_GC_OP_ENTRIES(bf16, bf16)
         const QuantizedGateUpIdParams* params, const unsigned int* up_weight, const T* up_scales, const T* up_biases) {               \
         qid_vector_entry<float, T, T, T, true, true, false>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases, \
                                                             ids, y, &params->id, params->activation);                                 \
-    }                                                                                                                                 \
+    }
+#define QID_GC_XF32_ENTRIES(T, TAG)                                                                                                    \
     extern "C" __global__ void __launch_bounds__(128, 4) quantized_mv_id_gc_##TAG##_xf32(                                            \
         const float* x, const unsigned int* weight, const T* scales, const T* biases, const u32* ids, T* y,                           \
         const QuantizedMatmulIdParams* params) {                                                                                      \
@@ -560,9 +571,18 @@ QID_GC_OP_ENTRIES(bf16, bf16)
         qid_vector_entry<float, T, T, T, true, true, true>(x, gate_weight, gate_scales, gate_biases, up_weight, up_scales, up_biases,  \
                                                            ids, y, &params->id, params->activation);                                  \
     }
+#if MLXN_CUDA_PART_IS(0)
 QID_XF32_ENTRIES(__half, f16)
 QID_XF32_ENTRIES(bf16, bf16)
+#endif
+#if MLXN_CUDA_PART_IS(2)
+QID_GC_XF32_ENTRIES(__half, f16)
+#endif
+#if MLXN_CUDA_PART_IS(1)
+QID_GC_XF32_ENTRIES(bf16, bf16)
+#endif
 #undef QID_XF32_ENTRIES
+#undef QID_GC_XF32_ENTRIES
 
 // Compact entries (CUDA only; docs/internals.md "Compact CUDA entries") of
 // the _gc kernels: <kernel>_g<GS>_w<W> runs the group-column path at group
@@ -613,12 +633,16 @@ __device__ __forceinline__ void qid_gc_compact(const TX* x, const unsigned int* 
     QID_GATE_UP_GC_AT(quantized_gate_up_mv_id_gc_##TAG##_xf32, float, T, true, GS, 1)                                                 \
     QID_GATE_UP_GC_AT(quantized_gate_up_mv_id_gc_##TAG##_xf32, float, T, true, GS, 2)                                                 \
     QID_GATE_UP_GC_AT(quantized_gate_up_mv_id_gc_##TAG##_xf32, float, T, true, GS, 4)
+#if MLXN_CUDA_PART_IS(3)
 QID_GC_COMPACT_ENTRIES(32, bf16, bf16)
 QID_GC_COMPACT_ENTRIES(64, bf16, bf16)
 QID_GC_COMPACT_ENTRIES(128, bf16, bf16)
+#endif
+#if MLXN_CUDA_PART_IS(4)
 QID_GC_COMPACT_ENTRIES(32, f16, __half)
 QID_GC_COMPACT_ENTRIES(64, f16, __half)
 QID_GC_COMPACT_ENTRIES(128, f16, __half)
+#endif
 #undef QID_GC_COMPACT_ENTRIES
 #undef QID_GATE_UP_GC_AT
 #undef QID_MV_GC_AT

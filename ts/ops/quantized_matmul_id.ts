@@ -52,7 +52,24 @@ import { denseGateUpIdRef, denseMatmulIdRef, type IdRef, type IdSizesRef } from 
 
 export const QUANTIZED_MATMUL_ID_FAMILY = 'quantized_matmul_id';
 /** The family's kernel sources by backend, as registered by every dispatch. */
-export const QUANTIZED_MATMUL_ID_SOURCES = familySources(QUANTIZED_MATMUL_ID_FAMILY, { header, metal: src, cuda: cudaSrc });
+/** The group-column kernels of one type (CUDA): the plain and gate_up vector forms, x of the type or f32. */
+const gcKernels = (t: 'bf16' | 'f16'): string[] =>
+  ['quantized_mv_id_gc', 'quantized_gate_up_mv_id_gc'].flatMap((k) => [`${k}_${t}`, `${k}_${t}_xf32`]);
+/** Their compact entries (quantizedIdMvCudaEntry): group sizes 32, 64, 128; 1 or 2 warps a tile, gate_up also 4. */
+const gcCompactEntries = (t: 'bf16' | 'f16'): string[] =>
+  [32, 64, 128].flatMap((gs) => gcKernels(t).flatMap((k) => (k.includes('gate_up') ? [1, 2, 4] : [1, 2]).map((w) => `${k}_g${gs}_w${w}`)));
+/**
+ * The CUDA program's parts 1 to 4 (FamilySources.cudaParts): the group-column
+ * vector kernels of bf16 and f16, and their compact entries of bf16 and f16
+ * (8 to 11 s of NVRTC 13.0 on one thread each, part 0 too, where the whole
+ * family took 49 s); the other entries are part 0.
+ */
+export const QUANTIZED_MATMUL_ID_CUDA_PARTS: readonly (readonly string[])[] = [
+  gcKernels('bf16'), gcKernels('f16'), gcCompactEntries('bf16'), gcCompactEntries('f16'),
+];
+export const QUANTIZED_MATMUL_ID_SOURCES = familySources(QUANTIZED_MATMUL_ID_FAMILY, {
+  header, metal: src, cuda: cudaSrc, cudaParts: QUANTIZED_MATMUL_ID_CUDA_PARTS,
+});
 export const QUANTIZED_MATMUL_ID_KERNELS = [
   'quantized_matmul_id',
   'quantized_mv_id_f16', 'quantized_mv_id_bf16', 'quantized_gate_up_mv_id_f16', 'quantized_gate_up_mv_id_bf16',
