@@ -509,6 +509,11 @@ __device__ __forceinline__ void mv_prefetch(const unsigned int* w, const TS* sc,
 // buffer(0) input [M, K] (f32, rounded to bf16; bf16 for _simd_bf16),
 // (1) weight, (2) scales bf16, (3) biases bf16, (4) output [M, N],
 // (5) QuantizedMatmulParams.
+// The family compiles in five parts (ts/ops/quantized_matmul.ts
+// QUANTIZED_MATMUL_CUDA_PARTS): the typed ops' entries (1), the compact
+// entries of the crate's kernels (2) and of the typed ones (3), the harness
+// variants (4); the crate's three entries are part 0.
+#if MLXN_CUDA_PART_IS(0)
 extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul(const float* input, const unsigned int* weight, const bf16* scales,
                                                                    const bf16* biases, float* output, const QuantizedMatmulParams* params) {
     MLXN_PREFETCH_ENTRY(mv_prefetch(weight, scales, biases, params));
@@ -526,6 +531,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) quantized_matmul_simd_bf16(
     MLXN_PREFETCH_ENTRY(mv_prefetch(weight, scales, biases, params));
     crate_entry(input, reinterpret_cast<const unsigned char*>(weight), scales, biases, output, params);
 }
+#endif
 
 // ---- compact entries (CUDA only) ----
 
@@ -597,10 +603,14 @@ __device__ __forceinline__ void compact_gc(const TX* x, const unsigned int* weig
     COMPACT_GC_ENTRY(NAME, TX, TS, TY, 64, 4, CRATE)                                                                          \
     COMPACT_GC_ENTRY(NAME, TX, TS, TY, 128, 2, CRATE)                                                                         \
     COMPACT_GC_ENTRY(NAME, TX, TS, TY, 128, 4, CRATE)
+#if MLXN_CUDA_PART_IS(2)
 COMPACT_ENTRIES(quantized_matmul, float, bf16, float, true)
 COMPACT_ENTRIES(quantized_matmul_simd_bf16, bf16, bf16, bf16, true)
+#endif
+#if MLXN_CUDA_PART_IS(3)
 COMPACT_ENTRIES(quantized_mv_f16, __half, __half, __half, false)
 COMPACT_ENTRIES(quantized_mv_bf16, bf16, bf16, bf16, false)
+#endif
 #undef COMPACT_ENTRIES
 #undef COMPACT_GC_ENTRY
 #undef COMPACT_VEC_ENTRY
@@ -641,9 +651,11 @@ __device__ __forceinline__ void affine_entry(const T* x, const unsigned int* wei
                                                                             const QuantizedMatmulParams* params) {             \
         affine_entry(x, weight, scales, biases, y, params, true);                                                             \
     }
+#if MLXN_CUDA_PART_IS(1)
 AFFINE_ENTRIES(float, f32, (256, 2))
 AFFINE_ENTRIES(__half, f16, (256))
 AFFINE_ENTRIES(bf16, bf16, (256))
+#endif
 
 // quantized_mv_<t>'s harness variants (qmv_ks, RT rows a block): same
 // bindings, one token, MLX's chunked layout with 16-byte aligned x and
@@ -663,10 +675,12 @@ __device__ __forceinline__ void affine_ks(const T* x, const unsigned int* weight
                                                                                     const QuantizedMatmulParams* params) {     \
         affine_ks<T, RT>(x, weight, scales, biases, y, params);                                                              \
     }
+#if MLXN_CUDA_PART_IS(4)
 AFFINE_KS_ENTRY(__half, f16, 8)
 AFFINE_KS_ENTRY(__half, f16, 4)
 AFFINE_KS_ENTRY(bf16, bf16, 8)
 AFFINE_KS_ENTRY(bf16, bf16, 4)
+#endif
 #undef AFFINE_KS_ENTRY
 
 // quantized_mv_<t>'s int8 variants (common.cuh's i8_mv; 4 and 8 bits, MLX's
@@ -748,10 +762,12 @@ __device__ __forceinline__ void affine_i8(const T* x, const unsigned int* weight
                                                                                     const QuantizedMatmulParams* params) {     \
         affine_i8<T, R, S, U4, U8>(x, weight, scales, biases, y, params);                                                    \
     }
+#if MLXN_CUDA_PART_IS(4)
 AFFINE_I8_ENTRY(__half, f16, vdq1, 1, 1, 6, 4)
 AFFINE_I8_ENTRY(__half, f16, vdqs4, 1, 4, 5, 3)
 AFFINE_I8_ENTRY(bf16, bf16, vdq1, 1, 1, 6, 4)
 AFFINE_I8_ENTRY(bf16, bf16, vdqs4, 1, 4, 5, 3)
+#endif
 #undef AFFINE_I8_ENTRY
 
 // quantized_mv_<t>'s group-column harness variants (_vgc<W>: the engine at
@@ -772,6 +788,7 @@ __device__ __forceinline__ void affine_gc(const T* x, const unsigned int* weight
                                                                                    const QuantizedMatmulParams* params) {      \
         affine_gc<T, W, DEEP>(x, weight, scales, biases, y, params);                                                         \
     }
+#if MLXN_CUDA_PART_IS(4)
 AFFINE_GC_ENTRY(__half, f16, vgc, 1, 0, 4)
 AFFINE_GC_ENTRY(__half, f16, vgc, 2, 0, 4)
 AFFINE_GC_ENTRY(__half, f16, vgc, 4, 0, 4)
@@ -784,4 +801,5 @@ AFFINE_GC_ENTRY(__half, f16, vgd, 4, 1, 3)
 AFFINE_GC_ENTRY(bf16, bf16, vgd, 1, 1, 3)
 AFFINE_GC_ENTRY(bf16, bf16, vgd, 2, 1, 3)
 AFFINE_GC_ENTRY(bf16, bf16, vgd, 4, 1, 3)
+#endif
 #undef AFFINE_GC_ENTRY

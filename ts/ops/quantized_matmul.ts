@@ -53,7 +53,28 @@ import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from '../dty
 
 export const QUANTIZED_MATMUL_FAMILY = 'quantized_matmul';
 /** The family's kernel sources by backend, as registered by every dispatch. */
-export const QUANTIZED_MATMUL_SOURCES = familySources(QUANTIZED_MATMUL_FAMILY, { header, metal: src, cuda: cudaSrc });
+/** The compact entries of a kernel (CUDA): the vector engine at 4, 6, 8 bits; the group-column engine at group sizes 32, 64, 128 and 2 or 4 warps. */
+const compactEntries = (kernel: string): string[] =>
+  [...[4, 6, 8].map((b) => `${kernel}_vec${b}`), ...[32, 64, 128].flatMap((gs) => [2, 4].map((w) => `${kernel}_gc${gs}_w${w}`))];
+/**
+ * The CUDA program's parts 1 to 4 (FamilySources.cudaParts): the typed ops'
+ * kernels, the compact entries of the crate's kernels and of the typed ones,
+ * the harness variants of quantized_mv_<t>; the crate's three kernels are
+ * part 0 (4.9 to 15.2 s of NVRTC 13.0 on one thread a part, where the whole
+ * family took 46.8 s).
+ */
+export const QUANTIZED_MATMUL_CUDA_PARTS: readonly (readonly string[])[] = [
+  ['f32', 'f16', 'bf16'].flatMap((t) => [`quantized_mv_${t}`, `quantized_mm_${t}`]),
+  ['quantized_matmul', 'quantized_matmul_simd_bf16'].flatMap(compactEntries),
+  ['quantized_mv_f16', 'quantized_mv_bf16'].flatMap(compactEntries),
+  ['f16', 'bf16'].flatMap((t) => [
+    ...[8, 4].map((rt) => `quantized_mv_${t}_vks${rt}`), `quantized_mv_${t}_vdq1`, `quantized_mv_${t}_vdqs4`,
+    ...['vgc', 'vgd'].flatMap((v) => [1, 2, 4].map((w) => `quantized_mv_${t}_${v}${w}`)),
+  ]),
+];
+export const QUANTIZED_MATMUL_SOURCES = familySources(QUANTIZED_MATMUL_FAMILY, {
+  header, metal: src, cuda: cudaSrc, cudaParts: QUANTIZED_MATMUL_CUDA_PARTS,
+});
 export const QUANTIZED_MATMUL_KERNELS = [
   'quantized_matmul', 'quantized_matmul_simd', 'quantized_matmul_simd_bf16',
   'quantized_mv_f32', 'quantized_mv_f16', 'quantized_mv_bf16', 'quantized_mm_f32', 'quantized_mm_f16', 'quantized_mm_bf16',
