@@ -1,6 +1,7 @@
 // The per-device kernel registry: families of kernels registered with their
 // sources, compiled on first use for the device's backend, cached by
-// (family, constants) for libraries and (kernel, constants) for pipelines.
+// (family, its CUDA part, constants) for libraries and (kernel, constants)
+// for pipelines.
 
 import type { Device } from './device.ts';
 import { MlxError } from './errors.ts';
