@@ -17,19 +17,19 @@ import '../ts/ops/index.ts'; // every op module: its family's sources are known
 import { readFileSync } from 'node:fs';
 import { cudaPartOf, cudaPartProgram, cudaProgram, knownFamilyNames, knownFamilySources } from '../ts/registry.ts';
 
+/** The families of the shaders/cuda files (other tests of the same run define families of their own). */
+const FILES = readdirSync(join(import.meta.dir, '../shaders/cuda')).filter((f) => f.endsWith('.cu')).map((f) => f.slice(0, -3));
+
 const NVCC = ['nvcc', '/usr/local/cuda/bin/nvcc'].find((c) => spawnSync('bash', ['-c', `command -v ${c}`]).status === 0);
 
 test.skipIf(NVCC === undefined)('every CUDA family compiles with nvcc (sm_90a, PTX)', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'mlxn-cuda-compile-'));
   try {
-    // The families of the shaders/cuda files (other tests of the same run
-    // define families of their own).
-    const files = readdirSync(join(import.meta.dir, '../shaders/cuda')).filter((f) => f.endsWith('.cu')).map((f) => f.slice(0, -3));
     const families = knownFamilyNames().flatMap((family) => {
       const cuda = knownFamilySources(family)?.cuda;
-      return cuda === undefined || !files.includes(family) ? [] : [{ family, cuda }];
+      return cuda === undefined || !FILES.includes(family) ? [] : [{ family, cuda }];
     });
-    expect(families.map((f) => f.family).sort()).toEqual(files.sort());
+    expect(families.map((f) => f.family).sort()).toEqual([...FILES].sort());
     const failures: string[] = [];
     // Two at a time (the machines that run this have two cores or more).
     const queue = [...families];
@@ -72,11 +72,9 @@ test.skipIf(NVCC === undefined)('every CUDA family with parts: each part holds i
     return [...p.stdout.matchAll(head)].map((m) => m[1]!).sort();
   };
   try {
-    // The families of the shaders/cuda files (other tests of the same run define families of their own).
-    const files = readdirSync(join(import.meta.dir, '../shaders/cuda')).filter((f) => f.endsWith('.cu')).map((f) => f.slice(0, -3));
     const withParts = knownFamilyNames().flatMap((family) => {
       const s = knownFamilySources(family);
-      return s?.cudaParts === undefined || !files.includes(family) ? [] : [{ family, s }];
+      return s?.cudaParts === undefined || !FILES.includes(family) ? [] : [{ family, s }];
     });
     expect(withParts.length).toBeGreaterThan(0);
     for (const { family, s } of withParts) {

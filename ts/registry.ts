@@ -264,11 +264,11 @@ export class KernelRegistry {
         `KernelRegistry.pipeline: kernel ${kernel} is not registered (families registered: ${known.length > 0 ? known.join(', ') : 'none'})`,
       );
     }
-    const sources = this.families.get(family)!.sources;
-    const part = this.language === 'cuda' ? cudaPartOf(sources, entry ?? kernel) : 0;
+    const fam = this.families.get(family)!;
+    const part = this.language === 'cuda' ? cudaPartOf(fam.sources, entry ?? kernel) : 0;
     const p = this.library(family, part, constants, ckey).pipeline(entry ?? kernel);
     // A CUDA kernel has the bindings of its Metal twin: what it writes is read there.
-    if (this.language === 'cuda') p._writes = kernelWrites(this.families.get(family)!.metal, kernel);
+    if (this.language === 'cuda') p._writes = kernelWrites(fam.metal, kernel);
     this.pipelines.set(key, p);
     return p;
   }
