@@ -14,7 +14,10 @@
 // bench/attention_peers.py times torch SDPA (each backend) and FlashAttention
 // at the same shapes and measures the bf16 matrix rate it divides by.
 //
-//   bun run bench/attention.ts [--small] [--peak-tflops T] [--copy-gbs G] [--only TEXT]
+//   bun run bench/attention.ts [--small] [--peak-tflops T] [--copy-gbs G] [--only TEXT]...
+//
+// --only (repeatable) keeps the cases whose name holds one of the texts; the
+// others are not built.
 //
 // --small: shapes the emulator runs. Flops: 4 D per (query head, visible
 // key) (q.k and p.v), counting only the keys each query sees (causal: T^2 / 2
@@ -38,6 +41,8 @@ const arg = (name: string): number | null => {
   const i = process.argv.indexOf(name);
   return i < 0 ? null : Number(process.argv[i + 1]);
 };
+const only = process.argv.flatMap((a, i) => (a === '--only' && i + 1 < process.argv.length ? [process.argv[i + 1]!] : []));
+const wanted = (name: string): boolean => only.length === 0 || only.some((o) => name.includes(o));
 const peakTflops = arg('--peak-tflops');
 const copyGbs = arg('--copy-gbs');
 const dev = Device.open();
@@ -90,9 +95,12 @@ interface Shape {
   seqs?: number;
 }
 
-function attention(s: Shape): Case {
+function attention(s: Shape): Case | null {
   const off = s.tk - s.tq;
   const seqs = s.seqs ?? 0;
+  const name = `${s.label} D=${s.d} H=${s.h}/${s.hkv} ${seqs > 0 ? `${seqs} seqs x ` : `B=${s.batch} `}Tq=${s.tq} Tk=${s.tk}` +
+    `${s.causal ? ' causal' : ''}${s.window ? ` window ${s.window}` : ''}`;
+  if (!wanted(name)) return null;
   const rowsQ = seqs > 0 ? seqs * s.tq : s.batch * s.tq;
   const rowsK = seqs > 0 ? seqs * s.tk : s.batch * s.tk;
   const q = random(rowsQ * s.h * s.d);
@@ -110,8 +118,6 @@ function attention(s: Shape): Case {
     args.maxSeqLenQ = s.tq;
   }
   const n = Math.max(seqs, s.batch);
-  const name = `${s.label} D=${s.d} H=${s.h}/${s.hkv} ${seqs > 0 ? `${seqs} seqs x ` : `B=${s.batch} `}Tq=${s.tq} Tk=${s.tk}` +
-    `${s.causal ? ' causal' : ''}${s.window ? ` window ${s.window}` : ''}`;
   return {
     name,
     flops: 4 * n * s.h * s.d * visible(s.tq, s.tk, off, s.causal, s.window ?? 0),
@@ -121,10 +127,10 @@ function attention(s: Shape): Case {
 }
 
 function cases(): Case[] {
-  return [...prefillCases(), ...flashAttnVecCases()];
+  return [...prefillCases(), ...flashAttnVecCases()].filter((c): c is Case => c !== null);
 }
 
-function prefillCases(): Case[] {
+function prefillCases(): (Case | null)[] {
   if (small) {
     return [
       attention({ label: 'prefill', batch: 1, h: 4, hkv: 2, d: 128, tq: 64, tk: 64, causal: true }),
@@ -165,7 +171,11 @@ interface DecodeShape {
   nwg: number;
 }
 
-function decode(s: DecodeShape): Case {
+function decode(s: DecodeShape): Case | null {
+  const uniform = !s.ring && s.lens.every((x) => x === s.lens[0]);
+  const lens = uniform ? `kv=${s.lens[0]}` : s.ring ? `ring ${s.cap} at ${s.lens[0]}` : `lens ${s.lens.join(',')}`;
+  const name = `${s.label} D=${s.d} H=${s.h}/${s.hkv} B=${s.batch} ${lens} ${s.kv} K/V nwg ${s.nwg}`;
+  if (!wanted(name)) return null;
   const q = uniformBuffer(dev, 'f32', [s.batch, s.h, s.d], 2);
   const k = uniformBuffer(dev, s.kv, [s.batch, s.hkv, s.cap, s.d], 2);
   const v = uniformBuffer(dev, s.kv, [s.batch, s.hkv, s.cap, s.d], 2);
@@ -173,7 +183,6 @@ function decode(s: DecodeShape): Case {
   const common = { q, k, v, out, batch: s.batch, nHeads: s.h, nKvHeads: s.hkv, headDim: s.d, kvCapacity: s.cap, scale: 1 / Math.sqrt(s.d),
     mask: 'causal' as const, nwg: s.nwg };
   const tmp = s.nwg > 1 ? dev.alloc('f32', [flashAttnVecTmpElements(common)]) : undefined;
-  const uniform = !s.ring && s.lens.every((x) => x === s.lens[0]);
   const visible = s.lens.map((len) => Math.min(len, s.cap));   // a ring holds its last cap positions, a global cache those below cap
   const keys = visible.reduce((a, b) => a + b, 0);
   let record: (e: Encoder) => void;
@@ -184,10 +193,9 @@ function decode(s: DecodeShape): Case {
     const args = { ...common, tmp, seqLens: dev.upload('u32', [s.batch], s.lens), ring: s.ring === true };
     record = (e) => flashAttnVecVarlen(e, args);
   }
-  const lens = uniform ? `kv=${s.lens[0]}` : s.ring ? `ring ${s.cap} at ${s.lens[0]}` : `lens ${s.lens.join(',')}`;
   const bytesPer = s.kv === 'f32' ? 4 : 2;
   return {
-    name: `${s.label} D=${s.d} H=${s.h}/${s.hkv} B=${s.batch} ${lens} ${s.kv} K/V nwg ${s.nwg}`,
+    name,
     flops: 4 * s.h * s.d * keys,
     bytes: 2 * s.hkv * s.d * bytesPer * keys,
     memoryBound: true,
@@ -195,7 +203,7 @@ function decode(s: DecodeShape): Case {
   };
 }
 
-function flashAttnVecCases(): Case[] {
+function flashAttnVecCases(): (Case | null)[] {
   if (small) {
     return [
       decode({ label: 'decode', batch: 2, h: 4, hkv: 2, d: 256, kv: 'bf16', cap: 256, lens: [256, 256], nwg: 4 }),
@@ -232,9 +240,7 @@ function time(c: Case, iters: number): number {
 }
 
 console.log(`device: ${dev.name} (${dev.backend})${peakTflops ? `, peak ${peakTflops} TFLOP/s` : ''}${copyGbs ? `, copy ${copyGbs} GB/s` : ''}`);
-const onlyAt = process.argv.indexOf('--only');
-const only = onlyAt >= 0 ? process.argv[onlyAt + 1] ?? '' : undefined;
-for (const c of cases().filter((x) => only === undefined || x.name.includes(only))) {
+for (const c of cases()) {
   const probe = time(c, 1);
   const iters = Math.max(1, Math.min(100, Math.round(1e8 / Math.max(probe, 1))));
   const ts = Array.from({ length: 5 }, () => time(c, iters)).sort((a, b) => a - b);

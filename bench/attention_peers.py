@@ -17,9 +17,13 @@
 # FlashAttention's flash_attn_with_kvcache where installed, GB/s of the K and
 # V bytes read; the copy bandwidth those are a fraction of is measured first
 # (1 GiB device copy, read + write counted). Pass it to attention.ts:
-#   bun run bench/attention.ts --peak-tflops <peak> --copy-gbs <copy> Layout [B, H, T, D]; GQA through
+#   bun run bench/attention.ts --peak-tflops <peak> --copy-gbs <copy>
+# --only TEXT (repeatable) keeps the cases whose name holds one of them, as
+# bench/attention.ts's --only does. Layout [B, H, T, D]; GQA through
 # SDPA's enable_gqa where the backend takes it, else K and V repeated to the
 # query heads before the timing (the row says so).
+import sys
+
 import torch
 import torch.nn.functional as F
 
@@ -27,6 +31,13 @@ from cuda_timing import peaks, timed as cuda_timed
 
 dev = "cuda"
 torch.backends.cuda.matmul.allow_tf32 = False
+
+
+only = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--only"]
+
+
+def wanted(name):
+    return not only or any(o in name for o in only)
 
 
 def timed(fn, iters=10):
@@ -114,6 +125,8 @@ def case(label, h, hkv, d, tq, tk, causal, window=0):
     k = torch.randn(1, hkv, tk, d, dtype=torch.bfloat16, device=dev)
     v = torch.randn(1, hkv, tk, d, dtype=torch.bfloat16, device=dev)
     name = f"{label} D={d} H={h}/{hkv} B=1 Tq={tq} Tk={tk}{' causal' if causal else ''}{f' window {window}' if window else ''}"
+    if not wanted(name):
+        return
     iters = 3 if flops > 2e12 else 10
     # SDPA's is_causal aligns the mask to the top left; a query block after earlier turns (tq < tk) needs it
     # at the bottom right, given as a mask (as is a window).
@@ -190,6 +203,8 @@ def decode_case(label, b, h, hkv, d, cap, lens, dtype=torch.bfloat16, ring=False
     tname = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}[dtype]
     desc = f"kv={lens[0]}" if uniform and not ring else f"ring {cap} at {lens[0]}" if ring else "lens " + ",".join(map(str, lens))
     name = f"{label} D={d} H={h}/{hkv} B={b} {desc} {tname}"
+    if not wanted(name):
+        return
     q = torch.randn(b, h, 1, d, dtype=dtype, device=dev)
     k = torch.randn(b, hkv, tk, d, dtype=dtype, device=dev)
     v = torch.randn(b, hkv, tk, d, dtype=dtype, device=dev)
