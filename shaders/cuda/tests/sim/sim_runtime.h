@@ -430,7 +430,10 @@ inline void wgmma_commit() {
 }
 // Performs the groups past the newest N. RS operands are read from the warp's
 // registers as they stand at this wait (every lane of the warp waits
-// together: .sync.aligned), and no lane goes on before all have read them.
+// together: .sync.aligned), and no lane goes on before every lane's part of
+// the groups is done (as on the GPU, where the wait returns to the warp as
+// one: a lane may then speak for its warp, e.g. arrive on a barrier that
+// frees the operands' shared memory).
 template <int N> inline void wgmma_wait() {
   bool rs = false;
   for (size_t gi = 0; gi + size_t(N) < sim_wg_groups.size(); ++gi)
@@ -440,7 +443,7 @@ template <int N> inline void wgmma_wait() {
     for (const SimWgmma& op : sim_wg_groups.front()) sim_wg_perform(op);
     sim_wg_groups.pop_front();
   }
-  if (rs) sim_warp_sync();
+  sim_warp_sync();
   sim_wg_fenced = false;
 }
 inline void fence_proxy_async_smem() {}
