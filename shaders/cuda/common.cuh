@@ -563,38 +563,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
 
-// ---- mbarriers and named barriers (sm_80 and later) ----
-//
-// An mbarrier (a u64 in shared memory) completes a phase when `count`
-// arrivals came; a wait names the parity of the phase it waits for (phase
-// k of a barrier that completes once a use: parity k & 1). mbar_init
-// before any other thread touches it (then a barrier).
-__device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(u64* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(smem_addr(bar)) : "memory");
-}
-// Until the phase of parity `parity` completed (acquire: what the arriving
-// threads wrote before arriving is visible after).
-__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
-    asm volatile("{\n"
-                 ".reg .pred done;\n"
-                 "WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra WAIT;\n"
-                 "}\n" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
-}
-// One arrival on bar once every cp.async this thread issued before has
-// landed (the barrier's count includes it: .noinc).
-__device__ __forceinline__ void cp_async_mbar_arrive(u64* bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(smem_addr(bar)) : "memory");
-}
-// Named barrier `id` (1-15; 0 is __syncthreads) of n threads, whole warps:
-// sync waits for n arrivals counting its own, arrive counts one and goes on.
-__device__ __forceinline__ void named_bar_sync(u32 id, u32 n) { asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void named_bar_arrive(u32 id, u32 n) { asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(n) : "memory"); }
-
 // ---- row copies (embedding, kv_cache_copy) ----
 
 template <typename A, typename B> struct SameType { static constexpr bool value = false; };

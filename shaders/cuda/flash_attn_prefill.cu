@@ -467,27 +467,26 @@ template <int D> constexpr u32 WG_SMEM = u32(128 + 4 * WgTile<D>::BK) * u32(D) *
 
 // NR rows of D elements from src (rows `stride` apart) into the swizzled
 // column blocks at dst (block b, values 64 b .. 64 b + 63 of every row, at
-// dst + b NR 128 bytes; chunk c of row r at sw128_offset(r, c)) by NTH
-// threads (tid below NTH); rows at or past `valid` are zeros. By cp.async
-// when vec: thread t copies chunk t % C of rows t / C + RI m (C = D / 8
-// chunks a row, RI = NTH / C rows an iteration; C consecutive threads read
-// a whole row). Else element by element.
-template <typename T, int D, int NR, int NTH>
+// dst + b NR 128 bytes; chunk c of row r at sw128_offset(r, c)); rows at or
+// past `valid` are zeros. By cp.async when vec: thread t copies chunk t % C
+// of rows t / C + RI m (C = D / 8 chunks a row, RI = 256 / C rows an
+// iteration, a multiple of 8, so that every row of a thread has the same
+// swizzle; C consecutive threads read a whole row). Else element by element.
+template <typename T, int D, int NR>
 __device__ __forceinline__ void load_sw(unsigned char* dst, const T* src, u64 stride, int valid, bool vec, u32 tid) {
-    constexpr int C = D / 8, RI = NTH / C;
-    static_assert(NTH % C == 0 && NR % RI == 0, "rows of an iteration");
+    constexpr int C = D / 8, RI = 256 / C;
+    static_assert(RI % 8 == 0 && NR % RI == 0, "rows of an iteration");
     if (vec) {
         const int c = int(tid) % C, r0 = int(tid) / C;
-        unsigned char* d = dst + u32(c >> 3) * u32(NR * 128);
+        unsigned char* d = dst + u32(c >> 3) * u32(NR * 128) + sw128_offset(u32(r0), u32(c & 7));
         const T* g = src + u64(r0) * stride + u64(c * 8);
 #pragma unroll
         for (int m = 0; m < NR / RI; ++m) {
-            const int r = r0 + RI * m;
-            const bool live = r < valid;
-            cp_async16(d + sw128_offset(u32(r), u32(c & 7)), live ? g + u64(RI * m) * stride : src, live);
+            const bool live = r0 + RI * m < valid;
+            cp_async16(d + u32(RI * 128 * m), live ? g + u64(RI * m) * stride : src, live);
         }
     } else {
-        for (int i = int(tid); i < NR * D; i += NTH) {
+        for (int i = int(tid); i < NR * D; i += 256) {
             const int r = i / D, col = i % D;
             T* e = reinterpret_cast<T*>(dst + u32(col >> 6) * u32(NR * 128) + sw128_offset(u32(r), u32((col & 63) >> 3))) + (col & 7);
             *e = r < valid ? src[u64(r) * stride + u64(col)] : from_f<T>(0.0f);
@@ -497,28 +496,22 @@ __device__ __forceinline__ void load_sw(unsigned char* dst, const T* src, u64 st
 
 #ifdef MLXN_WGMMA
 // The 128-row tile on wgmma: 256 threads, warpgroup wg owns query rows
-// 64 wg .. 64 wg + 63, and the two take turns at the tensor cores
-// (FlashAttention-3's ping-pong): named barrier 1 + wg lets a warpgroup
-// issue its step's wgmma, after which it lets the other issue, so that one
-// warpgroup's softmax runs while the other's products do. The stages
-// carry no block-wide barrier: warpgroup 1 copies the K tiles, two tiles
-// ahead, warpgroup 0 the V tile of its step, by cp.async completing on an
-// mbarrier (full_k, full_v: 128 arrivals); a stage is copied over once
-// every warp of both warpgroups saw the wgmma that read it finish
-// (empty_k, empty_v: 8 arrivals). Step j (key tile kt, the j-th tile the
-// block visits, stage j & 1): wait for K of kt and V of step j - 1; at the
-// warpgroup's turn issue S = Q K^T (D / 16 wgmma from shared memory), then
-// O += P V of step j - 1 (BK / 16 wgmma, P from registers);
-// pass the turn; wait for S alone; copy (warpgroup 0: V of kt; 1: K of the
-// tile two ahead); scale, cap, mask and the online softmax on the S
-// fragment while P V runs; wait for P V; rescale O, round P to the input
-// type as the next step's A operand. After the last step, its P V.
+// 64 wg .. 64 wg + 63. Step j (key tile kt, the j-th tile the block visits):
+// wait for this thread's copies, proxy fence, barrier (K of kt and V of the
+// previous tile landed everywhere; both warpgroups are past the wgmma of
+// step j - 1), start K of the next tile (into the stage K of step j - 1
+// held) and V of kt (into the stage of step j - 2's V); issue S = Q K^T
+// (D / 16 wgmma from shared memory), then O += P V of step j - 1 (BK / 16
+// wgmma, P from registers); wait for S alone; scale, cap, mask and the
+// online softmax on the S fragment while P V runs; wait for P V; rescale O,
+// round P to the input type as the next step's A operand. After the last
+// step, its P V.
 template <typename T, typename MaskT, int D, int BQB, int BKB>
 __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                              T* __restrict__ O, const AttnParams* pp, const AttnMaskParams* mp,
                                              const MaskT* mask, const char* blk, const uint* cu_q, const uint* cu_k) {
     constexpr int BK = WgTile<D>::BK;
-    constexpr int BQ = 128;
+    constexpr int BQ = 128, NT = 256;
     constexpr u32 QCB = u32(BQ) * 128u, KCB = u32(BK) * 128u;  // bytes of a column block of Q, of a K or V tile
     constexpr u32 KVT = u32(D / 64) * KCB;                     // bytes of a K or V tile
     constexpr int RS = BK / 2, RO = D / 2;                     // S and O accumulators a thread
@@ -526,49 +519,20 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
     unsigned char* qs = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     unsigned char* ks = qs + u32(D / 64) * QCB;
     unsigned char* vs = ks + 2u * KVT;
-    // full_k[2], full_v[2], empty_k[2], empty_v[2], a pair per stage.
-    __shared__ __align__(8) u64 bars[8];
-    u64* const full_k = bars;
-    u64* const full_v = bars + 2;
-    u64* const empty_k = bars + 4;
-    u64* const empty_v = bars + 6;
 
     const AttnParams& p = *pp;
-    const u32 tid = threadIdx.x, lane = tid & 31u, wg = tid >> 7, w = (tid >> 5) & 3u, wt = tid & 127u;
+    const u32 tid = threadIdx.x, lane = tid & 31u, wg = tid >> 7, w = (tid >> 5) & 3u;
     const int g = int(lane >> 2), t = int(lane & 3u);
 
     const QTile<T, BQ, BK> qt = q_tile<T, BQ, BK>(p, Q, K, V, O, cu_q, cu_k);
     if (qt.q0 >= qt.s.q_len) return;
     const int W = p.window;
     const u64 kst = p.K_stride_l, vst = p.V_stride_l, ost = p.O_stride_l;
-    if (tid == 0) {
-#pragma unroll
-        for (int s = 0; s < 2; ++s) {
-            mbar_init(full_k + s, 128u);
-            mbar_init(full_v + s, 128u);
-            mbar_init(empty_k + s, 8u);
-            mbar_init(empty_v + s, 8u);
-        }
-    }
-    __syncthreads();
 
-    load_sw<T, D, BQ, 256>(qs, qt.qg, p.Q_stride_l, qt.rows, qt.vec, tid);
-    cp_async_commit();
+    load_sw<T, D, BQ>(qs, qt.qg, p.Q_stride_l, qt.rows, qt.vec, tid);
     int kt = next_live<BQ, BK, BQB, BKB>(p, blk, qt.q0, qt.t_lo, qt.t_hi);
-    int kn = kt < qt.t_hi ? next_live<BQ, BK, BQB, BKB>(p, blk, qt.q0, kt + 1, qt.t_hi) : qt.t_hi;
-    if (wg == 1u) {
-        if (kt < qt.t_hi) {
-            load_sw<T, D, BK, 128>(ks, qt.kg + u64(kt * BK) * kst, kst, qt.keys(kt), qt.vec, wt);
-            cp_async_mbar_arrive(full_k);
-        }
-        if (kn < qt.t_hi) {
-            load_sw<T, D, BK, 128>(ks + KVT, qt.kg + u64(kn * BK) * kst, kst, qt.keys(kn), qt.vec, wt);
-            cp_async_mbar_arrive(full_k + 1);
-        }
-    }
-    cp_async_wait<0>();  // Q (the K copies are on their mbarriers)
-    fence_proxy_async_smem();
-    __syncthreads();
+    if (kt < qt.t_hi) load_sw<T, D, BK>(ks, qt.kg + u64(kt * BK) * kst, kst, qt.keys(kt), qt.vec, tid);
+    cp_async_commit();
 
     float o[RO], sc[RS];
     u32 pa[BK / 16][4];
@@ -581,18 +545,17 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
     const u64 dk = wgmma_desc_sw128(ks);
     const u64 dv = wgmma_desc_sw128_mn(vs, KCB);
 
-    // Warpgroup 0 takes the first turn.
-    if (wg == 1u && kt < qt.t_hi) named_bar_arrive(1u, 256u);
     int j = 0;
     while (kt < qt.t_hi) {
         const int k0 = kt * BK;
         const int cls = blk_class_of<BQ, BK, BQB, BKB>(p, blk, qt.q0, kt);
-        const int kn2 = kn < qt.t_hi ? next_live<BQ, BK, BQB, BKB>(p, blk, qt.q0, kn + 1, qt.t_hi) : qt.t_hi;
-        const u32 st = u32(j & 1), ph = u32(j >> 1) & 1u;
-        mbar_wait(full_k + st, ph);
-        if (j > 0) mbar_wait(full_v + (st ^ 1u), u32((j - 1) >> 1) & 1u);
+        const int kn = next_live<BQ, BK, BQB, BKB>(p, blk, qt.q0, kt + 1, qt.t_hi);
+        cp_async_wait<0>();
         fence_proxy_async_smem();
-        named_bar_sync(1u + wg, 256u);
+        __syncthreads();
+        if (kn < qt.t_hi) load_sw<T, D, BK>(ks + u32((j + 1) & 1) * KVT, qt.kg + u64(kn * BK) * kst, kst, qt.keys(kn), qt.vec, tid);
+        load_sw<T, D, BK>(vs + u32(j & 1) * KVT, qt.vg + u64(k0) * vst, vst, qt.keys(kt), qt.vec, tid);
+        cp_async_commit();
 
 #pragma unroll
         for (int i = 0; i < RS; ++i) sc[i] = 0.0f;
@@ -600,7 +563,7 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
         acc_fence(o);
         reg_fence(pa);
         wgmma_fence();
-        const u64 dks = dk + (u64(st * KVT) >> 4);
+        const u64 dks = dk + (u64(u32(j & 1) * KVT) >> 4);
 #pragma unroll
         for (int dj = 0; dj < D / 16; ++dj) {
             wgmma_ss<T>(sc, dq + (u64(u32(dj >> 2) * QCB + 32u * u32(dj & 3)) >> 4),
@@ -610,34 +573,13 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
         // P V of the previous step (none in step 0: an empty group, so that
         // the wait below always means S's).
         if (j > 0) {
-            wgmma_fence();
-            const u64 dvs = dv + (u64((st ^ 1u) * KVT) >> 4);
+            const u64 dvs = dv + (u64(u32((j - 1) & 1) * KVT) >> 4);
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs<T>(o, pa[kk], dvs + u64(kk * 2048 / 16));
         }
         wgmma_commit();
-        // The other warpgroup's turn (warpgroup 0 takes the one warpgroup 1
-        // passes after its last step once it has none left, below: an
-        // arrive under a condition here, between the wgmma and their wait,
-        // makes ptxas serialize every wgmma, its C7520).
-        named_bar_arrive(2u - wg, 256u);
         wgmma_wait<1>();
         acc_fence(sc);
-        if (lane == 0u) mbar_arrive(empty_k + st);
-
-        if (wg == 0u) {
-            // V of kt into stage st, which held V of step j - 2 (both
-            // warpgroups' P V of it finished in step j - 1).
-            if (j >= 2) mbar_wait(empty_v + st, ph ^ 1u);
-            load_sw<T, D, BK, 128>(vs + st * KVT, qt.vg + u64(k0) * vst, vst, qt.keys(kt), qt.vec, wt);
-            cp_async_mbar_arrive(full_v + st);
-        } else if (kn2 < qt.t_hi) {
-            // K of the tile two ahead into stage st, once both warpgroups'
-            // S of this step finished.
-            mbar_wait(empty_k + st, ph);
-            load_sw<T, D, BK, 128>(ks + st * KVT, qt.kg + u64(kn2 * BK) * kst, kst, qt.keys(kn2), qt.vec, wt);
-            cp_async_mbar_arrive(full_k + st);
-        }
 
         // Scale, cap and mask; the online softmax of the thread's two rows.
         const bool edge = k0 + BK > qt.s.k_len || (kCausal && k0 + BK - 1 > qt.qa0) || (W > 0 && qt.qa0 + BQ - 1 - k0 >= W) ||
@@ -652,7 +594,6 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
         wgmma_wait<0>();
         acc_fence(o);
         reg_fence(pa);
-        if (j > 0 && lane == 0u) mbar_arrive(empty_v + (st ^ 1u));
 #pragma unroll
         for (int i = 0; i < RO; ++i) o[i] *= f[(i >> 1) & 1];
         // P: the pairs of S's fragment are the A operand of the RS wgmma.
@@ -663,29 +604,26 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
         }
         ++j;
         kt = kn;
-        kn = kn2;
     }
 
-    // The last step's P V.
+    // The last step's P V (its V landed with the last group of copies).
+    cp_async_wait<0>();
+    fence_proxy_async_smem();
+    __syncthreads();
     if (j > 0) {
-        const u32 sl = u32((j - 1) & 1);
-        mbar_wait(full_v + sl, u32((j - 1) >> 1) & 1u);
-        fence_proxy_async_smem();
         acc_fence(o);
         reg_fence(pa);
         wgmma_fence();
-        const u64 dvs = dv + (u64(sl * KVT) >> 4);
+        const u64 dvs = dv + (u64(u32((j - 1) & 1) * KVT) >> 4);
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs<T>(o, pa[kk], dvs + u64(kk * 2048 / 16));
         wgmma_commit();
         wgmma_wait<0>();
         acc_fence(o);
-        if (wg == 0u) named_bar_sync(1u, 256u);
     }
 
-    // Normalize, stage the warpgroup's 64 rows in its own rows of Q's
-    // swizzled tile (only its own S read them, all finished), store those
-    // below `rows`.
+    // Normalize, stage the tile in Q's swizzled rows (every wgmma reading Q
+    // finished before the barrier above), store rows below `rows`.
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         const float inv = quad_inv_sum(l_run[hh]);
@@ -696,16 +634,15 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
                 pack2<T>(o[4 * n + 2 * hh] * inv, o[4 * n + 2 * hh + 1] * inv);
         }
     }
-    named_bar_sync(3u + wg, 128u);
-    const int r_lo = int(wg) * 64, r_hi = min(qt.rows, r_lo + 64);
+    __syncthreads();
     if (qt.vec) {
-        for (int i = r_lo * (D / 8) + int(wt); i < r_hi * (D / 8); i += 128) {
+        for (int i = int(tid); i < qt.rows * (D / 8); i += NT) {
             const int r = i / (D / 8), c = i % (D / 8);
             *reinterpret_cast<uint4*>(qt.og + u64(r) * ost + u64(c * 8)) =
                 *reinterpret_cast<const uint4*>(qs + u32(c >> 3) * QCB + sw128_offset(u32(r), u32(c & 7)));
         }
     } else {
-        for (int i = r_lo * D + int(wt); i < r_hi * D; i += 128) {
+        for (int i = int(tid); i < qt.rows * D; i += NT) {
             const int r = i / D, col = i % D;
             qt.og[u64(r) * ost + u64(col)] =
                 reinterpret_cast<const T*>(qs + u32(col >> 6) * QCB + sw128_offset(u32(r), u32((col & 63) >> 3)))[col & 7];

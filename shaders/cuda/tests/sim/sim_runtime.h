@@ -35,8 +35,6 @@
 #include <atomic>
 #include <vector>
 #include <deque>
-#include <map>
-#include <mutex>
 #include <cmath>
 
 #undef __device__
@@ -66,10 +64,6 @@ struct SimBlock {
   std::vector<unsigned char> window;
   unsigned char* shared = nullptr;
   size_t shared_len = 0, dyn_bytes = 0;
-  // Named barriers 1-15 (bar.sync / bar.arrive id, n), made at first use
-  // with that use's thread count.
-  std::mutex named_mu;
-  std::map<unsigned, std::pair<unsigned, std::unique_ptr<std::barrier<>>>> named;
 };
 // Where dynamic shared memory starts in the window: a multiple of 16 (the
 // kernels' __align__(16)), not of 1024, as when static shared memory comes first.
@@ -330,65 +324,6 @@ template <int N> inline void cp_async_wait() {
   }
 }
 
-// Copies this thread queued, performed now (their groups stay, empty, so
-// that wait_group counts as before).
-inline void sim_copies_land() {
-  auto land = [](std::vector<SimCopy>& v) {
-    for (auto& c : v) {
-      if (c.live) std::memcpy(c.dst, c.src, 16); else std::memset(c.dst, 0, 16);
-    }
-    v.clear();
-  };
-  for (auto& g : sim_groups) land(g);
-  land(sim_open);
-}
-
-// ---- mbarriers and named barriers (common.cuh's helpers) ----
-// An mbarrier's 64 bits here: pending arrivals (bits 0-19), the count a
-// phase needs (20-39), the phase's parity (40). Arrivals past a phase's
-// count, or a barrier used before its init, fail.
-constexpr unsigned long long kSimMbarInit = 1ull << 41;
-inline void mbar_init(unsigned long long* bar, unsigned count) {
-  if (count == 0 || count >= (1u << 20)) sim_fail("mbarrier: count out of range");
-  std::atomic_ref<unsigned long long>(*bar).store(kSimMbarInit | (static_cast<unsigned long long>(count) << 20) | count);
-}
-inline void mbar_arrive(unsigned long long* bar) {
-  std::atomic_ref<unsigned long long> a(*bar);
-  unsigned long long v = a.load();
-  for (;;) {
-    if (!(v & kSimMbarInit)) sim_fail("mbarrier: arrive before init");
-    const unsigned long long pending = v & 0xfffffull, count = (v >> 20) & 0xfffffull;
-    if (pending == 0) sim_fail("mbarrier: arrival past the phase's count");
-    const unsigned long long next = pending > 1 ? v - 1 : ((v ^ (1ull << 40)) & ~0xfffffull) | count;
-    if (a.compare_exchange_weak(v, next)) return;
-  }
-}
-inline void mbar_wait(unsigned long long* bar, unsigned parity) {
-  std::atomic_ref<unsigned long long> a(*bar);
-  for (;;) {
-    const unsigned long long v = a.load();
-    if (!(v & kSimMbarInit)) sim_fail("mbarrier: wait before init");
-    if (((v >> 40) & 1ull) != (parity & 1u)) return;
-    std::this_thread::yield();
-  }
-}
-// The thread's copies land now (the earliest a GPU could land them), then
-// its arrival.
-inline void cp_async_mbar_arrive(unsigned long long* bar) {
-  sim_copies_land();
-  mbar_arrive(bar);
-}
-inline std::barrier<>& sim_named(unsigned id, unsigned n) {
-  if (id == 0 || id > 15 || n == 0 || n % 32 != 0) sim_fail("bar: id 1-15 and whole warps");
-  std::lock_guard<std::mutex> lock(sim_block.named_mu);
-  auto it = sim_block.named.find(id);
-  if (it == sim_block.named.end()) it = sim_block.named.emplace(id, std::make_pair(n, std::make_unique<std::barrier<>>(n))).first;
-  if (it->second.first != n) sim_fail("bar: one barrier used with two thread counts");
-  return *it->second.second;
-}
-inline void named_bar_sync(unsigned id, unsigned n) { sim_named(id, n).arrive_and_wait(); }
-inline void named_bar_arrive(unsigned id, unsigned n) { (void)sim_named(id, n).arrive(); }
-
 // ---- Hopper's wgmma (common.cuh's helpers under MLXN_WGMMA) ----
 //
 // The model, as the PTX ISA documents wgmma.mma_async m64nNk16 with both
@@ -534,7 +469,6 @@ inline void sim_launch(SimDim grid, SimDim block, size_t smem, F&& kernel) {
         sim_block.shared = sim_block.window.data() + ((1024 - reinterpret_cast<uintptr_t>(sim_block.window.data()) % 1024) % 1024);
         sim_block.shared_len = kSimDynOffset + smem + 16;
         sim_block.dyn_bytes = smem;
-        sim_block.named.clear();
         std::vector<std::thread> ts;
         for (unsigned t = 0; t < n; ++t) {
           ts.emplace_back([&, t] {
