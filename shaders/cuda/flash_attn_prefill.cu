@@ -246,71 +246,48 @@ __device__ __forceinline__ void apply_mask(bf16 m, float& x, bool& vis) { x += _
 // units and, where edge, hidden keys (past k_len, rows at or past `rows`,
 // causal, outside the window, masked) set to -inf; then each replaced by
 // 2^(x - m), m the row's running maximum, and the running sum l updated.
-// Returns the factor that rescales the row's earlier outputs. With FOLD (the
-// Hopper tile), a tile with nothing to hide and no softcap, under a
-// positive scale (nearly every tile), takes the maximum of the raw scores
-// and folds the scale into the exponent's argument (one fma a score
-// instead of a multiply and an add); the mma.sync tiles keep one path (the
-// second costs their sm_80 build spills).
-template <int NS, bool FOLD, typename MaskT, typename At>
+// Returns the factor that rescales the row's earlier outputs.
+template <int NS, typename MaskT, typename At>
 __device__ __forceinline__ float softmax_row(At&& at, float& m_run, float& l_run, int r, int t, int k0, int cls, bool edge, int k_len,
                                              int rows, int q0, int qa0, int W, float scale, float cap, float sl2, const MaskT* mask,
                                              const AttnMaskParams* mp) {
     const int qa = qa0 + r;
-    const bool raw = FOLD && !kSoftcap && !edge && sl2 > 0.0f;
     float mx = kMaxInit;
-    if (raw) {
 #pragma unroll
-        for (int n = 0; n < NS; ++n) mx = fmaxf(mx, fmaxf(at(n, 0), at(n, 1)));
-    } else {
+    for (int n = 0; n < NS; ++n) {
 #pragma unroll
-        for (int n = 0; n < NS; ++n) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                float x = at(n, e);
-                x = kSoftcap ? cap * tanhf(x * scale / cap) * kLog2e : x * sl2;
-                if (edge) {
-                    const int j = k0 + n * 8 + 2 * t + e;
-                    bool vis = j < k_len && r < rows;
-                    if (kCausal) vis = vis && j <= qa;
-                    if (W > 0) vis = vis && qa - j < W;
-                    if (kMask && cls != 2 && vis) {
-                        const MaskT mv = mask[u64(blockIdx.z) * mp->M_stride_b + u64(blockIdx.y) * mp->M_stride_h + u64(q0 + r) * mp->M_stride_q +
-                                              u64(j)];
-                        apply_mask(mv, x, vis);
-                    }
-                    x = vis ? x : __int_as_float(0xff800000);
+        for (int e = 0; e < 2; ++e) {
+            float x = at(n, e);
+            x = kSoftcap ? cap * tanhf(x * scale / cap) * kLog2e : x * sl2;
+            if (edge) {
+                const int j = k0 + n * 8 + 2 * t + e;
+                bool vis = j < k_len && r < rows;
+                if (kCausal) vis = vis && j <= qa;
+                if (W > 0) vis = vis && qa - j < W;
+                if (kMask && cls != 2 && vis) {
+                    const MaskT mv = mask[u64(blockIdx.z) * mp->M_stride_b + u64(blockIdx.y) * mp->M_stride_h + u64(q0 + r) * mp->M_stride_q +
+                                          u64(j)];
+                    apply_mask(mv, x, vis);
                 }
-                at(n, e) = x;
-                mx = fmaxf(mx, x);
+                x = vis ? x : __int_as_float(0xff800000);
             }
+            at(n, e) = x;
+            mx = fmaxf(mx, x);
         }
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m_run, raw ? mx * sl2 : mx);
+    const float m_new = fmaxf(m_run, mx);
     const float f = ex2_approx(m_run - m_new);
     m_run = m_new;
     float sum = 0.0f;
-    if (raw) {
 #pragma unroll
-        for (int n = 0; n < NS; ++n) {
+    for (int n = 0; n < NS; ++n) {
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const float pr = ex2_approx(fmaf(at(n, e), sl2, -m_new));
-                at(n, e) = pr;
-                sum += pr;
-            }
-        }
-    } else {
-#pragma unroll
-        for (int n = 0; n < NS; ++n) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const float pr = ex2_approx(at(n, e) - m_new);
-                at(n, e) = pr;
-                sum += pr;
-            }
+        for (int e = 0; e < 2; ++e) {
+            const float pr = ex2_approx(at(n, e) - m_new);
+            at(n, e) = pr;
+            sum += pr;
         }
     }
     l_run = l_run * f + sum;
@@ -399,7 +376,7 @@ __device__ __forceinline__ void attention(const T* __restrict__ Q, const T* __re
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
                 const int r = rg * MT * 16 + mt * 16 + g + 8 * hh;
-                const float f = softmax_row<NS, false>([&](int n, int e) -> float& { return sc[mt][n][2 * hh + e]; }, m_run[mt][hh], l_run[mt][hh], r,
+                const float f = softmax_row<NS>([&](int n, int e) -> float& { return sc[mt][n][2 * hh + e]; }, m_run[mt][hh], l_run[mt][hh], r,
                                                 t, k0, cls, edge, qt.s.k_len, qt.rows, qt.q0, qt.qa0, W, scale, cap, sl2, mask, mp);
 #pragma unroll
                 for (int n = 0; n < NO; ++n) {
@@ -503,16 +480,10 @@ __device__ __forceinline__ void load_sw(unsigned char* dst, const T* src, u64 st
         const int c = int(tid) % C, r0 = int(tid) / C;
         unsigned char* d = dst + u32(c >> 3) * u32(NR * 128) + sw128_offset(u32(r0), u32(c & 7));
         const T* g = src + u64(r0) * stride + u64(c * 8);
-        if (valid >= NR) {  // a whole tile (nearly every one): no row to zero, one pointer step a copy
-            const u64 step = u64(RI) * stride;
 #pragma unroll
-            for (int m = 0; m < NR / RI; ++m, g += step) cp_async16(d + u32(RI * 128 * m), g, true);
-        } else {
-#pragma unroll
-            for (int m = 0; m < NR / RI; ++m) {
-                const bool live = r0 + RI * m < valid;
-                cp_async16(d + u32(RI * 128 * m), live ? g + u64(RI * m) * stride : src, live);
-            }
+        for (int m = 0; m < NR / RI; ++m) {
+            const bool live = r0 + RI * m < valid;
+            cp_async16(d + u32(RI * 128 * m), live ? g + u64(RI * m) * stride : src, live);
         }
     } else {
         for (int i = int(tid); i < NR * D; i += 256) {
@@ -617,7 +588,7 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             const int r = int(wg) * 64 + int(w) * 16 + g + 8 * hh;
-            f[hh] = softmax_row<BK / 8, true>([&](int n, int e) -> float& { return sc[4 * n + 2 * hh + e]; }, m_run[hh], l_run[hh], r, t, k0, cls,
+            f[hh] = softmax_row<BK / 8>([&](int n, int e) -> float& { return sc[4 * n + 2 * hh + e]; }, m_run[hh], l_run[hh], r, t, k0, cls,
                                         edge, qt.s.k_len, qt.rows, qt.q0, qt.qa0, W, scale, cap, sl2, mask, mp);
         }
         wgmma_wait<0>();
