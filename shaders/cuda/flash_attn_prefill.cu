@@ -773,27 +773,46 @@ __device__ FA_NARROW void attention_narrow(const T* Q, const T* K, const T* V, T
         attention_narrow<T, MASK, D>(Q, K, V, O, params, mask_params, mask, blk, cu_seqlens_q, cu_seqlens_k);     \
     }
 
+// The entries in the CUDA program's parts (flash_attn_prefill.ts's
+// FLASH_ATTN_PREFILL_CUDA_PARTS): one a head dim and input type from D 128
+// up (a model's layers use one or two head dims and one type), D 64 and
+// the mask builders in part 0.
+#if MLXN_CUDA_PART_IS(0)
 FA_ENTRY(flash_attn_prefill_bf16_d64, bf16, bf16, 64, 32, 16, 128, 2)
 FA_ENTRY(flash_attn_prefill_bf16_d64_boolmask, bf16, bool, 64, 32, 16, 128, 2)
 FA_ENTRY(flash_attn_prefill_f16_d64, __half, __half, 64, 32, 16, 128, 2)
 FA_ENTRY(flash_attn_prefill_f16_d64_boolmask, __half, bool, 64, 32, 16, 128, 2)
+#endif
+#if MLXN_CUDA_PART_IS(1)
 FA_ENTRY_WIDE(flash_attn_prefill_bf16_d128, bf16, bf16, 128)
 FA_ENTRY_WIDE(flash_attn_prefill_bf16_d128_boolmask, bf16, bool, 128)
+#endif
+#if MLXN_CUDA_PART_IS(2)
 FA_ENTRY_WIDE(flash_attn_prefill_f16_d128, __half, __half, 128)
 FA_ENTRY_WIDE(flash_attn_prefill_f16_d128_boolmask, __half, bool, 128)
+#endif
+#if MLXN_CUDA_PART_IS(3)
 FA_ENTRY_WIDE(flash_attn_prefill_bf16_d256, bf16, bf16, 256)
 FA_ENTRY_WIDE(flash_attn_prefill_bf16_d256_boolmask, bf16, bool, 256)
+#endif
+#if MLXN_CUDA_PART_IS(4)
 FA_ENTRY_WIDE(flash_attn_prefill_f16_d256, __half, __half, 256)
 FA_ENTRY_WIDE(flash_attn_prefill_f16_d256_boolmask, __half, bool, 256)
+#endif
+#if MLXN_CUDA_PART_IS(5)
 FA_ENTRY(flash_attn_prefill_bf16_d512, bf16, bf16, 512, 8, 8, 256, 1)
 FA_ENTRY(flash_attn_prefill_bf16_d512_boolmask, bf16, bool, 512, 8, 8, 256, 1)
-FA_ENTRY(flash_attn_prefill_f16_d512, __half, __half, 512, 8, 8, 256, 1)
-FA_ENTRY(flash_attn_prefill_f16_d512_boolmask, __half, bool, 512, 8, 8, 256, 1)
 FA_ENTRY(flash_attn_prefill_llamacpp_bf16_d512, bf16, bf16, 512, 8, 64, 256, 1)
 FA_ENTRY(flash_attn_prefill_llamacpp_bf16_d512_boolmask, bf16, bool, 512, 8, 64, 256, 1)
+#endif
+#if MLXN_CUDA_PART_IS(6)
+FA_ENTRY(flash_attn_prefill_f16_d512, __half, __half, 512, 8, 8, 256, 1)
+FA_ENTRY(flash_attn_prefill_f16_d512_boolmask, __half, bool, 512, 8, 8, 256, 1)
 FA_ENTRY(flash_attn_prefill_llamacpp_f16_d512, __half, __half, 512, 8, 64, 256, 1)
 FA_ENTRY(flash_attn_prefill_llamacpp_f16_d512_boolmask, __half, bool, 512, 8, 64, 256, 1)
+#endif
 
+#if MLXN_CUDA_PART_IS(0)
 // buffer(0) mask [qL, kL], (1) FlashAttnPrefillMaskParams. Grid (qL, 1, 1).
 extern "C" __global__ void flash_attn_prefill_mask_fill_bf16(bf16* mask, const FlashAttnPrefillMaskParams* params) {
     mask_fill<bf16>(mask, params);
@@ -809,3 +828,4 @@ extern "C" __global__ void flash_attn_prefill_blk_bf16(const bf16* mask, char* b
 extern "C" __global__ void flash_attn_prefill_blk_f16(const __half* mask, char* blk, const FlashAttnPrefillBlkParams* params) {
     blk_classify<__half>(mask, blk, params);
 }
+#endif

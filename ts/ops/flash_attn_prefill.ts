@@ -27,8 +27,25 @@ import {
 } from '../validate.ts';
 
 export const FLASH_ATTN_PREFILL_FAMILY = 'flash_attn_prefill';
+/**
+ * The CUDA program's parts 1 to 6 (FamilySources.cudaParts): the attention
+ * entries of one head dim and input type, D 128 and up, each 1.8-2.8 s of
+ * NVRTC 13.0 on one thread (the whole family took 17.1 s, again for every
+ * set of function constants): a model's prefill compiles the one or two it
+ * uses. D 64 and the mask builders are part 0 (1.9 s).
+ */
+export const FLASH_ATTN_PREFILL_CUDA_PARTS: readonly (readonly string[])[] = [
+  ['flash_attn_prefill_bf16_d128', 'flash_attn_prefill_bf16_d128_boolmask'],
+  ['flash_attn_prefill_f16_d128', 'flash_attn_prefill_f16_d128_boolmask'],
+  ['flash_attn_prefill_bf16_d256', 'flash_attn_prefill_bf16_d256_boolmask'],
+  ['flash_attn_prefill_f16_d256', 'flash_attn_prefill_f16_d256_boolmask'],
+  ['flash_attn_prefill_bf16_d512', 'flash_attn_prefill_bf16_d512_boolmask', 'flash_attn_prefill_llamacpp_bf16_d512', 'flash_attn_prefill_llamacpp_bf16_d512_boolmask'],
+  ['flash_attn_prefill_f16_d512', 'flash_attn_prefill_f16_d512_boolmask', 'flash_attn_prefill_llamacpp_f16_d512', 'flash_attn_prefill_llamacpp_f16_d512_boolmask'],
+];
 /** The family's kernel sources by backend, as registered by every dispatch. */
-export const FLASH_ATTN_PREFILL_SOURCES = familySources(FLASH_ATTN_PREFILL_FAMILY, { header, metal: src, cuda: cudaSrc });
+export const FLASH_ATTN_PREFILL_SOURCES = familySources(FLASH_ATTN_PREFILL_FAMILY, {
+  header, metal: src, cuda: cudaSrc, cudaParts: FLASH_ATTN_PREFILL_CUDA_PARTS,
+});
 
 const HEAD_DIMS = [64, 128, 256, 512] as const;
 export type FlashAttnPrefillHeadDim = (typeof HEAD_DIMS)[number];
