@@ -388,6 +388,7 @@ __device__ __forceinline__ bool gc_q4k_takes(const void* w, const float* x, u32 
 
 }  // namespace
 
+#if MLXN_CUDA_PART_IS(0)
 // ---- kernel_mul_mv_<t>_f32 ----
 
 // buffer(0) weight (N rows of blocks), (1) x [M, K] f32, (2) y [M, N] f32, (3) GgmlMatvecParams.
@@ -417,7 +418,9 @@ GGML_MV_ENTRY(kernel_mul_mv_q8_0_f32, GGML_Q8_0)
 GGML_MV_ENTRY(kernel_mul_mv_q4_K_f32, GGML_Q4_K)
 GGML_MV_ENTRY(kernel_mul_mv_q5_K_f32, GGML_Q5_K)
 GGML_MV_ENTRY(kernel_mul_mv_q6_K_f32, GGML_Q6_K)
+#endif
 
+#if MLXN_CUDA_PART_IS(6)
 // The int8 engine's variants (gdq<F, R, S, U>), same bindings; the op does
 // not launch them. Grid: any (a block walks units of 8 / S x R rows; two
 // blocks an SM cover the rows without a wave tail), 256 threads, dynamic
@@ -454,6 +457,8 @@ GGML_MV_GC_ENTRY(2)
 GGML_MV_GC_ENTRY(4)
 #undef GGML_MV_GC_ENTRY
 
+#endif
+
 // ---- kernel_mul_mm_<t>_f32 ----
 
 // buffer(0) GgmlMatmulMmParams, (1) weight (rows nb01 bytes apart), (2) x [M, K] f32 (rows nb11 bytes
@@ -463,11 +468,21 @@ GGML_MV_GC_ENTRY(4)
                                                            const float* src1, float* dst) {                             \
         gmm<F, false>(args, src0, src1, dst, nullptr, nullptr, nullptr);                                                \
     }
+#if MLXN_CUDA_PART_IS(1)
 GGML_MM_ENTRY(kernel_mul_mm_q4_0_f32, GGML_Q4_0)
+#endif
+#if MLXN_CUDA_PART_IS(2)
 GGML_MM_ENTRY(kernel_mul_mm_q8_0_f32, GGML_Q8_0)
+#endif
+#if MLXN_CUDA_PART_IS(3)
 GGML_MM_ENTRY(kernel_mul_mm_q4_K_f32, GGML_Q4_K)
+#endif
+#if MLXN_CUDA_PART_IS(4)
 GGML_MM_ENTRY(kernel_mul_mm_q5_K_f32, GGML_Q5_K)
+#endif
+#if MLXN_CUDA_PART_IS(5)
 GGML_MM_ENTRY(kernel_mul_mm_q6_K_f32, GGML_Q6_K)
+#endif
 
 // kernel_mul_mm_<t>_f32_splitk: the matrix form's bindings, then (4)
 // partials [S, M, N] f32, (5) words (a u32 a tile, zero), (6)
@@ -478,13 +493,24 @@ GGML_MM_ENTRY(kernel_mul_mm_q6_K_f32, GGML_Q6_K)
                                                            const GgmlMatmulSplitParams* split) {                          \
         gmm<F, true>(args, src0, src1, dst, partials, words, split);                                                       \
     }
+#if MLXN_CUDA_PART_IS(1)
 GGML_MM_SPLIT_ENTRY(kernel_mul_mm_q4_0_f32_splitk, GGML_Q4_0)
+#endif
+#if MLXN_CUDA_PART_IS(2)
 GGML_MM_SPLIT_ENTRY(kernel_mul_mm_q8_0_f32_splitk, GGML_Q8_0)
+#endif
+#if MLXN_CUDA_PART_IS(3)
 GGML_MM_SPLIT_ENTRY(kernel_mul_mm_q4_K_f32_splitk, GGML_Q4_K)
+#endif
+#if MLXN_CUDA_PART_IS(4)
 GGML_MM_SPLIT_ENTRY(kernel_mul_mm_q5_K_f32_splitk, GGML_Q5_K)
+#endif
+#if MLXN_CUDA_PART_IS(5)
 GGML_MM_SPLIT_ENTRY(kernel_mul_mm_q6_K_f32_splitk, GGML_Q6_K)
+#endif
 #undef GGML_MM_SPLIT_ENTRY
 
+#if MLXN_CUDA_PART_IS(0)
 // ---- kernel_dequantize_<t>_<o> ----
 
 // buffer(0) src (blocks), (1) dst [16 n_chunks], (2) GgmlDequantizeParams.
@@ -519,3 +545,4 @@ GGML_EMBEDDING_ENTRIES(q8_0, GGML_Q8_0)
 GGML_EMBEDDING_ENTRIES(q4_K, GGML_Q4_K)
 GGML_EMBEDDING_ENTRIES(q5_K, GGML_Q5_K)
 GGML_EMBEDDING_ENTRIES(q6_K, GGML_Q6_K)
+#endif

@@ -63,8 +63,24 @@ import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 import { f16BitsToF32, f32ToF16Bits } from '../dtype.ts';
 
 export const QUANTIZED_MATMUL_GGML_FAMILY = 'quantized_matmul_ggml';
+const GGML_PART_TYPES = ['q4_0', 'q8_0', 'q4_K', 'q5_K', 'q6_K'] as const;
+/**
+ * The CUDA program's parts 1 to 6 (FamilySources.cudaParts): the matrix
+ * form of each block format (its entry and its split-k entry, 1.7-1.8 s of
+ * NVRTC 13.0 on one thread each), then the int8 vector engine's harness
+ * variants, which the op does not launch (3.1 s); the vector, dequantize
+ * and embedding entries are part 0 (2.7 s). The whole family took 15.3 s;
+ * a model's prompt compiles the formats its file uses.
+ */
+export const QUANTIZED_MATMUL_GGML_CUDA_PARTS: readonly (readonly string[])[] = [
+  ...GGML_PART_TYPES.map((t) => [`kernel_mul_mm_${t}_f32`, `kernel_mul_mm_${t}_f32_splitk`]),
+  [...GGML_PART_TYPES.flatMap((t) => ['vdq1', 'vdq2', 'vdqs4'].map((v) => `kernel_mul_mv_${t}_f32_${v}`)),
+    'kernel_mul_mv_q4_K_f32_vgc2', 'kernel_mul_mv_q4_K_f32_vgc4'],
+];
 /** The family's kernel sources by backend, as registered by every dispatch. */
-export const QUANTIZED_MATMUL_GGML_SOURCES = familySources(QUANTIZED_MATMUL_GGML_FAMILY, { header, metal: src, cuda: cudaSrc });
+export const QUANTIZED_MATMUL_GGML_SOURCES = familySources(QUANTIZED_MATMUL_GGML_FAMILY, {
+  header, metal: src, cuda: cudaSrc, cudaParts: QUANTIZED_MATMUL_GGML_CUDA_PARTS,
+});
 export const QUANTIZED_MATMUL_GGML_KERNELS = [
   'kernel_mul_mv_q4_0_f32', 'kernel_mul_mv_q8_0_f32', 'kernel_mul_mv_q4_K_f32', 'kernel_mul_mv_q5_K_f32', 'kernel_mul_mv_q6_K_f32',
   'kernel_mul_mm_q4_0_f32', 'kernel_mul_mm_q8_0_f32', 'kernel_mul_mm_q4_K_f32', 'kernel_mul_mm_q5_K_f32', 'kernel_mul_mm_q6_K_f32',
