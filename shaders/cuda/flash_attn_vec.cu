@@ -631,15 +631,38 @@ __device__ __forceinline__ void attn_combine(const FlashAttnVecReduceParams* p, 
         attn<D, KV>(job_of(*p, seq_lens), q, k, v, dst);                                                              \
     }
 
+// In the CUDA program's parts (flash_attn_vec.ts's FLASH_ATTN_VEC_CUDA_PARTS):
+// one a K/V dtype and head dim (a model's cache has one dtype and its
+// layers one or two head dims), the reductions in part 0.
+#if MLXN_CUDA_PART_IS(1)
 FAV_ENTRIES(128, float, , 2)
+#endif
+#if MLXN_CUDA_PART_IS(2)
 FAV_ENTRIES(256, float, , 2)
+#endif
+#if MLXN_CUDA_PART_IS(3)
 FAV_ENTRIES(512, float, , 2)
+#endif
+#if MLXN_CUDA_PART_IS(4)
 FAV_ENTRIES(128, __half, f16kv_, 1)
+#endif
+#if MLXN_CUDA_PART_IS(5)
 FAV_ENTRIES(256, __half, f16kv_, 1)
+#endif
+#if MLXN_CUDA_PART_IS(6)
 FAV_ENTRIES(512, __half, f16kv_, 1)
+#endif
+#if MLXN_CUDA_PART_IS(7)
 FAV_ENTRIES(128, __nv_bfloat16, bf16kv_, 1)
+#endif
+#if MLXN_CUDA_PART_IS(8)
 FAV_ENTRIES(256, __nv_bfloat16, bf16kv_, 1)
+#endif
+#if MLXN_CUDA_PART_IS(9)
 FAV_ENTRIES(512, __nv_bfloat16, bf16kv_, 1)
+#endif
+
+#if MLXN_CUDA_PART_IS(0)
 
 // buffer(0) FlashAttnVecReduceParams, (1) tmp, (2) dst [rows, D], (3) nwg u32.
 extern "C" __global__ void flash_attn_vec_reduce_dk128(const FlashAttnVecReduceParams* p, const float* tmp,
@@ -654,3 +677,4 @@ extern "C" __global__ void flash_attn_vec_reduce_dk512(const FlashAttnVecReduceP
                                                        float* dst, const u32* nwg) {
     attn_combine<512>(p, tmp, dst, nwg);
 }
+#endif

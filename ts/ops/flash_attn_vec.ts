@@ -25,8 +25,19 @@ import {
 const OP = 'flash_attn_vec';
 const OP_VARLEN = 'flash_attn_vec_varlen';
 const FAMILY = 'flash_attn_vec';
+/**
+ * The CUDA program's parts 1 to 9 (FamilySources.cudaParts): the uniform
+ * and varlen entries of one K/V dtype (f32, f16, bf16) and head dim (128,
+ * 256, 512), 0.6-1.7 s of NVRTC 13.0 on one thread each (the whole family
+ * took 9.7 s); the reductions are part 0 (0.2 s). A model's decode
+ * compiles its cache's dtype at its layers' head dims.
+ */
+export const FLASH_ATTN_VEC_CUDA_PARTS: readonly (readonly string[])[] = ['', 'f16kv_', 'bf16kv_'].flatMap((tag) =>
+  [128, 256, 512].map((d) => [`flash_attn_vec_${tag}dk${d}`, `flash_attn_vec_varlen_${tag}dk${d}`]));
 /** The family's sources by backend, as registered by every dispatch. */
-export const FLASH_ATTN_VEC_SOURCES = familySources(FAMILY, { header, metal: metalSource, cuda: cudaSrc });
+export const FLASH_ATTN_VEC_SOURCES = familySources(FAMILY, {
+  header, metal: metalSource, cuda: cudaSrc, cudaParts: FLASH_ATTN_VEC_CUDA_PARTS,
+});
 export const FLASH_ATTN_VEC_KERNELS = [
   'flash_attn_vec_dk128',
   'flash_attn_vec_dk256',
