@@ -182,11 +182,21 @@ __device__ __forceinline__ void mm_id_wg(unsigned char* smem, const GgmlMatmulId
         extern __shared__ __align__(16) unsigned char smem_raw[];                                                         \
         mv_id<F, false>(smem_raw, src0, src0, src1, src1, dst, ids, p, 0u);                                               \
     }
+#if MLXN_CUDA_PART_IS(6)
 GGML_MV_ID_ENTRY(kernel_mul_mv_id_q4_0_f32, GGML_Q4_0)
+#endif
+#if MLXN_CUDA_PART_IS(7)
 GGML_MV_ID_ENTRY(kernel_mul_mv_id_q8_0_f32, GGML_Q8_0)
+#endif
+#if MLXN_CUDA_PART_IS(8)
 GGML_MV_ID_ENTRY(kernel_mul_mv_id_q4_K_f32, GGML_Q4_K)
+#endif
+#if MLXN_CUDA_PART_IS(9)
 GGML_MV_ID_ENTRY(kernel_mul_mv_id_q5_K_f32, GGML_Q5_K)
+#endif
+#if MLXN_CUDA_PART_IS(10)
 GGML_MV_ID_ENTRY(kernel_mul_mv_id_q6_K_f32, GGML_Q6_K)
+#endif
 
 // ---- kernel_mul_mv_id_<t>_f32_gate_up (not in mlx-native) ----
 
@@ -200,12 +210,23 @@ GGML_MV_ID_ENTRY(kernel_mul_mv_id_q6_K_f32, GGML_Q6_K)
         extern __shared__ __align__(16) unsigned char smem_raw[];                                                         \
         mv_id<F, true>(smem_raw, gate, up, src1, src1, dst, ids, &p->id, p->activation);                                  \
     }
+#if MLXN_CUDA_PART_IS(6)
 GGML_MV_ID_GATE_UP_ENTRY(kernel_mul_mv_id_q4_0_f32_gate_up, GGML_Q4_0)
+#endif
+#if MLXN_CUDA_PART_IS(7)
 GGML_MV_ID_GATE_UP_ENTRY(kernel_mul_mv_id_q8_0_f32_gate_up, GGML_Q8_0)
+#endif
+#if MLXN_CUDA_PART_IS(8)
 GGML_MV_ID_GATE_UP_ENTRY(kernel_mul_mv_id_q4_K_f32_gate_up, GGML_Q4_K)
+#endif
+#if MLXN_CUDA_PART_IS(9)
 GGML_MV_ID_GATE_UP_ENTRY(kernel_mul_mv_id_q5_K_f32_gate_up, GGML_Q5_K)
+#endif
+#if MLXN_CUDA_PART_IS(10)
 GGML_MV_ID_GATE_UP_ENTRY(kernel_mul_mv_id_q6_K_f32_gate_up, GGML_Q6_K)
+#endif
 
+#if MLXN_CUDA_PART_IS(0)
 // ---- mlx-native's kernel_mul_mv_id_q4_0_f32_swiglu ----
 
 // buffer(0) weight (Q4_0 experts of N rows), (1) gate f32 [pairs, K], (2) up f32 [pairs, K], (3) y
@@ -217,6 +238,7 @@ extern "C" __global__ void __launch_bounds__(128, 4) kernel_mul_mv_id_q4_0_f32_s
     extern __shared__ __align__(16) unsigned char smem_raw[];
     mv_id<GGML_Q4_0, false, true>(smem_raw, src0, src0, gate, up, dst, ids, p, 0u);
 }
+#endif
 
 // ---- kernel_mul_mm_id_<t>_f32, and kernel_mul_mm_id_<t>_f32_few (not in mlx-native) ----
 
@@ -232,18 +254,33 @@ extern "C" __global__ void __launch_bounds__(128, 4) kernel_mul_mv_id_q4_0_f32_s
         extern __shared__ __align__(16) unsigned char smem_raw[];                                                         \
         FORM<F>(smem_raw, args, src0, src1, offsets, order, dst);                                                         \
     }
+
+// In the CUDA program's parts (quantized_matmul_id_ggml.ts's
+// QUANTIZED_MATMUL_ID_GGML_CUDA_PARTS): the matrix forms of one block
+// format a part (1-5), as its vector forms above (6-10); the SwiGLU
+// vector entry is part 0.
+#if MLXN_CUDA_PART_IS(1)
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_0_f32, GGML_Q4_0, mm_id, (128))
-GGML_MM_ID_ENTRY(kernel_mul_mm_id_q8_0_f32, GGML_Q8_0, mm_id, (128))
-GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_K_f32, GGML_Q4_K, mm_id, (128))
-GGML_MM_ID_ENTRY(kernel_mul_mm_id_q5_K_f32, GGML_Q5_K, mm_id, (128))
-GGML_MM_ID_ENTRY(kernel_mul_mm_id_q6_K_f32, GGML_Q6_K, mm_id, (128))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_0_f32_few, GGML_Q4_0, mm_id_few, (128, 4))
-GGML_MM_ID_ENTRY(kernel_mul_mm_id_q8_0_f32_few, GGML_Q8_0, mm_id_few, (128, 5))
-GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_K_f32_few, GGML_Q4_K, mm_id_few, (128, 4))
-GGML_MM_ID_ENTRY(kernel_mul_mm_id_q5_K_f32_few, GGML_Q5_K, mm_id_few, (128, 4))
-GGML_MM_ID_ENTRY(kernel_mul_mm_id_q6_K_f32_few, GGML_Q6_K, mm_id_few, (128, 4))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_0_f32_wg, GGML_Q4_0, mm_id_wg, (256, 2))
+#endif
+#if MLXN_CUDA_PART_IS(2)
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q8_0_f32, GGML_Q8_0, mm_id, (128))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q8_0_f32_few, GGML_Q8_0, mm_id_few, (128, 5))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q8_0_f32_wg, GGML_Q8_0, mm_id_wg, (256, 2))
+#endif
+#if MLXN_CUDA_PART_IS(3)
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_K_f32, GGML_Q4_K, mm_id, (128))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_K_f32_few, GGML_Q4_K, mm_id_few, (128, 4))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_K_f32_wg, GGML_Q4_K, mm_id_wg, (256, 2))
+#endif
+#if MLXN_CUDA_PART_IS(4)
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q5_K_f32, GGML_Q5_K, mm_id, (128))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q5_K_f32_few, GGML_Q5_K, mm_id_few, (128, 4))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q5_K_f32_wg, GGML_Q5_K, mm_id_wg, (256, 1))
+#endif
+#if MLXN_CUDA_PART_IS(5)
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q6_K_f32, GGML_Q6_K, mm_id, (128))
+GGML_MM_ID_ENTRY(kernel_mul_mm_id_q6_K_f32_few, GGML_Q6_K, mm_id_few, (128, 4))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q6_K_f32_wg, GGML_Q6_K, mm_id_wg, (256, 2))
+#endif

@@ -67,8 +67,22 @@ import { denseGateUpIdRef, denseMatmulIdRef, type IdRef } from './dense_matmul_i
 import { siluRef } from './silu_mul.ts';
 
 export const QUANTIZED_MATMUL_ID_GGML_FAMILY = 'quantized_matmul_id_ggml';
+const GGML_ID_PART_TYPES = ['q4_0', 'q8_0', 'q4_K', 'q5_K', 'q6_K'] as const;
+/**
+ * The CUDA program's parts (FamilySources.cudaParts): 1 to 5 the matrix
+ * forms of one block format (tiles, few, wgmma), 6 to 10 its vector forms
+ * (plain and gate/up), 0.7-1.1 s of NVRTC 13.0 on one thread each (the whole
+ * family took 7.8 s); the SwiGLU vector entry is part 0. A model compiles
+ * the formats its file uses, the vector forms alone for decode.
+ */
+export const QUANTIZED_MATMUL_ID_GGML_CUDA_PARTS: readonly (readonly string[])[] = [
+  ...GGML_ID_PART_TYPES.map((t) => [`kernel_mul_mm_id_${t}_f32`, `kernel_mul_mm_id_${t}_f32_few`, `kernel_mul_mm_id_${t}_f32_wg`]),
+  ...GGML_ID_PART_TYPES.map((t) => [`kernel_mul_mv_id_${t}_f32`, `kernel_mul_mv_id_${t}_f32_gate_up`]),
+];
 /** The family's kernel sources by backend, as registered by every dispatch. */
-export const QUANTIZED_MATMUL_ID_GGML_SOURCES = familySources(QUANTIZED_MATMUL_ID_GGML_FAMILY, { header, metal: src, cuda: cudaSrc });
+export const QUANTIZED_MATMUL_ID_GGML_SOURCES = familySources(QUANTIZED_MATMUL_ID_GGML_FAMILY, {
+  header, metal: src, cuda: cudaSrc, cudaParts: QUANTIZED_MATMUL_ID_GGML_CUDA_PARTS,
+});
 export const QUANTIZED_MATMUL_ID_GGML_KERNELS = [
   'kernel_mul_mv_id_q4_0_f32', 'kernel_mul_mv_id_q8_0_f32', 'kernel_mul_mv_id_q4_K_f32', 'kernel_mul_mv_id_q5_K_f32', 'kernel_mul_mv_id_q6_K_f32',
   'kernel_mul_mm_id_q4_0_f32', 'kernel_mul_mm_id_q8_0_f32', 'kernel_mul_mm_id_q4_K_f32', 'kernel_mul_mm_id_q5_K_f32', 'kernel_mul_mm_id_q6_K_f32',
