@@ -63,7 +63,12 @@ import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 import { f16BitsToF32, f32ToF16Bits } from '../dtype.ts';
 
 export const QUANTIZED_MATMUL_GGML_FAMILY = 'quantized_matmul_ggml';
-const GGML_PART_TYPES = ['q4_0', 'q8_0', 'q4_K', 'q5_K', 'q6_K'] as const;
+/** The GGUF block formats of the family, by ggml's names (a GGUF TensorInfo's dtype). */
+export const GGML_QUANT_TYPES = ['Q4_0', 'Q8_0', 'Q4_K', 'Q5_K', 'Q6_K'] as const;
+export type GgmlQuantType = (typeof GGML_QUANT_TYPES)[number];
+/** The format's part of the kernel names (llama.cpp's spelling). */
+export const GGML_KERNEL_TYPE: Readonly<Record<GgmlQuantType, string>> = { Q4_0: 'q4_0', Q8_0: 'q8_0', Q4_K: 'q4_K', Q5_K: 'q5_K', Q6_K: 'q6_K' };
+
 /**
  * The CUDA program's parts 1 to 6 (FamilySources.cudaParts): the matrix
  * form of each block format (its entry and its split-k entry, 1.7-1.8 s of
@@ -73,8 +78,8 @@ const GGML_PART_TYPES = ['q4_0', 'q8_0', 'q4_K', 'q5_K', 'q6_K'] as const;
  * a model's prompt compiles the formats its file uses.
  */
 export const QUANTIZED_MATMUL_GGML_CUDA_PARTS: readonly (readonly string[])[] = [
-  ...GGML_PART_TYPES.map((t) => [`kernel_mul_mm_${t}_f32`, `kernel_mul_mm_${t}_f32_splitk`]),
-  [...GGML_PART_TYPES.flatMap((t) => ['vdq1', 'vdq2', 'vdqs4'].map((v) => `kernel_mul_mv_${t}_f32_${v}`)),
+  ...GGML_QUANT_TYPES.map((q) => [`kernel_mul_mm_${GGML_KERNEL_TYPE[q]}_f32`, `kernel_mul_mm_${GGML_KERNEL_TYPE[q]}_f32_splitk`]),
+  [...GGML_QUANT_TYPES.flatMap((q) => ['vdq1', 'vdq2', 'vdqs4'].map((v) => `kernel_mul_mv_${GGML_KERNEL_TYPE[q]}_f32_${v}`)),
     'kernel_mul_mv_q4_K_f32_vgc2', 'kernel_mul_mv_q4_K_f32_vgc4'],
 ];
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -111,12 +116,6 @@ export const GGML_MATMUL_SPLIT_PARAMS_LAYOUT: readonly ParamField[] = structLayo
 export const GGML_DEQUANTIZE_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlDequantizeParams');
 /** struct GgmlEmbeddingParams (buffer 3 of embedding_gather_scale_batch_<t>_to_<o>). */
 export const GGML_EMBEDDING_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlEmbeddingParams');
-
-/** The GGUF block formats of the family, by ggml's names (a GGUF TensorInfo's dtype). */
-export const GGML_QUANT_TYPES = ['Q4_0', 'Q8_0', 'Q4_K', 'Q5_K', 'Q6_K'] as const;
-export type GgmlQuantType = (typeof GGML_QUANT_TYPES)[number];
-/** The format's part of the kernel names (llama.cpp's spelling). */
-export const GGML_KERNEL_TYPE: Readonly<Record<GgmlQuantType, string>> = { Q4_0: 'q4_0', Q8_0: 'q8_0', Q4_K: 'q4_K', Q5_K: 'q5_K', Q6_K: 'q6_K' };
 
 /** mlx-native's MM_ROUTING_THRESHOLD (llama.cpp's ne11_mm_min): the vector form up to 8 rows of x, the matrix form past them. */
 export const GGML_MM_ROUTING_THRESHOLD = 8;

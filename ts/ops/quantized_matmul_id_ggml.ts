@@ -59,7 +59,7 @@ import {
 } from '../validate.ts';
 import { checkPairs, GATE_ACTIVATIONS, moeTileSlots, type GateActivation } from '../expert-products.ts';
 import {
-  checkGgmlType, GGML_KERNEL_TYPE, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlMmCudaTile, ggmlMvCudaShared, ggmlMvCudaSharedBytes,
+  checkGgmlType, GGML_KERNEL_TYPE, GGML_QUANT_TYPES, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlMmCudaTile, ggmlMvCudaShared, ggmlMvCudaSharedBytes,
   ggmlMvMetalLaunch, ggmlRowBytesOf, GGML_MV_CUDA_ROWS, GGML_MV_CUDA_WARPS, type GgmlQuantType, ggmlDequantizeRef,
 } from './quantized_matmul_ggml.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
@@ -67,7 +67,6 @@ import { denseGateUpIdRef, denseMatmulIdRef, type IdRef } from './dense_matmul_i
 import { siluRef } from './silu_mul.ts';
 
 export const QUANTIZED_MATMUL_ID_GGML_FAMILY = 'quantized_matmul_id_ggml';
-const GGML_ID_PART_TYPES = ['q4_0', 'q8_0', 'q4_K', 'q5_K', 'q6_K'] as const;
 /**
  * The CUDA program's parts (FamilySources.cudaParts): 1 to 5 the matrix
  * forms of one block format (tiles, few, wgmma), 6 to 10 its vector forms
@@ -76,8 +75,8 @@ const GGML_ID_PART_TYPES = ['q4_0', 'q8_0', 'q4_K', 'q5_K', 'q6_K'] as const;
  * the formats its file uses, the vector forms alone for decode.
  */
 export const QUANTIZED_MATMUL_ID_GGML_CUDA_PARTS: readonly (readonly string[])[] = [
-  ...GGML_ID_PART_TYPES.map((t) => [`kernel_mul_mm_id_${t}_f32`, `kernel_mul_mm_id_${t}_f32_few`, `kernel_mul_mm_id_${t}_f32_wg`]),
-  ...GGML_ID_PART_TYPES.map((t) => [`kernel_mul_mv_id_${t}_f32`, `kernel_mul_mv_id_${t}_f32_gate_up`]),
+  ...GGML_QUANT_TYPES.map((q) => GGML_KERNEL_TYPE[q]).map((t) => [`kernel_mul_mm_id_${t}_f32`, `kernel_mul_mm_id_${t}_f32_few`, `kernel_mul_mm_id_${t}_f32_wg`]),
+  ...GGML_QUANT_TYPES.map((q) => GGML_KERNEL_TYPE[q]).map((t) => [`kernel_mul_mv_id_${t}_f32`, `kernel_mul_mv_id_${t}_f32_gate_up`]),
 ];
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const QUANTIZED_MATMUL_ID_GGML_SOURCES = familySources(QUANTIZED_MATMUL_ID_GGML_FAMILY, {
