@@ -24,6 +24,7 @@ import {
   SAMPLE_SUM_WORDS,
   argmax,
   argmaxScratchElements,
+  argmaxSlice,
   packArgmaxParams,
   packSampleParams,
   packTopKParams,
@@ -469,6 +470,28 @@ describeBackends('sample parity', ({ device }) => {
       const v = outValue.read() as Float32Array;
       expect([v[0], Number.isNaN(v[1]), Object.is(v[2], -0), v[3], v[4]]).toEqual([7, true, true, -Infinity, Math.fround(1e-30)]);
     }
+  });
+
+  test('argmax: many rows take longer slices, ties to the lowest index across them and in their last part', () => {
+    expect([argmaxSlice(1, 262144), argmaxSlice(64, 262144), argmaxSlice(512, 8197), argmaxSlice(1024, 2049)])
+      .toEqual([ARGMAX_SLICE, 8 * ARGMAX_SLICE, 4 * ARGMAX_SLICE, 16 * ARGMAX_SLICE]);
+    const dev = device();
+    const [rows, n] = [512, 8197];  // slices of 8192: two a row, the second of 5
+    const x = randomArray(rng(512), rows * n, -8, 8);
+    for (let r = 0; r < rows; r += 3) {
+      x[r * n + n - 1 - (r % 5)] = 9;                 // a maximum in the short last slice
+      if (r % 2 === 0) x[r * n + 8191 - (r % 7)] = 9;  // tied at the first slice's end: that one
+    }
+    const input = dev.upload('f32', [rows, n], x);
+    const want = argmaxRef(input.readNumbers(), rows, n);
+    const outIndex = poisoned(dev, 'u32', [rows]);
+    const outValue = poisoned(dev, 'f32', [rows]);
+    const scratch = dev.alloc('u32', [argmaxScratchElements(rows, n)]);
+    run(dev, (e) => argmax(e, { input, outIndex, outValue, rows, nElements: n, scratch }));
+    expect(Array.from(outIndex.read())).toEqual(Array.from(want.index));
+    expect(Array.from(outValue.readNumbers())).toEqual(Array.from(want.value));
+    expect(outIndex.read()[6]).toBe(8191 - 6);
+    for (const b of [input, outIndex, outValue, scratch]) b.release();
   });
 
   test('argmax_f32 at mlx-native\'s launch and at odd threadgroup sizes', () => {

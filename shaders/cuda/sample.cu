@@ -790,15 +790,29 @@ __device__ __forceinline__ void scan_best(const float* x, u32 len, u32& best_key
     best_key = 0u;
     at = 0xffffffffu;
     if ((len & 3u) == 0u && aligned16(x)) {
-        for (u32 vi = tid; vi < len / 4u; vi += bs) {
-            const float4 t = reinterpret_cast<const float4*>(x)[vi];
-            const float e[4] = {t.x, t.y, t.z, t.w};
+        // SCAN_LOADS vectors a thread in flight before any compare; a thread's
+        // vectors are visited in index order, so `>` keeps the lowest index.
+        constexpr u32 SCAN_LOADS = 4u;
+        const float4* v4 = reinterpret_cast<const float4*>(x);
+        const u32 nv = len / 4u;
+        for (u32 base = 0u; base < nv; base += SCAN_LOADS * bs) {
+            float4 t[SCAN_LOADS];
 #pragma unroll
-            for (u32 j = 0; j < 4u; ++j) {
-                const u32 k = order_key(e[j]);
-                if (k > best_key) {
-                    best_key = k;
-                    at = 4u * vi + j;
+            for (u32 s = 0; s < SCAN_LOADS; ++s) {
+                const u32 vi = base + s * bs + tid;
+                t[s] = vi < nv ? v4[vi] : make_float4(neg_inf(), neg_inf(), neg_inf(), neg_inf());
+            }
+#pragma unroll
+            for (u32 s = 0; s < SCAN_LOADS; ++s) {
+                const u32 vi = base + s * bs + tid;
+                const float e[4] = {t[s].x, t[s].y, t[s].z, t[s].w};
+#pragma unroll
+                for (u32 j = 0; j < 4u; ++j) {
+                    const u32 k = order_key(e[j]);
+                    if (vi < nv && k > best_key) {
+                        best_key = k;
+                        at = 4u * vi + j;
+                    }
                 }
             }
         }

@@ -33,8 +33,21 @@ export const SAMPLE_KERNELS = [
 
 /** The largest k of topK and of the sampler's top-k (mlx-native's top_k_f32 stops at 128). */
 export const SAMPLE_MAX_K = 256;
-/** Elements per threadgroup of argmax's first pass. */
+/** Elements per threadgroup of argmax's first pass at least (its scratch is sized for this slice). */
 export const ARGMAX_SLICE = 2048;
+/** First-pass threadgroups of argmax that fill a large GPU: past them, the slices grow. */
+const ARGMAX_FILL_BLOCKS = 1024;
+
+/**
+ * Elements per threadgroup of argmax's first pass: ARGMAX_SLICE doubled (up
+ * to 16 times) while the threadgroups stay at least ARGMAX_FILL_BLOCKS, so
+ * that many rows run in fewer, longer threadgroups and one row stays spread.
+ */
+export function argmaxSlice(rows: number, nElements: number): number {
+  let slice = ARGMAX_SLICE;
+  while (slice < 16 * ARGMAX_SLICE && rows * Math.ceil(nElements / (2 * slice)) >= ARGMAX_FILL_BLOCKS) slice *= 2;
+  return slice;
+}
 /** Elements per threadgroup of the sampler's passes at most (its threadgroup flags one byte per element). */
 export const SAMPLE_SLICE = 4096;
 /**
@@ -167,7 +180,8 @@ export function validateArgmax(a: ArgmaxArgs, device?: Device): void {
  * threadgroup(0)/(1) one float / uint per thread; grid (rows, 1, 1) of
  * min(1024, nextPow2(nElements)) threads (mlx-native's).
  * With scratch: argmax_blocks_f32 (0 input, 1 scratch, 2 ArgmaxBlocksParams;
- * grid (rows, ceil(nElements / 2048), 1) of 256 threads), then
+ * grid (rows, ceil(nElements / argmaxSlice(rows, nElements)), 1) of 256
+ * threads), then
  * argmax_merge_f32 (0 scratch, 1 outIndex, 2 outValue, 3 ArgmaxBlocksParams;
  * grid (rows, 1, 1)). The bytes that must move: 4 * rows * nElements.
  */
@@ -191,8 +205,9 @@ export function planArgmax(a: ArgmaxArgs, limits: DeviceLimits, device?: Device)
       }],
     };
   }
-  const nBlocks = Math.ceil(n / ARGMAX_SLICE);
-  const params = packArgmaxBlocksParams({ nElements: n, slice: ARGMAX_SLICE, nBlocks });
+  const slice = argmaxSlice(a.rows, n);
+  const nBlocks = Math.ceil(n / slice);
+  const params = packArgmaxBlocksParams({ nElements: n, slice, nBlocks });
   const merge = threadsFor(nBlocks, MAX_THREADS, limits);
   return {
     family: SAMPLE_FAMILY, sources: SAMPLE_SOURCES, kernels: SAMPLE_KERNELS,
