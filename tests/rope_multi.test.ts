@@ -21,7 +21,8 @@ import {
   ropeMultiAxis,
   ropeMultiRef,
 } from '../ts/ops/rope_multi.ts';
-import { ropeNeoxRef } from '../ts/ops/rope.ts';
+import { ROPE_HEADS, ropeHeadsCudaLaunch, ropeNeoxRef } from '../ts/ops/rope.ts';
+import commonCuh from '../shaders/cuda/common.cuh' with { type: 'text' };
 import { describeBackends, describeValidation, expectInvalid, rng, randomArray, runsOnEmulator, scaledErr, TOL } from './helpers.ts';
 import { bufferParam } from './metal-source.ts';
 import type { Device } from '../ts/index.ts';
@@ -44,10 +45,15 @@ describe('rope_multi param packers match the .metal declarations', () => {
     const s = new DataView(packRopeMultiSections([11, 11, 10, 0]).buffer);
     expect(ROPE_MULTI_SECTIONS_LAYOUT.map((x) => s.getUint32(x.offset, true))).toEqual([11, 11, 10, 0]);
   });
-  test('launch: (min(headDim/2, 256), min(rows, 256 / tx)) threads; CUDA puts rows on x', () => {
-    expect(ropeMultiLaunch(128, 15)).toEqual({ grid: [1, 8, 1], threads: [128, 2, 1], cuda: { grid: [8, 1, 1], threads: [128, 2, 1] } });
-    expect(ropeMultiLaunch(256, 3)).toEqual({ grid: [1, 3, 1], threads: [256, 1, 1], cuda: { grid: [3, 1, 1], threads: [256, 1, 1] } });
-    expect(ropeMultiLaunch(32, 1)).toEqual({ grid: [1, 1, 1], threads: [32, 1, 1], cuda: { grid: [1, 1, 1], threads: [32, 1, 1] } });
+  test('launch: (min(headDim/2, 256), min(rows, 256 / tx)) threads; CUDA: tokens on x, a thread ROPE_HEADS heads', () => {
+    expect(ropeMultiLaunch(128, 15)).toEqual({ grid: [1, 8, 1], threads: [128, 2, 1] });
+    expect(ropeMultiLaunch(256, 3)).toEqual({ grid: [1, 3, 1], threads: [256, 1, 1] });
+    expect(ropeMultiLaunch(32, 1)).toEqual({ grid: [1, 1, 1], threads: [32, 1, 1] });
+    expect(ropeHeadsCudaLaunch(128, 8192, 16)).toEqual({ grid: [8192, 2, 1], threads: [64, 2, 1] });
+    expect(ropeHeadsCudaLaunch(32, 5, 17)).toEqual({ grid: [5, 1, 1], threads: [32, 3, 1] });
+    expect(ropeHeadsCudaLaunch(64, 1, 2)).toEqual({ grid: [1, 1, 1], threads: [64, 1, 1] });
+    expect(ropeHeadsCudaLaunch(1, 3, 100000)).toEqual({ grid: [3, 1, 1], threads: [1, 1024, 1] });
+    expect(commonCuh).toContain(`constexpr u32 ROPE_HEADS = ${ROPE_HEADS}u;`);
   });
 });
 

@@ -689,6 +689,56 @@ __device__ __forceinline__ void copy_rows(u32 n_rows, u32 len, float scale, Map 
     }
 }
 
+// ---- rotary pairs of several heads (rope_neox, rope_multi) ----
+
+// Heads of one token a thread of rope_neox and rope_multi turns with one
+// angle: the accurate powf and sincosf of an angle cost more than the bytes
+// of one pair, so each is used for ROPE_HEADS rows.
+constexpr u32 ROPE_HEADS = 8u;
+
+// The pair (x[at], x[at + half_dim]) of count <= ROPE_HEADS rows, head_dim
+// apart, turned by (c, s): (a, b) -> (a c - b s, a s + b c), every load issued
+// before any store (output may be input: each element is its thread's alone).
+template <typename T>
+__device__ __forceinline__ void rope_turn_heads(const T* input, T* output, u64 at, u32 head_dim, u32 half_dim, u32 count,
+                                                float c, float s) {
+    float a[ROPE_HEADS], b[ROPE_HEADS];
+#pragma unroll
+    for (u32 j = 0; j < ROPE_HEADS; ++j) {
+        if (j < count) {
+            a[j] = to_f(input[at + u64(j) * head_dim]);
+            b[j] = to_f(input[at + u64(j) * head_dim + half_dim]);
+        }
+    }
+#pragma unroll
+    for (u32 j = 0; j < ROPE_HEADS; ++j) {
+        if (j < count) {
+            output[at + u64(j) * head_dim] = from_f<T>(a[j] * c - b[j] * s);
+            output[at + u64(j) * head_dim + half_dim] = from_f<T>(a[j] * s + b[j] * c);
+        }
+    }
+}
+
+// The same pairs copied unchanged (the pairs past the rotary dimensions).
+template <typename T>
+__device__ __forceinline__ void rope_copy_heads(const T* input, T* output, u64 at, u32 head_dim, u32 half_dim, u32 count) {
+    T a[ROPE_HEADS], b[ROPE_HEADS];
+#pragma unroll
+    for (u32 j = 0; j < ROPE_HEADS; ++j) {
+        if (j < count) {
+            a[j] = input[at + u64(j) * head_dim];
+            b[j] = input[at + u64(j) * head_dim + half_dim];
+        }
+    }
+#pragma unroll
+    for (u32 j = 0; j < ROPE_HEADS; ++j) {
+        if (j < count) {
+            output[at + u64(j) * head_dim] = a[j];
+            output[at + u64(j) * head_dim + half_dim] = b[j];
+        }
+    }
+}
+
 // ---- rows normalized by their sum of squares (rms_norm, l2_norm) ----
 
 // A vector's factors as loaded (up to two 16-byte words: N f32 factors of a

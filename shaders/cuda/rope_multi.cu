@@ -3,10 +3,14 @@
 // (x[p], x[p + head_dim/2]), pairs past rope_dim / 2 copied; the axis of a
 // pair's position from its sector, see the Metal file).
 //
-// Launch (the op's CUDA launch): blockDim (tx, ty), rows on gridDim.x (limit
-// 2^31 - 1; gridDim.y stops at 65535): row = blockIdx.x * ty + threadIdx.y,
-// pair = blockIdx.y * tx + threadIdx.x. One thread per pair, read before
-// written: output may be input. powf, division and sincosf are the accurate
+// Launch (the op's CUDA launch): blockDim (tx, ty), grid (seq_len, ceil(
+// head_dim / 2 / tx)) (tokens on gridDim.x, limit 2^31 - 1; gridDim.y stops
+// at 65535): token = blockIdx.x, pair = blockIdx.y * tx + threadIdx.x. A
+// thread forms its pair's angle once and turns that pair in ROPE_HEADS heads
+// of the token (common.cuh's rope_turn_heads; rope_copy_heads for the pairs
+// past rope_dim), heads threadIdx.y * ROPE_HEADS + j, then blockDim.y *
+// ROPE_HEADS further. Each element is read and written by one thread, read
+// first: output may be input. powf, division and sincosf are the accurate
 // ones (no fast math).
 
 namespace {
@@ -32,17 +36,19 @@ __device__ __forceinline__ u32 rope_multi_axis(u32 sector, u32 mode, const RopeM
 template <typename T>
 __device__ __forceinline__ void rope_multi_impl(const T* input, T* output, const RopeMultiParams* p, const int* positions,
                                                 const RopeMultiRopeParams* rp, const RopeMultiSections* s) {
-    const u32 row = blockIdx.x * blockDim.y + threadIdx.y;
+    const u32 token = blockIdx.x;
     const u32 pair = blockIdx.y * blockDim.x + threadIdx.x;
     const u32 head_dim = u32(p->head_dim);
     const u32 half_dim = head_dim / 2u;
     const u32 half_rope = u32(p->rope_dim) / 2u;
-    const u32 token = row / rp->n_heads;
+    const u32 n_heads = rp->n_heads;
     if (pair >= half_dim || token >= rp->seq_len) return;
-    const u64 base = u64(row) * head_dim;
+    const u32 h0 = threadIdx.y * ROPE_HEADS, step = blockDim.y * ROPE_HEADS;
     if (pair >= half_rope) {
-        output[base + pair] = input[base + pair];
-        output[base + pair + half_dim] = input[base + pair + half_dim];
+        for (u32 h = h0; h < n_heads; h += step) {
+            const u32 count = min(ROPE_HEADS, n_heads - h);
+            rope_copy_heads(input, output, (u64(token) * n_heads + h) * head_dim + pair, head_dim, half_dim, count);
+        }
         return;
     }
     const bool vision = rp->mode == ROPE_MULTI_VISION;
@@ -55,10 +61,10 @@ __device__ __forceinline__ void rope_multi_impl(const T* input, T* output, const
     const float angle = pos / powf(p->freq_base, float(2u * q) / denom);
     float c, sn;
     sincosf(angle, &sn, &c);
-    const float a = to_f(input[base + pair]);
-    const float b = to_f(input[base + pair + half_dim]);
-    output[base + pair] = from_f<T>(a * c - b * sn);
-    output[base + pair + half_dim] = from_f<T>(a * sn + b * c);
+    for (u32 h = h0; h < n_heads; h += step) {
+        const u32 count = min(ROPE_HEADS, n_heads - h);
+        rope_turn_heads(input, output, (u64(token) * n_heads + h) * head_dim + pair, head_dim, half_dim, count, c, sn);
+    }
 }
 
 }  // namespace

@@ -152,6 +152,21 @@ export function validateRopeNeox(a: RopeNeoxArgs, device?: Device): void {
  * bounds check (mlx-native dispatches exact threads). Metal: pairs on x, rows
  * on y; CUDA: rows on the grid's x (gridDim.y stops at 65535).
  */
+/** Heads of a token one CUDA thread of rope_neox and rope_multi turns with one angle (common.cuh's ROPE_HEADS). */
+export const ROPE_HEADS = 8;
+
+/**
+ * The CUDA launch of rope_neox and rope_multi: grid (seqLen, ceil(pairs /
+ * tx)) of (tx, ty) = (min(64, pairs), ceil(nHeads / ROPE_HEADS)) threads, a
+ * thread one pair in ROPE_HEADS heads of its token (ty at most 1024 / tx; the
+ * kernels loop over the heads past them).
+ */
+export function ropeHeadsCudaLaunch(pairs: number, seqLen: number, nHeads: number): NonNullable<PlannedDispatch['cuda']> {
+  const tx = Math.min(ROPE_MAX_PAIR_THREADS, pairs);
+  const ty = Math.min(Math.ceil(nHeads / ROPE_HEADS), Math.floor(1024 / tx));
+  return { grid: [seqLen, Math.ceil(pairs / tx), 1], threads: [tx, ty, 1] };
+}
+
 export function ropeLaunch(pairs: number, rows: number): Pick<PlannedDispatch, 'grid' | 'threads' | 'cuda'> {
   const tx = Math.min(ROPE_MAX_PAIR_THREADS, pairs);
   const ty = rows % 4 === 0 ? 4 : rows % 2 === 0 ? 2 : 1;
@@ -207,7 +222,7 @@ export function planRope(a: RopeArgs, _limits: DeviceLimits, device?: Device): O
  * 3 positions, 4 RopeNeoxParams (nHeads, hasFreqFactors), 5 freqFactors
  * (f32, f16; input bound in its place when absent, never read).
  * Grid: (ceil(ropeDim/2 / tx), seqLen * nHeads / ty) threadgroups of
- * (tx, ty) = (min(64, ropeDim/2), 4|2|1).
+ * (tx, ty) = (min(64, ropeDim/2), 4|2|1); on CUDA ropeHeadsCudaLaunch's.
  */
 export function ropeNeox(enc: Encoder, args: RopeNeoxArgs): void {
   record(enc, planRopeNeox(args, enc.device.limits, enc.device));
@@ -225,6 +240,7 @@ export function planRopeNeox(a: RopeNeoxArgs, _limits: DeviceLimits, device?: De
     buffers,
     bytes: [, , packRopeParams(a), , packRopeNeoxParams({ nHeads: a.nHeads, hasFreqFactors })],
     ...ropeLaunch(a.ropeDim / 2, a.seqLen * a.nHeads),
+    cuda: ropeHeadsCudaLaunch(a.ropeDim / 2, a.seqLen, a.nHeads),
   });
 }
 

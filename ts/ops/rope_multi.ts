@@ -11,6 +11,7 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
+import { ropeHeadsCudaLaunch } from './rope.ts';
 import {
   checkAtMost, checkBufferRules, checkedProduct, checkedU32Product, checkMultiple, checkNoAliasing, checkPositive, F32_MAX, invalid, like, ruleBindings, U32_MAX,
   type BufferRule,
@@ -109,15 +110,14 @@ export function validateRopeMulti(a: RopeMultiArgs, device?: Device): void {
 
 /**
  * mlx-native's launch: (tx, ty) = (min(headDim/2, 256), min(rows, 256 / tx))
- * threads, the kernels check both bounds. Metal: pairs on x, rows on y; CUDA:
- * rows on the grid's x (gridDim.y stops at 65535).
+ * threads, the kernels check both bounds; pairs on x, rows on y (Metal; the
+ * CUDA launch is ropeHeadsCudaLaunch).
  */
-export function ropeMultiLaunch(halfDim: number, rows: number): Pick<PlannedDispatch, 'grid' | 'threads' | 'cuda'> {
+export function ropeMultiLaunch(halfDim: number, rows: number): Pick<PlannedDispatch, 'grid' | 'threads'> {
   const tx = Math.min(halfDim, ROPE_MULTI_THREADS);
   const ty = Math.min(rows, Math.floor(ROPE_MULTI_THREADS / tx));
   const px = Math.ceil(halfDim / tx);
-  const py = Math.ceil(rows / ty);
-  return { grid: [px, py, 1], threads: [tx, ty, 1], cuda: { grid: [py, px, 1], threads: [tx, ty, 1] } };
+  return { grid: [px, Math.ceil(rows / ty), 1], threads: [tx, ty, 1] };
 }
 
 /**
@@ -138,7 +138,8 @@ export function ropeMultiLaunch(halfDim: number, rows: number): Pick<PlannedDisp
  * Bindings: 0 input, 1 output, 2 RopeMultiParams, 3 positions,
  * 4 RopeMultiRopeParams, 5 RopeMultiSections.
  * Grid: (ceil(headDim/2 / tx), ceil(seqLen * nHeads / ty)) threadgroups of
- * (tx, ty) = (min(headDim/2, 256), min(rows, 256 / tx)).
+ * (tx, ty) = (min(headDim/2, 256), min(rows, 256 / tx)); on CUDA rope.ts's
+ * ropeHeadsCudaLaunch (a thread one pair of ROPE_HEADS heads).
  */
 export function ropeMulti(enc: Encoder, args: RopeMultiArgs): void {
   record(enc, planRopeMulti(args, enc.device.limits, enc.device));
@@ -152,6 +153,7 @@ export function planRopeMulti(a: RopeMultiArgs, _limits: DeviceLimits, device?: 
     buffers: [a.input, a.output, , a.positions],
     bytes: [, , packRopeMultiParams(a), , packRopeMultiRopeParams(a), packRopeMultiSections(a.sections)],
     ...ropeMultiLaunch(a.headDim / 2, a.seqLen * a.nHeads),
+    cuda: ropeHeadsCudaLaunch(a.headDim / 2, a.seqLen, a.nHeads),
   });
 }
 
