@@ -47,7 +47,9 @@ import {
 } from '../ts/ops/moe_dispatch.ts';
 import { moeWeightedReduce, moeWeightedReduceNorm } from '../ts/ops/moe_weighted_reduce.ts';
 import { fusedNormAddNorms, fusedNormMoeSum } from '../ts/ops/fused_norm.ts';
-import { fusedHeadNormRopeQkv } from '../ts/ops/fused_head_norm_rope.ts';
+import { fusedHeadNormRope, fusedHeadNormRopeQkv } from '../ts/ops/fused_head_norm_rope.ts';
+import { rope, ropeNeox } from '../ts/ops/rope.ts';
+import { ropeMulti } from '../ts/ops/rope_multi.ts';
 import { computeGBeta } from '../ts/ops/compute_g_beta.ts';
 import { gatedDeltaNetDecode, gatedDeltaNetDecodeFused } from '../ts/ops/gated_delta_net.ts';
 import { l2Norm, planL2Norm } from '../ts/ops/l2_norm.ts';
@@ -72,6 +74,7 @@ interface Case { name: string; bytes: number; record: (enc: Encoder) => void }
 function cases(): Case[] {
   const out: Case[] = [];
   out.push(...normSoftmaxCases());
+  out.push(...ropeCases());
   out.push(...elementwiseCases(), ...embeddingCases(), ...kvCacheCopyCases());
   out.push(...siluMulCases(), ...geluCases(), ...sigmoidMulCases());
   out.push(...sampleCases());
@@ -169,6 +172,57 @@ function normSoftmaxCases(): Case[] {
   return out;
 }
 // ---- end of rms_norm, softmax, softcap ----
+
+// ---- the rope family ----
+// Rotary embeddings of the models' q, bf16 out of place, a prefill of 8192
+// tokens (positions 0 to 8191) and one decode token (position 8192):
+// rope_neox at Qwen3.6's full attention (16 heads of 256, 64 rotated, theta
+// 1e7) and a Gemma 4 31B sliding layer (32 heads of 256, all rotated, theta
+// 1e4); rope_multi (imrope, sections [11, 11, 10, 0], 64 rotated, base 1e7)
+// at Qwen3.6's full attention; fused_head_norm_rope (per-head RMS norm, then
+// rope_neox) at Gemma 4 26B-A4B's sliding q (16 heads of 256, all rotated,
+// theta 1e4); rope (normal pairing, a row a head) at 32 heads of 128, theta
+// 1e4, the prefill alone. Bytes: x read and y written once, the positions
+// (4 bytes a token, rope_multi's four rows; rope's one a row) and the
+// norm's weight read.
+function ropeCases(): Case[] {
+  const out: Case[] = [];
+  for (const tokens of [small ? 4 : 8192, 1]) {
+    const tag = tokens === 1 ? ' (decode)' : '';
+    const pos = Array.from({ length: tokens }, (_, i) => (tokens === 1 ? 8192 : i));
+    const positions = dev.upload('u32', [tokens], pos);
+    const positions4 = dev.upload('i32', [4, tokens], [...pos, ...pos, ...pos, ...pos]);
+    const shapes = [[16, 256, 64, 1e7, 'Qwen3.6 full attn q'], [32, 256, 256, 1e4, 'Gemma 4 sliding q']] as const;
+    for (const [hs, ds, rs, theta, label] of shapes) {
+      const [h, d, r] = small ? [2, 128, Math.min(rs, 128)] : [hs, ds, rs];
+      const x = random('bf16', [tokens, h, d]);
+      const y = dev.alloc('bf16', [tokens, h, d]);
+      out.push({ name: `rope_neox bf16 [${tokens}, ${h}, ${d}] rot ${r} ${label}${tag}`, bytes: 4 * tokens * h * d + 4 * tokens,
+        record: (e) => ropeNeox(e, { input: x, output: y, positions, seqLen: tokens, nHeads: h, headDim: d, ropeDim: r, theta }) });
+    }
+    const [h, d] = small ? [2, 128] : [16, 256];
+    const x = random('bf16', [tokens, h, d]);
+    const w = random('bf16', [d]);
+    const y = dev.alloc('bf16', [tokens, h, d]);
+    out.push({ name: `rope_multi imrope bf16 [${tokens}, ${h}, ${d}] rot 64 Qwen3.6 full attn q${tag}`, bytes: 4 * tokens * h * d + 16 * tokens,
+      record: (e) => ropeMulti(e, { input: x, output: y, positions: positions4, seqLen: tokens, nHeads: h, headDim: d, ropeDim: 64, freqBase: 1e7,
+        mode: 'imrope', sections: [11, 11, 10, 0] }) });
+    out.push({ name: `fused_head_norm_rope bf16 [${tokens}, ${h}, ${d}] rot ${d} Gemma 4 sliding q${tag}`, bytes: 4 * tokens * h * d + 2 * d + 4 * tokens,
+      record: (e) => fusedHeadNormRope(e, { input: x, output: y, weight: w, positions, seqLen: tokens, nHeads: h, headDim: d, halfRopeDim: d / 2,
+        eps: 1e-6, theta: 1e4 }) });
+  }
+  {
+    const [tokens, h, d] = small ? [4, 2, 128] : [8192, 32, 128];
+    const rows = tokens * h;
+    const x = random('bf16', [rows, d]);
+    const y = dev.alloc('bf16', [rows, d]);
+    const positions = dev.upload('u32', [rows], Array.from({ length: rows }, (_, i) => Math.floor(i / h)));
+    out.push({ name: `rope bf16 [${tokens}x${h}, ${d}]`, bytes: 4 * rows * d + 4 * rows,
+      record: (e) => rope(e, { input: x, output: y, positions, seqLen: rows, headDim: d, theta: 1e4 }) });
+  }
+  return out;
+}
+// ---- end of the rope family ----
 
 // ---- launch variants (--variants, cuda only) ----
 // Rows whose CUDA launch the bytes alone do not decide: each op's plan, its

@@ -2,7 +2,11 @@
 # bench/glue.ts on the GPU machine, same shapes, timed with CUDA events around
 # `iters` calls (median of 5, bench/cuda_timing.py), and the copy ceiling (a
 # 1 GiB device-to-device copy, bytes read + written).
-#   python3 bench/glue_peers.py
+#   python3 bench/glue_peers.py [--only TEXT]...
+# (--only, repeatable: the rows whose name holds one of the TEXTs, as
+# bench/glue.ts's --only; the copy ceiling always runs.)
+import sys
+
 import torch
 import torch.nn.functional as F
 import ggml_torch
@@ -13,7 +17,20 @@ from cuda_timing import timed
 dev = "cuda"
 
 
+only = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--only"]
+
+
+def wanted(name):
+    return not only or any(o in name for o in only)
+
+
 def report(name, us, nbytes):
+    """One row; us is a time or a function that measures it (not run for a
+    row that --only leaves out)."""
+    if callable(us):
+        if not wanted(name):
+            return
+        us = us()
     print(f"{name:52s} {us:9.2f} us  {nbytes / 1e6:8.1f} MB  {nbytes / us / 1e3:5.0f} GB/s")
 
 
@@ -25,7 +42,9 @@ del src, dst
 def eager_and_compiled(name, fn, nbytes, iters=50):
     """One row for PyTorch eager and one for torch.compile of the same function
     (compiled for this shape, so compilation is outside the timing)."""
-    report(f"torch {name}", timed(fn, iters), nbytes)
+    if not wanted(name):
+        return
+    report(f"torch {name}", lambda: timed(fn, iters), nbytes)
     try:
         us = timed(torch.compile(fn, dynamic=False), iters)
     except Exception as e:  # an Inductor failure costs its row, not the run
@@ -78,6 +97,72 @@ norm_softmax_cases()
 # ---- end of rms_norm, softmax, softcap ----
 
 
+# ---- the rope family ----
+# bench/glue.ts ropeCases: the same shapes, positions and bytes, the math of
+# the float64 references (ts/ops/rope.ts ropeRef and ropeNeoxRef,
+# rope_multi.ts ropeMultiRef, fused_head_norm_rope.ts fusedHeadNormRopeRef):
+# the frequencies computed once, as a model's rotary module holds them; the
+# angles, the norm and the rotation in float32 at each call, cast to bf16.
+def rope_cases():
+    def neox(xf, t):
+        """Pairs (x[i], x[i + d/2]) of float32 rows xf [tokens, heads, d], i < t.shape[-1], turned by the angles
+        t [tokens, pairs]; the other elements copied."""
+        h, r = xf.shape[-1] // 2, t.shape[-1]
+        c, s = t.cos()[:, None], t.sin()[:, None]
+        a, b = xf[..., :r], xf[..., h:h + r]
+        return torch.cat([a * c - b * s, xf[..., r:h], a * s + b * c, xf[..., h + r:]], -1)
+
+    def freqs(theta, pairs, denom):
+        return theta ** (torch.arange(pairs, dtype=torch.float32, device=dev) * (-2 / denom))
+
+    def imrope_axis(p, s):
+        # ropeMultiAxis: sector k % 3 takes axis k % 3 while below 3 s[k % 3], else axis 3.
+        sector = p % max(sum(s), 1)
+        return sector % 3 if sector < 3 * s[sector % 3] else 3
+
+    bf16 = torch.bfloat16
+    for tokens in (8192, 1):
+        tag = " (decode)" if tokens == 1 else ""
+        pos = torch.arange(tokens, dtype=torch.int32, device=dev) + (8192 if tokens == 1 else 0)
+        for heads, d, r, theta, label in [(16, 256, 64, 1e7, "Qwen3.6 full attn q"), (32, 256, 256, 1e4, "Gemma 4 sliding q")]:
+            x = torch.randn(tokens, heads, d, dtype=bf16, device=dev)
+            inv = freqs(theta, r // 2, d)
+            eager_and_compiled(f"rope_neox bf16 [{tokens}, {heads}, {d}] rot {r} {label}{tag}",
+                               lambda x=x, pos=pos, inv=inv: neox(x.float(), pos.float()[:, None] * inv).to(bf16), 4 * x.numel() + 4 * tokens)
+        heads, d = 16, 256
+        x = torch.randn(tokens, heads, d, dtype=bf16, device=dev)
+        sections = [11, 11, 10, 0]
+        axis = torch.tensor([imrope_axis(p, sections) for p in range(32)], device=dev)
+        pos4 = pos.repeat(4, 1)
+        inv = freqs(1e7, 32, 64)
+        eager_and_compiled(f"rope_multi imrope bf16 [{tokens}, {heads}, {d}] rot 64 Qwen3.6 full attn q{tag}",
+                           lambda x=x, pos4=pos4, axis=axis, inv=inv: neox(x.float(), pos4[axis].T.float() * inv).to(bf16),
+                           4 * x.numel() + 16 * tokens)
+        w = torch.randn(d, dtype=bf16, device=dev)
+        inv = freqs(1e4, d // 2, d)
+        eager_and_compiled(f"fused_head_norm_rope bf16 [{tokens}, {heads}, {d}] rot {d} Gemma 4 sliding q{tag}",
+                           lambda x=x, w=w, pos=pos, inv=inv: neox(F.rms_norm(x.float(), (d,), w.float(), 1e-6), pos.float()[:, None] * inv).to(bf16),
+                           4 * x.numel() + 2 * d + 4 * tokens)
+    tokens, heads, d = 8192, 32, 128
+    x = torch.randn(tokens * heads, d, dtype=bf16, device=dev)
+    pos = torch.arange(tokens * heads, dtype=torch.int32, device=dev) // heads
+    inv = freqs(1e4, d // 2, d)
+
+    def normal():
+        # Pairs (x[2i], x[2i + 1]) of each row turned by its position's angles.
+        t = pos.float()[:, None] * inv
+        c, s = t.cos(), t.sin()
+        xf = x.float().unflatten(-1, (-1, 2))
+        a, b = xf[..., 0], xf[..., 1]
+        return torch.stack([a * c - b * s, a * s + b * c], -1).flatten(-2).to(bf16)
+
+    eager_and_compiled(f"rope bf16 [{tokens}x{heads}, {d}]", normal, 4 * x.numel() + 4 * x.shape[0])
+
+
+rope_cases()
+# ---- end of the rope family ----
+
+
 # ---- elementwise ----
 # The residual stream of Gemma 4 31B (hidden 5376): a prefill of 8192 tokens
 # and one decode token; eager and torch.compile (one compiled function per
@@ -107,9 +192,9 @@ def elementwise_cases():
             rows.append((f"cast {src} -> {dst} {shape}", n * (x.element_size() + torch.finfo(to).bits // 8),
                          lambda x=x, to=to: x.to(to), None))
         for name, nbytes, fn, eager in rows:
-            report(f"torch {name}", timed(eager or fn), nbytes)
+            report(f"torch {name}", lambda: timed(eager or fn), nbytes)
             compiled = torch.compile(fn, dynamic=False)
-            report(f"torch.compile {name}", timed(compiled), nbytes)
+            report(f"torch.compile {name}", lambda: timed(compiled), nbytes)
 
 
 elementwise_cases()
@@ -274,13 +359,13 @@ def dense_cases():
         x = torch.randn(m, 5120, dtype=torch.bfloat16, device=dev)
         w = torch.randn(17408, 5120, dtype=torch.bfloat16, device=dev)
         nbytes = 2 * (w.numel() + x.numel() + m * 17408)
-        report(f"torch F.linear bf16 [{m}, 5120] x [17408, 5120]^T", timed(lambda: F.linear(x, w)), nbytes)
-        report(f"compile F.linear bf16 [{m}, 5120] x [17408, 5120]^T", timed(lambda: linear(x, w)), nbytes)
+        report(f"torch F.linear bf16 [{m}, 5120] x [17408, 5120]^T", lambda: timed(lambda: F.linear(x, w)), nbytes)
+        report(f"compile F.linear bf16 [{m}, 5120] x [17408, 5120]^T", lambda: timed(lambda: linear(x, w)), nbytes)
     x = torch.randn(1, 5376, device=dev)
     w = torch.randn(262144, 5376, dtype=torch.bfloat16, device=dev)
     nbytes = 2 * w.numel() + 4 * (5376 + 262144)
-    report("torch F.linear(x.bfloat16(), W) [1, 5376] x [262144, 5376]^T", timed(lambda: F.linear(x.bfloat16(), w).float(), 20), nbytes)
-    report("compile F.linear(x.bfloat16(), W) [1, 5376] x [262144, 5376]^T", timed(lambda: linear(x.bfloat16(), w).float(), 20), nbytes)
+    report("torch F.linear(x.bfloat16(), W) [1, 5376] x [262144, 5376]^T", lambda: timed(lambda: F.linear(x.bfloat16(), w).float(), 20), nbytes)
+    report("compile F.linear(x.bfloat16(), W) [1, 5376] x [262144, 5376]^T", lambda: timed(lambda: linear(x.bfloat16(), w).float(), 20), nbytes)
 
 
 dense_cases()
@@ -334,8 +419,8 @@ def quantized_matmul_cases():
         es = x.element_size()
         nbytes = n * k * bits // 8 + 2 * scales.numel() * es + (m * k + m * n) * es
         name = f"{str(dt)[6:]} q{bits} g{gs} [{m}, {k}] x [{n}, {k}]^T"
-        report(f"torch F.linear dequantized W {name}", timed(lambda: F.linear(x, w), 20), nbytes)
-        report(f"compile F.linear dequantized W {name}", timed(lambda: linear(x, w), 20), nbytes)
+        report(f"torch F.linear dequantized W {name}", lambda: timed(lambda: F.linear(x, w), 20), nbytes)
+        report(f"compile F.linear dequantized W {name}", lambda: timed(lambda: linear(x, w), 20), nbytes)
         eager_and_compiled(f"dequant+F.linear {name}", lambda: F.linear(x, dequantize(wq, scales, biases, bits, gs)), nbytes, 10)
         del wq, scales, biases, x, w
 
@@ -360,8 +445,8 @@ def quantized_matmul_ggml_cases():
             x = torch.randn(m, k, dtype=torch.bfloat16, device=dev)
             nbytes = wbytes + 4 * (m * k + m * n)
             name = f"{t} [{m}, {k}] x [{n}, {k}]^T"
-            report(f"torch F.linear dequantized W {name}", timed(lambda: F.linear(x, w), 20), nbytes)
-            report(f"compile F.linear dequantized W {name}", timed(lambda: linear(x, w), 20), nbytes)
+            report(f"torch F.linear dequantized W {name}", lambda: timed(lambda: F.linear(x, w), 20), nbytes)
+            report(f"compile F.linear dequantized W {name}", lambda: timed(lambda: linear(x, w), 20), nbytes)
             eager_and_compiled(f"dequant+F.linear {name}", lambda: F.linear(x, ggml_torch.dequantize(raw, t, k)), nbytes, 10)
         dts = [(torch.bfloat16, "bf16"), (torch.float32, "f32"), (torch.float16, "f16")] if t == "Q4_K" else [(torch.bfloat16, "bf16")]
         for dt, dname in dts:
