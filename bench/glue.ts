@@ -210,6 +210,16 @@ function ropeCases(): Case[] {
     out.push({ name: `fused_head_norm_rope bf16 [${tokens}, ${h}, ${d}] rot ${d} Gemma 4 sliding q${tag}`, bytes: 4 * tokens * h * d + 2 * d + 4 * tokens,
       record: (e) => fusedHeadNormRope(e, { input: x, output: y, weight: w, positions, seqLen: tokens, nHeads: h, headDim: d, halfRopeDim: d / 2,
         eps: 1e-6, theta: 1e4 }) });
+    if (tokens > 1) {
+      // The models' form: q, k and v of a Gemma 4 26B-A4B sliding layer in one dispatch, f32 in place (decode: fusedDecodeNormCases).
+      const [nh, nkv, dq] = small ? [4, 2, 64] : [16, 8, 256];
+      const q = random('f32', [tokens, nh, dq]), kk = random('f32', [tokens, nkv, dq]), v = random('f32', [tokens, nkv, dq]);
+      const qWeight = random('f32', [dq]), kWeight = random('f32', [dq]);
+      out.push({ name: `fused_head_norm_rope_qkv f32 q [${tokens}, ${nh}, ${dq}] k, v [${tokens}, ${nkv}, ${dq}]`,
+        bytes: 8 * dq * tokens * (nh + 2 * nkv) + 8 * dq + 4 * tokens,
+        record: (e) => fusedHeadNormRopeQkv(e, { q, k: kk, v, qWeight, kWeight, positions, seqLen: tokens, nHeads: nh, nKvHeads: nkv,
+          headDim: dq, halfRopeDim: dq / 2, eps: 1e-6, theta: 1e4 }) });
+    }
   }
   {
     const [tokens, h, d] = small ? [4, 2, 128] : [8192, 32, 128];

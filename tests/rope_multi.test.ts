@@ -21,7 +21,7 @@ import {
   ropeMultiAxis,
   ropeMultiRef,
 } from '../ts/ops/rope_multi.ts';
-import { ROPE_HEADS, ropeHeadsCudaLaunch, ropeNeoxRef } from '../ts/ops/rope.ts';
+import { ROPE_HEADS, ROPE_PAIRS, ropeHeadsCudaLaunch, ropeNeoxRef } from '../ts/ops/rope.ts';
 import commonCuh from '../shaders/cuda/common.cuh' with { type: 'text' };
 import { describeBackends, describeValidation, expectInvalid, rng, randomArray, runsOnEmulator, scaledErr, TOL } from './helpers.ts';
 import { bufferParam } from './metal-source.ts';
@@ -49,11 +49,12 @@ describe('rope_multi param packers match the .metal declarations', () => {
     expect(ropeMultiLaunch(128, 15)).toEqual({ grid: [1, 8, 1], threads: [128, 2, 1] });
     expect(ropeMultiLaunch(256, 3)).toEqual({ grid: [1, 3, 1], threads: [256, 1, 1] });
     expect(ropeMultiLaunch(32, 1)).toEqual({ grid: [1, 1, 1], threads: [32, 1, 1] });
-    expect(ropeHeadsCudaLaunch(128, 8192, 16)).toEqual({ grid: [8192, 2, 1], threads: [64, 2, 1] });
-    expect(ropeHeadsCudaLaunch(32, 5, 17)).toEqual({ grid: [5, 1, 1], threads: [32, 3, 1] });
-    expect(ropeHeadsCudaLaunch(64, 1, 2)).toEqual({ grid: [1, 1, 1], threads: [64, 1, 1] });
-    expect(ropeHeadsCudaLaunch(1, 3, 100000)).toEqual({ grid: [3, 1, 1], threads: [1, 1024, 1] });
+    expect(ropeHeadsCudaLaunch(128, 8192, 16)).toEqual({ grid: [8192, 1, 1], threads: [32, 2, 1] });
+    expect(ropeHeadsCudaLaunch(512, 5, 17)).toEqual({ grid: [5, 2, 1], threads: [64, 3, 1] });
+    expect(ropeHeadsCudaLaunch(3, 1, 2)).toEqual({ grid: [1, 1, 1], threads: [1, 1, 1] });
+    expect(ropeHeadsCudaLaunch(4, 3, 100000)).toEqual({ grid: [3, 1, 1], threads: [1, 1024, 1] });
     expect(commonCuh).toContain(`constexpr u32 ROPE_HEADS = ${ROPE_HEADS}u;`);
+    expect(commonCuh).toContain(`constexpr u32 ROPE_PAIRS = ${ROPE_PAIRS}u;`);
   });
 });
 
@@ -196,6 +197,8 @@ describeBackends('rope_multi parity', ({ device }) => {
     // Sections that cover fewer pairs than are rotated (the sector wraps), and an e axis.
     { seqLen: 5, nHeads: 1, headDim: 64, ropeDim: 48, freqBase: 1e4, mode: 'mrope', sections: [2, 2, 1, 3] },
     { seqLen: 2, nHeads: 7, headDim: 512, ropeDim: 128, freqBase: 1e6, mode: 'imrope', sections: [4, 3, 2, 1] },
+    // More heads than a CUDA thread holds (19: 8 + 8 + 3), rotated pairs ending inside a thread's four (13).
+    { seqLen: 2, nHeads: 19, headDim: 64, ropeDim: 26, freqBase: 1e4, mode: 'imrope', sections: [5, 4, 4, 0] },
     // Qwen3-VL ViT: vision, sections [headDim/4, headDim/4].
     { seqLen: 4, nHeads: 2, headDim: 64, ropeDim: 64, freqBase: 1e4, mode: 'vision', sections: [16, 16, 0, 0] },
     { seqLen: 3, nHeads: 3, headDim: 80, ropeDim: 80, freqBase: 1e4, mode: 'vision', sections: [12, 28, 5, 5] },

@@ -200,6 +200,14 @@ __device__ __forceinline__ void store_vec(__half* p, const float (&v)[8]) {
                                               pack_f16(v[4], v[5]), pack_f16(v[6], v[7]));
 }
 
+// Four floats rounded to the 16-bit type and stored as 8 aligned bytes.
+__device__ __forceinline__ void store_vec(__nv_bfloat16* p, const float (&v)[4]) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]));
+}
+__device__ __forceinline__ void store_vec(__half* p, const float (&v)[4]) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(pack_f16(v[0], v[1]), pack_f16(v[2], v[3]));
+}
+
 // Two adjacent outputs, rounded to the pointer's type (p aligned to the pair).
 __device__ __forceinline__ void store2(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
 __device__ __forceinline__ void store2(__nv_bfloat16* p, float a, float b) { *reinterpret_cast<u32*>(p) = pack_bf16(a, b); }
@@ -691,51 +699,117 @@ __device__ __forceinline__ void copy_rows(u32 n_rows, u32 len, float scale, Map 
 
 // ---- rotary pairs of several heads (rope_neox, rope_multi) ----
 
-// Heads of one token a thread of rope_neox and rope_multi turns with one
-// angle: the accurate powf and sincosf of an angle cost more than the bytes
-// of one pair, so each is used for ROPE_HEADS rows.
+// A thread of rope_neox and rope_multi holds ROPE_PAIRS consecutive pairs
+// (x[p], x[p + half_dim]) of ROPE_HEADS heads of one token: the accurate powf
+// and sincosf of a pair's angle cost more than its bytes, so each angle
+// serves ROPE_HEADS rows, and a half-row's ROPE_PAIRS elements move as one
+// vector (8 bytes of bf16 or f16, 16 of f32) where the rows allow it.
 constexpr u32 ROPE_HEADS = 8u;
+constexpr u32 ROPE_PAIRS = 4u;
 
-// The pair (x[at], x[at + half_dim]) of count <= ROPE_HEADS rows, head_dim
-// apart, turned by (c, s): (a, b) -> (a c - b s, a s + b c), every load issued
-// before any store (output may be input: each element is its thread's alone).
+struct RopeQuad {
+    float a[ROPE_HEADS][ROPE_PAIRS], b[ROPE_HEADS][ROPE_PAIRS];
+};
+
+// Whether the rows' pairs move as vectors: half_dim a multiple of ROPE_PAIRS
+// (so is every quad's start) and both pointers aligned to a vector.
 template <typename T>
-__device__ __forceinline__ void rope_turn_heads(const T* input, T* output, u64 at, u32 head_dim, u32 half_dim, u32 count,
-                                                float c, float s) {
-    float a[ROPE_HEADS], b[ROPE_HEADS];
+__device__ __forceinline__ bool rope_quad_vectors(const T* input, const T* output, u32 half_dim) {
+    constexpr u64 bytes = ROPE_PAIRS * sizeof(T);
+    return half_dim % ROPE_PAIRS == 0u && (reinterpret_cast<u64>(input) % bytes) == 0u &&
+           (reinterpret_cast<u64>(output) % bytes) == 0u;
+}
+
+// Loads the pairs k < width of rows at + j * head_dim, j < count (at: the
+// first pair's element in the first row).
+template <typename T>
+__device__ __forceinline__ void rope_quad_load(const T* input, u64 at, u32 head_dim, u32 half_dim, u32 count, u32 width,
+                                               bool vec, RopeQuad& q) {
 #pragma unroll
     for (u32 j = 0; j < ROPE_HEADS; ++j) {
         if (j < count) {
-            a[j] = to_f(input[at + u64(j) * head_dim]);
-            b[j] = to_f(input[at + u64(j) * head_dim + half_dim]);
-        }
-    }
+            const T* x = input + at + u64(j) * head_dim;
+            if (vec) {
+                load_vec(x, q.a[j]);
+                load_vec(x + half_dim, q.b[j]);
+            } else {
 #pragma unroll
-    for (u32 j = 0; j < ROPE_HEADS; ++j) {
-        if (j < count) {
-            output[at + u64(j) * head_dim] = from_f<T>(a[j] * c - b[j] * s);
-            output[at + u64(j) * head_dim + half_dim] = from_f<T>(a[j] * s + b[j] * c);
+                for (u32 k = 0; k < ROPE_PAIRS; ++k) {
+                    if (k < width) {
+                        q.a[j][k] = to_f(x[k]);
+                        q.b[j][k] = to_f(x[k + half_dim]);
+                    }
+                }
+            }
         }
     }
 }
 
-// The same pairs copied unchanged (the pairs past the rotary dimensions).
+// Turns pair k < turn by (c[k], s[k]): (a, b) -> (a c - b s, a s + b c); the
+// pairs from turn to width are stored as loaded (the pairs past rope_dim).
+// Output may be input: each element is its thread's alone, loaded before.
 template <typename T>
-__device__ __forceinline__ void rope_copy_heads(const T* input, T* output, u64 at, u32 head_dim, u32 half_dim, u32 count) {
-    T a[ROPE_HEADS], b[ROPE_HEADS];
+__device__ __forceinline__ void rope_quad_store(T* output, u64 at, u32 head_dim, u32 half_dim, u32 count, u32 width, u32 turn,
+                                                bool vec, const float (&c)[ROPE_PAIRS], const float (&s)[ROPE_PAIRS],
+                                                RopeQuad& q) {
 #pragma unroll
     for (u32 j = 0; j < ROPE_HEADS; ++j) {
         if (j < count) {
-            a[j] = input[at + u64(j) * head_dim];
-            b[j] = input[at + u64(j) * head_dim + half_dim];
+#pragma unroll
+            for (u32 k = 0; k < ROPE_PAIRS; ++k) {
+                if (k < turn) {
+                    const float a = q.a[j][k], b = q.b[j][k];
+                    q.a[j][k] = a * c[k] - b * s[k];
+                    q.b[j][k] = a * s[k] + b * c[k];
+                }
+            }
+            T* y = output + at + u64(j) * head_dim;
+            if (vec) {
+                store_vec(y, q.a[j]);
+                store_vec(y + half_dim, q.b[j]);
+            } else {
+#pragma unroll
+                for (u32 k = 0; k < ROPE_PAIRS; ++k) {
+                    if (k < width) {
+                        y[k] = from_f<T>(q.a[j][k]);
+                        y[k + half_dim] = from_f<T>(q.b[j][k]);
+                    }
+                }
+            }
         }
     }
+}
+
+// One thread's work in rope_neox and rope_multi: pairs p0 = ROPE_PAIRS *
+// (blockIdx.y * blockDim.x + threadIdx.x) onwards of heads threadIdx.y *
+// ROPE_HEADS + j (then blockDim.y * ROPE_HEADS further) of token blockIdx.x;
+// angle(p, c, s) forms pair p's (cos, sin), once, while the first heads'
+// loads are in flight.
+template <typename T, typename Angle>
+__device__ __forceinline__ void rope_heads(const T* input, T* output, u32 n_heads, u32 head_dim, u32 half_rope, Angle angle) {
+    const u32 half_dim = head_dim / 2u;
+    const u32 p0 = ROPE_PAIRS * (blockIdx.y * blockDim.x + threadIdx.x);
+    if (p0 >= half_dim) return;
+    const u32 width = min(ROPE_PAIRS, half_dim - p0);
+    const u32 turn = half_rope > p0 ? min(width, half_rope - p0) : 0u;
+    const bool vec = rope_quad_vectors(input, output, half_dim);
+    float c[ROPE_PAIRS], s[ROPE_PAIRS];
+    bool angles = false;
+    for (u32 h = threadIdx.y * ROPE_HEADS; h < n_heads; h += blockDim.y * ROPE_HEADS) {
+        const u64 at = (u64(blockIdx.x) * n_heads + h) * head_dim + p0;
+        const u32 count = min(ROPE_HEADS, n_heads - h);
+        RopeQuad q;
+        rope_quad_load(input, at, head_dim, half_dim, count, width, vec, q);
+        if (!angles) {
 #pragma unroll
-    for (u32 j = 0; j < ROPE_HEADS; ++j) {
-        if (j < count) {
-            output[at + u64(j) * head_dim] = a[j];
-            output[at + u64(j) * head_dim + half_dim] = b[j];
+            for (u32 k = 0; k < ROPE_PAIRS; ++k) {
+                c[k] = 1.0f;
+                s[k] = 0.0f;
+                if (k < turn) angle(p0 + k, c[k], s[k]);
+            }
+            angles = true;
         }
+        rope_quad_store(output, at, head_dim, half_dim, count, width, turn, vec, c, s, q);
     }
 }
 

@@ -59,6 +59,77 @@ __device__ __forceinline__ void head_norm_rope(const T* input, T* output, const 
     }
 }
 
+// The heads form (the `_heads` entries; the op's CUDA launch where head_dim
+// / 2 / ROPE_PAIRS is a power of two up to 32, fusedHeadNormRopeHeadsLaunch
+// in ts/ops/fused_head_norm_rope.ts): token blockIdx.x, a thread ROPE_PAIRS
+// pairs p0 = ROPE_PAIRS * threadIdx.x of ROPE_HEADS heads (common.cuh's
+// RopeQuad), blockDim.x threads one head's row, its sum of squares reduced
+// by shuffles inside those lanes; every lane runs the same rounds, so the
+// shuffles see whole warps. Each angle and weight is formed once a thread
+// and serves its heads. v_out (v_mode 2): the row normalized, no weight or
+// rope, stored before the row's own output.
+template <typename T, typename W>
+__device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, const W* norm_weight, bool has_weight, float eps,
+                                                     u32 head_dim, u32 n_heads, u32 half_rope, float theta, u32 pos,
+                                                     bool has_ff, const float* freq_factors, T* v_out) {
+    const u32 half_dim = head_dim / 2u;
+    const u32 p0 = ROPE_PAIRS * threadIdx.x;
+    const u32 turn = half_rope > p0 ? min(ROPE_PAIRS, half_rope - p0) : 0u;
+    const bool vec = rope_quad_vectors(input, output, half_dim) && (v_out == nullptr || rope_quad_vectors(input, v_out, half_dim));
+    float wa[ROPE_PAIRS], wb[ROPE_PAIRS], c[ROPE_PAIRS], s[ROPE_PAIRS], ones[ROPE_PAIRS], zeros[ROPE_PAIRS];
+#pragma unroll
+    for (u32 k = 0; k < ROPE_PAIRS; ++k) {
+        wa[k] = has_weight ? to_f(norm_weight[p0 + k]) : 1.0f;
+        wb[k] = has_weight ? to_f(norm_weight[p0 + k + half_dim]) : 1.0f;
+        ones[k] = 1.0f;
+        zeros[k] = 0.0f;
+    }
+    bool angles = false;
+    const u32 group = blockDim.y * ROPE_HEADS;
+    for (u32 base = 0; base < n_heads; base += group) {
+        const u32 h = base + threadIdx.y * ROPE_HEADS;
+        const u32 count = h < n_heads ? min(ROPE_HEADS, n_heads - h) : 0u;
+        const u64 at = (u64(blockIdx.x) * n_heads + h) * head_dim + p0;
+        RopeQuad q;
+        rope_quad_load(input, at, head_dim, half_dim, count, ROPE_PAIRS, vec, q);
+        if (!angles) {
+#pragma unroll
+            for (u32 k = 0; k < ROPE_PAIRS; ++k) {
+                c[k] = 1.0f;
+                s[k] = 0.0f;
+                if (k < turn) {
+                    const float ff = has_ff ? freq_factors[p0 + k] : 1.0f;
+                    sincosf(float(pos) / powf(theta, float(2u * (p0 + k)) / float(head_dim)) / ff, &s[k], &c[k]);
+                }
+            }
+            angles = true;
+        }
+#pragma unroll
+        for (u32 j = 0; j < ROPE_HEADS; ++j) {
+            float sq = 0.0f;
+#pragma unroll
+            for (u32 k = 0; k < ROPE_PAIRS; ++k) sq += j < count ? q.a[j][k] * q.a[j][k] + q.b[j][k] * q.b[j][k] : 0.0f;
+            for (u32 o = blockDim.x / 2u; o > 0u; o /= 2u) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+            const float inv = 1.0f / sqrtf(sq / float(head_dim) + eps);
+#pragma unroll
+            for (u32 k = 0; k < ROPE_PAIRS; ++k) {
+                q.a[j][k] *= inv;
+                q.b[j][k] *= inv;
+            }
+        }
+        if (v_out != nullptr) rope_quad_store(v_out, at, head_dim, half_dim, count, ROPE_PAIRS, 0u, vec, ones, zeros, q);
+#pragma unroll
+        for (u32 j = 0; j < ROPE_HEADS; ++j) {
+#pragma unroll
+            for (u32 k = 0; k < ROPE_PAIRS; ++k) {
+                q.a[j][k] *= wa[k];
+                q.b[j][k] *= wb[k];
+            }
+        }
+        rope_quad_store(output, at, head_dim, half_dim, count, ROPE_PAIRS, turn, vec, c, s, q);
+    }
+}
+
 }  // namespace
 
 // buffer(0) input f32, (1) output, (2) norm_weight, (3) FusedHeadNormRopeF32Params, (4) positions,
@@ -115,5 +186,44 @@ extern "C" __global__ void fused_head_norm_rope_qkv_f32(float* q, float* k, floa
     } else if (p->v_mode == 1u && row < q_rows + 2u * kv_rows) {
         head_norm_rope<float, float>(v, v, k_weight, false, p->eps, p->head_dim, p->n_kv_heads, 0u, p->theta, positions,
                                      false, freq_factors, nullptr, nullptr, p->seq_len, false, row - q_rows - kv_rows);
+    }
+}
+
+// The heads forms of the three entries above (see head_norm_rope_heads):
+// grid (seq_len, 1, 1); qkv's grid (seq_len, 1, 2 | 3): z 0 q's heads, 1 k's
+// (with v_mode 2 v's from them), 2 v's in place (v_mode 1).
+extern "C" __global__ void fused_head_norm_rope_f32_heads(const float* input, float* output, const float* norm_weight,
+                                                          const FusedHeadNormRopeF32Params* p, const u32* positions,
+                                                          const float* freq_factors, __nv_bfloat16* output_bf16,
+                                                          float* output_f32_perm) {
+    head_norm_rope_heads<float, float>(input, output, norm_weight, p->has_weight != 0u, p->eps, p->head_dim, p->n_heads,
+                                       p->half_rope_dim, p->theta, positions[blockIdx.x], p->has_freq_factors != 0u,
+                                       freq_factors, nullptr);
+}
+
+extern "C" __global__ void fused_head_norm_rope_batch_bf16_heads(const __nv_bfloat16* input, __nv_bfloat16* output,
+                                                                 const __nv_bfloat16* norm_weight,
+                                                                 const FusedHeadNormRopeBatchBf16Params* p,
+                                                                 const u32* positions, const float* freq_factors) {
+    head_norm_rope_heads<__nv_bfloat16, __nv_bfloat16>(input, output, norm_weight, p->has_weight != 0u, p->eps, p->head_dim,
+                                                       p->n_heads, p->half_rope_dim, p->theta, positions[blockIdx.x],
+                                                       p->has_freq_factors != 0u, freq_factors, nullptr);
+}
+
+extern "C" __global__ void fused_head_norm_rope_qkv_f32_heads(float* q, float* k, float* v,
+                                                              const FusedHeadNormRopeQkvF32Params* p, const u32* positions,
+                                                              const float* q_weight, const float* k_weight,
+                                                              const float* freq_factors) {
+    const u32 pos = positions[blockIdx.x];
+    const bool ff = p->has_freq_factors != 0u;
+    if (blockIdx.z == 0u) {
+        head_norm_rope_heads<float, float>(q, q, q_weight, true, p->eps, p->head_dim, p->n_heads, p->half_rope_dim, p->theta,
+                                           pos, ff, freq_factors, nullptr);
+    } else if (blockIdx.z == 1u) {
+        head_norm_rope_heads<float, float>(k, k, k_weight, true, p->eps, p->head_dim, p->n_kv_heads, p->half_rope_dim,
+                                           p->theta, pos, ff, freq_factors, p->v_mode == 2u ? v : nullptr);
+    } else if (p->v_mode == 1u) {
+        head_norm_rope_heads<float, float>(v, v, k_weight, false, p->eps, p->head_dim, p->n_kv_heads, 0u, p->theta, pos,
+                                           false, freq_factors, nullptr);
     }
 }

@@ -7,16 +7,15 @@
 // and copied otherwise, rows [seq_len * n_heads, head_dim], positions[row / n_heads].
 //
 // Launch (the op's CUDA launch), rows or tokens on gridDim.x (whose limit is
-// 2^31 - 1, where gridDim.y stops at 65535), pair = blockIdx.y * tx +
-// threadIdx.x. rope_<dtype>: blockDim (tx, ty), row = blockIdx.x * ty +
-// threadIdx.y. rope_neox_<dtype>: token = blockIdx.x; a thread forms its
-// pair's angle once and turns that pair in ROPE_HEADS heads of the token
-// (heads threadIdx.y * ROPE_HEADS + j, then blockDim.y * ROPE_HEADS further),
-// all their loads issued before any store: the accurate powf and sincosf,
-// not the bytes, would otherwise bound the kernel. Each element is read and
-// written by one thread, read first: output may be input (in place). The
-// angle is formed in f32 as Metal's; powf, division and sincosf are the
-// accurate ones (no fast math), so large positions keep their accuracy.
+// 2^31 - 1, where gridDim.y stops at 65535). rope_<dtype>: blockDim (tx, ty),
+// row = blockIdx.x * ty + threadIdx.y, pair = blockIdx.y * tx + threadIdx.x.
+// rope_neox_<dtype>: token = blockIdx.x, a thread ROPE_PAIRS pairs of
+// ROPE_HEADS heads (common.cuh's rope_heads; ropeHeadsCudaLaunch in
+// ts/ops/rope.ts), the pairs past rope_dim / 2 stored as loaded. Each element
+// is read and written by one thread, read first: output may be input (in
+// place). The angle is formed in f32 as Metal's; powf, division and sincosf
+// are the accurate ones (no fast math), so large positions keep their
+// accuracy.
 
 namespace {
 
@@ -44,22 +43,11 @@ __device__ __forceinline__ void rope_normal(const T* input, T* output, const Rop
 template <typename T>
 __device__ __forceinline__ void rope_neox(const T* input, T* output, const RopeParams* p, const u32* positions,
                                           u32 n_heads, bool has_ff, const float* freq_factors) {
-    const u32 token = blockIdx.x;
-    const u32 pair = blockIdx.y * blockDim.x + threadIdx.x;
-    const u32 head_dim = u32(p->head_dim);
-    const u32 half_dim = head_dim / 2u;
-    const u32 half_rope = u32(p->rope_dim) / 2u;
-    if (pair >= half_rope) return;
-    const float ff = has_ff ? freq_factors[pair] : 1.0f;
-    float c, s;
-    rope_cos_sin(positions[token], pair, p->head_dim, p->theta, ff, &c, &s);
-    for (u32 h = threadIdx.y * ROPE_HEADS; h < n_heads; h += blockDim.y * ROPE_HEADS) {
-        const u64 base = (u64(token) * n_heads + h) * head_dim;
-        const u32 count = min(ROPE_HEADS, n_heads - h);
-        rope_turn_heads(input, output, base + pair, head_dim, half_dim, count, c, s);
-        for (u32 i = half_rope + pair; i < half_dim; i += half_rope)
-            rope_copy_heads(input, output, base + i, head_dim, half_dim, count);
-    }
+    const u32 pos = positions[blockIdx.x];
+    const float head_dim = p->head_dim, theta = p->theta;
+    rope_heads(input, output, n_heads, u32(p->head_dim), u32(p->rope_dim) / 2u, [&](u32 pair, float& c, float& s) {
+        rope_cos_sin(pos, pair, head_dim, theta, has_ff ? freq_factors[pair] : 1.0f, &c, &s);
+    });
 }
 
 }  // namespace
@@ -79,8 +67,7 @@ extern "C" __global__ void rope_bf16(const __nv_bfloat16* input, __nv_bfloat16* 
 }
 
 // buffer(0) input [seq_len * n_heads, head_dim], (1) output (may be input), (2) RopeParams,
-// (3) positions [seq_len], (4) RopeNeoxParams, (5) freq_factors [rope_dim / 2] (not bf16);
-// grid (seq_len, ceil(rope_dim / 2 / tx)).
+// (3) positions [seq_len], (4) RopeNeoxParams, (5) freq_factors [rope_dim / 2] (not bf16).
 extern "C" __global__ void rope_neox_f32(const float* input, float* output, const RopeParams* params,
                                          const u32* positions, const RopeNeoxParams* rope_params,
                                          const float* freq_factors) {

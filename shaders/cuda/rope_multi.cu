@@ -3,15 +3,12 @@
 // (x[p], x[p + head_dim/2]), pairs past rope_dim / 2 copied; the axis of a
 // pair's position from its sector, see the Metal file).
 //
-// Launch (the op's CUDA launch): blockDim (tx, ty), grid (seq_len, ceil(
-// head_dim / 2 / tx)) (tokens on gridDim.x, limit 2^31 - 1; gridDim.y stops
-// at 65535): token = blockIdx.x, pair = blockIdx.y * tx + threadIdx.x. A
-// thread forms its pair's angle once and turns that pair in ROPE_HEADS heads
-// of the token (common.cuh's rope_turn_heads; rope_copy_heads for the pairs
-// past rope_dim), heads threadIdx.y * ROPE_HEADS + j, then blockDim.y *
-// ROPE_HEADS further. Each element is read and written by one thread, read
-// first: output may be input. powf, division and sincosf are the accurate
-// ones (no fast math).
+// Launch (the op's CUDA launch, ropeHeadsCudaLaunch in ts/ops/rope.ts):
+// tokens on gridDim.x (limit 2^31 - 1; gridDim.y stops at 65535), a thread
+// ROPE_PAIRS pairs of ROPE_HEADS heads of its token (common.cuh's
+// rope_heads), the pairs past rope_dim / 2 stored as loaded. Each element is
+// read and written by one thread, read first: output may be input. powf,
+// division and sincosf are the accurate ones (no fast math).
 
 namespace {
 
@@ -37,34 +34,18 @@ template <typename T>
 __device__ __forceinline__ void rope_multi_impl(const T* input, T* output, const RopeMultiParams* p, const int* positions,
                                                 const RopeMultiRopeParams* rp, const RopeMultiSections* s) {
     const u32 token = blockIdx.x;
-    const u32 pair = blockIdx.y * blockDim.x + threadIdx.x;
-    const u32 head_dim = u32(p->head_dim);
-    const u32 half_dim = head_dim / 2u;
+    if (token >= rp->seq_len) return;
     const u32 half_rope = u32(p->rope_dim) / 2u;
-    const u32 n_heads = rp->n_heads;
-    if (pair >= half_dim || token >= rp->seq_len) return;
-    const u32 h0 = threadIdx.y * ROPE_HEADS, step = blockDim.y * ROPE_HEADS;
-    if (pair >= half_rope) {
-        for (u32 h = h0; h < n_heads; h += step) {
-            const u32 count = min(ROPE_HEADS, n_heads - h);
-            rope_copy_heads(input, output, (u64(token) * n_heads + h) * head_dim + pair, head_dim, half_dim, count);
-        }
-        return;
-    }
     const bool vision = rp->mode == ROPE_MULTI_VISION;
     const u32 sections = vision ? s->s0 + s->s1 : s->s0 + s->s1 + s->s2 + s->s3;
-    const u32 sector = pair % max(sections, 1u);
-    const u32 axis = rope_multi_axis(sector, rp->mode, s);
-    const u32 q = vision ? (sector < s->s0 ? sector : sector - s->s0) : pair;
     const float denom = vision ? float(half_rope) : p->rope_dim;
-    const float pos = float(positions[u64(axis) * rp->seq_len + token]);
-    const float angle = pos / powf(p->freq_base, float(2u * q) / denom);
-    float c, sn;
-    sincosf(angle, &sn, &c);
-    for (u32 h = h0; h < n_heads; h += step) {
-        const u32 count = min(ROPE_HEADS, n_heads - h);
-        rope_turn_heads(input, output, (u64(token) * n_heads + h) * head_dim + pair, head_dim, half_dim, count, c, sn);
-    }
+    rope_heads(input, output, rp->n_heads, u32(p->head_dim), half_rope, [&](u32 pair, float& c, float& sn) {
+        const u32 sector = pair % max(sections, 1u);
+        const u32 axis = rope_multi_axis(sector, rp->mode, s);
+        const u32 q = vision ? (sector < s->s0 ? sector : sector - s->s0) : pair;
+        const float pos = float(positions[u64(axis) * rp->seq_len + token]);
+        sincosf(pos / powf(p->freq_base, float(2u * q) / denom), &sn, &c);
+    });
 }
 
 }  // namespace

@@ -15,8 +15,8 @@ import {
   checkAtMost, checkBoolean, checkBuffer, checkDtype, checkedProduct, checkedU32Product, checkElements, checkMultiple, checkNoAliasing, checkPositive, invalid, U32_MAX,
 } from '../validate.ts';
 import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
-import { familyPlans, record, type OpPlan } from '../plan.ts';
-import { checkRopeBuffers, checkTheta, ropeNeoxRef } from './rope.ts';
+import { familyPlans, record, type CudaLaunch, type OpPlan } from '../plan.ts';
+import { checkRopeBuffers, checkTheta, ROPE_HEADS, ROPE_PAIRS, ropeNeoxRef } from './rope.ts';
 
 export const FUSED_HEAD_NORM_ROPE_FAMILY = 'fused_head_norm_rope';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -67,6 +67,24 @@ export interface FusedHeadNormRopeArgs {
 /** Threads per row and the threadgroup(0) bytes (one float per simdgroup, in 16-byte units). */
 export function fusedHeadNormRopeThreadgroup(headDim: number, limits: LaunchLimits): { threads: number; sharedBytes: number } {
   return rowThreadgroup(headDim, FUSED_HEAD_NORM_ROPE_MAX_THREADS, limits);
+}
+
+/**
+ * The CUDA heads form of the family's kernels (`<kernel>_heads`, see
+ * shaders/cuda/fused_head_norm_rope.cu) where a head's row is a power of two
+ * of up to 32 threads of ROPE_PAIRS pairs (headDim 8 to 256): grid (seqLen,
+ * 1, groups) of (tx, ty) threads, tx = headDim / 2 / ROPE_PAIRS, ty enough
+ * for ROPE_HEADS heads a thread of the most heads a group, rounded up to
+ * whole warps (at most 1024 threads; the kernels loop over the heads past
+ * them). undefined where the head's row does not fit that form.
+ */
+export function fusedHeadNormRopeHeadsLaunch(kernel: string, headDim: number, seqLen: number, heads: number,
+  groups = 1): CudaLaunch | undefined {
+  const tx = headDim / 2 / ROPE_PAIRS;
+  if (!Number.isInteger(tx) || tx > 32 || (tx & (tx - 1)) !== 0) return undefined;
+  const warp = 32 / tx;
+  const ty = Math.min(Math.ceil(Math.ceil(heads / ROPE_HEADS) / warp) * warp, 1024 / tx);
+  return { grid: [seqLen, 1, groups], threads: [tx, ty, 1], entry: `${kernel}_heads` };
 }
 
 export function packFusedHeadNormRopeF32Params(a: FusedHeadNormRopeArgs): Uint8Array {
@@ -150,7 +168,9 @@ export function validateFusedHeadNormRope(a: FusedHeadNormRopeArgs, device?: Dev
  * 4 positions, 5 freqFactors, 6 outputBf16, 7 outputF32Perm; (bf16) 0 to 5 alike
  * with FusedHeadNormRopeBatchBf16Params; an absent weight or freqFactors binds
  * input (never read), an absent copy binds output (never written). threadgroup(0): one float per simdgroup.
- * Grid: (seqLen * nHeads, 1, 1) threadgroups of min(256, nextPow2(headDim)) threads.
+ * Grid: (seqLen * nHeads, 1, 1) threadgroups of min(256, nextPow2(headDim)) threads;
+ * on CUDA the heads form where it fits and nothing is co-written
+ * (fusedHeadNormRopeHeadsLaunch).
  */
 export function fusedHeadNormRope(enc: Encoder, args: FusedHeadNormRopeArgs): void {
   record(enc, planFusedHeadNormRope(args, enc.device.limits, enc.device));
@@ -167,13 +187,18 @@ export function planFusedHeadNormRope(a: FusedHeadNormRopeArgs, limits: DeviceLi
   const buffers: (Buffer | undefined)[] = [a.input, a.output, a.weight ?? a.input, , a.positions, a.freqFactors ?? a.input];
   if (f32) buffers.push(a.outputBf16 ?? a.output, a.outputF32Perm ?? a.output);
   const bytes: (Uint8Array | undefined)[] = [, , , f32 ? packFusedHeadNormRopeF32Params(a) : packFusedHeadNormRopeBatchBf16Params(a)];
+  const kernel = f32 ? 'fused_head_norm_rope_f32' : 'fused_head_norm_rope_batch_bf16';
+  // The heads form writes no co-write (outputBf16, outputF32Perm).
+  const cuda = a.outputBf16 === undefined && a.outputF32Perm === undefined
+    ? fusedHeadNormRopeHeadsLaunch(kernel, a.headDim, a.seqLen, a.nHeads) : undefined;
   return planOf({
-    kernel: f32 ? 'fused_head_norm_rope_f32' : 'fused_head_norm_rope_batch_bf16',
+    kernel,
     buffers,
     bytes,
     threadgroupMemory: [sharedBytes],
     grid: [a.seqLen * a.nHeads, 1, 1],
     threads: [threads, 1, 1],
+    ...(cuda === undefined ? {} : { cuda }),
   });
 }
 
@@ -264,7 +289,8 @@ export function validateFusedHeadNormRopeQkv(a: FusedHeadNormRopeQkvArgs, device
  * freqFactors (qWeight stands in when absent, never read); threadgroup(0)
  * one float per simdgroup.
  * Grid: (seqLen * (nHeads + nKvHeads, + nKvHeads for v in place), 1, 1)
- * threadgroups of min(256, nextPow2(headDim)) threads.
+ * threadgroups of min(256, nextPow2(headDim)) threads; on CUDA the heads
+ * form where it fits (fusedHeadNormRopeHeadsLaunch, z: q, k, v in place).
  */
 export function fusedHeadNormRopeQkv(enc: Encoder, args: FusedHeadNormRopeQkvArgs): void {
   record(enc, planFusedHeadNormRopeQkv(args, enc.device.limits, enc.device));
@@ -275,6 +301,8 @@ export function planFusedHeadNormRopeQkv(a: FusedHeadNormRopeQkvArgs, limits: De
   validateFusedHeadNormRopeQkv(a, device);
   const { threads, sharedBytes } = fusedHeadNormRopeThreadgroup(a.headDim, limits);
   const vRows = a.v !== undefined && a.vFromK !== true ? a.nKvHeads : 0;
+  const cuda = fusedHeadNormRopeHeadsLaunch('fused_head_norm_rope_qkv_f32', a.headDim, a.seqLen, Math.max(a.nHeads, a.nKvHeads),
+    vRows > 0 ? 3 : 2);
   return planOf({
     kernel: 'fused_head_norm_rope_qkv_f32',
     buffers: [a.q, a.k, a.v ?? a.k, , a.positions, a.qWeight, a.kWeight, a.freqFactors ?? a.qWeight],
@@ -282,6 +310,7 @@ export function planFusedHeadNormRopeQkv(a: FusedHeadNormRopeQkvArgs, limits: De
     threadgroupMemory: [sharedBytes],
     grid: [a.seqLen * (a.nHeads + a.nKvHeads + vRows), 1, 1],
     threads: [threads, 1, 1],
+    ...(cuda === undefined ? {} : { cuda }),
   });
 }
 

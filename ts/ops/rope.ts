@@ -152,19 +152,24 @@ export function validateRopeNeox(a: RopeNeoxArgs, device?: Device): void {
  * bounds check (mlx-native dispatches exact threads). Metal: pairs on x, rows
  * on y; CUDA: rows on the grid's x (gridDim.y stops at 65535).
  */
-/** Heads of a token one CUDA thread of rope_neox and rope_multi turns with one angle (common.cuh's ROPE_HEADS). */
+/** Heads of a token one CUDA thread of rope_neox and rope_multi holds (common.cuh's ROPE_HEADS). */
 export const ROPE_HEADS = 8;
+/** Consecutive pairs one CUDA thread of rope_neox and rope_multi holds (common.cuh's ROPE_PAIRS). */
+export const ROPE_PAIRS = 4;
 
 /**
- * The CUDA launch of rope_neox and rope_multi: grid (seqLen, ceil(pairs /
- * tx)) of (tx, ty) = (min(64, pairs), ceil(nHeads / ROPE_HEADS)) threads, a
- * thread one pair in ROPE_HEADS heads of its token (ty at most 1024 / tx; the
- * kernels loop over the heads past them).
+ * The CUDA launch of rope_neox and rope_multi over rows of headDim / 2 =
+ * halfDim pairs (the rotated ones and those past ropeDim / 2): grid (seqLen,
+ * ceil(units / tx)) of (tx, ty) = (min(64, units), ceil(nHeads / ROPE_HEADS))
+ * threads, units = ceil(halfDim / ROPE_PAIRS), a thread ROPE_PAIRS pairs of
+ * ROPE_HEADS heads of its token (ty at most 1024 / tx; the kernels loop over
+ * the heads past them).
  */
-export function ropeHeadsCudaLaunch(pairs: number, seqLen: number, nHeads: number): NonNullable<PlannedDispatch['cuda']> {
-  const tx = Math.min(ROPE_MAX_PAIR_THREADS, pairs);
+export function ropeHeadsCudaLaunch(halfDim: number, seqLen: number, nHeads: number): NonNullable<PlannedDispatch['cuda']> {
+  const units = Math.ceil(halfDim / ROPE_PAIRS);
+  const tx = Math.min(ROPE_MAX_PAIR_THREADS, units);
   const ty = Math.min(Math.ceil(nHeads / ROPE_HEADS), Math.floor(1024 / tx));
-  return { grid: [seqLen, Math.ceil(pairs / tx), 1], threads: [tx, ty, 1] };
+  return { grid: [seqLen, Math.ceil(units / tx), 1], threads: [tx, ty, 1] };
 }
 
 export function ropeLaunch(pairs: number, rows: number): Pick<PlannedDispatch, 'grid' | 'threads' | 'cuda'> {
@@ -240,7 +245,7 @@ export function planRopeNeox(a: RopeNeoxArgs, _limits: DeviceLimits, device?: De
     buffers,
     bytes: [, , packRopeParams(a), , packRopeNeoxParams({ nHeads: a.nHeads, hasFreqFactors })],
     ...ropeLaunch(a.ropeDim / 2, a.seqLen * a.nHeads),
-    cuda: ropeHeadsCudaLaunch(a.ropeDim / 2, a.seqLen, a.nHeads),
+    cuda: ropeHeadsCudaLaunch(a.headDim / 2, a.seqLen, a.nHeads),
   });
 }
 

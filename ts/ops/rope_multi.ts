@@ -139,7 +139,7 @@ export function ropeMultiLaunch(halfDim: number, rows: number): Pick<PlannedDisp
  * 4 RopeMultiRopeParams, 5 RopeMultiSections.
  * Grid: (ceil(headDim/2 / tx), ceil(seqLen * nHeads / ty)) threadgroups of
  * (tx, ty) = (min(headDim/2, 256), min(rows, 256 / tx)); on CUDA rope.ts's
- * ropeHeadsCudaLaunch (a thread one pair of ROPE_HEADS heads).
+ * ropeHeadsCudaLaunch (a thread ROPE_PAIRS pairs of ROPE_HEADS heads).
  */
 export function ropeMulti(enc: Encoder, args: RopeMultiArgs): void {
   record(enc, planRopeMulti(args, enc.device.limits, enc.device));
