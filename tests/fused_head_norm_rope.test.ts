@@ -58,12 +58,13 @@ describe('fused_head_norm_rope param packers match the .metal declarations', () 
       expect(got).toEqual([256, 16, 8, 32, Math.fround(1e-6), 1e6, 1, mode, 3]);
     }
   });
-  test('CUDA heads form: a head\'s row a power of two of up to 32 threads of 4 pairs, whole warps, else none', () => {
+  test('CUDA heads form: many tokens, a head\'s row a power of two of up to 32 threads of 4 pairs, whole warps, else none', () => {
     expect(fusedHeadNormRopeHeadsLaunch('k', 256, 4096, 16)).toEqual({ grid: [4096, 1, 1], threads: [32, 2, 1], entry: 'k_heads' });
-    expect(fusedHeadNormRopeHeadsLaunch('k', 128, 3, 19, 3)).toEqual({ grid: [3, 1, 3], threads: [16, 4, 1], entry: 'k_heads' });
-    expect(fusedHeadNormRopeHeadsLaunch('k', 8, 1, 1)).toEqual({ grid: [1, 1, 1], threads: [1, 32, 1], entry: 'k_heads' });
-    expect(fusedHeadNormRopeHeadsLaunch('k', 64, 1, 100000)).toEqual({ grid: [1, 1, 1], threads: [8, 128, 1], entry: 'k_heads' });
-    for (const d of [512, 6, 2, 96, 4]) expect(fusedHeadNormRopeHeadsLaunch('k', d, 1, 8)).toBeUndefined();
+    expect(fusedHeadNormRopeHeadsLaunch('k', 128, 16, 19, 3)).toEqual({ grid: [16, 1, 3], threads: [16, 4, 1], entry: 'k_heads' });
+    expect(fusedHeadNormRopeHeadsLaunch('k', 8, 20, 1)).toEqual({ grid: [20, 1, 1], threads: [1, 32, 1], entry: 'k_heads' });
+    expect(fusedHeadNormRopeHeadsLaunch('k', 64, 16, 100000)).toEqual({ grid: [16, 1, 1], threads: [8, 128, 1], entry: 'k_heads' });
+    expect(fusedHeadNormRopeHeadsLaunch('k', 256, 15, 16)).toBeUndefined();  // few tokens: a block a row
+    for (const d of [512, 6, 2, 96, 4]) expect(fusedHeadNormRopeHeadsLaunch('k', d, 64, 8)).toBeUndefined();
   });
   test('threadgroup: min(256, nextPow2(headDim)) threads, one float per simdgroup', () => {
     expect(fusedHeadNormRopeThreadgroup(64, TARGET_LIMITS.metal)).toEqual({ threads: 64, sharedBytes: 16 });
@@ -209,9 +210,11 @@ describeBackends('fused_head_norm_rope parity', ({ device }) => {
     { seqLen: 2, nHeads: 1, headDim: 512, halfRopeDim: 64, theta: 1e6, weight: true, ff: true },
     { seqLen: 1, nHeads: 7, headDim: 128, halfRopeDim: 64, theta: 1e6, weight: false, ff: false },
     { seqLen: 9, nHeads: 2, headDim: 64, halfRopeDim: 0, theta: 1e4, weight: true, ff: false },
-    // CUDA's heads form: 19 heads (8 + 8 + 3 a thread), rotated pairs ending inside a thread's four, half-warp rows.
-    { seqLen: 2, nHeads: 19, headDim: 64, halfRopeDim: 13, theta: 1e4, weight: true, ff: true },
-    { seqLen: 3, nHeads: 9, headDim: 128, halfRopeDim: 30, theta: 1e6, weight: false, ff: false },
+    // CUDA's heads form (16 tokens or more): 19 heads (8 + 8 + 3 a thread), rotated pairs ending inside a thread's four,
+    // half-warp rows.
+    { seqLen: 17, nHeads: 19, headDim: 64, halfRopeDim: 13, theta: 1e4, weight: true, ff: true },
+    { seqLen: 16, nHeads: 9, headDim: 128, halfRopeDim: 30, theta: 1e6, weight: false, ff: false },
+    { seqLen: 20, nHeads: 4, headDim: 256, halfRopeDim: 128, theta: 1e4, weight: true, ff: false },
     { seqLen: 4, nHeads: 3, headDim: 2, halfRopeDim: 1, theta: 1e4, weight: false, ff: true },
   ];
   const run = (dev: Device, dt: 'f32' | 'bf16', sh: Shape, seed: number, extra: { copies?: boolean; permuted?: boolean; inPlace?: boolean; maxPos?: number } = {}) => {
@@ -296,8 +299,9 @@ describeBackends('fused_head_norm_rope_qkv parity', ({ device }) => {
     { seqLen: 3, nHeads: 4, nKvHeads: 2, headDim: 512, halfRopeDim: 64, theta: 1e6, ff: true, v: 'fromK' },
     { seqLen: 2, nHeads: 5, nKvHeads: 1, headDim: 256, halfRopeDim: 32, theta: 1e7, ff: false, v: 'none' },
     { seqLen: 4, nHeads: 3, nKvHeads: 3, headDim: 6, halfRopeDim: 1, theta: 1e4, ff: true, v: 'own' },
-    { seqLen: 3, nHeads: 19, nKvHeads: 2, headDim: 128, halfRopeDim: 30, theta: 1e6, ff: true, v: 'fromK' },
-    { seqLen: 2, nHeads: 9, nKvHeads: 9, headDim: 64, halfRopeDim: 32, theta: 1e4, ff: false, v: 'own' },
+    { seqLen: 17, nHeads: 19, nKvHeads: 2, headDim: 128, halfRopeDim: 30, theta: 1e6, ff: true, v: 'fromK' },
+    { seqLen: 16, nHeads: 9, nKvHeads: 9, headDim: 64, halfRopeDim: 32, theta: 1e4, ff: false, v: 'own' },
+    { seqLen: 18, nHeads: 16, nKvHeads: 8, headDim: 256, halfRopeDim: 128, theta: 1e4, ff: false, v: 'own' },
   ] as const;
   test('q, k and v in one dispatch: bit for bit the three single ops, and the float64 reference within its bound', () => {
     const dev = device();

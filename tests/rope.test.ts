@@ -244,9 +244,9 @@ describeBackends('rope parity', ({ device }) => {
   const NEOX: readonly [number, number, number, number, number][] = [
     [1, 1, 64, 64, 1e4], [3, 5, 128, 128, 1e4], [2, 3, 256, 64, 1e7], [2, 1, 512, 128, 1e6], [1, 7, 512, 512, 1e6],
     [17, 3, 128, 32, 1e4], [5, 2, 2, 2, 1e4], [4, 2, 256, 256, 1e4],
-    // CUDA holds 4 pairs of 8 heads a thread: 19 heads (8 + 8 + 3), rotated pairs ending inside a thread's four
-    // (13 of 32; 5 of 6), half rows of 3 pairs (no vectors).
-    [2, 19, 64, 26, 1e4], [3, 9, 12, 10, 1e4], [2, 4, 6, 4, 1e4],
+    // CUDA's heads form (16 tokens or more) holds 4 pairs of 8 heads a thread: 19 heads (8 + 8 + 3), rotated pairs
+    // ending inside a thread's four (13 of 32; 5 of 6), half rows of 3 pairs (no vectors), Gemma 4's full rotation.
+    [17, 19, 64, 26, 1e4], [16, 9, 12, 10, 1e4], [18, 4, 6, 4, 1e4], [20, 8, 256, 256, 1e4],
   ];
   for (const dt of ['f32', 'f16', 'bf16'] as const) {
     test(`rope_neox ${dt}: split pairing, partial rotary, odd head counts`, () => {

@@ -45,14 +45,15 @@ describe('rope_multi param packers match the .metal declarations', () => {
     const s = new DataView(packRopeMultiSections([11, 11, 10, 0]).buffer);
     expect(ROPE_MULTI_SECTIONS_LAYOUT.map((x) => s.getUint32(x.offset, true))).toEqual([11, 11, 10, 0]);
   });
-  test('launch: (min(headDim/2, 256), min(rows, 256 / tx)) threads; CUDA: tokens on x, a thread ROPE_HEADS heads', () => {
-    expect(ropeMultiLaunch(128, 15)).toEqual({ grid: [1, 8, 1], threads: [128, 2, 1] });
-    expect(ropeMultiLaunch(256, 3)).toEqual({ grid: [1, 3, 1], threads: [256, 1, 1] });
-    expect(ropeMultiLaunch(32, 1)).toEqual({ grid: [1, 1, 1], threads: [32, 1, 1] });
-    expect(ropeHeadsCudaLaunch(128, 8192, 16)).toEqual({ grid: [8192, 1, 1], threads: [32, 2, 1] });
-    expect(ropeHeadsCudaLaunch(512, 5, 17)).toEqual({ grid: [5, 2, 1], threads: [64, 3, 1] });
-    expect(ropeHeadsCudaLaunch(3, 1, 2)).toEqual({ grid: [1, 1, 1], threads: [1, 1, 1] });
-    expect(ropeHeadsCudaLaunch(4, 3, 100000)).toEqual({ grid: [3, 1, 1], threads: [1, 1024, 1] });
+  test('launch: (min(headDim/2, 256), min(rows, 256 / tx)) threads; CUDA puts rows on x; the heads form for many tokens', () => {
+    expect(ropeMultiLaunch(128, 15)).toEqual({ grid: [1, 8, 1], threads: [128, 2, 1], cuda: { grid: [8, 1, 1], threads: [128, 2, 1] } });
+    expect(ropeMultiLaunch(256, 3)).toEqual({ grid: [1, 3, 1], threads: [256, 1, 1], cuda: { grid: [3, 1, 1], threads: [256, 1, 1] } });
+    expect(ropeMultiLaunch(32, 1)).toEqual({ grid: [1, 1, 1], threads: [32, 1, 1], cuda: { grid: [1, 1, 1], threads: [32, 1, 1] } });
+    const e = 'k_heads';
+    expect(ropeHeadsCudaLaunch('k', 128, 8192, 16)).toEqual({ grid: [8192, 1, 1], threads: [32, 2, 1], entry: e });
+    expect(ropeHeadsCudaLaunch('k', 512, 5, 17)).toEqual({ grid: [5, 2, 1], threads: [64, 3, 1], entry: e });
+    expect(ropeHeadsCudaLaunch('k', 3, 1, 2)).toEqual({ grid: [1, 1, 1], threads: [1, 1, 1], entry: e });
+    expect(ropeHeadsCudaLaunch('k', 4, 3, 100000)).toEqual({ grid: [3, 1, 1], threads: [1, 1024, 1], entry: e });
     expect(commonCuh).toContain(`constexpr u32 ROPE_HEADS = ${ROPE_HEADS}u;`);
     expect(commonCuh).toContain(`constexpr u32 ROPE_PAIRS = ${ROPE_PAIRS}u;`);
   });
@@ -197,8 +198,10 @@ describeBackends('rope_multi parity', ({ device }) => {
     // Sections that cover fewer pairs than are rotated (the sector wraps), and an e axis.
     { seqLen: 5, nHeads: 1, headDim: 64, ropeDim: 48, freqBase: 1e4, mode: 'mrope', sections: [2, 2, 1, 3] },
     { seqLen: 2, nHeads: 7, headDim: 512, ropeDim: 128, freqBase: 1e6, mode: 'imrope', sections: [4, 3, 2, 1] },
-    // More heads than a CUDA thread holds (19: 8 + 8 + 3), rotated pairs ending inside a thread's four (13).
-    { seqLen: 2, nHeads: 19, headDim: 64, ropeDim: 26, freqBase: 1e4, mode: 'imrope', sections: [5, 4, 4, 0] },
+    // CUDA's heads form (16 tokens or more): more heads than a thread holds (19: 8 + 8 + 3), rotated pairs ending
+    // inside a thread's four (13); Qwen3.6's shape.
+    { seqLen: 17, nHeads: 19, headDim: 64, ropeDim: 26, freqBase: 1e4, mode: 'imrope', sections: [5, 4, 4, 0] },
+    { seqLen: 16, nHeads: 16, headDim: 256, ropeDim: 64, freqBase: 1e7, mode: 'imrope', sections: [11, 11, 10, 0] },
     // Qwen3-VL ViT: vision, sections [headDim/4, headDim/4].
     { seqLen: 4, nHeads: 2, headDim: 64, ropeDim: 64, freqBase: 1e4, mode: 'vision', sections: [16, 16, 0, 0] },
     { seqLen: 3, nHeads: 3, headDim: 80, ropeDim: 80, freqBase: 1e4, mode: 'vision', sections: [12, 28, 5, 5] },

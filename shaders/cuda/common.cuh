@@ -780,34 +780,53 @@ __device__ __forceinline__ void rope_quad_store(T* output, u64 at, u32 head_dim,
     }
 }
 
+// Rotated pairs one block of a heads form covers at most (64 threads of ROPE_PAIRS).
+constexpr u32 ROPE_BLOCK_PAIRS = 64u * ROPE_PAIRS;
+
+// The (cos, sin) of the block's rotated pairs first + i, i < count (at most
+// ROPE_BLOCK_PAIRS), formed once a block, spread over all its threads, into
+// cs; the block waits for them. Every thread of the block calls it.
+template <typename Angle>
+__device__ __forceinline__ void rope_block_angles(u32 first, u32 count, Angle angle, float2* cs) {
+    const u32 n = blockDim.x * blockDim.y;
+    for (u32 i = threadIdx.y * blockDim.x + threadIdx.x; i < count; i += n) {
+        float c, s;
+        angle(first + i, c, s);
+        cs[i] = make_float2(c, s);
+    }
+    __syncthreads();
+}
+
 // One thread's work in rope_neox and rope_multi: pairs p0 = ROPE_PAIRS *
 // (blockIdx.y * blockDim.x + threadIdx.x) onwards of heads threadIdx.y *
-// ROPE_HEADS + j (then blockDim.y * ROPE_HEADS further) of token blockIdx.x;
-// angle(p, c, s) forms pair p's (cos, sin), once, while the first heads'
-// loads are in flight.
+// ROPE_HEADS + j (then blockDim.y * ROPE_HEADS further; every thread runs the
+// same rounds) of token blockIdx.x; angle(p, c, s) forms pair p's (cos, sin),
+// once a block (rope_block_angles), while the first heads' loads are in
+// flight.
 template <typename T, typename Angle>
 __device__ __forceinline__ void rope_heads(const T* input, T* output, u32 n_heads, u32 head_dim, u32 half_rope, Angle angle) {
+    __shared__ float2 cs[ROPE_BLOCK_PAIRS];
     const u32 half_dim = head_dim / 2u;
-    const u32 p0 = ROPE_PAIRS * (blockIdx.y * blockDim.x + threadIdx.x);
-    if (p0 >= half_dim) return;
-    const u32 width = min(ROPE_PAIRS, half_dim - p0);
+    const u32 first = ROPE_PAIRS * blockIdx.y * blockDim.x;
+    const u32 p0 = first + ROPE_PAIRS * threadIdx.x;
+    const u32 width = p0 < half_dim ? min(ROPE_PAIRS, half_dim - p0) : 0u;
     const u32 turn = half_rope > p0 ? min(width, half_rope - p0) : 0u;
     const bool vec = rope_quad_vectors(input, output, half_dim);
     float c[ROPE_PAIRS], s[ROPE_PAIRS];
-    bool angles = false;
-    for (u32 h = threadIdx.y * ROPE_HEADS; h < n_heads; h += blockDim.y * ROPE_HEADS) {
+    for (u32 base = 0; base < n_heads; base += blockDim.y * ROPE_HEADS) {
+        const u32 h = base + threadIdx.y * ROPE_HEADS;
+        const u32 count = h < n_heads && width > 0u ? min(ROPE_HEADS, n_heads - h) : 0u;
         const u64 at = (u64(blockIdx.x) * n_heads + h) * head_dim + p0;
-        const u32 count = min(ROPE_HEADS, n_heads - h);
         RopeQuad q;
         rope_quad_load(input, at, head_dim, half_dim, count, width, vec, q);
-        if (!angles) {
+        if (base == 0u) {
+            rope_block_angles(first, half_rope > first ? min(ROPE_BLOCK_PAIRS, half_rope - first) : 0u, angle, cs);
 #pragma unroll
             for (u32 k = 0; k < ROPE_PAIRS; ++k) {
-                c[k] = 1.0f;
-                s[k] = 0.0f;
-                if (k < turn) angle(p0 + k, c[k], s[k]);
+                const float2 t = k < turn ? cs[p0 - first + k] : make_float2(1.0f, 0.0f);
+                c[k] = t.x;
+                s[k] = t.y;
             }
-            angles = true;
         }
         rope_quad_store(output, at, head_dim, half_dim, count, width, turn, vec, c, s, q);
     }

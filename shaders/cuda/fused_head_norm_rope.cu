@@ -65,8 +65,8 @@ __device__ __forceinline__ void head_norm_rope(const T* input, T* output, const 
 // pairs p0 = ROPE_PAIRS * threadIdx.x of ROPE_HEADS heads (common.cuh's
 // RopeQuad), blockDim.x threads one head's row, its sum of squares reduced
 // by shuffles inside those lanes; every lane runs the same rounds, so the
-// shuffles see whole warps. Each angle and weight is formed once a thread
-// and serves its heads. v_out (v_mode 2): the row normalized, no weight or
+// shuffles see whole warps. Each angle is formed once a block
+// (rope_block_angles), each weight once a thread, and serve its heads. v_out (v_mode 2): the row normalized, no weight or
 // rope, stored before the row's own output.
 template <typename T, typename W>
 __device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, const W* norm_weight, bool has_weight, float eps,
@@ -84,7 +84,7 @@ __device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, 
         ones[k] = 1.0f;
         zeros[k] = 0.0f;
     }
-    bool angles = false;
+    __shared__ float2 cs[ROPE_BLOCK_PAIRS];
     const u32 group = blockDim.y * ROPE_HEADS;
     for (u32 base = 0; base < n_heads; base += group) {
         const u32 h = base + threadIdx.y * ROPE_HEADS;
@@ -92,17 +92,17 @@ __device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, 
         const u64 at = (u64(blockIdx.x) * n_heads + h) * head_dim + p0;
         RopeQuad q;
         rope_quad_load(input, at, head_dim, half_dim, count, ROPE_PAIRS, vec, q);
-        if (!angles) {
+        if (base == 0u) {
+            rope_block_angles(0u, half_rope, [&](u32 i, float& ci, float& si) {
+                const float ff = has_ff ? freq_factors[i] : 1.0f;
+                sincosf(float(pos) / powf(theta, float(2u * i) / float(head_dim)) / ff, &si, &ci);
+            }, cs);
 #pragma unroll
             for (u32 k = 0; k < ROPE_PAIRS; ++k) {
-                c[k] = 1.0f;
-                s[k] = 0.0f;
-                if (k < turn) {
-                    const float ff = has_ff ? freq_factors[p0 + k] : 1.0f;
-                    sincosf(float(pos) / powf(theta, float(2u * (p0 + k)) / float(head_dim)) / ff, &s[k], &c[k]);
-                }
+                const float2 t = k < turn ? cs[p0 + k] : make_float2(1.0f, 0.0f);
+                c[k] = t.x;
+                s[k] = t.y;
             }
-            angles = true;
         }
 #pragma unroll
         for (u32 j = 0; j < ROPE_HEADS; ++j) {

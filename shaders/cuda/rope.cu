@@ -6,16 +6,16 @@
 // rope_neox_<dtype>: pairs (x[i], x[i + head_dim/2]), rotated for i < rope_dim / 2
 // and copied otherwise, rows [seq_len * n_heads, head_dim], positions[row / n_heads].
 //
-// Launch (the op's CUDA launch), rows or tokens on gridDim.x (whose limit is
-// 2^31 - 1, where gridDim.y stops at 65535). rope_<dtype>: blockDim (tx, ty),
-// row = blockIdx.x * ty + threadIdx.y, pair = blockIdx.y * tx + threadIdx.x.
-// rope_neox_<dtype>: token = blockIdx.x, a thread ROPE_PAIRS pairs of
-// ROPE_HEADS heads (common.cuh's rope_heads; ropeHeadsCudaLaunch in
-// ts/ops/rope.ts), the pairs past rope_dim / 2 stored as loaded. Each element
-// is read and written by one thread, read first: output may be input (in
-// place). The angle is formed in f32 as Metal's; powf, division and sincosf
-// are the accurate ones (no fast math), so large positions keep their
-// accuracy.
+// Launch (the op's CUDA launch): rows or tokens on gridDim.x (whose limit is
+// 2^31 - 1, where gridDim.y stops at 65535). rope_<dtype>, rope_neox_<dtype>:
+// blockDim (tx, ty), row = blockIdx.x * ty + threadIdx.y, pair = blockIdx.y *
+// tx + threadIdx.x, one pair a thread (rope_neox: the pairs past rope_dim / 2
+// copied by the same threads). rope_neox_<dtype>_heads (many tokens): token =
+// blockIdx.x, a thread ROPE_PAIRS pairs of ROPE_HEADS heads (common.cuh's
+// rope_heads; ropeHeadsCudaLaunch in ts/ops/rope.ts). Each element is read
+// and written by one thread, read first: output may be input (in place). The
+// angle is formed in f32 as Metal's; powf, division and sincosf are the
+// accurate ones (no fast math), so large positions keep their accuracy.
 
 namespace {
 
@@ -42,6 +42,29 @@ __device__ __forceinline__ void rope_normal(const T* input, T* output, const Rop
 
 template <typename T>
 __device__ __forceinline__ void rope_neox(const T* input, T* output, const RopeParams* p, const u32* positions,
+                                          u32 n_heads, bool has_ff, const float* freq_factors) {
+    const u32 row = blockIdx.x * blockDim.y + threadIdx.y;
+    const u32 pair = blockIdx.y * blockDim.x + threadIdx.x;
+    const u32 head_dim = u32(p->head_dim);
+    const u32 half_dim = head_dim / 2u;
+    const u32 half_rope = u32(p->rope_dim) / 2u;
+    if (pair >= half_rope) return;
+    const float ff = has_ff ? freq_factors[pair] : 1.0f;
+    float c, s;
+    rope_cos_sin(positions[row / n_heads], pair, p->head_dim, p->theta, ff, &c, &s);
+    const u64 base = u64(row) * head_dim;
+    const float a = to_f(input[base + pair]);
+    const float b = to_f(input[base + pair + half_dim]);
+    output[base + pair] = from_f<T>(a * c - b * s);
+    output[base + pair + half_dim] = from_f<T>(a * s + b * c);
+    for (u32 i = half_rope + pair; i < half_dim; i += half_rope) {
+        output[base + i] = input[base + i];
+        output[base + i + half_dim] = input[base + i + half_dim];
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void rope_neox_heads(const T* input, T* output, const RopeParams* p, const u32* positions,
                                           u32 n_heads, bool has_ff, const float* freq_factors) {
     const u32 pos = positions[blockIdx.x];
     const float head_dim = p->head_dim, theta = p->theta;
@@ -85,4 +108,24 @@ extern "C" __global__ void rope_neox_f16(const __half* input, __half* output, co
 extern "C" __global__ void rope_neox_bf16(const __nv_bfloat16* input, __nv_bfloat16* output, const RopeParams* params,
                                           const u32* positions, const RopeNeoxParams* rope_params) {
     rope_neox<__nv_bfloat16>(input, output, params, positions, rope_params->n_heads, false, nullptr);
+}
+
+// The heads form of rope_neox_<dtype> (same bindings): grid (seq_len, ceil(head_dim / 2 / ROPE_PAIRS / tx)).
+extern "C" __global__ void rope_neox_f32_heads(const float* input, float* output, const RopeParams* params,
+                                         const u32* positions, const RopeNeoxParams* rope_params,
+                                         const float* freq_factors) {
+    rope_neox_heads<float>(input, output, params, positions, rope_params->n_heads, rope_params->has_freq_factors != 0u,
+                     freq_factors);
+}
+
+extern "C" __global__ void rope_neox_f16_heads(const __half* input, __half* output, const RopeParams* params,
+                                         const u32* positions, const RopeNeoxParams* rope_params,
+                                         const float* freq_factors) {
+    rope_neox_heads<__half>(input, output, params, positions, rope_params->n_heads, rope_params->has_freq_factors != 0u,
+                      freq_factors);
+}
+
+extern "C" __global__ void rope_neox_bf16_heads(const __nv_bfloat16* input, __nv_bfloat16* output, const RopeParams* params,
+                                          const u32* positions, const RopeNeoxParams* rope_params) {
+    rope_neox_heads<__nv_bfloat16>(input, output, params, positions, rope_params->n_heads, false, nullptr);
 }

@@ -3,12 +3,15 @@
 // (x[p], x[p + head_dim/2]), pairs past rope_dim / 2 copied; the axis of a
 // pair's position from its sector, see the Metal file).
 //
-// Launch (the op's CUDA launch, ropeHeadsCudaLaunch in ts/ops/rope.ts):
-// tokens on gridDim.x (limit 2^31 - 1; gridDim.y stops at 65535), a thread
-// ROPE_PAIRS pairs of ROPE_HEADS heads of its token (common.cuh's
-// rope_heads), the pairs past rope_dim / 2 stored as loaded. Each element is
-// read and written by one thread, read first: output may be input. powf,
-// division and sincosf are the accurate ones (no fast math).
+// Launch (the op's CUDA launch; rows or tokens on gridDim.x, limit 2^31 - 1,
+// where gridDim.y stops at 65535): rope_multi_<dtype>: blockDim (tx, ty),
+// row = blockIdx.x * ty + threadIdx.y, pair = blockIdx.y * tx + threadIdx.x,
+// one pair a thread. rope_multi_<dtype>_heads (many tokens): token =
+// blockIdx.x, a thread ROPE_PAIRS pairs of ROPE_HEADS heads (common.cuh's
+// rope_heads; ropeHeadsCudaLaunch in ts/ops/rope.ts), the pairs past
+// rope_dim / 2 stored as loaded. Each element is read and written by one
+// thread, read first: output may be input. powf, division and sincosf are
+// the accurate ones (no fast math).
 
 namespace {
 
@@ -30,21 +33,52 @@ __device__ __forceinline__ u32 rope_multi_axis(u32 sector, u32 mode, const RopeM
     return 3u;
 }
 
-template <typename T>
-__device__ __forceinline__ void rope_multi_impl(const T* input, T* output, const RopeMultiParams* p, const int* positions,
-                                                const RopeMultiRopeParams* rp, const RopeMultiSections* s) {
-    const u32 token = blockIdx.x;
-    if (token >= rp->seq_len) return;
+// Pair `pair`'s (cos, sin) at token `token` (see the Metal file).
+__device__ __forceinline__ void rope_multi_cos_sin(u32 pair, u32 token, const RopeMultiParams* p, const int* positions,
+                                                  const RopeMultiRopeParams* rp, const RopeMultiSections* s, float& c,
+                                                  float& sn) {
     const u32 half_rope = u32(p->rope_dim) / 2u;
     const bool vision = rp->mode == ROPE_MULTI_VISION;
     const u32 sections = vision ? s->s0 + s->s1 : s->s0 + s->s1 + s->s2 + s->s3;
+    const u32 sector = pair % max(sections, 1u);
+    const u32 axis = rope_multi_axis(sector, rp->mode, s);
+    const u32 q = vision ? (sector < s->s0 ? sector : sector - s->s0) : pair;
     const float denom = vision ? float(half_rope) : p->rope_dim;
-    rope_heads(input, output, rp->n_heads, u32(p->head_dim), half_rope, [&](u32 pair, float& c, float& sn) {
-        const u32 sector = pair % max(sections, 1u);
-        const u32 axis = rope_multi_axis(sector, rp->mode, s);
-        const u32 q = vision ? (sector < s->s0 ? sector : sector - s->s0) : pair;
-        const float pos = float(positions[u64(axis) * rp->seq_len + token]);
-        sincosf(pos / powf(p->freq_base, float(2u * q) / denom), &sn, &c);
+    const float pos = float(positions[u64(axis) * rp->seq_len + token]);
+    sincosf(pos / powf(p->freq_base, float(2u * q) / denom), &sn, &c);
+}
+
+template <typename T>
+__device__ __forceinline__ void rope_multi_impl(const T* input, T* output, const RopeMultiParams* p, const int* positions,
+                                                const RopeMultiRopeParams* rp, const RopeMultiSections* s) {
+    const u32 row = blockIdx.x * blockDim.y + threadIdx.y;
+    const u32 pair = blockIdx.y * blockDim.x + threadIdx.x;
+    const u32 head_dim = u32(p->head_dim);
+    const u32 half_dim = head_dim / 2u;
+    const u32 half_rope = u32(p->rope_dim) / 2u;
+    const u32 token = row / rp->n_heads;
+    if (pair >= half_dim || token >= rp->seq_len) return;
+    const u64 base = u64(row) * head_dim;
+    if (pair >= half_rope) {
+        output[base + pair] = input[base + pair];
+        output[base + pair + half_dim] = input[base + pair + half_dim];
+        return;
+    }
+    float c, sn;
+    rope_multi_cos_sin(pair, token, p, positions, rp, s, c, sn);
+    const float a = to_f(input[base + pair]);
+    const float b = to_f(input[base + pair + half_dim]);
+    output[base + pair] = from_f<T>(a * c - b * sn);
+    output[base + pair + half_dim] = from_f<T>(a * sn + b * c);
+}
+
+template <typename T>
+__device__ __forceinline__ void rope_multi_heads(const T* input, T* output, const RopeMultiParams* p, const int* positions,
+                                                 const RopeMultiRopeParams* rp, const RopeMultiSections* s) {
+    const u32 token = blockIdx.x;
+    if (token >= rp->seq_len) return;
+    rope_heads(input, output, rp->n_heads, u32(p->head_dim), u32(p->rope_dim) / 2u, [&](u32 pair, float& c, float& sn) {
+        rope_multi_cos_sin(pair, token, p, positions, rp, s, c, sn);
     });
 }
 
@@ -68,4 +102,23 @@ extern "C" __global__ void rope_multi_bf16(const __nv_bfloat16* input, __nv_bflo
                                            const int* positions, const RopeMultiRopeParams* rope_params,
                                            const RopeMultiSections* sections) {
     rope_multi_impl<__nv_bfloat16>(input, output, params, positions, rope_params, sections);
+}
+
+// The heads form of rope_multi_<dtype> (same bindings): grid (seq_len, ceil(head_dim / 2 / ROPE_PAIRS / tx)).
+extern "C" __global__ void rope_multi_f32_heads(const float* input, float* output, const RopeMultiParams* params,
+                                          const int* positions, const RopeMultiRopeParams* rope_params,
+                                          const RopeMultiSections* sections) {
+    rope_multi_heads<float>(input, output, params, positions, rope_params, sections);
+}
+
+extern "C" __global__ void rope_multi_f16_heads(const __half* input, __half* output, const RopeMultiParams* params,
+                                          const int* positions, const RopeMultiRopeParams* rope_params,
+                                          const RopeMultiSections* sections) {
+    rope_multi_heads<__half>(input, output, params, positions, rope_params, sections);
+}
+
+extern "C" __global__ void rope_multi_bf16_heads(const __nv_bfloat16* input, __nv_bfloat16* output, const RopeMultiParams* params,
+                                           const int* positions, const RopeMultiRopeParams* rope_params,
+                                           const RopeMultiSections* sections) {
+    rope_multi_heads<__nv_bfloat16>(input, output, params, positions, rope_params, sections);
 }

@@ -16,7 +16,7 @@ import {
 } from '../validate.ts';
 import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
 import { familyPlans, record, type CudaLaunch, type OpPlan } from '../plan.ts';
-import { checkRopeBuffers, checkTheta, ROPE_HEADS, ROPE_PAIRS, ropeNeoxRef } from './rope.ts';
+import { checkRopeBuffers, checkTheta, ROPE_HEADS, ROPE_HEADS_MIN_TOKENS, ROPE_PAIRS, ropeNeoxRef } from './rope.ts';
 
 export const FUSED_HEAD_NORM_ROPE_FAMILY = 'fused_head_norm_rope';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -76,12 +76,13 @@ export function fusedHeadNormRopeThreadgroup(headDim: number, limits: LaunchLimi
  * 1, groups) of (tx, ty) threads, tx = headDim / 2 / ROPE_PAIRS, ty enough
  * for ROPE_HEADS heads a thread of the most heads a group, rounded up to
  * whole warps (at most 1024 threads; the kernels loop over the heads past
- * them). undefined where the head's row does not fit that form.
+ * them). undefined where the head's row does not fit that form or the
+ * tokens are fewer than ROPE_HEADS_MIN_TOKENS.
  */
 export function fusedHeadNormRopeHeadsLaunch(kernel: string, headDim: number, seqLen: number, heads: number,
   groups = 1): CudaLaunch | undefined {
   const tx = headDim / 2 / ROPE_PAIRS;
-  if (!Number.isInteger(tx) || tx > 32 || (tx & (tx - 1)) !== 0) return undefined;
+  if (seqLen < ROPE_HEADS_MIN_TOKENS || !Number.isInteger(tx) || tx > 32 || (tx & (tx - 1)) !== 0) return undefined;
   const warp = 32 / tx;
   const ty = Math.min(Math.ceil(Math.ceil(heads / ROPE_HEADS) / warp) * warp, 1024 / tx);
   return { grid: [seqLen, 1, groups], threads: [tx, ty, 1], entry: `${kernel}_heads` };

@@ -14,7 +14,7 @@ import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBuffer, checkDtype, checkedProduct, checkedU32Product, checkElements, checkMultiple, checkNoAliasing, checkPositive, F32_MAX, invalid, U32_MAX,
 } from '../validate.ts';
-import { familyPlans, record, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { familyPlans, record, type CudaLaunch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 
 export const ROPE_FAMILY = 'rope';
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -158,19 +158,28 @@ export const ROPE_HEADS = 8;
 export const ROPE_PAIRS = 4;
 
 /**
- * The CUDA launch of rope_neox and rope_multi over rows of headDim / 2 =
+ * The CUDA heads form of rope_neox and rope_multi (`<kernel>_heads`, from
+ * ROPE_HEADS_MIN_TOKENS tokens) over rows of headDim / 2 =
  * halfDim pairs (the rotated ones and those past ropeDim / 2): grid (seqLen,
  * ceil(units / tx)) of (tx, ty) = (min(64, units), ceil(nHeads / ROPE_HEADS))
  * threads, units = ceil(halfDim / ROPE_PAIRS), a thread ROPE_PAIRS pairs of
  * ROPE_HEADS heads of its token (ty at most 1024 / tx; the kernels loop over
  * the heads past them).
  */
-export function ropeHeadsCudaLaunch(halfDim: number, seqLen: number, nHeads: number): NonNullable<PlannedDispatch['cuda']> {
+export function ropeHeadsCudaLaunch(kernel: string, halfDim: number, seqLen: number, nHeads: number): CudaLaunch {
   const units = Math.ceil(halfDim / ROPE_PAIRS);
   const tx = Math.min(ROPE_MAX_PAIR_THREADS, units);
   const ty = Math.min(Math.ceil(nHeads / ROPE_HEADS), Math.floor(1024 / tx));
-  return { grid: [seqLen, Math.ceil(units / tx), 1], threads: [tx, ty, 1] };
+  return { grid: [seqLen, Math.ceil(units / tx), 1], threads: [tx, ty, 1], entry: `${kernel}_heads` };
 }
+
+/**
+ * Tokens from which rope_neox, rope_multi and fused_head_norm_rope take their
+ * CUDA heads form: below, the one-pair (or one-row) threads' shorter chains
+ * win (a decode token: 3.0-4.1 us against 4.6-6.9 on an H100,
+ * bench/results/rope-h100-2026-11-28.md).
+ */
+export const ROPE_HEADS_MIN_TOKENS = 16;
 
 export function ropeLaunch(pairs: number, rows: number): Pick<PlannedDispatch, 'grid' | 'threads' | 'cuda'> {
   const tx = Math.min(ROPE_MAX_PAIR_THREADS, pairs);
@@ -227,7 +236,8 @@ export function planRope(a: RopeArgs, _limits: DeviceLimits, device?: Device): O
  * 3 positions, 4 RopeNeoxParams (nHeads, hasFreqFactors), 5 freqFactors
  * (f32, f16; input bound in its place when absent, never read).
  * Grid: (ceil(ropeDim/2 / tx), seqLen * nHeads / ty) threadgroups of
- * (tx, ty) = (min(64, ropeDim/2), 4|2|1); on CUDA ropeHeadsCudaLaunch's.
+ * (tx, ty) = (min(64, ropeDim/2), 4|2|1); on CUDA from ROPE_HEADS_MIN_TOKENS
+ * tokens the heads form (ropeHeadsCudaLaunch).
  */
 export function ropeNeox(enc: Encoder, args: RopeNeoxArgs): void {
   record(enc, planRopeNeox(args, enc.device.limits, enc.device));
@@ -245,7 +255,7 @@ export function planRopeNeox(a: RopeNeoxArgs, _limits: DeviceLimits, device?: De
     buffers,
     bytes: [, , packRopeParams(a), , packRopeNeoxParams({ nHeads: a.nHeads, hasFreqFactors })],
     ...ropeLaunch(a.ropeDim / 2, a.seqLen * a.nHeads),
-    cuda: ropeHeadsCudaLaunch(a.headDim / 2, a.seqLen, a.nHeads),
+    ...(a.seqLen >= ROPE_HEADS_MIN_TOKENS ? { cuda: ropeHeadsCudaLaunch(`rope_neox_${dtype}`, a.headDim / 2, a.seqLen, a.nHeads) } : {}),
   });
 }
 

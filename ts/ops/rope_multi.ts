@@ -11,7 +11,7 @@ import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { ropeHeadsCudaLaunch } from './rope.ts';
+import { ROPE_HEADS_MIN_TOKENS, ropeHeadsCudaLaunch } from './rope.ts';
 import {
   checkAtMost, checkBufferRules, checkedProduct, checkedU32Product, checkMultiple, checkNoAliasing, checkPositive, F32_MAX, invalid, like, ruleBindings, U32_MAX,
   type BufferRule,
@@ -110,14 +110,16 @@ export function validateRopeMulti(a: RopeMultiArgs, device?: Device): void {
 
 /**
  * mlx-native's launch: (tx, ty) = (min(headDim/2, 256), min(rows, 256 / tx))
- * threads, the kernels check both bounds; pairs on x, rows on y (Metal; the
- * CUDA launch is ropeHeadsCudaLaunch).
+ * threads, the kernels check both bounds. Metal: pairs on x, rows on y; CUDA:
+ * rows on the grid's x (gridDim.y stops at 65535); from ROPE_HEADS_MIN_TOKENS
+ * tokens the CUDA heads form (rope.ts's ropeHeadsCudaLaunch).
  */
-export function ropeMultiLaunch(halfDim: number, rows: number): Pick<PlannedDispatch, 'grid' | 'threads'> {
+export function ropeMultiLaunch(halfDim: number, rows: number): Pick<PlannedDispatch, 'grid' | 'threads' | 'cuda'> {
   const tx = Math.min(halfDim, ROPE_MULTI_THREADS);
   const ty = Math.min(rows, Math.floor(ROPE_MULTI_THREADS / tx));
   const px = Math.ceil(halfDim / tx);
-  return { grid: [px, Math.ceil(rows / ty), 1], threads: [tx, ty, 1] };
+  const py = Math.ceil(rows / ty);
+  return { grid: [px, py, 1], threads: [tx, ty, 1], cuda: { grid: [py, px, 1], threads: [tx, ty, 1] } };
 }
 
 /**
@@ -138,8 +140,9 @@ export function ropeMultiLaunch(halfDim: number, rows: number): Pick<PlannedDisp
  * Bindings: 0 input, 1 output, 2 RopeMultiParams, 3 positions,
  * 4 RopeMultiRopeParams, 5 RopeMultiSections.
  * Grid: (ceil(headDim/2 / tx), ceil(seqLen * nHeads / ty)) threadgroups of
- * (tx, ty) = (min(headDim/2, 256), min(rows, 256 / tx)); on CUDA rope.ts's
- * ropeHeadsCudaLaunch (a thread ROPE_PAIRS pairs of ROPE_HEADS heads).
+ * (tx, ty) = (min(headDim/2, 256), min(rows, 256 / tx)); on CUDA from
+ * ROPE_HEADS_MIN_TOKENS tokens rope.ts's ropeHeadsCudaLaunch (a thread
+ * ROPE_PAIRS pairs of ROPE_HEADS heads).
  */
 export function ropeMulti(enc: Encoder, args: RopeMultiArgs): void {
   record(enc, planRopeMulti(args, enc.device.limits, enc.device));
@@ -153,7 +156,8 @@ export function planRopeMulti(a: RopeMultiArgs, _limits: DeviceLimits, device?: 
     buffers: [a.input, a.output, , a.positions],
     bytes: [, , packRopeMultiParams(a), , packRopeMultiRopeParams(a), packRopeMultiSections(a.sections)],
     ...ropeMultiLaunch(a.headDim / 2, a.seqLen * a.nHeads),
-    cuda: ropeHeadsCudaLaunch(a.headDim / 2, a.seqLen, a.nHeads),
+    ...(a.seqLen >= ROPE_HEADS_MIN_TOKENS
+      ? { cuda: ropeHeadsCudaLaunch(`rope_multi_${a.input.dtype}`, a.headDim / 2, a.seqLen, a.nHeads) } : {}),
   });
 }
 
