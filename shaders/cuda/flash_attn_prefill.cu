@@ -570,15 +570,19 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
                         dks + (u64(u32(dj >> 2) * KCB + 32u * u32(dj & 3)) >> 4));
         }
         wgmma_commit();
-        // P V of the previous step (none in step 0: an empty group, so that
-        // the wait below always means S's).
+        // P V of the previous step in its own group, S's awaited alone; step
+        // 0 has no P V and commits no empty group: ptxas realizes an empty
+        // group as one more (dummy) wgmma in every step, and the wait for
+        // all but one group then waited for P V as well.
         if (j > 0) {
             const u64 dvs = dv + (u64(u32((j - 1) & 1) * KVT) >> 4);
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs<T>(o, pa[kk], dvs + u64(kk * 2048 / 16));
+            wgmma_commit();
+            wgmma_wait<1>();
+        } else {
+            wgmma_wait<0>();
         }
-        wgmma_commit();
-        wgmma_wait<1>();
         acc_fence(sc);
 
         // Scale, cap and mask; the online softmax of the thread's two rows.
