@@ -196,6 +196,7 @@ extern "C" __global__ void fused_head_norm_rope_f32_heads(const float* input, fl
                                                           const FusedHeadNormRopeF32Params* p, const u32* positions,
                                                           const float* freq_factors, __nv_bfloat16* output_bf16,
                                                           float* output_f32_perm) {
+    if (blockIdx.x >= p->seq_len) return;
     head_norm_rope_heads<float, float>(input, output, norm_weight, p->has_weight != 0u, p->eps, p->head_dim, p->n_heads,
                                        p->half_rope_dim, p->theta, positions[blockIdx.x], p->has_freq_factors != 0u,
                                        freq_factors, nullptr);
@@ -214,6 +215,7 @@ extern "C" __global__ void fused_head_norm_rope_qkv_f32_heads(float* q, float* k
                                                               const FusedHeadNormRopeQkvF32Params* p, const u32* positions,
                                                               const float* q_weight, const float* k_weight,
                                                               const float* freq_factors) {
+    if (blockIdx.x >= p->seq_len) return;
     const u32 pos = positions[blockIdx.x];
     const bool ff = p->has_freq_factors != 0u;
     if (blockIdx.z == 0u) {
