@@ -17,6 +17,9 @@
 #           argument runs only the sampler cases holding it)
 #   moe:   moe_dispatch, quantized_matmul_id, dense_matmul_id and
 #          moe_weighted_reduce (moe_driver.cpp)
+#   rope:  rope_neox, rope_multi and fused_head_norm_rope, the one-pair
+#          (one-row) entries and the `_heads` entries at the ops' launches
+#          (rope_driver.cpp)
 #   chunk_gated_delta_rule: the fused kkt / solve / w-u kernel and the three
 #          steps it replaces, chunk_o and the state walk with its variants
 #          (chunk_gated_delta_rule_driver.cpp; `inter` or `wy` as the second
@@ -35,6 +38,7 @@ case "$family" in
   glue) families=rms_norm,l2_norm,ssm_norm_gate,softmax,gelu ;;
   copy) families=embedding,kv_cache_copy,elementwise ;;
   moe) families=moe_dispatch,quantized_matmul_id,dense_matmul_id,moe_weighted_reduce ;;
+  rope) families=rope,rope_multi,fused_head_norm_rope ;;
   *) families="$family" ;;
 esac
 python3 "$here/build.py" "$root" "$families" "$out/sim_kernels.h"
