@@ -697,7 +697,16 @@ __device__ __forceinline__ void copy_rows(u32 n_rows, u32 len, float scale, Map 
     }
 }
 
-// ---- rotary pairs of several heads (rope_neox, rope_multi) ----
+// ---- rotary pairs (rope, rope_neox, rope_multi, fused_head_norm_rope) ----
+
+// Pair `pair`'s (cos, sin) at position pos: angle = pos * theta^(-2 pair /
+// head_dim) / ff, formed in f32 as Metal's; powf, division and sincosf are
+// the accurate ones (no fast math), so large positions keep their accuracy.
+__device__ __forceinline__ void rope_cos_sin(u32 pos, u32 pair, float head_dim, float theta, float ff, float* c, float* s) {
+    const float angle = float(pos) / powf(theta, float(2u * pair) / head_dim) / ff;
+    sincosf(angle, s, c);
+}
+
 
 // A thread of rope_neox and rope_multi holds ROPE_PAIRS consecutive pairs
 // (x[p], x[p + half_dim]) of ROPE_HEADS heads of one token: the accurate powf

@@ -38,10 +38,8 @@ __device__ __forceinline__ void head_norm_rope(const T* input, T* output, const 
             b *= to_f(norm_weight[i + half_dim]);
         }
         if (i < half_rope) {
-            const float ff = has_ff ? freq_factors[i] : 1.0f;
-            const float angle = float(pos) / powf(theta, float(2u * i) / float(head_dim)) / ff;
             float c, s;
-            sincosf(angle, &s, &c);
+            rope_cos_sin(pos, i, float(head_dim), theta, has_ff ? freq_factors[i] : 1.0f, &c, &s);
             const float ra = a * c - b * s;
             b = a * s + b * c;
             a = ra;
@@ -94,8 +92,7 @@ __device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, 
         rope_quad_load(input, at, head_dim, half_dim, count, ROPE_PAIRS, vec, q);
         if (base == 0u) {
             rope_block_angles(0u, half_rope, [&](u32 i, float& ci, float& si) {
-                const float ff = has_ff ? freq_factors[i] : 1.0f;
-                sincosf(float(pos) / powf(theta, float(2u * i) / float(head_dim)) / ff, &si, &ci);
+                rope_cos_sin(pos, i, float(head_dim), theta, has_ff ? freq_factors[i] : 1.0f, &ci, &si);
             }, cs);
 #pragma unroll
             for (u32 k = 0; k < ROPE_PAIRS; ++k) {

@@ -19,12 +19,6 @@
 
 namespace {
 
-__device__ __forceinline__ void rope_cos_sin(u32 pos, u32 pair, float head_dim, float theta, float ff,
-                                             float* c, float* s) {
-    const float angle = float(pos) / powf(theta, float(2u * pair) / head_dim) / ff;
-    sincosf(angle, s, c);
-}
-
 template <typename T>
 __device__ __forceinline__ void rope_normal(const T* input, T* output, const RopeParams* p, const u32* positions) {
     const u32 row = blockIdx.x * blockDim.y + threadIdx.y;
@@ -65,7 +59,7 @@ __device__ __forceinline__ void rope_neox(const T* input, T* output, const RopeP
 
 template <typename T>
 __device__ __forceinline__ void rope_neox_heads(const T* input, T* output, const RopeParams* p, const u32* positions,
-                                          u32 n_heads, bool has_ff, const float* freq_factors) {
+                                                u32 n_heads, bool has_ff, const float* freq_factors) {
     const u32 pos = positions[blockIdx.x];
     const float head_dim = p->head_dim, theta = p->theta;
     rope_heads(input, output, n_heads, u32(p->head_dim), u32(p->rope_dim) / 2u, [&](u32 pair, float& c, float& s) {
@@ -112,10 +106,10 @@ extern "C" __global__ void rope_neox_bf16(const __nv_bfloat16* input, __nv_bfloa
 
 // The heads form of rope_neox_<dtype> (same bindings): grid (seq_len, ceil(head_dim / 2 / ROPE_PAIRS / tx)).
 extern "C" __global__ void rope_neox_f32_heads(const float* input, float* output, const RopeParams* params,
-                                         const u32* positions, const RopeNeoxParams* rope_params,
-                                         const float* freq_factors) {
+                                               const u32* positions, const RopeNeoxParams* rope_params,
+                                               const float* freq_factors) {
     rope_neox_heads<float>(input, output, params, positions, rope_params->n_heads, rope_params->has_freq_factors != 0u,
-                     freq_factors);
+                         freq_factors);
 }
 
 extern "C" __global__ void rope_neox_f16_heads(const __half* input, __half* output, const RopeParams* params,
@@ -126,6 +120,6 @@ extern "C" __global__ void rope_neox_f16_heads(const __half* input, __half* outp
 }
 
 extern "C" __global__ void rope_neox_bf16_heads(const __nv_bfloat16* input, __nv_bfloat16* output, const RopeParams* params,
-                                          const u32* positions, const RopeNeoxParams* rope_params) {
+                                                const u32* positions, const RopeNeoxParams* rope_params) {
     rope_neox_heads<__nv_bfloat16>(input, output, params, positions, rope_params->n_heads, false, nullptr);
 }
