@@ -14,6 +14,7 @@ import {
   packRopeParams,
   rope,
   ropeLaunch,
+  ropeRowsCudaLaunch,
   ropeNeox,
   ropeAngle,
   ropeNeoxRef,
@@ -41,6 +42,13 @@ describe('rope param packers match the .metal declarations', () => {
     expect(ropeLaunch(64, 12)).toEqual({ grid: [1, 3, 1], threads: [64, 4, 1], cuda: { grid: [3, 1, 1], threads: [64, 4, 1] } });
     expect(ropeLaunch(256, 6)).toEqual({ grid: [4, 3, 1], threads: [64, 2, 1], cuda: { grid: [3, 4, 1], threads: [64, 2, 1] } });
     expect(ropeLaunch(48, 15)).toEqual({ grid: [1, 15, 1], threads: [48, 1, 1], cuda: { grid: [15, 1, 1], threads: [48, 1, 1] } });
+  });
+  test('CUDA rows form of rope: 128 rows or more, a multiple of 8, covered exactly by 8 rows a thread, 2 chunks of 4 elements', () => {
+    expect(ropeRowsCudaLaunch('rope_bf16', 128, 262144)).toEqual({ grid: [2048, 1, 1], threads: [16, 16, 1], entry: 'rope_bf16_rows' });
+    expect(ropeRowsCudaLaunch('rope_f32', 640, 256)).toEqual({ grid: [8, 2, 1], threads: [64, 4, 1], entry: 'rope_f32_rows' });
+    expect(ropeRowsCudaLaunch('rope_f16', 12, 200)).toEqual({ grid: [25, 1, 1], threads: [2, 1, 1], entry: 'rope_f16_rows' });
+    expect(ropeRowsCudaLaunch('rope_f32', 128, 120)).toBeUndefined();
+    expect(ropeRowsCudaLaunch('rope_f32', 128, 130)).toBeUndefined();
   });
 });
 
@@ -211,19 +219,27 @@ const print = (s: string): void => {
 };
 
 describeBackends('rope parity', ({ device }) => {
-  /** [seqLen, headDim, theta] */
-  const NORMAL: readonly [number, number, number][] = [[1, 64, 1e4], [7, 128, 1e4], [4, 256, 1e6], [3, 512, 1e7], [9, 2, 1e4], [33, 96, 5e5]];
+  /** [seqLen, headDim, theta, rows a position holds (1: every row its own)] */
+  const NORMAL: readonly [number, number, number, number][] = [
+    [1, 64, 1e4, 1], [7, 128, 1e4, 1], [4, 256, 1e6, 1], [3, 512, 1e7, 1], [9, 2, 1e4, 1], [33, 96, 5e5, 1],
+    // CUDA's rows form (128 rows or more, a multiple of 8) holds 4 pairs of 8 rows a thread and keeps a (cos, sin)
+    // while the position repeats: a token's 32 heads; runs of 3 across a thread's 8 rows with half rows of 6 pairs
+    // (no vectors); 80 threads of pairs a row (a second block of 64 along the pairs); 25 groups of 8 rows (one a
+    // block); 130 rows (not a multiple of 8: the one-pair form).
+    [128, 128, 1e4, 32], [136, 12, 1e4, 3], [256, 640, 1e6, 1], [200, 64, 1e4, 5], [130, 64, 1e4, 1],
+  ];
   for (const dt of ['f32', 'f16', 'bf16'] as const) {
     test(`rope ${dt}: normal pairing, head dims 2 to 512, positions to 131071`, () => {
       const dev = device();
       const over: string[] = [];
       let worst = 0;
-      for (const [seqLen, headDim, theta] of NORMAL) {
+      for (const [seqLen, headDim, theta, repeat] of NORMAL) {
         const n = seqLen * headDim;
         const input = dev.upload(dt, [seqLen, headDim], randomArray(rng(n + 17), n, -2, 2));
         const output = dev.alloc(dt, [seqLen, headDim]);
         output.fill(Number.NaN);
-        const pos = positionsOf(seqLen * 31 + headDim, seqLen, 131072);
+        const runs = positionsOf(seqLen * 31 + headDim, Math.ceil(seqLen / repeat), 131072);
+        const pos = Array.from({ length: seqLen }, (_, r) => runs[Math.floor(r / repeat)]!);
         const positions = dev.upload('u32', [seqLen], pos);
         run(dev, (enc) => rope(enc, { input, output, positions, seqLen, headDim, theta }));
         const x = input.readNumbers();
@@ -314,10 +330,14 @@ describeBackends('rope parity', ({ device }) => {
       const xs = x.readNumbers();
       run(dev, (enc) => ropeNeox(enc, { input: x, output: x, positions, seqLen, nHeads, headDim, ropeDim, theta }));
       const e1 = scaledErr(x.readNumbers(), ropeNeoxRef(xs, pos, seqLen, nHeads, headDim, ropeDim, theta));
-      const y = dev.upload(dt, [seqLen * headDim], randomArray(rng(98), seqLen * headDim, -1, 1));
+      // The normal pairing over 144 rows (CUDA's rows form): 18 tokens' 8 heads, a position each token.
+      const rowsN = 144;
+      const posN = Array.from({ length: rowsN }, (_, r) => pos[Math.floor(r / 8) % seqLen]!);
+      const positionsN = dev.upload('u32', [rowsN], posN);
+      const y = dev.upload(dt, [rowsN * headDim], randomArray(rng(98), rowsN * headDim, -1, 1));
       const ys = y.readNumbers();
-      run(dev, (enc) => rope(enc, { input: y, output: y, positions, seqLen, headDim, theta }));
-      const e2 = scaledErr(y.readNumbers(), ropeRef(ys, pos, seqLen, headDim, theta));
+      run(dev, (enc) => rope(enc, { input: y, output: y, positions: positionsN, seqLen: rowsN, headDim, theta }));
+      const e2 = scaledErr(y.readNumbers(), ropeRef(ys, posN, rowsN, headDim, theta));
       // One token, one head.
       const z = dev.upload(dt, [headDim], randomArray(rng(97), headDim, -1, 1));
       const zo = dev.alloc(dt, [headDim]);

@@ -702,9 +702,17 @@ __device__ __forceinline__ void copy_rows(u32 n_rows, u32 len, float scale, Map 
 // Pair `pair`'s (cos, sin) at position pos: angle = pos * theta^(-2 pair /
 // head_dim) / ff, formed in f32 as Metal's; powf, division and sincosf are
 // the accurate ones (no fast math), so large positions keep their accuracy.
+// rope_divisor (theta^(2 pair / head_dim)) depends on the pair alone, so a
+// thread that turns one pair at many positions forms it once and calls
+// rope_turn for each: the same expression, the same bits.
+__device__ __forceinline__ float rope_divisor(u32 pair, float head_dim, float theta) {
+    return powf(theta, float(2u * pair) / head_dim);
+}
+__device__ __forceinline__ void rope_turn(u32 pos, float divisor, float ff, float* c, float* s) {
+    sincosf(float(pos) / divisor / ff, s, c);
+}
 __device__ __forceinline__ void rope_cos_sin(u32 pos, u32 pair, float head_dim, float theta, float ff, float* c, float* s) {
-    const float angle = float(pos) / powf(theta, float(2u * pair) / head_dim) / ff;
-    sincosf(angle, s, c);
+    rope_turn(pos, rope_divisor(pair, head_dim, theta), ff, c, s);
 }
 
 
@@ -716,8 +724,73 @@ __device__ __forceinline__ void rope_cos_sin(u32 pos, u32 pair, float head_dim, 
 constexpr u32 ROPE_HEADS = 8u;
 constexpr u32 ROPE_PAIRS = 4u;
 
+// ROPE_PAIRS elements of T as loaded, their bits unconverted (uint2 for the
+// 16-bit types, uint4 for f32): a thread holds its rows from their loads to
+// their use (across the block's angles) in as many registers as their bytes,
+// and widens each to floats where it is used.
+template <int BYTES> struct RopeRawOf;
+template <> struct RopeRawOf<2> { using type = uint2; };
+template <> struct RopeRawOf<4> { using type = uint4; };
+template <typename T> using RopeRaw = typename RopeRawOf<int(sizeof(T))>::type;
+
+__device__ __forceinline__ u32 rope_bits(float x) { return __float_as_uint(x); }
+__device__ __forceinline__ u32 rope_bits(__half x) { return __half_as_ushort(x); }
+__device__ __forceinline__ u32 rope_bits(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
+
+// Elements k < width of x into r (all ROPE_PAIRS as one vector where vec; the
+// others 0).
+template <typename T>
+__device__ __forceinline__ void rope_raw_load(const T* x, bool vec, u32 width, RopeRaw<T>& r) {
+    if (vec) {
+        r = *reinterpret_cast<const RopeRaw<T>*>(x);
+        return;
+    }
+    u32 w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (u32 k = 0; k < ROPE_PAIRS; ++k) {
+        if (k < width) {
+            if (sizeof(T) == 4) w[k] = rope_bits(x[k]);
+            else w[k / 2u] |= rope_bits(x[k]) << (16u * (k % 2u));
+        }
+    }
+    if constexpr (sizeof(T) == 4) r = make_uint4(w[0], w[1], w[2], w[3]);
+    else r = make_uint2(w[0], w[1]);
+}
+
+// The ROPE_PAIRS elements of r widened to floats, exactly.
+__device__ __forceinline__ void rope_raw_floats(const uint4& r, float (&v)[ROPE_PAIRS], float) {
+    v[0] = __uint_as_float(r.x); v[1] = __uint_as_float(r.y); v[2] = __uint_as_float(r.z); v[3] = __uint_as_float(r.w);
+}
+__device__ __forceinline__ void rope_raw_floats(const uint2& r, float (&v)[ROPE_PAIRS], __nv_bfloat16) {
+    v[0] = __uint_as_float(r.x << 16); v[1] = __uint_as_float(r.x & 0xffff0000u);
+    v[2] = __uint_as_float(r.y << 16); v[3] = __uint_as_float(r.y & 0xffff0000u);
+}
+__device__ __forceinline__ void rope_raw_floats(const uint2& r, float (&v)[ROPE_PAIRS], __half) {
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&r.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&r.y));
+    v[0] = a.x; v[1] = a.y; v[2] = b.x; v[3] = b.y;
+}
+template <typename T>
+__device__ __forceinline__ void rope_unpack(const RopeRaw<T>& r, float (&v)[ROPE_PAIRS]) {
+    rope_raw_floats(r, v, T());
+}
+
+// Elements k < width of v, rounded to T, at y (one vector where vec).
+template <typename T>
+__device__ __forceinline__ void rope_store(T* y, bool vec, u32 width, const float (&v)[ROPE_PAIRS]) {
+    if (vec) {
+        store_vec(y, v);
+    } else {
+#pragma unroll
+        for (u32 k = 0; k < ROPE_PAIRS; ++k) {
+            if (k < width) y[k] = from_f<T>(v[k]);
+        }
+    }
+}
+
+template <typename T>
 struct RopeQuad {
-    float a[ROPE_HEADS][ROPE_PAIRS], b[ROPE_HEADS][ROPE_PAIRS];
+    RopeRaw<T> a[ROPE_HEADS], b[ROPE_HEADS];
 };
 
 // Whether the rows' pairs move as vectors: half_dim a multiple of ROPE_PAIRS
@@ -733,58 +806,48 @@ __device__ __forceinline__ bool rope_quad_vectors(const T* input, const T* outpu
 // first pair's element in the first row).
 template <typename T>
 __device__ __forceinline__ void rope_quad_load(const T* input, u64 at, u32 head_dim, u32 half_dim, u32 count, u32 width,
-                                               bool vec, RopeQuad& q) {
+                                               bool vec, RopeQuad<T>& q) {
 #pragma unroll
     for (u32 j = 0; j < ROPE_HEADS; ++j) {
         if (j < count) {
             const T* x = input + at + u64(j) * head_dim;
-            if (vec) {
-                load_vec(x, q.a[j]);
-                load_vec(x + half_dim, q.b[j]);
-            } else {
-#pragma unroll
-                for (u32 k = 0; k < ROPE_PAIRS; ++k) {
-                    if (k < width) {
-                        q.a[j][k] = to_f(x[k]);
-                        q.b[j][k] = to_f(x[k + half_dim]);
-                    }
-                }
-            }
+            rope_raw_load(x, vec, width, q.a[j]);
+            rope_raw_load(x + half_dim, vec, width, q.b[j]);
         }
     }
 }
 
-// Turns pair k < turn by (c[k], s[k]): (a, b) -> (a c - b s, a s + b c); the
-// pairs from turn to width are stored as loaded (the pairs past rope_dim).
-// Output may be input: each element is its thread's alone, loaded before.
+// Pairs k < turn of a half-row pair (a, b) turned by (c[k], s[k]): (a, b) ->
+// (a c - b s, a s + b c); the pairs from turn on as they are (past rope_dim).
+__device__ __forceinline__ void rope_quad_turn(float (&a)[ROPE_PAIRS], float (&b)[ROPE_PAIRS], u32 turn,
+                                               const float (&c)[ROPE_PAIRS], const float (&s)[ROPE_PAIRS]) {
+#pragma unroll
+    for (u32 k = 0; k < ROPE_PAIRS; ++k) {
+        if (k < turn) {
+            const float x = a[k], y = b[k];
+            a[k] = x * c[k] - y * s[k];
+            b[k] = x * s[k] + y * c[k];
+        }
+    }
+}
+
+// Stores the rows of q (pairs k < width of rows j < count) with pairs k <
+// turn turned by (c[k], s[k]) (rope_quad_turn). Output may be input: each
+// element is its thread's alone, loaded before.
 template <typename T>
 __device__ __forceinline__ void rope_quad_store(T* output, u64 at, u32 head_dim, u32 half_dim, u32 count, u32 width, u32 turn,
                                                 bool vec, const float (&c)[ROPE_PAIRS], const float (&s)[ROPE_PAIRS],
-                                                RopeQuad& q) {
+                                                const RopeQuad<T>& q) {
 #pragma unroll
     for (u32 j = 0; j < ROPE_HEADS; ++j) {
         if (j < count) {
-#pragma unroll
-            for (u32 k = 0; k < ROPE_PAIRS; ++k) {
-                if (k < turn) {
-                    const float a = q.a[j][k], b = q.b[j][k];
-                    q.a[j][k] = a * c[k] - b * s[k];
-                    q.b[j][k] = a * s[k] + b * c[k];
-                }
-            }
+            float a[ROPE_PAIRS], b[ROPE_PAIRS];
+            rope_unpack<T>(q.a[j], a);
+            rope_unpack<T>(q.b[j], b);
+            rope_quad_turn(a, b, turn, c, s);
             T* y = output + at + u64(j) * head_dim;
-            if (vec) {
-                store_vec(y, q.a[j]);
-                store_vec(y + half_dim, q.b[j]);
-            } else {
-#pragma unroll
-                for (u32 k = 0; k < ROPE_PAIRS; ++k) {
-                    if (k < width) {
-                        y[k] = from_f<T>(q.a[j][k]);
-                        y[k + half_dim] = from_f<T>(q.b[j][k]);
-                    }
-                }
-            }
+            rope_store(y, vec, width, a);
+            rope_store(y + half_dim, vec, width, b);
         }
     }
 }
@@ -826,7 +889,7 @@ __device__ __forceinline__ void rope_heads(const T* input, T* output, u32 n_head
         const u32 h = base + threadIdx.y * ROPE_HEADS;
         const u32 count = h < n_heads && width > 0u ? min(ROPE_HEADS, n_heads - h) : 0u;
         const u64 at = (u64(blockIdx.x) * n_heads + h) * head_dim + p0;
-        RopeQuad q;
+        RopeQuad<T> q;
         rope_quad_load(input, at, head_dim, half_dim, count, width, vec, q);
         if (base == 0u) {
             rope_block_angles(first, half_rope > first ? min(ROPE_BLOCK_PAIRS, half_rope - first) : 0u, angle, cs);

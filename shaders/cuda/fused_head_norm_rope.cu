@@ -74,13 +74,11 @@ __device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, 
     const u32 p0 = ROPE_PAIRS * threadIdx.x;
     const u32 turn = half_rope > p0 ? min(ROPE_PAIRS, half_rope - p0) : 0u;
     const bool vec = rope_quad_vectors(input, output, half_dim) && (v_out == nullptr || rope_quad_vectors(input, v_out, half_dim));
-    float wa[ROPE_PAIRS], wb[ROPE_PAIRS], c[ROPE_PAIRS], s[ROPE_PAIRS], ones[ROPE_PAIRS], zeros[ROPE_PAIRS];
+    float wa[ROPE_PAIRS], wb[ROPE_PAIRS], c[ROPE_PAIRS], s[ROPE_PAIRS];
 #pragma unroll
     for (u32 k = 0; k < ROPE_PAIRS; ++k) {
         wa[k] = has_weight ? to_f(norm_weight[p0 + k]) : 1.0f;
         wb[k] = has_weight ? to_f(norm_weight[p0 + k + half_dim]) : 1.0f;
-        ones[k] = 1.0f;
-        zeros[k] = 0.0f;
     }
     __shared__ float2 cs[ROPE_BLOCK_PAIRS];
     const u32 group = blockDim.y * ROPE_HEADS;
@@ -88,7 +86,7 @@ __device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, 
         const u32 h = base + threadIdx.y * ROPE_HEADS;
         const u32 count = h < n_heads ? min(ROPE_HEADS, n_heads - h) : 0u;
         const u64 at = (u64(blockIdx.x) * n_heads + h) * head_dim + p0;
-        RopeQuad q;
+        RopeQuad<T> q;
         rope_quad_load(input, at, head_dim, half_dim, count, ROPE_PAIRS, vec, q);
         if (base == 0u) {
             rope_block_angles(0u, half_rope, [&](u32 i, float& ci, float& si) {
@@ -101,29 +99,41 @@ __device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, 
                 s[k] = t.y;
             }
         }
+        // A head at a time, widened from its loaded bits: every lane runs
+        // each head's shuffles (the heads past count add zeros), so the
+        // shuffles see whole warps.
 #pragma unroll
         for (u32 j = 0; j < ROPE_HEADS; ++j) {
+            float a[ROPE_PAIRS], b[ROPE_PAIRS];
+            rope_unpack<T>(q.a[j], a);
+            rope_unpack<T>(q.b[j], b);
             float sq = 0.0f;
 #pragma unroll
-            for (u32 k = 0; k < ROPE_PAIRS; ++k) sq += j < count ? q.a[j][k] * q.a[j][k] + q.b[j][k] * q.b[j][k] : 0.0f;
+            for (u32 k = 0; k < ROPE_PAIRS; ++k) sq += j < count ? a[k] * a[k] + b[k] * b[k] : 0.0f;
             for (u32 o = blockDim.x / 2u; o > 0u; o /= 2u) sq += __shfl_xor_sync(0xffffffffu, sq, o);
             const float inv = 1.0f / sqrtf(sq / float(head_dim) + eps);
 #pragma unroll
             for (u32 k = 0; k < ROPE_PAIRS; ++k) {
-                q.a[j][k] *= inv;
-                q.b[j][k] *= inv;
+                a[k] *= inv;
+                b[k] *= inv;
+            }
+            if (j < count) {
+                T* y = output + at + u64(j) * head_dim;
+                if (v_out != nullptr) {
+                    T* yv = v_out + at + u64(j) * head_dim;
+                    rope_store(yv, vec, ROPE_PAIRS, a);
+                    rope_store(yv + half_dim, vec, ROPE_PAIRS, b);
+                }
+#pragma unroll
+                for (u32 k = 0; k < ROPE_PAIRS; ++k) {
+                    a[k] *= wa[k];
+                    b[k] *= wb[k];
+                }
+                rope_quad_turn(a, b, turn, c, s);
+                rope_store(y, vec, ROPE_PAIRS, a);
+                rope_store(y + half_dim, vec, ROPE_PAIRS, b);
             }
         }
-        if (v_out != nullptr) rope_quad_store(v_out, at, head_dim, half_dim, count, ROPE_PAIRS, 0u, vec, ones, zeros, q);
-#pragma unroll
-        for (u32 j = 0; j < ROPE_HEADS; ++j) {
-#pragma unroll
-            for (u32 k = 0; k < ROPE_PAIRS; ++k) {
-                q.a[j][k] *= wa[k];
-                q.b[j][k] *= wb[k];
-            }
-        }
-        rope_quad_store(output, at, head_dim, half_dim, count, ROPE_PAIRS, turn, vec, c, s, q);
     }
 }
 

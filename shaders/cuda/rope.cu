@@ -34,6 +34,73 @@ __device__ __forceinline__ void rope_normal(const T* input, T* output, const Rop
     output[at + 1] = from_f<T>(a * s + b * c);
 }
 
+// The rows form of rope_<dtype>: a thread two chunks of ROPE_PAIRS elements
+// (two pairs each) of ROPE_HEADS consecutive rows from r0, chunks c0 =
+// 2 blockDim.x blockIdx.y + threadIdx.x and c0 + blockDim.x, so that a
+// warp's loads of a row are contiguous. Its four pairs' divisors are formed
+// once, and a row whose position repeats the row before's keeps that row's
+// (cos, sin) (the rows of one token's heads share a position): a row costs
+// its bytes, not a powf and a sincosf a pair. Every load is issued before
+// the first angle and held as loaded (RopeRaw). The launch covers the rows
+// exactly (rows a multiple of ROPE_HEADS), as mlx-native's exact threads:
+// RopeParams carries no row count.
+template <typename T>
+__device__ __forceinline__ void rope_normal_rows(const T* input, T* output, const RopeParams* p, const u32* positions) {
+    const u32 head_dim = u32(p->head_dim);
+    const u32 r0 = (blockIdx.x * blockDim.y + threadIdx.y) * ROPE_HEADS;
+    u32 e[2], width[2];
+#pragma unroll
+    for (u32 h = 0; h < 2u; ++h) {
+        e[h] = ROPE_PAIRS * ((2u * blockIdx.y + h) * blockDim.x + threadIdx.x);
+        width[h] = e[h] < head_dim ? min(ROPE_PAIRS, head_dim - e[h]) : 0u;
+    }
+    if (width[0] == 0u) return;
+    constexpr u64 vbytes = ROPE_PAIRS * sizeof(T);
+    const bool vec = head_dim % ROPE_PAIRS == 0u && reinterpret_cast<u64>(input) % vbytes == 0u &&
+                     reinterpret_cast<u64>(output) % vbytes == 0u;
+    RopeRaw<T> x[2][ROPE_HEADS];
+    u32 pos[ROPE_HEADS];
+#pragma unroll
+    for (u32 j = 0; j < ROPE_HEADS; ++j) {
+        pos[j] = positions[r0 + j];
+#pragma unroll
+        for (u32 h = 0; h < 2u; ++h) {
+            if (width[h] > 0u) rope_raw_load(input + u64(r0 + j) * head_dim + e[h], vec, width[h], x[h][j]);
+        }
+    }
+    // Pair 2k + i of the thread: element pair i of chunk k.
+    float d[2][2], c[2][2], s[2][2];
+#pragma unroll
+    for (u32 h = 0; h < 2u; ++h) {
+#pragma unroll
+        for (u32 i = 0; i < 2u; ++i) d[h][i] = rope_divisor(e[h] / 2u + i, p->head_dim, p->theta);
+    }
+#pragma unroll
+    for (u32 j = 0; j < ROPE_HEADS; ++j) {
+        if (j == 0u || pos[j] != pos[j - 1u]) {
+#pragma unroll
+            for (u32 h = 0; h < 2u; ++h) {
+#pragma unroll
+                for (u32 i = 0; i < 2u; ++i) rope_turn(pos[j], d[h][i], 1.0f, &c[h][i], &s[h][i]);
+            }
+        }
+#pragma unroll
+        for (u32 h = 0; h < 2u; ++h) {
+            if (width[h] > 0u) {
+                float v[ROPE_PAIRS];
+                rope_unpack<T>(x[h][j], v);
+#pragma unroll
+                for (u32 i = 0; i < 2u; ++i) {
+                    const float a = v[2u * i], b = v[2u * i + 1u];
+                    v[2u * i] = a * c[h][i] - b * s[h][i];
+                    v[2u * i + 1u] = a * s[h][i] + b * c[h][i];
+                }
+                rope_store(output + u64(r0 + j) * head_dim + e[h], vec, width[h], v);
+            }
+        }
+    }
+}
+
 template <typename T>
 __device__ __forceinline__ void rope_neox(const T* input, T* output, const RopeParams* p, const u32* positions,
                                           u32 n_heads, bool has_ff, const float* freq_factors) {
@@ -81,6 +148,22 @@ extern "C" __global__ void rope_f16(const __half* input, __half* output, const R
 extern "C" __global__ void rope_bf16(const __nv_bfloat16* input, __nv_bfloat16* output, const RopeParams* params,
                                      const u32* positions) {
     rope_normal<__nv_bfloat16>(input, output, params, positions);
+}
+
+// The rows form of rope_<dtype> (same bindings; ropeRowsCudaLaunch in
+// ts/ops/rope.ts): grid (rows / ROPE_HEADS / ty, ceil(head_dim /
+// ROPE_PAIRS / 2 / tx)), rows a multiple of ROPE_HEADS * ty.
+extern "C" __global__ void rope_f32_rows(const float* input, float* output, const RopeParams* params, const u32* positions) {
+    rope_normal_rows<float>(input, output, params, positions);
+}
+
+extern "C" __global__ void rope_f16_rows(const __half* input, __half* output, const RopeParams* params, const u32* positions) {
+    rope_normal_rows<__half>(input, output, params, positions);
+}
+
+extern "C" __global__ void rope_bf16_rows(const __nv_bfloat16* input, __nv_bfloat16* output, const RopeParams* params,
+                                          const u32* positions) {
+    rope_normal_rows<__nv_bfloat16>(input, output, params, positions);
 }
 
 // buffer(0) input [seq_len * n_heads, head_dim], (1) output (may be input), (2) RopeParams,

@@ -1,6 +1,7 @@
 // rope: rotary position embedding, mlx-native's rope family (rope_<dtype>,
-// rope_neox_<dtype>). Kernels: shaders/rope.metal and shaders/cuda/rope.cu,
-// one thread per rotated pair.
+// rope_neox_<dtype>). Kernels: shaders/rope.metal and shaders/cuda/rope.cu:
+// one thread per rotated pair, and on CUDA for many rows the `_rows` (rope)
+// and `_heads` (rope_neox) forms, a thread 4 pairs of 8 rows or heads.
 
 import src from '../../shaders/rope.metal' with { type: 'text' };
 import cudaSrc from '../../shaders/cuda/rope.cu' with { type: 'text' };
@@ -200,7 +201,8 @@ export function ropeLaunch(pairs: number, rows: number): Pick<PlannedDispatch, '
  * Layouts: input, output [seqLen, headDim], one dtype: f32, f16 or bf16;
  * positions [seqLen] u32 (or i32 >= 0). output may be input.
  * Bindings: 0 input, 1 output, 2 RopeParams (theta, headDim, 0, 0), 3 positions.
- * Grid: (ceil(headDim/2 / tx), seqLen / ty) threadgroups of (tx, ty) = (min(64, headDim/2), 4|2|1).
+ * Grid: (ceil(headDim/2 / tx), seqLen / ty) threadgroups of (tx, ty) = (min(64, headDim/2), 4|2|1);
+ * on CUDA the rows form where ropeRowsCudaLaunch takes the rows.
  */
 export function rope(enc: Encoder, args: RopeArgs): void {
   record(enc, planRope(args, enc.device.limits, enc.device));
@@ -209,12 +211,36 @@ export function rope(enc: Encoder, args: RopeArgs): void {
 /** rope's plan: validates, then one dispatch (see rope). */
 export function planRope(a: RopeArgs, _limits: DeviceLimits, device?: Device): OpPlan {
   validateRope(a, device);
+  const rows = ropeRowsCudaLaunch(`rope_${a.input.dtype}`, a.headDim, a.seqLen);
   return planOf({
     kernel: `rope_${a.input.dtype}`,
     buffers: [a.input, a.output, , a.positions],
     bytes: [, , packRopeParams({ theta: a.theta, headDim: a.headDim })],
     ...ropeLaunch(a.headDim / 2, a.seqLen),
+    ...(rows ? { cuda: rows } : {}),
   });
+}
+
+/**
+ * The CUDA rows form of rope (`<kernel>_rows`, shaders/cuda/rope.cu) where
+ * the rows are at least ROPE_HEADS_MIN_TOKENS * ROPE_HEADS and a multiple of
+ * ROPE_HEADS: a thread two chunks of ROPE_PAIRS elements (two pairs each),
+ * blockDim.x chunks apart, of ROPE_HEADS consecutive rows, each pair's
+ * divisor formed once and each (cos, sin) once a run of rows of one
+ * position. Grid (rows / ROPE_HEADS / ty, ceil(chunks / 2 / tx)) of (tx, ty)
+ * = (min(64, ceil(chunks / 2)), the largest power of two up to 256 / tx
+ * dividing rows / ROPE_HEADS), chunks = ceil(headDim / ROPE_PAIRS): the grid
+ * covers the rows exactly, as the kernel has no row count. undefined below
+ * those rows.
+ */
+export function ropeRowsCudaLaunch(kernel: string, headDim: number, rows: number): CudaLaunch | undefined {
+  if (rows < ROPE_HEADS_MIN_TOKENS * ROPE_HEADS || rows % ROPE_HEADS !== 0) return undefined;
+  const units = Math.ceil(Math.ceil(headDim / ROPE_PAIRS) / 2);
+  const tx = Math.min(ROPE_MAX_PAIR_THREADS, units);
+  const groups = rows / ROPE_HEADS;
+  let ty = 1;
+  while (ty * 2 * tx <= 256 && groups % (ty * 2) === 0) ty *= 2;
+  return { grid: [groups / ty, Math.ceil(units / tx), 1], threads: [tx, ty, 1], entry: `${kernel}_rows` };
 }
 
 /**

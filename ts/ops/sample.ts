@@ -35,8 +35,13 @@ export const SAMPLE_KERNELS = [
 export const SAMPLE_MAX_K = 256;
 /** Elements per threadgroup of argmax's first pass at least (its scratch is sized for this slice). */
 export const ARGMAX_SLICE = 2048;
-/** First-pass threadgroups of argmax that fill a large GPU: past them, the slices grow. */
-const ARGMAX_FILL_BLOCKS = 1024;
+/**
+ * First-pass threadgroups of argmax that fill a large GPU in one wave: past
+ * them, the slices grow. 512 is under 4 a multiprocessor of a 132-SM H100 or
+ * H200, where 5 of the CUDA first pass's blocks fit an SM: 1024 ran in 1.55
+ * waves, its second wave half empty.
+ */
+const ARGMAX_FILL_BLOCKS = 512;
 
 /**
  * Elements per threadgroup of argmax's first pass: ARGMAX_SLICE doubled (up

@@ -1,10 +1,11 @@
-// rope_neox, rope_multi and fused_head_norm_rope's CUDA kernels
+// rope, rope_neox, rope_multi and fused_head_norm_rope's CUDA kernels
 // (shaders/cuda/{rope,rope_multi,fused_head_norm_rope}.cu) on the CPU
 // simulation (sim_runtime.h), against float64 references written here, at
 // the launches ts/ops/rope.ts, rope_multi.ts and fused_head_norm_rope.ts plan
-// (written out again below): the one-pair (one-row) entries and the `_heads`
-// entries (4 pairs of 8 heads a thread, a block's angles formed once, the
-// norm reduced by shuffles), partial rotary ending inside a thread's four
+// (written out again below): the one-pair (one-row) entries, rope's `_rows`
+// entries (4 pairs of 8 rows a thread, an angle kept while the position
+// repeats) and the `_heads` entries (4 pairs of 8 heads a thread, a block's
+// angles formed once, the norm reduced by shuffles), partial rotary ending inside a thread's four
 // pairs, more heads than a thread holds, half rows of no whole vector, in
 // place, frequency factors, q / k / v in one dispatch with v from k or in
 // place. run.sh builds and runs it (`rope`).
@@ -78,6 +79,44 @@ std::vector<u32> positions(u32 seq) {
   std::vector<u32> p(seq);
   for (u32 t = 0; t < seq; ++t) p[t] = (t * 37u + 5u) % 97u;
   return p;
+}
+
+// ---- rope (normal pairing) ----
+
+// ts/ops/rope.ts ropeRowsCudaLaunch (rows a multiple of 8).
+Launch rows_launch(u32 head_dim, u32 rows) {
+  const u32 units = cdiv(cdiv(head_dim, 4), 2), tx = std::min(64u, units), groups = rows / 8;
+  u32 ty = 1;
+  while (ty * 2 * tx <= 256 && groups % (ty * 2) == 0) ty *= 2;
+  return {{groups / ty, cdiv(units, tx), 1}, {tx, ty, 1}};
+}
+
+// rows [rows, hd], positions repeating `repeat` rows each (a token's heads).
+template <class T, class K>
+void run_normal(const char* name, K kernel, bool rows_form, u32 rows, u32 hd, u32 repeat, bool in_place) {
+  const u32 n = rows * hd;
+  Arr<T> x(n), y(n);
+  x.random(-2, 2);
+  std::vector<double> want(n);
+  std::vector<u32> pos(rows);
+  const auto runs = positions(cdiv(rows, repeat));
+  for (u32 r = 0; r < rows; ++r) pos[r] = runs[r / repeat];
+  const double theta = 1e4;
+  for (u32 r = 0; r < rows; ++r)
+    for (u32 i = 0; i < hd / 2; ++i) {
+      const double a = x.at(r * hd + 2 * i), b = x.at(r * hd + 2 * i + 1);
+      const double t = double(float(pos[r])) / std::pow(theta, 2.0 * i / hd);
+      want[r * hd + 2 * i] = a * std::cos(t) - b * std::sin(t);
+      want[r * hd + 2 * i + 1] = a * std::sin(t) + b * std::cos(t);
+    }
+  T* out = in_place ? x.p : y.p;
+  if (!in_place) y.poison();
+  const RopeParams p{float(theta), float(hd), 0.0f, 0.0f};
+  const Launch l = rows_form ? rows_launch(hd, rows) : rope_launch(hd / 2, rows);
+  sim_launch(l.grid, l.block, 0, [&] { kernel(x.p, out, &p, pos.data()); });
+  check(std::string(name) + " [" + std::to_string(rows) + ", " + std::to_string(hd) + "] a position every " + std::to_string(repeat) +
+          " rows" + (in_place ? ", in place" : ""),
+        out, want, tol_rope<T>());
 }
 
 // ---- rope_neox ----
@@ -225,6 +264,16 @@ int main() {
       run_neox<__nv_bfloat16>(heads ? "rope_neox_bf16_heads" : "rope_neox_bf16", heads ? no_ff(rope_neox_bf16_heads) : no_ff(rope_neox_bf16),
                               heads, s[0], s[1], s[2], s[3], false, true);
       run_neox<__half>(heads ? "rope_neox_f16_heads" : "rope_neox_f16", heads ? rope_neox_f16_heads : rope_neox_f16, heads, s[0], s[1], s[2], s[3], false, false);
+    }
+  // [rows, head dim, rows a position]: a token's 16 heads; runs of 3 across a thread's 8 rows, rows of 3 chunks (no
+  // vectors); 80 threads of chunk pairs (a second block along the rows' chunks); 25 groups of 8 rows; rows of a
+  // chunk and a half (a thread's second chunk of one pair).
+  const u32 normal[][3] = {{128, 128, 16}, {136, 12, 3}, {256, 640, 1}, {200, 64, 5}, {128, 6, 2}};
+  for (bool rows_form : {false, true})
+    for (const auto& s : normal) {
+      run_normal<float>(rows_form ? "rope_f32_rows" : "rope_f32", rows_form ? rope_f32_rows : rope_f32, rows_form, s[0], s[1], s[2], false);
+      run_normal<__nv_bfloat16>(rows_form ? "rope_bf16_rows" : "rope_bf16", rows_form ? rope_bf16_rows : rope_bf16, rows_form, s[0], s[1], s[2], true);
+      run_normal<__half>(rows_form ? "rope_f16_rows" : "rope_f16", rows_form ? rope_f16_rows : rope_f16, rows_form, s[0], s[1], s[2], false);
     }
   const u32 qwen[4] = {11, 11, 10, 0}, small[4] = {5, 4, 4, 0};
   for (bool heads : {false, true}) {
