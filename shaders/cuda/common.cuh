@@ -874,7 +874,10 @@ __device__ __forceinline__ void rope_block_angles(u32 first, u32 count, Angle an
 // ROPE_HEADS + j (then blockDim.y * ROPE_HEADS further; every thread runs the
 // same rounds) of token blockIdx.x; angle(p, c, s) forms pair p's (cos, sin),
 // once a block (rope_block_angles), while the first heads' loads are in
-// flight.
+// flight. angle should read no memory: a load issued behind a thread's 16
+// row loads waits on their scoreboards (ncu: the angles then start only when
+// the rows have come), so its inputs are read before (rope_multi) or its
+// form without them is chosen by a uniform branch (frequency factors).
 template <typename T, typename Angle>
 __device__ __forceinline__ void rope_heads(const T* input, T* output, u32 n_heads, u32 head_dim, u32 half_rope, Angle angle) {
     __shared__ float2 cs[ROPE_BLOCK_PAIRS];

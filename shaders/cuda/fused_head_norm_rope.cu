@@ -73,6 +73,8 @@ __device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, 
     const u32 half_dim = head_dim / 2u;
     const u32 p0 = ROPE_PAIRS * threadIdx.x;
     const u32 turn = half_rope > p0 ? min(ROPE_PAIRS, half_rope - p0) : 0u;
+    // head_dim is 8 blockDim.x, a power of two: sq * inv_dim is sq / head_dim exactly.
+    const float inv_dim = 1.0f / float(head_dim);
     const bool vec = rope_quad_vectors(input, output, half_dim) && (v_out == nullptr || rope_quad_vectors(input, v_out, half_dim));
     float wa[ROPE_PAIRS], wb[ROPE_PAIRS], c[ROPE_PAIRS], s[ROPE_PAIRS];
 #pragma unroll
@@ -89,9 +91,16 @@ __device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, 
         RopeQuad<T> q;
         rope_quad_load(input, at, head_dim, half_dim, count, ROPE_PAIRS, vec, q);
         if (base == 0u) {
-            rope_block_angles(0u, half_rope, [&](u32 i, float& ci, float& si) {
-                rope_cos_sin(pos, i, float(head_dim), theta, has_ff ? freq_factors[i] : 1.0f, &ci, &si);
-            }, cs);
+            // Without factors the angles read no memory (see rope_heads).
+            if (has_ff) {
+                rope_block_angles(0u, half_rope, [&](u32 i, float& ci, float& si) {
+                    rope_cos_sin(pos, i, float(head_dim), theta, freq_factors[i], &ci, &si);
+                }, cs);
+            } else {
+                rope_block_angles(0u, half_rope, [&](u32 i, float& ci, float& si) {
+                    rope_cos_sin(pos, i, float(head_dim), theta, 1.0f, &ci, &si);
+                }, cs);
+            }
 #pragma unroll
             for (u32 k = 0; k < ROPE_PAIRS; ++k) {
                 const float2 t = k < turn ? cs[p0 + k] : make_float2(1.0f, 0.0f);
@@ -110,8 +119,11 @@ __device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, 
             float sq = 0.0f;
 #pragma unroll
             for (u32 k = 0; k < ROPE_PAIRS; ++k) sq += j < count ? a[k] * a[k] + b[k] * b[k] : 0.0f;
-            for (u32 o = blockDim.x / 2u; o > 0u; o /= 2u) sq += __shfl_xor_sync(0xffffffffu, sq, o);
-            const float inv = 1.0f / sqrtf(sq / float(head_dim) + eps);
+#pragma unroll
+            for (u32 o = 16u; o > 0u; o /= 2u) {
+                if (o < blockDim.x) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+            }
+            const float inv = 1.0f / sqrtf(sq * inv_dim + eps);
 #pragma unroll
             for (u32 k = 0; k < ROPE_PAIRS; ++k) {
                 a[k] *= inv;

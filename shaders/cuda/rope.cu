@@ -34,19 +34,24 @@ __device__ __forceinline__ void rope_normal(const T* input, T* output, const Rop
     output[at + 1] = from_f<T>(a * s + b * c);
 }
 
+// blockDim.x of the rows form at most (ts/ops/rope.ts ROPE_MAX_PAIR_THREADS).
+constexpr u32 ROPE_MAX_ROW_THREADS = 64u;
+
 // The rows form of rope_<dtype>: a thread two chunks of ROPE_PAIRS elements
 // (two pairs each) of ROPE_HEADS consecutive rows from r0, chunks c0 =
 // 2 blockDim.x blockIdx.y + threadIdx.x and c0 + blockDim.x, so that a
 // warp's loads of a row are contiguous. Its four pairs' divisors are formed
-// once, and a row whose position repeats the row before's keeps that row's
-// (cos, sin) (the rows of one token's heads share a position): a row costs
-// its bytes, not a powf and a sincosf a pair. Every load is issued before
-// the first angle and held as loaded (RopeRaw). The launch covers the rows
-// exactly (rows a multiple of ROPE_HEADS), as mlx-native's exact threads:
-// RopeParams carries no row count.
+// once a block (in shared memory, spread over its threads), and a row whose
+// position repeats the row before's keeps that row's (cos, sin) (the rows of
+// one token's heads share a position): a row costs its bytes, not a powf and
+// a sincosf a pair. Every load is issued before the first angle and held as
+// loaded (RopeRaw); the params are read before them (see rope_heads). The
+// launch covers the rows exactly (rows a multiple of ROPE_HEADS), as
+// mlx-native's exact threads: RopeParams carries no row count.
 template <typename T>
 __device__ __forceinline__ void rope_normal_rows(const T* input, T* output, const RopeParams* p, const u32* positions) {
-    const u32 head_dim = u32(p->head_dim);
+    const float head_dim_f = p->head_dim, theta = p->theta;
+    const u32 head_dim = u32(head_dim_f);
     const u32 r0 = (blockIdx.x * blockDim.y + threadIdx.y) * ROPE_HEADS;
     u32 e[2], width[2];
 #pragma unroll
@@ -54,7 +59,6 @@ __device__ __forceinline__ void rope_normal_rows(const T* input, T* output, cons
         e[h] = ROPE_PAIRS * ((2u * blockIdx.y + h) * blockDim.x + threadIdx.x);
         width[h] = e[h] < head_dim ? min(ROPE_PAIRS, head_dim - e[h]) : 0u;
     }
-    if (width[0] == 0u) return;
     constexpr u64 vbytes = ROPE_PAIRS * sizeof(T);
     const bool vec = head_dim % ROPE_PAIRS == 0u && reinterpret_cast<u64>(input) % vbytes == 0u &&
                      reinterpret_cast<u64>(output) % vbytes == 0u;
@@ -62,18 +66,27 @@ __device__ __forceinline__ void rope_normal_rows(const T* input, T* output, cons
     u32 pos[ROPE_HEADS];
 #pragma unroll
     for (u32 j = 0; j < ROPE_HEADS; ++j) {
-        pos[j] = positions[r0 + j];
+        pos[j] = width[0] > 0u ? positions[r0 + j] : 0u;
 #pragma unroll
         for (u32 h = 0; h < 2u; ++h) {
             if (width[h] > 0u) rope_raw_load(input + u64(r0 + j) * head_dim + e[h], vec, width[h], x[h][j]);
         }
     }
-    // Pair 2k + i of the thread: element pair i of chunk k.
+    // The block's 4 blockDim.x pairs' divisors from its first pair on: the
+    // thread's pair 2 (h blockDim.x + threadIdx.x) + i is element pair i of
+    // its chunk h.
+    __shared__ float divisors[4u * ROPE_MAX_ROW_THREADS];
+    const u32 first = 4u * blockDim.x * blockIdx.y;
+    for (u32 q = threadIdx.y * blockDim.x + threadIdx.x; q < 4u * blockDim.x; q += blockDim.x * blockDim.y) {
+        divisors[q] = rope_divisor(first + q, head_dim_f, theta);
+    }
+    __syncthreads();
+    if (width[0] == 0u) return;
     float d[2][2], c[2][2], s[2][2];
 #pragma unroll
     for (u32 h = 0; h < 2u; ++h) {
 #pragma unroll
-        for (u32 i = 0; i < 2u; ++i) d[h][i] = rope_divisor(e[h] / 2u + i, p->head_dim, p->theta);
+        for (u32 i = 0; i < 2u; ++i) d[h][i] = divisors[2u * (h * blockDim.x + threadIdx.x) + i];
     }
 #pragma unroll
     for (u32 j = 0; j < ROPE_HEADS; ++j) {
@@ -129,9 +142,16 @@ __device__ __forceinline__ void rope_neox_heads(const T* input, T* output, const
                                                 u32 n_heads, bool has_ff, const float* freq_factors) {
     const u32 pos = positions[blockIdx.x];
     const float head_dim = p->head_dim, theta = p->theta;
-    rope_heads(input, output, n_heads, u32(p->head_dim), u32(p->rope_dim) / 2u, [&](u32 pair, float& c, float& s) {
-        rope_cos_sin(pos, pair, head_dim, theta, has_ff ? freq_factors[pair] : 1.0f, &c, &s);
-    });
+    const u32 hd = u32(p->head_dim), half_rope = u32(p->rope_dim) / 2u;
+    if (has_ff) {
+        rope_heads(input, output, n_heads, hd, half_rope, [&](u32 pair, float& c, float& s) {
+            rope_cos_sin(pos, pair, head_dim, theta, freq_factors[pair], &c, &s);
+        });
+    } else {
+        rope_heads(input, output, n_heads, hd, half_rope, [&](u32 pair, float& c, float& s) {
+            rope_cos_sin(pos, pair, head_dim, theta, 1.0f, &c, &s);
+        });
+    }
 }
 
 }  // namespace

@@ -33,19 +33,42 @@ __device__ __forceinline__ u32 rope_multi_axis(u32 sector, u32 mode, const RopeM
     return 3u;
 }
 
-// Pair `pair`'s (cos, sin) at token `token` (see the Metal file).
-__device__ __forceinline__ void rope_multi_cos_sin(u32 pair, u32 token, const RopeMultiParams* p, const int* positions,
-                                                  const RopeMultiRopeParams* rp, const RopeMultiSections* s, float& c,
-                                                  float& sn) {
-    const u32 half_rope = u32(p->rope_dim) / 2u;
-    const bool vision = rp->mode == ROPE_MULTI_VISION;
+// What a token's angles read: the params and the token's four positions
+// (as floats), read once (the heads form reads them before its rows, see
+// rope_heads).
+struct RopeMultiAngles {
+    float freq_base, rope_dim;
+    u32 mode, seq_len;
+    RopeMultiSections s;
+    float pos[4];
+};
+
+__device__ __forceinline__ RopeMultiAngles rope_multi_angles(const RopeMultiParams* p, const int* positions,
+                                                             const RopeMultiRopeParams* rp, const RopeMultiSections* s,
+                                                             u32 token) {
+    RopeMultiAngles a;
+    a.freq_base = p->freq_base;
+    a.rope_dim = p->rope_dim;
+    a.mode = rp->mode;
+    a.seq_len = rp->seq_len;
+    a.s = *s;
+#pragma unroll
+    for (u32 axis = 0; axis < 4u; ++axis) a.pos[axis] = float(positions[u64(axis) * a.seq_len + token]);
+    return a;
+}
+
+// Pair `pair`'s (cos, sin) (see the Metal file).
+__device__ __forceinline__ void rope_multi_cos_sin(u32 pair, const RopeMultiAngles& a, float& c, float& sn) {
+    const RopeMultiSections* s = &a.s;
+    const u32 half_rope = u32(a.rope_dim) / 2u;
+    const bool vision = a.mode == ROPE_MULTI_VISION;
     const u32 sections = vision ? s->s0 + s->s1 : s->s0 + s->s1 + s->s2 + s->s3;
     const u32 sector = pair % max(sections, 1u);
-    const u32 axis = rope_multi_axis(sector, rp->mode, s);
+    const u32 axis = rope_multi_axis(sector, a.mode, s);
     const u32 q = vision ? (sector < s->s0 ? sector : sector - s->s0) : pair;
-    const float denom = vision ? float(half_rope) : p->rope_dim;
-    const float pos = float(positions[u64(axis) * rp->seq_len + token]);
-    sincosf(pos / powf(p->freq_base, float(2u * q) / denom), &sn, &c);
+    const float denom = vision ? float(half_rope) : a.rope_dim;
+    const float pos = axis == 0u ? a.pos[0] : axis == 1u ? a.pos[1] : axis == 2u ? a.pos[2] : a.pos[3];
+    sincosf(pos / powf(a.freq_base, float(2u * q) / denom), &sn, &c);
 }
 
 template <typename T>
@@ -65,7 +88,7 @@ __device__ __forceinline__ void rope_multi_impl(const T* input, T* output, const
         return;
     }
     float c, sn;
-    rope_multi_cos_sin(pair, token, p, positions, rp, s, c, sn);
+    rope_multi_cos_sin(pair, rope_multi_angles(p, positions, rp, s, token), c, sn);
     const float a = to_f(input[base + pair]);
     const float b = to_f(input[base + pair + half_dim]);
     output[base + pair] = from_f<T>(a * c - b * sn);
@@ -77,8 +100,9 @@ __device__ __forceinline__ void rope_multi_heads(const T* input, T* output, cons
                                                  const RopeMultiRopeParams* rp, const RopeMultiSections* s) {
     const u32 token = blockIdx.x;
     if (token >= rp->seq_len) return;
+    const RopeMultiAngles a = rope_multi_angles(p, positions, rp, s, token);
     rope_heads(input, output, rp->n_heads, u32(p->head_dim), u32(p->rope_dim) / 2u, [&](u32 pair, float& c, float& sn) {
-        rope_multi_cos_sin(pair, token, p, positions, rp, s, c, sn);
+        rope_multi_cos_sin(pair, a, c, sn);
     });
 }
 
