@@ -64,8 +64,12 @@ __device__ __forceinline__ void head_norm_rope(const T* input, T* output, const 
 // RopeQuad), blockDim.x threads one head's row, its sum of squares reduced
 // by shuffles inside those lanes; every lane runs the same rounds, so the
 // shuffles see whole warps. Each angle is formed once a block
-// (rope_block_angles), each weight once a thread, and serve its heads. v_out (v_mode 2): the row normalized, no weight or
-// rope, stored before the row's own output.
+// (rope_block_angles) and folded with the thread's weights once (w_a c, w_b
+// s, w_a s, w_b c), so a pair costs (a w_a c - b w_b s) / rms and (a w_a s +
+// b w_b c) / rms; 1 / rms is rsqrtf's (as rms_norm's), not the one-row form's
+// 1 / sqrtf: this form's results may differ from it by an ulp of f32 before
+// rounding to T. v_out (v_mode 2): the row normalized, no weight or rope,
+// stored before the row's own output.
 template <typename T, typename W>
 __device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, const W* norm_weight, bool has_weight, float eps,
                                                      u32 head_dim, u32 n_heads, u32 half_rope, float theta, u32 pos,
@@ -76,7 +80,7 @@ __device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, 
     // head_dim is 8 blockDim.x, a power of two: sq * inv_dim is sq / head_dim exactly.
     const float inv_dim = 1.0f / float(head_dim);
     const bool vec = rope_quad_vectors(input, output, half_dim) && (v_out == nullptr || rope_quad_vectors(input, v_out, half_dim));
-    float wa[ROPE_PAIRS], wb[ROPE_PAIRS], c[ROPE_PAIRS], s[ROPE_PAIRS];
+    float wa[ROPE_PAIRS], wb[ROPE_PAIRS], wac[ROPE_PAIRS], wbs[ROPE_PAIRS], was[ROPE_PAIRS], wbc[ROPE_PAIRS];
 #pragma unroll
     for (u32 k = 0; k < ROPE_PAIRS; ++k) {
         wa[k] = has_weight ? to_f(norm_weight[p0 + k]) : 1.0f;
@@ -104,8 +108,10 @@ __device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, 
 #pragma unroll
             for (u32 k = 0; k < ROPE_PAIRS; ++k) {
                 const float2 t = k < turn ? cs[p0 + k] : make_float2(1.0f, 0.0f);
-                c[k] = t.x;
-                s[k] = t.y;
+                wac[k] = wa[k] * t.x;
+                wbs[k] = wb[k] * t.y;
+                was[k] = wa[k] * t.y;
+                wbc[k] = wb[k] * t.x;
             }
         }
         // A head at a time, widened from its loaded bits: every lane runs
@@ -123,25 +129,27 @@ __device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, 
             for (u32 o = 16u; o > 0u; o /= 2u) {
                 if (o < blockDim.x) sq += __shfl_xor_sync(0xffffffffu, sq, o);
             }
-            const float inv = 1.0f / sqrtf(sq * inv_dim + eps);
-#pragma unroll
-            for (u32 k = 0; k < ROPE_PAIRS; ++k) {
-                a[k] *= inv;
-                b[k] *= inv;
-            }
+            const float inv = rsqrtf(sq * inv_dim + eps);
             if (j < count) {
-                T* y = output + at + u64(j) * head_dim;
                 if (v_out != nullptr) {
+                    float va[ROPE_PAIRS], vb[ROPE_PAIRS];
+#pragma unroll
+                    for (u32 k = 0; k < ROPE_PAIRS; ++k) {
+                        va[k] = a[k] * inv;
+                        vb[k] = b[k] * inv;
+                    }
                     T* yv = v_out + at + u64(j) * head_dim;
-                    rope_store(yv, vec, ROPE_PAIRS, a);
-                    rope_store(yv + half_dim, vec, ROPE_PAIRS, b);
+                    rope_store(yv, vec, ROPE_PAIRS, va);
+                    rope_store(yv + half_dim, vec, ROPE_PAIRS, vb);
                 }
+                // (a w_a, b w_b) turned by (c, s), then scaled by inv.
 #pragma unroll
                 for (u32 k = 0; k < ROPE_PAIRS; ++k) {
-                    a[k] *= wa[k];
-                    b[k] *= wb[k];
+                    const float x = a[k], z = b[k];
+                    a[k] = (x * wac[k] - z * wbs[k]) * inv;
+                    b[k] = (x * was[k] + z * wbc[k]) * inv;
                 }
-                rope_quad_turn(a, b, turn, c, s);
+                T* y = output + at + u64(j) * head_dim;
                 rope_store(y, vec, ROPE_PAIRS, a);
                 rope_store(y + half_dim, vec, ROPE_PAIRS, b);
             }
