@@ -12,7 +12,9 @@
 // tx + threadIdx.x, one pair a thread (rope_neox: the pairs past rope_dim / 2
 // copied by the same threads). rope_neox_<dtype>_heads (many tokens): token =
 // blockIdx.x, a thread ROPE_PAIRS pairs of ROPE_HEADS heads (common.cuh's
-// rope_heads; ropeHeadsCudaLaunch in ts/ops/rope.ts). Each element is read
+// rope_heads; ropeHeadsCudaLaunch in ts/ops/rope.ts). rope_<dtype>_rows
+// (many rows): a thread ROPE_PAIRS pairs of ROPE_HEADS consecutive rows
+// (rope_normal_rows below; ropeRowsCudaLaunch). Each element is read
 // and written by one thread, read first: output may be input (in place). The
 // angle is formed in f32 as Metal's; powf, division and sincosf are the
 // accurate ones (no fast math), so large positions keep their accuracy.
