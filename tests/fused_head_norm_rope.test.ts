@@ -302,6 +302,8 @@ describeBackends('fused_head_norm_rope_qkv parity', ({ device }) => {
     { seqLen: 17, nHeads: 19, nKvHeads: 2, headDim: 128, halfRopeDim: 30, theta: 1e6, ff: true, v: 'fromK' },
     { seqLen: 16, nHeads: 9, nKvHeads: 9, headDim: 64, halfRopeDim: 32, theta: 1e4, ff: false, v: 'own' },
     { seqLen: 18, nHeads: 16, nKvHeads: 8, headDim: 256, halfRopeDim: 128, theta: 1e4, ff: false, v: 'own' },
+    // CUDA's heads form with as many k and v heads as q heads, v in place, factors.
+    { seqLen: 16, nHeads: 16, nKvHeads: 16, headDim: 256, halfRopeDim: 64, theta: 1e4, ff: true, v: 'own' },
   ] as const;
   test('q, k and v in one dispatch: bit for bit the three single ops, and the float64 reference within its bound', () => {
     const dev = device();

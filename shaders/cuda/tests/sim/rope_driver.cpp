@@ -286,6 +286,8 @@ int main() {
     run_fused_f32(heads, 16, 4, 256, 128);
     run_qkv(heads, 17, 19, 2, 128, 30, 2);
     run_qkv(heads, 16, 16, 8, 256, 128, 1);
+    run_qkv(heads, 16, 16, 16, 256, 64, 1);  // as many k and v heads as q heads
+    run_qkv(heads, 16, 9, 9, 64, 32, 1);     // a warp over 4 rows of threads
   }
   std::printf(failures == 0 ? "all passed\n" : "%d FAILED\n", failures);
   return failures == 0 ? 0 : 1;
