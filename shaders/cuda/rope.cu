@@ -66,9 +66,12 @@ __device__ __forceinline__ void rope_normal_rows(const T* input, T* output, cons
                      reinterpret_cast<u64>(output) % vbytes == 0u;
     RopeRaw<T> x[2][ROPE_HEADS];
     u32 pos[ROPE_HEADS];
+    // The positions before the rows: the first angle waits for them alone
+    // (a load behind the rows' would wait on their scoreboards).
+#pragma unroll
+    for (u32 j = 0; j < ROPE_HEADS; ++j) pos[j] = width[0] > 0u ? positions[r0 + j] : 0u;
 #pragma unroll
     for (u32 j = 0; j < ROPE_HEADS; ++j) {
-        pos[j] = width[0] > 0u ? positions[r0 + j] : 0u;
 #pragma unroll
         for (u32 h = 0; h < 2u; ++h) {
             if (width[h] > 0u) rope_raw_load(input + u64(r0 + j) * head_dim + e[h], vec, width[h], x[h][j]);
