@@ -161,35 +161,28 @@ __device__ __forceinline__ void rope_neox_heads(const T* input, T* output, const
 
 }  // namespace
 
+// rope_<dtype><SUFFIX> for f32, f16 and bf16, each FORM<T> over its bindings.
+#define ROPE_NORMAL_ENTRIES(SUFFIX, FORM)                                                                           \
+    extern "C" __global__ void rope_f32##SUFFIX(const float* input, float* output, const RopeParams* params,       \
+                                                const u32* positions) {                                           \
+        FORM<float>(input, output, params, positions);                                                            \
+    }                                                                                                             \
+    extern "C" __global__ void rope_f16##SUFFIX(const __half* input, __half* output, const RopeParams* params,     \
+                                                const u32* positions) {                                           \
+        FORM<__half>(input, output, params, positions);                                                           \
+    }                                                                                                             \
+    extern "C" __global__ void rope_bf16##SUFFIX(const __nv_bfloat16* input, __nv_bfloat16* output,                \
+                                                 const RopeParams* params, const u32* positions) {                \
+        FORM<__nv_bfloat16>(input, output, params, positions);                                                    \
+    }
+
 // buffer(0) input [seq_len, head_dim], (1) output (may be input), (2) RopeParams, (3) positions [seq_len].
-extern "C" __global__ void rope_f32(const float* input, float* output, const RopeParams* params, const u32* positions) {
-    rope_normal<float>(input, output, params, positions);
-}
-
-extern "C" __global__ void rope_f16(const __half* input, __half* output, const RopeParams* params, const u32* positions) {
-    rope_normal<__half>(input, output, params, positions);
-}
-
-extern "C" __global__ void rope_bf16(const __nv_bfloat16* input, __nv_bfloat16* output, const RopeParams* params,
-                                     const u32* positions) {
-    rope_normal<__nv_bfloat16>(input, output, params, positions);
-}
+ROPE_NORMAL_ENTRIES(, rope_normal)
 
 // The rows form of rope_<dtype> (same bindings; ropeRowsCudaLaunch in
 // ts/ops/rope.ts): grid (rows / ROPE_HEADS / ty, ceil(head_dim /
 // ROPE_PAIRS / 2 / tx)), rows a multiple of ROPE_HEADS * ty.
-extern "C" __global__ void rope_f32_rows(const float* input, float* output, const RopeParams* params, const u32* positions) {
-    rope_normal_rows<float>(input, output, params, positions);
-}
-
-extern "C" __global__ void rope_f16_rows(const __half* input, __half* output, const RopeParams* params, const u32* positions) {
-    rope_normal_rows<__half>(input, output, params, positions);
-}
-
-extern "C" __global__ void rope_bf16_rows(const __nv_bfloat16* input, __nv_bfloat16* output, const RopeParams* params,
-                                          const u32* positions) {
-    rope_normal_rows<__nv_bfloat16>(input, output, params, positions);
-}
+ROPE_NORMAL_ENTRIES(_rows, rope_normal_rows)
 
 // buffer(0) input [seq_len * n_heads, head_dim], (1) output (may be input), (2) RopeParams,
 // (3) positions [seq_len], (4) RopeNeoxParams, (5) freq_factors [rope_dim / 2] (not bf16).
