@@ -40,7 +40,7 @@ import { kvCacheCopySeqDual } from '../ts/ops/kv_cache_copy.ts';
 import { gelu, geluTanhMul, geluTanhMulHalves } from '../ts/ops/gelu.ts';
 import { sigmoidMul, sigmoidMulHalves } from '../ts/ops/sigmoid_mul.ts';
 import { siluMul, siluMulHalves } from '../ts/ops/silu_mul.ts';
-import { argmax, argmaxScratchElements, philox4x32, sample, sampleScratchElements, softmaxSample, topK, topKScratchElements } from '../ts/ops/sample.ts';
+import { argmax, argmaxScratchElements, planArgmax, philox4x32, sample, sampleScratchElements, softmaxSample, topK, topKScratchElements } from '../ts/ops/sample.ts';
 import { flashAttnPrefillBlk, flashAttnPrefillMask } from '../ts/ops/flash_attn_prefill.ts';
 import {
   fusedGeluMul, moeAccumulate, moeDispatchSort, moeGatherTopkWeights, moeSwigluBatch, moeSwigluSeq, moeWeightedSum, moeWeightedSumSeq,
@@ -540,6 +540,10 @@ function sampleCases(): Case[] {
     const scratch = dev.alloc('u32', [argmaxScratchElements(rows, vocab)]);
     out.push({ name: `argmax f32 [${rows}, ${vocab}] two passes`, bytes: 4 * rows * vocab,
       record: (e) => argmax(e, { input: x, outIndex: idx, outValue: val, rows, nElements: vocab, scratch }) });
+    // The first pass alone (argmax_blocks_f32): the two passes' time less the merge's dispatch and its wait.
+    const twoPass = planArgmax({ input: x, outIndex: idx, outValue: val, rows, nElements: vocab, scratch }, dev.limits, dev);
+    out.push({ name: `argmax f32 [${rows}, ${vocab}] first pass alone`, bytes: 4 * rows * vocab,
+      record: (e) => record(e, { ...twoPass, dispatches: twoPass.dispatches.slice(0, 1) }) });
     if (rows === 1) {
       out.push({ name: `argmax f32 [1, ${vocab}] one threadgroup (mlx-native's)`, bytes: 4 * vocab,
         record: (e) => argmax(e, { input: x, outIndex: idx, outValue: val, rows, nElements: vocab }) });
