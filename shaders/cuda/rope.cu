@@ -184,43 +184,30 @@ ROPE_NORMAL_ENTRIES(, rope_normal)
 // ROPE_PAIRS / 2 / tx)), rows a multiple of ROPE_HEADS * ty.
 ROPE_NORMAL_ENTRIES(_rows, rope_normal_rows)
 
+// rope_neox_<dtype><SUFFIX> for f32, f16 (with frequency factors) and bf16
+// (without: mlx-native's bf16 entry binds none), each FORM<T>.
+#define ROPE_NEOX_ENTRIES(SUFFIX, FORM)                                                                             \
+    extern "C" __global__ void rope_neox_f32##SUFFIX(const float* input, float* output, const RopeParams* params,  \
+                                                     const u32* positions, const RopeNeoxParams* rope_params,     \
+                                                     const float* freq_factors) {                                 \
+        FORM<float>(input, output, params, positions, rope_params->n_heads, rope_params->has_freq_factors != 0u,  \
+                    freq_factors);                                                                                \
+    }                                                                                                             \
+    extern "C" __global__ void rope_neox_f16##SUFFIX(const __half* input, __half* output, const RopeParams* params, \
+                                                     const u32* positions, const RopeNeoxParams* rope_params,     \
+                                                     const float* freq_factors) {                                 \
+        FORM<__half>(input, output, params, positions, rope_params->n_heads, rope_params->has_freq_factors != 0u, \
+                     freq_factors);                                                                               \
+    }                                                                                                             \
+    extern "C" __global__ void rope_neox_bf16##SUFFIX(const __nv_bfloat16* input, __nv_bfloat16* output,           \
+                                                      const RopeParams* params, const u32* positions,             \
+                                                      const RopeNeoxParams* rope_params) {                        \
+        FORM<__nv_bfloat16>(input, output, params, positions, rope_params->n_heads, false, nullptr);              \
+    }
+
 // buffer(0) input [seq_len * n_heads, head_dim], (1) output (may be input), (2) RopeParams,
 // (3) positions [seq_len], (4) RopeNeoxParams, (5) freq_factors [rope_dim / 2] (not bf16).
-extern "C" __global__ void rope_neox_f32(const float* input, float* output, const RopeParams* params,
-                                         const u32* positions, const RopeNeoxParams* rope_params,
-                                         const float* freq_factors) {
-    rope_neox<float>(input, output, params, positions, rope_params->n_heads, rope_params->has_freq_factors != 0u,
-                     freq_factors);
-}
-
-extern "C" __global__ void rope_neox_f16(const __half* input, __half* output, const RopeParams* params,
-                                         const u32* positions, const RopeNeoxParams* rope_params,
-                                         const float* freq_factors) {
-    rope_neox<__half>(input, output, params, positions, rope_params->n_heads, rope_params->has_freq_factors != 0u,
-                      freq_factors);
-}
-
-extern "C" __global__ void rope_neox_bf16(const __nv_bfloat16* input, __nv_bfloat16* output, const RopeParams* params,
-                                          const u32* positions, const RopeNeoxParams* rope_params) {
-    rope_neox<__nv_bfloat16>(input, output, params, positions, rope_params->n_heads, false, nullptr);
-}
+ROPE_NEOX_ENTRIES(, rope_neox)
 
 // The heads form of rope_neox_<dtype> (same bindings): grid (seq_len, ceil(head_dim / 2 / ROPE_PAIRS / tx)).
-extern "C" __global__ void rope_neox_f32_heads(const float* input, float* output, const RopeParams* params,
-                                               const u32* positions, const RopeNeoxParams* rope_params,
-                                               const float* freq_factors) {
-    rope_neox_heads<float>(input, output, params, positions, rope_params->n_heads, rope_params->has_freq_factors != 0u,
-                         freq_factors);
-}
-
-extern "C" __global__ void rope_neox_f16_heads(const __half* input, __half* output, const RopeParams* params,
-                                         const u32* positions, const RopeNeoxParams* rope_params,
-                                         const float* freq_factors) {
-    rope_neox_heads<__half>(input, output, params, positions, rope_params->n_heads, rope_params->has_freq_factors != 0u,
-                      freq_factors);
-}
-
-extern "C" __global__ void rope_neox_bf16_heads(const __nv_bfloat16* input, __nv_bfloat16* output, const RopeParams* params,
-                                                const u32* positions, const RopeNeoxParams* rope_params) {
-    rope_neox_heads<__nv_bfloat16>(input, output, params, positions, rope_params->n_heads, false, nullptr);
-}
+ROPE_NEOX_ENTRIES(_heads, rope_neox_heads)

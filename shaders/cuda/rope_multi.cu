@@ -108,41 +108,30 @@ __device__ __forceinline__ void rope_multi_heads(const T* input, T* output, cons
 
 }  // namespace
 
+// rope_multi_<dtype><SUFFIX> for f32, f16 and bf16, each FORM<T> over its bindings.
+#define ROPE_MULTI_ENTRIES(SUFFIX, FORM)                                                                           \
+    extern "C" __global__ void rope_multi_f32##SUFFIX(const float* input, float* output,                          \
+                                                      const RopeMultiParams* params, const int* positions,        \
+                                                      const RopeMultiRopeParams* rope_params,                     \
+                                                      const RopeMultiSections* sections) {                        \
+        FORM<float>(input, output, params, positions, rope_params, sections);                                     \
+    }                                                                                                             \
+    extern "C" __global__ void rope_multi_f16##SUFFIX(const __half* input, __half* output,                        \
+                                                      const RopeMultiParams* params, const int* positions,        \
+                                                      const RopeMultiRopeParams* rope_params,                     \
+                                                      const RopeMultiSections* sections) {                        \
+        FORM<__half>(input, output, params, positions, rope_params, sections);                                    \
+    }                                                                                                             \
+    extern "C" __global__ void rope_multi_bf16##SUFFIX(const __nv_bfloat16* input, __nv_bfloat16* output,         \
+                                                       const RopeMultiParams* params, const int* positions,       \
+                                                       const RopeMultiRopeParams* rope_params,                    \
+                                                       const RopeMultiSections* sections) {                       \
+        FORM<__nv_bfloat16>(input, output, params, positions, rope_params, sections);                             \
+    }
+
 // buffer(0) input [seq_len * n_heads, head_dim], (1) output (may be input), (2) RopeMultiParams,
 // (3) positions [4, seq_len] i32, (4) RopeMultiRopeParams, (5) RopeMultiSections.
-extern "C" __global__ void rope_multi_f32(const float* input, float* output, const RopeMultiParams* params,
-                                          const int* positions, const RopeMultiRopeParams* rope_params,
-                                          const RopeMultiSections* sections) {
-    rope_multi_impl<float>(input, output, params, positions, rope_params, sections);
-}
-
-extern "C" __global__ void rope_multi_f16(const __half* input, __half* output, const RopeMultiParams* params,
-                                          const int* positions, const RopeMultiRopeParams* rope_params,
-                                          const RopeMultiSections* sections) {
-    rope_multi_impl<__half>(input, output, params, positions, rope_params, sections);
-}
-
-extern "C" __global__ void rope_multi_bf16(const __nv_bfloat16* input, __nv_bfloat16* output, const RopeMultiParams* params,
-                                           const int* positions, const RopeMultiRopeParams* rope_params,
-                                           const RopeMultiSections* sections) {
-    rope_multi_impl<__nv_bfloat16>(input, output, params, positions, rope_params, sections);
-}
+ROPE_MULTI_ENTRIES(, rope_multi_impl)
 
 // The heads form of rope_multi_<dtype> (same bindings): grid (seq_len, ceil(head_dim / 2 / ROPE_PAIRS / tx)).
-extern "C" __global__ void rope_multi_f32_heads(const float* input, float* output, const RopeMultiParams* params,
-                                          const int* positions, const RopeMultiRopeParams* rope_params,
-                                          const RopeMultiSections* sections) {
-    rope_multi_heads<float>(input, output, params, positions, rope_params, sections);
-}
-
-extern "C" __global__ void rope_multi_f16_heads(const __half* input, __half* output, const RopeMultiParams* params,
-                                          const int* positions, const RopeMultiRopeParams* rope_params,
-                                          const RopeMultiSections* sections) {
-    rope_multi_heads<__half>(input, output, params, positions, rope_params, sections);
-}
-
-extern "C" __global__ void rope_multi_bf16_heads(const __nv_bfloat16* input, __nv_bfloat16* output, const RopeMultiParams* params,
-                                           const int* positions, const RopeMultiRopeParams* rope_params,
-                                           const RopeMultiSections* sections) {
-    rope_multi_heads<__nv_bfloat16>(input, output, params, positions, rope_params, sections);
-}
+ROPE_MULTI_ENTRIES(_heads, rope_multi_heads)
