@@ -453,22 +453,33 @@ describeBackends('sample parity', ({ device }) => {
 
   test('argmax: ties to the lowest index across slices, NaN above +inf, -0 equal to +0, all -inf', () => {
     const dev = device();
-    const n = 3 * ARGMAX_SLICE + 17;
-    const rows = 5;
-    const x = new Float64Array(rows * n).fill(-1);
-    x[0 * n + 3000] = 7; x[0 * n + 2100] = 7; x[0 * n + 6000] = 7;   // row 0: 2100
-    x[1 * n + 5000] = Infinity; x[1 * n + 4100] = NaN; x[1 * n + 6100] = NaN;  // row 1: first NaN, 4100
-    for (let i = 0; i < n; i++) x[2 * n + i] = i % 2 === 0 ? -0 : 0;           // row 2: 0
-    x.fill(-Infinity, 3 * n, 4 * n);                                          // row 3: 0, -inf
-    x[4 * n + n - 1] = 1e-30; x[4 * n + 10] = -0; x[4 * n + 20] = 0;          // row 4: the last
-    const input = dev.upload('f32', [rows, n], x);
-    for (const scratch of [undefined, dev.alloc('u32', [argmaxScratchElements(rows, n)])]) {
-      const outIndex = poisoned(dev, 'u32', [rows]);
-      const outValue = poisoned(dev, 'f32', [rows]);
-      run(dev, (e) => argmax(e, { input, outIndex, outValue, rows, nElements: n, scratch }));
-      expect(Array.from(outIndex.read())).toEqual([2100, 4100, 0, 0, n - 1]);
-      const v = outValue.read() as Float32Array;
-      expect([v[0], Number.isNaN(v[1]), Object.is(v[2], -0), v[3], v[4]]).toEqual([7, true, true, -Infinity, Math.fround(1e-30)]);
+    // Rows of an odd length take the scalar scans; of a multiple of 4 the vector-wise ones (CUDA), where
+    // rows 5-7 put the ties, NaNs and zeros inside one 16-byte vector.
+    for (const n of [3 * ARGMAX_SLICE + 17, 3 * ARGMAX_SLICE + 16]) {
+      const rows = 8;
+      const x = new Float64Array(rows * n).fill(-1);
+      x[0 * n + 3000] = 7; x[0 * n + 2100] = 7; x[0 * n + 6000] = 7;   // row 0: 2100
+      x[1 * n + 5000] = Infinity; x[1 * n + 4100] = NaN; x[1 * n + 6100] = NaN;  // row 1: first NaN, 4100
+      for (let i = 0; i < n; i++) x[2 * n + i] = i % 2 === 0 ? -0 : 0;           // row 2: 0
+      x.fill(-Infinity, 3 * n, 4 * n);                                          // row 3: 0, -inf
+      x[4 * n + n - 1] = 1e-30; x[4 * n + 10] = -0; x[4 * n + 20] = 0;          // row 4: the last
+      x[5 * n + 4100] = Infinity; x[5 * n + 4102] = NaN; x[5 * n + 4103] = NaN; x[5 * n + 4111] = NaN;  // row 5: 4102
+      x[6 * n + 11] = 3; x[6 * n + 10] = 3; x[6 * n + 4097] = 3; x[6 * n + 2] = 2;  // row 6: 10
+      x.fill(-2, 7 * n, 8 * n); x[7 * n + 2049] = 0; x[7 * n + 2050] = -0; x[7 * n + 2048] = -0;  // row 7: 2048, -0
+      const input = dev.upload('f32', [rows, n], x);
+      const want = [2100, 4100, 0, 0, n - 1, 4102, 10, 2048];
+      expect(Array.from(argmaxRef(input.readNumbers(), rows, n).index)).toEqual(want);
+      for (const scratch of [undefined, dev.alloc('u32', [argmaxScratchElements(rows, n)])]) {
+        const outIndex = poisoned(dev, 'u32', [rows]);
+        const outValue = poisoned(dev, 'f32', [rows]);
+        run(dev, (e) => argmax(e, { input, outIndex, outValue, rows, nElements: n, scratch }));
+        expect(Array.from(outIndex.read())).toEqual(want);
+        const v = outValue.read() as Float32Array;
+        expect([v[0], Number.isNaN(v[1]), Object.is(v[2], -0), v[3], v[4], Number.isNaN(v[5]), v[6], Object.is(v[7], -0)])
+          .toEqual([7, true, true, -Infinity, Math.fround(1e-30), true, 3, true]);
+        for (const b of [outIndex, outValue, scratch]) b?.release();
+      }
+      input.release();
     }
   });
 

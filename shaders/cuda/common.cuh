@@ -432,6 +432,19 @@ __device__ __forceinline__ float tanh_approx(float x) {
     return y;
 }
 
+// The larger of a and b, NaN where either is NaN (max.NaN.f32, sm_80 and
+// later; fmaxf returns the number instead). max.NaN of +0 and -0 may be
+// either: callers that tell them apart compare with ==.
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float y;
+    asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(a), "f"(b));
+    return y;
+#else
+    return a != a || b != b ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+#endif
+}
+
 // A load with acquire semantics at GPU scope: what other blocks wrote before
 // their release (a fence, then the atomic this load observes) is visible to
 // the loads after it, and to the block's loads after a barrier.

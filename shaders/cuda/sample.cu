@@ -784,17 +784,27 @@ __device__ bool gather_top(Src& src, const u32* sums, SumWords& pre, u32 nb, u32
 }
 
 // The first index of x[0, len) holding the largest key (0 if none; best_key
-// 0 then), scanned by the block's threads in ascending order each.
+// 0 then), scanned by the block's threads in ascending order each. A
+// thread's 16-byte vectors are compared whole: the largest of a vector's
+// four by max.NaN (NaN if any is), which replaces the thread's best only
+// where it is larger or a NaN over a number, so the first vector holding
+// the thread's best stays, and its first element equal to the best (or its
+// first NaN) is the index; about 3 instructions an element where ranking
+// each element's key took 11, which bound many-row argmax on the issue rate
+// (bench/notes/glue-close-2026-11-28.md). -0 and +0 compare equal, as their
+// keys do; a thread whose elements are all -inf keeps its first.
 __device__ __forceinline__ void scan_best(const float* x, u32 len, u32& best_key, u32& at) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
     best_key = 0u;
     at = 0xffffffffu;
     if ((len & 3u) == 0u && aligned16(x)) {
-        // SCAN_LOADS vectors a thread in flight before any compare; a thread's
-        // vectors are visited in index order, so `>` keeps the lowest index.
+        // SCAN_LOADS vectors a thread in flight before any compare.
         constexpr u32 SCAN_LOADS = 4u;
         const float4* v4 = reinterpret_cast<const float4*>(x);
         const u32 nv = len / 4u;
+        float best = neg_inf();
+        float4 bv = make_float4(neg_inf(), neg_inf(), neg_inf(), neg_inf());
+        u32 at_v = 0xffffffffu;
         for (u32 base = 0u; base < nv; base += SCAN_LOADS * bs) {
             float4 t[SCAN_LOADS];
 #pragma unroll
@@ -804,17 +814,28 @@ __device__ __forceinline__ void scan_best(const float* x, u32 len, u32& best_key
             }
 #pragma unroll
             for (u32 s = 0; s < SCAN_LOADS; ++s) {
-                const u32 vi = base + s * bs + tid;
-                const float e[4] = {t[s].x, t[s].y, t[s].z, t[s].w};
-#pragma unroll
-                for (u32 j = 0; j < 4u; ++j) {
-                    const u32 k = order_key(e[j]);
-                    if (vi < nv && k > best_key) {
-                        best_key = k;
-                        at = 4u * vi + j;
-                    }
+                const float m = fmax_nan(fmax_nan(t[s].x, t[s].y), fmax_nan(t[s].z, t[s].w));
+                // Larger, or NaN over a number; a padding vector (-inf) never replaces.
+                if (!(m <= best) && best == best) {
+                    best = m;
+                    bv = t[s];
+                    at_v = base + s * bs + tid;
                 }
             }
+        }
+        if (at_v != 0xffffffffu) {
+            const float e[4] = {bv.x, bv.y, bv.z, bv.w};
+            const bool nan = best != best;
+            u32 j = 3u;
+#pragma unroll
+            for (int q = 2; q >= 0; --q) {
+                if (nan ? e[q] != e[q] : e[q] == best) j = u32(q);
+            }
+            at = 4u * at_v + j;
+            best_key = order_key(e[j]);
+        } else if (tid < nv) {
+            at = 4u * tid;
+            best_key = order_key(neg_inf());
         }
     } else {
         for (u32 i = tid; i < len; i += bs) {

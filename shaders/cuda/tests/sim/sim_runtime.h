@@ -280,6 +280,12 @@ inline float ex2_approx(float x) {
 // to about 2^-11 relative, is not modelled).
 inline float tanh_approx(float x) { return std::tanh(x); }
 
+// max.NaN.f32: the larger, the canonical NaN where either is NaN.
+inline float fmax_nan(float a, float b) {
+  if (a != a || b != b) { const sim_u32 q = 0x7fffffffu; float y; std::memcpy(&y, &q, 4); return y; }
+  return std::fmax(a, b);
+}
+
 // fma.rn .bf16x2 / .f16x2: per element a * b + c, exact in double for
 // 16-bit operands, then rounded to the type.
 inline sim_u32 sim_fma2(sim_u32 a, sim_u32 b, sim_u32 c, bool bf) {
