@@ -12,8 +12,6 @@
 //   argmax_blocks_f32     pass 1 of 2: grid (rows, n_blocks), one slice each,
 //                         its best (value, index) to a partials buffer
 //   argmax_merge_f32      pass 2: one threadgroup per row over the partials
-//   argmax_blocks_merge_f32  both passes in one dispatch (CUDA's plan: a
-//                         row's last threadgroup to finish merges)
 //   top_k_f32             mlx-native's (k up to 256): one threadgroup per row
 //   top_k_blocks_f32      pass 1 of 2: each slice's own top k, unordered
 //   top_k_merge_f32       pass 2: the top k of the slices' candidates, sorted
@@ -104,25 +102,6 @@ static inline void threadgroup_argmax(thread float& v, thread uint& ix, threadgr
     v = vals[0];
     ix = idxs[0];
     threadgroup_barrier(mem_flags::mem_threadgroup);
-}
-
-// The first index of this thread's elements of x[0, n) (tid, tid + tg_size,
-// ...) holding the largest key, 0xffffffff if it has none; then the value
-// there (-inf if none) and the threadgroup's best (threadgroup_argmax), to
-// every thread. Indices ascend, so the first of equal values stays.
-static inline void scan_argmax(device const float* x, uint n, thread float& v, thread uint& ix, threadgroup float* vals,
-                               threadgroup uint* idxs, uint tid, uint tg_size) {
-    uint best_key = 0u;  // below every element's key
-    ix = 0xffffffffu;
-    for (uint i = tid; i < n; i += tg_size) {
-        const uint k = order_key(x[i]);
-        if (k > best_key) {
-            best_key = k;
-            ix = i;
-        }
-    }
-    v = ix == 0xffffffffu ? -INFINITY : x[ix];
-    threadgroup_argmax(v, ix, vals, idxs, tid, tg_size);
 }
 
 // The sum of v over the threads before this one (thread index order), and
@@ -434,9 +413,18 @@ kernel void argmax_f32(
     uint tg_size [[threads_per_threadgroup]])
 {
     const uint n = params.n_elements;
-    float v;
-    uint ix;
-    scan_argmax(input + ulong(row) * n, n, v, ix, vals, idxs, tid, tg_size);
+    device const float* x = input + ulong(row) * n;
+    uint best_key = 0u;  // below every element's key
+    uint ix = 0xffffffffu;
+    for (uint i = tid; i < n; i += tg_size) {
+        const uint k = order_key(x[i]);
+        if (k > best_key) {  // indices ascend: the first of equal values stays
+            best_key = k;
+            ix = i;
+        }
+    }
+    float v = ix == 0xffffffffu ? -INFINITY : x[ix];
+    threadgroup_argmax(v, ix, vals, idxs, tid, tg_size);
     if (tid == 0u) {
         out_index[row] = ix;
         out_value[row] = v;
@@ -460,10 +448,19 @@ kernel void argmax_blocks_f32(
     const uint b = pos.y;
     const uint lo = b * p.slice;
     const uint len = min(p.slice, p.n_elements - lo);
-    float v;
-    uint ix;
-    scan_argmax(input + ulong(row) * p.n_elements + lo, len, v, ix, vals, idxs, tid, tg_size);
-    ix = ix == 0xffffffffu ? ix : lo + ix;
+    device const float* x = input + ulong(row) * p.n_elements + lo;
+    uint best_key = 0u;
+    uint at = 0xffffffffu;
+    for (uint i = tid; i < len; i += tg_size) {
+        const uint k = order_key(x[i]);
+        if (k > best_key) {
+            best_key = k;
+            at = i;
+        }
+    }
+    float v = at == 0xffffffffu ? -INFINITY : x[at];
+    uint ix = at == 0xffffffffu ? at : lo + at;
+    threadgroup_argmax(v, ix, vals, idxs, tid, tg_size);
     if (tid == 0u) {
         const ulong o = (ulong(row) * p.n_blocks + b) * 2u;
         partials[o] = as_type<uint>(v);
@@ -502,41 +499,6 @@ kernel void argmax_merge_f32(
     }
 }
 
-// argmax_blocks_merge_f32: argmax's two passes in one dispatch, planned on
-// CUDA only (where the multiprocessors are known). The CUDA twin's blocks
-// each write their slice's partial and arrive at their row's word; the last
-// to arrive merges the row's partials and sets the word back to zero. Here,
-// without device-scope ordering between threadgroups, threadgroup 0 of a row
-// scans the whole row (argmax_f32's loop) and the others return: partials
-// and words are bound but neither read nor written, and the result is the
-// same. The emulator runs this twin against the reference.
-// buffer(0) input [rows, n_elements], (1) partials [rows, n_blocks, 2], (2)
-// out_index [rows], (3) out_value [rows], (4) words [rows] (zero), (5)
-// params. grid (rows, n_blocks, 1), any threadgroup size up to 1024.
-kernel void argmax_blocks_merge_f32(
-    device const float*          input     [[buffer(0)]],
-    device uint*                 partials  [[buffer(1)]],
-    device uint*                 out_index [[buffer(2)]],
-    device float*                out_value [[buffer(3)]],
-    device uint*                 words     [[buffer(4)]],
-    constant ArgmaxBlocksParams& p         [[buffer(5)]],
-    uint2 pos    [[threadgroup_position_in_grid]],
-    uint tid     [[thread_index_in_threadgroup]],
-    uint tg_size [[threads_per_threadgroup]])
-{
-    threadgroup float vals[SAMPLE_MAX_THREADS];
-    threadgroup uint idxs[SAMPLE_MAX_THREADS];
-    if (pos.y != 0u) return;
-    const uint row = pos.x;
-    float v;
-    uint ix;
-    scan_argmax(input + ulong(row) * p.n_elements, p.n_elements, v, ix, vals, idxs, tid, tg_size);
-    if (tid == 0u) {
-        out_index[row] = ix;
-        out_value[row] = v;
-    }
-}
-
 // ---- top-k ----
 
 // buffer(0) input [rows, n_elements], (1) out_indices [rows, k] u32, (2)
@@ -567,9 +529,17 @@ kernel void top_k_f32(
     device const float* x = input + ulong(row) * n;
     const ulong o = ulong(row) * k;
     if (m == 1u) {
-        float v;
-        uint ix;
-        scan_argmax(x, n, v, ix, vals, idxs, tid, tg_size);
+        uint best_key = 0u;
+        uint ix = 0xffffffffu;
+        for (uint i = tid; i < n; i += tg_size) {
+            const uint key = order_key(x[i]);
+            if (key > best_key) {
+                best_key = key;
+                ix = i;
+            }
+        }
+        float v = ix == 0xffffffffu ? -INFINITY : x[ix];
+        threadgroup_argmax(v, ix, vals, idxs, tid, tg_size);
         for (uint r = tid; r < k; r += tg_size) {
             out_values[o + r] = r == 0u ? v : -INFINITY;
             out_indices[o + r] = r == 0u ? ix : 0xffffffffu;

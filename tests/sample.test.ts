@@ -25,7 +25,6 @@ import {
   argmax,
   argmaxScratchElements,
   argmaxSlice,
-  planArgmax,
   packArgmaxParams,
   packSampleParams,
   packTopKParams,
@@ -54,7 +53,7 @@ import {
   type SampleOptions,
 } from '../ts/ops/sample.ts';
 import { describeBackends, describeValidation, expectInvalid, maxRelErr, poisoned, randomArray, rng, runsOnEmulator, TARGET_LIMITS, run, TOL } from './helpers.ts';
-import { launchOf, record } from '../ts/plan.ts';
+import { launchOf } from '../ts/plan.ts';
 import type { Buffer, Device } from '../ts/index.ts';
 import { a, buf, F, int, opContract, out, U32 } from './op-contract.ts';
 
@@ -149,7 +148,6 @@ describe('sample param packers match the .metal declarations', () => {
   test('each kernel binds its struct where the ops put it', () => {
     const at: Record<string, [string, number]> = {
       argmax_f32: ['ArgmaxParams', 3], argmax_blocks_f32: ['ArgmaxBlocksParams', 2], argmax_merge_f32: ['ArgmaxBlocksParams', 3],
-      argmax_blocks_merge_f32: ['ArgmaxBlocksParams', 5],
       top_k_f32: ['TopKParams', 3], top_k_blocks_f32: ['TopKBlocksParams', 2], top_k_merge_f32: ['TopKBlocksParams', 3],
       softmax_sample_f32: ['SoftmaxSampleParams', 4], sample_blocks_f32: ['SampleParams', 3], sample_mass_f32: ['SampleParams', 1],
       sample_finish_f32: ['SampleParams', 3],
@@ -505,39 +503,6 @@ describeBackends('sample parity', ({ device }) => {
     expect(Array.from(outValue.readNumbers())).toEqual(Array.from(want.value));
     expect(outIndex.read()[6]).toBe(8191 - 6);
     for (const b of [input, outIndex, outValue, scratch]) b.release();
-  });
-
-  test('argmax in one dispatch where the multiprocessors are known: the two passes\' result, again from a replay (the words end as they began)', () => {
-    const dev = device();
-    const [rows, n] = [6, 3 * ARGMAX_SLICE + 16];
-    const x = randomArray(rng(606), rows * n, -8, 8);
-    x[0 * n + 3000] = 9; x[0 * n + 2100] = 9;           // row 0: ties across slices, 2100
-    x[1 * n + 6100] = NaN; x[1 * n + 4100] = NaN;       // row 1: the first NaN, 4100
-    x.fill(-Infinity, 2 * n, 3 * n);                    // row 2: all -inf, 0
-    x[3 * n + n - 1] = 9;                               // row 3: in the last slice
-    const input = dev.upload('f32', [rows, n], x);
-    const want = argmaxRef(input.readNumbers(), rows, n);
-    expect(Array.from(want.index.slice(0, 4))).toEqual([2100, 4100, 0, n - 1]);
-    const scratch = dev.alloc('u32', [argmaxScratchElements(rows, n)]);
-    const outs = [0, 1].map(() => ({ outIndex: poisoned(dev, 'u32', [rows]), outValue: poisoned(dev, 'f32', [rows]) }));
-    const args = (o: (typeof outs)[number]) => ({ input, ...o, rows, nElements: n, scratch });
-    const gpu = { ...dev.limits, multiprocessors: 132 };
-    expect(planArgmax(args(outs[0]!), gpu, dev).dispatches.map((d) => d.kernel)).toEqual(['argmax_blocks_merge_f32']);
-    expect(planArgmax(args(outs[0]!), { ...gpu, multiprocessors: 0 }, dev).dispatches.map((d) => d.kernel))
-      .toEqual(['argmax_blocks_f32', 'argmax_merge_f32']);
-    const enc = dev.encoder({ replayable: true });
-    for (const o of outs) record(enc, planArgmax(args(o), gpu, dev));
-    for (let round = 0; round < 3; round++) {
-      for (const o of outs) { o.outIndex.fill(0xdeadbeef); o.outValue.fill(Number.NaN); }
-      if (round === 0) enc.commitAndWait();
-      else enc.replayAndWait();
-      for (const o of outs) {
-        expect(Array.from(o.outIndex.read())).toEqual(Array.from(want.index));
-        expect(Array.from(o.outValue.readNumbers())).toEqual(Array.from(want.value));
-      }
-    }
-    enc.release();
-    for (const b of [input, scratch, ...outs.flatMap((o) => [o.outIndex, o.outValue])]) b.release();
   });
 
   test('argmax_f32 at mlx-native\'s launch and at odd threadgroup sizes', () => {

@@ -1569,47 +1569,22 @@ extern "C" __global__ void __launch_bounds__(1024) argmax_f32(const float* input
     }
 }
 
-// The best (value, index) of slice blockIdx.y of row blockIdx.x, to thread 0.
-__device__ __forceinline__ void argmax_slice(const float* input, const ArgmaxBlocksParams* p, float* vals, u32* idxs, float& v,
-                                             u32& ix) {
+// buffer(0) input, (1) partials [rows, n_blocks, 2], (2) ArgmaxBlocksParams; grid (rows, n_blocks).
+extern "C" __global__ void __launch_bounds__(1024) argmax_blocks_f32(const float* input, u32* partials,
+                                                                     const ArgmaxBlocksParams* p) {
+    __shared__ float vals[SAMPLE_MAX_THREADS];
+    __shared__ u32 idxs[SAMPLE_MAX_THREADS];
     const u32 row = blockIdx.x, b = blockIdx.y;
     const u32 lo = b * p->slice;
     const u32 len = min(p->slice, p->n_elements - lo);
     const float* x = input + u64(row) * p->n_elements + lo;
     u32 best_key, at;
     scan_best(x, len, best_key, at);
-    v = at == 0xffffffffu ? neg_inf() : x[at];
-    ix = at == 0xffffffffu ? at : lo + at;
+    float v = at == 0xffffffffu ? neg_inf() : x[at];
+    u32 ix = at == 0xffffffffu ? at : lo + at;
     block_argmax(v, ix, vals, idxs);
-}
-
-// The best of a row's n_blocks partials (q: the row's), to every thread;
-// read from L2 (__ldcg), as other blocks of the same dispatch may have
-// written them.
-__device__ __forceinline__ void argmax_partials(const u32* q, u32 n_blocks, float* vals, u32* idxs, float& v, u32& ix) {
-    v = neg_inf();
-    ix = 0xffffffffu;
-    for (u32 b = threadIdx.x; b < n_blocks; b += blockDim.x) {
-        const float bv = __uint_as_float(__ldcg(q + 2u * b));
-        const u32 bi = __ldcg(q + 2u * b + 1u);
-        if (ranks_before(order_key(bv), bi, order_key(v), ix)) {
-            v = bv;
-            ix = bi;
-        }
-    }
-    block_argmax(v, ix, vals, idxs);
-}
-
-// buffer(0) input, (1) partials [rows, n_blocks, 2], (2) ArgmaxBlocksParams; grid (rows, n_blocks).
-extern "C" __global__ void __launch_bounds__(1024) argmax_blocks_f32(const float* input, u32* partials,
-                                                                     const ArgmaxBlocksParams* p) {
-    __shared__ float vals[SAMPLE_MAX_THREADS];
-    __shared__ u32 idxs[SAMPLE_MAX_THREADS];
-    float v;
-    u32 ix;
-    argmax_slice(input, p, vals, idxs, v, ix);
     if (threadIdx.x == 0u) {
-        const u64 o = (u64(blockIdx.x) * p->n_blocks + blockIdx.y) * 2u;
+        const u64 o = (u64(row) * p->n_blocks + b) * 2u;
         partials[o] = __float_as_uint(v);
         partials[o + 1u] = ix;
     }
@@ -1621,48 +1596,21 @@ extern "C" __global__ void __launch_bounds__(1024) argmax_merge_f32(const u32* p
     __shared__ float vals[SAMPLE_MAX_THREADS];
     __shared__ u32 idxs[SAMPLE_MAX_THREADS];
     const u32 row = blockIdx.x;
-    float v;
-    u32 ix;
-    argmax_partials(partials + u64(row) * p->n_blocks * 2u, p->n_blocks, vals, idxs, v, ix);
+    const u32* q = partials + u64(row) * p->n_blocks * 2u;
+    float v = neg_inf();
+    u32 ix = 0xffffffffu;
+    for (u32 b = threadIdx.x; b < p->n_blocks; b += blockDim.x) {
+        const float bv = __uint_as_float(q[2u * b]);
+        const u32 bi = q[2u * b + 1u];
+        if (ranks_before(order_key(bv), bi, order_key(v), ix)) {
+            v = bv;
+            ix = bi;
+        }
+    }
+    block_argmax(v, ix, vals, idxs);
     if (threadIdx.x == 0u) {
         out_index[row] = ix;
         out_value[row] = v;
-    }
-}
-
-// argmax's two passes in one dispatch: argmax_blocks_f32's blocks, each of
-// which then arrives at its row's word; the block whose arrival makes it
-// n_blocks merges the row's partials as argmax_merge_f32 does and sets the
-// word back to zero. No block waits for another, the result does not depend
-// on which arrives last, and the word ends the dispatch as it began (the
-// encoder's, Encoder._syncWords). buffer(0) input, (1) partials [rows,
-// n_blocks, 2], (2) out_index, (3) out_value, (4) words [rows] (zero), (5)
-// ArgmaxBlocksParams; grid (rows, n_blocks).
-extern "C" __global__ void __launch_bounds__(1024) argmax_blocks_merge_f32(const float* input, u32* partials, u32* out_index,
-                                                                           float* out_value, u32* words, const ArgmaxBlocksParams* p) {
-    __shared__ float vals[SAMPLE_MAX_THREADS];
-    __shared__ u32 idxs[SAMPLE_MAX_THREADS];
-    __shared__ u32 arrived;
-    const u32 row = blockIdx.x;
-    float v;
-    u32 ix;
-    argmax_slice(input, p, vals, idxs, v, ix);
-    u32* q = partials + u64(row) * p->n_blocks * 2u;
-    if (threadIdx.x == 0u) {
-        q[2u * blockIdx.y] = __float_as_uint(v);
-        q[2u * blockIdx.y + 1u] = ix;
-        // The partial is visible device-wide before the block arrives.
-        __threadfence();
-        arrived = atomicAdd(words + row, 1u);
-    }
-    __syncthreads();
-    if (arrived + 1u != p->n_blocks) return;
-    __threadfence();
-    argmax_partials(q, p->n_blocks, vals, idxs, v, ix);
-    if (threadIdx.x == 0u) {
-        out_index[row] = ix;
-        out_value[row] = v;
-        words[row] = 0u;
     }
 }
 

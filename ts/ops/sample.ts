@@ -24,7 +24,7 @@ export const SAMPLE_FAMILY = 'sample';
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const SAMPLE_SOURCES = familySources(SAMPLE_FAMILY, { header, metal: src, cuda: cudaSrc });
 export const SAMPLE_KERNELS = [
-  'argmax_f32', 'argmax_blocks_f32', 'argmax_merge_f32', 'argmax_blocks_merge_f32',
+  'argmax_f32', 'argmax_blocks_f32', 'argmax_merge_f32',
   'top_k_f32', 'top_k_blocks_f32', 'top_k_merge_f32',
   'softmax_sample_f32',
   'sample_blocks_f32', 'sample_mass_f32', 'sample_finish_f32',
@@ -42,8 +42,6 @@ export const ARGMAX_SLICE = 2048;
  * waves, its second wave half empty.
  */
 const ARGMAX_FILL_BLOCKS = 512;
-/** Rows at most of argmax's one-dispatch form: a word a row of the encoder's (Encoder._syncWords: 2^24 words at most). */
-const ARGMAX_SYNC_ROWS = 2 ** 24;
 
 /**
  * Elements per threadgroup of argmax's first pass: ARGMAX_SLICE doubled (up
@@ -190,12 +188,7 @@ export function validateArgmax(a: ArgmaxArgs, device?: Device): void {
  * grid (rows, ceil(nElements / argmaxSlice(rows, nElements)), 1) of 256
  * threads), then
  * argmax_merge_f32 (0 scratch, 1 outIndex, 2 outValue, 3 ArgmaxBlocksParams;
- * grid (rows, 1, 1)). On CUDA (the multiprocessors known) both in one
- * dispatch: argmax_blocks_merge_f32 (0 input, 1 scratch, 2 outIndex, 3
- * outValue, 4 a word a row of the encoder's (Encoder._syncWords), 5
- * ArgmaxBlocksParams; argmax_blocks_f32's grid), whose last threadgroup of a
- * row to finish merges the row's partials.
- * The bytes that must move: 4 * rows * nElements.
+ * grid (rows, 1, 1)). The bytes that must move: 4 * rows * nElements.
  */
 export function argmax(enc: Encoder, args: ArgmaxArgs): void {
   record(enc, planArgmax(args, enc.device.limits, enc.device));
@@ -221,23 +214,11 @@ export function planArgmax(a: ArgmaxArgs, limits: DeviceLimits, device?: Device)
   const nBlocks = Math.ceil(n / slice);
   const params = packArgmaxBlocksParams({ nElements: n, slice, nBlocks });
   const merge = threadsFor(nBlocks, MAX_THREADS, limits);
-  const grid: [number, number, number] = [a.rows, nBlocks, 1];
-  const threads: [number, number, number] = [Math.min(BLOCK_THREADS, limits.maxThreadsPerThreadgroup), 1, 1];
-  // One dispatch where the blocks' order is a GPU's (CUDA: the merge's own dispatch cost ~2 us on an H200,
-  // bench/notes/glue-close-2026-11-28.md) and a word a row fits the encoder's words.
-  if (limits.multiprocessors > 0 && a.rows <= ARGMAX_SYNC_ROWS) {
-    return {
-      family: SAMPLE_FAMILY, sources: SAMPLE_SOURCES, kernels: SAMPLE_KERNELS,
-      dispatches: [{
-        kernel: 'argmax_blocks_merge_f32', buffers: [a.input, a.scratch, a.outIndex, a.outValue], bytes: [, , , , , params],
-        syncWords: { binding: 4, count: a.rows }, grid, threads,
-      }],
-    };
-  }
   return {
     family: SAMPLE_FAMILY, sources: SAMPLE_SOURCES, kernels: SAMPLE_KERNELS,
     dispatches: [
-      { kernel: 'argmax_blocks_f32', buffers: [a.input, a.scratch], bytes: [, , params], grid, threads },
+      { kernel: 'argmax_blocks_f32', buffers: [a.input, a.scratch], bytes: [, , params], grid: [a.rows, nBlocks, 1],
+        threads: [Math.min(BLOCK_THREADS, limits.maxThreadsPerThreadgroup), 1, 1] },
       { kernel: 'argmax_merge_f32', buffers: [a.scratch, a.outIndex, a.outValue], bytes: [, , , params], grid: [a.rows, 1, 1],
         threads: [merge, 1, 1] },
     ],
