@@ -104,6 +104,25 @@ static inline void threadgroup_argmax(thread float& v, thread uint& ix, threadgr
     threadgroup_barrier(mem_flags::mem_threadgroup);
 }
 
+// The first index of this thread's elements of x[0, n) (tid, tid + tg_size,
+// ...) holding the largest key, 0xffffffff if it has none; then the value
+// there (-inf if none) and the threadgroup's best (threadgroup_argmax), to
+// every thread. Indices ascend, so the first of equal values stays.
+static inline void scan_argmax(device const float* x, uint n, thread float& v, thread uint& ix, threadgroup float* vals,
+                               threadgroup uint* idxs, uint tid, uint tg_size) {
+    uint best_key = 0u;  // below every element's key
+    ix = 0xffffffffu;
+    for (uint i = tid; i < n; i += tg_size) {
+        const uint k = order_key(x[i]);
+        if (k > best_key) {
+            best_key = k;
+            ix = i;
+        }
+    }
+    v = ix == 0xffffffffu ? -INFINITY : x[ix];
+    threadgroup_argmax(v, ix, vals, idxs, tid, tg_size);
+}
+
 // The sum of v over the threads before this one (thread index order), and
 // over all of them in `total`; every thread must call it. partials: one float
 // per simdgroup. Every thread adds the partials in one order, so all get the
@@ -413,18 +432,9 @@ kernel void argmax_f32(
     uint tg_size [[threads_per_threadgroup]])
 {
     const uint n = params.n_elements;
-    device const float* x = input + ulong(row) * n;
-    uint best_key = 0u;  // below every element's key
-    uint ix = 0xffffffffu;
-    for (uint i = tid; i < n; i += tg_size) {
-        const uint k = order_key(x[i]);
-        if (k > best_key) {  // indices ascend: the first of equal values stays
-            best_key = k;
-            ix = i;
-        }
-    }
-    float v = ix == 0xffffffffu ? -INFINITY : x[ix];
-    threadgroup_argmax(v, ix, vals, idxs, tid, tg_size);
+    float v;
+    uint ix;
+    scan_argmax(input + ulong(row) * n, n, v, ix, vals, idxs, tid, tg_size);
     if (tid == 0u) {
         out_index[row] = ix;
         out_value[row] = v;
@@ -448,19 +458,10 @@ kernel void argmax_blocks_f32(
     const uint b = pos.y;
     const uint lo = b * p.slice;
     const uint len = min(p.slice, p.n_elements - lo);
-    device const float* x = input + ulong(row) * p.n_elements + lo;
-    uint best_key = 0u;
-    uint at = 0xffffffffu;
-    for (uint i = tid; i < len; i += tg_size) {
-        const uint k = order_key(x[i]);
-        if (k > best_key) {
-            best_key = k;
-            at = i;
-        }
-    }
-    float v = at == 0xffffffffu ? -INFINITY : x[at];
-    uint ix = at == 0xffffffffu ? at : lo + at;
-    threadgroup_argmax(v, ix, vals, idxs, tid, tg_size);
+    float v;
+    uint ix;
+    scan_argmax(input + ulong(row) * p.n_elements + lo, len, v, ix, vals, idxs, tid, tg_size);
+    ix = ix == 0xffffffffu ? ix : lo + ix;
     if (tid == 0u) {
         const ulong o = (ulong(row) * p.n_blocks + b) * 2u;
         partials[o] = as_type<uint>(v);
@@ -529,17 +530,9 @@ kernel void top_k_f32(
     device const float* x = input + ulong(row) * n;
     const ulong o = ulong(row) * k;
     if (m == 1u) {
-        uint best_key = 0u;
-        uint ix = 0xffffffffu;
-        for (uint i = tid; i < n; i += tg_size) {
-            const uint key = order_key(x[i]);
-            if (key > best_key) {
-                best_key = key;
-                ix = i;
-            }
-        }
-        float v = ix == 0xffffffffu ? -INFINITY : x[ix];
-        threadgroup_argmax(v, ix, vals, idxs, tid, tg_size);
+        float v;
+        uint ix;
+        scan_argmax(x, n, v, ix, vals, idxs, tid, tg_size);
         for (uint r = tid; r < k; r += tg_size) {
             out_values[o + r] = r == 0u ? v : -INFINITY;
             out_indices[o + r] = r == 0u ? ix : 0xffffffffu;
