@@ -7,6 +7,7 @@
 
 import { describe, expect, test } from 'bun:test';
 import src from '../shaders/fused_head_norm_rope.metal' with { type: 'text' };
+import commonCuh from '../shaders/cuda/common.cuh' with { type: 'text' };
 import {
   FUSED_HEAD_NORM_ROPE_BATCH_BF16_PARAMS_LAYOUT,
   FUSED_HEAD_NORM_ROPE_F32_PARAMS_LAYOUT,
@@ -16,6 +17,8 @@ import {
   packFusedHeadNormRopeQkvF32Params,
   type FusedHeadNormRopeQkvArgs,
   fusedHeadNormRopeHeadsLaunch,
+  ROPE_BLOCK_TOKENS,
+  ROPE_HEADS_BLOCK_THREADS,
   fusedHeadNormRopeThreadgroup,
   packFusedHeadNormRopeBatchBf16Params,
   packFusedHeadNormRopeF32Params,
@@ -58,13 +61,18 @@ describe('fused_head_norm_rope param packers match the .metal declarations', () 
       expect(got).toEqual([256, 16, 8, 32, Math.fround(1e-6), 1e6, 1, mode, 3]);
     }
   });
-  test('CUDA heads form: many tokens, a head\'s row a power of two of up to 32 threads of 4 pairs, whole warps, else none', () => {
-    expect(fusedHeadNormRopeHeadsLaunch('k', 256, 4096, 16)).toEqual({ grid: [4096, 1, 1], threads: [32, 2, 1], entry: 'k_heads' });
-    expect(fusedHeadNormRopeHeadsLaunch('k', 128, 16, 19, 3)).toEqual({ grid: [16, 1, 3], threads: [16, 4, 1], entry: 'k_heads' });
-    expect(fusedHeadNormRopeHeadsLaunch('k', 8, 20, 1)).toEqual({ grid: [20, 1, 1], threads: [1, 32, 1], entry: 'k_heads' });
-    expect(fusedHeadNormRopeHeadsLaunch('k', 64, 16, 100000)).toEqual({ grid: [16, 1, 1], threads: [8, 128, 1], entry: 'k_heads' });
+  test('CUDA heads form: many tokens, a head\'s row a power of two of up to 32 threads of 4 pairs, whole warps, tokens sharing a block, else none', () => {
+    expect(fusedHeadNormRopeHeadsLaunch('k', 256, 4096, 16)).toEqual({ grid: [2048, 1, 1], threads: [32, 2, 2], entry: 'k_heads' });
+    expect(fusedHeadNormRopeHeadsLaunch('k', 256, 18, 16)).toEqual({ grid: [9, 1, 1], threads: [32, 2, 2], entry: 'k_heads' });
+    expect(fusedHeadNormRopeHeadsLaunch('k', 256, 17, 16)).toEqual({ grid: [17, 1, 1], threads: [32, 2, 1], entry: 'k_heads' });
+    expect(fusedHeadNormRopeHeadsLaunch('k', 128, 16, 19, 3)).toEqual({ grid: [8, 1, 3], threads: [16, 4, 2], entry: 'k_heads' });
+    expect(fusedHeadNormRopeHeadsLaunch('k', 8, 20, 1)).toEqual({ grid: [10, 1, 1], threads: [1, 32, 2], entry: 'k_heads' });
+    expect(fusedHeadNormRopeHeadsLaunch('k', 64, 16, 100000)).toEqual({ grid: [16, 1, 1], threads: [8, 32, 1], entry: 'k_heads' });
+    expect(fusedHeadNormRopeHeadsLaunch('k', 256, 4096, 16, 1, 1)).toEqual({ grid: [4096, 1, 1], threads: [32, 2, 1], entry: 'k_heads' });
     expect(fusedHeadNormRopeHeadsLaunch('k', 256, 15, 16)).toBeUndefined();  // few tokens: a block a row
     for (const d of [512, 6, 2, 96, 4]) expect(fusedHeadNormRopeHeadsLaunch('k', d, 64, 8)).toBeUndefined();
+    expect(commonCuh).toContain(`constexpr u32 ROPE_BLOCK_TOKENS = ${ROPE_BLOCK_TOKENS}u;`);
+    expect(commonCuh).toContain(`constexpr u32 ROPE_HEADS_BLOCK_THREADS = ${ROPE_HEADS_BLOCK_THREADS}u;`);
   });
   test('threadgroup: min(256, nextPow2(headDim)) threads, one float per simdgroup', () => {
     expect(fusedHeadNormRopeThreadgroup(64, TARGET_LIMITS.metal)).toEqual({ threads: 64, sharedBytes: 16 });

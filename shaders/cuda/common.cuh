@@ -882,6 +882,36 @@ __device__ __forceinline__ void rope_block_angles(u32 first, u32 count, Angle an
     __syncthreads();
 }
 
+// Tokens a block of a heads form may take on threadIdx.z (blockDim.z): its
+// divisors are formed once for all of them (rope_block_divisors), each
+// token's angles over that token's threads (rope_token_angles).
+constexpr u32 ROPE_BLOCK_TOKENS = 2u;
+// Threads of a heads-form block at most (fusedHeadNormRopeHeadsLaunch).
+constexpr u32 ROPE_HEADS_BLOCK_THREADS = 256u;
+
+// rope_divisor of pairs i < count, once a block, spread over all its
+// threads, into dv; the block waits for them. Every thread calls it.
+__device__ __forceinline__ void rope_block_divisors(u32 count, float head_dim, float theta, float* dv) {
+    const u32 n = blockDim.x * blockDim.y * blockDim.z;
+    for (u32 i = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x; i < count; i += n)
+        dv[i] = rope_divisor(i, head_dim, theta);
+    __syncthreads();
+}
+
+// The (cos, sin) of pairs i < count of token threadIdx.z, angle(i, c, s)
+// spread over that token's threads (x, y), into cs; the block waits for
+// them. Every thread of the block calls it.
+template <typename Angle>
+__device__ __forceinline__ void rope_token_angles(u32 count, Angle angle, float2* cs) {
+    const u32 n = blockDim.x * blockDim.y;
+    for (u32 i = threadIdx.y * blockDim.x + threadIdx.x; i < count; i += n) {
+        float c, s;
+        angle(i, c, s);
+        cs[i] = make_float2(c, s);
+    }
+    __syncthreads();
+}
+
 // One thread's work in rope_neox and rope_multi: pairs p0 = ROPE_PAIRS *
 // (blockIdx.y * blockDim.x + threadIdx.x) onwards of heads threadIdx.y *
 // ROPE_HEADS + j (then blockDim.y * ROPE_HEADS further; every thread runs the

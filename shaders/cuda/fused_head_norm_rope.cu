@@ -59,21 +59,33 @@ __device__ __forceinline__ void head_norm_rope(const T* input, T* output, const 
 
 // The heads form (the `_heads` entries; the op's CUDA launch where head_dim
 // / 2 / ROPE_PAIRS is a power of two up to 32, fusedHeadNormRopeHeadsLaunch
-// in ts/ops/fused_head_norm_rope.ts): token blockIdx.x, a thread ROPE_PAIRS
-// pairs p0 = ROPE_PAIRS * threadIdx.x of ROPE_HEADS heads (common.cuh's
-// RopeQuad), blockDim.x threads one head's row, its sum of squares reduced
-// by shuffles inside those lanes; every lane runs the same rounds, so the
-// shuffles see whole warps. Each angle is formed once a block
-// (rope_block_angles) and folded with the thread's weights once (w_a c, w_b
-// s, w_a s, w_b c), so a pair costs (a w_a c - b w_b s) / rms and (a w_a s +
+// in ts/ops/fused_head_norm_rope.ts): token blockIdx.x * blockDim.z +
+// threadIdx.z (the launch divides the tokens into whole blocks; tokens at or
+// past seq_len load and store nothing), a thread ROPE_PAIRS pairs p0 =
+// ROPE_PAIRS * threadIdx.x of ROPE_HEADS heads (common.cuh's RopeQuad),
+// blockDim.x threads one head's row, its sum of squares reduced by shuffles
+// inside those lanes; every lane runs the same rounds, so the shuffles see
+// whole warps. Without TOKENS (the bf16 entry: blockDim.z 1) the token's
+// angles are formed once a block (rope_block_angles); with TOKENS (the f32
+// entries, up to ROPE_BLOCK_TOKENS a block: qkv 142.0 -> 140.0 us on an H200
+// at two, while the bf16 entry ran 2.7 % slower at two and 4 % at one token
+// this way) the divisors (powf) once a block for its tokens
+// (rope_block_divisors), each angle once a token (rope_token_angles). Each
+// is folded with the thread's weights once (w_a c, w_b s, w_a s, w_b c), so a
+// pair costs (a w_a c - b w_b s) / rms and (a w_a s +
 // b w_b c) / rms; 1 / rms is rsqrtf's (as rms_norm's), not the one-row form's
 // 1 / sqrtf: this form's results may differ from it by an ulp of f32 before
 // rounding to T. v_out (v_mode 2): the row normalized, no weight or rope,
 // stored before the row's own output.
-template <typename T, typename W>
+template <typename T, typename W, bool TOKENS>
 __device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, const W* norm_weight, bool has_weight, float eps,
-                                                     u32 head_dim, u32 n_heads, u32 half_rope, float theta, u32 pos,
-                                                     bool has_ff, const float* freq_factors, T* v_out) {
+                                                     u32 head_dim, u32 n_heads, u32 half_rope, float theta,
+                                                     const u32* positions, u32 seq_len, bool has_ff, const float* freq_factors,
+                                                     T* v_out) {
+    const u32 token = TOKENS ? blockIdx.x * blockDim.z + threadIdx.z : blockIdx.x;
+    const bool live = !TOKENS || token < seq_len;
+    // Read before the rows: the angles then wait on no row load (see rope_heads).
+    const u32 pos = live ? positions[token] : 0u;
     const u32 half_dim = head_dim / 2u;
     const u32 p0 = ROPE_PAIRS * threadIdx.x;
     const u32 turn = half_rope > p0 ? min(ROPE_PAIRS, half_rope - p0) : 0u;
@@ -86,24 +98,37 @@ __device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, 
         wa[k] = has_weight ? to_f(norm_weight[p0 + k]) : 1.0f;
         wb[k] = has_weight ? to_f(norm_weight[p0 + k + half_dim]) : 1.0f;
     }
-    __shared__ float2 cs[ROPE_BLOCK_PAIRS];
+    __shared__ float dv[ROPE_BLOCK_PAIRS];
+    __shared__ float2 cs_all[TOKENS ? ROPE_BLOCK_TOKENS : 1u][ROPE_BLOCK_PAIRS];
+    float2* cs = cs_all[TOKENS ? threadIdx.z : 0u];
     const u32 group = blockDim.y * ROPE_HEADS;
     for (u32 base = 0; base < n_heads; base += group) {
         const u32 h = base + threadIdx.y * ROPE_HEADS;
-        const u32 count = h < n_heads ? min(ROPE_HEADS, n_heads - h) : 0u;
-        const u64 at = (u64(blockIdx.x) * n_heads + h) * head_dim + p0;
+        const u32 count = live && h < n_heads ? min(ROPE_HEADS, n_heads - h) : 0u;
+        const u64 at = (u64(token) * n_heads + h) * head_dim + p0;
         RopeQuad<T> q;
         rope_quad_load(input, at, head_dim, half_dim, count, ROPE_PAIRS, vec, q);
         if (base == 0u) {
             // Without factors the angles read no memory (see rope_heads).
-            if (has_ff) {
-                rope_block_angles(0u, half_rope, [&](u32 i, float& ci, float& si) {
-                    rope_cos_sin(pos, i, float(head_dim), theta, freq_factors[i], &ci, &si);
-                }, cs);
+            // One token a block: its angles whole, behind one barrier;
+            // several: the divisors shared, then each token's angles.
+            if constexpr (!TOKENS) {
+                if (has_ff) {
+                    rope_block_angles(0u, half_rope, [&](u32 i, float& ci, float& si) {
+                        rope_cos_sin(pos, i, float(head_dim), theta, freq_factors[i], &ci, &si);
+                    }, cs);
+                } else {
+                    rope_block_angles(0u, half_rope, [&](u32 i, float& ci, float& si) {
+                        rope_cos_sin(pos, i, float(head_dim), theta, 1.0f, &ci, &si);
+                    }, cs);
+                }
             } else {
-                rope_block_angles(0u, half_rope, [&](u32 i, float& ci, float& si) {
-                    rope_cos_sin(pos, i, float(head_dim), theta, 1.0f, &ci, &si);
-                }, cs);
+                rope_block_divisors(half_rope, float(head_dim), theta, dv);
+                if (has_ff) {
+                    rope_token_angles(half_rope, [&](u32 i, float& ci, float& si) { rope_turn(pos, dv[i], freq_factors[i], &ci, &si); }, cs);
+                } else {
+                    rope_token_angles(half_rope, [&](u32 i, float& ci, float& si) { rope_turn(pos, dv[i], 1.0f, &ci, &si); }, cs);
+                }
             }
 #pragma unroll
             for (u32 k = 0; k < ROPE_PAIRS; ++k) {
@@ -217,42 +242,42 @@ extern "C" __global__ void fused_head_norm_rope_qkv_f32(float* q, float* k, floa
 }
 
 // The heads forms of the three entries above (see head_norm_rope_heads):
-// grid (seq_len, 1, 1); qkv's grid (seq_len, 1, 2 | 3): z 0 q's heads, 1 k's
-// (with v_mode 2 v's from them), 2 v's in place (v_mode 1).
-extern "C" __global__ void fused_head_norm_rope_f32_heads(const float* input, float* output, const float* norm_weight,
-                                                          const FusedHeadNormRopeF32Params* p, const u32* positions,
-                                                          const float* freq_factors, __nv_bfloat16* output_bf16,
-                                                          float* output_f32_perm) {
-    if (blockIdx.x >= p->seq_len) return;
-    head_norm_rope_heads<float, float>(input, output, norm_weight, p->has_weight != 0u, p->eps, p->head_dim, p->n_heads,
-                                       p->half_rope_dim, p->theta, positions[blockIdx.x], p->has_freq_factors != 0u,
-                                       freq_factors, nullptr);
+// grid (seq_len / blockDim.z, 1, 1); qkv's grid (seq_len / blockDim.z, 1, 2 | 3): z 0 q's heads, 1 k's
+// (with v_mode 2 v's from them), 2 v's in place (v_mode 1). The f32 entries'
+// launch bounds hold them to 128 registers at up to 256 threads (unbounded,
+// qkv took 153 with two tokens a block); the bf16 entry's blocks are smaller.
+extern "C" __global__ void __launch_bounds__(ROPE_HEADS_BLOCK_THREADS, 2)
+fused_head_norm_rope_f32_heads(const float* input, float* output, const float* norm_weight, const FusedHeadNormRopeF32Params* p,
+                               const u32* positions, const float* freq_factors, __nv_bfloat16* output_bf16,
+                               float* output_f32_perm) {
+    head_norm_rope_heads<float, float, true>(input, output, norm_weight, p->has_weight != 0u, p->eps, p->head_dim, p->n_heads,
+                                             p->half_rope_dim, p->theta, positions, p->seq_len, p->has_freq_factors != 0u,
+                                             freq_factors, nullptr);
 }
 
 extern "C" __global__ void fused_head_norm_rope_batch_bf16_heads(const __nv_bfloat16* input, __nv_bfloat16* output,
                                                                  const __nv_bfloat16* norm_weight,
                                                                  const FusedHeadNormRopeBatchBf16Params* p,
                                                                  const u32* positions, const float* freq_factors) {
-    head_norm_rope_heads<__nv_bfloat16, __nv_bfloat16>(input, output, norm_weight, p->has_weight != 0u, p->eps, p->head_dim,
-                                                       p->n_heads, p->half_rope_dim, p->theta, positions[blockIdx.x],
-                                                       p->has_freq_factors != 0u, freq_factors, nullptr);
+    // No seq_len in these params: the launch's blocks are one token each (blockDim.z 1).
+    head_norm_rope_heads<__nv_bfloat16, __nv_bfloat16, false>(input, output, norm_weight, p->has_weight != 0u, p->eps,
+                                                              p->head_dim, p->n_heads, p->half_rope_dim, p->theta, positions,
+                                                              0xffffffffu, p->has_freq_factors != 0u, freq_factors, nullptr);
 }
 
-extern "C" __global__ void fused_head_norm_rope_qkv_f32_heads(float* q, float* k, float* v,
-                                                              const FusedHeadNormRopeQkvF32Params* p, const u32* positions,
-                                                              const float* q_weight, const float* k_weight,
-                                                              const float* freq_factors) {
-    if (blockIdx.x >= p->seq_len) return;
-    const u32 pos = positions[blockIdx.x];
+extern "C" __global__ void __launch_bounds__(ROPE_HEADS_BLOCK_THREADS, 2)
+fused_head_norm_rope_qkv_f32_heads(float* q, float* k, float* v, const FusedHeadNormRopeQkvF32Params* p, const u32* positions,
+                                   const float* q_weight, const float* k_weight, const float* freq_factors) {
+    const u32 n = p->seq_len;
     const bool ff = p->has_freq_factors != 0u;
     if (blockIdx.z == 0u) {
-        head_norm_rope_heads<float, float>(q, q, q_weight, true, p->eps, p->head_dim, p->n_heads, p->half_rope_dim, p->theta,
-                                           pos, ff, freq_factors, nullptr);
+        head_norm_rope_heads<float, float, true>(q, q, q_weight, true, p->eps, p->head_dim, p->n_heads, p->half_rope_dim, p->theta,
+                                           positions, n, ff, freq_factors, nullptr);
     } else if (blockIdx.z == 1u) {
-        head_norm_rope_heads<float, float>(k, k, k_weight, true, p->eps, p->head_dim, p->n_kv_heads, p->half_rope_dim,
-                                           p->theta, pos, ff, freq_factors, p->v_mode == 2u ? v : nullptr);
+        head_norm_rope_heads<float, float, true>(k, k, k_weight, true, p->eps, p->head_dim, p->n_kv_heads, p->half_rope_dim,
+                                           p->theta, positions, n, ff, freq_factors, p->v_mode == 2u ? v : nullptr);
     } else if (p->v_mode == 1u) {
-        head_norm_rope_heads<float, float>(v, v, k_weight, false, p->eps, p->head_dim, p->n_kv_heads, 0u, p->theta, pos,
-                                           false, freq_factors, nullptr);
+        head_norm_rope_heads<float, float, true>(v, v, k_weight, false, p->eps, p->head_dim, p->n_kv_heads, 0u, p->theta, positions,
+                                           n, false, freq_factors, nullptr);
     }
 }

@@ -69,24 +69,34 @@ export function fusedHeadNormRopeThreadgroup(headDim: number, limits: LaunchLimi
   return rowThreadgroup(headDim, FUSED_HEAD_NORM_ROPE_MAX_THREADS, limits);
 }
 
+/** Tokens a block of the CUDA heads form at most (shaders/cuda/common.cuh ROPE_BLOCK_TOKENS, a power of two). */
+export const ROPE_BLOCK_TOKENS = 2;
+/** Threads of a block of the CUDA heads form at most (common.cuh ROPE_HEADS_BLOCK_THREADS: the entries' launch bounds). */
+export const ROPE_HEADS_BLOCK_THREADS = 256;
+
 /**
  * The CUDA heads form of the family's kernels (`<kernel>_heads`, see
  * shaders/cuda/fused_head_norm_rope.cu) where a head's row is a power of two
- * of up to 32 threads of ROPE_PAIRS pairs (headDim 8 to 256): grid (seqLen,
- * 1, groups) of (tx, ty) threads, tx = headDim / 2 / ROPE_PAIRS, ty enough
- * for ROPE_HEADS heads a thread of the most heads a group, rounded up to
- * whole warps (at most 1024 threads; the kernels loop over the heads past
- * them). undefined where the head's row does not fit that form or the
- * tokens are fewer than ROPE_HEADS_MIN_TOKENS.
+ * of up to 32 threads of ROPE_PAIRS pairs (headDim 8 to 256): grid (seqLen /
+ * tz, 1, groups) of (tx, ty, tz) threads, tx = headDim / 2 / ROPE_PAIRS, ty
+ * enough for ROPE_HEADS heads a thread of the most heads a group, rounded up
+ * to whole warps (at most ROPE_HEADS_BLOCK_THREADS threads; the kernels loop
+ * over the heads past them), tz tokens a block (up to ROPE_BLOCK_TOKENS,
+ * dividing seqLen and within those threads), which share the powf of their
+ * angles' divisors. undefined where the head's row does not fit that form or
+ * the tokens are fewer than ROPE_HEADS_MIN_TOKENS.
  */
 export function fusedHeadNormRopeHeadsLaunch(kernel: string, headDim: number, seqLen: number, heads: number,
-  groups = 1): CudaLaunch | undefined {
+  groups = 1, tokens = ROPE_BLOCK_TOKENS): CudaLaunch | undefined {
   const tx = headDim / 2 / ROPE_PAIRS;
   if (seqLen < ROPE_HEADS_MIN_TOKENS || !Number.isInteger(tx) || tx > 32 || (tx & (tx - 1)) !== 0) return undefined;
   const warp = 32 / tx;
-  const ty = Math.min(Math.ceil(Math.ceil(heads / ROPE_HEADS) / warp) * warp, 1024 / tx);
-  return { grid: [seqLen, 1, groups], threads: [tx, ty, 1], entry: `${kernel}_heads` };
+  const ty = Math.min(Math.ceil(Math.ceil(heads / ROPE_HEADS) / warp) * warp, ROPE_HEADS_BLOCK_THREADS / tx);
+  let tz = tokens;
+  while (tz > 1 && (seqLen % tz !== 0 || tx * ty * tz > ROPE_HEADS_BLOCK_THREADS)) tz /= 2;
+  return { grid: [seqLen / tz, 1, groups], threads: [tx, ty, tz], entry: `${kernel}_heads` };
 }
+
 
 export function packFusedHeadNormRopeF32Params(a: FusedHeadNormRopeArgs): Uint8Array {
   return packFields(FUSED_HEAD_NORM_ROPE_F32_PARAMS_LAYOUT, {
@@ -189,9 +199,9 @@ export function planFusedHeadNormRope(a: FusedHeadNormRopeArgs, limits: DeviceLi
   if (f32) buffers.push(a.outputBf16 ?? a.output, a.outputF32Perm ?? a.output);
   const bytes: (Uint8Array | undefined)[] = [, , , f32 ? packFusedHeadNormRopeF32Params(a) : packFusedHeadNormRopeBatchBf16Params(a)];
   const kernel = f32 ? 'fused_head_norm_rope_f32' : 'fused_head_norm_rope_batch_bf16';
-  // The heads form writes no co-write (outputBf16, outputF32Perm).
+  // The heads form writes no co-write (outputBf16, outputF32Perm); the bf16 entry a token a block (measured faster).
   const cuda = a.outputBf16 === undefined && a.outputF32Perm === undefined
-    ? fusedHeadNormRopeHeadsLaunch(kernel, a.headDim, a.seqLen, a.nHeads) : undefined;
+    ? fusedHeadNormRopeHeadsLaunch(kernel, a.headDim, a.seqLen, a.nHeads, 1, f32 ? ROPE_BLOCK_TOKENS : 1) : undefined;
   return planOf({
     kernel,
     buffers,

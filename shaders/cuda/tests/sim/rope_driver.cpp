@@ -72,7 +72,10 @@ u32 next_pow2(u32 v) { u32 p = 1; while (p < v) p *= 2; return p; }
 Launch fused_row_launch(u32 head_dim, u32 rows) { return {{rows, 1, 1}, {std::min(256u, next_pow2(head_dim)), 1, 1}}; }
 Launch fused_heads_launch(u32 head_dim, u32 seq, u32 heads, u32 groups) {
   const u32 tx = head_dim / 8, warp = 32 / tx;
-  return {{seq, 1, groups}, {tx, std::min(cdiv(cdiv(heads, 8), warp) * warp, 1024 / tx), 1}};
+  const u32 ty = std::min(cdiv(cdiv(heads, 8), warp) * warp, 256 / tx);
+  u32 tz = 2;
+  while (tz > 1 && (seq % tz != 0 || tx * ty * tz > 256)) tz /= 2;
+  return {{seq / tz, 1, groups}, {tx, ty, tz}};
 }
 
 std::vector<u32> positions(u32 seq) {
