@@ -16,14 +16,17 @@
 // gpuTimeNs / iters. Prints the time, the bytes each dispatch must move
 // (inputs read once, outputs written once) and the rate they imply.
 //
-//   bun run bench/glue.ts [--small] [--only TEXT] [--variants] [--replay]
+//   bun run bench/glue.ts [--small] [--only TEXT] [--variants] [--replay] [--parts]
 // (--replay: each case's dispatches recorded once in a replayable encoder,
 // then 5 replays, device time a dispatch, median: on cuda one CUDA graph, so
 // the host's launch pace cannot set the time, as in a replayed decode step;
 // --small: shapes the emulator runs; --only (repeatable): the cases whose
 // name contains one of the TEXTs, as for a profiler's run; --variants: on cuda, rows of the same ops
 // recorded from their plans with other CUDA launches, the variants' block
-// below, to choose a launch by measurement)
+// below, to choose a launch by measurement; --parts: after a row of several
+// dispatches whose case gives its plan (argmax, the sampler), the plan's
+// first k dispatches alone for each k, so each dispatch's share of the row
+// is the difference of two lines)
 //
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
@@ -40,7 +43,7 @@ import { kvCacheCopySeqDual } from '../ts/ops/kv_cache_copy.ts';
 import { gelu, geluTanhMul, geluTanhMulHalves } from '../ts/ops/gelu.ts';
 import { sigmoidMul, sigmoidMulHalves } from '../ts/ops/sigmoid_mul.ts';
 import { siluMul, siluMulHalves } from '../ts/ops/silu_mul.ts';
-import { argmax, argmaxScratchElements, planArgmax, philox4x32, sample, sampleScratchElements, softmaxSample, topK, topKScratchElements } from '../ts/ops/sample.ts';
+import { argmax, argmaxScratchElements, planArgmax, planSample, philox4x32, sample, sampleScratchElements, softmaxSample, topK, topKScratchElements } from '../ts/ops/sample.ts';
 import { flashAttnPrefillBlk, flashAttnPrefillMask } from '../ts/ops/flash_attn_prefill.ts';
 import {
   fusedGeluMul, moeAccumulate, moeDispatchSort, moeGatherTopkWeights, moeSwigluBatch, moeSwigluSeq, moeWeightedSum, moeWeightedSumSeq,
@@ -63,13 +66,14 @@ import { record, type OpPlan } from '../ts/plan.ts';
 const small = process.argv.includes('--small');
 const variants = process.argv.includes('--variants');
 const replay = process.argv.includes('--replay');
+const parts = process.argv.includes('--parts');
 const only = process.argv.flatMap((a, i) => (a === '--only' ? [process.argv[i + 1] ?? ''] : []));
 const dev = Device.open();
 const size = (d: DType) => (d === 'f32' ? 4 : 2);
 
 const random = (dtype: DType, shape: number[]): Buffer => uniformBuffer(dev, dtype, shape, 2);
 
-interface Case { name: string; bytes: number; record: (enc: Encoder) => void }
+interface Case { name: string; bytes: number; record: (enc: Encoder) => void; plan?: () => OpPlan }
 
 function cases(): Case[] {
   const out: Case[] = [];
@@ -539,11 +543,8 @@ function sampleCases(): Case[] {
     const val = dev.alloc('f32', [rows]);
     const scratch = dev.alloc('u32', [argmaxScratchElements(rows, vocab)]);
     out.push({ name: `argmax f32 [${rows}, ${vocab}] two passes`, bytes: 4 * rows * vocab,
-      record: (e) => argmax(e, { input: x, outIndex: idx, outValue: val, rows, nElements: vocab, scratch }) });
-    // The first pass alone (argmax_blocks_f32): the two passes' time less the merge's dispatch and its wait.
-    const twoPass = planArgmax({ input: x, outIndex: idx, outValue: val, rows, nElements: vocab, scratch }, dev.limits, dev);
-    out.push({ name: `argmax f32 [${rows}, ${vocab}] first pass alone`, bytes: 4 * rows * vocab,
-      record: (e) => record(e, { ...twoPass, dispatches: twoPass.dispatches.slice(0, 1) }) });
+      record: (e) => argmax(e, { input: x, outIndex: idx, outValue: val, rows, nElements: vocab, scratch }),
+      plan: () => planArgmax({ input: x, outIndex: idx, outValue: val, rows, nElements: vocab, scratch }, dev.limits, dev) });
     if (rows === 1) {
       out.push({ name: `argmax f32 [1, ${vocab}] one threadgroup (mlx-native's)`, bytes: 4 * vocab,
         record: (e) => argmax(e, { input: x, outIndex: idx, outValue: val, rows, nElements: vocab }) });
@@ -575,7 +576,9 @@ function sampleCases(): Case[] {
       const logits = peaked(rows, sigma);
       const prev = o.repetitionPenalty !== undefined ? { prevTokens, nPrev: 64 } : {};
       out.push({ name: `sample [${rows}, ${vocab}] ${what}`, bytes: 4 * rows * vocab,
-        record: (e) => sample(e, { logits, outToken: token, outLogprob: logprob, scratch, rows, vocab, ...o, ...prev, seed: 1, counter: counter++ }) });
+        record: (e) => sample(e, { logits, outToken: token, outLogprob: logprob, scratch, rows, vocab, ...o, ...prev, seed: 1, counter: counter++ }),
+        plan: () => planSample({ logits, outToken: token, outLogprob: logprob, scratch, rows, vocab, ...o, ...prev, seed: 1, counter: 0 },
+          dev.limits, dev) });
     }
   }
   {
@@ -943,11 +946,22 @@ function replayedTimes(c: Case, iters: number): number[] {
 const time = (c: Case, iters: number): number => gpuTimePerDispatch(dev, c.record, iters);
 
 console.log(`device: ${dev.name} (${dev.backend})${replay ? ', replayed' : ''}`);
-for (const c of cases().filter((x) => only.length === 0 || only.some((t) => x.name.includes(t)))) {
+/** A case's time a dispatch (ns): median of 5 commits or replays of `iters` back to back. */
+function measure(c: Case): number {
   const probe = time(c, 1);
   const iters = Math.max(1, Math.min(200, Math.round(2e7 / Math.max(probe, 1))));
   const ts = (replay ? replayedTimes(c, iters) : Array.from({ length: 5 }, () => time(c, iters))).sort((a, b) => a - b);
-  const ns = ts[2]!;
+  return ts[2]!;
+}
+
+for (const c of cases().filter((x) => only.length === 0 || only.some((t) => x.name.includes(t)))) {
+  const ns = measure(c);
   console.log(`${c.name.padEnd(52)} ${(ns / 1000).toFixed(2).padStart(9)} us  ${(c.bytes / 1e6).toFixed(1).padStart(8)} MB  ${(c.bytes / ns).toFixed(0).padStart(5)} GB/s`);
+  const plan = parts ? c.plan?.() : undefined;
+  for (let k = 1; plan !== undefined && k < plan.dispatches.length; k++) {
+    const sub: OpPlan = { ...plan, dispatches: plan.dispatches.slice(0, k) };
+    const last = `  its first ${k} dispatch${k > 1 ? 'es' : ''}, to ${sub.dispatches[k - 1]!.kernel}`;
+    console.log(`${last.padEnd(52)} ${(measure({ ...c, record: (e) => record(e, sub) }) / 1000).toFixed(2).padStart(9)} us`);
+  }
 }
 dev.close();
