@@ -13,8 +13,9 @@
 #   quantized_matmul_id_ggml: that family (quantized_matmul_id_ggml_driver.cpp)
 #   flash_attn_prefill: that family (flash_attn_prefill.sh runs its variants)
 #   flash_attn_vec: that family (flash_attn_vec_driver.cpp: every entry, rings, varlen)
-#   sample: that family (sample_driver.cpp; a name fragment as the second
-#           argument runs only the sampler cases holding it)
+#   sample: that family (sample_driver.cpp; `argmax` as the second argument
+#           runs only argmax's cases, `top_k` top-k's, another name
+#           fragment only the sampler cases holding it)
 #   moe:   moe_dispatch, quantized_matmul_id, dense_matmul_id and
 #          moe_weighted_reduce (moe_driver.cpp)
 #   rope:  rope_neox, rope_multi and fused_head_norm_rope, the one-pair

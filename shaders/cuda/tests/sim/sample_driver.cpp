@@ -1,7 +1,8 @@
 // The sample family's CUDA kernels (shaders/cuda/sample.cu) on the CPU
-// simulation (sim_runtime.h), at the launches of ts/ops/sample.ts (planTopK,
-// planSample: written out again below), against float64 references written
-// as ts/ops/sample.ts's: top-k (one pass and two; ties at the cut and
+// simulation (sim_runtime.h), at the launches of ts/ops/sample.ts
+// (planArgmax, planTopK, planSample: written out again below), against
+// float64 references written as ts/ops/sample.ts's: argmax (one pass and
+// two; ties, NaNs, zeros and -inf inside one vector and across slices), top-k (one pass and two; ties at the cut and
 // across slices, k past n, rows of -inf with a few finite values, all
 // equal, values over many octaves so that the slices' summaries overflow)
 // and the sampler on every path (greedy, no filter, candidates, the whole
@@ -11,6 +12,7 @@
 // the log-probabilities to 1e-4. run.sh builds and runs it (`sample`).
 #include "sim_kernels.h"  // build.py's output
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -26,6 +28,66 @@ static u32 threads_for(double work, u32 max_threads) {
   return std::min(max_threads, std::max(32u, p));
 }
 static u32 cdiv(u64 a, u64 b) { return u32((a + b - 1) / b); }
+
+// ---- argmax ----
+
+// argmax at the op's launches (planArgmax): argmax_f32 with min(1024,
+// nextPow2(n)) threads, or argmax_blocks_f32 (256 threads a slice of
+// `slice`) and argmax_merge_f32; against the first index of the largest
+// order_key, and the value stored there.
+static void check_argmax(u32 rows, u32 n, u32 slice, const std::vector<float>& x, const char* what) {
+  std::vector<u32> idx(rows, 0xabcdefu);
+  std::vector<float> val(rows, 1234.5f);
+  if (slice == 0) {
+    ArgmaxParams p{n};
+    u32 t = 1;
+    while (t < n && t < 1024) t *= 2;
+    sim_launch({rows, 1, 1}, {t, 1, 1}, 0, [&] { argmax_f32(x.data(), idx.data(), val.data(), &p); });
+  } else {
+    const u32 nb = cdiv(n, slice);
+    ArgmaxBlocksParams p{n, slice, nb};
+    std::vector<u32> partials(size_t(rows) * nb * 2, 0xdeadbeefu);
+    sim_launch({rows, nb, 1}, {256, 1, 1}, 0, [&] { argmax_blocks_f32(x.data(), partials.data(), &p); });
+    sim_launch({rows, 1, 1}, {threads_for(nb, 1024), 1, 1}, 0, [&] { argmax_merge_f32(partials.data(), idx.data(), val.data(), &p); });
+  }
+  bool ok = true;
+  for (u32 r = 0; r < rows; ++r) {
+    const float* xr = x.data() + size_t(r) * n;
+    u32 best = 0;
+    for (u32 i = 1; i < n; ++i)
+      if (order_key(xr[i]) > order_key(xr[best])) best = i;
+    u32 got_bits, want_bits;
+    std::memcpy(&got_bits, &val[r], 4);
+    std::memcpy(&want_bits, &xr[best], 4);
+    if (idx[r] != best || got_bits != want_bits) ok = false;
+  }
+  if (!ok) failures++;
+  std::printf("%s argmax [%u, %u]%s%s %s\n", ok ? "ok  " : "FAIL", rows, n,
+              slice == 0 ? " one pass" : (" slices of " + std::to_string(slice)).c_str(), what[0] ? "," : "", what);
+}
+
+// Rows that put ties, NaNs, zeros and -inf inside one 16-byte vector and
+// across threads and slices; n a multiple of 4 takes the vector scan, an
+// odd n the element scan.
+static void argmax_cases() {
+  for (const u32 n : {20000u, 20001u, 4096u, 7u}) {
+    const u32 rows = 8;
+    std::vector<float> x(size_t(rows) * n);
+    std::uniform_int_distribution<int> q(-40, 40);
+    for (auto& e : x) e = q(gen) / 4.0f;  // many ties
+    auto at = [&](u32 r, u32 i) -> float& { return x[size_t(r) * n + std::min(i, n - 1)]; };
+    at(1, 4102) = NAN; at(1, 4103) = NAN; at(1, 4100) = INFINITY; at(1, 9000) = NAN;
+    for (u32 i = 0; i < n; ++i) at(2, i) = i % 2 ? 0.0f : -0.0f;
+    for (u32 i = 0; i < n; ++i) at(3, i) = -INFINITY;
+    for (u32 i = 0; i < n; ++i) at(4, i) = -INFINITY;
+    at(4, n - 1) = -1e30f;
+    at(5, 11) = 50; at(5, 10) = 50; at(5, 4097) = 50;
+    for (u32 i = 0; i < n; ++i) at(6, i) = -2;
+    at(6, 2049) = 0; at(6, 2050) = -0.0f; at(6, 2048) = -0.0f;
+    at(7, 3) = NAN; at(7, 1) = -NAN;
+    for (const u32 slice : {0u, 2048u, 8192u}) check_argmax(rows, n, slice, x, n % 4 ? "element scan" : "vector scan");
+  }
+}
 
 // ---- top-k ----
 
@@ -239,6 +301,8 @@ static std::vector<float> ramp(u32 n, double lo, double hi) {
 int main(int argc, char** argv) {
   if (argc > 1) only = argv[1];
   const bool top_k_only = only == "top_k";
+  if (only.empty() || only == "argmax") argmax_cases();
+  if (only == "argmax") return failures != 0;
   // top-k: quantized values (ties across slices and at the cut), k past n.
   for (auto [rows, n, k] : std::vector<std::tuple<u32, u32, u32>>{{2, 5, 8}, {3, 100, 256}, {2, 1000, 64}, {1, 4099, 100}, {2, 9000, 40}, {1, 20000, 256}}) {
     std::vector<float> x(size_t(rows) * n);
