@@ -319,6 +319,7 @@ int main(int argc, char** argv) {
     for (auto& e : g) e = normal(gen);
     check_top_k(2, 20000, 256, true, g, "N(0, 36)");
     check_top_k(2, 20000, 20, true, g, "N(0, 36)");
+    check_top_k(2, 20000, 1, false, g, "N(0, 36), k 1 (argmax's scan)");
     // On a 1/4 grid: ties inside the small cut bins that the slices and the merge rank by counting.
     for (auto& e : g) e = std::round(e * 4.0f) / 4.0f;
     check_top_k(2, 20000, 64, true, g, "N(0, 36) on a 1/4 grid");
