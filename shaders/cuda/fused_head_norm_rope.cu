@@ -66,12 +66,13 @@ __device__ __forceinline__ void head_norm_rope(const T* input, T* output, const 
 // blockDim.x threads one head's row, its sum of squares reduced by shuffles
 // inside those lanes; every lane runs the same rounds, so the shuffles see
 // whole warps. Without TOKENS (the bf16 entry: blockDim.z 1) the token's
-// angles are formed once a block (rope_block_angles); with TOKENS (the f32
-// entries, up to ROPE_BLOCK_TOKENS a block: qkv 142.0 -> 140.0 us on an H200
-// at two, while the bf16 entry ran 2.7 % slower at two and 4 % at one token
-// this way) the divisors (powf) once a block for its tokens
-// (rope_block_divisors), each angle once a token (rope_token_angles). Each
-// is folded with the thread's weights once (w_a c, w_b s, w_a s, w_b c), so a
+// angles are formed once a block (rope_block_angles), behind one barrier;
+// with TOKENS (the f32 entries, up to ROPE_BLOCK_TOKENS a block) the
+// divisors (powf) once a block for its tokens (rope_block_divisors), then
+// each token's angles (rope_token_angles): measured faster for the f32
+// entries and slower for the bf16 one
+// (bench/results/argmax-rope-h200-2026-11-28b.md). Each angle is folded with
+// the thread's weights once (w_a c, w_b s, w_a s, w_b c), so a
 // pair costs (a w_a c - b w_b s) / rms and (a w_a s +
 // b w_b c) / rms; 1 / rms is rsqrtf's (as rms_norm's), not the one-row form's
 // 1 / sqrtf: this form's results may differ from it by an ulp of f32 before
@@ -245,7 +246,8 @@ extern "C" __global__ void fused_head_norm_rope_qkv_f32(float* q, float* k, floa
 // grid (seq_len / blockDim.z, 1, 1); qkv's grid (seq_len / blockDim.z, 1, 2 | 3): z 0 q's heads, 1 k's
 // (with v_mode 2 v's from them), 2 v's in place (v_mode 1). The f32 entries'
 // launch bounds hold them to 128 registers at up to 256 threads (unbounded,
-// qkv took 153 with two tokens a block); the bf16 entry's blocks are smaller.
+// ptxas gives qkv 153 with two tokens a block); the bf16 entry takes one
+// token a block and its own count (96).
 extern "C" __global__ void __launch_bounds__(ROPE_HEADS_BLOCK_THREADS, 2)
 fused_head_norm_rope_f32_heads(const float* input, float* output, const float* norm_weight, const FusedHeadNormRopeF32Params* p,
                                const u32* positions, const float* freq_factors, __nv_bfloat16* output_bf16,
@@ -271,13 +273,13 @@ fused_head_norm_rope_qkv_f32_heads(float* q, float* k, float* v, const FusedHead
     const u32 n = p->seq_len;
     const bool ff = p->has_freq_factors != 0u;
     if (blockIdx.z == 0u) {
-        head_norm_rope_heads<float, float, true>(q, q, q_weight, true, p->eps, p->head_dim, p->n_heads, p->half_rope_dim, p->theta,
-                                           positions, n, ff, freq_factors, nullptr);
+        head_norm_rope_heads<float, float, true>(q, q, q_weight, true, p->eps, p->head_dim, p->n_heads, p->half_rope_dim,
+                                                 p->theta, positions, n, ff, freq_factors, nullptr);
     } else if (blockIdx.z == 1u) {
         head_norm_rope_heads<float, float, true>(k, k, k_weight, true, p->eps, p->head_dim, p->n_kv_heads, p->half_rope_dim,
-                                           p->theta, positions, n, ff, freq_factors, p->v_mode == 2u ? v : nullptr);
+                                                 p->theta, positions, n, ff, freq_factors, p->v_mode == 2u ? v : nullptr);
     } else if (p->v_mode == 1u) {
-        head_norm_rope_heads<float, float, true>(v, v, k_weight, false, p->eps, p->head_dim, p->n_kv_heads, 0u, p->theta, positions,
-                                           n, false, freq_factors, nullptr);
+        head_norm_rope_heads<float, float, true>(v, v, k_weight, false, p->eps, p->head_dim, p->n_kv_heads, 0u, p->theta,
+                                                 positions, n, false, freq_factors, nullptr);
     }
 }
