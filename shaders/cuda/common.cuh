@@ -889,12 +889,13 @@ constexpr u32 ROPE_BLOCK_TOKENS = 2u;
 // Threads of a heads-form block at most (fusedHeadNormRopeHeadsLaunch).
 constexpr u32 ROPE_HEADS_BLOCK_THREADS = 256u;
 
-// rope_divisor of pairs i < count, once a block, spread over all its
-// threads, into dv; the block waits for them. Every thread calls it.
-__device__ __forceinline__ void rope_block_divisors(u32 count, float head_dim, float theta, float* dv) {
+// rope_divisor of pairs first + i, i < count, once a block, spread over
+// all its threads, into dv[i]; the block waits for them. Every thread calls
+// it (rope's rows form, fused_head_norm_rope's heads form with tokens).
+__device__ __forceinline__ void rope_block_divisors(u32 first, u32 count, float head_dim, float theta, float* dv) {
     const u32 n = blockDim.x * blockDim.y * blockDim.z;
     for (u32 i = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x; i < count; i += n)
-        dv[i] = rope_divisor(i, head_dim, theta);
+        dv[i] = rope_divisor(first + i, head_dim, theta);
     __syncthreads();
 }
 

@@ -124,7 +124,7 @@ __device__ __forceinline__ void head_norm_rope_heads(const T* input, T* output, 
                     }, cs);
                 }
             } else {
-                rope_block_divisors(half_rope, float(head_dim), theta, dv);
+                rope_block_divisors(0u, half_rope, float(head_dim), theta, dv);
                 if (has_ff) {
                     rope_token_angles(half_rope, [&](u32 i, float& ci, float& si) { rope_turn(pos, dv[i], freq_factors[i], &ci, &si); }, cs);
                 } else {

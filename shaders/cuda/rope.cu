@@ -81,11 +81,7 @@ __device__ __forceinline__ void rope_normal_rows(const T* input, T* output, cons
     // thread's pair 2 (h blockDim.x + threadIdx.x) + i is element pair i of
     // its chunk h.
     __shared__ float divisors[4u * ROPE_MAX_ROW_THREADS];
-    const u32 first = 4u * blockDim.x * blockIdx.y;
-    for (u32 q = threadIdx.y * blockDim.x + threadIdx.x; q < 4u * blockDim.x; q += blockDim.x * blockDim.y) {
-        divisors[q] = rope_divisor(first + q, head_dim_f, theta);
-    }
-    __syncthreads();
+    rope_block_divisors(4u * blockDim.x * blockIdx.y, 4u * blockDim.x, head_dim_f, theta, divisors);
     if (width[0] == 0u) return;
     float d[2][2], c[2][2], s[2][2];
 #pragma unroll
