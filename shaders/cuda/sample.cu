@@ -798,7 +798,9 @@ __device__ __forceinline__ void scan_best(const float* x, u32 len, u32& best_key
     best_key = 0u;
     at = 0xffffffffu;
     if ((len & 3u) == 0u && aligned16(x)) {
-        // SCAN_LOADS vectors a thread in flight before any compare.
+        // SCAN_LOADS vectors a thread in flight before any compare, loaded
+        // evict-first: the scan reads each once (one element again, the
+        // winner's), so its lines need not displace what later ops reuse.
         constexpr u32 SCAN_LOADS = 4u;
         const float4* v4 = reinterpret_cast<const float4*>(x);
         const u32 nv = len / 4u;
@@ -810,7 +812,7 @@ __device__ __forceinline__ void scan_best(const float* x, u32 len, u32& best_key
 #pragma unroll
             for (u32 s = 0; s < SCAN_LOADS; ++s) {
                 const u32 vi = base + s * bs + tid;
-                t[s] = vi < nv ? v4[vi] : make_float4(neg_inf(), neg_inf(), neg_inf(), neg_inf());
+                t[s] = vi < nv ? __ldcs(v4 + vi) : make_float4(neg_inf(), neg_inf(), neg_inf(), neg_inf());
             }
 #pragma unroll
             for (u32 s = 0; s < SCAN_LOADS; ++s) {
