@@ -1,0 +1,195 @@
+// How fast the 4-bit vector products' access pattern alone can read a
+// weight matrix (no arithmetic: the loaded words folded by xor), outside the
+// library: does the group-column engine's pattern (common.cuh qmv_gc: a warp
+// reads 16 rows x 256 bytes a round, lane (g, t) rows g and g + 8, 16-byte
+// loads at 64 t + 16 v, so each load instruction uses half of each 32-byte
+// sector it touches, plus 2-byte scale and bias pairs) cap it below the copy
+// rate, and does the number of warps an SM decide it? Floor, prediction and
+// results: bench/notes/qmv-pattern-2026-11-28.md.
+//
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/qmv_pattern bench/qmv_pattern.cu && /tmp/qmv_pattern
+//
+// Matrices of MLX q4 g64 at the decode shapes (codes [N, K / 2] bytes, bf16
+// scales and biases [N, K / 64]), COPIES of them in turn so that L2 (50 MB
+// on an H200) holds none of the one being read. Forms:
+//   seq      the codes as one flat array, 4 16-byte loads a thread in flight,
+//            grid-stride (a copy's read side; scales and biases not read)
+//   gc       qmv_gc's pattern (W warps a tile split its rounds, D rounds in
+//            flight, 128 threads a block)
+//   gcs      gc with a lane's 4 loads of a row placed at 16 t + 64 v (every
+//            load instruction uses whole sectors; not the mma's layout)
+//   row      a warp reads R rows whole, a lane 16 bytes of a row a load
+//            (a plain SIMT vector product's pattern), 4 loads in flight
+// Each at B blocks an SM (shared memory requested to cap the occupancy; the
+// blocks an SM printed are what the registers and that allow).
+#include <cstdio>
+#include <cstdint>
+#include <vector>
+#include "harness.cuh"
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+__global__ void seq_read(const uint4* w, u64 n, u32* out) {
+  u32 acc = 0;
+  const u64 stride = u64(gridDim.x) * blockDim.x;
+  u64 i = u64(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    uint4 a = __ldcs(w + i), b = __ldcs(w + i + stride), c = __ldcs(w + i + 2 * stride), d = __ldcs(w + i + 3 * stride);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+  }
+  for (; i < n; i += stride) { uint4 a = __ldcs(w + i); acc ^= a.x ^ a.y ^ a.z ^ a.w; }
+  if (acc == 0x12345678u) out[0] = acc;
+}
+
+// SPREAD: gcs (a lane's loads at 16 t + 64 v) instead of gc's 64 t + 16 v.
+template <u32 W, u32 D, bool SPREAD>
+__global__ void __launch_bounds__(128) gc_read(const unsigned char* w, const unsigned short* sc, const unsigned short* bi, u32 N, u32 K, u32* out) {
+  constexpr u32 V = 4, TPB = 4 / W;
+  const u32 G = K / 64, R = (G + 7) / 8;
+  const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const u32 tile = blockIdx.x * TPB + warp / W, part = warp % W, row0 = tile * 16;
+  const u32 mine = row0 < N && part < R ? (R - part + W - 1) / W : 0;
+  const u32 ra = min(row0 + g, N - 1), rb = min(row0 + g + 8, N - 1);
+  const unsigned char* wa = w + u64(ra) * (K / 2);
+  const unsigned char* wb = w + u64(rb) * (K / 2);
+  uint4 qa[D][V], qb[D][V];
+  u32 sp[D][2], bp[D][2];
+  auto pair = [&](const unsigned short* p, u32 r, u32 i, bool ok) { return ok ? u32(p[u64(r) * G + i]) | (u32(p[u64(r) * G + i + 1]) << 16) : 0u; };
+  auto issue = [&](u32 u, u32 j) {
+    const u32 rd = part + j * W, g0 = rd * 8 + 2 * t;
+#pragma unroll
+    for (u32 v = 0; v < V; ++v) {
+      const u32 off = SPREAD ? rd * 256 + 16 * t + 64 * v : g0 * 32 + v * 16;
+      const bool ok = j < mine && (SPREAD ? rd * 8 + 2 * v < G : g0 + v / 2 < G);
+      qa[u][v] = ok ? __ldcs(reinterpret_cast<const uint4*>(wa + off)) : make_uint4(0, 0, 0, 0);
+      qb[u][v] = ok ? __ldcs(reinterpret_cast<const uint4*>(wb + off)) : make_uint4(0, 0, 0, 0);
+    }
+    const bool ok = j < mine && g0 + 1 < G;
+    sp[u][0] = pair(sc, ra, g0, ok); sp[u][1] = pair(sc, rb, g0, ok);
+    bp[u][0] = pair(bi, ra, g0, ok); bp[u][1] = pair(bi, rb, g0, ok);
+  };
+  u32 acc = 0;
+#pragma unroll
+  for (u32 u = 0; u < D; ++u) issue(u, u);
+  for (u32 j = 0; j < mine; j += D) {
+#pragma unroll
+    for (u32 u = 0; u < D; ++u) {
+      if (j + u < mine) {
+#pragma unroll
+        for (u32 v = 0; v < V; ++v) acc ^= qa[u][v].x ^ qa[u][v].y ^ qa[u][v].z ^ qa[u][v].w ^ qb[u][v].x ^ qb[u][v].y ^ qb[u][v].z ^ qb[u][v].w;
+        acc ^= sp[u][0] ^ sp[u][1] ^ bp[u][0] ^ bp[u][1];
+      }
+      issue(u, j + u + D);
+    }
+  }
+  if (acc == 0x12345678u) out[0] = acc;
+}
+
+// A warp reads R rows whole: lane l a 16-byte chunk l + 32 i of the row,
+// 4 loads in flight, and the row's scales and biases (lane l group l).
+template <u32 R>
+__global__ void __launch_bounds__(128) row_read(const unsigned char* w, const unsigned short* sc, const unsigned short* bi, u32 N, u32 K, u32* out) {
+  const u32 lane = threadIdx.x & 31, warp = blockIdx.x * 4 + (threadIdx.x >> 5);
+  const u32 row0 = warp * R;
+  if (row0 >= N) return;
+  const u32 G = K / 64, chunks = K / 32;  // 16-byte chunks a row
+  u32 acc = 0;
+#pragma unroll
+  for (u32 r = 0; r < R; ++r) {
+    const u32 row = min(row0 + r, N - 1);
+    const uint4* wr = reinterpret_cast<const uint4*>(w + u64(row) * (K / 2));
+    u32 c = lane;
+    for (; c + 96 < chunks; c += 128) {
+      uint4 a = __ldcs(wr + c), b = __ldcs(wr + c + 32), d = __ldcs(wr + c + 64), e = __ldcs(wr + c + 96);
+      acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ d.x ^ d.y ^ d.z ^ d.w ^ e.x ^ e.y ^ e.z ^ e.w;
+    }
+    for (; c < chunks; c += 32) { uint4 a = __ldcs(wr + c); acc ^= a.x ^ a.y ^ a.z ^ a.w; }
+    for (u32 i = lane; i < G; i += 32) acc ^= sc[u64(row) * G + i] ^ (u32(bi[u64(row) * G + i]) << 16);
+  }
+  if (acc == 0x12345678u) out[0] = acc;
+}
+
+int main() {
+  int dev = 0, sms = 0, smem_sm = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CK(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  cudaDeviceProp prop; CK(cudaGetDeviceProperties(&prop, dev));
+  printf("device %s, %d SMs, L2 %d MB\n", prop.name, sms, prop.l2CacheSize >> 20);
+  u32* out; CK(cudaMalloc(&out, 4));
+  // The copy ceiling of this run: cudaMemcpy of 1 GiB device to device (read + write counted).
+  {
+    const size_t n = size_t(1) << 30;
+    void *a, *b; CK(cudaMalloc(&a, n)); CK(cudaMalloc(&b, n)); CK(cudaMemset(a, 1, n));
+    const float us = timeit([&] { CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice)); }, 5);
+    printf("copy 1 GiB: %.1f us, %.0f GB/s\n", us, 2.0 * n / us / 1e3);
+    CK(cudaFree(a)); CK(cudaFree(b));
+  }
+  struct Shape { const char* name; u32 N, K; };
+  const Shape shapes[] = {{"Qwen3.6 up [17408, 5120]", 17408, 5120}, {"Qwen3.6 down [5120, 17408]", 5120, 17408},
+                          {"Gemma 4 up [21504, 5376]", 21504, 5376}, {"35B in_proj [12352, 2048]", 12352, 2048},
+                          {"35B out_proj [2048, 4096]", 2048, 4096}};
+  for (const Shape& s : shapes) {
+    const u64 cb = u64(s.N) * s.K / 2, sb = u64(s.N) * (s.K / 64) * 2;
+    const double bytes = double(cb + 2 * sb);
+    const int copies = int(std::max<u64>(2, (400ull << 20) / (cb + 2 * sb) + 1));
+    std::vector<unsigned char*> W(copies);
+    std::vector<unsigned short*> S(copies), B(copies);
+    for (int c = 0; c < copies; ++c) {
+      CK(cudaMalloc(&W[c], cb)); CK(cudaMalloc(&S[c], sb)); CK(cudaMalloc(&B[c], sb));
+      CK(cudaMemset(W[c], c + 1, cb)); CK(cudaMemset(S[c], 3, sb)); CK(cudaMemset(B[c], 5, sb));
+    }
+    printf("\n%s: %.2f MB (codes %.2f), %d copies\n", s.name, bytes / 1e6, cb / 1e6, copies);
+    int c = 0;
+    auto report = [&](const char* form, int bps, float us) {
+      printf("  %-34s %2d/SM  %8.2f us  %6.0f GB/s\n", form, bps, us, bytes / us / 1e3);
+    };
+    // The blocks an SM a kernel gets at smem bytes of dynamic shared memory.
+    auto occ = [&](auto kern, int threads, int smem) {
+      int n = 0;
+      CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, threads, smem));
+      return n;
+    };
+    // seq: 4 blocks of 256 an SM, and 8.
+    for (int bps : {4, 8}) {
+      const u64 n = cb / 16;
+      const float us = timeit([&] { seq_read<<<sms * bps, 256>>>(reinterpret_cast<const uint4*>(W[c]), n, out); c = (c + 1) % copies; }, 40);
+      CK(cudaGetLastError());
+      report("seq (codes only)", bps, us);
+    }
+    auto occ_smem = [&](int bps) { return bps >= 16 ? 0 : (smem_sm / bps) - 1024 - 64; };
+    auto gc = [&](auto kern, const char* form, u32 Wp) {
+      for (int bps : {4, 8, 16}) {
+        const int smem = occ_smem(bps);
+        CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        const u32 tiles = (s.N + 15) / 16, blocks = (tiles * Wp + 3) / 4;
+        const float us = timeit([&] { kern<<<blocks, 128, smem>>>(W[c], S[c], B[c], s.N, s.K, out); c = (c + 1) % copies; }, 40);
+        CK(cudaGetLastError());
+        report(form, occ(kern, 128, smem), us);
+      }
+    };
+    gc(gc_read<1, 2, false>, "gc W 1 D 2", 1);
+    gc(gc_read<2, 2, false>, "gc W 2 D 2", 2);
+    gc(gc_read<4, 2, false>, "gc W 4 D 2", 4);
+    gc(gc_read<2, 3, false>, "gc W 2 D 3", 2);
+    gc(gc_read<2, 1, false>, "gc W 2 D 1", 2);
+    gc(gc_read<4, 1, false>, "gc W 4 D 1", 4);
+    gc(gc_read<2, 2, true>, "gcs W 2 D 2", 2);
+    gc(gc_read<4, 2, true>, "gcs W 4 D 2", 4);
+    auto row = [&](auto kern, const char* form, u32 R) {
+      for (int bps : {4, 8, 16}) {
+        const int smem = occ_smem(bps);
+        CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        const u32 warps = (s.N + R - 1) / R, blocks = (warps + 3) / 4;
+        const float us = timeit([&] { kern<<<blocks, 128, smem>>>(W[c], S[c], B[c], s.N, s.K, out); c = (c + 1) % copies; }, 40);
+        CK(cudaGetLastError());
+        report(form, occ(kern, 128, smem), us);
+      }
+    };
+    row(row_read<1>, "row R 1", 1);
+    row(row_read<2>, "row R 2", 2);
+    for (int k = 0; k < copies; ++k) { CK(cudaFree(W[k])); CK(cudaFree(S[k])); CK(cudaFree(B[k])); }
+  }
+  return 0;
+}
