@@ -62,11 +62,19 @@ import re, sys
 rounds, n = int(sys.argv[1]), int(sys.argv[2])
 trees, files = sys.argv[3:3 + n], sys.argv[3 + n:]
 line = re.compile(r'^(.*?\S)\s+([0-9.]+) us\b')
+# An indented row (a script that prints a heading, then its rows under it,
+# as bench/qmv_variants.ts does) is named after its heading too, so rows of
+# one name under different headings stay apart.
 def rows(path):
-    out = []
+    out, heading = [], ''
     for l in open(path, errors='replace'):
-        m = line.match(l.rstrip('\n'))
-        if m: out.append((m.group(1), m.group(2)))
+        l = l.rstrip('\n')
+        m = line.match(l)
+        if m:
+            name = m.group(1).strip()
+            out.append((heading + ' / ' + name if l[:1].isspace() and heading else name, m.group(2)))
+        elif l.strip() and not l[:1].isspace():
+            heading = l.split('  (')[0].strip()
     return out
 runs = [dict(rows(f)) for f in files]
 names = [k for k, _ in rows(files[0])]

@@ -42,8 +42,21 @@ __global__ void seq_read(const uint4* w, u64 n, u32* out) {
   if (acc == 0x12345678u) out[0] = acc;
 }
 
+// A 16-byte load: L 0 evict-first through L1 (__ldcs, the engine's), 1 L2
+// only (__ldcg), 2 non-coherent without an L1 line (L1::no_allocate).
+template <u32 L>
+__device__ __forceinline__ uint4 ld16(const void* p) {
+  if constexpr (L == 0) return __ldcs(reinterpret_cast<const uint4*>(p));
+  else if constexpr (L == 1) return __ldcg(reinterpret_cast<const uint4*>(p));
+  else {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+  }
+}
+
 // SPREAD: gcs (a lane's loads at 16 t + 64 v) instead of gc's 64 t + 16 v.
-template <u32 W, u32 D, bool SPREAD>
+template <u32 W, u32 D, bool SPREAD, u32 L = 0>
 __global__ void __launch_bounds__(128) gc_read(const unsigned char* w, const unsigned short* sc, const unsigned short* bi, u32 N, u32 K, u32* out) {
   constexpr u32 V = 4, TPB = 4 / W;
   const u32 G = K / 64, R = (G + 7) / 8;
@@ -62,8 +75,8 @@ __global__ void __launch_bounds__(128) gc_read(const unsigned char* w, const uns
     for (u32 v = 0; v < V; ++v) {
       const u32 off = SPREAD ? rd * 256 + 16 * t + 64 * v : g0 * 32 + v * 16;
       const bool ok = j < mine && (SPREAD ? rd * 8 + 2 * v < G : g0 + v / 2 < G);
-      qa[u][v] = ok ? __ldcs(reinterpret_cast<const uint4*>(wa + off)) : make_uint4(0, 0, 0, 0);
-      qb[u][v] = ok ? __ldcs(reinterpret_cast<const uint4*>(wb + off)) : make_uint4(0, 0, 0, 0);
+      qa[u][v] = ok ? ld16<L>(wa + off) : make_uint4(0, 0, 0, 0);
+      qb[u][v] = ok ? ld16<L>(wb + off) : make_uint4(0, 0, 0, 0);
     }
     const bool ok = j < mine && g0 + 1 < G;
     sp[u][0] = pair(sc, ra, g0, ok); sp[u][1] = pair(sc, rb, g0, ok);
@@ -177,6 +190,28 @@ int main() {
     gc(gc_read<4, 1, false>, "gc W 4 D 1", 4);
     gc(gc_read<2, 2, true>, "gcs W 2 D 2", 2);
     gc(gc_read<4, 2, true>, "gcs W 4 D 2", 4);
+    // The engine's own dynamic shared memory (x as bf16 pairs, its group sums,
+    // zeros, the reduction: about K * 2 + 1 KB), which takes that much of the
+    // SM's L1 for shared memory, against none; load kinds cs / cg / na.
+    auto gck = [&](auto kern, const char* form, u32 Wp) {
+      for (int smem : {0, int(s.K) * 2 + 1024}) {
+        CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        const u32 tiles = (s.N + 15) / 16, blocks = (tiles * Wp + 3) / 4;
+        const float us = timeit([&] { kern<<<blocks, 128, smem>>>(W[c], S[c], B[c], s.N, s.K, out); c = (c + 1) % copies; }, 40);
+        CK(cudaGetLastError());
+        char name[96];
+        snprintf(name, sizeof name, "%s, smem %d", form, smem);
+        report(name, occ(kern, 128, smem), us);
+      }
+    };
+    gck(gc_read<2, 2, false, 0>, "gc W 2 D 2 cs", 2);
+    gck(gc_read<2, 2, false, 1>, "gc W 2 D 2 cg", 2);
+    gck(gc_read<2, 2, false, 2>, "gc W 2 D 2 na", 2);
+    gck(gc_read<4, 2, false, 0>, "gc W 4 D 2 cs", 4);
+    gck(gc_read<4, 2, false, 1>, "gc W 4 D 2 cg", 4);
+    gck(gc_read<4, 2, false, 2>, "gc W 4 D 2 na", 4);
+    gck(gc_read<2, 1, false, 1>, "gc W 2 D 1 cg", 2);
+    gck(gc_read<2, 2, true, 1>, "gcs W 2 D 2 cg", 2);
     auto row = [&](auto kern, const char* form, u32 R) {
       for (int bps : {4, 8, 16}) {
         const int smem = occ_smem(bps);
