@@ -69,12 +69,12 @@ def rows(path):
     out, heading = [], ''
     for l in open(path, errors='replace'):
         l = l.rstrip('\n')
+        if l.strip() and not l[:1].isspace():
+            heading = l.split('  (')[0].strip()
         m = line.match(l)
         if m:
             name = m.group(1).strip()
             out.append((heading + ' / ' + name if l[:1].isspace() and heading else name, m.group(2)))
-        elif l.strip() and not l[:1].isspace():
-            heading = l.split('  (')[0].strip()
     return out
 runs = [dict(rows(f)) for f in files]
 names = [k for k, _ in rows(files[0])]

@@ -56,9 +56,10 @@ __device__ __forceinline__ uint4 ld16(const void* p) {
 }
 
 // SPREAD: gcs (a lane's loads at 16 t + 64 v) instead of gc's 64 t + 16 v.
-template <u32 W, u32 D, bool SPREAD, u32 L = 0>
-__global__ void __launch_bounds__(128) gc_read(const unsigned char* w, const unsigned short* sc, const unsigned short* bi, u32 N, u32 K, u32* out) {
-  constexpr u32 V = 4, TPB = 4 / W;
+// BW: warps a block (4, the engine's; more: a block of W warps a tile).
+template <u32 W, u32 D, bool SPREAD, u32 L = 0, u32 BW = 4>
+__global__ void __launch_bounds__(32 * BW) gc_read(const unsigned char* w, const unsigned short* sc, const unsigned short* bi, u32 N, u32 K, u32* out) {
+  constexpr u32 V = 4, TPB = BW / W;
   const u32 G = K / 64, R = (G + 7) / 8;
   const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const u32 tile = blockIdx.x * TPB + warp / W, part = warp % W, row0 = tile * 16;
@@ -212,6 +213,22 @@ int main() {
     gck(gc_read<4, 2, false, 2>, "gc W 4 D 2 na", 4);
     gck(gc_read<2, 1, false, 1>, "gc W 2 D 1 cg", 2);
     gck(gc_read<2, 2, true, 1>, "gcs W 2 D 2 cg", 2);
+    // A tile's rounds all in flight at once (W warps a tile, a block a tile,
+    // W x D >= the rounds of a row at K 5120), so what the grid reads at a
+    // time is whole tiles (16 consecutive rows, contiguous) instead of a
+    // 256-byte window of every row.
+    auto tile = [&](auto kern, const char* form, u32 Wp) {
+      const u32 blocks = (s.N + 15) / 16;
+      const float us = timeit([&] { kern<<<blocks, 32 * Wp, 0>>>(W[c], S[c], B[c], s.N, s.K, out); c = (c + 1) % copies; }, 40);
+      CK(cudaGetLastError());
+      report(form, occ(kern, 32 * Wp, 0), us);
+    };
+    tile(gc_read<4, 2, false, 0, 4>, "tile W 4 D 2 (block of 4)", 4);
+    tile(gc_read<8, 1, false, 0, 8>, "tile W 8 D 1", 8);
+    tile(gc_read<8, 2, false, 0, 8>, "tile W 8 D 2", 8);
+    tile(gc_read<16, 1, false, 0, 16>, "tile W 16 D 1", 16);
+    tile(gc_read<16, 2, false, 0, 16>, "tile W 16 D 2", 16);
+    tile(gc_read<32, 1, false, 0, 32>, "tile W 32 D 1", 32);
     auto row = [&](auto kern, const char* form, u32 R) {
       for (int bps : {4, 8, 16}) {
         const int smem = occ_smem(bps);
