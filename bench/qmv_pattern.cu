@@ -18,12 +18,16 @@
 //            flight, 128 threads a block)
 //   gcs      gc with a lane's 4 loads of a row placed at 16 t + 64 v (every
 //            load instruction uses whole sectors; not the mma's layout)
+//   tile     gc with a block of W warps a tile, all its rounds in flight
+//   packed   gc's grid over codes repacked so a warp's round is contiguous
+//            and each load instruction reads 512 contiguous bytes
 //   row      a warp reads R rows whole, a lane 16 bytes of a row a load
 //            (a plain SIMT vector product's pattern), 4 loads in flight
 // Each at B blocks an SM (shared memory requested to cap the occupancy; the
 // blocks an SM printed are what the registers and that allow).
 #include <cstdio>
 #include <cstdint>
+#include <algorithm>
 #include <vector>
 #include "harness.cuh"
 
@@ -100,6 +104,52 @@ __global__ void __launch_bounds__(32 * BW) gc_read(const unsigned char* w, const
   if (acc == 0x12345678u) out[0] = acc;
 }
 
+// The engine's rounds with the codes repacked so that a warp's round is 4
+// KB contiguous and each of its 8 load instructions reads 512 contiguous
+// bytes (layout [tile][round][load][lane] of 16 bytes: what a lane needs
+// for its mma, in the order it loads it), the scale and bias pairs as gc.
+template <u32 W, u32 D>
+__global__ void __launch_bounds__(128) packed_read(const unsigned char* w, const unsigned short* sc, const unsigned short* bi, u32 N, u32 K, u32* out) {
+  constexpr u32 V = 4, TPB = 4 / W;
+  const u32 G = K / 64, R = (G + 7) / 8;
+  const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const u32 tile = blockIdx.x * TPB + warp / W, part = warp % W, row0 = tile * 16;
+  const u32 mine = row0 < N && part < R ? (R - part + W - 1) / W : 0;
+  const u32 ra = min(row0 + g, N - 1), rb = min(row0 + g + 8, N - 1);
+  const uint4* base = reinterpret_cast<const uint4*>(w) + u64(min(tile, (N - 1) / 16)) * R * 256;
+  uint4 qa[D][V], qb[D][V];
+  u32 sp[D][2], bp[D][2];
+  auto pair = [&](const unsigned short* p, u32 r, u32 i, bool ok) { return ok ? u32(p[u64(r) * G + i]) | (u32(p[u64(r) * G + i + 1]) << 16) : 0u; };
+  auto issue = [&](u32 u, u32 j) {
+    const u32 rd = part + j * W, g0 = rd * 8 + 2 * t;
+    const uint4* r = base + u64(rd) * 256 + lane;
+#pragma unroll
+    for (u32 v = 0; v < V; ++v) {
+      const bool ok = j < mine;
+      qa[u][v] = ok ? __ldcs(r + v * 32) : make_uint4(0, 0, 0, 0);
+      qb[u][v] = ok ? __ldcs(r + (V + v) * 32) : make_uint4(0, 0, 0, 0);
+    }
+    const bool ok = j < mine && g0 + 1 < G;
+    sp[u][0] = pair(sc, ra, g0, ok); sp[u][1] = pair(sc, rb, g0, ok);
+    bp[u][0] = pair(bi, ra, g0, ok); bp[u][1] = pair(bi, rb, g0, ok);
+  };
+  u32 acc = 0;
+#pragma unroll
+  for (u32 u = 0; u < D; ++u) issue(u, u);
+  for (u32 j = 0; j < mine; j += D) {
+#pragma unroll
+    for (u32 u = 0; u < D; ++u) {
+      if (j + u < mine) {
+#pragma unroll
+        for (u32 v = 0; v < V; ++v) acc ^= qa[u][v].x ^ qa[u][v].y ^ qa[u][v].z ^ qa[u][v].w ^ qb[u][v].x ^ qb[u][v].y ^ qb[u][v].z ^ qb[u][v].w;
+        acc ^= sp[u][0] ^ sp[u][1] ^ bp[u][0] ^ bp[u][1];
+      }
+      issue(u, j + u + D);
+    }
+  }
+  if (acc == 0x12345678u) out[0] = acc;
+}
+
 // A warp reads R rows whole: lane l a 16-byte chunk l + 32 i of the row,
 // 4 loads in flight, and the row's scales and biases (lane l group l).
 template <u32 R>
@@ -151,8 +201,10 @@ int main() {
     std::vector<unsigned char*> W(copies);
     std::vector<unsigned short*> S(copies), B(copies);
     for (int c = 0; c < copies; ++c) {
-      CK(cudaMalloc(&W[c], cb)); CK(cudaMalloc(&S[c], sb)); CK(cudaMalloc(&B[c], sb));
-      CK(cudaMemset(W[c], c + 1, cb)); CK(cudaMemset(S[c], 3, sb)); CK(cudaMemset(B[c], 5, sb));
+      // The packed form's rounds are whole (8 groups): at K 5376 its tiles run past the codes' bytes.
+      const u64 cpad = std::max<u64>(cb, u64((s.N + 15) / 16) * ((s.K / 64 + 7) / 8) * 4096);
+      CK(cudaMalloc(&W[c], cpad)); CK(cudaMalloc(&S[c], sb)); CK(cudaMalloc(&B[c], sb));
+      CK(cudaMemset(W[c], c + 1, cpad)); CK(cudaMemset(S[c], 3, sb)); CK(cudaMemset(B[c], 5, sb));
     }
     printf("\n%s: %.2f MB (codes %.2f), %d copies\n", s.name, bytes / 1e6, cb / 1e6, copies);
     int c = 0;
@@ -224,6 +276,18 @@ int main() {
       report(form, occ(kern, 32 * Wp, 0), us);
     };
     tile(gc_read<4, 2, false, 0, 4>, "tile W 4 D 2 (block of 4)", 4);
+    // Repacked codes (each tile's rounds contiguous): the engine's grids.
+    auto packed = [&](auto kern, const char* form, u32 Wp) {
+      const u32 tiles = (s.N + 15) / 16, blocks = (tiles * Wp + 3) / 4;
+      const float us = timeit([&] { kern<<<blocks, 128, 0>>>(W[c], S[c], B[c], s.N, s.K, out); c = (c + 1) % copies; }, 40);
+      CK(cudaGetLastError());
+      report(form, occ(kern, 128, 0), us);
+    };
+    packed(packed_read<1, 2>, "packed W 1 D 2", 1);
+    packed(packed_read<2, 2>, "packed W 2 D 2", 2);
+    packed(packed_read<4, 2>, "packed W 4 D 2", 4);
+    packed(packed_read<2, 1>, "packed W 2 D 1", 2);
+    packed(packed_read<4, 1>, "packed W 4 D 1", 4);
     tile(gc_read<8, 1, false, 0, 8>, "tile W 8 D 1", 8);
     tile(gc_read<8, 2, false, 0, 8>, "tile W 8 D 2", 8);
     tile(gc_read<16, 1, false, 0, 16>, "tile W 16 D 1", 16);
