@@ -793,14 +793,15 @@ __device__ bool gather_top(Src& src, const u32* sums, SumWords& pre, u32 nb, u32
 // each element's key took 11, which bound many-row argmax on the issue rate
 // (bench/notes/glue-close-2026-11-28.md). -0 and +0 compare equal, as their
 // keys do; a thread whose elements are all -inf keeps its first.
+template <bool EVICT_FIRST = false>
 __device__ __forceinline__ void scan_best(const float* x, u32 len, u32& best_key, u32& at) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
     best_key = 0u;
     at = 0xffffffffu;
     if ((len & 3u) == 0u && aligned16(x)) {
-        // SCAN_LOADS vectors a thread in flight before any compare, loaded
-        // evict-first: the scan reads each once (one element again, the
-        // winner's), so its lines need not displace what later ops reuse.
+        // SCAN_LOADS vectors a thread in flight before any compare;
+        // EVICT_FIRST (the many-block form) loads them evict-first: the scan
+        // reads each once (the winner's element again).
         constexpr u32 SCAN_LOADS = 4u;
         const float4* v4 = reinterpret_cast<const float4*>(x);
         const u32 nv = len / 4u;
@@ -812,7 +813,7 @@ __device__ __forceinline__ void scan_best(const float* x, u32 len, u32& best_key
 #pragma unroll
             for (u32 s = 0; s < SCAN_LOADS; ++s) {
                 const u32 vi = base + s * bs + tid;
-                t[s] = vi < nv ? __ldcs(v4 + vi) : make_float4(neg_inf(), neg_inf(), neg_inf(), neg_inf());
+                t[s] = vi < nv ? (EVICT_FIRST ? __ldcs(v4 + vi) : v4[vi]) : make_float4(neg_inf(), neg_inf(), neg_inf(), neg_inf());
             }
 #pragma unroll
             for (u32 s = 0; s < SCAN_LOADS; ++s) {
@@ -1581,7 +1582,7 @@ extern "C" __global__ void __launch_bounds__(1024) argmax_blocks_f32(const float
     const u32 len = min(p->slice, p->n_elements - lo);
     const float* x = input + u64(row) * p->n_elements + lo;
     u32 best_key, at;
-    scan_best(x, len, best_key, at);
+    scan_best<true>(x, len, best_key, at);
     float v = at == 0xffffffffu ? neg_inf() : x[at];
     u32 ix = at == 0xffffffffu ? at : lo + at;
     block_argmax(v, ix, vals, idxs);
