@@ -1,5 +1,5 @@
 // What the standalone CUDA harnesses of bench/ share (softmax_forms.cu,
-// softmax_lag.cu, qmv_bulk.cu, code_cold.cu): the error check, the softmax
+// softmax_lag.cu, qmv_bulk.cu, qmv_pattern.cu, code_cold.cu): the error check, the softmax
 // check, timing by back-to-back launches and by one CUDA graph, and the
 // Hopper bulk-copy engine's PTX (cp.async.bulk with mbarrier completion,
 // sm_90).
