@@ -59,6 +59,28 @@ __device__ __forceinline__ uint4 ld16(const void* p) {
   }
 }
 
+// A warp's walk over its `mine` rounds, D in flight: issue(u, j) loads
+// round j into slot u (zeros past mine); each round's words are folded by
+// xor once it is in, and the slot loaded again D rounds on.
+template <u32 D, u32 V, typename Issue>
+__device__ __forceinline__ void walk(u32 mine, Issue&& issue, uint4 (&qa)[D][V], uint4 (&qb)[D][V], u32 (&sp)[D][2], u32 (&bp)[D][2], u32* out) {
+  u32 acc = 0;
+#pragma unroll
+  for (u32 u = 0; u < D; ++u) issue(u, u);
+  for (u32 j = 0; j < mine; j += D) {
+#pragma unroll
+    for (u32 u = 0; u < D; ++u) {
+      if (j + u < mine) {
+#pragma unroll
+        for (u32 v = 0; v < V; ++v) acc ^= qa[u][v].x ^ qa[u][v].y ^ qa[u][v].z ^ qa[u][v].w ^ qb[u][v].x ^ qb[u][v].y ^ qb[u][v].z ^ qb[u][v].w;
+        acc ^= sp[u][0] ^ sp[u][1] ^ bp[u][0] ^ bp[u][1];
+      }
+      issue(u, j + u + D);
+    }
+  }
+  if (acc == 0x12345678u) out[0] = acc;
+}
+
 // SPREAD: gcs (a lane's loads at 16 t + 64 v) instead of gc's 64 t + 16 v.
 // BW: warps a block (4, the engine's; more: a block of W warps a tile).
 template <u32 W, u32 D, bool SPREAD, u32 L = 0, u32 BW = 4>
@@ -87,21 +109,7 @@ __global__ void __launch_bounds__(32 * BW) gc_read(const unsigned char* w, const
     sp[u][0] = pair(sc, ra, g0, ok); sp[u][1] = pair(sc, rb, g0, ok);
     bp[u][0] = pair(bi, ra, g0, ok); bp[u][1] = pair(bi, rb, g0, ok);
   };
-  u32 acc = 0;
-#pragma unroll
-  for (u32 u = 0; u < D; ++u) issue(u, u);
-  for (u32 j = 0; j < mine; j += D) {
-#pragma unroll
-    for (u32 u = 0; u < D; ++u) {
-      if (j + u < mine) {
-#pragma unroll
-        for (u32 v = 0; v < V; ++v) acc ^= qa[u][v].x ^ qa[u][v].y ^ qa[u][v].z ^ qa[u][v].w ^ qb[u][v].x ^ qb[u][v].y ^ qb[u][v].z ^ qb[u][v].w;
-        acc ^= sp[u][0] ^ sp[u][1] ^ bp[u][0] ^ bp[u][1];
-      }
-      issue(u, j + u + D);
-    }
-  }
-  if (acc == 0x12345678u) out[0] = acc;
+  walk<D, V>(mine, issue, qa, qb, sp, bp, out);
 }
 
 // The engine's rounds with the codes repacked so that a warp's round is 4
@@ -133,21 +141,7 @@ __global__ void __launch_bounds__(128) packed_read(const unsigned char* w, const
     sp[u][0] = pair(sc, ra, g0, ok); sp[u][1] = pair(sc, rb, g0, ok);
     bp[u][0] = pair(bi, ra, g0, ok); bp[u][1] = pair(bi, rb, g0, ok);
   };
-  u32 acc = 0;
-#pragma unroll
-  for (u32 u = 0; u < D; ++u) issue(u, u);
-  for (u32 j = 0; j < mine; j += D) {
-#pragma unroll
-    for (u32 u = 0; u < D; ++u) {
-      if (j + u < mine) {
-#pragma unroll
-        for (u32 v = 0; v < V; ++v) acc ^= qa[u][v].x ^ qa[u][v].y ^ qa[u][v].z ^ qa[u][v].w ^ qb[u][v].x ^ qb[u][v].y ^ qb[u][v].z ^ qb[u][v].w;
-        acc ^= sp[u][0] ^ sp[u][1] ^ bp[u][0] ^ bp[u][1];
-      }
-      issue(u, j + u + D);
-    }
-  }
-  if (acc == 0x12345678u) out[0] = acc;
+  walk<D, V>(mine, issue, qa, qb, sp, bp, out);
 }
 
 // A warp reads R rows whole: lane l a 16-byte chunk l + 32 i of the row,
