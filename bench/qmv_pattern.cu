@@ -21,6 +21,9 @@
 //   tile     gc with a block of W warps a tile, all its rounds in flight
 //   packed   gc's grid over codes repacked so a warp's round is contiguous
 //            and each load instruction reads 512 contiguous bytes
+//   packed9  the codes with their scales and biases beside them (a round
+//            9 x 512 bytes), walked as the engine does or streamed by a
+//            persistent grid
 //   row      a warp reads R rows whole, a lane 16 bytes of a row a load
 //            (a plain SIMT vector product's pattern), 4 loads in flight
 // Each at B blocks an SM (shared memory requested to cap the occupancy; the
@@ -144,6 +147,57 @@ __global__ void __launch_bounds__(128) packed_read(const unsigned char* w, const
   walk<D, V>(mine, issue, qa, qb, sp, bp, out);
 }
 
+// Codes with their scales and biases repacked beside them (packed9): a
+// unit is a (tile, round), 9 x 512 contiguous bytes, lane l's 16 bytes of
+// each 512 being what it loads for its mma (8 code loads, then its rows'
+// scale and bias pairs). Folded by xor, D units a warp in flight. STREAM 0:
+// the engine's walk (W warps a tile, a warp its tile's rounds part, part +
+// W, ...); 1: a persistent grid, each warp a contiguous run of the units in
+// tile-major order; 2: a persistent grid, units grid-strided over the
+// warps (what all warps read at a time is contiguous).
+template <u32 STREAM, u32 W, u32 D>
+__global__ void __launch_bounds__(128) packed9_read(const uint4* w, u32 N, u32 K, u32* out) {
+  const u32 G = K / 64, R = (G + 7) / 8, tiles = (N + 15) / 16;
+  const u64 units = u64(tiles) * R;
+  const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const u64 nw = u64(gridDim.x) * 4, gw = u64(blockIdx.x) * 4 + warp;
+  u64 first, count, step;
+  if (STREAM == 0) {
+    const u32 tile = blockIdx.x * (4 / W) + warp / W, part = warp % W;
+    first = u64(tile) * R + part;
+    count = tile < tiles && part < R ? (R - part + W - 1) / W : 0;
+    step = W;
+  } else if (STREAM == 1) {
+    first = gw * units / nw;
+    count = (gw + 1) * units / nw - first;
+    step = 1;
+  } else {
+    first = gw;
+    count = gw < units ? (units - gw + nw - 1) / nw : 0;
+    step = nw;
+  }
+  uint4 q[D][9];
+  auto issue = [&](u32 u, u64 j) {
+    const uint4* r = w + (first + j * step) * 288 + lane;
+#pragma unroll
+    for (u32 v = 0; v < 9; ++v) q[u][v] = j < count ? __ldcs(r + v * 32) : make_uint4(0, 0, 0, 0);
+  };
+  u32 acc = 0;
+#pragma unroll
+  for (u32 u = 0; u < D; ++u) issue(u, u);
+  for (u64 j = 0; j < count; j += D) {
+#pragma unroll
+    for (u32 u = 0; u < D; ++u) {
+      if (j + u < count) {
+#pragma unroll
+        for (u32 v = 0; v < 9; ++v) acc ^= q[u][v].x ^ q[u][v].y ^ q[u][v].z ^ q[u][v].w;
+      }
+      issue(u, j + u + D);
+    }
+  }
+  if (acc == 0x12345678u) out[0] = acc;
+}
+
 // A warp reads R rows whole: lane l a 16-byte chunk l + 32 i of the row,
 // 4 loads in flight, and the row's scales and biases (lane l group l).
 template <u32 R>
@@ -195,8 +249,9 @@ int main() {
     std::vector<unsigned char*> W(copies);
     std::vector<unsigned short*> S(copies), B(copies);
     for (int c = 0; c < copies; ++c) {
-      // The packed form's rounds are whole (8 groups): at K 5376 its tiles run past the codes' bytes.
-      const u64 cpad = std::max<u64>(cb, u64((s.N + 15) / 16) * ((s.K / 64 + 7) / 8) * 4096);
+      // The packed forms' rounds are whole (8 groups) and packed9 holds the scales and biases too:
+      // the buffer is that large (at K 5376 the tiles run past the codes' bytes).
+      const u64 cpad = std::max<u64>(cb, u64((s.N + 15) / 16) * ((s.K / 64 + 7) / 8) * 4608);
       CK(cudaMalloc(&W[c], cpad)); CK(cudaMalloc(&S[c], sb)); CK(cudaMalloc(&B[c], sb));
       CK(cudaMemset(W[c], c + 1, cpad)); CK(cudaMemset(S[c], 3, sb)); CK(cudaMemset(B[c], 5, sb));
     }
@@ -282,6 +337,24 @@ int main() {
     packed(packed_read<4, 2>, "packed W 4 D 2", 4);
     packed(packed_read<2, 1>, "packed W 2 D 1", 2);
     packed(packed_read<4, 1>, "packed W 4 D 1", 4);
+    // packed9: the engine's walk, then the persistent streams (B blocks an SM).
+    auto p9 = [&](auto kern, const char* form, u32 blocks) {
+      const float us = timeit([&] { kern<<<blocks, 128, 0>>>(reinterpret_cast<const uint4*>(W[c]), s.N, s.K, out); c = (c + 1) % copies; }, 40);
+      CK(cudaGetLastError());
+      report(form, occ(kern, 128, 0), us);
+    };
+    const u32 tiles16 = (s.N + 15) / 16;
+    p9(packed9_read<0, 2, 2>, "packed9 walk W 2 D 2", (tiles16 * 2 + 3) / 4);
+    p9(packed9_read<0, 4, 2>, "packed9 walk W 4 D 2", tiles16);
+    for (u32 bps : {4u, 8u}) {
+      char name[64];
+      snprintf(name, sizeof name, "packed9 runs D 2, %u an SM", bps);
+      p9(packed9_read<1, 1, 2>, name, sms * bps);
+      snprintf(name, sizeof name, "packed9 strided D 2, %u an SM", bps);
+      p9(packed9_read<2, 1, 2>, name, sms * bps);
+      snprintf(name, sizeof name, "packed9 strided D 1, %u an SM", bps);
+      p9(packed9_read<2, 1, 1>, name, sms * bps);
+    }
     tile(gc_read<8, 1, false, 0, 8>, "tile W 8 D 1", 8);
     tile(gc_read<8, 2, false, 0, 8>, "tile W 8 D 2", 8);
     tile(gc_read<16, 1, false, 0, 16>, "tile W 16 D 1", 16);
