@@ -1574,12 +1574,18 @@ __device__ __forceinline__ void gc_stage_x(const TX* x, u32 K, u32 units, bool v
 // (gc_warps); dynamic shared memory gc_shared. About 8 instructions an mma
 // (128 bytes of codes) against the vector engine's ~20.
 //
+// PACKED: w is the weight repacked by (tile, round) units (qmv_gc_packed
+// below), sc and bi unread: a lane's loads of a round are 2 V + 1
+// consecutive 512-byte rows of the unit (its codes of rows a and b, then its
+// scale and bias pairs), so every load instruction of a warp reads 512
+// contiguous bytes and none is scattered.
+//
 // GU (the gate-up form of the per-expert products): a tile is 8 outputs,
 // its rows a the gate's rows and rows b the up projection's (uw, usc, ubi)
 // of the same outputs, stored as act(gate) * up (gc_store). blk:
 // the block's index among the product's blocks (blockIdx.x for one
 // matrix; a pair's own for the per-expert forms).
-template <typename TX, typename T, typename TY, u32 GS, u32 W, u32 DEEP, bool GU = false>
+template <typename TX, typename T, typename TY, u32 GS, u32 W, u32 DEEP, bool GU = false, bool PACKED = false>
 __device__ __forceinline__ void qmv_gc(const TX* x, const unsigned char* w, const T* sc, const T* bi, TY* y, u32 N, u32 K,
                                        u32 blk, const unsigned char* uw = nullptr, const T* usc = nullptr, const T* ubi = nullptr,
                                        u32 activation = 0u) {
@@ -1639,21 +1645,37 @@ __device__ __forceinline__ void qmv_gc(const TX* x, const unsigned char* w, cons
     auto hi_f = [](u32 v) { const u32 h = v >> 16; return to_f(*reinterpret_cast<const T*>(&h)); };
     auto issue = [&](u32 u, u32 j) {
         const u32 g0 = (part + j * W) * 8u + 2u * t;
+        if constexpr (PACKED) {
+            static_assert(!GU, "qmv_gc: PACKED takes one matrix");
+            const uint4* r = reinterpret_cast<const uint4*>(w) + (u64(tile) * R + part + j * W) * ((2u * V + 1u) * 32u) + lane;
+            const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
-        for (u32 v = 0; v < V; ++v) {
-            if (j < mine && g0 + v / HALF < G) {
-                const u64 off = u64(g0) * (GS / 2u) + v * 16u;
-                qa[u][v] = __ldcs(reinterpret_cast<const uint4*>(wa + off));
-                qb[u][v] = __ldcs(reinterpret_cast<const uint4*>(wb + off));
-            } else {
-                qa[u][v] = qb[u][v] = make_uint4(0u, 0u, 0u, 0u);
+            for (u32 v = 0; v < V; ++v) {
+                qa[u][v] = j < mine ? __ldcs(r + v * 32u) : zero;
+                qb[u][v] = j < mine ? __ldcs(r + (V + v) * 32u) : zero;
             }
+            const uint4 p = j < mine ? __ldcs(r + 2u * V * 32u) : zero;
+            sp[u][0] = p.x;
+            sp[u][1] = p.y;
+            bp[u][0] = p.z;
+            bp[u][1] = p.w;
+        } else {
+#pragma unroll
+            for (u32 v = 0; v < V; ++v) {
+                if (j < mine && g0 + v / HALF < G) {
+                    const u64 off = u64(g0) * (GS / 2u) + v * 16u;
+                    qa[u][v] = __ldcs(reinterpret_cast<const uint4*>(wa + off));
+                    qb[u][v] = __ldcs(reinterpret_cast<const uint4*>(wb + off));
+                } else {
+                    qa[u][v] = qb[u][v] = make_uint4(0u, 0u, 0u, 0u);
+                }
+            }
+            const bool f = j < mine && g0 < G, sc2 = j < mine && g0 + 1u < G;
+            sp[u][0] = pair(sa, g0, f, sc2);
+            sp[u][1] = pair(sb, g0, f, sc2);
+            bp[u][0] = pair(ba, g0, f, sc2);
+            bp[u][1] = pair(bb, g0, f, sc2);
         }
-        const bool f = j < mine && g0 < G, sc2 = j < mine && g0 + 1u < G;
-        sp[u][0] = pair(sa, g0, f, sc2);
-        sp[u][1] = pair(sb, g0, f, sc2);
-        bp[u][0] = pair(ba, g0, f, sc2);
-        bp[u][1] = pair(bb, g0, f, sc2);
     };
     auto ext = [](u32 word, u32 sh) { return ((word >> sh) & 0x000F000Fu) | QMagic<T>::P2; };
     float acc_a = 0.0f, acc_b = 0.0f;
