@@ -1574,11 +1574,15 @@ __device__ __forceinline__ void gc_stage_x(const TX* x, u32 K, u32 units, bool v
 // (gc_warps); dynamic shared memory gc_shared. About 8 instructions an mma
 // (128 bytes of codes) against the vector engine's ~20.
 //
-// PACKED: w is the weight repacked by (tile, round) units (qmv_gc_packed
-// below), sc and bi unread: a lane's loads of a round are 2 V + 1
-// consecutive 512-byte rows of the unit (its codes of rows a and b, then its
-// scale and bias pairs), so every load instruction of a warp reads 512
-// contiguous bytes and none is scattered.
+// PACKED: w is the weight repacked by (tile, round) units, sc and bi
+// unread. Unit (tile, rd) is (2 V + 1) x 32 16-byte vectors; vector 32 v +
+// lane (lane = 4 g + t, g0 = 8 rd + 2 t) holds, for v < V, bytes g0 GS / 2 +
+// 16 v of row 16 tile + g's codes, for V <= v < 2 V those of row 16 tile + g
+// + 8, and at v = 2 V the scale pairs of those two rows, then their bias
+// pairs (group g0 low, g0 + 1 high); zeros past N and G. So every load
+// instruction of a warp reads 512 contiguous bytes and none is scattered.
+// No op repacks weights yet: bench/qmv_packed.cu packs on the host and
+// measures this form (bench/notes/qmv-pattern-2026-11-28.md).
 //
 // GU (the gate-up form of the per-expert products): a tile is 8 outputs,
 // its rows a the gate's rows and rows b the up projection's (uw, usc, ubi)
