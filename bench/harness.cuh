@@ -90,3 +90,24 @@ inline double softmax_check(const std::vector<float>& hx, float* dy, int rows, i
   }
   return worst;
 }
+
+// The copy ceiling of a run: cudaMemcpy of 1 GiB device to device (read +
+// write counted), printed and returned in GB/s.
+inline double copy_ceiling_gbs() {
+  const size_t n = size_t(1) << 30;
+  void *a, *b;
+  CK(cudaMalloc(&a, n)); CK(cudaMalloc(&b, n)); CK(cudaMemset(a, 1, n));
+  const float us = timeit([&] { CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice)); }, 5);
+  const double gbs = 2.0 * n / us / 1e3;
+  printf("copy 1 GiB: %.1f us, %.0f GB/s\n", us, gbs);
+  CK(cudaFree(a)); CK(cudaFree(b));
+  return gbs;
+}
+
+// The decode products' weight shapes the 4-bit harnesses (qmv_pattern.cu,
+// qmv_packed.cu) time: [N, K], one token.
+struct DecodeShape { const char* name; unsigned N, K; };
+constexpr DecodeShape DECODE_SHAPES[] = {
+    {"Qwen3.6 up [17408, 5120]", 17408, 5120}, {"Qwen3.6 down [5120, 17408]", 5120, 17408},
+    {"Gemma 4 up [21504, 5376]", 21504, 5376}, {"35B in_proj [12352, 2048]", 12352, 2048},
+    {"35B out_proj [2048, 4096]", 2048, 4096}};

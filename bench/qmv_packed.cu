@@ -68,23 +68,14 @@ int main() {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, dev));
   printf("device %s, %d SMs\n", prop.name, sms);
-  {
-    const size_t n = size_t(1) << 30;
-    void *a, *b;
-    CK(cudaMalloc(&a, n)); CK(cudaMalloc(&b, n)); CK(cudaMemset(a, 1, n));
-    const float us = timeit([&] { CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice)); }, 5);
-    printf("copy 1 GiB: %.1f us, %.0f GB/s\n", us, 2.0 * n / us / 1e3);
-    CK(cudaFree(a)); CK(cudaFree(b));
-  }
-  struct Shape { const char* name; u32 N, K; };
-  const Shape shapes[] = {{"Qwen3.6 up [17408, 5120]", 17408, 5120}, {"Qwen3.6 down [5120, 17408]", 5120, 17408},
-                          {"Gemma 4 up [21504, 5376]", 21504, 5376}, {"35B in_proj [12352, 2048]", 12352, 2048},
-                          {"35B out_proj [2048, 4096]", 2048, 4096}, {"odd [1000, 5376]", 1000, 5376},
-                          // Whole waves at 4 blocks an SM on 132 SMs (W 2: 528 blocks, W 4: 1056), against
-                          // Qwen3.6 up's 544 / 1088 (1.03 / 2.06 waves).
-                          {"Qwen3.6 up cut to whole waves [16896, 5120]", 16896, 5120}};
+  copy_ceiling_gbs();
+  std::vector<DecodeShape> shapes(std::begin(DECODE_SHAPES), std::end(DECODE_SHAPES));
+  shapes.push_back({"odd [1000, 5376]", 1000, 5376});
+  // Whole waves at 4 blocks an SM on 132 SMs (W 2: 528 blocks, W 4: 1056),
+  // against Qwen3.6 up's 544 / 1088 (1.03 / 2.06 waves).
+  shapes.push_back({"Qwen3.6 up cut to whole waves [16896, 5120]", 16896, 5120});
   std::mt19937 rng(1234);
-  for (const Shape& s : shapes) {
+  for (const DecodeShape& s : shapes) {
     const u32 N = s.N, K = s.K, G = K / GS;
     std::vector<uint8_t> codes(size_t(N) * K / 2);
     std::vector<uint16_t> sc(size_t(N) * G), bi(size_t(N) * G), xb(K);

@@ -62,26 +62,32 @@ __device__ __forceinline__ uint4 ld16(const void* p) {
   }
 }
 
-// A warp's walk over its `mine` rounds, D in flight: issue(u, j) loads
-// round j into slot u (zeros past mine); each round's words are folded by
-// xor once it is in, and the slot loaded again D rounds on.
-template <u32 D, u32 V, typename Issue>
-__device__ __forceinline__ void walk(u32 mine, Issue&& issue, uint4 (&qa)[D][V], uint4 (&qb)[D][V], u32 (&sp)[D][2], u32 (&bp)[D][2], u32* out) {
+// A warp's walk over its `count` rounds, D in flight: issue(u, j) loads
+// round j into slot u (zeros past count), fold(u, acc) folds slot u's words
+// into the warp's xor once the round is in, and the slot is loaded again D rounds
+// on. The xor is stored only if it hits a constant, so nothing is dropped.
+template <u32 D, typename C, typename Issue, typename Fold>
+__device__ __forceinline__ void walk(C count, Issue&& issue, Fold&& fold, u32* out) {
   u32 acc = 0;
 #pragma unroll
-  for (u32 u = 0; u < D; ++u) issue(u, u);
-  for (u32 j = 0; j < mine; j += D) {
+  for (u32 u = 0; u < D; ++u) issue(u, C(u));
+  for (C j = 0; j < count; j += D) {
 #pragma unroll
     for (u32 u = 0; u < D; ++u) {
-      if (j + u < mine) {
-#pragma unroll
-        for (u32 v = 0; v < V; ++v) acc ^= qa[u][v].x ^ qa[u][v].y ^ qa[u][v].z ^ qa[u][v].w ^ qb[u][v].x ^ qb[u][v].y ^ qb[u][v].z ^ qb[u][v].w;
-        acc ^= sp[u][0] ^ sp[u][1] ^ bp[u][0] ^ bp[u][1];
-      }
+      if (j + u < count) fold(u, acc);
       issue(u, j + u + D);
     }
   }
   if (acc == 0x12345678u) out[0] = acc;
+}
+
+// The words of a gc-style slot (rows a and b, then the scale and bias pairs) folded into acc by xor.
+template <u32 D, u32 V>
+__device__ __forceinline__ void fold_slot(const uint4 (&qa)[D][V], const uint4 (&qb)[D][V], const u32 (&sp)[D][2], const u32 (&bp)[D][2], u32 u,
+                                          u32& acc) {
+#pragma unroll
+  for (u32 v = 0; v < V; ++v) acc ^= qa[u][v].x ^ qa[u][v].y ^ qa[u][v].z ^ qa[u][v].w ^ qb[u][v].x ^ qb[u][v].y ^ qb[u][v].z ^ qb[u][v].w;
+  acc ^= sp[u][0] ^ sp[u][1] ^ bp[u][0] ^ bp[u][1];
 }
 
 // SPREAD: gcs (a lane's loads at 16 t + 64 v) instead of gc's 64 t + 16 v.
@@ -112,7 +118,7 @@ __global__ void __launch_bounds__(32 * BW) gc_read(const unsigned char* w, const
     sp[u][0] = pair(sc, ra, g0, ok); sp[u][1] = pair(sc, rb, g0, ok);
     bp[u][0] = pair(bi, ra, g0, ok); bp[u][1] = pair(bi, rb, g0, ok);
   };
-  walk<D, V>(mine, issue, qa, qb, sp, bp, out);
+  walk<D>(mine, issue, [&](u32 u, u32& acc) { fold_slot<D, V>(qa, qb, sp, bp, u, acc); }, out);
 }
 
 // The engine's rounds with the codes repacked so that a warp's round is 4
@@ -144,7 +150,7 @@ __global__ void __launch_bounds__(128) packed_read(const unsigned char* w, const
     sp[u][0] = pair(sc, ra, g0, ok); sp[u][1] = pair(sc, rb, g0, ok);
     bp[u][0] = pair(bi, ra, g0, ok); bp[u][1] = pair(bi, rb, g0, ok);
   };
-  walk<D, V>(mine, issue, qa, qb, sp, bp, out);
+  walk<D>(mine, issue, [&](u32 u, u32& acc) { fold_slot<D, V>(qa, qb, sp, bp, u, acc); }, out);
 }
 
 // Codes with their scales and biases repacked beside them (packed9): a
@@ -182,20 +188,10 @@ __global__ void __launch_bounds__(128) packed9_read(const uint4* w, u32 N, u32 K
 #pragma unroll
     for (u32 v = 0; v < 9; ++v) q[u][v] = j < count ? __ldcs(r + v * 32) : make_uint4(0, 0, 0, 0);
   };
-  u32 acc = 0;
+  walk<D>(count, issue, [&](u32 u, u32& acc) {
 #pragma unroll
-  for (u32 u = 0; u < D; ++u) issue(u, u);
-  for (u64 j = 0; j < count; j += D) {
-#pragma unroll
-    for (u32 u = 0; u < D; ++u) {
-      if (j + u < count) {
-#pragma unroll
-        for (u32 v = 0; v < 9; ++v) acc ^= q[u][v].x ^ q[u][v].y ^ q[u][v].z ^ q[u][v].w;
-      }
-      issue(u, j + u + D);
-    }
-  }
-  if (acc == 0x12345678u) out[0] = acc;
+    for (u32 v = 0; v < 9; ++v) acc ^= q[u][v].x ^ q[u][v].y ^ q[u][v].z ^ q[u][v].w;
+  }, out);
 }
 
 // A warp reads R rows whole: lane l a 16-byte chunk l + 32 i of the row,
@@ -230,19 +226,8 @@ int main() {
   cudaDeviceProp prop; CK(cudaGetDeviceProperties(&prop, dev));
   printf("device %s, %d SMs, L2 %d MB\n", prop.name, sms, prop.l2CacheSize >> 20);
   u32* out; CK(cudaMalloc(&out, 4));
-  // The copy ceiling of this run: cudaMemcpy of 1 GiB device to device (read + write counted).
-  {
-    const size_t n = size_t(1) << 30;
-    void *a, *b; CK(cudaMalloc(&a, n)); CK(cudaMalloc(&b, n)); CK(cudaMemset(a, 1, n));
-    const float us = timeit([&] { CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice)); }, 5);
-    printf("copy 1 GiB: %.1f us, %.0f GB/s\n", us, 2.0 * n / us / 1e3);
-    CK(cudaFree(a)); CK(cudaFree(b));
-  }
-  struct Shape { const char* name; u32 N, K; };
-  const Shape shapes[] = {{"Qwen3.6 up [17408, 5120]", 17408, 5120}, {"Qwen3.6 down [5120, 17408]", 5120, 17408},
-                          {"Gemma 4 up [21504, 5376]", 21504, 5376}, {"35B in_proj [12352, 2048]", 12352, 2048},
-                          {"35B out_proj [2048, 4096]", 2048, 4096}};
-  for (const Shape& s : shapes) {
+  copy_ceiling_gbs();
+  for (const DecodeShape& s : DECODE_SHAPES) {
     const u64 cb = u64(s.N) * s.K / 2, sb = u64(s.N) * (s.K / 64) * 2;
     const double bytes = double(cb + 2 * sb);
     const int copies = int(std::max<u64>(2, (400ull << 20) / (cb + 2 * sb) + 1));
