@@ -1549,6 +1549,95 @@ __device__ __forceinline__ void gc_stage_x(const TX* x, u32 K, u32 units, bool v
 // ---- the group-column engine (4 bits, one token; quantized_matmul.cu and
 // quantized_matmul_id.cu) ----
 
+// The engine's shared memory (gc_shared(K, GS) bytes of dynamic shared
+// memory): x permuted, its group sums, the zero area, the warps' sums.
+struct GcShared {
+    uint4* xp;
+    float* xsum;
+    uint4* zb;
+    float* red;
+};
+
+// x staged by the block into the engine's shared memory (see qmv_gc: x
+// rounded to T, permuted as the nibble shifts pair its values, zeros past K;
+// the group sums of the rounded values), the zero area cleared, then a
+// barrier. Every thread of the block calls it.
+template <typename TX, typename T, u32 GS>
+__device__ __forceinline__ GcShared gc_stage(const TX* x, u32 K) {
+    constexpr u32 V = GS / 16u;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const u32 G = K / GS, R = (G + 7u) / 8u, Kp = R * 8u * GS;
+    GcShared sh;
+    sh.xp = reinterpret_cast<uint4*>(smem_raw);
+    sh.xsum = reinterpret_cast<float*>(smem_raw + u64(Kp) * 2u);
+    sh.zb = reinterpret_cast<uint4*>(sh.xsum + R * 8u);  // 4 V x 16 zero bytes: B's pairs of a lane not in its column
+    sh.red = reinterpret_cast<float*>(sh.zb + 4u * V);
+    uint4* xp = sh.xp;
+    float* xsum = sh.xsum;
+    // Kp / 8 units of 8 values, a multiple of 32: whole warps take each pass; a group's
+    // GS / 8 units are consecutive lanes.
+    constexpr u32 NV = sizeof(TX) == 4 ? 2u : 1u;
+    gc_stage_x<TX, NV, 4u>(x, K, Kp / 8u, true, [&](u32 wd, const uint4 (&raw)[NV]) {
+        uint4 r = raw[0];
+        if constexpr (sizeof(TX) == 4) {
+            // f32 x rounded to T, as the vector engine rounds it.
+            const float4 lo = *reinterpret_cast<const float4*>(&raw[0]), hi = *reinterpret_cast<const float4*>(&raw[NV - 1u]);
+            r = make_uint4(pack2<T>(lo.x, lo.y), pack2<T>(lo.z, lo.w), pack2<T>(hi.x, hi.y), pack2<T>(hi.z, hi.w));
+        }
+        xp[wd] = make_uint4(__byte_perm(r.x, r.z, 0x5410), __byte_perm(r.x, r.z, 0x7632), __byte_perm(r.y, r.w, 0x5410),
+                            __byte_perm(r.y, r.w, 0x7632));
+        float v[8];
+        unpack16<T>(r, v);
+        float s = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+#pragma unroll
+        for (u32 o = 1; o < GS / 8u; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (wd % (GS / 8u) == 0u) xsum[wd / (GS / 8u)] = s;
+    });
+    for (u32 i = threadIdx.x; i < 4u * V; i += blockDim.x) sh.zb[i] = make_uint4(0u, 0u, 0u, 0u);
+    __syncthreads();
+    return sh;
+}
+
+// One round of a warp's tile into lane (g, t)'s sums: qa / qb the codes of
+// rows a and b it loaded (V vectors each, groups g0 = 8 round + 2 t and g0
+// + 1), sp / bp their scale and bias pairs (row a's, then row b's; group g0
+// low), added to acc_a and acc_b as s C + (b - M s) X.
+template <typename T, u32 GS>
+__device__ __forceinline__ void gc_round(const GcShared& sh, const uint4 (&qa)[GS / 16u], const uint4 (&qb)[GS / 16u], const u32 (&sp)[2],
+                                         const u32 (&bp)[2], u32 g0, float& acc_a, float& acc_b) {
+    constexpr u32 V = GS / 16u, HALF = V / 2u;
+    constexpr float M = SameType<T, __half>::value ? 1024.0f : 128.0f;
+    const u32 lane = threadIdx.x & 31u, g = lane >> 2, t = lane & 3u;
+    auto lo_f = [](u32 v) { return to_f(*reinterpret_cast<const T*>(&v)); };
+    auto hi_f = [](u32 v) { const u32 h = v >> 16; return to_f(*reinterpret_cast<const T*>(&h)); };
+    auto ext = [](u32 word, u32 s) { return ((word >> s) & 0x000F000Fu) | QMagic<T>::P2; };
+    const uint4* xr = sh.xp + g0 * (GS / 8u);
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (u32 v = 0; v < V; ++v) {
+        const uint4* xs = g == 2u * t + v / HALF ? xr : sh.zb;
+        const u32 wa4[4] = {qa[v].x, qa[v].y, qa[v].z, qa[v].w};
+        const u32 wb4[4] = {qb[v].x, qb[v].y, qb[v].z, qb[v].w};
+#pragma unroll
+        for (u32 e = 0; e < 4; ++e) {
+            const uint4 xv = xs[v * 4u + e];
+            u32 a[4] = {ext(wa4[e], 0), ext(wb4[e], 0), ext(wa4[e], 4), ext(wb4[e], 4)};
+            mma16<T>(c, a, xv.x, xv.y);
+            a[0] = ext(wa4[e], 8);
+            a[1] = ext(wb4[e], 8);
+            a[2] = ext(wa4[e], 12);
+            a[3] = ext(wb4[e], 12);
+            mma16<T>(c, a, xv.z, xv.w);
+        }
+    }
+    const float x0 = sh.xsum[g0], x1 = sh.xsum[g0 + 1u];
+    const float sa0 = lo_f(sp[0]), sa1 = hi_f(sp[0]), sb0 = lo_f(sp[1]), sb1 = hi_f(sp[1]);
+    const float ba0 = lo_f(bp[0]), ba1 = hi_f(bp[0]), bb0 = lo_f(bp[1]), bb1 = hi_f(bp[1]);
+    acc_a += fmaf(sa0, c[0], (ba0 - M * sa0) * x0) + fmaf(sa1, c[1], (ba1 - M * sa1) * x1);
+    acc_b += fmaf(sb0, c[2], (bb0 - M * sb0) * x0) + fmaf(sb1, c[3], (bb1 - M * sb1) * x1);
+}
+
+
 // What holds the vector engine at 0.3-0.6 of copy at one token (ncu, H100,
 // Qwen3.6 up q4: issue slots 34 % busy, DRAM 29 %, 16 warps an SM, 10.5
 // cycles a warp between issues) is its instructions a weight byte at its
@@ -1597,36 +1686,10 @@ __device__ __forceinline__ void qmv_gc(const TX* x, const unsigned char* w, cons
     constexpr u32 HALF = V / 2u;       // those of its first group
     constexpr u32 D = (GS == 128u ? 1u : 2u) + DEEP;
     constexpr u32 TPB = 4u / W;
-    constexpr float M = SameType<T, __half>::value ? 1024.0f : 128.0f;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    const u32 G = K / GS, R = (G + 7u) / 8u, Kp = R * 8u * GS;
-    uint4* xp = reinterpret_cast<uint4*>(smem_raw);
-    float* xsum = reinterpret_cast<float*>(smem_raw + u64(Kp) * 2u);
-    uint4* zb = reinterpret_cast<uint4*>(xsum + R * 8u);  // 4 V x 16 zero bytes: B's pairs of a lane not in its column
-    float* red = reinterpret_cast<float*>(zb + 4u * V);
+    const u32 G = K / GS, R = (G + 7u) / 8u;
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const u32 g = lane >> 2, t = lane & 3u;
-    // Kp / 8 units of 8 values, a multiple of 32: whole warps take each pass; a group's
-    // GS / 8 units are consecutive lanes.
-    constexpr u32 NV = sizeof(TX) == 4 ? 2u : 1u;
-    gc_stage_x<TX, NV, 4u>(x, K, Kp / 8u, true, [&](u32 wd, const uint4 (&raw)[NV]) {
-        uint4 r = raw[0];
-        if constexpr (sizeof(TX) == 4) {
-            // f32 x rounded to T, as the vector engine rounds it.
-            const float4 lo = *reinterpret_cast<const float4*>(&raw[0]), hi = *reinterpret_cast<const float4*>(&raw[NV - 1u]);
-            r = make_uint4(pack2<T>(lo.x, lo.y), pack2<T>(lo.z, lo.w), pack2<T>(hi.x, hi.y), pack2<T>(hi.z, hi.w));
-        }
-        xp[wd] = make_uint4(__byte_perm(r.x, r.z, 0x5410), __byte_perm(r.x, r.z, 0x7632), __byte_perm(r.y, r.w, 0x5410),
-                            __byte_perm(r.y, r.w, 0x7632));
-        float v[8];
-        unpack16<T>(r, v);
-        float s = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
-#pragma unroll
-        for (u32 o = 1; o < GS / 8u; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (wd % (GS / 8u) == 0u) xsum[wd / (GS / 8u)] = s;
-    });
-    for (u32 i = tid; i < 4u * V; i += blockDim.x) zb[i] = make_uint4(0u, 0u, 0u, 0u);
-    __syncthreads();
+    const GcShared sh = gc_stage<TX, T, GS>(x, K);
     const u32 tile = blk * TPB + warp / W, part = warp % W, row0 = tile * (GU ? 8u : 16u);
     const u32 mine = row0 < N && part < R ? (R - part + W - 1u) / W : 0u;
     const u32 ra = min(row0 + g, N - 1u), rb = GU ? ra : min(row0 + g + 8u, N - 1u);
@@ -1645,8 +1708,6 @@ __device__ __forceinline__ void qmv_gc(const TX* x, const unsigned char* w, cons
         const u32 hi = second ? u32(*reinterpret_cast<const unsigned short*>(p + i + 1u)) : 0u;
         return lo | (hi << 16);
     };
-    auto lo_f = [](u32 v) { return to_f(*reinterpret_cast<const T*>(&v)); };
-    auto hi_f = [](u32 v) { const u32 h = v >> 16; return to_f(*reinterpret_cast<const T*>(&h)); };
     auto issue = [&](u32 u, u32 j) {
         const u32 g0 = (part + j * W) * 8u + 2u * t;
         if constexpr (PACKED) {
@@ -1681,36 +1742,9 @@ __device__ __forceinline__ void qmv_gc(const TX* x, const unsigned char* w, cons
             bp[u][1] = pair(bb, g0, f, sc2);
         }
     };
-    auto ext = [](u32 word, u32 sh) { return ((word >> sh) & 0x000F000Fu) | QMagic<T>::P2; };
     float acc_a = 0.0f, acc_b = 0.0f;
-    qmv_ring<D>(mine, issue, [&](u32 u, u32 j) {
-        const u32 g0 = (part + j * W) * 8u + 2u * t;
-        const uint4* xr = xp + g0 * (GS / 8u);
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (u32 v = 0; v < V; ++v) {
-            const uint4* xs = g == 2u * t + v / HALF ? xr : zb;
-            const u32 wa4[4] = {qa[u][v].x, qa[u][v].y, qa[u][v].z, qa[u][v].w};
-            const u32 wb4[4] = {qb[u][v].x, qb[u][v].y, qb[u][v].z, qb[u][v].w};
-#pragma unroll
-            for (u32 e = 0; e < 4; ++e) {
-                const uint4 xv = xs[v * 4u + e];
-                u32 a[4] = {ext(wa4[e], 0), ext(wb4[e], 0), ext(wa4[e], 4), ext(wb4[e], 4)};
-                mma16<T>(c, a, xv.x, xv.y);
-                a[0] = ext(wa4[e], 8);
-                a[1] = ext(wb4[e], 8);
-                a[2] = ext(wa4[e], 12);
-                a[3] = ext(wb4[e], 12);
-                mma16<T>(c, a, xv.z, xv.w);
-            }
-        }
-        const float x0 = xsum[g0], x1 = xsum[g0 + 1u];
-        const float sa0 = lo_f(sp[u][0]), sa1 = hi_f(sp[u][0]), sb0 = lo_f(sp[u][1]), sb1 = hi_f(sp[u][1]);
-        const float ba0 = lo_f(bp[u][0]), ba1 = hi_f(bp[u][0]), bb0 = lo_f(bp[u][1]), bb1 = hi_f(bp[u][1]);
-        acc_a += fmaf(sa0, c[0], (ba0 - M * sa0) * x0) + fmaf(sa1, c[1], (ba1 - M * sa1) * x1);
-        acc_b += fmaf(sb0, c[2], (bb0 - M * sb0) * x0) + fmaf(sb1, c[3], (bb1 - M * sb1) * x1);
-    });
-    gc_store<W, GU>(acc_a, acc_b, red, warp, lane, part, row0, N, y, activation);
+    qmv_ring<D>(mine, issue, [&](u32 u, u32 j) { gc_round<T, GS>(sh, qa[u], qb[u], sp[u], bp[u], (part + j * W) * 8u + 2u * t, acc_a, acc_b); });
+    gc_store<W, GU>(acc_a, acc_b, sh.red, warp, lane, part, row0, N, y, activation);
 }
 
 // The pair order of a chunk's 16 pairs (which two of its 32 values pair p
