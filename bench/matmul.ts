@@ -25,6 +25,10 @@
 //   and biases) plus x and y; for the per-expert rows the distinct experts'
 //   weights the routing touches.
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
+// Each case reads one weight again and again, so a decode row whose weight
+// fits in L2 (an H200's 60 MB holds most of a 50 MB 4-bit projection) reads
+// it partly from L2; bench/decode_products.ts times the same products with
+// their weights out of L2, as a model's decode step reads them.
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
 import { ggmlBlocksBuffer, gpuTimePerDispatch, routing, uniformBuffer, wordBuffer } from './common.ts';

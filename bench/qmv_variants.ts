@@ -24,7 +24,9 @@
 // variants x to 8 bits a chunk, the bf16 outputs their last bit: expect
 // 1e-3 to 1e-2). --sms: the SM count the persistent variants' grids are
 // sized by (132: H100 SXM, H200).
-// CUDA only: the variants have no Metal twins.
+// CUDA only: the variants have no Metal twins. One weight is read again and
+// again, so at these sizes part of it comes from L2 (an H200's 60 MB);
+// bench/decode_products.ts times the products with their weights out of it.
 
 import { Device, type Buffer, type Encoder } from '../ts/index.ts';
 import { ggmlBlocksBuffer, gpuTimePerDispatch, routing, uniformBuffer, wordBuffer } from './common.ts';
