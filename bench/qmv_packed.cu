@@ -172,8 +172,18 @@ int main() {
     printf("\n%s: %.2f MB (codes, scales, biases; packed %.2f MB), %d copies\n", s.name, bytes / 1e6, packed.size() * 16 / 1e6, copies);
     // Each W's checkpoint-layout output, which the packed form must give bit for bit.
     std::vector<uint16_t> first[5];
+    // The engine's dynamic shared memory (common.cuh gc_shared), and an
+    // output's largest error over sum |x w| (a NaN: infinite).
+    const u32 shared = [&] { const u32 r = (K / GS + 7) / 8; return r * 8 * GS * 2 + r * 8 * 4 + 1024; }();
+    auto worst_error = [&](const std::vector<uint16_t>& out) {
+      double worst = 0;
+      for (u32 r = 0; r < N; ++r) {
+        const double e = std::fabs(double(bf16_float(out[r])) - ref[r]) / (mag[r] + 1e-30);
+        worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+      }
+      return worst;
+    };
     auto run = [&](auto kern, const char* form, u32 W, bool pk) {
-      const u32 shared = [&] { const u32 r = (K / GS + 7) / 8; return r * 8 * GS * 2 + r * 8 * 4 + 1024; }();
       CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
       const u32 blocks = ((N + 15) / 16 * W + 3) / 4;
       int c = 0;
@@ -182,11 +192,7 @@ int main() {
       kern<<<blocks, 128, shared>>>(x, pk ? Wp[0] : Wc[0], S[0], B[0], y, N, K);
       CK(cudaDeviceSynchronize());
       CK(cudaMemcpy(out.data(), y, 2 * N, cudaMemcpyDeviceToHost));
-      double worst = 0;
-      for (u32 r = 0; r < N; ++r) {
-        const double e = std::fabs(double(bf16_float(out[r])) - ref[r]) / (mag[r] + 1e-30);
-        worst = std::isnan(e) ? INFINITY : std::max(worst, e);
-      }
+      const double worst = worst_error(out);
       const bool same = first[W].empty() || first[W] == out;
       if (first[W].empty()) first[W] = out;
       const float us = timeit([&] {
@@ -209,7 +215,6 @@ int main() {
       CK(cudaMalloc(&partials, size_t(units) * 16 * 4));
       CK(cudaMalloc(&counters, size_t(tiles) * 4));
       CK(cudaMemset(counters, 0, size_t(tiles) * 4));
-      const u32 shared = R * 8 * GS * 2 + R * 8 * 4 + 1024;
       CK(cudaFuncSetAttribute(gc64_stream<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
       const u32 blocks = std::min<u32>(4 * sms, (units + 3) / 4);
       std::vector<uint16_t> out(N);
@@ -220,10 +225,7 @@ int main() {
         gc64_stream<2><<<blocks, 128, shared>>>(x, reinterpret_cast<const uint4*>(Wp[rep]), y, partials, counters, N, K);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(out.data(), y, 2 * N, cudaMemcpyDeviceToHost));
-        for (u32 r = 0; r < N; ++r) {
-          const double e = std::fabs(double(bf16_float(out[r])) - ref[r]) / (mag[r] + 1e-30);
-          worst = std::isnan(e) ? INFINITY : std::max(worst, e);
-        }
+        worst = std::max(worst, worst_error(out));
       }
       const float us = timeit([&] {
         gc64_stream<2><<<blocks, 128, shared>>>(x, reinterpret_cast<const uint4*>(Wp[c]), y, partials, counters, N, K);
