@@ -4,13 +4,19 @@
 // Hopper bulk-copy engine's PTX (cp.async.bulk with mbarrier completion,
 // sm_90).
 #pragma once
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <cmath>
 #include <vector>
 #include <cuda_runtime.h>
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
+
+// bf16 bits from a float (round to nearest even) and back, on the host.
+inline uint16_t bf16_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+inline float bf16_float(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; memcpy(&f, &u, 4); return f; }
 
 // Warp and block reductions of whole warps (every lane gets the result; sh
 // holds a float a warp).

@@ -81,8 +81,6 @@ __global__ void __launch_bounds__(128, 4) gc64_stream(const bf16* x, const uint4
   });
 }
 
-uint16_t bf16_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
-float bf16_float(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; memcpy(&f, &u, 4); return f; }
 
 // The weight by (tile, round) units as qmv_gc's PACKED reads it: unit (tile,
 // round rd) is UNIT vectors; vector v * 32 + lane (lane = 4 g + t, g0 = 8 rd
