@@ -225,6 +225,8 @@ const makers: [string, () => Case][] = [
   ['gguf Qwen3.6 down', () => ggml('gguf Qwen3.6 down', 'Q4_K', 5120, 17408)],
   ['gguf Gemma 4 up', () => ggml('gguf Gemma 4 up', 'Q4_K', 21504, 5376)],
   ['bf16 Qwen3.6 up', () => dense('bf16 Qwen3.6 up', 'bf16', 17408, 5120)],
+  ['bf16 Qwen3.6 down', () => dense('bf16 Qwen3.6 down', 'bf16', 5120, 17408)],
+  ['bf16 Gemma 4 up', () => dense('bf16 Gemma 4 up', 'bf16', 21504, 5376)],
 ];
 
 /** Device time of one replay of `record`, over `per` units: median of 7 replays after one. */

@@ -7,9 +7,11 @@
 //
 // Vector form (decode: dense_mv_<t>, dense_matvec_*, hf2q_dense_gemv_*):
 // memory-bound on the weight, read once. 256 threads (8 warps) a block over
-// a few weight rows, all 8 warps splitting k, 16-byte loads where the rows
-// allow, a block sum at the end.
-//   - f16 and bf16 with x of the same type (dense_mv_f16/bf16): tensor cores.
+// a few weight rows (the grid tells how many).
+//   - one token, rows read as 16-byte vectors (every entry): a warp a row,
+//     whole (mv_lanes): the lanes stride k, 8 vectors of 16 bytes in flight a
+//     lane, one warp sum; no barrier, so no warp pauses to meet the others.
+//   - 2 to 8 tokens of f16 and bf16 with x of the same type (dense_mv_f16/bf16): tensor cores.
 //     Each warp step takes 32 k of 16 weight rows: lane (g, t) = (lane / 4,
 //     lane % 4) loads 16 bytes (8 elements at k + 8t) of rows g and g + 8 and
 //     of x row g (token g; 8 tokens make the mma's n = 8), and two
@@ -18,8 +20,9 @@
 //     products as long as the A and B fragments agree on it, and this one
 //     lets every load be 16 contiguous bytes of a row. Needs k a multiple of
 //     8 and 16-byte aligned rows; otherwise the SIMT path below.
-//   - the rest (f32, f32 inputs with 16-bit weights, unaligned rows): SIMT,
-//     each thread R rows x up to 8 tokens of f32 sums.
+//   - the rest (2 to 8 tokens of f32 or of f32 inputs with 16-bit weights,
+//     unaligned rows): SIMT, all 8 warps splitting k, each thread R rows x
+//     up to 8 tokens of f32 sums, a block sum at the end.
 // Matrix form (prefill: dense_mm_<t>, dense_gemm_f16, hf2q_dense_mm_*):
 //   - 16-bit weights on Hopper (compiled for sm_90a, MLXN_WGMMA; the launch
 //     names the tile: 256 threads and WG_SMEM<BN> bytes of dynamic shared
@@ -71,6 +74,45 @@ __device__ __forceinline__ bool rows16(const T* p, u64 row) {
 
 // ---- the vector form, SIMT ----
 
+// One token: rows row0 .. row0 + rows - 1 of w (those below N; K a multiple
+// of the weight's 16-byte vector, rows and x 16-byte aligned) against x [K]:
+// y[row] = sum_k x[k] w[row, k]. Warp q of the block takes rows q, q + 8, ...
+// of them, each whole: lane l sums vectors l, l + 32, ... of the row, U of
+// them in flight, then a warp sum. bench/notes/gemv-dense-2026-11-28.md:
+// 0.89-0.97 of the copy rate at the decode shapes where a block split over k
+// (mv_simt) reached 0.60-0.67.
+template <typename TX, typename TW, typename TY>
+__device__ __forceinline__ void mv_lanes(const TX* x, const TW* w, u64 w_row, TY* y, u32 N, u32 K, u32 row0, u32 rows) {
+    constexpr u32 VEC = 16 / sizeof(TW), U = 8;
+    const u32 lane = threadIdx.x & 31u, nw = blockDim.x >> 5, V = K / VEC;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (u32 r = threadIdx.x >> 5; r < rows && row0 + r < N; r += nw) {
+        const TW* wr = w + u64(row0 + r) * w_row;
+        float acc = 0.0f;
+        for (u32 c0 = lane; c0 < V; c0 += 32u * U) {
+            uint4 wv[U];
+#pragma unroll
+            for (u32 u = 0; u < U; ++u) {
+                const u32 c = c0 + 32u * u;
+                wv[u] = c < V ? __ldcs(reinterpret_cast<const uint4*>(wr + u64(c) * VEC)) : zero;
+            }
+#pragma unroll
+            for (u32 u = 0; u < U; ++u) {
+                const u32 c = c0 + 32u * u;
+                if (c < V) {
+                    float xv[VEC], wf[VEC];
+                    load_elems(x + u64(c) * VEC, xv);
+                    load_elems(reinterpret_cast<const TW*>(&wv[u]), wf);
+#pragma unroll
+                    for (u32 e = 0; e < VEC; ++e) acc = fmaf(wf[e], xv[e], acc);
+                }
+            }
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) y[row0 + r] = from_f<TY>(acc);
+    }
+}
+
 // Rows row0 .. row0 + rows - 1 of w (those below N) against the m <= MT rows
 // of x: y[i * y_row + row] = sum_k x[i, k] w[row, k]. R rows at a time, the
 // block's threads striding over k by 16-byte vectors of the weight (VEC
@@ -84,6 +126,9 @@ __device__ __forceinline__ void mv_simt(const TX* x, u64 x_row, const TW* w, u64
     constexpr u32 VEC = 16 / sizeof(TW);
     const u32 tid = threadIdx.x, nth = blockDim.x, lane = tid & 31u, warp = tid >> 5, nw = nth >> 5;
     const bool vec = K % VEC == 0 && rows16(w, w_row) && rows16(x, x_row);
+    if constexpr (MT == 1) {
+        if (vec) return mv_lanes(x, w, w_row, y, N, K, row0, rows);
+    }
     for (u32 g0 = 0; g0 < rows; g0 += R) {
         float acc[R][MT];
 #pragma unroll
@@ -239,14 +284,14 @@ __device__ __forceinline__ void dense_mv(const T* x, const T* w, T* y, const Den
     const T* wp = w + u64(wb) * p->n * p->k;
     T* yb = y + u64(b) * p->m * p->n;
     if constexpr (sizeof(T) == 2) {
-        if (p->k % 8 == 0 && aligned16(xb) && aligned16(wp) && blockDim.x == WARPS * 32) {
+        if (p->m > 1u && p->k % 8 == 0 && aligned16(xb) && aligned16(wp) && blockDim.x == WARPS * 32) {
             if (rows == 16) mv_tc<T, 1>(xb, wp, yb, p->m, p->n, p->k, row0);
             else mv_tc<T, 2>(xb, wp, yb, p->m, p->n, p->k, row0);
             return;
         }
     }
-    // One token: the block's rows 8 at a time, so their loads go out together (f32's 8-row blocks in one pass: Gemma 4's
-    // router, bench/notes/code-cold-2026-11-27.md); the same sums in the same order as 2 at a time.
+    // One token: mv_lanes where the rows allow 16-byte loads, else the block's rows 8 at a time, so their loads go out
+    // together; the same sums in the same order as 2 at a time.
     if (p->m == 1u) mv_simt<T, T, T, 1, 8>(xb, p->k, wp, p->k, yb, p->n, 1u, p->n, p->k, row0, rows);
     else mv_simt<T, T, T, 8, 2>(xb, p->k, wp, p->k, yb, p->n, p->m, p->n, p->k, row0, rows);
 }
