@@ -3,11 +3,14 @@
 // checkpoints store it, x f32 (mlx-native's hf2q_dense_gemv_bf16_f32_4, what
 // a model's bf16 linear runs) or bf16 (dense_mv_bf16), y f32 or bf16. The
 // library's entries come from shaders/cuda/dense.cu itself (part 0: its
-// vector forms). A warp-row form gives each warp RW whole rows: lanes stride
-// k by 16-byte vectors of the weight, U vectors a row in flight, one warp sum
-// a row at the end, no block barrier; 8 warps a block. Copies of the weight
-// in turn so that none is in L2; every output against a float64 reference
-// (bench/notes/gemv-dense-2026-11-28.md: the floor and the prediction).
+// vector forms), launched as the op launches them (ts/ops/dense.ts). A
+// warp-row form gives each warp RW whole rows: lanes stride k by 16-byte
+// vectors of the weight, U vectors a row in flight, one warp sum a row at the
+// end, no block barrier; 8 warps a block. block_rows: blocks of 8 or 16 rows,
+// a warp taking rows q, q + 8, ... in turn (the library's mv_lanes). Copies
+// of the weight in turn so that none is in L2; every output against a
+// float64 reference (bench/notes/gemv-dense-2026-11-28.md: the floor, the
+// prediction and the results).
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -DMLXN_CUDA_PART=0 -include shaders/cuda/common.cuh \
 //     -include shaders/common.h -include shaders/dense.h -o /tmp/gemv_dense bench/gemv_dense.cu && /tmp/gemv_dense
@@ -18,7 +21,11 @@
 #include <random>
 #include <vector>
 #include "harness.cuh"
-#include "../shaders/cuda/dense.cu"
+// The library's source, or a variant of it (-DDENSE_CU='"path"').
+#ifndef DENSE_CU
+#define DENSE_CU "../shaders/cuda/dense.cu"
+#endif
+#include DENSE_CU
 
 namespace {
 template <u32 RW, u32 U, typename TX>
@@ -61,6 +68,56 @@ __global__ void __launch_bounds__(256) warp_rows(const TX* x, const bf16* w, flo
   for (u32 r = 0; r < RW; ++r) {
     const float s = warp_sum(acc[r]);
     if (lane == 0 && row0 + r < N) y[row0 + r] = s;
+  }
+}
+
+// A block of ROWS rows, warp q taking rows q, q + 8, ...: the row loop of
+// the library's one-token form, 16-byte vectors only (ELEMS false) or with
+// an element walk for rows that are not (chosen once, outside the loop; here
+// never taken, it only adds its registers).
+template <u32 ROWS, bool ELEMS>
+__global__ void __launch_bounds__(256) block_rows(const float* x, const bf16* w, float* y, u32 N, u32 K) {
+  const u32 lane = threadIdx.x & 31u, row0 = blockIdx.x * ROWS, V = K / 8;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  const bool vec = !ELEMS || (K % 8 == 0 && aligned16(w) && aligned16(x));
+  if (vec) {
+    for (u32 r = threadIdx.x >> 5; r < ROWS && row0 + r < N; r += 8) {
+      const bf16* wr = w + u64(row0 + r) * K;
+      float acc = 0.0f;
+      for (u32 c0 = lane; c0 < V; c0 += 32u * 8) {
+        uint4 wv[8];
+#pragma unroll
+        for (u32 u = 0; u < 8; ++u) wv[u] = c0 + 32u * u < V ? __ldcs(reinterpret_cast<const uint4*>(wr + u64(c0 + 32u * u) * 8)) : zero;
+#pragma unroll
+        for (u32 u = 0; u < 8; ++u) {
+          const u32 c = c0 + 32u * u;
+          if (c < V) {
+            float xv[8], wf[8];
+            load_elems(x + u64(c) * 8, xv);
+            load_elems(reinterpret_cast<const bf16*>(&wv[u]), wf);
+#pragma unroll
+            for (u32 e = 0; e < 8; ++e) acc = fmaf(wf[e], xv[e], acc);
+          }
+        }
+      }
+      acc = warp_sum(acc);
+      if (lane == 0) y[row0 + r] = acc;
+    }
+  } else if constexpr (ELEMS) {
+    for (u32 r = threadIdx.x >> 5; r < ROWS && row0 + r < N; r += 8) {
+      const bf16* wr = w + u64(row0 + r) * K;
+      float acc = 0.0f;
+      for (u32 k0 = lane; k0 < K; k0 += 32u * 8) {
+        float wv[8];
+#pragma unroll
+        for (u32 u = 0; u < 8; ++u) wv[u] = k0 + 32u * u < K ? to_f(wr[k0 + 32u * u]) : 0.0f;
+#pragma unroll
+        for (u32 u = 0; u < 8; ++u)
+          if (k0 + 32u * u < K) acc = fmaf(wv[u], x[k0 + 32u * u], acc);
+      }
+      acc = warp_sum(acc);
+      if (lane == 0) y[row0 + r] = acc;
+    }
   }
 }
 }  // namespace
@@ -129,7 +186,7 @@ int main() {
     gp.ne0 = int(N); gp.ne1 = 1; gp.nr0 = 1; gp.r2 = 1; gp.r3 = 1;
     DenseGemvBf16Params* dgp;
     CK(cudaMalloc(&dgp, sizeof gp)); CK(cudaMemcpy(dgp, &gp, sizeof gp, cudaMemcpyHostToDevice));
-    const u32 gemv_blocks = (N + (N < 1024 ? 7 : 15)) / (N < 1024 ? 8 : 16);
+    const u32 gemv_blocks = (N + LANE_ROWS - 1) / LANE_ROWS;
     run("library hf2q gemv (x f32)", false, [&](int c) {
       hf2q_dense_gemv_bf16_f32_4<<<gemv_blocks, 256>>>(dgp, reinterpret_cast<const char*>(W[c]), reinterpret_cast<const char*>(x),
                                                          reinterpret_cast<char*>(y));
@@ -138,12 +195,19 @@ int main() {
     dp.m = 1; dp.n = N; dp.k = K; dp.batch = 1; dp.w_batch = 1;
     DenseParams* ddp;
     CK(cudaMalloc(&ddp, sizeof dp)); CK(cudaMemcpy(ddp, &dp, sizeof dp, cudaMemcpyHostToDevice));
-    run("library dense_mv_bf16 (x bf16)", true, [&](int c) { dense_mv_bf16<<<(N + 15) / 16, 256>>>(xh, W[c], yh, ddp); });
+    run("library dense_mv_bf16 (x bf16)", true, [&](int c) { dense_mv_bf16<<<(N + LANE_ROWS - 1) / LANE_ROWS, 256>>>(xh, W[c], yh, ddp); });
     auto wr = [&](const char* form, auto kern, u32 RW) {
       const u32 blocks = (N + 8 * RW - 1) / (8 * RW);
       run(form, false, [&](int c) { kern<<<blocks, 256>>>(x, W[c], y, N, K); });
     };
     wr("warp rows RW 1 U 8 (x f32)", warp_rows<1, 8, float>, 1);
+    auto br = [&](const char* form, auto kern, u32 rows) {
+      run(form, false, [&](int c) { kern<<<(N + rows - 1) / rows, 256>>>(x, W[c], y, N, K); });
+    };
+    br("block rows 8, vectors only", block_rows<8, false>, 8);
+    br("block rows 8, element walk too", block_rows<8, true>, 8);
+    br("block rows 16, vectors only", block_rows<16, false>, 16);
+    br("block rows 16, element walk too", block_rows<16, true>, 16);
     wr("warp rows RW 2 U 4 (x f32)", warp_rows<2, 4, float>, 2);
     wr("warp rows RW 2 U 8 (x f32)", warp_rows<2, 8, float>, 2);
     wr("warp rows RW 4 U 2 (x f32)", warp_rows<4, 2, float>, 4);

@@ -35,7 +35,7 @@ import {
   denseMatmulTensor,
   denseMatvec,
   DENSE_MM_HOPPER_WIDTHS,
-  denseGemvBf16CudaRows,
+  DENSE_MATVEC_CUDA_ROWS,
   denseMmCudaLaunch,
   denseMmHopperBytes,
   denseMmHopperRate,
@@ -115,13 +115,12 @@ describe('dense param packers match the header and the .metal bindings', () => {
     const v = view(packDenseParams({ m: 2, n: 3, k: 4, batch: 6, weightBatch: 3 }));
     expect(Array.from({ length: 5 }, (_, i) => v.getUint32(4 * i, true))).toEqual([2, 3, 4, 6, 3]);
   });
-  test('launches: the vector form in 8- (f32), 16- or 32-row CUDA blocks, tile shapes by size, the crate kernels\' grids', () => {
-    expect(denseMvCudaLaunch(17408, 2, 'bf16')).toEqual({ grid: [2 * 544, 1, 1], threads: [256, 1, 1] });
-    expect(denseMvCudaLaunch(1000, 1, 'bf16')).toEqual({ grid: [63, 1, 1], threads: [256, 1, 1] });
-    expect(denseMvCudaLaunch(1000, 1, 'f32')).toEqual({ grid: [125, 1, 1], threads: [256, 1, 1] });
-    expect(denseMvCudaLaunch(1024, 3, 'f32')).toEqual({ grid: [3 * 64, 1, 1], threads: [256, 1, 1] });
-    expect(denseGemvBf16CudaRows(257)).toBe(8);
-    expect(denseGemvBf16CudaRows(1024)).toBe(16);
+  test('launches: the vector form in 8-row CUDA blocks at one token, 8- (f32), 16- or 32-row past it, tile shapes by size, the crate kernels\' grids', () => {
+    expect(denseMvCudaLaunch(17408, 2, 'bf16', 1)).toEqual({ grid: [2 * 2176, 1, 1], threads: [256, 1, 1] });
+    expect(denseMvCudaLaunch(17408, 2, 'bf16', 4)).toEqual({ grid: [2 * 544, 1, 1], threads: [256, 1, 1] });
+    expect(denseMvCudaLaunch(1000, 1, 'bf16', 2)).toEqual({ grid: [63, 1, 1], threads: [256, 1, 1] });
+    expect(denseMvCudaLaunch(1000, 1, 'f32', 2)).toEqual({ grid: [125, 1, 1], threads: [256, 1, 1] });
+    expect(denseMvCudaLaunch(1024, 3, 'f32', 8)).toEqual({ grid: [3 * 64, 1, 1], threads: [256, 1, 1] });
     // Off Hopper (an A100's limits): the mma.sync tiles.
     const a100 = { ...TARGET_LIMITS.cuda, computeCapability: 80, multiprocessors: 108, maxThreadgroupMemory: 166912 };
     expect(denseMmCudaLaunch(4096, 4096, 1, 'bf16', a100)).toEqual({ grid: [16 * 32, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: 122880 } });
@@ -477,7 +476,7 @@ describeBackends('dense parity', ({ device, backend }) => {
       const xr = roundedTo('bf16', xDense);
       const mmLaunch = denseMmCudaLaunch(m, n, b1, 'bf16', dev.limits);
       for (const [kernel, params, grid, threads, shared, x] of [
-        ['hf2q_dense_gemv_bf16_f32_4', gemv, cuda ? [Math.ceil(n / denseGemvBf16CudaRows(n)) * m * b1, 1, 1] : [35, m, b1], cuda ? [256, 1, 1] : [32, 1, 1], 256, xDense],
+        ['hf2q_dense_gemv_bf16_f32_4', gemv, cuda ? [Math.ceil(n / DENSE_MATVEC_CUDA_ROWS) * m * b1, 1, 1] : [35, m, b1], cuda ? [256, 1, 1] : [32, 1, 1], 256, xDense],
         ['hf2q_dense_mm_bf16_f32_tensor', mm, cuda ? mmLaunch.grid : [1, 2, b1], cuda ? mmLaunch.threads : [128, 1, 1],
           cuda ? mmLaunch.threadgroupMemory![0]! : 8192, xr],
       ] as const) {

@@ -74,47 +74,68 @@ __device__ __forceinline__ bool rows16(const T* p, u64 row) {
 
 // ---- the vector form, SIMT ----
 
-// One token: rows row0 .. row0 + rows - 1 of w (those below N; K a multiple
-// of the weight's 16-byte vector, rows and x 16-byte aligned) against x [K]:
-// y[row] = sum_k x[k] w[row, k]. Warp q of the block takes rows q, q + 8, ...
-// of them, each whole: lane l sums vectors l, l + 32, ... of the row, U of
-// them in flight, then a warp sum. bench/notes/gemv-dense-2026-11-28.md:
-// 0.89-0.97 of the copy rate at the decode shapes where a block split over k
-// (mv_simt) reached 0.60-0.67.
+// One token: rows row0 .. row0 + rows - 1 of w (those below N) against x
+// [K]: y[row] = sum_k x[k] w[row, k]. Warp q of the block takes rows q,
+// q + 8, ... of them (the launches give LANE_ROWS rows a block: a row a
+// warp), each whole, and ends it with a warp sum: no barrier, so no warp
+// waits for the others. Where vec (K a multiple of the weight's 16-byte
+// vector, rows and x 16-byte aligned), lane l sums vectors l, l + 32, ... of
+// the row, U of them in flight; otherwise elements l, l + 32, ..., U in
+// flight. bench/notes/gemv-dense-2026-11-28.md: 0.95-0.96 of the copy rate at
+// Qwen3.6's and Gemma 4's projections in 8-row blocks, 0.80-0.97 in 16-row
+// blocks (two rows a warp in turn), 0.60-0.67 for a block split over k.
+constexpr u32 LANE_ROWS = WARPS;
 template <typename TX, typename TW, typename TY>
 __device__ __forceinline__ void mv_lanes(const TX* x, const TW* w, u64 w_row, TY* y, u32 N, u32 K, u32 row0, u32 rows) {
     constexpr u32 VEC = 16 / sizeof(TW), U = 8;
     const u32 lane = threadIdx.x & 31u, nw = blockDim.x >> 5, V = K / VEC;
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    for (u32 r = threadIdx.x >> 5; r < rows && row0 + r < N; r += nw) {
-        const TW* wr = w + u64(row0 + r) * w_row;
-        float acc = 0.0f;
-        for (u32 c0 = lane; c0 < V; c0 += 32u * U) {
-            uint4 wv[U];
+    if (K % VEC == 0 && rows16(w, w_row) && aligned16(x)) {
+        for (u32 r = threadIdx.x >> 5; r < rows && row0 + r < N; r += nw) {
+            const TW* wr = w + u64(row0 + r) * w_row;
+            float acc = 0.0f;
+            for (u32 c0 = lane; c0 < V; c0 += 32u * U) {
+                uint4 wv[U];
 #pragma unroll
-            for (u32 u = 0; u < U; ++u) {
-                const u32 c = c0 + 32u * u;
-                wv[u] = c < V ? __ldcs(reinterpret_cast<const uint4*>(wr + u64(c) * VEC)) : zero;
-            }
+                for (u32 u = 0; u < U; ++u) {
+                    const u32 c = c0 + 32u * u;
+                    wv[u] = c < V ? __ldcs(reinterpret_cast<const uint4*>(wr + u64(c) * VEC)) : zero;
+                }
 #pragma unroll
-            for (u32 u = 0; u < U; ++u) {
-                const u32 c = c0 + 32u * u;
-                if (c < V) {
-                    float xv[VEC], wf[VEC];
-                    load_elems(x + u64(c) * VEC, xv);
-                    load_elems(reinterpret_cast<const TW*>(&wv[u]), wf);
+                for (u32 u = 0; u < U; ++u) {
+                    const u32 c = c0 + 32u * u;
+                    if (c < V) {
+                        float xv[VEC], wf[VEC];
+                        load_elems(x + u64(c) * VEC, xv);
+                        load_elems(reinterpret_cast<const TW*>(&wv[u]), wf);
 #pragma unroll
-                    for (u32 e = 0; e < VEC; ++e) acc = fmaf(wf[e], xv[e], acc);
+                        for (u32 e = 0; e < VEC; ++e) acc = fmaf(wf[e], xv[e], acc);
+                    }
                 }
             }
+            acc = warp_sum(acc);
+            if (lane == 0) y[row0 + r] = from_f<TY>(acc);
         }
-        acc = warp_sum(acc);
-        if (lane == 0) y[row0 + r] = from_f<TY>(acc);
+    } else {
+        for (u32 r = threadIdx.x >> 5; r < rows && row0 + r < N; r += nw) {
+            const TW* wr = w + u64(row0 + r) * w_row;
+            float acc = 0.0f;
+            for (u32 k0 = lane; k0 < K; k0 += 32u * U) {
+                float wv[U];
+#pragma unroll
+                for (u32 u = 0; u < U; ++u) wv[u] = k0 + 32u * u < K ? to_f(wr[k0 + 32u * u]) : 0.0f;
+#pragma unroll
+                for (u32 u = 0; u < U; ++u)
+                    if (k0 + 32u * u < K) acc = fmaf(wv[u], to_f(x[k0 + 32u * u]), acc);
+            }
+            acc = warp_sum(acc);
+            if (lane == 0) y[row0 + r] = from_f<TY>(acc);
+        }
     }
 }
 
 // Rows row0 .. row0 + rows - 1 of w (those below N) against the m <= MT rows
-// of x: y[i * y_row + row] = sum_k x[i, k] w[row, k]. R rows at a time, the
+// of x (2 to 8 tokens; one takes mv_lanes): y[i * y_row + row] = sum_k x[i, k] w[row, k]. R rows at a time, the
 // block's threads striding over k by 16-byte vectors of the weight (VEC
 // elements) where the rows allow, else by elements; a warp sum, then a sum
 // over the warps through shared memory.
@@ -126,9 +147,6 @@ __device__ __forceinline__ void mv_simt(const TX* x, u64 x_row, const TW* w, u64
     constexpr u32 VEC = 16 / sizeof(TW);
     const u32 tid = threadIdx.x, nth = blockDim.x, lane = tid & 31u, warp = tid >> 5, nw = nth >> 5;
     const bool vec = K % VEC == 0 && rows16(w, w_row) && rows16(x, x_row);
-    if constexpr (MT == 1) {
-        if (vec) return mv_lanes(x, w, w_row, y, N, K, row0, rows);
-    }
     for (u32 g0 = 0; g0 < rows; g0 += R) {
         float acc[R][MT];
 #pragma unroll
@@ -253,11 +271,12 @@ __device__ __forceinline__ void mv_tc(const T* x, const T* w, T* y, u32 m, u32 N
     }
 }
 
-// Rows a block of dense_mv takes, from the grid (ts: denseMvCudaRows): f32
-// 8 below 1024 rows, else 16, and 32 from 8192 rows on.
+// Rows a block of dense_mv takes, from the grid (ts: denseMvCudaRows): one
+// token LANE_ROWS; more, f32 8 below 1024 rows, else 16, and 32 from 8192
+// rows on.
 template <typename T>
-__device__ __forceinline__ u32 mv_rows(u32 blocks, u32 n) {
-    if (sizeof(T) == 4 && blocks * 8u >= n) return 8u;
+__device__ __forceinline__ u32 mv_rows(u32 blocks, u32 n, u32 m) {
+    if ((sizeof(T) == 4 || m == 1u) && blocks * LANE_ROWS >= n) return LANE_ROWS;
     return blocks * 16u >= n ? 16u : 32u;
 }
 // Before the wait (common.cuh MLXN_PREFETCH_ENTRY): the block's weight rows
@@ -265,7 +284,7 @@ __device__ __forceinline__ u32 mv_rows(u32 blocks, u32 n) {
 template <typename T>
 __device__ __forceinline__ void dense_mv_prefetch(const T* w, const DenseParams* p) {
     if (threadIdx.x != 0 || p->batch == 0u || !mlxn_grid_within_sms()) return;
-    const u32 blocks = gridDim.x / p->batch, rows = mv_rows<T>(blocks, p->n);
+    const u32 blocks = gridDim.x / p->batch, rows = mv_rows<T>(blocks, p->n, p->m);
     if (blocks == 0u) return;
     const u32 b = blockIdx.x / blocks, row0 = (blockIdx.x % blocks) * rows, wb = b / (p->batch / p->w_batch);
     if (row0 >= p->n) return;
@@ -277,7 +296,7 @@ __device__ __forceinline__ void dense_mv_prefetch(const T* w, const DenseParams*
 // mv_rows rows (the grid tells which).
 template <typename T>
 __device__ __forceinline__ void dense_mv(const T* x, const T* w, T* y, const DenseParams* p) {
-    const u32 blocks = gridDim.x / p->batch, rows = mv_rows<T>(blocks, p->n);
+    const u32 blocks = gridDim.x / p->batch, rows = mv_rows<T>(blocks, p->n, p->m);
     const u32 b = blockIdx.x / blocks, row0 = (blockIdx.x % blocks) * rows;
     const u32 wb = b / (p->batch / p->w_batch);
     const T* xb = x + u64(b) * p->m * p->k;
@@ -290,9 +309,7 @@ __device__ __forceinline__ void dense_mv(const T* x, const T* w, T* y, const Den
             return;
         }
     }
-    // One token: mv_lanes where the rows allow 16-byte loads, else the block's rows 8 at a time, so their loads go out
-    // together; the same sums in the same order as 2 at a time.
-    if (p->m == 1u) mv_simt<T, T, T, 1, 8>(xb, p->k, wp, p->k, yb, p->n, 1u, p->n, p->k, row0, rows);
+    if (p->m == 1u) mv_lanes(xb, wp, p->k, yb, p->n, p->k, row0, rows);
     else mv_simt<T, T, T, 8, 2>(xb, p->k, wp, p->k, yb, p->n, p->m, p->n, p->k, row0, rows);
 }
 
@@ -693,23 +710,23 @@ __device__ __forceinline__ Operands<T, T, T> dense_operands(const T* x, const T*
 // ---- mlx-native's dense_gemm module ----
 
 // buffer(0) A [M, K], (1) B [N, K], (2) C [M, N], (3) DenseGemmParams.
-// dense_matvec_*: M = 1, blockIdx.x = block of DENSE rows (16), 256 threads.
+// dense_matvec_*: M = 1, blockIdx.x = block of LANE_ROWS rows, 256 threads.
 // The family compiles in six parts (ts/ops/dense.ts DENSE_CUDA_PARTS): each
 // tensor-tile entry of 16-bit weights, about a megabyte of machine code
 // (five wgmma widths and two mma.sync shapes chosen by the launch), is a part
 // of its own; the rest are part 0.
 #if MLXN_CUDA_PART_IS(0)
 extern "C" __global__ void __launch_bounds__(256) dense_matvec_f16(const __half* A, const __half* B, __half* C, const DenseGemmParams* p) {
-    mv_simt<__half, __half, __half, 1, 8>(A, 0, B, p->K, C, 0, 1, p->N, p->K, blockIdx.x * 16, 16);
+    mv_lanes(A, B, p->K, C, p->N, p->K, blockIdx.x * LANE_ROWS, LANE_ROWS);
 }
 extern "C" __global__ void __launch_bounds__(256) dense_matvec_f16w_f32io(const float* A, const __half* B, float* C, const DenseGemmParams* p) {
-    mv_simt<float, __half, float, 1, 8>(A, 0, B, p->K, C, 0, 1, p->N, p->K, blockIdx.x * 16, 16);
+    mv_lanes(A, B, p->K, C, p->N, p->K, blockIdx.x * LANE_ROWS, LANE_ROWS);
 }
 extern "C" __global__ void __launch_bounds__(256) dense_matvec_bf16w_f32io(const float* A, const bf16* B, float* C, const DenseGemmParams* p) {
-    mv_simt<float, bf16, float, 1, 8>(A, 0, B, p->K, C, 0, 1, p->N, p->K, blockIdx.x * 16, 16);
+    mv_lanes(A, B, p->K, C, p->N, p->K, blockIdx.x * LANE_ROWS, LANE_ROWS);
 }
 extern "C" __global__ void __launch_bounds__(256) dense_matvec_f32(const float* A, const float* B, float* C, const DenseGemmParams* p) {
-    mv_simt<float, float, float, 1, 8>(A, 0, B, p->K, C, 0, 1, p->N, p->K, blockIdx.x * 16, 16);
+    mv_lanes(A, B, p->K, C, p->N, p->K, blockIdx.x * LANE_ROWS, LANE_ROWS);
 }
 #endif
 
@@ -735,15 +752,14 @@ extern "C" __global__ void __launch_bounds__(256) dense_gemm_f16(const __half* A
 
 // buffer(0) DenseGemvBf16Params, (1) src0 bf16 [ne02, ne01, ne00], (2) src1
 // f32, (3) dst f32 [ne12, ne1, ne0]. blockIdx.x = (im * ne11 + r1) *
-// ceil(ne01 / rows) + row block: `rows` rows (gemv_rows; ts:
-// denseGemvBf16CudaRows) of one row r1 of src1, 256 threads.
-__device__ __forceinline__ u32 gemv_rows(u32 N) { return N < 1024u ? 8u : 16u; }
+// ceil(ne01 / LANE_ROWS) + row block: LANE_ROWS rows of one row r1 of src1,
+// 256 threads.
 struct GemvBlock {
     u32 rb, r1, im;
     const char* w;  // the batch's matrix in src0
 };
 __device__ __forceinline__ GemvBlock gemv_block(const DenseGemvBf16Params* a, const char* src0) {
-    const u32 N = u32(a->ne01), rows = gemv_rows(N), blocks = (N + rows - 1) / rows, M = u32(a->ne11);
+    const u32 N = u32(a->ne01), blocks = (N + LANE_ROWS - 1) / LANE_ROWS, M = u32(a->ne11);
     const u32 rb = blockIdx.x % blocks, rest = blockIdx.x / blocks;
     const u32 r1 = rest % M, im = rest / M;
     const u32 i12 = im % u32(a->ne12), i13 = im / u32(a->ne12);
@@ -755,7 +771,7 @@ __device__ __forceinline__ GemvBlock gemv_block(const DenseGemvBf16Params* a, co
 __device__ __forceinline__ void gemv_prefetch(const DenseGemvBf16Params* a, const char* src0) {
     if (threadIdx.x != 0 || !mlxn_grid_within_sms()) return;
     const GemvBlock b = gemv_block(a, src0);
-    const u32 rows = gemv_rows(u32(a->ne01)), r0 = b.rb * rows, r1 = min(u32(a->ne01), r0 + rows);
+    const u32 r0 = b.rb * LANE_ROWS, r1 = min(u32(a->ne01), r0 + LANE_ROWS);
     if (b.r1 == 0 && r0 < r1) mlxn_prefetch_l2(b.w + u64(r0) * a->nb01, u64(r1 - r0 - 1) * a->nb01 + u64(u32(a->ne00)) * 2);
 }
 #if MLXN_CUDA_PART_IS(0)
@@ -767,8 +783,7 @@ extern "C" __global__ void __launch_bounds__(256) hf2q_dense_gemv_bf16_f32_4(con
     const u32 i12 = b.im % u32(a->ne12), i13 = b.im / u32(a->ne12);
     const float* x = reinterpret_cast<const float*>(src1 + u64(b.r1) * a->nb11 + u64(i12) * a->nb12 + u64(i13) * a->nb13);
     float* y = reinterpret_cast<float*>(dst) + u64(b.im) * u32(a->ne0) * u32(a->ne1) + u64(b.r1) * u32(a->ne0);
-    const u32 rows = gemv_rows(N);
-    mv_simt<float, bf16, float, 1, 8>(x, 0, reinterpret_cast<const bf16*>(b.w), a->nb01 / sizeof(bf16), y, 0, 1, N, K, b.rb * rows, rows);
+    mv_lanes(x, reinterpret_cast<const bf16*>(b.w), a->nb01 / sizeof(bf16), y, N, K, b.rb * LANE_ROWS, LANE_ROWS);
 }
 #endif
 

@@ -106,31 +106,28 @@ export function packDenseParams(p: { m: number; n: number; k: number; batch: num
 // ---- CUDA launches (shaders/cuda/dense.cu; one-dimensional grids, the kernels decode blockIdx.x) ----
 
 /**
- * Rows of the weight one block of dense_mv_<t> takes on CUDA (the kernel's
- * mv_rows infers it from the grid): 32 from 8192 rows on, else 16, and for
- * f32 (no tensor-core tile of 16 rows to fill) 8 below 1024 rows, so that a
- * small weight (Gemma 4's f32 router, [128, 2816]) spreads over twice the SMs.
+ * Weight rows a block of the CUDA one-token vector kernels (dense_matvec_*,
+ * hf2q_dense_gemv_bf16_f32_4 for each row of src1, dense_mv_<t> at m = 1):
+ * 8 warps, a row each (dense.cu LANE_ROWS). Two rows a warp in turn, 16 a
+ * block, read the weight 10-30 % slower at Qwen3.6's and Gemma 4's
+ * projections (bench/notes/gemv-dense-2026-11-28.md).
  */
-export function denseMvCudaRows(n: number, dtype: DenseDType): number {
+export const DENSE_MATVEC_CUDA_ROWS = 8;
+
+/**
+ * Rows of the weight one block of dense_mv_<t> takes on CUDA (the kernel's
+ * mv_rows infers it from the grid): one token DENSE_MATVEC_CUDA_ROWS; more,
+ * 32 from 8192 rows on, else 16 (the tensor-core tiles of 16 rows), and for
+ * f32 8 below 1024 rows, so that a small weight spreads over twice the SMs.
+ */
+export function denseMvCudaRows(n: number, dtype: DenseDType, m: number): number {
+  if (m === 1) return DENSE_MATVEC_CUDA_ROWS;
   return dtype === 'f32' && n < 1024 ? 8 : n >= 8192 ? 32 : 16;
 }
 
-/** dense_mv_<t> on CUDA: 256 threads a block (8 warps splitting k) over denseMvCudaRows rows of one batch. */
-export function denseMvCudaLaunch(n: number, batch: number, dtype: DenseDType): Launch {
-  return { grid: [ceilDiv(n, denseMvCudaRows(n, dtype)) * batch, 1, 1], threads: [256, 1, 1] };
-}
-
-/** Weight rows per block of the CUDA crate vector kernels (dense_matvec_*; hf2q_dense_gemv_bf16_f32_4 from 1024 rows on). */
-export const DENSE_MATVEC_CUDA_ROWS = 16;
-
-/**
- * Weight rows per block of hf2q_dense_gemv_bf16_f32_4 on CUDA (the kernel's
- * gemv_rows): 8 below 1024 rows, else DENSE_MATVEC_CUDA_ROWS. A MoE router
- * ([256, 2048] bf16, one token) has few rows: 16 a block put its 1 MB on 17
- * SMs, two rounds of loads each; 8 a block, one round on 33.
- */
-export function denseGemvBf16CudaRows(n: number): number {
-  return n < 1024 ? 8 : DENSE_MATVEC_CUDA_ROWS;
+/** dense_mv_<t> on CUDA: 256 threads a block over denseMvCudaRows rows of one batch. */
+export function denseMvCudaLaunch(n: number, batch: number, dtype: DenseDType, m: number): Launch {
+  return { grid: [ceilDiv(n, denseMvCudaRows(n, dtype, m)) * batch, 1, 1], threads: [256, 1, 1] };
 }
 
 /**
@@ -330,9 +327,9 @@ export function denseMatmulForm(a: Pick<DenseMatmulArgs, 'm' | 'form'>): MatmulF
  * Bindings: 0 x, 1 weight, 2 output, 3 DenseParams (m, n, k, batch, w_batch).
  * Grid (Metal): dense_mv (ceil(n / 8), 1, batch) threadgroups of (32, 2, 1);
  * dense_mm (ceil(n / 64), ceil(m / 32), batch) of 128 threads, a 32 x 64 tile
- * each. CUDA: dense_mv 256 threads a block over 16 or 32 weight rows
- * (denseMvCudaLaunch; tensor cores for f16 and bf16 where k is a multiple of
- * 8), dense_mm the tensor-core tiles of denseMmCudaLaunch (wgmma on Hopper,
+ * each. CUDA: dense_mv 256 threads a block over 8 (one token: a warp a row),
+ * 16 or 32 weight rows (denseMvCudaLaunch; tensor cores for f16 and bf16 from
+ * 2 tokens where k is a multiple of 8), dense_mm the tensor-core tiles of denseMmCudaLaunch (wgmma on Hopper,
  * mma.sync elsewhere) or a 64 x 64 SIMT tile for f32.
  */
 export function denseMatmul(enc: Encoder, args: DenseMatmulArgs): void {
@@ -351,7 +348,7 @@ export function planDenseMatmul(a: DenseMatmulArgs, limits: DeviceLimits, device
     buffers: [a.x, a.weight, a.output],
     bytes: [, , , params],
     ...matmulMetalLaunch(form, a.m, a.n, batch),
-    cuda: form === 'vector' ? denseMvCudaLaunch(a.n, batch, dt) : denseMmCudaLaunch(a.m, a.n, batch, dt, limits),
+    cuda: form === 'vector' ? denseMvCudaLaunch(a.n, batch, dt, a.m) : denseMmCudaLaunch(a.m, a.n, batch, dt, limits),
   });
 }
 
@@ -536,7 +533,7 @@ export function planDenseGemvBf16F32(a: DenseBatchArgs, _limits: DeviceLimits, d
     threadgroupMemory: [DENSE_GEMV_BF16_SHARED_BYTES],
     grid: [ceilDiv(a.n, 2), a.m, a.src1Batch],
     threads: [32, denseGemvBf16Simdgroups(a.k), 1],
-    cuda: { grid: [ceilDiv(a.n, denseGemvBf16CudaRows(a.n)) * a.m * a.src1Batch, 1, 1], threads: [256, 1, 1] },
+    cuda: { grid: [ceilDiv(a.n, DENSE_MATVEC_CUDA_ROWS) * a.m * a.src1Batch, 1, 1], threads: [256, 1, 1] },
   });
 }
 

@@ -66,8 +66,8 @@ void run_dense(const char* name, K kernel, u32 m, u32 n, u32 k, u32 batch, u32 w
   x.random(); w.random(); y.poison();
   DenseParams p{m, n, k, batch, wbatch};
   if (vector) {
-    // ts/ops/dense.ts denseMvCudaRows: f32 8 below 1024 rows; 32 from 8192; else 16.
-    const u32 rows = sizeof(T) == 4 && n < 1024 ? 8 : n >= 8192 ? 32 : 16;
+    // ts/ops/dense.ts denseMvCudaRows: one token 8; more, f32 8 below 1024 rows; 32 from 8192; else 16.
+    const u32 rows = m == 1 || (sizeof(T) == 4 && n < 1024) ? 8 : n >= 8192 ? 32 : 16;
     sim_launch({cdiv(n, rows) * batch, 1, 1}, {256, 1, 1}, 0, [&] { kernel(x.p, w.p, y.p, &p); });
   } else if (sizeof(T) == 4) {
     sim_launch({cdiv(n, 64) * cdiv(m, 64) * batch, 1, 1}, {256, 1, 1}, 0, [&] { kernel(x.p, w.p, y.p, &p); });
@@ -85,7 +85,7 @@ void run_matvec(const char* name, K kernel, u32 n, u32 k) {
   Arr<TX> a(k); Arr<TW> b(size_t(n) * k); Arr<TX> c(n);
   a.random(); b.random(); c.poison();
   DenseGemmParams p{1, n, k};
-  sim_launch({cdiv(n, 16), 1, 1}, {256, 1, 1}, 0, [&] { kernel(a.p, b.p, c.p, &p); });
+  sim_launch({cdiv(n, 8), 1, 1}, {256, 1, 1}, 0, [&] { kernel(a.p, b.p, c.p, &p); });  // DENSE_MATVEC_CUDA_ROWS
   Ref r = reference(a, k, 0, b, k, 0, 1, n, k, 1, 1, false);
   check(std::string(name) + " n=" + std::to_string(n) + " k=" + std::to_string(k), c, r, tol_of<TX>());
 }
@@ -111,8 +111,8 @@ void run_hf2q(const char* name, K kernel, u32 m, u32 n, u32 k, u32 b0, u32 b1, u
     p.ne00 = k; p.ne01 = n; p.ne02 = b0; p.nb00 = 2; p.nb01 = u64(wrow) * 2; p.nb02 = u64(n) * wrow * 2; p.nb03 = 0;
     p.ne10 = k; p.ne11 = m; p.ne12 = b1; p.nb10 = 4; p.nb11 = u64(xrow) * 4; p.nb12 = u64(m) * xrow * 4; p.nb13 = 0;
     p.ne0 = n; p.ne1 = m; p.nr0 = 2; p.r2 = short(b1 / b0); p.r3 = 1;
-    // The op's launch (ts/ops/dense.ts denseGemvBf16CudaRows): 8 rows a block below 1024 rows, else 16.
-    sim_launch({cdiv(n, n < 1024 ? 8 : 16) * m * b1, 1, 1}, {256, 1, 1}, 0, [&] { kernel(&p, (const char*)w.p, (const char*)x.p, (char*)y.p); });
+    // The op's launch (ts/ops/dense.ts DENSE_MATVEC_CUDA_ROWS): 8 rows a block.
+    sim_launch({cdiv(n, 8) * m * b1, 1, 1}, {256, 1, 1}, 0, [&] { kernel(&p, (const char*)w.p, (const char*)x.p, (char*)y.p); });
   } else {
     DenseMmTensorParams p{};
     p.ne00 = k; p.ne02 = b0; p.nb01 = u64(wrow) * sizeof(TW); p.nb02 = u64(n) * wrow * sizeof(TW); p.nb03 = 0; p.ne12 = b1;
