@@ -774,8 +774,12 @@ __device__ __forceinline__ void gemv_prefetch(const DenseGemvBf16Params* a, cons
     const u32 r0 = b.rb * LANE_ROWS, r1 = min(u32(a->ne01), r0 + LANE_ROWS);
     if (b.r1 == 0 && r0 < r1) mlxn_prefetch_l2(b.w + u64(r0) * a->nb01, u64(r1 - r0 - 1) * a->nb01 + u64(u32(a->ne00)) * 2);
 }
+// 6 blocks an SM (40 registers): bench/notes/gemv-dense-2026-11-28.md
+// measured 0.93-0.94 of copy at Qwen3.6's and Gemma 4's projections, against
+// 0.78-0.87 at the 44 registers (5 blocks) the compiler picks alone and
+// 0.81-0.93 at 32 (8 blocks, with spills).
 #if MLXN_CUDA_PART_IS(0)
-extern "C" __global__ void __launch_bounds__(256) hf2q_dense_gemv_bf16_f32_4(const DenseGemvBf16Params* a, const char* src0,
+extern "C" __global__ void __launch_bounds__(256, 6) hf2q_dense_gemv_bf16_f32_4(const DenseGemvBf16Params* a, const char* src0,
                                                                            const char* src1, char* dst) {
     MLXN_PREFETCH_ENTRY(gemv_prefetch(a, src0));
     const u32 K = u32(a->ne00), N = u32(a->ne01);
