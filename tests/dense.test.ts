@@ -256,6 +256,8 @@ describeValidation('dense validation', ({ enc, buf }) => {
         [{ src1: buf('f32', 383) }, 'src1.elementCount', 'at least 384', '383'],
         [{ dst: buf('f32', 59) }, 'dst.elementCount', 'at least 60', '59'],
         [{ src1Batch: 2 ** 30, src0Batch: 2 ** 16 }, 'src1Batch', 'at most 715827882 (the CUDA grid', `${2 ** 30}`],
+        // 8-row vector blocks: ceil(2^24 / 8) blocks a row of src1 times 1024 rows is 2^31.
+        [{ n: 2 ** 24, m: 2 ** 10 }, 'm', 'at most 1023 for n = 16777216', `${2 ** 10}`],
       ];
       for (const [m, arg, expected, actual] of cases) expectInvalid(() => fn(enc(), { ...base(), ...m }), op, arg, expected, actual);
       const d = buf('f32', 384);

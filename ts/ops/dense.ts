@@ -218,15 +218,17 @@ export function denseMmCudaLaunch(m: number, n: number, batch: number, weight: D
 
 /**
  * The CUDA grids are one-dimensional: refuses sizes whose largest candidate
- * launch (the vector kernels' 16-row blocks, mvRows of them per batch; the
- * matrix kernels' smallest, 64 x 64 tiles) would pass 2^31 - 1 blocks,
- * naming m (the per-batch count) or the batch argument.
+ * launch (the vector kernels' blocks of DENSE_MATVEC_CUDA_ROWS rows, the
+ * fewest rows any of them takes, mvRows of them per batch; the matrix
+ * kernels' smallest, 64 x 64 tiles) would pass 2^31 - 1 blocks, naming m
+ * (the per-batch count) or the batch argument.
  */
 function checkCudaGrid(op: string, m: number, n: number, mvRows: number, batchArg: string | null, batch: number): void {
   const mm = ceilDiv(n, 64) * ceilDiv(m, 64);
-  const per = Math.max(ceilDiv(n, 16) * mvRows, mm);
+  const mv = ceilDiv(n, DENSE_MATVEC_CUDA_ROWS);
+  const per = Math.max(mv * mvRows, mm);
   if (per > CUDA_GRID_MAX) {
-    const mMax = Math.min(Math.floor(CUDA_GRID_MAX / ceilDiv(n, 64)) * 64, mvRows === 1 ? Infinity : Math.floor(CUDA_GRID_MAX / ceilDiv(n, 16)));
+    const mMax = Math.min(Math.floor(CUDA_GRID_MAX / ceilDiv(n, 64)) * 64, mvRows === 1 ? Infinity : Math.floor(CUDA_GRID_MAX / mv));
     throw invalid(op, 'm', `at most ${mMax} for n = ${n} (the CUDA grid's 2^31 - 1 blocks)`, m);
   }
   if (batchArg !== null && batch * per > CUDA_GRID_MAX) {
