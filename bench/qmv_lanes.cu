@@ -1,0 +1,218 @@
+// One token through MLX 4-bit weights (q4, group 64, bf16 x, scales, biases
+// and y) by the dense one-token walk (dense.cu mv_lanes: a warp a row, whole,
+// 16-byte vectors of codes, U of them in flight a lane, no barrier in the
+// walk), on CUDA cores, against the library's group-column engine (qmv_gc,
+// tensor cores) in one run, the weights in turn out of L2. The question
+// (bench/notes/qmv-lanes-2026-11-28.md): does the walk that reads a bf16
+// weight at 0.93-0.97 of copy carry over to 4-bit codes, whose
+// dequantization costs about 2.4 instructions a weight?
+//
+// A 16-byte vector is 32 codes of one half group (k = 32 c .. 32 c + 31).
+// x is staged once a block in shared memory as 256 x (exact) with each half
+// group's sum; a code q becomes the float 0.5 + q / 256 by one byte_perm
+// (its byte under the exponent of 0.5), so fma(f, 256 x, a) adds 128 x +
+// q x and the half group's 128 sum x comes off once: a = sum q x, then
+// y += s a + b sum x. bytes-only: the same loads, the code words xor'ed.
+//
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -include shaders/cuda/common.cuh -include shaders/common.h \
+//     -o /tmp/qmv_lanes bench/qmv_lanes.cu && /tmp/qmv_lanes
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+#include "harness.cuh"
+
+namespace {
+constexpr u32 GS = 64;
+
+template <u32 W>
+__global__ void __launch_bounds__(128, 4) gc64(const bf16* x, const unsigned char* w, const bf16* sc, const bf16* bi, bf16* y, u32 N, u32 K) {
+  qmv_gc<bf16, bf16, bf16, GS, W, 0u, false, false>(x, w, sc, bi, y, N, K, blockIdx.x);
+}
+
+// Rows a block: 8 warps x RW rows each. K a multiple of 64.
+template <u32 RW, u32 U, u32 MINB, bool BYTES>
+__global__ void __launch_bounds__(256, MINB) lanes(const bf16* x, const uint4* w, const unsigned short* sc, const unsigned short* bi,
+                                                   bf16* y, u32 N, u32 K) {
+  extern __shared__ float smem[];
+  float* xs = smem;         // 256 x[k]
+  float* hs = smem + K;     // sum of x over half group c
+  const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, V = K / 32, G = K / GS;
+  const u32 row0 = (blockIdx.x * 8u + warp) * RW;
+  const uint4* wr[RW];
+#pragma unroll
+  for (u32 r = 0; r < RW; ++r) wr[r] = w + u64(min(row0 + r, N - 1)) * V;
+  // The first loads go out before x's staging and its barrier.
+  uint4 wv[U][RW];
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (u32 u = 0; u < U; ++u)
+#pragma unroll
+    for (u32 r = 0; r < RW; ++r) wv[u][r] = lane + 32u * u < V ? __ldcs(wr[r] + lane + 32u * u) : zero;
+  for (u32 c = warp; c < V; c += 8u) {
+    const float v = 256.0f * __bfloat162float(x[32u * c + lane]);
+    xs[32u * c + lane] = v;
+    const float s = warp_sum(v);
+    if (lane == 0) hs[c] = s * (1.0f / 256.0f);
+  }
+  __syncthreads();
+  float acc[RW];
+  u32 bits[RW];
+#pragma unroll
+  for (u32 r = 0; r < RW; ++r) acc[r] = 0.0f, bits[r] = 0u;
+  for (u32 c0 = lane; c0 < V; c0 += 32u * U) {
+#pragma unroll
+    for (u32 u = 0; u < U; ++u) {
+      const u32 c = c0 + 32u * u;
+      if (c >= V) break;
+      if constexpr (BYTES) {
+#pragma unroll
+        for (u32 r = 0; r < RW; ++r) bits[r] ^= wv[u][r].x ^ wv[u][r].y ^ wv[u][r].z ^ wv[u][r].w ^ sc[u64(min(row0 + r, N - 1)) * G + c / 2] ^
+                                     bi[u64(min(row0 + r, N - 1)) * G + c / 2];
+      } else {
+        const float hsum = hs[c];
+        float sv[RW], bv[RW], a[RW];
+#pragma unroll
+        for (u32 r = 0; r < RW; ++r) {
+          const u64 gi = u64(min(row0 + r, N - 1)) * G + c / 2;
+          sv[r] = __uint_as_float(u32(__ldg(sc + gi)) << 16);
+          bv[r] = __uint_as_float(u32(__ldg(bi + gi)) << 16);
+          a[r] = -128.0f * hsum;
+        }
+        const float4* xp = reinterpret_cast<const float4*>(xs + 32u * c);
+#pragma unroll
+        for (u32 wi = 0; wi < 4; ++wi) {
+          const float4 x0 = xp[2 * wi], x1 = xp[2 * wi + 1];
+          const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+          for (u32 r = 0; r < RW; ++r) {
+            const u32 word = wi == 0 ? wv[u][r].x : wi == 1 ? wv[u][r].y : wi == 2 ? wv[u][r].z : wv[u][r].w;
+            const u32 lo = word & 0x0F0F0F0Fu, hi = (word >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+            for (u32 b = 0; b < 4; ++b) {
+              // code 2b (low nibble of byte b) and 2b + 1 (its high nibble) as 0.5 + q / 256
+              a[r] = fmaf(__uint_as_float(__byte_perm(lo, 0x3F000000u, 0x7044u | (b << 8))), xv[2 * b], a[r]);
+              a[r] = fmaf(__uint_as_float(__byte_perm(hi, 0x3F000000u, 0x7044u | (b << 8))), xv[2 * b + 1], a[r]);
+            }
+          }
+        }
+#pragma unroll
+        for (u32 r = 0; r < RW; ++r) acc[r] = fmaf(sv[r], a[r], fmaf(bv[r], hsum, acc[r]));
+      }
+    }
+    // The next U vectors of each row.
+#pragma unroll
+    for (u32 u = 0; u < U; ++u) {
+      const u32 c = c0 + 32u * (U + u);
+#pragma unroll
+      for (u32 r = 0; r < RW; ++r) wv[u][r] = c < V ? __ldcs(wr[r] + c) : zero;
+    }
+  }
+#pragma unroll
+  for (u32 r = 0; r < RW; ++r) {
+    const float s = BYTES ? float(__popc(bits[r])) : acc[r];
+    const float t = warp_sum(s);
+    if (lane == 0 && row0 + r < N) y[row0 + r] = __float2bfloat16_rn(t);
+  }
+}
+}  // namespace
+
+int main() {
+  int dev = 0, sms = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, dev));
+  printf("device %s, %d SMs\n", prop.name, sms);
+  const double copy = copy_ceiling_gbs();
+  std::vector<DecodeShape> shapes(std::begin(DECODE_SHAPES), std::end(DECODE_SHAPES));
+  shapes.push_back({"odd [1000, 5376]", 1000, 5376});
+  std::mt19937 rng(4321);
+  for (const DecodeShape& s : shapes) {
+    const u32 N = s.N, K = s.K, G = K / GS;
+    std::vector<uint8_t> codes(size_t(N) * K / 2);
+    std::vector<uint16_t> sc(size_t(N) * G), bi(size_t(N) * G), xb(K);
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> uni(-1.f, 1.f);
+    for (auto& c : codes) c = uint8_t(byte(rng));
+    for (auto& v : sc) v = bf16_bits(0.002f + 0.02f * std::fabs(uni(rng)));
+    for (auto& v : bi) v = bf16_bits(0.1f * uni(rng));
+    for (auto& v : xb) v = bf16_bits(uni(rng));
+    std::vector<double> ref(N), mag(N);
+    for (u32 r = 0; r < N; ++r) {
+      double acc = 0, m = 0;
+      for (u32 k = 0; k < K; ++k) {
+        const uint8_t b = codes[size_t(r) * (K / 2) + k / 2];
+        const u32 q = (k & 1) ? (b >> 4) : (b & 15);
+        const double wv = double(bf16_float(sc[size_t(r) * G + k / GS])) * q + bf16_float(bi[size_t(r) * G + k / GS]);
+        acc += wv * bf16_float(xb[k]);
+        m += std::fabs(wv * bf16_float(xb[k]));
+      }
+      ref[r] = acc;
+      mag[r] = m;
+    }
+    const double bytes = double(codes.size()) + 4.0 * sc.size();
+    const int copies = int(std::max<double>(2, (400.0 * (1 << 20)) / bytes + 1));
+    std::vector<unsigned char*> Wc(copies);
+    std::vector<bf16*> S(copies), B(copies);
+    for (int c = 0; c < copies; ++c) {
+      CK(cudaMalloc(&Wc[c], codes.size())); CK(cudaMalloc(&S[c], 2 * sc.size())); CK(cudaMalloc(&B[c], 2 * bi.size()));
+      CK(cudaMemcpy(Wc[c], codes.data(), codes.size(), cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(S[c], sc.data(), 2 * sc.size(), cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(B[c], bi.data(), 2 * bi.size(), cudaMemcpyHostToDevice));
+    }
+    bf16 *x, *y;
+    CK(cudaMalloc(&x, 2 * K)); CK(cudaMalloc(&y, 2 * N));
+    CK(cudaMemcpy(x, xb.data(), 2 * K, cudaMemcpyHostToDevice));
+    printf("\n%s: %.2f MB (codes, scales, biases), %d copies\n", s.name, bytes / 1e6, copies);
+    // launch(c): one product over copy c; check: whether the output is a product (not the bytes-only twin).
+    auto run = [&](const char* form, bool check, auto launch) {
+      CK(cudaMemset(y, 0xff, 2 * N));  // NaN-poisoned
+      launch(0);
+      CK(cudaDeviceSynchronize());
+      std::vector<uint16_t> out(N);
+      CK(cudaMemcpy(out.data(), y, 2 * N, cudaMemcpyDeviceToHost));
+      double worst = 0;
+      for (u32 r = 0; r < N; ++r) {
+        const double e = std::fabs(double(bf16_float(out[r])) - ref[r]) / (mag[r] + 1e-30);
+        worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+      }
+      int c = 0;
+      const float us = timeit([&] { launch(c); c = (c + 1) % copies; }, 40);
+      CK(cudaGetLastError());
+      printf("  %-34s %8.2f us  %6.0f GB/s  %.2f of copy", form, us, bytes / us / 1e3, bytes / us / 1e3 / copy);
+      if (check) printf("  err %.1e of sum|xw| %s", worst, worst < 1e-2 ? "ok" : "BAD");
+      printf("\n");
+    };
+    const u32 gshared = [&] { const u32 r = (G + 7) / 8; return r * 8 * GS * 2 + r * 8 * 4 + 1024; }();
+    auto gc = [&](const char* form, auto kern, u32 W) {
+      CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, gshared));
+      const u32 blocks = ((N + 15) / 16 * W + 3) / 4;
+      run(form, true, [&](int c) { kern<<<blocks, 128, gshared>>>(x, Wc[c], S[c], B[c], y, N, K); });
+    };
+    gc("library qmv_gc W 2", gc64<2>, 2);
+    gc("library qmv_gc W 4", gc64<4>, 4);
+    const u32 lshared = (K + K / 32) * 4;
+    auto ln = [&](const char* form, auto kern, u32 RW, bool check) {
+      CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, lshared));
+      const u32 blocks = (N + 8 * RW - 1) / (8 * RW);
+      run(form, check, [&](int c) {
+        kern<<<blocks, 256, lshared>>>(x, reinterpret_cast<const uint4*>(Wc[c]), reinterpret_cast<const unsigned short*>(S[c]),
+                                       reinterpret_cast<const unsigned short*>(B[c]), y, N, K);
+      });
+    };
+    ln("lanes RW 1 U 8", lanes<1, 8, 1, false>, 1, true);
+    ln("lanes RW 1 U 8, 3 blocks an SM", lanes<1, 8, 3, false>, 1, true);
+    ln("lanes RW 1 U 4", lanes<1, 4, 1, false>, 1, true);
+    ln("lanes RW 1 U 4, 4 blocks an SM", lanes<1, 4, 4, false>, 1, true);
+    ln("lanes RW 2 U 4", lanes<2, 4, 1, false>, 2, true);
+    ln("lanes RW 2 U 2, 4 blocks an SM", lanes<2, 2, 4, false>, 2, true);
+    ln("bytes only, RW 1 U 8", lanes<1, 8, 1, true>, 1, false);
+    ln("bytes only, RW 1 U 4", lanes<1, 4, 1, true>, 1, false);
+    for (int c = 0; c < copies; ++c) { CK(cudaFree(Wc[c])); CK(cudaFree(S[c])); CK(cudaFree(B[c])); }
+    CK(cudaFree(x)); CK(cudaFree(y));
+  }
+  return 0;
+}
