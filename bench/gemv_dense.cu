@@ -123,12 +123,7 @@ __global__ void __launch_bounds__(256) block_rows(const float* x, const bf16* w,
 }  // namespace
 
 int main() {
-  int dev = 0, sms = 0;
-  CK(cudaGetDevice(&dev));
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, dev));
-  printf("device %s, %d SMs\n", prop.name, sms);
+  print_device();
   const double copy = copy_ceiling_gbs();
   std::vector<DecodeShape> shapes(std::begin(DECODE_SHAPES), std::end(DECODE_SHAPES));
   shapes.push_back({"odd [1000, 5376]", 1000, 5376});
@@ -147,7 +142,7 @@ int main() {
       ref[r] = a; mag[r] = m;
     }
     const double bytes = 2.0 * wb.size();
-    const int copies = int(std::max<double>(2, (400.0 * (1 << 20)) / bytes + 1));
+    const int copies = copies_out_of_l2(bytes);
     std::vector<bf16*> W(copies);
     for (int c = 0; c < copies; ++c) { CK(cudaMalloc(&W[c], bytes)); CK(cudaMemcpy(W[c], wb.data(), bytes, cudaMemcpyHostToDevice)); }
     float *x, *y;

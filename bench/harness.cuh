@@ -4,9 +4,11 @@
 // Hopper bulk-copy engine's PTX (cp.async.bulk with mbarrier completion,
 // sm_90).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <cstdlib>
 #include <cmath>
 #include <vector>
@@ -117,3 +119,73 @@ constexpr DecodeShape DECODE_SHAPES[] = {
     {"Qwen3.6 up [17408, 5120]", 17408, 5120}, {"Qwen3.6 down [5120, 17408]", 5120, 17408},
     {"Gemma 4 up [21504, 5376]", 21504, 5376}, {"35B in_proj [12352, 2048]", 12352, 2048},
     {"35B out_proj [2048, 4096]", 2048, 4096}};
+
+// The device's name and SM count, printed; returns the SM count.
+inline int print_device() {
+  int dev = 0, sms = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, dev));
+  printf("device %s, %d SMs\n", prop.name, sms);
+  return sms;
+}
+
+// Copies of a weight of `bytes` that the harnesses read in turn so that none
+// is in L2 when read (400 MiB in all, at least 2).
+inline int copies_out_of_l2(double bytes) { return int(std::max<double>(2, (400.0 * (1 << 20)) / bytes + 1)); }
+
+// An MLX 4-bit weight (group 64) at one token, the 4-bit harnesses' problem
+// (qmv_packed.cu, qmv_lanes.cu): random codes ([N, K / 2] bytes, code k in
+// byte k / 2, the low nibble first), bf16 scales in [0.002, 0.022] and
+// biases in [-0.1, 0.1] ([N, K / 64]), bf16 x in [-1, 1]; the float64
+// product of each row and the sum of its |x w|, the scale of its error.
+struct Q4Problem {
+  static constexpr unsigned GS = 64;
+  unsigned N, K, G;
+  std::vector<uint8_t> codes;
+  std::vector<uint16_t> sc, bi, xb;
+  std::vector<double> ref, mag;
+  double bytes() const { return double(codes.size()) + 4.0 * sc.size(); }
+  // The largest error of a bf16 output over sum |x w| (a NaN: infinite).
+  double worst_error(const std::vector<uint16_t>& out) const {
+    double worst = 0;
+    for (unsigned r = 0; r < N; ++r) {
+      const double e = std::fabs(double(bf16_float(out[r])) - ref[r]) / (mag[r] + 1e-30);
+      worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+    }
+    return worst;
+  }
+};
+// common.cuh's gc_shared on the host: the group-column engine's dynamic
+// shared memory at K (group 64).
+inline unsigned gc_shared_bytes(unsigned K) {
+  const unsigned r = (K / Q4Problem::GS + 7) / 8;
+  return r * 8 * Q4Problem::GS * 2 + r * 8 * 4 + 1024;
+}
+inline Q4Problem make_q4(unsigned N, unsigned K, std::mt19937& rng) {
+  Q4Problem p;
+  p.N = N, p.K = K, p.G = K / Q4Problem::GS;
+  p.codes.resize(size_t(N) * K / 2);
+  p.sc.resize(size_t(N) * p.G), p.bi.resize(size_t(N) * p.G), p.xb.resize(K);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  for (auto& c : p.codes) c = uint8_t(byte(rng));
+  for (auto& v : p.sc) v = bf16_bits(0.002f + 0.02f * std::fabs(uni(rng)));
+  for (auto& v : p.bi) v = bf16_bits(0.1f * uni(rng));
+  for (auto& v : p.xb) v = bf16_bits(uni(rng));
+  p.ref.resize(N), p.mag.resize(N);
+  for (unsigned r = 0; r < N; ++r) {
+    double acc = 0, m = 0;
+    for (unsigned k = 0; k < K; ++k) {
+      const uint8_t b = p.codes[size_t(r) * (K / 2) + k / 2];
+      const unsigned q = (k & 1) ? (b >> 4) : (b & 15);
+      const size_t g = size_t(r) * p.G + k / Q4Problem::GS;
+      const double t = (double(bf16_float(p.sc[g])) * q + bf16_float(p.bi[g])) * bf16_float(p.xb[k]);
+      acc += t;
+      m += std::fabs(t);
+    }
+    p.ref[r] = acc, p.mag[r] = m;
+  }
+  return p;
+}

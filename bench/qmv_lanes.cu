@@ -120,41 +120,18 @@ __global__ void __launch_bounds__(256, MINB) lanes(const bf16* x, const uint4* w
 }  // namespace
 
 int main() {
-  int dev = 0, sms = 0;
-  CK(cudaGetDevice(&dev));
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, dev));
-  printf("device %s, %d SMs\n", prop.name, sms);
+  print_device();
   const double copy = copy_ceiling_gbs();
   std::vector<DecodeShape> shapes(std::begin(DECODE_SHAPES), std::end(DECODE_SHAPES));
   shapes.push_back({"odd [1000, 5376]", 1000, 5376});
   std::mt19937 rng(4321);
   for (const DecodeShape& s : shapes) {
-    const u32 N = s.N, K = s.K, G = K / GS;
-    std::vector<uint8_t> codes(size_t(N) * K / 2);
-    std::vector<uint16_t> sc(size_t(N) * G), bi(size_t(N) * G), xb(K);
-    std::uniform_int_distribution<int> byte(0, 255);
-    std::uniform_real_distribution<float> uni(-1.f, 1.f);
-    for (auto& c : codes) c = uint8_t(byte(rng));
-    for (auto& v : sc) v = bf16_bits(0.002f + 0.02f * std::fabs(uni(rng)));
-    for (auto& v : bi) v = bf16_bits(0.1f * uni(rng));
-    for (auto& v : xb) v = bf16_bits(uni(rng));
-    std::vector<double> ref(N), mag(N);
-    for (u32 r = 0; r < N; ++r) {
-      double acc = 0, m = 0;
-      for (u32 k = 0; k < K; ++k) {
-        const uint8_t b = codes[size_t(r) * (K / 2) + k / 2];
-        const u32 q = (k & 1) ? (b >> 4) : (b & 15);
-        const double wv = double(bf16_float(sc[size_t(r) * G + k / GS])) * q + bf16_float(bi[size_t(r) * G + k / GS]);
-        acc += wv * bf16_float(xb[k]);
-        m += std::fabs(wv * bf16_float(xb[k]));
-      }
-      ref[r] = acc;
-      mag[r] = m;
-    }
-    const double bytes = double(codes.size()) + 4.0 * sc.size();
-    const int copies = int(std::max<double>(2, (400.0 * (1 << 20)) / bytes + 1));
+    const u32 N = s.N, K = s.K;
+    const Q4Problem q = make_q4(N, K, rng);
+    const std::vector<uint8_t>& codes = q.codes;
+    const std::vector<uint16_t>&sc = q.sc, &bi = q.bi;
+    const double bytes = q.bytes();
+    const int copies = copies_out_of_l2(bytes);
     std::vector<unsigned char*> Wc(copies);
     std::vector<bf16*> S(copies), B(copies);
     for (int c = 0; c < copies; ++c) {
@@ -165,7 +142,7 @@ int main() {
     }
     bf16 *x, *y;
     CK(cudaMalloc(&x, 2 * K)); CK(cudaMalloc(&y, 2 * N));
-    CK(cudaMemcpy(x, xb.data(), 2 * K, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(x, q.xb.data(), 2 * K, cudaMemcpyHostToDevice));
     printf("\n%s: %.2f MB (codes, scales, biases), %d copies\n", s.name, bytes / 1e6, copies);
     // launch(c): one product over copy c; check: whether the output is a product (not the bytes-only twin).
     auto run = [&](const char* form, bool check, auto launch) {
@@ -174,11 +151,7 @@ int main() {
       CK(cudaDeviceSynchronize());
       std::vector<uint16_t> out(N);
       CK(cudaMemcpy(out.data(), y, 2 * N, cudaMemcpyDeviceToHost));
-      double worst = 0;
-      for (u32 r = 0; r < N; ++r) {
-        const double e = std::fabs(double(bf16_float(out[r])) - ref[r]) / (mag[r] + 1e-30);
-        worst = std::isnan(e) ? INFINITY : std::max(worst, e);
-      }
+      const double worst = q.worst_error(out);
       int c = 0;
       const float us = timeit([&] { launch(c); c = (c + 1) % copies; }, 40);
       CK(cudaGetLastError());
@@ -186,7 +159,7 @@ int main() {
       if (check) printf("  err %.1e of sum|xw| %s", worst, worst < 1e-2 ? "ok" : "BAD");
       printf("\n");
     };
-    const u32 gshared = [&] { const u32 r = (G + 7) / 8; return r * 8 * GS * 2 + r * 8 * 4 + 1024; }();
+    const u32 gshared = gc_shared_bytes(K);
     auto gc = [&](const char* form, auto kern, u32 W) {
       CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, gshared));
       const u32 blocks = ((N + 15) / 16 * W + 3) / 4;

@@ -114,12 +114,7 @@ std::vector<uint4> pack_units(const std::vector<uint8_t>& codes, const std::vect
 }  // namespace
 
 int main() {
-  int dev = 0, sms = 0;
-  CK(cudaGetDevice(&dev));
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, dev));
-  printf("device %s, %d SMs\n", prop.name, sms);
+  const int sms = print_device();
   copy_ceiling_gbs();
   std::vector<DecodeShape> shapes(std::begin(DECODE_SHAPES), std::end(DECODE_SHAPES));
   shapes.push_back({"odd [1000, 5376]", 1000, 5376});
@@ -128,32 +123,13 @@ int main() {
   shapes.push_back({"Qwen3.6 up cut to whole waves [16896, 5120]", 16896, 5120});
   std::mt19937 rng(1234);
   for (const DecodeShape& s : shapes) {
-    const u32 N = s.N, K = s.K, G = K / GS;
-    std::vector<uint8_t> codes(size_t(N) * K / 2);
-    std::vector<uint16_t> sc(size_t(N) * G), bi(size_t(N) * G), xb(K);
-    std::uniform_int_distribution<int> byte(0, 255);
-    std::uniform_real_distribution<float> uni(-1.f, 1.f);
-    for (auto& c : codes) c = uint8_t(byte(rng));
-    for (auto& v : sc) v = bf16_bits(0.002f + 0.02f * std::fabs(uni(rng)));
-    for (auto& v : bi) v = bf16_bits(0.1f * uni(rng));
-    for (auto& v : xb) v = bf16_bits(uni(rng));
+    const u32 N = s.N, K = s.K;
+    const Q4Problem q = make_q4(N, K, rng);
+    const std::vector<uint8_t>& codes = q.codes;
+    const std::vector<uint16_t>&sc = q.sc, &bi = q.bi;
     const std::vector<uint4> packed = pack_units(codes, sc, bi, N, K);
-    // float64 reference and the scale of its terms (the tests' tolerance: 1e-2 of sum |x w|).
-    std::vector<double> ref(N), mag(N);
-    for (u32 r = 0; r < N; ++r) {
-      double acc = 0, m = 0;
-      for (u32 k = 0; k < K; ++k) {
-        const uint8_t b = codes[size_t(r) * (K / 2) + k / 2];
-        const u32 q = (k & 1) ? (b >> 4) : (b & 15);
-        const double wv = double(bf16_float(sc[size_t(r) * G + k / GS])) * q + bf16_float(bi[size_t(r) * G + k / GS]);
-        acc += wv * bf16_float(xb[k]);
-        m += std::fabs(wv * bf16_float(xb[k]));
-      }
-      ref[r] = acc;
-      mag[r] = m;
-    }
-    const double bytes = double(codes.size()) + 4.0 * sc.size();
-    const int copies = int(std::max<double>(2, (400.0 * (1 << 20)) / bytes + 1));
+    const double bytes = q.bytes();
+    const int copies = copies_out_of_l2(bytes);
     std::vector<unsigned char*> Wc(copies), Wp(copies);
     std::vector<bf16*> S(copies), B(copies);
     for (int c = 0; c < copies; ++c) {
@@ -166,21 +142,11 @@ int main() {
     }
     bf16 *x, *y;
     CK(cudaMalloc(&x, 2 * K)); CK(cudaMalloc(&y, 2 * N));
-    CK(cudaMemcpy(x, xb.data(), 2 * K, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(x, q.xb.data(), 2 * K, cudaMemcpyHostToDevice));
     printf("\n%s: %.2f MB (codes, scales, biases; packed %.2f MB), %d copies\n", s.name, bytes / 1e6, packed.size() * 16 / 1e6, copies);
     // Each W's checkpoint-layout output, which the packed form must give bit for bit.
     std::vector<uint16_t> first[5];
-    // The engine's dynamic shared memory (common.cuh gc_shared), and an
-    // output's largest error over sum |x w| (a NaN: infinite).
-    const u32 shared = [&] { const u32 r = (K / GS + 7) / 8; return r * 8 * GS * 2 + r * 8 * 4 + 1024; }();
-    auto worst_error = [&](const std::vector<uint16_t>& out) {
-      double worst = 0;
-      for (u32 r = 0; r < N; ++r) {
-        const double e = std::fabs(double(bf16_float(out[r])) - ref[r]) / (mag[r] + 1e-30);
-        worst = std::isnan(e) ? INFINITY : std::max(worst, e);
-      }
-      return worst;
-    };
+    const u32 shared = gc_shared_bytes(K);
     auto run = [&](auto kern, const char* form, u32 W, bool pk) {
       CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
       const u32 blocks = ((N + 15) / 16 * W + 3) / 4;
@@ -190,7 +156,7 @@ int main() {
       kern<<<blocks, 128, shared>>>(x, pk ? Wp[0] : Wc[0], S[0], B[0], y, N, K);
       CK(cudaDeviceSynchronize());
       CK(cudaMemcpy(out.data(), y, 2 * N, cudaMemcpyDeviceToHost));
-      const double worst = worst_error(out);
+      const double worst = q.worst_error(out);
       const bool same = first[W].empty() || first[W] == out;
       if (first[W].empty()) first[W] = out;
       const float us = timeit([&] {
@@ -223,7 +189,7 @@ int main() {
         gc64_stream<2><<<blocks, 128, shared>>>(x, reinterpret_cast<const uint4*>(Wp[rep]), y, partials, counters, N, K);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(out.data(), y, 2 * N, cudaMemcpyDeviceToHost));
-        worst = std::max(worst, worst_error(out));
+        worst = std::max(worst, q.worst_error(out));
       }
       const float us = timeit([&] {
         gc64_stream<2><<<blocks, 128, shared>>>(x, reinterpret_cast<const uint4*>(Wp[c]), y, partials, counters, N, K);

@@ -230,7 +230,7 @@ int main() {
   for (const DecodeShape& s : DECODE_SHAPES) {
     const u64 cb = u64(s.N) * s.K / 2, sb = u64(s.N) * (s.K / 64) * 2;
     const double bytes = double(cb + 2 * sb);
-    const int copies = int(std::max<u64>(2, (400ull << 20) / (cb + 2 * sb) + 1));
+    const int copies = copies_out_of_l2(bytes);
     std::vector<unsigned char*> W(copies);
     std::vector<unsigned short*> S(copies), B(copies);
     for (int c = 0; c < copies; ++c) {
