@@ -130,7 +130,8 @@ void run_hf2q(const char* name, K kernel, u32 m, u32 n, u32 k, u32 b0, u32 b1, u
 
 int main(int argc, char** argv) {
   const bool big = argc > 1 && std::string(argv[1]) == "big";
-  // Vector form: tensor cores (k % 8 == 0) in 16-row blocks, SIMT otherwise, f32 SIMT.
+  // Vector form: one token a warp a row in 8-row blocks (mv_lanes); 2 to 8 tokens tensor cores (k % 8 == 0) in 16-row
+  // blocks, SIMT otherwise, f32 SIMT.
   run_dense<__nv_bfloat16>("dense_mv_bf16", dense_mv_bf16, 3, 100, 64, 1, 1, true);
   run_dense<__nv_bfloat16>("dense_mv_bf16", dense_mv_bf16, 8, 37, 520, 2, 1, true);
   run_dense<__half>("dense_mv_f16", dense_mv_f16, 1, 33, 40, 3, 3, true);
@@ -143,6 +144,9 @@ int main(int argc, char** argv) {
   run_dense<float>("dense_mv_f32", dense_mv_f32, 1, 128, 2816, 1, 1, true);
   run_dense<float>("dense_mv_f32", dense_mv_f32, 1, 13, 2816, 3, 3, true);
   run_dense<__nv_bfloat16>("dense_mv_bf16 (simt)", dense_mv_bf16, 1, 20, 33, 1, 1, true);
+  // mv_lanes' walks past one round of 8 vectors (or elements) a lane: the last round partial, with either walk.
+  run_dense<__nv_bfloat16>("dense_mv_bf16", dense_mv_bf16, 1, 45, 2056, 2, 1, true);
+  run_dense<float>("dense_mv_f32", dense_mv_f32, 1, 21, 1030, 1, 1, true);
   // Matrix form, 64 x 128 tiles: cp.async path and the register path (k % 8 != 0).
   run_dense<__nv_bfloat16>("dense_mm_bf16", dense_mm_bf16, 100, 200, 96, 1, 1, false);
   run_dense<__nv_bfloat16>("dense_mm_bf16", dense_mm_bf16, 70, 130, 100, 2, 1, false);
@@ -160,6 +164,10 @@ int main(int argc, char** argv) {
   run_hf2q<true, __nv_bfloat16>("hf2q_dense_gemv_bf16_f32_4", hf2q_dense_gemv_bf16_f32_4, 3, 37, 64, 2, 4, 64, 64);
   run_hf2q<true, __nv_bfloat16>("hf2q_dense_gemv_bf16_f32_4", hf2q_dense_gemv_bf16_f32_4, 2, 20, 40, 1, 2, 45, 41);
   run_hf2q<true, __nv_bfloat16>("hf2q_dense_gemv_bf16_f32_4", hf2q_dense_gemv_bf16_f32_4, 1, 1031, 72, 1, 1, 72, 72);
+  // Past one round a lane: 16-byte rows (257 vectors), then rows 1033 elements apart (the element walk).
+  run_hf2q<true, __nv_bfloat16>("hf2q_dense_gemv_bf16_f32_4", hf2q_dense_gemv_bf16_f32_4, 1, 37, 2056, 1, 1, 2056, 2056);
+  run_hf2q<true, __nv_bfloat16>("hf2q_dense_gemv_bf16_f32_4", hf2q_dense_gemv_bf16_f32_4, 2, 33, 1030, 1, 2, 1033, 1030);
+  run_matvec<float, __nv_bfloat16>("dense_matvec_bf16w_f32io", dense_matvec_bf16w_f32io, 19, 4100);
   run_hf2q<false, __nv_bfloat16>("hf2q_dense_mm_bf16_f32_tensor", hf2q_dense_mm_bf16_f32_tensor, 35, 67, 64, 2, 4, 64, 64);
   run_hf2q<false, __nv_bfloat16>("hf2q_dense_mm_bf16_f32_tensor", hf2q_dense_mm_bf16_f32_tensor, 35, 67, 40, 2, 4, 48, 44);
   run_hf2q<false, __half>("hf2q_dense_mm_f16_f32_tensor", hf2q_dense_mm_f16_f32_tensor, 70, 130, 100, 1, 2, 100, 100);
