@@ -32,25 +32,33 @@ __global__ void __launch_bounds__(128, 4) gc64(const bf16* x, const unsigned cha
   qmv_gc<bf16, bf16, bf16, GS, W, 0u, false, false>(x, w, sc, bi, y, N, K, blockIdx.x);
 }
 
-// Rows a block: 8 warps x RW rows each. K a multiple of 64.
-template <u32 RW, u32 U, u32 MINB, bool BYTES>
+// Rows a block: 8 warps x RW rows each (a row group). K a multiple of 64.
+// PERSIST: a grid of resident blocks, block b taking row groups b, b +
+// gridDim.x, ..., x staged once; otherwise a block a row group.
+template <u32 RW, u32 U, u32 MINB, bool BYTES, bool PERSIST = false>
 __global__ void __launch_bounds__(256, MINB) lanes(const bf16* x, const uint4* w, const unsigned short* sc, const unsigned short* bi,
                                                    bf16* y, u32 N, u32 K) {
   extern __shared__ float smem[];
   float* xs = smem;         // 256 x[k]
   float* hs = smem + K;     // sum of x over half group c
   const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, V = K / 32, G = K / GS;
-  const u32 row0 = (blockIdx.x * 8u + warp) * RW;
-  const uint4* wr[RW];
-#pragma unroll
-  for (u32 r = 0; r < RW; ++r) wr[r] = w + u64(min(row0 + r, N - 1)) * V;
-  // The first loads go out before x's staging and its barrier.
-  uint4 wv[U][RW];
+  const u32 groups = (N + 8u * RW - 1) / (8u * RW);
   const uint4 zero = make_uint4(0, 0, 0, 0);
+  const uint4* wr[RW];
+  uint4 wv[U][RW];
+  // Row group rg's first U vectors of each of the warp's rows.
+  auto first = [&](u32 rg) {
+    const u32 row0 = (rg * 8u + warp) * RW;
 #pragma unroll
-  for (u32 u = 0; u < U; ++u)
+    for (u32 r = 0; r < RW; ++r) wr[r] = w + u64(min(row0 + r, N - 1)) * V;
 #pragma unroll
-    for (u32 r = 0; r < RW; ++r) wv[u][r] = lane + 32u * u < V ? __ldcs(wr[r] + lane + 32u * u) : zero;
+    for (u32 u = 0; u < U; ++u)
+#pragma unroll
+      for (u32 r = 0; r < RW; ++r) wv[u][r] = lane + 32u * u < V ? __ldcs(wr[r] + lane + 32u * u) : zero;
+  };
+  // The first loads go out before x's staging and its barrier.
+  u32 rg = blockIdx.x;
+  if (rg < groups) first(rg);
   for (u32 c = warp; c < V; c += 8u) {
     const float v = 256.0f * __bfloat162float(x[32u * c + lane]);
     xs[32u * c + lane] = v;
@@ -58,69 +66,74 @@ __global__ void __launch_bounds__(256, MINB) lanes(const bf16* x, const uint4* w
     if (lane == 0) hs[c] = s * (1.0f / 256.0f);
   }
   __syncthreads();
-  float acc[RW];
-  u32 bits[RW];
+  for (; rg < groups; rg += PERSIST ? gridDim.x : groups) {
+    if (rg != blockIdx.x) first(rg);
+    const u32 row0 = (rg * 8u + warp) * RW;
+    float acc[RW];
+    u32 bits[RW];
 #pragma unroll
-  for (u32 r = 0; r < RW; ++r) acc[r] = 0.0f, bits[r] = 0u;
-  for (u32 c0 = lane; c0 < V; c0 += 32u * U) {
+    for (u32 r = 0; r < RW; ++r) acc[r] = 0.0f, bits[r] = 0u;
+    for (u32 c0 = lane; c0 < V; c0 += 32u * U) {
 #pragma unroll
-    for (u32 u = 0; u < U; ++u) {
-      const u32 c = c0 + 32u * u;
-      if (c >= V) break;
-      if constexpr (BYTES) {
-#pragma unroll
-        for (u32 r = 0; r < RW; ++r) bits[r] ^= wv[u][r].x ^ wv[u][r].y ^ wv[u][r].z ^ wv[u][r].w ^ sc[u64(min(row0 + r, N - 1)) * G + c / 2] ^
-                                     bi[u64(min(row0 + r, N - 1)) * G + c / 2];
-      } else {
-        const float hsum = hs[c];
-        float sv[RW], bv[RW], a[RW];
-#pragma unroll
-        for (u32 r = 0; r < RW; ++r) {
-          const u64 gi = u64(min(row0 + r, N - 1)) * G + c / 2;
-          sv[r] = __uint_as_float(u32(__ldg(sc + gi)) << 16);
-          bv[r] = __uint_as_float(u32(__ldg(bi + gi)) << 16);
-          a[r] = -128.0f * hsum;
-        }
-        const float4* xp = reinterpret_cast<const float4*>(xs + 32u * c);
-#pragma unroll
-        for (u32 wi = 0; wi < 4; ++wi) {
-          const float4 x0 = xp[2 * wi], x1 = xp[2 * wi + 1];
-          const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+      for (u32 u = 0; u < U; ++u) {
+        const u32 c = c0 + 32u * u;
+        if (c >= V) break;
+        if constexpr (BYTES) {
 #pragma unroll
           for (u32 r = 0; r < RW; ++r) {
-            const u32 word = wi == 0 ? wv[u][r].x : wi == 1 ? wv[u][r].y : wi == 2 ? wv[u][r].z : wv[u][r].w;
-            const u32 lo = word & 0x0F0F0F0Fu, hi = (word >> 4) & 0x0F0F0F0Fu;
+            const u64 gi = u64(min(row0 + r, N - 1)) * G + c / 2;
+            bits[r] ^= wv[u][r].x ^ wv[u][r].y ^ wv[u][r].z ^ wv[u][r].w ^ sc[gi] ^ bi[gi];
+          }
+        } else {
+          const float hsum = hs[c];
+          float sv[RW], bv[RW], a[RW];
 #pragma unroll
-            for (u32 b = 0; b < 4; ++b) {
-              // code 2b (low nibble of byte b) and 2b + 1 (its high nibble) as 0.5 + q / 256
-              a[r] = fmaf(__uint_as_float(__byte_perm(lo, 0x3F000000u, 0x7044u | (b << 8))), xv[2 * b], a[r]);
-              a[r] = fmaf(__uint_as_float(__byte_perm(hi, 0x3F000000u, 0x7044u | (b << 8))), xv[2 * b + 1], a[r]);
+          for (u32 r = 0; r < RW; ++r) {
+            const u64 gi = u64(min(row0 + r, N - 1)) * G + c / 2;
+            sv[r] = __uint_as_float(u32(__ldg(sc + gi)) << 16);
+            bv[r] = __uint_as_float(u32(__ldg(bi + gi)) << 16);
+            a[r] = -128.0f * hsum;
+          }
+          const float4* xp = reinterpret_cast<const float4*>(xs + 32u * c);
+#pragma unroll
+          for (u32 wi = 0; wi < 4; ++wi) {
+            const float4 x0 = xp[2 * wi], x1 = xp[2 * wi + 1];
+            const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+            for (u32 r = 0; r < RW; ++r) {
+              const u32 word = wi == 0 ? wv[u][r].x : wi == 1 ? wv[u][r].y : wi == 2 ? wv[u][r].z : wv[u][r].w;
+              const u32 lo = word & 0x0F0F0F0Fu, hi = (word >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+              for (u32 b = 0; b < 4; ++b) {
+                // code 2b (low nibble of byte b) and 2b + 1 (its high nibble) as 0.5 + q / 256
+                a[r] = fmaf(__uint_as_float(__byte_perm(lo, 0x3F000000u, 0x7044u | (b << 8))), xv[2 * b], a[r]);
+                a[r] = fmaf(__uint_as_float(__byte_perm(hi, 0x3F000000u, 0x7044u | (b << 8))), xv[2 * b + 1], a[r]);
+              }
             }
           }
-        }
 #pragma unroll
-        for (u32 r = 0; r < RW; ++r) acc[r] = fmaf(sv[r], a[r], fmaf(bv[r], hsum, acc[r]));
+          for (u32 r = 0; r < RW; ++r) acc[r] = fmaf(sv[r], a[r], fmaf(bv[r], hsum, acc[r]));
+        }
+      }
+      // The next U vectors of each row.
+#pragma unroll
+      for (u32 u = 0; u < U; ++u) {
+        const u32 c = c0 + 32u * (U + u);
+#pragma unroll
+        for (u32 r = 0; r < RW; ++r) wv[u][r] = c < V ? __ldcs(wr[r] + c) : zero;
       }
     }
-    // The next U vectors of each row.
 #pragma unroll
-    for (u32 u = 0; u < U; ++u) {
-      const u32 c = c0 + 32u * (U + u);
-#pragma unroll
-      for (u32 r = 0; r < RW; ++r) wv[u][r] = c < V ? __ldcs(wr[r] + c) : zero;
+    for (u32 r = 0; r < RW; ++r) {
+      const float t = warp_sum(BYTES ? float(__popc(bits[r])) : acc[r]);
+      if (lane == 0 && row0 + r < N) y[row0 + r] = __float2bfloat16_rn(t);
     }
-  }
-#pragma unroll
-  for (u32 r = 0; r < RW; ++r) {
-    const float s = BYTES ? float(__popc(bits[r])) : acc[r];
-    const float t = warp_sum(s);
-    if (lane == 0 && row0 + r < N) y[row0 + r] = __float2bfloat16_rn(t);
   }
 }
 }  // namespace
 
 int main() {
-  print_device();
+  const int sms = print_device();
   const double copy = copy_ceiling_gbs();
   std::vector<DecodeShape> shapes(std::begin(DECODE_SHAPES), std::end(DECODE_SHAPES));
   shapes.push_back({"odd [1000, 5376]", 1000, 5376});
@@ -168,9 +181,15 @@ int main() {
     gc("library qmv_gc W 2", gc64<2>, 2);
     gc("library qmv_gc W 4", gc64<4>, 4);
     const u32 lshared = (K + K / 32) * 4;
-    auto ln = [&](const char* form, auto kern, u32 RW, bool check) {
+    // persist: as many blocks as are resident at once (at most one a row group).
+    auto ln = [&](const char* form, auto kern, u32 RW, bool check, bool persist = false) {
       CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, lshared));
-      const u32 blocks = (N + 8 * RW - 1) / (8 * RW);
+      u32 blocks = (N + 8 * RW - 1) / (8 * RW);
+      if (persist) {
+        int per = 0;
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, 256, lshared));
+        blocks = std::min<u32>(blocks, u32(per) * u32(sms));
+      }
       run(form, check, [&](int c) {
         kern<<<blocks, 256, lshared>>>(x, reinterpret_cast<const uint4*>(Wc[c]), reinterpret_cast<const unsigned short*>(S[c]),
                                        reinterpret_cast<const unsigned short*>(B[c]), y, N, K);
@@ -182,6 +201,8 @@ int main() {
     ln("lanes RW 1 U 4, 4 blocks an SM", lanes<1, 4, 4, false>, 1, true);
     ln("lanes RW 2 U 4", lanes<2, 4, 1, false>, 2, true);
     ln("lanes RW 2 U 2, 4 blocks an SM", lanes<2, 2, 4, false>, 2, true);
+    ln("lanes RW 1 U 8, persistent", lanes<1, 8, 1, false, true>, 1, true, true);
+    ln("lanes RW 2 U 4, persistent", lanes<2, 4, 1, false, true>, 2, true, true);
     ln("bytes only, RW 1 U 8", lanes<1, 8, 1, true>, 1, false);
     ln("bytes only, RW 1 U 4", lanes<1, 4, 1, true>, 1, false);
     for (int c = 0; c < copies; ++c) { CK(cudaFree(Wc[c])); CK(cudaFree(S[c])); CK(cudaFree(B[c])); }
