@@ -115,9 +115,10 @@ describe('dense param packers match the header and the .metal bindings', () => {
     const v = view(packDenseParams({ m: 2, n: 3, k: 4, batch: 6, weightBatch: 3 }));
     expect(Array.from({ length: 5 }, (_, i) => v.getUint32(4 * i, true))).toEqual([2, 3, 4, 6, 3]);
   });
-  test('launches: the vector form in 8-row CUDA blocks at one token, 8- (f32), 16- or 32-row past it, tile shapes by size, the crate kernels\' grids', () => {
-    expect(denseMvCudaLaunch(17408, 2, 'bf16', 1)).toEqual({ grid: [2 * 2176, 1, 1], threads: [256, 1, 1] });
-    expect(denseMvCudaLaunch(17408, 2, 'bf16', 4)).toEqual({ grid: [2 * 544, 1, 1], threads: [256, 1, 1] });
+  test('launches: the vector form in 8- (f32 at one token or below 1024 rows), 16- or 32-row CUDA blocks, tile shapes by size, the crate kernels\' grids', () => {
+    expect(denseMvCudaLaunch(17408, 2, 'bf16', 1)).toEqual({ grid: [2 * 544, 1, 1], threads: [256, 1, 1] });
+    expect(denseMvCudaLaunch(17408, 2, 'f32', 1)).toEqual({ grid: [2 * 2176, 1, 1], threads: [256, 1, 1] });
+    expect(denseMvCudaLaunch(17408, 2, 'f32', 4)).toEqual({ grid: [2 * 544, 1, 1], threads: [256, 1, 1] });
     expect(denseMvCudaLaunch(1000, 1, 'bf16', 2)).toEqual({ grid: [63, 1, 1], threads: [256, 1, 1] });
     expect(denseMvCudaLaunch(1000, 1, 'f32', 2)).toEqual({ grid: [125, 1, 1], threads: [256, 1, 1] });
     expect(denseMvCudaLaunch(1024, 3, 'f32', 8)).toEqual({ grid: [3 * 64, 1, 1], threads: [256, 1, 1] });

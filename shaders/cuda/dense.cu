@@ -8,10 +8,7 @@
 // Vector form (decode: dense_mv_<t>, dense_matvec_*, hf2q_dense_gemv_*):
 // memory-bound on the weight, read once. 256 threads (8 warps) a block over
 // a few weight rows (the grid tells how many).
-//   - one token, rows read as 16-byte vectors (every entry): a warp a row,
-//     whole (mv_lanes): the lanes stride k, 8 vectors of 16 bytes in flight a
-//     lane, one warp sum; no barrier, so no warp pauses to meet the others.
-//   - 2 to 8 tokens of f16 and bf16 with x of the same type (dense_mv_f16/bf16): tensor cores.
+//   - f16 and bf16 with x of the same type (dense_mv_f16/bf16): tensor cores.
 //     Each warp step takes 32 k of 16 weight rows: lane (g, t) = (lane / 4,
 //     lane % 4) loads 16 bytes (8 elements at k + 8t) of rows g and g + 8 and
 //     of x row g (token g; 8 tokens make the mma's n = 8), and two
@@ -20,9 +17,12 @@
 //     products as long as the A and B fragments agree on it, and this one
 //     lets every load be 16 contiguous bytes of a row. Needs k a multiple of
 //     8 and 16-byte aligned rows; otherwise the SIMT path below.
-//   - the rest (2 to 8 tokens of f32 or of f32 inputs with 16-bit weights,
-//     unaligned rows): SIMT, all 8 warps splitting k, each thread R rows x
-//     up to 8 tokens of f32 sums, a block sum at the end.
+//   - the rest at one token (the crate's entries, dense_mv_f32, unaligned
+//     rows): a warp a row, whole (mv_lanes): the lanes stride k, 8 vectors
+//     of 16 bytes in flight a lane, one warp sum; no barrier, so no warp
+//     pauses to meet the others.
+//   - the rest at 2 to 8 tokens: SIMT, all 8 warps splitting k, each thread
+//     R rows x up to 8 tokens of f32 sums, a block sum at the end.
 // Matrix form (prefill: dense_mm_<t>, dense_gemm_f16, hf2q_dense_mm_*):
 //   - 16-bit weights on Hopper (compiled for sm_90a, MLXN_WGMMA; the launch
 //     names the tile: 256 threads and WG_SMEM<BN> bytes of dynamic shared
@@ -76,8 +76,8 @@ __device__ __forceinline__ bool rows16(const T* p, u64 row) {
 
 // One token: rows row0 .. row0 + rows - 1 of w (those below N) against x
 // [K]: y[row] = sum_k x[k] w[row, k]. Warp q of the block takes rows q,
-// q + 8, ... of them (the launches give LANE_ROWS rows a block: a row a
-// warp), each whole, and ends it with a warp sum: no barrier, so no warp
+// q + 8, ... of them (the crate's entries and f32 one-token launches give
+// LANE_ROWS rows a block: a row a warp), each whole, and ends it with a warp sum: no barrier, so no warp
 // waits for the others. Where vec (K a multiple of the weight's 16-byte
 // vector, rows and x 16-byte aligned), lane l sums vectors l, l + 32, ... of
 // the row, U of them in flight; otherwise elements l, l + 32, ..., U in
@@ -271,12 +271,12 @@ __device__ __forceinline__ void mv_tc(const T* x, const T* w, T* y, u32 m, u32 N
     }
 }
 
-// Rows a block of dense_mv takes, from the grid (ts: denseMvCudaRows): one
-// token LANE_ROWS; more, f32 8 below 1024 rows, else 16, and 32 from 8192
+// Rows a block of dense_mv takes, from the grid (ts: denseMvCudaRows): f32
+// LANE_ROWS at one token and below 1024 rows; else 16, and 32 from 8192
 // rows on.
 template <typename T>
-__device__ __forceinline__ u32 mv_rows(u32 blocks, u32 n, u32 m) {
-    if ((sizeof(T) == 4 || m == 1u) && blocks * LANE_ROWS >= n) return LANE_ROWS;
+__device__ __forceinline__ u32 mv_rows(u32 blocks, u32 n) {
+    if (sizeof(T) == 4 && blocks * LANE_ROWS >= n) return LANE_ROWS;
     return blocks * 16u >= n ? 16u : 32u;
 }
 // Before the wait (common.cuh MLXN_PREFETCH_ENTRY): the block's weight rows
@@ -284,7 +284,7 @@ __device__ __forceinline__ u32 mv_rows(u32 blocks, u32 n, u32 m) {
 template <typename T>
 __device__ __forceinline__ void dense_mv_prefetch(const T* w, const DenseParams* p) {
     if (threadIdx.x != 0 || p->batch == 0u || !mlxn_grid_within_sms()) return;
-    const u32 blocks = gridDim.x / p->batch, rows = mv_rows<T>(blocks, p->n, p->m);
+    const u32 blocks = gridDim.x / p->batch, rows = mv_rows<T>(blocks, p->n);
     if (blocks == 0u) return;
     const u32 b = blockIdx.x / blocks, row0 = (blockIdx.x % blocks) * rows, wb = b / (p->batch / p->w_batch);
     if (row0 >= p->n) return;
@@ -296,14 +296,14 @@ __device__ __forceinline__ void dense_mv_prefetch(const T* w, const DenseParams*
 // mv_rows rows (the grid tells which).
 template <typename T>
 __device__ __forceinline__ void dense_mv(const T* x, const T* w, T* y, const DenseParams* p) {
-    const u32 blocks = gridDim.x / p->batch, rows = mv_rows<T>(blocks, p->n, p->m);
+    const u32 blocks = gridDim.x / p->batch, rows = mv_rows<T>(blocks, p->n);
     const u32 b = blockIdx.x / blocks, row0 = (blockIdx.x % blocks) * rows;
     const u32 wb = b / (p->batch / p->w_batch);
     const T* xb = x + u64(b) * p->m * p->k;
     const T* wp = w + u64(wb) * p->n * p->k;
     T* yb = y + u64(b) * p->m * p->n;
     if constexpr (sizeof(T) == 2) {
-        if (p->m > 1u && p->k % 8 == 0 && aligned16(xb) && aligned16(wp) && blockDim.x == WARPS * 32) {
+        if (p->k % 8 == 0 && aligned16(xb) && aligned16(wp) && blockDim.x == WARPS * 32) {
             if (rows == 16) mv_tc<T, 1>(xb, wp, yb, p->m, p->n, p->k, row0);
             else mv_tc<T, 2>(xb, wp, yb, p->m, p->n, p->k, row0);
             return;

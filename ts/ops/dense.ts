@@ -107,7 +107,7 @@ export function packDenseParams(p: { m: number; n: number; k: number; batch: num
 
 /**
  * Weight rows a block of the CUDA one-token vector kernels (dense_matvec_*,
- * hf2q_dense_gemv_bf16_f32_4 for each row of src1, dense_mv_<t> at m = 1):
+ * hf2q_dense_gemv_bf16_f32_4 for each row of src1, dense_mv_f32 at m = 1):
  * 8 warps, a row each (dense.cu LANE_ROWS). Two rows a warp in turn, 16 a
  * block, read the weight 10-30 % slower at Qwen3.6's and Gemma 4's
  * projections (bench/notes/gemv-dense-2026-11-28.md).
@@ -116,13 +116,14 @@ export const DENSE_MATVEC_CUDA_ROWS = 8;
 
 /**
  * Rows of the weight one block of dense_mv_<t> takes on CUDA (the kernel's
- * mv_rows infers it from the grid): one token DENSE_MATVEC_CUDA_ROWS; more,
- * 32 from 8192 rows on, else 16 (the tensor-core tiles of 16 rows), and for
- * f32 8 below 1024 rows, so that a small weight spreads over twice the SMs.
+ * mv_rows infers it from the grid): 32 from 8192 rows on, else 16 (the
+ * tensor-core tiles of 16 rows of f16 and bf16, at any m), and for f32
+ * DENSE_MATVEC_CUDA_ROWS at one token (a warp a row) and below 1024 rows
+ * (a small weight spreads over twice the SMs).
  */
 export function denseMvCudaRows(n: number, dtype: DenseDType, m: number): number {
-  if (m === 1) return DENSE_MATVEC_CUDA_ROWS;
-  return dtype === 'f32' && n < 1024 ? 8 : n >= 8192 ? 32 : 16;
+  if (dtype === 'f32' && (m === 1 || n < 1024)) return DENSE_MATVEC_CUDA_ROWS;
+  return n >= 8192 ? 32 : 16;
 }
 
 /** dense_mv_<t> on CUDA: 256 threads a block over denseMvCudaRows rows of one batch. */
@@ -329,9 +330,9 @@ export function denseMatmulForm(a: Pick<DenseMatmulArgs, 'm' | 'form'>): MatmulF
  * Bindings: 0 x, 1 weight, 2 output, 3 DenseParams (m, n, k, batch, w_batch).
  * Grid (Metal): dense_mv (ceil(n / 8), 1, batch) threadgroups of (32, 2, 1);
  * dense_mm (ceil(n / 64), ceil(m / 32), batch) of 128 threads, a 32 x 64 tile
- * each. CUDA: dense_mv 256 threads a block over 8 (one token: a warp a row),
- * 16 or 32 weight rows (denseMvCudaLaunch; tensor cores for f16 and bf16 from
- * 2 tokens where k is a multiple of 8), dense_mm the tensor-core tiles of denseMmCudaLaunch (wgmma on Hopper,
+ * each. CUDA: dense_mv 256 threads a block over 8 (f32 at one token: a warp a
+ * row), 16 or 32 weight rows (denseMvCudaLaunch; tensor cores for f16 and
+ * bf16 where k is a multiple of 8), dense_mm the tensor-core tiles of denseMmCudaLaunch (wgmma on Hopper,
  * mma.sync elsewhere) or a 64 x 64 SIMT tile for f32.
  */
 export function denseMatmul(enc: Encoder, args: DenseMatmulArgs): void {

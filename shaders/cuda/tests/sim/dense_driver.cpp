@@ -66,8 +66,8 @@ void run_dense(const char* name, K kernel, u32 m, u32 n, u32 k, u32 batch, u32 w
   x.random(); w.random(); y.poison();
   DenseParams p{m, n, k, batch, wbatch};
   if (vector) {
-    // ts/ops/dense.ts denseMvCudaRows: one token 8; more, f32 8 below 1024 rows; 32 from 8192; else 16.
-    const u32 rows = m == 1 || (sizeof(T) == 4 && n < 1024) ? 8 : n >= 8192 ? 32 : 16;
+    // ts/ops/dense.ts denseMvCudaRows: f32 8 at one token and below 1024 rows; 32 from 8192; else 16.
+    const u32 rows = sizeof(T) == 4 && (m == 1 || n < 1024) ? 8 : n >= 8192 ? 32 : 16;
     sim_launch({cdiv(n, rows) * batch, 1, 1}, {256, 1, 1}, 0, [&] { kernel(x.p, w.p, y.p, &p); });
   } else if (sizeof(T) == 4) {
     sim_launch({cdiv(n, 64) * cdiv(m, 64) * batch, 1, 1}, {256, 1, 1}, 0, [&] { kernel(x.p, w.p, y.p, &p); });
@@ -130,8 +130,8 @@ void run_hf2q(const char* name, K kernel, u32 m, u32 n, u32 k, u32 b0, u32 b1, u
 
 int main(int argc, char** argv) {
   const bool big = argc > 1 && std::string(argv[1]) == "big";
-  // Vector form: one token a warp a row in 8-row blocks (mv_lanes); 2 to 8 tokens tensor cores (k % 8 == 0) in 16-row
-  // blocks, SIMT otherwise, f32 SIMT.
+  // Vector form: f16 / bf16 tensor cores (k % 8 == 0) in 16-row blocks; otherwise one token a warp a row (mv_lanes; f32
+  // in 8-row blocks), 2 to 8 tokens SIMT.
   run_dense<__nv_bfloat16>("dense_mv_bf16", dense_mv_bf16, 3, 100, 64, 1, 1, true);
   run_dense<__nv_bfloat16>("dense_mv_bf16", dense_mv_bf16, 8, 37, 520, 2, 1, true);
   run_dense<__half>("dense_mv_f16", dense_mv_f16, 1, 33, 40, 3, 3, true);
