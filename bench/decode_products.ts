@@ -18,7 +18,8 @@
 //
 // The last column is a product's rate alone over the copy rate measured in
 // the same run (scalar_mul f32 over 256 MiB, bytes read + written): issue
-// 14's decode goal is 0.85 of it.
+// 14's decode goal is 0.85 of it. bench/decode_peers.py times PyTorch's
+// F.linear (cuBLAS, eager and compiled) at the dense rows the same way.
 //
 // Shapes: Qwen3.6-35B-A3B's decode (hidden 2048, MLX affine 4-bit groups of
 // 64 with bf16 scales and biases, as bench/models.ts builds it; the router
