@@ -189,3 +189,29 @@ inline Q4Problem make_q4(unsigned N, unsigned K, std::mt19937& rng) {
   }
   return p;
 }
+
+// A Q4Problem on the device: copies_out_of_l2 copies of its codes, scales
+// and biases (read in turn, so that none is in L2), its x, and a y of N
+// values; T16 is the kernels' 2-byte type (bf16).
+template <typename T16>
+struct Q4Device {
+  int copies;
+  std::vector<unsigned char*> w;
+  std::vector<T16*> s, b;
+  T16 *x = nullptr, *y = nullptr;
+  explicit Q4Device(const Q4Problem& p) : copies(copies_out_of_l2(p.bytes())), w(copies), s(copies), b(copies) {
+    for (int c = 0; c < copies; ++c) {
+      CK(cudaMalloc(&w[c], p.codes.size())); CK(cudaMalloc(&s[c], 2 * p.sc.size())); CK(cudaMalloc(&b[c], 2 * p.bi.size()));
+      CK(cudaMemcpy(w[c], p.codes.data(), p.codes.size(), cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(s[c], p.sc.data(), 2 * p.sc.size(), cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(b[c], p.bi.data(), 2 * p.bi.size(), cudaMemcpyHostToDevice));
+    }
+    CK(cudaMalloc(&x, 2 * p.K)); CK(cudaMalloc(&y, 2 * p.N));
+    CK(cudaMemcpy(x, p.xb.data(), 2 * p.K, cudaMemcpyHostToDevice));
+  }
+  Q4Device(const Q4Device&) = delete;
+  ~Q4Device() {
+    for (int c = 0; c < copies; ++c) { cudaFree(w[c]); cudaFree(s[c]); cudaFree(b[c]); }
+    cudaFree(x); cudaFree(y);
+  }
+};

@@ -143,21 +143,12 @@ int main() {
   for (const DecodeShape& s : shapes) {
     const u32 N = s.N, K = s.K;
     const Q4Problem q = make_q4(N, K, rng);
-    const std::vector<uint8_t>& codes = q.codes;
-    const std::vector<uint16_t>&sc = q.sc, &bi = q.bi;
     const double bytes = q.bytes();
-    const int copies = copies_out_of_l2(bytes);
-    std::vector<unsigned char*> Wc(copies);
-    std::vector<bf16*> S(copies), B(copies);
-    for (int c = 0; c < copies; ++c) {
-      CK(cudaMalloc(&Wc[c], codes.size())); CK(cudaMalloc(&S[c], 2 * sc.size())); CK(cudaMalloc(&B[c], 2 * bi.size()));
-      CK(cudaMemcpy(Wc[c], codes.data(), codes.size(), cudaMemcpyHostToDevice));
-      CK(cudaMemcpy(S[c], sc.data(), 2 * sc.size(), cudaMemcpyHostToDevice));
-      CK(cudaMemcpy(B[c], bi.data(), 2 * bi.size(), cudaMemcpyHostToDevice));
-    }
-    bf16 *x, *y;
-    CK(cudaMalloc(&x, 2 * K)); CK(cudaMalloc(&y, 2 * N));
-    CK(cudaMemcpy(x, q.xb.data(), 2 * K, cudaMemcpyHostToDevice));
+    const Q4Device<bf16> d(q);
+    const int copies = d.copies;
+    const std::vector<unsigned char*>& Wc = d.w;
+    const std::vector<bf16*>&S = d.s, &B = d.b;
+    bf16 *x = d.x, *y = d.y;
     printf("\n%s: %.2f MB (codes, scales, biases), %d copies\n", s.name, bytes / 1e6, copies);
     // launch(c): one product over copy c; check: whether the output is a product (not the bytes-only twin).
     auto run = [&](const char* form, bool check, auto launch) {
@@ -209,8 +200,6 @@ int main() {
     ln("lanes RW 2 U 4, persistent", lanes<2, 4, 1, false, true>, 2, true, true);
     ln("bytes only, RW 1 U 8", lanes<1, 8, 1, true>, 1, false);
     ln("bytes only, RW 1 U 4", lanes<1, 4, 1, true>, 1, false);
-    for (int c = 0; c < copies; ++c) { CK(cudaFree(Wc[c])); CK(cudaFree(S[c])); CK(cudaFree(B[c])); }
-    CK(cudaFree(x)); CK(cudaFree(y));
   }
   return 0;
 }

@@ -125,24 +125,18 @@ int main() {
   for (const DecodeShape& s : shapes) {
     const u32 N = s.N, K = s.K;
     const Q4Problem q = make_q4(N, K, rng);
-    const std::vector<uint8_t>& codes = q.codes;
-    const std::vector<uint16_t>&sc = q.sc, &bi = q.bi;
-    const std::vector<uint4> packed = pack_units(codes, sc, bi, N, K);
+    const std::vector<uint4> packed = pack_units(q.codes, q.sc, q.bi, N, K);
     const double bytes = q.bytes();
-    const int copies = copies_out_of_l2(bytes);
-    std::vector<unsigned char*> Wc(copies), Wp(copies);
-    std::vector<bf16*> S(copies), B(copies);
+    const Q4Device<bf16> d(q);
+    const int copies = d.copies;
+    const std::vector<unsigned char*>& Wc = d.w;
+    const std::vector<bf16*>&S = d.s, &B = d.b;
+    bf16 *x = d.x, *y = d.y;
+    std::vector<unsigned char*> Wp(copies);
     for (int c = 0; c < copies; ++c) {
-      CK(cudaMalloc(&Wc[c], codes.size())); CK(cudaMalloc(&S[c], 2 * sc.size())); CK(cudaMalloc(&B[c], 2 * bi.size()));
       CK(cudaMalloc(&Wp[c], packed.size() * 16));
-      CK(cudaMemcpy(Wc[c], codes.data(), codes.size(), cudaMemcpyHostToDevice));
-      CK(cudaMemcpy(S[c], sc.data(), 2 * sc.size(), cudaMemcpyHostToDevice));
-      CK(cudaMemcpy(B[c], bi.data(), 2 * bi.size(), cudaMemcpyHostToDevice));
       CK(cudaMemcpy(Wp[c], packed.data(), packed.size() * 16, cudaMemcpyHostToDevice));
     }
-    bf16 *x, *y;
-    CK(cudaMalloc(&x, 2 * K)); CK(cudaMalloc(&y, 2 * N));
-    CK(cudaMemcpy(x, q.xb.data(), 2 * K, cudaMemcpyHostToDevice));
     printf("\n%s: %.2f MB (codes, scales, biases; packed %.2f MB), %d copies\n", s.name, bytes / 1e6, packed.size() * 16 / 1e6, copies);
     // Each W's checkpoint-layout output, which the packed form must give bit for bit.
     std::vector<uint16_t> first[5];
@@ -200,8 +194,7 @@ int main() {
              worst < 1e-2 ? "ok" : "BAD", blocks, units);
       CK(cudaFree(partials)); CK(cudaFree(counters));
     }
-    for (int c = 0; c < copies; ++c) { CK(cudaFree(Wc[c])); CK(cudaFree(Wp[c])); CK(cudaFree(S[c])); CK(cudaFree(B[c])); }
-    CK(cudaFree(x)); CK(cudaFree(y));
+    for (int c = 0; c < copies; ++c) CK(cudaFree(Wp[c]));
   }
   return 0;
 }
