@@ -146,8 +146,6 @@ int main() {
     const double bytes = q.bytes();
     const Q4Device<bf16> d(q);
     const int copies = d.copies;
-    const std::vector<unsigned char*>& Wc = d.w;
-    const std::vector<bf16*>&S = d.s, &B = d.b;
     bf16 *x = d.x, *y = d.y;
     printf("\n%s: %.2f MB (codes, scales, biases), %d copies\n", s.name, bytes / 1e6, copies);
     // launch(c): one product over copy c; check: whether the output is a product (not the bytes-only twin).
@@ -169,7 +167,7 @@ int main() {
     auto gc = [&](const char* form, auto kern, u32 W) {
       CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, gshared));
       const u32 blocks = ((N + 15) / 16 * W + 3) / 4;
-      run(form, true, [&](int c) { kern<<<blocks, 128, gshared>>>(x, Wc[c], S[c], B[c], y, N, K); });
+      run(form, true, [&](int c) { kern<<<blocks, 128, gshared>>>(x, d.w[c], d.s[c], d.b[c], y, N, K); });
     };
     gc("library qmv_gc W 2", gc64<2>, 2);
     gc("library qmv_gc W 4", gc64<4>, 4);
@@ -186,8 +184,8 @@ int main() {
         blocks = std::min<u32>(blocks, u32(per) * u32(sms));
       }
       run(form, check, [&](int c) {
-        kern<<<blocks, 256, lshared>>>(x, reinterpret_cast<const uint4*>(Wc[c]), reinterpret_cast<const unsigned short*>(S[c]),
-                                       reinterpret_cast<const unsigned short*>(B[c]), y, N, K);
+        kern<<<blocks, 256, lshared>>>(x, reinterpret_cast<const uint4*>(d.w[c]), reinterpret_cast<const unsigned short*>(d.s[c]),
+                                       reinterpret_cast<const unsigned short*>(d.b[c]), y, N, K);
       });
     };
     ln("lanes RW 1 U 8", lanes<1, 8, 1, false>, 1, true);

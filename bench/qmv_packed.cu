@@ -129,8 +129,6 @@ int main() {
     const double bytes = q.bytes();
     const Q4Device<bf16> d(q);
     const int copies = d.copies;
-    const std::vector<unsigned char*>& Wc = d.w;
-    const std::vector<bf16*>&S = d.s, &B = d.b;
     bf16 *x = d.x, *y = d.y;
     std::vector<unsigned char*> Wp(copies);
     for (int c = 0; c < copies; ++c) {
@@ -147,14 +145,14 @@ int main() {
       int c = 0;
       std::vector<uint16_t> out(N);
       CK(cudaMemset(y, 0xff, 2 * N));  // NaN-poisoned
-      kern<<<blocks, 128, shared>>>(x, pk ? Wp[0] : Wc[0], S[0], B[0], y, N, K);
+      kern<<<blocks, 128, shared>>>(x, pk ? Wp[0] : d.w[0], d.s[0], d.b[0], y, N, K);
       CK(cudaDeviceSynchronize());
       CK(cudaMemcpy(out.data(), y, 2 * N, cudaMemcpyDeviceToHost));
       const double worst = q.worst_error(out);
       const bool same = first[W].empty() || first[W] == out;
       if (first[W].empty()) first[W] = out;
       const float us = timeit([&] {
-        kern<<<blocks, 128, shared>>>(x, pk ? Wp[c] : Wc[c], S[c], B[c], y, N, K);
+        kern<<<blocks, 128, shared>>>(x, pk ? Wp[c] : d.w[c], d.s[c], d.b[c], y, N, K);
         c = (c + 1) % copies;
       }, 40);
       CK(cudaGetLastError());
