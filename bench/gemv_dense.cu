@@ -190,7 +190,9 @@ int main() {
     dp.m = 1; dp.n = N; dp.k = K; dp.batch = 1; dp.w_batch = 1;
     DenseParams* ddp;
     CK(cudaMalloc(&ddp, sizeof dp)); CK(cudaMemcpy(ddp, &dp, sizeof dp, cudaMemcpyHostToDevice));
-    run("library dense_mv_bf16 (x bf16)", true, [&](int c) { dense_mv_bf16<<<(N + LANE_ROWS - 1) / LANE_ROWS, 256>>>(xh, W[c], yh, ddp); });
+    // ts/ops/dense.ts denseMvCudaRows for 16-bit types: 32 rows a block from 8192 rows on, else 16.
+    const u32 mv16 = N >= 8192 ? 32 : 16;
+    run("library dense_mv_bf16 (x bf16)", true, [&](int c) { dense_mv_bf16<<<(N + mv16 - 1) / mv16, 256>>>(xh, W[c], yh, ddp); });
     auto wr = [&](const char* form, auto kern, u32 RW) {
       const u32 blocks = (N + 8 * RW - 1) / (8 * RW);
       run(form, false, [&](int c) { kern<<<blocks, 256>>>(x, W[c], y, N, K); });
