@@ -147,6 +147,18 @@ struct Q4Problem {
   std::vector<uint16_t> sc, bi, xb;
   std::vector<double> ref, mag;
   double bytes() const { return double(codes.size()) + 4.0 * sc.size(); }
+  // Row r's float64 product with x and its sum of |x w|.
+  void reference_row(unsigned r, double& acc, double& m) const {
+    acc = 0, m = 0;
+    for (unsigned k = 0; k < K; ++k) {
+      const uint8_t b = codes[size_t(r) * (K / 2) + k / 2];
+      const unsigned q = (k & 1) ? (b >> 4) : (b & 15);
+      const size_t g = size_t(r) * G + k / GS;
+      const double t = (double(bf16_float(sc[g])) * q + bf16_float(bi[g])) * bf16_float(xb[k]);
+      acc += t;
+      m += std::fabs(t);
+    }
+  }
   // The largest error of a bf16 output over sum |x w| (a NaN: infinite).
   double worst_error(const std::vector<uint16_t>& out) const {
     double worst = 0;
@@ -163,7 +175,9 @@ inline unsigned gc_shared_bytes(unsigned K) {
   const unsigned r = (K / Q4Problem::GS + 7) / 8;
   return r * 8 * Q4Problem::GS * 2 + r * 8 * 4 + 1024;
 }
-inline Q4Problem make_q4(unsigned N, unsigned K, std::mt19937& rng) {
+// reference: false leaves ref and mag empty (Q4Problem::reference_row gives
+// a row's on demand).
+inline Q4Problem make_q4(unsigned N, unsigned K, std::mt19937& rng, bool reference = true) {
   Q4Problem p;
   p.N = N, p.K = K, p.G = K / Q4Problem::GS;
   p.codes.resize(size_t(N) * K / 2);
@@ -174,18 +188,9 @@ inline Q4Problem make_q4(unsigned N, unsigned K, std::mt19937& rng) {
   for (auto& v : p.sc) v = bf16_bits(0.002f + 0.02f * std::fabs(uni(rng)));
   for (auto& v : p.bi) v = bf16_bits(0.1f * uni(rng));
   for (auto& v : p.xb) v = bf16_bits(uni(rng));
-  p.ref.resize(N), p.mag.resize(N);
-  for (unsigned r = 0; r < N; ++r) {
-    double acc = 0, m = 0;
-    for (unsigned k = 0; k < K; ++k) {
-      const uint8_t b = p.codes[size_t(r) * (K / 2) + k / 2];
-      const unsigned q = (k & 1) ? (b >> 4) : (b & 15);
-      const size_t g = size_t(r) * p.G + k / Q4Problem::GS;
-      const double t = (double(bf16_float(p.sc[g])) * q + bf16_float(p.bi[g])) * bf16_float(p.xb[k]);
-      acc += t;
-      m += std::fabs(t);
-    }
-    p.ref[r] = acc, p.mag[r] = m;
+  if (reference) {
+    p.ref.resize(N), p.mag.resize(N);
+    for (unsigned r = 0; r < N; ++r) p.reference_row(r, p.ref[r], p.mag[r]);
   }
   return p;
 }

@@ -39,20 +39,23 @@ __global__ void __launch_bounds__(128, MINB) gc64(const bf16* x, const unsigned 
 // gridDim.x, ..., x staged once; otherwise a block a row group.
 template <u32 RW, u32 U, u32 MINB, bool BYTES, bool PERSIST = false>
 __global__ void __launch_bounds__(256, MINB) lanes(const bf16* x, const uint4* w, const unsigned short* sc, const unsigned short* bi,
-                                                   bf16* y, u32 N, u32 K) {
+                                                   bf16* y, u32 N, u32 K, const u32* ids, u32 per) {
   extern __shared__ float smem[];
   float* xs = smem;         // 256 x[k]
   float* hs = smem + K;     // sum of x over half group c
   const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, V = K / 32, G = K / GS;
   const u32 groups = (N + 8u * RW - 1) / (8u * RW);
   const uint4 zero = make_uint4(0, 0, 0, 0);
+  // Output row r's weight row: r itself, or with ids (the per-expert form)
+  // row r % per of expert ids[r / per].
+  auto phys = [&](u32 r) { r = min(r, N - 1); return ids ? ids[r / per] * per + r % per : r; };
   const uint4* wr[RW];
   uint4 wv[U][RW];
   // Row group rg's first U vectors of each of the warp's rows.
   auto first = [&](u32 rg) {
     const u32 row0 = (rg * 8u + warp) * RW;
 #pragma unroll
-    for (u32 r = 0; r < RW; ++r) wr[r] = w + u64(min(row0 + r, N - 1)) * V;
+    for (u32 r = 0; r < RW; ++r) wr[r] = w + u64(phys(row0 + r)) * V;
 #pragma unroll
     for (u32 u = 0; u < U; ++u)
 #pragma unroll
@@ -83,7 +86,7 @@ __global__ void __launch_bounds__(256, MINB) lanes(const bf16* x, const uint4* w
         if constexpr (BYTES) {
 #pragma unroll
           for (u32 r = 0; r < RW; ++r) {
-            const u64 gi = u64(min(row0 + r, N - 1)) * G + c / 2;
+            const u64 gi = u64(phys(row0 + r)) * G + c / 2;
             bits[r] ^= wv[u][r].x ^ wv[u][r].y ^ wv[u][r].z ^ wv[u][r].w ^ sc[gi] ^ bi[gi];
           }
         } else {
@@ -91,7 +94,7 @@ __global__ void __launch_bounds__(256, MINB) lanes(const bf16* x, const uint4* w
           float sv[RW], bv[RW], a[RW];
 #pragma unroll
           for (u32 r = 0; r < RW; ++r) {
-            const u64 gi = u64(min(row0 + r, N - 1)) * G + c / 2;
+            const u64 gi = u64(phys(row0 + r)) * G + c / 2;
             sv[r] = __uint_as_float(u32(__ldg(sc + gi)) << 16);
             bv[r] = __uint_as_float(u32(__ldg(bi + gi)) << 16);
             a[r] = -128.0f * hsum;
@@ -185,7 +188,7 @@ int main() {
       }
       run(form, check, [&](int c) {
         kern<<<blocks, 256, lshared>>>(x, reinterpret_cast<const uint4*>(d.w[c]), reinterpret_cast<const unsigned short*>(d.s[c]),
-                                       reinterpret_cast<const unsigned short*>(d.b[c]), y, N, K);
+                                       reinterpret_cast<const unsigned short*>(d.b[c]), y, N, K, nullptr, 1u);
       });
     };
     ln("lanes RW 1 U 8", lanes<1, 8, 1, false>, 1, true);
@@ -198,6 +201,69 @@ int main() {
     ln("lanes RW 2 U 4, persistent", lanes<2, 4, 1, false, true>, 2, true, true);
     ln("bytes only, RW 1 U 8", lanes<1, 8, 1, true>, 1, false);
     ln("bytes only, RW 1 U 4", lanes<1, 4, 1, true>, 1, false);
+  }
+
+  // The per-expert form at one token (decode_products.ts's expert rows: the
+  // library's per-expert engine times them): 8 distinct experts of E a
+  // launch, `per` rows each (gate and up stacked, or down), one x for all
+  // (the bytes and the walk as the library's; its down form reads one x a
+  // pair), new ids each launch from 16 sets, copies of the experts' weights
+  // in turn. Checked on the first set against float64 rows.
+  struct ExpertShape { const char* name; u32 E, per, K; };
+  const ExpertShape experts[] = {
+      {"35B experts gate_up 8 of 256 [2 x 512, 2048]", 256, 1024, 2048},
+      {"35B experts down 8 of 256 [2048, 512]", 256, 2048, 512},
+      {"Gemma 4 experts gate_up 8 of 128 [2 x 704, 2816]", 128, 1408, 2816},
+      {"Gemma 4 experts down 8 of 128 [2816, 704]", 128, 2816, 704},
+  };
+  for (const ExpertShape& e : experts) {
+    const u32 N = 8 * e.per, K = e.K;
+    const Q4Problem q = make_q4(e.E * e.per, K, rng, false);
+    const Q4Device<bf16> d(q);
+    std::vector<u32> sets(16 * 8);
+    for (u32 i = 0; i < 16; ++i) {
+      std::vector<u32> all(e.E);
+      for (u32 j = 0; j < e.E; ++j) all[j] = j;
+      std::shuffle(all.begin(), all.end(), rng);
+      std::copy(all.begin(), all.begin() + 8, sets.begin() + 8 * i);
+    }
+    u32* ids;
+    CK(cudaMalloc(&ids, 4 * sets.size()));
+    CK(cudaMemcpy(ids, sets.data(), 4 * sets.size(), cudaMemcpyHostToDevice));
+    const double bytes = double(N) * K * 0.5625;
+    printf("\n%s: %.2f MB a launch (codes, scales, biases), experts %.1f MB, %d copies\n", e.name, bytes / 1e6, q.bytes() / 1e6, d.copies);
+    const u32 lshared = (K + K / 32) * 4;
+    auto ln = [&](const char* form, auto kern, u32 RW, bool check) {
+      CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, lshared));
+      const u32 blocks = (N + 8 * RW - 1) / (8 * RW);
+      auto launch = [&](int c, int i) {
+        kern<<<blocks, 256, lshared>>>(d.x, reinterpret_cast<const uint4*>(d.w[c]), reinterpret_cast<const unsigned short*>(d.s[c]),
+                                       reinterpret_cast<const unsigned short*>(d.b[c]), d.y, N, K, ids + 8 * i, e.per);
+      };
+      CK(cudaMemset(d.y, 0xff, 2 * N));  // NaN-poisoned
+      launch(0, 0);
+      CK(cudaDeviceSynchronize());
+      std::vector<uint16_t> out(N);
+      CK(cudaMemcpy(out.data(), d.y, 2 * N, cudaMemcpyDeviceToHost));
+      double worst = 0;
+      for (u32 r = 0; check && r < N; r += 7) {  // every 7th row
+        double ref, mag;
+        q.reference_row(sets[r / e.per] * e.per + r % e.per, ref, mag);
+        const double err = std::fabs(double(bf16_float(out[r])) - ref) / (mag + 1e-30);
+        worst = std::isnan(err) ? INFINITY : std::max(worst, err);
+      }
+      int c = 0, i = 0;
+      const float us = timeit([&] { launch(c, i); c = (c + 1) % d.copies; i = (i + 1) % 16; }, 40);
+      CK(cudaGetLastError());
+      printf("  %-34s %8.2f us  %6.0f GB/s  %.2f of copy", form, us, bytes / us / 1e3, bytes / us / 1e3 / copy);
+      if (check) printf("  err %.1e of sum|xw| %s", worst, worst < 1e-2 ? "ok" : "BAD");
+      printf("\n");
+    };
+    ln("lanes RW 1 U 8", lanes<1, 8, 1, false>, 1, true);
+    ln("lanes RW 1 U 4", lanes<1, 4, 1, false>, 1, true);
+    ln("lanes RW 2 U 4", lanes<2, 4, 1, false>, 2, true);
+    ln("bytes only, RW 1 U 8", lanes<1, 8, 1, true>, 1, false);
+    CK(cudaFree(ids));
   }
   return 0;
 }
