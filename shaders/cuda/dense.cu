@@ -76,14 +76,16 @@ __device__ __forceinline__ bool rows16(const T* p, u64 row) {
 
 // One token: rows row0 .. row0 + rows - 1 of w (those below N) against x
 // [K]: y[row] = sum_k x[k] w[row, k]. Warp q of the block takes rows q,
-// q + 8, ... of them (the crate's entries and f32 one-token launches give
-// LANE_ROWS rows a block: a row a warp), each whole, and ends it with a warp sum: no barrier, so no warp
-// waits for the others. Where vec (K a multiple of the weight's 16-byte
-// vector, rows and x 16-byte aligned), lane l sums vectors l, l + 32, ... of
-// the row, U of them in flight; otherwise elements l, l + 32, ..., U in
-// flight. bench/notes/gemv-dense-2026-11-28.md: 0.95-0.96 of the copy rate at
-// Qwen3.6's and Gemma 4's projections in 8-row blocks, 0.80-0.97 in 16-row
-// blocks (two rows a warp in turn), 0.60-0.67 for a block split over k.
+// q + 8, ... of them, each whole, and ends it with a warp sum: no barrier,
+// so no warp waits for the others (the crate's entries and f32 one-token
+// launches give LANE_ROWS rows a block: a row a warp). Where the rows and x
+// allow 16-byte loads (K a multiple of the weight's 16-byte vector, rows and
+// x 16-byte aligned), lane l sums vectors l, l + 32, ... of the row, U of
+// them in flight; otherwise elements l, l + 32, ..., U in flight. The two
+// walks are chosen once, outside the row loop. bench/notes/gemv-dense-
+// 2026-11-28.md: 0.95-0.96 of the copy rate at Qwen3.6's and Gemma 4's
+// projections in 8-row blocks, 0.80-0.97 in 16-row blocks (two rows a warp
+// in turn), 0.60-0.67 for a block split over k.
 constexpr u32 LANE_ROWS = WARPS;
 template <typename TX, typename TW, typename TY>
 __device__ __forceinline__ void mv_lanes(const TX* x, const TW* w, u64 w_row, TY* y, u32 N, u32 K, u32 row0, u32 rows) {
@@ -135,10 +137,11 @@ __device__ __forceinline__ void mv_lanes(const TX* x, const TW* w, u64 w_row, TY
 }
 
 // Rows row0 .. row0 + rows - 1 of w (those below N) against the m <= MT rows
-// of x (2 to 8 tokens; one takes mv_lanes): y[i * y_row + row] = sum_k x[i, k] w[row, k]. R rows at a time, the
-// block's threads striding over k by 16-byte vectors of the weight (VEC
-// elements) where the rows allow, else by elements; a warp sum, then a sum
-// over the warps through shared memory.
+// of x (2 to 8 tokens; one token takes mv_lanes): y[i * y_row + row] =
+// sum_k x[i, k] w[row, k]. R rows at a time, the block's threads striding
+// over k by 16-byte vectors of the weight (VEC elements) where the rows
+// allow, else by elements; a warp sum, then a sum over the warps through
+// shared memory.
 template <typename TX, typename TW, typename TY, u32 MT, u32 R>
 __device__ __forceinline__ void mv_simt(const TX* x, u64 x_row, const TW* w, u64 w_row, TY* y, u64 y_row, u32 m, u32 N, u32 K,
                                         u32 row0, u32 rows) {
