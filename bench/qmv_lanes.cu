@@ -34,45 +34,74 @@ __global__ void __launch_bounds__(128, MINB) gc64(const bf16* x, const unsigned 
   qmv_gc<bf16, bf16, bf16, GS, W, 0u, false, false>(x, w, sc, bi, y, N, K, blockIdx.x);
 }
 
-// Rows a block: 8 warps x RW rows each (a row group). K a multiple of 64.
-// PERSIST: a grid of resident blocks, block b taking row groups b, b +
-// gridDim.x, ..., x staged once; otherwise a block a row group.
-template <u32 RW, u32 U, u32 MINB, bool BYTES, bool PERSIST = false>
+// Rows a block: 8 warps x RW rows each (a row group); a grid of resident
+// blocks, block b taking row groups b, b + gridDim.x, ..., x staged once a
+// block. K a multiple of 64. A lane's loads for a row group (U vectors of
+// codes a row and their half groups' scale and bias) all go out together,
+// the next group's before the warp sums of this one.
+//
+// Shared x without bank conflicts: a lane reads half group c = lane + 32 u,
+// 32 floats as eight 16-byte chunks; stored plainly, the eight lanes of a
+// quarter warp would all read banks 0-3 (half groups 128 bytes apart), eight
+// ways conflicted. Chunk j of half group c is stored at chunk j ^ (c & 7),
+// and c & 7 = lane & 7 for every u, so a lane's swizzle is one constant.
+// SB (bytes-only twin only): 1, a vector's scale and bias with it (the
+// product's loads); 0, no scales or biases; 2, each row's scales and biases
+// whole at the row group's start, 64 contiguous bytes a warp load.
+template <u32 RW, u32 U, u32 MINB, bool BYTES, u32 SB = 1>
 __global__ void __launch_bounds__(256, MINB) lanes(const bf16* x, const uint4* w, const unsigned short* sc, const unsigned short* bi,
                                                    bf16* y, u32 N, u32 K, const u32* ids, u32 per) {
   extern __shared__ float smem[];
-  float* xs = smem;         // 256 x[k]
+  float* xs = smem;         // 256 x[k], swizzled by 16-byte chunks
   float* hs = smem + K;     // sum of x over half group c
-  const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, V = K / 32, G = K / GS;
+  const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, V = K / 32, G = K / GS, sw = lane & 7u;
   const u32 groups = (N + 8u * RW - 1) / (8u * RW);
-  const uint4 zero = make_uint4(0, 0, 0, 0);
   // Output row r's weight row: r itself, or with ids (the per-expert form)
   // row r % per of expert ids[r / per].
   auto phys = [&](u32 r) { r = min(r, N - 1); return ids ? ids[r / per] * per + r % per : r; };
-  const uint4* wr[RW];
+  u64 wrow[RW], grow[RW];
   uint4 wv[U][RW];
-  // Row group rg's first U vectors of each of the warp's rows.
-  auto first = [&](u32 rg) {
-    const u32 row0 = (rg * 8u + warp) * RW;
+  u32 sb[U][RW];  // bf16 scale | bf16 bias << 16
+  auto rows = [&](u32 rg) {
 #pragma unroll
-    for (u32 r = 0; r < RW; ++r) wr[r] = w + u64(phys(row0 + r)) * V;
+    for (u32 r = 0; r < RW; ++r) {
+      const u32 p = phys((rg * 8u + warp) * RW + r);
+      wrow[r] = u64(p) * V, grow[r] = u64(p) * G;
+    }
+  };
+  u32 whole[RW];  // SB 2: the xor of a lane's share of each row's scales and biases
+  auto load = [&](u32 c0) {
+    if (SB == 2 && c0 == lane) {
 #pragma unroll
-    for (u32 u = 0; u < U; ++u)
+      for (u32 r = 0; r < RW; ++r) {
+        whole[r] = 0u;
+        for (u32 g = lane; g < G; g += 32u) whole[r] ^= u32(__ldcs(sc + grow[r] + g)) ^ u32(__ldcs(bi + grow[r] + g)) << 16;
+      }
+    }
 #pragma unroll
-      for (u32 r = 0; r < RW; ++r) wv[u][r] = lane + 32u * u < V ? __ldcs(wr[r] + lane + 32u * u) : zero;
+    for (u32 u = 0; u < U; ++u) {
+      const u32 c = c0 + 32u * u;
+#pragma unroll
+      for (u32 r = 0; r < RW; ++r) {
+        if (c < V) {
+          wv[u][r] = __ldcs(w + wrow[r] + c);
+          if (SB == 1) sb[u][r] = u32(__ldg(sc + grow[r] + c / 2)) | u32(__ldg(bi + grow[r] + c / 2)) << 16;
+          else sb[u][r] = 0u;
+        }
+      }
+    }
   };
   // The first loads go out before x's staging and its barrier.
   u32 rg = blockIdx.x;
-  if (rg < groups) first(rg);
+  if (rg < groups) rows(rg), load(lane);
   for (u32 c = warp; c < V; c += 8u) {
     const float v = 256.0f * __bfloat162float(x[32u * c + lane]);
-    xs[32u * c + lane] = v;
+    xs[32u * c + ((((lane >> 2) ^ c) & 7u) << 2) + (lane & 3u)] = v;
     const float s = warp_sum(v);
     if (lane == 0) hs[c] = s * (1.0f / 256.0f);
   }
   __syncthreads();
-  for (; rg < groups; rg += PERSIST ? gridDim.x : groups) {
-    if (rg != blockIdx.x) first(rg);
+  for (; rg < groups; rg += gridDim.x) {
     const u32 row0 = (rg * 8u + warp) * RW;
     float acc[RW];
     u32 bits[RW];
@@ -85,24 +114,16 @@ __global__ void __launch_bounds__(256, MINB) lanes(const bf16* x, const uint4* w
         if (c >= V) break;
         if constexpr (BYTES) {
 #pragma unroll
-          for (u32 r = 0; r < RW; ++r) {
-            const u64 gi = u64(phys(row0 + r)) * G + c / 2;
-            bits[r] ^= wv[u][r].x ^ wv[u][r].y ^ wv[u][r].z ^ wv[u][r].w ^ sc[gi] ^ bi[gi];
-          }
+          for (u32 r = 0; r < RW; ++r) bits[r] ^= wv[u][r].x ^ wv[u][r].y ^ wv[u][r].z ^ wv[u][r].w ^ sb[u][r] ^ (SB == 2 && u == 0 ? whole[r] : 0u);
         } else {
           const float hsum = hs[c];
-          float sv[RW], bv[RW], a[RW];
+          float a[RW];
 #pragma unroll
-          for (u32 r = 0; r < RW; ++r) {
-            const u64 gi = u64(phys(row0 + r)) * G + c / 2;
-            sv[r] = __uint_as_float(u32(__ldg(sc + gi)) << 16);
-            bv[r] = __uint_as_float(u32(__ldg(bi + gi)) << 16);
-            a[r] = -128.0f * hsum;
-          }
+          for (u32 r = 0; r < RW; ++r) a[r] = -128.0f * hsum;
           const float4* xp = reinterpret_cast<const float4*>(xs + 32u * c);
 #pragma unroll
           for (u32 wi = 0; wi < 4; ++wi) {
-            const float4 x0 = xp[2 * wi], x1 = xp[2 * wi + 1];
+            const float4 x0 = xp[(2 * wi) ^ sw], x1 = xp[(2 * wi + 1) ^ sw];
             const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
             for (u32 r = 0; r < RW; ++r) {
@@ -117,16 +138,129 @@ __global__ void __launch_bounds__(256, MINB) lanes(const bf16* x, const uint4* w
             }
           }
 #pragma unroll
-          for (u32 r = 0; r < RW; ++r) acc[r] = fmaf(sv[r], a[r], fmaf(bv[r], hsum, acc[r]));
+          for (u32 r = 0; r < RW; ++r)
+            acc[r] = fmaf(__uint_as_float(sb[u][r] << 16), a[r], fmaf(__uint_as_float(sb[u][r] & 0xFFFF0000u), hsum, acc[r]));
         }
       }
-      // The next U vectors of each row.
+      if (c0 + 32u * U < V) load(c0 + 32u * U);
+    }
+    // The next row group's first loads, then this one's sums.
+    if (rg + gridDim.x < groups) rows(rg + gridDim.x), load(lane);
 #pragma unroll
-      for (u32 u = 0; u < U; ++u) {
-        const u32 c = c0 + 32u * (U + u);
+    for (u32 r = 0; r < RW; ++r) {
+      const float t = warp_sum(BYTES ? float(__popc(bits[r])) : acc[r]);
+      if (lane == 0 && row0 + r < N) y[row0 + r] = __float2bfloat16_rn(t);
+    }
+  }
+}
+
+// The walk fed through shared memory instead of registers: a lane's 16-byte
+// vectors go in by cp.async (nothing held in registers while in flight), so
+// bytes in flight are bounded by shared memory, not by the register file
+// (the register-fed walk above holds 4 KB a warp at 85-100 registers, two
+// blocks an SM: about 64 KB an SM in flight, and reads 0.5-0.6 of copy even
+// without arithmetic). Each warp runs its own ring of S units; a unit is
+// one vector a lane of each of its RW rows (32 half groups: 512 bytes of
+// codes a row) with the unit's 16 scales and 16 biases a row (32 bytes
+// each, 4-byte copies by lanes 0-15: needs K / 64 even). The stream of
+// units runs across the warp's row groups without draining; S - 1 are in
+// flight while one is read.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool live) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(live ? 4 : 0) : "memory");
+}
+constexpr u32 UNIT_ROW = 576;  // bytes of a unit a row: 512 of codes, 32 of scales, 32 of biases
+inline u32 ring_shared_bytes(u32 K, u32 warps, u32 S, u32 RW) { return (K + K / 32 + 3) / 4 * 16 + warps * S * RW * UNIT_ROW; }
+
+template <u32 RW, u32 S, u32 WARPS, bool BYTES>
+__global__ void __launch_bounds__(WARPS * 32) ring(const bf16* x, const uint4* w, const unsigned short* sc, const unsigned short* bi,
+                                                   bf16* y, u32 N, u32 K, const u32* ids, u32 per) {
+  extern __shared__ float smem[];
+  float* xs = smem;      // 256 x[k], swizzled by 16-byte chunks (as lanes)
+  float* hs = smem + K;  // sum of x over half group c
+  const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, V = K / 32, G = K / GS, sw = lane & 7u;
+  unsigned char* ring = reinterpret_cast<unsigned char*>(smem) + (K + K / 32 + 3) / 4 * 16 + warp * S * RW * UNIT_ROW;
+  const u32 groups = (N + WARPS * RW - 1) / (WARPS * RW), units = (V + 31) / 32;
+  auto phys = [&](u32 r) { r = min(r, N - 1); return ids ? ids[r / per] * per + r % per : r; };
+  u32 irg = blockIdx.x, ich = 0;  // the next unit to issue
+  auto issue = [&](u32 slot) {
+    if (irg < groups) {
+      const u32 c = ich * 32u + lane, g = ich * 16u + 2u * (lane & 7u);
 #pragma unroll
-        for (u32 r = 0; r < RW; ++r) wv[u][r] = c < V ? __ldcs(wr[r] + c) : zero;
+      for (u32 r = 0; r < RW; ++r) {
+        const u32 p = phys((irg * WARPS + warp) * RW + r);
+        unsigned char* dst = ring + (slot * RW + r) * UNIT_ROW;
+        cp_async16(dst + 16u * lane, w + u64(p) * V + min(c, V - 1), c < V);
+        if (lane < 16) {
+          const unsigned short* src = (lane < 8 ? sc : bi) + u64(p) * G + min(g, G - 2);
+          cp_async4(dst + 512u + 32u * (lane >> 3) + 4u * (lane & 7u), src, g < G);
+        }
       }
+      if (++ich == units) ich = 0, irg += gridDim.x;
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (u32 s = 0; s + 1 < S; ++s) issue(s);
+  for (u32 c = warp; c < V; c += WARPS) {
+    const float v = 256.0f * __bfloat162float(x[32u * c + lane]);
+    xs[32u * c + ((((lane >> 2) ^ c) & 7u) << 2) + (lane & 3u)] = v;
+    const float s = warp_sum(v);
+    if (lane == 0) hs[c] = s * (1.0f / 256.0f);
+  }
+  __syncthreads();
+  u32 slot = 0;
+  for (u32 rg = blockIdx.x; rg < groups; rg += gridDim.x) {
+    const u32 row0 = (rg * WARPS + warp) * RW;
+    float acc[RW];
+    u32 bits[RW];
+#pragma unroll
+    for (u32 r = 0; r < RW; ++r) acc[r] = 0.0f, bits[r] = 0u;
+    for (u32 ch = 0; ch < units; ++ch) {
+      cp_async_wait<S - 2>();
+      __syncwarp();
+      // Every lane is past the unit before this one: its slot takes the unit S - 1 on.
+      issue(slot == 0 ? S - 1 : slot - 1);
+      const u32 c = ch * 32u + lane;
+      if (c < V) {
+        const unsigned char* st = ring + slot * RW * UNIT_ROW;
+        if constexpr (BYTES) {
+#pragma unroll
+          for (u32 r = 0; r < RW; ++r) {
+            const uint4 v = *reinterpret_cast<const uint4*>(st + r * UNIT_ROW + 16u * lane);
+            const unsigned short* sbp = reinterpret_cast<const unsigned short*>(st + r * UNIT_ROW + 512u);
+            bits[r] ^= v.x ^ v.y ^ v.z ^ v.w ^ sbp[lane >> 1] ^ sbp[16 + (lane >> 1)];
+          }
+        } else {
+          const float hsum = hs[c];
+          uint4 wv[RW];
+          float a[RW];
+#pragma unroll
+          for (u32 r = 0; r < RW; ++r) wv[r] = *reinterpret_cast<const uint4*>(st + r * UNIT_ROW + 16u * lane), a[r] = -128.0f * hsum;
+          const float4* xp = reinterpret_cast<const float4*>(xs + 32u * c);
+#pragma unroll
+          for (u32 wi = 0; wi < 4; ++wi) {
+            const float4 x0 = xp[(2 * wi) ^ sw], x1 = xp[(2 * wi + 1) ^ sw];
+            const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+            for (u32 r = 0; r < RW; ++r) {
+              const u32 word = wi == 0 ? wv[r].x : wi == 1 ? wv[r].y : wi == 2 ? wv[r].z : wv[r].w;
+              const u32 lo = word & 0x0F0F0F0Fu, hi = (word >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+              for (u32 b = 0; b < 4; ++b) {
+                a[r] = fmaf(__uint_as_float(__byte_perm(lo, 0x3F000000u, 0x7044u | (b << 8))), xv[2 * b], a[r]);
+                a[r] = fmaf(__uint_as_float(__byte_perm(hi, 0x3F000000u, 0x7044u | (b << 8))), xv[2 * b + 1], a[r]);
+              }
+            }
+          }
+#pragma unroll
+          for (u32 r = 0; r < RW; ++r) {
+            const unsigned short* sbp = reinterpret_cast<const unsigned short*>(st + r * UNIT_ROW + 512u);
+            const float sv = __uint_as_float(u32(sbp[lane >> 1]) << 16), bv = __uint_as_float(u32(sbp[16 + (lane >> 1)]) << 16);
+            acc[r] = fmaf(sv, a[r], fmaf(bv, hsum, acc[r]));
+          }
+        }
+      }
+      slot = slot + 1 == S ? 0 : slot + 1;
     }
 #pragma unroll
     for (u32 r = 0; r < RW; ++r) {
@@ -134,6 +268,7 @@ __global__ void __launch_bounds__(256, MINB) lanes(const bf16* x, const uint4* w
       if (lane == 0 && row0 + r < N) y[row0 + r] = __float2bfloat16_rn(t);
     }
   }
+  cp_async_wait<0>();
 }
 }  // namespace
 
@@ -177,30 +312,53 @@ int main() {
     gc("qmv_gc W 2, 5 an SM (152 B spilled)", gc64<2, 5>, 2);
     gc("qmv_gc W 2, 6 an SM (320 B spilled)", gc64<2, 6>, 2);
     const u32 lshared = (K + K / 32) * 4;
-    // persist: as many blocks as are resident at once (at most one a row group).
-    auto ln = [&](const char* form, auto kern, u32 RW, bool check, bool persist = false) {
+    // As many blocks as are resident at once (at most one a row group).
+    auto ln = [&](const char* form, auto kern, u32 RW, bool check) {
       CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, lshared));
-      u32 blocks = (N + 8 * RW - 1) / (8 * RW);
-      if (persist) {
-        int per = 0;
-        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, 256, lshared));
-        blocks = std::min<u32>(blocks, u32(per) * u32(sms));
-      }
+      int per = 0;
+      CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, 256, lshared));
+      const u32 blocks = std::min<u32>((N + 8 * RW - 1) / (8 * RW), u32(per) * u32(sms));
       run(form, check, [&](int c) {
         kern<<<blocks, 256, lshared>>>(x, reinterpret_cast<const uint4*>(d.w[c]), reinterpret_cast<const unsigned short*>(d.s[c]),
                                        reinterpret_cast<const unsigned short*>(d.b[c]), y, N, K, nullptr, 1u);
       });
     };
-    ln("lanes RW 1 U 8", lanes<1, 8, 1, false>, 1, true);
-    ln("lanes RW 1 U 8, 3 blocks an SM", lanes<1, 8, 3, false>, 1, true);
-    ln("lanes RW 1 U 4", lanes<1, 4, 1, false>, 1, true);
-    ln("lanes RW 1 U 4, 4 blocks an SM", lanes<1, 4, 4, false>, 1, true);
     ln("lanes RW 2 U 4", lanes<2, 4, 1, false>, 2, true);
+    ln("lanes RW 2 U 4, 3 blocks an SM", lanes<2, 4, 3, false>, 2, true);
+    ln("lanes RW 2 U 2", lanes<2, 2, 1, false>, 2, true);
     ln("lanes RW 2 U 2, 4 blocks an SM", lanes<2, 2, 4, false>, 2, true);
-    ln("lanes RW 1 U 8, persistent", lanes<1, 8, 1, false, true>, 1, true, true);
-    ln("lanes RW 2 U 4, persistent", lanes<2, 4, 1, false, true>, 2, true, true);
-    ln("bytes only, RW 1 U 8", lanes<1, 8, 1, true>, 1, false);
-    ln("bytes only, RW 1 U 4", lanes<1, 4, 1, true>, 1, false);
+    ln("lanes RW 4 U 2", lanes<4, 2, 1, false>, 4, true);
+    ln("lanes RW 4 U 2, 2 blocks an SM", lanes<4, 2, 2, false>, 4, true);
+    ln("lanes RW 1 U 8", lanes<1, 8, 1, false>, 1, true);
+    ln("bytes only, RW 2 U 4", lanes<2, 4, 1, true>, 2, false);
+    ln("bytes only, RW 4 U 2", lanes<4, 2, 1, true>, 4, false);
+    ln("bytes only, RW 4 U 2, codes alone", lanes<4, 2, 1, true, 0>, 4, false);
+    ln("bytes only, RW 4 U 2, scales by row", lanes<4, 2, 1, true, 2>, 4, false);
+    ln("bytes only, RW 2 U 4, codes alone", lanes<2, 4, 1, true, 0>, 2, false);
+    ln("bytes only, RW 2 U 4, scales by row", lanes<2, 4, 1, true, 2>, 2, false);
+    // rg(form, kernel, RW, S, warps, check): the ring, as many blocks as are resident.
+    auto rg = [&](const char* form, auto kern, u32 RW, u32 S, u32 W, bool check) {
+      const u32 sh = ring_shared_bytes(K, W, S, RW);
+      CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, sh));
+      int per = 0;
+      CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, 32 * W, sh));
+      if (per == 0) { printf("  %-34s (does not fit: %u B of shared memory)\n", form, sh); return; }
+      const u32 blocks = std::min<u32>((N + W * RW - 1) / (W * RW), u32(per) * u32(sms));
+      char name[96];
+      snprintf(name, sizeof name, "%s, %d an SM", form, per);
+      run(name, check, [&](int c) {
+        kern<<<blocks, 32 * W, sh>>>(x, reinterpret_cast<const uint4*>(d.w[c]), reinterpret_cast<const unsigned short*>(d.s[c]),
+                                     reinterpret_cast<const unsigned short*>(d.b[c]), y, N, K, nullptr, 1u);
+      });
+    };
+    rg("ring RW 2 S 8 W 8", ring<2, 8, 8, false>, 2, 8, 8, true);
+    rg("ring RW 2 S 6 W 8", ring<2, 6, 8, false>, 2, 6, 8, true);
+    rg("ring RW 1 S 12 W 8", ring<1, 12, 8, false>, 1, 12, 8, true);
+    rg("ring RW 2 S 6 W 16", ring<2, 6, 16, false>, 2, 6, 16, true);
+    rg("ring RW 4 S 4 W 8", ring<4, 4, 8, false>, 4, 4, 8, true);
+    rg("ring RW 2 S 4 W 8", ring<2, 4, 8, false>, 2, 4, 8, true);
+    rg("bytes only, ring RW 2 S 8 W 8", ring<2, 8, 8, true>, 2, 8, 8, false);
+    rg("bytes only, ring RW 2 S 6 W 16", ring<2, 6, 16, true>, 2, 6, 16, false);
   }
 
   // The per-expert form at one token (decode_products.ts's expert rows: the
@@ -235,7 +393,9 @@ int main() {
     const u32 lshared = (K + K / 32) * 4;
     auto ln = [&](const char* form, auto kern, u32 RW, bool check) {
       CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, lshared));
-      const u32 blocks = (N + 8 * RW - 1) / (8 * RW);
+      int resident = 0;
+      CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kern, 256, lshared));
+      const u32 blocks = std::min<u32>((N + 8 * RW - 1) / (8 * RW), u32(resident) * u32(sms));
       auto launch = [&](int c, int i) {
         kern<<<blocks, 256, lshared>>>(d.x, reinterpret_cast<const uint4*>(d.w[c]), reinterpret_cast<const unsigned short*>(d.s[c]),
                                        reinterpret_cast<const unsigned short*>(d.b[c]), d.y, N, K, ids + 8 * i, e.per);
@@ -259,10 +419,10 @@ int main() {
       if (check) printf("  err %.1e of sum|xw| %s", worst, worst < 1e-2 ? "ok" : "BAD");
       printf("\n");
     };
-    ln("lanes RW 1 U 8", lanes<1, 8, 1, false>, 1, true);
-    ln("lanes RW 1 U 4", lanes<1, 4, 1, false>, 1, true);
     ln("lanes RW 2 U 4", lanes<2, 4, 1, false>, 2, true);
-    ln("bytes only, RW 1 U 8", lanes<1, 8, 1, true>, 1, false);
+    ln("lanes RW 2 U 2", lanes<2, 2, 1, false>, 2, true);
+    ln("lanes RW 4 U 2", lanes<4, 2, 1, false>, 4, true);
+    ln("bytes only, RW 2 U 4", lanes<2, 4, 1, true>, 2, false);
     CK(cudaFree(ids));
   }
   return 0;
