@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <random>
 #include <vector>
 #include "harness.cuh"
@@ -122,11 +123,17 @@ __global__ void __launch_bounds__(256) block_rows(const float* x, const bf16* w,
 }
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   print_device();
   const double copy = copy_ceiling_gbs();
   std::vector<DecodeShape> shapes(std::begin(DECODE_SHAPES), std::end(DECODE_SHAPES));
   shapes.push_back({"odd [1000, 5376]", 1000, 5376});
+  // `gemv_dense q4`: bf16 weights of a 4-bit weight's bytes (bench/notes/qmv-lanes-2026-11-28.md): its codes
+  // alone (rows of K / 4 bf16), codes + scales + biases (K * 9 / 32), and the same bytes in rows 4x as long.
+  if (argc > 1 && std::string(argv[1]) == "q4")
+    shapes = {{"Qwen3.6 up codes [17408, 1280]", 17408, 1280},    {"Qwen3.6 up all [17408, 1440]", 17408, 1440},
+              {"Qwen3.6 up codes, long [4352, 5120]", 4352, 5120}, {"Gemma 4 up codes [21504, 1344]", 21504, 1344},
+              {"Gemma 4 up codes, long [5376, 5376]", 5376, 5376}, {"Qwen3.6 down codes [5120, 4352]", 5120, 4352}};
   std::mt19937 rng(99);
   std::uniform_real_distribution<float> uni(-1.f, 1.f);
   for (const DecodeShape& s : shapes) {
