@@ -445,6 +445,20 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
 #endif
 }
 
+// v, which the compiler may no longer take for a constant (held in a
+// register: an empty asm).
+__device__ __forceinline__ u32 opaque_u32(u32 v) {
+    asm("" : "+r"(v));
+    return v;
+}
+// (v & 0x000F000F) | c in one LOP3 where c is a register (two immediates
+// become an AND and an OR).
+__device__ __forceinline__ u32 nibble_pairs_or(u32 v, u32 c) {
+    u32 d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(v), "n"(0x000F000F), "r"(c));
+    return d;
+}
+
 // A load with acquire semantics at GPU scope: what other blocks wrote before
 // their release (a fence, then the atomic this load observes) is visible to
 // the loads after it, and to the block's loads after a barrier.
@@ -1602,7 +1616,12 @@ __device__ __forceinline__ GcShared gc_stage(const TX* x, u32 K) {
 // rows a and b it loaded (V vectors each, groups g0 = 8 round + 2 t and g0
 // + 1), sp / bp their scale and bias pairs (row a's, then row b's; group g0
 // low), added to acc_a and acc_b as s C + (b - M s) X.
-template <typename T, u32 GS>
+// LOP3: a code pair as M + q by one lop3 with the magic held in a register
+// (as two immediates ptxas splits it into an AND and an OR: 581 LOP3 of
+// qmv_gc<bf16, 64, W 2>'s 3588 SASS lines against 330 of 3108, 2-10 %
+// faster at the decode shapes, bench/notes/qmv-lanes-2026-11-28.md); false
+// where the register spills (an entry holding every group size).
+template <typename T, u32 GS, bool LOP3 = true>
 __device__ __forceinline__ void gc_round(const GcShared& sh, const uint4 (&qa)[GS / 16u], const uint4 (&qb)[GS / 16u], const u32 (&sp)[2],
                                          const u32 (&bp)[2], u32 g0, float& acc_a, float& acc_b) {
     constexpr u32 V = GS / 16u, HALF = V / 2u;
@@ -1610,7 +1629,8 @@ __device__ __forceinline__ void gc_round(const GcShared& sh, const uint4 (&qa)[G
     const u32 lane = threadIdx.x & 31u, g = lane >> 2, t = lane & 3u;
     auto lo_f = [](u32 v) { return to_f(*reinterpret_cast<const T*>(&v)); };
     auto hi_f = [](u32 v) { const u32 h = v >> 16; return to_f(*reinterpret_cast<const T*>(&h)); };
-    auto ext = [](u32 word, u32 s) { return ((word >> s) & 0x000F000Fu) | QMagic<T>::P2; };
+    const u32 magic = LOP3 ? opaque_u32(QMagic<T>::P2) : QMagic<T>::P2;
+    auto ext = [magic](u32 word, u32 s) { return LOP3 ? nibble_pairs_or(word >> s, magic) : ((word >> s) & 0x000F000Fu) | QMagic<T>::P2; };
     const uint4* xr = sh.xp + g0 * (GS / 8u);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -1678,7 +1698,7 @@ __device__ __forceinline__ void gc_round(const GcShared& sh, const uint4 (&qa)[G
 // of the same outputs, stored as act(gate) * up (gc_store). blk:
 // the block's index among the product's blocks (blockIdx.x for one
 // matrix; a pair's own for the per-expert forms).
-template <typename TX, typename T, typename TY, u32 GS, u32 W, u32 DEEP, bool GU = false, bool PACKED = false>
+template <typename TX, typename T, typename TY, u32 GS, u32 W, u32 DEEP, bool GU = false, bool PACKED = false, bool LOP3 = true>
 __device__ __forceinline__ void qmv_gc(const TX* x, const unsigned char* w, const T* sc, const T* bi, TY* y, u32 N, u32 K,
                                        u32 blk, const unsigned char* uw = nullptr, const T* usc = nullptr, const T* ubi = nullptr,
                                        u32 activation = 0u) {
@@ -1743,7 +1763,7 @@ __device__ __forceinline__ void qmv_gc(const TX* x, const unsigned char* w, cons
         }
     };
     float acc_a = 0.0f, acc_b = 0.0f;
-    qmv_ring<D>(mine, issue, [&](u32 u, u32 j) { gc_round<T, GS>(sh, qa[u], qb[u], sp[u], bp[u], (part + j * W) * 8u + 2u * t, acc_a, acc_b); });
+    qmv_ring<D>(mine, issue, [&](u32 u, u32 j) { gc_round<T, GS, LOP3>(sh, qa[u], qb[u], sp[u], bp[u], (part + j * W) * 8u + 2u * t, acc_a, acc_b); });
     gc_store<W, GU>(acc_a, acc_b, sh.red, warp, lane, part, row0, N, y, activation);
 }
 

@@ -228,9 +228,10 @@ __device__ __forceinline__ u32 gc_id_warps(u32 pairs, u32 N, bool gate_up, u32 K
 template <typename TX, typename T, typename TY, bool GU, u32 W>
 __device__ __forceinline__ void qid_gc_w(const TX* xr, const unsigned char* gw, const T* gs_, const T* gb, const unsigned char* uw, const T* us,
                                          const T* ub, TY* yr, u32 N, u32 K, u32 gs, u32 blk, u32 activation) {
-    if (gs == 32u) qmv_gc<TX, T, TY, 32u, W, 0u, GU>(xr, gw, gs_, gb, yr, N, K, blk, uw, us, ub, activation);
-    else if (gs == 64u) qmv_gc<TX, T, TY, 64u, W, 0u, GU>(xr, gw, gs_, gb, yr, N, K, blk, uw, us, ub, activation);
-    else qmv_gc<TX, T, TY, 128u, W, 0u, GU>(xr, gw, gs_, gb, yr, N, K, blk, uw, us, ub, activation);
+    // Every group size in one entry: the code pairs' magic as an immediate (LOP3 false), whose register spills here.
+    if (gs == 32u) qmv_gc<TX, T, TY, 32u, W, 0u, GU, false, false>(xr, gw, gs_, gb, yr, N, K, blk, uw, us, ub, activation);
+    else if (gs == 64u) qmv_gc<TX, T, TY, 64u, W, 0u, GU, false, false>(xr, gw, gs_, gb, yr, N, K, blk, uw, us, ub, activation);
+    else qmv_gc<TX, T, TY, 128u, W, 0u, GU, false, false>(xr, gw, gs_, gb, yr, N, K, blk, uw, us, ub, activation);
 }
 // The block's pair and expert at W warps a tile, then the engine at group
 // size GS (0: gs, read at run time); an id past the experts writes zeros.

@@ -279,6 +279,8 @@ inline float ex2_approx(float x) {
 // tanh.approx.f32: the exact tanh rounded to f32 (the hardware's error, up
 // to about 2^-11 relative, is not modelled).
 inline float tanh_approx(float x) { return std::tanh(x); }
+inline unsigned opaque_u32(unsigned v) { return v; }
+inline unsigned nibble_pairs_or(unsigned v, unsigned c) { return (v & 0x000F000Fu) | c; }
 
 // max.NaN.f32: the larger, the canonical NaN where either is NaN.
 inline float fmax_nan(float a, float b) {
