@@ -1617,10 +1617,9 @@ __device__ __forceinline__ GcShared gc_stage(const TX* x, u32 K) {
 // + 1), sp / bp their scale and bias pairs (row a's, then row b's; group g0
 // low), added to acc_a and acc_b as s C + (b - M s) X.
 // LOP3: a code pair as M + q by one lop3 with the magic held in a register
-// (as two immediates ptxas splits it into an AND and an OR: 581 LOP3 of
-// qmv_gc<bf16, 64, W 2>'s 3588 SASS lines against 330 of 3108, 2-10 %
-// faster at the decode shapes, bench/notes/qmv-lanes-2026-11-28.md); false
-// where the register spills (an entry holding every group size).
+// (given two immediates ptxas emits an AND and an OR, about a fifth of the
+// loop's instructions; bench/notes/qmv-lanes-2026-11-28.md); false where
+// that register spills (an entry holding every group size).
 template <typename T, u32 GS, bool LOP3 = true>
 __device__ __forceinline__ void gc_round(const GcShared& sh, const uint4 (&qa)[GS / 16u], const uint4 (&qb)[GS / 16u], const u32 (&sp)[2],
                                          const u32 (&bp)[2], u32 g0, float& acc_a, float& acc_b) {
