@@ -3343,7 +3343,8 @@ __device__ __forceinline__ void gmv_gc_q4k(const unsigned char* w, const float* 
             ka[u].hd = kb[u].hd = ka[u].qs[0] = kb[u].qs[0] = ka[u].qs[1] = kb[u].qs[1] = make_uint4(0u, 0u, 0u, 0u);
         }
     };
-    auto ext = [](u32 word, u32 sh) { return ((word >> sh) & 0x000F000Fu) | P2; };
+    const u32 magic = opaque_u32(P2);  // one LOP3 a pair (gc_round's LOP3)
+    auto ext = [magic](u32 word, u32 sh) { return nibble_pairs_or(word >> sh, magic); };
     float acc_a = 0.0f, acc_b = 0.0f;
     qmv_ring<D>(mine, issue, [&](u32 u, u32 j) {
         const u32 s0 = (part + j * W) * 8u + 2u * t;  // this lane's first sub-block, over the row
