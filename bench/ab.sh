@@ -7,7 +7,9 @@
 #     turn, N rounds (2 unless given), and prints one table: every row the
 #     first tree printed (a line "<name> <time> us ..."), then its time in
 #     each tree, round after round. TREE "." is this checkout; the logs stay
-#     in bench/.work/ab/.
+#     in bench/.work/ab/. --column C: the script prints a table of rows
+#     "<name> | ... | ..." (bench/decode_products.ts) and column C (from 1)
+#     is the time.
 #
 #   bash bench/ab.sh --tree REV DIR
 #     writes at DIR the files of revision REV that a benchmark run reads (ts,
@@ -35,11 +37,13 @@ fi
 
 rounds=2
 script=bench/glue.ts
+column=0
 trees=()
 while [[ $# -gt 0 && "$1" != "--" ]]; do
   case "$1" in
     --rounds) rounds="$2"; shift ;;
     --script) script="$2"; shift ;;
+    --column) column="$2"; shift ;;
     *) trees+=("$1") ;;
   esac
   shift
@@ -57,10 +61,10 @@ for ((r = 1; r <= rounds; r++)); do
     files+=("$f")
   done
 done
-python3 - "$rounds" "${#trees[@]}" "${trees[@]}" "${files[@]}" <<'EOF'
+python3 - "$rounds" "$column" "${#trees[@]}" "${trees[@]}" "${files[@]}" <<'EOF'
 import re, sys
-rounds, n = int(sys.argv[1]), int(sys.argv[2])
-trees, files = sys.argv[3:3 + n], sys.argv[3 + n:]
+rounds, column, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+trees, files = sys.argv[4:4 + n], sys.argv[4 + n:]
 line = re.compile(r'^(.*?\S)\s+([0-9.]+) us\b')
 # An indented row (a script that prints a heading, then its rows under it,
 # as bench/qmv_variants.ts does) is named after its heading too, so rows of
@@ -69,6 +73,11 @@ def rows(path):
     out, heading = [], ''
     for l in open(path, errors='replace'):
         l = l.rstrip('\n')
+        if column > 0:
+            f = [x.strip() for x in l.split(' | ')]
+            if len(f) >= column and re.fullmatch(r'[0-9.]+', f[column - 1]):
+                out.append((f[0], f[column - 1]))
+            continue
         if l.strip() and not l[:1].isspace():
             heading = l.split('  (')[0].strip()
         m = line.match(l)
