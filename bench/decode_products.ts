@@ -14,7 +14,7 @@
 // ask L2 for their weights while the glue runs (common.cuh
 // MLXN_PREFETCH_ENTRY), a pair takes less than glue + product.
 //
-//   MLX_NATIVE_BACKEND=cuda bun run bench/decode_products.ts [--only TEXT] [--l2-mb 50]
+//   MLX_NATIVE_BACKEND=cuda bun run bench/decode_products.ts [--only TEXT]... [--l2-mb 50]
 //
 // The last column is a product's rate alone over the copy rate measured in
 // the same run (scalar_mul f32 over 256 MiB, bytes read + written): issue
@@ -46,7 +46,8 @@ const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(name);
   return i < 0 ? undefined : process.argv[i + 1];
 };
-const only = arg('--only');
+// --only (repeatable): the cases whose label holds one of the texts.
+const only = process.argv.flatMap((a, i) => (a === '--only' && i + 1 < process.argv.length ? [process.argv[i + 1]!] : []));
 const L2_BYTES = Number(arg('--l2-mb') ?? 50) * 1e6;
 
 const dev = Device.open();
@@ -254,7 +255,7 @@ console.log(`device: ${dev.name} (${dev.backend}); weights out of L2: sets past 
   `read + write) ${copyGbs.toFixed(0)} GB/s`);
 console.log('case | sets | glue + product, a pair | product alone | glue alone | pair - (product + glue) | product alone GB/s | of copy');
 for (const [label, make] of makers) {
-  if (only !== undefined && !label.includes(only)) continue;
+  if (only.length > 0 && !only.some((o) => label.includes(o))) continue;
   const c = make();
   const x = uniformBuffer(dev, 'f32', [1, c.k], 1);
   const xn = dev.alloc('f32', [1, c.k]);
