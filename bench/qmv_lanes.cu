@@ -263,6 +263,15 @@ __global__ void __launch_bounds__(WARPS * 32) ring(const bf16* x, const uint4* w
   }
   cp_async_wait<0>();
 }
+// The walk's grid: its shared memory allowed, as many 256-thread blocks as
+// are resident at once, at most one a row group.
+template <typename Kern>
+u32 resident_grid(Kern kern, u32 shared, u32 groups, int sms) {
+  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
+  int per = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, 256, shared));
+  return std::min<u32>(groups, u32(per) * u32(sms));
+}
 }  // namespace
 
 int main() {
@@ -305,12 +314,8 @@ int main() {
     gc("qmv_gc W 2, 5 an SM (spilling)", gc64<2, 5>, 2);
     gc("qmv_gc W 2, 6 an SM (spilling)", gc64<2, 6>, 2);
     const u32 lshared = (K + K / 32) * 4;
-    // As many blocks as are resident at once (at most one a row group).
     auto ln = [&](const char* form, auto kern, u32 RW, bool check) {
-      CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, lshared));
-      int per = 0;
-      CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kern, 256, lshared));
-      const u32 blocks = std::min<u32>((N + 8 * RW - 1) / (8 * RW), u32(per) * u32(sms));
+      const u32 blocks = resident_grid(kern, lshared, (N + 8 * RW - 1) / (8 * RW), sms);
       run(form, check, [&](int c) {
         kern<<<blocks, 256, lshared>>>(x, reinterpret_cast<const uint4*>(d.w[c]), reinterpret_cast<const unsigned short*>(d.s[c]),
                                        reinterpret_cast<const unsigned short*>(d.b[c]), y, N, K, nullptr, 1u);
@@ -385,10 +390,7 @@ int main() {
     printf("\n%s: %.2f MB a launch (codes, scales, biases), experts %.1f MB, %d copies\n", e.name, bytes / 1e6, q.bytes() / 1e6, d.copies);
     const u32 lshared = (K + K / 32) * 4;
     auto ln = [&](const char* form, auto kern, u32 RW, bool check) {
-      CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, lshared));
-      int resident = 0;
-      CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kern, 256, lshared));
-      const u32 blocks = std::min<u32>((N + 8 * RW - 1) / (8 * RW), u32(resident) * u32(sms));
+      const u32 blocks = resident_grid(kern, lshared, (N + 8 * RW - 1) / (8 * RW), sms);
       auto launch = [&](int c, int i) {
         kern<<<blocks, 256, lshared>>>(d.x, reinterpret_cast<const uint4*>(d.w[c]), reinterpret_cast<const unsigned short*>(d.s[c]),
                                        reinterpret_cast<const unsigned short*>(d.b[c]), d.y, N, K, ids + 8 * i, e.per);
