@@ -451,11 +451,12 @@ __device__ __forceinline__ u32 opaque_u32(u32 v) {
     asm("" : "+r"(v));
     return v;
 }
-// (v & 0x000F000F) | c in one LOP3 where c is a register (two immediates
-// become an AND and an OR).
-__device__ __forceinline__ u32 nibble_pairs_or(u32 v, u32 c) {
+// (v & MASK) | c in one LOP3 where c is a register (two immediates become
+// an AND and an OR).
+template <u32 MASK>
+__device__ __forceinline__ u32 and_or(u32 v, u32 c) {
     u32 d;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(v), "n"(0x000F000F), "r"(c));
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(v), "n"(MASK), "r"(c));
     return d;
 }
 
@@ -1629,7 +1630,7 @@ __device__ __forceinline__ void gc_round(const GcShared& sh, const uint4 (&qa)[G
     auto lo_f = [](u32 v) { return to_f(*reinterpret_cast<const T*>(&v)); };
     auto hi_f = [](u32 v) { const u32 h = v >> 16; return to_f(*reinterpret_cast<const T*>(&h)); };
     const u32 magic = LOP3 ? opaque_u32(QMagic<T>::P2) : QMagic<T>::P2;
-    auto ext = [magic](u32 word, u32 s) { return LOP3 ? nibble_pairs_or(word >> s, magic) : ((word >> s) & 0x000F000Fu) | QMagic<T>::P2; };
+    auto ext = [magic](u32 word, u32 s) { return LOP3 ? and_or<0x000F000Fu>(word >> s, magic) : ((word >> s) & 0x000F000Fu) | QMagic<T>::P2; };
     const uint4* xr = sh.xp + g0 * (GS / 8u);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -3344,7 +3345,7 @@ __device__ __forceinline__ void gmv_gc_q4k(const unsigned char* w, const float* 
         }
     };
     const u32 magic = opaque_u32(P2);  // one LOP3 a pair (gc_round's LOP3)
-    auto ext = [magic](u32 word, u32 sh) { return nibble_pairs_or(word >> sh, magic); };
+    auto ext = [magic](u32 word, u32 sh) { return and_or<0x000F000Fu>(word >> sh, magic); };
     float acc_a = 0.0f, acc_b = 0.0f;
     qmv_ring<D>(mine, issue, [&](u32 u, u32 j) {
         const u32 s0 = (part + j * W) * 8u + 2u * t;  // this lane's first sub-block, over the row
@@ -3643,11 +3644,14 @@ __device__ __forceinline__ void gmv_gc_q6k(unsigned char* smem, const unsigned c
     const u64 abase = reinterpret_cast<u64>(w) + u64(rowa) * rb, bbase = reinterpret_cast<u64>(wb) + u64(rowb) * rb;
     const u32 sh_lo = 4u * (t >> 1), sh_hi = 2u * t;
     // Values l, l + 1 (halfword hw of a word) as f16 1024 + q: low nibbles of ql's word, high bits of qh's.
+    // The high bits shifted to 4-5 before the mask (bits of the upper halfword land at 10 and up, masked off), and
+    // each mask with its OR one LOP3 (the magic in a register, as gc_round's LOP3).
+    const u32 magic = opaque_u32(0x64006400u);
     auto cvt = [&](u32 lw, u32 hw2, u32 hw) {
         const u32 sel = hw ? 0x4342u : 0x4140u;
-        const u32 lo = (__byte_perm(lw, 0u, sel) >> sh_lo) & 0x000F000Fu;
-        const u32 hi = (__byte_perm(hw2, 0u, sel) >> sh_hi) & 0x00030003u;
-        return lo | (hi << 4) | 0x64006400u;
+        const u32 lo = __byte_perm(lw, 0u, sel) >> sh_lo;
+        const u32 hi = (__byte_perm(hw2, 0u, sel) << 4) >> sh_hi;
+        return and_or<0x00300030u>(hi, and_or<0x000F000Fu>(lo, magic));
     };
     float acc_a = 0.0f, acc_b = 0.0f;
     for (u32 i = 0; i < mine; ++i) {

@@ -8,7 +8,7 @@ import os, re, sys
 root = sys.argv[1]
 common = open(f'{root}/shaders/cuda/common.cuh').read()
 # Drop every function whose body holds inline PTX, and smem_addr.
-pat = re.compile(r'(template <int N>\s*\n)?__device__ __forceinline__ [^{;]*\{', re.M)
+pat = re.compile(r'(template <[^>]*>\s*\n)?__device__ __forceinline__ [^{;]*\{', re.M)
 pos = 0
 res = ''
 for m in pat.finditer(common):

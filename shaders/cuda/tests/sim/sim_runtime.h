@@ -280,7 +280,7 @@ inline float ex2_approx(float x) {
 // to about 2^-11 relative, is not modelled).
 inline float tanh_approx(float x) { return std::tanh(x); }
 inline unsigned opaque_u32(unsigned v) { return v; }
-inline unsigned nibble_pairs_or(unsigned v, unsigned c) { return (v & 0x000F000Fu) | c; }
+template <unsigned MASK> inline unsigned and_or(unsigned v, unsigned c) { return (v & MASK) | c; }
 
 // max.NaN.f32: the larger, the canonical NaN where either is NaN.
 inline float fmax_nan(float a, float b) {
