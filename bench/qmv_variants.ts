@@ -227,6 +227,15 @@ const cases: Case[] = [
   // Qwen3.6-35B-A3B's decode products (hidden 2048): the gated delta net's in_proj, attention's out_proj, lm_head.
   ggml('Qwen3.6-35B in_proj', 'Q4_K', 1, 12352, 2048),
   ggml('Qwen3.6-35B lm_head', 'Q4_K', 1, 248320, 2048),
+  // Q4_K_M's Q6_K output projections and dense down / v projections, and Q8_0's (Q8_0 models; Q4_K_M where rows are
+  // not multiples of 256: Gemma 4's MLP down), one token.
+  ggml('Gemma 4 lm_head', 'Q6_K', 1, 262144, 2816),
+  ggml('Qwen3.6-35B lm_head', 'Q6_K', 1, 248320, 2048),
+  ggml('Qwen3.6-35B out_proj', 'Q6_K', 1, 2048, 4096),
+  ggml('Qwen3.6-35B shared down', 'Q6_K', 1, 2048, 512),
+  ggml('Gemma 4 lm_head', 'Q8_0', 1, 262144, 2816),
+  ggml('Qwen3.6-35B in_proj', 'Q8_0', 1, 12352, 2048),
+  ggml('Gemma 4 mlp down', 'Q8_0', 1, 2816, 2112),
   affine('Qwen3.6-35B in_proj', 4, 64, 1, 12352, 2048),
   affine('Qwen3.6-35B out_proj', 4, 64, 1, 2048, 4096),
   affine('Qwen3.6-35B lm_head', 4, 64, 1, 248320, 2048),

@@ -19,7 +19,9 @@
 // (dotTolerance): Metal's vector kernels sum f32 products of an f32 weight
 // (f32); its matrix kernels stage the weight as f16, x as f32 (f16); CUDA's
 // tensor cores take both in f16 (f16), the weight rounded from a and b
-// rounded to f16 (ts/ops/quantized_matmul_ggml.ts).
+// rounded to f16, and one token of Q8_0 or Q6_K on the int8 entry (x
+// rounded to int8 a chunk of 32 values, about bf16's 8 bits: bf16)
+// (ts/ops/quantized_matmul_ggml.ts).
 // Dequantization and embedding rows: max |got - want| / max |want| under the
 // output dtype's TOL (each value computed in f32, rounded once).
 
@@ -43,7 +45,10 @@ import {
   ggmlDequantize,
   ggmlGcTakes,
   GC_Q6_MAX_BLOCKS,
+  GGML_I8_Q8_MIN_ROWS,
+  ggmlI8Takes,
   ggmlMatmulCudaLaunch,
+  ggmlMvCudaShared,
   ggmlMmCudaTile,
   ggmlMvCudaSharedBytes,
   ggmlMvCudaStageRow,
@@ -62,7 +67,7 @@ import {
   ggmlQuantize,
 } from '../ts/ops/quantized_matmul_ggml.ts';
 import { structSize } from '../ts/params.ts';
-import { record } from '../ts/plan.ts';
+import { record, type CudaLaunch } from '../ts/plan.ts';
 import { GgufFile } from '../ts/weights/index.ts';
 import {
   describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, run, scaledErr, TARGET_LIMITS, TOL,
@@ -205,12 +210,24 @@ describe('quantized_matmul_ggml params, bindings and launches', () => {
       .toEqual([[true, q8(1, 3)], [true, q8(3, 9)], [true, q8(1, 1)], [true, q8(3, 180)], [false, 4 * 3 * 16 * 304 + 2048]]);
     expect(ggmlGcTakes('Q8_0', 2, 2112, 176)).toBe(false);
     // One token of Q6_K: its group-column engine alike, x as f16 with a sum a group of 16 values (k 2 + k / 4 + 320 bytes).
-    expect([512, 5376, 43520, 43776].map((k) => [ggmlGcTakes('Q6_K', 1, k, 128), ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 2048, k).threadgroupMemory![0]]))
+    expect([512, 5376, 43520, 43776].map((k) => [ggmlGcTakes('Q6_K', 1, k, 128), ggmlMvCudaShared('Q6_K', 1, k, 128)]))
       .toEqual([[true, 4 * 16 * 240 + 1024 + 128 + 320], [true, 4 * 3 * 16 * 240 + 5376 * 2 + 1344 + 320],
         [true, 4 * 3 * 16 * 240 + 43520 * 2 + 10880 + 320], [false, 4 * 3 * 16 * 240 + 2048]]);
     // Past GC_Q6_MAX_BLOCKS blocks (an output projection over a large vocabulary), Q6_K's vector engine.
     expect([ggmlGcTakes('Q6_K', 1, 2816, GC_Q6_MAX_BLOCKS), ggmlGcTakes('Q6_K', 1, 2816, GC_Q6_MAX_BLOCKS + 1)]).toEqual([true, false]);
     expect(ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 262144, 2816).threadgroupMemory![0]).toBe(4 * 3 * 16 * 240 + 2048);
+    // One token of Q8_0 from GGML_I8_Q8_MIN_ROWS rows and of Q6_K up to GC_Q6_MAX_BLOCKS tiles: the int8 entry, 256
+    // threads, a block a unit of 8 rows up to 2 an SM, x as int8 with a {scale, sum} pair a chunk of 32 and 512 bytes.
+    const i8 = (t: string, grid: number, k: number): CudaLaunch => ({ grid: [grid, 1, 1], threads: [256, 1, 1],
+      threadgroupMemory: { 0: k + (k / 32) * 8 + 512 }, entry: `kernel_mul_mv_${t}_f32_i8` });
+    expect(ggmlMatmulCudaLaunch('Q8_0', 'vector', 1, 12352, 2048, TARGET_LIMITS.cuda)).toEqual(i8('q8_0', 264, 2048));
+    expect(ggmlMatmulCudaLaunch('Q8_0', 'vector', 1, GGML_I8_Q8_MIN_ROWS, 2048, { multiprocessors: 1000 })).toEqual(i8('q8_0', 1024, 2048));
+    expect(ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 2048, 4096, TARGET_LIMITS.cuda)).toEqual(i8('q6_K', 256, 4096));
+    expect(ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 37, 256)).toEqual(i8('q6_K', 5, 256));
+    expect([ggmlI8Takes('Q8_0', 1, GGML_I8_Q8_MIN_ROWS - 1, 2048), ggmlI8Takes('Q6_K', 1, 16 * GC_Q6_MAX_BLOCKS, 2816),
+      ggmlI8Takes('Q6_K', 1, 16 * GC_Q6_MAX_BLOCKS + 1, 2816), ggmlI8Takes('Q6_K', 2, 2048, 2816), ggmlI8Takes('Q4_K', 1, 17408, 5120),
+      ggmlI8Takes('Q8_0', 1, 12352, 78208), ggmlI8Takes('Q8_0', 1, 12352, 78240)]).toEqual([false, true, false, false, false, true, false]);
+    expect(ggmlMatmulCudaLaunch('Q8_0', 'vector', 1, 2816, 2112).entry).toBeUndefined();
     expect(ggmlMatmulCudaLaunch('Q4_K', 'matrix', 8192, 17408, 5120)).toEqual({ grid: [68 * 64, 1, 1], threads: [256, 1, 1],
       threadgroupMemory: { 0: 61440 } });
     expect(ggmlMmCudaTile(100, 100)).toEqual({ bm: 64, bn: 128, threads: 128, sharedBytes: 30720 });
@@ -442,8 +459,11 @@ function product(dev: Device, type: GgmlQuantType, m: number, n: number, k: numb
 
 describeBackends('quantized_matmul_ggml parity', ({ device, backend }) => {
   /** The tolerance of a form at k (the file comment). */
-  const tolOf = (form: 'vector' | 'matrix', k: number): number =>
-    dotTolerance(backend !== 'cuda' && form === 'vector' ? 'f32' : 'f16', k);
+  const tolOf = (form: 'vector' | 'matrix', k: number, i8 = false): number =>
+    dotTolerance(backend !== 'cuda' && form === 'vector' ? 'f32' : backend === 'cuda' && i8 ? 'bf16' : 'f16', k);
+  /** The tolerance of one product as the op plans it (on cuda the int8 entry where ggmlI8Takes). */
+  const tolFor = (type: GgmlQuantType, form: 'vector' | 'matrix', m: number, n: number, k: number): number =>
+    tolOf(form, k, form === 'vector' && ggmlI8Takes(type, m, n, k));
 
   // [m, n, blocks of k]: one output, odd row counts under and past a simdgroup's, a threadgroup's and the tiles.
   const VECTOR: readonly [number, number, number][] = [[1, 1, 1], [1, 37, 2], [3, 33, 1], [8, 70, 3]];
@@ -457,12 +477,27 @@ describeBackends('quantized_matmul_ggml parity', ({ device, backend }) => {
         for (const [m, n, blocks] of shapes) {
           const k = qk * blocks;
           const e = product(dev, type, m, n, k, form, m * 7919 + n * 104729 + k);
-          if (!(e <= tolOf(form, k))) over.push(`${form} [${m}, ${n}, ${k}]: ${e}`);
+          if (!(e <= tolFor(type, form, m, n, k))) over.push(`${form} [${m}, ${n}, ${k}]: ${e}`);
         }
       }
       expect(over).toEqual([]);
     }, 120_000);
   }
+
+  // One token on either side of the int8 entry's bounds (on cuda; elsewhere the same vector kernels): Q8_0 from
+  // GGML_I8_Q8_MIN_ROWS rows (a partial unit of 8 rows; k 704, 22 chunks; 2 bytes a row past 4), Q6_K up to and past
+  // GC_Q6_MAX_BLOCKS tiles (k 256: one super-block, rows on 2 bytes).
+  test('one token: the int8 entry and its bounds (Q8_0 [8191 | 8197, 704], Q6_K [32768 | 32784, 256])', () => {
+    const dev = device();
+    const over: string[] = [];
+    for (const [type, n, k] of [['Q8_0', 8191, 704], ['Q8_0', 8197, 704], ['Q6_K', 32768, 256], ['Q6_K', 32784, 256]] as const) {
+      const e = product(dev, type, 1, n, k, undefined, n + k);
+      if (!(e <= tolFor(type, 'vector', 1, n, k))) over.push(`${type} [${n}, ${k}]: ${e}`);
+    }
+    expect([ggmlI8Takes('Q8_0', 1, 8191, 704), ggmlI8Takes('Q8_0', 1, 8197, 704), ggmlI8Takes('Q6_K', 1, 32768, 256),
+      ggmlI8Takes('Q6_K', 1, 32784, 256)]).toEqual([false, true, true, false]);
+    expect(over).toEqual([]);
+  }, 120_000);
 
   // Split k, [m, n, k, scratch in m x n planes, splits] at 132 SMs: ragged m and n tiles with 72 chunks as 9 slices;
   // 50 chunks as 6 (the last 5); one tile as 16; a scratch of 3 planes; one plane (no split: the matrix kernel).

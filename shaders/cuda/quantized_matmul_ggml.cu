@@ -38,6 +38,11 @@
 //     gmv_gc_q4k, gmv_gc_q8_0, gmv_gc_q6k in common.cuh): the codes as
 //     16-bit numbers with the format's scale groups as the mma's 8 columns,
 //     on the vector engine's grid (see the entries below for when each runs).
+//   int8 (one token of Q8_0 and Q6_K where the op names the _i8 entries,
+//     ggmlI8Takes; gdq below over common.cuh's i8_mv): x rounded to int8 a
+//     chunk of 32 values into shared memory, a warp a weight row whose codes
+//     it reads straight from memory (4 items a lane in flight) and multiplies
+//     by dp4a, a persistent grid of 256-thread blocks.
 //   matrix (kernel_mul_mm_<t>_f32): the tile shapes of dense.cu
 //     (denseMmCudaTile: 128 x 256 by 8 warps or 64 x 128 by 4), 32-wide k
 //     stages in two shared buffers: while the warps multiply one, each
@@ -420,22 +425,34 @@ GGML_MV_ENTRY(kernel_mul_mv_q5_K_f32, GGML_Q5_K)
 GGML_MV_ENTRY(kernel_mul_mv_q6_K_f32, GGML_Q6_K)
 #endif
 
-#if MLXN_CUDA_PART_IS(6)
-// The int8 engine's variants (gdq<F, R, S, U>), same bindings; the op does
-// not launch them. Grid: any (a block walks units of 8 / S x R rows; two
-// blocks an SM cover the rows without a wave tail), 256 threads, dynamic
-// shared memory M x K + M x K / 32 x 8 + 2 x 8 x R x 8 x 4 bytes.
-//   _vdq1:  a warp a row, 4 items a lane in flight (Q5_K 3: 4 spill),
-//           for Qwen3.6 / Gemma 4 up.
-//   _vdq2:  a warp two rows, 2 items a lane in flight.
-//   _vdqs4: four warps a row (its items split four ways), 3 in flight: at
-//           k = 17408 (the down projections) a warp's share of a row
-//           (68 Q4_K items, 136 of 32 values) in one or two rounds.
+// The int8 engine (gdq<F, R, S, U>) as an entry of the vector form's
+// bindings. Grid: any (a block walks units of 8 / S x R rows; two blocks an
+// SM cover the rows without a wave tail), 256 threads, dynamic shared memory
+// M x K + M x K / 32 x 8 + 2 x 8 x R x 8 x 4 bytes.
 #define GGML_MV_DQ_ENTRY(NAME, F, R, S, U)                                                                          \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME(const unsigned char* src0, const float* src1, float* dst, \
                                                            const GgmlMatvecParams* p) {                              \
         gdq<F, R, S, U>(src0, src1, dst, u32(p->ne1), u32(p->ne01), u32(p->ne00), p->ne10, p->ne0);                \
     }
+
+#if MLXN_CUDA_PART_IS(7)
+// kernel_mul_mv_q8_0_f32's and kernel_mul_mv_q6_K_f32's launch for one token
+// where the op names it (ggmlI8Takes; their CUDA entries <kernel>_i8, another
+// launch of the same bindings): the int8 engine at a warp a row, 4 items a
+// lane in flight (_vdq1's shape), x rounded to int8 a chunk of 32 values as
+// llama.cpp's vector products round it (ggmlMatmulCudaLaunch).
+GGML_MV_DQ_ENTRY(kernel_mul_mv_q8_0_f32_i8, GGML_Q8_0, 1, 1, 4)
+GGML_MV_DQ_ENTRY(kernel_mul_mv_q6_K_f32_i8, GGML_Q6_K, 1, 1, 4)
+#endif
+
+#if MLXN_CUDA_PART_IS(6)
+// The int8 engine's harness variants, which the op does not launch (bench/qmv_variants.ts):
+//   _vdq1:  a warp a row, 4 items a lane in flight (Q5_K 3: 4 spill),
+//           for Qwen3.6 / Gemma 4 up (the _i8 entries' shape).
+//   _vdq2:  a warp two rows, 2 items a lane in flight.
+//   _vdqs4: four warps a row (its items split four ways), 3 in flight: at
+//           k = 17408 (the down projections) a warp's share of a row
+//           (68 Q4_K items, 136 of 32 values) in one or two rounds.
 #define GGML_MV_DQ_ENTRIES(T, F)                                    \
     GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdq1, F, 1, 1, F == GGML_Q5_K ? 3 : 4) \
     GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdq2, F, 2, 1, 2)      \
@@ -446,7 +463,6 @@ GGML_MV_DQ_ENTRIES(q4_K, GGML_Q4_K)
 GGML_MV_DQ_ENTRIES(q5_K, GGML_Q5_K)
 GGML_MV_DQ_ENTRIES(q6_K, GGML_Q6_K)
 #undef GGML_MV_DQ_ENTRIES
-#undef GGML_MV_DQ_ENTRY
 
 #define GGML_MV_GC_ENTRY(W)                                                                                                  \
     extern "C" __global__ void __launch_bounds__(128, 4) kernel_mul_mv_q4_K_f32_vgc##W(const unsigned char* src0, const float* src1, \
@@ -458,6 +474,7 @@ GGML_MV_GC_ENTRY(4)
 #undef GGML_MV_GC_ENTRY
 
 #endif
+#undef GGML_MV_DQ_ENTRY
 
 // ---- kernel_mul_mm_<t>_f32 ----
 

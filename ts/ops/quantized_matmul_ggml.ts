@@ -49,7 +49,7 @@ import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { familyPlans, record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { familyPlans, record, type CudaLaunch, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBufferRules, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, checkU32Count, I32_MAX, invalid, ruleBindings, U32_MAX,
@@ -70,17 +70,19 @@ export type GgmlQuantType = (typeof GGML_QUANT_TYPES)[number];
 export const GGML_KERNEL_TYPE: Readonly<Record<GgmlQuantType, string>> = { Q4_0: 'q4_0', Q8_0: 'q8_0', Q4_K: 'q4_K', Q5_K: 'q5_K', Q6_K: 'q6_K' };
 
 /**
- * The CUDA program's parts 1 to 6 (FamilySources.cudaParts): the matrix
+ * The CUDA program's parts 1 to 7 (FamilySources.cudaParts): the matrix
  * form of each block format (its entry and its split-k entry, 1.7-1.8 s of
  * NVRTC 13.0 on one thread each), then the int8 vector engine's harness
- * variants, which the op does not launch (3.1 s); the vector, dequantize
- * and embedding entries are part 0 (2.7 s). The whole family took 15.3 s;
- * a model's prompt compiles the formats its file uses.
+ * variants, which the op does not launch (3.1 s), then the int8 entries the
+ * op launches for one token of Q8_0 and Q6_K (ggmlI8Takes); the vector,
+ * dequantize and embedding entries are part 0 (2.7 s). The whole family took
+ * 15.3 s; a model's prompt compiles the formats its file uses.
  */
 export const QUANTIZED_MATMUL_GGML_CUDA_PARTS: readonly (readonly string[])[] = [
   ...GGML_QUANT_TYPES.map((q) => [`kernel_mul_mm_${GGML_KERNEL_TYPE[q]}_f32`, `kernel_mul_mm_${GGML_KERNEL_TYPE[q]}_f32_splitk`]),
   [...GGML_QUANT_TYPES.flatMap((q) => ['vdq1', 'vdq2', 'vdqs4'].map((v) => `kernel_mul_mv_${GGML_KERNEL_TYPE[q]}_f32_${v}`)),
     'kernel_mul_mv_q4_K_f32_vgc2', 'kernel_mul_mv_q4_K_f32_vgc4'],
+  ['kernel_mul_mv_q8_0_f32_i8', 'kernel_mul_mv_q6_K_f32_i8'],
 ];
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const QUANTIZED_MATMUL_GGML_SOURCES = familySources(QUANTIZED_MATMUL_GGML_FAMILY, {
@@ -241,6 +243,33 @@ export function ggmlGcTakes(type: GgmlQuantType, m: number, k: number, blocks: n
  */
 export const GC_Q6_MAX_BLOCKS = 2048;
 
+/**
+ * Rows of a one-token Q8_0 product from which the op launches the int8
+ * engine: on an H200 it ran Qwen3.6-35B's in_proj [12352, 2048] in 12.3 us
+ * against the group-column engine's 15.4, the 262144-row output projection
+ * in 251 against 315, and Gemma 4's MLP down [2816, 2112] in 7.2 against 6.6
+ * (bench/notes/gguf-i8-2026-11-28.md).
+ */
+export const GGML_I8_Q8_MIN_ROWS = 8192;
+/** Blocks an SM of the int8 entries (their launch bounds: 256 threads, 2 blocks). */
+const GGML_I8_BLOCKS_PER_SM = 2;
+/** The int8 engine's shared memory at one token: x as int8, a {scale, sum} pair a chunk of 32, the warps' 512 bytes. */
+export const ggmlI8SharedBytes = (k: number): number => k + (k / 32) * 8 + 2 * 8 * 8 * 4;
+/**
+ * Whether the op launches one token's product as kernel_mul_mv_<t>_f32's
+ * int8 entry (kernel_mul_mv_<t>_f32_i8; shaders/cuda/quantized_matmul_ggml.cu):
+ * Q8_0 from GGML_I8_Q8_MIN_ROWS rows; Q6_K up to GC_Q6_MAX_BLOCKS tiles of
+ * 16 rows (past them the vector engine ran faster: 356 against 396 us at a
+ * 262144-row output projection on an H200); x's copy within GC_MAX_SHARED.
+ * x is rounded to int8 a chunk of 32 values (a scale max |x| / 127 each),
+ * as llama.cpp's vector products round it.
+ */
+export function ggmlI8Takes(type: GgmlQuantType, m: number, n: number, k: number): boolean {
+  if (m !== 1 || ggmlI8SharedBytes(k) > GC_MAX_SHARED) return false;
+  if (type === 'Q8_0') return n >= GGML_I8_Q8_MIN_ROWS;
+  return type === 'Q6_K' && ceilDiv(n, GGML_MV_CUDA_ROWS) <= GC_Q6_MAX_BLOCKS;
+}
+
 /** The CUDA shared memory of a one-token vector launch (both forms) of `blocks` blocks: a group-column engine's where it takes the product. */
 export function ggmlMvCudaShared(type: GgmlQuantType, m: number, k: number, blocks: number): number {
   if (!ggmlGcTakes(type, m, k, blocks)) return ggmlMvCudaSharedBytes(type);
@@ -294,8 +323,20 @@ export function quantizedMatmulGgmlScratchElements(m: number, n: number, k: numb
   return sp === null ? 0 : sp.splits * m * n;
 }
 
-/** The CUDA launch of the vector or matrix kernel at these sizes. */
-export function ggmlMatmulCudaLaunch(type: GgmlQuantType, form: 'vector' | 'matrix', m: number, n: number, k: number): Launch {
+/**
+ * The CUDA launch of the vector or matrix kernel at these sizes: for one
+ * token where ggmlI8Takes, the int8 entry on a grid of a block a unit of 8
+ * rows up to 2 an SM (the SMs of `limits`; all the units where unknown).
+ */
+export function ggmlMatmulCudaLaunch(type: GgmlQuantType, form: 'vector' | 'matrix', m: number, n: number, k: number,
+  limits: Pick<DeviceLimits, 'multiprocessors'> = { multiprocessors: 0 }): CudaLaunch {
+  if (form === 'vector' && ggmlI8Takes(type, m, n, k)) {
+    const units = ceilDiv(n, 8);
+    return {
+      grid: [limits.multiprocessors > 0 ? Math.min(units, GGML_I8_BLOCKS_PER_SM * limits.multiprocessors) : units, 1, 1],
+      threads: [256, 1, 1], threadgroupMemory: { 0: ggmlI8SharedBytes(k) }, entry: `kernel_mul_mv_${GGML_KERNEL_TYPE[type]}_f32_i8`,
+    };
+  }
   if (form === 'vector') {
     const blocks = ceilDiv(n, GGML_MV_CUDA_ROWS);
     return { grid: [blocks, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaShared(type, m, k, blocks) } };
@@ -400,7 +441,9 @@ export function ggmlMvMetalLaunch(type: GgmlQuantType, m: number, n: number): La
  * in f32; its matrix kernels stage the weight as f16 (llama.cpp's tile) and
  * x as f32. CUDA's tensor cores take both in f16 (the weight w = a q + b
  * from a and b rounded to f16, the product rounded once; x rounded), summed
- * in f32.
+ * in f32; one token of Q8_0 or Q6_K where ggmlI8Takes: x rounded to int8 a
+ * chunk of 32 values (scale max |x| / 127), the codes' products summed in
+ * int32 (dp4a) and scaled in f32, as llama.cpp's vector products.
  *
  * Rules: mlx-native's (validateQuantizedMatmulGgml). Kernels:
  * kernel_mul_mv_<t>_f32 (the vector form) and kernel_mul_mm_<t>_f32 (the
@@ -419,7 +462,9 @@ export function ggmlMvMetalLaunch(type: GgmlQuantType, m: number, n: number): La
  * (8, 8, 1) for Q4_0 and Q8_0, (ceil(n / 2), m, 1) of (2, 32, 1) for the K
  * formats; matrix (ceil(m / 32), ceil(n / 64), 1) of 128 threads, a 32 x 64
  * tile each. CUDA: ggmlMatmulCudaLaunch (the vector engine, 16 weight rows a
- * block of 128 threads; the matrix engine's tiles).
+ * block of 128 threads, or for one token of Q8_0 or Q6_K the int8 entry
+ * kernel_mul_mv_<t>_f32_i8 on a persistent grid of 256-thread blocks; the
+ * matrix engine's tiles).
  */
 export function quantizedMatmulGgml(enc: Encoder, args: QuantizedMatmulGgmlArgs): void {
   record(enc, planQuantizedMatmulGgml(args, enc.device.limits, enc.device));
@@ -451,7 +496,7 @@ export function planQuantizedMatmulGgml(a: QuantizedMatmulGgmlArgs, limits: Devi
       buffers: [a.weight, a.input, a.output],
       bytes: [, , , packGgmlMatvecParams(a)],
       ...ggmlMvMetalLaunch(a.ggmlType, a.m, a.n),
-      cuda: ggmlMatmulCudaLaunch(a.ggmlType, 'vector', a.m, a.n, a.k),
+      cuda: ggmlMatmulCudaLaunch(a.ggmlType, 'vector', a.m, a.n, a.k, limits),
     }
     : {
       kernel: `kernel_mul_mm_${t}_f32`,

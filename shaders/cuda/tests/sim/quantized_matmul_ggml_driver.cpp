@@ -66,6 +66,18 @@ double worst_of(const Arr<float>& y, const std::vector<double>& ref, const std::
   return worst;
 }
 
+// ggmlMatmulCudaLaunch's shared memory of the vector entry on its own grid
+// (ceil(N / 16) blocks): the vector engine's, or a group-column engine's
+// where it takes one token (Q4_K the larger of both).
+u32 mv_smem(int f, u32 M, u32 K) {
+  const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
+  u32 smem = 4 * 3 * 16 * sp + 4 * 128 * 4;
+  if (M == 1 && f == Q4_K) smem = std::max(smem, K * 2 + K / 32 * 4 + 1024);
+  if (M == 1 && f == Q8_0) smem = 4 * std::min(3u, cdiv(cdiv(K, 256), 4)) * 16 * sp + cdiv(K, 256) * 8 * 68 + 320;
+  if (M == 1 && f == Q6_K) smem = 4 * std::min(3u, cdiv(K / 256, 4)) * 16 * sp + K * 2 + K / 4 + 320;
+  return smem;
+}
+
 // y = x W^T through kernel_mul_mv_<t>_f32 (vector) or kernel_mul_mm_<t>_f32
 // (matrix), the weight 16-byte aligned plus `shift` bytes.
 template <class MV, class MM>
@@ -80,13 +92,7 @@ void run_matmul(int f, MV mv, MM mm, bool matrix, u32 M, u32 N, u32 K, bool big_
                            " K=" + std::to_string(K) + (shift ? " weight +" + std::to_string(shift) : "");
   if (!matrix) {
     GgmlMatvecParams p{K, N, 1, K, 1, N, M, 1, 1};
-    const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
-    // ggmlMatmulCudaLaunch's shared memory: the vector engine's, or a group-column engine's where it takes more.
-    u32 smem = 4 * 3 * 16 * sp + 4 * 128 * 4;
-    if (M == 1 && f == Q4_K) smem = std::max(smem, K * 2 + K / 32 * 4 + 1024);
-    if (M == 1 && f == Q8_0) smem = 4 * std::min(3u, cdiv(cdiv(K, 256), 4)) * 16 * sp + cdiv(K, 256) * 8 * 68 + 320;
-    if (M == 1 && f == Q6_K) smem = 4 * std::min(3u, cdiv(K / 256, 4)) * 16 * sp + K * 2 + K / 4 + 320;
-    sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, smem, [&] { mv(w, x.p, y.p, &p); });
+    sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, mv_smem(f, M, K), [&] { mv(w, x.p, y.p, &p); });
   } else {
     GgmlMatmulMmParams p{};
     p.ne00 = int(K); p.ne02 = 1; p.nb01 = rb; p.nb02 = rb * N; p.ne12 = 1; p.nb10 = 4; p.nb11 = 4ull * K; p.nb12 = 4ull * K * M;
@@ -149,8 +155,7 @@ void run_variants(int f, MV mv, const std::vector<DqVariant>& vs, u32 M, u32 N, 
   x.random();
   y0.poison();
   GgmlMatvecParams p{K, N, 1, K, 1, N, M, 1, 1};
-  const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
-  sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4, [&] { mv(t.w, x.p, y0.p, &p); });
+  sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, mv_smem(f, M, K), [&] { mv(t.w, x.p, y0.p, &p); });
   std::vector<double> want, mag, entry(size_t(M) * N);
   product(f, t, x, M, N, K, want, mag);
   for (size_t e = 0; e < entry.size(); ++e) entry[e] = y0.at(e);
@@ -180,8 +185,7 @@ void run_gc(MV mv, GC gc, u32 W, u32 N, u32 K) {
   y0.poison();
   y.poison();
   GgmlMatvecParams p{K, N, 1, K, 1, N, 1, 1, 1};
-  const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
-  sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4, [&] { mv(t.w, x.p, y0.p, &p); });
+  sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, mv_smem(f, 1, K), [&] { mv(t.w, x.p, y0.p, &p); });
   sim_launch({cdiv(cdiv(N, 16) * W, 4), 1, 1}, {128, 1, 1}, K * 2 + K / 32 * 4 + 1024, [&] { gc(t.w, x.p, y.p, &p); });
   std::vector<double> want, mag, entry(N);
   product(f, t, x, 1, N, K, want, mag);
@@ -328,6 +332,22 @@ int main(int argc, char** argv) {
     /* N a multiple of 4: the sum's 16-byte reads (the ones above read floats). */                                \
     run_split(F, kernel_mul_mm_##T##_f32_splitk, 33, 200, 1024, 4, 8);                                          \
   }
+  // The int8 entries the op launches for one token of Q8_0 and Q6_K (ggmlI8Takes), beside the vector entry and the
+  // float64 product at 1e-2 (x as int8), on 2 blocks that walk the units: rows past a unit, Q8_0's k 704 (22 chunks),
+  // rows on 2 bytes, the weight 2 and 4 bytes off 16.
+#define I8_ENTRY(F, T)                                                                      \
+  {                                                                                         \
+    const std::vector<DqVariant> i8 = {{"i8", kernel_mul_mv_##T##_f32_i8, 1, 1}};            \
+    run_variants(F, kernel_mul_mv_##T##_f32, i8, 1, 37, F == Q8_0 ? 704 : 256);              \
+    run_variants(F, kernel_mul_mv_##T##_f32, i8, 1, 530, 2816, 2);                           \
+    run_variants(F, kernel_mul_mv_##T##_f32, i8, 1, 21, F == Q8_0 ? 2112 : 768, 4);          \
+  }
+#define I8_ENTRIES I8_ENTRY(Q8_0, q8_0) I8_ENTRY(Q6_K, q6_K)
+  if (argc > 1 && std::string(argv[1]) == "i8") {
+    I8_ENTRIES
+    std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
+    return failures != 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "q6_K") {
     MATMUL(Q6_K, q6_K)
     std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
@@ -340,6 +360,7 @@ int main(int argc, char** argv) {
   }
   ALL_FORMATS(MATMUL)
   ALL_FORMATS(VARIANTS)
+  I8_ENTRIES
 #define ROWS(F, T)                                                                                                   \
   run_dequantize<float>(F, kernel_dequantize_##T##_f32, "f32", 3);                                                 \
   run_dequantize<__half>(F, kernel_dequantize_##T##_f16, "f16", 9);                                                \
