@@ -17,7 +17,7 @@
 // and runs it; `big` adds the 128 x 256 tiles and many vector blocks;
 // `variants` runs only the int8 engine's variants (run_variants) and Q4_K's
 // group-column ones (run_gc), `vgc` only the latter, `q8_0` / `q6_K` only
-// that format's products.
+// that format's products, `i8` only the op's int8 entries (I8_ENTRIES).
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include "ggml_blocks.h"
