@@ -218,6 +218,12 @@ const cases: Case[] = [
   ggml('Gemma 4 up', 'Q4_K', 1, 21504, 5376),
   ggml('Gemma 4 up', 'Q6_K', 1, 21504, 5376),
   ggml('Qwen3.6 up', 'Q4_K', 8, 17408, 5120),
+  // A few tokens at once (batched or speculative decoding): the vector form's _xs entry from 2 tokens.
+  ggml('Qwen3.6 up', 'Q4_K', 2, 17408, 5120),
+  ggml('Qwen3.6 up', 'Q4_K', 4, 17408, 5120),
+  ggml('Qwen3.6 down', 'Q4_K', 8, 5120, 17408),
+  ggml('Gemma 4 up', 'Q6_K', 8, 21504, 5376),
+  ggml('Qwen3.6 up', 'Q8_0', 8, 17408, 5120),
   affine('Qwen3.6 up', 4, 64, 1, 17408, 5120),
   affine('Qwen3.6 down', 4, 64, 1, 5120, 17408),
   affine('Gemma 4 up', 4, 64, 1, 21504, 5376),

@@ -47,6 +47,7 @@ import {
   GC_Q6_MAX_BLOCKS,
   GGML_I8_Q8_MIN_ROWS,
   ggmlI8Takes,
+  ggmlMvXsSharedBytes,
   ggmlMatmulCudaLaunch,
   ggmlMvCudaShared,
   ggmlMmCudaTile,
@@ -196,8 +197,11 @@ describe('quantized_matmul_ggml params, bindings and launches', () => {
     expect(ggmlMvMetalLaunch('Q6_K', 1, 17)).toEqual({ grid: [9, 1, 1], threads: [2, 32, 1] });
     // A window of 256 values from 16-byte units: Q4_0 144 bytes (176), Q8_0 272 (304), Q4_K 144, Q5_K 176 (208), Q6_K 210 (240).
     expect(GGML_QUANT_TYPES.map((t) => ggmlMvCudaStageRow(t))).toEqual([176, 304, 176, 208, 240]);
-    expect(ggmlMatmulCudaLaunch('Q4_K', 'vector', 2, 17408, 5120)).toEqual({ grid: [1088, 1, 1], threads: [128, 1, 1],
-      threadgroupMemory: { 0: 4 * 3 * 16 * 176 + 2048 } });
+    // From 2 tokens the _xs entry: 64 rows a block of 128 threads, the stages and two windows of x for 8 tokens.
+    expect(ggmlMatmulCudaLaunch('Q4_K', 'vector', 2, 17408, 5120)).toEqual({ grid: [272, 1, 1], threads: [128, 1, 1],
+      threadgroupMemory: { 0: 4 * 3 * 16 * 176 + 2 * 8 * 144 * 4 }, entry: 'kernel_mul_mv_q4_K_f32_xs' });
+    expect(GGML_QUANT_TYPES.map((t) => ggmlMatmulCudaLaunch(t, 'vector', 8, 70, 256).grid[0])).toEqual([2, 2, 2, 2, 2]);
+    expect(ggmlMvXsSharedBytes('Q6_K')).toBe(4 * 3 * 16 * 240 + 9216);
     // One token of Q4_K: the group-column engine on the same grid, with x's copy where it is the larger (k 17408), under the bound.
     expect([5120, 17408, 49152].map((k) => [ggmlGcTakes('Q4_K', 1, k, 320), ggmlMatmulCudaLaunch('Q4_K', 'vector', 1, 5120, k).threadgroupMemory![0]]))
       .toEqual([[true, 4 * 3 * 16 * 176 + 2048], [true, 17408 * 2 + 544 * 4 + 1024], [false, 4 * 3 * 16 * 176 + 2048]]);
@@ -466,7 +470,8 @@ describeBackends('quantized_matmul_ggml parity', ({ device, backend }) => {
     tolOf(form, k, form === 'vector' && ggmlI8Takes(type, m, n, k));
 
   // [m, n, blocks of k]: one output, odd row counts under and past a simdgroup's, a threadgroup's and the tiles.
-  const VECTOR: readonly [number, number, number][] = [[1, 1, 1], [1, 37, 2], [3, 33, 1], [8, 70, 3]];
+  // Past 8 rows of input the vector form takes them 8 at a time (asked for: mlx-native routes them to the matrix form).
+  const VECTOR: readonly [number, number, number][] = [[1, 1, 1], [1, 37, 2], [3, 33, 1], [8, 70, 3], [11, 21, 2]];
   const MATRIX: readonly [number, number, number][] = [[9, 7, 2], [33, 65, 3], [70, 130, 1]];
   for (const type of GGML_QUANT_TYPES) {
     test(`${type}: the vector and matrix forms at odd sizes, input and weight views`, () => {

@@ -2721,6 +2721,78 @@ __device__ __forceinline__ void gmv_x16(const float* x, const float* xu, u64 x_r
     }
 }
 
+// gmv_rows' x for gmv_window: token tok's 16 values of chunk c's half h of
+// the window at v0, read from memory and rounded (gmv_x16).
+template <bool SW>
+struct GmvXRows {
+    const float *x, *xu;
+    u64 x_row;
+    u32 tok, v0;
+    bool vec;
+    __device__ __forceinline__ void operator()(u32 c, u32 h, u32 (&xp)[8]) const { gmv_x16<SW>(x, xu, x_row, tok, v0 + 32u * c + 16u * h, vec, xp); }
+};
+
+// One window of 256 values of a 16-row tile (gmv_rows, gmv_xs): lane (g,
+// t) decodes chunks 2t and 2t + 1 of tile rows g (bytes at pa) and 8 + g
+// (pb) from the stage as f16 pairs and multiplies them with x, whose 16
+// values of chunk c's half h for the lane's token x_of(c, h, xp) gives as 8
+// f16 pairs, into acc (mma16). v0: the window's first value; chunks past K
+// count zero. wvec / w4: the weight's rows 16- / 4-byte aligned.
+template <int F, typename XOf>
+__device__ __forceinline__ void gmv_window(const unsigned char* pa, const unsigned char* pb, u32 t, u32 v0, u32 K, bool wvec, bool w4,
+                                           float (&acc)[4], XOf&& x_of) {
+    // Q4_K / Q5_K in whole 16-byte units: the lane's bytes of both rows' super-block in 16-byte loads.
+    constexpr bool KQ = F == GGML_Q4_K || F == GGML_Q5_K;
+    KqRegs ka, kb;
+    if constexpr (KQ) {
+        if (wvec) {
+            kq_load<F>(pa, t, ka);
+            kq_load<F>(pb, t, kb);
+        }
+    }
+#pragma unroll
+    for (u32 cc = 0; cc < 2; ++cc) {
+        const u32 c = 2u * t + cc;  // chunk of 32 within the window
+        const bool live = v0 + 32u * c < K;
+        GgmlRaw wa, wb;
+        if (KQ && wvec) {
+            kq_raw(ka, c, wa);
+            kq_raw(kb, c, wb);
+            if constexpr (F == GGML_Q5_K) {
+                kq_high(pa, wa);
+                kq_high(pb, wb);
+            }
+        } else if ((F == GGML_Q4_0 || F == GGML_Q8_0) && w4 && live) {
+            constexpr u32 PAIR = 2u * GgmlFmt<F>::BYTES;
+            qs_raw<F>(pa + PAIR * t, cc, wa);
+            qs_raw<F>(pb + PAIR * t, cc, wb);
+        } else if (F == GGML_Q6_K) {
+            q6_raw(pa, c, wa);
+            q6_raw(pb, c, wb);
+        } else if (live) {
+            raw_load<F>(pa, c, wa);
+            raw_load<F>(pb, c, wb);
+        }
+#pragma unroll
+        for (u32 h = 0; h < 2; ++h) {
+            u32 a0[8], a1[8], xp[8];
+            if (live) {
+                pairs16<F>(wa, h, a0);
+                pairs16<F>(wb, h, a1);
+                x_of(c, h, xp);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) a0[j] = a1[j] = xp[j] = 0u;
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const u32 a[4] = {a0[2 * j], a1[2 * j], a0[2 * j + 1], a1[2 * j + 1]};
+                mma16<ggml_t>(acc, a, xp[2 * j], xp[2 * j + 1]);
+            }
+        }
+    }
+}
+
 // The vector engine: the mma's 16 A rows (tile rows) against every row of
 // x ([M, K], rows x_row floats apart), 8 tokens at a time. Plain (GU
 // false): tile row r is weight row row0 + r of w, y[i * y_row + row] = x_i .
@@ -2788,56 +2860,7 @@ __device__ __forceinline__ void gmv_rows(unsigned char* smem_raw, const unsigned
             const u32 ta = rowa - row0, tb = GU ? 8u + rowb - row0 : rowb - row0;
             const unsigned char* pa = st + ta * SP + ((wbase + u64(rowa) * rb + off) & 15u);
             const unsigned char* pb = st + tb * SP + ((bbase + u64(rowb) * rb + off) & 15u);
-            // Q4_K / Q5_K in whole 16-byte units: the lane's bytes of both rows' super-block in 16-byte loads.
-            constexpr bool KQ = F == GGML_Q4_K || F == GGML_Q5_K;
-            KqRegs ka, kb;
-            if constexpr (KQ) {
-                if (wvec) {
-                    kq_load<F>(pa, t, ka);
-                    kq_load<F>(pb, t, kb);
-                }
-            }
-#pragma unroll
-            for (u32 cc = 0; cc < 2; ++cc) {
-                const u32 c = 2u * t + cc;  // chunk of 32 within the window
-                const bool live = v0 + 32u * c < K;
-                GgmlRaw wa, wb;
-                if (KQ && wvec) {
-                    kq_raw(ka, c, wa);
-                    kq_raw(kb, c, wb);
-                    if constexpr (F == GGML_Q5_K) {
-                        kq_high(pa, wa);
-                        kq_high(pb, wb);
-                    }
-                } else if ((F == GGML_Q4_0 || F == GGML_Q8_0) && w4 && live) {
-                    constexpr u32 PAIR = 2u * GgmlFmt<F>::BYTES;
-                    qs_raw<F>(pa + PAIR * t, cc, wa);
-                    qs_raw<F>(pb + PAIR * t, cc, wb);
-                } else if (F == GGML_Q6_K) {
-                    q6_raw(pa, c, wa);
-                    q6_raw(pb, c, wb);
-                } else if (live) {
-                    raw_load<F>(pa, c, wa);
-                    raw_load<F>(pb, c, wb);
-                }
-#pragma unroll
-                for (u32 h = 0; h < 2; ++h) {
-                    u32 a0[8], a1[8], xp[8];
-                    if (live) {
-                        pairs16<F>(wa, h, a0);
-                        pairs16<F>(wb, h, a1);
-                        gmv_x16<SW>(x, xu, x_row, tok, v0 + 32u * c + 16u * h, xvec, xp);
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < 8; ++j) a0[j] = a1[j] = xp[j] = 0u;
-                    }
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        const u32 a[4] = {a0[2 * j], a1[2 * j], a0[2 * j + 1], a1[2 * j + 1]};
-                        mma16<ggml_t>(acc, a, xp[2 * j], xp[2 * j + 1]);
-                    }
-                }
-            }
+            gmv_window<F>(pa, pb, t, v0, K, wvec, w4, acc, GmvXRows<SW>{x, xu, x_row, tok, v0, xvec});
             // Every lane is done with this stage before a later copy refills it.
             __syncwarp();
         }
@@ -2887,6 +2910,106 @@ template <int F>
 __device__ __forceinline__ void gmv(unsigned char* smem_raw, const unsigned char* w, const float* x, float* y, u32 M, u32 N, u32 K, u64 x_row,
                                     u64 y_row, u32 row0) {
     gmv_rows<F, false>(smem_raw, w, w, x, x, y, M, N, K, x_row, y_row, row0, 0u);
+}
+
+// The vector engine for several tokens with x staged once a block
+// (kernel_mul_mv_<t>_f32_xs, the op's launch from 2 tokens:
+// ggmlMatmulCudaLaunch): a block of 4 warps takes 64 weight rows, warp w
+// the 16 rows blk x 64 + 16 w and every window of k through its ring of
+// stages (as gmv_rows' warp rows), the 4 warps on one window at a time. Each
+// window's x for 8 tokens is staged once a block as f16 pairs by its 128
+// threads (a thread 16 values of one token, loaded from memory while the
+// window before is computed), where gmv_rows has every lane load and round
+// its own x for each 16 rows (at 8 tokens, 3.5x a Q4_K tile's bytes). A
+// token's window is GMV_XS_TOKEN words: lane t's chunks 2t and 2t + 1 at
+// 36 t, so that the 16-byte reads of a quarter warp (tokens g, g + 1; t 0 to
+// 3) fall in distinct banks. Grid ceil(N / 64) of 128 threads, dynamic
+// shared memory gmv_xs_shared<F>() (ts: ggmlMvXsSharedBytes).
+constexpr u32 GMV_XS_TOKEN = 144;
+template <int F>
+__device__ __forceinline__ constexpr u32 gmv_xs_shared() { return GMV_WARPS * GMV_STAGES * 16u * GmvStage<F>::SP + 2u * 8u * GMV_XS_TOKEN * 4u; }
+template <int F>
+__device__ __forceinline__ void gmv_xs(unsigned char* smem_raw, const unsigned char* w, const float* x, float* y, u32 M, u32 N, u32 K,
+                                       u64 x_row, u64 y_row, u32 blk) {
+    constexpr u32 SP = GmvStage<F>::SP;
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const u32 g = lane >> 2, t = lane & 3u;
+    const u32 row0 = blk * 64u + 16u * warp;
+    const bool rows = row0 < N;  // a warp past N copies and computes nothing, but stages x and meets the barriers
+    const u64 rb = ggml_row_bytes<F>(K);
+    unsigned char* stages = smem_raw + warp * GMV_STAGES * 16u * SP;
+    u32* xs = reinterpret_cast<u32*>(smem_raw + GMV_WARPS * GMV_STAGES * 16u * SP);  // [2 windows][8 tokens][GMV_XS_TOKEN]
+    const u32 wins = (K + GMV_WINDOW - 1) / GMV_WINDOW;
+    const bool xvec = aligned16(x) && x_row % 4u == 0;
+    const u64 wbase = reinterpret_cast<u64>(w);
+    const bool wvec = (wbase & 15u) == 0, w4 = (wbase & 3u) == 0 && rb % 4u == 0;
+    // This thread's part of a window's x: token tid / 16, values 16 (tid % 16) .. + 15 (chunk c = tid % 16 / 2, half tid % 2).
+    const u32 sx_tok = tid >> 4, sx_ch = tid & 15u;
+    const u32 sx_at = sx_tok * GMV_XS_TOKEN + (sx_ch >> 2) * 36u + ((sx_ch >> 1) & 1u) * 16u + (sx_ch & 1u) * 8u;
+    for (u32 m0 = 0; m0 < M; m0 += 8u) {
+        // Tokens past M take the last one's values (their sums are not stored); values past K are zeros.
+        const u32 stok = min(m0 + sx_tok, M - 1u);
+        u32 xr[8];
+        auto x_load = [&](u32 win) {
+            const u32 k = win * GMV_WINDOW + 16u * sx_ch;
+            if (k < K) {
+                gmv_x16<false>(x, x, x_row, stok, k, xvec, xr);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) xr[j] = 0u;
+            }
+        };
+        auto x_store = [&](u32 buf) {
+            uint4* q = reinterpret_cast<uint4*>(xs + buf * 8u * GMV_XS_TOKEN + sx_at);
+            q[0] = make_uint4(xr[0], xr[1], xr[2], xr[3]);
+            q[1] = make_uint4(xr[4], xr[5], xr[6], xr[7]);
+        };
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (u32 s = 0; s < GMV_STAGES - 1; ++s) {
+            if (rows && s < wins) gmv_copy<F>(w, w, 8u, rb, N, K, row0, s, stages + s * 16u * SP, lane);
+            cp_async_commit();
+        }
+        x_load(0);
+        x_store(0);
+        __syncthreads();
+        for (u32 win = 0; win < wins; ++win) {
+            const u32 next = win + GMV_STAGES - 1;
+            if (rows && next < wins) gmv_copy<F>(w, w, 8u, rb, N, K, row0, next, stages + (next % GMV_STAGES) * 16u * SP, lane);
+            cp_async_commit();
+            // The next window's x on its way while this one is computed.
+            if (win + 1u < wins) x_load(win + 1u);
+            cp_async_wait<GMV_STAGES - 1>();
+            __syncwarp();
+            if (rows) {
+                const unsigned char* st = stages + (win % GMV_STAGES) * 16u * SP;
+                const u32 v0 = win * GMV_WINDOW;
+                const u64 off = u64(v0) / GgmlFmt<F>::QK * GgmlFmt<F>::BYTES;
+                // Tile rows g and 8 + g (weight rows clamped below N: rows past N compute what nobody stores).
+                const u32 rowa = min(row0 + g, N - 1u), rowb = min(row0 + 8u + g, N - 1u);
+                const unsigned char* pa = st + (rowa - row0) * SP + ((wbase + u64(rowa) * rb + off) & 15u);
+                const unsigned char* pb = st + (rowb - row0) * SP + ((wbase + u64(rowb) * rb + off) & 15u);
+                const u32* xw = xs + (win & 1u) * 8u * GMV_XS_TOKEN + g * GMV_XS_TOKEN + t * 36u;
+                gmv_window<F>(pa, pb, t, v0, K, wvec, w4, acc, [&](u32 c, u32 h, u32 (&xp)[8]) {
+                    const uint4* q = reinterpret_cast<const uint4*>(xw + 16u * (c & 1u) + 8u * h);
+                    const uint4 a = q[0], b = q[1];
+                    xp[0] = a.x; xp[1] = a.y; xp[2] = a.z; xp[3] = a.w;
+                    xp[4] = b.x; xp[5] = b.y; xp[6] = b.z; xp[7] = b.w;
+                });
+            }
+            // Every lane is done with this stage before a later copy refills it.
+            __syncwarp();
+            if (win + 1u < wins) x_store((win + 1u) & 1u);
+            // The next window's x staged, and every warp done with this window's before the one after refills it.
+            __syncthreads();
+        }
+        cp_async_wait<0>();
+        // Element e of lane (g, t): tile row g + 8 (e >> 1), token m0 + 2 t + (e & 1).
+#pragma unroll
+        for (u32 e = 0; e < 4; ++e) {
+            const u32 row = row0 + g + 8u * (e >> 1), i = m0 + 2u * t + (e & 1u);
+            if (row < N && i < M) y[u64(i) * y_row + row] = acc[e];
+        }
+    }
 }
 
 // ---- the matrix engine ----

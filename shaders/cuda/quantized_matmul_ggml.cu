@@ -445,6 +445,25 @@ GGML_MV_DQ_ENTRY(kernel_mul_mv_q8_0_f32_i8, GGML_Q8_0, 1, 1, 4)
 GGML_MV_DQ_ENTRY(kernel_mul_mv_q6_K_f32_i8, GGML_Q6_K, 1, 1, 4)
 #endif
 
+#if MLXN_CUDA_PART_IS(8)
+// kernel_mul_mv_<t>_f32's launch from 2 tokens (its CUDA entries <kernel>_xs,
+// another launch of the same bindings, ggmlMatmulCudaLaunch): the vector
+// engine with x staged once a block of 64 rows (gmv_xs), the same sums as
+// the kernel's own entry in another order.
+#define GGML_MV_XS_ENTRY(NAME, F)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(128, 4) NAME(const unsigned char* src0, const float* src1, float* dst,  \
+                                                           const GgmlMatvecParams* p) {                              \
+        extern __shared__ __align__(16) unsigned char smem_raw[];                                                   \
+        gmv_xs<F>(smem_raw, src0, src1, dst, u32(p->ne1), u32(p->ne01), u32(p->ne00), p->ne10, p->ne0, blockIdx.x);  \
+    }
+GGML_MV_XS_ENTRY(kernel_mul_mv_q4_0_f32_xs, GGML_Q4_0)
+GGML_MV_XS_ENTRY(kernel_mul_mv_q8_0_f32_xs, GGML_Q8_0)
+GGML_MV_XS_ENTRY(kernel_mul_mv_q4_K_f32_xs, GGML_Q4_K)
+GGML_MV_XS_ENTRY(kernel_mul_mv_q5_K_f32_xs, GGML_Q5_K)
+GGML_MV_XS_ENTRY(kernel_mul_mv_q6_K_f32_xs, GGML_Q6_K)
+#undef GGML_MV_XS_ENTRY
+#endif
+
 #if MLXN_CUDA_PART_IS(6)
 // The int8 engine's harness variants, which the op does not launch (bench/qmv_variants.ts):
 //   _vdq1:  a warp a row, 4 items a lane in flight (Q5_K 3: 4 spill),

@@ -70,11 +70,12 @@ export type GgmlQuantType = (typeof GGML_QUANT_TYPES)[number];
 export const GGML_KERNEL_TYPE: Readonly<Record<GgmlQuantType, string>> = { Q4_0: 'q4_0', Q8_0: 'q8_0', Q4_K: 'q4_K', Q5_K: 'q5_K', Q6_K: 'q6_K' };
 
 /**
- * The CUDA program's parts 1 to 7 (FamilySources.cudaParts): the matrix
+ * The CUDA program's parts 1 to 8 (FamilySources.cudaParts): the matrix
  * form of each block format (its entry and its split-k entry, 1.7-1.8 s of
  * NVRTC 13.0 on one thread each), then the int8 vector engine's harness
  * variants, which the op does not launch (3.1 s), then the int8 entries the
- * op launches for one token of Q8_0 and Q6_K (ggmlI8Takes); the vector,
+ * op launches for one token of Q8_0 and Q6_K (ggmlI8Takes), then the vector
+ * entries with x staged a block that it launches from 2 tokens; the vector,
  * dequantize and embedding entries are part 0 (2.7 s). The whole family took
  * 15.3 s; a model's prompt compiles the formats its file uses.
  */
@@ -83,6 +84,7 @@ export const QUANTIZED_MATMUL_GGML_CUDA_PARTS: readonly (readonly string[])[] = 
   [...GGML_QUANT_TYPES.flatMap((q) => ['vdq1', 'vdq2', 'vdqs4'].map((v) => `kernel_mul_mv_${GGML_KERNEL_TYPE[q]}_f32_${v}`)),
     'kernel_mul_mv_q4_K_f32_vgc2', 'kernel_mul_mv_q4_K_f32_vgc4'],
   ['kernel_mul_mv_q8_0_f32_i8', 'kernel_mul_mv_q6_K_f32_i8'],
+  GGML_QUANT_TYPES.map((q) => `kernel_mul_mv_${GGML_KERNEL_TYPE[q]}_f32_xs`),
 ];
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const QUANTIZED_MATMUL_GGML_SOURCES = familySources(QUANTIZED_MATMUL_GGML_FAMILY, {
@@ -323,10 +325,21 @@ export function quantizedMatmulGgmlScratchElements(m: number, n: number, k: numb
   return sp === null ? 0 : sp.splits * m * n;
 }
 
+/** Tokens from which the vector form runs its `_xs` entry (x staged once a block of 64 rows: gmv_xs). */
+export const GGML_MV_XS_MIN_TOKENS = 2;
+/** Weight rows a block of the `_xs` entries takes (4 warps of 16). */
+const GGML_MV_XS_ROWS = 64;
+/** The `_xs` entries' shared memory: the vector engine's stages, then two windows of x for 8 tokens (144 words each). */
+export function ggmlMvXsSharedBytes(type: GgmlQuantType): number {
+  return GGML_MV_CUDA_WARPS * GGML_MV_CUDA_STAGES * GGML_MV_CUDA_ROWS * ggmlMvCudaStageRow(type) + 2 * 8 * 144 * 4;
+}
+
 /**
  * The CUDA launch of the vector or matrix kernel at these sizes: for one
  * token where ggmlI8Takes, the int8 entry on a grid of a block a unit of 8
- * rows up to 2 an SM (the SMs of `limits`; all the units where unknown).
+ * rows up to 2 an SM (the SMs of `limits`; all the units where unknown);
+ * from GGML_MV_XS_MIN_TOKENS tokens the `_xs` entry, a block of 128
+ * threads a 64-row tile.
  */
 export function ggmlMatmulCudaLaunch(type: GgmlQuantType, form: 'vector' | 'matrix', m: number, n: number, k: number,
   limits: Pick<DeviceLimits, 'multiprocessors'> = { multiprocessors: 0 }): CudaLaunch {
@@ -335,6 +348,12 @@ export function ggmlMatmulCudaLaunch(type: GgmlQuantType, form: 'vector' | 'matr
     return {
       grid: [limits.multiprocessors > 0 ? Math.min(units, GGML_I8_BLOCKS_PER_SM * limits.multiprocessors) : units, 1, 1],
       threads: [256, 1, 1], threadgroupMemory: { 0: ggmlI8SharedBytes(k) }, entry: `kernel_mul_mv_${GGML_KERNEL_TYPE[type]}_f32_i8`,
+    };
+  }
+  if (form === 'vector' && m >= GGML_MV_XS_MIN_TOKENS) {
+    return {
+      grid: [ceilDiv(n, GGML_MV_XS_ROWS), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvXsSharedBytes(type) },
+      entry: `kernel_mul_mv_${GGML_KERNEL_TYPE[type]}_f32_xs`,
     };
   }
   if (form === 'vector') {
@@ -463,8 +482,9 @@ export function ggmlMvMetalLaunch(type: GgmlQuantType, m: number, n: number): La
  * formats; matrix (ceil(m / 32), ceil(n / 64), 1) of 128 threads, a 32 x 64
  * tile each. CUDA: ggmlMatmulCudaLaunch (the vector engine, 16 weight rows a
  * block of 128 threads, or for one token of Q8_0 or Q6_K the int8 entry
- * kernel_mul_mv_<t>_f32_i8 on a persistent grid of 256-thread blocks; the
- * matrix engine's tiles).
+ * kernel_mul_mv_<t>_f32_i8 on a persistent grid of 256-thread blocks, or
+ * from 2 tokens kernel_mul_mv_<t>_f32_xs, 64 rows a block with x staged
+ * once a block; the matrix engine's tiles).
  */
 export function quantizedMatmulGgml(enc: Encoder, args: QuantizedMatmulGgmlArgs): void {
   record(enc, planQuantizedMatmulGgml(args, enc.device.limits, enc.device));

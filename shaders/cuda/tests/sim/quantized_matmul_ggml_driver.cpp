@@ -107,6 +107,29 @@ void run_matmul(int f, MV mv, MM mm, bool matrix, u32 M, u32 N, u32 K, bool big_
   report(worst <= 1e-3, what, worst, 1e-3);
 }
 
+// y = x W^T through the vector form's _xs entry at its launch (ceil(N / 64)
+// blocks of 128 threads, the stages and two x windows of 8 tokens: 4 x 3 x
+// 16 x SP + 9216 bytes), the weight 16-byte aligned plus `shift` bytes, x
+// `xshift` floats past 16 bytes (its 16-byte reads or its floats).
+template <class XS>
+void run_xs(int f, XS xs, u32 M, u32 N, u32 K, u32 shift = 0, u32 xshift = 0) {
+  const Weight t = random_weight(f, N, K, shift);
+  Arr<float> xb(size_t(M) * K + xshift), y(size_t(M) * N);
+  xb.random();
+  y.poison();
+  Arr<float> x(size_t(M) * K);
+  for (size_t e = 0; e < x.n; ++e) x.p[e] = xb.p[e + xshift];
+  GgmlMatvecParams p{K, N, 1, K, 1, N, M, 1, 1};
+  const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
+  sim_launch({cdiv(N, 64), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 2 * 8 * 144 * 4, [&] { xs(t.w, xb.p + xshift, y.p, &p); });
+  std::vector<double> want, mag;
+  product(f, t, x, M, N, K, want, mag);
+  const double worst = worst_of(y, want, mag);
+  const std::string what = std::string("mv xs ") + fmt_name(f) + " M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" +
+                           std::to_string(K) + (shift ? " weight +" + std::to_string(shift) : "") + (xshift ? " x +" + std::to_string(4 * xshift) : "");
+  report(worst <= 1e-3, what, worst, 1e-3);
+}
+
 // y = x W^T through kernel_mul_mm_<t>_f32_splitk: S slices of C chunks
 // of 32 (the last what is left), the matrix form's tiles by size, partials
 // poisoned, the words zero before; y against the float64 product, the words
@@ -322,6 +345,11 @@ int main(int argc, char** argv) {
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 16, 2048, true, 4);            \
       run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, false, 1, 9, 5376);                      \
     }                                                                                                         \
+    /* The _xs entries (2 tokens and more): warps past N (37, 21 rows), 8 tokens over 2 blocks with a partial   \
+       window, past 8 (the token loop), rows on 2 bytes, the weight 4 off 16, x 4 bytes off 16 (its floats). */  \
+    run_xs(F, kernel_mul_mv_##T##_f32_xs, 2, 37, 2 * 256);                                                    \
+    run_xs(F, kernel_mul_mv_##T##_f32_xs, 8, 70, 5 * 256 + 3 * kb % 256);                                     \
+    run_xs(F, kernel_mul_mv_##T##_f32_xs, 11, 21, kb == 32 ? 288 : 256, F == Q4_K || F == Q5_K ? 4 : 2, 1);   \
     /* The matrix engine, 64 x 128 tiles: partial tiles. */                                                  \
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 70, 130, 256);                      \
     run_matmul(F, kernel_mul_mv_##T##_f32, kernel_mul_mm_##T##_f32, true, 9, 7, 2 * kb);                      \
