@@ -43,6 +43,9 @@
 //     chunk of 32 values into shared memory, a warp a weight row whose codes
 //     it reads straight from memory (4 items a lane in flight) and multiplies
 //     by dp4a, a persistent grid of 256-thread blocks.
+//   vector, 2 tokens and more (kernel_mul_mv_<t>_f32_xs where the op names
+//     them; gmv_xs in common.cuh): the vector engine's decode and mma on 64
+//     rows a block, each window's x for 8 tokens staged once a block as f16.
 //   matrix (kernel_mul_mm_<t>_f32): the tile shapes of dense.cu
 //     (denseMmCudaTile: 128 x 256 by 8 warps or 64 x 128 by 4), 32-wide k
 //     stages in two shared buffers: while the warps multiply one, each
