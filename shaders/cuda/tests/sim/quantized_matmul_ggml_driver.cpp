@@ -66,11 +66,14 @@ double worst_of(const Arr<float>& y, const std::vector<double>& ref, const std::
   return worst;
 }
 
+// Bytes of a vector-engine stage row (ggmlMvCudaStageRow): a window's bytes from 16-byte units.
+u32 stage_row(int f) { return 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16); }
+
 // ggmlMatmulCudaLaunch's shared memory of the vector entry on its own grid
 // (ceil(N / 16) blocks): the vector engine's, or a group-column engine's
 // where it takes one token (Q4_K the larger of both).
 u32 mv_smem(int f, u32 M, u32 K) {
-  const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
+  const u32 sp = stage_row(f);
   u32 smem = 4 * 3 * 16 * sp + 4 * 128 * 4;
   if (M == 1 && f == Q4_K) smem = std::max(smem, K * 2 + K / 32 * 4 + 1024);
   if (M == 1 && f == Q8_0) smem = 4 * std::min(3u, cdiv(cdiv(K, 256), 4)) * 16 * sp + cdiv(K, 256) * 8 * 68 + 320;
@@ -120,8 +123,7 @@ void run_xs(int f, XS xs, u32 M, u32 N, u32 K, u32 shift = 0, u32 xshift = 0) {
   Arr<float> x(size_t(M) * K);
   for (size_t e = 0; e < x.n; ++e) x.p[e] = xb.p[e + xshift];
   GgmlMatvecParams p{K, N, 1, K, 1, N, M, 1, 1};
-  const u32 sp = 16 * ((256 / qk_of(f) * bytes_of(f) + 30 + 15) / 16);
-  sim_launch({cdiv(N, 64), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 2 * 8 * 144 * 4, [&] { xs(t.w, xb.p + xshift, y.p, &p); });
+  sim_launch({cdiv(N, 64), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * stage_row(f) + 2 * 8 * 144 * 4, [&] { xs(t.w, xb.p + xshift, y.p, &p); });
   std::vector<double> want, mag;
   product(f, t, x, M, N, K, want, mag);
   const double worst = worst_of(y, want, mag);
