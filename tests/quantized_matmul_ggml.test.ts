@@ -219,18 +219,22 @@ describe('quantized_matmul_ggml params, bindings and launches', () => {
         [true, 4 * 3 * 16 * 240 + 43520 * 2 + 10880 + 320], [false, 4 * 3 * 16 * 240 + 2048]]);
     // Past GC_Q6_MAX_BLOCKS blocks (an output projection over a large vocabulary), Q6_K's vector engine.
     expect([ggmlGcTakes('Q6_K', 1, 2816, GC_Q6_MAX_BLOCKS), ggmlGcTakes('Q6_K', 1, 2816, GC_Q6_MAX_BLOCKS + 1)]).toEqual([true, false]);
-    expect(ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 262144, 2816).threadgroupMemory![0]).toBe(4 * 3 * 16 * 240 + 2048);
-    // One token of Q8_0 from GGML_I8_Q8_MIN_ROWS rows and of Q6_K up to GC_Q6_MAX_BLOCKS tiles: the int8 entry, 256
-    // threads, a block a unit of 8 rows up to 2 an SM, x as int8 with a {scale, sum} pair a chunk of 32 and 512 bytes.
-    const i8 = (t: string, grid: number, k: number): CudaLaunch => ({ grid: [grid, 1, 1], threads: [256, 1, 1],
-      threadgroupMemory: { 0: k + (k / 32) * 8 + 512 }, entry: `kernel_mul_mv_${t}_f32_i8` });
+    // One token of Q8_0 from GGML_I8_Q8_MIN_ROWS rows and of Q6_K at any size: the int8 entries, 256 threads, a block
+    // a unit of 8 warps' rows up to 2 an SM, x as int8 with a {scale, sum} pair a chunk of 32 and 2 x 8 x rows x 8
+    // floats; a row a warp (_i8), or Q6_K past GC_Q6_MAX_BLOCKS tiles of 16 rows 4 rows a warp (_i8g).
+    const i8 = (t: string, grid: number, k: number, g = false): CudaLaunch => ({ grid: [grid, 1, 1], threads: [256, 1, 1],
+      threadgroupMemory: { 0: k + (k / 32) * 8 + (g ? 2048 : 512) }, entry: `kernel_mul_mv_${t}_f32_${g ? 'i8g' : 'i8'}` });
     expect(ggmlMatmulCudaLaunch('Q8_0', 'vector', 1, 12352, 2048, TARGET_LIMITS.cuda)).toEqual(i8('q8_0', 264, 2048));
     expect(ggmlMatmulCudaLaunch('Q8_0', 'vector', 1, GGML_I8_Q8_MIN_ROWS, 2048, { multiprocessors: 1000 })).toEqual(i8('q8_0', 1024, 2048));
     expect(ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 2048, 4096, TARGET_LIMITS.cuda)).toEqual(i8('q6_K', 256, 4096));
     expect(ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 37, 256)).toEqual(i8('q6_K', 5, 256));
+    expect(ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 16 * GC_Q6_MAX_BLOCKS, 256)).toEqual(i8('q6_K', 4096, 256));
+    expect(ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 16 * GC_Q6_MAX_BLOCKS + 1, 256)).toEqual(i8('q6_K', 1025, 256, true));
+    expect(ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 262144, 2816, TARGET_LIMITS.cuda)).toEqual(i8('q6_K', 264, 2816, true));
     expect([ggmlI8Takes('Q8_0', 1, GGML_I8_Q8_MIN_ROWS - 1, 2048), ggmlI8Takes('Q6_K', 1, 16 * GC_Q6_MAX_BLOCKS, 2816),
       ggmlI8Takes('Q6_K', 1, 16 * GC_Q6_MAX_BLOCKS + 1, 2816), ggmlI8Takes('Q6_K', 2, 2048, 2816), ggmlI8Takes('Q4_K', 1, 17408, 5120),
-      ggmlI8Takes('Q8_0', 1, 12352, 78208), ggmlI8Takes('Q8_0', 1, 12352, 78240)]).toEqual([false, true, false, false, false, true, false]);
+      ggmlI8Takes('Q8_0', 1, 12352, 78208), ggmlI8Takes('Q8_0', 1, 12352, 78240), ggmlI8Takes('Q6_K', 1, 262144, 76800),
+      ggmlI8Takes('Q6_K', 1, 262144, 77056)]).toEqual([false, true, true, false, false, true, false, true, false]);
     expect(ggmlMatmulCudaLaunch('Q8_0', 'vector', 1, 2816, 2112).entry).toBeUndefined();
     expect(ggmlMatmulCudaLaunch('Q4_K', 'matrix', 8192, 17408, 5120)).toEqual({ grid: [68 * 64, 1, 1], threads: [256, 1, 1],
       threadgroupMemory: { 0: 61440 } });
@@ -489,19 +493,21 @@ describeBackends('quantized_matmul_ggml parity', ({ device, backend }) => {
     }, 120_000);
   }
 
-  // One token on either side of the int8 entry's bounds (cuda's launches; the other backends run these sizes through
+  // One token on either side of the int8 entries' bounds (cuda's launches; the other backends run these sizes through
   // the vector kernels the odd sizes above cover): Q8_0 from GGML_I8_Q8_MIN_ROWS rows (a partial unit of 8 rows; k
-  // 704, 22 chunks; 2 bytes a row past 4), Q6_K up to and past GC_Q6_MAX_BLOCKS tiles (k 256: one super-block, rows
-  // on 2 bytes).
-  test.skipIf(backend !== 'cuda')('one token: the int8 entry and its bounds (Q8_0 [8191 | 8197, 704], Q6_K [32768 | 32784, 256])', () => {
+  // 704, 22 chunks; 2 bytes a row past 4), Q6_K up to and past GC_Q6_MAX_BLOCKS tiles (_i8, then _i8g: k 256, one
+  // super-block, rows on 2 bytes, 32784 rows half a unit of 32), and _i8g with rows past N in a warp's last group of 4
+  // (32771 rows; k 2816, 11 super-blocks: rows alternately on 4 and 2 bytes).
+  test.skipIf(backend !== 'cuda')('one token: the int8 entries and their bounds (Q8_0 [8191 | 8197, 704], Q6_K [32768 | 32784, 256], [32771, 2816])', () => {
     const dev = device();
     const over: string[] = [];
-    for (const [type, n, k] of [['Q8_0', 8191, 704], ['Q8_0', 8197, 704], ['Q6_K', 32768, 256], ['Q6_K', 32784, 256]] as const) {
+    const cases = [['Q8_0', 8191, 704], ['Q8_0', 8197, 704], ['Q6_K', 32768, 256], ['Q6_K', 32784, 256], ['Q6_K', 32771, 2816]] as const;
+    for (const [type, n, k] of cases) {
       const e = product(dev, type, 1, n, k, undefined, n + k);
       if (!(e <= tolFor(type, 'vector', 1, n, k))) over.push(`${type} [${n}, ${k}]: ${e}`);
     }
-    expect([ggmlI8Takes('Q8_0', 1, 8191, 704), ggmlI8Takes('Q8_0', 1, 8197, 704), ggmlI8Takes('Q6_K', 1, 32768, 256),
-      ggmlI8Takes('Q6_K', 1, 32784, 256)]).toEqual([false, true, true, false]);
+    expect(cases.map(([type, n, k]) => ggmlMatmulCudaLaunch(type, 'vector', 1, n, k).entry ?? 'the vector entry'))
+      .toEqual(['the vector entry', 'kernel_mul_mv_q8_0_f32_i8', 'kernel_mul_mv_q6_K_f32_i8', 'kernel_mul_mv_q6_K_f32_i8g', 'kernel_mul_mv_q6_K_f32_i8g']);
     expect(over).toEqual([]);
   }, 120_000);
 

@@ -2098,10 +2098,16 @@ __device__ __forceinline__ void park_dequantized(T* ws, const u32 (&wq)[BITS], f
 //   static constexpr bool PAIRED; x's words as PAIRED wants them (below)
 //   void load(const Src&, u32 row, u32 it);  the item's bytes, as loaded
 //   void dot(u32 it, const u32* xq, const float2* xds, u32 M, u32 K, float (&acc)[8]) const;
+//   static constexpr u32 GROUP;   1, or the lanes that share one item's loads (below)
 // 8 warps a block; the grid is persistent (any size: a block walks units
 // of 8 / S x R rows, unit blockIdx.x, + gridDim.x, ...); a group of S warps
 // takes R rows, whose R x items items its warps split into S ranges; a lane
-// issues U items' loads before decoding any. The lanes' sums meet by
+// issues U items' loads before decoding any. With GROUP = G > 1 (S = 1, G x
+// R = 32, items a multiple of G), lanes G r .. G r + G - 1 take items G t ..
+// G t + G - 1 of row r together at each step t, so a warp instruction reads
+// the same stretch of its R rows; every lane calls load and dot at every
+// step (rows past N read row N - 1, their sums dropped), so an item may
+// exchange words among its G lanes by shuffles. The lanes' sums meet by
 // shuffles, a group's warps' in shared memory. Dynamic shared memory: M x K
 // bytes of x, M x K / 32 float2, then 2 x 8 x R x 8 floats.
 
@@ -2173,6 +2179,8 @@ template <typename Item, u32 R, u32 S, u32 U, typename Src, typename TX, typenam
 __device__ __forceinline__ void i8_mv(const Src& src, const TX* x, TY* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row,
                                       unsigned char* smem_raw) {
     static_assert(I8MV_WARPS % S == 0 && R >= 1, "group shape");
+    constexpr u32 G = Item::GROUP;
+    static_assert(G == 1 || (S == 1 && G * R == 32), "an item's lanes: R groups of G fill a warp");
     constexpr u32 GROUPS = I8MV_WARPS / S;
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     u32* xq = reinterpret_cast<u32*>(smem_raw);
@@ -2193,32 +2201,38 @@ __device__ __forceinline__ void i8_mv(const Src& src, const TX* x, TY* y, u32 M,
         for (u32 r = 0; r < R; ++r)
 #pragma unroll
             for (u32 i = 0; i < 8; ++i) acc[r][i] = 0.0f;
+        // Flat item ff's row of the group and its item in that row (GROUP: see the section comment).
+        auto row_of = [&](u32 ff) { return G == 1 ? i8_row<R>(ff, items) : (ff / G) % R; };
+        auto item_of = [&](u32 ff, u32 r) { return G == 1 ? ff - r * items : (ff / 32u) * G + ff % G; };
         for (u32 f = f0 + lane; f < f1; f += 32u * U) {
             Item it[U];
 #pragma unroll
             for (u32 u = 0; u < U; ++u) {
-                const u32 ff = f + 32u * u, r = i8_row<R>(ff, items);
-                if (ff < f1 && row0 + r < N) it[u].load(src, row0 + r, ff - r * items);
+                const u32 ff = f + 32u * u, r = row_of(ff);
+                if (ff < f1 && (G > 1 || row0 + r < N)) it[u].load(src, G > 1 ? min(row0 + r, N - 1u) : row0 + r, item_of(ff, r));
             }
 #pragma unroll
             for (u32 u = 0; u < U; ++u) {
-                const u32 ff = f + 32u * u, r = i8_row<R>(ff, items);
-                if (ff < f1 && row0 + r < N) {
+                const u32 ff = f + 32u * u, r = row_of(ff);
+                if (ff < f1 && (G > 1 || row0 + r < N)) {
                     float part[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-                    it[u].dot(ff - r * items, xq, xds, M, K, part);
+                    it[u].dot(item_of(ff, r), xq, xds, M, K, part);
+                    if (G == 1 || row0 + r < N) {
 #pragma unroll
-                    for (u32 rr = 0; rr < R; ++rr)
-                        if (rr == r)
+                        for (u32 rr = 0; rr < R; ++rr)
+                            if (rr == r)
 #pragma unroll
-                            for (u32 i = 0; i < 8; ++i) acc[rr][i] += part[i];
+                                for (u32 i = 0; i < 8; ++i) acc[rr][i] += part[i];
+                    }
                 }
             }
         }
 #pragma unroll
-        for (u32 r = 0; r < R; ++r)
+        for (u32 i = 0; i < 8; ++i) {
+            if (i >= M) break;  // a uniform branch, as the items' dot products take the tokens
 #pragma unroll
-            for (u32 i = 0; i < 8; ++i)
-                if (i < M) acc[r][i] = warp_sum(acc[r][i]);
+            for (u32 r = 0; r < R; ++r) acc[r][i] = warp_sum(acc[r][i]);
+        }
         if constexpr (S == 1) {
 #pragma unroll
             for (u32 r = 0; r < R; ++r)

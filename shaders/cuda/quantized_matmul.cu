@@ -703,6 +703,7 @@ template <typename TS> struct AffI8Src {
 template <typename TS, int BITS> struct AffI8Item {
     static constexpr u32 VALUES = 32;
     static constexpr bool PAIRED = BITS == 4;
+    static constexpr u32 GROUP = 1;
     uint4 q[BITS / 4];
     float s, b;
     __device__ __forceinline__ void load(const AffI8Src<TS>& src, u32 row, u32 it) {
@@ -730,7 +731,8 @@ template <typename TS, int BITS> struct AffI8Item {
         }
 #pragma unroll
         for (u32 i = 0; i < 8; ++i) {
-            if (i < M) {
+            if (i >= M) break;  // a uniform branch: the tokens past M cost no issue
+            {
                 const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + it * 8u);
                 const uint4 x0 = xv[0], x1 = xv[1];
                 const u32 xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};

@@ -279,7 +279,8 @@ __device__ __forceinline__ void gdq_dot(const GdqItem<F>& r, u32 it, const u32* 
         }
 #pragma unroll
         for (u32 i = 0; i < 8; ++i) {
-            if (i < M) {
+            if (i >= M) break;  // a uniform branch: the tokens past M cost no issue
+            {
                 const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + k0 / 4u);
                 const uint4 x0 = xv[0], x1 = xv[1], x2 = xv[2], x3 = xv[3];
                 const u32 xl[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
@@ -310,7 +311,8 @@ __device__ __forceinline__ void gdq_dot(const GdqItem<F>& r, u32 it, const u32* 
         }
 #pragma unroll
         for (u32 i = 0; i < 8; ++i) {
-            if (i < M) {
+            if (i >= M) break;  // a uniform branch: the tokens past M cost no issue
+            {
                 const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + k0 / 4u);
                 const uint4 x0 = xv[0], x1 = xv[1];
                 const u32 xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
@@ -335,7 +337,8 @@ __device__ __forceinline__ void gdq_dot(const GdqItem<F>& r, u32 it, const u32* 
         }
 #pragma unroll
         for (u32 i = 0; i < 8; ++i) {
-            if (i < M) {
+            if (i >= M) break;  // a uniform branch: the tokens past M cost no issue
+            {
                 const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + k0 / 4u);
                 const uint4 x0 = xv[0], x1 = xv[1];
                 int a = 0, b = 0;
@@ -363,19 +366,98 @@ struct GdqSrc {
 };
 template <int F> struct GdqUnit : GdqItem<F> {
     static constexpr bool PAIRED = false;
+    static constexpr u32 GROUP = 1;
     __device__ __forceinline__ void load(const GdqSrc& s, u32 row, u32 it) { GdqItem<F>::load(s.w + u64(row) * s.rb, it, s.vec); }
     __device__ __forceinline__ void dot(u32 it, const u32* xq, const float2* xds, u32 M, u32 K, float (&acc)[8]) const {
         gdq_dot<F>(*this, it, xq, xds, M, K, acc);
     }
 };
 
-// y = x W^T for M <= 8 tokens: R rows a group of S warps, U items a lane in flight.
-template <int F, u32 R, u32 S, u32 U>
-__device__ __forceinline__ void gdq(const unsigned char* w, const float* x, float* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row) {
+// Q6_K's super-block to a group of 8 lanes (i8_mv's GROUP, 4 rows a warp):
+// item 8 sb + j is lane j's share of super-block sb. It loads the block's
+// 4-byte aligned words 8 i + j (i < 6, and i = 6 for the scales: lanes j <
+// 4, or < 5 where the block starts 2 bytes into a word; never past its d),
+// so each warp instruction reads 32 contiguous bytes of each of its 4 rows,
+// and d. dot realigns word 8 i + j with word 8 i + j + 1 (lane j + 1's word
+// i, or lane 0's word i + 1 for j = 7: one shuffle a word), then lane j
+// holds ql bytes 4j .. 4j + 3 and 32 + 4j .. of each half (the words i = 0,
+// 1 and 2, 3) and qh bytes 4j .. of each half (i = 4, 5): the codes of
+// values 128 hh + 32 m + 4 j + e (e < 4, m < 4), each 4 of them one scale
+// group (sc[8 hh + j / 4 + 2 m], from the group's lanes 0-3) and one chunk of
+// x (4 hh + m), so one dp4a and one scale each. A lane's loads and their
+// lines: bench/notes/gguf-q6-group-2026-11-28.md.
+struct GdqQ6Group {
+    static constexpr u32 VALUES = 32;
+    static constexpr bool PAIRED = false;
+    static constexpr u32 GROUP = 8;
+    u32 w[7], d, odd;
+    __device__ __forceinline__ void load(const GdqSrc& s, u32 row, u32 it) {
+        const unsigned char* b = s.w + u64(row) * s.rb + u64(it / 8u) * 210u;
+        const u32 j = it % 8u;
+        odd = u32(reinterpret_cast<u64>(b) & 2u);
+        const u32* v = reinterpret_cast<const u32*>(reinterpret_cast<u64>(b) & ~u64(3));
+#pragma unroll
+        for (u32 i = 0; i < 6; ++i) w[i] = __ldg(v + 8u * i + j);
+        w[6] = j < (odd ? 5u : 4u) ? __ldg(v + 48u + j) : 0u;
+        d = __ldg(reinterpret_cast<const unsigned short*>(b + 208u));
+    }
+    // Every lane of the warp calls it (i8_mv's GROUP contract): the shuffles take the whole warp.
+    __device__ __forceinline__ void dot(u32 it, const u32* xq, const float2* xds, u32 M, u32 K, float (&acc)[8]) const {
+        const u32 lane = threadIdx.x & 31u, j = lane & 7u, g0 = lane & ~7u;
+        const u32 sel = odd ? 0x5432u : 0x3210u;
+        u32 c[7];
+#pragma unroll
+        for (u32 i = 0; i < 7; ++i) {
+            const u32 send = (j == 0u && i < 6u) ? w[i + 1] : w[i];
+            c[i] = __byte_perm(w[i], __shfl_sync(0xffffffffu, send, g0 | ((j + 1u) & 7u)), sel);
+        }
+        u32 sw[4];
+#pragma unroll
+        for (u32 q = 0; q < 4; ++q) sw[q] = __shfl_sync(0xffffffffu, c[6], g0 | q);
+        // The 8 words of codes (q - 32 as signed bytes: ((q | 0x80) - 0x20) ^ 0x80, no borrow between bytes as
+        // q < 64) and their scales, word 4 hh + m (values 128 hh + 32 m + 4 j ..: chunk 8 sb + 4 hh + m of x).
+        const float dd = gdq_h2f(d);
+        u32 q[8];
+        float ds[8];
+#pragma unroll
+        for (u32 hh = 0; hh < 2; ++hh) {
+            const u32 A = c[2 * hh], B = c[2 * hh + 1], H = c[4 + hh];
+            const u32 v[4] = {(A & 0x0F0F0F0Fu) | ((H << 4) & 0x30303030u), (B & 0x0F0F0F0Fu) | ((H << 2) & 0x30303030u),
+                              ((A >> 4) & 0x0F0F0F0Fu) | (H & 0x30303030u), ((B >> 4) & 0x0F0F0F0Fu) | ((H >> 2) & 0x30303030u)};
+#pragma unroll
+            for (u32 m = 0; m < 4; ++m) {
+                q[4 * hh + m] = ((v[m] | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
+                const u32 sbyte = j / 4u + 2u * (m % 2u);
+                ds[4 * hh + m] = dd * float(int(sw[2 * hh + m / 2] << (24u - 8u * sbyte)) >> 24);
+            }
+        }
+        const u32 c0 = 8u * (it / 8u);  // the super-block's first chunk of x
+        // Token by token, leaving at M (a uniform branch: the tokens past M cost no issue).
+#pragma unroll
+        for (u32 i = 0; i < 8; ++i) {
+            if (i >= M) break;
+            const u32* xi = xq + u64(i) * (K / 4u) + 8u * c0 + j;
+            const float2* di = xds + u64(i) * (K / 32u) + c0;
+            float s = 0.0f;
+#pragma unroll
+            for (u32 w = 0; w < 8; ++w) s += ds[w] * di[w].x * float(__dp4a(int(q[w]), int(xi[8u * w]), 0));
+            acc[i] += s;
+        }
+    }
+};
+
+// y = x W^T for M <= 8 tokens over Item's loads: R rows a group of S warps, U items a lane in flight.
+template <typename Item, int F, u32 R, u32 S, u32 U>
+__device__ __forceinline__ void gdq_items(const unsigned char* w, const float* x, float* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row) {
     const u64 rb = ggml_row_bytes<F>(K);
     const GdqSrc src{w, rb, aligned16(w) && rb % 16u == 0};
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    i8_mv<GdqUnit<F>, R, S, U>(src, x, y, M, N, K, x_row, y_row, smem_raw);
+    i8_mv<Item, R, S, U>(src, x, y, M, N, K, x_row, y_row, smem_raw);
+}
+// A lane an item of a row (GdqUnit).
+template <int F, u32 R, u32 S, u32 U>
+__device__ __forceinline__ void gdq(const unsigned char* w, const float* x, float* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row) {
+    gdq_items<GdqUnit<F>, F, R, S, U>(w, x, y, M, N, K, x_row, y_row);
 }
 
 // ---- Q4_K at one token: the group-column engine ----
@@ -437,15 +519,25 @@ GGML_MV_ENTRY(kernel_mul_mv_q6_K_f32, GGML_Q6_K)
                                                            const GgmlMatvecParams* p) {                              \
         gdq<F, R, S, U>(src0, src1, dst, u32(p->ne1), u32(p->ne01), u32(p->ne00), p->ne10, p->ne0);                \
     }
+// Q6_K with a super-block a group of 8 lanes (GdqQ6Group): 4 rows a warp, U super-blocks a lane in flight.
+#define GGML_MV_DQ6G_ENTRY(NAME, U)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(256, 2) NAME(const unsigned char* src0, const float* src1, float* dst, \
+                                                           const GgmlMatvecParams* p) {                              \
+        gdq_items<GdqQ6Group, GGML_Q6_K, 4, 1, U>(src0, src1, dst, u32(p->ne1), u32(p->ne01), u32(p->ne00), p->ne10,  \
+                                                 p->ne0);                                                            \
+    }
 
 #if MLXN_CUDA_PART_IS(7)
 // kernel_mul_mv_q8_0_f32's and kernel_mul_mv_q6_K_f32's launch for one token
 // where the op names it (ggmlI8Takes; their CUDA entries <kernel>_i8, another
-// launch of the same bindings): the int8 engine at a warp a row, 4 items a
-// lane in flight (_vdq1's shape), x rounded to int8 a chunk of 32 values as
-// llama.cpp's vector products round it (ggmlMatmulCudaLaunch).
+// launch of the same bindings): the int8 engine, x rounded to int8 a chunk of
+// 32 values as llama.cpp's vector products round it (ggmlMatmulCudaLaunch).
+// A warp a row, 4 items a lane in flight (_vdq1's shape). Q6_K's _i8g: a
+// super-block a group of 8 lanes, 4 rows a warp (GdqQ6Group), 4 super-blocks
+// a lane in flight, where the rows are many (the output projections).
 GGML_MV_DQ_ENTRY(kernel_mul_mv_q8_0_f32_i8, GGML_Q8_0, 1, 1, 4)
 GGML_MV_DQ_ENTRY(kernel_mul_mv_q6_K_f32_i8, GGML_Q6_K, 1, 1, 4)
+GGML_MV_DQ6G_ENTRY(kernel_mul_mv_q6_K_f32_i8g, 4)
 #endif
 
 #if MLXN_CUDA_PART_IS(8)

@@ -83,7 +83,7 @@ export const QUANTIZED_MATMUL_GGML_CUDA_PARTS: readonly (readonly string[])[] = 
   ...GGML_QUANT_TYPES.map((q) => [`kernel_mul_mm_${GGML_KERNEL_TYPE[q]}_f32`, `kernel_mul_mm_${GGML_KERNEL_TYPE[q]}_f32_splitk`]),
   [...GGML_QUANT_TYPES.flatMap((q) => ['vdq1', 'vdq2', 'vdqs4'].map((v) => `kernel_mul_mv_${GGML_KERNEL_TYPE[q]}_f32_${v}`)),
     'kernel_mul_mv_q4_K_f32_vgc2', 'kernel_mul_mv_q4_K_f32_vgc4'],
-  ['kernel_mul_mv_q8_0_f32_i8', 'kernel_mul_mv_q6_K_f32_i8'],
+  ['kernel_mul_mv_q8_0_f32_i8', 'kernel_mul_mv_q6_K_f32_i8', 'kernel_mul_mv_q6_K_f32_i8g'],
   GGML_QUANT_TYPES.map((q) => `kernel_mul_mv_${GGML_KERNEL_TYPE[q]}_f32_xs`),
 ];
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -250,26 +250,41 @@ export const GC_Q6_MAX_BLOCKS = 2048;
  * engine: on an H200 it ran Qwen3.6-35B's in_proj [12352, 2048] in 12.3 us
  * against the group-column engine's 15.4, the 262144-row output projection
  * in 251 against 315, and Gemma 4's MLP down [2816, 2112] in 7.2 against 6.6
- * (bench/notes/gguf-i8-2026-11-28.md).
+ * (bench/notes/gguf-i8-2026-11-28.md). Since its items leave their token
+ * loop at M, the int8 entry ran that MLP down in 7.0 against the
+ * group-column engine's 7.7 (bench/notes/gguf-q6-group-2026-11-28.md): a
+ * lower bound is a lead, not measured at the smaller products yet.
  */
 export const GGML_I8_Q8_MIN_ROWS = 8192;
 /** Blocks an SM of the int8 entries (their launch bounds: 256 threads, 2 blocks). */
 const GGML_I8_BLOCKS_PER_SM = 2;
-/** The int8 engine's shared memory at one token: x as int8, a {scale, sum} pair a chunk of 32, the warps' 512 bytes. */
-export const ggmlI8SharedBytes = (k: number): number => k + (k / 32) * 8 + 2 * 8 * 8 * 4;
+/**
+ * Whether one token of Q6_K runs the int8 engine's grouped entry
+ * (kernel_mul_mv_q6_K_f32_i8g: a super-block a group of 8 lanes, 4 rows a
+ * warp): past GC_Q6_MAX_BLOCKS tiles of 16 rows. On an H200 it ran the
+ * 262144- and 248320-row output projections in 311 and 218 us against 346
+ * and 239 for kernel_mul_mv_q6_K_f32_i8 and 355 and 263 for the vector
+ * engine; at 17408 rows (2.1 units of 32 rows a block) 49 against 44, and at
+ * 2048 rows (64 blocks) 11.8 against 7.1 (bench/notes/gguf-q6-group-2026-11-28.md).
+ */
+const ggmlI8Grouped = (type: GgmlQuantType, n: number): boolean => type === 'Q6_K' && ceilDiv(n, GGML_MV_CUDA_ROWS) > GC_Q6_MAX_BLOCKS;
+/** Rows a warp of an int8 entry: 4 for the grouped one, else 1. */
+const ggmlI8Rows = (type: GgmlQuantType, n: number): number => (ggmlI8Grouped(type, n) ? 4 : 1);
+/** The int8 engine's shared memory at one token: x as int8, a {scale, sum} pair a chunk of 32, the warps' 2 x 8 x rows x 8 floats. */
+export const ggmlI8SharedBytes = (type: GgmlQuantType, n: number, k: number): number =>
+  k + (k / 32) * 8 + 2 * 8 * ggmlI8Rows(type, n) * 8 * 4;
 /**
  * Whether the op launches one token's product as kernel_mul_mv_<t>_f32's
- * int8 entry (kernel_mul_mv_<t>_f32_i8; shaders/cuda/quantized_matmul_ggml.cu):
- * Q8_0 from GGML_I8_Q8_MIN_ROWS rows; Q6_K up to GC_Q6_MAX_BLOCKS tiles of
- * 16 rows (past them the vector engine ran faster: 356 against 396 us at a
- * 262144-row output projection on an H200); x's copy within GC_MAX_SHARED.
- * x is rounded to int8 a chunk of 32 values (a scale max |x| / 127 each),
- * as llama.cpp's vector products round it.
+ * int8 entries (kernel_mul_mv_<t>_f32_i8, and Q6_K's _i8g past
+ * GC_Q6_MAX_BLOCKS tiles; shaders/cuda/quantized_matmul_ggml.cu): Q8_0 from
+ * GGML_I8_Q8_MIN_ROWS rows; Q6_K at every size; x's copy within
+ * GC_MAX_SHARED. x is rounded to int8 a chunk of 32 values (a scale max |x|
+ * / 127 each), as llama.cpp's vector products round it.
  */
 export function ggmlI8Takes(type: GgmlQuantType, m: number, n: number, k: number): boolean {
-  if (m !== 1 || ggmlI8SharedBytes(k) > GC_MAX_SHARED) return false;
+  if (m !== 1 || ggmlI8SharedBytes(type, n, k) > GC_MAX_SHARED) return false;
   if (type === 'Q8_0') return n >= GGML_I8_Q8_MIN_ROWS;
-  return type === 'Q6_K' && ceilDiv(n, GGML_MV_CUDA_ROWS) <= GC_Q6_MAX_BLOCKS;
+  return type === 'Q6_K';
 }
 
 /** The CUDA shared memory of a one-token vector launch (both forms) of `blocks` blocks: a group-column engine's where it takes the product. */
@@ -344,10 +359,11 @@ export function ggmlMvXsSharedBytes(type: GgmlQuantType): number {
 export function ggmlMatmulCudaLaunch(type: GgmlQuantType, form: 'vector' | 'matrix', m: number, n: number, k: number,
   limits: Pick<DeviceLimits, 'multiprocessors'> = { multiprocessors: 0 }): CudaLaunch {
   if (form === 'vector' && ggmlI8Takes(type, m, n, k)) {
-    const units = ceilDiv(n, 8);
+    const units = ceilDiv(n, 8 * ggmlI8Rows(type, n));
     return {
       grid: [limits.multiprocessors > 0 ? Math.min(units, GGML_I8_BLOCKS_PER_SM * limits.multiprocessors) : units, 1, 1],
-      threads: [256, 1, 1], threadgroupMemory: { 0: ggmlI8SharedBytes(k) }, entry: `kernel_mul_mv_${GGML_KERNEL_TYPE[type]}_f32_i8`,
+      threads: [256, 1, 1], threadgroupMemory: { 0: ggmlI8SharedBytes(type, n, k) },
+      entry: `kernel_mul_mv_${GGML_KERNEL_TYPE[type]}_f32_${ggmlI8Grouped(type, n) ? 'i8g' : 'i8'}`,
     };
   }
   if (form === 'vector' && m >= GGML_MV_XS_MIN_TOKENS) {

@@ -17,7 +17,8 @@
 // and runs it; `big` adds the 128 x 256 tiles and many vector blocks;
 // `variants` runs only the int8 engine's variants (run_variants) and Q4_K's
 // group-column ones (run_gc), `vgc` only the latter, `q8_0` / `q6_K` only
-// that format's products, `i8` only the op's int8 entries (I8_ENTRIES).
+// that format's products, `i8` only the op's int8 entries (I8_ENTRIES and
+// Q6G), `q6g` only Q6_K's grouped one (Q6G).
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include "ggml_blocks.h"
@@ -292,6 +293,26 @@ int main(int argc, char** argv) {
     run_variants(F, kernel_mul_mv_##T##_f32, vs, 3, 9, kb == 32 ? 288 : 256);                                       \
     run_variants(F, kernel_mul_mv_##T##_f32, vs, 2, 11, 3 * 256, kb == 32 || F == Q6_K ? 2 : 4);                    \
   }
+  // Q6_K's grouped int8 entry (kernel_mul_mv_q6_K_f32_i8g: a super-block a group of 8 lanes, 4 rows a warp): rows
+  // past N in a warp's last group and in a block's last unit (37, 5, 530, 21 rows), one token, 2, 3 and 8, one
+  // super-block, an odd number a row (rows alternately on 4 and 2 bytes: 2816, 5376), the weight 2 and 4 bytes off
+  // 16 (row 0's first block 2 bytes into a word), 2 blocks walking the units.
+#define Q6G                                                                                    \
+  {                                                                                            \
+    const std::vector<DqVariant> g = {{"i8g", kernel_mul_mv_q6_K_f32_i8g, 4, 1}};             \
+    run_variants(Q6_K, kernel_mul_mv_q6_K_f32, g, 1, 37, 256);                                 \
+    run_variants(Q6_K, kernel_mul_mv_q6_K_f32, g, 8, 19, 2 * 256);                             \
+    run_variants(Q6_K, kernel_mul_mv_q6_K_f32, g, 1, 530, 2816, 2);                            \
+    run_variants(Q6_K, kernel_mul_mv_q6_K_f32, g, 3, 5, 5376, 4);                              \
+    run_variants(Q6_K, kernel_mul_mv_q6_K_f32, g, 1, 64, 2048);                                \
+    run_variants(Q6_K, kernel_mul_mv_q6_K_f32, g, 2, 11, 3 * 256, 2);                          \
+    run_variants(Q6_K, kernel_mul_mv_q6_K_f32, g, 1, 21, 768, 4);                              \
+  }
+  if (argc > 1 && std::string(argv[1]) == "q6g") {
+    Q6G
+    std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
+    return failures != 0;
+  }
   const bool only_gc = argc > 1 && std::string(argv[1]) == "vgc";
   if (only_variants || only_gc) {
     // Rows past N (a partial tile), one super-block, several, the bench shapes' K, W = 2 and 4.
@@ -375,6 +396,7 @@ int main(int argc, char** argv) {
 #define I8_ENTRIES I8_ENTRY(Q8_0, q8_0) I8_ENTRY(Q6_K, q6_K)
   if (argc > 1 && std::string(argv[1]) == "i8") {
     I8_ENTRIES
+    Q6G
     std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
     return failures != 0;
   }
@@ -390,6 +412,7 @@ int main(int argc, char** argv) {
   }
   ALL_FORMATS(MATMUL)
   ALL_FORMATS(VARIANTS)
+  Q6G
   I8_ENTRIES
 #define ROWS(F, T)                                                                                                   \
   run_dequantize<float>(F, kernel_dequantize_##T##_f32, "f32", 3);                                                 \
