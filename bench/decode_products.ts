@@ -213,6 +213,10 @@ const makers: [string, () => Case][] = [
   ['gguf q8_0 experts gate_up', () => ggmlExperts('gguf q8_0 experts gate_up', 'Q8_0', true, 256, 512, 2048)],
   ['gguf q8_0 experts down', () => ggmlExperts('gguf q8_0 experts down', 'Q8_0', false, 256, 2048, 512)],
   ['gguf q8_0 lm_head', () => ggml('gguf q8_0 lm_head', 'Q8_0', 262144, 2816)],
+  // Q8_0 at Qwen3.6-35B-A3B's smaller one-token products: attention's out_proj, the shared expert's gate/up and down.
+  ['gguf q8_0 out_proj', () => ggml('gguf q8_0 out_proj', 'Q8_0', 2048, 4096)],
+  ['gguf q8_0 shared gate_up', () => ggml('gguf q8_0 shared gate_up', 'Q8_0', 1024, 2048)],
+  ['gguf q8_0 shared down', () => ggml('gguf q8_0 shared down', 'Q8_0', 2048, 512)],
   // Q6_K where a Q4_K_M file holds it (llama.cpp's mix: about half the layers' down projections, experts' too, and
   // the output): Qwen3.6-35B-A3B's experts' down and out_proj, Gemma 4's output over its 262144-token vocabulary.
   ['gguf q6_k experts down', () => ggmlExperts('gguf q6_k experts down', 'Q6_K', false, 256, 2048, 512)],

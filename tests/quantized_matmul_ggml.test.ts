@@ -45,7 +45,6 @@ import {
   ggmlDequantize,
   ggmlGcTakes,
   GC_Q6_MAX_BLOCKS,
-  GGML_I8_Q8_MIN_ROWS,
   ggmlI8Takes,
   ggmlMvXsSharedBytes,
   ggmlMatmulCudaLaunch,
@@ -206,11 +205,12 @@ describe('quantized_matmul_ggml params, bindings and launches', () => {
     expect([5120, 17408, 49152].map((k) => [ggmlGcTakes('Q4_K', 1, k, 320), ggmlMatmulCudaLaunch('Q4_K', 'vector', 1, 5120, k).threadgroupMemory![0]]))
       .toEqual([[true, 4 * 3 * 16 * 176 + 2048], [true, 17408 * 2 + 544 * 4 + 1024], [false, 4 * 3 * 16 * 176 + 2048]]);
     expect([ggmlGcTakes('Q4_0', 1, 5120, 320), ggmlGcTakes('Q4_K', 2, 5120, 320)]).toEqual([false, false]);
-    // One token of Q8_0: its group-column engine at any k whose x fits, with shared memory of its own: 4 warps' stages
+    // One token of Q8_0 at the vector entry's own launch (the op takes the int8 entry: below): its group-column engine
+    // at any k whose x fits, with shared memory of its own: 4 warps' stages
     // of 16 rows of 304 bytes (one a round a warp takes, up to 3), x (68 bytes a block of 32, whole rounds of 256)
     // and 320 bytes. k 704: 3 rounds, a stage a warp; 2112: 9 rounds, 3 stages; 96: one partial round.
     const q8 = (stages: number, rounds: number) => 4 * stages * 16 * 304 + rounds * 8 * 68 + 320;
-    expect([704, 2112, 96, 46080, 46336].map((k) => [ggmlGcTakes('Q8_0', 1, k, 176), ggmlMatmulCudaLaunch('Q8_0', 'vector', 1, 2816, k).threadgroupMemory![0]]))
+    expect([704, 2112, 96, 46080, 46336].map((k) => [ggmlGcTakes('Q8_0', 1, k, 176), ggmlMvCudaShared('Q8_0', 1, k, 176)]))
       .toEqual([[true, q8(1, 3)], [true, q8(3, 9)], [true, q8(1, 1)], [true, q8(3, 180)], [false, 4 * 3 * 16 * 304 + 2048]]);
     expect(ggmlGcTakes('Q8_0', 2, 2112, 176)).toBe(false);
     // One token of Q6_K: its group-column engine alike, x as f16 with a sum a group of 16 values (k 2 + k / 4 + 320 bytes).
@@ -219,23 +219,25 @@ describe('quantized_matmul_ggml params, bindings and launches', () => {
         [true, 4 * 3 * 16 * 240 + 43520 * 2 + 10880 + 320], [false, 4 * 3 * 16 * 240 + 2048]]);
     // Past GC_Q6_MAX_BLOCKS blocks (an output projection over a large vocabulary), Q6_K's vector engine.
     expect([ggmlGcTakes('Q6_K', 1, 2816, GC_Q6_MAX_BLOCKS), ggmlGcTakes('Q6_K', 1, 2816, GC_Q6_MAX_BLOCKS + 1)]).toEqual([true, false]);
-    // One token of Q8_0 from GGML_I8_Q8_MIN_ROWS rows and of Q6_K at any size: the int8 entries, 256 threads, a block
+    // One token of Q8_0 and Q6_K at any size whose x fits: the int8 entries, 256 threads, a block
     // a unit of 8 warps' rows up to 2 an SM, x as int8 with a {scale, sum} pair a chunk of 32 and 2 x 8 x rows x 8
     // floats; a row a warp (_i8), or Q6_K past GC_Q6_MAX_BLOCKS tiles of 16 rows 4 rows a warp (_i8g).
     const i8 = (t: string, grid: number, k: number, g = false): CudaLaunch => ({ grid: [grid, 1, 1], threads: [256, 1, 1],
       threadgroupMemory: { 0: k + (k / 32) * 8 + (g ? 2048 : 512) }, entry: `kernel_mul_mv_${t}_f32_${g ? 'i8g' : 'i8'}` });
     expect(ggmlMatmulCudaLaunch('Q8_0', 'vector', 1, 12352, 2048, TARGET_LIMITS.cuda)).toEqual(i8('q8_0', 264, 2048));
-    expect(ggmlMatmulCudaLaunch('Q8_0', 'vector', 1, GGML_I8_Q8_MIN_ROWS, 2048, { multiprocessors: 1000 })).toEqual(i8('q8_0', 1024, 2048));
+    expect(ggmlMatmulCudaLaunch('Q8_0', 'vector', 1, 8192, 2048, { multiprocessors: 1000 })).toEqual(i8('q8_0', 1024, 2048));
+    expect(ggmlMatmulCudaLaunch('Q8_0', 'vector', 1, 2816, 2112, TARGET_LIMITS.cuda)).toEqual(i8('q8_0', 264, 2112));
+    expect(ggmlMatmulCudaLaunch('Q8_0', 'vector', 1, 37, 704)).toEqual(i8('q8_0', 5, 704));
     expect(ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 2048, 4096, TARGET_LIMITS.cuda)).toEqual(i8('q6_K', 256, 4096));
     expect(ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 37, 256)).toEqual(i8('q6_K', 5, 256));
     expect(ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 16 * GC_Q6_MAX_BLOCKS, 256)).toEqual(i8('q6_K', 4096, 256));
     expect(ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 16 * GC_Q6_MAX_BLOCKS + 1, 256)).toEqual(i8('q6_K', 1025, 256, true));
     expect(ggmlMatmulCudaLaunch('Q6_K', 'vector', 1, 262144, 2816, TARGET_LIMITS.cuda)).toEqual(i8('q6_K', 264, 2816, true));
-    expect([ggmlI8Takes('Q8_0', 1, GGML_I8_Q8_MIN_ROWS - 1, 2048), ggmlI8Takes('Q6_K', 1, 16 * GC_Q6_MAX_BLOCKS, 2816),
+    expect([ggmlI8Takes('Q8_0', 2, 8192, 2048), ggmlI8Takes('Q6_K', 1, 16 * GC_Q6_MAX_BLOCKS, 2816),
       ggmlI8Takes('Q6_K', 1, 16 * GC_Q6_MAX_BLOCKS + 1, 2816), ggmlI8Takes('Q6_K', 2, 2048, 2816), ggmlI8Takes('Q4_K', 1, 17408, 5120),
       ggmlI8Takes('Q8_0', 1, 12352, 78208), ggmlI8Takes('Q8_0', 1, 12352, 78240), ggmlI8Takes('Q6_K', 1, 262144, 76800),
       ggmlI8Takes('Q6_K', 1, 262144, 77056)]).toEqual([false, true, true, false, false, true, false, true, false]);
-    expect(ggmlMatmulCudaLaunch('Q8_0', 'vector', 1, 2816, 2112).entry).toBeUndefined();
+    expect(ggmlMatmulCudaLaunch('Q4_0', 'vector', 1, 2816, 2112).entry).toBeUndefined();
     expect(ggmlMatmulCudaLaunch('Q4_K', 'matrix', 8192, 17408, 5120)).toEqual({ grid: [68 * 64, 1, 1], threads: [256, 1, 1],
       threadgroupMemory: { 0: 61440 } });
     expect(ggmlMmCudaTile(100, 100)).toEqual({ bm: 64, bn: 128, threads: 128, sharedBytes: 30720 });
@@ -493,21 +495,21 @@ describeBackends('quantized_matmul_ggml parity', ({ device, backend }) => {
     }, 120_000);
   }
 
-  // One token on either side of the int8 entries' bounds (cuda's launches; the other backends run these sizes through
-  // the vector kernels the odd sizes above cover): Q8_0 from GGML_I8_Q8_MIN_ROWS rows (a partial unit of 8 rows; k
-  // 704, 22 chunks; 2 bytes a row past 4), Q6_K up to and past GC_Q6_MAX_BLOCKS tiles (_i8, then _i8g: k 256, one
-  // super-block, rows on 2 bytes, 32784 rows half a unit of 32), and _i8g with rows past N in a warp's last group of 4
-  // (32771 rows; k 2816, 11 super-blocks: rows alternately on 4 and 2 bytes).
-  test.skipIf(backend !== 'cuda')('one token: the int8 entries and their bounds (Q8_0 [8191 | 8197, 704], Q6_K [32768 | 32784, 256], [32771, 2816])', () => {
+  // One token of the int8 entries at large sizes and at Q6_K's bound between them (cuda's launches; the other
+  // backends run these sizes through the vector kernels the odd sizes above cover): Q8_0 over many units and a
+  // partial one (8197 rows; k 704, 22 chunks; 2 bytes a row past 4), Q6_K up to and past GC_Q6_MAX_BLOCKS tiles (_i8,
+  // then _i8g: k 256, one super-block, rows on 2 bytes, 32784 rows half a unit of 32), and _i8g with rows past N in a
+  // warp's last group of 4 (32771 rows; k 2816, 11 super-blocks: rows alternately on 4 and 2 bytes).
+  test.skipIf(backend !== 'cuda')('one token: the int8 entries (Q8_0 [8197, 704], Q6_K [32768 | 32784, 256], [32771, 2816])', () => {
     const dev = device();
     const over: string[] = [];
-    const cases = [['Q8_0', 8191, 704], ['Q8_0', 8197, 704], ['Q6_K', 32768, 256], ['Q6_K', 32784, 256], ['Q6_K', 32771, 2816]] as const;
+    const cases = [['Q8_0', 8197, 704], ['Q6_K', 32768, 256], ['Q6_K', 32784, 256], ['Q6_K', 32771, 2816]] as const;
     for (const [type, n, k] of cases) {
       const e = product(dev, type, 1, n, k, undefined, n + k);
       if (!(e <= tolFor(type, 'vector', 1, n, k))) over.push(`${type} [${n}, ${k}]: ${e}`);
     }
     expect(cases.map(([type, n, k]) => ggmlMatmulCudaLaunch(type, 'vector', 1, n, k).entry ?? 'the vector entry'))
-      .toEqual(['the vector entry', 'kernel_mul_mv_q8_0_f32_i8', 'kernel_mul_mv_q6_K_f32_i8', 'kernel_mul_mv_q6_K_f32_i8g', 'kernel_mul_mv_q6_K_f32_i8g']);
+      .toEqual(['kernel_mul_mv_q8_0_f32_i8', 'kernel_mul_mv_q6_K_f32_i8', 'kernel_mul_mv_q6_K_f32_i8g', 'kernel_mul_mv_q6_K_f32_i8g']);
     expect(over).toEqual([]);
   }, 120_000);
 

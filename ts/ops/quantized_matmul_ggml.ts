@@ -245,17 +245,6 @@ export function ggmlGcTakes(type: GgmlQuantType, m: number, k: number, blocks: n
  */
 export const GC_Q6_MAX_BLOCKS = 2048;
 
-/**
- * Rows of a one-token Q8_0 product from which the op launches the int8
- * engine: on an H200 it ran Qwen3.6-35B's in_proj [12352, 2048] in 12.3 us
- * against the group-column engine's 15.4, the 262144-row output projection
- * in 251 against 315, and Gemma 4's MLP down [2816, 2112] in 7.2 against 6.6
- * (bench/notes/gguf-i8-2026-11-28.md). Since its items leave their token
- * loop at M, the int8 entry ran that MLP down in 7.0 against the
- * group-column engine's 7.7 (bench/notes/gguf-q6-group-2026-11-28.md): a
- * lower bound is a lead, not measured at the smaller products yet.
- */
-export const GGML_I8_Q8_MIN_ROWS = 8192;
 /** Blocks an SM of the int8 entries (their launch bounds: 256 threads, 2 blocks). */
 const GGML_I8_BLOCKS_PER_SM = 2;
 /**
@@ -276,15 +265,16 @@ export const ggmlI8SharedBytes = (type: GgmlQuantType, n: number, k: number): nu
 /**
  * Whether the op launches one token's product as kernel_mul_mv_<t>_f32's
  * int8 entries (kernel_mul_mv_<t>_f32_i8, and Q6_K's _i8g past
- * GC_Q6_MAX_BLOCKS tiles; shaders/cuda/quantized_matmul_ggml.cu): Q8_0 from
- * GGML_I8_Q8_MIN_ROWS rows; Q6_K at every size; x's copy within
- * GC_MAX_SHARED. x is rounded to int8 a chunk of 32 values (a scale max |x|
- * / 127 each), as llama.cpp's vector products round it.
+ * GC_Q6_MAX_BLOCKS tiles; shaders/cuda/quantized_matmul_ggml.cu): Q8_0 and
+ * Q6_K at every size whose x's copy fits GC_MAX_SHARED. On an H200 the Q8_0
+ * entry ran 9-17 % faster than the group-column engine from [1024, 2048] to
+ * [262144, 2816] (bench/results/gguf-i8-break-h200-2026-11-28.md). x is
+ * rounded to int8 a chunk of 32 values (a scale max |x| / 127 each), as
+ * llama.cpp's vector products round it.
  */
 export function ggmlI8Takes(type: GgmlQuantType, m: number, n: number, k: number): boolean {
   if (m !== 1 || ggmlI8SharedBytes(type, n, k) > GC_MAX_SHARED) return false;
-  if (type === 'Q8_0') return n >= GGML_I8_Q8_MIN_ROWS;
-  return type === 'Q6_K';
+  return type === 'Q8_0' || type === 'Q6_K';
 }
 
 /** The CUDA shared memory of a one-token vector launch (both forms) of `blocks` blocks: a group-column engine's where it takes the product. */
@@ -352,7 +342,8 @@ export function ggmlMvXsSharedBytes(type: GgmlQuantType): number {
 /**
  * The CUDA launch of the vector or matrix kernel at these sizes: for one
  * token where ggmlI8Takes, the int8 entry on a grid of a block a unit of 8
- * rows up to 2 an SM (the SMs of `limits`; all the units where unknown);
+ * warps' rows (one a warp, 4 for `_i8g`) up to 2 an SM (the SMs of
+ * `limits`; all the units where unknown);
  * from GGML_MV_XS_MIN_TOKENS tokens the `_xs` entry, a block of 128
  * threads a 64-row tile.
  */
@@ -497,8 +488,9 @@ export function ggmlMvMetalLaunch(type: GgmlQuantType, m: number, n: number): La
  * (8, 8, 1) for Q4_0 and Q8_0, (ceil(n / 2), m, 1) of (2, 32, 1) for the K
  * formats; matrix (ceil(m / 32), ceil(n / 64), 1) of 128 threads, a 32 x 64
  * tile each. CUDA: ggmlMatmulCudaLaunch (the vector engine, 16 weight rows a
- * block of 128 threads, or for one token of Q8_0 or Q6_K the int8 entry
- * kernel_mul_mv_<t>_f32_i8 on a persistent grid of 256-thread blocks, or
+ * block of 128 threads, or for one token of Q8_0 or Q6_K the int8 entries
+ * kernel_mul_mv_<t>_f32_i8 / kernel_mul_mv_q6_K_f32_i8g on a persistent
+ * grid of 256-thread blocks, or
  * from 2 tokens kernel_mul_mv_<t>_f32_xs, 64 rows a block with x staged
  * once a block; the matrix engine's tiles).
  */
