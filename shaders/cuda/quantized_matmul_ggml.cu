@@ -42,7 +42,8 @@
 //     ggmlI8Takes; gdq below over common.cuh's i8_mv): x rounded to int8 a
 //     chunk of 32 values into shared memory, a warp a weight row whose codes
 //     it reads straight from memory (4 items a lane in flight) and multiplies
-//     by dp4a, a persistent grid of 256-thread blocks.
+//     by dp4a, a persistent grid of 256-thread blocks; Q6_K's _i8g (many
+//     rows) a super-block a group of 8 lanes, 4 rows a warp (GdqQ6Group).
 //   vector, 2 tokens and more (kernel_mul_mv_<t>_f32_xs where the op names
 //     them; gmv_xs in common.cuh): the vector engine's decode and mma on 64
 //     rows a block, each window's x for 8 tokens staged once a block as f16.
