@@ -2113,6 +2113,20 @@ __device__ __forceinline__ void park_dequantized(T* ws, const u32 (&wq)[BITS], f
 
 constexpr u32 I8MV_WARPS = 8;
 
+// f(i) for the tokens i < M (M <= 8), unrolled so that i is a constant
+// (the sums' registers); the loop leaves at M by a uniform branch, so the
+// tokens past M cost no issue (bodies under `if (i < M)` were issued
+// predicated off: the Q8_0 output projection ran 250 us that way, 206
+// without; bench/notes/gguf-q6-group-2026-11-28.md).
+template <typename F>
+__device__ __forceinline__ void i8_tokens(u32 M, F&& f) {
+#pragma unroll
+    for (u32 i = 0; i < 8; ++i) {
+        if (i >= M) break;
+        f(i);
+    }
+}
+
 // x's int8 words: word 8c + j of a token's K / 4 holds values 32c + 4j .. +
 // 3 of chunk c, or with PAIRED, per 8 values 8a .. 8a + 7, the even ones
 // (8a, + 2, + 4, + 6) then the odd ones (what a word of 4-bit codes, low
@@ -2227,12 +2241,10 @@ __device__ __forceinline__ void i8_mv(const Src& src, const TX* x, TY* y, u32 M,
                 }
             }
         }
-#pragma unroll
-        for (u32 i = 0; i < 8; ++i) {
-            if (i >= M) break;  // a uniform branch, as the items' dot products take the tokens
+        i8_tokens(M, [&](u32 i) {
 #pragma unroll
             for (u32 r = 0; r < R; ++r) acc[r][i] = warp_sum(acc[r][i]);
-        }
+        });
         if constexpr (S == 1) {
 #pragma unroll
             for (u32 r = 0; r < R; ++r)

@@ -729,20 +729,16 @@ template <typename TS, int BITS> struct AffI8Item {
                 }
             }
         }
+        i8_tokens(M, [&](u32 i) {
+            const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + it * 8u);
+            const uint4 x0 = xv[0], x1 = xv[1];
+            const u32 xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+            int d = 0;
 #pragma unroll
-        for (u32 i = 0; i < 8; ++i) {
-            if (i >= M) break;  // a uniform branch: the tokens past M cost no issue
-            {
-                const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + it * 8u);
-                const uint4 x0 = xv[0], x1 = xv[1];
-                const u32 xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-                int d = 0;
-#pragma unroll
-                for (int j = 0; j < 8; ++j) d = __dp4a(int(c[j]), int(xw[j]), d);
-                const float2 dx = xds[u64(i) * (K / 32u) + it];
-                acc[i] += s * dx.x * float(d) + (BITS == 8 ? fmaf(128.0f, s, b) : b) * dx.y;
-            }
-        }
+            for (int j = 0; j < 8; ++j) d = __dp4a(int(c[j]), int(xw[j]), d);
+            const float2 dx = xds[u64(i) * (K / 32u) + it];
+            acc[i] += s * dx.x * float(d) + (BITS == 8 ? fmaf(128.0f, s, b) : b) * dx.y;
+        });
     }
 };
 // R rows a group of S warps; U4 / U8 items a lane in flight at 4 / 8 bits.

@@ -278,24 +278,20 @@ __device__ __forceinline__ void gdq_dot(const GdqItem<F>& r, u32 it, const u32* 
                 qhi[i] |= ((h >> (s + 1u)) & 0x01010101u) << 4;
             }
         }
+        i8_tokens(M, [&](u32 i) {
+            const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + k0 / 4u);
+            const uint4 x0 = xv[0], x1 = xv[1], x2 = xv[2], x3 = xv[3];
+            const u32 xl[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+            const u32 xh[8] = {x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
+            int sl = 0, sh = 0;
 #pragma unroll
-        for (u32 i = 0; i < 8; ++i) {
-            if (i >= M) break;  // a uniform branch: the tokens past M cost no issue
-            {
-                const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + k0 / 4u);
-                const uint4 x0 = xv[0], x1 = xv[1], x2 = xv[2], x3 = xv[3];
-                const u32 xl[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-                const u32 xh[8] = {x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
-                int sl = 0, sh = 0;
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    sl = __dp4a(int(ql[j]), int(xl[j]), sl);
-                    sh = __dp4a(int(qhi[j]), int(xh[j]), sh);
-                }
-                const float2 dl = xds[u64(i) * (K / 32u) + k0 / 32u], dh = xds[u64(i) * (K / 32u) + k0 / 32u + 1u];
-                acc[i] += (a[0] * dl.x * float(sl) - b[0] * dl.y) + (a[1] * dh.x * float(sh) - b[1] * dh.y);
+            for (int j = 0; j < 8; ++j) {
+                sl = __dp4a(int(ql[j]), int(xl[j]), sl);
+                sh = __dp4a(int(qhi[j]), int(xh[j]), sh);
             }
-        }
+            const float2 dl = xds[u64(i) * (K / 32u) + k0 / 32u], dh = xds[u64(i) * (K / 32u) + k0 / 32u + 1u];
+            acc[i] += (a[0] * dl.x * float(sl) - b[0] * dl.y) + (a[1] * dh.x * float(sh) - b[1] * dh.y);
+        });
     } else if constexpr (F == GGML_Q4_0 || F == GGML_Q8_0) {
         const float d = gdq_h2f(r.d_bits());
         constexpr int NQ = F == GGML_Q8_0 ? 8 : 4;
@@ -310,21 +306,17 @@ __device__ __forceinline__ void gdq_dot(const GdqItem<F>& r, u32 it, const u32* 
                 q[j + 4] = (w >> 4) & 0x0F0F0F0Fu;
             }
         }
+        i8_tokens(M, [&](u32 i) {
+            const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + k0 / 4u);
+            const uint4 x0 = xv[0], x1 = xv[1];
+            const u32 xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+            int s = 0;
 #pragma unroll
-        for (u32 i = 0; i < 8; ++i) {
-            if (i >= M) break;  // a uniform branch: the tokens past M cost no issue
-            {
-                const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + k0 / 4u);
-                const uint4 x0 = xv[0], x1 = xv[1];
-                const u32 xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-                int s = 0;
-#pragma unroll
-                for (int j = 0; j < 8; ++j) s = __dp4a(int(q[j]), int(xw[j]), s);
-                const float2 dx = xds[u64(i) * (K / 32u) + k0 / 32u];
-                if constexpr (F == GGML_Q8_0) acc[i] += d * dx.x * float(s);
-                else acc[i] += d * (dx.x * float(s) - 8.0f * dx.y);
-            }
-        }
+            for (int j = 0; j < 8; ++j) s = __dp4a(int(q[j]), int(xw[j]), s);
+            const float2 dx = xds[u64(i) * (K / 32u) + k0 / 32u];
+            if constexpr (F == GGML_Q8_0) acc[i] += d * dx.x * float(s);
+            else acc[i] += d * (dx.x * float(s) - 8.0f * dx.y);
+        });
     } else {
         // Q6_K: q - 32 as a signed byte: ((q | 0x80) - 0x20) ^ 0x80, no borrow between bytes (q < 64).
         const u32 cc = it % 8u, p = cc % 4u;
@@ -336,25 +328,21 @@ __device__ __forceinline__ void gdq_dot(const GdqItem<F>& r, u32 it, const u32* 
             const u32 v = ((r.ql[j] >> (4u * (p / 2u))) & 0x0F0F0F0Fu) | (((r.qh[j] >> (2u * p)) & 0x03030303u) << 4);
             q[j] = ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
         }
-#pragma unroll
-        for (u32 i = 0; i < 8; ++i) {
-            if (i >= M) break;  // a uniform branch: the tokens past M cost no issue
-            {
-                const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + k0 / 4u);
-                const uint4 x0 = xv[0], x1 = xv[1];
-                int a = 0, b = 0;
-                a = __dp4a(int(q[0]), int(x0.x), a);
-                a = __dp4a(int(q[1]), int(x0.y), a);
-                a = __dp4a(int(q[2]), int(x0.z), a);
-                a = __dp4a(int(q[3]), int(x0.w), a);
-                b = __dp4a(int(q[4]), int(x1.x), b);
-                b = __dp4a(int(q[5]), int(x1.y), b);
-                b = __dp4a(int(q[6]), int(x1.z), b);
-                b = __dp4a(int(q[7]), int(x1.w), b);
-                const float2 dx = xds[u64(i) * (K / 32u) + k0 / 32u];
-                acc[i] += dx.x * (s0 * float(a) + s1 * float(b));
-            }
-        }
+        i8_tokens(M, [&](u32 i) {
+            const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + k0 / 4u);
+            const uint4 x0 = xv[0], x1 = xv[1];
+            int a = 0, b = 0;
+            a = __dp4a(int(q[0]), int(x0.x), a);
+            a = __dp4a(int(q[1]), int(x0.y), a);
+            a = __dp4a(int(q[2]), int(x0.z), a);
+            a = __dp4a(int(q[3]), int(x0.w), a);
+            b = __dp4a(int(q[4]), int(x1.x), b);
+            b = __dp4a(int(q[5]), int(x1.y), b);
+            b = __dp4a(int(q[6]), int(x1.z), b);
+            b = __dp4a(int(q[7]), int(x1.w), b);
+            const float2 dx = xds[u64(i) * (K / 32u) + k0 / 32u];
+            acc[i] += dx.x * (s0 * float(a) + s1 * float(b));
+        });
     }
 }
 
@@ -433,17 +421,14 @@ struct GdqQ6Group {
             }
         }
         const u32 c0 = 8u * (it / 8u);  // the super-block's first chunk of x
-        // Token by token, leaving at M (a uniform branch: the tokens past M cost no issue).
-#pragma unroll
-        for (u32 i = 0; i < 8; ++i) {
-            if (i >= M) break;
+        i8_tokens(M, [&](u32 i) {
             const u32* xi = xq + u64(i) * (K / 4u) + 8u * c0 + j;
             const float2* di = xds + u64(i) * (K / 32u) + c0;
             float s = 0.0f;
 #pragma unroll
             for (u32 w = 0; w < 8; ++w) s += ds[w] * di[w].x * float(__dp4a(int(q[w]), int(xi[8u * w]), 0));
             acc[i] += s;
-        }
+        });
     }
 };
 
