@@ -494,6 +494,21 @@ __device__ __forceinline__ void load_sw(unsigned char* dst, const T* src, u64 st
     }
 }
 
+// This thread's copies of a whole tile of NR rows (every row live, rows and
+// strides 16-byte aligned), as load_sw's vector path lays them out: from g
+// (its first chunk's bytes in global memory), RI rows apart (`step` bytes),
+// into d (its first chunk in shared memory). Pointers step by additions
+// only: no row predicates, selects or products a copy.
+template <int D, int NR>
+__device__ __forceinline__ void load_sw_whole(unsigned char* d, const char* g, u64 step) {
+    constexpr int RI = 256 / (D / 8);
+#pragma unroll
+    for (int m = 0; m < NR / RI; ++m) {
+        cp_async16(d + u32(RI * 128 * m), g, true);
+        g += step;
+    }
+}
+
 #ifdef MLXN_WGMMA
 // The 128-row tile on wgmma: 256 threads, warpgroup wg owns query rows
 // 64 wg .. 64 wg + 63. Step j (key tile kt, the j-th tile the block visits):
@@ -545,6 +560,17 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
     const u64 dk = wgmma_desc_sw128(ks);
     const u64 dv = wgmma_desc_sw128_mn(vs, KCB);
 
+    // A whole tile's copies of this thread (load_sw_whole): its chunk's
+    // offset in a stage, its first bytes in K and V, the bytes between its
+    // rows and between key tiles.
+    constexpr int CH = D / 8, RI = 256 / CH;
+    const u32 dofs = u32((int(tid) % CH) >> 3) * KCB + sw128_offset(tid / u32(CH), tid % u32(CH) & 7u);
+    const u64 gofs = u64(tid / u32(CH)), cofs = u64(tid % u32(CH)) * 16u;
+    const char* kth = reinterpret_cast<const char*>(qt.kg) + gofs * kst * sizeof(T) + cofs;
+    const char* vth = reinterpret_cast<const char*>(qt.vg) + gofs * vst * sizeof(T) + cofs;
+    const u64 kstep = u64(RI) * kst * sizeof(T), vstep = u64(RI) * vst * sizeof(T);
+    const u64 ktile = u64(BK) * kst * sizeof(T), vtile = u64(BK) * vst * sizeof(T);
+
     int j = 0;
     while (kt < qt.t_hi) {
         const int k0 = kt * BK;
@@ -553,9 +579,6 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
         cp_async_wait<0>();
         fence_proxy_async_smem();
         __syncthreads();
-        if (kn < qt.t_hi) load_sw<T, D, BK>(ks + u32((j + 1) & 1) * KVT, qt.kg + u64(kn * BK) * kst, kst, qt.keys(kn), qt.vec, tid);
-        load_sw<T, D, BK>(vs + u32(j & 1) * KVT, qt.vg + u64(k0) * vst, vst, qt.keys(kt), qt.vec, tid);
-        cp_async_commit();
 
 #pragma unroll
         for (int i = 0; i < RS; ++i) sc[i] = 0.0f;
@@ -570,6 +593,18 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
                         dks + (u64(u32(dj >> 2) * KCB + 32u * u32(dj & 3)) >> 4));
         }
         wgmma_commit();
+        // The copies while S runs on the tensor cores: K of the next tile
+        // into the stage K of step j - 1 held, V of this one into the stage
+        // of step j - 2's V (neither read by S or the P V below).
+        unsigned char* kd = ks + u32((j + 1) & 1) * KVT;
+        unsigned char* vd = vs + u32(j & 1) * KVT;
+        if (kn < qt.t_hi) {
+            if (qt.vec && qt.keys(kn) == BK) load_sw_whole<D, BK>(kd + dofs, kth + u64(kn) * ktile, kstep);
+            else load_sw<T, D, BK>(kd, qt.kg + u64(kn * BK) * kst, kst, qt.keys(kn), qt.vec, tid);
+        }
+        if (qt.vec && qt.keys(kt) == BK) load_sw_whole<D, BK>(vd + dofs, vth + u64(kt) * vtile, vstep);
+        else load_sw<T, D, BK>(vd, qt.vg + u64(k0) * vst, vst, qt.keys(kt), qt.vec, tid);
+        cp_async_commit();
         // P V of the previous step in its own group, S's awaited alone; step
         // 0 has no P V and commits no empty group: ptxas realizes an empty
         // group as one more (dummy) wgmma in every step, and the wait for
