@@ -320,6 +320,14 @@ inline thread_local std::deque<std::vector<SimCopy>> sim_groups;
 inline thread_local std::vector<SimCopy> sim_open;
 inline void cp_async16(void* dst, const void* src, bool live) {
   if ((reinterpret_cast<uintptr_t>(dst) | (live ? reinterpret_cast<uintptr_t>(src) : 0)) & 15) { std::fprintf(stderr, "cp.async misaligned\n"); std::abort(); }
+  // A destination in the shared window lies inside what the launch gave
+  // (on a GPU a copy past it faults); static __shared__ arrays lie outside.
+  const auto* d = static_cast<const unsigned char*>(dst);
+  const auto& w = sim_block.window;
+  if (d >= w.data() && d < w.data() + w.size()) {
+    const unsigned char* dyn = sim_block.shared + kSimDynOffset;
+    if (d < dyn || d + 16 > dyn + sim_block.dyn_bytes) sim_fail("cp.async: destination outside the launch's dynamic shared memory");
+  }
   sim_open.push_back({dst, src, live});
 }
 inline void cp_async_commit() { sim_groups.push_back(std::move(sim_open)); sim_open.clear(); }
