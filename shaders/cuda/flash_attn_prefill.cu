@@ -514,13 +514,14 @@ __device__ __forceinline__ void load_sw_whole(unsigned char* d, const char* g, u
 // 64 wg .. 64 wg + 63. Step j (key tile kt, the j-th tile the block visits):
 // wait for this thread's copies, proxy fence, barrier (K of kt and V of the
 // previous tile landed everywhere; both warpgroups are past the wgmma of
-// step j - 1), start K of the next tile (into the stage K of step j - 1
-// held) and V of kt (into the stage of step j - 2's V); issue S = Q K^T
-// (D / 16 wgmma from shared memory), then O += P V of step j - 1 (BK / 16
-// wgmma, P from registers); wait for S alone; scale, cap, mask and the
-// online softmax on the S fragment while P V runs; wait for P V; rescale O,
-// round P to the input type as the next step's A operand. After the last
-// step, its P V.
+// step j - 1); issue S = Q K^T (D / 16 wgmma from shared memory); while it
+// runs, start K of the next tile (into the stage K of step j - 1 held) and
+// V of kt (into the stage of step j - 2's V); issue O += P V of step j - 1
+// (BK / 16 wgmma, P from registers); wait for S alone; scale, cap, mask and
+// the online softmax on the S fragment while P V runs; wait for P V;
+// rescale O, round P to the input type as the next step's A operand. After
+// the last step, its P V. (The copies' issue costs a fifth of a step at D
+// 128; before S it left the tensor cores idle for that long.)
 template <typename T, typename MaskT, int D, int BQB, int BKB>
 __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                              T* __restrict__ O, const AttnParams* pp, const AttnMaskParams* mp,
