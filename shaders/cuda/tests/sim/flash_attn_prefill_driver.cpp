@@ -86,6 +86,10 @@ struct Case {
   bool llama = true;
   bool misalign = false;
   std::vector<u32> cuq, cuk;
+  // Key row r scaled by 1 + ramp r (head-major layouts): scores grow along
+  // the keys, so a row's running maximum rises by more than 8 (log2 units)
+  // from one key tile to the next and O is rescaled past the first tile.
+  double ramp = 0;
 };
 
 // The Metal entry's blk tile (flashAttnPrefillTile).
@@ -114,6 +118,9 @@ void run_on(const Case& c, bool hopper) {
   const int mis = c.misalign ? 1 : 0;
   Arr<T> q(qn + mis), k(kn + mis), v(kn + mis), o(qn + mis);
   q.random(); k.random(); v.random(); o.poison();
+  if (c.ramp > 0) {
+    for (size_t i = 0; i < kn; ++i) k.p[mis + i] = cvt<T>(back(k.p[mis + i]) * (1 + c.ramp * double((i / D) % cap)));
+  }
   T *qp = q.p + mis, *kp = k.p + mis, *vp = v.p + mis, *op = o.p + mis;
   // Strides (batch, head, row) in elements.
   auto strides = [&](int heads, int rows, u64 s[3]) {
@@ -317,6 +324,14 @@ int main(int argc, char** argv) {
     run<bf>({"d256 rows not 16-byte aligned", 1, 2, 1, 256, 70, 100, 0, 0, 0, true, 0, NONE, false, true, true});
     run<bf>({"d256 GQA 8, window 64 past the tile", 1, 8, 1, 256, 66, 200, 0, 134, 64});
     run<bf>({"d128 qL=150 kL=400 (four key tiles of the Hopper launch)", 1, 2, 1, 128, 150, 400});
+    {
+      Case c{"d128 keys growing along the sequence, qL=150 kL=400", 1, 2, 1, 128, 150, 400};
+      c.ramp = 0.05;
+      run<bf>(c);
+      Case d{"d256 keys growing along the sequence, qL=70 kL=300 (f16)", 1, 2, 1, 256, 70, 300};
+      d.ramp = 0.05;
+      run<__half>(d);
+    }
     if (big) run<bf>({"d128 qL=kL=512", 1, 2, 1, 128, 512, 512});
     run_mask_fill<bf>(37, 45, 0, 0, true, false);
     run_mask_fill<__half>(20, 64, 30, 17, true, false);
