@@ -287,6 +287,8 @@ interface Run extends Omit<FlashAttnPrefillRefShape, 'scale' | 'causal' | 'cuSeq
   cuDtype?: 'u32' | 'i32';
   d512Kernel?: 'llamacpp' | 'tiles';
   nsg?: 4 | 8;
+  /** Key row r scaled by 1 + keyRamp r (headMajor, no cuSeqlens): scores grow along the keys, so a row's running maximum rises by many units from one key tile to the next and O is rescaled by factors far below 1. */
+  keyRamp?: number;
 }
 
 /** Runs one argument set on the device with fresh random inputs; returns the error and the output's bits. */
@@ -297,7 +299,11 @@ function runAttention(dev: Device, c: Run, seed: number): { err: number; out: Fl
   const qn = (varlen ? 1 : c.batch) * c.nHeads * c.seqLenQ * c.headDim;
   const kn = (varlen ? 1 : c.batch) * c.nKvHeads * cap * c.headDim;
   const q = dev.upload(c.dtype, [qn], randomArray(r, qn, -1.5, 1.5));
-  const k = dev.upload(c.dtype, [kn], randomArray(r, kn, -1.5, 1.5));
+  const kData = randomArray(r, kn, -1.5, 1.5);
+  if (c.keyRamp !== undefined) {
+    for (let i = 0; i < kn; i++) kData[i]! *= 1 + c.keyRamp * (Math.floor(i / c.headDim) % cap);
+  }
+  const k = dev.upload(c.dtype, [kn], kData);
   const v = dev.upload(c.dtype, [kn], randomArray(r, kn, -1, 1));
   const out = poisoned(dev, c.dtype, [qn]);
   let mask: Buffer | undefined;
@@ -370,6 +376,17 @@ describeBackends('flash_attn_prefill parity', ({ device, backend }) => {
           runs.push({ what: `GQA ${nHeads / nKvHeads}`, dtype, batch: 2, nHeads, nKvHeads, headDim, seqLenQ: 37, seqLenK: 45, scale: headDim === 64 ? 0.5 : undefined });
         }
       }
+    }
+    check(runs);
+  });
+
+  test('scores growing along the keys: O rescaled past the first key tile by factors far below 1', () => {
+    const runs: Run[] = [];
+    for (const headDim of [64, 128, 256, 512]) {
+      for (const dtype of ['bf16', 'f16'] as const) {
+        runs.push({ what: 'keys growing', dtype, batch: 1, nHeads: 2, nKvHeads: 1, headDim, seqLenQ: 40, seqLenK: 300, keyRamp: 0.05 });
+      }
+      runs.push({ what: 'keys growing, causal', dtype: 'bf16', batch: 1, nHeads: 2, nKvHeads: 1, headDim, seqLenQ: 40, seqLenK: 300, qOffset: 260, causal: true, keyRamp: 0.05 });
     }
     check(runs);
   });
