@@ -9,7 +9,8 @@
 // row with its three mass passes and the lists they leave, min-p's record
 // pass, overflowing summaries), comparing every row's token with the
 // reference's (or, where a decision is within 1e-5 of flipping, with one of
-// the outcomes one rounding away) and the log-probabilities to 1e-4. run.sh builds and runs it (`sample`).
+// the outcomes one rounding away) and the log-probabilities to 1e-4. run.sh
+// builds and runs it (`sample`).
 #include "sim_kernels.h"  // build.py's output
 #include <algorithm>
 #include <cstring>
@@ -141,7 +142,7 @@ struct Opt {
 // across the draw's boundary, and the draw over the kept set with the
 // token at the set's boundary included or left out.
 struct RefRow {
-  u32 token; double logprob; double margin;
+  u32 token; double logprob;
   double set_margin = INFINITY, draw_margin = INFINITY;
   std::vector<std::pair<u32, double>> also;
 };
@@ -163,8 +164,8 @@ static RefRow reference(const float* x, u32 v, u32 row, const Opt& o, const u32*
   std::iota(order.begin(), order.end(), 0u);
   std::stable_sort(order.begin(), order.end(), [&](u32 a, u32 b) { return z[a] > z[b]; });
   const double zmax = z[order[0]];
-  if (zmax == -INFINITY) return {0xffffffffu, -INFINITY, INFINITY};
-  if (o.t == 0) return {order[0], 0.0, INFINITY};
+  if (zmax == -INFINITY) return {0xffffffffu, -INFINITY};
+  if (o.t == 0) return {order[0], 0.0};
   std::vector<double> w(v);
   double mass = 0;
   for (u32 i = 0; i < v; ++i) mass += w[i] = std::exp(z[i] - zmax);
@@ -221,7 +222,7 @@ static RefRow reference(const float* x, u32 v, u32 row, const Opt& o, const u32*
     return d;
   };
   const Draw first = draw(len);
-  RefRow out{first.token, first.lp, std::min(margin, first.margin), margin, first.margin, {}};
+  RefRow out{first.token, first.lp, margin, first.margin, {}};
   auto accept = [&](const Draw& d, bool primary) {
     if (!primary) out.also.push_back({d.token, d.lp});
     if (d.margin < 1e-5 && d.alt != 0xffffffffu) out.also.push_back({d.alt, d.alt_lp});
