@@ -87,8 +87,9 @@ struct Case {
   bool misalign = false;
   std::vector<u32> cuq, cuk;
   // Key row r scaled by 1 + ramp r (head-major layouts): scores grow along
-  // the keys, so a row's running maximum rises by more than 8 (log2 units)
-  // from one key tile to the next and O is rescaled past the first tile.
+  // the keys, so a row's running maximum rises by many units from one key
+  // tile to the next and O is rescaled past the first tile by factors far
+  // below 1.
   double ramp = 0;
 };
 
