@@ -460,6 +460,17 @@ __device__ __forceinline__ u32 and_or(u32 v, u32 c) {
     return d;
 }
 
+// The selector of sext_byte for byte b (0 .. 3) of a word.
+__device__ __forceinline__ u32 sext_sel(u32 b) { return b | ((8u | b) * 0x1110u); }
+// The byte that sel (sext_sel) names, sign-extended: one PRMT, whose
+// selector nibbles with the high bit set replicate the byte's sign
+// (__byte_perm takes only the low three bits of each).
+__device__ __forceinline__ int sext_byte(u32 w, u32 sel) {
+    int d;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(d) : "r"(w), "r"(sel));
+    return d;
+}
+
 // A load with acquire semantics at GPU scope: what other blocks wrote before
 // their release (a fence, then the atomic this load observes) is visible to
 // the loads after it, and to the block's loads after a barrier.

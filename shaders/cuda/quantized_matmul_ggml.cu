@@ -240,6 +240,11 @@ template <> struct GdqItem<GGML_Q6_K> {
 
 __device__ __forceinline__ float gdq_h2f(u32 bits) { return __half2float(__ushort_as_half(static_cast<unsigned short>(bits))); }
 
+// c - 32 x the sum of x word xw's four signed bytes: with it as the
+// addend, dp4a(q, xw, .) of Q6_K codes q in 0 .. 63 (positive as signed
+// bytes) adds the dot product of q - 32.
+__device__ __forceinline__ int q6_bias(int xw, int c) { return __dp4a(int(0xE0E0E0E0u), xw, c); }
+
 // Scale and min of sub-blocks s and s + 1 (s even) of a K-quant header (kq_raw's decoding).
 __device__ __forceinline__ void gdq_k4_scales(const uint4& hd, u32 s, float (&a)[2], float (&b)[2]) {
     const float d = gdq_h2f(hd.x & 0xFFFFu), dmin = gdq_h2f(hd.x >> 16);
@@ -318,28 +323,24 @@ __device__ __forceinline__ void gdq_dot(const GdqItem<F>& r, u32 it, const u32* 
             else acc[i] += d * (dx.x * float(s) - 8.0f * dx.y);
         });
     } else {
-        // Q6_K: q - 32 as a signed byte: ((q | 0x80) - 0x20) ^ 0x80, no borrow between bytes (q < 64).
+        // Q6_K: the codes q in 0 .. 63 (positive as signed bytes), the -32 in
+        // the dp4a's addend (q6_bias).
         const u32 cc = it % 8u, p = cc % 4u;
         const float d = gdq_h2f(r.d);
         const float s0 = d * float(static_cast<signed char>(r.sc & 0xFFu)), s1 = d * float(static_cast<signed char>(r.sc >> 8));
         u32 q[8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const u32 v = ((r.ql[j] >> (4u * (p / 2u))) & 0x0F0F0F0Fu) | (((r.qh[j] >> (2u * p)) & 0x03030303u) << 4);
-            q[j] = ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
-        }
+        for (int j = 0; j < 8; ++j) q[j] = ((r.ql[j] >> (4u * (p / 2u))) & 0x0F0F0F0Fu) | (((r.qh[j] >> (2u * p)) & 0x03030303u) << 4);
         i8_tokens(M, [&](u32 i) {
             const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + k0 / 4u);
             const uint4 x0 = xv[0], x1 = xv[1];
+            const int xw[8] = {int(x0.x), int(x0.y), int(x0.z), int(x0.w), int(x1.x), int(x1.y), int(x1.z), int(x1.w)};
             int a = 0, b = 0;
-            a = __dp4a(int(q[0]), int(x0.x), a);
-            a = __dp4a(int(q[1]), int(x0.y), a);
-            a = __dp4a(int(q[2]), int(x0.z), a);
-            a = __dp4a(int(q[3]), int(x0.w), a);
-            b = __dp4a(int(q[4]), int(x1.x), b);
-            b = __dp4a(int(q[5]), int(x1.y), b);
-            b = __dp4a(int(q[6]), int(x1.z), b);
-            b = __dp4a(int(q[7]), int(x1.w), b);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                a = __dp4a(int(q[j]), xw[j], q6_bias(xw[j], a));
+                b = __dp4a(int(q[j + 4]), xw[j + 4], q6_bias(xw[j + 4], b));
+            }
             const float2 dx = xds[u64(i) * (K / 32u) + k0 / 32u];
             acc[i] += dx.x * (s0 * float(a) + s1 * float(b));
         });
@@ -403,31 +404,40 @@ struct GdqQ6Group {
         u32 sw[4];
 #pragma unroll
         for (u32 q = 0; q < 4; ++q) sw[q] = __shfl_sync(0xffffffffu, c[6], g0 | q);
-        // The 8 words of codes (q - 32 as signed bytes: ((q | 0x80) - 0x20) ^ 0x80, no borrow between bytes as
-        // q < 64) and their scales, word 4 hh + m (values 128 hh + 32 m + 4 j ..: chunk 8 sb + 4 hh + m of x).
-        const float dd = gdq_h2f(d);
+        // The 8 words of codes (q in 0 .. 63, so positive as signed bytes) and
+        // their int8 scales, word 4 hh + m (values 128 hh + 32 m + 4 j ..:
+        // chunk 8 sb + 4 hh + m of x). A word's dot product is dp4a(q, x)
+        // less 32 x the sum of its four x, the dp4a's addend
+        // (q6_bias); times the scale in integers (|.| < 2^23, exact as a
+        // float), then by the chunk's d_x; d once a super-block.
         u32 q[8];
-        float ds[8];
+        int sc[8];
+        const u32 sel_sc[2] = {sext_sel(j / 4u), sext_sel(j / 4u + 2u)};  // word m's scale: byte j / 4 + 2 (m % 2)
 #pragma unroll
         for (u32 hh = 0; hh < 2; ++hh) {
             const u32 A = c[2 * hh], B = c[2 * hh + 1], H = c[4 + hh];
-            const u32 v[4] = {(A & 0x0F0F0F0Fu) | ((H << 4) & 0x30303030u), (B & 0x0F0F0F0Fu) | ((H << 2) & 0x30303030u),
-                              ((A >> 4) & 0x0F0F0F0Fu) | (H & 0x30303030u), ((B >> 4) & 0x0F0F0F0Fu) | ((H >> 2) & 0x30303030u)};
+            q[4 * hh] = (A & 0x0F0F0F0Fu) | ((H << 4) & 0x30303030u);
+            q[4 * hh + 1] = (B & 0x0F0F0F0Fu) | ((H << 2) & 0x30303030u);
+            q[4 * hh + 2] = ((A >> 4) & 0x0F0F0F0Fu) | (H & 0x30303030u);
+            q[4 * hh + 3] = ((B >> 4) & 0x0F0F0F0Fu) | ((H >> 2) & 0x30303030u);
 #pragma unroll
-            for (u32 m = 0; m < 4; ++m) {
-                q[4 * hh + m] = ((v[m] | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
-                const u32 sbyte = j / 4u + 2u * (m % 2u);
-                ds[4 * hh + m] = dd * float(int(sw[2 * hh + m / 2] << (24u - 8u * sbyte)) >> 24);
-            }
+            for (u32 m = 0; m < 4; ++m) sc[4 * hh + m] = sext_byte(sw[2 * hh + m / 2], sel_sc[m % 2u]);
         }
+        const float dd = gdq_h2f(d);
         const u32 c0 = 8u * (it / 8u);  // the super-block's first chunk of x
         i8_tokens(M, [&](u32 i) {
             const u32* xi = xq + u64(i) * (K / 4u) + 8u * c0 + j;
-            const float2* di = xds + u64(i) * (K / 32u) + c0;
+            // The super-block's 8 chunks' {d, sum}: 64 contiguous bytes (c0 is a multiple of 8).
+            const float4* d4 = reinterpret_cast<const float4*>(xds + u64(i) * (K / 32u) + c0);
+            const float4 e0 = d4[0], e1 = d4[1], e2 = d4[2], e3 = d4[3];
+            const float dx[8] = {e0.x, e0.z, e1.x, e1.z, e2.x, e2.z, e3.x, e3.z};
             float s = 0.0f;
 #pragma unroll
-            for (u32 w = 0; w < 8; ++w) s += ds[w] * di[w].x * float(__dp4a(int(q[w]), int(xi[8u * w]), 0));
-            acc[i] += s;
+            for (u32 w = 0; w < 8; ++w) {
+                const int xw = int(xi[8u * w]);
+                s += dx[w] * float(__dp4a(int(q[w]), xw, q6_bias(xw, 0)) * sc[w]);
+            }
+            acc[i] += dd * s;
         });
     }
 };

@@ -280,6 +280,20 @@ inline float ex2_approx(float x) {
 // to about 2^-11 relative, is not modelled).
 inline float tanh_approx(float x) { return std::tanh(x); }
 inline unsigned opaque_u32(unsigned v) { return v; }
+// prmt.b32 d, w, 0, sel (sext_byte): byte k of d is byte (sel >> 4k) & 7
+// of w (bytes 4-7 zero), or, where bit 3 of that nibble is set, that byte's
+// sign bit replicated.
+inline int sext_byte(unsigned w, unsigned sel) {
+  const uint64_t v = uint64_t(w);
+  unsigned r = 0;
+  for (unsigned k = 0; k < 4; ++k) {
+    const unsigned n = (sel >> (4 * k)) & 15u;
+    unsigned b = unsigned((v >> (8 * (n & 7u))) & 0xffu);
+    if (n & 8u) b = (b & 0x80u) ? 0xffu : 0u;
+    r |= b << (8 * k);
+  }
+  return int(r);
+}
 template <unsigned MASK> inline unsigned and_or(unsigned v, unsigned c) { return (v & MASK) | c; }
 
 // max.NaN.f32: the larger, the canonical NaN where either is NaN.
