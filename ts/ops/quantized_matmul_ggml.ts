@@ -250,11 +250,12 @@ const GGML_I8_BLOCKS_PER_SM = 2;
 /**
  * Whether one token of Q6_K runs the int8 engine's grouped entry
  * (kernel_mul_mv_q6_K_f32_i8g: a super-block a group of 8 lanes, 4 rows a
- * warp): past GC_Q6_MAX_BLOCKS tiles of 16 rows. On an H200 it ran the
- * 262144- and 248320-row output projections in 311 and 218 us against 346
- * and 239 for kernel_mul_mv_q6_K_f32_i8 and 355 and 263 for the vector
- * engine; at 17408 rows (2.1 units of 32 rows a block) 49 against 44, and at
- * 2048 rows (64 blocks) 11.8 against 7.1 (bench/notes/gguf-q6-group-2026-11-28.md).
+ * warp): past GC_Q6_MAX_BLOCKS tiles of 16 rows. On an H200 it runs the
+ * 262144- and 248320-row output projections in 273 and 190 us against 342
+ * and 235 for kernel_mul_mv_q6_K_f32_i8's item (bench/results/gguf-q6-diet-h200-2026-11-29.md);
+ * at 17408 rows (2.1 units of 32 rows a block) it ran 49 against 44, and at
+ * 2048 rows (64 blocks) 11.8 against 7.1, before both items' codes went
+ * unsigned (bench/notes/gguf-q6-group-2026-11-28.md).
  */
 const ggmlI8Grouped = (type: GgmlQuantType, n: number): boolean => type === 'Q6_K' && ceilDiv(n, GGML_MV_CUDA_ROWS) > GC_Q6_MAX_BLOCKS;
 /** Rows a warp of an int8 entry: 4 for the grouped one, else 1. */
