@@ -27,7 +27,7 @@ import {
 } from '../ts/ops/quantized_matmul_ggml.ts';
 import {
   GGML_MATMUL_ID_MM_PARAMS_LAYOUT, GGML_MATVEC_ID_GATE_UP_PARAMS_LAYOUT, GGML_MATVEC_ID_PARAMS_LAYOUT, ggmlGateUpIdRef, ggmlIdMmCudaLaunch,
-  ggmlIdMmFew, ggmlIdMmFewCudaLaunch, ggmlIdMmWg, ggmlIdMmWgCudaLaunch, ggmlIdMmWgSharedBytes, ggmlIdMvCudaLaunch, packGgmlMatmulIdMmParams, packGgmlMatvecIdGateUpParams, packGgmlMatvecIdParams, planQuantizedMatmulIdGgml,
+  ggmlIdMmFew, ggmlIdMmFewCudaLaunch, ggmlIdMmWg, ggmlIdMmWgCudaLaunch, ggmlIdMmWgSharedBytes, ggmlIdI8Launch, ggmlIdMvCudaLaunch, packGgmlMatmulIdMmParams, packGgmlMatvecIdGateUpParams, packGgmlMatvecIdParams, planQuantizedMatmulIdGgml,
   planQuantizedMatmulIdGgmlGateUp, planQuantizedMatmulIdGgmlMm, planQuantizedMatmulIdSwigluQ4_0, QUANTIZED_MATMUL_ID_GGML_KERNELS,
   quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm, quantizedMatmulIdSwigluQ4_0, ggmlMatmulIdRef, ggmlSwigluIdRef,
 } from '../ts/ops/quantized_matmul_id_ggml.ts';
@@ -35,7 +35,7 @@ import { siluRef } from '../ts/ops/silu_mul.ts';
 import { GATE_ACTIVATIONS, type GateActivation } from '../ts/expert-products.ts';
 import { gateActivationRef } from '../ts/ops/dense_matmul_id.ts';
 import { structSize } from '../ts/params.ts';
-import { record } from '../ts/plan.ts';
+import { record, type CudaLaunch } from '../ts/plan.ts';
 import { describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, run, TARGET_LIMITS } from './helpers.ts';
 import { a, buf, F, ggmlBlocks, int, opContract, out, U32, type Case } from './op-contract.ts';
 
@@ -104,6 +104,21 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     expect([704, 2112, 352].map((k) => ggmlIdMvCudaLaunch('Q8_0', 8, 2816, k).threadgroupMemory![0]))
       .toEqual([ggmlGcSharedBytes('Q8_0', 704), ggmlGcSharedBytes('Q8_0', 2112), ggmlGcSharedBytes('Q8_0', 352)]);
     expect([704, 2112].map((k) => ggmlGcSharedBytes('Q8_0', k))).toEqual([4 * 16 * 304 + 3 * 8 * 68 + 320, 4 * 3 * 16 * 304 + 9 * 8 * 68 + 320]);
+    // The plan's plain vector form of Q8_0 and Q6_K on CUDA: the int8 engine per pair (ggmlIdI8Launch), grid (G,
+    // pairs) of 256 threads, G blocks a pair so that the pairs take 2 an SM (132 SMs), at most the pair's units of 8
+    // rows, at least one; x as int8, a {scale, sum} pair a chunk of 32 and 2 x 8 x 8 floats. Gemma 4's Q8_0 expert
+    // down (k 704, n 2816) and Qwen3.6's Q6_K one (k 512, n 2048), 8 pairs; 300 pairs; no SM count: every unit.
+    const i8 = (t: string, g: number, pairs: number, k: number): CudaLaunch =>
+      ({ grid: [g, pairs, 1], threads: [256, 1, 1], threadgroupMemory: { 0: k + (k / 32) * 8 + 512 }, entry: `kernel_mul_mv_id_${t}_f32_i8` });
+    expect(ggmlIdI8Launch('Q8_0', 8, 2816, 704, { multiprocessors: 132 })).toEqual(i8('q8_0', 33, 8, 704));
+    expect(ggmlIdI8Launch('Q6_K', 8, 2048, 512, { multiprocessors: 132 })).toEqual(i8('q6_K', 33, 8, 512));
+    expect(ggmlIdI8Launch('Q6_K', 300, 2048, 512, { multiprocessors: 132 })).toEqual(i8('q6_K', 1, 300, 512));
+    expect(ggmlIdI8Launch('Q8_0', 2, 9, 64, { multiprocessors: 132 })).toEqual(i8('q8_0', 2, 2, 64));
+    expect(ggmlIdI8Launch('Q8_0', 8, 2816, 704)).toEqual(i8('q8_0', 352, 8, 704));
+    // Not for the other formats, past the grid's y (65535 pairs) or past x's copy within GC_MAX_SHARED.
+    expect((['Q4_0', 'Q4_K', 'Q5_K'] as const).map((t) => ggmlIdI8Launch(t, 8, 2048, 512))).toEqual([null, null, null]);
+    expect(ggmlIdI8Launch('Q8_0', 65536, 64, 64)).toBeNull();
+    expect(ggmlIdI8Launch('Q8_0', 8, 64, 2 ** 20)).toBeNull();
     // 512 tokens x top-8 of 256 experts: 4096 / 64 + 257 slots x 4 column tiles of 128.
     expect(ggmlIdMmCudaLaunch(4096, 512, 256)).toEqual({ grid: [321 * 4, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 30720 } });
     // The few-pairs form at 64 tokens x top-8 of 256: 512 / 8 + 257 slots x 8 blocks of 64 rows, the vector engine's memory.
@@ -412,7 +427,9 @@ function idsOf(seed: number, pairs: number, nExperts: number, used: number, bad:
 }
 
 describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
-  const tolOf = (form: Form, k: number): number => dotTolerance(backend !== 'cuda' && form !== 'matrix' ? 'f32' : 'f16', k);
+  // CUDA's plain vector form of Q8_0 and Q6_K rounds x to int8 a chunk of 32 values (about bf16's 8 bits: ggmlIdI8Launch).
+  const tolOf = (form: Form, k: number, type?: GgmlQuantType): number =>
+    dotTolerance(backend !== 'cuda' && form !== 'matrix' ? 'f32' : backend === 'cuda' && form === 'vector' && (type === 'Q8_0' || type === 'Q6_K') ? 'bf16' : 'f16', k);
   // [shape, experts used of nExperts, ids past the experts]: one token, several tokens, a down projection over pairs (topK 1),
   // experts without pairs, odd n under and past the tiles, experts further apart than their bytes.
   const VECTOR: readonly [Shape, number, boolean][] = [
@@ -435,7 +452,7 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
           const k = ggmlBlockOf(type).qk * s.blocks;
           const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);
           const e = product(dev, type, s, ids, form, seed++ * 7919 + k);
-          if (!(e <= tolOf(form, k))) over.push(`${form} ${JSON.stringify(s)}: ${e}`);
+          if (!(e <= tolOf(form, k, type))) over.push(`${form} ${JSON.stringify(s)}: ${e}`);
         }
       }
       expect(over).toEqual([]);

@@ -3857,4 +3857,322 @@ __device__ __forceinline__ void gmv_gc_q6k(unsigned char* smem, const unsigned c
     gc_store<W, GU>(acc_a, acc_b, red, warp, lane, part, row0, N, y, activation);
 }
 
+// ---- the int8 engine's GGUF items (quantized_matmul_ggml's _i8 / _i8g / _vdq* entries,
+// quantized_matmul_id_ggml's _i8 entries; the engine: i8_mv above) ----
+//
+// The vector engine (common.cuh's gmv) spends about 560 warp instructions a window of
+// 16 rows x 256 values (Q4_K: 2304 bytes, ~4 bytes a warp instruction): the
+// cp.async copy loop, the stage reads, 3 instructions an f16 pair (byte_perm,
+// two packed fmas) and x read as float4 and rounded by every lane group (8
+// times over at one token). At 0.85 of an H100's copy rate an SM must take
+// ~10 bytes a clock, i.e. ~2.5 of its 4 warp instructions a clock: issue-bound.
+// This engine, llama.cpp's mmvq in shape (common.cuh's i8_mv: x quantized
+// once a block to int8 per chunk of 32, dp4a, a persistent grid of units of
+// rows), takes an estimated ~12 bytes a warp instruction (Q4_K, ~95 a lane
+// and item): a lane takes whole items of a row (Q4_K / Q5_K: a pair of
+// sub-blocks, 64 values; Q4_0 / Q8_0 / Q6_K: 32 values), loads their bytes
+// straight from global memory (16-byte loads where the format allows, else
+// words realigned by byte_perm) and extracts the codes with and / shift,
+// no conversion to floats; each sub-block's dot product is scaled once in
+// f32 (the K-quants' mins against the chunk's f32 sum of x). Floors and
+// predictions at the bench shapes: bench/notes/qmv-variants-2026-11-26.md.
+// The products differ from the f16 engine's by x's int8 rounding (up to
+// max|x| / 254 a value where the entry rounds x to f16).
+
+// 16 bytes at p: one load where 16-byte aligned (vec), else four words.
+__device__ __forceinline__ uint4 gdq_ld16(const unsigned char* p, bool vec) {
+    if (vec) return __ldg(reinterpret_cast<const uint4*>(p));
+    const u32* w = reinterpret_cast<const u32*>(p);
+    return make_uint4(__ldg(w), __ldg(w + 1), __ldg(w + 2), __ldg(w + 3));
+}
+// N words from p (2-byte aligned), realigned from the N + 1 words at or below
+// it (Q6_K's ql and qh: the extra word lies inside the super-block).
+template <int N>
+__device__ __forceinline__ void gdq_words(const unsigned char* p, u32 (&out)[N]) {
+    const u32* v = reinterpret_cast<const u32*>(reinterpret_cast<u64>(p) & ~u64(3));
+    const u32 sel = (reinterpret_cast<u64>(p) & 2u) ? 0x5432u : 0x3210u;
+    u32 wd[N + 1];
+#pragma unroll
+    for (int i = 0; i <= N; ++i) wd[i] = __ldg(v + i);
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = __byte_perm(wd[i], wd[i + 1], sel);
+}
+
+// One item's bytes as loaded (before any decoding).
+template <int F> struct GdqItem;
+// Q4_K: pair j of super-block sb: the header and qs[32 j .. + 32] (sub-blocks 2j low nibbles, 2j + 1 high).
+template <> struct GdqItem<GGML_Q4_K> {
+    static constexpr u32 VALUES = 64;
+    uint4 hd, q[2];
+    __device__ __forceinline__ void load(const unsigned char* row, u32 it, bool vec) {
+        const unsigned char* b = row + (it / 4u) * 144u;
+        hd = gdq_ld16(b, vec);
+        q[0] = gdq_ld16(b + 16u + 32u * (it % 4u), vec);
+        q[1] = gdq_ld16(b + 32u + 32u * (it % 4u), vec);
+    }
+};
+// Q5_K: the same with qs at 48 and qh[32] at 16 (bit s of qh[l]: value l of sub-block s's fifth bit).
+template <> struct GdqItem<GGML_Q5_K> {
+    static constexpr u32 VALUES = 64;
+    uint4 hd, q[2], h[2];
+    __device__ __forceinline__ void load(const unsigned char* row, u32 it, bool vec) {
+        const unsigned char* b = row + (it / 4u) * 176u;
+        hd = gdq_ld16(b, vec);
+        h[0] = gdq_ld16(b + 16u, vec);
+        h[1] = gdq_ld16(b + 32u, vec);
+        q[0] = gdq_ld16(b + 48u + 32u * (it % 4u), vec);
+        q[1] = gdq_ld16(b + 64u + 32u * (it % 4u), vec);
+    }
+};
+// Q4_0 / Q8_0: block it (d, then 16 / 32 quant bytes).
+// The words overlapping the block (5 / 9 either way: 18 / 34 bytes from a
+// 2-byte aligned start), and whether it starts 2 bytes into the first.
+template <u32 BYTES> struct GdqBlock32 {
+    static constexpr u32 VALUES = 32, NW = (BYTES + 2u + 3u) / 4u;
+    u32 w[NW], odd;
+    __device__ __forceinline__ void load(const unsigned char* row, u32 it, bool) {
+        const unsigned char* p = row + BYTES * it;
+        const u32* v = reinterpret_cast<const u32*>(reinterpret_cast<u64>(p) & ~u64(3));
+        odd = u32(reinterpret_cast<u64>(p) & 2u);
+#pragma unroll
+        for (u32 i = 0; i < NW; ++i) w[i] = __ldg(v + i);
+    }
+    // d's bits and quant word j (the block's bytes 2 + 4j .. 5 + 4j).
+    __device__ __forceinline__ u32 d_bits() const { return odd ? w[0] >> 16 : w[0] & 0xFFFFu; }
+    __device__ __forceinline__ u32 quant(u32 j) const { return __byte_perm(w[j], w[j + 1], odd ? 0x7654u : 0x5432u); }
+};
+template <> struct GdqItem<GGML_Q4_0> : GdqBlock32<18u> {};
+template <> struct GdqItem<GGML_Q8_0> : GdqBlock32<34u> {};
+// Q6_K: chunk cc = it % 8 (= 4 hh + p) of super-block it / 8: its ql and qh words, its two scales, d.
+template <> struct GdqItem<GGML_Q6_K> {
+    static constexpr u32 VALUES = 32;
+    u32 ql[8], qh[8], sc, d;
+    __device__ __forceinline__ void load(const unsigned char* row, u32 it, bool) {
+        const unsigned char* b = row + (it / 8u) * 210u;
+        const u32 cc = it % 8u, hh = cc / 4u, p = cc % 4u;
+        gdq_words<8>(b + 64u * hh + 32u * (p % 2u), ql);
+        gdq_words<8>(b + 128u + 32u * hh, qh);
+        sc = __ldg(reinterpret_cast<const unsigned short*>(b + 192u + 2u * cc));
+        d = __ldg(reinterpret_cast<const unsigned short*>(b + 208u));
+    }
+};
+
+__device__ __forceinline__ float gdq_h2f(u32 bits) { return __half2float(__ushort_as_half(static_cast<unsigned short>(bits))); }
+
+// c - 32 x the sum of x word xw's four signed bytes: with it as the
+// addend, dp4a(q, xw, .) of Q6_K codes q in 0 .. 63 (positive as signed
+// bytes) adds the dot product of q - 32.
+__device__ __forceinline__ int q6_bias(int xw, int c) { return __dp4a(int(0xE0E0E0E0u), xw, c); }
+
+// Scale and min of sub-blocks s and s + 1 (s even) of a K-quant header (kq_raw's decoding).
+__device__ __forceinline__ void gdq_k4_scales(const uint4& hd, u32 s, float (&a)[2], float (&b)[2]) {
+    const float d = gdq_h2f(hd.x & 0xFFFFu), dmin = gdq_h2f(hd.x >> 16);
+#pragma unroll
+    for (u32 e = 0; e < 2; ++e) {
+        const u32 ss = s + e, sh = 8u * (ss & 3u);
+        const u32 lo = (hd.y >> sh) & 0xFFu, mid = (hd.z >> sh) & 0xFFu, hi = (hd.w >> sh) & 0xFFu;
+        const u32 sc = ss < 4 ? lo & 63u : (hi & 0xFu) | ((lo >> 6) << 4);
+        const u32 m = ss < 4 ? mid & 63u : (hi >> 4) | ((mid >> 6) << 4);
+        a[e] = d * float(sc);
+        b[e] = dmin * float(m);
+    }
+}
+
+// Item it's dot products with the M tokens' x, added to acc[0 .. M - 1].
+// xq: token 0's words (K / 4 a token), xds: its chunks' {d, sum} (K / 32 a token).
+template <int F>
+__device__ __forceinline__ void gdq_dot(const GdqItem<F>& r, u32 it, const u32* xq, const float2* xds, u32 M, u32 K, float (&acc)[8]) {
+    constexpr u32 V = GdqItem<F>::VALUES;
+    const u32 k0 = it * V;  // the item's first value
+    if constexpr (F == GGML_Q4_K || F == GGML_Q5_K) {
+        float a[2], b[2];
+        gdq_k4_scales(r.hd, 2u * (it % 4u), a, b);
+        u32 ql[8], qhi[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const uint4& v = r.q[i / 4];
+            const u32 w = (i % 4 == 0) ? v.x : (i % 4 == 1) ? v.y : (i % 4 == 2) ? v.z : v.w;
+            ql[i] = w & 0x0F0F0F0Fu;
+            qhi[i] = (w >> 4) & 0x0F0F0F0Fu;
+            if constexpr (F == GGML_Q5_K) {
+                const uint4& hv = r.h[i / 4];
+                const u32 h = (i % 4 == 0) ? hv.x : (i % 4 == 1) ? hv.y : (i % 4 == 2) ? hv.z : hv.w;
+                const u32 s = 2u * (it % 4u);
+                ql[i] |= ((h >> s) & 0x01010101u) << 4;
+                qhi[i] |= ((h >> (s + 1u)) & 0x01010101u) << 4;
+            }
+        }
+        i8_tokens(M, [&](u32 i) {
+            const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + k0 / 4u);
+            const uint4 x0 = xv[0], x1 = xv[1], x2 = xv[2], x3 = xv[3];
+            const u32 xl[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+            const u32 xh[8] = {x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
+            int sl = 0, sh = 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                sl = __dp4a(int(ql[j]), int(xl[j]), sl);
+                sh = __dp4a(int(qhi[j]), int(xh[j]), sh);
+            }
+            const float2 dl = xds[u64(i) * (K / 32u) + k0 / 32u], dh = xds[u64(i) * (K / 32u) + k0 / 32u + 1u];
+            acc[i] += (a[0] * dl.x * float(sl) - b[0] * dl.y) + (a[1] * dh.x * float(sh) - b[1] * dh.y);
+        });
+    } else if constexpr (F == GGML_Q4_0 || F == GGML_Q8_0) {
+        const float d = gdq_h2f(r.d_bits());
+        constexpr int NQ = F == GGML_Q8_0 ? 8 : 4;
+        u32 q[8];
+#pragma unroll
+        for (int j = 0; j < NQ; ++j) {
+            const u32 w = r.quant(j);  // quant bytes 4j .. 4j + 3
+            if constexpr (F == GGML_Q8_0) {
+                q[j] = w;
+            } else {
+                q[j] = w & 0x0F0F0F0Fu;
+                q[j + 4] = (w >> 4) & 0x0F0F0F0Fu;
+            }
+        }
+        i8_tokens(M, [&](u32 i) {
+            const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + k0 / 4u);
+            const uint4 x0 = xv[0], x1 = xv[1];
+            const u32 xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+            int s = 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) s = __dp4a(int(q[j]), int(xw[j]), s);
+            const float2 dx = xds[u64(i) * (K / 32u) + k0 / 32u];
+            if constexpr (F == GGML_Q8_0) acc[i] += d * dx.x * float(s);
+            else acc[i] += d * (dx.x * float(s) - 8.0f * dx.y);
+        });
+    } else {
+        // Q6_K: the codes q in 0 .. 63 (positive as signed bytes), the -32 in
+        // the dp4a's addend (q6_bias).
+        const u32 cc = it % 8u, p = cc % 4u;
+        const float d = gdq_h2f(r.d);
+        const float s0 = d * float(static_cast<signed char>(r.sc & 0xFFu)), s1 = d * float(static_cast<signed char>(r.sc >> 8));
+        u32 q[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) q[j] = ((r.ql[j] >> (4u * (p / 2u))) & 0x0F0F0F0Fu) | (((r.qh[j] >> (2u * p)) & 0x03030303u) << 4);
+        i8_tokens(M, [&](u32 i) {
+            const uint4* xv = reinterpret_cast<const uint4*>(xq + u64(i) * (K / 4u) + k0 / 4u);
+            const uint4 x0 = xv[0], x1 = xv[1];
+            const int xw[8] = {int(x0.x), int(x0.y), int(x0.z), int(x0.w), int(x1.x), int(x1.y), int(x1.z), int(x1.w)};
+            int a = 0, b = 0;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                a = __dp4a(int(q[j]), xw[j], q6_bias(xw[j], a));
+                b = __dp4a(int(q[j + 4]), xw[j + 4], q6_bias(xw[j + 4], b));
+            }
+            const float2 dx = xds[u64(i) * (K / 32u) + k0 / 32u];
+            acc[i] += dx.x * (s0 * float(a) + s1 * float(b));
+        });
+    }
+}
+
+// The engine's item (common.cuh, i8_mv): a row of blocks rb bytes apart
+// from w, 16-byte loads where w and rb allow (vec).
+struct GdqSrc {
+    const unsigned char* w;
+    u64 rb;
+    bool vec;
+};
+template <int F> struct GdqUnit : GdqItem<F> {
+    static constexpr bool PAIRED = false;
+    static constexpr u32 GROUP = 1;
+    __device__ __forceinline__ void load(const GdqSrc& s, u32 row, u32 it) { GdqItem<F>::load(s.w + u64(row) * s.rb, it, s.vec); }
+    __device__ __forceinline__ void dot(u32 it, const u32* xq, const float2* xds, u32 M, u32 K, float (&acc)[8]) const {
+        gdq_dot<F>(*this, it, xq, xds, M, K, acc);
+    }
+};
+
+// Q6_K's super-block to a group of 8 lanes (i8_mv's GROUP, 4 rows a warp):
+// item 8 sb + j is lane j's share of super-block sb. It loads the block's
+// 4-byte aligned words 8 i + j (i < 6, and i = 6 for the scales: lanes j <
+// 4, or < 5 where the block starts 2 bytes into a word; never past its d),
+// so each warp instruction reads 32 contiguous bytes of each of its 4 rows,
+// and d. dot realigns word 8 i + j with word 8 i + j + 1 (lane j + 1's word
+// i, or lane 0's word i + 1 for j = 7: one shuffle a word), then lane j
+// holds ql bytes 4j .. 4j + 3 and 32 + 4j .. of each half (the words i = 0,
+// 1 and 2, 3) and qh bytes 4j .. of each half (i = 4, 5): the codes of
+// values 128 hh + 32 m + 4 j + e (e < 4, m < 4), each 4 of them one scale
+// group (sc[8 hh + j / 4 + 2 m], from the group's lanes 0-3) and one chunk of
+// x (4 hh + m), so one dp4a and one scale each. A lane's loads and their
+// lines: bench/notes/gguf-q6-group-2026-11-28.md.
+struct GdqQ6Group {
+    static constexpr u32 VALUES = 32;
+    static constexpr bool PAIRED = false;
+    static constexpr u32 GROUP = 8;
+    u32 w[7], d, odd;
+    __device__ __forceinline__ void load(const GdqSrc& s, u32 row, u32 it) {
+        const unsigned char* b = s.w + u64(row) * s.rb + u64(it / 8u) * 210u;
+        const u32 j = it % 8u;
+        odd = u32(reinterpret_cast<u64>(b) & 2u);
+        const u32* v = reinterpret_cast<const u32*>(reinterpret_cast<u64>(b) & ~u64(3));
+#pragma unroll
+        for (u32 i = 0; i < 6; ++i) w[i] = __ldg(v + 8u * i + j);
+        w[6] = j < (odd ? 5u : 4u) ? __ldg(v + 48u + j) : 0u;
+        d = __ldg(reinterpret_cast<const unsigned short*>(b + 208u));
+    }
+    // Every lane of the warp calls it (i8_mv's GROUP contract): the shuffles take the whole warp.
+    __device__ __forceinline__ void dot(u32 it, const u32* xq, const float2* xds, u32 M, u32 K, float (&acc)[8]) const {
+        const u32 lane = threadIdx.x & 31u, j = lane & 7u, g0 = lane & ~7u;
+        const u32 sel = odd ? 0x5432u : 0x3210u;
+        u32 c[7];
+#pragma unroll
+        for (u32 i = 0; i < 7; ++i) {
+            const u32 send = (j == 0u && i < 6u) ? w[i + 1] : w[i];
+            c[i] = __byte_perm(w[i], __shfl_sync(0xffffffffu, send, g0 | ((j + 1u) & 7u)), sel);
+        }
+        u32 sw[4];
+#pragma unroll
+        for (u32 q = 0; q < 4; ++q) sw[q] = __shfl_sync(0xffffffffu, c[6], g0 | q);
+        // The 8 words of codes (q in 0 .. 63, so positive as signed bytes) and
+        // their int8 scales, word 4 hh + m (values 128 hh + 32 m + 4 j ..:
+        // chunk 8 sb + 4 hh + m of x). A word's dot product is dp4a(q, x)
+        // less 32 x the sum of its four x, the dp4a's addend
+        // (q6_bias); times the scale in integers (|.| < 2^23, exact as a
+        // float), then by the chunk's d_x; d once a super-block.
+        u32 q[8];
+        int sc[8];
+        const u32 sel_sc[2] = {sext_sel(j / 4u), sext_sel(j / 4u + 2u)};  // word m's scale: byte j / 4 + 2 (m % 2)
+#pragma unroll
+        for (u32 hh = 0; hh < 2; ++hh) {
+            const u32 A = c[2 * hh], B = c[2 * hh + 1], H = c[4 + hh];
+            q[4 * hh] = (A & 0x0F0F0F0Fu) | ((H << 4) & 0x30303030u);
+            q[4 * hh + 1] = (B & 0x0F0F0F0Fu) | ((H << 2) & 0x30303030u);
+            q[4 * hh + 2] = ((A >> 4) & 0x0F0F0F0Fu) | (H & 0x30303030u);
+            q[4 * hh + 3] = ((B >> 4) & 0x0F0F0F0Fu) | ((H >> 2) & 0x30303030u);
+#pragma unroll
+            for (u32 m = 0; m < 4; ++m) sc[4 * hh + m] = sext_byte(sw[2 * hh + m / 2], sel_sc[m % 2u]);
+        }
+        const float dd = gdq_h2f(d);
+        const u32 c0 = 8u * (it / 8u);  // the super-block's first chunk of x
+        i8_tokens(M, [&](u32 i) {
+            const u32* xi = xq + u64(i) * (K / 4u) + 8u * c0 + j;
+            // The super-block's 8 chunks' {d, sum}: 64 contiguous bytes (c0 is a multiple of 8).
+            const float4* d4 = reinterpret_cast<const float4*>(xds + u64(i) * (K / 32u) + c0);
+            const float4 e0 = d4[0], e1 = d4[1], e2 = d4[2], e3 = d4[3];
+            const float dx[8] = {e0.x, e0.z, e1.x, e1.z, e2.x, e2.z, e3.x, e3.z};
+            float s = 0.0f;
+#pragma unroll
+            for (u32 w = 0; w < 8; ++w) {
+                const int xw = int(xi[8u * w]);
+                s += dx[w] * float(__dp4a(int(q[w]), xw, q6_bias(xw, 0)) * sc[w]);
+            }
+            acc[i] += dd * s;
+        });
+    }
+};
+
+// y = x W^T for M <= 8 tokens over Item's loads: R rows a group of S warps, U items a lane in flight.
+template <typename Item, int F, u32 R, u32 S, u32 U>
+__device__ __forceinline__ void gdq_items(const unsigned char* w, const float* x, float* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row) {
+    const u64 rb = ggml_row_bytes<F>(K);
+    const GdqSrc src{w, rb, aligned16(w) && rb % 16u == 0};
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    i8_mv<Item, R, S, U>(src, x, y, M, N, K, x_row, y_row, smem_raw);
+}
+// A lane an item of a row (GdqUnit).
+template <int F, u32 R, u32 S, u32 U>
+__device__ __forceinline__ void gdq(const unsigned char* w, const float* x, float* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row) {
+    gdq_items<GdqUnit<F>, F, R, S, U>(w, x, y, M, N, K, x_row, y_row);
+}
+
 // ---- end of GGUF block formats ----

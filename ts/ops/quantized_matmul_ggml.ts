@@ -245,8 +245,8 @@ export function ggmlGcTakes(type: GgmlQuantType, m: number, k: number, blocks: n
  */
 export const GC_Q6_MAX_BLOCKS = 2048;
 
-/** Blocks an SM of the int8 entries (their launch bounds: 256 threads, 2 blocks). */
-const GGML_I8_BLOCKS_PER_SM = 2;
+/** Blocks an SM of the int8 entries (their launch bounds: 256 threads, 2 blocks; quantized_matmul_id_ggml's _i8 too). */
+export const GGML_I8_BLOCKS_PER_SM = 2;
 /**
  * Whether one token of Q6_K runs the int8 engine's grouped entry
  * (kernel_mul_mv_q6_K_f32_i8g: a super-block a group of 8 lanes, 4 rows a
@@ -261,8 +261,9 @@ const ggmlI8Grouped = (type: GgmlQuantType, n: number): boolean => type === 'Q6_
 /** Rows a warp of an int8 entry: 4 for the grouped one, else 1. */
 const ggmlI8Rows = (type: GgmlQuantType, n: number): number => (ggmlI8Grouped(type, n) ? 4 : 1);
 /** The int8 engine's shared memory at one token: x as int8, a {scale, sum} pair a chunk of 32, the warps' 2 x 8 x rows x 8 floats. */
-export const ggmlI8SharedBytes = (type: GgmlQuantType, n: number, k: number): number =>
-  k + (k / 32) * 8 + 2 * 8 * ggmlI8Rows(type, n) * 8 * 4;
+export const ggmlI8SharedBytes = (type: GgmlQuantType, n: number, k: number): number => ggmlI8SharedBytesOf(k, ggmlI8Rows(type, n));
+/** The int8 engine's shared memory at one token for `rows` rows a warp (common.cuh i8_mv). */
+export const ggmlI8SharedBytesOf = (k: number, rows: number): number => k + (k / 32) * 8 + 2 * 8 * rows * 8 * 4;
 /**
  * Whether the op launches one token's product as kernel_mul_mv_<t>_f32's
  * int8 entries (kernel_mul_mv_<t>_f32_i8, and Q6_K's _i8g past

@@ -51,7 +51,7 @@ import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
 import type { Encoder } from '../encoder.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
-import { familyPlans, record, type Launch, type OpPlan } from '../plan.ts';
+import { familyPlans, record, type CudaLaunch, type Launch, type OpPlan } from '../plan.ts';
 import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBufferRules, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, I32_MAX, invalid, ruleBindings, U32_MAX,
@@ -61,12 +61,16 @@ import { checkPairs, GATE_ACTIVATIONS, moeTileSlots, type GateActivation } from 
 import {
   checkGgmlType, GGML_KERNEL_TYPE, GGML_QUANT_TYPES, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlMmCudaTile, ggmlMvCudaShared, ggmlMvCudaSharedBytes,
   ggmlMvMetalLaunch, ggmlRowBytesOf, GGML_MV_CUDA_ROWS, GGML_MV_CUDA_WARPS, type GgmlQuantType, ggmlDequantizeRef,
+  GGML_I8_BLOCKS_PER_SM, ggmlI8SharedBytesOf,
 } from './quantized_matmul_ggml.ts';
-import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
+import { GC_MAX_SHARED } from './quantized_matmul.ts';
+import { ceilDiv, CUDA_GRID_MAX, CUDA_GRID_YZ_MAX } from '../launch.ts';
 import { denseGateUpIdRef, denseMatmulIdRef, type IdRef } from './dense_matmul_id.ts';
 import { siluRef } from './silu_mul.ts';
 
 export const QUANTIZED_MATMUL_ID_GGML_FAMILY = 'quantized_matmul_id_ggml';
+/** The block formats of the CUDA int8 vector form (ggmlIdI8Launch). */
+const GGML_ID_I8_TYPES: readonly GgmlQuantType[] = ['Q8_0', 'Q6_K'];
 /**
  * The CUDA program's parts (FamilySources.cudaParts): 1 to 5 the matrix
  * forms of one block format (tiles, few, wgmma), 6 to 10 its vector forms
@@ -76,7 +80,10 @@ export const QUANTIZED_MATMUL_ID_GGML_FAMILY = 'quantized_matmul_id_ggml';
  */
 export const QUANTIZED_MATMUL_ID_GGML_CUDA_PARTS: readonly (readonly string[])[] = [
   ...GGML_QUANT_TYPES.map((q) => GGML_KERNEL_TYPE[q]).map((t) => [`kernel_mul_mm_id_${t}_f32`, `kernel_mul_mm_id_${t}_f32_few`, `kernel_mul_mm_id_${t}_f32_wg`]),
-  ...GGML_QUANT_TYPES.map((q) => GGML_KERNEL_TYPE[q]).map((t) => [`kernel_mul_mv_id_${t}_f32`, `kernel_mul_mv_id_${t}_f32_gate_up`]),
+  ...GGML_QUANT_TYPES.map((q) => [
+    `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32`, `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_gate_up`,
+    ...(GGML_ID_I8_TYPES.includes(q) ? [`kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_i8`] : []),
+  ]),
 ];
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const QUANTIZED_MATMUL_ID_GGML_SOURCES = familySources(QUANTIZED_MATMUL_ID_GGML_FAMILY, {
@@ -162,6 +169,29 @@ export function ggmlIdMvCudaLaunch(type: GgmlQuantType, pairs: number, n: number
   const rows = gateUp ? GGML_MV_CUDA_ROWS / 2 : GGML_MV_CUDA_ROWS;
   const blocks = pairs * ceilDiv(n, rows);
   return { grid: [blocks, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaShared(type, 1, k, blocks) } };
+}
+
+/**
+ * The CUDA int8 vector form of the plain product (kernel_mul_mv_id_<t>_f32_i8,
+ * not in the crate), or null where it does not take it (then
+ * ggmlIdMvCudaLaunch's): Q8_0 and Q6_K, x's int8 copy within GC_MAX_SHARED,
+ * pairs within the grid's y. quantized_matmul_ggml's int8 engine (a warp a
+ * weight row, x rounded to int8 a chunk of 32 values) per pair: grid (G,
+ * pairs) of 256 threads, G blocks a pair so that the pairs together take
+ * GGML_I8_BLOCKS_PER_SM an SM (one a pair at least, its units of 8 rows at
+ * most; every unit where the SMs are unknown). Numerics: the int8 path of
+ * quantized_matmul_ggml's vector form.
+ */
+export function ggmlIdI8Launch(type: GgmlQuantType, pairs: number, n: number, k: number,
+  limits: Pick<DeviceLimits, 'multiprocessors'> = { multiprocessors: 0 }): CudaLaunch | null {
+  const shared = ggmlI8SharedBytesOf(k, 1);
+  if (!GGML_ID_I8_TYPES.includes(type) || pairs > CUDA_GRID_YZ_MAX || shared > GC_MAX_SHARED) return null;
+  const units = ceilDiv(n, 8);
+  const per = limits.multiprocessors > 0 ? Math.max(1, Math.floor((GGML_I8_BLOCKS_PER_SM * limits.multiprocessors) / pairs)) : units;
+  return {
+    grid: [Math.min(units, per), pairs, 1], threads: [256, 1, 1], threadgroupMemory: { 0: shared },
+    entry: `kernel_mul_mv_id_${GGML_KERNEL_TYPE[type]}_f32_i8`,
+  };
 }
 
 /** Pair rows of a tile of the CUDA matrix form (quantized_matmul_ggml's 64 x 128 tile of 4 warps). */
@@ -422,7 +452,9 @@ export function validateQuantizedMatmulIdSwigluQ4_0(a: QuantizedMatmulIdSwigluQ4
  *
  * Numerics: Metal sums f32 products of the weight dequantized in f32 (as
  * kernel_mul_mv_<t>_f32); CUDA's tensor cores take the weight and x in f16
- * (quantized_matmul_ggml's vector engine), summed in f32.
+ * (quantized_matmul_ggml's vector engine), summed in f32; CUDA's Q8_0 and
+ * Q6_K take x rounded to int8 a chunk of 32 values (scale max |x| / 127),
+ * the codes' products summed in int32 (dp4a) and scaled in f32.
  *
  * Rules: validateQuantizedMatmulIdGgml. Kernels: kernel_mul_mv_id_<t>_f32.
  * Bindings: 0 weight, 1 input, 2 output, 3 ids, 4 GgmlMatvecIdParams (ne00 =
@@ -430,15 +462,17 @@ export function validateQuantizedMatmulIdSwigluQ4_0(a: QuantizedMatmulIdSwigluQ4
  * expert_stride).
  * Grid (Metal, the crate's): (ceil(n / 8), pairs, 1) threadgroups of (8, 8,
  * 1) for Q4_0 and Q8_0, (ceil(n / 2), pairs, 1) of (2, 32, 1) for the K
- * formats. CUDA: ggmlIdMvCudaLaunch (a block of 128 threads per pair and 16
- * rows of its expert, the k windows copied by cp.async in 16-byte units).
+ * formats. CUDA: ggmlIdI8Launch for Q8_0 and Q6_K (the int8 engine, a warp
+ * a weight row, x rounded to int8 a chunk of 32 values), else
+ * ggmlIdMvCudaLaunch (a block of 128 threads per pair and 16 rows of its
+ * expert, the k windows copied by cp.async in 16-byte units).
  */
 export function quantizedMatmulIdGgml(enc: Encoder, args: QuantizedMatmulIdGgmlArgs): void {
   record(enc, planQuantizedMatmulIdGgml(args, enc.device.limits, enc.device));
 }
 
 /** quantizedMatmulIdGgml's plan: validates, then one dispatch (see quantizedMatmulIdGgml). */
-export function planQuantizedMatmulIdGgml(a: QuantizedMatmulIdGgmlArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+export function planQuantizedMatmulIdGgml(a: QuantizedMatmulIdGgmlArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateQuantizedMatmulIdGgml(a, device);
   const pairs = a.nTokens * a.topK;
   return planOf({
@@ -446,7 +480,7 @@ export function planQuantizedMatmulIdGgml(a: QuantizedMatmulIdGgmlArgs, _limits:
     buffers: [a.weight, a.input, a.output, a.ids],
     bytes: [, , , , packGgmlMatvecIdParams(a)],
     ...ggmlMvMetalLaunch(a.ggmlType, pairs, a.n),
-    cuda: ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n, a.k),
+    cuda: ggmlIdI8Launch(a.ggmlType, pairs, a.n, a.k, limits) ?? ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n, a.k),
   });
 }
 

@@ -24,8 +24,9 @@
 // first order, and the product of the two sums' errors, which is what is
 // left where g and u are both near 0). The crate's
 // kernel_mul_mv_id_q4_0_f32_swiglu: Q4_0 experts against silu(gate) * up of
-// each pair's rows, |got - want| / sum |h w| under 1e-3. run.sh builds and
-// runs it.
+// each pair's rows, |got - want| / sum |h w| under 1e-3. The int8 vector
+// form (kernel_mul_mv_id_<t>_f32_i8, ggmlIdI8Launch) of Q8_0 and Q6_K at
+// decode's shapes, under 1e-2 (x rounded to int8). run.sh builds and runs it.
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include "ggml_blocks.h"
@@ -67,7 +68,10 @@ struct Experts {
 template <class MV, class MM>
 void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u32 used, bool bad, u32 pad, int gu = -1,
             u32 up_skew = 0) {
-  const bool matrix = form != 0;
+  // form 4, 5: the int8 vector form (kernel_mul_mv_id_<t>_f32_i8, ggmlIdI8Launch): grid (G, P) of 256 threads,
+  // G = 3 blocks a pair (4: a persistent walk over units of 8 rows) or every unit (5).
+  const bool i8 = form == 4 || form == 5;
+  const bool matrix = form != 0 && !i8;
   const u64 rb = u64(K) / qk_of(f) * bytes_of(f), eb = rb * N, stride = eb + pad;
   const u32 P = T * U;
   Experts gate(f, N, K, E, stride, 0), up(f, N, K, E, stride, up_skew);
@@ -80,7 +84,7 @@ void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u3
   Arr<float> x(size_t(T) * K), y(size_t(P) * N);
   x.random();
   y.poison();
-  const std::string what = std::string(form == 3 ? "mm_id_wg " : form == 2 ? "mm_id_few " : matrix ? "mm_id " : gu >= 0 ? (gu ? "gate_up gelu_tanh " : "gate_up silu ") : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
+  const std::string what = std::string(i8 ? (form == 4 ? "mv_id_i8 G=3 " : "mv_id_i8 G=units ") : form == 3 ? "mm_id_wg " : form == 2 ? "mm_id_few " : matrix ? "mm_id " : gu >= 0 ? (gu ? "gate_up gelu_tanh " : "gate_up silu ") : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
                            " N=" + std::to_string(N) + " K=" + std::to_string(K) + " E=" + std::to_string(E) +
                            (pad ? " stride +" + std::to_string(pad) : "") + (bad ? " bad ids" : "") +
                            (up_skew ? " up +" + std::to_string(up_skew) : "");
@@ -95,6 +99,10 @@ void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u3
   if constexpr (GU) {
     GgmlMatvecIdGateUpParams p{{{K, N, E, K, 1, N, P, 1, 1}, U, T, stride}, u32(gu)};
     sim_launch({P * cdiv(N, 8), 1, 1}, {128, 1, 1}, smem, [&] { mv(w, x.p, y.p, idv.p, &p, up.w); });
+  } else if (i8) {
+    // x as int8 (K bytes), a {scale, sum} pair a chunk of 32, the engine's 2 x 8 x 8 floats.
+    GgmlMatvecIdParams p{{K, N, E, K, 1, N, P, 1, 1}, U, T, stride};
+    sim_launch({form == 4 ? 3u : cdiv(N, 8), P, 1}, {256, 1, 1}, K + K / 32 * 8 + 512, [&] { mv(w, x.p, y.p, idv.p, &p); });
   } else if (!matrix) {
     GgmlMatvecIdParams p{{K, N, E, K, 1, N, P, 1, 1}, U, T, stride};
     sim_launch({P * cdiv(N, 16), 1, 1}, {128, 1, 1}, smem, [&] { mv(w, x.p, y.p, idv.p, &p); });
@@ -154,7 +162,9 @@ void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u3
       }
       if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
     }
-  report(worst <= 1e-3, what, worst, 1e-3);
+  // The int8 form rounds x to int8 a chunk of 32 values (about 2^-8 relative a value): 1e-2, as the dense driver's.
+  const double tol = i8 ? 1e-2 : 1e-3;
+  report(worst <= tol, what, worst, tol);
 }
 
 // The swiglu down projection: P pairs of gate and up rows of K floats (gate in [-3, 3]), Q4_0 experts as run_id's.
@@ -256,6 +266,15 @@ int main() {
   run_id(Q6_K, kernel_mul_mv_id_q6_K_f32, kernel_mul_mm_id_q6_K_f32, 0, 8, 1, 100, 2304, 6, 4, true, 18);
   run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_gate_up, kernel_mul_mm_id_q6_K_f32, 0, 1, 8, 20, 1280, 8, 8, false, 0, 0);
   run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_gate_up, kernel_mul_mm_id_q6_K_f32, 0, 2, 4, 37, 512, 6, 6, true, 2, 1, 4);
+  // The int8 vector form (ggmlIdI8Launch) of Q8_0 and Q6_K: Gemma 4's Q8_0 expert down (k 704) and Qwen3.6's Q6_K
+  // one (k 512) over decode's 8 pairs, N past a unit of 8 rows, 3 blocks a pair walking its units; 8 tokens with
+  // bad ids (rows of zeros), experts 4 (Q8_0) and 18 (Q6_K: 2 bytes off 4) bytes past their bytes, every unit a
+  // block; rows on 2 bytes (Q8_0 at k 352).
+  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_i8, kernel_mul_mm_id_q8_0_f32, 4, 1, 8, 37, 704, 16, 16, false, 0);
+  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_i8, kernel_mul_mm_id_q8_0_f32, 5, 8, 1, 100, 2112, 6, 4, true, 4);
+  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_i8, kernel_mul_mm_id_q8_0_f32, 4, 2, 3, 20, 352, 5, 5, true, 2);
+  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_i8, kernel_mul_mm_id_q6_K_f32, 4, 1, 8, 37, 512, 16, 16, false, 0);
+  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_i8, kernel_mul_mm_id_q6_K_f32, 5, 8, 1, 100, 2304, 6, 4, true, 18);
   // The crate's swiglu: decode's 8 pairs (repeated experts, N past a block's 16 rows), bad ids with experts off
   // 16-byte alignment and a partial window, one row.
   run_swiglu(8, 37, 512, 12, 5, false, 0);
