@@ -104,7 +104,7 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     expect([704, 2112, 352].map((k) => ggmlIdMvCudaLaunch('Q8_0', 8, 2816, k).threadgroupMemory![0]))
       .toEqual([ggmlGcSharedBytes('Q8_0', 704), ggmlGcSharedBytes('Q8_0', 2112), ggmlGcSharedBytes('Q8_0', 352)]);
     expect([704, 2112].map((k) => ggmlGcSharedBytes('Q8_0', k))).toEqual([4 * 16 * 304 + 3 * 8 * 68 + 320, 4 * 3 * 16 * 304 + 9 * 8 * 68 + 320]);
-    // The plan's plain vector form of Q8_0 and Q6_K on CUDA: the int8 engine per pair (ggmlIdI8Launch), grid (G,
+    // The plan's plain vector form of Q6_K and Q8_0 (from k 704) on CUDA: the int8 engine per pair (ggmlIdI8Launch), grid (G,
     // pairs) of 256 threads, G blocks a pair so that the pairs take 2 an SM (132 SMs), at most the pair's units of 8
     // rows, at least one; x as int8, a {scale, sum} pair a chunk of 32 and 2 x 8 x 8 floats. Gemma 4's Q8_0 expert
     // down (k 704, n 2816) and Qwen3.6's Q6_K one (k 512, n 2048), 8 pairs; 300 pairs; no SM count: every unit.
@@ -113,11 +113,14 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     expect(ggmlIdI8Launch('Q8_0', 8, 2816, 704, { multiprocessors: 132 })).toEqual(i8('q8_0', 33, 8, 704));
     expect(ggmlIdI8Launch('Q6_K', 8, 2048, 512, { multiprocessors: 132 })).toEqual(i8('q6_K', 33, 8, 512));
     expect(ggmlIdI8Launch('Q6_K', 300, 2048, 512, { multiprocessors: 132 })).toEqual(i8('q6_K', 1, 300, 512));
-    expect(ggmlIdI8Launch('Q8_0', 2, 9, 64, { multiprocessors: 132 })).toEqual(i8('q8_0', 2, 2, 64));
+    expect(ggmlIdI8Launch('Q6_K', 2, 9, 256, { multiprocessors: 132 })).toEqual(i8('q6_K', 2, 2, 256));
     expect(ggmlIdI8Launch('Q8_0', 8, 2816, 704)).toEqual(i8('q8_0', 352, 8, 704));
-    // Not for the other formats, past the grid's y (65535 pairs) or past x's copy within GC_MAX_SHARED.
+    // Not for the other formats, Q8_0 under k 704 (Qwen3.6's expert down, k 512, ran slower on it), past the grid's
+    // y (65535 pairs) or past x's copy within GC_MAX_SHARED.
     expect((['Q4_0', 'Q4_K', 'Q5_K'] as const).map((t) => ggmlIdI8Launch(t, 8, 2048, 512))).toEqual([null, null, null]);
-    expect(ggmlIdI8Launch('Q8_0', 65536, 64, 64)).toBeNull();
+    expect([512, 672, 704].map((k) => ggmlIdI8Launch('Q8_0', 8, 2048, k, { multiprocessors: 132 })?.entry ?? null))
+      .toEqual([null, null, 'kernel_mul_mv_id_q8_0_f32_i8']);
+    expect(ggmlIdI8Launch('Q6_K', 65536, 64, 256)).toBeNull();
     expect(ggmlIdI8Launch('Q8_0', 8, 64, 2 ** 20)).toBeNull();
     // 512 tokens x top-8 of 256 experts: 4096 / 64 + 257 slots x 4 column tiles of 128.
     expect(ggmlIdMmCudaLaunch(4096, 512, 256)).toEqual({ grid: [321 * 4, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: 30720 } });
@@ -436,6 +439,8 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
     [{ nTokens: 1, topK: 4, n: 7, blocks: 1, nExperts: 9 }, 9, false],
     [{ nTokens: 3, topK: 2, n: 33, blocks: 2, nExperts: 5, pad: 18 }, 3, true],
     [{ nTokens: 6, topK: 1, n: 1, blocks: 1, nExperts: 4 }, 4, true],
+    // k 704 for Q8_0 (22 blocks: the int8 form's bound on CUDA), decode's 8 pairs with ids past the experts.
+    [{ nTokens: 1, topK: 8, n: 37, blocks: 22, nExperts: 9 }, 9, true],
   ];
   const MATRIX: readonly [Shape, number, boolean][] = [
     [{ nTokens: 9, topK: 2, n: 37, blocks: 1, nExperts: 6 }, 4, true],

@@ -72,6 +72,14 @@ export const QUANTIZED_MATMUL_ID_GGML_FAMILY = 'quantized_matmul_id_ggml';
 /** The block formats of the CUDA int8 vector form (ggmlIdI8Launch). */
 const GGML_ID_I8_TYPES: readonly GgmlQuantType[] = ['Q8_0', 'Q6_K'];
 /**
+ * k from which ggmlIdI8Launch takes Q8_0. On an H200 (2026-11-29, 8 pairs,
+ * bench/results/gguf-q6-diet-h200-2026-11-29.md) the int8 form ran Gemma 4's
+ * expert down [2816, 704] in 13.85 us against the group-column engine's
+ * 14.68, and Qwen3.6's [2048, 512] in 10.09 against 9.38; no other shape was
+ * measured, so the bound lies between those two k.
+ */
+const GGML_ID_I8_Q8_MIN_K = 704;
+/**
  * The CUDA program's parts (FamilySources.cudaParts): 1 to 5 the matrix
  * forms of one block format (tiles, few, wgmma), 6 to 10 its vector forms
  * (plain and gate/up), 0.7-1.1 s of NVRTC 13.0 on one thread each (the whole
@@ -174,8 +182,8 @@ export function ggmlIdMvCudaLaunch(type: GgmlQuantType, pairs: number, n: number
 /**
  * The CUDA int8 vector form of the plain product (kernel_mul_mv_id_<t>_f32_i8,
  * not in the crate), or null where it does not take it (then
- * ggmlIdMvCudaLaunch's): Q8_0 and Q6_K, x's int8 copy within GC_MAX_SHARED,
- * pairs within the grid's y. quantized_matmul_ggml's int8 engine (a warp a
+ * ggmlIdMvCudaLaunch's): Q6_K, and Q8_0 from GGML_ID_I8_Q8_MIN_K; x's int8
+ * copy within GC_MAX_SHARED, pairs within the grid's y. quantized_matmul_ggml's int8 engine (a warp a
  * weight row, x rounded to int8 a chunk of 32 values) per pair: grid (G,
  * pairs) of 256 threads, G blocks a pair so that the pairs together take
  * GGML_I8_BLOCKS_PER_SM an SM (one a pair at least, its units of 8 rows at
@@ -185,7 +193,8 @@ export function ggmlIdMvCudaLaunch(type: GgmlQuantType, pairs: number, n: number
 export function ggmlIdI8Launch(type: GgmlQuantType, pairs: number, n: number, k: number,
   limits: Pick<DeviceLimits, 'multiprocessors'> = { multiprocessors: 0 }): CudaLaunch | null {
   const shared = ggmlI8SharedBytesOf(k, 1);
-  if (!GGML_ID_I8_TYPES.includes(type) || pairs > CUDA_GRID_YZ_MAX || shared > GC_MAX_SHARED) return null;
+  if (!GGML_ID_I8_TYPES.includes(type) || (type === 'Q8_0' && k < GGML_ID_I8_Q8_MIN_K)) return null;
+  if (pairs > CUDA_GRID_YZ_MAX || shared > GC_MAX_SHARED) return null;
   const units = ceilDiv(n, 8);
   const per = limits.multiprocessors > 0 ? Math.max(1, Math.floor((GGML_I8_BLOCKS_PER_SM * limits.multiprocessors) / pairs)) : units;
   return {
@@ -462,7 +471,7 @@ export function validateQuantizedMatmulIdSwigluQ4_0(a: QuantizedMatmulIdSwigluQ4
  * expert_stride).
  * Grid (Metal, the crate's): (ceil(n / 8), pairs, 1) threadgroups of (8, 8,
  * 1) for Q4_0 and Q8_0, (ceil(n / 2), pairs, 1) of (2, 32, 1) for the K
- * formats. CUDA: ggmlIdI8Launch for Q8_0 and Q6_K (the int8 engine, a warp
+ * formats. CUDA: ggmlIdI8Launch for Q6_K and Q8_0 (the int8 engine, a warp
  * a weight row, x rounded to int8 a chunk of 32 values), else
  * ggmlIdMvCudaLaunch (a block of 128 threads per pair and 16 rows of its
  * expert, the k windows copied by cp.async in 16-byte units).
