@@ -39,7 +39,7 @@
 //     16-bit numbers with the format's scale groups as the mma's 8 columns,
 //     on the vector engine's grid (see the entries below for when each runs).
 //   int8 (one token of Q8_0 and Q6_K where the op names the _i8 entries,
-//     ggmlI8Takes; gdq below over common.cuh's i8_mv): x rounded to int8 a
+//     ggmlI8Takes; common.cuh's gdq over its i8_mv): x rounded to int8 a
 //     chunk of 32 values into shared memory, a warp a weight row whose codes
 //     it reads straight from memory (4 items a lane in flight) and multiplies
 //     by dp4a, a persistent grid of 256-thread blocks; Q6_K's _i8g (many

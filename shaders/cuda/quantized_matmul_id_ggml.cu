@@ -33,6 +33,10 @@
 //     gate-up forms for gate/up) per pair on the vector form's grid, 4 warps
 //     a tile, where x's copy fits (gc_q8_0_takes, gc_q6k_takes), whatever
 //     the experts' alignment.
+//   int8, the plain vector form of Q6_K and Q8_0 where the op names it
+//     (kernel_mul_mv_id_<t>_f32_i8, not in the crate; ggmlIdI8Launch):
+//     quantized_matmul_ggml's int8 engine (i8_mv over GdqUnit) per pair, a
+//     (G, pairs) grid (mv_id_i8 below).
 //   swiglu (kernel_mul_mv_id_q4_0_f32_swiglu, the crate's): the vector form
 //     over x = silu(gate) * up of each pair's own row, made as x is loaded.
 // An id at or past the experts gives a row of zeros and reads no weight.
