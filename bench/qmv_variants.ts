@@ -39,6 +39,9 @@ import { planAffineQuantizedMatmul, QUANTIZED_MATMUL_KERNELS, QUANTIZED_MATMUL_S
 import {
   planQuantizedGateUpMvId, planQuantizedMvId, QUANTIZED_MATMUL_ID_KERNELS, QUANTIZED_MATMUL_ID_SOURCES,
 } from '../ts/ops/quantized_matmul_id.ts';
+import {
+  planQuantizedMatmulIdGgml, QUANTIZED_MATMUL_ID_GGML_CUDA_PARTS, QUANTIZED_MATMUL_ID_GGML_KERNELS, QUANTIZED_MATMUL_ID_GGML_SOURCES,
+} from '../ts/ops/quantized_matmul_id_ggml.ts';
 
 const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(name);
@@ -75,6 +78,24 @@ function gdq(suffix: string, R: number, S: number): Variant {
   };
 }
 const GGML_VARIANTS: Variant[] = [gdq('vdq1', 1, 1), gdq('vdq2', 2, 1), gdq('vdqs4', 1, 4)];
+/**
+ * mv_id_i8<F, R> (kernel_mul_mv_id_<t>_f32_i8 / _i8r4, Q8_0 and Q6_K): the
+ * int8 engine per pair, R rows a warp, grid (G, pairs) of 256 threads with
+ * ggmlIdI8Launch's G: the pair's units of 8 R rows, at most 2 SMs / pairs,
+ * at least 1; shared: int8 x, {d, sum} a chunk, 2 x 8 x R x 8 floats. m is
+ * the pairs.
+ */
+function gdqId(suffix: string, R: number): Variant {
+  return {
+    suffix,
+    launch: (pairs, n, k) => ({
+      grid: [Math.min(Math.ceil(n / (8 * R)), Math.max(1, Math.floor((2 * SMS) / pairs))), pairs, 1],
+      threads: [256, 1, 1],
+      shared: k + (k / 32) * 8 + 2 * 8 * R * 8 * 4,
+    }),
+  };
+}
+const GGML_ID_VARIANTS: Variant[] = [gdqId('i8', 1), gdqId('i8r4', 4)];
 /**
  * gmv_gc_q4k<W> (kernel_mul_mv_q4_K_f32_vgc2 / 4; one token): the group-column
  * engine on Q4_K's super-blocks, W warps a 16-row tile, 128 threads: grid
@@ -206,6 +227,28 @@ function moeId(label: string, gateUp: boolean, tokens: number, topK: number, num
   };
 }
 
+/**
+ * Per-expert GGUF products, the plain vector form (planQuantizedMatmulIdGgml,
+ * f32 x and y): `pairs` pairs of one token each (a decode step's down
+ * projection: topK 1 over the pairs) of numExperts experts. Bytes: the
+ * distinct experts' blocks, x and y. Variants (Q8_0 and Q6_K): the int8 form
+ * with 1 and 4 rows a warp.
+ */
+function ggmlId(label: string, type: GgmlQuantType, pairs: number, numExperts: number, n: number, k: number): Case {
+  const pairIds = routing(1, numExperts, pairs, 0x5eed + pairs * 31 + numExperts);
+  const ids = dev.upload('u32', [pairs], pairIds);
+  const weight = ggmlBlocksBuffer(dev, type, (numExperts * n * k) / ggmlBlockOf(type).qk);
+  const input = uniformBuffer(dev, 'f32', [pairs * k], 0.5);
+  const output = dev.alloc('f32', [pairs * n]);
+  return {
+    name: `${label} ${type} f32 pairs=${pairs} E=${numExperts} n=${n} k=${k}`,
+    bytes: new Set(pairIds).size * n * ggmlRowBytesOf(type, k) + 4 * pairs * (k + n),
+    plan: planQuantizedMatmulIdGgml({ weight, input, output, ids, nTokens: pairs, topK: 1, n, k, nExperts: numExperts, ggmlType: type },
+      dev.limits, dev),
+    output, variants: type === 'Q8_0' || type === 'Q6_K' ? GGML_ID_VARIANTS : [], m: pairs, n, k,
+  };
+}
+
 // The shapes of the issue's table (bench/matmul.ts's " m=1 " rows), GGUF first, and two 8-token rows.
 const cases: Case[] = [
   ggml('Qwen3.6 up', 'Q4_K', 1, 17408, 5120),
@@ -256,6 +299,11 @@ const cases: Case[] = [
   moeId('Gemma 4 26B-A4B decode gate_up', true, 1, 8, 128, 704, 2816, 4, 'f32'),
   moeId('Qwen3.6 35B-A3B decode gate_up', true, 1, 8, 256, 512, 2048, 8),
   moeId('8x top-8/512 gate_up', true, 8, 8, 512, 512, 2048, 6),
+  // The Q4_K_M mixes' per-expert down projections at decode (Gemma 4's Q8_0 at k 704, Qwen3.6's Q6_K at k 512) and a
+  // Q8_0 model's (Qwen3.6, k 512).
+  ggmlId('Gemma 4 26B-A4B decode down', 'Q8_0', 8, 128, 2816, 704),
+  ggmlId('Qwen3.6 35B-A3B decode down', 'Q6_K', 8, 256, 2048, 512),
+  ggmlId('Qwen3.6 35B-A3B decode down', 'Q8_0', 8, 256, 2048, 512),
 ].filter((c) => only === undefined || c.name.includes(only));
 
 // ---- one family of this script's own per source file: the entries and every variant ----
@@ -269,11 +317,17 @@ const FAMILIES = {
   ggml: { family: 'qmv_variants_ggml', sources: QUANTIZED_MATMUL_GGML_SOURCES, kernels: [...QUANTIZED_MATMUL_GGML_KERNELS, ...ggmlVariantKernels] },
   affine: { family: 'qmv_variants_affine', sources: QUANTIZED_MATMUL_SOURCES, kernels: [...QUANTIZED_MATMUL_KERNELS, ...affineVariantKernels] },
   id: { family: 'qmv_variants_id', sources: QUANTIZED_MATMUL_ID_SOURCES, kernels: [...QUANTIZED_MATMUL_ID_KERNELS] },
+  // The CUDA parts list names every entry, the int8 forms (the plan's _i8 and the _i8r4 variant) among them.
+  ggmlId: {
+    family: 'qmv_variants_ggml_id', sources: QUANTIZED_MATMUL_ID_GGML_SOURCES,
+    kernels: [...new Set([...QUANTIZED_MATMUL_ID_GGML_KERNELS, ...QUANTIZED_MATMUL_ID_GGML_CUDA_PARTS.flat()])],
+  },
 };
 
 /** The op's plan recorded under this script's family, its dispatch's kernel and CUDA launch swapped where a variant is given. */
 function planFor(c: Case, v: Variant | null, output: Buffer): OpPlan {
-  const fam = c.plan.family === 'quantized_matmul_ggml' ? FAMILIES.ggml : c.plan.family === 'quantized_matmul_id' ? FAMILIES.id : FAMILIES.affine;
+  const fam = c.plan.family === 'quantized_matmul_ggml' ? FAMILIES.ggml : c.plan.family === 'quantized_matmul_id' ? FAMILIES.id
+    : c.plan.family === 'quantized_matmul_id_ggml' ? FAMILIES.ggmlId : FAMILIES.affine;
   if (c.plan.dispatches.length !== 1) throw new Error(`${c.name}: expected one dispatch, got ${c.plan.dispatches.length}`);
   const d = c.plan.dispatches[0]!;
   // The output binding: the one bound to the case's output buffer.
@@ -330,7 +384,7 @@ for (const c of cases) {
     console.log(`  ${label.padEnd(34)} ${(ns / 1000).toFixed(2).padStart(8)} us  ${gbs.toFixed(0).padStart(5)} GB/s  ` +
       `${(gbs / copyGbs).toFixed(2)} of copy${copyGbsArg ? ` (${(gbs / copyGbsArg).toFixed(2)} of --copy-gbs)` : ''}  ${diff}`);
   };
-  row(`${ref.dispatches[0]!.kernel} (entry)`, entryNs, '');
+  row(`${ref.dispatches[0]!.cuda?.entry ?? ref.dispatches[0]!.kernel} (entry)`, entryNs, '');
   for (const v of c.variants) {
     const out = dev.alloc(c.output.dtype, [c.m * c.n]);
     const plan = planFor(c, v, out);

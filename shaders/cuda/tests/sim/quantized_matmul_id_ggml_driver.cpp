@@ -68,9 +68,10 @@ struct Experts {
 template <class MV, class MM>
 void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u32 used, bool bad, u32 pad, int gu = -1,
             u32 up_skew = 0) {
-  // form 4, 5: the int8 vector form (kernel_mul_mv_id_<t>_f32_i8, ggmlIdI8Launch): grid (G, P) of 256 threads,
-  // G = 3 blocks a pair (4: a persistent walk over units of 8 rows) or every unit (5).
-  const bool i8 = form == 4 || form == 5;
+  // form 4, 5, 6: the int8 vector form (kernel_mul_mv_id_<t>_f32_i8, ggmlIdI8Launch; 6: _i8r4, 4 rows a warp): grid
+  // (G, P) of 256 threads, G = 3 blocks a pair (4, 6: a persistent walk over units of 8 R rows) or every unit (5).
+  const bool i8 = form == 4 || form == 5 || form == 6;
+  const u32 i8_rows = form == 6 ? 4 : 1;
   const bool matrix = form != 0 && !i8;
   const u64 rb = u64(K) / qk_of(f) * bytes_of(f), eb = rb * N, stride = eb + pad;
   const u32 P = T * U;
@@ -84,7 +85,7 @@ void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u3
   Arr<float> x(size_t(T) * K), y(size_t(P) * N);
   x.random();
   y.poison();
-  const std::string what = std::string(i8 ? (form == 4 ? "mv_id_i8 G=3 " : "mv_id_i8 G=units ") : form == 3 ? "mm_id_wg " : form == 2 ? "mm_id_few " : matrix ? "mm_id " : gu >= 0 ? (gu ? "gate_up gelu_tanh " : "gate_up silu ") : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
+  const std::string what = std::string(i8 ? (form == 4 ? "mv_id_i8 G=3 " : form == 6 ? "mv_id_i8r4 G=3 " : "mv_id_i8 G=units ") : form == 3 ? "mm_id_wg " : form == 2 ? "mm_id_few " : matrix ? "mm_id " : gu >= 0 ? (gu ? "gate_up gelu_tanh " : "gate_up silu ") : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
                            " N=" + std::to_string(N) + " K=" + std::to_string(K) + " E=" + std::to_string(E) +
                            (pad ? " stride +" + std::to_string(pad) : "") + (bad ? " bad ids" : "") +
                            (up_skew ? " up +" + std::to_string(up_skew) : "");
@@ -100,9 +101,9 @@ void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u3
     GgmlMatvecIdGateUpParams p{{{K, N, E, K, 1, N, P, 1, 1}, U, T, stride}, u32(gu)};
     sim_launch({P * cdiv(N, 8), 1, 1}, {128, 1, 1}, smem, [&] { mv(w, x.p, y.p, idv.p, &p, up.w); });
   } else if (i8) {
-    // x as int8 (K bytes), a {scale, sum} pair a chunk of 32, the engine's 2 x 8 x 8 floats.
+    // x as int8 (K bytes), a {scale, sum} pair a chunk of 32, the engine's 2 x 8 x R x 8 floats.
     GgmlMatvecIdParams p{{K, N, E, K, 1, N, P, 1, 1}, U, T, stride};
-    sim_launch({form == 4 ? 3u : cdiv(N, 8), P, 1}, {256, 1, 1}, K + K / 32 * 8 + 512, [&] { mv(w, x.p, y.p, idv.p, &p); });
+    sim_launch({form == 5 ? cdiv(N, 8) : 3u, P, 1}, {256, 1, 1}, K + K / 32 * 8 + 512 * i8_rows, [&] { mv(w, x.p, y.p, idv.p, &p); });
   } else if (!matrix) {
     GgmlMatvecIdParams p{{K, N, E, K, 1, N, P, 1, 1}, U, T, stride};
     sim_launch({P * cdiv(N, 16), 1, 1}, {128, 1, 1}, smem, [&] { mv(w, x.p, y.p, idv.p, &p); });
@@ -275,6 +276,9 @@ int main() {
   run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_i8, kernel_mul_mm_id_q8_0_f32, 4, 2, 3, 20, 352, 5, 5, true, 2);
   run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_i8, kernel_mul_mm_id_q6_K_f32, 4, 1, 8, 37, 512, 16, 16, false, 0);
   run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_i8, kernel_mul_mm_id_q6_K_f32, 5, 8, 1, 100, 2304, 6, 4, true, 18);
+  // _i8r4 (4 rows a warp): the decode shapes again, N not a multiple of a warp's 4 rows, bad ids.
+  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_i8r4, kernel_mul_mm_id_q8_0_f32, 6, 1, 8, 37, 704, 16, 16, true, 2);
+  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_i8r4, kernel_mul_mm_id_q6_K_f32, 6, 1, 8, 70, 512, 9, 9, true, 18);
   // The crate's swiglu: decode's 8 pairs (repeated experts, N past a block's 16 rows), bad ids with experts off
   // 16-byte alignment and a partial window, one row.
   run_swiglu(8, 37, 512, 12, 5, false, 0);
