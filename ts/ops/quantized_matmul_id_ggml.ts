@@ -90,8 +90,8 @@ export const QUANTIZED_MATMUL_ID_GGML_CUDA_PARTS: readonly (readonly string[])[]
   ...GGML_QUANT_TYPES.map((q) => GGML_KERNEL_TYPE[q]).map((t) => [`kernel_mul_mm_id_${t}_f32`, `kernel_mul_mm_id_${t}_f32_few`, `kernel_mul_mm_id_${t}_f32_wg`]),
   ...GGML_QUANT_TYPES.map((q) => [
     `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32`, `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_gate_up`,
-    // _i8r4: the int8 form with 4 rows a warp, a harness variant (bench/qmv_variants.ts).
-    ...(GGML_ID_I8_TYPES.includes(q) ? [`kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_i8`, `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_i8r4`] : []),
+    // _i8r4 (4 rows a warp) and _i8e (the first loads before x's quantization): harness variants (bench/qmv_variants.ts).
+    ...(GGML_ID_I8_TYPES.includes(q) ? ['i8', 'i8r4', 'i8e'].map((v) => `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_${v}`) : []),
   ]),
 ];
 /** The family's kernel sources by backend, as registered by every dispatch. */

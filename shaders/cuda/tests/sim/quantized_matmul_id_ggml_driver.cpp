@@ -276,6 +276,9 @@ int main() {
   run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_i8, kernel_mul_mm_id_q8_0_f32, 4, 2, 3, 20, 352, 5, 5, true, 2);
   run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_i8, kernel_mul_mm_id_q6_K_f32, 4, 1, 8, 37, 512, 16, 16, false, 0);
   run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_i8, kernel_mul_mm_id_q6_K_f32, 5, 8, 1, 100, 2304, 6, 4, true, 18);
+  // _i8e (the first step's loads before x's quantization): 3 blocks a pair, so later units load as _i8.
+  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_i8e, kernel_mul_mm_id_q8_0_f32, 4, 1, 8, 37, 704, 16, 16, true, 0);
+  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_i8e, kernel_mul_mm_id_q6_K_f32, 4, 2, 4, 100, 512, 6, 6, true, 18);
   // _i8r4 (4 rows a warp): the decode shapes again, N not a multiple of a warp's 4 rows, bad ids.
   run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_i8r4, kernel_mul_mm_id_q8_0_f32, 6, 1, 8, 37, 704, 16, 16, true, 2);
   run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_i8r4, kernel_mul_mm_id_q6_K_f32, 6, 1, 8, 70, 512, 9, 9, true, 18);
