@@ -3886,13 +3886,13 @@ __device__ __forceinline__ void gmv_gc_q6k(unsigned char* smem, const unsigned c
 // ---- the int8 engine's GGUF items (quantized_matmul_ggml's _i8 / _i8g / _vdq* entries,
 // quantized_matmul_id_ggml's _i8 entries; the engine: i8_mv above) ----
 //
-// The vector engine (common.cuh's gmv) spends about 560 warp instructions a window of
+// The vector engine (gmv, above) spends about 560 warp instructions a window of
 // 16 rows x 256 values (Q4_K: 2304 bytes, ~4 bytes a warp instruction): the
 // cp.async copy loop, the stage reads, 3 instructions an f16 pair (byte_perm,
 // two packed fmas) and x read as float4 and rounded by every lane group (8
 // times over at one token). At 0.85 of an H100's copy rate an SM must take
 // ~10 bytes a clock, i.e. ~2.5 of its 4 warp instructions a clock: issue-bound.
-// This engine, llama.cpp's mmvq in shape (common.cuh's i8_mv: x quantized
+// This engine, llama.cpp's mmvq in shape (i8_mv: x quantized
 // once a block to int8 per chunk of 32, dp4a, a persistent grid of units of
 // rows), takes an estimated ~12 bytes a warp instruction (Q4_K, ~95 a lane
 // and item): a lane takes whole items of a row (Q4_K / Q5_K: a pair of
