@@ -33,14 +33,14 @@ import { ggmlBlocksBuffer, gpuTimePerDispatch, routing, uniformBuffer, wordBuffe
 import { record, type OpPlan, type PlannedDispatch } from '../ts/plan.ts';
 import { scalarMul } from '../ts/ops/elementwise.ts';
 import {
-  ggmlBlockOf, ggmlRowBytesOf, planQuantizedMatmulGgml, QUANTIZED_MATMUL_GGML_KERNELS, QUANTIZED_MATMUL_GGML_SOURCES, type GgmlQuantType,
+  ggmlBlockOf, ggmlI8SharedBytesOf, ggmlRowBytesOf, planQuantizedMatmulGgml, QUANTIZED_MATMUL_GGML_KERNELS, QUANTIZED_MATMUL_GGML_SOURCES, type GgmlQuantType,
 } from '../ts/ops/quantized_matmul_ggml.ts';
 import { planAffineQuantizedMatmul, QUANTIZED_MATMUL_KERNELS, QUANTIZED_MATMUL_SOURCES } from '../ts/ops/quantized_matmul.ts';
 import {
   planQuantizedGateUpMvId, planQuantizedMvId, QUANTIZED_MATMUL_ID_KERNELS, QUANTIZED_MATMUL_ID_SOURCES,
 } from '../ts/ops/quantized_matmul_id.ts';
 import {
-  planQuantizedMatmulIdGgml, QUANTIZED_MATMUL_ID_GGML_CUDA_PARTS, QUANTIZED_MATMUL_ID_GGML_KERNELS, QUANTIZED_MATMUL_ID_GGML_SOURCES,
+  ggmlIdI8Blocks, planQuantizedMatmulIdGgml, QUANTIZED_MATMUL_ID_GGML_CUDA_PARTS, QUANTIZED_MATMUL_ID_GGML_KERNELS, QUANTIZED_MATMUL_ID_GGML_SOURCES,
 } from '../ts/ops/quantized_matmul_id_ggml.ts';
 
 const arg = (name: string): string | undefined => {
@@ -80,18 +80,16 @@ function gdq(suffix: string, R: number, S: number): Variant {
 const GGML_VARIANTS: Variant[] = [gdq('vdq1', 1, 1), gdq('vdq2', 2, 1), gdq('vdqs4', 1, 4)];
 /**
  * mv_id_i8<F, R> (kernel_mul_mv_id_<t>_f32_i8 / _i8r4, Q8_0 and Q6_K): the
- * int8 engine per pair, R rows a warp, grid (G, pairs) of 256 threads with
- * ggmlIdI8Launch's G: the pair's units of 8 R rows, at most 2 SMs / pairs,
- * at least 1; shared: int8 x, {d, sum} a chunk, 2 x 8 x R x 8 floats. m is
- * the pairs.
+ * int8 engine per pair, R rows a warp, grid (ggmlIdI8Blocks, pairs) of 256
+ * threads; shared ggmlI8SharedBytesOf(k, R). m is the pairs.
  */
 function gdqId(suffix: string, R: number): Variant {
   return {
     suffix,
     launch: (pairs, n, k) => ({
-      grid: [Math.min(Math.ceil(n / (8 * R)), Math.max(1, Math.floor((2 * SMS) / pairs))), pairs, 1],
+      grid: [ggmlIdI8Blocks(pairs, n, R, { multiprocessors: SMS }), pairs, 1],
       threads: [256, 1, 1],
-      shared: k + (k / 32) * 8 + 2 * 8 * R * 8 * 4,
+      shared: ggmlI8SharedBytesOf(k, R),
     }),
   };
 }

@@ -196,12 +196,22 @@ export function ggmlIdI8Launch(type: GgmlQuantType, pairs: number, n: number, k:
   const shared = ggmlI8SharedBytesOf(k, 1);
   if (!GGML_ID_I8_TYPES.includes(type) || (type === 'Q8_0' && k < GGML_ID_I8_Q8_MIN_K)) return null;
   if (pairs > CUDA_GRID_YZ_MAX || shared > GC_MAX_SHARED) return null;
-  const units = ceilDiv(n, 8);
-  const per = limits.multiprocessors > 0 ? Math.max(1, Math.floor((GGML_I8_BLOCKS_PER_SM * limits.multiprocessors) / pairs)) : units;
   return {
-    grid: [Math.min(units, per), pairs, 1], threads: [256, 1, 1], threadgroupMemory: { 0: shared },
+    grid: [ggmlIdI8Blocks(pairs, n, 1, limits), pairs, 1], threads: [256, 1, 1], threadgroupMemory: { 0: shared },
     entry: `kernel_mul_mv_id_${GGML_KERNEL_TYPE[type]}_f32_i8`,
   };
+}
+
+/**
+ * Blocks a pair of the int8 per-expert form with `rows` rows a warp (units
+ * of 8 rows x rows): the pair's units at most, so that the pairs together
+ * take GGML_I8_BLOCKS_PER_SM an SM, one at least; every unit where the SMs
+ * are unknown.
+ */
+export function ggmlIdI8Blocks(pairs: number, n: number, rows: number, limits: Pick<DeviceLimits, 'multiprocessors'>): number {
+  const units = ceilDiv(n, 8 * rows);
+  if (limits.multiprocessors <= 0) return units;
+  return Math.min(units, Math.max(1, Math.floor((GGML_I8_BLOCKS_PER_SM * limits.multiprocessors) / pairs)));
 }
 
 /** Pair rows of a tile of the CUDA matrix form (quantized_matmul_ggml's 64 x 128 tile of 4 warps). */
