@@ -93,9 +93,7 @@ function gdqId(suffix: string, R: number): Variant {
     }),
   };
 }
-/** _i8e / _vdq1e: the first step's weight loads before x's quantization (R = 1). */
-const GGML_ID_VARIANTS: Variant[] = [gdqId('i8', 1), gdqId('i8r4', 4), gdqId('i8e', 1)];
-const GGML_EARLY_VARIANT = gdq('vdq1e', 1, 1);
+const GGML_ID_VARIANTS: Variant[] = [gdqId('i8', 1), gdqId('i8r4', 4)];
 /**
  * gmv_gc_q4k<W> (kernel_mul_mv_q4_K_f32_vgc2 / 4; one token): the group-column
  * engine on Q4_K's super-blocks, W warps a 16-row tile, 128 threads: grid
@@ -164,9 +162,7 @@ function ggml(label: string, type: GgmlQuantType, m: number, n: number, k: numbe
   return {
     name: `${label} ${type} f32 m=${m} n=${n} k=${k}`, bytes: n * ggmlRowBytesOf(type, k) + 4 * (m * k + m * n),
     plan: planQuantizedMatmulGgml({ input, weight, output, m, n, k, ggmlType: type }, dev.limits, dev), output,
-    variants: [
-      ...GGML_VARIANTS, ...(type === 'Q4_K' && m === 1 ? GGML_GC_VARIANTS : []), ...(type === 'Q8_0' || type === 'Q6_K' ? [GGML_EARLY_VARIANT] : []),
-    ], m, n, k,
+    variants: [...GGML_VARIANTS, ...(type === 'Q4_K' && m === 1 ? GGML_GC_VARIANTS : [])], m, n, k,
   };
 }
 
@@ -312,15 +308,14 @@ const cases: Case[] = [
 
 const ggmlVariantKernels = QUANTIZED_MATMUL_GGML_KERNELS.filter((k) => k.startsWith('kernel_mul_mv_'))
   .flatMap((k) => GGML_VARIANTS.map((v) => `${k}_${v.suffix}`))
-  .concat(GGML_GC_VARIANTS.map((v) => `kernel_mul_mv_q4_K_f32_${v.suffix}`))
-  .concat(['q8_0', 'q6_K'].map((t) => `kernel_mul_mv_${t}_f32_${GGML_EARLY_VARIANT.suffix}`));
+  .concat(GGML_GC_VARIANTS.map((v) => `kernel_mul_mv_q4_K_f32_${v.suffix}`));
 const affineVariantKernels = QUANTIZED_MATMUL_KERNELS.filter((k) => /^quantized_mv_(f16|bf16)$/.test(k))
   .flatMap((k) => [...AFFINE_VARIANTS.map((v) => v.suffix), ...GC_SUFFIXES.map(([sfx]) => sfx)].map((sfx) => `${k}_${sfx}`));
 const FAMILIES = {
   ggml: { family: 'qmv_variants_ggml', sources: QUANTIZED_MATMUL_GGML_SOURCES, kernels: [...QUANTIZED_MATMUL_GGML_KERNELS, ...ggmlVariantKernels] },
   affine: { family: 'qmv_variants_affine', sources: QUANTIZED_MATMUL_SOURCES, kernels: [...QUANTIZED_MATMUL_KERNELS, ...affineVariantKernels] },
   id: { family: 'qmv_variants_id', sources: QUANTIZED_MATMUL_ID_SOURCES, kernels: [...QUANTIZED_MATMUL_ID_KERNELS] },
-  // The CUDA parts list names every entry, the int8 forms (the plan's _i8 and the _i8r4 variant) among them.
+  // The CUDA parts list names every entry, the int8 forms (_i8 and _i8r4) among them.
   ggmlId: {
     family: 'qmv_variants_ggml_id', sources: QUANTIZED_MATMUL_ID_GGML_SOURCES,
     kernels: [...new Set([...QUANTIZED_MATMUL_ID_GGML_KERNELS, ...QUANTIZED_MATMUL_ID_GGML_CUDA_PARTS.flat()])],

@@ -27,7 +27,7 @@ import {
 } from '../ts/ops/quantized_matmul_ggml.ts';
 import {
   GGML_MATMUL_ID_MM_PARAMS_LAYOUT, GGML_MATVEC_ID_GATE_UP_PARAMS_LAYOUT, GGML_MATVEC_ID_PARAMS_LAYOUT, ggmlGateUpIdRef, ggmlIdMmCudaLaunch,
-  ggmlIdMmFew, ggmlIdMmFewCudaLaunch, ggmlIdMmWg, ggmlIdMmWgCudaLaunch, ggmlIdMmWgSharedBytes, ggmlIdI8Launch, ggmlIdMvCudaLaunch, packGgmlMatmulIdMmParams, packGgmlMatvecIdGateUpParams, packGgmlMatvecIdParams, planQuantizedMatmulIdGgml,
+  ggmlIdMmFew, ggmlIdMmFewCudaLaunch, ggmlIdMmWg, ggmlIdMmWgCudaLaunch, ggmlIdMmWgSharedBytes, ggmlIdI8Launch, ggmlIdI8Rows, ggmlIdMvCudaLaunch, packGgmlMatmulIdMmParams, packGgmlMatvecIdGateUpParams, packGgmlMatvecIdParams, planQuantizedMatmulIdGgml,
   planQuantizedMatmulIdGgmlGateUp, planQuantizedMatmulIdGgmlMm, planQuantizedMatmulIdSwigluQ4_0, QUANTIZED_MATMUL_ID_GGML_KERNELS,
   quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm, quantizedMatmulIdSwigluQ4_0, ggmlMatmulIdRef, ggmlSwigluIdRef,
 } from '../ts/ops/quantized_matmul_id_ggml.ts';
@@ -104,22 +104,25 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     expect([704, 2112, 352].map((k) => ggmlIdMvCudaLaunch('Q8_0', 8, 2816, k).threadgroupMemory![0]))
       .toEqual([ggmlGcSharedBytes('Q8_0', 704), ggmlGcSharedBytes('Q8_0', 2112), ggmlGcSharedBytes('Q8_0', 352)]);
     expect([704, 2112].map((k) => ggmlGcSharedBytes('Q8_0', k))).toEqual([4 * 16 * 304 + 3 * 8 * 68 + 320, 4 * 3 * 16 * 304 + 9 * 8 * 68 + 320]);
-    // The plan's plain vector form of Q6_K and Q8_0 (from k 704) on CUDA: the int8 engine per pair (ggmlIdI8Launch), grid (G,
-    // pairs) of 256 threads, G blocks a pair so that the pairs take 2 an SM (132 SMs), at most the pair's units of 8
-    // rows, at least one; x as int8, a {scale, sum} pair a chunk of 32 and 2 x 8 x 8 floats. Gemma 4's Q8_0 expert
-    // down (k 704, n 2816) and Qwen3.6's Q6_K one (k 512, n 2048), 8 pairs; 300 pairs; no SM count: every unit.
-    const i8 = (t: string, g: number, pairs: number, k: number): CudaLaunch =>
-      ({ grid: [g, pairs, 1], threads: [256, 1, 1], threadgroupMemory: { 0: k + (k / 32) * 8 + 512 }, entry: `kernel_mul_mv_id_${t}_f32_i8` });
-    expect(ggmlIdI8Launch('Q8_0', 8, 2816, 704, { multiprocessors: 132 })).toEqual(i8('q8_0', 33, 8, 704));
-    expect(ggmlIdI8Launch('Q6_K', 8, 2048, 512, { multiprocessors: 132 })).toEqual(i8('q6_K', 33, 8, 512));
-    expect(ggmlIdI8Launch('Q6_K', 300, 2048, 512, { multiprocessors: 132 })).toEqual(i8('q6_K', 1, 300, 512));
-    expect(ggmlIdI8Launch('Q6_K', 2, 9, 256, { multiprocessors: 132 })).toEqual(i8('q6_K', 2, 2, 256));
-    expect(ggmlIdI8Launch('Q8_0', 8, 2816, 704)).toEqual(i8('q8_0', 352, 8, 704));
-    // Not for the other formats, Q8_0 under k 704 (Qwen3.6's expert down, k 512, ran slower on it), past the grid's
-    // y (65535 pairs) or past x's copy within GC_MAX_SHARED.
+    // The plan's plain vector form of Q6_K and Q8_0 on CUDA: the int8 engine per pair (ggmlIdI8Launch), grid (G, pairs) of
+    // 256 threads, G blocks a pair so that the pairs take 2 an SM (132 SMs), at most the pair's units of 8 x R rows, at
+    // least one; x as int8, a {scale, sum} pair a chunk of 32 and 2 x 8 x R x 8 floats. R = 4 rows a warp (_i8r4) up to
+    // 32 chunks a row, else 1 (_i8). Gemma 4's Q8_0 expert down (k 704, n 2816), Qwen3.6's Q6_K and Q8_0 ones (k 512,
+    // n 2048), 8 pairs; 300 pairs; a pair's one unit; no SM count: every unit; a long row (k 2112).
+    const i8 = (t: string, g: number, pairs: number, k: number, R: number): CudaLaunch => ({
+      grid: [g, pairs, 1], threads: [256, 1, 1], threadgroupMemory: { 0: k + (k / 32) * 8 + 2 * 8 * R * 8 * 4 },
+      entry: `kernel_mul_mv_id_${t}_f32_${R === 4 ? 'i8r4' : 'i8'}`,
+    });
+    expect(ggmlIdI8Launch('Q8_0', 8, 2816, 704, { multiprocessors: 132 })).toEqual(i8('q8_0', 33, 8, 704, 4));
+    expect(ggmlIdI8Launch('Q6_K', 8, 2048, 512, { multiprocessors: 132 })).toEqual(i8('q6_K', 33, 8, 512, 4));
+    expect(ggmlIdI8Launch('Q8_0', 8, 2048, 512, { multiprocessors: 132 })).toEqual(i8('q8_0', 33, 8, 512, 4));
+    expect(ggmlIdI8Launch('Q6_K', 300, 2048, 512, { multiprocessors: 132 })).toEqual(i8('q6_K', 1, 300, 512, 4));
+    expect(ggmlIdI8Launch('Q6_K', 2, 9, 256, { multiprocessors: 132 })).toEqual(i8('q6_K', 1, 2, 256, 4));
+    expect(ggmlIdI8Launch('Q8_0', 8, 2816, 704)).toEqual(i8('q8_0', 88, 8, 704, 4));
+    expect(ggmlIdI8Launch('Q8_0', 8, 2816, 2112, { multiprocessors: 132 })).toEqual(i8('q8_0', 33, 8, 2112, 1));
+    expect([992, 1024, 1056, 1280].map(ggmlIdI8Rows)).toEqual([4, 4, 1, 1]);
+    // Not for the other formats, past the grid's y (65535 pairs) or past x's copy within GC_MAX_SHARED.
     expect((['Q4_0', 'Q4_K', 'Q5_K'] as const).map((t) => ggmlIdI8Launch(t, 8, 2048, 512))).toEqual([null, null, null]);
-    expect([512, 672, 704].map((k) => ggmlIdI8Launch('Q8_0', 8, 2048, k, { multiprocessors: 132 })?.entry ?? null))
-      .toEqual([null, null, 'kernel_mul_mv_id_q8_0_f32_i8']);
     expect(ggmlIdI8Launch('Q6_K', 65536, 64, 256)).toBeNull();
     expect(ggmlIdI8Launch('Q8_0', 8, 64, 2 ** 20)).toBeNull();
     // 512 tokens x top-8 of 256 experts: 4096 / 64 + 257 slots x 4 column tiles of 128.
@@ -439,7 +442,7 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
     [{ nTokens: 1, topK: 4, n: 7, blocks: 1, nExperts: 9 }, 9, false],
     [{ nTokens: 3, topK: 2, n: 33, blocks: 2, nExperts: 5, pad: 18 }, 3, true],
     [{ nTokens: 6, topK: 1, n: 1, blocks: 1, nExperts: 4 }, 4, true],
-    // k 704 for Q8_0 (22 blocks: the int8 form's bound on CUDA), decode's 8 pairs with ids past the experts.
+    // k 704 for Q8_0 (22 blocks), decode's 8 pairs with ids past the experts.
     [{ nTokens: 1, topK: 8, n: 37, blocks: 22, nExperts: 9 }, 9, true],
   ];
   const MATRIX: readonly [Shape, number, boolean][] = [
@@ -532,10 +535,11 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
     }, 120_000);
   }
 
-  // Q8_0 at CUDA's group-column engine (one token a pair): decode's 8 pairs at Gemma 4's expert down (k 704: two rounds
-  // of 8 blocks and 6 more) with n past a tile; experts 4 bytes further apart than their bytes (rows on 4 bytes) at k
-  // 2112 with ids past them; k 736 (23 blocks: rows on 2 bytes) with experts 18 bytes apart past theirs; the gate/up
-  // form at each.
+  // Q8_0 at one token a pair (on CUDA the plain form on the int8 engine, 4 rows a warp at k 704 and 736 and 1 at 2112;
+  // the gate/up form on the group-column engine): decode's 8 pairs at Gemma 4's expert down (k 704: two rounds of 8
+  // blocks and 6 more) with n past a tile; experts 4 bytes further apart than their bytes (rows on 4 bytes) at k 2112
+  // with ids past them; k 736 (23 blocks: rows on 2 bytes) with experts 18 bytes apart past theirs; the gate/up form at
+  // each.
   test('Q8_0: the vector and gate/up forms at k 704, 2112 and 736, experts on 4 and on 2 bytes, ids past them', () => {
     const dev = device();
     const over: string[] = [];
@@ -549,8 +553,8 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
       for (const [s, used, bad] of shapes) {
         const k = 32 * s.blocks;
         const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);
-        const e = product(dev, 'Q8_0', s, ids, form, seed++ * 7919 + k, tolOf(form, k));
-        if (!(e <= tolOf(form, k))) over.push(`${JSON.stringify(form)} ${JSON.stringify(s)}: ${e}`);
+        const e = product(dev, 'Q8_0', s, ids, form, seed++ * 7919 + k, tolOf(form, k, 'Q8_0'));
+        if (!(e <= tolOf(form, k, 'Q8_0'))) over.push(`${JSON.stringify(form)} ${JSON.stringify(s)}: ${e}`);
       }
     }
     expect(over).toEqual([]);

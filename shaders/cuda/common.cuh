@@ -2199,9 +2199,8 @@ __device__ __forceinline__ u32 i8_row(u32 f, u32 items) {
 }
 
 // The engine (the section comment): Src the item's row source, items = K / Item::VALUES.
-// smem_raw: the launch's dynamic shared memory (16-byte aligned). EARLY:
-// the first step's weight loads before x's quantization (a harness variant).
-template <typename Item, u32 R, u32 S, u32 U, bool EARLY = false, typename Src, typename TX, typename TY>
+// smem_raw: the launch's dynamic shared memory (16-byte aligned).
+template <typename Item, u32 R, u32 S, u32 U, typename Src, typename TX, typename TY>
 __device__ __forceinline__ void i8_mv(const Src& src, const TX* x, TY* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row,
                                       unsigned char* smem_raw) {
     static_assert(I8MV_WARPS % S == 0 && R >= 1, "group shape");
@@ -2212,33 +2211,13 @@ __device__ __forceinline__ void i8_mv(const Src& src, const TX* x, TY* y, u32 M,
     u32* xq = reinterpret_cast<u32*>(smem_raw);
     float2* xds = reinterpret_cast<float2*>(smem_raw + u64(M) * K);
     float* red = reinterpret_cast<float*>(xds + u64(M) * (K / 32u));  // [2][I8MV_WARPS][R][8]
+    i8_quantize_x<Item::PAIRED>(x, x_row, M, K, xq, xds);
+    __syncthreads();
     const u32 items = K / Item::VALUES, total = R * items;
     const u32 per = (total + S - 1u) / S;
     const u32 grp = warp / S, seg = warp % S;
     const u32 f0 = seg * per, f1 = min(total, f0 + per);
     const u32 units = (N + GROUPS * R - 1u) / (GROUPS * R);
-    // Flat item ff's row of the group and its item in that row (GROUP: see the section comment).
-    auto row_of = [&](u32 ff) { return G == 1 ? i8_row<R>(ff, items) : (ff / G) % R; };
-    auto item_of = [&](u32 ff, u32 r) { return G == 1 ? ff - r * items : (ff / 32u) * G + ff % G; };
-    // The U items of step f of the group whose first row is row0.
-    auto load_step = [&](Item (&it)[U], u32 row0, u32 f) {
-#pragma unroll
-        for (u32 u = 0; u < U; ++u) {
-            const u32 ff = f + 32u * u, r = row_of(ff);
-            if (ff < f1 && (G > 1 || row0 + r < N)) it[u].load(src, G > 1 ? min(row0 + r, N - 1u) : row0 + r, item_of(ff, r));
-        }
-    };
-    // EARLY: the block's first step's weight loads go out before x is
-    // quantized (they do not depend on it), so their latency passes under
-    // x's. The items then live across the loop (`held`, one set of
-    // registers), each later step loading into them.
-    Item held[EARLY ? U : 1];
-    if constexpr (EARLY) {
-        if (blockIdx.x < units) load_step(held, (blockIdx.x * GROUPS + grp) * R, f0 + lane);
-    }
-    bool pending = EARLY;
-    i8_quantize_x<Item::PAIRED>(x, x_row, M, K, xq, xds);
-    __syncthreads();
     u32 parity = 0;
     for (u32 unit = blockIdx.x; unit < units; unit += gridDim.x, parity ^= 1u) {
         const u32 row0 = (unit * GROUPS + grp) * R;  // the group's first row
@@ -2247,8 +2226,16 @@ __device__ __forceinline__ void i8_mv(const Src& src, const TX* x, TY* y, u32 M,
         for (u32 r = 0; r < R; ++r)
 #pragma unroll
             for (u32 i = 0; i < 8; ++i) acc[r][i] = 0.0f;
-        // Step f's dot products of the items it holds, added to acc.
-        auto dots = [&](const Item (&it)[U], u32 f) {
+        // Flat item ff's row of the group and its item in that row (GROUP: see the section comment).
+        auto row_of = [&](u32 ff) { return G == 1 ? i8_row<R>(ff, items) : (ff / G) % R; };
+        auto item_of = [&](u32 ff, u32 r) { return G == 1 ? ff - r * items : (ff / 32u) * G + ff % G; };
+        for (u32 f = f0 + lane; f < f1; f += 32u * U) {
+            Item it[U];
+#pragma unroll
+            for (u32 u = 0; u < U; ++u) {
+                const u32 ff = f + 32u * u, r = row_of(ff);
+                if (ff < f1 && (G > 1 || row0 + r < N)) it[u].load(src, G > 1 ? min(row0 + r, N - 1u) : row0 + r, item_of(ff, r));
+            }
 #pragma unroll
             for (u32 u = 0; u < U; ++u) {
                 const u32 ff = f + 32u * u, r = row_of(ff);
@@ -2264,20 +2251,7 @@ __device__ __forceinline__ void i8_mv(const Src& src, const TX* x, TY* y, u32 M,
                     }
                 }
             }
-        };
-        for (u32 f = f0 + lane; f < f1; f += 32u * U) {
-            if constexpr (EARLY) {
-                if (!pending) load_step(held, row0, f);
-                pending = false;
-                dots(held, f);
-            } else {
-                Item it[U];
-                load_step(it, row0, f);
-                dots(it, f);
-            }
         }
-        // A lane with no step in the block's first unit has not used its early loads: no later unit does.
-        pending = false;
         i8_tokens(M, [&](u32 i) {
 #pragma unroll
             for (u32 r = 0; r < R; ++r) acc[r][i] = warp_sum(acc[r][i]);
@@ -4188,17 +4162,17 @@ struct GdqQ6Group {
 };
 
 // y = x W^T for M <= 8 tokens over Item's loads: R rows a group of S warps, U items a lane in flight.
-template <typename Item, int F, u32 R, u32 S, u32 U, bool EARLY = false>
+template <typename Item, int F, u32 R, u32 S, u32 U>
 __device__ __forceinline__ void gdq_items(const unsigned char* w, const float* x, float* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row) {
     const u64 rb = ggml_row_bytes<F>(K);
     const GdqSrc src{w, rb, aligned16(w) && rb % 16u == 0};
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    i8_mv<Item, R, S, U, EARLY>(src, x, y, M, N, K, x_row, y_row, smem_raw);
+    i8_mv<Item, R, S, U>(src, x, y, M, N, K, x_row, y_row, smem_raw);
 }
 // A lane an item of a row (GdqUnit).
-template <int F, u32 R, u32 S, u32 U, bool EARLY = false>
+template <int F, u32 R, u32 S, u32 U>
 __device__ __forceinline__ void gdq(const unsigned char* w, const float* x, float* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row) {
-    gdq_items<GdqUnit<F>, F, R, S, U, EARLY>(w, x, y, M, N, K, x_row, y_row);
+    gdq_items<GdqUnit<F>, F, R, S, U>(w, x, y, M, N, K, x_row, y_row);
 }
 
 // ---- end of GGUF block formats ----

@@ -193,12 +193,11 @@ GGML_MV_ENTRY(kernel_mul_mv_q6_K_f32, GGML_Q6_K)
 // bindings. Grid: any (a block walks units of 8 / S x R rows; two blocks an
 // SM cover the rows without a wave tail), 256 threads, dynamic shared memory
 // M x K + M x K / 32 x 8 + 2 x 8 x R x 8 x 4 bytes.
-#define GGML_MV_DQ_ENTRY_E(NAME, F, R, S, U, EARLY)                                                                 \
+#define GGML_MV_DQ_ENTRY(NAME, F, R, S, U)                                                                          \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME(const unsigned char* src0, const float* src1, float* dst, \
                                                            const GgmlMatvecParams* p) {                              \
-        gdq<F, R, S, U, EARLY>(src0, src1, dst, u32(p->ne1), u32(p->ne01), u32(p->ne00), p->ne10, p->ne0);         \
+        gdq<F, R, S, U>(src0, src1, dst, u32(p->ne1), u32(p->ne01), u32(p->ne00), p->ne10, p->ne0);                \
     }
-#define GGML_MV_DQ_ENTRY(NAME, F, R, S, U) GGML_MV_DQ_ENTRY_E(NAME, F, R, S, U, false)
 // Q6_K with a super-block a group of 8 lanes (GdqQ6Group): 4 rows a warp, U super-blocks a lane in flight.
 #define GGML_MV_DQ6G_ENTRY(NAME, U)                                                                                 \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME(const unsigned char* src0, const float* src1, float* dst, \
@@ -257,11 +256,6 @@ GGML_MV_DQ_ENTRIES(q4_K, GGML_Q4_K)
 GGML_MV_DQ_ENTRIES(q5_K, GGML_Q5_K)
 GGML_MV_DQ_ENTRIES(q6_K, GGML_Q6_K)
 #undef GGML_MV_DQ_ENTRIES
-//   _vdq1e: _vdq1 with the first step's weight loads before x is quantized
-//           (Q8_0, Q6_K: the _i8 entries' item; for products of a unit or
-//           two a block, where x's quantization is not amortized).
-GGML_MV_DQ_ENTRY_E(kernel_mul_mv_q8_0_f32_vdq1e, GGML_Q8_0, 1, 1, 4, true)
-GGML_MV_DQ_ENTRY_E(kernel_mul_mv_q6_K_f32_vdq1e, GGML_Q6_K, 1, 1, 4, true)
 
 #define GGML_MV_GC_ENTRY(W)                                                                                                  \
     extern "C" __global__ void __launch_bounds__(128, 4) kernel_mul_mv_q4_K_f32_vgc##W(const unsigned char* src0, const float* src1, \

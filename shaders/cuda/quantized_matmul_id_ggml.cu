@@ -174,18 +174,18 @@ __device__ __forceinline__ void mm_id_wg(unsigned char* smem, const GgmlMatmulId
     });
 }
 
-// The int8 vector form (kernel_mul_mv_id_<t>_f32_i8: one token of Q8_0 and
-// Q6_K, not in the crate): block (g, pair) of a (G, pairs) grid runs
+// The int8 vector form (kernel_mul_mv_id_<t>_f32_i8 and _i8r4: one token of
+// Q8_0 and Q6_K, not in the crate): block (g, pair) of a (G, pairs) grid runs
 // common.cuh's int8 engine (i8_mv over GdqUnit, R rows a warp, 4 items a
 // lane in flight: quantized_matmul_ggml's _i8 entries' item) on expert
 // ids[pair]'s rows against x row pair / top_k, units g, g + G, ... of 8 R
 // rows; an id at or past n_experts gives the pair's row of zeros. smem: x as
 // int8 and its chunks' {d, sum}, then the engine's 2 x 8 x R x 8 floats
-// (ts/ops/quantized_matmul_id_ggml.ts, ggmlIdI8Launch). R = 1 (_i8), or 4
-// (_i8r4, a harness variant: a short row's items on more lanes, e.g. the
-// 16 of k 512 on 64). EARLY (_i8e, a harness variant): the block's first
-// step's weight loads before x's quantization.
-template <int F, u32 R, bool EARLY = false>
+// (ts/ops/quantized_matmul_id_ggml.ts, ggmlIdI8Launch). R = 4 (_i8r4) for
+// short rows, whose items would leave lanes idle one row a warp (the 16
+// chunks of k 512 take 32 lanes as 4 rows of 8 lanes, 2 chunks each), else 1
+// (_i8).
+template <int F, u32 R>
 __device__ __forceinline__ void mv_id_i8(unsigned char* smem, const unsigned char* w, const float* x, float* y, const u32* ids,
                                          const GgmlMatvecIdParams* p) {
     const u32 pair = blockIdx.y;
@@ -200,7 +200,7 @@ __device__ __forceinline__ void mv_id_i8(unsigned char* smem, const unsigned cha
     const unsigned char* we = w + u64(e) * p->expert_stride;
     const u64 rb = ggml_row_bytes<F>(K);
     const GdqSrc src{we, rb, aligned16(we) && rb % 16u == 0};
-    i8_mv<GdqUnit<F>, R, 1, 4, EARLY>(src, x + u64(pair / p->top_k) * p->mv.ne10, yr, 1u, N, K, 0u, 0u, smem);
+    i8_mv<GdqUnit<F>, R, 1, 4>(src, x + u64(pair / p->top_k) * p->mv.ne10, yr, 1u, N, K, 0u, 0u, smem);
 }
 
 }  // namespace
@@ -231,25 +231,23 @@ GGML_MV_ID_ENTRY(kernel_mul_mv_id_q5_K_f32, GGML_Q5_K)
 GGML_MV_ID_ENTRY(kernel_mul_mv_id_q6_K_f32, GGML_Q6_K)
 #endif
 
-// kernel_mul_mv_id_<t>_f32_i8 (not in mlx-native; the op's CUDA launch for
-// one token of Q8_0 and Q6_K where ggmlIdI8Takes): kernel_mul_mv_id_<t>_f32's
+// kernel_mul_mv_id_<t>_f32_i8 and _i8r4 (not in mlx-native; the op's CUDA
+// launch for one token of Q8_0 and Q6_K where ggmlIdI8Launch gives one): kernel_mul_mv_id_<t>_f32's
 // bindings, mv_id_i8 on a (G, pairs) grid of 256 threads, bounds as
 // quantized_matmul_ggml's _i8 entries (the same engine).
-#define GGML_MV_ID_I8_ENTRY(NAME, F, R, EARLY)                                                                        \
+#define GGML_MV_ID_I8_ENTRY(NAME, F, R)                                                                               \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME(const unsigned char* src0, const float* src1, float* dst, \
                                                            const u32* ids, const GgmlMatvecIdParams* p) {            \
         extern __shared__ __align__(16) unsigned char smem_raw[];                                                   \
-        mv_id_i8<F, R, EARLY>(smem_raw, src0, src1, dst, ids, p);                                                   \
+        mv_id_i8<F, R>(smem_raw, src0, src1, dst, ids, p);                                                          \
     }
 #if MLXN_CUDA_PART_IS(7)
-GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q8_0_f32_i8, GGML_Q8_0, 1, false)
-GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q8_0_f32_i8r4, GGML_Q8_0, 4, false)
-GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q8_0_f32_i8e, GGML_Q8_0, 1, true)
+GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q8_0_f32_i8, GGML_Q8_0, 1)
+GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q8_0_f32_i8r4, GGML_Q8_0, 4)
 #endif
 #if MLXN_CUDA_PART_IS(10)
-GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q6_K_f32_i8, GGML_Q6_K, 1, false)
-GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q6_K_f32_i8r4, GGML_Q6_K, 4, false)
-GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q6_K_f32_i8e, GGML_Q6_K, 1, true)
+GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q6_K_f32_i8, GGML_Q6_K, 1)
+GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q6_K_f32_i8r4, GGML_Q6_K, 4)
 #endif
 
 // ---- kernel_mul_mv_id_<t>_f32_gate_up (not in mlx-native) ----

@@ -72,13 +72,18 @@ export const QUANTIZED_MATMUL_ID_GGML_FAMILY = 'quantized_matmul_id_ggml';
 /** The block formats of the CUDA int8 vector form (ggmlIdI8Launch). */
 const GGML_ID_I8_TYPES: readonly GgmlQuantType[] = ['Q8_0', 'Q6_K'];
 /**
- * k from which ggmlIdI8Launch takes Q8_0. On an H200 (2026-11-29, 8 pairs,
- * bench/results/gguf-q6-diet-h200-2026-11-29.md) the int8 form ran Gemma 4's
- * expert down [2816, 704] in 13.85 us against the group-column engine's
- * 14.68, and Qwen3.6's [2048, 512] in 10.09 against 9.38; no other shape was
- * measured, so the bound lies between those two k.
+ * Chunks of 32 values a row up to which ggmlIdI8Launch takes 4 rows a warp
+ * (kernel_mul_mv_id_<t>_f32_i8r4; above it 1, _i8). With one row a warp a
+ * chunk a lane, a row of k 512 keeps 16 of 32 lanes busy with one chunk in
+ * flight; with 4 rows, 8 lanes a row take 2 chunks each. On an H200
+ * (2026-11-29, 8 pairs, bench/results/gguf-r4-h200-2026-11-29.md) 4 rows ran
+ * Gemma 4's Q8_0 expert down [2816, 704] in 7.1 us against 12.9 with one,
+ * Qwen3.6's Q6_K [2048, 512] in 5.8 against 8.6 and its Q8_0 in 4.9 against
+ * 9.0, where the group-column engine (kernel_mul_mv_id_q8_0_f32) took 8.4.
  */
-const GGML_ID_I8_Q8_MIN_K = 704;
+const GGML_ID_I8_R4_MAX_CHUNKS = 32;
+/** Rows a warp of the int8 per-expert form at k (GGML_ID_I8_R4_MAX_CHUNKS). */
+export const ggmlIdI8Rows = (k: number): number => (k / 32 <= GGML_ID_I8_R4_MAX_CHUNKS ? 4 : 1);
 /**
  * The CUDA program's parts (FamilySources.cudaParts): 1 to 5 the matrix
  * forms of one block format (tiles, few, wgmma), 6 to 10 its vector forms
@@ -90,8 +95,8 @@ export const QUANTIZED_MATMUL_ID_GGML_CUDA_PARTS: readonly (readonly string[])[]
   ...GGML_QUANT_TYPES.map((q) => GGML_KERNEL_TYPE[q]).map((t) => [`kernel_mul_mm_id_${t}_f32`, `kernel_mul_mm_id_${t}_f32_few`, `kernel_mul_mm_id_${t}_f32_wg`]),
   ...GGML_QUANT_TYPES.map((q) => [
     `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32`, `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_gate_up`,
-    // _i8r4 (4 rows a warp) and _i8e (the first loads before x's quantization): harness variants (bench/qmv_variants.ts).
-    ...(GGML_ID_I8_TYPES.includes(q) ? ['i8', 'i8r4', 'i8e'].map((v) => `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_${v}`) : []),
+    // The int8 form with 1 and 4 rows a warp (ggmlIdI8Launch).
+    ...(GGML_ID_I8_TYPES.includes(q) ? [`kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_i8`, `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_i8r4`] : []),
   ]),
 ];
 /** The family's kernel sources by backend, as registered by every dispatch. */
@@ -181,24 +186,23 @@ export function ggmlIdMvCudaLaunch(type: GgmlQuantType, pairs: number, n: number
 }
 
 /**
- * The CUDA int8 vector form of the plain product (kernel_mul_mv_id_<t>_f32_i8,
- * not in the crate), or null where it does not take it (then
- * ggmlIdMvCudaLaunch's): Q6_K, and Q8_0 from GGML_ID_I8_Q8_MIN_K; x's int8
- * copy within GC_MAX_SHARED, pairs within the grid's y. quantized_matmul_ggml's int8 engine (a warp a
- * weight row, x rounded to int8 a chunk of 32 values) per pair: grid (G,
- * pairs) of 256 threads, G blocks a pair so that the pairs together take
- * GGML_I8_BLOCKS_PER_SM an SM (one a pair at least, its units of 8 rows at
- * most; every unit where the SMs are unknown). Numerics: the int8 path of
- * quantized_matmul_ggml's vector form.
+ * The CUDA int8 vector form of the plain product (kernel_mul_mv_id_<t>_f32_i8
+ * and _i8r4, not in the crate), or null where it does not take it (then
+ * ggmlIdMvCudaLaunch's): Q6_K and Q8_0 whose x's int8 copy fits
+ * GC_MAX_SHARED, pairs within the grid's y. quantized_matmul_ggml's int8
+ * engine (x rounded to int8 a chunk of 32 values) per pair, ggmlIdI8Rows(k)
+ * weight rows a warp: grid (G, pairs) of 256 threads, G blocks a pair so
+ * that the pairs together take GGML_I8_BLOCKS_PER_SM an SM (one a pair at
+ * least, its units of 8 x rows rows at most; every unit where the SMs are
+ * unknown). Numerics: the int8 path of quantized_matmul_ggml's vector form.
  */
 export function ggmlIdI8Launch(type: GgmlQuantType, pairs: number, n: number, k: number,
   limits: Pick<DeviceLimits, 'multiprocessors'> = { multiprocessors: 0 }): CudaLaunch | null {
-  const shared = ggmlI8SharedBytesOf(k, 1);
-  if (!GGML_ID_I8_TYPES.includes(type) || (type === 'Q8_0' && k < GGML_ID_I8_Q8_MIN_K)) return null;
-  if (pairs > CUDA_GRID_YZ_MAX || shared > GC_MAX_SHARED) return null;
+  const rows = ggmlIdI8Rows(k), shared = ggmlI8SharedBytesOf(k, rows);
+  if (!GGML_ID_I8_TYPES.includes(type) || pairs > CUDA_GRID_YZ_MAX || shared > GC_MAX_SHARED) return null;
   return {
-    grid: [ggmlIdI8Blocks(pairs, n, 1, limits), pairs, 1], threads: [256, 1, 1], threadgroupMemory: { 0: shared },
-    entry: `kernel_mul_mv_id_${GGML_KERNEL_TYPE[type]}_f32_i8`,
+    grid: [ggmlIdI8Blocks(pairs, n, rows, limits), pairs, 1], threads: [256, 1, 1], threadgroupMemory: { 0: shared },
+    entry: `kernel_mul_mv_id_${GGML_KERNEL_TYPE[type]}_f32_${rows === 4 ? 'i8r4' : 'i8'}`,
   };
 }
 

@@ -278,12 +278,10 @@ int main(int argc, char** argv) {
   const bool big = argc > 1 && std::string(argv[1]) == "big";
   const bool only_variants = argc > 1 && std::string(argv[1]) == "variants";
 #define VARIANTS(F, T)                                                                                               \
-  VARIANTS_OF(F, T, (std::vector<DqVariant>{{"vdq1", kernel_mul_mv_##T##_f32_vdq1, 1, 1},                          \
-                                            {"vdq2", kernel_mul_mv_##T##_f32_vdq2, 2, 1},                          \
-                                            {"vdqs4", kernel_mul_mv_##T##_f32_vdqs4, 1, 4}}))
-#define VARIANTS_OF(F, T, LIST)                                                                                      \
   {                                                                                                                  \
-    const std::vector<DqVariant> vs = LIST;                                                                          \
+    const std::vector<DqVariant> vs = {{"vdq1", kernel_mul_mv_##T##_f32_vdq1, 1, 1},                                \
+                                       {"vdq2", kernel_mul_mv_##T##_f32_vdq2, 2, 1},                                \
+                                       {"vdqs4", kernel_mul_mv_##T##_f32_vdqs4, 1, 4}};                             \
     const u32 kb = qk_of(F) == 32 ? 32 : 256;                                                                        \
     /* Rows past N in the last unit; one token and 8; the bench shapes' K (Qwen3.6 up, down; Gemma 4 up). */      \
     run_variants(F, kernel_mul_mv_##T##_f32, vs, 1, 37, 5 * 256);                                                   \
@@ -328,13 +326,8 @@ int main(int argc, char** argv) {
     std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
     return failures != 0;
   }
-  // _vdq1e (Q8_0, Q6_K: the first step's loads before x's quantization) at the variants' shapes: 2 blocks, so
-  // the early loads serve a block's first unit and the later units load as _vdq1.
-#define EARLY_VARIANT(F, T) VARIANTS_OF(F, T, (std::vector<DqVariant>{{"vdq1e", kernel_mul_mv_##T##_f32_vdq1e, 1, 1}}))
-#define EARLY_VARIANTS EARLY_VARIANT(Q8_0, q8_0) EARLY_VARIANT(Q6_K, q6_K)
   if (only_variants) {
     ALL_FORMATS(VARIANTS)
-    EARLY_VARIANTS
     std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
     return failures != 0;
   }
@@ -419,7 +412,6 @@ int main(int argc, char** argv) {
   }
   ALL_FORMATS(MATMUL)
   ALL_FORMATS(VARIANTS)
-  EARLY_VARIANTS
   Q6G
   I8_ENTRIES
 #define ROWS(F, T)                                                                                                   \

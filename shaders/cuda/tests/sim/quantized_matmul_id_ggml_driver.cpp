@@ -68,10 +68,9 @@ struct Experts {
 template <class MV, class MM>
 void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u32 used, bool bad, u32 pad, int gu = -1,
             u32 up_skew = 0) {
-  // form 4 to 7: the int8 vector form (kernel_mul_mv_id_<t>_f32_i8, ggmlIdI8Launch; 6: _i8r4, 4 rows a warp; 7:
-  // _i8e): grid (G, P) of 256 threads, G = 3 blocks a pair (4, 6, 7: a persistent walk over units of 8 R rows) or
-  // every unit (5).
-  const bool i8 = form >= 4 && form <= 7;
+  // form 4, 5, 6: the int8 vector form (kernel_mul_mv_id_<t>_f32_i8, ggmlIdI8Launch; 6: _i8r4, 4 rows a warp): grid
+  // (G, P) of 256 threads, G = 3 blocks a pair (4, 6: a persistent walk over units of 8 R rows) or every unit (5).
+  const bool i8 = form == 4 || form == 5 || form == 6;
   const u32 i8_rows = form == 6 ? 4 : 1;
   const bool matrix = form != 0 && !i8;
   const u64 rb = u64(K) / qk_of(f) * bytes_of(f), eb = rb * N, stride = eb + pad;
@@ -86,7 +85,7 @@ void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u3
   Arr<float> x(size_t(T) * K), y(size_t(P) * N);
   x.random();
   y.poison();
-  const std::string what = std::string(i8 ? (form == 4 ? "mv_id_i8 G=3 " : form == 6 ? "mv_id_i8r4 G=3 " : form == 7 ? "mv_id_i8e G=3 " : "mv_id_i8 G=units ") : form == 3 ? "mm_id_wg " : form == 2 ? "mm_id_few " : matrix ? "mm_id " : gu >= 0 ? (gu ? "gate_up gelu_tanh " : "gate_up silu ") : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
+  const std::string what = std::string(i8 ? (form == 4 ? "mv_id_i8 G=3 " : form == 6 ? "mv_id_i8r4 G=3 " : "mv_id_i8 G=units ") : form == 3 ? "mm_id_wg " : form == 2 ? "mm_id_few " : matrix ? "mm_id " : gu >= 0 ? (gu ? "gate_up gelu_tanh " : "gate_up silu ") : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
                            " N=" + std::to_string(N) + " K=" + std::to_string(K) + " E=" + std::to_string(E) +
                            (pad ? " stride +" + std::to_string(pad) : "") + (bad ? " bad ids" : "") +
                            (up_skew ? " up +" + std::to_string(up_skew) : "");
@@ -277,12 +276,13 @@ int main() {
   run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_i8, kernel_mul_mm_id_q8_0_f32, 4, 2, 3, 20, 352, 5, 5, true, 2);
   run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_i8, kernel_mul_mm_id_q6_K_f32, 4, 1, 8, 37, 512, 16, 16, false, 0);
   run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_i8, kernel_mul_mm_id_q6_K_f32, 5, 8, 1, 100, 2304, 6, 4, true, 18);
-  // _i8e (the first step's loads before x's quantization): 3 blocks a pair, so later units load as _i8.
-  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_i8e, kernel_mul_mm_id_q8_0_f32, 7, 1, 8, 37, 704, 16, 16, true, 0);
-  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_i8e, kernel_mul_mm_id_q6_K_f32, 7, 2, 4, 100, 512, 6, 6, true, 18);
-  // _i8r4 (4 rows a warp): the decode shapes again, N not a multiple of a warp's 4 rows, bad ids.
+  // _i8r4 (4 rows a warp, the plan's up to 32 chunks a row): the decode shapes again, N not a multiple of a warp's 4
+  // rows, bad ids; 9 rows (fewer than a unit) on 2 bytes at k 352 (11 chunks: lanes of a row idle); k 1024 (32 chunks,
+  // the largest the plan gives it).
   run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_i8r4, kernel_mul_mm_id_q8_0_f32, 6, 1, 8, 37, 704, 16, 16, true, 2);
   run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_i8r4, kernel_mul_mm_id_q6_K_f32, 6, 1, 8, 70, 512, 9, 9, true, 18);
+  run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_i8r4, kernel_mul_mm_id_q8_0_f32, 6, 8, 1, 9, 352, 5, 5, true, 2);
+  run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_i8r4, kernel_mul_mm_id_q6_K_f32, 6, 2, 4, 33, 1024, 6, 6, false, 0);
   // The crate's swiglu: decode's 8 pairs (repeated experts, N past a block's 16 rows), bad ids with experts off
   // 16-byte alignment and a partial window, one row.
   run_swiglu(8, 37, 512, 12, 5, false, 0);
