@@ -77,7 +77,7 @@ function gdq(suffix: string, R: number, S: number): Variant {
     }),
   };
 }
-const GGML_VARIANTS: Variant[] = [gdq('vdq1', 1, 1), gdq('vdq2', 2, 1), gdq('vdqs4', 1, 4)];
+const GGML_VARIANTS: Variant[] = [gdq('vdq1', 1, 1), gdq('vdq2', 2, 1), gdq('vdq4', 4, 1), gdq('vdqs4', 1, 4)];
 /**
  * mv_id_i8<F, R> (kernel_mul_mv_id_<t>_f32_i8 / _i8r4, Q8_0 and Q6_K): the
  * int8 engine per pair, R rows a warp, grid (ggmlIdI8Blocks, pairs) of 256
@@ -229,8 +229,8 @@ function moeId(label: string, gateUp: boolean, tokens: number, topK: number, num
  * Per-expert GGUF products, the plain vector form (planQuantizedMatmulIdGgml,
  * f32 x and y): `pairs` pairs of one token each (a decode step's down
  * projection: topK 1 over the pairs) of numExperts experts. Bytes: the
- * distinct experts' blocks, x and y. Variants (Q8_0 and Q6_K): the int8 form
- * with 1 and 4 rows a warp.
+ * distinct experts' blocks, x and y. Variants: the int8 form with 1 and 4
+ * rows a warp (Q8_0 and Q6_K), with 4 (the other formats).
  */
 function ggmlId(label: string, type: GgmlQuantType, pairs: number, numExperts: number, n: number, k: number): Case {
   const pairIds = routing(1, numExperts, pairs, 0x5eed + pairs * 31 + numExperts);
@@ -243,7 +243,7 @@ function ggmlId(label: string, type: GgmlQuantType, pairs: number, numExperts: n
     bytes: new Set(pairIds).size * n * ggmlRowBytesOf(type, k) + 4 * pairs * (k + n),
     plan: planQuantizedMatmulIdGgml({ weight, input, output, ids, nTokens: pairs, topK: 1, n, k, nExperts: numExperts, ggmlType: type },
       dev.limits, dev),
-    output, variants: type === 'Q8_0' || type === 'Q6_K' ? GGML_ID_VARIANTS : [], m: pairs, n, k,
+    output, variants: type === 'Q8_0' || type === 'Q6_K' ? GGML_ID_VARIANTS : [gdqId('i8r4', 4)], m: pairs, n, k,
   };
 }
 
@@ -302,6 +302,12 @@ const cases: Case[] = [
   ggmlId('Gemma 4 26B-A4B decode down', 'Q8_0', 8, 128, 2816, 704),
   ggmlId('Qwen3.6 35B-A3B decode down', 'Q6_K', 8, 256, 2048, 512),
   ggmlId('Qwen3.6 35B-A3B decode down', 'Q8_0', 8, 256, 2048, 512),
+  ggmlId('Qwen3.6 35B-A3B decode down', 'Q4_K', 8, 256, 2048, 512),
+  ggmlId('Qwen3.6 35B-A3B decode down', 'Q5_K', 8, 256, 2048, 512),
+  ggmlId('Qwen3.6 35B-A3B decode down', 'Q4_0', 8, 256, 2048, 512),
+  // The shared expert's down projection (dense, k 512) in Q4_K and Q8_0 as well.
+  ggml('Qwen3.6-35B shared down', 'Q4_K', 1, 2048, 512),
+  ggml('Qwen3.6-35B shared down', 'Q8_0', 1, 2048, 512),
 ].filter((c) => only === undefined || c.name.includes(only));
 
 // ---- one family of this script's own per source file: the entries and every variant ----

@@ -179,7 +179,8 @@ __device__ __forceinline__ void mm_id_wg(unsigned char* smem, const GgmlMatmulId
 // common.cuh's int8 engine (i8_mv over GdqUnit, R rows a warp, 4 items a
 // lane in flight: quantized_matmul_ggml's _i8 entries' item) on expert
 // ids[pair]'s rows against x row pair / top_k, units g, g + G, ... of 8 R
-// rows; an id at or past n_experts gives the pair's row of zeros. smem: x as
+// rows (4 items a lane in flight, Q5_K 3 as its dense _vdq1); an id at or
+// past n_experts gives the pair's row of zeros. smem: x as
 // int8 and its chunks' {d, sum}, then the engine's 2 x 8 x R x 8 floats
 // (ts/ops/quantized_matmul_id_ggml.ts, ggmlIdI8Launch). R = 4 (_i8r4) for
 // short rows, whose items would leave lanes idle one row a warp (the 16
@@ -200,7 +201,7 @@ __device__ __forceinline__ void mv_id_i8(unsigned char* smem, const unsigned cha
     const unsigned char* we = w + u64(e) * p->expert_stride;
     const u64 rb = ggml_row_bytes<F>(K);
     const GdqSrc src{we, rb, aligned16(we) && rb % 16u == 0};
-    i8_mv<GdqUnit<F>, R, 1, 4>(src, x + u64(pair / p->top_k) * p->mv.ne10, yr, 1u, N, K, 0u, 0u, smem);
+    i8_mv<GdqUnit<F>, R, 1, F == GGML_Q5_K ? 3 : 4>(src, x + u64(pair / p->top_k) * p->mv.ne10, yr, 1u, N, K, 0u, 0u, smem);
 }
 
 }  // namespace
@@ -241,6 +242,17 @@ GGML_MV_ID_ENTRY(kernel_mul_mv_id_q6_K_f32, GGML_Q6_K)
         extern __shared__ __align__(16) unsigned char smem_raw[];                                                   \
         mv_id_i8<F, R>(smem_raw, src0, src1, dst, ids, p);                                                          \
     }
+// The same with 4 rows a warp for Q4_0, Q4_K and Q5_K: harness variants (bench/qmv_variants.ts), which the op does not
+// launch.
+#if MLXN_CUDA_PART_IS(6)
+GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q4_0_f32_i8r4, GGML_Q4_0, 4)
+#endif
+#if MLXN_CUDA_PART_IS(8)
+GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q4_K_f32_i8r4, GGML_Q4_K, 4)
+#endif
+#if MLXN_CUDA_PART_IS(9)
+GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q5_K_f32_i8r4, GGML_Q5_K, 4)
+#endif
 #if MLXN_CUDA_PART_IS(7)
 GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q8_0_f32_i8, GGML_Q8_0, 1)
 GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q8_0_f32_i8r4, GGML_Q8_0, 4)

@@ -95,8 +95,8 @@ export const QUANTIZED_MATMUL_ID_GGML_CUDA_PARTS: readonly (readonly string[])[]
   ...GGML_QUANT_TYPES.map((q) => GGML_KERNEL_TYPE[q]).map((t) => [`kernel_mul_mm_id_${t}_f32`, `kernel_mul_mm_id_${t}_f32_few`, `kernel_mul_mm_id_${t}_f32_wg`]),
   ...GGML_QUANT_TYPES.map((q) => [
     `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32`, `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_gate_up`,
-    // The int8 form with 1 and 4 rows a warp (ggmlIdI8Launch).
-    ...(GGML_ID_I8_TYPES.includes(q) ? [`kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_i8`, `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_i8r4`] : []),
+    // The int8 form with 1 and 4 rows a warp (ggmlIdI8Launch; for the other formats _i8r4 alone, a harness variant).
+    ...(GGML_ID_I8_TYPES.includes(q) ? [`kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_i8`] : []), `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_i8r4`,
   ]),
 ];
 /** The family's kernel sources by backend, as registered by every dispatch. */

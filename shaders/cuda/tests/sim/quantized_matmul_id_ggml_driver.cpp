@@ -283,6 +283,11 @@ int main() {
   run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_i8r4, kernel_mul_mm_id_q6_K_f32, 6, 1, 8, 70, 512, 9, 9, true, 18);
   run_id(Q8_0, kernel_mul_mv_id_q8_0_f32_i8r4, kernel_mul_mm_id_q8_0_f32, 6, 8, 1, 9, 352, 5, 5, true, 2);
   run_id(Q6_K, kernel_mul_mv_id_q6_K_f32_i8r4, kernel_mul_mm_id_q6_K_f32, 6, 2, 4, 33, 1024, 6, 6, false, 0);
+  // The other formats' _i8r4 (harness variants): Qwen3.6's expert down shape (k 512) over 8 pairs with bad ids, and
+  // rows on 2 bytes (Q4_0 at k 352; Q5_K's 176-byte blocks at k 768 with experts 18 bytes past theirs).
+  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32_i8r4, kernel_mul_mm_id_q4_K_f32, 6, 1, 8, 37, 512, 16, 16, true, 0);
+  run_id(Q5_K, kernel_mul_mv_id_q5_K_f32_i8r4, kernel_mul_mm_id_q5_K_f32, 6, 1, 8, 37, 768, 9, 9, true, 18);
+  run_id(Q4_0, kernel_mul_mv_id_q4_0_f32_i8r4, kernel_mul_mm_id_q4_0_f32, 6, 2, 4, 70, 352, 6, 6, false, 2);
   // The crate's swiglu: decode's 8 pairs (repeated experts, N past a block's 16 rows), bad ids with experts off
   // 16-byte alignment and a partial window, one row.
   run_swiglu(8, 37, 512, 12, 5, false, 0);
