@@ -77,7 +77,7 @@ function gdq(suffix: string, R: number, S: number): Variant {
     }),
   };
 }
-const GGML_VARIANTS: Variant[] = [gdq('vdq1', 1, 1), gdq('vdq2', 2, 1), gdq('vdq4', 4, 1), gdq('vdqs4', 1, 4)];
+const GGML_VARIANTS: Variant[] = [gdq('vdq1', 1, 1), gdq('vdq2', 2, 1), gdq('vdqs4', 1, 4)];
 /**
  * mv_id_i8<F, R> (kernel_mul_mv_id_<t>_f32_i8 / _i8r4, Q8_0 and Q6_K): the
  * int8 engine per pair, R rows a warp, grid (ggmlIdI8Blocks, pairs) of 256

@@ -243,15 +243,12 @@ GGML_MV_XS_ENTRY(kernel_mul_mv_q6_K_f32_xs, GGML_Q6_K)
 //   _vdq1:  a warp a row, 4 items a lane in flight (Q5_K 3: 4 spill),
 //           for Qwen3.6 / Gemma 4 up (the _i8 entries' shape).
 //   _vdq2:  a warp two rows, 2 items a lane in flight.
-//   _vdq4:  a warp four rows (8 lanes a row), 2 items a lane in flight: short
-//           rows (k 512: 16 items) on every lane.
 //   _vdqs4: four warps a row (its items split four ways), 3 in flight: at
 //           k = 17408 (the down projections) a warp's share of a row
 //           (68 Q4_K items, 136 of 32 values) in one or two rounds.
 #define GGML_MV_DQ_ENTRIES(T, F)                                    \
     GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdq1, F, 1, 1, F == GGML_Q5_K ? 3 : 4) \
     GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdq2, F, 2, 1, 2)      \
-    GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdq4, F, 4, 1, 2)      \
     GGML_MV_DQ_ENTRY(kernel_mul_mv_##T##_f32_vdqs4, F, 1, 4, 3)
 GGML_MV_DQ_ENTRIES(q4_0, GGML_Q4_0)
 GGML_MV_DQ_ENTRIES(q8_0, GGML_Q8_0)

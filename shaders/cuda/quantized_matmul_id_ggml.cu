@@ -174,18 +174,17 @@ __device__ __forceinline__ void mm_id_wg(unsigned char* smem, const GgmlMatmulId
     });
 }
 
-// The int8 vector form (kernel_mul_mv_id_<t>_f32_i8 and _i8r4: one token of
-// Q8_0 and Q6_K, not in the crate): block (g, pair) of a (G, pairs) grid runs
+// The int8 vector form (kernel_mul_mv_id_<t>_f32_i8 and _i8r4: one token a
+// pair, not in the crate): block (g, pair) of a (G, pairs) grid runs
 // common.cuh's int8 engine (i8_mv over GdqUnit, R rows a warp, 4 items a
-// lane in flight: quantized_matmul_ggml's _i8 entries' item) on expert
-// ids[pair]'s rows against x row pair / top_k, units g, g + G, ... of 8 R
-// rows (4 items a lane in flight, Q5_K 3 as its dense _vdq1); an id at or
-// past n_experts gives the pair's row of zeros. smem: x as
-// int8 and its chunks' {d, sum}, then the engine's 2 x 8 x R x 8 floats
-// (ts/ops/quantized_matmul_id_ggml.ts, ggmlIdI8Launch). R = 4 (_i8r4) for
-// short rows, whose items would leave lanes idle one row a warp (the 16
-// chunks of k 512 take 32 lanes as 4 rows of 8 lanes, 2 chunks each), else 1
-// (_i8).
+// lane in flight, Q5_K 3 as its dense _vdq1: quantized_matmul_ggml's _i8
+// entries' item) on expert ids[pair]'s rows against x row pair / top_k,
+// units g, g + G, ... of 8 R rows; an id at or past n_experts gives the
+// pair's row of zeros. smem: x as int8 and its chunks' {d, sum}, then the
+// engine's 2 x 8 x R x 8 floats (ts/ops/quantized_matmul_id_ggml.ts,
+// ggmlIdI8Launch). R = 4 (_i8r4, every format) for short rows, whose items
+// would leave lanes idle one row a warp (the 16 chunks of k 512 take 32
+// lanes as 4 rows of 8 lanes, 2 chunks each), else 1 (_i8: Q8_0, Q6_K).
 template <int F, u32 R>
 __device__ __forceinline__ void mv_id_i8(unsigned char* smem, const unsigned char* w, const float* x, float* y, const u32* ids,
                                          const GgmlMatvecIdParams* p) {
@@ -233,8 +232,8 @@ GGML_MV_ID_ENTRY(kernel_mul_mv_id_q6_K_f32, GGML_Q6_K)
 #endif
 
 // kernel_mul_mv_id_<t>_f32_i8 and _i8r4 (not in mlx-native; the op's CUDA
-// launch for one token of Q8_0 and Q6_K where ggmlIdI8Launch gives one): kernel_mul_mv_id_<t>_f32's
-// bindings, mv_id_i8 on a (G, pairs) grid of 256 threads, bounds as
+// launch for one token a pair where ggmlIdI8Launch gives one):
+// kernel_mul_mv_id_<t>_f32's bindings, mv_id_i8 on a (G, pairs) grid of 256 threads, bounds as
 // quantized_matmul_ggml's _i8 entries (the same engine).
 #define GGML_MV_ID_I8_ENTRY(NAME, F, R)                                                                               \
     extern "C" __global__ void __launch_bounds__(256, 2) NAME(const unsigned char* src0, const float* src1, float* dst, \
@@ -242,8 +241,7 @@ GGML_MV_ID_ENTRY(kernel_mul_mv_id_q6_K_f32, GGML_Q6_K)
         extern __shared__ __align__(16) unsigned char smem_raw[];                                                   \
         mv_id_i8<F, R>(smem_raw, src0, src1, dst, ids, p);                                                          \
     }
-// The same with 4 rows a warp for Q4_0, Q4_K and Q5_K: harness variants (bench/qmv_variants.ts), which the op does not
-// launch.
+// Q4_0, Q4_K and Q5_K take the int8 form with 4 rows a warp alone (ggmlIdI8Launch: short rows).
 #if MLXN_CUDA_PART_IS(6)
 GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q4_0_f32_i8r4, GGML_Q4_0, 4)
 #endif

@@ -281,7 +281,6 @@ int main(int argc, char** argv) {
   {                                                                                                                  \
     const std::vector<DqVariant> vs = {{"vdq1", kernel_mul_mv_##T##_f32_vdq1, 1, 1},                                \
                                        {"vdq2", kernel_mul_mv_##T##_f32_vdq2, 2, 1},                                \
-                                       {"vdq4", kernel_mul_mv_##T##_f32_vdq4, 4, 1},                                \
                                        {"vdqs4", kernel_mul_mv_##T##_f32_vdqs4, 1, 4}};                             \
     const u32 kb = qk_of(F) == 32 ? 32 : 256;                                                                        \
     /* Rows past N in the last unit; one token and 8; the bench shapes' K (Qwen3.6 up, down; Gemma 4 up). */      \
@@ -293,8 +292,6 @@ int main(int argc, char** argv) {
     /* An odd number of blocks a row (rows 2-byte aligned) and a weight not 16-byte aligned. */                     \
     run_variants(F, kernel_mul_mv_##T##_f32, vs, 3, 9, kb == 32 ? 288 : 256);                                       \
     run_variants(F, kernel_mul_mv_##T##_f32, vs, 2, 11, 3 * 256, kb == 32 || F == Q6_K ? 2 : 4);                    \
-    /* A short row (the shared expert's down, k 512): vdq4's 8 lanes a row. */                                     \
-    run_variants(F, kernel_mul_mv_##T##_f32, vs, 1, 70, 512);                                                       \
   }
   // Q6_K's grouped int8 entry (kernel_mul_mv_q6_K_f32_i8g: a super-block a group of 8 lanes, 4 rows a warp): rows
   // past N in a warp's last group and in a block's last unit (37, 5, 530, 21 rows), one token, 2, 3 and 8, one
