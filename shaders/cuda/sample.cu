@@ -891,6 +891,30 @@ __device__ __forceinline__ SampleLayout sample_layout(const SampleParams* p) {
     return l;
 }
 
+// Phase stamps, for bench/sample_trace.ts alone: that script compiles this
+// file as a family of its own with MLXN_SAMPLE_TRACE defined, and there
+// thread 0 of block (0, 0) of each pass writes clock64() and %globaltimer at
+// stamp i into words 4 i .. 4 i + 3 past the scratch's layout (the script
+// allocates them). The library's program has no MLXN_SAMPLE_TRACE, so a
+// stamp is no instruction there.
+#ifdef MLXN_SAMPLE_TRACE
+__device__ __forceinline__ void sample_stamp(u32* scratch, const SampleLayout& L, const SampleParams* p, u32 i) {
+    if (threadIdx.x == 0u && blockIdx.x == 0u && blockIdx.y == 0u) {
+        u64 g;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
+        const u64 c = u64(clock64());
+        u32* t = scratch + L.sums + u64(p->rows) * L.nb4 * u32(SAMPLE_SUM_WORDS) + 4u * i;
+        t[0] = u32(c);
+        t[1] = u32(c >> 32);
+        t[2] = u32(g);
+        t[3] = u32(g >> 32);
+    }
+}
+#define SAMPLE_STAMP(i) sample_stamp(scratch, L, p, (i))
+#else
+#define SAMPLE_STAMP(i) ((void)0)
+#endif
+
 __device__ __forceinline__ bool sample_whole_row(const SampleParams* p) {
     return p->temperature > 0.0f && p->top_k == 0u && p->n_cand > 0u && p->n_cand < p->n_vocab;
 }
@@ -1389,6 +1413,7 @@ __device__ void finish_whole_row(u32* scratch, u32* out_token, float* out_logpro
         const u64 target = u64(state.target_lo) | (u64(state.target_hi) << 32);
         const CountMass h = {hist + 4u * u32(SAMPLE_HIST_BINS), prefix, zmax, scale};
         const Derived d = derive_digit(h, u32(SAMPLE_LAST_BINS), above, target, false, p->top_p, warp_sums, res);
+        SAMPLE_STAMP(37u);
         if (!d.keep_all) {
             t = prefix | d.digit;
             const u64 wt = fixed_mass(key_value(t), zmax, scale);
@@ -1404,6 +1429,7 @@ __device__ void finish_whole_row(u32* scratch, u32* out_token, float* out_logpro
                 __syncthreads();
                 scan_kept(z, n, t, need, g, counter, partials);
                 rank_draw(g, min(*counter, u32(SAMPLE_MAX_K) - 1u), zmax, mass, p, u, row, out_token, out_logprob, sk, si, res);
+                SAMPLE_STAMP(38u);
                 return;
             }
         }
@@ -1449,6 +1475,7 @@ __device__ void finish_whole_row(u32* scratch, u32* out_token, float* out_logpro
         }
         __syncthreads();
     }
+    SAMPLE_STAMP(39u);
     // The slices' weights: with t, the first `need` ties by index are kept
     // (each slice's share by the ties before it), the record's final weight
     // and kept ties written back; this thread's sum is draw_in_order's first
@@ -1478,9 +1505,11 @@ __device__ void finish_whole_row(u32* scratch, u32* out_token, float* out_logpro
             own += wb;
         }
     }
+    SAMPLE_STAMP(40u);
     RecordWeights blocks = {rec};
     float before, total;
     const u32 b = draw_in_order_from(blocks, nb, own, u, before, total, partials, draw);
+    SAMPLE_STAMP(41u);
     const float wb = blocks.weight(b);
     const float ub = fminf(fmaxf((u * total - before) / wb, 0.0f), 0.99999994f);
     const u32 lo = b * p->slice;
@@ -1491,6 +1520,7 @@ __device__ void finish_whole_row(u32* scratch, u32* out_token, float* out_logpro
         out_token[row] = lo + i;
         out_logprob[row] = (__uint_as_float(z[lo + i]) - zmax) - logf(total);
     }
+    SAMPLE_STAMP(42u);
 }
 
 // A row's candidates as the merging block holds them, and their summaries.
@@ -1791,6 +1821,7 @@ extern "C" __global__ void __launch_bounds__(512) sample_blocks_f32(const float*
     const u32 lo = b * p->slice;
     const u32 len = min(p->slice, n - lo);
     const SampleLayout L = sample_layout(p);
+    SAMPLE_STAMP(24u);
     // The whole-row configurations take no candidates: their mass passes
     // list the tokens that may be kept, on counters zeroed here.
     const bool whole = sample_whole_row(p);
@@ -1912,6 +1943,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
     const u32 lo = b * p->slice;
     const u32 len = min(p->slice, n - lo);
     const SampleLayout L = sample_layout(p);
+    SAMPLE_STAMP(8u * p->pass);
     const u32* z = scratch + L.z + u64(row) * L.zs + lo;
     const bool zvec = aligned16(z);
     // This thread's z (4 a step, one 16-byte load), before the row's max arrives.
@@ -1998,6 +2030,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
         for (u32 i = tid; i < u32(SAMPLE_LAST_BINS); i += bs) reinterpret_cast<u32*>(hmass)[i] = 0u;
     const u32* stats = scratch + L.stats + u64(row) * L.nb2 * 4u;
     const float zmax = row_max(stats, p->n_blocks, partials);
+    SAMPLE_STAMP(8u * pass + 1u);
     if (zmax == neg_inf()) return;
     const float scale = mass_scale(n);
     u32* hist = scratch + L.hist + u64(row) * u32(SAMPLE_HIST_WORDS);
@@ -2048,6 +2081,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
             state[13] = 1u;
         }
     }
+    SAMPLE_STAMP(8u * pass + 2u);
     if (pass < 2u) {
         if (keep_all) return;
         // 64-bit fixed-point masses by the key's bits [21, 32) (pass 0) or
@@ -2064,11 +2098,13 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
             return pass == 0u ? wf >= p->min_p : (k >> 21) >= (prefix >> 21);
         });
         __syncthreads();
+        SAMPLE_STAMP(8u * pass + 3u);
         unsigned long long* g = reinterpret_cast<unsigned long long*>(hist + pass * 2u * u32(SAMPLE_HIST_BINS));
         for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) {
             const u64 v = hmass[i];
             if (v != 0ull) atomicAdd(&g[i], v);
         }
+        SAMPLE_STAMP(8u * pass + 4u);
         return;
     }
     // Pass 2: the last 10 bits' counts (one key per bin), this slice's
@@ -2085,6 +2121,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
         return (k >> 10) >= (prefix >> 10);
     });
     kept = block_sum_synced(kept, partials);
+    SAMPLE_STAMP(8u * pass + 3u);
     if (keep_all) {
         if (tid == 0u) {
             rec[0] = __float_as_uint(kept);
@@ -2112,6 +2149,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
         rec[0] = __float_as_uint(kept);
         rec[1] = u32(distinct) <= u32(SAMPLE_REC_CAP) ? u32(distinct) : 0xffffffffu;
     }
+    SAMPLE_STAMP(8u * pass + 4u);
 }
 
 // buffer(0) scratch, (1) out_token [rows], (2) out_logprob [rows], (3) SampleParams; grid (rows).
@@ -2131,6 +2169,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
     const u32 row = blockIdx.x;
     const u32 n = p->n_vocab, nb = p->n_blocks;
     const SampleLayout L = sample_layout(p);
+    SAMPLE_STAMP(32u);
     const float u = sample_uniform(p, row);
     if (p->temperature > 0.0f && p->n_cand > 0u && !sample_whole_row(p)) {
         // The candidates hold the kept set (top-k, or every token): rank them, draw in rank order.
@@ -2147,6 +2186,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
     u32 best = 0u, at = 0xffffffffu;
     for (u32 b = tid; b < nb; b += bs) keep_best(best, at, order_key(__uint_as_float(stats[4u * b])), stats[4u * b + 2u]);
     block_best(best, at, pk, pi);
+    SAMPLE_STAMP(33u);
     const float zmax = key_value(best);
     if (zmax == neg_inf() || p->temperature == 0.0f) {
         if (tid == 0u) {
@@ -2192,9 +2232,12 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
         for (u32 b = tid; b < nb; b += bs) zs += blocks.weight(b);
         mass = block_sum_synced(zs, partials);
     }
+    SAMPLE_STAMP(34u);
     if (m != 0xffffffffu) {
         load_list(scratch + L.cand + u64(row) * L.nb4 * 512u, m, g);
+        SAMPLE_STAMP(35u);
         rank_draw(g, m, zmax, mass, p, u, row, out_token, out_logprob, sk, si, res);
+        SAMPLE_STAMP(36u);
         return;
     }
     finish_whole_row(scratch, out_token, out_logprob, p, L, row, st, zmax, mass, u, warp_sums, res, partials, &draw, g, sk, si,
