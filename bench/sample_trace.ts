@@ -75,8 +75,10 @@ for (const [what, o, sigma] of configs) {
   const outToken = dev.alloc('u32', [1]);
   const outLogprob = dev.alloc('f32', [1]);
   const used = sampleScratchElements(1, vocab);
-  const scratch = dev.alloc('u32', [used + 4 * STAMPS]);
-  const trace = scratch.view('u32', [4 * STAMPS], 4 * used);
+  // The op takes scratch of exactly its size: a view of the first `used` words, the stamps past it.
+  const backing = dev.alloc('u32', [used + 4 * STAMPS]);
+  const scratch = backing.view('u32', [used], 0);
+  const trace = backing.view('u32', [4 * STAMPS], 4 * used);
   const plan = planSample({ logits, outToken, outLogprob, scratch, rows: 1, vocab, ...o, seed: 1, counter: 0 }, dev.limits, dev);
   const traced: OpPlan = { ...plan, family: 'sample_trace', sources: SOURCES, kernels: SAMPLE_KERNELS };
   const enc = dev.encoder({ replayable: true });
@@ -112,6 +114,6 @@ for (const [what, o, sigma] of configs) {
   logits.release();
   outToken.release();
   outLogprob.release();
-  scratch.release();
+  backing.release();
 }
 dev.close();

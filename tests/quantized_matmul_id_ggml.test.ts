@@ -121,12 +121,8 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     expect(ggmlIdI8Launch('Q8_0', 8, 2816, 704)).toEqual(i8('q8_0', 88, 8, 704, 4));
     expect(ggmlIdI8Launch('Q8_0', 8, 2816, 2112, { multiprocessors: 132 })).toEqual(i8('q8_0', 33, 8, 2112, 1));
     expect([992, 1024, 1056, 1280].map(ggmlIdI8Rows)).toEqual([4, 4, 1, 1]);
-    // The other formats with 4 rows a warp alone: Qwen3.6's expert down (k 512) and k 1024; not at k 1280. Nothing past
-    // the grid's y (65535 pairs) or past x's copy within GC_MAX_SHARED.
-    expect((['Q4_0', 'Q4_K', 'Q5_K'] as const).map((t) => ggmlIdI8Launch(t, 8, 2048, 512, { multiprocessors: 132 })))
-      .toEqual([i8('q4_0', 33, 8, 512, 4), i8('q4_K', 33, 8, 512, 4), i8('q5_K', 33, 8, 512, 4)]);
-    expect((['Q4_0', 'Q4_K', 'Q5_K'] as const).map((t) => [1024, 1280].map((k) => ggmlIdI8Launch(t, 8, 2048, k)?.entry ?? null)))
-      .toEqual(['q4_0', 'q4_K', 'q5_K'].map((t) => [`kernel_mul_mv_id_${t}_f32_i8r4`, null]));
+    // Not for the other formats, past the grid's y (65535 pairs) or past x's copy within GC_MAX_SHARED.
+    expect((['Q4_0', 'Q4_K', 'Q5_K'] as const).map((t) => ggmlIdI8Launch(t, 8, 2048, 512))).toEqual([null, null, null]);
     expect(ggmlIdI8Launch('Q6_K', 65536, 64, 256)).toBeNull();
     expect(ggmlIdI8Launch('Q8_0', 8, 64, 2 ** 20)).toBeNull();
     // 512 tokens x top-8 of 256 experts: 4096 / 64 + 257 slots x 4 column tiles of 128.

@@ -182,9 +182,9 @@ __device__ __forceinline__ void mm_id_wg(unsigned char* smem, const GgmlMatmulId
 // units g, g + G, ... of 8 R rows; an id at or past n_experts gives the
 // pair's row of zeros. smem: x as int8 and its chunks' {d, sum}, then the
 // engine's 2 x 8 x R x 8 floats (ts/ops/quantized_matmul_id_ggml.ts,
-// ggmlIdI8Launch). R = 4 (_i8r4, every format) for short rows, whose items
-// would leave lanes idle one row a warp (the 16 chunks of k 512 take 32
-// lanes as 4 rows of 8 lanes, 2 chunks each), else 1 (_i8: Q8_0, Q6_K).
+// ggmlIdI8Launch). R = 4 (_i8r4) for short rows, whose items would leave
+// lanes idle one row a warp (the 16 chunks of k 512 take 32 lanes as 4 rows
+// of 8 lanes, 2 chunks each), else 1 (_i8).
 template <int F, u32 R>
 __device__ __forceinline__ void mv_id_i8(unsigned char* smem, const unsigned char* w, const float* x, float* y, const u32* ids,
                                          const GgmlMatvecIdParams* p) {
@@ -232,7 +232,7 @@ GGML_MV_ID_ENTRY(kernel_mul_mv_id_q6_K_f32, GGML_Q6_K)
 #endif
 
 // kernel_mul_mv_id_<t>_f32_i8 and _i8r4 (not in mlx-native; the op's CUDA
-// launch for one token a pair where ggmlIdI8Launch gives one):
+// launch for one token a pair of Q8_0 and Q6_K where ggmlIdI8Launch gives one):
 // kernel_mul_mv_id_<t>_f32's bindings, mv_id_i8 on a (G, pairs) grid of 256 threads, bounds as
 // quantized_matmul_ggml's _i8 entries (the same engine).
 #define GGML_MV_ID_I8_ENTRY(NAME, F, R)                                                                               \
@@ -241,7 +241,8 @@ GGML_MV_ID_ENTRY(kernel_mul_mv_id_q6_K_f32, GGML_Q6_K)
         extern __shared__ __align__(16) unsigned char smem_raw[];                                                   \
         mv_id_i8<F, R>(smem_raw, src0, src1, dst, ids, p);                                                          \
     }
-// Q4_0, Q4_K and Q5_K take the int8 form with 4 rows a warp alone (ggmlIdI8Launch: short rows).
+// The same with 4 rows a warp for Q4_0, Q4_K and Q5_K: harness variants (bench/qmv_variants.ts), which the op does
+// not launch (ggmlIdI8Launch says why).
 #if MLXN_CUDA_PART_IS(6)
 GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q4_0_f32_i8r4, GGML_Q4_0, 4)
 #endif
