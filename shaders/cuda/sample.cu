@@ -903,7 +903,7 @@ __device__ __forceinline__ void sample_stamp(u32* scratch, const SampleLayout& L
         u64 g;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
         const u64 c = u64(clock64());
-        u32* t = scratch + L.sums + u64(p->rows) * L.nb4 * u32(SAMPLE_SUM_WORDS) + 4u * i;
+        u32* t = scratch + L.sums + u64(p->rows) * L.nb2 * u32(SAMPLE_SUM_WORDS) + 4u * i;
         t[0] = u32(c);
         t[1] = u32(c >> 32);
         t[2] = u32(g);
