@@ -895,24 +895,34 @@ __device__ __forceinline__ SampleLayout sample_layout(const SampleParams* p) {
 // file as a family of its own with MLXN_SAMPLE_TRACE defined, and there
 // thread 0 of block (0, 0) of each pass writes clock64() and %globaltimer at
 // stamp i into words 4 i .. 4 i + 3 past the scratch's layout (the script
-// allocates them). The library's program has no MLXN_SAMPLE_TRACE, so a
-// stamp is no instruction there.
+// allocates them). SAMPLE_STAMP (where scratch, L and p are in scope) also
+// keeps that address for SAMPLE_MARK, which a helper without them calls
+// after it (only that thread writes or reads it). The library's program
+// has no MLXN_SAMPLE_TRACE, so a stamp is no instruction there.
 #ifdef MLXN_SAMPLE_TRACE
-__device__ __forceinline__ void sample_stamp(u32* scratch, const SampleLayout& L, const SampleParams* p, u32 i) {
-    if (threadIdx.x == 0u && blockIdx.x == 0u && blockIdx.y == 0u) {
+__device__ u32* sample_trace_words;
+__device__ __forceinline__ void sample_mark(u32 i) {
+    if (threadIdx.x == 0u && blockIdx.x == 0u && blockIdx.y == 0u && sample_trace_words != nullptr) {
         u64 g;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
         const u64 c = u64(clock64());
-        u32* t = scratch + L.sums + u64(p->rows) * L.nb2 * u32(SAMPLE_SUM_WORDS) + 4u * i;
+        u32* t = sample_trace_words + 4u * i;
         t[0] = u32(c);
         t[1] = u32(c >> 32);
         t[2] = u32(g);
         t[3] = u32(g >> 32);
     }
 }
+__device__ __forceinline__ void sample_stamp(u32* scratch, const SampleLayout& L, const SampleParams* p, u32 i) {
+    if (threadIdx.x == 0u && blockIdx.x == 0u && blockIdx.y == 0u)
+        sample_trace_words = scratch + L.sums + u64(p->rows) * L.nb2 * u32(SAMPLE_SUM_WORDS);
+    sample_mark(i);
+}
 #define SAMPLE_STAMP(i) sample_stamp(scratch, L, p, (i))
+#define SAMPLE_MARK(i) sample_mark(i)
 #else
 #define SAMPLE_STAMP(i) ((void)0)
+#define SAMPLE_MARK(i) ((void)0)
 #endif
 
 __device__ __forceinline__ bool sample_whole_row(const SampleParams* p) {
@@ -1216,9 +1226,10 @@ __device__ u64 block_exclusive_u64(u64 v, u64& total, u64* warp_sums) {
 }
 
 // sample.metal: derive_digit. res: 5 words.
+// mark: the first of its two phase stamps (SAMPLE_MARK; none in the library).
 template <typename H>
 __device__ Derived derive_digit(const H& h, u32 nbins, u64 above, u64 target, bool first, float top_p, u64* warp_sums,
-                                u32* res) {
+                                u32* res, u32 mark) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
     const u32 per = (nbins + bs - 1u) / bs;
     const u32 top = nbins - min(nbins, tid * per);
@@ -1226,8 +1237,10 @@ __device__ Derived derive_digit(const H& h, u32 nbins, u64 above, u64 target, bo
     u64 s = 0ull;
     for (u32 d = bottom; d < top; ++d) s += h.mass(d);
     if (tid == 0u) res[0] = 0xffffffffu;
+    SAMPLE_MARK(mark);
     u64 all;
     const u64 ahead = block_exclusive_u64(s, all, warp_sums);
+    SAMPLE_MARK(mark + 1u);
     Derived r;
     r.target = first ? u64(float(all) * top_p) : target;
     u64 acc = above + ahead;
@@ -1412,7 +1425,7 @@ __device__ void finish_whole_row(u32* scratch, u32* out_token, float* out_logpro
         const u64 above = u64(state.above_lo) | (u64(state.above_hi) << 32);
         const u64 target = u64(state.target_lo) | (u64(state.target_hi) << 32);
         const CountMass h = {hist + 4u * u32(SAMPLE_HIST_BINS), prefix, zmax, scale};
-        const Derived d = derive_digit(h, u32(SAMPLE_LAST_BINS), above, target, false, p->top_p, warp_sums, res);
+        const Derived d = derive_digit(h, u32(SAMPLE_LAST_BINS), above, target, false, p->top_p, warp_sums, res, 46u);
         SAMPLE_STAMP(37u);
         if (!d.keep_all) {
             t = prefix | d.digit;
@@ -2061,7 +2074,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
     bool keep_all = false;
     if (pass == 1u) {
         const HistMass h = {hist};
-        const Derived d = derive_digit(h, u32(SAMPLE_HIST_BINS), 0ull, 0ull, true, p->top_p, warp_sums, res);
+        const Derived d = derive_digit(h, u32(SAMPLE_HIST_BINS), 0ull, 0ull, true, p->top_p, warp_sums, res, 13u);
         keep_all = d.keep_all;
         prefix = keep_all ? 0u : d.digit << 21;
         width = 11u;
@@ -2072,7 +2085,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
             const u64 above = u64(state[1]) | (u64(state[2]) << 32);
             const u64 target = u64(state[3]) | (u64(state[4]) << 32);
             const HistMass h = {hist + 2u * u32(SAMPLE_HIST_BINS)};
-            const Derived d = derive_digit(h, u32(SAMPLE_HIST_BINS), above, target, false, p->top_p, warp_sums, res);
+            const Derived d = derive_digit(h, u32(SAMPLE_HIST_BINS), above, target, false, p->top_p, warp_sums, res, 21u);
             keep_all = d.keep_all;
             prefix = state[0] | (d.digit << 10);
             width = 22u;
@@ -2171,6 +2184,7 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
     const SampleLayout L = sample_layout(p);
     SAMPLE_STAMP(32u);
     const float u = sample_uniform(p, row);
+    SAMPLE_STAMP(43u);
     if (p->temperature > 0.0f && p->n_cand > 0u && !sample_whole_row(p)) {
         // The candidates hold the kept set (top-k, or every token): rank them, draw in rank order.
         if (nb * p->n_cand <= u32(SAMPLE_SLICE_ITEMS) * bs)
@@ -2183,8 +2197,10 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
     const u32* stats = scratch + L.stats + u64(row) * L.nb2 * 4u;
     RowState st = {};
     if (p->temperature > 0.0f && p->n_cand > 0u) st = load_row_state(scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS));
+    SAMPLE_STAMP(44u);
     u32 best = 0u, at = 0xffffffffu;
     for (u32 b = tid; b < nb; b += bs) keep_best(best, at, order_key(__uint_as_float(stats[4u * b])), stats[4u * b + 2u]);
+    SAMPLE_STAMP(45u);
     block_best(best, at, pk, pi);
     SAMPLE_STAMP(33u);
     const float zmax = key_value(best);
