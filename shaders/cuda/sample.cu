@@ -207,7 +207,10 @@ __device__ __forceinline__ void warp_best(u32& key, u32& ix) {
 }
 
 // The best (key, index) of the block, to every thread; pk, pi: one word per
-// warp. Ends with a barrier.
+// warp. Ends with a barrier. keep_best is a total order, so any grouping
+// gives the same pair: a block of whole warps folds the warps' pairs in
+// each warp by shuffles (32 serial shared loads a thread cost about 1 us of
+// the finish); another block walks them.
 __device__ void block_best(u32& key, u32& ix, u32* pk, u32* pi) {
     const WarpLanes w = warp_lanes();
     warp_fold_down(w, [&](u32 o, bool live) {
@@ -221,9 +224,20 @@ __device__ void block_best(u32& key, u32& ix, u32* pk, u32* pi) {
     }
     __syncthreads();
     const u32 nw = (blockDim.x + 31u) >> 5;
-    key = pk[0];
-    ix = pi[0];
-    for (u32 w = 1; w < nw; ++w) keep_best(key, ix, pk[w], pi[w]);
+    if ((blockDim.x & 31u) == 0u) {
+        key = w.lane < nw ? pk[w.lane] : 0u;
+        ix = w.lane < nw ? pi[w.lane] : 0xffffffffu;
+#pragma unroll
+        for (u32 o = 16; o > 0; o >>= 1) {
+            const u32 k = __shfl_xor_sync(0xffffffffu, key, o);
+            const u32 i = __shfl_xor_sync(0xffffffffu, ix, o);
+            keep_best(key, ix, k, i);
+        }
+    } else {
+        key = pk[0];
+        ix = pi[0];
+        for (u32 v = 1; v < nw; ++v) keep_best(key, ix, pk[v], pi[v]);
+    }
     __syncthreads();
 }
 
@@ -1207,7 +1221,8 @@ struct CountMass {
     __device__ u64 mass(u32 d) const { return h[d] == 0u ? 0ull : u64(h[d]) * fixed_mass(key_value(prefix | d), zmax, scale); }
 };
 
-// Exclusive prefix over the block of a 64-bit v (integers: any order), and the total.
+// Exclusive prefix over the block (whole warps) of a 64-bit v (integers: any
+// order), and the total: each warp scans the warps' sums by shuffles.
 __device__ u64 block_exclusive_u64(u64 v, u64& total, u64* warp_sums) {
     const u32 tid = threadIdx.x, bs = blockDim.x;
     const u32 lane = tid & 31u, warp = tid >> 5;
@@ -1215,13 +1230,11 @@ __device__ u64 block_exclusive_u64(u64 v, u64& total, u64* warp_sums) {
     if (lane == 31u) warp_sums[warp] = incl;
     __syncthreads();
     const u32 nw = bs >> 5;
-    u64 ahead = 0ull, all = 0ull;
-    for (u32 w = 0; w < nw; ++w) {
-        ahead += w < warp ? warp_sums[w] : 0ull;
-        all += warp_sums[w];
-    }
+    const u64 ws = lane < nw ? warp_sums[lane] : 0ull;
+    const u64 wincl = warp_inclusive(ws);
+    const u64 ahead = __shfl_sync(0xffffffffu, wincl - ws, warp);
+    total = __shfl_sync(0xffffffffu, wincl, 31);
     __syncthreads();
-    total = all;
     return ahead + incl - v;
 }
 
@@ -1234,8 +1247,16 @@ __device__ Derived derive_digit(const H& h, u32 nbins, u64 above, u64 target, bo
     const u32 per = (nbins + bs - 1u) / bs;
     const u32 top = nbins - min(nbins, tid * per);
     const u32 bottom = nbins - min(nbins, (tid + 1u) * per);
+    // The thread's top 4 bins held from their load to the cut's search (one
+    // dependent round trip to the histogram, not two); more are read again.
+    u64 held[4];
     u64 s = 0ull;
-    for (u32 d = bottom; d < top; ++d) s += h.mass(d);
+#pragma unroll
+    for (u32 j = 0; j < 4u; ++j) {
+        held[j] = top > bottom + j ? h.mass(top - 1u - j) : 0ull;
+        s += held[j];
+    }
+    for (u32 d = bottom; d + 4u < top; ++d) s += h.mass(d);
     if (tid == 0u) res[0] = 0xffffffffu;
     SAMPLE_MARK(mark);
     u64 all;
@@ -1246,7 +1267,8 @@ __device__ Derived derive_digit(const H& h, u32 nbins, u64 above, u64 target, bo
     u64 acc = above + ahead;
     if (acc < r.target && r.target <= acc + s) {
         for (u32 d = top; d > bottom; --d) {
-            const u64 md = h.mass(d - 1u);
+            const u32 j = top - d;
+            const u64 md = j == 0u ? held[0] : j == 1u ? held[1] : j == 2u ? held[2] : j == 3u ? held[3] : h.mass(d - 1u);
             if (acc + md >= r.target) {
                 res[0] = d - 1u;
                 res[1] = u32(acc);
@@ -2041,6 +2063,13 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
         for (u32 i = tid; i < u32(SAMPLE_HIST_BINS); i += bs) hmass[i] = 0ull;
     else
         for (u32 i = tid; i < u32(SAMPLE_LAST_BINS); i += bs) reinterpret_cast<u32*>(hmass)[i] = 0u;
+    // Top-p: a list of fewer than SAMPLE_MAX_K tokens that holds the kept
+    // set ends the work (the finish draws from it); the lists' counts are
+    // known before the row's max, which the pass then need not wait for.
+    if (p->top_p < 1.0f && pass != 0u) {
+        const bool minp_listed = p->min_p > 0.0f && state[SAMPLE_LIST_MINP] < u32(SAMPLE_MAX_K);
+        if (minp_listed || (pass == 2u && state[5] == 0u && state[SAMPLE_LIST_BIN] < u32(SAMPLE_MAX_K))) return;
+    }
     const u32* stats = scratch + L.stats + u64(row) * L.nb2 * 4u;
     const float zmax = row_max(stats, p->n_blocks, partials);
     SAMPLE_STAMP(8u * pass + 1u);
@@ -2065,11 +2094,6 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
         }
         return;
     }
-    // Top-p: a list of fewer than SAMPLE_MAX_K tokens that holds the kept
-    // set ends the work (the finish draws from it).
-    const bool minp_listed = p->min_p > 0.0f && state[SAMPLE_LIST_MINP] < u32(SAMPLE_MAX_K);
-    if (pass == 1u && minp_listed) return;
-    if (pass == 2u && (minp_listed || (state[5] == 0u && state[SAMPLE_LIST_BIN] < u32(SAMPLE_MAX_K)))) return;
     u32 prefix = 0u, width = 0u;
     bool keep_all = false;
     if (pass == 1u) {
