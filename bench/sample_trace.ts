@@ -33,17 +33,17 @@ const dev = Device.open();
 if (dev.backend !== 'cuda') throw new Error(`bench/sample_trace.ts: the stamps are CUDA code (backend ${dev.backend}); set MLX_NATIVE_BACKEND=cuda`);
 
 const SOURCES = familySources('sample_trace', { header, metal: src, cuda: `#define MLXN_SAMPLE_TRACE 1\n${cudaSrc}` });
-const STAMPS = 48;
+const STAMPS = 56;
 const NAMES: Record<number, string> = {
   24: 'slice pass: entry',
   0: 'mass pass 0: entry', 1: '  row max', 2: '  (no digit)', 3: '  masses binned', 4: '  histogram added (end)',
   8: 'mass pass 1: entry', 9: '  row max', 13: '    bins\' masses loaded', 14: '    block scan', 10: '  level-0 digit derived', 11: '  masses binned, list appended', 12: '  histogram added (end)',
   16: 'mass pass 2: entry', 17: '  row max', 21: '    bins\' masses loaded', 22: '    block scan', 18: '  level-1 digit derived', 19: '  counts, list appended, kept mass', 20: '  record written (end)',
-  32: 'finish: entry', 43: '  uniform drawn', 44: '  row state loaded', 45: '  slices\' stats read', 33: '  row max (block best)', 34: '  row mass', 35: '  list loaded', 36: '  ranked and drawn (end)',
+  32: 'finish: entry', 43: '  uniform drawn', 44: '  row state and max loaded', 45: '  slices\' stats read', 33: '  row max', 34: '  row mass', 35: '  list loaded', 48: '    ranked (rank_top)', 49: '    drawn (draw_ranked)', 36: '  ranked and drawn (end)',
   46: '    bins\' masses loaded', 47: '    block scan', 37: '  last digit derived', 38: '  kept set gathered from z, drawn (end)', 39: '  records: mass above the cut', 40: '  records: weights, ties',
   41: '  slice drawn (records)', 42: '  token drawn in the slice (end)',
 };
-const ORDER = [24, 0, 1, 2, 3, 4, 8, 9, 13, 14, 10, 11, 12, 16, 17, 21, 22, 18, 19, 20, 32, 43, 44, 45, 33, 34, 35, 36, 46, 47, 37, 38, 39, 40, 41,
+const ORDER = [24, 0, 1, 2, 3, 4, 8, 9, 13, 14, 10, 11, 12, 16, 17, 21, 22, 18, 19, 20, 32, 43, 44, 45, 33, 34, 35, 48, 49, 36, 46, 47, 37, 38, 39, 40, 41,
   42];
 
 const vocab = 262144;

@@ -71,6 +71,10 @@ enum SampleLimits : u32 {
     SAMPLE_LIST_MINP = 20,
     SAMPLE_LIST_BIN = 21,
     SAMPLE_LIST_RANGE = 22,
+    // The row's max z (its bits) as the first mass pass found it (block 0
+    // writes it), which the later passes and the finish read instead of
+    // reducing the slices' stats again.
+    SAMPLE_ROW_MAX = 6,
 };
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
@@ -1312,8 +1316,10 @@ __device__ void rank_draw(const u64* g, u32 m, float zmax, float mass, const Sam
     GroupSink ranked = {sk, si};
     rank_top(g, m, m, ranked);
     __syncthreads();
+    SAMPLE_MARK(48u);
     if (threadIdx.x < 32u) {
         draw_ranked(sk, u32(SAMPLE_MAX_K), zmax, mass, p, u, res);
+        SAMPLE_MARK(49u);
         if (threadIdx.x == 0u) {
             const u32 r = res[0];
             out_token[row] = si[r];
@@ -2070,8 +2076,16 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
         const bool minp_listed = p->min_p > 0.0f && state[SAMPLE_LIST_MINP] < u32(SAMPLE_MAX_K);
         if (minp_listed || (pass == 2u && state[5] == 0u && state[SAMPLE_LIST_BIN] < u32(SAMPLE_MAX_K))) return;
     }
-    const u32* stats = scratch + L.stats + u64(row) * L.nb2 * 4u;
-    const float zmax = row_max(stats, p->n_blocks, partials);
+    // The row's max: reduced from the slices' stats by the first pass (pass
+    // 0, or pass 2 for min-p alone), which keeps it in the state; read there
+    // by the others.
+    float zmax;
+    if (pass == 0u || p->top_p >= 1.0f) {
+        zmax = row_max(scratch + L.stats + u64(row) * L.nb2 * 4u, p->n_blocks, partials);
+        if (b == 0u && tid == 0u) state[SAMPLE_ROW_MAX] = __float_as_uint(zmax);
+    } else {
+        zmax = __uint_as_float(state[SAMPLE_ROW_MAX]);
+    }
     SAMPLE_STAMP(8u * pass + 1u);
     if (zmax == neg_inf()) return;
     const float scale = mass_scale(n);
@@ -2219,15 +2233,25 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
     }
     const u32* z = scratch + L.z + u64(row) * L.zs;
     const u32* stats = scratch + L.stats + u64(row) * L.nb2 * 4u;
+    // The whole row's passes ran (the candidates' configurations returned
+    // above): the row's max is in the state, as the mass passes used it;
+    // otherwise the slices' best (with its index, for greedy).
     RowState st = {};
-    if (p->temperature > 0.0f && p->n_cand > 0u) st = load_row_state(scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS));
-    SAMPLE_STAMP(44u);
-    u32 best = 0u, at = 0xffffffffu;
-    for (u32 b = tid; b < nb; b += bs) keep_best(best, at, order_key(__uint_as_float(stats[4u * b])), stats[4u * b + 2u]);
-    SAMPLE_STAMP(45u);
-    block_best(best, at, pk, pi);
+    u32 at = 0xffffffffu;
+    float zmax;
+    if (p->temperature > 0.0f && p->n_cand > 0u) {
+        const u32* state = scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS);
+        st = load_row_state(state);
+        zmax = __uint_as_float(state[SAMPLE_ROW_MAX]);
+        SAMPLE_STAMP(44u);
+    } else {
+        u32 best = 0u;
+        for (u32 b = tid; b < nb; b += bs) keep_best(best, at, order_key(__uint_as_float(stats[4u * b])), stats[4u * b + 2u]);
+        SAMPLE_STAMP(45u);
+        block_best(best, at, pk, pi);
+        zmax = key_value(best);
+    }
     SAMPLE_STAMP(33u);
-    const float zmax = key_value(best);
     if (zmax == neg_inf() || p->temperature == 0.0f) {
         if (tid == 0u) {
             out_token[row] = zmax == neg_inf() ? 0xffffffffu : at;
