@@ -1150,6 +1150,10 @@ __device__ __forceinline__ u32 warp_max_u32(u32 v) {
 // candidates that are the whole row hold all of it).
 __device__ void draw_ranked(const u32* sk, u32 mc, float zmax, float mass, const SampleParams* p, float u, u32* res) {
     const u32 lane = threadIdx.x & 31u;
+    // The params once, ahead of the ranks' weights: read in the cut's loop,
+    // each was a load in a chain of 8 dependent steps (2 us of the finish).
+    const u32 top_k = p->top_k, n_vocab = p->n_vocab;
+    const float top_p = p->top_p, min_p = p->min_p;
     const u32 per = (mc + 31u) / 32u;
     const u32 r0 = min(mc, lane * per);
     const u32 r1 = min(mc, r0 + per);
@@ -1162,13 +1166,13 @@ __device__ void draw_ranked(const u32* sk, u32 mc, float zmax, float mass, const
     }
     float cand_mass;
     const float start = warp_exclusive(own, cand_mass);
-    const float ref = p->top_k > 0u || mc >= p->n_vocab ? cand_mass : mass;
+    const float ref = top_k > 0u || mc >= n_vocab ? cand_mass : mass;
     u32 cut = mc;
     float c = start;
 #pragma unroll
     for (u32 q = 0; q < 8u; ++q) {
         if (r0 + q < r1 && cut == mc) {
-            if ((p->top_p < 1.0f && !(c < p->top_p * ref)) || !(w[q] >= p->min_p)) {
+            if ((top_p < 1.0f && !(c < top_p * ref)) || !(w[q] >= min_p)) {
                 cut = r0 + q;
             } else {
                 c += w[q];
@@ -1199,7 +1203,7 @@ __device__ void draw_ranked(const u32* sk, u32 mc, float zmax, float mass, const
     if (lane == 0u) {
         res[0] = picked != 0xffffffffu ? picked : latest - 1u;
         res[1] = __float_as_uint(kept);
-        res[2] = p->top_k == 0u && len == mc && mc < p->n_vocab ? 1u : 0u;
+        res[2] = top_k == 0u && len == mc && mc < n_vocab ? 1u : 0u;
     }
 }
 
@@ -1328,9 +1332,10 @@ __device__ void rank_draw(const u64* g, u32 m, float zmax, float mass, const Sam
     }
 }
 
-// The first m pairs (value bits, index) of a row's list into g as (key, ~index); ends with a barrier.
-__device__ void load_list(const u32* list, u32 m, u64* g) {
-    for (u32 i = threadIdx.x; i < m; i += blockDim.x)
+// Pairs i = from, from + blockDim.x, ... below m of a row's list (value bits, index) into g as (key, ~index); ends
+// with a barrier.
+__device__ void load_list(const u32* list, u32 m, u32 from, u64* g) {
+    for (u32 i = from; i < m; i += blockDim.x)
         g[i] = (u64(order_key(__uint_as_float(list[2u * i]))) << 32) | ~list[2u * i + 1u];
     __syncthreads();
 }
@@ -2072,7 +2077,9 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
     // Top-p: a list of fewer than SAMPLE_MAX_K tokens that holds the kept
     // set ends the work (the finish draws from it); the lists' counts are
     // known before the row's max, which the pass then need not wait for.
-    if (p->top_p < 1.0f && pass != 0u) {
+    const bool first = pass == 0u || p->top_p >= 1.0f;
+    const u32 zmax_bits = first ? 0u : state[SAMPLE_ROW_MAX];  // loaded with the words below
+    if (!first) {
         const bool minp_listed = p->min_p > 0.0f && state[SAMPLE_LIST_MINP] < u32(SAMPLE_MAX_K);
         if (minp_listed || (pass == 2u && state[5] == 0u && state[SAMPLE_LIST_BIN] < u32(SAMPLE_MAX_K))) return;
     }
@@ -2080,11 +2087,11 @@ extern "C" __global__ void __launch_bounds__(1024) sample_mass_f32(u32* scratch,
     // 0, or pass 2 for min-p alone), which keeps it in the state; read there
     // by the others.
     float zmax;
-    if (pass == 0u || p->top_p >= 1.0f) {
+    if (first) {
         zmax = row_max(scratch + L.stats + u64(row) * L.nb2 * 4u, p->n_blocks, partials);
         if (b == 0u && tid == 0u) state[SAMPLE_ROW_MAX] = __float_as_uint(zmax);
     } else {
-        zmax = __uint_as_float(state[SAMPLE_ROW_MAX]);
+        zmax = __uint_as_float(zmax_bits);
     }
     SAMPLE_STAMP(8u * pass + 1u);
     if (zmax == neg_inf()) return;
@@ -2236,11 +2243,24 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
     // The whole row's passes ran (the candidates' configurations returned
     // above): the row's max is in the state, as the mass passes used it;
     // otherwise the slices' best (with its index, for greedy).
+    // The whole row's first slice stats and list pair of this thread are
+    // read with the state (they do not depend on it), so that the row's mass
+    // and the list's draw wait for one round trip after it, not two more.
     RowState st = {};
     u32 at = 0xffffffffu;
     float zmax;
+    const u32* list = scratch + L.cand + u64(row) * L.nb4 * 512u;
+    u32 held_max = 0u, held_sum = 0u, held_v = 0u, held_i = 0u;
     if (p->temperature > 0.0f && p->n_cand > 0u) {
         const u32* state = scratch + L.state + u64(row) * u32(SAMPLE_STATE_WORDS);
+        if (tid < nb) {
+            held_max = stats[4u * tid];
+            held_sum = stats[4u * tid + 1u];
+        }
+        if (tid < u32(SAMPLE_MAX_K)) {
+            held_v = list[2u * tid];
+            held_i = list[2u * tid + 1u];
+        }
         st = load_row_state(state);
         zmax = __uint_as_float(state[SAMPLE_ROW_MAX]);
         SAMPLE_STAMP(44u);
@@ -2292,13 +2312,15 @@ extern "C" __global__ void __launch_bounds__(1024) sample_finish_f32(u32* scratc
     float mass = 0.0f;
     if (p->top_p < 1.0f) {
         BlockWeights blocks = {stats, zmax};
-        float zs = 0.0f;
-        for (u32 b = tid; b < nb; b += bs) zs += blocks.weight(b);
+        // BlockWeights::weight of slice tid, from the words held.
+        float zs = tid < nb ? __uint_as_float(held_sum) * expf(__uint_as_float(held_max) - zmax) : 0.0f;
+        for (u32 b = tid + bs; b < nb; b += bs) zs += blocks.weight(b);
         mass = block_sum_synced(zs, partials);
     }
     SAMPLE_STAMP(34u);
     if (m != 0xffffffffu) {
-        load_list(scratch + L.cand + u64(row) * L.nb4 * 512u, m, g);
+        if (tid < m) g[tid] = (u64(order_key(__uint_as_float(held_v))) << 32) | ~held_i;
+        load_list(list, m, tid + bs, g);
         SAMPLE_STAMP(35u);
         rank_draw(g, m, zmax, mass, p, u, row, out_token, out_logprob, sk, si, res);
         SAMPLE_STAMP(36u);
