@@ -31,7 +31,7 @@
 // Backend: MLX_NATIVE_BACKEND or the default. Inputs are random, never zeros.
 
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
-import { ggmlBlocksBuffer, gpuTimePerDispatch, uniformBuffer, wordBuffer } from './common.ts';
+import { ggmlBlocksBuffer, gpuTimePerDispatch, normalLogits, uniformBuffer, wordBuffer } from './common.ts';
 import { cast, elementwiseAdd, elementwiseAddScaled, elementwiseMul, scalarMul } from '../ts/ops/elementwise.ts';
 import { denseMatmul, denseMatvec } from '../ts/ops/dense.ts';
 import { affineQuantizedMatmul, quantizedMatmul, quantizedMatmulSimd, quantizedMatmulSimdBf16 } from '../ts/ops/quantized_matmul.ts';
@@ -520,23 +520,7 @@ function sampleCases(): Case[] {
   const out: Case[] = [];
   const vocab = small ? 8192 : 262144;
   const big = small ? 2 : 64;
-  /**
-   * Logits N(0, sigma^2): at sigma 6 the 0.95 nucleus of 262144 tokens is about 44 tokens, at sigma 2 about 95000;
-   * min-p 0.02 keeps about 10 and 1000 (past the 256 candidates: the whole-row passes).
-   */
-  const peaked = (rows: number, sigma: number): Buffer => {
-    const data = new Float32Array(rows * vocab);
-    let s = 0x2545f491;
-    for (let i = 0; i < data.length; i += 2) {
-      s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-      const u = (s + 1) / 2 ** 32;
-      s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-      const r = sigma * Math.sqrt(-2 * Math.log(u));
-      data[i] = r * Math.cos((2 * Math.PI * s) / 2 ** 32);
-      if (i + 1 < data.length) data[i + 1] = r * Math.sin((2 * Math.PI * s) / 2 ** 32);
-    }
-    return dev.upload('f32', [rows, vocab], data);
-  };
+  const peaked = (rows: number, sigma: number): Buffer => normalLogits(dev, rows, vocab, sigma);
   for (const rows of [big, 1]) {
     const x = random('f32', [rows, vocab]);
     const idx = dev.alloc('u32', [rows]);

@@ -20,6 +20,7 @@
 // blocks may end later than it.
 
 import { Device } from '../ts/index.ts';
+import { normalLogits } from './common.ts';
 import { planSample, SAMPLE_KERNELS, sampleScratchElements } from '../ts/ops/sample.ts';
 import { familySources } from '../ts/registry.ts';
 import { record, type OpPlan } from '../ts/plan.ts';
@@ -47,20 +48,6 @@ const ORDER = [24, 0, 1, 2, 3, 4, 8, 9, 13, 14, 10, 11, 12, 16, 17, 21, 22, 18, 
   42];
 
 const vocab = 262144;
-function peaked(sigma: number): Float32Array {
-  const data = new Float32Array(vocab);
-  let s = 0x2545f491;
-  for (let i = 0; i < data.length; i += 2) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    const u = (s + 1) / 2 ** 32;
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    const r = sigma * Math.sqrt(-2 * Math.log(u));
-    data[i] = r * Math.cos((2 * Math.PI * s) / 2 ** 32);
-    data[i + 1] = r * Math.sin((2 * Math.PI * s) / 2 ** 32);
-  }
-  return data;
-}
-
 const configs: [string, { temperature: number; topP?: number; minP?: number }, number][] = [
   ['top-p 0.95 alone, N(0, 36) logits', { temperature: 1, topP: 0.95 }, 6],
   ['top-p 0.95 alone, N(0, 4) logits', { temperature: 1, topP: 0.95 }, 2],
@@ -72,7 +59,7 @@ console.log(`device: ${dev.name} (${dev.backend}); ${rounds} replays a configura
 const blockOf = (i: number): number => (i >= 32 ? 4 : Math.floor(i / 8));
 const median = (v: number[]): number => [...v].sort((a, b) => a - b)[v.length >> 1]!;
 for (const [what, o, sigma] of configs) {
-  const logits = dev.upload('f32', [1, vocab], peaked(sigma));
+  const logits = normalLogits(dev, 1, vocab, sigma);
   const outToken = dev.alloc('u32', [1]);
   const outLogprob = dev.alloc('f32', [1]);
   const used = sampleScratchElements(1, vocab);
