@@ -242,14 +242,10 @@ GGML_MV_ID_ENTRY(kernel_mul_mv_id_q6_K_f32, GGML_Q6_K)
         mv_id_i8<F, R>(smem_raw, src0, src1, dst, ids, p);                                                          \
     }
 // The same with 4 rows a warp for Q4_0, Q4_K and Q5_K: harness variants (bench/qmv_variants.ts), which the op does
-// not launch (ggmlIdI8Launch says why).
-#if MLXN_CUDA_PART_IS(6)
+// not launch (ggmlIdI8Launch says why), in a part of their own so that no model compiles them.
+#if MLXN_CUDA_PART_IS(11)
 GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q4_0_f32_i8r4, GGML_Q4_0, 4)
-#endif
-#if MLXN_CUDA_PART_IS(8)
 GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q4_K_f32_i8r4, GGML_Q4_K, 4)
-#endif
-#if MLXN_CUDA_PART_IS(9)
 GGML_MV_ID_I8_ENTRY(kernel_mul_mv_id_q5_K_f32_i8r4, GGML_Q5_K, 4)
 #endif
 #if MLXN_CUDA_PART_IS(7)

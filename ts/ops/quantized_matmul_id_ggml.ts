@@ -94,16 +94,19 @@ export const ggmlIdI8Rows = (k: number): number => (k / 32 <= GGML_ID_I8_R4_MAX_
  * The CUDA program's parts (FamilySources.cudaParts): 1 to 5 the matrix
  * forms of one block format (tiles, few, wgmma), 6 to 10 its vector forms
  * (plain and gate/up), 0.7-1.1 s of NVRTC 13.0 on one thread each (the whole
- * family took 7.8 s); the SwiGLU vector entry is part 0. A model compiles
- * the formats its file uses, the vector forms alone for decode.
+ * family took 7.8 s), 11 the harness variants that the op does not launch;
+ * the SwiGLU vector entry is part 0. A model compiles the formats its file
+ * uses, the vector forms alone for decode.
  */
 export const QUANTIZED_MATMUL_ID_GGML_CUDA_PARTS: readonly (readonly string[])[] = [
   ...GGML_QUANT_TYPES.map((q) => GGML_KERNEL_TYPE[q]).map((t) => [`kernel_mul_mm_id_${t}_f32`, `kernel_mul_mm_id_${t}_f32_few`, `kernel_mul_mm_id_${t}_f32_wg`]),
   ...GGML_QUANT_TYPES.map((q) => [
     `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32`, `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_gate_up`,
-    // The int8 form with 1 and 4 rows a warp (ggmlIdI8Launch; the other formats' _i8r4: harness variants).
-    ...(GGML_ID_I8_TYPES.includes(q) ? [`kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_i8`] : []), `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_i8r4`,
+    // The int8 form with 1 and 4 rows a warp (ggmlIdI8Launch).
+    ...(GGML_ID_I8_TYPES.includes(q) ? ['i8', 'i8r4'].map((v) => `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_${v}`) : []),
   ]),
+  // The other formats' int8 form with 4 rows a warp (harness variants, bench/qmv_variants.ts).
+  GGML_QUANT_TYPES.filter((q) => !GGML_ID_I8_TYPES.includes(q)).map((q) => `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_i8r4`),
 ];
 /** The family's kernel sources by backend, as registered by every dispatch. */
 export const QUANTIZED_MATMUL_ID_GGML_SOURCES = familySources(QUANTIZED_MATMUL_ID_GGML_FAMILY, {
