@@ -413,6 +413,70 @@ __device__ __forceinline__ float row_max(float v, float* partials) {
     return blockDim.y > 1 ? lanes_max(v, blockDim.x) : block_max(v, partials);
 }
 
+// ---- thread block clusters (sm_90 and later) ----
+
+// A cluster's blocks are scheduled together on SMs of one GPC and may read
+// each other's shared memory. An entry declares its cluster at compile time
+// (__cluster_dims__), so a plain launch of a grid that is a multiple of it
+// runs clusters. cluster_arrive / cluster_wait are the two halves of a
+// barrier of every thread of the cluster (release, then acquire: shared
+// memory written before a thread's arrival is visible to every read after
+// the wait). A block's shared memory must outlive the other blocks' reads of
+// it: a kernel that reads remote shared memory arrives once more after its
+// last remote read and waits on that barrier before it exits.
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// The float at p in the shared memory of the cluster's block `rank` (p: an
+// address of this block's shared memory, which every block lays out alike).
+__device__ __forceinline__ float ld_cluster_f32(const float* p, u32 rank) {
+    u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(static_cast<u32>(__cvta_generic_to_shared(p))), "r"(rank));
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+
+// Sums of v[j] over every thread of a cluster of CL blocks, returned to
+// every thread with the same bits: each warp folds its lanes (a last warp
+// may be partial), lane 0 publishes the fold at slots[j * warps + warp]
+// (this block's shared memory, slots the cluster reads only for this call),
+// one cluster barrier, then every thread adds the cluster's folds in one
+// order (block 0's warps, then block 1's, ...) from the blocks' shared
+// memory. The caller keeps its shared memory alive until the cluster's last
+// remote read (a last cluster_arrive after it, cluster_wait before exit).
+template <u32 CL, int N>
+__device__ __forceinline__ void cluster_sums(float (&v)[N], float* slots) {
+    const WarpLanes w = warp_lanes();
+    const u32 nw = (blockDim.x + 31u) >> 5;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        warp_fold_down(w, [&](u32 o, bool live) {
+            const float other = __shfl_down_sync(w.mask, v[j], o);
+            if (live) v[j] += other;
+        });
+        if (w.lane == 0u) slots[u32(j) * nw + w.warp] = v[j];
+    }
+    cluster_arrive();
+    cluster_wait();
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        float t = 0.0f;
+#pragma unroll
+        for (u32 r = 0; r < CL; ++r)
+            for (u32 i = 0; i < nw; ++i) t += ld_cluster_f32(slots + u32(j) * nw + i, r);
+        v[j] = t;
+    }
+}
+
 // ---- tensor cores and asynchronous copies (sm_80 and later) ----
 
 // 2^x on the special function unit (ex2.approx.ftz: about 2 ulp, subnormal

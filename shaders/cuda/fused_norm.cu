@@ -227,6 +227,51 @@ __device__ __forceinline__ void norm_row(const T* residual, const T* input, cons
 // a scalar path of the same arithmetic.
 constexpr int NC = 3;
 
+// The threads of a row and their sums. BlockRow: one block a row (the
+// row blockIdx.x), sums by block_sum. ClusterRow<CL>: a cluster of CL
+// blocks a row (the row blockIdx.x / CL), thread t of block r the row's
+// thread r * blockDim.x + t, sums by cluster_sums (the warps' folds in
+// shared memory, 64 floats: two calls' slots of up to 32 warps); last()
+// follows a kernel's last sum, end() precedes its exit (the cluster's
+// reads of this block's slots are done).
+struct BlockRow {
+    u32 row, tid, n;
+    __device__ __forceinline__ BlockRow() : row(blockIdx.x), tid(threadIdx.x), n(blockDim.x) {}
+    // The k-th sum of the kernel (a barrier before each but the first: partials are reused).
+    __device__ __forceinline__ float sum(float v, float* partials, u32 k) const {
+        if (k != 0u) __syncthreads();
+        return block_sum(v, partials);
+    }
+    __device__ __forceinline__ void sum2(float& a, float& b, float* partials) const {
+        a = block_sum(a, partials);
+        __syncthreads();
+        b = block_sum(b, partials);
+    }
+    __device__ __forceinline__ void last() const {}
+    __device__ __forceinline__ void end() const {}
+};
+template <u32 CL>
+struct ClusterRow {
+    u32 row, tid, n;
+    __device__ __forceinline__ ClusterRow()
+        : row(blockIdx.x / CL), tid(cluster_rank() * blockDim.x + threadIdx.x), n(CL * blockDim.x) {}
+    __device__ __forceinline__ float sum(float v, float* partials, u32 k) const {
+        float t[1] = {v};
+        cluster_sums<CL>(t, partials + 32u * k);
+        return t[0];
+    }
+    __device__ __forceinline__ void sum2(float& a, float& b, float* partials) const {
+        float t[2] = {a, b};
+        cluster_sums<CL>(t, partials);
+        a = t[0];
+        b = t[1];
+    }
+    __device__ __forceinline__ void last() const { cluster_arrive(); }
+    __device__ __forceinline__ void end() const { cluster_wait(); }
+};
+// Blocks of a row in the `_cluster` entries (ts/ops/fused_norm.ts FUSED_NORM_CLUSTER).
+constexpr u32 NORM_CLUSTER = 8;
+
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ void st4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
 __device__ __forceinline__ float dot4(float4 a) { return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w; }
@@ -237,12 +282,14 @@ __device__ __forceinline__ float4 norm_add4(float4 res, float4 x, float r, float
     return make_float4(res.x + x.x * r * w.x, res.y + x.y * r * w.y, res.z + x.z * r * w.z, res.w + x.w * r * w.w);
 }
 
+template <class R>
 __device__ __forceinline__ void norm_add_norms_row(const float* residual, const float* input, const float* weight,
                                                    float* output, const float* scalar,
                                                    const FusedNormAddNormsF32Params* p, const float* const (&nw)[3],
                                                    float* const (&no)[3]) {
     extern __shared__ float partials[];
-    const u32 row = blockIdx.x;
+    const R rt;
+    const u32 row = rt.row;
     if (row >= p->rows) return;
     const u32 dim = p->dim, mode = p->scalar_mode, norms = p->norms, wt = p->weighted;
     const float eps = p->eps;
@@ -251,7 +298,7 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
     const float* in = input + base;
     float* o = output + base;
     float* out_j[3] = {no[0] + base, no[1] + base, no[2] + base};
-    const u32 tid = threadIdx.x, bs = blockDim.x;
+    const u32 tid = rt.tid, bs = rt.n;
     bool vec = dim % 4 == 0 && aligned16(res) && aligned16(in) && aligned16(weight) && aligned16(o) &&
                (mode != 2u || aligned16(scalar));
     for (u32 j = 0; j < norms; ++j) vec = vec && aligned16(out_j[j]) && ((wt >> j & 1u) == 0u || aligned16(nw[j]));
@@ -276,7 +323,7 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
         for (int c = 0; c < NC; ++c)
             if (tid + u32(c) * bs < nv) sq += dot4(ci[c]);
         for (u32 vi = tid + NC * bs; vi < nv; vi += bs) sq += dot4(ld4(in + 4 * u64(vi)));
-        const float r = rsqrtf(block_sum(sq, partials) / float(dim) + eps);
+        const float r = rsqrtf(rt.sum(sq, partials, 0u) / float(dim) + eps);
         // h into ci (held vectors) and output.
         auto h_of = [&](float4 res4, float4 x4, float4 w4, float4 s4) {
             float4 h = norm_add4(res4, x4, r, w4);
@@ -301,9 +348,13 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
             st4(o + 4 * u64(vi), h);
             sq2 += dot4(h);
         }
-        if (norms == 0u) return;
-        __syncthreads();  // partials: the first sum's, read by every warp
-        const float r2 = rsqrtf(block_sum(sq2, partials) / float(dim) + eps);
+        if (norms == 0u) {
+            rt.last();
+            rt.end();
+            return;
+        }
+        const float r2 = rsqrtf(rt.sum(sq2, partials, 1u) / float(dim) + eps);
+        rt.last();
 #pragma unroll
         for (int c = 0; c < NC; ++c) {
             const u32 vi = tid + u32(c) * bs;
@@ -321,7 +372,7 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
         }
     } else {
         for (u32 i = tid; i < dim; i += bs) sq += in[i] * in[i];
-        const float r = rsqrtf(block_sum(sq, partials) / float(dim) + eps);
+        const float r = rsqrtf(rt.sum(sq, partials, 0u) / float(dim) + eps);
         float sq2 = 0.0f;
         for (u32 i = tid; i < dim; i += bs) {
             float h = res[i] + in[i] * r * weight[i];
@@ -329,14 +380,19 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
             o[i] = h;
             sq2 += h * h;
         }
-        if (norms == 0u) return;
-        __syncthreads();
-        const float r2 = rsqrtf(block_sum(sq2, partials) / float(dim) + eps);
+        if (norms == 0u) {
+            rt.last();
+            rt.end();
+            return;
+        }
+        const float r2 = rsqrtf(rt.sum(sq2, partials, 1u) / float(dim) + eps);
+        rt.last();
         for (u32 i = tid; i < dim; i += bs) {
             const float v = o[i] * r2;
             for (u32 j = 0; j < norms; ++j) out_j[j][i] = (wt >> j & 1u) != 0u ? v * nw[j][i] : v;
         }
     }
+    rt.end();
 }
 
 // e = sum_k expert_w[k] y_expert[k] at 4 elements from vi (slots in order, fmaf as Metal's fma).
@@ -347,12 +403,13 @@ __device__ __forceinline__ float4 moe_sum4(const float* w, const E* ye, u32 top_
     return make_float4(acc[0], acc[1], acc[2], acc[3]);
 }
 
-template <typename E>
+template <class R, typename E>
 __device__ __forceinline__ void norm_moe_sum_row(const float* input, const float* weight, const float* expert_w,
                                                  const E* y_expert, const float* moe_weight, float* output,
                                                  const FusedNormMoeSumParams* p) {
     extern __shared__ float partials[];
-    const u32 row = blockIdx.x;
+    const R rt;
+    const u32 row = rt.row;
     if (row >= p->rows) return;
     const u32 dim = p->dim, K = p->top_k;
     const float eps = p->eps;
@@ -361,7 +418,7 @@ __device__ __forceinline__ void norm_moe_sum_row(const float* input, const float
     const float* w = expert_w + u64(row) * K;
     const E* ye = y_expert + base * K;
     float* o = output + base;
-    const u32 tid = threadIdx.x, bs = blockDim.x;
+    const u32 tid = rt.tid, bs = rt.n;
     const bool vec = dim % 4 == 0 && aligned16(in) && aligned16(weight) && aligned16(y_expert) &&
                      aligned16(moe_weight) && aligned16(o);
     float sx = 0.0f, se = 0.0f;
@@ -384,9 +441,9 @@ __device__ __forceinline__ void norm_moe_sum_row(const float* input, const float
             sx += dot4(ld4(in + 4 * u64(vi)));
             se += dot4(moe_sum4(w, ye, K, dim, vi));
         }
-        const float rx = rsqrtf(block_sum(sx, partials) / float(dim) + eps);
-        __syncthreads();
-        const float re = rsqrtf(block_sum(se, partials) / float(dim) + eps);
+        rt.sum2(sx, se, partials);
+        rt.last();
+        const float rx = rsqrtf(sx / float(dim) + eps), re = rsqrtf(se / float(dim) + eps);
         auto out4 = [&](float4 x, float4 wv, float4 e, float4 m) {
             return make_float4(x.x * rx * wv.x + e.x * re * m.x, x.y * rx * wv.y + e.y * re * m.y,
                                x.z * rx * wv.z + e.z * re * m.z, x.w * rx * wv.w + e.w * re * m.w);
@@ -411,11 +468,12 @@ __device__ __forceinline__ void norm_moe_sum_row(const float* input, const float
             sx += in[i] * in[i];
             se += e * e;
         }
-        const float rx = rsqrtf(block_sum(sx, partials) / float(dim) + eps);
-        __syncthreads();
-        const float re = rsqrtf(block_sum(se, partials) / float(dim) + eps);
+        rt.sum2(sx, se, partials);
+        rt.last();
+        const float rx = rsqrtf(sx / float(dim) + eps), re = rsqrtf(se / float(dim) + eps);
         for (u32 i = tid; i < dim; i += bs) o[i] = in[i] * rx * weight[i] + e_at(i) * re * moe_weight[i];
     }
+    rt.end();
 }
 
 }  // namespace
@@ -475,7 +533,7 @@ extern "C" __global__ void __launch_bounds__(256) fused_norm_add_norms_f32(
     float* normed_1, const float* norm_weight_2, float* normed_2) {
     const float* const nw[3] = {norm_weight_0, norm_weight_1, norm_weight_2};
     float* const no[3] = {normed_0, normed_1, normed_2};
-    norm_add_norms_row(residual, input, weight, output, scalar, p, nw, no);
+    norm_add_norms_row<BlockRow>(residual, input, weight, output, scalar, p, nw, no);
 }
 
 // buffer(0) input, (1) weight [dim], (2) expert_w [rows*top_k], (3) y_expert
@@ -483,11 +541,41 @@ extern "C" __global__ void __launch_bounds__(256) fused_norm_add_norms_f32(
 extern "C" __global__ void __launch_bounds__(256) fused_norm_moe_sum_f32(
     const float* input, const float* weight, const float* expert_w, const float* y_expert, const float* moe_weight,
     float* output, const FusedNormMoeSumParams* p) {
-    norm_moe_sum_row(input, weight, expert_w, y_expert, moe_weight, output, p);
+    norm_moe_sum_row<BlockRow>(input, weight, expert_w, y_expert, moe_weight, output, p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) fused_norm_moe_sum_bf16_input(
     const float* input, const float* weight, const float* expert_w, const __nv_bfloat16* y_expert,
     const float* moe_weight, float* output, const FusedNormMoeSumParams* p) {
-    norm_moe_sum_row(input, weight, expert_w, y_expert, moe_weight, output, p);
+    norm_moe_sum_row<BlockRow>(input, weight, expert_w, y_expert, moe_weight, output, p);
 }
+
+// CUDA-only entries of the two kernels above: a row's blocks a cluster of
+// NORM_CLUSTER (grid (rows * NORM_CLUSTER, 1, 1), at most 256 threads a
+// block, 256 bytes of dynamic shared memory: the sums' slots), for the few
+// rows of a decode step, where one block's SM moving the whole row is the
+// time. The same arithmetic as the one-block entries, the sums of squares
+// added in another order. sm_90 and later (clusters); ts/ops/fused_norm.ts
+// plans them where DeviceLimits.computeCapability >= 90.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+extern "C" __global__ void __cluster_dims__(NORM_CLUSTER, 1, 1) __launch_bounds__(256) fused_norm_add_norms_f32_cluster(
+    const float* residual, const float* input, const float* weight, float* output, const float* scalar,
+    const FusedNormAddNormsF32Params* p, const float* norm_weight_0, float* normed_0, const float* norm_weight_1,
+    float* normed_1, const float* norm_weight_2, float* normed_2) {
+    const float* const nw[3] = {norm_weight_0, norm_weight_1, norm_weight_2};
+    float* const no[3] = {normed_0, normed_1, normed_2};
+    norm_add_norms_row<ClusterRow<NORM_CLUSTER>>(residual, input, weight, output, scalar, p, nw, no);
+}
+
+extern "C" __global__ void __cluster_dims__(NORM_CLUSTER, 1, 1) __launch_bounds__(256) fused_norm_moe_sum_f32_cluster(
+    const float* input, const float* weight, const float* expert_w, const float* y_expert, const float* moe_weight,
+    float* output, const FusedNormMoeSumParams* p) {
+    norm_moe_sum_row<ClusterRow<NORM_CLUSTER>>(input, weight, expert_w, y_expert, moe_weight, output, p);
+}
+
+extern "C" __global__ void __cluster_dims__(NORM_CLUSTER, 1, 1) __launch_bounds__(256) fused_norm_moe_sum_bf16_input_cluster(
+    const float* input, const float* weight, const float* expert_w, const __nv_bfloat16* y_expert,
+    const float* moe_weight, float* output, const FusedNormMoeSumParams* p) {
+    norm_moe_sum_row<ClusterRow<NORM_CLUSTER>>(input, weight, expert_w, y_expert, moe_weight, output, p);
+}
+#endif
