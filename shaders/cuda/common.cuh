@@ -449,10 +449,15 @@ __device__ __forceinline__ float ld_cluster_f32(const float* p, u32 rank) {
 // every thread with the same bits: each warp folds its lanes (a last warp
 // may be partial), lane 0 publishes the fold at slots[j * warps + warp]
 // (this block's shared memory, slots the cluster reads only for this call),
-// one cluster barrier, then every thread adds the cluster's folds in one
-// order (block 0's warps, then block 1's, ...) from the blocks' shared
-// memory. The caller keeps its shared memory alive until the cluster's last
-// remote read (a last cluster_arrive after it, cluster_wait before exit).
+// one cluster barrier, then the cluster's CL x warps folds are added in one
+// order from the blocks' shared memory: where the blocks are whole warps and
+// the folds at most 32, lane l of every warp reads fold l (block l / warps,
+// warp l % warps) and the warp folds them by xor shuffles, one remote load a
+// lane (each such load waits out the distributed shared memory's latency,
+// so a thread reading the folds one after the other pays it CL x warps
+// times); otherwise every thread adds them one after the other. The caller
+// keeps its shared memory alive until the cluster's last remote read (a
+// last cluster_arrive after it, cluster_wait before exit).
 template <u32 CL, int N>
 __device__ __forceinline__ void cluster_sums(float (&v)[N], float* slots) {
     const WarpLanes w = warp_lanes();
@@ -467,6 +472,16 @@ __device__ __forceinline__ void cluster_sums(float (&v)[N], float* slots) {
     }
     cluster_arrive();
     cluster_wait();
+    if ((blockDim.x & 31u) == 0u && CL * nw <= 32u) {
+        const bool has = w.lane < CL * nw;
+        const u32 rank = has ? w.lane / nw : 0u, slot = has ? w.lane % nw : 0u;
+        float t[N];
+#pragma unroll
+        for (int j = 0; j < N; ++j) t[j] = has ? ld_cluster_f32(slots + u32(j) * nw + slot, rank) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < N; ++j) v[j] = warp_sum(t[j]);
+        return;
+    }
 #pragma unroll
     for (int j = 0; j < N; ++j) {
         float t = 0.0f;
