@@ -233,8 +233,13 @@ constexpr int NC = 3;
 // thread r * blockDim.x + t, sums by cluster_sums (the warps' folds in
 // shared memory, 64 floats: two calls' slots of up to 32 warps); last()
 // follows a kernel's last sum, end() precedes its exit (the cluster's
-// reads of this block's slots are done).
+// reads of this block's slots are done). DEFER: the kernel stores what it
+// can after its last sum, not before a sum's cluster barrier, whose
+// release waits for the thread's earlier global stores to complete (Gemma
+// 4's add_norms over 8 blocks: 3.69 us with h stored before the second
+// sum, against 3.07 for one block, H200).
 struct BlockRow {
+    static constexpr bool DEFER = false;
     u32 row, tid, n;
     __device__ __forceinline__ BlockRow() : row(blockIdx.x), tid(threadIdx.x), n(blockDim.x) {}
     // The k-th sum of the kernel (a barrier before each but the first: partials are reused).
@@ -252,6 +257,7 @@ struct BlockRow {
 };
 template <u32 CL>
 struct ClusterRow {
+    static constexpr bool DEFER = true;
     u32 row, tid, n;
     __device__ __forceinline__ ClusterRow()
         : row(blockIdx.x / CL), tid(cluster_rank() * blockDim.x + threadIdx.x), n(CL * blockDim.x) {}
@@ -324,6 +330,11 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
             if (tid + u32(c) * bs < nv) sq += dot4(ci[c]);
         for (u32 vi = tid + NC * bs; vi < nv; vi += bs) sq += dot4(ld4(in + 4 * u64(vi)));
         const float r = rsqrtf(rt.sum(sq, partials, 0u) / float(dim) + eps);
+        if (norms == 0u) rt.last();
+        // The held vectors' h stored after the second sum where the row's
+        // threads span a cluster (R::DEFER: a cluster barrier's release waits
+        // for the thread's global stores before it).
+        const bool defer = R::DEFER && norms != 0u;
         // h into ci (held vectors) and output.
         auto h_of = [&](float4 res4, float4 x4, float4 w4, float4 s4) {
             float4 h = norm_add4(res4, x4, r, w4);
@@ -338,7 +349,7 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
             if (vi < nv) {
                 const float4 s4 = mode == 2u ? ld4(scalar + 4 * u64(vi)) : make_float4(0.f, 0.f, 0.f, 0.f);
                 ci[c] = h_of(cr[c], ci[c], cw[c], s4);
-                st4(o + 4 * u64(vi), ci[c]);
+                if (!defer) st4(o + 4 * u64(vi), ci[c]);
                 sq2 += dot4(ci[c]);
             }
         }
@@ -349,7 +360,6 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
             sq2 += dot4(h);
         }
         if (norms == 0u) {
-            rt.last();
             rt.end();
             return;
         }
@@ -359,6 +369,7 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
         for (int c = 0; c < NC; ++c) {
             const u32 vi = tid + u32(c) * bs;
             if (vi < nv) {
+                if (defer) st4(o + 4 * u64(vi), ci[c]);
                 const float4 v = mul4(ci[c], r2);
 #pragma unroll
                 for (int j = 0; j < 3; ++j)
@@ -373,6 +384,7 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
     } else {
         for (u32 i = tid; i < dim; i += bs) sq += in[i] * in[i];
         const float r = rsqrtf(rt.sum(sq, partials, 0u) / float(dim) + eps);
+        if (norms == 0u) rt.last();
         float sq2 = 0.0f;
         for (u32 i = tid; i < dim; i += bs) {
             float h = res[i] + in[i] * r * weight[i];
@@ -381,7 +393,6 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
             sq2 += h * h;
         }
         if (norms == 0u) {
-            rt.last();
             rt.end();
             return;
         }
