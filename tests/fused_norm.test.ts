@@ -107,14 +107,14 @@ describe('fused_norm param packers match the .metal declarations', () => {
     expect(fusedNormThreadgroup(257, TARGET_LIMITS.metal)).toEqual({ threads: 256, sharedBytes: 32 });
     expect(fusedNormThreadgroup(100000, TARGET_LIMITS.metal)).toEqual({ threads: 256, sharedBytes: 32 });
   });
-  test('CUDA cluster launch: few rows on sm_90, a row\'s 16-byte vectors over 8 blocks of whole warps, at most 256 threads', () => {
+  test('CUDA cluster launch of fused_norm_moe_sum: few rows on sm_90, a row\'s 16-byte vectors over 8 blocks of whole warps, at most 256 threads', () => {
     const cuda = TARGET_LIMITS.cuda;
     // Gemma 4's row: 704 vectors, 88 a block, 96 threads.
-    expect(fusedNormClusterLaunch('fused_norm_add_norms_f32', { rows: 1, dim: 2816, eps: 1e-6 }, cuda)).toEqual({
-      entry: 'fused_norm_add_norms_f32_cluster', grid: [8, 1, 1], threads: [96, 1, 1], threadgroupMemory: [256],
+    expect(fusedNormClusterLaunch('fused_norm_moe_sum_f32', { rows: 1, dim: 2816, eps: 1e-6 }, cuda)).toEqual({
+      entry: 'fused_norm_moe_sum_f32_cluster', grid: [8, 1, 1], threads: [96, 1, 1], threadgroupMemory: [64],
     });
     expect(fusedNormClusterLaunch('fused_norm_moe_sum_bf16_input', { rows: 16, dim: 3, eps: 1e-6 }, cuda)).toEqual({
-      entry: 'fused_norm_moe_sum_bf16_input_cluster', grid: [128, 1, 1], threads: [32, 1, 1], threadgroupMemory: [256],
+      entry: 'fused_norm_moe_sum_bf16_input_cluster', grid: [128, 1, 1], threads: [32, 1, 1], threadgroupMemory: [64],
     });
     expect(fusedNormClusterLaunch('fused_norm_moe_sum_f32', { rows: 2, dim: 65536, eps: 1e-6 }, cuda)?.threads).toEqual([256, 1, 1]);
     // More rows than 132 SMs hold at 8 blocks each, no clusters (metal, emu, sm_80): the kernel's own launch.
@@ -472,9 +472,10 @@ describeBackends('fused_norm parity', ({ device }) => {
 });
 
 /**
- * SHAPES and Gemma 4's rows of 2816: on an H200 (132 SMs) up to 16 rows take
- * the CUDA cluster entries (fusedNormClusterLaunch), so every shape of
- * SHAPES but [67, 33] does, and [17, 2816] the one-block entries.
+ * SHAPES and Gemma 4's rows of 2816: on an H200 (132 SMs) fused_norm_moe_sum
+ * over up to 16 rows takes the CUDA cluster entries (fusedNormClusterLaunch),
+ * so every shape of SHAPES but [67, 33] does, and [17, 2816] the one-block
+ * entries.
  */
 const NORMS_SHAPES: readonly [rows: number, dim: number][] = [...SHAPES, [1, 2816], [16, 2816], [17, 2816]];
 

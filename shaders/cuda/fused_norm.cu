@@ -227,26 +227,16 @@ __device__ __forceinline__ void norm_row(const T* residual, const T* input, cons
 // a scalar path of the same arithmetic.
 constexpr int NC = 3;
 
-// The threads of a row and their sums. BlockRow: one block a row (the
-// row blockIdx.x), sums by block_sum. ClusterRow<CL>: a cluster of CL
-// blocks a row (the row blockIdx.x / CL), thread t of block r the row's
-// thread r * blockDim.x + t, sums by cluster_sums (the warps' folds in
-// shared memory, 64 floats: two calls' slots of up to 32 warps); last()
-// follows a kernel's last sum, end() precedes its exit (the cluster's
-// reads of this block's slots are done). DEFER: the kernel stores what it
-// can after its last sum, not before a sum's cluster barrier, whose
-// release waits for the thread's earlier global stores to complete (Gemma
-// 4's add_norms over 8 blocks: 3.69 us with h stored before the second
-// sum, against 3.07 for one block, H200).
+// The threads of fused_norm_moe_sum's row and their two sums. BlockRow: one
+// block a row (the row blockIdx.x), sums by block_sum. ClusterRow<CL>: a
+// cluster of CL blocks a row (the row blockIdx.x / CL), thread t of block r
+// the row's thread r * blockDim.x + t, sums by cluster_sums (the warps'
+// folds in shared memory: 2 floats a warp); last() follows the
+// kernel's sums, end() precedes its exit (the cluster's reads of this
+// block's slots are done).
 struct BlockRow {
-    static constexpr bool DEFER = false;
     u32 row, tid, n;
     __device__ __forceinline__ BlockRow() : row(blockIdx.x), tid(threadIdx.x), n(blockDim.x) {}
-    // The k-th sum of the kernel (a barrier before each but the first: partials are reused).
-    __device__ __forceinline__ float sum(float v, float* partials, u32 k) const {
-        if (k != 0u) __syncthreads();
-        return block_sum(v, partials);
-    }
     __device__ __forceinline__ void sum2(float& a, float& b, float* partials) const {
         a = block_sum(a, partials);
         __syncthreads();
@@ -257,15 +247,9 @@ struct BlockRow {
 };
 template <u32 CL>
 struct ClusterRow {
-    static constexpr bool DEFER = true;
     u32 row, tid, n;
     __device__ __forceinline__ ClusterRow()
         : row(blockIdx.x / CL), tid(cluster_rank() * blockDim.x + threadIdx.x), n(CL * blockDim.x) {}
-    __device__ __forceinline__ float sum(float v, float* partials, u32 k) const {
-        float t[1] = {v};
-        cluster_sums<CL>(t, partials + 32u * k);
-        return t[0];
-    }
     __device__ __forceinline__ void sum2(float& a, float& b, float* partials) const {
         float t[2] = {a, b};
         cluster_sums<CL>(t, partials);
@@ -288,14 +272,12 @@ __device__ __forceinline__ float4 norm_add4(float4 res, float4 x, float r, float
     return make_float4(res.x + x.x * r * w.x, res.y + x.y * r * w.y, res.z + x.z * r * w.z, res.w + x.w * r * w.w);
 }
 
-template <class R>
 __device__ __forceinline__ void norm_add_norms_row(const float* residual, const float* input, const float* weight,
                                                    float* output, const float* scalar,
                                                    const FusedNormAddNormsF32Params* p, const float* const (&nw)[3],
                                                    float* const (&no)[3]) {
     extern __shared__ float partials[];
-    const R rt;
-    const u32 row = rt.row;
+    const u32 row = blockIdx.x;
     if (row >= p->rows) return;
     const u32 dim = p->dim, mode = p->scalar_mode, norms = p->norms, wt = p->weighted;
     const float eps = p->eps;
@@ -304,7 +286,7 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
     const float* in = input + base;
     float* o = output + base;
     float* out_j[3] = {no[0] + base, no[1] + base, no[2] + base};
-    const u32 tid = rt.tid, bs = rt.n;
+    const u32 tid = threadIdx.x, bs = blockDim.x;
     bool vec = dim % 4 == 0 && aligned16(res) && aligned16(in) && aligned16(weight) && aligned16(o) &&
                (mode != 2u || aligned16(scalar));
     for (u32 j = 0; j < norms; ++j) vec = vec && aligned16(out_j[j]) && ((wt >> j & 1u) == 0u || aligned16(nw[j]));
@@ -329,12 +311,7 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
         for (int c = 0; c < NC; ++c)
             if (tid + u32(c) * bs < nv) sq += dot4(ci[c]);
         for (u32 vi = tid + NC * bs; vi < nv; vi += bs) sq += dot4(ld4(in + 4 * u64(vi)));
-        const float r = rsqrtf(rt.sum(sq, partials, 0u) / float(dim) + eps);
-        if (norms == 0u) rt.last();
-        // The held vectors' h stored after the second sum where the row's
-        // threads span a cluster (R::DEFER: a cluster barrier's release waits
-        // for the thread's global stores before it).
-        const bool defer = R::DEFER && norms != 0u;
+        const float r = rsqrtf(block_sum(sq, partials) / float(dim) + eps);
         // h into ci (held vectors) and output.
         auto h_of = [&](float4 res4, float4 x4, float4 w4, float4 s4) {
             float4 h = norm_add4(res4, x4, r, w4);
@@ -349,7 +326,7 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
             if (vi < nv) {
                 const float4 s4 = mode == 2u ? ld4(scalar + 4 * u64(vi)) : make_float4(0.f, 0.f, 0.f, 0.f);
                 ci[c] = h_of(cr[c], ci[c], cw[c], s4);
-                if (!defer) st4(o + 4 * u64(vi), ci[c]);
+                st4(o + 4 * u64(vi), ci[c]);
                 sq2 += dot4(ci[c]);
             }
         }
@@ -359,17 +336,13 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
             st4(o + 4 * u64(vi), h);
             sq2 += dot4(h);
         }
-        if (norms == 0u) {
-            rt.end();
-            return;
-        }
-        const float r2 = rsqrtf(rt.sum(sq2, partials, 1u) / float(dim) + eps);
-        rt.last();
+        if (norms == 0u) return;
+        __syncthreads();  // partials: the first sum's, read by every warp
+        const float r2 = rsqrtf(block_sum(sq2, partials) / float(dim) + eps);
 #pragma unroll
         for (int c = 0; c < NC; ++c) {
             const u32 vi = tid + u32(c) * bs;
             if (vi < nv) {
-                if (defer) st4(o + 4 * u64(vi), ci[c]);
                 const float4 v = mul4(ci[c], r2);
 #pragma unroll
                 for (int j = 0; j < 3; ++j)
@@ -383,8 +356,7 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
         }
     } else {
         for (u32 i = tid; i < dim; i += bs) sq += in[i] * in[i];
-        const float r = rsqrtf(rt.sum(sq, partials, 0u) / float(dim) + eps);
-        if (norms == 0u) rt.last();
+        const float r = rsqrtf(block_sum(sq, partials) / float(dim) + eps);
         float sq2 = 0.0f;
         for (u32 i = tid; i < dim; i += bs) {
             float h = res[i] + in[i] * r * weight[i];
@@ -392,18 +364,14 @@ __device__ __forceinline__ void norm_add_norms_row(const float* residual, const 
             o[i] = h;
             sq2 += h * h;
         }
-        if (norms == 0u) {
-            rt.end();
-            return;
-        }
-        const float r2 = rsqrtf(rt.sum(sq2, partials, 1u) / float(dim) + eps);
-        rt.last();
+        if (norms == 0u) return;
+        __syncthreads();
+        const float r2 = rsqrtf(block_sum(sq2, partials) / float(dim) + eps);
         for (u32 i = tid; i < dim; i += bs) {
             const float v = o[i] * r2;
             for (u32 j = 0; j < norms; ++j) out_j[j][i] = (wt >> j & 1u) != 0u ? v * nw[j][i] : v;
         }
     }
-    rt.end();
 }
 
 // e = sum_k expert_w[k] y_expert[k] at 4 elements from vi (slots in order, fmaf as Metal's fma).
@@ -544,7 +512,7 @@ extern "C" __global__ void __launch_bounds__(256) fused_norm_add_norms_f32(
     float* normed_1, const float* norm_weight_2, float* normed_2) {
     const float* const nw[3] = {norm_weight_0, norm_weight_1, norm_weight_2};
     float* const no[3] = {normed_0, normed_1, normed_2};
-    norm_add_norms_row<BlockRow>(residual, input, weight, output, scalar, p, nw, no);
+    norm_add_norms_row(residual, input, weight, output, scalar, p, nw, no);
 }
 
 // buffer(0) input, (1) weight [dim], (2) expert_w [rows*top_k], (3) y_expert
@@ -561,23 +529,20 @@ extern "C" __global__ void __launch_bounds__(256) fused_norm_moe_sum_bf16_input(
     norm_moe_sum_row<BlockRow>(input, weight, expert_w, y_expert, moe_weight, output, p);
 }
 
-// CUDA-only entries of the two kernels above: a row's blocks a cluster of
-// NORM_CLUSTER (grid (rows * NORM_CLUSTER, 1, 1), at most 256 threads a
-// block, 256 bytes of dynamic shared memory: the sums' slots), for the few
-// rows of a decode step, where one block's SM moving the whole row is the
-// time. The same arithmetic as the one-block entries, the sums of squares
-// added in another order. sm_90 and later (clusters); ts/ops/fused_norm.ts
-// plans them where DeviceLimits.computeCapability >= 90.
+// CUDA-only entries of fused_norm_moe_sum_{f32,bf16_input}: a row's blocks
+// a cluster of NORM_CLUSTER (grid (rows * NORM_CLUSTER, 1, 1), at most 256
+// threads a block, 64 bytes of dynamic shared memory: the two sums' warp
+// folds), for the few rows of a decode step, where one SM moving the row's
+// 11 rows (the input, two weights, 8 experts' outputs) is the kernel's time.
+// The same arithmetic as the one-block entries, the sums of squares added
+// in another order. sm_90 and later (clusters); ts/ops/fused_norm.ts plans
+// them where DeviceLimits.computeCapability >= 90. On the H200 at Gemma 4's
+// row of 2816, 2.8 us against the one block's 3.7. Each cluster sum (a
+// cluster barrier, then a load of another SM's shared memory) costs ~0.6 us
+// more than a block's: fused_norm_add_norms, two dependent sums over a row
+// that one SM moves in 3.1 us, took 3.6 over 8 blocks and has no such entry
+// (bench/notes/fused-norm-cluster-2026-11-29.md).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-extern "C" __global__ void __cluster_dims__(NORM_CLUSTER, 1, 1) __launch_bounds__(256) fused_norm_add_norms_f32_cluster(
-    const float* residual, const float* input, const float* weight, float* output, const float* scalar,
-    const FusedNormAddNormsF32Params* p, const float* norm_weight_0, float* normed_0, const float* norm_weight_1,
-    float* normed_1, const float* norm_weight_2, float* normed_2) {
-    const float* const nw[3] = {norm_weight_0, norm_weight_1, norm_weight_2};
-    float* const no[3] = {normed_0, normed_1, normed_2};
-    norm_add_norms_row<ClusterRow<NORM_CLUSTER>>(residual, input, weight, output, scalar, p, nw, no);
-}
-
 extern "C" __global__ void __cluster_dims__(NORM_CLUSTER, 1, 1) __launch_bounds__(256) fused_norm_moe_sum_f32_cluster(
     const float* input, const float* weight, const float* expert_w, const float* y_expert, const float* moe_weight,
     float* output, const FusedNormMoeSumParams* p) {

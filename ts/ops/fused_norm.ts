@@ -329,23 +329,25 @@ export function fusedNormThreadgroup(dim: number, limits: LaunchLimits): { threa
 /** Blocks a row in the CUDA cluster entries (shaders/cuda/fused_norm.cu NORM_CLUSTER, its `__cluster_dims__`). */
 export const FUSED_NORM_CLUSTER = 8;
 /** The kernels with a cluster entry (`<kernel>_cluster`). */
-export const FUSED_NORM_CLUSTER_KERNELS = ['fused_norm_add_norms_f32', 'fused_norm_moe_sum_f32', 'fused_norm_moe_sum_bf16_input'] as const;
+export const FUSED_NORM_CLUSTER_KERNELS = ['fused_norm_moe_sum_f32', 'fused_norm_moe_sum_bf16_input'] as const;
 /** Threads a block of a cluster entry at most (their __launch_bounds__). */
 const CLUSTER_MAX_THREADS = 256;
-/** Dynamic shared memory of a cluster entry: two sums' slots of up to 32 warps (ClusterRow). */
-const CLUSTER_SHARED_BYTES = 256;
+/** Dynamic shared memory of a cluster entry: its two sums' warp folds (ClusterRow), 2 floats for each of up to 8 warps. */
+const CLUSTER_SHARED_BYTES = 64;
 
 /**
- * The CUDA launch of fused_norm_add_norms or fused_norm_moe_sum over few
- * rows, or undefined: `<kernel>_cluster`, a row's blocks a cluster of
- * FUSED_NORM_CLUSTER (grid rows * FUSED_NORM_CLUSTER), each of one thread
- * a 16-byte vector of its share of the row (whole warps, at most 256), where
- * the device has clusters (computeCapability >= 90) and rows *
- * FUSED_NORM_CLUSTER blocks fit on the SMs at once. One block a row moves the
- * whole row through one SM: at a decode step's one row of 2816 (Gemma 4)
- * that is the kernel's time (bench/notes/fused-norm-cluster-2026-11-29.md);
- * over a cluster each SM moves an eighth. Many rows fill the SMs with one
- * block each, and take the kernel's own launch.
+ * The CUDA launch of fused_norm_moe_sum over few rows, or undefined:
+ * `<kernel>_cluster`, a row's blocks a cluster of FUSED_NORM_CLUSTER (grid
+ * rows * FUSED_NORM_CLUSTER), each of one thread a 16-byte vector of its
+ * share of the row (whole warps, at most 256), where the device has clusters
+ * (computeCapability >= 90) and rows * FUSED_NORM_CLUSTER blocks fit on the
+ * SMs at once. One block a row moves the row's 11 rows of data (8 experts')
+ * through one SM: at a decode step's row of 2816 (Gemma 4) that is the
+ * kernel's time; over a cluster each SM moves an eighth, for one cluster
+ * sum (bench/notes/fused-norm-cluster-2026-11-29.md: 2.8 us against 3.7 on
+ * the H200; fused_norm_add_norms, two dependent sums, lost: 3.6 against
+ * 3.1). Many rows fill the SMs with one block each, and take the kernel's
+ * own launch.
  */
 export function fusedNormClusterLaunch(
   kernel: (typeof FUSED_NORM_CLUSTER_KERNELS)[number], p: FusedNormParams,
@@ -469,8 +471,7 @@ export function planFusedNormAddScalar(args: FusedNormScalarArgs, limits: Device
  * in when absent), 5 FusedNormAddNormsF32Params, 6 + 2j normWeightJ (weight
  * stands in), 7 + 2j normedJ (output stands in, unwritten);
  * threadgroup(0) one float per simdgroup.
- * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads; on
- * CUDA with few rows, clusters of blocks a row (fusedNormClusterLaunch).
+ * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
  */
 export function fusedNormAddNorms(enc: Encoder, args: FusedNormAddNormsArgs): void {
   record(enc, planFusedNormAddNorms(args, enc.device.limits, enc.device));
@@ -488,8 +489,7 @@ export function planFusedNormAddNorms(args: FusedNormAddNormsArgs, limits: Devic
     buffers[7 + 2 * j] = args[NORMED[j]!] ?? args.output;
   }
   return rowsPlan('fused_norm_add_norms_f32', args, limits, buffers,
-    [, , , , , packFusedNormAddNormsParams({ ...args, scalarMode, norms, weighted })],
-    fusedNormClusterLaunch('fused_norm_add_norms_f32', args, limits));
+    [, , , , , packFusedNormAddNormsParams({ ...args, scalarMode, norms, weighted })]);
 }
 
 /**

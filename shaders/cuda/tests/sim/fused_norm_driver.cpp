@@ -1,9 +1,9 @@
 // fused_norm's CUDA kernels fused_norm_add_norms_f32 and
-// fused_norm_moe_sum_{f32,bf16_input} (shaders/cuda/fused_norm.cu), their
-// one-block entries and their cluster entries, on the CPU simulation
-// (sim_runtime.h), against float64 references: one block a row (the op's
-// many-rows launch), clusters of NORM_CLUSTER blocks a row (the op's
-// few-rows launch on sm_90: every block of a cluster resident), rows the
+// fused_norm_moe_sum_{f32,bf16_input} (shaders/cuda/fused_norm.cu), and the
+// latter's cluster entries, on the CPU simulation (sim_runtime.h), against
+// float64 references: one block a row (the ops' launch), clusters of
+// NORM_CLUSTER blocks a row (moe_sum's few-rows launch on sm_90: every
+// block of a cluster resident), rows the
 // threads hold in registers and rows past them, the element-by-element path
 // (dim not a multiple of 4), partial last warps, 0 to 3 normed outputs, each
 // scalar mode, in place. Error: |got - want| / max(|want|, 0.1 of the
@@ -86,12 +86,9 @@ void run_add_norms(u32 rows, u32 dim, u32 norms, u32 weighted, u32 scalar_mode, 
   }
   FusedNormAddNormsF32Params p{dim, rows, 1e-6f, scalar_mode, norms, weighted};
   float* o = in_place ? res.p : out.p;
-  auto kernel = [&] {
-    if (cl == 1) fused_norm_add_norms_f32(res.p, in.p, w.p, o, sc.p, &p, nw[0].p, no[0].p, nw[1].p, no[1].p, nw[2].p, no[2].p);
-    else fused_norm_add_norms_f32_cluster(res.p, in.p, w.p, o, sc.p, &p, nw[0].p, no[0].p, nw[1].p, no[1].p, nw[2].p, no[2].p);
-  };
+  auto kernel = [&] { fused_norm_add_norms_f32(res.p, in.p, w.p, o, sc.p, &p, nw[0].p, no[0].p, nw[1].p, no[1].p, nw[2].p, no[2].p); };
   launch(rows, cl, threads, kernel);
-  const std::string what = shape(cl == 1 ? "fused_norm_add_norms_f32" : "fused_norm_add_norms_f32_cluster", rows, dim, cl, threads) +
+  const std::string what = shape("fused_norm_add_norms_f32", rows, dim, cl, threads) +
                            " norms " + std::to_string(norms) + " scalar " + std::to_string(scalar_mode) + (in_place ? " in place" : "");
   check(what + " output", o, h, 1e-5);
   for (u32 j = 0; j < norms; ++j) check(what + " normed" + std::to_string(j), no[j].p, want_n[j], 1e-5);
@@ -144,20 +141,18 @@ void run_moe_sum(u32 rows, u32 dim, u32 topk, u32 cl, u32 threads, bool in_place
 
 int main() {
   const u32 CL = NORM_CLUSTER;
-  // One block a row: the op's launch for many rows.
+  // One block a row (the op's launch), every normed count and scalar mode,
+  // rows past the held vectors, the element path (dim 1001), in place.
   run_add_norms(3, 1000, 3, 0b101, 2, 1, 256);
+  run_add_norms(1, 2816, 1, 0b1, 1, 1, 256, true);
+  run_add_norms(2, 2816, 0, 0, 2, 1, 256);
+  run_add_norms(1, 8192, 2, 0b10, 0, 1, 256);
+  run_add_norms(1, 1001, 3, 0b111, 2, 1, 128);
   run_moe_sum<float>(2, 1000, 4, 1, 256);
-  // Clusters: Gemma 4's row (2816: 88 vectors a block, 96 threads), every
-  // normed count and scalar mode; in place.
-  run_add_norms(1, 2816, 3, 0b111, 0, CL, 96);
-  run_add_norms(1, 2816, 1, 0b1, 1, CL, 96, true);
-  run_add_norms(2, 2816, 0, 0, 2, CL, 96);
-  run_add_norms(1, 2816, 2, 0b10, 0, CL, 96);
-  // Rows past the held vectors (8192: 2048 vectors over 8 x 32 threads, 8 a
-  // thread), a partial last warp (40 threads), the element path (dim 1001).
-  run_add_norms(1, 8192, 3, 0b011, 2, CL, 32);
-  run_add_norms(2, 1000, 2, 0b11, 1, CL, 40);
-  run_add_norms(1, 1001, 3, 0b111, 2, CL, 32);
+  // Clusters: Gemma 4's row (2816: 88 vectors a block, 96 threads), in
+  // place; rows past the held vectors (8192: 2048 vectors over 8 x 32
+  // threads, 8 a thread), a partial last warp (40 threads: the folds added
+  // one after the other), the element path (dim 1001).
   run_moe_sum<float>(1, 2816, 8, CL, 96);
   run_moe_sum<__nv_bfloat16>(2, 2816, 8, CL, 96, true);
   run_moe_sum<float>(1, 8192, 2, CL, 32);

@@ -16,7 +16,10 @@
 // take their other path, as a build without sm_90a would). Dynamic shared
 // memory lies at byte 528 of a simulated shared window whose address 0 is
 // 1024-byte aligned, so shared addresses (smem_addr) and their alignment
-// behave as on the device. build.py assembles a family's program for it.
+// behave as on the device. Thread block clusters (sim_launch_resident with
+// cl > 1): common.cuh's cluster_arrive / cluster_wait are a barrier of the
+// cluster's threads, ld_cluster_f32 reads another block's shared window at
+// the same offset. build.py assembles a family's program for it.
 #pragma once
 #ifndef MLXN_SIM_NO_WGMMA
 #define MLXN_SIM_WGMMA 1
