@@ -29,11 +29,11 @@ import {
   type ProductPrecision, type RoutedExperts,
 } from '../ts/models/index.ts';
 import type { GateActivation } from '../ts/expert-products.ts';
-import { geluTanhMul } from '../ts/ops/gelu.ts';
+import { geluTanhMul, geluTanhMulHalves } from '../ts/ops/gelu.ts';
 import { ggmlMatmulRef, ggmlQuantize, ggmlRowBytesOf, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
-import { GGML_DEQUANT_MIN_ROWS, ggmlDequantTakes } from '../ts/models/blocks.ts';
+import { gatedLinear, GGML_DEQUANT_MIN_ROWS, ggmlDequantTakes } from '../ts/models/blocks.ts';
 import { quantizedMatmulIdGgml } from '../ts/ops/quantized_matmul_id_ggml.ts';
-import { siluMul } from '../ts/ops/silu_mul.ts';
+import { siluMul, siluMulHalves } from '../ts/ops/silu_mul.ts';
 import { describeBackends, dotErr, dotTolerance, expectInvalid, expectInvalidParts, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
 import { ggufCheckpoint, llamaCppMetadata, tinyConfig, writeTinyCheckpoint, type TinyArch } from './model-checkpoints.ts';
 import { relL2 } from './model-fixtures.ts';
@@ -453,5 +453,37 @@ describeBackends('routed GGUF experts', ({ device }) => {
       expect(maxRelErr(outputs.readNumbers(), y!.readNumbers())).toBeLessThanOrEqual(d.backend === 'cuda' ? TOL.f16 : TOL.f32);
     }
     for (const w of [gate, upK, up5, down]) w.weight.release();
+  });
+});
+
+describeBackends('GGUF gated MLP (gatedLinear)', ({ device }) => {
+  // An MLP's stacked gate/up rows: up to 8 rows of x, one dispatch (the per-expert fused gate/up product over one
+  // expert, ids 0); past 8 rows, linear's product and the activation over its halves (2). The values: that
+  // composition on the same backend (on cuda the fused activation may differ from gelu_tanh_mul's / silu_mul's by an
+  // ulp of its f16-operand products: f16's tolerance); a NaN-poisoned output.
+  test('one dispatch at decode; the values of the product and the activation', () => {
+    const d = device(), r = rng(53);
+    using zeroIds = d.upload('u32', [8], Array<number>(8).fill(0));
+    using s = new Scratch(d);
+    const cases: [GgmlQuantType, number, number, number, GateActivation][] = [
+      ['Q4_K', 1, 96, 512, 'gelu_tanh'], ['Q8_0', 3, 40, 96, 'silu'], ['Q6_K', 8, 64, 256, 'gelu_tanh'], ['Q4_K', 12, 48, 256, 'silu'],
+    ];
+    for (const [type, m, n, k, act] of cases) {
+      const q = ggmlQuantize(type, randomArray(r, 2 * n * k, -1, 1), 2 * n, k);
+      using w = d.upload('u8', [2 * n, ggmlRowBytesOf(type, k)], q);
+      const lin = { kind: 'ggml', weight: w, ggmlType: type, n: 2 * n, k } as const;
+      using x = d.upload('f32', [m, k], randomArray(r, m * k, -1, 1));
+      using gu = d.alloc('f32', [m, 2 * n]);
+      using y = d.alloc('f32', [m, n]);
+      using want = d.alloc('f32', [m, n]);
+      y.fill(Number.NaN);
+      using enc = d.encoder();
+      gatedLinear(enc, lin, x, gu, y, m, act, zeroIds, 'fast', s);
+      expect(enc.dispatchCount).toBe(m <= 8 ? 1 : 2);
+      linear(enc, lin, x, gu, m, 'fast', s);
+      (act === 'silu' ? siluMulHalves : geluTanhMulHalves)(enc, { gateUp: gu, output: want, rows: m, dim: n });
+      enc.commitAndWait();
+      expect(maxRelErr(y.readNumbers(), want.readNumbers())).toBeLessThanOrEqual(d.backend === 'cuda' ? TOL.f16 : TOL.f32);
+    }
   });
 });

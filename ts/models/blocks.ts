@@ -21,8 +21,8 @@ import { invalid } from '../validate.ts';
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId, type GateActivation } from '../ops/quantized_matmul_id.ts';
 import { ggmlDequantize, quantizedMatmulGgml, quantizedMatmulGgmlScratchElements, type GgmlQuantType } from '../ops/quantized_matmul_ggml.ts';
 import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm } from '../ops/quantized_matmul_id_ggml.ts';
-import { geluTanhMul } from '../ops/gelu.ts';
-import { siluMul } from '../ops/silu_mul.ts';
+import { geluTanhMul, geluTanhMulHalves } from '../ops/gelu.ts';
+import { siluMul, siluMulHalves } from '../ops/silu_mul.ts';
 
 /**
  * A linear layer y = x W^T, W [n, k] as checkpoints store it: dense (f32,
@@ -57,7 +57,7 @@ export type ProductPrecision =
   | 'exact';
 
 /** Rows of x the vector kernels take at once. */
-const VECTOR_ROWS = 8;
+export const VECTOR_ROWS = 8;
 
 /**
  * A GGUF product on CUDA from this many rows of x runs on its weight
@@ -132,6 +132,32 @@ export function linear(enc: Encoder, lin: Linear, x: Buffer, y: Buffer, m: numbe
   } else {
     for (let i = 0; i < m; i++) denseMatvec(enc, { a: rows(x, i, 1, k), b: w, output: rows(y, i, 1, n), m: 1, n, k });
   }
+}
+
+/**
+ * output [m, n / 2] = act(gate) * up for m rows of x, gate and up the halves
+ * of one linear's rows (an MLP's stacked projections: gate rows [0, n / 2),
+ * up rows [n / 2, n)). GGUF rows at up to VECTOR_ROWS rows of x: one
+ * dispatch, the per-expert fused gate/up product over a single expert (each
+ * row's id 0, from zeroIds: u32, at least m zeros), the vector engine that
+ * linear's product runs, with the activation applied to the gate's sums as
+ * they leave it. Otherwise linear's product into gu [m, n], then the
+ * activation over its halves.
+ */
+export function gatedLinear(enc: Encoder, lin: Linear, x: Buffer, gu: Buffer, output: Buffer, m: number, activation: GateActivation,
+  zeroIds: Buffer, precision: ProductPrecision = 'fast', s?: Scratch): void {
+  const half = lin.n / 2;
+  if (lin.kind === 'ggml' && m <= VECTOR_ROWS && lin.n % 2 === 0) {
+    const rowBytes = lin.weight.byteLength / lin.n;
+    quantizedMatmulIdGgmlGateUp(enc, {
+      input: x, output, nTokens: m, topK: 1, n: half, k: lin.k, nExperts: 1, ggmlType: lin.ggmlType,
+      gateWeight: lin.weight.view('u8', [half, rowBytes], 0), upWeight: lin.weight.view('u8', [half, rowBytes], half * rowBytes),
+      ids: zeroIds, activation,
+    });
+    return;
+  }
+  linear(enc, lin, x, gu, m, precision, s);
+  (activation === 'silu' ? siluMulHalves : geluTanhMulHalves)(enc, { gateUp: gu, output, rows: m, dim: half });
 }
 
 /**

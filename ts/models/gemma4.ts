@@ -44,12 +44,12 @@ import { cast, elementwiseAdd, scalarMul } from '../ops/elementwise.ts';
 import { fusedNormAddNorms, fusedNormMoeSum, type FusedNormAddNormsArgs } from '../ops/fused_norm.ts';
 import { embedding } from '../ops/embedding.ts';
 import { fusedHeadNormRope, fusedHeadNormRopeQkv } from '../ops/fused_head_norm_rope.ts';
-import { geluTanhMul, geluTanhMulHalves } from '../ops/gelu.ts';
+import { geluTanhMul } from '../ops/gelu.ts';
 import { rmsNorm } from '../ops/rms_norm.ts';
 import { softcap } from '../ops/softmax.ts';
 import type { Gemma4Layer, Gemma4Weights } from '../weights/index.ts';
 import { invalid } from '../validate.ts';
-import { linear, project, routedExperts, rows, type Linear, type Projection, type RoutedExperts } from './blocks.ts';
+import { gatedLinear, linear, project, routedExperts, rows, VECTOR_ROWS, type Linear, type Projection, type RoutedExperts } from './blocks.ts';
 import { attentionDecode, attentionPrefill, fillCache, newKvCache, releaseKvCache, type AttentionSpec, type KvCache } from './attention.ts';
 import { Checkpoint, type EmbeddingTable } from './checkpoint.ts';
 import type { Gemma4Config, Gemma4LayerConfig } from './config.ts';
@@ -107,6 +107,8 @@ export class Gemma4 extends CausalLM {
   private readonly layers: LayerWeights[];
   private readonly caches: (KvCache | null)[];
   private readonly perLayer: { readonly table: EmbeddingTable; readonly proj: Linear; readonly norm: Buffer } | null;
+  /** u32 [VECTOR_ROWS] zeros: the ids of the MLP's fused gate/up product over its one "expert" (gatedLinear). */
+  private readonly zeroIds: Buffer;
 
   constructor(device: Device, config: Gemma4Config, ckpt: Checkpoint, names: Gemma4Weights, opts: ModelOptions = {}) {
     super(device, config, ckpt, opts);
@@ -122,6 +124,8 @@ export class Gemma4 extends CausalLM {
       norm: ckpt.f32(ckpt.host(names.perLayer.projectionNorm), [c.perLayerInputSize]),
     };
     this.layers = names.layers.map((l) => this.loadLayer(l));
+    this.zeroIds = device.alloc('u32', [VECTOR_ROWS]);
+    this.zeroIds.writeNumbers(new Array<number>(VECTOR_ROWS).fill(0));
     this.caches = c.layers.map((l, i) => (l.kvSource !== i ? null
       : newKvCache(device, l.numKvHeads, l.headDim, l.type === 'sliding_attention' ? c.slidingWindow : this.maxContext, l.type === 'sliding_attention')));
   }
@@ -186,6 +190,7 @@ export class Gemma4 extends CausalLM {
   }
 
   protected releaseWeights(): void {
+    this.zeroIds?.release();
     for (const c of this.caches ?? []) if (c !== null) releaseKvCache(c);
   }
 
@@ -216,8 +221,7 @@ export class Gemma4 extends CausalLM {
       const i2 = l.cfg.intermediateSize;
       const gu = s.get(`mlp.gateUp.${i2}`, 'f32', [t, 2 * i2]);
       const act = s.get(`mlp.act.${i2}`, 'f32', [t, i2]);
-      linear(enc, l.mlpGateUp, x, gu, t, this.precision, this.scratch);
-      geluTanhMulHalves(enc, { gateUp: gu, output: act, rows: t, dim: i2 });
+      gatedLinear(enc, l.mlpGateUp, x, gu, act, t, 'gelu_tanh', this.zeroIds, this.precision, this.scratch);
       linear(enc, l.mlpDown, act, y, t, this.precision, this.scratch);
       if (l.moe !== null) this.moe(enc, l.moe, routerX, expertX, y, t);
       const next = this.layers[i + 1];
