@@ -45,8 +45,8 @@ export function header(family: string): string {
 /** The parameters of every `extern "C" __global__` entry, by name. */
 export function cudaEntries(code: string): Map<string, CudaParam[]> {
   const out = new Map<string, CudaParam[]>();
-  // An entry may carry launch attributes: __launch_bounds__(...), __cluster_dims__(...), common.cuh's MLXN_MAX_REGS(n).
-  const re = /extern\s+"C"\s+__global__\s+void\s+(?:(?:__launch_bounds__|MLXN_MAX_REGS|__cluster_dims__)\s*\([^)]*\)\s*)*([A-Za-z_]\w*)\s*\(([^)]*)\)/g;
+  // An entry may carry a launch attribute: __launch_bounds__(...) or common.cuh's MLXN_MAX_REGS(n).
+  const re = /extern\s+"C"\s+__global__\s+void\s+(?:(?:__launch_bounds__|MLXN_MAX_REGS)\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\(([^)]*)\)/g;
   for (const m of code.matchAll(re)) {
     const params = m[2]!.trim() === '' ? [] : m[2]!.split(',').map((p) => {
       const decl = p.replace(/__restrict__/g, ' ').replace(/\s+/g, ' ').trim();

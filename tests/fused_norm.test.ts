@@ -2,13 +2,9 @@
 // the reference against hand-computed values, and parity on every backend.
 
 import { describe, expect, test } from 'bun:test';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import src from '../shaders/fused_norm.metal' with { type: 'text' };
 import {
   FUSED_NORM_ADD_ARGS,
-  FUSED_NORM_CLUSTER,
-  FUSED_NORM_CLUSTER_KERNELS,
   FUSED_NORM_FAMILY,
   FUSED_NORM_KERNELS,
   FUSED_NORM_SOURCES,
@@ -21,7 +17,6 @@ import {
   fusedNormAddScalar,
   fusedNormAddNorms,
   fusedNormMoeSum,
-  fusedNormClusterLaunch,
   fusedNormThreadgroup,
   fusedResidualNorm,
   fusedResidualNormScalar,
@@ -106,29 +101,6 @@ describe('fused_norm param packers match the .metal declarations', () => {
     expect(fusedNormThreadgroup(33, TARGET_LIMITS.metal)).toEqual({ threads: 64, sharedBytes: 16 });
     expect(fusedNormThreadgroup(257, TARGET_LIMITS.metal)).toEqual({ threads: 256, sharedBytes: 32 });
     expect(fusedNormThreadgroup(100000, TARGET_LIMITS.metal)).toEqual({ threads: 256, sharedBytes: 32 });
-  });
-  test('CUDA cluster launch of fused_norm_moe_sum: few rows on sm_90, a row\'s 16-byte vectors over 8 blocks of whole warps, at most 256 threads', () => {
-    const cuda = TARGET_LIMITS.cuda;
-    // Gemma 4's row: 704 vectors, 88 a block, 96 threads.
-    expect(fusedNormClusterLaunch('fused_norm_moe_sum_f32', { rows: 1, dim: 2816, eps: 1e-6 }, cuda)).toEqual({
-      entry: 'fused_norm_moe_sum_f32_cluster', grid: [8, 1, 1], threads: [96, 1, 1], threadgroupMemory: [64],
-    });
-    expect(fusedNormClusterLaunch('fused_norm_moe_sum_bf16_input', { rows: 16, dim: 3, eps: 1e-6 }, cuda)).toEqual({
-      entry: 'fused_norm_moe_sum_bf16_input_cluster', grid: [128, 1, 1], threads: [32, 1, 1], threadgroupMemory: [64],
-    });
-    expect(fusedNormClusterLaunch('fused_norm_moe_sum_f32', { rows: 2, dim: 65536, eps: 1e-6 }, cuda)?.threads).toEqual([256, 1, 1]);
-    // More rows than 132 SMs hold at 8 blocks each, no clusters (metal, emu, sm_80): the kernel's own launch.
-    expect(fusedNormClusterLaunch('fused_norm_moe_sum_f32', { rows: 17, dim: 2816, eps: 1e-6 }, cuda)).toBeUndefined();
-    expect(fusedNormClusterLaunch('fused_norm_moe_sum_f32', { rows: 1, dim: 2816, eps: 1e-6 }, TARGET_LIMITS.metal)).toBeUndefined();
-    expect(fusedNormClusterLaunch('fused_norm_moe_sum_f32', { rows: 1, dim: 2816, eps: 1e-6 }, { ...cuda, computeCapability: 80 })).toBeUndefined();
-  });
-  // (tests/op-contract.ts checks that each takes its kernel's parameters.)
-  test('the cluster entries declare FUSED_NORM_CLUSTER blocks', () => {
-    const cu = readFileSync(join(import.meta.dir, '..', 'shaders', 'cuda', 'fused_norm.cu'), 'utf8');
-    expect(Number(/constexpr u32 NORM_CLUSTER = (\d+);/.exec(cu)?.[1])).toBe(FUSED_NORM_CLUSTER);
-    for (const k of FUSED_NORM_CLUSTER_KERNELS) {
-      expect(cu).toMatch(new RegExp(`__cluster_dims__\\(NORM_CLUSTER, 1, 1\\) __launch_bounds__\\(256\\) ${k}_cluster\\(`));
-    }
   });
 });
 
@@ -471,12 +443,7 @@ describeBackends('fused_norm parity', ({ device }) => {
   }
 });
 
-/**
- * SHAPES and Gemma 4's rows of 2816: on an H200 (132 SMs) fused_norm_moe_sum
- * over up to 16 rows takes the CUDA cluster entries (fusedNormClusterLaunch),
- * so every shape of SHAPES but [67, 33] does, and [17, 2816] the one-block
- * entries.
- */
+/** SHAPES and Gemma 4's rows of 2816 (a decode step's one row, and more rows than a block's registers hold at once). */
 const NORMS_SHAPES: readonly [rows: number, dim: number][] = [...SHAPES, [1, 2816], [16, 2816], [17, 2816]];
 
 describeBackends('fused_norm parity: the norms after a residual update, the two branches joined', ({ device }) => {

@@ -227,41 +227,6 @@ __device__ __forceinline__ void norm_row(const T* residual, const T* input, cons
 // a scalar path of the same arithmetic.
 constexpr int NC = 3;
 
-// The threads of fused_norm_moe_sum's row and their two sums. BlockRow: one
-// block a row (the row blockIdx.x), sums by block_sum. ClusterRow<CL>: a
-// cluster of CL blocks a row (the row blockIdx.x / CL), thread t of block r
-// the row's thread r * blockDim.x + t, sums by cluster_sums (the warps'
-// folds in shared memory: 2 floats a warp); last() follows the
-// kernel's sums, end() precedes its exit (the cluster's reads of this
-// block's slots are done).
-struct BlockRow {
-    u32 row, tid, n;
-    __device__ __forceinline__ BlockRow() : row(blockIdx.x), tid(threadIdx.x), n(blockDim.x) {}
-    __device__ __forceinline__ void sum2(float& a, float& b, float* partials) const {
-        a = block_sum(a, partials);
-        __syncthreads();
-        b = block_sum(b, partials);
-    }
-    __device__ __forceinline__ void last() const {}
-    __device__ __forceinline__ void end() const {}
-};
-template <u32 CL>
-struct ClusterRow {
-    u32 row, tid, n;
-    __device__ __forceinline__ ClusterRow()
-        : row(blockIdx.x / CL), tid(cluster_rank() * blockDim.x + threadIdx.x), n(CL * blockDim.x) {}
-    __device__ __forceinline__ void sum2(float& a, float& b, float* partials) const {
-        float t[2] = {a, b};
-        cluster_sums<CL>(t, partials);
-        a = t[0];
-        b = t[1];
-    }
-    __device__ __forceinline__ void last() const { cluster_arrive(); }
-    __device__ __forceinline__ void end() const { cluster_wait(); }
-};
-// Blocks of a row in the `_cluster` entries (ts/ops/fused_norm.ts FUSED_NORM_CLUSTER).
-constexpr u32 NORM_CLUSTER = 8;
-
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ void st4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
 __device__ __forceinline__ float dot4(float4 a) { return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w; }
@@ -382,13 +347,12 @@ __device__ __forceinline__ float4 moe_sum4(const float* w, const E* ye, u32 top_
     return make_float4(acc[0], acc[1], acc[2], acc[3]);
 }
 
-template <class R, typename E>
+template <typename E>
 __device__ __forceinline__ void norm_moe_sum_row(const float* input, const float* weight, const float* expert_w,
                                                  const E* y_expert, const float* moe_weight, float* output,
                                                  const FusedNormMoeSumParams* p) {
     extern __shared__ float partials[];
-    const R rt;
-    const u32 row = rt.row;
+    const u32 row = blockIdx.x;
     if (row >= p->rows) return;
     const u32 dim = p->dim, K = p->top_k;
     const float eps = p->eps;
@@ -397,7 +361,7 @@ __device__ __forceinline__ void norm_moe_sum_row(const float* input, const float
     const float* w = expert_w + u64(row) * K;
     const E* ye = y_expert + base * K;
     float* o = output + base;
-    const u32 tid = rt.tid, bs = rt.n;
+    const u32 tid = threadIdx.x, bs = blockDim.x;
     const bool vec = dim % 4 == 0 && aligned16(in) && aligned16(weight) && aligned16(y_expert) &&
                      aligned16(moe_weight) && aligned16(o);
     float sx = 0.0f, se = 0.0f;
@@ -420,9 +384,9 @@ __device__ __forceinline__ void norm_moe_sum_row(const float* input, const float
             sx += dot4(ld4(in + 4 * u64(vi)));
             se += dot4(moe_sum4(w, ye, K, dim, vi));
         }
-        rt.sum2(sx, se, partials);
-        rt.last();
-        const float rx = rsqrtf(sx / float(dim) + eps), re = rsqrtf(se / float(dim) + eps);
+        const float rx = rsqrtf(block_sum(sx, partials) / float(dim) + eps);
+        __syncthreads();
+        const float re = rsqrtf(block_sum(se, partials) / float(dim) + eps);
         auto out4 = [&](float4 x, float4 wv, float4 e, float4 m) {
             return make_float4(x.x * rx * wv.x + e.x * re * m.x, x.y * rx * wv.y + e.y * re * m.y,
                                x.z * rx * wv.z + e.z * re * m.z, x.w * rx * wv.w + e.w * re * m.w);
@@ -447,12 +411,11 @@ __device__ __forceinline__ void norm_moe_sum_row(const float* input, const float
             sx += in[i] * in[i];
             se += e * e;
         }
-        rt.sum2(sx, se, partials);
-        rt.last();
-        const float rx = rsqrtf(sx / float(dim) + eps), re = rsqrtf(se / float(dim) + eps);
+        const float rx = rsqrtf(block_sum(sx, partials) / float(dim) + eps);
+        __syncthreads();
+        const float re = rsqrtf(block_sum(se, partials) / float(dim) + eps);
         for (u32 i = tid; i < dim; i += bs) o[i] = in[i] * rx * weight[i] + e_at(i) * re * moe_weight[i];
     }
-    rt.end();
 }
 
 }  // namespace
@@ -520,38 +483,11 @@ extern "C" __global__ void __launch_bounds__(256) fused_norm_add_norms_f32(
 extern "C" __global__ void __launch_bounds__(256) fused_norm_moe_sum_f32(
     const float* input, const float* weight, const float* expert_w, const float* y_expert, const float* moe_weight,
     float* output, const FusedNormMoeSumParams* p) {
-    norm_moe_sum_row<BlockRow>(input, weight, expert_w, y_expert, moe_weight, output, p);
+    norm_moe_sum_row(input, weight, expert_w, y_expert, moe_weight, output, p);
 }
 
 extern "C" __global__ void __launch_bounds__(256) fused_norm_moe_sum_bf16_input(
     const float* input, const float* weight, const float* expert_w, const __nv_bfloat16* y_expert,
     const float* moe_weight, float* output, const FusedNormMoeSumParams* p) {
-    norm_moe_sum_row<BlockRow>(input, weight, expert_w, y_expert, moe_weight, output, p);
+    norm_moe_sum_row(input, weight, expert_w, y_expert, moe_weight, output, p);
 }
-
-// CUDA-only entries of fused_norm_moe_sum_{f32,bf16_input}: a row's blocks
-// a cluster of NORM_CLUSTER (grid (rows * NORM_CLUSTER, 1, 1), at most 256
-// threads a block, 64 bytes of dynamic shared memory: the two sums' warp
-// folds), for the few rows of a decode step, where one SM moving the row's
-// 11 rows (the input, two weights, 8 experts' outputs) is the kernel's time.
-// The same arithmetic as the one-block entries, the sums of squares added
-// in another order. sm_90 and later (clusters); ts/ops/fused_norm.ts plans
-// them where DeviceLimits.computeCapability >= 90. On the H200 at Gemma 4's
-// row of 2816, 2.8 us against the one block's 3.7. Each cluster sum (a
-// cluster barrier, then a load of another SM's shared memory) costs ~0.6 us
-// more than a block's: fused_norm_add_norms, two dependent sums over a row
-// that one SM moves in 3.1 us, took 3.6 over 8 blocks and has no such entry
-// (bench/notes/fused-norm-cluster-2026-11-29.md).
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-extern "C" __global__ void __cluster_dims__(NORM_CLUSTER, 1, 1) __launch_bounds__(256) fused_norm_moe_sum_f32_cluster(
-    const float* input, const float* weight, const float* expert_w, const float* y_expert, const float* moe_weight,
-    float* output, const FusedNormMoeSumParams* p) {
-    norm_moe_sum_row<ClusterRow<NORM_CLUSTER>>(input, weight, expert_w, y_expert, moe_weight, output, p);
-}
-
-extern "C" __global__ void __cluster_dims__(NORM_CLUSTER, 1, 1) __launch_bounds__(256) fused_norm_moe_sum_bf16_input_cluster(
-    const float* input, const float* weight, const float* expert_w, const __nv_bfloat16* y_expert,
-    const float* moe_weight, float* output, const FusedNormMoeSumParams* p) {
-    norm_moe_sum_row<ClusterRow<NORM_CLUSTER>>(input, weight, expert_w, y_expert, moe_weight, output, p);
-}
-#endif

@@ -13,7 +13,7 @@ import {
   checkAtMost, checkBuffer, checkDtype, checkElements, checkNoAliasing, checkPositive, checkedProduct, invalid,
 } from '../validate.ts';
 import { rowThreadgroup, type LaunchLimits } from '../launch.ts';
-import { familyPlans, record, type CudaLaunch, type OpPlan } from '../plan.ts';
+import { familyPlans, record, type OpPlan } from '../plan.ts';
 import { rmsNormRef } from './rms_norm.ts';
 
 export const FUSED_NORM_FAMILY = 'fused_norm';
@@ -326,52 +326,13 @@ export function fusedNormThreadgroup(dim: number, limits: LaunchLimits): { threa
   return rowThreadgroup(dim, FUSED_NORM_MAX_THREADS, limits);
 }
 
-/** Blocks a row in the CUDA cluster entries (shaders/cuda/fused_norm.cu NORM_CLUSTER, its `__cluster_dims__`). */
-export const FUSED_NORM_CLUSTER = 8;
-/** The kernels with a cluster entry (`<kernel>_cluster`). */
-export const FUSED_NORM_CLUSTER_KERNELS = ['fused_norm_moe_sum_f32', 'fused_norm_moe_sum_bf16_input'] as const;
-/** Threads a block of a cluster entry at most (their __launch_bounds__). */
-const CLUSTER_MAX_THREADS = 256;
-/** Dynamic shared memory of a cluster entry: its two sums' warp folds (ClusterRow), 2 floats for each of up to 8 warps. */
-const CLUSTER_SHARED_BYTES = 64;
-
-/**
- * The CUDA launch of fused_norm_moe_sum over few rows, or undefined:
- * `<kernel>_cluster`, a row's blocks a cluster of FUSED_NORM_CLUSTER (grid
- * rows * FUSED_NORM_CLUSTER), each of one thread a 16-byte vector of its
- * share of the row (whole warps, at most 256), where the device has clusters
- * (computeCapability >= 90) and rows * FUSED_NORM_CLUSTER blocks fit on the
- * SMs at once. One block a row moves the row's 11 rows of data (8 experts')
- * through one SM: at a decode step's row of 2816 (Gemma 4) that is the
- * kernel's time; over a cluster each SM moves an eighth, for one cluster
- * sum (bench/notes/fused-norm-cluster-2026-11-29.md: 2.8 us against 3.7 on
- * the H200; fused_norm_add_norms, two dependent sums, lost: 3.6 against
- * 3.1). Many rows fill the SMs with one block each, and take the kernel's
- * own launch.
- */
-export function fusedNormClusterLaunch(
-  kernel: (typeof FUSED_NORM_CLUSTER_KERNELS)[number], p: FusedNormParams,
-  limits: Pick<DeviceLimits, 'computeCapability' | 'multiprocessors'>,
-): CudaLaunch | undefined {
-  if (limits.computeCapability < 90 || p.rows * FUSED_NORM_CLUSTER > limits.multiprocessors) return undefined;
-  const perBlock = Math.ceil(Math.ceil(p.dim / 4) / FUSED_NORM_CLUSTER);
-  const threads = Math.min(CLUSTER_MAX_THREADS, Math.max(32, Math.ceil(perBlock / 32) * 32));
-  return {
-    entry: `${kernel}_cluster`, grid: [p.rows * FUSED_NORM_CLUSTER, 1, 1], threads: [threads, 1, 1],
-    threadgroupMemory: [CLUSTER_SHARED_BYTES],
-  };
-}
-
-/** The plan of one row-per-threadgroup dispatch of a fused norm kernel (cuda: the CUDA twin's own launch, where it has one). */
+/** The plan of one row-per-threadgroup dispatch of a fused norm kernel. */
 function rowsPlan(
   kernel: (typeof FUSED_NORM_KERNELS)[number], p: FusedNormParams, limits: LaunchLimits,
-  buffers: Buffer[] | Record<number, Buffer>, bytes: (Uint8Array | undefined)[], cuda?: CudaLaunch,
+  buffers: Buffer[] | Record<number, Buffer>, bytes: (Uint8Array | undefined)[],
 ): OpPlan {
   const { threads, sharedBytes } = fusedNormThreadgroup(p.dim, limits);
-  return planOf({
-    kernel, buffers, bytes, threadgroupMemory: [sharedBytes], grid: [p.rows, 1, 1], threads: [threads, 1, 1],
-    ...(cuda !== undefined ? { cuda } : {}),
-  });
+  return planOf({ kernel, buffers, bytes, threadgroupMemory: [sharedBytes], grid: [p.rows, 1, 1], threads: [threads, 1, 1] });
 }
 
 /**
@@ -503,17 +464,15 @@ export function planFusedNormAddNorms(args: FusedNormAddNormsArgs, limits: Devic
  * may be input (in place).
  * Bindings: 0 input, 1 weight, 2 expertW, 3 yExpert, 4 moeWeight, 5 output,
  * 6 FusedNormMoeSumParams; threadgroup(0) one float per simdgroup.
- * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads; on
- * CUDA with few rows, clusters of blocks a row (fusedNormClusterLaunch).
+ * Grid: (rows, 1, 1) threadgroups of min(256, nextPow2(dim)) threads.
  */
 export function fusedNormMoeSum(enc: Encoder, args: FusedNormMoeSumArgs): void {
   record(enc, planFusedNormMoeSum(args, enc.device.limits, enc.device));
 }
 export function planFusedNormMoeSum(args: FusedNormMoeSumArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateFusedNormMoeSum(args, device);
-  const kernel = args.yExpert.dtype === 'bf16' ? 'fused_norm_moe_sum_bf16_input' : 'fused_norm_moe_sum_f32';
-  return rowsPlan(kernel, args, limits, [args.input, args.weight, args.expertW, args.yExpert, args.moeWeight, args.output],
-    [, , , , , , packFusedNormMoeSumParams(args)], fusedNormClusterLaunch(kernel, args, limits));
+  return rowsPlan(args.yExpert.dtype === 'bf16' ? 'fused_norm_moe_sum_bf16_input' : 'fused_norm_moe_sum_f32', args, limits,
+    [args.input, args.weight, args.expertW, args.yExpert, args.moeWeight, args.output], [, , , , , , packFusedNormMoeSumParams(args)]);
 }
 
 // ---- the float64 reference ----

@@ -1,15 +1,13 @@
 // fused_norm's CUDA kernels fused_norm_add_norms_f32 and
-// fused_norm_moe_sum_{f32,bf16_input} (shaders/cuda/fused_norm.cu), and the
-// latter's cluster entries, on the CPU simulation (sim_runtime.h), against
-// float64 references: one block a row (the ops' launch), clusters of
-// NORM_CLUSTER blocks a row (moe_sum's few-rows launch on sm_90: every
-// block of a cluster resident), rows the
-// threads hold in registers and rows past them, the element-by-element path
-// (dim not a multiple of 4), partial last warps, 0 to 3 normed outputs, each
-// scalar mode, in place. Error: |got - want| / max(|want|, 0.1 of the
-// largest |want|) (tests/fused_norm.test.ts sumErr: the outputs are sums of
-// terms of the data's scale, which may cancel), under f32's tolerance.
-// run.sh builds and runs it.
+// fused_norm_moe_sum_{f32,bf16_input} (shaders/cuda/fused_norm.cu) on the
+// CPU simulation (sim_runtime.h), against float64 references, one block a
+// row as the ops launch them: rows the threads hold in registers and rows
+// past them, the element-by-element path (dim not a multiple of 4), partial
+// last warps, 0 to 3 normed outputs, each scalar mode, in place. Error:
+// |got - want| / max(|want|, 0.1 of the largest |want|)
+// (tests/fused_norm.test.ts sumErr: the outputs are sums of terms of the
+// data's scale, which may cancel), under f32's tolerance. run.sh builds and
+// runs it.
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include <algorithm>
@@ -37,20 +35,12 @@ double rms_inv(const double* x, u32 dim, double eps) {
   return 1 / std::sqrt(sq / dim + eps);
 }
 
-// Launches one entry: a block a row, or (cl > 1) a cluster of cl blocks a row, all resident.
-template <class F>
-void launch(u32 rows, u32 cl, u32 threads, F&& kernel) {
-  if (cl == 1) sim_launch({rows, 1, 1}, {threads, 1, 1}, 256, kernel);
-  else sim_launch_resident({rows * cl, 1, 1}, {threads, 1, 1}, 256, kernel, cl);
-}
-
-std::string shape(const char* name, u32 rows, u32 dim, u32 cl, u32 threads) {
-  return std::string(name) + " [" + std::to_string(rows) + ", " + std::to_string(dim) + "] " +
-         (cl == 1 ? "a block" : "clusters of " + std::to_string(cl)) + " of " + std::to_string(threads);
+std::string shape(const char* name, u32 rows, u32 dim, u32 threads) {
+  return std::string(name) + " [" + std::to_string(rows) + ", " + std::to_string(dim) + "] a block of " + std::to_string(threads);
 }
 
 // h = (residual + input * rms_inv(input) * weight) [* scalar]; normed_j = h * rms_inv(h) [* nw_j].
-void run_add_norms(u32 rows, u32 dim, u32 norms, u32 weighted, u32 scalar_mode, u32 cl, u32 threads, bool in_place = false) {
+void run_add_norms(u32 rows, u32 dim, u32 norms, u32 weighted, u32 scalar_mode, u32 threads, bool in_place = false) {
   const size_t n = size_t(rows) * dim;
   Arr<float> res(n), in(n), w(dim), sc(scalar_mode == 2 ? dim : 1), out(n);
   std::vector<Arr<float>> nw, no;
@@ -86,9 +76,9 @@ void run_add_norms(u32 rows, u32 dim, u32 norms, u32 weighted, u32 scalar_mode, 
   }
   FusedNormAddNormsF32Params p{dim, rows, 1e-6f, scalar_mode, norms, weighted};
   float* o = in_place ? res.p : out.p;
-  auto kernel = [&] { fused_norm_add_norms_f32(res.p, in.p, w.p, o, sc.p, &p, nw[0].p, no[0].p, nw[1].p, no[1].p, nw[2].p, no[2].p); };
-  launch(rows, cl, threads, kernel);
-  const std::string what = shape("fused_norm_add_norms_f32", rows, dim, cl, threads) +
+  sim_launch({rows, 1, 1}, {threads, 1, 1}, 4 * 32,
+             [&] { fused_norm_add_norms_f32(res.p, in.p, w.p, o, sc.p, &p, nw[0].p, no[0].p, nw[1].p, no[1].p, nw[2].p, no[2].p); });
+  const std::string what = shape("fused_norm_add_norms_f32", rows, dim, threads) +
                            " norms " + std::to_string(norms) + " scalar " + std::to_string(scalar_mode) + (in_place ? " in place" : "");
   check(what + " output", o, h, 1e-5);
   for (u32 j = 0; j < norms; ++j) check(what + " normed" + std::to_string(j), no[j].p, want_n[j], 1e-5);
@@ -102,7 +92,7 @@ void run_add_norms(u32 rows, u32 dim, u32 norms, u32 weighted, u32 scalar_mode, 
 
 // out = input * rms_inv(input) * weight + e * rms_inv(e) * moe_weight, e = sum_k w[k] y[k].
 template <class E>
-void run_moe_sum(u32 rows, u32 dim, u32 topk, u32 cl, u32 threads, bool in_place = false) {
+void run_moe_sum(u32 rows, u32 dim, u32 topk, u32 threads, bool in_place = false) {
   const size_t n = size_t(rows) * dim;
   Arr<float> in(n), w(dim), ew(size_t(rows) * topk), mw(dim), out(n);
   Arr<E> y(n * topk);
@@ -124,40 +114,31 @@ void run_moe_sum(u32 rows, u32 dim, u32 topk, u32 cl, u32 threads, bool in_place
   FusedNormMoeSumParams p{dim, rows, topk, 1e-6f};
   float* o = in_place ? in.p : out.p;
   constexpr bool BF = std::is_same_v<E, __nv_bfloat16>;
-  auto kernel = [&] {
-    if constexpr (BF) {
-      if (cl == 1) fused_norm_moe_sum_bf16_input(in.p, w.p, ew.p, y.p, mw.p, o, &p);
-      else fused_norm_moe_sum_bf16_input_cluster(in.p, w.p, ew.p, y.p, mw.p, o, &p);
-    } else {
-      if (cl == 1) fused_norm_moe_sum_f32(in.p, w.p, ew.p, y.p, mw.p, o, &p);
-      else fused_norm_moe_sum_f32_cluster(in.p, w.p, ew.p, y.p, mw.p, o, &p);
-    }
-  };
-  launch(rows, cl, threads, kernel);
-  const char* name = BF ? (cl == 1 ? "fused_norm_moe_sum_bf16_input" : "fused_norm_moe_sum_bf16_input_cluster")
-                        : (cl == 1 ? "fused_norm_moe_sum_f32" : "fused_norm_moe_sum_f32_cluster");
-  check(shape(name, rows, dim, cl, threads) + " top " + std::to_string(topk) + (in_place ? " in place" : ""), o, want, 1e-5);
+  sim_launch({rows, 1, 1}, {threads, 1, 1}, 4 * 32, [&] {
+    if constexpr (BF) fused_norm_moe_sum_bf16_input(in.p, w.p, ew.p, y.p, mw.p, o, &p);
+    else fused_norm_moe_sum_f32(in.p, w.p, ew.p, y.p, mw.p, o, &p);
+  });
+  const char* name = BF ? "fused_norm_moe_sum_bf16_input" : "fused_norm_moe_sum_f32";
+  check(shape(name, rows, dim, threads) + " top " + std::to_string(topk) + (in_place ? " in place" : ""), o, want, 1e-5);
 }
 
 int main() {
-  const u32 CL = NORM_CLUSTER;
-  // One block a row (the op's launch), every normed count and scalar mode,
-  // rows past the held vectors, the element path (dim 1001), in place.
-  run_add_norms(3, 1000, 3, 0b101, 2, 1, 256);
-  run_add_norms(1, 2816, 1, 0b1, 1, 1, 256, true);
-  run_add_norms(2, 2816, 0, 0, 2, 1, 256);
-  run_add_norms(1, 8192, 2, 0b10, 0, 1, 256);
-  run_add_norms(1, 1001, 3, 0b111, 2, 1, 128);
-  run_moe_sum<float>(2, 1000, 4, 1, 256);
-  // Clusters: Gemma 4's row (2816: 88 vectors a block, 96 threads), in
-  // place; rows past the held vectors (8192: 2048 vectors over 8 x 32
-  // threads, 8 a thread), a partial last warp (40 threads: the folds added
-  // one after the other), the element path (dim 1001).
-  run_moe_sum<float>(1, 2816, 8, CL, 96);
-  run_moe_sum<__nv_bfloat16>(2, 2816, 8, CL, 96, true);
-  run_moe_sum<float>(1, 8192, 2, CL, 32);
-  run_moe_sum<float>(1, 1001, 3, CL, 40);
-  run_moe_sum<__nv_bfloat16>(3, 64, 8, CL, 32);
+  // Every normed count and scalar mode; Gemma 4's row (2816: 704 vectors, 3
+  // a thread of 256 held), rows past the held vectors (8192), the element
+  // path (dim 1001), a partial last warp (40 threads), in place.
+  run_add_norms(3, 1000, 3, 0b101, 2, 256);
+  run_add_norms(1, 2816, 3, 0b111, 0, 256);
+  run_add_norms(1, 2816, 1, 0b1, 1, 256, true);
+  run_add_norms(2, 2816, 0, 0, 2, 256);
+  run_add_norms(1, 8192, 2, 0b10, 0, 256);
+  run_add_norms(1, 1001, 3, 0b111, 2, 128);
+  run_add_norms(2, 1000, 2, 0b11, 1, 40);
+  run_moe_sum<float>(2, 1000, 4, 256);
+  run_moe_sum<float>(1, 2816, 8, 256);
+  run_moe_sum<__nv_bfloat16>(2, 2816, 8, 256, true);
+  run_moe_sum<float>(1, 8192, 2, 256);
+  run_moe_sum<float>(1, 1001, 3, 40);
+  run_moe_sum<__nv_bfloat16>(3, 64, 8, 32);
   std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
   return failures != 0;
 }

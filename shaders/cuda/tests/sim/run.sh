@@ -16,8 +16,7 @@
 #   sample: that family (sample_driver.cpp; `argmax` as the second argument
 #           runs only argmax's cases, `top_k` top-k's, another name
 #           fragment only the sampler cases holding it)
-#   fused_norm: fused_norm_add_norms and fused_norm_moe_sum, the latter's
-#          cluster entries too (fused_norm_driver.cpp)
+#   fused_norm: fused_norm_add_norms and fused_norm_moe_sum (fused_norm_driver.cpp)
 #   moe:   moe_dispatch, quantized_matmul_id, dense_matmul_id and
 #          moe_weighted_reduce (moe_driver.cpp)
 #   rope:  rope_neox, rope_multi and fused_head_norm_rope, the one-pair

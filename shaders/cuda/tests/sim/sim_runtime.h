@@ -16,10 +16,7 @@
 // take their other path, as a build without sm_90a would). Dynamic shared
 // memory lies at byte 528 of a simulated shared window whose address 0 is
 // 1024-byte aligned, so shared addresses (smem_addr) and their alignment
-// behave as on the device. Thread block clusters (sim_launch_resident with
-// cl > 1): common.cuh's cluster_arrive / cluster_wait are a barrier of the
-// cluster's threads, ld_cluster_f32 reads another block's shared window at
-// the same offset. build.py assembles a family's program for it.
+// behave as on the device. build.py assembles a family's program for it.
 #pragma once
 #ifndef MLXN_SIM_NO_WGMMA
 #define MLXN_SIM_WGMMA 1
@@ -38,7 +35,6 @@
 #include <atomic>
 #include <vector>
 #include <deque>
-#include <optional>
 #include <cmath>
 
 #undef __device__
@@ -53,8 +49,6 @@
 #define __noinline__ __attribute__((noinline))
 #define __shared__ static
 #define __launch_bounds__(...)
-#undef __cluster_dims__
-#define __cluster_dims__(...)
 
 struct SimDim { unsigned x = 1, y = 1, z = 1; };
 inline thread_local SimDim threadIdx, blockIdx;
@@ -62,11 +56,6 @@ inline SimDim blockDim, gridDim;
 
 struct SimBlock {
   std::barrier<>* block = nullptr;
-  // The block's cluster (sim_launch_resident with cl > 1): a barrier of its
-  // every thread, the block's rank and the cluster's first block.
-  std::barrier<>* cluster = nullptr;
-  unsigned cluster_rank = 0;
-  SimBlock* cluster_first = nullptr;
   std::vector<std::barrier<>*> warps;
   // Per-warp exchange slots: 32 lanes x 64 bytes.
   std::vector<unsigned char> slots;
@@ -204,28 +193,6 @@ inline unsigned smem_addr(const void* p) {
 inline size_t __cvta_generic_to_shared(const void* p) { return smem_addr(p); }
 
 inline unsigned char* sim_dynamic_smem() { return sim_block.shared + kSimDynOffset; }
-
-// ---- common.cuh's cluster helpers ----
-// The barrier's two halves keep the arrival's token for the wait.
-inline thread_local std::optional<std::barrier<>::arrival_token> sim_cluster_token;
-inline unsigned cluster_rank() { return sim_block.cluster_rank; }
-inline void cluster_arrive() {
-  if (sim_block.cluster == nullptr) sim_fail("cluster_arrive: not a cluster launch");
-  sim_cluster_token = sim_block.cluster->arrive();
-}
-inline void cluster_wait() {
-  if (!sim_cluster_token) sim_fail("cluster_wait: no arrival to wait for");
-  sim_block.cluster->wait(std::move(*sim_cluster_token));
-  sim_cluster_token.reset();
-}
-// The same offset in block `rank`'s shared window.
-inline float ld_cluster_f32(const float* p, unsigned rank) {
-  const size_t off = smem_addr(p);
-  SimBlock& b = sim_block.cluster_first[rank];
-  float v;
-  std::memcpy(&v, b.shared + off, sizeof v);
-  return v;
-}
 // %dynamic_smem_size: what the launch gave.
 inline unsigned dynamic_smem_bytes() { return unsigned(sim_block.dyn_bytes); }
 
@@ -560,12 +527,10 @@ inline void sim_launch(SimDim grid, SimDim block, size_t smem, F&& kernel) {
 
 // Runs kernel(args...) with every block of the grid at once (a kernel whose
 // blocks wait for each other, as on a GPU where all are resident), each
-// block with its own shared memory and barriers; cl > 1: clusters of cl
-// consecutive blocks (grid.x a multiple of cl), as an entry's
-// __cluster_dims__(cl, 1, 1). Keep grid x block small: one host thread a
-// simulated thread.
+// block with its own shared memory and barriers. Keep grid x block small:
+// one host thread a simulated thread.
 template <class F>
-inline void sim_launch_resident(SimDim grid, SimDim block, size_t smem, F&& kernel, unsigned cl = 1) {
+inline void sim_launch_resident(SimDim grid, SimDim block, size_t smem, F&& kernel) {
   gridDim = grid;
   blockDim = block;
   const unsigned n = block.x * block.y * block.z;
@@ -587,16 +552,6 @@ inline void sim_launch_resident(SimDim grid, SimDim block, size_t smem, F&& kern
     sb.shared_len = kSimDynOffset + smem + 16;
     sb.dyn_bytes = smem;
   }
-  if (cl > 1 && (grid.x % cl != 0 || grid.y != 1 || grid.z != 1)) sim_fail("sim_launch_resident: grid.x not a multiple of the cluster");
-  if (cl > 1)
-    for (unsigned b = 0; b < nb; b += cl) {
-      bars.push_back(std::make_unique<std::barrier<>>(n * cl));
-      for (unsigned r = 0; r < cl; ++r) {
-        blocks[b + r].cluster = bars.back().get();
-        blocks[b + r].cluster_rank = r;
-        blocks[b + r].cluster_first = &blocks[b];
-      }
-    }
   std::vector<std::thread> ts;
   for (unsigned b = 0; b < nb; ++b)
     for (unsigned t = 0; t < n; ++t)
@@ -608,7 +563,6 @@ inline void sim_launch_resident(SimDim grid, SimDim block, size_t smem, F&& kern
         kernel();
         sb.warps[t / 32]->arrive_and_drop();
         sb.block->arrive_and_drop();
-        if (sb.cluster != nullptr) sb.cluster->arrive_and_drop();
       });
   for (auto& th : ts) th.join();
 }
