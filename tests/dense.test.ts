@@ -42,6 +42,7 @@ import {
   denseMmHopperWidth,
   denseMmUsesWgmma,
   denseMvCudaLaunch,
+  denseGemvBf16CudaLaunch,
   packDenseGemmParams,
   packDenseGemvBf16Params,
   packDenseMmTensorParams,
@@ -122,6 +123,14 @@ describe('dense param packers match the header and the .metal bindings', () => {
     expect(denseMvCudaLaunch(1000, 1, 'bf16', 2)).toEqual({ grid: [63, 1, 1], threads: [256, 1, 1] });
     expect(denseMvCudaLaunch(1000, 1, 'f32', 2)).toEqual({ grid: [125, 1, 1], threads: [256, 1, 1] });
     expect(denseMvCudaLaunch(1024, 3, 'f32', 8)).toEqual({ grid: [3 * 64, 1, 1], threads: [256, 1, 1] });
+    // dense_gemv_bf16_f32: a block a row where 8-row blocks would be fewer than the SMs (132), else 8-row blocks.
+    const rows = { entry: 'hf2q_dense_gemv_bf16_f32_4_rows', threads: [256, 1, 1] as const, threadgroupMemory: [32] };
+    expect(denseGemvBf16CudaLaunch(1, 128, 1, TARGET_LIMITS.cuda)).toEqual({ ...rows, grid: [128, 1, 1] });
+    expect(denseGemvBf16CudaLaunch(1, 257, 2, TARGET_LIMITS.cuda)).toEqual({ ...rows, grid: [2 * 257, 1, 1] });
+    expect(denseGemvBf16CudaLaunch(2, 257, 2, TARGET_LIMITS.cuda)).toEqual({ grid: [4 * 33, 1, 1], threads: [256, 1, 1] });
+    expect(denseGemvBf16CudaLaunch(1, 1048, 1, TARGET_LIMITS.cuda)).toEqual({ ...rows, grid: [1048, 1, 1] });
+    expect(denseGemvBf16CudaLaunch(1, 1056, 1, TARGET_LIMITS.cuda)).toEqual({ grid: [132, 1, 1], threads: [256, 1, 1] });
+    expect(denseGemvBf16CudaLaunch(5, 128, 8, TARGET_LIMITS.cuda)).toEqual({ grid: [16 * 40, 1, 1], threads: [256, 1, 1] });
     // Off Hopper (an A100's limits): the mma.sync tiles.
     const a100 = { ...TARGET_LIMITS.cuda, computeCapability: 80, multiprocessors: 108, maxThreadgroupMemory: 166912 };
     expect(denseMmCudaLaunch(4096, 4096, 1, 'bf16', a100)).toEqual({ grid: [16 * 32, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: 122880 } });
@@ -419,10 +428,13 @@ describeBackends('dense parity', ({ device, backend }) => {
     expect(over).toEqual([]);
   });
 
-  test('dense_gemv_bf16_f32: batches with a broadcast weight, several rows, 1 to 4 simdgroups', () => {
+  test('dense_gemv_bf16_f32: batches with a broadcast weight, several rows, 1 to 4 simdgroups, routers\' shapes, many rows', () => {
     const dev = device();
     const over: string[] = [];
-    for (const [m, n, k, b0, b1] of [[1, 1, 1, 1, 1], [1, 7, 33, 1, 1], [3, 9, 130, 2, 4], [2, 20, 512, 1, 1], [1, 33, 100, 3, 3]] as const) {
+    // On an H200 every shape but the last takes the CUDA entry of a block a row (denseGemvBf16CudaLaunch): Gemma 4's
+    // router [128, 2816], Qwen3.6's [257, 2048]; [1100, 64] the 8-row blocks.
+    for (const [m, n, k, b0, b1] of [[1, 1, 1, 1, 1], [1, 7, 33, 1, 1], [3, 9, 130, 2, 4], [2, 20, 512, 1, 1], [1, 33, 100, 3, 3],
+      [1, 128, 2816, 1, 1], [1, 257, 2048, 1, 1], [1, 1100, 64, 1, 1]] as const) {
       const src0 = viewOf(dev, 'bf16', [b0, n, k], n + k);
       const src1 = viewOf(dev, 'f32', [b1, m, k], m + k);
       const dst = dev.alloc('f32', [b1, m, n]);

@@ -761,8 +761,9 @@ struct GemvBlock {
     u32 rb, r1, im;
     const char* w;  // the batch's matrix in src0
 };
-__device__ __forceinline__ GemvBlock gemv_block(const DenseGemvBf16Params* a, const char* src0) {
-    const u32 N = u32(a->ne01), blocks = (N + LANE_ROWS - 1) / LANE_ROWS, M = u32(a->ne11);
+// Block blockIdx.x's row group rb (of `rows` rows), row r1 of src1, batch im.
+__device__ __forceinline__ GemvBlock gemv_block(const DenseGemvBf16Params* a, const char* src0, u32 rows = LANE_ROWS) {
+    const u32 N = u32(a->ne01), blocks = (N + rows - 1) / rows, M = u32(a->ne11);
     const u32 rb = blockIdx.x % blocks, rest = blockIdx.x / blocks;
     const u32 r1 = rest % M, im = rest / M;
     const u32 i12 = im % u32(a->ne12), i13 = im / u32(a->ne12);
@@ -771,10 +772,10 @@ __device__ __forceinline__ GemvBlock gemv_block(const DenseGemvBf16Params* a, co
 // Before the wait (common.cuh MLXN_PREFETCH_ENTRY): the block's rows into
 // L2, asked by the blocks of src1's first row where the grid has at most
 // one block an SM.
-__device__ __forceinline__ void gemv_prefetch(const DenseGemvBf16Params* a, const char* src0) {
+__device__ __forceinline__ void gemv_prefetch(const DenseGemvBf16Params* a, const char* src0, u32 rows = LANE_ROWS) {
     if (threadIdx.x != 0 || !mlxn_grid_within_sms()) return;
-    const GemvBlock b = gemv_block(a, src0);
-    const u32 r0 = b.rb * LANE_ROWS, r1 = min(u32(a->ne01), r0 + LANE_ROWS);
+    const GemvBlock b = gemv_block(a, src0, rows);
+    const u32 r0 = b.rb * rows, r1 = min(u32(a->ne01), r0 + rows);
     if (b.r1 == 0 && r0 < r1) mlxn_prefetch_l2(b.w + u64(r0) * a->nb01, u64(r1 - r0 - 1) * a->nb01 + u64(u32(a->ne00)) * 2);
 }
 // 6 blocks an SM (40 registers): bench/notes/gemv-dense-2026-11-28.md
@@ -791,6 +792,59 @@ extern "C" __global__ void __launch_bounds__(256, 6) hf2q_dense_gemv_bf16_f32_4(
     const float* x = reinterpret_cast<const float*>(src1 + u64(b.r1) * a->nb11 + u64(i12) * a->nb12 + u64(i13) * a->nb13);
     float* y = reinterpret_cast<float*>(dst) + u64(b.im) * u32(a->ne0) * u32(a->ne1) + u64(b.r1) * u32(a->ne0);
     mv_lanes(x, reinterpret_cast<const bf16*>(b.w), a->nb01 / sizeof(bf16), y, N, K, b.rb * LANE_ROWS, LANE_ROWS);
+}
+
+// hf2q_dense_gemv_bf16_f32_4_rows (not in the crate): the same product, a
+// block a row, for weights of few rows (a router: Gemma 4's [128, 2816],
+// Qwen3.6's [257, 2048]), where blocks of LANE_ROWS rows leave most SMs idle
+// and each warp walks its whole row and x in turn (several memory round
+// trips). The row's 16-byte vectors are dealt over the block's threads
+// (thread t: vectors t, t + blockDim, ...), all of a thread's loads issued
+// before its sums, then the block's sum: one round trip. The products in
+// another order than the kernel's (a row's sums over threads, not lanes).
+// Unaligned rows or x, or K not a multiple of 8: elements, the same way.
+__device__ __forceinline__ float gemv_row_split(const float* x, const bf16* w, u32 K) {
+    constexpr u32 VEC = 8, HELD = 4;
+    float acc = 0.0f;
+    const u32 t = threadIdx.x, n = blockDim.x;
+    if (K % VEC == 0 && aligned16(w) && aligned16(x)) {
+        const u32 V = K / VEC;
+        for (u32 c0 = t; c0 < V; c0 += HELD * n) {
+            uint4 wv[HELD];
+#pragma unroll
+            for (u32 u = 0; u < HELD; ++u) {
+                const u32 c = c0 + u * n;
+                wv[u] = c < V ? __ldcs(reinterpret_cast<const uint4*>(w + u64(c) * VEC)) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (u32 u = 0; u < HELD; ++u) {
+                const u32 c = c0 + u * n;
+                if (c < V) {
+                    float xv[VEC], wf[VEC];
+                    load_elems(x + u64(c) * VEC, xv);
+                    load_elems(reinterpret_cast<const bf16*>(&wv[u]), wf);
+#pragma unroll
+                    for (u32 e = 0; e < VEC; ++e) acc = fmaf(wf[e], xv[e], acc);
+                }
+            }
+        }
+    } else {
+        for (u32 k = t; k < K; k += n) acc = fmaf(to_f(w[k]), x[k], acc);
+    }
+    return acc;
+}
+extern "C" __global__ void __launch_bounds__(256) hf2q_dense_gemv_bf16_f32_4_rows(const DenseGemvBf16Params* a, const char* src0,
+                                                                                const char* src1, char* dst) {
+    MLXN_PREFETCH_ENTRY(gemv_prefetch(a, src0, 1u));
+    extern __shared__ float partials[];
+    const u32 K = u32(a->ne00), N = u32(a->ne01);
+    const GemvBlock b = gemv_block(a, src0, 1u);
+    if (b.rb >= N) return;
+    const u32 i12 = b.im % u32(a->ne12), i13 = b.im / u32(a->ne12);
+    const float* x = reinterpret_cast<const float*>(src1 + u64(b.r1) * a->nb11 + u64(i12) * a->nb12 + u64(i13) * a->nb13);
+    float* y = reinterpret_cast<float*>(dst) + u64(b.im) * u32(a->ne0) * u32(a->ne1) + u64(b.r1) * u32(a->ne0);
+    const float sum = block_sum(gemv_row_split(x, reinterpret_cast<const bf16*>(b.w + u64(b.rb) * a->nb01), K), partials);
+    if (threadIdx.x == 0) y[b.rb] = sum;
 }
 #endif
 

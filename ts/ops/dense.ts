@@ -20,7 +20,7 @@ import { familySources } from '../registry.ts';
 import {
   checkAtMost, checkBuffer, checkBufferRules, checkDtype, checkedProduct, checkMultiple, checkNoAliasing, checkPositive, I16_MAX, I32_MAX, invalid, like, ruleBindings, U32_MAX, type BufferRule,
 } from '../validate.ts';
-import { familyPlans, record, type Launch, type OpPlan, type PlannedDispatch } from '../plan.ts';
+import { familyPlans, record, type Launch, type OpPlan, type PlannedDispatch, type CudaLaunch } from '../plan.ts';
 import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
 
 export const DENSE_FAMILY = 'dense';
@@ -509,6 +509,24 @@ export function denseGemvBf16Simdgroups(k: number): number {
 }
 
 /**
+ * The CUDA launch of dense_gemv_bf16_f32: blocks of 256 threads over
+ * DENSE_MATVEC_CUDA_ROWS rows of one row of src1 (a warp a row, each warp
+ * walking its row and x whole); where those blocks would be fewer than the
+ * SMs (a router's few rows: Gemma 4's [128, 2816] in 16 blocks), the CUDA
+ * entry hf2q_dense_gemv_bf16_f32_4_rows, a block a row, the row's vectors
+ * dealt over the block's threads (one memory round trip a thread, then the
+ * block's sum; the same products summed in another order).
+ */
+export function denseGemvBf16CudaLaunch(m: number, n: number, src1Batch: number,
+  limits: Pick<DeviceLimits, 'multiprocessors'>): CudaLaunch {
+  const rowsOf = m * src1Batch;
+  if (ceilDiv(n, DENSE_MATVEC_CUDA_ROWS) * rowsOf < limits.multiprocessors) {
+    return { entry: 'hf2q_dense_gemv_bf16_f32_4_rows', grid: [n * rowsOf, 1, 1], threads: [256, 1, 1], threadgroupMemory: [32] };
+  }
+  return { grid: [ceilDiv(n, DENSE_MATVEC_CUDA_ROWS) * rowsOf, 1, 1], threads: [256, 1, 1] };
+}
+
+/**
  * dense_gemv_bf16_f32 (mlx-native's): dst[b, i, j] = sum_k src1[b, i, k] *
  * src0[b / r2, j, k], r2 = src1Batch / src0Batch; bf16 weight, f32 input and
  * output, products summed in f32 (the input is not rounded). Meant for
@@ -520,14 +538,14 @@ export function denseGemvBf16Simdgroups(k: number): number {
  * threadgroup(0) 256 bytes.
  * Grid (Metal): (ceil(n / 2), m, src1Batch) threadgroups of (32, nsg, 1),
  * nsg = min(4, ceil(k / 128)), 2 rows each, the simdgroups splitting k.
- * CUDA: 256 threads a block over 16 rows of one row of src1.
+ * CUDA: denseGemvBf16CudaLaunch.
  */
 export function denseGemvBf16F32(enc: Encoder, args: DenseBatchArgs): void {
   record(enc, planDenseGemvBf16F32(args, enc.device.limits, enc.device));
 }
 
 /** denseGemvBf16F32's plan: validates, then one dispatch (see denseGemvBf16F32). */
-export function planDenseGemvBf16F32(a: DenseBatchArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+export function planDenseGemvBf16F32(a: DenseBatchArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateDenseGemvBf16F32(a, device);
   return planOf({
     kernel: 'hf2q_dense_gemv_bf16_f32_4',
@@ -536,7 +554,7 @@ export function planDenseGemvBf16F32(a: DenseBatchArgs, _limits: DeviceLimits, d
     threadgroupMemory: [DENSE_GEMV_BF16_SHARED_BYTES],
     grid: [ceilDiv(a.n, 2), a.m, a.src1Batch],
     threads: [32, denseGemvBf16Simdgroups(a.k), 1],
-    cuda: { grid: [ceilDiv(a.n, DENSE_MATVEC_CUDA_ROWS) * a.m * a.src1Batch, 1, 1], threads: [256, 1, 1] },
+    cuda: denseGemvBf16CudaLaunch(a.m, a.n, a.src1Batch, limits),
   });
 }
 

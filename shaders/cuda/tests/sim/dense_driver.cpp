@@ -101,8 +101,9 @@ void run_gemm_f16(u32 m, u32 n, u32 k, u32 wide = 0) {
 }
 
 // The crate's batched kernels with row strides wrow (weight) and xrow (input), elements.
+// gemv_rows: the _rows entry's launch (a block a row, 32 bytes of partials).
 template <bool gemv, class TW, class K>
-void run_hf2q(const char* name, K kernel, u32 m, u32 n, u32 k, u32 b0, u32 b1, u32 wrow, u32 xrow, u32 wide = 0) {
+void run_hf2q(const char* name, K kernel, u32 m, u32 n, u32 k, u32 b0, u32 b1, u32 wrow, u32 xrow, u32 wide = 0, bool gemv_rows = false) {
   Arr<TW> w(size_t(b0) * n * wrow); Arr<float> x(size_t(b1) * m * xrow); Arr<float> y(size_t(b1) * m * n);
   w.random(); x.random(); y.poison();
   Ref r = reference(x, xrow, u64(m) * xrow, w, wrow, u64(n) * wrow, m, n, k, b1, b1 / b0, !gemv && sizeof(TW) == 2);
@@ -111,8 +112,9 @@ void run_hf2q(const char* name, K kernel, u32 m, u32 n, u32 k, u32 b0, u32 b1, u
     p.ne00 = k; p.ne01 = n; p.ne02 = b0; p.nb00 = 2; p.nb01 = u64(wrow) * 2; p.nb02 = u64(n) * wrow * 2; p.nb03 = 0;
     p.ne10 = k; p.ne11 = m; p.ne12 = b1; p.nb10 = 4; p.nb11 = u64(xrow) * 4; p.nb12 = u64(m) * xrow * 4; p.nb13 = 0;
     p.ne0 = n; p.ne1 = m; p.nr0 = 2; p.r2 = short(b1 / b0); p.r3 = 1;
-    // The op's launch (ts/ops/dense.ts DENSE_MATVEC_CUDA_ROWS): 8 rows a block.
-    sim_launch({cdiv(n, 8) * m * b1, 1, 1}, {256, 1, 1}, 0, [&] { kernel(&p, (const char*)w.p, (const char*)x.p, (char*)y.p); });
+    // The op's launch (ts/ops/dense.ts DENSE_MATVEC_CUDA_ROWS): 8 rows a block; or a row a block.
+    sim_launch({(gemv_rows ? n : cdiv(n, 8)) * m * b1, 1, 1}, {256, 1, 1}, gemv_rows ? 32 : 0,
+               [&] { kernel(&p, (const char*)w.p, (const char*)x.p, (char*)y.p); });
   } else {
     DenseMmTensorParams p{};
     p.ne00 = k; p.ne02 = b0; p.nb01 = u64(wrow) * sizeof(TW); p.nb02 = u64(n) * wrow * sizeof(TW); p.nb03 = 0; p.ne12 = b1;
@@ -167,6 +169,13 @@ int main(int argc, char** argv) {
   // Past one round a lane: 16-byte rows (257 vectors), then rows 1033 elements apart (the element walk).
   run_hf2q<true, __nv_bfloat16>("hf2q_dense_gemv_bf16_f32_4", hf2q_dense_gemv_bf16_f32_4, 1, 37, 2056, 1, 1, 2056, 2056);
   run_hf2q<true, __nv_bfloat16>("hf2q_dense_gemv_bf16_f32_4", hf2q_dense_gemv_bf16_f32_4, 2, 33, 1030, 1, 2, 1033, 1030);
+  // A block a row (the op's launch for few rows): Gemma 4's router (352 vectors over 256 threads), Qwen3.6's, more
+  // vectors than one round of 4 a thread (k 9000), batches with a broadcast weight, strided rows, the element walk.
+  run_hf2q<true, __nv_bfloat16>("hf2q_dense_gemv_bf16_f32_4_rows", hf2q_dense_gemv_bf16_f32_4_rows, 1, 128, 2816, 1, 1, 2816, 2816, 0, true);
+  run_hf2q<true, __nv_bfloat16>("hf2q_dense_gemv_bf16_f32_4_rows", hf2q_dense_gemv_bf16_f32_4_rows, 1, 21, 2048, 1, 1, 2048, 2048, 0, true);
+  run_hf2q<true, __nv_bfloat16>("hf2q_dense_gemv_bf16_f32_4_rows", hf2q_dense_gemv_bf16_f32_4_rows, 1, 5, 9000, 1, 1, 9000, 9000, 0, true);
+  run_hf2q<true, __nv_bfloat16>("hf2q_dense_gemv_bf16_f32_4_rows", hf2q_dense_gemv_bf16_f32_4_rows, 3, 9, 64, 2, 4, 72, 64, 0, true);
+  run_hf2q<true, __nv_bfloat16>("hf2q_dense_gemv_bf16_f32_4_rows", hf2q_dense_gemv_bf16_f32_4_rows, 2, 7, 1030, 1, 2, 1033, 1030, 0, true);
   run_matvec<float, __nv_bfloat16>("dense_matvec_bf16w_f32io", dense_matvec_bf16w_f32io, 19, 4100);
   run_hf2q<false, __nv_bfloat16>("hf2q_dense_mm_bf16_f32_tensor", hf2q_dense_mm_bf16_f32_tensor, 35, 67, 64, 2, 4, 64, 64);
   run_hf2q<false, __nv_bfloat16>("hf2q_dense_mm_bf16_f32_tensor", hf2q_dense_mm_bf16_f32_tensor, 35, 67, 40, 2, 4, 48, 44);
