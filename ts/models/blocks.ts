@@ -19,7 +19,7 @@ import { fusedMoeRoutingBatch } from '../ops/moe_routing.ts';
 import { affineQuantizedMatmul, quantizedMatmulSimd } from '../ops/quantized_matmul.ts';
 import { invalid } from '../validate.ts';
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId, type GateActivation } from '../ops/quantized_matmul_id.ts';
-import { ggmlDequantize, quantizedMatmulGgml, quantizedMatmulGgmlScratchElements, type GgmlQuantType } from '../ops/quantized_matmul_ggml.ts';
+import { ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml, quantizedMatmulGgmlScratchElements, type GgmlQuantType } from '../ops/quantized_matmul_ggml.ts';
 import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm } from '../ops/quantized_matmul_id_ggml.ts';
 import { geluTanhMul, geluTanhMulHalves } from '../ops/gelu.ts';
 import { siluMul, siluMulHalves } from '../ops/silu_mul.ts';
@@ -148,7 +148,7 @@ export function gatedLinear(enc: Encoder, lin: Linear, x: Buffer, gu: Buffer, ou
   zeroIds: Buffer, precision: ProductPrecision = 'fast', s?: Scratch): void {
   const half = lin.n / 2;
   if (lin.kind === 'ggml' && m <= VECTOR_ROWS && lin.n % 2 === 0) {
-    const rowBytes = lin.weight.byteLength / lin.n;
+    const rowBytes = ggmlRowBytesOf(lin.ggmlType, lin.k);
     quantizedMatmulIdGgmlGateUp(enc, {
       input: x, output, nTokens: m, topK: 1, n: half, k: lin.k, nExperts: 1, ggmlType: lin.ggmlType,
       gateWeight: lin.weight.view('u8', [half, rowBytes], 0), upWeight: lin.weight.view('u8', [half, rowBytes], half * rowBytes),
