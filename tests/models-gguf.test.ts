@@ -496,6 +496,11 @@ describeBackends('GGUF gated MLP (gatedLinear)', ({ device }) => {
       if (process.env.MLXN_PRINT_ERRORS) console.log(`gatedLinear ${type} [${m}, ${n}, ${k}] ${act}: ${dotErr(y.readNumbers(), want, bound)}`);
       expect(dotErr(y.readNumbers(), want, bound)).toBeLessThanOrEqual(dotTolerance('f16', k));
     }
+    using w3 = d.upload('u8', [3, ggmlRowBytesOf('Q8_0', 32)], new Uint8Array(3 * ggmlRowBytesOf('Q8_0', 32)));
+    using x1 = d.upload('f32', [1, 32], randomArray(r, 32, -1, 1));
+    using enc = d.encoder();
+    expectInvalid(() => gatedLinear(enc, { kind: 'ggml', weight: w3, ggmlType: 'Q8_0', n: 3, k: 32 }, x1, x1, x1, 1, 'silu', zeroIds),
+      'gatedLinear', 'lin.n', 'an even number of rows (gate, then up)', '3');
   });
 });
 

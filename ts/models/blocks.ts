@@ -146,8 +146,9 @@ export function linear(enc: Encoder, lin: Linear, x: Buffer, y: Buffer, m: numbe
  */
 export function gatedLinear(enc: Encoder, lin: Linear, x: Buffer, gu: Buffer, output: Buffer, m: number, activation: GateActivation,
   zeroIds: Buffer, precision: ProductPrecision = 'fast', s?: Scratch): void {
+  if (lin.n % 2 !== 0) throw invalid('gatedLinear', 'lin.n', 'an even number of rows (gate, then up)', lin.n);
   const half = lin.n / 2;
-  if (lin.kind === 'ggml' && m <= VECTOR_ROWS && lin.n % 2 === 0) {
+  if (lin.kind === 'ggml' && m <= VECTOR_ROWS) {
     const rowBytes = ggmlRowBytesOf(lin.ggmlType, lin.k);
     quantizedMatmulIdGgmlGateUp(enc, {
       input: x, output, nTokens: m, topK: 1, n: half, k: lin.k, nExperts: 1, ggmlType: lin.ggmlType,
