@@ -87,34 +87,41 @@ __device__ __forceinline__ bool rows16(const T* p, u64 row) {
 // projections in 8-row blocks, 0.80-0.97 in 16-row blocks (two rows a warp
 // in turn), 0.60-0.67 for a block split over k.
 constexpr u32 LANE_ROWS = WARPS;
+// acc plus the products of a row w's 16-byte vectors first, first + stride,
+// ... (below V) with x's matching elements, U of the vectors a thread in
+// flight (evict-first loads: a weight is read once), summed in that order.
+template <u32 U, typename TX, typename TW>
+__device__ __forceinline__ float dot_vectors(const TX* x, const TW* w, u32 V, u32 first, u32 stride, float acc) {
+    constexpr u32 VEC = 16 / sizeof(TW);
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (u32 c0 = first; c0 < V; c0 += stride * U) {
+        uint4 wv[U];
+#pragma unroll
+        for (u32 u = 0; u < U; ++u) {
+            const u32 c = c0 + stride * u;
+            wv[u] = c < V ? __ldcs(reinterpret_cast<const uint4*>(w + u64(c) * VEC)) : zero;
+        }
+#pragma unroll
+        for (u32 u = 0; u < U; ++u) {
+            const u32 c = c0 + stride * u;
+            if (c < V) {
+                float xv[VEC], wf[VEC];
+                load_elems(x + u64(c) * VEC, xv);
+                load_elems(reinterpret_cast<const TW*>(&wv[u]), wf);
+#pragma unroll
+                for (u32 e = 0; e < VEC; ++e) acc = fmaf(wf[e], xv[e], acc);
+            }
+        }
+    }
+    return acc;
+}
 template <typename TX, typename TW, typename TY>
 __device__ __forceinline__ void mv_lanes(const TX* x, const TW* w, u64 w_row, TY* y, u32 N, u32 K, u32 row0, u32 rows) {
     constexpr u32 VEC = 16 / sizeof(TW), U = 8;
     const u32 lane = threadIdx.x & 31u, nw = blockDim.x >> 5, V = K / VEC;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
     if (K % VEC == 0 && rows16(w, w_row) && aligned16(x)) {
         for (u32 r = threadIdx.x >> 5; r < rows && row0 + r < N; r += nw) {
-            const TW* wr = w + u64(row0 + r) * w_row;
-            float acc = 0.0f;
-            for (u32 c0 = lane; c0 < V; c0 += 32u * U) {
-                uint4 wv[U];
-#pragma unroll
-                for (u32 u = 0; u < U; ++u) {
-                    const u32 c = c0 + 32u * u;
-                    wv[u] = c < V ? __ldcs(reinterpret_cast<const uint4*>(wr + u64(c) * VEC)) : zero;
-                }
-#pragma unroll
-                for (u32 u = 0; u < U; ++u) {
-                    const u32 c = c0 + 32u * u;
-                    if (c < V) {
-                        float xv[VEC], wf[VEC];
-                        load_elems(x + u64(c) * VEC, xv);
-                        load_elems(reinterpret_cast<const TW*>(&wv[u]), wf);
-#pragma unroll
-                        for (u32 e = 0; e < VEC; ++e) acc = fmaf(wf[e], xv[e], acc);
-                    }
-                }
-            }
+            float acc = dot_vectors<U>(x, w + u64(row0 + r) * w_row, V, lane, 32u, 0.0f);
             acc = warp_sum(acc);
             if (lane == 0) y[row0 + r] = from_f<TY>(acc);
         }
@@ -804,33 +811,11 @@ extern "C" __global__ void __launch_bounds__(256, 6) hf2q_dense_gemv_bf16_f32_4(
 // another order than the kernel's (a row's sums over threads, not lanes).
 // Unaligned rows or x, or K not a multiple of 8: elements, the same way.
 __device__ __forceinline__ float gemv_row_split(const float* x, const bf16* w, u32 K) {
-    constexpr u32 VEC = 8, HELD = 4;
-    float acc = 0.0f;
+    constexpr u32 VEC = 8;
     const u32 t = threadIdx.x, n = blockDim.x;
-    if (K % VEC == 0 && aligned16(w) && aligned16(x)) {
-        const u32 V = K / VEC;
-        for (u32 c0 = t; c0 < V; c0 += HELD * n) {
-            uint4 wv[HELD];
-#pragma unroll
-            for (u32 u = 0; u < HELD; ++u) {
-                const u32 c = c0 + u * n;
-                wv[u] = c < V ? __ldcs(reinterpret_cast<const uint4*>(w + u64(c) * VEC)) : make_uint4(0, 0, 0, 0);
-            }
-#pragma unroll
-            for (u32 u = 0; u < HELD; ++u) {
-                const u32 c = c0 + u * n;
-                if (c < V) {
-                    float xv[VEC], wf[VEC];
-                    load_elems(x + u64(c) * VEC, xv);
-                    load_elems(reinterpret_cast<const bf16*>(&wv[u]), wf);
-#pragma unroll
-                    for (u32 e = 0; e < VEC; ++e) acc = fmaf(wf[e], xv[e], acc);
-                }
-            }
-        }
-    } else {
-        for (u32 k = t; k < K; k += n) acc = fmaf(to_f(w[k]), x[k], acc);
-    }
+    if (K % VEC == 0 && aligned16(w) && aligned16(x)) return dot_vectors<4>(x, w, K / VEC, t, n, 0.0f);
+    float acc = 0.0f;
+    for (u32 k = t; k < K; k += n) acc = fmaf(to_f(w[k]), x[k], acc);
     return acc;
 }
 extern "C" __global__ void __launch_bounds__(256) hf2q_dense_gemv_bf16_f32_4_rows(const DenseGemvBf16Params* a, const char* src0,
