@@ -776,6 +776,14 @@ __device__ __forceinline__ GemvBlock gemv_block(const DenseGemvBf16Params* a, co
     const u32 i12 = im % u32(a->ne12), i13 = im / u32(a->ne12);
     return {rb, r1, im, src0 + u64(i12 / u32(a->r2)) * a->nb02 + u64(i13 / u32(a->r3)) * a->nb03};
 }
+// The block's row of src1 (x) and of dst (y).
+__device__ __forceinline__ const float* gemv_x(const DenseGemvBf16Params* a, const GemvBlock& b, const char* src1) {
+    const u32 i12 = b.im % u32(a->ne12), i13 = b.im / u32(a->ne12);
+    return reinterpret_cast<const float*>(src1 + u64(b.r1) * a->nb11 + u64(i12) * a->nb12 + u64(i13) * a->nb13);
+}
+__device__ __forceinline__ float* gemv_y(const DenseGemvBf16Params* a, const GemvBlock& b, char* dst) {
+    return reinterpret_cast<float*>(dst) + u64(b.im) * u32(a->ne0) * u32(a->ne1) + u64(b.r1) * u32(a->ne0);
+}
 // Before the wait (common.cuh MLXN_PREFETCH_ENTRY): the block's rows into
 // L2, asked by the blocks of src1's first row where the grid has at most
 // one block an SM.
@@ -795,10 +803,8 @@ extern "C" __global__ void __launch_bounds__(256, 6) hf2q_dense_gemv_bf16_f32_4(
     MLXN_PREFETCH_ENTRY(gemv_prefetch(a, src0));
     const u32 K = u32(a->ne00), N = u32(a->ne01);
     const GemvBlock b = gemv_block(a, src0);
-    const u32 i12 = b.im % u32(a->ne12), i13 = b.im / u32(a->ne12);
-    const float* x = reinterpret_cast<const float*>(src1 + u64(b.r1) * a->nb11 + u64(i12) * a->nb12 + u64(i13) * a->nb13);
-    float* y = reinterpret_cast<float*>(dst) + u64(b.im) * u32(a->ne0) * u32(a->ne1) + u64(b.r1) * u32(a->ne0);
-    mv_lanes(x, reinterpret_cast<const bf16*>(b.w), a->nb01 / sizeof(bf16), y, N, K, b.rb * LANE_ROWS, LANE_ROWS);
+    mv_lanes(gemv_x(a, b, src1), reinterpret_cast<const bf16*>(b.w), a->nb01 / sizeof(bf16), gemv_y(a, b, dst), N, K, b.rb * LANE_ROWS,
+             LANE_ROWS);
 }
 
 // hf2q_dense_gemv_bf16_f32_4_rows (not in the crate): the same product, a
@@ -822,14 +828,10 @@ extern "C" __global__ void __launch_bounds__(256) hf2q_dense_gemv_bf16_f32_4_row
                                                                                 const char* src1, char* dst) {
     MLXN_PREFETCH_ENTRY(gemv_prefetch(a, src0, 1u));
     extern __shared__ float partials[];
-    const u32 K = u32(a->ne00), N = u32(a->ne01);
     const GemvBlock b = gemv_block(a, src0, 1u);
-    if (b.rb >= N) return;
-    const u32 i12 = b.im % u32(a->ne12), i13 = b.im / u32(a->ne12);
-    const float* x = reinterpret_cast<const float*>(src1 + u64(b.r1) * a->nb11 + u64(i12) * a->nb12 + u64(i13) * a->nb13);
-    float* y = reinterpret_cast<float*>(dst) + u64(b.im) * u32(a->ne0) * u32(a->ne1) + u64(b.r1) * u32(a->ne0);
-    const float sum = block_sum(gemv_row_split(x, reinterpret_cast<const bf16*>(b.w + u64(b.rb) * a->nb01), K), partials);
-    if (threadIdx.x == 0) y[b.rb] = sum;
+    const float sum = block_sum(gemv_row_split(gemv_x(a, b, src1), reinterpret_cast<const bf16*>(b.w + u64(b.rb) * a->nb01), u32(a->ne00)),
+                                partials);
+    if (threadIdx.x == 0) gemv_y(a, b, dst)[b.rb] = sum;
 }
 #endif
 
