@@ -37,6 +37,8 @@
 // for the floor beside the one measured here (our gather copying 1 GiB).
 // --pdl on|off (cuda): programmatic dependent launch of the registry's
 // kernels (the cuda device option 'pdl', on by default from sm_90).
+// --concurrent on|off (cuda): the dispatches between two barriers side by
+// side on several streams (the cuda device option 'concurrent', on by default).
 // --layers, --vocab: the configuration cut to L layers and a vocabulary of V
 // (the real widths kept), for a quick check of the real shapes, e.g. on the
 // emulator.
@@ -113,9 +115,11 @@ const copyGbsArg = opt('--copy-gbs') === undefined ? null : num('--copy-gbs', 1)
 const layersArg = opt('--layers') === undefined ? null : num('--layers', 1);
 const vocabArg = opt('--vocab') === undefined ? null : num('--vocab', 1);
 const pdlArg = opt('--pdl');
+const concurrentArg = opt('--concurrent');
 const coldKernels = argv.includes('--cold-kernels');
 const prefillParts = argv.includes('--prefill-parts');
 if (pdlArg !== undefined && pdlArg !== 'on' && pdlArg !== 'off') throw new Error(`--pdl must be on or off (got ${pdlArg})`);
+if (concurrentArg !== undefined && concurrentArg !== 'on' && concurrentArg !== 'off') throw new Error(`--concurrent must be on or off (got ${concurrentArg})`);
 const GROUP = 64, BITS = 4;
 
 // ---- configurations ----
@@ -557,6 +561,7 @@ function decodeBytes(arch: 'qwen3_5_moe' | 'gemma4', c: Json, q4: boolean, ctx: 
 
 const dev = Device.open();
 if (pdlArg !== undefined) dev.setOption('pdl', pdlArg);
+if (concurrentArg !== undefined) dev.setOption('concurrent', concurrentArg);
 
 /** Our copy bandwidth: gather copying `bytes` of f32 rows (read + written), best of 5 in one commit each. */
 function copyGbs(bytes: number): number {
@@ -651,7 +656,7 @@ function run(arch: 'qwen3_5_moe' | 'gemma4', copy: number): void {
     const ctx = promptLen + steps;
     const { weights, state } = decodeBytes(arch, raw, q4, ctx);
     const stepMs = median(replayWall);
-    console.log(`\n${label}: weights ${(filler.bytes / 1e9).toPrecision(3)} GB built on the device in ${buildS.toFixed(1)} s; ${model.stepDispatches} dispatches a decode step`);
+    console.log(`\n${label}: weights ${(filler.bytes / 1e9).toPrecision(3)} GB built on the device in ${buildS.toFixed(1)} s; ${model.stepDispatches} dispatches a decode step in ${model.stepBarriers + 1} stretches`);
     console.log(`  decode (batch 1, ${rounds} x ${steps} steps after a ${promptLen}-token prompt, replayed): ${stepMs.toFixed(3)} ms/token = ${(1000 / stepMs).toFixed(1)} tokens/s`
       + (finite ? '' : '  (logits not finite)'));
     console.log(`  decode step recorded afresh (the first after each prompt): ${median(recordedWall).toFixed(3)} ms = ${(1000 / median(recordedWall)).toFixed(1)} tokens/s`);

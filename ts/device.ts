@@ -231,7 +231,8 @@ export class Device {
 
   /**
    * Sets a backend option; the emulator knows "schedule" (sequential | random), "seed" and "timeout_ms", cuda
-   * "pdl" (on | off: programmatic dependent launch of the registry's kernels, on by default from sm_90).
+   * "pdl" (on | off: programmatic dependent launch of the registry's kernels, on by default from sm_90) and
+   * "concurrent" (on | off: the dispatches between two barriers side by side on several streams, on by default).
    */
   setOption(key: string, value: string): void {
     check(this.state.sym.mlxn_device_set_option(this.handle(), key, value, msgBuf, msgCap), `Device.setOption(${key}=${value})`);

@@ -304,6 +304,19 @@ export interface RoutedExperts {
   readonly perExpertScale: Buffer;
 }
 
+/**
+ * Two steps of a caller's work that does not touch the routed experts'
+ * buffers (Gemma 4's dense MLP beside its MoE block: its gate/up, then its
+ * down product), which routedExperts records after its routing and after its
+ * gate/up products. The encoder's barriers then put each in one stretch with
+ * the experts' next step, whose dispatches may run side by side (on cuda they
+ * do: docs/internals.md, Barriers), instead of one after the other.
+ */
+export interface Alongside {
+  readonly afterRouting: () => void;
+  readonly afterGateUp: () => void;
+}
+
 /** Where a MoE layer's routed experts left their work: one row per (token, slot) pair. */
 export interface ExpertOutputs {
   /** [tokens, topK, H] in the experts' dtype: each pair's expert output, unweighted ([1, topK + 1, H], the shared expert's last, with sharedIds). */
@@ -335,9 +348,12 @@ export interface ExpertOutputs {
  * last id is numExperts, the shared expert's slot in the stacks; the routing
  * writes the first topK, and the products run topK + 1 slots, so that the
  * shared expert costs no dispatch of its own.
+ *
+ * alongside: the caller's work that neither reads nor writes the experts'
+ * (Alongside), recorded between the experts' steps.
  */
 export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Buffer, logits: Buffer, tokens: number, topK: number,
-  precision: ProductPrecision, sharedIds?: Buffer): ExpertOutputs {
+  precision: ProductPrecision, sharedIds?: Buffer, alongside?: Alongside): ExpertOutputs {
   const E = ex.numExperts, I = ex.intermediate, H = ex.hidden, dt = ex.dtype;
   // Experts in the stacks, and slots a token runs.
   const nE = E + (ex.sharedSlot ? 1 : 0);
@@ -352,6 +368,7 @@ export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Bu
   const ids = sharedIds === undefined ? slotIds : sharedIds.view('u32', [1, topK], 0);
   const weights = s.get('moe.weights', 'f32', [tokens, topK]);
   fusedMoeRoutingBatch(enc, { logits, expertIds: ids, routingWeights: weights, perExpertScale: ex.perExpertScale, numExperts: E, topK, nTokens: tokens });
+  alongside?.afterRouting();
   // x in the experts' dtype where a kernel needs it so: the dense forms and the matrix forms (the affine vector
   // forms round f32 x as they read it, the same values without a cast dispatch; the GGUF forms take f32).
   const castX = (): Buffer => {
@@ -394,6 +411,7 @@ export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Bu
       product({ input: x, output: up, nTokens: tokens, topK: slots, ...sizes(u, I, H), ...route });
       (ex.act === 'silu' ? siluMul : geluTanhMul)(enc, { gate, up, output: act });
     }
+    alongside?.afterGateUp();
     product({ input: actRows, output: outputs, nTokens: pairs, topK: 1, ...sizes(d, H, I), ...pairRoute });
     return { outputs, weights };
   }
@@ -403,9 +421,11 @@ export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Bu
     moeDispatchSort(enc, { ids, offsets, order, nPairs: pairs, numExperts: nE });
     if (g.kind === 'dense' && u.kind === 'dense' && d.kind === 'dense') {
       denseGateUpMmId(enc, { ...gateUp, x: castX(), gateWeight: g.weight, upWeight: u.weight, offsets, order });
+      alongside?.afterGateUp();
       denseMmId(enc, { ...down, weight: d.weight, offsets, order });
     } else if (g.kind === 'affine' && u.kind === 'affine' && d.kind === 'affine') {
       quantizedGateUpMmId(enc, { ...gateUp, x: castX(), ...affineGateUp(g, u), offsets, order });
+      alongside?.afterGateUp();
       quantizedMmId(enc, { ...down, ...affineOf(d), offsets, order });
     } else {
       throw invalid('moe', 'the experts', 'gate, up and down of one kind', `${g.kind}, ${u.kind}, ${d.kind}`);
@@ -414,9 +434,11 @@ export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Bu
     const pairIds = slotIds.view('u32', [pairs, 1], 0);
     if (g.kind === 'dense' && u.kind === 'dense' && d.kind === 'dense') {
       denseGateUpMvId(enc, { ...gateUp, x: castX(), gateWeight: g.weight, upWeight: u.weight, ids: slotIds });
+      alongside?.afterGateUp();
       denseMvId(enc, { ...down, weight: d.weight, ids: pairIds });
     } else if (g.kind === 'affine' && u.kind === 'affine' && d.kind === 'affine') {
       quantizedGateUpMvId(enc, { ...gateUp, x, ...affineGateUp(g, u), ids: slotIds });
+      alongside?.afterGateUp();
       quantizedMvId(enc, { ...down, ...affineOf(d), ids: pairIds });
     } else {
       throw invalid('moe', 'the experts', 'gate, up and down of one kind', `${g.kind}, ${u.kind}, ${d.kind}`);

@@ -49,7 +49,7 @@ import { rmsNorm } from '../ops/rms_norm.ts';
 import { softcap } from '../ops/softmax.ts';
 import type { Gemma4Layer, Gemma4Weights } from '../weights/index.ts';
 import { invalid } from '../validate.ts';
-import { gatedLinear, linear, project, routedExperts, rows, VECTOR_ROWS, type Linear, type Projection, type RoutedExperts } from './blocks.ts';
+import { gatedLinear, linear, project, routedExperts, rows, VECTOR_ROWS, type Alongside, type Linear, type Projection, type RoutedExperts } from './blocks.ts';
 import { attentionDecode, attentionPrefill, fillCache, newKvCache, releaseKvCache, type AttentionSpec, type KvCache } from './attention.ts';
 import { Checkpoint, type EmbeddingTable } from './checkpoint.ts';
 import type { Gemma4Config, Gemma4LayerConfig } from './config.ts';
@@ -221,9 +221,16 @@ export class Gemma4 extends CausalLM {
       const i2 = l.cfg.intermediateSize;
       const gu = s.get(`mlp.gateUp.${i2}`, 'f32', [t, 2 * i2]);
       const act = s.get(`mlp.act.${i2}`, 'f32', [t, i2]);
-      gatedLinear(enc, l.mlpGateUp, x, gu, act, t, 'gelu_tanh', this.zeroIds, this.precision, this.scratch);
-      linear(enc, l.mlpDown, act, y, t, this.precision, this.scratch);
-      if (l.moe !== null) this.moe(enc, l.moe, routerX, expertX, y, t);
+      const mlp: Alongside = {
+        afterRouting: () => gatedLinear(enc, l.mlpGateUp, x, gu, act, t, 'gelu_tanh', this.zeroIds, this.precision, this.scratch),
+        afterGateUp: () => linear(enc, l.mlpDown, act, y, t, this.precision, this.scratch),
+      };
+      if (l.moe !== null) {
+        this.moe(enc, l.moe, routerX, expertX, y, t, mlp);
+      } else {
+        mlp.afterRouting();
+        mlp.afterGateUp();
+      }
       const next = this.layers[i + 1];
       const nextNorm = next === undefined ? {} : { normed0: x, normWeight0: next.inputNorm };
       normAdd(l, l.postFfNorm, l.perLayer === null, l.perLayer === null ? nextNorm : {});
@@ -324,13 +331,15 @@ export class Gemma4 extends CausalLM {
   /**
    * The MoE block beside the MLP, from the router's input rms_norm(h) * scale
    * / sqrt(H) and the experts' rms_norm(h) w_pre_ff2: y (the MLP's output) becomes
-   * rms_norm(y) w1 + rms_norm(experts) w2.
+   * rms_norm(y) w1 + rms_norm(experts) w2. The MLP's two products (mlp, writing
+   * y) are recorded between the experts' steps, each in one stretch with one of
+   * them (blocks.ts Alongside).
    */
-  private moe(enc: Encoder, w: MoeWeights, routerX: Buffer, expertX: Buffer, y: Buffer, t: number): void {
+  private moe(enc: Encoder, w: MoeWeights, routerX: Buffer, expertX: Buffer, y: Buffer, t: number, mlp: Alongside): void {
     const c = this.config, s = this.scratch, H = c.hiddenSize, m = c.moe!, eps = c.rmsNormEps;
     const logits = s.get('moe.logits', 'f32', [t, m.numExperts]);
     linear(enc, w.router, routerX, logits, t, this.precision, this.scratch);
-    const routed = routedExperts(enc, s, w.experts, expertX, logits, t, m.topK, this.precision);
+    const routed = routedExperts(enc, s, w.experts, expertX, logits, t, m.topK, this.precision, undefined, mlp);
     // f32 and bf16 expert outputs are read as they are, f16 ones through f32.
     let outputs = routed.outputs;
     if (outputs.dtype === 'f16') {

@@ -73,6 +73,8 @@ export abstract class CausalLM {
   deviceStepMs = 0;
   /** Dispatches of the last decode step's recording. */
   stepDispatches = 0;
+  /** Barriers of the last decode step's recording: its dispatches run in this many plus one stretches. */
+  stepBarriers = 0;
   /**
    * Host time of the last prefill in milliseconds: recording its one
    * encoder, from the scratch buffers' sizing through the last dispatch, and
@@ -262,6 +264,7 @@ export abstract class CausalLM {
     this.hostStepMs = recordMs + enc.submitMs;
     this.deviceStepMs = enc.gpuTimeNs / 1e6;
     this.stepDispatches = enc.dispatchCount;
+    this.stepBarriers = enc.barrierCount;
   }
 
   /**

@@ -15,8 +15,10 @@
 //     in ascending threadgroup index order, each at the sum of the lengths
 //     before it; the kernel reads it through `extern __shared__`;
 //   - grid = threadgroups per grid, block = threads per threadgroup.
-// Dispatches of one encoder go to one CUDA stream, so each one sees the writes
-// of those before it: a barrier needs no GPU work.
+// Dispatches of one encoder go to its CUDA stream in order, but for those
+// between two barriers (a stretch, which touch no memory another of them
+// writes), which may run side by side on streams beside it (the device
+// option "concurrent"); a barrier is where they join.
 #include <dlfcn.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -75,6 +77,9 @@ struct Device {
   // stream serialization: compute capability 9.0 on, a driver with
   // cuLaunchKernelEx, and the "pdl" option not "off".
   std::atomic<bool> pdl{false};
+  // Whether the dispatches of a stretch run side by side (launch_all): the
+  // "concurrent" option not "off".
+  std::atomic<bool> concurrent{true};
   uint64_t max_threads = 0, smem_optin = 0, smem_default = 0, warp = 32, total_mem = 0, sms = 0;
   uint64_t max_block[3] = {0, 0, 0}, max_grid[3] = {0, 0, 0};
 };
@@ -125,14 +130,27 @@ struct Launch {
   Pipeline* pipe;
   unsigned grid[3], block[3];
   unsigned smem;
+  bool after_barrier = false;  // a barrier was recorded between it and the dispatch before
   std::vector<Arg> args;
   std::vector<Buffer*> buffers;  // one reference each
 };
+
+// Streams beside an encoder's own on which a stretch's dispatches run (its
+// first on the encoder's stream, the others dealt over these in turn).
+constexpr size_t kSideStreams = 3;
 
 struct Encoder {
   Device* dev;
   CUstream stream = nullptr;
   CUevent start = nullptr, stop = nullptr;
+  // Made at the first stretch of more than one dispatch: the side streams, the
+  // event each stretch's side launches wait for (recorded on `stream` before
+  // the stretch) and the events `stream` waits for after it (one a side stream).
+  CUstream side[kSideStreams] = {};
+  CUevent fork = nullptr;
+  CUevent join[kSideStreams] = {};
+  bool side_failed = false;     // making them failed: stretches run in order on `stream`
+  bool barrier_pending = false;  // a barrier since the last recorded dispatch
   int32_t state = MLXN_ENCODER_RECORDING;
   std::vector<Launch> recorded;
   std::vector<uint8_t> staging;           // inline bytes of the recorded dispatches
@@ -438,6 +456,41 @@ int32_t poll(Encoder* e) {
   return e->state;
 }
 
+// Waits for the work queued on the encoder's streams.
+void sync_streams(const Driver* cu, Encoder* e) {
+  cu->cuStreamSynchronize(e->stream);
+  for (CUstream s : e->side)
+    if (s) cu->cuStreamSynchronize(s);
+}
+
+void destroy_side(const Driver* cu, Encoder* e) {
+  for (size_t i = 0; i < kSideStreams; ++i) {
+    if (e->join[i]) cu->cuEventDestroy(e->join[i]);
+    if (e->side[i]) cu->cuStreamDestroy(e->side[i]);
+    e->join[i] = nullptr;
+    e->side[i] = nullptr;
+  }
+  if (e->fork) cu->cuEventDestroy(e->fork);
+  e->fork = nullptr;
+}
+
+// The side streams and their events, made once; false where the driver
+// refused one (then none is kept, and stretches run in order).
+bool side_ready(const Driver* cu, Encoder* e) {
+  if (e->fork) return true;
+  if (e->side_failed) return false;
+  CUresult r = CUDA_SUCCESS;
+  for (size_t i = 0; i < kSideStreams && r == CUDA_SUCCESS; ++i) {
+    r = cu->cuStreamCreate(&e->side[i], CU_STREAM_NON_BLOCKING);
+    if (r == CUDA_SUCCESS) r = cu->cuEventCreate(&e->join[i], CU_EVENT_DISABLE_TIMING);
+  }
+  if (r == CUDA_SUCCESS) r = cu->cuEventCreate(&e->fork, CU_EVENT_DISABLE_TIMING);
+  if (r == CUDA_SUCCESS) return true;
+  destroy_side(cu, e);
+  e->side_failed = true;
+  return false;
+}
+
 // Before recording: a finished commit leaves the encoder recording afresh.
 mlxn_status begin_recording(Encoder* e, const char* what, char* msg, uint64_t cap) {
   if (poll(e) == MLXN_ENCODER_PENDING)
@@ -512,6 +565,9 @@ MLXN_EXPORT mlxn_status mlxn_device_open(uint32_t ordinal, mlxn_device** out, ch
   // MLX_NATIVE_CUDA_PDL=off: the device option's default turned off (a process run without it, e.g. a test suite).
   const char* pdl_env = std::getenv("MLX_NATIVE_CUDA_PDL");
   d->pdl = d->cc_major >= 9 && cu->cuLaunchKernelEx != nullptr && !(pdl_env && std::string(pdl_env) == "off");
+  // MLX_NATIVE_CUDA_CONCURRENT=off: the "concurrent" option's default turned off.
+  const char* concurrent_env = std::getenv("MLX_NATIVE_CUDA_CONCURRENT");
+  d->concurrent = !(concurrent_env && std::string(concurrent_env) == "off");
   size_t total = 0;
   if (cu->cuDeviceTotalMem(&total, d->dev) == CUDA_SUCCESS) d->total_mem = total;
   r = cu->cuStreamCreate(&d->xfer, CU_STREAM_NON_BLOCKING);
@@ -554,13 +610,17 @@ MLXN_EXPORT mlxn_status mlxn_device_set_option(mlxn_device* device, const char* 
                    "mlxn_device_set_option: device, key and value must be non-NULL");
   Device* d = reinterpret_cast<Device*>(device);
   const std::string k = key, v = value;
-  if (k != "pdl")
+  if (k != "pdl" && k != "concurrent")
     return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
-                   "cuda: unknown option '" + k + "' (the cuda backend knows pdl)");
+                   "cuda: unknown option '" + k + "' (the cuda backend knows pdl, concurrent)");
   if (v != "on" && v != "off")
-    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "cuda: option pdl must be on or off (got '" + v + "')");
-  // Later launches (and captures) follow it; recorded launches are kept as they are.
-  d->pdl = v == "on" && d->cc_major >= 9 && use(d)->cuLaunchKernelEx != nullptr;
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "cuda: option " + k + " must be on or off (got '" + v + "')");
+  // Later launches (and captures) follow them; a replay's graph keeps the launches it captured.
+  if (k == "pdl")
+    d->pdl = v == "on" && d->cc_major >= 9 && use(d)->cuLaunchKernelEx != nullptr;
+  else
+    d->concurrent = v == "on";
   return ok_msg(msg, msg_cap);
 }
 
@@ -848,7 +908,7 @@ MLXN_EXPORT void mlxn_encoder_release(mlxn_encoder* encoder) {
   Encoder* e = reinterpret_cast<Encoder*>(encoder);
   const Driver* cu = use(e->dev);
   if (e->state == MLXN_ENCODER_PENDING) {
-    cu->cuStreamSynchronize(e->stream);  // the in-flight work still uses its buffers
+    sync_streams(cu, e);  // the in-flight work still uses its buffers
     drop_launches(e->inflight);
   }
   drop_launches(e->recorded);
@@ -857,6 +917,7 @@ MLXN_EXPORT void mlxn_encoder_release(mlxn_encoder* encoder) {
   if (e->staging_dev) cu->cuMemFree(e->staging_dev);
   cu->cuEventDestroy(e->start);
   cu->cuEventDestroy(e->stop);
+  destroy_side(cu, e);
   cu->cuStreamDestroy(e->stream);
   Device* d = e->dev;
   delete e;
@@ -951,6 +1012,8 @@ MLXN_EXPORT mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void*
     l.block[i] = blk.threads[i];
   }
   l.smem = static_cast<unsigned>(dyn_smem);
+  l.after_barrier = e->barrier_pending;
+  e->barrier_pending = false;
   for (uint32_t m = blk.buffer_mask; m != 0; m &= m - 1) {
     const mlxn_block_binding& bd = *by_index[__builtin_ctz(m)];
     if (bd.kind == MLXN_BIND_BUFFER) {
@@ -977,19 +1040,24 @@ MLXN_EXPORT mlxn_status mlxn_encoder_barrier(mlxn_encoder* encoder, char* msg, u
     return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
                    "barrier: the encoder must be recording (got a replayable encoder whose recording was committed: "
                    "replay it)");
-  // Stream order already makes each dispatch see the writes of earlier ones.
-  const mlxn_status st = begin_recording(reinterpret_cast<Encoder*>(encoder), "barrier", msg, msg_cap);
-  return st != MLXN_OK ? st : ok_msg(msg, msg_cap);
+  // Where the stretch before it joins (launch_all): the dispatches after it
+  // see the writes of every earlier one.
+  Encoder* e = reinterpret_cast<Encoder*>(encoder);
+  const mlxn_status st = begin_recording(e, "barrier", msg, msg_cap);
+  if (st != MLXN_OK) return st;
+  e->barrier_pending = true;
+  return ok_msg(msg, msg_cap);
 }
 
 namespace {
 
-// One launch on the encoder's stream: with programmatic stream serialization
-// where its program is marked and the device allows it, so its blocks may be
-// scheduled (and wait in mlxn_entry) while the kernel ahead finishes; a
-// stream capture turns that into a programmatic edge of the graph.
-CUresult launch_one(const Driver* cu, Encoder* e, const Launch& l, void** params) {
-  if (l.pipe->lib->pdl && e->dev->pdl) {
+// One launch on stream `s`: with programmatic stream serialization where
+// `pdl` allows it, its program is marked and the device allows it, so its
+// blocks may be scheduled (and wait in mlxn_entry) while the kernel ahead on
+// the stream finishes; a stream capture turns that into a programmatic edge
+// of the graph.
+CUresult launch_one(const Driver* cu, Encoder* e, const Launch& l, void** params, CUstream s, bool pdl) {
+  if (pdl && l.pipe->lib->pdl && e->dev->pdl) {
     CUlaunchAttribute attr{};
     attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     attr.value.programmaticStreamSerializationAllowed = 1;
@@ -1001,30 +1069,73 @@ CUresult launch_one(const Driver* cu, Encoder* e, const Launch& l, void** params
     cfg.blockDimY = l.block[1];
     cfg.blockDimZ = l.block[2];
     cfg.sharedMemBytes = l.smem;
-    cfg.hStream = e->stream;
+    cfg.hStream = s;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
     return cu->cuLaunchKernelEx(&cfg, l.pipe->fn, params, nullptr);
   }
   return cu->cuLaunchKernel(l.pipe->fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
-                            l.smem, e->stream, params, nullptr);
+                            l.smem, s, params, nullptr);
 }
 
-// Queues the launches of `launches` on the encoder's stream, their BYTES
-// arguments pointing into the staging buffer.
+// Queues the launches of `launches`, their BYTES arguments pointing into the
+// staging buffer, stretch by stretch (the dispatches from one barrier to the
+// next). A stretch of one dispatch, or every stretch where the device's
+// "concurrent" option is off, goes on the encoder's stream in order. A longer
+// one forks: its first dispatch on the encoder's stream (programmatic after
+// the kernel ahead, as in order), the others dealt over the side streams in
+// turn, each side stream waiting first for the work queued before the stretch
+// (the fork event); then the encoder's stream waits for every side stream
+// used (their join events), so whatever follows the stretch's barrier starts
+// after all of it. The encoder's barriers place dispatches in one stretch only
+// where none writes an allocation another reads or writes (docs/internals.md,
+// Barriers), as Metal's concurrent encoder runs them. A capture records the
+// same forks and joins as edges of the graph.
 CUresult launch_all(const Driver* cu, Encoder* e, std::vector<Launch>& launches, std::string* what) {
   std::vector<CUdeviceptr> values;
   std::vector<void*> ptrs;
-  for (Launch& l : launches) {
+  auto go = [&](const Launch& l, CUstream s, bool pdl) {
     values.clear();
     for (const Arg& a : l.args) values.push_back(a.staged ? e->staging_dev + a.value : a.value);
     ptrs.clear();
     for (CUdeviceptr& v : values) ptrs.push_back(&v);
-    const CUresult r = launch_one(cu, e, l, ptrs.empty() ? nullptr : ptrs.data());
+    const CUresult r = launch_one(cu, e, l, ptrs.empty() ? nullptr : ptrs.data(), s, pdl);
+    if (r != CUDA_SUCCESS) *what = "launching kernel " + l.pipe->name;
+    return r;
+  };
+  const bool concurrent = e->dev->concurrent;
+  const size_t n = launches.size();
+  size_t i = 0;
+  while (i < n) {
+    size_t j = i + 1;  // the stretch: [i, j)
+    while (j < n && !launches[j].after_barrier) ++j;
+    size_t sides = concurrent ? std::min(j - i - 1, kSideStreams) : 0;
+    if (sides > 0 && !side_ready(cu, e)) sides = 0;
+    if (sides == 0) {
+      for (size_t k = i; k < j; ++k)
+        if (const CUresult r = go(launches[k], e->stream, true); r != CUDA_SUCCESS) return r;
+      i = j;
+      continue;
+    }
+    CUresult r = cu->cuEventRecord(e->fork, e->stream);
+    for (size_t a = 0; a < sides && r == CUDA_SUCCESS; ++a) r = cu->cuStreamWaitEvent(e->side[a], e->fork, 0);
     if (r != CUDA_SUCCESS) {
-      *what = "launching kernel " + l.pipe->name;
+      *what = "forking a stretch of " + std::to_string(j - i) + " dispatches onto side streams";
       return r;
     }
+    for (size_t k = i; k < j && r == CUDA_SUCCESS; ++k)
+      r = k == i ? go(launches[k], e->stream, true) : go(launches[k], e->side[(k - i - 1) % sides], false);
+    // Joined after a failed launch too, so that a capture ends with every stream back.
+    for (size_t a = 0; a < sides; ++a) {
+      CUresult q = cu->cuEventRecord(e->join[a], e->side[a]);
+      if (q == CUDA_SUCCESS) q = cu->cuStreamWaitEvent(e->stream, e->join[a], 0);
+      if (q != CUDA_SUCCESS && r == CUDA_SUCCESS) {
+        r = q;
+        *what = "joining a stretch's side streams";
+      }
+    }
+    if (r != CUDA_SUCCESS) return r;
+    i = j;
   }
   return CUDA_SUCCESS;
 }
@@ -1066,7 +1177,7 @@ mlxn_status submit(Encoder* e, std::vector<Launch>& launches, const std::vector<
   e->state = MLXN_ENCODER_PENDING;
 
   auto abort_commit = [&](const std::string& what, CUresult r) {
-    cu->cuStreamSynchronize(e->stream);  // launches already queued still use the buffers
+    sync_streams(cu, e);  // launches already queued still use the buffers
     e->error = what + ": " + cu_error_text(r);
     drop_launches(e->inflight);  // a replayable recording keeps its own until release
     e->inflight_staging.clear();
@@ -1138,6 +1249,7 @@ MLXN_EXPORT mlxn_status mlxn_encoder_commit(mlxn_encoder* encoder, char* msg, ui
     e->staging_dirty = false;
     return submit(e, e->recorded, e->staging, true, false, msg, msg_cap);
   }
+  e->barrier_pending = false;  // the commit's end joins every stream
   e->inflight = std::move(e->recorded);
   e->recorded.clear();
   e->inflight_staging = std::move(e->staging);

@@ -62,6 +62,7 @@ void load_driver() {
   ok &= resolve(lib, d.cuEventCreate, "cuEventCreate");
   ok &= resolve(lib, d.cuEventDestroy, "cuEventDestroy_v2");
   ok &= resolve(lib, d.cuEventRecord, "cuEventRecord");
+  ok &= resolve(lib, d.cuStreamWaitEvent, "cuStreamWaitEvent");
   ok &= resolve(lib, d.cuEventQuery, "cuEventQuery");
   ok &= resolve(lib, d.cuEventSynchronize, "cuEventSynchronize");
   ok &= resolve_any(lib, d.cuEventElapsedTime, {"cuEventElapsedTime_v2", "cuEventElapsedTime"});

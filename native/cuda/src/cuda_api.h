@@ -54,6 +54,7 @@ constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 
 constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
 constexpr unsigned CU_EVENT_DEFAULT = 0x0;
+constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
 constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
 
 constexpr int CU_JIT_INFO_LOG_BUFFER = 3;
@@ -114,6 +115,7 @@ struct Driver {
   CUresult (*cuEventCreate)(CUevent*, unsigned);
   CUresult (*cuEventDestroy)(CUevent);                                   // _v2
   CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuEventQuery)(CUevent);
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);              // _v2 where present

@@ -238,6 +238,12 @@ int main(int argc, char** argv) {
   CHECK(f_mlxn_device_set_option(dev, "pdl", "off", msg, CAP) == MLXN_OK &&
             f_mlxn_device_set_option(dev, "pdl", "on", msg, CAP) == MLXN_OK,
         "set_option pdl on / off: %s", msg);
+  CHECK(f_mlxn_device_set_option(dev, "concurrent", "yes", msg, CAP) == MLXN_ERR_INVALID_ARGUMENT &&
+            strstr(msg, "concurrent must be on or off") != NULL,
+        "set_option must refuse a concurrent value other than on / off (got '%s')", msg);
+  CHECK(f_mlxn_device_set_option(dev, "concurrent", "off", msg, CAP) == MLXN_OK &&
+            f_mlxn_device_set_option(dev, "concurrent", "on", msg, CAP) == MLXN_OK,
+        "set_option concurrent on / off: %s", msg);
 
   /* ---- buffers ---- */
   enum { N = 4096, TG = 128, XOFF = 16 };
