@@ -3462,7 +3462,7 @@ __device__ __forceinline__ void split_reduce(const float* partials, u32* word, f
 template <u32 W, bool GU = false>
 __device__ __forceinline__ void gmv_gc_q4k(const unsigned char* w, const float* x, float* y, u32 N, u32 K, u32 blk,
                                            const unsigned char* uw = nullptr, u32 activation = 0u) {
-    constexpr u32 D = 2, TPB = 4u / W;
+    constexpr u32 D = 2, TPB = W < 4u ? 4u / W : 1u;  // tiles a block of max(W, 4) warps
     constexpr float M = 128.0f;
     constexpr u32 P2 = 0x43004300u;  // bf16 128 in both halves
     // The launch's dynamic shared memory, under a name of its own: the

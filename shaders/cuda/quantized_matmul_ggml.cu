@@ -265,6 +265,10 @@ GGML_MV_DQ_ENTRIES(q6_K, GGML_Q6_K)
 GGML_MV_GC_ENTRY(2)
 GGML_MV_GC_ENTRY(4)
 #undef GGML_MV_GC_ENTRY
+extern "C" __global__ void __launch_bounds__(256, 2) kernel_mul_mv_q4_K_f32_gc8(const unsigned char* src0, const float* src1,
+                                                                              float* dst, const GgmlMatvecParams* p) {
+    gmv_gc_q4k<8>(src0, src1, dst, u32(p->ne01), u32(p->ne00), blockIdx.x);
+}
 
 #endif
 #undef GGML_MV_DQ_ENTRY

@@ -82,7 +82,7 @@ export const GGML_KERNEL_TYPE: Readonly<Record<GgmlQuantType, string>> = { Q4_0:
 export const QUANTIZED_MATMUL_GGML_CUDA_PARTS: readonly (readonly string[])[] = [
   ...GGML_QUANT_TYPES.map((q) => [`kernel_mul_mm_${GGML_KERNEL_TYPE[q]}_f32`, `kernel_mul_mm_${GGML_KERNEL_TYPE[q]}_f32_splitk`]),
   [...GGML_QUANT_TYPES.flatMap((q) => ['vdq1', 'vdq2', 'vdqs4'].map((v) => `kernel_mul_mv_${GGML_KERNEL_TYPE[q]}_f32_${v}`)),
-    'kernel_mul_mv_q4_K_f32_vgc2', 'kernel_mul_mv_q4_K_f32_vgc4'],
+    'kernel_mul_mv_q4_K_f32_vgc2', 'kernel_mul_mv_q4_K_f32_vgc4', 'kernel_mul_mv_q4_K_f32_gc8'],
   ['kernel_mul_mv_q8_0_f32_i8', 'kernel_mul_mv_q6_K_f32_i8', 'kernel_mul_mv_q6_K_f32_i8g'],
   GGML_QUANT_TYPES.map((q) => `kernel_mul_mv_${GGML_KERNEL_TYPE[q]}_f32_xs`),
 ];
@@ -364,6 +364,10 @@ export function ggmlMatmulCudaLaunch(type: GgmlQuantType, form: 'vector' | 'matr
       grid: [ceilDiv(n, GGML_MV_XS_ROWS), 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvXsSharedBytes(type) },
       entry: `kernel_mul_mv_${GGML_KERNEL_TYPE[type]}_f32_xs`,
     };
+  }
+  if (form === 'vector' && type === 'Q4_K' && ggmlGcTakes(type, m, k, ceilDiv(n, GGML_MV_CUDA_ROWS)) && limits.multiprocessors > 0
+    && ceilDiv(n, GGML_MV_CUDA_ROWS) <= 2 * limits.multiprocessors && k >= 2048) {
+    return { grid: [ceilDiv(n, GGML_MV_CUDA_ROWS), 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: ggmlGcSharedBytes(type, k) }, entry: 'kernel_mul_mv_q4_K_f32_gc8' };
   }
   if (form === 'vector') {
     const blocks = ceilDiv(n, GGML_MV_CUDA_ROWS);

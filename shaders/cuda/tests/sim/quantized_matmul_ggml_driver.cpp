@@ -201,7 +201,8 @@ void run_variants(int f, MV mv, const std::vector<DqVariant>& vs, u32 M, u32 N, 
 // The group-column variants of Q4_K (kernel_mul_mv_q4_K_f32_vgc<W>, one
 // token, launched by bench/qmv_variants.ts only) beside the entry: against
 // the float64 product and the entry's output, as run_variants; their launch
-// (grid ceil(ceil(N / 16) W / 4) of 128 threads).
+// (grid ceil(ceil(N / 16) W / 4) of 128 threads; kernel_mul_mv_q4_K_f32_gc8:
+// a 16-row tile a block of 8 warps).
 template <class MV, class GC>
 void run_gc(MV mv, GC gc, u32 W, u32 N, u32 K) {
   const int f = Q4_K;
@@ -212,7 +213,8 @@ void run_gc(MV mv, GC gc, u32 W, u32 N, u32 K) {
   y.poison();
   GgmlMatvecParams p{K, N, 1, K, 1, N, 1, 1, 1};
   sim_launch({cdiv(N, 16), 1, 1}, {128, 1, 1}, mv_smem(f, 1, K), [&] { mv(t.w, x.p, y0.p, &p); });
-  sim_launch({cdiv(cdiv(N, 16) * W, 4), 1, 1}, {128, 1, 1}, K * 2 + K / 32 * 4 + 1024, [&] { gc(t.w, x.p, y.p, &p); });
+  const u32 warps = std::max(W, 4u);
+  sim_launch({cdiv(cdiv(N, 16) * W, warps), 1, 1}, {32 * warps, 1, 1}, K * 2 + K / 32 * 4 + 1024, [&] { gc(t.w, x.p, y.p, &p); });
   std::vector<double> want, mag, entry(N);
   product(f, t, x, 1, N, K, want, mag);
   for (size_t e = 0; e < entry.size(); ++e) entry[e] = y0.at(e);
@@ -316,8 +318,8 @@ int main(int argc, char** argv) {
   const bool only_gc = argc > 1 && std::string(argv[1]) == "vgc";
   if (only_variants || only_gc) {
     // Rows past N (a partial tile), one super-block, several, the bench shapes' K, W = 2 and 4.
-    for (u32 W : {2u, 4u}) {
-      auto gc = W == 2 ? kernel_mul_mv_q4_K_f32_vgc2 : kernel_mul_mv_q4_K_f32_vgc4;
+    for (u32 W : {2u, 4u, 8u}) {
+      auto gc = W == 2 ? kernel_mul_mv_q4_K_f32_vgc2 : W == 4 ? kernel_mul_mv_q4_K_f32_vgc4 : kernel_mul_mv_q4_K_f32_gc8;
       for (const auto& [N, K] : std::vector<std::pair<u32, u32>>{{37, 5 * 256}, {16, 256}, {70, 2048}, {5, 5120}, {3, 5376}})
         run_gc(kernel_mul_mv_q4_K_f32, gc, W, N, K);
     }
