@@ -44,6 +44,8 @@ import {
   ggmlBlockOf,
   ggmlDequantize,
   ggmlGcTakes,
+  ggmlGc8Takes,
+  GC8_TILES_PER_SM,
   GC_Q6_MAX_BLOCKS,
   ggmlI8Takes,
   ggmlMvXsSharedBytes,
@@ -205,6 +207,16 @@ describe('quantized_matmul_ggml params, bindings and launches', () => {
     expect([5120, 17408, 49152].map((k) => [ggmlGcTakes('Q4_K', 1, k, 320), ggmlMatmulCudaLaunch('Q4_K', 'vector', 1, 5120, k).threadgroupMemory![0]]))
       .toEqual([[true, 4 * 3 * 16 * 176 + 2048], [true, 17408 * 2 + 544 * 4 + 1024], [false, 4 * 3 * 16 * 176 + 2048]]);
     expect([ggmlGcTakes('Q4_0', 1, 5120, 320), ggmlGcTakes('Q4_K', 2, 5120, 320)]).toEqual([false, false]);
+    // Few tiles of Q4_K (at most 2 an SM, k of 8 super-blocks or more): 8 warps a tile, a tile a block of 256 threads.
+    const sms = TARGET_LIMITS.cuda.multiprocessors;
+    expect(ggmlMatmulCudaLaunch('Q4_K', 'vector', 1, 2816, 4096, TARGET_LIMITS.cuda)).toEqual({ grid: [176, 1, 1], threads: [256, 1, 1],
+      threadgroupMemory: { 0: 4096 * 2 + 128 * 4 + 1024 }, entry: 'kernel_mul_mv_q4_K_f32_gc8' });
+    expect([16 * GC8_TILES_PER_SM * sms, 16 * GC8_TILES_PER_SM * sms + 1].map((n) => ggmlGc8Takes('Q4_K', 1, n, 2048, TARGET_LIMITS.cuda)))
+      .toEqual([true, false]);
+    expect([ggmlGc8Takes('Q4_K', 1, 2816, 1792, TARGET_LIMITS.cuda), ggmlGc8Takes('Q4_K', 2, 2816, 4096, TARGET_LIMITS.cuda),
+      ggmlGc8Takes('Q4_K', 1, 2816, 4096, { multiprocessors: 0 }), ggmlGc8Takes('Q6_K', 1, 2816, 4096, TARGET_LIMITS.cuda),
+      ggmlGc8Takes('Q4_K', 1, 2816, 49152, TARGET_LIMITS.cuda)]).toEqual([false, false, false, false, false]);
+    expect(ggmlMatmulCudaLaunch('Q4_K', 'vector', 1, 8192, 2816, TARGET_LIMITS.cuda).entry).toBeUndefined();
     // One token of Q8_0 at the vector entry's own launch (the op takes the int8 entry: below): its group-column engine
     // at any k whose x fits, with shared memory of its own: 4 warps' stages
     // of 16 rows of 304 bytes (one a round a warp takes, up to 3), x (68 bytes a block of 32, whole rounds of 256)
@@ -597,7 +609,7 @@ describeBackends('quantized_matmul_ggml parity', ({ device, backend }) => {
   // rows on 2 bytes (96, 736: odd blocks), long rows; Q6_K from one super-block, rows on 2 bytes (768: odd
   // super-blocks), long rows. Rows past a tile in each.
   const ONE_TOKEN: readonly [GgmlQuantType, number, readonly (readonly [number, number])[]][] = [
-    ['Q4_K', 1, [[19, 256], [40, 17408], [3, 5376]]],
+    ['Q4_K', 1, [[19, 256], [40, 17408], [3, 5376], [2816, 4096]]],
     ['Q8_0', 3, [[37, 704], [5, 64], [7, 96], [19, 736], [16, 2112], [9, 17408]]],
     ['Q6_K', 5, [[37, 256], [19, 768], [16, 2048], [9, 17408]]],
   ];

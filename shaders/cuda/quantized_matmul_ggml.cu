@@ -187,6 +187,25 @@ GGML_MV_ENTRY(kernel_mul_mv_q8_0_f32, GGML_Q8_0)
 GGML_MV_ENTRY(kernel_mul_mv_q4_K_f32, GGML_Q4_K)
 GGML_MV_ENTRY(kernel_mul_mv_q5_K_f32, GGML_Q5_K)
 GGML_MV_ENTRY(kernel_mul_mv_q6_K_f32, GGML_Q6_K)
+
+// kernel_mul_mv_q4_K_f32_gc8 (not in mlx-native; kernel_mul_mv_q4_K_f32's
+// bindings): one token of Q4_K on the group-column engine with 8 warps a
+// 16-row tile (gmv_gc_q4k<8>), a tile a block of 256 threads: grid ceil(N /
+// 16), dynamic shared memory gc_q4k_shared(K). The op launches it for
+// products of few tiles (ts: ggmlGc8Takes), where 4 warps a tile leave the
+// SMs short of loads in flight, and only where the engine takes the product
+// (every view starts on 16 bytes; ggmlGcTakes mirrors the shared memory).
+// Where it would not, the block's rows are written as NaN: a launch outside
+// the op's plan shows in its output instead of reading out of bounds.
+extern "C" __global__ void __launch_bounds__(256, 2) kernel_mul_mv_q4_K_f32_gc8(const unsigned char* src0, const float* src1,
+                                                                              float* dst, const GgmlMatvecParams* p) {
+    if (!gc_q4k_takes(src0, src1, u32(p->ne1), u32(p->ne00)) || blockDim.x != 256u) {
+        const u32 r = blockIdx.x * 16u + threadIdx.x;
+        if (threadIdx.x < 16u && r < u32(p->ne01)) dst[r] = __int_as_float(0x7fc00000);
+        return;
+    }
+    gmv_gc_q4k<8>(src0, src1, dst, u32(p->ne01), u32(p->ne00), blockIdx.x);
+}
 #endif
 
 // The int8 engine (gdq<F, R, S, U>) as an entry of the vector form's
@@ -265,10 +284,6 @@ GGML_MV_DQ_ENTRIES(q6_K, GGML_Q6_K)
 GGML_MV_GC_ENTRY(2)
 GGML_MV_GC_ENTRY(4)
 #undef GGML_MV_GC_ENTRY
-extern "C" __global__ void __launch_bounds__(256, 2) kernel_mul_mv_q4_K_f32_gc8(const unsigned char* src0, const float* src1,
-                                                                              float* dst, const GgmlMatvecParams* p) {
-    gmv_gc_q4k<8>(src0, src1, dst, u32(p->ne01), u32(p->ne00), blockIdx.x);
-}
 
 #endif
 #undef GGML_MV_DQ_ENTRY

@@ -82,7 +82,7 @@ export const GGML_KERNEL_TYPE: Readonly<Record<GgmlQuantType, string>> = { Q4_0:
 export const QUANTIZED_MATMUL_GGML_CUDA_PARTS: readonly (readonly string[])[] = [
   ...GGML_QUANT_TYPES.map((q) => [`kernel_mul_mm_${GGML_KERNEL_TYPE[q]}_f32`, `kernel_mul_mm_${GGML_KERNEL_TYPE[q]}_f32_splitk`]),
   [...GGML_QUANT_TYPES.flatMap((q) => ['vdq1', 'vdq2', 'vdqs4'].map((v) => `kernel_mul_mv_${GGML_KERNEL_TYPE[q]}_f32_${v}`)),
-    'kernel_mul_mv_q4_K_f32_vgc2', 'kernel_mul_mv_q4_K_f32_vgc4', 'kernel_mul_mv_q4_K_f32_gc8'],
+    'kernel_mul_mv_q4_K_f32_vgc2', 'kernel_mul_mv_q4_K_f32_vgc4'],
   ['kernel_mul_mv_q8_0_f32_i8', 'kernel_mul_mv_q6_K_f32_i8', 'kernel_mul_mv_q6_K_f32_i8g'],
   GGML_QUANT_TYPES.map((q) => `kernel_mul_mv_${GGML_KERNEL_TYPE[q]}_f32_xs`),
 ];
@@ -279,6 +279,26 @@ export function ggmlI8Takes(type: GgmlQuantType, m: number, n: number, k: number
   return type === 'Q8_0' || type === 'Q6_K';
 }
 
+/**
+ * Whether one token of Q4_K runs kernel_mul_mv_q4_K_f32_gc8 (the
+ * group-column engine with 8 warps a 16-row tile, a tile a block of 256
+ * threads) instead of the 4 warps a tile of kernel_mul_mv_q4_K_f32: where
+ * the engine takes the product (ggmlGcTakes), its tiles number at most
+ * GC8_TILES_PER_SM a multiprocessor (the entry's blocks an SM: all resident
+ * at once) and k holds at least 8 super-blocks (a round of loads for every
+ * warp). At Gemma 4's attention output [2816, 4096] (176 tiles) on an H200
+ * it took 4.1 us with its weights out of L2, against 8.1 for 4 warps a tile,
+ * whose 176 blocks left 5 warps an SM (bench/results/q4k-gc8-h200-2026-11-29.md).
+ * Unknown SMs (0: Metal, the emulator): false.
+ */
+export function ggmlGc8Takes(type: GgmlQuantType, m: number, n: number, k: number, limits: Pick<DeviceLimits, 'multiprocessors'>): type is 'Q4_K' {
+  const tiles = ceilDiv(n, GGML_MV_CUDA_ROWS);
+  return type === 'Q4_K' && limits.multiprocessors > 0 && tiles <= GC8_TILES_PER_SM * limits.multiprocessors && k >= 8 * 256
+    && ggmlGcTakes(type, m, k, tiles);
+}
+/** Blocks an SM of kernel_mul_mv_q4_K_f32_gc8 (its launch bounds: 256 threads, 2 blocks). */
+export const GC8_TILES_PER_SM = 2;
+
 /** The CUDA shared memory of a one-token vector launch (both forms) of `blocks` blocks: a group-column engine's where it takes the product. */
 export function ggmlMvCudaShared(type: GgmlQuantType, m: number, k: number, blocks: number): number {
   if (!ggmlGcTakes(type, m, k, blocks)) return ggmlMvCudaSharedBytes(type);
@@ -365,9 +385,11 @@ export function ggmlMatmulCudaLaunch(type: GgmlQuantType, form: 'vector' | 'matr
       entry: `kernel_mul_mv_${GGML_KERNEL_TYPE[type]}_f32_xs`,
     };
   }
-  if (form === 'vector' && type === 'Q4_K' && ggmlGcTakes(type, m, k, ceilDiv(n, GGML_MV_CUDA_ROWS)) && limits.multiprocessors > 0
-    && ceilDiv(n, GGML_MV_CUDA_ROWS) <= 2 * limits.multiprocessors && k >= 2048) {
-    return { grid: [ceilDiv(n, GGML_MV_CUDA_ROWS), 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: ggmlGcSharedBytes(type, k) }, entry: 'kernel_mul_mv_q4_K_f32_gc8' };
+  if (form === 'vector' && ggmlGc8Takes(type, m, n, k, limits)) {
+    return {
+      grid: [ceilDiv(n, GGML_MV_CUDA_ROWS), 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: ggmlGcSharedBytes(type, k) },
+      entry: 'kernel_mul_mv_q4_K_f32_gc8',
+    };
   }
   if (form === 'vector') {
     const blocks = ceilDiv(n, GGML_MV_CUDA_ROWS);

@@ -224,6 +224,20 @@ void run_gc(MV mv, GC gc, u32 W, u32 N, u32 K) {
   report(vs_entry <= 1e-2, what + " vs entry", vs_entry, 1e-2);
 }
 
+// kernel_mul_mv_q4_K_f32_gc8 launched where its engine cannot take the
+// product (x not on 16 bytes): every row NaN, nothing read past x.
+void run_gc8_refused(u32 N, u32 K) {
+  const Weight t = random_weight(Q4_K, N, K, 0);
+  Arr<float> x(K + 4, 16), y(N);
+  x.random();
+  y.poison();
+  GgmlMatvecParams p{K, N, 1, K, 1, N, 1, 1, 1};
+  sim_launch({cdiv(N, 16), 1, 1}, {256, 1, 1}, K * 2 + K / 32 * 4 + 1024, [&] { kernel_mul_mv_q4_K_f32_gc8(t.w, x.p + 1, y.p, &p); });
+  u32 nan = 0;
+  for (u32 r = 0; r < N; ++r) nan += std::isnan(y.at(r)) ? 1u : 0u;
+  report(nan == N, "gc8 Q4_K x off 16 bytes: rows NaN N=" + std::to_string(N), double(N - nan), 0);
+}
+
 // kernel_dequantize_<t>_<o> over `blocks` blocks.
 template <class O, class K>
 void run_dequantize(int f, K kernel, const char* out, size_t blocks) {
@@ -323,6 +337,7 @@ int main(int argc, char** argv) {
       for (const auto& [N, K] : std::vector<std::pair<u32, u32>>{{37, 5 * 256}, {16, 256}, {70, 2048}, {5, 5120}, {3, 5376}})
         run_gc(kernel_mul_mv_q4_K_f32, gc, W, N, K);
     }
+    run_gc8_refused(37, 2048);
   }
   if (only_gc) {
     std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
