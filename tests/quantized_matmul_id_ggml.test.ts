@@ -27,7 +27,7 @@ import {
 } from '../ts/ops/quantized_matmul_ggml.ts';
 import {
   GGML_MATMUL_ID_MM_PARAMS_LAYOUT, GGML_MATVEC_ID_GATE_UP_PARAMS_LAYOUT, GGML_MATVEC_ID_PARAMS_LAYOUT, ggmlGateUpIdRef, ggmlIdMmCudaLaunch,
-  ggmlIdMmFew, ggmlIdMmFewCudaLaunch, ggmlIdMmWg, ggmlIdMmWgCudaLaunch, ggmlIdMmWgSharedBytes, ggmlIdI8Launch, ggmlIdI8Rows, ggmlIdMvCudaLaunch, packGgmlMatmulIdMmParams, packGgmlMatvecIdGateUpParams, packGgmlMatvecIdParams, planQuantizedMatmulIdGgml,
+  ggmlIdMmFew, ggmlIdMmFewCudaLaunch, ggmlIdMmWg, ggmlIdMmWgCudaLaunch, ggmlIdMmWgSharedBytes, ggmlIdI8Launch, ggmlIdI8Rows, ggmlIdMvCudaLaunch, ggmlIdGc8Takes, packGgmlMatmulIdMmParams, packGgmlMatvecIdGateUpParams, packGgmlMatvecIdParams, planQuantizedMatmulIdGgml,
   planQuantizedMatmulIdGgmlGateUp, planQuantizedMatmulIdGgmlMm, planQuantizedMatmulIdSwigluQ4_0, QUANTIZED_MATMUL_ID_GGML_KERNELS,
   quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm, quantizedMatmulIdSwigluQ4_0, ggmlMatmulIdRef, ggmlSwigluIdRef,
 } from '../ts/ops/quantized_matmul_id_ggml.ts';
@@ -90,6 +90,15 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     // The gate/up form: 8 output rows a block (their gate and up rows the engine's 16), the same shared memory.
     expect(ggmlIdMvCudaLaunch('Q4_K', 8, 512, 2048, true)).toEqual({ grid: [8 * 64, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaSharedBytes('Q4_K') } });
     expect(ggmlIdMvCudaLaunch('Q4_0', 3, 9, 32, true).grid[0]).toBe(3 * 2);
+    // Q4_K's gate/up form of few tiles (at most 2 an SM over the pairs, k of 8 super-blocks or more, experts on 16 bytes):
+    // 8 warps a tile, a tile a block of 256 threads (Gemma 4's MLP through gatedLinear: one pair, 2112 outputs, k 2816).
+    const cu = TARGET_LIMITS.cuda, rb = (k: number) => (k / 256) * 144;
+    expect(ggmlIdMvCudaLaunch('Q4_K', 1, 2112, 2816, true, cu, 2112 * rb(2816))).toEqual({ grid: [264, 1, 1], threads: [256, 1, 1],
+      threadgroupMemory: { 0: ggmlGcSharedBytes('Q4_K', 2816) }, entry: 'kernel_mul_mv_id_q4_K_f32_gate_up_gc8' });
+    expect([ggmlIdGc8Takes('Q4_K', 2, 2112, 2816, cu, 0), ggmlIdGc8Takes('Q4_K', 1, 2112, 1792, cu, 0), ggmlIdGc8Takes('Q4_K', 1, 2112, 2816, cu, 20),
+      ggmlIdGc8Takes('Q4_K', 1, 2112, 2816, { multiprocessors: 0 }, 0), ggmlIdGc8Takes('Q6_K', 1, 2112, 2816, cu, 0)])
+      .toEqual([false, false, false, false, false]);
+    expect([ggmlIdGc8Takes('Q4_K', 8, 37, 2048, cu, 0), ggmlIdMvCudaLaunch('Q4_K', 8, 37, 2048, false, cu).entry]).toEqual([true, undefined]);
     // Q4_K's group-column engine on the same grid: its shared memory (x of the pair's token) where that is more, up
     // to x's copy within GC_MAX_SHARED; past it the vector engine's alone (the kernel decides alike).
     expect(ggmlIdMvCudaLaunch('Q4_K', 8, 2048, 32768).threadgroupMemory).toEqual({ 0: ggmlGcSharedBytes('Q4_K', 32768) });
@@ -557,6 +566,31 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
         const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);
         const e = product(dev, 'Q8_0', s, ids, form, seed++ * 7919 + k, tolOf(form, k, 'Q8_0'));
         if (!(e <= tolOf(form, k, 'Q8_0'))) over.push(`${JSON.stringify(form)} ${JSON.stringify(s)}: ${e}`);
+      }
+    }
+    expect(over).toEqual([]);
+  }, 120_000);
+
+  // Q4_K's gate/up form where the pairs' tiles of 8 outputs number at most 2 an SM and k holds 8 super-blocks or more
+  // (on CUDA kernel_mul_mv_id_q4_K_f32_gate_up_gc8, 8 warps a tile): decode's 8 pairs with n past a tile, one pair of
+  // 100 outputs at Gemma 4's k 2816 (its MLP through gatedLinear: one expert); and with experts off 16 bytes (pad) and
+  // ids past them, which keeps the 4-warp entry.
+  test('Q4_K: the gate/up form at k 2048 and 2816, few tiles, experts on 16 bytes and off them, ids past them', () => {
+    const dev = device();
+    const over: string[] = [];
+    const shapes: readonly [Shape, number, boolean][] = [
+      [{ nTokens: 1, topK: 8, n: 37, blocks: 8, nExperts: 12 }, 5, false],
+      [{ nTokens: 1, topK: 1, n: 100, blocks: 11, nExperts: 1 }, 1, false],
+      [{ nTokens: 2, topK: 2, n: 20, blocks: 8, nExperts: 5, pad: 18 }, 4, true],
+    ];
+    let seed = 701;
+    for (const act of GATE_ACTIVATIONS) {
+      for (const [s, used, bad] of shapes) {
+        const k = 256 * s.blocks;
+        const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);
+        const form: Form = { gateUp: act };
+        const e = product(dev, 'Q4_K', s, ids, form, seed++ * 7919 + k, tolOf(form, k));
+        if (!(e <= tolOf(form, k))) over.push(`${act} ${JSON.stringify(s)}: ${e}`);
       }
     }
     expect(over).toEqual([]);

@@ -28,7 +28,8 @@
 //     (gmv_gc_q4k, its gate-up form for gate/up) per pair on the vector
 //     form's grid, W warps a tile (4; 2 below 4 super-blocks of k but for
 //     gate/up), a block 4 / W tiles (the pair's blocks between those idle),
-//     x of the pair's token copied into shared memory by each working block.
+//     x of the pair's token copied into shared memory by each working block;
+//     gate/up of few tiles with 8 warps a tile (_gate_up_gc8, 256 threads).
 //   Q8_0 and Q6_K, both vector forms: gmv_gc_q8_0 / gmv_gc_q6k (their
 //     gate-up forms for gate/up) per pair on the vector form's grid, 4 warps
 //     a tile, where x's copy fits (gc_q8_0_takes, gc_q6k_takes), whatever
@@ -56,7 +57,7 @@ __device__ __forceinline__ bool gc_q4k_id_takes(const unsigned char* w, const un
 // expert (tiles = ceil(N / ROWS)); gmv_rows with one x row, its pair's token. ROWS: 16 (plain), 8
 // (gate/up: 8 gate and 8 up rows as the engine's 16). `up` is the gate/up form's second weight.
 // SW (the swiglu form): each pair p's own x row, silu(x[p]) * xu[p].
-template <int F, bool GU, bool SW = false>
+template <int F, bool GU, bool SW = false, bool W8 = false>
 __device__ __forceinline__ void mv_id(unsigned char* smem, const unsigned char* w, const unsigned char* up, const float* x, const float* xu,
                                       float* y, const u32* ids, const GgmlMatvecIdParams* p, u32 activation) {
     constexpr u32 ROWS = GU ? 8u : 16u;
@@ -77,13 +78,21 @@ __device__ __forceinline__ void mv_id(unsigned char* smem, const unsigned char* 
         // W = 4 warps a tile from 4 rounds (super-blocks) of k and for gate/up (at fewer rounds, warps without
         // one: correct, and the gate/up form keeps one instance of the engine), else 2, so a block takes 4 / W
         // tiles and the pair's odd blocks at W = 2 have none.
-        if (gc_q4k_id_takes(w + off, up + off, x + xo, K)) {
+        // W8 (the _gc8 entry: 8 warps a tile, a tile a block of 256 threads) runs only the engine, and where
+        // the engine cannot take the pair writes its rows as NaN.
+        if (gc_q4k_id_takes(w + off, up + off, x + xo, K) && (!W8 || blockDim.x == 256u)) {
             const u32 local = row0 / ROWS;
-            if (GU || K >= 4u * 256u) {
+            if constexpr (W8) {
+                gmv_gc_q4k<8u, GU>(w + off, x + xo, yr, N, K, local, up + off, activation);
+            } else if (GU || K >= 4u * 256u) {
                 gmv_gc_q4k<4u, GU>(w + off, x + xo, yr, N, K, local, up + off, activation);
             } else if (local % 2u == 0u) {
                 gmv_gc_q4k<2u, GU>(w + off, x + xo, yr, N, K, local / 2u, up + off, activation);
             }
+            return;
+        }
+        if constexpr (W8) {
+            if (threadIdx.x < ROWS && row0 + threadIdx.x < N) yr[row0 + threadIdx.x] = __int_as_float(0x7fc00000);
             return;
         }
     }
@@ -277,6 +286,14 @@ GGML_MV_ID_GATE_UP_ENTRY(kernel_mul_mv_id_q8_0_f32_gate_up, GGML_Q8_0)
 #endif
 #if MLXN_CUDA_PART_IS(8)
 GGML_MV_ID_GATE_UP_ENTRY(kernel_mul_mv_id_q4_K_f32_gate_up, GGML_Q4_K)
+// kernel_mul_mv_id_q4_K_f32_gate_up_gc8 (not in mlx-native; the gate/up form's bindings): Q4_K's
+// group-column engine with 8 warps a tile of 8 outputs (their gate and up rows), a tile a block of 256
+// threads on the same grid, which the op launches where the pairs' tiles number at most 2 an SM
+// (ts: ggmlIdGc8Takes); rows of NaN where the engine cannot take a pair (quantized_matmul_ggml's _gc8).
+extern "C" __global__ void __launch_bounds__(256, 2) kernel_mul_mv_id_q4_K_f32_gate_up_gc8(
+    const unsigned char* gate, const float* src1, float* dst, const u32* ids, const GgmlMatvecIdGateUpParams* p, const unsigned char* up) {
+    mv_id<GGML_Q4_K, true, false, true>(nullptr, gate, up, src1, src1, dst, ids, &p->id, p->activation);
+}
 #endif
 #if MLXN_CUDA_PART_IS(9)
 GGML_MV_ID_GATE_UP_ENTRY(kernel_mul_mv_id_q5_K_f32_gate_up, GGML_Q5_K)

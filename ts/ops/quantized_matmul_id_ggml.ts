@@ -61,7 +61,7 @@ import { checkPairs, GATE_ACTIVATIONS, moeTileSlots, type GateActivation } from 
 import {
   checkGgmlType, GGML_KERNEL_TYPE, GGML_QUANT_TYPES, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlMmCudaTile, ggmlMvCudaShared, ggmlMvCudaSharedBytes,
   ggmlMvMetalLaunch, ggmlRowBytesOf, GGML_MV_CUDA_ROWS, GGML_MV_CUDA_WARPS, type GgmlQuantType, ggmlDequantizeRef,
-  GGML_I8_BLOCKS_PER_SM, ggmlI8SharedBytesOf,
+  GGML_I8_BLOCKS_PER_SM, ggmlI8SharedBytesOf, GC8_TILES_PER_SM, ggmlGcSharedBytes, ggmlGcTakes,
 } from './quantized_matmul_ggml.ts';
 import { GC_MAX_SHARED } from './quantized_matmul.ts';
 import { ceilDiv, CUDA_GRID_MAX, CUDA_GRID_YZ_MAX } from '../launch.ts';
@@ -104,6 +104,8 @@ export const QUANTIZED_MATMUL_ID_GGML_CUDA_PARTS: readonly (readonly string[])[]
     `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32`, `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_gate_up`,
     // The int8 form with 1 and 4 rows a warp (ggmlIdI8Launch).
     ...(GGML_ID_I8_TYPES.includes(q) ? ['i8', 'i8r4'].map((v) => `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_${v}`) : []),
+    // Q4_K's gate/up form with 8 warps a tile (ggmlIdGc8Takes).
+    ...(q === 'Q4_K' ? ['kernel_mul_mv_id_q4_K_f32_gate_up_gc8'] : []),
   ]),
   // The other formats' int8 form with 4 rows a warp (harness variants, bench/qmv_variants.ts).
   GGML_QUANT_TYPES.filter((q) => !GGML_ID_I8_TYPES.includes(q)).map((q) => `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_i8r4`),
@@ -188,10 +190,30 @@ export function packGgmlMatmulIdMmParams(s: GgmlIdSizes): Uint8Array {
  * engine on the same grid, 4 warps over a block's tile, with the shared
  * memory of ggmlMvCudaShared.
  */
-export function ggmlIdMvCudaLaunch(type: GgmlQuantType, pairs: number, n: number, k: number, gateUp = false): Launch {
+export function ggmlIdMvCudaLaunch(type: GgmlQuantType, pairs: number, n: number, k: number, gateUp = false,
+  limits: Pick<DeviceLimits, 'multiprocessors'> = { multiprocessors: 0 }, expertStride = 0): CudaLaunch {
   const rows = gateUp ? GGML_MV_CUDA_ROWS / 2 : GGML_MV_CUDA_ROWS;
   const blocks = pairs * ceilDiv(n, rows);
+  if (gateUp && ggmlIdGc8Takes(type, pairs, n, k, limits, expertStride)) {
+    return { grid: [blocks, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: ggmlGcSharedBytes(type, k) }, entry: 'kernel_mul_mv_id_q4_K_f32_gate_up_gc8' };
+  }
   return { grid: [blocks, 1, 1], threads: [128, 1, 1], threadgroupMemory: { 0: ggmlMvCudaShared(type, 1, k, blocks) } };
+}
+
+/**
+ * Whether Q4_K's gate/up vector form runs kernel_mul_mv_id_q4_K_f32_gate_up_gc8
+ * (8 warps a tile of 8 outputs, a tile a block of 256 threads): as
+ * quantized_matmul_ggml's ggmlGc8Takes, over the pairs' tiles together
+ * (Gemma 4's MLP through gatedLinear: one pair, 264 tiles), and with every
+ * expert's rows on 16 bytes (expertStride, the op's stride between experts'
+ * weights in bytes, a multiple of 16; the weights are views, which start on
+ * 16 bytes), as the engine needs (gc_q4k_id_takes).
+ */
+export function ggmlIdGc8Takes(type: GgmlQuantType, pairs: number, n: number, k: number, limits: Pick<DeviceLimits, 'multiprocessors'>,
+  expertStride: number): type is 'Q4_K' {
+  const blocks = pairs * ceilDiv(n, GGML_MV_CUDA_ROWS / 2);
+  return type === 'Q4_K' && limits.multiprocessors > 0 && blocks <= GC8_TILES_PER_SM * limits.multiprocessors && k >= 8 * 256
+    && expertStride % 16 === 0 && ggmlGcTakes(type, 1, k, blocks);
 }
 
 /**
@@ -537,14 +559,16 @@ export function planQuantizedMatmulIdGgml(a: QuantizedMatmulIdGgmlArgs, limits: 
  * vector form's GgmlMatvecIdParams, then activation), 5 upWeight.
  * Grid (Metal): the vector form's, each simdgroup taking R gate and R up
  * rows. CUDA: ggmlIdMvCudaLaunch(.., true): a 128-thread block per pair and 8
- * output rows, whose 8 gate and 8 up rows are the vector engine's 16.
+ * output rows, whose 8 gate and 8 up rows are the vector engine's 16; for
+ * Q4_K of few tiles (ggmlIdGc8Takes) kernel_mul_mv_id_q4_K_f32_gate_up_gc8,
+ * 256 threads a tile.
  */
 export function quantizedMatmulIdGgmlGateUp(enc: Encoder, args: QuantizedMatmulIdGgmlGateUpArgs): void {
   record(enc, planQuantizedMatmulIdGgmlGateUp(args, enc.device.limits, enc.device));
 }
 
 /** quantizedMatmulIdGgmlGateUp's plan: validates, then one dispatch (see quantizedMatmulIdGgmlGateUp). */
-export function planQuantizedMatmulIdGgmlGateUp(a: QuantizedMatmulIdGgmlGateUpArgs, _limits: DeviceLimits, device?: Device): OpPlan {
+export function planQuantizedMatmulIdGgmlGateUp(a: QuantizedMatmulIdGgmlGateUpArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateQuantizedMatmulIdGgmlGateUp(a, device);
   const pairs = a.nTokens * a.topK;
   return planOf({
@@ -552,7 +576,7 @@ export function planQuantizedMatmulIdGgmlGateUp(a: QuantizedMatmulIdGgmlGateUpAr
     buffers: [a.gateWeight, a.input, a.output, a.ids, , a.upWeight],
     bytes: [, , , , packGgmlMatvecIdGateUpParams(a)],
     ...ggmlMvMetalLaunch(a.ggmlType, pairs, a.n),
-    cuda: ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n, a.k, true),
+    cuda: ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n, a.k, true, limits, a.expertStride ?? a.n * ggmlRowBytesOf(a.ggmlType, a.k)),
   });
 }
 

@@ -67,7 +67,7 @@ struct Experts {
 // gate/up form (mv the gate/up entry, gu its activation) with an up weight `up_skew` bytes past 16.
 template <class MV, class MM>
 void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u32 used, bool bad, u32 pad, int gu = -1,
-            u32 up_skew = 0) {
+            u32 up_skew = 0, u32 gu_threads = 128) {
   // form 4, 5, 6: the int8 vector form (kernel_mul_mv_id_<t>_f32_i8, ggmlIdI8Launch; 6: _i8r4, 4 rows a warp): grid
   // (G, P) of 256 threads, G = 3 blocks a pair (4, 6: a persistent walk over units of 8 R rows) or every unit (5).
   const bool i8 = form == 4 || form == 5 || form == 6;
@@ -85,7 +85,7 @@ void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u3
   Arr<float> x(size_t(T) * K), y(size_t(P) * N);
   x.random();
   y.poison();
-  const std::string what = std::string(i8 ? (form == 4 ? "mv_id_i8 G=3 " : form == 6 ? "mv_id_i8r4 G=3 " : "mv_id_i8 G=units ") : form == 3 ? "mm_id_wg " : form == 2 ? "mm_id_few " : matrix ? "mm_id " : gu >= 0 ? (gu ? "gate_up gelu_tanh " : "gate_up silu ") : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
+  const std::string what = std::string(gu_threads == 256 ? "gc8 " : "") + std::string(i8 ? (form == 4 ? "mv_id_i8 G=3 " : form == 6 ? "mv_id_i8r4 G=3 " : "mv_id_i8 G=units ") : form == 3 ? "mm_id_wg " : form == 2 ? "mm_id_few " : matrix ? "mm_id " : gu >= 0 ? (gu ? "gate_up gelu_tanh " : "gate_up silu ") : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
                            " N=" + std::to_string(N) + " K=" + std::to_string(K) + " E=" + std::to_string(E) +
                            (pad ? " stride +" + std::to_string(pad) : "") + (bad ? " bad ids" : "") +
                            (up_skew ? " up +" + std::to_string(up_skew) : "");
@@ -99,7 +99,7 @@ void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u3
                                            const unsigned char*>;
   if constexpr (GU) {
     GgmlMatvecIdGateUpParams p{{{K, N, E, K, 1, N, P, 1, 1}, U, T, stride}, u32(gu)};
-    sim_launch({P * cdiv(N, 8), 1, 1}, {128, 1, 1}, smem, [&] { mv(w, x.p, y.p, idv.p, &p, up.w); });
+    sim_launch({P * cdiv(N, 8), 1, 1}, {gu_threads, 1, 1}, smem, [&] { mv(w, x.p, y.p, idv.p, &p, up.w); });
   } else if (i8) {
     // x as int8 (K bytes), a {scale, sum} pair a chunk of 32, the engine's 2 x 8 x R x 8 floats.
     GgmlMatvecIdParams p{{K, N, E, K, 1, N, P, 1, 1}, U, T, stride};
@@ -211,7 +211,36 @@ void run_swiglu(u32 P, u32 N, u32 K, u32 E, u32 used, bool bad, u32 pad) {
 
 #define ALL_FORMATS(X) X(Q4_0, q4_0) X(Q8_0, q8_0) X(Q4_K, q4_K) X(Q5_K, q5_K) X(Q6_K, q6_K)
 
-int main() {
+// kernel_mul_mv_id_q4_K_f32_gate_up_gc8 where its engine cannot take a pair (the up weight 4 bytes off 16):
+// the valid pairs' rows NaN, a pair whose id is past the experts zeros.
+void run_gc8_refused() {
+  const u32 N = 20, K = 2048, E = 4, P = 4;
+  const u64 stride = u64(K) / 256 * 144 * N;
+  Experts gate(Q4_K, N, K, E, stride, 0), up(Q4_K, N, K, E, stride, 4);
+  Arr<u32> idv(P);
+  for (u32 p = 0; p < P; ++p) idv.p[p] = p == 2 ? E + 7 : p;
+  Arr<float> x(K), y(size_t(P) * N);
+  x.random();
+  y.poison();
+  GgmlMatvecIdGateUpParams p{{{K, N, E, K, 1, N, P, 1, 1}, P, 1, stride}, 0u};
+  sim_launch({P * cdiv(N, 8), 1, 1}, {256, 1, 1}, K * 2 + K / 32 * 4 + 1024,
+             [&] { kernel_mul_mv_id_q4_K_f32_gate_up_gc8(gate.w, x.p, y.p, idv.p, &p, up.w); });
+  u32 wrong = 0;
+  for (u32 q = 0; q < P; ++q)
+    for (u32 r = 0; r < N; ++r) wrong += q == 2 ? y.at(q * N + r) != 0.0f : !std::isnan(y.at(q * N + r));
+  report(wrong == 0, "gc8 gate_up Q4_K up weight off 16 bytes: NaN rows, zeros past the experts", double(wrong), 0);
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "gc8") {
+    // Q4_K's gate/up form with 8 warps a tile: decode's 8 pairs at Gemma 4's k (11 super-blocks: warps with 2 and 1
+    // rounds) and a partial tile; pairs with bad ids at k 2048; the engine refused.
+    run_id(Q4_K, kernel_mul_mv_id_q4_K_f32_gate_up_gc8, kernel_mul_mm_id_q4_K_f32, 0, 1, 8, 37, 2816, 8, 8, false, 0, 1, 0, 256);
+    run_id(Q4_K, kernel_mul_mv_id_q4_K_f32_gate_up_gc8, kernel_mul_mm_id_q4_K_f32, 0, 2, 4, 20, 2048, 6, 6, true, 0, 0, 0, 256);
+    run_gc8_refused();
+    std::printf("%s\n", failures == 0 ? "all passed" : "FAILURES");
+    return failures != 0;
+  }
 #define ID(F, T)                                                                                                       \
   {                                                                                                                    \
     const u32 kb = qk_of(F) == 32 ? 32 : 256;                                                                          \
@@ -250,6 +279,9 @@ int main() {
   // partial tile; a down projection over pairs with bad ids and k of 3 super-blocks (a warp with none).
   run_id(Q4_K, kernel_mul_mv_id_q4_K_f32_gate_up, kernel_mul_mm_id_q4_K_f32, 0, 1, 8, 37, 2816, 8, 8, false, 0, 1);
   run_id(Q4_K, kernel_mul_mv_id_q4_K_f32_gate_up, kernel_mul_mm_id_q4_K_f32, 0, 2, 4, 20, 2048, 6, 6, true, 0, 0);
+  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32_gate_up_gc8, kernel_mul_mm_id_q4_K_f32, 0, 1, 8, 37, 2816, 8, 8, false, 0, 1, 0, 256);
+  run_id(Q4_K, kernel_mul_mv_id_q4_K_f32_gate_up_gc8, kernel_mul_mm_id_q4_K_f32, 0, 2, 4, 20, 2048, 6, 6, true, 0, 0, 0, 256);
+  run_gc8_refused();
   run_id(Q4_K, kernel_mul_mv_id_q4_K_f32, kernel_mul_mm_id_q4_K_f32, 0, 1, 8, 37, 2048, 16, 16, false, 0);
   run_id(Q4_K, kernel_mul_mv_id_q4_K_f32, kernel_mul_mm_id_q4_K_f32, 0, 8, 1, 100, 768, 6, 4, true, 0);
   // Q8_0's group-column engine (every vector case of Q8_0 above too, rows on 2 bytes at k 352 and with experts
