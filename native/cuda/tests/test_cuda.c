@@ -232,18 +232,17 @@ int main(int argc, char** argv) {
   CHECK(f_mlxn_device_limit(dev, 99) == 0, "unknown limit key");
   CHECK(f_mlxn_device_set_option(dev, "schedule", "random", msg, CAP) == MLXN_ERR_INVALID_ARGUMENT,
         "set_option must refuse unknown keys");
-  CHECK(f_mlxn_device_set_option(dev, "pdl", "maybe", msg, CAP) == MLXN_ERR_INVALID_ARGUMENT &&
-            strstr(msg, "pdl must be on or off") != NULL,
-        "set_option must refuse a pdl value other than on / off (got '%s')", msg);
-  CHECK(f_mlxn_device_set_option(dev, "pdl", "off", msg, CAP) == MLXN_OK &&
-            f_mlxn_device_set_option(dev, "pdl", "on", msg, CAP) == MLXN_OK,
-        "set_option pdl on / off: %s", msg);
-  CHECK(f_mlxn_device_set_option(dev, "concurrent", "yes", msg, CAP) == MLXN_ERR_INVALID_ARGUMENT &&
-            strstr(msg, "concurrent must be on or off") != NULL,
-        "set_option must refuse a concurrent value other than on / off (got '%s')", msg);
-  CHECK(f_mlxn_device_set_option(dev, "concurrent", "off", msg, CAP) == MLXN_OK &&
-            f_mlxn_device_set_option(dev, "concurrent", "on", msg, CAP) == MLXN_OK,
-        "set_option concurrent on / off: %s", msg);
+  /* The backend's options (each on or off): a value other than those refused by name, both taken, left on. */
+  static const char* const options[] = {"pdl", "concurrent"};
+  for (size_t i = 0; i < sizeof options / sizeof options[0]; ++i) {
+    char want[64];
+    snprintf(want, sizeof want, "%s must be on or off", options[i]);
+    CHECK(f_mlxn_device_set_option(dev, options[i], "maybe", msg, CAP) == MLXN_ERR_INVALID_ARGUMENT && strstr(msg, want) != NULL,
+          "set_option must refuse a %s value other than on / off (got '%s')", options[i], msg);
+    CHECK(f_mlxn_device_set_option(dev, options[i], "off", msg, CAP) == MLXN_OK &&
+              f_mlxn_device_set_option(dev, options[i], "on", msg, CAP) == MLXN_OK,
+          "set_option %s on / off: %s", options[i], msg);
+  }
 
   /* ---- buffers ---- */
   enum { N = 4096, TG = 128, XOFF = 16 };
