@@ -292,12 +292,19 @@ export function ggmlI8Takes(type: GgmlQuantType, m: number, n: number, k: number
  * Unknown SMs (0: Metal, the emulator): false.
  */
 export function ggmlGc8Takes(type: GgmlQuantType, m: number, n: number, k: number, limits: Pick<DeviceLimits, 'multiprocessors'>): type is 'Q4_K' {
-  const tiles = ceilDiv(n, GGML_MV_CUDA_ROWS);
-  return type === 'Q4_K' && limits.multiprocessors > 0 && tiles <= GC8_TILES_PER_SM * limits.multiprocessors && k >= 8 * 256
-    && ggmlGcTakes(type, m, k, tiles);
+  return m === 1 && gc8Fits(type, ceilDiv(n, GGML_MV_CUDA_ROWS), k, limits);
 }
-/** Blocks an SM of kernel_mul_mv_q4_K_f32_gc8 (its launch bounds: 256 threads, 2 blocks). */
+/** Blocks an SM of the 8-warp Q4_K entries (their launch bounds: 256 threads, 2 blocks). */
 export const GC8_TILES_PER_SM = 2;
+/**
+ * What both 8-warp Q4_K entries ask of one token's product of `tiles` tiles
+ * (a tile a block): see ggmlGc8Takes (quantized_matmul_id_ggml's
+ * ggmlIdGc8Takes counts the pairs' tiles together).
+ */
+export function gc8Fits(type: GgmlQuantType, tiles: number, k: number, limits: Pick<DeviceLimits, 'multiprocessors'>): type is 'Q4_K' {
+  return type === 'Q4_K' && limits.multiprocessors > 0 && tiles <= GC8_TILES_PER_SM * limits.multiprocessors && k >= 8 * 256
+    && ggmlGcTakes(type, 1, k, tiles);
+}
 
 /** The CUDA shared memory of a one-token vector launch (both forms) of `blocks` blocks: a group-column engine's where it takes the product. */
 export function ggmlMvCudaShared(type: GgmlQuantType, m: number, k: number, blocks: number): number {

@@ -61,7 +61,7 @@ import { checkPairs, GATE_ACTIVATIONS, moeTileSlots, type GateActivation } from 
 import {
   checkGgmlType, GGML_KERNEL_TYPE, GGML_QUANT_TYPES, GGML_MM_SHARED_BYTES, ggmlBlockOf, ggmlMmCudaTile, ggmlMvCudaShared, ggmlMvCudaSharedBytes,
   ggmlMvMetalLaunch, ggmlRowBytesOf, GGML_MV_CUDA_ROWS, GGML_MV_CUDA_WARPS, type GgmlQuantType, ggmlDequantizeRef,
-  GGML_I8_BLOCKS_PER_SM, ggmlI8SharedBytesOf, GC8_TILES_PER_SM, ggmlGcSharedBytes, ggmlGcTakes,
+  GGML_I8_BLOCKS_PER_SM, ggmlI8SharedBytesOf, gc8Fits, ggmlGcSharedBytes,
 } from './quantized_matmul_ggml.ts';
 import { GC_MAX_SHARED } from './quantized_matmul.ts';
 import { ceilDiv, CUDA_GRID_MAX, CUDA_GRID_YZ_MAX } from '../launch.ts';
@@ -211,9 +211,7 @@ export function ggmlIdMvCudaLaunch(type: GgmlQuantType, pairs: number, n: number
  */
 export function ggmlIdGc8Takes(type: GgmlQuantType, pairs: number, n: number, k: number, limits: Pick<DeviceLimits, 'multiprocessors'>,
   expertStride: number): type is 'Q4_K' {
-  const blocks = pairs * ceilDiv(n, GGML_MV_CUDA_ROWS / 2);
-  return type === 'Q4_K' && limits.multiprocessors > 0 && blocks <= GC8_TILES_PER_SM * limits.multiprocessors && k >= 8 * 256
-    && expertStride % 16 === 0 && ggmlGcTakes(type, 1, k, blocks);
+  return expertStride % 16 === 0 && gc8Fits(type, pairs * ceilDiv(n, GGML_MV_CUDA_ROWS / 2), k, limits);
 }
 
 /**
