@@ -82,7 +82,10 @@ describeBackends('concurrent stretches', ({ device }) => {
 
   test('cuda: the dispatches of one stretch run at the same time where the option is on, in order where it is off', () => {
     const dev = device();
-    if (dev.backend !== 'cuda') return;
+    if (dev.backend !== 'cuda') {
+      expect(() => dev.setOption('concurrent', 'off')).toThrow(/unknown (emu )?option 'concurrent'/);
+      return;
+    }
     // await_flag, then raise_flag, with no barrier between them (the caller places barriers): run side by
     // side, the first sees the second's flag; in order, it gives up after the limit and the flag comes later.
     using lib: Library = dev.compile(FLAGS, { name: 'concurrent_test.cu' });
