@@ -70,6 +70,8 @@ export class Buffer {
   _writeMark = 0;
   /** @internal the recording stamp under which an encoder last held it (ts/encoder.ts). */
   _holdMark = 0;
+  /** @internal the recording stamp under which a flush counted it in _pendingWrites (ts/encoder.ts). */
+  _flushWriteMark = 0;
   /** @internal the barrier segments in which a dispatch last read / wrote it (ts/encoder.ts). */
   _rSeg = 0;
   _wSeg = 0;

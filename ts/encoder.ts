@@ -53,6 +53,8 @@ export interface BindableBuffer {
   _writeMark?: number;
   /** @internal the recording stamp under which an encoder last held it. */
   _holdMark?: number;
+  /** @internal the recording stamp under which a flush counted it in _pendingWrites. */
+  _flushWriteMark?: number;
   /** @internal the barrier segment in which a dispatch last read it / wrote it. */
   _rSeg?: number;
   _wSeg?: number;
@@ -550,6 +552,9 @@ export class Encoder {
   private writtenInFlight: BindableBuffer[] = [];
   /** Those of the commit in flight; each buffer's _pending counts it once per binding. */
   private heldInFlight: (BindableBuffer | Pipeline)[] = [];
+  /** flush(): how many of `held` count as in flight already (in _pending), and the buffers among them counted as written. */
+  private flushedHeld = 0;
+  private flushedWritten: BindableBuffer[] = [];
   /** Non-null inside atomic(): dispatches and barriers wait there. */
   private staged: Staged[] | null = null;
   /** Set when a backend refused part of an atomic section after the rest was recorded. */
@@ -831,6 +836,56 @@ export class Encoder {
     return result;
   }
 
+  /**
+   * Starts the dispatches recorded since the last flush or commit while the
+   * recording goes on (mlx_native.h mlxn_encoder_flush): on cuda the device
+   * runs them while the host records the rest; metal and the emulator start
+   * the whole recording at its commit. Nothing else changes: commit (or
+   * commitAndWait) still ends the recording and its wait covers everything
+   * flushed, barriers order the dispatches as without the flush, and
+   * gpuTimeNs spans the first flush to the end. From the flush on, what the
+   * flushed dispatches bind counts as in flight (a buffer they bind cannot be
+   * written from the host, one they may write cannot be read) until the
+   * commit's work ends, on every backend alike. Refused inside atomic() and
+   * for a replayable encoder (its recording is captured whole at its first
+   * commit).
+   */
+  flush(): void {
+    const h = this.handle('flush');
+    if (this.broken !== null) throw new MlxError('Internal', `Encoder.flush: ${this.broken}`);
+    if (this.staged !== null) throw new MlxError('InvalidArgument', 'Encoder.flush: must be called outside atomic() (got a call inside an atomic section)');
+    if (this.replayable) {
+      throw new MlxError('InvalidArgument', 'Encoder.flush: the encoder must not be replayable (its recording is captured whole at its first commit) (got a replayable encoder)');
+    }
+    const status = this._state.sym.mlxn_encoder_flush(h, msgBuf, msgCap);
+    if (status !== 0) {
+      // What the flush queued was waited for and dropped: the recording cannot be committed whole any more.
+      const err = statusError(status, 'Encoder.flush');
+      this.broken = `a flush failed, so the recording is incomplete (${err.message})`;
+      throw err;
+    }
+    this.countInFlight();
+  }
+
+  /** Counts what `held` gained since the last flush as in flight (and what the recording writes among all of it). */
+  private countInFlight(): void {
+    const held = this.held;
+    const written = this.flushedWritten;
+    const stamp = this.stamp;
+    for (let i = 0; i < held.length; i++) {
+      const o = held[i] as BindableBuffer;
+      if (o._pending === undefined) continue; // a pipeline
+      if (i >= this.flushedHeld) o._pending++;
+      // A buffer held since an earlier flush may be written by a dispatch recorded after it.
+      if (o._writeMark === stamp && o._flushWriteMark !== stamp) {
+        o._flushWriteMark = stamp;
+        o._pendingWrites!++;
+        written.push(o);
+      }
+    }
+    this.flushedHeld = held.length;
+  }
+
   private submit(): Pointer {
     const h = this.handle('commit');
     if (this.broken !== null) throw new MlxError('Internal', `Encoder.commit: ${this.broken}`);
@@ -839,19 +894,12 @@ export class Encoder {
     this.lastSubmitMs = performance.now() - t0;
     this.inFlight = true;
     const held = this.held;
-    const written: BindableBuffer[] = [];
-    const stamp = this.stamp;
-    for (let i = 0; i < held.length; i++) {
-      const o = held[i] as BindableBuffer;
-      if (o._pending === undefined) continue; // a pipeline
-      o._pending++;
-      if (o._writeMark === stamp) {
-        o._pendingWrites!++;
-        written.push(o);
-      }
-    }
+    this.countInFlight();
+    const written = this.flushedWritten;
     this.heldInFlight = held;
     this.writtenInFlight = written;
+    this.flushedHeld = 0;
+    this.flushedWritten = [];
     if (this.replayable) {
       this.frozen = true;
       this.replayHeld = held;
@@ -1076,6 +1124,13 @@ export class Encoder {
     untrack(this);
     this._state.releaseHandle(this._h, 'encoder'); // waits for work in flight
     this._h = 0;
+    if (this.flushedHeld > 0 || this.flushedWritten.length > 0) {
+      // Flushed and never committed: its counts go as a commit's would.
+      this.heldInFlight = this.held.slice(0, this.flushedHeld);
+      this.writtenInFlight = this.flushedWritten;
+      this.flushedHeld = 0;
+      this.flushedWritten = [];
+    }
     this.settle();
     this._epoch++;
     this.held = [];

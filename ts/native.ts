@@ -15,7 +15,7 @@ import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { MlxError, statusKind } from './errors.ts';
 import { VERSION } from './version.ts';
 
-export const ABI_VERSION = 3;
+export const ABI_VERSION = 4;
 
 export const SYMBOLS = {
   mlxn_abi_version: { args: [], returns: T.u32 },
@@ -58,6 +58,7 @@ export const SYMBOLS = {
   mlxn_encoder_dispatch: { args: [T.ptr, T.ptr, T.u64, T.ptr, T.u64], returns: T.i32 },
   mlxn_encoder_barrier: { args: [T.ptr, T.ptr, T.u64], returns: T.i32 },
   mlxn_encoder_commit: { args: [T.ptr, T.ptr, T.u64], returns: T.i32 },
+  mlxn_encoder_flush: { args: [T.ptr, T.ptr, T.u64], returns: T.i32 },
   mlxn_encoder_wait: { args: [T.ptr, T.ptr, T.u64], returns: T.i32 },
   mlxn_encoder_status: { args: [T.ptr], returns: T.i32 },
   mlxn_encoder_gpu_time_ns: { args: [T.ptr], returns: T.u64_fast },

@@ -772,6 +772,22 @@ mlxn_status mlxn_encoder_commit(mlxn_encoder* e, char* msg, uint64_t msg_cap) {
   return ok_msg(msg, msg_cap);
 }
 
+// The emulator runs a recording at its commit: a flush checks the encoder and
+// leaves the recording as it is (mlx_native.h allows it).
+mlxn_status mlxn_encoder_flush(mlxn_encoder* e, char* msg, uint64_t msg_cap) {
+  if (!e)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "mlxn_encoder_flush: encoder must be non-NULL (got NULL)");
+  if (e->state.load(std::memory_order_acquire) == MLXN_ENCODER_PENDING)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "flush: the encoder's committed work is still running; wait first");
+  if (e->replayable)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "flush: encoder must not be replayable (its recording is captured whole at its first commit) "
+                   "(got a replayable encoder)");
+  return ok_msg(msg, msg_cap);
+}
+
 mlxn_status mlxn_encoder_create_replayable(mlxn_device* device, mlxn_encoder** out, char* msg,
                                            uint64_t msg_cap) {
   if (!device || !out)

@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 /* Bumped on every incompatible change; the loader refuses a mismatch. */
-#define MLXN_ABI_VERSION 3u
+#define MLXN_ABI_VERSION 4u
 
 /* ---- status codes (kinds mirror the Rust crate's MlxError) ---- */
 typedef int32_t mlxn_status;
@@ -208,6 +208,25 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void* block, uint
                                   char* msg, uint64_t msg_cap);
 mlxn_status mlxn_encoder_barrier(mlxn_encoder* encoder, char* msg, uint64_t msg_cap);
 mlxn_status mlxn_encoder_commit(mlxn_encoder* encoder, char* msg, uint64_t msg_cap);
+/* Starts the dispatches recorded since the encoder's last flush or commit
+ * while the recording goes on: the device may run them while the host records
+ * the rest, and the commit that ends the recording submits what is left. The
+ * encoder stays recording; what it has flushed runs in recorded order, each
+ * flush after the one before and the commit after them all, as one commit
+ * (mlxn_encoder_wait waits for all of it, an execution error anywhere in it
+ * is the commit's, _gpu_time_ns spans the first flush's first launch to the
+ * commit's end). A flush changes no order: barriers order the dispatches as
+ * in the same recording without it (cuda also runs whatever follows a flush
+ * after everything flushed). Flushed work holds its buffers and pipelines as
+ * committed work does; an encoder released before its commit waits for what
+ * it has started and runs none of the rest. cuda launches the flushed
+ * dispatches at once; metal and the emulator start the whole recording at its
+ * commit (a flush checks its encoder and returns). Flushing nothing is OK.
+ * Refused with MLXN_ERR_INVALID_ARGUMENT, naming the function, the argument,
+ * the expected and the actual value: a null or replayable encoder (its
+ * recording is captured whole at its first commit), an encoder whose last
+ * commit still runs. */
+mlxn_status mlxn_encoder_flush(mlxn_encoder* encoder, char* msg, uint64_t msg_cap);
 /* Blocks until the committed work ends; an execution error (bad access, a
  * barrier not reached by every thread, a device fault) is
  * MLXN_ERR_COMMAND_BUFFER with its text. Waiting with nothing committed is OK. */

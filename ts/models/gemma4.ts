@@ -242,6 +242,7 @@ export class Gemma4 extends CausalLM {
         linear(enc, l.perLayer.proj, g, y, t, this.precision, this.scratch);
         normAdd(l, l.perLayer.norm, true, nextNorm);
       }
+      this.layerDone(enc);
     }
     const last = rows(h, t - logitRows, logitRows, H);
     const xn = s.get('xLast', 'f32', [logitRows, H]);

@@ -31,6 +31,15 @@ export interface ModelOptions {
    * grow with the step's dispatches. The same logits as without (default false).
    */
   replay?: boolean;
+  /**
+   * A prompt (and a decode step not recorded for replay) starts each layer's
+   * dispatches as soon as they are recorded (Encoder.flush after every
+   * layer), so the device works while the host records the layers after it:
+   * on cuda a prompt's wall time comes near the larger of the two rather
+   * than their sum. The same logits either way (default true; metal and the
+   * emulator run the recording at its commit regardless).
+   */
+  flushLayers?: boolean;
 }
 
 /** A decode step recorded for replay (CausalLM.replayStep). */
@@ -81,12 +90,19 @@ export abstract class CausalLM {
    * submitting it; not the device's work or the wait.
    */
   hostPrefillMs = 0;
-  /** Device time of the last prefill in milliseconds (Encoder.gpuTimeNs of its commit). */
+  /**
+   * Device time of the last prefill in milliseconds (Encoder.gpuTimeNs of its
+   * commit): with flushLayers on cuda, from the first layer's launch, so the
+   * time the device waited for the host's recording of later layers is in it.
+   */
   devicePrefillMs = 0;
   protected readonly maxContext: number;
   protected readonly precision: ProductPrecision;
   protected readonly prefillAttention: PrefillAttention;
   protected readonly replay: boolean;
+  private readonly flushLayers: boolean;
+  /** The encoder whose recording flushes after each layer (layerDone), while a prompt or a plain decode step records. */
+  private flushing: Encoder | null = null;
   /** Non-null while a decode step is recorded for replay: where its per-step ops note their plans. */
   protected steps: StepPatches | null = null;
   /**
@@ -119,6 +135,23 @@ export abstract class CausalLM {
     }
     this.replay = opts.replay ?? false;
     if (typeof this.replay !== 'boolean') throw invalid('loadModel', 'opts.replay', 'a boolean', this.replay);
+    this.flushLayers = opts.flushLayers ?? true;
+    if (typeof this.flushLayers !== 'boolean') throw invalid('loadModel', 'opts.flushLayers', 'a boolean', this.flushLayers);
+  }
+
+  /** The forward passes call it after each layer's dispatches: they start now where the options ask for it (flushLayers). */
+  protected layerDone(enc: Encoder): void {
+    if (this.flushing === enc) enc.flush();
+  }
+
+  /** forward(), flushing after each layer when the options ask for it and the encoder can (not a replayable one). */
+  private record(enc: Encoder, ids: Buffer, tokens: number, logitRows: number, logitsOut: Buffer, hostIds: readonly number[] | null): void {
+    this.flushing = this.flushLayers && !enc.replayable ? enc : null;
+    try {
+      this.forward(enc, ids, tokens, logitRows, logitsOut, hostIds);
+    } finally {
+      this.flushing = null;
+    }
   }
 
   /** The logits of the last step: [logitRows, vocab] f32 (read them only between steps). */
@@ -198,7 +231,7 @@ export abstract class CausalLM {
     const rows = opts.allLogits === true ? n : 1;
     const logits = this.scratch.get('logits', 'f32', [rows, this.config.vocabSize]);
     using enc = this.device.encoder();
-    this.forward(enc, ids, n, rows, logits, tokens);
+    this.record(enc, ids, n, rows, logits, tokens);
     this.pickNext(enc, rows, logits);
     const recorded = performance.now() - t0;
     enc.commitAndWait();
@@ -257,7 +290,7 @@ export abstract class CausalLM {
 
   /** Records a decode step into enc and runs it; its host time counts from t0 (ms) through the submission. */
   private runStep(enc: Encoder, logits: Buffer, t0: number): void {
-    this.forward(enc, this.next, 1, 1, logits, null);
+    this.record(enc, this.next, 1, 1, logits, null);
     this.pickNext(enc, 1, logits);
     const recordMs = performance.now() - t0;
     enc.commitAndWait();

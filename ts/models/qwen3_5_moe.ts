@@ -326,6 +326,7 @@ export class Qwen35Moe extends CausalLM {
       // h += y; x = rms_norm(h) * (1 + w_post)
       fusedResidualNorm(enc, { residual: h, input: y, weight: l.postNorm, normedOutput: x, sumOutput: h, rows: t, dim: H, eps: c.rmsNormEps });
       this.moe(enc, l.moe, x, h, t, this.layers[i + 1]?.inputNorm);
+      this.layerDone(enc);
     }
     const last = rows(h, t - logitRows, logitRows, H);
     const xn = s.get('xLast', 'f32', [logitRows, H]);

@@ -158,6 +158,13 @@ struct Encoder {
   std::vector<uint8_t> inflight_staging;  // kept until completion
   CUdeviceptr staging_dev = 0;
   uint64_t staging_cap = 0;
+  // mlxn_encoder_flush: part of the recording is launched (since `start`),
+  // `staging_uploaded` bytes of `staging` are on the device, and `retired`
+  // holds staging buffers replaced meanwhile, which launched kernels may still
+  // read: freed once the commit's work has ended.
+  bool flushed = false;
+  uint64_t staging_uploaded = 0;
+  std::vector<CUdeviceptr> retired;
   uint64_t gpu_ns = 0;
   std::string error;                      // MLXN_ENCODER_ERROR's text
   // Record once, replay many: a replayable encoder's first commit freezes
@@ -426,7 +433,14 @@ std::string kernel_list(const std::vector<Launch>& launches) {
   return s.empty() ? std::string("no kernels") : s;
 }
 
+// Frees the staging buffers that flushed launches read; their work has ended.
+void free_retired(const Driver* cu, Encoder* e) {
+  for (CUdeviceptr p : e->retired) cu->cuMemFree(p);
+  e->retired.clear();
+}
+
 void finish_commit(Encoder* e) {
+  free_retired(use(e->dev), e);
   float ms = 0.0f;
   if (driver()->cuEventElapsedTime(&ms, e->start, e->stop) == CUDA_SUCCESS && ms > 0.0f)
     e->gpu_ns = static_cast<uint64_t>(static_cast<double>(ms) * 1e6 + 0.5);
@@ -443,6 +457,7 @@ void fail_commit(Encoder* e, CUresult r) {
              " dispatch(es) (kernels: " + kernel_list(ran) + "): " + cu_error_text(r);
   drop_launches(e->inflight);
   e->inflight_staging.clear();
+  free_retired(use(e->dev), e);
   e->state = MLXN_ENCODER_ERROR;
 }
 
@@ -907,11 +922,12 @@ MLXN_EXPORT void mlxn_encoder_release(mlxn_encoder* encoder) {
   if (!encoder) return;
   Encoder* e = reinterpret_cast<Encoder*>(encoder);
   const Driver* cu = use(e->dev);
-  if (e->state == MLXN_ENCODER_PENDING) {
-    sync_streams(cu, e);  // the in-flight work still uses its buffers
+  if (e->state == MLXN_ENCODER_PENDING || e->flushed) {
+    sync_streams(cu, e);  // the in-flight (or flushed) work still uses its buffers
     drop_launches(e->inflight);
   }
   drop_launches(e->recorded);
+  free_retired(cu, e);
   if (e->exec) cu->cuGraphExecDestroy(e->exec);
   if (e->graph) cu->cuGraphDestroy(e->graph);
   if (e->staging_dev) cu->cuMemFree(e->staging_dev);
@@ -1168,6 +1184,69 @@ void capture_graph(const Driver* cu, Encoder* e) {
   e->graph_failed = true;
 }
 
+// A commit, replay or flush that failed while queueing: waits for what it
+// queued (those launches still use their buffers), drops it and leaves the
+// encoder in the error state with the failure's text.
+mlxn_status abort_work(const Driver* cu, Encoder* e, const std::string& what, CUresult r, char* msg,
+                       uint64_t msg_cap) {
+  sync_streams(cu, e);
+  e->error = what + ": " + cu_error_text(r);
+  drop_launches(e->inflight);  // a replayable recording keeps its own until release
+  e->inflight_staging.clear();
+  free_retired(cu, e);
+  e->flushed = false;
+  e->staging_uploaded = 0;
+  e->state = MLXN_ENCODER_ERROR;
+  return set_msg(msg, msg_cap, MLXN_ERR_COMMAND_BUFFER, e->error);
+}
+
+// The bytes of `staging` past `staging_uploaded` onto the device, for the
+// launches a flush (or the commit after one) queues next: through the
+// device's transfer stream, synchronised, so the copy waits for nothing the
+// encoder's streams have queued and the host may append to `staging` after
+// it returns. A buffer too small is replaced by one filled from the start and
+// retired (launched kernels may still read it).
+CUresult stage_more(const Driver* cu, Encoder* e, std::string* what) {
+  const uint64_t staged = e->staging.size();
+  if (staged > e->staging_cap) {
+    if (e->staging_dev) e->retired.push_back(e->staging_dev);
+    e->staging_dev = 0;
+    e->staging_cap = 0;
+    e->staging_uploaded = 0;
+    uint64_t cap = 4096;
+    while (cap < staged) cap *= 2;
+    if (const CUresult r = cu->cuMemAlloc(&e->staging_dev, cap); r != CUDA_SUCCESS) {
+      *what = "allocating the inline-bytes staging buffer";
+      return r;
+    }
+    e->staging_cap = cap;
+  }
+  if (staged > e->staging_uploaded) {
+    const uint64_t at = e->staging_uploaded;
+    CUresult r = cu->cuMemcpyHtoDAsync(e->staging_dev + at, e->staging.data() + at, staged - at, e->dev->xfer);
+    if (r == CUDA_SUCCESS) r = cu->cuStreamSynchronize(e->dev->xfer);
+    if (r != CUDA_SUCCESS) {
+      *what = "uploading inline bytes";
+      return r;
+    }
+    e->staging_uploaded = staged;
+  }
+  return CUDA_SUCCESS;
+}
+
+// Queues the dispatches recorded since the last flush (the bytes they read
+// first), and moves them to the commit's in-flight launches.
+mlxn_status launch_recorded(const Driver* cu, Encoder* e, char* msg, uint64_t msg_cap) {
+  std::string what;
+  CUresult r = stage_more(cu, e, &what);
+  std::vector<Launch> batch = std::move(e->recorded);
+  e->recorded.clear();
+  if (r == CUDA_SUCCESS) r = launch_all(cu, e, batch, &what);
+  for (Launch& l : batch) e->inflight.push_back(std::move(l));
+  if (r != CUDA_SUCCESS) return abort_work(cu, e, what, r, msg, msg_cap);
+  return MLXN_OK;
+}
+
 // Uploads the inline bytes (when asked) and queues the recording between the
 // timing events: commit's launches, or a replay's (the graph where there is one).
 mlxn_status submit(Encoder* e, std::vector<Launch>& launches, const std::vector<uint8_t>& staging, bool upload,
@@ -1176,14 +1255,7 @@ mlxn_status submit(Encoder* e, std::vector<Launch>& launches, const std::vector<
   e->gpu_ns = 0;
   e->state = MLXN_ENCODER_PENDING;
 
-  auto abort_commit = [&](const std::string& what, CUresult r) {
-    sync_streams(cu, e);  // launches already queued still use the buffers
-    e->error = what + ": " + cu_error_text(r);
-    drop_launches(e->inflight);  // a replayable recording keeps its own until release
-    e->inflight_staging.clear();
-    e->state = MLXN_ENCODER_ERROR;
-    return set_msg(msg, msg_cap, MLXN_ERR_COMMAND_BUFFER, e->error);
-  };
+  auto abort_commit = [&](const std::string& what, CUresult r) { return abort_work(cu, e, what, r, msg, msg_cap); };
 
   const uint64_t staged = staging.size();
   if (staged > 0 && upload) {
@@ -1250,11 +1322,48 @@ MLXN_EXPORT mlxn_status mlxn_encoder_commit(mlxn_encoder* encoder, char* msg, ui
     return submit(e, e->recorded, e->staging, true, false, msg, msg_cap);
   }
   e->barrier_pending = false;  // the commit's end joins every stream
+  if (e->flushed) {
+    // The rest of a recording that flushes began: after the flushed launches
+    // on the same streams, the timing event `start` recorded by the first.
+    const Driver* cu = use(e->dev);
+    e->gpu_ns = 0;
+    e->state = MLXN_ENCODER_PENDING;
+    if (mlxn_status st = launch_recorded(cu, e, msg, msg_cap); st != MLXN_OK) return st;
+    e->inflight_staging = std::move(e->staging);
+    e->staging.clear();
+    e->flushed = false;
+    e->staging_uploaded = 0;
+    if (const CUresult r = cu->cuEventRecord(e->stop, e->stream); r != CUDA_SUCCESS)
+      return abort_work(cu, e, "cuEventRecord", r, msg, msg_cap);
+    return ok_msg(msg, msg_cap);
+  }
   e->inflight = std::move(e->recorded);
   e->recorded.clear();
   e->inflight_staging = std::move(e->staging);
   e->staging.clear();
   return submit(e, e->inflight, e->inflight_staging, true, false, msg, msg_cap);
+}
+
+MLXN_EXPORT mlxn_status mlxn_encoder_flush(mlxn_encoder* encoder, char* msg, uint64_t msg_cap) {
+  if (!encoder)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT, "mlxn_encoder_flush: encoder must be non-NULL (got NULL)");
+  Encoder* e = reinterpret_cast<Encoder*>(encoder);
+  if (e->replayable)
+    return set_msg(msg, msg_cap, MLXN_ERR_INVALID_ARGUMENT,
+                   "flush: encoder must not be replayable (its recording is captured whole at its first commit) "
+                   "(got a replayable encoder)");
+  if (const mlxn_status st = begin_recording(e, "flush", msg, msg_cap); st != MLXN_OK) return st;
+  if (e->recorded.empty()) return ok_msg(msg, msg_cap);
+  const Driver* cu = use(e->dev);
+  if (!e->flushed) {
+    // The recording's first launches: the commit's device time starts here.
+    e->gpu_ns = 0;
+    if (const CUresult r = cu->cuEventRecord(e->start, e->stream); r != CUDA_SUCCESS)
+      return abort_work(cu, e, "cuEventRecord", r, msg, msg_cap);
+    e->flushed = true;
+  }
+  if (mlxn_status st = launch_recorded(cu, e, msg, msg_cap); st != MLXN_OK) return st;
+  return ok_msg(msg, msg_cap);
 }
 
 MLXN_EXPORT mlxn_status mlxn_encoder_create_replayable(mlxn_device* device, mlxn_encoder** out, char* msg,

@@ -34,7 +34,7 @@
   X(mlxn_encoder_barrier) X(mlxn_encoder_commit) X(mlxn_encoder_wait) X(mlxn_encoder_status)   \
   X(mlxn_encoder_gpu_time_ns) X(mlxn_library_compile_start) X(mlxn_compile_job_done)          \
   X(mlxn_compile_job_finish) X(mlxn_encoder_create_replayable) X(mlxn_encoder_replay)          \
-  X(mlxn_encoder_patch_bytes)
+  X(mlxn_encoder_patch_bytes) X(mlxn_encoder_flush)
 
 #define DECLARE(name) static __typeof__(&name) f_##name;
 SYMBOLS(DECLARE)
@@ -615,6 +615,54 @@ int main(int argc, char** argv) {
     printf("spin: %d pending polls, gpu time %.3f ms\n", polls,
            f_mlxn_encoder_gpu_time_ns(enc) / 1e6);
     CHECK(f_mlxn_encoder_gpu_time_ns(enc) > 10 * 1000 * 1000ull, "spin gpu time");
+  }
+
+  /* ---- flush: what is recorded starts, the recording goes on, the commit ends it ---- */
+  {
+    const unsigned long long cycles = 200ull * 1000 * 1000; /* ~0.1 s at 2 GHz */
+    mlxn_buffer* tmp = NULL;
+    OK(f_mlxn_buffer_alloc(dev, 4, &tmp, msg, CAP));
+    blk_begin(&b, p_spin, 1, 1, 1, 1, 1, 1);
+    blk_bytes(&b, 0, &cycles, 8);
+    blk_buffer(&b, 1, tmp, 0);
+    len = blk_end(&b);
+    OK(f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP));
+    double tq = now_ms();
+    OK(f_mlxn_encoder_flush(enc, msg, CAP));
+    tq = now_ms() - tq;
+    CHECK(tq < 20.0, "flush returned after %.2f ms (it must not wait for the spin)", tq);
+    CHECK(f_mlxn_encoder_status(enc) == MLXN_ENCODER_RECORDING, "a flushed encoder still records");
+    f_mlxn_buffer_release(tmp); /* bound by flushed work: freed when it ends */
+    OK(f_mlxn_encoder_flush(enc, msg, CAP)); /* nothing new */
+    const unsigned long long few = 1000;
+    blk_begin(&b, p_spin, 1, 1, 1, 1, 1, 1);
+    blk_bytes(&b, 0, &few, 8);
+    blk_buffer(&b, 1, flag, 0);
+    len = blk_end(&b);
+    OK(f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP));
+    OK(f_mlxn_encoder_commit(enc, msg, CAP));
+    OK(f_mlxn_encoder_wait(enc, msg, CAP));
+    CHECK(f_mlxn_encoder_gpu_time_ns(enc) > 10 * 1000 * 1000ull, "a flushed commit's gpu time spans the flushed spin (%.3f ms)",
+          f_mlxn_encoder_gpu_time_ns(enc) / 1e6);
+    /* Released with flushed work and no commit: the release waits for it. */
+    mlxn_encoder* fe = NULL;
+    OK(f_mlxn_encoder_create(dev, &fe, msg, CAP));
+    blk_begin(&b, p_spin, 1, 1, 1, 1, 1, 1);
+    blk_bytes(&b, 0, &cycles, 8);
+    blk_buffer(&b, 1, flag, 0);
+    len = blk_end(&b);
+    OK(f_mlxn_encoder_dispatch(fe, b.data, len, msg, CAP));
+    OK(f_mlxn_encoder_flush(fe, msg, CAP));
+    f_mlxn_encoder_release(fe);
+    mlxn_encoder* re = NULL;
+    OK(f_mlxn_encoder_create_replayable(dev, &re, msg, CAP));
+    CHECK(f_mlxn_encoder_flush(re, msg, CAP) == MLXN_ERR_INVALID_ARGUMENT &&
+              strcmp(msg, "flush: encoder must not be replayable (its recording is captured whole at its first commit) "
+                          "(got a replayable encoder)") == 0,
+          "flush of a replayable encoder: %s", msg);
+    f_mlxn_encoder_release(re);
+    CHECK(f_mlxn_encoder_flush(NULL, msg, CAP) == MLXN_ERR_INVALID_ARGUMENT, "flush of NULL");
+    printf("flush: returned in %.3f ms with a spin running\n", tq);
   }
 
   /* A buffer released while recorded stays valid until the commit completes. */

@@ -267,6 +267,18 @@ public final class MetalEncoder {
         if replayable { kept.append(.barrier) }
     }
 
+    /// What mlxn_encoder_flush asks of Metal: nothing yet. One command buffer
+    /// carries the whole recording and starts at its commit; the checks are
+    /// the ABI's (a replayable encoder, a commit still running).
+    public func flush() throws {
+        if replayable {
+            throw MlxnError.invalid("flush: encoder must not be replayable (its recording is captured whole at its first commit) (got a replayable encoder)")
+        }
+        if computeEncoder == nil && isPending {
+            throw MlxnError.invalid("flush: the encoder's committed work is still running; wait for it (or poll its status) first")
+        }
+    }
+
     /// Submits what was recorded (possibly nothing) without blocking.
     public func commit() throws {
         let encoder = try recorder("commit")

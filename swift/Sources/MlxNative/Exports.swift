@@ -288,6 +288,13 @@ public func mlxnEncoderCommit(_ encoder: OpaquePointer?, _ msg: UnsafeMutablePoi
     }
 }
 
+@_cdecl("mlxn_encoder_flush")
+public func mlxnEncoderFlush(_ encoder: OpaquePointer?, _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
+    withStatus(msg, msgCap) {
+        try required(encoder, as: MetalEncoder.self, "flush", "encoder").flush()
+    }
+}
+
 @_cdecl("mlxn_encoder_wait")
 public func mlxnEncoderWait(_ encoder: OpaquePointer?, _ msg: UnsafeMutablePointer<CChar>?, _ msgCap: UInt64) -> Int32 {
     withStatus(msg, msgCap) {
