@@ -715,11 +715,19 @@ describeBackends('decode steps replayed', ({ device, label }) => {
       tokens.push(m.decode());
       logits.push(m.logits.read() as Float32Array);
     }
-    // A second prompt records the decode step afresh (its scratch buffers were re-sized).
-    tokens.push(m.prefill(PROMPT.slice(0, 3)));
-    for (let i = 0; i < 2; i++) {
-      tokens.push(m.decode());
-      logits.push(m.logits.read() as Float32Array);
+    // Later prompts (shorter, longer, one token: its forward runs in the decode steps' own working buffers) keep
+    // the recorded steps, which replay after them; dropRecordedSteps makes the next ones record afresh.
+    const kept = () => (m as unknown as { stepEncoders: ({ enc: object } | null)[] }).stepEncoders.map((e) => e?.enc ?? null);
+    const recorded = kept();
+    if (replay) expect(recorded.every((e) => e !== null)).toBe(true);
+    for (const prompt of [PROMPT.slice(0, 3), [...PROMPT, ...PROMPT.slice(0, 5)], [PROMPT[2]!], 'dropped' as const]) {
+      if (prompt === 'dropped') m.dropRecordedSteps();
+      tokens.push(m.prefill(prompt === 'dropped' ? PROMPT.slice(1, 6) : prompt));
+      for (let i = 0; i < 2; i++) {
+        tokens.push(m.decode());
+        logits.push(m.logits.read() as Float32Array);
+      }
+      if (replay) expect(kept().map((e, i) => e === recorded[i])).toEqual(prompt === 'dropped' ? [false, false] : [true, true]);
     }
     tokens.push(m.feed([1, 2]));
     logits.push(m.logits.read() as Float32Array);

@@ -59,7 +59,15 @@ export interface PrefillOptions {
 
 /** A causal language model on the device with greedy decoding. */
 export abstract class CausalLM {
-  readonly scratch: Scratch;
+  /**
+   * Working buffers of one-token forwards (decode steps, a one-token
+   * prompt): their shapes never change, so the decode steps recorded for
+   * replay, which bind them, stay valid from one prompt to the next.
+   */
+  private readonly stepScratch: Scratch;
+  /** Working buffers of prompts of more than one token, sized by the prompt. */
+  private readonly promptScratch: Scratch;
+  private activeScratch: Scratch;
   /** The token chosen last (u32 [1]): the argmax of the last logits row, the next step's input. */
   readonly next: Buffer;
   /** Tokens consumed so far (the next token's position). */
@@ -106,7 +114,8 @@ export abstract class CausalLM {
   /** Non-null while a decode step is recorded for replay: where its per-step ops note their plans. */
   protected steps: StepPatches | null = null;
   /**
-   * The recorded decode steps (replay only), until the next prompt: one for
+   * The recorded decode steps (replay only), kept across prompts until
+   * dropRecordedSteps or release: one for
    * even positions and one for odd, each with its per-step ops, its own
    * positions buffer and the position it is patched for, so that one is
    * patched for the next position while the other runs.
@@ -122,7 +131,9 @@ export abstract class CausalLM {
     protected readonly ckpt: Checkpoint,
     opts: ModelOptions,
   ) {
-    this.scratch = new Scratch(device);
+    this.stepScratch = new Scratch(device);
+    this.promptScratch = new Scratch(device);
+    this.activeScratch = this.stepScratch;
     this.next = device.alloc('u32', [1]);
     this.maxContext = opts.maxContext ?? 4096;
     if (!Number.isSafeInteger(this.maxContext) || this.maxContext <= 0) throw invalid('loadModel', 'opts.maxContext', 'a positive integer', opts.maxContext);
@@ -152,6 +163,11 @@ export abstract class CausalLM {
     } finally {
       this.flushing = null;
     }
+  }
+
+  /** The working buffers of the forward being recorded, and of the last one (its logits): one token's, or a prompt's. */
+  get scratch(): Scratch {
+    return this.activeScratch;
   }
 
   /** The logits of the last step: [logitRows, vocab] f32 (read them only between steps). */
@@ -222,8 +238,9 @@ export abstract class CausalLM {
     if (n > this.maxContext) throw invalid('prefill', 'tokens.length', `at most maxContext (${this.maxContext})`, n);
     this.checkIds('prefill', tokens);
     const t0 = performance.now();
-    // A prompt re-sizes the scratch buffers a recorded decode step binds: the next step records afresh.
-    this.dropStepEncoder();
+    // A prompt of more than one token sizes its own working buffers; those of one token (a recorded decode step's)
+    // keep their shapes, so the steps recorded after an earlier prompt replay after this one too.
+    this.activeScratch = n === 1 ? this.stepScratch : this.promptScratch;
     this.resetState(n);
     this.position = 0;
     const ids = this.scratch.get('ids', 'u32', [n]);
@@ -276,6 +293,7 @@ export abstract class CausalLM {
     this.checkLive();
     if (this.position === 0) throw invalid(op, 'the context', 'a prompt run by prefill first', 'empty');
     if (this.position >= this.maxContext) throw invalid(op, 'the context', `shorter than maxContext (${this.maxContext})`, this.position);
+    this.activeScratch = this.stepScratch;
     const logits = this.scratch.get('logits', 'f32', [1, this.config.vocabSize]);
     if (this.replay) this.replayStep(logits);
     else {
@@ -302,13 +320,13 @@ export abstract class CausalLM {
 
   /**
    * One decode step through a recorded one: the slot of this position's
-   * parity is recorded (and run) at its first step after a prompt, then
-   * replayed with its per-step ops re-planned for each position. While a
+   * parity is recorded (and run) at its first step, then replayed with its
+   * per-step ops re-planned for each position, after later prompts too. While a
    * replay runs, the other slot is patched for the next position (its
    * positions buffer and inline bytes are its own: nothing the running step
    * reads), so a step's host share is its submission alone; a patch made
    * ahead for a position that does not come (a prompt in between) is
-   * dropped with the encoders.
+   * patched again for the one that does.
    */
   private replayStep(logits: Buffer): void {
     const t0 = performance.now();
@@ -353,10 +371,15 @@ export abstract class CausalLM {
 
   /** A recorded step's positions buffer (u32 [1]). */
   private slotPositions(slot: number): Buffer {
-    return this.scratch.get(`positions.step${slot}`, 'u32', [1]);
+    return this.stepScratch.get(`positions.step${slot}`, 'u32', [1]);
   }
 
-  private dropStepEncoder(): void {
+  /**
+   * Releases the decode steps recorded for replay and what they hold; the
+   * next step of each parity records afresh. (A prompt keeps them: they bind
+   * only one token's working buffers, the caches and their own positions.)
+   */
+  dropRecordedSteps(): void {
     for (const s of this.stepEncoders) s?.enc.release();
     this.stepEncoders = [null, null];
   }
@@ -381,10 +404,11 @@ export abstract class CausalLM {
   release(): void {
     if (this.released) return;
     this.released = true;
-    this.dropStepEncoder();
+    this.dropRecordedSteps();
     this.releaseWeights();
     this.ckpt.release();
-    this.scratch.release();
+    this.stepScratch.release();
+    this.promptScratch.release();
     this.next.release();
   }
 
