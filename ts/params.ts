@@ -37,8 +37,9 @@ export function paramSize(type: ParamType): number {
  * Throws where the struct is missing, a declaration is not one such field, or
  * two fields get one name.
  */
-export function structLayout(header: string, name: string): ParamField[] {
-  return structMembers(header, name).map(({ name, type, offset }) => ({ name, type, offset }));
+export function structLayout(header: string, name: string): readonly ParamField[] {
+  // Frozen: structSize keeps each layout's size.
+  return Object.freeze(structMembers(header, name).map(({ name, type, offset }) => Object.freeze({ name, type, offset })));
 }
 
 /** The C member path of each field of structLayout(header, name), in its order: `id.M` for field M of a held struct `id`. */
@@ -88,12 +89,19 @@ function structAlign(layout: readonly ParamField[]): number {
   return Math.max(1, ...layout.map((f) => paramSize(f.type)));
 }
 
+/** structSize of each layout asked for (layouts are made once per struct and never change; packFields asks per dispatch). */
+const sizes = new WeakMap<readonly ParamField[], number>();
+
 /** The struct's size: past its last field, rounded up to its largest field's alignment. */
 export function structSize(layout: readonly ParamField[]): number {
+  const known = sizes.get(layout);
+  if (known !== undefined) return known;
   let end = 0;
   for (const f of layout) end = Math.max(end, f.offset + paramSize(f.type));
   const align = structAlign(layout);
-  return Math.ceil(end / align) * align;
+  const size = Math.ceil(end / align) * align;
+  sizes.set(layout, size);
+  return size;
 }
 
 /** The names of the structs a header defines, in order. */
