@@ -305,15 +305,14 @@ export interface RoutedExperts {
 }
 
 /**
- * Two steps of a caller's work that does not touch the routed experts'
- * buffers (Gemma 4's dense MLP beside its MoE block: its gate/up, then its
- * down product), which routedExperts records after its routing and after its
- * gate/up products. The encoder's barriers then put each in one stretch with
- * the experts' next step, whose dispatches may run side by side (on cuda they
- * do: docs/internals.md, Barriers), instead of one after the other.
+ * A caller's work that does not touch the routed experts' buffers (Gemma 4's
+ * dense MLP beside its MoE block: its down product), which routedExperts
+ * records after its gate/up products. The encoder's barriers then put it in
+ * one stretch with them (it reads nothing they write), so their dispatches
+ * may run side by side (on cuda they do: docs/internals.md, Barriers) instead
+ * of one after the other.
  */
 export interface Alongside {
-  readonly afterRouting: () => void;
   readonly afterGateUp: () => void;
 }
 
@@ -368,7 +367,6 @@ export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Bu
   const ids = sharedIds === undefined ? slotIds : sharedIds.view('u32', [1, topK], 0);
   const weights = s.get('moe.weights', 'f32', [tokens, topK]);
   fusedMoeRoutingBatch(enc, { logits, expertIds: ids, routingWeights: weights, perExpertScale: ex.perExpertScale, numExperts: E, topK, nTokens: tokens });
-  alongside?.afterRouting();
   // x in the experts' dtype where a kernel needs it so: the dense forms and the matrix forms (the affine vector
   // forms round f32 x as they read it, the same values without a cast dispatch; the GGUF forms take f32).
   const castX = (): Buffer => {

@@ -221,14 +221,12 @@ export class Gemma4 extends CausalLM {
       const i2 = l.cfg.intermediateSize;
       const gu = s.get(`mlp.gateUp.${i2}`, 'f32', [t, 2 * i2]);
       const act = s.get(`mlp.act.${i2}`, 'f32', [t, i2]);
-      const mlp: Alongside = {
-        afterRouting: () => gatedLinear(enc, l.mlpGateUp, x, gu, act, t, 'gelu_tanh', this.zeroIds, this.precision, this.scratch),
-        afterGateUp: () => linear(enc, l.mlpDown, act, y, t, this.precision, this.scratch),
-      };
+      const mlpGateUp = () => gatedLinear(enc, l.mlpGateUp, x, gu, act, t, 'gelu_tanh', this.zeroIds, this.precision, this.scratch);
+      const mlp: Alongside = { afterGateUp: () => linear(enc, l.mlpDown, act, y, t, this.precision, this.scratch) };
       if (l.moe !== null) {
-        this.moe(enc, l.moe, routerX, expertX, y, t, mlp);
+        this.moe(enc, l.moe, routerX, expertX, y, t, mlpGateUp, mlp);
       } else {
-        mlp.afterRouting();
+        mlpGateUp();
         mlp.afterGateUp();
       }
       const next = this.layers[i + 1];
@@ -332,14 +330,16 @@ export class Gemma4 extends CausalLM {
   /**
    * The MoE block beside the MLP, from the router's input rms_norm(h) * scale
    * / sqrt(H) and the experts' rms_norm(h) w_pre_ff2: y (the MLP's output) becomes
-   * rms_norm(y) w1 + rms_norm(experts) w2. The MLP's two products (mlp, writing
-   * y) are recorded between the experts' steps, each in one stretch with one of
-   * them (blocks.ts Alongside).
+   * rms_norm(y) w1 + rms_norm(experts) w2. The MLP's products (writing y) are
+   * recorded each in one stretch with a product of the MoE block: its gate/up
+   * (mlpGateUp) with the router's, its down (mlp) with the experts' gate/up
+   * (blocks.ts Alongside); the routing runs between them on its own.
    */
-  private moe(enc: Encoder, w: MoeWeights, routerX: Buffer, expertX: Buffer, y: Buffer, t: number, mlp: Alongside): void {
+  private moe(enc: Encoder, w: MoeWeights, routerX: Buffer, expertX: Buffer, y: Buffer, t: number, mlpGateUp: () => void, mlp: Alongside): void {
     const c = this.config, s = this.scratch, H = c.hiddenSize, m = c.moe!, eps = c.rmsNormEps;
     const logits = s.get('moe.logits', 'f32', [t, m.numExperts]);
     linear(enc, w.router, routerX, logits, t, this.precision, this.scratch);
+    mlpGateUp();
     const routed = routedExperts(enc, s, w.experts, expertX, logits, t, m.topK, this.precision, undefined, mlp);
     // f32 and bf16 expert outputs are read as they are, f16 ones through f32.
     let outputs = routed.outputs;
