@@ -12,8 +12,8 @@
 //             tests (tests/model-checkpoints.ts), a 12-token prompt, then
 //             decode steps: CausalLM.hostStepMs of each step (recording, or
 //             writing the position and patching kv_cache_copy and
-//             flash_attn_vec, plus the submission), loadModel with and
-//             without { replay: true }.
+//             flash_attn_vec, plus the submission), loadModel with
+//             { replay: false } and { replay: true } (the default).
 // Each row: the median over the timed steps (after warm-up steps) and per
 // dispatch. Also checks that both ways give the same results. The chains'
 // last column is the device's time of a replayed step per dispatch: on cuda,

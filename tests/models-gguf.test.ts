@@ -260,6 +260,32 @@ describeBackends('models on GGUF checkpoints against float64 references', ({ dev
     }, MODEL_TEST_MS);
   }
 
+  // Decode steps recorded once and replayed (the default) against steps recorded afresh: the same tokens, and the same
+  // logits (bit for bit on the emulator, whose replays run the same commands; within float noise elsewhere), through
+  // a later prompt that keeps the recorded steps.
+  for (const arch of ARCHS) {
+    test(`${arch}: decode steps replayed and recorded afresh agree, across a later prompt`, () => {
+      const run = (replay: boolean) => {
+        using m = loadModel(join(writtenOf(arch).bare, 'model.gguf'), device(), { maxContext: 32, replay });
+        const tokens = [m.prefill(PROMPT)];
+        const logits: Float32Array[] = [];
+        for (const prompt of [null, PROMPT.slice(0, 4)]) {
+          if (prompt !== null) tokens.push(m.prefill(prompt));
+          for (let i = 0; i < 3; i++) {
+            tokens.push(m.decode());
+            logits.push(m.logits.read() as Float32Array);
+          }
+        }
+        return { tokens, logits };
+      };
+      const fresh = run(false), replayed = run(true);
+      expect(replayed.tokens).toEqual(fresh.tokens);
+      for (let i = 0; i < fresh.logits.length; i++) {
+        if (label === 'emu') expect(Array.from(replayed.logits[i]!)).toEqual(Array.from(fresh.logits[i]!));
+        else expect(relL2(replayed.logits[i]!, Float64Array.from(fresh.logits[i]!))).toBeLessThan(1e-5);
+      }
+    }, MODEL_TEST_MS);
+  }
   test('refusals: a GGUF file of another architecture, a block type the products do not read, two GGUF files in a folder', () => {
     const dir = mkdtempSync(join(tmpdir(), 'mlxn-gguf-refuse-'));
     dirs.push(dir);

@@ -25,10 +25,11 @@ export interface ModelOptions {
   prefillAttention?: PrefillAttention;
   /**
    * Decode steps recorded once and replayed (Encoder.replay): the first
-   * step after a prompt records a replayable encoder; each later step
+   * step of each parity records a replayable encoder; each later step
    * writes its position, patches the per-step ops' inline bytes (the KV
    * cache slot, the attention length) and replays, so its host cost does not
-   * grow with the step's dispatches. The same logits as without (default false).
+   * grow with the step's dispatches. The same logits as without (default
+   * true; false records every step afresh).
    */
   replay?: boolean;
   /**
@@ -144,7 +145,7 @@ export abstract class CausalLM {
     if (this.prefillAttention !== 'flash' && this.prefillAttention !== 'vector') {
       throw invalid('loadModel', 'opts.prefillAttention', "'flash' or 'vector'", this.prefillAttention);
     }
-    this.replay = opts.replay ?? false;
+    this.replay = opts.replay ?? true;
     if (typeof this.replay !== 'boolean') throw invalid('loadModel', 'opts.replay', 'a boolean', this.replay);
     this.flushLayers = opts.flushLayers ?? true;
     if (typeof this.flushLayers !== 'boolean') throw invalid('loadModel', 'opts.flushLayers', 'a boolean', this.flushLayers);
