@@ -143,10 +143,13 @@ export function attentionPrefill(enc: Encoder, s: Scratch, spec: AttentionSpec, 
   tokens: number, mode: PrefillAttention): void {
   const { nHeads, nKvHeads, headDim: d } = spec;
   if (mode === 'flash') {
-    const qb = s.get('attn.q16', 'bf16', [tokens, nHeads, d]);
-    const kb = s.get('attn.k16', 'bf16', [tokens, nKvHeads, d]);
-    const vb = s.get('attn.v16', 'bf16', [tokens, nKvHeads, d]);
-    const ob = s.get('attn.o16', 'bf16', [tokens, nHeads, d]);
+    // Named by the heads' shape: layers of two kinds (Gemma 4's sliding and global ones) keep a set each instead
+    // of re-allocating at every change of kind.
+    const at = `${nHeads}.${nKvHeads}.${d}`;
+    const qb = s.get(`attn.q16.${at}`, 'bf16', [tokens, nHeads, d]);
+    const kb = s.get(`attn.k16.${at}`, 'bf16', [tokens, nKvHeads, d]);
+    const vb = s.get(`attn.v16.${at}`, 'bf16', [tokens, nKvHeads, d]);
+    const ob = s.get(`attn.o16.${at}`, 'bf16', [tokens, nHeads, d]);
     cast(enc, { input: q, output: qb });
     cast(enc, { input: k, output: kb });
     cast(enc, { input: v, output: vb });
@@ -158,8 +161,8 @@ export function attentionPrefill(enc: Encoder, s: Scratch, spec: AttentionSpec, 
     return;
   }
   // The prompt's keys head-major, one slot per position; row t sees slots < t + 1 (and the window's).
-  const kh = s.get('attn.kh', 'f32', [nKvHeads, tokens, d]);
-  const vh = s.get('attn.vh', 'f32', [nKvHeads, tokens, d]);
+  const kh = s.get(`attn.kh.${nKvHeads}.${d}`, 'f32', [nKvHeads, tokens, d]);
+  const vh = s.get(`attn.vh.${nKvHeads}.${d}`, 'f32', [nKvHeads, tokens, d]);
   kvCacheCopySeqDual(enc, {
     srcK: k, srcV: v, cacheK: kh, cacheV: vh, nHeads: nKvHeads, headDim: d, capacity: tokens, seqPosStart: 0, nTokens: tokens,
   });
