@@ -746,6 +746,8 @@ function captureStep(model: CausalLM, prompt: number[]): Captured[] {
   const out: Captured[] = [];
   const proto = EncoderClass.prototype as unknown as { dispatch: (p: Pipeline, b: DispatchBindings, g: Dim3, t: Dim3) => void };
   const orig = proto.dispatch;
+  // The model keeps its recorded steps across prompts: drop them, so that the step after the prompt records.
+  model.dropRecordedSteps();
   model.prefill(prompt);
   proto.dispatch = function (this: Encoder, p, b, g, t) {
     out.push({ p, b, g, t });
