@@ -93,6 +93,14 @@ static uint64_t blk_end(Block* b) {
   return 48 + 24 * (uint64_t)b->n + b->payload;
 }
 
+/* The spin kernel's block: one thread spins `cycles` clocks, then writes 1 to `flag`. */
+static uint64_t spin_block(Block* b, mlxn_pipeline* spin, const unsigned long long* cycles, mlxn_buffer* flag) {
+  blk_begin(b, spin, 1, 1, 1, 1, 1, 1);
+  blk_bytes(b, 0, cycles, 8);
+  blk_buffer(b, 1, flag, 0);
+  return blk_end(b);
+}
+
 static int count_cache_files(const char* dir) {
   DIR* d = opendir(dir);
   if (!d) return 0;
@@ -588,10 +596,7 @@ int main(int argc, char** argv) {
   /* ---- status never blocks: a commit kept pending by a spinning kernel ---- */
   {
     const unsigned long long cycles = 200ull * 1000 * 1000; /* ~0.1 s at 2 GHz */
-    blk_begin(&b, p_spin, 1, 1, 1, 1, 1, 1);
-    blk_bytes(&b, 0, &cycles, 8);
-    blk_buffer(&b, 1, flag, 0);
-    len = blk_end(&b);
+    len = spin_block(&b, p_spin, &cycles, flag);
     OK(f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP));
     OK(f_mlxn_encoder_commit(enc, msg, CAP));
     double tq = now_ms();
@@ -622,10 +627,7 @@ int main(int argc, char** argv) {
     const unsigned long long cycles = 200ull * 1000 * 1000; /* ~0.1 s at 2 GHz */
     mlxn_buffer* tmp = NULL;
     OK(f_mlxn_buffer_alloc(dev, 4, &tmp, msg, CAP));
-    blk_begin(&b, p_spin, 1, 1, 1, 1, 1, 1);
-    blk_bytes(&b, 0, &cycles, 8);
-    blk_buffer(&b, 1, tmp, 0);
-    len = blk_end(&b);
+    len = spin_block(&b, p_spin, &cycles, tmp);
     OK(f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP));
     double tq = now_ms();
     OK(f_mlxn_encoder_flush(enc, msg, CAP));
@@ -635,10 +637,7 @@ int main(int argc, char** argv) {
     f_mlxn_buffer_release(tmp); /* bound by flushed work: freed when it ends */
     OK(f_mlxn_encoder_flush(enc, msg, CAP)); /* nothing new */
     const unsigned long long few = 1000;
-    blk_begin(&b, p_spin, 1, 1, 1, 1, 1, 1);
-    blk_bytes(&b, 0, &few, 8);
-    blk_buffer(&b, 1, flag, 0);
-    len = blk_end(&b);
+    len = spin_block(&b, p_spin, &few, flag);
     OK(f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP));
     OK(f_mlxn_encoder_commit(enc, msg, CAP));
     OK(f_mlxn_encoder_wait(enc, msg, CAP));
@@ -647,10 +646,7 @@ int main(int argc, char** argv) {
     /* Released with flushed work and no commit: the release waits for it. */
     mlxn_encoder* fe = NULL;
     OK(f_mlxn_encoder_create(dev, &fe, msg, CAP));
-    blk_begin(&b, p_spin, 1, 1, 1, 1, 1, 1);
-    blk_bytes(&b, 0, &cycles, 8);
-    blk_buffer(&b, 1, flag, 0);
-    len = blk_end(&b);
+    len = spin_block(&b, p_spin, &cycles, flag);
     OK(f_mlxn_encoder_dispatch(fe, b.data, len, msg, CAP));
     OK(f_mlxn_encoder_flush(fe, msg, CAP));
     f_mlxn_encoder_release(fe);
@@ -670,10 +666,7 @@ int main(int argc, char** argv) {
     mlxn_buffer* tmp = NULL;
     OK(f_mlxn_buffer_alloc(dev, 4, &tmp, msg, CAP));
     const unsigned long long cycles = 1000;
-    blk_begin(&b, p_spin, 1, 1, 1, 1, 1, 1);
-    blk_bytes(&b, 0, &cycles, 8);
-    blk_buffer(&b, 1, tmp, 0);
-    len = blk_end(&b);
+    len = spin_block(&b, p_spin, &cycles, tmp);
     OK(f_mlxn_encoder_dispatch(enc, b.data, len, msg, CAP));
     f_mlxn_buffer_release(tmp);
     OK(f_mlxn_encoder_commit(enc, msg, CAP));
