@@ -760,3 +760,29 @@ describeBackends('decode steps replayed', ({ device, label }) => {
     expectInvalid(() => loadModel(folderOf('qwen3_5_moe'), device(), { replay: 1 as unknown as boolean }), 'loadModel', 'opts.replay', 'a boolean', '1');
   });
 });
+
+// flushLayers: each layer of a prompt (and of a decode step not replayed) starts as soon as it is recorded (cuda
+// launches it at once; metal and the emulator start the recording at its commit). The same logits as one
+// submission: bit for bit on the emulator, within float noise elsewhere (the same kernels in the same order).
+describeBackends('layers flushed as recorded', ({ device, label }) => {
+  for (const arch of ARCHS) {
+    test(`${arch}: the same prompt logits and decode tokens with flushLayers on and off`, () => {
+      const run = (flushLayers: boolean) => {
+        using m = loadModel(folderOf(arch), device(), { maxContext: 64, flushLayers, replay: false });
+        const tokens = [m.prefill(PROMPT, { allLogits: true })];
+        const prompt = m.logits.read() as Float32Array;
+        for (let i = 0; i < 2; i++) tokens.push(m.decode());
+        return { tokens, prompt, step: m.logits.read() as Float32Array };
+      };
+      const on = run(true), off = run(false);
+      expect(on.tokens).toEqual(off.tokens);
+      for (const [a, b] of [[on.prompt, off.prompt], [on.step, off.step]] as const) {
+        if (label === 'emu' || label === 'emu-random') expect(Array.from(a)).toEqual(Array.from(b));
+        else expect(relL2(a, Float64Array.from(b))).toBeLessThan(1e-5);
+      }
+    }, 120_000);
+  }
+  test('loadModel refuses a flushLayers option that is not a boolean', () => {
+    expectInvalid(() => loadModel(folderOf('qwen3_5_moe'), device(), { flushLayers: 'yes' as unknown as boolean }), 'loadModel', 'opts.flushLayers', 'a boolean', 'yes');
+  });
+});
