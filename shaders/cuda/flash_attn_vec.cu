@@ -43,12 +43,13 @@
 // heads at once, and accumulates V with each weight broadcast by a shuffle.
 // The warps' (M, S, O) merge through shared memory at the end.
 //
-// Reduce kernel: grid (rows, 1, 1), 32 * NWG threads (mlx-native's launch);
-// every thread folds the row's NWG (sum, max) pairs itself (from L1), then
-// thread t combines float4 columns t, t + 32 NWG, ...: its NWG partials of a
-// column loaded together, summed in workgroup order. One dependent round of
-// loads a column, where a warp a column group with the lanes as workgroups
-// took one round and four warp sums for each column it visited in turn.
+// Reduce kernel: grid (rows, 1, 1), 32 * NWG threads (mlx-native's launch).
+// Lane w of every warp folds workgroup w's (sum, max) pair into the row's
+// max and sum by warp reductions; thread t takes float4 column t % (D / 4)
+// of the workgroups t / (D / 4), t / (D / 4) + G, ... (G = threads / (D /
+// 4) groups), their partials loaded together before the pairs fold, so that
+// every load of the row is in flight in one round (D / 128 a thread); the
+// groups' sums meet in shared memory, added in group order.
 
 namespace {
 
@@ -577,43 +578,75 @@ template <int D>
 __device__ __forceinline__ void attn_combine(const FlashAttnVecReduceParams* p, const float* tmp, float* dst,
                                              const u32* nwgp) {
     constexpr u32 D4 = D / 4;
+    __shared__ float fac[32];        // workgroup w's factor exp(M_w - M) / S (nwg <= 32)
+    __shared__ float4 red[1024];     // the groups' column sums (G * D4 <= blockDim.x <= 1024)
     const u32 nwg = *nwgp;
-    const u32 row = blockIdx.x;
-
-    // The row's pairs (sum, max) of each workgroup: the max, then the sum of
-    // the sums rescaled to it.
+    const u32 row = blockIdx.x, tid = threadIdx.x, lane = tid & 31u;
     const float* sm = tmp + u64(p->nrows) * D * nwg + u64(row) * 2 * nwg;
-    float m = -FLT_MAX_F;
-    for (u32 w = 0; w < nwg; ++w) m = fmaxf(m, sm[2 * w + 1]);
-    float s = 0.0f;
-    for (u32 w = 0; w < nwg; ++w) s += sm[2 * w] * expf(sm[2 * w + 1] - m);
-    const float inv = (s == 0.0f) ? 0.0f : 1.0f / s;
-
     // Column i's partials are t4[i * nwg .. i * nwg + nwg - 1] (workgroup order).
     const float4* t4 = reinterpret_cast<const float4*>(tmp) + u64(row) * D4 * nwg;
     float4* o4 = reinterpret_cast<float4*>(dst) + u64(row) * D4;
-    for (u32 i = threadIdx.x; i < D4; i += blockDim.x) {
-        const float4* c = t4 + u64(i) * nwg;
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        u32 w = 0;
-        // Four partials' loads in flight at a time.
-        for (; w + 4u <= nwg; w += 4u) {
-            const float4 x0 = c[w], x1 = c[w + 1u], x2 = c[w + 2u], x3 = c[w + 3u];
-            const float f0 = expf(sm[2 * w + 1] - m), f1 = expf(sm[2 * w + 3] - m), f2 = expf(sm[2 * w + 5] - m), f3 = expf(sm[2 * w + 7] - m);
-            acc.x = fmaf(f3, x3.x, fmaf(f2, x2.x, fmaf(f1, x1.x, fmaf(f0, x0.x, acc.x))));
-            acc.y = fmaf(f3, x3.y, fmaf(f2, x2.y, fmaf(f1, x1.y, fmaf(f0, x0.y, acc.y))));
-            acc.z = fmaf(f3, x3.z, fmaf(f2, x2.z, fmaf(f1, x1.z, fmaf(f0, x0.z, acc.z))));
-            acc.w = fmaf(f3, x3.w, fmaf(f2, x2.w, fmaf(f1, x1.w, fmaf(f0, x0.w, acc.w))));
+
+    // Thread t: column i = t % D4 of group gi = t / D4 (G groups, the threads
+    // past G * D4 idle), workgroups gi, gi + G, ...; its partials' loads are
+    // issued first, four a round, and wait while the pairs fold.
+    const u32 G = blockDim.x / D4;
+    const u32 i = tid % D4, gi = tid / D4;
+    const float4* c = t4 + u64(i) * nwg;
+    float4 x[4];
+#pragma unroll
+    for (u32 k = 0; k < 4u; ++k) {
+        const u32 w = gi + k * G;
+        x[k] = (gi < G && w < nwg) ? c[w] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    // The row's pairs (sum, max), lane w holding workgroup w's: the max, the
+    // sum of the sums rescaled to it, each workgroup's factor.
+    const bool mine = lane < nwg;
+    const float s_w = mine ? sm[2 * lane] : 0.0f;
+    const float m_w = mine ? sm[2 * lane + 1] : -FLT_MAX_F;
+    const float m = warp_max(m_w);
+    const float f = mine ? expf(m_w - m) : 0.0f;
+    const float s = warp_sum(s_w * f);
+    if (tid < 32u) fac[lane] = s == 0.0f ? 0.0f : f / s;
+    __syncthreads();
+
+    if (G == 0u) {
+        // Fewer threads than columns (nwg < D / 128): a thread a column at a
+        // time, every workgroup.
+        for (u32 j = tid; j < D4; j += blockDim.x) {
+            float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (u32 w = 0; w < nwg; ++w) {
+                const float4 y = t4[u64(j) * nwg + w];
+                const float g = fac[w];
+                a = make_float4(fmaf(g, y.x, a.x), fmaf(g, y.y, a.y), fmaf(g, y.z, a.z), fmaf(g, y.w, a.w));
+            }
+            o4[j] = a;
         }
-        for (; w < nwg; ++w) {
-            const float4 x = c[w];
-            const float f = expf(sm[2 * w + 1] - m);
-            acc.x = fmaf(f, x.x, acc.x);
-            acc.y = fmaf(f, x.y, acc.y);
-            acc.z = fmaf(f, x.z, acc.z);
-            acc.w = fmaf(f, x.w, acc.w);
+        return;
+    }
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (gi < G) {
+#pragma unroll
+        for (u32 k = 0; k < 4u; ++k) {
+            const float g = gi + k * G < nwg ? fac[min(gi + k * G, 31u)] : 0.0f;
+            a = make_float4(fmaf(g, x[k].x, a.x), fmaf(g, x[k].y, a.y), fmaf(g, x[k].z, a.z), fmaf(g, x[k].w, a.w));
         }
-        o4[i] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+        // More than four workgroups a thread (G < nwg / 4: D 512 with few workgroups).
+        for (u32 w = gi + 4u * G; w < nwg; w += G) {
+            const float4 y = c[w];
+            const float g = fac[w];
+            a = make_float4(fmaf(g, y.x, a.x), fmaf(g, y.y, a.y), fmaf(g, y.z, a.z), fmaf(g, y.w, a.w));
+        }
+        red[tid] = a;
+    }
+    __syncthreads();
+    if (tid < D4) {
+        // The groups' sums of column tid, in group order.
+        for (u32 g = 1; g < G; ++g) {
+            const float4 y = red[g * D4 + tid];
+            a = make_float4(a.x + y.x, a.y + y.y, a.z + y.z, a.w + y.w);
+        }
+        o4[tid] = a;
     }
 }
 

@@ -149,6 +149,7 @@ int main(int argc, char** argv) {
     {"main: GQA 2, 37 keys of 40, nwg 3", 1, 4, 2, 40, {37}, false, false, 0, 0, 3},
     {"main: batch 2, GQA 16 (two blocks of 8 heads), 70 keys, window 20, softcap 5, nwg 2", 2, 16, 1, 80, {70, 70}, false, false, 20, 5, 2},
     {"main: GQA 3 (a partial block of heads), 100 keys, nwg 32", 1, 6, 2, 100, {100}, false, false, 0, 0, 32},
+    {"main: GQA 4, 90 keys, nwg 6 (the reduce past four workgroups a thread at D 512)", 1, 4, 1, 96, {90}, false, false, 0, 0, 6},
     {"varlen: 4 sequences 1, 17, 64, 0 of 64, GQA 8, nwg 4", 4, 8, 1, 64, {1, 17, 64, 0}, true, false, 0, 0, 4},
     {"varlen: global, lengths past the capacity read as the capacity, window 16", 2, 4, 2, 48, {60, 33}, true, false, 16, 0, 1},
     {"varlen ring 32: positions 5 (unwrapped), 32, 33, 1000 (wrapped 31 times)", 4, 8, 2, 32, {5, 32, 33, 1000}, true, true, 0, 0, 2},
