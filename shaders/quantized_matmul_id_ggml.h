@@ -59,3 +59,15 @@ struct GgmlMatvecIdGateUpParams {
     struct GgmlMatvecIdParams id;
     uint activation;
 };
+
+// buffer(0) of kernel_mul_mm_id_<type>_f32_gate_up (not in mlx-native): the
+// fused gate/up matrix form. `mm` is the GgmlMatmulIdMm_MmParams of both
+// weights (gate at buffer(1), up at buffer(6): one block type, nb01 and
+// nb02; ne0 the rows of an expert each, the outputs of a pair), then the
+// gate's activation (0: silu; 1: gelu with the tanh approximation) and a
+// padding word. Pair p's output row is act(x W_gate^T) * (x W_up^T).
+struct GgmlMatmulIdMmGateUpParams {
+    struct GgmlMatmulIdMm_MmParams mm;
+    uint activation;
+    uint _pad2;
+};

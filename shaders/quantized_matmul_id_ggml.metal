@@ -171,20 +171,25 @@ kernel void kernel_mul_mv_id_q4_0_f32_swiglu(
 // 2 x 2 simdgroups of 16 x 32 multiply 8 x 8 matrices, summing in f32 (as
 // kernel_mul_mm_<t>_f32). The sums go through threadgroup(0) (32 x 64 floats)
 // to the output rows of their pairs.
-template <int F>
-static inline void ggml_mm_id(constant GgmlMatmulIdMm_MmParams& p, device const uchar* w, device const float* x, device const uint* offsets,
-                              device const uint* order, device float* y, threadgroup uchar* shmem, threadgroup uint* rows, uint3 tg,
-                              uint tid, uint sg) {
+//
+// GU (kernel_mul_mm_id_<t>_f32_gate_up): a threadgroup takes 32 outputs n0 =
+// 32b .., its 64 tile rows their gate and up rows by eights (tile row r:
+// output n0 + 8 (r / 16) + r % 8, of the up weight wu where (r / 8) is
+// odd), and writes act(gate) * up (gate_activation's activation).
+template <int F, bool GU>
+static inline void ggml_mm_id(constant GgmlMatmulIdMm_MmParams& p, device const uchar* w, device const uchar* wu, device const float* x,
+                              device const uint* offsets, device const uint* order, device float* y, threadgroup uchar* shmem,
+                              threadgroup uint* rows, uint3 tg, uint tid, uint sg, uint activation) {
     const uint K = uint(p.ne00), N = uint(p.ne0), E = uint(p.ne02), U = uint(p.ne20), P = uint(p.ne21) * U;
     uint group, start, end;
     if (!moe_tile(offsets, E, P, 32, tg.y, group, start, end)) {
         return;
     }
-    const uint n0 = tg.x * 64;
+    const uint n0 = tg.x * (GU ? 32 : 64);
     if (n0 >= N) {
         return;
     }
-    const uint rows_m = end - start, rows_n = min(64u, N - n0);
+    const uint rows_m = end - start, rows_n = min(GU ? 32u : 64u, N - n0);
     if (tid < 32) {
         rows[tid] = tid < rows_m ? min(order[start + tid], P) : P;
     }
@@ -200,7 +205,7 @@ static inline void ggml_mm_id(constant GgmlMatmulIdMm_MmParams& p, device const 
     }
     threadgroup half* sa = (threadgroup half*)shmem;
     threadgroup float* sb = (threadgroup float*)(shmem + 4096);
-    device const uchar* we = w + ulong(group) * p.nb02;
+    device const uchar* we = (GU && ((tid / 16) & 1) != 0 ? wu : w) + ulong(group) * p.nb02;
     const short sm0 = short(sg / 2) * 16, sn0 = short(sg % 2) * 32;
     simdgroup_float8x8 acc[2][4];
     for (short i = 0; i < 2; ++i) {
@@ -214,9 +219,11 @@ static inline void ggml_mm_id(constant GgmlMatmulIdMm_MmParams& p, device const 
     device const float* xrow = x + ulong(xp < P ? xp / U : 0) * (p.nb12 / 4);
     for (uint k0 = 0; k0 < K; k0 += 32) {
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        if (wr < rows_n) {
+        // Tile row wr's weight row (GU: output wo of the gate or the up weight, by we).
+        const uint wo = GU ? 8 * (wr / 16) + wr % 8 : wr;
+        if (wo < rows_n) {
             float v[16];
-            ggml_deq16<F>(we + ulong(n0 + wr) * p.nb01, k0 / 16 + wh, v);
+            ggml_deq16<F>(we + ulong(n0 + wo) * p.nb01, k0 / 16 + wh, v);
             for (short j = 0; j < 16; ++j) {
                 sa[wr * 32 + wh * 16 + j] = half(v[j]);
             }
@@ -242,7 +249,12 @@ static inline void ggml_mm_id(constant GgmlMatmulIdMm_MmParams& p, device const 
     for (uint i = tid; i < 32 * rows_n; i += 128) {
         const uint r = i / rows_n, c = i % rows_n, pr = rows[r];
         if (pr < P) {
-            y[ulong(pr) * N + n0 + c] = out[r * 64 + c];
+            if (GU) {
+                const uint t = r * 64 + 16 * (c / 8) + c % 8;
+                y[ulong(pr) * N + n0 + c] = gate_activation(out[t], activation) * out[t + 8];
+            } else {
+                y[ulong(pr) * N + n0 + c] = out[r * 64 + c];
+            }
         }
     }
 }
@@ -265,7 +277,7 @@ kernel void ggml_mul_mm_id(
     ushort sgitg [[simdgroup_index_in_threadgroup]])
 {
     threadgroup uint rows[32];
-    ggml_mm_id<F>(args, src0, src1, offsets, order, dst, shmem, rows, tgpig, tiitg, sgitg);
+    ggml_mm_id<F, false>(args, src0, src0, src1, offsets, order, dst, shmem, rows, tgpig, tiitg, sgitg, 0);
 }
 
 typedef decltype(ggml_mul_mm_id<GGML_Q4_0>) ggml_mul_mm_id_q4_0_t;
@@ -301,3 +313,53 @@ template [[host_name("kernel_mul_mm_id_q8_0_f32_wg")]] kernel ggml_mul_mm_id_q8_
 template [[host_name("kernel_mul_mm_id_q4_K_f32_wg")]] kernel ggml_mul_mm_id_q4_K_t ggml_mul_mm_id<GGML_Q4_K>;
 template [[host_name("kernel_mul_mm_id_q5_K_f32_wg")]] kernel ggml_mul_mm_id_q5_K_t ggml_mul_mm_id<GGML_Q5_K>;
 template [[host_name("kernel_mul_mm_id_q6_K_f32_wg")]] kernel ggml_mul_mm_id_q6_K_t ggml_mul_mm_id<GGML_Q6_K>;
+
+// ---- the fused gate/up matrix form: kernel_mul_mm_id_<t>_f32_gate_up ----
+
+// Not in mlx-native: y[p, i] = act(x . gate_e[i]) * (x . up_e[i]) for pair
+// p, e its expert, over the pairs grouped by expert as the matrix form
+// (ggml_mm_id's GU form: a threadgroup's 64 tile rows are 32 outputs' gate
+// and up rows). buffer(0) GgmlMatmulIdMmGateUpParams, (1) gate weight, (2)
+// x, (3) offsets, (4) order, (5) y [P, N] f32, (6) up weight (the gate's
+// block type, rows and expert stride); threadgroup(0) 8192 bytes. Grid
+// (ceil(N / 32), floor(P / 32) + ne02 + 1, 1) threadgroups of 128. The
+// _few and _wg entries (CUDA's forms, as the plain matrix form's) are this
+// kernel here.
+template <int F>
+kernel void ggml_mul_mm_id_gate_up(
+    constant GgmlMatmulIdMmGateUpParams& args  [[buffer(0)]],
+    device const uchar*                  gate  [[buffer(1)]],
+    device const float*                  src1  [[buffer(2)]],
+    device const uint*                   offsets [[buffer(3)]],
+    device const uint*                   order   [[buffer(4)]],
+    device float*                        dst   [[buffer(5)]],
+    device const uchar*                  up    [[buffer(6)]],
+    threadgroup uchar*                   shmem [[threadgroup(0)]],
+    uint3  tgpig [[threadgroup_position_in_grid]],
+    ushort tiitg [[thread_index_in_threadgroup]],
+    ushort sgitg [[simdgroup_index_in_threadgroup]])
+{
+    threadgroup uint rows[32];
+    ggml_mm_id<F, true>(args.mm, gate, up, src1, offsets, order, dst, shmem, rows, tgpig, tiitg, sgitg, args.activation);
+}
+
+typedef decltype(ggml_mul_mm_id_gate_up<GGML_Q4_0>) ggml_mul_mm_id_gate_up_q4_0_t;
+typedef decltype(ggml_mul_mm_id_gate_up<GGML_Q8_0>) ggml_mul_mm_id_gate_up_q8_0_t;
+typedef decltype(ggml_mul_mm_id_gate_up<GGML_Q4_K>) ggml_mul_mm_id_gate_up_q4_K_t;
+typedef decltype(ggml_mul_mm_id_gate_up<GGML_Q5_K>) ggml_mul_mm_id_gate_up_q5_K_t;
+typedef decltype(ggml_mul_mm_id_gate_up<GGML_Q6_K>) ggml_mul_mm_id_gate_up_q6_K_t;
+template [[host_name("kernel_mul_mm_id_q4_0_f32_gate_up")]] kernel ggml_mul_mm_id_gate_up_q4_0_t ggml_mul_mm_id_gate_up<GGML_Q4_0>;
+template [[host_name("kernel_mul_mm_id_q8_0_f32_gate_up")]] kernel ggml_mul_mm_id_gate_up_q8_0_t ggml_mul_mm_id_gate_up<GGML_Q8_0>;
+template [[host_name("kernel_mul_mm_id_q4_K_f32_gate_up")]] kernel ggml_mul_mm_id_gate_up_q4_K_t ggml_mul_mm_id_gate_up<GGML_Q4_K>;
+template [[host_name("kernel_mul_mm_id_q5_K_f32_gate_up")]] kernel ggml_mul_mm_id_gate_up_q5_K_t ggml_mul_mm_id_gate_up<GGML_Q5_K>;
+template [[host_name("kernel_mul_mm_id_q6_K_f32_gate_up")]] kernel ggml_mul_mm_id_gate_up_q6_K_t ggml_mul_mm_id_gate_up<GGML_Q6_K>;
+template [[host_name("kernel_mul_mm_id_q4_0_f32_gate_up_few")]] kernel ggml_mul_mm_id_gate_up_q4_0_t ggml_mul_mm_id_gate_up<GGML_Q4_0>;
+template [[host_name("kernel_mul_mm_id_q8_0_f32_gate_up_few")]] kernel ggml_mul_mm_id_gate_up_q8_0_t ggml_mul_mm_id_gate_up<GGML_Q8_0>;
+template [[host_name("kernel_mul_mm_id_q4_K_f32_gate_up_few")]] kernel ggml_mul_mm_id_gate_up_q4_K_t ggml_mul_mm_id_gate_up<GGML_Q4_K>;
+template [[host_name("kernel_mul_mm_id_q5_K_f32_gate_up_few")]] kernel ggml_mul_mm_id_gate_up_q5_K_t ggml_mul_mm_id_gate_up<GGML_Q5_K>;
+template [[host_name("kernel_mul_mm_id_q6_K_f32_gate_up_few")]] kernel ggml_mul_mm_id_gate_up_q6_K_t ggml_mul_mm_id_gate_up<GGML_Q6_K>;
+template [[host_name("kernel_mul_mm_id_q4_0_f32_gate_up_wg")]] kernel ggml_mul_mm_id_gate_up_q4_0_t ggml_mul_mm_id_gate_up<GGML_Q4_0>;
+template [[host_name("kernel_mul_mm_id_q8_0_f32_gate_up_wg")]] kernel ggml_mul_mm_id_gate_up_q8_0_t ggml_mul_mm_id_gate_up<GGML_Q8_0>;
+template [[host_name("kernel_mul_mm_id_q4_K_f32_gate_up_wg")]] kernel ggml_mul_mm_id_gate_up_q4_K_t ggml_mul_mm_id_gate_up<GGML_Q4_K>;
+template [[host_name("kernel_mul_mm_id_q5_K_f32_gate_up_wg")]] kernel ggml_mul_mm_id_gate_up_q5_K_t ggml_mul_mm_id_gate_up<GGML_Q5_K>;
+template [[host_name("kernel_mul_mm_id_q6_K_f32_gate_up_wg")]] kernel ggml_mul_mm_id_gate_up_q6_K_t ggml_mul_mm_id_gate_up<GGML_Q6_K>;

@@ -4,7 +4,7 @@
 // dequantize-then-multiply reference on every backend: Q4_0, Q8_0, Q4_K,
 // Q5_K and Q6_K, the vector form (routed by ids), the matrix form (after
 // moe_dispatch_sort of the same ids, in the same encoder) and the fused
-// gate/up vector form (silu and gelu_tanh), one token and many, odd n (1, 7,
+// gate/up vector and matrix forms (silu and gelu_tanh), one token and many, odd n (1, 7,
 // 9, 33, 37, 70, 130: under and past a simdgroup's, a threadgroup's and the
 // tiles' rows), experts that get several pairs and experts that get none,
 // ids past the experts (rows of zeros), a down projection over pairs (topK
@@ -26,10 +26,10 @@ import {
   GGML_QUANT_TYPES, ggmlBlockOf, ggmlGcSharedBytes, ggmlMvCudaSharedBytes, ggmlRowBytesOf, type GgmlQuantType, ggmlQuantize,
 } from '../ts/ops/quantized_matmul_ggml.ts';
 import {
-  GGML_MATMUL_ID_MM_PARAMS_LAYOUT, GGML_MATVEC_ID_GATE_UP_PARAMS_LAYOUT, GGML_MATVEC_ID_PARAMS_LAYOUT, ggmlGateUpIdRef, ggmlIdMmCudaLaunch,
-  ggmlIdMmFew, ggmlIdMmFewCudaLaunch, ggmlIdMmWg, ggmlIdMmWgCudaLaunch, ggmlIdMmWgSharedBytes, ggmlIdI8Launch, ggmlIdI8Rows, ggmlIdMvCudaLaunch, ggmlIdGc8Takes, packGgmlMatmulIdMmParams, packGgmlMatvecIdGateUpParams, packGgmlMatvecIdParams, planQuantizedMatmulIdGgml,
-  planQuantizedMatmulIdGgmlGateUp, planQuantizedMatmulIdGgmlMm, planQuantizedMatmulIdSwigluQ4_0, QUANTIZED_MATMUL_ID_GGML_KERNELS,
-  quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm, quantizedMatmulIdSwigluQ4_0, ggmlMatmulIdRef, ggmlSwigluIdRef,
+  GGML_MATMUL_ID_MM_GATE_UP_PARAMS_LAYOUT, GGML_MATMUL_ID_MM_PARAMS_LAYOUT, GGML_MATVEC_ID_GATE_UP_PARAMS_LAYOUT, GGML_MATVEC_ID_PARAMS_LAYOUT, ggmlGateUpIdRef, ggmlIdMmCudaLaunch,
+  ggmlIdMmFew, ggmlIdMmFewCudaLaunch, ggmlIdMmWg, ggmlIdMmWgCudaLaunch, ggmlIdMmWgSharedBytes, ggmlIdI8Launch, ggmlIdI8Rows, ggmlIdMvCudaLaunch, ggmlIdGc8Takes, packGgmlMatmulIdMmGateUpParams, packGgmlMatmulIdMmParams, packGgmlMatvecIdGateUpParams, packGgmlMatvecIdParams, planQuantizedMatmulIdGgml,
+  planQuantizedMatmulIdGgmlGateUp, planQuantizedMatmulIdGgmlMm, planQuantizedMatmulIdGgmlMmGateUp, planQuantizedMatmulIdSwigluQ4_0, QUANTIZED_MATMUL_ID_GGML_KERNELS,
+  quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm, quantizedMatmulIdGgmlMmGateUp, quantizedMatmulIdSwigluQ4_0, ggmlMatmulIdRef, ggmlSwigluIdRef,
 } from '../ts/ops/quantized_matmul_id_ggml.ts';
 import { siluRef } from '../ts/ops/silu_mul.ts';
 import { GATE_ACTIVATIONS, type GateActivation } from '../ts/expert-products.ts';
@@ -50,7 +50,9 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
           'constant GgmlMatvecIdParams&\\s+p\\s+\\[\\[buffer\\(5\\)\\]\\]'));
         continue;
       }
-      const re = k.endsWith('_gate_up')
+      const re = k.includes('_mm_id_') && k.includes('_gate_up')
+        ? /kernel void ggml_mul_mm_id_gate_up\([^{]*constant GgmlMatmulIdMmGateUpParams&\s+args\s+\[\[buffer\(0\)\]\],(?:[^{]*)device const uchar\*\s+up\s+\[\[buffer\(6\)\]\]/
+        : k.endsWith('_gate_up')
         ? /kernel void ggml_mul_mv_id_gate_up\([^{]*constant GgmlMatvecIdGateUpParams&\s+p\s+\[\[buffer\(4\)\]\],\s*device const uchar\*\s+up\s+\[\[buffer\(5\)\]\]/
         : k.includes('_mv_id_')
           ? /kernel void ggml_mul_mv_id\([^{]*constant GgmlMatvecIdParams&\s+p\s+\[\[buffer\(4\)\]\]/
@@ -82,6 +84,12 @@ describe('quantized_matmul_id_ggml param packers match the header and the .metal
     expect([40, 48, 56].map((o) => Number(m.getBigUint64(o, true)))).toEqual([4, 0, 1024]);
     expect([72, 76, 80, 84].map((o) => m.getInt32(o, true))).toEqual([2, 3, 5, 2]);
     expect([m.getInt16(88, true), m.getInt16(90, true)]).toEqual([1, 1]);
+    // The matrix gate/up params: the same 96 bytes, then activation and a padding word.
+    expect(structSize(GGML_MATMUL_ID_MM_GATE_UP_PARAMS_LAYOUT)).toBe(104);
+    const mg = packGgmlMatmulIdMmGateUpParams({ ...s, activation: 'gelu_tanh' });
+    expect(mg.subarray(0, 96)).toEqual(packGgmlMatmulIdMmParams(s));
+    expect([96, 100].map((o) => new DataView(mg.buffer).getUint32(o, true))).toEqual([1, 0]);
+    expect(new DataView(packGgmlMatmulIdMmGateUpParams(s).buffer).getUint32(96, true)).toBe(0);
   });
   test('launches: the vector engine per pair and 16 rows, matrix tile slots of 64 pairs or of 8 (few pairs an expert), shared memory within an H100\'s', () => {
     // Qwen3.6-35B-A3B decode, 8 tokens x top-8: gate (k = 2048, n = 512) and down (k = 512, n = 2048).
@@ -318,6 +326,34 @@ describeValidation('quantized_matmul_id_ggml validation', ({ enc, buf }) => {
     expectInvalid(() => quantizedMatmulIdGgmlMm(enc(), { ...base(), weight: w.view('u8', [2880]), output: w.view('f32', [30], 2000) } as never),
       'quantized_matmul_id_ggml_mm', 'output', 'a buffer other than weight', 'a view overlapping weight');
   });
+  test('quantized_matmul_id_ggml_mm_gate_up: every rule, each weight held to the weight\'s', () => {
+    const op = 'quantized_matmul_id_ggml_mm_gate_up';
+    const base = () => ({
+      input: buf('f32', 512), gateWeight: buf('u8', 2880), upWeight: buf('u8', 2880), offsets: buf('u32', 6), order: buf('u32', 6),
+      output: buf('f32', 30), ...sizes,
+    });
+    const cases: Case[] = [
+      [{ activation: 'relu' }, 'activation', "'silu', 'gelu_tanh' or absent", 'relu'],
+      [{ offsets: buf('i32', 6) }, 'offsets.dtype', 'u32', 'i32'],
+      [{ offsets: buf('u32', 5) }, 'offsets.elementCount', 'at least 6', '5'],
+      [{ order: buf('u32', 5) }, 'order.elementCount', 'at least 6', '5'],
+    ];
+    for (const [m, arg, expected, actual] of common()) {
+      if ('weight' in m) {
+        for (const w of ['gateWeight', 'upWeight']) cases.push([{ [w]: m.weight }, arg.replace('weight', w), expected, actual]);
+      } else {
+        cases.push([m, arg.replace(/^weight\./, 'gateWeight.'), expected, actual]);
+      }
+    }
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => quantizedMatmulIdGgmlMmGateUp(enc(), { ...base(), ...m } as never), op, arg, expected, actual);
+    }
+    // A fused [4, 2 x 5 rows] gate_up tensor: two views of one buffer, experts 1440 bytes apart; the output may not overlap it.
+    const w = buf('u8', 4 * 1440);
+    quantizedMatmulIdGgmlMmGateUp(enc(), { ...base(), gateWeight: w.view('u8', [5040]), upWeight: w.view('u8', [5040], 720), expertStride: 1440 } as never);
+    expectInvalid(() => quantizedMatmulIdGgmlMmGateUp(enc(), { ...base(), upWeight: w.view('u8', [2880]), output: w.view('f32', [30], 2000) } as never),
+      op, 'output', 'a buffer other than upWeight', 'a view overlapping upWeight');
+  });
 });
 
 interface Shape {
@@ -331,8 +367,12 @@ interface Shape {
   pad?: number;
 }
 
-/** The vector form, the matrix form, the fused gate/up vector form with its activation, or the swiglu down projection (Q4_0). */
-type Form = 'vector' | 'matrix' | 'swiglu' | { gateUp: GateActivation } | { matrix: 'few' | 'wg' | 'tiles' };
+/**
+ * The vector form, the matrix form (as planned, or planned as one of CUDA's forms), the fused gate/up vector form with its
+ * activation, the fused gate/up matrix form (gateUpMm; matrix as the matrix form's), or the swiglu down projection (Q4_0).
+ */
+type Form = 'vector' | 'matrix' | 'swiglu' | { gateUp: GateActivation } | { matrix: 'few' | 'wg' | 'tiles' }
+  | { gateUpMm: GateActivation; matrix?: 'few' | 'wg' | 'tiles' };
 
 /**
  * One product on the device against the reference: every expert's weight
@@ -366,7 +406,9 @@ function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form
     return w;
   };
   const w = experts();
-  const u = typeof form === 'object' && 'gateUp' in form ? experts() : new Uint8Array(0);
+  const gateUp = typeof form !== 'object' ? null : 'gateUp' in form ? form.gateUp : 'gateUpMm' in form ? form.gateUpMm : null;
+  const gateUpMm = typeof form === 'object' && 'gateUpMm' in form;
+  const u = gateUp ? experts() : new Uint8Array(0);
   const swiglu = form === 'swiglu';
   const xRows = swiglu ? pairs : s.nTokens;
   const x = Float32Array.from(randomArray(r, xRows * k, swiglu ? -3 : -1, swiglu ? 3 : 1));
@@ -387,14 +429,13 @@ function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form
   const idBuf = dev.upload('u32', [pairs], ids);
   const sizes = { nTokens: s.nTokens, topK: s.topK, n: s.n, k, nExperts: s.nExperts, expertStride: s.pad === undefined ? undefined : stride, ggmlType: type };
   const held: Buffer[] = [root, outRoot, idBuf];
-  const gateUp = typeof form === 'object' && 'gateUp' in form ? form.gateUp : null;
   const want = gateUp ? ggmlGateUpIdRef(x, w, u, ids, sizes, gateUp)
     : swiglu ? ggmlSwigluIdRef(x, xu, w, ids, sizes) : ggmlMatmulIdRef(x, w, ids, sizes);
   if (swiglu) {
     const upv = root.view('f32', [pairs, k], uAt);
     upv.write(xu);
     run(dev, (e) => quantizedMatmulIdSwigluQ4_0(e, { gate: xv, up: upv, weight: wv, ids: idBuf, output, ...sizes }));
-  } else if (gateUp) {
+  } else if (gateUp && !gateUpMm) {
     const uv = root.view('u8', [u.length], uAt);
     uv.write(u);
     run(dev, (e) => quantizedMatmulIdGgmlGateUp(e, { input: xv, gateWeight: wv, upWeight: uv, ids: idBuf, output, activation: gateUp, ...sizes }));
@@ -405,17 +446,24 @@ function product(dev: Device, type: GgmlQuantType, s: Shape, ids: number[], form
     const order = dev.alloc('u32', [pairs]);
     held.push(offsets, order);
     const args = { input: xv, weight: wv, offsets, order, output, ...sizes };
-    const plan = typeof form === 'object' && 'matrix' in form ? form.matrix : null;
+    const plan = typeof form === 'object' && 'matrix' in form ? form.matrix ?? null : null;
     const limits = plan === null ? dev.limits : plan === 'tiles' ? { ...dev.limits, computeCapability: 0 }
       : { ...dev.limits, computeCapability: 90, maxThreadgroupMemory: Math.max(dev.limits.maxThreadgroupMemory, ggmlIdMmWgSharedBytes(type)) };
+    let planned = () => planQuantizedMatmulIdGgmlMm(args, limits, dev);
+    if (gateUpMm) {
+      const uv = root.view('u8', [u.length], uAt);
+      uv.write(u);
+      const { weight: _, ...io } = args;
+      planned = () => planQuantizedMatmulIdGgmlMmGateUp({ ...io, gateWeight: wv, upWeight: uv, activation: gateUp! }, limits, dev);
+    }
     if (plan) {
       // Each plan's shapes are ones it takes: the few-pairs form's average under 8 an expert, the many-pairs form's 8 or more.
-      const kernel = planQuantizedMatmulIdGgmlMm(args, limits, dev).dispatches[0]!.kernel;
-      expect(kernel.slice(kernel.lastIndexOf('_f32') + 4)).toBe(plan === 'tiles' ? '' : `_${plan}`);
+      const kernel = planned().dispatches[0]!.kernel;
+      expect(kernel.slice(kernel.lastIndexOf('_f32') + 4)).toBe(`${gateUpMm ? '_gate_up' : ''}${plan === 'tiles' ? '' : `_${plan}`}`);
     }
     run(dev, (e) => {
       moeDispatchSort(e, { ids: idBuf, offsets, order, nPairs: pairs, numExperts: s.nExperts });
-      record(e, planQuantizedMatmulIdGgmlMm(args, limits, dev));
+      record(e, planned());
     });
   }
   const got = output.readNumbers();
@@ -546,6 +594,30 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
     }, 120_000);
   }
 
+  // The gate/up matrix form, planned as each of CUDA's forms (the emulator: their entries' Metal twins) and as the 64-row
+  // tiles, at the shapes each takes (few and many pairs an expert, as the plain matrix form's tests above), and as the op
+  // plans it at the matrix form's shapes; the activations alternate.
+  const GATE_UP_MM: readonly ['few' | 'wg' | 'tiles' | undefined, readonly [Shape, number, boolean][]][] = [
+    ['few', FEW], ['wg', WG], ['tiles', [FEW[0]!, WG[0]!]], [undefined, MATRIX],
+  ];
+  for (const type of GGML_QUANT_TYPES) {
+    test(`${type}: the gate/up matrix form as each CUDA form and as planned, silu and gelu_tanh, a NaN-poisoned output`, () => {
+      const dev = device();
+      const over: string[] = [];
+      let seed = 901;
+      for (const [plan, shapes] of GATE_UP_MM) {
+        for (const [s, used, bad] of shapes) {
+          const k = ggmlBlockOf(type).qk * s.blocks;
+          const ids = idsOf(seed * 31, s.nTokens * s.topK, s.nExperts, used, bad);
+          const form: Form = { gateUpMm: seed % 2 === 0 ? 'silu' : 'gelu_tanh', ...(plan ? { matrix: plan } : {}) };
+          const e = product(dev, type, s, ids, form, seed++ * 7919 + k, tolOf('matrix', k));
+          if (!(e <= tolOf('matrix', k))) over.push(`${JSON.stringify(form)} ${JSON.stringify(s)}: ${e}`);
+        }
+      }
+      expect(over).toEqual([]);
+    }, 120_000);
+  }
+
   // Q8_0 at one token a pair (on CUDA the plain form on the int8 engine, 4 rows a warp at k 704 and 736 and 1 at 2112;
   // the gate/up form on the group-column engine): decode's 8 pairs at Gemma 4's expert down (k 704: two rounds of 8
   // blocks and 6 more) with n past a tile; experts 4 bytes further apart than their bytes (rows on 4 bytes) at k 2112
@@ -632,6 +704,12 @@ describeBackends('quantized_matmul_id_ggml parity', ({ device, backend }) => {
     const gu = planQuantizedMatmulIdGgmlGateUp({ ...io, gateWeight: w, upWeight: u, ids: dev.alloc('u32', [4]) }, dev.limits, dev).dispatches[0]!;
     expect([gu.kernel, gu.grid, gu.threads]).toEqual(['kernel_mul_mv_id_q4_K_f32_gate_up', [1, 4, 1], [2, 32, 1]]);
     expect([0, 1, 2, 3, 5].map((i) => gu.buffers?.[i])).toEqual([w, io.input, io.output, expect.anything(), u]);
+    // The gate/up matrix form: 32 outputs a Metal threadgroup, the matrix form's slots; on cuda the few-pairs form here.
+    const [offsets, order] = [dev.alloc('u32', [6]), dev.alloc('u32', [4])];
+    const gm = planQuantizedMatmulIdGgmlMmGateUp({ ...io, gateWeight: w, upWeight: u, offsets, order, activation: 'gelu_tanh' }, dev.limits, dev).dispatches[0]!;
+    expect([gm.kernel, gm.grid, gm.threads]).toEqual([`kernel_mul_mm_id_q4_K_f32_gate_up${backend === 'cuda' ? '_few' : ''}`, [1, 0 + 4 + 1, 1], [128, 1, 1]]);
+    expect([1, 2, 3, 4, 5, 6].map((i) => gm.buffers?.[i])).toEqual([w, io.input, offsets, order, io.output, u]);
+    expect(gm.bytes?.[0]).toEqual(packGgmlMatmulIdMmGateUpParams({ ...io, activation: 'gelu_tanh' }));
     // The crate's swiglu: Q4_0 experts of 2 rows of 2 blocks, gate and up a row per pair; its grid (ceil(n / 8), pairs) of (8, 8).
     const q = { nTokens: 2, topK: 2, n: 2, k: 64, nExperts: 4, ggmlType: 'Q4_0' as const };
     const [gate, upRows] = [dev.alloc('f32', [4 * 64]), dev.alloc('f32', [4 * 64])];
@@ -669,6 +747,24 @@ opContract('quantized_matmul_id_ggml', [
     make: (d) => ({
       input: a(d, 'f32', 3 * 64), gateWeight: a(d, 'u8', 4 * 180), upWeight: a(d, 'u8', 4 * 180), output: a(d, 'f32', 6 * 5),
       ids: a(d, 'u32', 6), nTokens: 3, topK: 2, n: 5, k: 64, nExperts: 4, ggmlType: 'Q4_0', activation: 'gelu_tanh',
+    }),
+    fill: (args) => {
+      ggmlBlocks(args.gateWeight as Buffer, args.ggmlType);
+      ggmlBlocks(args.upWeight as Buffer, args.ggmlType);
+    },
+  },
+  // The gate/up matrix form at the same shape.
+  {
+    fn: 'quantizedMatmulIdGgmlMmGateUp', op: 'quantized_matmul_id_ggml_mm_gate_up',
+    keys: {
+      input: buf(F, { freeCount: true }), gateWeight: buf(['u8'], { freeCount: true }), upWeight: buf(['u8'], { freeCount: true }),
+      output: out(F, { freeCount: true }), offsets: buf(U32, { table: true, freeCount: true }), order: buf(U32, { table: true, freeCount: true }),
+      nTokens: int, topK: int, n: int, k: int, nExperts: int, expertStride: { kind: 'int?' },
+      ggmlType: { kind: 'enum', values: GGML_QUANT_TYPES }, activation: { kind: 'enum', values: [...GATE_ACTIVATIONS, undefined] },
+    },
+    make: (d) => ({
+      input: a(d, 'f32', 3 * 64), gateWeight: a(d, 'u8', 4 * 180), upWeight: a(d, 'u8', 4 * 180), output: a(d, 'f32', 6 * 5),
+      offsets: a(d, 'u32', 6), order: a(d, 'u32', 6), nTokens: 3, topK: 2, n: 5, k: 64, nExperts: 4, ggmlType: 'Q4_0', activation: 'silu',
     }),
     fill: (args) => {
       ggmlBlocks(args.gateWeight as Buffer, args.ggmlType);

@@ -2839,9 +2839,10 @@ __device__ __forceinline__ void gmv_window(const unsigned char* pa, const unsign
 // wb[row0 + r]) for r < 8 (gate_activation's activation). SW: x's values
 // are silu(x) * xu (gmv_x16), the product otherwise plain. smem_raw: the
 // block's dynamic shared memory, GMV_WARPS x GMV_STAGES x 16 rows x
-// GmvStage<F>::SP, then 4 x 128 floats for the warps' sums. WR (warp rows,
-// the plain form): warp w takes the 16 rows row0 + 16 w .. and every window
-// of k, and stores its sums itself (a block covers 64 rows; no barrier).
+// GmvStage<F>::SP, then 4 x 128 floats for the warps' sums. WR (warp rows):
+// warp w takes the 16 tile rows from row0 + 16 w (GU: the 8 outputs from
+// row0 + 8 w) and every window of k, and stores its sums itself (a block
+// covers 64 rows, GU 32 outputs; no barrier).
 // Row i of the product (i < M) reads x row x_of(i) and writes y row
 // y_of(i, row) where that returns true (the identity where they are not
 // given; the per-expert form over moe_dispatch_sort's grouping gathers and
@@ -2857,13 +2858,12 @@ template <int F, bool GU, bool SW = false, bool WR = false, typename XOf = RowSa
 __device__ __forceinline__ void gmv_rows(unsigned char* smem_raw, const unsigned char* w, const unsigned char* wb, const float* x,
                                          const float* xu, float* y, u32 M, u32 N, u32 K, u64 x_row, u64 y_row, u32 row0_block,
                                          u32 activation, XOf x_of = {}, YOf y_of = {}) {
-    static_assert(!(WR && GU), "warp rows: the plain form");
     constexpr u32 SP = GmvStage<F>::SP;
     constexpr u32 HB = GU ? 0u : 8u;  // the weight row of tile row 8 + g, less row0 + g
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const u32 g = lane >> 2, t = lane & 3u;
     // The warp's tile rows from row0; its first window and the step between its windows.
-    const u32 row0 = WR ? row0_block + 16u * warp : row0_block;
+    const u32 row0 = WR ? row0_block + (GU ? 8u : 16u) * warp : row0_block;
     const u32 win0 = WR ? 0u : warp, wstep = WR ? 1u : GMV_WARPS;
     if (WR && row0 >= N) return;
     const u64 rb = ggml_row_bytes<F>(K);
@@ -2903,12 +2903,13 @@ __device__ __forceinline__ void gmv_rows(unsigned char* smem_raw, const unsigned
         }
         cp_async_wait<0>();
         if constexpr (WR) {
-            // Element e of lane (g, t): tile row g + 8 (e >> 1), token m0 + 2 t + (e & 1).
+            // Element e of lane (g, t): tile row g + 8 (e >> 1), token m0 + 2 t + (e & 1). Gate/up: elements e and
+            // e + 2 are output row0 + g's gate and up.
 #pragma unroll
-            for (u32 e = 0; e < 4; ++e) {
-                const u32 row = row0 + g + 8u * (e >> 1), i = m0 + 2u * t + (e & 1u);
+            for (u32 e = 0; e < (GU ? 2u : 4u); ++e) {
+                const u32 row = row0 + g + (GU ? 0u : 8u * (e >> 1)), i = m0 + 2u * t + (e & 1u);
                 u32 yr;
-                if (row < N && i < M && y_of(i, yr)) y[u64(yr) * y_row + row] = acc[e];
+                if (row < N && i < M && y_of(i, yr)) y[u64(yr) * y_row + row] = GU ? gate_activation(acc[e], activation) * acc[e + 2] : acc[e];
             }
             // Every lane is done with the stages before the next rows' copies refill them.
             __syncwarp();
@@ -3066,9 +3067,16 @@ constexpr u32 GLDS = 40;    // a staged row: 32 elements and 16 bytes of padding
 // time). The per-expert forms (four blocks an SM, whose other warps hide
 // the loads) keep the early form: late, a 64-token prompt of Qwen3.6 took
 // 5 % more device time, most of it theirs.
-template <int F, u32 BM, u32 BN, u32 WM, u32 WN, bool LATE = true, typename XOf, typename YOf>
+//
+// GU (the per-expert fused gate/up form): n0 counts outputs, BN / 2 a tile;
+// tile column c is output n0 + 8 (c / 16) + c % 8's row of w (the gate)
+// where (c / 8) is even, of wu (the up projection, w's blocks and rows)
+// where it is odd, and y gets act(gate) * up (mma_store's GATE_UP, the
+// activation gate_activation's).
+template <int F, u32 BM, u32 BN, u32 WM, u32 WN, bool LATE = true, bool GU = false, typename XOf, typename YOf>
 __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned char* w, const float* x, float* y, u32 N, u32 kt0, u32 KT,
-                                         u64 rb, u64 x_row, u64 y_row, u32 n0, XOf&& x_of, YOf&& y_of) {
+                                         u64 rb, u64 x_row, u64 y_row, u32 n0, XOf&& x_of, YOf&& y_of,
+                                         const unsigned char* wu = nullptr, u32 activation = 0u) {
     constexpr u32 NT = WM * WN * 32;
     constexpr u32 WTM = BM / WM, WTN = BN / WN;
     constexpr u32 MI = WTM / 16, NJ = WTN / 8;
@@ -3076,8 +3084,10 @@ __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned
     static_assert(BN == NT && XC * NT == BM * 4 && NJ % 2 == 0, "tile shape");
     ggml_t* smem = reinterpret_cast<ggml_t*>(smem_raw);
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
-    const bool wlive = n0 + tid < N;
-    const unsigned char* wrow = w + u64(wlive ? n0 + tid : 0u) * rb;
+    // This thread's weight row: tile column tid (GU: output wo's gate or up row).
+    const u32 wo = GU ? 8u * (tid >> 4) + (tid & 7u) : tid;
+    const bool wlive = n0 + wo < N;
+    const unsigned char* wrow = (GU && ((tid >> 3) & 1u) != 0u ? wu : w) + u64(wlive ? n0 + wo : 0u) * rb;
     const bool xvec = aligned16(x) && x_row % 4u == 0;
 
     GgmlRaw raw;
@@ -3146,7 +3156,7 @@ __device__ __forceinline__ void gmm_tile(unsigned char* smem_raw, const unsigned
     mma_zero(acc);
     const u32 wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
     mma_pipeline<ggml_t, GSTAGES, BM, BN, GLDS, false>(acc, smem, KT, wm0, wn0, lane, issue, park);
-    mma_store<float, false>(acc, y, y_row, N, n0, wm0, wn0, lane, y_of);
+    mma_store<float, GU>(acc, y, y_row, N, n0, wm0, wn0, lane, y_of, activation);
 }
 
 // A 128 x 128 tile of y = x W^T at weight rows (output columns) n0 .. on
@@ -3177,13 +3187,27 @@ constexpr u32 GWG_FAR = 2;     // steps the cp.async copies of the weight's unit
 template <int F> constexpr u32 GWG_UNITS = F == GGML_Q5_K ? 5u : F == GGML_Q4_K ? 3u : 0u;  // 16-byte units a row a step
 // The op's ggmlIdMmWgSharedBytes: the stages, GWG_FAR steps of units, 1024 bytes to align the stages.
 template <int F> constexpr u32 GWG_SMEM = GWG_STAGES * (128u + 128u) * 128u + GWG_FAR * 128u * GWG_UNITS<F> * 16u + 1024u;
-template <int F, typename XOf, typename YOf>
+//
+// GU (the per-expert fused gate/up form): n0 counts outputs, 64 a tile; tile
+// column c is output n0 + 8 (c / 16) + c % 8's row of w (the gate) where (c
+// / 8) is even, of wu (the up projection) where it is odd; y gets act(gate)
+// * up (gate_activation's activation).
+template <bool GU> struct GwgRow {
+    // Output of tile column c, and its weight.
+    __device__ __forceinline__ static u32 out(u32 c) { return GU ? 8u * (c >> 4) + (c & 7u) : c; }
+    __device__ __forceinline__ static const unsigned char* of(u32 c, const unsigned char* w, const unsigned char* wu) {
+        return GU && ((c >> 3) & 1u) != 0u ? wu : w;
+    }
+};
+template <int F, bool GU = false, typename XOf, typename YOf>
 __device__ __forceinline__ void gwg_tile(unsigned char* smem_raw, const unsigned char* w, const float* x, float* y, u32 N, u32 K, u64 rb,
-                                         u64 x_row, u64 y_row, u32 n0, XOf&& x_of, YOf&& y_of) {
+                                         u64 x_row, u64 y_row, u32 n0, XOf&& x_of, YOf&& y_of, const unsigned char* wu = nullptr,
+                                         u32 activation = 0u) {
+    using Row = GwgRow<GU>;
     const u32 tid = threadIdx.x;
     const u32 wr = tid >> 1, wh = tid & 1u;  // this thread's weight row of the tile and its chunk of a step
-    const bool wlive = n0 + wr < N;
-    const unsigned char* wrow = w + u64(wlive ? n0 + wr : 0u) * rb;
+    const bool wlive = n0 + Row::out(wr) < N;
+    const unsigned char* wrow = Row::of(wr, w, wu) + u64(wlive ? n0 + Row::out(wr) : 0u) * rb;
 #ifdef MLXN_WGMMA
     constexpr u32 STAGE = (128u + 128u) * 128u;
     unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -3238,7 +3262,7 @@ __device__ __forceinline__ void gwg_tile(unsigned char* smem_raw, const unsigned
 #pragma unroll
     for (u32 i = 0; i < 64; ++i) acc[i] = 0.0f;
     bool units = false;
-    if constexpr (GWG_UNITS<F> != 0) units = aligned16(w) && rb % 16u == 0;
+    if constexpr (GWG_UNITS<F> != 0) units = aligned16(w) && (!GU || aligned16(wu)) && rb % 16u == 0;
     if (units) {
         if constexpr (GWG_UNITS<F> != 0) {
             constexpr u32 U = GWG_UNITS<F>, SLOT = 128u * U * 16u;
@@ -3254,9 +3278,9 @@ __device__ __forceinline__ void gwg_tile(unsigned char* smem_raw, const unsigned
                     const u32 i = tid + 256u * j;
                     if (i < 128u * U) {
                         const u32 row = i / U, u = i % U;
-                        const bool live = n0 + row < N;
+                        const bool live = n0 + Row::out(row) < N;
                         const u32 unit = u < U - 2u ? u : q0 + (u - (U - 2u));
-                        cp_async16(dst + 16u * i, w + (live ? u64(n0 + row) * rb + sb + 16u * unit : 0u), live);
+                        cp_async16(dst + 16u * i, Row::of(row, w, wu) + (live ? u64(n0 + Row::out(row)) * rb + sb + 16u * unit : 0u), live);
                     }
                 }
             };
@@ -3330,42 +3354,53 @@ __device__ __forceinline__ void gwg_tile(unsigned char* smem_raw, const unsigned
         if (!y_of(rt + 8u * h, yr)) continue;
         float* yp = y + u64(yr) * y_row;
 #pragma unroll
-        for (u32 q = 0; q < 16; ++q) {
-            const u32 col = n0 + 8u * q + 2u * (lane & 3u);
-            if (col < N) yp[col] = acc[4 * q + 2 * h];
-            if (col + 1u < N) yp[col + 1u] = acc[4 * q + 2 * h + 1];
+        for (u32 q = 0; q < 16; q += (GU ? 2u : 1u)) {
+            float v0 = acc[4 * q + 2 * h], v1 = acc[4 * q + 2 * h + 1];
+            u32 col = n0 + 8u * q + 2u * (lane & 3u);
+            if constexpr (GU) {
+                // Columns 8 q .. are the gate of outputs 4 q .., columns 8 (q + 1) .. their up rows.
+                col = n0 + 4u * q + 2u * (lane & 3u);
+                v0 = gate_activation(v0, activation) * acc[4 * (q + 1) + 2 * h];
+                v1 = gate_activation(v1, activation) * acc[4 * (q + 1) + 2 * h + 1];
+            }
+            if (col < N) yp[col] = v0;
+            if (col + 1u < N) yp[col + 1u] = v1;
         }
     }
 #else
     (void)smem_raw;
     (void)wrow;
-    // Thread t: outputs (tile row i / 128, column n0 + i % 128) for i = t, t + 256, ...
-    for (u32 i = tid; i < 128u * 128u; i += blockDim.x) {
-        const u32 r = i / 128u, n = n0 + i % 128u;
+    // Thread t: outputs (tile row i / C, output n0 + i % C) for i = t, t + 256, ... (C = 128, GU 64).
+    constexpr u32 C = GU ? 64u : 128u;
+    for (u32 i = tid; i < 128u * C; i += blockDim.x) {
+        const u32 r = i / C, n = n0 + i % C;
         u32 xrw, yr;
         if (n >= N || !y_of(r, yr)) continue;
         const bool xl = x_of(r, xrw);
-        const unsigned char* row = w + u64(n) * rb;
-        float s = 0.0f;
-        for (u32 ch = 0; xl && ch < K / 32u; ++ch) {
-            GgmlRaw cr;
-            raw_load<F>(row, ch, cr);
+        auto dot = [&](const unsigned char* row) {
+            float s = 0.0f;
+            for (u32 ch = 0; xl && ch < K / 32u; ++ch) {
+                GgmlRaw cr;
+                raw_load<F>(row, ch, cr);
 #pragma unroll
-            for (u32 h = 0; h < 2; ++h) {
-                u32 p[8];
-                pairs16<F>(cr, h, p);
+                for (u32 h = 0; h < 2; ++h) {
+                    u32 p[8];
+                    pairs16<F>(cr, h, p);
 #pragma unroll
-                for (u32 e = 0; e < 8; ++e) {
-                    const float* xp = x + u64(xrw) * x_row + 32u * ch + 16u * h + 2u * e;
-                    const u32 xq = pack2<ggml_t>(xp[0], xp[1]);
-                    const float2 wv = __half22float2(*reinterpret_cast<const __half2*>(&p[e]));
-                    const float2 xv = __half22float2(*reinterpret_cast<const __half2*>(&xq));
-                    s = fmaf(xv.x, wv.x, s);
-                    s = fmaf(xv.y, wv.y, s);
+                    for (u32 e = 0; e < 8; ++e) {
+                        const float* xp = x + u64(xrw) * x_row + 32u * ch + 16u * h + 2u * e;
+                        const u32 xq = pack2<ggml_t>(xp[0], xp[1]);
+                        const float2 wv = __half22float2(*reinterpret_cast<const __half2*>(&p[e]));
+                        const float2 xv = __half22float2(*reinterpret_cast<const __half2*>(&xq));
+                        s = fmaf(xv.x, wv.x, s);
+                        s = fmaf(xv.y, wv.y, s);
+                    }
                 }
             }
-        }
-        y[u64(yr) * y_row + n] = s;
+            return s;
+        };
+        const float s = dot(w + u64(n) * rb);
+        y[u64(yr) * y_row + n] = GU ? gate_activation(s, activation) * dot(wu + u64(n) * rb) : s;
     }
 #endif
 }

@@ -118,14 +118,14 @@ __device__ __forceinline__ void mv_id(unsigned char* smem, const unsigned char* 
 // slot's pairs, x_of, y_of): x_of(r, row) gives tile row r's token (false
 // past the slot's pairs), y_of(r, row) its pair's output row.
 template <u32 BM, u32 NT, u32 COLS, class Tile>
-__device__ __forceinline__ void mm_id_frame(const GgmlMatmulIdMm_MmParams* p, const unsigned char* w, const u32* offsets, const u32* order,
-                                            float* y, Tile&& tile) {
+__device__ __forceinline__ void mm_id_frame(const GgmlMatmulIdMm_MmParams* p, const unsigned char* w, const unsigned char* wu,
+                                            const u32* offsets, const u32* order, float* y, Tile&& tile) {
     __shared__ u32 x_row[BM];
     __shared__ u32 y_pair[BM];
     const u32 N = u32(p->ne0), E = u32(p->ne02), U = u32(p->ne20), P = u32(p->ne21) * U;
     u32 group, n0, rows_m;
     if (!moe_block_rows<float, BM, NT>(offsets, order, y, N, U, E, P, COLS, x_row, y_pair, group, n0, rows_m)) return;
-    tile(w + u64(group) * p->nb02, n0, rows_m,
+    tile(w + u64(group) * p->nb02, wu + u64(group) * p->nb02, n0, rows_m,
          [&](u32 r, u32& row) {
              row = x_row[r];
              return y_pair[r] < P;
@@ -136,12 +136,15 @@ __device__ __forceinline__ void mm_id_frame(const GgmlMatmulIdMm_MmParams* p, co
          });
 }
 
-template <int F>
+// GU (the gate/up entries): a tile's 128 weight rows are 64 outputs' gate
+// (from w) and up (from wu) rows by eights, y = act(gate) * up.
+template <int F, bool GU = false>
 __device__ __forceinline__ void mm_id(unsigned char* smem, const GgmlMatmulIdMm_MmParams* p, const unsigned char* w, const float* x,
-                                      const u32* offsets, const u32* order, float* y) {
+                                      const u32* offsets, const u32* order, float* y, const unsigned char* wu = nullptr, u32 activation = 0u) {
     const u32 K = u32(p->ne00), N = u32(p->ne0);
-    mm_id_frame<64, 128, 128>(p, w, offsets, order, y, [&](const unsigned char* we, u32 n0, u32, auto&& x_of, auto&& y_of) {
-        gmm_tile<F, 64, 128, 2, 2, false>(smem, we, x, y, N, 0u, K / 32u, p->nb01, p->nb12 / 4u, u64(N), n0, x_of, y_of);
+    mm_id_frame<64, 128, GU ? 64 : 128>(p, w, GU ? wu : w, offsets, order, y,
+                                        [&](const unsigned char* we, const unsigned char* wue, u32 n0, u32, auto&& x_of, auto&& y_of) {
+        gmm_tile<F, 64, 128, 2, 2, false, GU>(smem, we, x, y, N, 0u, K / 32u, p->nb01, p->nb12 / 4u, u64(N), n0, x_of, y_of, wue, activation);
     });
 }
 
@@ -152,14 +155,16 @@ __device__ __forceinline__ void mm_id(unsigned char* smem, const GgmlMatmulIdMm_
 // against the slot's pairs as the mma's columns over all of k, x rows
 // gathered by their tokens, outputs scattered to their rows. A slot's
 // expert rows are read once and decoded once for all its pairs.
-template <int F>
+// GU: a warp's 16 rows are 8 outputs' gate and up rows, a block 32 outputs.
+template <int F, bool GU = false>
 __device__ __forceinline__ void mm_id_few(unsigned char* smem, const GgmlMatmulIdMm_MmParams* p, const unsigned char* w, const float* x,
-                                          const u32* offsets, const u32* order, float* y) {
+                                          const u32* offsets, const u32* order, float* y, const unsigned char* wu = nullptr,
+                                          u32 activation = 0u) {
     const u32 K = u32(p->ne00), N = u32(p->ne0);
-    mm_id_frame<GGML_MM_ID_FEW, 128, 16 * GMV_WARPS>(p, w, offsets, order, y,
-                                                     [&](const unsigned char* we, u32 n0, u32 rows_m, auto&& x_of, auto&& y_of) {
-        gmv_rows<F, false, false, true>(
-            smem, we, we, x, x, y, rows_m, N, K, p->nb12 / 4u, u64(N), n0, 0u,
+    mm_id_frame<GGML_MM_ID_FEW, 128, (GU ? 8 : 16) * GMV_WARPS>(p, w, GU ? wu : w, offsets, order, y,
+                                                     [&](const unsigned char* we, const unsigned char* wue, u32 n0, u32 rows_m, auto&& x_of, auto&& y_of) {
+        gmv_rows<F, GU, false, true>(
+            smem, we, wue, x, x, y, rows_m, N, K, p->nb12 / 4u, u64(N), n0, activation,
             [&](u32 i) {
                 u32 row;
                 x_of(i, row);
@@ -174,12 +179,15 @@ __device__ __forceinline__ void mm_id_few(unsigned char* smem, const GgmlMatmulI
 // one expert) and rows (b % tiles) * 128 .. of its expert (tiles = ceil(N /
 // 128)): gwg_tile, two warpgroups of 64 pairs on wgmma, x rows gathered by
 // their tokens, outputs scattered to their rows.
-template <int F>
+// GU: a tile's 128 weight rows are 64 outputs' gate and up rows by eights.
+template <int F, bool GU = false>
 __device__ __forceinline__ void mm_id_wg(unsigned char* smem, const GgmlMatmulIdMm_MmParams* p, const unsigned char* w, const float* x,
-                                         const u32* offsets, const u32* order, float* y) {
+                                         const u32* offsets, const u32* order, float* y, const unsigned char* wu = nullptr,
+                                         u32 activation = 0u) {
     const u32 K = u32(p->ne00), N = u32(p->ne0);
-    mm_id_frame<128, 256, 128>(p, w, offsets, order, y, [&](const unsigned char* we, u32 n0, u32, auto&& x_of, auto&& y_of) {
-        gwg_tile<F>(smem, we, x, y, N, K, p->nb01, p->nb12 / 4u, u64(N), n0, x_of, y_of);
+    mm_id_frame<128, 256, GU ? 64 : 128>(p, w, GU ? wu : w, offsets, order, y,
+                                         [&](const unsigned char* we, const unsigned char* wue, u32 n0, u32, auto&& x_of, auto&& y_of) {
+        gwg_tile<F, GU>(smem, we, x, y, N, K, p->nb01, p->nb12 / 4u, u64(N), n0, x_of, y_of, wue, activation);
     });
 }
 
@@ -331,6 +339,18 @@ extern "C" __global__ void __launch_bounds__(128, 4) kernel_mul_mv_id_q4_0_f32_s
         FORM<F>(smem_raw, args, src0, src1, offsets, order, dst);                                                         \
     }
 
+// kernel_mul_mm_id_<t>_f32_gate_up and its _few and _wg forms (not in mlx-native): buffer(0)
+// GgmlMatmulIdMmGateUpParams, (1) gate weight, (2) x, (3) offsets, (4) order, (5) y [pairs, N] f32 (N the
+// outputs), (6) up weight (the gate's blocks, rows and expert stride). The matrix forms' GU instances, as
+// the op plans them (ggmlIdMmWg, ggmlIdMmFew with the gate/up form's grids).
+#define GGML_MM_ID_GATE_UP_ENTRY(NAME, F, FORM, BOUNDS)                                                                       \
+    extern "C" __global__ void __launch_bounds__ BOUNDS NAME(const GgmlMatmulIdMmGateUpParams* args, const unsigned char* gate, \
+                                                             const float* src1, const u32* offsets, const u32* order,        \
+                                                             float* dst, const unsigned char* up) {                          \
+        extern __shared__ __align__(16) unsigned char smem_raw[];                                                           \
+        FORM<F, true>(smem_raw, &args->mm, gate, src1, offsets, order, dst, up, args->activation);                          \
+    }
+
 // In the CUDA program's parts (quantized_matmul_id_ggml.ts's
 // QUANTIZED_MATMUL_ID_GGML_CUDA_PARTS): the matrix forms of one block
 // format a part (1-5), as its vector forms above (6-10); the SwiGLU
@@ -339,24 +359,39 @@ extern "C" __global__ void __launch_bounds__(128, 4) kernel_mul_mv_id_q4_0_f32_s
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_0_f32, GGML_Q4_0, mm_id, (128))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_0_f32_few, GGML_Q4_0, mm_id_few, (128, 4))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_0_f32_wg, GGML_Q4_0, mm_id_wg, (256, 2))
+GGML_MM_ID_GATE_UP_ENTRY(kernel_mul_mm_id_q4_0_f32_gate_up, GGML_Q4_0, mm_id, (128))
+GGML_MM_ID_GATE_UP_ENTRY(kernel_mul_mm_id_q4_0_f32_gate_up_few, GGML_Q4_0, mm_id_few, (128, 4))
+GGML_MM_ID_GATE_UP_ENTRY(kernel_mul_mm_id_q4_0_f32_gate_up_wg, GGML_Q4_0, mm_id_wg, (256, 2))
 #endif
 #if MLXN_CUDA_PART_IS(2)
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q8_0_f32, GGML_Q8_0, mm_id, (128))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q8_0_f32_few, GGML_Q8_0, mm_id_few, (128, 5))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q8_0_f32_wg, GGML_Q8_0, mm_id_wg, (256, 2))
+GGML_MM_ID_GATE_UP_ENTRY(kernel_mul_mm_id_q8_0_f32_gate_up, GGML_Q8_0, mm_id, (128))
+GGML_MM_ID_GATE_UP_ENTRY(kernel_mul_mm_id_q8_0_f32_gate_up_few, GGML_Q8_0, mm_id_few, (128, 5))
+GGML_MM_ID_GATE_UP_ENTRY(kernel_mul_mm_id_q8_0_f32_gate_up_wg, GGML_Q8_0, mm_id_wg, (256, 2))
 #endif
 #if MLXN_CUDA_PART_IS(3)
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_K_f32, GGML_Q4_K, mm_id, (128))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_K_f32_few, GGML_Q4_K, mm_id_few, (128, 4))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q4_K_f32_wg, GGML_Q4_K, mm_id_wg, (256, 2))
+GGML_MM_ID_GATE_UP_ENTRY(kernel_mul_mm_id_q4_K_f32_gate_up, GGML_Q4_K, mm_id, (128))
+GGML_MM_ID_GATE_UP_ENTRY(kernel_mul_mm_id_q4_K_f32_gate_up_few, GGML_Q4_K, mm_id_few, (128, 4))
+GGML_MM_ID_GATE_UP_ENTRY(kernel_mul_mm_id_q4_K_f32_gate_up_wg, GGML_Q4_K, mm_id_wg, (256, 2))
 #endif
 #if MLXN_CUDA_PART_IS(4)
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q5_K_f32, GGML_Q5_K, mm_id, (128))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q5_K_f32_few, GGML_Q5_K, mm_id_few, (128, 4))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q5_K_f32_wg, GGML_Q5_K, mm_id_wg, (256, 1))
+GGML_MM_ID_GATE_UP_ENTRY(kernel_mul_mm_id_q5_K_f32_gate_up, GGML_Q5_K, mm_id, (128))
+GGML_MM_ID_GATE_UP_ENTRY(kernel_mul_mm_id_q5_K_f32_gate_up_few, GGML_Q5_K, mm_id_few, (128, 4))
+GGML_MM_ID_GATE_UP_ENTRY(kernel_mul_mm_id_q5_K_f32_gate_up_wg, GGML_Q5_K, mm_id_wg, (256, 1))
 #endif
 #if MLXN_CUDA_PART_IS(5)
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q6_K_f32, GGML_Q6_K, mm_id, (128))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q6_K_f32_few, GGML_Q6_K, mm_id_few, (128, 4))
 GGML_MM_ID_ENTRY(kernel_mul_mm_id_q6_K_f32_wg, GGML_Q6_K, mm_id_wg, (256, 2))
+GGML_MM_ID_GATE_UP_ENTRY(kernel_mul_mm_id_q6_K_f32_gate_up, GGML_Q6_K, mm_id, (128))
+GGML_MM_ID_GATE_UP_ENTRY(kernel_mul_mm_id_q6_K_f32_gate_up_few, GGML_Q6_K, mm_id_few, (128, 4))
+GGML_MM_ID_GATE_UP_ENTRY(kernel_mul_mm_id_q6_K_f32_gate_up_wg, GGML_Q6_K, mm_id_wg, (256, 2))
 #endif

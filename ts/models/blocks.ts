@@ -20,7 +20,7 @@ import { affineQuantizedMatmul, quantizedMatmulSimd } from '../ops/quantized_mat
 import { invalid } from '../validate.ts';
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId, type GateActivation } from '../ops/quantized_matmul_id.ts';
 import { ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml, quantizedMatmulGgmlScratchElements, type GgmlQuantType } from '../ops/quantized_matmul_ggml.ts';
-import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm } from '../ops/quantized_matmul_id_ggml.ts';
+import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm, quantizedMatmulIdGgmlMmGateUp } from '../ops/quantized_matmul_id_ggml.ts';
 import { geluTanhMul, geluTanhMulHalves } from '../ops/gelu.ts';
 import { siluMul, siluMulHalves } from '../ops/silu_mul.ts';
 
@@ -399,9 +399,12 @@ export function routedExperts(enc: Encoder, s: Scratch, ex: RoutedExperts, x: Bu
       else quantizedMatmulIdGgmlMm(enc, args);
     };
     const pairRoute = 'ids' in route ? { ids: slotIds.view('u32', [pairs, 1], 0) } : route;
-    if ('ids' in route && g.ggmlType === u.ggmlType && g.expertRows * g.rowBytes === u.expertRows * u.rowBytes) {
+    if (g.ggmlType === u.ggmlType && g.expertRows * g.rowBytes === u.expertRows * u.rowBytes) {
+      // One fused gate/up product: the two [pairs, I] products are never written.
       const { weight: gateWeight, ...gs } = sizes(g, I, H);
-      quantizedMatmulIdGgmlGateUp(enc, { input: x, output: act, nTokens: tokens, topK: slots, ...gs, gateWeight, upWeight: u.weight, ids: slotIds, activation: ex.act });
+      const fused = { input: x, output: act, nTokens: tokens, topK: slots, ...gs, gateWeight, upWeight: u.weight, activation: ex.act };
+      if ('ids' in route) quantizedMatmulIdGgmlGateUp(enc, { ...fused, ids: slotIds });
+      else quantizedMatmulIdGgmlMmGateUp(enc, { ...fused, ...route });
     } else {
       const gate = s.get('moe.gate.f32', 'f32', [tokens, slots, I]);
       const up = s.get('moe.up.f32', 'f32', [tokens, slots, I]);

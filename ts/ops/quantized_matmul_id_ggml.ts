@@ -7,7 +7,8 @@
 // form kernel_mul_mm_id_<t>_f32 (GgmlMatmulIdMm_MmParams); added in its
 // style, the fused gate/up vector form kernel_mul_mv_id_<t>_f32_gate_up
 // (GgmlMatvecIdGateUpParams: every type, silu or gelu_tanh; the crate has
-// none such); and the crate's SwiGLU down projection
+// none such) and its matrix form kernel_mul_mm_id_<t>_f32_gate_up
+// (GgmlMatmulIdMmGateUpParams); and the crate's SwiGLU down projection
 // kernel_mul_mv_id_q4_0_f32_swiglu (quantized_matmul_id_swiglu_q4_0: Q4_0
 // experts against silu(gate) * up of each pair's own rows). Kernels:
 // shaders/quantized_matmul_id_ggml.metal and shaders/cuda/quantized_matmul_id_ggml.cu,
@@ -92,14 +93,15 @@ const GGML_ID_I8_R4_MAX_CHUNKS = 32;
 export const ggmlIdI8Rows = (k: number): number => (k / 32 <= GGML_ID_I8_R4_MAX_CHUNKS ? 4 : 1);
 /**
  * The CUDA program's parts (FamilySources.cudaParts): 1 to 5 the matrix
- * forms of one block format (tiles, few, wgmma), 6 to 10 its vector forms
+ * forms of one block format (tiles, few, wgmma; plain and gate/up), 6 to 10 its vector forms
  * (plain and gate/up), 0.7-1.1 s of NVRTC 13.0 on one thread each (the whole
  * family took 7.8 s), 11 the harness variants that the op does not launch;
  * the SwiGLU vector entry is part 0. A model compiles the formats its file
  * uses, the vector forms alone for decode.
  */
 export const QUANTIZED_MATMUL_ID_GGML_CUDA_PARTS: readonly (readonly string[])[] = [
-  ...GGML_QUANT_TYPES.map((q) => GGML_KERNEL_TYPE[q]).map((t) => [`kernel_mul_mm_id_${t}_f32`, `kernel_mul_mm_id_${t}_f32_few`, `kernel_mul_mm_id_${t}_f32_wg`]),
+  ...GGML_QUANT_TYPES.map((q) => GGML_KERNEL_TYPE[q]).map((t) =>
+    ['', '_gate_up'].flatMap((g) => [`kernel_mul_mm_id_${t}_f32${g}`, `kernel_mul_mm_id_${t}_f32${g}_few`, `kernel_mul_mm_id_${t}_f32${g}_wg`])),
   ...GGML_QUANT_TYPES.map((q) => [
     `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32`, `kernel_mul_mv_id_${GGML_KERNEL_TYPE[q]}_f32_gate_up`,
     // The int8 form with 1 and 4 rows a warp (ggmlIdI8Launch).
@@ -123,6 +125,7 @@ export const QUANTIZED_MATMUL_ID_GGML_KERNELS = [
   'kernel_mul_mm_id_q6_K_f32_few',
   'kernel_mul_mm_id_q4_0_f32_wg', 'kernel_mul_mm_id_q8_0_f32_wg', 'kernel_mul_mm_id_q4_K_f32_wg', 'kernel_mul_mm_id_q5_K_f32_wg',
   'kernel_mul_mm_id_q6_K_f32_wg',
+  ...GGML_QUANT_TYPES.flatMap((q) => ['', '_few', '_wg'].map((v) => `kernel_mul_mm_id_${GGML_KERNEL_TYPE[q]}_f32_gate_up${v}`)),
 ] as const;
 const planOf = familyPlans({
   family: QUANTIZED_MATMUL_ID_GGML_FAMILY, sources: QUANTIZED_MATMUL_ID_GGML_SOURCES, kernels: QUANTIZED_MATMUL_ID_GGML_KERNELS,
@@ -134,6 +137,8 @@ export const GGML_MATVEC_ID_PARAMS_LAYOUT: readonly ParamField[] = structLayout(
 export const GGML_MATVEC_ID_GATE_UP_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlMatvecIdGateUpParams');
 /** struct GgmlMatmulIdMm_MmParams (buffer 0 of kernel_mul_mm_id_<t>_f32). */
 export const GGML_MATMUL_ID_MM_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlMatmulIdMm_MmParams');
+/** struct GgmlMatmulIdMmGateUpParams (buffer 0 of kernel_mul_mm_id_<t>_f32_gate_up). */
+export const GGML_MATMUL_ID_MM_GATE_UP_PARAMS_LAYOUT: readonly ParamField[] = structLayout(header, 'GgmlMatmulIdMmGateUpParams');
 
 /** The sizes of a product (the crate's GgmlQuantizedMatmulIdParams). */
 export interface GgmlIdSizes {
@@ -170,12 +175,21 @@ export function packGgmlMatvecIdGateUpParams(s: GgmlIdSizes & { activation?: Gat
   return packFields(GGML_MATVEC_ID_GATE_UP_PARAMS_LAYOUT, { ...matvecIdFields(s), activation: s.activation === 'gelu_tanh' ? 1 : 0 });
 }
 
-/** mlx-native's GgmlIdMmMmGpuParams: x rows a token apart (nb11 = 0, nb12 = 4 k). */
-export function packGgmlMatmulIdMmParams(s: GgmlIdSizes): Uint8Array {
-  return packFields(GGML_MATMUL_ID_MM_PARAMS_LAYOUT, {
+function matmulIdMmFields(s: GgmlIdSizes): Record<string, number> {
+  return {
     ne00: s.k, ne02: s.nExperts, nb01: ggmlRowBytesOf(s.ggmlType, s.k), nb02: strideOf(s), nb03: 0, ne11: s.topK, _pad0: 0, nb10: 4, nb11: 0,
     nb12: 4 * s.k, nb13: 0, ne20: s.topK, ne21: s.nTokens, ne0: s.n, ne1: s.topK, r2: 1, r3: 1, _pad1: 0,
-  });
+  };
+}
+
+/** mlx-native's GgmlIdMmMmGpuParams: x rows a token apart (nb11 = 0, nb12 = 4 k). */
+export function packGgmlMatmulIdMmParams(s: GgmlIdSizes): Uint8Array {
+  return packFields(GGML_MATMUL_ID_MM_PARAMS_LAYOUT, matmulIdMmFields(s));
+}
+
+/** GgmlMatmulIdMmGateUpParams: the matrix form's params of both weights, then the activation (0 silu, 1 gelu_tanh). */
+export function packGgmlMatmulIdMmGateUpParams(s: GgmlIdSizes & { activation?: GateActivation }): Uint8Array {
+  return packFields(GGML_MATMUL_ID_MM_GATE_UP_PARAMS_LAYOUT, { ...matmulIdMmFields(s), activation: s.activation === 'gelu_tanh' ? 1 : 0, _pad2: 0 });
 }
 
 // ---- CUDA launches (shaders/cuda/quantized_matmul_id_ggml.cu; one-dimensional grids) ----
@@ -265,11 +279,14 @@ export function ggmlIdMmFewAverage(k: number): number {
   return k >= 2048 ? 16 : 8;
 }
 
-/** The CUDA matrix form: a 128-thread block per (tile slot of 64 pairs, 128 weight rows). */
-export function ggmlIdMmCudaLaunch(pairs: number, n: number, nExperts: number): Launch {
+/**
+ * The CUDA matrix form: a 128-thread block per (tile slot of 64 pairs, 128
+ * weight rows); the gate/up form's 128 rows are 64 outputs' gate and up rows.
+ */
+export function ggmlIdMmCudaLaunch(pairs: number, n: number, nExperts: number, gateUp = false): Launch {
   const t = ggmlMmCudaTile(1, 1);
   return {
-    grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_BM) * ceilDiv(n, GGML_MM_ID_CUDA_BN), 1, 1], threads: [t.threads, 1, 1],
+    grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_BM) * ceilDiv(n, GGML_MM_ID_CUDA_BN / (gateUp ? 2 : 1)), 1, 1], threads: [t.threads, 1, 1],
     threadgroupMemory: { 0: t.sharedBytes },
   };
 }
@@ -277,11 +294,13 @@ export function ggmlIdMmCudaLaunch(pairs: number, n: number, nExperts: number): 
 /**
  * The CUDA few-pairs form (kernel_mul_mm_id_<t>_f32_few): a 128-thread block
  * per (slot of up to 8 pairs of one expert, 64 of its rows: a warp's 16
- * over all of k), the vector engine's shared memory.
+ * over all of k; the gate/up form's 16 are 8 outputs' gate and up rows),
+ * the vector engine's shared memory.
  */
-export function ggmlIdMmFewCudaLaunch(type: GgmlQuantType, pairs: number, n: number, nExperts: number): Launch {
+export function ggmlIdMmFewCudaLaunch(type: GgmlQuantType, pairs: number, n: number, nExperts: number, gateUp = false): Launch {
+  const rows = GGML_MV_CUDA_WARPS * GGML_MV_CUDA_ROWS / (gateUp ? 2 : 1);
   return {
-    grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_FEW) * ceilDiv(n, GGML_MV_CUDA_WARPS * GGML_MV_CUDA_ROWS), 1, 1], threads: [128, 1, 1],
+    grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_FEW) * ceilDiv(n, rows), 1, 1], threads: [128, 1, 1],
     threadgroupMemory: { 0: ggmlMvCudaSharedBytes(type) },
   };
 }
@@ -292,9 +311,9 @@ export function ggmlIdMmFewCudaLaunch(type: GgmlQuantType, pairs: number, n: num
  * average at most ggmlIdMmFewAverage(k) an expert and its grid fits.
  */
 export function ggmlIdMmFew(type: GgmlQuantType, pairs: number, n: number, k: number, nExperts: number,
-  limits: Pick<DeviceLimits, 'computeCapability'>): boolean {
+  limits: Pick<DeviceLimits, 'computeCapability'>, gateUp = false): boolean {
   return limits.computeCapability > 0 && pairs <= ggmlIdMmFewAverage(k) * nExperts &&
-    ggmlIdMmFewCudaLaunch(type, pairs, n, nExperts).grid[0] <= CUDA_GRID_MAX;
+    ggmlIdMmFewCudaLaunch(type, pairs, n, nExperts, gateUp).grid[0] <= CUDA_GRID_MAX;
 }
 
 /** Pair rows of a tile of the CUDA many-pairs form (kernel_mul_mm_id_<t>_f32_wg: two warpgroups of 64 on wgmma). */
@@ -323,12 +342,12 @@ export const GGML_MM_ID_WG_AVERAGE = 8;
 
 /**
  * The CUDA many-pairs form (kernel_mul_mm_id_<t>_f32_wg): a 256-thread
- * block per (tile slot of 128 pairs, 128 weight rows), ggmlIdMmWgSharedBytes
- * of shared memory.
+ * block per (tile slot of 128 pairs, 128 weight rows; the gate/up form's
+ * are 64 outputs' gate and up rows), ggmlIdMmWgSharedBytes of shared memory.
  */
-export function ggmlIdMmWgCudaLaunch(type: GgmlQuantType, pairs: number, n: number, nExperts: number): Launch {
+export function ggmlIdMmWgCudaLaunch(type: GgmlQuantType, pairs: number, n: number, nExperts: number, gateUp = false): Launch {
   return {
-    grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_WG_BM) * ceilDiv(n, 128), 1, 1], threads: [256, 1, 1],
+    grid: [moeTileSlots(pairs, nExperts, GGML_MM_ID_CUDA_WG_BM) * ceilDiv(n, gateUp ? 64 : 128), 1, 1], threads: [256, 1, 1],
     threadgroupMemory: { 0: ggmlIdMmWgSharedBytes(type) },
   };
 }
@@ -340,9 +359,9 @@ export function ggmlIdMmWgCudaLaunch(type: GgmlQuantType, pairs: number, n: numb
  * op asks before ggmlIdMmFew).
  */
 export function ggmlIdMmWg(type: GgmlQuantType, pairs: number, n: number, nExperts: number,
-  limits: Pick<DeviceLimits, 'computeCapability' | 'maxThreadgroupMemory'>): boolean {
+  limits: Pick<DeviceLimits, 'computeCapability' | 'maxThreadgroupMemory'>, gateUp = false): boolean {
   return limits.computeCapability === 90 && limits.maxThreadgroupMemory >= ggmlIdMmWgSharedBytes(type) &&
-    pairs >= GGML_MM_ID_WG_AVERAGE * nExperts && ggmlIdMmWgCudaLaunch(type, pairs, n, nExperts).grid[0] <= CUDA_GRID_MAX;
+    pairs >= GGML_MM_ID_WG_AVERAGE * nExperts && ggmlIdMmWgCudaLaunch(type, pairs, n, nExperts, gateUp).grid[0] <= CUDA_GRID_MAX;
 }
 
 /** Pair rows of a tile of the Metal matrix kernels. */
@@ -388,6 +407,19 @@ export interface QuantizedMatmulIdSwigluQ4_0Args extends GgmlIdSizes {
   output: Buffer;
 }
 
+export interface QuantizedMatmulIdGgmlMmGateUpArgs extends GgmlIdIo {
+  /** u8: the gate projection's experts, laid out as the matrix form's weight */
+  gateWeight: Buffer;
+  /** u8: the up projection's experts, the gate's block type, rows and expertStride */
+  upWeight: Buffer;
+  /** u32 [nExperts + 2] at least: moe_dispatch_sort's offsets of the ids */
+  offsets: Buffer;
+  /** u32 [nTokens * topK] at least: moe_dispatch_sort's order */
+  order: Buffer;
+  /** The gate's activation; silu when absent. */
+  activation?: GateActivation;
+}
+
 export interface QuantizedMatmulIdGgmlGateUpArgs extends GgmlIdIo {
   /** u8: the gate projection's experts, laid out as the vector form's weight */
   gateWeight: Buffer;
@@ -406,9 +438,9 @@ type Weights = readonly (readonly [name: string, buffer: Buffer])[];
  * The family's rules for a form. inputs: x (input), or the swiglu form's
  * gate and up rows, which hold a row per pair (else per token).
  */
-function validateBase(op: string, a: GgmlIdSizes & { output: Buffer }, form: 'vector' | 'matrix' | 'gateUp' | 'swiglu', inputs: Weights,
-  weights: Weights, routing: BufferRule[], device?: Device): void {
-  const matrix = form === 'matrix';
+function validateBase(op: string, a: GgmlIdSizes & { output: Buffer }, form: 'vector' | 'matrix' | 'gateUp' | 'matrixGateUp' | 'swiglu',
+  inputs: Weights, weights: Weights, routing: BufferRule[], device?: Device): void {
+  const matrix = form === 'matrix' || form === 'matrixGateUp';
   checkGgmlType(op, 'ggmlType', a.ggmlType);
   for (const arg of ['nTokens', 'k', 'n', 'topK', 'nExperts'] as const) {
     checkPositive(op, arg, a[arg]);
@@ -428,7 +460,7 @@ function validateBase(op: string, a: GgmlIdSizes & { output: Buffer }, form: 've
   }
   const nw = checkedProduct(op, '(nExperts - 1) * expertStride', a.nExperts - 1, stride) + expertBytes;
   if (!Number.isSafeInteger(nw)) throw invalid(op, 'weight bytes', 'a safe integer', nw);
-  const launch = matrix ? ggmlIdMmCudaLaunch(pairs, a.n, a.nExperts) : ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n, a.k, form === 'gateUp');
+  const launch = matrix ? ggmlIdMmCudaLaunch(pairs, a.n, a.nExperts, form === 'matrixGateUp') : ggmlIdMvCudaLaunch(a.ggmlType, pairs, a.n, a.k, form === 'gateUp');
   if (launch.grid[0] > CUDA_GRID_MAX) {
     throw invalid(op, 'nTokens * topK', `small enough for ${CUDA_GRID_MAX} CUDA blocks (${matrix ? 'tile slots' : 'pairs'} x blocks of rows)`, pairs);
   }
@@ -467,6 +499,22 @@ export function validateQuantizedMatmulIdGgmlMm(a: QuantizedMatmulIdGgmlMmArgs, 
   ], device);
 }
 
+/** quantizedMatmulIdGgmlMm's rules with quantizedMatmulIdGgmlGateUp's two weights and activation. */
+export function validateQuantizedMatmulIdGgmlMmGateUp(a: QuantizedMatmulIdGgmlMmGateUpArgs, device?: Device): void {
+  const op = 'quantized_matmul_id_ggml_mm_gate_up';
+  checkActivation(op, a.activation);
+  const pairs = a.nTokens * a.topK;
+  validateBase(op, a, 'matrixGateUp', [['input', a.input]], [['gateWeight', a.gateWeight], ['upWeight', a.upWeight]], [
+    ['offsets', a.offsets, 'u32', a.nExperts + 2], ['order', a.order, 'u32', Number.isSafeInteger(pairs) ? pairs : 0],
+  ], device);
+}
+
+function checkActivation(op: string, activation: unknown): void {
+  if (activation !== undefined && !(GATE_ACTIVATIONS as readonly unknown[]).includes(activation)) {
+    throw invalid(op, 'activation', "'silu', 'gelu_tanh' or absent", activation);
+  }
+}
+
 /**
  * quantizedMatmulIdGgml's rules with two weights, gateWeight and upWeight,
  * each held to the weight's rule (one ggmlType and expertStride for both),
@@ -474,9 +522,7 @@ export function validateQuantizedMatmulIdGgmlMm(a: QuantizedMatmulIdGgmlMmArgs, 
  */
 export function validateQuantizedMatmulIdGgmlGateUp(a: QuantizedMatmulIdGgmlGateUpArgs, device?: Device): void {
   const op = 'quantized_matmul_id_ggml_gate_up';
-  if (a.activation !== undefined && !(GATE_ACTIVATIONS as readonly unknown[]).includes(a.activation)) {
-    throw invalid(op, 'activation', "'silu', 'gelu_tanh' or absent", a.activation);
-  }
+  checkActivation(op, a.activation);
   const pairs = a.nTokens * a.topK;
   validateBase(op, a, 'gateUp', [['input', a.input]], [['gateWeight', a.gateWeight], ['upWeight', a.upWeight]],
     [['ids', a.ids, 'u32', Number.isSafeInteger(pairs) ? pairs : 0]], device);
@@ -661,6 +707,53 @@ export function planQuantizedMatmulIdGgmlMm(a: QuantizedMatmulIdGgmlMmArgs, limi
     threads: [128, 1, 1],
     cuda: few ? ggmlIdMmFewCudaLaunch(a.ggmlType, pairs, a.n, a.nExperts)
       : wg ? ggmlIdMmWgCudaLaunch(a.ggmlType, pairs, a.n, a.nExperts) : ggmlIdMmCudaLaunch(pairs, a.n, a.nExperts),
+  });
+}
+
+/**
+ * quantized_matmul_id_ggml_mm_gate_up: quantizedMatmulIdGgmlGateUp's product
+ * in the matrix form over the pairs grouped by expert (moeDispatchSort's
+ * offsets and order, as quantizedMatmulIdGgmlMm): each tile reads its
+ * expert's gate and up rows once for its pairs, and the two [pairs, n]
+ * products are never written (prefill; where the unfused path takes two
+ * matrix products, silu_mul or gelu_tanh_mul, and their f32 rows).
+ *
+ * Numerics: quantizedMatmulIdGgmlMm's for each sum (Metal: the weight staged
+ * as f16, x as f32; CUDA's tensor cores: both in f16, summed in f32), then the
+ * activation in f32.
+ *
+ * Rules: validateQuantizedMatmulIdGgmlMmGateUp. Kernels:
+ * kernel_mul_mm_id_<t>_f32_gate_up (not in the crate). Bindings: 0
+ * GgmlMatmulIdMmGateUpParams (the matrix form's GgmlMatmulIdMm_MmParams, then
+ * activation), 1 gateWeight, 2 input, 3 offsets, 4 order, 5 output, 6
+ * upWeight; threadgroup(0) 8192 bytes.
+ * Grid (Metal): (ceil(n / 32), floor(pairs / 32) + nExperts + 1, 1)
+ * threadgroups of 128, a tile's 64 weight rows 32 outputs' gate and up rows.
+ * CUDA: the matrix form's choice of forms and grids with half the outputs a
+ * block (their gate and up rows the engine's): ggmlIdMmCudaLaunch(.., true)
+ * (kernel_mul_mm_id_<t>_f32_gate_up), where the pairs average few an expert
+ * ggmlIdMmFewCudaLaunch(.., true) (_gate_up_few), on compute capability 9.0
+ * where they average many ggmlIdMmWgCudaLaunch(.., true) (_gate_up_wg).
+ */
+export function quantizedMatmulIdGgmlMmGateUp(enc: Encoder, args: QuantizedMatmulIdGgmlMmGateUpArgs): void {
+  record(enc, planQuantizedMatmulIdGgmlMmGateUp(args, enc.device.limits, enc.device));
+}
+
+/** quantizedMatmulIdGgmlMmGateUp's plan: validates, then one dispatch (see quantizedMatmulIdGgmlMmGateUp). */
+export function planQuantizedMatmulIdGgmlMmGateUp(a: QuantizedMatmulIdGgmlMmGateUpArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateQuantizedMatmulIdGgmlMmGateUp(a, device);
+  const pairs = a.nTokens * a.topK;
+  const wg = ggmlIdMmWg(a.ggmlType, pairs, a.n, a.nExperts, limits, true);
+  const few = !wg && ggmlIdMmFew(a.ggmlType, pairs, a.n, a.k, a.nExperts, limits, true);
+  return planOf({
+    kernel: `kernel_mul_mm_id_${GGML_KERNEL_TYPE[a.ggmlType]}_f32_gate_up${few ? '_few' : wg ? '_wg' : ''}`,
+    buffers: [, a.gateWeight, a.input, a.offsets, a.order, a.output, a.upWeight],
+    bytes: [packGgmlMatmulIdMmGateUpParams(a)],
+    threadgroupMemory: [GGML_MM_SHARED_BYTES],
+    grid: [ceilDiv(a.n, 32), moeTileSlots(pairs, a.nExperts, GGML_MM_ID_METAL_BM), 1],
+    threads: [128, 1, 1],
+    cuda: few ? ggmlIdMmFewCudaLaunch(a.ggmlType, pairs, a.n, a.nExperts, true)
+      : wg ? ggmlIdMmWgCudaLaunch(a.ggmlType, pairs, a.n, a.nExperts, true) : ggmlIdMmCudaLaunch(pairs, a.n, a.nExperts, true),
   });
 }
 
