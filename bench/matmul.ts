@@ -219,7 +219,7 @@ function ggml(label: string, type: GgmlQuantType, m: number, n: number, k: numbe
  * weight type of the GGUF matrix form's tensor cores), then
  * denseMatmulTensor (hf2q_dense_mm_f16_f32_tensor: x rounded to f16 as it
  * is staged, f32 sums and output): what ts/models/blocks.ts linear runs from
- * GGML_DEQUANT_MIN_ROWS rows on CUDA, beside quantizedMatmulGgml's matrix
+ * DEQUANT_MIN_ROWS rows on CUDA, beside quantizedMatmulGgml's matrix
  * form on the same sizes.
  */
 function ggmlDequantMatmul(label: string, type: GgmlQuantType, m: number, n: number, k: number, form: 'bf16' | 'f32 x'): Case {

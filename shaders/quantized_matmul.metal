@@ -20,6 +20,9 @@
 //     (the matrix form: tiles of W dequantized into threadgroup memory, then
 //     simdgroup matrices); x, scales, biases and y of one dtype, as MLX's
 //     quantized_matmul takes them; chunked rows only.
+//   added: quantized_dequantize_<t>_<o> (the weight itself, dequantized to
+//     f32, f16 or bf16 from scales and biases of type t; bindings 0 weight,
+//     1 scales, 2 biases, 3 output, 4 QuantizedMatmulParams; chunked rows).
 
 // mlx-native's quantized_matmul: one thread per output, thread (col, row) of
 // a grid of (ceil(N / 16), ceil(M / 16)) threadgroups of (min(16, N),
@@ -277,3 +280,59 @@ kernel void quantized_mm_bf16(
     threadgroup bfloat ws[64 * (32 + 8)];
     q_mm<bfloat>(x, (device const uchar*)weight, scales, biases, y, params, xs, ws, tgpig, tiitg, sgitg, tiisg);
 }
+
+// ---- dequantization: quantized_dequantize_<t>_<o> (not in mlx-native) ----
+
+// out[n, k] = scale[n, k / gs] * q[n, k] + bias[n, k / gs] in f32, rounded
+// once to O, for the N rows of K values of the weight (MLX's chunked rows).
+// Thread t of the grid takes chunk t: 32 values of row t / (K / 32). Grid
+// (ceil(N K / 32 / tg), 1, 1) threadgroups of tg.
+template <typename T, typename O>
+kernel void q_dequantize(
+    device const uchar*             weight [[buffer(0)]],
+    device const T*                 scales [[buffer(1)]],
+    device const T*                 biases [[buffer(2)]],
+    device O*                       output [[buffer(3)]],
+    constant QuantizedMatmulParams& p      [[buffer(4)]],
+    uint tid [[thread_position_in_grid]])
+{
+    const uint chunks = p.K / 32;
+    if (tid >= p.N * chunks) {
+        return;
+    }
+    const uint row = tid / chunks, c = tid % chunks;
+    device const uint* w = (device const uint*)(weight + ulong(row) * (ulong(p.K) * p.bits / 8)) + ulong(c) * p.bits;
+    float q[32];
+    if (p.bits == 4) {
+        q_chunk<4>(w, q);
+    } else if (p.bits == 6) {
+        q_chunk<6>(w, q);
+    } else {
+        q_chunk<8>(w, q);
+    }
+    const ulong g = ulong(row) * (p.K / p.group_size) + ulong(c) * 32 / p.group_size;
+    const float sc = float(scales[g]), bi = float(biases[g]);
+    device O* o = output + ulong(row) * p.K + ulong(c) * 32;
+    for (short j = 0; j < 32; ++j) {
+        o[j] = O(fma(sc, q[j], bi));
+    }
+}
+
+typedef decltype(q_dequantize<float, float>) q_dequantize_f32_f32_t;
+typedef decltype(q_dequantize<float, half>) q_dequantize_f32_f16_t;
+typedef decltype(q_dequantize<float, bfloat>) q_dequantize_f32_bf16_t;
+typedef decltype(q_dequantize<half, float>) q_dequantize_f16_f32_t;
+typedef decltype(q_dequantize<half, half>) q_dequantize_f16_f16_t;
+typedef decltype(q_dequantize<half, bfloat>) q_dequantize_f16_bf16_t;
+typedef decltype(q_dequantize<bfloat, float>) q_dequantize_bf16_f32_t;
+typedef decltype(q_dequantize<bfloat, half>) q_dequantize_bf16_f16_t;
+typedef decltype(q_dequantize<bfloat, bfloat>) q_dequantize_bf16_bf16_t;
+template [[host_name("quantized_dequantize_f32_f32")]] kernel q_dequantize_f32_f32_t q_dequantize<float, float>;
+template [[host_name("quantized_dequantize_f32_f16")]] kernel q_dequantize_f32_f16_t q_dequantize<float, half>;
+template [[host_name("quantized_dequantize_f32_bf16")]] kernel q_dequantize_f32_bf16_t q_dequantize<float, bfloat>;
+template [[host_name("quantized_dequantize_f16_f32")]] kernel q_dequantize_f16_f32_t q_dequantize<half, float>;
+template [[host_name("quantized_dequantize_f16_f16")]] kernel q_dequantize_f16_f16_t q_dequantize<half, half>;
+template [[host_name("quantized_dequantize_f16_bf16")]] kernel q_dequantize_f16_bf16_t q_dequantize<half, bfloat>;
+template [[host_name("quantized_dequantize_bf16_f32")]] kernel q_dequantize_bf16_f32_t q_dequantize<bfloat, float>;
+template [[host_name("quantized_dequantize_bf16_f16")]] kernel q_dequantize_bf16_f16_t q_dequantize<bfloat, half>;
+template [[host_name("quantized_dequantize_bf16_bf16")]] kernel q_dequantize_bf16_bf16_t q_dequantize<bfloat, bfloat>;

@@ -31,7 +31,7 @@ import {
 import type { GateActivation } from '../ts/expert-products.ts';
 import { geluTanhMul, geluTanhRef } from '../ts/ops/gelu.ts';
 import { ggmlMatmulRef, ggmlQuantize, ggmlRowBytesOf, type GgmlQuantType } from '../ts/ops/quantized_matmul_ggml.ts';
-import { gatedLinear, GGML_DEQUANT_MIN_ROWS, ggmlDequantTakes } from '../ts/models/blocks.ts';
+import { gatedLinear, DEQUANT_MIN_ROWS, dequantTakes } from '../ts/models/blocks.ts';
 import { quantizedMatmulIdGgml } from '../ts/ops/quantized_matmul_id_ggml.ts';
 import { siluMul, siluRef } from '../ts/ops/silu_mul.ts';
 import { describeBackends, dotErr, dotTolerance, expectInvalid, expectInvalidParts, maxRelErr, randomArray, rng, scaledErr, TOL } from './helpers.ts';
@@ -383,11 +383,11 @@ describeBackends('models on GGUF checkpoints against float64 references', ({ dev
 });
 
 describeBackends('GGUF linear layers', ({ device }) => {
-  // Past 8 rows the matrix form; on cuda from GGML_DEQUANT_MIN_ROWS rows (given a scratch) the weight dequantized to
+  // Past 8 rows the matrix form; on cuda from DEQUANT_MIN_ROWS rows (given a scratch) the weight dequantized to
   // f16, then the dense family's tensor tiles (2 dispatches). Either way the float64 reference of the GGUF weight at
   // f16's tolerance (both round the weight and x to f16), rows and columns off every tile, a NaN-poisoned output; one
   // scratch throughout, the largest weight first (the later weights dequantized into part of its buffer).
-  test('the matrix form, and from GGML_DEQUANT_MIN_ROWS rows on cuda dequantize + dense: the reference', () => {
+  test('the matrix form, and from DEQUANT_MIN_ROWS rows on cuda dequantize + dense: the reference', () => {
     const d = device(), r = rng(47);
     using s = new Scratch(d);
     const cases: [GgmlQuantType, number, number, number][] = [['Q4_K', 130, 72, 512], ['Q6_K', 129, 40, 256], ['Q8_0', 200, 33, 96], ['Q4_K', 40, 72, 512]];
@@ -400,16 +400,16 @@ describeBackends('GGUF linear layers', ({ device }) => {
       y.fill(Number.NaN);
       using enc = d.encoder();
       linear(enc, { kind: 'ggml', weight: w, ggmlType: type, n, k }, x, y, m, 'fast', s);
-      expect(enc.dispatchCount).toBe(ggmlDequantTakes(m, n, k, d.limits) ? 2 : 1);
+      expect(enc.dispatchCount).toBe(dequantTakes(m, n, k, d.limits) ? 2 : 1);
       enc.commitAndWait();
       const want = ggmlMatmulRef(type, xv, q, m, n, k);
       expect(dotErr(y.readNumbers(), want.y, want.abs)).toBeLessThanOrEqual(dotTolerance('f16', k));
     }
     const cuda = { computeCapability: 90 };
-    expect([GGML_DEQUANT_MIN_ROWS - 1, GGML_DEQUANT_MIN_ROWS].map((m) => ggmlDequantTakes(m, 2048, 2048, cuda))).toEqual([false, true]);
+    expect([DEQUANT_MIN_ROWS - 1, DEQUANT_MIN_ROWS].map((m) => dequantTakes(m, 2048, 2048, cuda))).toEqual([false, true]);
     // Not a prompt's logits over a large vocabulary (a 1 GB f16 weight), nor off cuda.
-    expect(ggmlDequantTakes(4096, 248320, 2048, cuda)).toBe(false);
-    expect(ggmlDequantTakes(4096, 2048, 2048, { computeCapability: 0 })).toBe(false);
+    expect(dequantTakes(4096, 248320, 2048, cuda)).toBe(false);
+    expect(dequantTakes(4096, 2048, 2048, { computeCapability: 0 })).toBe(false);
   });
 });
 

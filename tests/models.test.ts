@@ -23,8 +23,11 @@ import {
 } from '../ts/models/index.ts';
 import { SafetensorsFile, type TensorRef } from '../ts/weights/index.ts';
 import { safetensorsBytes } from './weights-writers.ts';
-import { affineDequantize, affineQuantize, affineWords } from '../ts/ops/quantized_matmul.ts';
-import { describeBackends, describeValidation, expectInvalid, expectInvalidParts, maxRelErr, randomArray, rng, TOL } from './helpers.ts';
+import { affineDequantize, affineQuantize, affineQuantizedMatmulRef, affineWords } from '../ts/ops/quantized_matmul.ts';
+import { dequantTakes } from '../ts/models/blocks.ts';
+import {
+  describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, expectInvalidParts, maxRelErr, randomArray, rng, roundedTo, TOL,
+} from './helpers.ts';
 import { quantizeCheckpoint, relayoutCheckpoint, tinyConfig, writeTinyCheckpoint, type Relayout, type TinyArch } from './model-checkpoints.ts';
 import { modelFixture, modelFixtureNames, relL2, type ModelFixture } from './model-fixtures.ts';
 import { gemmaReference, qwenReference, type ReferenceRun } from './model-reference.ts';
@@ -784,5 +787,35 @@ describeBackends('layers flushed as recorded', ({ device, label }) => {
   }
   test('loadModel refuses a flushLayers option that is not a boolean', () => {
     expectInvalid(() => loadModel(folderOf('qwen3_5_moe'), device(), { flushLayers: 'yes' as unknown as boolean }), 'loadModel', 'opts.flushLayers', 'a boolean', 'yes');
+  });
+});
+
+describeBackends('MLX affine linear layers', ({ device }) => {
+  // 'fast' rows with bf16 scales: up to DEQUANT_MIN_ROWS rows quantized_matmul_simd (x rounded to bf16); on cuda from
+  // there (given a scratch) the weight dequantized to f16, then the dense family's tensor tiles (2 dispatches). Each
+  // against the float64 reference of the affine weight with x as the kernel sees it: bf16's tolerance for the simd
+  // product, f16's for the dequantized path (x and the weight in f16); 4, 6 and 8 bits, rows and columns off every
+  // tile, a NaN-poisoned output; one scratch throughout, the largest weight first.
+  test('quantized_matmul_simd, and from DEQUANT_MIN_ROWS rows on cuda dequantize + dense: the reference', () => {
+    const d = device(), r = rng(53);
+    using s = new Scratch(d);
+    const cases: [bits: number, gs: number, m: number, n: number, k: number][] = [[4, 64, 130, 72, 512], [6, 32, 129, 40, 256], [8, 128, 200, 33, 384], [4, 64, 40, 72, 512]];
+    for (const [bits, gs, m, n, k] of cases) {
+      const qz = affineQuantize(randomArray(r, n * k, -1, 1), n, k, gs, bits, 'bf16');
+      const xv = Float32Array.from(randomArray(r, m * k, -1, 1));
+      using w = d.upload('u32', [qz.packed.byteLength / 4], affineWords(qz.packed));
+      using sc = d.upload('bf16', [n, k / gs], qz.scales);
+      using bi = d.upload('bf16', [n, k / gs], qz.biases);
+      using x = d.upload('f32', [m, k], xv);
+      using y = d.alloc('f32', [m, n]);
+      y.fill(Number.NaN);
+      using enc = d.encoder();
+      const dq = dequantTakes(m, n, k, d.limits);
+      linear(enc, { kind: 'affine', weight: w, scales: sc, biases: bi, n, k, groupSize: gs, bits }, x, y, m, 'fast', s);
+      expect(enc.dispatchCount).toBe(dq ? 2 : 1);
+      enc.commitAndWait();
+      const want = affineQuantizedMatmulRef(dq ? xv : roundedTo('bf16', xv), qz.packed, qz.scales, qz.biases, m, n, k, gs, bits);
+      expect(dotErr(y.readNumbers(), want.y, want.abs)).toBeLessThanOrEqual(dotTolerance(dq ? 'f16' : 'bf16', k));
+    }
   });
 });

@@ -45,6 +45,7 @@ import {
   quantizedMatmulSimd,
   quantizedMatmulSimdApplies,
   quantizedMatmulSimdBf16,
+  quantizedDequantize,
   quantizedRowBytes,
   type AffineDType,
   affineDequantize,
@@ -56,7 +57,7 @@ import {
   affineWords,
 } from '../ts/ops/quantized_matmul.ts';
 import {
-  describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, randomArray, rng, roundedTo, run, TARGET_LIMITS, TOL,
+  describeBackends, describeValidation, dotErr, dotTolerance, expectInvalid, maxRelErr, randomArray, rng, roundedTo, run, TARGET_LIMITS, TOL,
 } from './helpers.ts';
 import { a, BF, buf, EW, int, opContract, out, randomWords, U32, type Case } from './op-contract.ts';
 import { compactEntryProblem, CXX } from './cuda-source.ts';
@@ -81,6 +82,10 @@ interface Setup {
   outRoot: Buffer;
   outAt: number;
   roots: Buffer[];
+  /** The packed rows, scales and biases as written. */
+  packed: Uint8Array;
+  scaleValues: Float64Array;
+  biasValues: Float64Array;
 }
 
 function setup(dev: Device, o: { m: number; n: number; k: number; gs: number; bits: number; xdt: DType; sdt: 'f32' | 'f16' | 'bf16';
@@ -129,7 +134,7 @@ function setup(dev: Device, o: { m: number; n: number; k: number; gs: number; bi
   const output = outRoot.view(o.xdt, [m, n], outAt);
   const xr = o.roundX ? roundedTo('bf16', xs) : xs;
   return {
-    x, weight, scales: sb, biases: bb, output, outRoot, outAt, roots: [root, outRoot],
+    x, weight, scales: sb, biases: bb, output, outRoot, outAt, roots: [root, outRoot], packed, scaleValues: scales, biasValues: biases,
     want: affineQuantizedMatmulRef(xr, packed, scales, biases, m, n, k, gs, bits),
   };
 }
@@ -145,10 +150,15 @@ function errOf(s: Setup): number {
 }
 
 describe('quantized_matmul param packer matches the header and the .metal bindings', () => {
-  test('QuantizedMatmulParams (M, K, N, group_size, bits): buffer(5) of every kernel, mlx-native\'s order', () => {
+  test('QuantizedMatmulParams (M, K, N, group_size, bits): buffer(5) of every product kernel, buffer(4) of the dequantization\'s, mlx-native\'s order', () => {
     for (const k of QUANTIZED_MATMUL_KERNELS) {
+      if (k.startsWith('quantized_dequantize_')) {
+        expect(src).toContain(`[[host_name("${k}")]] kernel q_dequantize_`);
+        continue;
+      }
       expect(src).toMatch(new RegExp(`kernel void ${k}\\([^{]*constant QuantizedMatmulParams&\\s+params\\s+\\[\\[buffer\\(5\\)\\]\\]`));
     }
+    expect(src).toMatch(/kernel void q_dequantize\(\s*device const uchar\*\s+weight\s+\[\[buffer\(0\)\]\],\s*device const T\*\s+scales\s+\[\[buffer\(1\)\]\],\s*device const T\*\s+biases\s+\[\[buffer\(2\)\]\],\s*device O\*\s+output\s+\[\[buffer\(3\)\]\],\s*constant QuantizedMatmulParams&\s+p\s+\[\[buffer\(4\)\]\]/);
     const p = packQuantizedMatmulParams({ m: 3, k: 64, n: 7, groupSize: 32, bits: 6 });
     const v = new DataView(p.buffer, p.byteOffset, p.byteLength);
     expect([p.byteLength, ...Array.from({ length: 5 }, (_, i) => v.getUint32(4 * i, true))]).toEqual([20, 3, 64, 7, 32, 6]);
@@ -305,6 +315,36 @@ describe('MLX\'s packing and quantizer against values by hand', () => {
 
 describeValidation('quantized_matmul validation', ({ enc, buf }) => {
   type Case = [mutate: Record<string, unknown>, arg: string, expected: string, actual: string];
+  test('quantized_dequantize: every rule', () => {
+    // 5 rows of k 64, 4 bits: 32 bytes a row, 2 groups of 32.
+    const base = () => ({
+      weight: buf('u32', 40), scales: buf('bf16', 10), biases: buf('bf16', 10), output: buf('f16', 320), n: 5, k: 64, groupSize: 32, bits: 4,
+    });
+    const cases: Case[] = [
+      [{ n: 0 }, 'n', 'a positive integer', '0'],
+      [{ k: 1.5 }, 'k', 'a positive integer', '1.5'],
+      [{ bits: 3 }, 'bits', '4, 6 or 8', '3'],
+      [{ groupSize: 48 }, 'groupSize', '32, 64 or 128', '48'],
+      [{ k: 96, groupSize: 64 }, 'k', 'a multiple of groupSize (64)', '96'],
+      [{ n: 2 ** 32, k: 32 }, 'n * k / 32 (the chunks)', 'at most 2^32 - 1', `${2 ** 32}`],
+      [{ weight: buf('f32', 40) }, 'weight.dtype', 'one of u32, u8', 'f32'],
+      [{ weight: buf('u32', 39) }, 'weight.byteLength', 'at least 160 (5 rows of 32 bytes)', '156'],
+      [{ bits: 6 }, 'weight.byteLength', 'at least 240 (5 rows of 48 bytes)', '160'],
+      [{ scales: buf('u16', 10) }, 'scales.dtype', 'one of f32, f16, bf16', 'u16'],
+      [{ scales: buf('bf16', 9) }, 'scales.elementCount', '10', '9'],
+      [{ groupSize: 64 }, 'scales.elementCount', '5', '10'],
+      [{ biases: buf('f16', 10) }, 'biases.dtype', 'bf16', 'f16'],
+      [{ biases: buf('bf16', 11) }, 'biases.elementCount', '10', '11'],
+      [{ output: buf('i32', 320) }, 'output.dtype', 'one of f32, f16, bf16', 'i32'],
+      [{ output: buf('f16', 319) }, 'output.elementCount', '320', '319'],
+    ];
+    for (const [m, arg, expected, actual] of cases) {
+      expectInvalid(() => quantizedDequantize(enc(), { ...base(), ...m } as never), 'quantized_dequantize', arg, expected, actual);
+    }
+    const w = buf('u8', 1024);
+    expectInvalid(() => quantizedDequantize(enc(), { ...base(), weight: w.view('u8', [160]), output: w.view('f16', [320], 128) } as never),
+      'quantized_dequantize', 'output', 'a buffer other than weight', 'a view overlapping weight');
+  });
   test('affine_quantized_matmul: every rule', () => {
     const base = () => ({
       x: buf('bf16', 3 * 64), weight: buf('u32', 5 * 64 * 4 / 32), scales: buf('bf16', 5 * 2), biases: buf('bf16', 5 * 2), output: buf('bf16', 15),
@@ -392,6 +432,35 @@ describeValidation('quantized_matmul validation', ({ enc, buf }) => {
 });
 
 describeBackends('quantized_matmul parity', ({ device }) => {
+  // The weight itself: every bits x group size, scales of each dtype to outputs of each (the f32 fused multiply-add
+  // against float64 rounded once: within an ulp of the output's dtype, so its tolerance), odd row counts, the weight,
+  // scales and biases views among garbage (u32 and u8 weights), a NaN-poisoned output view.
+  test('quantized_dequantize: every bits x group size, scales and outputs of each dtype, views, a NaN-poisoned output', () => {
+    const dev = device();
+    const over: string[] = [];
+    let seed = 11;
+    for (const bits of [4, 6, 8]) {
+      for (const gs of [32, 64, 128]) {
+        for (const [sdt, odt, n, groups] of [['bf16', 'f16', 3, 2], ['f16', 'bf16', 1, 3], ['f32', 'f32', 5, 1], ['bf16', 'f32', 2, 2]] as const) {
+          const k = gs * groups;
+          const s = setup(dev, { m: 1, n, k, gs, bits, xdt: 'f32', sdt, weightDtype: seed % 2 === 0 ? 'u8' : 'u32', seed: seed++ });
+          const want = roundedTo(odt, affineDequantize(s.packed, s.scaleValues, s.biasValues, n, k, gs, bits));
+          const root = dev.alloc(odt, [n * k + 48]);
+          root.fill(Number.NaN);
+          const at = 32 / (odt === 'f32' ? 4 : 2);
+          const output = root.view(odt, [n, k], 32);
+          run(dev, (e) => quantizedDequantize(e, { weight: s.weight, scales: s.scales, biases: s.biases, output, n, k, groupSize: gs, bits }));
+          const err = maxRelErr(output.readNumbers(), want);
+          const all = root.readNumbers();
+          const outside = [...all.slice(0, at), ...all.slice(at + n * k)];
+          if (!(err <= TOL[odt]) || !outside.every(Number.isNaN)) over.push(`bits ${bits} gs ${gs} ${sdt} -> ${odt} [${n}, ${k}]: ${err}`);
+          for (const b of [...s.roots, root]) b.release();
+        }
+      }
+    }
+    expect(over).toEqual([]);
+  });
+
   /** affineQuantizedMatmul at one size; returns the error (the file comment). */
   function affine(dev: Device, dt: AffineDType, m: number, n: number, k: number, gs: number, bits: number, form: 'vector' | 'matrix'): number {
     const s = setup(dev, { m, n, k, gs, bits, xdt: dt, sdt: dt, seed: m * 7919 + n * 104729 + k * 31 + gs + bits });
@@ -573,6 +642,18 @@ describeBackends('quantized_matmul parity', ({ device }) => {
 // ---- the op contract (tests/op-contract.ts): the validation fuzz, views, plans ----
 
 opContract('quantized_matmul', [
+  // The dequantization: 5 rows of k 64, 4 bits, bf16 scales to an f16 output.
+  {
+    fn: 'quantizedDequantize', op: 'quantized_dequantize',
+    keys: {
+      weight: buf(['u32', 'u8'], { freeCount: true }), scales: buf(EW), biases: buf(EW), output: out(EW), n: int, k: int,
+      groupSize: { kind: 'enum', values: [32, 64, 128] }, bits: { kind: 'enum', values: [4, 6, 8] },
+    },
+    make: (d) => ({
+      weight: a(d, 'u32', 40), scales: a(d, 'bf16', 10), biases: a(d, 'bf16', 10), output: a(d, 'f16', 320), n: 5, k: 64, groupSize: 32, bits: 4,
+    }),
+    fill: (args) => randomWords(args.weight as Buffer),
+  },
   // The weight's contents are any bits.
   ...[
     { dtype: 'bf16', m: 3, n: 10, k: 64, groupSize: 32, bits: 4 },

@@ -801,3 +801,75 @@ AFFINE_GC_ENTRY(bf16, bf16, vgd, 2, 1, 3)
 AFFINE_GC_ENTRY(bf16, bf16, vgd, 4, 1, 3)
 #endif
 #undef AFFINE_GC_ENTRY
+
+// ---- quantized_dequantize_<t>_<o> (not in mlx-native) ----
+
+// buffer(0) weight (MLX's chunked rows), (1) scales and (2) biases of type
+// T, (3) output [N, K] of type O, (4) QuantizedMatmulParams (N, K,
+// group_size, bits). out = scale * q + bias in f32 (one fma), rounded once
+// to O. Thread t takes chunks t, t + threads, ... of 32 values (row c / (K
+// / 32)): its BITS words decoded as Metal's q_chunk, the 32 outputs stored
+// in 16-byte pieces where the chunk's output is 16-byte aligned.
+#if MLXN_CUDA_PART_IS(5)
+namespace {
+template <int BITS>
+__device__ __forceinline__ void dq_chunk(const u32* w, float (&q)[32]) {
+    u32 u[BITS];
+#pragma unroll
+    for (int i = 0; i < BITS; ++i) u[i] = __ldg(w + i);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+        const int bit = j * BITS, wi = bit / 32, sh = bit % 32;
+        u32 v = u[wi] >> sh;
+        if (sh + BITS > 32) v |= u[wi + 1] << (32 - sh);
+        q[j] = float(v & ((1u << BITS) - 1u));
+    }
+}
+template <typename T, typename O>
+__device__ __forceinline__ void q_dequantize(const unsigned char* weight, const T* scales, const T* biases, O* out, const QuantizedMatmulParams* p) {
+    const u32 K = p->K, bits = p->bits, chunks = K / 32u, gs = p->group_size;
+    const u64 total = u64(p->N) * chunks;
+    for (u64 t = u64(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += u64(gridDim.x) * blockDim.x) {
+        const u64 row = t / chunks;
+        const u32 c = u32(t % chunks);
+        const u32* w = reinterpret_cast<const u32*>(weight + row * (u64(K) * bits / 8u)) + u64(c) * bits;
+        float q[32];
+        if (bits == 4) dq_chunk<4>(w, q);
+        else if (bits == 6) dq_chunk<6>(w, q);
+        else dq_chunk<8>(w, q);
+        const u64 g = row * (K / gs) + u64(c) * 32u / gs;
+        const float sc = to_f(scales[g]), bi = to_f(biases[g]);
+        O* o = out + row * K + u64(c) * 32u;
+        if constexpr (sizeof(O) == 2) {
+            u32 pk[16];
+#pragma unroll
+            for (int j = 0; j < 16; ++j) pk[j] = pack2<O>(fmaf(sc, q[2 * j], bi), fmaf(sc, q[2 * j + 1], bi));
+            if (aligned16(o)) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) reinterpret_cast<uint4*>(o)[j] = make_uint4(pk[4 * j], pk[4 * j + 1], pk[4 * j + 2], pk[4 * j + 3]);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 16; ++j) reinterpret_cast<u32*>(o)[j] = pk[j];
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 32; ++j) o[j] = fmaf(sc, q[j], bi);
+        }
+    }
+}
+}  // namespace
+#define Q_DEQUANTIZE_ENTRY(TN, T, ON, O)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(256) quantized_dequantize_##TN##_##ON(                                     \
+        const unsigned char* weight, const T* scales, const T* biases, O* out, const QuantizedMatmulParams* p) { \
+        q_dequantize<T, O>(weight, scales, biases, out, p);                                                                \
+    }
+Q_DEQUANTIZE_ENTRY(f32, float, f32, float)
+Q_DEQUANTIZE_ENTRY(f32, float, f16, __half)
+Q_DEQUANTIZE_ENTRY(f32, float, bf16, bf16)
+Q_DEQUANTIZE_ENTRY(f16, __half, f32, float)
+Q_DEQUANTIZE_ENTRY(f16, __half, f16, __half)
+Q_DEQUANTIZE_ENTRY(f16, __half, bf16, bf16)
+Q_DEQUANTIZE_ENTRY(bf16, bf16, f32, float)
+Q_DEQUANTIZE_ENTRY(bf16, bf16, f16, __half)
+Q_DEQUANTIZE_ENTRY(bf16, bf16, bf16, bf16)
+#endif

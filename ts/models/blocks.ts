@@ -16,7 +16,7 @@ import { denseGateUpMmId, denseGateUpMvId, denseMmId, denseMvId } from '../ops/d
 import { cast } from '../ops/elementwise.ts';
 import { moeDispatchSort } from '../ops/moe_dispatch.ts';
 import { fusedMoeRoutingBatch } from '../ops/moe_routing.ts';
-import { affineQuantizedMatmul, quantizedMatmulSimd } from '../ops/quantized_matmul.ts';
+import { affineQuantizedMatmul, quantizedChunked, quantizedDequantize, quantizedMatmulSimd } from '../ops/quantized_matmul.ts';
 import { invalid } from '../validate.ts';
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId, type GateActivation } from '../ops/quantized_matmul_id.ts';
 import { ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml, quantizedMatmulGgmlScratchElements, type GgmlQuantType } from '../ops/quantized_matmul_ggml.ts';
@@ -60,18 +60,21 @@ export type ProductPrecision =
 export const VECTOR_ROWS = 8;
 
 /**
- * A GGUF product on CUDA from this many rows of x runs on its weight
- * dequantized to f16 (linear): on an H100, 1.8-3.7x faster than the matrix
- * form (split or not) from 256 rows at Qwen3.6-35B-A3B's sizes and 3.1-3.4x
- * at Qwen3.6 27B's up projection (bench/results/ggml-dequant-h100-2026-11-27.md).
+ * A GGUF or MLX affine ('fast': bf16 scales) product on CUDA from this many
+ * rows of x runs on its weight dequantized to f16 (linear): GGUF on an H100
+ * 1.8-3.7x faster than the matrix form (split or not) from 256 rows at
+ * Qwen3.6-35B-A3B's sizes and 3.1-3.4x at Qwen3.6 27B's up projection
+ * (bench/results/ggml-dequant-h100-2026-11-27.md); MLX's 4-bit matrix form at
+ * Qwen3.6's up projection took 674.8 us at 512 rows where the dense tiles
+ * took 160.3 on bf16 (bench/results/matmul-attn-refresh-h200-2026-11-29.md).
  */
-export const GGML_DEQUANT_MIN_ROWS = 128;
+export const DEQUANT_MIN_ROWS = 128;
 /** Bytes of f16 weight the dequantized path holds at most (a prompt's full logits over a large vocabulary stay on the matrix form). */
-export const GGML_DEQUANT_MAX_BYTES = 256 * 2 ** 20;
+export const DEQUANT_MAX_BYTES = 256 * 2 ** 20;
 
-/** Whether linear runs a GGUF matrix-form product of m rows on its weight dequantized to f16 (on CUDA; see linear). */
-export function ggmlDequantTakes(m: number, n: number, k: number, limits: Pick<DeviceLimits, 'computeCapability'>): boolean {
-  return m >= GGML_DEQUANT_MIN_ROWS && limits.computeCapability > 0 && 2 * n * k <= GGML_DEQUANT_MAX_BYTES;
+/** Whether linear runs a GGUF or MLX affine product of m rows on its weight dequantized to f16 (on CUDA; see linear). */
+export function dequantTakes(m: number, n: number, k: number, limits: Pick<DeviceLimits, 'computeCapability'>): boolean {
+  return m >= DEQUANT_MIN_ROWS && limits.computeCapability > 0 && 2 * n * k <= DEQUANT_MAX_BYTES;
 }
 
 /**
@@ -87,17 +90,20 @@ export function ggmlDequantTakes(m: number, n: number, k: number, limits: Pick<D
  * weight as f16; CUDA's tensor cores take both in f16), which on CUDA splits
  * k across blocks where its tiles leave multiprocessors idle, its partials
  * in s's 'products.split' (absent s: never split). On CUDA from
- * GGML_DEQUANT_MIN_ROWS rows (given s, the f16 weight within
- * GGML_DEQUANT_MAX_BYTES): the weight dequantized to f16 into s's
- * 'products.dequant' (ggmlDequantize), then the dense family's tensor tiles
- * on the f32 rows (hf2q_dense_mm_f16_f32_tensor: x rounded to f16 as it is
- * staged, f32 sums), the matrix form's numerics on wgmma.
+ * DEQUANT_MIN_ROWS rows (given s, the f16 weight within
+ * DEQUANT_MAX_BYTES), GGUF blocks and, under 'fast', MLX affine rows with
+ * bf16 scales: the weight dequantized to f16 into s's 'products.dequant'
+ * (ggmlDequantize, quantizedDequantize), then the dense family's tensor
+ * tiles on the f32 rows (hf2q_dense_mm_f16_f32_tensor: x rounded to f16 as
+ * it is staged, f32 sums): for GGUF the matrix form's numerics on wgmma; for
+ * affine rows x and the weight in f16 where quantized_matmul_simd takes both
+ * in bf16.
  */
 export function linear(enc: Encoder, lin: Linear, x: Buffer, y: Buffer, m: number, precision: ProductPrecision = 'fast', s?: Scratch): void {
   const { n, k } = lin;
   if (lin.kind === 'ggml') {
     const form = m <= VECTOR_ROWS || precision === 'exact' ? 'vector' : 'matrix';
-    if (form === 'matrix' && s !== undefined && ggmlDequantTakes(m, n, k, enc.device.limits)) {
+    if (form === 'matrix' && s !== undefined && dequantTakes(m, n, k, enc.device.limits)) {
       const w = s.atLeast('products.dequant', 'f16', n * k).view('f16', [n, k], 0);
       ggmlDequantize(enc, { src: lin.weight, output: w, count: n * k, ggmlType: lin.ggmlType });
       denseMatmulTensor(enc, { src0: w, src1: x, dst: y, m, n, k, src0Batch: 1, src1Batch: 1 });
@@ -110,6 +116,13 @@ export function linear(enc: Encoder, lin: Linear, x: Buffer, y: Buffer, m: numbe
     return;
   }
   if (lin.kind === 'affine') {
+    if (lin.scales.dtype === 'bf16' && precision === 'fast' && s !== undefined && quantizedChunked(k, lin.groupSize) &&
+      dequantTakes(m, n, k, enc.device.limits)) {
+      const w = s.atLeast('products.dequant', 'f16', n * k).view('f16', [n, k], 0);
+      quantizedDequantize(enc, { weight: lin.weight, scales: lin.scales, biases: lin.biases, output: w, n, k, groupSize: lin.groupSize, bits: lin.bits });
+      denseMatmulTensor(enc, { src0: w, src1: x, dst: y, m, n, k, src0Batch: 1, src1Batch: 1 });
+      return;
+    }
     if (lin.scales.dtype === 'bf16') {
       // bf16 scales (Checkpoint.affineScales16, the 'fast' precision): mlx-native's product of f32 rows, rounded to
       // bf16 on the way in (tensor cores on cuda).

@@ -59,9 +59,9 @@ const compactEntries = (kernel: string): string[] =>
 /**
  * The CUDA program's parts 1 to 4 (FamilySources.cudaParts): the typed ops'
  * kernels, the compact entries of the crate's kernels and of the typed ones,
- * the harness variants of quantized_mv_<t>; the crate's three kernels are
- * part 0 (4.9 to 15.2 s of NVRTC 13.0 on one thread a part, where the whole
- * family took 46.8 s).
+ * the harness variants of quantized_mv_<t>, the dequantization kernels
+ * (part 5); the crate's three kernels are part 0 (4.9 to 15.2 s of NVRTC 13.0
+ * on one thread a part, where the whole family took 46.8 s).
  */
 export const QUANTIZED_MATMUL_CUDA_PARTS: readonly (readonly string[])[] = [
   ['f32', 'f16', 'bf16'].flatMap((t) => [`quantized_mv_${t}`, `quantized_mm_${t}`]),
@@ -71,6 +71,7 @@ export const QUANTIZED_MATMUL_CUDA_PARTS: readonly (readonly string[])[] = [
     ...[8, 4].map((rt) => `quantized_mv_${t}_vks${rt}`), `quantized_mv_${t}_vdq1`, `quantized_mv_${t}_vdqs4`,
     ...['vgc', 'vgd'].flatMap((v) => [1, 2, 4].map((w) => `quantized_mv_${t}_${v}${w}`)),
   ]),
+  ['f32', 'f16', 'bf16'].flatMap((t) => ['f32', 'f16', 'bf16'].map((o) => `quantized_dequantize_${t}_${o}`)),
 ];
 export const QUANTIZED_MATMUL_SOURCES = familySources(QUANTIZED_MATMUL_FAMILY, {
   header, metal: src, cuda: cudaSrc, cudaParts: QUANTIZED_MATMUL_CUDA_PARTS,
@@ -78,6 +79,9 @@ export const QUANTIZED_MATMUL_SOURCES = familySources(QUANTIZED_MATMUL_FAMILY, {
 export const QUANTIZED_MATMUL_KERNELS = [
   'quantized_matmul', 'quantized_matmul_simd', 'quantized_matmul_simd_bf16',
   'quantized_mv_f32', 'quantized_mv_f16', 'quantized_mv_bf16', 'quantized_mm_f32', 'quantized_mm_f16', 'quantized_mm_bf16',
+  'quantized_dequantize_f32_f32', 'quantized_dequantize_f32_f16', 'quantized_dequantize_f32_bf16', 'quantized_dequantize_f16_f32',
+  'quantized_dequantize_f16_f16', 'quantized_dequantize_f16_bf16', 'quantized_dequantize_bf16_f32', 'quantized_dequantize_bf16_f16',
+  'quantized_dequantize_bf16_bf16',
 ] as const;
 const planOf = familyPlans({ family: QUANTIZED_MATMUL_FAMILY, sources: QUANTIZED_MATMUL_SOURCES, kernels: QUANTIZED_MATMUL_KERNELS });
 
@@ -347,6 +351,85 @@ export function planAffineQuantizedMatmul(a: AffineQuantizedMatmulArgs, _limits:
     cuda: quantizedCudaLaunch(kernel, a.m, a.n, a.k, a.groupSize, a.bits),
   });
 }
+
+// ---- quantized_dequantize (the weight itself, dequantized) ----
+
+export interface QuantizedDequantizeArgs {
+  /** u32 or u8: n packed rows of k * bits / 8 bytes (MLX's rows, the file comment) */
+  weight: Buffer;
+  /** [n, k / groupSize]: f32, f16 or bf16 */
+  scales: Buffer;
+  /** [n, k / groupSize], scales' dtype */
+  biases: Buffer;
+  /** [n, k]: f32, f16 or bf16, output */
+  output: Buffer;
+  /** Rows of the weight. */
+  n: number;
+  /** Values a row: a multiple of groupSize. */
+  k: number;
+  /** 32, 64 or 128 */
+  groupSize: number;
+  /** 4, 6 or 8 */
+  bits: number;
+}
+
+/** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
+export function validateQuantizedDequantize(a: QuantizedDequantizeArgs, device?: Device): void {
+  const op = 'quantized_dequantize';
+  checkPositive(op, 'n', a.n);
+  checkPositive(op, 'k', a.k);
+  checkAffineBits(op, a.bits);
+  if (!(AFFINE_GROUP_SIZES as readonly number[]).includes(a.groupSize)) throw invalid(op, 'groupSize', '32, 64 or 128', a.groupSize);
+  checkMultiple(op, 'k', a.k, a.groupSize, 'groupSize');
+  checkU32Count(op, 'n * k / 32 (the chunks)', checkedProduct(op, 'n * k / 32', a.n, a.k / 32));
+  const nb = checkedProduct(op, 'n * k * bits / 8', a.n, a.k / 8, a.bits);
+  const ng = checkedProduct(op, 'n * k / groupSize', a.n, a.k / a.groupSize);
+  const rules: BufferRule[] = [
+    ['weight', a.weight, ['u32', 'u8'], { bytes: nb, of: `${a.n} rows of ${(a.k * a.bits) / 8} bytes` }],
+    ['scales', a.scales, AFFINE_DTYPES, ng], ['biases', a.biases, like('scales'), ng], ['output', a.output, AFFINE_DTYPES, checkedProduct(op, 'n * k', a.n, a.k)],
+  ];
+  checkBufferRules(op, rules, device);
+  checkNoAliasing(op, ruleBindings(rules), ['output'], 'the output is written while the weight is read');
+}
+
+/**
+ * quantized_dequantize (not in mlx-native): output[j, i] = scales[j, i / gs]
+ * * q[j, i] + biases[j, i / gs], the weight of MLX's affine format (the file
+ * comment) dequantized in f32 (one fused multiply-add) and rounded once to
+ * the output's dtype: for prompts, whose products run faster on the dense
+ * family's tensor tiles over the dequantized weight than on the quantized
+ * matrix form (ts/models/blocks.ts linear).
+ *
+ * Layouts: weight u32 or u8 [n, k * bits / 8 bytes]; scales, biases [n, k /
+ * groupSize] (f32, f16 or bf16, one dtype); output [n, k] f32, f16 or bf16.
+ * bits 4, 6 or 8; groupSize 32, 64 or 128 dividing k.
+ * Kernels: quantized_dequantize_<scales>_<output>. Bindings: 0 weight, 1
+ * scales, 2 biases, 3 output, 4 QuantizedMatmulParams (M 1, K, N,
+ * group_size, bits).
+ * Grid (Metal): (ceil(n k / 32 / 256), 1, 1) threadgroups of 256, a chunk of
+ * 32 values a thread. CUDA: 256 threads a block, the grid striding over the
+ * chunks (at most 8 blocks of 256 an SM's worth: 1056 blocks).
+ */
+export function quantizedDequantize(enc: Encoder, args: QuantizedDequantizeArgs): void {
+  record(enc, planQuantizedDequantize(args, enc.device.limits, enc.device));
+}
+
+/** quantizedDequantize's plan: validates, then one dispatch (see quantizedDequantize). */
+export function planQuantizedDequantize(a: QuantizedDequantizeArgs, limits: DeviceLimits, device?: Device): OpPlan {
+  validateQuantizedDequantize(a, device);
+  const chunks = (a.n * a.k) / 32;
+  const tg = Math.min(256, limits.maxThreadsPerThreadgroup);
+  return planOf({
+    kernel: `quantized_dequantize_${a.scales.dtype}_${a.output.dtype}`,
+    buffers: [a.weight, a.scales, a.biases, a.output],
+    bytes: [, , , , packQuantizedMatmulParams({ m: 1, ...a })],
+    grid: [ceilDiv(chunks, tg), 1, 1],
+    threads: [tg, 1, 1],
+    cuda: { grid: [Math.max(1, Math.min(ceilDiv(chunks, 256), QUANTIZED_DEQUANTIZE_CUDA_BLOCKS)), 1, 1], threads: [256, 1, 1] },
+  });
+}
+/** CUDA blocks of quantized_dequantize at most (8 blocks of 256 threads on each of an H100's or H200's 132 SMs). */
+const QUANTIZED_DEQUANTIZE_CUDA_BLOCKS = 1056;
 
 // ---- mlx-native's quantized_matmul module ----
 

@@ -125,7 +125,12 @@ export const QUANTIZED_MATMUL_ID_GGML_KERNELS = [
   'kernel_mul_mm_id_q6_K_f32_few',
   'kernel_mul_mm_id_q4_0_f32_wg', 'kernel_mul_mm_id_q8_0_f32_wg', 'kernel_mul_mm_id_q4_K_f32_wg', 'kernel_mul_mm_id_q5_K_f32_wg',
   'kernel_mul_mm_id_q6_K_f32_wg',
-  ...GGML_QUANT_TYPES.flatMap((q) => ['', '_few', '_wg'].map((v) => `kernel_mul_mm_id_${GGML_KERNEL_TYPE[q]}_f32_gate_up${v}`)),
+  'kernel_mul_mm_id_q4_0_f32_gate_up', 'kernel_mul_mm_id_q8_0_f32_gate_up', 'kernel_mul_mm_id_q4_K_f32_gate_up', 'kernel_mul_mm_id_q5_K_f32_gate_up',
+  'kernel_mul_mm_id_q6_K_f32_gate_up',
+  'kernel_mul_mm_id_q4_0_f32_gate_up_few', 'kernel_mul_mm_id_q8_0_f32_gate_up_few', 'kernel_mul_mm_id_q4_K_f32_gate_up_few',
+  'kernel_mul_mm_id_q5_K_f32_gate_up_few', 'kernel_mul_mm_id_q6_K_f32_gate_up_few',
+  'kernel_mul_mm_id_q4_0_f32_gate_up_wg', 'kernel_mul_mm_id_q8_0_f32_gate_up_wg', 'kernel_mul_mm_id_q4_K_f32_gate_up_wg',
+  'kernel_mul_mm_id_q5_K_f32_gate_up_wg', 'kernel_mul_mm_id_q6_K_f32_gate_up_wg',
 ] as const;
 const planOf = familyPlans({
   family: QUANTIZED_MATMUL_ID_GGML_FAMILY, sources: QUANTIZED_MATMUL_ID_GGML_SOURCES, kernels: QUANTIZED_MATMUL_ID_GGML_KERNELS,
