@@ -112,7 +112,7 @@ import { computeGBeta, computeGBetaRef } from '../ts/ops/compute_g_beta.ts';
 import { elementwiseAdd, elementwiseAddRef } from '../ts/ops/elementwise.ts';
 import { denseMatmul, denseMatvec, denseRef } from '../ts/ops/dense.ts';
 import { flashAttnPrefill, flashAttnPrefillRef } from '../ts/ops/flash_attn_prefill.ts';
-import { affineQuantizedMatmul, affineDequantize, affineQuantize } from '../ts/ops/quantized_matmul.ts';
+import { affineQuantizedMatmul, affineDequantize, affineQuantize, quantizedDequantize } from '../ts/ops/quantized_matmul.ts';
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId } from '../ts/ops/quantized_matmul_id.ts';
 import { denseGateUpMvId } from '../ts/ops/dense_matmul_id.ts';
 import { moeDispatchSort, moeDispatchSortRef } from '../ts/ops/moe_dispatch.ts';
@@ -120,7 +120,7 @@ import { moeWeightedReduce, moeWeightedReduceNorm, moeWeightedReduceRef } from '
 import {
   ggmlDequantize, ggmlRowBytesOf, quantizedMatmulGgml, ggmlDequantizeRef, ggmlEmbeddingRef, ggmlQuantize,
 } from '../ts/ops/quantized_matmul_ggml.ts';
-import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlMm } from '../ts/ops/quantized_matmul_id_ggml.ts';
+import { quantizedMatmulIdGgml, quantizedMatmulIdGgmlMm, quantizedMatmulIdGgmlMmGateUp } from '../ts/ops/quantized_matmul_id_ggml.ts';
 import {
   flashAttnVec, flashAttnVecTmpElements, flashAttnVecVarlen, type FlashAttnVecParams, type FlashAttnVecVarlenParams, flashAttnVecRef,
   flashAttnVecVarlenRef,
@@ -892,6 +892,15 @@ function main(): number {
       x.buf.release();
       y.release();
     }
+    // The weight itself dequantized to f16 (a prompt's products on CUDA run the dense tiles on it): 8192 sampled values
+    // against the float64 dequantization, f16's tolerance (one rounding).
+    const whole = poisoned(device, 'f16', n * k);
+    const dqMs = timed(device, (enc) => quantizedDequantize(enc, { weight, scales, biases, output: whole, n, k, groupSize: gs, bits }));
+    const got = whole.readNumbers();
+    const at = Array.from({ length: 8192 }, () => [Math.floor(rng.uniform(0, n)), Math.floor(rng.uniform(0, k))] as const);
+    rows.push({ kernel: 'quantized_dequantize_bf16_f16', model: 'Qwen3.6 27B MLP up, MLX 4-bit g64', shape: `[${n}, ${k}] -> f16${note}`,
+      err: scaledErr(at.map(([j, c]) => got[j * k + c]!), at.map(([j, c]) => row(j)[c]!)), tol: 1e-3, ms: dqMs });
+    whole.release();
     for (const b of [weight, scales, biases]) b.release();
   }
   // --- end of quantized products ---
@@ -985,6 +994,36 @@ function main(): number {
       const tol = tokens === 1 && device.backend !== 'cuda' ? 1e-5 : 1e-2;
       rows.push({ kernel: tokens === 1 ? 'kernel_mul_mv_id_q4_K_f32' : 'kernel_mul_mm_id_q4_K_f32', model: 'Qwen3.6 35B-A3B experts gate, GGUF Q4_K',
         shape: `${tokens} tok x top-${topK} of ${E}, ${k} -> ${n}${tokens > 1 ? note : ''}`, err: scaledErr(seen, want), tol, ms });
+      if (tokens > 1) {
+        // The fused gate/up matrix form over the same grouping, expert e's up rows the gate rows of distinct expert
+        // (e + 1) % 4: silu(x . g) * (x . u), 512 sampled outputs.
+        const up = device.alloc('u8', [E * expertBytes]);
+        for (let e = 0; e < E; e++) up.write(q.subarray(((e + 1) % distinct) * expertBytes, ((e + 1) % distinct + 1) * expertBytes), { byteOffset: e * expertBytes });
+        const h = poisoned(device, 'f32', P * n);
+        const guMs = timed(device, (enc) => quantizedMatmulIdGgmlMmGateUp(enc, {
+          input: x.buf, gateWeight: weight, upWeight: up, output: h, nTokens: tokens, topK, n, k, nExperts: E, ggmlType: 'Q4_K', offsets, order,
+        }));
+        const hv = h.readNumbers();
+        const gSeen: number[] = [];
+        const gWant: number[] = [];
+        for (let i = 0; i < 512; i++) {
+          const p = Math.floor(rng.uniform(0, P));
+          const j = Math.floor(rng.uniform(0, n));
+          const dot = (e: number): number => {
+            const base = ((e % distinct) * n + j) * k;
+            let v = 0;
+            for (let c = 0; c < k; c++) v += x.values[Math.floor(p / topK) * k + c]! * w[base + c]!;
+            return v;
+          };
+          const e = pick[p]!;
+          gSeen.push(hv[p * n + j]!);
+          gWant.push((dot(e) / (1 + Math.exp(-dot(e)))) * dot(e + 1));
+        }
+        rows.push({ kernel: 'kernel_mul_mm_id_q4_K_f32_gate_up', model: 'Qwen3.6 35B-A3B experts gate/up, GGUF Q4_K, SwiGLU',
+          shape: `${tokens} tok x top-${topK} of ${E}, ${k} -> 2 x ${n}${note}`, err: scaledErr(gSeen, gWant), tol: 1e-2, ms: guMs });
+        h.release();
+        up.release();
+      }
       for (const b of [ids, x.buf, y, offsets, order]) b.release();
     }
     weight.release();

@@ -235,6 +235,11 @@ describeValidation('quantized_matmul_id_ggml validation', ({ enc, buf }) => {
     [{ ggmlType: 'Q6_K' }, 'weight.byteLength', 'at least 4200', '2880'],
     [{ output: buf('f32', 29) }, 'output.elementCount', 'at least 30', '29'],
   ];
+  // The family's rules of a weight, held to each of the gate/up forms' gateWeight and upWeight (the other
+  // arguments' rules as they are, the weight's size named after the gate's).
+  const twoWeights = (cases: Case[]): Case[] => cases.flatMap(([m, arg, expected, actual]): Case[] => ('weight' in m
+    ? ['gateWeight', 'upWeight'].map((w): Case => [{ [w]: m.weight }, arg.replace('weight', w), expected, actual])
+    : [[m, arg.replace(/^weight\./, 'gateWeight.'), expected, actual]]));
   test('quantized_matmul_id_ggml: every rule', () => {
     const base = () => ({ input: buf('f32', 512), weight: buf('u8', 2880), ids: buf('u32', 6), output: buf('f32', 30), ...sizes });
     const cases: Case[] = [
@@ -260,13 +265,7 @@ describeValidation('quantized_matmul_id_ggml validation', ({ enc, buf }) => {
       [{ ids: buf('i32', 6) }, 'ids.dtype', 'u32', 'i32'],
       [{ ids: buf('u32', 5) }, 'ids.elementCount', 'at least 6', '5'],
     ];
-    for (const [m, arg, expected, actual] of common()) {
-      if ('weight' in m) {
-        for (const w of ['gateWeight', 'upWeight']) cases.push([{ [w]: m.weight }, arg.replace('weight', w), expected, actual]);
-      } else {
-        cases.push([m, arg.replace(/^weight\./, 'gateWeight.'), expected, actual]);
-      }
-    }
+    cases.push(...twoWeights(common()));
     for (const [m, arg, expected, actual] of cases) {
       expectInvalid(() => quantizedMatmulIdGgmlGateUp(enc(), { ...base(), ...m } as never), 'quantized_matmul_id_ggml_gate_up', arg, expected, actual);
     }
@@ -338,13 +337,7 @@ describeValidation('quantized_matmul_id_ggml validation', ({ enc, buf }) => {
       [{ offsets: buf('u32', 5) }, 'offsets.elementCount', 'at least 6', '5'],
       [{ order: buf('u32', 5) }, 'order.elementCount', 'at least 6', '5'],
     ];
-    for (const [m, arg, expected, actual] of common()) {
-      if ('weight' in m) {
-        for (const w of ['gateWeight', 'upWeight']) cases.push([{ [w]: m.weight }, arg.replace('weight', w), expected, actual]);
-      } else {
-        cases.push([m, arg.replace(/^weight\./, 'gateWeight.'), expected, actual]);
-      }
-    }
+    cases.push(...twoWeights(common()));
     for (const [m, arg, expected, actual] of cases) {
       expectInvalid(() => quantizedMatmulIdGgmlMmGateUp(enc(), { ...base(), ...m } as never), op, arg, expected, actual);
     }
