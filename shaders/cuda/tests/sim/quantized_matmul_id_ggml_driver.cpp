@@ -18,7 +18,8 @@
 // form (kernel_mul_mv_id_<t>_f32_gate_up, silu and gelu_tanh) at the same
 // vector shapes, its up weight a second allocation 16-byte aligned or 4
 // bytes off (each engine path with both weights aligned, and the unaligned
-// one). Products: |got - want| / sum |x w| under f16's 1e-3 (the tensor
+// one), and its matrix forms (kernel_mul_mm_id_<t>_f32_gate_up, _few, _wg)
+// at the matrix forms' shapes. Products: |got - want| / sum |x w| under f16's 1e-3 (the tensor
 // cores take the weight and x in f16); gate/up: |got - want| over the bound
 // |act'(g)| sum |x g| |u| + |act(g)| sum |x u| + 1e-3 sum |x g| sum |x u| (the
 // first order, and the product of the two sums' errors, which is what is
@@ -85,7 +86,7 @@ void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u3
   Arr<float> x(size_t(T) * K), y(size_t(P) * N);
   x.random();
   y.poison();
-  const std::string what = std::string(gu_threads == 256 ? "gc8 " : "") + std::string(i8 ? (form == 4 ? "mv_id_i8 G=3 " : form == 6 ? "mv_id_i8r4 G=3 " : "mv_id_i8 G=units ") : form == 3 ? "mm_id_wg " : form == 2 ? "mm_id_few " : matrix ? "mm_id " : gu >= 0 ? (gu ? "gate_up gelu_tanh " : "gate_up silu ") : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
+  const std::string what = std::string(matrix && gu >= 0 ? "gate_up " : "") + std::string(gu_threads == 256 ? "gc8 " : "") + std::string(i8 ? (form == 4 ? "mv_id_i8 G=3 " : form == 6 ? "mv_id_i8r4 G=3 " : "mv_id_i8 G=units ") : form == 3 ? "mm_id_wg " : form == 2 ? "mm_id_few " : matrix ? "mm_id " : gu >= 0 ? (gu ? "gate_up gelu_tanh " : "gate_up silu ") : "mv_id ") + fmt_name(f) + " T=" + std::to_string(T) + " U=" + std::to_string(U) +
                            " N=" + std::to_string(N) + " K=" + std::to_string(K) + " E=" + std::to_string(E) +
                            (pad ? " stride +" + std::to_string(pad) : "") + (bad ? " bad ids" : "") +
                            (up_skew ? " up +" + std::to_string(up_skew) : "");
@@ -117,18 +118,26 @@ void run_id(int f, MV mv, MM mm, int form, u32 T, u32 U, u32 N, u32 K, u32 E, u3
     GgmlMatmulIdMm_MmParams p{};
     p.ne00 = int(K); p.ne02 = int(E); p.nb01 = rb; p.nb02 = stride; p.ne11 = int(U); p.nb10 = 4; p.nb11 = 0; p.nb12 = 4ull * K;
     p.ne20 = int(U); p.ne21 = int(T); p.ne0 = int(N); p.ne1 = int(U); p.r2 = 1; p.r3 = 1;
+    // The gate/up matrix entries (kernel_mul_mm_id_<t>_f32_gate_up[_few|_wg]): their params, the up weight last, and
+    // half the outputs a block (their gate and up rows the engine's).
+    constexpr bool MGU = std::is_invocable_v<MM, const GgmlMatmulIdMmGateUpParams*, const unsigned char*, const float*, const u32*,
+                                             const u32*, float*, const unsigned char*>;
+    const GgmlMatmulIdMmGateUpParams pg{p, u32(gu), 0};
+    const auto call = [&] {
+      if constexpr (MGU) mm(&pg, w, x.p, off.p, ord.p, y.p, up.w);
+      else mm(&p, w, x.p, off.p, ord.p, y.p);
+    };
+    const u32 half = MGU ? 2 : 1;
     if (form == 3) {
       // ggmlIdMmWgCudaLaunch: slots of 128 pairs x 128 rows, 256 threads, ggmlIdMmWgSharedBytes.
       const u32 units = f == Q4_K ? 3 : f == Q5_K ? 5 : 0;
-      sim_launch({(P / 128 + E + 1) * cdiv(N, 128), 1, 1}, {256, 1, 1}, 3 * 256 * 128 + 2 * 128 * units * 16 + 1024,
-                 [&] { mm(&p, w, x.p, off.p, ord.p, y.p); });
+      sim_launch({(P / 128 + E + 1) * cdiv(N, 128 / half), 1, 1}, {256, 1, 1}, 3 * 256 * 128 + 2 * 128 * units * 16 + 1024, call);
     } else if (form == 2) {
       // ggmlIdMmFewCudaLaunch: slots of 8 pairs x 64 rows (a warp's 16), the vector engine's shared memory.
-      sim_launch({(P / 8 + E + 1) * cdiv(N, 64), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4,
-                 [&] { mm(&p, w, x.p, off.p, ord.p, y.p); });
+      sim_launch({(P / 8 + E + 1) * cdiv(N, 64 / half), 1, 1}, {128, 1, 1}, 4 * 3 * 16 * sp + 4 * 128 * 4, call);
     } else {
       const u32 slots = P / 64 + E + 1;
-      sim_launch({slots * cdiv(N, 128), 1, 1}, {128, 1, 1}, 2 * (64 + 128) * 40 * 2, [&] { mm(&p, w, x.p, off.p, ord.p, y.p); });
+      sim_launch({slots * cdiv(N, 128 / half), 1, 1}, {128, 1, 1}, 2 * (64 + 128) * 40 * 2, call);
     }
   }
   double worst = 0;
@@ -272,6 +281,14 @@ int main(int argc, char** argv) {
              pad, a, 4);                                                                                               \
       run_id(F, kernel_mul_mv_id_##T##_f32_gate_up, kernel_mul_mm_id_##T##_f32, 0, 2, 3, 1, 256, 4, 4, true, 0, a);    \
     }                                                                                                                  \
+    /* The gate/up matrix forms: the tiles (partial tiles, bad ids), the few-pairs form (a short prompt's spread, */  \
+    /* unaligned experts, the up weight 4 bytes off 16), the many-pairs form (unaligned experts; one expert of 160 */ \
+    /* pairs aligned: Q4_K's and Q5_K's units' copies), each activation. */                                          \
+    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32_gate_up, 1, 40, 2, 130, 256, 5, 3, true, 0, 0);   \
+    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32_gate_up_few, 2, 16, 4, 37, 256 + 3 * kb % 256, 24, 20, \
+           true, pad, 1, 4);                                                                                            \
+    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32_gate_up_wg, 3, 100, 2, 130, 256, 5, 4, true, pad, 0); \
+    run_id(F, kernel_mul_mv_id_##T##_f32, kernel_mul_mm_id_##T##_f32_gate_up_wg, 3, 160, 1, 37, 3 * kb, 1, 1, false, 0, 1); \
   }
   ALL_FORMATS(ID)
   // Q4_K's group-column engine (aligned experts and x; the cases above with experts or the up weight off 16 bytes
