@@ -33,14 +33,14 @@
 import { Device, type Buffer, type DType, type Encoder } from '../ts/index.ts';
 import { ggmlBlocksBuffer, gpuTimePerDispatch, routing, uniformBuffer, wordBuffer } from './common.ts';
 import { denseMatmul, denseMatmulTensor, denseMatvec } from '../ts/ops/dense.ts';
-import { affineQuantizedMatmul, quantizedMatmulSimd } from '../ts/ops/quantized_matmul.ts';
+import { affineQuantizedMatmul, quantizedDequantize, quantizedMatmulSimd } from '../ts/ops/quantized_matmul.ts';
 import {
   GGML_QUANT_TYPES, ggmlBlockOf, ggmlDequantize, ggmlMatmulSplit, ggmlRowBytesOf, planQuantizedMatmulGgml, quantizedMatmulGgml, type GgmlQuantType,
 } from '../ts/ops/quantized_matmul_ggml.ts';
 import { quantizedGateUpMmId, quantizedGateUpMvId, quantizedMmId, quantizedMvId } from '../ts/ops/quantized_matmul_id.ts';
 import { denseGateUpMmId, denseGateUpMvId, denseMmId, denseMvId } from '../ts/ops/dense_matmul_id.ts';
 import {
-  ggmlIdMmFewCudaLaunch, ggmlIdMmWgCudaLaunch, planQuantizedMatmulIdGgmlMm, quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdSwigluQ4_0,
+  ggmlIdMmFewCudaLaunch, ggmlIdMmWgCudaLaunch, planQuantizedMatmulIdGgmlMm, quantizedMatmulIdGgml, quantizedMatmulIdGgmlGateUp, quantizedMatmulIdGgmlMm, quantizedMatmulIdGgmlMmGateUp, quantizedMatmulIdSwigluQ4_0,
 } from '../ts/ops/quantized_matmul_id_ggml.ts';
 import { siluMul } from '../ts/ops/silu_mul.ts';
 import { record, type OpPlan } from '../ts/plan.ts';
@@ -141,6 +141,32 @@ function quantized(label: string, dt: 'bf16' | 'f16', bits: number, gs: number, 
   };
 }
 
+/**
+ * Ours dequantize-then-product for MLX's affine rows: quantizedDequantize to
+ * f16 (bf16 scales), then denseMatmulTensor (hf2q_dense_mm_f16_f32_tensor,
+ * f32 x and y): what ts/models/blocks.ts linear runs for 'fast' affine rows
+ * from DEQUANT_MIN_ROWS rows on CUDA, beside the matrix form at the same
+ * sizes (quantized above, bf16 x and y).
+ */
+function affineDequantMatmul(label: string, bits: number, gs: number, m: number, n: number, k: number): Case {
+  const x = random('f32', m * k);
+  const weight = wordBuffer(dev, (n * k * bits) / 32);
+  const scales = uniformBuffer(dev, 'bf16', [(n * k) / gs], 0.02);
+  const biases = uniformBuffer(dev, 'bf16', [(n * k) / gs], 0.1);
+  const w = dev.alloc('f16', [n * k]);
+  const y = dev.alloc('f32', [m * n]);
+  return {
+    name: `${label} q${bits} g${gs} dequantize f16 + hf2q_dense_mm_f16_f32_tensor m=${m} n=${n} k=${k}`,
+    flops: 2 * m * n * k,
+    bytes: (n * k * bits) / 8 + (4 * n * k) / gs + 4 * (m * k + m * n),
+    memoryBound: false,
+    record: (e) => {
+      quantizedDequantize(e, { weight, scales, biases, output: w, n, k, groupSize: gs, bits });
+      denseMatmulTensor(e, { src0: w, src1: x, dst: y, m, n, k, src0Batch: 1, src1Batch: 1 });
+    },
+  };
+}
+
 /** quantizedMatmulSimd at one token: f32 x and y, 4 bits, groups of 64, bf16 scales and biases. */
 function simd(label: string, n: number, k: number): Case {
   const gs = 64;
@@ -159,7 +185,7 @@ function simd(label: string, n: number, k: number): Case {
 function quantizedCases(): Case[] {
   if (small) {
     return [quantized('decode', 'bf16', 4, 64, 1, 256, 256), quantized('decode', 'bf16', 6, 32, 8, 256, 256),
-      quantized('prefill', 'bf16', 8, 128, 64, 128, 256)];
+      quantized('prefill', 'bf16', 8, 128, 64, 128, 256), affineDequantMatmul('prefill', 4, 64, 64, 128, 256)];
   }
   // mlx-community's default: 4 bits, groups of 64, bf16 scales; 6 and 8 bits at Gemma 4's up projection.
   const out: Case[] = [quantized('square', 'bf16', 4, 64, 1, 4096, 4096), quantized('square', 'bf16', 4, 64, 4096, 4096, 4096)];
@@ -167,6 +193,12 @@ function quantizedCases(): Case[] {
   out.push(quantized('Qwen3.6 down', 'bf16', 4, 64, 1, 5120, 17408));
   for (const bits of [4, 6, 8]) out.push(quantized('Gemma 4 up', 'bf16', bits, 64, 1, 21504, 5376));
   out.push(quantized('Gemma 4 up', 'f16', 4, 32, 1, 21504, 5376), quantized('Gemma 4 up', 'bf16', 4, 64, 8192, 21504, 5376));
+  // The prompts' route on CUDA (ts/models/blocks.ts linear): the weight dequantized to f16, then the dense tiles.
+  for (const m of [128, 512, 8192]) out.push(affineDequantMatmul('Qwen3.6 up', 4, 64, m, 17408, 5120));
+  out.push(affineDequantMatmul('Gemma 4 up', 4, 64, 8192, 21504, 5376));
+  for (const [label, n, k] of [['35B-A3B gdn in_proj', 12352, 2048], ['35B-A3B gdn out_proj', 2048, 4096]] as const) {
+    out.push(quantized(`Qwen3.6 ${label}`, 'bf16', 4, 64, 4096, n, k), affineDequantMatmul(`Qwen3.6 ${label}`, 4, 64, 4096, n, k));
+  }
   // mlx-native's f32-activation SIMD kernel (4 bits, bf16 scales) at one token: what the models' decode steps run
   // for every non-expert layer (ts/models/blocks.ts linear), at Qwen3.6 up and at Qwen3.6-35B-A3B's own shapes
   // (hidden 2048): the gated delta net's in_proj (qkv, z, a, b as one product), the attention's (q, gate, k, v),
@@ -441,15 +473,18 @@ function moeGgml(label: string, type: GgmlQuantType, form: 'vector' | 'matrix' |
  * The gate/up projection of tokens x topK pairs in the vector form, f32 x:
  * fused, one quantizedMatmulIdGgmlGateUp (silu); or unfused, what it
  * replaces: two quantizedMatmulIdGgml products (gate, up) and silu_mul,
- * timed as one record of three dispatches. Bytes (both rows): the fused
- * floor, the distinct experts' gate and up blocks read once, x read, y
- * written (notes/ggml-gate-up-2026-11-26.md).
+ * timed as one record of three dispatches. matrix: the same in the matrix
+ * form over the pairs grouped by expert (quantizedMatmulIdGgmlMmGateUp, or
+ * two quantizedMatmulIdGgmlMm and silu_mul; notes/ggml-gate-up-mm-2026-11-29.md).
+ * Bytes (both rows): the fused floor, the distinct experts' gate and up
+ * blocks read once, x read, y written (notes/ggml-gate-up-2026-11-26.md).
  */
 function moeGgmlGateUp(label: string, type: GgmlQuantType, fused: boolean, tokens: number, topK: number, numExperts: number, n: number,
-  k: number): Case {
+  k: number, matrix = false): Case {
   const pairIds = routing(tokens, numExperts, topK, 0x5eed + tokens * 31 + numExperts);
   const pairs = tokens * topK;
   const ids = dev.upload('u32', [pairs], pairIds);
+  const route = matrix ? sorted(pairIds, numExperts) : { ids };
   const distinct = new Set(pairIds).size;
   const x = random('f32', tokens * k);
   const gateWeight = ggmlBlocksBuffer(dev, type, (numExperts * n * k) / ggmlBlockOf(type).qk);
@@ -459,16 +494,21 @@ function moeGgmlGateUp(label: string, type: GgmlQuantType, fused: boolean, token
   const up = dev.alloc('f32', [pairs * n]);
   const sizes = { nTokens: tokens, topK, n, k, nExperts: numExperts, ggmlType: type };
   return {
-    name: `${label} ${type} ${fused ? 'fused' : 'unfused (gate, up, silu_mul)'} pairs=${pairs} E=${numExperts} distinct=${distinct} n=${n} k=${k}`,
+    name: `${label} ${type} ${matrix ? 'matrix ' : ''}${fused ? 'fused' : 'unfused (gate, up, silu_mul)'} pairs=${pairs} E=${numExperts} distinct=${distinct} n=${n} k=${k}`,
     flops: 2 * 2 * pairs * n * k,
     bytes: 2 * distinct * n * ggmlRowBytesOf(type, k) + 4 * (tokens * k + pairs * n),
-    memoryBound: true,
+    memoryBound: !matrix,
     record: (e) => {
-      if (fused) {
+      if (fused && 'offsets' in route) {
+        quantizedMatmulIdGgmlMmGateUp(e, { input: x, gateWeight, upWeight, output: y, ...route, ...sizes });
+      } else if (fused) {
         quantizedMatmulIdGgmlGateUp(e, { input: x, gateWeight, upWeight, output: y, ids, ...sizes });
       } else {
-        quantizedMatmulIdGgml(e, { input: x, weight: gateWeight, output: gate, ids, ...sizes });
-        quantizedMatmulIdGgml(e, { input: x, weight: upWeight, output: up, ids, ...sizes });
+        const product = (weight: Buffer, output: Buffer) => ('offsets' in route
+          ? quantizedMatmulIdGgmlMm(e, { input: x, weight, output, ...route, ...sizes })
+          : quantizedMatmulIdGgml(e, { input: x, weight, output, ids, ...sizes }));
+        product(gateWeight, gate);
+        product(upWeight, up);
         siluMul(e, { gate, up, output: y });
       }
     },
@@ -514,6 +554,7 @@ function moeGgmlCases(): Case[] {
   if (small) {
     return [moeGgml('small', 'Q4_K', 'vector', 2, 4, 16, 64, 256), moeGgml('small', 'Q4_0', 'matrix', 16, 4, 16, 64, 128),
       moeGgmlGateUp('small GGUF gate_up', 'Q4_K', true, 1, 4, 16, 64, 256), moeGgmlGateUp('small GGUF gate_up', 'Q4_K', false, 1, 4, 16, 64, 256),
+      moeGgmlGateUp('small GGUF gate_up', 'Q4_K', true, 16, 4, 16, 64, 256, true), moeGgmlGateUp('small GGUF gate_up', 'Q4_K', false, 16, 4, 16, 64, 256, true),
       moeGgmlSwiglu('small GGUF down', true, 1, 4, 16, 256, 64), moeGgmlSwiglu('small GGUF down', false, 1, 4, 16, 256, 64)];
   }
   return [
@@ -525,6 +566,9 @@ function moeGgmlCases(): Case[] {
     // Its gate/up projection fused (one dispatch) beside the unfused pair and silu_mul (three).
     moeGgmlGateUp('Qwen3.6 35B-A3B decode GGUF gate_up', 'Q4_K', true, 1, 8, 256, 512, 2048),
     moeGgmlGateUp('Qwen3.6 35B-A3B decode GGUF gate_up', 'Q4_K', false, 1, 8, 256, 512, 2048),
+    // Prompts: the gate/up matrix form against the two matrix products and silu_mul (64 tokens: the few-pairs form;
+    // 512 and 4096: on Hopper the wgmma tiles).
+    ...[64, 512, 4096].flatMap((t) => [true, false].map((f) => moeGgmlGateUp('Qwen3.6 35B-A3B prefill GGUF gate_up', 'Q4_K', f, t, 8, 256, 512, 2048, true))),
     // Its down projection with the SwiGLU fused (mlx-native's Q4_0 kernel) beside silu_mul and the plain product.
     moeGgmlSwiglu('Qwen3.6 35B-A3B decode GGUF down', true, 1, 8, 256, 2048, 512),
     moeGgmlSwiglu('Qwen3.6 35B-A3B decode GGUF down', false, 1, 8, 256, 2048, 512),
