@@ -10,6 +10,14 @@ export const CUDA_GRID_YZ_MAX = 65535;
 /** ceil(a / b). */
 export const ceilDiv = (a: number, b: number): number => Math.ceil(a / b);
 
+/** Blocks of the CUDA kernels that stride over chunks of 32 values (the dequantizations, GGUF embedding rows) at most. */
+export const CHUNKS_CUDA_BLOCKS = 4096;
+
+/** The CUDA launch of a kernel striding over `chunks32` chunks of 32 values: 256 threads a block, a chunk a thread at a time. */
+export function chunksCudaLaunch(chunks32: number): { grid: [number, number, number]; threads: [number, number, number] } {
+  return { grid: [Math.max(1, Math.min(ceilDiv(chunks32, 256), CHUNKS_CUDA_BLOCKS)), 1, 1], threads: [256, 1, 1] };
+}
+
 /** What a launch shape depends on of a device. */
 export type LaunchLimits = Pick<DeviceLimits, 'maxThreadsPerThreadgroup' | 'simdWidth'>;
 

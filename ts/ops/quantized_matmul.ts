@@ -48,7 +48,7 @@ import {
   type BufferRule,
 } from '../validate.ts';
 import { checkMatmulForm, denseMmCudaTile, matmulForm, matmulMetalLaunch, type MatmulForm, denseAbsRef, denseRef } from './dense.ts';
-import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
+import { ceilDiv, chunksCudaLaunch, CUDA_GRID_MAX } from '../launch.ts';
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from '../dtype.ts';
 
 export const QUANTIZED_MATMUL_FAMILY = 'quantized_matmul';
@@ -407,8 +407,8 @@ export function validateQuantizedDequantize(a: QuantizedDequantizeArgs, device?:
  * scales, 2 biases, 3 output, 4 QuantizedMatmulParams (M 1, K, N,
  * group_size, bits).
  * Grid (Metal): (ceil(n k / 32 / 256), 1, 1) threadgroups of 256, a chunk of
- * 32 values a thread. CUDA: 256 threads a block, the grid striding over the
- * chunks (at most 8 blocks of 256 an SM's worth: 1056 blocks).
+ * 32 values a thread. CUDA: chunksCudaLaunch (256 threads a block, the grid
+ * striding over the chunks).
  */
 export function quantizedDequantize(enc: Encoder, args: QuantizedDequantizeArgs): void {
   record(enc, planQuantizedDequantize(args, enc.device.limits, enc.device));
@@ -425,11 +425,9 @@ export function planQuantizedDequantize(a: QuantizedDequantizeArgs, limits: Devi
     bytes: [, , , , packQuantizedMatmulParams({ m: 1, ...a })],
     grid: [ceilDiv(chunks, tg), 1, 1],
     threads: [tg, 1, 1],
-    cuda: { grid: [Math.max(1, Math.min(ceilDiv(chunks, 256), QUANTIZED_DEQUANTIZE_CUDA_BLOCKS)), 1, 1], threads: [256, 1, 1] },
+    cuda: chunksCudaLaunch(chunks),
   });
 }
-/** CUDA blocks of quantized_dequantize at most (8 blocks of 256 threads on each of an H100's or H200's 132 SMs). */
-const QUANTIZED_DEQUANTIZE_CUDA_BLOCKS = 1056;
 
 // ---- mlx-native's quantized_matmul module ----
 

@@ -59,7 +59,7 @@ import { ggmlType } from '../weights/gguf.ts';
 import type { EmbeddingArgs } from './embedding.ts';
 import { checkMatmulForm, denseMmCudaTile, matmulForm, type MatmulForm, denseAbsRef, denseRef } from './dense.ts';
 import { GC_MAX_SHARED } from './quantized_matmul.ts';
-import { ceilDiv, CUDA_GRID_MAX } from '../launch.ts';
+import { ceilDiv, chunksCudaLaunch, CUDA_GRID_MAX } from '../launch.ts';
 import { f16BitsToF32, f32ToF16Bits } from '../dtype.ts';
 
 export const QUANTIZED_MATMUL_GGML_FAMILY = 'quantized_matmul_ggml';
@@ -199,9 +199,6 @@ export function ggmlMmCudaTile(m: number, n: number): { bm: number; bn: number; 
   const t = denseMmCudaTile(m, n);
   return { bm: t.bm, bn: t.bn, threads: t.threads, sharedBytes: 2 * (t.bm + t.bn) * 40 * 2 };
 }
-
-/** Blocks of the CUDA dequantization and embedding kernels at most (they stride over their chunks of 32 values). */
-const GGML_ROWS_CUDA_BLOCKS = 4096;
 
 /**
  * The shared memory of the group-column engines (shaders/cuda/common.cuh):
@@ -406,20 +403,15 @@ export function ggmlMatmulCudaLaunch(type: GgmlQuantType, form: 'vector' | 'matr
   return { grid: [ceilDiv(n, t.bn) * ceilDiv(m, t.bm), 1, 1], threads: [t.threads, 1, 1], threadgroupMemory: { 0: t.sharedBytes } };
 }
 
-/** The CUDA launch of a dequantization or embedding kernel over `chunks32` chunks of 32 values. */
-function rowsCudaLaunch(chunks32: number): Launch {
-  return { grid: [Math.max(1, Math.min(ceilDiv(chunks32, 256), GGML_ROWS_CUDA_BLOCKS)), 1, 1], threads: [256, 1, 1] };
-}
-
 /**
  * The launch of a dequantization or embedding kernel over `rows` rows of
  * `len` values: Metal a chunk of 16 values a thread, (ceil(len / 16 / tg),
- * rows, 1) threadgroups of tg = min(256, len / 16); CUDA rowsCudaLaunch.
+ * rows, 1) threadgroups of tg = min(256, len / 16); CUDA chunksCudaLaunch.
  */
 function chunksLaunch(len: number, rows: number, limits: DeviceLimits): Pick<PlannedDispatch, 'grid' | 'threads' | 'cuda'> {
   const chunks = len / 16;
   const tg = Math.min(256, chunks, limits.maxThreadsPerThreadgroup);
-  return { grid: [ceilDiv(chunks, tg), rows, 1], threads: [tg, 1, 1], cuda: rowsCudaLaunch((rows * len) / 32) };
+  return { grid: [ceilDiv(chunks, tg), rows, 1], threads: [tg, 1, 1], cuda: chunksCudaLaunch((rows * len) / 32) };
 }
 
 // ---- quantized_matmul_ggml ----
