@@ -17,6 +17,8 @@ import {
   validateChunkTriSolveInvert,
   validateGatedDeltaNetChunkInterStateVarlen,
   planGatedDeltaNetChunkInterStateVarlen,
+  GDR_INTER_RING_BYTES,
+  interStateK128Cuda,
   type ChunkGatedDeltaRuleArgs,
   chunkGatedDeltaRuleChunkedRef,
   chunkLocalCumsumVarlenRef,
@@ -765,7 +767,7 @@ describeValidation('chunk_gated_delta_rule: buffers and aliasing', ({ device, en
     hOut: buf('bf16', 4096), vNew: buf('bf16', 4096), finalState: buf('f32', 4096), seqs: buf('u32', 4), ...flat(p),
   });
 
-  test('the state walk launches V / 32 (K 256: V / 16) blocks of 128 threads, on CUDA at K 128 the entry of 8 warps: 256', () => {
+  test('the state walk launches V / 32 (K 256: V / 16) blocks of 128 threads, on CUDA at K 128 8 warps and the ring of shared memory', () => {
     for (const k of [64, 128, 256]) {
       const s: StepShape = { nTok: 128, nt: 2, nSeq: 2, hg: 2, h: 4, k, v: 64 };
       const a = {
@@ -778,8 +780,17 @@ describeValidation('chunk_gated_delta_rule: buffers and aliasing', ({ device, en
       expect(d!.kernel).toBe(`gated_delta_net_chunk_inter_state_k${k}_bf16`);
       expect(d!.threads).toEqual([128, 1, 1]);
       expect(d!.grid).toEqual([k === 256 ? 4 : 2, 4, 2]);
-      expect(d!.cuda).toEqual(k === 128 ? { grid: [2, 4, 2], threads: [256, 1, 1] } : undefined);
+      expect(d!.cuda).toEqual(k === 128 ? { grid: [2, 4, 2], threads: [256, 1, 1], threadgroupMemory: { 0: GDR_INTER_RING_BYTES } } : undefined);
     }
+    // InterRing<128, 32, 2>: two slots of k and w rows [64][136] and u rows [64][40] bf16, g [64] f32.
+    expect(GDR_INTER_RING_BYTES).toBe(80384);
+    // The ring's offsets inside a chunk are 32-bit: 64 H max(K, V) < 2^31, else the 8-warp form without it.
+    expect(interStateK128Cuda(131071, 128, 256, 1)).toEqual({ grid: [8, 131071, 1], threads: [256, 1, 1], threadgroupMemory: { 0: 80384 } });
+    expect(interStateK128Cuda(131072, 128, 256, 1)).toEqual({
+      grid: [8, 131072, 1], threads: [256, 1, 1], entry: 'gated_delta_net_chunk_inter_state_k128_ws8_bf16',
+    });
+    expect(interStateK128Cuda(262143, 128, 128, 3).threadgroupMemory).toEqual({ 0: 80384 });
+    expect(interStateK128Cuda(262144, 128, 128, 3).entry).toBe('gated_delta_net_chunk_inter_state_k128_ws8_bf16');
   });
 
   test('an output bound as an input the kernel reads elsewhere is refused (vNew as w, o as q, finalState as initialState)', () => {

@@ -7,10 +7,11 @@
 // (first token, first chunk; then n_tok, nt). Token-indexed operands are
 // staged in shared memory with the rows past the chunk's length zeroed, so a
 // short chunk never reads past its sequence and every product runs on full
-// tiles. Every kernel uses static shared memory (at most 48 KiB) but two that
+// tiles. Every kernel uses static shared memory (at most 48 KiB) but three that
 // take the threadgroup memory their host binds as dynamic shared memory: the
-// seed's gated_delta_net_chunk_inter_state_bf16 (20 KiB) and chunk_o (its
-// operands whole, up to 149 KiB). The seed's two
+// seed's gated_delta_net_chunk_inter_state_bf16 (20 KiB), the walk at K 128
+// (its ring of two chunks' operands, 80384 bytes) and chunk_o (its operands
+// whole, up to 149 KiB). The seed's two
 // entries (that one and chunk_local_cumsum_g_f32) call the bodies of the
 // varlen kernels.
 //
@@ -27,7 +28,7 @@
 //              dispatch): A and T in shared memory, w and u as T diag(c) split
 //              into bf16 hi + lo times the raw bf16 k or v rows
 //   inter_state  w bf16(h)^T and vg k, the state in registers, operands
-//              loaded one chunk ahead
+//              loaded one chunk ahead (at K 128 into a ring of shared memory)
 //   chunk_o    q k^T, q h^T and P v_new, every operand staged at once; P stays
 //              in registers (the C layout of two m16n8 tiles is the A layout
 //              of one m16k16 tile)
@@ -1070,11 +1071,11 @@ __device__ __forceinline__ void inter_state_varlen(const bf16* __restrict__ k_in
 // bytes at a time, or, with WS, in 16 KiB of shared memory by cp.async, read
 // by ldmatrix (fewer load instructions, L1 requests and registers); 4 warps,
 // or 8 (256 threads: warp w holds state columns [16 w, +16) and takes t rows
-// [16 (w % 4), +16) and V rows [16 (w / 4), +16) in steps 2 and 3). The op's
-// entry at K = 128 is the fastest on an H100 (bench/notes/gdn-fused-2026-11-26.md):
-// WS and 8 warps, 256 threads. The variants _w4 (w in registers, 4 warps),
-// _bv16, _ws and _bv16_ws, all of them giving the entry's bits, let the kernel
-// harness time them side by side.
+// [16 (w % 4), +16) and V rows [16 (w / 4), +16) in steps 2 and 3). The op's entry at K = 128 is the ring
+// form below; _ws8 (WS and 8 warps, 256 threads) is its fallback where the
+// ring's 32-bit offsets would not hold (ts/ops/chunk_gated_delta_rule.ts).
+// The variants _w4 (w in registers, 4 warps), _bv16, _ws and _bv16_ws, all of
+// them giving the entry's bits, let the kernel harness time them side by side.
 #define GDR_INTER_STATE(NAME, KD, BV, WS, NW)                                                                     \
     extern "C" __global__ void __launch_bounds__(32 * NW) gated_delta_net_chunk_inter_state_##NAME##_bf16(       \
         const bf16* __restrict__ k_in, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,             \
@@ -1084,13 +1085,239 @@ __device__ __forceinline__ void inter_state_varlen(const bf16* __restrict__ k_in
         inter_state_varlen<KD, BV, WS, NW>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, seqs, pp);     \
     }
 GDR_INTER_STATE(k64, 64, 32, false, 4)
-GDR_INTER_STATE(k128, 128, 32, true, 8)
+GDR_INTER_STATE(k128_ws8, 128, 32, true, 8)
 GDR_INTER_STATE(k256, 256, 16, false, 4)
 GDR_INTER_STATE(k128_w4, 128, 32, false, 4)
 GDR_INTER_STATE(k128_bv16, 128, 16, false, 4)
 GDR_INTER_STATE(k128_ws, 128, 32, true, 4)
 GDR_INTER_STATE(k128_bv16_ws, 128, 16, true, 4)
 #undef GDR_INTER_STATE
+
+// The walk with its operands in a ring (the op's entry at K = 128,
+// gated_delta_net_chunk_inter_state_k128_bf16 on CUDA): the values and
+// bits of inter_state_seq, with every operand of a chunk (its k, w and u rows
+// and g) copied by cp.async into one of S slots of dynamic shared memory,
+// issued S - 1 chunks ahead (chunk c + S - 1 into the slot chunk c - 1 used,
+// once every warp is past chunk c - 1), and two barriers a chunk instead of
+// three. Each thread's copies keep their places from chunk to chunk, so their
+// offsets are computed once (32-bit) and a chunk adds one base a operand.
+// Per chunk:
+//   1. hb = bf16(h) into shared memory; wait for the chunk's group; barrier
+//      (hb and the slot published); the copies of chunk c + S - 1; hb to
+//      h_out; h *= exp(g[last]).
+//   2. x = w hb^T, 3. vn = u - x to v_new and vg into stage; barrier;
+//   4. h += stage k_rows, as inter_state_seq.
+// Offsets inside a chunk (64 rows of k, w, u, v_new) are 32-bit: the op takes
+// this form where 64 H max(K, V) < 2^31. Shared memory: hb BV x (KD + 8) and
+// stage BV x 72 bf16 static, the ring (InterRing<KD, BV, S>::BYTES) dynamic:
+// 80384 bytes at KD 128, BV 32, S 2, so two blocks fit an SM. Two slots
+// (copies one chunk ahead) against three (two ahead): the walk alone 11 %
+// faster on an H200 (bench/notes/gdn-walk-ring-2026-11-29.md).
+template <u32 KD, u32 BV, u32 S>
+struct InterRing {
+    static constexpr u32 LDK = KD + 8, LDU = BV + 8;
+    static constexpr u32 W_OFF = BT * LDK * 2;            // bytes from the slot's start: k rows first
+    static constexpr u32 U_OFF = 2 * W_OFF;
+    static constexpr u32 G_OFF = U_OFF + BT * LDU * 2;
+    static constexpr u32 SLOT = G_OFF + BT * 4;
+    static constexpr u32 BYTES = S * SLOT;
+    static_assert(SLOT % 16 == 0, "slots stay 16-byte aligned");
+    static_assert(S >= 2, "a slot being read and one being filled");
+};
+
+template <u32 KD, u32 BV, u32 NW, u32 S>
+__device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
+                                                     const bf16* __restrict__ u_in, const float* __restrict__ g_in,
+                                                     const float* __restrict__ h0, bf16* __restrict__ h_out,
+                                                     bf16* __restrict__ v_new, float* __restrict__ final_state,
+                                                     u32 H, u32 Hg, u32 V, u32 bos, u32 eos, u32 c_first, u32 c_end,
+                                                     u32 state, u32 v0, u32 head, unsigned char* ring, bf16* hb,
+                                                     bf16* stage) {
+    using R = InterRing<KD, BV, S>;
+    static_assert(NW == 4 || NW == 8, "4 or 8 warps");
+    constexpr u32 NTH = 32 * NW;
+    constexpr u32 LDH = KD + 8, LDS = BT + 8, LDK = R::LDK, LDU = R::LDU;
+    constexpr u32 MI = BV / 16;               // 16-row tiles of the state slice
+    constexpr u32 KW = KD / NW;               // columns per warp
+    constexpr u32 NI = KW / 8;                // 8-column tiles per warp
+    constexpr u32 VW = BV * 4 / NW;           // V rows of a warp in steps 2 and 3
+    constexpr u32 KC = BT * KD / 8 / NTH;     // 16-byte copies of k (and of w) a thread
+    constexpr u32 UQ = BV / 8;                // 16-byte pieces of a u row
+    static_assert(BT * UQ <= NTH, "one u copy a thread at most");
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
+    const u32 kh = head / (H / Hg);
+    const u32 trow = 16u * (warp % 4u), vw0 = VW * (warp / 4u);   // steps 2, 3: t rows [trow, +16), V rows [vw0, +VW)
+    const u32 t_lo = trow + gq;
+
+    float st[MI][NI][4];
+    const u64 state0 = ((u64(state) * H + head) * V + v0) * KD;
+    each_state_pair<MI, NI, KW>(warp, gq, tq, [&](u32 mi, u32 ni, u32 hr, u32 vr, u32 kc) {
+        const float2 x = *reinterpret_cast<const float2*>(h0 + state0 + u64(vr) * KD + kc);
+        st[mi][ni][2 * hr] = x.x;
+        st[mi][ni][2 * hr + 1] = x.y;
+    });
+
+    // The thread's copies: k and w rows tc + (NTH / (KD / 8)) r at column qc;
+    // u row tu, piece qu (when tid < BT UQ); g row tid (when tid < BT).
+    const u32 tc = tid / (KD / 8), qc = (tid % (KD / 8)) * 8u;
+    constexpr u32 TSTEP = NTH / (KD / 8);
+    const u32 tu = tid / UQ, qu = (tid % UQ) * 8u;
+    const u32 ksrc = tc * Hg * KD + qc, wsrc = tc * H * KD + qc, usrc = tu * H * V + qu, dst = tc * LDK + qc;
+    const u64 kstep = u64(BT) * Hg * KD, wstep = u64(BT) * H * KD, ustep = u64(BT) * H * V;
+    const bf16* kbase = k_in + (u64(bos) * Hg + kh) * KD;   // chunk c_first's rows
+    const bf16* wbase = w_in + (u64(bos) * H + head) * KD;
+    const bf16* ubase = u_in + (u64(bos) * H + head) * V + v0;
+    const float* gbase = g_in + u64(bos) * H + head;
+    // Chunk c's operands into its slot, 0 past len; one group a chunk (empty
+    // past the last, so that the wait counts the same groups at every chunk).
+    auto prefetch = [&](u32 c) {
+        if (c < c_end) {
+            const u32 i = c - c_first, len = min(BT, eos - bos - i * BT);
+            unsigned char* s = ring + (i % S) * R::SLOT;
+            bf16* ks = reinterpret_cast<bf16*>(s);
+            bf16* ws = reinterpret_cast<bf16*>(s + R::W_OFF);
+            const bf16* kp = kbase + i * kstep;
+            const bf16* wp = wbase + i * wstep;
+#pragma unroll
+            for (u32 r = 0; r < KC; ++r) {
+                const bool live = tc + TSTEP * r < len;
+                cp_async16(ks + dst + TSTEP * LDK * r, kp + (live ? ksrc + TSTEP * Hg * KD * r : 0u), live);
+                cp_async16(ws + dst + TSTEP * LDK * r, wp + (live ? wsrc + TSTEP * H * KD * r : 0u), live);
+            }
+            if (tid < BT * UQ) {
+                const bool live = tu < len;
+                cp_async16(reinterpret_cast<bf16*>(s + R::U_OFF) + tu * LDU + qu, ubase + i * ustep + (live ? usrc : 0u), live);
+            }
+            if (tid < BT) {
+                const bool live = tid < len;
+                cp_async4(reinterpret_cast<float*>(s + R::G_OFF) + tid, gbase + (u64(i) * BT + (live ? tid : 0u)) * H, live);
+            }
+        }
+        cp_async_commit();
+    };
+#pragma unroll
+    for (u32 i = 0; i + 1 < S; ++i) prefetch(c_first + i);
+
+    for (u32 c = c_first; c < c_end; ++c) {
+        const u32 i = c - c_first, t0 = bos + i * BT, len = min(BT, eos - t0);
+        const unsigned char* s = ring + (i % S) * R::SLOT;
+        const bf16* ks = reinterpret_cast<const bf16*>(s);
+        const bf16* ws = reinterpret_cast<const bf16*>(s + R::W_OFF);
+        const bf16* us = reinterpret_cast<const bf16*>(s + R::U_OFF);
+        const float* gsl = reinterpret_cast<const float*>(s + R::G_OFF);
+
+        // 1.
+        each_state_pair<MI, NI, KW>(warp, gq, tq, [&](u32 mi, u32 ni, u32 hr, u32 vr, u32 kc) {
+            *reinterpret_cast<u32*>(hb + vr * LDH + kc) = pack_bf16(st[mi][ni][2 * hr], st[mi][ni][2 * hr + 1]);
+        });
+        cp_async_wait<S - 2>();   // this chunk's group (the next chunks' may still be in flight)
+        __syncthreads();
+        prefetch(c + S - 1);
+        {
+            bf16* hsnap = h_out + ((u64(c) * H + head) * V + v0) * KD;
+#pragma unroll
+            for (u32 r = 0; r < BV * KD / 8 / NTH; ++r) {
+                const u32 e = tid + r * NTH;
+                const u32 vr = e / (KD / 8), q = e % (KD / 8);
+                *reinterpret_cast<uint4*>(hsnap + vr * KD + q * 8) = *reinterpret_cast<const uint4*>(hb + vr * LDH + q * 8);
+            }
+        }
+        const float g_last = gsl[len - 1];
+        const float decay = expf(g_last);
+        each_state_pair<MI, NI, KW>(warp, gq, tq, [&](u32 mi, u32 ni, u32 hr, u32, u32) {
+            st[mi][ni][2 * hr] *= decay;
+            st[mi][ni][2 * hr + 1] *= decay;
+        });
+
+        // 2.
+        float xa[VW / 8][4];
+#pragma unroll
+        for (u32 nj = 0; nj < VW / 8; ++nj)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) xa[nj][e] = 0.0f;
+        if (trow < len) {
+#pragma unroll
+            for (u32 kk = 0; kk < KD / 16; ++kk) {
+                u32 a[4];
+                frag_a(a, ws, LDK, trow, 16u * kk, lane);
+#pragma unroll
+                for (u32 nj = 0; nj < VW / 8; nj += 2) {
+                    mma_b16<true>(xa[nj], xa[nj + 1], a, hb, LDH, vw0 + 8u * nj, 16u * kk, lane);
+                }
+            }
+        }
+
+        // 3.
+        bf16* vrow = v_new + (u64(t0) * H + head) * V + v0;
+#pragma unroll
+        for (u32 nj = 0; nj < VW / 8; ++nj)
+#pragma unroll
+            for (u32 hr = 0; hr < 2; ++hr) {
+                const u32 tl = t_lo + 8u * hr;
+                const u32 vl = vw0 + 8u * nj + 2u * tq;
+                bf16 g0 = __float2bfloat16_rn(0.0f), g1 = g0;
+                if (tl < len) {
+                    const float2 uf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(us + tl * LDU + vl));
+                    const float vn0 = uf.x - xa[nj][2 * hr];
+                    const float vn1 = uf.y - xa[nj][2 * hr + 1];
+                    *reinterpret_cast<u32*>(vrow + tl * H * V + vl) = pack_bf16(vn0, vn1);
+                    const float gate = expf(g_last - gsl[tl]);
+                    g0 = __float2bfloat16_rn(vn0 * gate);
+                    g1 = __float2bfloat16_rn(vn1 * gate);
+                }
+                stage[vl * LDS + tl] = g0;
+                stage[(vl + 1) * LDS + tl] = g1;
+            }
+        __syncthreads();
+
+        // 4.
+#pragma unroll
+        for (u32 tt = 0; tt < BT; tt += 16) {
+            if (tt >= len) break;
+            u32 a[MI][4];
+#pragma unroll
+            for (u32 mi = 0; mi < MI; ++mi) frag_a(a[mi], stage, LDS, 16u * mi, tt, lane);
+#pragma unroll
+            for (u32 ni = 0; ni < NI; ni += 2) {
+                u32 b[4];
+                frag_b_kn(b, ks, LDK, KW * warp + 8u * ni, tt, lane);
+#pragma unroll
+                for (u32 mi = 0; mi < MI; ++mi) {
+                    mma_bf16(st[mi][ni], a[mi], b[0], b[1]);
+                    mma_bf16(st[mi][ni + 1], a[mi], b[2], b[3]);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();   // the empty groups past the last chunk
+
+    each_state_pair<MI, NI, KW>(warp, gq, tq, [&](u32 mi, u32 ni, u32 hr, u32 vr, u32 kc) {
+        *reinterpret_cast<float2*>(final_state + state0 + u64(vr) * KD + kc) =
+            make_float2(st[mi][ni][2 * hr], st[mi][ni][2 * hr + 1]);
+    });
+}
+
+// The ring form over the seqs table. Grid (V / BV, H, n_seq), 32 NW threads,
+// InterRing<KD, BV, S>::BYTES of dynamic shared memory. Bindings as the other
+// k{KD} entries.
+#define GDR_INTER_RING(NAME, KD, BV, NW, S)                                                                       \
+    extern "C" __global__ void __launch_bounds__(32 * NW) gated_delta_net_chunk_inter_state_##NAME##_bf16(       \
+        const bf16* __restrict__ k_in, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,             \
+        const float* __restrict__ g_in, const float* __restrict__ h0, bf16* __restrict__ h_out,                  \
+        bf16* __restrict__ v_new, float* __restrict__ final_state, const uint2* __restrict__ seqs,               \
+        const Params* __restrict__ pp) {                                                                         \
+        __shared__ __align__(16) bf16 hb[BV * (KD + 8)];                                                         \
+        __shared__ __align__(16) bf16 stage[BV * (BT + 8)];                                                      \
+        extern __shared__ __align__(16) unsigned char dyn[];                                                     \
+        const u32 seq = blockIdx.z;                                                                              \
+        const uint2 first = seqs[seq], next = seqs[seq + 1];                                                     \
+        if (!seq_ok(first, next, pp->n_tok, pp->nt)) return;                                                     \
+        inter_state_ring_seq<KD, BV, NW, S>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, pp->h,        \
+                                            pp->hg, pp->v, first.x, next.x, first.y, next.y, seq,                \
+                                            blockIdx.x * BV, blockIdx.y, dyn, hb, stage);                        \
+    }
+GDR_INTER_RING(k128, 128, 32, 8, 2)
+#undef GDR_INTER_RING
 
 // gated_delta_net_chunk_inter_state_bf16 (the seed's entry, driven by host
 // code written against mlx-native): sequence b is tokens [b T, b T + T),

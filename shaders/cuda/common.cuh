@@ -606,6 +606,11 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool live
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
                  :: "r"(smem_addr(dst)), "l"(src), "r"(live ? 16 : 0) : "memory");
 }
+// The same for 4 bytes (cp.async.ca: the 4- and 8-byte forms go through L1).
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool live) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(live ? 4 : 0) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }

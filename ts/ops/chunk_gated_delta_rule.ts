@@ -30,7 +30,7 @@ import {
 } from '../validate.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
 import { familySources } from '../registry.ts';
-import { familyPlans, opShape, record, type OpPlan, type OpShape, type PlannedDispatch } from '../plan.ts';
+import { familyPlans, opShape, record, type CudaLaunch, type OpPlan, type OpShape, type PlannedDispatch } from '../plan.ts';
 import type { GatedDeltaNetRefDims } from './gated_delta_net.ts';
 
 const OP = 'chunk_gated_delta_rule';
@@ -70,6 +70,27 @@ function interStateKernel(k: number): string {
 /** V rows of the state per inter-state threadgroup, by K: 32 x K f32 must leave room for staging in 32 KiB. */
 export function interStateBv(k: number): number {
   return k === 256 ? 16 : 32;
+}
+
+/**
+ * Dynamic shared memory of the CUDA walk at K 128: its ring of two chunks'
+ * k and w rows [64][136], u rows [64][40] bf16 and g [64] f32 (InterRing<128, 32, 2>).
+ */
+export const GDR_INTER_RING_BYTES = 2 * (2 * GDR_BT * 136 * 2 + GDR_BT * 40 * 2 + GDR_BT * 4);
+/** The ring form's offsets inside a chunk (64 rows of k, w, u and v_new) are 32-bit: 64 H max(K, V) under 2^31. */
+const GDR_RING_MAX_ROWS = 2 ** 31;
+/**
+ * The CUDA launch of the walk at K 128 (shaders/cuda/chunk_gated_delta_rule.cu):
+ * 8 warps a block of 32 V rows, its operands through the ring of
+ * GDR_INTER_RING_BYTES; the 8-warp form without the ring (_ws8) where a
+ * chunk's rows do not fit 32-bit offsets.
+ */
+export function interStateK128Cuda(nHeads: number, kDim: number, vDim: number, nSeq: number): CudaLaunch {
+  const grid: Dim3 = [vDim / 32, nHeads, nSeq];
+  if (GDR_BT * nHeads * Math.max(kDim, vDim) < GDR_RING_MAX_ROWS) {
+    return { grid, threads: [256, 1, 1], threadgroupMemory: { 0: GDR_INTER_RING_BYTES } };
+  }
+  return { grid, threads: [256, 1, 1], entry: 'gated_delta_net_chunk_inter_state_k128_ws8_bf16' };
 }
 
 /** struct ChunkGatedDeltaRuleParams of shaders/chunk_gated_delta_rule.metal, bound last by every step kernel there. */
@@ -433,8 +454,7 @@ const interStateStep = gdrStep<GdrInterStateArgs>({
   outputs: ['hOut', 'vNew', 'finalState'],
   launch: (a) => ({
     kernel: interStateKernel(a.kDim), threads: 128, grid: [a.vDim / interStateBv(a.kDim), a.nHeads, a.nSeq],
-    // CUDA's entry at K 128 runs 8 warps (shaders/cuda/chunk_gated_delta_rule.cu).
-    ...(a.kDim === 128 ? { cuda: { grid: [a.vDim / 32, a.nHeads, a.nSeq], threads: [256, 1, 1] } } : {}),
+    ...(a.kDim === 128 ? { cuda: interStateK128Cuda(a.nHeads, a.kDim, a.vDim, a.nSeq) } : {}),
   }),
 });
 /**
@@ -449,7 +469,7 @@ export const validateGatedDeltaNetChunkInterStateVarlen = interStateStep.validat
  * kernel body of gatedDeltaNetChunk, for any chunk lengths, sequences and K of 64, 128, 256).
  * Bindings: 0 k, 1 w, 2 u, 3 g, 4 h0, 5 hOut, 6 vNew, 7 finalState, 8 seqs,
  * 9 params. Grid (V / BV, H, nSeq), 128 threads, BV = interStateBv(k); on
- * CUDA at K 128, 256 threads.
+ * CUDA at K 128 interStateK128Cuda's launch.
  */
 export const gatedDeltaNetChunkInterStateVarlen = interStateStep.op;
 export const planGatedDeltaNetChunkInterStateVarlen = interStateStep.plan;
@@ -996,8 +1016,8 @@ export function validateGatedDeltaNetChunk(a: GatedDeltaNetChunkArgs, device?: D
  * Bindings: 0 k, 1 w, 2 u, 3 g, 4 h0, 5 h_out, 6 v_new, 7 final_state,
  * 8 params (buildGatedDeltaNetChunkParams), threadgroup(0)
  * gatedDeltaNetChunkThreadgroupBytes (20 KiB). Grid (V / 32, H, B), 128 threads.
- * The kernel runs the body of gated_delta_net_chunk_inter_state_k128_bf16 with
- * sequence b = tokens [b T, b T + T).
+ * The kernel runs the state walk of the varlen kernels
+ * (gated_delta_net_chunk_inter_state_k{K}_bf16) with sequence b = tokens [b T, b T + T).
  */
 export function gatedDeltaNetChunk(enc: Encoder, args: GatedDeltaNetChunkArgs): void {
   record(enc, planGatedDeltaNetChunk(args, enc.device.limits, enc.device));

@@ -15,13 +15,15 @@
 // VB = 128 where V is a multiple of 128, else 64; the dynamic shared memory
 // of chunkOCudaSharedBytes) against float64 on random q, k, v_new, chunk-start
 // states and g, o poisoned first. Then the state walk,
-// gated_delta_net_chunk_inter_state_k{K}_bf16, and at K = 128 its _w4,
+// gated_delta_net_chunk_inter_state_k{K}_bf16, and at K = 128 its _ws8, _w4,
 // _bv16, _ws and _bv16_ws variants (grid (V / BV, H, n_seq), 128 threads;
-// 256 for the K = 128 entry) against a
+// 256 for the K = 128 entry and _ws8) against a
 // float64 walk with the kernel's storage points (bf16 snapshots, v_new and
 // gated values, f32 state) on random k, w, u, g and h0 (the same for every
 // entry of a case), outputs poisoned first; each variant must give the
-// plan's entry's bits. `big` adds longer sequences; `inter` runs only the walks.
+// plan's entry's bits (the K = 128 entry with its ring of
+// InterRing<128, 32, 2>::BYTES as dynamic shared memory, _ws8 its fallback).
+// `big` adds longer sequences; `inter` runs only the walks.
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
 #include <algorithm>
@@ -228,7 +230,7 @@ using InterFn = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_
 // The outputs' bytes of the last plan's entry run (snapshots, v_new, final state).
 std::vector<unsigned char> inter_bits;
 
-void run_inter(const Case& c, const char* name, InterFn fn, u32 bv, u32 threads = 128, bool variant = false) {
+void run_inter(const Case& c, const char* name, InterFn fn, u32 bv, u32 threads = 128, bool variant = false, u32 smem = 0) {
   const std::vector<u32> chunks = chunks_of(c.lens);
   std::vector<u32> seqs;
   u32 n = 0, nt = 0;
@@ -246,7 +248,7 @@ void run_inter(const Case& c, const char* name, InterFn fn, u32 bv, u32 threads 
   snap.poison(); vn.poison(); fin.poison();
   decay_cumsum(g, chunks, H, 0.1);
   ChunkGatedDeltaRuleParams p{n, nt, ns, Hg, H, K, V, 1.0f};
-  sim_launch({V / bv, H, ns}, {threads, 1, 1}, 0, [&] {
+  sim_launch({V / bv, H, ns}, {threads, 1, 1}, smem, [&] {
     fn(k.p, w.p, u.p, g.p, h0.p, snap.p, vn.p, fin.p, reinterpret_cast<const uint2*>(seqs.data()), &p);
   });
 
@@ -295,7 +297,8 @@ void run_inters(const Case& c) {
   if (c.K == 64) run_inter(c, "inter_state_k64", gated_delta_net_chunk_inter_state_k64_bf16, 32);
   if (c.K == 256) run_inter(c, "inter_state_k256", gated_delta_net_chunk_inter_state_k256_bf16, 16);
   if (c.K != 128) return;
-  run_inter(c, "inter_state_k128", gated_delta_net_chunk_inter_state_k128_bf16, 32, 256);
+  run_inter(c, "inter_state_k128", gated_delta_net_chunk_inter_state_k128_bf16, 32, 256, false, InterRing<128, 32, 2>::BYTES);
+  run_inter(c, "inter_state_k128_ws8", gated_delta_net_chunk_inter_state_k128_ws8_bf16, 32, 256, true);
   run_inter(c, "inter_state_k128_w4", gated_delta_net_chunk_inter_state_k128_w4_bf16, 32, 128, true);
   run_inter(c, "inter_state_k128_bv16", gated_delta_net_chunk_inter_state_k128_bv16_bf16, 16, 128, true);
   run_inter(c, "inter_state_k128_ws", gated_delta_net_chunk_inter_state_k128_ws_bf16, 32, 128, true);
@@ -322,7 +325,10 @@ int main(int argc, char** argv) {
     if (!inter_only) run_chunk_o(c);
     run_inters(c);
   }
-  if (!wy_only) run_inters({"K 128, V 128, H 4, Hg 2, varlen [130, 3, 64]", 2, 4, 128, 128, {130, 3, 64}, false});
+  if (!wy_only) {
+    run_inters({"K 128, V 128, H 4, Hg 2, varlen [130, 3, 64]", 2, 4, 128, 128, {130, 3, 64}, false});
+    run_inters({"K 128, V 64, H 2, Hg 1, varlen [300, 64, 1]", 1, 2, 128, 64, {300, 64, 1}, false});
+  }
   std::printf("%s: %d failed\n", failures ? "FAIL" : "ok", failures);
   return failures ? 1 : 0;
 }

@@ -329,26 +329,28 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
 }
 
 // cp.async: queued per thread, grouped by commit, performed at wait_group.
-struct SimCopy { void* dst; const void* src; bool live; };
+struct SimCopy { void* dst; const void* src; bool live; unsigned bytes; };
 inline thread_local std::deque<std::vector<SimCopy>> sim_groups;
 inline thread_local std::vector<SimCopy> sim_open;
-inline void cp_async16(void* dst, const void* src, bool live) {
-  if ((reinterpret_cast<uintptr_t>(dst) | (live ? reinterpret_cast<uintptr_t>(src) : 0)) & 15) { std::fprintf(stderr, "cp.async misaligned\n"); std::abort(); }
+inline void sim_cp_async(void* dst, const void* src, bool live, unsigned bytes) {
+  if ((reinterpret_cast<uintptr_t>(dst) | (live ? reinterpret_cast<uintptr_t>(src) : 0)) & (bytes - 1)) { std::fprintf(stderr, "cp.async misaligned\n"); std::abort(); }
   // A destination in the shared window lies inside what the launch gave
   // (on a GPU a copy past it faults); static __shared__ arrays lie outside.
   const auto* d = static_cast<const unsigned char*>(dst);
   const auto& w = sim_block.window;
   if (d >= w.data() && d < w.data() + w.size()) {
     const unsigned char* dyn = sim_block.shared + kSimDynOffset;
-    if (d < dyn || d + 16 > dyn + sim_block.dyn_bytes) sim_fail("cp.async: destination outside the launch's dynamic shared memory");
+    if (d < dyn || d + bytes > dyn + sim_block.dyn_bytes) sim_fail("cp.async: destination outside the launch's dynamic shared memory");
   }
-  sim_open.push_back({dst, src, live});
+  sim_open.push_back({dst, src, live, bytes});
 }
+inline void cp_async16(void* dst, const void* src, bool live) { sim_cp_async(dst, src, live, 16); }
+inline void cp_async4(void* dst, const void* src, bool live) { sim_cp_async(dst, src, live, 4); }
 inline void cp_async_commit() { sim_groups.push_back(std::move(sim_open)); sim_open.clear(); }
 template <int N> inline void cp_async_wait() {
   while (sim_groups.size() > size_t(N)) {
     for (auto& c : sim_groups.front()) {
-      if (c.live) std::memcpy(c.dst, c.src, 16); else std::memset(c.dst, 0, 16);
+      if (c.live) std::memcpy(c.dst, c.src, c.bytes); else std::memset(c.dst, 0, c.bytes);
     }
     sim_groups.pop_front();
   }
