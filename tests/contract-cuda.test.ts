@@ -187,6 +187,21 @@ describe('cudaProgram: every entry waits for the kernel ahead of it', () => {
     expect(out).toContain('void d(float* x) { mlxn_entry(); x[0] = 1;');
     expect(out).toContain('void a(float* x) { MLXN_PREFETCH_ENTRY(f(x));');
   });
+  test('leaves an entry that starts with MLXN_HELD_ENTRY( as it is (it waits without letting the next launch start early)', () => {
+    const text = [
+      'extern "C" __global__ void a(float* x) { MLXN_HELD_ENTRY(); x[0] = 1; }',
+      '#define MAKE(N) \\',
+      '    extern "C" __global__ void c_##N(float* x) { \\',
+      '        MLXN_HELD_ENTRY(); \\',
+      '    }',
+      'extern "C" __global__ void d(float* x) { x[0] = 1; MLXN_HELD_ENTRY(); }',
+    ].join('\n');
+    const out = cudaProgram([{ name: 'x.cu', text }]);
+    expect(out.split('mlxn_entry();').length - 1).toBe(1);
+    expect(out).toContain('void d(float* x) { mlxn_entry(); x[0] = 1;');
+    expect(out).toContain('void a(float* x) { MLXN_HELD_ENTRY(); x[0] = 1; }');
+    expect(out).toContain('void c_##N(float* x) { \\\n        MLXN_HELD_ENTRY();');
+  });
   test('refuses an entry that does not start a line, or whose head has a ; before its body', () => {
     for (const text of ['/* x */ extern "C" __global__ void a(float* x) { }', 'extern "C" __global__ void a(float* x);\nvoid b() { }']) {
       expect(() => cudaProgram([{ name: 'bad.cu', text }])).toThrow(/cudaProgram: bad\.cu must start each of its 1 extern "C" __global__ entries/);

@@ -41,8 +41,11 @@ export const CUDA_PDL_MARK = '#define MLXN_PDL 1\n';
 
 /** An entry's head up to its body's brace: at a line start (a comment never matches), no `;` (a declaration). */
 const CUDA_ENTRY_HEAD = /^[ \t]*extern "C" __global__[^{;]*\{/gm;
-/** A body that starts with the prefetching entry's statement (blanks and a macro's line continuations before it). */
-const CUDA_PREFETCH_ENTRY = /^(?:[ \t\n]|\\\n)*MLXN_PREFETCH_ENTRY\(/;
+/**
+ * A body that starts with a statement that waits itself: the prefetching
+ * entry's or the held entry's (blanks and a macro's line continuations before it).
+ */
+const CUDA_OWN_WAIT_ENTRY = /^(?:[ \t\n]|\\\n)*(?:MLXN_PREFETCH_ENTRY|MLXN_HELD_ENTRY)\(/;
 
 /**
  * The CUDA program of files as the registry compiles it: CUDA_PDL_MARK, then
@@ -50,7 +53,9 @@ const CUDA_PREFETCH_ENTRY = /^(?:[ \t\n]|\\\n)*MLXN_PREFETCH_ENTRY\(/;
  * of every `extern "C" __global__` entry (after its body's brace, on the same
  * line, so lines keep their numbers; entries written by macros included).
  * An entry whose body starts with `MLXN_PREFETCH_ENTRY(...)` is left as it
- * is: that statement asks L2 for bytes, then calls mlxn_entry() itself.
+ * is: that statement asks L2 for bytes, then calls mlxn_entry() itself; so is
+ * one that starts with `MLXN_HELD_ENTRY()`, which waits without letting the
+ * next launch start before this one has finished.
  * The mark tells the cuda backend that every entry waits for the kernel
  * ahead of it (shaders/cuda/common.cuh mlxn_entry), so it may launch them
  * with programmatic dependent launch. Refuses a file with an entry whose
@@ -62,8 +67,8 @@ export function cudaProgram(files: readonly SourceFile[]): string {
     let heads = 0;
     const text = f.text.replace(CUDA_ENTRY_HEAD, (head: string, at: number, all: string) => {
       heads++;
-      // An entry that prefetches first calls mlxn_entry() itself, right after (common.cuh MLXN_PREFETCH_ENTRY).
-      return CUDA_PREFETCH_ENTRY.test(all.slice(at + head.length, at + head.length + 200)) ? head : `${head} mlxn_entry();`;
+      // An entry that prefetches first calls mlxn_entry() itself, right after; a held one waits alone (common.cuh).
+      return CUDA_OWN_WAIT_ENTRY.test(all.slice(at + head.length, at + head.length + 200)) ? head : `${head} mlxn_entry();`;
     });
     const entries = f.text.split('extern "C" __global__').length - 1;
     if (heads !== entries) {

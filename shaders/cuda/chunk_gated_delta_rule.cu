@@ -770,6 +770,7 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
         const bf16* __restrict__ k_in, const bf16* __restrict__ v_in, const BETA_T* __restrict__ beta,           \
         const float* __restrict__ g, bf16* __restrict__ w_out, bf16* __restrict__ u_out,                         \
         const uint2* __restrict__ chunks, const Params* __restrict__ pp) {                                       \
+        MLXN_HELD_ENTRY();                                                                                       \
         kkt_solve_wu_body<BETA_T, S4, ST>(k_in, v_in, beta, g, w_out, u_out, chunks, pp);                        \
     }
 GDR_KKT_SOLVE_WU(bf16, float, true, true)

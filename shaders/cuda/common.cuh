@@ -36,6 +36,23 @@ __device__ __forceinline__ void mlxn_entry() {
 #endif
 }
 
+// The first statement of an entry whose body starts `{ MLXN_HELD_ENTRY();`
+// (cudaProgram inserts no mlxn_entry() into it): the block waits for the
+// grids ahead as mlxn_entry() does but never lets the next launch start
+// early, so that launch's blocks are scheduled once this grid has exited
+// (a grid that never triggers triggers at its exit). For a kernel of many
+// waves followed by a long one of about one block an SM: blocks of the
+// latter scheduled early land two to an SM wherever the last wave left room,
+// and the long kernel then runs as slow as its doubled SMs
+// (chunk_gated_delta_rule's kkt_solve_wu before the state walk:
+// bench/notes/gdn-walk-ring-2026-11-29.md).
+__device__ __forceinline__ void mlxn_held_entry() {
+#if defined(MLXN_PDL) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+#define MLXN_HELD_ENTRY() mlxn_held_entry()
+
 // ---- a family compiled in parts ----
 
 // A family whose entries take long to compile declares groups of them, its

@@ -201,6 +201,7 @@ inline unsigned dynamic_smem_bytes() { return unsigned(sim_block.dyn_bytes); }
 // returns, the prefetches fetch nothing, and every grid counts as within the
 // SMs so that the prefetching entries' index arithmetic runs.
 inline void mlxn_entry() {}
+inline void mlxn_held_entry() {}
 inline void mlxn_prefetch_l2(const void*, unsigned long long) {}
 inline bool mlxn_grid_within_sms() { return true; }
 
