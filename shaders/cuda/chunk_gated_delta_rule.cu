@@ -831,6 +831,130 @@ __device__ __forceinline__ void each_state_pair(u32 warp, u32 gq, u32 tq, F&& f)
             for (u32 hr = 0; hr < 2; ++hr) f(mi, ni, hr, 16u * mi + gq + 8u * hr, KW * warp + 8u * ni + 2u * tq);
 }
 
+// The steps both walks (inter_state_seq, inter_state_ring_seq) share, on the
+// state slice [BV][KD] a block holds as mma accumulators (warp w: columns
+// [KW w, +KW), KW = KD / NW) and on its shared tiles: hb [BV][KD + 8] bf16,
+// stage [BV][72] bf16.
+template <u32 KD, u32 BV, u32 NW>
+struct WalkState {
+    static constexpr u32 MI = BV / 16, KW = KD / NW, NI = KW / 8, LDH = KD + 8, LDS = BT + 8;
+    float st[MI][NI][4];
+    u32 warp, lane, gq, tq;
+
+    __device__ __forceinline__ WalkState(u32 tid) : warp(tid >> 5), lane(tid & 31u), gq((tid & 31u) >> 2), tq(tid & 3u) {}
+    template <class F>
+    __device__ __forceinline__ void each(F&& f) {
+        each_state_pair<MI, NI, KW>(warp, gq, tq, f);
+    }
+    // From / to a state [BV][KD] f32 in memory.
+    __device__ __forceinline__ void load(const float* __restrict__ src) {
+        each([&](u32 mi, u32 ni, u32 hr, u32 vr, u32 kc) {
+            const float2 x = *reinterpret_cast<const float2*>(src + u64(vr) * KD + kc);
+            st[mi][ni][2 * hr] = x.x;
+            st[mi][ni][2 * hr + 1] = x.y;
+        });
+    }
+    __device__ __forceinline__ void store(float* __restrict__ dst) {
+        each([&](u32 mi, u32 ni, u32 hr, u32 vr, u32 kc) {
+            *reinterpret_cast<float2*>(dst + u64(vr) * KD + kc) = make_float2(st[mi][ni][2 * hr], st[mi][ni][2 * hr + 1]);
+        });
+    }
+    // 1. hb = bf16(h); h *= decay.
+    __device__ __forceinline__ void to_hb(bf16* hb) {
+        each([&](u32 mi, u32 ni, u32 hr, u32 vr, u32 kc) {
+            *reinterpret_cast<u32*>(hb + vr * LDH + kc) = pack_bf16(st[mi][ni][2 * hr], st[mi][ni][2 * hr + 1]);
+        });
+    }
+    __device__ __forceinline__ void scale(float decay) {
+        each([&](u32 mi, u32 ni, u32 hr, u32, u32) {
+            st[mi][ni][2 * hr] *= decay;
+            st[mi][ni][2 * hr + 1] *= decay;
+        });
+    }
+    // 4. h += stage k_rows on tensor cores, t in 16-row steps up to len
+    //    (k_rows [64][ldk] bf16, the chunk's k, 0 past len).
+    __device__ __forceinline__ void add_vg_k(const bf16* stage, const bf16* k_rows, u32 ldk, u32 len) {
+#pragma unroll
+        for (u32 tt = 0; tt < BT; tt += 16) {
+            if (tt >= len) break;
+            u32 a[MI][4];
+#pragma unroll
+            for (u32 mi = 0; mi < MI; ++mi) frag_a(a[mi], stage, LDS, 16u * mi, tt, lane);
+#pragma unroll
+            for (u32 ni = 0; ni < NI; ni += 2) {
+                u32 b[4];
+                frag_b_kn(b, k_rows, ldk, KW * warp + 8u * ni, tt, lane);
+#pragma unroll
+                for (u32 mi = 0; mi < MI; ++mi) {
+                    mma_bf16(st[mi][ni], a[mi], b[0], b[1]);
+                    mma_bf16(st[mi][ni + 1], a[mi], b[2], b[3]);
+                }
+            }
+        }
+    }
+};
+
+// hb to the chunk's snapshot [BV][KD] in h_out, 16-byte stores by NTH threads.
+template <u32 KD, u32 BV, u32 NTH>
+__device__ __forceinline__ void walk_snapshot(bf16* __restrict__ hsnap, const bf16* hb, u32 tid) {
+#pragma unroll
+    for (u32 r = 0; r < BV * KD / 8 / NTH; ++r) {
+        const u32 e = tid + r * NTH;
+        const u32 vr = e / (KD / 8), q = e % (KD / 8);
+        *reinterpret_cast<uint4*>(hsnap + vr * KD + q * 8) = *reinterpret_cast<const uint4*>(hb + vr * (KD + 8) + q * 8);
+    }
+}
+
+// 2. x[t, v] = w hb^T for the warp's t rows [trow, +16) and V rows [vw0,
+//    +VW); a_of(kk) gives w's A fragment of K columns [16 kk, +16). 0 where
+//    trow >= len.
+template <u32 KD, u32 VW, class A>
+__device__ __forceinline__ void walk_wh(float (&xa)[VW / 8][4], A&& a_of, const bf16* hb, u32 trow, u32 vw0, u32 len,
+                                        u32 lane) {
+#pragma unroll
+    for (u32 nj = 0; nj < VW / 8; ++nj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) xa[nj][e] = 0.0f;
+    if (trow < len) {
+#pragma unroll
+        for (u32 kk = 0; kk < KD / 16; ++kk) {
+            const u32(&a)[4] = a_of(kk);
+#pragma unroll
+            for (u32 nj = 0; nj < VW / 8; nj += 2) {
+                mma_b16<true>(xa[nj], xa[nj + 1], a, hb, KD + 8, vw0 + 8u * nj, 16u * kk, lane);
+            }
+        }
+    }
+}
+
+// 3. vn = u - x at the warp's (t, v) pairs: to v_new (t < len) and
+//    bf16(vn exp(g_last - g_t)) transposed into stage (0 past len). u_of(nj,
+//    hr, tl, vl) gives u's bf16 pair, vnew_at(tl, vl) v_new's place, gs g.
+template <u32 VW, class U, class VN>
+__device__ __forceinline__ void walk_vnew(const float (&xa)[VW / 8][4], U&& u_of, VN&& vnew_at, const float* gs,
+                                          float g_last, u32 t_lo, u32 vw0, u32 tq, u32 len, bf16* stage) {
+#pragma unroll
+    for (u32 nj = 0; nj < VW / 8; ++nj)
+#pragma unroll
+        for (u32 hr = 0; hr < 2; ++hr) {
+            const u32 tl = t_lo + 8u * hr;
+            const u32 vl = vw0 + 8u * nj + 2u * tq;
+            bf16 g0 = __float2bfloat16_rn(0.0f), g1 = g0;
+            if (tl < len) {
+                const u32 up = u_of(nj, hr, tl, vl);
+                const float2 uf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&up));
+                const float vn0 = uf.x - xa[nj][2 * hr];
+                const float vn1 = uf.y - xa[nj][2 * hr + 1];
+                *reinterpret_cast<u32*>(vnew_at(tl, vl)) = pack_bf16(vn0, vn1);
+                const float gate = expf(g_last - gs[tl]);
+                g0 = __float2bfloat16_rn(vn0 * gate);
+                g1 = __float2bfloat16_rn(vn1 * gate);
+            }
+            stage[vl * (BT + 8) + tl] = g0;
+            stage[(vl + 1) * (BT + 8) + tl] = g1;
+        }
+}
+
 // Tokens [bos, eos) of one sequence, its chunks c_first..c_end (chunk c
 // starts at bos + (c - c_first) * 64), its state at index state of h0 and
 // final_state, V rows [v0, v0 + BV) of V head head. Every thread calls it.
@@ -844,23 +968,17 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
                                                 bf16* kt, bf16* hb, bf16* stage, float* gs, bf16* ws) {
     static_assert(NW == 4 || (NW == 8 && WS && BV == 32), "8 warps share w in shared memory and split 32 V rows");
     constexpr u32 NTH = 32 * NW;
-    constexpr u32 LDH = KD + 8, LDS = BT + 8, LDK = KD + 8, LDW = KD + 8;
-    constexpr u32 MI = BV / 16;               // 16-row tiles of the state slice
-    constexpr u32 KW = KD / NW;               // columns per warp
-    constexpr u32 NI = KW / 8;                // 8-column tiles per warp
+    constexpr u32 LDK = KD + 8, LDW = KD + 8;
     constexpr u32 KQ = BT * KD / 8 / NTH;     // 16-byte pieces of the k rows per thread
     constexpr u32 VW = BV * 4 / NW;           // V rows of a warp in steps 2 and 3
-    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
+    const u32 tid = threadIdx.x;
+    WalkState<KD, BV, NW> h(tid);
+    const u32 lane = h.lane, warp = h.warp, gq = h.gq, tq = h.tq;
     const u32 kh = head / (H / Hg);
     const u32 trow = 16u * (warp % 4u), vw0 = VW * (warp / 4u);   // steps 2, 3: t rows [trow, +16), V rows [vw0, +VW)
 
-    float st[MI][NI][4];
     const u64 state0 = ((u64(state) * H + head) * V + v0) * KD;
-    each_state_pair<MI, NI, KW>(warp, gq, tq, [&](u32 mi, u32 ni, u32 hr, u32 vr, u32 kc) {
-        const float2 x = *reinterpret_cast<const float2*>(h0 + state0 + u64(vr) * KD + kc);
-        st[mi][ni][2 * hr] = x.x;
-        st[mi][ni][2 * hr + 1] = x.y;
-    });
+    h.load(h0 + state0);
 
     // The next chunk's operands: kr the k rows, wr this warp's w A fragments
     // (t rows [trow, +16), all of K; with WS the chunk's w rows go to ws
@@ -955,94 +1073,38 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
         if (c + 1 < c_end) prefetch_k(c + 1);
 
         // 1.
-        const float decay = expf(g_last);
-        each_state_pair<MI, NI, KW>(warp, gq, tq, [&](u32 mi, u32 ni, u32 hr, u32 vr, u32 kc) {
-            *reinterpret_cast<u32*>(hb + vr * LDH + kc) = pack_bf16(st[mi][ni][2 * hr], st[mi][ni][2 * hr + 1]);
-            st[mi][ni][2 * hr] *= decay;
-            st[mi][ni][2 * hr + 1] *= decay;
-        });
+        h.to_hb(hb);
+        h.scale(expf(g_last));
         if (tid < BT) gs[tid] = g_tid;
         if constexpr (WS) cp_async_wait<0>();   // this chunk's ws rows, published by the barrier
         __syncthreads();
-        {
-            bf16* hsnap = h_out + ((u64(c) * H + head) * V + v0) * KD;
-#pragma unroll
-            for (u32 r = 0; r < BV * KD / 8 / NTH; ++r) {
-                const u32 e = tid + r * NTH;
-                const u32 vr = e / (KD / 8), q = e % (KD / 8);
-                *reinterpret_cast<uint4*>(hsnap + u64(vr) * KD + q * 8) =
-                    *reinterpret_cast<const uint4*>(hb + vr * LDH + q * 8);
-            }
-        }
+        walk_snapshot<KD, BV, NTH>(h_out + ((u64(c) * H + head) * V + v0) * KD, hb, tid);
 
         // 2.
         float xa[VW / 8][4];
-#pragma unroll
-        for (u32 nj = 0; nj < VW / 8; ++nj)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) xa[nj][e] = 0.0f;
-        if (trow < len) {
-#pragma unroll
-            for (u32 kk = 0; kk < KD / 16; ++kk) {
-                if constexpr (WS) frag_a(wr[0], ws, LDW, trow, 16u * kk, lane);
-                const u32(&a)[4] = wr[WS ? 0 : kk];
-#pragma unroll
-                for (u32 nj = 0; nj < VW / 8; nj += 2) {
-                    mma_b16<true>(xa[nj], xa[nj + 1], a, hb, LDH, vw0 + 8u * nj, 16u * kk, lane);
-                }
+        walk_wh<KD, VW>(xa, [&](u32 kk) -> const u32(&)[4] {
+            if constexpr (WS) {
+                frag_a(wr[0], ws, LDW, trow, 16u * kk, lane);
+                return wr[0];
+            } else {
+                return wr[kk];
             }
-        }
+        }, hb, trow, vw0, len, lane);
 
         if (!WS && c + 1 < c_end) prefetch_w(c + 1);
 
         // 3.
-#pragma unroll
-        for (u32 nj = 0; nj < VW / 8; ++nj)
-#pragma unroll
-            for (u32 hr = 0; hr < 2; ++hr) {
-                const u32 tl = t_lo + 8u * hr;
-                const u32 vl = vw0 + 8u * nj + 2u * tq;
-                bf16 g0 = __float2bfloat16_rn(0.0f), g1 = g0;
-                if (tl < len) {
-                    const u64 uv = (u64(t0 + tl) * H + head) * V + v0 + vl;
-                    const float2 uf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&uc[nj][hr]));
-                    const float vn0 = uf.x - xa[nj][2 * hr];
-                    const float vn1 = uf.y - xa[nj][2 * hr + 1];
-                    *reinterpret_cast<u32*>(v_new + uv) = pack_bf16(vn0, vn1);
-                    const float gate = expf(g_last - gs[tl]);
-                    g0 = __float2bfloat16_rn(vn0 * gate);
-                    g1 = __float2bfloat16_rn(vn1 * gate);
-                }
-                stage[vl * LDS + tl] = g0;
-                stage[(vl + 1) * LDS + tl] = g1;
-            }
+        walk_vnew<VW>(xa, [&](u32 nj, u32 hr, u32, u32) { return uc[nj][hr]; },
+                      [&](u32 tl, u32 vl) { return v_new + (u64(t0 + tl) * H + head) * V + v0 + vl; }, gs, g_last,
+                      t_lo, vw0, tq, len, stage);
         __syncthreads();
         if (WS && c + 1 < c_end) prefetch_w(c + 1);   // every warp is past step 2
 
         // 4.
-#pragma unroll
-        for (u32 tt = 0; tt < BT; tt += 16) {
-            if (tt >= len) break;
-            u32 a[MI][4];
-#pragma unroll
-            for (u32 mi = 0; mi < MI; ++mi) frag_a(a[mi], stage, LDS, 16u * mi, tt, lane);
-#pragma unroll
-            for (u32 ni = 0; ni < NI; ni += 2) {
-                u32 b[4];
-                frag_b_kn(b, kt, LDK, KW * warp + 8u * ni, tt, lane);
-#pragma unroll
-                for (u32 mi = 0; mi < MI; ++mi) {
-                    mma_bf16(st[mi][ni], a[mi], b[0], b[1]);
-                    mma_bf16(st[mi][ni + 1], a[mi], b[2], b[3]);
-                }
-            }
-        }
+        h.add_vg_k(stage, kt, LDK, len);
     }
 
-    each_state_pair<MI, NI, KW>(warp, gq, tq, [&](u32 mi, u32 ni, u32 hr, u32 vr, u32 kc) {
-        *reinterpret_cast<float2*>(final_state + state0 + u64(vr) * KD + kc) =
-            make_float2(st[mi][ni][2 * hr], st[mi][ni][2 * hr + 1]);
-    });
+    h.store(final_state + state0);
 }
 
 // gated_delta_net_chunk_inter_state_k{KD}_bf16: the sequences of the seqs
@@ -1137,26 +1199,20 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
     using R = InterRing<KD, BV, S>;
     static_assert(NW == 4 || NW == 8, "4 or 8 warps");
     constexpr u32 NTH = 32 * NW;
-    constexpr u32 LDH = KD + 8, LDS = BT + 8, LDK = R::LDK, LDU = R::LDU;
-    constexpr u32 MI = BV / 16;               // 16-row tiles of the state slice
-    constexpr u32 KW = KD / NW;               // columns per warp
-    constexpr u32 NI = KW / 8;                // 8-column tiles per warp
+    constexpr u32 LDK = R::LDK, LDU = R::LDU;
     constexpr u32 VW = BV * 4 / NW;           // V rows of a warp in steps 2 and 3
     constexpr u32 KC = BT * KD / 8 / NTH;     // 16-byte copies of k (and of w) a thread
     constexpr u32 UQ = BV / 8;                // 16-byte pieces of a u row
     static_assert(BT * UQ <= NTH, "one u copy a thread at most");
-    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
+    const u32 tid = threadIdx.x;
+    WalkState<KD, BV, NW> h(tid);
+    const u32 lane = h.lane, warp = h.warp, gq = h.gq, tq = h.tq;
     const u32 kh = head / (H / Hg);
     const u32 trow = 16u * (warp % 4u), vw0 = VW * (warp / 4u);   // steps 2, 3: t rows [trow, +16), V rows [vw0, +VW)
     const u32 t_lo = trow + gq;
 
-    float st[MI][NI][4];
     const u64 state0 = ((u64(state) * H + head) * V + v0) * KD;
-    each_state_pair<MI, NI, KW>(warp, gq, tq, [&](u32 mi, u32 ni, u32 hr, u32 vr, u32 kc) {
-        const float2 x = *reinterpret_cast<const float2*>(h0 + state0 + u64(vr) * KD + kc);
-        st[mi][ni][2 * hr] = x.x;
-        st[mi][ni][2 * hr + 1] = x.y;
-    });
+    h.load(h0 + state0);
 
     // The thread's copies: k and w rows tc + (NTH / (KD / 8)) r at column qc;
     // u row tu, piece qu (when tid < BT UQ); g row tid (when tid < BT).
@@ -1208,94 +1264,34 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
         const float* gsl = reinterpret_cast<const float*>(s + R::G_OFF);
 
         // 1.
-        each_state_pair<MI, NI, KW>(warp, gq, tq, [&](u32 mi, u32 ni, u32 hr, u32 vr, u32 kc) {
-            *reinterpret_cast<u32*>(hb + vr * LDH + kc) = pack_bf16(st[mi][ni][2 * hr], st[mi][ni][2 * hr + 1]);
-        });
+        h.to_hb(hb);
         cp_async_wait<S - 2>();   // this chunk's group (the next chunks' may still be in flight)
         __syncthreads();
         prefetch(c + S - 1);
-        {
-            bf16* hsnap = h_out + ((u64(c) * H + head) * V + v0) * KD;
-#pragma unroll
-            for (u32 r = 0; r < BV * KD / 8 / NTH; ++r) {
-                const u32 e = tid + r * NTH;
-                const u32 vr = e / (KD / 8), q = e % (KD / 8);
-                *reinterpret_cast<uint4*>(hsnap + vr * KD + q * 8) = *reinterpret_cast<const uint4*>(hb + vr * LDH + q * 8);
-            }
-        }
+        walk_snapshot<KD, BV, NTH>(h_out + ((u64(c) * H + head) * V + v0) * KD, hb, tid);
         const float g_last = gsl[len - 1];
-        const float decay = expf(g_last);
-        each_state_pair<MI, NI, KW>(warp, gq, tq, [&](u32 mi, u32 ni, u32 hr, u32, u32) {
-            st[mi][ni][2 * hr] *= decay;
-            st[mi][ni][2 * hr + 1] *= decay;
-        });
+        h.scale(expf(g_last));
 
         // 2.
         float xa[VW / 8][4];
-#pragma unroll
-        for (u32 nj = 0; nj < VW / 8; ++nj)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) xa[nj][e] = 0.0f;
-        if (trow < len) {
-#pragma unroll
-            for (u32 kk = 0; kk < KD / 16; ++kk) {
-                u32 a[4];
-                frag_a(a, ws, LDK, trow, 16u * kk, lane);
-#pragma unroll
-                for (u32 nj = 0; nj < VW / 8; nj += 2) {
-                    mma_b16<true>(xa[nj], xa[nj + 1], a, hb, LDH, vw0 + 8u * nj, 16u * kk, lane);
-                }
-            }
-        }
+        u32 wa[4];
+        walk_wh<KD, VW>(xa, [&](u32 kk) -> const u32(&)[4] {
+            frag_a(wa, ws, LDK, trow, 16u * kk, lane);
+            return wa;
+        }, hb, trow, vw0, len, lane);
 
         // 3.
         bf16* vrow = v_new + (u64(t0) * H + head) * V + v0;
-#pragma unroll
-        for (u32 nj = 0; nj < VW / 8; ++nj)
-#pragma unroll
-            for (u32 hr = 0; hr < 2; ++hr) {
-                const u32 tl = t_lo + 8u * hr;
-                const u32 vl = vw0 + 8u * nj + 2u * tq;
-                bf16 g0 = __float2bfloat16_rn(0.0f), g1 = g0;
-                if (tl < len) {
-                    const float2 uf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(us + tl * LDU + vl));
-                    const float vn0 = uf.x - xa[nj][2 * hr];
-                    const float vn1 = uf.y - xa[nj][2 * hr + 1];
-                    *reinterpret_cast<u32*>(vrow + tl * H * V + vl) = pack_bf16(vn0, vn1);
-                    const float gate = expf(g_last - gsl[tl]);
-                    g0 = __float2bfloat16_rn(vn0 * gate);
-                    g1 = __float2bfloat16_rn(vn1 * gate);
-                }
-                stage[vl * LDS + tl] = g0;
-                stage[(vl + 1) * LDS + tl] = g1;
-            }
+        walk_vnew<VW>(xa, [&](u32, u32, u32 tl, u32 vl) { return *reinterpret_cast<const u32*>(us + tl * LDU + vl); },
+                      [&](u32 tl, u32 vl) { return vrow + tl * H * V + vl; }, gsl, g_last, t_lo, vw0, tq, len, stage);
         __syncthreads();
 
         // 4.
-#pragma unroll
-        for (u32 tt = 0; tt < BT; tt += 16) {
-            if (tt >= len) break;
-            u32 a[MI][4];
-#pragma unroll
-            for (u32 mi = 0; mi < MI; ++mi) frag_a(a[mi], stage, LDS, 16u * mi, tt, lane);
-#pragma unroll
-            for (u32 ni = 0; ni < NI; ni += 2) {
-                u32 b[4];
-                frag_b_kn(b, ks, LDK, KW * warp + 8u * ni, tt, lane);
-#pragma unroll
-                for (u32 mi = 0; mi < MI; ++mi) {
-                    mma_bf16(st[mi][ni], a[mi], b[0], b[1]);
-                    mma_bf16(st[mi][ni + 1], a[mi], b[2], b[3]);
-                }
-            }
-        }
+        h.add_vg_k(stage, ks, LDK, len);
     }
     cp_async_wait<0>();   // the empty groups past the last chunk
 
-    each_state_pair<MI, NI, KW>(warp, gq, tq, [&](u32 mi, u32 ni, u32 hr, u32 vr, u32 kc) {
-        *reinterpret_cast<float2*>(final_state + state0 + u64(vr) * KD + kc) =
-            make_float2(st[mi][ni][2 * hr], st[mi][ni][2 * hr + 1]);
-    });
+    h.store(final_state + state0);
 }
 
 // The ring form over the seqs table. Grid (V / BV, H, n_seq), 32 NW threads,
