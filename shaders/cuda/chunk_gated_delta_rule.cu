@@ -571,7 +571,10 @@ __device__ __forceinline__ void wy_kkt_slice(float (&acc)[4][4], const bf16* sl,
 }
 
 // A from the warp's sums, scaled and masked: A[i, j] = beta_i exp(g_i - g_j) acc
-// for j < i < len, else 0 (gs the g, cu the beta of each token).
+// for j < i < len, else 0 (gs the g, cu the beta of each token). exp by
+// __expf (ex2.approx of x log2 e: a few ulp at the g_i - g_j <= 0 it keeps,
+// far under the bf16 rounding of w and u), every element computed and the
+// masked ones selected away, without branches.
 __device__ __forceinline__ void wy_store_a(float* at, const float (&acc)[4][4], const float* gs, const float* cu, u32 len,
                                            u32 r0, u32 c0, u32 lane) {
     const u32 gq = lane >> 2, tq = lane & 3u;
@@ -583,9 +586,9 @@ __device__ __forceinline__ void wy_store_a(float* at, const float (&acc)[4][4], 
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             const u32 j = c0 + 8u * ni + 2u * tq;
-            const float x0 = live && j < i ? bi * expf(gi - gs[j]) * acc[ni][2 * hr] : 0.0f;
-            const float x1 = live && j + 1u < i ? bi * expf(gi - gs[j + 1]) * acc[ni][2 * hr + 1] : 0.0f;
-            *reinterpret_cast<float2*>(at + i * FLD + j) = make_float2(x0, x1);
+            const float e0 = bi * __expf(gi - gs[j]) * acc[ni][2 * hr];
+            const float e1 = bi * __expf(gi - gs[j + 1]) * acc[ni][2 * hr + 1];
+            *reinterpret_cast<float2*>(at + i * FLD + j) = make_float2(live && j < i ? e0 : 0.0f, live && j + 1u < i ? e1 : 0.0f);
         }
     }
 }
@@ -697,15 +700,6 @@ __device__ __forceinline__ void wy_stage(bf16* ob, u32 ld, const float (&acc)[4]
     }
 }
 
-// The tile ob's rows below len to dst (rows dst_row elements apart) as
-// 16-byte row pieces, by all 256 threads.
-__device__ __forceinline__ void wy_copy_out(bf16* dst, u64 dst_row, const bf16* ob, u32 ld, u32 len, u32 tid) {
-#pragma unroll
-    for (u32 e = tid; e < BT * 8u; e += 256u) {
-        const u32 r = e / 8u, q = e % 8u;
-        if (r < len) *reinterpret_cast<uint4*>(dst + u64(r) * dst_row + 8u * q) = *reinterpret_cast<const uint4*>(ob + r * ld + 8u * q);
-    }
-}
 }  // namespace
 
 // The ring form's shared memory (declared by its entries, so that the body's
@@ -740,11 +734,20 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
     const u32 nk = K / 64u, ns = 2u * nk + V / 64u;
     const bf16* krow = k_in + (u64(t0) * p.hg + kh) * K;
     const bf16* vrow = v_in + (u64(t0) * H + head) * V;
+    // A slice is 64 rows of 8 16-byte pieces: this thread copies piece sq / 8
+    // of rows sr and sr + 32 (stage_rows' mapping without its loop and
+    // divisions; rows past len zero-filled), and stores the same pieces of
+    // the w and u tiles.
+    const u32 sr = tid >> 3, sq = 8u * (tid & 7u);
+    const bool live0 = sr < len, live1 = sr + 32u < len;
     auto issue = [&](u32 s) {
         const bool is_v = s >= 2u * nk;
         const u32 col0 = 64u * (is_v ? s - 2u * nk : s % nk);
-        stage_rows(ring[s & 1u], FLD, is_v ? vrow + col0 : krow + col0, is_v ? u64(H) * V : u64(p.hg) * K, 64u, len,
-                   tid, 256u);
+        const u64 str = is_v ? u64(H) * V : u64(p.hg) * K;
+        const bf16* src = (is_v ? vrow : krow) + col0 + u64(sr) * str + sq;
+        bf16* dst = ring[s & 1u] + sr * FLD + sq;
+        cp_async16(dst, live0 ? src : krow, live0);
+        cp_async16(dst + 32u * FLD, live1 ? src + 32u * str : krow, live1);
         cp_async_commit();
     };
     issue(0u);
@@ -804,7 +807,9 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
             __syncthreads();   // every warp is done reading the slice
             wy_stage(ob, FLD, acc, r0, c0, lane);
             __syncthreads();
-            wy_copy_out(dst, dst_row, ob, FLD, len, tid);
+            const uint4* src = reinterpret_cast<const uint4*>(ob + sr * FLD + sq);
+            if (live0) *reinterpret_cast<uint4*>(dst + u64(sr) * dst_row + sq) = src[0];
+            if (live1) *reinterpret_cast<uint4*>(dst + u64(sr + 32u) * dst_row + sq) = src[32u * FLD / 8u];
         } else {
             store_acc_rows(dst, dst_row, acc, r0, c0, len, lane);
         }
@@ -1496,7 +1501,8 @@ __device__ __forceinline__ void chunk_o_body(const bf16* __restrict__ q_in, cons
     cp_async_wait<0>();
     __syncthreads();   // v_new landed for every thread
 
-    // acco *= exp(g_i) (0 past len); P = bf16(S exp(g_i - g_j)) masked, as A fragments.
+    // acco *= exp(g_i) (0 past len); P = bf16(S exp(g_i - g_j)) masked, as A fragments
+    // (P's exp by __expf, the masked elements selected away: as wy_store_a).
     float gi[2], di[2];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
@@ -1524,9 +1530,8 @@ __device__ __forceinline__ void chunk_o_body(const bf16* __restrict__ q_in, cons
             for (u32 hr = 0; hr < 2; ++hr) {
                 const u32 i = r0 + gq + 8u * hr;
                 const bool live = i < len;
-                const float p0 = (live && j <= i) ? accs[nj][2 * hr] * expf(gi[hr] - gj0) : 0.0f;
-                const float p1 = (live && j + 1u <= i) ? accs[nj][2 * hr + 1] * expf(gi[hr] - gj1) : 0.0f;
-                a[2 * half + hr] = pack_bf16(p0, p1);
+                const float e0 = accs[nj][2 * hr] * __expf(gi[hr] - gj0), e1 = accs[nj][2 * hr + 1] * __expf(gi[hr] - gj1);
+                a[2 * half + hr] = pack_bf16((live && j <= i) ? e0 : 0.0f, (live && j + 1u <= i) ? e1 : 0.0f);
             }
         }
 #pragma unroll
