@@ -82,15 +82,22 @@ __device__ __forceinline__ float load_beta(const bf16* b, u64 i) { return __bflo
 // warp scan by shuffles, then each thread adds the totals of the warps before
 // its own (warp_total: one float per warp). The block may end in a partial
 // warp. Every thread calls it.
-__device__ __forceinline__ float block_prefix_sum(float x, float* warp_total) {
-    const u32 i = threadIdx.x, lane = i & 31u, warp = i >> 5;
-    const u32 n = min(32u, blockDim.x - (warp << 5));
-    const u32 mask = n == 32u ? 0xffffffffu : ((1u << n) - 1u);
+// Inclusive prefix sum of x over the lanes of mask (the warp's first lanes),
+// in lane order, by shuffles.
+__device__ __forceinline__ float warp_prefix_sum(float x, u32 lane, u32 mask) {
 #pragma unroll
     for (u32 d = 1; d < 32; d <<= 1) {
         const float y = __shfl_up_sync(mask, x, d);
         if (lane >= d) x += y;
     }
+    return x;
+}
+
+__device__ __forceinline__ float block_prefix_sum(float x, float* warp_total) {
+    const u32 i = threadIdx.x, lane = i & 31u, warp = i >> 5;
+    const u32 n = min(32u, blockDim.x - (warp << 5));
+    const u32 mask = n == 32u ? 0xffffffffu : ((1u << n) - 1u);
+    x = warp_prefix_sum(x, lane, mask);
     if (lane == n - 1) warp_total[warp] = x;
     __syncthreads();
     float offset = 0.0f;
@@ -98,19 +105,35 @@ __device__ __forceinline__ float block_prefix_sum(float x, float* warp_total) {
     return x + offset;
 }
 
-// chunk_local_cumsum_varlen_g_f32: chunks from the table. Grid (nt, H), 64
-// threads. Bindings: 0 g_in, 1 g_cum, 2 chunks, 3 params.
-extern "C" __global__ void __launch_bounds__(64)
+// chunk_local_cumsum_varlen_g_f32: chunks from the table. Grid here
+// (nt, ceil(H / 32)) of 256 threads (the Metal kernel's is (nt, H) of 64): a
+// block takes a chunk and 32 heads. The chunk's g rows come through shared
+// memory (a warp reads a token's 32 heads as one 128-byte row); each warp
+// scans 4 heads, a head as block_prefix_sum scans it at 64 threads (tokens
+// 0..31 and 32..63 by warp_prefix_sum, the second half plus the first's
+// total), so the sums are the seed entry's bit for bit.
+// Bindings: 0 g_in, 1 g_cum, 2 chunks, 3 params.
+extern "C" __global__ void __launch_bounds__(256)
 chunk_local_cumsum_varlen_g_f32(const float* __restrict__ g_in, float* __restrict__ g_cum,
                                 const uint2* __restrict__ chunks, const Params* __restrict__ pp) {
-    __shared__ float warp_total[BT / 32];
+    __shared__ float tile[BT][33];   // [token][head of the block]
     const uint2 ch = chunks[blockIdx.x];
     if (!chunk_ok(ch, pp->n_tok)) return;
-    const u32 head = blockIdx.y, i = threadIdx.x;
-    const bool live = i < ch.y;
-    const u64 at = u64(ch.x + i) * pp->h + head;
-    const float x = block_prefix_sum(live ? g_in[at] : 0.0f, warp_total);
-    if (live) g_cum[at] = x;
+    const u32 H = pp->h, lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, head = blockIdx.y * 32u + lane;
+#pragma unroll
+    for (u32 r = warp; r < BT; r += 8u) tile[r][lane] = head < H && r < ch.y ? g_in[u64(ch.x + r) * H + head] : 0.0f;
+    __syncthreads();
+#pragma unroll
+    for (u32 c = 4u * warp; c < 4u * warp + 4u; ++c) {
+        const float lo = warp_prefix_sum(tile[lane][c], lane, 0xffffffffu);
+        const float hi = warp_prefix_sum(tile[32u + lane][c], lane, 0xffffffffu) + (0.0f + __shfl_sync(0xffffffffu, lo, 31));
+        tile[lane][c] = lo + 0.0f;
+        tile[32u + lane][c] = hi;
+    }
+    __syncthreads();
+#pragma unroll
+    for (u32 r = warp; r < BT; r += 8u)
+        if (head < H && r < ch.y) g_cum[u64(ch.x + r) * H + head] = tile[r][lane];
 }
 
 // chunk_local_cumsum_g_f32: B sequences of T tokens [B, T, H], chunks of

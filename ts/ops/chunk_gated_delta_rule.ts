@@ -307,7 +307,7 @@ export interface GdrCumsumArgs extends GdrStepParams, GdrChunks {
 const cumsumStep = gdrStep<GdrCumsumArgs>({
   buffers: (a) => [['gIn', a.gIn, 'f32', a.nTok * a.nHeads], ['gCum', a.gCum, 'f32', a.nTok * a.nHeads], chunksExpect(a, a.chunks)],
   outputs: ['gCum'],
-  launch: () => ({ kernel: CUMSUM, threads: GDR_BT }),
+  launch: (a) => ({ kernel: CUMSUM, threads: GDR_BT, cuda: { grid: [a.nt, Math.ceil(a.nHeads / 32), 1], threads: [256, 1, 1] } }),
 });
 /**
  * The chunks table is a device buffer, so its contents are not read here: a
@@ -317,7 +317,8 @@ const cumsumStep = gdrStep<GdrCumsumArgs>({
 export const validateChunkLocalCumsumVarlen = cumsumStep.validate;
 /**
  * gCum[t, h] = sum of gIn[s, h] for s from the first token of t's chunk
- * through t. Bindings: 0 gIn, 1 gCum, 2 chunks, 3 params. Grid (nt, H), 64 threads.
+ * through t. Bindings: 0 gIn, 1 gCum, 2 chunks, 3 params. Grid (nt, H), 64
+ * threads; on CUDA (nt, ceil(H / 32)) of 256 (a block scans 32 heads of a chunk).
  */
 export const chunkLocalCumsumVarlen = cumsumStep.op;
 export const planChunkLocalCumsumVarlen = cumsumStep.plan;

@@ -23,6 +23,10 @@
 // entry of a case), outputs poisoned first; each variant must give the
 // plan's entry's bits (the K = 128 entry with its ring of
 // InterRing<128, 32, 2>::BYTES as dynamic shared memory, _ws8 its fallback).
+// Then chunk_local_cumsum_varlen_g_f32 at its CUDA launch (a block a chunk
+// and 32 heads) against a float64 chunk-local scan, with H 40 (two blocks of
+// heads, the second partial) and a varlen table, and where the sequences
+// have one length, against the seed entry chunk_local_cumsum_g_f32's bits.
 // `big` adds longer sequences; `inter` runs only the walks.
 #include "sim_kernels.h"  // build.py's output
 #include "sim_util.h"
@@ -305,6 +309,49 @@ void run_inters(const Case& c) {
   run_inter(c, "inter_state_k128_bv16_ws", gated_delta_net_chunk_inter_state_k128_bv16_ws_bf16, 16, 128, true);
 }
 
+// chunk_local_cumsum_varlen_g_f32 at its CUDA launch (grid (nt, ceil(H / 32)),
+// 256 threads) against a float64 chunk-local scan, g_cum poisoned first;
+// tokens of no chunk (none here) and heads past H stay as they were.
+void run_cumsum(const std::vector<u32>& lens, u32 H) {
+  const std::vector<u32> chunks = chunks_of(lens);
+  u32 n = 0;
+  for (u32 L : lens) n += L;
+  const u32 nt = u32(chunks.size() / 2);
+  Arr<float> gin(size_t(n) * H), gout(size_t(n) * H);
+  gin.random(-1.0, 0.0);
+  gout.poison();
+  ChunkGatedDeltaRuleParams p{n, nt, u32(lens.size()), 1, H, 64, 64, 1.0f};
+  const uint2* ch = reinterpret_cast<const uint2*>(chunks.data());
+  sim_launch({nt, (H + 31) / 32, 1}, {256, 1, 1}, 0, [&] { chunk_local_cumsum_varlen_g_f32(gin.p, gout.p, ch, &p); });
+  std::vector<double> want(size_t(n) * H);
+  for (u32 ci = 0; ci < nt; ++ci)
+    for (u32 hh = 0; hh < H; ++hh) {
+      double acc = 0;
+      for (u32 t = 0; t < chunks[2 * ci + 1]; ++t) {
+        const size_t at = size_t(chunks[2 * ci] + t) * H + hh;
+        acc += gin.p[at];
+        want[at] = acc;
+      }
+    }
+  const double e = err(gout, want);
+  // Sequences of one length: the seed's entry (chunks of 64, its launch
+  // (1, H, B NT) x 64) must give the same bits.
+  size_t seed_diff = 0;
+  const bool uniform = std::all_of(lens.begin(), lens.end(), [&](u32 L) { return L == lens[0]; });
+  if (uniform) {
+    Arr<float> gseed(size_t(n) * H);
+    gseed.poison();
+    const u32 B = u32(lens.size()), T = lens[0], NT = (T + 63) / 64;
+    ChunkLocalCumsumParams sp{B, T, H, 64, NT};
+    sim_launch({1, H, B * NT}, {64, 1, 1}, 0, [&] { chunk_local_cumsum_g_f32(gin.p, gseed.p, &sp); });
+    for (size_t i = 0; i < gout.n; ++i) seed_diff += std::memcmp(&gout.p[i], &gseed.p[i], 4) != 0;
+  }
+  const bool ok = e < 1e-6 && seed_diff == 0;
+  if (!ok) failures++;
+  std::printf("%s cumsum varlen H %u, %zu sequences, %u chunks: max err / max %.2e%s\n", ok ? "ok  " : "FAIL", H, lens.size(), nt, e,
+              uniform ? (seed_diff ? " | differs from the seed entry" : " | the seed entry's bits") : "");
+}
+
 int main(int argc, char** argv) {
   const bool big = argc > 1 && std::string(argv[1]) == "big";
   const bool inter_only = argc > 1 && std::string(argv[1]) == "inter";
@@ -325,6 +372,10 @@ int main(int argc, char** argv) {
     if (!inter_only) run_chunk_o(c);
     run_inters(c);
   }
+  run_cumsum({1, 70, 64, 200}, 40);
+  run_cumsum({64}, 1);
+  run_cumsum({100, 100}, 3);
+  run_cumsum({130, 130, 130}, 40);
   if (!wy_only) {
     run_inters({"K 128, V 128, H 4, Hg 2, varlen [130, 3, 64]", 2, 4, 128, 128, {130, 3, 64}, false});
     run_inters({"K 128, V 64, H 2, Hg 1, varlen [300, 64, 1]", 1, 2, 128, 64, {300, 64, 1}, false});
