@@ -792,23 +792,16 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
     u32 th[4][4], tl[4][4];   // T fragments (hi, lo) of column blocks 0..mt
 
     // Slice s in the ring, visible to every thread (at s = 0 with the row
-    // coefficients); slice s + 1 in flight. After using it, a barrier frees
-    // its buffer for slice s + 2.
+    // coefficients); the barrier also says every thread is done with slice
+    // s - 1, whose buffer then takes slice s + 1 (in flight while s is used).
     auto begin = [&](u32 s) -> const bf16* {
-        if (s + 1u < ns) {
-            issue(s + 1u);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        cp_async_wait<0>();
         __syncthreads();
+        if (s + 1u < ns) issue(s + 1u);
         return ring[s & 1u];
     };
 
-    for (u32 s = 0; s < nk; ++s) {
-        wy_kkt_slice(acc, begin(s), FLD, r0, c0, lane);
-        __syncthreads();
-    }
+    for (u32 s = 0; s < nk; ++s) wy_kkt_slice(acc, begin(s), FLD, r0, c0, lane);
     wy_store_a(at, acc, gs, cu, len, r0, c0, lane);
     __syncthreads();
     wy_solve<S4>(at, toff, tid);
@@ -836,7 +829,6 @@ __device__ __forceinline__ void kkt_solve_wu_body(const bf16* __restrict__ k_in,
         } else {
             store_acc_rows(dst, dst_row, acc, r0, c0, len, lane);
         }
-        __syncthreads();   // the ring buffer is free for slice s + 2
     }
 }
 
