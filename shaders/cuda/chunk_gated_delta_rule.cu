@@ -78,10 +78,6 @@ __device__ __forceinline__ float load_beta(const bf16* b, u64 i) { return __bflo
 // for s from the first token of t's chunk through t: one thread per token of
 // the chunk, the scan below.
 
-// Inclusive prefix sum of x over the threads of the block, in thread order: a
-// warp scan by shuffles, then each thread adds the totals of the warps before
-// its own (warp_total: one float per warp). The block may end in a partial
-// warp. Every thread calls it.
 // Inclusive prefix sum of x over the lanes of mask (the warp's first lanes),
 // in lane order, by shuffles.
 __device__ __forceinline__ float warp_prefix_sum(float x, u32 lane, u32 mask) {
@@ -93,6 +89,10 @@ __device__ __forceinline__ float warp_prefix_sum(float x, u32 lane, u32 mask) {
     return x;
 }
 
+// Inclusive prefix sum of x over the threads of the block, in thread order: a
+// warp scan (warp_prefix_sum), then each thread adds the totals of the warps
+// before its own (warp_total: one float per warp). The block may end in a
+// partial warp. Every thread calls it.
 __device__ __forceinline__ float block_prefix_sum(float x, float* warp_total) {
     const u32 i = threadIdx.x, lane = i & 31u, warp = i >> 5;
     const u32 n = min(32u, blockDim.x - (warp << 5));
