@@ -13,8 +13,10 @@
 #
 #   bash bench/ab.sh --tree REV DIR
 #     writes at DIR the files of revision REV that a benchmark run reads (ts,
-#     shaders, bench's TypeScript, the package files), without the tests,
-#     docs, results and sources of the native libraries, with build/ linked
+#     shaders, bench's TypeScript, the package files) and the C ABI's header
+#     (so that the tree's kernel harness, shaders/cuda/tests/kernels_test.cpp,
+#     compiles), without the tests, docs, results and sources of the native
+#     libraries, with build/ linked
 #     (relatively) to this checkout's: the trees share the compiled backend and differ in
 #     what the registry compiles from their own shaders and plans (a change
 #     to native/ needs a build of its own). Edit DIR's files to make a
@@ -26,7 +28,7 @@ if [[ "${1:-}" == "--tree" ]]; then
   [[ $# -eq 3 ]] || { echo "ab.sh: --tree REV DIR" >&2; exit 2; }
   rev="$2" dir="$3"
   mkdir -p "$dir"
-  git -C "$root" archive "$rev" -- ts shaders bench package.json tsconfig.json bunfig.toml | tar -x -C "$dir"
+  git -C "$root" archive "$rev" -- ts shaders native/include bench package.json tsconfig.json bunfig.toml | tar -x -C "$dir"
   rm -rf "$dir/bench/results" "$dir/bench/notes" "$dir/bench/overhead" "$dir"/bench/*.py "$dir"/bench/*.cu
   # Relative links: a tree inside the checkout (an ignored folder carried to
   # a GPU machine with it) finds the build there too.
