@@ -1008,12 +1008,21 @@ __device__ __forceinline__ void walk_wh(float (&xa)[VW / 8][4], A&& a_of, const 
     }
 }
 
+// The gates of step 3 at the thread's rows t_lo and t_lo + 8: exp(g_last - g_t), 0 past len.
+__device__ __forceinline__ void walk_gates(float (&gate)[2], const float* gs, float g_last, u32 t_lo, u32 len) {
+#pragma unroll
+    for (u32 hr = 0; hr < 2; ++hr) {
+        const u32 tl = t_lo + 8u * hr;
+        gate[hr] = tl < len ? expf(g_last - gs[tl]) : 0.0f;
+    }
+}
+
 // 3. vn = u - x at the warp's (t, v) pairs: to v_new (t < len) and
-//    bf16(vn exp(g_last - g_t)) transposed into stage (0 past len). u_of(nj,
-//    hr, tl, vl) gives u's bf16 pair, vnew_at(tl, vl) v_new's place, gs g.
+//    bf16(vn gate) transposed into stage (0 past len). u_of(nj, hr, tl, vl)
+//    gives u's bf16 pair, vnew_at(tl, vl) v_new's place, gate walk_gates'.
 template <u32 VW, class U, class VN>
-__device__ __forceinline__ void walk_vnew(const float (&xa)[VW / 8][4], U&& u_of, VN&& vnew_at, const float* gs,
-                                          float g_last, u32 t_lo, u32 vw0, u32 tq, u32 len, bf16* stage) {
+__device__ __forceinline__ void walk_vnew(const float (&xa)[VW / 8][4], U&& u_of, VN&& vnew_at, const float (&gate)[2],
+                                          u32 t_lo, u32 vw0, u32 tq, u32 len, bf16* stage) {
 #pragma unroll
     for (u32 nj = 0; nj < VW / 8; ++nj)
 #pragma unroll
@@ -1027,9 +1036,8 @@ __device__ __forceinline__ void walk_vnew(const float (&xa)[VW / 8][4], U&& u_of
                 const float vn0 = uf.x - xa[nj][2 * hr];
                 const float vn1 = uf.y - xa[nj][2 * hr + 1];
                 *reinterpret_cast<u32*>(vnew_at(tl, vl)) = pack_bf16(vn0, vn1);
-                const float gate = expf(g_last - gs[tl]);
-                g0 = __float2bfloat16_rn(vn0 * gate);
-                g1 = __float2bfloat16_rn(vn1 * gate);
+                g0 = __float2bfloat16_rn(vn0 * gate[hr]);
+                g1 = __float2bfloat16_rn(vn1 * gate[hr]);
             }
             stage[vl * (BT + 8) + tl] = g0;
             stage[(vl + 1) * (BT + 8) + tl] = g1;
@@ -1175,9 +1183,11 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
         if (!WS && c + 1 < c_end) prefetch_w(c + 1);
 
         // 3.
+        float gate[2];
+        walk_gates(gate, gs, g_last, t_lo, len);
         walk_vnew<VW>(xa, [&](u32 nj, u32 hr, u32, u32) { return uc[nj][hr]; },
-                      [&](u32 tl, u32 vl) { return v_new + (u64(t0 + tl) * H + head) * V + v0 + vl; }, gs, g_last,
-                      t_lo, vw0, tq, len, stage);
+                      [&](u32 tl, u32 vl) { return v_new + (u64(t0 + tl) * H + head) * V + v0 + vl; }, gate, t_lo,
+                      vw0, tq, len, stage);
         __syncthreads();
         if (WS && c + 1 < c_end) prefetch_w(c + 1);   // every warp is past step 2
 
@@ -1240,16 +1250,17 @@ GDR_INTER_STATE(k128_bv16_ws, 128, 16, true, 4)
 // The walk with its operands in a ring (the op's entry at K = 128,
 // gated_delta_net_chunk_inter_state_k128_bf16 on CUDA): the values and
 // bits of inter_state_seq, with every operand of a chunk (its k, w and u rows
-// and g) copied by cp.async into one of S slots of dynamic shared memory,
-// issued S - 1 chunks ahead (chunk c + S - 1 into the slot chunk c - 1 used,
-// once every warp is past chunk c - 1), and two barriers a chunk instead of
+// and g) copied by cp.async into one of S = 2 slots of dynamic shared memory,
+// issued a chunk ahead (chunk c + 1 into the slot chunk c - 1 used, once
+// every warp is past chunk c - 1), and two barriers a chunk instead of
 // three. Each thread's copies keep their places from chunk to chunk, so their
 // offsets are computed once (32-bit) and a chunk adds one base a operand.
 // Per chunk:
 //   1. hb = bf16(h) into shared memory; wait for the chunk's group; barrier
-//      (hb and the slot published); the copies of chunk c + S - 1; hb to
-//      h_out; h *= exp(g[last]).
-//   2. x = w hb^T, 3. vn = u - x to v_new and vg into stage; barrier;
+//      (hb and the slot published); chunk c + 1's w, u and g copies.
+//   2. x = w hb^T issued; then the gates, chunk c + 1's k copies, hb to
+//      h_out and h *= exp(g[last]) while the products run.
+//   3. vn = u - x to v_new and vg into stage; barrier;
 //   4. h += stage k_rows, as inter_state_seq.
 // Offsets inside a chunk (64 rows of k, w, u, v_new) are 32-bit: the op takes
 // this form where 64 H max(K, V) < 2^31. Shared memory: hb BV x (KD + 8) and
@@ -1306,35 +1317,55 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
     const bf16* wbase = w_in + (u64(bos) * H + head) * KD;
     const bf16* ubase = u_in + (u64(bos) * H + head) * V + v0;
     const float* gbase = g_in + u64(bos) * H + head;
-    // Chunk c's operands into its slot, 0 past len; one group a chunk (empty
-    // past the last, so that the wait counts the same groups at every chunk).
-    auto prefetch = [&](u32 c) {
+    // Chunk c's operands into its slot, 0 past len, in two parts a chunk
+    // ahead: copy_wug (w, u and g rows) after the chunk's first barrier,
+    // copy_k (the k rows, then the commit: one group a chunk, empty past the
+    // last, so that the wait counts the same groups at every chunk) while step
+    // 2's products run, with the snapshot's stores and the decay. The block's
+    // copies take about a third of a chunk's 3300 cycles of load-store issue
+    // wherever they stand; spread out, less of it stands in line before step
+    // 2 (bench/notes/gdn-walk-phases-2026-11-29.md).
+    static_assert(S == 2, "the copies run one chunk ahead");
+    auto slot_of = [&](u32 c, u32& i, u32& len) -> unsigned char* {
+        i = c - c_first;
+        len = min(BT, eos - bos - i * BT);
+        return ring + (i % S) * R::SLOT;
+    };
+    auto copy_wug = [&](u32 c) {
+        if (c >= c_end) return;
+        u32 i, len;
+        unsigned char* s = slot_of(c, i, len);
+        bf16* ws = reinterpret_cast<bf16*>(s + R::W_OFF);
+        const bf16* wp = wbase + i * wstep;
+#pragma unroll
+        for (u32 r = 0; r < KC; ++r) {
+            const bool live = tc + TSTEP * r < len;
+            cp_async16(ws + dst + TSTEP * LDK * r, wp + (live ? wsrc + TSTEP * H * KD * r : 0u), live);
+        }
+        if (tid < BT * UQ) {
+            const bool live = tu < len;
+            cp_async16(reinterpret_cast<bf16*>(s + R::U_OFF) + tu * LDU + qu, ubase + i * ustep + (live ? usrc : 0u), live);
+        }
+        if (tid < BT) {
+            const bool live = tid < len;
+            cp_async4(reinterpret_cast<float*>(s + R::G_OFF) + tid, gbase + (u64(i) * BT + (live ? tid : 0u)) * H, live);
+        }
+    };
+    auto copy_k = [&](u32 c) {
         if (c < c_end) {
-            const u32 i = c - c_first, len = min(BT, eos - bos - i * BT);
-            unsigned char* s = ring + (i % S) * R::SLOT;
-            bf16* ks = reinterpret_cast<bf16*>(s);
-            bf16* ws = reinterpret_cast<bf16*>(s + R::W_OFF);
+            u32 i, len;
+            bf16* ks = reinterpret_cast<bf16*>(slot_of(c, i, len));
             const bf16* kp = kbase + i * kstep;
-            const bf16* wp = wbase + i * wstep;
 #pragma unroll
             for (u32 r = 0; r < KC; ++r) {
                 const bool live = tc + TSTEP * r < len;
                 cp_async16(ks + dst + TSTEP * LDK * r, kp + (live ? ksrc + TSTEP * Hg * KD * r : 0u), live);
-                cp_async16(ws + dst + TSTEP * LDK * r, wp + (live ? wsrc + TSTEP * H * KD * r : 0u), live);
-            }
-            if (tid < BT * UQ) {
-                const bool live = tu < len;
-                cp_async16(reinterpret_cast<bf16*>(s + R::U_OFF) + tu * LDU + qu, ubase + i * ustep + (live ? usrc : 0u), live);
-            }
-            if (tid < BT) {
-                const bool live = tid < len;
-                cp_async4(reinterpret_cast<float*>(s + R::G_OFF) + tid, gbase + (u64(i) * BT + (live ? tid : 0u)) * H, live);
             }
         }
         cp_async_commit();
     };
-#pragma unroll
-    for (u32 i = 0; i + 1 < S; ++i) prefetch(c_first + i);
+    copy_wug(c_first);
+    copy_k(c_first);
 
     for (u32 c = c_first; c < c_end; ++c) {
         const u32 i = c - c_first, t0 = bos + i * BT, len = min(BT, eos - t0);
@@ -1346,25 +1377,29 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
 
         // 1.
         h.to_hb(hb);
-        cp_async_wait<S - 2>();   // this chunk's group (the next chunks' may still be in flight)
+        cp_async_wait<0>();   // this chunk's group
         __syncthreads();
-        prefetch(c + S - 1);
-        walk_snapshot<KD, BV, NTH>(h_out + ((u64(c) * H + head) * V + v0) * KD, hb, tid);
+        copy_wug(c + 1);
         const float g_last = gsl[len - 1];
-        h.scale(expf(g_last));
 
-        // 2.
+        // 2., with the gates, the k rows' copies, the snapshot and the
+        // decay while its products run.
         float xa[VW / 8][4];
         u32 wa[4];
         walk_wh<KD, VW>(xa, [&](u32 kk) -> const u32(&)[4] {
             frag_a(wa, ws, LDK, trow, 16u * kk, lane);
             return wa;
         }, hb, trow, vw0, len, lane);
+        float gate[2];
+        walk_gates(gate, gsl, g_last, t_lo, len);
+        copy_k(c + 1);
+        walk_snapshot<KD, BV, NTH>(h_out + ((u64(c) * H + head) * V + v0) * KD, hb, tid);
+        h.scale(expf(g_last));
 
         // 3.
         bf16* vrow = v_new + (u64(t0) * H + head) * V + v0;
         walk_vnew<VW>(xa, [&](u32, u32, u32 tl, u32 vl) { return *reinterpret_cast<const u32*>(us + tl * LDU + vl); },
-                      [&](u32 tl, u32 vl) { return vrow + tl * H * V + vl; }, gsl, g_last, t_lo, vw0, tq, len, stage);
+                      [&](u32 tl, u32 vl) { return vrow + tl * H * V + vl; }, gate, t_lo, vw0, tq, len, stage);
         __syncthreads();
 
         // 4.
@@ -1396,6 +1431,7 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
     }
 GDR_INTER_RING(k128, 128, 32, 8, 2)
 #undef GDR_INTER_RING
+
 
 // gated_delta_net_chunk_inter_state_bf16 (the seed's entry, driven by host
 // code written against mlx-native): sequence b is tokens [b T, b T + T),
