@@ -1260,11 +1260,12 @@ GDR_INTER_STATE(k128_bv16_ws, 128, 16, true, 4)
 //      (hb and the slot published); chunk c + 1's w, u and g copies.
 //   2. x = w hb^T issued; then the gates, chunk c + 1's k copies, hb to
 //      h_out and h *= exp(g[last]) while the products run.
-//   3. vn = u - x to v_new and vg into stage; barrier;
+//   3. vn = u - x into vs and vg into stage; barrier; vs to v_new by
+//      16-byte row pieces;
 //   4. h += stage k_rows, as inter_state_seq.
 // Offsets inside a chunk (64 rows of k, w, u, v_new) are 32-bit: the op takes
-// this form where 64 H max(K, V) < 2^31. Shared memory: hb BV x (KD + 8) and
-// stage BV x 72 bf16 static, the ring (InterRing<KD, BV, S>::BYTES) dynamic:
+// this form where 64 H max(K, V) < 2^31. Shared memory: hb BV x (KD + 8),
+// stage BV x 72 and vs 64 x (BV + 8) bf16 static, the ring (InterRing<KD, BV, S>::BYTES) dynamic:
 // 80384 bytes at KD 128, BV 32, S 2, so two blocks fit an SM. Two slots
 // (copies one chunk ahead) against three (two ahead): the walk alone 11 %
 // faster on an H200 (bench/notes/gdn-walk-ring-2026-11-29.md).
@@ -1287,7 +1288,7 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
                                                      bf16* __restrict__ v_new, float* __restrict__ final_state,
                                                      u32 H, u32 Hg, u32 V, u32 bos, u32 eos, u32 c_first, u32 c_end,
                                                      u32 state, u32 v0, u32 head, unsigned char* ring, bf16* hb,
-                                                     bf16* stage) {
+                                                     bf16* stage, bf16* vs) {
     using R = InterRing<KD, BV, S>;
     static_assert(NW == 4 || NW == 8, "4 or 8 warps");
     constexpr u32 NTH = 32 * NW;
@@ -1295,6 +1296,7 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
     constexpr u32 VW = BV * 4 / NW;           // V rows of a warp in steps 2 and 3
     constexpr u32 KC = BT * KD / 8 / NTH;     // 16-byte copies of k (and of w) a thread
     constexpr u32 UQ = BV / 8;                // 16-byte pieces of a u row
+    constexpr u32 LDVS = BV + 8;              // vs rows: v_new [64][BV] bf16 of the chunk
     static_assert(BT * UQ <= NTH, "one u copy a thread at most");
     const u32 tid = threadIdx.x;
     WalkState<KD, BV, NW> h(tid);
@@ -1396,11 +1398,16 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
         walk_snapshot<KD, BV, NTH>(h_out + ((u64(c) * H + head) * V + v0) * KD, hb, tid);
         h.scale(expf(g_last));
 
-        // 3.
-        bf16* vrow = v_new + (u64(t0) * H + head) * V + v0;
+        // 3. (v_new's rows into vs, then to memory by 16-byte pieces after
+        // the barrier: a thread's 4-byte stores would each touch 8 rows.)
         walk_vnew<VW>(xa, [&](u32, u32, u32 tl, u32 vl) { return *reinterpret_cast<const u32*>(us + tl * LDU + vl); },
-                      [&](u32 tl, u32 vl) { return vrow + tl * H * V + vl; }, gate, t_lo, vw0, tq, len, stage);
+                      [&](u32 tl, u32 vl) { return vs + tl * LDVS + vl; }, gate, t_lo, vw0, tq, len, stage);
         __syncthreads();
+#pragma unroll
+        for (u32 e = tid; e < BT * (BV / 8); e += NTH) {
+            const u32 r = e / (BV / 8), q = (e % (BV / 8)) * 8u;
+            if (r < len) *reinterpret_cast<uint4*>(v_new + (u64(t0 + r) * H + head) * V + v0 + q) = *reinterpret_cast<const uint4*>(vs + r * LDVS + q);
+        }
 
         // 4.
         h.add_vg_k(stage, ks, LDK, len);
@@ -1421,13 +1428,14 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
         const Params* __restrict__ pp) {                                                                         \
         __shared__ __align__(16) bf16 hb[BV * (KD + 8)];                                                         \
         __shared__ __align__(16) bf16 stage[BV * (BT + 8)];                                                      \
+        __shared__ __align__(16) bf16 vs[BT * (BV + 8)];                                                         \
         extern __shared__ __align__(16) unsigned char dyn[];                                                     \
         const u32 seq = blockIdx.z;                                                                              \
         const uint2 first = seqs[seq], next = seqs[seq + 1];                                                     \
         if (!seq_ok(first, next, pp->n_tok, pp->nt)) return;                                                     \
         inter_state_ring_seq<KD, BV, NW, S>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, pp->h,        \
                                             pp->hg, pp->v, first.x, next.x, first.y, next.y, seq,                \
-                                            blockIdx.x * BV, blockIdx.y, dyn, hb, stage);                        \
+                                            blockIdx.x * BV, blockIdx.y, dyn, hb, stage, vs);                    \
     }
 GDR_INTER_RING(k128, 128, 32, 8, 2)
 #undef GDR_INTER_RING
