@@ -1017,10 +1017,19 @@ __device__ __forceinline__ void walk_gates(float (&gate)[2], const float* gs, fl
     }
 }
 
+// stage's place of (v, t): rows of 72 (padded), or with SW the 128-byte
+// swizzled rows of 64 t a wgmma reads K-major (the tile 1024-byte aligned).
+template <bool SW>
+__device__ __forceinline__ u32 stage_at(u32 v, u32 t) {
+    if constexpr (SW) return v * BT + ((((t >> 3) ^ (v & 7u))) << 3) + (t & 7u);
+    else return v * (BT + 8) + t;
+}
+
 // 3. vn = u - x at the warp's (t, v) pairs: to v_new (t < len) and
-//    bf16(vn gate) transposed into stage (0 past len). u_of(nj, hr, tl, vl)
-//    gives u's bf16 pair, vnew_at(tl, vl) v_new's place, gate walk_gates'.
-template <u32 VW, class U, class VN>
+//    bf16(vn gate) transposed into stage (0 past len; stage_at<SW>'s
+//    places). u_of(nj, hr, tl, vl) gives u's bf16 pair, vnew_at(tl, vl)
+//    v_new's place, gate walk_gates'.
+template <u32 VW, bool SW = false, class U, class VN>
 __device__ __forceinline__ void walk_vnew(const float (&xa)[VW / 8][4], U&& u_of, VN&& vnew_at, const float (&gate)[2],
                                           u32 t_lo, u32 vw0, u32 tq, u32 len, bf16* stage) {
 #pragma unroll
@@ -1039,10 +1048,86 @@ __device__ __forceinline__ void walk_vnew(const float (&xa)[VW / 8][4], U&& u_of
                 g0 = __float2bfloat16_rn(vn0 * gate[hr]);
                 g1 = __float2bfloat16_rn(vn1 * gate[hr]);
             }
-            stage[vl * (BT + 8) + tl] = g0;
-            stage[(vl + 1) * (BT + 8) + tl] = g1;
+            stage[stage_at<SW>(vl, tl)] = g0;
+            stage[stage_at<SW>(vl + 1, tl)] = g1;
         }
 }
+
+#ifdef MLXN_WGMMA
+// The K = 128, 32 V rows walk's state on warpgroup products (8 warps, two
+// warpgroups): the update's accumulator D[k, v] of m64n32k16, warpgroup g
+// holding K rows 64 g .. 64 g + 63. Element i of a thread (warp w % 4 = w4,
+// lane quad gq, tq): k = 64 g + 16 w4 + gq + 8 ((i / 2) % 2), v = 8 (i / 4)
+// + 2 tq + i % 2. hb is bf16(h) as [2 column blocks of 64 K][32 V][64 K]
+// in 128-byte swizzled rows (K-major: x's B operand), 1024-byte aligned.
+struct WalkStateWg {
+    static constexpr u32 KD = 128, BV = 32;
+    float d[16];
+    u32 g, w4, gq, tq, k0;
+
+    __device__ __forceinline__ WalkStateWg(u32 tid)
+        : g(tid >> 7), w4((tid >> 5) & 3u), gq((tid & 31u) >> 2), tq(tid & 3u), k0(64u * (tid >> 7) + 16u * ((tid >> 5) & 3u)) {}
+    __device__ __forceinline__ u32 k_of(u32 i) const { return k0 + gq + 8u * ((i >> 1) & 1u); }
+    __device__ __forceinline__ u32 v_of(u32 i) const { return 8u * (i >> 2) + 2u * tq + (i & 1u); }
+    __device__ __forceinline__ void load(const float* __restrict__ src) {
+#pragma unroll
+        for (u32 i = 0; i < 16; ++i) d[i] = src[u64(v_of(i)) * KD + k_of(i)];
+    }
+    __device__ __forceinline__ void store(float* __restrict__ dst) const {
+#pragma unroll
+        for (u32 i = 0; i < 16; ++i) dst[u64(v_of(i)) * KD + k_of(i)] = d[i];
+    }
+    __device__ __forceinline__ static u32 hb_at(u32 v, u32 k) {
+        const u32 kk = k & 63u;
+        return (k >> 6) * (BV * 64u) + v * 64u + (((kk >> 3) ^ (v & 7u)) << 3) + (kk & 7u);
+    }
+    __device__ __forceinline__ void to_hb(bf16* hb) const {
+#pragma unroll
+        for (u32 i = 0; i < 16; ++i) hb[hb_at(v_of(i), k_of(i))] = __float2bfloat16_rn(d[i]);
+    }
+    __device__ __forceinline__ void scale(float decay) {
+#pragma unroll
+        for (u32 i = 0; i < 16; ++i) d[i] *= decay;
+    }
+    // h += stage k_rows: A = k^T from the k rows [64][ldk] (ldmatrix.trans,
+    // this warp's 16 K rows), B = stage (K-major swizzled [32 V][64 t]).
+    __device__ __forceinline__ void update(const bf16* stage, const bf16* k_rows, u32 ldk, u32 lane) {
+        u32 ka[4][4];
+#pragma unroll
+        for (u32 tt = 0; tt < 4; ++tt)
+            ldsm_x4_trans(k_rows + (16u * tt + (lane & 7u) + 8u * (lane >> 4)) * ldk + k0 + 8u * ((lane >> 3) & 1u),
+                          ka[tt][0], ka[tt][1], ka[tt][2], ka[tt][3]);
+        acc_fence(d);
+        wgmma_fence();
+#pragma unroll
+        for (u32 tt = 0; tt < 4; ++tt) wgmma_rsk_bf16(d, ka[tt], wgmma_desc_sw128(stage + 16u * tt));
+        wgmma_commit();
+        wgmma_wait<0>();
+        acc_fence(d);
+    }
+    // x[t, v] = w hb^T for this warp's 16 t rows and the warpgroup's 16 V
+    // rows (16 g ..): wa the w A fragments of the 8 K steps (owned by the
+    // wgmma until wait_x).
+    __device__ __forceinline__ void issue_x(float (&x)[8], const u32 (&wa)[8][4], const bf16* hb) const {
+#pragma unroll
+        for (u32 e = 0; e < 8; ++e) x[e] = 0.0f;
+        acc_fence(x);
+        wgmma_fence();
+#pragma unroll
+        for (u32 kk = 0; kk < 8; ++kk)
+            wgmma_rsk_bf16(x, wa[kk], wgmma_desc_sw128(hb + (kk >> 2) * (BV * 64u) + 16u * g * 64u + 16u * (kk & 3u)));
+        wgmma_commit();
+    }
+    // hb (swizzled) to the chunk's snapshot [32][128] in h_out, 16-byte stores by 256 threads.
+    __device__ __forceinline__ static void snapshot(bf16* __restrict__ hsnap, const bf16* hb, u32 tid) {
+#pragma unroll
+        for (u32 r = 0; r < 2; ++r) {
+            const u32 e = tid + 256u * r, v = e >> 4, q = e & 15u;
+            *reinterpret_cast<uint4*>(hsnap + v * KD + 8u * q) = *reinterpret_cast<const uint4*>(hb + hb_at(v, 8u * q));
+        }
+    }
+};
+#endif
 
 // Tokens [bos, eos) of one sequence, its chunks c_first..c_end (chunk c
 // starts at bos + (c - c_first) * 64), its state at index state of h0 and
@@ -1281,7 +1366,21 @@ struct InterRing {
     static_assert(S >= 2, "a slot being read and one being filled");
 };
 
-template <u32 KD, u32 BV, u32 NW, u32 S>
+// The ring walk's state: WalkState's, or with WG (K 128, 32 V rows, 8
+// warps) WalkStateWg's.
+template <bool WG, u32 KD, u32 BV, u32 NW>
+struct WalkStateOf {
+    using type = WalkState<KD, BV, NW>;
+};
+#ifdef MLXN_WGMMA
+template <u32 KD, u32 BV, u32 NW>
+struct WalkStateOf<true, KD, BV, NW> {
+    static_assert(KD == 128 && BV == 32 && NW == 8, "the warpgroup walk is K 128, 32 V rows, 8 warps");
+    using type = WalkStateWg;
+};
+#endif
+
+template <u32 KD, u32 BV, u32 NW, u32 S, bool WG = false>
 __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
                                                      const bf16* __restrict__ u_in, const float* __restrict__ g_in,
                                                      const float* __restrict__ h0, bf16* __restrict__ h_out,
@@ -1299,8 +1398,8 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
     constexpr u32 LDVS = BV + 8;              // vs rows: v_new [64][BV] bf16 of the chunk
     static_assert(BT * UQ <= NTH, "one u copy a thread at most");
     const u32 tid = threadIdx.x;
-    WalkState<KD, BV, NW> h(tid);
-    const u32 lane = h.lane, warp = h.warp, gq = h.gq, tq = h.tq;
+    typename WalkStateOf<WG, KD, BV, NW>::type h(tid);
+    const u32 lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
     const u32 kh = head / (H / Hg);
     const u32 trow = 16u * (warp % 4u), vw0 = VW * (warp / 4u);   // steps 2, 3: t rows [trow, +16), V rows [vw0, +VW)
     const u32 t_lo = trow + gq;
@@ -1380,6 +1479,9 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
         // 1.
         h.to_hb(hb);
         cp_async_wait<0>();   // this chunk's group
+#ifdef MLXN_WGMMA
+        if constexpr (WG) fence_proxy_async_smem();   // hb for the warpgroups' products
+#endif
         __syncthreads();
         copy_wug(c + 1);
         const float g_last = gsl[len - 1];
@@ -1387,21 +1489,40 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
         // 2., with the gates, the k rows' copies, the snapshot and the
         // decay while its products run.
         float xa[VW / 8][4];
-        u32 wa[4];
-        walk_wh<KD, VW>(xa, [&](u32 kk) -> const u32(&)[4] {
-            frag_a(wa, ws, LDK, trow, 16u * kk, lane);
-            return wa;
-        }, hb, trow, vw0, len, lane);
         float gate[2];
-        walk_gates(gate, gsl, g_last, t_lo, len);
-        copy_k(c + 1);
-        walk_snapshot<KD, BV, NTH>(h_out + ((u64(c) * H + head) * V + v0) * KD, hb, tid);
-        h.scale(expf(g_last));
+        if constexpr (WG) {
+#ifdef MLXN_WGMMA
+            u32 wa[8][4];
+#pragma unroll
+            for (u32 kk = 0; kk < 8; ++kk) frag_a(wa[kk], ws, LDK, trow, 16u * kk, lane);
+            float(&x8)[8] = reinterpret_cast<float(&)[8]>(xa);
+            h.issue_x(x8, wa, hb);
+            walk_gates(gate, gsl, g_last, t_lo, len);
+            copy_k(c + 1);
+            WalkStateWg::snapshot(h_out + ((u64(c) * H + head) * V + v0) * KD, hb, tid);
+            h.scale(expf(g_last));
+            wgmma_wait<0>();
+            acc_fence(x8);
+#endif
+        } else {
+            u32 wa[4];
+            walk_wh<KD, VW>(xa, [&](u32 kk) -> const u32(&)[4] {
+                frag_a(wa, ws, LDK, trow, 16u * kk, lane);
+                return wa;
+            }, hb, trow, vw0, len, lane);
+            walk_gates(gate, gsl, g_last, t_lo, len);
+            copy_k(c + 1);
+            walk_snapshot<KD, BV, NTH>(h_out + ((u64(c) * H + head) * V + v0) * KD, hb, tid);
+            h.scale(expf(g_last));
+        }
 
         // 3. (v_new's rows into vs, then to memory by 16-byte pieces after
         // the barrier: a thread's 4-byte stores would each touch 8 rows.)
-        walk_vnew<VW>(xa, [&](u32, u32, u32 tl, u32 vl) { return *reinterpret_cast<const u32*>(us + tl * LDU + vl); },
-                      [&](u32 tl, u32 vl) { return vs + tl * LDVS + vl; }, gate, t_lo, vw0, tq, len, stage);
+        walk_vnew<VW, WG>(xa, [&](u32, u32, u32 tl, u32 vl) { return *reinterpret_cast<const u32*>(us + tl * LDU + vl); },
+                          [&](u32 tl, u32 vl) { return vs + tl * LDVS + vl; }, gate, t_lo, vw0, tq, len, stage);
+#ifdef MLXN_WGMMA
+        if constexpr (WG) fence_proxy_async_smem();   // stage for the update's products
+#endif
         __syncthreads();
 #pragma unroll
         for (u32 e = tid; e < BT * (BV / 8); e += NTH) {
@@ -1410,7 +1531,13 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
         }
 
         // 4.
-        h.add_vg_k(stage, ks, LDK, len);
+        if constexpr (WG) {
+#ifdef MLXN_WGMMA
+            h.update(stage, ks, LDK, lane);
+#endif
+        } else {
+            h.add_vg_k(stage, ks, LDK, len);
+        }
     }
     cp_async_wait<0>();   // the empty groups past the last chunk
 
@@ -1439,6 +1566,36 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
     }
 GDR_INTER_RING(k128, 128, 32, 8, 2)
 #undef GDR_INTER_RING
+
+#ifdef MLXN_WGMMA
+// The ring walk at K = 128 on warpgroup products (sm_90a; the harness's
+// variant, not yet the op's): x = w hb^T as m64n16k16 (w's A fragments from
+// registers, hb K-major swizzled), h += k^T vg as m64n32k16 (k^T by
+// ldmatrix.trans, vg K-major swizzled), the state the update's accumulator
+// (WalkStateWg). Grid and threads as the k128 entry's; dynamic shared
+// memory GDR_INTER_WG_BYTES: from its first 1024-byte boundary hb (8 KB),
+// stage (4 KB), then the ring. Not the op's bits (the tensor cores sum in
+// their own order).
+constexpr u32 GDR_INTER_WG_BYTES = 1024 + 32 * 128 * 2 + 32 * BT * 2 + InterRing<128, 32, 2>::BYTES;
+extern "C" __global__ void __launch_bounds__(256) gated_delta_net_chunk_inter_state_k128_wg_bf16(
+    const bf16* __restrict__ k_in, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
+    const float* __restrict__ g_in, const float* __restrict__ h0, bf16* __restrict__ h_out,
+    bf16* __restrict__ v_new, float* __restrict__ final_state, const uint2* __restrict__ seqs,
+    const Params* __restrict__ pp) {
+    __shared__ __align__(16) bf16 vs[BT * (32 + 8)];
+    extern __shared__ __align__(16) unsigned char dyn[];
+    unsigned char* base = dyn + ((1024u - (smem_addr(dyn) & 1023u)) & 1023u);
+    bf16* hb = reinterpret_cast<bf16*>(base);
+    bf16* stage = hb + 32 * 128;
+    unsigned char* ring = base + 32 * 128 * 2 + 32 * BT * 2;
+    const u32 seq = blockIdx.z;
+    const uint2 first = seqs[seq], next = seqs[seq + 1];
+    if (!seq_ok(first, next, pp->n_tok, pp->nt)) return;
+    inter_state_ring_seq<128, 32, 8, 2, true>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, pp->h, pp->hg,
+                                              pp->v, first.x, next.x, first.y, next.y, seq, blockIdx.x * 32u,
+                                              blockIdx.y, ring, hb, stage, vs);
+}
+#endif
 
 
 // gated_delta_net_chunk_inter_state_bf16 (the seed's entry, driven by host

@@ -1273,6 +1273,25 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[R], const u32 (&a)[4], u64 b
     if constexpr (SameType<T, __nv_bfloat16>::value) wgmma_rs_bf16(d, a, b);
     else wgmma_rs_f16(d, a, b);
 }
+// The RS form with B K-major (imm-trans-b = 0; descriptor b from
+// wgmma_desc_sw128: B's N rows of 128-byte swizzled K), at N = 16 and 32 (the
+// gated delta net's walk: its V slice of 32 rows): wgmma_rsk_bf16 /
+// wgmma_rsk_f16 on 8 or 16 accumulators, a as wgmma_rs's. Operand numbers as
+// MLXN_WGMMA_RS.
+#define MLXN_WGMMA_RSK_T(TY, R, N, IA0, IA1, IA2, IA3, IB, IP, D, ...)                                         \
+    __device__ __forceinline__ void wgmma_rsk_##TY(float (&d)[R], const u32 (&a)[4], u64 b) {                    \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                                           \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #TY "." #TY " " D ", {%" #IA0 ", %" #IA1  \
+                     ", %" #IA2 ", %" #IA3 "}, %" #IB ", p, 1, 1, 0;\n}\n"                                       \
+                     : __VA_ARGS__                                                                               \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                              \
+    }
+#define MLXN_WGMMA_RSK(R, N, IA0, IA1, IA2, IA3, IB, IP, D, ...)                       \
+    MLXN_WGMMA_RSK_T(bf16, R, N, IA0, IA1, IA2, IA3, IB, IP, D, __VA_ARGS__)          \
+    MLXN_WGMMA_RSK_T(f16, R, N, IA0, IA1, IA2, IA3, IB, IP, D, __VA_ARGS__)
+MLXN_WGMMA_RSK(16, 32, 16, 17, 18, 19, 20, 21, "{" MLXN_WG_R0 "}", MLXN_WG_F16(0))
+MLXN_WGMMA_RSK(8, 16, 8, 9, 10, 11, 12, 13, "{%0, %1, %2, %3, %4, %5, %6, %7}", MLXN_WG_F4(0), MLXN_WG_F4(4))
+
 // As acc_fence, for the 16-bit A operand registers of the RS form.
 template <int N>
 __device__ __forceinline__ void reg_fence(u32 (&a)[N][4]) {

@@ -379,7 +379,8 @@ template <int N> inline void cp_async_wait() {
 //     since the thread's last wait_group (the PTX rule for accumulators
 //     touched between them), and the same descriptors on every lane of the
 //     warp (.aligned); the block's threads must be whole warpgroups.
-//   - the RS form (A from registers, B MN-major: imm-trans-b = 1), as
+//   - the RS form (A from registers, B MN-major: imm-trans-b = 1, or
+//     K-major as the SS form's B for wgmma_rsk_*), as
 //     FlashAttention's P V uses it: A's 64 x 16 fragment, warp w % 4 holding
 //     rows 16 w .. 16 w + 15 as mma.sync m16n8k16's A (a[0] (g, 2t..2t+1),
 //     a[1] (g + 8, ...), a[2] (g, 2t+8..), a[3] (g + 8, 2t+8..), g = lane / 4,
@@ -390,7 +391,7 @@ template <int N> inline void cp_async_wait() {
 //     2 (n % 64) + (n / 64) LBO + 128 (k % 8) + (k / 8) SBO, then the swizzle.
 // Not modelled: the proxy fence (fence.proxy.async is a no-op here; a
 // missing one would not show) and the hardware's own order of summation.
-struct SimWgmma { float* d; unsigned regs; uint64_t a, b; bool bf; bool rs = false; const sim_u32* ap[32] = {}; };
+struct SimWgmma { float* d; unsigned regs; uint64_t a, b; bool bf; bool rs = false; const sim_u32* ap[32] = {}; bool bmn = false; };
 inline thread_local std::vector<SimWgmma> sim_wg_open;
 inline thread_local std::deque<std::vector<SimWgmma>> sim_wg_groups;
 inline thread_local bool sim_wg_fenced = false;
@@ -420,7 +421,7 @@ inline void sim_wg_perform(const SimWgmma& op) {
     float s = op.d[i];
     for (unsigned k = 0; k < 16; ++k) {
       const float av = op.rs ? sim_wg_reg(op, l, hi, k) : sim_wg_elem(op.a, row, k, op.bf);
-      s += av * sim_wg_elem(op.b, col, k, op.bf, op.rs);
+      s += av * sim_wg_elem(op.b, col, k, op.bf, op.bmn);
     }
     op.d[i] = s;
   }
@@ -439,13 +440,14 @@ template <int R> inline void wgmma_bf16(float (&d)[R], uint64_t a, uint64_t b) {
 template <int R> inline void wgmma_f16(float (&d)[R], uint64_t a, uint64_t b) { sim_wgmma(d, a, b, false); }
 // The RS form: every lane's register array is noted, to be read at the wait.
 template <int R>
-inline void sim_wgmma_rs(float (&d)[R], const sim_u32 (&a)[4], uint64_t b, bool bf) {
-  static_assert(R == 64 || R == 128, "the RS form at N = 128 or 256");
+inline void sim_wgmma_rs(float (&d)[R], const sim_u32 (&a)[4], uint64_t b, bool bf, bool bmn = true) {
+  static_assert(R % 4 == 0 && R >= 4 && R <= 128, "m64nNk16 with N a multiple of 8 from 8 to 256");
   if ((blockDim.x * blockDim.y * blockDim.z) % 128 != 0) sim_fail("wgmma: the block is not whole warpgroups");
   if (!sim_wg_fenced) sim_fail("wgmma: issued without a wgmma.fence since the last wait_group");
   const uint64_t b0 = sim_exchange(b, 0);
   if (b0 != b) sim_fail("wgmma: descriptors differ across the warp");
   SimWgmma op{d, unsigned(R), 0, b, bf, true};
+  op.bmn = bmn;
   const sim_u32* mine = a;
   sim_warp_sync();
   std::memcpy(sim_slot(sim_lane()), &mine, sizeof(mine));
@@ -456,6 +458,9 @@ inline void sim_wgmma_rs(float (&d)[R], const sim_u32 (&a)[4], uint64_t b, bool 
 }
 template <int R> inline void wgmma_rs_bf16(float (&d)[R], const sim_u32 (&a)[4], uint64_t b) { sim_wgmma_rs(d, a, b, true); }
 template <int R> inline void wgmma_rs_f16(float (&d)[R], const sim_u32 (&a)[4], uint64_t b) { sim_wgmma_rs(d, a, b, false); }
+// The RS form with B K-major (common.cuh's wgmma_rsk_*).
+template <int R> inline void wgmma_rsk_bf16(float (&d)[R], const sim_u32 (&a)[4], uint64_t b) { sim_wgmma_rs(d, a, b, true, false); }
+template <int R> inline void wgmma_rsk_f16(float (&d)[R], const sim_u32 (&a)[4], uint64_t b) { sim_wgmma_rs(d, a, b, false, false); }
 inline void wgmma_fence() { sim_wg_fenced = true; }
 inline void wgmma_commit() {
   sim_wg_groups.push_back(std::move(sim_wg_open));
