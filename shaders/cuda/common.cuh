@@ -1254,20 +1254,21 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[R], u64 a, u64 b) {
 // 8 j + 7] as a[i] = (d[8 j + 2 i], d[8 j + 2 i + 1]). The registers of a
 // belong to the wgmma until a wgmma_wait covers its group.
 // As MLXN_WGMMA_SS: IA the first of a's four operand numbers (R), IB b's
-// (R + 4), IP the flag's (R + 5).
-#define MLXN_WGMMA_RS_T(TY, R, N, IA0, IA1, IA2, IA3, IB, IP, D, ...)                                          \
-    __device__ __forceinline__ void wgmma_rs_##TY(float (&d)[R], const u32 (&a)[4], u64 b) {                     \
+// (R + 4), IP the flag's (R + 5); NAME rs with TB 1 (B MN-major), rsk with
+// TB 0 (B K-major, below).
+#define MLXN_WGMMA_RS_T(NAME, TB, TY, R, N, IA0, IA1, IA2, IA3, IB, IP, D, ...)                                \
+    __device__ __forceinline__ void wgmma_##NAME##_##TY(float (&d)[R], const u32 (&a)[4], u64 b) {               \
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                                           \
                      "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #TY "." #TY " " D ", {%" #IA0 ", %" #IA1  \
-                     ", %" #IA2 ", %" #IA3 "}, %" #IB ", p, 1, 1, 1;\n}\n"                                       \
+                     ", %" #IA2 ", %" #IA3 "}, %" #IB ", p, 1, 1, " #TB ";\n}\n"                                  \
                      : __VA_ARGS__                                                                               \
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                              \
     }
-#define MLXN_WGMMA_RS(R, N, IA0, IA1, IA2, IA3, IB, IP, D, ...)                       \
-    MLXN_WGMMA_RS_T(bf16, R, N, IA0, IA1, IA2, IA3, IB, IP, D, __VA_ARGS__)          \
-    MLXN_WGMMA_RS_T(f16, R, N, IA0, IA1, IA2, IA3, IB, IP, D, __VA_ARGS__)
-MLXN_WGMMA_RS(128, 256, 128, 129, 130, 131, 132, 133, MLXN_WG_D128, MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96))
-MLXN_WGMMA_RS(64, 128, 64, 65, 66, 67, 68, 69, MLXN_WG_D64, MLXN_WG_F32(0), MLXN_WG_F32(32))
+#define MLXN_WGMMA_RS(NAME, TB, R, N, IA0, IA1, IA2, IA3, IB, IP, D, ...)                       \
+    MLXN_WGMMA_RS_T(NAME, TB, bf16, R, N, IA0, IA1, IA2, IA3, IB, IP, D, __VA_ARGS__)          \
+    MLXN_WGMMA_RS_T(NAME, TB, f16, R, N, IA0, IA1, IA2, IA3, IB, IP, D, __VA_ARGS__)
+MLXN_WGMMA_RS(rs, 1, 128, 256, 128, 129, 130, 131, 132, 133, MLXN_WG_D128, MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F32(64), MLXN_WG_F32(96))
+MLXN_WGMMA_RS(rs, 1, 64, 128, 64, 65, 66, 67, 68, 69, MLXN_WG_D64, MLXN_WG_F32(0), MLXN_WG_F32(32))
 template <typename T, int R>
 __device__ __forceinline__ void wgmma_rs(float (&d)[R], const u32 (&a)[4], u64 b) {
     if constexpr (SameType<T, __nv_bfloat16>::value) wgmma_rs_bf16(d, a, b);
@@ -1276,21 +1277,9 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[R], const u32 (&a)[4], u64 b
 // The RS form with B K-major (imm-trans-b = 0; descriptor b from
 // wgmma_desc_sw128: B's N rows of 128-byte swizzled K), at N = 16 and 32 (the
 // gated delta net's walk: its V slice of 32 rows): wgmma_rsk_bf16 /
-// wgmma_rsk_f16 on 8 or 16 accumulators, a as wgmma_rs's. Operand numbers as
-// MLXN_WGMMA_RS.
-#define MLXN_WGMMA_RSK_T(TY, R, N, IA0, IA1, IA2, IA3, IB, IP, D, ...)                                         \
-    __device__ __forceinline__ void wgmma_rsk_##TY(float (&d)[R], const u32 (&a)[4], u64 b) {                    \
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                                           \
-                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #TY "." #TY " " D ", {%" #IA0 ", %" #IA1  \
-                     ", %" #IA2 ", %" #IA3 "}, %" #IB ", p, 1, 1, 0;\n}\n"                                       \
-                     : __VA_ARGS__                                                                               \
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                              \
-    }
-#define MLXN_WGMMA_RSK(R, N, IA0, IA1, IA2, IA3, IB, IP, D, ...)                       \
-    MLXN_WGMMA_RSK_T(bf16, R, N, IA0, IA1, IA2, IA3, IB, IP, D, __VA_ARGS__)          \
-    MLXN_WGMMA_RSK_T(f16, R, N, IA0, IA1, IA2, IA3, IB, IP, D, __VA_ARGS__)
-MLXN_WGMMA_RSK(16, 32, 16, 17, 18, 19, 20, 21, "{" MLXN_WG_R0 "}", MLXN_WG_F16(0))
-MLXN_WGMMA_RSK(8, 16, 8, 9, 10, 11, 12, 13, "{%0, %1, %2, %3, %4, %5, %6, %7}", MLXN_WG_F4(0), MLXN_WG_F4(4))
+// wgmma_rsk_f16 on 8 or 16 accumulators, a as wgmma_rs's.
+MLXN_WGMMA_RS(rsk, 0, 16, 32, 16, 17, 18, 19, 20, 21, "{" MLXN_WG_R0 "}", MLXN_WG_F16(0))
+MLXN_WGMMA_RS(rsk, 0, 8, 16, 8, 9, 10, 11, 12, 13, "{%0, %1, %2, %3, %4, %5, %6, %7}", MLXN_WG_F4(0), MLXN_WG_F4(4))
 
 // As acc_fence, for the 16-bit A operand registers of the RS form.
 template <int N>
