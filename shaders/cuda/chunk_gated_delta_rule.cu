@@ -1105,17 +1105,18 @@ struct WalkStateWg {
         wgmma_wait<0>();
         acc_fence(d);
     }
-    // x[t, v] = w hb^T for this warp's 16 t rows and the warpgroup's 16 V
-    // rows (16 g ..): wa the w A fragments of the 8 K steps (owned by the
-    // wgmma until wait_x).
-    __device__ __forceinline__ void issue_x(float (&x)[8], const u32 (&wa)[8][4], const bf16* hb) const {
+    // x[t, v] = w hb^T for the 64 t rows and the warpgroup's 16 V rows (16
+    // g ..): m64n16k16, A = ws (InterRingWg's swizzled w rows), B = hb; x
+    // belongs to the wgmma until a wgmma_wait.
+    __device__ __forceinline__ void issue_x(float (&x)[8], const bf16* ws, const bf16* hb) const {
 #pragma unroll
         for (u32 e = 0; e < 8; ++e) x[e] = 0.0f;
         acc_fence(x);
         wgmma_fence();
 #pragma unroll
         for (u32 kk = 0; kk < 8; ++kk)
-            wgmma_rsk_bf16(x, wa[kk], wgmma_desc_sw128(hb + (kk >> 2) * (BV * 64u) + 16u * g * 64u + 16u * (kk & 3u)));
+            wgmma_bf16(x, wgmma_desc_sw128(ws + (kk >> 2) * (BT * 64u) + 16u * (kk & 3u)),
+                       wgmma_desc_sw128(hb + (kk >> 2) * (BV * 64u) + 16u * g * 64u + 16u * (kk & 3u)));
         wgmma_commit();
     }
     // hb (swizzled) to the chunk's snapshot [32][128] in h_out, 16-byte stores by 256 threads.
@@ -1356,8 +1357,10 @@ GDR_INTER_STATE(k128_bv16_ws, 128, 16, true, 4)
 // faster on an H200 (bench/notes/gdn-walk-ring-2026-11-29.md).
 template <u32 KD, u32 BV, u32 S>
 struct InterRing {
+    static constexpr bool W_SWIZZLED = false;
     static constexpr u32 LDK = KD + 8, LDU = BV + 8;
-    static constexpr u32 W_OFF = BT * LDK * 2;            // bytes from the slot's start: k rows first
+    static constexpr u32 K_OFF = 0;                       // bytes from the slot's start: k rows first
+    static constexpr u32 W_OFF = BT * LDK * 2;
     static constexpr u32 U_OFF = 2 * W_OFF;
     static constexpr u32 G_OFF = U_OFF + BT * LDU * 2;
     static constexpr u32 SLOT = G_OFF + BT * 4;
@@ -1366,17 +1369,35 @@ struct InterRing {
     static_assert(S >= 2, "a slot being read and one being filled");
 };
 
-// The ring walk's state: WalkState's, or with WG (K 128, 32 V rows, 8
-// warps) WalkStateWg's.
-template <bool WG, u32 KD, u32 BV, u32 NW>
+// The warpgroup walk's ring (K 128, 32 V rows, 2 slots): a slot's w rows
+// first, [2 column blocks of 64 K][64 t][64 K] in 128-byte swizzled rows
+// (x's A operand), then the k rows, u and g as InterRing's; slots of whole
+// KB, so that each slot's w stays 1024-byte aligned on an aligned ring.
+struct InterRingWg {
+    static constexpr bool W_SWIZZLED = true;
+    static constexpr u32 KD = 128, BV = 32, S = 2;
+    static constexpr u32 LDK = KD + 8, LDU = BV + 8;
+    static constexpr u32 W_OFF = 0;
+    static constexpr u32 K_OFF = BT * KD * 2;
+    static constexpr u32 U_OFF = K_OFF + BT * LDK * 2;
+    static constexpr u32 G_OFF = U_OFF + BT * LDU * 2;
+    static constexpr u32 SLOT = (G_OFF + BT * 4 + 1023) / 1024 * 1024;
+    static constexpr u32 BYTES = S * SLOT;
+};
+
+// The ring walk's state and ring: WalkState's and InterRing's, or with WG
+// (K 128, 32 V rows, 8 warps) WalkStateWg's and InterRingWg's.
+template <bool WG, u32 KD, u32 BV, u32 NW, u32 S>
 struct WalkStateOf {
     using type = WalkState<KD, BV, NW>;
+    using ring = InterRing<KD, BV, S>;
 };
 #ifdef MLXN_WGMMA
-template <u32 KD, u32 BV, u32 NW>
-struct WalkStateOf<true, KD, BV, NW> {
-    static_assert(KD == 128 && BV == 32 && NW == 8, "the warpgroup walk is K 128, 32 V rows, 8 warps");
+template <u32 KD, u32 BV, u32 NW, u32 S>
+struct WalkStateOf<true, KD, BV, NW, S> {
+    static_assert(KD == 128 && BV == 32 && NW == 8 && S == 2, "the warpgroup walk is K 128, 32 V rows, 8 warps, 2 slots");
     using type = WalkStateWg;
+    using ring = InterRingWg;
 };
 #endif
 
@@ -1388,7 +1409,7 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
                                                      u32 H, u32 Hg, u32 V, u32 bos, u32 eos, u32 c_first, u32 c_end,
                                                      u32 state, u32 v0, u32 head, unsigned char* ring, bf16* hb,
                                                      bf16* stage, bf16* vs) {
-    using R = InterRing<KD, BV, S>;
+    using R = typename WalkStateOf<WG, KD, BV, NW, S>::ring;
     static_assert(NW == 4 || NW == 8, "4 or 8 warps");
     constexpr u32 NTH = 32 * NW;
     constexpr u32 LDK = R::LDK, LDU = R::LDU;
@@ -1398,7 +1419,7 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
     constexpr u32 LDVS = BV + 8;              // vs rows: v_new [64][BV] bf16 of the chunk
     static_assert(BT * UQ <= NTH, "one u copy a thread at most");
     const u32 tid = threadIdx.x;
-    typename WalkStateOf<WG, KD, BV, NW>::type h(tid);
+    typename WalkStateOf<WG, KD, BV, NW, S>::type h(tid);
     const u32 lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
     const u32 kh = head / (H / Hg);
     const u32 trow = 16u * (warp % 4u), vw0 = VW * (warp / 4u);   // steps 2, 3: t rows [trow, +16), V rows [vw0, +VW)
@@ -1413,6 +1434,11 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
     constexpr u32 TSTEP = NTH / (KD / 8);
     const u32 tu = tid / UQ, qu = (tid % UQ) * 8u;
     const u32 ksrc = tc * Hg * KD + qc, wsrc = tc * H * KD + qc, usrc = tu * H * V + qu, dst = tc * LDK + qc;
+    // w's place: as k's, or in InterRingWg's swizzled blocks (row tc + 16 r
+    // keeps tc's swizzle: the rows of a thread are 16 apart).
+    static_assert(!R::W_SWIZZLED || TSTEP % 8 == 0, "a thread's w rows share their swizzle");
+    const u32 wdst = R::W_SWIZZLED ? (qc >> 6) * (BT * 64u) + tc * 64u + ((((qc >> 3) & 7u) ^ (tc & 7u)) << 3) : dst;
+    constexpr u32 WSTEP = R::W_SWIZZLED ? TSTEP * 64u : TSTEP * LDK;
     const u64 kstep = u64(BT) * Hg * KD, wstep = u64(BT) * H * KD, ustep = u64(BT) * H * V;
     const bf16* kbase = k_in + (u64(bos) * Hg + kh) * KD;   // chunk c_first's rows
     const bf16* wbase = w_in + (u64(bos) * H + head) * KD;
@@ -1441,7 +1467,7 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
 #pragma unroll
         for (u32 r = 0; r < KC; ++r) {
             const bool live = tc + TSTEP * r < len;
-            cp_async16(ws + dst + TSTEP * LDK * r, wp + (live ? wsrc + TSTEP * H * KD * r : 0u), live);
+            cp_async16(ws + wdst + WSTEP * r, wp + (live ? wsrc + TSTEP * H * KD * r : 0u), live);
         }
         if (tid < BT * UQ) {
             const bool live = tu < len;
@@ -1455,7 +1481,7 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
     auto copy_k = [&](u32 c) {
         if (c < c_end) {
             u32 i, len;
-            bf16* ks = reinterpret_cast<bf16*>(slot_of(c, i, len));
+            bf16* ks = reinterpret_cast<bf16*>(slot_of(c, i, len) + R::K_OFF);
             const bf16* kp = kbase + i * kstep;
 #pragma unroll
             for (u32 r = 0; r < KC; ++r) {
@@ -1471,7 +1497,7 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
     for (u32 c = c_first; c < c_end; ++c) {
         const u32 i = c - c_first, t0 = bos + i * BT, len = min(BT, eos - t0);
         const unsigned char* s = ring + (i % S) * R::SLOT;
-        const bf16* ks = reinterpret_cast<const bf16*>(s);
+        const bf16* ks = reinterpret_cast<const bf16*>(s + R::K_OFF);
         const bf16* ws = reinterpret_cast<const bf16*>(s + R::W_OFF);
         const bf16* us = reinterpret_cast<const bf16*>(s + R::U_OFF);
         const float* gsl = reinterpret_cast<const float*>(s + R::G_OFF);
@@ -1480,7 +1506,7 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
         h.to_hb(hb);
         cp_async_wait<0>();   // this chunk's group
 #ifdef MLXN_WGMMA
-        if constexpr (WG) fence_proxy_async_smem();   // hb for the warpgroups' products
+        if constexpr (WG) fence_proxy_async_smem();   // hb and the slot's w (cp.async) for the warpgroups' products
 #endif
         __syncthreads();
         copy_wug(c + 1);
@@ -1492,11 +1518,8 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
         float gate[2];
         if constexpr (WG) {
 #ifdef MLXN_WGMMA
-            u32 wa[8][4];
-#pragma unroll
-            for (u32 kk = 0; kk < 8; ++kk) frag_a(wa[kk], ws, LDK, trow, 16u * kk, lane);
             float(&x8)[8] = reinterpret_cast<float(&)[8]>(xa);
-            h.issue_x(x8, wa, hb);
+            h.issue_x(x8, ws, hb);
             walk_gates(gate, gsl, g_last, t_lo, len);
             copy_k(c + 1);
             WalkStateWg::snapshot(h_out + ((u64(c) * H + head) * V + v0) * KD, hb, tid);
@@ -1576,7 +1599,7 @@ GDR_INTER_RING(k128, 128, 32, 8, 2)
 // memory GDR_INTER_WG_BYTES: from its first 1024-byte boundary hb (8 KB),
 // stage (4 KB), then the ring. Not the op's bits (the tensor cores sum in
 // their own order).
-constexpr u32 GDR_INTER_WG_BYTES = 1024 + 32 * 128 * 2 + 32 * BT * 2 + InterRing<128, 32, 2>::BYTES;
+constexpr u32 GDR_INTER_WG_BYTES = 1024 + 32 * 128 * 2 + 32 * BT * 2 + InterRingWg::BYTES;
 extern "C" __global__ void __launch_bounds__(256) gated_delta_net_chunk_inter_state_k128_wg_bf16(
     const bf16* __restrict__ k_in, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
     const float* __restrict__ g_in, const float* __restrict__ h0, bf16* __restrict__ h_out,

@@ -1210,7 +1210,7 @@ __device__ __forceinline__ void acc_fence(float (&d)[N]) {
 #define MLXN_WG_F16(i) MLXN_WG_F4(i), MLXN_WG_F4(i + 4), MLXN_WG_F4(i + 8), MLXN_WG_F4(i + 12)
 #define MLXN_WG_F32(i) MLXN_WG_F16(i), MLXN_WG_F16(i + 16)
 // d += A B^T on the warpgroup's tensor cores (wgmma.mma_async m64nNk16,
-// N = 2 R: 256, 224, 192, 160, 128 or 64): A the 64 x 16 operand of
+// N = 2 R: 256, 224, 192, 160, 128, 64 or 16): A the 64 x 16 operand of
 // descriptor a, B the N x 16 operand of descriptor b, both K-major (no
 // transpose), 16-bit floats (bf16 or f16), f32 accumulators. d is the
 // thread's share of the 64 x N tile: d[i] at row 16 (warp % 4) + lane / 4 + 8 ((i / 2) % 2), column
@@ -1237,6 +1237,7 @@ MLXN_WGMMA_SS(96, 192, 96, 97, 98, MLXN_WG_D96, MLXN_WG_F32(0), MLXN_WG_F32(32),
 MLXN_WGMMA_SS(80, 160, 80, 81, 82, MLXN_WG_D80, MLXN_WG_F32(0), MLXN_WG_F32(32), MLXN_WG_F16(64))
 MLXN_WGMMA_SS(64, 128, 64, 65, 66, MLXN_WG_D64, MLXN_WG_F32(0), MLXN_WG_F32(32))
 MLXN_WGMMA_SS(32, 64, 32, 33, 34, MLXN_WG_D32, MLXN_WG_F32(0))
+MLXN_WGMMA_SS(8, 16, 8, 9, 10, "{%0, %1, %2, %3, %4, %5, %6, %7}", MLXN_WG_F4(0), MLXN_WG_F4(4))
 template <typename T, int R>
 __device__ __forceinline__ void wgmma_ss(float (&d)[R], u64 a, u64 b) {
     if constexpr (SameType<T, __nv_bfloat16>::value) wgmma_bf16(d, a, b);
