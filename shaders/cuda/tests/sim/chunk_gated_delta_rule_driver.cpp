@@ -297,7 +297,7 @@ void run_inter(const Case& c, const char* name, InterFn fn, u32 bv, u32 threads 
   if (!ok) failures++;
   std::printf("%s %-40s %-32s h_out %.2e v_new %.2e final %.2e%s\n", ok ? "ok  " : "FAIL", name, c.what.c_str(), es, ev, ef,
               variant == 1 ? (same ? " (bits of the plan's entry)" : " (bits UNLIKE the plan's entry)")
-              : variant == 2 ? (bits == inter_bits ? " (bits of the plan's entry)" : " (its own bits, within the tolerances)") : "");
+              : variant == 2 ? (bits == inter_bits ? " (bits of the plan's entry)" : " (its own bits)") : "");
 }
 
 void run_inters(const Case& c) {
