@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'bun:test';
-import { Device, type Buffer, type DType } from '../ts/index.ts';
+import { Device, type Buffer, type DeviceLimits, type DType } from '../ts/index.ts';
 import {
   GDR_SCRATCH_SHAPES,
   chunkGatedDeltaRule,
@@ -18,6 +18,7 @@ import {
   validateGatedDeltaNetChunkInterStateVarlen,
   planGatedDeltaNetChunkInterStateVarlen,
   GDR_INTER_RING_BYTES,
+  GDR_INTER_WG_BYTES,
   interStateK128Cuda,
   type ChunkGatedDeltaRuleArgs,
   chunkGatedDeltaRuleChunkedRef,
@@ -767,7 +768,11 @@ describeValidation('chunk_gated_delta_rule: buffers and aliasing', ({ device, en
     hOut: buf('bf16', 4096), vNew: buf('bf16', 4096), finalState: buf('f32', 4096), seqs: buf('u32', 4), ...flat(p),
   });
 
-  test('the state walk launches V / 32 (K 256: V / 16) blocks of 128 threads, on CUDA at K 128 8 warps and the ring of shared memory', () => {
+  // Limits of an A100 (mma.sync) and of an H200 (wgmma, 227 KiB of shared memory a block).
+  const a100 = (l: DeviceLimits): DeviceLimits => ({ ...l, computeCapability: 80, maxThreadgroupMemory: 166912 });
+  const h200 = (l: DeviceLimits): DeviceLimits => ({ ...l, computeCapability: 90, maxThreadgroupMemory: 232448 });
+
+  test('the state walk launches V / 32 (K 256: V / 16) blocks of 128 threads, on CUDA at K 128 8 warps and the ring of shared memory (compute capability 9.0: warpgroup products)', () => {
     for (const k of [64, 128, 256]) {
       const s: StepShape = { nTok: 128, nt: 2, nSeq: 2, hg: 2, h: 4, k, v: 64 };
       const a = {
@@ -776,21 +781,37 @@ describeValidation('chunk_gated_delta_rule: buffers and aliasing', ({ device, en
         finalState: buf('f32', 2 * 4 * 64 * k), seqs: buf('u32', 6), ...flat(s),
       };
       const dev = device();
-      const [d] = planGatedDeltaNetChunkInterStateVarlen(a, dev.limits, dev).dispatches;
-      expect(d!.kernel).toBe(`gated_delta_net_chunk_inter_state_k${k}_bf16`);
-      expect(d!.threads).toEqual([128, 1, 1]);
-      expect(d!.grid).toEqual([k === 256 ? 4 : 2, 4, 2]);
-      expect(d!.cuda).toEqual(k === 128 ? { grid: [2, 4, 2], threads: [256, 1, 1], threadgroupMemory: { 0: GDR_INTER_RING_BYTES } } : undefined);
+      for (const [limits, cuda] of [
+        [a100(dev.limits), { grid: [2, 4, 2], threads: [256, 1, 1], threadgroupMemory: { 0: GDR_INTER_RING_BYTES } }],
+        [h200(dev.limits), {
+          grid: [2, 4, 2], threads: [256, 1, 1], threadgroupMemory: { 0: GDR_INTER_WG_BYTES }, entry: 'gated_delta_net_chunk_inter_state_k128_wg_bf16',
+        }],
+      ] as const) {
+        const [d] = planGatedDeltaNetChunkInterStateVarlen(a, limits, dev).dispatches;
+        expect(d!.kernel).toBe(`gated_delta_net_chunk_inter_state_k${k}_bf16`);
+        expect(d!.threads).toEqual([128, 1, 1]);
+        expect(d!.grid).toEqual([k === 256 ? 4 : 2, 4, 2]);
+        expect(d!.cuda).toEqual(k === 128 ? cuda : undefined);
+      }
     }
     // InterRing<128, 32, 2>: two slots of k and w rows [64][136] and u rows [64][40] bf16, g [64] f32.
     expect(GDR_INTER_RING_BYTES).toBe(80384);
+    // InterRingWg: the same rows with w's unpadded, each slot in whole KB (39 KB), after 1 KB to align, hb (8 KB) and stage (4 KB).
+    expect(GDR_INTER_WG_BYTES).toBe(93184);
+    const l8 = a100(device().limits), l9 = h200(device().limits);
     // The ring's offsets inside a chunk are 32-bit: 64 H max(K, V) < 2^31, else the 8-warp form without it.
-    expect(interStateK128Cuda(131071, 128, 256, 1)).toEqual({ grid: [8, 131071, 1], threads: [256, 1, 1], threadgroupMemory: { 0: 80384 } });
-    expect(interStateK128Cuda(131072, 128, 256, 1)).toEqual({
-      grid: [8, 131072, 1], threads: [256, 1, 1], entry: 'gated_delta_net_chunk_inter_state_k128_ws8_bf16',
-    });
-    expect(interStateK128Cuda(262143, 128, 128, 3).threadgroupMemory).toEqual({ 0: 80384 });
-    expect(interStateK128Cuda(262144, 128, 128, 3).entry).toBe('gated_delta_net_chunk_inter_state_k128_ws8_bf16');
+    expect(interStateK128Cuda(131071, 128, 256, 1, l8)).toEqual({ grid: [8, 131071, 1], threads: [256, 1, 1], threadgroupMemory: { 0: 80384 } });
+    for (const l of [l8, l9]) {
+      expect(interStateK128Cuda(131072, 128, 256, 1, l)).toEqual({
+        grid: [8, 131072, 1], threads: [256, 1, 1], entry: 'gated_delta_net_chunk_inter_state_k128_ws8_bf16',
+      });
+      expect(interStateK128Cuda(262144, 128, 128, 3, l).entry).toBe('gated_delta_net_chunk_inter_state_k128_ws8_bf16');
+    }
+    expect(interStateK128Cuda(262143, 128, 128, 3, l8).threadgroupMemory).toEqual({ 0: 80384 });
+    expect(interStateK128Cuda(262143, 128, 128, 3, l9).threadgroupMemory).toEqual({ 0: 93184 });
+    // Compute capability 9.0 without room for the warpgroup walk's shared memory: the ring on mma.sync.
+    expect(interStateK128Cuda(4, 128, 128, 1, { computeCapability: 90, maxThreadgroupMemory: 93183 }).entry).toBeUndefined();
+    expect(interStateK128Cuda(4, 128, 128, 1, { computeCapability: 100, maxThreadgroupMemory: 232448 }).entry).toBeUndefined();
   });
 
   test('an output bound as an input the kernel reads elsewhere is refused (vNew as w, o as q, finalState as initialState)', () => {

@@ -1523,9 +1523,11 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
             walk_gates(gate, gsl, g_last, t_lo, len);
             copy_k(c + 1);
             WalkStateWg::snapshot(h_out + ((u64(c) * H + head) * V + v0) * KD, hb, tid);
-            h.scale(expf(g_last));
+            // The decay after the wait: ptxas would wait there anyway before
+            // writing the state's registers while a product is in flight.
             wgmma_wait<0>();
             acc_fence(x8);
+            h.scale(expf(g_last));
 #endif
         } else {
             u32 wa[4];
@@ -1590,35 +1592,70 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
 GDR_INTER_RING(k128, 128, 32, 8, 2)
 #undef GDR_INTER_RING
 
-#ifdef MLXN_WGMMA
-// The ring walk at K = 128 on warpgroup products (sm_90a; the harness's
-// variant, not yet the op's): x = w hb^T as m64n16k16 (w's A fragments from
-// registers, hb K-major swizzled), h += k^T vg as m64n32k16 (k^T by
-// ldmatrix.trans, vg K-major swizzled), the state the update's accumulator
-// (WalkStateWg). Grid and threads as the k128 entry's; dynamic shared
+// The ring walk at K = 128 on warpgroup products where compiled for sm_90a
+// (MLXN_WGMMA; the op's walk and the seed's on compute capability 9.0):
+// x = w hb^T as m64n16k16 with both operands in shared memory (the ring's w
+// rows and hb, 128-byte swizzled), h += k^T vg as m64n32k16 (k^T by
+// ldmatrix.trans into registers, vg swizzled), the state the update's
+// accumulator (WalkStateWg). 256 threads a block of 32 V rows; dynamic shared
 // memory GDR_INTER_WG_BYTES: from its first 1024-byte boundary hb (8 KB),
-// stage (4 KB), then the ring. Not the op's bits (the tensor cores sum in
-// their own order).
+// stage (4 KB), then the ring. Not the mma.sync walk's bits (the tensor cores
+// sum in their own order). Compiled for another target, the same launch runs
+// the mma.sync ring walk (InterRing<128, 32, 2> at the start of the dynamic
+// shared memory), so the entries exist and compute the walk everywhere.
 constexpr u32 GDR_INTER_WG_BYTES = 1024 + 32 * 128 * 2 + 32 * BT * 2 + InterRingWg::BYTES;
+static_assert(InterRing<128, 32, 2>::BYTES <= GDR_INTER_WG_BYTES, "the mma.sync ring fits the warpgroup walk's launch");
+__device__ __forceinline__ void inter_state_wg_seq(const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
+                                                   const bf16* __restrict__ u_in, const float* __restrict__ g_in,
+                                                   const float* __restrict__ h0, bf16* __restrict__ h_out,
+                                                   bf16* __restrict__ v_new, float* __restrict__ final_state, u32 H,
+                                                   u32 Hg, u32 V, uint2 first, uint2 next, u32 seq,
+                                                   unsigned char* dyn) {
+    __shared__ __align__(16) bf16 vs[BT * (32 + 8)];
+#ifdef MLXN_WGMMA
+    unsigned char* base = dyn + ((1024u - (smem_addr(dyn) & 1023u)) & 1023u);
+    bf16* hb = reinterpret_cast<bf16*>(base);
+    bf16* stage = hb + 32 * 128;
+    unsigned char* ring = base + 32 * 128 * 2 + 32 * BT * 2;
+    inter_state_ring_seq<128, 32, 8, 2, true>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, H, Hg, V, first.x,
+                                              next.x, first.y, next.y, seq, blockIdx.x * 32u, blockIdx.y, ring, hb,
+                                              stage, vs);
+#else
+    __shared__ __align__(16) bf16 hb[32 * (128 + 8)];
+    __shared__ __align__(16) bf16 stage[32 * (BT + 8)];
+    inter_state_ring_seq<128, 32, 8, 2>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, H, Hg, V, first.x,
+                                        next.x, first.y, next.y, seq, blockIdx.x * 32u, blockIdx.y, dyn, hb, stage, vs);
+#endif
+}
+// The varlen walk's entry at K = 128 (bindings and grid as the k128 entry's).
 extern "C" __global__ void __launch_bounds__(256) gated_delta_net_chunk_inter_state_k128_wg_bf16(
     const bf16* __restrict__ k_in, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
     const float* __restrict__ g_in, const float* __restrict__ h0, bf16* __restrict__ h_out,
     bf16* __restrict__ v_new, float* __restrict__ final_state, const uint2* __restrict__ seqs,
     const Params* __restrict__ pp) {
-    __shared__ __align__(16) bf16 vs[BT * (32 + 8)];
     extern __shared__ __align__(16) unsigned char dyn[];
-    unsigned char* base = dyn + ((1024u - (smem_addr(dyn) & 1023u)) & 1023u);
-    bf16* hb = reinterpret_cast<bf16*>(base);
-    bf16* stage = hb + 32 * 128;
-    unsigned char* ring = base + 32 * 128 * 2 + 32 * BT * 2;
     const u32 seq = blockIdx.z;
     const uint2 first = seqs[seq], next = seqs[seq + 1];
     if (!seq_ok(first, next, pp->n_tok, pp->nt)) return;
-    inter_state_ring_seq<128, 32, 8, 2, true>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, pp->h, pp->hg,
-                                              pp->v, first.x, next.x, first.y, next.y, seq, blockIdx.x * 32u,
-                                              blockIdx.y, ring, hb, stage, vs);
+    inter_state_wg_seq(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, pp->h, pp->hg, pp->v, first, next, seq,
+                       dyn);
 }
-#endif
+// The seed's walk (gated_delta_net_chunk_inter_state_bf16's bindings,
+// params and grid: sequence b is tokens [b T, b T + T), chunks
+// [b NT, b NT + NT)) with 256 threads and GDR_INTER_WG_BYTES.
+extern "C" __global__ void __launch_bounds__(256) gated_delta_net_chunk_inter_state_wg_bf16(
+    const bf16* __restrict__ k_in, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
+    const float* __restrict__ g_in, const float* __restrict__ h0, bf16* __restrict__ h_out,
+    bf16* __restrict__ v_new, float* __restrict__ final_state, const GatedDeltaNetChunkParams* __restrict__ pp) {
+    extern __shared__ __align__(16) unsigned char dyn[];
+    const GatedDeltaNetChunkParams p = *pp;
+    const u32 b = blockIdx.z;
+    const uint2 first = make_uint2(b * p.dims.t, b * p.nt);
+    const uint2 next = make_uint2(first.x + p.dims.t, first.y + p.nt);
+    if (p.dims.k != 128 || b >= p.dims.b || !seq_ok(first, next, p.dims.b * p.dims.t, p.dims.b * p.nt)) return;
+    inter_state_wg_seq(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, p.dims.h, p.dims.hg, p.dims.v, first,
+                       next, b, dyn);
+}
 
 
 // gated_delta_net_chunk_inter_state_bf16 (the seed's entry, driven by host

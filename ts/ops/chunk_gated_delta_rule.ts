@@ -77,16 +77,39 @@ export function interStateBv(k: number): number {
  * k and w rows [64][136], u rows [64][40] bf16 and g [64] f32 (InterRing<128, 32, 2>).
  */
 export const GDR_INTER_RING_BYTES = 2 * (2 * GDR_BT * 136 * 2 + GDR_BT * 40 * 2 + GDR_BT * 4);
+/**
+ * Dynamic shared memory of the CUDA walk on warpgroup products (GDR_INTER_WG_BYTES
+ * of shaders/cuda/chunk_gated_delta_rule.cu): 1024 bytes to align, hb [32][128]
+ * and stage [32][64] bf16, then InterRingWg's two slots (w rows [64][128], k
+ * rows [64][136], u rows [64][40] bf16, g [64] f32, each rounded up to whole KB).
+ */
+export const GDR_INTER_WG_BYTES = 1024 + 32 * 128 * 2 + 32 * GDR_BT * 2 +
+  2 * Math.ceil((GDR_BT * 128 * 2 + GDR_BT * 136 * 2 + GDR_BT * 40 * 2 + GDR_BT * 4) / 1024) * 1024;
 /** The ring form's offsets inside a chunk (64 rows of k, w, u and v_new) are 32-bit: 64 H max(K, V) under 2^31. */
 const GDR_RING_MAX_ROWS = 2 ** 31;
 /**
- * The CUDA launch of the walk at K 128 (shaders/cuda/chunk_gated_delta_rule.cu):
- * 8 warps a block of 32 V rows, its operands through the ring of
- * GDR_INTER_RING_BYTES; the 8-warp form without the ring (_ws8) where a
- * chunk's rows do not fit 32-bit offsets.
+ * Whether the K 128 walk runs on warpgroup products (sm_90a's wgmma): on
+ * compute capability 9.0 with room for GDR_INTER_WG_BYTES, where a chunk's
+ * rows fit the ring's 32-bit offsets.
  */
-export function interStateK128Cuda(nHeads: number, kDim: number, vDim: number, nSeq: number): CudaLaunch {
+export function interStateUsesWgmma(nHeads: number, kDim: number, vDim: number,
+  limits: Pick<DeviceLimits, 'computeCapability' | 'maxThreadgroupMemory'>): boolean {
+  return kDim === 128 && limits.computeCapability === 90 && GDR_INTER_WG_BYTES <= limits.maxThreadgroupMemory &&
+    GDR_BT * nHeads * Math.max(kDim, vDim) < GDR_RING_MAX_ROWS;
+}
+/**
+ * The CUDA launch of the walk at K 128 (shaders/cuda/chunk_gated_delta_rule.cu),
+ * 8 warps a block of 32 V rows: on warpgroup products (_wg, GDR_INTER_WG_BYTES)
+ * where interStateUsesWgmma; else on mma.sync with its operands through the
+ * ring of GDR_INTER_RING_BYTES; the 8-warp form without the ring (_ws8) where
+ * a chunk's rows do not fit 32-bit offsets.
+ */
+export function interStateK128Cuda(nHeads: number, kDim: number, vDim: number, nSeq: number,
+  limits: Pick<DeviceLimits, 'computeCapability' | 'maxThreadgroupMemory'>): CudaLaunch {
   const grid: Dim3 = [vDim / 32, nHeads, nSeq];
+  if (interStateUsesWgmma(nHeads, kDim, vDim, limits)) {
+    return { grid, threads: [256, 1, 1], threadgroupMemory: { 0: GDR_INTER_WG_BYTES }, entry: 'gated_delta_net_chunk_inter_state_k128_wg_bf16' };
+  }
   if (GDR_BT * nHeads * Math.max(kDim, vDim) < GDR_RING_MAX_ROWS) {
     return { grid, threads: [256, 1, 1], threadgroupMemory: { 0: GDR_INTER_RING_BYTES } };
   }
@@ -262,23 +285,23 @@ interface GdrStep<A extends GdrStepParams> {
    * chunk and head, (nt, H, 1), where absent) and the CUDA twin's launch
    * where it differs.
    */
-  launch(a: A): Pick<PlannedDispatch, 'kernel' | 'cuda'> & { threads: number; grid?: Dim3 };
+  launch(a: A, limits: DeviceLimits): Pick<PlannedDispatch, 'kernel' | 'cuda'> & { threads: number; grid?: Dim3 };
 }
 
-/** A step's three functions of the op shape, and its dispatch without validation (for chunkGatedDeltaRule's plan). */
-function gdrStep<A extends GdrStepParams>(s: GdrStep<A>): OpShape<A> & { dispatch(a: A): PlannedDispatch } {
+/** A step's three functions of the op shape, and its dispatch without validation (for chunkGatedDeltaRule's plan) on a device of `limits`. */
+function gdrStep<A extends GdrStepParams>(s: GdrStep<A>): OpShape<A> & { dispatch(a: A, limits: DeviceLimits): PlannedDispatch } {
   const validate = (a: A, device?: Device): void => {
     validateGdrStepParams(a);
     const list = s.buffers(a);
     checkEachBuffer(OP, list, device);
     if (s.outputs !== undefined) checkNoAliasing(OP, list.map(([name, buf]) => [name, buf] as const), s.outputs, RESTRICT);
   };
-  const dispatch = (a: A): PlannedDispatch => {
+  const dispatch = (a: A, limits: DeviceLimits): PlannedDispatch => {
     const buffers = s.buffers(a).map(([, buf]) => buf);
-    const { kernel, threads, grid = [a.nt, a.nHeads, 1], cuda } = s.launch(a);
+    const { kernel, threads, grid = [a.nt, a.nHeads, 1], cuda } = s.launch(a, limits);
     return { kernel, buffers, bytes: stepBytes(buffers.length, a), grid, threads: [threads, 1, 1], ...(cuda === undefined ? {} : { cuda }) };
   };
-  return { ...opShape(validate, (a) => planOf(dispatch(a))), dispatch };
+  return { ...opShape(validate, (a, limits) => planOf(dispatch(a, limits))), dispatch };
 }
 
 /** The keys, as the steps take them. */
@@ -453,9 +476,9 @@ const interStateStep = gdrStep<GdrInterStateArgs>({
     ];
   },
   outputs: ['hOut', 'vNew', 'finalState'],
-  launch: (a) => ({
+  launch: (a, limits) => ({
     kernel: interStateKernel(a.kDim), threads: 128, grid: [a.vDim / interStateBv(a.kDim), a.nHeads, a.nSeq],
-    ...(a.kDim === 128 ? { cuda: interStateK128Cuda(a.nHeads, a.kDim, a.vDim, a.nSeq) } : {}),
+    ...(a.kDim === 128 ? { cuda: interStateK128Cuda(a.nHeads, a.kDim, a.vDim, a.nSeq, limits) } : {}),
   }),
 });
 /**
@@ -761,6 +784,7 @@ export function validateChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs, device?:
  *      k_i . k_j (j < i), Ai = (I + A)^-1, w = Ai (beta exp(g) k), u = Ai (beta v),
  *      A and Ai kept on chip (the steps kkt, tri-solve and w/u in one kernel)
  *   3. chunk-start states h, v_new, finalState: gated_delta_net_chunk_inter_state_k{K}_bf16
+ *      (on CUDA at K 128 interStateK128Cuda's launch: warpgroup products on compute capability 9.0)
  *   4. o = gated_delta_net_chunk_o_bf16
  * Stored in bf16: w, u, v_new, the chunk-start states and o; A, Ai (on chip),
  * g and the running state are f32.
@@ -776,7 +800,7 @@ export function chunkGatedDeltaRule(enc: Encoder, a: ChunkGatedDeltaRuleArgs): v
   const s = chunkGatedDeltaRuleScratch(enc.device).entry(step, layout, enc);
   if (a.initialState === undefined) s.zeros ??= enc.device.alloc('f32', [step.nSeq, step.nHeads, step.vDim, step.kDim]);
   // Four dispatches, recorded atomically: a refusal of any records none of them.
-  record(enc, stepsPlan(a, step, s));
+  record(enc, stepsPlan(a, step, s, enc.device.limits));
 }
 
 /**
@@ -784,24 +808,24 @@ export function chunkGatedDeltaRule(enc: Encoder, a: ChunkGatedDeltaRuleArgs): v
  * or over scratch of its own allocated on q's device (and a zero initial
  * state when none is given) when absent.
  */
-export function planChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs, _limits: DeviceLimits, device?: Device,
+export function planChunkGatedDeltaRule(a: ChunkGatedDeltaRuleArgs, limits: DeviceLimits, device?: Device,
   scratch?: GdrScratch): OpPlan {
   const { step, layout } = validateChunkGatedDeltaRule(a, device);
   const s = scratch ?? allocScratch(a.q.device, step, layout);
   if (a.initialState === undefined) s.zeros ??= a.q.device.alloc('f32', [step.nSeq, step.nHeads, step.vDim, step.kDim]);
-  return stepsPlan(a, step, s);
+  return stepsPlan(a, step, s, limits);
 }
 
-function stepsPlan(a: ChunkGatedDeltaRuleArgs, step: GdrStepParams, s: GdrScratch): OpPlan {
+function stepsPlan(a: ChunkGatedDeltaRuleArgs, step: GdrStepParams, s: GdrScratch, limits: DeviceLimits): OpPlan {
   const h0 = a.initialState ?? s.zeros!;
   // No manual barriers: the encoder orders each step after the writes it
   // reads, and after a call encoded before this one that still reads the
   // same scratch.
   return planOf(
-    cumsumStep.dispatch({ ...step, gIn: a.g, gCum: s.gCum, chunks: s.chunks }),
-    kktSolveWuStep.dispatch({ ...step, k: a.k, v: a.v, beta: a.beta, g: s.gCum, w: s.w, u: s.u, chunks: s.chunks }),
-    interStateStep.dispatch({ ...step, k: a.k, w: s.w, u: s.u, g: s.gCum, h0, hOut: s.hSnap, vNew: s.vNew, finalState: a.finalState, seqs: s.seqs }),
-    chunkOStep.dispatch({ ...step, q: a.q, k: a.k, vNew: s.vNew, h: s.hSnap, g: s.gCum, o: a.o, chunks: s.chunks }),
+    cumsumStep.dispatch({ ...step, gIn: a.g, gCum: s.gCum, chunks: s.chunks }, limits),
+    kktSolveWuStep.dispatch({ ...step, k: a.k, v: a.v, beta: a.beta, g: s.gCum, w: s.w, u: s.u, chunks: s.chunks }, limits),
+    interStateStep.dispatch({ ...step, k: a.k, w: s.w, u: s.u, g: s.gCum, h0, hOut: s.hSnap, vNew: s.vNew, finalState: a.finalState, seqs: s.seqs }, limits),
+    chunkOStep.dispatch({ ...step, q: a.q, k: a.k, vNew: s.vNew, h: s.hSnap, g: s.gCum, o: a.o, chunks: s.chunks }, limits),
   );
 }
 
@@ -1018,10 +1042,22 @@ export function validateGatedDeltaNetChunk(a: GatedDeltaNetChunkArgs, device?: D
  * 8 params (buildGatedDeltaNetChunkParams), threadgroup(0)
  * gatedDeltaNetChunkThreadgroupBytes (20 KiB). Grid (V / 32, H, B), 128 threads.
  * The kernel runs the state walk of the varlen kernels
- * (gated_delta_net_chunk_inter_state_k{K}_bf16) with sequence b = tokens [b T, b T + T).
+ * (gated_delta_net_chunk_inter_state_k{K}_bf16) with sequence b = tokens [b T, b T + T);
+ * on CUDA with compute capability 9.0 the walk on warpgroup products (gatedDeltaNetChunkWgCuda).
  */
 export function gatedDeltaNetChunk(enc: Encoder, args: GatedDeltaNetChunkArgs): void {
   record(enc, planGatedDeltaNetChunk(args, enc.device.limits, enc.device));
+}
+/**
+ * The seed's CUDA launch on warpgroup products (where interStateUsesWgmma):
+ * the walk of the varlen step's _wg entry over the seed's layout, 256 threads,
+ * GDR_INTER_WG_BYTES; elsewhere its own entry at the Metal launch.
+ */
+export function gatedDeltaNetChunkWgCuda(p: Pick<GatedDeltaNetChunkParams, 'batch' | 'nHeads' | 'vDim'>): CudaLaunch {
+  return {
+    grid: [p.vDim / GDN_CHUNK_BV, p.nHeads, p.batch], threads: [256, 1, 1], threadgroupMemory: { 0: GDR_INTER_WG_BYTES },
+    entry: 'gated_delta_net_chunk_inter_state_wg_bf16',
+  };
 }
 export function planGatedDeltaNetChunk(args: GatedDeltaNetChunkArgs, limits: DeviceLimits, device?: Device): OpPlan {
   validateGatedDeltaNetChunk(args, device, limits);
@@ -1032,6 +1068,7 @@ export function planGatedDeltaNetChunk(args: GatedDeltaNetChunkArgs, limits: Dev
     threadgroupMemory: [gatedDeltaNetChunkThreadgroupBytes(args)],
     grid: [args.vDim / GDN_CHUNK_BV, args.nHeads, args.batch],
     threads: [128, 1, 1],
+    ...(interStateUsesWgmma(args.nHeads, args.kDim, args.vDim, limits) ? { cuda: gatedDeltaNetChunkWgCuda(args) } : {}),
   });
 }
 

@@ -47,11 +47,12 @@ using std::vector;
 FN(mlxn_device_count) FN(mlxn_device_open) FN(mlxn_device_name) FN(mlxn_buffer_alloc)
 FN(mlxn_buffer_release) FN(mlxn_buffer_write) FN(mlxn_buffer_read) FN(mlxn_library_compile)
 FN(mlxn_pipeline_create) FN(mlxn_encoder_create) FN(mlxn_encoder_dispatch) FN(mlxn_encoder_commit)
-FN(mlxn_encoder_wait) FN(mlxn_encoder_gpu_time_ns) FN(mlxn_encoder_barrier)
+FN(mlxn_encoder_wait) FN(mlxn_encoder_gpu_time_ns) FN(mlxn_encoder_barrier) FN(mlxn_device_limit)
 #undef FN
 
 static char g_msg[16384];
 static mlxn_device* g_dev;
+static uint32_t g_cc;   // the device's compute capability (90: an H100 or H200)
 static mlxn_encoder* g_enc;
 static std::map<string, mlxn_library*> g_libs;
 static std::map<string, mlxn_pipeline*> g_pipes;
@@ -885,7 +886,7 @@ int main(int argc, char** argv) {
   LOAD(mlxn_device_count) LOAD(mlxn_device_open) LOAD(mlxn_device_name) LOAD(mlxn_buffer_alloc)
   LOAD(mlxn_buffer_release) LOAD(mlxn_buffer_write) LOAD(mlxn_buffer_read) LOAD(mlxn_library_compile)
   LOAD(mlxn_pipeline_create) LOAD(mlxn_encoder_create) LOAD(mlxn_encoder_dispatch) LOAD(mlxn_encoder_commit)
-  LOAD(mlxn_encoder_wait) LOAD(mlxn_encoder_gpu_time_ns) LOAD(mlxn_encoder_barrier)
+  LOAD(mlxn_encoder_wait) LOAD(mlxn_encoder_gpu_time_ns) LOAD(mlxn_encoder_barrier) LOAD(mlxn_device_limit)
 #undef LOAD
   g_dir = argv[2];
   if (p_mlxn_device_count() == 0) { printf("SKIPPED: no CUDA device\n"); return 0; }
@@ -893,7 +894,8 @@ int main(int argc, char** argv) {
   if (s) die("device_open", s);
   char name[256];
   p_mlxn_device_name(g_dev, name, sizeof name);
-  printf("device: %s\n", name);
+  g_cc = uint32_t(p_mlxn_device_limit(g_dev, MLXN_LIMIT_COMPUTE_CAPABILITY));
+  printf("device: %s (compute capability %u)\n", name, g_cc);
   s = p_mlxn_encoder_create(g_dev, &g_enc, g_msg, sizeof g_msg);
   if (s) die("encoder", s);
   std::map<string, std::function<void(Rng&)>> fams = {

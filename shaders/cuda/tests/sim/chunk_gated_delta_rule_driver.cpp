@@ -22,7 +22,12 @@
 // gated values, f32 state) on random k, w, u, g and h0 (the same for every
 // entry of a case), outputs poisoned first; each variant must give the
 // plan's entry's bits (the K = 128 entry with its ring of
-// InterRing<128, 32, 2>::BYTES as dynamic shared memory, _ws8 its fallback).
+// InterRing<128, 32, 2>::BYTES as dynamic shared memory, _ws8 its fallback),
+// but the warpgroup walk (_wg, the plan's on compute capability 9.0, 256
+// threads, GDR_INTER_WG_BYTES): on the simulation's wgmma model it is held to
+// the tolerances alone, built without it (SIM_DEFINES=-DMLXN_SIM_NO_WGMMA)
+// it gives the plan's bits; the seed's _wg entry, where the sequences have
+// one length, the bits of the varlen _wg entry.
 // Then chunk_local_cumsum_varlen_g_f32 at its CUDA launch (a block a chunk
 // and 32 heads) against a float64 chunk-local scan, with H 40 (two blocks of
 // heads, the second partial) and a varlen table, and where the sequences
@@ -231,11 +236,13 @@ void run_chunk_o(const Case& c) {
 using InterFn = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const float*, const float*,
                         __nv_bfloat16*, __nv_bfloat16*, float*, const uint2*, const ChunkGatedDeltaRuleParams*);
 
-// The outputs' bytes of the last plan's entry run (snapshots, v_new, final state).
-std::vector<unsigned char> inter_bits;
+// The outputs' bytes of the last plan's entry run (snapshots, v_new, final
+// state), and of the last entry run.
+std::vector<unsigned char> inter_bits, last_bits;
 
 // variant: 0 the plan's entry (its bits kept), 1 a variant that gives those
-// bits, 2 one held to the tolerances alone (its own order of sums).
+// bits, 2 one held to the tolerances alone (its own order of sums), 3 one
+// that gives the bits of the entry run before it.
 void run_inter(const Case& c, const char* name, InterFn fn, u32 bv, u32 threads = 128, int variant = 0, u32 smem = 0) {
   const std::vector<u32> chunks = chunks_of(c.lens);
   std::vector<u32> seqs;
@@ -291,13 +298,31 @@ void run_inter(const Case& c, const char* name, InterFn fn, u32 bv, u32 threads 
   std::vector<unsigned char> bits;
   for (auto [ptr, bytes] : {std::pair<const void*, size_t>{snap.p, snap.n * 2}, {vn.p, vn.n * 2}, {fin.p, fin.n * 4}})
     bits.insert(bits.end(), static_cast<const unsigned char*>(ptr), static_cast<const unsigned char*>(ptr) + bytes);
-  const bool same = variant != 1 || bits == inter_bits;   // a variant of kind 1 gives the plan's entry's bits
+  const bool same = variant == 1 ? bits == inter_bits : variant == 3 ? bits == last_bits : true;
   if (!variant) inter_bits = bits;
+  last_bits = bits;
   const bool ok = es < 1e-2 && ev < 1e-2 && ef < 1e-2 && same;
   if (!ok) failures++;
   std::printf("%s %-40s %-32s h_out %.2e v_new %.2e final %.2e%s\n", ok ? "ok  " : "FAIL", name, c.what.c_str(), es, ev, ef,
               variant == 1 ? (same ? " (bits of the plan's entry)" : " (bits UNLIKE the plan's entry)")
+              : variant == 3 ? (same ? " (bits of the entry before)" : " (bits UNLIKE the entry before)")
               : variant == 2 ? (bits == inter_bits ? " (bits of the plan's entry)" : " (its own bits)") : "");
+}
+
+// The _wg walk: on the simulation's wgmma model its own sums; built without
+// it (MLXN_SIM_NO_WGMMA), the mma.sync ring at the same launch, the plan's bits.
+#ifdef MLXN_WGMMA
+constexpr int WG_KIND = 2;
+#else
+constexpr int WG_KIND = 1;
+#endif
+
+// The seed's warpgroup entry over a case of B sequences of T tokens (T a
+// multiple of 64), its params from the varlen ones.
+void seed_wg(const __nv_bfloat16* k, const __nv_bfloat16* w, const __nv_bfloat16* u, const float* g, const float* h0,
+             __nv_bfloat16* snap, __nv_bfloat16* vn, float* fin, const uint2*, const ChunkGatedDeltaRuleParams* p) {
+  const GatedDeltaNetChunkParams sp{{p->n_seq, p->n_tok / p->n_seq, p->hg, p->h, p->k, p->v}, 64, p->nt / p->n_seq};
+  gated_delta_net_chunk_inter_state_wg_bf16(k, w, u, g, h0, snap, vn, fin, &sp);
 }
 
 void run_inters(const Case& c) {
@@ -305,7 +330,11 @@ void run_inters(const Case& c) {
   if (c.K == 256) run_inter(c, "inter_state_k256", gated_delta_net_chunk_inter_state_k256_bf16, 16);
   if (c.K != 128) return;
   run_inter(c, "inter_state_k128", gated_delta_net_chunk_inter_state_k128_bf16, 32, 256, false, InterRing<128, 32, 2>::BYTES);
-  run_inter(c, "inter_state_k128_wg", gated_delta_net_chunk_inter_state_k128_wg_bf16, 32, 256, 2, GDR_INTER_WG_BYTES);
+  run_inter(c, "inter_state_k128_wg", gated_delta_net_chunk_inter_state_k128_wg_bf16, 32, 256, WG_KIND, GDR_INTER_WG_BYTES);
+  // The seed's entry on the same walk, where the sequences are the seed's (one length, a multiple of 64).
+  bool uniform = c.lens[0] % 64 == 0;
+  for (u32 L : c.lens) uniform = uniform && L == c.lens[0];
+  if (uniform) run_inter(c, "inter_state_wg (the seed's)", seed_wg, 32, 256, 3, GDR_INTER_WG_BYTES);
   run_inter(c, "inter_state_k128_ws8", gated_delta_net_chunk_inter_state_k128_ws8_bf16, 32, 256, true);
   run_inter(c, "inter_state_k128_w4", gated_delta_net_chunk_inter_state_k128_w4_bf16, 32, 128, true);
   run_inter(c, "inter_state_k128_bv16", gated_delta_net_chunk_inter_state_k128_bv16_bf16, 16, 128, true);
@@ -383,6 +412,7 @@ int main(int argc, char** argv) {
   if (!wy_only) {
     run_inters({"K 128, V 128, H 4, Hg 2, varlen [130, 3, 64]", 2, 4, 128, 128, {130, 3, 64}, false});
     run_inters({"K 128, V 64, H 2, Hg 1, varlen [300, 64, 1]", 1, 2, 128, 64, {300, 64, 1}, false});
+    run_inters({"K 128, V 64, H 2, Hg 1, B 2 of T 128", 1, 2, 128, 64, {128, 128}, false});
   }
   std::printf("%s: %d failed\n", failures ? "FAIL" : "ok", failures);
   return failures ? 1 : 0;
