@@ -175,12 +175,19 @@ static uint64_t commit_wait() {
   if (s) die("wait (kernel execution)", s);
   return p_mlxn_encoder_gpu_time_ns(g_enc);
 }
-// Records fn reps times in one commit, after a warm-up commit; returns ns per rep (median of 5 commits).
+// GPU time of one run of fn: the median over 5 commits of reps runs each,
+// a barrier between runs, so that a run starts after the one before ends (the
+// encoder runs the dispatches of a stretch without barriers side by side: a
+// grid of fewer blocks than the SMs hold would then be timed at the
+// throughput of several runs, not at the latency a run has in a pipeline).
 static double time_ns(const std::function<void()>& fn, int reps) {
   fn(); commit_wait();
   vector<double> t;
   for (int r = 0; r < 5; ++r) {
-    for (int i = 0; i < reps; ++i) fn();
+    for (int i = 0; i < reps; ++i) {
+      if (i) barrier();
+      fn();
+    }
     t.push_back(double(commit_wait()) / reps);
   }
   std::sort(t.begin(), t.end());
