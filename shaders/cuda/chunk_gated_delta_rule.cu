@@ -1027,29 +1027,38 @@ __device__ __forceinline__ u32 stage_at(u32 v, u32 t) {
 
 // 3. vn = u - x at the warp's (t, v) pairs: to v_new (t < len) and
 //    bf16(vn gate) transposed into stage (0 past len; stage_at<SW>'s
-//    places). u_of(nj, hr, tl, vl) gives u's bf16 pair, vnew_at(tl, vl)
-//    v_new's place, gate walk_gates'.
-template <u32 VW, bool SW = false, class U, class VN>
-__device__ __forceinline__ void walk_vnew(const float (&xa)[VW / 8][4], U&& u_of, VN&& vnew_at, const float (&gate)[2],
-                                          u32 t_lo, u32 vw0, u32 tq, u32 len, bf16* stage) {
+//    places). u_of(nj, hr, tl, vl) gives u's bf16 pair, put(tl, vl, pair)
+//    stores v_new's bf16 pair (v rows vl, vl + 1 at t row tl), gate walk_gates'.
+//    With VT, bf16(vn) also into vt at stage's places (0 past len).
+template <u32 VW, bool SW = false, bool VT = false, class U, class VN>
+__device__ __forceinline__ void walk_vnew(const float (&xa)[VW / 8][4], U&& u_of, VN&& put, const float (&gate)[2],
+                                          u32 t_lo, u32 vw0, u32 tq, u32 len, bf16* stage, bf16* vt = nullptr) {
 #pragma unroll
     for (u32 nj = 0; nj < VW / 8; ++nj)
 #pragma unroll
         for (u32 hr = 0; hr < 2; ++hr) {
             const u32 tl = t_lo + 8u * hr;
             const u32 vl = vw0 + 8u * nj + 2u * tq;
-            bf16 g0 = __float2bfloat16_rn(0.0f), g1 = g0;
+            bf16 g0 = __float2bfloat16_rn(0.0f), g1 = g0, r0 = g0, r1 = g0;
             if (tl < len) {
                 const u32 up = u_of(nj, hr, tl, vl);
                 const float2 uf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&up));
                 const float vn0 = uf.x - xa[nj][2 * hr];
                 const float vn1 = uf.y - xa[nj][2 * hr + 1];
-                *reinterpret_cast<u32*>(vnew_at(tl, vl)) = pack_bf16(vn0, vn1);
+                put(tl, vl, pack_bf16(vn0, vn1));
                 g0 = __float2bfloat16_rn(vn0 * gate[hr]);
                 g1 = __float2bfloat16_rn(vn1 * gate[hr]);
+                if constexpr (VT) {
+                    r0 = __float2bfloat16_rn(vn0);
+                    r1 = __float2bfloat16_rn(vn1);
+                }
             }
             stage[stage_at<SW>(vl, tl)] = g0;
             stage[stage_at<SW>(vl + 1, tl)] = g1;
+            if constexpr (VT) {
+                vt[stage_at<SW>(vl, tl)] = r0;
+                vt[stage_at<SW>(vl + 1, tl)] = r1;
+            }
         }
 }
 
@@ -1089,21 +1098,45 @@ struct WalkStateWg {
 #pragma unroll
         for (u32 i = 0; i < 16; ++i) d[i] *= decay;
     }
-    // h += stage k_rows: A = k^T from the k rows [64][ldk] (ldmatrix.trans,
-    // this warp's 16 K rows), B = stage (K-major swizzled [32 V][64 t]).
-    __device__ __forceinline__ void update(const bf16* stage, const bf16* k_rows, u32 ldk, u32 lane) {
+    // The place of k row r, column col in the ring: rows of ldk, or with KSW
+    // InterRingWgO's swizzled blocks (w's: [2 column blocks][64 rows][64]).
+    template <bool KSW>
+    __device__ __forceinline__ static u32 k_at(u32 r, u32 col, u32 ldk) {
+        if constexpr (KSW) return (col >> 6) * (BT * 64u) + r * 64u + ((((col & 63u) >> 3) ^ (r & 7u)) << 3) + (col & 7u);
+        else return r * ldk + col;
+    }
+    // h += stage k_rows, issued (wgmma_fence first, no commit): A = k^T from
+    // the k rows (ldmatrix.trans, this warp's 16 K rows), B = stage (K-major
+    // swizzled [32 V][64 t]).
+    template <bool KSW>
+    __device__ __forceinline__ void issue_update(const bf16* stage, const bf16* k_rows, u32 ldk, u32 lane) {
         u32 ka[4][4];
 #pragma unroll
         for (u32 tt = 0; tt < 4; ++tt)
-            ldsm_x4_trans(k_rows + (16u * tt + (lane & 7u) + 8u * (lane >> 4)) * ldk + k0 + 8u * ((lane >> 3) & 1u),
+            ldsm_x4_trans(k_rows + k_at<KSW>(16u * tt + (lane & 7u) + 8u * (lane >> 4), k0 + 8u * ((lane >> 3) & 1u), ldk),
                           ka[tt][0], ka[tt][1], ka[tt][2], ka[tt][3]);
         acc_fence(d);
         wgmma_fence();
 #pragma unroll
         for (u32 tt = 0; tt < 4; ++tt) wgmma_rsk_bf16(d, ka[tt], wgmma_desc_sw128(stage + 16u * tt));
-        wgmma_commit();
-        wgmma_wait<0>();
-        acc_fence(d);
+    }
+    // P = bf16(sc exp(g_t - g_j)) for j <= t < len, else 0, as the A
+    // operand of o's products (pa[tt]: key columns 16 tt .. 16 tt + 15); gs
+    // the chunk's g.
+    __device__ __forceinline__ void scores_to_p(u32 (&pa)[4][4], const float (&sc)[32], const float* gs, u32 len) const {
+        const u32 ta = 16u * w4 + gq, tb = ta + 8u;
+        const float ga = gs[ta], gb = gs[tb];
+#pragma unroll
+        for (u32 nj = 0; nj < 8; ++nj) {
+            const u32 j = 8u * nj + 2u * tq;
+            const float2 gj = *reinterpret_cast<const float2*>(gs + j);
+            const float a0 = j <= ta && ta < len ? sc[4 * nj] * expf(ga - gj.x) : 0.0f;
+            const float a1 = j + 1 <= ta && ta < len ? sc[4 * nj + 1] * expf(ga - gj.y) : 0.0f;
+            const float b0 = j <= tb && tb < len ? sc[4 * nj + 2] * expf(gb - gj.x) : 0.0f;
+            const float b1 = j + 1 <= tb && tb < len ? sc[4 * nj + 3] * expf(gb - gj.y) : 0.0f;
+            pa[nj >> 1][2 * (nj & 1u)] = pack_bf16(a0, a1);
+            pa[nj >> 1][2 * (nj & 1u) + 1] = pack_bf16(b0, b1);
+        }
     }
     // x[t, v] = w hb^T for the 64 t rows and the warpgroup's 16 V rows (16
     // g ..): m64n16k16, A = ws (InterRingWg's swizzled w rows), B = hb; x
@@ -1272,7 +1305,7 @@ __device__ __forceinline__ void inter_state_seq(const bf16* __restrict__ k_in, c
         float gate[2];
         walk_gates(gate, gs, g_last, t_lo, len);
         walk_vnew<VW>(xa, [&](u32 nj, u32 hr, u32, u32) { return uc[nj][hr]; },
-                      [&](u32 tl, u32 vl) { return v_new + (u64(t0 + tl) * H + head) * V + v0 + vl; }, gate, t_lo,
+                      [&](u32 tl, u32 vl, u32 pair) { *reinterpret_cast<u32*>(v_new + (u64(t0 + tl) * H + head) * V + v0 + vl) = pair; }, gate, t_lo,
                       vw0, tq, len, stage);
         __syncthreads();
         if (WS && c + 1 < c_end) prefetch_w(c + 1);   // every warp is past step 2
@@ -1357,7 +1390,8 @@ GDR_INTER_STATE(k128_bv16_ws, 128, 16, true, 4)
 // faster on an H200 (bench/notes/gdn-walk-ring-2026-11-29.md).
 template <u32 KD, u32 BV, u32 S>
 struct InterRing {
-    static constexpr bool W_SWIZZLED = false;
+    static constexpr bool W_SWIZZLED = false, K_SWIZZLED = false;
+    static constexpr u32 Q_OFF = 0;   // no q rows
     static constexpr u32 LDK = KD + 8, LDU = BV + 8;
     static constexpr u32 K_OFF = 0;                       // bytes from the slot's start: k rows first
     static constexpr u32 W_OFF = BT * LDK * 2;
@@ -1374,7 +1408,8 @@ struct InterRing {
 // (x's A operand), then the k rows, u and g as InterRing's; slots of whole
 // KB, so that each slot's w stays 1024-byte aligned on an aligned ring.
 struct InterRingWg {
-    static constexpr bool W_SWIZZLED = true;
+    static constexpr bool W_SWIZZLED = true, K_SWIZZLED = false;
+    static constexpr u32 Q_OFF = 0;   // no q rows
     static constexpr u32 KD = 128, BV = 32, S = 2;
     static constexpr u32 LDK = KD + 8, LDU = BV + 8;
     static constexpr u32 W_OFF = 0;
@@ -1384,6 +1419,27 @@ struct InterRingWg {
     static constexpr u32 SLOT = (G_OFF + BT * 4 + 1023) / 1024 * 1024;
     static constexpr u32 BYTES = S * SLOT;
 };
+// The walk with o's ring (K 128, 32 V rows, 3 slots: the walk's chunk, the
+// next one's copies, and the chunk before, which the output warpgroup
+// reads): InterRingWg's with the chunk's q rows, and the k rows in w's
+// swizzled places (q k^T reads both from shared memory): w, k, q
+// [2][64][64], u [64][40] bf16, g [64] f32, 54 KB a slot.
+struct InterRingWgO {
+    static constexpr bool W_SWIZZLED = true, K_SWIZZLED = true;
+    static constexpr u32 KD = 128, BV = 32, S = 3;
+    static constexpr u32 LDK = KD, LDU = BV + 8;
+    static constexpr u32 W_OFF = 0;
+    static constexpr u32 K_OFF = BT * KD * 2;
+    static constexpr u32 Q_OFF = 2 * BT * KD * 2;
+    static constexpr u32 U_OFF = 3 * BT * KD * 2;
+    static constexpr u32 G_OFF = U_OFF + BT * LDU * 2;
+    static constexpr u32 SLOT = (G_OFF + BT * 4 + 1023) / 1024 * 1024;
+    static constexpr u32 BYTES = S * SLOT;
+};
+template <bool O, class R>
+struct RingOf { using type = R; };
+template <class R>
+struct RingOf<true, R> { using type = InterRingWgO; };
 
 // The ring walk's state and ring: WalkState's and InterRing's, or with WG
 // (K 128, 32 V rows, 8 warps) WalkStateWg's and InterRingWg's.
@@ -1395,21 +1451,106 @@ struct WalkStateOf {
 #ifdef MLXN_WGMMA
 template <u32 KD, u32 BV, u32 NW, u32 S>
 struct WalkStateOf<true, KD, BV, NW, S> {
-    static_assert(KD == 128 && BV == 32 && NW == 8 && S == 2, "the warpgroup walk is K 128, 32 V rows, 8 warps, 2 slots");
+    static_assert(KD == 128 && BV == 32 && NW == 8 && (S == 2 || S == 3), "the warpgroup walk is K 128, 32 V rows, 8 warps");
     using type = WalkStateWg;
     using ring = InterRingWg;
 };
+
+// The output warpgroup of the walk with o (thread ot of 128, after the
+// walk's two warpgroups): for each chunk i, once the walk has left its hb,
+// v_new (vt) and q, k, g (ring slot i % 3) and arrived at barrier 2 + i % 2,
+//   o[t, v] = bf16(scale (exp(g_t) q_t . hb[v] + sum_{j <= t} P[t, j] vt[v, j]))
+// with P = bf16((q k^T)[t, j] exp(g_t - g_j)) for j <= t < len (chunk_o's
+// values): q hb^T as two m64n16k16 and q k^T as m64n64k16 from shared memory,
+// then P vt^T as m64n32k16 with P from registers; then it arrives at barrier
+// 4 + i % 2 (done with chunk i's buffers) and stores the chunk's rows of o.
+__device__ __forceinline__ void walk_o_chunks(bf16* __restrict__ o_out, u32 H, u32 V, u32 bos, u32 eos, u32 c_first,
+                                              u32 c_end, u32 v0, u32 head, const unsigned char* ring, const bf16* hb,
+                                              const bf16* vt, float scale, u32 ot) {
+    using R = InterRingWgO;
+    const WalkStateWg me(ot);   // the fragment geometry of warpgroup 0: w4, gq, tq
+    const u32 ta = 16u * me.w4 + me.gq, tb = ta + 8u;
+    for (u32 c = c_first; c < c_end; ++c) {
+        const u32 i = c - c_first, t0 = bos + i * BT, len = min(BT, eos - t0);
+        bar_sync(2 + (i & 1u), 384);
+        const unsigned char* s = ring + (i % R::S) * R::SLOT;
+        const bf16* qs = reinterpret_cast<const bf16*>(s + R::Q_OFF);
+        const bf16* ks = reinterpret_cast<const bf16*>(s + R::K_OFF);
+        const float* gsl = reinterpret_cast<const float*>(s + R::G_OFF);
+        const bf16* hbc = hb + (i & 1u) * (32u * 128u);
+        const bf16* vtc = vt + (i & 1u) * (32u * BT);
+        float qh[2][8], sc[32], o[16];
+        u32 pa[4][4];
+#pragma unroll
+        for (u32 e = 0; e < 8; ++e) qh[0][e] = qh[1][e] = 0.0f;
+#pragma unroll
+        for (u32 e = 0; e < 32; ++e) sc[e] = 0.0f;
+        acc_fence(qh[0]);
+        acc_fence(qh[1]);
+        acc_fence(sc);
+        wgmma_fence();
+#pragma unroll
+        for (u32 kk = 0; kk < 8; ++kk) {
+            const u32 off = (kk >> 2) * (BT * 64u) + 16u * (kk & 3u);
+            const u64 dq = wgmma_desc_sw128(qs + off);
+#pragma unroll
+            for (u32 half = 0; half < 2; ++half)
+                wgmma_bf16(qh[half], dq, wgmma_desc_sw128(hbc + (kk >> 2) * (32u * 64u) + 16u * half * 64u + 16u * (kk & 3u)));
+            wgmma_bf16(sc, dq, wgmma_desc_sw128(ks + off));
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        acc_fence(qh[0]);
+        acc_fence(qh[1]);
+        acc_fence(sc);
+        me.scores_to_p(pa, sc, gsl, len);
+        const float ea = expf(gsl[ta]), eb = expf(gsl[tb]);
+#pragma unroll
+        for (u32 e = 0; e < 16; ++e) o[e] = qh[e >> 3][e & 7u] * (e & 2u ? eb : ea);
+        acc_fence(o);
+        reg_fence(pa);
+        wgmma_fence();
+#pragma unroll
+        for (u32 tt = 0; tt < 4; ++tt) wgmma_rsk_bf16(o, pa[tt], wgmma_desc_sw128(vtc + 16u * tt));
+        wgmma_commit();
+        wgmma_wait<0>();
+        acc_fence(o);
+        bar_arrive(4 + (i & 1u), 384);
+#pragma unroll
+        for (u32 nj = 0; nj < 4; ++nj)
+#pragma unroll
+            for (u32 hr = 0; hr < 2; ++hr) {
+                const u32 tl = hr ? tb : ta;
+                if (tl < len)
+                    *reinterpret_cast<u32*>(o_out + (u64(t0 + tl) * H + head) * V + v0 + 8u * nj + 2u * me.tq) =
+                        pack_bf16(scale * o[4 * nj + 2 * hr], scale * o[4 * nj + 2 * hr + 1]);
+            }
+    }
+}
 #endif
 
-template <u32 KD, u32 BV, u32 NW, u32 S, bool WG = false>
+// The ring walk over one sequence's chunks (inter_state_seq's arguments;
+// its ring, hb, stage and vs in shared memory).
+// With O (and WG: the walk with o), the chunks' output instead of h_out and
+// v_new, by a third warpgroup (threads 256 .. 383, walk_o_chunks) one chunk
+// behind the walk: the walk's two warpgroups sync among themselves on named
+// barrier 1, leave each chunk's hb and v_new (bf16, in vt, K-major swizzled as
+// stage) in one of two buffers and its q, k and g in the ring (InterRingWgO,
+// three slots), then arrive at barrier 2 + i % 2 (chunk i is there); before
+// overwriting chunk i's buffers (at chunk i + 2) they wait on barrier 4 + i % 2
+// (the output warpgroup is done with chunk i).
+template <u32 KD, u32 BV, u32 NW, u32 S, bool WG = false, bool O = false>
 __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
                                                      const bf16* __restrict__ u_in, const float* __restrict__ g_in,
                                                      const float* __restrict__ h0, bf16* __restrict__ h_out,
                                                      bf16* __restrict__ v_new, float* __restrict__ final_state,
                                                      u32 H, u32 Hg, u32 V, u32 bos, u32 eos, u32 c_first, u32 c_end,
                                                      u32 state, u32 v0, u32 head, unsigned char* ring, bf16* hb,
-                                                     bf16* stage, bf16* vs) {
-    using R = typename WalkStateOf<WG, KD, BV, NW, S>::ring;
+                                                     bf16* stage, bf16* vs, const bf16* __restrict__ q_in = nullptr,
+                                                     bf16* __restrict__ o_out = nullptr, float scale = 0.0f,
+                                                     bf16* vt = nullptr) {
+    static_assert(!O || (WG && S == 3), "the walk with o runs on warpgroup products, three slots");
+    using R = typename RingOf<O, typename WalkStateOf<WG, KD, BV, NW, S>::ring>::type;
     static_assert(NW == 4 || NW == 8, "4 or 8 warps");
     constexpr u32 NTH = 32 * NW;
     constexpr u32 LDK = R::LDK, LDU = R::LDU;
@@ -1419,6 +1560,14 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
     constexpr u32 LDVS = BV + 8;              // vs rows: v_new [64][BV] bf16 of the chunk
     static_assert(BT * UQ <= NTH, "one u copy a thread at most");
     const u32 tid = threadIdx.x;
+#ifdef MLXN_WGMMA
+    if constexpr (O) {
+        if (tid >= NTH) {
+            walk_o_chunks(o_out, H, V, bos, eos, c_first, c_end, v0, head, ring, hb, vt, scale, tid - NTH);
+            return;
+        }
+    }
+#endif
     typename WalkStateOf<WG, KD, BV, NW, S>::type h(tid);
     const u32 lane = tid & 31u, warp = tid >> 5, gq = lane >> 2, tq = lane & 3u;
     const u32 kh = head / (H / Hg);
@@ -1439,8 +1588,12 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
     static_assert(!R::W_SWIZZLED || TSTEP % 8 == 0, "a thread's w rows share their swizzle");
     const u32 wdst = R::W_SWIZZLED ? (qc >> 6) * (BT * 64u) + tc * 64u + ((((qc >> 3) & 7u) ^ (tc & 7u)) << 3) : dst;
     constexpr u32 WSTEP = R::W_SWIZZLED ? TSTEP * 64u : TSTEP * LDK;
+    // k's (and q's) place: padded rows, or w's swizzled places.
+    const u32 kdst = R::K_SWIZZLED ? wdst : dst;
+    constexpr u32 KSTEP = R::K_SWIZZLED ? WSTEP : TSTEP * LDK;
     const u64 kstep = u64(BT) * Hg * KD, wstep = u64(BT) * H * KD, ustep = u64(BT) * H * V;
     const bf16* kbase = k_in + (u64(bos) * Hg + kh) * KD;   // chunk c_first's rows
+    const bf16* qbase = O ? q_in + (u64(bos) * Hg + kh) * KD : nullptr;
     const bf16* wbase = w_in + (u64(bos) * H + head) * KD;
     const bf16* ubase = u_in + (u64(bos) * H + head) * V + v0;
     const float* gbase = g_in + u64(bos) * H + head;
@@ -1452,7 +1605,7 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
     // copies take about a third of a chunk's 3300 cycles of load-store issue
     // wherever they stand; spread out, less of it stands in line before step
     // 2 (bench/notes/gdn-walk-phases-2026-11-29.md).
-    static_assert(S == 2, "the copies run one chunk ahead");
+    static_assert(S == 2 || O, "the copies run one chunk ahead");
     auto slot_of = [&](u32 c, u32& i, u32& len) -> unsigned char* {
         i = c - c_first;
         len = min(BT, eos - bos - i * BT);
@@ -1481,12 +1634,22 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
     auto copy_k = [&](u32 c) {
         if (c < c_end) {
             u32 i, len;
-            bf16* ks = reinterpret_cast<bf16*>(slot_of(c, i, len) + R::K_OFF);
+            unsigned char* sl = slot_of(c, i, len);
+            bf16* ks = reinterpret_cast<bf16*>(sl + R::K_OFF);
             const bf16* kp = kbase + i * kstep;
 #pragma unroll
             for (u32 r = 0; r < KC; ++r) {
                 const bool live = tc + TSTEP * r < len;
-                cp_async16(ks + dst + TSTEP * LDK * r, kp + (live ? ksrc + TSTEP * Hg * KD * r : 0u), live);
+                cp_async16(ks + kdst + KSTEP * r, kp + (live ? ksrc + TSTEP * Hg * KD * r : 0u), live);
+            }
+            if constexpr (O) {
+                bf16* qs = reinterpret_cast<bf16*>(sl + R::Q_OFF);
+                const bf16* qp = qbase + i * kstep;
+#pragma unroll
+                for (u32 r = 0; r < KC; ++r) {
+                    const bool live = tc + TSTEP * r < len;
+                    cp_async16(qs + kdst + KSTEP * r, qp + (live ? ksrc + TSTEP * Hg * KD * r : 0u), live);
+                }
             }
         }
         cp_async_commit();
@@ -1494,6 +1657,11 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
     copy_wug(c_first);
     copy_k(c_first);
 
+    // The walk's barrier: with O its two warpgroups alone (named barrier 1).
+    auto walk_sync = [] {
+        if constexpr (O) bar_sync(1, NTH);
+        else __syncthreads();
+    };
     for (u32 c = c_first; c < c_end; ++c) {
         const u32 i = c - c_first, t0 = bos + i * BT, len = min(BT, eos - t0);
         const unsigned char* s = ring + (i % S) * R::SLOT;
@@ -1501,28 +1669,36 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
         const bf16* ws = reinterpret_cast<const bf16*>(s + R::W_OFF);
         const bf16* us = reinterpret_cast<const bf16*>(s + R::U_OFF);
         const float* gsl = reinterpret_cast<const float*>(s + R::G_OFF);
+        // With O, chunk i's hb and vt of two buffers, free once the output
+        // warpgroup is done with chunk i - 2 (which also frees the slot the
+        // next chunk's copies go to).
+        bf16* hbc = O ? hb + (i & 1u) * (BV * KD) : hb;
+        bf16* vtc = O ? vt + (i & 1u) * (BV * BT) : vt;
+        if constexpr (O) {
+            if (i >= 2) bar_sync(4 + (i & 1u), NTH + 128);
+        }
 
         // 1.
-        h.to_hb(hb);
+        h.to_hb(hbc);
         cp_async_wait<0>();   // this chunk's group
 #ifdef MLXN_WGMMA
         if constexpr (WG) fence_proxy_async_smem();   // hb and the slot's w (cp.async) for the warpgroups' products
 #endif
-        __syncthreads();
+        walk_sync();
         copy_wug(c + 1);
         const float g_last = gsl[len - 1];
 
-        // 2., with the gates, the k rows' copies, the snapshot and the
-        // decay while its products run.
+        // 2., with the gates, the k rows' copies, the snapshot (not with O)
+        // and the decay while its products run.
         float xa[VW / 8][4];
         float gate[2];
         if constexpr (WG) {
 #ifdef MLXN_WGMMA
             float(&x8)[8] = reinterpret_cast<float(&)[8]>(xa);
-            h.issue_x(x8, ws, hb);
+            h.issue_x(x8, ws, hbc);
             walk_gates(gate, gsl, g_last, t_lo, len);
             copy_k(c + 1);
-            WalkStateWg::snapshot(h_out + ((u64(c) * H + head) * V + v0) * KD, hb, tid);
+            if constexpr (!O) WalkStateWg::snapshot(h_out + ((u64(c) * H + head) * V + v0) * KD, hbc, tid);
             // The decay after the wait: ptxas would wait there anyway before
             // writing the state's registers while a product is in flight.
             wgmma_wait<0>();
@@ -1542,29 +1718,46 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
         }
 
         // 3. (v_new's rows into vs, then to memory by 16-byte pieces after
-        // the barrier: a thread's 4-byte stores would each touch 8 rows.)
-        walk_vnew<VW, WG>(xa, [&](u32, u32, u32 tl, u32 vl) { return *reinterpret_cast<const u32*>(us + tl * LDU + vl); },
-                          [&](u32 tl, u32 vl) { return vs + tl * LDVS + vl; }, gate, t_lo, vw0, tq, len, stage);
+        // the barrier: a thread's 4-byte stores would each touch 8 rows. With
+        // O into vt, for the output warpgroup, whom the walk then tells.)
+        walk_vnew<VW, WG, O>(xa, [&](u32, u32, u32 tl, u32 vl) { return *reinterpret_cast<const u32*>(us + tl * LDU + vl); },
+                             [&](u32 tl, u32 vl, u32 pair) {
+                                 if constexpr (!O) *reinterpret_cast<u32*>(vs + tl * LDVS + vl) = pair;
+                             },
+                             gate, t_lo, vw0, tq, len, stage, vtc);
 #ifdef MLXN_WGMMA
-        if constexpr (WG) fence_proxy_async_smem();   // stage for the update's products
+        if constexpr (WG) fence_proxy_async_smem();   // stage (and vt) for the products
 #endif
-        __syncthreads();
+        walk_sync();
+        if constexpr (O) {
+            bar_arrive(2 + (i & 1u), NTH + 128);
+        } else {
 #pragma unroll
-        for (u32 e = tid; e < BT * (BV / 8); e += NTH) {
-            const u32 r = e / (BV / 8), q = (e % (BV / 8)) * 8u;
-            if (r < len) *reinterpret_cast<uint4*>(v_new + (u64(t0 + r) * H + head) * V + v0 + q) = *reinterpret_cast<const uint4*>(vs + r * LDVS + q);
+            for (u32 e = tid; e < BT * (BV / 8); e += NTH) {
+                const u32 r = e / (BV / 8), q = (e % (BV / 8)) * 8u;
+                if (r < len) *reinterpret_cast<uint4*>(v_new + (u64(t0 + r) * H + head) * V + v0 + q) = *reinterpret_cast<const uint4*>(vs + r * LDVS + q);
+            }
         }
 
         // 4.
         if constexpr (WG) {
 #ifdef MLXN_WGMMA
-            h.update(stage, ks, LDK, lane);
+            h.template issue_update<R::K_SWIZZLED>(stage, ks, LDK, lane);
+            wgmma_commit();
+            wgmma_wait<0>();
+            acc_fence(h.d);
 #endif
         } else {
             h.add_vg_k(stage, ks, LDK, len);
         }
     }
     cp_async_wait<0>();   // the empty groups past the last chunk
+    // With O, the output warpgroup's last two chunks (so that every arrival
+    // at barriers 4 and 5 is waited for).
+    if constexpr (O) {
+        const u32 n = c_end - c_first;
+        for (u32 i = n >= 2 ? n - 2 : 0; i < n; ++i) bar_sync(4 + (i & 1u), NTH + 128);
+    }
 
     h.store(final_state + state0);
 }
@@ -1640,6 +1833,36 @@ extern "C" __global__ void __launch_bounds__(256) gated_delta_net_chunk_inter_st
     inter_state_wg_seq(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, pp->h, pp->hg, pp->v, first, next, seq,
                        dyn);
 }
+#ifdef MLXN_WGMMA
+// The walk with o at K = 128 (sm_90a; the harness's variant, not yet the
+// op's): the warpgroup walk and, in a third warpgroup, each chunk's output
+// (chunk_o's values; inter_state_ring_seq's O) in place of the snapshots and
+// v_new. Bindings: 0 q, 1 k, 2 w, 3 u, 4 g, 5 h0, 6 o, 7 final_state,
+// 8 seqs, 9 params; grid as the _wg entry's, 384 threads; dynamic shared
+// memory GDR_INTER_O_WG_BYTES: from its first 1024-byte boundary two hb
+// (16 KB), stage (4 KB), two vt (8 KB), then InterRingWgO (162 KB).
+constexpr u32 GDR_INTER_O_WG_BYTES = 1024 + 2 * 32 * 128 * 2 + 32 * BT * 2 + 2 * 32 * BT * 2 + InterRingWgO::BYTES;
+static_assert(GDR_INTER_O_WG_BYTES <= 227 * 1024, "the walk with o fits an SM's shared memory");
+extern "C" __global__ void __launch_bounds__(384, 1) gated_delta_net_chunk_inter_state_o_k128_wg_bf16(
+    const bf16* __restrict__ q_in, const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
+    const bf16* __restrict__ u_in, const float* __restrict__ g_in, const float* __restrict__ h0,
+    bf16* __restrict__ o_out, float* __restrict__ final_state, const uint2* __restrict__ seqs,
+    const Params* __restrict__ pp) {
+    extern __shared__ __align__(16) unsigned char dyn[];
+    const u32 seq = blockIdx.z;
+    const uint2 first = seqs[seq], next = seqs[seq + 1];
+    if (!seq_ok(first, next, pp->n_tok, pp->nt)) return;
+    unsigned char* base = dyn + ((1024u - (smem_addr(dyn) & 1023u)) & 1023u);
+    bf16* hb = reinterpret_cast<bf16*>(base);
+    bf16* stage = hb + 2 * 32 * 128;
+    bf16* vt = stage + 32 * BT;
+    unsigned char* ring = base + 2 * 32 * 128 * 2 + 32 * BT * 2 + 2 * 32 * BT * 2;
+    inter_state_ring_seq<128, 32, 8, 3, true, true>(k_in, w_in, u_in, g_in, h0, nullptr, nullptr, final_state, pp->h,
+                                                    pp->hg, pp->v, first.x, next.x, first.y, next.y, seq,
+                                                    blockIdx.x * 32u, blockIdx.y, ring, hb, stage, nullptr, q_in, o_out,
+                                                    pp->scale, vt);
+}
+#endif
 // The seed's walk (gated_delta_net_chunk_inter_state_bf16's bindings,
 // params and grid: sequence b is tokens [b T, b T + T), chunks
 // [b NT, b NT + NT)) with 256 threads and GDR_INTER_WG_BYTES.

@@ -629,6 +629,14 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool live)
                  :: "r"(smem_addr(dst)), "l"(src), "r"(live ? 4 : 0) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Named barriers (1 .. 15; __syncthreads has 0) over n threads of the block,
+// n a multiple of 32: bar_sync waits until n threads have arrived (itself
+// among them), bar_arrive counts the thread in without waiting (a producer
+// telling consumers that its earlier writes are there). Warp-specialized
+// kernels sync their groups of warps with them in place of __syncthreads.
+__device__ __forceinline__ void bar_sync(u32 id, u32 n) { asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_arrive(u32 id, u32 n) { asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(n) : "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
 

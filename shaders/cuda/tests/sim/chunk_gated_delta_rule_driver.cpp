@@ -27,7 +27,10 @@
 // threads, GDR_INTER_WG_BYTES): on the simulation's wgmma model it is held to
 // the tolerances alone, built without it (SIM_DEFINES=-DMLXN_SIM_NO_WGMMA)
 // it gives the plan's bits; the seed's _wg entry, where the sequences have
-// one length, the bits of the varlen _wg entry.
+// one length, the bits of the varlen _wg entry; on the wgmma model, the walk
+// with o (_o_k128_wg: each chunk's output in place of the snapshots and
+// v_new), its o against chunk_o's float64 output on the reference walk's
+// snapshots and v_new.
 // Then chunk_local_cumsum_varlen_g_f32 at its CUDA launch (a block a chunk
 // and 32 heads) against a float64 chunk-local scan, with H 40 (two blocks of
 // heads, the second partial) and a varlen table, and where the sequences
@@ -182,6 +185,39 @@ void run(const Case& c) {
 }
 
 
+// chunk_o's output in float64 over the chunks ([t0, len] pairs): o[t, v] =
+// scale (exp(g_t) q_t . h[v] + sum_{j <= t} (q_t . k_j) exp(g_t - g_j) v_new[j, v])
+// with h_at(e) the chunk-start states [nt, H, V, K] and vn_at(e) v_new [n, H, V].
+template <class HA, class VA>
+std::vector<double> ref_chunk_o(const Case& c, const std::vector<u32>& chunks, u32 n, const Arr<__nv_bfloat16>& q,
+                                const Arr<__nv_bfloat16>& k, const Arr<float>& g, double scale, HA&& h_at, VA&& vn_at) {
+  const u32 nt = u32(chunks.size() / 2), H = c.h, Hg = c.hg, K = c.K, V = c.V;
+  std::vector<double> want(size_t(n) * H * V);
+  for (u32 ci = 0; ci < nt; ++ci) {
+    const u32 t0 = chunks[2 * ci], len = chunks[2 * ci + 1];
+    for (u32 hh = 0; hh < H; ++hh) {
+      const u32 kh = hh / (H / Hg);
+      for (u32 i = 0; i < len; ++i) {
+        const double gi = g.p[size_t(t0 + i) * H + hh];
+        std::vector<double> pj(i + 1);
+        for (u32 j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (u32 d = 0; d < K; ++d) dot += q.at((size_t(t0 + i) * Hg + kh) * K + d) * k.at((size_t(t0 + j) * Hg + kh) * K + d);
+          pj[j] = dot * std::exp(gi - double(g.p[size_t(t0 + j) * H + hh]));
+        }
+        for (u32 v = 0; v < V; ++v) {
+          double qh = 0;
+          for (u32 d = 0; d < K; ++d) qh += q.at((size_t(t0 + i) * Hg + kh) * K + d) * h_at(((size_t(ci) * H + hh) * V + v) * K + d);
+          double s = std::exp(gi) * qh;
+          for (u32 j = 0; j <= i; ++j) s += pj[j] * vn_at((size_t(t0 + j) * H + hh) * V + v);
+          want[(size_t(t0 + i) * H + hh) * V + v] = scale * s;
+        }
+      }
+    }
+  }
+  return want;
+}
+
 void run_chunk_o(const Case& c) {
   const std::vector<u32> chunks = chunks_of(c.lens);
   u32 n = 0;
@@ -199,29 +235,8 @@ void run_chunk_o(const Case& c) {
   const size_t smem = 2 * ((2 * 64 + vb) * (K + 8) + 64 * (vb + 8));
   sim_launch({V / vb, H, nt}, {256, 1, 1}, smem, [&] { gated_delta_net_chunk_o_bf16(q.p, k.p, vn.p, h.p, g.p, o.p, ch, &p); });
 
-  std::vector<double> want(size_t(n) * H * V);
-  for (u32 ci = 0; ci < nt; ++ci) {
-    const u32 t0 = chunks[2 * ci], len = chunks[2 * ci + 1];
-    for (u32 hh = 0; hh < H; ++hh) {
-      const u32 kh = hh / (H / Hg);
-      for (u32 i = 0; i < len; ++i) {
-        const double gi = g.p[size_t(t0 + i) * H + hh];
-        std::vector<double> pj(i + 1);
-        for (u32 j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (u32 d = 0; d < K; ++d) dot += q.at((size_t(t0 + i) * Hg + kh) * K + d) * k.at((size_t(t0 + j) * Hg + kh) * K + d);
-          pj[j] = dot * std::exp(gi - double(g.p[size_t(t0 + j) * H + hh]));
-        }
-        for (u32 v = 0; v < V; ++v) {
-          double qh = 0;
-          for (u32 d = 0; d < K; ++d) qh += q.at((size_t(t0 + i) * Hg + kh) * K + d) * h.at(((size_t(ci) * H + hh) * V + v) * K + d);
-          double s = std::exp(gi) * qh;
-          for (u32 j = 0; j <= i; ++j) s += pj[j] * vn.at((size_t(t0 + j) * H + hh) * V + v);
-          want[(size_t(t0 + i) * H + hh) * V + v] = scale * s;
-        }
-      }
-    }
-  }
+  const std::vector<double> want = ref_chunk_o(c, chunks, n, q, k, g, scale,
+                                               [&](size_t e) { return h.at(e); }, [&](size_t e) { return vn.at(e); });
   double mx = 0, worst = 0;
   for (double x : want) mx = std::max(mx, std::fabs(x));
   for (size_t i = 0; i < want.size(); ++i) {
@@ -240,10 +255,18 @@ using InterFn = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_
 // state), and of the last entry run.
 std::vector<unsigned char> inter_bits, last_bits;
 
+// The walk with o (gated_delta_net_chunk_inter_state_o_k128_wg_bf16's bindings).
+using WalkOFn = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+                         const float*, const float*, __nv_bfloat16*, float*, const uint2*, const ChunkGatedDeltaRuleParams*);
+
 // variant: 0 the plan's entry (its bits kept), 1 a variant that gives those
 // bits, 2 one held to the tolerances alone (its own order of sums), 3 one
-// that gives the bits of the entry run before it.
-void run_inter(const Case& c, const char* name, InterFn fn, u32 bv, u32 threads = 128, int variant = 0, u32 smem = 0) {
+// that gives the bits of the entry run before it. With ofn the walk with o
+// runs instead of fn: its o against chunk_o's float64 output on the
+// reference walk's snapshots and v_new, and its final state, within the
+// tolerances.
+void run_inter(const Case& c, const char* name, InterFn fn, u32 bv, u32 threads = 128, int variant = 0, u32 smem = 0,
+               WalkOFn ofn = nullptr) {
   const std::vector<u32> chunks = chunks_of(c.lens);
   std::vector<u32> seqs;
   u32 n = 0, nt = 0;
@@ -260,9 +283,14 @@ void run_inter(const Case& c, const char* name, InterFn fn, u32 bv, u32 threads 
   k.random(-0.15, 0.15); w.random(-0.15, 0.15); u.random(); h0.random(-0.3, 0.3);
   snap.poison(); vn.poison(); fin.poison();
   decay_cumsum(g, chunks, H, 0.1);
-  ChunkGatedDeltaRuleParams p{n, nt, ns, Hg, H, K, V, 1.0f};
+  Arr<__nv_bfloat16> q(size_t(n) * Hg * K), o(size_t(n) * H * V);
+  q.random(-0.3, 0.3); o.poison();
+  const float scale = float(1.0 / std::sqrt(double(K)));
+  ChunkGatedDeltaRuleParams p{n, nt, ns, Hg, H, K, V, scale};
+  const uint2* sq = reinterpret_cast<const uint2*>(seqs.data());
   sim_launch({V / bv, H, ns}, {threads, 1, 1}, smem, [&] {
-    fn(k.p, w.p, u.p, g.p, h0.p, snap.p, vn.p, fin.p, reinterpret_cast<const uint2*>(seqs.data()), &p);
+    if (ofn) ofn(q.p, k.p, w.p, u.p, g.p, h0.p, o.p, fin.p, sq, &p);
+    else fn(k.p, w.p, u.p, g.p, h0.p, snap.p, vn.p, fin.p, sq, &p);
   });
 
   auto bf = [](double x) { return back(cvt<__nv_bfloat16>(x)); };
@@ -294,6 +322,15 @@ void run_inter(const Case& c, const char* name, InterFn fn, u32 bv, u32 threads 
       }
       for (size_t e = 0; e < h.size(); ++e) wfin[(size_t(s) * H + hh) * V * K + e] = h[e];
     }
+  if (ofn) {
+    const std::vector<double> want = ref_chunk_o(c, chunks, n, q, k, g, scale, [&](size_t e) { return wsnap[e]; },
+                                                 [&](size_t e) { return wvn[e]; });
+    const double eo = err(o, want), ef = err(fin, wfin);
+    const bool ok = eo < 1e-2 && ef < 1e-2;
+    if (!ok) failures++;
+    std::printf("%s %-40s %-32s o %.2e final %.2e\n", ok ? "ok  " : "FAIL", name, c.what.c_str(), eo, ef);
+    return;
+  }
   const double es = err(snap, wsnap), ev = err(vn, wvn), ef = err(fin, wfin);
   std::vector<unsigned char> bits;
   for (auto [ptr, bytes] : {std::pair<const void*, size_t>{snap.p, snap.n * 2}, {vn.p, vn.n * 2}, {fin.p, fin.n * 4}})
@@ -335,6 +372,10 @@ void run_inters(const Case& c) {
   bool uniform = c.lens[0] % 64 == 0;
   for (u32 L : c.lens) uniform = uniform && L == c.lens[0];
   if (uniform) run_inter(c, "inter_state_wg (the seed's)", seed_wg, 32, 256, 3, GDR_INTER_WG_BYTES);
+#ifdef MLXN_WGMMA
+  run_inter(c, "inter_state_o_k128_wg (the walk with o)", nullptr, 32, 384, 2, GDR_INTER_O_WG_BYTES,
+            gated_delta_net_chunk_inter_state_o_k128_wg_bf16);
+#endif
   run_inter(c, "inter_state_k128_ws8", gated_delta_net_chunk_inter_state_k128_ws8_bf16, 32, 256, true);
   run_inter(c, "inter_state_k128_w4", gated_delta_net_chunk_inter_state_k128_w4_bf16, 32, 128, true);
   run_inter(c, "inter_state_k128_bv16", gated_delta_net_chunk_inter_state_k128_bv16_bf16, 16, 128, true);

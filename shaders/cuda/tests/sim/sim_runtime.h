@@ -26,6 +26,8 @@
 #include <vector_types.h>
 #include <vector_functions.h>
 #include <barrier>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <cstring>
 #include <cstdio>
@@ -54,8 +56,17 @@ struct SimDim { unsigned x = 1, y = 1, z = 1; };
 inline thread_local SimDim threadIdx, blockIdx;
 inline SimDim blockDim, gridDim;
 
+// A named barrier (bar.sync / bar.arrive with a thread count): arrivals
+// counted to n complete a generation and wake its waiters.
+struct SimNamedBar {
+  std::mutex m;
+  std::condition_variable cv;
+  unsigned count = 0, gen = 0;
+};
 struct SimBlock {
   std::barrier<>* block = nullptr;
+  // The 16 named barriers (0 is __syncthreads' own).
+  std::shared_ptr<SimNamedBar[]> named;
   std::vector<std::barrier<>*> warps;
   // Per-warp exchange slots: 32 lanes x 64 bytes.
   std::vector<unsigned char> slots;
@@ -184,6 +195,21 @@ inline void sim_fail(const char* what) {
   std::fprintf(stderr, "%s\n", what);
   std::abort();
 }
+inline void sim_named_bar(unsigned id, unsigned n, bool wait) {
+  if (id == 0 || id > 15 || n % 32 != 0) sim_fail("bar.sync / bar.arrive: barrier 1..15 over a multiple of 32 threads");
+  SimNamedBar& b = sim_block.named[id];
+  std::unique_lock<std::mutex> l(b.m);
+  const unsigned g = b.gen;
+  if (++b.count == n) {
+    b.count = 0;
+    ++b.gen;
+    b.cv.notify_all();
+    return;
+  }
+  if (wait) b.cv.wait(l, [&] { return b.gen != g; });
+}
+inline void bar_sync(unsigned id, unsigned n) { sim_named_bar(id, n, true); }
+inline void bar_arrive(unsigned id, unsigned n) { sim_named_bar(id, n, false); }
 // A pointer into dynamic shared memory as a shared address (its offset in the window).
 inline unsigned smem_addr(const void* p) {
   const unsigned char* c = static_cast<const unsigned char*>(p);
@@ -502,6 +528,7 @@ inline void sim_launch(SimDim grid, SimDim block, size_t smem, F&& kernel) {
         for (unsigned w = 0; w < (n + 31) / 32; ++w) ws.push_back(new std::barrier<>(std::min(32u, n - 32 * w)));
         sim_block.block = &bb;
         sim_block.warps = ws;
+        sim_block.named.reset(new SimNamedBar[16]);
         sim_block.slots.assign(((n + 31) / 32) * 32 * 64, 0);
         sim_block.window.assign(1024 + kSimDynOffset + smem + 16, 0xAB);  // garbage, so unwritten reads show
         sim_block.shared = sim_block.window.data() + ((1024 - reinterpret_cast<uintptr_t>(sim_block.window.data()) % 1024) % 1024);
@@ -550,6 +577,7 @@ inline void sim_launch_resident(SimDim grid, SimDim block, size_t smem, F&& kern
     SimBlock& sb = blocks[b];
     bars.push_back(std::make_unique<std::barrier<>>(n));
     sb.block = bars.back().get();
+    sb.named.reset(new SimNamedBar[16]);
     for (unsigned w = 0; w < (n + 31) / 32; ++w) {
       warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, n - 32 * w)));
       sb.warps.push_back(warps.back().get());
