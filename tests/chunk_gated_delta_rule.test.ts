@@ -19,6 +19,7 @@ import {
   planGatedDeltaNetChunkInterStateVarlen,
   GDR_INTER_RING_BYTES,
   GDR_INTER_WG_BYTES,
+  GDR_INTER_WG3_BYTES,
   interStateK128Cuda,
   type ChunkGatedDeltaRuleArgs,
   chunkGatedDeltaRuleChunkedRef,
@@ -768,11 +769,11 @@ describeValidation('chunk_gated_delta_rule: buffers and aliasing', ({ device, en
     hOut: buf('bf16', 4096), vNew: buf('bf16', 4096), finalState: buf('f32', 4096), seqs: buf('u32', 4), ...flat(p),
   });
 
-  // Limits of an A100 (mma.sync) and of an H200 (wgmma, 227 KiB of shared memory a block).
-  const a100 = (l: DeviceLimits): DeviceLimits => ({ ...l, computeCapability: 80, maxThreadgroupMemory: 166912 });
-  const h200 = (l: DeviceLimits): DeviceLimits => ({ ...l, computeCapability: 90, maxThreadgroupMemory: 232448 });
+  // Limits of an A100 (mma.sync) and of an H200 (wgmma, 227 KiB of shared memory a block, 132 SMs).
+  const a100 = (l: DeviceLimits): DeviceLimits => ({ ...l, computeCapability: 80, maxThreadgroupMemory: 166912, multiprocessors: 108 });
+  const h200 = (l: DeviceLimits): DeviceLimits => ({ ...l, computeCapability: 90, maxThreadgroupMemory: 232448, multiprocessors: 132 });
 
-  test('the state walk launches V / 32 (K 256: V / 16) blocks of 128 threads, on CUDA at K 128 8 warps and the ring of shared memory (compute capability 9.0: warpgroup products)', () => {
+  test('the state walk launches V / 32 (K 256: V / 16) blocks of 128 threads, on CUDA at K 128 8 warps and the ring of shared memory (compute capability 9.0: warpgroup products, three slots where the grid has at most a block an SM)', () => {
     for (const k of [64, 128, 256]) {
       const s: StepShape = { nTok: 128, nt: 2, nSeq: 2, hg: 2, h: 4, k, v: 64 };
       const a = {
@@ -784,7 +785,7 @@ describeValidation('chunk_gated_delta_rule: buffers and aliasing', ({ device, en
       for (const [limits, cuda] of [
         [a100(dev.limits), { grid: [2, 4, 2], threads: [256, 1, 1], threadgroupMemory: { 0: GDR_INTER_RING_BYTES } }],
         [h200(dev.limits), {
-          grid: [2, 4, 2], threads: [256, 1, 1], threadgroupMemory: { 0: GDR_INTER_WG_BYTES }, entry: 'gated_delta_net_chunk_inter_state_k128_wg_bf16',
+          grid: [2, 4, 2], threads: [256, 1, 1], threadgroupMemory: { 0: GDR_INTER_WG3_BYTES }, entry: 'gated_delta_net_chunk_inter_state_k128_wg_bf16',
         }],
       ] as const) {
         const [d] = planGatedDeltaNetChunkInterStateVarlen(a, limits, dev).dispatches;
@@ -798,6 +799,7 @@ describeValidation('chunk_gated_delta_rule: buffers and aliasing', ({ device, en
     expect(GDR_INTER_RING_BYTES).toBe(80384);
     // InterRingWg: the same rows with w's unpadded, each slot in whole KB (39 KB), after 1 KB to align, hb (8 KB) and stage (4 KB).
     expect(GDR_INTER_WG_BYTES).toBe(93184);
+    expect(GDR_INTER_WG3_BYTES).toBe(93184 + 39936);
     const l8 = a100(device().limits), l9 = h200(device().limits);
     // The ring's offsets inside a chunk are 32-bit: 64 H max(K, V) < 2^31, else the 8-warp form without it.
     expect(interStateK128Cuda(131071, 128, 256, 1, l8)).toEqual({ grid: [8, 131071, 1], threads: [256, 1, 1], threadgroupMemory: { 0: 80384 } });
@@ -809,9 +811,15 @@ describeValidation('chunk_gated_delta_rule: buffers and aliasing', ({ device, en
     }
     expect(interStateK128Cuda(262143, 128, 128, 3, l8).threadgroupMemory).toEqual({ 0: 80384 });
     expect(interStateK128Cuda(262143, 128, 128, 3, l9).threadgroupMemory).toEqual({ 0: 93184 });
-    // Compute capability 9.0 without room for the warpgroup walk's shared memory: the ring on mma.sync.
-    expect(interStateK128Cuda(4, 128, 128, 1, { computeCapability: 90, maxThreadgroupMemory: 93183 }).entry).toBeUndefined();
-    expect(interStateK128Cuda(4, 128, 128, 1, { computeCapability: 100, maxThreadgroupMemory: 232448 }).entry).toBeUndefined();
+    // Three slots up to a block an SM (Qwen3.6's 32 heads of V 128 at B 1: 128 blocks), two beyond (B 2: 256).
+    expect(interStateK128Cuda(32, 128, 128, 1, l9).threadgroupMemory).toEqual({ 0: GDR_INTER_WG3_BYTES });
+    expect(interStateK128Cuda(33, 128, 128, 1, l9).threadgroupMemory).toEqual({ 0: GDR_INTER_WG3_BYTES });
+    expect(interStateK128Cuda(34, 128, 128, 1, l9).threadgroupMemory).toEqual({ 0: GDR_INTER_WG_BYTES });
+    expect(interStateK128Cuda(32, 128, 128, 2, l9).threadgroupMemory).toEqual({ 0: GDR_INTER_WG_BYTES });
+    // Compute capability 9.0 without room for the warpgroup walk's shared memory: the ring on mma.sync; with room for two slots only, two.
+    expect(interStateK128Cuda(4, 128, 128, 1, { computeCapability: 90, maxThreadgroupMemory: 93183, multiprocessors: 132 }).entry).toBeUndefined();
+    expect(interStateK128Cuda(4, 128, 128, 1, { computeCapability: 90, maxThreadgroupMemory: 93184, multiprocessors: 132 }).threadgroupMemory).toEqual({ 0: 93184 });
+    expect(interStateK128Cuda(4, 128, 128, 1, { computeCapability: 100, maxThreadgroupMemory: 232448, multiprocessors: 148 }).entry).toBeUndefined();
   });
 
   test('an output bound as an input the kernel reads elsewhere is refused (vNew as w, o as q, finalState as initialState)', () => {

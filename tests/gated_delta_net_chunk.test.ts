@@ -1,5 +1,6 @@
 import { describe, expect, test } from 'bun:test';
 import type { Buffer, DType, Device } from '../ts/index.ts';
+import type { CudaLaunch } from '../ts/plan.ts';
 import {
   GATED_DELTA_NET_CHUNK_PARAMS_LAYOUT,
   buildGatedDeltaNetChunkParams,
@@ -355,15 +356,18 @@ describeValidation('gated_delta_net_chunk: buffers, params and aliasing', ({ dev
     hOut: buf('bf16', 32 * 128), vNew: buf('bf16', 64 * 32), finalState: buf('f32', 32 * 128), ...flat(params),
   });
 
-  test('the launch: 128 threads a block of 32 V rows; on CUDA with compute capability 9.0 the warpgroup walk (256 threads, its shared memory)', () => {
+  test('the launch: 128 threads a block of 32 V rows; on CUDA with compute capability 9.0 the warpgroup walk (256 threads, its shared memory: three slots up to a block an SM)', () => {
     const a = args();
     const l = device().limits;
+    const wg = (bytes: number): CudaLaunch => ({
+      grid: [1, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: bytes }, entry: 'gated_delta_net_chunk_inter_state_wg_bf16',
+    });
     for (const [limits, cuda] of [
-      [{ ...l, computeCapability: 80, maxThreadgroupMemory: 166912 }, undefined],
-      [{ ...l, computeCapability: 90, maxThreadgroupMemory: 232448 }, {
-        grid: [1, 1, 1], threads: [256, 1, 1], threadgroupMemory: { 0: chunkOps.GDR_INTER_WG_BYTES }, entry: 'gated_delta_net_chunk_inter_state_wg_bf16',
-      }],
-      [{ ...l, computeCapability: 90, maxThreadgroupMemory: chunkOps.GDR_INTER_WG_BYTES - 1 }, undefined],
+      [{ ...l, computeCapability: 80, maxThreadgroupMemory: 166912, multiprocessors: 108 }, undefined],
+      [{ ...l, computeCapability: 90, maxThreadgroupMemory: 232448, multiprocessors: 132 }, wg(chunkOps.GDR_INTER_WG3_BYTES)],
+      [{ ...l, computeCapability: 90, maxThreadgroupMemory: chunkOps.GDR_INTER_WG3_BYTES - 1, multiprocessors: 132 }, wg(chunkOps.GDR_INTER_WG_BYTES)],
+      [{ ...l, computeCapability: 90, maxThreadgroupMemory: 232448, multiprocessors: 0 }, wg(chunkOps.GDR_INTER_WG_BYTES)],
+      [{ ...l, computeCapability: 90, maxThreadgroupMemory: chunkOps.GDR_INTER_WG_BYTES - 1, multiprocessors: 132 }, undefined],
     ] as const) {
       const [d] = chunkOps.planGatedDeltaNetChunk(a, limits, device()).dispatches;
       expect([d!.kernel, d!.grid, d!.threads, d!.threadgroupMemory]).toEqual(['gated_delta_net_chunk_inter_state_bf16', [1, 1, 1], [128, 1, 1], [20480]]);

@@ -1605,7 +1605,10 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
     // copies take about a third of a chunk's 3300 cycles of load-store issue
     // wherever they stand; spread out, less of it stands in line before step
     // 2 (bench/notes/gdn-walk-phases-2026-11-29.md).
-    static_assert(S == 2 || O, "the copies run one chunk ahead");
+    // Copies AHEAD chunks ahead: one with two slots (and with O, whose third
+    // slot the output warpgroup reads), two with three slots otherwise.
+    static_assert(S == 2 || S == 3, "two or three slots");
+    constexpr u32 AHEAD = S == 3 && !O ? 2u : 1u;
     auto slot_of = [&](u32 c, u32& i, u32& len) -> unsigned char* {
         i = c - c_first;
         len = min(BT, eos - bos - i * BT);
@@ -1656,6 +1659,10 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
     };
     copy_wug(c_first);
     copy_k(c_first);
+    if constexpr (AHEAD == 2) {
+        copy_wug(c_first + 1);
+        copy_k(c_first + 1);
+    }
 
     // The walk's barrier: with O its two warpgroups alone (named barrier 1).
     auto walk_sync = [] {
@@ -1680,12 +1687,12 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
 
         // 1.
         h.to_hb(hbc);
-        cp_async_wait<0>();   // this chunk's group
+        cp_async_wait<AHEAD - 1>();   // this chunk's group
 #ifdef MLXN_WGMMA
         if constexpr (WG) fence_proxy_async_smem();   // hb and the slot's w (cp.async) for the warpgroups' products
 #endif
         walk_sync();
-        copy_wug(c + 1);
+        copy_wug(c + AHEAD);
         const float g_last = gsl[len - 1];
 
         // 2., with the gates, the k rows' copies, the snapshot (not with O)
@@ -1697,7 +1704,7 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
             float(&x8)[8] = reinterpret_cast<float(&)[8]>(xa);
             h.issue_x(x8, ws, hbc);
             walk_gates(gate, gsl, g_last, t_lo, len);
-            copy_k(c + 1);
+            copy_k(c + AHEAD);
             if constexpr (!O) WalkStateWg::snapshot(h_out + ((u64(c) * H + head) * V + v0) * KD, hbc, tid);
             // The decay after the wait: ptxas would wait there anyway before
             // writing the state's registers while a product is in flight.
@@ -1712,7 +1719,7 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
                 return wa;
             }, hb, trow, vw0, len, lane);
             walk_gates(gate, gsl, g_last, t_lo, len);
-            copy_k(c + 1);
+            copy_k(c + AHEAD);
             walk_snapshot<KD, BV, NTH>(h_out + ((u64(c) * H + head) * V + v0) * KD, hb, tid);
             h.scale(expf(g_last));
         }
@@ -1792,33 +1799,65 @@ GDR_INTER_RING(k128, 128, 32, 8, 2)
 // ldmatrix.trans into registers, vg swizzled), the state the update's
 // accumulator (WalkStateWg). 256 threads a block of 32 V rows; dynamic shared
 // memory GDR_INTER_WG_BYTES: from its first 1024-byte boundary hb (8 KB),
-// stage (4 KB), then the ring. Not the mma.sync walk's bits (the tensor cores
-// sum in their own order). Compiled for another target, the same launch runs
-// the mma.sync ring walk (InterRing<128, 32, 2> at the start of the dynamic
-// shared memory), so the entries exist and compute the walk everywhere.
+// stage (4 KB), then the ring of two slots; or GDR_INTER_WG3_BYTES, three
+// slots, the copies two chunks ahead (the op's launch where the grid has at
+// most a block an SM: 758 against 827 us at B 1, T 32768 on an H200; at B 8
+// the two-slot walk, two blocks an SM). Not the mma.sync walk's bits (the
+// tensor cores sum in their own order). Compiled for another target, the
+// same launch runs the mma.sync ring walk (InterRing<128, 32, S> at the start
+// of the dynamic shared memory), so the entries exist and compute the walk
+// everywhere.
 constexpr u32 GDR_INTER_WG_BYTES = 1024 + 32 * 128 * 2 + 32 * BT * 2 + InterRingWg::BYTES;
 static_assert(InterRing<128, 32, 2>::BYTES <= GDR_INTER_WG_BYTES, "the mma.sync ring fits the warpgroup walk's launch");
+// With three slots, the copies two chunks ahead (a launch of at most one
+// block an SM, which then loses no occupancy to the third slot):
+constexpr u32 GDR_INTER_WG3_BYTES = 1024 + 32 * 128 * 2 + 32 * BT * 2 + 3 * InterRingWg::SLOT;
+static_assert(InterRing<128, 32, 3>::BYTES <= GDR_INTER_WG3_BYTES, "the mma.sync ring fits the three-slot launch");
+// vs: v_new's tile [64][40]; hbs, stages: the mma.sync walk's hb [32][136]
+// and stage [32][72] (where not compiled for sm_90a; static, declared once by
+// the caller for both instances).
+template <u32 S>
 __device__ __forceinline__ void inter_state_wg_seq(const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
                                                    const bf16* __restrict__ u_in, const float* __restrict__ g_in,
                                                    const float* __restrict__ h0, bf16* __restrict__ h_out,
                                                    bf16* __restrict__ v_new, float* __restrict__ final_state, u32 H,
                                                    u32 Hg, u32 V, uint2 first, uint2 next, u32 seq,
-                                                   unsigned char* dyn) {
-    __shared__ __align__(16) bf16 vs[BT * (32 + 8)];
+                                                   unsigned char* dyn, bf16* vs, bf16* hbs, bf16* stages) {
 #ifdef MLXN_WGMMA
     unsigned char* base = dyn + ((1024u - (smem_addr(dyn) & 1023u)) & 1023u);
     bf16* hb = reinterpret_cast<bf16*>(base);
     bf16* stage = hb + 32 * 128;
     unsigned char* ring = base + 32 * 128 * 2 + 32 * BT * 2;
-    inter_state_ring_seq<128, 32, 8, 2, true>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, H, Hg, V, first.x,
+    inter_state_ring_seq<128, 32, 8, S, true>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, H, Hg, V, first.x,
                                               next.x, first.y, next.y, seq, blockIdx.x * 32u, blockIdx.y, ring, hb,
                                               stage, vs);
 #else
-    __shared__ __align__(16) bf16 hb[32 * (128 + 8)];
-    __shared__ __align__(16) bf16 stage[32 * (BT + 8)];
-    inter_state_ring_seq<128, 32, 8, 2>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, H, Hg, V, first.x,
-                                        next.x, first.y, next.y, seq, blockIdx.x * 32u, blockIdx.y, dyn, hb, stage, vs);
+    inter_state_ring_seq<128, 32, 8, S>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, H, Hg, V, first.x,
+                                        next.x, first.y, next.y, seq, blockIdx.x * 32u, blockIdx.y, dyn, hbs, stages, vs);
 #endif
+}
+// The entries' walk: three slots where the launch gave GDR_INTER_WG3_BYTES
+// of dynamic shared memory, else two.
+__device__ __forceinline__ void inter_state_wg_slots(const bf16* __restrict__ k_in, const bf16* __restrict__ w_in,
+                                                     const bf16* __restrict__ u_in, const float* __restrict__ g_in,
+                                                     const float* __restrict__ h0, bf16* __restrict__ h_out,
+                                                     bf16* __restrict__ v_new, float* __restrict__ final_state, u32 H,
+                                                     u32 Hg, u32 V, uint2 first, uint2 next, u32 seq,
+                                                     unsigned char* dyn) {
+    __shared__ __align__(16) bf16 vs[BT * (32 + 8)];
+#ifdef MLXN_WGMMA
+    bf16* hbs = nullptr;
+    bf16* stages = nullptr;
+#else
+    __shared__ __align__(16) bf16 hbs[32 * (128 + 8)];
+    __shared__ __align__(16) bf16 stages[32 * (BT + 8)];
+#endif
+    if (dynamic_smem_bytes() >= GDR_INTER_WG3_BYTES)
+        inter_state_wg_seq<3>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, H, Hg, V, first, next, seq, dyn, vs,
+                              hbs, stages);
+    else
+        inter_state_wg_seq<2>(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, H, Hg, V, first, next, seq, dyn, vs,
+                              hbs, stages);
 }
 // The varlen walk's entry at K = 128 (bindings and grid as the k128 entry's).
 extern "C" __global__ void __launch_bounds__(256) gated_delta_net_chunk_inter_state_k128_wg_bf16(
@@ -1830,8 +1869,8 @@ extern "C" __global__ void __launch_bounds__(256) gated_delta_net_chunk_inter_st
     const u32 seq = blockIdx.z;
     const uint2 first = seqs[seq], next = seqs[seq + 1];
     if (!seq_ok(first, next, pp->n_tok, pp->nt)) return;
-    inter_state_wg_seq(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, pp->h, pp->hg, pp->v, first, next, seq,
-                       dyn);
+    inter_state_wg_slots(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, pp->h, pp->hg, pp->v, first, next, seq,
+                         dyn);
 }
 #ifdef MLXN_WGMMA
 // The walk with o at K = 128 (sm_90a; the harness's variant, not yet the
@@ -1876,8 +1915,8 @@ extern "C" __global__ void __launch_bounds__(256) gated_delta_net_chunk_inter_st
     const uint2 first = make_uint2(b * p.dims.t, b * p.nt);
     const uint2 next = make_uint2(first.x + p.dims.t, first.y + p.nt);
     if (p.dims.k != 128 || b >= p.dims.b || !seq_ok(first, next, p.dims.b * p.dims.t, p.dims.b * p.nt)) return;
-    inter_state_wg_seq(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, p.dims.h, p.dims.hg, p.dims.v, first,
-                       next, b, dyn);
+    inter_state_wg_slots(k_in, w_in, u_in, g_in, h0, h_out, v_new, final_state, p.dims.h, p.dims.hg, p.dims.v, first,
+                         next, b, dyn);
 }
 
 

@@ -83,8 +83,14 @@ export const GDR_INTER_RING_BYTES = 2 * (2 * GDR_BT * 136 * 2 + GDR_BT * 40 * 2 
  * and stage [32][64] bf16, then InterRingWg's two slots (w rows [64][128], k
  * rows [64][136], u rows [64][40] bf16, g [64] f32, each rounded up to whole KB).
  */
-export const GDR_INTER_WG_BYTES = 1024 + 32 * 128 * 2 + 32 * GDR_BT * 2 +
-  2 * Math.ceil((GDR_BT * 128 * 2 + GDR_BT * 136 * 2 + GDR_BT * 40 * 2 + GDR_BT * 4) / 1024) * 1024;
+const GDR_INTER_WG_SLOT = Math.ceil((GDR_BT * 128 * 2 + GDR_BT * 136 * 2 + GDR_BT * 40 * 2 + GDR_BT * 4) / 1024) * 1024;
+export const GDR_INTER_WG_BYTES = 1024 + 32 * 128 * 2 + 32 * GDR_BT * 2 + 2 * GDR_INTER_WG_SLOT;
+/**
+ * The same with three slots (GDR_INTER_WG3_BYTES of the .cu): the walk copies
+ * two chunks ahead. Taken where the grid has at most a block an SM, which
+ * then loses no occupancy to the third slot.
+ */
+export const GDR_INTER_WG3_BYTES = 1024 + 32 * 128 * 2 + 32 * GDR_BT * 2 + 3 * GDR_INTER_WG_SLOT;
 /** The ring form's offsets inside a chunk (64 rows of k, w, u and v_new) are 32-bit: 64 H max(K, V) under 2^31. */
 const GDR_RING_MAX_ROWS = 2 ** 31;
 /**
@@ -98,17 +104,26 @@ export function interStateUsesWgmma(nHeads: number, kDim: number, vDim: number,
     GDR_BT * nHeads * Math.max(kDim, vDim) < GDR_RING_MAX_ROWS;
 }
 /**
+ * The warpgroup walk's shared memory for a grid of `blocks`: three slots
+ * (GDR_INTER_WG3_BYTES) where the grid has at most a block an SM and they
+ * fit, else two (GDR_INTER_WG_BYTES, two blocks an SM).
+ */
+export function interStateWgBytes(blocks: number, limits: Pick<DeviceLimits, 'maxThreadgroupMemory' | 'multiprocessors'>): number {
+  return blocks <= limits.multiprocessors && GDR_INTER_WG3_BYTES <= limits.maxThreadgroupMemory ? GDR_INTER_WG3_BYTES : GDR_INTER_WG_BYTES;
+}
+/**
  * The CUDA launch of the walk at K 128 (shaders/cuda/chunk_gated_delta_rule.cu),
- * 8 warps a block of 32 V rows: on warpgroup products (_wg, GDR_INTER_WG_BYTES)
+ * 8 warps a block of 32 V rows: on warpgroup products (_wg, interStateWgBytes)
  * where interStateUsesWgmma; else on mma.sync with its operands through the
  * ring of GDR_INTER_RING_BYTES; the 8-warp form without the ring (_ws8) where
  * a chunk's rows do not fit 32-bit offsets.
  */
 export function interStateK128Cuda(nHeads: number, kDim: number, vDim: number, nSeq: number,
-  limits: Pick<DeviceLimits, 'computeCapability' | 'maxThreadgroupMemory'>): CudaLaunch {
+  limits: Pick<DeviceLimits, 'computeCapability' | 'maxThreadgroupMemory' | 'multiprocessors'>): CudaLaunch {
   const grid: Dim3 = [vDim / 32, nHeads, nSeq];
   if (interStateUsesWgmma(nHeads, kDim, vDim, limits)) {
-    return { grid, threads: [256, 1, 1], threadgroupMemory: { 0: GDR_INTER_WG_BYTES }, entry: 'gated_delta_net_chunk_inter_state_k128_wg_bf16' };
+    const bytes = interStateWgBytes(grid[0] * grid[1] * grid[2], limits);
+    return { grid, threads: [256, 1, 1], threadgroupMemory: { 0: bytes }, entry: 'gated_delta_net_chunk_inter_state_k128_wg_bf16' };
   }
   if (GDR_BT * nHeads * Math.max(kDim, vDim) < GDR_RING_MAX_ROWS) {
     return { grid, threads: [256, 1, 1], threadgroupMemory: { 0: GDR_INTER_RING_BYTES } };
@@ -1051,11 +1066,13 @@ export function gatedDeltaNetChunk(enc: Encoder, args: GatedDeltaNetChunkArgs): 
 /**
  * The seed's CUDA launch on warpgroup products (where interStateUsesWgmma):
  * the walk of the varlen step's _wg entry over the seed's layout, 256 threads,
- * GDR_INTER_WG_BYTES; elsewhere its own entry at the Metal launch.
+ * interStateWgBytes; elsewhere its own entry at the Metal launch.
  */
-export function gatedDeltaNetChunkWgCuda(p: Pick<GatedDeltaNetChunkParams, 'batch' | 'nHeads' | 'vDim'>): CudaLaunch {
+export function gatedDeltaNetChunkWgCuda(p: Pick<GatedDeltaNetChunkParams, 'batch' | 'nHeads' | 'vDim'>,
+  limits: Pick<DeviceLimits, 'maxThreadgroupMemory' | 'multiprocessors'>): CudaLaunch {
+  const grid: Dim3 = [p.vDim / GDN_CHUNK_BV, p.nHeads, p.batch];
   return {
-    grid: [p.vDim / GDN_CHUNK_BV, p.nHeads, p.batch], threads: [256, 1, 1], threadgroupMemory: { 0: GDR_INTER_WG_BYTES },
+    grid, threads: [256, 1, 1], threadgroupMemory: { 0: interStateWgBytes(grid[0] * grid[1] * grid[2], limits) },
     entry: 'gated_delta_net_chunk_inter_state_wg_bf16',
   };
 }
@@ -1068,7 +1085,7 @@ export function planGatedDeltaNetChunk(args: GatedDeltaNetChunkArgs, limits: Dev
     threadgroupMemory: [gatedDeltaNetChunkThreadgroupBytes(args)],
     grid: [args.vDim / GDN_CHUNK_BV, args.nHeads, args.batch],
     threads: [128, 1, 1],
-    ...(interStateUsesWgmma(args.nHeads, args.kDim, args.vDim, limits) ? { cuda: gatedDeltaNetChunkWgCuda(args) } : {}),
+    ...(interStateUsesWgmma(args.nHeads, args.kDim, args.vDim, limits) ? { cuda: gatedDeltaNetChunkWgCuda(args, limits) } : {}),
   });
 }
 

@@ -53,6 +53,7 @@ FN(mlxn_encoder_wait) FN(mlxn_encoder_gpu_time_ns) FN(mlxn_encoder_barrier) FN(m
 static char g_msg[16384];
 static mlxn_device* g_dev;
 static uint32_t g_cc;   // the device's compute capability (90: an H100 or H200)
+static uint64_t g_sms;  // its multiprocessors
 static mlxn_encoder* g_enc;
 static std::map<string, mlxn_library*> g_libs;
 static std::map<string, mlxn_pipeline*> g_pipes;
@@ -902,6 +903,7 @@ int main(int argc, char** argv) {
   char name[256];
   p_mlxn_device_name(g_dev, name, sizeof name);
   g_cc = uint32_t(p_mlxn_device_limit(g_dev, MLXN_LIMIT_COMPUTE_CAPABILITY));
+  g_sms = p_mlxn_device_limit(g_dev, MLXN_LIMIT_MULTIPROCESSORS);
   printf("device: %s (compute capability %u)\n", name, g_cc);
   s = p_mlxn_encoder_create(g_dev, &g_enc, g_msg, sizeof g_msg);
   if (s) die("encoder", s);

@@ -372,6 +372,7 @@ void run_inters(const Case& c) {
   bool uniform = c.lens[0] % 64 == 0;
   for (u32 L : c.lens) uniform = uniform && L == c.lens[0];
   if (uniform) run_inter(c, "inter_state_wg (the seed's)", seed_wg, 32, 256, 3, GDR_INTER_WG_BYTES);
+  run_inter(c, "inter_state_k128_wg (3 slots)", gated_delta_net_chunk_inter_state_k128_wg_bf16, 32, 256, 3, GDR_INTER_WG3_BYTES);
 #ifdef MLXN_WGMMA
   run_inter(c, "inter_state_o_k128_wg (the walk with o)", nullptr, 32, 384, 2, GDR_INTER_O_WG_BYTES,
             gated_delta_net_chunk_inter_state_o_k128_wg_bf16);
