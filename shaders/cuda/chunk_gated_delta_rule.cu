@@ -1614,17 +1614,20 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
         len = min(BT, eos - bos - i * BT);
         return ring + (i % S) * R::SLOT;
     };
+    // The thread's KC 16-byte copies of a chunk's rows tc + TSTEP r (0 past
+    // len, where the copy names the chunk's first row and reads nothing).
+    auto copy_rows = [&](bf16* dst, u32 dstep, const bf16* src, u32 off, u32 rstep, u32 len) {
+#pragma unroll
+        for (u32 r = 0; r < KC; ++r) {
+            const bool live = tc + TSTEP * r < len;
+            cp_async16(dst + dstep * r, src + (live ? off + rstep * r : 0u), live);
+        }
+    };
     auto copy_wug = [&](u32 c) {
         if (c >= c_end) return;
         u32 i, len;
         unsigned char* s = slot_of(c, i, len);
-        bf16* ws = reinterpret_cast<bf16*>(s + R::W_OFF);
-        const bf16* wp = wbase + i * wstep;
-#pragma unroll
-        for (u32 r = 0; r < KC; ++r) {
-            const bool live = tc + TSTEP * r < len;
-            cp_async16(ws + wdst + WSTEP * r, wp + (live ? wsrc + TSTEP * H * KD * r : 0u), live);
-        }
+        copy_rows(reinterpret_cast<bf16*>(s + R::W_OFF) + wdst, WSTEP, wbase + i * wstep, wsrc, TSTEP * H * KD, len);
         if (tid < BT * UQ) {
             const bool live = tu < len;
             cp_async16(reinterpret_cast<bf16*>(s + R::U_OFF) + tu * LDU + qu, ubase + i * ustep + (live ? usrc : 0u), live);
@@ -1638,22 +1641,9 @@ __device__ __forceinline__ void inter_state_ring_seq(const bf16* __restrict__ k_
         if (c < c_end) {
             u32 i, len;
             unsigned char* sl = slot_of(c, i, len);
-            bf16* ks = reinterpret_cast<bf16*>(sl + R::K_OFF);
-            const bf16* kp = kbase + i * kstep;
-#pragma unroll
-            for (u32 r = 0; r < KC; ++r) {
-                const bool live = tc + TSTEP * r < len;
-                cp_async16(ks + kdst + KSTEP * r, kp + (live ? ksrc + TSTEP * Hg * KD * r : 0u), live);
-            }
-            if constexpr (O) {
-                bf16* qs = reinterpret_cast<bf16*>(sl + R::Q_OFF);
-                const bf16* qp = qbase + i * kstep;
-#pragma unroll
-                for (u32 r = 0; r < KC; ++r) {
-                    const bool live = tc + TSTEP * r < len;
-                    cp_async16(qs + kdst + KSTEP * r, qp + (live ? ksrc + TSTEP * Hg * KD * r : 0u), live);
-                }
-            }
+            copy_rows(reinterpret_cast<bf16*>(sl + R::K_OFF) + kdst, KSTEP, kbase + i * kstep, ksrc, TSTEP * Hg * KD, len);
+            if constexpr (O)
+                copy_rows(reinterpret_cast<bf16*>(sl + R::Q_OFF) + kdst, KSTEP, qbase + i * kstep, ksrc, TSTEP * Hg * KD, len);
         }
         cp_async_commit();
     };
