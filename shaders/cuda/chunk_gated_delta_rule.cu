@@ -1347,8 +1347,6 @@ __device__ __forceinline__ void inter_state_varlen(const bf16* __restrict__ k_in
 // [16 (w % 4), +16) and V rows [16 (w / 4), +16) in steps 2 and 3). The op's entry at K = 128 is the ring
 // form below; _ws8 (WS and 8 warps, 256 threads) is its fallback where the
 // ring's 32-bit offsets would not hold (ts/ops/chunk_gated_delta_rule.ts).
-// The variants _w4 (w in registers, 4 warps), _bv16, _ws and _bv16_ws, all of
-// them giving the entry's bits, let the kernel harness time them side by side.
 #define GDR_INTER_STATE(NAME, KD, BV, WS, NW)                                                                     \
     extern "C" __global__ void __launch_bounds__(32 * NW) gated_delta_net_chunk_inter_state_##NAME##_bf16(       \
         const bf16* __restrict__ k_in, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,             \
@@ -1360,10 +1358,6 @@ __device__ __forceinline__ void inter_state_varlen(const bf16* __restrict__ k_in
 GDR_INTER_STATE(k64, 64, 32, false, 4)
 GDR_INTER_STATE(k128_ws8, 128, 32, true, 8)
 GDR_INTER_STATE(k256, 256, 16, false, 4)
-GDR_INTER_STATE(k128_w4, 128, 32, false, 4)
-GDR_INTER_STATE(k128_bv16, 128, 16, false, 4)
-GDR_INTER_STATE(k128_ws, 128, 32, true, 4)
-GDR_INTER_STATE(k128_bv16_ws, 128, 16, true, 4)
 #undef GDR_INTER_STATE
 
 // The walk with its operands in a ring (the op's entry at K = 128,

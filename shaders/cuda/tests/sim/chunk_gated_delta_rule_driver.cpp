@@ -15,9 +15,9 @@
 // VB = 128 where V is a multiple of 128, else 64; the dynamic shared memory
 // of chunkOCudaSharedBytes) against float64 on random q, k, v_new, chunk-start
 // states and g, o poisoned first. Then the state walk,
-// gated_delta_net_chunk_inter_state_k{K}_bf16, and at K = 128 its _ws8, _w4,
-// _bv16, _ws and _bv16_ws variants (grid (V / BV, H, n_seq), 128 threads;
-// 256 for the K = 128 entry and _ws8) against a
+// gated_delta_net_chunk_inter_state_k{K}_bf16, and at K = 128 its _ws8
+// fallback (grid (V / BV, H, n_seq), 128 threads; 256 for the K = 128
+// entry and _ws8) against a
 // float64 walk with the kernel's storage points (bf16 snapshots, v_new and
 // gated values, f32 state) on random k, w, u, g and h0 (the same for every
 // entry of a case), outputs poisoned first; each variant must give the
@@ -378,10 +378,6 @@ void run_inters(const Case& c) {
             gated_delta_net_chunk_inter_state_o_k128_wg_bf16);
 #endif
   run_inter(c, "inter_state_k128_ws8", gated_delta_net_chunk_inter_state_k128_ws8_bf16, 32, 256, true);
-  run_inter(c, "inter_state_k128_w4", gated_delta_net_chunk_inter_state_k128_w4_bf16, 32, 128, true);
-  run_inter(c, "inter_state_k128_bv16", gated_delta_net_chunk_inter_state_k128_bv16_bf16, 16, 128, true);
-  run_inter(c, "inter_state_k128_ws", gated_delta_net_chunk_inter_state_k128_ws_bf16, 32, 128, true);
-  run_inter(c, "inter_state_k128_bv16_ws", gated_delta_net_chunk_inter_state_k128_bv16_ws_bf16, 16, 128, true);
 }
 
 // chunk_local_cumsum_varlen_g_f32 at its CUDA launch (grid (nt, ceil(H / 32)),
