@@ -77,13 +77,13 @@ export function interStateBv(k: number): number {
  * k and w rows [64][136], u rows [64][40] bf16 and g [64] f32 (InterRing<128, 32, 2>).
  */
 export const GDR_INTER_RING_BYTES = 2 * (2 * GDR_BT * 136 * 2 + GDR_BT * 40 * 2 + GDR_BT * 4);
+/** A slot of InterRingWg: w rows [64][128], k rows [64][136], u rows [64][40] bf16, g [64] f32, rounded up to whole KB. */
+const GDR_INTER_WG_SLOT = Math.ceil((GDR_BT * 128 * 2 + GDR_BT * 136 * 2 + GDR_BT * 40 * 2 + GDR_BT * 4) / 1024) * 1024;
 /**
  * Dynamic shared memory of the CUDA walk on warpgroup products (GDR_INTER_WG_BYTES
  * of shaders/cuda/chunk_gated_delta_rule.cu): 1024 bytes to align, hb [32][128]
- * and stage [32][64] bf16, then InterRingWg's two slots (w rows [64][128], k
- * rows [64][136], u rows [64][40] bf16, g [64] f32, each rounded up to whole KB).
+ * and stage [32][64] bf16, then two InterRingWg slots.
  */
-const GDR_INTER_WG_SLOT = Math.ceil((GDR_BT * 128 * 2 + GDR_BT * 136 * 2 + GDR_BT * 40 * 2 + GDR_BT * 4) / 1024) * 1024;
 export const GDR_INTER_WG_BYTES = 1024 + 32 * 128 * 2 + 32 * GDR_BT * 2 + 2 * GDR_INTER_WG_SLOT;
 /**
  * The same with three slots (GDR_INTER_WG3_BYTES of the .cu): the walk copies
@@ -91,8 +91,10 @@ export const GDR_INTER_WG_BYTES = 1024 + 32 * 128 * 2 + 32 * GDR_BT * 2 + 2 * GD
  * then loses no occupancy to the third slot.
  */
 export const GDR_INTER_WG3_BYTES = 1024 + 32 * 128 * 2 + 32 * GDR_BT * 2 + 3 * GDR_INTER_WG_SLOT;
-/** The ring form's offsets inside a chunk (64 rows of k, w, u and v_new) are 32-bit: 64 H max(K, V) under 2^31. */
-const GDR_RING_MAX_ROWS = 2 ** 31;
+/** The ring forms' offsets inside a chunk (64 rows of k, w, u and v_new) are 32-bit: 64 H max(K, V) under 2^31. */
+function ringOffsetsFit(nHeads: number, kDim: number, vDim: number): boolean {
+  return GDR_BT * nHeads * Math.max(kDim, vDim) < 2 ** 31;
+}
 /**
  * Whether the K 128 walk runs on warpgroup products (sm_90a's wgmma): on
  * compute capability 9.0 with room for GDR_INTER_WG_BYTES, where a chunk's
@@ -101,7 +103,7 @@ const GDR_RING_MAX_ROWS = 2 ** 31;
 export function interStateUsesWgmma(nHeads: number, kDim: number, vDim: number,
   limits: Pick<DeviceLimits, 'computeCapability' | 'maxThreadgroupMemory'>): boolean {
   return kDim === 128 && limits.computeCapability === 90 && GDR_INTER_WG_BYTES <= limits.maxThreadgroupMemory &&
-    GDR_BT * nHeads * Math.max(kDim, vDim) < GDR_RING_MAX_ROWS;
+    ringOffsetsFit(nHeads, kDim, vDim);
 }
 /**
  * The warpgroup walk's shared memory for a grid of `blocks`: three slots
@@ -125,7 +127,7 @@ export function interStateK128Cuda(nHeads: number, kDim: number, vDim: number, n
     const bytes = interStateWgBytes(grid[0] * grid[1] * grid[2], limits);
     return { grid, threads: [256, 1, 1], threadgroupMemory: { 0: bytes }, entry: 'gated_delta_net_chunk_inter_state_k128_wg_bf16' };
   }
-  if (GDR_BT * nHeads * Math.max(kDim, vDim) < GDR_RING_MAX_ROWS) {
+  if (ringOffsetsFit(nHeads, kDim, vDim)) {
     return { grid, threads: [256, 1, 1], threadgroupMemory: { 0: GDR_INTER_RING_BYTES } };
   }
   return { grid, threads: [256, 1, 1], entry: 'gated_delta_net_chunk_inter_state_k128_ws8_bf16' };
