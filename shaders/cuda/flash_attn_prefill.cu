@@ -465,33 +465,28 @@ template <> struct WgTile<256> { static constexpr int BK = 64; };
 // 128-byte rows, and 1024 bytes to align them.
 template <int D> constexpr u32 WG_SMEM = u32(128 + 4 * WgTile<D>::BK) * u32(D) * 2u + 1024u;
 
-#ifdef MLXN_WGMMA
 // NR rows of D elements from src (rows `stride` apart) into the swizzled
 // column blocks at dst (block b, values 64 b .. 64 b + 63 of every row, at
-// dst + b NR 128 bytes; chunk c of row r at sw128_offset(r, c)), by the 128
-// threads of a producer warpgroup (wt its thread, 0-127); rows at or past
-// `valid` are zeros. By cp.async when vec: thread wt copies chunk wt % 8 of
-// each column block of rows wt / 8 + 16 m, so every row of a thread has the
-// same swizzle (its chunks step by 16 rows, 2048 bytes) and 8 neighbouring
-// threads read 128 contiguous bytes of a row. Else element by element.
+// dst + b NR 128 bytes; chunk c of row r at sw128_offset(r, c)); rows at or
+// past `valid` are zeros. By cp.async when vec: thread t copies chunk t % C
+// of rows t / C + RI m (C = D / 8 chunks a row, RI = 256 / C rows an
+// iteration, a multiple of 8, so that every row of a thread has the same
+// swizzle; C consecutive threads read a whole row). Else element by element.
 template <typename T, int D, int NR>
-__device__ __forceinline__ void load_sw_wg(unsigned char* dst, const T* src, u64 stride, int valid, bool vec, u32 wt) {
-    static_assert(NR % 16 == 0, "rows of an iteration");
+__device__ __forceinline__ void load_sw(unsigned char* dst, const T* src, u64 stride, int valid, bool vec, u32 tid) {
+    constexpr int C = D / 8, RI = 256 / C;
+    static_assert(RI % 8 == 0 && NR % RI == 0, "rows of an iteration");
     if (vec) {
-        const u32 c = wt & 7u, r0 = wt >> 3;
-        unsigned char* d = dst + sw128_offset(r0, c);
-        const char* g = reinterpret_cast<const char*>(src + u64(r0) * stride) + c * 16u;
-        const u64 step = 16u * stride * sizeof(T);
+        const int c = int(tid) % C, r0 = int(tid) / C;
+        unsigned char* d = dst + u32(c >> 3) * u32(NR * 128) + sw128_offset(u32(r0), u32(c & 7));
+        const T* g = src + u64(r0) * stride + u64(c * 8);
 #pragma unroll
-        for (int m = 0; m < NR / 16; ++m) {
-            const bool live = int(r0) + 16 * m < valid;
-#pragma unroll
-            for (int b = 0; b < D / 64; ++b)
-                cp_async16(d + u32(b * NR * 128 + m * 2048), live ? g + b * 128 : reinterpret_cast<const char*>(src), live);
-            g += step;
+        for (int m = 0; m < NR / RI; ++m) {
+            const bool live = r0 + RI * m < valid;
+            cp_async16(d + u32(RI * 128 * m), live ? g + u64(RI * m) * stride : src, live);
         }
     } else {
-        for (int i = int(wt); i < NR * D; i += 128) {
+        for (int i = int(tid); i < NR * D; i += 256) {
             const int r = i / D, col = i % D;
             T* e = reinterpret_cast<T*>(dst + u32(col >> 6) * u32(NR * 128) + sw128_offset(u32(r), u32((col & 63) >> 3))) + (col & 7);
             *e = r < valid ? src[u64(r) * stride + u64(col)] : from_f<T>(0.0f);
@@ -499,44 +494,40 @@ __device__ __forceinline__ void load_sw_wg(unsigned char* dst, const T* src, u64
     }
 }
 
-// The producer's arrival on a stage's `full` barrier once its part of the
-// stage is there: by cp.async (vec) when the copies land, or after its
-// element stores and a proxy fence (wgmma reads through the async proxy).
-__device__ __forceinline__ void stage_filled(u64* full, bool vec) {
-    if (vec) {
-        cp_async_mbar_arrive(full);
-    } else {
-        fence_proxy_async_smem();
-        mbar_arrive(full);
+// This thread's copies of a whole tile of NR rows (every row live, rows and
+// strides 16-byte aligned), as load_sw's vector path lays them out: from g
+// (its first chunk's bytes in global memory), RI rows apart (`step` bytes),
+// into d (its first chunk in shared memory). Pointers step by additions
+// only: no row predicates, selects or products a copy.
+template <int D, int NR>
+__device__ __forceinline__ void load_sw_whole(unsigned char* d, const char* g, u64 step) {
+    constexpr int RI = 256 / (D / 8);
+#pragma unroll
+    for (int m = 0; m < NR / RI; ++m) {
+        cp_async16(d + u32(RI * 128 * m), g, true);
+        g += step;
     }
 }
 
-// Registers a thread after the producer gives its share to the consumers
-// (setmaxnreg): 232 x 256 + 40 x 128 = 64512 of the 65536 the launch holds.
-constexpr int kWgConsumerRegs = 232, kWgProducerRegs = 40;
-
-// The 128-row tile on wgmma, warp-specialized (FlashAttention-3's
-// structure without TMA): 384 threads. Warpgroup 2, the producer, copies Q
-// and then, in the order the consumers visit them, each key tile's K and V
-// into two stages each, by cp.async completing on mbarriers (full_q, full_k,
-// full_v: 128 arrivals, one a producer thread); it refills a stage once
-// every consumer warp saw the wgmma that read it finish (empty_k, empty_v:
-// 8 arrivals, lane 0 of each consumer warp). Warpgroups 0 and 1, the
-// consumers, own query rows 64 wg .. 64 wg + 63. Consumer step j (key tile
-// kt, the j-th tile the block visits, stage j % 2): wait for K of kt and V
-// of the previous tile, proxy fence; issue S = Q K^T (D / 16 wgmma from
-// shared memory), then O += P V of step j - 1 (BK / 16 wgmma, P from
-// registers); wait for S alone and release K's stage; scale, cap, mask and
-// the online softmax on the S fragment while P V runs; wait for P V and
-// release V's stage; rescale O, round P to the input type as the next
-// step's A operand. After the last step, its P V. So the consumers issue
-// no copies: their instructions are the products and the softmax.
+#ifdef MLXN_WGMMA
+// The 128-row tile on wgmma: 256 threads, warpgroup wg owns query rows
+// 64 wg .. 64 wg + 63. Step j (key tile kt, the j-th tile the block visits):
+// wait for this thread's copies, proxy fence, barrier (K of kt and V of the
+// previous tile landed everywhere; both warpgroups are past the wgmma of
+// step j - 1); issue S = Q K^T (D / 16 wgmma from shared memory); while it
+// runs, start K of the next tile (into the stage K of step j - 1 held) and
+// V of kt (into the stage of step j - 2's V); issue O += P V of step j - 1
+// (BK / 16 wgmma, P from registers); wait for S alone; scale, cap, mask and
+// the online softmax on the S fragment while P V runs; wait for P V;
+// rescale O, round P to the input type as the next step's A operand. After
+// the last step, its P V. (The copies' issue costs a fifth of a step at D
+// 128; before S it left the tensor cores idle for that long.)
 template <typename T, typename MaskT, int D, int BQB, int BKB>
 __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                              T* __restrict__ O, const AttnParams* pp, const AttnMaskParams* mp,
                                              const MaskT* mask, const char* blk, const uint* cu_q, const uint* cu_k) {
     constexpr int BK = WgTile<D>::BK;
-    constexpr int BQ = 128;
+    constexpr int BQ = 128, NT = 256;
     constexpr u32 QCB = u32(BQ) * 128u, KCB = u32(BK) * 128u;  // bytes of a column block of Q, of a K or V tile
     constexpr u32 KVT = u32(D / 64) * KCB;                     // bytes of a K or V tile
     constexpr int RS = BK / 2, RO = D / 2;                     // S and O accumulators a thread
@@ -544,13 +535,6 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
     unsigned char* qs = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     unsigned char* ks = qs + u32(D / 64) * QCB;
     unsigned char* vs = ks + 2u * KVT;
-    // full_q, then full_k[2], full_v[2], empty_k[2], empty_v[2].
-    __shared__ __align__(8) u64 bars[9];
-    u64* const full_q = bars;
-    u64* const full_k = bars + 1;
-    u64* const full_v = bars + 3;
-    u64* const empty_k = bars + 5;
-    u64* const empty_v = bars + 7;
 
     const AttnParams& p = *pp;
     const u32 tid = threadIdx.x, lane = tid & 31u, wg = tid >> 7, w = (tid >> 5) & 3u;
@@ -560,42 +544,11 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
     if (qt.q0 >= qt.s.q_len) return;
     const int W = p.window;
     const u64 kst = p.K_stride_l, vst = p.V_stride_l, ost = p.O_stride_l;
-    if (tid == 0) {
-        mbar_init(full_q, 128u);
-#pragma unroll
-        for (int s = 0; s < 2; ++s) {
-            mbar_init(full_k + s, 128u);
-            mbar_init(full_v + s, 128u);
-            mbar_init(empty_k + s, 8u);
-            mbar_init(empty_v + s, 8u);
-        }
-    }
-    __syncthreads();
 
-    if (wg == 2u) {
-        // The producer. Fill f of a stage (tile j = 2 f + stage) waits for
-        // the consumers' release of fill f - 1 (phase f - 1 of its empty
-        // barrier, parity (f - 1) & 1).
-        setmaxnreg_dec<kWgProducerRegs>();
-        const u32 wt = tid & 127u;
-        load_sw_wg<T, D, BQ>(qs, qt.qg, p.Q_stride_l, qt.rows, qt.vec, wt);
-        stage_filled(full_q, qt.vec);
-        int kt = next_live<BQ, BK, BQB, BKB>(p, blk, qt.q0, qt.t_lo, qt.t_hi);
-        for (u32 j = 0; kt < qt.t_hi; ++j) {
-            const u32 st = j & 1u, pe = ((j >> 1) & 1u) ^ 1u;
-            const int nk = qt.keys(kt);
-            if (j >= 2u) mbar_wait(empty_k + st, pe);
-            load_sw_wg<T, D, BK>(ks + st * KVT, qt.kg + u64(kt * BK) * kst, kst, nk, qt.vec, wt);
-            stage_filled(full_k + st, qt.vec);
-            if (j >= 2u) mbar_wait(empty_v + st, pe);
-            load_sw_wg<T, D, BK>(vs + st * KVT, qt.vg + u64(kt * BK) * vst, vst, nk, qt.vec, wt);
-            stage_filled(full_v + st, qt.vec);
-            kt = next_live<BQ, BK, BQB, BKB>(p, blk, qt.q0, kt + 1, qt.t_hi);
-        }
-        cp_async_wait<0>();
-        return;
-    }
-    setmaxnreg_inc<kWgConsumerRegs>();
+    load_sw<T, D, BQ>(qs, qt.qg, p.Q_stride_l, qt.rows, qt.vec, tid);
+    int kt = next_live<BQ, BK, BQB, BKB>(p, blk, qt.q0, qt.t_lo, qt.t_hi);
+    if (kt < qt.t_hi) load_sw<T, D, BK>(ks, qt.kg + u64(kt * BK) * kst, kst, qt.keys(kt), qt.vec, tid);
+    cp_async_commit();
 
     float o[RO], sc[RS];
     u32 pa[BK / 16][4];
@@ -608,17 +561,25 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
     const u64 dk = wgmma_desc_sw128(ks);
     const u64 dv = wgmma_desc_sw128_mn(vs, KCB);
 
-    mbar_wait(full_q, 0u);
-    int kt = next_live<BQ, BK, BQB, BKB>(p, blk, qt.q0, qt.t_lo, qt.t_hi);
-    u32 j = 0;
+    // A whole tile's copies of this thread (load_sw_whole): its chunk's
+    // offset in a stage, its first bytes in K and V, the bytes between its
+    // rows and between key tiles.
+    constexpr int CH = D / 8, RI = 256 / CH;
+    const u32 dofs = u32((int(tid) % CH) >> 3) * KCB + sw128_offset(tid / u32(CH), tid % u32(CH) & 7u);
+    const u64 gofs = u64(tid / u32(CH)), cofs = u64(tid % u32(CH)) * 16u;
+    const char* kth = reinterpret_cast<const char*>(qt.kg) + gofs * kst * sizeof(T) + cofs;
+    const char* vth = reinterpret_cast<const char*>(qt.vg) + gofs * vst * sizeof(T) + cofs;
+    const u64 kstep = u64(RI) * kst * sizeof(T), vstep = u64(RI) * vst * sizeof(T);
+    const u64 ktile = u64(BK) * kst * sizeof(T), vtile = u64(BK) * vst * sizeof(T);
+
+    int j = 0;
     while (kt < qt.t_hi) {
         const int k0 = kt * BK;
         const int cls = blk_class_of<BQ, BK, BQB, BKB>(p, blk, qt.q0, kt);
         const int kn = next_live<BQ, BK, BQB, BKB>(p, blk, qt.q0, kt + 1, qt.t_hi);
-        const u32 st = j & 1u, pv = st ^ 1u;
-        mbar_wait(full_k + st, (j >> 1) & 1u);
-        if (j > 0u) mbar_wait(full_v + pv, ((j - 1u) >> 1) & 1u);
+        cp_async_wait<0>();
         fence_proxy_async_smem();
+        __syncthreads();
 
 #pragma unroll
         for (int i = 0; i < RS; ++i) sc[i] = 0.0f;
@@ -626,19 +587,31 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
         acc_fence(o);
         reg_fence(pa);
         wgmma_fence();
-        const u64 dks = dk + (u64(st * KVT) >> 4);
+        const u64 dks = dk + (u64(u32(j & 1) * KVT) >> 4);
 #pragma unroll
         for (int dj = 0; dj < D / 16; ++dj) {
             wgmma_ss<T>(sc, dq + (u64(u32(dj >> 2) * QCB + 32u * u32(dj & 3)) >> 4),
                         dks + (u64(u32(dj >> 2) * KCB + 32u * u32(dj & 3)) >> 4));
         }
         wgmma_commit();
+        // The copies while S runs on the tensor cores: K of the next tile
+        // into the stage K of step j - 1 held, V of this one into the stage
+        // of step j - 2's V (neither read by S or the P V below).
+        unsigned char* kd = ks + u32((j + 1) & 1) * KVT;
+        unsigned char* vd = vs + u32(j & 1) * KVT;
+        if (kn < qt.t_hi) {
+            if (qt.vec && qt.keys(kn) == BK) load_sw_whole<D, BK>(kd + dofs, kth + u64(kn) * ktile, kstep);
+            else load_sw<T, D, BK>(kd, qt.kg + u64(kn * BK) * kst, kst, qt.keys(kn), qt.vec, tid);
+        }
+        if (qt.vec && qt.keys(kt) == BK) load_sw_whole<D, BK>(vd + dofs, vth + u64(kt) * vtile, vstep);
+        else load_sw<T, D, BK>(vd, qt.vg + u64(k0) * vst, vst, qt.keys(kt), qt.vec, tid);
+        cp_async_commit();
         // P V of the previous step in its own group, S's awaited alone; step
         // 0 has no P V and commits no empty group: ptxas realizes an empty
         // group as one more (dummy) wgmma in every step, and the wait for
         // all but one group then waited for P V as well.
-        if (j > 0u) {
-            const u64 dvs = dv + (u64(pv * KVT) >> 4);
+        if (j > 0) {
+            const u64 dvs = dv + (u64(u32((j - 1) & 1) * KVT) >> 4);
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs<T>(o, pa[kk], dvs + u64(kk * 2048 / 16));
             wgmma_commit();
@@ -647,7 +620,6 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
             wgmma_wait<0>();
         }
         acc_fence(sc);
-        if (lane == 0u) mbar_arrive(empty_k + st);
 
         // Scale, cap and mask; the online softmax of the thread's two rows.
         const bool edge = k0 + BK > qt.s.k_len || (kCausal && k0 + BK - 1 > qt.qa0) || (W > 0 && qt.qa0 + BQ - 1 - k0 >= W) ||
@@ -662,7 +634,6 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
         wgmma_wait<0>();
         acc_fence(o);
         reg_fence(pa);
-        if (j > 0u && lane == 0u) mbar_arrive(empty_v + pv);
 #pragma unroll
         for (int i = 0; i < RO; ++i) o[i] *= f[(i >> 1) & 1];
         // P: the pairs of S's fragment are the A operand of the RS wgmma.
@@ -675,15 +646,15 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
         kt = kn;
     }
 
-    // The last step's P V.
-    if (j > 0u) {
-        const u32 pv = (j - 1u) & 1u;
-        mbar_wait(full_v + pv, ((j - 1u) >> 1) & 1u);
-        fence_proxy_async_smem();
+    // The last step's P V (its V landed with the last group of copies).
+    cp_async_wait<0>();
+    fence_proxy_async_smem();
+    __syncthreads();
+    if (j > 0) {
         acc_fence(o);
         reg_fence(pa);
         wgmma_fence();
-        const u64 dvs = dv + (u64(pv * KVT) >> 4);
+        const u64 dvs = dv + (u64(u32((j - 1) & 1) * KVT) >> 4);
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs<T>(o, pa[kk], dvs + u64(kk * 2048 / 16));
         wgmma_commit();
@@ -691,9 +662,8 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
         acc_fence(o);
     }
 
-    // Normalize, stage the warpgroup's 64 rows in its own rows of Q's
-    // swizzled tile (only its own S read them, all finished), store those
-    // below `rows` (named barrier 1 + wg: the warpgroup's 128 threads).
+    // Normalize, stage the tile in Q's swizzled rows (every wgmma reading Q
+    // finished before the barrier above), store rows below `rows`.
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         const float inv = quad_inv_sum(l_run[hh]);
@@ -704,17 +674,15 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
                 pack2<T>(o[4 * n + 2 * hh] * inv, o[4 * n + 2 * hh + 1] * inv);
         }
     }
-    bar_sync(1u + wg, 128u);
-    const u32 wt = tid & 127u;
-    const int r_lo = int(wg) * 64, r_hi = min(qt.rows, r_lo + 64);
+    __syncthreads();
     if (qt.vec) {
-        for (int i = r_lo * (D / 8) + int(wt); i < r_hi * (D / 8); i += 128) {
+        for (int i = int(tid); i < qt.rows * (D / 8); i += NT) {
             const int r = i / (D / 8), c = i % (D / 8);
             *reinterpret_cast<uint4*>(qt.og + u64(r) * ost + u64(c * 8)) =
                 *reinterpret_cast<const uint4*>(qs + u32(c >> 3) * QCB + sw128_offset(u32(r), u32(c & 7)));
         }
     } else {
-        for (int i = r_lo * D + int(wt); i < r_hi * D; i += 128) {
+        for (int i = int(tid); i < qt.rows * D; i += NT) {
             const int r = i / D, col = i % D;
             qt.og[u64(r) * ost + u64(col)] =
                 reinterpret_cast<const T*>(qs + u32(col >> 6) * QCB + sw128_offset(u32(r), u32((col & 63) >> 3)))[col & 7];
@@ -723,12 +691,10 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
 }
 #endif  // MLXN_WGMMA
 
-// The op's Hopper launch of D 128 or 256 (384 threads): the warp-specialized
-// wgmma tile where compiled for sm_90a (inlined: ptxas serializes wgmma
-// whose pipeline crosses a call), else the mma.sync tile of the same 128
-// rows on the first 256 threads (8 warps of 16, out of line) while the
-// third warpgroup exits (a block barrier waits only for threads that have
-// not exited), so that the grid the launch was made for stays right.
+// A 256-thread launch of D 128 or 256 (the op's Hopper launch): wgmma where
+// compiled for sm_90a (inlined: ptxas serializes wgmma whose pipeline
+// crosses a call), else mma.sync tiles of the same 128 rows (8 warps of 16,
+// out of line), so that the grid the launch was made for stays right.
 #ifndef MLXN_WGMMA
 template <typename T, typename MaskT, int D, int BQB, int BKB>
 __device__ __noinline__ void attention_wide_mma(const T* Q, const T* K, const T* V, T* O, const AttnParams* pp,
@@ -744,7 +710,6 @@ __device__ __forceinline__ void attention_wide(const T* Q, const T* K, const T* 
 #ifdef MLXN_WGMMA
     attention_wg<T, MaskT, D, BQB, BKB>(Q, K, V, O, pp, mp, mask, blk, cu_q, cu_k);
 #else
-    if (threadIdx.x >= 256) return;
     attention_wide_mma<T, MaskT, D, BQB, BKB>(Q, K, V, O, pp, mp, mask, blk, cu_q, cu_k);
 #endif
 }
@@ -834,20 +799,13 @@ __device__ FA_NARROW void attention_narrow(const T* Q, const T* K, const T* V, T
     attention<T, MaskT, D, 32, 16, Tile<D>>(Q, K, V, O, pp, mp, mask, blk, cu_q, cu_k);
 }
 
-// D 128 and 256: 128 threads run the mma.sync tile of Tile<D>, 384 threads
-// the Hopper launch (attention_wide). Compiled for compute capability 9.0
-// the entries allow 384 threads (the Hopper launch's), elsewhere 256 (the
-// mma.sync tile's registers stay bounded by 255, not 168).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FA_WIDE_THREADS 384
-#else
-#define FA_WIDE_THREADS 256
-#endif
+// D 128 and 256: 128 threads run the mma.sync tile of Tile<D>, 256 threads
+// the Hopper launch (attention_wide).
 #define FA_ENTRY_WIDE(NAME, T, MASK, D)                                                                           \
-    extern "C" __global__ void __launch_bounds__(FA_WIDE_THREADS, 1)                                              \
+    extern "C" __global__ void __launch_bounds__(256, 1)                                                          \
         NAME(const T* Q, const T* K, const T* V, T* O, const AttnParams* params, const AttnMaskParams* mask_params, \
              const MASK* mask, const char* blk, const uint* cu_seqlens_q, const uint* cu_seqlens_k) {              \
-        if (blockDim.x != 128) {                                                                                  \
+        if (blockDim.x == 256) {                                                                                  \
             attention_wide<T, MASK, D, 32, 16>(Q, K, V, O, params, mask_params, mask, blk, cu_seqlens_q,          \
                                                 cu_seqlens_k);                                                    \
             return;                                                                                               \

@@ -118,15 +118,14 @@ export function flashAttnPrefillTile(headDim: number, d512Kernel: 'llamacpp' | '
  * warps of 32 rows; D 256: 4 warps of 16; D 512: 8 warps, two per 16 rows,
  * each holding half of the output columns (both compute the rows' scores).
  * On Hopper (flashAttnPrefillUsesWgmma: D 128 and 256 on compute capability
- * 9.0), FlashAttention-3's warp-specialized structure on wgmma: 384
- * threads, two consumer warpgroups of 64 rows and a producer warpgroup that
- * copies, 128 (D 128) or 64 (D 256) keys a step, Q and two stages of K and
- * V in 128-byte swizzled rows plus 1024 bytes to align them
+ * 9.0), FlashAttention-3's structure on wgmma: 256 threads, two warpgroups
+ * of 64 rows, 128 (D 128) or 64 (D 256) keys a step, Q and two stages of K
+ * and V in 128-byte swizzled rows plus 1024 bytes to align them
  * (flashAttnPrefillHopperBytes).
  */
 export function flashAttnPrefillCudaTile(headDim: number, limits?: Pick<DeviceLimits, 'computeCapability' | 'maxThreadgroupMemory'>): { bq: number; bk: number; threads: number; sharedBytes: number } {
   if (limits !== undefined && flashAttnPrefillUsesWgmma(headDim, limits)) {
-    return { bq: 128, bk: headDim === 128 ? 128 : 64, threads: 384, sharedBytes: flashAttnPrefillHopperBytes(headDim) };
+    return { bq: 128, bk: headDim === 128 ? 128 : 64, threads: 256, sharedBytes: flashAttnPrefillHopperBytes(headDim) };
   }
   const [bq, bk, threads] = headDim <= 128 ? [128, 64, 128] : headDim === 256 ? [64, 64, 128] : [64, 32, 256];
   return { bq, bk, threads, sharedBytes: (bq + 2 * bk) * (headDim + 8) * 2 };
@@ -137,13 +136,10 @@ export function flashAttnPrefillHopperBytes(headDim: number): number {
   return (128 + 4 * (headDim === 128 ? 128 : 64)) * headDim * 2 + 1024;
 }
 
-/** Static shared memory the Hopper launch's entries may hold besides flashAttnPrefillHopperBytes: their mbarriers (80 bytes in the sm_90a build), with room to spare. */
-export const FLASH_ATTN_PREFILL_HOPPER_STATIC_BYTES = 128;
-
-/** Whether a head dim takes the Hopper launch: D 128 or 256 on compute capability 9.0 (sm_90a's wgmma) with room for its stages and mbarriers. */
+/** Whether a head dim takes the Hopper launch: D 128 or 256 on compute capability 9.0 (sm_90a's wgmma) with room for its stages. */
 export function flashAttnPrefillUsesWgmma(headDim: number, limits: Pick<DeviceLimits, 'computeCapability' | 'maxThreadgroupMemory'>): boolean {
   return limits.computeCapability === 90 && (headDim === 128 || headDim === 256) &&
-    flashAttnPrefillHopperBytes(headDim) + FLASH_ATTN_PREFILL_HOPPER_STATIC_BYTES <= limits.maxThreadgroupMemory;
+    flashAttnPrefillHopperBytes(headDim) <= limits.maxThreadgroupMemory;
 }
 
 export type FlashAttnPrefillLayout = 'headMajor' | 'seqMajor';

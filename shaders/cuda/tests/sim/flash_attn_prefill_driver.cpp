@@ -29,15 +29,14 @@
 
 
 // flashAttnPrefillCudaTile: the mma.sync launches, and on compute
-// capability 9.0 (hopper) the 384-thread launch of D 128 and 256 (the
-// warp-specialized wgmma tile on the simulation's model, or with
-// -DMLXN_SIM_NO_WGMMA the mma.sync tile of 128 rows on 256 of the threads,
-// as a build without sm_90a runs it).
+// capability 9.0 (hopper) the 256-thread launch of D 128 and 256 (wgmma on
+// the simulation's model, or with -DMLXN_SIM_NO_WGMMA the mma.sync tiles of
+// 128 rows a build without sm_90a runs).
 struct CudaTile { u32 bq, bk, threads, smem; };
 CudaTile cuda_tile(int d, bool hopper) {
   if (hopper && (d == 128 || d == 256)) {
     const u32 bk = d == 128 ? 128 : 64;
-    return {128, bk, 384, (128 + 4 * bk) * u32(d) * 2 + 1024};
+    return {128, bk, 256, (128 + 4 * bk) * u32(d) * 2 + 1024};
   }
   const u32 bq = d <= 128 ? 128 : 64, bk = d <= 256 ? 64 : 32, threads = d == 512 ? 256 : 128;
   return {bq, bk, threads, (bq + 2 * bk) * u32(d + 8) * 2};

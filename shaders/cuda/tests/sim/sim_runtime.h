@@ -383,60 +383,6 @@ template <int N> inline void cp_async_wait() {
   }
 }
 
-// Every copy this thread queued, performed now (their groups stay, empty,
-// so that wait_group counts as before).
-inline void sim_copies_land() {
-  auto land = [](std::vector<SimCopy>& v) {
-    for (auto& c : v) {
-      if (c.live) std::memcpy(c.dst, c.src, c.bytes); else std::memset(c.dst, 0, c.bytes);
-    }
-    v.clear();
-  };
-  for (auto& g : sim_groups) land(g);
-  land(sim_open);
-}
-
-// ---- mbarriers (common.cuh's mbar_* helpers) ----
-// An mbarrier's 64 bits here: pending arrivals (bits 0-19), the count a
-// phase needs (20-39), the current phase's parity (40), initialized (41).
-// An arrival past a phase's count, or a use before init, fails.
-constexpr unsigned long long kSimMbarInit = 1ull << 41;
-inline void mbar_init(unsigned long long* bar, unsigned count) {
-  if (count == 0 || count >= (1u << 20)) sim_fail("mbarrier: count out of range");
-  std::atomic_ref<unsigned long long>(*bar).store(kSimMbarInit | (static_cast<unsigned long long>(count) << 20) | count);
-}
-inline void mbar_arrive(unsigned long long* bar) {
-  std::atomic_ref<unsigned long long> a(*bar);
-  unsigned long long v = a.load();
-  for (;;) {
-    if (!(v & kSimMbarInit)) sim_fail("mbarrier: arrive before init");
-    const unsigned long long pending = v & 0xfffffull, count = (v >> 20) & 0xfffffull;
-    if (pending == 0) sim_fail("mbarrier: arrival past the phase's count");
-    const unsigned long long next = pending > 1 ? v - 1 : ((v ^ (1ull << 40)) & ~0xfffffull) | count;
-    if (a.compare_exchange_weak(v, next)) return;
-  }
-}
-// Returns once the phase of parity `parity` has completed: the barrier's
-// current phase has the other parity.
-inline void mbar_wait(unsigned long long* bar, unsigned parity) {
-  std::atomic_ref<unsigned long long> a(*bar);
-  for (;;) {
-    const unsigned long long v = a.load();
-    if (!(v & kSimMbarInit)) sim_fail("mbarrier: wait before init");
-    if (((v >> 40) & 1ull) != (parity & 1u)) return;
-    std::this_thread::yield();
-  }
-}
-// The thread's copies land now (the earliest a GPU could land them), then
-// its arrival.
-inline void cp_async_mbar_arrive(unsigned long long* bar) {
-  sim_copies_land();
-  mbar_arrive(bar);
-}
-// Register reallocation changes nothing the simulation models.
-template <int N> inline void setmaxnreg_inc() { static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg"); }
-template <int N> inline void setmaxnreg_dec() { static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg"); }
-
 // ---- Hopper's wgmma (common.cuh's helpers under MLXN_WGMMA) ----
 //
 // The model, as the PTX ISA documents wgmma.mma_async m64nNk16 with both
