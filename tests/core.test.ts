@@ -18,7 +18,7 @@ import {
   type MlxErrorKind,
 } from '../ts/index.ts';
 import { statusKind } from '../ts/errors.ts';
-import { DispatchBlock, packDispatch, type BindableBuffer } from '../ts/encoder.ts';
+import { DispatchBlock, packDispatch, type BindableBuffer, type PackedBuffers } from '../ts/encoder.ts';
 import { constantsKey, packConstants } from '../ts/library.ts';
 import { familySources } from '../ts/registry.ts';
 import { candidatePaths, libraryFileName, loadBackend } from '../ts/native.ts';
@@ -111,6 +111,67 @@ describe('dispatch packing', () => {
     // A dense record and its array.
     expect(pack({ buffers: { 0: bufA, 1: bufB, 2: bufC } })).toEqual(pack({ buffers: [bufA, bufB, bufC] }));
     expect(pack({ buffers: { 0: bufA, 1: bufB, 2: bufC } }).length).toBe(48 + 3 * 24);
+  });
+
+  test('a tensor map: its record (kind 4, the buffer, the descriptor\'s payload offset) and its descriptor byte for byte', () => {
+    const block = new DispatchBlock();
+    block.bytes.fill(0xee);
+    const view: BindableBuffer = { _h: 0x44, _state: owner, byteLength: 512, byteOffset: 64, _root: bufA };
+    const len = packDispatch(block, owner, pipeline, {
+      buffers: { 0: bufB },
+      bytes: { 1: new Uint8Array([7, 7, 7]) },
+      tensorMaps: { 2: { buffer: view, offset: 32, dtype: 'bf16', dims: [128, 1000, 4], strides: [256, 256000], box: [64, 64, 1], swizzle: 128, l2Promotion: 256 } },
+    }, [1, 1, 1], [384, 1, 1]);
+    const n = 3, payload = 16 + 128; // bytes 1 at 0 (3 bytes), the descriptor at 16
+    const want = new ArrayBuffer(48 + 24 * n + payload);
+    const dv = new DataView(want);
+    dv.setBigUint64(0, BigInt(pipeline), true);
+    [1, 1, 1, 384, 1, 1].forEach((v, i) => dv.setUint32(8 + 4 * i, v, true));
+    dv.setUint32(32, n, true);
+    dv.setUint32(36, payload, true);
+    ([[1, 0, BigInt(bufB._h), 0n], [2, 1, 0n, 3n], [4, 2, 0x44n, 16n]] as const).forEach(([kind, index, a, b], i) => {
+      const o = 48 + 24 * i;
+      dv.setUint32(o, kind, true);
+      dv.setUint32(o + 4, index, true);
+      dv.setBigUint64(o + 8, a, true);
+      dv.setBigUint64(o + 16, b, true);
+    });
+    const p0 = 48 + 24 * n;
+    [7, 7, 7].forEach((v, i) => dv.setUint8(p0 + i, v));
+    const d = p0 + 16;
+    dv.setBigUint64(d, 96n, true); // 32 + the view's 64
+    dv.setUint32(d + 8, 5, true); // bf16
+    dv.setUint32(d + 12, 3, true);
+    [128n, 1000n, 4n].forEach((v, k) => dv.setBigUint64(d + 16 + 8 * k, v, true));
+    [256n, 256000n].forEach((v, k) => dv.setBigUint64(d + 56 + 8 * k, v, true));
+    [64, 64, 1].forEach((v, k) => dv.setUint32(d + 88 + 4 * k, v, true));
+    dv.setUint32(d + 108, 128, true);
+    dv.setUint32(d + 112, 256, true);
+    expect(len).toBe(want.byteLength);
+    expect([...block.bytes.subarray(0, len)]).toEqual([...new Uint8Array(want)]);
+    // Held as a buffer binding is: the view's allocation, at its index.
+    const hold: PackedBuffers = { count: 0, slots: new Array(31).fill(undefined), index: new Uint8Array(31) };
+    packDispatch(block, owner, pipeline, { tensorMaps: { 5: { buffer: view, dtype: 'f32', dims: [4], strides: [], box: [4] } } }, [1, 1, 1], [1, 1, 1], hold);
+    expect([hold.count, hold.index[0], hold.slots[0]]).toEqual([1, 5, bufA]);
+  });
+
+  test('bad tensor maps are InvalidArgument with the field named', () => {
+    const block = new DispatchBlock();
+    const t = { buffer: bufA, dtype: 'bf16' as const, dims: [64, 8], strides: [128], box: [64, 8] };
+    const pack = (m: Record<string, unknown>, extra?: Parameters<typeof packDispatch<BindableBuffer>>[3]) =>
+      packDispatch(block, owner, 8, { ...extra, tensorMaps: { 0: { ...t, ...m } as typeof t } }, [1, 1, 1], [1, 1, 1]);
+    expectKind(() => pack({ dtype: 'f64' }), 'InvalidArgument', 'tensorMaps[0].dtype must be one of u8, u16, u32, f16, bf16, f32 (got f64)');
+    expectKind(() => pack({ dims: [] }), 'InvalidArgument', 'tensorMaps[0].dims must be an array of 1 to 5 sizes');
+    expectKind(() => pack({ dims: [1, 1, 1, 1, 1, 1] }), 'InvalidArgument', 'tensorMaps[0].dims must be an array of 1 to 5 sizes');
+    expectKind(() => pack({ strides: [] }), 'InvalidArgument', 'tensorMaps[0].strides must be an array of 1 byte strides (one per dim after the first) (got )');
+    expectKind(() => pack({ box: [64] }), 'InvalidArgument', 'tensorMaps[0].box must be an array of 2 sizes (one per dim) (got 64)');
+    expectKind(() => pack({ dims: [64, 2.5] }), 'InvalidArgument', 'tensorMaps[0].dims[1] must be an integer >= 0 (got 2.5)');
+    expectKind(() => pack({ box: [64, -1] }), 'InvalidArgument', 'tensorMaps[0].box[1] must be a 32-bit integer >= 0 (got -1)');
+    expectKind(() => pack({ offset: -16 }), 'InvalidArgument', 'tensorMaps[0].offset must be an integer >= 0 (got -16)');
+    expectKind(() => pack({ buffer: { ...bufA, _h: 0 } }), 'InvalidArgument', 'used after release');
+    expectKind(() => pack({ buffer: { ...bufA, _state: {} } }), 'InvalidArgument', 'tensorMaps[0].buffer must be a buffer of the encoder\'s device');
+    expectKind(() => pack({ buffer: 7 }), 'InvalidArgument', 'tensorMaps[0].buffer must be a Buffer (got 7)');
+    expectKind(() => pack({}, { buffers: { 0: bufB } }), 'InvalidArgument', 'tensor map index 0 must be an index no buffer or bytes uses');
   });
 
   test('a dispatch with no bindings is the bare header', () => {

@@ -28,6 +28,24 @@ const TS_VALUES: Record<string, number> = {
   MLXN_BIND_BUFFER: N.BIND.buffer,
   MLXN_BIND_BYTES: N.BIND.bytes,
   MLXN_BIND_THREADGROUP_MEMORY: N.BIND.threadgroupMemory,
+  MLXN_BIND_TENSOR_MAP: N.BIND.tensorMap,
+  MLXN_TMAP_DESC_BYTES: N.TMAP_DESC_BYTES,
+  MLXN_TMAP_MAX_RANK: N.TMAP_MAX_RANK,
+  MLXN_TMAP_OFFSET: N.TMAP_OFFSET,
+  MLXN_TMAP_DTYPE: N.TMAP_DTYPE,
+  MLXN_TMAP_RANK: N.TMAP_RANK,
+  MLXN_TMAP_DIMS: N.TMAP_DIMS,
+  MLXN_TMAP_STRIDES: N.TMAP_STRIDES,
+  MLXN_TMAP_BOX: N.TMAP_BOX,
+  MLXN_TMAP_SWIZZLE: N.TMAP_SWIZZLE,
+  MLXN_TMAP_L2: N.TMAP_L2,
+  MLXN_TMAP_RESERVED: N.TMAP_RESERVED,
+  MLXN_TMAP_DTYPE_U8: N.TMAP_DTYPE_CODE.u8,
+  MLXN_TMAP_DTYPE_U16: N.TMAP_DTYPE_CODE.u16,
+  MLXN_TMAP_DTYPE_U32: N.TMAP_DTYPE_CODE.u32,
+  MLXN_TMAP_DTYPE_F16: N.TMAP_DTYPE_CODE.f16,
+  MLXN_TMAP_DTYPE_BF16: N.TMAP_DTYPE_CODE.bf16,
+  MLXN_TMAP_DTYPE_F32: N.TMAP_DTYPE_CODE.f32,
   MLXN_DISPATCH_HEADER_BYTES: N.DISPATCH_HEADER_BYTES,
   MLXN_DISPATCH_BINDING_BYTES: N.DISPATCH_BINDING_BYTES,
   MLXN_MAX_BINDINGS: N.MAX_BINDINGS,
@@ -43,9 +61,9 @@ const TS_VALUES: Record<string, number> = {
   MLXN_RECORD_B: N.RECORD_B,
 };
 
-/** The header's block constants (bindings, dispatch sizes, block and record offsets), by name. */
+/** The header's block constants (bindings, dispatch sizes, block, record and tensor-map descriptor offsets), by name. */
 function headerBlockNames(text: string): string[] {
-  const names = [...text.matchAll(/^#define\s+(MLXN_(?:BIND_|DISPATCH_|BLOCK_|RECORD_|MAX_BINDINGS)\w*)\s/gm)].map((m) => m[1]!);
+  const names = [...text.matchAll(/^#define\s+(MLXN_(?:BIND_|DISPATCH_|BLOCK_|RECORD_|TMAP_|MAX_BINDINGS)\w*)\s/gm)].map((m) => m[1]!);
   return [...new Set(names)].sort();
 }
 
@@ -213,7 +231,12 @@ describe.skipIf(emuAbsent())('malformed blocks through mlxn_encoder_dispatch (em
       expect(dispatch(new BlockBuilder(P, [0x1_0000, 1, 1], [0x1_0000, 1, 1]).buffer(0, B).bytes(1, n4).build()))
         .toBe(refused(`${K}threads per grid on axis x must be at most 4294967295, 32 bits (got 65536 threadgroups x 65536 threads = 4294967296)`));
       expect(dispatch(good().record(9, 2, 0, 0).build()))
-        .toBe(refused(`${K}binding 2: kind must be 1 (buffer), 2 (bytes) or 3 (threadgroup memory) (got 9)`));
+        .toBe(refused(`${K}binding 2: kind must be 1 (buffer), 2 (bytes), 3 (threadgroup memory) or 4 (tensor map) (got 9)`));
+      // A well-formed tensor map binding: the emulator has none (CUDA's TMA).
+      expect(dispatch(new BlockBuilder(P).buffer(0, B).bytes(1, [...n4, ...new Array<number>(12).fill(0), ...new Array<number>(128).fill(0)]).record(N.BIND.tensorMap, 2, B, 16).build()))
+        .toBe(refused(`${K}binding 2 (tensor map [[buffer(2)]]): the binding must be a buffer or bytes: this backend has no tensor maps (CUDA's, on compute capability 9.0 and later)`));
+      expect(dispatch(good().record(N.BIND.tensorMap, 2, B, 0).build()))
+        .toBe(refused(`${K}binding 2 (tensor map [[buffer(2)]]): offset + length must be at most the payload's 4 bytes (got 0 + 128)`));
       expect(dispatch(new BlockBuilder(P).buffer(31, B).build()))
         .toBe(refused(`${K}binding 0 (buffer): index must be below 31 (got 31)`));
       expect(dispatch(good().buffer(1, B).build()))

@@ -32,6 +32,17 @@ import {
   RECORD_B,
   RECORD_INDEX,
   RECORD_KIND,
+  TMAP_BOX,
+  TMAP_DESC_BYTES,
+  TMAP_DIMS,
+  TMAP_DTYPE,
+  TMAP_DTYPE_CODE,
+  TMAP_L2,
+  TMAP_MAX_RANK,
+  TMAP_OFFSET,
+  TMAP_RANK,
+  TMAP_STRIDES,
+  TMAP_SWIZZLE,
   check,
   msgBuf,
   msgCap,
@@ -98,6 +109,13 @@ export interface DispatchBindings<B extends BindableBuffer = Buffer> {
   /** Threadgroup memory byte lengths by threadgroup binding index. */
   threadgroupMemory?: Record<number, number | undefined>;
   /**
+   * Tensor maps by binding index (CUDA's TMA, compute capability 9.0 on;
+   * the other backends refuse them): the kernel's parameter is a pointer to
+   * the CUtensorMap the backend encodes from the buffer and the descriptor.
+   * The buffer is held and ordered as a buffer binding's is.
+   */
+  tensorMaps?: Record<number, TensorMapBinding<B> | undefined>;
+  /**
    * The buffer indices this dispatch may write, for the encoder's barriers.
    * Absent: those its kernel declares writable (a Metal `device` binding
    * not declared const), or every binding where that is unknown (CUDA
@@ -107,6 +125,32 @@ export interface DispatchBindings<B extends BindableBuffer = Buffer> {
 }
 
 export type Dim3 = readonly [number, number, number];
+
+/**
+ * A tensor map over a buffer (mlx_native.h, MLXN_BIND_TENSOR_MAP): a
+ * `dims` tensor of `dtype` elements from `offset` bytes into the buffer
+ * (16-byte aligned), dimension 0 contiguous, dimension k + 1 `strides[k]`
+ * bytes from one index to the next (multiples of 16); one copy moves a
+ * `box` of elements (each 1 to 256, box[0] spanning a multiple of 16 bytes
+ * and at most `swizzle` bytes where swizzled), elements past the dims read
+ * as zeros. The backend refuses a map that reaches past the buffer.
+ */
+export interface TensorMapBinding<B extends BindableBuffer = Buffer> {
+  buffer: B;
+  /** Bytes from the buffer's (or view's) start to element (0, ..., 0); 0 when absent. */
+  offset?: number;
+  dtype: keyof typeof TMAP_DTYPE_CODE;
+  /** Elements along each dimension, innermost first (1 to 5 of them). */
+  dims: readonly number[];
+  /** Bytes between consecutive indices of dimensions 1 .. rank - 1. */
+  strides: readonly number[];
+  /** Elements one copy moves along each dimension. */
+  box: readonly number[];
+  /** The shared-memory swizzle span in bytes (0: none). */
+  swizzle?: 0 | 32 | 64 | 128;
+  /** The L2 fetch size in bytes (0: none). */
+  l2Promotion?: 0 | 64 | 128 | 256;
+}
 
 /**
  * u32 words an encoder hands to the dispatches it records (_syncWords,
@@ -245,6 +289,45 @@ type BufferBinding = BindableBuffer | readonly [BindableBuffer, number] | undefi
 const recBuffers: BufferBinding[] = new Array<BufferBinding>(MAX_BINDINGS).fill(undefined);
 const recBytes: (ArrayBufferView | undefined)[] = new Array<ArrayBufferView | undefined>(MAX_BINDINGS).fill(undefined);
 const recTgm: (number | undefined)[] = new Array<number | undefined>(MAX_BINDINGS).fill(undefined);
+const recTmaps: (TensorMapBinding<BindableBuffer> | undefined)[] = new Array<TensorMapBinding<BindableBuffer> | undefined>(MAX_BINDINGS).fill(undefined);
+const NO_TMAPS: readonly (TensorMapBinding<BindableBuffer> | undefined)[] = [];
+
+/**
+ * Writes tensor map `t`'s descriptor at u8[at ..] (zeroed before): the
+ * shapes checked here (integers, as many strides as dims above the first,
+ * a known dtype), every rule of their values by the backend
+ * (mlxn_tmap_check), which names the field.
+ */
+function packTensorMap(u8: Uint8Array, at: number, t: TensorMapBinding<BindableBuffer>, viewOffset: number, i: number): void {
+  const arg = (f: string): string => `tensorMaps[${i}].${f}`;
+  const code = TMAP_DTYPE_CODE[t.dtype];
+  if (code === undefined) throw bindErr(arg('dtype'), `one of ${Object.keys(TMAP_DTYPE_CODE).join(', ')}`, t.dtype);
+  const dims = t.dims, strides = t.strides, box = t.box;
+  if (!Array.isArray(dims) || dims.length < 1 || dims.length > TMAP_MAX_RANK) throw bindErr(arg('dims'), `an array of 1 to ${TMAP_MAX_RANK} sizes`, dims);
+  const rank = dims.length;
+  if (!Array.isArray(strides) || strides.length !== rank - 1) throw bindErr(arg('strides'), `an array of ${rank - 1} byte strides (one per dim after the first)`, strides);
+  if (!Array.isArray(box) || box.length !== rank) throw bindErr(arg('box'), `an array of ${rank} sizes (one per dim)`, box);
+  const offset = (t.offset ?? 0) + viewOffset;
+  const v = new DataView(u8.buffer, u8.byteOffset);
+  const u64 = (o: number, x: number, what: string): void => {
+    if (!(Number.isSafeInteger(x) && x >= 0)) throw bindErr(arg(what), 'an integer >= 0', x);
+    v.setBigUint64(at + o, BigInt(x), true);
+  };
+  const u32 = (o: number, x: number, what: string): void => {
+    if (!((x >>> 0) === x)) throw bindErr(arg(what), 'a 32-bit integer >= 0', x);
+    v.setUint32(at + o, x, true);
+  };
+  u64(TMAP_OFFSET, offset, 'offset');
+  v.setUint32(at + TMAP_DTYPE, code, true);
+  v.setUint32(at + TMAP_RANK, rank, true);
+  for (let k = 0; k < rank; k++) {
+    u64(TMAP_DIMS + 8 * k, dims[k]!, `dims[${k}]`);
+    u32(TMAP_BOX + 4 * k, box[k]!, `box[${k}]`);
+    if (k > 0) u64(TMAP_STRIDES + 8 * (k - 1), strides[k - 1]!, `strides[${k - 1}]`);
+  }
+  u32(TMAP_SWIZZLE, t.swizzle ?? 0, 'swizzle');
+  u32(TMAP_L2, t.l2Promotion ?? 0, 'l2Promotion');
+}
 
 /**
  * Copies a record's entries into `out` by index; returns 1 + the highest
@@ -354,6 +437,12 @@ export function packDispatch<B extends BindableBuffer>(
     }
   }
 
+  const tmaps = b.tensorMaps;
+  let tmapArr: readonly (TensorMapBinding<B> | undefined)[] = recTmaps as (TensorMapBinding<B> | undefined)[];
+  let tmapLen = 0;
+  if (tmaps !== undefined) tmapLen = fromRecord('tensorMaps', tmaps, recTmaps as (TensorMapBinding<B> | undefined)[], 0);
+  else tmapArr = NO_TMAPS as (TensorMapBinding<B> | undefined)[];
+
   // The binding count and payload size place the payload right after the records.
   let count = 0;
   let payload = 0;
@@ -366,6 +455,12 @@ export function packDispatch<B extends BindableBuffer>(
     }
   }
   for (let i = 0; i < tgmLen; i++) if (tgmArr[i] !== undefined) count++;
+  for (let i = 0; i < tmapLen; i++) {
+    if (tmapArr[i] !== undefined) {
+      count++;
+      payload = ((payload + PAYLOAD_ALIGN - 1) & ~(PAYLOAD_ALIGN - 1)) + TMAP_DESC_BYTES;
+    }
+  }
   const payloadStart = DISPATCH_HEADER_BYTES + DISPATCH_BINDING_BYTES * count;
   block.reserve(payloadStart + payload);
   const w = block.words;
@@ -443,6 +538,38 @@ export function packDispatch<B extends BindableBuffer>(
     p += n;
   }
 
+  for (let i = 0; i < tmapLen; i++) {
+    const t = tmapArr[i];
+    if (t === undefined) continue;
+    if ((used & (1 << i)) !== 0) throw bindErr(`tensor map index ${i}`, 'an index no buffer or bytes uses', i);
+    used |= 1 << i;
+    const buf = t?.buffer;
+    if (buf?._state !== owner) {
+      if (!isBindable(buf)) throw bindErr(`tensorMaps[${i}].buffer`, 'a Buffer', buf);
+      throw bindErr(`tensorMaps[${i}].buffer`, "a buffer of the encoder's device", 'a buffer of another device');
+    }
+    const root = buf._root ?? buf;
+    const h = buf._h;
+    if (h === 0 || root._h === 0) throw releasedError(`buffer of the tensor map at index ${i}`);
+    const at = payloadStart + p;
+    const aligned = (p + PAYLOAD_ALIGN - 1) & ~(PAYLOAD_ALIGN - 1);
+    for (let j = at; j < payloadStart + aligned + TMAP_DESC_BYTES; j++) u8[j] = 0;
+    p = aligned;
+    packTensorMap(u8, payloadStart + p, t, buf.byteOffset ?? 0, i);
+    if (hold !== undefined) {
+      hold.index[hold.count] = i;
+      hold.slots[hold.count++] = root;
+    }
+    w[r + R_KIND] = BIND.tensorMap;
+    w[r + R_INDEX] = i;
+    w[r + R_A] = h;
+    w[r + R_A + 1] = h / TWO_32;
+    w[r + R_B] = p;
+    w[r + R_B + 1] = 0;
+    r += RECORD_WORDS;
+    p += TMAP_DESC_BYTES;
+  }
+
   for (let i = 0; i < tgmLen; i++) {
     const n = tgmArr[i];
     if (n === undefined) continue;
@@ -490,6 +617,19 @@ function firstDifference(a: Uint8Array, b: Uint8Array, end: number): string | nu
     const field = (i - DISPATCH_HEADER_BYTES) % DISPATCH_BINDING_BYTES;
     const rec = Math.floor((i - DISPATCH_HEADER_BYTES) / DISPATCH_BINDING_BYTES);
     return field < RECORD_A ? `binding kind or index (record ${rec})` : `buffer, offset, bytes length or threadgroup memory (record ${rec})`;
+  }
+  return null;
+}
+
+/** The first tensor map whose descriptor differs between two blocks with the same records (`records`: the payload's start), or null. */
+function tensorMapDifference(a: Uint8Array, b: Uint8Array, records: number): string | null {
+  const words = new Uint32Array(a.buffer, a.byteOffset, records / 4);
+  const n = (records - DISPATCH_HEADER_BYTES) / DISPATCH_BINDING_BYTES;
+  for (let r = 0; r < n; r++) {
+    const w = (DISPATCH_HEADER_BYTES + DISPATCH_BINDING_BYTES * r) / 4;
+    if (words[w + R_KIND] !== BIND.tensorMap) continue;
+    const at = records + words[w + R_B]!;
+    if (!sameBytes(a.subarray(at, at + TMAP_DESC_BYTES), b.subarray(at, at + TMAP_DESC_BYTES))) return `tensor map descriptor (record ${r})`;
   }
   return null;
 }
@@ -1078,7 +1218,7 @@ export class Encoder {
       const now = block.bytes.subarray(0, len);
       const was = blocks[first + i]!;
       const records = DISPATCH_HEADER_BYTES + DISPATCH_BINDING_BYTES * block.words[W_BINDING_COUNT]!;
-      const what = len !== was.length ? 'block length (bindings or bytes lengths)' : firstDifference(now, was, records);
+      const what = len !== was.length ? 'block length (bindings or bytes lengths)' : firstDifference(now, was, records) ?? tensorMapDifference(now, was, records);
       if (what !== null) {
         throw new MlxError('InvalidArgument', `Encoder.patch: dispatch ${first + i} (${p.name}) must differ from the recorded one only in the contents of its bytes bindings (got another ${what})`);
       }

@@ -84,7 +84,21 @@ export const CONST_TYPE = { bool: 1, i32: 2, u32: 3, f32: 4, f16: 5, i16: 6, u16
 export const ENCODER_STATE = { recording: 0, pending: 1, completed: 2, error: 3 } as const;
 // The dispatch block's layout: each constant is the header's MLXN_<name>
 // (tests/dispatch-block.test.ts compiles the header and compares).
-export const BIND = { buffer: 1, bytes: 2, threadgroupMemory: 3 } as const;
+export const BIND = { buffer: 1, bytes: 2, threadgroupMemory: 3, tensorMap: 4 } as const;
+// A tensor map's descriptor (MLXN_BIND_TENSOR_MAP's payload): its length, the
+// byte offsets of its fields, the dtype codes, the most dimensions.
+export const TMAP_DESC_BYTES = 128;
+export const TMAP_MAX_RANK = 5;
+export const TMAP_OFFSET = 0; // u64
+export const TMAP_DTYPE = 8; // u32
+export const TMAP_RANK = 12; // u32
+export const TMAP_DIMS = 16; // u64 x 5
+export const TMAP_STRIDES = 56; // u64 x 4
+export const TMAP_BOX = 88; // u32 x 5
+export const TMAP_SWIZZLE = 108; // u32
+export const TMAP_L2 = 112; // u32
+export const TMAP_RESERVED = 116; // 12 bytes
+export const TMAP_DTYPE_CODE = { u8: 1, u16: 2, u32: 3, f16: 4, bf16: 5, f32: 6 } as const;
 export const DISPATCH_HEADER_BYTES = 48;
 export const DISPATCH_BINDING_BYTES = 24;
 export const MAX_BINDINGS = 31;

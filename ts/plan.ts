@@ -14,7 +14,7 @@
 
 import type { Buffer } from './buffer.ts';
 import type { Device, DeviceLimits } from './device.ts';
-import type { DispatchBindings, Dim3, Encoder } from './encoder.ts';
+import type { DispatchBindings, Dim3, Encoder, TensorMapBinding } from './encoder.ts';
 import type { FunctionConstants } from './library.ts';
 import { MlxError } from './errors.ts';
 import { kernelWrites } from './metal-source.ts';
@@ -41,6 +41,12 @@ export interface Launch {
  */
 export interface CudaLaunch extends Launch {
   readonly entry?: string;
+  /**
+   * Tensor maps the CUDA twin takes by binding index (TMA, compute
+   * capability 9.0 on), besides the dispatch's buffers and bytes: indices
+   * its Metal kernel does not bind.
+   */
+  readonly tensorMaps?: Record<number, TensorMapBinding | undefined>;
 }
 
 export interface PlannedDispatch extends Launch {
@@ -147,7 +153,7 @@ function dispatchOne(enc: Encoder, d: PlannedDispatch): void {
   let buffers: DispatchBindings['buffers'] = d.buffers;
   if (d.syncWords !== undefined) buffers = { ...buffers, [d.syncWords.binding]: enc._syncWords(d.syncWords.count) };
   if (d.scratchWords !== undefined) buffers = { ...buffers, [d.scratchWords.binding]: enc._scratchWords(d.scratchWords.count) };
-  enc.dispatch(pipeline, { buffers, bytes: d.bytes, threadgroupMemory: l.threadgroupMemory }, l.grid, l.threads);
+  enc.dispatch(pipeline, { buffers, bytes: d.bytes, threadgroupMemory: l.threadgroupMemory, tensorMaps: l.tensorMaps }, l.grid, l.threads);
 }
 
 /** The buffers of a planned dispatch given again to dispatch `index` of a recording: its sync and scratch words those recorded. */
@@ -180,7 +186,7 @@ export function patchPlan(enc: Encoder, first: number, plan: OpPlan): void {
     const l = launchOf(d, kernels.language);
     return {
       pipeline: kernels.pipeline(d.kernel, d.constants, l.entry),
-      bindings: { buffers: patchBuffers(enc, d, first + i), bytes: d.bytes, threadgroupMemory: l.threadgroupMemory },
+      bindings: { buffers: patchBuffers(enc, d, first + i), bytes: d.bytes, threadgroupMemory: l.threadgroupMemory, tensorMaps: l.tensorMaps },
       grid: l.grid,
       threads: l.threads,
     };

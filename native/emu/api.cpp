@@ -625,6 +625,8 @@ mlxn_status mlxn_encoder_dispatch(mlxn_encoder* e, const void* block, uint64_t b
         return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_BUFFER_OFFSET, i, b.offset, buf->length, 0));
       e->bound.push_back({b.kind, b.index, uint64_t(uintptr_t(buf->data + b.offset)), buf->length - b.offset});
       bufs[nbufs++] = buf;  // at most 31: each index is bound once
+    } else if (b.kind == MLXN_BIND_TENSOR_MAP) {
+      return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_TENSOR_MAP_BACKEND, i, 0, 0, 0));
     } else if (b.kind == MLXN_BIND_BYTES) {
       // Each inline block starts 16-byte aligned, as constant data does on the GPU.
       const size_t at = (e->payload.size() + 15) & ~size_t(15);

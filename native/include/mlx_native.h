@@ -181,9 +181,13 @@ void        mlxn_encoder_release(mlxn_encoder* encoder);
  *       BUFFER:            a = buffer handle, b = byte offset into it
  *       BYTES:             a = byte offset of the data in the payload, b = length
  *       THREADGROUP_MEMORY: a = length in bytes, b = 0
- *   payload (p bytes): inline data of BYTES bindings, copied at dispatch.
- * block_len must equal 48 + 24 n + p. Each [[buffer(i)]] index (BUFFER and
- * BYTES share them) and each [[threadgroup(i)]] index is bound at most once.
+ *       TENSOR_MAP:        a = buffer handle, b = byte offset in the payload
+ *                          of its descriptor (MLXN_TMAP_DESC_BYTES, below)
+ *   payload (p bytes): inline data of BYTES bindings and the descriptors of
+ *   TENSOR_MAP bindings, copied at dispatch.
+ * block_len must equal 48 + 24 n + p. Each [[buffer(i)]] index (BUFFER, BYTES
+ * and TENSOR_MAP share them) and each [[threadgroup(i)]] index is bound at
+ * most once.
  * Bad handles, indices >= 31, offsets past the buffer, or a grid/threadgroup
  * with a zero or over-limit size are MLXN_ERR_INVALID_ARGUMENT and nothing is
  * recorded. Every backend decodes and checks the block with
@@ -191,6 +195,45 @@ void        mlxn_encoder_release(mlxn_encoder* encoder);
 #define MLXN_BIND_BUFFER             1u
 #define MLXN_BIND_BYTES              2u
 #define MLXN_BIND_THREADGROUP_MEMORY 3u
+/* A tensor map over a buffer (CUDA's TMA on compute capability 9.0 and later;
+ * the other backends refuse the binding): the kernel's parameter at the
+ * index is a pointer to a 64-byte aligned CUtensorMap that the backend encodes
+ * at dispatch from the buffer's address and the descriptor, and keeps with
+ * the recorded work (the buffer is held as a BUFFER binding's is). The
+ * descriptor, MLXN_TMAP_DESC_BYTES little-endian bytes:
+ *     u64 offset            MLXN_TMAP_OFFSET   byte offset in the buffer of element (0, ..., 0), 16-byte aligned
+ *     u32 dtype             MLXN_TMAP_DTYPE    MLXN_TMAP_DTYPE_*
+ *     u32 rank              MLXN_TMAP_RANK     1 to 5
+ *     u64 dims[5]           MLXN_TMAP_DIMS     elements along each dimension, innermost first, 1 to 2^32
+ *     u64 strides[4]        MLXN_TMAP_STRIDES  bytes from one index to the next of dimensions 1 .. rank - 1,
+ *                                              multiples of 16 below 2^40
+ *     u32 box[5]            MLXN_TMAP_BOX      elements one copy moves along each dimension, 1 to 256;
+ *                                              box[0] elements a multiple of 16 bytes
+ *     u32 swizzle           MLXN_TMAP_SWIZZLE  0, 32, 64 or 128: the shared-memory swizzle span in bytes
+ *                                              (box[0] elements at most that many bytes)
+ *     u32 l2 promotion      MLXN_TMAP_L2       0, 64, 128 or 256: the L2 fetch size in bytes
+ *     12 bytes reserved (0)
+ * Entries past `rank` are 0. Every element the dims and strides reach lies
+ * inside the buffer (the copies read or write only there; a box's elements
+ * past the dims read as zeros and are not written). */
+#define MLXN_BIND_TENSOR_MAP         4u
+#define MLXN_TMAP_DESC_BYTES         128u
+#define MLXN_TMAP_MAX_RANK           5u
+#define MLXN_TMAP_OFFSET             0u
+#define MLXN_TMAP_DTYPE              8u
+#define MLXN_TMAP_RANK               12u
+#define MLXN_TMAP_DIMS               16u
+#define MLXN_TMAP_STRIDES            56u
+#define MLXN_TMAP_BOX                88u
+#define MLXN_TMAP_SWIZZLE            108u
+#define MLXN_TMAP_L2                 112u
+#define MLXN_TMAP_RESERVED           116u
+#define MLXN_TMAP_DTYPE_U8           1u
+#define MLXN_TMAP_DTYPE_U16          2u
+#define MLXN_TMAP_DTYPE_U32          3u
+#define MLXN_TMAP_DTYPE_F16          4u
+#define MLXN_TMAP_DTYPE_BF16         5u
+#define MLXN_TMAP_DTYPE_F32          6u
 #define MLXN_DISPATCH_HEADER_BYTES   48u
 #define MLXN_DISPATCH_BINDING_BYTES  24u
 #define MLXN_MAX_BINDINGS            31u

@@ -66,15 +66,32 @@ extern "C" {
 #define MLXN_BLOCK_E_THREADS_LIMIT      18 /* at: axis, limit: the device's maximum */
 #define MLXN_BLOCK_E_THREADGROUP_SIZE   19 /* actual: threads per threadgroup, limit: the pipeline's maximum */
 #define MLXN_BLOCK_E_THREADGROUP_MEMORY 20 /* actual: bytes bound, extra: static bytes, limit: per threadgroup */
+#define MLXN_BLOCK_E_TENSOR_MAP_BACKEND 21 /* at: record (a backend without tensor maps) */
+#define MLXN_BLOCK_E_TENSOR_MAP         22 /* at: record, extra: MLXN_TMAP_E_* | entry << 8, actual, limit */
+
+/* What a tensor map's descriptor breaks (mlxn_tmap_check), in error_extra's low byte. */
+#define MLXN_TMAP_E_DTYPE     1  /* actual: dtype */
+#define MLXN_TMAP_E_RANK      2  /* actual: rank */
+#define MLXN_TMAP_E_DIM       3  /* entry k: actual dims[k] */
+#define MLXN_TMAP_E_STRIDE    4  /* entry k: actual strides[k] */
+#define MLXN_TMAP_E_BOX       5  /* entry k: actual box[k] */
+#define MLXN_TMAP_E_BOX_BYTES 6  /* actual: box[0], limit: element bytes */
+#define MLXN_TMAP_E_SWIZZLE   7  /* actual: swizzle */
+#define MLXN_TMAP_E_SPAN      8  /* actual: box[0] bytes, limit: swizzle */
+#define MLXN_TMAP_E_L2        9  /* actual: l2 promotion */
+#define MLXN_TMAP_E_UNUSED    10 /* entry: byte offset in the descriptor, actual: its value */
+#define MLXN_TMAP_E_ALIGN     11 /* actual: address of element 0 */
+#define MLXN_TMAP_E_EXTENT    12 /* actual: end of the last element (bytes from the buffer's start), limit: buffer length */
 
 /* One binding record, decoded. */
 typedef struct mlxn_block_binding {
   uint32_t kind;        /* MLXN_BIND_* */
   uint32_t index;       /* [[buffer(index)]], or [[threadgroup(index)]] */
-  uint64_t handle;      /* BUFFER: the buffer handle; else 0 */
-  uint64_t offset;      /* BUFFER: byte offset into the buffer; BYTES: into the payload; else 0 */
-  uint64_t length;      /* BYTES: the data's length; THREADGROUP_MEMORY: the length asked for; else 0 */
-  const uint8_t* data;  /* BYTES: the data, inside the block; else NULL */
+  uint64_t handle;      /* BUFFER, TENSOR_MAP: the buffer handle; else 0 */
+  uint64_t offset;      /* BUFFER: byte offset into the buffer; BYTES, TENSOR_MAP: into the payload; else 0 */
+  uint64_t length;      /* BYTES: the data's length; TENSOR_MAP: MLXN_TMAP_DESC_BYTES; THREADGROUP_MEMORY: the
+                           length asked for; else 0 */
+  const uint8_t* data;  /* BYTES: the data; TENSOR_MAP: the descriptor; inside the block; else NULL */
 } mlxn_block_binding;
 
 /* One dispatch block, decoded. The fields are valid up to what was decoded
@@ -86,7 +103,7 @@ typedef struct mlxn_block {
   uint32_t binding_count;      /* n */
   uint32_t payload_bytes;      /* p */
   uint64_t block_len;
-  uint32_t buffer_mask;        /* bit i: [[buffer(i)]] bound (BUFFER or BYTES) */
+  uint32_t buffer_mask;        /* bit i: [[buffer(i)]] bound (BUFFER, BYTES or TENSOR_MAP) */
   uint32_t threadgroup_mask;   /* bit i: [[threadgroup(i)]] given a length */
   /* THREADGROUP_MEMORY lengths summed, each rounded up to 16 bytes as Metal
    * reserves them; saturates at UINT64_MAX. */
@@ -182,8 +199,7 @@ static inline int32_t mlxn_block_decode(const void* block, uint64_t block_len, m
     uint32_t bit;
     b->kind = kind;
     b->index = index;
-    if (kind != MLXN_BIND_BUFFER && kind != MLXN_BIND_BYTES && kind != MLXN_BIND_THREADGROUP_MEMORY)
-      return mlxn_block_fail(blk, MLXN_BLOCK_E_KIND, i, kind, 0, 0);
+    if (kind - 1u > MLXN_BIND_TENSOR_MAP - 1u) return mlxn_block_fail(blk, MLXN_BLOCK_E_KIND, i, kind, 0, 0);
     if (index >= MLXN_MAX_BINDINGS) return mlxn_block_fail(blk, MLXN_BLOCK_E_INDEX, i, index, 0, 0);
     bit = 1u << index;
     if (kind == MLXN_BIND_BUFFER) {
@@ -202,6 +218,16 @@ static inline int32_t mlxn_block_decode(const void* block, uint64_t block_len, m
       buffers |= bit;
       if (a > payload || bb > payload - a) return mlxn_block_fail(blk, MLXN_BLOCK_E_PAYLOAD_RANGE, i, 0, 0, 0);
       b->data = data + a;
+    } else if (kind == MLXN_BIND_TENSOR_MAP) {
+      b->handle = a;
+      b->offset = bb;
+      b->length = MLXN_TMAP_DESC_BYTES;
+      b->data = NULL;
+      if (buffers & bit) return mlxn_block_fail(blk, MLXN_BLOCK_E_DUPLICATE, i, index, 0, 0);
+      buffers |= bit;
+      if (bb > payload || MLXN_TMAP_DESC_BYTES > payload - bb)
+        return mlxn_block_fail(blk, MLXN_BLOCK_E_PAYLOAD_RANGE, i, 0, 0, 0);
+      b->data = data + bb;
     } else {
       b->handle = 0;
       b->offset = 0;
@@ -223,9 +249,99 @@ static inline int32_t mlxn_block_decode(const void* block, uint64_t block_len, m
   return MLXN_BLOCK_OK;
 }
 
-/* "buffer [[buffer(3)]]", "bytes [[buffer(4)]]", "threadgroup memory [[threadgroup(0)]]". */
+/* Bytes of an element of a tensor map's dtype; 0 for an unknown dtype. */
+static inline uint32_t mlxn_tmap_element_bytes(uint32_t dtype) {
+  switch (dtype) {
+    case MLXN_TMAP_DTYPE_U8: return 1;
+    case MLXN_TMAP_DTYPE_U16: case MLXN_TMAP_DTYPE_F16: case MLXN_TMAP_DTYPE_BF16: return 2;
+    case MLXN_TMAP_DTYPE_U32: case MLXN_TMAP_DTYPE_F32: return 4;
+    default: return 0;
+  }
+}
+
+/* A tensor map's descriptor (mlx_native.h, MLXN_BIND_TENSOR_MAP), decoded. */
+typedef struct mlxn_tmap {
+  uint64_t offset;
+  uint32_t dtype, rank, element_bytes, swizzle, l2;
+  uint64_t dims[MLXN_TMAP_MAX_RANK];
+  uint64_t strides[MLXN_TMAP_MAX_RANK - 1];
+  uint32_t box[MLXN_TMAP_MAX_RANK];
+} mlxn_tmap;
+
+/* Decodes and checks record `record`'s descriptor (blk->bindings[record],
+ * a TENSOR_MAP binding of a decoded block) against its buffer: its length
+ * and the device address of its first byte (`base`, for the alignment
+ * rule). Every rule of the descriptor, in O(rank): the bytes the dims and
+ * strides reach lie inside the buffer. Returns MLXN_BLOCK_OK, or the refusal
+ * (MLXN_BLOCK_E_TENSOR_MAP, recorded in blk). */
+static inline int32_t mlxn_tmap_check(mlxn_block* blk, uint32_t record, uint64_t buffer_len, uint64_t base, mlxn_tmap* t) {
+  const uint8_t* d = blk->bindings[record].data;
+  uint32_t k;
+  uint64_t end, reach;
+#define MLXN_TMAP_FAIL_(code, entry, actual, limit) \
+  return mlxn_block_fail(blk, MLXN_BLOCK_E_TENSOR_MAP, record, (actual), (limit), (uint64_t)(code) | ((uint64_t)(entry) << 8))
+  t->offset = mlxn_block_u64_(d + MLXN_TMAP_OFFSET);
+  t->dtype = mlxn_block_u32_(d + MLXN_TMAP_DTYPE);
+  t->rank = mlxn_block_u32_(d + MLXN_TMAP_RANK);
+  t->swizzle = mlxn_block_u32_(d + MLXN_TMAP_SWIZZLE);
+  t->l2 = mlxn_block_u32_(d + MLXN_TMAP_L2);
+  t->element_bytes = mlxn_tmap_element_bytes(t->dtype);
+  if (t->element_bytes == 0) MLXN_TMAP_FAIL_(MLXN_TMAP_E_DTYPE, 0, t->dtype, 0);
+  if (t->rank - 1u >= MLXN_TMAP_MAX_RANK) MLXN_TMAP_FAIL_(MLXN_TMAP_E_RANK, 0, t->rank, 0);
+  for (k = 0; k < MLXN_TMAP_MAX_RANK; ++k) {
+    const uint64_t dim = mlxn_block_u64_(d + MLXN_TMAP_DIMS + 8 * k);
+    const uint32_t box = mlxn_block_u32_(d + MLXN_TMAP_BOX + 4 * k);
+    t->dims[k] = dim;
+    t->box[k] = box;
+    if (k >= t->rank) {
+      if (dim != 0) MLXN_TMAP_FAIL_(MLXN_TMAP_E_UNUSED, MLXN_TMAP_DIMS + 8 * k, dim, 0);
+      if (box != 0) MLXN_TMAP_FAIL_(MLXN_TMAP_E_UNUSED, MLXN_TMAP_BOX + 4 * k, box, 0);
+      continue;
+    }
+    if (dim - 1u >= ((uint64_t)1 << 32)) MLXN_TMAP_FAIL_(MLXN_TMAP_E_DIM, k, dim, 0);
+    if (box - 1u >= 256u) MLXN_TMAP_FAIL_(MLXN_TMAP_E_BOX, k, box, 0);
+  }
+  for (k = 0; k + 1 < MLXN_TMAP_MAX_RANK; ++k) {
+    const uint64_t stride = mlxn_block_u64_(d + MLXN_TMAP_STRIDES + 8 * k);
+    t->strides[k] = stride;
+    if (k + 1 >= t->rank) {
+      if (stride != 0) MLXN_TMAP_FAIL_(MLXN_TMAP_E_UNUSED, MLXN_TMAP_STRIDES + 8 * k, stride, 0);
+    } else if (stride % 16 != 0 || stride >= ((uint64_t)1 << 40)) {
+      MLXN_TMAP_FAIL_(MLXN_TMAP_E_STRIDE, k, stride, 0);
+    }
+  }
+  for (k = 0; k < 12; k += 4) {
+    const uint32_t r = mlxn_block_u32_(d + MLXN_TMAP_RESERVED + k);
+    if (r != 0) MLXN_TMAP_FAIL_(MLXN_TMAP_E_UNUSED, MLXN_TMAP_RESERVED + k, r, 0);
+  }
+  if (((uint64_t)t->box[0] * t->element_bytes) % 16 != 0)
+    MLXN_TMAP_FAIL_(MLXN_TMAP_E_BOX_BYTES, 0, t->box[0], t->element_bytes);
+  if (t->swizzle != 0 && t->swizzle != 32 && t->swizzle != 64 && t->swizzle != 128)
+    MLXN_TMAP_FAIL_(MLXN_TMAP_E_SWIZZLE, 0, t->swizzle, 0);
+  if (t->swizzle != 0 && (uint64_t)t->box[0] * t->element_bytes > t->swizzle)
+    MLXN_TMAP_FAIL_(MLXN_TMAP_E_SPAN, 0, (uint64_t)t->box[0] * t->element_bytes, t->swizzle);
+  if (t->l2 != 0 && t->l2 != 64 && t->l2 != 128 && t->l2 != 256) MLXN_TMAP_FAIL_(MLXN_TMAP_E_L2, 0, t->l2, 0);
+  /* The end of the last element, offset + dims[0] e + sum (dims[k] - 1)
+   * strides[k - 1], saturating at UINT64_MAX. */
+  end = t->offset + t->dims[0] * t->element_bytes; /* below 2^64: dims[0] e < 2^35 */
+  if (end < t->offset) end = UINT64_MAX;
+  for (k = 1; k < t->rank; ++k) {
+    const uint64_t n = t->dims[k] - 1, st = t->strides[k - 1];
+    reach = n != 0 && st > UINT64_MAX / n ? UINT64_MAX : n * st;
+    end = reach > UINT64_MAX - end ? UINT64_MAX : end + reach;
+  }
+  if (end > buffer_len) MLXN_TMAP_FAIL_(MLXN_TMAP_E_EXTENT, 0, end, buffer_len);
+  if ((base + t->offset) % 16 != 0) MLXN_TMAP_FAIL_(MLXN_TMAP_E_ALIGN, 0, base + t->offset, 0);
+#undef MLXN_TMAP_FAIL_
+  return MLXN_BLOCK_OK;
+}
+
+/* "buffer [[buffer(3)]]", "bytes [[buffer(4)]]", "tensor map [[buffer(5)]]", "threadgroup memory [[threadgroup(0)]]". */
 static inline const char* mlxn_block_kind_name_(uint32_t kind) {
-  return kind == MLXN_BIND_BUFFER ? "buffer" : kind == MLXN_BIND_BYTES ? "bytes" : "threadgroup memory";
+  return kind == MLXN_BIND_BUFFER ? "buffer"
+         : kind == MLXN_BIND_BYTES ? "bytes"
+         : kind == MLXN_BIND_TENSOR_MAP ? "tensor map"
+                                        : "threadgroup memory";
 }
 
 /* Writes the words of blk's refusal into out (at most cap bytes, NUL
@@ -242,7 +358,8 @@ static inline char* mlxn_block_message(const mlxn_block* blk, const char* kernel
   /* The record a refusal concerns, named for the messages that have one. */
   const int about_record = e == MLXN_BLOCK_E_INDEX || e == MLXN_BLOCK_E_DUPLICATE || e == MLXN_BLOCK_E_PAYLOAD_RANGE ||
                            e == MLXN_BLOCK_E_THREADGROUP_B || e == MLXN_BLOCK_E_BUFFER ||
-                           e == MLXN_BLOCK_E_BUFFER_OFFSET;
+                           e == MLXN_BLOCK_E_BUFFER_OFFSET || e == MLXN_BLOCK_E_TENSOR_MAP_BACKEND ||
+                           e == MLXN_BLOCK_E_TENSOR_MAP;
   const mlxn_block_binding* b = &blk->bindings[about_record && at < MLXN_BLOCK_MAX_RECORDS ? at : 0];
   const char* tg = about_record && b->kind == MLXN_BIND_THREADGROUP_MEMORY ? "threadgroup" : "buffer";
   char where[96], head[160];
@@ -297,9 +414,9 @@ static inline char* mlxn_block_message(const mlxn_block* blk, const char* kernel
       break;
     case MLXN_BLOCK_E_KIND:
       snprintf(out, cap,
-               "%sbinding %u: kind must be %u (buffer), %u (bytes) or %u (threadgroup memory) (got %llu)", head,
-               (unsigned)at, (unsigned)MLXN_BIND_BUFFER, (unsigned)MLXN_BIND_BYTES,
-               (unsigned)MLXN_BIND_THREADGROUP_MEMORY, actual);
+               "%sbinding %u: kind must be %u (buffer), %u (bytes), %u (threadgroup memory) or %u (tensor map) (got %llu)",
+               head, (unsigned)at, (unsigned)MLXN_BIND_BUFFER, (unsigned)MLXN_BIND_BYTES,
+               (unsigned)MLXN_BIND_THREADGROUP_MEMORY, (unsigned)MLXN_BIND_TENSOR_MAP, actual);
       break;
     case MLXN_BLOCK_E_INDEX:
       snprintf(out, cap, "%s%s: index must be below %u (got %llu)", head, where, (unsigned)MLXN_MAX_BINDINGS,
@@ -353,6 +470,63 @@ static inline char* mlxn_block_message(const mlxn_block* blk, const char* kernel
                "%sthreadgroup memory must be at most %llu bytes per threadgroup (got %llu bytes bound + %llu bytes static)",
                head, limit, actual, extra);
       break;
+    case MLXN_BLOCK_E_TENSOR_MAP_BACKEND:
+      snprintf(out, cap,
+               "%s%s: the binding must be a buffer or bytes: this backend has no tensor maps (CUDA's, on compute "
+               "capability 9.0 and later)",
+               head, where);
+      break;
+    case MLXN_BLOCK_E_TENSOR_MAP: {
+      const unsigned k = (unsigned)(extra >> 8);
+      switch ((int)(extra & 0xff)) {
+        case MLXN_TMAP_E_DTYPE:
+          snprintf(out, cap, "%s%s: dtype must be 1 (u8), 2 (u16), 3 (u32), 4 (f16), 5 (bf16) or 6 (f32) (got %llu)",
+                   head, where, actual);
+          break;
+        case MLXN_TMAP_E_RANK:
+          snprintf(out, cap, "%s%s: rank must be 1 to %u (got %llu)", head, where, (unsigned)MLXN_TMAP_MAX_RANK, actual);
+          break;
+        case MLXN_TMAP_E_DIM:
+          snprintf(out, cap, "%s%s: dims[%u] must be 1 to 2^32 (got %llu)", head, where, k, actual);
+          break;
+        case MLXN_TMAP_E_STRIDE:
+          snprintf(out, cap, "%s%s: strides[%u] must be a multiple of 16 below 2^40 bytes (got %llu)", head, where, k,
+                   actual);
+          break;
+        case MLXN_TMAP_E_BOX:
+          snprintf(out, cap, "%s%s: box[%u] must be 1 to 256 (got %llu)", head, where, k, actual);
+          break;
+        case MLXN_TMAP_E_BOX_BYTES:
+          snprintf(out, cap, "%s%s: box[0] must span a multiple of 16 bytes (got %llu elements of %llu bytes)", head,
+                   where, actual, limit);
+          break;
+        case MLXN_TMAP_E_SWIZZLE:
+          snprintf(out, cap, "%s%s: swizzle must be 0, 32, 64 or 128 (got %llu)", head, where, actual);
+          break;
+        case MLXN_TMAP_E_SPAN:
+          snprintf(out, cap, "%s%s: box[0] must span at most the swizzle's %llu bytes (got %llu bytes)", head, where,
+                   limit, actual);
+          break;
+        case MLXN_TMAP_E_L2:
+          snprintf(out, cap, "%s%s: l2 promotion must be 0, 64, 128 or 256 (got %llu)", head, where, actual);
+          break;
+        case MLXN_TMAP_E_UNUSED:
+          snprintf(out, cap, "%s%s: descriptor byte %u (past the rank, or reserved) must hold 0 (got %llu)", head, where,
+                   k, actual);
+          break;
+        case MLXN_TMAP_E_ALIGN:
+          snprintf(out, cap, "%s%s: the buffer's address plus offset must be a multiple of 16 (got 0x%llx)", head, where,
+                   actual);
+          break;
+        default: /* MLXN_TMAP_E_EXTENT */
+          snprintf(out, cap,
+                   "%s%s: the elements the dims and strides reach must end within the buffer's %llu bytes (got an end "
+                   "at byte %llu)",
+                   head, where, limit, actual);
+          break;
+      }
+      break;
+    }
     default:
       snprintf(out, cap, "%srefused (code %d)", head, (int)blk->error);
       break;

@@ -58,6 +58,7 @@ static uint64_t end(Block* b) {
 
 static mlxn_block blk;
 
+
 /* Decodes and expects the refusal `code` with exactly the words `want`. */
 static void refused(int line, const void* data, uint64_t len, int32_t code, const char* want) {
   char text[MLXN_BLOCK_MESSAGE_CAP];
@@ -84,6 +85,166 @@ static void words(int line, int32_t code, uint32_t at, uint64_t actual, uint64_t
   }
 }
 #define WORDS(code, at, actual, limit, extra, want) words(__LINE__, code, at, actual, limit, extra, want)
+
+/* A tensor-map descriptor: bf16 [rows, cols] row-major with row stride
+ * `stride` bytes, boxes of box_rows x 64, 128-byte swizzle. */
+static void tmap_desc(uint8_t* d, uint64_t offset, uint64_t cols, uint64_t rows, uint64_t stride, uint32_t box_rows) {
+  memset(d, 0, MLXN_TMAP_DESC_BYTES);
+  put64(d + MLXN_TMAP_OFFSET, offset);
+  put32(d + MLXN_TMAP_DTYPE, MLXN_TMAP_DTYPE_BF16);
+  put32(d + MLXN_TMAP_RANK, 2);
+  put64(d + MLXN_TMAP_DIMS, cols);
+  put64(d + MLXN_TMAP_DIMS + 8, rows);
+  put64(d + MLXN_TMAP_STRIDES, stride);
+  put32(d + MLXN_TMAP_BOX, 64);
+  put32(d + MLXN_TMAP_BOX + 4, box_rows);
+  put32(d + MLXN_TMAP_SWIZZLE, 128);
+  put32(d + MLXN_TMAP_L2, 256);
+}
+
+/* A TENSOR_MAP record whose descriptor is appended to the payload (16-byte aligned). */
+static void tensor_map(Block* b, uint32_t index, uint64_t handle, const uint8_t* desc) {
+  b->payload = (b->payload + 15) & ~15u;
+  record(b, MLXN_BIND_TENSOR_MAP, index, handle, b->payload);
+  memcpy(b->pay + b->payload, desc, MLXN_TMAP_DESC_BYTES);
+  b->payload += MLXN_TMAP_DESC_BYTES;
+}
+
+/* mlxn_tmap_check on a block holding only `desc` (buffer `len` bytes at
+ * address `base`): MLXN_BLOCK_OK, or the refusal with exactly `want`. */
+static void tmap_checked(int line, const uint8_t* desc, uint64_t len, uint64_t base, int32_t code, const char* want) {
+  Block b;
+  mlxn_tmap t;
+  char text[MLXN_BLOCK_MESSAGE_CAP];
+  uint64_t n;
+  int32_t got;
+  begin(&b, 1, 1, 1, 1, 32, 1, 1);
+  tensor_map(&b, 3, 0x40, desc);
+  n = end(&b);
+  ++checks;
+  if (mlxn_block_decode(b.data, n, &blk) != MLXN_BLOCK_OK) {
+    ++failures;
+    printf("FAIL line %d: decode refused %d\n", line, blk.error);
+    return;
+  }
+  got = mlxn_tmap_check(&blk, 0, len, base, &t);
+  mlxn_block_message(&blk, NULL, text, sizeof text);
+  if (got != code || (code != MLXN_BLOCK_OK && strcmp(text, want) != 0)) {
+    ++failures;
+    printf("FAIL line %d: want %d \"%s\"\n               got %d \"%s\"\n", line, code, want, got, text);
+  }
+}
+#define TMAP(desc, len, base, code, want) tmap_checked(__LINE__, desc, len, base, code, want)
+
+static void tensor_maps(void) {
+  Block b;
+  uint64_t len;
+  uint8_t d[MLXN_TMAP_DESC_BYTES], e[MLXN_TMAP_DESC_BYTES];
+  mlxn_tmap t;
+  const char* at = "dispatch: binding 0 (tensor map [[buffer(3)]]): ";
+  char want[MLXN_BLOCK_MESSAGE_CAP];
+#define AT(text) (snprintf(want, sizeof want, "%s%s", at, text), want)
+
+  /* Decoded: the handle, the descriptor inside the payload; the index is a [[buffer(i)]] one. */
+  tmap_desc(d, 256, 128, 1000, 256, 64);
+  begin(&b, 1, 1, 1, 1, 32, 1, 1);
+  record(&b, MLXN_BIND_BUFFER, 0, 0x10, 0);
+  tensor_map(&b, 3, 0x40, d);
+  len = end(&b);
+  CHECK(mlxn_block_decode(b.data, len, &blk) == MLXN_BLOCK_OK, "tensor map decodes: %d", blk.error);
+  CHECK(blk.buffer_mask == 0x9u && blk.bindings[1].kind == MLXN_BIND_TENSOR_MAP && blk.bindings[1].handle == 0x40 &&
+            blk.bindings[1].length == MLXN_TMAP_DESC_BYTES && blk.bindings[1].offset == 0 &&
+            blk.bindings[1].data == b.data + len - MLXN_TMAP_DESC_BYTES,
+        "tensor map record");
+  begin(&b, 1, 1, 1, 1, 32, 1, 1);
+  record(&b, MLXN_BIND_BUFFER, 3, 0x10, 0);
+  tensor_map(&b, 3, 0x40, d);
+  len = end(&b);
+  REFUSED(b.data, len, MLXN_BLOCK_E_DUPLICATE,
+          "dispatch: binding 1 (tensor map [[buffer(3)]]): [[buffer(3)]] must be bound once (binding 0 binds it too)");
+  begin(&b, 1, 1, 1, 1, 32, 1, 1);
+  tensor_map(&b, 3, 0x40, d);
+  len = end(&b);
+  put64(b.data + 48 + MLXN_RECORD_B, 16); /* the descriptor's last 16 bytes past the payload */
+  REFUSED(b.data, len, MLXN_BLOCK_E_PAYLOAD_RANGE,
+          "dispatch: binding 0 (tensor map [[buffer(3)]]): offset + length must be at most the payload's 128 bytes "
+          "(got 16 + 128)");
+  put64(b.data + 48 + MLXN_RECORD_B, UINT64_MAX - 64);
+  REFUSED(b.data, len, MLXN_BLOCK_E_PAYLOAD_RANGE,
+          "dispatch: binding 0 (tensor map [[buffer(3)]]): offset + length must be at most the payload's 128 bytes "
+          "(got 18446744073709551551 + 128)");
+
+  /* The descriptor's rules (mlxn_tmap_check): 1000 rows of 256 bytes from byte 256 end at 256256. */
+  TMAP(d, 256256, 0x1000, MLXN_BLOCK_OK, "");
+  CHECK(mlxn_tmap_check(&blk, 0, 256256, 0x1000, &t) == MLXN_BLOCK_OK && t.rank == 2 && t.dims[1] == 1000 &&
+            t.strides[0] == 256 && t.box[1] == 64 && t.element_bytes == 2 && t.swizzle == 128 && t.l2 == 256,
+        "decoded descriptor");
+  TMAP(d, 256255, 0x1000, MLXN_BLOCK_E_TENSOR_MAP,
+       AT("the elements the dims and strides reach must end within the buffer's 256255 bytes (got an end at byte "
+          "256256)"));
+  TMAP(d, 256256, 0x1008, MLXN_BLOCK_E_TENSOR_MAP,
+       AT("the buffer's address plus offset must be a multiple of 16 (got 0x1108)"));
+  memcpy(e, d, sizeof e);
+  put32(e + MLXN_TMAP_DTYPE, 7);
+  TMAP(e, 1 << 20, 0, MLXN_BLOCK_E_TENSOR_MAP,
+       AT("dtype must be 1 (u8), 2 (u16), 3 (u32), 4 (f16), 5 (bf16) or 6 (f32) (got 7)"));
+  memcpy(e, d, sizeof e);
+  put32(e + MLXN_TMAP_RANK, 6);
+  TMAP(e, 1 << 20, 0, MLXN_BLOCK_E_TENSOR_MAP, AT("rank must be 1 to 5 (got 6)"));
+  put32(e + MLXN_TMAP_RANK, 0);
+  TMAP(e, 1 << 20, 0, MLXN_BLOCK_E_TENSOR_MAP, AT("rank must be 1 to 5 (got 0)"));
+  memcpy(e, d, sizeof e);
+  put64(e + MLXN_TMAP_DIMS + 8, 0);
+  TMAP(e, 1 << 20, 0, MLXN_BLOCK_E_TENSOR_MAP, AT("dims[1] must be 1 to 2^32 (got 0)"));
+  put64(e + MLXN_TMAP_DIMS + 8, ((uint64_t)1 << 32) + 1);
+  TMAP(e, 1 << 20, 0, MLXN_BLOCK_E_TENSOR_MAP, AT("dims[1] must be 1 to 2^32 (got 4294967297)"));
+  memcpy(e, d, sizeof e);
+  put64(e + MLXN_TMAP_STRIDES, 264);
+  TMAP(e, 1 << 20, 0, MLXN_BLOCK_E_TENSOR_MAP, AT("strides[0] must be a multiple of 16 below 2^40 bytes (got 264)"));
+  memcpy(e, d, sizeof e);
+  put32(e + MLXN_TMAP_BOX + 4, 257);
+  TMAP(e, 1 << 20, 0, MLXN_BLOCK_E_TENSOR_MAP, AT("box[1] must be 1 to 256 (got 257)"));
+  memcpy(e, d, sizeof e);
+  put32(e + MLXN_TMAP_BOX, 12);
+  TMAP(e, 1 << 20, 0, MLXN_BLOCK_E_TENSOR_MAP, AT("box[0] must span a multiple of 16 bytes (got 12 elements of 2 bytes)"));
+  put32(e + MLXN_TMAP_BOX, 128);
+  TMAP(e, 1 << 20, 0, MLXN_BLOCK_E_TENSOR_MAP, AT("box[0] must span at most the swizzle's 128 bytes (got 256 bytes)"));
+  put32(e + MLXN_TMAP_SWIZZLE, 0);
+  TMAP(e, 1 << 20, 0, MLXN_BLOCK_OK, "");
+  put32(e + MLXN_TMAP_SWIZZLE, 16);
+  TMAP(e, 1 << 20, 0, MLXN_BLOCK_E_TENSOR_MAP, AT("swizzle must be 0, 32, 64 or 128 (got 16)"));
+  memcpy(e, d, sizeof e);
+  put32(e + MLXN_TMAP_L2, 32);
+  TMAP(e, 1 << 20, 0, MLXN_BLOCK_E_TENSOR_MAP, AT("l2 promotion must be 0, 64, 128 or 256 (got 32)"));
+  memcpy(e, d, sizeof e);
+  put64(e + MLXN_TMAP_DIMS + 16, 1); /* a third dim past rank 2 */
+  TMAP(e, 1 << 20, 0, MLXN_BLOCK_E_TENSOR_MAP,
+       AT("descriptor byte 32 (past the rank, or reserved) must hold 0 (got 1)"));
+  memcpy(e, d, sizeof e);
+  put64(e + MLXN_TMAP_STRIDES + 8, 16);
+  TMAP(e, 1 << 20, 0, MLXN_BLOCK_E_TENSOR_MAP,
+       AT("descriptor byte 64 (past the rank, or reserved) must hold 0 (got 16)"));
+  memcpy(e, d, sizeof e);
+  put32(e + MLXN_TMAP_RESERVED + 8, 3);
+  TMAP(e, 1 << 20, 0, MLXN_BLOCK_E_TENSOR_MAP,
+       AT("descriptor byte 124 (past the rank, or reserved) must hold 0 (got 3)"));
+  /* Reaches past 2^64: saturated, never wrapped into the buffer. */
+  memcpy(e, d, sizeof e);
+  put64(e + MLXN_TMAP_DIMS + 8, (uint64_t)1 << 32);
+  put64(e + MLXN_TMAP_STRIDES, ((uint64_t)1 << 40) - 16);
+  put32(e + MLXN_TMAP_RANK, 3);
+  put64(e + MLXN_TMAP_DIMS + 16, (uint64_t)1 << 32);
+  put64(e + MLXN_TMAP_STRIDES + 8, ((uint64_t)1 << 40) - 16);
+  put32(e + MLXN_TMAP_BOX + 8, 1);
+  TMAP(e, UINT64_MAX - 1, 0, MLXN_BLOCK_E_TENSOR_MAP,
+       AT("the elements the dims and strides reach must end within the buffer's 18446744073709551614 bytes (got an "
+          "end at byte 18446744073709551615)"));
+  /* A backend without tensor maps. */
+  WORDS(MLXN_BLOCK_E_TENSOR_MAP_BACKEND, 0, 0, 0, 0,
+        "dispatch: binding 0 (tensor map [[buffer(3)]]): the binding must be a buffer or bytes: this backend has no "
+        "tensor maps (CUDA's, on compute capability 9.0 and later)");
+#undef AT
+}
 
 int main(void) {
   static Block b;
@@ -204,12 +365,17 @@ int main(void) {
   record(&b, 9, 1, 0, 0);
   len = end(&b);
   REFUSED(b.data, len, MLXN_BLOCK_E_KIND,
-          "dispatch: binding 1: kind must be 1 (buffer), 2 (bytes) or 3 (threadgroup memory) (got 9)");
+          "dispatch: binding 1: kind must be 1 (buffer), 2 (bytes), 3 (threadgroup memory) or 4 (tensor map) (got 9)");
   begin(&b, 1, 1, 1, 1, 32, 1, 1);
   record(&b, 0, 0, 0, 0);
   len = end(&b);
   REFUSED(b.data, len, MLXN_BLOCK_E_KIND,
-          "dispatch: binding 0: kind must be 1 (buffer), 2 (bytes) or 3 (threadgroup memory) (got 0)");
+          "dispatch: binding 0: kind must be 1 (buffer), 2 (bytes), 3 (threadgroup memory) or 4 (tensor map) (got 0)");
+  begin(&b, 1, 1, 1, 1, 32, 1, 1);
+  record(&b, 5, 0, 0, 0);
+  len = end(&b);
+  REFUSED(b.data, len, MLXN_BLOCK_E_KIND,
+          "dispatch: binding 0: kind must be 1 (buffer), 2 (bytes), 3 (threadgroup memory) or 4 (tensor map) (got 5)");
 
   begin(&b, 1, 1, 1, 1, 32, 1, 1);
   record(&b, MLXN_BIND_BUFFER, 31, 0x10, 0);
@@ -274,6 +440,9 @@ int main(void) {
   len = end(&b);
   REFUSED(b.data, len, MLXN_BLOCK_E_THREADGROUP_B,
           "dispatch: binding 0 (threadgroup memory [[threadgroup(0)]]): the record's b must be 0 (got 1)");
+
+  /* ---- tensor maps: a buffer handle and a descriptor in the payload ---- */
+  tensor_maps();
 
   /* ---- the words of the refusals a backend finds after decoding ---- */
   begin(&b, 0x1234, 8, 1, 1, 32, 4, 2);

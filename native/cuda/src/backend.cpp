@@ -125,6 +125,7 @@ struct Arg {
   bool staged;
   uint32_t index;  // the binding's [[buffer(i)]] index
   uint64_t len;    // BYTES: the inline data's length (what a patch must keep)
+  bool tensor_map = false;  // staged: an encoded CUtensorMap (no patch touches it)
 };
 struct Launch {
   Pipeline* pipe;
@@ -940,6 +941,44 @@ MLXN_EXPORT void mlxn_encoder_release(mlxn_encoder* encoder) {
   device_unref(d);
 }
 
+namespace {
+
+// The CUtensorMap of a checked descriptor (mlxn_tmap_check) over the buffer
+// at device address `base`: no interleave, element strides 1, zeros past the
+// dims.
+CUresult encode_tensor_map(const Driver* cu, const mlxn_tmap& t, CUdeviceptr base, CUtensorMap* out) {
+  int dtype = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  switch (t.dtype) {
+    case MLXN_TMAP_DTYPE_U16: dtype = CU_TENSOR_MAP_DATA_TYPE_UINT16; break;
+    case MLXN_TMAP_DTYPE_U32: dtype = CU_TENSOR_MAP_DATA_TYPE_UINT32; break;
+    case MLXN_TMAP_DTYPE_F16: dtype = CU_TENSOR_MAP_DATA_TYPE_FLOAT16; break;
+    case MLXN_TMAP_DTYPE_BF16: dtype = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
+    case MLXN_TMAP_DTYPE_F32: dtype = CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
+    default: break;
+  }
+  const int swizzle = t.swizzle == 32    ? CU_TENSOR_MAP_SWIZZLE_32B
+                      : t.swizzle == 64  ? CU_TENSOR_MAP_SWIZZLE_64B
+                      : t.swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                         : CU_TENSOR_MAP_SWIZZLE_NONE;
+  const int l2 = t.l2 == 64    ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
+                 : t.l2 == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                 : t.l2 == 256 ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+                               : CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  unsigned long long dims[MLXN_TMAP_MAX_RANK], strides[MLXN_TMAP_MAX_RANK - 1];
+  unsigned box[MLXN_TMAP_MAX_RANK], ones[MLXN_TMAP_MAX_RANK];
+  for (uint32_t k = 0; k < MLXN_TMAP_MAX_RANK; ++k) {
+    dims[k] = t.dims[k];
+    box[k] = t.box[k];
+    ones[k] = 1;
+    if (k + 1 < MLXN_TMAP_MAX_RANK) strides[k] = t.strides[k];
+  }
+  return cu->cuTensorMapEncodeTiled(out, dtype, t.rank, reinterpret_cast<void*>(static_cast<uintptr_t>(base + t.offset)),
+                                    dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, l2,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+
+}  // namespace
+
 MLXN_EXPORT mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void* block,
                                               uint64_t block_len, char* msg, uint64_t msg_cap) {
   auto bad = [&](const std::string& text) {
@@ -974,10 +1013,13 @@ MLXN_EXPORT mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void*
   if (total_threads > pipe->max_threads)
     return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_THREADGROUP_SIZE, 0, total_threads, pipe->max_threads, 0));
 
-  // BUFFER and BYTES bindings become the kernel's pointer parameters, in index
-  // order (blk.buffer_mask's bits); THREADGROUP_MEMORY lengths sum to the
-  // dynamic shared memory.
+  // BUFFER, BYTES and TENSOR_MAP bindings become the kernel's pointer
+  // parameters, in index order (blk.buffer_mask's bits); THREADGROUP_MEMORY
+  // lengths sum to the dynamic shared memory. A tensor map is checked
+  // (mlxn_tmap_check: every byte it reaches inside its buffer) and encoded
+  // here, before anything is recorded.
   const mlxn_block_binding* by_index[MLXN_MAX_BINDINGS];
+  CUtensorMap maps[MLXN_MAX_BINDINGS];
   uint64_t dyn_smem = 0;
   for (uint32_t i = 0; i < blk.binding_count; ++i) {
     const mlxn_block_binding& bd = blk.bindings[i];
@@ -985,11 +1027,23 @@ MLXN_EXPORT mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void*
       dyn_smem = bd.length > UINT64_MAX - dyn_smem ? UINT64_MAX : dyn_smem + bd.length;
       continue;
     }
-    if (bd.kind == MLXN_BIND_BUFFER) {
+    if (bd.kind == MLXN_BIND_BUFFER || bd.kind == MLXN_BIND_TENSOR_MAP) {
       Buffer* b = reinterpret_cast<Buffer*>(static_cast<uintptr_t>(bd.handle));
       if (!live_buffer(b) || b->dev != d)
         return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_BUFFER, i, bd.handle, 0, 0));
-      if (bd.offset > b->len) return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_BUFFER_OFFSET, i, bd.offset, b->len, 0));
+      if (bd.kind == MLXN_BIND_BUFFER && bd.offset > b->len)
+        return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_BUFFER_OFFSET, i, bd.offset, b->len, 0));
+      if (bd.kind == MLXN_BIND_TENSOR_MAP) {
+        const Driver* cu = driver();
+        if (d->cc_major < 9 || !cu->cuTensorMapEncodeTiled)
+          return refuse(mlxn_block_fail(&blk, MLXN_BLOCK_E_TENSOR_MAP_BACKEND, i, 0, 0, 0));
+        mlxn_tmap t;
+        if (mlxn_tmap_check(&blk, i, b->len, b->ptr, &t) != MLXN_BLOCK_OK) return refuse(blk.error);
+        const CUresult r = encode_tensor_map(cu, t, b->ptr, &maps[bd.index]);
+        if (r != CUDA_SUCCESS)
+          return bad("kernel '" + k + "': binding " + std::to_string(i) + " (tensor map [[buffer(" + std::to_string(bd.index) +
+                     ")]]): cuTensorMapEncodeTiled refused the descriptor: " + cu_error_text(r));
+      }
     }
     by_index[bd.index] = &bd;  // the decoder refuses an index bound twice
   }
@@ -1037,6 +1091,17 @@ MLXN_EXPORT mlxn_status mlxn_encoder_dispatch(mlxn_encoder* encoder, const void*
       b->refs.fetch_add(1);
       l.buffers.push_back(b);
       l.args.push_back({b->ptr + bd.offset, false, bd.index, 0});
+    } else if (bd.kind == MLXN_BIND_TENSOR_MAP) {
+      // The map's buffer is held as a BUFFER binding's is; the map itself
+      // goes with the staged bytes, 64-byte aligned (the staging buffer's
+      // device copy starts on a 256-byte boundary).
+      Buffer* b = reinterpret_cast<Buffer*>(static_cast<uintptr_t>(bd.handle));
+      b->refs.fetch_add(1);
+      l.buffers.push_back(b);
+      const size_t off = (e->staging.size() + 63) & ~static_cast<size_t>(63);
+      e->staging.resize(off + sizeof(CUtensorMap), 0);
+      std::memcpy(e->staging.data() + off, &maps[bd.index], sizeof(CUtensorMap));
+      l.args.push_back({static_cast<CUdeviceptr>(off), true, bd.index, sizeof(CUtensorMap), true});
     } else {
       const size_t off = (e->staging.size() + 15) & ~static_cast<size_t>(15);
       e->staging.resize(off + std::max<uint64_t>(bd.length, 1), 0);
@@ -1401,7 +1466,7 @@ MLXN_EXPORT mlxn_status mlxn_encoder_patch_bytes(mlxn_encoder* encoder, uint64_t
   std::vector<mlxn::common::BytesBinding> bytes;
   std::vector<uint64_t> at;  // each one's offset into the staging
   for (const Arg& a : l.args) {
-    if (!a.staged) continue;
+    if (!a.staged || a.tensor_map) continue;
     bytes.push_back({a.index, a.len});
     at.push_back(a.value);
   }

@@ -48,5 +48,23 @@ static_assert(offsetof(mlxn_cuda::CUlaunchConfig, sharedMemBytes) == offsetof(::
 static_assert(offsetof(mlxn_cuda::CUlaunchConfig, hStream) == offsetof(::CUlaunchConfig, hStream), "CUlaunchConfig.hStream");
 static_assert(offsetof(mlxn_cuda::CUlaunchConfig, attrs) == offsetof(::CUlaunchConfig, attrs), "CUlaunchConfig.attrs");
 static_assert(offsetof(mlxn_cuda::CUlaunchConfig, numAttrs) == offsetof(::CUlaunchConfig, numAttrs), "CUlaunchConfig.numAttrs");
+static_assert(sizeof(mlxn_cuda::CUtensorMap) == sizeof(::CUtensorMap), "CUtensorMap");
+static_assert(alignof(mlxn_cuda::CUtensorMap) <= alignof(::CUtensorMap), "CUtensorMap alignment");
+MLXN_SAME(CU_TENSOR_MAP_DATA_TYPE_UINT8);
+MLXN_SAME(CU_TENSOR_MAP_DATA_TYPE_UINT16);
+MLXN_SAME(CU_TENSOR_MAP_DATA_TYPE_UINT32);
+MLXN_SAME(CU_TENSOR_MAP_DATA_TYPE_FLOAT16);
+MLXN_SAME(CU_TENSOR_MAP_DATA_TYPE_FLOAT32);
+MLXN_SAME(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+MLXN_SAME(CU_TENSOR_MAP_INTERLEAVE_NONE);
+MLXN_SAME(CU_TENSOR_MAP_SWIZZLE_NONE);
+MLXN_SAME(CU_TENSOR_MAP_SWIZZLE_32B);
+MLXN_SAME(CU_TENSOR_MAP_SWIZZLE_64B);
+MLXN_SAME(CU_TENSOR_MAP_SWIZZLE_128B);
+MLXN_SAME(CU_TENSOR_MAP_L2_PROMOTION_NONE);
+MLXN_SAME(CU_TENSOR_MAP_L2_PROMOTION_L2_64B);
+MLXN_SAME(CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+MLXN_SAME(CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+MLXN_SAME(CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 #undef MLXN_SAME
 #endif

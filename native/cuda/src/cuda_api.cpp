@@ -78,6 +78,7 @@ void load_driver() {
   graphs &= resolve(lib, d.cuGraphDestroy, "cuGraphDestroy");
   if (!graphs) d.cuGraphLaunch = nullptr;
   if (!resolve(lib, d.cuLaunchKernelEx, "cuLaunchKernelEx")) d.cuLaunchKernelEx = nullptr;
+  if (!resolve(lib, d.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")) d.cuTensorMapEncodeTiled = nullptr;
   if (d.cuInit(0) != CUDA_SUCCESS) return;
   g_driver_ok = &g_driver;
 }

@@ -85,6 +85,30 @@ struct CUlaunchConfig {
   unsigned numAttrs;
 };
 
+// Tensor maps (TMA, compute capability 9.0 on): the opaque 128-byte object
+// cuTensorMapEncodeTiled writes (64-byte aligned), and the enum values the
+// backend passes (the data type by MLXN_TMAP_DTYPE_*, the rest fixed or by
+// the descriptor's byte counts).
+struct alignas(64) CUtensorMap {
+  unsigned long long opaque[16];
+};
+constexpr int CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0;
+constexpr int CU_TENSOR_MAP_DATA_TYPE_UINT16 = 1;
+constexpr int CU_TENSOR_MAP_DATA_TYPE_UINT32 = 2;
+constexpr int CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6;
+constexpr int CU_TENSOR_MAP_DATA_TYPE_FLOAT32 = 7;
+constexpr int CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9;
+constexpr int CU_TENSOR_MAP_INTERLEAVE_NONE = 0;
+constexpr int CU_TENSOR_MAP_SWIZZLE_NONE = 0;
+constexpr int CU_TENSOR_MAP_SWIZZLE_32B = 1;
+constexpr int CU_TENSOR_MAP_SWIZZLE_64B = 2;
+constexpr int CU_TENSOR_MAP_SWIZZLE_128B = 3;
+constexpr int CU_TENSOR_MAP_L2_PROMOTION_NONE = 0;
+constexpr int CU_TENSOR_MAP_L2_PROMOTION_L2_64B = 1;
+constexpr int CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2;
+constexpr int CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3;
+constexpr int CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0;
+
 // ---- driver API entry points (the ABI names, _v2 where cuda.h maps to one) ----
 struct Driver {
   CUresult (*cuInit)(unsigned);
@@ -132,6 +156,10 @@ struct Driver {
   // Optional (drivers of CUDA 12.0 on): null where absent, and kernels are
   // then launched without programmatic dependent launch.
   CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);
+  // Optional (drivers of CUDA 12.0 on): null where absent, and dispatches
+  // with tensor-map bindings are refused.
+  CUresult (*cuTensorMapEncodeTiled)(CUtensorMap*, int, unsigned, void*, const unsigned long long*,
+                                     const unsigned long long*, const unsigned*, const unsigned*, int, int, int, int);
 };
 
 // The driver, loaded and initialised (cuInit) once per process; null when

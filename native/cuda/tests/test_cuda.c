@@ -174,6 +174,177 @@ static const char* kSource =
     "  *(volatile float*)((unsigned long long)(p != 0) * 16ull) = 1.0f;\n"
     "}\n";
 
+/* A TMA copy (compute capability 9.0 on): thread 0 moves the box at
+ * (coords[0], coords[1]) of the tensor map into 1024-byte aligned shared
+ * memory, completing on an mbarrier; every thread then copies the box's raw
+ * shared bytes to out (so the host sees the swizzle), *words u32 words. */
+static const char* kTmaSource =
+    "extern \"C\" __global__ void tma_box(const void* map, const int* coords, unsigned* out, const unsigned* words) {\n"
+    "  __shared__ __align__(1024) unsigned tile[2048];\n"
+    "  __shared__ __align__(8) unsigned long long bar;\n"
+    "  const unsigned t = (unsigned)__cvta_generic_to_shared(tile), b = (unsigned)__cvta_generic_to_shared(&bar);\n"
+    "  const unsigned bytes = *words * 4u;\n"
+    "  if (threadIdx.x == 0) {\n"
+    "    asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" :: \"r\"(b) : \"memory\");\n"
+    "    asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n"
+    "    asm volatile(\"fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\" :: \"l\"(map) : \"memory\");\n"
+    "    asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\" :: \"r\"(b), \"r\"(bytes) : \"memory\");\n"
+    "    asm volatile(\"cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\"\n"
+    "                 :: \"r\"(t), \"l\"(map), \"r\"(coords[0]), \"r\"(coords[1]), \"r\"(b) : \"memory\");\n"
+    "  }\n"
+    "  __syncthreads();\n"
+    "  asm volatile(\"{\\n.reg .pred p;\\nW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\\n@!p bra W;\\n}\" :: \"r\"(b) : \"memory\");\n"
+    "  for (unsigned i = threadIdx.x; i < *words; i += blockDim.x) out[i] = tile[i];\n"
+    "}\n";
+
+/* A tensor map's descriptor (mlx_native.h): bf16 [rows, cols], rows `stride` bytes apart. */
+static void tmap_desc(uint8_t* d, uint64_t offset, uint64_t cols, uint64_t rows, uint64_t stride, uint32_t box_cols,
+                      uint32_t box_rows, uint32_t swizzle) {
+  const uint32_t dtype = MLXN_TMAP_DTYPE_BF16, rank = 2, l2 = 128;
+  memset(d, 0, MLXN_TMAP_DESC_BYTES);
+  memcpy(d + MLXN_TMAP_OFFSET, &offset, 8);
+  memcpy(d + MLXN_TMAP_DTYPE, &dtype, 4);
+  memcpy(d + MLXN_TMAP_RANK, &rank, 4);
+  memcpy(d + MLXN_TMAP_DIMS, &cols, 8);
+  memcpy(d + MLXN_TMAP_DIMS + 8, &rows, 8);
+  memcpy(d + MLXN_TMAP_STRIDES, &stride, 8);
+  memcpy(d + MLXN_TMAP_BOX, &box_cols, 4);
+  memcpy(d + MLXN_TMAP_BOX + 4, &box_rows, 4);
+  memcpy(d + MLXN_TMAP_SWIZZLE, &swizzle, 4);
+  memcpy(d + MLXN_TMAP_L2, &l2, 4);
+}
+static void blk_tmap(Block* b, uint32_t index, mlxn_buffer* buf, const uint8_t* desc) {
+  b->payload = (b->payload + 15) & ~15u;
+  blk_bind(b, MLXN_BIND_TENSOR_MAP, index, (uint64_t)(uintptr_t)buf, b->payload);
+  memcpy(b->pay + b->payload, desc, MLXN_TMAP_DESC_BYTES);
+  b->payload += MLXN_TMAP_DESC_BYTES;
+}
+
+/* Tensor maps end to end: the boxes TMA copies (swizzled and not, zeros
+ * past the dims), the buffer held by the recorded work, every refusal
+ * before anything is recorded. */
+static void tensor_map_tests(mlxn_device* dev) {
+  enum { COLS = 200, ROWS = 100, STRIDE = 512, OFF = 256 }; /* bf16 [100, 200], rows padded to 256 elements */
+  const uint64_t blen = OFF + (uint64_t)ROWS * STRIDE;
+  static uint16_t host[(OFF + ROWS * STRIDE) / 2];
+  static unsigned got[2048];
+  mlxn_library* lib = NULL;
+  mlxn_pipeline* p = NULL;
+  mlxn_buffer *src = NULL, *out = NULL;
+  mlxn_encoder* enc = NULL;
+  Block b;
+  uint8_t d[MLXN_TMAP_DESC_BYTES];
+  int st;
+  for (uint64_t i = 0; i < blen / 2; ++i) host[i] = (uint16_t)(i * 2654435761u >> 7) | 1u; /* never 0 */
+  OK(f_mlxn_library_compile(dev, kTmaSource, strlen(kTmaSource), "tma.cu", NULL, 0, &lib, msg, CAP));
+  OK(f_mlxn_pipeline_create(lib, "tma_box", &p, msg, CAP));
+  OK(f_mlxn_buffer_alloc(dev, blen, &src, msg, CAP));
+  OK(f_mlxn_buffer_alloc(dev, sizeof got, &out, msg, CAP));
+  OK(f_mlxn_buffer_write(src, 0, host, blen, msg, CAP));
+  OK(f_mlxn_encoder_create(dev, &enc, msg, CAP));
+  /* Two boxes of 64 columns x 8 rows: (64, 96) with 128-byte swizzle (rows 100-103 past the dims), and
+   * (160, 0) unswizzled (columns 200-223 past the dims). The source is released once recorded: the
+   * recorded work holds it. */
+  const int coords[2][2] = {{64, 96}, {160, 0}};
+  const uint32_t swz[2] = {128, 0}, words = 64 * 8 * 2 / 4;
+  for (int c = 0; c < 2; ++c) {
+    tmap_desc(d, OFF, COLS, ROWS, STRIDE, 64, 8, swz[c]);
+    blk_begin(&b, p, 1, 1, 1, 128, 1, 1);
+    blk_tmap(&b, 0, src, d);
+    blk_bytes(&b, 1, coords[c], 8);
+    blk_buffer(&b, 2, out, (uint64_t)c * 1024);
+    blk_bytes(&b, 3, &words, 4);
+    OK(f_mlxn_encoder_dispatch(enc, b.data, blk_end(&b), msg, CAP));
+  }
+  f_mlxn_buffer_release(src);
+  OK(f_mlxn_encoder_commit(enc, msg, CAP));
+  OK(f_mlxn_encoder_wait(enc, msg, CAP));
+  OK(f_mlxn_buffer_read(out, 0, got, 2048, msg, CAP));
+  {
+    int bad = 0;
+    const uint8_t* g = (const uint8_t*)got;
+    for (int c = 0; c < 2; ++c)
+      for (int r = 0; r < 8; ++r)
+        for (int ch = 0; ch < 8; ++ch) {
+          /* 16-byte chunk ch of box row r: at chunk ch ^ (r % 8) of its 128-byte row when swizzled. */
+          const int at = c * 1024 + r * 128 + 16 * (swz[c] ? (ch ^ (r & 7)) : ch);
+          for (int e = 0; e < 8; ++e) {
+            const int row = coords[c][1] + r, col = coords[c][0] + ch * 8 + e;
+            const uint16_t want = row < ROWS && col < COLS ? host[(OFF + row * STRIDE) / 2 + col] : 0;
+            uint16_t v;
+            memcpy(&v, g + at + 2 * e, 2);
+            bad += v != want;
+          }
+        }
+    CHECK(bad == 0, "tensor map boxes (swizzled, plain, zeros past the dims): %d elements wrong", bad);
+  }
+  /* Refusals, each before anything is recorded. */
+  OK(f_mlxn_buffer_alloc(dev, blen, &src, msg, CAP));
+  {
+    const struct { uint64_t off, rows, stride; uint32_t box; const char* want; } bad[] = {
+        {OFF, ROWS + 1, STRIDE, 8,
+         "dispatch: kernel 'tma_box': binding 0 (tensor map [[buffer(0)]]): the elements the dims and strides reach "
+         "must end within the buffer's 51456 bytes (got an end at byte 51856)"},
+        {OFF + 8, ROWS, STRIDE, 8,
+         "dispatch: kernel 'tma_box': binding 0 (tensor map [[buffer(0)]]): the buffer's address plus offset must be "
+         "a multiple of 16"},
+        {OFF, ROWS, STRIDE + 8, 8,
+         "dispatch: kernel 'tma_box': binding 0 (tensor map [[buffer(0)]]): strides[0] must be a multiple of 16 below "
+         "2^40 bytes (got 520)"},
+        {OFF, ROWS, STRIDE, 300,
+         "dispatch: kernel 'tma_box': binding 0 (tensor map [[buffer(0)]]): box[1] must be 1 to 256 (got 300)"},
+    };
+    for (unsigned k = 0; k < sizeof bad / sizeof bad[0]; ++k) {
+      tmap_desc(d, bad[k].off, COLS, bad[k].rows, bad[k].stride, 64, bad[k].box, 128);
+      blk_begin(&b, p, 1, 1, 1, 128, 1, 1);
+      blk_tmap(&b, 0, src, d);
+      blk_bytes(&b, 1, coords[0], 8);
+      blk_buffer(&b, 2, out, 0);
+      blk_bytes(&b, 3, &words, 4);
+      st = f_mlxn_encoder_dispatch(enc, b.data, blk_end(&b), msg, CAP);
+      CHECK(st == MLXN_ERR_INVALID_ARGUMENT && strncmp(msg, bad[k].want, strlen(bad[k].want)) == 0,
+            "tensor map refusal %u: %d %s", k, st, msg);
+    }
+    /* A buffer too short for the map. */
+    tmap_desc(d, OFF, COLS, ROWS, STRIDE, 64, 8, 128);
+    blk_begin(&b, p, 1, 1, 1, 128, 1, 1);
+    blk_tmap(&b, 0, out, d);
+    blk_bytes(&b, 1, coords[0], 8);
+    blk_buffer(&b, 2, out, 0);
+    blk_bytes(&b, 3, &words, 4);
+    st = f_mlxn_encoder_dispatch(enc, b.data, blk_end(&b), msg, CAP);
+    CHECK(st == MLXN_ERR_INVALID_ARGUMENT && strstr(msg, "end within the buffer's 8192 bytes"),
+          "tensor map over a too-short buffer: %d %s", st, msg);
+    OK(f_mlxn_encoder_commit(enc, msg, CAP)); /* nothing was recorded: an empty commit */
+    OK(f_mlxn_encoder_wait(enc, msg, CAP));
+  }
+  /* A replayable encoder: the map is not a bytes binding that patch could change. */
+  {
+    mlxn_encoder* rep = NULL;
+    OK(f_mlxn_encoder_create_replayable(dev, &rep, msg, CAP));
+    tmap_desc(d, OFF, COLS, ROWS, STRIDE, 64, 8, 128);
+    blk_begin(&b, p, 1, 1, 1, 128, 1, 1);
+    blk_tmap(&b, 0, src, d);
+    blk_bytes(&b, 1, coords[0], 8);
+    blk_buffer(&b, 2, out, 0);
+    blk_bytes(&b, 3, &words, 4);
+    OK(f_mlxn_encoder_dispatch(rep, b.data, blk_end(&b), msg, CAP));
+    OK(f_mlxn_encoder_commit(rep, msg, CAP));
+    OK(f_mlxn_encoder_wait(rep, msg, CAP));
+    st = f_mlxn_encoder_patch_bytes(rep, 0, 0, d, MLXN_TMAP_DESC_BYTES, msg, CAP);
+    CHECK(st == MLXN_ERR_INVALID_ARGUMENT && strstr(msg, "binding_index must be a bytes binding of dispatch 0 (kernel 'tma_box': 1, 3)"),
+          "patch of a tensor map: %d %s", st, msg);
+    OK(f_mlxn_encoder_replay(rep, msg, CAP));
+    OK(f_mlxn_encoder_wait(rep, msg, CAP));
+    f_mlxn_encoder_release(rep);
+  }
+  f_mlxn_encoder_release(enc);
+  f_mlxn_pipeline_release(p);
+  f_mlxn_library_release(lib);
+  f_mlxn_buffer_release(src);
+  f_mlxn_buffer_release(out);
+}
+
 typedef struct { uint32_t index, type, bits; } Const;
 
 static uint32_t f32_bits(float f) {
@@ -748,6 +919,21 @@ int main(int argc, char** argv) {
            "%.3f ms host, gpu %.3f ms\n",
            DISPATCHES, tc, first, later, f_mlxn_encoder_gpu_time_ns(rep) / 1e6);
     f_mlxn_encoder_release(rep);
+  }
+
+  if (f_mlxn_device_limit(dev, MLXN_LIMIT_COMPUTE_CAPABILITY) >= 90) {
+    tensor_map_tests(dev);
+  } else {
+    /* Below compute capability 9.0 a tensor map is refused, naming the rule. */
+    uint8_t d[MLXN_TMAP_DESC_BYTES];
+    const int cc[2] = {0, 0};
+    tmap_desc(d, 0, 64, 8, 128, 64, 8, 0);
+    blk_begin(&b, p_add, 1, 1, 1, 32, 1, 1);
+    blk_tmap(&b, 0, y, d);
+    blk_buffer(&b, 1, z, 0);
+    blk_bytes(&b, 2, cc, 4);
+    st = f_mlxn_encoder_dispatch(enc, b.data, blk_end(&b), msg, CAP);
+    CHECK(st == MLXN_ERR_INVALID_ARGUMENT && strstr(msg, "this backend has no tensor maps"), "tensor map below 9.0: %d %s", st, msg);
   }
 
   /* ---- an execution error: wait reports it, naming the kernel (run last: it breaks the context) ---- */

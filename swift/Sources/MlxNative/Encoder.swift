@@ -246,6 +246,8 @@ public final class MetalEncoder {
                     }
                     bindings.append(.copiedBytes(index: index, copy, length: Int(b.length)))
                 }
+            case MLXN_BIND_TENSOR_MAP:  // CUDA's TMA: Metal has none
+                throw refusal(mlxn_block_fail(blk, MLXN_BLOCK_E_TENSOR_MAP_BACKEND, i, 0, 0, 0))
             default:  // MLXN_BIND_THREADGROUP_MEMORY: the decoder accepts no other kind
                 let rounded = (b.length + 15) / 16 * 16
                 if rounded > 0 { bindings.append(.threadgroupMemory(index: index, length: Int(rounded))) }
