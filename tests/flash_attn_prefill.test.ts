@@ -27,7 +27,7 @@
 
 import { describe, expect, test } from 'bun:test';
 import src from '../shaders/flash_attn_prefill.metal' with { type: 'text' };
-import type { Buffer, Device, DeviceLimits, FunctionConstants } from '../ts/index.ts';
+import type { Buffer, Device, DeviceLimits, FunctionConstants, TensorMapBinding } from '../ts/index.ts';
 import { bufferParam, kernelParams } from '../ts/metal-source.ts';
 import {
   ATTN_MASK_PARAMS_LAYOUT,
@@ -42,6 +42,7 @@ import {
   flashAttnPrefillBlk,
   flashAttnPrefillBlkTile,
   flashAttnPrefillCudaTile,
+  FLASH_ATTN_PREFILL_HOPPER_STATIC_BYTES,
   flashAttnPrefillHopperBytes,
   flashAttnPrefillUsesWgmma,
   flashAttnPrefillMask,
@@ -135,7 +136,7 @@ describe('flash_attn_prefill params against the header and the .metal bindings',
     expect(flashAttnPrefillCudaTile(128)).toEqual({ bq: 128, bk: 64, threads: 128, sharedBytes: 69632 });
     expect(flashAttnPrefillCudaTile(512)).toEqual({ bq: 64, bk: 32, threads: 256, sharedBytes: 133120 });
   });
-  test('Hopper: D 128 and 256 take the 256-thread wgmma launch on compute capability 9.0, the others keep theirs', () => {
+  test('Hopper: D 128 and 256 take the wgmma launch (256 and 384 threads) on compute capability 9.0, the others keep theirs', () => {
     const h100 = TARGET_LIMITS.cuda;
     const a100 = { ...h100, computeCapability: 80, maxThreadgroupMemory: 166912 };
     expect([128, 256].map((d) => flashAttnPrefillUsesWgmma(d, h100))).toEqual([true, true]);
@@ -144,10 +145,13 @@ describe('flash_attn_prefill params against the header and the .metal bindings',
       flashAttnPrefillUsesWgmma(256, { ...h100, maxThreadgroupMemory: 166912 })]).toEqual([false, false, false]);
     expect([flashAttnPrefillHopperBytes(128), flashAttnPrefillHopperBytes(256)]).toEqual([164864, 197632]);
     expect(flashAttnPrefillCudaTile(128, h100)).toEqual({ bq: 128, bk: 128, threads: 256, sharedBytes: 164864 });
-    expect(flashAttnPrefillCudaTile(256, h100)).toEqual({ bq: 128, bk: 64, threads: 256, sharedBytes: 197632 });
+    expect(flashAttnPrefillCudaTile(256, h100)).toEqual({ bq: 128, bk: 64, threads: 384, sharedBytes: 197632 });
     for (const d of [64, 512]) expect(flashAttnPrefillCudaTile(d, h100)).toEqual(flashAttnPrefillCudaTile(d));
     for (const d of [64, 128, 256, 512]) expect(flashAttnPrefillCudaTile(d, a100)).toEqual(flashAttnPrefillCudaTile(d));
-    for (const d of [128, 256]) expect(flashAttnPrefillHopperBytes(d)).toBeLessThanOrEqual(h100.maxThreadgroupMemory);
+    for (const d of [128, 256]) expect(flashAttnPrefillHopperBytes(d) + FLASH_ATTN_PREFILL_HOPPER_STATIC_BYTES).toBeLessThanOrEqual(h100.maxThreadgroupMemory);
+    // The mbarriers' room counts: a limit of exactly the stages' bytes takes the mma.sync launch.
+    expect(flashAttnPrefillUsesWgmma(256, { ...h100, maxThreadgroupMemory: flashAttnPrefillHopperBytes(256) })).toBe(false);
+    expect(flashAttnPrefillUsesWgmma(256, { ...h100, maxThreadgroupMemory: flashAttnPrefillHopperBytes(256) + FLASH_ATTN_PREFILL_HOPPER_STATIC_BYTES })).toBe(true);
   });
 });
 
@@ -185,8 +189,22 @@ describeValidation('flash_attn_prefill validation', ({ device, enc, buf }) => {
     };
     const h100 = TARGET_LIMITS.cuda;
     const a100 = { ...h100, computeCapability: 80, maxThreadgroupMemory: 166912 };
-    expect(planFlashAttnPrefill(args, h100, device()).dispatches[0]!.cuda).toEqual({ grid: [3, h, b], threads: [256, 1, 1], threadgroupMemory: [197632] });
-    expect(planFlashAttnPrefill(args, a100, device()).dispatches[0]!.cuda).toEqual({ grid: [5, h, b], threads: [128, 1, 1], threadgroupMemory: [101376] });
+    const kMap: TensorMapBinding = { buffer: args.k, dtype: 'bf16', dims: [d, b * hkv * t], strides: [2 * d], box: [64, 64], swizzle: 128, l2Promotion: 256 };
+    expect(planFlashAttnPrefill(args, h100, device()).dispatches[0]!.cuda).toEqual({
+      grid: [3, h, b], threads: [384, 1, 1], threadgroupMemory: [197632], tensorMaps: { 10: kMap, 11: { ...kMap, buffer: args.v } },
+    });
+    expect(planFlashAttnPrefill(args, a100, device()).dispatches[0]!.cuda).toEqual({
+      grid: [5, h, b], threads: [128, 1, 1], threadgroupMemory: [101376], buffers: { 10: args.q, 11: args.q },
+    });
+    // Token-major rows: a map row is a key of every KV head (K_stride_l elements).
+    const s = { ...args, layout: 'seqMajor' as const, kvCapacity: 320, k: buf('bf16', b * hkv * 320 * d), v: buf('bf16', b * hkv * 320 * d) };
+    expect(planFlashAttnPrefill(s, h100, device()).dispatches[0]!.cuda!.tensorMaps![10]).toEqual(
+      { buffer: s.k, dtype: 'bf16', dims: [hkv * d, b * 320], strides: [hkv * d * 2], box: [64, 64], swizzle: 128, l2Promotion: 256 });
+    // D 128's Hopper launch: 256 threads copying by cp.async, no maps.
+    const d128 = { ...args, headDim: 128, q: buf('bf16', b * h * t * 128), k: buf('bf16', b * hkv * t * 128), v: buf('bf16', b * hkv * t * 128), out: buf('bf16', b * h * t * 128) };
+    expect(planFlashAttnPrefill(d128, h100, device()).dispatches[0]!.cuda).toEqual({
+      grid: [3, h, b], threads: [256, 1, 1], threadgroupMemory: [164864], buffers: { 10: d128.q, 11: d128.q },
+    });
   });
   test('every rule of flashAttnPrefill', () => {
     const base = (): Record<string, unknown> => ({

@@ -15,7 +15,7 @@ export {
   type DType,
   type TypedArray,
 } from './dtype.ts';
-export { Encoder, type Dim3, type DispatchBindings, type EncoderOptions, type PatchDispatch } from './encoder.ts';
+export { Encoder, type Dim3, type DispatchBindings, type EncoderOptions, type PatchDispatch, type TensorMapBinding } from './encoder.ts';
 export { MlxError, type MlxErrorKind } from './errors.ts';
 export { CompileJob, Library, Pipeline, type FunctionConstantType, type FunctionConstants } from './library.ts';
 export type { BackendName } from './native.ts';

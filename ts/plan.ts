@@ -42,11 +42,13 @@ export interface Launch {
 export interface CudaLaunch extends Launch {
   readonly entry?: string;
   /**
-   * Tensor maps the CUDA twin takes by binding index (TMA, compute
-   * capability 9.0 on), besides the dispatch's buffers and bytes: indices
-   * its Metal kernel does not bind.
+   * Parameters of the CUDA twin past its Metal kernel's bindings (indices
+   * the Metal kernel does not declare), bound besides the dispatch's: tensor
+   * maps (TMA, compute capability 9.0 on), and buffers (stand-ins where a
+   * launch reads no map).
    */
   readonly tensorMaps?: Record<number, TensorMapBinding | undefined>;
+  readonly buffers?: Record<number, Buffer | undefined>;
 }
 
 export interface PlannedDispatch extends Launch {
@@ -146,19 +148,24 @@ export function opShape<A>(validate: (a: A, device?: Device) => void, planValid:
   return { validate, plan, op };
 }
 
+/** The buffers a launch binds: the dispatch's, and the CUDA twin's own. */
+function launchBuffers(d: PlannedDispatch, l: CudaLaunch): Record<number, Buffer | undefined> {
+  return l.buffers === undefined ? d.buffers : { ...d.buffers, ...l.buffers };
+}
+
 function dispatchOne(enc: Encoder, d: PlannedDispatch): void {
   const kernels = enc.device.kernels;
   const l = launchOf(d, kernels.language);
   const pipeline = kernels.pipeline(d.kernel, d.constants, l.entry);
-  let buffers: DispatchBindings['buffers'] = d.buffers;
+  let buffers: DispatchBindings['buffers'] = launchBuffers(d, l);
   if (d.syncWords !== undefined) buffers = { ...buffers, [d.syncWords.binding]: enc._syncWords(d.syncWords.count) };
   if (d.scratchWords !== undefined) buffers = { ...buffers, [d.scratchWords.binding]: enc._scratchWords(d.scratchWords.count) };
   enc.dispatch(pipeline, { buffers, bytes: d.bytes, threadgroupMemory: l.threadgroupMemory, tensorMaps: l.tensorMaps }, l.grid, l.threads);
 }
 
 /** The buffers of a planned dispatch given again to dispatch `index` of a recording: its sync and scratch words those recorded. */
-function patchBuffers(enc: Encoder, d: PlannedDispatch, index: number): DispatchBindings['buffers'] {
-  let buffers: DispatchBindings['buffers'] = d.buffers;
+function patchBuffers(enc: Encoder, d: PlannedDispatch, l: CudaLaunch, index: number): DispatchBindings['buffers'] {
+  let buffers: DispatchBindings['buffers'] = launchBuffers(d, l);
   for (const [kind, want, words] of [
     ['sync', d.syncWords, d.syncWords && enc._syncWordsOf(index, d.syncWords.count)],
     ['scratch', d.scratchWords, d.scratchWords && enc._scratchWordsOf(index, d.scratchWords.count)],
@@ -186,7 +193,7 @@ export function patchPlan(enc: Encoder, first: number, plan: OpPlan): void {
     const l = launchOf(d, kernels.language);
     return {
       pipeline: kernels.pipeline(d.kernel, d.constants, l.entry),
-      bindings: { buffers: patchBuffers(enc, d, first + i), bytes: d.bytes, threadgroupMemory: l.threadgroupMemory, tensorMaps: l.tensorMaps },
+      bindings: { buffers: patchBuffers(enc, d, l, first + i), bytes: d.bytes, threadgroupMemory: l.threadgroupMemory, tensorMaps: l.tensorMaps },
       grid: l.grid,
       threads: l.threads,
     };

@@ -640,6 +640,35 @@ __device__ __forceinline__ void bar_arrive(u32 id, u32 n) { asm volatile("bar.ar
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
 
+// mbarriers (sm_80 and later): a u64 in shared memory that completes a
+// phase when `count` arrivals came, then starts the next with the same
+// count. A wait names the parity of the phase it waits for (a barrier that
+// completes once a use: use k waits for parity k & 1). mbar_init by one
+// thread before any other touches it, then a block barrier.
+__device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// One arrival (release: what this thread wrote before is visible to the
+// threads whose wait sees the phase complete).
+__device__ __forceinline__ void mbar_arrive(u64* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(smem_addr(bar)) : "memory");
+}
+// Until the phase of parity `parity` has completed (acquire).
+__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
+    asm volatile("{\n"
+                 ".reg .pred done;\n"
+                 "MBAR_WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra MBAR_WAIT_%=;\n"
+                 "}\n" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+// One arrival on bar once every cp.async this thread issued before has
+// landed; the thread goes on at once. The arrival is one of the `count`
+// (.noinc), so a producer's threads each arrive once a fill.
+__device__ __forceinline__ void cp_async_mbar_arrive(u64* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(smem_addr(bar)) : "memory");
+}
+
 // ---- row copies (embedding, kv_cache_copy) ----
 
 template <typename A, typename B> struct SameType { static constexpr bool value = false; };
@@ -1189,6 +1218,37 @@ __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sy
 // writes (st.shared, and cp.async once waited for) become visible to it after
 // this fence (then a barrier, for other threads' wgmma).
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Register reallocation between warpgroups (setmaxnreg, sm_90a): a
+// warp-specialized block launched with R registers a thread gives some back
+// in its producer warpgroup (dec) and takes them in its consumers (inc);
+// every warp of a warpgroup executes it, N a multiple of 8 in [24, 256], and
+// the consumers' N times their threads plus the producers' must fit the
+// register file the launch holds.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N)); }
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N)); }
+
+// TMA (cp.async.bulk.tensor) through a tensor map the backend encoded at
+// dispatch (a TENSOR_MAP binding: `map` points at the CUtensorMap in global
+// memory). tmap_acquire once before a thread's first copy through a map: the
+// map was written by a host copy, through the generic proxy. A copy moves the
+// box at element coordinates (c0, c1) into shared memory at dst (1024-byte
+// aligned for a 128-byte swizzle: the swizzle follows the address), elements
+// past the map's dims as zeros, and completes `bytes` of the transaction
+// count that mbar_expect_tx announced on bar.
+__device__ __forceinline__ void tmap_acquire(const void* map) {
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" :: "l"(map) : "memory");
+}
+// One arrival on bar that also expects `bytes` more of the phase's transaction
+// count (the phase completes when both its arrivals and its bytes are in).
+__device__ __forceinline__ void mbar_arrive_expect_tx(u64* bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(void* dst, const void* map, int c0, int c1, u64* bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 :: "r"(smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar)) : "memory");
+}
 // Keeps the compiler from moving accumulator reads and writes across the
 // asynchronous wgmma that own them (between issue and wait_group).
 template <int N>

@@ -33,24 +33,29 @@
 // 256 f32 accumulators a thread would not fit), 32 keys a step.
 //
 // Hopper (compiled for sm_90a, MLXN_WGMMA; the op launches D 128 and 256
-// with 256 threads and WG_SMEM bytes on compute capability 9.0, and the
-// entry tells the launches apart by blockDim.x): FlashAttention-3's
-// structure without TMA or a producer warp (bench/notes/fa3-2026-11-26.md).
-// Two warpgroups of 64 query rows (128-row tiles), 128 keys a step at D 128
-// and 64 at D 256. Q and the K and V tiles lie in shared memory as D / 64
-// column blocks of 128-byte swizzled rows (common.cuh's sw128_offset),
-// copied by cp.async from every thread (element by element where rows are
-// not 16-byte aligned), K and V in two stages each. S = Q K^T by wgmma
-// m64nBKk16 from shared memory (both K-major along D); the online softmax on
-// S's accumulator fragment in registers, as above; O += P V by wgmma's RS
-// form, P the S fragment rounded to the input type (its pairs are the A
-// fragment), V the MN-major B operand (imm-trans-b, wgmma_desc_sw128_mn).
-// Each step issues S of its tile and P V of the previous one, then runs the
-// softmax while P V is on the tensor cores (attention_wg says the order).
-// Every feature of the entries is on this path: causal, window, GQA,
-// softcap, additive and bool masks, blk, queries at an offset, varlen. D 64
-// and 512 keep the mma.sync launches; a 256-thread launch in a build without
-// sm_90a runs the mma.sync tile over the same 128 rows (8 warps of 16).
+// with WgTile<D>::THREADS threads and WG_SMEM bytes on compute capability
+// 9.0, and the entry tells the launches apart by blockDim.x):
+// FlashAttention-3's structure (bench/notes/fa3-2026-11-26.md). Two
+// warpgroups of 64 query rows (128-row tiles), 128 keys a step at D 128 and
+// 64 at D 256. Q and the K and V tiles lie in shared memory as D / 64 column
+// blocks of 128-byte swizzled rows (common.cuh's sw128_offset), K and V in
+// two stages each. S = Q K^T by wgmma m64nBKk16 from shared memory (both
+// K-major along D); the online softmax on S's accumulator fragment in
+// registers, as above; O += P V by wgmma's RS form, P the S fragment rounded
+// to the input type (its pairs are the A fragment), V the MN-major B operand
+// (imm-trans-b, wgmma_desc_sw128_mn). Each step issues S of its tile and
+// P V of the previous one, then runs the softmax while P V is on the tensor
+// cores. At D 128 (attention_wg, 256 threads) every thread copies its share
+// of the next tiles by cp.async (element by element where rows are not
+// 16-byte aligned) and a block barrier separates the steps. At D 256
+// (attention_ws, 384 threads) a third warpgroup produces: one thread copies
+// each whole K and V tile by TMA through the tensor maps the op binds
+// (10, 11), the warpgroup a tile cut by the keys' end by cp.async, on
+// mbarriers, while the two warpgroups of rows only compute. Every feature
+// of the entries is on both paths: causal, window, GQA, softcap, additive
+// and bool masks, blk, queries at an offset, varlen. D 64 and 512 keep the
+// mma.sync launches; the Hopper launch in a build without sm_90a runs the
+// mma.sync tile over the same 128 rows (8 warps of 16).
 
 #ifndef MLXN_FC_300
 #define MLXN_FC_300 0
@@ -454,10 +459,13 @@ __device__ __forceinline__ void attention(const T* __restrict__ Q, const T* __re
 // ---- the Hopper path: wgmma (the file comment's second part) ----
 
 // Keys a step of the Hopper tile: 128 at D 128 (S is m64n128), 64 at D 256
-// (m64n64, so that S, P and the 128 O registers fit beside each other).
+// (m64n64, so that S, P and the 128 O registers fit beside each other);
+// its threads: 256 (attention_wg, the two warpgroups in lockstep) at D 128,
+// 384 (attention_ws, a producer warpgroup copying by TMA) at D 256, each
+// the faster of the two at its D (bench/notes/fa-producer-2026-11-29.md).
 template <int D> struct WgTile;
-template <> struct WgTile<128> { static constexpr int BK = 128; };
-template <> struct WgTile<256> { static constexpr int BK = 64; };
+template <> struct WgTile<128> { static constexpr int BK = 128, THREADS = 256; };
+template <> struct WgTile<256> { static constexpr int BK = 64, THREADS = 384; };
 
 // Dynamic shared memory of the Hopper launch (the op's
 // flashAttnPrefillCudaTile on compute capability 9.0): Q's 128 rows, two K
@@ -689,12 +697,310 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
         }
     }
 }
+
+// NR rows of D elements from src (rows `stride` apart) into the swizzled
+// column blocks at dst (block b, values 64 b .. 64 b + 63 of every row, at
+// dst + b NR 128 bytes; chunk c of row r at sw128_offset(r, c)), by the 128
+// threads of a producer warpgroup (wt its thread, 0-127); rows at or past
+// `valid` are zeros. By cp.async when vec: thread wt copies chunk wt % 8 of
+// each column block of rows wt / 8 + 16 m, so every row of a thread has the
+// same swizzle (its chunks step by 16 rows, 2048 bytes) and 8 neighbouring
+// threads read 128 contiguous bytes of a row. Else element by element.
+template <typename T, int D, int NR>
+__device__ __forceinline__ void load_sw_wg(unsigned char* dst, const T* src, u64 stride, int valid, bool vec, u32 wt) {
+    static_assert(NR % 16 == 0, "rows of an iteration");
+    if (vec) {
+        const u32 c = wt & 7u, r0 = wt >> 3;
+        unsigned char* d = dst + sw128_offset(r0, c);
+        const char* g = reinterpret_cast<const char*>(src + u64(r0) * stride) + c * 16u;
+        const u64 step = 16u * stride * sizeof(T);
+#pragma unroll
+        for (int m = 0; m < NR / 16; ++m) {
+            const bool live = int(r0) + 16 * m < valid;
+#pragma unroll
+            for (int b = 0; b < D / 64; ++b)
+                cp_async16(d + u32(b * NR * 128 + m * 2048), live ? g + b * 128 : reinterpret_cast<const char*>(src), live);
+            g += step;
+        }
+    } else {
+        for (int i = int(wt); i < NR * D; i += 128) {
+            const int r = i / D, col = i % D;
+            T* e = reinterpret_cast<T*>(dst + u32(col >> 6) * u32(NR * 128) + sw128_offset(u32(r), u32((col & 63) >> 3))) + (col & 7);
+            *e = r < valid ? src[u64(r) * stride + u64(col)] : from_f<T>(0.0f);
+        }
+    }
+}
+
+// The producer's arrival on a stage's `full` barrier once its part of the
+// stage is there (a barrier of 128 arrivals, one a producer thread): by
+// cp.async (vec) when the copies land, or after its element stores and a
+// proxy fence (wgmma reads through the async proxy).
+__device__ __forceinline__ void stage_filled(u64* full, bool vec) {
+    if (vec) {
+        cp_async_mbar_arrive(full);
+    } else {
+        fence_proxy_async_smem();
+        mbar_arrive(full);
+    }
+}
+// The same for a barrier of one arrival (a stage TMA fills where its tile is
+// whole): every producer thread commits and waits for its copies and
+// fences, the warpgroup meets (named barrier 3), then thread 0 arrives.
+__device__ __forceinline__ void stage_filled_wg(u64* full, u32 wt) {
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async_smem();
+    bar_sync(3u, 128u);
+    if (wt == 0u) mbar_arrive(full);
+}
+
+// Registers a thread after the producer gives its share to the consumers
+// (setmaxnreg): 232 x 256 + 40 x 128 = 64512 of the 65536 the launch holds.
+constexpr int kWgConsumerRegs = 232, kWgProducerRegs = 40;
+
+// The 128-row tile on wgmma, warp-specialized (FlashAttention-3's
+// structure): 384 threads, D 256's Hopper tile. Warpgroup 2, the producer, copies Q
+// and then, in the order the consumers visit them, each key tile's K and V
+// into two stages each, by cp.async completing on mbarriers (full_q, full_k,
+// full_v: 128 arrivals, one a producer thread); it refills a stage once
+// every consumer warp saw the wgmma that read it finish (empty_k, empty_v:
+// 8 arrivals, lane 0 of each consumer warp). Warpgroups 0 and 1, the
+// consumers, own query rows 64 wg .. 64 wg + 63. Consumer step j (key tile
+// kt, the j-th tile the block visits, stage j % 2): wait for K of kt and V
+// of the previous tile, proxy fence; issue S = Q K^T (D / 16 wgmma from
+// shared memory), then O += P V of step j - 1 (BK / 16 wgmma, P from
+// registers); wait for S alone and release K's stage; scale, cap, mask and
+// the online softmax on the S fragment while P V runs; wait for P V and
+// release V's stage; rescale O, round P to the input type as the next
+// step's A operand. After the last step, its P V. So the consumers issue
+// no copies: their instructions are the products and the softmax.
+template <typename T, typename MaskT, int D, int BQB, int BKB>
+__device__ __forceinline__ void attention_ws(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                                             T* __restrict__ O, const AttnParams* pp, const AttnMaskParams* mp,
+                                             const MaskT* mask, const char* blk, const uint* cu_q, const uint* cu_k,
+                                             const void* kmap, const void* vmap) {
+    constexpr int BK = WgTile<D>::BK;
+    constexpr int BQ = 128;
+    constexpr u32 QCB = u32(BQ) * 128u, KCB = u32(BK) * 128u;  // bytes of a column block of Q, of a K or V tile
+    constexpr u32 KVT = u32(D / 64) * KCB;                     // bytes of a K or V tile
+    constexpr int RS = BK / 2, RO = D / 2;                     // S and O accumulators a thread
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned char* qs = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    unsigned char* ks = qs + u32(D / 64) * QCB;
+    unsigned char* vs = ks + 2u * KVT;
+    // full_q, then full_k[2], full_v[2], empty_k[2], empty_v[2].
+    __shared__ __align__(8) u64 bars[9];
+    u64* const full_q = bars;
+    u64* const full_k = bars + 1;
+    u64* const full_v = bars + 3;
+    u64* const empty_k = bars + 5;
+    u64* const empty_v = bars + 7;
+
+    const AttnParams& p = *pp;
+    const u32 tid = threadIdx.x, lane = tid & 31u, wg = tid >> 7, w = (tid >> 5) & 3u;
+    const int g = int(lane >> 2), t = int(lane & 3u);
+
+    const QTile<T, BQ, BK> qt = q_tile<T, BQ, BK>(p, Q, K, V, O, cu_q, cu_k);
+    if (qt.q0 >= qt.s.q_len) return;
+    const int W = p.window;
+    const u64 kst = p.K_stride_l, vst = p.V_stride_l, ost = p.O_stride_l;
+    if (tid == 0) {
+        mbar_init(full_q, 128u);
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+            mbar_init(full_k + s, 1u);
+            mbar_init(full_v + s, 1u);
+            mbar_init(empty_k + s, 8u);
+            mbar_init(empty_v + s, 8u);
+        }
+    }
+    __syncthreads();
+
+    if (wg == 2u) {
+        // The producer. Fill f of a stage (tile j = 2 f + stage) waits for
+        // the consumers' release of fill f - 1 (phase f - 1 of its empty
+        // barrier, parity (f - 1) & 1).
+        setmaxnreg_dec<kWgProducerRegs>();
+        const u32 wt = tid & 127u;
+        load_sw_wg<T, D, BQ>(qs, qt.qg, p.Q_stride_l, qt.rows, qt.vec, wt);
+        stage_filled(full_q, qt.vec);
+        // The sequence's K and V rows in the maps' coordinates: a map's rows
+        // are the buffer's rows of K_stride_l (V_stride_l) elements, its
+        // columns the elements of a row (the head's D at its column).
+        const u64 ko = u64(qt.kg - K), vo = u64(qt.vg - V);
+        const int kc = int(ko % kst), kr = int(ko / kst), vc = int(vo % vst), vr = int(vo / vst);
+        if (wt == 0u) {
+            tmap_acquire(kmap);
+            tmap_acquire(vmap);
+        }
+        int kt = next_live<BQ, BK, BQB, BKB>(p, blk, qt.q0, qt.t_lo, qt.t_hi);
+        for (u32 j = 0; kt < qt.t_hi; ++j) {
+            const u32 st = j & 1u, pe = ((j >> 1) & 1u) ^ 1u;
+            const int nk = qt.keys(kt);
+            if (j >= 2u) mbar_wait(empty_k + st, pe);
+            if (nk == BK) {
+                // A whole tile: one thread, D / 64 copies of 64 columns x BK rows.
+                if (wt == 0u) {
+                    mbar_arrive_expect_tx(full_k + st, KVT);
+#pragma unroll
+                    for (int cb = 0; cb < D / 64; ++cb) tma_load_2d(ks + st * KVT + u32(cb) * KCB, kmap, kc + 64 * cb, kr + kt * BK, full_k + st);
+                }
+            } else {
+                load_sw_wg<T, D, BK>(ks + st * KVT, qt.kg + u64(kt * BK) * kst, kst, nk, qt.vec, wt);
+                stage_filled_wg(full_k + st, wt);
+            }
+            if (j >= 2u) mbar_wait(empty_v + st, pe);
+            if (nk == BK) {
+                if (wt == 0u) {
+                    mbar_arrive_expect_tx(full_v + st, KVT);
+#pragma unroll
+                    for (int cb = 0; cb < D / 64; ++cb) tma_load_2d(vs + st * KVT + u32(cb) * KCB, vmap, vc + 64 * cb, vr + kt * BK, full_v + st);
+                }
+            } else {
+                load_sw_wg<T, D, BK>(vs + st * KVT, qt.vg + u64(kt * BK) * vst, vst, nk, qt.vec, wt);
+                stage_filled_wg(full_v + st, wt);
+            }
+            kt = next_live<BQ, BK, BQB, BKB>(p, blk, qt.q0, kt + 1, qt.t_hi);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        return;
+    }
+    setmaxnreg_inc<kWgConsumerRegs>();
+
+    float o[RO], sc[RS];
+    u32 pa[BK / 16][4];
+    float m_run[2] = {kMaxInit, kMaxInit}, l_run[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < RO; ++i) o[i] = 0.0f;
+    const float scale = p.scale, cap = p.softcapping, sl2 = scale * kLog2e;
+    // This warpgroup's 64 rows of Q; stage 0 of K (K-major) and of V (MN-major).
+    const u64 dq = wgmma_desc_sw128(qs + wg * 64u * 128u);
+    const u64 dk = wgmma_desc_sw128(ks);
+    const u64 dv = wgmma_desc_sw128_mn(vs, KCB);
+
+    mbar_wait(full_q, 0u);
+    int kt = next_live<BQ, BK, BQB, BKB>(p, blk, qt.q0, qt.t_lo, qt.t_hi);
+    u32 j = 0;
+    while (kt < qt.t_hi) {
+        const int k0 = kt * BK;
+        const int cls = blk_class_of<BQ, BK, BQB, BKB>(p, blk, qt.q0, kt);
+        const int kn = next_live<BQ, BK, BQB, BKB>(p, blk, qt.q0, kt + 1, qt.t_hi);
+        const u32 st = j & 1u, pv = st ^ 1u;
+        mbar_wait(full_k + st, (j >> 1) & 1u);
+        if (j > 0u) mbar_wait(full_v + pv, ((j - 1u) >> 1) & 1u);
+        fence_proxy_async_smem();
+
+#pragma unroll
+        for (int i = 0; i < RS; ++i) sc[i] = 0.0f;
+        acc_fence(sc);
+        acc_fence(o);
+        reg_fence(pa);
+        wgmma_fence();
+        const u64 dks = dk + (u64(st * KVT) >> 4);
+#pragma unroll
+        for (int dj = 0; dj < D / 16; ++dj) {
+            wgmma_ss<T>(sc, dq + (u64(u32(dj >> 2) * QCB + 32u * u32(dj & 3)) >> 4),
+                        dks + (u64(u32(dj >> 2) * KCB + 32u * u32(dj & 3)) >> 4));
+        }
+        wgmma_commit();
+        // P V of the previous step in its own group, S's awaited alone; step
+        // 0 has no P V and commits no empty group: ptxas realizes an empty
+        // group as one more (dummy) wgmma in every step, and the wait for
+        // all but one group then waited for P V as well.
+        if (j > 0u) {
+            const u64 dvs = dv + (u64(pv * KVT) >> 4);
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs<T>(o, pa[kk], dvs + u64(kk * 2048 / 16));
+            wgmma_commit();
+            wgmma_wait<1>();
+        } else {
+            wgmma_wait<0>();
+        }
+        acc_fence(sc);
+        if (lane == 0u) mbar_arrive(empty_k + st);
+
+        // Scale, cap and mask; the online softmax of the thread's two rows.
+        const bool edge = k0 + BK > qt.s.k_len || (kCausal && k0 + BK - 1 > qt.qa0) || (W > 0 && qt.qa0 + BQ - 1 - k0 >= W) ||
+                          (kMask && cls != 2);
+        float f[2];
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int r = int(wg) * 64 + int(w) * 16 + g + 8 * hh;
+            f[hh] = softmax_row<BK / 8>([&](int n, int e) -> float& { return sc[4 * n + 2 * hh + e]; }, m_run[hh], l_run[hh], r, t, k0, cls,
+                                        edge, qt.s.k_len, qt.rows, qt.q0, qt.qa0, W, scale, cap, sl2, mask, mp);
+        }
+        wgmma_wait<0>();
+        acc_fence(o);
+        reg_fence(pa);
+        if (j > 0u && lane == 0u) mbar_arrive(empty_v + pv);
+#pragma unroll
+        for (int i = 0; i < RO; ++i) o[i] *= f[(i >> 1) & 1];
+        // P: the pairs of S's fragment are the A operand of the RS wgmma.
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) pa[kk][q] = pack2<T>(sc[8 * kk + 2 * q], sc[8 * kk + 2 * q + 1]);
+        }
+        ++j;
+        kt = kn;
+    }
+
+    // The last step's P V.
+    if (j > 0u) {
+        const u32 pv = (j - 1u) & 1u;
+        mbar_wait(full_v + pv, ((j - 1u) >> 1) & 1u);
+        fence_proxy_async_smem();
+        acc_fence(o);
+        reg_fence(pa);
+        wgmma_fence();
+        const u64 dvs = dv + (u64(pv * KVT) >> 4);
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs<T>(o, pa[kk], dvs + u64(kk * 2048 / 16));
+        wgmma_commit();
+        wgmma_wait<0>();
+        acc_fence(o);
+    }
+
+    // Normalize, stage the warpgroup's 64 rows in its own rows of Q's
+    // swizzled tile (only its own S read them, all finished), store those
+    // below `rows` (named barrier 1 + wg: the warpgroup's 128 threads).
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const float inv = quad_inv_sum(l_run[hh]);
+        const u32 r = wg * 64u + w * 16u + u32(g + 8 * hh);
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+            *reinterpret_cast<u32*>(qs + u32(n >> 3) * QCB + sw128_offset(r, u32(n & 7)) + 4u * u32(t)) =
+                pack2<T>(o[4 * n + 2 * hh] * inv, o[4 * n + 2 * hh + 1] * inv);
+        }
+    }
+    bar_sync(1u + wg, 128u);
+    const u32 wt = tid & 127u;
+    const int r_lo = int(wg) * 64, r_hi = min(qt.rows, r_lo + 64);
+    if (qt.vec) {
+        for (int i = r_lo * (D / 8) + int(wt); i < r_hi * (D / 8); i += 128) {
+            const int r = i / (D / 8), c = i % (D / 8);
+            *reinterpret_cast<uint4*>(qt.og + u64(r) * ost + u64(c * 8)) =
+                *reinterpret_cast<const uint4*>(qs + u32(c >> 3) * QCB + sw128_offset(u32(r), u32(c & 7)));
+        }
+    } else {
+        for (int i = r_lo * D + int(wt); i < r_hi * D; i += 128) {
+            const int r = i / D, col = i % D;
+            qt.og[u64(r) * ost + u64(col)] =
+                reinterpret_cast<const T*>(qs + u32(col >> 6) * QCB + sw128_offset(u32(r), u32((col & 63) >> 3)))[col & 7];
+        }
+    }
+}
 #endif  // MLXN_WGMMA
 
-// A 256-thread launch of D 128 or 256 (the op's Hopper launch): wgmma where
-// compiled for sm_90a (inlined: ptxas serializes wgmma whose pipeline
-// crosses a call), else mma.sync tiles of the same 128 rows (8 warps of 16,
-// out of line), so that the grid the launch was made for stays right.
+// The op's Hopper launch of D 128 or 256 (WgTile<D>::THREADS threads):
+// where compiled for sm_90a, the lockstep wgmma tile at D 128 and the
+// warp-specialized one at D 256 (inlined: ptxas serializes wgmma whose
+// pipeline crosses a call); else the mma.sync tile of the same 128 rows on
+// the first 256 threads (8 warps of 16, out of line) while a third
+// warpgroup exits (a block barrier waits only for threads that have not
+// exited), so that the grid the launch was made for stays right.
 #ifndef MLXN_WGMMA
 template <typename T, typename MaskT, int D, int BQB, int BKB>
 __device__ __noinline__ void attention_wide_mma(const T* Q, const T* K, const T* V, T* O, const AttnParams* pp,
@@ -706,10 +1012,15 @@ __device__ __noinline__ void attention_wide_mma(const T* Q, const T* K, const T*
 template <typename T, typename MaskT, int D, int BQB, int BKB>
 __device__ __forceinline__ void attention_wide(const T* Q, const T* K, const T* V, T* O, const AttnParams* pp,
                                                const AttnMaskParams* mp, const MaskT* mask, const char* blk,
-                                               const uint* cu_q, const uint* cu_k) {
+                                               const uint* cu_q, const uint* cu_k, const void* kmap, const void* vmap) {
 #ifdef MLXN_WGMMA
-    attention_wg<T, MaskT, D, BQB, BKB>(Q, K, V, O, pp, mp, mask, blk, cu_q, cu_k);
+    if constexpr (WgTile<D>::THREADS == 384) {
+        attention_ws<T, MaskT, D, BQB, BKB>(Q, K, V, O, pp, mp, mask, blk, cu_q, cu_k, kmap, vmap);
+    } else {
+        attention_wg<T, MaskT, D, BQB, BKB>(Q, K, V, O, pp, mp, mask, blk, cu_q, cu_k);
+    }
 #else
+    if (threadIdx.x >= 256) return;
     attention_wide_mma<T, MaskT, D, BQB, BKB>(Q, K, V, O, pp, mp, mask, blk, cu_q, cu_k);
 #endif
 }
@@ -775,11 +1086,14 @@ __device__ __forceinline__ void blk_classify(const T* mask, char* blk, const Fla
 
 // buffer(0) Q, (1) K, (2) V, (3) O, (4) AttnParams, (5) AttnMaskParams, (6)
 // mask, (7) blk, (8) cu_seqlens_q, (9) cu_seqlens_k (the op binds every
-// index; the function constants say which are read).
+// index; the function constants say which are read), and the CUDA twin's
+// own (10) K's and (11) V's tensor maps, read by D 256's Hopper launch (the
+// op binds q in their place elsewhere).
 #define FA_ENTRY(NAME, T, MASK, D, BQB, BKB, THREADS, MINB)                                                       \
     extern "C" __global__ void __launch_bounds__(THREADS, MINB)                                                   \
         NAME(const T* Q, const T* K, const T* V, T* O, const AttnParams* params, const AttnMaskParams* mask_params, \
-             const MASK* mask, const char* blk, const uint* cu_seqlens_q, const uint* cu_seqlens_k) {              \
+             const MASK* mask, const char* blk, const uint* cu_seqlens_q, const uint* cu_seqlens_k, const void*,   \
+             const void*) {                                                                                       \
         attention<T, MASK, D, BQB, BKB, Tile<D>>(Q, K, V, O, params, mask_params, mask, blk, cu_seqlens_q,        \
                                                  cu_seqlens_k);                                                   \
     }
@@ -799,15 +1113,23 @@ __device__ FA_NARROW void attention_narrow(const T* Q, const T* K, const T* V, T
     attention<T, MaskT, D, 32, 16, Tile<D>>(Q, K, V, O, pp, mp, mask, blk, cu_q, cu_k);
 }
 
-// D 128 and 256: 128 threads run the mma.sync tile of Tile<D>, 256 threads
-// the Hopper launch (attention_wide).
+// D 128 and 256: 128 threads run the mma.sync tile of Tile<D>, more the
+// Hopper launch (attention_wide). D 256's entries, compiled for compute
+// capability 9.0, allow the 384 threads of its Hopper launch; the others 256
+// (the mma.sync tiles' registers stay bounded by 255, not 168).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FA_WIDE_THREADS(D) WgTile<D>::THREADS
+#else
+#define FA_WIDE_THREADS(D) 256
+#endif
 #define FA_ENTRY_WIDE(NAME, T, MASK, D)                                                                           \
-    extern "C" __global__ void __launch_bounds__(256, 1)                                                          \
+    extern "C" __global__ void __launch_bounds__(FA_WIDE_THREADS(D), 1)                                           \
         NAME(const T* Q, const T* K, const T* V, T* O, const AttnParams* params, const AttnMaskParams* mask_params, \
-             const MASK* mask, const char* blk, const uint* cu_seqlens_q, const uint* cu_seqlens_k) {              \
-        if (blockDim.x == 256) {                                                                                  \
+             const MASK* mask, const char* blk, const uint* cu_seqlens_q, const uint* cu_seqlens_k,                \
+             const void* k_map, const void* v_map) {                                                              \
+        if (blockDim.x != 128) {                                                                                  \
             attention_wide<T, MASK, D, 32, 16>(Q, K, V, O, params, mask_params, mask, blk, cu_seqlens_q,          \
-                                                cu_seqlens_k);                                                    \
+                                                cu_seqlens_k, k_map, v_map);                                      \
             return;                                                                                               \
         }                                                                                                         \
         attention_narrow<T, MASK, D>(Q, K, V, O, params, mask_params, mask, blk, cu_seqlens_q, cu_seqlens_k);     \

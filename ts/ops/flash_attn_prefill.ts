@@ -15,7 +15,7 @@ import cudaSrc from '../../shaders/cuda/flash_attn_prefill.cu' with { type: 'tex
 import header from '../../shaders/flash_attn_prefill.h' with { type: 'text' };
 import type { Buffer } from '../buffer.ts';
 import type { Device, DeviceLimits } from '../device.ts';
-import type { Encoder } from '../encoder.ts';
+import type { Encoder, TensorMapBinding } from '../encoder.ts';
 import type { FunctionConstants } from '../library.ts';
 import { ceilDiv, nextPow2 } from '../launch.ts';
 import { packFields, structLayout, type ParamField } from '../params.ts';
@@ -118,14 +118,15 @@ export function flashAttnPrefillTile(headDim: number, d512Kernel: 'llamacpp' | '
  * warps of 32 rows; D 256: 4 warps of 16; D 512: 8 warps, two per 16 rows,
  * each holding half of the output columns (both compute the rows' scores).
  * On Hopper (flashAttnPrefillUsesWgmma: D 128 and 256 on compute capability
- * 9.0), FlashAttention-3's structure on wgmma: 256 threads, two warpgroups
- * of 64 rows, 128 (D 128) or 64 (D 256) keys a step, Q and two stages of K
- * and V in 128-byte swizzled rows plus 1024 bytes to align them
- * (flashAttnPrefillHopperBytes).
+ * 9.0), FlashAttention-3's structure on wgmma: two warpgroups of 64 rows,
+ * 128 (D 128) or 64 (D 256) keys a step, Q and two stages of K and V in
+ * 128-byte swizzled rows plus 1024 bytes to align them
+ * (flashAttnPrefillHopperBytes); 256 threads at D 128, 384 at D 256, where a
+ * producer warpgroup copies K and V by TMA (the plan's tensor maps).
  */
 export function flashAttnPrefillCudaTile(headDim: number, limits?: Pick<DeviceLimits, 'computeCapability' | 'maxThreadgroupMemory'>): { bq: number; bk: number; threads: number; sharedBytes: number } {
   if (limits !== undefined && flashAttnPrefillUsesWgmma(headDim, limits)) {
-    return { bq: 128, bk: headDim === 128 ? 128 : 64, threads: 256, sharedBytes: flashAttnPrefillHopperBytes(headDim) };
+    return { bq: 128, bk: headDim === 128 ? 128 : 64, threads: headDim === 128 ? 256 : 384, sharedBytes: flashAttnPrefillHopperBytes(headDim) };
   }
   const [bq, bk, threads] = headDim <= 128 ? [128, 64, 128] : headDim === 256 ? [64, 64, 128] : [64, 32, 256];
   return { bq, bk, threads, sharedBytes: (bq + 2 * bk) * (headDim + 8) * 2 };
@@ -136,10 +137,13 @@ export function flashAttnPrefillHopperBytes(headDim: number): number {
   return (128 + 4 * (headDim === 128 ? 128 : 64)) * headDim * 2 + 1024;
 }
 
-/** Whether a head dim takes the Hopper launch: D 128 or 256 on compute capability 9.0 (sm_90a's wgmma) with room for its stages. */
+/** Static shared memory the Hopper launch's entries may hold besides flashAttnPrefillHopperBytes: D 256's mbarriers (80 bytes in the sm_90a build), with room to spare. */
+export const FLASH_ATTN_PREFILL_HOPPER_STATIC_BYTES = 128;
+
+/** Whether a head dim takes the Hopper launch: D 128 or 256 on compute capability 9.0 (sm_90a's wgmma) with room for its stages and mbarriers. */
 export function flashAttnPrefillUsesWgmma(headDim: number, limits: Pick<DeviceLimits, 'computeCapability' | 'maxThreadgroupMemory'>): boolean {
   return limits.computeCapability === 90 && (headDim === 128 || headDim === 256) &&
-    flashAttnPrefillHopperBytes(headDim) <= limits.maxThreadgroupMemory;
+    flashAttnPrefillHopperBytes(headDim) + FLASH_ATTN_PREFILL_HOPPER_STATIC_BYTES <= limits.maxThreadgroupMemory;
 }
 
 export type FlashAttnPrefillLayout = 'headMajor' | 'seqMajor';
@@ -205,6 +209,8 @@ function strides(layout: FlashAttnPrefillLayout, heads: number, rows: number, d:
 
 /** Everything the plan derives from validated arguments. */
 interface Shape {
+  /** Elements of k (and of v) the op reads from. */
+  kvElems: number;
   dt: FlashAttnPrefillDType;
   layout: FlashAttnPrefillLayout;
   varlen: boolean;
@@ -304,7 +310,7 @@ function shapeOf(a: FlashAttnPrefillArgs, device?: Device): Shape {
   checkNoAliasing(op, [['q', a.q], ['k', a.k], ['v', a.v], ['out', a.out], ['mask', a.mask], ['blk', a.blk],
     ['cuSeqlensQ', a.cuSeqlensQ], ['cuSeqlensK', a.cuSeqlensK]], ['out'],
   'every output row reads rows of q, k and v that other rows read too');
-  return { dt, layout, varlen, capacity, gridRows, tile, boolMask, maskBroadcast };
+  return { dt, layout, varlen, capacity, gridRows, tile, boolMask, maskBroadcast, kvElems };
 }
 
 /** Throws MlxError('InvalidArgument') naming the argument unless the arguments fit. */
@@ -399,7 +405,18 @@ export function planFlashAttnPrefill(a: FlashAttnPrefillArgs, limits: DeviceLimi
     [FLASH_ATTN_PREFILL_FC.hasSoftcap]: a.softcap !== undefined,
     [FLASH_ATTN_PREFILL_FC.hasSeqlens]: s.varlen,
   };
-  const cuda = flashAttnPrefillCudaTile(d, limits);
+  // D 256's Hopper launch copies whole K and V tiles by TMA: its maps see
+  // each buffer as rows of K_stride_l elements (a row a key of every KV
+  // head, or of one), from the buffer's start (buffers and views start
+  // 16-byte aligned, rows of D 256 are whole 16-byte chunks), as many rows as
+  // a 32-bit coordinate reaches.
+  const kRows = s.kvElems / ks[2];
+  const hopper = flashAttnPrefillUsesWgmma(d, limits) && (d === 128 || kRows < 2 ** 31);
+  const maps = hopper && d === 256;
+  const cuda = flashAttnPrefillCudaTile(d, hopper ? limits : undefined);
+  const kvMap = (buffer: Buffer): TensorMapBinding => ({
+    buffer, dtype: s.dt, dims: [ks[2], kRows], strides: [ks[2] * 2], box: [64, cuda.bk], swizzle: 128, l2Promotion: 256,
+  });
   return planOf({
     kernel: flashAttnPrefillKernel(s.dt, d, s.boolMask, s.tile.llamacpp),
     constants,
@@ -412,6 +429,8 @@ export function planFlashAttnPrefill(a: FlashAttnPrefillArgs, limits: DeviceLimi
       grid: [ceilDiv(s.gridRows, cuda.bq), a.nHeads, a.batch],
       threads: [cuda.threads, 1, 1],
       threadgroupMemory: [cuda.sharedBytes],
+      // The CUDA entries' K and V maps (10, 11): q in their place where the launch reads none.
+      ...(maps ? { tensorMaps: { 10: kvMap(a.k), 11: kvMap(a.v) } } : { buffers: { 10: a.q, 11: a.q } }),
     },
   });
 }

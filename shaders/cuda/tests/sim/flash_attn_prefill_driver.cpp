@@ -29,14 +29,16 @@
 
 
 // flashAttnPrefillCudaTile: the mma.sync launches, and on compute
-// capability 9.0 (hopper) the 256-thread launch of D 128 and 256 (wgmma on
-// the simulation's model, or with -DMLXN_SIM_NO_WGMMA the mma.sync tiles of
-// 128 rows a build without sm_90a runs).
+// capability 9.0 (hopper) the launch of D 128 (256 threads, the lockstep
+// wgmma tile) and 256 (384 threads, the warp-specialized one with its
+// tensor maps) on the simulation's model, or with -DMLXN_SIM_NO_WGMMA the
+// mma.sync tile of 128 rows on 256 of the threads, as a build without
+// sm_90a runs it.
 struct CudaTile { u32 bq, bk, threads, smem; };
 CudaTile cuda_tile(int d, bool hopper) {
   if (hopper && (d == 128 || d == 256)) {
     const u32 bk = d == 128 ? 128 : 64;
-    return {128, bk, 256, (128 + 4 * bk) * u32(d) * 2 + 1024};
+    return {128, bk, d == 128 ? 256u : 384u, (128 + 4 * bk) * u32(d) * 2 + 1024};
   }
   const u32 bq = d <= 128 ? 128 : 64, bk = d <= 256 ? 64 : 32, threads = d == 512 ? 256 : 128;
   return {bq, bk, threads, (bq + 2 * bk) * u32(d + 8) * 2};
@@ -44,7 +46,7 @@ CudaTile cuda_tile(int d, bool hopper) {
 
 template <class T, class M>
 using Entry = void (*)(const T*, const T*, const T*, T*, const AttnParams*, const AttnMaskParams*, const M*, const char*,
-                       const uint*, const uint*);
+                       const uint*, const uint*, const void*, const void*);
 
 #define ENTRIES(T, t)                                                                                                 \
   Entry<T, T> additive_##t(int d, bool llama) {                                                                        \
@@ -116,13 +118,17 @@ void run_on(const Case& c, bool hopper) {
   const int B = varlen ? int(c.cuq.size()) - 1 : c.B, H = c.H, Hkv = c.Hkv, D = c.D, qL = c.qL, kL = c.kL;
   const int cap = c.cap ? c.cap : kL;
   const size_t qn = size_t(varlen ? 1 : B) * H * qL * D, kn = size_t(varlen ? 1 : B) * Hkv * cap * D;
-  const int mis = c.misalign ? 1 : 0;
-  Arr<T> q(qn + mis), k(kn + mis), v(kn + mis), o(qn + mis);
+  // Rows not 16-byte aligned: q, k, v and o one element off; D 256's Hopper
+  // launch (whose K and V maps need 16-byte aligned starts, as the op's
+  // buffers have) with q and o off alone.
+  const bool maps = hopper && D == 256;
+  const int mis = c.misalign ? 1 : 0, kmis = maps ? 0 : mis;
+  Arr<T> q(qn + mis), k(kn + kmis), v(kn + kmis), o(qn + mis);
   q.random(); k.random(); v.random(); o.poison();
   if (c.ramp > 0) {
-    for (size_t i = 0; i < kn; ++i) k.p[mis + i] = cvt<T>(back(k.p[mis + i]) * (1 + c.ramp * double((i / D) % cap)));
+    for (size_t i = 0; i < kn; ++i) k.p[kmis + i] = cvt<T>(back(k.p[kmis + i]) * (1 + c.ramp * double((i / D) % cap)));
   }
-  T *qp = q.p + mis, *kp = k.p + mis, *vp = v.p + mis, *op = o.p + mis;
+  T *qp = q.p + mis, *kp = k.p + kmis, *vp = v.p + kmis, *op = o.p + mis;
   // Strides (batch, head, row) in elements.
   auto strides = [&](int heads, int rows, u64 s[3]) {
     if (varlen) { s[0] = 0; s[1] = D; s[2] = u64(heads) * D; }
@@ -185,9 +191,16 @@ void run_on(const Case& c, bool hopper) {
 
   const int rows_grid = varlen ? qL : qL;
   const CudaTile tl = cuda_tile(D, hopper);
+  // D 256's Hopper launch's K and V maps (the op's kvMap): rows of
+  // K_stride_l elements, boxes of 64 columns x bk rows, 128-byte swizzle; q
+  // elsewhere.
+  const SimTensorMap kmap{reinterpret_cast<const unsigned char*>(kp), 2, {ks[2], kn / ks[2]}, ks[2] * 2, {64, tl.bk}, 128};
+  const SimTensorMap vmap{reinterpret_cast<const unsigned char*>(vp), 2, {ks[2], kn / ks[2]}, ks[2] * 2, {64, tl.bk}, 128};
+  const void* km = maps ? static_cast<const void*>(&kmap) : qp;
+  const void* vm = maps ? static_cast<const void*>(&vmap) : qp;
   sim_launch({cdiv(rows_grid, tl.bq), u32(H), u32(B)}, {tl.threads, 1, 1}, tl.smem, [&] {
-    if (c.mask == BOOL) boolmask<T>(D, c.llama)(qp, kp, vp, op, &p, &mp, mbool.p, blk.data(), c.cuq.data(), c.cuk.data());
-    else additive<T>(D, c.llama)(qp, kp, vp, op, &p, &mp, madd.p, blk.data(), c.cuq.data(), c.cuk.data());
+    if (c.mask == BOOL) boolmask<T>(D, c.llama)(qp, kp, vp, op, &p, &mp, mbool.p, blk.data(), c.cuq.data(), c.cuk.data(), km, vm);
+    else additive<T>(D, c.llama)(qp, kp, vp, op, &p, &mp, madd.p, blk.data(), c.cuq.data(), c.cuk.data(), km, vm);
   });
 
   // Reference.

@@ -383,6 +383,118 @@ template <int N> inline void cp_async_wait() {
   }
 }
 
+// Every copy this thread queued, performed now (their groups stay, empty,
+// so that wait_group counts as before).
+inline void sim_copies_land() {
+  auto land = [](std::vector<SimCopy>& v) {
+    for (auto& c : v) {
+      if (c.live) std::memcpy(c.dst, c.src, c.bytes); else std::memset(c.dst, 0, c.bytes);
+    }
+    v.clear();
+  };
+  for (auto& g : sim_groups) land(g);
+  land(sim_open);
+}
+
+// ---- mbarriers (common.cuh's mbar_* helpers) ----
+// An mbarrier's 64 bits here: pending arrivals (bits 0-19), the count a
+// phase needs (20-39), the current phase's parity (40), initialized (41),
+// transaction bytes still expected (42-62). A phase completes when both its
+// pending arrivals and its bytes are 0. An arrival past a phase's count,
+// more bytes than announced, or a use before init fails.
+constexpr unsigned long long kSimMbarInit = 1ull << 41;
+constexpr unsigned long long kSimMbarTxOne = 1ull << 42;
+inline void mbar_init(unsigned long long* bar, unsigned count) {
+  if (count == 0 || count >= (1u << 20)) sim_fail("mbarrier: count out of range");
+  std::atomic_ref<unsigned long long>(*bar).store(kSimMbarInit | (static_cast<unsigned long long>(count) << 20) | count);
+}
+// The barrier after `arrivals` arrivals and `tx` announced (positive) or
+// completed (negative) bytes, the phase completed where both reach 0.
+inline void sim_mbar_update(unsigned long long* bar, unsigned arrivals, long long tx) {
+  std::atomic_ref<unsigned long long> a(*bar);
+  unsigned long long v = a.load();
+  for (;;) {
+    if (!(v & kSimMbarInit)) sim_fail("mbarrier: used before init");
+    unsigned long long pending = v & 0xfffffull;
+    const unsigned long long count = (v >> 20) & 0xfffffull;
+    long long bytes = static_cast<long long>(v >> 42);
+    if (arrivals > pending) sim_fail("mbarrier: arrival past the phase's count");
+    pending -= arrivals;
+    bytes += tx;
+    if (bytes < 0) sim_fail("mbarrier: more bytes completed than announced");
+    if (bytes >= (1ll << 21)) sim_fail("mbarrier: transaction count out of range");
+    unsigned long long next = (v & (kSimMbarInit | (1ull << 40) | (0xfffffull << 20))) | pending |
+                              (static_cast<unsigned long long>(bytes) << 42);
+    if (pending == 0 && bytes == 0) next = ((next ^ (1ull << 40)) & ~0xfffffull) | count;
+    if (a.compare_exchange_weak(v, next)) return;
+  }
+}
+inline void mbar_arrive(unsigned long long* bar) { sim_mbar_update(bar, 1, 0); }
+inline void mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) { sim_mbar_update(bar, 1, bytes); }
+// Returns once the phase of parity `parity` has completed: the barrier's
+// current phase has the other parity.
+inline void mbar_wait(unsigned long long* bar, unsigned parity) {
+  std::atomic_ref<unsigned long long> a(*bar);
+  for (;;) {
+    const unsigned long long v = a.load();
+    if (!(v & kSimMbarInit)) sim_fail("mbarrier: wait before init");
+    if (((v >> 40) & 1ull) != (parity & 1u)) return;
+    std::this_thread::yield();
+  }
+}
+
+// ---- TMA (common.cuh's tma_* helpers) ----
+// The simulation's tensor map: what the backend's descriptor says (the
+// driver that launches a kernel fills one where the op binds a
+// TENSOR_MAP), element (i0, i1) at base + i0 esize + i1 stride1.
+struct SimTensorMap {
+  const unsigned char* base;
+  unsigned esize;
+  unsigned long long dims[2];
+  unsigned long long stride1;  // bytes
+  unsigned box[2];
+  unsigned swizzle;            // 0 or 128
+};
+inline void tmap_acquire(const void*) {}
+// The box at (c0, c1) into dst at once (the earliest a GPU could land it),
+// zeros past the dims, then its bytes completed on bar. With a 128-byte
+// swizzle a box row is 128 bytes and the destination 1024-byte aligned in
+// the block's shared memory, and 16-byte chunk ch of box row r lands at
+// chunk ch ^ (r % 8) of its row, as the hardware's address-bit swizzle
+// places it.
+inline void tma_load_2d(void* dst, const void* map, int c0, int c1, unsigned long long* bar) {
+  const SimTensorMap& m = *static_cast<const SimTensorMap*>(map);
+  const unsigned row_bytes = m.box[0] * m.esize;
+  auto* d = static_cast<unsigned char*>(dst);
+  if (m.swizzle != 0) {
+    if (m.swizzle != 128 || row_bytes != 128) sim_fail("tma: the model has the 128-byte swizzle of 128-byte box rows only");
+    if ((d - sim_block.shared) % 1024 != 0) sim_fail("tma: a 128-byte swizzled box must start 1024-byte aligned");
+  }
+  for (unsigned r = 0; r < m.box[1]; ++r) {
+    for (unsigned ch = 0; ch < row_bytes / 16; ++ch) {
+      unsigned char* out = d + r * row_bytes + 16 * (m.swizzle ? (ch ^ (r % 8)) : ch);
+      for (unsigned x = 0; x < 16; x += m.esize) {
+        const long long i0 = static_cast<long long>(c0) + (16 * ch + x) / m.esize, i1 = static_cast<long long>(c1) + r;
+        if (i0 < 0 || i1 < 0 || static_cast<unsigned long long>(i0) >= m.dims[0] || static_cast<unsigned long long>(i1) >= m.dims[1])
+          std::memset(out + x, 0, m.esize);
+        else
+          std::memcpy(out + x, m.base + i0 * m.esize + i1 * m.stride1, m.esize);
+      }
+    }
+  }
+  sim_mbar_update(bar, 0, -static_cast<long long>(row_bytes * m.box[1]));
+}
+
+// The thread's copies land now (the earliest a GPU could land them), then
+// its arrival.
+inline void cp_async_mbar_arrive(unsigned long long* bar) {
+  sim_copies_land();
+  mbar_arrive(bar);
+}
+// Register reallocation changes nothing the simulation models.
+template <int N> inline void setmaxnreg_inc() { static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg"); }
+template <int N> inline void setmaxnreg_dec() { static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg"); }
+
 // ---- Hopper's wgmma (common.cuh's helpers under MLXN_WGMMA) ----
 //
 // The model, as the PTX ISA documents wgmma.mma_async m64nNk16 with both
