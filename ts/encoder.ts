@@ -278,6 +278,38 @@ function isBindable(v: unknown): v is BindableBuffer {
   return typeof v === 'object' && v !== null && typeof (v as BindableBuffer)._h === 'number';
 }
 
+/**
+ * The allocation a bound buffer stands for (a view binds its allocation's
+ * handle at its own offset; the allocation is what the encoder holds and
+ * marks), after the checks that it is a live buffer of this device: `arg`
+ * names the binding, `what` what it must be, `released` the buffer in the
+ * release error. Anything but a Buffer of this device fails the owner check
+ * (null too, through ?.), whose error path then says which it is.
+ */
+function boundRoot(buf: BindableBuffer | undefined, owner: object, arg: string, what: string, released: string): BindableBuffer {
+  if (buf?._state !== owner) {
+    if (!isBindable(buf)) throw bindErr(arg, what, buf);
+    throw bindErr(arg, "a buffer of the encoder's device", 'a buffer of another device');
+  }
+  const root = buf._root ?? buf;
+  if (buf._h === 0 || root._h === 0) throw releasedError(released);
+  return root;
+}
+
+/**
+ * A binding record at word r: its kind, index, and a and b as 64-bit
+ * values. A Uint32Array store takes its value modulo 2^32: the low word, and
+ * the high word from the quotient (handles and offsets are below 2^53).
+ */
+function putRecord(w: Uint32Array, r: number, kind: number, index: number, a: number, b: number): void {
+  w[r + R_KIND] = kind;
+  w[r + R_INDEX] = index;
+  w[r + R_A] = a;
+  w[r + R_A + 1] = a / TWO_32;
+  w[r + R_B] = b;
+  w[r + R_B + 1] = b / TWO_32;
+}
+
 function checkDim(arg: string, v: number): void {
   if (!((v >>> 0) === v && v > 0)) throw bindErr(arg, 'a positive 32-bit integer', v);
 }
@@ -483,31 +515,14 @@ export function packDispatch<B extends BindableBuffer>(
     } else {
       buf = v as BindableBuffer;
     }
-    // Anything but a Buffer of this device fails the owner check (null too,
-    // through ?.), whose error path then says which it is.
-    if (buf?._state !== owner) {
-      if (!isBindable(buf)) throw bindErr(`buffer at index ${i}`, 'a Buffer or [buffer, byteOffset]', buf);
-      throw bindErr(`buffer at index ${i}`, "a buffer of the encoder's device", 'a buffer of another device');
-    }
-    // A view binds its allocation's handle at its own offset; the allocation
-    // is what the encoder holds and marks.
-    const root = buf._root ?? buf;
-    const h = buf._h;
-    if (h === 0 || root._h === 0) throw releasedError(`buffer bound at index ${i}`);
+    const root = boundRoot(buf, owner, `buffer at index ${i}`, 'a Buffer or [buffer, byteOffset]', `buffer bound at index ${i}`);
     offset += buf.byteOffset ?? 0;
     used |= 1 << i;
     if (hold !== undefined) {
       hold.index[hold.count] = i;
       hold.slots[hold.count++] = root;
     }
-    // A Uint32Array store takes its value modulo 2^32: the low word, and the
-    // high word from the quotient (handles and offsets are below 2^53).
-    w[r + R_KIND] = BIND.buffer;
-    w[r + R_INDEX] = i;
-    w[r + R_A] = h;
-    w[r + R_A + 1] = h / TWO_32;
-    w[r + R_B] = offset;
-    w[r + R_B + 1] = offset / TWO_32;
+    putRecord(w, r, BIND.buffer, i, buf._h, offset);
     r += RECORD_WORDS;
   }
 
@@ -528,12 +543,7 @@ export function packDispatch<B extends BindableBuffer>(
     const dst = payloadStart + p;
     if (n <= 64) for (let j = 0; j < n; j++) u8[dst + j] = src[j]!;
     else u8.set(src, dst);
-    w[r + R_KIND] = BIND.bytes;
-    w[r + R_INDEX] = i;
-    w[r + R_A] = p;
-    w[r + R_A + 1] = 0;
-    w[r + R_B] = n;
-    w[r + R_B + 1] = 0;
+    putRecord(w, r, BIND.bytes, i, p, n);
     r += RECORD_WORDS;
     p += n;
   }
@@ -543,14 +553,8 @@ export function packDispatch<B extends BindableBuffer>(
     if (t === undefined) continue;
     if ((used & (1 << i)) !== 0) throw bindErr(`tensor map index ${i}`, 'an index no buffer or bytes uses', i);
     used |= 1 << i;
-    const buf = t?.buffer;
-    if (buf?._state !== owner) {
-      if (!isBindable(buf)) throw bindErr(`tensorMaps[${i}].buffer`, 'a Buffer', buf);
-      throw bindErr(`tensorMaps[${i}].buffer`, "a buffer of the encoder's device", 'a buffer of another device');
-    }
-    const root = buf._root ?? buf;
-    const h = buf._h;
-    if (h === 0 || root._h === 0) throw releasedError(`buffer of the tensor map at index ${i}`);
+    const buf = t?.buffer as BindableBuffer;
+    const root = boundRoot(buf, owner, `tensorMaps[${i}].buffer`, 'a Buffer', `buffer of the tensor map at index ${i}`);
     const at = payloadStart + p;
     const aligned = (p + PAYLOAD_ALIGN - 1) & ~(PAYLOAD_ALIGN - 1);
     for (let j = at; j < payloadStart + aligned + TMAP_DESC_BYTES; j++) u8[j] = 0;
@@ -560,12 +564,7 @@ export function packDispatch<B extends BindableBuffer>(
       hold.index[hold.count] = i;
       hold.slots[hold.count++] = root;
     }
-    w[r + R_KIND] = BIND.tensorMap;
-    w[r + R_INDEX] = i;
-    w[r + R_A] = h;
-    w[r + R_A + 1] = h / TWO_32;
-    w[r + R_B] = p;
-    w[r + R_B + 1] = 0;
+    putRecord(w, r, BIND.tensorMap, i, buf._h, p);
     r += RECORD_WORDS;
     p += TMAP_DESC_BYTES;
   }
@@ -574,12 +573,7 @@ export function packDispatch<B extends BindableBuffer>(
     const n = tgmArr[i];
     if (n === undefined) continue;
     if (!((n >>> 0) === n)) throw bindErr(`threadgroupMemory[${i}]`, 'a byte length, an integer >= 0', n);
-    w[r + R_KIND] = BIND.threadgroupMemory;
-    w[r + R_INDEX] = i;
-    w[r + R_A] = n;
-    w[r + R_A + 1] = 0;
-    w[r + R_B] = 0;
-    w[r + R_B + 1] = 0;
+    putRecord(w, r, BIND.threadgroupMemory, i, n, 0);
     r += RECORD_WORDS;
   }
 

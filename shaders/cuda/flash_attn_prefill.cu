@@ -518,6 +518,120 @@ __device__ __forceinline__ void load_sw_whole(unsigned char* d, const char* g, u
 }
 
 #ifdef MLXN_WGMMA
+// ---- what both Hopper tiles do a step (inlined: ptxas serializes wgmma
+// whose pipeline crosses a call) ----
+
+// S = Q K^T of the warpgroup's 64 rows into sc, issued and committed as one
+// group (dq: its rows of Q, dks: the K stage), after the fences that keep
+// o, pa and sc where the wgmma of this and earlier steps expect them.
+template <typename T, int D, int BK>
+__device__ __forceinline__ void wg_issue_s(float (&sc)[BK / 2], float (&o)[D / 2], u32 (&pa)[BK / 16][4], u64 dq, u64 dks) {
+    constexpr u32 QCB = 128u * 128u, KCB = u32(BK) * 128u;
+#pragma unroll
+    for (int i = 0; i < BK / 2; ++i) sc[i] = 0.0f;
+    acc_fence(sc);
+    acc_fence(o);
+    reg_fence(pa);
+    wgmma_fence();
+#pragma unroll
+    for (int dj = 0; dj < D / 16; ++dj) {
+        wgmma_ss<T>(sc, dq + (u64(u32(dj >> 2) * QCB + 32u * u32(dj & 3)) >> 4),
+                    dks + (u64(u32(dj >> 2) * KCB + 32u * u32(dj & 3)) >> 4));
+    }
+    wgmma_commit();
+}
+
+// O += P V (dvs: the V stage), issued and committed as one group.
+template <typename T, int D, int BK>
+__device__ __forceinline__ void wg_issue_pv(float (&o)[D / 2], u32 (&pa)[BK / 16][4], u64 dvs) {
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs<T>(o, pa[kk], dvs + u64(kk * 2048 / 16));
+    wgmma_commit();
+}
+
+// The last step's P V, waited for.
+template <typename T, int D, int BK>
+__device__ __forceinline__ void wg_last_pv(float (&o)[D / 2], u32 (&pa)[BK / 16][4], u64 dvs) {
+    acc_fence(o);
+    reg_fence(pa);
+    wgmma_fence();
+    wg_issue_pv<T, D, BK>(o, pa, dvs);
+    wgmma_wait<0>();
+    acc_fence(o);
+}
+
+// With S of key tile kt in sc (awaited) and P V of the previous step
+// pending: scale, cap and mask; the online softmax of the thread's two rows
+// (warpgroup wg, warp w, lane group g and t); then, P V waited for and
+// `released()` run (the V stage it read is free), O rescaled and P rounded
+// to the input type as the next step's A operand (the pairs of S's
+// fragment are the RS wgmma's A fragment).
+template <typename T, typename MaskT, int D, int BK, typename QT, typename R>
+__device__ __forceinline__ void wg_softmax(float (&sc)[BK / 2], float (&o)[D / 2], u32 (&pa)[BK / 16][4], float (&m_run)[2],
+                                           float (&l_run)[2], const QT& qt, int kt, int cls, const AttnParams& p, u32 wg, u32 w,
+                                           int g, int t, float sl2, const MaskT* mask, const AttnMaskParams* mp, R&& released) {
+    constexpr int BQ = 128;
+    const int k0 = kt * BK, W = p.window;
+    const bool edge = k0 + BK > qt.s.k_len || (kCausal && k0 + BK - 1 > qt.qa0) || (W > 0 && qt.qa0 + BQ - 1 - k0 >= W) ||
+                      (kMask && cls != 2);
+    float f[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const int r = int(wg) * 64 + int(w) * 16 + g + 8 * hh;
+        f[hh] = softmax_row<BK / 8>([&](int n, int e) -> float& { return sc[4 * n + 2 * hh + e]; }, m_run[hh], l_run[hh], r, t, k0, cls,
+                                    edge, qt.s.k_len, qt.rows, qt.q0, qt.qa0, W, p.scale, p.softcapping, sl2, mask, mp);
+    }
+    wgmma_wait<0>();
+    acc_fence(o);
+    reg_fence(pa);
+    released();
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] *= f[(i >> 1) & 1];
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) pa[kk][q] = pack2<T>(sc[8 * kk + 2 * q], sc[8 * kk + 2 * q + 1]);
+    }
+}
+
+// The thread's two rows of O, normalized, into their rows of Q's swizzled
+// tile at qs (no wgmma reads those rows any more).
+template <typename T, int D>
+__device__ __forceinline__ void wg_stage_o(const float (&o)[D / 2], const float (&l_run)[2], unsigned char* qs, u32 wg, u32 w,
+                                           int g, int t) {
+    constexpr u32 QCB = 128u * 128u;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const float inv = quad_inv_sum(l_run[hh]);
+        const u32 r = wg * 64u + w * 16u + u32(g + 8 * hh);
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+            *reinterpret_cast<u32*>(qs + u32(n >> 3) * QCB + sw128_offset(r, u32(n & 7)) + 4u * u32(t)) =
+                pack2<T>(o[4 * n + 2 * hh] * inv, o[4 * n + 2 * hh + 1] * inv);
+        }
+    }
+}
+
+// Rows [r_lo, r_hi) of the staged tile at qs to O (rows `ost` apart), by
+// nt threads (ti one of them): 16-byte pieces where vec, else elements.
+template <typename T, int D>
+__device__ __forceinline__ void wg_store_rows(const unsigned char* qs, T* og, u64 ost, bool vec, int r_lo, int r_hi, int ti, int nt) {
+    constexpr u32 QCB = 128u * 128u;
+    if (vec) {
+        for (int i = r_lo * (D / 8) + ti; i < r_hi * (D / 8); i += nt) {
+            const int r = i / (D / 8), c = i % (D / 8);
+            *reinterpret_cast<uint4*>(og + u64(r) * ost + u64(c * 8)) =
+                *reinterpret_cast<const uint4*>(qs + u32(c >> 3) * QCB + sw128_offset(u32(r), u32(c & 7)));
+        }
+    } else {
+        for (int i = r_lo * D + ti; i < r_hi * D; i += nt) {
+            const int r = i / D, col = i % D;
+            og[u64(r) * ost + u64(col)] =
+                reinterpret_cast<const T*>(qs + u32(col >> 6) * QCB + sw128_offset(u32(r), u32((col & 63) >> 3)))[col & 7];
+        }
+    }
+}
+
 // The 128-row tile on wgmma: 256 threads, warpgroup wg owns query rows
 // 64 wg .. 64 wg + 63. Step j (key tile kt, the j-th tile the block visits):
 // wait for this thread's copies, proxy fence, barrier (K of kt and V of the
@@ -589,19 +703,7 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
         fence_proxy_async_smem();
         __syncthreads();
 
-#pragma unroll
-        for (int i = 0; i < RS; ++i) sc[i] = 0.0f;
-        acc_fence(sc);
-        acc_fence(o);
-        reg_fence(pa);
-        wgmma_fence();
-        const u64 dks = dk + (u64(u32(j & 1) * KVT) >> 4);
-#pragma unroll
-        for (int dj = 0; dj < D / 16; ++dj) {
-            wgmma_ss<T>(sc, dq + (u64(u32(dj >> 2) * QCB + 32u * u32(dj & 3)) >> 4),
-                        dks + (u64(u32(dj >> 2) * KCB + 32u * u32(dj & 3)) >> 4));
-        }
-        wgmma_commit();
+        wg_issue_s<T, D, BK>(sc, o, pa, dq, dk + (u64(u32(j & 1) * KVT) >> 4));
         // The copies while S runs on the tensor cores: K of the next tile
         // into the stage K of step j - 1 held, V of this one into the stage
         // of step j - 2's V (neither read by S or the P V below).
@@ -619,37 +721,14 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
         // group as one more (dummy) wgmma in every step, and the wait for
         // all but one group then waited for P V as well.
         if (j > 0) {
-            const u64 dvs = dv + (u64(u32((j - 1) & 1) * KVT) >> 4);
-#pragma unroll
-            for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs<T>(o, pa[kk], dvs + u64(kk * 2048 / 16));
-            wgmma_commit();
+            wg_issue_pv<T, D, BK>(o, pa, dv + (u64(u32((j - 1) & 1) * KVT) >> 4));
             wgmma_wait<1>();
         } else {
             wgmma_wait<0>();
         }
         acc_fence(sc);
 
-        // Scale, cap and mask; the online softmax of the thread's two rows.
-        const bool edge = k0 + BK > qt.s.k_len || (kCausal && k0 + BK - 1 > qt.qa0) || (W > 0 && qt.qa0 + BQ - 1 - k0 >= W) ||
-                          (kMask && cls != 2);
-        float f[2];
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int r = int(wg) * 64 + int(w) * 16 + g + 8 * hh;
-            f[hh] = softmax_row<BK / 8>([&](int n, int e) -> float& { return sc[4 * n + 2 * hh + e]; }, m_run[hh], l_run[hh], r, t, k0, cls,
-                                        edge, qt.s.k_len, qt.rows, qt.q0, qt.qa0, W, scale, cap, sl2, mask, mp);
-        }
-        wgmma_wait<0>();
-        acc_fence(o);
-        reg_fence(pa);
-#pragma unroll
-        for (int i = 0; i < RO; ++i) o[i] *= f[(i >> 1) & 1];
-        // P: the pairs of S's fragment are the A operand of the RS wgmma.
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk) {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) pa[kk][q] = pack2<T>(sc[8 * kk + 2 * q], sc[8 * kk + 2 * q + 1]);
-        }
+        wg_softmax<T, MaskT, D, BK>(sc, o, pa, m_run, l_run, qt, kt, cls, p, wg, w, g, t, sl2, mask, mp, [] {});
         ++j;
         kt = kn;
     }
@@ -658,44 +737,13 @@ __device__ __forceinline__ void attention_wg(const T* __restrict__ Q, const T* _
     cp_async_wait<0>();
     fence_proxy_async_smem();
     __syncthreads();
-    if (j > 0) {
-        acc_fence(o);
-        reg_fence(pa);
-        wgmma_fence();
-        const u64 dvs = dv + (u64(u32((j - 1) & 1) * KVT) >> 4);
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs<T>(o, pa[kk], dvs + u64(kk * 2048 / 16));
-        wgmma_commit();
-        wgmma_wait<0>();
-        acc_fence(o);
-    }
+    if (j > 0) wg_last_pv<T, D, BK>(o, pa, dv + (u64(u32((j - 1) & 1) * KVT) >> 4));
 
     // Normalize, stage the tile in Q's swizzled rows (every wgmma reading Q
     // finished before the barrier above), store rows below `rows`.
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const float inv = quad_inv_sum(l_run[hh]);
-        const u32 r = wg * 64u + w * 16u + u32(g + 8 * hh);
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
-            *reinterpret_cast<u32*>(qs + u32(n >> 3) * QCB + sw128_offset(r, u32(n & 7)) + 4u * u32(t)) =
-                pack2<T>(o[4 * n + 2 * hh] * inv, o[4 * n + 2 * hh + 1] * inv);
-        }
-    }
+    wg_stage_o<T, D>(o, l_run, qs, wg, w, g, t);
     __syncthreads();
-    if (qt.vec) {
-        for (int i = int(tid); i < qt.rows * (D / 8); i += NT) {
-            const int r = i / (D / 8), c = i % (D / 8);
-            *reinterpret_cast<uint4*>(qt.og + u64(r) * ost + u64(c * 8)) =
-                *reinterpret_cast<const uint4*>(qs + u32(c >> 3) * QCB + sw128_offset(u32(r), u32(c & 7)));
-        }
-    } else {
-        for (int i = int(tid); i < qt.rows * D; i += NT) {
-            const int r = i / D, col = i % D;
-            qt.og[u64(r) * ost + u64(col)] =
-                reinterpret_cast<const T*>(qs + u32(col >> 6) * QCB + sw128_offset(u32(r), u32((col & 63) >> 3)))[col & 7];
-        }
-    }
+    wg_store_rows<T, D>(qs, qt.og, ost, qt.vec, 0, qt.rows, int(tid), NT);
 }
 
 // NR rows of D elements from src (rows `stride` apart) into the swizzled
@@ -891,28 +939,13 @@ __device__ __forceinline__ void attention_ws(const T* __restrict__ Q, const T* _
         if (j > 0u) mbar_wait(full_v + pv, ((j - 1u) >> 1) & 1u);
         fence_proxy_async_smem();
 
-#pragma unroll
-        for (int i = 0; i < RS; ++i) sc[i] = 0.0f;
-        acc_fence(sc);
-        acc_fence(o);
-        reg_fence(pa);
-        wgmma_fence();
-        const u64 dks = dk + (u64(st * KVT) >> 4);
-#pragma unroll
-        for (int dj = 0; dj < D / 16; ++dj) {
-            wgmma_ss<T>(sc, dq + (u64(u32(dj >> 2) * QCB + 32u * u32(dj & 3)) >> 4),
-                        dks + (u64(u32(dj >> 2) * KCB + 32u * u32(dj & 3)) >> 4));
-        }
-        wgmma_commit();
+        wg_issue_s<T, D, BK>(sc, o, pa, dq, dk + (u64(st * KVT) >> 4));
         // P V of the previous step in its own group, S's awaited alone; step
         // 0 has no P V and commits no empty group: ptxas realizes an empty
         // group as one more (dummy) wgmma in every step, and the wait for
         // all but one group then waited for P V as well.
         if (j > 0u) {
-            const u64 dvs = dv + (u64(pv * KVT) >> 4);
-#pragma unroll
-            for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs<T>(o, pa[kk], dvs + u64(kk * 2048 / 16));
-            wgmma_commit();
+            wg_issue_pv<T, D, BK>(o, pa, dv + (u64(pv * KVT) >> 4));
             wgmma_wait<1>();
         } else {
             wgmma_wait<0>();
@@ -920,28 +953,9 @@ __device__ __forceinline__ void attention_ws(const T* __restrict__ Q, const T* _
         acc_fence(sc);
         if (lane == 0u) mbar_arrive(empty_k + st);
 
-        // Scale, cap and mask; the online softmax of the thread's two rows.
-        const bool edge = k0 + BK > qt.s.k_len || (kCausal && k0 + BK - 1 > qt.qa0) || (W > 0 && qt.qa0 + BQ - 1 - k0 >= W) ||
-                          (kMask && cls != 2);
-        float f[2];
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int r = int(wg) * 64 + int(w) * 16 + g + 8 * hh;
-            f[hh] = softmax_row<BK / 8>([&](int n, int e) -> float& { return sc[4 * n + 2 * hh + e]; }, m_run[hh], l_run[hh], r, t, k0, cls,
-                                        edge, qt.s.k_len, qt.rows, qt.q0, qt.qa0, W, scale, cap, sl2, mask, mp);
-        }
-        wgmma_wait<0>();
-        acc_fence(o);
-        reg_fence(pa);
-        if (j > 0u && lane == 0u) mbar_arrive(empty_v + pv);
-#pragma unroll
-        for (int i = 0; i < RO; ++i) o[i] *= f[(i >> 1) & 1];
-        // P: the pairs of S's fragment are the A operand of the RS wgmma.
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk) {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) pa[kk][q] = pack2<T>(sc[8 * kk + 2 * q], sc[8 * kk + 2 * q + 1]);
-        }
+        wg_softmax<T, MaskT, D, BK>(sc, o, pa, m_run, l_run, qt, kt, cls, p, wg, w, g, t, sl2, mask, mp, [&] {
+            if (j > 0u && lane == 0u) mbar_arrive(empty_v + pv);
+        });
         ++j;
         kt = kn;
     }
@@ -951,46 +965,15 @@ __device__ __forceinline__ void attention_ws(const T* __restrict__ Q, const T* _
         const u32 pv = (j - 1u) & 1u;
         mbar_wait(full_v + pv, ((j - 1u) >> 1) & 1u);
         fence_proxy_async_smem();
-        acc_fence(o);
-        reg_fence(pa);
-        wgmma_fence();
-        const u64 dvs = dv + (u64(pv * KVT) >> 4);
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs<T>(o, pa[kk], dvs + u64(kk * 2048 / 16));
-        wgmma_commit();
-        wgmma_wait<0>();
-        acc_fence(o);
+        wg_last_pv<T, D, BK>(o, pa, dv + (u64(pv * KVT) >> 4));
     }
 
     // Normalize, stage the warpgroup's 64 rows in its own rows of Q's
     // swizzled tile (only its own S read them, all finished), store those
     // below `rows` (named barrier 1 + wg: the warpgroup's 128 threads).
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const float inv = quad_inv_sum(l_run[hh]);
-        const u32 r = wg * 64u + w * 16u + u32(g + 8 * hh);
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
-            *reinterpret_cast<u32*>(qs + u32(n >> 3) * QCB + sw128_offset(r, u32(n & 7)) + 4u * u32(t)) =
-                pack2<T>(o[4 * n + 2 * hh] * inv, o[4 * n + 2 * hh + 1] * inv);
-        }
-    }
+    wg_stage_o<T, D>(o, l_run, qs, wg, w, g, t);
     bar_sync(1u + wg, 128u);
-    const u32 wt = tid & 127u;
-    const int r_lo = int(wg) * 64, r_hi = min(qt.rows, r_lo + 64);
-    if (qt.vec) {
-        for (int i = r_lo * (D / 8) + int(wt); i < r_hi * (D / 8); i += 128) {
-            const int r = i / (D / 8), c = i % (D / 8);
-            *reinterpret_cast<uint4*>(qt.og + u64(r) * ost + u64(c * 8)) =
-                *reinterpret_cast<const uint4*>(qs + u32(c >> 3) * QCB + sw128_offset(u32(r), u32(c & 7)));
-        }
-    } else {
-        for (int i = r_lo * D + int(wt); i < r_hi * D; i += 128) {
-            const int r = i / D, col = i % D;
-            qt.og[u64(r) * ost + u64(col)] =
-                reinterpret_cast<const T*>(qs + u32(col >> 6) * QCB + sw128_offset(u32(r), u32((col & 63) >> 3)))[col & 7];
-        }
-    }
+    wg_store_rows<T, D>(qs, qt.og, ost, qt.vec, int(wg) * 64, min(qt.rows, int(wg) * 64 + 64), int(tid & 127u), 128);
 }
 #endif  // MLXN_WGMMA
 
@@ -1115,8 +1098,10 @@ __device__ FA_NARROW void attention_narrow(const T* Q, const T* K, const T* V, T
 
 // D 128 and 256: 128 threads run the mma.sync tile of Tile<D>, more the
 // Hopper launch (attention_wide). D 256's entries, compiled for compute
-// capability 9.0, allow the 384 threads of its Hopper launch; the others 256
-// (the mma.sync tiles' registers stay bounded by 255, not 168).
+// capability 9.0, allow the 384 threads of its Hopper launch, which bounds
+// their mma.sync tile by 168 registers (it spills there, and runs only where
+// the op cannot take the Hopper launch: maps of 2^31 rows or more); the
+// others allow 256 (the mma.sync tiles' registers stay bounded by 255).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define FA_WIDE_THREADS(D) WgTile<D>::THREADS
 #else

@@ -219,6 +219,16 @@ static void blk_tmap(Block* b, uint32_t index, mlxn_buffer* buf, const uint8_t* 
   memcpy(b->pay + b->payload, desc, MLXN_TMAP_DESC_BYTES);
   b->payload += MLXN_TMAP_DESC_BYTES;
 }
+/* tma_box's block: the map over `src`, the box's coordinates, `out` from byte `at`, `words` u32 words. */
+static uint64_t tma_block(Block* b, mlxn_pipeline* p, mlxn_buffer* src, const uint8_t* desc, const int* coords, mlxn_buffer* out,
+                          uint64_t at, const uint32_t* words) {
+  blk_begin(b, p, 1, 1, 1, 128, 1, 1);
+  blk_tmap(b, 0, src, desc);
+  blk_bytes(b, 1, coords, 8);
+  blk_buffer(b, 2, out, at);
+  blk_bytes(b, 3, words, 4);
+  return blk_end(b);
+}
 
 /* Tensor maps end to end: the boxes TMA copies (swizzled and not, zeros
  * past the dims), the buffer held by the recorded work, every refusal
@@ -249,12 +259,7 @@ static void tensor_map_tests(mlxn_device* dev) {
   const uint32_t swz[2] = {128, 0}, words = 64 * 8 * 2 / 4;
   for (int c = 0; c < 2; ++c) {
     tmap_desc(d, OFF, COLS, ROWS, STRIDE, 64, 8, swz[c]);
-    blk_begin(&b, p, 1, 1, 1, 128, 1, 1);
-    blk_tmap(&b, 0, src, d);
-    blk_bytes(&b, 1, coords[c], 8);
-    blk_buffer(&b, 2, out, (uint64_t)c * 1024);
-    blk_bytes(&b, 3, &words, 4);
-    OK(f_mlxn_encoder_dispatch(enc, b.data, blk_end(&b), msg, CAP));
+    OK(f_mlxn_encoder_dispatch(enc, b.data, tma_block(&b, p, src, d, coords[c], out, (uint64_t)c * 1024, &words), msg, CAP));
   }
   f_mlxn_buffer_release(src);
   OK(f_mlxn_encoder_commit(enc, msg, CAP));
@@ -297,23 +302,13 @@ static void tensor_map_tests(mlxn_device* dev) {
     };
     for (unsigned k = 0; k < sizeof bad / sizeof bad[0]; ++k) {
       tmap_desc(d, bad[k].off, COLS, bad[k].rows, bad[k].stride, 64, bad[k].box, 128);
-      blk_begin(&b, p, 1, 1, 1, 128, 1, 1);
-      blk_tmap(&b, 0, src, d);
-      blk_bytes(&b, 1, coords[0], 8);
-      blk_buffer(&b, 2, out, 0);
-      blk_bytes(&b, 3, &words, 4);
-      st = f_mlxn_encoder_dispatch(enc, b.data, blk_end(&b), msg, CAP);
+      st = f_mlxn_encoder_dispatch(enc, b.data, tma_block(&b, p, src, d, coords[0], out, 0, &words), msg, CAP);
       CHECK(st == MLXN_ERR_INVALID_ARGUMENT && strncmp(msg, bad[k].want, strlen(bad[k].want)) == 0,
             "tensor map refusal %u: %d %s", k, st, msg);
     }
     /* A buffer too short for the map. */
     tmap_desc(d, OFF, COLS, ROWS, STRIDE, 64, 8, 128);
-    blk_begin(&b, p, 1, 1, 1, 128, 1, 1);
-    blk_tmap(&b, 0, out, d);
-    blk_bytes(&b, 1, coords[0], 8);
-    blk_buffer(&b, 2, out, 0);
-    blk_bytes(&b, 3, &words, 4);
-    st = f_mlxn_encoder_dispatch(enc, b.data, blk_end(&b), msg, CAP);
+    st = f_mlxn_encoder_dispatch(enc, b.data, tma_block(&b, p, out, d, coords[0], out, 0, &words), msg, CAP);
     CHECK(st == MLXN_ERR_INVALID_ARGUMENT && strstr(msg, "end within the buffer's 8192 bytes"),
           "tensor map over a too-short buffer: %d %s", st, msg);
     OK(f_mlxn_encoder_commit(enc, msg, CAP)); /* nothing was recorded: an empty commit */
@@ -324,12 +319,7 @@ static void tensor_map_tests(mlxn_device* dev) {
     mlxn_encoder* rep = NULL;
     OK(f_mlxn_encoder_create_replayable(dev, &rep, msg, CAP));
     tmap_desc(d, OFF, COLS, ROWS, STRIDE, 64, 8, 128);
-    blk_begin(&b, p, 1, 1, 1, 128, 1, 1);
-    blk_tmap(&b, 0, src, d);
-    blk_bytes(&b, 1, coords[0], 8);
-    blk_buffer(&b, 2, out, 0);
-    blk_bytes(&b, 3, &words, 4);
-    OK(f_mlxn_encoder_dispatch(rep, b.data, blk_end(&b), msg, CAP));
+    OK(f_mlxn_encoder_dispatch(rep, b.data, tma_block(&b, p, src, d, coords[0], out, 0, &words), msg, CAP));
     OK(f_mlxn_encoder_commit(rep, msg, CAP));
     OK(f_mlxn_encoder_wait(rep, msg, CAP));
     st = f_mlxn_encoder_patch_bytes(rep, 0, 0, d, MLXN_TMAP_DESC_BYTES, msg, CAP);
