@@ -84,6 +84,13 @@ extern "C" __global__ void k(float* x, float* y, const P* p) {}`);
     expect(mismatches(metal, cudaEntries(`extern "C" __global__ void k(const float* x, float* y) {}`), new Map(), '')).toContain(
       'k: CUDA takes 2 parameters, Metal binds 3 buffers',
     );
+    // The CUDA twin's own trailing parameters: tensor maps (const void*), nothing else.
+    expect(mismatches(metal, cudaEntries(`struct P { u32 n; float e; };
+extern "C" __global__ void k(const float* x, float* y, const P* p, const void* m) {}`), typedefs(''), '')).toEqual([]);
+    expect(mismatches(metal, cudaEntries(`struct P { u32 n; float e; };
+extern "C" __global__ void k(const float* x, float* y, const P* p, float* z) {}`), typedefs(''), '')).toContain(
+      'k: CUDA takes 4 parameters, Metal binds 3 buffers (parameters past them must be const void*: tensor maps)',
+    );
   });
 
   for (const family of families) {
@@ -112,8 +119,13 @@ function mismatches(metal: string, cuda: Map<string, CudaParam[]>, aliases: Map<
       .filter((x) => x.m !== null)
       .map((x) => ({ decl: x.p.slice(0, x.m!.index).trim(), index: Number(x.m![1]) }))
       .sort((a, b) => a.index - b.index);
-    if (params.length !== bindings.length) {
-      problems.push(`${name}: CUDA takes ${params.length} parameters, Metal binds ${bindings.length} buffers`);
+    // Past the Metal bindings a CUDA entry may take parameters of its own,
+    // each a `const void*` (a tensor map, or the stand-in buffer a plan's
+    // cuda.buffers binds where a launch reads none).
+    const own = params.slice(bindings.length);
+    if (params.length < bindings.length || own.some((cp) => !(cp.isPointer && cp.isConst && cp.type === 'void'))) {
+      problems.push(`${name}: CUDA takes ${params.length} parameters, Metal binds ${bindings.length} buffers` +
+        (params.length > bindings.length ? ' (parameters past them must be const void*: tensor maps)' : ''));
       continue;
     }
     bindings.forEach((b, i) => {
