@@ -375,7 +375,9 @@ export function packAttnMaskParams(s: readonly [number, number, number]): Uint8A
  * AttnMaskParams, 6 mask, 7 blk, 8 cuSeqlensQ, 9 cuSeqlensK. Every index is
  * bound (q in place of an absent buffer, zero mask params): Metal ignores
  * what the function constants leave out, and the CUDA twin takes one pointer
- * per binding.
+ * per binding, and its own 10 and 11: K's and V's tensor maps on D 256's
+ * Hopper launch (rows of K_stride_l elements, boxes of 64 x 64, 128-byte
+ * swizzle), q in their place on the other launches.
  * Grid (Metal): (ceil(seqLenQ / BQ), nHeads, batch) threadgroups of
  * (32, NSG, 1) at flashAttnPrefillTile; the llamacpp entries take
  * threadgroup(0) 28672 bytes. CUDA: (ceil(seqLenQ / bq), nHeads, batch)
