@@ -305,7 +305,17 @@ final class MlxNativeTests: XCTestCase {
         var badKind = Block()
         badKind.bindings.append((9, 0, 0, 0))
         XCTAssertEqual(dispatch(enc, badKind.encode(pipeline: pipe, grid: [1, 1, 1], threads: [16, 1, 1])), invalid)
-        XCTAssertEqual(message, "dispatch: kernel 'add_one': binding 0: kind must be 1 (buffer), 2 (bytes) or 3 (threadgroup memory) (got 9)")
+        XCTAssertEqual(message, "dispatch: kernel 'add_one': binding 0: kind must be 1 (buffer), 2 (bytes), 3 (threadgroup memory) or 4 (tensor map) (got 9)")
+
+        // A well-formed tensor map (CUDA's TMA): Metal has none.
+        var tensorMap = Block()
+        tensorMap.buffer(0, x)
+        tensorMap.bytes(1, le(16))
+        tensorMap.payload += [UInt8](repeating: 0, count: 12)
+        tensorMap.bindings.append((MLXN_BIND_TENSOR_MAP, 2, bits(x), 16))
+        tensorMap.payload += [UInt8](repeating: 0, count: Int(MLXN_TMAP_DESC_BYTES))
+        XCTAssertEqual(dispatch(enc, tensorMap.encode(pipeline: pipe, grid: [1, 1, 1], threads: [16, 1, 1])), invalid)
+        XCTAssertEqual(message, "dispatch: kernel 'add_one': binding 2 (tensor map [[buffer(2)]]): the binding must be a buffer or bytes: this backend has no tensor maps (CUDA's, on compute capability 9.0 and later)")
 
         // Nothing above was recorded: the encoder commits an empty command buffer.
         XCTAssertEqual(mlxnEncoderCommit(enc, &msg, UInt64(msg.count)), MLXN_OK)
