@@ -18,7 +18,7 @@ import {
   type MlxErrorKind,
 } from '../ts/index.ts';
 import { statusKind } from '../ts/errors.ts';
-import { DispatchBlock, packDispatch, type BindableBuffer, type PackedBuffers } from '../ts/encoder.ts';
+import { DispatchBlock, packDispatch, tensorMapDifference, type BindableBuffer, type PackedBuffers } from '../ts/encoder.ts';
 import { constantsKey, packConstants } from '../ts/library.ts';
 import { familySources } from '../ts/registry.ts';
 import { candidatePaths, libraryFileName, loadBackend } from '../ts/native.ts';
@@ -153,6 +153,23 @@ describe('dispatch packing', () => {
     const hold: PackedBuffers = { count: 0, slots: new Array(31).fill(undefined), index: new Uint8Array(31) };
     packDispatch(block, owner, pipeline, { tensorMaps: { 5: { buffer: view, dtype: 'f32', dims: [4], strides: [], box: [4] } } }, [1, 1, 1], [1, 1, 1], hold);
     expect([hold.count, hold.index[0], hold.slots[0]]).toEqual([1, 5, bufA]);
+  });
+
+  test('a patch sees another tensor map descriptor, not only other records (Encoder.patch refuses it)', () => {
+    const pack = (dims: number[]): Uint8Array => {
+      const block = new DispatchBlock();
+      const len = packDispatch(block, owner, pipeline, {
+        bytes: { 0: new Uint8Array([1, 2, 3, 4]) },
+        tensorMaps: { 1: { buffer: bufA, dtype: 'bf16', dims, strides: [256], box: [64, 8], swizzle: 128 } },
+      }, [1, 1, 1], [128, 1, 1]);
+      return block.bytes.slice(0, len);
+    };
+    const records = 48 + 2 * 24;
+    const was = pack([128, 4]);
+    expect(tensorMapDifference(pack([128, 4]), was, records)).toBeNull();
+    expect(tensorMapDifference(pack([128, 3]), was, records)).toBe('tensor map descriptor (record 1)');
+    // The same records either way: the descriptor lies in the payload.
+    expect([...pack([128, 3]).subarray(0, records)]).toEqual([...was.subarray(0, records)]);
   });
 
   test('bad tensor maps are InvalidArgument with the field named', () => {

@@ -615,8 +615,13 @@ function firstDifference(a: Uint8Array, b: Uint8Array, end: number): string | nu
   return null;
 }
 
-/** The first tensor map whose descriptor differs between two blocks with the same records (`records`: the payload's start), or null. */
-function tensorMapDifference(a: Uint8Array, b: Uint8Array, records: number): string | null {
+/**
+ * The first tensor map whose descriptor differs between two blocks with the
+ * same records (`records`: the payload's start), or null: what Encoder.patch
+ * refuses besides the records (a recorded map cannot change).
+ * @internal exported for its test
+ */
+export function tensorMapDifference(a: Uint8Array, b: Uint8Array, records: number): string | null {
   const words = new Uint32Array(a.buffer, a.byteOffset, records / 4);
   const n = (records - DISPATCH_HEADER_BYTES) / DISPATCH_BINDING_BYTES;
   for (let r = 0; r < n; r++) {
